@@ -1,0 +1,242 @@
+/* sluice: the public C API.
+ *
+ * This header holds everything a program linked with libsluice may use:
+ *   - elements: tuples of typed tensors, as produced by pipelines and read from the service;
+ *   - plugins: shared objects that add named functions to the pipeline language.
+ *   - the client: register pipelines with a dispatcher and read their elements from workers.
+ *
+ * Conventions: functions returning int return 0 on success and a negative error code on failure;
+ * sluice_strerror() turns any code into a message. Every type is opaque. Unless a function says
+ * otherwise, pointers passed in are borrowed for the duration of the call only. */
+#ifndef SLUICE_SLUICE_H
+#define SLUICE_SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Errors ------------------------------------------------------------------------------ */
+
+/* A static message for any code returned by this API (0, sluice's own codes, or -errno). */
+const char *sluice_strerror(int code);
+
+/* ---- Elements ---------------------------------------------------------------------------- */
+
+enum sluice_dtype {
+    SLUICE_BOOL = 0,
+    SLUICE_INT8 = 1,
+    SLUICE_INT16 = 2,
+    SLUICE_INT32 = 3,
+    SLUICE_INT64 = 4,
+    SLUICE_UINT8 = 5,
+    SLUICE_UINT16 = 6,
+    SLUICE_UINT32 = 7,
+    SLUICE_UINT64 = 8,
+    SLUICE_FLOAT32 = 9,
+    SLUICE_FLOAT64 = 10,
+    SLUICE_BYTES = 11
+};
+
+#define SLUICE_MAX_RANK 8
+
+/* An element: a tuple of one or more tensors (its components). */
+struct sluice_element;
+
+/* The name of a dtype ("int64", "bytes", ...), or "unknown". */
+const char *sluice_dtype_name(enum sluice_dtype dtype);
+
+/* The size in bytes of one value of a fixed-width dtype; 0 for SLUICE_BYTES. */
+size_t sluice_dtype_size(enum sluice_dtype dtype);
+
+/* Creates an empty element (no components). Returns NULL when out of memory. The caller owns it
+ * and frees it with sluice_element_free(). */
+struct sluice_element *sluice_element_new(void);
+void sluice_element_free(struct sluice_element *elem);
+
+/* Number of components. */
+size_t sluice_element_num_components(const struct sluice_element *elem);
+
+/* Accessors for component i (i < num_components; behaviour is undefined otherwise). */
+enum sluice_dtype sluice_element_dtype(const struct sluice_element *elem, size_t i);
+int sluice_element_rank(const struct sluice_element *elem, size_t i);
+/* The shape: rank entries, valid until the element changes. */
+const int64_t *sluice_element_shape(const struct sluice_element *elem, size_t i);
+/* Number of values: the product of the shape (1 for a scalar). */
+uint64_t sluice_element_num_values(const struct sluice_element *elem, size_t i);
+/* For fixed-width dtypes: the values, row-major, native byte order; *nbytes receives their size.
+ * For SLUICE_BYTES: the concatenation of all strings. Valid until the element changes. */
+const void *sluice_element_data(const struct sluice_element *elem, size_t i, size_t *nbytes);
+/* For SLUICE_BYTES components: string k (k < num_values), row-major. Returns 0, or
+ * SLUICE_ERR_TYPE for a fixed-width component and SLUICE_ERR_INVALID for k out of range. */
+int sluice_element_bytes_at(const struct sluice_element *elem, size_t i, uint64_t k,
+                            const void **data, size_t *len);
+
+/* Mutators, for plugins and programs building elements. They reuse the element's buffers, so
+ * setting elements of the same shape repeatedly does not allocate. Setting a component
+ * i >= num_components first grows the element to i + 1 components (as
+ * sluice_element_set_num_components); i >= 64 is SLUICE_ERR_INVALID. */
+
+/* Sets the number of components; new components are int64 scalars of value 0. Returns 0,
+ * SLUICE_ERR_INVALID for n == 0 or n > 64, or SLUICE_ERR_NOMEM. */
+int sluice_element_set_num_components(struct sluice_element *elem, size_t n);
+/* Replaces component i by a fixed-width tensor: rank <= SLUICE_MAX_RANK dimensions, data holding
+ * exactly product(shape) * sluice_dtype_size(dtype) bytes (copied). */
+int sluice_element_set_tensor(struct sluice_element *elem, size_t i, enum sluice_dtype dtype,
+                              int rank, const int64_t *shape, const void *data, size_t nbytes);
+/* Replaces component i by a scalar bytes string (copied). */
+int sluice_element_set_bytes(struct sluice_element *elem, size_t i, const void *data, size_t len);
+/* Replaces component i by a scalar int64 or float64. */
+int sluice_element_set_int64(struct sluice_element *elem, size_t i, int64_t value);
+int sluice_element_set_float64(struct sluice_element *elem, size_t i, double value);
+
+/* ---- Plugins ----------------------------------------------------------------------------- */
+
+/* A plugin is a shared object that exports
+ *
+ *     int sluice_plugin_init(struct sluice_registry *registry);
+ *
+ * which registers named functions and returns 0 (or a negative code to refuse loading). Loaded
+ * with `--plugin LIB.so`, its functions are then usable in map() and filter() like the built-in
+ * ones. Functions run on pipeline threads, possibly several at once: they must be thread-safe
+ * and must not keep pointers to the element or arguments after returning. */
+struct sluice_registry;
+
+/* The literal arguments after the function name: map(fn, 1, 2.5, "x"). */
+struct sluice_fn_args;
+
+size_t sluice_fn_args_count(const struct sluice_fn_args *args);
+/* Argument k as an integer / float / string. Return 0, or SLUICE_ERR_TYPE when it is not of
+ * that kind (an integer argument is also accepted as a float). Strings stay valid for the call. */
+int sluice_fn_arg_int(const struct sluice_fn_args *args, size_t k, int64_t *out);
+int sluice_fn_arg_float(const struct sluice_fn_args *args, size_t k, double *out);
+int sluice_fn_arg_string(const struct sluice_fn_args *args, size_t k, const char **out,
+                         size_t *len);
+
+/* A map function transforms the element in place. A filter function sets *keep to 1 to keep the
+ * element and 0 to drop it. Either returns 0, or a negative code with a one-line reason written
+ * to err (errlen bytes, NUL-terminated) when the element cannot be processed; the pipeline then
+ * stops with that reason. */
+typedef int (*sluice_map_cb)(struct sluice_element *elem, const struct sluice_fn_args *args,
+                             void *user, char *err, size_t errlen);
+typedef int (*sluice_filter_cb)(const struct sluice_element *elem,
+                                const struct sluice_fn_args *args, void *user, int *keep,
+                                char *err, size_t errlen);
+
+/* Registers a function usable with min_args..max_args arguments (checked when the pipeline is
+ * parsed, before anything runs). user is passed back on every call and must outlive the
+ * registry. Returns 0, SLUICE_ERR_EXISTS if the name is taken, SLUICE_ERR_INVALID for an empty
+ * or over-long (> 63 bytes) name, or SLUICE_ERR_NOMEM. */
+int sluice_register_map(struct sluice_registry *registry, const char *name, int min_args,
+                        int max_args, sluice_map_cb fn, void *user);
+int sluice_register_filter(struct sluice_registry *registry, const char *name, int min_args,
+                           int max_args, sluice_filter_cb fn, void *user);
+
+
+/* ---- Client ------------------------------------------------------------------------------ */
+
+/* A client talks to one dispatcher. It runs a background thread with its own event loop for all
+ * network traffic (heartbeats, requests to workers, prefetching); the calls below hand work to
+ * that thread and wait for it. A client and its iterators may be used from any one thread at a
+ * time (calls on one client are serialized internally, so several threads may share a client,
+ * but an iterator must not be used by two threads at once). */
+struct sluice_client;
+struct sluice_iterator;
+
+struct sluice_client_options {
+    /* "HOST:PORT" or "sluice://HOST:PORT". Required. */
+    const char *dispatcher;
+    /* How long a call may wait for an unreachable dispatcher before failing with
+     * SLUICE_ERR_TIMEOUT. 0 waits forever (a dispatcher may be restarting). */
+    uint32_t timeout_ms;
+    /* Paths of plugin shared objects (see Plugins) to load into the client's function registry
+     * when it opens, so that pipelines and local tails calling their functions pass the local
+     * check. Workers running such pipelines need the same plugins. NULL when nplugins is 0. */
+    const char *const *plugins;
+    size_t nplugins;
+};
+
+/* Creates a client and starts its thread. Does not wait for the dispatcher to be reachable.
+ * Returns 0 and *out (owned by the caller; free with sluice_client_close), or a negative code
+ * with a one-line message in err (errlen bytes). */
+int sluice_client_open(const struct sluice_client_options *options, struct sluice_client **out,
+                       char *err, size_t errlen);
+
+/* Stops the thread, releases the client's jobs on the dispatcher (best effort) and frees it.
+ * Every iterator of the client must be closed first. NULL is allowed. */
+void sluice_client_close(struct sluice_client *client);
+
+enum sluice_compression { SLUICE_COMPRESSION_AUTO = 0, SLUICE_COMPRESSION_NONE = 1 };
+
+struct sluice_register_options {
+    /* Register under this id; NULL or "" lets the dispatcher choose. Registering the same
+     * pipeline under the same id again returns that id; another pipeline is refused. */
+    const char *dataset_id;
+    enum sluice_compression compression;
+    /* Elements per split for distributed_epoch on range/list sources; 0 picks a default. */
+    uint64_t split_size;
+};
+
+/* Registers a pipeline (expression text, DESIGN.md §3) with the dispatcher. The pipeline is
+ * parsed and checked locally first (a malformed one fails with SLUICE_ERR_PARSE and the column
+ * in err). On success writes the dataset id (NUL-terminated, at most idlen bytes) to id_out.
+ * options may be NULL for defaults. Blocks until the dispatcher answers or the client's
+ * timeout. */
+int sluice_register(struct sluice_client *client, const char *pipeline,
+                    const struct sluice_register_options *options, char *id_out, size_t idlen,
+                    char *err, size_t errlen);
+
+enum sluice_mode {
+    SLUICE_PARALLEL_EPOCHS = 0,
+    SLUICE_DISTRIBUTED_EPOCH = 1,
+    SLUICE_SHARD_FILE = 2,
+    SLUICE_SHARD_DATA = 3,
+    SLUICE_SHARD_FILE_OR_DATA = 4,
+    SLUICE_SHARD_HINT = 5
+};
+
+struct sluice_read_options {
+    /* Exactly one of dataset_id and pipeline: an existing dataset, or a pipeline to register
+     * first (with default register options). */
+    const char *dataset_id;
+    const char *pipeline;
+    enum sluice_mode mode;
+    /* Readers with the same job name share one job, splitting its elements first come, first
+     * served. NULL or "": a job of this iterator's own. */
+    const char *job_name;
+    /* Coordinated reads: num_consumers > 0 with consumer_index < num_consumers. */
+    uint32_t consumer_index;
+    uint32_t num_consumers;
+    /* Requests in flight to workers at once; bounds memory to about this many replies.
+     * 0 picks a default. */
+    uint32_t max_outstanding_requests;
+    /* A pipeline tail ("map(add, 1) | batch(2)") applied to elements after they arrive. */
+    const char *local;
+};
+
+/* Opens an iterator over the elements of a dataset as served by the workers. Returns 0 and *out
+ * (owned by the caller; free with sluice_iterator_close), or a negative code with err. */
+int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_options *options,
+                         struct sluice_iterator **out, char *err, size_t errlen);
+
+/* Waits for the next element. Returns 1 and sets *elem (owned by the iterator, valid until the
+ * next call on this iterator), 0 at the end of the data, or a negative code with a one-line
+ * message in err. timeout_ms 0 waits without limit; when it runs out the result is
+ * SLUICE_ERR_TIMEOUT and the iterator stays usable. */
+int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
+                         uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Releases the iterator's job on the dispatcher (best effort) and frees it. NULL is allowed. */
+void sluice_iterator_close(struct sluice_iterator *it);
+
+/* Fetches the dispatcher's status document (the JSON `sluice status --json` prints) into a new
+ * malloc'd string (*json, caller frees). */
+int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages sluice builds, tests and runs with. Does nothing when all of them
+# are present. Needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
+          liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang iperf3 procps)
+if [ "${SLUICE_DEPS_EXTRA:-}" != "" ]; then
+    read -r -a extra <<<"$SLUICE_DEPS_EXTRA"
+    packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "deps: need root to install ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q >/dev/null
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,36 @@
+/* The `sluice` command: one function per subcommand, each returning the process exit status
+ * (0 success, 1 runtime failure, 2 bad usage or bad pipeline text) after printing any error as
+ * one line "sluice: <what failed>: <why>" on stderr. */
+#ifndef SLUICE_CLI_CLI_H
+#define SLUICE_CLI_CLI_H
+
+#define CLI_EXIT_OK 0
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
+#include <stddef.h>
+#include <stdint.h>
+
+int cli_run(int argc, char **argv);
+int cli_register(int argc, char **argv);
+int cli_read(int argc, char **argv);
+int cli_status(int argc, char **argv);
+
+/* Most --plugin options one command takes. */
+#define CLI_MAX_PLUGINS 16
+
+struct sluice_client;
+
+/* Opens a client of the dispatcher at address (commands that talk to the service). On failure
+ * prints the error as "sluice: <what>: <why>" and returns the exit status: 2 for a bad address
+ * or a plugin that does not load, 1 otherwise. Returns 0 with *out on success. */
+int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *const *plugins,
+                    size_t nplugins, struct sluice_client **out);
+
+/* Prints "sluice: <what>: <why>" on stderr. */
+void cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses a non-negative decimal integer option value. Returns 0 or -1. */
+int cli_parse_u64(const char *text, unsigned long long *out);
+
+#endif

@@ -1,0 +1,97 @@
+#include "cli.h"
+
+#include "common/error.h"
+#include "sluice/sluice.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: sluice <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  run PIPELINE [--format text|count] [--limit N] [--plugin LIB.so]...\n"
+    "      run a pipeline locally and print its elements\n"
+    "  register --dispatcher H:P PIPELINE [--dataset-id ID] [--compression auto|none]\n"
+    "      register a pipeline with the service and print its dataset id\n"
+    "  read --dispatcher H:P (PIPELINE | --dataset-id ID) [options]\n"
+    "      read a dataset's elements from the service and print them\n"
+    "  status --dispatcher H:P [--json]\n"
+    "      print the dispatcher's workers, datasets and jobs\n"
+    "\n"
+    "Run 'sluice <command> --help' for a command's options.\n";
+
+void cli_error(const char *what, const char *fmt, ...)
+{
+    char why[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, "sluice: %s: %s\n", what, why);
+}
+
+int cli_parse_u64(const char *text, unsigned long long *out)
+{
+    if (!text || !*text || *text == '-' || *text == '+')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *const *plugins,
+                    size_t nplugins, struct sluice_client **out)
+{
+    char err[1024] = "";
+    struct sluice_client_options opts = {
+        .dispatcher = dispatcher,
+        .timeout_ms = timeout_ms,
+        .plugins = plugins,
+        .nplugins = nplugins,
+    };
+    int rc = sluice_client_open(&opts, out, err, sizeof(err));
+    if (rc == 0)
+        return CLI_EXIT_OK;
+    if (rc == SLUICE_ERR_PLUGIN) {
+        cli_error("plugin", "%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (rc == SLUICE_ERR_INVALID) {
+        cli_error("dispatcher", "%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    cli_error("client", "%s", err[0] ? err : sluice_strerror(rc));
+    return CLI_EXIT_FAIL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "run") == 0)
+        return cli_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "register") == 0)
+        return cli_register(argc - 1, argv + 1);
+    if (strcmp(cmd, "read") == 0)
+        return cli_read(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0)
+        return cli_status(argc - 1, argv + 1);
+    cli_error("usage", "unknown command '%s' (try 'sluice --help')", cmd);
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,322 @@
+/* sluice read: reads a dataset's elements from the service and prints them, one per line, like
+ * `sluice run` prints a local pipeline's.
+ *
+ * SIGINT and SIGTERM while reading end the read cleanly: the output so far is flushed, the job
+ * is released on the dispatcher, and the process then dies of the same signal (so a shell sees
+ * it was interrupted). Before the read is open they act as usual. */
+#include "cli.h"
+
+#include "client/iterator.h"
+#include "common/error.h"
+#include "pipeline/format.h"
+#include "sluice/sluice.h"
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char read_usage[] =
+    "usage: sluice read --dispatcher H:P (PIPELINE | --dataset-id ID)\n"
+    "                   [--mode parallel_epochs|distributed_epoch|off|dynamic|file|data|"
+    "file_or_data|hint]\n"
+    "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
+    "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
+    "                   [--format text|count] [--limit N] [--timeout-ms N]\n"
+    "                   [--plugin LIB.so]...\n"
+    "\n"
+    "Reads the elements of a dataset from the workers and prints one per line (--format text,\n"
+    "the default) or only their number (--format count). Give a PIPELINE to register it first,\n"
+    "or the --dataset-id of one registered before.\n"
+    "\n"
+    "  --mode M            how workers split the work (default parallel_epochs; off and\n"
+    "                      dynamic are the old names of parallel_epochs and distributed_epoch)\n"
+    "  --job-name NAME     share the job with other readers of the same name\n"
+    "  --consumer-index I --num-consumers N\n"
+    "                      coordinated reads: this is reader I of N (needs --job-name)\n"
+    "  --max-outstanding-requests N\n"
+    "                      requests in flight to workers at once (default 8)\n"
+    "  --local TAIL        ops applied here to the elements that arrive, e.g. 'batch(4)'\n"
+    "  --limit N           stop after N elements\n"
+    "  --timeout-ms N      give up when the dispatcher is unreachable this long (default:\n"
+    "                      retry forever, since a dispatcher may be restarting)\n"
+    "  --plugin LIB.so     load functions the pipeline or the tail uses (repeatable)\n"
+    "\n"
+    "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
+
+static const struct {
+    const char *name;
+    enum sluice_mode mode;
+} modes[] = {
+    {"parallel_epochs", SLUICE_PARALLEL_EPOCHS},
+    {"off", SLUICE_PARALLEL_EPOCHS},
+    {"distributed_epoch", SLUICE_DISTRIBUTED_EPOCH},
+    {"dynamic", SLUICE_DISTRIBUTED_EPOCH},
+    {"file", SLUICE_SHARD_FILE},
+    {"data", SLUICE_SHARD_DATA},
+    {"file_or_data", SLUICE_SHARD_FILE_OR_DATA},
+    {"hint", SLUICE_SHARD_HINT},
+};
+
+/* The open iterator, for the signal handler; set only while the handler is installed. */
+static struct sluice_iterator *volatile read_it;
+static volatile sig_atomic_t read_signal;
+
+static void on_signal(int sig)
+{
+    read_signal = sig;
+    if (read_it)
+        iter_interrupt(read_it);
+}
+
+static void set_handlers(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+struct read_args {
+    const char *dispatcher;
+    struct sluice_read_options opts;
+    bool count_only;
+    bool has_limit;
+    unsigned long long limit;
+    unsigned long long timeout_ms;
+    const char *plugins[CLI_MAX_PLUGINS];
+    size_t nplugins;
+};
+
+/* Parses a u32 option value; prints the usage error and returns -1 when it is not one. */
+static int parse_u32(const char *opt, const char *text, uint32_t *out)
+{
+    unsigned long long v;
+    if (cli_parse_u64(text, &v) != 0 || v > UINT32_MAX) {
+        cli_error("usage", "%s takes a non-negative integer below 2^32, not '%s'", opt, text);
+        return -1;
+    }
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* Returns -1 to go on reading, or the exit status. */
+static int parse_args(int argc, char **argv, struct read_args *a)
+{
+    bool has_index = false, has_count = false;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        bool more = i + 1 < argc;
+        if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
+            fputs(read_usage, stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(s, "--dispatcher") == 0 && more) {
+            a->dispatcher = argv[++i];
+        } else if (strcmp(s, "--dataset-id") == 0 && more) {
+            a->opts.dataset_id = argv[++i];
+            if (!*a->opts.dataset_id) {
+                cli_error("usage", "--dataset-id takes a non-empty id");
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--mode") == 0 && more) {
+            const char *m = argv[++i];
+            size_t k = 0;
+            while (k < sizeof(modes) / sizeof(modes[0]) && strcmp(modes[k].name, m) != 0)
+                k++;
+            if (k == sizeof(modes) / sizeof(modes[0])) {
+                cli_error("usage",
+                          "--mode takes parallel_epochs, distributed_epoch, off, dynamic, file, "
+                          "data, file_or_data or hint, not '%s'",
+                          m);
+                return CLI_EXIT_USAGE;
+            }
+            a->opts.mode = modes[k].mode;
+        } else if (strcmp(s, "--job-name") == 0 && more) {
+            a->opts.job_name = argv[++i];
+            if (!*a->opts.job_name) {
+                cli_error("usage", "--job-name takes a non-empty name");
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--consumer-index") == 0 && more) {
+            if (parse_u32(s, argv[++i], &a->opts.consumer_index) != 0)
+                return CLI_EXIT_USAGE;
+            has_index = true;
+        } else if (strcmp(s, "--num-consumers") == 0 && more) {
+            if (parse_u32(s, argv[++i], &a->opts.num_consumers) != 0)
+                return CLI_EXIT_USAGE;
+            has_count = true;
+        } else if (strcmp(s, "--max-outstanding-requests") == 0 && more) {
+            if (parse_u32(s, argv[++i], &a->opts.max_outstanding_requests) != 0)
+                return CLI_EXIT_USAGE;
+            if (a->opts.max_outstanding_requests == 0) {
+                cli_error("usage", "--max-outstanding-requests takes a number >= 1");
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--local") == 0 && more) {
+            a->opts.local = argv[++i];
+        } else if (strcmp(s, "--format") == 0 && more) {
+            const char *f = argv[++i];
+            if (strcmp(f, "text") == 0) {
+                a->count_only = false;
+            } else if (strcmp(f, "count") == 0) {
+                a->count_only = true;
+            } else {
+                cli_error("usage", "--format takes text or count, not '%s'", f);
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--limit") == 0 && more) {
+            if (cli_parse_u64(argv[++i], &a->limit) != 0) {
+                cli_error("usage", "--limit takes a non-negative integer, not '%s'", argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+            a->has_limit = true;
+        } else if (strcmp(s, "--timeout-ms") == 0 && more) {
+            if (cli_parse_u64(argv[++i], &a->timeout_ms) != 0 || a->timeout_ms > UINT32_MAX) {
+                cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--plugin") == 0 && more) {
+            if (a->nplugins == CLI_MAX_PLUGINS) {
+                cli_error("usage", "at most %d --plugin options", CLI_MAX_PLUGINS);
+                return CLI_EXIT_USAGE;
+            }
+            a->plugins[a->nplugins++] = argv[++i];
+        } else if (s[0] == '-' && s[1] == '-') {
+            cli_error("usage", "unknown or incomplete option '%s' (try 'sluice read --help')", s);
+            return CLI_EXIT_USAGE;
+        } else if (!a->opts.pipeline) {
+            a->opts.pipeline = s;
+        } else {
+            cli_error("usage", "one PIPELINE expected; unexpected '%s'", s);
+            return CLI_EXIT_USAGE;
+        }
+    }
+
+    if (!a->dispatcher) {
+        cli_error("usage", "--dispatcher H:P is required (try 'sluice read --help')");
+        return CLI_EXIT_USAGE;
+    }
+    if (!a->opts.pipeline == !a->opts.dataset_id) {
+        cli_error("usage", "give either a PIPELINE or --dataset-id ID, not %s",
+                  a->opts.pipeline ? "both" : "neither");
+        return CLI_EXIT_USAGE;
+    }
+    if (has_index != has_count) {
+        cli_error("usage", "--consumer-index and --num-consumers go together");
+        return CLI_EXIT_USAGE;
+    }
+    if (has_count) {
+        if (!a->opts.job_name) {
+            cli_error("usage", "--consumer-index/--num-consumers need --job-name");
+            return CLI_EXIT_USAGE;
+        }
+        if (a->opts.num_consumers == 0 || a->opts.consumer_index >= a->opts.num_consumers) {
+            cli_error("usage", "--consumer-index must be below --num-consumers (%u), not %u",
+                      (unsigned)a->opts.num_consumers, (unsigned)a->opts.consumer_index);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    return -1;
+}
+
+/* Reads and prints until the end, the limit, an error or a signal. Returns the exit status. */
+static int read_all(struct sluice_iterator *it, const struct read_args *a)
+{
+    char err[1024] = "";
+    struct pipe_buf out = {0};
+    static char iobuf[1 << 16];
+    setvbuf(stdout, iobuf, _IOFBF, sizeof(iobuf));
+    int status = CLI_EXIT_FAIL;
+    unsigned long long n = 0;
+    while (!a->has_limit || n < a->limit) {
+        const struct sluice_element *elem;
+        int rc = sluice_iterator_next(it, &elem, 0, err, sizeof(err));
+        if (rc < 0) {
+            if (read_signal && rc == SLUICE_ERR_CANCELLED) {
+                /* Interrupted: what was printed stays printed; no count of a partial read. */
+                fflush(stdout);
+                status = CLI_EXIT_OK;
+                goto done;
+            }
+            cli_error("read", "%s", err[0] ? err : sluice_strerror(rc));
+            goto done;
+        }
+        if (rc == 0)
+            break;
+        n++;
+        if (!a->count_only) {
+            out.len = 0;
+            if (pipe_format_elem(&out, elem) != 0) {
+                cli_error("read", "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+                goto done;
+            }
+            fwrite(out.p, 1, out.len, stdout);
+            fputc('\n', stdout);
+        }
+    }
+    if (a->count_only)
+        printf("%llu\n", n);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error("output", "write to standard output failed");
+        goto done;
+    }
+    status = CLI_EXIT_OK;
+done:
+    pipe_buf_release(&out);
+    return status;
+}
+
+int cli_read(int argc, char **argv)
+{
+    struct read_args a;
+    memset(&a, 0, sizeof(a));
+    a.opts.mode = SLUICE_PARALLEL_EPOCHS;
+    int status = parse_args(argc, argv, &a);
+    if (status >= 0)
+        return status;
+
+    /* The client's thread inherits this mask, so the signals below reach this thread only and
+     * the handler never runs beside a close. */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    struct sluice_client *client = NULL;
+    status = cli_open_client(a.dispatcher, (uint32_t)a.timeout_ms, a.plugins, a.nplugins, &client);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (status != CLI_EXIT_OK)
+        return status;
+
+    char err[1024] = "";
+    struct sluice_iterator *it = NULL;
+    int rc = sluice_iterator_open(client, &a.opts, &it, err, sizeof(err));
+    if (rc) {
+        if (rc == SLUICE_ERR_PARSE) {
+            cli_error("pipeline", "%s", err);
+            status = CLI_EXIT_USAGE;
+        } else {
+            cli_error("read", "%s", err[0] ? err : sluice_strerror(rc));
+            status = rc == SLUICE_ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+        }
+        sluice_client_close(client);
+        return status;
+    }
+
+    read_it = it;
+    set_handlers(on_signal);
+    status = read_all(it, &a);
+    set_handlers(SIG_DFL);
+    read_it = NULL;
+
+    sluice_iterator_close(it);
+    sluice_client_close(client);
+    if (read_signal)
+        raise(read_signal);
+    return status;
+}

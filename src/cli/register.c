@@ -1,0 +1,110 @@
+/* sluice register: registers a pipeline with the dispatcher and prints its dataset id. */
+#include "cli.h"
+
+#include "common/error.h"
+#include "sluice/sluice.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char register_usage[] =
+    "usage: sluice register --dispatcher H:P PIPELINE [--dataset-id ID]\n"
+    "                       [--compression auto|none] [--timeout-ms N] [--plugin LIB.so]...\n"
+    "\n"
+    "Checks PIPELINE, registers it with the dispatcher and prints the dataset id. With\n"
+    "--dataset-id the dataset gets that id (registering the same pipeline under it again is\n"
+    "fine; another pipeline is refused); otherwise the dispatcher picks one. --compression\n"
+    "auto (the default) lets workers compress elements when it pays. An unreachable\n"
+    "dispatcher is retried until --timeout-ms runs out (default: forever). --plugin loads a\n"
+    "shared object whose functions the pipeline uses (workers need it too).\n"
+    "\n"
+    "example: sluice register --dispatcher 127.0.0.1:5050 'range(100) | map(square)'\n";
+
+int cli_register(int argc, char **argv)
+{
+    const char *dispatcher = NULL, *text = NULL, *dataset_id = NULL;
+    enum sluice_compression compression = SLUICE_COMPRESSION_AUTO;
+    unsigned long long timeout_ms = 0;
+    const char *plugins[CLI_MAX_PLUGINS];
+    size_t nplugins = 0;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(register_usage, stdout);
+            return CLI_EXIT_OK;
+        } else if (strcmp(a, "--dispatcher") == 0 && i + 1 < argc) {
+            dispatcher = argv[++i];
+        } else if (strcmp(a, "--dataset-id") == 0 && i + 1 < argc) {
+            dataset_id = argv[++i];
+            if (!*dataset_id) {
+                cli_error("usage", "--dataset-id takes a non-empty id");
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--compression") == 0 && i + 1 < argc) {
+            const char *c = argv[++i];
+            if (strcmp(c, "auto") == 0) {
+                compression = SLUICE_COMPRESSION_AUTO;
+            } else if (strcmp(c, "none") == 0) {
+                compression = SLUICE_COMPRESSION_NONE;
+            } else {
+                cli_error("usage", "--compression takes auto or none, not '%s'", c);
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--timeout-ms") == 0 && i + 1 < argc) {
+            if (cli_parse_u64(argv[++i], &timeout_ms) != 0 || timeout_ms > UINT32_MAX) {
+                cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--plugin") == 0 && i + 1 < argc) {
+            if (nplugins == CLI_MAX_PLUGINS) {
+                cli_error("usage", "at most %d --plugin options", CLI_MAX_PLUGINS);
+                return CLI_EXIT_USAGE;
+            }
+            plugins[nplugins++] = argv[++i];
+        } else if (a[0] == '-' && a[1] == '-') {
+            cli_error("usage", "unknown or incomplete option '%s' (try 'sluice register --help')",
+                      a);
+            return CLI_EXIT_USAGE;
+        } else if (!text) {
+            text = a;
+        } else {
+            cli_error("usage", "one PIPELINE expected; unexpected '%s'", a);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!text) {
+        fputs(register_usage, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (!dispatcher) {
+        cli_error("usage", "--dispatcher H:P is required (try 'sluice register --help')");
+        return CLI_EXIT_USAGE;
+    }
+
+    struct sluice_client *client = NULL;
+    int status = cli_open_client(dispatcher, (uint32_t)timeout_ms, plugins, nplugins, &client);
+    if (status != CLI_EXIT_OK)
+        return status;
+
+    char err[1024] = "";
+    char id[256];
+    struct sluice_register_options opts = {.dataset_id = dataset_id, .compression = compression};
+    int rc = sluice_register(client, text, &opts, id, sizeof(id), err, sizeof(err));
+    if (rc == SLUICE_ERR_PARSE) {
+        cli_error("pipeline", "%s", err);
+        status = CLI_EXIT_USAGE;
+    } else if (rc) {
+        cli_error("register", "%s", err[0] ? err : sluice_strerror(rc));
+        status = CLI_EXIT_FAIL;
+    } else {
+        printf("%s\n", id);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            cli_error("output", "write to standard output failed");
+            status = CLI_EXIT_FAIL;
+        }
+    }
+    sluice_client_close(client);
+    return status;
+}

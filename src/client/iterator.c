@@ -1,0 +1,957 @@
+/* One read: see iterator.h for the happy path, the failure modes and the lifetime rules.
+ *
+ * The struct has three parts. The shared part (state, prefetch buffer, consumption counters) is
+ * guarded by mu; the loop thread fills the buffer and moves the state to ENDED or FAILED, the
+ * reader's thread takes payloads and waits on cond. The reader part (the payload being decoded,
+ * the element handed out, the local tail) is touched only by the thread calling next (or the
+ * tail's prefetch thread, which then is the only one pulling from the buffer). The loop part
+ * (tasks, timers, requests) is touched only on the client's loop thread. */
+#include "iterator.h"
+
+#include "client.h"
+#include "prefetch.h"
+#include "retry.h"
+#include "status_json.h"
+#include "tasks.h"
+
+#include "common/error.h"
+#include "pipeline/codec.h"
+#include "pipeline/element.h"
+#include "pipeline/format.h"
+#include "pipeline/iter.h"
+#include "pipeline/parse.h"
+#include "pipeline/spec.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DATASET_ID_MAX 256
+#define MSG_MAX 512
+
+enum iter_state { ITER_RUNNING, ITER_ENDED, ITER_FAILED };
+
+struct sluice_iterator {
+    struct sluice_client *c;
+    /* Fixed once open. */
+    char dataset_id[DATASET_ID_MAX];
+    uint64_t job_id, iteration_id, client_id;
+    uint32_t consumer_index;
+    bool coordinated;
+
+    /* Shared, guarded by mu. */
+    uv_mutex_t mu;
+    uv_cond_t cond;
+    struct prefetch pf;
+    enum iter_state state;
+    int fail_rc;
+    char fail_msg[MSG_MAX];
+    uint64_t taken;   /* elements in the payloads the reader took */
+    uint64_t wait_ns; /* time the reader spent waiting on an empty buffer */
+    atomic_int interrupted;
+
+    /* Reader. */
+    struct prefetch_item cur; /* the payload being decoded; data NULL when none */
+    size_t cur_pos;
+    uint32_t cur_decoded;
+    struct pipe_buf scratch;
+    struct sluice_element elem;
+    struct pipe_spec *tail_spec;
+    struct pipe_run *tail;
+    uint64_t deadline_ns; /* of the current next() call; 0 without a limit */
+    uint32_t call_timeout_ms;
+    int reader_rc; /* a decoding failure, reported once the payloads before it are read */
+    char reader_msg[MSG_MAX];
+
+    /* Loop thread. */
+    struct client_waker waker;
+    struct ct_set tasks;
+    uv_timer_t hb_timer, pump_timer;
+    unsigned refs; /* the open iterator, its two timers, and each request under way */
+    bool started, closing;
+    bool hb_busy; /* a heartbeat or status request is under way */
+    uint32_t heartbeat_ms;
+    uint64_t job_incarnation;    /* the dispatcher incarnation known to hold the job */
+    uint64_t verify_incarnation; /* the incarnation being asked whether it holds the job */
+    uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
+    uint64_t *finished;
+    size_t finished_cap;
+    Sluice__ClientHeartbeatRequest hb_req;
+    Sluice__Envelope hb_env;
+    Sluice__StatusRequest st_req;
+    Sluice__Envelope st_env;
+    Sluice__ReleaseClientRequest rel_req;
+    Sluice__Envelope rel_env;
+    struct client_op *close_op;
+};
+
+/* ---- shared state ------------------------------------------------------------------------- */
+
+static void iter_free(struct sluice_iterator *it)
+{
+    prefetch_release(&it->pf);
+    ct_release(&it->tasks);
+    free(it->finished);
+    uv_cond_destroy(&it->cond);
+    uv_mutex_destroy(&it->mu);
+    free(it);
+}
+
+/* Ends the read with an error unless it already ended; the reader sees it after the payloads
+ * already buffered. */
+static void iter_fail(struct sluice_iterator *it, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void iter_fail(struct sluice_iterator *it, int rc, const char *fmt, ...)
+{
+    uv_mutex_lock(&it->mu);
+    if (it->state == ITER_RUNNING) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(it->fail_msg, sizeof it->fail_msg, fmt, ap);
+        va_end(ap);
+        if (!it->fail_msg[0])
+            snprintf(it->fail_msg, sizeof it->fail_msg, "%s", sluice_strerror(rc));
+        it->fail_rc = rc;
+        it->state = ITER_FAILED;
+        uv_cond_broadcast(&it->cond);
+    }
+    uv_mutex_unlock(&it->mu);
+}
+
+static void iter_end(struct sluice_iterator *it)
+{
+    uv_mutex_lock(&it->mu);
+    if (it->state == ITER_RUNNING) {
+        it->state = ITER_ENDED;
+        uv_cond_broadcast(&it->cond);
+    }
+    uv_mutex_unlock(&it->mu);
+}
+
+static enum iter_state iter_state(struct sluice_iterator *it)
+{
+    uv_mutex_lock(&it->mu);
+    enum iter_state s = it->state;
+    uv_mutex_unlock(&it->mu);
+    return s;
+}
+
+void iter_interrupt(struct sluice_iterator *it)
+{
+    atomic_store(&it->interrupted, 1);
+    client_wake(it->c);
+}
+
+/* ---- loop thread: fetching elements ------------------------------------------------------- */
+
+static void iter_unref(struct sluice_iterator *it)
+{
+    if (--it->refs == 0)
+        iter_free(it);
+}
+
+static void pump(struct sluice_iterator *it);
+static void hasten_heartbeat(struct sluice_iterator *it);
+
+/* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
+ * of the read, and sends what can be sent. */
+static void settle(struct sluice_iterator *it)
+{
+    struct ct_task t;
+    while (ct_reap(&it->tasks, &t))
+        if (t.conn)
+            client_conn_release(it->c, t.conn);
+    if (ct_done(&it->tasks))
+        iter_end(it);
+    else
+        hasten_heartbeat(it);
+    pump(it);
+}
+
+struct fetch {
+    struct sluice_iterator *it;
+    uint64_t task_id;
+};
+
+static void on_elements(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct fetch *f = user;
+    struct sluice_iterator *it = f->it;
+    uint64_t task_id = f->task_id;
+    free(f);
+
+    if (it->closing) {
+        uv_mutex_lock(&it->mu);
+        prefetch_cancel(&it->pf);
+        uv_mutex_unlock(&it->mu);
+        iter_unref(it);
+        return;
+    }
+    long i = ct_find(&it->tasks, task_id);
+    /* A task with a request outstanding is never dropped. */
+    if (i < 0)
+        abort();
+    uint64_t now = uv_now(&it->c->loop);
+    const Sluice__GetElementsReply *r = NULL;
+    if (status == 0) {
+        r = reply->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY
+                ? reply->get_elements_reply
+                : NULL;
+        if (!r) {
+            status = SLUICE_ERR_PROTOCOL;
+            msg = "worker sent an unexpected reply to GetElements";
+        }
+    }
+    if (status < 0) {
+        uv_mutex_lock(&it->mu);
+        prefetch_cancel(&it->pf);
+        uv_mutex_unlock(&it->mu);
+        ct_on_failure(&it->tasks, (size_t)i, now);
+        if (!retry_task(status))
+            iter_fail(it, status, "%s", msg ? msg : "");
+    } else {
+        bool has_data = r->count > 0 || r->payload.len > 0;
+        struct prefetch_item item = {NULL, r->payload.len, r->count, task_id};
+        if (has_data) {
+            item.data = malloc(r->payload.len ? r->payload.len : 1);
+            if (!item.data) {
+                uv_mutex_lock(&it->mu);
+                prefetch_cancel(&it->pf);
+                uv_mutex_unlock(&it->mu);
+                ct_on_failure(&it->tasks, (size_t)i, now);
+                iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+                goto out;
+            }
+            if (r->payload.len)
+                memcpy(item.data, r->payload.data, r->payload.len);
+        }
+        uv_mutex_lock(&it->mu);
+        if (has_data) {
+            prefetch_fill(&it->pf, item);
+            uv_cond_broadcast(&it->cond);
+        } else {
+            prefetch_cancel(&it->pf);
+        }
+        uv_mutex_unlock(&it->mu);
+        ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
+    }
+out:
+    settle(it);
+    iter_unref(it);
+}
+
+/* Sends a GetElements to task i. Returns 0 or the code of rpc_call. */
+static int fetch(struct sluice_iterator *it, size_t i)
+{
+    struct ct_task *t = &it->tasks.v[i];
+    struct fetch *f = malloc(sizeof *f);
+    if (!f)
+        return SLUICE_ERR_NOMEM;
+    f->it = it;
+    f->task_id = t->id;
+    Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
+    req.task_id = t->id;
+    req.client_id = it->client_id;
+    /* 0 lets the worker choose reply sizes; a coordinated round is one element per consumer. */
+    if (it->coordinated) {
+        req.max_elements = 1;
+        req.consumer_index = it->consumer_index;
+        req.round = t->round;
+    }
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
+    env.get_elements = &req;
+    int rc = rpc_call(client_conn_rpc(t->conn), &env, ITER_FETCH_TIMEOUT_MS, on_elements, f);
+    if (rc) {
+        free(f);
+        return rc;
+    }
+    ct_sent(&it->tasks, i);
+    it->refs++;
+    return 0;
+}
+
+static void on_pump_timer(uv_timer_t *t)
+{
+    pump(t->data);
+}
+
+static void arm_pump(struct sluice_iterator *it, uint64_t at, uint64_t now)
+{
+    uint64_t delay = at > now ? at - now : 0;
+    if (uv_is_active((uv_handle_t *)&it->pump_timer) &&
+        uv_timer_get_due_in(&it->pump_timer) <= delay)
+        return;
+    uv_timer_start(&it->pump_timer, on_pump_timer, delay, 0);
+}
+
+/* Sends requests while slots are free and some task may be asked. */
+static void pump(struct sluice_iterator *it)
+{
+    if (it->closing || iter_state(it) != ITER_RUNNING)
+        return;
+    uint64_t now = uv_now(&it->c->loop);
+    for (;;) {
+        uint64_t wake_at;
+        long i = ct_pick(&it->tasks, now, &wake_at);
+        if (i < 0) {
+            if (wake_at)
+                arm_pump(it, wake_at, now);
+            return;
+        }
+        uv_mutex_lock(&it->mu);
+        bool reserved = it->state == ITER_RUNNING && prefetch_reserve(&it->pf);
+        uv_mutex_unlock(&it->mu);
+        if (!reserved)
+            return;
+        if (fetch(it, (size_t)i) != 0) {
+            /* Could not even queue the request: give the slot back and let the task wait. */
+            uv_mutex_lock(&it->mu);
+            prefetch_cancel(&it->pf);
+            uv_mutex_unlock(&it->mu);
+            ct_sent(&it->tasks, (size_t)i);
+            ct_on_failure(&it->tasks, (size_t)i, now);
+        }
+    }
+}
+
+static void on_wake(struct client_waker *w)
+{
+    struct sluice_iterator *it =
+        (struct sluice_iterator *)(void *)((char *)w - offsetof(struct sluice_iterator, waker));
+    if (atomic_load(&it->interrupted))
+        iter_fail(it, SLUICE_ERR_CANCELLED, "interrupted");
+    pump(it);
+}
+
+/* ---- loop thread: heartbeats -------------------------------------------------------------- */
+
+static void on_hb_timer(uv_timer_t *t);
+
+static void schedule_heartbeat(struct sluice_iterator *it, uint64_t delay)
+{
+    if (!it->closing)
+        uv_timer_start(&it->hb_timer, on_hb_timer, delay, 0);
+}
+
+/* Whether the read only waits for the dispatcher to say the iteration is finished. */
+static bool end_phase(const struct sluice_iterator *it)
+{
+    return it->tasks.have_list && !it->tasks.iteration_finished && !ct_active(&it->tasks);
+}
+
+/* The interval to the next heartbeat after a successful one. */
+static uint64_t next_heartbeat(const struct sluice_iterator *it)
+{
+    if (end_phase(it) && it->heartbeat_ms > ITER_END_POLL_MS)
+        return ITER_END_POLL_MS;
+    return it->heartbeat_ms;
+}
+
+/* In the end phase, brings the next heartbeat forward (the last task just ended). */
+static void hasten_heartbeat(struct sluice_iterator *it)
+{
+    if (it->closing || it->hb_busy || !end_phase(it))
+        return;
+    if (!uv_is_active((uv_handle_t *)&it->hb_timer) ||
+        uv_timer_get_due_in(&it->hb_timer) > ITER_END_POLL_MS)
+        schedule_heartbeat(it, 0);
+}
+
+/* How long one heartbeat (or status request) may take: a few intervals, at most the client's
+ * timeout. */
+static uint32_t heartbeat_timeout(const struct sluice_iterator *it)
+{
+    uint32_t t = it->heartbeat_ms * 3;
+    if (t < 5000)
+        t = 5000;
+    if (it->c->timeout_ms && it->c->timeout_ms < t)
+        t = it->c->timeout_ms;
+    return t;
+}
+
+static void fail_gone(struct sluice_iterator *it)
+{
+    iter_fail(it, SLUICE_ERR_RESTARTED,
+              "dispatcher restarted without --fault-tolerant; job %" PRIu64 " is gone", it->job_id);
+}
+
+static void on_verified(int status, const char *msg, const Sluice__Envelope *reply,
+                        uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    it->hb_busy = false;
+    if (it->closing || iter_state(it) == ITER_FAILED) {
+        iter_unref(it);
+        return;
+    }
+    const Sluice__StatusReply *r =
+        status == 0 && reply->body_case == SLUICE__ENVELOPE__BODY_STATUS_REPLY ? reply->status_reply
+                                                                               : NULL;
+    if (r && incarnation == it->verify_incarnation) {
+        enum status_job_verdict v =
+            status_json_job(r->json ? r->json : "", it->job_id, it->dataset_id);
+        if (v == STATUS_JOB_GONE) {
+            fail_gone(it);
+            iter_unref(it);
+            return;
+        }
+        /* The new incarnation holds the job (or cannot tell): its heartbeats are trusted. */
+        it->job_incarnation = incarnation;
+        schedule_heartbeat(it, 0);
+    } else {
+        /* No answer, or from yet another incarnation: ask again on the next beat. */
+        schedule_heartbeat(it, it->heartbeat_ms);
+    }
+    (void)msg;
+    iter_unref(it);
+}
+
+/* The dispatcher answered from an incarnation other than the one that created the job. Before
+ * its task lists are used, its status must show the job: a dispatcher that restarted without
+ * its journal hands out ids from scratch, so our client id may name someone else's read. */
+static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
+{
+    it->verify_incarnation = incarnation;
+    sluice__status_request__init(&it->st_req);
+    sluice__envelope__init(&it->st_env);
+    it->st_env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
+    it->st_env.status = &it->st_req;
+    if (client_disp_call(it->c, &it->st_env, heartbeat_timeout(it), false, on_verified, it) != 0) {
+        schedule_heartbeat(it, it->heartbeat_ms);
+        return;
+    }
+    it->hb_busy = true;
+    it->refs++;
+}
+
+static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r)
+{
+    if (r->heartbeat_ms)
+        it->heartbeat_ms = r->heartbeat_ms;
+    struct ct_info *infos = calloc(r->n_tasks ? r->n_tasks : 1, sizeof *infos);
+    if (!infos) {
+        iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        return;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < r->n_tasks; k++) {
+        const Sluice__TaskInfo *t = r->tasks[k];
+        if (!t || (t->iteration_id && t->iteration_id != it->iteration_id))
+            continue;
+        infos[n].task_id = t->task_id;
+        infos[n].address = t->worker_address ? t->worker_address : "";
+        infos[n].worker_incarnation = t->worker_incarnation;
+        n++;
+    }
+    int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished);
+    free(infos);
+    if (rc) {
+        iter_fail(it, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PROTOCOL, "%s",
+                  rc == SLUICE_ERR_NOMEM ? sluice_strerror(rc)
+                                         : "dispatcher sent a malformed task list");
+        return;
+    }
+    for (size_t i = 0; i < it->tasks.n; i++) {
+        struct ct_task *t = &it->tasks.v[i];
+        if (t->conn || !t->listed)
+            continue;
+        char msg[MSG_MAX];
+        t->conn = client_conn_acquire(it->c, t->address, msg, sizeof msg);
+        if (!t->conn) {
+            iter_fail(it, SLUICE_ERR_INVALID, "worker '%s' of task %" PRIu64 ": %s", t->address,
+                      t->id, msg);
+            return;
+        }
+    }
+    settle(it);
+}
+
+static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *reply,
+                         uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    it->hb_busy = false;
+    if (it->closing || iter_state(it) == ITER_FAILED) {
+        iter_unref(it);
+        return;
+    }
+    uint64_t now = uv_now(&it->c->loop);
+    const Sluice__ClientHeartbeatReply *r = NULL;
+    if (status == 0) {
+        r = reply->body_case == SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY
+                ? reply->client_heartbeat_reply
+                : NULL;
+        if (!r) {
+            status = SLUICE_ERR_PROTOCOL;
+            msg = "dispatcher sent an unexpected reply to ClientHeartbeat";
+        }
+    }
+    if (it->job_incarnation == 0)
+        it->job_incarnation = incarnation;
+
+    if (status == 0 && incarnation != it->job_incarnation) {
+        verify_job(it, incarnation);
+    } else if (status == 0) {
+        it->last_hb_ok = now;
+        apply_heartbeat(it, r);
+        schedule_heartbeat(it, next_heartbeat(it));
+    } else if (status == SLUICE_ERR_NOT_FOUND) {
+        if (incarnation != 0 && incarnation != it->job_incarnation)
+            fail_gone(it);
+        else
+            iter_fail(it, status, "%s", msg ? msg : "");
+    } else if (retry_transient(status)) {
+        uint32_t limit = it->c->timeout_ms;
+        if (limit && now - it->last_hb_ok >= limit && !ct_active(&it->tasks))
+            iter_fail(it, SLUICE_ERR_TIMEOUT, "dispatcher %s unreachable for %" PRIu32 " ms%s%s",
+                      it->c->address, limit, msg && *msg ? ": " : "", msg ? msg : "");
+        else
+            schedule_heartbeat(it, it->heartbeat_ms);
+    } else {
+        iter_fail(it, status, "%s", msg ? msg : "");
+    }
+    iter_unref(it);
+}
+
+static void send_heartbeat(struct sluice_iterator *it)
+{
+    uint64_t now = uv_now(&it->c->loop);
+    size_t n = ct_finished_ids(&it->tasks, NULL, 0);
+    if (n > it->finished_cap) {
+        uint64_t *v = realloc(it->finished, n * sizeof *v);
+        if (!v) {
+            schedule_heartbeat(it, it->heartbeat_ms);
+            return;
+        }
+        it->finished = v;
+        it->finished_cap = n;
+    }
+    ct_finished_ids(&it->tasks, it->finished, n);
+
+    uv_mutex_lock(&it->mu);
+    uint64_t taken = it->taken, wait_ns = it->wait_ns;
+    uv_mutex_unlock(&it->mu);
+    double dt_ms = (double)(now - it->last_stats_ms);
+    double rate = 0, waiting = 0;
+    if (dt_ms > 0) {
+        rate = (double)(taken - it->last_taken) * 1000.0 / dt_ms;
+        waiting = (double)(wait_ns - it->last_wait_ns) / (dt_ms * 1e6);
+        if (waiting > 1)
+            waiting = 1;
+        it->last_stats_ms = now;
+        it->last_taken = taken;
+        it->last_wait_ns = wait_ns;
+    }
+
+    sluice__client_heartbeat_request__init(&it->hb_req);
+    it->hb_req.client_id = it->client_id;
+    it->hb_req.iteration_id = it->iteration_id;
+    it->hb_req.n_finished_task_ids = n;
+    it->hb_req.finished_task_ids = it->finished;
+    it->hb_req.elements_per_second = rate;
+    it->hb_req.wait_fraction = waiting;
+    sluice__envelope__init(&it->hb_env);
+    it->hb_env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
+    it->hb_env.client_heartbeat = &it->hb_req;
+    if (client_disp_call(it->c, &it->hb_env, heartbeat_timeout(it), false, on_heartbeat, it) != 0) {
+        schedule_heartbeat(it, it->heartbeat_ms);
+        return;
+    }
+    it->hb_busy = true;
+    it->refs++;
+}
+
+static void on_hb_timer(uv_timer_t *t)
+{
+    struct sluice_iterator *it = t->data;
+    if (it->closing || iter_state(it) == ITER_FAILED)
+        return;
+    send_heartbeat(it);
+}
+
+/* ---- loop thread: start and close --------------------------------------------------------- */
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    iter_unref(h->data);
+}
+
+static void run_start(struct sluice_client *c, struct client_op *op)
+{
+    struct sluice_iterator *it = op->user;
+    uv_timer_init(&c->loop, &it->hb_timer);
+    uv_timer_init(&c->loop, &it->pump_timer);
+    it->hb_timer.data = it->pump_timer.data = it;
+    it->refs = 3;
+    it->started = true;
+    it->waker.fn = on_wake;
+    client_waker_add(c, &it->waker);
+    it->last_hb_ok = it->last_stats_ms = uv_now(&c->loop);
+    uv_timer_start(&it->hb_timer, on_hb_timer, 0, 0);
+    client_op_done(c, op, 0);
+}
+
+static void on_released(int status, const char *msg, const Sluice__Envelope *reply,
+                        uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    client_op_done(it->c, it->close_op, 0);
+    iter_unref(it);
+}
+
+static void run_close(struct sluice_client *c, struct client_op *op)
+{
+    struct sluice_iterator *it = op->user;
+    it->closing = true;
+    client_waker_remove(c, &it->waker);
+    uv_close((uv_handle_t *)&it->hb_timer, on_timer_closed);
+    uv_close((uv_handle_t *)&it->pump_timer, on_timer_closed);
+    /* Releasing the last reference to a connection fails its calls at once; on_elements sees
+     * closing and only gives their slots back. */
+    for (size_t i = 0; i < it->tasks.n; i++) {
+        struct client_conn *conn = it->tasks.v[i].conn;
+        it->tasks.v[i].conn = NULL;
+        if (conn)
+            client_conn_release(c, conn);
+    }
+    it->close_op = op;
+    uint32_t timeout = ITER_RELEASE_TIMEOUT_MS;
+    if (c->timeout_ms && c->timeout_ms < timeout)
+        timeout = c->timeout_ms;
+    sluice__release_client_request__init(&it->rel_req);
+    it->rel_req.client_id = it->client_id;
+    sluice__envelope__init(&it->rel_env);
+    it->rel_env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
+    it->rel_env.release_client = &it->rel_req;
+    if (it->client_id && client_disp_call(c, &it->rel_env, timeout, false, on_released, it) == 0)
+        it->refs++;
+    else
+        client_op_done(c, op, 0);
+    iter_unref(it);
+}
+
+/* ---- reader ------------------------------------------------------------------------------- */
+
+/* The reader is done with the payload it was decoding: frees it and its slot, and wakes the
+ * loop to use the slot. */
+static void finish_payload(struct sluice_iterator *it)
+{
+    free(it->cur.data);
+    memset(&it->cur, 0, sizeof it->cur);
+    it->cur_pos = 0;
+    it->cur_decoded = 0;
+    uv_mutex_lock(&it->mu);
+    prefetch_done(&it->pf);
+    uv_mutex_unlock(&it->mu);
+    client_wake(it->c);
+}
+
+/* Waits for a payload. Returns 1 with it->cur set, 0 at the end of the read, or a negative code
+ * with err. Buffered payloads come before the end or a failure. */
+static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_t errlen)
+{
+    int rc;
+    uv_mutex_lock(&it->mu);
+    for (;;) {
+        if (prefetch_take(&it->pf, &it->cur)) {
+            it->taken += it->cur.count;
+            it->cur_pos = 0;
+            it->cur_decoded = 0;
+            rc = 1;
+            break;
+        }
+        if (it->state == ITER_ENDED) {
+            rc = 0;
+            break;
+        }
+        if (it->state == ITER_FAILED) {
+            rc = err_set(err, errlen, it->fail_rc, "%s", it->fail_msg);
+            break;
+        }
+        if (atomic_load(&it->interrupted)) {
+            rc = err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
+            break;
+        }
+        uint64_t t0 = uv_hrtime();
+        if (timed && it->deadline_ns) {
+            if (t0 >= it->deadline_ns) {
+                rc = err_set(err, errlen, SLUICE_ERR_TIMEOUT, "no element within %" PRIu32 " ms",
+                             it->call_timeout_ms);
+                break;
+            }
+            uv_cond_timedwait(&it->cond, &it->mu, it->deadline_ns - t0);
+        } else {
+            uv_cond_wait(&it->cond, &it->mu);
+        }
+        it->wait_ns += uv_hrtime() - t0;
+    }
+    uv_mutex_unlock(&it->mu);
+    return rc;
+}
+
+/* The next element as the service delivers it: 1, 0 at the end, or a negative code. */
+static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool timed, char *err,
+                    size_t errlen)
+{
+    for (;;) {
+        if (atomic_load(&it->interrupted))
+            return err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
+        if (it->reader_rc)
+            return err_set(err, errlen, it->reader_rc, "%s", it->reader_msg);
+        if (!it->cur.data) {
+            int rc = wait_payload(it, timed, err, errlen);
+            if (rc <= 0)
+                return rc;
+            continue;
+        }
+        char msg[400];
+        int rc = codec_next_elem(it->cur.data, it->cur.len, &it->cur_pos, out, &it->scratch, msg,
+                                 sizeof msg);
+        if (rc == 1) {
+            it->cur_decoded++;
+            return 1;
+        }
+        uint32_t decoded = it->cur_decoded, count = it->cur.count;
+        uint64_t task = it->cur.task_id;
+        finish_payload(it);
+        if (rc < 0) {
+            it->reader_rc = rc;
+            snprintf(it->reader_msg, sizeof it->reader_msg, "elements of task %" PRIu64 ": %s",
+                     task, msg);
+        } else if (decoded != count) {
+            it->reader_rc = SLUICE_ERR_CORRUPT;
+            snprintf(it->reader_msg, sizeof it->reader_msg,
+                     "a reply of task %" PRIu64 " announced %" PRIu32 " elements but held %" PRIu32,
+                     task, count, decoded);
+        }
+    }
+}
+
+/* The upstream of a local tail: the elements of the service. */
+struct upstream {
+    struct pipe_iter base;
+    struct sluice_iterator *it;
+};
+
+static int upstream_next(struct pipe_iter *pi, struct sluice_element *out)
+{
+    struct upstream *up = (struct upstream *)pi;
+    return raw_next(up->it, out, false, pi->ctx->err, sizeof pi->ctx->err);
+}
+
+static void upstream_destroy(struct pipe_iter *pi)
+{
+    free(pi);
+}
+
+static const struct pipe_iter_ops upstream_ops = {upstream_next, upstream_destroy};
+
+/* Makes a reader blocked in (or about to call) raw_next return, so a tail's prefetch thread can
+ * be joined. */
+static void reader_stop(struct sluice_iterator *it)
+{
+    uv_mutex_lock(&it->mu);
+    if (it->state == ITER_RUNNING) {
+        it->state = ITER_FAILED;
+        it->fail_rc = SLUICE_ERR_CLOSED;
+        snprintf(it->fail_msg, sizeof it->fail_msg, "iterator closed");
+    }
+    uv_cond_broadcast(&it->cond);
+    uv_mutex_unlock(&it->mu);
+    if (it->tail)
+        pipe_run_cancel(it->tail);
+}
+
+static void reader_release(struct sluice_iterator *it)
+{
+    pipe_run_free(it->tail);
+    it->tail = NULL;
+    pipe_spec_free(it->tail_spec);
+    it->tail_spec = NULL;
+    free(it->cur.data);
+    it->cur.data = NULL;
+    pipe_buf_release(&it->scratch);
+    pipe_elem_release(&it->elem);
+}
+
+/* ---- public ------------------------------------------------------------------------------- */
+
+static int open_tail(struct sluice_iterator *it, const char *text, char *err, size_t errlen)
+{
+    char msg[MSG_MAX];
+    int rc = pipe_parse_tail(text, &it->tail_spec, msg, sizeof msg);
+    if (rc)
+        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
+                       "local tail: %s", msg);
+    struct upstream *up = calloc(1, sizeof *up);
+    if (!up)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    up->base.ops = &upstream_ops;
+    up->it = it;
+    /* The run owns up from here, also on failure. */
+    rc = pipe_open_tail(it->tail_spec, it->c->reg, &up->base, &it->tail, msg, sizeof msg);
+    if (rc)
+        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
+                       "local tail: %s", msg);
+    return 0;
+}
+
+static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t errlen)
+{
+    struct sluice_iterator *it = user;
+    const Sluice__GetOrCreateJobReply *r = reply->get_or_create_job_reply;
+    if (!r || !r->client_id)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "dispatcher sent no client id");
+    it->job_id = r->job_id;
+    it->iteration_id = r->iteration_id;
+    it->client_id = r->client_id;
+    it->heartbeat_ms = r->heartbeat_ms ? r->heartbeat_ms : ITER_DEFAULT_HEARTBEAT_MS;
+    return 0;
+}
+
+static int check_options(const struct sluice_read_options *o, char *err, size_t errlen)
+{
+    bool has_dataset = o->dataset_id && *o->dataset_id;
+    bool has_pipeline = o->pipeline && *o->pipeline;
+    if (has_dataset == has_pipeline)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "exactly one of a dataset id and a pipeline is required");
+    if (has_dataset && strlen(o->dataset_id) >= DATASET_ID_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "dataset id longer than %d bytes",
+                       DATASET_ID_MAX - 1);
+    if ((int)o->mode < SLUICE_PARALLEL_EPOCHS || (int)o->mode > SLUICE_SHARD_HINT)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown mode %d", (int)o->mode);
+    if (o->num_consumers > 0) {
+        if (!o->job_name || !*o->job_name)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "coordinated reads (num_consumers) need a job name");
+        if (o->consumer_index >= o->num_consumers)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "consumer index %" PRIu32 " is not below num_consumers %" PRIu32,
+                           o->consumer_index, o->num_consumers);
+    } else if (o->consumer_index != 0) {
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "a consumer index needs num_consumers");
+    }
+    return 0;
+}
+
+int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_options *o,
+                         struct sluice_iterator **out, char *err, size_t errlen)
+{
+    if (out)
+        *out = NULL;
+    if (!c || !o || !out)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "client, options and out are required");
+    int rc = check_options(o, err, errlen);
+    if (rc)
+        return rc;
+    unsigned cap =
+        o->max_outstanding_requests ? o->max_outstanding_requests : ITER_DEFAULT_OUTSTANDING;
+    if (cap > ITER_MAX_OUTSTANDING)
+        cap = ITER_MAX_OUTSTANDING;
+
+    struct sluice_iterator *it = calloc(1, sizeof *it);
+    if (!it)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    it->c = c;
+    it->coordinated = o->num_consumers > 0;
+    it->consumer_index = o->consumer_index;
+    atomic_init(&it->interrupted, 0);
+    pipe_elem_init(&it->elem);
+    ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
+    if (uv_mutex_init(&it->mu) != 0) {
+        free(it);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    }
+    if (uv_cond_init(&it->cond) != 0) {
+        uv_mutex_destroy(&it->mu);
+        free(it);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "condition variable: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    }
+    rc = prefetch_init(&it->pf, cap);
+    if (rc) {
+        err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+        goto fail;
+    }
+
+    /* Everything that can be checked locally is, before the dispatcher hears of the read. */
+    if (o->local && *o->local) {
+        rc = open_tail(it, o->local, err, errlen);
+        if (rc)
+            goto fail;
+    }
+    if (o->pipeline && *o->pipeline) {
+        static const struct sluice_register_options defaults = {0};
+        rc = client_register(c, o->pipeline, &defaults, it->dataset_id, sizeof it->dataset_id, err,
+                             errlen);
+        if (rc)
+            goto fail;
+    } else {
+        strcpy(it->dataset_id, o->dataset_id);
+    }
+
+    Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    req.dataset_id = it->dataset_id;
+    req.job_name = o->job_name ? (char *)o->job_name : "";
+    req.mode = (Sluice__ProcessingMode)o->mode;
+    req.num_consumers = o->num_consumers;
+    req.consumer_index = o->consumer_index;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &req;
+    rc = client_request(c, &env, SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY, take_job, it,
+                        &it->job_incarnation, err, errlen);
+    if (rc)
+        goto fail;
+
+    struct client_op start = {.run = run_start, .user = it};
+    client_submit(c, &start);
+    *out = it;
+    return 0;
+
+fail:
+    reader_stop(it);
+    reader_release(it);
+    iter_free(it);
+    return rc;
+}
+
+int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
+                         uint32_t timeout_ms, char *err, size_t errlen)
+{
+    if (!it || !elem)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
+    *elem = NULL;
+    int rc;
+    if (it->tail) {
+        /* The tail's operators cannot resume after an error, so no timeout applies here. */
+        rc = pipe_run_next(it->tail, &it->elem);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "%s",
+                           it->tail->ctx.err[0] ? it->tail->ctx.err : sluice_strerror(rc));
+    } else {
+        it->call_timeout_ms = timeout_ms;
+        it->deadline_ns = timeout_ms ? uv_hrtime() + (uint64_t)timeout_ms * 1000000u : 0;
+        rc = raw_next(it, &it->elem, true, err, errlen);
+    }
+    if (rc == 1)
+        *elem = &it->elem;
+    return rc;
+}
+
+void sluice_iterator_close(struct sluice_iterator *it)
+{
+    if (!it)
+        return;
+    reader_stop(it);
+    reader_release(it);
+    struct client_op op = {.run = run_close, .user = it};
+    client_submit(it->c, &op);
+}

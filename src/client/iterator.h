@@ -1,0 +1,58 @@
+/* One read (struct sluice_iterator of sluice.h): the job it belongs to, the tasks it fetches
+ * from, the prefetch buffer between the client's loop thread and the reader's thread, and the
+ * decoding (and optional local tail) on the reader's thread.
+ *
+ * Happy path: sluice_iterator_open() registers the pipeline if one was given, asks the
+ * dispatcher for the job (GetOrCreateJob) and starts the read on the loop thread. There a
+ * heartbeat timer sends ClientHeartbeat (the tasks read to their end, the consumption rate) and
+ * applies the reply's task list (tasks.h): new tasks get a connection to their worker (shared
+ * per address), tasks no longer listed are dropped once their requests are answered. Up to
+ * max_outstanding_requests GetElements requests are kept in flight across the tasks, and each
+ * reply's payload goes into the prefetch buffer as received (prefetch.h bounds the memory).
+ * sluice_iterator_next() takes payloads from the buffer and decodes their elements one at a time
+ * on the caller's thread, through the local tail when there is one. The read ends when the
+ * dispatcher says the iteration is finished, every task it lists has ended, and the buffer is
+ * empty.
+ *
+ * Failure modes: a worker that cannot be reached, or does not know a task yet, is retried with
+ * backoff until the dispatcher drops the task; an Error reply for a task (its pipeline failed)
+ * ends the read with the worker's message, after the elements already buffered. A dispatcher
+ * that cannot be reached is retried on every heartbeat while the tasks keep being read; with a
+ * client timeout, a read that needs the dispatcher to go on fails once it has been unreachable
+ * that long. A dispatcher that comes back with another incarnation is asked for its status
+ * first: if it does not know the job (it restarted without --fault-tolerant), or it answers a
+ * heartbeat with SLUICE_ERR_NOT_FOUND, the read fails with "dispatcher restarted without
+ * --fault-tolerant; job N is gone" (SLUICE_ERR_RESTARTED) rather than hang or read another
+ * job's elements.
+ *
+ * Lifetime: the loop-thread half holds a reference for every request and timer under way; the
+ * iterator is freed on the loop thread when the last one ends, after sluice_iterator_close()
+ * has returned. */
+#ifndef SLUICE_CLIENT_ITERATOR_H
+#define SLUICE_CLIENT_ITERATOR_H
+
+#include "sluice/sluice.h"
+
+/* Defaults and bounds of the read options. */
+#define ITER_DEFAULT_OUTSTANDING 8
+#define ITER_MAX_OUTSTANDING 1024
+/* Requests in flight to one task at once (not counting coordinated reads, which send one). */
+#define ITER_PER_TASK_MAX 2
+/* Bound on one GetElements request, covering a worker's long poll with room to spare. */
+#define ITER_FETCH_TIMEOUT_MS 10000
+/* Heartbeat interval until the dispatcher names one. */
+#define ITER_DEFAULT_HEARTBEAT_MS 1000
+/* Heartbeat interval once every task has ended but the dispatcher has not yet said the iteration
+ * is finished (it learns that from the workers' heartbeats): the end of a read is noticed
+ * soon after the dispatcher knows it. */
+#define ITER_END_POLL_MS 50
+/* Bound on the ReleaseClient request sent when an iterator closes. */
+#define ITER_RELEASE_TIMEOUT_MS 2000
+
+/* Makes the iterator's current and later sluice_iterator_next() calls return
+ * SLUICE_ERR_CANCELLED ("interrupted") promptly, also when one is waiting. Async-signal-safe and
+ * callable from any thread while the iterator is open, e.g. from a SIGINT handler; the iterator
+ * must still be closed with sluice_iterator_close(). */
+void iter_interrupt(struct sluice_iterator *it);
+
+#endif

@@ -1,0 +1,73 @@
+#include "prefetch.h"
+
+#include "common/error.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+int prefetch_init(struct prefetch *p, unsigned cap)
+{
+    assert(cap >= 1);
+    memset(p, 0, sizeof *p);
+    p->ring = calloc(cap, sizeof *p->ring);
+    if (!p->ring)
+        return SLUICE_ERR_NOMEM;
+    p->cap = cap;
+    return 0;
+}
+
+void prefetch_release(struct prefetch *p)
+{
+    for (unsigned k = 0; k < p->queued; k++)
+        free(p->ring[(p->head + k) % p->cap].data);
+    free(p->ring);
+    memset(p, 0, sizeof *p);
+}
+
+unsigned prefetch_free_slots(const struct prefetch *p)
+{
+    return p->cap - p->reserved - p->queued - p->held;
+}
+
+bool prefetch_reserve(struct prefetch *p)
+{
+    if (prefetch_free_slots(p) == 0)
+        return false;
+    p->reserved++;
+    return true;
+}
+
+void prefetch_cancel(struct prefetch *p)
+{
+    assert(p->reserved > 0);
+    p->reserved--;
+}
+
+void prefetch_fill(struct prefetch *p, struct prefetch_item item)
+{
+    assert(p->reserved > 0 && p->queued < p->cap);
+    p->reserved--;
+    p->ring[(p->head + p->queued) % p->cap] = item;
+    p->queued++;
+    p->bytes += item.len;
+}
+
+bool prefetch_take(struct prefetch *p, struct prefetch_item *out)
+{
+    if (p->queued == 0)
+        return false;
+    *out = p->ring[p->head];
+    memset(&p->ring[p->head], 0, sizeof p->ring[p->head]);
+    p->head = (p->head + 1) % p->cap;
+    p->queued--;
+    p->held++;
+    p->bytes -= out->len;
+    return true;
+}
+
+void prefetch_done(struct prefetch *p)
+{
+    assert(p->held > 0);
+    p->held--;
+}

@@ -1,0 +1,59 @@
+/* The prefetch buffer of one read: reply payloads that arrived from workers and wait for the
+ * reader, with the slot accounting that bounds the read's memory. Pure: no locks, no threads;
+ * the iterator guards it with its mutex (the loop thread fills it, the reader's thread takes from
+ * it).
+ *
+ * A read has cap slots. A slot is used from the moment a request is sent (prefetch_reserve)
+ * until the reader is done decoding the payload that answered it (prefetch_done), or until the
+ * request turns out to bring nothing (prefetch_cancel). So at any time
+ *
+ *     reserved (requests in flight) + queued (payloads waiting) + held (being decoded) <= cap,
+ *
+ * and the memory of a read is at most cap reply payloads. Payloads are handed out in the order
+ * they were filled. */
+#ifndef SLUICE_CLIENT_PREFETCH_H
+#define SLUICE_CLIENT_PREFETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One reply payload: count element records in the element codec's batch format. data is
+ * malloc'd; whoever holds the item owns it. */
+struct prefetch_item {
+    uint8_t *data;
+    size_t len;
+    uint32_t count;
+    uint64_t task_id;
+};
+
+struct prefetch {
+    struct prefetch_item *ring; /* cap entries; queued items at head, head + 1, ... (mod cap) */
+    unsigned cap;
+    unsigned head, queued;
+    unsigned reserved, held;
+    uint64_t bytes; /* payload bytes queued */
+};
+
+/* Sets up a buffer of cap >= 1 slots. Returns 0 or SLUICE_ERR_NOMEM. */
+int prefetch_init(struct prefetch *p, unsigned cap);
+/* Frees the queued payloads and the ring. Items taken out are the taker's to free. */
+void prefetch_release(struct prefetch *p);
+
+/* Slots not in use. */
+unsigned prefetch_free_slots(const struct prefetch *p);
+
+/* Reserves a slot for a request about to be sent. Returns false when every slot is in use. */
+bool prefetch_reserve(struct prefetch *p);
+/* The request of a reserved slot brought nothing (failed, or an empty reply): frees the slot. */
+void prefetch_cancel(struct prefetch *p);
+/* The request of a reserved slot brought item: it is queued and the buffer owns item.data. */
+void prefetch_fill(struct prefetch *p, struct prefetch_item item);
+
+/* Moves the oldest queued payload to *out (the caller owns out->data and holds its slot until
+ * prefetch_done). Returns false when nothing is queued. */
+bool prefetch_take(struct prefetch *p, struct prefetch_item *out);
+/* The caller finished with a taken payload: frees its slot (not its data). */
+void prefetch_done(struct prefetch *p);
+
+#endif

@@ -1,0 +1,416 @@
+#include "status_json.h"
+
+#include "common/error.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A growable string; after a failed allocation it stays failed and ignores further writes. */
+struct sb {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void sb_put(struct sb *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void sb_str(struct sb *b, const char *s)
+{
+    sb_put(b, s, strlen(s));
+}
+
+static void sb_pad(struct sb *b, size_t n)
+{
+    static const char spaces[] = "                                ";
+    while (n > 0) {
+        size_t k = n < sizeof(spaces) - 1 ? n : sizeof(spaces) - 1;
+        sb_put(b, spaces, k);
+        n -= k;
+    }
+}
+
+/* Whether the integer literal p[0, n) (digits, optionally after '-') lies outside int64. */
+static bool beyond_int64(const char *p, size_t n)
+{
+    const char *digits = *p == '-' ? p + 1 : p;
+    size_t nd = n - (size_t)(digits - p);
+    const char *limit = *p == '-' ? "9223372036854775808" : "9223372036854775807";
+    return nd > 19 || (nd == 19 && memcmp(digits, limit, 19) > 0);
+}
+
+/* Copies text with every integer literal beyond int64 put in quotes, so jansson (whose integers
+ * are int64) reads it as a string of the exact digits instead of refusing the document. 64-bit
+ * incarnations are such integers. Returns NULL when out of memory. */
+static char *quote_big_ints(const char *text)
+{
+    size_t len = strlen(text);
+    char *out = malloc(len * 3 + 1); /* at worst every literal grows by two quotes */
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len;) {
+        char ch = text[i];
+        if (in_string) {
+            out[o++] = ch;
+            if (ch == '\\' && i + 1 < len)
+                out[o++] = text[++i];
+            else if (ch == '"')
+                in_string = false;
+            i++;
+            continue;
+        }
+        if (ch == '"') {
+            in_string = true;
+            out[o++] = text[i++];
+            continue;
+        }
+        if (ch == '-' || (ch >= '0' && ch <= '9')) {
+            size_t n = strspn(text + i, "-+0123456789.eE");
+            size_t nd = strspn(text + i + (ch == '-'), "0123456789") + (ch == '-');
+            bool big = nd == n && n > (size_t)(ch == '-') && beyond_int64(text + i, n);
+            if (big)
+                out[o++] = '"';
+            memcpy(out + o, text + i, n);
+            o += n;
+            if (big)
+                out[o++] = '"';
+            i += n;
+            continue;
+        }
+        out[o++] = text[i++];
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Parses text as JSON. A document jansson refuses is tried once more with its out-of-range
+ * integers quoted (see quote_big_ints); errors name the first attempt's position. */
+static json_t *load(const char *text, char *err, size_t errlen)
+{
+    json_error_t jerr, jerr2;
+    json_t *root = json_loads(text, 0, &jerr);
+    if (!root) {
+        char *quoted = quote_big_ints(text);
+        if (quoted)
+            root = json_loads(quoted, 0, &jerr2);
+        free(quoted);
+    }
+    if (!root) {
+        err_set(err, errlen, SLUICE_ERR_CORRUPT, "status document: line %d column %d: %s",
+                jerr.line, jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        err_set(err, errlen, SLUICE_ERR_CORRUPT, "status document: not a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* The text of one value for a table cell or a "name: value" line, malloc'd (NULL when out of
+ * memory). Arrays show as their length: sections list tasks or clients either as counts or as
+ * arrays of entries. */
+static char *cell_text(const json_t *v)
+{
+    char buf[64];
+    if (!v || json_is_null(v))
+        return strdup("-");
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0)
+            return strdup("-");
+        /* Strings may contain NULs; the cell shows the text up to the first one. */
+        return strdup(json_string_value(v));
+    }
+    if (json_is_integer(v)) {
+        snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return strdup(buf);
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 1e17)
+            snprintf(buf, sizeof buf, "%.0f", d);
+        else
+            snprintf(buf, sizeof buf, "%g", d);
+        return strdup(buf);
+    }
+    if (json_is_true(v))
+        return strdup("true");
+    if (json_is_false(v))
+        return strdup("false");
+    if (json_is_array(v)) {
+        snprintf(buf, sizeof buf, "%zu", json_array_size(v));
+        return strdup(buf);
+    }
+    return json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+/* The first of the NULL-terminated names present in obj, or NULL. */
+static json_t *field(const json_t *obj, const char *const *names)
+{
+    for (size_t i = 0; names[i]; i++) {
+        json_t *v = json_object_get(obj, names[i]);
+        if (v)
+            return v;
+    }
+    return NULL;
+}
+
+#define MAX_COLS 8
+
+struct column {
+    const char *title;
+    const char *names[4]; /* accepted field names, NULL-terminated */
+    bool is_id;           /* falls back to the entry's key in a section keyed by id */
+};
+
+struct section {
+    const char *name;
+    size_t ncols;
+    struct column cols[MAX_COLS];
+};
+
+static const struct section sections[] = {
+    {"workers",
+     3,
+     {{"ADDRESS", {"address", "addr", NULL}, true},
+      {"INCARNATION", {"incarnation", NULL}, false},
+      {"TASKS", {"tasks", "num_tasks", NULL}, false}}},
+    {"datasets",
+     2,
+     {{"ID", {"id", "dataset_id", NULL}, true}, {"PIPELINE", {"pipeline", "text", NULL}, false}}},
+    {"jobs",
+     7,
+     {{"ID", {"id", "job_id", NULL}, true},
+      {"NAME", {"name", "job_name", NULL}, false},
+      {"DATASET", {"dataset", "dataset_id", NULL}, false},
+      {"MODE", {"mode", NULL}, false},
+      {"STATE", {"state", NULL}, false},
+      {"CLIENTS", {"clients", "num_clients", NULL}, false},
+      {"TASKS", {"tasks", "num_tasks", NULL}, false}}},
+};
+
+/* Appends one section's table. Entries that are not objects are skipped. */
+static void render_section(struct sb *b, const struct section *sec, json_t *list)
+{
+    size_t nrows = json_is_array(list) ? json_array_size(list) : json_object_size(list);
+    char **cells = calloc(nrows * sec->ncols + 1, sizeof *cells);
+    if (!cells) {
+        b->failed = true;
+        return;
+    }
+    size_t width[MAX_COLS];
+    for (size_t c = 0; c < sec->ncols; c++)
+        width[c] = strlen(sec->cols[c].title);
+
+    size_t rows = 0;
+    const char *key = NULL;
+    json_t *entry = NULL;
+    void *iter = json_is_object(list) ? json_object_iter(list) : NULL;
+    for (size_t i = 0; i < nrows; i++) {
+        if (json_is_array(list)) {
+            entry = json_array_get(list, i);
+            key = NULL;
+        } else {
+            key = json_object_iter_key(iter);
+            entry = json_object_iter_value(iter);
+            iter = json_object_iter_next(list, iter);
+        }
+        if (!json_is_object(entry))
+            continue;
+        for (size_t c = 0; c < sec->ncols; c++) {
+            json_t *v = field(entry, sec->cols[c].names);
+            char *text = !v && sec->cols[c].is_id && key ? strdup(key) : cell_text(v);
+            if (!text) {
+                b->failed = true;
+                goto done;
+            }
+            cells[rows * sec->ncols + c] = text;
+            size_t w = strlen(text);
+            if (w > width[c])
+                width[c] = w;
+        }
+        rows++;
+    }
+
+    char head[64];
+    snprintf(head, sizeof head, "%s (%zu)\n", sec->name, rows);
+    sb_str(b, head);
+    if (rows == 0) {
+        sb_str(b, "  none\n");
+        goto done;
+    }
+    for (size_t r = 0; r <= rows; r++) {
+        sb_str(b, "  ");
+        for (size_t c = 0; c < sec->ncols; c++) {
+            const char *text = r == 0 ? sec->cols[c].title : cells[(r - 1) * sec->ncols + c];
+            sb_str(b, text);
+            if (c + 1 < sec->ncols)
+                sb_pad(b, width[c] - strlen(text) + 2);
+        }
+        sb_str(b, "\n");
+    }
+done:
+    for (size_t i = 0; i < nrows * sec->ncols; i++)
+        free(cells[i]);
+    free(cells);
+}
+
+static bool is_section(const char *key)
+{
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++)
+        if (strcmp(key, sections[s].name) == 0)
+            return true;
+    return false;
+}
+
+int status_json_table(const char *json, char **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    json_t *root = load(json, err, errlen);
+    if (!root)
+        return SLUICE_ERR_CORRUPT;
+    struct sb b = {0};
+    sb_str(&b, "");
+
+    /* Scalars first (the dispatcher's own facts), in the document's order. */
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (json_is_array(v) || json_is_object(v) || is_section(key))
+            continue;
+        char *text = cell_text(v);
+        if (!text) {
+            b.failed = true;
+            break;
+        }
+        sb_str(&b, key);
+        sb_str(&b, ": ");
+        sb_str(&b, text);
+        sb_str(&b, "\n");
+        free(text);
+    }
+    for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
+        json_t *list = json_object_get(root, sections[s].name);
+        if (!json_is_array(list) && !json_is_object(list))
+            list = NULL;
+        if (b.len > 0)
+            sb_str(&b, "\n");
+        if (list) {
+            render_section(&b, &sections[s], list);
+        } else {
+            sb_str(&b, sections[s].name);
+            sb_str(&b, " (0)\n  none\n");
+        }
+    }
+    json_decref(root);
+    if (b.failed) {
+        free(b.p);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    }
+    *out = b.p;
+    return 0;
+}
+
+/* Reads an id given as a JSON integer, an integral number, or a string of decimal digits. */
+static bool id_value(const json_t *v, uint64_t *out)
+{
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) < 0)
+            return false;
+        *out = (uint64_t)json_integer_value(v);
+        return true;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d < 0 || d != floor(d) || d >= 1.8e19)
+            return false;
+        *out = (uint64_t)d;
+        return true;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (!*s)
+            return false;
+        uint64_t x = 0;
+        for (; *s; s++) {
+            if (*s < '0' || *s > '9')
+                return false;
+            uint64_t d = (uint64_t)(*s - '0');
+            if (x > UINT64_MAX / 10 || (x == UINT64_MAX / 10 && d > UINT64_MAX % 10))
+                return false;
+            x = x * 10 + d;
+        }
+        *out = x;
+        return true;
+    }
+    return false;
+}
+
+enum status_job_verdict status_json_job(const char *json, uint64_t job_id, const char *dataset_id)
+{
+    static const char *const id_names[] = {"id", "job_id", NULL};
+    static const char *const dataset_names[] = {"dataset", "dataset_id", NULL};
+    json_t *root = load(json, NULL, 0);
+    if (!root)
+        return STATUS_JOB_UNKNOWN;
+    enum status_job_verdict verdict = STATUS_JOB_UNKNOWN;
+    json_t *jobs = json_object_get(root, "jobs");
+    if (json_is_array(jobs) || json_is_object(jobs)) {
+        verdict = STATUS_JOB_GONE;
+        size_t n = json_is_array(jobs) ? json_array_size(jobs) : json_object_size(jobs);
+        void *iter = json_is_object(jobs) ? json_object_iter(jobs) : NULL;
+        for (size_t i = 0; i < n; i++) {
+            json_t *job;
+            uint64_t id = 0;
+            bool have_id;
+            if (json_is_array(jobs)) {
+                job = json_array_get(jobs, i);
+                have_id = json_is_object(job) && id_value(field(job, id_names), &id);
+            } else {
+                json_t *key = json_string(json_object_iter_key(iter));
+                job = json_object_iter_value(iter);
+                iter = json_object_iter_next(jobs, iter);
+                have_id = json_is_object(job) && id_value(field(job, id_names), &id);
+                if (!have_id && key && json_is_object(job))
+                    have_id = id_value(key, &id);
+                json_decref(key);
+            }
+            if (!have_id || id != job_id)
+                continue;
+            json_t *ds = field(job, dataset_names);
+            if (!ds || (json_is_string(ds) && strcmp(json_string_value(ds), dataset_id) == 0))
+                verdict = STATUS_JOB_PRESENT;
+            break;
+        }
+    }
+    json_decref(root);
+    return verdict;
+}

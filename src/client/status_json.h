@@ -1,0 +1,35 @@
+/* Reading the dispatcher's status document (StatusReply.json, what `sluice status --json`
+ * prints) with jansson. Pure: text in, text or a verdict out; any thread may call these.
+ *
+ * The document is a JSON object. These functions rely only on this much of its shape: top-level
+ * arrays (or objects keyed by id) named "workers", "datasets" and "jobs", whose entries are
+ * objects. Fields are looked up by name with a few accepted spellings (a job's dataset as
+ * "dataset" or "dataset_id", counts as numbers or as arrays to count, ids as numbers or strings),
+ * and anything missing shows as "-", so a document with more or fewer fields still renders.
+ * Integers beyond int64 (random 64-bit incarnations may be), which jansson cannot hold, are read
+ * as strings of their exact digits. */
+#ifndef SLUICE_CLIENT_STATUS_JSON_H
+#define SLUICE_CLIENT_STATUS_JSON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Renders the document as readable text: its top-level scalar fields as "name: value" lines,
+ * then a table per section (workers: address, incarnation, tasks; datasets: id, pipeline; jobs:
+ * id, name, dataset, mode, state, clients, tasks), columns aligned, every line ending in '\n'.
+ * On success *out is a malloc'd NUL-terminated string the caller frees. Returns 0,
+ * SLUICE_ERR_CORRUPT with a message in err when json is not a JSON object, or
+ * SLUICE_ERR_NOMEM. */
+int status_json_table(const char *json, char **out, char *err, size_t errlen);
+
+enum status_job_verdict {
+    STATUS_JOB_UNKNOWN = -1, /* the document has no jobs section to tell from */
+    STATUS_JOB_GONE = 0,     /* no job job_id, or job job_id reads another dataset */
+    STATUS_JOB_PRESENT = 1   /* job job_id exists and reads dataset_id */
+};
+
+/* Whether the document lists job job_id reading dataset dataset_id. A job entry without a
+ * dataset field counts as present when its id matches. Unparsable text is STATUS_JOB_UNKNOWN. */
+enum status_job_verdict status_json_job(const char *json, uint64_t job_id, const char *dataset_id);
+
+#endif

@@ -1,0 +1,118 @@
+/* The task set of one read: the tasks of the iteration this reader fetches elements from, kept in
+ * step with the dispatcher's list, and the choice of which task to ask next. Pure: no I/O, no
+ * clock (times are passed in, in milliseconds of any monotonic clock), no locking; the iterator's
+ * loop thread owns a set.
+ *
+ * Life of a task: it appears when a heartbeat reply lists it (ct_reconcile), gets a connection
+ * from the shell (the conn field), is asked for elements (ct_pick, ct_sent, then ct_on_reply or
+ * ct_on_failure per request), ends when a reply carries end_of_sequence, and leaves the set when
+ * the dispatcher no longer lists it and no request to it is outstanding (ct_reap). A task that is
+ * no longer listed gets no new requests, but the replies already asked for are still taken.
+ *
+ * Two ways of choosing: by default, round robin over the tasks that may be asked (listed, not
+ * ended, connected, fewer than per_task_max requests outstanding, not backing off), so several
+ * tasks are fetched from at once. Coordinated reads (num_consumers > 0) go strictly in turn over
+ * the tasks in id order, one request at a time, and ask each task for its next round; a task's
+ * round advances only when it delivered elements, so every consumer of the job sees the rounds
+ * of every task in the same order.
+ *
+ * Invariants: v is sorted by id, ids are unique; a task with outstanding requests is never
+ * removed. */
+#ifndef SLUICE_CLIENT_TASKS_H
+#define SLUICE_CLIENT_TASKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CT_ADDR_MAX 256
+
+/* Delays after an empty reply (the worker had nothing buffered yet) and after a failed request;
+ * each doubles per consecutive occurrence up to its cap. */
+#define CT_EMPTY_BASE_MS 1
+#define CT_EMPTY_MAX_MS 50
+#define CT_FAIL_BASE_MS 100
+#define CT_FAIL_MAX_MS 2000
+
+struct ct_task {
+    uint64_t id;
+    char address[CT_ADDR_MAX]; /* the worker that runs it */
+    uint64_t worker_incarnation;
+    void *conn;           /* the shell's connection to the worker; NULL until it attaches one */
+    unsigned outstanding; /* requests in flight */
+    bool listed;          /* in the dispatcher's latest list */
+    bool ended;           /* a reply carried end_of_sequence */
+    uint64_t not_before;  /* no request before this time */
+    uint32_t empty_streak, fail_streak;
+    uint64_t round;    /* coordinated reads: the round to ask for next */
+    uint64_t elements; /* elements received from it */
+};
+
+/* One entry of a heartbeat reply's task list. address is borrowed for the call. */
+struct ct_info {
+    uint64_t task_id;
+    const char *address;
+    uint64_t worker_incarnation;
+};
+
+struct ct_set {
+    struct ct_task *v;
+    size_t n, cap;
+    uint64_t turn;         /* the next search starts at the first task with id >= turn */
+    bool coordinated;      /* strict turns, one request at a time */
+    unsigned per_task_max; /* outstanding requests per task (>= 1) */
+    bool have_list;        /* a task list was applied at least once */
+    bool iteration_finished;
+};
+
+/* Initializes an empty set. per_task_max 0 means 1. Coordinated sets ignore per_task_max. */
+void ct_init(struct ct_set *s, bool coordinated, unsigned per_task_max);
+void ct_release(struct ct_set *s);
+
+/* Applies the dispatcher's current list: listed tasks not in the set are added (with conn NULL,
+ * for the shell to attach), tasks in the set but not in the list are marked unlisted (ct_reap
+ * then hands them back once drained), and iteration_finished is recorded. A listed task that is
+ * back after being unlisted is listed again and keeps its state. Returns 0, SLUICE_ERR_NOMEM
+ * (the set is unchanged), or SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1 or a
+ * task id listed twice (the set is unchanged). */
+int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished);
+
+/* Removes one task that is unlisted and has nothing outstanding, copying it to *out so the shell
+ * can release its connection. Returns true when a task was removed, false when none qualifies. */
+bool ct_reap(struct ct_set *s, struct ct_task *out);
+
+/* The index of task id, or -1. */
+long ct_find(const struct ct_set *s, uint64_t id);
+
+/* The index of the task to send the next request to at time now, or -1 when none may be asked
+ * now. When the only obstacle is a task's backoff, *wake_at receives the earliest time one may be
+ * asked (else 0), so the shell can arm a timer. Does not change the set. */
+long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at);
+
+/* Records that a request to task i was sent. */
+void ct_sent(struct ct_set *s, size_t i);
+
+/* Records a reply from task i: count elements, end_of_sequence eos. An empty reply that is not
+ * the end makes the task back off briefly; a reply with elements clears the backoff and, in
+ * coordinated reads, advances the task's round and passes the turn. */
+void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t now);
+
+/* Records a failed request to task i (a worker unreachable or not knowing the task yet): the task
+ * backs off, longer with every consecutive failure, and is asked again later. */
+void ct_on_failure(struct ct_set *s, size_t i, uint64_t now);
+
+/* True when the read is over: the dispatcher said the iteration is finished, and every listed
+ * task has ended with no request outstanding. */
+bool ct_done(const struct ct_set *s);
+
+/* True when some listed task has not ended (the read can progress without the dispatcher). */
+bool ct_active(const struct ct_set *s);
+
+/* Writes the ids of the ended tasks (at most max) to out and returns how many there are (which
+ * may exceed max). */
+size_t ct_finished_ids(const struct ct_set *s, uint64_t *out, size_t max);
+
+/* Requests outstanding over all tasks. */
+unsigned ct_outstanding(const struct ct_set *s);
+
+#endif

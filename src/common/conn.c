@@ -1,0 +1,326 @@
+/* A framed TCP connection. Bytes read land in one reused buffer and go through the frame
+ * decoder; each frame is unpacked and handed to the owner. Writes are counted (requests and
+ * bytes) from uv_write to their callback; libuv runs every write callback, cancelled or not,
+ * before the close callback, so on_closed is the last thing that touches the conn. */
+#include "conn.h"
+
+#include "error.h"
+#include "log.h"
+#include "rpc.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct conn_deferred {
+    struct conn_deferred *next;
+    size_t len;
+    uint8_t data[];
+};
+
+int conn_init(struct conn *c, uv_loop_t *loop, const struct conn_ops *ops, uint32_t max_frame,
+              size_t max_pending_write)
+{
+    memset(c, 0, sizeof *c);
+    c->ops = ops;
+    c->max_frame = max_frame ? max_frame : RPC_DEFAULT_MAX_FRAME;
+    c->max_pending_write = max_pending_write;
+    frame_decoder_init(&c->dec, c->max_frame);
+    return uv_tcp_init(loop, &c->tcp);
+}
+
+static void free_deferred(struct conn *c)
+{
+    while (c->deferred_head) {
+        struct conn_deferred *d = c->deferred_head;
+        c->deferred_head = d->next;
+        free(d);
+    }
+    c->deferred_tail = NULL;
+}
+
+static void on_close(uv_handle_t *h)
+{
+    struct conn *c = (struct conn *)h; /* tcp is the first member */
+    /* libuv has run every write callback by now (cancelling what was not written). */
+    assert(c->writes == 0 && c->pending_write == 0);
+    free(c->rbuf);
+    c->rbuf = NULL;
+    frame_decoder_release(&c->dec);
+    free_deferred(c);
+    c->ops->on_closed(c);
+}
+
+void conn_close(struct conn *c)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    uv_close((uv_handle_t *)&c->tcp, on_close);
+}
+
+/* Reports a failure once and closes. Nothing is reported for a conn already closing, since its
+ * owner either asked for the close or has already heard why. */
+static void fail(struct conn *c, int code, const char *why)
+{
+    if (c->closing)
+        return;
+    if (c->ops->on_error)
+        c->ops->on_error(c, code, why);
+    conn_close(c);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct conn *c = (struct conn *)h;
+    if (c->rbuf == NULL)
+        c->rbuf = malloc(CONN_READ_BUFFER_SIZE);
+    /* A zero-length buffer makes libuv report UV_ENOBUFS to on_read, which closes. */
+    buf->base = (char *)c->rbuf;
+    buf->len = c->rbuf ? CONN_READ_BUFFER_SIZE : 0;
+}
+
+/* Unpacks and delivers one frame. Returns 0 to go on, or non-zero when the conn is closing. */
+static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
+{
+    Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
+    if (env == NULL) {
+        char why[96];
+        snprintf(why, sizeof why, "undecodable envelope (%zu bytes)", len);
+        fail(c, SLUICE_ERR_PROTOCOL, why);
+        return SLUICE_ERR_CLOSED;
+    }
+    c->ops->on_envelope(c, env);
+    sluice__envelope__free_unpacked(env, NULL);
+    return c->closing || c->draining ? SLUICE_ERR_CLOSED : 0;
+}
+
+static bool over_limit(const struct conn *c)
+{
+    return c->max_pending_write != 0 && c->pending_write > c->max_pending_write;
+}
+
+static int on_frame(void *user, const uint8_t *payload, size_t len)
+{
+    struct conn *c = user;
+    if (c->closing || c->draining)
+        return SLUICE_ERR_CLOSED;
+    if (c->paused) {
+        /* Reading has stopped, but the rest of this chunk was already read: keep its frames,
+         * in order, for when the write backlog drains. At most one chunk (plus one assembled
+         * frame) is ever kept, because nothing more is read while paused. */
+        struct conn_deferred *d = malloc(sizeof *d + len);
+        if (d == NULL) {
+            fail(c, SLUICE_ERR_NOMEM, "out of memory");
+            return SLUICE_ERR_CLOSED;
+        }
+        d->next = NULL;
+        d->len = len;
+        memcpy(d->data, payload, len);
+        if (c->deferred_tail)
+            c->deferred_tail->next = d;
+        else
+            c->deferred_head = d;
+        c->deferred_tail = d;
+        return 0;
+    }
+    int rc = dispatch(c, payload, len);
+    if (rc == 0 && over_limit(c)) {
+        uv_read_stop((uv_stream_t *)&c->tcp);
+        c->paused = true;
+    }
+    return rc;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct conn *c = (struct conn *)s;
+    if (nread == 0 || c->closing)
+        return;
+    if (nread < 0) {
+        fail(c, (int)nread, nread == UV_EOF ? "closed by peer" : uv_strerror((int)nread));
+        return;
+    }
+    if (c->draining)
+        return;
+    int rc = frame_decoder_feed(&c->dec, (const uint8_t *)buf->base, (size_t)nread, on_frame, c);
+    if (rc == 0 || c->closing || c->draining)
+        return;
+    char why[96];
+    if (rc == SLUICE_ERR_PROTOCOL)
+        snprintf(why, sizeof why, "zero-length frame");
+    else if (rc == SLUICE_ERR_TOO_LARGE)
+        snprintf(why, sizeof why, "frame over the %u-byte limit", c->max_frame);
+    else
+        snprintf(why, sizeof why, "reading frames: %s", sluice_strerror(rc));
+    fail(c, rc, why);
+}
+
+/* Hands over the frames kept while paused, then resumes reading, as long as the backlog stays
+ * within the limit. Runs from a write callback once the backlog is at half the limit. */
+static void resume(struct conn *c)
+{
+    while (c->deferred_head && !over_limit(c)) {
+        struct conn_deferred *d = c->deferred_head;
+        c->deferred_head = d->next;
+        if (c->deferred_head == NULL)
+            c->deferred_tail = NULL;
+        int rc = dispatch(c, d->data, d->len);
+        free(d);
+        if (rc != 0)
+            return;
+    }
+    if (c->deferred_head || over_limit(c))
+        return;
+    c->paused = false;
+    int rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc != 0)
+        fail(c, rc, uv_strerror(rc));
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+    struct conn_frame *f = (struct conn_frame *)req; /* req is the first member */
+    struct conn *c = f->conn;
+    c->pending_write -= f->len;
+    c->writes--;
+    free(f);
+    if (c->closing)
+        return;
+    if (status < 0) {
+        char why[96];
+        snprintf(why, sizeof why, "write: %s", uv_strerror(status));
+        fail(c, status, why);
+        return;
+    }
+    if (c->draining) {
+        if (c->writes == 0)
+            conn_close(c);
+        return;
+    }
+    if (c->paused && c->pending_write <= c->max_pending_write / 2)
+        resume(c);
+}
+
+int conn_start(struct conn *c)
+{
+    int rc = uv_tcp_nodelay(&c->tcp, 1);
+    if (rc != 0)
+        return rc;
+    if (c->peer[0] == '\0') {
+        struct sockaddr_storage ss;
+        int namelen = (int)sizeof ss;
+        char ip[INET6_ADDRSTRLEN];
+        rc = uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &namelen);
+        if (rc == 0)
+            rc = uv_ip_name((const struct sockaddr *)&ss, ip, sizeof ip);
+        if (rc != 0)
+            return rc;
+        int port = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                            : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        conn_format_address(c->peer, sizeof c->peer, ip, port);
+    }
+    return uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+int conn_frame_pack(const Sluice__Envelope *env, uint32_t max_frame, struct conn_frame **out)
+{
+    size_t n = sluice__envelope__get_packed_size(env);
+    if (n == 0)
+        return SLUICE_ERR_INVALID;
+    if (n > (max_frame ? max_frame : RPC_DEFAULT_MAX_FRAME))
+        return SLUICE_ERR_TOO_LARGE;
+    struct conn_frame *f = malloc(sizeof *f + FRAME_HEADER_SIZE + n);
+    if (f == NULL)
+        return SLUICE_ERR_NOMEM;
+    f->conn = NULL;
+    f->len = FRAME_HEADER_SIZE + n;
+    frame_write_header(f->data, (uint32_t)n);
+    size_t packed = sluice__envelope__pack(env, f->data + FRAME_HEADER_SIZE);
+    assert(packed == n);
+    (void)packed;
+    *out = f;
+    return 0;
+}
+
+void conn_frame_free(struct conn_frame *f)
+{
+    free(f);
+}
+
+int conn_write(struct conn *c, struct conn_frame *f)
+{
+    if (c->closing || c->draining) {
+        free(f);
+        return SLUICE_ERR_CLOSED;
+    }
+    f->conn = c;
+    uv_buf_t buf = uv_buf_init((char *)f->data, (unsigned)f->len);
+    int rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+    if (rc != 0) {
+        free(f);
+        return rc;
+    }
+    c->pending_write += f->len;
+    c->writes++;
+    return 0;
+}
+
+int conn_send(struct conn *c, const Sluice__Envelope *env)
+{
+    if (c->closing || c->draining)
+        return SLUICE_ERR_CLOSED;
+    struct conn_frame *f;
+    int rc = conn_frame_pack(env, c->max_frame, &f);
+    if (rc != 0)
+        return rc;
+    return conn_write(c, f);
+}
+
+int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation)
+{
+    Sluice__Hello hello = SLUICE__HELLO__INIT;
+    hello.version = RPC_PROTOCOL_VERSION;
+    hello.role = role;
+    hello.incarnation = incarnation;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_HELLO;
+    env.hello = &hello;
+    return conn_send(c, &env);
+}
+
+void conn_reject(struct conn *c, int code, const char *msg)
+{
+    Sluice__Error error = SLUICE__ERROR__INIT;
+    error.code = code;
+    error.message = (char *)msg;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
+    env.error = &error;
+    if (conn_send(c, &env) != 0) {
+        conn_close(c);
+        return;
+    }
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->draining = true;
+}
+
+int conn_check_hello(const Sluice__Envelope *env, char *msg, size_t msglen)
+{
+    uint32_t version = 0;
+    if (env->body_case == SLUICE__ENVELOPE__BODY_HELLO && env->hello != NULL)
+        version = env->hello->version;
+    if (version == RPC_PROTOCOL_VERSION)
+        return 0;
+    return err_set(msg, msglen, SLUICE_ERR_VERSION, "protocol version %u, expected %d", version,
+                   RPC_PROTOCOL_VERSION);
+}
+
+void conn_format_address(char *buf, size_t len, const char *host, int port)
+{
+    if (strchr(host, ':'))
+        snprintf(buf, len, "[%s]:%d", host, port);
+    else
+        snprintf(buf, len, "%s:%d", host, port);
+}

@@ -1,0 +1,120 @@
+/* One framed TCP connection on a libuv loop: the machinery the RPC server and client share
+ * (reading, frame decoding, Envelope unpacking, the write queue, backpressure, closing).
+ *
+ * Happy path: the owner embeds a struct conn in its own object, calls conn_init() (which
+ * initializes the TCP handle), accepts or connects on conn->tcp, then calls conn_start(). Every
+ * complete frame is unpacked and handed to ops->on_envelope; conn_send() packs an Envelope into
+ * one allocation (header and payload together, with the uv_write_t inside) and queues it.
+ *
+ * Failure modes: end of stream, a socket error, a zero or over-limit frame length, or an
+ * undecodable Envelope is reported once through ops->on_error, after which the connection closes
+ * itself; the owner closes it for its own reasons with conn_close(). Either way ops->on_closed
+ * runs from the handle's close callback, after every write callback has run, and from that
+ * moment the owner may free the memory that holds the conn. on_error is never called for a close
+ * the owner asked for.
+ *
+ * Backpressure: with max_pending_write > 0, the conn stops reading once more than that many
+ * bytes it was asked to send wait to be written; frames already read in the same chunk are kept
+ * (copied) and handed over later, not dropped. When the backlog falls to half the limit, kept
+ * frames are handed over first, then reading resumes. So the queued bytes exceed the limit by at
+ * most the size of the Envelopes sent in answer to one frame.
+ *
+ * Threading: all functions run on the loop's thread; callbacks run there too. */
+#ifndef SLUICE_COMMON_CONN_H
+#define SLUICE_COMMON_CONN_H
+
+#include "frame.h"
+#include "wire.pb-c.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* Size of the read buffer each connection allocates on its first read and reuses. */
+#define CONN_READ_BUFFER_SIZE (256u << 10)
+
+struct conn;
+
+struct conn_ops {
+    /* One decoded Envelope; env is freed when the call returns. The owner may close the conn
+     * from here; no further Envelope is delivered after that. */
+    void (*on_envelope)(struct conn *c, const Sluice__Envelope *env);
+    /* The connection failed: code is UV_EOF, another negative errno, SLUICE_ERR_PROTOCOL or
+     * SLUICE_ERR_TOO_LARGE; why is one line for a log or an error message. The conn closes
+     * right after this returns. May be NULL. */
+    void (*on_error)(struct conn *c, int code, const char *why);
+    /* The handle has closed; the last callback for this conn. */
+    void (*on_closed)(struct conn *c);
+};
+
+/* A packed frame: 4-byte header and Envelope in one allocation, with its write request. */
+struct conn_frame {
+    uv_write_t req;
+    struct conn *conn;
+    size_t len; /* header + payload bytes in data */
+    uint8_t data[];
+};
+
+struct conn_deferred; /* a frame read while reading was paused */
+
+struct conn {
+    uv_tcp_t tcp; /* data is free for the owner */
+    const struct conn_ops *ops;
+    struct frame_decoder dec;
+    uint32_t max_frame;
+    size_t max_pending_write; /* 0: never stop reading */
+    uint8_t *rbuf;            /* CONN_READ_BUFFER_SIZE bytes, or NULL before the first read */
+    size_t pending_write;     /* bytes passed to uv_write whose callback has not run */
+    unsigned writes;          /* write requests whose callback has not run */
+    struct conn_deferred *deferred_head, *deferred_tail;
+    bool paused;   /* reading stopped by backpressure */
+    bool draining; /* closes once the queued writes are done; reads nothing more */
+    bool closing;  /* uv_close has been called */
+    char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */
+};
+
+/* Initializes c and its TCP handle on loop. max_frame 0 means RPC_DEFAULT_MAX_FRAME. From here on
+ * the handle must be closed with conn_close() and ops->on_closed will run. Returns 0 or a negative
+ * libuv code (then nothing was initialized). */
+int conn_init(struct conn *c, uv_loop_t *loop, const struct conn_ops *ops, uint32_t max_frame,
+              size_t max_pending_write);
+
+/* For a connected handle: sets TCP_NODELAY, fills c->peer from the socket (unless the owner
+ * already set it) and starts reading. Returns 0 or a negative libuv code; the owner closes the
+ * conn on failure. */
+int conn_start(struct conn *c);
+
+/* Packs env into a new frame. Returns 0, SLUICE_ERR_INVALID for an Envelope that packs to zero
+ * bytes (a zero length is not a valid frame), SLUICE_ERR_TOO_LARGE when it packs to more than
+ * max_frame bytes, or SLUICE_ERR_NOMEM. The caller owns *out. */
+int conn_frame_pack(const Sluice__Envelope *env, uint32_t max_frame, struct conn_frame **out);
+void conn_frame_free(struct conn_frame *f);
+
+/* Queues f for writing and always takes ownership of it. Returns 0, SLUICE_ERR_CLOSED when the
+ * conn is closing or draining, or a negative libuv code when uv_write refuses (the owner should
+ * then close the conn). */
+int conn_write(struct conn *c, struct conn_frame *f);
+
+/* conn_frame_pack (with c's max_frame) followed by conn_write. */
+int conn_send(struct conn *c, const Sluice__Envelope *env);
+
+/* Sends a Hello with RPC_PROTOCOL_VERSION, role and incarnation. */
+int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation);
+
+/* Sends an Error Envelope with id 0 (a complaint about the connection itself) and closes the conn
+ * once it is written; nothing more is read. */
+void conn_reject(struct conn *c, int code, const char *msg);
+
+/* Checks that env, the first frame from the peer, is a Hello of RPC_PROTOCOL_VERSION. Returns 0,
+ * or SLUICE_ERR_VERSION with "protocol version X, expected Y" in msg (X is 0 when the frame is
+ * not a Hello at all). */
+int conn_check_hello(const Sluice__Envelope *env, char *msg, size_t msglen);
+
+/* Closes the handle; idempotent. Pending writes are cancelled. */
+void conn_close(struct conn *c);
+
+/* Formats HOST:PORT, bracketing a host that contains ':'. */
+void conn_format_address(char *buf, size_t len, const char *host, int port);
+
+#endif

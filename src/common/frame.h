@@ -1,0 +1,45 @@
+/* The frame codec of DESIGN.md §5: each frame is a u32 big-endian length, then that many bytes
+ * (one serialized Envelope). Pure: the decoder is fed byte chunks by the socket in production
+ * and by arrays in tests and the fuzzer, through the same function.
+ *
+ * Decoder contract: frame_decoder_feed() consumes bytes and calls on_frame for each complete
+ * frame, in order. A zero length or a length over max_frame is rejected as soon as its 4 header
+ * bytes are seen, before anything is allocated for it; the decoder then stays failed and every
+ * later feed returns the same error. */
+#ifndef SLUICE_COMMON_FRAME_H
+#define SLUICE_COMMON_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FRAME_HEADER_SIZE 4
+#define FRAME_DEFAULT_MAX (64u << 20) /* 64 MiB */
+
+/* Called once per complete frame. payload is valid only during the call. Return 0 to go on, or
+ * a negative code to stop: feed() then returns that code and the decoder stays failed. */
+typedef int (*frame_cb)(void *user, const uint8_t *payload, size_t len);
+
+struct frame_decoder {
+    uint32_t max_frame;
+    uint8_t header[FRAME_HEADER_SIZE];
+    size_t header_have;
+    uint8_t *buf; /* payload being assembled; allocated once the length is validated */
+    size_t buf_cap;
+    size_t need, have;
+    int failed; /* 0, or the error every later feed returns */
+};
+
+/* max_frame 0 means FRAME_DEFAULT_MAX. */
+void frame_decoder_init(struct frame_decoder *d, uint32_t max_frame);
+void frame_decoder_release(struct frame_decoder *d);
+
+/* Feeds len bytes. Returns 0, SLUICE_ERR_PROTOCOL for a zero length, SLUICE_ERR_TOO_LARGE for
+ * an over-limit length, SLUICE_ERR_NOMEM, or the first non-zero return of on_frame. Frames
+ * that lie whole inside data are passed to on_frame without copying. */
+int frame_decoder_feed(struct frame_decoder *d, const uint8_t *data, size_t len, frame_cb on_frame,
+                       void *user);
+
+/* Writes the 4-byte header for a payload of len bytes. */
+void frame_write_header(uint8_t out[FRAME_HEADER_SIZE], uint32_t len);
+
+#endif

@@ -1,0 +1,138 @@
+/* The libuv connection and RPC layer (DESIGN.md §5).
+ *
+ * Happy path: a server listens; a client connects; each side sends a Hello (protocol version,
+ * role, incarnation) as its first frame; then the client sends request Envelopes, pipelined, each
+ * with a fresh id, and the server answers each with an Envelope carrying the same id, in any
+ * order. Failure modes: a peer that sends a bad Hello, a zero or over-limit frame, or an
+ * undecodable Envelope is disconnected (the server logs one line and keeps serving everyone
+ * else); a lost connection fails the client's pending calls with SLUICE_ERR_UNAVAILABLE and the
+ * client reconnects on demand with exponential backoff and jitter; a call that gets no reply in
+ * its timeout fails with SLUICE_ERR_TIMEOUT.
+ *
+ * Threading: every object belongs to the loop it was created on, and every function here must be
+ * called on that loop's thread. Callbacks run on that thread.
+ *
+ * Backpressure: a connection stops reading from its socket while more than max_pending_write
+ * bytes of its replies wait to be written, and resumes when they drain.
+ *
+ * Closing: rpc_server_close / rpc_client_close close every handle they own and call their
+ * callback from the last close callback, so uv_loop_close() returns 0 afterwards. */
+#ifndef SLUICE_COMMON_RPC_H
+#define SLUICE_COMMON_RPC_H
+
+#include "wire.pb-c.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#define RPC_PROTOCOL_VERSION 1
+#define RPC_DEFAULT_MAX_FRAME (256u << 20)
+#define RPC_DEFAULT_MAX_PENDING_WRITE (64u << 20)
+
+/* Parses "HOST:PORT" or "sluice://HOST:PORT" (HOST may be "[v6]"). host gets the host without
+ * brackets. Returns 0 or SLUICE_ERR_INVALID with a message in err. */
+int rpc_parse_address(const char *text, char *host, size_t hostlen, int *port, char *err,
+                      size_t errlen);
+
+/* A random 64-bit incarnation id for this process (never 0). */
+uint64_t rpc_new_incarnation(void);
+
+/* ---- server ---------------------------------------------------------------------------------- */
+
+struct rpc_server;
+struct rpc_conn; /* one accepted connection; reference counted */
+
+/* Called for every request Envelope. req and everything it points to is valid only during the
+ * call. The handler answers now or later with rpc_conn_reply*; to answer later it takes a
+ * reference (rpc_conn_ref) and drops it after replying. */
+typedef void (*rpc_request_cb)(struct rpc_server *srv, struct rpc_conn *conn,
+                               const Sluice__Envelope *req, void *user);
+/* Called once when a connection has completed its handshake, and once when it closes (after
+ * which replies on it are dropped). Either may be NULL. */
+typedef void (*rpc_conn_cb)(struct rpc_server *srv, struct rpc_conn *conn, void *user);
+
+struct rpc_server_opts {
+    const char *host; /* default "127.0.0.1" */
+    int port;         /* 0 picks a free port */
+    Sluice__Role role;
+    uint64_t incarnation;
+    uint32_t max_frame;       /* 0: RPC_DEFAULT_MAX_FRAME */
+    size_t max_pending_write; /* 0: RPC_DEFAULT_MAX_PENDING_WRITE */
+    rpc_request_cb on_request;
+    rpc_conn_cb on_open, on_close;
+    void *user;
+};
+
+/* Binds and listens. On failure returns a negative code with "listen on HOST:PORT: why" in err
+ * and nothing to close. */
+int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct rpc_server **out,
+                     char *err, size_t errlen);
+/* The bound port and host (useful with port 0). */
+int rpc_server_port(const struct rpc_server *srv);
+const char *rpc_server_host(const struct rpc_server *srv);
+/* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */
+void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
+
+/* Packs reply (the caller keeps ownership of it), sets its id, and queues it. Returns 0, or
+ * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). */
+int rpc_conn_reply(struct rpc_conn *conn, uint64_t id, Sluice__Envelope *reply);
+/* Replies with an Error body: code and a one-line message. */
+int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void rpc_conn_ref(struct rpc_conn *conn);
+void rpc_conn_unref(struct rpc_conn *conn);
+bool rpc_conn_is_open(const struct rpc_conn *conn);
+Sluice__Role rpc_conn_peer_role(const struct rpc_conn *conn);
+uint64_t rpc_conn_peer_incarnation(const struct rpc_conn *conn);
+/* "IP:PORT" of the peer, for logs. */
+const char *rpc_conn_peer_name(const struct rpc_conn *conn);
+/* Bytes of replies queued and not yet written. */
+size_t rpc_conn_pending_write(const struct rpc_conn *conn);
+
+/* ---- client ---------------------------------------------------------------------------------- */
+
+struct rpc_client;
+
+/* Called exactly once per accepted call. status 0: reply is the answer. status < 0: reply is
+ * NULL, or, when the server answered with an Error body, that Envelope; msg is always a one-line
+ * reason (for an Error body, its message). reply and msg are valid only during the call. */
+typedef void (*rpc_reply_cb)(int status, const char *msg, const Sluice__Envelope *reply,
+                             void *user);
+/* Called after every successful (re)connection handshake, with the server's incarnation. */
+typedef void (*rpc_connect_cb)(struct rpc_client *client, uint64_t peer_incarnation, void *user);
+
+struct rpc_client_opts {
+    const char *address; /* HOST:PORT or sluice://HOST:PORT */
+    Sluice__Role role;
+    uint64_t incarnation;
+    uint32_t max_frame;          /* 0: RPC_DEFAULT_MAX_FRAME */
+    uint32_t connect_timeout_ms; /* 0: 5000 */
+    uint32_t backoff_min_ms;     /* 0: 50 */
+    uint32_t backoff_max_ms;     /* 0: 2000 */
+    rpc_connect_cb on_connect;
+    void *user;
+};
+
+/* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad
+ * address with a message in err. */
+int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct rpc_client **out,
+                   char *err, size_t errlen);
+
+/* Sends req (its id is set here; the caller keeps ownership and may free it on return). If the
+ * client is not connected, the call waits for a connection (retried with backoff) until its
+ * timeout. Returns 0 and later calls cb exactly once; or returns a negative code synchronously
+ * (SLUICE_ERR_CLOSED after close) and never calls cb. timeout_ms 0 means no timeout. */
+int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_ms,
+             rpc_reply_cb cb, void *user);
+
+bool rpc_client_connected(const struct rpc_client *client);
+/* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
+uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
+const char *rpc_client_address(const struct rpc_client *client);
+
+/* Fails pending calls with SLUICE_ERR_CANCELLED, closes, calls cb (may be NULL), frees. */
+void rpc_client_close(struct rpc_client *client, void (*cb)(void *user), void *user);
+
+#endif

@@ -1,0 +1,828 @@
+/* The RPC client of rpc.h.
+ *
+ * Happy path: the first call finds the client idle and starts an attempt: resolve the address
+ * (numeric addresses skip the resolver), connect, send our Hello, wait for the server's. Calls
+ * made meanwhile wait, already packed, in arrival order; once the handshake completes they are
+ * written, then on_connect runs. Replies are matched to calls by id through a hash table.
+ *
+ * Failure modes: a failed attempt (resolution, connect, handshake, or the connect timeout) is
+ * retried after an exponential backoff with full jitter for as long as calls wait; with none
+ * waiting the client goes idle until the next call. A lost connection fails the calls written
+ * on it with SLUICE_ERR_UNAVAILABLE (the server may or may not have acted on them); waiting calls
+ * stay and trigger a new attempt. A version mismatch fails every call with SLUICE_ERR_VERSION.
+ * A malformed frame from the server, a second Hello, or a reply to an id never issued closes
+ * the connection with one warning line; a reply to a call that already timed out is dropped.
+ *
+ * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
+ * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
+ * earliest deadline of a binary min-heap, so each tick does work only for calls that expired. */
+#include "rpc.h"
+
+#include "backoff.h"
+#include "conn.h"
+#include "error.h"
+#include "log.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_CONNECT_TIMEOUT_MS 5000
+#define DEFAULT_BACKOFF_MIN_MS 50
+#define DEFAULT_BACKOFF_MAX_MS 2000
+#define INITIAL_BUCKETS 64
+#define NOT_IN_HEAP SIZE_MAX
+
+enum client_state {
+    CLIENT_IDLE,       /* no connection, no attempt under way */
+    CLIENT_BACKOFF,    /* backoff_timer runs until the next attempt */
+    CLIENT_RESOLVING,  /* uv_getaddrinfo under way */
+    CLIENT_CONNECTING, /* uv_tcp_connect under way */
+    CLIENT_HANDSHAKE,  /* connected and our Hello sent; the server's is awaited */
+    CLIENT_CONNECTED,
+    CLIENT_CLOSING, /* the TCP handle is closing; its close callback decides what is next */
+};
+
+struct call {
+    uint64_t id;
+    uint64_t deadline; /* loop time in ms, or 0 without a timeout */
+    uint32_t timeout_ms;
+    size_t heap_index;        /* position in the heap, or NOT_IN_HEAP */
+    struct call *hash_next;   /* chain in the hash bucket */
+    struct call *prev, *next; /* in the waiting or the sent list */
+    bool sent;
+    struct conn_frame *frame; /* the packed request until it is written */
+    rpc_reply_cb cb;
+    void *user;
+};
+
+struct call_list {
+    struct call *head, *tail;
+};
+
+struct rpc_client {
+    struct conn conn; /* valid from CONNECTING through CLOSING */
+    uv_loop_t *loop;
+    char address[300]; /* as given */
+    char host[256];
+    int port;
+    Sluice__Role role;
+    uint64_t incarnation;
+    uint32_t max_frame, connect_timeout_ms, backoff_min_ms, backoff_max_ms;
+    rpc_connect_cb on_connect;
+    void *user;
+
+    enum client_state state;
+    uv_getaddrinfo_t gai;
+    bool gai_busy; /* gai is in flight, possibly abandoned by a timeout */
+    uv_connect_t connect_req;
+    uv_timer_t connect_timer, backoff_timer, call_timer;
+    uint32_t attempt; /* failed attempts since the last handshake */
+    uint64_t rng;
+    uint64_t peer_incarnation;
+
+    /* Why the last attempt or connection failed; calls waiting for a connection quote it. */
+    char why[256];
+    /* What the close callback fails calls with: lost_code for the calls written on the
+     * connection, and every waiting call too when fail_waiting is set (version mismatch). */
+    int lost_code;
+    char lost_msg[256];
+    bool fail_waiting;
+
+    uint64_t next_id;
+    struct call **buckets;
+    size_t nbuckets, ncalls;
+    struct call **heap;
+    size_t heap_len, heap_cap;
+    struct call_list waiting, sent;
+
+    unsigned busy; /* handles not yet closed and requests not yet called back */
+    bool closing;
+    void (*close_cb)(void *user);
+    void *close_user;
+};
+
+static const struct conn_ops client_conn_ops;
+
+/* snprintf for messages, where cutting a long host name short is the right outcome. */
+static void text(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void text(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+static void on_backoff_timer(uv_timer_t *t);
+
+/* ---- calls: hash table, heap, lists ---------------------------------------------------------- */
+
+static size_t bucket_of(const struct rpc_client *cl, uint64_t id)
+{
+    /* Ids are sequential, so a multiplicative hash spreads them over all the buckets. */
+    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & (cl->nbuckets - 1);
+}
+
+static int hash_insert(struct rpc_client *cl, struct call *call)
+{
+    if (cl->ncalls >= cl->nbuckets) {
+        size_t n = cl->nbuckets * 2;
+        struct call **b = calloc(n, sizeof *b);
+        if (b == NULL)
+            return SLUICE_ERR_NOMEM;
+        struct call **old = cl->buckets;
+        size_t oldn = cl->nbuckets;
+        cl->buckets = b;
+        cl->nbuckets = n;
+        for (size_t i = 0; i < oldn; i++) {
+            while (old[i]) {
+                struct call *c = old[i];
+                old[i] = c->hash_next;
+                size_t k = bucket_of(cl, c->id);
+                c->hash_next = b[k];
+                b[k] = c;
+            }
+        }
+        free(old);
+    }
+    size_t k = bucket_of(cl, call->id);
+    call->hash_next = cl->buckets[k];
+    cl->buckets[k] = call;
+    cl->ncalls++;
+    return 0;
+}
+
+static struct call *hash_find(const struct rpc_client *cl, uint64_t id)
+{
+    struct call *c = cl->buckets[bucket_of(cl, id)];
+    while (c && c->id != id)
+        c = c->hash_next;
+    return c;
+}
+
+static void hash_remove(struct rpc_client *cl, struct call *call)
+{
+    struct call **p = &cl->buckets[bucket_of(cl, call->id)];
+    while (*p != call)
+        p = &(*p)->hash_next;
+    *p = call->hash_next;
+    cl->ncalls--;
+}
+
+static bool heap_less(const struct rpc_client *cl, size_t a, size_t b)
+{
+    return cl->heap[a]->deadline < cl->heap[b]->deadline;
+}
+
+static void heap_swap(struct rpc_client *cl, size_t a, size_t b)
+{
+    struct call *t = cl->heap[a];
+    cl->heap[a] = cl->heap[b];
+    cl->heap[b] = t;
+    cl->heap[a]->heap_index = a;
+    cl->heap[b]->heap_index = b;
+}
+
+static void heap_up(struct rpc_client *cl, size_t i)
+{
+    while (i > 0 && heap_less(cl, i, (i - 1) / 2)) {
+        heap_swap(cl, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(struct rpc_client *cl, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < cl->heap_len && heap_less(cl, l, m))
+            m = l;
+        if (r < cl->heap_len && heap_less(cl, r, m))
+            m = r;
+        if (m == i)
+            return;
+        heap_swap(cl, i, m);
+        i = m;
+    }
+}
+
+static int heap_push(struct rpc_client *cl, struct call *call)
+{
+    if (cl->heap_len == cl->heap_cap) {
+        size_t n = cl->heap_cap ? cl->heap_cap * 2 : 64;
+        struct call **h = realloc(cl->heap, n * sizeof *h);
+        if (h == NULL)
+            return SLUICE_ERR_NOMEM;
+        cl->heap = h;
+        cl->heap_cap = n;
+    }
+    call->heap_index = cl->heap_len;
+    cl->heap[cl->heap_len++] = call;
+    heap_up(cl, call->heap_index);
+    return 0;
+}
+
+static void heap_remove(struct rpc_client *cl, struct call *call)
+{
+    size_t i = call->heap_index;
+    if (i == NOT_IN_HEAP)
+        return;
+    call->heap_index = NOT_IN_HEAP;
+    size_t last = --cl->heap_len;
+    if (i == last)
+        return;
+    cl->heap[i] = cl->heap[last];
+    cl->heap[i]->heap_index = i;
+    heap_up(cl, i);
+    heap_down(cl, cl->heap[i]->heap_index);
+}
+
+static void list_append(struct call_list *l, struct call *c)
+{
+    c->next = NULL;
+    c->prev = l->tail;
+    if (l->tail)
+        l->tail->next = c;
+    else
+        l->head = c;
+    l->tail = c;
+}
+
+static void list_remove(struct call_list *l, struct call *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        l->tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void on_call_timer(uv_timer_t *t);
+
+/* Points the call timer at the earliest deadline. */
+static void rearm_call_timer(struct rpc_client *cl)
+{
+    if (cl->closing)
+        return;
+    if (cl->heap_len == 0) {
+        uv_timer_stop(&cl->call_timer);
+        return;
+    }
+    uint64_t now = uv_now(cl->loop), deadline = cl->heap[0]->deadline;
+    uv_timer_start(&cl->call_timer, on_call_timer, deadline > now ? deadline - now : 0, 0);
+}
+
+/* Takes a call out of every structure and frees its unsent frame; the caller then runs its
+ * callback and frees it. */
+static void call_detach(struct rpc_client *cl, struct call *call)
+{
+    hash_remove(cl, call);
+    heap_remove(cl, call);
+    list_remove(call->sent ? &cl->sent : &cl->waiting, call);
+    conn_frame_free(call->frame);
+    call->frame = NULL;
+}
+
+static void call_finish(struct call *call, int status, const char *msg,
+                        const Sluice__Envelope *reply)
+{
+    call->cb(status, msg, reply, call->user);
+    free(call);
+}
+
+/* Fails every call of list with status and msg. The list is taken over first, so callbacks that
+ * issue new calls do not extend this loop. */
+static void fail_list(struct rpc_client *cl, struct call_list *list, int status, const char *msg)
+{
+    struct call *c = list->head;
+    list->head = list->tail = NULL;
+    while (c) {
+        struct call *next = c->next;
+        hash_remove(cl, c);
+        heap_remove(cl, c);
+        conn_frame_free(c->frame);
+        c->frame = NULL;
+        call_finish(c, status, msg, NULL);
+        c = next;
+    }
+    rearm_call_timer(cl);
+}
+
+static void on_call_timer(uv_timer_t *t)
+{
+    struct rpc_client *cl = t->data;
+    uint64_t now = uv_now(cl->loop);
+    while (!cl->closing && cl->heap_len > 0 && cl->heap[0]->deadline <= now) {
+        struct call *call = cl->heap[0];
+        char msg[400];
+        if (call->sent)
+            text(msg, sizeof msg, "no reply from %s within %" PRIu32 " ms", cl->address,
+                     call->timeout_ms);
+        else
+            text(msg, sizeof msg, "no connection to %s within %" PRIu32 " ms%s%s",
+                     cl->address, call->timeout_ms, cl->why[0] ? ": " : "", cl->why);
+        call_detach(cl, call);
+        call_finish(call, SLUICE_ERR_TIMEOUT, msg, NULL);
+    }
+    rearm_call_timer(cl);
+}
+
+/* ---- connection lifecycle -------------------------------------------------------------------- */
+
+static void maybe_finish_close(struct rpc_client *cl)
+{
+    if (!cl->closing || cl->busy > 0)
+        return;
+    void (*cb)(void *) = cl->close_cb;
+    void *user = cl->close_user;
+    assert(cl->ncalls == 0);
+    free(cl->buckets);
+    free(cl->heap);
+    free(cl);
+    if (cb)
+        cb(user);
+}
+
+/* After a failure with no handle open: retry after a backoff while calls wait, else go idle. */
+static void schedule_retry(struct rpc_client *cl)
+{
+    if (cl->closing)
+        return;
+    if (cl->waiting.head == NULL) {
+        cl->state = CLIENT_IDLE;
+        return;
+    }
+    uint32_t delay =
+        backoff_delay(cl->attempt, cl->backoff_min_ms, cl->backoff_max_ms, backoff_random(&cl->rng));
+    if (cl->attempt < UINT32_MAX)
+        cl->attempt++;
+    cl->state = CLIENT_BACKOFF;
+    uv_timer_start(&cl->backoff_timer, on_backoff_timer, delay, 0);
+}
+
+/* Ends the current connection or attempt. code and why describe it for the calls written on the
+ * connection; the close callback fails them and schedules what comes next. */
+static void lose_connection(struct rpc_client *cl, int code, const char *why)
+{
+    if (cl->state != CLIENT_CONNECTING && cl->state != CLIENT_HANDSHAKE &&
+        cl->state != CLIENT_CONNECTED)
+        return;
+    text(cl->why, sizeof cl->why, "%s", why);
+    text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s", cl->address, why);
+    cl->lost_code = code;
+    uv_timer_stop(&cl->connect_timer);
+    cl->state = CLIENT_CLOSING;
+    conn_close(&cl->conn);
+}
+
+/* The server refused us outright (version): every call fails with its reason. */
+static void reject_connection(struct rpc_client *cl, int code, const char *msg)
+{
+    log_warn("rpc: %s: %s", cl->address, msg);
+    lose_connection(cl, code, msg);
+    /* The message goes to the caller as the server wrote it. */
+    text(cl->lost_msg, sizeof cl->lost_msg, "%s", msg);
+    cl->fail_waiting = true;
+}
+
+static void protocol_error(struct rpc_client *cl, const char *why)
+{
+    log_warn("rpc: %s: %s; closing the connection", cl->address, why);
+    lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+}
+
+static void on_conn_closed(struct conn *c)
+{
+    struct rpc_client *cl = (struct rpc_client *)c;
+    cl->busy--;
+    if (cl->closing) {
+        maybe_finish_close(cl);
+        return;
+    }
+    assert(cl->state == CLIENT_CLOSING);
+    char msg[sizeof cl->lost_msg];
+    memcpy(msg, cl->lost_msg, sizeof msg);
+    int code = cl->lost_code;
+    bool all = cl->fail_waiting;
+    cl->fail_waiting = false;
+
+    /* Calls issued from these callbacks wait for the next connection. */
+    fail_list(cl, &cl->sent, code, msg);
+    if (all && !cl->closing)
+        fail_list(cl, &cl->waiting, code, msg);
+    if (cl->closing)
+        return;
+    cl->state = CLIENT_IDLE;
+    schedule_retry(cl);
+}
+
+/* Writes one waiting call. Returns false when the connection broke. */
+static bool send_call(struct rpc_client *cl, struct call *call)
+{
+    list_remove(&cl->waiting, call);
+    call->sent = true;
+    list_append(&cl->sent, call);
+    struct conn_frame *f = call->frame;
+    call->frame = NULL;
+    int rc = conn_write(&cl->conn, f);
+    if (rc == 0)
+        return true;
+    char why[128];
+    text(why, sizeof why, "write: %s", sluice_strerror(rc));
+    lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+    return false;
+}
+
+static void handshake_done(struct rpc_client *cl, const Sluice__Hello *hello)
+{
+    uv_timer_stop(&cl->connect_timer);
+    cl->state = CLIENT_CONNECTED;
+    cl->attempt = 0;
+    cl->why[0] = '\0';
+    cl->peer_incarnation = hello->incarnation;
+    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", cl->address,
+              hello->incarnation);
+    /* Waiting calls go out in the order they were made. Calls made by on_connect follow. */
+    while (cl->state == CLIENT_CONNECTED && cl->waiting.head) {
+        if (!send_call(cl, cl->waiting.head))
+            return;
+    }
+    if (cl->on_connect)
+        cl->on_connect(cl, hello->incarnation, cl->user);
+}
+
+static int error_status(const Sluice__Error *error)
+{
+    /* A server that sends no code, or a positive one, still reports a failure. */
+    return error && error->code < 0 ? error->code : SLUICE_ERR_PROTOCOL;
+}
+
+static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
+{
+    struct rpc_client *cl = (struct rpc_client *)c;
+    char msg[256];
+
+    if (cl->state == CLIENT_HANDSHAKE) {
+        if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR && env->error && env->id == 0) {
+            const char *text = env->error->message ? env->error->message : "";
+            reject_connection(cl, error_status(env->error), text);
+            return;
+        }
+        if (conn_check_hello(env, msg, sizeof msg) != 0) {
+            reject_connection(cl, SLUICE_ERR_VERSION, msg);
+            return;
+        }
+        handshake_done(cl, env->hello);
+        return;
+    }
+    if (cl->state != CLIENT_CONNECTED)
+        return;
+
+    if (env->body_case == SLUICE__ENVELOPE__BODY_HELLO) {
+        protocol_error(cl, "second Hello");
+        return;
+    }
+    if (env->id == 0) {
+        if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR && env->error) {
+            /* A complaint about the connection itself. */
+            const char *text = env->error->message ? env->error->message : "";
+            log_warn("rpc: %s: %s", cl->address, text);
+            lose_connection(cl, error_status(env->error), text);
+            return;
+        }
+        protocol_error(cl, "reply without an id");
+        return;
+    }
+    struct call *call = hash_find(cl, env->id);
+    if (call == NULL || !call->sent) {
+        if (env->id < cl->next_id && call == NULL) {
+            /* Its call timed out (or was cancelled): a late reply, not a broken server. */
+            log_debug("rpc: %s: dropping late reply %" PRIu64, cl->address, env->id);
+            return;
+        }
+        text(msg, sizeof msg, "reply id %" PRIu64 " matches no call", env->id);
+        protocol_error(cl, msg);
+        return;
+    }
+    call_detach(cl, call);
+    rearm_call_timer(cl);
+    if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR) {
+        const char *text = env->error && env->error->message ? env->error->message : "";
+        call_finish(call, error_status(env->error), text, env);
+    } else {
+        call_finish(call, 0, "", env);
+    }
+}
+
+static void on_conn_error(struct conn *c, int code, const char *why)
+{
+    struct rpc_client *cl = (struct rpc_client *)c;
+    if (code == SLUICE_ERR_PROTOCOL || code == SLUICE_ERR_TOO_LARGE)
+        log_warn("rpc: %s: %s; closing the connection", cl->address, why);
+    else
+        log_debug("rpc: %s: %s", cl->address, why);
+    lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+}
+
+static const struct conn_ops client_conn_ops = {
+    .on_envelope = on_conn_envelope,
+    .on_error = on_conn_error,
+    .on_closed = on_conn_closed,
+};
+
+static void on_connected(uv_connect_t *req, int status)
+{
+    struct rpc_client *cl = req->data;
+    /* A close while connecting cancels the request; the close callback takes it from there. */
+    if (status == UV_ECANCELED || cl->state != CLIENT_CONNECTING)
+        return;
+    char why[128];
+    if (status < 0) {
+        text(why, sizeof why, "connect: %s", uv_strerror(status));
+        lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+        return;
+    }
+    int rc = conn_start(&cl->conn);
+    if (rc == 0)
+        rc = conn_send_hello(&cl->conn, cl->role, cl->incarnation);
+    if (rc != 0) {
+        text(why, sizeof why, "connect: %s", sluice_strerror(rc));
+        lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+        return;
+    }
+    cl->state = CLIENT_HANDSHAKE;
+}
+
+static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
+{
+    int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
+    if (rc != 0) {
+        /* No handle was created, so there is no close callback to wait for. */
+        uv_timer_stop(&cl->connect_timer);
+        text(cl->why, sizeof cl->why, "connect: %s", uv_strerror(rc));
+        cl->state = CLIENT_IDLE;
+        schedule_retry(cl);
+        return;
+    }
+    cl->busy++;
+    cl->state = CLIENT_CONNECTING;
+    cl->connect_req.data = cl;
+    rc = uv_tcp_connect(&cl->connect_req, &cl->conn.tcp, addr, on_connected);
+    if (rc != 0) {
+        char why[128];
+        text(why, sizeof why, "connect: %s", uv_strerror(rc));
+        lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+    }
+}
+
+/* A failed attempt that has no handle to close. */
+static void attempt_failed(struct rpc_client *cl, const char *why)
+{
+    uv_timer_stop(&cl->connect_timer);
+    text(cl->why, sizeof cl->why, "%s", why);
+    log_debug("rpc: %s: %s", cl->address, why);
+    cl->state = CLIENT_IDLE;
+    schedule_retry(cl);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    struct rpc_client *cl = req->data;
+    cl->gai_busy = false;
+    cl->busy--;
+    if (cl->closing || cl->state != CLIENT_RESOLVING) {
+        /* Closed, or abandoned by the connect timeout. */
+        uv_freeaddrinfo(res);
+        maybe_finish_close(cl);
+        return;
+    }
+    char why[300];
+    if (status < 0 || res == NULL) {
+        text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(status));
+        uv_freeaddrinfo(res);
+        attempt_failed(cl, why);
+        return;
+    }
+    /* Successive attempts try successive addresses, so one dead address of several does not
+     * block the client forever. */
+    size_t n = 0;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next)
+        n++;
+    struct addrinfo *ai = res;
+    for (size_t i = cl->attempt % n; i > 0; i--)
+        ai = ai->ai_next;
+    struct sockaddr_storage ss;
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    uv_freeaddrinfo(res);
+    connect_to(cl, (const struct sockaddr *)&ss);
+}
+
+static void on_connect_timeout(uv_timer_t *t)
+{
+    struct rpc_client *cl = t->data;
+    char why[128];
+    text(why, sizeof why, "connect timed out after %" PRIu32 " ms", cl->connect_timeout_ms);
+    if (cl->state == CLIENT_RESOLVING) {
+        /* The request cannot be reused until its callback runs; backoff waits for that. */
+        uv_cancel((uv_req_t *)&cl->gai);
+        attempt_failed(cl, why);
+        return;
+    }
+    lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+}
+
+static void start_attempt(struct rpc_client *cl)
+{
+    uv_timer_start(&cl->connect_timer, on_connect_timeout, cl->connect_timeout_ms, 0);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    if (uv_ip4_addr(cl->host, cl->port, (struct sockaddr_in *)&ss) == 0 ||
+        uv_ip6_addr(cl->host, cl->port, (struct sockaddr_in6 *)&ss) == 0) {
+        connect_to(cl, (const struct sockaddr *)&ss);
+        return;
+    }
+    char service[8];
+    text(service, sizeof service, "%d", cl->port);
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    cl->gai.data = cl;
+    cl->state = CLIENT_RESOLVING;
+    int rc = uv_getaddrinfo(cl->loop, &cl->gai, on_resolved, cl->host, service, &hints);
+    if (rc != 0) {
+        char why[300];
+        text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(rc));
+        attempt_failed(cl, why);
+        return;
+    }
+    cl->gai_busy = true;
+    cl->busy++;
+}
+
+static void on_backoff_timer(uv_timer_t *t)
+{
+    struct rpc_client *cl = t->data;
+    assert(cl->state == CLIENT_BACKOFF);
+    if (cl->waiting.head == NULL) {
+        cl->state = CLIENT_IDLE;
+        return;
+    }
+    if (cl->gai_busy) {
+        /* An abandoned resolution still holds the request; look again shortly. */
+        uv_timer_start(&cl->backoff_timer, on_backoff_timer, cl->backoff_min_ms, 0);
+        return;
+    }
+    start_attempt(cl);
+}
+
+/* ---- public API ------------------------------------------------------------------------------ */
+
+int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct rpc_client **out,
+                   char *err, size_t errlen)
+{
+    char host[256];
+    int port;
+    if (opts->address == NULL)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: none given");
+    if (strlen(opts->address) >= sizeof((struct rpc_client *)0)->address)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: too long");
+    int rc = rpc_parse_address(opts->address, host, sizeof host, &port, err, errlen);
+    if (rc != 0)
+        return rc;
+
+    struct rpc_client *cl = calloc(1, sizeof *cl);
+    if (cl == NULL)
+        goto fail;
+    cl->buckets = calloc(INITIAL_BUCKETS, sizeof *cl->buckets);
+    if (cl->buckets == NULL)
+        goto fail_client;
+    cl->nbuckets = INITIAL_BUCKETS;
+    cl->loop = loop;
+    strcpy(cl->address, opts->address);
+    strcpy(cl->host, host);
+    cl->port = port;
+    cl->role = opts->role;
+    cl->incarnation = opts->incarnation;
+    cl->max_frame = opts->max_frame ? opts->max_frame : RPC_DEFAULT_MAX_FRAME;
+    cl->connect_timeout_ms =
+        opts->connect_timeout_ms ? opts->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
+    cl->backoff_min_ms = opts->backoff_min_ms ? opts->backoff_min_ms : DEFAULT_BACKOFF_MIN_MS;
+    cl->backoff_max_ms = opts->backoff_max_ms ? opts->backoff_max_ms : DEFAULT_BACKOFF_MAX_MS;
+    if (cl->backoff_max_ms < cl->backoff_min_ms)
+        cl->backoff_max_ms = cl->backoff_min_ms;
+    cl->on_connect = opts->on_connect;
+    cl->user = opts->user;
+    cl->rng = rpc_new_incarnation() ^ opts->incarnation;
+    cl->next_id = 1;
+    cl->state = CLIENT_IDLE;
+
+    /* Timers on a live loop cannot fail to initialize. */
+    uv_timer_init(loop, &cl->connect_timer);
+    uv_timer_init(loop, &cl->backoff_timer);
+    uv_timer_init(loop, &cl->call_timer);
+    cl->connect_timer.data = cl->backoff_timer.data = cl->call_timer.data = cl;
+    cl->busy = 3;
+    *out = cl;
+    return 0;
+
+fail_client:
+    free(cl);
+fail:
+    return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+}
+
+int rpc_call(struct rpc_client *cl, Sluice__Envelope *req, uint32_t timeout_ms, rpc_reply_cb cb,
+             void *user)
+{
+    assert(cb != NULL);
+    if (cl->closing)
+        return SLUICE_ERR_CLOSED;
+    struct call *call = calloc(1, sizeof *call);
+    if (call == NULL)
+        return SLUICE_ERR_NOMEM;
+    req->id = cl->next_id;
+    int rc = conn_frame_pack(req, cl->max_frame, &call->frame);
+    if (rc != 0)
+        goto fail_call;
+    call->id = cl->next_id;
+    call->cb = cb;
+    call->user = user;
+    call->timeout_ms = timeout_ms;
+    call->heap_index = NOT_IN_HEAP;
+    rc = hash_insert(cl, call);
+    if (rc != 0)
+        goto fail_frame;
+    if (timeout_ms > 0) {
+        call->deadline = uv_now(cl->loop) + timeout_ms;
+        rc = heap_push(cl, call);
+        if (rc != 0)
+            goto fail_hash;
+        rearm_call_timer(cl);
+    }
+    cl->next_id++;
+    list_append(&cl->waiting, call);
+
+    if (cl->state == CLIENT_CONNECTED)
+        send_call(cl, call);
+    else if (cl->state == CLIENT_IDLE)
+        start_attempt(cl);
+    return 0;
+
+fail_hash:
+    hash_remove(cl, call);
+fail_frame:
+    conn_frame_free(call->frame);
+fail_call:
+    free(call);
+    return rc;
+}
+
+bool rpc_client_connected(const struct rpc_client *cl)
+{
+    return cl->state == CLIENT_CONNECTED;
+}
+
+uint64_t rpc_client_peer_incarnation(const struct rpc_client *cl)
+{
+    return cl->peer_incarnation;
+}
+
+const char *rpc_client_address(const struct rpc_client *cl)
+{
+    return cl->address;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    struct rpc_client *cl = h->data;
+    cl->busy--;
+    maybe_finish_close(cl);
+}
+
+void rpc_client_close(struct rpc_client *cl, void (*cb)(void *user), void *user)
+{
+    assert(!cl->closing);
+    cl->closing = true;
+    cl->close_cb = cb;
+    cl->close_user = user;
+    fail_list(cl, &cl->sent, SLUICE_ERR_CANCELLED, "client closed");
+    fail_list(cl, &cl->waiting, SLUICE_ERR_CANCELLED, "client closed");
+    uv_close((uv_handle_t *)&cl->connect_timer, on_timer_closed);
+    uv_close((uv_handle_t *)&cl->backoff_timer, on_timer_closed);
+    uv_close((uv_handle_t *)&cl->call_timer, on_timer_closed);
+    if (cl->state == CLIENT_CONNECTING || cl->state == CLIENT_HANDSHAKE ||
+        cl->state == CLIENT_CONNECTED)
+        conn_close(&cl->conn);
+    if (cl->gai_busy)
+        uv_cancel((uv_req_t *)&cl->gai);
+    cl->state = CLIENT_IDLE;
+}

@@ -1,0 +1,333 @@
+/* sluice-dispatcher: parses the command line (DESIGN.md §2), starts the server shell, prints the
+ * "listening on" line and runs the loop until SIGTERM or SIGINT, then closes everything. */
+#include "server.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#define PROG "sluice-dispatcher"
+#define EXIT_USAGE 2
+#define EXIT_RUNTIME 1
+
+static const char usage[] =
+    "usage: sluice-dispatcher [--host H] [--port P] [--work-dir DIR] [--fault-tolerant]\n"
+    "                         [--worker-timeout-ms N] [--client-timeout-ms N]\n"
+    "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
+    "                         [--metrics-port P] [--log-level L]\n"
+    "\n"
+    "  --host H                 address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
+    "  --port P                 port to listen on (default 5050; 0 picks a free one)\n"
+    "  --work-dir DIR           where the journal lives (fault-tolerant mode)\n"
+    "  --fault-tolerant         journal every change so a restart loses nothing\n"
+    "  --worker-timeout-ms N    remove a worker silent this long (default 10000)\n"
+    "  --client-timeout-ms N    release a client silent this long (default 30000)\n"
+    "  --job-gc-timeout-ms N    collect an iteration without clients this long (default 60000)\n"
+    "  --worker-addresses LIST  the fixed workers of static sharding, comma-separated\n"
+    "  --metrics-port P         serve metrics on this port\n"
+    "  --log-level L            debug, info, warn, error or off (default info)\n"
+    "  --help                   print this help\n";
+
+static void fail(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(const char *what, const char *fmt, ...)
+{
+    char why[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    fprintf(stderr, PROG ": %s: %s\n", what, why);
+}
+
+struct config {
+    const char *host;
+    long port;
+    const char *work_dir;
+    bool fault_tolerant;
+    long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
+    char *worker_addresses_text;
+    char **worker_addresses;
+    size_t nworker_addresses;
+    long metrics_port; /* -1: not given */
+    enum log_level log_level;
+};
+
+static bool parse_num(const char *text, long long min, long long max, long long *out)
+{
+    if (!text || !*text || (*text != '-' && (*text < '0' || *text > '9')))
+        return false;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* Splits the comma-separated list in place; each entry must be HOST:PORT (a sluice:// prefix
+ * is dropped, so entries compare equal to the addresses workers advertise). */
+static int parse_worker_addresses(struct config *c, const char *text)
+{
+    c->worker_addresses_text = strdup(text);
+    size_t n = 1;
+    for (const char *p = text; *p; p++)
+        n += *p == ',';
+    c->worker_addresses = calloc(n, sizeof *c->worker_addresses);
+    if (!c->worker_addresses_text || !c->worker_addresses) {
+        fail("usage", "out of memory");
+        return -1;
+    }
+    char *p = c->worker_addresses_text;
+    for (char *entry = strsep(&p, ","); entry; entry = strsep(&p, ",")) {
+        char host[256], err[256];
+        int port;
+        if (!*entry) {
+            fail("usage", "--worker-addresses: empty entry in '%s'", text);
+            return -1;
+        }
+        if (rpc_parse_address(entry, host, sizeof host, &port, err, sizeof err) < 0) {
+            fail("usage", "--worker-addresses: %s", err);
+            return -1;
+        }
+        if (strncmp(entry, "sluice://", 9) == 0)
+            entry += 9;
+        for (size_t i = 0; i < c->nworker_addresses; i++) {
+            if (strcmp(c->worker_addresses[i], entry) == 0) {
+                fail("usage", "--worker-addresses: '%s' is listed twice", entry);
+                return -1;
+            }
+        }
+        c->worker_addresses[c->nworker_addresses++] = entry;
+    }
+    return 0;
+}
+
+/* Returns 0 to run, 1 after --help, -1 after a usage error (already printed). */
+static int parse_args(int argc, char **argv, struct config *c)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage, stdout);
+            return 1;
+        }
+        if (strcmp(arg, "--fault-tolerant") == 0) {
+            c->fault_tolerant = true;
+            continue;
+        }
+        if (strncmp(arg, "--", 2) != 0) {
+            fail("usage", "unexpected argument '%s' (try --help)", arg);
+            return -1;
+        }
+        /* Every other option takes a value: --name VALUE or --name=VALUE. */
+        char name[64];
+        const char *value;
+        const char *eq = strchr(arg, '=');
+        if (eq) {
+            snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+            value = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", arg);
+            value = i + 1 < argc ? argv[++i] : NULL;
+        }
+        static const char *const known[] = {"--host",
+                                            "--port",
+                                            "--work-dir",
+                                            "--worker-timeout-ms",
+                                            "--client-timeout-ms",
+                                            "--job-gc-timeout-ms",
+                                            "--worker-addresses",
+                                            "--metrics-port",
+                                            "--log-level"};
+        bool is_known = false;
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            is_known |= strcmp(name, known[k]) == 0;
+        if (!is_known) {
+            fail("usage", "unknown option '%s' (try --help)", name);
+            return -1;
+        }
+        if (!value) {
+            fail("usage", "%s needs a value", name);
+            return -1;
+        }
+        long long v;
+        if (strcmp(name, "--host") == 0) {
+            if (!*value) {
+                fail("usage", "--host needs a value");
+                return -1;
+            }
+            c->host = value;
+        } else if (strcmp(name, "--port") == 0 || strcmp(name, "--metrics-port") == 0) {
+            if (!parse_num(value, 0, 65535, &v)) {
+                fail("usage", "%s: expected a port from 0 to 65535, found '%s'", name, value);
+                return -1;
+            }
+            if (strcmp(name, "--port") == 0)
+                c->port = (long)v;
+            else
+                c->metrics_port = (long)v;
+        } else if (strcmp(name, "--work-dir") == 0) {
+            if (!*value) {
+                fail("usage", "--work-dir needs a value");
+                return -1;
+            }
+            c->work_dir = value;
+        } else if (strcmp(name, "--log-level") == 0) {
+            if (log_level_parse(value, &c->log_level) < 0) {
+                fail("usage", "--log-level: expected debug, info, warn, error or off, found '%s'",
+                     value);
+                return -1;
+            }
+        } else if (strcmp(name, "--worker-addresses") == 0) {
+            if (c->worker_addresses) {
+                fail("usage", "--worker-addresses given twice");
+                return -1;
+            }
+            if (parse_worker_addresses(c, value) < 0)
+                return -1;
+        } else {
+            if (!parse_num(value, 1, UINT32_MAX, &v)) {
+                fail("usage", "%s: expected a number of milliseconds from 1 to %u, found '%s'",
+                     name, UINT32_MAX, value);
+                return -1;
+            }
+            if (strcmp(name, "--worker-timeout-ms") == 0)
+                c->worker_timeout_ms = v;
+            else if (strcmp(name, "--client-timeout-ms") == 0)
+                c->client_timeout_ms = v;
+            else
+                c->job_gc_timeout_ms = v;
+        }
+    }
+    if (c->fault_tolerant && !c->work_dir) {
+        fail("usage", "--fault-tolerant needs --work-dir");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- running --------------------------------------------------------------------------------- */
+
+struct app {
+    uv_loop_t loop;
+    uv_signal_t sigterm, sigint;
+    struct dispatcher *d;
+    bool stopping;
+    int exit_code;
+};
+
+static void stop(struct app *a)
+{
+    if (a->stopping)
+        return;
+    a->stopping = true;
+    uv_close((uv_handle_t *)&a->sigterm, NULL);
+    uv_close((uv_handle_t *)&a->sigint, NULL);
+    dispatcher_close(a->d, NULL, NULL);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct app *a = h->data;
+    log_info("%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    stop(a);
+}
+
+static void on_fatal(void *user, const char *msg)
+{
+    struct app *a = user;
+    fail("state", "%s", msg);
+    a->exit_code = EXIT_RUNTIME;
+    stop(a);
+}
+
+int main(int argc, char **argv)
+{
+    struct config c = {
+        .host = "127.0.0.1",
+        .port = 5050,
+        .metrics_port = -1,
+        .log_level = LOG_INFO,
+    };
+    int rc = parse_args(argc, argv, &c);
+    int code = rc > 0 ? 0 : EXIT_USAGE;
+    if (rc != 0)
+        goto out_config;
+    code = EXIT_RUNTIME;
+    /* These options name features that arrive later; running without them would silently
+     * break what the user asked for (durability, metrics). */
+    if (c.fault_tolerant || c.work_dir) {
+        fail("journal", "fault-tolerant mode is not available in this build");
+        goto out_config;
+    }
+    if (c.metrics_port >= 0) {
+        fail("metrics", "--metrics-port is not available in this build");
+        goto out_config;
+    }
+    log_init(PROG, c.log_level);
+    /* A peer that vanishes mid-write must cost a write error, not the process. */
+    signal(SIGPIPE, SIG_IGN);
+
+    struct app a = {.exit_code = 0};
+    rc = uv_loop_init(&a.loop);
+    if (rc < 0) {
+        fail("start", "%s", uv_strerror(rc));
+        goto out_config;
+    }
+    struct dispatcher_opts opts = {
+        .host = c.host,
+        .port = (int)c.port,
+        .worker_timeout_ms = (uint32_t)c.worker_timeout_ms,
+        .client_timeout_ms = (uint32_t)c.client_timeout_ms,
+        .job_gc_timeout_ms = (uint32_t)c.job_gc_timeout_ms,
+        .worker_addresses = (const char *const *)c.worker_addresses,
+        .nworker_addresses = c.nworker_addresses,
+        .on_fatal = on_fatal,
+        .user = &a,
+    };
+    char err[512];
+    rc = dispatcher_start(&a.loop, &opts, &a.d, err, sizeof err);
+    if (rc < 0) {
+        /* err already reads "what: why", e.g. "listen on HOST:PORT: Address in use". */
+        fflush(stdout);
+        fprintf(stderr, PROG ": %s\n", err);
+        uv_run(&a.loop, UV_RUN_DEFAULT); /* finishes closing what a failed start left */
+        uv_loop_close(&a.loop);
+        goto out_config;
+    }
+    uv_signal_init(&a.loop, &a.sigterm);
+    uv_signal_init(&a.loop, &a.sigint);
+    a.sigterm.data = a.sigint.data = &a;
+    uv_signal_start(&a.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&a.sigint, on_signal, SIGINT);
+
+    const char *host = dispatcher_host(a.d);
+    bool v6 = strchr(host, ':') != NULL;
+    printf(PROG " listening on %s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "",
+           dispatcher_port(a.d));
+    fflush(stdout);
+
+    uv_run(&a.loop, UV_RUN_DEFAULT);
+    rc = uv_loop_close(&a.loop);
+    if (rc < 0) {
+        fail("shutdown", "%s", uv_strerror(rc));
+        a.exit_code = EXIT_RUNTIME;
+    }
+    code = a.exit_code;
+
+out_config:
+    free(c.worker_addresses);
+    free(c.worker_addresses_text);
+    return code;
+}

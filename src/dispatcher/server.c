@@ -1,0 +1,1424 @@
+/* The dispatcher's server shell.
+ *
+ * Happy path: a request arrives on the loop thread; its handler checks what needs no state
+ * (lengths, enums, the --worker-addresses list), plans against the state (state.h: pure, appends
+ * updates to d->ups or refuses with a message), hands the updates to commit(), and replies from
+ * the commit's callback while holding a reference on the connection. GetOrCreateJob for a new
+ * distributed_epoch iteration first builds the split plan on the thread pool (file globs read
+ * directories) and plans when that is done, against the state as it is then.
+ *
+ * Failure modes: a refused request gets an Error with the plan's code and message; a request
+ * the dispatcher does not serve gets SLUICE_ERR_UNSUPPORTED; a reply that cannot be sent (the
+ * connection went away) is dropped, the state change stands. An update that does not apply to
+ * the state it was planned against is a bug or a damaged memory: the dispatcher then refuses
+ * every later commit and reports through on_fatal.
+ *
+ * Soft state (not journaled, rebuilt from nothing after a restart): when each worker and client
+ * was last heard from, since when each iteration has had no clients, and each dataset's decoded
+ * DatasetDef for building TaskDefs. An id the state knows but the soft state does not (right
+ * after a start) counts from the first timer tick that sees it, so nothing is evicted for
+ * silence it had no chance to break. */
+#include "server.h"
+
+#include "state.h"
+#include "status.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "pipeline/def.h"
+#include "pipeline/spec.h"
+#include "pipeline/split.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_WORKER_TIMEOUT_MS 10000
+#define DEFAULT_CLIENT_TIMEOUT_MS 30000
+#define DEFAULT_JOB_GC_TIMEOUT_MS 60000
+#define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
+#define ERRLEN 512
+
+struct soft {
+    uint64_t id;
+    uint64_t t; /* uv_now() milliseconds */
+};
+
+/* A map from id to time, sorted by id. */
+struct soft_table {
+    struct soft *v;
+    size_t n, cap;
+};
+
+struct def_cache_entry {
+    char id[ST_ID_MAX];
+    Sluice__DatasetDef *def; /* unpacked from the dataset's bytes, owned */
+};
+
+struct job_ctx;
+
+struct dispatcher {
+    uv_loop_t *loop;
+    struct rpc_server *rpc;
+    uv_timer_t timer;
+    struct state st;
+    struct st_update_list ups; /* planning scratch; empty between requests */
+
+    struct soft_table worker_seen, client_seen, idle_since;
+    struct def_cache_entry *defs;
+    size_t ndefs, cap_defs;
+
+    char **worker_addresses;
+    size_t nworker_addresses;
+    uint32_t worker_timeout_ms, client_timeout_ms, gc_timeout_ms;
+    uint32_t worker_hb_ms, client_hb_ms;
+    uint64_t incarnation;
+
+    struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
+    bool fatal;
+    bool closing;
+    unsigned closing_parts; /* the timer and the rpc server, until their close callbacks */
+    void (*close_cb)(void *user);
+    void *close_user;
+    void (*on_fatal)(void *user, const char *msg);
+    void *user;
+};
+
+typedef void (*commit_cb)(struct dispatcher *d, int status, void *ctx);
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+uint32_t dispatcher_heartbeat_ms(uint32_t timeout_ms)
+{
+    uint32_t ms = timeout_ms / 5;
+    if (ms < 50)
+        ms = 50;
+    if (ms > 1000)
+        ms = 1000;
+    return ms;
+}
+
+static struct soft *soft_find(struct soft_table *t, uint64_t id, size_t *pos)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (pos)
+        *pos = lo;
+    return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
+}
+
+/* Soft state is an optimisation of eviction, so running out of memory here only means an entry
+ * is missing, which the next tick treats as "heard from now". */
+static void soft_set(struct soft_table *t, uint64_t id, uint64_t when)
+{
+    size_t pos;
+    struct soft *e = soft_find(t, id, &pos);
+    if (e) {
+        e->t = when;
+        return;
+    }
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        struct soft *v = realloc(t->v, cap * sizeof *v);
+        if (!v)
+            return;
+        t->v = v;
+        t->cap = cap;
+    }
+    memmove(&t->v[pos + 1], &t->v[pos], (t->n - pos) * sizeof *t->v);
+    t->v[pos] = (struct soft){id, when};
+    t->n++;
+}
+
+static void soft_del(struct soft_table *t, uint64_t id)
+{
+    size_t pos;
+    if (soft_find(t, id, &pos)) {
+        memmove(&t->v[pos], &t->v[pos + 1], (t->n - pos - 1) * sizeof *t->v);
+        t->n--;
+    }
+}
+
+static void fatal(struct dispatcher *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fatal(struct dispatcher *d, const char *fmt, ...)
+{
+    char msg[ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (d->fatal)
+        return;
+    d->fatal = true;
+    log_error("%s", msg);
+    if (d->on_fatal)
+        d->on_fatal(d->user, msg);
+}
+
+/* A one-line record of the changes an operator cares about. */
+static void log_update(const struct st_update *u)
+{
+    switch (u->type) {
+    case ST_DATASET_REGISTERED:
+        log_info("dataset '%s' registered: %s", u->name, u->text ? u->text : "");
+        break;
+    case ST_JOB_CREATED:
+        log_info("job %" PRIu64 "%s%s%s created on dataset '%s', mode %s", u->id,
+                 u->name[0] ? " '" : "", u->name, u->name[0] ? "'" : "", u->name2,
+                 st_mode_name((enum st_mode)u->mode));
+        break;
+    case ST_WORKER_REGISTERED:
+        log_info("worker %" PRIu64 " registered at %s (incarnation %016" PRIx64 ")", u->id,
+                 u->address, u->incarnation);
+        break;
+    case ST_WORKER_REMOVED:
+        log_info("worker %" PRIu64 " removed", u->id);
+        break;
+    case ST_WORKER_DRAINING:
+        log_info("worker %" PRIu64 " is draining", u->id);
+        break;
+    case ST_SPLITS_RETURNED:
+        log_info("%zu splits of iteration %" PRIu64 " returned to the pool", u->seqs.n, u->ref);
+        break;
+    case ST_ITERATION_FINISHED:
+        log_info("iteration %" PRIu64 " finished", u->id);
+        break;
+    case ST_ITERATION_GC:
+        log_info("iteration %" PRIu64 " garbage-collected", u->id);
+        break;
+    default:
+        if (log_enabled(LOG_DEBUG))
+            log_debug("%s id=%" PRIu64 " ref=%" PRIu64 " ref2=%" PRIu64, st_update_name(u->type),
+                      u->id, u->ref, u->ref2);
+        break;
+    }
+}
+
+/* ---- commit ---------------------------------------------------------------------------------- */
+
+/* Carries out the updates in ups (consumed: the list is left empty) and calls cb(d, status,
+ * ctx) once they are durable; status is 0, or negative when they could not be carried out (the
+ * dispatcher is then failed and refuses every later commit).
+ *
+ * The updates are applied to the in-memory state before commit() returns, so the next request
+ * plans against them. Today nothing is journaled and cb runs before commit() returns. With the
+ * journal (fault-tolerant mode) the updates are written by a group commit off the loop thread
+ * and cb runs after that transaction commits, in commit order, also for an empty list (a
+ * read-only request then waits for the changes before it), so no reply can reveal a change that
+ * a crash could still lose. A reply therefore takes what the request itself decided (ids,
+ * leased splits) from its planning, and only descriptions from the state as it is in cb. */
+static void commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx)
+{
+    int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
+    for (size_t i = 0; rc == 0 && i < ups->n; i++) {
+        log_update(&ups->v[i]);
+        rc = state_apply(&d->st, &ups->v[i]);
+        if (rc < 0)
+            fatal(d, "state: applying %s %" PRIu64 ": %s", st_update_name(ups->v[i].type),
+                  ups->v[i].id, sluice_strerror(rc));
+    }
+    st_update_list_clear(ups);
+    cb(d, rc, ctx);
+}
+
+/* ---- requests and replies -------------------------------------------------------------------- */
+
+/* What every pending reply holds: the connection (referenced) and the request id. */
+struct req {
+    struct dispatcher *d;
+    struct rpc_conn *conn;
+    uint64_t id;
+};
+
+static void req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id)
+{
+    r->d = d;
+    r->conn = conn;
+    r->id = id;
+    rpc_conn_ref(conn);
+}
+
+static void req_done(struct req *r)
+{
+    rpc_conn_unref(r->conn);
+}
+
+static void refuse(struct rpc_conn *conn, uint64_t id, int code, const char *msg)
+{
+    log_debug("refused a request from %s: %s", rpc_conn_peer_name(conn), msg);
+    rpc_conn_reply_error(conn, id, code, "%s", msg);
+}
+
+/* The error a failed commit answers with. */
+static void refuse_commit(struct req *r, int status)
+{
+    refuse(r->conn, r->id, status == SLUICE_ERR_CLOSED ? SLUICE_ERR_UNAVAILABLE : status,
+           "the dispatcher cannot record changes: it has failed");
+}
+
+static void send_reply(struct req *r, Sluice__Envelope *env)
+{
+    int rc = rpc_conn_reply(r->conn, r->id, env);
+    if (rc < 0 && rc != SLUICE_ERR_CLOSED) {
+        log_warn("reply to %s: %s", rpc_conn_peer_name(r->conn), sluice_strerror(rc));
+        rpc_conn_reply_error(r->conn, r->id, rc, "reply: %s", sluice_strerror(rc));
+    }
+}
+
+static const Sluice__DatasetDef *dataset_def(struct dispatcher *d, const struct st_dataset *ds)
+{
+    for (size_t i = 0; i < d->ndefs; i++) {
+        if (strcmp(d->defs[i].id, ds->id) == 0)
+            return d->defs[i].def;
+    }
+    if (d->ndefs == d->cap_defs) {
+        size_t cap = d->cap_defs ? d->cap_defs * 2 : 8;
+        struct def_cache_entry *v = realloc(d->defs, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        d->defs = v;
+        d->cap_defs = cap;
+    }
+    Sluice__DatasetDef *def = sluice__dataset_def__unpack(NULL, ds->def_len, ds->def);
+    if (!def)
+        return NULL;
+    struct def_cache_entry *e = &d->defs[d->ndefs++];
+    memcpy(e->id, ds->id, strlen(ds->id) + 1);
+    e->def = def;
+    return def;
+}
+
+/* ---- RegisterDataset ------------------------------------------------------------------------- */
+
+struct register_ctx {
+    struct req r;
+    char dataset_id[ST_ID_MAX];
+};
+
+static void register_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct register_ctx *c = ctx;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+    } else {
+        Sluice__RegisterDatasetReply body = SLUICE__REGISTER_DATASET_REPLY__INIT;
+        body.dataset_id = c->dataset_id;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_REGISTER_DATASET_REPLY;
+        env.register_dataset_reply = &body;
+        send_reply(&c->r, &env);
+    }
+    req_done(&c->r);
+    free(c);
+}
+
+static void on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                                const Sluice__Envelope *env)
+{
+    const Sluice__RegisterDatasetRequest *req = env->register_dataset;
+    char err[ERRLEN], why[ERRLEN];
+    uint8_t *packed = NULL, *canon = NULL;
+    size_t canon_len = 0;
+    char *text = NULL;
+    struct pipe_spec *spec = NULL;
+    struct register_ctx *c = NULL;
+    int rc;
+
+    if (!req->dataset) {
+        refuse(conn, env->id, SLUICE_ERR_INVALID, "register_dataset needs a dataset");
+        return;
+    }
+    if (req->compression != SLUICE__COMPRESSION__COMPRESSION_AUTO &&
+        req->compression != SLUICE__COMPRESSION__COMPRESSION_NONE) {
+        snprintf(err, sizeof err, "unknown compression %d", (int)req->compression);
+        refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    /* Decoding the definition is the validation: what the workers will build from it must parse
+     * now. The stored bytes are the canonical encoding of what was decoded. */
+    size_t len = sluice__dataset_def__get_packed_size(req->dataset);
+    packed = malloc(len ? len : 1);
+    if (!packed) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    sluice__dataset_def__pack(req->dataset, packed);
+    rc = pipe_spec_decode(packed, len, &spec, why, sizeof why);
+    if (rc < 0) {
+        err_set(err, sizeof err, rc, "%s", why);
+        goto refused;
+    }
+    rc = pipe_spec_encode(spec, &canon, &canon_len);
+    if (rc < 0) {
+        err_set(err, sizeof err, rc, "encoding the dataset definition: %s", sluice_strerror(rc));
+        goto refused;
+    }
+    rc = pipe_spec_format(spec, NULL, 0);
+    if (rc >= 0) {
+        text = malloc((size_t)rc + 1);
+        if (!text)
+            rc = SLUICE_ERR_NOMEM;
+        else
+            pipe_spec_format(spec, text, (size_t)rc + 1);
+    }
+    if (rc < 0) {
+        err_set(err, sizeof err, rc, "formatting the pipeline: %s", sluice_strerror(rc));
+        goto refused;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    rc = plan_register_dataset(&d->st, req->dataset_id, canon, canon_len, (int)req->compression,
+                               req->split_size, text, c->dataset_id, &d->ups, err, sizeof err);
+    if (rc < 0)
+        goto refused;
+    req_init(&c->r, d, conn, env->id);
+    commit(d, &d->ups, register_done, c);
+    c = NULL;
+    goto out;
+
+refused:
+    refuse(conn, env->id, rc, err);
+out:
+    free(c);
+    free(text);
+    free(canon);
+    free(packed);
+    pipe_spec_free(spec);
+}
+
+/* ---- GetDataset ------------------------------------------------------------------------------ */
+
+struct get_dataset_ctx {
+    struct req r;
+    char dataset_id[ST_ID_MAX];
+};
+
+static void get_dataset_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct get_dataset_ctx *c = ctx;
+    const struct st_dataset *ds = state_dataset(&d->st, c->dataset_id);
+    const Sluice__DatasetDef *def = ds ? dataset_def(d, ds) : NULL;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+    } else if (!ds) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "dataset '%s' not found", c->dataset_id);
+        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
+    } else if (!def) {
+        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+    } else {
+        Sluice__GetDatasetReply body = SLUICE__GET_DATASET_REPLY__INIT;
+        /* protobuf-c packs through const pointers; the generated struct just lacks const. */
+        body.dataset = (Sluice__DatasetDef *)def;
+        body.compression = (Sluice__Compression)ds->compression;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY;
+        env.get_dataset_reply = &body;
+        send_reply(&c->r, &env);
+    }
+    req_done(&c->r);
+    free(c);
+}
+
+static void on_get_dataset(struct dispatcher *d, struct rpc_conn *conn, const Sluice__Envelope *env)
+{
+    const char *id = env->get_dataset->dataset_id;
+    char msg[ERRLEN];
+    if (strlen(id) >= ST_ID_MAX || !state_dataset(&d->st, id)) {
+        snprintf(msg, sizeof msg, "dataset '%.*s' not found", ST_ID_MAX, id);
+        refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, msg);
+        return;
+    }
+    struct get_dataset_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    memcpy(c->dataset_id, id, strlen(id) + 1);
+    req_init(&c->r, d, conn, env->id);
+    commit(d, &d->ups, get_dataset_done, c);
+}
+
+/* ---- GetOrCreateJob -------------------------------------------------------------------------- */
+
+struct job_ctx {
+    struct req r;
+    char dataset_id[ST_ID_MAX];
+    char job_name[ST_ID_MAX];
+    enum st_mode mode;
+    uint32_t num_consumers;
+    uint64_t job_id, iteration_id, client_id;
+
+    /* Building the split plan on the thread pool. */
+    uv_work_t work;
+    struct job_ctx *prev, *next; /* on d->works */
+    uint8_t *def;
+    size_t def_len;
+    uint64_t split_size;
+    struct st_split_plan plan;
+    int rc;
+    char err[ERRLEN];
+};
+
+static void job_ctx_free(struct job_ctx *c)
+{
+    free(c->def);
+    st_split_plan_release(&c->plan);
+    free(c);
+}
+
+static void job_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct job_ctx *c = ctx;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+    } else {
+        soft_set(&d->client_seen, c->client_id, uv_now(d->loop));
+        Sluice__GetOrCreateJobReply body = SLUICE__GET_OR_CREATE_JOB_REPLY__INIT;
+        body.job_id = c->job_id;
+        body.iteration_id = c->iteration_id;
+        body.client_id = c->client_id;
+        body.heartbeat_ms = d->client_hb_ms;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY;
+        env.get_or_create_job_reply = &body;
+        send_reply(&c->r, &env);
+    }
+    req_done(&c->r);
+    job_ctx_free(c);
+}
+
+/* Plans with the split plan (when one was built) and commits; takes c. */
+static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool have_plan)
+{
+    char err[ERRLEN];
+    int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
+                                    have_plan ? &c->plan : NULL, &c->job_id, &c->iteration_id,
+                                    &c->client_id, &d->ups, err, sizeof err);
+    if (rc < 0) {
+        refuse(c->r.conn, c->r.id, rc, err);
+        req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    commit(d, &d->ups, job_done, c);
+}
+
+/* On the thread pool: decode the definition and build the split plan. Touches only c. */
+static void job_plan_work(uv_work_t *w)
+{
+    struct job_ctx *c = w->data;
+    struct pipe_spec *spec = NULL;
+    struct pipe_split_provider p;
+    char why[ERRLEN];
+    c->rc = pipe_spec_decode(c->def, c->def_len, &spec, why, sizeof why);
+    if (c->rc < 0) {
+        err_set(c->err, sizeof c->err, c->rc, "dataset '%s': %s", c->dataset_id, why);
+        return;
+    }
+    c->rc = pipe_split_provider_init(&p, spec, c->split_size, why, sizeof why);
+    pipe_spec_free(spec);
+    if (c->rc < 0) {
+        err_set(c->err, sizeof c->err, c->rc, "splitting dataset '%s': %s", c->dataset_id, why);
+        return;
+    }
+    struct st_split_plan view = {
+        .source_len = p.source_len,
+        .split_size = p.split_size,
+        .per_pass = p.per_pass,
+        .passes = p.passes,
+        .paths = p.paths,
+        .npaths = p.npaths,
+    };
+    c->rc = st_split_plan_copy(&c->plan, &view);
+    if (c->rc < 0)
+        err_set(c->err, sizeof c->err, c->rc, "out of memory");
+    pipe_split_provider_release(&p);
+}
+
+static void maybe_finish_close(struct dispatcher *d);
+
+static void job_plan_after(uv_work_t *w, int status)
+{
+    struct job_ctx *c = w->data;
+    struct dispatcher *d = c->r.d;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        d->works = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (status < 0 || d->closing) {
+        req_done(&c->r);
+        job_ctx_free(c);
+        maybe_finish_close(d);
+        return;
+    }
+    if (c->rc < 0) {
+        refuse(c->r.conn, c->r.id, c->rc, c->err);
+        req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    job_plan_and_commit(d, c, true);
+}
+
+static bool static_mode(enum st_mode mode)
+{
+    return mode == ST_MODE_FILE || mode == ST_MODE_DATA || mode == ST_MODE_FILE_OR_DATA ||
+           mode == ST_MODE_HINT;
+}
+
+static void on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
+                                 const Sluice__Envelope *env)
+{
+    const Sluice__GetOrCreateJobRequest *req = env->get_or_create_job;
+    char msg[ERRLEN];
+    int code = SLUICE_ERR_INVALID;
+    const struct st_dataset *ds = NULL;
+
+    if ((unsigned)req->mode > (unsigned)ST_MODE_HINT) {
+        snprintf(msg, sizeof msg, "unknown processing mode %d", (int)req->mode);
+        goto refused;
+    }
+    enum st_mode mode = (enum st_mode)req->mode;
+    if (strlen(req->job_name) >= ST_ID_MAX) {
+        snprintf(msg, sizeof msg, "job name is longer than %d bytes", ST_ID_MAX - 1);
+        goto refused;
+    }
+    if (static_mode(mode) && d->nworker_addresses == 0) {
+        snprintf(msg, sizeof msg, "mode %s needs --worker-addresses on the dispatcher",
+                 st_mode_name(mode));
+        goto refused;
+    }
+    if (req->num_consumers > 0 && req->job_name[0] == '\0') {
+        snprintf(msg, sizeof msg, "num_consumers needs a job name");
+        goto refused;
+    }
+    if (req->num_consumers > 0 && req->consumer_index >= req->num_consumers) {
+        snprintf(msg, sizeof msg, "consumer_index %" PRIu32 " is not below num_consumers %" PRIu32,
+                 req->consumer_index, req->num_consumers);
+        goto refused;
+    }
+    if (strlen(req->dataset_id) < ST_ID_MAX)
+        ds = state_dataset(&d->st, req->dataset_id);
+    if (!ds) {
+        code = SLUICE_ERR_NOT_FOUND;
+        snprintf(msg, sizeof msg, "dataset '%.*s' not found", ST_ID_MAX, req->dataset_id);
+        goto refused;
+    }
+
+    struct job_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        code = SLUICE_ERR_NOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto refused;
+    }
+    memcpy(c->dataset_id, req->dataset_id, strlen(req->dataset_id) + 1);
+    memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
+    c->mode = mode;
+    c->num_consumers = req->num_consumers;
+    req_init(&c->r, d, conn, env->id);
+
+    /* A split plan is needed only when a distributed_epoch iteration will be created. */
+    const struct st_job *job = state_job_by_name(&d->st, c->job_name);
+    const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
+    bool joining = cur && cur->state != ST_ITER_GC;
+    if (mode != ST_MODE_DISTRIBUTED_EPOCH || joining) {
+        job_plan_and_commit(d, c, false);
+        return;
+    }
+    c->def = malloc(ds->def_len ? ds->def_len : 1);
+    if (!c->def) {
+        refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    memcpy(c->def, ds->def, ds->def_len);
+    c->def_len = ds->def_len;
+    c->split_size = ds->split_size;
+    c->work.data = c;
+    int rc = uv_queue_work(d->loop, &c->work, job_plan_work, job_plan_after);
+    if (rc < 0) {
+        snprintf(msg, sizeof msg, "queueing work: %s", uv_strerror(rc));
+        refuse(conn, env->id, rc, msg);
+        req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    c->next = d->works;
+    if (d->works)
+        d->works->prev = c;
+    d->works = c;
+    return;
+
+refused:
+    refuse(conn, env->id, code, msg);
+}
+
+/* ---- ClientHeartbeat and ReleaseClient ------------------------------------------------------- */
+
+struct client_ctx {
+    struct req r;
+    uint64_t client_id, iteration_id;
+};
+
+static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct client_ctx *c = ctx;
+    const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+    Sluice__TaskInfo *infos = NULL, **ptrs = NULL;
+    size_t n = 0;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+        goto out;
+    }
+    if (!it) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "iteration %" PRIu64 " not found", c->iteration_id);
+        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
+        goto out;
+    }
+    for (size_t i = 0; i < d->st.ntasks; i++)
+        n += d->st.tasks[i].iteration_id == it->id;
+    infos = calloc(n ? n : 1, sizeof *infos);
+    ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!infos || !ptrs) {
+        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    n = 0;
+    for (size_t i = 0; i < d->st.ntasks; i++) {
+        const struct st_task *t = &d->st.tasks[i];
+        const struct st_worker *w = state_worker(&d->st, t->worker_id);
+        if (t->iteration_id != it->id || !w)
+            continue;
+        Sluice__TaskInfo init = SLUICE__TASK_INFO__INIT;
+        infos[n] = init;
+        infos[n].task_id = t->id;
+        infos[n].iteration_id = t->iteration_id;
+        infos[n].worker_address = (char *)w->address;
+        infos[n].worker_incarnation = w->incarnation;
+        ptrs[n] = &infos[n];
+        n++;
+    }
+    Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
+    body.n_tasks = n;
+    body.tasks = ptrs;
+    body.iteration_finished = it->state == ST_ITER_FINISHED;
+    body.heartbeat_ms = d->client_hb_ms;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY;
+    env.client_heartbeat_reply = &body;
+    send_reply(&c->r, &env);
+out:
+    free(infos);
+    free(ptrs);
+    req_done(&c->r);
+    free(c);
+}
+
+static void on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                const Sluice__Envelope *env)
+{
+    const Sluice__ClientHeartbeatRequest *req = env->client_heartbeat;
+    char err[ERRLEN];
+    int rc = plan_client_heartbeat(&d->st, req->client_id, err, sizeof err);
+    if (rc < 0) {
+        refuse(conn, env->id, rc, err);
+        return;
+    }
+    const struct st_client *cl = state_client(&d->st, req->client_id);
+    uint64_t iteration_id = req->iteration_id ? req->iteration_id : cl->iteration_id;
+    if (!state_iteration(&d->st, iteration_id)) {
+        snprintf(err, sizeof err, "iteration %" PRIu64 " not found", iteration_id);
+        refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
+        return;
+    }
+    if (iteration_id != cl->iteration_id) {
+        snprintf(err, sizeof err, "client %" PRIu64 " reads iteration %" PRIu64 ", not %" PRIu64,
+                 req->client_id, cl->iteration_id, iteration_id);
+        refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    struct client_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
+    c->client_id = req->client_id;
+    c->iteration_id = iteration_id;
+    req_init(&c->r, d, conn, env->id);
+    commit(d, &d->ups, client_heartbeat_done, c);
+}
+
+static void release_client_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct client_ctx *c = ctx;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+    } else {
+        soft_del(&d->client_seen, c->client_id);
+        Sluice__ReleaseClientReply body = SLUICE__RELEASE_CLIENT_REPLY__INIT;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT_REPLY;
+        env.release_client_reply = &body;
+        send_reply(&c->r, &env);
+    }
+    req_done(&c->r);
+    free(c);
+}
+
+static void on_release_client(struct dispatcher *d, struct rpc_conn *conn,
+                              const Sluice__Envelope *env)
+{
+    char err[ERRLEN];
+    struct client_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    c->client_id = env->release_client->client_id;
+    int rc = plan_release_client(&d->st, c->client_id, &d->ups, err, sizeof err);
+    if (rc < 0) {
+        refuse(conn, env->id, rc, err);
+        free(c);
+        return;
+    }
+    req_init(&c->r, d, conn, env->id);
+    commit(d, &d->ups, release_client_done, c);
+}
+
+/* ---- WorkerHeartbeat ------------------------------------------------------------------------- */
+
+struct worker_ctx {
+    struct req r;
+    uint64_t worker_id;
+    uint64_t *reported; /* task ids the worker listed, sorted */
+    size_t nreported;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool reported(const struct worker_ctx *c, uint64_t task_id)
+{
+    return c->nreported > 0 &&
+           bsearch(&task_id, c->reported, c->nreported, sizeof *c->reported, cmp_u64) != NULL;
+}
+
+/* Position of address in --worker-addresses, or -1. */
+static long worker_index(const struct dispatcher *d, const char *address)
+{
+    for (size_t i = 0; i < d->nworker_addresses; i++) {
+        if (strcmp(d->worker_addresses[i], address) == 0)
+            return (long)i;
+    }
+    return -1;
+}
+
+/* Fills def for task t (which must be this worker's); strings point into the state. */
+static int fill_task_def(struct dispatcher *d, const struct st_task *t, const char *address,
+                         Sluice__TaskDef *def)
+{
+    const struct st_iteration *it = state_iteration(&d->st, t->iteration_id);
+    const struct st_job *job = it ? state_job(&d->st, it->job_id) : NULL;
+    const struct st_dataset *ds = job ? state_dataset(&d->st, job->dataset_id) : NULL;
+    const Sluice__DatasetDef *dd = ds ? dataset_def(d, ds) : NULL;
+    if (!dd)
+        return SLUICE_ERR_NOMEM; /* the rows exist (state invariants); only decoding can fail */
+    Sluice__TaskDef init = SLUICE__TASK_DEF__INIT;
+    *def = init;
+    def->task_id = t->id;
+    def->iteration_id = t->iteration_id;
+    def->job_id = job->id;
+    def->dataset_id = (char *)ds->id;
+    def->dataset = (Sluice__DatasetDef *)dd;
+    def->mode = (Sluice__ProcessingMode)job->mode;
+    def->compression = (Sluice__Compression)ds->compression;
+    def->num_consumers = job->num_consumers;
+    if (static_mode(job->mode)) {
+        long index = worker_index(d, address);
+        if (index < 0)
+            return SLUICE_ERR_INVALID;
+        def->num_workers = (uint32_t)d->nworker_addresses;
+        def->worker_index = (uint32_t)index;
+    }
+    return 0;
+}
+
+static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct worker_ctx *c = ctx;
+    const struct st_worker *w = state_worker(&d->st, c->worker_id);
+    Sluice__TaskDef *defs = NULL, **ptrs = NULL;
+    uint64_t *removed = NULL;
+    size_t ndefs = 0, nremoved = 0;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+        goto out;
+    }
+    if (!w) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "worker %" PRIu64 " not found", c->worker_id);
+        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
+        goto out;
+    }
+    soft_set(&d->worker_seen, w->id, uv_now(d->loop));
+    size_t n = 0;
+    for (size_t i = 0; i < d->st.ntasks; i++)
+        n += d->st.tasks[i].worker_id == w->id;
+    defs = calloc(n ? n : 1, sizeof *defs);
+    ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    removed = calloc(c->nreported ? c->nreported : 1, sizeof *removed);
+    if (!defs || !ptrs || !removed) {
+        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    /* New: assigned, unfinished, and not yet known to the worker. */
+    for (size_t i = 0; i < d->st.ntasks; i++) {
+        const struct st_task *t = &d->st.tasks[i];
+        if (t->worker_id != w->id || t->finished || reported(c, t->id))
+            continue;
+        int rc = fill_task_def(d, t, w->address, &defs[ndefs]);
+        if (rc < 0) {
+            char msg[ERRLEN];
+            snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id,
+                     rc == SLUICE_ERR_INVALID ? "worker address is not in --worker-addresses"
+                                              : sluice_strerror(rc));
+            refuse(c->r.conn, c->r.id, rc, msg);
+            goto out;
+        }
+        ptrs[ndefs] = &defs[ndefs];
+        ndefs++;
+    }
+    /* Removed: reported, but no longer this worker's. */
+    for (size_t i = 0; i < c->nreported; i++) {
+        const struct st_task *t = state_task(&d->st, c->reported[i]);
+        if ((!t || t->worker_id != w->id) &&
+            (nremoved == 0 || removed[nremoved - 1] != c->reported[i]))
+            removed[nremoved++] = c->reported[i];
+    }
+    Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
+    body.worker_id = w->id;
+    body.n_new_tasks = ndefs;
+    body.new_tasks = ptrs;
+    body.n_removed_task_ids = nremoved;
+    body.removed_task_ids = removed;
+    body.heartbeat_ms = d->worker_hb_ms;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY;
+    env.worker_heartbeat_reply = &body;
+    send_reply(&c->r, &env);
+out:
+    free(defs);
+    free(ptrs);
+    free(removed);
+    free(c->reported);
+    req_done(&c->r);
+    free(c);
+}
+
+static void on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                const Sluice__Envelope *env)
+{
+    const Sluice__WorkerHeartbeatRequest *req = env->worker_heartbeat;
+    char err[ERRLEN];
+    uint64_t *finished = NULL;
+    size_t nfinished = 0;
+    int rc;
+    if (d->nworker_addresses > 0 && worker_index(d, req->address) < 0) {
+        snprintf(err, sizeof err, "worker address '%.*s' is not in --worker-addresses", ST_ADDR_MAX,
+                 req->address);
+        refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    struct worker_ctx *c = calloc(1, sizeof *c);
+    if (c)
+        c->reported = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *c->reported);
+    finished = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *finished);
+    if (!c || !c->reported || !finished) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    for (size_t i = 0; i < req->n_tasks; i++) {
+        if (!req->tasks[i])
+            continue;
+        c->reported[c->nreported++] = req->tasks[i]->task_id;
+        if (req->tasks[i]->finished)
+            finished[nfinished++] = req->tasks[i]->task_id;
+    }
+    qsort(c->reported, c->nreported, sizeof *c->reported, cmp_u64);
+    rc = plan_worker_heartbeat(&d->st, req->address, rpc_conn_peer_incarnation(conn), finished,
+                               nfinished, req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    if (rc < 0)
+        goto refused;
+    free(finished);
+    req_init(&c->r, d, conn, env->id);
+    commit(d, &d->ups, worker_heartbeat_done, c);
+    return;
+
+refused:
+    refuse(conn, env->id, rc, err);
+    free(finished);
+    if (c)
+        free(c->reported);
+    free(c);
+}
+
+/* ---- GetSplits ------------------------------------------------------------------------------- */
+
+struct splits_ctx {
+    struct req r;
+    uint64_t iteration_id;
+    bool end;
+    uint64_t *seqs;
+    size_t nseqs;
+};
+
+static void get_splits_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct splits_ctx *c = ctx;
+    if (status < 0) {
+        refuse_commit(&c->r, status);
+    } else {
+        const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+        Sluice__SplitPlan plan = SLUICE__SPLIT_PLAN__INIT;
+        Sluice__GetSplitsReply body = SLUICE__GET_SPLITS_REPLY__INIT;
+        body.n_seqs = c->nseqs;
+        body.seqs = c->seqs;
+        body.end_of_splits = c->end;
+        if (it && it->distributed && it->state != ST_ITER_GC) {
+            plan.source_len = it->plan.source_len;
+            plan.split_size = it->plan.split_size;
+            plan.per_pass = it->plan.per_pass;
+            plan.passes = it->plan.passes;
+            plan.n_paths = it->plan.npaths;
+            plan.paths = it->plan.paths;
+            body.plan = &plan;
+        }
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
+        env.get_splits_reply = &body;
+        send_reply(&c->r, &env);
+    }
+    req_done(&c->r);
+    free(c->seqs);
+    free(c);
+}
+
+static void on_get_splits(struct dispatcher *d, struct rpc_conn *conn, const Sluice__Envelope *env)
+{
+    const Sluice__GetSplitsRequest *req = env->get_splits;
+    char err[ERRLEN];
+    int rc;
+    const struct st_task *t = state_task(&d->st, req->task_id);
+    const struct st_worker *w = t ? state_worker(&d->st, t->worker_id) : NULL;
+    /* A previous incarnation at the worker's address lost its tasks when the new one
+     * registered; its late requests must not take splits. */
+    if (w && w->incarnation != rpc_conn_peer_incarnation(conn)) {
+        snprintf(err, sizeof err, "task %" PRIu64 " belongs to another worker incarnation",
+                 req->task_id);
+        refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    uint32_t max =
+        req->max_splits < MAX_SPLITS_PER_REQUEST ? req->max_splits : MAX_SPLITS_PER_REQUEST;
+    struct splits_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    rc = plan_get_splits(&d->st, req->task_id, req->finished, req->n_finished, max, &d->ups,
+                         &c->end, err, sizeof err);
+    if (rc < 0) {
+        refuse(conn, env->id, rc, err);
+        free(c);
+        return;
+    }
+    c->iteration_id = t->iteration_id;
+    for (size_t i = 0; i < d->ups.n; i++) {
+        const struct st_update *u = &d->ups.v[i];
+        if (u->type != ST_SPLITS_LEASED)
+            continue;
+        c->seqs = malloc(u->seqs.n * sizeof *c->seqs);
+        if (!c->seqs) {
+            st_update_list_clear(&d->ups);
+            refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+            free(c);
+            return;
+        }
+        memcpy(c->seqs, u->seqs.v, u->seqs.n * sizeof *c->seqs);
+        c->nseqs = u->seqs.n;
+    }
+    req_init(&c->r, d, conn, env->id);
+    commit(d, &d->ups, get_splits_done, c);
+}
+
+/* ---- Status ---------------------------------------------------------------------------------- */
+
+static void status_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct req *r = ctx;
+    char *json = NULL;
+    if (status < 0) {
+        refuse_commit(r, status);
+    } else if (status_json(&d->st, &json) < 0) {
+        refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
+    } else {
+        Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
+        body.json = json;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
+        env.status_reply = &body;
+        send_reply(r, &env);
+    }
+    free(json);
+    req_done(r);
+    free(r);
+}
+
+static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice__Envelope *env)
+{
+    struct req *r = calloc(1, sizeof *r);
+    if (!r) {
+        refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    req_init(r, d, conn, env->id);
+    commit(d, &d->ups, status_done, r);
+}
+
+/* ---- dispatching requests -------------------------------------------------------------------- */
+
+static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *env,
+                       void *user)
+{
+    struct dispatcher *d = user;
+    if (d->closing)
+        return;
+    switch (env->body_case) {
+    case SLUICE__ENVELOPE__BODY_REGISTER_DATASET:
+        on_register_dataset(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_DATASET:
+        on_get_dataset(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB:
+        on_get_or_create_job(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT:
+        on_client_heartbeat(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_RELEASE_CLIENT:
+        on_release_client(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT:
+        on_worker_heartbeat(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_SPLITS:
+        on_get_splits(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_STATUS:
+        on_status(d, conn, env);
+        break;
+    default: {
+        char msg[128];
+        snprintf(msg, sizeof msg, "the dispatcher does not serve message %d", (int)env->body_case);
+        refuse(conn, env->id, SLUICE_ERR_UNSUPPORTED, msg);
+        break;
+    }
+    }
+    /* Every handler leaves the scratch list empty: planned updates went to commit(). */
+    if (d->ups.n > 0) {
+        st_update_list_clear(&d->ups);
+        fatal(d, "state: a handler left planned updates uncommitted");
+    }
+}
+
+/* ---- the timer: evictions and garbage collection --------------------------------------------- */
+
+static void tick_done(struct dispatcher *d, int status, void *ctx)
+{
+    (void)d;
+    (void)status;
+    (void)ctx;
+}
+
+static bool expired(struct soft_table *t, uint64_t id, uint64_t now, uint32_t timeout)
+{
+    struct soft *e = soft_find(t, id, NULL);
+    if (!e) {
+        soft_set(t, id, now);
+        return false;
+    }
+    return now - e->t > timeout;
+}
+
+/* Deletes soft entries whose id the state no longer knows. */
+static void soft_prune(struct soft_table *t, const struct state *s,
+                       bool (*alive)(const struct state *, uint64_t))
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (alive(s, t->v[i].id))
+            t->v[k++] = t->v[i];
+    }
+    t->n = k;
+}
+
+static bool worker_alive(const struct state *s, uint64_t id)
+{
+    return state_worker(s, id) != NULL;
+}
+
+static bool client_alive(const struct state *s, uint64_t id)
+{
+    return state_client(s, id) != NULL;
+}
+
+static bool iteration_idle(const struct state *s, uint64_t id)
+{
+    const struct st_iteration *it = state_iteration(s, id);
+    return it && it->state != ST_ITER_GC && state_iteration_clients(s, id) == 0;
+}
+
+/* Room for the ids of up to n rows. The timer collects the ids it acts on before acting,
+ * because every commit changes the tables it walks. */
+static uint64_t *id_buffer(size_t n, size_t *count)
+{
+    *count = 0;
+    return malloc((n ? n : 1) * sizeof(uint64_t));
+}
+
+static void on_tick(uv_timer_t *timer)
+{
+    struct dispatcher *d = timer->data;
+    if (d->fatal || d->closing)
+        return;
+    uint64_t now = uv_now(d->loop);
+    char err[ERRLEN];
+    size_t n;
+    uint64_t *ids;
+
+    soft_prune(&d->worker_seen, &d->st, worker_alive);
+    soft_prune(&d->client_seen, &d->st, client_alive);
+    soft_prune(&d->idle_since, &d->st, iteration_idle);
+
+    if ((ids = id_buffer(d->st.nworkers, &n))) {
+        for (size_t i = 0; i < d->st.nworkers; i++) {
+            if (expired(&d->worker_seen, d->st.workers[i].id, now, d->worker_timeout_ms))
+                ids[n++] = d->st.workers[i].id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const struct st_worker *w = state_worker(&d->st, ids[i]);
+            log_warn("worker %" PRIu64 " at %s sent no heartbeat for %" PRIu32 " ms: removing it",
+                     ids[i], w ? w->address : "?", d->worker_timeout_ms);
+            if (plan_remove_worker(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("removing worker %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            soft_del(&d->worker_seen, ids[i]);
+            commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+
+    if ((ids = id_buffer(d->st.nclients, &n))) {
+        for (size_t i = 0; i < d->st.nclients; i++) {
+            if (expired(&d->client_seen, d->st.clients[i].id, now, d->client_timeout_ms))
+                ids[n++] = d->st.clients[i].id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            log_info("client %" PRIu64 " sent no heartbeat for %" PRIu32 " ms: releasing it",
+                     ids[i], d->client_timeout_ms);
+            if (plan_release_client(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("releasing client %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            soft_del(&d->client_seen, ids[i]);
+            commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+
+    /* An iteration idle since the last tick that saw it so gets collected after the timeout;
+     * the clock restarts whenever it has clients again (pruned above). */
+    if ((ids = id_buffer(d->st.niterations, &n))) {
+        for (size_t i = 0; i < d->st.niterations; i++) {
+            const struct st_iteration *it = &d->st.iterations[i];
+            if (iteration_idle(&d->st, it->id) &&
+                expired(&d->idle_since, it->id, now, d->gc_timeout_ms))
+                ids[n++] = it->id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (plan_gc_iteration(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("collecting iteration %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            soft_del(&d->idle_since, ids[i]);
+            commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+}
+
+/* ---- start and close ------------------------------------------------------------------------- */
+
+static void dispatcher_free(struct dispatcher *d)
+{
+    state_release(&d->st);
+    st_update_list_release(&d->ups);
+    free(d->worker_seen.v);
+    free(d->client_seen.v);
+    free(d->idle_since.v);
+    for (size_t i = 0; i < d->ndefs; i++)
+        sluice__dataset_def__free_unpacked(d->defs[i].def, NULL);
+    free(d->defs);
+    for (size_t i = 0; i < d->nworker_addresses; i++)
+        free(d->worker_addresses[i]);
+    free(d->worker_addresses);
+    free(d);
+}
+
+int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct dispatcher **out,
+                     char *err, size_t errlen)
+{
+    int rc;
+    struct dispatcher *d = calloc(1, sizeof *d);
+    if (!d)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
+    d->loop = loop;
+    state_init(&d->st);
+    d->worker_timeout_ms =
+        opts->worker_timeout_ms ? opts->worker_timeout_ms : DEFAULT_WORKER_TIMEOUT_MS;
+    d->client_timeout_ms =
+        opts->client_timeout_ms ? opts->client_timeout_ms : DEFAULT_CLIENT_TIMEOUT_MS;
+    d->gc_timeout_ms =
+        opts->job_gc_timeout_ms ? opts->job_gc_timeout_ms : DEFAULT_JOB_GC_TIMEOUT_MS;
+    d->worker_hb_ms = dispatcher_heartbeat_ms(d->worker_timeout_ms);
+    d->client_hb_ms = dispatcher_heartbeat_ms(d->client_timeout_ms);
+    d->on_fatal = opts->on_fatal;
+    d->user = opts->user;
+    d->incarnation = rpc_new_incarnation();
+    if (opts->nworker_addresses > 0) {
+        d->worker_addresses = calloc(opts->nworker_addresses, sizeof *d->worker_addresses);
+        if (!d->worker_addresses) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < opts->nworker_addresses; i++) {
+            d->worker_addresses[i] = strdup(opts->worker_addresses[i]);
+            if (!d->worker_addresses[i]) {
+                rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
+                goto fail;
+            }
+            d->nworker_addresses++;
+        }
+    }
+
+    struct rpc_server_opts ro = {
+        .host = opts->host,
+        .port = opts->port,
+        .role = SLUICE__ROLE__ROLE_DISPATCHER,
+        .incarnation = d->incarnation,
+        .on_request = on_request,
+        .user = d,
+    };
+    rc = rpc_server_start(loop, &ro, &d->rpc, err, errlen);
+    if (rc < 0)
+        goto fail;
+
+    /* The timer runs often enough that no deadline is overshot by more than a quarter. */
+    uint32_t shortest = d->worker_timeout_ms;
+    if (d->client_timeout_ms < shortest)
+        shortest = d->client_timeout_ms;
+    if (d->gc_timeout_ms < shortest)
+        shortest = d->gc_timeout_ms;
+    uint64_t interval = shortest / 4;
+    if (interval < 10)
+        interval = 10;
+    if (interval > 1000)
+        interval = 1000;
+    uv_timer_init(loop, &d->timer);
+    d->timer.data = d;
+    uv_timer_start(&d->timer, on_tick, interval, interval);
+    *out = d;
+    return 0;
+
+fail:
+    dispatcher_free(d);
+    return rc;
+}
+
+const char *dispatcher_host(const struct dispatcher *d)
+{
+    return rpc_server_host(d->rpc);
+}
+
+int dispatcher_port(const struct dispatcher *d)
+{
+    return rpc_server_port(d->rpc);
+}
+
+uint64_t dispatcher_incarnation(const struct dispatcher *d)
+{
+    return d->incarnation;
+}
+
+static void maybe_finish_close(struct dispatcher *d)
+{
+    if (!d->closing || d->closing_parts > 0 || d->works)
+        return;
+    void (*cb)(void *) = d->close_cb;
+    void *user = d->close_user;
+    dispatcher_free(d);
+    if (cb)
+        cb(user);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    struct dispatcher *d = h->data;
+    d->closing_parts--;
+    maybe_finish_close(d);
+}
+
+static void on_rpc_closed(void *user)
+{
+    struct dispatcher *d = user;
+    d->rpc = NULL;
+    d->closing_parts--;
+    maybe_finish_close(d);
+}
+
+void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user)
+{
+    d->closing = true;
+    d->close_cb = cb;
+    d->close_user = user;
+    d->closing_parts = 2;
+    uv_timer_stop(&d->timer);
+    uv_close((uv_handle_t *)&d->timer, on_timer_closed);
+    rpc_server_close(d->rpc, on_rpc_closed, d);
+    /* Queued work is dropped; work already running finishes and its callback frees it. */
+    for (struct job_ctx *c = d->works; c; c = c->next)
+        uv_cancel((uv_req_t *)&c->work);
+}

@@ -1,0 +1,61 @@
+/* The dispatcher's server shell: the RPC handlers around the pure state machine (state.h), the
+ * soft state that is not journaled (heartbeat times, idle times, decoded dataset definitions),
+ * and the timer that evicts silent workers, releases silent clients and garbage-collects idle
+ * iterations.
+ *
+ * Every request goes validate -> plan (state.h, pure) -> commit -> reply, and the reply leaves
+ * only from the commit's callback, so once commits are journaled no answer can get ahead of
+ * its record (DESIGN.md §1).
+ *
+ * Threading: everything here runs on the loop thread, except the work of building a
+ * distributed_epoch split plan (which expands file globs, i.e. reads directories) on the
+ * libuv thread pool. */
+#ifndef SLUICE_DISPATCHER_SERVER_H
+#define SLUICE_DISPATCHER_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct dispatcher;
+
+struct dispatcher_opts {
+    const char *host;           /* default "127.0.0.1" */
+    int port;                   /* 0 picks a free port */
+    uint32_t worker_timeout_ms; /* 0: 10000 */
+    uint32_t client_timeout_ms; /* 0: 30000 */
+    uint32_t job_gc_timeout_ms; /* 0: 60000 */
+    /* The fixed worker list of static sharding (--worker-addresses), copied at start. When it
+     * is not empty, only workers whose heartbeat address is in it are accepted, and a task's
+     * worker_index is the position of its worker's address. */
+    const char *const *worker_addresses;
+    size_t nworker_addresses;
+    /* Called (at most once) when the dispatcher can no longer keep its state consistent, e.g.
+     * an update that does not apply; the owner should close it and exit with failure. May be
+     * NULL. */
+    void (*on_fatal)(void *user, const char *msg);
+    void *user;
+};
+
+/* Binds, listens and starts the timer. The Hello incarnation is a fresh random number per call.
+ * On failure returns a negative code with "what: why" in err and leaves nothing to close (the
+ * loop may still need one run to finish closing a handle that failed half way, as
+ * rpc_server_start documents). */
+int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct dispatcher **out,
+                     char *err, size_t errlen);
+
+/* The bound host and port (useful with port 0). */
+const char *dispatcher_host(const struct dispatcher *d);
+int dispatcher_port(const struct dispatcher *d);
+uint64_t dispatcher_incarnation(const struct dispatcher *d);
+
+/* The heartbeat interval told to workers or clients for a given timeout: timeout / 5, clamped to
+ * [50, 1000] ms, so several heartbeats fit in one timeout. */
+uint32_t dispatcher_heartbeat_ms(uint32_t timeout_ms);
+
+/* Stops serving: closes the listener, every connection and the timer, cancels queued work,
+ * waits for work already running, then frees d and calls cb (may be NULL). Pending requests get
+ * no reply. Call once. */
+void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user);
+
+#endif

@@ -1,0 +1,339 @@
+/* The dispatcher's state machine (DESIGN.md §1, §4, §6). Pure: no libuv, no LMDB, no clock, no
+ * randomness, no logging, no protobuf.
+ *
+ * Everything the dispatcher knows that must survive a restart lives in struct state and changes
+ * only through state_apply(state, update). The shell (server.c) decides what should happen —
+ * it calls the pure planning functions below, which read the state and append updates to a
+ * list — then applies them with state_apply() at once (so the next request, possibly planned
+ * before this one's journal write completes, plans against them), journals them (fault-tolerant
+ * mode), and replies only once they are durable. A journal failure is fatal, so no reply ever
+ * reveals a change that a restart could lose. Replay after a restart calls the same
+ * state_apply() on the journaled updates, so live and replayed states are identical.
+ *
+ * Soft state that is rebuilt after a restart (heartbeat times, connections, rates) is NOT here;
+ * the shell keeps it beside the state.
+ *
+ * Ids: every id is chosen by the planning functions from the state's counters, written into the
+ * update, and state_apply() raises the counters past it, so ids never repeat, also across
+ * restarts.
+ *
+ * Ownership: struct state owns all its memory; an update owns its strings and arrays until
+ * st_update_release(). Lookups return pointers into the state that stay valid until the next
+ * state_apply(). Not thread-safe: the loop thread owns the state. */
+#ifndef SLUICE_DISPATCHER_STATE_H
+#define SLUICE_DISPATCHER_STATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ST_ID_MAX 128 /* dataset ids and job names, including the NUL */
+#define ST_ADDR_MAX 256
+
+enum st_mode {
+    ST_MODE_PARALLEL_EPOCHS = 0,
+    ST_MODE_DISTRIBUTED_EPOCH = 1,
+    ST_MODE_FILE = 2,
+    ST_MODE_DATA = 3,
+    ST_MODE_FILE_OR_DATA = 4,
+    ST_MODE_HINT = 5
+};
+const char *st_mode_name(enum st_mode mode);            /* "parallel_epochs", ... */
+int st_mode_parse(const char *text, enum st_mode *out); /* also accepts "off", "dynamic" */
+
+enum st_iteration_state { ST_ITER_ACTIVE = 0, ST_ITER_FINISHED = 1, ST_ITER_GC = 2 };
+
+struct st_dataset {
+    char id[ST_ID_MAX];
+    uint8_t *def; /* serialized DatasetDef */
+    size_t def_len;
+    int compression; /* Sluice__Compression value */
+    uint64_t split_size;
+    char *text;     /* canonical pipeline text */
+    bool generated; /* the id was generated from next_dataset_id (a decimal counter) */
+};
+
+struct st_job {
+    uint64_t id;
+    char name[ST_ID_MAX]; /* empty for anonymous jobs */
+    char dataset_id[ST_ID_MAX];
+    enum st_mode mode;
+    uint32_t num_consumers;
+    uint64_t iteration_id; /* the current (latest) iteration */
+};
+
+/* The split plan of a distributed_epoch iteration, fixed when the iteration is created (file
+ * lists are expanded once, then journaled with it). Mirrors struct pipe_split_provider. */
+struct st_split_plan {
+    uint64_t source_len, split_size, per_pass, passes;
+    char **paths;
+    size_t npaths;
+};
+
+/* Deep copy (dst is overwritten, not released). Returns 0 or SLUICE_ERR_NOMEM (dst then empty). */
+int st_split_plan_copy(struct st_split_plan *dst, const struct st_split_plan *src);
+void st_split_plan_release(struct st_split_plan *p); /* frees the paths; leaves p zeroed */
+/* Splits in the whole sequence: per_pass * passes, UINT64_MAX when infinite or overflowing,
+ * 0 when either is 0. The same arithmetic as pipe_split_count(). */
+uint64_t st_split_plan_total(const struct st_split_plan *p);
+
+/* A list of split sequence numbers. Every list in the state and in an update is strictly
+ * increasing (state_apply() refuses an update whose list is not). */
+struct st_seq_list {
+    uint64_t *v;
+    size_t n, cap;
+};
+
+struct st_iteration {
+    uint64_t id;
+    uint64_t job_id;
+    uint64_t repetition;
+    enum st_iteration_state state;
+    bool distributed;
+    struct st_split_plan plan;
+    uint64_t split_total;    /* UINT64_MAX when infinite */
+    uint64_t split_cursor;   /* next never-leased split */
+    struct st_seq_list pool; /* splits handed back, to be leased again first */
+    uint64_t splits_finished;
+    uint64_t splits_leased; /* leased and not finished: the sum of its tasks' leased.n */
+};
+
+struct st_task {
+    uint64_t id;
+    uint64_t iteration_id;
+    uint64_t worker_id;
+    bool finished;
+    struct st_seq_list leased; /* distributed: splits leased to this task and not finished */
+};
+
+struct st_worker {
+    uint64_t id;
+    char address[ST_ADDR_MAX];
+    uint64_t incarnation;
+    bool draining;
+};
+
+struct st_client {
+    uint64_t id;
+    uint64_t iteration_id;
+};
+
+/* Tables are arrays kept sorted by id (datasets by their id string with strcmp; names and
+ * addresses are looked up by scan). The sizes are bounded by what the cluster holds, not by
+ * history: removed rows are deleted. Garbage collection deletes an anonymous job together with
+ * its iteration; a named job keeps its collected iteration (state ST_ITER_GC, split plan and
+ * pool freed) until its next iteration replaces it, so the repetition count carries on.
+ *
+ * Invariants that state_apply() maintains: at most one worker per address; at most one task per
+ * (iteration, worker); at most one iteration per job (the current one); a finished task holds no
+ * leased splits; every task's iteration and worker exist; every client's iteration exists. */
+struct state {
+    uint64_t next_dataset_id, next_job_id, next_iteration_id, next_task_id, next_worker_id,
+        next_client_id;
+    uint64_t applied; /* updates applied since the beginning of history */
+    struct st_dataset *datasets;
+    size_t ndatasets, cap_datasets;
+    struct st_job *jobs;
+    size_t njobs, cap_jobs;
+    struct st_iteration *iterations;
+    size_t niterations, cap_iterations;
+    struct st_task *tasks;
+    size_t ntasks, cap_tasks;
+    struct st_worker *workers;
+    size_t nworkers, cap_workers;
+    struct st_client *clients;
+    size_t nclients, cap_clients;
+};
+
+/* ---- updates --------------------------------------------------------------------------------- */
+
+enum st_update_type {
+    ST_DATASET_REGISTERED = 1,
+    ST_JOB_CREATED = 2,
+    ST_ITERATION_CREATED = 3,
+    ST_TASK_CREATED = 4,
+    ST_TASK_FINISHED = 5,
+    ST_TASK_REMOVED = 6,
+    ST_WORKER_REGISTERED = 7,
+    ST_WORKER_REMOVED = 8,
+    ST_CLIENT_ACQUIRED = 9,
+    ST_CLIENT_RELEASED = 10,
+    ST_SPLITS_LEASED = 11,
+    ST_SPLITS_FINISHED = 12,
+    ST_SPLITS_RETURNED = 13,
+    ST_ITERATION_FINISHED = 14,
+    ST_ITERATION_GC = 15,
+    ST_WORKER_DRAINING = 16
+};
+const char *st_update_name(enum st_update_type type);
+
+/* The fields each type uses (all others are zero):
+ *   DATASET_REGISTERED  name = dataset id, id = its number when generated (0 for an explicit
+ *                       id), def/def_len, compression, split_size, text
+ *   JOB_CREATED         id = job, name = job name ("" when anonymous), name2 = dataset id,
+ *                       mode, num_consumers
+ *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan
+ *   TASK_CREATED        id = task, ref = iteration, ref2 = worker
+ *   TASK_FINISHED       id = task
+ *   TASK_REMOVED        id = task, ref = its iteration (informational)
+ *   WORKER_REGISTERED   id = worker, address, incarnation
+ *   WORKER_REMOVED      id = worker
+ *   WORKER_DRAINING     id = worker
+ *   CLIENT_ACQUIRED     id = client, ref = iteration
+ *   CLIENT_RELEASED     id = client
+ *   SPLITS_LEASED       ref = iteration, ref2 = task, seqs: pool entries first, then the next
+ *                       seqs from the cursor in order
+ *   SPLITS_FINISHED     ref = iteration, ref2 = task, seqs: splits leased to the task
+ *   SPLITS_RETURNED     ref = iteration, ref2 = task, seqs: splits leased to the task, moved
+ *                       to the pool
+ *   ITERATION_FINISHED  id = iteration
+ *   ITERATION_GC        id = iteration (its tasks are removed by earlier updates) */
+struct st_update {
+    enum st_update_type type;
+    uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
+    uint64_t ref;          /* a second id: job of an iteration, iteration of a task/client/lease */
+    uint64_t ref2;         /* task of a lease; worker of a task; repetition of an iteration */
+    char name[ST_ID_MAX];  /* dataset id; job name */
+    char name2[ST_ID_MAX]; /* dataset id of a job */
+    char address[ST_ADDR_MAX];
+    uint64_t incarnation;
+    int mode; /* job mode */
+    uint32_t num_consumers;
+    int compression;
+    uint64_t split_size;
+    uint8_t *def; /* dataset definition bytes (owned) */
+    size_t def_len;
+    char *text; /* pipeline text (owned) */
+    bool distributed;
+    struct st_split_plan plan; /* ITERATION_CREATED (owned) */
+    struct st_seq_list seqs;   /* SPLITS_* (owned) */
+};
+
+struct st_update_list {
+    struct st_update *v;
+    size_t n, cap;
+};
+
+void st_update_release(struct st_update *u);
+/* Appends a zeroed update of the given type and returns it, or NULL when out of memory. */
+struct st_update *st_update_list_push(struct st_update_list *l, enum st_update_type type);
+void st_update_list_clear(struct st_update_list *l); /* releases every update; keeps capacity */
+void st_update_list_release(struct st_update_list *l);
+
+/* ---- applying -------------------------------------------------------------------------------- */
+
+/* An empty state; every counter starts at 1, so id 0 always means "none". */
+void state_init(struct state *s);
+void state_release(struct state *s);
+
+/* Applies one update. Returns 0, SLUICE_ERR_NOMEM, or SLUICE_ERR_CORRUPT when the update does
+ * not fit the state (an unknown id, a duplicate id): live, planning never produces such updates;
+ * on replay it means the journal is damaged. On error the state is unchanged. */
+int state_apply(struct state *s, const struct st_update *u);
+
+/* A digest of the whole durable state (FNV-1a over a canonical walk), for tests comparing live,
+ * replayed and restored states. */
+uint64_t state_digest(const struct state *s);
+
+/* ---- lookups --------------------------------------------------------------------------------- */
+
+const struct st_dataset *state_dataset(const struct state *s, const char *id);
+const struct st_job *state_job(const struct state *s, uint64_t id);
+const struct st_job *state_job_by_name(const struct state *s, const char *name);
+const struct st_iteration *state_iteration(const struct state *s, uint64_t id);
+const struct st_task *state_task(const struct state *s, uint64_t id);
+const struct st_worker *state_worker(const struct state *s, uint64_t id);
+const struct st_worker *state_worker_by_address(const struct state *s, const char *address);
+const struct st_client *state_client(const struct state *s, uint64_t id);
+
+/* ---- planning: pure decisions that append updates -------------------------------------------- */
+
+/* Each returns 0 after appending the updates that carry out the request to out (possibly none),
+ * or a negative code with a one-line message in err when the request must be refused (nothing
+ * appended). The shell then journals and applies the list in order. */
+
+/* Registers a dataset. An empty id asks for a generated one: the decimal string of the lowest
+ * unused number from next_dataset_id on; but when a dataset with a generated id already has the
+ * same definition bytes, compression and split size, its id is returned and nothing appended,
+ * so readers that register the same pipeline share one dataset (and can share a named job).
+ * The same explicit id with the same definition, compression and split size is accepted (no
+ * update); otherwise it is SLUICE_ERR_EXISTS naming what differs ("dataset 'x' already exists
+ * with a different pipeline", "... with compression none, not auto", "... with split_size 8,
+ * not 16"). An id of ST_ID_MAX bytes or more is SLUICE_ERR_INVALID. id_out (ST_ID_MAX bytes)
+ * receives the dataset id. text may be NULL (stored as ""). */
+int plan_register_dataset(const struct state *s, const char *id, const uint8_t *def, size_t def_len,
+                          int compression, uint64_t split_size, const char *text, char *id_out,
+                          struct st_update_list *out, char *err, size_t errlen);
+
+/* Finds or creates the job (by name when named) and its current iteration, and acquires a new
+ * client on it. plan (for distributed_epoch) is the split plan the shell computed for the
+ * dataset; it is copied into a new iteration's update, and may be NULL when no new iteration is
+ * needed (a named job with a live current iteration) or the mode is not distributed_epoch; a
+ * missing plan that is needed is SLUICE_ERR_INVALID. A named job whose dataset or mode or
+ * consumer count differs is SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode
+ * parallel_epochs, not distributed_epoch", "... with dataset 'a', not 'b'", "... with
+ * num_consumers 2, not 3". An unknown dataset is SLUICE_ERR_NOT_FOUND ("dataset 'x' not
+ * found"). A named job whose current iteration was garbage-collected gets a new iteration
+ * (repetition + 1); a finished one is joined as it is. Tasks for a new iteration on every live,
+ * non-draining worker are appended too. *job_out, *iteration_out and *client_out receive the
+ * ids. */
+int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
+                           enum st_mode mode, uint32_t num_consumers,
+                           const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t *iteration_out, uint64_t *client_out,
+                           struct st_update_list *out, char *err, size_t errlen);
+
+/* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair
+ * registers a new worker (and removes any worker at the same address with another incarnation,
+ * with its tasks, as plan_remove_worker does); a known one is looked up. finished lists task ids
+ * the worker reports finished; ids that are unknown, already finished or not this worker's are
+ * ignored (a report can repeat), and a finished task's leftover leases go back to the pool
+ * first. draining marks it draining, for good: a draining worker stays draining. Creates tasks
+ * for every active iteration the worker has none for (unless draining). Marks iterations
+ * finished when they have at least one task, all their tasks are finished (and, for distributed
+ * iterations, the cursor is at the end, the pool empty and no split leased). An empty address or
+ * one of ST_ADDR_MAX bytes or more is SLUICE_ERR_INVALID. *worker_out receives the id. */
+int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
+                          const uint64_t *finished, size_t nfinished, bool draining,
+                          uint64_t *worker_out, struct st_update_list *out, char *err,
+                          size_t errlen);
+
+/* Removes a worker (evicted or deregistered): its tasks are removed, their leased, unfinished
+ * splits first going back to their iteration's pool; an iteration whose remaining tasks (at
+ * least one) are then all finished, with every split finished, is marked finished. An unknown
+ * worker is SLUICE_ERR_NOT_FOUND ("worker 3 not found"). */
+int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_update_list *out,
+                       char *err, size_t errlen);
+
+/* Leases up to max splits of task's iteration to the task: first from the pool of returned
+ * splits (lowest first), then from the cursor. finished lists splits the task finished
+ * (recorded first; seqs not leased to this task are ignored, so a retried request is harmless).
+ * *end receives true when the task will never get another split: the cursor is at the end, the
+ * pool is empty, and no split of the iteration is leased to any task (also when the task or its
+ * iteration is already finished). While another task still holds leases, a request can get no
+ * splits and end false: those splits come back to the pool if their worker dies, so the caller
+ * asks again later rather than ending (this is what makes a worker's death lose nothing). An
+ * unknown task is SLUICE_ERR_NOT_FOUND; a task of a non-distributed iteration is
+ * SLUICE_ERR_INVALID. */
+int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
+                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
+                    char *err, size_t errlen);
+
+/* A client's heartbeat: refuses unknown clients (SLUICE_ERR_NOT_FOUND, "client 7 not found");
+ * appends nothing today. */
+int plan_client_heartbeat(const struct state *s, uint64_t client_id, char *err, size_t errlen);
+
+/* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). */
+int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,
+                        char *err, size_t errlen);
+
+/* Garbage-collects an iteration: removes its tasks (their leases are dropped) and marks it
+ * collected (see struct state for what is deleted). An iteration with clients, or one already
+ * collected, is SLUICE_ERR_INVALID; an unknown one SLUICE_ERR_NOT_FOUND. */
+int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
+                      char *err, size_t errlen);
+
+/* Number of clients holding an iteration. */
+size_t state_iteration_clients(const struct state *s, uint64_t iteration_id);
+
+#endif

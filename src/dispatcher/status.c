@@ -1,0 +1,170 @@
+#include "status.h"
+
+#include "common/error.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* jansson reports a failed allocation as NULL values and -1 returns; every builder below
+ * funnels both into one flag so the document is either complete or refused. */
+struct builder {
+    bool failed;
+};
+
+static void put(struct builder *b, json_t *obj, const char *key, json_t *value)
+{
+    /* json_object_set_new() consumes value even when it fails, and refuses NULL. */
+    if (json_object_set_new(obj, key, value) != 0)
+        b->failed = true;
+}
+
+static void append(struct builder *b, json_t *arr, json_t *value)
+{
+    if (json_array_append_new(arr, value) != 0)
+        b->failed = true;
+}
+
+static json_t *u64(uint64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+static const char *iteration_state_name(enum st_iteration_state state)
+{
+    switch (state) {
+    case ST_ITER_ACTIVE:
+        return "active";
+    case ST_ITER_FINISHED:
+        return "finished";
+    case ST_ITER_GC:
+        return "garbage_collected";
+    }
+    return "unknown";
+}
+
+static json_t *worker_json(struct builder *b, const struct state *s, const struct st_worker *w)
+{
+    json_t *o = json_object(), *tasks = json_array();
+    char inc[17];
+    snprintf(inc, sizeof inc, "%016" PRIx64, w->incarnation);
+    if (!o || !tasks) {
+        b->failed = true;
+        json_decref(tasks);
+        return o;
+    }
+    put(b, o, "id", u64(w->id));
+    put(b, o, "address", json_string(w->address));
+    put(b, o, "incarnation", json_string(inc));
+    put(b, o, "draining", json_boolean(w->draining));
+    for (size_t i = 0; i < s->ntasks; i++) {
+        if (s->tasks[i].worker_id == w->id)
+            append(b, tasks, u64(s->tasks[i].id));
+    }
+    put(b, o, "tasks", tasks);
+    return o;
+}
+
+static json_t *dataset_json(struct builder *b, const struct st_dataset *d)
+{
+    json_t *o = json_object();
+    if (!o) {
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "id", json_string(d->id));
+    /* The text came over the wire; json_string() refuses invalid UTF-8, json_stringn_nocheck
+     * would emit it unchecked, so fall back to a marker instead. */
+    json_t *text = json_string(d->text ? d->text : "");
+    put(b, o, "pipeline", text ? text : json_string("(not valid UTF-8)"));
+    put(b, o, "compression", json_string(d->compression == 1 ? "none" : "auto"));
+    return o;
+}
+
+static json_t *splits_json(struct builder *b, const struct st_iteration *it)
+{
+    json_t *o = json_object();
+    if (!o) {
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "total", it->split_total == UINT64_MAX ? json_null() : u64(it->split_total));
+    put(b, o, "cursor", u64(it->split_cursor));
+    put(b, o, "leased", u64(it->splits_leased));
+    put(b, o, "returned", u64(it->pool.n));
+    put(b, o, "finished", u64(it->splits_finished));
+    return o;
+}
+
+static json_t *job_json(struct builder *b, const struct state *s, const struct st_job *j)
+{
+    json_t *o = json_object(), *tasks = json_array();
+    if (!o || !tasks) {
+        b->failed = true;
+        json_decref(tasks);
+        return o;
+    }
+    const struct st_iteration *it = state_iteration(s, j->iteration_id);
+    put(b, o, "id", u64(j->id));
+    put(b, o, "name", j->name[0] ? json_string(j->name) : json_null());
+    put(b, o, "dataset_id", json_string(j->dataset_id));
+    put(b, o, "mode", json_string(st_mode_name(j->mode)));
+    put(b, o, "iteration_id", u64(j->iteration_id));
+    put(b, o, "repetition", u64(it ? it->repetition : 0));
+    put(b, o, "state", json_string(iteration_state_name(it ? it->state : ST_ITER_GC)));
+    put(b, o, "clients", u64(state_iteration_clients(s, j->iteration_id)));
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != j->iteration_id)
+            continue;
+        const struct st_worker *w = state_worker(s, t->worker_id);
+        json_t *to = json_object();
+        if (!to) {
+            b->failed = true;
+            continue;
+        }
+        put(b, to, "id", u64(t->id));
+        put(b, to, "worker", json_string(w ? w->address : ""));
+        put(b, to, "finished", json_boolean(t->finished));
+        append(b, tasks, to);
+    }
+    put(b, o, "tasks", tasks);
+    if (it && it->distributed && it->state != ST_ITER_GC)
+        put(b, o, "splits", splits_json(b, it));
+    return o;
+}
+
+int status_json(const struct state *s, char **out)
+{
+    struct builder b = {false};
+    json_t *root = json_object(), *workers = json_array(), *datasets = json_array(),
+           *jobs = json_array();
+    if (!root || !workers || !datasets || !jobs) {
+        json_decref(workers);
+        json_decref(datasets);
+        json_decref(jobs);
+        json_decref(root);
+        return SLUICE_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < s->nworkers; i++)
+        append(&b, workers, worker_json(&b, s, &s->workers[i]));
+    for (size_t i = 0; i < s->ndatasets; i++)
+        append(&b, datasets, dataset_json(&b, &s->datasets[i]));
+    for (size_t i = 0; i < s->njobs; i++)
+        append(&b, jobs, job_json(&b, s, &s->jobs[i]));
+    put(&b, root, "workers", workers);
+    put(&b, root, "datasets", datasets);
+    put(&b, root, "jobs", jobs);
+    char *text = b.failed ? NULL : json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text)
+        return SLUICE_ERR_NOMEM;
+    /* Hand out memory from plain malloc whatever allocator jansson was given. */
+    *out = strdup(text);
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    jfree(text);
+    return *out ? 0 : SLUICE_ERR_NOMEM;
+}

@@ -1,0 +1,281 @@
+#include "codec.h"
+
+#include "common/error.h"
+
+#include <snappy-c.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the element codec writes values in native order and assumes a little-endian machine"
+#endif
+
+#define FLAG_SNAPPY 0x01u
+
+static int buf_reserve(struct pipe_buf *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < extra) {
+        if (cap > SIZE_MAX / 2)
+            return SLUICE_ERR_NOMEM;
+        cap *= 2;
+    }
+    char *p = realloc(b->p, cap);
+    if (!p)
+        return SLUICE_ERR_NOMEM;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static size_t varint_put(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* Reads a varint from data[*pos..len). Returns 0 or -1 when truncated or over 10 bytes. */
+static int varint_get(const uint8_t *data, size_t len, size_t *pos, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0, i = 0; i < 10; i++, shift += 7) {
+        if (*pos >= len)
+            return -1;
+        uint8_t b = data[(*pos)++];
+        if (i == 9 && b > 1)
+            return -1;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The exact size of an element's uncompressed body. */
+static size_t body_size(const struct sluice_element *e)
+{
+    size_t n = 1;
+    for (size_t c = 0; c < e->n; c++) {
+        const struct pipe_tensor *t = &e->t[c];
+        n += 2;
+        for (int d = 0; d < t->rank; d++)
+            n += varint_len((uint64_t)t->shape[d]);
+        if (t->dtype == SLUICE_BYTES) {
+            uint64_t nv = pipe_tensor_num_values(t);
+            for (uint64_t k = 0; k < nv; k++)
+                n += varint_len(t->offs[k + 1] - t->offs[k]);
+            n += t->offs[nv];
+        } else {
+            n += t->len;
+        }
+    }
+    return n;
+}
+
+static uint8_t *write_body(uint8_t *p, const struct sluice_element *e)
+{
+    *p++ = (uint8_t)e->n;
+    for (size_t c = 0; c < e->n; c++) {
+        const struct pipe_tensor *t = &e->t[c];
+        *p++ = (uint8_t)t->dtype;
+        *p++ = (uint8_t)t->rank;
+        for (int d = 0; d < t->rank; d++)
+            p += varint_put(p, (uint64_t)t->shape[d]);
+        if (t->dtype == SLUICE_BYTES) {
+            uint64_t nv = pipe_tensor_num_values(t);
+            for (uint64_t k = 0; k < nv; k++)
+                p += varint_put(p, t->offs[k + 1] - t->offs[k]);
+            memcpy(p, t->data, t->offs[nv]);
+            p += t->offs[nv];
+        } else {
+            memcpy(p, t->data, t->len);
+            p += t->len;
+        }
+    }
+    return p;
+}
+
+int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
+                      struct pipe_buf *scratch)
+{
+    size_t raw = body_size(e);
+    if (compress && raw >= 64) {
+        /* Encode the body into scratch, compress straight into out, and keep the result only
+         * when it saves at least an eighth. */
+        scratch->len = 0;
+        if (buf_reserve(scratch, raw))
+            return SLUICE_ERR_NOMEM;
+        write_body((uint8_t *)scratch->p, e);
+        size_t max = snappy_max_compressed_length(raw);
+        size_t head = 1 + varint_len(raw);
+        if (buf_reserve(out, 10 + head + max))
+            return SLUICE_ERR_NOMEM;
+        uint8_t *rec = (uint8_t *)out->p + out->len + 10;
+        size_t clen = max;
+        if (snappy_compress(scratch->p, raw, (char *)rec + head, &clen) == SNAPPY_OK &&
+            clen <= raw - raw / 8) {
+            size_t reclen = head + clen;
+            uint8_t *p = (uint8_t *)out->p + out->len;
+            size_t lp = varint_put(p, reclen);
+            p += lp;
+            /* Slide the record down to sit right after its length prefix. */
+            rec[0] = FLAG_SNAPPY;
+            varint_put(rec + 1, raw);
+            memmove(p, rec, reclen);
+            out->len += lp + reclen;
+            return 0;
+        }
+    }
+    size_t reclen = 1 + raw;
+    if (buf_reserve(out, varint_len(reclen) + reclen))
+        return SLUICE_ERR_NOMEM;
+    uint8_t *p = (uint8_t *)out->p + out->len;
+    p += varint_put(p, reclen);
+    *p++ = 0;
+    uint8_t *end = write_body(p, e);
+    out->len = (size_t)((char *)end - out->p);
+    return 0;
+}
+
+static int corrupt(char *err, size_t errlen, size_t at, const char *what)
+{
+    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "element codec: offset %zu: %s", at, what);
+}
+
+static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, size_t base, char *err,
+                     size_t errlen)
+{
+    size_t pos = 0;
+    if (len < 1)
+        return corrupt(err, errlen, base, "empty element");
+    size_t ncomp = d[pos++];
+    if (ncomp < 1 || ncomp > PIPE_MAX_COMPONENTS)
+        return corrupt(err, errlen, base, "bad component count");
+    if (pipe_elem_resize(e, ncomp))
+        return SLUICE_ERR_NOMEM;
+    for (size_t c = 0; c < ncomp; c++) {
+        struct pipe_tensor *t = &e->t[c];
+        if (len - pos < 2)
+            return corrupt(err, errlen, base + pos, "truncated component header");
+        uint8_t dtype = d[pos++];
+        uint8_t rank = d[pos++];
+        if (dtype > SLUICE_BYTES)
+            return corrupt(err, errlen, base + pos - 2, "unknown dtype");
+        if (rank > SLUICE_MAX_RANK)
+            return corrupt(err, errlen, base + pos - 1, "rank over limit");
+        uint64_t nv = 1;
+        int64_t shape[SLUICE_MAX_RANK];
+        for (int k = 0; k < rank; k++) {
+            uint64_t dim;
+            if (varint_get(d, len, &pos, &dim) || dim > CODEC_MAX_ELEMENT)
+                return corrupt(err, errlen, base + pos, "bad dimension");
+            shape[k] = (int64_t)dim;
+            if (dim && nv > CODEC_MAX_ELEMENT / dim)
+                return corrupt(err, errlen, base + pos, "too many values");
+            nv *= dim;
+        }
+        if (dtype == SLUICE_BYTES) {
+            /* Each string takes at least one length byte, which bounds nv before allocating. */
+            if (nv > len - pos)
+                return corrupt(err, errlen, base + pos, "truncated string lengths");
+            /* First pass: validate the lengths and total them; second pass: record offsets
+             * once the buffers have their final size. */
+            size_t lens_at = pos;
+            uint64_t total = 0;
+            for (uint64_t k = 0; k < nv; k++) {
+                uint64_t sl;
+                if (varint_get(d, len, &pos, &sl) || sl > len)
+                    return corrupt(err, errlen, base + pos, "bad string length");
+                total += sl;
+                if (total > len)
+                    return corrupt(err, errlen, base + pos, "strings longer than the element");
+            }
+            if (total > len - pos)
+                return corrupt(err, errlen, base + pos, "truncated strings");
+            t->dtype = SLUICE_BYTES; /* so that reserve makes room for offsets */
+            if (pipe_tensor_reserve(t, total, nv))
+                return SLUICE_ERR_NOMEM;
+            size_t lp = lens_at;
+            t->offs[0] = 0;
+            for (uint64_t k = 0; k < nv; k++) {
+                uint64_t sl = 0;
+                varint_get(d, len, &lp, &sl);
+                t->offs[k + 1] = t->offs[k] + sl;
+            }
+            memcpy(t->data, d + pos, total);
+            t->len = total;
+            pos += total;
+        } else {
+            uint64_t nbytes = nv * sluice_dtype_size((enum sluice_dtype)dtype);
+            if (nbytes > len - pos)
+                return corrupt(err, errlen, base + pos, "truncated values");
+            t->dtype = (enum sluice_dtype)dtype;
+            if (pipe_tensor_reserve(t, nbytes, nv))
+                return SLUICE_ERR_NOMEM;
+            memcpy(t->data, d + pos, nbytes);
+            t->len = nbytes;
+            pos += nbytes;
+        }
+        t->dtype = (enum sluice_dtype)dtype;
+        t->rank = rank;
+        memcpy(t->shape, shape, sizeof(int64_t) * rank);
+    }
+    if (pos != len)
+        return corrupt(err, errlen, base + pos, "trailing bytes after element");
+    return 0;
+}
+
+int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
+                    struct pipe_buf *scratch, char *err, size_t errlen)
+{
+    if (*pos >= len)
+        return 0;
+    size_t at = *pos;
+    uint64_t reclen;
+    if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1)
+        return corrupt(err, errlen, at, "bad record length");
+    const uint8_t *rec = data + *pos;
+    size_t recpos = 1;
+    uint8_t flags = rec[0];
+    *pos += reclen;
+    if (flags & ~FLAG_SNAPPY)
+        return corrupt(err, errlen, at, "unknown record flags");
+    if (!(flags & FLAG_SNAPPY)) {
+        int rc = read_body(rec + 1, reclen - 1, e, (size_t)(rec + 1 - data), err, errlen);
+        return rc ? rc : 1;
+    }
+    uint64_t raw;
+    if (varint_get(rec, reclen, &recpos, &raw) || raw > CODEC_MAX_ELEMENT)
+        return corrupt(err, errlen, at, "bad uncompressed length");
+    size_t ulen;
+    const char *cdata = (const char *)rec + recpos;
+    size_t clen = reclen - recpos;
+    if (snappy_uncompressed_length(cdata, clen, &ulen) != SNAPPY_OK || ulen != raw)
+        return corrupt(err, errlen, at, "bad compressed record");
+    scratch->len = 0;
+    if (buf_reserve(scratch, raw ? raw : 1))
+        return SLUICE_ERR_NOMEM;
+    if (snappy_uncompress(cdata, clen, scratch->p, &ulen) != SNAPPY_OK || ulen != raw)
+        return corrupt(err, errlen, at, "bad compressed record");
+    int rc = read_body((const uint8_t *)scratch->p, raw, e, at, err, errlen);
+    return rc ? rc : 1;
+}

@@ -1,0 +1,41 @@
+/* The element codec: elements as bytes on the wire (GetElementsReply.payload). Pure.
+ *
+ * One element record:
+ *     u8 flags            bit 0: body is snappy-compressed
+ *     [varint raw_len]    only when compressed: the length of the uncompressed body
+ *     body
+ * where the uncompressed body is
+ *     u8 ncomp, then per component: u8 dtype, u8 rank, rank x varint dim, then
+ *       fixed-width dtypes: the values (little-endian, row-major, nvalues x size bytes);
+ *       bytes: nvalues x varint length, then the strings concatenated.
+ * A batch (a reply payload) is a sequence of records, each preceded by its varint length.
+ *
+ * The decoder is fed untrusted bytes: every length is checked against what is left and against
+ * the limits below before anything is allocated; bad input is SLUICE_ERR_CORRUPT, never a
+ * crash. */
+#ifndef SLUICE_PIPELINE_CODEC_H
+#define SLUICE_PIPELINE_CODEC_H
+
+#include "element.h"
+#include "format.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CODEC_MAX_ELEMENT (1ull << 30) /* 1 GiB decoded */
+
+/* Appends one element record (with its varint length prefix) to out. With compress set, the
+ * body is snappy-compressed when that makes it at least 1/8 smaller; otherwise stored raw.
+ * scratch is a reusable buffer for the compressor. Returns 0 or SLUICE_ERR_NOMEM. */
+int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
+                      struct pipe_buf *scratch);
+
+/* Reads the next record of a batch at data[*pos..len) into e (reusing its buffers) and advances
+ * *pos. Returns 1 (an element), 0 (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
+ * scratch is a reusable buffer for decompression. Offsets in messages count from the start of
+ * data for stored records and from the record's start for compressed ones. */
+int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
+                    struct pipe_buf *scratch, char *err, size_t errlen);
+
+#endif

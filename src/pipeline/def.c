@@ -1,0 +1,760 @@
+/* Specs to and from serialized DatasetDef messages (proto/dataset.proto).
+ *
+ * Encoding writes only the fields that belong to each source's and op's kind, so equal specs
+ * encode to equal bytes. Decoding takes untrusted bytes: before protobuf-c sees them, a scan of
+ * the wire format bounds message nesting (protobuf-c itself recurses without a limit), and after
+ * unpacking every field is checked against the invariants listed in parse.c, with fields that do
+ * not belong to a kind required to be unset. Anything else is SLUICE_ERR_CORRUPT. */
+#include "def.h"
+
+#include "common/error.h"
+#include "dataset.pb-c.h"
+#include "element.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Deeper than any valid definition (a tuple of lists nested SLUICE_MAX_RANK deep needs 21
+ * levels), shallow enough that protobuf-c's recursion stays small. */
+#define MAX_MESSAGE_DEPTH 32
+
+/* ---- Encoding ----------------------------------------------------------------------------- */
+
+/* Every allocation of one encoding, released together once the message is packed. */
+struct arena {
+    void **p;
+    size_t n, cap;
+};
+
+static void *arena_alloc(struct arena *a, size_t size)
+{
+    if (a->n == a->cap) {
+        size_t nc = a->cap ? a->cap * 2 : 16;
+        void **np = realloc(a->p, nc * sizeof(*np));
+        if (!np)
+            return NULL;
+        a->p = np;
+        a->cap = nc;
+    }
+    void *m = calloc(1, size ? size : 1);
+    if (m)
+        a->p[a->n++] = m;
+    return m;
+}
+
+static void arena_free(struct arena *a)
+{
+    for (size_t i = 0; i < a->n; i++)
+        free(a->p[i]);
+    free(a->p);
+}
+
+static int value_to_pb(struct arena *a, const struct pipe_value *v, Sluice__Value *pb);
+
+/* Fills *out with pointers to n new messages converted from values. */
+static int values_to_pb(struct arena *a, const struct pipe_value *values, size_t n,
+                        Sluice__Value ***out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    Sluice__Value **ptrs = arena_alloc(a, n * sizeof(*ptrs));
+    Sluice__Value *msgs = arena_alloc(a, n * sizeof(*msgs));
+    if (!ptrs || !msgs)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        int rc = value_to_pb(a, &values[i], &msgs[i]);
+        if (rc)
+            return rc;
+        ptrs[i] = &msgs[i];
+    }
+    *out = ptrs;
+    return 0;
+}
+
+static int value_to_pb(struct arena *a, const struct pipe_value *v, Sluice__Value *pb)
+{
+    sluice__value__init(pb);
+    switch (v->kind) {
+    case PIPE_VAL_INT:
+        pb->kind_case = SLUICE__VALUE__KIND_INT_VALUE;
+        pb->int_value = v->i;
+        return 0;
+    case PIPE_VAL_FLOAT:
+        pb->kind_case = SLUICE__VALUE__KIND_FLOAT_VALUE;
+        pb->float_value = v->f;
+        return 0;
+    case PIPE_VAL_BYTES:
+        pb->kind_case = SLUICE__VALUE__KIND_BYTES_VALUE;
+        pb->bytes_value.len = v->slen;
+        pb->bytes_value.data = (uint8_t *)v->s;
+        return 0;
+    case PIPE_VAL_BOOL:
+        pb->kind_case = SLUICE__VALUE__KIND_BOOL_VALUE;
+        pb->bool_value = v->i != 0;
+        return 0;
+    case PIPE_VAL_LIST:
+    case PIPE_VAL_TUPLE: {
+        Sluice__ValueList *l = arena_alloc(a, sizeof(*l));
+        if (!l)
+            return SLUICE_ERR_NOMEM;
+        sluice__value_list__init(l);
+        int rc = values_to_pb(a, v->items, v->nitems, &l->items);
+        if (rc)
+            return rc;
+        l->n_items = v->nitems;
+        if (v->kind == PIPE_VAL_LIST) {
+            pb->kind_case = SLUICE__VALUE__KIND_LIST_VALUE;
+            pb->list_value = l;
+        } else {
+            pb->kind_case = SLUICE__VALUE__KIND_TUPLE_VALUE;
+            pb->tuple_value = l;
+        }
+        return 0;
+    }
+    }
+    return SLUICE_ERR_INVALID;
+}
+
+static Sluice__SourceDef__Kind source_kind_to_pb(enum pipe_source_kind k)
+{
+    switch (k) {
+    case PIPE_SRC_RANGE:
+        return SLUICE__SOURCE_DEF__KIND__RANGE;
+    case PIPE_SRC_LIST:
+        return SLUICE__SOURCE_DEF__KIND__LIST;
+    case PIPE_SRC_TFRECORD:
+        return SLUICE__SOURCE_DEF__KIND__TFRECORD;
+    case PIPE_SRC_LINES:
+        return SLUICE__SOURCE_DEF__KIND__LINES;
+    }
+    return SLUICE__SOURCE_DEF__KIND__RANGE;
+}
+
+static Sluice__OpDef__Kind op_kind_to_pb(enum pipe_op_kind k)
+{
+    switch (k) {
+    case PIPE_OP_MAP:
+        return SLUICE__OP_DEF__KIND__MAP;
+    case PIPE_OP_FILTER:
+        return SLUICE__OP_DEF__KIND__FILTER;
+    case PIPE_OP_SHUFFLE:
+        return SLUICE__OP_DEF__KIND__SHUFFLE;
+    case PIPE_OP_BATCH:
+        return SLUICE__OP_DEF__KIND__BATCH;
+    case PIPE_OP_TAKE:
+        return SLUICE__OP_DEF__KIND__TAKE;
+    case PIPE_OP_SKIP:
+        return SLUICE__OP_DEF__KIND__SKIP;
+    case PIPE_OP_REPEAT:
+        return SLUICE__OP_DEF__KIND__REPEAT;
+    case PIPE_OP_SHARD:
+        return SLUICE__OP_DEF__KIND__SHARD;
+    case PIPE_OP_PREFETCH:
+        return SLUICE__OP_DEF__KIND__PREFETCH;
+    }
+    return SLUICE__OP_DEF__KIND__MAP;
+}
+
+/* Sets only the fields that belong to op's kind. */
+static int op_to_pb(struct arena *a, const struct pipe_op *op, Sluice__OpDef *pb)
+{
+    sluice__op_def__init(pb);
+    pb->kind = op_kind_to_pb(op->kind);
+    switch (op->kind) {
+    case PIPE_OP_MAP:
+    case PIPE_OP_FILTER:
+        pb->fn = op->fn ? op->fn : "";
+        pb->n_args = op->nargs;
+        return values_to_pb(a, op->args, op->nargs, &pb->args);
+    case PIPE_OP_SHUFFLE:
+        pb->n = op->n;
+        pb->has_seed = op->has_seed;
+        pb->seed = op->has_seed ? op->seed : 0;
+        return 0;
+    case PIPE_OP_BATCH:
+        pb->n = op->n;
+        pb->drop_remainder = op->drop_remainder;
+        return 0;
+    case PIPE_OP_TAKE:
+    case PIPE_OP_SKIP:
+    case PIPE_OP_PREFETCH:
+        pb->n = op->n;
+        return 0;
+    case PIPE_OP_REPEAT:
+        pb->has_n = op->has_n;
+        pb->n = op->has_n ? op->n : 0;
+        return 0;
+    case PIPE_OP_SHARD:
+        pb->n_is_hint = op->n_is_hint;
+        pb->n = op->n_is_hint ? 0 : op->n;
+        pb->index_is_hint = op->index_is_hint;
+        pb->index = op->index_is_hint ? 0 : op->index;
+        return 0;
+    }
+    return 0;
+}
+
+int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    struct arena a = {0};
+    Sluice__DatasetDef def = SLUICE__DATASET_DEF__INIT;
+    Sluice__SourceDef src = SLUICE__SOURCE_DEF__INIT;
+    const struct pipe_source *s = &spec->source;
+    int rc = 0;
+    def.source = &src;
+    src.kind = source_kind_to_pb(s->kind);
+    switch (s->kind) {
+    case PIPE_SRC_RANGE:
+        src.start = s->start;
+        src.stop = s->stop;
+        src.step = s->step;
+        break;
+    case PIPE_SRC_LIST:
+        rc = values_to_pb(&a, s->values, s->nvalues, &src.values);
+        src.n_values = s->nvalues;
+        break;
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        src.globs = s->globs;
+        src.n_globs = s->nglobs;
+        break;
+    }
+    if (rc)
+        goto done;
+    if (spec->nops) {
+        Sluice__OpDef **ptrs = arena_alloc(&a, spec->nops * sizeof(*ptrs));
+        Sluice__OpDef *ops = arena_alloc(&a, spec->nops * sizeof(*ops));
+        if (!ptrs || !ops) {
+            rc = SLUICE_ERR_NOMEM;
+            goto done;
+        }
+        for (size_t i = 0; i < spec->nops && rc == 0; i++) {
+            rc = op_to_pb(&a, &spec->ops[i], &ops[i]);
+            ptrs[i] = &ops[i];
+        }
+        if (rc)
+            goto done;
+        def.ops = ptrs;
+        def.n_ops = spec->nops;
+    }
+    size_t size = sluice__dataset_def__get_packed_size(&def);
+    uint8_t *buf = malloc(size ? size : 1);
+    if (!buf) {
+        rc = SLUICE_ERR_NOMEM;
+        goto done;
+    }
+    *len = sluice__dataset_def__pack(&def, buf);
+    *out = buf;
+done:
+    arena_free(&a);
+    return rc;
+}
+
+/* ---- Nesting scan ------------------------------------------------------------------------- */
+
+enum msg_type { M_NONE, M_DATASET, M_SOURCE, M_OP, M_VALUE, M_LIST };
+
+/* The message type of field number f inside a message of type m, M_NONE for non-messages. */
+static enum msg_type sub_message(enum msg_type m, uint64_t f)
+{
+    switch (m) {
+    case M_DATASET:
+        return f == 1 ? M_SOURCE : f == 2 ? M_OP : M_NONE;
+    case M_SOURCE:
+        return f == 5 ? M_VALUE : M_NONE;
+    case M_OP:
+        return f == 3 ? M_VALUE : M_NONE;
+    case M_VALUE:
+        return f == 5 || f == 6 ? M_LIST : M_NONE;
+    case M_LIST:
+        return f == 1 ? M_VALUE : M_NONE;
+    case M_NONE:
+        break;
+    }
+    return M_NONE;
+}
+
+static bool read_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64 && *pos < len; shift += 7) {
+        uint8_t b = p[(*pos)++];
+        r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+enum scan_result { SCAN_OK, SCAN_MALFORMED, SCAN_TOO_DEEP };
+
+/* Walks the wire format of a message of type m, descending into the fields that hold messages.
+ * The recursion is bounded by MAX_MESSAGE_DEPTH. */
+static enum scan_result scan(const uint8_t *p, size_t len, enum msg_type m, int depth)
+{
+    if (depth > MAX_MESSAGE_DEPTH)
+        return SCAN_TOO_DEEP;
+    size_t pos = 0;
+    while (pos < len) {
+        uint64_t key, v;
+        if (!read_varint(p, len, &pos, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+            return SCAN_MALFORMED;
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(p, len, &pos, &v))
+                return SCAN_MALFORMED;
+            break;
+        case 1:
+        case 5: {
+            size_t n = (key & 7) == 1 ? 8 : 4;
+            if (len - pos < n)
+                return SCAN_MALFORMED;
+            pos += n;
+            break;
+        }
+        case 2: {
+            if (!read_varint(p, len, &pos, &v) || v > len - pos)
+                return SCAN_MALFORMED;
+            enum msg_type sub = sub_message(m, key >> 3);
+            if (sub != M_NONE) {
+                enum scan_result r = scan(p + pos, (size_t)v, sub, depth + 1);
+                if (r != SCAN_OK)
+                    return r;
+            }
+            pos += (size_t)v;
+            break;
+        }
+        default: /* groups and undefined wire types */
+            return SCAN_MALFORMED;
+        }
+    }
+    return SCAN_OK;
+}
+
+/* ---- Decoding ----------------------------------------------------------------------------- */
+
+/* Where a decoding error is, for "dataset definition: WHERE: WHAT". */
+struct dec {
+    char where[64];
+    char *err;
+    size_t errlen;
+};
+
+static int corrupt(struct dec *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int corrupt(struct dec *d, const char *fmt, ...)
+{
+    if (d->err && d->errlen > 0) {
+        int n = snprintf(d->err, d->errlen, "dataset definition: %s%s", d->where,
+                         d->where[0] ? ": " : "");
+        if (n >= 0 && (size_t)n < d->errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(d->err + n, d->errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return SLUICE_ERR_CORRUPT;
+}
+
+static int nomem(struct dec *d)
+{
+    return err_set(d->err, d->errlen, SLUICE_ERR_NOMEM, "out of memory");
+}
+
+static const char *kind_name(enum pipe_value_kind k)
+{
+    switch (k) {
+    case PIPE_VAL_INT:
+        return "an integer";
+    case PIPE_VAL_FLOAT:
+        return "a float";
+    case PIPE_VAL_BYTES:
+        return "a string";
+    case PIPE_VAL_BOOL:
+        return "a boolean";
+    case PIPE_VAL_LIST:
+        return "a list";
+    case PIPE_VAL_TUPLE:
+        return "a tuple";
+    }
+    return "a value";
+}
+
+static int value_from_pb(struct dec *d, const Sluice__Value *pb, struct pipe_value *out,
+                         const struct pipe_value *tmpl, int lists, bool tuple_ok);
+
+/* Converts the items of a list or tuple; see parse_items() in parse.c for the rules. */
+static int items_from_pb(struct dec *d, const Sluice__ValueList *l, struct pipe_value *out,
+                         const struct pipe_value *tmpl, int lists, bool is_list)
+{
+    size_t n = l ? l->n_items : 0;
+    if (n == 0)
+        return corrupt(d, "empty %s", is_list ? "list" : "tuple");
+    if (tmpl && n != tmpl->nitems)
+        return corrupt(d, "expected %s of %zu items, found %zu", is_list ? "a list" : "a tuple",
+                       tmpl->nitems, n);
+    if (!is_list && (n < 2 || n > PIPE_MAX_COMPONENTS))
+        return corrupt(d, "expected a tuple of 2 to %d components, found %zu", PIPE_MAX_COMPONENTS,
+                       n);
+    struct pipe_value *items = calloc(n, sizeof(*items));
+    if (!items)
+        return nomem(d);
+    size_t done = 0;
+    int rc = 0;
+    for (; done < n; done++) {
+        const struct pipe_value *item_tmpl = NULL;
+        if (tmpl)
+            item_tmpl = &tmpl->items[is_list ? 0 : done];
+        else if (is_list && done > 0)
+            item_tmpl = &items[0];
+        rc = value_from_pb(d, l->items[done], &items[done], item_tmpl, is_list ? lists + 1 : lists,
+                           false);
+        if (rc)
+            break;
+    }
+    if (rc) {
+        for (size_t i = 0; i < done; i++)
+            pipe_value_release(&items[i]);
+        free(items);
+        return rc;
+    }
+    out->kind = is_list ? PIPE_VAL_LIST : PIPE_VAL_TUPLE;
+    out->items = items;
+    out->nitems = n;
+    return 0;
+}
+
+/* Converts one value into out (zeroed by the caller; holds nothing on failure), checking it
+ * against tmpl when given. The recursion is bounded by the list nesting check. */
+static int value_from_pb(struct dec *d, const Sluice__Value *pb, struct pipe_value *out,
+                         const struct pipe_value *tmpl, int lists, bool tuple_ok)
+{
+    enum pipe_value_kind kind;
+    switch (pb->kind_case) {
+    case SLUICE__VALUE__KIND_INT_VALUE:
+        kind = PIPE_VAL_INT;
+        break;
+    case SLUICE__VALUE__KIND_FLOAT_VALUE:
+        kind = PIPE_VAL_FLOAT;
+        break;
+    case SLUICE__VALUE__KIND_BYTES_VALUE:
+        kind = PIPE_VAL_BYTES;
+        break;
+    case SLUICE__VALUE__KIND_BOOL_VALUE:
+        kind = PIPE_VAL_BOOL;
+        break;
+    case SLUICE__VALUE__KIND_LIST_VALUE:
+        kind = PIPE_VAL_LIST;
+        break;
+    case SLUICE__VALUE__KIND_TUPLE_VALUE:
+        kind = PIPE_VAL_TUPLE;
+        break;
+    default:
+        return corrupt(d, "a value without a kind");
+    }
+    if (tmpl && tmpl->kind != kind)
+        return corrupt(d, "expected %s, found %s", kind_name(tmpl->kind), kind_name(kind));
+    switch (kind) {
+    case PIPE_VAL_INT:
+        out->i = pb->int_value;
+        break;
+    case PIPE_VAL_FLOAT:
+        if (!isfinite(pb->float_value))
+            return corrupt(d, "expected a finite number, found %g", pb->float_value);
+        out->f = pb->float_value;
+        break;
+    case PIPE_VAL_BYTES:
+        out->s = malloc(pb->bytes_value.len + 1);
+        if (!out->s)
+            return nomem(d);
+        if (pb->bytes_value.len)
+            memcpy(out->s, pb->bytes_value.data, pb->bytes_value.len);
+        out->s[pb->bytes_value.len] = '\0';
+        out->slen = pb->bytes_value.len;
+        break;
+    case PIPE_VAL_BOOL:
+        out->i = pb->bool_value != 0;
+        break;
+    case PIPE_VAL_LIST:
+        if (lists >= SLUICE_MAX_RANK)
+            return corrupt(d, "lists nest deeper than %d levels", SLUICE_MAX_RANK);
+        return items_from_pb(d, pb->list_value, out, tmpl, lists, true);
+    case PIPE_VAL_TUPLE:
+        if (!tuple_ok)
+            return corrupt(d, "a tuple is only allowed as a whole list() value");
+        return items_from_pb(d, pb->tuple_value, out, tmpl, lists, false);
+    }
+    out->kind = kind;
+    return 0;
+}
+
+/* Converts n values into a new array; with same_structure, every value must have the structure
+ * of the first (list() values), otherwise each stands alone (function arguments). */
+static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, bool is_source,
+                          struct pipe_value **out, size_t *nout)
+{
+    if (n == 0)
+        return 0;
+    struct pipe_value *v = calloc(n, sizeof(*v));
+    if (!v)
+        return nomem(d);
+    *out = v;
+    size_t prefix = strlen(d->where);
+    for (; *nout < n; (*nout)++) {
+        snprintf(d->where + prefix, sizeof(d->where) - prefix, " %s %zu",
+                 is_source ? "value" : "argument", *nout + 1);
+        const struct pipe_value *tmpl = is_source && *nout > 0 ? &v[0] : NULL;
+        int rc = value_from_pb(d, pb[*nout], &v[*nout], tmpl, 0, is_source);
+        if (rc)
+            return rc;
+    }
+    d->where[prefix] = '\0';
+    return 0;
+}
+
+static const char *const source_names[] = {"range", "list", "tfrecord", "lines"};
+static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",   "take",
+                                       "skip", "repeat", "shard",   "prefetch"};
+
+static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pipe_source *s)
+{
+    if (!pb)
+        return corrupt(d, "missing source");
+    snprintf(d->where, sizeof(d->where), "source");
+    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__LINES)
+        return corrupt(d, "unknown kind %d", (int)pb->kind);
+    s->kind = (enum pipe_source_kind)pb->kind;
+    snprintf(d->where, sizeof(d->where), "source %s", source_names[s->kind]);
+    bool is_range = s->kind == PIPE_SRC_RANGE;
+    bool is_list = s->kind == PIPE_SRC_LIST;
+    if (!is_range && (pb->start || pb->stop || pb->step))
+        return corrupt(d, "start, stop and step belong to range only");
+    if (!is_list && pb->n_values)
+        return corrupt(d, "values belong to list only");
+    if ((is_range || is_list) && pb->n_globs)
+        return corrupt(d, "globs belong to tfrecord and lines only");
+    switch (s->kind) {
+    case PIPE_SRC_RANGE:
+        if (pb->step == 0)
+            return corrupt(d, "expected a nonzero step, found 0");
+        s->start = pb->start;
+        s->stop = pb->stop;
+        s->step = pb->step;
+        return 0;
+    case PIPE_SRC_LIST:
+        if (pb->n_values == 0)
+            return corrupt(d, "expected at least one value");
+        return values_from_pb(d, pb->values, pb->n_values, true, &s->values, &s->nvalues);
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        if (pb->n_globs == 0)
+            return corrupt(d, "expected at least one file pattern");
+        s->globs = calloc(pb->n_globs, sizeof(*s->globs));
+        if (!s->globs)
+            return nomem(d);
+        for (; s->nglobs < pb->n_globs; s->nglobs++) {
+            const char *g = pb->globs[s->nglobs] ? pb->globs[s->nglobs] : "";
+            size_t n = strlen(g) + 1;
+            if (!(s->globs[s->nglobs] = malloc(n)))
+                return nomem(d);
+            memcpy(s->globs[s->nglobs], g, n);
+        }
+        return 0;
+    }
+    return 0;
+}
+
+static bool is_identifier(const char *s)
+{
+    if (!s || !((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+        return false;
+    for (s++; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_' ||
+              (*s >= '0' && *s <= '9')))
+            return false;
+    return true;
+}
+
+/* The optional fields of OpDef, for the check that an op sets only its own. */
+enum op_field {
+    F_FN = 1 << 0,
+    F_ARGS = 1 << 1,
+    F_N = 1 << 2,
+    F_HAS_N = 1 << 3,
+    F_SEED = 1 << 4,
+    F_HAS_SEED = 1 << 5,
+    F_DROP = 1 << 6,
+    F_INDEX = 1 << 7,
+    F_N_HINT = 1 << 8,
+    F_INDEX_HINT = 1 << 9,
+};
+
+static const char *const field_names[] = {
+    "fn",       "args",           "n",     "has_n",     "seed",
+    "has_seed", "drop_remainder", "index", "n_is_hint", "index_is_hint"};
+
+static unsigned allowed_fields(enum pipe_op_kind k)
+{
+    switch (k) {
+    case PIPE_OP_MAP:
+    case PIPE_OP_FILTER:
+        return F_FN | F_ARGS;
+    case PIPE_OP_SHUFFLE:
+        return F_N | F_SEED | F_HAS_SEED;
+    case PIPE_OP_BATCH:
+        return F_N | F_DROP;
+    case PIPE_OP_TAKE:
+    case PIPE_OP_SKIP:
+    case PIPE_OP_PREFETCH:
+        return F_N;
+    case PIPE_OP_REPEAT:
+        return F_N | F_HAS_N;
+    case PIPE_OP_SHARD:
+        return F_N | F_INDEX | F_N_HINT | F_INDEX_HINT;
+    }
+    return 0;
+}
+
+static int op_from_pb(struct dec *d, size_t idx, const Sluice__OpDef *pb, struct pipe_op *op)
+{
+    snprintf(d->where, sizeof(d->where), "op %zu", idx + 1);
+    if ((unsigned)pb->kind > SLUICE__OP_DEF__KIND__PREFETCH)
+        return corrupt(d, "unknown kind %d", (int)pb->kind);
+    op->kind = (enum pipe_op_kind)pb->kind;
+    snprintf(d->where, sizeof(d->where), "op %zu (%s)", idx + 1, op_names[op->kind]);
+    unsigned set = (pb->fn && pb->fn[0] ? F_FN : 0) | (pb->n_args ? F_ARGS : 0) |
+                   (pb->n ? F_N : 0) | (pb->has_n ? F_HAS_N : 0) | (pb->seed ? F_SEED : 0) |
+                   (pb->has_seed ? F_HAS_SEED : 0) | (pb->drop_remainder ? F_DROP : 0) |
+                   (pb->index ? F_INDEX : 0) | (pb->n_is_hint ? F_N_HINT : 0) |
+                   (pb->index_is_hint ? F_INDEX_HINT : 0);
+    unsigned extra = set & ~allowed_fields(op->kind);
+    if (extra) {
+        unsigned bit = 0;
+        while (!(extra & (1u << bit)))
+            bit++;
+        return corrupt(d, "field %s does not belong to %s", field_names[bit], op_names[op->kind]);
+    }
+    switch (op->kind) {
+    case PIPE_OP_MAP:
+    case PIPE_OP_FILTER: {
+        if (!is_identifier(pb->fn))
+            return corrupt(d, "expected a function name, found \"%.32s\"", pb->fn ? pb->fn : "");
+        size_t n = strlen(pb->fn) + 1;
+        if (!(op->fn = malloc(n)))
+            return nomem(d);
+        memcpy(op->fn, pb->fn, n);
+        return values_from_pb(d, pb->args, pb->n_args, false, &op->args, &op->nargs);
+    }
+    case PIPE_OP_SHUFFLE:
+        if (pb->n < 1)
+            return corrupt(d, "expected a buffer size >= 1, found %lld", (long long)pb->n);
+        if (pb->seed && !pb->has_seed)
+            return corrupt(d, "seed is set but has_seed is not");
+        op->n = pb->n;
+        op->has_seed = pb->has_seed;
+        op->seed = pb->seed;
+        return 0;
+    case PIPE_OP_BATCH:
+        if (pb->n < 1)
+            return corrupt(d, "expected a batch size >= 1, found %lld", (long long)pb->n);
+        op->n = pb->n;
+        op->drop_remainder = pb->drop_remainder;
+        return 0;
+    case PIPE_OP_TAKE:
+    case PIPE_OP_SKIP:
+        if (pb->n < -1)
+            return corrupt(d, "expected a count >= 0 (or -1 for all), found %lld",
+                           (long long)pb->n);
+        op->n = pb->n;
+        return 0;
+    case PIPE_OP_REPEAT:
+        if (pb->n && !pb->has_n)
+            return corrupt(d, "n is set but has_n is not");
+        if (pb->n < 0)
+            return corrupt(d, "expected a count >= 0, found %lld", (long long)pb->n);
+        op->has_n = pb->has_n;
+        op->n = pb->n;
+        return 0;
+    case PIPE_OP_SHARD:
+        if (pb->n_is_hint && pb->n)
+            return corrupt(d, "n is set but n_is_hint says SHARD_HINT");
+        if (pb->index_is_hint && pb->index)
+            return corrupt(d, "index is set but index_is_hint says SHARD_HINT");
+        if (!pb->n_is_hint && pb->n < 1)
+            return corrupt(d, "expected a shard count >= 1, found %lld", (long long)pb->n);
+        if (!pb->index_is_hint && pb->index < 0)
+            return corrupt(d, "expected a shard index >= 0, found %lld", (long long)pb->index);
+        if (!pb->index_is_hint && !pb->n_is_hint && pb->index >= pb->n)
+            return corrupt(d, "expected a shard index in [0, %lld), found %lld", (long long)pb->n,
+                           (long long)pb->index);
+        op->n_is_hint = pb->n_is_hint;
+        op->index_is_hint = pb->index_is_hint;
+        op->n = pb->n;
+        op->index = pb->index;
+        return 0;
+    case PIPE_OP_PREFETCH:
+        if (pb->n < 1)
+            return corrupt(d, "expected a buffer size >= 1, found %lld", (long long)pb->n);
+        op->n = pb->n;
+        return 0;
+    }
+    return 0;
+}
+
+int pipe_spec_decode(const uint8_t *data, size_t len, struct pipe_spec **out, char *err,
+                     size_t errlen)
+{
+    *out = NULL;
+    struct dec d = {.err = err, .errlen = errlen};
+    switch (scan(data, len, M_DATASET, 1)) {
+    case SCAN_OK:
+        break;
+    case SCAN_MALFORMED:
+        return corrupt(&d, "malformed protobuf");
+    case SCAN_TOO_DEEP:
+        return corrupt(&d, "messages nest deeper than %d levels", MAX_MESSAGE_DEPTH);
+    }
+    Sluice__DatasetDef *def = sluice__dataset_def__unpack(NULL, len, data);
+    if (!def)
+        return corrupt(&d, "not a valid DatasetDef message");
+    int rc = 0;
+    struct pipe_spec *spec = calloc(1, sizeof(*spec));
+    if (!spec) {
+        rc = nomem(&d);
+        goto done;
+    }
+    rc = source_from_pb(&d, def->source, &spec->source);
+    if (rc)
+        goto done;
+    if (def->n_ops) {
+        spec->ops = calloc(def->n_ops, sizeof(*spec->ops));
+        if (!spec->ops) {
+            rc = nomem(&d);
+            goto done;
+        }
+    }
+    /* Each op counts as soon as it is started, so pipe_spec_free() releases a partial one. */
+    for (; spec->nops < def->n_ops;) {
+        struct pipe_op *op = &spec->ops[spec->nops++];
+        rc = op_from_pb(&d, spec->nops - 1, def->ops[spec->nops - 1], op);
+        if (rc)
+            goto done;
+    }
+done:
+    sluice__dataset_def__free_unpacked(def, NULL);
+    if (rc) {
+        pipe_spec_free(spec);
+        return rc;
+    }
+    *out = spec;
+    return 0;
+}

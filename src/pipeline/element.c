@@ -1,0 +1,419 @@
+/* The element model: tensors that keep their buffers across reuse, and the public element API.
+ *
+ * Invariants of a component in use (index < n):
+ *   - fixed-width dtype: len == num_values * dtype size, data holds at least len bytes;
+ *   - SLUICE_BYTES: offs holds num_values + 1 entries, offs[0] == 0, offs[num_values] == len,
+ *     non-decreasing;
+ *   - rank <= SLUICE_MAX_RANK and every dimension >= 0.
+ * Components past n (up to cap) are spare: they keep their buffers for later reuse and their
+ * metadata means nothing until pipe_elem_resize() brings them back into use. */
+#include "element.h"
+
+#include "common/error.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Returned for empty data so callers may always pass the pointer to memcpy. */
+static const uint8_t empty_data[1];
+
+const char *sluice_dtype_name(enum sluice_dtype dtype)
+{
+    switch (dtype) {
+    case SLUICE_BOOL:
+        return "bool";
+    case SLUICE_INT8:
+        return "int8";
+    case SLUICE_INT16:
+        return "int16";
+    case SLUICE_INT32:
+        return "int32";
+    case SLUICE_INT64:
+        return "int64";
+    case SLUICE_UINT8:
+        return "uint8";
+    case SLUICE_UINT16:
+        return "uint16";
+    case SLUICE_UINT32:
+        return "uint32";
+    case SLUICE_UINT64:
+        return "uint64";
+    case SLUICE_FLOAT32:
+        return "float32";
+    case SLUICE_FLOAT64:
+        return "float64";
+    case SLUICE_BYTES:
+        return "bytes";
+    }
+    return "unknown";
+}
+
+size_t sluice_dtype_size(enum sluice_dtype dtype)
+{
+    switch (dtype) {
+    case SLUICE_BOOL:
+    case SLUICE_INT8:
+    case SLUICE_UINT8:
+        return 1;
+    case SLUICE_INT16:
+    case SLUICE_UINT16:
+        return 2;
+    case SLUICE_INT32:
+    case SLUICE_UINT32:
+    case SLUICE_FLOAT32:
+        return 4;
+    case SLUICE_INT64:
+    case SLUICE_UINT64:
+    case SLUICE_FLOAT64:
+        return 8;
+    case SLUICE_BYTES:
+        return 0;
+    }
+    return 0;
+}
+
+/* ---- Tensors ----------------------------------------------------------------------------- */
+
+uint64_t pipe_tensor_num_values(const struct pipe_tensor *t)
+{
+    uint64_t nv = 1;
+    for (int d = 0; d < t->rank; d++)
+        nv *= (uint64_t)t->shape[d];
+    return nv;
+}
+
+/* Capacity growth: at least doubling, so a growing stream of sizes reallocates O(log n) times. */
+static size_t grow_cap(size_t cap, size_t need)
+{
+    size_t c = cap < 16 ? 16 : cap;
+    while (c < need) {
+        if (c > SIZE_MAX / 2)
+            return need;
+        c *= 2;
+    }
+    return c;
+}
+
+/* Makes room for len data bytes and noffs offsets; on failure the tensor is unchanged. */
+static int tensor_reserve(struct pipe_tensor *t, size_t len, size_t noffs)
+{
+    if (len > t->cap) {
+        size_t cap = grow_cap(t->cap, len);
+        uint8_t *p = realloc(t->data, cap);
+        if (!p)
+            return SLUICE_ERR_NOMEM;
+        t->data = p;
+        t->cap = cap;
+    }
+    if (noffs > t->offs_cap) {
+        size_t cap = grow_cap(t->offs_cap, noffs);
+        if (cap > SIZE_MAX / sizeof(uint64_t))
+            return SLUICE_ERR_NOMEM;
+        uint64_t *o = realloc(t->offs, cap * sizeof(uint64_t));
+        if (!o)
+            return SLUICE_ERR_NOMEM;
+        t->offs = o;
+        t->offs_cap = cap;
+    }
+    return 0;
+}
+
+/* Offsets are reserved only for tensors whose dtype is already SLUICE_BYTES: a fixed-width
+ * tensor never needs them, and callers building a bytes tensor set the dtype first. */
+int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues)
+{
+    size_t noffs = 0;
+    if (t->dtype == SLUICE_BYTES) {
+        if (nvalues == SIZE_MAX)
+            return SLUICE_ERR_NOMEM;
+        noffs = nvalues + 1;
+    }
+    return tensor_reserve(t, len, noffs);
+}
+
+int pipe_tensor_set_scalar(struct pipe_tensor *t, enum sluice_dtype dtype, const void *value)
+{
+    size_t size = sluice_dtype_size(dtype);
+    if (size == 0)
+        return SLUICE_ERR_TYPE;
+    int rc = tensor_reserve(t, size, 0);
+    if (rc)
+        return rc;
+    t->dtype = dtype;
+    t->rank = 0;
+    t->len = size;
+    memcpy(t->data, value, size);
+    return 0;
+}
+
+int pipe_tensor_set_bytes(struct pipe_tensor *t, const void *data, size_t len)
+{
+    int rc = tensor_reserve(t, len, 2);
+    if (rc)
+        return rc;
+    t->dtype = SLUICE_BYTES;
+    t->rank = 0;
+    t->len = len;
+    if (len)
+        memmove(t->data, data, len);
+    t->offs[0] = 0;
+    t->offs[1] = len;
+    return 0;
+}
+
+static int tensor_copy(struct pipe_tensor *dst, const struct pipe_tensor *src)
+{
+    uint64_t nv = pipe_tensor_num_values(src);
+    size_t noffs = src->dtype == SLUICE_BYTES ? (size_t)nv + 1 : 0;
+    int rc = tensor_reserve(dst, src->len, noffs);
+    if (rc)
+        return rc;
+    dst->dtype = src->dtype;
+    dst->rank = src->rank;
+    memcpy(dst->shape, src->shape, (size_t)src->rank * sizeof(int64_t));
+    dst->len = src->len;
+    if (src->len)
+        memcpy(dst->data, src->data, src->len);
+    if (noffs)
+        memcpy(dst->offs, src->offs, noffs * sizeof(uint64_t));
+    return 0;
+}
+
+static bool tensor_equal(const struct pipe_tensor *a, const struct pipe_tensor *b)
+{
+    if (a->dtype != b->dtype || a->rank != b->rank || a->len != b->len)
+        return false;
+    if (memcmp(a->shape, b->shape, (size_t)a->rank * sizeof(int64_t)) != 0)
+        return false;
+    if (a->len && memcmp(a->data, b->data, a->len) != 0)
+        return false;
+    if (a->dtype == SLUICE_BYTES) {
+        size_t noffs = (size_t)pipe_tensor_num_values(a) + 1;
+        if (memcmp(a->offs, b->offs, noffs * sizeof(uint64_t)) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* ---- Elements ---------------------------------------------------------------------------- */
+
+void pipe_elem_init(struct sluice_element *e)
+{
+    e->n = 0;
+    e->cap = 0;
+    e->t = NULL;
+}
+
+void pipe_elem_release(struct sluice_element *e)
+{
+    for (size_t i = 0; i < e->cap; i++) {
+        free(e->t[i].data);
+        free(e->t[i].offs);
+    }
+    free(e->t);
+    pipe_elem_init(e);
+}
+
+void pipe_elem_swap(struct sluice_element *a, struct sluice_element *b)
+{
+    struct sluice_element tmp = *a;
+    *a = *b;
+    *b = tmp;
+}
+
+int pipe_elem_resize(struct sluice_element *e, size_t n)
+{
+    if (n == e->n)
+        return 0;
+    if (n > PIPE_MAX_COMPONENTS)
+        return SLUICE_ERR_INVALID;
+    if (n > e->cap) {
+        struct pipe_tensor *t = realloc(e->t, n * sizeof(*t));
+        if (!t)
+            return SLUICE_ERR_NOMEM;
+        memset(t + e->cap, 0, (n - e->cap) * sizeof(*t));
+        e->t = t;
+        e->cap = n;
+    }
+    /* Components coming into use start as int64 zeros, so every component in use is valid. */
+    for (size_t i = e->n; i < n; i++) {
+        int rc = pipe_tensor_set_i64(&e->t[i], 0);
+        if (rc) {
+            e->n = i;
+            return rc;
+        }
+    }
+    e->n = n;
+    return 0;
+}
+
+int pipe_elem_copy(struct sluice_element *dst, const struct sluice_element *src)
+{
+    if (dst == src)
+        return 0;
+    int rc = pipe_elem_resize(dst, src->n);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < src->n; i++) {
+        rc = tensor_copy(&dst->t[i], &src->t[i]);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+bool pipe_elem_equal(const struct sluice_element *a, const struct sluice_element *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (!tensor_equal(&a->t[i], &b->t[i]))
+            return false;
+    return true;
+}
+
+/* ---- Public element API ------------------------------------------------------------------ */
+
+struct sluice_element *sluice_element_new(void)
+{
+    struct sluice_element *e = malloc(sizeof(*e));
+    if (e)
+        pipe_elem_init(e);
+    return e;
+}
+
+void sluice_element_free(struct sluice_element *elem)
+{
+    if (!elem)
+        return;
+    pipe_elem_release(elem);
+    free(elem);
+}
+
+size_t sluice_element_num_components(const struct sluice_element *elem)
+{
+    return elem->n;
+}
+
+enum sluice_dtype sluice_element_dtype(const struct sluice_element *elem, size_t i)
+{
+    assert(i < elem->n);
+    return elem->t[i].dtype;
+}
+
+int sluice_element_rank(const struct sluice_element *elem, size_t i)
+{
+    assert(i < elem->n);
+    return elem->t[i].rank;
+}
+
+const int64_t *sluice_element_shape(const struct sluice_element *elem, size_t i)
+{
+    assert(i < elem->n);
+    return elem->t[i].shape;
+}
+
+uint64_t sluice_element_num_values(const struct sluice_element *elem, size_t i)
+{
+    assert(i < elem->n);
+    return pipe_tensor_num_values(&elem->t[i]);
+}
+
+const void *sluice_element_data(const struct sluice_element *elem, size_t i, size_t *nbytes)
+{
+    assert(i < elem->n);
+    const struct pipe_tensor *t = &elem->t[i];
+    if (nbytes)
+        *nbytes = t->len;
+    return t->len ? (const void *)t->data : (const void *)empty_data;
+}
+
+int sluice_element_bytes_at(const struct sluice_element *elem, size_t i, uint64_t k,
+                            const void **data, size_t *len)
+{
+    assert(i < elem->n);
+    const struct pipe_tensor *t = &elem->t[i];
+    if (t->dtype != SLUICE_BYTES)
+        return SLUICE_ERR_TYPE;
+    if (k >= pipe_tensor_num_values(t))
+        return SLUICE_ERR_INVALID;
+    uint64_t b = t->offs[k], e = t->offs[k + 1];
+    *data = e > b ? (const void *)(t->data + b) : (const void *)empty_data;
+    *len = (size_t)(e - b);
+    return 0;
+}
+
+/* The mutators grow the element to reach component i, so a program may build an element by
+ * setting its components in order without sizing it first. */
+static int reach(struct sluice_element *elem, size_t i)
+{
+    if (i >= PIPE_MAX_COMPONENTS)
+        return SLUICE_ERR_INVALID;
+    return i < elem->n ? 0 : pipe_elem_resize(elem, i + 1);
+}
+
+int sluice_element_set_num_components(struct sluice_element *elem, size_t n)
+{
+    if (n == 0 || n > PIPE_MAX_COMPONENTS)
+        return SLUICE_ERR_INVALID;
+    return pipe_elem_resize(elem, n);
+}
+
+int sluice_element_set_tensor(struct sluice_element *elem, size_t i, enum sluice_dtype dtype,
+                              int rank, const int64_t *shape, const void *data, size_t nbytes)
+{
+    if (i >= PIPE_MAX_COMPONENTS || rank < 0 || rank > SLUICE_MAX_RANK || (rank > 0 && !shape))
+        return SLUICE_ERR_INVALID;
+    size_t size = sluice_dtype_size(dtype);
+    if (size == 0)
+        return SLUICE_ERR_TYPE;
+    /* The product is checked against nbytes without overflowing: a tensor whose size does not
+     * fit in memory cannot match the caller's buffer anyway. */
+    uint64_t total = size;
+    for (int d = 0; d < rank; d++) {
+        if (shape[d] < 0)
+            return SLUICE_ERR_INVALID;
+        uint64_t dim = (uint64_t)shape[d];
+        if (dim != 0 && total > SIZE_MAX / dim)
+            return SLUICE_ERR_INVALID;
+        total *= dim;
+    }
+    if (total != nbytes || (nbytes > 0 && !data))
+        return SLUICE_ERR_INVALID;
+    int rc = reach(elem, i);
+    if (rc)
+        return rc;
+    struct pipe_tensor *t = &elem->t[i];
+    rc = tensor_reserve(t, nbytes, 0);
+    if (rc)
+        return rc;
+    t->dtype = dtype;
+    t->rank = rank;
+    if (rank > 0)
+        memcpy(t->shape, shape, (size_t)rank * sizeof(int64_t));
+    t->len = nbytes;
+    if (nbytes)
+        memmove(t->data, data, nbytes);
+    return 0;
+}
+
+int sluice_element_set_bytes(struct sluice_element *elem, size_t i, const void *data, size_t len)
+{
+    if (len > 0 && !data)
+        return SLUICE_ERR_INVALID;
+    int rc = reach(elem, i);
+    return rc ? rc : pipe_tensor_set_bytes(&elem->t[i], data, len);
+}
+
+int sluice_element_set_int64(struct sluice_element *elem, size_t i, int64_t value)
+{
+    int rc = reach(elem, i);
+    return rc ? rc : pipe_tensor_set_i64(&elem->t[i], value);
+}
+
+int sluice_element_set_float64(struct sluice_element *elem, size_t i, double value)
+{
+    int rc = reach(elem, i);
+    return rc ? rc : pipe_tensor_set_scalar(&elem->t[i], SLUICE_FLOAT64, &value);
+}

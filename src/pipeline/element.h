@@ -1,0 +1,77 @@
+/* The element model (DESIGN.md §3): an element is a tuple of typed tensors.
+ *
+ * struct sluice_element is opaque in the public header; its layout is visible here to the
+ * pipeline engine so operators can work on it without calls per value. Elements own their
+ * buffers and keep them across reuse: an iterator writes into the caller's element, growing
+ * buffers only when a value does not fit, so a steady stream of same-shaped elements performs
+ * no allocation. Elements are not thread-safe; one thread uses an element at a time. */
+#ifndef SLUICE_PIPELINE_ELEMENT_H
+#define SLUICE_PIPELINE_ELEMENT_H
+
+#include "sluice/sluice.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PIPE_MAX_COMPONENTS 64
+
+struct pipe_tensor {
+    enum sluice_dtype dtype;
+    int rank;
+    int64_t shape[SLUICE_MAX_RANK];
+    /* Fixed-width dtypes: num_values * dtype size bytes, row-major.
+     * SLUICE_BYTES: the strings concatenated; offs[k]..offs[k+1] delimits string k. */
+    uint8_t *data;
+    size_t len, cap;
+    uint64_t *offs; /* SLUICE_BYTES only: num_values + 1 entries */
+    size_t offs_cap;
+};
+
+struct sluice_element {
+    size_t n; /* components in use */
+    size_t cap;
+    struct pipe_tensor *t;
+};
+
+/* Initializes an element in place with no components and no buffers. */
+void pipe_elem_init(struct sluice_element *e);
+/* Frees the element's buffers (not the struct itself). The element may be re-initialized. */
+void pipe_elem_release(struct sluice_element *e);
+/* Exchanges two elements' contents, buffers included; never allocates. */
+void pipe_elem_swap(struct sluice_element *a, struct sluice_element *b);
+/* Makes dst a deep copy of src, reusing dst's buffers. Returns 0 or SLUICE_ERR_NOMEM. */
+int pipe_elem_copy(struct sluice_element *dst, const struct sluice_element *src);
+/* Deep equality (dtype, shape and values; floats bitwise). */
+bool pipe_elem_equal(const struct sluice_element *a, const struct sluice_element *b);
+
+/* Sets the number of components, keeping existing buffers. Returns 0 or SLUICE_ERR_NOMEM. */
+int pipe_elem_resize(struct sluice_element *e, size_t n);
+
+/* Number of values in a tensor: the product of its shape (1 for rank 0). */
+uint64_t pipe_tensor_num_values(const struct pipe_tensor *t);
+/* Makes room for len data bytes (and, for bytes tensors, nvalues + 1 offsets); keeps content
+ * only up to the old length. Returns 0 or SLUICE_ERR_NOMEM. "Bytes tensor" means t->dtype is
+ * already SLUICE_BYTES when this is called: to turn another tensor into a bytes tensor, set its
+ * dtype first (or start from pipe_tensor_set_bytes(t, NULL, 0)), then reserve. */
+int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues);
+/* Sets t to a scalar of a fixed-width dtype holding the given value bytes (size of dtype). */
+int pipe_tensor_set_scalar(struct pipe_tensor *t, enum sluice_dtype dtype, const void *value);
+/* Sets t to a scalar int64 without any branch on capacity after the first call. */
+static inline int pipe_tensor_set_i64(struct pipe_tensor *t, int64_t v)
+{
+    if (t->cap < 8) {
+        int rc = pipe_tensor_reserve(t, 8, 1);
+        if (rc)
+            return rc;
+    }
+    t->dtype = SLUICE_INT64;
+    t->rank = 0;
+    t->len = 8;
+    *(int64_t *)(void *)t->data = v;
+    return 0;
+}
+/* Sets t to a scalar bytes string (copied). */
+int pipe_tensor_set_bytes(struct pipe_tensor *t, const void *data, size_t len);
+
+#endif

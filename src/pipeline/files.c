@@ -1,0 +1,474 @@
+/* File sources: tfrecord() and lines().
+ *
+ * Both readers share one shape: a list of paths opened one at a time as reading reaches them,
+ * and a fixed read buffer that holds the unconsumed bytes of the current file. A record or line
+ * that lies wholly inside the buffer is handed to the element straight from it; one that spans
+ * refills is gathered in a reused record buffer, which grows to the largest record seen and no
+ * further. Failure modes: a file that cannot be opened or read, a TFRecord checksum mismatch, a
+ * record cut short by the end of its file, and a record or line over PIPE_FILES_MAX_RECORD. Each
+ * is reported once in the context's message and then returned by every later next(). */
+#include "files.h"
+
+#include "common/crc32c.h"
+#include "common/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The read buffer's size: large enough that a read(2) per refill is cheap against the bytes it
+ * moves, small enough that many concurrent readers cost little memory. */
+#define READ_BUF_SIZE (256u * 1024u)
+
+/* The longest record or line accepted. A corrupt or hostile length field must not make the
+ * reader allocate without bound; real records are far smaller. */
+#define MAX_RECORD ((uint64_t)1 << 30)
+
+/* The TFRecord header (length, masked crc of the length) and trailer (masked crc of the data). */
+#define TFR_HEADER 12u
+#define TFR_TRAILER 4u
+
+struct file_reader {
+    struct pipe_iter base;
+    char **paths; /* owned copies */
+    size_t npaths;
+    size_t next_path; /* index of the file to open after the current one */
+    const char *path; /* the current file, paths[next_path - 1]; NULL when none is open */
+    int fd;           /* the current file, -1 when none is open */
+    bool eof;         /* the current file has returned end of file */
+    /* buf[pos, end) holds unconsumed bytes of the current file; off is the file offset of
+     * buf[pos]. */
+    uint8_t *buf;
+    size_t pos, end;
+    uint64_t off;
+    /* The record buffer for records and lines that span refills. */
+    uint8_t *rec;
+    size_t rec_len, rec_cap;
+    /* 1 while running; 0 after the end; a negative code after an error. */
+    int status;
+};
+
+uint32_t pipe_tfrecord_mask(uint32_t crc)
+{
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+static uint64_t load_le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static uint32_t load_le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void store_le64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void store_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int pipe_tfrecord_write(FILE *f, const void *data, size_t len)
+{
+    uint8_t header[TFR_HEADER], trailer[TFR_TRAILER];
+    store_le64(header, (uint64_t)len);
+    store_le32(header + 8, pipe_tfrecord_mask(crc32c(header, 8)));
+    store_le32(trailer, pipe_tfrecord_mask(crc32c(data, len)));
+    errno = 0;
+    if (fwrite(header, 1, sizeof header, f) != sizeof header ||
+        (len > 0 && fwrite(data, 1, len, f) != len) ||
+        fwrite(trailer, 1, sizeof trailer, f) != sizeof trailer)
+        return errno ? -errno : -EIO;
+    return 0;
+}
+
+/* ---- The shared reader ------------------------------------------------------------------- */
+
+static void reader_close_file(struct file_reader *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    r->path = NULL;
+    r->pos = r->end = 0;
+    r->off = 0;
+    r->eof = false;
+}
+
+/* Records an error in the chain's context and makes it sticky. */
+static int reader_fail(struct file_reader *r, int code)
+{
+    reader_close_file(r);
+    r->status = code;
+    return code;
+}
+
+/* Opens the next file. Returns 1 when a file is open, 0 when there are no more files, or a
+ * negative errno with the message set. */
+static int reader_open_next(struct file_reader *r)
+{
+    if (r->next_path == r->npaths)
+        return 0;
+    const char *path = r->paths[r->next_path++];
+    int fd;
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        int code = -errno;
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, code, "%s: %s", path,
+                sluice_strerror(code));
+        return reader_fail(r, code);
+    }
+    r->fd = fd;
+    r->path = path;
+    return 1;
+}
+
+/* read(2) retried on EINTR. Returns the bytes read (0 at end of file) or a negative errno with
+ * the message set, naming the file offset where the read started. */
+static ssize_t reader_read(struct file_reader *r, void *dst, size_t len, uint64_t at)
+{
+    ssize_t n;
+    do
+        n = read(r->fd, dst, len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        int code = -errno;
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, code, "%s: offset %" PRIu64 ": %s",
+                r->path, at, sluice_strerror(code));
+        return reader_fail(r, code);
+    }
+    if (n == 0)
+        r->eof = true;
+    return n;
+}
+
+/* Makes at least need (<= READ_BUF_SIZE) bytes available in buf[pos, end), unless the file ends
+ * first. Returns 0 (check end - pos for what is there) or a negative errno. */
+static int reader_fill(struct file_reader *r, size_t need)
+{
+    if (r->end - r->pos >= need || r->eof)
+        return 0;
+    if (r->pos > 0) {
+        memmove(r->buf, r->buf + r->pos, r->end - r->pos);
+        r->end -= r->pos;
+        r->pos = 0;
+    }
+    while (r->end < need && !r->eof) {
+        ssize_t n = reader_read(r, r->buf + r->end, READ_BUF_SIZE - r->end, r->off + r->end);
+        if (n < 0)
+            return (int)n;
+        r->end += (size_t)n;
+    }
+    return 0;
+}
+
+static void reader_consume(struct file_reader *r, size_t n)
+{
+    r->pos += n;
+    r->off += n;
+}
+
+/* Grows the record buffer to hold cap bytes, keeping its content. */
+static int reader_rec_reserve(struct file_reader *r, size_t cap)
+{
+    if (cap <= r->rec_cap)
+        return 0;
+    size_t ncap = r->rec_cap ? r->rec_cap : 4096;
+    while (ncap < cap)
+        ncap = ncap > SIZE_MAX / 2 ? cap : ncap * 2;
+    uint8_t *p = realloc(r->rec, ncap);
+    if (!p)
+        return SLUICE_ERR_NOMEM;
+    r->rec = p;
+    r->rec_cap = ncap;
+    return 0;
+}
+
+static int reader_emit(struct file_reader *r, struct sluice_element *out, const void *data,
+                       size_t len)
+{
+    int rc = pipe_elem_resize(out, 1);
+    if (rc == 0)
+        rc = pipe_tensor_set_bytes(&out->t[0], data, len);
+    if (rc < 0) {
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, rc, "%s: %s",
+                r->path ? r->path : "file source", sluice_strerror(rc));
+        return reader_fail(r, rc);
+    }
+    return 1;
+}
+
+static void reader_destroy(struct pipe_iter *it)
+{
+    struct file_reader *r = (struct file_reader *)it;
+    if (!r)
+        return;
+    reader_close_file(r);
+    pipe_paths_free(r->paths, r->npaths);
+    free(r->buf);
+    free(r->rec);
+    free(r);
+}
+
+static int reader_new(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
+                      const struct pipe_iter_ops *ops, struct pipe_iter **out)
+{
+    struct file_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return SLUICE_ERR_NOMEM;
+    r->base.ops = ops;
+    r->base.ctx = ctx;
+    r->fd = -1;
+    r->status = 1;
+    r->buf = malloc(READ_BUF_SIZE);
+    if (!r->buf)
+        goto fail;
+    if (npaths > 0) {
+        r->paths = calloc(npaths, sizeof *r->paths);
+        if (!r->paths)
+            goto fail;
+        for (size_t i = 0; i < npaths; i++) {
+            r->paths[i] = strdup(paths[i]);
+            if (!r->paths[i])
+                goto fail;
+            r->npaths = i + 1;
+        }
+    }
+    *out = &r->base;
+    return 0;
+fail:
+    reader_destroy(&r->base);
+    return SLUICE_ERR_NOMEM;
+}
+
+/* ---- tfrecord() -------------------------------------------------------------------------- */
+
+static int tfr_truncated(struct file_reader *r, uint64_t at, uint64_t need, uint64_t left)
+{
+    err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TRUNCATED,
+            "%s: offset %" PRIu64 ": truncated record (needs %" PRIu64 " bytes, %" PRIu64 " left)",
+            r->path, at, need, left);
+    return reader_fail(r, SLUICE_ERR_TRUNCATED);
+}
+
+static int tfr_corrupt(struct file_reader *r, uint64_t at, const char *what)
+{
+    err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_CORRUPT,
+            "%s: offset %" PRIu64 ": %s", r->path, at, what);
+    return reader_fail(r, SLUICE_ERR_CORRUPT);
+}
+
+/* Reads a record too large for the read buffer: its data goes to the record buffer, the part
+ * already buffered copied and the rest read straight into place. On entry the header has been
+ * checked and consumed. */
+static int tfr_next_large(struct file_reader *r, struct sluice_element *out, uint64_t at,
+                          size_t len)
+{
+    uint64_t need = TFR_HEADER + (uint64_t)len + TFR_TRAILER;
+    int rc = reader_rec_reserve(r, len);
+    if (rc < 0) {
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, rc,
+                "%s: offset %" PRIu64 ": record of %zu bytes: %s", r->path, at, len,
+                sluice_strerror(rc));
+        return reader_fail(r, rc);
+    }
+    size_t have = r->end - r->pos;
+    if (have > len)
+        have = len;
+    memcpy(r->rec, r->buf + r->pos, have);
+    reader_consume(r, have);
+    while (have < len) {
+        ssize_t n = reader_read(r, r->rec + have, len - have, r->off);
+        if (n < 0)
+            return (int)n;
+        if (n == 0)
+            return tfr_truncated(r, at, need, TFR_HEADER + have);
+        have += (size_t)n;
+        r->off += (uint64_t)n;
+    }
+    rc = reader_fill(r, TFR_TRAILER);
+    if (rc < 0)
+        return rc;
+    if (r->end - r->pos < TFR_TRAILER)
+        return tfr_truncated(r, at, need, TFR_HEADER + len + (r->end - r->pos));
+    if (load_le32(r->buf + r->pos) != pipe_tfrecord_mask(crc32c(r->rec, len)))
+        return tfr_corrupt(r, at, "bad data checksum");
+    reader_consume(r, TFR_TRAILER);
+    return reader_emit(r, out, r->rec, len);
+}
+
+static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct file_reader *r = (struct file_reader *)it;
+    if (r->status <= 0)
+        return r->status;
+    for (;;) {
+        if (r->fd < 0) {
+            int rc = reader_open_next(r);
+            if (rc == 0)
+                return r->status = 0;
+            if (rc < 0)
+                return rc;
+        }
+        uint64_t at = r->off;
+        int rc = reader_fill(r, TFR_HEADER);
+        if (rc < 0)
+            return rc;
+        size_t avail = r->end - r->pos;
+        if (avail == 0) {
+            reader_close_file(r);
+            continue;
+        }
+        if (avail < TFR_HEADER)
+            return tfr_truncated(r, at, TFR_HEADER, avail);
+        const uint8_t *h = r->buf + r->pos;
+        uint64_t len = load_le64(h);
+        if (load_le32(h + 8) != pipe_tfrecord_mask(crc32c(h, 8)))
+            return tfr_corrupt(r, at, "bad length checksum");
+        if (len > MAX_RECORD) {
+            err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TOO_LARGE,
+                    "%s: offset %" PRIu64 ": record length %" PRIu64 " over limit", r->path, at,
+                    len);
+            return reader_fail(r, SLUICE_ERR_TOO_LARGE);
+        }
+        size_t need = TFR_HEADER + (size_t)len + TFR_TRAILER;
+        if (need > READ_BUF_SIZE) {
+            reader_consume(r, TFR_HEADER);
+            return tfr_next_large(r, out, at, (size_t)len);
+        }
+        rc = reader_fill(r, need);
+        if (rc < 0)
+            return rc;
+        avail = r->end - r->pos;
+        if (avail < need)
+            return tfr_truncated(r, at, need, avail);
+        const uint8_t *data = r->buf + r->pos + TFR_HEADER;
+        if (load_le32(data + len) != pipe_tfrecord_mask(crc32c(data, (size_t)len)))
+            return tfr_corrupt(r, at, "bad data checksum");
+        reader_consume(r, need);
+        return reader_emit(r, out, data, (size_t)len);
+    }
+}
+
+static const struct pipe_iter_ops tfr_ops = {.next = tfr_next, .destroy = reader_destroy};
+
+int pipe_tfrecord_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
+                       struct pipe_iter **out)
+{
+    return reader_new(paths, npaths, ctx, &tfr_ops, out);
+}
+
+/* ---- lines() ----------------------------------------------------------------------------- */
+
+/* Appends buf[pos, pos + n) to the record buffer and consumes it; at is the offset where the
+ * line began, for the message when the line grows over the limit. */
+static int lines_spill(struct file_reader *r, size_t n, uint64_t at)
+{
+    if ((uint64_t)r->rec_len + n > MAX_RECORD) {
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TOO_LARGE,
+                "%s: offset %" PRIu64 ": line length over limit", r->path, at);
+        return reader_fail(r, SLUICE_ERR_TOO_LARGE);
+    }
+    int rc = reader_rec_reserve(r, r->rec_len + n);
+    if (rc < 0) {
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, rc, "%s: offset %" PRIu64 ": %s",
+                r->path, at, sluice_strerror(rc));
+        return reader_fail(r, rc);
+    }
+    memcpy(r->rec + r->rec_len, r->buf + r->pos, n);
+    r->rec_len += n;
+    reader_consume(r, n);
+    return 0;
+}
+
+static int lines_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct file_reader *r = (struct file_reader *)it;
+    if (r->status <= 0)
+        return r->status;
+    /* scanned: bytes at buf[pos] already known to hold no newline. */
+    size_t scanned = 0;
+    r->rec_len = 0;
+    uint64_t at = 0;
+    for (;;) {
+        if (r->fd < 0) {
+            int rc = reader_open_next(r);
+            if (rc == 0)
+                return r->status = 0;
+            if (rc < 0)
+                return rc;
+        }
+        if (r->rec_len == 0 && scanned == 0)
+            at = r->off;
+        size_t avail = r->end - r->pos;
+        const uint8_t *start = r->buf + r->pos;
+        const uint8_t *nl = avail > scanned ? memchr(start + scanned, '\n', avail - scanned) : NULL;
+        if (nl) {
+            size_t n = (size_t)(nl - start);
+            if (r->rec_len == 0) {
+                reader_consume(r, n + 1);
+                return reader_emit(r, out, start, n);
+            }
+            int rc = lines_spill(r, n, at);
+            if (rc < 0)
+                return rc;
+            reader_consume(r, 1);
+            return reader_emit(r, out, r->rec, r->rec_len);
+        }
+        scanned = avail;
+        if (r->eof) {
+            /* The last line of a file need not end in a newline; an empty remainder after the
+             * final newline is no line at all. */
+            if (avail == 0 && r->rec_len == 0) {
+                reader_close_file(r);
+                scanned = 0;
+                continue;
+            }
+            int rc;
+            if (r->rec_len == 0) {
+                rc = reader_emit(r, out, start, avail);
+            } else {
+                rc = lines_spill(r, avail, at);
+                if (rc < 0)
+                    return rc;
+                rc = reader_emit(r, out, r->rec, r->rec_len);
+            }
+            if (rc == 1)
+                reader_close_file(r);
+            return rc;
+        }
+        if (avail == READ_BUF_SIZE) {
+            /* The buffer is full of one unfinished line: move it aside and read on. */
+            int rc = lines_spill(r, avail, at);
+            if (rc < 0)
+                return rc;
+            scanned = 0;
+        }
+        int rc = reader_fill(r, r->end - r->pos + 1);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static const struct pipe_iter_ops lines_ops = {.next = lines_next, .destroy = reader_destroy};
+
+int pipe_lines_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx, struct pipe_iter **out)
+{
+    return reader_new(paths, npaths, ctx, &lines_ops, out);
+}

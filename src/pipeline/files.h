@@ -1,0 +1,29 @@
+/* File sources: tfrecord() and lines() (DESIGN.md §3), and a TFRecord writer.
+ *
+ * Readers stream files in the given order through a fixed buffer, so memory does not grow with
+ * file size (a single record or line must fit in memory). Errors name the file and byte offset:
+ * "data.tfrecord: offset 1234: bad data checksum". A bad checksum or truncated record is an
+ * error, never skipped. */
+#ifndef SLUICE_PIPELINE_FILES_H
+#define SLUICE_PIPELINE_FILES_H
+
+#include "iter.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Creates a source iterator over the files (copied). Files are opened lazily as reading reaches
+ * them; a file that cannot be opened is a runtime error naming it. Elements are scalar bytes. */
+int pipe_tfrecord_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
+                       struct pipe_iter **out);
+int pipe_lines_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
+                    struct pipe_iter **out);
+
+/* Appends one TFRecord-framed record to f. Returns 0 or -errno. */
+int pipe_tfrecord_write(FILE *f, const void *data, size_t len);
+
+/* The TFRecord checksum mask: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t pipe_tfrecord_mask(uint32_t crc);
+
+#endif

@@ -1,0 +1,106 @@
+/* Iterators: the pipeline engine's running form.
+ *
+ * pipe_open() turns a spec into a chain of iterators, source first. next() fills the caller's
+ * element and returns 1 (an element), 0 (end of sequence) or a negative code with a message in
+ * the iterator's context. After 0 or an error, next() keeps returning the same. An iterator chain
+ * belongs to one thread at a time (prefetch runs its upstream on a thread of its own). */
+#ifndef SLUICE_PIPELINE_ITER_H
+#define SLUICE_PIPELINE_ITER_H
+
+#include "element.h"
+#include "spec.h"
+#include "split.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct sluice_registry;
+
+/* Shared by all iterators of one chain: the registry and the first error's message.
+ *
+ * cancel may be set from any thread (pipe_run_cancel) to make a chain give up: iterators that
+ * loop over upstream elements without returning (filter, skip, shard, repeat) check it and
+ * return SLUICE_ERR_CANCELLED, so even a filter that never matches on an infinite source ends.
+ * A prefetch runs its upstream under a context of its own whose parent is the chain's, so
+ * cancelling the chain reaches the prefetch thread too. parent may be NULL. */
+struct pipe_ctx {
+    const struct sluice_registry *reg;
+    char err[512];
+    atomic_int cancel;
+    const struct pipe_ctx *parent;
+};
+
+/* True when ctx or any of its parents was cancelled. */
+static inline bool pipe_cancelled(const struct pipe_ctx *ctx)
+{
+    for (; ctx; ctx = ctx->parent)
+        if (atomic_load_explicit(&ctx->cancel, memory_order_relaxed))
+            return true;
+    return false;
+}
+
+struct pipe_iter;
+
+struct pipe_iter_ops {
+    int (*next)(struct pipe_iter *it, struct sluice_element *out);
+    void (*destroy)(struct pipe_iter *it); /* frees it and its upstream */
+};
+
+struct pipe_iter {
+    const struct pipe_iter_ops *ops;
+    struct pipe_ctx *ctx;
+};
+
+static inline int pipe_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    return it->ops->next(it, out);
+}
+
+/* A running pipeline: the chain plus the context it reports errors into. */
+struct pipe_run {
+    struct pipe_ctx ctx;
+    struct pipe_iter *it;
+};
+
+/* Builds the whole pipeline of spec. Functions are resolved in reg (which must outlive the
+ * run). Files of tfrecord()/lines() sources are expanded and opened here, so a missing file is
+ * reported now: SLUICE_ERR_NOT_FOUND with the glob in err. On success *out is owned by the caller
+ * and freed with pipe_run_free(). */
+int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
+              struct pipe_run **out, char *err, size_t errlen);
+
+/* Builds the pipeline over the given splits of its source instead of the whole source: the
+ * source yields the elements of splits[0], then splits[1], ..., and the ops run over that. Ops
+ * of kind REPEAT are skipped, because in distributed processing the split provider applies them
+ * (see split.h). Splits are copied. */
+int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                     const struct pipe_split *splits, size_t nsplits, struct pipe_run **out,
+                     char *err, size_t errlen);
+
+/* Builds only the ops of tail (from pipe_parse_tail) over an upstream iterator the caller
+ * provides; the run takes ownership of upstream, whose ctx pointer is redirected to the run's.
+ * Used for --local tails applied to elements arriving from the service. Ownership of upstream
+ * passes in every case: on failure it has been destroyed. repeat() other than repeat(1) cannot
+ * re-open such an upstream and is SLUICE_ERR_UNSUPPORTED. */
+int pipe_open_tail(const struct pipe_spec *tail, const struct sluice_registry *reg,
+                   struct pipe_iter *upstream, struct pipe_run **out, char *err, size_t errlen);
+
+/* Next element of a run: 1, 0 at end, or a negative code with the message in run->ctx.err. */
+static inline int pipe_run_next(struct pipe_run *run, struct sluice_element *out)
+{
+    return pipe_next(run->it, out);
+}
+
+/* Makes a running pipeline give up: the loops inside next() that could run for ever (a filter
+ * dropping everything, skip, shard, repeat, a prefetch thread) stop and return
+ * SLUICE_ERR_CANCELLED. Any thread may call it while the run exists, e.g. to unblock a next() in
+ * progress on a pipeline thread before freeing the run. */
+static inline void pipe_run_cancel(struct pipe_run *run)
+{
+    atomic_store(&run->ctx.cancel, 1);
+}
+
+void pipe_run_free(struct pipe_run *run);
+
+#endif

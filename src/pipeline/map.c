@@ -1,0 +1,103 @@
+/* map() and filter() iterators. Both work on the caller's element in place, so they add no
+ * copies and no allocation to the chain. */
+#include "map.h"
+
+#include "common/error.h"
+
+#include <stdlib.h>
+
+struct map_iter {
+    struct pipe_iter base;
+    struct pipe_iter *up;
+    const struct pipe_fn *fn;
+    struct sluice_fn_args args;
+    int rc;        /* sticky error */
+    bool done;     /* upstream ended */
+    char why[256]; /* the function's reason for a failure */
+};
+
+/* Records a function's failure with its name in front of its reason. */
+static int fn_failed(struct map_iter *m, int rc, const char *why)
+{
+    if (rc >= 0)
+        rc = SLUICE_ERR_FN;
+    const char *kind = m->fn->kind == PIPE_FN_MAP ? "map" : "filter";
+    m->rc = err_set(m->base.ctx->err, sizeof(m->base.ctx->err), rc, "%s(%s): %s", kind, m->fn->name,
+                    why[0] ? why : sluice_strerror(rc));
+    return m->rc;
+}
+
+static int map_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct map_iter *m = (struct map_iter *)it;
+    if (m->rc || m->done)
+        return m->rc;
+    int rc = pipe_next(m->up, out);
+    if (rc != 1) {
+        if (rc < 0)
+            m->rc = rc;
+        m->done = rc == 0;
+        return rc;
+    }
+    m->why[0] = '\0';
+    rc = m->fn->map(out, &m->args, m->fn->user, m->why, sizeof(m->why));
+    if (rc)
+        return fn_failed(m, rc, m->why);
+    return 1;
+}
+
+static int filter_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct map_iter *m = (struct map_iter *)it;
+    if (m->rc || m->done)
+        return m->rc;
+    for (;;) {
+        int rc = pipe_next(m->up, out);
+        if (rc != 1) {
+            if (rc < 0)
+                m->rc = rc;
+            m->done = rc == 0;
+            return rc;
+        }
+        int keep = 0;
+        m->why[0] = '\0';
+        rc = m->fn->filter(out, &m->args, m->fn->user, &keep, m->why, sizeof(m->why));
+        if (rc)
+            return fn_failed(m, rc, m->why);
+        if (keep)
+            return 1;
+        /* A filter may drop elements for ever; cancellation must still get through. */
+        if (pipe_cancelled(it->ctx)) {
+            m->rc = err_set(it->ctx->err, sizeof(it->ctx->err), SLUICE_ERR_CANCELLED, "cancelled");
+            return m->rc;
+        }
+    }
+}
+
+static void map_destroy(struct pipe_iter *it)
+{
+    struct map_iter *m = (struct map_iter *)it;
+    m->up->ops->destroy(m->up);
+    free(m);
+}
+
+static const struct pipe_iter_ops map_ops = {map_next, map_destroy};
+static const struct pipe_iter_ops filter_ops = {filter_next, map_destroy};
+
+int pipe_map_open(const struct pipe_fn *fn, const struct pipe_value *args, size_t nargs,
+                  struct pipe_iter *upstream, struct pipe_ctx *ctx, struct pipe_iter **out)
+{
+    struct map_iter *m = calloc(1, sizeof(*m));
+    if (!m) {
+        upstream->ops->destroy(upstream);
+        return SLUICE_ERR_NOMEM;
+    }
+    m->base.ops = fn->kind == PIPE_FN_MAP ? &map_ops : &filter_ops;
+    m->base.ctx = ctx;
+    m->up = upstream;
+    m->fn = fn;
+    m->args.v = args;
+    m->args.n = nargs;
+    *out = &m->base;
+    return 0;
+}

@@ -1,0 +1,391 @@
+/* Building a running pipeline from a spec.
+ *
+ * pipe_open*() validate the spec and prepare a plan once: a private copy of the spec, the
+ * resolved functions, the converted list() literals, the expanded file list or the split spans.
+ * build() then turns (plan, first nops ops) into an iterator chain; repeat calls it again for
+ * every pass, so re-opening an upstream is the same code as opening it. A prefetch splits the
+ * chain: the ops below it are built under the prefetch's own context. */
+#include "iter.h"
+
+#include "batch.h"
+#include "common/error.h"
+#include "files.h"
+#include "map.h"
+#include "prefetch.h"
+#include "registry.h"
+#include "repeat.h"
+#include "shuffle.h"
+#include "slice.h"
+#include "source.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum plan_mode { PLAN_WHOLE, PLAN_SPLITS, PLAN_TAIL };
+
+struct plan {
+    enum plan_mode mode;
+    struct pipe_spec *spec;       /* owned copy */
+    const struct pipe_fn **fns;   /* per op: the resolved map/filter function, else NULL */
+    struct sluice_element *elems; /* list(): converted values */
+    size_t nelems;
+    char **paths; /* tfrecord(), lines(): files to read, in order */
+    size_t npaths;
+    struct pipe_span *spans; /* PLAN_SPLITS over range()/list() */
+    size_t nspans;
+    struct pipe_iter *tail_up; /* PLAN_TAIL: the caller's upstream until the chain takes it */
+};
+
+struct run_impl {
+    struct pipe_run run; /* first: the public handle points here */
+    struct plan plan;
+};
+
+static void plan_release(struct plan *pl)
+{
+    pipe_spec_free(pl->spec);
+    free(pl->fns);
+    pipe_list_elems_free(pl->elems, pl->nelems);
+    pipe_paths_free(pl->paths, pl->npaths);
+    free(pl->spans);
+    if (pl->tail_up)
+        pl->tail_up->ops->destroy(pl->tail_up);
+    memset(pl, 0, sizeof(*pl));
+}
+
+/* ---- Building chains --------------------------------------------------------------------- */
+
+static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *ctx, char *err,
+                 size_t errlen, struct pipe_iter **out);
+
+static int rebuild(const struct pipe_rebuild *rb, uint64_t salt, struct pipe_ctx *ctx,
+                   struct pipe_iter **out)
+{
+    return build(rb->plan, rb->nops, salt, ctx, ctx->err, sizeof(ctx->err), out);
+}
+
+static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t errlen,
+                       struct pipe_iter **out)
+{
+    const struct pipe_source *src = &pl->spec->source;
+    const struct pipe_span *spans = pl->mode == PLAN_SPLITS ? pl->spans : NULL;
+    int rc = 0;
+    if (pl->mode == PLAN_TAIL) {
+        /* Only the first build reaches here: a tail has no repeat that could build again. */
+        *out = pl->tail_up;
+        pl->tail_up = NULL;
+        (*out)->ctx = ctx;
+        return 0;
+    }
+    switch (src->kind) {
+    case PIPE_SRC_RANGE:
+        rc =
+            pipe_range_open(src->start, src->step, pipe_range_len(src->start, src->stop, src->step),
+                            spans, pl->nspans, ctx, out);
+        break;
+    case PIPE_SRC_LIST:
+        rc = pipe_list_open(pl->elems, pl->nelems, spans, pl->nspans, ctx, out);
+        break;
+    case PIPE_SRC_TFRECORD:
+        rc = pipe_tfrecord_open(pl->paths, pl->npaths, ctx, out);
+        break;
+    case PIPE_SRC_LINES:
+        rc = pipe_lines_open(pl->paths, pl->npaths, ctx, out);
+        break;
+    }
+    if (rc)
+        return err_set(err, errlen, rc, "column %d: source: %s", src->column, sluice_strerror(rc));
+    return 0;
+}
+
+/* Wraps *it in op k (which is not a prefetch). On failure *it has been destroyed. */
+static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *ctx, char *err,
+                    size_t errlen, struct pipe_iter **it)
+{
+    const struct pipe_op *op = &pl->spec->ops[k];
+    struct pipe_iter *up = *it;
+    int rc = 0;
+    switch (op->kind) {
+    case PIPE_OP_MAP:
+    case PIPE_OP_FILTER:
+        rc = pipe_map_open(pl->fns[k], op->args, op->nargs, up, ctx, it);
+        break;
+    case PIPE_OP_SHUFFLE:
+        rc = pipe_shuffle_open(op->n, op->has_seed, op->seed, salt, up, ctx, it);
+        break;
+    case PIPE_OP_BATCH:
+        rc = pipe_batch_open(op->n, op->drop_remainder, up, ctx, it);
+        break;
+    case PIPE_OP_TAKE:
+        rc = pipe_take_open(op->n, up, ctx, it);
+        break;
+    case PIPE_OP_SKIP:
+        rc = pipe_skip_open(op->n, up, ctx, it);
+        break;
+    case PIPE_OP_REPEAT:
+        /* Splits already carry the repetitions (split.h); repeat(1) changes nothing. */
+        if (pl->mode == PLAN_SPLITS || (op->has_n && op->n == 1))
+            return 0;
+        {
+            struct pipe_rebuild rb = {rebuild, pl, k, salt};
+            rc = pipe_repeat_open(op->has_n ? op->n : -1, &rb, up, ctx, it);
+        }
+        break;
+    case PIPE_OP_SHARD:
+        /* SHARD_HINT marks where the service shards; a local run reads everything. */
+        if (op->n_is_hint || op->index_is_hint)
+            return 0;
+        rc = pipe_shard_open(op->n, op->index, up, ctx, it);
+        break;
+    case PIPE_OP_PREFETCH:
+        return 0; /* handled by build() */
+    }
+    if (rc) {
+        *it = NULL;
+        return err_set(err, errlen, rc, "column %d: %s", op->column, sluice_strerror(rc));
+    }
+    return 0;
+}
+
+/* Builds the source and ops [0, nops) of the plan into a chain reporting into ctx. Failure
+ * messages go to err. A prefetch at index p makes ops [0, p) a chain of their own, built under
+ * the prefetch's context and run by its thread. */
+static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *ctx, char *err,
+                 size_t errlen, struct pipe_iter **out)
+{
+    *out = NULL;
+    size_t lo = nops;
+    while (lo > 0 && pl->spec->ops[lo - 1].kind != PIPE_OP_PREFETCH)
+        lo--;
+    struct pipe_iter *it = NULL;
+    int rc;
+    if (lo == 0) {
+        rc = open_source(pl, ctx, err, errlen, &it);
+    } else {
+        const struct pipe_op *op = &pl->spec->ops[lo - 1];
+        struct pipe_ctx *uctx;
+        struct pipe_iter *up;
+        rc = pipe_prefetch_new(op->n, ctx, &it, &uctx);
+        if (rc)
+            return err_set(err, errlen, rc, "column %d: %s", op->column, sluice_strerror(rc));
+        rc = build(pl, lo - 1, salt, uctx, err, errlen, &up);
+        if (!rc) {
+            rc = pipe_prefetch_start(it, up);
+            if (rc)
+                err_set(err, errlen, rc, "column %d: prefetch: cannot start a thread: %s",
+                        op->column, sluice_strerror(rc));
+        }
+        if (rc) {
+            it->ops->destroy(it);
+            return rc;
+        }
+    }
+    if (rc)
+        return rc;
+    for (size_t k = lo; k < nops; k++) {
+        rc = apply_op(pl, k, salt, ctx, err, errlen, &it);
+        if (rc)
+            return rc;
+    }
+    *out = it;
+    return 0;
+}
+
+/* ---- Validation -------------------------------------------------------------------------- */
+
+/* Checks what the engine relies on, so a spec from any origin (parser, wire, hand-built) either
+ * opens or fails with a message: functions exist and fit, sizes are in range. */
+static int validate(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                    enum plan_mode mode, char *err, size_t errlen)
+{
+    int rc = pipe_registry_check(reg, spec, err, errlen);
+    if (rc)
+        return rc;
+    if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_RANGE && spec->source.step == 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "column %d: range step must not be 0",
+                       spec->source.column);
+    for (size_t k = 0; k < spec->nops; k++) {
+        const struct pipe_op *op = &spec->ops[k];
+        switch (op->kind) {
+        case PIPE_OP_SHUFFLE:
+            if (op->n < 1)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "column %d: shuffle buffer must be >= 1", op->column);
+            break;
+        case PIPE_OP_BATCH:
+            if (op->n < 1)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "column %d: batch size must be >= 1", op->column);
+            break;
+        case PIPE_OP_SHARD:
+            if (op->n_is_hint || op->index_is_hint)
+                break;
+            if (op->n < 1 || op->index < 0 || op->index >= op->n)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "column %d: shard index must be in [0, %lld)", op->column,
+                               (long long)op->n);
+            break;
+        case PIPE_OP_REPEAT:
+            if (mode == PLAN_TAIL && !(op->has_n && op->n == 1))
+                return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                               "column %d: repeat cannot re-read elements from the service; "
+                               "it is not supported in a local tail",
+                               op->column);
+            break;
+        default:
+            break;
+        }
+    }
+    return 0;
+}
+
+/* ---- Opening ----------------------------------------------------------------------------- */
+
+/* Prepares everything but the source data; the caller adds that and builds. */
+static int run_new(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                   enum plan_mode mode, struct run_impl **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    int rc = validate(spec, reg, mode, err, errlen);
+    if (rc)
+        return rc;
+    struct run_impl *r = calloc(1, sizeof(*r));
+    if (!r)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    r->run.ctx.reg = reg;
+    atomic_init(&r->run.ctx.cancel, 0);
+    r->plan.mode = mode;
+    rc = pipe_spec_clone(spec, &r->plan.spec);
+    if (!rc && spec->nops > 0) {
+        r->plan.fns = calloc(spec->nops, sizeof(*r->plan.fns));
+        if (!r->plan.fns)
+            rc = SLUICE_ERR_NOMEM;
+    }
+    if (rc) {
+        plan_release(&r->plan);
+        free(r);
+        return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+    }
+    for (size_t k = 0; k < spec->nops; k++)
+        if (spec->ops[k].kind == PIPE_OP_MAP || spec->ops[k].kind == PIPE_OP_FILTER)
+            r->plan.fns[k] = pipe_registry_find(reg, spec->ops[k].fn);
+    *out = r;
+    return 0;
+}
+
+/* Converts list() values; used by both pipe_open() and pipe_open_splits(). */
+static int prepare_list(struct plan *pl, char *err, size_t errlen)
+{
+    const struct pipe_source *src = &pl->spec->source;
+    if (src->kind != PIPE_SRC_LIST)
+        return 0;
+    int rc = pipe_list_convert(src->values, src->nvalues, src->column, &pl->elems, err, errlen);
+    if (rc)
+        return rc;
+    pl->nelems = src->nvalues;
+    return 0;
+}
+
+static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, size_t errlen)
+{
+    int rc = build(&r->plan, r->plan.spec->nops, 0, &r->run.ctx, err, errlen, &r->run.it);
+    if (rc) {
+        pipe_run_free(&r->run);
+        return rc;
+    }
+    *out = &r->run;
+    return 0;
+}
+
+int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
+              struct pipe_run **out, char *err, size_t errlen)
+{
+    struct run_impl *r;
+    *out = NULL;
+    int rc = run_new(spec, reg, PLAN_WHOLE, &r, err, errlen);
+    if (rc)
+        return rc;
+    const struct pipe_source *src = &r->plan.spec->source;
+    if (src->kind == PIPE_SRC_TFRECORD || src->kind == PIPE_SRC_LINES)
+        rc =
+            pipe_glob_expand(src->globs, src->nglobs, &r->plan.paths, &r->plan.npaths, err, errlen);
+    else
+        rc = prepare_list(&r->plan, err, errlen);
+    if (rc) {
+        pipe_run_free(&r->run);
+        return rc;
+    }
+    return finish_open(r, out, err, errlen);
+}
+
+int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                     const struct pipe_split *splits, size_t nsplits, struct pipe_run **out,
+                     char *err, size_t errlen)
+{
+    struct run_impl *r;
+    *out = NULL;
+    int rc = run_new(spec, reg, PLAN_SPLITS, &r, err, errlen);
+    if (rc)
+        return rc;
+    struct plan *pl = &r->plan;
+    const struct pipe_source *src = &pl->spec->source;
+    if (src->kind == PIPE_SRC_TFRECORD || src->kind == PIPE_SRC_LINES) {
+        pl->paths = calloc(nsplits ? nsplits : 1, sizeof(*pl->paths));
+        if (!pl->paths)
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < nsplits; i++) {
+            size_t len = strnlen(splits[i].path, sizeof(splits[i].path));
+            if (len == 0 || len == sizeof(splits[i].path)) {
+                rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                             "split %llu of a file source has no valid path",
+                             (unsigned long long)splits[i].seq);
+                break;
+            }
+            pl->paths[i] = strndup(splits[i].path, len);
+            if (!pl->paths[i])
+                rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+            else
+                pl->npaths = i + 1;
+        }
+    } else {
+        pl->spans = calloc(nsplits ? nsplits : 1, sizeof(*pl->spans));
+        if (!pl->spans)
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < nsplits; i++)
+            pl->spans[i] = (struct pipe_span){splits[i].begin, splits[i].end};
+        pl->nspans = nsplits;
+        if (!rc)
+            rc = prepare_list(pl, err, errlen);
+    }
+    if (rc) {
+        pipe_run_free(&r->run);
+        return rc;
+    }
+    return finish_open(r, out, err, errlen);
+}
+
+int pipe_open_tail(const struct pipe_spec *tail, const struct sluice_registry *reg,
+                   struct pipe_iter *upstream, struct pipe_run **out, char *err, size_t errlen)
+{
+    struct run_impl *r;
+    *out = NULL;
+    int rc = run_new(tail, reg, PLAN_TAIL, &r, err, errlen);
+    if (rc) {
+        upstream->ops->destroy(upstream);
+        return rc;
+    }
+    r->plan.tail_up = upstream;
+    return finish_open(r, out, err, errlen);
+}
+
+void pipe_run_free(struct pipe_run *run)
+{
+    if (!run)
+        return;
+    struct run_impl *r = (struct run_impl *)run;
+    /* The chain goes first: it joins prefetch threads that still read the plan. */
+    if (run->it)
+        run->it->ops->destroy(run->it);
+    plan_release(&r->plan);
+    free(r);
+}

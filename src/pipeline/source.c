@@ -1,0 +1,399 @@
+/* range() and list() sources over index spans, and the conversion of list() literals. */
+#include "source.h"
+
+#include "common/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step)
+{
+    /* Differences are taken in uint64_t, where stop - start cannot overflow once ordered. */
+    if (step > 0) {
+        if (stop <= start)
+            return 0;
+        return ((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)step + 1;
+    }
+    if (step < 0) {
+        if (stop >= start)
+            return 0;
+        uint64_t mag = (uint64_t)0 - (uint64_t)step;
+        return ((uint64_t)start - (uint64_t)stop - 1) / mag + 1;
+    }
+    return 0;
+}
+
+/* ---- Span cursor, shared by both sources --------------------------------------------------- */
+
+struct cursor {
+    struct pipe_span *spans; /* owned; points at whole when reading the whole sequence */
+    struct pipe_span whole;
+    size_t nspans, next_span;
+    uint64_t len;    /* sequence length, for clamping */
+    uint64_t k, end; /* current span: next index and end */
+};
+
+static int cursor_init(struct cursor *c, uint64_t len, const struct pipe_span *spans, size_t nspans)
+{
+    c->len = len;
+    c->k = c->end = 0;
+    c->next_span = 0;
+    if (!spans) {
+        c->whole = (struct pipe_span){0, len};
+        c->spans = &c->whole;
+        c->nspans = 1;
+        return 0;
+    }
+    c->nspans = nspans;
+    c->spans = NULL;
+    if (nspans == 0)
+        return 0;
+    c->spans = malloc(nspans * sizeof(*spans));
+    if (!c->spans)
+        return SLUICE_ERR_NOMEM;
+    memcpy(c->spans, spans, nspans * sizeof(*spans));
+    return 0;
+}
+
+static void cursor_release(struct cursor *c)
+{
+    if (c->spans != &c->whole)
+        free(c->spans);
+}
+
+/* Returns the next index into *k, or false at the end of the last span. */
+static inline bool cursor_next(struct cursor *c, uint64_t *k)
+{
+    while (c->k == c->end) {
+        if (c->next_span == c->nspans)
+            return false;
+        const struct pipe_span *s = &c->spans[c->next_span++];
+        c->k = s->begin < c->len ? s->begin : c->len;
+        c->end = s->end < c->len ? s->end : c->len;
+        if (c->end < c->k)
+            c->end = c->k;
+    }
+    *k = c->k++;
+    return true;
+}
+
+/* ---- range() ----------------------------------------------------------------------------- */
+
+struct range_iter {
+    struct pipe_iter base;
+    struct cursor cur;
+    uint64_t start, step; /* as two's complement bits: start + k * step wraps exactly */
+    int rc;               /* sticky error */
+};
+
+static int range_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct range_iter *r = (struct range_iter *)it;
+    uint64_t k;
+    if (r->rc)
+        return r->rc;
+    if (!cursor_next(&r->cur, &k))
+        return 0;
+    int rc = 0;
+    if (out->n != 1)
+        rc = pipe_elem_resize(out, 1);
+    if (!rc)
+        rc = pipe_tensor_set_i64(&out->t[0], (int64_t)(r->start + k * r->step));
+    if (rc) {
+        r->rc = err_set(it->ctx->err, sizeof(it->ctx->err), rc, "range: %s", sluice_strerror(rc));
+        return rc;
+    }
+    return 1;
+}
+
+static void range_destroy(struct pipe_iter *it)
+{
+    struct range_iter *r = (struct range_iter *)it;
+    cursor_release(&r->cur);
+    free(r);
+}
+
+static const struct pipe_iter_ops range_ops = {range_next, range_destroy};
+
+int pipe_range_open(int64_t start, int64_t step, uint64_t len, const struct pipe_span *spans,
+                    size_t nspans, struct pipe_ctx *ctx, struct pipe_iter **out)
+{
+    struct range_iter *r = calloc(1, sizeof(*r));
+    if (!r)
+        return SLUICE_ERR_NOMEM;
+    if (cursor_init(&r->cur, len, spans, nspans)) {
+        free(r);
+        return SLUICE_ERR_NOMEM;
+    }
+    r->base.ops = &range_ops;
+    r->base.ctx = ctx;
+    r->start = (uint64_t)start;
+    r->step = (uint64_t)step;
+    *out = &r->base;
+    return 0;
+}
+
+/* ---- list() ------------------------------------------------------------------------------ */
+
+struct list_iter {
+    struct pipe_iter base;
+    struct cursor cur;
+    const struct sluice_element *elems;
+    int rc;
+};
+
+static int list_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct list_iter *l = (struct list_iter *)it;
+    uint64_t k;
+    if (l->rc)
+        return l->rc;
+    if (!cursor_next(&l->cur, &k))
+        return 0;
+    int rc = pipe_elem_copy(out, &l->elems[k]);
+    if (rc) {
+        l->rc = err_set(it->ctx->err, sizeof(it->ctx->err), rc, "list: %s", sluice_strerror(rc));
+        return rc;
+    }
+    return 1;
+}
+
+static void list_destroy(struct pipe_iter *it)
+{
+    struct list_iter *l = (struct list_iter *)it;
+    cursor_release(&l->cur);
+    free(l);
+}
+
+static const struct pipe_iter_ops list_ops = {list_next, list_destroy};
+
+int pipe_list_open(const struct sluice_element *elems, size_t n, const struct pipe_span *spans,
+                   size_t nspans, struct pipe_ctx *ctx, struct pipe_iter **out)
+{
+    struct list_iter *l = calloc(1, sizeof(*l));
+    if (!l)
+        return SLUICE_ERR_NOMEM;
+    if (cursor_init(&l->cur, n, spans, nspans)) {
+        free(l);
+        return SLUICE_ERR_NOMEM;
+    }
+    l->base.ops = &list_ops;
+    l->base.ctx = ctx;
+    l->elems = elems;
+    *out = &l->base;
+    return 0;
+}
+
+/* ---- list() literals to elements --------------------------------------------------------- */
+
+/* Leaf kinds seen in a [list] literal decide its dtype. */
+struct leaves {
+    bool ints, floats, bools, strings;
+    uint64_t count;
+    size_t bytes; /* total string length */
+};
+
+/* Walks a list literal of the given shape, checking that it is rectangular and that leaves are
+ * scalars of compatible kinds. Returns 0 or SLUICE_ERR_INVALID with the reason in why. */
+static int list_scan(const struct pipe_value *v, const int64_t *shape, int rank, int depth,
+                     struct leaves *lv, char *why, size_t len)
+{
+    if (depth == rank) {
+        switch (v->kind) {
+        case PIPE_VAL_INT:
+            lv->ints = true;
+            break;
+        case PIPE_VAL_FLOAT:
+            lv->floats = true;
+            break;
+        case PIPE_VAL_BOOL:
+            lv->bools = true;
+            break;
+        case PIPE_VAL_BYTES:
+            lv->strings = true;
+            if (v->slen > SIZE_MAX - lv->bytes)
+                return err_set(why, len, SLUICE_ERR_INVALID, "strings too long");
+            lv->bytes += v->slen;
+            break;
+        case PIPE_VAL_LIST:
+            return err_set(why, len, SLUICE_ERR_INVALID,
+                           "ragged list: a list where a scalar was expected at depth %d", depth);
+        case PIPE_VAL_TUPLE:
+            return err_set(why, len, SLUICE_ERR_INVALID, "a tuple inside a list");
+        }
+        lv->count++;
+        return 0;
+    }
+    if (v->kind != PIPE_VAL_LIST)
+        return err_set(why, len, SLUICE_ERR_INVALID,
+                       "ragged list: a scalar where a list was expected at depth %d", depth);
+    if ((int64_t)v->nitems != shape[depth])
+        return err_set(why, len, SLUICE_ERR_INVALID,
+                       "ragged list: %zu items at depth %d, expected %lld", v->nitems, depth,
+                       (long long)shape[depth]);
+    for (size_t i = 0; i < v->nitems; i++) {
+        int rc = list_scan(&v->items[i], shape, rank, depth + 1, lv, why, len);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Appends the leaves of v, row-major, to t (already reserved); *k counts values written. */
+static void list_fill(const struct pipe_value *v, struct pipe_tensor *t, uint64_t *k)
+{
+    if (v->kind == PIPE_VAL_LIST) {
+        for (size_t i = 0; i < v->nitems; i++)
+            list_fill(&v->items[i], t, k);
+        return;
+    }
+    uint64_t j = (*k)++;
+    switch (t->dtype) {
+    case SLUICE_INT64:
+        ((int64_t *)(void *)t->data)[j] = v->i;
+        break;
+    case SLUICE_FLOAT64:
+        ((double *)(void *)t->data)[j] = v->kind == PIPE_VAL_FLOAT ? v->f : (double)v->i;
+        break;
+    case SLUICE_BOOL:
+        t->data[j] = v->i != 0;
+        break;
+    case SLUICE_BYTES:
+        if (v->slen)
+            memcpy(t->data + t->offs[j], v->s, v->slen);
+        t->offs[j + 1] = t->offs[j] + v->slen;
+        break;
+    default:
+        break;
+    }
+}
+
+static int list_to_tensor(const struct pipe_value *v, struct pipe_tensor *t, char *why, size_t len)
+{
+    int64_t shape[SLUICE_MAX_RANK];
+    int rank = 0;
+    for (const struct pipe_value *c = v; c->kind == PIPE_VAL_LIST;) {
+        if (rank == SLUICE_MAX_RANK)
+            return err_set(why, len, SLUICE_ERR_INVALID, "more than %d nested lists",
+                           SLUICE_MAX_RANK);
+        shape[rank++] = (int64_t)c->nitems;
+        if (c->nitems == 0)
+            break;
+        c = &c->items[0];
+    }
+    struct leaves lv = {0};
+    int rc = list_scan(v, shape, rank, 0, &lv, why, len);
+    if (rc)
+        return rc;
+    int kinds = (lv.ints || lv.floats) + lv.bools + lv.strings;
+    if (kinds > 1)
+        return err_set(why, len, SLUICE_ERR_INVALID, "a list mixes %s",
+                       lv.strings && lv.bools ? "strings and booleans"
+                       : lv.strings           ? "strings and numbers"
+                                              : "booleans and numbers");
+
+    enum sluice_dtype dtype = SLUICE_FLOAT64;
+    if (lv.strings)
+        dtype = SLUICE_BYTES;
+    else if (lv.bools)
+        dtype = SLUICE_BOOL;
+    else if (lv.ints && !lv.floats)
+        dtype = SLUICE_INT64;
+    size_t nbytes = dtype == SLUICE_BYTES ? lv.bytes : (size_t)lv.count * sluice_dtype_size(dtype);
+
+    /* An empty bytes scalar first makes the tensor a bytes tensor, so offsets get reserved. */
+    rc = dtype == SLUICE_BYTES ? pipe_tensor_set_bytes(t, NULL, 0) : 0;
+    if (!rc)
+        rc = pipe_tensor_reserve(t, nbytes, (size_t)lv.count);
+    if (rc)
+        return err_set(why, len, rc, "%s", sluice_strerror(rc));
+    t->dtype = dtype;
+    t->rank = rank;
+    memcpy(t->shape, shape, (size_t)rank * sizeof(int64_t));
+    t->len = nbytes;
+    if (dtype == SLUICE_BYTES)
+        t->offs[0] = 0;
+    uint64_t k = 0;
+    list_fill(v, t, &k);
+    return 0;
+}
+
+static int value_to_tensor(const struct pipe_value *v, struct pipe_tensor *t, char *why, size_t len)
+{
+    int rc = 0;
+    switch (v->kind) {
+    case PIPE_VAL_INT:
+        rc = pipe_tensor_set_i64(t, v->i);
+        break;
+    case PIPE_VAL_FLOAT:
+        rc = pipe_tensor_set_scalar(t, SLUICE_FLOAT64, &v->f);
+        break;
+    case PIPE_VAL_BOOL: {
+        uint8_t b = v->i != 0;
+        rc = pipe_tensor_set_scalar(t, SLUICE_BOOL, &b);
+        break;
+    }
+    case PIPE_VAL_BYTES:
+        rc = pipe_tensor_set_bytes(t, v->s, v->slen);
+        break;
+    case PIPE_VAL_LIST:
+        return list_to_tensor(v, t, why, len);
+    case PIPE_VAL_TUPLE:
+        return err_set(why, len, SLUICE_ERR_INVALID, "a tuple inside a tuple");
+    }
+    if (rc)
+        return err_set(why, len, rc, "%s", sluice_strerror(rc));
+    return 0;
+}
+
+static int value_to_elem(const struct pipe_value *v, struct sluice_element *e, char *why,
+                         size_t len)
+{
+    if (v->kind != PIPE_VAL_TUPLE) {
+        int rc = pipe_elem_resize(e, 1);
+        if (rc)
+            return err_set(why, len, rc, "%s", sluice_strerror(rc));
+        return value_to_tensor(v, &e->t[0], why, len);
+    }
+    if (v->nitems == 0 || v->nitems > PIPE_MAX_COMPONENTS)
+        return err_set(why, len, SLUICE_ERR_INVALID, "a tuple needs 1 to %d items, has %zu",
+                       PIPE_MAX_COMPONENTS, v->nitems);
+    int rc = pipe_elem_resize(e, v->nitems);
+    if (rc)
+        return err_set(why, len, rc, "%s", sluice_strerror(rc));
+    for (size_t i = 0; i < v->nitems; i++) {
+        rc = value_to_tensor(&v->items[i], &e->t[i], why, len);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+void pipe_list_elems_free(struct sluice_element *elems, size_t n)
+{
+    if (!elems)
+        return;
+    for (size_t i = 0; i < n; i++)
+        pipe_elem_release(&elems[i]);
+    free(elems);
+}
+
+int pipe_list_convert(const struct pipe_value *values, size_t n, int column,
+                      struct sluice_element **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    struct sluice_element *elems = calloc(n ? n : 1, sizeof(*elems));
+    if (!elems)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "column %d: list: out of memory", column);
+    for (size_t i = 0; i < n; i++) {
+        char why[256];
+        int rc = value_to_elem(&values[i], &elems[i], why, sizeof(why));
+        if (rc) {
+            pipe_list_elems_free(elems, n);
+            return err_set(err, errlen, rc, "column %d: list value %zu: %s", column, i, why);
+        }
+    }
+    *out = elems;
+    return 0;
+}

@@ -1,0 +1,474 @@
+/* Specs: release, deep copy, structural equality and the canonical text form.
+ *
+ * Every function here looks only at the fields that belong to a source's or an op's kind (a
+ * batch has no function name, repeat() has no meaningful n), so two specs are equal exactly when
+ * their canonical texts are equal. Values nest at most a few levels (the parser and the decoder
+ * bound list nesting by the maximum rank), so the recursion over values is bounded. */
+#include "spec.h"
+
+#include "common/error.h"
+#include "format.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Release ------------------------------------------------------------------------------ */
+
+void pipe_value_release(struct pipe_value *v)
+{
+    if (!v)
+        return;
+    free(v->s);
+    for (size_t i = 0; i < v->nitems; i++)
+        pipe_value_release(&v->items[i]);
+    free(v->items);
+    v->s = NULL;
+    v->slen = 0;
+    v->items = NULL;
+    v->nitems = 0;
+}
+
+static void values_free(struct pipe_value *values, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        pipe_value_release(&values[i]);
+    free(values);
+}
+
+void pipe_spec_free(struct pipe_spec *spec)
+{
+    if (!spec)
+        return;
+    values_free(spec->source.values, spec->source.nvalues);
+    for (size_t i = 0; i < spec->source.nglobs; i++)
+        free(spec->source.globs[i]);
+    free(spec->source.globs);
+    for (size_t i = 0; i < spec->nops; i++) {
+        free(spec->ops[i].fn);
+        values_free(spec->ops[i].args, spec->ops[i].nargs);
+    }
+    free(spec->ops);
+    free(spec);
+}
+
+/* ---- Clone -------------------------------------------------------------------------------- */
+
+static int value_clone(const struct pipe_value *src, struct pipe_value *dst);
+
+/* Copies n values into a new array; on failure nothing is left allocated. */
+static int values_clone(const struct pipe_value *src, size_t n, struct pipe_value **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return 0;
+    struct pipe_value *dst = calloc(n, sizeof(*dst));
+    if (!dst)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        int rc = value_clone(&src[i], &dst[i]);
+        if (rc) {
+            values_free(dst, i);
+            return rc;
+        }
+    }
+    *out = dst;
+    return 0;
+}
+
+static int value_clone(const struct pipe_value *src, struct pipe_value *dst)
+{
+    *dst = *src;
+    dst->s = NULL;
+    dst->items = NULL;
+    if (src->s) {
+        dst->s = malloc(src->slen + 1);
+        if (!dst->s)
+            return SLUICE_ERR_NOMEM;
+        memcpy(dst->s, src->s, src->slen);
+        dst->s[src->slen] = '\0';
+    }
+    int rc = values_clone(src->items, src->nitems, &dst->items);
+    if (rc) {
+        free(dst->s);
+        dst->s = NULL;
+        return rc;
+    }
+    return 0;
+}
+
+static char *str_clone(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d)
+        memcpy(d, s, n);
+    return d;
+}
+
+int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
+{
+    *out = NULL;
+    struct pipe_spec *c = calloc(1, sizeof(*c));
+    if (!c)
+        return SLUICE_ERR_NOMEM;
+    /* Counts are raised only as entries are copied, so pipe_spec_free() can undo a partial copy. */
+    const struct pipe_source *ss = &spec->source;
+    struct pipe_source *cs = &c->source;
+    cs->kind = ss->kind;
+    cs->start = ss->start;
+    cs->stop = ss->stop;
+    cs->step = ss->step;
+    cs->column = ss->column;
+    if (values_clone(ss->values, ss->nvalues, &cs->values))
+        goto fail;
+    cs->nvalues = ss->nvalues;
+    if (ss->nglobs) {
+        cs->globs = calloc(ss->nglobs, sizeof(*cs->globs));
+        if (!cs->globs)
+            goto fail;
+        for (; cs->nglobs < ss->nglobs; cs->nglobs++) {
+            cs->globs[cs->nglobs] = str_clone(ss->globs[cs->nglobs]);
+            if (!cs->globs[cs->nglobs])
+                goto fail;
+        }
+    }
+    if (spec->nops) {
+        c->ops = calloc(spec->nops, sizeof(*c->ops));
+        if (!c->ops)
+            goto fail;
+        for (; c->nops < spec->nops; c->nops++) {
+            const struct pipe_op *so = &spec->ops[c->nops];
+            struct pipe_op *co = &c->ops[c->nops];
+            *co = *so;
+            co->fn = NULL;
+            co->args = NULL;
+            co->nargs = 0;
+            if (so->fn && !(co->fn = str_clone(so->fn)))
+                goto fail;
+            if (values_clone(so->args, so->nargs, &co->args))
+                goto fail;
+            co->nargs = so->nargs;
+        }
+    }
+    *out = c;
+    return 0;
+
+fail:
+    pipe_spec_free(c);
+    return SLUICE_ERR_NOMEM;
+}
+
+/* ---- Equality ----------------------------------------------------------------------------- */
+
+static bool value_equal(const struct pipe_value *a, const struct pipe_value *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case PIPE_VAL_INT:
+        return a->i == b->i;
+    case PIPE_VAL_BOOL:
+        return (a->i != 0) == (b->i != 0);
+    case PIPE_VAL_FLOAT:
+        /* Bitwise, so that -0.0 and 0.0 differ: the canonical text keeps the sign. */
+        return memcmp(&a->f, &b->f, sizeof(a->f)) == 0;
+    case PIPE_VAL_BYTES:
+        return a->slen == b->slen && (a->slen == 0 || memcmp(a->s, b->s, a->slen) == 0);
+    case PIPE_VAL_LIST:
+    case PIPE_VAL_TUPLE:
+        if (a->nitems != b->nitems)
+            return false;
+        for (size_t i = 0; i < a->nitems; i++)
+            if (!value_equal(&a->items[i], &b->items[i]))
+                return false;
+        return true;
+    }
+    return false;
+}
+
+static bool values_equal(const struct pipe_value *a, size_t na, const struct pipe_value *b,
+                         size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++)
+        if (!value_equal(&a[i], &b[i]))
+            return false;
+    return true;
+}
+
+static bool source_equal(const struct pipe_source *a, const struct pipe_source *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case PIPE_SRC_RANGE:
+        return a->start == b->start && a->stop == b->stop && a->step == b->step;
+    case PIPE_SRC_LIST:
+        return values_equal(a->values, a->nvalues, b->values, b->nvalues);
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        if (a->nglobs != b->nglobs)
+            return false;
+        for (size_t i = 0; i < a->nglobs; i++)
+            if (strcmp(a->globs[i], b->globs[i]) != 0)
+                return false;
+        return true;
+    }
+    return false;
+}
+
+static bool op_equal(const struct pipe_op *a, const struct pipe_op *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case PIPE_OP_MAP:
+    case PIPE_OP_FILTER:
+        return strcmp(a->fn ? a->fn : "", b->fn ? b->fn : "") == 0 &&
+               values_equal(a->args, a->nargs, b->args, b->nargs);
+    case PIPE_OP_SHUFFLE:
+        return a->n == b->n && a->has_seed == b->has_seed && (!a->has_seed || a->seed == b->seed);
+    case PIPE_OP_BATCH:
+        return a->n == b->n && a->drop_remainder == b->drop_remainder;
+    case PIPE_OP_TAKE:
+    case PIPE_OP_SKIP:
+    case PIPE_OP_PREFETCH:
+        return a->n == b->n;
+    case PIPE_OP_REPEAT:
+        return a->has_n == b->has_n && (!a->has_n || a->n == b->n);
+    case PIPE_OP_SHARD:
+        return a->n_is_hint == b->n_is_hint && (a->n_is_hint || a->n == b->n) &&
+               a->index_is_hint == b->index_is_hint && (a->index_is_hint || a->index == b->index);
+    }
+    return false;
+}
+
+bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b)
+{
+    if (!source_equal(&a->source, &b->source) || a->nops != b->nops)
+        return false;
+    for (size_t i = 0; i < a->nops; i++)
+        if (!op_equal(&a->ops[i], &b->ops[i]))
+            return false;
+    return true;
+}
+
+/* ---- Canonical text ----------------------------------------------------------------------- */
+
+/* Writes like snprintf: counts every byte, stores only what fits (leaving room for the NUL). */
+struct sink {
+    char *buf;
+    size_t len;
+    size_t pos;
+};
+
+static void put(struct sink *k, const char *s, size_t n)
+{
+    if (k->pos < k->len) {
+        size_t room = k->len - 1 - k->pos;
+        memcpy(k->buf + k->pos, s, n < room ? n : room);
+    }
+    k->pos += n;
+}
+
+static void puts_(struct sink *k, const char *s)
+{
+    put(k, s, strlen(s));
+}
+
+static void put_i64(struct sink *k, int64_t v)
+{
+    char tmp[24];
+    int n = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
+    put(k, tmp, (size_t)n);
+}
+
+/* A string literal: quotes, with \\ \" \n \t and every byte outside 0x20-0x7e as \xNN, so the
+ * canonical text is plain printable ASCII. */
+static void put_quoted(struct sink *k, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    put(k, "\"", 1);
+    size_t run = 0; /* bytes of s[i - run .. i) that need no escape, written in one go */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[4];
+        size_t elen = 0;
+        if (c == '\\' || c == '"') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            elen = 2;
+        } else if (c == '\n') {
+            memcpy(esc, "\\n", 2);
+            elen = 2;
+        } else if (c == '\t') {
+            memcpy(esc, "\\t", 2);
+            elen = 2;
+        } else if (c < 0x20 || c > 0x7e) {
+            esc[0] = '\\';
+            esc[1] = 'x';
+            esc[2] = hex[c >> 4];
+            esc[3] = hex[c & 15];
+            elen = 4;
+        }
+        if (elen == 0) {
+            run++;
+            continue;
+        }
+        put(k, s + i - run, run);
+        run = 0;
+        put(k, esc, elen);
+    }
+    put(k, s + n - run, run);
+    put(k, "\"", 1);
+}
+
+static void put_value(struct sink *k, const struct pipe_value *v)
+{
+    switch (v->kind) {
+    case PIPE_VAL_INT:
+        put_i64(k, v->i);
+        return;
+    case PIPE_VAL_BOOL:
+        puts_(k, v->i ? "true" : "false");
+        return;
+    case PIPE_VAL_FLOAT: {
+        char tmp[PIPE_FLOAT_BUF + 2];
+        size_t n = pipe_format_f64(v->f, tmp);
+        /* A float literal needs a '.' or an exponent, or it would read back as an integer. */
+        if (!memchr(tmp, '.', n) && !memchr(tmp, 'e', n)) {
+            memcpy(tmp + n, ".0", 3);
+            n += 2;
+        }
+        put(k, tmp, n);
+        return;
+    }
+    case PIPE_VAL_BYTES:
+        put_quoted(k, v->s ? v->s : "", v->slen);
+        return;
+    case PIPE_VAL_LIST:
+    case PIPE_VAL_TUPLE:
+        put(k, v->kind == PIPE_VAL_LIST ? "[" : "(", 1);
+        for (size_t i = 0; i < v->nitems; i++) {
+            if (i)
+                put(k, ", ", 2);
+            put_value(k, &v->items[i]);
+        }
+        put(k, v->kind == PIPE_VAL_LIST ? "]" : ")", 1);
+        return;
+    }
+}
+
+static void put_values(struct sink *k, const struct pipe_value *v, size_t n, bool lead_comma)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i || lead_comma)
+            put(k, ", ", 2);
+        put_value(k, &v[i]);
+    }
+}
+
+static void put_source(struct sink *k, const struct pipe_source *s)
+{
+    switch (s->kind) {
+    case PIPE_SRC_RANGE:
+        puts_(k, "range(");
+        if (s->start != 0 || s->step != 1) {
+            put_i64(k, s->start);
+            put(k, ", ", 2);
+        }
+        put_i64(k, s->stop);
+        if (s->step != 1) {
+            put(k, ", ", 2);
+            put_i64(k, s->step);
+        }
+        put(k, ")", 1);
+        return;
+    case PIPE_SRC_LIST:
+        puts_(k, "list(");
+        put_values(k, s->values, s->nvalues, false);
+        put(k, ")", 1);
+        return;
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        puts_(k, s->kind == PIPE_SRC_TFRECORD ? "tfrecord(" : "lines(");
+        for (size_t i = 0; i < s->nglobs; i++) {
+            if (i)
+                put(k, ", ", 2);
+            put_quoted(k, s->globs[i], strlen(s->globs[i]));
+        }
+        put(k, ")", 1);
+        return;
+    }
+}
+
+static void put_op(struct sink *k, const struct pipe_op *op)
+{
+    switch (op->kind) {
+    case PIPE_OP_MAP:
+    case PIPE_OP_FILTER:
+        puts_(k, op->kind == PIPE_OP_MAP ? "map(" : "filter(");
+        puts_(k, op->fn ? op->fn : "");
+        put_values(k, op->args, op->nargs, true);
+        break;
+    case PIPE_OP_SHUFFLE:
+        puts_(k, "shuffle(");
+        put_i64(k, op->n);
+        if (op->has_seed) {
+            put(k, ", ", 2);
+            put_i64(k, op->seed);
+        }
+        break;
+    case PIPE_OP_BATCH:
+        puts_(k, "batch(");
+        put_i64(k, op->n);
+        if (op->drop_remainder)
+            puts_(k, ", drop_remainder");
+        break;
+    case PIPE_OP_TAKE:
+    case PIPE_OP_SKIP:
+    case PIPE_OP_PREFETCH:
+        puts_(k, op->kind == PIPE_OP_TAKE   ? "take("
+                 : op->kind == PIPE_OP_SKIP ? "skip("
+                                            : "prefetch(");
+        put_i64(k, op->n);
+        break;
+    case PIPE_OP_REPEAT:
+        puts_(k, "repeat(");
+        if (op->has_n)
+            put_i64(k, op->n);
+        break;
+    case PIPE_OP_SHARD:
+        puts_(k, "shard(");
+        if (op->n_is_hint)
+            puts_(k, "SHARD_HINT");
+        else
+            put_i64(k, op->n);
+        put(k, ", ", 2);
+        if (op->index_is_hint)
+            puts_(k, "SHARD_HINT");
+        else
+            put_i64(k, op->index);
+        break;
+    }
+    put(k, ")", 1);
+}
+
+int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len)
+{
+    struct sink k = {buf, len, 0};
+    put_source(&k, &spec->source);
+    for (size_t i = 0; i < spec->nops; i++) {
+        put(&k, " | ", 3);
+        put_op(&k, &spec->ops[i]);
+    }
+    if (len > 0)
+        buf[k.pos < len ? k.pos : len - 1] = '\0';
+    if (k.pos > INT_MAX)
+        return SLUICE_ERR_TOO_LARGE;
+    return (int)k.pos;
+}

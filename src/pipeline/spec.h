@@ -1,0 +1,89 @@
+/* The parsed form of a pipeline expression: plain C structs, no protobuf (DESIGN.md §3).
+ *
+ * A spec is produced by pipe_parse() or pipe_spec_from_def(), consumed by pipe_open() and the
+ * split providers, and converted to a DatasetDef for the wire. A spec owns every string and array
+ * it points to; pipe_spec_free() releases them all. Specs are immutable once built and may be
+ * read from several threads at once. */
+#ifndef SLUICE_PIPELINE_SPEC_H
+#define SLUICE_PIPELINE_SPEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum pipe_value_kind {
+    PIPE_VAL_INT,
+    PIPE_VAL_FLOAT,
+    PIPE_VAL_BYTES, /* a string literal "..." */
+    PIPE_VAL_BOOL,  /* true, false */
+    PIPE_VAL_LIST,  /* [a, b]: a tensor of rank >= 1; items all of one kind and shape */
+    PIPE_VAL_TUPLE  /* (a, b): an element of several components */
+};
+
+struct pipe_value {
+    enum pipe_value_kind kind;
+    int64_t i;   /* INT, BOOL (0/1) */
+    double f;    /* FLOAT */
+    char *s;     /* BYTES: NUL-terminated copy; slen excludes the NUL (may contain NULs) */
+    size_t slen;
+    struct pipe_value *items; /* LIST, TUPLE */
+    size_t nitems;
+};
+
+enum pipe_source_kind { PIPE_SRC_RANGE, PIPE_SRC_LIST, PIPE_SRC_TFRECORD, PIPE_SRC_LINES };
+
+struct pipe_source {
+    enum pipe_source_kind kind;
+    int64_t start, stop, step; /* RANGE; step != 0 */
+    struct pipe_value *values; /* LIST: one value per element */
+    size_t nvalues;
+    char **globs; /* TFRECORD, LINES */
+    size_t nglobs;
+    int column; /* 1-based column in the text it was parsed from, 0 if unknown */
+};
+
+enum pipe_op_kind {
+    PIPE_OP_MAP,
+    PIPE_OP_FILTER,
+    PIPE_OP_SHUFFLE,
+    PIPE_OP_BATCH,
+    PIPE_OP_TAKE,
+    PIPE_OP_SKIP,
+    PIPE_OP_REPEAT,
+    PIPE_OP_SHARD,
+    PIPE_OP_PREFETCH
+};
+
+struct pipe_op {
+    enum pipe_op_kind kind;
+    char *fn;                /* MAP, FILTER: function name */
+    struct pipe_value *args; /* MAP, FILTER: literal arguments */
+    size_t nargs;
+    int64_t n;   /* SHUFFLE buffer, BATCH size, TAKE, SKIP, REPEAT count, SHARD count, PREFETCH */
+    bool has_n;  /* REPEAT: false for repeat() (forever) */
+    int64_t seed;
+    bool has_seed;       /* SHUFFLE */
+    bool drop_remainder; /* BATCH */
+    int64_t index;       /* SHARD */
+    bool n_is_hint, index_is_hint; /* SHARD(SHARD_HINT, SHARD_HINT) */
+    int column;
+};
+
+struct pipe_spec {
+    struct pipe_source source;
+    struct pipe_op *ops;
+    size_t nops;
+};
+
+void pipe_spec_free(struct pipe_spec *spec); /* frees contents and the struct; NULL is fine */
+void pipe_value_release(struct pipe_value *v); /* frees what v points to, not v */
+/* Deep copy. Returns 0 or SLUICE_ERR_NOMEM (then *out is NULL). */
+int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out);
+/* Structural equality, ignoring columns. */
+bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b);
+/* Writes the canonical text of spec into buf (always NUL-terminated when len > 0). Parsing the
+ * canonical text gives an equal spec. Returns the length the full text needs (excluding NUL),
+ * like snprintf, or a negative code. */
+int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len);
+
+#endif

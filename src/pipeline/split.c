@@ -1,0 +1,252 @@
+/* Split providers: the source of a pipeline cut into a numbered sequence of splits.
+ *
+ * Everything here is arithmetic on (source length, split size, repeat count) except the glob
+ * expansion at init, so a split number always names the same split on every machine that built
+ * the provider from the same spec and the same file list. */
+#include "split.h"
+
+#include "common/error.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* See split.h: aim at SPLIT_TARGET splits per pass, never more than SPLIT_MAX_SIZE elements in
+ * one split. */
+#define SPLIT_TARGET 256u
+#define SPLIT_MAX_SIZE 16384u
+
+uint64_t pipe_split_default_size(uint64_t len)
+{
+    /* Rounding down makes a source of at least SPLIT_TARGET elements give at least
+     * SPLIT_TARGET splits (and fewer than twice that until the size cap is reached). */
+    uint64_t size = len / SPLIT_TARGET;
+    if (size < 1)
+        size = 1;
+    if (size > SPLIT_MAX_SIZE)
+        size = SPLIT_MAX_SIZE;
+    return size;
+}
+
+/* The number of values start, start + step, ... strictly before stop (after it for a negative
+ * step). Computed in unsigned arithmetic, which is exact for every int64 input: the distance
+ * between two int64 values and the magnitude of any int64 step both fit in a uint64. */
+static uint64_t range_len(int64_t start, int64_t stop, int64_t step)
+{
+    uint64_t dist, mag;
+    if (step > 0) {
+        if (stop <= start)
+            return 0;
+        dist = (uint64_t)stop - (uint64_t)start;
+        mag = (uint64_t)step;
+    } else {
+        if (stop >= start)
+            return 0;
+        dist = (uint64_t)start - (uint64_t)stop;
+        mag = (uint64_t)0 - (uint64_t)step;
+    }
+    return (dist - 1) / mag + 1;
+}
+
+/* The product of the pipeline's repeat counts: UINT64_MAX when some repeat is endless (or the
+ * product overflows, which no run could tell from endless), 0 when some count is 0. A zero
+ * wins over an endless repeat: repeat() of nothing is nothing. */
+static uint64_t repeat_passes(const struct pipe_spec *spec)
+{
+    uint64_t passes = 1;
+    bool zero = false;
+    for (size_t i = 0; i < spec->nops; i++) {
+        const struct pipe_op *op = &spec->ops[i];
+        if (op->kind != PIPE_OP_REPEAT)
+            continue;
+        if (op->has_n && op->n == 0) {
+            zero = true;
+        } else if (!op->has_n || op->n < 0) {
+            /* A negative count repeats forever, as in tf.data. */
+            passes = UINT64_MAX;
+        } else if (passes != UINT64_MAX) {
+            uint64_t n = (uint64_t)op->n;
+            passes = passes > UINT64_MAX / n ? UINT64_MAX : passes * n;
+        }
+    }
+    return zero ? 0 : passes;
+}
+
+int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
+                             uint64_t split_size, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->kind = spec->source.kind;
+    p->passes = repeat_passes(spec);
+    switch (spec->source.kind) {
+    case PIPE_SRC_RANGE:
+    case PIPE_SRC_LIST:
+        if (spec->source.kind == PIPE_SRC_RANGE)
+            p->source_len = range_len(spec->source.start, spec->source.stop, spec->source.step);
+        else
+            p->source_len = spec->source.nvalues;
+        p->split_size = split_size ? split_size : pipe_split_default_size(p->source_len);
+        p->per_pass = p->source_len / p->split_size + (p->source_len % p->split_size != 0);
+        return 0;
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES: {
+        int rc = pipe_glob_expand(spec->source.globs, spec->source.nglobs, &p->paths, &p->npaths,
+                                  err, errlen);
+        if (rc < 0)
+            return rc;
+        for (size_t i = 0; i < p->npaths; i++) {
+            if (strlen(p->paths[i]) >= sizeof(((struct pipe_split *)0)->path)) {
+                rc = err_set(err, errlen, SLUICE_ERR_TOO_LARGE, "path too long: %.64s...",
+                             p->paths[i]);
+                pipe_split_provider_release(p);
+                return rc;
+            }
+        }
+        p->per_pass = p->npaths;
+        return 0;
+    }
+    }
+    return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown source kind %d",
+                   (int)spec->source.kind);
+}
+
+void pipe_split_provider_release(struct pipe_split_provider *p)
+{
+    pipe_paths_free(p->paths, p->npaths);
+    p->paths = NULL;
+    p->npaths = 0;
+}
+
+uint64_t pipe_split_count(const struct pipe_split_provider *p)
+{
+    if (p->per_pass == 0 || p->passes == 0)
+        return 0;
+    if (p->passes == UINT64_MAX || p->passes > UINT64_MAX / p->per_pass)
+        return UINT64_MAX;
+    return p->per_pass * p->passes;
+}
+
+int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe_split *out)
+{
+    if (p->per_pass == 0)
+        return 0;
+    uint64_t repetition = seq / p->per_pass;
+    uint64_t k = seq % p->per_pass;
+    if (p->passes != UINT64_MAX && repetition >= p->passes)
+        return 0;
+    out->seq = seq;
+    out->repetition = repetition;
+    out->begin = out->end = 0;
+    out->path[0] = '\0';
+    switch (p->kind) {
+    case PIPE_SRC_RANGE:
+    case PIPE_SRC_LIST:
+        /* k < per_pass, so k * split_size < source_len: no overflow, and end stays in range. */
+        out->begin = k * p->split_size;
+        out->end =
+            p->source_len - out->begin > p->split_size ? out->begin + p->split_size : p->source_len;
+        break;
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        snprintf(out->path, sizeof out->path, "%s", p->paths[k]);
+        break;
+    }
+    return 1;
+}
+
+static int cmp_paths(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void pipe_paths_free(char **paths, size_t npaths)
+{
+    if (!paths)
+        return;
+    for (size_t i = 0; i < npaths; i++)
+        free(paths[i]);
+    free(paths);
+}
+
+/* Appends the regular files among g's matches to *paths. Returns the number appended or
+ * SLUICE_ERR_NOMEM. */
+static int collect_regular(const glob_t *g, char ***paths, size_t *n, size_t *cap)
+{
+    int added = 0;
+    for (size_t i = 0; i < g->gl_pathc; i++) {
+        struct stat st;
+        if (stat(g->gl_pathv[i], &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        if (*n == *cap) {
+            size_t ncap = *cap ? *cap * 2 : 16;
+            char **np = realloc(*paths, ncap * sizeof *np);
+            if (!np)
+                return SLUICE_ERR_NOMEM;
+            *paths = np;
+            *cap = ncap;
+        }
+        char *copy = strdup(g->gl_pathv[i]);
+        if (!copy)
+            return SLUICE_ERR_NOMEM;
+        (*paths)[(*n)++] = copy;
+        added++;
+    }
+    return added;
+}
+
+int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
+                     size_t errlen)
+{
+    char **out = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < nglobs; i++) {
+        glob_t g;
+        int grc = glob(globs[i], 0, NULL, &g);
+        if (grc == GLOB_NOSPACE) {
+            globfree(&g);
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "'%s': %s", globs[i],
+                         sluice_strerror(SLUICE_ERR_NOMEM));
+            goto fail;
+        }
+        if (grc == GLOB_ABORTED) {
+            globfree(&g);
+            rc = err_set(err, errlen, -EIO, "'%s': cannot read a directory", globs[i]);
+            goto fail;
+        }
+        int added = grc == 0 ? collect_regular(&g, &out, &n, &cap) : 0;
+        globfree(&g);
+        if (added < 0) {
+            rc = err_set(err, errlen, added, "'%s': %s", globs[i], sluice_strerror(added));
+            goto fail;
+        }
+        /* A pattern whose matches are all directories or other non-files matches no file. */
+        if (added == 0) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no file matches '%s'", globs[i]);
+            goto fail;
+        }
+    }
+    if (n > 1) {
+        qsort(out, n, sizeof *out, cmp_paths);
+        size_t w = 1;
+        for (size_t r = 1; r < n; r++) {
+            if (strcmp(out[r], out[w - 1]) == 0)
+                free(out[r]);
+            else
+                out[w++] = out[r];
+        }
+        n = w;
+    }
+    *paths = out;
+    *npaths = n;
+    return 0;
+fail:
+    pipe_paths_free(out, n);
+    *paths = NULL;
+    *npaths = 0;
+    return rc;
+}

@@ -1,0 +1,64 @@
+/* Split providers for distributed processing (DESIGN.md §3, §4). Pure and deterministic.
+ *
+ * A splittable source is cut into a fixed sequence of splits: index chunks for range() and
+ * list(), one file per split for tfrecord() and lines() (files in sorted name order). repeat ops
+ * in the pipeline are applied here, to the split sequence: with repeat(R) the sequence is the
+ * source's splits R times over (forever for repeat()), so the cluster as a whole sees each
+ * element exactly R times. Split i of the sequence is a pure function of (spec, split_size, i),
+ * which lets the dispatcher journal a split cursor as one integer. */
+#ifndef SLUICE_PIPELINE_SPLIT_H
+#define SLUICE_PIPELINE_SPLIT_H
+
+#include "spec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pipe_split {
+    uint64_t seq;        /* position in the split sequence */
+    uint64_t repetition; /* which pass over the source (0-based) */
+    uint64_t begin, end; /* RANGE, LIST: element indices [begin, end) of the source */
+    char path[4096];     /* TFRECORD, LINES: the file; empty otherwise */
+};
+
+struct pipe_split_provider {
+    enum pipe_source_kind kind;
+    uint64_t per_pass;    /* splits in one pass over the source */
+    uint64_t source_len;  /* RANGE, LIST: elements in the source */
+    uint64_t split_size;  /* RANGE, LIST: elements per split */
+    uint64_t passes;      /* product of repeat counts; UINT64_MAX when infinite */
+    char **paths;         /* TFRECORD, LINES: sorted expanded file list (owned) */
+    size_t npaths;
+};
+
+/* The default number of elements per split for a range/list source of len elements: small
+ * sources are cut finely so several workers share them, large ones coarsely so leasing costs
+ * nothing against processing. The size is len / 256 (rounded down) clamped to [1, 16384]: a
+ * source of fewer than 512 elements gets one split per element (range(10) -> 10 splits of 1), one
+ * of 256 to 4 Mi elements between 256 and 511 splits, and a larger one splits of 16384 elements,
+ * so a split of a cheap pipeline is milliseconds of work and the number of leases grows only
+ * linearly with the source. */
+uint64_t pipe_split_default_size(uint64_t len);
+
+/* Builds the provider for spec. split_size 0 picks pipe_split_default_size(). File globs are
+ * expanded (on the calling machine) here; a glob matching nothing is SLUICE_ERR_NOT_FOUND.
+ * Returns 0, or a negative code with a message in err. */
+int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
+                             uint64_t split_size, char *err, size_t errlen);
+void pipe_split_provider_release(struct pipe_split_provider *p);
+
+/* Total splits in the sequence, or UINT64_MAX when infinite. */
+uint64_t pipe_split_count(const struct pipe_split_provider *p);
+
+/* Fills split number seq. Returns 1, or 0 when seq is past the end. */
+int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe_split *out);
+
+/* Expands shell globs (glob(3)) to a sorted, de-duplicated list of regular files. A pattern
+ * that matches nothing is SLUICE_ERR_NOT_FOUND naming it in err. *paths (and each string) is
+ * malloc'd; free with pipe_paths_free(). */
+int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
+                     size_t errlen);
+void pipe_paths_free(char **paths, size_t npaths);
+
+#endif

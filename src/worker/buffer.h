@@ -1,0 +1,75 @@
+/* A task's element buffer as plain data: a FIFO of chunks of encoded element records, with the
+ * accounting producers are throttled by and the rule that cuts a GetElements reply out of it.
+ * Pure: no locks, no threads, no clock; task.c wraps it in a mutex.
+ *
+ * A chunk is a run of whole records in the element codec's batch format (pipeline/codec.h):
+ * each record is preceded by its varint length, so any run of whole records is itself a valid
+ * reply payload. Producers fill a chunk privately, then push it; from then on only the consumer
+ * side (wbuf_take) reads or changes it. A reply that fits in the head chunk is a pointer into
+ * that chunk (no copy); one that spans chunks is gathered into a scratch buffer.
+ *
+ * Invariants: bytes and count are the sums over queued chunks of their untaken bytes and
+ * records; every queued chunk has at least one untaken record. */
+#ifndef SLUICE_WORKER_BUFFER_H
+#define SLUICE_WORKER_BUFFER_H
+
+#include "pipeline/format.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct wbuf_chunk {
+    struct wbuf_chunk *next;
+    struct pipe_buf data; /* records data.p[0, data.len); the chunk owns data.p */
+    size_t pos;           /* bytes taken from the front */
+    uint32_t count;       /* records in data */
+    uint32_t taken;       /* records taken from the front */
+    uint64_t born_ns;     /* monotonic time of its first record (set by the producer) */
+};
+
+struct wbuf {
+    struct wbuf_chunk *head, *tail;
+    uint64_t bytes; /* untaken record bytes, length prefixes included */
+    uint64_t count; /* untaken records */
+};
+
+/* The result of one wbuf_take. payload/len is the reply payload: it points either into a
+ * chunk or into the scratch buffer passed to wbuf_take, and stays valid until the chunks in
+ * spent are recycled or freed and scratch is next used. spent lists the chunks the take used up;
+ * they are no longer in the buffer and belong to the caller. */
+struct wbuf_take {
+    const uint8_t *payload;
+    size_t len;
+    uint32_t count;
+    bool copied; /* payload is in scratch */
+    struct wbuf_chunk *spent;
+};
+
+void wbuf_init(struct wbuf *b);
+
+/* Appends chunk c (which must hold at least one record and have pos == taken == 0) at the tail.
+ * The buffer owns c until a take hands it back in spent. */
+void wbuf_push(struct wbuf *b, struct wbuf_chunk *c);
+
+/* Takes the oldest records, in order: at most max_elements records (>= 1) and at most
+ * max_bytes bytes of records, but always at least one record when the buffer is not empty, even
+ * one larger than max_bytes. The records of one chunk are returned in place; the take continues
+ * into the next chunks (gathering into scratch) only while what it has is less than half of
+ * both limits, so large replies are never copied here. Returns 0 (out->count is 0 for an empty
+ * buffer), SLUICE_ERR_NOMEM when scratch cannot grow (the buffer is then unchanged), or
+ * SLUICE_ERR_CORRUPT when a chunk's record framing is inconsistent with its count. */
+int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
+              struct wbuf_take *out);
+
+/* Frees a chunk and its data; NULL is fine. */
+void wbuf_chunk_free(struct wbuf_chunk *c);
+
+/* Frees every queued chunk and resets the buffer to empty. */
+void wbuf_clear(struct wbuf *b);
+
+/* Reads a varint (LEB128, at most 10 bytes) at p[0, len). Returns the number of bytes read, or
+ * 0 when the bytes end first or the value does not fit in 64 bits. */
+size_t wbuf_read_varint(const uint8_t *p, size_t len, uint64_t *value);
+
+#endif

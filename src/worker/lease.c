@@ -1,0 +1,232 @@
+/* Split plans and lease queues: arithmetic and bookkeeping only (see lease.h). */
+#include "lease.h"
+
+#include "common/error.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LEASE_BACKOFF_MIN_MS 100
+#define LEASE_BACKOFF_MAX_MS 1000
+
+int lease_plan_check(const struct lease_plan *p, char *err, size_t errlen)
+{
+    if (p->per_pass == 0) {
+        if (p->passes == 0 || p->source_len == 0)
+            return 0; /* an empty sequence: nothing will be leased */
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "split plan has no splits per pass");
+    }
+    switch (p->kind) {
+    case PIPE_SRC_RANGE:
+    case PIPE_SRC_LIST: {
+        if (p->split_size == 0)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "split plan has split size 0");
+        uint64_t want = p->source_len / p->split_size + (p->source_len % p->split_size != 0);
+        if (want != p->per_pass)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                           "split plan has %" PRIu64 " splits per pass, but %" PRIu64
+                           " elements in splits of %" PRIu64 " make %" PRIu64,
+                           p->per_pass, p->source_len, p->split_size, want);
+        return 0;
+    }
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        if (p->npaths != p->per_pass)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                           "split plan has %" PRIu64 " splits per pass but %zu files", p->per_pass,
+                           p->npaths);
+        for (size_t i = 0; i < p->npaths; i++) {
+            size_t n = strlen(p->paths[i]);
+            if (n == 0 || n >= sizeof(((struct pipe_split *)0)->path))
+                return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                               "split plan has a file name of %zu bytes", n);
+        }
+        return 0;
+    }
+    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "unknown source kind %d", (int)p->kind);
+}
+
+int lease_split_fill(const struct lease_plan *p, uint64_t seq, struct pipe_split *out, char *err,
+                     size_t errlen)
+{
+    if (p->per_pass == 0 || (p->passes != UINT64_MAX && seq / p->per_pass >= p->passes))
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                       "split %" PRIu64 " is past the end of the split sequence", seq);
+    uint64_t k = seq % p->per_pass;
+    out->seq = seq;
+    out->repetition = seq / p->per_pass;
+    out->begin = out->end = 0;
+    out->path[0] = '\0';
+    switch (p->kind) {
+    case PIPE_SRC_RANGE:
+    case PIPE_SRC_LIST:
+        /* A checked plan has k * split_size < source_len, so neither line overflows. */
+        out->begin = k * p->split_size;
+        out->end =
+            p->source_len - out->begin > p->split_size ? out->begin + p->split_size : p->source_len;
+        return 0;
+    case PIPE_SRC_TFRECORD:
+    case PIPE_SRC_LINES:
+        snprintf(out->path, sizeof out->path, "%s", p->paths[k]);
+        return 0;
+    }
+    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "unknown source kind %d", (int)p->kind);
+}
+
+void lease_plan_release(struct lease_plan *p)
+{
+    pipe_paths_free(p->paths, p->npaths);
+    p->paths = NULL;
+    p->npaths = 0;
+}
+
+int lease_queue_init(struct lease_queue *q, size_t target)
+{
+    assert(target >= 1);
+    memset(q, 0, sizeof *q);
+    q->seqs = malloc(target * sizeof *q->seqs);
+    if (!q->seqs)
+        return SLUICE_ERR_NOMEM;
+    q->cap = target;
+    q->target = target;
+    q->low = target / 2;
+    return 0;
+}
+
+void lease_queue_release(struct lease_queue *q)
+{
+    free(q->seqs);
+    free(q->finished);
+    memset(q, 0, sizeof *q);
+}
+
+int lease_pop(struct lease_queue *q, uint64_t *seq)
+{
+    if (q->len == 0)
+        return 0;
+    *seq = q->seqs[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->len--;
+    q->busy++;
+    return 1;
+}
+
+int lease_finish(struct lease_queue *q, uint64_t seq, uint64_t now_ms)
+{
+    assert(q->busy > 0);
+    if (q->nfinished == q->finished_cap) {
+        size_t cap = q->finished_cap ? q->finished_cap * 2 : 16;
+        uint64_t *f = realloc(q->finished, cap * sizeof *f);
+        if (!f)
+            return SLUICE_ERR_NOMEM;
+        q->finished = f;
+        q->finished_cap = cap;
+    }
+    if (q->nfinished == q->reporting)
+        q->first_finished_ms = now_ms;
+    q->finished[q->nfinished++] = seq;
+    q->busy--;
+    return 0;
+}
+
+void lease_abandon(struct lease_queue *q)
+{
+    assert(q->busy > 0);
+    q->busy--;
+}
+
+bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
+                size_t *nfinished)
+{
+    if (q->inflight || now_ms < q->retry_at_ms)
+        return false;
+    bool need = !q->end_of_splits && q->len <= q->low;
+    bool report = q->nfinished > 0 && (q->end_of_splits || q->nfinished >= LEASE_REPORT_COUNT ||
+                                       now_ms - q->first_finished_ms >= LEASE_REPORT_MS);
+    if (!need && !report)
+        return false;
+    size_t room = q->end_of_splits ? 0 : q->target - (q->len < q->target ? q->len : q->target);
+    *max_splits = room > UINT32_MAX ? UINT32_MAX : (uint32_t)room;
+    *nfinished = q->nfinished;
+    return true;
+}
+
+void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished)
+{
+    assert(!q->inflight && nfinished <= q->nfinished);
+    q->inflight = true;
+    q->asked = max_splits;
+    q->reporting = nfinished;
+}
+
+static void back_off(struct lease_queue *q, uint64_t now_ms)
+{
+    if (q->failures < 16)
+        q->failures++;
+    uint64_t delay = (uint64_t)LEASE_BACKOFF_MIN_MS << (q->failures - 1);
+    q->retry_at_ms = now_ms + (delay > LEASE_BACKOFF_MAX_MS ? LEASE_BACKOFF_MAX_MS : delay);
+}
+
+static int ring_grow(struct lease_queue *q, size_t need)
+{
+    if (need <= q->cap)
+        return 0;
+    size_t cap = q->cap * 2 > need ? q->cap * 2 : need;
+    uint64_t *s = malloc(cap * sizeof *s);
+    if (!s)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < q->len; i++)
+        s[i] = q->seqs[(q->head + i) % q->cap];
+    free(q->seqs);
+    q->seqs = s;
+    q->cap = cap;
+    q->head = 0;
+    return 0;
+}
+
+int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool end_of_splits,
+                  uint64_t now_ms)
+{
+    assert(q->inflight);
+    q->inflight = false;
+    if (n == 0 && q->asked > 0 && !end_of_splits) {
+        back_off(q, now_ms);
+    } else {
+        q->failures = 0;
+        q->retry_at_ms = 0;
+    }
+    memmove(q->finished, q->finished + q->reporting,
+            (q->nfinished - q->reporting) * sizeof *q->finished);
+    q->nfinished -= q->reporting;
+    q->reporting = 0;
+    if (end_of_splits)
+        q->end_of_splits = true;
+    int rc = ring_grow(q, q->len + n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        q->seqs[(q->head + q->len + i) % q->cap] = seqs[i];
+    q->len += n;
+    return 0;
+}
+
+void lease_failed(struct lease_queue *q, uint64_t now_ms)
+{
+    assert(q->inflight);
+    q->inflight = false;
+    q->reporting = 0;
+    back_off(q, now_ms);
+}
+
+bool lease_more(const struct lease_queue *q)
+{
+    return !(q->end_of_splits && q->len == 0);
+}
+
+bool lease_settled(const struct lease_queue *q)
+{
+    return q->end_of_splits && q->len == 0 && q->busy == 0 && q->nfinished == 0 && !q->inflight;
+}

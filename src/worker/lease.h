@@ -1,0 +1,106 @@
+/* Split leasing for distributed_epoch tasks (DESIGN.md §4). Pure: no locks, no rpc, no clock.
+ *
+ * The dispatcher leases splits to a task by their position (seq) in the iteration's split
+ * sequence and sends a SplitPlan once; the worker computes each split's contents from the plan
+ * and the source kind of its dataset (lease_split_fill). A task's lease queue holds the seqs
+ * leased and not yet started, and the seqs finished and not yet reported; the worker's loop
+ * thread asks it what GetSplits request to send next (lease_want) and feeds it the outcome,
+ * while producer threads pop splits and report them finished. task.c guards a queue with the
+ * task's mutex; every function here is called with that mutex held.
+ *
+ * Request rule: at most one GetSplits in flight per task. One is sent when the queue has fallen
+ * to its low-water mark (so producers never run dry while a reply is on its way) and more may
+ * come, or when finished splits have waited long enough to be worth reporting on their own.
+ * After a failure the next attempt waits an exponentially growing delay. */
+#ifndef SLUICE_WORKER_LEASE_H
+#define SLUICE_WORKER_LEASE_H
+
+#include "pipeline/spec.h"
+#include "pipeline/split.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The plan of a split sequence, as the dispatcher sent it (wire SplitPlan). */
+struct lease_plan {
+    enum pipe_source_kind kind; /* from the task's dataset, not from the wire */
+    uint64_t source_len;        /* RANGE, LIST */
+    uint64_t split_size;        /* RANGE, LIST */
+    uint64_t per_pass;
+    uint64_t passes; /* UINT64_MAX: endless */
+    char **paths;    /* TFRECORD, LINES: owned */
+    size_t npaths;
+};
+
+/* Checks a plan received from the network: per_pass > 0 (unless passes is 0), for range/list
+ * split_size > 0 and per_pass = ceil(source_len / split_size), for files npaths == per_pass and
+ * every path shorter than struct pipe_split's path. Returns 0 or SLUICE_ERR_CORRUPT with a
+ * message in err. */
+int lease_plan_check(const struct lease_plan *plan, char *err, size_t errlen);
+
+/* Fills out with split seq of a checked plan: repetition = seq / per_pass, k = seq % per_pass;
+ * range/list: [k * split_size, min(that + split_size, source_len)); files: paths[k]. Gives the
+ * same split as pipe_split_at() on a provider with the same numbers. Returns 0, or
+ * SLUICE_ERR_CORRUPT with a message when seq is past the end of the sequence. */
+int lease_split_fill(const struct lease_plan *plan, uint64_t seq, struct pipe_split *out, char *err,
+                     size_t errlen);
+
+void lease_plan_release(struct lease_plan *plan);
+
+struct lease_queue {
+    uint64_t *seqs; /* ring of leased, unstarted seqs */
+    size_t cap, head, len;
+    uint64_t *finished; /* finished, unreported; the first `reporting` are in the request */
+    size_t nfinished, finished_cap, reporting;
+    uint32_t asked;             /* max_splits of the request in flight */
+    uint64_t first_finished_ms; /* when the oldest unreported seq finished */
+    size_t target;              /* seqs to hold when topped up */
+    size_t low;                 /* ask for more at or below this many */
+    unsigned busy;              /* seqs popped and not finished */
+    bool inflight;
+    bool end_of_splits;
+    unsigned failures; /* failed or empty replies in a row */
+    uint64_t retry_at_ms;
+};
+
+/* Report finished seqs on their own (with no need for more splits) once the oldest has waited
+ * this long, or once this many have gathered. */
+#define LEASE_REPORT_MS 100
+#define LEASE_REPORT_COUNT 64
+
+/* target >= 1 seqs kept queued; more are asked for at or below target / 2. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+int lease_queue_init(struct lease_queue *q, size_t target);
+void lease_queue_release(struct lease_queue *q);
+
+/* A producer takes the oldest leased seq: returns 1 with *seq, or 0 when the queue is empty. */
+int lease_pop(struct lease_queue *q, uint64_t *seq);
+/* A producer finished seq (popped earlier). Returns 0 or SLUICE_ERR_NOMEM. */
+int lease_finish(struct lease_queue *q, uint64_t seq, uint64_t now_ms);
+/* A producer gave up on a popped seq without finishing it (task stopped or failed). */
+void lease_abandon(struct lease_queue *q);
+
+/* Whether a GetSplits request should go out now. When true, *max_splits is how many seqs to
+ * ask for (0 when only reporting) and the first *nfinished seqs of q->finished are to be sent
+ * as finished; the caller copies them and then calls lease_sent. */
+bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
+                size_t *nfinished);
+void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished);
+
+/* The request succeeded: the reported seqs are forgotten and seqs (n of them) are queued. A
+ * reply with no seqs to a request that asked for some (the dispatcher has none free now, but
+ * may later) delays the next request like a failure does, so an idle task does not poll the
+ * dispatcher in a tight loop. Returns 0, or SLUICE_ERR_NOMEM. */
+int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool end_of_splits,
+                  uint64_t now_ms);
+/* The request failed: the reported seqs stay to be reported again, and the next attempt waits
+ * a backoff delay from now_ms. */
+void lease_failed(struct lease_queue *q, uint64_t now_ms);
+
+/* Whether producers may still get work: false once end_of_splits came and the queue is empty. */
+bool lease_more(const struct lease_queue *q);
+/* Whether everything leased was run and every finished seq reported. */
+bool lease_settled(const struct lease_queue *q);
+
+#endif

@@ -1,0 +1,700 @@
+/* Producer threads and the shared element buffer of a task (see task.h).
+ *
+ * Locks: each producer has a mutex that guards only its private chunk, held while it appends an
+ * element; the task mutex guards the buffer, the chunk free list, the lease queue, the plan and
+ * the task's state. The order is producer mutex, then task mutex. The loop thread takes the
+ * task mutex for short, bounded sections and a producer mutex only with a try-lock, so it never
+ * waits on a pipeline. Invariant: a chunk is either private to one producer (p->chunk), in the
+ * buffer, in the free list, or held by a take until task_take_release. */
+#include "task.h"
+
+#include "common/error.h"
+#include "pipeline/codec.h"
+#include "pipeline/element.h"
+#include "pipeline/iter.h"
+#include "shard.h"
+
+#include <assert.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Keep at most this many spare chunks (beyond one per producer) for reuse, so a steady stream
+ * neither allocates nor faults in fresh pages per chunk. Chunks grown far past the publish size
+ * by huge elements are freed instead. */
+#define TASK_FREE_SPARE 8u
+#define TASK_FREE_MAX_CAP (2u * TASK_CHUNK_BYTES)
+
+struct producer {
+    struct task *t;
+    uv_thread_t thread;
+    uv_mutex_t mu; /* guards chunk */
+    struct wbuf_chunk *chunk;
+    struct sluice_element elem;
+    struct pipe_buf scratch;
+    uint64_t last_ns; /* when the producer last looked at the clock while a reader waited */
+};
+
+struct task {
+    uint64_t id;
+    enum sluice_mode mode;
+    bool compress;
+    uint32_t num_workers, worker_index;
+    const struct sluice_registry *reg;
+    uv_async_t *wake;
+    uint64_t max_bytes, max_records;
+    struct pipe_spec *spec;
+
+    uv_mutex_t mu;
+    uv_cond_t space_cv; /* producers waiting for room in the buffer */
+    uv_cond_t work_cv;  /* producers waiting for splits */
+    struct wbuf buf;
+    struct wbuf_chunk *free_chunks;
+    unsigned nfree;
+    unsigned space_waiters;
+    unsigned alive; /* producers not yet exited */
+    bool done;
+    uint64_t produced;
+    int err_code;
+    char err_msg[512];
+    struct lease_queue lease;
+    struct lease_plan plan;
+    bool have_plan;
+
+    atomic_int stop;    /* set when stopped or failed: producers finish up and exit */
+    atomic_int waiting; /* a reader waits on an empty buffer */
+
+    uint64_t *report; /* loop only: finished seqs of the GetSplits in flight */
+    size_t report_cap;
+
+    struct producer *producers;
+    unsigned nproducers; /* producers whose mutex exists */
+    unsigned nthreads;   /* producers whose thread was started (joined by task_free) */
+};
+
+static bool over_limit(const struct task *t)
+{
+    return t->buf.bytes >= t->max_bytes || t->buf.count >= t->max_records;
+}
+
+/* Records the first failure and stops the producers. Task mutex held. */
+static void fail_locked(struct task *t, int code, const char *msg)
+{
+    if (t->err_code == 0) {
+        t->err_code = code;
+        snprintf(t->err_msg, sizeof t->err_msg, "%s", msg && *msg ? msg : sluice_strerror(code));
+    }
+    atomic_store(&t->stop, 1);
+    uv_cond_broadcast(&t->space_cv);
+    uv_cond_broadcast(&t->work_cv);
+}
+
+/* Returns a spare chunk or a new empty one; NULL when out of memory. Task mutex not held. */
+static struct wbuf_chunk *chunk_get(struct task *t)
+{
+    uv_mutex_lock(&t->mu);
+    struct wbuf_chunk *c = t->free_chunks;
+    if (c) {
+        t->free_chunks = c->next;
+        t->nfree--;
+    }
+    uv_mutex_unlock(&t->mu);
+    if (!c)
+        c = calloc(1, sizeof *c);
+    return c;
+}
+
+/* Makes a used chunk empty and keeps it for reuse, or frees it. Task mutex held. */
+static void chunk_put_locked(struct task *t, struct wbuf_chunk *c)
+{
+    if (c->data.cap > TASK_FREE_MAX_CAP || t->nfree >= t->nproducers + TASK_FREE_SPARE) {
+        wbuf_chunk_free(c);
+        return;
+    }
+    c->data.len = 0;
+    c->pos = 0;
+    c->count = c->taken = 0;
+    c->born_ns = 0;
+    c->next = t->free_chunks;
+    t->free_chunks = c;
+    t->nfree++;
+}
+
+static void wake_loop(struct task *t)
+{
+    uv_async_send(t->wake);
+}
+
+/* Publishes p's chunk into the buffer, first waiting while the buffer is over its bounds.
+ * Producer mutex held. Returns 0, or SLUICE_ERR_CANCELLED when the task stopped meanwhile (the
+ * chunk then stays with p). */
+static int publish(struct producer *p)
+{
+    struct task *t = p->t;
+    struct wbuf_chunk *c = p->chunk;
+    if (!c || c->count == 0)
+        return 0;
+    uv_mutex_lock(&t->mu);
+    while (!atomic_load(&t->stop) && over_limit(t)) {
+        t->space_waiters++;
+        uv_cond_wait(&t->space_cv, &t->mu);
+        t->space_waiters--;
+    }
+    if (atomic_load(&t->stop)) {
+        uv_mutex_unlock(&t->mu);
+        return SLUICE_ERR_CANCELLED;
+    }
+    wbuf_push(&t->buf, c);
+    t->produced += c->count;
+    p->chunk = t->free_chunks;
+    if (p->chunk) {
+        t->free_chunks = p->chunk->next;
+        t->nfree--;
+    }
+    bool notify = atomic_load_explicit(&t->waiting, memory_order_relaxed);
+    uv_mutex_unlock(&t->mu);
+    if (notify)
+        wake_loop(t);
+    return 0;
+}
+
+/* Runs a pipeline to its end, appending every element to p's chunk and publishing chunks as
+ * they fill. Returns 0 at the end of the pipeline, SLUICE_ERR_CANCELLED when the task stops, or
+ * a failure with its message in err. */
+static int produce(struct producer *p, struct pipe_run *run, char *err, size_t errlen)
+{
+    struct task *t = p->t;
+    for (;;) {
+        if (atomic_load_explicit(&t->stop, memory_order_relaxed))
+            return SLUICE_ERR_CANCELLED;
+        int rc = pipe_run_next(run, &p->elem);
+        if (rc == 0)
+            return 0;
+        if (rc < 0)
+            return err_set(err, errlen, rc, "%s",
+                           run->ctx.err[0] ? run->ctx.err : sluice_strerror(rc));
+
+        uv_mutex_lock(&p->mu);
+        if (!p->chunk) {
+            p->chunk = chunk_get(t);
+            if (!p->chunk) {
+                uv_mutex_unlock(&p->mu);
+                return err_set(err, errlen, SLUICE_ERR_NOMEM, "encoding an element: %s",
+                               sluice_strerror(SLUICE_ERR_NOMEM));
+            }
+        }
+        struct wbuf_chunk *c = p->chunk;
+        size_t before = c->data.len;
+        rc = codec_append_elem(&c->data, &p->elem, t->compress, &p->scratch);
+        if (rc == 0 && c->data.len - before > TASK_MAX_RECORD)
+            rc = SLUICE_ERR_TOO_LARGE;
+        if (rc < 0) {
+            size_t size = c->data.len - before;
+            c->data.len = before;
+            uv_mutex_unlock(&p->mu);
+            if (rc == SLUICE_ERR_TOO_LARGE)
+                return err_set(err, errlen, rc,
+                               "an element of %zu bytes encoded is over the limit of %u bytes",
+                               size, TASK_MAX_RECORD);
+            return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
+        }
+        if (c->count == 0)
+            c->born_ns = uv_hrtime();
+        c->count++;
+        bool flush = c->data.len >= TASK_CHUNK_BYTES || c->count >= TASK_CHUNK_RECORDS;
+        if (!flush && atomic_load_explicit(&t->waiting, memory_order_relaxed)) {
+            /* A reader waits: publish once the chunk has lingered, or at once when elements
+             * come slowly (this one took longer than the linger to arrive). */
+            uint64_t now = uv_hrtime();
+            flush = now - c->born_ns >= TASK_LINGER_NS || now - p->last_ns >= TASK_LINGER_NS;
+            p->last_ns = now;
+        }
+        if (flush)
+            rc = publish(p);
+        uv_mutex_unlock(&p->mu);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+/* Publishes whatever p still holds. Returns 0 or SLUICE_ERR_CANCELLED. */
+static int flush_chunk(struct producer *p)
+{
+    uv_mutex_lock(&p->mu);
+    int rc = publish(p);
+    uv_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* parallel_epochs and the static sharding modes: the whole pipeline, sharded if needed. */
+static int run_whole(struct producer *p, char *err, size_t errlen)
+{
+    struct task *t = p->t;
+    struct pipe_spec *sharded = NULL;
+    struct pipe_run *run = NULL;
+    char **files = NULL;
+    size_t nfiles = 0;
+    int rc;
+
+    if (shard_needs_files(t->spec, t->mode)) {
+        rc = pipe_glob_expand(t->spec->source.globs, t->spec->source.nglobs, &files, &nfiles, err,
+                              errlen);
+        if (rc < 0)
+            goto out;
+    }
+    struct shard_params sp = {t->mode, t->num_workers, t->worker_index};
+    rc = shard_rewrite(t->spec, &sp, files, nfiles, &sharded, err, errlen);
+    if (rc < 0)
+        goto out;
+    rc = pipe_open(sharded, t->reg, &run, err, errlen);
+    if (rc < 0)
+        goto out;
+    rc = produce(p, run, err, errlen);
+out:
+    if (run)
+        pipe_run_free(run);
+    pipe_spec_free(sharded);
+    pipe_paths_free(files, nfiles);
+    return rc;
+}
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000u;
+}
+
+/* distributed_epoch: split after split from the lease queue until it is drained for good. */
+static int run_splits(struct producer *p, char *err, size_t errlen)
+{
+    struct task *t = p->t;
+    struct pipe_split split;
+    for (;;) {
+        uint64_t seq;
+        bool ask = false;
+        int rc = 0;
+        uv_mutex_lock(&t->mu);
+        for (;;) {
+            if (atomic_load(&t->stop)) {
+                uv_mutex_unlock(&t->mu);
+                return SLUICE_ERR_CANCELLED;
+            }
+            if (lease_pop(&t->lease, &seq)) {
+                ask = t->lease.len <= t->lease.low && !t->lease.inflight;
+                break;
+            }
+            if (!lease_more(&t->lease)) {
+                uv_mutex_unlock(&t->mu);
+                return 0;
+            }
+            if (!t->lease.inflight)
+                wake_loop(t);
+            uv_cond_wait(&t->work_cv, &t->mu);
+        }
+        rc = lease_split_fill(&t->plan, seq, &split, err, errlen);
+        if (rc < 0)
+            lease_abandon(&t->lease);
+        uv_mutex_unlock(&t->mu);
+        if (ask)
+            wake_loop(t);
+        if (rc < 0)
+            return rc;
+
+        struct pipe_run *run = NULL;
+        rc = pipe_open_splits(t->spec, t->reg, &split, 1, &run, err, errlen);
+        if (rc == 0) {
+            rc = produce(p, run, err, errlen);
+            pipe_run_free(run);
+        }
+        /* The split is finished once all its elements are in the buffer. */
+        if (rc == 0)
+            rc = flush_chunk(p);
+        uv_mutex_lock(&t->mu);
+        bool report = false;
+        if (rc == 0) {
+            rc = lease_finish(&t->lease, seq, now_ms());
+            if (rc < 0) {
+                lease_abandon(&t->lease);
+                err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+            }
+            report = !lease_more(&t->lease) || t->lease.nfinished >= LEASE_REPORT_COUNT;
+        } else {
+            lease_abandon(&t->lease);
+        }
+        uv_mutex_unlock(&t->mu);
+        if (report)
+            wake_loop(t);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static void producer_main(void *arg)
+{
+    struct producer *p = arg;
+    struct task *t = p->t;
+    char err[512] = "";
+    int rc = t->mode == SLUICE_DISTRIBUTED_EPOCH ? run_splits(p, err, sizeof err)
+                                                 : run_whole(p, err, sizeof err);
+    /* Elements made before a failure are still served, ahead of the failure itself. */
+    if (rc != SLUICE_ERR_CANCELLED) {
+        int frc = flush_chunk(p);
+        if (rc == 0)
+            rc = frc;
+    }
+    uv_mutex_lock(&t->mu);
+    if (rc < 0 && rc != SLUICE_ERR_CANCELLED)
+        fail_locked(t, rc, err);
+    if (--t->alive == 0)
+        t->done = true;
+    uv_mutex_unlock(&t->mu);
+    wake_loop(t);
+}
+
+static int task_alloc(uint64_t id, struct task **out)
+{
+    struct task *t = calloc(1, sizeof *t);
+    if (!t)
+        return SLUICE_ERR_NOMEM;
+    t->id = id;
+    wbuf_init(&t->buf);
+    if (uv_mutex_init(&t->mu) != 0)
+        goto fail;
+    if (uv_cond_init(&t->space_cv) != 0)
+        goto fail_mu;
+    if (uv_cond_init(&t->work_cv) != 0)
+        goto fail_space;
+    *out = t;
+    return 0;
+fail_space:
+    uv_cond_destroy(&t->space_cv);
+fail_mu:
+    uv_mutex_destroy(&t->mu);
+fail:
+    free(t);
+    return SLUICE_ERR_NOMEM;
+}
+
+int task_new_failed(uint64_t id, int code, const char *msg, struct task **out)
+{
+    struct task *t;
+    int rc = task_alloc(id, &t);
+    if (rc < 0)
+        return rc;
+    t->done = true;
+    fail_locked(t, code, msg);
+    *out = t;
+    return 0;
+}
+
+int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct task **out, char *err,
+               size_t errlen)
+{
+    struct task *t;
+    int rc = task_alloc(cfg->id, &t);
+    if (rc < 0) {
+        pipe_spec_free(spec);
+        return err_set(err, errlen, rc, "starting task: %s", sluice_strerror(rc));
+    }
+    t->mode = cfg->mode;
+    t->compress = cfg->compress;
+    t->num_workers = cfg->num_workers;
+    t->worker_index = cfg->worker_index;
+    t->reg = cfg->reg;
+    t->wake = cfg->wake;
+    t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : TASK_BUFFER_BYTES;
+    t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
+    t->spec = spec;
+    unsigned n = 1;
+    if (cfg->mode == SLUICE_DISTRIBUTED_EPOCH) {
+        n = cfg->threads ? cfg->threads : 1;
+        /* Hold two splits per producer, at least four, and ask again at half of that. */
+        rc = lease_queue_init(&t->lease, 2 * (size_t)n < 4 ? 4 : 2 * (size_t)n);
+        if (rc < 0)
+            goto fail;
+    }
+    t->producers = calloc(n, sizeof *t->producers);
+    if (!t->producers) {
+        rc = SLUICE_ERR_NOMEM;
+        goto fail;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        struct producer *p = &t->producers[i];
+        p->t = t;
+        pipe_elem_init(&p->elem);
+        if (uv_mutex_init(&p->mu) != 0) {
+            rc = SLUICE_ERR_NOMEM;
+            goto fail;
+        }
+        t->nproducers++;
+    }
+    t->alive = n;
+    for (unsigned i = 0; i < n; i++) {
+        rc = uv_thread_create(&t->producers[i].thread, producer_main, &t->producers[i]);
+        if (rc != 0) {
+            /* The producers already running see the failure and exit; the task stays, failed,
+             * so its readers learn why, and is reaped like any other. */
+            uv_mutex_lock(&t->mu);
+            t->alive -= n - i;
+            if (t->alive == 0)
+                t->done = true;
+            fail_locked(t, rc, "cannot start a producer thread");
+            uv_mutex_unlock(&t->mu);
+            break;
+        }
+        t->nthreads++;
+    }
+    *out = t;
+    return 0;
+fail:
+    task_free(t);
+    return err_set(err, errlen, rc, "starting task: %s", sluice_strerror(rc));
+}
+
+uint64_t task_id(const struct task *t)
+{
+    return t->id;
+}
+
+bool task_is_distributed(const struct task *t)
+{
+    return t->mode == SLUICE_DISTRIBUTED_EPOCH && t->nproducers > 0;
+}
+
+int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
+              struct task_take *out)
+{
+    memset(out, 0, sizeof *out);
+    uv_mutex_lock(&t->mu);
+    int rc = wbuf_take(&t->buf, max_elements, max_bytes, scratch, &out->wb);
+    if (rc < 0) {
+        uv_mutex_unlock(&t->mu);
+        return rc;
+    }
+    if (out->wb.count > 0) {
+        rc = TASK_TAKE_DATA;
+        if (t->space_waiters && !over_limit(t))
+            uv_cond_broadcast(&t->space_cv);
+    } else if (!t->done) {
+        rc = TASK_TAKE_EMPTY;
+    } else if (t->err_code) {
+        rc = TASK_TAKE_FAILED;
+        out->code = t->err_code;
+        out->msg = t->err_msg; /* never changes once set */
+    } else {
+        rc = TASK_TAKE_END;
+    }
+    uv_mutex_unlock(&t->mu);
+    return rc;
+}
+
+void task_take_release(struct task *t, struct task_take *tk)
+{
+    if (!tk->wb.spent)
+        return;
+    uv_mutex_lock(&t->mu);
+    struct wbuf_chunk *c = tk->wb.spent;
+    while (c) {
+        struct wbuf_chunk *next = c->next;
+        chunk_put_locked(t, c);
+        c = next;
+    }
+    uv_mutex_unlock(&t->mu);
+    tk->wb.spent = NULL;
+}
+
+void task_set_waiting(struct task *t, bool waiting)
+{
+    atomic_store_explicit(&t->waiting, waiting ? 1 : 0, memory_order_relaxed);
+}
+
+uint64_t task_steal(struct task *t, uint64_t now_ns)
+{
+    uint64_t n = 0;
+    for (unsigned i = 0; i < t->nthreads; i++) {
+        struct producer *p = &t->producers[i];
+        if (uv_mutex_trylock(&p->mu) != 0)
+            continue; /* appending or publishing: it looks at the linger itself */
+        struct wbuf_chunk *c = p->chunk;
+        if (c && c->count > 0 && now_ns - c->born_ns >= TASK_LINGER_NS) {
+            uv_mutex_lock(&t->mu);
+            if (!atomic_load(&t->stop)) {
+                wbuf_push(&t->buf, c);
+                t->produced += c->count;
+                n += c->count;
+                p->chunk = NULL;
+            }
+            uv_mutex_unlock(&t->mu);
+        }
+        uv_mutex_unlock(&p->mu);
+    }
+    return n;
+}
+
+void task_progress(struct task *t, struct task_progress *out)
+{
+    uv_mutex_lock(&t->mu);
+    out->done = t->done;
+    out->failed = t->err_code != 0;
+    out->buffered = t->buf.count;
+    out->produced = t->produced;
+    out->finished = t->done && !out->failed && t->buf.count == 0 &&
+                    (t->mode != SLUICE_DISTRIBUTED_EPOCH || lease_settled(&t->lease));
+    uv_mutex_unlock(&t->mu);
+}
+
+bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
+                     const uint64_t **finished, size_t *nfinished)
+{
+    if (!task_is_distributed(t))
+        return false;
+    bool want = false;
+    uv_mutex_lock(&t->mu);
+    if (atomic_load(&t->stop) || !lease_want(&t->lease, now_ms, max_splits, nfinished))
+        goto out;
+    if (*nfinished > t->report_cap) {
+        uint64_t *r = realloc(t->report, *nfinished * sizeof *r);
+        if (!r)
+            goto out; /* try again on a later pass */
+        t->report = r;
+        t->report_cap = *nfinished;
+    }
+    if (*nfinished)
+        memcpy(t->report, t->lease.finished, *nfinished * sizeof *t->report);
+    *finished = t->report;
+    lease_sent(&t->lease, *max_splits, *nfinished);
+    want = true;
+out:
+    uv_mutex_unlock(&t->mu);
+    return want;
+}
+
+void task_lease_failed(struct task *t, uint64_t now_ms)
+{
+    uv_mutex_lock(&t->mu);
+    lease_failed(&t->lease, now_ms);
+    uv_mutex_unlock(&t->mu);
+}
+
+/* Checks a plan against what the task's own dataset says. For range and list sources the
+ * numbers are arithmetic on the dataset; file lists are the dispatcher's to decide. */
+static int check_plan(const struct task *t, const struct lease_plan *plan, char *err, size_t errlen)
+{
+    int rc = lease_plan_check(plan, err, errlen);
+    if (rc < 0 || plan->kind == PIPE_SRC_TFRECORD || plan->kind == PIPE_SRC_LINES)
+        return rc;
+    struct pipe_split_provider prov;
+    rc = pipe_split_provider_init(&prov, t->spec, plan->split_size, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (prov.source_len != plan->source_len || prov.per_pass != plan->per_pass ||
+        prov.passes != plan->passes)
+        rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                     "split plan does not match the dataset: %llu elements in %llu splits per "
+                     "pass, %llu passes; the dataset gives %llu, %llu, %llu",
+                     (unsigned long long)plan->source_len, (unsigned long long)plan->per_pass,
+                     (unsigned long long)plan->passes, (unsigned long long)prov.source_len,
+                     (unsigned long long)prov.per_pass, (unsigned long long)prov.passes);
+    pipe_split_provider_release(&prov);
+    return rc;
+}
+
+int task_lease_granted(struct task *t, struct lease_plan *plan, const uint64_t *seqs, size_t n,
+                       bool end_of_splits, uint64_t now_ms)
+{
+    char err[512] = "";
+    int rc = 0;
+    bool adopt = false;
+    if (plan) {
+        plan->kind = t->spec->source.kind;
+        /* have_plan is written only on this thread, so reading it unlocked is safe. */
+        if (!t->have_plan) {
+            rc = check_plan(t, plan, err, sizeof err);
+            adopt = rc == 0;
+        }
+    }
+    if (rc == 0 && n > 0 && !t->have_plan && !adopt)
+        rc = err_set(err, sizeof err, SLUICE_ERR_PROTOCOL, "splits were leased without a plan");
+
+    uv_mutex_lock(&t->mu);
+    if (adopt) {
+        t->plan = *plan;
+        memset(plan, 0, sizeof *plan);
+        t->have_plan = true;
+    }
+    int grc =
+        lease_granted(&t->lease, rc == 0 ? seqs : NULL, rc == 0 ? n : 0, end_of_splits, now_ms);
+    if (rc == 0 && grc < 0)
+        rc = err_set(err, sizeof err, grc, "%s", sluice_strerror(grc));
+    if (rc < 0)
+        fail_locked(t, rc, err);
+    else
+        uv_cond_broadcast(&t->work_cv);
+    uv_mutex_unlock(&t->mu);
+    if (plan)
+        lease_plan_release(plan);
+    return rc;
+}
+
+int task_error(struct task *t, const char **msg)
+{
+    uv_mutex_lock(&t->mu);
+    int code = t->err_code;
+    *msg = t->err_msg;
+    uv_mutex_unlock(&t->mu);
+    return code;
+}
+
+void task_fail(struct task *t, int code, const char *msg)
+{
+    uv_mutex_lock(&t->mu);
+    fail_locked(t, code, msg);
+    uv_mutex_unlock(&t->mu);
+}
+
+void task_stop(struct task *t)
+{
+    uv_mutex_lock(&t->mu);
+    atomic_store(&t->stop, 1);
+    uv_cond_broadcast(&t->space_cv);
+    uv_cond_broadcast(&t->work_cv);
+    uv_mutex_unlock(&t->mu);
+}
+
+bool task_exited(struct task *t)
+{
+    uv_mutex_lock(&t->mu);
+    bool exited = t->alive == 0;
+    uv_mutex_unlock(&t->mu);
+    return exited;
+}
+
+void task_free(struct task *t)
+{
+    if (!t)
+        return;
+    for (unsigned i = 0; i < t->nthreads; i++)
+        uv_thread_join(&t->producers[i].thread);
+    for (unsigned i = 0; i < t->nproducers; i++) {
+        struct producer *p = &t->producers[i];
+        wbuf_chunk_free(p->chunk);
+        pipe_elem_release(&p->elem);
+        pipe_buf_release(&p->scratch);
+        uv_mutex_destroy(&p->mu);
+    }
+    free(t->producers);
+    wbuf_clear(&t->buf);
+    while (t->free_chunks) {
+        struct wbuf_chunk *c = t->free_chunks;
+        t->free_chunks = c->next;
+        wbuf_chunk_free(c);
+    }
+    lease_queue_release(&t->lease);
+    lease_plan_release(&t->plan);
+    free(t->report);
+    pipe_spec_free(t->spec);
+    uv_cond_destroy(&t->work_cv);
+    uv_cond_destroy(&t->space_cv);
+    uv_mutex_destroy(&t->mu);
+    free(t);
+}

@@ -1,0 +1,136 @@
+/* A task: the producer threads that run one task's pipeline and the bounded element buffer they
+ * fill (DESIGN.md §1: pipelines run on threads, never on the loop thread).
+ *
+ * Happy path: task_start() spawns the producers. parallel_epochs and the static sharding modes
+ * run one producer over the whole (rewritten, see shard.h) pipeline; distributed_epoch runs
+ * cfg->threads producers that take splits from the task's lease queue (lease.h) and run the
+ * pipeline over one split at a time. A producer encodes each element (codec_append_elem) into a
+ * private chunk and publishes the chunk into the buffer when it is full, when a reader has been
+ * waiting longer than a short linger, or when its split or pipeline ends; it blocks while the
+ * buffer holds more than its byte or element bound. The loop thread takes whole records out
+ * with task_take() and is woken through cfg->wake whenever a waiting reader can be served, a
+ * producer needs splits, or a producer exits.
+ *
+ * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, or
+ * an out-of-memory fails the task: producers stop, elements published before the failure are
+ * still served, and then every take reports the failure's code and message.
+ *
+ * Threading: task_start, task_free and everything marked "loop" are called on the loop thread
+ * only; the task's mutex guards what producers and the loop share. The loop never waits on a
+ * producer: stealing a producer's chunk uses a try-lock, and task_free is called only after
+ * task_exited() is true. */
+#ifndef SLUICE_WORKER_TASK_H
+#define SLUICE_WORKER_TASK_H
+
+#include "buffer.h"
+#include "lease.h"
+#include "pipeline/spec.h"
+#include "sluice/sluice.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* Publish a private chunk once it holds this many bytes or records. */
+#define TASK_CHUNK_BYTES (4u << 20)
+#define TASK_CHUNK_RECORDS 8192u
+/* While a reader waits, a producer (or the loop, by stealing) publishes a chunk whose first
+ * record is older than this, trading a little latency for whole batches per reply. */
+#define TASK_LINGER_NS 500000u
+/* Default buffer bounds: producers block while the buffer holds this much. */
+#define TASK_BUFFER_BYTES (64u << 20)
+#define TASK_BUFFER_RECORDS (1u << 20)
+/* The largest encoded element a reply can carry (under the rpc frame limit). */
+#define TASK_MAX_RECORD ((255u << 20) - 4096u)
+
+struct sluice_registry;
+struct task;
+
+struct task_config {
+    uint64_t id;
+    enum sluice_mode mode;
+    bool compress;                     /* snappy when it pays (dataset compression AUTO) */
+    uint32_t num_workers;              /* static sharding */
+    uint32_t worker_index;             /* static sharding */
+    unsigned threads;                  /* distributed_epoch producers, >= 1 */
+    const struct sluice_registry *reg; /* read-only; outlives the task */
+    uv_async_t *wake;                  /* sent by producers; outlives the task */
+    uint64_t buffer_bytes;             /* 0: TASK_BUFFER_BYTES */
+    uint64_t buffer_records;           /* 0: TASK_BUFFER_RECORDS */
+};
+
+/* Loop. Starts the producers of a task over spec, which the task takes ownership of (also on
+ * failure). Returns 0 and *out, or a negative code with a message in err (then nothing runs). */
+int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct task **out, char *err,
+               size_t errlen);
+
+/* Loop. A task that failed before anything could run (undecodable dataset, unknown function):
+ * it has no producers and every take reports code and msg. */
+int task_new_failed(uint64_t id, int code, const char *msg, struct task **out);
+
+uint64_t task_id(const struct task *t);
+bool task_is_distributed(const struct task *t);
+
+enum task_take_status {
+    TASK_TAKE_DATA,  /* out->wb holds records */
+    TASK_TAKE_EMPTY, /* nothing now; more may come */
+    TASK_TAKE_END,   /* nothing now and nothing more will come */
+    TASK_TAKE_FAILED /* nothing now and the task failed: out->code, out->msg */
+};
+
+struct task_take {
+    struct wbuf_take wb;
+    int code;
+    const char *msg; /* valid while the task lives */
+};
+
+/* Loop. Takes up to max_elements records and max_bytes bytes (at least one record when there
+ * is one), see wbuf_take. Returns a task_take_status, or SLUICE_ERR_NOMEM. After TASK_TAKE_DATA
+ * the caller sends the payload and then calls task_take_release. */
+int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
+              struct task_take *out);
+void task_take_release(struct task *t, struct task_take *tk);
+
+/* Loop. Tells producers whether a reader is waiting on an empty buffer. */
+void task_set_waiting(struct task *t, bool waiting);
+/* Loop. Publishes producers' private chunks whose first record is at least TASK_LINGER_NS old
+ * at now_ns (uv_hrtime), skipping any producer busy appending. Returns the records published. */
+uint64_t task_steal(struct task *t, uint64_t now_ns);
+
+struct task_progress {
+    bool done; /* every producer has exited */
+    bool failed;
+    bool finished;     /* done, not failed, buffer empty, every finished split reported */
+    uint64_t buffered; /* records in the buffer */
+    uint64_t produced; /* records ever published */
+};
+void task_progress(struct task *t, struct task_progress *out);
+
+/* Loop, distributed_epoch. Whether to send GetSplits now (see lease_want); when true, *finished
+ * (valid until the next call) holds *nfinished seqs to report and the request counts as sent. */
+bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
+                     const uint64_t **finished, size_t *nfinished);
+/* Loop. The GetSplits request failed; it is retried after a backoff. */
+void task_lease_failed(struct task *t, uint64_t now_ms);
+/* Loop. The GetSplits reply. plan (may be NULL) is taken over (released here in every case);
+ * the first plan received is checked against the task's dataset and kept. A bad plan, or seqs
+ * before any plan, fails the task (and returns its code). */
+int task_lease_granted(struct task *t, struct lease_plan *plan, const uint64_t *seqs, size_t n,
+                       bool end_of_splits, uint64_t now_ms);
+
+/* Loop. The task's failure code (0 when it has not failed) and, when failed, its message in
+ * *msg (valid while the task lives). */
+int task_error(struct task *t, const char **msg);
+
+/* Loop. Fails the task with code and msg unless it failed already. */
+void task_fail(struct task *t, int code, const char *msg);
+
+/* Loop. Asks the producers to stop; they exit after their current element. */
+void task_stop(struct task *t);
+/* Loop. Whether every producer has exited (after which cfg->wake is no longer sent). */
+bool task_exited(struct task *t);
+/* Loop. Joins the producers (which must have exited) and frees everything. */
+void task_free(struct task *t);
+
+#endif

@@ -1,0 +1,873 @@
+/* The worker shell (see worker.h). Everything here runs on the loop thread and only moves data
+ * between the network and the tasks; decisions about leasing live in lease.c, buffering in
+ * buffer.c and task.c, sharding in shard.c.
+ *
+ * Handles: one uv_async (producers wake the loop through it), a heartbeat timer and a tick
+ * timer, plus the rpc server and the dispatcher client. The tick runs every
+ * WORKER_TICK_FAST_MS while some reader waits (to publish elements a producer holds back, and to
+ * answer waits that ran out) and every WORKER_TICK_SLOW_MS otherwise (to retry and report
+ * leases).
+ *
+ * Task lifetime: a task is live (in w->tasks, found by id) until the dispatcher removes it, the
+ * dispatcher is found to have restarted, or the worker closes; it then moves to w->dying, where
+ * it stays until its producers have exited and its GetSplits call (if any) has completed, and
+ * is then freed. Ids are looked up only among live tasks, so a new task may reuse the id of a
+ * dying one. */
+#include "worker.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "lease.h"
+#include "pipeline/def.h"
+#include "pipeline/registry.h"
+#include "pipeline/split.h"
+#include "task.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WORKER_TICK_FAST_MS 2
+#define WORKER_TICK_SLOW_MS 50
+#define WORKER_HEARTBEAT_TIMEOUT_MS 10000
+#define WORKER_SPLITS_TIMEOUT_MS 10000
+
+struct waiter {
+    struct waiter *next;
+    struct rpc_conn *conn; /* referenced */
+    uint64_t id;
+    uint32_t max_elements;
+    uint64_t max_bytes;
+    uint64_t deadline_ms;
+};
+
+struct wtask {
+    struct wtask *next;
+    struct worker *w;
+    uint64_t id;
+    struct task *task;
+    struct waiter *wait_head, *wait_tail; /* FIFO: readers are served in arrival order */
+    size_t nwait;
+    bool dying;
+    bool splits_inflight;
+    bool failure_logged;
+    unsigned splits_failures;
+    uint64_t incarnation; /* of the dispatcher that assigned the task */
+    uint64_t rate_produced, rate_at_ms;
+    double rate;
+};
+
+struct worker {
+    uv_loop_t *loop;
+    const struct sluice_registry *reg;
+    unsigned threads;
+    uint64_t buffer_bytes, buffer_records;
+    struct rpc_server *srv;
+    struct rpc_client *disp;
+    uint64_t incarnation;
+    uint64_t disp_incarnation; /* 0 before the first handshake */
+    uv_async_t wake;
+    uv_timer_t hb_timer;
+    uv_timer_t tick_timer;
+    uint64_t tick_ms;
+    uint32_t hb_ms;
+    bool hb_fixed;
+    bool hb_inflight;
+    unsigned hb_failures;
+    struct wtask *tasks;
+    struct wtask *dying;
+    size_t nwaiters;
+    char host[256];
+    int port;
+    char address[512];
+    char disp_address[512];
+    struct pipe_buf scratch;
+
+    bool closing;
+    bool srv_open, disp_open;
+    unsigned handles; /* open uv handles of our own */
+    bool handles_closing;
+    void (*close_cb)(void *user);
+    void *close_user;
+};
+
+static void on_tick(uv_timer_t *t);
+static void on_hb_timer(uv_timer_t *t);
+
+static uint64_t now_ms(void)
+{
+    return uv_hrtime() / 1000000u;
+}
+
+static struct wtask *find_task(struct worker *w, uint64_t id)
+{
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        if (wt->id == id)
+            return wt;
+    return NULL;
+}
+
+/* ---- replies and waiting readers -------------------------------------------------------- */
+
+static void reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, bool eos,
+                           const uint8_t *payload, size_t len)
+{
+    Sluice__GetElementsReply r = SLUICE__GET_ELEMENTS_REPLY__INIT;
+    r.count = count;
+    r.end_of_sequence = eos;
+    r.payload.data = (uint8_t *)payload;
+    r.payload.len = len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
+    env.get_elements_reply = &r;
+    rpc_conn_reply(conn, id, &env);
+}
+
+static void reply_not_found(struct rpc_conn *conn, uint64_t id, uint64_t task_id)
+{
+    rpc_conn_reply_error(conn, id, SLUICE_ERR_NOT_FOUND,
+                         "task %" PRIu64 " not found on this worker", task_id);
+}
+
+/* Answers a read from the task's buffer if it can be answered now. Returns true when a reply
+ * (elements, end of sequence, or the task's failure) went out, false when the buffer is empty
+ * and more may come. */
+static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
+                  uint32_t max_elements, uint64_t max_bytes)
+{
+    struct task_take tk;
+    int st = task_take(wt->task, max_elements, max_bytes, &w->scratch, &tk);
+    switch (st) {
+    case TASK_TAKE_DATA:
+        reply_elements(conn, id, tk.wb.count, false, tk.wb.payload, tk.wb.len);
+        task_take_release(wt->task, &tk);
+        /* A gathered reply may have grown the scratch buffer far past what most need. */
+        if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
+            pipe_buf_release(&w->scratch);
+        return true;
+    case TASK_TAKE_EMPTY:
+        return false;
+    case TASK_TAKE_END:
+        reply_elements(conn, id, 0, true, NULL, 0);
+        return true;
+    case TASK_TAKE_FAILED:
+        rpc_conn_reply_error(conn, id, tk.code, "%s", tk.msg);
+        return true;
+    default:
+        rpc_conn_reply_error(conn, id, st, "task %" PRIu64 ": %s", wt->id, sluice_strerror(st));
+        return true;
+    }
+}
+
+static void waiter_pop(struct worker *w, struct wtask *wt)
+{
+    struct waiter *q = wt->wait_head;
+    wt->wait_head = q->next;
+    if (!wt->wait_head)
+        wt->wait_tail = NULL;
+    wt->nwait--;
+    w->nwaiters--;
+    rpc_conn_unref(q->conn);
+    free(q);
+}
+
+static void tick_adjust(struct worker *w)
+{
+    uint64_t want = w->nwaiters ? WORKER_TICK_FAST_MS : WORKER_TICK_SLOW_MS;
+    if (w->closing || want == w->tick_ms)
+        return;
+    w->tick_ms = want;
+    uv_timer_start(&w->tick_timer, on_tick, want, want);
+}
+
+/* Serves waiting readers in arrival order for as long as the buffer has elements for them. */
+static void serve_waiters(struct worker *w, struct wtask *wt)
+{
+    while (wt->wait_head) {
+        struct waiter *q = wt->wait_head;
+        if (rpc_conn_is_open(q->conn) &&
+            !serve(w, wt, q->conn, q->id, q->max_elements, q->max_bytes))
+            break;
+        waiter_pop(w, wt);
+    }
+    task_set_waiting(wt->task, wt->nwait > 0);
+}
+
+/* Answers waits that ran out with no elements (the reader simply asks again). */
+static void expire_waiters(struct worker *w, struct wtask *wt, uint64_t now)
+{
+    /* Every wait has the same bound, so deadlines grow along the queue. */
+    while (wt->wait_head && wt->wait_head->deadline_ms <= now) {
+        struct waiter *q = wt->wait_head;
+        if (rpc_conn_is_open(q->conn))
+            reply_elements(q->conn, q->id, 0, false, NULL, 0);
+        waiter_pop(w, wt);
+    }
+    task_set_waiting(wt->task, wt->nwait > 0);
+}
+
+static void drop_waiters(struct worker *w, struct wtask *wt, int code, const char *why)
+{
+    while (wt->wait_head) {
+        struct waiter *q = wt->wait_head;
+        if (rpc_conn_is_open(q->conn)) {
+            if (code == SLUICE_ERR_NOT_FOUND)
+                reply_not_found(q->conn, q->id, wt->id);
+            else
+                rpc_conn_reply_error(q->conn, q->id, code, "%s", why);
+        }
+        waiter_pop(w, wt);
+    }
+}
+
+static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_t id,
+                                const Sluice__GetElementsRequest *req)
+{
+    struct wtask *wt = find_task(w, req->task_id);
+    if (!wt) {
+        reply_not_found(conn, id, req->task_id);
+        return;
+    }
+    uint32_t max_elements = req->max_elements ? req->max_elements : WORKER_DEFAULT_MAX_ELEMENTS;
+    uint64_t max_bytes = req->max_bytes ? req->max_bytes : WORKER_DEFAULT_MAX_BYTES;
+    if (max_bytes > WORKER_MAX_REPLY_BYTES)
+        max_bytes = WORKER_MAX_REPLY_BYTES;
+    /* Earlier readers go first; a new one is served at once only when nobody waits. */
+    if (!wt->wait_head && serve(w, wt, conn, id, max_elements, max_bytes))
+        return;
+
+    struct waiter *q = calloc(1, sizeof *q);
+    if (!q) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        return;
+    }
+    rpc_conn_ref(conn);
+    q->conn = conn;
+    q->id = id;
+    q->max_elements = max_elements;
+    q->max_bytes = max_bytes;
+    q->deadline_ms = now_ms() + WORKER_POLL_MS;
+    if (wt->wait_tail)
+        wt->wait_tail->next = q;
+    else
+        wt->wait_head = q;
+    wt->wait_tail = q;
+    wt->nwait++;
+    w->nwaiters++;
+    task_set_waiting(wt->task, true);
+    /* Elements a producer holds back for batching are due now if they have lingered. */
+    if (task_steal(wt->task, uv_hrtime()) > 0)
+        serve_waiters(w, wt);
+    tick_adjust(w);
+}
+
+static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *req,
+                       void *user)
+{
+    struct worker *w = user;
+    if (req->body_case != SLUICE__ENVELOPE__BODY_GET_ELEMENTS || !req->get_elements) {
+        rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNSUPPORTED,
+                             "a worker answers only GetElements requests");
+        return;
+    }
+    if (w->closing) {
+        rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");
+        return;
+    }
+    handle_get_elements(w, conn, req->id, req->get_elements);
+}
+
+/* A closed connection's waiting reads can never be answered; forget them now. */
+static void on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *user)
+{
+    struct worker *w = user;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        struct waiter **pp = &wt->wait_head;
+        struct waiter *prev = NULL;
+        while (*pp) {
+            struct waiter *q = *pp;
+            if (q->conn != conn) {
+                prev = q;
+                pp = &q->next;
+                continue;
+            }
+            *pp = q->next;
+            if (wt->wait_tail == q)
+                wt->wait_tail = prev;
+            wt->nwait--;
+            w->nwaiters--;
+            rpc_conn_unref(q->conn);
+            free(q);
+        }
+        task_set_waiting(wt->task, wt->nwait > 0);
+    }
+}
+
+/* ---- task table ------------------------------------------------------------------------- */
+
+static void maybe_finish_close(struct worker *w);
+
+/* Frees dying tasks whose producers have exited and whose GetSplits call has completed. */
+static void reap(struct worker *w)
+{
+    struct wtask **pp = &w->dying;
+    while (*pp) {
+        struct wtask *wt = *pp;
+        if (wt->splits_inflight || !task_exited(wt->task)) {
+            pp = &wt->next;
+            continue;
+        }
+        *pp = wt->next;
+        task_free(wt->task);
+        free(wt);
+    }
+    maybe_finish_close(w);
+}
+
+static void remove_task(struct worker *w, struct wtask *wt, int code, const char *why)
+{
+    struct wtask **pp = &w->tasks;
+    while (*pp != wt)
+        pp = &(*pp)->next;
+    *pp = wt->next;
+    drop_waiters(w, wt, code, why);
+    task_stop(wt->task);
+    wt->dying = true;
+    wt->next = w->dying;
+    w->dying = wt;
+}
+
+static void log_failure(struct wtask *wt)
+{
+    const char *msg;
+    if (wt->failure_logged || task_error(wt->task, &msg) == 0)
+        return;
+    wt->failure_logged = true;
+    log_error("task %" PRIu64 " failed: %s", wt->id, msg);
+}
+
+static const char *mode_name(Sluice__ProcessingMode mode)
+{
+    switch (mode) {
+    case SLUICE__PROCESSING_MODE__MODE_PARALLEL_EPOCHS:
+        return "parallel_epochs";
+    case SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH:
+        return "distributed_epoch";
+    case SLUICE__PROCESSING_MODE__MODE_FILE:
+        return "file";
+    case SLUICE__PROCESSING_MODE__MODE_DATA:
+        return "data";
+    case SLUICE__PROCESSING_MODE__MODE_FILE_OR_DATA:
+        return "file_or_data";
+    case SLUICE__PROCESSING_MODE__MODE_HINT:
+        return "hint";
+    default:
+        return NULL;
+    }
+}
+
+/* Turns a TaskDef's dataset into a checked spec. Protobuf stops here: the DatasetDef is
+ * serialized again and decoded by the one decoder that validates it. */
+static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
+                             struct pipe_spec **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!td->dataset)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "the task comes without a dataset");
+    if (!mode_name(td->mode))
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "unknown processing mode %d",
+                       (int)td->mode);
+    size_t len = sluice__dataset_def__get_packed_size(td->dataset);
+    uint8_t *buf = malloc(len ? len : 1);
+    if (!buf)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    sluice__dataset_def__pack(td->dataset, buf);
+    struct pipe_spec *spec;
+    int rc = pipe_spec_decode(buf, len, &spec, err, errlen);
+    free(buf);
+    if (rc < 0)
+        return rc;
+    rc = pipe_registry_check(w->reg, spec, err, errlen);
+    if (rc < 0) {
+        pipe_spec_free(spec);
+        return rc;
+    }
+    *out = spec;
+    return 0;
+}
+
+static void add_task(struct worker *w, const Sluice__TaskDef *td)
+{
+    if (!td || find_task(w, td->task_id))
+        return;
+    struct wtask *wt = calloc(1, sizeof *wt);
+    if (!wt) {
+        log_error("task %" PRIu64 ": %s", td->task_id, sluice_strerror(SLUICE_ERR_NOMEM));
+        return;
+    }
+    wt->w = w;
+    wt->id = td->task_id;
+    wt->incarnation = w->disp_incarnation;
+    wt->rate_at_ms = now_ms();
+
+    char err[512] = "";
+    struct pipe_spec *spec;
+    int rc = spec_from_taskdef(w, td, &spec, err, sizeof err);
+    if (rc == 0) {
+        struct task_config cfg = {
+            .id = td->task_id,
+            .mode = (enum sluice_mode)td->mode,
+            .compress = td->compression == SLUICE__COMPRESSION__COMPRESSION_AUTO,
+            .num_workers = td->num_workers,
+            .worker_index = td->worker_index,
+            .threads = w->threads,
+            .reg = w->reg,
+            .wake = &w->wake,
+            .buffer_bytes = w->buffer_bytes,
+            .buffer_records = w->buffer_records,
+        };
+        rc = task_start(&cfg, spec, &wt->task, err, sizeof err);
+    }
+    if (rc < 0) {
+        log_error("task %" PRIu64 " failed: %s", td->task_id, err);
+        wt->failure_logged = true;
+        if (task_new_failed(td->task_id, rc, err, &wt->task) < 0) {
+            free(wt);
+            return;
+        }
+    } else {
+        log_info("task %" PRIu64 " started: dataset %s, iteration %" PRIu64 ", %s", td->task_id,
+                 td->dataset_id ? td->dataset_id : "?", td->iteration_id, mode_name(td->mode));
+    }
+    wt->next = w->tasks;
+    w->tasks = wt;
+}
+
+/* ---- split leasing ---------------------------------------------------------------------- */
+
+static void lease_pump(struct worker *w, struct wtask *wt);
+
+/* Copies a wire plan into a lease plan. Returns 0 or SLUICE_ERR_NOMEM. */
+static int plan_from_wire(const Sluice__SplitPlan *sp, struct lease_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    out->source_len = sp->source_len;
+    out->split_size = sp->split_size;
+    out->per_pass = sp->per_pass;
+    out->passes = sp->passes;
+    if (sp->n_paths == 0)
+        return 0;
+    out->paths = calloc(sp->n_paths, sizeof *out->paths);
+    if (!out->paths)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < sp->n_paths; i++) {
+        out->paths[i] = strdup(sp->paths[i] ? sp->paths[i] : "");
+        if (!out->paths[i]) {
+            lease_plan_release(out);
+            return SLUICE_ERR_NOMEM;
+        }
+        out->npaths++;
+    }
+    return 0;
+}
+
+static void splits_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct wtask *wt = user;
+    struct worker *w = wt->w;
+    wt->splits_inflight = false;
+    uint64_t now = now_ms();
+    const Sluice__GetSplitsReply *r = NULL;
+    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY)
+        r = reply->get_splits_reply;
+    if (!r) {
+        if (status == 0)
+            msg = "unexpected reply";
+        if (!wt->dying && !w->closing && wt->splits_failures++ == 0)
+            log_warn("task %" PRIu64 ": leasing splits failed: %s (retrying)", wt->id, msg);
+        task_lease_failed(wt->task, now);
+    } else {
+        if (wt->splits_failures && !wt->dying)
+            log_info("task %" PRIu64 ": leasing splits works again", wt->id);
+        wt->splits_failures = 0;
+        struct lease_plan plan;
+        bool have_plan = false;
+        int rc = 0;
+        if (r->plan) {
+            rc = plan_from_wire(r->plan, &plan);
+            have_plan = rc == 0;
+        }
+        if (rc < 0) {
+            task_lease_granted(wt->task, NULL, NULL, 0, false, now);
+            task_fail(wt->task, rc, "copying the split plan: out of memory");
+        } else {
+            task_lease_granted(wt->task, have_plan ? &plan : NULL, r->seqs, r->n_seqs,
+                               r->end_of_splits, now);
+        }
+        log_failure(wt);
+    }
+    if (wt->dying)
+        reap(w);
+    else
+        lease_pump(w, wt);
+}
+
+static void lease_pump(struct worker *w, struct wtask *wt)
+{
+    if (w->closing || wt->dying || wt->splits_inflight || !task_is_distributed(wt->task))
+        return;
+    /* Lease traffic goes only to the dispatcher that assigned the task. Calls made while
+     * disconnected would wait and go to whichever dispatcher answers next, which may be a
+     * restarted one that reuses the task id for another task. */
+    if (!rpc_client_connected(w->disp) || rpc_client_peer_incarnation(w->disp) != wt->incarnation)
+        return;
+    uint64_t now = now_ms();
+    uint32_t max_splits;
+    const uint64_t *finished;
+    size_t nfinished;
+    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished))
+        return;
+    Sluice__GetSplitsRequest req = SLUICE__GET_SPLITS_REQUEST__INIT;
+    req.task_id = wt->id;
+    req.max_splits = max_splits;
+    req.n_finished = nfinished;
+    req.finished = (uint64_t *)finished;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
+    env.get_splits = &req;
+    int rc = rpc_call(w->disp, &env, WORKER_SPLITS_TIMEOUT_MS, splits_done, wt);
+    if (rc < 0) {
+        task_lease_failed(wt->task, now);
+        return;
+    }
+    wt->splits_inflight = true;
+    log_debug("task %" PRIu64 ": asked for %" PRIu32 " splits, reported %zu finished", wt->id,
+              max_splits, nfinished);
+}
+
+/* ---- heartbeats ------------------------------------------------------------------------- */
+
+static void hb_send(struct worker *w);
+
+static void hb_apply(struct worker *w, const Sluice__WorkerHeartbeatReply *r)
+{
+    for (size_t i = 0; i < r->n_removed_task_ids; i++) {
+        struct wtask *wt = find_task(w, r->removed_task_ids[i]);
+        if (wt) {
+            log_info("task %" PRIu64 " removed", wt->id);
+            remove_task(w, wt, SLUICE_ERR_NOT_FOUND, NULL);
+        }
+    }
+    for (size_t i = 0; i < r->n_new_tasks; i++)
+        add_task(w, r->new_tasks[i]);
+    if (!w->hb_fixed && r->heartbeat_ms && r->heartbeat_ms != w->hb_ms) {
+        w->hb_ms = r->heartbeat_ms;
+        uv_timer_start(&w->hb_timer, on_hb_timer, w->hb_ms, w->hb_ms);
+    }
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        lease_pump(w, wt);
+    reap(w);
+}
+
+static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct worker *w = user;
+    w->hb_inflight = false;
+    if (w->closing)
+        return;
+    const Sluice__WorkerHeartbeatReply *r = NULL;
+    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY)
+        r = reply->worker_heartbeat_reply;
+    if (!r) {
+        if (status == 0)
+            msg = "unexpected reply";
+        /* One line when the dispatcher goes away, not one per heartbeat. */
+        if (w->hb_failures++ == 0)
+            log_warn("heartbeat to dispatcher %s failed: %s (retrying; tasks keep serving)",
+                     w->disp_address, msg);
+        return;
+    }
+    if (w->hb_failures)
+        log_info("dispatcher %s reachable again", w->disp_address);
+    w->hb_failures = 0;
+    hb_apply(w, r);
+}
+
+static void hb_send(struct worker *w)
+{
+    if (w->closing || w->hb_inflight)
+        return;
+    size_t n = 0;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        n++;
+    Sluice__TaskProgress *progs = calloc(n ? n : 1, sizeof *progs);
+    Sluice__TaskProgress **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!progs || !ptrs) {
+        free(progs);
+        free(ptrs);
+        return; /* the next tick tries again */
+    }
+    uint64_t now = now_ms();
+    size_t i = 0;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next, i++) {
+        struct task_progress tp;
+        task_progress(wt->task, &tp);
+        if (now > wt->rate_at_ms) {
+            wt->rate =
+                (double)(tp.produced - wt->rate_produced) * 1000.0 / (double)(now - wt->rate_at_ms);
+            wt->rate_produced = tp.produced;
+            wt->rate_at_ms = now;
+        }
+        sluice__task_progress__init(&progs[i]);
+        progs[i].task_id = wt->id;
+        progs[i].finished = tp.finished;
+        progs[i].elements_per_second = wt->rate;
+        progs[i].buffered = tp.buffered;
+        ptrs[i] = &progs[i];
+    }
+    Sluice__WorkerHeartbeatRequest req = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    req.address = w->address;
+    req.n_tasks = n;
+    req.tasks = ptrs;
+    req.draining = false;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &req;
+    int rc = rpc_call(w->disp, &env, WORKER_HEARTBEAT_TIMEOUT_MS, hb_done, w);
+    free(progs);
+    free(ptrs);
+    if (rc < 0) {
+        log_warn("heartbeat: %s", sluice_strerror(rc));
+        return;
+    }
+    w->hb_inflight = true;
+}
+
+static void on_hb_timer(uv_timer_t *t)
+{
+    hb_send(t->data);
+}
+
+static void on_connect(struct rpc_client *client, uint64_t incarnation, void *user)
+{
+    struct worker *w = user;
+    if (w->closing)
+        return;
+    if (w->disp_incarnation != 0 && incarnation != w->disp_incarnation) {
+        size_t n = 0;
+        for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+            n++;
+        log_warn("dispatcher %s restarted without its state (incarnation %016" PRIx64
+                 ", was %016" PRIx64 "): dropping %zu task(s)",
+                 w->disp_address, incarnation, w->disp_incarnation, n);
+        while (w->tasks)
+            remove_task(w, w->tasks, SLUICE_ERR_NOT_FOUND, NULL);
+        reap(w);
+    }
+    w->disp_incarnation = incarnation;
+    /* Report at once, so a restarted dispatcher learns about this worker without waiting. */
+    hb_send(w);
+}
+
+/* ---- wakeups ---------------------------------------------------------------------------- */
+
+static void on_wake(uv_async_t *a)
+{
+    struct worker *w = a->data;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        if (wt->wait_head)
+            serve_waiters(w, wt);
+        log_failure(wt);
+        lease_pump(w, wt);
+    }
+    reap(w);
+    tick_adjust(w);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    struct worker *w = t->data;
+    uint64_t now = now_ms();
+    uint64_t now_ns = uv_hrtime();
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        if (wt->wait_head) {
+            if (task_steal(wt->task, now_ns) > 0)
+                serve_waiters(w, wt);
+            expire_waiters(w, wt, now);
+        }
+        lease_pump(w, wt);
+    }
+    reap(w);
+    tick_adjust(w);
+}
+
+/* ---- start and close -------------------------------------------------------------------- */
+
+static void derive_address(struct worker *w, const char *advertise)
+{
+    if (advertise && *advertise) {
+        snprintf(w->address, sizeof w->address, "%s", advertise);
+        return;
+    }
+    const char *host = w->host;
+    char name[256];
+    if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0 || host[0] == '\0') {
+        if (gethostname(name, sizeof name) == 0) {
+            name[sizeof name - 1] = '\0';
+            host = name;
+        }
+    }
+    if (strchr(host, ':'))
+        snprintf(w->address, sizeof w->address, "[%s]:%d", host, w->port);
+    else
+        snprintf(w->address, sizeof w->address, "%s:%d", host, w->port);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    struct worker *w = h->data;
+    if (--w->handles > 0)
+        return;
+    void (*cb)(void *) = w->close_cb;
+    void *user = w->close_user;
+    pipe_buf_release(&w->scratch);
+    free(w);
+    if (cb)
+        cb(user);
+}
+
+/* The last step of closing: once the server, the client and every task are gone, the handles
+ * close, and the last close callback frees the worker. */
+static void maybe_finish_close(struct worker *w)
+{
+    if (!w->closing || w->handles_closing || w->srv_open || w->disp_open || w->dying)
+        return;
+    w->handles_closing = true;
+    uv_close((uv_handle_t *)&w->hb_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&w->tick_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&w->wake, on_handle_closed);
+}
+
+static void on_srv_closed(void *user)
+{
+    struct worker *w = user;
+    w->srv_open = false;
+    maybe_finish_close(w);
+}
+
+static void on_disp_closed(void *user)
+{
+    struct worker *w = user;
+    w->disp_open = false;
+    maybe_finish_close(w);
+}
+
+int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker **out, char *err,
+                 size_t errlen)
+{
+    if (!opts->dispatcher || !opts->reg)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "worker: no dispatcher or registry");
+    if (opts->advertise && *opts->advertise) {
+        char h[256];
+        int p;
+        int rc = rpc_parse_address(opts->advertise, h, sizeof h, &p, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    struct worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "worker: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    w->loop = loop;
+    w->reg = opts->reg;
+    w->threads = opts->threads ? opts->threads : 1;
+    w->buffer_bytes = opts->buffer_bytes;
+    w->buffer_records = opts->buffer_records;
+    w->incarnation = rpc_new_incarnation();
+    w->hb_fixed = opts->heartbeat_ms != 0;
+    w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WORKER_DEFAULT_HEARTBEAT_MS;
+    snprintf(w->disp_address, sizeof w->disp_address, "%s", opts->dispatcher);
+
+    /* The server first: a failed listen leaves nothing open. */
+    struct rpc_server_opts so = {
+        .host = opts->host,
+        .port = opts->port,
+        .role = SLUICE__ROLE__ROLE_WORKER,
+        .incarnation = w->incarnation,
+        .on_request = on_request,
+        .on_close = on_conn_close,
+        .user = w,
+    };
+    int rc = rpc_server_start(loop, &so, &w->srv, err, errlen);
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
+    w->srv_open = true;
+    snprintf(w->host, sizeof w->host, "%s", rpc_server_host(w->srv));
+    w->port = rpc_server_port(w->srv);
+    derive_address(w, opts->advertise);
+
+    struct rpc_client_opts co = {
+        .address = opts->dispatcher,
+        .role = SLUICE__ROLE__ROLE_WORKER,
+        .incarnation = w->incarnation,
+        .on_connect = on_connect,
+        .user = w,
+    };
+    char cerr[256];
+    rc = rpc_client_new(loop, &co, &w->disp, cerr, sizeof cerr);
+    if (rc < 0) {
+        err_set(err, errlen, rc, "dispatcher: %s", cerr);
+        /* The server closes in the background; the caller runs the loop to let it finish. */
+        rpc_server_close(w->srv, free, w);
+        return rc;
+    }
+    w->disp_open = true;
+
+    /* Timers and async handles on a live loop cannot fail to initialize. */
+    uv_async_init(loop, &w->wake, on_wake);
+    uv_timer_init(loop, &w->hb_timer);
+    uv_timer_init(loop, &w->tick_timer);
+    w->wake.data = w->hb_timer.data = w->tick_timer.data = w;
+    w->handles = 3;
+    uv_timer_start(&w->hb_timer, on_hb_timer, 0, w->hb_ms);
+    w->tick_ms = WORKER_TICK_SLOW_MS;
+    uv_timer_start(&w->tick_timer, on_tick, w->tick_ms, w->tick_ms);
+    *out = w;
+    return 0;
+}
+
+const char *worker_host(const struct worker *w)
+{
+    return w->host;
+}
+
+int worker_port(const struct worker *w)
+{
+    return w->port;
+}
+
+const char *worker_address(const struct worker *w)
+{
+    return w->address;
+}
+
+void worker_close(struct worker *w, void (*cb)(void *user), void *user)
+{
+    if (w->closing)
+        return;
+    w->closing = true;
+    w->close_cb = cb;
+    w->close_user = user;
+    uv_timer_stop(&w->hb_timer);
+    uv_timer_stop(&w->tick_timer);
+    while (w->tasks)
+        remove_task(w, w->tasks, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");
+    rpc_server_close(w->srv, on_srv_closed, w);
+    rpc_client_close(w->disp, on_disp_closed, w);
+    reap(w);
+}

@@ -1,0 +1,70 @@
+/* The worker process shell (DESIGN.md §1, §2): an rpc server that answers GetElements from the
+ * tasks' buffers, an rpc client that heartbeats the dispatcher and leases splits, and the table
+ * of running tasks.
+ *
+ * Happy path: worker_start() listens at once and heartbeats the dispatcher (retrying until it
+ * is reachable: a worker may start before its dispatcher). Each heartbeat reports every task's
+ * progress; its reply starts new tasks (a TaskDef for a task already running is ignored), stops
+ * removed ones and sets the heartbeat interval. GetElements takes whole encoded elements out of
+ * a task's buffer, or, when the buffer is empty and more will come, waits up to
+ * WORKER_POLL_MS for them (a long poll) before answering with none.
+ *
+ * Failure modes: while the dispatcher is unreachable, tasks keep producing and readers keep
+ * reading; heartbeats and lease requests are retried. A dispatcher that comes back with another
+ * incarnation (it restarted and lost its state) makes the worker drop every task and take the
+ * new dispatcher's. A task that cannot run fails alone: it is logged, and its readers get the
+ * error.
+ *
+ * Threading: every function here runs on the loop thread. */
+#ifndef SLUICE_WORKER_WORKER_H
+#define SLUICE_WORKER_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* Longest a GetElements waits for elements before it is answered with none. */
+#define WORKER_POLL_MS 1000
+/* Heartbeat interval before the dispatcher has said otherwise. */
+#define WORKER_DEFAULT_HEARTBEAT_MS 500
+/* Reply sizes when a GetElements asks for 0 ("the default"), and the most any reply carries
+ * (at least one element is always sent, however large). */
+#define WORKER_DEFAULT_MAX_ELEMENTS 8192u
+#define WORKER_DEFAULT_MAX_BYTES (8u << 20)
+#define WORKER_MAX_REPLY_BYTES (64u << 20)
+
+struct sluice_registry;
+struct worker;
+
+struct worker_opts {
+    const char *dispatcher; /* HOST:PORT or sluice://HOST:PORT; required */
+    const char *host;       /* NULL: 127.0.0.1 */
+    int port;               /* 0: any free port */
+    const char *advertise;  /* HOST:PORT readers use; NULL: derived from the bound address */
+    uint32_t heartbeat_ms;  /* 0: as the dispatcher says (WORKER_DEFAULT_HEARTBEAT_MS before) */
+    unsigned threads;       /* producer threads per distributed_epoch task, >= 1 */
+    const struct sluice_registry *reg; /* read-only from now on; outlives the worker */
+    /* Per-task buffer bounds; 0 for the defaults of task.h. */
+    uint64_t buffer_bytes;
+    uint64_t buffer_records;
+};
+
+/* Listens and starts heartbeating. Returns 0 and *out, or a negative code with a message in err
+ * ("listen on HOST:PORT: why", "dispatcher: why"). After a failure the caller still runs the
+ * loop until it has no more work before uv_loop_close(), because handles may be closing. */
+int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker **out, char *err,
+                 size_t errlen);
+
+/* The bound host and port (the port is the real one when opts->port was 0). */
+const char *worker_host(const struct worker *w);
+int worker_port(const struct worker *w);
+/* The address sent to the dispatcher for readers: opts->advertise, else the bound HOST:PORT, or
+ * the machine's host name with the port when bound to a wildcard address. */
+const char *worker_address(const struct worker *w);
+
+/* Stops everything: answers waiting readers, stops the tasks, closes the server and the
+ * dispatcher client, waits (without blocking the loop) for every producer thread to exit,
+ * closes every handle and then calls cb (may be NULL) and frees w. Calling it twice is a no-op. */
+void worker_close(struct worker *w, void (*cb)(void *user), void *user);
+
+#endif

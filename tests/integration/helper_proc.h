@@ -1,0 +1,57 @@
+/* Process helpers for integration tests: start the real binaries, read their "listening on"
+ * line, run CLI commands and capture their output. Every wait is bounded. */
+#ifndef SLUICE_TESTS_HELPER_PROC_H
+#define SLUICE_TESTS_HELPER_PROC_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+struct proc {
+    pid_t pid;
+    int out_fd;     /* the child's stdout, read by proc_start and then drained into out */
+    char addr[128]; /* HOST:PORT from its "listening on" line */
+    char log[512];  /* file receiving the child's stderr */
+};
+
+/* Path of a built binary: SLUICE_BIN_DIR "/" name, in a static buffer per call site. */
+const char *bin_path(const char *name);
+
+/* Starts argv (argv[0] a path) with stderr to a log file in the test's temp dir and waits up to
+ * timeout_ms for "<anything> listening on HOST:PORT" on its stdout. Returns 0, or -1 (the
+ * process is killed and its log printed). */
+int proc_start(struct proc *p, char *const argv[], int timeout_ms);
+
+/* Starts argv without waiting for a listening line (stdout kept in p->out_fd). */
+int proc_spawn(struct proc *p, char *const argv[]);
+
+/* Sends sig and waits up to timeout_ms; then SIGKILLs. Returns the exit status (0..255), 128+N
+ * for a signal, or -1. Safe on a proc that was never started or already stopped. */
+int proc_stop(struct proc *p, int sig, int timeout_ms);
+
+/* Waits up to timeout_ms for the process to exit; returns as proc_stop, or -2 on timeout. */
+int proc_wait(struct proc *p, int timeout_ms);
+
+/* Reads everything the process wrote to stdout until it exits or timeout_ms passes. The result
+ * is malloc'd and NUL-terminated. */
+char *proc_read_all(struct proc *p, int timeout_ms);
+
+/* Runs argv to completion (bounded by timeout_ms, then killed), capturing stdout and stderr
+ * (malloc'd, NUL-terminated; either pointer may be NULL to discard). Returns the exit status as
+ * proc_stop does. */
+int run_cmd(char *const argv[], int timeout_ms, char **out, char **err);
+
+/* A directory made for this test run (removed by tmp_cleanup). */
+const char *tmp_dir(void);
+void tmp_cleanup(void);
+
+/* A TCP port that was free a moment ago on 127.0.0.1. */
+int free_port(void);
+
+/* Splits text into lines, sorts them, and joins them back with '\n' (a canonical multiset). The
+ * result is malloc'd. */
+char *sorted_lines(const char *text);
+
+/* Counts lines. */
+size_t count_lines(const char *text);
+
+#endif

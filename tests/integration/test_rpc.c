@@ -1,0 +1,1422 @@
+/* The RPC layer over real sockets on 127.0.0.1: handshakes, pipelined calls answered out of
+ * order, reconnection with backoff, timeouts, server restarts, version mismatches both ways,
+ * malformed input from raw sockets, Error replies, a 32 MiB reply, backpressure, and closing.
+ * Every wait is bounded by a deadline timer, and every test ends with uv_loop_close() == 0. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "common/frame.h"
+#include "common/log.h"
+#include "common/rpc.h"
+
+#define WAIT_MS 10000
+
+/* ---- bounded waiting --------------------------------------------------------------------------- */
+
+struct deadline {
+    uv_timer_t timer;
+    bool expired, closed;
+};
+
+static void on_deadline(uv_timer_t *t)
+{
+    ((struct deadline *)t)->expired = true;
+}
+
+static void on_deadline_closed(uv_handle_t *h)
+{
+    ((struct deadline *)h)->closed = true;
+}
+
+static void deadline_start(uv_loop_t *loop, struct deadline *d, uint64_t ms)
+{
+    memset(d, 0, sizeof *d);
+    uv_timer_init(loop, &d->timer);
+    uv_timer_start(&d->timer, on_deadline, ms, 0);
+}
+
+static void deadline_stop(uv_loop_t *loop, struct deadline *d)
+{
+    uv_close((uv_handle_t *)&d->timer, on_deadline_closed);
+    while (!d->closed)
+        uv_run(loop, UV_RUN_NOWAIT);
+}
+
+/* Runs the loop until cond holds, failing the test if it does not within ms. */
+#define RUN_UNTIL(loop, cond, ms)                                                                  \
+    do {                                                                                           \
+        struct deadline d_;                                                                        \
+        deadline_start((loop), &d_, (ms));                                                         \
+        while (!(cond) && !d_.expired)                                                             \
+            uv_run((loop), UV_RUN_ONCE);                                                           \
+        deadline_stop((loop), &d_);                                                                \
+        if (!(cond))                                                                               \
+            fail_msg("%s:%d: timed out waiting for %s", __FILE__, __LINE__, #cond);                \
+    } while (0)
+
+/* Runs the loop for ms, whatever happens. */
+static void run_for(uv_loop_t *loop, uint64_t ms)
+{
+    struct deadline d;
+    deadline_start(loop, &d, ms);
+    while (!d.expired)
+        uv_run(loop, UV_RUN_ONCE);
+    deadline_stop(loop, &d);
+}
+
+static void set_flag(void *user)
+{
+    *(bool *)user = true;
+}
+
+/* Every object has been closed by now (each close waited for its callback), so nothing may be
+ * left on the loop. */
+static void loop_finish(uv_loop_t *loop)
+{
+    uv_run(loop, UV_RUN_NOWAIT);
+    assert_false(uv_loop_alive(loop));
+    assert_int_equal(uv_loop_close(loop), 0);
+}
+
+/* ---- byte strings for raw sockets -------------------------------------------------------------- */
+
+struct bytes {
+    uint8_t *p;
+    size_t len, cap;
+};
+
+static void bytes_put(struct bytes *b, const void *data, size_t len)
+{
+    if (b->len + len > b->cap) {
+        b->cap = (b->len + len) * 2;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    memcpy(b->p + b->len, data, len);
+    b->len += len;
+}
+
+static void bytes_put_u32(struct bytes *b, uint32_t v)
+{
+    uint8_t h[4];
+    frame_write_header(h, v);
+    bytes_put(b, h, 4);
+}
+
+static void bytes_put_envelope(struct bytes *b, const Sluice__Envelope *env)
+{
+    size_t n = sluice__envelope__get_packed_size(env);
+    uint8_t *tmp = malloc(n);
+    assert_non_null(tmp);
+    sluice__envelope__pack(env, tmp);
+    bytes_put_u32(b, (uint32_t)n);
+    bytes_put(b, tmp, n);
+    free(tmp);
+}
+
+static void bytes_put_hello(struct bytes *b, uint32_t version)
+{
+    Sluice__Hello hello = SLUICE__HELLO__INIT;
+    hello.version = version;
+    hello.role = SLUICE__ROLE__ROLE_CLIENT;
+    hello.incarnation = 77;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_HELLO;
+    env.hello = &hello;
+    bytes_put_envelope(b, &env);
+}
+
+static void bytes_put_get_elements(struct bytes *b, uint64_t id, uint64_t task, uint64_t mode,
+                                   uint64_t max_bytes)
+{
+    Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
+    req.task_id = task;
+    req.client_id = mode;
+    req.max_bytes = max_bytes;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.id = id;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
+    env.get_elements = &req;
+    bytes_put_envelope(b, &env);
+}
+
+static uint8_t pattern_byte(size_t i, uint64_t task)
+{
+    return (uint8_t)(i * 131 + task);
+}
+
+/* ---- the test server --------------------------------------------------------------------------- */
+
+/* How the handler treats a GetElementsRequest, chosen by its client_id field. */
+enum {
+    MODE_ANSWER = 0,  /* reply now with count = task_id */
+    MODE_HOLD = 1,    /* keep a reference and answer when the test says */
+    MODE_PAYLOAD = 2, /* reply now with max_bytes bytes of pattern */
+    MODE_ERROR = 3,   /* reply now with an Error */
+};
+
+struct held {
+    struct rpc_conn *conn;
+    uint64_t id, task;
+};
+
+struct server_fx {
+    struct rpc_server *srv;
+    uint64_t incarnation;
+    int opens, closes, requests;
+    Sluice__Role peer_role;
+    uint64_t peer_incarnation;
+    char peer_name[64];
+    struct held held[1100];
+    size_t nheld;
+    size_t max_pending; /* the largest rpc_conn_pending_write seen right after a reply */
+    bool closed;
+};
+
+static void fx_on_open(struct rpc_server *srv, struct rpc_conn *conn, void *user)
+{
+    struct server_fx *fx = user;
+    fx->opens++;
+    fx->peer_role = rpc_conn_peer_role(conn);
+    fx->peer_incarnation = rpc_conn_peer_incarnation(conn);
+    snprintf(fx->peer_name, sizeof fx->peer_name, "%s", rpc_conn_peer_name(conn));
+    assert_true(rpc_conn_is_open(conn));
+}
+
+static void fx_on_close(struct rpc_server *srv, struct rpc_conn *conn, void *user)
+{
+    struct server_fx *fx = user;
+    fx->closes++;
+    assert_false(rpc_conn_is_open(conn));
+}
+
+static void reply_count(struct rpc_conn *conn, uint64_t id, uint64_t task)
+{
+    Sluice__GetElementsReply body = SLUICE__GET_ELEMENTS_REPLY__INIT;
+    body.count = (uint32_t)task;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
+    env.get_elements_reply = &body;
+    assert_int_equal(rpc_conn_reply(conn, id, &env), 0);
+    assert_int_equal(env.id, id);
+}
+
+static void fx_on_request(struct rpc_server *srv, struct rpc_conn *conn,
+                          const Sluice__Envelope *req, void *user)
+{
+    struct server_fx *fx = user;
+    fx->requests++;
+    assert_ptr_equal(srv, fx->srv);
+    if (req->body_case == SLUICE__ENVELOPE__BODY_STATUS) {
+        Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
+        body.json = "{\"ok\":true}";
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
+        env.status_reply = &body;
+        assert_int_equal(rpc_conn_reply(conn, req->id, &env), 0);
+        return;
+    }
+    if (req->body_case != SLUICE__ENVELOPE__BODY_GET_ELEMENTS) {
+        assert_int_equal(rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNSUPPORTED,
+                                              "unsupported body %d", (int)req->body_case),
+                         0);
+        return;
+    }
+    const Sluice__GetElementsRequest *g = req->get_elements;
+    switch (g->client_id) {
+    case MODE_ANSWER:
+        reply_count(conn, req->id, g->task_id);
+        break;
+    case MODE_HOLD:
+        assert_true(fx->nheld < sizeof fx->held / sizeof fx->held[0]);
+        rpc_conn_ref(conn);
+        fx->held[fx->nheld++] = (struct held){conn, req->id, g->task_id};
+        break;
+    case MODE_PAYLOAD: {
+        Sluice__GetElementsReply body = SLUICE__GET_ELEMENTS_REPLY__INIT;
+        body.count = (uint32_t)g->task_id;
+        body.payload.len = g->max_bytes;
+        body.payload.data = malloc(g->max_bytes);
+        assert_non_null(body.payload.data);
+        for (size_t i = 0; i < g->max_bytes; i++)
+            body.payload.data[i] = pattern_byte(i, g->task_id);
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
+        env.get_elements_reply = &body;
+        assert_int_equal(rpc_conn_reply(conn, req->id, &env), 0);
+        free(body.payload.data);
+        if (rpc_conn_pending_write(conn) > fx->max_pending)
+            fx->max_pending = rpc_conn_pending_write(conn);
+        break;
+    }
+    case MODE_ERROR:
+        assert_int_equal(rpc_conn_reply_error(conn, req->id, SLUICE_ERR_NOT_FOUND,
+                                              "task %" PRIu64 " not found\nsecond line",
+                                              g->task_id),
+                         0);
+        break;
+    default:
+        fail_msg("unexpected mode %" PRIu64, g->client_id);
+    }
+}
+
+static void fx_start_opts(uv_loop_t *loop, struct server_fx *fx, int port, uint32_t max_frame,
+                          size_t max_pending_write)
+{
+    memset(fx, 0, sizeof *fx);
+    fx->incarnation = rpc_new_incarnation();
+    struct rpc_server_opts opts = {
+        .host = "127.0.0.1",
+        .port = port,
+        .role = SLUICE__ROLE__ROLE_DISPATCHER,
+        .incarnation = fx->incarnation,
+        .max_frame = max_frame,
+        .max_pending_write = max_pending_write,
+        .on_request = fx_on_request,
+        .on_open = fx_on_open,
+        .on_close = fx_on_close,
+        .user = fx,
+    };
+    char err[256];
+    int rc = rpc_server_start(loop, &opts, &fx->srv, err, sizeof err);
+    if (rc != 0)
+        fail_msg("rpc_server_start: %s", err);
+    assert_string_equal(rpc_server_host(fx->srv), "127.0.0.1");
+    assert_true(rpc_server_port(fx->srv) > 0);
+    if (port != 0)
+        assert_int_equal(rpc_server_port(fx->srv), port);
+}
+
+static void fx_start(uv_loop_t *loop, struct server_fx *fx, int port)
+{
+    fx_start_opts(loop, fx, port, 0, 0);
+}
+
+static void fx_close(uv_loop_t *loop, struct server_fx *fx)
+{
+    rpc_server_close(fx->srv, set_flag, &fx->closed);
+    RUN_UNTIL(loop, fx->closed, WAIT_MS);
+    fx->srv = NULL;
+}
+
+/* Answers the held requests in the order given (indexes into held) and drops their references. */
+static void fx_answer_held(struct server_fx *fx, const size_t *order, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        struct held *h = &fx->held[order ? order[k] : k];
+        reply_count(h->conn, h->id, h->task);
+        rpc_conn_unref(h->conn);
+        h->conn = NULL;
+    }
+}
+
+/* ---- the test client --------------------------------------------------------------------------- */
+
+struct client_fx {
+    struct rpc_client *cl;
+    uint64_t incarnation;
+    int connects;
+    uint64_t last_peer_incarnation;
+    bool closed;
+};
+
+static void cfx_on_connect(struct rpc_client *cl, uint64_t peer_incarnation, void *user)
+{
+    struct client_fx *cfx = user;
+    assert_ptr_equal(cl, cfx->cl);
+    assert_true(rpc_client_connected(cl));
+    assert_true(rpc_client_peer_incarnation(cl) == peer_incarnation);
+    cfx->connects++;
+    cfx->last_peer_incarnation = peer_incarnation;
+}
+
+static void cfx_new(uv_loop_t *loop, struct client_fx *cfx, const char *address)
+{
+    memset(cfx, 0, sizeof *cfx);
+    cfx->incarnation = rpc_new_incarnation();
+    struct rpc_client_opts opts = {
+        .address = address,
+        .role = SLUICE__ROLE__ROLE_WORKER,
+        .incarnation = cfx->incarnation,
+        .connect_timeout_ms = 2000,
+        .backoff_min_ms = 10,
+        .backoff_max_ms = 100,
+        .on_connect = cfx_on_connect,
+        .user = cfx,
+    };
+    char err[256];
+    int rc = rpc_client_new(loop, &opts, &cfx->cl, err, sizeof err);
+    if (rc != 0)
+        fail_msg("rpc_client_new: %s", err);
+    assert_string_equal(rpc_client_address(cfx->cl), address);
+    assert_false(rpc_client_connected(cfx->cl));
+    assert_true(rpc_client_peer_incarnation(cfx->cl) == 0);
+}
+
+static void cfx_new_port(uv_loop_t *loop, struct client_fx *cfx, int port)
+{
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%d", port);
+    cfx_new(loop, cfx, address);
+}
+
+static void cfx_close(uv_loop_t *loop, struct client_fx *cfx)
+{
+    rpc_client_close(cfx->cl, set_flag, &cfx->closed);
+    RUN_UNTIL(loop, cfx->closed, WAIT_MS);
+    cfx->cl = NULL;
+}
+
+/* What one call's callback saw. */
+struct result {
+    int done;
+    int status;
+    char msg[512];
+    int body_case;
+    uint32_t count;
+    size_t payload_len;
+    bool payload_ok;
+    int error_code; /* from the reply's Error body, when there is one */
+    uint64_t reply_id;
+    uint64_t done_at; /* loop time */
+    uv_loop_t *loop;
+    /* Shared record of the order replies arrived in, when set. */
+    size_t *arrivals, *narrivals, index;
+};
+
+static void on_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct result *r = user;
+    r->done++;
+    r->status = status;
+    assert_non_null(msg);
+    snprintf(r->msg, sizeof r->msg, "%s", msg);
+    if (r->loop)
+        r->done_at = uv_now(r->loop);
+    if (r->arrivals)
+        r->arrivals[(*r->narrivals)++] = r->index;
+    if (reply == NULL)
+        return;
+    r->reply_id = reply->id;
+    r->body_case = reply->body_case;
+    if (reply->body_case == SLUICE__ENVELOPE__BODY_ERROR)
+        r->error_code = reply->error->code;
+    if (reply->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY) {
+        const Sluice__GetElementsReply *g = reply->get_elements_reply;
+        r->count = g->count;
+        r->payload_len = g->payload.len;
+        r->payload_ok = true;
+        for (size_t i = 0; i < g->payload.len; i++) {
+            if (g->payload.data[i] != pattern_byte(i, g->count)) {
+                r->payload_ok = false;
+                break;
+            }
+        }
+    }
+    if (reply->body_case == SLUICE__ENVELOPE__BODY_STATUS_REPLY)
+        snprintf(r->msg, sizeof r->msg, "%s", reply->status_reply->json);
+}
+
+static int call_status(struct rpc_client *cl, uint32_t timeout_ms, struct result *r)
+{
+    Sluice__StatusRequest body = SLUICE__STATUS_REQUEST__INIT;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
+    env.status = &body;
+    return rpc_call(cl, &env, timeout_ms, on_reply, r);
+}
+
+static int call_elements(struct rpc_client *cl, uint64_t task, uint64_t mode, uint64_t max_bytes,
+                         uint32_t timeout_ms, struct result *r)
+{
+    Sluice__GetElementsRequest body = SLUICE__GET_ELEMENTS_REQUEST__INIT;
+    body.task_id = task;
+    body.client_id = mode;
+    body.max_bytes = max_bytes;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
+    env.get_elements = &body;
+    int rc = rpc_call(cl, &env, timeout_ms, on_reply, r);
+    if (rc == 0)
+        assert_true(env.id > 0);
+    return rc;
+}
+
+/* Expects a successful Status round trip. */
+static void expect_status_ok(uv_loop_t *loop, struct rpc_client *cl)
+{
+    struct result r = {0};
+    assert_int_equal(call_status(cl, 5000, &r), 0);
+    RUN_UNTIL(loop, r.done, WAIT_MS);
+    assert_int_equal(r.done, 1);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.body_case, SLUICE__ENVELOPE__BODY_STATUS_REPLY);
+    assert_string_equal(r.msg, "{\"ok\":true}");
+}
+
+/* ---- raw sockets ------------------------------------------------------------------------------- */
+
+/* A hand-driven client: connects, writes a script of bytes, reads and decodes what comes back. */
+struct raw {
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    uv_write_t wreq;
+    struct bytes out;
+    struct frame_decoder dec;
+    bool connected, written, eof, closed, decode_failed;
+    int hellos;
+    int error_code;
+    char error_msg[256];
+    uint64_t next_reply_id; /* the id the next GetElementsReply must carry */
+    int replies;
+    bool replies_ok;
+    uint64_t reply_bytes; /* payload length every GetElementsReply must have */
+};
+
+static int raw_on_frame(void *user, const uint8_t *payload, size_t len)
+{
+    struct raw *r = user;
+    Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
+    if (env == NULL) {
+        r->decode_failed = true;
+        return SLUICE_ERR_PROTOCOL;
+    }
+    if (env->body_case == SLUICE__ENVELOPE__BODY_HELLO) {
+        r->hellos++;
+    } else if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR) {
+        r->error_code = env->error->code;
+        snprintf(r->error_msg, sizeof r->error_msg, "%s", env->error->message);
+        if (env->id != 0)
+            r->replies_ok = false;
+    } else if (env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY) {
+        if (env->id != r->next_reply_id++ ||
+            env->get_elements_reply->payload.len != r->reply_bytes)
+            r->replies_ok = false;
+        r->replies++;
+    }
+    sluice__envelope__free_unpacked(env, NULL);
+    return 0;
+}
+
+static void raw_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char slab[65536];
+    buf->base = slab;
+    buf->len = sizeof slab;
+}
+
+static void raw_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct raw *r = (struct raw *)s;
+    if (nread < 0) {
+        r->eof = true;
+        uv_read_stop(s);
+        return;
+    }
+    if (nread > 0 && frame_decoder_feed(&r->dec, (const uint8_t *)buf->base, (size_t)nread,
+                                        raw_on_frame, r) != 0)
+        r->decode_failed = true;
+}
+
+static void raw_on_written(uv_write_t *req, int status)
+{
+    struct raw *r = req->data;
+    r->written = status == 0;
+}
+
+static void raw_on_connect(uv_connect_t *req, int status)
+{
+    struct raw *r = req->data;
+    assert_int_equal(status, 0);
+    r->connected = true;
+    if (r->out.len > 0) {
+        uv_buf_t buf = uv_buf_init((char *)r->out.p, (unsigned)r->out.len);
+        r->wreq.data = r;
+        assert_int_equal(uv_write(&r->wreq, (uv_stream_t *)&r->tcp, &buf, 1, raw_on_written), 0);
+    }
+}
+
+/* Connects to port and writes the bytes already put in r->out. With read false, nothing is read
+ * until raw_read_start. rcvbuf, when not 0, shrinks the socket's receive buffer first. */
+static void raw_connect(uv_loop_t *loop, struct raw *r, int port, bool read, int rcvbuf)
+{
+    frame_decoder_init(&r->dec, 64u << 20);
+    r->next_reply_id = 1;
+    r->replies_ok = true;
+    assert_int_equal(uv_tcp_init_ex(loop, &r->tcp, AF_INET), 0);
+    if (rcvbuf)
+        assert_int_equal(uv_recv_buffer_size((uv_handle_t *)&r->tcp, &rcvbuf), 0);
+    struct sockaddr_in sa;
+    assert_int_equal(uv_ip4_addr("127.0.0.1", port, &sa), 0);
+    r->creq.data = r;
+    assert_int_equal(uv_tcp_connect(&r->creq, &r->tcp, (struct sockaddr *)&sa, raw_on_connect),
+                     0);
+    if (read)
+        assert_int_equal(uv_read_start((uv_stream_t *)&r->tcp, raw_alloc, raw_on_read), 0);
+}
+
+static void raw_read_start(struct raw *r)
+{
+    assert_int_equal(uv_read_start((uv_stream_t *)&r->tcp, raw_alloc, raw_on_read), 0);
+}
+
+static void raw_on_closed(uv_handle_t *h)
+{
+    ((struct raw *)h)->closed = true;
+}
+
+static void raw_close(uv_loop_t *loop, struct raw *r)
+{
+    uv_close((uv_handle_t *)&r->tcp, raw_on_closed);
+    RUN_UNTIL(loop, r->closed, WAIT_MS);
+    frame_decoder_release(&r->dec);
+    free(r->out.p);
+}
+
+/* A hand-driven server: accepts one connection, writes a script of bytes to it, then reads and
+ * discards until the peer closes. */
+struct fake_server {
+    uv_tcp_t listener;
+    uv_tcp_t conn;
+    uv_write_t wreq;
+    struct bytes script;
+    int port;
+    bool accepted, peer_closed, conn_closed, listener_closed;
+};
+
+static void fake_on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct fake_server *f = s->data;
+    if (nread < 0) {
+        f->peer_closed = true;
+        uv_read_stop(s);
+    }
+}
+
+static void fake_on_written(uv_write_t *req, int status)
+{
+}
+
+static void fake_on_connection(uv_stream_t *listener, int status)
+{
+    struct fake_server *f = listener->data;
+    assert_int_equal(status, 0);
+    if (f->accepted)
+        return; /* one connection per test; later ones stay in the backlog */
+    assert_int_equal(uv_tcp_init(listener->loop, &f->conn), 0);
+    assert_int_equal(uv_accept(listener, (uv_stream_t *)&f->conn), 0);
+    f->accepted = true;
+    f->conn.data = f;
+    uv_buf_t buf = uv_buf_init((char *)f->script.p, (unsigned)f->script.len);
+    assert_int_equal(uv_write(&f->wreq, (uv_stream_t *)&f->conn, &buf, 1, fake_on_written), 0);
+    assert_int_equal(uv_read_start((uv_stream_t *)&f->conn, raw_alloc, fake_on_read), 0);
+}
+
+static void fake_start(uv_loop_t *loop, struct fake_server *f)
+{
+    assert_int_equal(uv_tcp_init(loop, &f->listener), 0);
+    f->listener.data = f;
+    struct sockaddr_in sa;
+    assert_int_equal(uv_ip4_addr("127.0.0.1", 0, &sa), 0);
+    assert_int_equal(uv_tcp_bind(&f->listener, (struct sockaddr *)&sa, 0), 0);
+    assert_int_equal(uv_listen((uv_stream_t *)&f->listener, 16, fake_on_connection), 0);
+    struct sockaddr_in bound;
+    int len = sizeof bound;
+    assert_int_equal(uv_tcp_getsockname(&f->listener, (struct sockaddr *)&bound, &len), 0);
+    f->port = ntohs(bound.sin_port);
+}
+
+static void fake_on_conn_closed(uv_handle_t *h)
+{
+    ((struct fake_server *)h->data)->conn_closed = true;
+}
+
+static void fake_on_listener_closed(uv_handle_t *h)
+{
+    ((struct fake_server *)h->data)->listener_closed = true;
+}
+
+static void fake_close(uv_loop_t *loop, struct fake_server *f)
+{
+    uv_close((uv_handle_t *)&f->listener, fake_on_listener_closed);
+    if (f->accepted)
+        uv_close((uv_handle_t *)&f->conn, fake_on_conn_closed);
+    RUN_UNTIL(loop, f->listener_closed && (!f->accepted || f->conn_closed), WAIT_MS);
+    free(f->script.p);
+}
+
+/* ---- pure helpers ------------------------------------------------------------------------------ */
+
+static void test_parse_address(void **state)
+{
+    static const struct {
+        const char *text;
+        int rc;
+        const char *host;
+        int port;
+        const char *err;
+    } cases[] = {
+        {"127.0.0.1:5000", 0, "127.0.0.1", 5000, NULL},
+        {"sluice://127.0.0.1:5000", 0, "127.0.0.1", 5000, NULL},
+        {"localhost:1", 0, "localhost", 1, NULL},
+        {"host.example.com:65535", 0, "host.example.com", 65535, NULL},
+        {"[::1]:7000", 0, "::1", 7000, NULL},
+        {"sluice://[fe80::1]:80", 0, "fe80::1", 80, NULL},
+        {"127.0.0.1", SLUICE_ERR_INVALID, NULL, 0, "bad address '127.0.0.1': expected HOST:PORT"},
+        {"::1:7000", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address '::1:7000': an IPv6 host must be in brackets"},
+        {"[::1]7000", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address '[::1]7000': expected ':PORT' after ']'"},
+        {"[::1:7000", SLUICE_ERR_INVALID, NULL, 0, "bad address '[::1:7000': missing ']'"},
+        {":5000", SLUICE_ERR_INVALID, NULL, 0, "bad address ':5000': empty host"},
+        {"[]:5000", SLUICE_ERR_INVALID, NULL, 0, "bad address '[]:5000': empty host"},
+        {"h:0", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address 'h:0': port must be a number from 1 to 65535"},
+        {"h:65536", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address 'h:65536': port must be a number from 1 to 65535"},
+        {"h:", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address 'h:': port must be a number from 1 to 65535"},
+        {"h:12ab", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address 'h:12ab': port must be a number from 1 to 65535"},
+        {"h:-1", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address 'h:-1': port must be a number from 1 to 65535"},
+        {"h:0000080", SLUICE_ERR_INVALID, NULL, 0,
+         "bad address 'h:0000080': port must be a number from 1 to 65535"},
+        {"", SLUICE_ERR_INVALID, NULL, 0, "bad address '': expected HOST:PORT"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char host[64] = "", err[128] = "";
+        int port = -1;
+        int rc = rpc_parse_address(cases[i].text, host, sizeof host, &port, err, sizeof err);
+        if (rc != cases[i].rc)
+            fail_msg("'%s': rc %d, want %d (%s)", cases[i].text, rc, cases[i].rc, err);
+        if (rc == 0) {
+            assert_string_equal(host, cases[i].host);
+            assert_int_equal(port, cases[i].port);
+        } else {
+            assert_string_equal(err, cases[i].err);
+        }
+    }
+    /* A host that does not fit the caller's buffer. */
+    char small[4], err[128];
+    int port;
+    assert_int_equal(rpc_parse_address("abcd:1", small, sizeof small, &port, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(err, "bad address 'abcd:1': host too long");
+    assert_int_equal(rpc_parse_address("abc:1", small, sizeof small, &port, err, sizeof err), 0);
+    assert_string_equal(small, "abc");
+}
+
+static void test_incarnation(void **state)
+{
+    uint64_t seen[64];
+    for (int i = 0; i < 64; i++) {
+        seen[i] = rpc_new_incarnation();
+        assert_true(seen[i] != 0);
+        for (int j = 0; j < i; j++)
+            assert_true(seen[i] != seen[j]);
+    }
+}
+
+/* ---- round trips --------------------------------------------------------------------------------- */
+
+static void test_handshake_and_status(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 1);
+    assert_true(cfx.last_peer_incarnation == fx.incarnation);
+    assert_true(rpc_client_peer_incarnation(cfx.cl) == fx.incarnation);
+    assert_true(rpc_client_connected(cfx.cl));
+    assert_int_equal(fx.opens, 1);
+    assert_int_equal(fx.peer_role, SLUICE__ROLE__ROLE_WORKER);
+    assert_true(fx.peer_incarnation == cfx.incarnation);
+    assert_memory_equal(fx.peer_name, "127.0.0.1:", 10);
+
+    /* A body the handler does not know gets its Error, and the connection stays. */
+    struct result r = {0};
+    Sluice__GetDatasetRequest body = SLUICE__GET_DATASET_REQUEST__INIT;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
+    env.get_dataset = &body;
+    assert_int_equal(rpc_call(cfx.cl, &env, 5000, on_reply, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_UNSUPPORTED);
+    assert_string_equal(r.msg, "unsupported body 12");
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 1);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    assert_int_equal(fx.closes, 1);
+    loop_finish(&loop);
+}
+
+static void test_pipelined_out_of_order(void **state)
+{
+    enum { N = 1000 };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+
+    static struct result results[N];
+    static size_t arrivals[N], order[N];
+    size_t narrivals = 0;
+    memset(results, 0, sizeof results);
+    for (size_t i = 0; i < N; i++) {
+        results[i].arrivals = arrivals;
+        results[i].narrivals = &narrivals;
+        results[i].index = i;
+        assert_int_equal(call_elements(cfx.cl, 5000 + i, MODE_HOLD, 0, 10000, &results[i]), 0);
+    }
+    RUN_UNTIL(&loop, fx.nheld == N, WAIT_MS);
+    assert_int_equal(narrivals, 0);
+
+    /* The server saw every request, in order; it answers in a scrambled order (7919 is prime
+     * to N, so this is a permutation). */
+    for (size_t i = 0; i < N; i++)
+        assert_true(fx.held[i].task == 5000 + i);
+    for (size_t k = 0; k < N; k++)
+        order[k] = (k * 7919 + 13) % N;
+    fx_answer_held(&fx, order, N);
+    RUN_UNTIL(&loop, narrivals == N, WAIT_MS);
+
+    for (size_t k = 0; k < N; k++)
+        assert_int_equal(arrivals[k], order[k]);
+    for (size_t i = 0; i < N; i++) {
+        assert_int_equal(results[i].done, 1);
+        assert_int_equal(results[i].status, 0);
+        assert_int_equal(results[i].count, 5000 + i);
+        assert_true(results[i].reply_id == fx.held[i].id);
+    }
+    assert_int_equal(cfx.connects, 1);
+    assert_int_equal(fx.opens, 1);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+/* Binds a free port, then releases it, so nothing listens there. */
+static int free_port(uv_loop_t *loop)
+{
+    struct server_fx fx;
+    fx_start(loop, &fx, 0);
+    int port = rpc_server_port(fx.srv);
+    fx_close(loop, &fx);
+    return port;
+}
+
+static void test_call_before_server(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    int port = free_port(&loop);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+
+    struct result r = {0};
+    assert_int_equal(call_status(cfx.cl, 8000, &r), 0);
+    run_for(&loop, 300);
+    assert_int_equal(r.done, 0);
+    assert_false(rpc_client_connected(cfx.cl));
+    assert_int_equal(cfx.connects, 0);
+
+    struct server_fx fx;
+    fx_start(&loop, &fx, port);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, 0);
+    assert_string_equal(r.msg, "{\"ok\":true}");
+    assert_int_equal(cfx.connects, 1);
+    assert_true(cfx.last_peer_incarnation == fx.incarnation);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+static void test_call_timeout(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+    expect_status_ok(&loop, cfx.cl);
+
+    /* Never answered in time. A call without a timeout made alongside still gets its reply. */
+    struct result slow = {.loop = &loop}, patient = {0};
+    uv_update_time(&loop);
+    uint64_t start = uv_now(&loop);
+    assert_int_equal(call_elements(cfx.cl, 1, MODE_HOLD, 0, 150, &slow), 0);
+    assert_int_equal(call_elements(cfx.cl, 2, MODE_HOLD, 0, 0, &patient), 0);
+    RUN_UNTIL(&loop, slow.done, WAIT_MS);
+    assert_int_equal(slow.status, SLUICE_ERR_TIMEOUT);
+    char want[128];
+    snprintf(want, sizeof want, "no reply from 127.0.0.1:%d within 150 ms",
+             rpc_server_port(fx.srv));
+    assert_string_equal(slow.msg, want);
+    assert_true(slow.done_at - start >= 150 && slow.done_at - start < 2000);
+
+    /* The late reply is dropped quietly: the connection survives it. */
+    assert_int_equal(fx.nheld, 2);
+    fx_answer_held(&fx, NULL, 2);
+    RUN_UNTIL(&loop, patient.done, WAIT_MS);
+    assert_int_equal(patient.status, 0);
+    assert_int_equal(patient.count, 2);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(slow.done, 1);
+    assert_int_equal(cfx.connects, 1);
+    assert_int_equal(fx.opens, 1);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+static void test_waiting_call_timeout(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    int port = free_port(&loop);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+
+    struct result r = {0};
+    assert_int_equal(call_status(cfx.cl, 200, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_TIMEOUT);
+    char want[160];
+    snprintf(want, sizeof want,
+             "no connection to 127.0.0.1:%d within 200 ms: connect: connection refused", port);
+    assert_string_equal(r.msg, want);
+    /* With no call waiting the client stops retrying and stays idle. */
+    run_for(&loop, 300);
+    assert_false(rpc_client_connected(cfx.cl));
+
+    cfx_close(&loop, &cfx);
+    loop_finish(&loop);
+}
+
+static void test_server_restart(void **state)
+{
+    enum { N = 5 };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a;
+    fx_start(&loop, &a, 0);
+    int port = rpc_server_port(a.srv);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+
+    struct result r[N];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(call_elements(cfx.cl, (uint64_t)i, MODE_HOLD, 0, 10000, &r[i]), 0);
+    RUN_UNTIL(&loop, a.nheld == N, WAIT_MS);
+    assert_int_equal(cfx.connects, 1);
+
+    /* The server goes away with the requests unanswered; the handler still holds references. */
+    fx_close(&loop, &a);
+    assert_int_equal(a.closes, 1);
+    RUN_UNTIL(&loop, r[N - 1].done, WAIT_MS);
+    char prefix[64];
+    int plen = snprintf(prefix, sizeof prefix, "connection to 127.0.0.1:%d lost: ", port);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].done, 1);
+        assert_int_equal(r[i].status, SLUICE_ERR_UNAVAILABLE);
+        assert_memory_equal(r[i].msg, prefix, (size_t)plen);
+    }
+    assert_false(rpc_client_connected(cfx.cl));
+
+    /* Replies through the kept references are refused, and dropping them frees the conns. */
+    for (size_t i = 0; i < a.nheld; i++) {
+        assert_false(rpc_conn_is_open(a.held[i].conn));
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT_REPLY;
+        Sluice__ReleaseClientReply body = SLUICE__RELEASE_CLIENT_REPLY__INIT;
+        env.release_client_reply = &body;
+        assert_int_equal(rpc_conn_reply(a.held[i].conn, a.held[i].id, &env), SLUICE_ERR_CLOSED);
+        assert_int_equal(rpc_conn_reply_error(a.held[i].conn, a.held[i].id, SLUICE_ERR_FN, "x"),
+                         SLUICE_ERR_CLOSED);
+        rpc_conn_unref(a.held[i].conn);
+    }
+
+    /* A new server on the same port, a new incarnation; new calls go through. */
+    struct server_fx b;
+    fx_start(&loop, &b, port);
+    assert_true(b.incarnation != a.incarnation);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 2);
+    assert_true(cfx.last_peer_incarnation == b.incarnation);
+    assert_true(rpc_client_peer_incarnation(cfx.cl) == b.incarnation);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+static void test_error_reply(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+
+    struct result r = {0};
+    assert_int_equal(call_elements(cfx.cl, 42, MODE_ERROR, 0, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_NOT_FOUND);
+    assert_string_equal(r.msg, "task 42 not found second line");
+    assert_int_equal(r.body_case, SLUICE__ENVELOPE__BODY_ERROR);
+    assert_int_equal(r.error_code, SLUICE_ERR_NOT_FOUND);
+    expect_status_ok(&loop, cfx.cl);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+static void test_large_reply(void **state)
+{
+    const size_t size = 32u << 20;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+
+    struct result r[2];
+    memset(r, 0, sizeof r);
+    uint64_t t0 = uv_hrtime();
+    assert_int_equal(call_elements(cfx.cl, 9, MODE_PAYLOAD, size, 20000, &r[0]), 0);
+    assert_int_equal(call_elements(cfx.cl, 10, MODE_PAYLOAD, size, 20000, &r[1]), 0);
+    RUN_UNTIL(&loop, r[0].done && r[1].done, 30000);
+    double secs = (double)(uv_hrtime() - t0) / 1e9;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(r[i].status, 0);
+        assert_int_equal(r[i].count, 9 + i);
+        assert_int_equal(r[i].payload_len, size);
+        assert_true(r[i].payload_ok);
+    }
+    print_message("two 32 MiB replies in %.3f s (%.0f MiB/s)\n", secs, 64.0 / secs);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+/* ---- malformed peers ----------------------------------------------------------------------------- */
+
+static void test_server_version_mismatch(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    int port = rpc_server_port(fx.srv);
+
+    struct raw wrong = {0}, not_hello = {0};
+    bytes_put_hello(&wrong.out, 7);
+    bytes_put_get_elements(&not_hello.out, 1, 1, MODE_ANSWER, 0);
+    raw_connect(&loop, &wrong, port, true, 0);
+    raw_connect(&loop, &not_hello, port, true, 0);
+    RUN_UNTIL(&loop, wrong.eof && not_hello.eof, WAIT_MS);
+
+    assert_int_equal(wrong.hellos, 1);
+    assert_int_equal(wrong.error_code, SLUICE_ERR_VERSION);
+    assert_string_equal(wrong.error_msg, "protocol version 7, expected 1");
+    assert_int_equal(not_hello.hellos, 1);
+    assert_int_equal(not_hello.error_code, SLUICE_ERR_VERSION);
+    assert_string_equal(not_hello.error_msg, "protocol version 0, expected 1");
+    assert_false(wrong.decode_failed || not_hello.decode_failed);
+    assert_int_equal(fx.opens, 0);
+    assert_int_equal(fx.requests, 0);
+
+    raw_close(&loop, &wrong);
+    raw_close(&loop, &not_hello);
+    fx_close(&loop, &fx);
+    assert_int_equal(fx.closes, 0);
+    loop_finish(&loop);
+}
+
+static void test_client_version_mismatch(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+
+    /* A server speaking another version says so in its Hello. */
+    struct fake_server f = {0};
+    bytes_put_hello(&f.script, 99);
+    fake_start(&loop, &f);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, f.port);
+    struct result r[2];
+    memset(r, 0, sizeof r);
+    assert_int_equal(call_status(cfx.cl, 5000, &r[0]), 0);
+    assert_int_equal(call_status(cfx.cl, 0, &r[1]), 0);
+    RUN_UNTIL(&loop, r[0].done && r[1].done, WAIT_MS);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(r[i].status, SLUICE_ERR_VERSION);
+        assert_string_equal(r[i].msg, "protocol version 99, expected 1");
+    }
+    assert_int_equal(cfx.connects, 0);
+    RUN_UNTIL(&loop, f.peer_closed, WAIT_MS);
+    cfx_close(&loop, &cfx);
+    fake_close(&loop, &f);
+
+    /* A newer server rejects our Hello with an Error. */
+    struct fake_server g = {0};
+    Sluice__Error error = SLUICE__ERROR__INIT;
+    error.code = SLUICE_ERR_VERSION;
+    error.message = "protocol version 1, expected 2";
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
+    env.error = &error;
+    bytes_put_envelope(&g.script, &env);
+    fake_start(&loop, &g);
+    cfx_new_port(&loop, &cfx, g.port);
+    struct result s = {0};
+    assert_int_equal(call_status(cfx.cl, 5000, &s), 0);
+    RUN_UNTIL(&loop, s.done, WAIT_MS);
+    assert_int_equal(s.status, SLUICE_ERR_VERSION);
+    assert_string_equal(s.msg, "protocol version 1, expected 2");
+    RUN_UNTIL(&loop, g.peer_closed, WAIT_MS);
+    cfx_close(&loop, &cfx);
+    fake_close(&loop, &g);
+    loop_finish(&loop);
+}
+
+/* A server that answers an id nobody asked for is cut off; the call in flight fails. */
+static void test_client_unknown_reply_id(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct fake_server f = {0};
+    bytes_put_hello(&f.script, RPC_PROTOCOL_VERSION);
+    Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.id = 999;
+    env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
+    env.status_reply = &body;
+    bytes_put_envelope(&f.script, &env);
+    fake_start(&loop, &f);
+
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, f.port);
+    struct result r = {0};
+    assert_int_equal(call_status(cfx.cl, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_UNAVAILABLE);
+    char want[128];
+    snprintf(want, sizeof want, "connection to 127.0.0.1:%d lost: reply id 999 matches no call",
+             f.port);
+    assert_string_equal(r.msg, want);
+    assert_int_equal(cfx.connects, 1);
+    RUN_UNTIL(&loop, f.peer_closed, WAIT_MS);
+
+    cfx_close(&loop, &cfx);
+    fake_close(&loop, &f);
+    loop_finish(&loop);
+}
+
+static void test_garbage_disconnected(void **state)
+{
+    enum { NRAW = 7 };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start_opts(&loop, &fx, 0, 1u << 20, 0);
+    int port = rpc_server_port(fx.srv);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+    expect_status_ok(&loop, cfx.cl);
+
+    struct raw raw[NRAW];
+    memset(raw, 0, sizeof raw);
+    /* 0: a zero length. */
+    bytes_put_u32(&raw[0].out, 0);
+    /* 1: the largest length there is. */
+    bytes_put_u32(&raw[1].out, 0xFFFFFFFFu);
+    /* 2: one byte over this server's limit, after a good Hello. */
+    bytes_put_hello(&raw[2].out, RPC_PROTOCOL_VERSION);
+    bytes_put_u32(&raw[2].out, (1u << 20) + 1);
+    /* 3: a well-framed payload that is no Envelope (a varint that never ends). */
+    bytes_put_hello(&raw[3].out, RPC_PROTOCOL_VERSION);
+    uint8_t junk[16];
+    memset(junk, 0xFF, sizeof junk);
+    bytes_put_u32(&raw[3].out, sizeof junk);
+    bytes_put(&raw[3].out, junk, sizeof junk);
+    /* 4: Hello twice. */
+    bytes_put_hello(&raw[4].out, RPC_PROTOCOL_VERSION);
+    bytes_put_hello(&raw[4].out, RPC_PROTOCOL_VERSION);
+    /* 5: a request without an id. */
+    bytes_put_hello(&raw[5].out, RPC_PROTOCOL_VERSION);
+    bytes_put_get_elements(&raw[5].out, 0, 1, MODE_ANSWER, 0);
+    /* 6: random bytes: a valid Hello, then frames of random length and content. */
+    bytes_put_hello(&raw[6].out, RPC_PROTOCOL_VERSION);
+    uint64_t rng = 0x5eed;
+    for (int i = 0; i < 4096; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint8_t byte = (uint8_t)(rng >> 56);
+        bytes_put(&raw[6].out, &byte, 1);
+    }
+
+    for (int i = 0; i < NRAW; i++)
+        raw_connect(&loop, &raw[i], port, true, 0);
+    /* The well-behaved client is served while the others are cut off. */
+    expect_status_ok(&loop, cfx.cl);
+    for (int i = 0; i < NRAW; i++) {
+        RUN_UNTIL(&loop, raw[i].eof, WAIT_MS);
+        assert_int_equal(raw[i].hellos, 1);
+        assert_int_equal(raw[i].error_code, 0);
+        assert_false(raw[i].decode_failed);
+    }
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 1);
+    /* The proper client and the five raw sockets that sent a good Hello were announced; the
+     * handler never saw a request from the raw ones. */
+    assert_int_equal(fx.opens, 1 + 5);
+    RUN_UNTIL(&loop, fx.closes == 5, WAIT_MS);
+    assert_int_equal(fx.requests, 3);
+
+    for (int i = 0; i < NRAW; i++)
+        raw_close(&loop, &raw[i]);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    assert_int_equal(fx.closes, 6);
+    loop_finish(&loop);
+}
+
+/* ---- backpressure -------------------------------------------------------------------------------- */
+
+static void test_backpressure(void **state)
+{
+    enum { N = 128 };
+    const size_t reply = 1u << 20, limit = 4u << 20;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start_opts(&loop, &fx, 0, 0, limit);
+    int port = rpc_server_port(fx.srv);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+    expect_status_ok(&loop, cfx.cl);
+
+    /* A client that asks for 128 MiB in one go and reads nothing. */
+    struct raw slow = {0};
+    slow.reply_bytes = reply;
+    bytes_put_hello(&slow.out, RPC_PROTOCOL_VERSION);
+    for (int i = 1; i <= N; i++)
+        bytes_put_get_elements(&slow.out, (uint64_t)i, (uint64_t)i, MODE_PAYLOAD, reply);
+    raw_connect(&loop, &slow, port, false, 64 << 10);
+    RUN_UNTIL(&loop, slow.written && fx.requests > 1 + 4, WAIT_MS);
+    run_for(&loop, 300);
+
+    /* The server stopped reading: most requests wait unread, and the queued bytes stay within
+     * the limit plus the one reply that crossed it. */
+    int stalled_at = fx.requests - 1;
+    print_message("server answered %d of %d before stopping; max pending write %zu bytes\n",
+                  stalled_at, N, fx.max_pending);
+    assert_true(stalled_at < N / 2);
+    assert_true(fx.max_pending <= limit + reply + 64);
+    assert_true(fx.max_pending > limit);
+    /* Everyone else is still served meanwhile. */
+    expect_status_ok(&loop, cfx.cl);
+    run_for(&loop, 100);
+    assert_int_equal(fx.requests - 2, stalled_at);
+
+    /* Once the client reads, the server resumes and answers everything, in order. */
+    raw_read_start(&slow);
+    RUN_UNTIL(&loop, slow.replies == N, 30000);
+    assert_true(slow.replies_ok);
+    assert_int_equal(slow.hellos, 1);
+    assert_int_equal(fx.requests, 2 + N);
+    assert_true(fx.max_pending <= limit + reply + 64);
+
+    raw_close(&loop, &slow);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+/* ---- closing ------------------------------------------------------------------------------------- */
+
+struct close_probe {
+    struct result *results;
+    int n;
+    int done_before_close; /* how many callbacks had run when the close callback fired */
+    bool closed;
+};
+
+static void probe_closed(void *user)
+{
+    struct close_probe *p = user;
+    for (int i = 0; i < p->n; i++)
+        p->done_before_close += p->results[i].done;
+    p->closed = true;
+}
+
+static void test_client_close_cancels(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+
+    /* Two calls written and held by the server, and one waiting for a connection on a second
+     * client whose server does not exist. */
+    struct result r[3];
+    memset(r, 0, sizeof r);
+    assert_int_equal(call_elements(cfx.cl, 1, MODE_HOLD, 0, 0, &r[0]), 0);
+    assert_int_equal(call_elements(cfx.cl, 2, MODE_HOLD, 0, 5000, &r[1]), 0);
+    RUN_UNTIL(&loop, fx.nheld == 2, WAIT_MS);
+
+    struct client_fx dead;
+    cfx_new_port(&loop, &dead, free_port(&loop));
+    assert_int_equal(call_status(dead.cl, 0, &r[2]), 0);
+    run_for(&loop, 50);
+
+    struct close_probe p1 = {r, 2, 0, false}, p2 = {r + 2, 1, 0, false};
+    rpc_client_close(cfx.cl, probe_closed, &p1);
+    rpc_client_close(dead.cl, probe_closed, &p2);
+    /* Callbacks ran synchronously, before either close completes. */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r[i].done, 1);
+        assert_int_equal(r[i].status, SLUICE_ERR_CANCELLED);
+        assert_string_equal(r[i].msg, "client closed");
+    }
+    struct result late = {0};
+    assert_int_equal(call_status(cfx.cl, 0, &late), SLUICE_ERR_CLOSED);
+    RUN_UNTIL(&loop, p1.closed && p2.closed, WAIT_MS);
+    assert_int_equal(p1.done_before_close, 2);
+    assert_int_equal(p2.done_before_close, 1);
+    assert_int_equal(late.done, 0);
+
+    /* The server notices the client left; the held requests can no longer be answered. */
+    RUN_UNTIL(&loop, fx.closes == 1, WAIT_MS);
+    for (size_t i = 0; i < fx.nheld; i++) {
+        assert_int_equal(rpc_conn_reply_error(fx.held[i].conn, fx.held[i].id, SLUICE_ERR_FN, "x"),
+                         SLUICE_ERR_CLOSED);
+        rpc_conn_unref(fx.held[i].conn);
+    }
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+/* A server closed from inside its own request handler, with a client still attached. */
+
+static void close_from_handler(struct rpc_server *srv, struct rpc_conn *conn,
+                               const Sluice__Envelope *req, void *user)
+{
+    bool *closed = user;
+    assert_int_equal(rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNAVAILABLE, "bye"), 0);
+    rpc_server_close(srv, set_flag, closed);
+    /* The close has begun: replies are refused from now on. */
+    assert_false(rpc_conn_is_open(conn));
+}
+
+static void test_server_close_from_handler(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    bool closed = false;
+    struct rpc_server_opts opts = {.on_request = close_from_handler, .user = &closed};
+    struct rpc_server *srv;
+    char err[256];
+    assert_int_equal(rpc_server_start(&loop, &opts, &srv, err, sizeof err), 0);
+    assert_string_equal(rpc_server_host(srv), "127.0.0.1");
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(srv));
+    struct result r = {0};
+    assert_int_equal(call_status(cfx.cl, 5000, &r), 0);
+    RUN_UNTIL(&loop, closed && r.done, WAIT_MS);
+    /* The Error was queued before the close, which cancels unwritten writes: either it arrived
+     * or the connection was lost first. Both are a failure, never a hang. */
+    assert_true(r.status == SLUICE_ERR_UNAVAILABLE);
+    cfx_close(&loop, &cfx);
+    loop_finish(&loop);
+}
+
+static void test_server_start_errors(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    int port = rpc_server_port(fx.srv);
+
+    /* The port is taken: a clear message, and nothing left on the loop. */
+    struct rpc_server_opts opts = {.port = port, .on_request = fx_on_request};
+    struct rpc_server *srv = NULL;
+    char err[256], want[128];
+    assert_int_equal(rpc_server_start(&loop, &opts, &srv, err, sizeof err), -EADDRINUSE);
+    snprintf(want, sizeof want, "listen on 127.0.0.1:%d: Address already in use", port);
+    assert_string_equal(err, want);
+    assert_null(srv);
+
+    opts.port = 70000;
+    assert_int_equal(rpc_server_start(&loop, &opts, &srv, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "listen on 127.0.0.1:70000: port out of range");
+
+    /* A client with a bad address is refused up front. */
+    struct rpc_client_opts copts = {.address = "nowhere"};
+    struct rpc_client *cl = NULL;
+    assert_int_equal(rpc_client_new(&loop, &copts, &cl, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "bad address 'nowhere': expected HOST:PORT");
+    assert_null(cl);
+
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+int main(void)
+{
+    log_init("test_rpc", LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_address),
+        cmocka_unit_test(test_incarnation),
+        cmocka_unit_test(test_handshake_and_status),
+        cmocka_unit_test(test_pipelined_out_of_order),
+        cmocka_unit_test(test_call_before_server),
+        cmocka_unit_test(test_call_timeout),
+        cmocka_unit_test(test_waiting_call_timeout),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_error_reply),
+        cmocka_unit_test(test_large_reply),
+        cmocka_unit_test(test_server_version_mismatch),
+        cmocka_unit_test(test_client_version_mismatch),
+        cmocka_unit_test(test_client_unknown_reply_id),
+        cmocka_unit_test(test_garbage_disconnected),
+        cmocka_unit_test(test_backpressure),
+        cmocka_unit_test(test_client_close_cancels),
+        cmocka_unit_test(test_server_close_from_handler),
+        cmocka_unit_test(test_server_start_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,169 @@
+/* Reading the dispatcher's status document: the tables `sluice status` prints, and the check
+ * that a restarted dispatcher still holds a reader's job. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/status_json.h"
+#include "common/error.h"
+
+static void expect_table(const char *json, const char *want)
+{
+    char err[256] = "";
+    char *out = NULL;
+    assert_int_equal(status_json_table(json, &out, err, sizeof err), 0);
+    assert_non_null(out);
+    assert_string_equal(out, want);
+    free(out);
+}
+
+static void test_table_full_document(void **state)
+{
+    expect_table("{\"incarnation\": 42, \"fault_tolerant\": true,"
+                 " \"workers\": [{\"address\": \"127.0.0.1:5001\", \"incarnation\": 7,"
+                 "               \"tasks\": [1, 2]},"
+                 "              {\"address\": \"host-b:5002\", \"incarnation\": 123456789,"
+                 "               \"tasks\": 0}],"
+                 " \"datasets\": [{\"id\": \"d1\", \"pipeline\": \"range(10) | map(square)\"}],"
+                 " \"jobs\": [{\"id\": 1, \"name\": \"\", \"dataset\": \"d1\","
+                 "            \"mode\": \"parallel_epochs\", \"state\": \"active\","
+                 "            \"clients\": 2, \"tasks\": [{\"id\": 3}, {\"id\": 4}]}]}",
+                 "incarnation: 42\n"
+                 "fault_tolerant: true\n"
+                 "\n"
+                 "workers (2)\n"
+                 "  ADDRESS         INCARNATION  TASKS\n"
+                 "  127.0.0.1:5001  7            2\n"
+                 "  host-b:5002     123456789    0\n"
+                 "\n"
+                 "datasets (1)\n"
+                 "  ID  PIPELINE\n"
+                 "  d1  range(10) | map(square)\n"
+                 "\n"
+                 "jobs (1)\n"
+                 "  ID  NAME  DATASET  MODE             STATE   CLIENTS  TASKS\n"
+                 "  1   -     d1       parallel_epochs  active  2        2\n");
+}
+
+static void test_table_sections_keyed_or_missing(void **state)
+{
+    /* Sections may be objects keyed by id, fields may use other names, sections may be absent,
+     * and entries that are not objects are skipped. */
+    expect_table("{\"jobs\": {\"5\": {\"dataset_id\": \"x\", \"mode\": \"distributed_epoch\","
+                 "                    \"state\": \"finished\", \"num_clients\": 0,"
+                 "                    \"num_tasks\": 3, \"extra\": {\"a\": 1}},"
+                 "           \"6\": 17}}",
+                 "workers (0)\n"
+                 "  none\n"
+                 "\n"
+                 "datasets (0)\n"
+                 "  none\n"
+                 "\n"
+                 "jobs (1)\n"
+                 "  ID  NAME  DATASET  MODE               STATE     CLIENTS  TASKS\n"
+                 "  5   -     x        distributed_epoch  finished  0        3\n");
+    expect_table("{\"workers\": [], \"datasets\": \"none\", \"note\": null,"
+                 " \"limits\": {\"max\": 3}}",
+                 "note: -\n"
+                 "\n"
+                 "workers (0)\n"
+                 "  none\n"
+                 "\n"
+                 "datasets (0)\n"
+                 "  none\n"
+                 "\n"
+                 "jobs (0)\n"
+                 "  none\n");
+}
+
+static void test_table_values(void **state)
+{
+    /* Objects in a cell print as compact JSON, floats in short form, and integers beyond int64
+     * (which jansson refuses) with their exact digits, wherever they are. */
+    expect_table("{\"workers\": [{\"address\": {\"host\": \"h\", \"port\": 1},"
+                 " \"incarnation\": 18446744073709551615, \"tasks\": 2.5},"
+                 " {\"address\": \"n\", \"incarnation\": -9223372036854775809,"
+                 "  \"tasks\": [\"-1e400\", -92233720368547758070]}]}",
+                 "workers (2)\n"
+                 "  ADDRESS                INCARNATION           TASKS\n"
+                 "  {\"host\":\"h\",\"port\":1}  18446744073709551615  2.5\n"
+                 "  n                      -9223372036854775809  2\n"
+                 "\n"
+                 "datasets (0)\n"
+                 "  none\n"
+                 "\n"
+                 "jobs (0)\n"
+                 "  none\n");
+}
+
+static void test_table_rejects_non_objects(void **state)
+{
+    char err[256] = "";
+    char *out = (char *)1;
+    assert_int_equal(status_json_table("[1, 2]", &out, err, sizeof err), SLUICE_ERR_CORRUPT);
+    assert_null(out);
+    assert_string_equal(err, "status document: not a JSON object");
+    assert_int_equal(status_json_table("{\"a\": ", &out, err, sizeof err), SLUICE_ERR_CORRUPT);
+    assert_null(out);
+    assert_true(strncmp(err, "status document: line 1 column ", 31) == 0);
+    assert_int_equal(status_json_table("", &out, err, sizeof err), SLUICE_ERR_CORRUPT);
+}
+
+static void test_job_verdicts(void **state)
+{
+    static const struct {
+        const char *json;
+        uint64_t job;
+        const char *dataset;
+        enum status_job_verdict want;
+    } cases[] = {
+        {"{\"jobs\": [{\"id\": 1, \"dataset\": \"d1\"}, {\"id\": 2, \"dataset\": \"d2\"}]}", 2,
+         "d2", STATUS_JOB_PRESENT},
+        {"{\"jobs\": [{\"id\": 1, \"dataset\": \"d1\"}, {\"id\": 2, \"dataset\": \"d2\"}]}", 2,
+         "d1", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 1, \"dataset\": \"d1\"}, {\"id\": 2, \"dataset\": \"d2\"}]}", 3,
+         "d1", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"job_id\": \"7\", \"dataset_id\": \"q\"}]}", 7, "q", STATUS_JOB_PRESENT},
+        {"{\"jobs\": [{\"id\": \"7x\", \"dataset\": \"q\"}]}", 7, "q", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 4}]}", 4, "any", STATUS_JOB_PRESENT},
+        {"{\"jobs\": [{\"id\": -4, \"dataset\": \"a\"}, 3, {\"id\": 4, \"dataset\": 5}]}", 4, "a",
+         STATUS_JOB_GONE},
+        {"{\"jobs\": {\"9\": {\"dataset\": \"z\"}}}", 9, "z", STATUS_JOB_PRESENT},
+        {"{\"jobs\": {\"9\": {\"dataset\": \"z\"}}}", 8, "z", STATUS_JOB_GONE},
+        {"{\"jobs\": {\"x\": {\"id\": 8, \"dataset\": \"z\"}}}", 8, "z", STATUS_JOB_PRESENT},
+        {"{\"jobs\": []}", 1, "d", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 18446744073709551615, \"dataset\": \"d\"}]}", 1, "d",
+         STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 18446744073709551615, \"dataset\": \"d\"}]}", UINT64_MAX, "d",
+         STATUS_JOB_PRESENT},
+        {"{\"jobs\": [{\"id\": \"18446744073709551616\", \"dataset\": \"d\"}]}", 0, "d",
+         STATUS_JOB_GONE},
+        {"{\"workers\": []}", 1, "d", STATUS_JOB_UNKNOWN},
+        {"{\"jobs\": 5}", 1, "d", STATUS_JOB_UNKNOWN},
+        {"{\"jobs\": [", 1, "d", STATUS_JOB_UNKNOWN},
+        {"[]", 1, "d", STATUS_JOB_UNKNOWN},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        enum status_job_verdict got =
+            status_json_job(cases[i].json, cases[i].job, cases[i].dataset);
+        if (got != cases[i].want)
+            fail_msg("case %zu: %s: got %d, want %d", i, cases[i].json, got, cases[i].want);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table_full_document),
+        cmocka_unit_test(test_table_sections_keyed_or_missing),
+        cmocka_unit_test(test_table_values),
+        cmocka_unit_test(test_table_rejects_non_objects),
+        cmocka_unit_test(test_job_verdicts),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

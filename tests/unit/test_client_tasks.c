@@ -1,0 +1,438 @@
+/* The client's task set: keeping in step with the dispatcher's lists, dropping tasks only once
+ * drained, the round-robin and coordinated choices, backoff, the end condition, and which
+ * failures are retried. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/retry.h"
+#include "client/tasks.h"
+#include "common/error.h"
+
+/* A fake connection handle: the set only stores it. */
+static int conn_a, conn_b;
+
+static void attach_all(struct ct_set *s, void *conn)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!s->v[i].conn)
+            s->v[i].conn = conn;
+}
+
+static void apply(struct ct_set *s, const uint64_t *ids, size_t n, bool finished)
+{
+    struct ct_info infos[16];
+    assert_true(n <= 16);
+    for (size_t i = 0; i < n; i++)
+        infos[i] = (struct ct_info){ids[i], ids[i] % 2 ? "w1:1" : "w2:2", 7};
+    assert_int_equal(ct_reconcile(s, infos, n, finished), 0);
+}
+
+static long pick(const struct ct_set *s, uint64_t now)
+{
+    uint64_t wake;
+    return ct_pick(s, now, &wake);
+}
+
+static uint64_t picked_id(const struct ct_set *s, uint64_t now)
+{
+    long i = pick(s, now);
+    assert_true(i >= 0);
+    return s->v[i].id;
+}
+
+static void send_to(struct ct_set *s, uint64_t id)
+{
+    long i = ct_find(s, id);
+    assert_true(i >= 0);
+    ct_sent(s, (size_t)i);
+}
+
+static void test_reconcile_adds_sorted(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    const uint64_t ids[] = {30, 10, 20};
+    apply(&s, ids, 3, false);
+    assert_int_equal(s.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(s.v[i].id, 10 * (i + 1));
+        assert_true(s.v[i].listed);
+        assert_false(s.v[i].ended);
+        assert_null(s.v[i].conn);
+        assert_int_equal(s.v[i].worker_incarnation, 7);
+    }
+    assert_string_equal(s.v[0].address, "w2:2");
+    assert_true(s.have_list);
+    assert_false(s.iteration_finished);
+    assert_int_equal(ct_find(&s, 20), 1);
+    assert_int_equal(ct_find(&s, 25), -1);
+    /* Nothing is connected yet, so nothing can be asked. */
+    assert_int_equal(pick(&s, 0), -1);
+
+    /* The same list again changes nothing but the finished flag. */
+    s.v[1].conn = &conn_a;
+    apply(&s, ids, 3, true);
+    assert_int_equal(s.n, 3);
+    assert_ptr_equal(s.v[1].conn, &conn_a);
+    assert_true(s.iteration_finished);
+    ct_release(&s);
+}
+
+static void test_reconcile_refuses_bad_lists(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    const uint64_t ids[] = {1, 2};
+    apply(&s, ids, 2, false);
+
+    struct ct_info dup[] = {{5, "a:1", 1}, {3, "b:1", 1}, {5, "c:1", 1}};
+    assert_int_equal(ct_reconcile(&s, dup, 3, true), SLUICE_ERR_INVALID);
+    char long_addr[CT_ADDR_MAX + 1];
+    memset(long_addr, 'x', CT_ADDR_MAX);
+    long_addr[CT_ADDR_MAX] = '\0';
+    struct ct_info big[] = {{9, long_addr, 1}};
+    assert_int_equal(ct_reconcile(&s, big, 1, true), SLUICE_ERR_INVALID);
+    struct ct_info none[] = {{9, NULL, 1}};
+    assert_int_equal(ct_reconcile(&s, none, 1, true), SLUICE_ERR_INVALID);
+
+    /* A refused list leaves the set exactly as it was. */
+    assert_int_equal(s.n, 2);
+    assert_true(s.v[0].listed && s.v[1].listed);
+    assert_false(s.iteration_finished);
+    ct_release(&s);
+}
+
+static void test_unlisted_tasks_leave_once_drained(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    const uint64_t ids[] = {1, 2, 3};
+    apply(&s, ids, 3, false);
+    s.v[0].conn = &conn_a;
+    s.v[1].conn = &conn_b;
+    s.v[2].conn = &conn_a;
+    send_to(&s, 2);
+    send_to(&s, 2);
+
+    const uint64_t only3[] = {3};
+    apply(&s, only3, 1, false);
+    struct ct_task t;
+    /* Task 1 has nothing outstanding and goes at once, handing back its connection. */
+    assert_true(ct_reap(&s, &t));
+    assert_int_equal(t.id, 1);
+    assert_ptr_equal(t.conn, &conn_a);
+    /* Task 2 waits for its two replies, and gets no new request meanwhile. */
+    assert_false(ct_reap(&s, &t));
+    assert_int_equal(s.n, 2);
+    assert_int_equal(picked_id(&s, 0), 3);
+    ct_on_reply(&s, (size_t)ct_find(&s, 2), 5, false, 0);
+    assert_false(ct_reap(&s, &t));
+    ct_on_failure(&s, (size_t)ct_find(&s, 2), 0);
+    assert_true(ct_reap(&s, &t));
+    assert_int_equal(t.id, 2);
+    assert_int_equal(t.elements, 5);
+    assert_ptr_equal(t.conn, &conn_b);
+    assert_false(ct_reap(&s, &t));
+    assert_int_equal(s.n, 1);
+    ct_release(&s);
+}
+
+static void test_relisted_task_keeps_state(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint64_t ids[] = {4, 8};
+    apply(&s, ids, 2, false);
+    attach_all(&s, &conn_a);
+    send_to(&s, 8);
+    ct_on_reply(&s, 1, 3, true, 0);
+    send_to(&s, 4);
+    const uint64_t only8[] = {8};
+    apply(&s, only8, 1, false);
+    /* 4 still has a request out, so it is kept; when listed again it carries on. */
+    apply(&s, ids, 2, false);
+    struct ct_task t;
+    assert_false(ct_reap(&s, &t));
+    assert_true(s.v[0].listed);
+    assert_int_equal(s.v[0].outstanding, 1);
+    assert_true(s.v[1].ended);
+    assert_ptr_equal(s.v[1].conn, &conn_a);
+    ct_release(&s);
+}
+
+static void test_round_robin(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    const uint64_t ids[] = {1, 2, 3};
+    apply(&s, ids, 3, false);
+    attach_all(&s, &conn_a);
+
+    const uint64_t expect[] = {1, 2, 3, 1, 2, 3};
+    for (size_t k = 0; k < 6; k++) {
+        uint64_t id = picked_id(&s, 0);
+        assert_int_equal(id, expect[k]);
+        send_to(&s, id);
+    }
+    /* Every task has per_task_max requests out. */
+    assert_int_equal(pick(&s, 0), -1);
+    assert_int_equal(ct_outstanding(&s), 6);
+    /* A reply frees a place at that task only; the search goes on after the last one sent. */
+    ct_on_reply(&s, 1, 10, false, 0);
+    assert_int_equal(picked_id(&s, 0), 2);
+    send_to(&s, 2);
+    ct_on_reply(&s, 0, 10, false, 0);
+    ct_on_reply(&s, 2, 10, false, 0);
+    assert_int_equal(picked_id(&s, 0), 3);
+    send_to(&s, 3);
+    assert_int_equal(picked_id(&s, 0), 1);
+    ct_release(&s);
+}
+
+static void test_pick_skips_what_cannot_be_asked(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    const uint64_t ids[] = {1, 2, 3, 4, 5};
+    apply(&s, ids, 5, false);
+    s.v[0].conn = &conn_a; /* 1: ended */
+    s.v[1].conn = NULL;    /* 2: no connection yet */
+    s.v[2].conn = &conn_a; /* 3: backing off until 120 */
+    s.v[3].conn = &conn_a; /* 4: backing off until 150 */
+    s.v[4].conn = &conn_b; /* 5: unlisted below */
+    send_to(&s, 1);
+    ct_on_reply(&s, 0, 0, true, 0);
+    send_to(&s, 3);
+    ct_on_failure(&s, 2, 20);
+    send_to(&s, 4);
+    ct_on_failure(&s, 3, 20);
+    send_to(&s, 4);
+    ct_on_failure(&s, 3, 50);
+    send_to(&s, 5);
+    const uint64_t without5[] = {1, 2, 3, 4};
+    apply(&s, without5, 4, false);
+
+    uint64_t wake = 99;
+    assert_int_equal(ct_pick(&s, 100, &wake), -1);
+    assert_int_equal(wake, 120);
+    assert_int_equal(ct_pick(&s, 120, &wake), 2);
+    assert_int_equal(wake, 0);
+    s.v[2].ended = true;
+    assert_int_equal(ct_pick(&s, 120, &wake), -1);
+    assert_int_equal(wake, 250);
+    assert_int_equal(ct_pick(&s, 250, &wake), 3);
+    ct_release(&s);
+}
+
+static void test_backoff_grows_and_resets(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint64_t ids[] = {1};
+    apply(&s, ids, 1, false);
+    attach_all(&s, &conn_a);
+
+    /* Empty replies: 1, 2, 4, ..., capped at CT_EMPTY_MAX_MS. */
+    const uint64_t empty_delays[] = {1, 2, 4, 8, 16, 32, 50, 50};
+    uint64_t now = 1000;
+    for (size_t k = 0; k < sizeof empty_delays / sizeof *empty_delays; k++) {
+        send_to(&s, 1);
+        ct_on_reply(&s, 0, 0, false, now);
+        assert_int_equal(s.v[0].not_before, now + empty_delays[k]);
+        assert_int_equal(pick(&s, now + empty_delays[k] - 1), -1);
+        assert_int_equal(pick(&s, now + empty_delays[k]), 0);
+        now += 100;
+    }
+    /* Failures: 100, 200, ..., capped at CT_FAIL_MAX_MS; the empty streak is kept apart. */
+    const uint64_t fail_delays[] = {100, 200, 400, 800, 1600, 2000, 2000};
+    for (size_t k = 0; k < sizeof fail_delays / sizeof *fail_delays; k++) {
+        send_to(&s, 1);
+        ct_on_failure(&s, 0, now);
+        assert_int_equal(s.v[0].not_before, now + fail_delays[k]);
+        now += 5000;
+    }
+    /* A reply with elements clears both. */
+    send_to(&s, 1);
+    ct_on_reply(&s, 0, 3, false, now);
+    assert_int_equal(s.v[0].not_before, 0);
+    assert_int_equal(s.v[0].empty_streak, 0);
+    assert_int_equal(s.v[0].fail_streak, 0);
+    send_to(&s, 1);
+    ct_on_reply(&s, 0, 0, false, now);
+    assert_int_equal(s.v[0].not_before, now + 1);
+    send_to(&s, 1);
+    ct_on_failure(&s, 0, now);
+    assert_int_equal(s.v[0].not_before, now + 100);
+    /* An empty reply that is the end needs no wait. */
+    send_to(&s, 1);
+    ct_on_reply(&s, 0, 0, true, now);
+    assert_true(s.v[0].ended);
+    ct_release(&s);
+}
+
+static void test_coordinated_turns(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, true, 4);
+    const uint64_t ids[] = {7, 3, 5};
+    apply(&s, ids, 3, false);
+    attach_all(&s, &conn_a);
+
+    /* Turns go in id order, one request at a time. */
+    assert_int_equal(picked_id(&s, 0), 3);
+    send_to(&s, 3);
+    assert_int_equal(pick(&s, 0), -1);
+    /* An empty reply keeps the turn and the round: the same round is asked again. */
+    ct_on_reply(&s, 0, 0, false, 10);
+    assert_int_equal(pick(&s, 10), -1);
+    assert_int_equal(picked_id(&s, 11), 3);
+    assert_int_equal(s.v[0].round, 0);
+    send_to(&s, 3);
+    ct_on_failure(&s, 0, 11);
+    assert_int_equal(pick(&s, 50), -1);
+    assert_int_equal(picked_id(&s, 111), 3);
+    send_to(&s, 3);
+    ct_on_reply(&s, 0, 1, false, 111);
+    assert_int_equal(s.v[0].round, 1);
+    /* Delivered: the turn passes on, 3 -> 5 -> 7 -> 3. */
+    const uint64_t order[] = {5, 7, 3, 5};
+    for (size_t k = 0; k < 4; k++) {
+        uint64_t id = picked_id(&s, 200);
+        assert_int_equal(id, order[k]);
+        send_to(&s, id);
+        ct_on_reply(&s, (size_t)ct_find(&s, id), 1, false, 200);
+    }
+    assert_int_equal(s.v[ct_find(&s, 3)].round, 2);
+    assert_int_equal(s.v[ct_find(&s, 5)].round, 2);
+    assert_int_equal(s.v[ct_find(&s, 7)].round, 1);
+    /* 7 ends: turns go 3 -> 5 -> 3. A task that joins later takes its place in id order. */
+    send_to(&s, 7);
+    ct_on_reply(&s, (size_t)ct_find(&s, 7), 0, true, 200);
+    assert_int_equal(picked_id(&s, 200), 3);
+    const uint64_t more[] = {7, 3, 5, 4};
+    apply(&s, more, 4, false);
+    attach_all(&s, &conn_b);
+    send_to(&s, 3);
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 1, false, 200);
+    assert_int_equal(picked_id(&s, 200), 4);
+    /* The turn's task without a connection blocks the others: order matters more than speed. */
+    s.v[ct_find(&s, 4)].conn = NULL;
+    assert_int_equal(pick(&s, 200), -1);
+    ct_release(&s);
+}
+
+static void test_done_and_active(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    assert_false(ct_done(&s));
+    assert_false(ct_active(&s));
+    /* A finished iteration with no tasks is done. */
+    assert_int_equal(ct_reconcile(&s, NULL, 0, true), 0);
+    assert_true(ct_done(&s));
+
+    const uint64_t ids[] = {1, 2};
+    apply(&s, ids, 2, false);
+    attach_all(&s, &conn_a);
+    assert_true(ct_active(&s));
+    send_to(&s, 1);
+    ct_on_reply(&s, 0, 2, true, 0);
+    send_to(&s, 2);
+    send_to(&s, 2);
+    ct_on_reply(&s, 1, 2, true, 0);
+    assert_false(ct_active(&s));
+    /* Both ended, but the dispatcher has not said the iteration is finished. */
+    assert_false(ct_done(&s));
+    apply(&s, ids, 2, true);
+    /* And one request of task 2 is still out. */
+    assert_false(ct_done(&s));
+    ct_on_reply(&s, 1, 0, true, 0);
+    assert_true(ct_done(&s));
+
+    /* An unlisted task that never ended does not hold the end back. */
+    const uint64_t with3[] = {1, 2, 3};
+    apply(&s, with3, 3, false);
+    assert_true(ct_active(&s));
+    apply(&s, ids, 2, true);
+    assert_false(ct_active(&s));
+    assert_true(ct_done(&s));
+    ct_release(&s);
+}
+
+static void test_finished_ids(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint64_t ids[] = {2, 4, 6, 8};
+    apply(&s, ids, 4, false);
+    attach_all(&s, &conn_a);
+    uint64_t out[4] = {0};
+    assert_int_equal(ct_finished_ids(&s, out, 4), 0);
+    for (size_t i = 0; i < 4; i += 2) {
+        ct_sent(&s, i + 1);
+        ct_on_reply(&s, i + 1, 0, true, 0);
+    }
+    assert_int_equal(ct_finished_ids(&s, out, 4), 2);
+    assert_int_equal(out[0], 4);
+    assert_int_equal(out[1], 8);
+    memset(out, 0, sizeof out);
+    assert_int_equal(ct_finished_ids(&s, out, 1), 2);
+    assert_int_equal(out[0], 4);
+    assert_int_equal(out[1], 0);
+    assert_int_equal(ct_finished_ids(&s, NULL, 0), 2);
+    ct_release(&s);
+}
+
+static void test_retry_classes(void **state)
+{
+    static const struct {
+        int code;
+        bool transient, task;
+    } cases[] = {
+        {SLUICE_ERR_UNAVAILABLE, true, true},
+        {SLUICE_ERR_TIMEOUT, true, true},
+        {-111 /* ECONNREFUSED */, true, true},
+        {-104 /* ECONNRESET */, true, true},
+        {-4095, true, true},
+        {SLUICE_ERR_NOT_FOUND, false, true},
+        {SLUICE_ERR_CLOSED, false, true},
+        {SLUICE_ERR_CANCELLED, false, true},
+        {SLUICE_ERR_RESTARTED, false, true},
+        {SLUICE_ERR_FN, false, false},
+        {SLUICE_ERR_PROTOCOL, false, false},
+        {SLUICE_ERR_VERSION, false, false},
+        {SLUICE_ERR_EXISTS, false, false},
+        {SLUICE_ERR_CORRUPT, false, false},
+        {SLUICE_ERR_INVALID, false, false},
+        {-5000, false, false},
+        {0, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        assert_int_equal(retry_transient(cases[i].code), cases[i].transient);
+        assert_int_equal(retry_task(cases[i].code), cases[i].task);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_reconcile_adds_sorted),
+        cmocka_unit_test(test_reconcile_refuses_bad_lists),
+        cmocka_unit_test(test_unlisted_tasks_leave_once_drained),
+        cmocka_unit_test(test_relisted_task_keeps_state),
+        cmocka_unit_test(test_round_robin),
+        cmocka_unit_test(test_pick_skips_what_cannot_be_asked),
+        cmocka_unit_test(test_backoff_grows_and_resets),
+        cmocka_unit_test(test_coordinated_turns),
+        cmocka_unit_test(test_done_and_active),
+        cmocka_unit_test(test_finished_ids),
+        cmocka_unit_test(test_retry_classes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

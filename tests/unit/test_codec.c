@@ -1,0 +1,163 @@
+/* The element codec: round trips for every dtype and shape, compression chosen only when it
+ * pays, and rejection of damaged batches. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "pipeline/codec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void roundtrip(const struct sluice_element *in, bool compress)
+{
+    struct pipe_buf out = {0}, scratch = {0};
+    assert_int_equal(codec_append_elem(&out, in, compress, &scratch), 0);
+    assert_int_equal(codec_append_elem(&out, in, compress, &scratch), 0);
+    struct sluice_element got;
+    pipe_elem_init(&got);
+    size_t pos = 0;
+    char err[256];
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(
+            codec_next_elem((uint8_t *)out.p, out.len, &pos, &got, &scratch, err, sizeof(err)), 1);
+        assert_true(pipe_elem_equal(in, &got));
+    }
+    assert_int_equal(
+        codec_next_elem((uint8_t *)out.p, out.len, &pos, &got, &scratch, err, sizeof(err)), 0);
+    assert_int_equal(pos, out.len);
+    pipe_elem_release(&got);
+    pipe_buf_release(&out);
+    pipe_buf_release(&scratch);
+}
+
+static void test_scalars_and_tensors(void **state)
+{
+    (void)state;
+    struct sluice_element *e = sluice_element_new();
+    assert_non_null(e);
+    assert_int_equal(sluice_element_set_int64(e, 0, -42), 0);
+    roundtrip(e, false);
+    roundtrip(e, true);
+
+    assert_int_equal(sluice_element_set_num_components(e, 3), 0);
+    double f = 0.25;
+    assert_int_equal(sluice_element_set_tensor(e, 1, SLUICE_FLOAT64, 0, NULL, &f, 8), 0);
+    int32_t m[6] = {1, 2, 3, 4, 5, 6};
+    int64_t shape[2] = {2, 3};
+    assert_int_equal(sluice_element_set_tensor(e, 2, SLUICE_INT32, 2, shape, m, sizeof(m)), 0);
+    roundtrip(e, false);
+    roundtrip(e, true);
+
+    /* Every fixed-width dtype, as a rank-1 tensor of 3 values. */
+    for (int dt = SLUICE_BOOL; dt <= SLUICE_FLOAT64; dt++) {
+        uint8_t vals[24] = {1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+        int64_t s3[1] = {3};
+        size_t sz = sluice_dtype_size((enum sluice_dtype)dt);
+        assert_int_equal(
+            sluice_element_set_tensor(e, 0, (enum sluice_dtype)dt, 1, s3, vals, 3 * sz), 0);
+        roundtrip(e, false);
+    }
+    /* An empty tensor. */
+    int64_t s0[2] = {0, 5};
+    assert_int_equal(sluice_element_set_tensor(e, 0, SLUICE_INT64, 2, s0, NULL, 0), 0);
+    roundtrip(e, true);
+    sluice_element_free(e);
+}
+
+static void test_bytes_and_compression(void **state)
+{
+    (void)state;
+    struct sluice_element *e = sluice_element_new();
+    assert_int_equal(sluice_element_set_bytes(e, 0, "", 0), 0);
+    roundtrip(e, true);
+    assert_int_equal(sluice_element_set_bytes(e, 0, "a\0b\n", 4), 0);
+    roundtrip(e, false);
+
+    /* A compressible 1 MiB string is stored compressed, and a random one raw. */
+    size_t n = 1 << 20;
+    char *big = malloc(n);
+    assert_non_null(big);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)('a' + (i / 64) % 3);
+    assert_int_equal(sluice_element_set_bytes(e, 0, big, n), 0);
+    struct pipe_buf out = {0}, scratch = {0};
+    assert_int_equal(codec_append_elem(&out, e, true, &scratch), 0);
+    assert_true(out.len < n / 4);
+    roundtrip(e, true);
+    out.len = 0;
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        big[i] = (char)x;
+    }
+    assert_int_equal(sluice_element_set_bytes(e, 0, big, n), 0);
+    assert_int_equal(codec_append_elem(&out, e, true, &scratch), 0);
+    assert_true(out.len > n);
+    assert_int_equal(((uint8_t *)out.p)[3], 0); /* flags byte after a 3-byte length: raw */
+    roundtrip(e, true);
+    free(big);
+    pipe_buf_release(&out);
+    pipe_buf_release(&scratch);
+    sluice_element_free(e);
+}
+
+static void test_corrupt_inputs(void **state)
+{
+    (void)state;
+    struct sluice_element *e = sluice_element_new();
+    int64_t v[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    assert_int_equal(sluice_element_set_tensor(e, 0, SLUICE_INT64, 1, shape, v, sizeof(v)), 0);
+    struct pipe_buf out = {0}, scratch = {0};
+    assert_int_equal(codec_append_elem(&out, e, false, &scratch), 0);
+    struct sluice_element got;
+    pipe_elem_init(&got);
+    char err[256];
+
+    /* Every truncation of a valid record is rejected. */
+    for (size_t cut = 1; cut < out.len; cut++) {
+        size_t pos = 0;
+        int rc = codec_next_elem((uint8_t *)out.p, cut, &pos, &got, &scratch, err, sizeof(err));
+        assert_int_equal(rc, SLUICE_ERR_CORRUPT);
+    }
+    struct {
+        const uint8_t bytes[16];
+        size_t len;
+        const char *msg;
+    } cases[] = {
+        {{0x01, 0x00}, 2, "element codec: offset 2: empty element"},
+        {{0x03, 0x00, 0x01, 0x0c}, 4, "element codec: offset 3: truncated component header"},
+        {{0x04, 0x00, 0x01, 0x0c, 0x00}, 5, "element codec: offset 3: unknown dtype"},
+        {{0x04, 0x00, 0x01, 0x04, 0x09}, 5, "element codec: offset 4: rank over limit"},
+        {{0x02, 0x02, 0x00}, 3, "element codec: offset 0: unknown record flags"},
+        {{0x00}, 1, "element codec: offset 0: bad record length"},
+        {{0x05, 0x00, 0x01, 0x0b, 0x00, 0x09}, 6, "element codec: offset 6: bad string length"},
+        {{0x05, 0x00, 0x00, 0x04, 0x00, 0x00}, 6, "element codec: offset 2: bad component count"},
+        {{0x04, 0x01, 0x05, 0x01, 0x01}, 5, "element codec: offset 0: bad compressed record"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t pos = 0;
+        int rc =
+            codec_next_elem(cases[i].bytes, cases[i].len, &pos, &got, &scratch, err, sizeof(err));
+        assert_int_equal(rc, SLUICE_ERR_CORRUPT);
+        assert_string_equal(err, cases[i].msg);
+    }
+    pipe_elem_release(&got);
+    pipe_buf_release(&out);
+    pipe_buf_release(&scratch);
+    sluice_element_free(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_scalars_and_tensors),
+        cmocka_unit_test(test_bytes_and_compression),
+        cmocka_unit_test(test_corrupt_inputs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

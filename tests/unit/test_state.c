@@ -1,0 +1,1028 @@
+/* The dispatcher's state machine: every planning function's exact updates and refusals (driven
+ * by a small command script, one table row per case), state_apply() refusing updates that do not
+ * fit the state without changing it, and long random runs whose recorded updates, replayed onto
+ * a fresh state, give the same digest at every step, with ids that never repeat and every split
+ * of a finished iteration finished exactly once. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "dispatcher/server.h"
+#include "dispatcher/state.h"
+#include "dispatcher/status.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- formatting updates ---------------------------------------------------------------------- */
+
+struct buf {
+    char s[16384];
+    size_t n;
+};
+
+static void bprintf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(struct buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->s + b->n, sizeof b->s - b->n, fmt, ap);
+    va_end(ap);
+    assert_true(n >= 0 && (size_t)n < sizeof b->s - b->n);
+    b->n += (size_t)n;
+}
+
+static void format_plan(struct buf *b, const struct st_split_plan *p)
+{
+    bprintf(b,
+            " plan=(len=%" PRIu64 ",size=%" PRIu64 ",per_pass=%" PRIu64 ",passes=", p->source_len,
+            p->split_size, p->per_pass);
+    if (p->passes == UINT64_MAX)
+        bprintf(b, "inf");
+    else
+        bprintf(b, "%" PRIu64, p->passes);
+    for (size_t i = 0; i < p->npaths; i++)
+        bprintf(b, "%s%s", i == 0 ? ",paths=" : "|", p->paths[i]);
+    bprintf(b, ")");
+}
+
+/* One line per update: its type, then every field that is set, in a fixed order. */
+static void format_update(struct buf *b, const struct st_update *u)
+{
+    bprintf(b, "%s", st_update_name(u->type));
+    if (u->id)
+        bprintf(b, " id=%" PRIu64, u->id);
+    if (u->ref)
+        bprintf(b, " ref=%" PRIu64, u->ref);
+    if (u->ref2)
+        bprintf(b, " ref2=%" PRIu64, u->ref2);
+    if (u->name[0])
+        bprintf(b, " name='%s'", u->name);
+    if (u->name2[0])
+        bprintf(b, " name2='%s'", u->name2);
+    if (u->address[0])
+        bprintf(b, " address='%s'", u->address);
+    if (u->incarnation)
+        bprintf(b, " inc=%" PRIu64, u->incarnation);
+    if (u->type == ST_JOB_CREATED)
+        bprintf(b, " mode=%s", st_mode_name((enum st_mode)u->mode));
+    if (u->num_consumers)
+        bprintf(b, " consumers=%" PRIu32, u->num_consumers);
+    if (u->compression)
+        bprintf(b, " comp=%d", u->compression);
+    if (u->split_size)
+        bprintf(b, " split=%" PRIu64, u->split_size);
+    if (u->def)
+        bprintf(b, " def='%.*s'", (int)u->def_len, (const char *)u->def);
+    if (u->text)
+        bprintf(b, " text='%s'", u->text);
+    if (u->type == ST_ITERATION_CREATED)
+        bprintf(b, " dist=%d", u->distributed);
+    if (u->distributed)
+        format_plan(b, &u->plan);
+    if (u->seqs.n) {
+        bprintf(b, " seqs=[");
+        for (size_t i = 0; i < u->seqs.n; i++)
+            bprintf(b, "%s%" PRIu64, i ? "," : "", u->seqs.v[i]);
+        bprintf(b, "]");
+    }
+    bprintf(b, "\n");
+}
+
+static const char *code_name(int rc)
+{
+    switch (rc) {
+    case SLUICE_ERR_INVALID:
+        return "INVALID";
+    case SLUICE_ERR_NOT_FOUND:
+        return "NOT_FOUND";
+    case SLUICE_ERR_EXISTS:
+        return "EXISTS";
+    case SLUICE_ERR_CORRUPT:
+        return "CORRUPT";
+    case SLUICE_ERR_NOMEM:
+        return "NOMEM";
+    default:
+        return "OTHER";
+    }
+}
+
+/* ---- invariants ------------------------------------------------------------------------------ */
+
+#define SORTED(s, table)                                                                           \
+    do {                                                                                           \
+        for (size_t i_ = 1; i_ < (s)->n##table; i_++)                                              \
+            assert_true((s)->table[i_ - 1].id < (s)->table[i_].id);                                \
+    } while (0)
+
+static void check_seqs(const struct st_seq_list *l)
+{
+    for (size_t i = 1; i < l->n; i++)
+        assert_true(l->v[i - 1] < l->v[i]);
+}
+
+/* What state.h promises always holds after a successful apply. */
+static void check_invariants(const struct state *s)
+{
+    for (size_t i = 1; i < s->ndatasets; i++)
+        assert_true(strcmp(s->datasets[i - 1].id, s->datasets[i].id) < 0);
+    SORTED(s, jobs);
+    SORTED(s, iterations);
+    SORTED(s, tasks);
+    SORTED(s, workers);
+    SORTED(s, clients);
+    for (size_t i = 0; i < s->nworkers; i++) {
+        assert_true(s->workers[i].id < s->next_worker_id);
+        for (size_t k = i + 1; k < s->nworkers; k++)
+            assert_string_not_equal(s->workers[i].address, s->workers[k].address);
+    }
+    for (size_t i = 0; i < s->njobs; i++) {
+        const struct st_job *j = &s->jobs[i];
+        assert_true(j->id < s->next_job_id);
+        assert_non_null(state_dataset(s, j->dataset_id));
+        const struct st_iteration *it = state_iteration(s, j->iteration_id);
+        assert_non_null(it);
+        assert_int_equal(it->job_id, j->id);
+        if (it->state == ST_ITER_GC)
+            assert_true(j->name[0] != '\0');
+    }
+    for (size_t i = 0; i < s->niterations; i++) {
+        const struct st_iteration *it = &s->iterations[i];
+        assert_true(it->id < s->next_iteration_id);
+        const struct st_job *j = state_job(s, it->job_id);
+        assert_non_null(j);
+        assert_int_equal(j->iteration_id, it->id);
+        check_seqs(&it->pool);
+        uint64_t leased = 0;
+        size_t ntasks = 0, nfinished = 0;
+        for (size_t k = 0; k < s->ntasks; k++) {
+            if (s->tasks[k].iteration_id == it->id) {
+                leased += s->tasks[k].leased.n;
+                ntasks++;
+                nfinished += s->tasks[k].finished;
+            }
+        }
+        assert_int_equal(leased, it->splits_leased);
+        assert_true(it->split_cursor <= it->split_total || it->state == ST_ITER_GC);
+        for (size_t k = 0; k < it->pool.n; k++)
+            assert_true(it->pool.v[k] < it->split_cursor);
+        (void)nfinished;
+        if (it->state == ST_ITER_FINISHED) {
+            /* Its tasks may since have gone with their workers. */
+            if (it->distributed) {
+                assert_int_equal(it->splits_finished, it->split_total);
+                assert_int_equal(it->pool.n, 0);
+                assert_int_equal(it->splits_leased, 0);
+            }
+        }
+        if (it->state == ST_ITER_GC)
+            assert_int_equal(ntasks, 0);
+    }
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        assert_true(t->id < s->next_task_id);
+        assert_non_null(state_iteration(s, t->iteration_id));
+        assert_non_null(state_worker(s, t->worker_id));
+        check_seqs(&t->leased);
+        if (t->finished)
+            assert_int_equal(t->leased.n, 0);
+        for (size_t k = i + 1; k < s->ntasks; k++)
+            assert_false(s->tasks[k].iteration_id == t->iteration_id &&
+                         s->tasks[k].worker_id == t->worker_id);
+    }
+    for (size_t i = 0; i < s->nclients; i++) {
+        const struct st_iteration *it = state_iteration(s, s->clients[i].iteration_id);
+        assert_non_null(it);
+        assert_true(it->state != ST_ITER_GC);
+    }
+}
+
+/* ---- the script harness ---------------------------------------------------------------------- */
+
+/* Commands, one per line, words separated by spaces:
+ *   ds ID DEF [comp=N] [split=N]          register (ID "-" asks for a generated id; DEF is both
+ *                                         the definition bytes and the text)
+ *   job DATASET [name=N] [mode=M] [consumers=N] [total=N|inf] [paths=a,b]
+ *                                         get or create a job; total gives a split plan of
+ *                                         total one-element splits (inf: 2 per pass, forever)
+ *   hb ADDRESS INC [fin=1,2] [drain]      a worker heartbeat
+ *   rm WORKER                             remove a worker
+ *   splits TASK MAX [fin=1,2]             get splits
+ *   chb CLIENT | rel CLIENT | gc ITERATION
+ * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
+struct harness {
+    struct state s;
+    struct st_update_list ups;
+    struct st_update_list record; /* every update applied, in order */
+    struct buf out;
+};
+
+static void harness_init(struct harness *h)
+{
+    memset(h, 0, sizeof *h);
+    state_init(&h->s);
+}
+
+static void harness_release(struct harness *h)
+{
+    state_release(&h->s);
+    st_update_list_release(&h->ups);
+    st_update_list_release(&h->record);
+}
+
+/* Applies the planned updates and moves them (with their ownership) to the record. */
+static void commit(struct harness *h)
+{
+    for (size_t i = 0; i < h->ups.n; i++) {
+        int rc = state_apply(&h->s, &h->ups.v[i]);
+        if (rc != 0) {
+            struct buf b = {0};
+            format_update(&b, &h->ups.v[i]);
+            fail_msg("apply %s failed: %d", b.s, rc);
+        }
+        struct st_update *r = st_update_list_push(&h->record, h->ups.v[i].type);
+        assert_non_null(r);
+        *r = h->ups.v[i];
+    }
+    h->ups.n = 0; /* ownership moved to the record */
+    check_invariants(&h->s);
+}
+
+static size_t parse_list(const char *text, uint64_t *v, size_t cap)
+{
+    size_t n = 0;
+    while (*text) {
+        char *end;
+        assert_true(n < cap);
+        v[n++] = strtoull(text, &end, 10);
+        assert_true(end != text);
+        text = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static const char *opt(char **words, size_t nwords, const char *key)
+{
+    size_t k = strlen(key);
+    for (size_t i = 0; i < nwords; i++) {
+        if (strncmp(words[i], key, k) == 0 && words[i][k] == '=')
+            return words[i] + k + 1;
+        if (strcmp(words[i], key) == 0)
+            return "";
+    }
+    return NULL;
+}
+
+static const char *run(struct harness *h, const char *line)
+{
+    char copy[1024], *words[16], *save = NULL;
+    size_t nw = 0;
+    snprintf(copy, sizeof copy, "%s", line);
+    for (char *w = strtok_r(copy, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        assert_true(nw < 16);
+        words[nw++] = w;
+    }
+    assert_true(nw >= 2);
+    h->out.n = 0;
+    h->out.s[0] = '\0';
+    char err[256] = "", outs[256] = "";
+    int rc;
+    const char *cmd = words[0], *v;
+    uint64_t fin[64];
+    size_t nfin = 0;
+    if ((v = opt(words, nw, "fin")))
+        nfin = parse_list(v, fin, 64);
+
+    if (strcmp(cmd, "ds") == 0) {
+        char id_out[ST_ID_MAX] = "";
+        const char *def = words[2];
+        v = opt(words, nw, "comp");
+        int comp = v ? atoi(v) : 0;
+        v = opt(words, nw, "split");
+        uint64_t split = v ? strtoull(v, NULL, 10) : 0;
+        rc = plan_register_dataset(&h->s, strcmp(words[1], "-") == 0 ? "" : words[1],
+                                   (const uint8_t *)def, strlen(def), comp, split, def, id_out,
+                                   &h->ups, err, sizeof err);
+        snprintf(outs, sizeof outs, "id=%s", id_out);
+    } else if (strcmp(cmd, "job") == 0) {
+        enum st_mode mode = ST_MODE_PARALLEL_EPOCHS;
+        if ((v = opt(words, nw, "mode")))
+            assert_int_equal(st_mode_parse(v, &mode), 0);
+        v = opt(words, nw, "consumers");
+        uint32_t consumers = v ? (uint32_t)atoi(v) : 0;
+        const char *name = opt(words, nw, "name");
+        struct st_split_plan plan = {0}, *pp = NULL;
+        char *paths[4];
+        if ((v = opt(words, nw, "total"))) {
+            pp = &plan;
+            plan.split_size = 1;
+            if (strcmp(v, "inf") == 0) {
+                plan.source_len = plan.per_pass = 2;
+                plan.passes = UINT64_MAX;
+            } else {
+                plan.source_len = plan.per_pass = strtoull(v, NULL, 10);
+                plan.passes = 1;
+            }
+        }
+        char pathbuf[256];
+        if ((v = opt(words, nw, "paths"))) {
+            snprintf(pathbuf, sizeof pathbuf, "%s", v);
+            char *s2 = NULL;
+            for (char *p = strtok_r(pathbuf, ",", &s2); p; p = strtok_r(NULL, ",", &s2))
+                paths[plan.npaths++] = p;
+            plan.paths = paths;
+        }
+        uint64_t job = 0, it = 0, client = 0;
+        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, pp, &job,
+                                    &it, &client, &h->ups, err, sizeof err);
+        snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
+                 it, client);
+    } else if (strcmp(cmd, "hb") == 0) {
+        uint64_t wid = 0;
+        rc = plan_worker_heartbeat(&h->s, strcmp(words[1], "''") == 0 ? "" : words[1],
+                                   strtoull(words[2], NULL, 10), fin, nfin,
+                                   opt(words, nw, "drain") != NULL, &wid, &h->ups, err, sizeof err);
+        snprintf(outs, sizeof outs, "worker=%" PRIu64, wid);
+    } else if (strcmp(cmd, "rm") == 0) {
+        rc = plan_remove_worker(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "splits") == 0) {
+        bool end = false;
+        rc = plan_get_splits(&h->s, strtoull(words[1], NULL, 10), fin, nfin,
+                             (uint32_t)atoi(words[2]), &h->ups, &end, err, sizeof err);
+        snprintf(outs, sizeof outs, "end=%d", end);
+    } else if (strcmp(cmd, "chb") == 0) {
+        rc = plan_client_heartbeat(&h->s, strtoull(words[1], NULL, 10), err, sizeof err);
+    } else if (strcmp(cmd, "rel") == 0) {
+        rc = plan_release_client(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "gc") == 0) {
+        rc = plan_gc_iteration(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
+    } else {
+        fail_msg("unknown command %s", cmd);
+        return NULL;
+    }
+    if (rc < 0) {
+        /* A refusal appends nothing. */
+        assert_int_equal(h->ups.n, 0);
+        bprintf(&h->out, "error %s: %s", code_name(rc), err);
+        return h->out.s;
+    }
+    for (size_t i = 0; i < h->ups.n; i++)
+        format_update(&h->out, &h->ups.v[i]);
+    bprintf(&h->out, "=>%s%s", outs[0] ? " " : "", outs);
+    commit(h);
+    return h->out.s;
+}
+
+/* Runs every line of script; each must succeed. */
+static void run_script(struct harness *h, const char *script)
+{
+    char copy[4096], *save = NULL;
+    snprintf(copy, sizeof copy, "%s", script);
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *r = run(h, line);
+        if (strncmp(r, "error", 5) == 0)
+            fail_msg("setup '%s' failed: %s", line, r);
+    }
+}
+
+/* ---- planning cases -------------------------------------------------------------------------- */
+
+struct plan_case {
+    const char *name;
+    const char *setup;
+    const char *cmd;
+    const char *expect;
+};
+
+/* A distributed job (dataset 1, job 1, iteration 1, client 1) with tasks 1 and 2 on workers 1
+ * (a:1) and 2 (b:1), and four splits. */
+#define DIST2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 mode=distributed_epoch total=4\n"
+/* The same with a parallel_epochs job. */
+#define PAR2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1\n"
+
+static const struct plan_case plan_cases[] = {
+    /* register_dataset */
+    {"dataset generated", "", "ds - r10",
+     "dataset_registered id=1 name='1' def='r10' text='r10'\n=> id=1"},
+    {"dataset generated keeps compression and split size", "", "ds - r10 comp=1 split=3",
+     "dataset_registered id=1 name='1' comp=1 split=3 def='r10' text='r10'\n=> id=1"},
+    {"dataset anonymous duplicate shares the id", "ds - r10\nds - r20", "ds - r10", "=> id=1"},
+    {"dataset anonymous with other compression is new", "ds - r10", "ds - r10 comp=1",
+     "dataset_registered id=2 name='2' comp=1 def='r10' text='r10'\n=> id=2"},
+    {"dataset anonymous never joins an explicit id", "ds a r10", "ds - r10",
+     "dataset_registered id=1 name='1' def='r10' text='r10'\n=> id=1"},
+    {"dataset generated skips a taken decimal id", "ds 1 x\nds 2 y", "ds - r10",
+     "dataset_registered id=3 name='3' def='r10' text='r10'\n=> id=3"},
+    {"dataset explicit", "", "ds mine r10",
+     "dataset_registered name='mine' def='r10' text='r10'\n=> id=mine"},
+    {"dataset explicit same definition", "ds mine r10", "ds mine r10", "=> id=mine"},
+    {"dataset explicit other definition", "ds mine r10", "ds mine r11",
+     "error EXISTS: dataset 'mine' already exists with a different pipeline"},
+    {"dataset explicit other compression", "ds mine r10", "ds mine r10 comp=1",
+     "error EXISTS: dataset 'mine' already exists with compression auto, not none"},
+    {"dataset explicit other split size", "ds mine r10 split=8", "ds mine r10 split=16",
+     "error EXISTS: dataset 'mine' already exists with split_size 8, not 16"},
+    {"dataset id too long", "",
+     "ds "
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+     "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx r10",
+     "error INVALID: dataset id is longer than 127 bytes"},
+
+    /* get_or_create_job */
+    {"job anonymous parallel on two workers", "ds - r4\nhb a:1 1\nhb b:1 1", "job 1",
+     "job_created id=1 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"job with no workers has no tasks", "ds - r4", "job 1 name=n consumers=2",
+     "job_created id=1 name='n' name2='1' mode=parallel_epochs consumers=2\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"job distributed copies the plan", "ds - r4\nhb a:1 1", "job 1 mode=dynamic total=4 paths=x,y",
+     "job_created id=1 name2='1' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=4,size=1,per_pass=4,passes=1,paths=x|y)\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"job distributed without a plan", "ds - r4", "job 1 mode=distributed_epoch",
+     "error INVALID: a distributed_epoch iteration needs a split plan"},
+    {"job unknown dataset", "ds - r4", "job 9", "error NOT_FOUND: dataset '9' not found"},
+    {"job anonymous twice makes two jobs", "ds - r4\nhb a:1 1\njob 1", "job 1",
+     "job_created id=2 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=2 ref=2 dist=0\n"
+     "task_created id=2 ref=2 ref2=1\n"
+     "client_acquired id=2 ref=2\n"
+     "=> job=2 iteration=2 client=2"},
+    {"job named is shared", "ds - r4\nhb a:1 1\njob 1 name=n mode=distributed_epoch total=2",
+     "job 1 name=n mode=distributed_epoch",
+     "client_acquired id=2 ref=1\n=> job=1 iteration=1 client=2"},
+    {"job named other mode", "ds - r4\njob 1 name=n", "job 1 name=n mode=distributed_epoch total=2",
+     "error EXISTS: job 'n' exists with mode parallel_epochs, not distributed_epoch"},
+    {"job named other dataset", "ds - r4\nds - r5\njob 1 name=n", "job 2 name=n",
+     "error EXISTS: job 'n' exists with dataset '1', not '2'"},
+    {"job named other consumer count", "ds - r4\njob 1 name=n consumers=2",
+     "job 1 name=n consumers=3", "error EXISTS: job 'n' exists with num_consumers 2, not 3"},
+    {"job named finished is joined", "ds - r4\nhb a:1 1\njob 1 name=n\nhb a:1 1 fin=1",
+     "job 1 name=n", "client_acquired id=2 ref=1\n=> job=1 iteration=1 client=2"},
+    {"job named after collection gets a new repetition",
+     "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\ngc 1", "job 1 name=n",
+     "iteration_created id=2 ref=1 ref2=1 dist=0\n"
+     "task_created id=2 ref=2 ref2=1\n"
+     "client_acquired id=2 ref=2\n"
+     "=> job=1 iteration=2 client=2"},
+    {"job skips draining workers", "ds - r4\nhb a:1 1 drain\nhb b:1 1", "job 1",
+     "job_created id=1 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=2\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"job static mode", "ds - r4\nhb a:1 1", "job 1 mode=file_or_data",
+     "job_created id=1 name2='1' mode=file_or_data\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+
+    /* worker_heartbeat */
+    {"heartbeat registers and joins active iterations",
+     "ds - r4\njob 1\njob 1\nhb x:1 1\nhb x:1 1 fin=1\njob 1", "hb b:1 7",
+     "worker_registered id=2 address='b:1' inc=7\n"
+     "task_created id=4 ref=2 ref2=2\n"
+     "task_created id=5 ref=3 ref2=2\n"
+     "=> worker=2"},
+    {"heartbeat known worker with nothing new", PAR2, "hb a:1 1", "=> worker=1"},
+    {"heartbeat finishes one of two tasks", PAR2, "hb a:1 1 fin=1",
+     "task_finished id=1\n=> worker=1"},
+    {"heartbeat finishes the last task", PAR2 "hb a:1 1 fin=1", "hb b:1 1 fin=2",
+     "task_finished id=2\niteration_finished id=1\n=> worker=2"},
+    {"heartbeat repeated and foreign finishes are ignored", PAR2 "hb a:1 1 fin=1",
+     "hb a:1 1 fin=1,2,99,1", "=> worker=1"},
+    {"heartbeat distributed with splits left is not finished",
+     DIST2 "splits 1 4 fin=", "hb b:1 1 fin=2", "task_finished id=2\n=> worker=2"},
+    {"heartbeat distributed all splits done finishes",
+     DIST2 "splits 1 4\nsplits 1 0 fin=0,1,2,3\nhb a:1 1 fin=1", "hb b:1 1 fin=2",
+     "task_finished id=2\niteration_finished id=1\n=> worker=2"},
+    {"heartbeat finished task returns its leases", DIST2 "splits 1 2", "hb a:1 1 fin=1",
+     "splits_returned ref=1 ref2=1 seqs=[0,1]\ntask_finished id=1\n=> worker=1"},
+    {"heartbeat new incarnation replaces the worker", DIST2 "splits 1 2\nsplits 1 1 fin=0",
+     "hb a:1 2",
+     "splits_returned ref=1 ref2=1 seqs=[1,2]\n"
+     "task_removed id=1 ref=1\n"
+     "worker_removed id=1\n"
+     "worker_registered id=3 address='a:1' inc=2\n"
+     "task_created id=3 ref=1 ref2=3\n"
+     "=> worker=3"},
+    {"heartbeat new incarnation draining can finish", PAR2 "hb b:1 1 fin=2", "hb a:1 2 drain",
+     "task_removed id=1 ref=1\n"
+     "worker_removed id=1\n"
+     "worker_registered id=3 address='a:1' inc=2\n"
+     "worker_draining id=3\n"
+     "iteration_finished id=1\n"
+     "=> worker=3"},
+    {"heartbeat drain gets no new tasks", "ds - r4\nhb a:1 1", "hb a:1 1 drain",
+     "worker_draining id=1\n=> worker=1"},
+    {"heartbeat draining stays draining", "ds - r4\nhb a:1 1 drain\njob 1", "hb a:1 1",
+     "=> worker=1"},
+    {"heartbeat skips finished iterations", "ds - r4\nhb a:1 1\njob 1\nhb a:1 1 fin=1", "hb b:1 1",
+     "worker_registered id=2 address='b:1' inc=1\n=> worker=2"},
+    {"heartbeat empty address", "", "hb '' 1", "error INVALID: worker address is empty"},
+
+    /* remove_worker */
+    {"remove unknown worker", PAR2, "rm 9", "error NOT_FOUND: worker 9 not found"},
+    {"remove returns leases", DIST2 "splits 1 3\nsplits 1 0 fin=1", "rm 1",
+     "splits_returned ref=1 ref2=1 seqs=[0,2]\n"
+     "task_removed id=1 ref=1\n"
+     "worker_removed id=1\n"
+     "=>"},
+    {"remove leaves finished peers finishing", PAR2 "hb b:1 1 fin=2", "rm 1",
+     "task_removed id=1 ref=1\nworker_removed id=1\niteration_finished id=1\n=>"},
+    {"remove the only worker does not finish", "ds - r4\nhb a:1 1\njob 1", "rm 1",
+     "task_removed id=1 ref=1\nworker_removed id=1\n=>"},
+    {"remove with returned splits does not finish", DIST2 "splits 2 4\nsplits 1 0\nhb a:1 1 fin=1",
+     "rm 2",
+     "splits_returned ref=1 ref2=2 seqs=[0,1,2,3]\n"
+     "task_removed id=2 ref=1\n"
+     "worker_removed id=2\n"
+     "=>"},
+
+    /* get_splits */
+    {"splits from the cursor", DIST2, "splits 1 3",
+     "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0"},
+    {"splits capped by the total", DIST2 "splits 1 3", "splits 2 3",
+     "splits_leased ref=1 ref2=2 seqs=[3]\n=> end=0"},
+    {"splits pool first then cursor", DIST2 "splits 1 2\nrm 1", "splits 2 3",
+     "splits_leased ref=1 ref2=2 seqs=[0,1,2]\n=> end=0"},
+    {"splits finished are filtered sorted and unique", DIST2 "splits 1 2\nsplits 2 1",
+     "splits 1 0 fin=1,2,1,7,0", "splits_finished ref=1 ref2=1 seqs=[0,1]\n=> end=0"},
+    {"splits none left while another task holds leases", DIST2 "splits 1 4", "splits 2 2",
+     "=> end=0"},
+    {"splits end once everything is finished", DIST2 "splits 1 4", "splits 1 2 fin=3,2,1,0",
+     "splits_finished ref=1 ref2=1 seqs=[0,1,2,3]\n=> end=1"},
+    {"splits end for an empty source", "ds - r4\nhb a:1 1\njob 1 mode=distributed_epoch total=0",
+     "splits 1 5", "=> end=1"},
+    {"splits of a finished task", DIST2 "splits 1 4\nsplits 1 0 fin=0,1,2,3\nhb a:1 1 fin=1",
+     "splits 1 1", "=> end=1"},
+    {"splits of an endless source", "ds - r4\nhb a:1 1\njob 1 mode=distributed_epoch total=inf",
+     "splits 1 3", "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0"},
+    {"splits unknown task", DIST2, "splits 9 1", "error NOT_FOUND: task 9 not found"},
+    {"splits of a parallel task", PAR2, "splits 1 1",
+     "error INVALID: task 1 is not in a distributed_epoch iteration"},
+
+    /* clients */
+    {"client heartbeat", PAR2, "chb 1", "=>"},
+    {"client heartbeat unknown", PAR2, "chb 7", "error NOT_FOUND: client 7 not found"},
+    {"client release", PAR2, "rel 1", "client_released id=1\n=>"},
+    {"client release unknown", PAR2, "rel 7", "error NOT_FOUND: client 7 not found"},
+
+    /* gc_iteration */
+    {"gc with clients", PAR2, "gc 1", "error INVALID: iteration 1 has 1 clients"},
+    {"gc unknown", PAR2, "gc 3", "error NOT_FOUND: iteration 3 not found"},
+    {"gc removes tasks and leases", DIST2 "splits 1 2\nrel 1", "gc 1",
+     "task_removed id=1 ref=1\ntask_removed id=2 ref=1\niteration_gc id=1\n=>"},
+    {"gc twice", "ds - r4\njob 1 name=n\nrel 1\ngc 1", "gc 1",
+     "error INVALID: iteration 1 is already garbage-collected"},
+};
+
+static void test_plan_cases(void **unused)
+{
+    (void)unused;
+    for (size_t i = 0; i < sizeof plan_cases / sizeof plan_cases[0]; i++) {
+        const struct plan_case *c = &plan_cases[i];
+        struct harness h;
+        harness_init(&h);
+        run_script(&h, c->setup);
+        uint64_t before = state_digest(&h.s);
+        const char *got = run(&h, c->cmd);
+        if (strcmp(got, c->expect) != 0)
+            fail_msg("case '%s':\n-- expected --\n%s\n-- got --\n%s", c->name, c->expect, got);
+        if (strncmp(got, "error", 5) == 0)
+            assert_int_equal(state_digest(&h.s), before);
+        harness_release(&h);
+    }
+}
+
+/* What collection deletes and keeps. */
+static void test_gc_rows(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1\njob 1 mode=distributed_epoch total=3\n"
+                   "job 1 name=n mode=distributed_epoch total=3\nrel 1\nrel 2\nsplits 2 1");
+    run_script(&h, "gc 1\ngc 2");
+    /* The anonymous job went with its iteration; the named one keeps its collected iteration. */
+    assert_null(state_job(&h.s, 1));
+    assert_null(state_iteration(&h.s, 1));
+    const struct st_job *j = state_job_by_name(&h.s, "n");
+    assert_non_null(j);
+    const struct st_iteration *it = state_iteration(&h.s, j->iteration_id);
+    assert_non_null(it);
+    assert_int_equal(it->state, ST_ITER_GC);
+    assert_int_equal(it->pool.n, 0);
+    assert_int_equal(it->plan.npaths, 0);
+    assert_int_equal(h.s.ntasks, 0);
+    /* The next iteration replaces the collected row. */
+    run_script(&h, "job 1 name=n mode=distributed_epoch total=3");
+    assert_int_equal(h.s.niterations, 1);
+    assert_int_equal(h.s.iterations[0].id, 3);
+    assert_int_equal(h.s.iterations[0].repetition, 1);
+    harness_release(&h);
+}
+
+/* ---- apply refusals -------------------------------------------------------------------------- */
+
+struct apply_case {
+    const char *name;
+    enum st_update_type type;
+    uint64_t id, ref, ref2;
+    const char *name1, *name2, *address;
+    int mode;
+    bool distributed;
+    uint64_t seqs[4];
+    size_t nseqs;
+};
+
+/* Each runs on DIST2 plus "splits 1 2" (task 1 holds seqs 0 and 1; cursor 2 of 4). */
+static const struct apply_case apply_cases[] = {
+    {"unknown type", (enum st_update_type)99, 1},
+    {"dataset again", ST_DATASET_REGISTERED, 0, 0, 0, "1"},
+    {"dataset empty id", ST_DATASET_REGISTERED, 0, 0, 0, ""},
+    {"dataset number does not match", ST_DATASET_REGISTERED, 5, 0, 0, "6"},
+    {"job id taken", ST_JOB_CREATED, 1, 0, 0, "", "1"},
+    {"job zero id", ST_JOB_CREATED, 0, 0, 0, "", "1"},
+    {"job unknown dataset", ST_JOB_CREATED, 5, 0, 0, "", "7"},
+    {"job bad mode", ST_JOB_CREATED, 5, 0, 0, "", "1", NULL, 9},
+    {"iteration for unknown job", ST_ITERATION_CREATED, 5, 9},
+    {"iteration while one is live", ST_ITERATION_CREATED, 5, 1, 0, NULL, NULL, NULL, 0, true},
+    {"task id taken", ST_TASK_CREATED, 1, 1, 1},
+    {"task unknown iteration", ST_TASK_CREATED, 5, 9, 1},
+    {"task unknown worker", ST_TASK_CREATED, 5, 1, 9},
+    {"task second on a worker", ST_TASK_CREATED, 5, 1, 1},
+    {"finish unknown task", ST_TASK_FINISHED, 9},
+    {"finish a task holding leases", ST_TASK_FINISHED, 1},
+    {"remove unknown task", ST_TASK_REMOVED, 9},
+    {"worker address taken", ST_WORKER_REGISTERED, 5, 0, 0, NULL, NULL, "a:1"},
+    {"worker empty address", ST_WORKER_REGISTERED, 5, 0, 0, NULL, NULL, ""},
+    {"worker removed with tasks", ST_WORKER_REMOVED, 1},
+    {"worker removed unknown", ST_WORKER_REMOVED, 9},
+    {"drain unknown worker", ST_WORKER_DRAINING, 9},
+    {"client unknown iteration", ST_CLIENT_ACQUIRED, 5, 9},
+    {"client id taken", ST_CLIENT_ACQUIRED, 1, 1},
+    {"release unknown client", ST_CLIENT_RELEASED, 9},
+    {"lease skipping the cursor", ST_SPLITS_LEASED, 0, 1, 2, .seqs = {3}, .nseqs = 1},
+    {"lease a leased split", ST_SPLITS_LEASED, 0, 1, 2, .seqs = {1}, .nseqs = 1},
+    {"lease past the end", ST_SPLITS_LEASED, 0, 1, 2, .seqs = {2, 3, 4}, .nseqs = 3},
+    {"lease nothing", ST_SPLITS_LEASED, 0, 1, 2},
+    {"lease to a task of another iteration", ST_SPLITS_LEASED, 0, 9, 2, .seqs = {2}, .nseqs = 1},
+    {"lease out of order", ST_SPLITS_LEASED, 0, 1, 2, .seqs = {3, 2}, .nseqs = 2},
+    {"finish a split not leased to the task", ST_SPLITS_FINISHED, 0, 1, 2, .seqs = {0}, .nseqs = 1},
+    {"finish a split twice in one update", ST_SPLITS_FINISHED, 0, 1, 1, .seqs = {0, 0}, .nseqs = 2},
+    {"return a split not leased", ST_SPLITS_RETURNED, 0, 1, 1, .seqs = {2}, .nseqs = 1},
+    {"finish unknown iteration", ST_ITERATION_FINISHED, 9},
+    {"gc an iteration with clients and tasks", ST_ITERATION_GC, 1},
+    {"gc unknown iteration", ST_ITERATION_GC, 9},
+};
+
+static void test_apply_refuses(void **unused)
+{
+    (void)unused;
+    for (size_t i = 0; i < sizeof apply_cases / sizeof apply_cases[0]; i++) {
+        const struct apply_case *c = &apply_cases[i];
+        struct harness h;
+        harness_init(&h);
+        run_script(&h, DIST2 "splits 1 2");
+        struct st_update u;
+        memset(&u, 0, sizeof u);
+        u.type = c->type;
+        u.id = c->id;
+        u.ref = c->ref;
+        u.ref2 = c->ref2;
+        snprintf(u.name, sizeof u.name, "%s", c->name1 ? c->name1 : "");
+        snprintf(u.name2, sizeof u.name2, "%s", c->name2 ? c->name2 : "");
+        snprintf(u.address, sizeof u.address, "%s", c->address ? c->address : "");
+        u.mode = c->mode;
+        u.distributed = c->distributed;
+        u.plan.per_pass = u.plan.passes = 1;
+        u.seqs.v = (uint64_t *)c->seqs;
+        u.seqs.n = c->nseqs;
+        uint64_t before = state_digest(&h.s);
+        int rc = state_apply(&h.s, &u);
+        if (rc != SLUICE_ERR_CORRUPT)
+            fail_msg("case '%s': apply returned %d", c->name, rc);
+        assert_int_equal(state_digest(&h.s), before);
+        check_invariants(&h.s);
+        harness_release(&h);
+    }
+}
+
+/* ---- random runs: apply/replay equivalence, unique ids, exactly-once splits ------------------ */
+
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static uint64_t pick(uint64_t *x, uint64_t n)
+{
+    return n ? rng_next(x) % n : 0;
+}
+
+/* One random planned operation; refusals are fine (they must append nothing). */
+static void random_op(struct harness *h, uint64_t *x)
+{
+    static const char *const defs[] = {"r1", "r2", "r3"};
+    static const char *const ids[] = {"-", "-", "-", "a", "b", "7"};
+    static const char *const names[] = {"", "", "n", "m"};
+    static const char *const addrs[] = {"w0:1", "w1:1", "w2:1", "w3:1"};
+    char cmd[512];
+    const struct state *s = &h->s;
+    switch (pick(x, 10)) {
+    case 0:
+        snprintf(cmd, sizeof cmd, "ds %s %s comp=%d", ids[pick(x, 6)], defs[pick(x, 3)],
+                 (int)pick(x, 2));
+        break;
+    case 1: {
+        if (s->ndatasets == 0)
+            return;
+        const char *name = names[pick(x, 4)];
+        bool dist = pick(x, 3) != 0;
+        int n = snprintf(cmd, sizeof cmd, "job %s%s%s", s->datasets[pick(x, s->ndatasets)].id,
+                         *name ? " name=" : "", name);
+        if (dist)
+            snprintf(cmd + n, sizeof cmd - (size_t)n, " mode=distributed_epoch total=%d",
+                     (int)pick(x, 7));
+        break;
+    }
+    case 2:
+    case 3:
+    case 4: {
+        /* A worker reports some of its unfinished tasks finished, or restarts. */
+        const char *addr = addrs[pick(x, 4)];
+        const struct st_worker *w = state_worker_by_address(s, addr);
+        uint64_t inc = w && pick(x, 8) != 0 ? w->incarnation : 1 + pick(x, 3);
+        int n = snprintf(cmd, sizeof cmd, "hb %s %" PRIu64, addr, inc);
+        if (w) {
+            const char *sep = " fin=";
+            for (size_t i = 0; i < s->ntasks && n < 400; i++) {
+                if (s->tasks[i].worker_id == w->id && pick(x, 3) == 0) {
+                    n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%s%" PRIu64, sep,
+                                  s->tasks[i].id);
+                    sep = ",";
+                }
+            }
+        }
+        if (pick(x, 20) == 0)
+            snprintf(cmd + n, sizeof cmd - (size_t)n, " drain");
+        break;
+    }
+    case 5:
+    case 6:
+    case 7: {
+        if (s->ntasks == 0)
+            return;
+        const struct st_task *t = &s->tasks[pick(x, s->ntasks)];
+        int n = snprintf(cmd, sizeof cmd, "splits %" PRIu64 " %d", t->id, (int)pick(x, 4));
+        const char *sep = " fin=";
+        for (size_t i = 0; i < t->leased.n && n < 400; i++) {
+            if (pick(x, 2) == 0) {
+                n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%s%" PRIu64, sep, t->leased.v[i]);
+                sep = ",";
+            }
+        }
+        break;
+    }
+    case 8:
+        if (pick(x, 3) == 0 && s->nworkers > 0) {
+            snprintf(cmd, sizeof cmd, "rm %" PRIu64, s->workers[pick(x, s->nworkers)].id);
+        } else if (s->nclients > 0) {
+            snprintf(cmd, sizeof cmd, "rel %" PRIu64, s->clients[pick(x, s->nclients)].id);
+        } else {
+            return;
+        }
+        break;
+    default:
+        if (s->niterations == 0)
+            return;
+        snprintf(cmd, sizeof cmd, "gc %" PRIu64, s->iterations[pick(x, s->niterations)].id);
+        break;
+    }
+    run(h, cmd);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void check_unique(uint64_t *v, size_t n, const char *what)
+{
+    qsort(v, n, sizeof *v, cmp_u64);
+    for (size_t i = 1; i < n; i++) {
+        if (v[i] == v[i - 1])
+            fail_msg("%s id %" PRIu64 " used twice", what, v[i]);
+    }
+}
+
+#define RANDOM_STEPS 3000
+
+static void random_run(uint64_t seed)
+{
+    struct harness h;
+    harness_init(&h);
+    uint64_t x = seed;
+    size_t *marks = calloc(RANDOM_STEPS, sizeof *marks);
+    uint64_t *digests = calloc(RANDOM_STEPS, sizeof *digests);
+    assert_non_null(marks);
+    assert_non_null(digests);
+    size_t finished_iterations = 0;
+    for (size_t step = 0; step < RANDOM_STEPS; step++) {
+        random_op(&h, &x);
+        marks[step] = h.record.n;
+        digests[step] = state_digest(&h.s);
+    }
+
+    /* Replay onto a fresh state: the same digest after every step's updates. */
+    struct state r;
+    state_init(&r);
+    size_t applied = 0;
+    for (size_t step = 0; step < RANDOM_STEPS; step++) {
+        for (; applied < marks[step]; applied++)
+            assert_int_equal(state_apply(&r, &h.record.v[applied]), 0);
+        if (state_digest(&r) != digests[step])
+            fail_msg("seed %" PRIu64 ": replay differs after step %zu", seed, step);
+    }
+    assert_int_equal(r.applied, h.record.n);
+    state_release(&r);
+
+    /* Ids never repeat, and no split is finished twice in one iteration. */
+    size_t n = h.record.n;
+    uint64_t *ids[6];
+    size_t nids[6] = {0};
+    for (int k = 0; k < 6; k++) {
+        ids[k] = malloc((n ? n : 1) * sizeof(uint64_t));
+        assert_non_null(ids[k]);
+    }
+    uint64_t *fin = malloc(((n ? n : 1) * 8) * sizeof *fin);
+    size_t nfin = 0;
+    assert_non_null(fin);
+    for (size_t i = 0; i < n; i++) {
+        const struct st_update *u = &h.record.v[i];
+        int k = u->type == ST_DATASET_REGISTERED  ? 0
+                : u->type == ST_JOB_CREATED       ? 1
+                : u->type == ST_ITERATION_CREATED ? 2
+                : u->type == ST_TASK_CREATED      ? 3
+                : u->type == ST_WORKER_REGISTERED ? 4
+                : u->type == ST_CLIENT_ACQUIRED   ? 5
+                                                  : -1;
+        if (k == 0 && u->id == 0)
+            continue;
+        if (k >= 0)
+            ids[k][nids[k]++] = u->id;
+        if (u->type == ST_ITERATION_FINISHED)
+            finished_iterations++;
+        if (u->type == ST_SPLITS_FINISHED) {
+            /* iteration id in the high bits: both stay small in these runs */
+            for (size_t j = 0; j < u->seqs.n; j++)
+                fin[nfin++] = (u->ref << 32) | u->seqs.v[j];
+        }
+    }
+    static const char *const kinds[] = {"dataset", "job", "iteration", "task", "worker", "client"};
+    for (int k = 0; k < 6; k++) {
+        check_unique(ids[k], nids[k], kinds[k]);
+        free(ids[k]);
+    }
+    check_unique(fin, nfin, "finished split");
+    free(fin);
+    /* The run must exercise what it claims to. */
+    assert_true(finished_iterations > 0);
+    assert_true(nfin > 0);
+    free(marks);
+    free(digests);
+    harness_release(&h);
+}
+
+static void test_random_replay(void **unused)
+{
+    (void)unused;
+    for (uint64_t seed = 1; seed <= 20; seed++)
+        random_run(seed * 0x9e3779b97f4a7c15ull);
+}
+
+/* ---- names ----------------------------------------------------------------------------------- */
+
+static void test_mode_names(void **unused)
+{
+    (void)unused;
+    static const struct {
+        const char *text;
+        int rc;
+        enum st_mode mode;
+    } cases[] = {
+        {"parallel_epochs", 0, ST_MODE_PARALLEL_EPOCHS},
+        {"off", 0, ST_MODE_PARALLEL_EPOCHS},
+        {"distributed_epoch", 0, ST_MODE_DISTRIBUTED_EPOCH},
+        {"dynamic", 0, ST_MODE_DISTRIBUTED_EPOCH},
+        {"file", 0, ST_MODE_FILE},
+        {"data", 0, ST_MODE_DATA},
+        {"file_or_data", 0, ST_MODE_FILE_OR_DATA},
+        {"hint", 0, ST_MODE_HINT},
+        {"", SLUICE_ERR_INVALID, 0},
+        {"Dynamic", SLUICE_ERR_INVALID, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        enum st_mode m = (enum st_mode)77;
+        assert_int_equal(st_mode_parse(cases[i].text, &m), cases[i].rc);
+        if (cases[i].rc == 0)
+            assert_int_equal(m, cases[i].mode);
+    }
+    assert_string_equal(st_mode_name(ST_MODE_FILE_OR_DATA), "file_or_data");
+    assert_string_equal(st_mode_name((enum st_mode)42), "unknown");
+    assert_string_equal(st_update_name(ST_WORKER_DRAINING), "worker_draining");
+    assert_string_equal(st_update_name((enum st_update_type)0), "unknown");
+}
+
+static void test_split_plan_total(void **unused)
+{
+    (void)unused;
+    struct st_split_plan p = {.per_pass = 3, .passes = 2};
+    assert_int_equal(st_split_plan_total(&p), 6);
+    p.passes = UINT64_MAX;
+    assert_true(st_split_plan_total(&p) == UINT64_MAX);
+    p.passes = UINT64_MAX / 2;
+    assert_true(st_split_plan_total(&p) == UINT64_MAX);
+    p.passes = 0;
+    assert_int_equal(st_split_plan_total(&p), 0);
+    p.per_pass = 0;
+    p.passes = UINT64_MAX;
+    assert_int_equal(st_split_plan_total(&p), 0);
+}
+
+/* ---- the status document and the shell's arithmetic ------------------------------------------ */
+
+static void test_status_json(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nds mine r5 comp=1\nhb a:1 255\nhb b:2 1 drain\n"
+                   "job 1 name=n mode=distributed_epoch total=4\njob mine\n"
+                   "splits 1 3\nrm 1\nhb a:1 255\nsplits 3 1\nsplits 3 0 fin=0\n"
+                   "job 1\nrel 3\ngc 3\njob 1 name=z\nrel 4\ngc 4");
+    char *json = NULL;
+    assert_int_equal(status_json(&h.s, &json), 0);
+    assert_string_equal(
+        json, "{\"workers\":["
+              "{\"id\":2,\"address\":\"b:2\",\"incarnation\":\"0000000000000001\","
+              "\"draining\":true,\"tasks\":[]},"
+              "{\"id\":3,\"address\":\"a:1\",\"incarnation\":\"00000000000000ff\","
+              "\"draining\":false,\"tasks\":[3,4]}],"
+              "\"datasets\":[{\"id\":\"1\",\"pipeline\":\"r4\",\"compression\":\"auto\"},"
+              "{\"id\":\"mine\",\"pipeline\":\"r5\",\"compression\":\"none\"}],"
+              "\"jobs\":["
+              "{\"id\":1,\"name\":\"n\",\"dataset_id\":\"1\",\"mode\":\"distributed_epoch\","
+              "\"iteration_id\":1,\"repetition\":0,\"state\":\"active\",\"clients\":1,"
+              "\"tasks\":[{\"id\":3,\"worker\":\"a:1\",\"finished\":false}],"
+              "\"splits\":{\"total\":4,\"cursor\":3,\"leased\":0,\"returned\":2,"
+              "\"finished\":1}},"
+              "{\"id\":2,\"name\":null,\"dataset_id\":\"mine\",\"mode\":\"parallel_epochs\","
+              "\"iteration_id\":2,\"repetition\":0,\"state\":\"active\",\"clients\":1,"
+              "\"tasks\":[{\"id\":4,\"worker\":\"a:1\",\"finished\":false}]},"
+              "{\"id\":4,\"name\":\"z\",\"dataset_id\":\"1\",\"mode\":\"parallel_epochs\","
+              "\"iteration_id\":4,\"repetition\":0,\"state\":\"garbage_collected\","
+              "\"clients\":0,\"tasks\":[]}]}");
+    free(json);
+    harness_release(&h);
+}
+
+static void test_heartbeat_interval(void **unused)
+{
+    (void)unused;
+    static const uint32_t cases[][2] = {
+        {1, 50}, {250, 50}, {300, 60}, {2500, 500}, {5000, 1000}, {10000, 1000}, {UINT32_MAX, 1000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(dispatcher_heartbeat_ms(cases[i][0]), cases[i][1]);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_cases),    cmocka_unit_test(test_gc_rows),
+        cmocka_unit_test(test_apply_refuses), cmocka_unit_test(test_random_replay),
+        cmocka_unit_test(test_mode_names),    cmocka_unit_test(test_split_plan_total),
+        cmocka_unit_test(test_status_json),   cmocka_unit_test(test_heartbeat_interval),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

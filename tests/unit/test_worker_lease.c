@@ -1,0 +1,351 @@
+/* Split leasing on the worker (src/worker/lease.c): the split a plan names for each seq must be
+ * the one pipe_split_at() names; plans from the network are checked; the lease queue asks,
+ * reports, backs off and ends as its contract says. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "pipeline/parse.h"
+#include "pipeline/split.h"
+#include "worker/lease.h"
+
+static struct pipe_spec *parse(const char *text)
+{
+    struct pipe_spec *spec = NULL;
+    char err[256];
+    if (pipe_parse(text, &spec, err, sizeof err) != 0)
+        fail_msg("parse '%s': %s", text, err);
+    return spec;
+}
+
+/* The plan a dispatcher would send for provider p. Paths are borrowed. */
+static struct lease_plan plan_of(const struct pipe_split_provider *p)
+{
+    struct lease_plan plan = {
+        .kind = p->kind,
+        .source_len = p->source_len,
+        .split_size = p->split_size,
+        .per_pass = p->per_pass,
+        .passes = p->passes,
+        .paths = p->paths,
+        .npaths = p->npaths,
+    };
+    return plan;
+}
+
+/* Every seq of the sequence (or its first 3 passes, when endless) and a few past its end give
+ * the same split from the plan as from the provider. */
+static void compare_sequence(const struct pipe_split_provider *p)
+{
+    struct lease_plan plan = plan_of(p);
+    char err[256];
+    assert_int_equal(lease_plan_check(&plan, err, sizeof err), 0);
+    uint64_t count = pipe_split_count(p);
+    uint64_t last = count == UINT64_MAX ? 3 * p->per_pass : count;
+    for (uint64_t seq = 0; seq < last + 3; seq++) {
+        struct pipe_split want, got;
+        memset(&want, 0xa5, sizeof want);
+        memset(&got, 0x5a, sizeof got);
+        int in = pipe_split_at(p, seq, &want);
+        int rc = lease_split_fill(&plan, seq, &got, err, sizeof err);
+        if (!in) {
+            assert_int_equal(rc, SLUICE_ERR_CORRUPT);
+            char msg[128];
+            snprintf(msg, sizeof msg, "split %llu is past the end of the split sequence",
+                     (unsigned long long)seq);
+            assert_string_equal(err, msg);
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(got.seq, want.seq);
+        assert_int_equal(got.repetition, want.repetition);
+        assert_int_equal(got.begin, want.begin);
+        assert_int_equal(got.end, want.end);
+        assert_string_equal(got.path, want.path);
+    }
+}
+
+static void test_fill_matches_provider(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        uint64_t split_size;
+    } cases[] = {
+        {"range(10)", 0},
+        {"range(10)", 1},
+        {"range(10)", 3},
+        {"range(10)", 10},
+        {"range(10)", 25},
+        {"range(0, 100, 7)", 4},
+        {"range(50, 0, -3)", 5},
+        {"range(1000)", 0},
+        {"range(100000)", 0},
+        {"list(1, 2, 3, 4, 5) | repeat(3)", 2},
+        {"list(1, 2, 3, 4, 5) | repeat(2) | map(square) | repeat(2)", 0},
+        {"range(7) | repeat()", 3},
+        {"range(7) | repeat(0)", 3},
+        {"range(0)", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct pipe_spec *spec = parse(cases[i].text);
+        struct pipe_split_provider p;
+        char err[256];
+        assert_int_equal(pipe_split_provider_init(&p, spec, cases[i].split_size, err, sizeof err),
+                         0);
+        compare_sequence(&p);
+        pipe_split_provider_release(&p);
+        pipe_spec_free(spec);
+    }
+}
+
+/* File splits, with a provider built by hand (no disk): one file per split. */
+static void test_fill_files(void **state)
+{
+    (void)state;
+    char *paths[] = {"/data/a.rec", "/data/b.rec", "/data/c.rec"};
+    struct pipe_split_provider p = {
+        .kind = PIPE_SRC_TFRECORD, .per_pass = 3, .passes = 2, .paths = paths, .npaths = 3};
+    compare_sequence(&p);
+    p.kind = PIPE_SRC_LINES;
+    p.passes = UINT64_MAX;
+    compare_sequence(&p);
+
+    struct lease_plan plan = plan_of(&p);
+    struct pipe_split s;
+    char err[128];
+    assert_int_equal(lease_split_fill(&plan, 7, &s, err, sizeof err), 0);
+    assert_string_equal(s.path, "/data/b.rec");
+    assert_int_equal(s.repetition, 2);
+    assert_int_equal(s.begin, 0);
+    assert_int_equal(s.end, 0);
+}
+
+static void test_plan_check(void **state)
+{
+    (void)state;
+    char *one[] = {"/a"};
+    char *empty[] = {""};
+    static char longpath[5000];
+    memset(longpath, 'x', sizeof longpath - 1);
+    char *toolong[] = {longpath};
+    const struct {
+        struct lease_plan plan;
+        const char *want; /* NULL: accepted */
+    } cases[] = {
+        {{PIPE_SRC_RANGE, 10, 3, 4, 1, NULL, 0}, NULL},
+        {{PIPE_SRC_LIST, 10, 10, 1, UINT64_MAX, NULL, 0}, NULL},
+        {{PIPE_SRC_RANGE, 0, 1, 0, 1, NULL, 0}, NULL},   /* empty source */
+        {{PIPE_SRC_RANGE, 10, 3, 0, 0, NULL, 0}, NULL},  /* repeat(0) */
+        {{PIPE_SRC_RANGE, 10, 3, 0, 1, NULL, 0}, "split plan has no splits per pass"},
+        {{PIPE_SRC_RANGE, 10, 0, 4, 1, NULL, 0}, "split plan has split size 0"},
+        {{PIPE_SRC_RANGE, 10, 3, 3, 1, NULL, 0},
+         "split plan has 3 splits per pass, but 10 elements in splits of 3 make 4"},
+        {{PIPE_SRC_LINES, 0, 0, 1, 1, one, 1}, NULL},
+        {{PIPE_SRC_LINES, 0, 0, 2, 1, one, 1}, "split plan has 2 splits per pass but 1 files"},
+        {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, empty, 1}, "split plan has a file name of 0 bytes"},
+        {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, toolong, 1},
+         "split plan has a file name of 4999 bytes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char err[256] = "";
+        int rc = lease_plan_check(&cases[i].plan, err, sizeof err);
+        if (!cases[i].want) {
+            if (rc != 0)
+                fail_msg("case %zu: %s", i, err);
+        } else {
+            assert_int_equal(rc, SLUICE_ERR_CORRUPT);
+            assert_string_equal(err, cases[i].want);
+        }
+    }
+}
+
+static void expect_want(const struct lease_queue *q, uint64_t now, uint32_t max_splits,
+                        size_t nfinished)
+{
+    uint32_t m = 12345;
+    size_t n = 12345;
+    assert_true(lease_want(q, now, &m, &n));
+    assert_int_equal(m, max_splits);
+    assert_int_equal(n, nfinished);
+}
+
+static void expect_no_want(const struct lease_queue *q, uint64_t now)
+{
+    uint32_t m;
+    size_t n;
+    assert_false(lease_want(q, now, &m, &n));
+}
+
+/* The life of a queue: fill, drain to the low mark, top up, report, end. */
+static void test_queue_cycle(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    assert_int_equal(q.low, 2);
+    expect_want(&q, 1000, 4, 0);
+    lease_sent(&q, 4, 0);
+    expect_no_want(&q, 1000); /* one request at a time */
+    uint64_t s1[] = {10, 11, 12, 13};
+    assert_int_equal(lease_granted(&q, s1, 4, false, 1001), 0);
+    expect_no_want(&q, 1001); /* full */
+
+    uint64_t seq;
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(seq, 10);
+    expect_no_want(&q, 1002); /* 3 left, above the low mark */
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(seq, 11);
+    assert_int_equal(lease_finish(&q, 10, 1003), 0);
+    /* At the low mark: ask for the room left, and report what finished. */
+    expect_want(&q, 1003, 2, 1);
+    assert_int_equal(q.finished[0], 10);
+    lease_sent(&q, 2, 1);
+    assert_int_equal(lease_finish(&q, 11, 1004), 0); /* finishes while the request flies */
+    uint64_t s2[] = {14, 15};
+    assert_int_equal(lease_granted(&q, s2, 2, false, 1005), 0);
+    assert_int_equal(q.nfinished, 1);
+    assert_int_equal(q.finished[0], 11);
+    assert_int_equal(q.len, 4);
+
+    /* A lone finished seq is reported after LEASE_REPORT_MS, not before. */
+    expect_no_want(&q, 1004 + LEASE_REPORT_MS - 1);
+    expect_want(&q, 1004 + LEASE_REPORT_MS, 0, 1);
+    lease_sent(&q, 0, 1);
+    assert_int_equal(lease_granted(&q, NULL, 0, false, 1200), 0);
+    assert_int_equal(q.nfinished, 0);
+    assert_int_equal(q.retry_at_ms, 0); /* asked for none: an empty reply is no reason to wait */
+
+    /* Order is kept across the ring's wrap. */
+    uint64_t want_order[] = {12, 13, 14, 15};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(seq, want_order[i]);
+        assert_int_equal(lease_finish(&q, seq, 1300), 0);
+    }
+    assert_int_equal(lease_pop(&q, &seq), 0);
+    assert_true(lease_more(&q));
+    assert_false(lease_settled(&q));
+
+    /* The end: nothing more to lease, the four finished seqs go out at once. */
+    expect_want(&q, 1300, 4, 4);
+    lease_sent(&q, 4, 4);
+    assert_int_equal(lease_granted(&q, NULL, 0, true, 1301), 0);
+    assert_false(lease_more(&q));
+    assert_true(lease_settled(&q));
+    expect_no_want(&q, 5000);
+    lease_queue_release(&q);
+}
+
+static void test_queue_backoff(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    assert_int_equal(lease_queue_init(&q, 8), 0);
+    uint64_t t = 10000;
+    uint64_t delays[] = {100, 200, 400, 800, 1000, 1000};
+    for (size_t i = 0; i < sizeof delays / sizeof delays[0]; i++) {
+        expect_want(&q, t, 8, 0);
+        lease_sent(&q, 8, 0);
+        lease_failed(&q, t);
+        expect_no_want(&q, t + delays[i] - 1);
+        t += delays[i];
+    }
+    /* A success resets the delay. */
+    expect_want(&q, t, 8, 0);
+    lease_sent(&q, 8, 0);
+    uint64_t s[] = {1};
+    assert_int_equal(lease_granted(&q, s, 1, false, t), 0);
+    assert_int_equal(q.failures, 0);
+    expect_want(&q, t, 7, 0);
+    lease_sent(&q, 7, 0);
+    /* An empty answer to a request for splits waits like a failure. */
+    assert_int_equal(lease_granted(&q, NULL, 0, false, t), 0);
+    expect_no_want(&q, t + 99);
+    expect_want(&q, t + 100, 7, 0);
+    lease_queue_release(&q);
+}
+
+/* Finished seqs survive a failed request and go out with the next one. */
+static void test_queue_failed_report(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    lease_sent(&q, 4, 0);
+    uint64_t s[] = {1, 2, 3, 4};
+    assert_int_equal(lease_granted(&q, s, 4, true, 0), 0);
+    uint64_t seq;
+    while (lease_pop(&q, &seq))
+        assert_int_equal(lease_finish(&q, seq, 10), 0);
+    expect_want(&q, 10, 0, 4);
+    lease_sent(&q, 0, 4);
+    lease_failed(&q, 10);
+    assert_false(lease_settled(&q));
+    expect_no_want(&q, 109);
+    expect_want(&q, 110, 0, 4);
+    assert_int_equal(q.finished[0], 1);
+    assert_int_equal(q.finished[3], 4);
+    lease_sent(&q, 0, 4);
+    assert_int_equal(lease_granted(&q, NULL, 0, true, 111), 0);
+    assert_true(lease_settled(&q));
+    lease_queue_release(&q);
+}
+
+/* A dispatcher may grant more than asked; the ring grows and keeps the order. Many finished
+ * seqs are reported without waiting for the timer. */
+static void test_queue_grows(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    uint64_t seq;
+    lease_sent(&q, 4, 0);
+    uint64_t a[] = {0, 1, 2};
+    assert_int_equal(lease_granted(&q, a, 3, false, 0), 0);
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    lease_sent(&q, 3, 0);
+    uint64_t b[100];
+    for (int i = 0; i < 100; i++)
+        b[i] = 3 + (uint64_t)i;
+    assert_int_equal(lease_granted(&q, b, 100, false, 0), 0);
+    assert_int_equal(q.len, 102);
+    for (uint64_t want = 1; want < LEASE_REPORT_COUNT; want++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(seq, want);
+        assert_int_equal(lease_finish(&q, seq, 0), 0);
+    }
+    /* Plenty queued, one short of the count, before the timer: nothing to send. */
+    assert_int_equal(q.nfinished, LEASE_REPORT_COUNT - 1);
+    expect_no_want(&q, 1);
+    assert_int_equal(lease_finish(&q, 0, 0), 0);
+    expect_want(&q, 1, 0, LEASE_REPORT_COUNT);
+    for (uint64_t want = LEASE_REPORT_COUNT; want < 103; want++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(seq, want);
+    }
+    assert_int_equal(lease_pop(&q, &seq), 0);
+    lease_queue_release(&q);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fill_matches_provider),
+        cmocka_unit_test(test_fill_files),
+        cmocka_unit_test(test_plan_check),
+        cmocka_unit_test(test_queue_cycle),
+        cmocka_unit_test(test_queue_backoff),
+        cmocka_unit_test(test_queue_failed_report),
+        cmocka_unit_test(test_queue_grows),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
