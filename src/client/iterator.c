@@ -35,10 +35,18 @@
 
 enum iter_state { ITER_RUNNING, ITER_ENDED, ITER_FAILED };
 
+/* The dispatcher's names of the modes (as in its status document), by enum sluice_mode. */
+static const char *const mode_names[] = {
+    "parallel_epochs", "distributed_epoch", "file", "data", "file_or_data", "hint"};
+
 struct sluice_iterator {
     struct sluice_client *c;
     /* Fixed once open. */
     char dataset_id[DATASET_ID_MAX];
+    char job_name[DATASET_ID_MAX];
+    enum sluice_mode mode;
+    uint8_t *def; /* the dataset's definition as the dispatcher sent it (packed) */
+    size_t def_len;
     uint64_t job_id, iteration_id, client_id;
     uint32_t consumer_index;
     bool coordinated;
@@ -73,7 +81,9 @@ struct sluice_iterator {
     uv_timer_t hb_timer, pump_timer;
     unsigned refs; /* the open iterator, its two timers, and each request under way */
     bool started, closing;
-    bool hb_busy; /* a heartbeat or status request is under way */
+    bool hb_busy;     /* a heartbeat or status request is under way */
+    bool hb_soon;     /* send the next heartbeat at once */
+    uint64_t hb_sent; /* heartbeats sent so far; the one under way has this number */
     uint32_t heartbeat_ms;
     uint64_t job_incarnation;    /* the dispatcher incarnation known to hold the job */
     uint64_t verify_incarnation; /* the incarnation being asked whether it holds the job */
@@ -84,6 +94,8 @@ struct sluice_iterator {
     Sluice__Envelope hb_env;
     Sluice__StatusRequest st_req;
     Sluice__Envelope st_env;
+    Sluice__GetDatasetRequest ds_req;
+    Sluice__Envelope ds_env;
     Sluice__ReleaseClientRequest rel_req;
     Sluice__Envelope rel_env;
     struct client_op *close_op;
@@ -96,6 +108,7 @@ static void iter_free(struct sluice_iterator *it)
     prefetch_release(&it->pf);
     ct_release(&it->tasks);
     free(it->finished);
+    free(it->def);
     uv_cond_destroy(&it->cond);
     uv_mutex_destroy(&it->mu);
     free(it);
@@ -156,6 +169,7 @@ static void iter_unref(struct sluice_iterator *it)
 
 static void pump(struct sluice_iterator *it);
 static void hasten_heartbeat(struct sluice_iterator *it);
+static void schedule_heartbeat(struct sluice_iterator *it, uint64_t delay);
 
 /* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
  * of the read, and sends what can be sent. */
@@ -176,6 +190,21 @@ struct fetch {
     struct sluice_iterator *it;
     uint64_t task_id;
 };
+
+/* A worker said it does not know task i. Unless the task is young or belongs to another
+ * incarnation of the worker, that is a failure the next heartbeat confirms or dismisses. */
+static void suspect_task(struct sluice_iterator *it, size_t i, const char *msg, uint64_t now)
+{
+    struct ct_task *t = &it->tasks.v[i];
+    uint64_t peer = rpc_client_peer_incarnation(client_conn_rpc(t->conn));
+    bool stale = t->worker_incarnation && peer && peer != t->worker_incarnation;
+    if (stale || now - t->listed_at < ITER_UNKNOWN_TASK_GRACE_MS)
+        return;
+    ct_set_error(&it->tasks, i, SLUICE_ERR_NOT_FOUND, msg, it->hb_sent);
+    it->hb_soon = true;
+    if (!it->hb_busy)
+        schedule_heartbeat(it, 0);
+}
 
 static void on_elements(int status, const char *msg, const Sluice__Envelope *reply, void *user)
 {
@@ -211,7 +240,9 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         prefetch_cancel(&it->pf);
         uv_mutex_unlock(&it->mu);
         ct_on_failure(&it->tasks, (size_t)i, now);
-        if (!retry_task(status))
+        if (status == SLUICE_ERR_NOT_FOUND)
+            suspect_task(it, (size_t)i, msg, now);
+        else if (!retry_task(status))
             iter_fail(it, status, "%s", msg ? msg : "");
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
@@ -345,8 +376,12 @@ static bool end_phase(const struct sluice_iterator *it)
 }
 
 /* The interval to the next heartbeat after a successful one. */
-static uint64_t next_heartbeat(const struct sluice_iterator *it)
+static uint64_t next_heartbeat(struct sluice_iterator *it)
 {
+    if (it->hb_soon) {
+        it->hb_soon = false;
+        return 0;
+    }
     if (end_phase(it) && it->heartbeat_ms > ITER_END_POLL_MS)
         return ITER_END_POLL_MS;
     return it->heartbeat_ms;
@@ -374,14 +409,81 @@ static uint32_t heartbeat_timeout(const struct sluice_iterator *it)
     return t;
 }
 
+/* After a dispatcher call failed with status: with a client timeout, a read that cannot go on
+ * without the dispatcher fails once it has been unreachable that long. Returns true when the read
+ * failed, false when the caller should try again later. */
+static bool dispatcher_lost(struct sluice_iterator *it, int status, const char *msg)
+{
+    uint64_t now = uv_now(&it->c->loop);
+    uint32_t limit = it->c->timeout_ms;
+    if (!retry_transient(status) || !limit || now - it->last_hb_ok < limit || ct_active(&it->tasks))
+        return false;
+    iter_fail(it, SLUICE_ERR_TIMEOUT, "dispatcher %s unreachable for %" PRIu32 " ms%s%s",
+              it->c->address, limit, msg && *msg ? ": " : "", msg ? msg : "");
+    return true;
+}
+
 static void fail_gone(struct sluice_iterator *it)
 {
     iter_fail(it, SLUICE_ERR_RESTARTED,
               "dispatcher restarted without --fault-tolerant; job %" PRIu64 " is gone", it->job_id);
 }
 
-static void on_verified(int status, const char *msg, const Sluice__Envelope *reply,
-                        uint64_t incarnation, void *user)
+/* The verification passed: the new incarnation's heartbeats are trusted from now on. */
+static void verified(struct sluice_iterator *it, uint64_t incarnation)
+{
+    it->job_incarnation = incarnation;
+    schedule_heartbeat(it, 0);
+}
+
+/* Packs a dataset definition into a new buffer. Returns 0 or SLUICE_ERR_NOMEM. */
+static int pack_def(const Sluice__DatasetDef *def, uint8_t **out, size_t *len)
+{
+    *len = sluice__dataset_def__get_packed_size(def);
+    *out = malloc(*len ? *len : 1);
+    if (!*out)
+        return SLUICE_ERR_NOMEM;
+    sluice__dataset_def__pack(def, *out);
+    return 0;
+}
+
+static void on_verified_dataset(int status, const char *msg, const Sluice__Envelope *reply,
+                                uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    it->hb_busy = false;
+    if (it->closing || iter_state(it) == ITER_FAILED) {
+        iter_unref(it);
+        return;
+    }
+    const Sluice__GetDatasetReply *r =
+        status == 0 && reply->body_case == SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY
+            ? reply->get_dataset_reply
+            : NULL;
+    if (status == SLUICE_ERR_NOT_FOUND && incarnation == it->verify_incarnation) {
+        fail_gone(it);
+    } else if (r && r->dataset && incarnation == it->verify_incarnation) {
+        uint8_t *def;
+        size_t len;
+        if (pack_def(r->dataset, &def, &len) != 0) {
+            schedule_heartbeat(it, it->heartbeat_ms);
+        } else {
+            /* Same id, other definition: a dataset registered anew after a restart. */
+            if (len != it->def_len || memcmp(def, it->def, len) != 0)
+                fail_gone(it);
+            else
+                verified(it, incarnation);
+            free(def);
+        }
+    } else if (!dispatcher_lost(it, status, msg)) {
+        /* No answer, or from yet another incarnation: ask again on the next beat. */
+        schedule_heartbeat(it, it->heartbeat_ms);
+    }
+    iter_unref(it);
+}
+
+static void on_verified_job(int status, const char *msg, const Sluice__Envelope *reply,
+                            uint64_t incarnation, void *user)
 {
     struct sluice_iterator *it = user;
     it->hb_busy = false;
@@ -392,28 +494,45 @@ static void on_verified(int status, const char *msg, const Sluice__Envelope *rep
     const Sluice__StatusReply *r =
         status == 0 && reply->body_case == SLUICE__ENVELOPE__BODY_STATUS_REPLY ? reply->status_reply
                                                                                : NULL;
-    if (r && incarnation == it->verify_incarnation) {
-        enum status_job_verdict v =
-            status_json_job(r->json ? r->json : "", it->job_id, it->dataset_id);
-        if (v == STATUS_JOB_GONE) {
-            fail_gone(it);
-            iter_unref(it);
-            return;
-        }
-        /* The new incarnation holds the job (or cannot tell): its heartbeats are trusted. */
-        it->job_incarnation = incarnation;
+    if (!it->verify_incarnation)
+        it->verify_incarnation = incarnation;
+    if (r && incarnation == it->job_incarnation) {
+        /* Only the connection was new: the dispatcher is the one that made the job. */
         schedule_heartbeat(it, 0);
-    } else {
-        /* No answer, or from yet another incarnation: ask again on the next beat. */
+    } else if (r && incarnation == it->verify_incarnation) {
+        struct status_job_ref ref = {it->job_id, it->dataset_id, it->job_name, mode_names[it->mode],
+                                     it->iteration_id};
+        if (status_json_job(r->json ? r->json : "", &ref) == STATUS_JOB_GONE) {
+            fail_gone(it);
+        } else if (!it->def_len) {
+            verified(it, incarnation);
+        } else {
+            /* The job is there; is its dataset still the one we read? */
+            sluice__get_dataset_request__init(&it->ds_req);
+            it->ds_req.dataset_id = it->dataset_id;
+            sluice__envelope__init(&it->ds_env);
+            it->ds_env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
+            it->ds_env.get_dataset = &it->ds_req;
+            if (client_disp_call(it->c, &it->ds_env, heartbeat_timeout(it), false,
+                                 on_verified_dataset, it) == 0) {
+                it->hb_busy = true;
+                it->refs++;
+            } else {
+                schedule_heartbeat(it, it->heartbeat_ms);
+            }
+        }
+    } else if (!dispatcher_lost(it, status, msg)) {
         schedule_heartbeat(it, it->heartbeat_ms);
     }
-    (void)msg;
     iter_unref(it);
 }
 
-/* The dispatcher answered from an incarnation other than the one that created the job. Before
- * its task lists are used, its status must show the job: a dispatcher that restarted without
- * its journal hands out ids from scratch, so our client id may name someone else's read. */
+/* The dispatcher answered from an incarnation other than the one that created the job, or the
+ * connection to it is not known to lead to that one. Before it is sent anything that names our
+ * client, it must show the job as we know it (status) reading the dataset as we know it
+ * (GetDataset), both read-only requests: a dispatcher that restarted without its journal hands
+ * out ids from scratch, so our client, job and dataset ids may now name someone else's read.
+ * incarnation is the one to verify, or 0 for whichever answers. */
 static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
 {
     it->verify_incarnation = incarnation;
@@ -421,7 +540,8 @@ static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
     sluice__envelope__init(&it->st_env);
     it->st_env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
     it->st_env.status = &it->st_req;
-    if (client_disp_call(it->c, &it->st_env, heartbeat_timeout(it), false, on_verified, it) != 0) {
+    if (client_disp_call(it->c, &it->st_env, heartbeat_timeout(it), false, on_verified_job, it) !=
+        0) {
         schedule_heartbeat(it, it->heartbeat_ms);
         return;
     }
@@ -429,7 +549,8 @@ static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
     it->refs++;
 }
 
-static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r)
+static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r,
+                            uint64_t now)
 {
     if (r->heartbeat_ms)
         it->heartbeat_ms = r->heartbeat_ms;
@@ -448,12 +569,18 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         infos[n].worker_incarnation = t->worker_incarnation;
         n++;
     }
-    int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished);
+    int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
     free(infos);
     if (rc) {
         iter_fail(it, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PROTOCOL, "%s",
                   rc == SLUICE_ERR_NOMEM ? sluice_strerror(rc)
                                          : "dispatcher sent a malformed task list");
+        return;
+    }
+    /* This heartbeat went out after a worker denied knowing a task the list still holds. */
+    long bad = ct_confirmed_error(&it->tasks, it->hb_sent);
+    if (bad >= 0) {
+        iter_fail(it, it->tasks.v[bad].error, "%s", it->tasks.v[bad].error_msg);
         return;
     }
     for (size_t i = 0; i < it->tasks.n; i++) {
@@ -498,7 +625,7 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
         verify_job(it, incarnation);
     } else if (status == 0) {
         it->last_hb_ok = now;
-        apply_heartbeat(it, r);
+        apply_heartbeat(it, r, now);
         schedule_heartbeat(it, next_heartbeat(it));
     } else if (status == SLUICE_ERR_NOT_FOUND) {
         if (incarnation != 0 && incarnation != it->job_incarnation)
@@ -506,11 +633,7 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
         else
             iter_fail(it, status, "%s", msg ? msg : "");
     } else if (retry_transient(status)) {
-        uint32_t limit = it->c->timeout_ms;
-        if (limit && now - it->last_hb_ok >= limit && !ct_active(&it->tasks))
-            iter_fail(it, SLUICE_ERR_TIMEOUT, "dispatcher %s unreachable for %" PRIu32 " ms%s%s",
-                      it->c->address, limit, msg && *msg ? ": " : "", msg ? msg : "");
-        else
+        if (!dispatcher_lost(it, status, msg))
             schedule_heartbeat(it, it->heartbeat_ms);
     } else {
         iter_fail(it, status, "%s", msg ? msg : "");
@@ -563,7 +686,17 @@ static void send_heartbeat(struct sluice_iterator *it)
         return;
     }
     it->hb_busy = true;
+    it->hb_soon = false;
+    it->hb_sent++;
     it->refs++;
+}
+
+/* Whether a request written now goes to the dispatcher incarnation that holds the job: the
+ * client writes at once on a live connection, so this is exact when it returns true. */
+static bool talking_to_job(const struct sluice_iterator *it)
+{
+    struct rpc_client *disp = it->c->disp;
+    return rpc_client_connected(disp) && rpc_client_peer_incarnation(disp) == it->job_incarnation;
 }
 
 static void on_hb_timer(uv_timer_t *t)
@@ -571,7 +704,10 @@ static void on_hb_timer(uv_timer_t *t)
     struct sluice_iterator *it = t->data;
     if (it->closing || iter_state(it) == ITER_FAILED)
         return;
-    send_heartbeat(it);
+    if (talking_to_job(it))
+        send_heartbeat(it);
+    else
+        verify_job(it, 0);
 }
 
 /* ---- loop thread: start and close --------------------------------------------------------- */
@@ -628,7 +764,11 @@ static void run_close(struct sluice_client *c, struct client_op *op)
     sluice__envelope__init(&it->rel_env);
     it->rel_env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
     it->rel_env.release_client = &it->rel_req;
-    if (it->client_id && client_disp_call(c, &it->rel_env, timeout, false, on_released, it) == 0)
+    /* Our client id means someone else's client to a dispatcher that restarted without its
+     * journal, so the release goes only to the one that holds the job; elsewhere the client
+     * times out on its own. */
+    if (it->client_id && talking_to_job(it) &&
+        client_disp_call(c, &it->rel_env, timeout, false, on_released, it) == 0)
         it->refs++;
     else
         client_op_done(c, op, 0);
@@ -814,6 +954,17 @@ static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t
     return 0;
 }
 
+static int take_dataset(const Sluice__Envelope *reply, void *user, char *err, size_t errlen)
+{
+    struct sluice_iterator *it = user;
+    const Sluice__GetDatasetReply *r = reply->get_dataset_reply;
+    if (!r || !r->dataset)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "dispatcher sent no dataset definition");
+    if (pack_def(r->dataset, &it->def, &it->def_len) != 0)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    return 0;
+}
+
 static int check_options(const struct sluice_read_options *o, char *err, size_t errlen)
 {
     bool has_dataset = o->dataset_id && *o->dataset_id;
@@ -896,6 +1047,25 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     } else {
         strcpy(it->dataset_id, o->dataset_id);
     }
+
+    if (o->job_name && strlen(o->job_name) >= sizeof it->job_name) {
+        rc = err_set(err, errlen, SLUICE_ERR_INVALID, "job name longer than %zu bytes",
+                     sizeof it->job_name - 1);
+        goto fail;
+    }
+    strcpy(it->job_name, o->job_name ? o->job_name : "");
+    it->mode = o->mode;
+
+    /* The definition, to recognize the dataset after a dispatcher restart (see verify_job). */
+    Sluice__GetDatasetRequest dreq = SLUICE__GET_DATASET_REQUEST__INIT;
+    dreq.dataset_id = it->dataset_id;
+    Sluice__Envelope denv = SLUICE__ENVELOPE__INIT;
+    denv.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
+    denv.get_dataset = &dreq;
+    rc = client_request(c, &denv, SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY, take_dataset, it, NULL,
+                        err, errlen);
+    if (rc)
+        goto fail;
 
     Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
     req.dataset_id = it->dataset_id;

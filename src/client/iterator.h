@@ -16,12 +16,15 @@
  *
  * Failure modes: a worker that cannot be reached, or does not know a task yet, is retried with
  * backoff until the dispatcher drops the task; an Error reply for a task (its pipeline failed)
- * ends the read with the worker's message, after the elements already buffered. A dispatcher
- * that cannot be reached is retried on every heartbeat while the tasks keep being read; with a
- * client timeout, a read that needs the dispatcher to go on fails once it has been unreachable
- * that long. A dispatcher that comes back with another incarnation is asked for its status
- * first: if it does not know the job (it restarted without --fault-tolerant), or it answers a
- * heartbeat with SLUICE_ERR_NOT_FOUND, the read fails with "dispatcher restarted without
+ * ends the read with the worker's message, after the elements already buffered. (A worker says
+ * SLUICE_ERR_NOT_FOUND both for a task it has not heard of and for a pipeline that failed on a
+ * missing file; the second is told from the first by age, ITER_UNKNOWN_TASK_GRACE_MS, and by a
+ * heartbeat that still lists the task, so such a failure surfaces after a few seconds.) A
+ * dispatcher that cannot be reached is retried on every heartbeat while the tasks keep being read;
+ * with a client timeout, a read that needs the dispatcher to go on fails once it has been
+ * unreachable that long. A dispatcher that comes back with another incarnation is asked for its
+ * status first: if it does not know the job (it restarted without --fault-tolerant), or it answers
+ * a heartbeat with SLUICE_ERR_NOT_FOUND, the read fails with "dispatcher restarted without
  * --fault-tolerant; job N is gone" (SLUICE_ERR_RESTARTED) rather than hang or read another
  * job's elements.
  *
@@ -46,6 +49,10 @@
  * is finished (it learns that from the workers' heartbeats): the end of a read is noticed
  * soon after the dispatcher knows it. */
 #define ITER_END_POLL_MS 50
+/* A worker that says it does not know a task listed at least this long ago is believed (once a
+ * later heartbeat still lists the task): it ran the task and its pipeline failed with
+ * SLUICE_ERR_NOT_FOUND. Before that the worker may simply not have heard of the task yet. */
+#define ITER_UNKNOWN_TASK_GRACE_MS 5000
 /* Bound on the ReleaseClient request sent when an iterator closes. */
 #define ITER_RELEASE_TIMEOUT_MS 2000
 

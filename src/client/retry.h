@@ -14,11 +14,13 @@
  * answer and final. */
 bool retry_transient(int code);
 
-/* True for failures of a GetElements request that do not end the read: transient ones, and the
+/* True for failures of a GetElements request that need not end the read: transient ones, the
  * worker not knowing the task (SLUICE_ERR_NOT_FOUND: it has not heard of it from the dispatcher
  * yet, or it restarted and the dispatcher will replace the task), a closed or cancelled
  * connection, or a restarted peer. Anything else (a pipeline that failed, a protocol error) ends
- * the read with the worker's message. */
+ * the read with the worker's message. A worker also reports a pipeline that failed with
+ * SLUICE_ERR_NOT_FOUND (a missing file) with that code, so the iterator retries it only for a
+ * while (see iterator.c). */
 bool retry_task(int code);
 
 #endif

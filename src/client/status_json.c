@@ -374,10 +374,33 @@ static bool id_value(const json_t *v, uint64_t *out)
     return false;
 }
 
-enum status_job_verdict status_json_job(const char *json, uint64_t job_id, const char *dataset_id)
+/* Whether a job entry agrees with ref on every field it has. */
+static bool job_matches(const json_t *job, const struct status_job_ref *ref)
+{
+    static const char *const dataset_names[] = {"dataset", "dataset_id", NULL};
+    static const char *const name_names[] = {"name", "job_name", NULL};
+    static const char *const mode_names[] = {"mode", NULL};
+    static const char *const iteration_names[] = {"iteration_id", "iteration", NULL};
+    const json_t *v = field(job, dataset_names);
+    if (v && (!json_is_string(v) || strcmp(json_string_value(v), ref->dataset_id) != 0))
+        return false;
+    v = field(job, name_names);
+    if (v && !(json_is_null(v) && !ref->name[0]) &&
+        (!json_is_string(v) || strcmp(json_string_value(v), ref->name) != 0))
+        return false;
+    v = field(job, mode_names);
+    if (v && ref->mode && (!json_is_string(v) || strcmp(json_string_value(v), ref->mode) != 0))
+        return false;
+    v = field(job, iteration_names);
+    uint64_t iteration;
+    if (v && ref->iteration_id && (!id_value(v, &iteration) || iteration != ref->iteration_id))
+        return false;
+    return true;
+}
+
+enum status_job_verdict status_json_job(const char *json, const struct status_job_ref *ref)
 {
     static const char *const id_names[] = {"id", "job_id", NULL};
-    static const char *const dataset_names[] = {"dataset", "dataset_id", NULL};
     json_t *root = load(json, NULL, 0);
     if (!root)
         return STATUS_JOB_UNKNOWN;
@@ -403,10 +426,9 @@ enum status_job_verdict status_json_job(const char *json, uint64_t job_id, const
                     have_id = id_value(key, &id);
                 json_decref(key);
             }
-            if (!have_id || id != job_id)
+            if (!have_id || id != ref->id)
                 continue;
-            json_t *ds = field(job, dataset_names);
-            if (!ds || (json_is_string(ds) && strcmp(json_string_value(ds), dataset_id) == 0))
+            if (job_matches(job, ref))
                 verdict = STATUS_JOB_PRESENT;
             break;
         }

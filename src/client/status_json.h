@@ -24,12 +24,21 @@ int status_json_table(const char *json, char **out, char *err, size_t errlen);
 
 enum status_job_verdict {
     STATUS_JOB_UNKNOWN = -1, /* the document has no jobs section to tell from */
-    STATUS_JOB_GONE = 0,     /* no job job_id, or job job_id reads another dataset */
-    STATUS_JOB_PRESENT = 1   /* job job_id exists and reads dataset_id */
+    STATUS_JOB_GONE = 0,     /* no job with the id, or one that differs from the reference */
+    STATUS_JOB_PRESENT = 1   /* a job with the id, matching the reference */
 };
 
-/* Whether the document lists job job_id reading dataset dataset_id. A job entry without a
- * dataset field counts as present when its id matches. Unparsable text is STATUS_JOB_UNKNOWN. */
-enum status_job_verdict status_json_job(const char *json, uint64_t job_id, const char *dataset_id);
+/* What a reader knows of its job. */
+struct status_job_ref {
+    uint64_t id;
+    const char *dataset_id; /* compared with "dataset" or "dataset_id" */
+    const char *name;       /* "" for an anonymous job; compared with "name" (null means "") */
+    const char *mode;       /* "parallel_epochs", ...; NULL: not compared */
+    uint64_t iteration_id;  /* compared with "iteration_id"; 0: not compared */
+};
+
+/* Whether the document lists the job of ref: a job entry with ref->id whose fields, where the
+ * entry has them, equal ref's. Unparsable text is STATUS_JOB_UNKNOWN. */
+enum status_job_verdict status_json_job(const char *json, const struct status_job_ref *ref);
 
 #endif

@@ -4,6 +4,7 @@
 #include "common/error.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,7 +49,8 @@ static size_t lower_bound(const struct ct_set *s, uint64_t id)
     return lo;
 }
 
-int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished)
+int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished,
+                 uint64_t now)
 {
     /* Validate everything and make room before changing anything, so a refused list leaves the
      * set as it was. Lists hold one task per worker, so the quadratic duplicate check is cheap. */
@@ -86,6 +88,7 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         strcpy(t->address, infos[i].address);
         t->worker_incarnation = infos[i].worker_incarnation;
         t->listed = true;
+        t->listed_at = now;
     }
     s->have_list = true;
     s->iteration_finished = iteration_finished;
@@ -169,6 +172,8 @@ void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t 
     t->outstanding--;
     t->fail_streak = 0;
     t->elements += count;
+    if (count > 0 || eos)
+        t->error = 0;
     if (eos)
         t->ended = true;
     if (count > 0) {
@@ -193,6 +198,25 @@ void ct_on_failure(struct ct_set *s, size_t i, uint64_t now)
     t->not_before = now + backoff_ceiling(t->fail_streak, CT_FAIL_BASE_MS, CT_FAIL_MAX_MS);
     if (t->fail_streak < 32)
         t->fail_streak++;
+}
+
+void ct_set_error(struct ct_set *s, size_t i, int code, const char *msg, uint64_t mark)
+{
+    assert(i < s->n && code < 0);
+    struct ct_task *t = &s->v[i];
+    if (t->error)
+        return;
+    t->error = code;
+    t->error_mark = mark;
+    snprintf(t->error_msg, sizeof t->error_msg, "%s", msg ? msg : "");
+}
+
+long ct_confirmed_error(const struct ct_set *s, uint64_t seq)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i].listed && s->v[i].error && seq > s->v[i].error_mark)
+            return (long)i;
+    return -1;
 }
 
 bool ct_done(const struct ct_set *s)

@@ -44,8 +44,14 @@ struct ct_task {
     bool ended;           /* a reply carried end_of_sequence */
     uint64_t not_before;  /* no request before this time */
     uint32_t empty_streak, fail_streak;
-    uint64_t round;    /* coordinated reads: the round to ask for next */
-    uint64_t elements; /* elements received from it */
+    uint64_t round;     /* coordinated reads: the round to ask for next */
+    uint64_t elements;  /* elements received from it */
+    uint64_t listed_at; /* when it first appeared in a list */
+    /* A failure that ends the read unless a later heartbeat shows the task gone (see
+     * ct_set_error); 0 when none. */
+    int error;
+    uint64_t error_mark;
+    char error_msg[256];
 };
 
 /* One entry of a heartbeat reply's task list. address is borrowed for the call. */
@@ -69,13 +75,15 @@ struct ct_set {
 void ct_init(struct ct_set *s, bool coordinated, unsigned per_task_max);
 void ct_release(struct ct_set *s);
 
-/* Applies the dispatcher's current list: listed tasks not in the set are added (with conn NULL,
- * for the shell to attach), tasks in the set but not in the list are marked unlisted (ct_reap
- * then hands them back once drained), and iteration_finished is recorded. A listed task that is
- * back after being unlisted is listed again and keeps its state. Returns 0, SLUICE_ERR_NOMEM
- * (the set is unchanged), or SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1 or a
- * task id listed twice (the set is unchanged). */
-int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished);
+/* Applies the dispatcher's current list, received at time now: listed tasks not in the set are
+ * added (with conn NULL, for the shell to attach, and listed_at now), tasks in the set but not in
+ * the list are marked unlisted (ct_reap then hands them back once drained), and
+ * iteration_finished is recorded. A listed task that is back after being unlisted is listed
+ * again and keeps its state. Returns 0, SLUICE_ERR_NOMEM (the set is unchanged), or
+ * SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1 or a task id listed twice (the
+ * set is unchanged). */
+int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished,
+                 uint64_t now);
 
 /* Removes one task that is unlisted and has nothing outstanding, copying it to *out so the shell
  * can release its connection. Returns true when a task was removed, false when none qualifies. */
@@ -100,6 +108,17 @@ void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t 
 /* Records a failed request to task i (a worker unreachable or not knowing the task yet): the task
  * backs off, longer with every consecutive failure, and is asked again later. */
 void ct_on_failure(struct ct_set *s, size_t i, uint64_t now);
+
+/* Records a failure of task i that should end the read only if the dispatcher still lists the
+ * task afterwards: a worker answering that it does not know a task may have restarted, or the
+ * dispatcher may have dropped the task, and the next task list tells. mark identifies the
+ * latest heartbeat sent so far (a count); a reply to a later heartbeat confirms the failure. The
+ * first error is kept; a reply with elements or the end clears it. msg is copied (truncated). */
+void ct_set_error(struct ct_set *s, size_t i, int code, const char *msg, uint64_t mark);
+
+/* The index of a listed task whose error is confirmed by the reply to heartbeat number seq
+ * (seq > its mark), or -1. */
+long ct_confirmed_error(const struct ct_set *s, uint64_t seq);
 
 /* True when the read is over: the dispatcher said the iteration is finished, and every listed
  * task has ended with no request outstanding. */

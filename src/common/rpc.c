@@ -32,8 +32,8 @@ int rpc_parse_address(const char *text, char *host, size_t hostlen, int *port, c
     } else {
         colon = strrchr(p, ':');
         if (colon == NULL)
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "bad address '%s': expected HOST:PORT", text);
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address '%s': expected HOST:PORT",
+                           text);
         h = p;
         hlen = (size_t)(colon - h);
         if (memchr(h, ':', hlen))

@@ -16,7 +16,10 @@
  * bytes of its replies wait to be written, and resumes when they drain.
  *
  * Closing: rpc_server_close / rpc_client_close close every handle they own and call their
- * callback from the last close callback, so uv_loop_close() returns 0 afterwards. */
+ * callback from the last close callback, so uv_loop_close() returns 0 afterwards.
+ *
+ * Signals: libuv writes with plain write(2), so a process using this layer must ignore SIGPIPE
+ * (the servers' main functions do); otherwise a peer that vanishes mid-write ends the process. */
 #ifndef SLUICE_COMMON_RPC_H
 #define SLUICE_COMMON_RPC_H
 
@@ -50,7 +53,8 @@ struct rpc_conn; /* one accepted connection; reference counted */
 typedef void (*rpc_request_cb)(struct rpc_server *srv, struct rpc_conn *conn,
                                const Sluice__Envelope *req, void *user);
 /* Called once when a connection has completed its handshake, and once when it closes (after
- * which replies on it are dropped). Either may be NULL. */
+ * which replies on it are dropped). Either may be NULL. on_close runs only for connections that
+ * had on_open (a peer rejected at its Hello was never announced). */
 typedef void (*rpc_conn_cb)(struct rpc_server *srv, struct rpc_conn *conn, void *user);
 
 struct rpc_server_opts {
@@ -76,7 +80,9 @@ const char *rpc_server_host(const struct rpc_server *srv);
 void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
 
 /* Packs reply (the caller keeps ownership of it), sets its id, and queues it. Returns 0, or
- * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). */
+ * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). Also, with the
+ * connection left open: SLUICE_ERR_TOO_LARGE when the reply packs to more than max_frame bytes,
+ * SLUICE_ERR_NOMEM, or SLUICE_ERR_INVALID for an Envelope that packs to nothing. */
 int rpc_conn_reply(struct rpc_conn *conn, uint64_t id, Sluice__Envelope *reply);
 /* Replies with an Error body: code and a one-line message. */
 int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const char *fmt, ...)

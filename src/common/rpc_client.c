@@ -325,10 +325,10 @@ static void on_call_timer(uv_timer_t *t)
         char msg[400];
         if (call->sent)
             text(msg, sizeof msg, "no reply from %s within %" PRIu32 " ms", cl->address,
-                     call->timeout_ms);
+                 call->timeout_ms);
         else
-            text(msg, sizeof msg, "no connection to %s within %" PRIu32 " ms%s%s",
-                     cl->address, call->timeout_ms, cl->why[0] ? ": " : "", cl->why);
+            text(msg, sizeof msg, "no connection to %s within %" PRIu32 " ms%s%s", cl->address,
+                 call->timeout_ms, cl->why[0] ? ": " : "", cl->why);
         call_detach(cl, call);
         call_finish(call, SLUICE_ERR_TIMEOUT, msg, NULL);
     }
@@ -360,8 +360,8 @@ static void schedule_retry(struct rpc_client *cl)
         cl->state = CLIENT_IDLE;
         return;
     }
-    uint32_t delay =
-        backoff_delay(cl->attempt, cl->backoff_min_ms, cl->backoff_max_ms, backoff_random(&cl->rng));
+    uint32_t delay = backoff_delay(cl->attempt, cl->backoff_min_ms, cl->backoff_max_ms,
+                                   backoff_random(&cl->rng));
     if (cl->attempt < UINT32_MAX)
         cl->attempt++;
     cl->state = CLIENT_BACKOFF;
@@ -448,8 +448,7 @@ static void handshake_done(struct rpc_client *cl, const Sluice__Hello *hello)
     cl->attempt = 0;
     cl->why[0] = '\0';
     cl->peer_incarnation = hello->incarnation;
-    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", cl->address,
-              hello->incarnation);
+    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", cl->address, hello->incarnation);
     /* Waiting calls go out in the order they were made. Calls made by on_connect follow. */
     while (cl->state == CLIENT_CONNECTED && cl->waiting.head) {
         if (!send_call(cl, cl->waiting.head))

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 struct rpc_conn {
-    struct conn conn; /* first member: a struct conn * is a struct rpc_conn * */
+    struct conn conn;       /* first member: a struct conn * is a struct rpc_conn * */
     struct rpc_server *srv; /* NULL once the handle has closed */
     struct rpc_conn *prev, *next;
     unsigned refs;
@@ -307,8 +307,8 @@ static int open_listen_socket(const struct sockaddr_storage *ss, int *fd_out, in
      * TIME_WAIT. */
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0)
         goto fail_fd;
-    socklen_t len = ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                              : sizeof(struct sockaddr_in);
+    socklen_t len =
+        ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     if (bind(fd, (const struct sockaddr *)ss, len) != 0)
         goto fail_fd;
     if (listen(fd, SOMAXCONN) != 0)

@@ -42,6 +42,7 @@ void wbuf_push(struct wbuf *b, struct wbuf_chunk *c)
     b->tail = c;
     b->bytes += c->data.len;
     b->count += c->count;
+    b->chunks++;
 }
 
 /* Where a planned take ends: in chunk last, before byte end and record k. */
@@ -144,6 +145,7 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
         c->next = NULL;
         *spent_tail = c;
         spent_tail = &c->next;
+        b->chunks--;
     }
     pl.last->pos = pl.end;
     pl.last->taken = pl.k;
@@ -153,6 +155,7 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
             b->tail = NULL;
         pl.last->next = NULL;
         *spent_tail = pl.last;
+        b->chunks--;
     }
     b->bytes -= pl.bytes;
     b->count -= pl.n;

@@ -9,7 +9,7 @@
  * that chunk (no copy); one that spans chunks is gathered into a scratch buffer.
  *
  * Invariants: bytes and count are the sums over queued chunks of their untaken bytes and
- * records; every queued chunk has at least one untaken record. */
+ * records, chunks is their number; every queued chunk has at least one untaken record. */
 #ifndef SLUICE_WORKER_BUFFER_H
 #define SLUICE_WORKER_BUFFER_H
 
@@ -30,8 +30,9 @@ struct wbuf_chunk {
 
 struct wbuf {
     struct wbuf_chunk *head, *tail;
-    uint64_t bytes; /* untaken record bytes, length prefixes included */
-    uint64_t count; /* untaken records */
+    uint64_t bytes;  /* untaken record bytes, length prefixes included */
+    uint64_t count;  /* untaken records */
+    uint64_t chunks; /* queued chunks */
 };
 
 /* The result of one wbuf_take. payload/len is the reply payload: it points either into a

@@ -198,10 +198,12 @@ int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool en
         q->failures = 0;
         q->retry_at_ms = 0;
     }
-    memmove(q->finished, q->finished + q->reporting,
-            (q->nfinished - q->reporting) * sizeof *q->finished);
-    q->nfinished -= q->reporting;
-    q->reporting = 0;
+    if (q->reporting) {
+        memmove(q->finished, q->finished + q->reporting,
+                (q->nfinished - q->reporting) * sizeof *q->finished);
+        q->nfinished -= q->reporting;
+        q->reporting = 0;
+    }
     if (end_of_splits)
         q->end_of_splits = true;
     int rc = ring_grow(q, q->len + n);

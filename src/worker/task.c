@@ -34,6 +34,11 @@ struct producer {
     struct sluice_element elem;
     struct pipe_buf scratch;
     uint64_t last_ns; /* when the producer last looked at the clock while a reader waited */
+    /* Adaptive compression: after TASK_COMPRESS_PROBES elements in a row that snappy could not
+     * shrink, the next skip_len elements are stored raw without trying (skip_left counts them
+     * down); skip_len doubles while probes keep failing and resets when one pays. */
+    unsigned misses;
+    uint32_t skip_len, skip_left;
 };
 
 struct task {
@@ -73,9 +78,14 @@ struct task {
     unsigned nthreads;   /* producers whose thread was started (joined by task_free) */
 };
 
+#define TASK_COMPRESS_PROBES 4u
+#define TASK_COMPRESS_SKIP_MIN 16u
+#define TASK_COMPRESS_SKIP_MAX 4096u
+
 static bool over_limit(const struct task *t)
 {
-    return t->buf.bytes >= t->max_bytes || t->buf.count >= t->max_records;
+    return t->buf.bytes >= t->max_bytes || t->buf.count >= t->max_records ||
+           t->buf.chunks >= TASK_BUFFER_CHUNKS;
 }
 
 /* Records the first failure and stops the producers. Task mutex held. */
@@ -159,6 +169,27 @@ static int publish(struct producer *p)
     return 0;
 }
 
+/* Notes whether the record just appended at offset at of c came out compressed (bit 0 of the
+ * flags byte after its length prefix, pipeline/codec.h) and adapts p's compression skipping. */
+static void note_compression(struct producer *p, const struct wbuf_chunk *c, size_t at)
+{
+    const uint8_t *rec = (const uint8_t *)c->data.p + at;
+    uint64_t len;
+    size_t h = wbuf_read_varint(rec, c->data.len - at, &len);
+    if (h && len > 0 && (rec[h] & 1)) {
+        p->misses = 0;
+        p->skip_len = 0;
+        return;
+    }
+    if (++p->misses < TASK_COMPRESS_PROBES)
+        return;
+    p->misses = 0;
+    p->skip_len = p->skip_len ? p->skip_len * 2 : TASK_COMPRESS_SKIP_MIN;
+    if (p->skip_len > TASK_COMPRESS_SKIP_MAX)
+        p->skip_len = TASK_COMPRESS_SKIP_MAX;
+    p->skip_left = p->skip_len;
+}
+
 /* Runs a pipeline to its end, appending every element to p's chunk and publishing chunks as
  * they fill. Returns 0 at the end of the pipeline, SLUICE_ERR_CANCELLED when the task stops, or
  * a failure with its message in err. */
@@ -186,7 +217,10 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         }
         struct wbuf_chunk *c = p->chunk;
         size_t before = c->data.len;
-        rc = codec_append_elem(&c->data, &p->elem, t->compress, &p->scratch);
+        bool compress = t->compress && p->skip_left == 0;
+        if (p->skip_left)
+            p->skip_left--;
+        rc = codec_append_elem(&c->data, &p->elem, compress, &p->scratch);
         if (rc == 0 && c->data.len - before > TASK_MAX_RECORD)
             rc = SLUICE_ERR_TOO_LARGE;
         if (rc < 0) {
@@ -199,6 +233,8 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
                                size, TASK_MAX_RECORD);
             return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
         }
+        if (compress)
+            note_compression(p, c, before);
         if (c->count == 0)
             c->born_ns = uv_hrtime();
         c->count++;

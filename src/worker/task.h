@@ -4,12 +4,13 @@
  * Happy path: task_start() spawns the producers. parallel_epochs and the static sharding modes
  * run one producer over the whole (rewritten, see shard.h) pipeline; distributed_epoch runs
  * cfg->threads producers that take splits from the task's lease queue (lease.h) and run the
- * pipeline over one split at a time. A producer encodes each element (codec_append_elem) into a
- * private chunk and publishes the chunk into the buffer when it is full, when a reader has been
- * waiting longer than a short linger, or when its split or pipeline ends; it blocks while the
- * buffer holds more than its byte or element bound. The loop thread takes whole records out
- * with task_take() and is woken through cfg->wake whenever a waiting reader can be served, a
- * producer needs splits, or a producer exits.
+ * pipeline over one split at a time. A producer encodes each element (codec_append_elem; with
+ * compress set it stops trying snappy for a while after elements in a row that it could not
+ * shrink, so incompressible data costs no compression attempts) into a private chunk and publishes
+ * the chunk into the buffer when it is full, when a reader has been waiting longer than a short
+ * linger, or when its split or pipeline ends; it blocks while the buffer holds more than its byte
+ * or element bound. The loop thread takes whole records out with task_take() and is woken through
+ * cfg->wake whenever a waiting reader can be served, a producer needs splits, or a producer exits.
  *
  * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, or
  * an out-of-memory fails the task: producers stop, elements published before the failure are
@@ -38,9 +39,11 @@
 /* While a reader waits, a producer (or the loop, by stealing) publishes a chunk whose first
  * record is older than this, trading a little latency for whole batches per reply. */
 #define TASK_LINGER_NS 500000u
-/* Default buffer bounds: producers block while the buffer holds this much. */
+/* Default buffer bounds: producers block while the buffer holds this much. The bound on chunks
+ * caps the allocation overhead when chunks are small (tiny splits end a chunk each). */
 #define TASK_BUFFER_BYTES (64u << 20)
 #define TASK_BUFFER_RECORDS (1u << 20)
+#define TASK_BUFFER_CHUNKS 16384u
 /* The largest encoded element a reply can carry (under the rpc frame limit). */
 #define TASK_MAX_RECORD ((255u << 20) - 4096u)
 

@@ -258,9 +258,10 @@ static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_
     wt->nwait++;
     w->nwaiters++;
     task_set_waiting(wt->task, true);
-    /* Elements a producer holds back for batching are due now if they have lingered. */
-    if (task_steal(wt->task, uv_hrtime()) > 0)
-        serve_waiters(w, wt);
+    /* Elements a producer holds back for batching are due now if they have lingered; and
+     * elements may have arrived for earlier waiters before the producer's wakeup is handled. */
+    task_steal(wt->task, uv_hrtime());
+    serve_waiters(w, wt);
     tick_adjust(w);
 }
 

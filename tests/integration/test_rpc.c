@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,8 @@
 
 #define WAIT_MS 10000
 
-/* ---- bounded waiting --------------------------------------------------------------------------- */
+/* ---- bounded waiting ---------------------------------------------------------------------------
+ */
 
 struct deadline {
     uv_timer_t timer;
@@ -88,7 +90,8 @@ static void loop_finish(uv_loop_t *loop)
     assert_int_equal(uv_loop_close(loop), 0);
 }
 
-/* ---- byte strings for raw sockets -------------------------------------------------------------- */
+/* ---- byte strings for raw sockets --------------------------------------------------------------
+ */
 
 struct bytes {
     uint8_t *p;
@@ -155,7 +158,8 @@ static uint8_t pattern_byte(size_t i, uint64_t task)
     return (uint8_t)(i * 131 + task);
 }
 
-/* ---- the test server --------------------------------------------------------------------------- */
+/* ---- the test server ---------------------------------------------------------------------------
+ */
 
 /* How the handler treats a GetElementsRequest, chosen by its client_id field. */
 enum {
@@ -253,8 +257,17 @@ static void fx_on_request(struct rpc_server *srv, struct rpc_conn *conn,
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
         env.get_elements_reply = &body;
-        assert_int_equal(rpc_conn_reply(conn, req->id, &env), 0);
+        int rc = rpc_conn_reply(conn, req->id, &env);
         free(body.payload.data);
+        if (rc == SLUICE_ERR_TOO_LARGE) {
+            assert_true(rpc_conn_is_open(conn));
+            assert_int_equal(rpc_conn_reply_error(conn, req->id, rc,
+                                                  "reply of %" PRIu64 " bytes is too large",
+                                                  g->max_bytes),
+                             0);
+            break;
+        }
+        assert_int_equal(rc, 0);
         if (rpc_conn_pending_write(conn) > fx->max_pending)
             fx->max_pending = rpc_conn_pending_write(conn);
         break;
@@ -320,7 +333,8 @@ static void fx_answer_held(struct server_fx *fx, const size_t *order, size_t n)
     }
 }
 
-/* ---- the test client --------------------------------------------------------------------------- */
+/* ---- the test client ---------------------------------------------------------------------------
+ */
 
 struct client_fx {
     struct rpc_client *cl;
@@ -340,7 +354,8 @@ static void cfx_on_connect(struct rpc_client *cl, uint64_t peer_incarnation, voi
     cfx->last_peer_incarnation = peer_incarnation;
 }
 
-static void cfx_new(uv_loop_t *loop, struct client_fx *cfx, const char *address)
+static void cfx_new_timeout(uv_loop_t *loop, struct client_fx *cfx, const char *address,
+                            uint32_t connect_timeout_ms)
 {
     memset(cfx, 0, sizeof *cfx);
     cfx->incarnation = rpc_new_incarnation();
@@ -348,7 +363,7 @@ static void cfx_new(uv_loop_t *loop, struct client_fx *cfx, const char *address)
         .address = address,
         .role = SLUICE__ROLE__ROLE_WORKER,
         .incarnation = cfx->incarnation,
-        .connect_timeout_ms = 2000,
+        .connect_timeout_ms = connect_timeout_ms,
         .backoff_min_ms = 10,
         .backoff_max_ms = 100,
         .on_connect = cfx_on_connect,
@@ -361,6 +376,11 @@ static void cfx_new(uv_loop_t *loop, struct client_fx *cfx, const char *address)
     assert_string_equal(rpc_client_address(cfx->cl), address);
     assert_false(rpc_client_connected(cfx->cl));
     assert_true(rpc_client_peer_incarnation(cfx->cl) == 0);
+}
+
+static void cfx_new(uv_loop_t *loop, struct client_fx *cfx, const char *address)
+{
+    cfx_new_timeout(loop, cfx, address, 2000);
 }
 
 static void cfx_new_port(uv_loop_t *loop, struct client_fx *cfx, int port)
@@ -464,7 +484,8 @@ static void expect_status_ok(uv_loop_t *loop, struct rpc_client *cl)
     assert_string_equal(r.msg, "{\"ok\":true}");
 }
 
-/* ---- raw sockets ------------------------------------------------------------------------------- */
+/* ---- raw sockets -------------------------------------------------------------------------------
+ */
 
 /* A hand-driven client: connects, writes a script of bytes, reads and decodes what comes back. */
 struct raw {
@@ -499,8 +520,7 @@ static int raw_on_frame(void *user, const uint8_t *payload, size_t len)
         if (env->id != 0)
             r->replies_ok = false;
     } else if (env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY) {
-        if (env->id != r->next_reply_id++ ||
-            env->get_elements_reply->payload.len != r->reply_bytes)
+        if (env->id != r->next_reply_id++ || env->get_elements_reply->payload.len != r->reply_bytes)
             r->replies_ok = false;
         r->replies++;
     }
@@ -559,8 +579,7 @@ static void raw_connect(uv_loop_t *loop, struct raw *r, int port, bool read, int
     struct sockaddr_in sa;
     assert_int_equal(uv_ip4_addr("127.0.0.1", port, &sa), 0);
     r->creq.data = r;
-    assert_int_equal(uv_tcp_connect(&r->creq, &r->tcp, (struct sockaddr *)&sa, raw_on_connect),
-                     0);
+    assert_int_equal(uv_tcp_connect(&r->creq, &r->tcp, (struct sockaddr *)&sa, raw_on_connect), 0);
     if (read)
         assert_int_equal(uv_read_start((uv_stream_t *)&r->tcp, raw_alloc, raw_on_read), 0);
 }
@@ -617,8 +636,10 @@ static void fake_on_connection(uv_stream_t *listener, int status)
     assert_int_equal(uv_accept(listener, (uv_stream_t *)&f->conn), 0);
     f->accepted = true;
     f->conn.data = f;
-    uv_buf_t buf = uv_buf_init((char *)f->script.p, (unsigned)f->script.len);
-    assert_int_equal(uv_write(&f->wreq, (uv_stream_t *)&f->conn, &buf, 1, fake_on_written), 0);
+    if (f->script.len > 0) {
+        uv_buf_t buf = uv_buf_init((char *)f->script.p, (unsigned)f->script.len);
+        assert_int_equal(uv_write(&f->wreq, (uv_stream_t *)&f->conn, &buf, 1, fake_on_written), 0);
+    }
     assert_int_equal(uv_read_start((uv_stream_t *)&f->conn, raw_alloc, fake_on_read), 0);
 }
 
@@ -655,7 +676,8 @@ static void fake_close(uv_loop_t *loop, struct fake_server *f)
     free(f->script.p);
 }
 
-/* ---- pure helpers ------------------------------------------------------------------------------ */
+/* ---- pure helpers ------------------------------------------------------------------------------
+ */
 
 static void test_parse_address(void **state)
 {
@@ -728,7 +750,8 @@ static void test_incarnation(void **state)
     }
 }
 
-/* ---- round trips --------------------------------------------------------------------------------- */
+/* ---- round trips
+ * --------------------------------------------------------------------------------- */
 
 static void test_handshake_and_status(void **state)
 {
@@ -1029,7 +1052,70 @@ static void test_large_reply(void **state)
     loop_finish(&loop);
 }
 
-/* ---- malformed peers ----------------------------------------------------------------------------- */
+/* Frames over a limit: a reply over the server's limit is refused at the server (which can then
+ * answer with an Error); a reply over the client's limit costs the connection; a request over
+ * the client's limit is refused synchronously. */
+static void test_too_large(void **state)
+{
+    const uint32_t limit = 1u << 20;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start_opts(&loop, &fx, 0, limit, 0);
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%d", rpc_server_port(fx.srv));
+
+    struct client_fx cfx;
+    cfx_new(&loop, &cfx, address);
+    struct result r = {0};
+    assert_int_equal(call_elements(cfx.cl, 1, MODE_PAYLOAD, limit, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_TOO_LARGE);
+    char want[128];
+    snprintf(want, sizeof want, "reply of %u bytes is too large", limit);
+    assert_string_equal(r.msg, want);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 1);
+    cfx_close(&loop, &cfx);
+
+    struct rpc_client_opts opts = {.address = address, .max_frame = 4096};
+    struct rpc_client *cl;
+    char err[128];
+    assert_int_equal(rpc_client_new(&loop, &opts, &cl, err, sizeof err), 0);
+    struct result big = {0}, small = {0};
+    assert_int_equal(call_elements(cl, 2, MODE_PAYLOAD, 8192, 5000, &big), 0);
+    RUN_UNTIL(&loop, big.done, WAIT_MS);
+    assert_int_equal(big.status, SLUICE_ERR_UNAVAILABLE);
+    snprintf(want, sizeof want, "connection to %s lost: frame over the 4096-byte limit", address);
+    assert_string_equal(big.msg, want);
+    assert_int_equal(call_elements(cl, 3, MODE_PAYLOAD, 1000, 5000, &small), 0);
+    RUN_UNTIL(&loop, small.done, WAIT_MS);
+    assert_int_equal(small.status, 0);
+    assert_int_equal(small.payload_len, 1000);
+    assert_true(small.payload_ok);
+
+    /* A request that cannot be sent: refused now, its callback never runs. */
+    struct result never = {0};
+    Sluice__WorkerHeartbeatRequest hb = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    char addr_field[5000];
+    memset(addr_field, 'a', sizeof addr_field - 1);
+    addr_field[sizeof addr_field - 1] = '\0';
+    hb.address = addr_field;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &hb;
+    assert_int_equal(rpc_call(cl, &env, 5000, on_reply, &never), SLUICE_ERR_TOO_LARGE);
+    bool closed = false;
+    rpc_client_close(cl, set_flag, &closed);
+    RUN_UNTIL(&loop, closed, WAIT_MS);
+    assert_int_equal(never.done, 0);
+
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+/* ---- malformed peers
+ * ----------------------------------------------------------------------------- */
 
 static void test_server_version_mismatch(void **state)
 {
@@ -1211,7 +1297,8 @@ static void test_garbage_disconnected(void **state)
     loop_finish(&loop);
 }
 
-/* ---- backpressure -------------------------------------------------------------------------------- */
+/* ---- backpressure
+ * -------------------------------------------------------------------------------- */
 
 static void test_backpressure(void **state)
 {
@@ -1263,7 +1350,114 @@ static void test_backpressure(void **state)
     loop_finish(&loop);
 }
 
-/* ---- closing ------------------------------------------------------------------------------------- */
+/* Host names go through the resolver; IPv6 literals through the numeric fast path. */
+static void test_addresses(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    char address[64];
+    struct client_fx cfx;
+
+    snprintf(address, sizeof address, "localhost:%d", rpc_server_port(fx.srv));
+    cfx_new(&loop, &cfx, address);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 1);
+    cfx_close(&loop, &cfx);
+
+    snprintf(address, sizeof address, "sluice://127.0.0.1:%d", rpc_server_port(fx.srv));
+    cfx_new(&loop, &cfx, address);
+    expect_status_ok(&loop, cfx.cl);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+
+    /* IPv6 loopback, when the machine has it. */
+    struct rpc_server_opts opts = {.host = "::1",
+                                   .on_request = fx_on_request,
+                                   .on_open = fx_on_open,
+                                   .on_close = fx_on_close,
+                                   .user = &fx};
+    memset(&fx, 0, sizeof fx);
+    char err[256];
+    if (rpc_server_start(&loop, &opts, &fx.srv, err, sizeof err) == 0) {
+        assert_string_equal(rpc_server_host(fx.srv), "::1");
+        snprintf(address, sizeof address, "[::1]:%d", rpc_server_port(fx.srv));
+        cfx_new(&loop, &cfx, address);
+        expect_status_ok(&loop, cfx.cl);
+        assert_memory_equal(fx.peer_name, "[::1]:", 6);
+        cfx_close(&loop, &cfx);
+        fx_close(&loop, &fx);
+    } else {
+        print_message("no IPv6 loopback: %s\n", err);
+    }
+    loop_finish(&loop);
+}
+
+/* A peer that accepts the connection but never says Hello: each attempt ends at the connect
+ * timeout and is retried until the call's own timeout. */
+static void test_handshake_timeout(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct fake_server f = {0};
+    fake_start(&loop, &f);
+    char address[64];
+    snprintf(address, sizeof address, "127.0.0.1:%d", f.port);
+    struct client_fx cfx;
+    cfx_new_timeout(&loop, &cfx, address, 100);
+
+    struct result r = {0};
+    assert_int_equal(call_status(cfx.cl, 450, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_TIMEOUT);
+    char want[128];
+    snprintf(want, sizeof want, "no connection to %s within 450 ms: connect timed out after 100 ms",
+             address);
+    assert_string_equal(r.msg, want);
+    assert_int_equal(cfx.connects, 0);
+    /* The first connection was given up, so the fake server saw it close. */
+    RUN_UNTIL(&loop, f.peer_closed, WAIT_MS);
+
+    cfx_close(&loop, &cfx);
+    fake_close(&loop, &f);
+    loop_finish(&loop);
+}
+
+/* A client that asks for large replies and disappears before reading them: the server's writes
+ * fail, it drops that connection and goes on serving. */
+static void test_peer_gone_mid_reply(void **state)
+{
+    enum { N = 16 };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    int port = rpc_server_port(fx.srv);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+    expect_status_ok(&loop, cfx.cl);
+
+    struct raw gone = {0};
+    bytes_put_hello(&gone.out, RPC_PROTOCOL_VERSION);
+    for (int i = 1; i <= N; i++)
+        bytes_put_get_elements(&gone.out, (uint64_t)i, (uint64_t)i, MODE_PAYLOAD, 1u << 20);
+    raw_connect(&loop, &gone, port, false, 64 << 10);
+    RUN_UNTIL(&loop, gone.written && fx.requests >= 1 + N, WAIT_MS);
+    assert_true(fx.max_pending > 0);
+    raw_close(&loop, &gone);
+
+    RUN_UNTIL(&loop, fx.closes == 1, WAIT_MS);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(fx.opens, 2);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+/* ---- closing
+ * ------------------------------------------------------------------------------------- */
 
 struct close_probe {
     struct result *results;
@@ -1397,6 +1591,9 @@ static void test_server_start_errors(void **state)
 
 int main(void)
 {
+    /* As in every sluice process: a write to a connection the peer closed is an error, not the
+     * end of the process. */
+    signal(SIGPIPE, SIG_IGN);
     log_init("test_rpc", LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_address),
@@ -1409,11 +1606,15 @@ int main(void)
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_error_reply),
         cmocka_unit_test(test_large_reply),
+        cmocka_unit_test(test_too_large),
         cmocka_unit_test(test_server_version_mismatch),
         cmocka_unit_test(test_client_version_mismatch),
         cmocka_unit_test(test_client_unknown_reply_id),
         cmocka_unit_test(test_garbage_disconnected),
         cmocka_unit_test(test_backpressure),
+        cmocka_unit_test(test_addresses),
+        cmocka_unit_test(test_handshake_timeout),
+        cmocka_unit_test(test_peer_gone_mid_reply),
         cmocka_unit_test(test_client_close_cancels),
         cmocka_unit_test(test_server_close_from_handler),
         cmocka_unit_test(test_server_start_errors),

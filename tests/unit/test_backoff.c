@@ -47,8 +47,8 @@ static void test_ceiling_table(void **state)
         const struct ceiling_case *c = &cases[i];
         uint32_t got = backoff_ceiling(c->attempt, c->base, c->max);
         if (got != c->want)
-            fail_msg("case %zu: ceiling(%u, %u, %u) = %u, want %u", i, c->attempt, c->base,
-                     c->max, got, c->want);
+            fail_msg("case %zu: ceiling(%u, %u, %u) = %u, want %u", i, c->attempt, c->base, c->max,
+                     got, c->want);
     }
 }
 

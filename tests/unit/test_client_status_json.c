@@ -116,44 +116,55 @@ static void test_table_rejects_non_objects(void **state)
 
 static void test_job_verdicts(void **state)
 {
+    /* The reference: job 2, anonymous, parallel_epochs, iteration 5, reading dataset "d2". */
+    static const struct status_job_ref ref = {2, "d2", "", "parallel_epochs", 5};
     static const struct {
         const char *json;
-        uint64_t job;
-        const char *dataset;
         enum status_job_verdict want;
     } cases[] = {
-        {"{\"jobs\": [{\"id\": 1, \"dataset\": \"d1\"}, {\"id\": 2, \"dataset\": \"d2\"}]}", 2,
-         "d2", STATUS_JOB_PRESENT},
-        {"{\"jobs\": [{\"id\": 1, \"dataset\": \"d1\"}, {\"id\": 2, \"dataset\": \"d2\"}]}", 2,
-         "d1", STATUS_JOB_GONE},
-        {"{\"jobs\": [{\"id\": 1, \"dataset\": \"d1\"}, {\"id\": 2, \"dataset\": \"d2\"}]}", 3,
-         "d1", STATUS_JOB_GONE},
-        {"{\"jobs\": [{\"job_id\": \"7\", \"dataset_id\": \"q\"}]}", 7, "q", STATUS_JOB_PRESENT},
-        {"{\"jobs\": [{\"id\": \"7x\", \"dataset\": \"q\"}]}", 7, "q", STATUS_JOB_GONE},
-        {"{\"jobs\": [{\"id\": 4}]}", 4, "any", STATUS_JOB_PRESENT},
-        {"{\"jobs\": [{\"id\": -4, \"dataset\": \"a\"}, 3, {\"id\": 4, \"dataset\": 5}]}", 4, "a",
-         STATUS_JOB_GONE},
-        {"{\"jobs\": {\"9\": {\"dataset\": \"z\"}}}", 9, "z", STATUS_JOB_PRESENT},
-        {"{\"jobs\": {\"9\": {\"dataset\": \"z\"}}}", 8, "z", STATUS_JOB_GONE},
-        {"{\"jobs\": {\"x\": {\"id\": 8, \"dataset\": \"z\"}}}", 8, "z", STATUS_JOB_PRESENT},
-        {"{\"jobs\": []}", 1, "d", STATUS_JOB_GONE},
-        {"{\"jobs\": [{\"id\": 18446744073709551615, \"dataset\": \"d\"}]}", 1, "d",
-         STATUS_JOB_GONE},
-        {"{\"jobs\": [{\"id\": 18446744073709551615, \"dataset\": \"d\"}]}", UINT64_MAX, "d",
+        /* Present, with every field or with none but the id. */
+        {"{\"jobs\": [{\"id\": 1, \"dataset_id\": \"d1\"}, {\"id\": 2, \"name\": null,"
+         " \"dataset_id\": \"d2\", \"mode\": \"parallel_epochs\", \"iteration_id\": 5}]}",
          STATUS_JOB_PRESENT},
-        {"{\"jobs\": [{\"id\": \"18446744073709551616\", \"dataset\": \"d\"}]}", 0, "d",
-         STATUS_JOB_GONE},
-        {"{\"workers\": []}", 1, "d", STATUS_JOB_UNKNOWN},
-        {"{\"jobs\": 5}", 1, "d", STATUS_JOB_UNKNOWN},
-        {"{\"jobs\": [", 1, "d", STATUS_JOB_UNKNOWN},
-        {"[]", 1, "d", STATUS_JOB_UNKNOWN},
+        {"{\"jobs\": [{\"id\": 2}]}", STATUS_JOB_PRESENT},
+        {"{\"jobs\": [{\"job_id\": \"2\", \"dataset\": \"d2\", \"name\": \"\"}]}",
+         STATUS_JOB_PRESENT},
+        {"{\"jobs\": {\"2\": {\"dataset_id\": \"d2\"}}}", STATUS_JOB_PRESENT},
+        {"{\"jobs\": {\"x\": {\"id\": 2, \"iteration_id\": \"5\"}}}", STATUS_JOB_PRESENT},
+        /* The id names another job's entry, or none. */
+        {"{\"jobs\": [{\"id\": 2, \"dataset_id\": \"d1\"}]}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 2, \"name\": \"shared\"}]}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 2, \"mode\": \"distributed_epoch\"}]}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 2, \"iteration_id\": 1}]}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 2, \"dataset_id\": 5}]}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 3, \"dataset_id\": \"d2\"}]}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": \"2x\"}, {\"id\": -2}, 2]}", STATUS_JOB_GONE},
+        {"{\"jobs\": {\"3\": {\"dataset_id\": \"d2\"}}}", STATUS_JOB_GONE},
+        {"{\"jobs\": []}", STATUS_JOB_GONE},
+        {"{\"jobs\": [{\"id\": 18446744073709551616}]}", STATUS_JOB_GONE},
+        /* Nothing to tell from. */
+        {"{\"workers\": []}", STATUS_JOB_UNKNOWN},
+        {"{\"jobs\": 5}", STATUS_JOB_UNKNOWN},
+        {"{\"jobs\": [", STATUS_JOB_UNKNOWN},
+        {"[]", STATUS_JOB_UNKNOWN},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        enum status_job_verdict got =
-            status_json_job(cases[i].json, cases[i].job, cases[i].dataset);
+        enum status_job_verdict got = status_json_job(cases[i].json, &ref);
         if (got != cases[i].want)
             fail_msg("case %zu: %s: got %d, want %d", i, cases[i].json, got, cases[i].want);
     }
+
+    /* A named job; fields a reference leaves out are not compared; the largest ids work. */
+    static const struct status_job_ref named = {UINT64_MAX, "q", "shared", NULL, 0};
+    assert_int_equal(status_json_job("{\"jobs\": [{\"id\": 18446744073709551615, \"name\": "
+                                     "\"shared\", \"dataset_id\": \"q\", \"mode\": \"hint\","
+                                     " \"iteration_id\": 9}]}",
+                                     &named),
+                     STATUS_JOB_PRESENT);
+    assert_int_equal(status_json_job("{\"jobs\": [{\"id\": 18446744073709551615, \"name\": "
+                                     "null}]}",
+                                     &named),
+                     STATUS_JOB_GONE);
 }
 
 int main(void)

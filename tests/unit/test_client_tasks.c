@@ -24,13 +24,18 @@ static void attach_all(struct ct_set *s, void *conn)
             s->v[i].conn = conn;
 }
 
-static void apply(struct ct_set *s, const uint64_t *ids, size_t n, bool finished)
+static void apply_at(struct ct_set *s, const uint64_t *ids, size_t n, bool finished, uint64_t now)
 {
     struct ct_info infos[16];
     assert_true(n <= 16);
     for (size_t i = 0; i < n; i++)
         infos[i] = (struct ct_info){ids[i], ids[i] % 2 ? "w1:1" : "w2:2", 7};
-    assert_int_equal(ct_reconcile(s, infos, n, finished), 0);
+    assert_int_equal(ct_reconcile(s, infos, n, finished, now), 0);
+}
+
+static void apply(struct ct_set *s, const uint64_t *ids, size_t n, bool finished)
+{
+    apply_at(s, ids, n, finished, 0);
 }
 
 static long pick(const struct ct_set *s, uint64_t now)
@@ -92,14 +97,14 @@ static void test_reconcile_refuses_bad_lists(void **state)
     apply(&s, ids, 2, false);
 
     struct ct_info dup[] = {{5, "a:1", 1}, {3, "b:1", 1}, {5, "c:1", 1}};
-    assert_int_equal(ct_reconcile(&s, dup, 3, true), SLUICE_ERR_INVALID);
+    assert_int_equal(ct_reconcile(&s, dup, 3, true, 0), SLUICE_ERR_INVALID);
     char long_addr[CT_ADDR_MAX + 1];
     memset(long_addr, 'x', CT_ADDR_MAX);
     long_addr[CT_ADDR_MAX] = '\0';
     struct ct_info big[] = {{9, long_addr, 1}};
-    assert_int_equal(ct_reconcile(&s, big, 1, true), SLUICE_ERR_INVALID);
+    assert_int_equal(ct_reconcile(&s, big, 1, true, 0), SLUICE_ERR_INVALID);
     struct ct_info none[] = {{9, NULL, 1}};
-    assert_int_equal(ct_reconcile(&s, none, 1, true), SLUICE_ERR_INVALID);
+    assert_int_equal(ct_reconcile(&s, none, 1, true, 0), SLUICE_ERR_INVALID);
 
     /* A refused list leaves the set exactly as it was. */
     assert_int_equal(s.n, 2);
@@ -334,7 +339,7 @@ static void test_done_and_active(void **state)
     assert_false(ct_done(&s));
     assert_false(ct_active(&s));
     /* A finished iteration with no tasks is done. */
-    assert_int_equal(ct_reconcile(&s, NULL, 0, true), 0);
+    assert_int_equal(ct_reconcile(&s, NULL, 0, true, 0), 0);
     assert_true(ct_done(&s));
 
     const uint64_t ids[] = {1, 2};
@@ -389,6 +394,73 @@ static void test_finished_ids(void **state)
     ct_release(&s);
 }
 
+static void test_listed_at_is_first_listing(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint64_t first[] = {1};
+    apply_at(&s, first, 1, false, 100);
+    const uint64_t both[] = {1, 2};
+    apply_at(&s, both, 2, false, 250);
+    assert_int_equal(s.v[0].listed_at, 100);
+    assert_int_equal(s.v[1].listed_at, 250);
+    /* Unlisted and listed again before it left: still the first time. */
+    apply_at(&s, first, 1, false, 300);
+    s.v[1].outstanding = 1;
+    apply_at(&s, both, 2, false, 400);
+    assert_int_equal(s.v[1].listed_at, 250);
+    ct_release(&s);
+}
+
+static void test_errors_wait_for_a_later_heartbeat(void **state)
+{
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint64_t ids[] = {1, 2, 3};
+    apply(&s, ids, 3, false);
+    attach_all(&s, &conn_a);
+    assert_int_equal(ct_confirmed_error(&s, 100), -1);
+
+    /* Recorded while heartbeat 4 was under way: its reply does not confirm, 5's does. */
+    ct_set_error(&s, 1, SLUICE_ERR_NOT_FOUND, "task 2 not found", 4);
+    assert_int_equal(ct_confirmed_error(&s, 4), -1);
+    assert_int_equal(ct_confirmed_error(&s, 5), 1);
+    assert_int_equal(s.v[1].error, SLUICE_ERR_NOT_FOUND);
+    assert_string_equal(s.v[1].error_msg, "task 2 not found");
+    /* The first error stays. */
+    ct_set_error(&s, 1, SLUICE_ERR_FN, "other", 9);
+    assert_int_equal(s.v[1].error_mark, 4);
+    assert_string_equal(s.v[1].error_msg, "task 2 not found");
+
+    /* A task the list dropped confirms nothing. */
+    const uint64_t without2[] = {1, 3};
+    apply(&s, without2, 2, false);
+    assert_int_equal(ct_confirmed_error(&s, 5), -1);
+    apply(&s, ids, 3, false);
+    assert_int_equal(ct_confirmed_error(&s, 5), 1);
+
+    /* Elements or the end clear it; an empty reply does not. */
+    ct_sent(&s, 1);
+    ct_on_reply(&s, 1, 0, false, 0);
+    assert_int_equal(ct_confirmed_error(&s, 5), 1);
+    ct_sent(&s, 1);
+    ct_on_reply(&s, 1, 2, false, 0);
+    assert_int_equal(ct_confirmed_error(&s, 5), -1);
+    ct_set_error(&s, 2, SLUICE_ERR_NOT_FOUND, NULL, 6);
+    assert_string_equal(s.v[2].error_msg, "");
+    ct_sent(&s, 2);
+    ct_on_reply(&s, 2, 0, true, 0);
+    assert_int_equal(ct_confirmed_error(&s, 7), -1);
+
+    /* Long messages are cut to fit. */
+    char msg[400];
+    memset(msg, 'm', sizeof msg - 1);
+    msg[sizeof msg - 1] = '\0';
+    ct_set_error(&s, 0, SLUICE_ERR_NOT_FOUND, msg, 1);
+    assert_int_equal(strlen(s.v[0].error_msg), sizeof s.v[0].error_msg - 1);
+    ct_release(&s);
+}
+
 static void test_retry_classes(void **state)
 {
     static const struct {
@@ -432,6 +504,8 @@ int main(void)
         cmocka_unit_test(test_coordinated_turns),
         cmocka_unit_test(test_done_and_active),
         cmocka_unit_test(test_finished_ids),
+        cmocka_unit_test(test_listed_at_is_first_listing),
+        cmocka_unit_test(test_errors_wait_for_a_later_heartbeat),
         cmocka_unit_test(test_retry_classes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

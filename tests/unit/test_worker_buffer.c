@@ -96,8 +96,8 @@ static void test_varint(void **state)
         {{0xac, 0x02}, 2, 2, 300},
         {{0xff, 0xff, 0xff, 0xff, 0x0f}, 5, 5, 0xffffffffu},
         {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, 10, 10, UINT64_MAX},
-        {{0x80}, 1, 0, 0},                                                      /* cut short */
-        {{0x80, 0x80}, 2, 0, 0},                                                /* cut short */
+        {{0x80}, 1, 0, 0},                                                        /* cut short */
+        {{0x80, 0x80}, 2, 0, 0},                                                  /* cut short */
         {{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02}, 10, 0, 0}, /* > 64 bits */
         {{0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00}, 11, 0, 0},
         {{0x05, 0x99}, 2, 1, 5}, /* stops at the first byte without the top bit */
@@ -144,12 +144,15 @@ static void test_push_accounting(void **state)
     /* 1 + 3 and 2 + 200 bytes: a 200-byte record has a two-byte length. */
     assert_int_equal(b.bytes, 206);
     assert_int_equal(b.count, 2);
+    assert_int_equal(b.chunks, 1);
     wbuf_push(&b, make_chunk(l2, t2, 1));
     assert_int_equal(b.bytes, 208);
     assert_int_equal(b.count, 3);
+    assert_int_equal(b.chunks, 2);
     wbuf_clear(&b);
     assert_int_equal(b.bytes, 0);
     assert_int_equal(b.count, 0);
+    assert_int_equal(b.chunks, 0);
     assert_null(b.head);
     assert_null(b.tail);
 }
@@ -249,6 +252,7 @@ static void test_gather(void **state)
     assert_int_equal(count_spent(t.spent), 3);
     assert_int_equal(b.count, 0);
     assert_int_equal(b.bytes, 0);
+    assert_int_equal(b.chunks, 0);
     assert_null(b.head);
     free_spent(&t);
     pipe_buf_release(&scratch);
@@ -276,6 +280,7 @@ static void test_gather_ends_mid_chunk(void **state)
     assert_ptr_equal(t.spent, c1);
     assert_null(c1->next);
     assert_ptr_equal(b.head, c2);
+    assert_int_equal(b.chunks, 1);
     assert_int_equal(c2->taken, 2);
     assert_int_equal(b.count, 2);
     assert_int_equal(b.bytes, 4);
@@ -392,7 +397,7 @@ static void test_fifo_random(void **state)
     wbuf_init(&b);
     struct pipe_buf scratch = {0};
     size_t pushed = 0, taken = 0;
-    uint64_t bytes_left = 0;
+    uint64_t bytes_left = 0, chunks_left = 0;
     while (taken < RECORDS) {
         /* Push a few chunks, then take a few times. */
         for (int k = 0; k < 3 && pushed < RECORDS; k++) {
@@ -402,6 +407,7 @@ static void test_fifo_random(void **state)
             struct wbuf_chunk *c = make_chunk(lens + pushed, tags + pushed, n);
             bytes_left += c->data.len;
             wbuf_push(&b, c);
+            chunks_left++;
             pushed += n;
         }
         for (int k = 0; k < 4; k++) {
@@ -421,6 +427,8 @@ static void test_fifo_random(void **state)
             bytes_left -= t.len;
             assert_int_equal(b.count, pushed - taken);
             assert_int_equal(b.bytes, bytes_left);
+            chunks_left -= count_spent(t.spent);
+            assert_int_equal(b.chunks, chunks_left);
             free_spent(&t);
         }
     }

@@ -142,8 +142,8 @@ static void test_plan_check(void **state)
     } cases[] = {
         {{PIPE_SRC_RANGE, 10, 3, 4, 1, NULL, 0}, NULL},
         {{PIPE_SRC_LIST, 10, 10, 1, UINT64_MAX, NULL, 0}, NULL},
-        {{PIPE_SRC_RANGE, 0, 1, 0, 1, NULL, 0}, NULL},   /* empty source */
-        {{PIPE_SRC_RANGE, 10, 3, 0, 0, NULL, 0}, NULL},  /* repeat(0) */
+        {{PIPE_SRC_RANGE, 0, 1, 0, 1, NULL, 0}, NULL},  /* empty source */
+        {{PIPE_SRC_RANGE, 10, 3, 0, 0, NULL, 0}, NULL}, /* repeat(0) */
         {{PIPE_SRC_RANGE, 10, 3, 0, 1, NULL, 0}, "split plan has no splits per pass"},
         {{PIPE_SRC_RANGE, 10, 0, 4, 1, NULL, 0}, "split plan has split size 0"},
         {{PIPE_SRC_RANGE, 10, 3, 3, 1, NULL, 0},
@@ -151,8 +151,7 @@ static void test_plan_check(void **state)
         {{PIPE_SRC_LINES, 0, 0, 1, 1, one, 1}, NULL},
         {{PIPE_SRC_LINES, 0, 0, 2, 1, one, 1}, "split plan has 2 splits per pass but 1 files"},
         {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, empty, 1}, "split plan has a file name of 0 bytes"},
-        {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, toolong, 1},
-         "split plan has a file name of 4999 bytes"},
+        {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, toolong, 1}, "split plan has a file name of 4999 bytes"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[256] = "";

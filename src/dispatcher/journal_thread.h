@@ -1,0 +1,110 @@
+/* The dispatcher's side of the journal (DESIGN.md §6): rebuilding the state from it at start,
+ * and the group-commit thread that writes records while the loop goes on serving.
+ *
+ * Group commit: the loop thread queues records (already serialized) as the server shell applies
+ * updates. At the end of the loop iteration that queued them (a prepare and a check handle, so
+ * records queued by timers and by I/O callbacks alike leave in the same iteration) everything
+ * queued is handed to a dedicated thread as ONE batch, which journal_append() writes in ONE
+ * transaction. Exactly one batch is in flight: records queued while it is written wait, and all
+ * of them form the next batch as soon as it is done, so the busier the dispatcher the larger the
+ * batches. The loop thread never waits for the disk.
+ *
+ * Waiting: journal_thread_wait() registers a callback that runs on the loop thread once every
+ * record queued before it is durable. Callbacks run in the order they were registered, which is
+ * commit order, so a reply can never overtake a change it may depend on.
+ *
+ * Failure: a batch that cannot be written (disk full, map at its ceiling, I/O error) fails the
+ * journal for good: every waiter not yet satisfied is called with the error, later calls are
+ * refused, and on_fail runs once so the owner stops acknowledging anything (the dispatcher exits
+ * with status 1). Records already durable stay durable.
+ *
+ * Threads: every function here runs on the loop thread; only journal_append() runs on the
+ * journal thread, with memory nothing else touches until it is done. */
+#ifndef SLUICE_DISPATCHER_JOURNAL_THREAD_H
+#define SLUICE_DISPATCHER_JOURNAL_THREAD_H
+
+#include "state.h"
+
+#include "journal/journal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* ---- recovery -------------------------------------------------------------------------------- */
+
+struct journal_recovery {
+    uint64_t snapshot_seq; /* the last record the snapshot covered; 0 without a snapshot */
+    uint64_t replayed;     /* records applied after the snapshot */
+    uint64_t next_seq;     /* the sequence number the next record gets */
+};
+
+/* Rebuilds the state: the snapshot (its datasets' definitions from the datasets table), then
+ * every record after it, decoded and applied with state_apply(), the function live traffic
+ * uses. *st is overwritten (not released first); on failure it is an empty state. Returns 0, or
+ * a negative code with a message naming what is damaged: "snapshot at 120: ...", "record 142:
+ * checksum mismatch", "record 142: does not decode: unknown update type 99", "record 142: does
+ * not apply: task_created 7: corrupt data", "records 7 to 9 are missing". Any thread. */
+int journal_thread_recover(struct journal *j, struct state *st, struct journal_recovery *info,
+                           char *err, size_t errlen);
+
+/* ---- the group-commit thread ----------------------------------------------------------------- */
+
+struct journal_thread;
+
+/* Runs once when the journal fails (see above); msg is "what: why". */
+typedef void (*journal_thread_fail_cb)(void *user, int code, const char *msg);
+/* status is 0 when every record queued before the wait is durable, negative when the journal
+ * failed first. */
+typedef void (*journal_thread_wait_cb)(void *ctx, int status);
+
+struct journal_thread_opts {
+    struct journal *journal; /* borrowed: must outlive the thread */
+    uint64_t next_seq;       /* the sequence number the first record queued gets */
+    /* Most records per transaction; 0: no limit (group commit). 1 commits every record in its
+     * own transaction: a baseline for benchmarks, not for use. */
+    size_t max_records;
+    journal_thread_fail_cb on_fail;
+    void *user;
+};
+
+struct journal_thread_stats {
+    uint64_t transactions;
+    uint64_t records;
+    uint64_t snapshots;
+    uint64_t largest; /* most records in one transaction */
+};
+
+/* Starts the thread. Returns 0 and *out, or a negative code with a message. */
+int journal_thread_start(uv_loop_t *loop, const struct journal_thread_opts *opts,
+                         struct journal_thread **out, char *err, size_t errlen);
+
+/* Queues one record; payload (malloc'd) passes to the thread whatever the outcome. When
+ * dataset_id is not NULL, def (def_len bytes, copied) is stored under it in the journal's
+ * datasets table in the record's transaction. Returns 0; SLUICE_ERR_CLOSED after close;
+ * SLUICE_ERR_NOMEM; or the journal's failure code once it has failed. */
+int journal_thread_add(struct journal_thread *jt, uint8_t *payload, size_t len,
+                       const char *dataset_id, const uint8_t *def, size_t def_len);
+
+/* Queues a snapshot covering every record queued so far; data (malloc'd) passes to the thread.
+ * It is written in the transaction of the last record it covers, which also deletes the records
+ * it covers; a newer snapshot queued before that replaces it. Returns as journal_thread_add. */
+int journal_thread_snapshot(struct journal_thread *jt, uint8_t *data, size_t len);
+
+/* Calls cb(ctx, status) once every record queued before this call is durable, or the journal
+ * failed; callbacks run in the order of their waits. When nothing is outstanding and no earlier
+ * callback is pending, cb runs before this returns. Returns 0 (cb will run exactly once), or
+ * SLUICE_ERR_NOMEM (cb never runs). */
+int journal_thread_wait(struct journal_thread *jt, journal_thread_wait_cb cb, void *ctx);
+
+/* The sequence number the next record queued will get. */
+uint64_t journal_thread_next_seq(const struct journal_thread *jt);
+
+void journal_thread_get_stats(const struct journal_thread *jt, struct journal_thread_stats *out);
+
+/* Writes what is still queued (unless the journal failed), lets every waiter run, stops the
+ * thread, closes the handles, frees jt and then calls cb (may be NULL). Call once. */
+void journal_thread_close(struct journal_thread *jt, void (*cb)(void *user), void *user);
+
+#endif

@@ -1,0 +1,679 @@
+/* Conversions between the state machine's structs and the journal's messages. Encoding points
+ * the protobuf-c structs at the C data (nothing copied until the pack); decoding copies out of
+ * the unpacked message and frees it before returning. */
+#include "record.h"
+
+#include "journal.pb-c.h"
+
+#include "common/crc32c.h"
+#include "common/error.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define UPDATE_TYPE_MAX ST_WORKER_DRAINING
+#define MODE_MAX ST_MODE_HINT
+
+/* ---- shared helpers -------------------------------------------------------------------------- */
+
+static bool str_fits(const char *s, size_t cap)
+{
+    return s && strlen(s) < cap;
+}
+
+static uint32_t def_crc(const uint8_t *def, size_t len)
+{
+    return len ? crc32c(def, len) : 0;
+}
+
+static bool plan_empty(const struct st_split_plan *p)
+{
+    return !p->source_len && !p->split_size && !p->per_pass && !p->passes && !p->npaths;
+}
+
+static void plan_to_msg(const struct st_split_plan *p, Sluice__JournalSplitPlan *m)
+{
+    m->source_len = p->source_len;
+    m->split_size = p->split_size;
+    m->per_pass = p->per_pass;
+    m->passes = p->passes;
+    m->n_paths = p->npaths;
+    m->paths = p->paths;
+}
+
+/* Copies a plan message (m may be NULL: an empty plan). */
+static int plan_from_msg(const Sluice__JournalSplitPlan *m, struct st_split_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!m)
+        return 0;
+    for (size_t i = 0; i < m->n_paths; i++) {
+        if (!m->paths[i])
+            return SLUICE_ERR_CORRUPT;
+    }
+    struct st_split_plan view = {
+        .source_len = m->source_len,
+        .split_size = m->split_size,
+        .per_pass = m->per_pass,
+        .passes = m->passes,
+        .paths = m->paths,
+        .npaths = m->n_paths,
+    };
+    return st_split_plan_copy(p, &view);
+}
+
+static int seqs_copy(struct st_seq_list *l, const uint64_t *v, size_t n)
+{
+    memset(l, 0, sizeof *l);
+    if (n == 0)
+        return 0;
+    l->v = malloc(n * sizeof *v);
+    if (!l->v)
+        return SLUICE_ERR_NOMEM;
+    memcpy(l->v, v, n * sizeof *v);
+    l->n = l->cap = n;
+    return 0;
+}
+
+static bool strictly_increasing(const uint64_t *v, size_t n)
+{
+    for (size_t i = 1; i < n; i++) {
+        if (v[i] <= v[i - 1])
+            return false;
+    }
+    return true;
+}
+
+/* ---- updates --------------------------------------------------------------------------------- */
+
+int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
+{
+    Sluice__Update m = SLUICE__UPDATE__INIT;
+    Sluice__JournalSplitPlan plan = SLUICE__JOURNAL_SPLIT_PLAN__INIT;
+    /* protobuf-c packs through these pointers without writing; its structs just lack const. */
+    m.type = (Sluice__Update__Type)u->type;
+    m.id = u->id;
+    m.ref = u->ref;
+    m.ref2 = u->ref2;
+    m.name = (char *)u->name;
+    m.name2 = (char *)u->name2;
+    m.address = (char *)u->address;
+    m.incarnation = u->incarnation;
+    m.mode = u->mode;
+    m.num_consumers = u->num_consumers;
+    m.compression = u->compression;
+    m.split_size = u->split_size;
+    m.def.data = u->def;
+    m.def.len = u->def_len;
+    m.text = u->text ? u->text : (char *)"";
+    m.distributed = u->distributed;
+    if (!plan_empty(&u->plan)) {
+        plan_to_msg(&u->plan, &plan);
+        m.plan = &plan;
+    }
+    m.n_seqs = u->seqs.n;
+    m.seqs = u->seqs.v;
+    size_t n = sluice__update__get_packed_size(&m);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b)
+        return SLUICE_ERR_NOMEM;
+    sluice__update__pack(&m, b);
+    *out = b;
+    *len = n;
+    return 0;
+}
+
+int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, char *err,
+                         size_t errlen)
+{
+    memset(u, 0, sizeof *u);
+    Sluice__Update *m = sluice__update__unpack(NULL, len, data);
+    if (!m)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "not an Update message");
+    int rc = SLUICE_ERR_CORRUPT;
+    /* Shape checks first: *u stays empty until every one has passed. */
+    if ((unsigned)m->type < 1 || (unsigned)m->type > UPDATE_TYPE_MAX) {
+        err_set(err, errlen, rc, "unknown update type %d", (int)m->type);
+        goto out;
+    }
+    const char *what = st_update_name((enum st_update_type)m->type);
+    if (!str_fits(m->name, ST_ID_MAX) || !str_fits(m->name2, ST_ID_MAX)) {
+        err_set(err, errlen, rc, "%s: a name of %d bytes or more", what, ST_ID_MAX);
+        goto out;
+    }
+    if (!str_fits(m->address, ST_ADDR_MAX)) {
+        err_set(err, errlen, rc, "%s: an address of %d bytes or more", what, ST_ADDR_MAX);
+        goto out;
+    }
+    if (!m->text || (m->def.len > 0 && !m->def.data)) {
+        err_set(err, errlen, rc, "%s: malformed", what);
+        goto out;
+    }
+    u->type = (enum st_update_type)m->type;
+    u->id = m->id;
+    u->ref = m->ref;
+    u->ref2 = m->ref2;
+    memcpy(u->name, m->name, strlen(m->name) + 1);
+    memcpy(u->name2, m->name2, strlen(m->name2) + 1);
+    memcpy(u->address, m->address, strlen(m->address) + 1);
+    u->incarnation = m->incarnation;
+    u->mode = m->mode;
+    u->num_consumers = m->num_consumers;
+    u->compression = m->compression;
+    u->split_size = m->split_size;
+    u->distributed = m->distributed;
+    rc = SLUICE_ERR_NOMEM;
+    if (m->def.len > 0 || u->type == ST_DATASET_REGISTERED) {
+        u->def = malloc(m->def.len ? m->def.len : 1);
+        if (!u->def)
+            goto fail;
+        if (m->def.len)
+            memcpy(u->def, m->def.data, m->def.len);
+        u->def_len = m->def.len;
+    }
+    if (m->text[0] || u->type == ST_DATASET_REGISTERED) {
+        u->text = strdup(m->text);
+        if (!u->text)
+            goto fail;
+    }
+    rc = plan_from_msg(m->plan, &u->plan);
+    if (rc == 0)
+        rc = seqs_copy(&u->seqs, m->seqs, m->n_seqs);
+    if (rc < 0)
+        goto fail;
+    rc = 0;
+    goto out;
+fail:
+    if (rc == SLUICE_ERR_CORRUPT)
+        err_set(err, errlen, rc, "%s: malformed split plan", what);
+    else
+        err_set(err, errlen, rc, "out of memory");
+    st_update_release(u);
+    memset(u, 0, sizeof *u);
+out:
+    sluice__update__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* ---- snapshot encoding ----------------------------------------------------------------------- */
+
+/* The arrays one encoding allocates, freed together. */
+struct allocs {
+    void *p[24];
+    int n;
+};
+
+static void *grab(struct allocs *a, size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (p)
+        a->p[a->n++] = p;
+    return p;
+}
+
+static void allocs_free(struct allocs *a)
+{
+    for (int i = 0; i < a->n; i++)
+        free(a->p[i]);
+}
+
+int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
+{
+    struct allocs a = {.n = 0};
+    Sluice__Snapshot m = SLUICE__SNAPSHOT__INIT;
+    int rc = SLUICE_ERR_NOMEM;
+    m.next_dataset_id = s->next_dataset_id;
+    m.next_job_id = s->next_job_id;
+    m.next_iteration_id = s->next_iteration_id;
+    m.next_task_id = s->next_task_id;
+    m.next_worker_id = s->next_worker_id;
+    m.next_client_id = s->next_client_id;
+    m.applied = s->applied;
+
+    Sluice__SnapshotDataset *ds = grab(&a, s->ndatasets, sizeof *ds);
+    Sluice__SnapshotJob *js = grab(&a, s->njobs, sizeof *js);
+    Sluice__SnapshotIteration *its = grab(&a, s->niterations, sizeof *its);
+    Sluice__JournalSplitPlan *plans = grab(&a, s->niterations, sizeof *plans);
+    Sluice__SnapshotTask *ts = grab(&a, s->ntasks, sizeof *ts);
+    Sluice__SnapshotWorker *ws = grab(&a, s->nworkers, sizeof *ws);
+    Sluice__SnapshotClient *cs = grab(&a, s->nclients, sizeof *cs);
+    m.datasets = grab(&a, s->ndatasets, sizeof *m.datasets);
+    m.jobs = grab(&a, s->njobs, sizeof *m.jobs);
+    m.iterations = grab(&a, s->niterations, sizeof *m.iterations);
+    m.tasks = grab(&a, s->ntasks, sizeof *m.tasks);
+    m.workers = grab(&a, s->nworkers, sizeof *m.workers);
+    m.clients = grab(&a, s->nclients, sizeof *m.clients);
+    if (a.n != 13)
+        goto out;
+
+    for (size_t i = 0; i < s->ndatasets; i++) {
+        const struct st_dataset *d = &s->datasets[i];
+        Sluice__SnapshotDataset init = SLUICE__SNAPSHOT_DATASET__INIT;
+        ds[i] = init;
+        ds[i].id = (char *)d->id;
+        ds[i].compression = d->compression;
+        ds[i].split_size = d->split_size;
+        ds[i].text = d->text ? d->text : (char *)"";
+        ds[i].generated = d->generated;
+        ds[i].def_len = d->def_len;
+        ds[i].def_crc32c = def_crc(d->def, d->def_len);
+        m.datasets[i] = &ds[i];
+    }
+    m.n_datasets = s->ndatasets;
+    for (size_t i = 0; i < s->njobs; i++) {
+        const struct st_job *j = &s->jobs[i];
+        Sluice__SnapshotJob init = SLUICE__SNAPSHOT_JOB__INIT;
+        js[i] = init;
+        js[i].id = j->id;
+        js[i].name = (char *)j->name;
+        js[i].dataset_id = (char *)j->dataset_id;
+        js[i].mode = (int32_t)j->mode;
+        js[i].num_consumers = j->num_consumers;
+        js[i].iteration_id = j->iteration_id;
+        m.jobs[i] = &js[i];
+    }
+    m.n_jobs = s->njobs;
+    for (size_t i = 0; i < s->niterations; i++) {
+        const struct st_iteration *it = &s->iterations[i];
+        Sluice__SnapshotIteration init = SLUICE__SNAPSHOT_ITERATION__INIT;
+        Sluice__JournalSplitPlan pinit = SLUICE__JOURNAL_SPLIT_PLAN__INIT;
+        its[i] = init;
+        plans[i] = pinit;
+        its[i].id = it->id;
+        its[i].job_id = it->job_id;
+        its[i].repetition = it->repetition;
+        its[i].state = (int32_t)it->state;
+        its[i].distributed = it->distributed;
+        if (!plan_empty(&it->plan)) {
+            plan_to_msg(&it->plan, &plans[i]);
+            its[i].plan = &plans[i];
+        }
+        its[i].split_total = it->split_total;
+        its[i].split_cursor = it->split_cursor;
+        its[i].n_pool = it->pool.n;
+        its[i].pool = it->pool.v;
+        its[i].splits_finished = it->splits_finished;
+        its[i].splits_leased = it->splits_leased;
+        m.iterations[i] = &its[i];
+    }
+    m.n_iterations = s->niterations;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        Sluice__SnapshotTask init = SLUICE__SNAPSHOT_TASK__INIT;
+        ts[i] = init;
+        ts[i].id = t->id;
+        ts[i].iteration_id = t->iteration_id;
+        ts[i].worker_id = t->worker_id;
+        ts[i].finished = t->finished;
+        ts[i].n_leased = t->leased.n;
+        ts[i].leased = t->leased.v;
+        m.tasks[i] = &ts[i];
+    }
+    m.n_tasks = s->ntasks;
+    for (size_t i = 0; i < s->nworkers; i++) {
+        const struct st_worker *w = &s->workers[i];
+        Sluice__SnapshotWorker init = SLUICE__SNAPSHOT_WORKER__INIT;
+        ws[i] = init;
+        ws[i].id = w->id;
+        ws[i].address = (char *)w->address;
+        ws[i].incarnation = w->incarnation;
+        ws[i].draining = w->draining;
+        m.workers[i] = &ws[i];
+    }
+    m.n_workers = s->nworkers;
+    for (size_t i = 0; i < s->nclients; i++) {
+        Sluice__SnapshotClient init = SLUICE__SNAPSHOT_CLIENT__INIT;
+        cs[i] = init;
+        cs[i].id = s->clients[i].id;
+        cs[i].iteration_id = s->clients[i].iteration_id;
+        m.clients[i] = &cs[i];
+    }
+    m.n_clients = s->nclients;
+
+    size_t n = sluice__snapshot__get_packed_size(&m);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b)
+        goto out;
+    sluice__snapshot__pack(&m, b);
+    *out = b;
+    *len = n;
+    rc = 0;
+out:
+    allocs_free(&a);
+    return rc;
+}
+
+/* ---- snapshot decoding ----------------------------------------------------------------------- */
+
+#define CORRUPT(...) err_set(err, errlen, SLUICE_ERR_CORRUPT, __VA_ARGS__)
+#define NOMEM() err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory")
+
+/* A split of an iteration that is in a pool or leased: each may be in one place only. */
+struct split_ref {
+    uint64_t iteration, seq;
+};
+
+static int cmp_split_ref(const void *a, const void *b)
+{
+    const struct split_ref *x = a, *y = b;
+    if (x->iteration != y->iteration)
+        return x->iteration < y->iteration ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static bool decimal_id(const char *s, uint64_t *out)
+{
+    if (!*s || (*s == '0') || strlen(s) > 20)
+        return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static int decode_datasets(const Sluice__Snapshot *m, struct state *s, record_def_lookup_cb lookup,
+                           void *user, char *err, size_t errlen)
+{
+    s->datasets = calloc(m->n_datasets ? m->n_datasets : 1, sizeof *s->datasets);
+    if (!s->datasets)
+        return NOMEM();
+    s->cap_datasets = m->n_datasets;
+    for (size_t i = 0; i < m->n_datasets; i++) {
+        const Sluice__SnapshotDataset *d = m->datasets[i];
+        if (!d || !str_fits(d->id, ST_ID_MAX) || !d->id[0] || !d->text)
+            return CORRUPT("dataset %zu is malformed", i);
+        if (i > 0 && strcmp(s->datasets[i - 1].id, d->id) >= 0)
+            return CORRUPT("dataset '%s' is out of order", d->id);
+        uint64_t num;
+        if (d->generated && (!decimal_id(d->id, &num) || num >= m->next_dataset_id))
+            return CORRUPT("dataset '%s' is marked generated but is not a number below %" PRIu64,
+                           d->id, m->next_dataset_id);
+        struct st_dataset *row = &s->datasets[s->ndatasets++];
+        memcpy(row->id, d->id, strlen(d->id) + 1);
+        row->compression = d->compression;
+        row->split_size = d->split_size;
+        row->generated = d->generated;
+        row->text = strdup(d->text);
+        if (!row->text)
+            return NOMEM();
+        int rc = lookup(user, d->id, &row->def, &row->def_len, err, errlen);
+        if (rc < 0)
+            return rc;
+        if (row->def_len != d->def_len || def_crc(row->def, row->def_len) != d->def_crc32c)
+            return CORRUPT("dataset '%s': its definition does not match the snapshot", d->id);
+    }
+    return 0;
+}
+
+static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    s->jobs = calloc(m->n_jobs ? m->n_jobs : 1, sizeof *s->jobs);
+    if (!s->jobs)
+        return NOMEM();
+    s->cap_jobs = m->n_jobs;
+    for (size_t i = 0; i < m->n_jobs; i++) {
+        const Sluice__SnapshotJob *j = m->jobs[i];
+        if (!j || !str_fits(j->name, ST_ID_MAX) || !str_fits(j->dataset_id, ST_ID_MAX))
+            return CORRUPT("job %zu is malformed", i);
+        if (j->id == 0 || j->id >= m->next_job_id || (i > 0 && s->jobs[i - 1].id >= j->id))
+            return CORRUPT("job %" PRIu64 " is out of order or past the next id", j->id);
+        if (j->mode < 0 || j->mode > MODE_MAX)
+            return CORRUPT("job %" PRIu64 " has unknown mode %d", j->id, (int)j->mode);
+        if (!state_dataset(s, j->dataset_id))
+            return CORRUPT("job %" PRIu64 " names unknown dataset '%s'", j->id, j->dataset_id);
+        if (j->name[0] && state_job_by_name(s, j->name))
+            return CORRUPT("job name '%s' is used twice", j->name);
+        struct st_job *row = &s->jobs[s->njobs++];
+        row->id = j->id;
+        memcpy(row->name, j->name, strlen(j->name) + 1);
+        memcpy(row->dataset_id, j->dataset_id, strlen(j->dataset_id) + 1);
+        row->mode = (enum st_mode)j->mode;
+        row->num_consumers = j->num_consumers;
+        row->iteration_id = j->iteration_id;
+    }
+    return 0;
+}
+
+static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    s->iterations = calloc(m->n_iterations ? m->n_iterations : 1, sizeof *s->iterations);
+    if (!s->iterations)
+        return NOMEM();
+    s->cap_iterations = m->n_iterations;
+    for (size_t i = 0; i < m->n_iterations; i++) {
+        const Sluice__SnapshotIteration *it = m->iterations[i];
+        if (!it)
+            return CORRUPT("iteration %zu is malformed", i);
+        if (it->id == 0 || it->id >= m->next_iteration_id ||
+            (i > 0 && s->iterations[i - 1].id >= it->id))
+            return CORRUPT("iteration %" PRIu64 " is out of order or past the next id", it->id);
+        const struct st_job *j = state_job(s, it->job_id);
+        if (!j || j->iteration_id != it->id)
+            return CORRUPT("iteration %" PRIu64 " is not the current one of a job", it->id);
+        if (it->state < ST_ITER_ACTIVE || it->state > ST_ITER_GC)
+            return CORRUPT("iteration %" PRIu64 " has unknown state %d", it->id, (int)it->state);
+        if (it->distributed != (j->mode == ST_MODE_DISTRIBUTED_EPOCH))
+            return CORRUPT("iteration %" PRIu64 " does not match its job's mode", it->id);
+        struct st_iteration *row = &s->iterations[s->niterations++];
+        row->id = it->id;
+        row->job_id = it->job_id;
+        row->repetition = it->repetition;
+        row->state = (enum st_iteration_state)it->state;
+        row->distributed = it->distributed;
+        int rc = plan_from_msg(it->plan, &row->plan);
+        if (rc == SLUICE_ERR_CORRUPT)
+            return CORRUPT("iteration %" PRIu64 " has a malformed split plan", it->id);
+        if (rc < 0 || seqs_copy(&row->pool, it->pool, it->n_pool) < 0)
+            return NOMEM();
+        row->split_total = it->split_total;
+        row->split_cursor = it->split_cursor;
+        row->splits_finished = it->splits_finished;
+        row->splits_leased = it->splits_leased;
+        uint64_t total = it->distributed && row->state != ST_ITER_GC
+                             ? st_split_plan_total(&row->plan)
+                             : 0;
+        if (row->split_total != total || row->split_cursor > total)
+            return CORRUPT("iteration %" PRIu64 " has a split cursor that does not fit its plan",
+                           it->id);
+        if (!strictly_increasing(row->pool.v, row->pool.n) ||
+            (row->pool.n > 0 && row->pool.v[row->pool.n - 1] >= row->split_cursor))
+            return CORRUPT("iteration %" PRIu64 " has a malformed pool of returned splits",
+                           it->id);
+    }
+    for (size_t i = 0; i < s->njobs; i++) {
+        if (s->jobs[i].iteration_id != 0 && !state_iteration(s, s->jobs[i].iteration_id))
+            return CORRUPT("job %" PRIu64 " names unknown iteration %" PRIu64, s->jobs[i].id,
+                           s->jobs[i].iteration_id);
+    }
+    return 0;
+}
+
+static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    s->workers = calloc(m->n_workers ? m->n_workers : 1, sizeof *s->workers);
+    if (!s->workers)
+        return NOMEM();
+    s->cap_workers = m->n_workers;
+    for (size_t i = 0; i < m->n_workers; i++) {
+        const Sluice__SnapshotWorker *w = m->workers[i];
+        if (!w || !str_fits(w->address, ST_ADDR_MAX) || !w->address[0])
+            return CORRUPT("worker %zu is malformed", i);
+        if (w->id == 0 || w->id >= m->next_worker_id || (i > 0 && s->workers[i - 1].id >= w->id))
+            return CORRUPT("worker %" PRIu64 " is out of order or past the next id", w->id);
+        if (state_worker_by_address(s, w->address))
+            return CORRUPT("two workers have address '%s'", w->address);
+        struct st_worker *row = &s->workers[s->nworkers++];
+        row->id = w->id;
+        memcpy(row->address, w->address, strlen(w->address) + 1);
+        row->incarnation = w->incarnation;
+        row->draining = w->draining;
+    }
+    return 0;
+}
+
+/* Tasks, and the checks that tie leases, pools and counts together. */
+static int decode_tasks(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    struct split_ref *refs = NULL, *pairs = NULL;
+    uint64_t *leased_sum = NULL;
+    size_t nrefs = 0, cap = 0;
+    int rc = 0;
+    s->tasks = calloc(m->n_tasks ? m->n_tasks : 1, sizeof *s->tasks);
+    pairs = calloc(m->n_tasks ? m->n_tasks : 1, sizeof *pairs);
+    leased_sum = calloc(s->niterations ? s->niterations : 1, sizeof *leased_sum);
+    for (size_t i = 0; i < s->niterations; i++)
+        cap += s->iterations[i].pool.n;
+    for (size_t i = 0; i < m->n_tasks; i++)
+        cap += m->tasks[i] ? m->tasks[i]->n_leased : 0;
+    refs = calloc(cap ? cap : 1, sizeof *refs);
+    if (!s->tasks || !pairs || !leased_sum || !refs) {
+        rc = NOMEM();
+        goto out;
+    }
+    s->cap_tasks = m->n_tasks;
+    for (size_t i = 0; i < s->niterations; i++) {
+        for (size_t k = 0; k < s->iterations[i].pool.n; k++)
+            refs[nrefs++] = (struct split_ref){s->iterations[i].id, s->iterations[i].pool.v[k]};
+    }
+    for (size_t i = 0; i < m->n_tasks; i++) {
+        const Sluice__SnapshotTask *t = m->tasks[i];
+        if (!t) {
+            rc = CORRUPT("task %zu is malformed", i);
+            goto out;
+        }
+        if (t->id == 0 || t->id >= m->next_task_id || (i > 0 && s->tasks[i - 1].id >= t->id)) {
+            rc = CORRUPT("task %" PRIu64 " is out of order or past the next id", t->id);
+            goto out;
+        }
+        const struct st_iteration *it = state_iteration(s, t->iteration_id);
+        if (!it || it->state == ST_ITER_GC) {
+            rc = CORRUPT("task %" PRIu64 " names unknown iteration %" PRIu64, t->id,
+                         t->iteration_id);
+            goto out;
+        }
+        if (!state_worker(s, t->worker_id)) {
+            rc = CORRUPT("task %" PRIu64 " names unknown worker %" PRIu64, t->id, t->worker_id);
+            goto out;
+        }
+        if (!strictly_increasing(t->leased, t->n_leased) ||
+            (t->n_leased > 0 &&
+             (t->finished || !it->distributed || t->leased[t->n_leased - 1] >= it->split_cursor))) {
+            rc = CORRUPT("task %" PRIu64 " holds leases it cannot hold", t->id);
+            goto out;
+        }
+        struct st_task *row = &s->tasks[s->ntasks++];
+        row->id = t->id;
+        row->iteration_id = t->iteration_id;
+        row->worker_id = t->worker_id;
+        row->finished = t->finished;
+        if (seqs_copy(&row->leased, t->leased, t->n_leased) < 0) {
+            rc = NOMEM();
+            goto out;
+        }
+        pairs[i] = (struct split_ref){t->iteration_id, t->worker_id};
+        leased_sum[it - s->iterations] += t->n_leased;
+        for (size_t k = 0; k < t->n_leased; k++)
+            refs[nrefs++] = (struct split_ref){t->iteration_id, t->leased[k]};
+    }
+    qsort(pairs, m->n_tasks, sizeof *pairs, cmp_split_ref);
+    for (size_t i = 1; i < m->n_tasks; i++) {
+        if (cmp_split_ref(&pairs[i - 1], &pairs[i]) == 0) {
+            rc = CORRUPT("worker %" PRIu64 " has two tasks in iteration %" PRIu64, pairs[i].seq,
+                         pairs[i].iteration);
+            goto out;
+        }
+    }
+    qsort(refs, nrefs, sizeof *refs, cmp_split_ref);
+    for (size_t i = 1; i < nrefs; i++) {
+        if (cmp_split_ref(&refs[i - 1], &refs[i]) == 0) {
+            rc = CORRUPT("split %" PRIu64 " of iteration %" PRIu64 " is held twice", refs[i].seq,
+                         refs[i].iteration);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < s->niterations; i++) {
+        if (leased_sum[i] != s->iterations[i].splits_leased) {
+            rc = CORRUPT("iteration %" PRIu64 " counts %" PRIu64 " leased splits, its tasks hold "
+                         "%" PRIu64,
+                         s->iterations[i].id, s->iterations[i].splits_leased, leased_sum[i]);
+            goto out;
+        }
+    }
+out:
+    free(refs);
+    free(pairs);
+    free(leased_sum);
+    return rc;
+}
+
+static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    s->clients = calloc(m->n_clients ? m->n_clients : 1, sizeof *s->clients);
+    if (!s->clients)
+        return NOMEM();
+    s->cap_clients = m->n_clients;
+    for (size_t i = 0; i < m->n_clients; i++) {
+        const Sluice__SnapshotClient *c = m->clients[i];
+        if (!c)
+            return CORRUPT("client %zu is malformed", i);
+        if (c->id == 0 || c->id >= m->next_client_id || (i > 0 && s->clients[i - 1].id >= c->id))
+            return CORRUPT("client %" PRIu64 " is out of order or past the next id", c->id);
+        const struct st_iteration *it = state_iteration(s, c->iteration_id);
+        if (!it || it->state == ST_ITER_GC)
+            return CORRUPT("client %" PRIu64 " names unknown iteration %" PRIu64, c->id,
+                           c->iteration_id);
+        s->clients[s->nclients].id = c->id;
+        s->clients[s->nclients].iteration_id = c->iteration_id;
+        s->nclients++;
+    }
+    return 0;
+}
+
+int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup,
+                           void *user, struct state *out, char *err, size_t errlen)
+{
+    struct state s;
+    state_init(&s);
+    int rc;
+    Sluice__Snapshot *m = sluice__snapshot__unpack(NULL, len, data);
+    if (!m) {
+        rc = CORRUPT("not a Snapshot message");
+        goto fail;
+    }
+    if (!m->next_dataset_id || !m->next_job_id || !m->next_iteration_id || !m->next_task_id ||
+        !m->next_worker_id || !m->next_client_id) {
+        rc = CORRUPT("an id counter is 0");
+        goto fail;
+    }
+    s.next_dataset_id = m->next_dataset_id;
+    s.next_job_id = m->next_job_id;
+    s.next_iteration_id = m->next_iteration_id;
+    s.next_task_id = m->next_task_id;
+    s.next_worker_id = m->next_worker_id;
+    s.next_client_id = m->next_client_id;
+    s.applied = m->applied;
+    /* Each table refers only to tables decoded before it. */
+    if ((rc = decode_datasets(m, &s, lookup, user, err, errlen)) < 0 ||
+        (rc = decode_jobs(m, &s, err, errlen)) < 0 ||
+        (rc = decode_iterations(m, &s, err, errlen)) < 0 ||
+        (rc = decode_workers(m, &s, err, errlen)) < 0 ||
+        (rc = decode_tasks(m, &s, err, errlen)) < 0 ||
+        (rc = decode_clients(m, &s, err, errlen)) < 0)
+        goto fail;
+    sluice__snapshot__free_unpacked(m, NULL);
+    *out = s;
+    return 0;
+fail:
+    if (m)
+        sluice__snapshot__free_unpacked(m, NULL);
+    state_release(&s);
+    state_init(out);
+    return rc;
+}

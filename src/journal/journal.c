@@ -1,0 +1,884 @@
+/* The LMDB journal. Every call takes the journal's mutex, begins one transaction, and ends it
+ * before returning: nothing read from the map is used after its transaction ends (values are
+ * copied out or handed to a callback inside it), and no transaction is touched after
+ * mdb_txn_commit(), which frees it even when it fails.
+ *
+ * Failure modes: a write that finds the map full aborts, doubles the map (up to the ceiling) and
+ * runs again from the start; at the ceiling, or on a full disk, it fails with SLUICE_ERR_FULL.
+ * A failed commit leaves the previous state of the journal intact: LMDB only switches to the new
+ * pages by writing a meta page after the rest is on disk. */
+#include "journal.h"
+
+#include "record.h"
+
+#include "common/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ENV_DIR "journal"
+#define LOCK_FILE "writer.lock"
+#define FORMAT 1
+#define META_FORMAT "format"
+#define META_SNAPSHOT "snapshot"
+
+struct journal {
+    MDB_env *env;
+    MDB_dbi log, datasets, meta;
+    char *work_dir;
+    bool read_only;
+    size_t map_max;
+    int lock_fd;
+    pthread_mutex_t mu;
+    void (*fault)(enum journal_fault point, void *user);
+    void *fault_user;
+};
+
+/* ---- errors: the one place LMDB's codes become sluice's -------------------------------------- */
+
+/* LMDB returns its own codes (MDB_*, all negative) and passes system errors through as positive
+ * errno values. A full map and a full disk are both SLUICE_ERR_FULL, so the dispatcher can say
+ * "storage full" whichever filled; damage LMDB detects is SLUICE_ERR_CORRUPT like a failed
+ * checksum; other system errors stay negative errno, as everywhere in sluice. */
+static int from_lmdb(int rc)
+{
+    switch (rc) {
+    case 0:
+        return 0;
+    case MDB_MAP_FULL:
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+        return SLUICE_ERR_FULL;
+    case MDB_NOTFOUND:
+        return SLUICE_ERR_NOT_FOUND;
+    case MDB_KEYEXIST:
+        return SLUICE_ERR_EXISTS;
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+    case MDB_VERSION_MISMATCH:
+    case MDB_INCOMPATIBLE:
+        return SLUICE_ERR_CORRUPT;
+    case MDB_TXN_FULL:
+    case MDB_PAGE_FULL:
+    case MDB_CURSOR_FULL:
+    case MDB_BAD_VALSIZE:
+        return SLUICE_ERR_TOO_LARGE;
+    default:
+        return rc > 0 ? -rc : SLUICE_ERR_JOURNAL;
+    }
+}
+
+/* Records "what: LMDB's reason" and returns the converted code. */
+static int lmdb_fail(char *err, size_t errlen, int rc, const char *what)
+{
+    return err_set(err, errlen, from_lmdb(rc), "%s: %s", what, mdb_strerror(rc));
+}
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+static void put_be64(uint8_t *p, uint64_t v)
+{
+    journal_seq_key(v, p);
+}
+
+static uint64_t get_be64(const uint8_t *p)
+{
+    return journal_seq_from_key(p);
+}
+
+static size_t page_round(size_t n)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    size_t p = page > 0 ? (size_t)page : 4096;
+    return n < p ? p : n / p * p;
+}
+
+/* mkdir -p: creates path and its missing parents. */
+static int make_dirs(const char *path)
+{
+    char buf[PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf)
+        return -ENAMETOOLONG;
+    memcpy(buf, path, len + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    struct stat st;
+    if (stat(buf, &st) < 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* Begins a transaction, adopting a map another process grew since this one last looked. */
+static int txn_begin(struct journal *j, unsigned flags, MDB_txn **txn)
+{
+    int rc = mdb_txn_begin(j->env, NULL, flags, txn);
+    if (rc == MDB_MAP_RESIZED) {
+        rc = mdb_env_set_mapsize(j->env, 0);
+        if (rc == 0)
+            rc = mdb_txn_begin(j->env, NULL, flags, txn);
+    }
+    return rc;
+}
+
+static MDB_val str_val(const char *s)
+{
+    return (MDB_val){.mv_size = strlen(s), .mv_data = (void *)s};
+}
+
+/* Reads a framed value under key into a checked payload pointing into the map (valid in txn). */
+static int get_framed(MDB_txn *txn, MDB_dbi dbi, MDB_val key, const uint8_t **payload,
+                      size_t *len, const char **why)
+{
+    MDB_val v;
+    int rc = mdb_get(txn, dbi, &key, &v);
+    if (rc == MDB_NOTFOUND)
+        return SLUICE_ERR_NOT_FOUND;
+    if (rc != 0) {
+        *why = mdb_strerror(rc);
+        return from_lmdb(rc);
+    }
+    return journal_record_decode(v.mv_data, v.mv_size, key.mv_data, key.mv_size, payload, len,
+                                 why);
+}
+
+/* Stores a framed value under key, writing the payload straight into the map. */
+static int put_framed(MDB_txn *txn, MDB_dbi dbi, MDB_val key, const void *a, size_t alen,
+                      const void *b, size_t blen, unsigned flags)
+{
+    MDB_val v = {.mv_size = journal_record_size(alen + blen)};
+    int rc = mdb_put(txn, dbi, &key, &v, flags | MDB_RESERVE);
+    if (rc != 0)
+        return rc;
+    uint8_t *out = v.mv_data;
+    if (alen)
+        memcpy(out + JOURNAL_RECORD_HEADER, a, alen);
+    if (blen)
+        memcpy(out + JOURNAL_RECORD_HEADER + alen, b, blen);
+    journal_record_seal(out, key.mv_data, key.mv_size, alen + blen);
+    return 0;
+}
+
+/* ---- open and close -------------------------------------------------------------------------- */
+
+/* Opens the three databases and checks (or, writing, records) the format. */
+static int open_dbs(struct journal *j, char *err, size_t errlen)
+{
+    MDB_txn *txn;
+    unsigned create = j->read_only ? 0 : MDB_CREATE;
+    int rc = txn_begin(j, j->read_only ? MDB_RDONLY : 0, &txn);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "begin a transaction");
+    const char *names[] = {"log", "datasets", "meta"};
+    MDB_dbi *dbis[] = {&j->log, &j->datasets, &j->meta};
+    for (int i = 0; i < 3; i++) {
+        rc = mdb_dbi_open(txn, names[i], create, dbis[i]);
+        if (rc == MDB_NOTFOUND) {
+            mdb_txn_abort(txn);
+            return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here (no '%s' table)",
+                           names[i]);
+        }
+        if (rc != 0) {
+            mdb_txn_abort(txn);
+            return lmdb_fail(err, errlen, rc, "open a table");
+        }
+    }
+    const uint8_t *p;
+    size_t len;
+    const char *why = NULL;
+    rc = get_framed(txn, j->meta, str_val(META_FORMAT), &p, &len, &why);
+    if (rc == SLUICE_ERR_NOT_FOUND && !j->read_only) {
+        uint8_t v[8];
+        put_be64(v, FORMAT);
+        rc = put_framed(txn, j->meta, str_val(META_FORMAT), v, 8, NULL, 0, 0);
+        if (rc != 0) {
+            mdb_txn_abort(txn);
+            return lmdb_fail(err, errlen, rc, "write the format");
+        }
+    } else if (rc == SLUICE_ERR_NOT_FOUND) {
+        mdb_txn_abort(txn);
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here (no format record)");
+    } else if (rc < 0) {
+        mdb_txn_abort(txn);
+        return err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
+                       "format record: %s", why);
+    } else if (len != 8 || get_be64(p) != FORMAT) {
+        uint64_t f = len == 8 ? get_be64(p) : 0;
+        mdb_txn_abort(txn);
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                       "journal format %" PRIu64 " is not one this build reads (%d)", f, FORMAT);
+    }
+    /* Committing, also a read-only transaction, keeps the table handles for later ones. */
+    rc = mdb_txn_commit(txn);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "open the tables");
+    return 0;
+}
+
+int journal_open(const struct journal_opts *opts, struct journal **out, char *err, size_t errlen)
+{
+    char path[PATH_MAX];
+    int rc;
+    if (!opts->work_dir || !*opts->work_dir)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "no work dir given");
+    if ((size_t)snprintf(path, sizeof path, "%s/" ENV_DIR, opts->work_dir) >= sizeof path)
+        return err_set(err, errlen, -ENAMETOOLONG, "open: %s", strerror(ENAMETOOLONG));
+    struct journal *j = calloc(1, sizeof *j);
+    if (!j)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
+    j->lock_fd = -1;
+    j->read_only = opts->read_only;
+    j->fault = opts->fault;
+    j->fault_user = opts->fault_user;
+    j->map_max = page_round(opts->map_max ? opts->map_max : JOURNAL_DEFAULT_MAP_MAX);
+    size_t map_size = page_round(opts->map_size ? opts->map_size : JOURNAL_DEFAULT_MAP_SIZE);
+    if (map_size > j->map_max)
+        map_size = j->map_max;
+    pthread_mutex_init(&j->mu, NULL);
+    j->work_dir = strdup(opts->work_dir);
+    if (!j->work_dir) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
+        goto fail_alloc;
+    }
+
+    if (j->read_only) {
+        char data[PATH_MAX + 16];
+        struct stat st;
+        snprintf(data, sizeof data, "%s/data.mdb", path);
+        if (stat(data, &st) < 0) {
+            rc = errno == ENOENT ? err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here")
+                                 : err_set(err, errlen, -errno, "open: %s", strerror(errno));
+            goto fail_alloc;
+        }
+    } else {
+        rc = make_dirs(path);
+        if (rc < 0) {
+            err_set(err, errlen, rc, "create %s: %s", path, strerror(-rc));
+            goto fail_alloc;
+        }
+        char lock[PATH_MAX + 16];
+        snprintf(lock, sizeof lock, "%s/" LOCK_FILE, path);
+        j->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (j->lock_fd < 0) {
+            rc = err_set(err, errlen, -errno, "open %s: %s", lock, strerror(errno));
+            goto fail_alloc;
+        }
+        if (flock(j->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+            rc = errno == EWOULDBLOCK
+                     ? err_set(err, errlen, SLUICE_ERR_EXISTS,
+                               "another process is writing this journal")
+                     : err_set(err, errlen, -errno, "lock %s: %s", lock, strerror(errno));
+            goto fail_alloc;
+        }
+    }
+
+    rc = mdb_env_create(&j->env);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "create the environment");
+        goto fail_alloc;
+    }
+    rc = mdb_env_set_maxdbs(j->env, 4);
+    if (rc == 0 && !j->read_only)
+        rc = mdb_env_set_mapsize(j->env, map_size);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "configure the environment");
+        goto fail_env;
+    }
+    /* MDB_NOTLS: a read transaction is tied to the call that made it, not to a thread's slot,
+     * so several threads may read. Syncing stays on: no MDB_NOSYNC, no MDB_NOMETASYNC. */
+    rc = mdb_env_open(j->env, path, MDB_NOTLS | (j->read_only ? MDB_RDONLY : 0), 0644);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "open");
+        goto fail_env;
+    }
+    if (!j->read_only) {
+        /* Reader slots of processes that died (a killed `sluice journal dump`) are freed. */
+        int dead;
+        mdb_reader_check(j->env, &dead);
+    }
+    rc = open_dbs(j, err, errlen);
+    if (rc < 0)
+        goto fail_env;
+    *out = j;
+    return 0;
+
+fail_env:
+    mdb_env_close(j->env);
+fail_alloc:
+    if (j->lock_fd >= 0)
+        close(j->lock_fd);
+    pthread_mutex_destroy(&j->mu);
+    free(j->work_dir);
+    free(j);
+    return rc;
+}
+
+void journal_close(struct journal *j)
+{
+    if (!j)
+        return;
+    mdb_env_close(j->env);
+    if (j->lock_fd >= 0)
+        close(j->lock_fd);
+    pthread_mutex_destroy(&j->mu);
+    free(j->work_dir);
+    free(j);
+}
+
+const char *journal_work_dir(const struct journal *j)
+{
+    return j->work_dir;
+}
+
+/* ---- writing --------------------------------------------------------------------------------- */
+
+/* The sequence number the next record must have: after the last record, else after the
+ * snapshot, else 1. */
+static int expected_seq(struct journal *j, MDB_txn *txn, uint64_t *out)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = mdb_cursor_open(txn, j->log, &cur);
+    if (rc != 0)
+        return rc;
+    rc = mdb_cursor_get(cur, &k, &v, MDB_LAST);
+    mdb_cursor_close(cur);
+    if (rc == 0) {
+        *out = k.mv_size == 8 ? get_be64(k.mv_data) + 1 : 0;
+        return 0;
+    }
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    MDB_val key = str_val(META_SNAPSHOT);
+    rc = mdb_get(txn, j->meta, &key, &v);
+    if (rc == 0) {
+        *out = v.mv_size >= JOURNAL_RECORD_HEADER + 8
+                   ? get_be64((const uint8_t *)v.mv_data + JOURNAL_RECORD_HEADER) + 1
+                   : 0;
+        return 0;
+    }
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    *out = 1;
+    return 0;
+}
+
+/* Deletes every record up to seq. */
+static int truncate_log(struct journal *j, MDB_txn *txn, uint64_t seq)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = mdb_cursor_open(txn, j->log, &cur);
+    if (rc != 0)
+        return rc;
+    while ((rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) == 0) {
+        if (k.mv_size == 8 && get_be64(k.mv_data) > seq)
+            break;
+        rc = mdb_cursor_del(cur, 0);
+        if (rc != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}
+
+/* One attempt at the whole batch in one transaction. Sets *map_full when the map must grow. */
+static int append_txn(struct journal *j, uint64_t first, const struct journal_record *recs,
+                      size_t n, const struct journal_snapshot *snap, bool *map_full, char *err,
+                      size_t errlen)
+{
+    MDB_txn *txn;
+    char what[128];
+    uint64_t expect;
+    *map_full = false;
+    int rc = txn_begin(j, 0, &txn);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "begin a write transaction");
+    rc = expected_seq(j, txn, &expect);
+    if (rc != 0) {
+        snprintf(what, sizeof what, "find the last record");
+        goto lmdb_failed;
+    }
+    if (first != expect) {
+        mdb_txn_abort(txn);
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "append: record %" PRIu64 " does not follow the journal (next is %" PRIu64
+                       ")",
+                       first, expect);
+    }
+    uint64_t last = first + n - 1; /* first - 1 when n is 0 */
+    if (snap && snap->seq > last) {
+        mdb_txn_abort(txn);
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "append: a snapshot at %" PRIu64 " is past the last record %" PRIu64,
+                       snap->seq, last);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t key[8];
+        journal_seq_key(first + i, key);
+        /* MDB_APPEND also refuses a key that is not past the last one. */
+        rc = put_framed(txn, j->log, (MDB_val){8, key}, recs[i].data, recs[i].len, NULL, 0,
+                        MDB_APPEND);
+        if (rc != 0) {
+            snprintf(what, sizeof what, "write record %" PRIu64, first + i);
+            goto lmdb_failed;
+        }
+        if (recs[i].dataset_id) {
+            size_t idlen = strlen(recs[i].dataset_id);
+            if (idlen == 0 || idlen > JOURNAL_ID_MAX) {
+                mdb_txn_abort(txn);
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "append: a dataset id of %zu bytes", idlen);
+            }
+            rc = put_framed(txn, j->datasets, str_val(recs[i].dataset_id), recs[i].dataset,
+                            recs[i].dataset_len, NULL, 0, 0);
+            if (rc != 0) {
+                snprintf(what, sizeof what, "write dataset '%s'", recs[i].dataset_id);
+                goto lmdb_failed;
+            }
+        }
+    }
+    if (snap) {
+        uint8_t seq[8];
+        put_be64(seq, snap->seq);
+        rc = put_framed(txn, j->meta, str_val(META_SNAPSHOT), seq, 8, snap->data, snap->len, 0);
+        if (rc != 0) {
+            snprintf(what, sizeof what, "write the snapshot");
+            goto lmdb_failed;
+        }
+        rc = truncate_log(j, txn, snap->seq);
+        if (rc != 0) {
+            snprintf(what, sizeof what, "delete the records the snapshot covers");
+            goto lmdb_failed;
+        }
+    }
+    if (j->fault)
+        j->fault(JOURNAL_FAULT_BEFORE_COMMIT, j->fault_user);
+    rc = mdb_txn_commit(txn);
+    /* The transaction is gone now, committed or not. */
+    if (rc != 0) {
+        *map_full = rc == MDB_MAP_FULL;
+        return lmdb_fail(err, errlen, rc, "commit");
+    }
+    if (j->fault)
+        j->fault(JOURNAL_FAULT_AFTER_COMMIT, j->fault_user);
+    return 0;
+
+lmdb_failed:
+    mdb_txn_abort(txn);
+    *map_full = rc == MDB_MAP_FULL;
+    return lmdb_fail(err, errlen, rc, what);
+}
+
+static void human_size(size_t n, char *buf, size_t len)
+{
+    if (n >= ((size_t)1 << 30) && n % ((size_t)1 << 30) == 0)
+        snprintf(buf, len, "%zu GiB", n >> 30);
+    else if (n >= ((size_t)1 << 20))
+        snprintf(buf, len, "%zu MiB", n >> 20);
+    else
+        snprintf(buf, len, "%zu KiB", n >> 10);
+}
+
+/* Doubles the map, up to the ceiling. No transaction of this process is open (the mutex). */
+static int grow(struct journal *j, char *err, size_t errlen)
+{
+    MDB_envinfo info;
+    char size[32];
+    int rc = mdb_env_info(j->env, &info);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "read the map size");
+    size_t cur = info.me_mapsize;
+    if (cur >= j->map_max) {
+        human_size(j->map_max, size, sizeof size);
+        return err_set(err, errlen, SLUICE_ERR_FULL,
+                       "append: the journal is full: it reached its size limit of %s", size);
+    }
+    size_t next = cur > j->map_max / 2 ? j->map_max : page_round(cur * 2);
+    rc = mdb_env_set_mapsize(j->env, next);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "grow the map");
+    return 0;
+}
+
+int journal_append(struct journal *j, uint64_t first_seq, const struct journal_record *recs,
+                   size_t n, const struct journal_snapshot *snap, char *err, size_t errlen)
+{
+    if (j->read_only)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "append: the journal is open read-only");
+    if (n == 0 && !snap)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    int rc;
+    for (;;) {
+        bool map_full;
+        rc = append_txn(j, first_seq, recs, n, snap, &map_full, err, errlen);
+        if (rc == 0 || !map_full)
+            break;
+        rc = grow(j, err, errlen);
+        if (rc < 0)
+            break;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int journal_meta_put_u64(struct journal *j, const char *key, uint64_t value, char *err,
+                         size_t errlen)
+{
+    if (j->read_only)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "write: the journal is open read-only");
+    size_t klen = strlen(key);
+    if (klen == 0 || klen > JOURNAL_ID_MAX || strcmp(key, META_SNAPSHOT) == 0 ||
+        strcmp(key, META_FORMAT) == 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "write: '%s' is not a key to set", key);
+    uint8_t v[8];
+    put_be64(v, value);
+    pthread_mutex_lock(&j->mu);
+    int rc;
+    for (;;) {
+        MDB_txn *txn;
+        rc = txn_begin(j, 0, &txn);
+        if (rc != 0) {
+            rc = lmdb_fail(err, errlen, rc, "begin a write transaction");
+            break;
+        }
+        rc = put_framed(txn, j->meta, str_val(key), v, 8, NULL, 0, 0);
+        if (rc != 0)
+            mdb_txn_abort(txn);
+        else
+            rc = mdb_txn_commit(txn);
+        if (rc == MDB_MAP_FULL) {
+            rc = grow(j, err, errlen);
+            if (rc == 0)
+                continue;
+            break;
+        }
+        if (rc != 0)
+            rc = lmdb_fail(err, errlen, rc, "write meta");
+        break;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+/* ---- reading --------------------------------------------------------------------------------- */
+
+int journal_meta_get_u64(struct journal *j, const char *key, uint64_t *value, char *err,
+                         size_t errlen)
+{
+    MDB_txn *txn;
+    pthread_mutex_lock(&j->mu);
+    int rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    const uint8_t *p;
+    size_t len;
+    const char *why = NULL;
+    rc = get_framed(txn, j->meta, str_val(key), &p, &len, &why);
+    if (rc == 0 && len != 8) {
+        why = "not an 8-byte number";
+        rc = SLUICE_ERR_CORRUPT;
+    }
+    if (rc == 0)
+        *value = get_be64(p);
+    else if (rc != SLUICE_ERR_NOT_FOUND)
+        rc = err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
+                     "meta '%s': %s", key, why);
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+/* Copies a checked value out of its transaction. */
+static int copy_out(const uint8_t *p, size_t len, uint8_t **data, size_t *dlen)
+{
+    uint8_t *c = malloc(len ? len : 1);
+    if (!c)
+        return SLUICE_ERR_NOMEM;
+    if (len)
+        memcpy(c, p, len);
+    *data = c;
+    *dlen = len;
+    return 0;
+}
+
+int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len,
+                          char *err, size_t errlen)
+{
+    MDB_txn *txn;
+    pthread_mutex_lock(&j->mu);
+    int rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    const uint8_t *p;
+    size_t n;
+    const char *why = NULL;
+    rc = get_framed(txn, j->meta, str_val(META_SNAPSHOT), &p, &n, &why);
+    if (rc == 0 && n < 8) {
+        why = "shorter than its sequence number";
+        rc = SLUICE_ERR_CORRUPT;
+    }
+    if (rc == 0) {
+        *seq = get_be64(p);
+        rc = copy_out(p + 8, n - 8, data, len);
+        if (rc < 0)
+            err_set(err, errlen, rc, "snapshot: out of memory");
+    } else if (rc != SLUICE_ERR_NOT_FOUND) {
+        rc = err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
+                     "snapshot: %s", why);
+    }
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len,
+                         char *err, size_t errlen)
+{
+    size_t idlen = strlen(id);
+    if (idlen == 0 || idlen > JOURNAL_ID_MAX)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
+                       "dataset '%.64s' is not in the datasets table", id);
+    MDB_txn *txn;
+    pthread_mutex_lock(&j->mu);
+    int rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    const uint8_t *p;
+    size_t n;
+    const char *why = NULL;
+    rc = get_framed(txn, j->datasets, str_val(id), &p, &n, &why);
+    if (rc == 0) {
+        rc = copy_out(p, n, data, len);
+        if (rc < 0)
+            err_set(err, errlen, rc, "dataset '%s': out of memory", id);
+    } else if (rc == SLUICE_ERR_NOT_FOUND) {
+        err_set(err, errlen, rc, "dataset '%s' is not in the datasets table", id);
+    } else {
+        rc = err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
+                     "dataset '%s': %s", id, why);
+    }
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+struct replay {
+    journal_damage_cb on_damage;
+    void *user;
+    int first; /* 0, or SLUICE_ERR_CORRUPT once damage was seen */
+    char *err;
+    size_t errlen;
+};
+
+/* Reports one piece of damage. Returns nonzero when the replay must stop. */
+static int damage(struct replay *r, uint64_t seq, const char *why)
+{
+    if (r->first == 0)
+        err_set(r->err, r->errlen, SLUICE_ERR_CORRUPT, "%s", why);
+    r->first = SLUICE_ERR_CORRUPT;
+    if (!r->on_damage)
+        return 1;
+    r->on_damage(r->user, seq, why);
+    return 0;
+}
+
+int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record,
+                   journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
+                   size_t errlen)
+{
+    struct replay r = {.on_damage = on_damage, .user = user, .err = err, .errlen = errlen};
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    char why[160];
+    uint64_t expect = from, seen = from - 1;
+    int rc, stop = 0;
+    pthread_mutex_lock(&j->mu);
+    rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    rc = mdb_cursor_open(txn, j->log, &cur);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "open a cursor");
+        goto out_txn;
+    }
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && !stop;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size != 8) {
+            snprintf(why, sizeof why, "a record after %" PRIu64 " has a key of %zu bytes", seen,
+                     k.mv_size);
+            stop = damage(&r, seen + 1, why);
+            continue;
+        }
+        uint64_t seq = get_be64(k.mv_data);
+        if (seq < from) {
+            snprintf(why, sizeof why,
+                     "record %" PRIu64 " is still in the log, but the snapshot covers it", seq);
+            stop = damage(&r, seq, why);
+            continue;
+        }
+        if (seq > expect) {
+            if (seq == expect + 1)
+                snprintf(why, sizeof why, "record %" PRIu64 " is missing", expect);
+            else
+                snprintf(why, sizeof why, "records %" PRIu64 " to %" PRIu64 " are missing",
+                         expect, seq - 1);
+            if ((stop = damage(&r, expect, why)))
+                continue;
+        }
+        expect = seq + 1;
+        seen = seq;
+        const uint8_t *p;
+        size_t n;
+        const char *reason;
+        if (journal_record_decode(v.mv_data, v.mv_size, k.mv_data, 8, &p, &n, &reason) < 0) {
+            snprintf(why, sizeof why, "record %" PRIu64 ": %s", seq, reason);
+            stop = damage(&r, seq, why);
+            continue;
+        }
+        int crc = on_record(user, seq, p, n);
+        if (crc != 0) {
+            rc = crc;
+            goto out_cursor;
+        }
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND) {
+        rc = lmdb_fail(err, errlen, rc, "read the log");
+        goto out_cursor;
+    }
+    rc = r.first;
+out_cursor:
+    mdb_cursor_close(cur);
+out_txn:
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    if (last)
+        *last = seen;
+    return rc;
+}
+
+int journal_datasets_each(struct journal *j, journal_dataset_cb cb, void *user, char *err,
+                          size_t errlen)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    pthread_mutex_lock(&j->mu);
+    int rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    rc = mdb_cursor_open(txn, j->datasets, &cur);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "open a cursor");
+        goto out_txn;
+    }
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        char id[JOURNAL_ID_MAX + 1];
+        size_t idlen = k.mv_size <= JOURNAL_ID_MAX ? k.mv_size : JOURNAL_ID_MAX;
+        memcpy(id, k.mv_data, idlen);
+        id[idlen] = '\0';
+        const uint8_t *p;
+        size_t n;
+        const char *why;
+        int drc = journal_record_decode(v.mv_data, v.mv_size, k.mv_data, k.mv_size, &p, &n, &why);
+        if (drc < 0) {
+            rc = err_set(err, errlen, SLUICE_ERR_CORRUPT, "dataset '%s': %s", id, why);
+            goto out_cursor;
+        }
+        int crc = cb(user, id, p, n);
+        if (crc != 0) {
+            rc = crc;
+            goto out_cursor;
+        }
+    }
+    rc = rc == MDB_NOTFOUND ? 0 : lmdb_fail(err, errlen, rc, "read the datasets");
+out_cursor:
+    mdb_cursor_close(cur);
+out_txn:
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int journal_get_info(struct journal *j, struct journal_info *info, char *err, size_t errlen)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    MDB_stat st;
+    MDB_envinfo ei;
+    MDB_val k, v;
+    memset(info, 0, sizeof *info);
+    pthread_mutex_lock(&j->mu);
+    int rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    if ((rc = mdb_stat(txn, j->log, &st)) != 0)
+        goto failed;
+    info->records = st.ms_entries;
+    if ((rc = mdb_stat(txn, j->datasets, &st)) != 0)
+        goto failed;
+    info->datasets = st.ms_entries;
+    if ((rc = mdb_cursor_open(txn, j->log, &cur)) != 0)
+        goto failed;
+    if (mdb_cursor_get(cur, &k, &v, MDB_FIRST) == 0 && k.mv_size == 8)
+        info->first_seq = get_be64(k.mv_data);
+    if (mdb_cursor_get(cur, &k, &v, MDB_LAST) == 0 && k.mv_size == 8)
+        info->last_seq = get_be64(k.mv_data);
+    mdb_cursor_close(cur);
+    k = str_val(META_SNAPSHOT);
+    if (mdb_get(txn, j->meta, &k, &v) == 0 && v.mv_size >= JOURNAL_RECORD_HEADER + 8)
+        info->snapshot_seq = get_be64((const uint8_t *)v.mv_data + JOURNAL_RECORD_HEADER);
+    if ((rc = mdb_env_info(j->env, &ei)) != 0 || (rc = mdb_env_stat(j->env, &st)) != 0)
+        goto failed;
+    info->map_size = ei.me_mapsize;
+    info->map_used = (ei.me_last_pgno + 1) * (size_t)st.ms_psize;
+    mdb_txn_abort(txn);
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+failed:
+    rc = lmdb_fail(err, errlen, rc, "read the journal's size");
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}

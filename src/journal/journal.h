@@ -1,0 +1,168 @@
+/* The journal (DESIGN.md §6): an LMDB environment under WORK_DIR/journal/ that stores bytes and
+ * knows nothing of what they mean. It holds three named databases:
+ *
+ *   "log"       record sequence number (8 bytes, big-endian) -> one record's payload
+ *   "datasets"  dataset id -> the dataset's definition bytes
+ *   "meta"      "format", "incarnation", "snapshot", ... -> small values
+ *
+ * Every value is framed by record.h (a crc32c over key and payload, and a format byte). The
+ * snapshot is a meta value holding the sequence number of the last record it covers and the
+ * caller's bytes; writing it deletes the records it covers in the same transaction, so the log
+ * holds only the records after the snapshot and a restart reads a bounded amount.
+ *
+ * Durability: each write is one LMDB write transaction committed with LMDB's default syncing
+ * (never MDB_NOSYNC or MDB_NOMETASYNC). When journal_append() returns 0 the batch survives a crash
+ * of the process or of the machine; when it fails, nothing of the batch is written and every
+ * batch committed before is intact (LMDB writes copies of pages and switches to them only when
+ * the commit is complete).
+ *
+ * Size: the map starts at map_size and doubles whenever a write finds it full, up to map_max.
+ * A write that does not fit under the ceiling, or that meets a full disk, fails with
+ * SLUICE_ERR_FULL and a message saying which.
+ *
+ * Processes: one writer at a time. A journal opened for writing holds an exclusive lock on the
+ * work dir for as long as it is open, so a second dispatcher on the same work dir is refused.
+ * Readers (read_only) may open the journal while the writer uses it and see the last committed
+ * state as of their read.
+ *
+ * Threads: a struct journal may be used from any thread; calls are serialized by a mutex inside
+ * (LMDB lets a transaction live on one thread only, so no transaction outlives a call).
+ *
+ * Messages: failing functions write "what: why" into err without the directory; callers add it
+ * ("journal: /var/lib/sluice: record 42: checksum mismatch"). */
+#ifndef SLUICE_JOURNAL_JOURNAL_H
+#define SLUICE_JOURNAL_JOURNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JOURNAL_DEFAULT_MAP_SIZE ((size_t)64 << 20)
+#define JOURNAL_DEFAULT_MAP_MAX ((size_t)16 << 30)
+#define JOURNAL_ID_MAX 511 /* longest dataset id in bytes (LMDB's key size limit) */
+
+struct journal;
+
+/* Points inside journal_append() at which a fault hook runs: the batch is written to the
+ * transaction but not committed; the commit returned success. Tests stop a process there to
+ * check that a crash at either point leaves a consistent journal. */
+enum journal_fault { JOURNAL_FAULT_BEFORE_COMMIT = 1, JOURNAL_FAULT_AFTER_COMMIT = 2 };
+
+struct journal_opts {
+    const char *work_dir; /* created (with parents) when missing, unless read_only */
+    bool read_only;       /* MDB_RDONLY: for inspecting a journal, possibly in use */
+    size_t map_size;      /* initial map size in bytes; 0: JOURNAL_DEFAULT_MAP_SIZE */
+    size_t map_max;       /* the ceiling the map may grow to; 0: JOURNAL_DEFAULT_MAP_MAX */
+    /* Called at the points above when not NULL. Never set outside tests. */
+    void (*fault)(enum journal_fault point, void *user);
+    void *fault_user;
+};
+
+/* Opens (creating when needed, unless read_only) the environment under opts->work_dir/journal.
+ * Returns 0 and *out, or a negative code with "what: why" in err: SLUICE_ERR_NOT_FOUND when a
+ * read-only open finds no journal, SLUICE_ERR_EXISTS when another process has it open for
+ * writing, SLUICE_ERR_CORRUPT when it is not a journal of a format this build reads, negative
+ * errno for system errors (a work dir that cannot be created or read). */
+int journal_open(const struct journal_opts *opts, struct journal **out, char *err, size_t errlen);
+
+/* Closes the environment and releases the lock. j may be NULL. */
+void journal_close(struct journal *j);
+
+/* The work dir as given to journal_open (owned by j). */
+const char *journal_work_dir(const struct journal *j);
+
+/* ---- writing --------------------------------------------------------------------------------- */
+
+/* One record of a batch: its payload, and optionally a dataset definition to store under
+ * dataset_id in the datasets table in the same transaction. Pointers are borrowed for the call. */
+struct journal_record {
+    const uint8_t *data;
+    size_t len;
+    const char *dataset_id; /* NULL: nothing to store; else at most JOURNAL_ID_MAX bytes */
+    const uint8_t *dataset;
+    size_t dataset_len;
+};
+
+/* A snapshot to write with a batch: the caller's bytes, covering every record up to seq. */
+struct journal_snapshot {
+    uint64_t seq;
+    const uint8_t *data;
+    size_t len;
+};
+
+/* Writes n records with sequence numbers first_seq, first_seq + 1, ..., and then, when snap is
+ * not NULL, the snapshot (replacing the previous one) and the deletion of every record up to
+ * snap->seq, all in ONE write transaction. first_seq must follow the last record written (or
+ * the snapshot, when the log is empty; 1 in a new journal) and snap->seq must not be past the
+ * last record of the batch; otherwise nothing is written and SLUICE_ERR_INVALID is returned.
+ * n may be 0 (a snapshot alone). Returns 0 once the transaction is durable, or a negative code
+ * with a message: SLUICE_ERR_FULL (map ceiling, or disk full), SLUICE_ERR_TOO_LARGE (a batch
+ * too large for one transaction), SLUICE_ERR_INVALID (read-only, or the sequence above), others
+ * from the system. After a failure the journal holds exactly what it held before the call. */
+int journal_append(struct journal *j, uint64_t first_seq, const struct journal_record *recs,
+                   size_t n, const struct journal_snapshot *snap, char *err, size_t errlen);
+
+/* Stores a u64 under a meta key (not "snapshot"; at most JOURNAL_ID_MAX bytes) in its own write
+ * transaction. Returns 0 or a negative code with a message, as journal_append. */
+int journal_meta_put_u64(struct journal *j, const char *key, uint64_t value, char *err,
+                         size_t errlen);
+
+/* ---- reading --------------------------------------------------------------------------------- */
+
+/* Reads a u64 stored with journal_meta_put_u64. SLUICE_ERR_NOT_FOUND when absent (no message),
+ * SLUICE_ERR_CORRUPT with a message when it fails its check. */
+int journal_meta_get_u64(struct journal *j, const char *key, uint64_t *value, char *err,
+                         size_t errlen);
+
+/* Copies out the snapshot: *seq the last record it covers, *data (malloc'd, the caller frees;
+ * non-NULL even when *len is 0) and *len. SLUICE_ERR_NOT_FOUND when there is none (no message),
+ * SLUICE_ERR_CORRUPT ("snapshot: checksum mismatch") when it fails its check. */
+int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len,
+                          char *err, size_t errlen);
+
+/* Copies out a dataset definition stored with a record (*data malloc'd, as above).
+ * SLUICE_ERR_NOT_FOUND when absent (message "dataset 'x' is not in the datasets table"). */
+int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len,
+                         char *err, size_t errlen);
+
+/* Called for each record in order. payload points into the map and is valid only during the
+ * call: copy what you keep. A nonzero return stops the replay, which returns it. */
+typedef int (*journal_record_cb)(void *user, uint64_t seq, const uint8_t *payload, size_t len);
+/* Called for a damaged record (or a gap in the sequence) when the replay is told to go on;
+ * why is "record 42: checksum mismatch" or "records 7 to 9 are missing". */
+typedef void (*journal_damage_cb)(void *user, uint64_t seq, const char *why);
+
+/* Replays the records from sequence number from (the snapshot's + 1, or 1) to the last, inside
+ * one read transaction. The records must run without a gap from `from`, and none may come
+ * before it (a snapshot deletes the records it covers in its own transaction). A record that
+ * fails its check, a gap, or a record before `from` is damage: with on_damage NULL the replay
+ * stops there and returns SLUICE_ERR_CORRUPT with "record N: why" in err; otherwise on_damage
+ * is called, the replay goes on with the next record, and SLUICE_ERR_CORRUPT with the first
+ * damage's message is returned at the end. *last (may be NULL) receives the sequence number of
+ * the last record seen, or from - 1 when there is none. Returns 0 when every record was replayed. */
+int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record,
+                   journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
+                   size_t errlen);
+
+/* Calls cb for every dataset definition, in id order, inside one read transaction (data valid
+ * during the call only). A value that fails its check ends the walk with SLUICE_ERR_CORRUPT
+ * ("dataset 'x': checksum mismatch"); a nonzero cb return ends it with that value. */
+typedef int (*journal_dataset_cb)(void *user, const char *id, const uint8_t *data, size_t len);
+int journal_datasets_each(struct journal *j, journal_dataset_cb cb, void *user, char *err,
+                          size_t errlen);
+
+struct journal_info {
+    uint64_t records;      /* records in the log */
+    uint64_t first_seq;    /* of the first record; 0 when the log is empty */
+    uint64_t last_seq;     /* of the last record; 0 when the log is empty */
+    uint64_t snapshot_seq; /* the last record the snapshot covers; 0 without a snapshot */
+    uint64_t datasets;     /* entries in the datasets table */
+    size_t map_size;       /* bytes the map may use now */
+    size_t map_used;       /* bytes of pages in use (the size the data file needs) */
+};
+
+/* Fills info from one read transaction. The snapshot's sequence number is taken from its value
+ * without checking the checksum (journal_snapshot_read checks it). */
+int journal_get_info(struct journal *j, struct journal_info *info, char *err, size_t errlen);
+
+#endif

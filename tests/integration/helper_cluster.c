@@ -1,0 +1,135 @@
+#include "helper_cluster.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
+{
+    char portbuf[16];
+    snprintf(portbuf, sizeof(portbuf), "%d", port > 0 ? port : 0);
+    if (fault_tolerant && !c->work_dir[0])
+        snprintf(c->work_dir, sizeof(c->work_dir), "%s/dispatcher", tmp_dir());
+    char *argv[16];
+    int n = 0;
+    argv[n++] = (char *)bin_path("sluice-dispatcher");
+    argv[n++] = "--port";
+    argv[n++] = portbuf;
+    argv[n++] = "--worker-timeout-ms";
+    argv[n++] = "2000";
+    argv[n++] = "--client-timeout-ms";
+    argv[n++] = "5000";
+    if (c->work_dir[0]) {
+        argv[n++] = "--fault-tolerant";
+        argv[n++] = "--work-dir";
+        argv[n++] = c->work_dir;
+    }
+    argv[n] = NULL;
+    if (proc_start(&c->dispatcher, argv, 10000) != 0)
+        return -1;
+    const char *colon = strrchr(c->dispatcher.addr, ':');
+    c->port = colon ? atoi(colon + 1) : -1;
+    return 0;
+}
+
+int cluster_restart_dispatcher(struct cluster *c, int sig)
+{
+    proc_stop(&c->dispatcher, sig, 10000);
+    return cluster_start_dispatcher(c, c->port, c->work_dir[0] != 0);
+}
+
+int cluster_add_worker(struct cluster *c)
+{
+    if (c->nworkers == CLUSTER_MAX_WORKERS)
+        return -1;
+    char disp[160];
+    snprintf(disp, sizeof(disp), "127.0.0.1:%d", c->port);
+    char *argv[] = {(char *)bin_path("sluice-worker"),
+                    "--dispatcher",
+                    disp,
+                    "--port",
+                    "0",
+                    "--threads",
+                    "2",
+                    NULL};
+    int i = c->nworkers;
+    if (proc_start(&c->workers[i], argv, 10000) != 0)
+        return -1;
+    c->nworkers++;
+    return i;
+}
+
+int cluster_stop(struct cluster *c)
+{
+    int bad = 0;
+    for (int i = 0; i < c->nworkers; i++) {
+        int rc = proc_stop(&c->workers[i], SIGTERM, 10000);
+        if (rc != 0 && rc != -1) {
+            fprintf(stderr, "worker %d exited with %d\n", i, rc);
+            bad = 1;
+        }
+    }
+    int rc = proc_stop(&c->dispatcher, SIGTERM, 10000);
+    if (rc != 0 && rc != -1) {
+        fprintf(stderr, "dispatcher exited with %d\n", rc);
+        bad = 1;
+    }
+    c->nworkers = 0;
+    return bad ? -1 : 0;
+}
+
+static int build_argv(struct cluster *c, char **argv, char *disp, size_t displen, const char *cmd,
+                      va_list ap)
+{
+    int n = 0;
+    snprintf(disp, displen, "127.0.0.1:%d", c->port);
+    argv[n++] = (char *)bin_path("sluice");
+    argv[n++] = (char *)cmd;
+    argv[n++] = "--dispatcher";
+    argv[n++] = disp;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) && n < 30)
+        argv[n++] = (char *)a;
+    argv[n] = NULL;
+    return n;
+}
+
+int cluster_cli(struct cluster *c, char **out, char **err, const char *cmd, ...)
+{
+    char *argv[32];
+    char disp[64];
+    va_list ap;
+    va_start(ap, cmd);
+    build_argv(c, argv, disp, sizeof(disp), cmd, ap);
+    va_end(ap);
+    return run_cmd(argv, 60000, out, err);
+}
+
+int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...)
+{
+    char *argv[32];
+    char disp[64];
+    va_list ap;
+    va_start(ap, cmd);
+    build_argv(c, argv, disp, sizeof(disp), cmd, ap);
+    va_end(ap);
+    return proc_spawn(p, argv);
+}
+
+char *expected_range(long n, int times)
+{
+    size_t cap = (size_t)n * (size_t)times * 21 + 1;
+    char *text = malloc(cap);
+    if (!text)
+        abort();
+    size_t len = 0;
+    text[0] = 0;
+    for (long i = 0; i < n; i++)
+        for (int t = 0; t < times; t++)
+            len += (size_t)snprintf(text + len, cap - len, "%ld\n", i);
+    char *sorted = sorted_lines(text);
+    free(text);
+    return sorted;
+}

@@ -1,0 +1,36 @@
+/* A local cluster for integration tests: one dispatcher and some workers on 127.0.0.1, port 0,
+ * plus `sluice` CLI invocations against it. */
+#ifndef SLUICE_TESTS_HELPER_CLUSTER_H
+#define SLUICE_TESTS_HELPER_CLUSTER_H
+
+#include "helper_proc.h"
+
+#define CLUSTER_MAX_WORKERS 8
+
+struct cluster {
+    struct proc dispatcher;
+    struct proc workers[CLUSTER_MAX_WORKERS];
+    int nworkers;
+    int port;           /* the dispatcher's port, reused on restart */
+    char work_dir[512]; /* non-empty: fault-tolerant */
+};
+
+/* Starts a dispatcher (port 0 unless port > 0) with short timeouts; fault_tolerant uses a work
+ * dir under tmp_dir(). Returns 0 or -1. */
+int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant);
+/* Restarts the dispatcher on the same port (and work dir). */
+int cluster_restart_dispatcher(struct cluster *c, int sig);
+/* Starts one more worker; returns its index or -1. */
+int cluster_add_worker(struct cluster *c);
+/* Stops everything (SIGTERM, bounded). Returns 0 when every process exited 0. */
+int cluster_stop(struct cluster *c);
+
+/* Runs `sluice ARGS...` (NULL-terminated) with --dispatcher set, bounded by 60 s. */
+int cluster_cli(struct cluster *c, char **out, char **err, const char *cmd, ...);
+/* Starts `sluice ARGS...` in the background (read its output later with proc_read_all). */
+int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...);
+
+/* The text of "0\n1\n...\n" for range(n), each line repeated times times, sorted as strings. */
+char *expected_range(long n, int times);
+
+#endif

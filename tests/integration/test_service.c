@@ -1,0 +1,351 @@
+/* The service end to end: a real dispatcher, real workers and the `sluice` CLI on 127.0.0.1.
+ * Each test asserts the exact multiset of elements read (or the exact error). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "helper_cluster.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int setup(void **state)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c || cluster_start_dispatcher(c, 0, 0) != 0)
+        return -1;
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct cluster *c = *state;
+    int rc = cluster_stop(c);
+    free(c);
+    return rc;
+}
+
+static void add_workers(struct cluster *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(cluster_add_worker(c) >= 0);
+}
+
+/* Reads with the CLI and asserts status 0 and the sorted output. */
+static void read_expect_sorted(struct cluster *c, const char *want, const char *a1, const char *a2,
+                               const char *a3, const char *a4, const char *a5, const char *a6)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "read", a1, a2, a3, a4, a5, a6, NULL);
+    if (rc != 0)
+        fprintf(stderr, "read failed with %d: %s\n", rc, err);
+    assert_int_equal(rc, 0);
+    char *got = sorted_lines(out);
+    assert_string_equal(got, want);
+    free(got);
+    free(out);
+    free(err);
+}
+
+static void test_one_worker_in_order(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(10)", NULL), 0);
+    assert_string_equal(out, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+    free(out);
+    free(err);
+}
+
+static void test_parallel_epochs_two_workers(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    char *want = expected_range(100, 2);
+    read_expect_sorted(c, want, "range(100)", "--mode", "parallel_epochs", NULL, NULL, NULL);
+    free(want);
+}
+
+static void test_distributed_epoch_two_workers(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    char *want = expected_range(5000, 1);
+    read_expect_sorted(c, want, "range(5000)", "--mode", "distributed_epoch", NULL, NULL, NULL);
+    read_expect_sorted(c, want, "range(5000)", "--mode", "dynamic", NULL, NULL, NULL);
+    free(want);
+    /* repeat after a split source repeats the whole source across the cluster. */
+    want = expected_range(300, 3);
+    read_expect_sorted(c, want, "range(300) | repeat(3)", "--mode", "distributed_epoch", NULL, NULL,
+                       NULL);
+    free(want);
+}
+
+static void test_local_tail(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    read_expect_sorted(c, "1\n1\n10\n10\n17\n17\n2\n2\n5\n5\n", "range(5) | map(square)", "--local",
+                       "map(add, 1)", NULL, NULL, NULL);
+}
+
+static void test_shared_job(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    /* Two readers of one named distributed_epoch job split its elements: together they see
+     * every element exactly once. The pipeline is slow enough that both take part. */
+    struct proc r1, r2;
+    const char *p = "range(600) | map(sleep_us, 2000)";
+    assert_int_equal(cluster_cli_spawn(c, &r1, "read", p, "--mode", "distributed_epoch",
+                                       "--job-name", "shared", NULL),
+                     0);
+    assert_int_equal(cluster_cli_spawn(c, &r2, "read", p, "--mode", "distributed_epoch",
+                                       "--job-name", "shared", NULL),
+                     0);
+    char *o1 = proc_read_all(&r1, 60000);
+    char *o2 = proc_read_all(&r2, 60000);
+    assert_int_equal(proc_wait(&r1, 10000), 0);
+    assert_int_equal(proc_wait(&r2, 10000), 0);
+    if (count_lines(o1) == 0 || count_lines(o2) == 0)
+        fprintf(stderr, "reader 1 read %zu, reader 2 read %zu (logs %s, %s)\n", count_lines(o1),
+                count_lines(o2), r1.log, r2.log);
+    assert_true(count_lines(o1) > 0);
+    assert_true(count_lines(o2) > 0);
+    size_t l1 = strlen(o1), l2 = strlen(o2);
+    char *both = malloc(l1 + l2 + 1);
+    memcpy(both, o1, l1);
+    memcpy(both + l1, o2, l2 + 1);
+    char *got = sorted_lines(both);
+    char *want = expected_range(600, 1);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(both);
+    free(o1);
+    free(o2);
+}
+
+static void test_different_job_names(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    char *want = expected_range(200, 1);
+    read_expect_sorted(c, want, "range(200)", "--mode", "distributed_epoch", "--job-name", "a",
+                       NULL);
+    read_expect_sorted(c, want, "range(200)", "--mode", "distributed_epoch", "--job-name", "b",
+                       NULL);
+    free(want);
+}
+
+static void test_worker_joins_mid_read(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(1500) | map(sleep_us, 1000)", "--mode",
+                                       "distributed_epoch", NULL),
+                     0);
+    usleep(300 * 1000);
+    add_workers(c, 1);
+    char *out = proc_read_all(&r, 60000);
+    assert_int_equal(proc_wait(&r, 10000), 0);
+    char *got = sorted_lines(out);
+    char *want = expected_range(1500, 1);
+    assert_string_equal(got, want);
+    /* The late worker took part: the dispatcher lists a task on it. */
+    char *status = NULL;
+    assert_int_equal(cluster_cli(c, &status, NULL, "status", "--json", NULL), 0);
+    assert_non_null(strstr(status, c->workers[1].addr));
+    free(status);
+    free(got);
+    free(want);
+    free(out);
+}
+
+static void test_client_before_dispatcher(void **state)
+{
+    struct cluster *c = *state;
+    /* Stop the fixture's dispatcher, start a reader against a port nobody serves yet, then
+     * bring the cluster up on that port. */
+    proc_stop(&c->dispatcher, SIGTERM, 10000);
+    c->port = free_port();
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(10)", NULL), 0);
+    usleep(500 * 1000);
+    assert_int_equal(cluster_start_dispatcher(c, c->port, 0), 0);
+    add_workers(c, 1);
+    char *out = proc_read_all(&r, 30000);
+    assert_int_equal(proc_wait(&r, 10000), 0);
+    assert_string_equal(out, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
+    free(out);
+}
+
+static void test_explicit_dataset_ids(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "register", "range(3)", "--dataset-id", "ds", NULL),
+                     0);
+    assert_string_equal(out, "ds\n");
+    free(out);
+    free(err);
+    /* The same pipeline under the same id is deduplicated. */
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "register", "range( 3 )", "--dataset-id", "ds", NULL), 0);
+    assert_string_equal(out, "ds\n");
+    free(out);
+    free(err);
+    /* Another pipeline under that id is refused. */
+    assert_int_equal(cluster_cli(c, &out, &err, "register", "range(4)", "--dataset-id", "ds", NULL),
+                     1);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(err, "dataset 'ds' already exists with a different pipeline"));
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "--dataset-id", "ds", NULL), 0);
+    assert_string_equal(out, "0\n1\n2\n");
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "--dataset-id", "nosuch", NULL), 1);
+    assert_non_null(strstr(err, "dataset 'nosuch' not found"));
+    free(out);
+    free(err);
+}
+
+static void test_job_name_conflict(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(3)", "--job-name", "j", NULL), 0);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(3)", "--job-name", "j", "--mode",
+                                 "distributed_epoch", NULL),
+                     1);
+    assert_non_null(strstr(err, "job 'j' exists with mode parallel_epochs, not distributed_epoch"));
+    free(out);
+    free(err);
+}
+
+static void test_bad_pipeline_and_usage(void **state)
+{
+    struct cluster *c = *state;
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(10) | bach(2)", NULL), 2);
+    assert_string_equal(err, "sluice: pipeline: column 13: unknown operation 'bach'\n");
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(10)", "--consumer-index", "0", NULL),
+                     2);
+    free(out);
+    free(err);
+}
+
+static void test_restart_without_fault_tolerance(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000) | map(sleep_us, 1000)", NULL),
+                     0);
+    usleep(800 * 1000);
+    assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+    char *out = proc_read_all(&r, 30000);
+    int rc = proc_wait(&r, 10000);
+    assert_int_equal(rc, 1);
+    FILE *f = fopen(r.log, "r");
+    assert_non_null(f);
+    char line[1024] = "";
+    int found = 0;
+    while (fgets(line, sizeof(line), f))
+        if (strstr(line, "dispatcher restarted without --fault-tolerant"))
+            found = 1;
+    fclose(f);
+    assert_true(found);
+    /* The elements it did read were a prefix of one worker's copy, never another dataset's. */
+    long expect = 0;
+    for (char *s = out; *s;) {
+        assert_int_equal(strtol(s, &s, 10), expect++);
+        assert_int_equal(*s, '\n');
+        s++;
+    }
+    free(out);
+}
+
+static void send_garbage(int port, const void *data, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(write(fd, data, len), (ssize_t)len);
+    /* The server closes the connection: read sees EOF (after its Hello, if any) in time. */
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char buf[4096];
+    ssize_t n;
+    int closed = 0;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        ;
+    closed = n == 0 || n < 0;
+    assert_true(closed);
+    close(fd);
+}
+
+static void test_garbage_frames(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    const char *colon = strrchr(c->workers[0].addr, ':');
+    int wport = atoi(colon + 1);
+    const uint8_t zero[4] = {0, 0, 0, 0};
+    const uint8_t huge[4] = {0xff, 0xff, 0xff, 0xff};
+    const uint8_t junk[12] = {0, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4};
+    send_garbage(c->port, zero, sizeof(zero));
+    send_garbage(c->port, huge, sizeof(huge));
+    send_garbage(c->port, junk, sizeof(junk));
+    send_garbage(wport, huge, sizeof(huge));
+    send_garbage(wport, junk, sizeof(junk));
+    /* Everyone else is still served. */
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(5)", NULL), 0);
+    assert_string_equal(out, "0\n1\n2\n3\n4\n");
+    free(out);
+    free(err);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_one_worker_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parallel_epochs_two_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distributed_epoch_two_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_local_tail, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_job, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_different_job_names, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_joins_mid_read, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_before_dispatcher, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_explicit_dataset_ids, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_name_conflict, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_pipeline_and_usage, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_without_fault_tolerance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_frames, setup, teardown),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    tmp_cleanup();
+    return rc;
+}

@@ -1,0 +1,464 @@
+/* A worker task (src/worker/task.c) driven the way the worker's loop drives it, without
+ * sockets: producers on threads fill the buffer, the test takes and decodes every element,
+ * grants splits for distributed_epoch, and stops tasks whose producers are blocked. Every wait
+ * is bounded. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "common/error.h"
+#include "pipeline/codec.h"
+#include "pipeline/element.h"
+#include "pipeline/parse.h"
+#include "pipeline/registry.h"
+#include "pipeline/split.h"
+#include "worker/task.h"
+
+#define WAIT_LIMIT_MS 20000
+
+struct env {
+    uv_loop_t loop;
+    uv_async_t wake;
+    uv_timer_t poll; /* keeps uv_run(ONCE) from sleeping longer than a few ms */
+    unsigned wakes;
+    struct sluice_registry *reg;
+    struct pipe_buf scratch;
+};
+
+static void on_wake(uv_async_t *a)
+{
+    struct env *e = a->data;
+    e->wakes++;
+}
+
+static void on_poll(uv_timer_t *t)
+{
+    (void)t;
+}
+
+static int setup(void **state)
+{
+    struct env *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    assert_int_equal(uv_loop_init(&e->loop), 0);
+    assert_int_equal(uv_async_init(&e->loop, &e->wake, on_wake), 0);
+    e->wake.data = e;
+    assert_int_equal(uv_timer_init(&e->loop, &e->poll), 0);
+    assert_int_equal(uv_timer_start(&e->poll, on_poll, 2, 2), 0);
+    assert_int_equal(pipe_registry_new(&e->reg), 0);
+    *state = e;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct env *e = *state;
+    uv_close((uv_handle_t *)&e->wake, NULL);
+    uv_close((uv_handle_t *)&e->poll, NULL);
+    uv_run(&e->loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&e->loop), 0);
+    pipe_registry_free(e->reg);
+    pipe_buf_release(&e->scratch);
+    free(e);
+    return 0;
+}
+
+static struct pipe_spec *parse(const char *text)
+{
+    struct pipe_spec *spec = NULL;
+    char err[256];
+    if (pipe_parse(text, &spec, err, sizeof err) != 0)
+        fail_msg("parse '%s': %s", text, err);
+    return spec;
+}
+
+static struct task *start(struct env *e, const char *text, enum sluice_mode mode, unsigned threads,
+                          uint32_t nw, uint32_t wi, uint64_t buffer_records)
+{
+    struct task_config cfg = {
+        .id = 1,
+        .mode = mode,
+        .compress = true,
+        .num_workers = nw,
+        .worker_index = wi,
+        .threads = threads,
+        .reg = e->reg,
+        .wake = &e->wake,
+        .buffer_records = buffer_records,
+    };
+    struct task *t = NULL;
+    char err[256];
+    int rc = task_start(&cfg, parse(text), &t, err, sizeof err);
+    if (rc != 0)
+        fail_msg("task_start: %s", err);
+    return t;
+}
+
+static uint64_t elapsed_ms(uint64_t since)
+{
+    return (uv_hrtime() - since) / 1000000u;
+}
+
+/* What a drain saw: the int64 values read, in order, and how it ended. */
+struct drained {
+    int64_t *values;
+    size_t n, cap;
+    int status; /* TASK_TAKE_END or TASK_TAKE_FAILED */
+    int code;
+    char msg[512];
+};
+
+/* Lease hook for distributed tasks: called while draining to answer GetSplits. */
+struct leaser {
+    struct pipe_split_provider prov;
+    uint64_t cursor, count;
+    unsigned *finished;    /* times each seq was reported finished */
+    struct lease_plan bad; /* when bad.per_pass is set, sent instead of the real plan */
+};
+
+static void lease_step(struct task *t, struct leaser *l)
+{
+    uint32_t max;
+    const uint64_t *fin;
+    size_t nfin;
+    if (!task_lease_want(t, uv_hrtime() / 1000000u, &max, &fin, &nfin))
+        return;
+    for (size_t i = 0; i < nfin; i++) {
+        assert_true(fin[i] < l->count);
+        l->finished[fin[i]]++;
+    }
+    uint64_t seqs[64];
+    size_t n = 0;
+    while (n < max && n < 64 && l->cursor < l->count)
+        seqs[n++] = l->cursor++;
+    struct lease_plan *plan = malloc(sizeof *plan);
+    assert_non_null(plan);
+    if (l->bad.per_pass) {
+        *plan = l->bad;
+    } else {
+        memset(plan, 0, sizeof *plan);
+        plan->source_len = l->prov.source_len;
+        plan->split_size = l->prov.split_size;
+        plan->per_pass = l->prov.per_pass;
+        plan->passes = l->prov.passes;
+    }
+    task_lease_granted(t, plan, seqs, n, l->cursor >= l->count, uv_hrtime() / 1000000u);
+    free(plan);
+}
+
+/* Takes everything the task produces, running the loop while the buffer is empty, until the
+ * task ends or fails. */
+static void drain(struct env *e, struct task *t, struct leaser *l, uint32_t max_el,
+                  struct drained *out)
+{
+    memset(out, 0, sizeof *out);
+    struct sluice_element el;
+    pipe_elem_init(&el);
+    struct pipe_buf dscratch = {0};
+    uint64_t t0 = uv_hrtime();
+    for (;;) {
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        if (l)
+            lease_step(t, l);
+        struct task_take tk;
+        int st = task_take(t, max_el, 1u << 20, &e->scratch, &tk);
+        assert_true(st >= 0);
+        if (st == TASK_TAKE_DATA) {
+            task_set_waiting(t, false);
+            assert_true(tk.wb.count <= max_el);
+            size_t pos = 0;
+            char err[256];
+            uint32_t n = 0;
+            int rc;
+            while ((rc = codec_next_elem(tk.wb.payload, tk.wb.len, &pos, &el, &dscratch, err,
+                                         sizeof err)) == 1) {
+                assert_int_equal(el.n, 1);
+                assert_int_equal(el.t[0].dtype, SLUICE_INT64);
+                if (out->n == out->cap) {
+                    out->cap = out->cap ? out->cap * 2 : 1024;
+                    out->values = realloc(out->values, out->cap * sizeof *out->values);
+                    assert_non_null(out->values);
+                }
+                out->values[out->n++] = *(int64_t *)(void *)el.t[0].data;
+                n++;
+            }
+            assert_int_equal(rc, 0);
+            assert_int_equal(n, tk.wb.count);
+            task_take_release(t, &tk);
+            continue;
+        }
+        if (st == TASK_TAKE_EMPTY) {
+            task_set_waiting(t, true);
+            task_steal(t, uv_hrtime());
+            uv_run(&e->loop, UV_RUN_ONCE);
+            continue;
+        }
+        out->status = st;
+        if (st == TASK_TAKE_FAILED) {
+            out->code = tk.code;
+            snprintf(out->msg, sizeof out->msg, "%s", tk.msg);
+        }
+        break;
+    }
+    pipe_elem_release(&el);
+    pipe_buf_release(&dscratch);
+}
+
+/* Waits (running the loop) until every producer has exited, then frees the task. */
+static void finish(struct env *e, struct task *t)
+{
+    uint64_t t0 = uv_hrtime();
+    while (!task_exited(t)) {
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        uv_run(&e->loop, UV_RUN_ONCE);
+    }
+    task_free(t);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void test_parallel_whole_pipeline(void **state)
+{
+    struct env *e = *state;
+    /* A small record bound makes the producer block and resume many times. */
+    struct task *t = start(e, "range(200000) | map(mul, 3)", SLUICE_PARALLEL_EPOCHS, 4, 0, 0, 5000);
+    assert_false(task_is_distributed(t));
+    struct drained d;
+    drain(e, t, NULL, 777, &d);
+    assert_int_equal(d.status, TASK_TAKE_END);
+    assert_int_equal(d.n, 200000);
+    for (size_t i = 0; i < d.n; i++)
+        assert_int_equal(d.values[i], 3 * (int64_t)i); /* in order */
+    struct task_progress tp;
+    task_progress(t, &tp);
+    assert_true(tp.done);
+    assert_false(tp.failed);
+    assert_true(tp.finished);
+    assert_int_equal(tp.buffered, 0);
+    assert_int_equal(tp.produced, 200000);
+    const char *msg;
+    assert_int_equal(task_error(t, &msg), 0);
+    free(d.values);
+    finish(e, t);
+}
+
+static void test_empty_pipeline(void **state)
+{
+    struct env *e = *state;
+    struct task *t = start(e, "range(0)", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    struct drained d;
+    drain(e, t, NULL, 10, &d);
+    assert_int_equal(d.status, TASK_TAKE_END);
+    assert_int_equal(d.n, 0);
+    finish(e, t);
+}
+
+static void test_data_sharding(void **state)
+{
+    struct env *e = *state;
+    struct task *t = start(e, "range(10)", SLUICE_SHARD_DATA, 1, 3, 1, 0);
+    struct drained d;
+    drain(e, t, NULL, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_END);
+    assert_int_equal(d.n, 3);
+    assert_int_equal(d.values[0], 1);
+    assert_int_equal(d.values[1], 4);
+    assert_int_equal(d.values[2], 7);
+    free(d.values);
+    finish(e, t);
+}
+
+/* A pipeline that cannot be built fails the task with the builder's code and message. */
+static void test_build_failure(void **state)
+{
+    struct env *e = *state;
+    struct task *t =
+        start(e, "lines(\"/nonexistent-dir-for-test/*.txt\")", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    struct drained d;
+    drain(e, t, NULL, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_FAILED);
+    assert_int_equal(d.code, SLUICE_ERR_NOT_FOUND);
+    assert_string_equal(d.msg, "no file matches '/nonexistent-dir-for-test/*.txt'");
+    struct task_progress tp;
+    task_progress(t, &tp);
+    assert_true(tp.failed);
+    assert_false(tp.finished);
+    finish(e, t);
+
+    /* Static sharding that cannot apply fails the same way. */
+    t = start(e, "range(10)", SLUICE_SHARD_FILE, 1, 2, 0, 0);
+    drain(e, t, NULL, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_FAILED);
+    assert_int_equal(d.code, SLUICE_ERR_INVALID);
+    assert_string_equal(d.msg, "file sharding needs a tfrecord() or lines() source; use data or "
+                               "file_or_data sharding");
+    finish(e, t);
+}
+
+static void test_new_failed(void **state)
+{
+    struct env *e = *state;
+    struct task *t;
+    assert_int_equal(task_new_failed(9, SLUICE_ERR_PARSE, "column 0: unknown function 'x'", &t), 0);
+    assert_int_equal(task_id(t), 9);
+    assert_false(task_is_distributed(t));
+    assert_true(task_exited(t));
+    struct drained d;
+    drain(e, t, NULL, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_FAILED);
+    assert_int_equal(d.code, SLUICE_ERR_PARSE);
+    assert_string_equal(d.msg, "column 0: unknown function 'x'");
+    assert_int_equal(task_steal(t, uv_hrtime()), 0);
+    task_free(t);
+}
+
+/* Elements produced before a failure are served ahead of it, and only the first failure
+ * counts. */
+static void test_failure_after_elements(void **state)
+{
+    struct env *e = *state;
+    struct task *t = start(e, "range(10)", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    uint64_t t0 = uv_hrtime();
+    for (;;) {
+        struct task_progress tp;
+        task_progress(t, &tp);
+        if (tp.done)
+            break;
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        uv_run(&e->loop, UV_RUN_ONCE);
+    }
+    task_fail(t, SLUICE_ERR_FN, "boom");
+    task_fail(t, SLUICE_ERR_NOMEM, "second failure is ignored");
+    struct drained d;
+    drain(e, t, NULL, 4, &d);
+    assert_int_equal(d.n, 10);
+    assert_int_equal(d.status, TASK_TAKE_FAILED);
+    assert_int_equal(d.code, SLUICE_ERR_FN);
+    assert_string_equal(d.msg, "boom");
+    free(d.values);
+    finish(e, t);
+}
+
+static void run_distributed(struct env *e, const char *text, uint64_t split_size, unsigned threads,
+                            uint64_t want_n)
+{
+    struct leaser l;
+    memset(&l, 0, sizeof l);
+    struct pipe_spec *spec = parse(text);
+    char err[256];
+    assert_int_equal(pipe_split_provider_init(&l.prov, spec, split_size, err, sizeof err), 0);
+    pipe_spec_free(spec);
+    l.count = pipe_split_count(&l.prov);
+    l.finished = calloc(l.count + 1, sizeof *l.finished);
+    assert_non_null(l.finished);
+
+    struct task *t = start(e, text, SLUICE_DISTRIBUTED_EPOCH, threads, 0, 0, 0);
+    assert_true(task_is_distributed(t));
+    struct drained d;
+    drain(e, t, &l, 1000, &d);
+    assert_int_equal(d.status, TASK_TAKE_END);
+    assert_int_equal(d.n, want_n);
+    /* The last finished splits are reported after the end; keep answering until settled. */
+    uint64_t t0 = uv_hrtime();
+    for (;;) {
+        struct task_progress tp;
+        task_progress(t, &tp);
+        if (tp.finished)
+            break;
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        lease_step(t, &l);
+        uv_run(&e->loop, UV_RUN_ONCE);
+    }
+    for (uint64_t s = 0; s < l.count; s++)
+        assert_int_equal(l.finished[s], 1);
+    qsort(d.values, d.n, sizeof *d.values, cmp_i64);
+    /* Every source element exactly as often as the repeats say (checked by the caller's
+     * choice of pipeline: values 0..len-1, each want_n / len times). */
+    uint64_t reps = want_n / l.prov.source_len;
+    for (size_t i = 0; i < d.n; i++)
+        assert_int_equal(d.values[i], (int64_t)(i / reps));
+    free(d.values);
+    free(l.finished);
+    pipe_split_provider_release(&l.prov);
+    finish(e, t);
+}
+
+static void test_distributed(void **state)
+{
+    struct env *e = *state;
+    run_distributed(e, "range(5000)", 7, 3, 5000);
+    run_distributed(e, "range(300) | repeat(3)", 0, 2, 900);
+    run_distributed(e, "range(1)", 0, 4, 1);
+}
+
+/* A plan that contradicts the dataset fails the task with a message naming both. */
+static void test_distributed_bad_plan(void **state)
+{
+    struct env *e = *state;
+    struct leaser l;
+    memset(&l, 0, sizeof l);
+    l.count = 10;
+    l.finished = calloc(l.count, sizeof *l.finished);
+    l.bad = (struct lease_plan){.source_len = 20, .split_size = 1, .per_pass = 20, .passes = 1};
+    struct task *t = start(e, "range(10)", SLUICE_DISTRIBUTED_EPOCH, 2, 0, 0, 0);
+    struct drained d;
+    drain(e, t, &l, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_FAILED);
+    assert_int_equal(d.code, SLUICE_ERR_CORRUPT);
+    assert_string_equal(d.msg, "split plan does not match the dataset: 20 elements in 20 splits "
+                               "per pass, 1 passes; the dataset gives 10, 10, 1");
+    free(l.finished);
+    finish(e, t);
+}
+
+/* Stopping a task whose producer is blocked on a full buffer, or idle waiting for splits,
+ * ends its threads promptly. */
+static void test_stop_blocked(void **state)
+{
+    struct env *e = *state;
+    struct task *t = start(e, "range(10) | repeat()", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 100);
+    uint64_t t0 = uv_hrtime();
+    for (;;) {
+        struct task_progress tp;
+        task_progress(t, &tp);
+        if (tp.buffered >= 100)
+            break;
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        uv_run(&e->loop, UV_RUN_ONCE);
+    }
+    task_stop(t);
+    finish(e, t);
+
+    /* Distributed, never granted any split. */
+    t = start(e, "range(10)", SLUICE_DISTRIBUTED_EPOCH, 3, 0, 0, 0);
+    uv_run(&e->loop, UV_RUN_ONCE);
+    task_stop(t);
+    finish(e, t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_parallel_whole_pipeline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_pipeline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_data_sharding, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_build_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_failed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_after_elements, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distributed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distributed_bad_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_blocked, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
