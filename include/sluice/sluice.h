@@ -216,19 +216,27 @@ struct sluice_read_options {
     const char *local;
 };
 
-/* Opens an iterator over the elements of a dataset as served by the workers. Returns 0 and *out
- * (owned by the caller; free with sluice_iterator_close), or a negative code with err. */
+/* Opens an iterator over the elements of a dataset as served by the workers. A pipeline or local
+ * tail that does not parse or names an unknown function fails with SLUICE_ERR_PARSE before the
+ * dispatcher is contacted. Blocks until the dispatcher has created or joined the job (or the
+ * client's timeout), then prefetches in the background. Returns 0 and *out (owned by the
+ * caller; free with sluice_iterator_close), or a negative code with err. */
 int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_options *options,
                          struct sluice_iterator **out, char *err, size_t errlen);
 
 /* Waits for the next element. Returns 1 and sets *elem (owned by the iterator, valid until the
  * next call on this iterator), 0 at the end of the data, or a negative code with a one-line
  * message in err. timeout_ms 0 waits without limit; when it runs out the result is
- * SLUICE_ERR_TIMEOUT and the iterator stays usable. */
+ * SLUICE_ERR_TIMEOUT and the iterator stays usable. With a local tail the wait is not limited
+ * (the tail's operations cannot resume after giving up), and timeout_ms is ignored. After 0 or
+ * an error every later call returns the same. Failures include the worker's message when a
+ * task's pipeline failed, and SLUICE_ERR_RESTARTED when the dispatcher restarted without
+ * --fault-tolerant and the job is gone. */
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen);
 
-/* Releases the iterator's job on the dispatcher (best effort) and frees it. NULL is allowed. */
+/* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
+ * it. NULL is allowed. */
 void sluice_iterator_close(struct sluice_iterator *it);
 
 /* Fetches the dispatcher's status document (the JSON `sluice status --json` prints) into a new

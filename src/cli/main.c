@@ -21,6 +21,8 @@ static const char usage[] =
     "      read a dataset's elements from the service and print them\n"
     "  status --dispatcher H:P [--json]\n"
     "      print the dispatcher's workers, datasets and jobs\n"
+    "  journal dump|verify --work-dir DIR\n"
+    "      print or check a fault-tolerant dispatcher's journal\n"
     "\n"
     "Run 'sluice <command> --help' for a command's options.\n";
 
@@ -92,6 +94,8 @@ int main(int argc, char **argv)
         return cli_read(argc - 1, argv + 1);
     if (strcmp(cmd, "status") == 0)
         return cli_status(argc - 1, argv + 1);
+    if (strcmp(cmd, "journal") == 0)
+        return cli_journal(argc - 1, argv + 1);
     cli_error("usage", "unknown command '%s' (try 'sluice --help')", cmd);
     return CLI_EXIT_USAGE;
 }

@@ -374,6 +374,8 @@ struct rpc_client *client_conn_rpc(const struct client_conn *conn)
 
 static void shutdown_loop(struct sluice_client *c)
 {
+    /* Every iterator must be closed before its client. */
+    assert(c->wakers == NULL);
     c->stopping = true;
     /* Calls waiting for a retry end now; calls in flight end from rpc_client_close. */
     while (c->retrying) {

@@ -22,6 +22,7 @@
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -85,8 +86,9 @@ struct sluice_iterator {
     bool hb_soon;     /* send the next heartbeat at once */
     uint64_t hb_sent; /* heartbeats sent so far; the one under way has this number */
     uint32_t heartbeat_ms;
-    uint64_t job_incarnation;    /* the dispatcher incarnation known to hold the job */
-    uint64_t verify_incarnation; /* the incarnation being asked whether it holds the job */
+    uint64_t created_incarnation; /* the dispatcher incarnation that created the job */
+    uint64_t job_incarnation;     /* the dispatcher incarnation known to hold the job */
+    uint64_t verify_incarnation;  /* the incarnation being asked whether it holds the job */
     uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
     uint64_t *finished;
     size_t finished_cap;
@@ -191,21 +193,6 @@ struct fetch {
     uint64_t task_id;
 };
 
-/* A worker said it does not know task i. Unless the task is young or belongs to another
- * incarnation of the worker, that is a failure the next heartbeat confirms or dismisses. */
-static void suspect_task(struct sluice_iterator *it, size_t i, const char *msg, uint64_t now)
-{
-    struct ct_task *t = &it->tasks.v[i];
-    uint64_t peer = rpc_client_peer_incarnation(client_conn_rpc(t->conn));
-    bool stale = t->worker_incarnation && peer && peer != t->worker_incarnation;
-    if (stale || now - t->listed_at < ITER_UNKNOWN_TASK_GRACE_MS)
-        return;
-    ct_set_error(&it->tasks, i, SLUICE_ERR_NOT_FOUND, msg, it->hb_sent);
-    it->hb_soon = true;
-    if (!it->hb_busy)
-        schedule_heartbeat(it, 0);
-}
-
 static void on_elements(int status, const char *msg, const Sluice__Envelope *reply, void *user)
 {
     struct fetch *f = user;
@@ -222,8 +209,14 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
     }
     long i = ct_find(&it->tasks, task_id);
     /* A task with a request outstanding is never dropped. */
-    if (i < 0)
-        abort();
+    assert(i >= 0);
+    if (i < 0) {
+        uv_mutex_lock(&it->mu);
+        prefetch_cancel(&it->pf);
+        uv_mutex_unlock(&it->mu);
+        iter_unref(it);
+        return;
+    }
     uint64_t now = uv_now(&it->c->loop);
     const Sluice__GetElementsReply *r = NULL;
     if (status == 0) {
@@ -240,9 +233,9 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         prefetch_cancel(&it->pf);
         uv_mutex_unlock(&it->mu);
         ct_on_failure(&it->tasks, (size_t)i, now);
-        if (status == SLUICE_ERR_NOT_FOUND)
-            suspect_task(it, (size_t)i, msg, now);
-        else if (!retry_task(status))
+        /* A worker answers UNAVAILABLE for a task it does not run (yet), which is retried;
+         * any other failure is the task's own (its pipeline failed) and ends the read. */
+        if (!retry_task(status))
             iter_fail(it, status, "%s", msg ? msg : "");
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
@@ -261,13 +254,17 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
                 memcpy(item.data, r->payload.data, r->payload.len);
         }
         uv_mutex_lock(&it->mu);
-        if (has_data) {
+        /* Once the read has ended or failed, late elements (from a task the dispatcher had
+         * dropped) are not handed out: the reader may have seen the end already. */
+        if (has_data && it->state == ITER_RUNNING) {
             prefetch_fill(&it->pf, item);
+            item.data = NULL;
             uv_cond_broadcast(&it->cond);
         } else {
             prefetch_cancel(&it->pf);
         }
         uv_mutex_unlock(&it->mu);
+        free(item.data);
         ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
     }
 out:
@@ -618,9 +615,6 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
             msg = "dispatcher sent an unexpected reply to ClientHeartbeat";
         }
     }
-    if (it->job_incarnation == 0)
-        it->job_incarnation = incarnation;
-
     if (status == 0 && incarnation != it->job_incarnation) {
         verify_job(it, incarnation);
     } else if (status == 0) {
@@ -628,7 +622,7 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
         apply_heartbeat(it, r, now);
         schedule_heartbeat(it, next_heartbeat(it));
     } else if (status == SLUICE_ERR_NOT_FOUND) {
-        if (incarnation != 0 && incarnation != it->job_incarnation)
+        if (incarnation != 0 && incarnation != it->created_incarnation)
             fail_gone(it);
         else
             iter_fail(it, status, "%s", msg ? msg : "");
@@ -1081,6 +1075,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     if (rc)
         goto fail;
 
+    it->created_incarnation = it->job_incarnation;
     struct client_op start = {.run = run_start, .user = it};
     client_submit(c, &start);
     *out = it;

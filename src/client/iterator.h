@@ -2,8 +2,9 @@
  * from, the prefetch buffer between the client's loop thread and the reader's thread, and the
  * decoding (and optional local tail) on the reader's thread.
  *
- * Happy path: sluice_iterator_open() registers the pipeline if one was given, asks the
- * dispatcher for the job (GetOrCreateJob) and starts the read on the loop thread. There a
+ * Happy path: sluice_iterator_open() registers the pipeline if one was given, fetches the
+ * dataset's definition (GetDataset, kept to recognize the dataset later), asks the dispatcher
+ * for the job (GetOrCreateJob) and starts the read on the loop thread. There a
  * heartbeat timer sends ClientHeartbeat (the tasks read to their end, the consumption rate) and
  * applies the reply's task list (tasks.h): new tasks get a connection to their worker (shared
  * per address), tasks no longer listed are dropped once their requests are answered. Up to
@@ -17,16 +18,18 @@
  * Failure modes: a worker that cannot be reached, or does not know a task yet, is retried with
  * backoff until the dispatcher drops the task; an Error reply for a task (its pipeline failed)
  * ends the read with the worker's message, after the elements already buffered. (A worker says
- * SLUICE_ERR_NOT_FOUND both for a task it has not heard of and for a pipeline that failed on a
- * missing file; the second is told from the first by age, ITER_UNKNOWN_TASK_GRACE_MS, and by a
- * heartbeat that still lists the task, so such a failure surfaces after a few seconds.) A
+ * SLUICE_ERR_UNAVAILABLE for a task it does not run, which is retried, and
+ * SLUICE_ERR_TASK_FAILED for a task whose pipeline failed, which is not.) A
  * dispatcher that cannot be reached is retried on every heartbeat while the tasks keep being read;
  * with a client timeout, a read that needs the dispatcher to go on fails once it has been
- * unreachable that long. A dispatcher that comes back with another incarnation is asked for its
- * status first: if it does not know the job (it restarted without --fault-tolerant), or it answers
- * a heartbeat with SLUICE_ERR_NOT_FOUND, the read fails with "dispatcher restarted without
- * --fault-tolerant; job N is gone" (SLUICE_ERR_RESTARTED) rather than hang or read another
- * job's elements.
+ * unreachable that long. Heartbeats and the final ReleaseClient name our client id, so they go
+ * only over a connection to the incarnation known to hold the job (a fault-tolerant dispatcher
+ * keeps its incarnation across restarts). Any other dispatcher is first asked read-only
+ * questions: its status must show the job as we know it (id, dataset, name, mode, iteration)
+ * and GetDataset the same definition. If not (it restarted without --fault-tolerant and ids now
+ * name other reads), or if it answers a heartbeat with SLUICE_ERR_NOT_FOUND after its
+ * incarnation changed, the read fails with "dispatcher restarted without --fault-tolerant; job N
+ * is gone" (SLUICE_ERR_RESTARTED) rather than hang or read another dataset's elements.
  *
  * Lifetime: the loop-thread half holds a reference for every request and timer under way; the
  * iterator is freed on the loop thread when the last one ends, after sluice_iterator_close()
@@ -49,10 +52,6 @@
  * is finished (it learns that from the workers' heartbeats): the end of a read is noticed
  * soon after the dispatcher knows it. */
 #define ITER_END_POLL_MS 50
-/* A worker that says it does not know a task listed at least this long ago is believed (once a
- * later heartbeat still lists the task): it ran the task and its pipeline failed with
- * SLUICE_ERR_NOT_FOUND. Before that the worker may simply not have heard of the task yet. */
-#define ITER_UNKNOWN_TASK_GRACE_MS 5000
 /* Bound on the ReleaseClient request sent when an iterator closes. */
 #define ITER_RELEASE_TIMEOUT_MS 2000
 

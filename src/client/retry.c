@@ -15,7 +15,6 @@ bool retry_transient(int code)
 bool retry_task(int code)
 {
     switch (code) {
-    case SLUICE_ERR_NOT_FOUND:
     case SLUICE_ERR_CLOSED:
     case SLUICE_ERR_CANCELLED:
     case SLUICE_ERR_RESTARTED:

@@ -26,6 +26,7 @@ static const char *const messages[] = {
     [-(SLUICE_ERR_CANCELLED - SLUICE_ERR_BASE)] = "cancelled",
     [-(SLUICE_ERR_RESTARTED - SLUICE_ERR_BASE)] = "peer restarted",
     [-(SLUICE_ERR_UNSUPPORTED - SLUICE_ERR_BASE)] = "unsupported",
+    [-(SLUICE_ERR_TASK_FAILED - SLUICE_ERR_BASE)] = "task failed",
 };
 
 const char *sluice_strerror(int code)

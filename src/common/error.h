@@ -33,7 +33,8 @@ enum sluice_err {
     SLUICE_ERR_CANCELLED = -20019,   /* the operation was cancelled */
     SLUICE_ERR_RESTARTED = -20020,   /* peer restarted and lost the state asked about */
     SLUICE_ERR_UNSUPPORTED = -20021, /* the request is valid but not supported */
-    SLUICE_ERR_LAST = -20022
+    SLUICE_ERR_TASK_FAILED = -20022, /* a worker task's pipeline failed; the message says why */
+    SLUICE_ERR_LAST = -20023
 };
 
 /* Returns a static, human-readable message for any code: one of sluice's own, a negative errno,

@@ -152,6 +152,12 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
         err_set(err, errlen, rc, "%s: malformed", what);
         goto out;
     }
+    /* Ids come from counters that start at 1; the last value would wrap the counter past it
+     * (state_apply() raises it to id + 1), so no journal holds it. */
+    if (m->id == UINT64_MAX) {
+        err_set(err, errlen, rc, "%s: id %" PRIu64 " is out of range", what, m->id);
+        goto out;
+    }
     u->type = (enum st_update_type)m->type;
     u->id = m->id;
     u->ref = m->ref;

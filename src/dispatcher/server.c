@@ -20,12 +20,15 @@
  * silence it had no chance to break. */
 #include "server.h"
 
+#include "journal_thread.h"
+#include "record.h"
 #include "state.h"
 #include "status.h"
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "journal/journal.h"
 #include "pipeline/def.h"
 #include "pipeline/spec.h"
 #include "pipeline/split.h"
@@ -39,6 +42,8 @@
 #define DEFAULT_WORKER_TIMEOUT_MS 10000
 #define DEFAULT_CLIENT_TIMEOUT_MS 30000
 #define DEFAULT_JOB_GC_TIMEOUT_MS 60000
+#define DEFAULT_SNAPSHOT_EVERY 10000
+#define META_INCARNATION "incarnation"
 #define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
 #define ERRLEN 512
 
@@ -78,6 +83,14 @@ struct dispatcher {
     uint64_t incarnation;
 
     struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
+
+    /* Fault-tolerant mode only (NULL otherwise). */
+    char *work_dir;
+    struct journal *journal;
+    struct journal_thread *jt;
+    uint64_t snapshot_every; /* updates between snapshots */
+    uint64_t since_snapshot; /* updates journaled since the last snapshot (or the start) */
+
     bool fatal;
     bool closing;
     unsigned closing_parts; /* the timer and the rpc server, until their close callbacks */
@@ -159,9 +172,11 @@ static void fatal(struct dispatcher *d, const char *fmt, ...)
     if (d->fatal)
         return;
     d->fatal = true;
-    log_error("%s", msg);
+    /* The owner reports it (one line on stderr) and stops; without one, the log does. */
     if (d->on_fatal)
         d->on_fatal(d->user, msg);
+    else
+        log_error("%s", msg);
 }
 
 /* A one-line record of the changes an operator cares about. */
@@ -210,12 +225,67 @@ static void log_update(const struct st_update *u)
  * dispatcher is then failed and refuses every later commit).
  *
  * The updates are applied to the in-memory state before commit() returns, so the next request
- * plans against them. Today nothing is journaled and cb runs before commit() returns. With the
- * journal (fault-tolerant mode) the updates are written by a group commit off the loop thread
- * and cb runs after that transaction commits, in commit order, also for an empty list (a
- * read-only request then waits for the changes before it), so no reply can reveal a change that
- * a crash could still lose. A reply therefore takes what the request itself decided (ids,
- * leased splits) from its planning, and only descriptions from the state as it is in cb. */
+ * plans against them. Without a journal cb runs before commit() returns. With the journal
+ * (fault-tolerant mode) each update is serialized and queued for the group commit as it is
+ * applied, and cb runs after the transaction holding the last of them commits, in commit order,
+ * also for an empty list (a read-only request then waits for the changes before it), so no reply
+ * can reveal a change that a crash could still lose. A reply therefore takes what the request
+ * itself decided (ids, leased splits) from its planning, and only descriptions from the state
+ * as it is in cb. A journal that fails stops the dispatcher (fatal), so a change applied here
+ * but never written is never acknowledged. */
+struct durable_wait {
+    struct dispatcher *d;
+    commit_cb cb;
+    void *ctx;
+};
+
+static void on_durable(void *ctx, int status)
+{
+    struct durable_wait *w = ctx;
+    struct dispatcher *d = w->d;
+    commit_cb cb = w->cb;
+    void *cb_ctx = w->ctx;
+    free(w);
+    cb(d, status, cb_ctx);
+}
+
+/* Serializes u and queues it for the group commit. */
+static int journal_update(struct dispatcher *d, const struct st_update *u)
+{
+    uint8_t *bytes;
+    size_t len;
+    int rc = record_update_encode(u, &bytes, &len);
+    if (rc == 0)
+        rc = journal_thread_add(d->jt, bytes, len,
+                                u->type == ST_DATASET_REGISTERED ? u->name : NULL, u->def,
+                                u->def_len);
+    if (rc < 0)
+        fatal(d, "journal: %s: queueing %s %" PRIu64 ": %s", d->work_dir, st_update_name(u->type),
+              u->id, sluice_strerror(rc));
+    return rc;
+}
+
+/* Every snapshot_every updates the whole state goes to the journal, which then drops the records
+ * before it: a restart replays at most that many updates, whatever the history. */
+static int maybe_snapshot(struct dispatcher *d, size_t n)
+{
+    d->since_snapshot += n;
+    if (d->since_snapshot < d->snapshot_every)
+        return 0;
+    uint8_t *bytes;
+    size_t len;
+    int rc = record_snapshot_encode(&d->st, &bytes, &len);
+    if (rc == 0)
+        rc = journal_thread_snapshot(d->jt, bytes, len);
+    if (rc < 0) {
+        fatal(d, "journal: %s: queueing a snapshot: %s", d->work_dir, sluice_strerror(rc));
+        return rc;
+    }
+    log_debug("snapshot of %zu bytes after %" PRIu64 " updates", len, d->since_snapshot);
+    d->since_snapshot = 0;
+    return 0;
+}
+
 static void commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx)
 {
     int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
@@ -225,9 +295,25 @@ static void commit(struct dispatcher *d, struct st_update_list *ups, commit_cb c
         if (rc < 0)
             fatal(d, "state: applying %s %" PRIu64 ": %s", st_update_name(ups->v[i].type),
                   ups->v[i].id, sluice_strerror(rc));
+        else if (d->jt)
+            rc = journal_update(d, &ups->v[i]);
     }
+    if (rc == 0 && d->jt && ups->n > 0)
+        rc = maybe_snapshot(d, ups->n);
     st_update_list_clear(ups);
-    cb(d, rc, ctx);
+    if (!d->jt || rc < 0) {
+        cb(d, rc, ctx);
+        return;
+    }
+    struct durable_wait *w = malloc(sizeof *w);
+    if (w) {
+        *w = (struct durable_wait){d, cb, ctx};
+        if (journal_thread_wait(d->jt, on_durable, w) == 0)
+            return;
+        free(w);
+    }
+    fatal(d, "journal: %s: waiting for a commit: out of memory", d->work_dir);
+    cb(d, SLUICE_ERR_NOMEM, ctx);
 }
 
 /* ---- requests and replies -------------------------------------------------------------------- */
@@ -1284,6 +1370,8 @@ static void on_tick(uv_timer_t *timer)
 
 static void dispatcher_free(struct dispatcher *d)
 {
+    journal_close(d->journal);
+    free(d->work_dir);
     state_release(&d->st);
     st_update_list_release(&d->ups);
     free(d->worker_seen.v);
@@ -1296,6 +1384,59 @@ static void dispatcher_free(struct dispatcher *d)
         free(d->worker_addresses[i]);
     free(d->worker_addresses);
     free(d);
+}
+
+static void on_journal_fail(void *user, int code, const char *msg)
+{
+    struct dispatcher *d = user;
+    (void)code;
+    fatal(d, "journal: %s: %s", d->work_dir, msg);
+}
+
+/* Fault-tolerant start: opens the journal, rebuilds the state from it, and takes the
+ * incarnation it keeps (made on the first start), so workers and clients that reconnect see the
+ * same dispatcher and keep their tasks. */
+static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *opts, char *err,
+                           size_t errlen)
+{
+    char why[512];
+    struct journal_recovery info;
+    uint64_t inc = 0;
+    d->work_dir = strdup(opts->work_dir);
+    if (!d->work_dir)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
+    d->snapshot_every = opts->snapshot_every ? opts->snapshot_every : DEFAULT_SNAPSHOT_EVERY;
+    struct journal_opts jo = {.work_dir = opts->work_dir, .map_max = opts->journal_max_bytes};
+    int rc = journal_open(&jo, &d->journal, why, sizeof why);
+    if (rc == 0) {
+        state_release(&d->st);
+        rc = journal_thread_recover(d->journal, &d->st, &info, why, sizeof why);
+    }
+    if (rc == 0) {
+        rc = journal_meta_get_u64(d->journal, META_INCARNATION, &inc, why, sizeof why);
+        if (rc == SLUICE_ERR_NOT_FOUND) {
+            inc = rpc_new_incarnation();
+            rc = journal_meta_put_u64(d->journal, META_INCARNATION, inc, why, sizeof why);
+        }
+    }
+    if (rc < 0)
+        return err_set(err, errlen, rc, "journal: %s: %s", opts->work_dir, why);
+    d->incarnation = inc;
+    d->since_snapshot = info.replayed;
+    log_info("journal %s: recovered %" PRIu64 " updates (snapshot at record %" PRIu64
+             ", %" PRIu64 " records after it); incarnation %016" PRIx64,
+             opts->work_dir, d->st.applied, info.snapshot_seq, info.replayed, inc);
+    struct journal_thread_opts to = {
+        .journal = d->journal,
+        .next_seq = info.next_seq,
+        .max_records = opts->journal_per_update ? 1 : 0,
+        .on_fail = on_journal_fail,
+        .user = d,
+    };
+    rc = journal_thread_start(d->loop, &to, &d->jt, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "journal: %s: %s", opts->work_dir, why);
+    return 0;
 }
 
 int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct dispatcher **out,
@@ -1318,6 +1459,11 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     d->on_fatal = opts->on_fatal;
     d->user = opts->user;
     d->incarnation = rpc_new_incarnation();
+    if (opts->work_dir) {
+        rc = journal_recover(d, opts, err, errlen);
+        if (rc < 0)
+            goto fail;
+    }
     if (opts->nworker_addresses > 0) {
         d->worker_addresses = calloc(opts->nworker_addresses, sizeof *d->worker_addresses);
         if (!d->worker_addresses) {
@@ -1364,6 +1510,11 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     return 0;
 
 fail:
+    if (d->jt) {
+        /* Nothing is queued yet: the thread stops at once; its handles close on the next run. */
+        journal_thread_close(d->jt, NULL, NULL);
+        d->jt = NULL;
+    }
     dispatcher_free(d);
     return rc;
 }
@@ -1401,6 +1552,14 @@ static void on_timer_closed(uv_handle_t *h)
     maybe_finish_close(d);
 }
 
+static void on_journal_closed(void *user)
+{
+    struct dispatcher *d = user;
+    d->jt = NULL;
+    d->closing_parts--;
+    maybe_finish_close(d);
+}
+
 static void on_rpc_closed(void *user)
 {
     struct dispatcher *d = user;
@@ -1414,10 +1573,20 @@ void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user)
     d->closing = true;
     d->close_cb = cb;
     d->close_user = user;
-    d->closing_parts = 2;
+    d->closing_parts = d->jt ? 3 : 2;
     uv_timer_stop(&d->timer);
     uv_close((uv_handle_t *)&d->timer, on_timer_closed);
     rpc_server_close(d->rpc, on_rpc_closed, d);
+    if (d->jt) {
+        /* What is queued is still written: those changes are applied, so they must not vanish
+         * on restart. */
+        struct journal_thread_stats st;
+        journal_thread_get_stats(d->jt, &st);
+        log_info("journal: %" PRIu64 " records in %" PRIu64 " transactions (at most %" PRIu64
+                 " in one), %" PRIu64 " snapshots",
+                 st.records, st.transactions, st.largest, st.snapshots);
+        journal_thread_close(d->jt, on_journal_closed, d);
+    }
     /* Queued work is dropped; work already running finishes and its callback frees it. */
     for (struct job_ctx *c = d->works; c; c = c->next)
         uv_cancel((uv_req_t *)&c->work);

@@ -13,6 +13,7 @@
 #ifndef SLUICE_DISPATCHER_SERVER_H
 #define SLUICE_DISPATCHER_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -35,11 +36,24 @@ struct dispatcher_opts {
      * NULL. */
     void (*on_fatal)(void *user, const char *msg);
     void *user;
+
+    /* Fault-tolerant mode (DESIGN.md §6) when work_dir is not NULL: the state is rebuilt from the
+     * journal under work_dir at start, every change is journaled before any reply that reveals
+     * it, and the incarnation is kept in the journal, the same across restarts. A journal that
+     * fails is fatal (on_fatal). */
+    const char *work_dir;
+    uint64_t snapshot_every;  /* updates between snapshots; 0: 10000 */
+    size_t journal_max_bytes; /* the journal's size ceiling; 0: the journal's default */
+    /* Commit every update in its own transaction instead of grouping: a baseline for the
+     * benchmark, never for use. */
+    bool journal_per_update;
 };
 
-/* Binds, listens and starts the timer. The Hello incarnation is a fresh random number per call.
- * On failure returns a negative code with "what: why" in err and leaves nothing to close (the
- * loop may still need one run to finish closing a handle that failed half way, as
+/* Recovers the state from the journal (fault-tolerant mode), binds, listens and starts the timer.
+ * The Hello incarnation is the journal's in fault-tolerant mode, else a fresh random number per
+ * call. Blocks while it reads the journal. On failure returns a negative code with "what: why"
+ * in err (a damaged journal: "journal: DIR: record 42: checksum mismatch") and leaves nothing to
+ * close (the loop may still need one run to finish closing handles that were started, as
  * rpc_server_start documents). */
 int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct dispatcher **out,
                      char *err, size_t errlen);

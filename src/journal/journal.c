@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define ENV_DIR "journal"
@@ -36,6 +38,7 @@ struct journal {
     MDB_env *env;
     MDB_dbi log, datasets, meta;
     char *work_dir;
+    char *path; /* WORK_DIR/journal */
     bool read_only;
     size_t map_max;
     int lock_fd;
@@ -84,6 +87,29 @@ static int from_lmdb(int rc)
 static int lmdb_fail(char *err, size_t errlen, int rc, const char *what)
 {
     return err_set(err, errlen, from_lmdb(rc), "%s: %s", what, mdb_strerror(rc));
+}
+
+/* A write that fails for lack of room often reaches LMDB as a short write, which it reports as
+ * EIO; this finds out whether the disk or the file size limit is what ran out, so the message
+ * says so. Returns SLUICE_ERR_FULL with such a message, or lmdb_fail()'s result otherwise. */
+static int storage_fail(const struct journal *j, int rc, char *err, size_t errlen)
+{
+    struct statvfs vfs;
+    struct rlimit lim;
+    struct stat st;
+    char data[PATH_MAX + 16];
+    if (rc != EIO && rc != ENOSPC && rc != EFBIG && rc != EDQUOT)
+        return lmdb_fail(err, errlen, rc, "commit");
+    if (statvfs(j->path, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
+        return err_set(err, errlen, SLUICE_ERR_FULL, "commit: the disk is full (%" PRIu64
+                       " KiB free)", (uint64_t)vfs.f_bavail * vfs.f_frsize >> 10);
+    snprintf(data, sizeof data, "%s/data.mdb", j->path);
+    if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        stat(data, &st) == 0 && (uint64_t)st.st_size + (1u << 16) >= (uint64_t)lim.rlim_cur)
+        return err_set(err, errlen, SLUICE_ERR_FULL,
+                       "commit: the data file reached the file size limit of %" PRIu64 " bytes",
+                       (uint64_t)lim.rlim_cur);
+    return lmdb_fail(err, errlen, rc, "commit");
 }
 
 /* ---- small helpers --------------------------------------------------------------------------- */
@@ -256,7 +282,8 @@ int journal_open(const struct journal_opts *opts, struct journal **out, char *er
         map_size = j->map_max;
     pthread_mutex_init(&j->mu, NULL);
     j->work_dir = strdup(opts->work_dir);
-    if (!j->work_dir) {
+    j->path = strdup(path);
+    if (!j->work_dir || !j->path) {
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
         goto fail_alloc;
     }
@@ -329,6 +356,7 @@ fail_alloc:
         close(j->lock_fd);
     pthread_mutex_destroy(&j->mu);
     free(j->work_dir);
+    free(j->path);
     free(j);
     return rc;
 }
@@ -342,6 +370,7 @@ void journal_close(struct journal *j)
         close(j->lock_fd);
     pthread_mutex_destroy(&j->mu);
     free(j->work_dir);
+    free(j->path);
     free(j);
 }
 
@@ -478,7 +507,7 @@ static int append_txn(struct journal *j, uint64_t first, const struct journal_re
     /* The transaction is gone now, committed or not. */
     if (rc != 0) {
         *map_full = rc == MDB_MAP_FULL;
-        return lmdb_fail(err, errlen, rc, "commit");
+        return storage_fail(j, rc, err, errlen);
     }
     if (j->fault)
         j->fault(JOURNAL_FAULT_AFTER_COMMIT, j->fault_user);

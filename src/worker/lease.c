@@ -199,8 +199,9 @@ int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool en
         q->retry_at_ms = 0;
     }
     if (q->reporting) {
-        memmove(q->finished, q->finished + q->reporting,
-                (q->nfinished - q->reporting) * sizeof *q->finished);
+        if (q->nfinished > q->reporting)
+            memmove(q->finished, q->finished + q->reporting,
+                    (q->nfinished - q->reporting) * sizeof *q->finished);
         q->nfinished -= q->reporting;
         q->reporting = 0;
     }

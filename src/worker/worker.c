@@ -54,6 +54,7 @@ struct wtask {
     bool dying;
     bool splits_inflight;
     bool failure_logged;
+    bool end_reported; /* the dispatcher was told at once that this task finished */
     unsigned splits_failures;
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
@@ -76,6 +77,7 @@ struct worker {
     uint32_t hb_ms;
     bool hb_fixed;
     bool hb_inflight;
+    bool hb_again; /* send another heartbeat as soon as the one in flight returns */
     unsigned hb_failures;
     struct wtask *tasks;
     struct wtask *dying;
@@ -96,6 +98,7 @@ struct worker {
 
 static void on_tick(uv_timer_t *t);
 static void on_hb_timer(uv_timer_t *t);
+static void report_end(struct worker *w, struct wtask *wt);
 
 static uint64_t now_ms(void)
 {
@@ -126,10 +129,13 @@ static void reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, b
     rpc_conn_reply(conn, id, &env);
 }
 
+/* A task this worker does not run (yet: the dispatcher may have told the reader before this
+ * worker's next heartbeat; or no longer: the worker restarted). The reader retries until the
+ * dispatcher's task list settles, so this is UNAVAILABLE, distinct from a task that failed. */
 static void reply_not_found(struct rpc_conn *conn, uint64_t id, uint64_t task_id)
 {
-    rpc_conn_reply_error(conn, id, SLUICE_ERR_NOT_FOUND,
-                         "task %" PRIu64 " not found on this worker", task_id);
+    rpc_conn_reply_error(conn, id, SLUICE_ERR_UNAVAILABLE,
+                         "task %" PRIu64 " is not running on this worker", task_id);
 }
 
 /* Answers a read from the task's buffer if it can be answered now. Returns true when a reply
@@ -152,14 +158,32 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
         return false;
     case TASK_TAKE_END:
         reply_elements(conn, id, 0, true, NULL, 0);
+        report_end(w, wt);
         return true;
     case TASK_TAKE_FAILED:
-        rpc_conn_reply_error(conn, id, tk.code, "%s", tk.msg);
+        /* One code for every pipeline failure, so readers never mistake it for a transport
+         * problem to retry (the pipeline's own code may be -ENOENT, say). */
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_TASK_FAILED, "%s", tk.msg);
         return true;
     default:
         rpc_conn_reply_error(conn, id, st, "task %" PRIu64 ": %s", wt->id, sluice_strerror(st));
         return true;
     }
+}
+
+static void hb_send(struct worker *w);
+
+/* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
+ * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
+static void report_end(struct worker *w, struct wtask *wt)
+{
+    if (wt->end_reported)
+        return;
+    wt->end_reported = true;
+    if (w->hb_inflight)
+        w->hb_again = true;
+    else
+        hb_send(w);
 }
 
 static void waiter_pop(struct worker *w, struct wtask *wt)
@@ -579,6 +603,10 @@ static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, 
     w->hb_inflight = false;
     if (w->closing)
         return;
+    if (w->hb_again) {
+        w->hb_again = false;
+        uv_timer_start(&w->hb_timer, on_hb_timer, 0, w->hb_ms);
+    }
     const Sluice__WorkerHeartbeatReply *r = NULL;
     if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY)
         r = reply->worker_heartbeat_reply;

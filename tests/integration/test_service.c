@@ -104,9 +104,10 @@ static void test_shared_job(void **state)
     struct cluster *c = *state;
     add_workers(c, 2);
     /* Two readers of one named distributed_epoch job split its elements: together they see
-     * every element exactly once. The pipeline is slow enough that both take part. */
+     * every element exactly once. The pipeline is slow enough (about 4 s of CPU) that both
+     * take part even on a loaded machine. */
     struct proc r1, r2;
-    const char *p = "range(600) | map(sleep_us, 2000)";
+    const char *p = "range(1000) | map(sleep_us, 4000)";
     assert_int_equal(cluster_cli_spawn(c, &r1, "read", p, "--mode", "distributed_epoch",
                                        "--job-name", "shared", NULL),
                      0);
@@ -127,7 +128,7 @@ static void test_shared_job(void **state)
     memcpy(both, o1, l1);
     memcpy(both + l1, o2, l2 + 1);
     char *got = sorted_lines(both);
-    char *want = expected_range(600, 1);
+    char *want = expected_range(1000, 1);
     assert_string_equal(got, want);
     free(got);
     free(want);

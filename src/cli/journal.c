@@ -1,0 +1,305 @@
+/* `sluice journal dump|verify --work-dir DIR`: reads a dispatcher's journal without starting a
+ * server. Both open the journal read-only (LMDB readers), so they are safe on a journal a running
+ * dispatcher is writing: they see the last committed state as of their read.
+ *
+ * dump prints the snapshot, the datasets table, and one line per record (sequence number, type,
+ * the ids it carries); a damaged record is printed as such and the walk goes on, so the output
+ * shows what surrounds the damage. verify rebuilds the state exactly as a starting dispatcher
+ * does (the same decoder and state_apply()) and also checks every dataset definition's
+ * checksum: exit 0 when the journal would start a dispatcher, 1 with the same message the
+ * dispatcher would print when it would not. */
+#include "cli.h"
+
+#include "common/error.h"
+#include "dispatcher/journal_thread.h"
+#include "dispatcher/record.h"
+#include "dispatcher/state.h"
+#include "journal/journal.h"
+
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: sluice journal dump|verify --work-dir DIR\n"
+    "\n"
+    "  dump      print the snapshot, the dataset definitions and one line per record\n"
+    "  verify    check every checksum and the sequence, and replay the journal as a starting\n"
+    "            dispatcher would; exit 0 when it is healthy\n"
+    "\n"
+    "Both only read, and are safe on a journal a running dispatcher uses.\n";
+
+/* Prints s quoted, with bytes outside printable ASCII (and the quote and backslash) escaped. */
+static void print_quoted(const char *s)
+{
+    putchar('\'');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p > 0x7e || *p == '\'' || *p == '\\')
+            printf("\\x%02x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('\'');
+}
+
+/* Prints a strictly increasing list as ranges: "3-7,9", at most 16 ranges. */
+static void print_seqs(const struct st_seq_list *l)
+{
+    printf(" splits=%zu", l->n);
+    size_t ranges = 0;
+    for (size_t i = 0; i < l->n;) {
+        size_t k = i;
+        while (k + 1 < l->n && l->v[k + 1] == l->v[k] + 1)
+            k++;
+        if (ranges == 16) {
+            printf(",...");
+            break;
+        }
+        printf("%s%" PRIu64, ranges ? "," : " seqs=", l->v[i]);
+        if (k > i)
+            printf("-%" PRIu64, l->v[k]);
+        ranges++;
+        i = k + 1;
+    }
+}
+
+static void print_update(uint64_t seq, const struct st_update *u)
+{
+    printf("%" PRIu64 " %s", seq, st_update_name(u->type));
+    switch (u->type) {
+    case ST_DATASET_REGISTERED:
+        printf(" dataset=");
+        print_quoted(u->name);
+        printf(" def_bytes=%zu", u->def_len);
+        break;
+    case ST_JOB_CREATED:
+        printf(" job=%" PRIu64 " name=", u->id);
+        print_quoted(u->name);
+        printf(" dataset=");
+        print_quoted(u->name2);
+        printf(" mode=%s", st_mode_name((enum st_mode)u->mode));
+        break;
+    case ST_ITERATION_CREATED:
+        printf(" iteration=%" PRIu64 " job=%" PRIu64 " repetition=%" PRIu64, u->id, u->ref,
+               u->ref2);
+        if (u->distributed)
+            printf(" splits_per_pass=%" PRIu64, u->plan.per_pass);
+        break;
+    case ST_TASK_CREATED:
+        printf(" task=%" PRIu64 " iteration=%" PRIu64 " worker=%" PRIu64, u->id, u->ref, u->ref2);
+        break;
+    case ST_TASK_FINISHED:
+        printf(" task=%" PRIu64, u->id);
+        break;
+    case ST_TASK_REMOVED:
+        printf(" task=%" PRIu64 " iteration=%" PRIu64, u->id, u->ref);
+        break;
+    case ST_WORKER_REGISTERED:
+        printf(" worker=%" PRIu64 " address=", u->id);
+        print_quoted(u->address);
+        printf(" incarnation=%016" PRIx64, u->incarnation);
+        break;
+    case ST_WORKER_REMOVED:
+    case ST_WORKER_DRAINING:
+        printf(" worker=%" PRIu64, u->id);
+        break;
+    case ST_CLIENT_ACQUIRED:
+        printf(" client=%" PRIu64 " iteration=%" PRIu64, u->id, u->ref);
+        break;
+    case ST_CLIENT_RELEASED:
+        printf(" client=%" PRIu64, u->id);
+        break;
+    case ST_SPLITS_LEASED:
+    case ST_SPLITS_FINISHED:
+    case ST_SPLITS_RETURNED:
+        printf(" iteration=%" PRIu64 " task=%" PRIu64, u->ref, u->ref2);
+        print_seqs(&u->seqs);
+        break;
+    case ST_ITERATION_FINISHED:
+    case ST_ITERATION_GC:
+        printf(" iteration=%" PRIu64, u->id);
+        break;
+    }
+    putchar('\n');
+}
+
+static int lookup_def(void *user, const char *id, uint8_t **def, size_t *len, char *err,
+                      size_t errlen)
+{
+    return journal_dataset_read(user, id, def, len, err, errlen);
+}
+
+struct dump {
+    bool damaged;
+};
+
+static int dump_record(void *user, uint64_t seq, const uint8_t *payload, size_t len)
+{
+    struct dump *d = user;
+    struct st_update u;
+    char why[256];
+    int rc = record_update_decode(payload, len, &u, why, sizeof why);
+    if (rc < 0) {
+        printf("%" PRIu64 " damaged: does not decode: %s\n", seq, why);
+        d->damaged = true;
+        return rc == SLUICE_ERR_NOMEM ? rc : 0;
+    }
+    print_update(seq, &u);
+    st_update_release(&u);
+    return 0;
+}
+
+static void dump_damage(void *user, uint64_t seq, const char *why)
+{
+    (void)user;
+    printf("%" PRIu64 " damaged: %s\n", seq, why);
+}
+
+static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t len)
+{
+    (void)user;
+    (void)data;
+    printf("dataset ");
+    print_quoted(id);
+    printf(" def_bytes=%zu\n", len);
+    return 0;
+}
+
+static int dump(struct journal *j, const char *dir)
+{
+    char err[512];
+    struct dump d = {.damaged = false};
+    struct journal_info info;
+    uint64_t inc = 0, seq = 0;
+    uint8_t *snap = NULL;
+    size_t len = 0;
+    int rc = journal_get_info(j, &info, err, sizeof err);
+    if (rc < 0) {
+        cli_error("journal", "%s: %s", dir, err);
+        return CLI_EXIT_FAIL;
+    }
+    if (journal_meta_get_u64(j, "incarnation", &inc, err, sizeof err) < 0)
+        inc = 0;
+    printf("journal %s: incarnation %016" PRIx64 ", %" PRIu64 " records, %" PRIu64
+           " datasets, %zu of %zu bytes used\n",
+           dir, inc, info.records, info.datasets, info.map_used, info.map_size);
+
+    rc = journal_snapshot_read(j, &seq, &snap, &len, err, sizeof err);
+    if (rc == 0) {
+        struct state s;
+        char why[512];
+        if (record_snapshot_decode(snap, len, lookup_def, j, &s, why, sizeof why) < 0) {
+            printf("snapshot %" PRIu64 " damaged: %s\n", seq, why);
+            d.damaged = true;
+        } else {
+            printf("snapshot %" PRIu64 " bytes=%zu applied=%" PRIu64 " datasets=%zu jobs=%zu "
+                   "iterations=%zu tasks=%zu workers=%zu clients=%zu\n",
+                   seq, len, s.applied, s.ndatasets, s.njobs, s.niterations, s.ntasks, s.nworkers,
+                   s.nclients);
+            state_release(&s);
+        }
+        free(snap);
+    } else if (rc != SLUICE_ERR_NOT_FOUND) {
+        printf("snapshot damaged: %s\n", err);
+        d.damaged = true;
+    }
+    rc = journal_datasets_each(j, dump_dataset, NULL, err, sizeof err);
+    if (rc < 0) {
+        printf("datasets damaged: %s\n", err);
+        d.damaged = true;
+    }
+    rc = journal_replay(j, seq + 1, dump_record, dump_damage, &d, NULL, err, sizeof err);
+    if (rc == SLUICE_ERR_CORRUPT)
+        d.damaged = true;
+    else if (rc < 0) {
+        cli_error("journal", "%s: %s", dir, err);
+        return CLI_EXIT_FAIL;
+    }
+    if (d.damaged) {
+        cli_error("journal", "%s: the journal is damaged (see the lines marked damaged)", dir);
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int check_dataset(void *user, const char *id, const uint8_t *data, size_t len)
+{
+    (void)user;
+    (void)id;
+    (void)data;
+    (void)len;
+    return 0;
+}
+
+static int verify(struct journal *j, const char *dir)
+{
+    char err[512];
+    struct state s;
+    struct journal_recovery info;
+    struct journal_info ji;
+    int rc = journal_datasets_each(j, check_dataset, NULL, err, sizeof err);
+    if (rc == 0)
+        rc = journal_thread_recover(j, &s, &info, err, sizeof err);
+    if (rc < 0) {
+        cli_error("journal", "%s: %s", dir, err);
+        return CLI_EXIT_FAIL;
+    }
+    if (journal_get_info(j, &ji, err, sizeof err) < 0)
+        memset(&ji, 0, sizeof ji);
+    printf("journal %s: ok: snapshot at %" PRIu64 ", %" PRIu64 " records after it (next %" PRIu64
+           "), %" PRIu64 " updates in all; %zu datasets, %zu jobs, %zu tasks, %zu workers, "
+           "%zu clients\n",
+           dir, info.snapshot_seq, info.replayed, info.next_seq, s.applied, s.ndatasets, s.njobs,
+           s.ntasks, s.nworkers, s.nclients);
+    state_release(&s);
+    return CLI_EXIT_OK;
+}
+
+int cli_journal(int argc, char **argv)
+{
+    const char *action = NULL, *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return CLI_EXIT_OK;
+        }
+        if (strcmp(a, "--work-dir") == 0 || strncmp(a, "--work-dir=", 11) == 0) {
+            const char *v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!v || !*v) {
+                cli_error("usage", "--work-dir needs a value");
+                return CLI_EXIT_USAGE;
+            }
+            dir = v;
+        } else if (strncmp(a, "--", 2) == 0) {
+            cli_error("usage", "unknown option '%s' (try 'sluice journal --help')", a);
+            return CLI_EXIT_USAGE;
+        } else if (!action && (strcmp(a, "dump") == 0 || strcmp(a, "verify") == 0)) {
+            action = a;
+        } else {
+            cli_error("usage", "unexpected argument '%s' (try 'sluice journal --help')", a);
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (!action) {
+        cli_error("usage", "journal needs dump or verify (try 'sluice journal --help')");
+        return CLI_EXIT_USAGE;
+    }
+    if (!dir) {
+        cli_error("usage", "journal %s needs --work-dir DIR", action);
+        return CLI_EXIT_USAGE;
+    }
+    struct journal *j;
+    char err[512];
+    struct journal_opts opts = {.work_dir = dir, .read_only = true};
+    int rc = journal_open(&opts, &j, err, sizeof err);
+    if (rc < 0) {
+        cli_error("journal", "%s: %s", dir, err);
+        return CLI_EXIT_FAIL;
+    }
+    int code = strcmp(action, "dump") == 0 ? dump(j, dir) : verify(j, dir);
+    journal_close(j);
+    return code;
+}

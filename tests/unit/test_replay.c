@@ -1,0 +1,397 @@
+/* Live, replayed and restored states are the same state. Random runs drive the real planning
+ * functions (plan_*) the way the server shell does: every planned update is applied to the live
+ * state and serialized as a journal record, and now and then the whole state is serialized as a
+ * snapshot. Then, for every run:
+ *   - decoding every record and applying it to an empty state gives the live state's digest
+ *     after every request, and the same state at the end;
+ *   - every snapshot, decoded (definitions from a datasets table built from the records, as the
+ *     journal keeps them) and followed by the records after it, gives the same digests;
+ *   - on every restored state the planners decide exactly what they decide live: the same split
+ *     leases for every task (the cursors and pools came back exactly), the same next ids. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "dispatcher/record.h"
+#include "dispatcher/state.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 2500
+#define RUNS 10
+
+static uint64_t rng_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static uint64_t pick(uint64_t *x, uint64_t n)
+{
+    return n ? rng_next(x) % n : 0;
+}
+
+struct bytes {
+    uint8_t *p;
+    size_t len;
+};
+
+struct snap {
+    size_t at; /* records it covers */
+    struct bytes b;
+};
+
+/* What the shell would have journaled. */
+struct run {
+    struct state live;
+    struct st_update_list ups;
+    struct bytes *recs;
+    size_t nrecs, cap_recs;
+    size_t *marks; /* records after each request */
+    uint64_t *digests;
+    size_t nmarks;
+    struct snap *snaps;
+    size_t nsnaps, cap_snaps;
+    size_t leased, gcs;
+};
+
+/* The shell's commit: apply, then serialize, update by update. */
+static void commit(struct run *r)
+{
+    for (size_t i = 0; i < r->ups.n; i++) {
+        const struct st_update *u = &r->ups.v[i];
+        assert_int_equal(state_apply(&r->live, u), 0);
+        if (r->nrecs == r->cap_recs) {
+            r->cap_recs = r->cap_recs ? r->cap_recs * 2 : 256;
+            r->recs = realloc(r->recs, r->cap_recs * sizeof *r->recs);
+            assert_non_null(r->recs);
+        }
+        struct bytes *b = &r->recs[r->nrecs++];
+        assert_int_equal(record_update_encode(u, &b->p, &b->len), 0);
+        r->leased += u->type == ST_SPLITS_LEASED;
+        r->gcs += u->type == ST_ITERATION_GC;
+    }
+    st_update_list_clear(&r->ups);
+}
+
+static void random_plan(uint64_t *x, struct st_split_plan *p, char **paths)
+{
+    memset(p, 0, sizeof *p);
+    p->source_len = pick(x, 12);
+    p->split_size = 1 + pick(x, 3);
+    p->per_pass = (p->source_len + p->split_size - 1) / p->split_size;
+    uint64_t k = pick(x, 10);
+    p->passes = k == 0 ? UINT64_MAX : k < 4 ? 2 : 1;
+    if (pick(x, 3) == 0) {
+        p->source_len = 0;
+        p->per_pass = 2;
+        p->paths = paths;
+        p->npaths = 2;
+    }
+}
+
+/* One request, planned against the live state and committed (refusals append nothing). */
+static void random_request(struct run *r, uint64_t *x)
+{
+    static const char *const ids[] = {"", "", "", "a", "b", "7"};
+    static const char *const defs[] = {"def one", "def two", "def three"};
+    static const char *const names[] = {"", "", "shared", "other"};
+    static const char *const addrs[] = {"w0:1", "w1:1", "w2:1", "w3:1"};
+    static char p0[] = "/data/part-0", p1[] = "/data/part-1";
+    char *paths[] = {p0, p1};
+    const struct state *s = &r->live;
+    char err[256], id[ST_ID_MAX];
+    uint64_t a, b, c;
+    bool end;
+    int rc = 0;
+    switch (pick(x, 13)) {
+    case 0: {
+        const char *def = defs[pick(x, 3)];
+        rc = plan_register_dataset(s, ids[pick(x, 6)], (const uint8_t *)def, strlen(def),
+                                   (int)pick(x, 2), pick(x, 2) * 4, def, id, &r->ups, err,
+                                   sizeof err);
+        break;
+    }
+    case 1:
+    case 2: {
+        if (s->ndatasets == 0)
+            return;
+        struct st_split_plan plan;
+        random_plan(x, &plan, paths);
+        enum st_mode mode = pick(x, 4) ? ST_MODE_DISTRIBUTED_EPOCH : ST_MODE_PARALLEL_EPOCHS;
+        rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
+                                    mode, 0, &plan, &a, &b, &c, &r->ups, err, sizeof err);
+        break;
+    }
+    case 3:
+    case 4:
+    case 5: {
+        const char *addr = addrs[pick(x, 4)];
+        const struct st_worker *w = state_worker_by_address(s, addr);
+        uint64_t inc = w && pick(x, 10) ? w->incarnation : 1 + pick(x, 1000);
+        uint64_t fin[64];
+        size_t nfin = 0;
+        for (size_t i = 0; w && i < s->ntasks && nfin < 64; i++) {
+            if (s->tasks[i].worker_id == w->id && pick(x, 3) == 0)
+                fin[nfin++] = s->tasks[i].id;
+        }
+        rc = plan_worker_heartbeat(s, addr, inc, fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
+                                   sizeof err);
+        break;
+    }
+    case 6:
+    case 7:
+    case 8:
+    case 9: {
+        if (s->ntasks == 0)
+            return;
+        const struct st_task *t = &s->tasks[pick(x, s->ntasks)];
+        uint64_t fin[64];
+        size_t nfin = 0;
+        for (size_t i = 0; i < t->leased.n && nfin < 64; i++) {
+            if (pick(x, 2) == 0)
+                fin[nfin++] = t->leased.v[i];
+        }
+        rc = plan_get_splits(s, t->id, fin, nfin, (uint32_t)pick(x, 5), &r->ups, &end, err,
+                             sizeof err);
+        break;
+    }
+    case 10:
+        if (s->nworkers == 0)
+            return;
+        rc = plan_remove_worker(s, s->workers[pick(x, s->nworkers)].id, &r->ups, err, sizeof err);
+        break;
+    case 11:
+        if (s->nclients == 0)
+            return;
+        rc = plan_release_client(s, s->clients[pick(x, s->nclients)].id, &r->ups, err,
+                                 sizeof err);
+        break;
+    default:
+        if (s->niterations == 0)
+            return;
+        rc = plan_gc_iteration(s, s->iterations[pick(x, s->niterations)].id, &r->ups, err,
+                               sizeof err);
+        break;
+    }
+    if (rc < 0)
+        assert_int_equal(r->ups.n, 0);
+    commit(r);
+}
+
+/* The datasets table the journal would hold: every registered definition, by id. */
+static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err,
+                  size_t errlen)
+{
+    const struct run *r = user;
+    const struct st_dataset *ds = state_dataset(&r->live, id);
+    if (!ds)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no dataset '%s'", id);
+    *def = malloc(ds->def_len ? ds->def_len : 1);
+    assert_non_null(*def);
+    memcpy(*def, ds->def, ds->def_len);
+    *len = ds->def_len;
+    return 0;
+}
+
+static void apply_record(struct state *s, const struct bytes *b)
+{
+    struct st_update u;
+    char err[256];
+    assert_int_equal(record_update_decode(b->p, b->len, &u, err, sizeof err), 0);
+    assert_int_equal(state_apply(s, &u), 0);
+    st_update_release(&u);
+}
+
+/* Applies records from next up to each later mark, comparing digests at every stride-th mark
+ * and at the last. */
+static void replay_from(const struct run *r, struct state *s, size_t next, size_t stride,
+                        uint64_t seed, const char *what)
+{
+    for (size_t m = 0; m < r->nmarks; m++) {
+        if (r->marks[m] < next)
+            continue;
+        for (; next < r->marks[m]; next++)
+            apply_record(s, &r->recs[next]);
+        if ((m % stride == 0 || m + 1 == r->nmarks) && state_digest(s) != r->digests[m])
+            fail_msg("seed %" PRIu64 ": %s differs after request %zu", seed, what, m);
+    }
+    assert_int_equal(next, r->nrecs);
+}
+
+/* Serializes an update list, to compare two plans byte for byte. */
+static void plan_bytes(const struct st_update_list *l, struct bytes *out)
+{
+    size_t cap = 0;
+    out->p = NULL;
+    out->len = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        uint8_t *b;
+        size_t n;
+        assert_int_equal(record_update_encode(&l->v[i], &b, &n), 0);
+        if (out->len + n + 8 > cap) {
+            cap = (out->len + n + 8) * 2;
+            out->p = realloc(out->p, cap);
+            assert_non_null(out->p);
+        }
+        memcpy(out->p + out->len, &n, 8);
+        memcpy(out->p + out->len + 8, b, n);
+        out->len += n + 8;
+        free(b);
+    }
+}
+
+/* The planners decide the same on both states: leases for every task, and new ids. */
+static void same_decisions(const struct state *a, const struct state *b)
+{
+    struct st_update_list la = {0}, lb = {0};
+    struct bytes ba, bb;
+    char err[256];
+    bool ea, eb;
+    assert_int_equal(a->ntasks, b->ntasks);
+    for (size_t i = 0; i < a->ntasks; i++) {
+        int ra = plan_get_splits(a, a->tasks[i].id, a->tasks[i].leased.v, a->tasks[i].leased.n,
+                                 7, &la, &ea, err, sizeof err);
+        int rb = plan_get_splits(b, b->tasks[i].id, b->tasks[i].leased.v, b->tasks[i].leased.n,
+                                 7, &lb, &eb, err, sizeof err);
+        assert_int_equal(ra, rb);
+        assert_int_equal(ea, eb);
+    }
+    uint64_t ja, ia, ca, jb, ib, cb;
+    if (a->ndatasets > 0) {
+        struct st_split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
+        assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", ST_MODE_DISTRIBUTED_EPOCH,
+                                                0, &p, &ja, &ia, &ca, &la, err, sizeof err),
+                         0);
+        assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", ST_MODE_DISTRIBUTED_EPOCH,
+                                                0, &p, &jb, &ib, &cb, &lb, err, sizeof err),
+                         0);
+        assert_true(ja == jb && ia == ib && ca == cb);
+    }
+    plan_bytes(&la, &ba);
+    plan_bytes(&lb, &bb);
+    assert_int_equal(ba.len, bb.len);
+    if (ba.len)
+        assert_memory_equal(ba.p, bb.p, ba.len);
+    free(ba.p);
+    free(bb.p);
+    st_update_list_release(&la);
+    st_update_list_release(&lb);
+}
+
+static void run_one(uint64_t seed)
+{
+    struct run r;
+    memset(&r, 0, sizeof r);
+    state_init(&r.live);
+    r.marks = calloc(STEPS, sizeof *r.marks);
+    r.digests = calloc(STEPS, sizeof *r.digests);
+    assert_non_null(r.marks);
+    assert_non_null(r.digests);
+    uint64_t x = seed;
+    for (size_t step = 0; step < STEPS; step++) {
+        random_request(&r, &x);
+        r.marks[r.nmarks] = r.nrecs;
+        r.digests[r.nmarks++] = state_digest(&r.live);
+        if (pick(&x, 60) == 0) {
+            if (r.nsnaps == r.cap_snaps) {
+                r.cap_snaps = r.cap_snaps ? r.cap_snaps * 2 : 16;
+                r.snaps = realloc(r.snaps, r.cap_snaps * sizeof *r.snaps);
+                assert_non_null(r.snaps);
+            }
+            struct snap *sn = &r.snaps[r.nsnaps++];
+            sn->at = r.nrecs;
+            assert_int_equal(record_snapshot_encode(&r.live, &sn->b.p, &sn->b.len), 0);
+        }
+    }
+
+    /* Replayed from nothing. */
+    struct state s;
+    state_init(&s);
+    replay_from(&r, &s, 0, 1, seed, "replay from zero");
+    assert_true(state_digest(&s) == state_digest(&r.live));
+    assert_true(s.applied == r.nrecs);
+    same_decisions(&r.live, &s);
+    state_release(&s);
+
+    /* Restored from each snapshot, then the tail. */
+    for (size_t i = 0; i < r.nsnaps; i++) {
+        char err[256] = "";
+        assert_int_equal(record_snapshot_decode(r.snaps[i].b.p, r.snaps[i].b.len, lookup, &r, &s,
+                                                err, sizeof err),
+                         0);
+        assert_true(s.applied == r.snaps[i].at);
+        replay_from(&r, &s, r.snaps[i].at, 25, seed, "snapshot + tail");
+        assert_true(state_digest(&s) == state_digest(&r.live));
+        same_decisions(&r.live, &s);
+        state_release(&s);
+    }
+
+    /* The run exercised what it claims to. */
+    assert_true(r.nsnaps >= 5);
+    assert_true(r.leased > 50);
+    assert_true(r.gcs > 0);
+
+    for (size_t i = 0; i < r.nrecs; i++)
+        free(r.recs[i].p);
+    for (size_t i = 0; i < r.nsnaps; i++)
+        free(r.snaps[i].b.p);
+    free(r.recs);
+    free(r.snaps);
+    free(r.marks);
+    free(r.digests);
+    st_update_list_release(&r.ups);
+    state_release(&r.live);
+}
+
+static void test_live_replayed_restored(void **unused)
+{
+    (void)unused;
+    for (uint64_t seed = 1; seed <= RUNS; seed++)
+        run_one(seed * 0x9e3779b97f4a7c15ull);
+}
+
+/* A snapshot of the live state restores to the same digest at every single step of a run, not
+ * only at the points the random runs pick. */
+static void test_snapshot_every_step(void **unused)
+{
+    (void)unused;
+    struct run r;
+    memset(&r, 0, sizeof r);
+    state_init(&r.live);
+    uint64_t x = 0x1234567u;
+    for (size_t step = 0; step < 600; step++) {
+        random_request(&r, &x);
+        struct bytes b;
+        struct state s;
+        char err[256];
+        assert_int_equal(record_snapshot_encode(&r.live, &b.p, &b.len), 0);
+        assert_int_equal(record_snapshot_decode(b.p, b.len, lookup, &r, &s, err, sizeof err), 0);
+        if (state_digest(&s) != state_digest(&r.live))
+            fail_msg("snapshot differs after step %zu", step);
+        state_release(&s);
+        free(b.p);
+    }
+    for (size_t i = 0; i < r.nrecs; i++)
+        free(r.recs[i].p);
+    free(r.recs);
+    st_update_list_release(&r.ups);
+    state_release(&r.live);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_live_replayed_restored),
+        cmocka_unit_test(test_snapshot_every_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
