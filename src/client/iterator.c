@@ -191,13 +191,35 @@ static void settle(struct sluice_iterator *it)
 struct fetch {
     struct sluice_iterator *it;
     uint64_t task_id;
+    struct rpc_client *rpc; /* the connection the request went out on */
 };
+
+/* Makes a prefetch item of a reply's payload. A payload received in a frame buffer of its own is
+ * taken over with that buffer; a small one is copied. Returns 0 or SLUICE_ERR_NOMEM. */
+static int item_from_reply(struct rpc_client *rpc, const Sluice__GetElementsReply *r,
+                           struct prefetch_item *item)
+{
+    if (r->payload.len) {
+        item->block = rpc_client_take_reply(rpc);
+        if (item->block) {
+            item->data = r->payload.data;
+            return 0;
+        }
+    }
+    item->data = malloc(r->payload.len ? r->payload.len : 1);
+    if (!item->data)
+        return SLUICE_ERR_NOMEM;
+    if (r->payload.len)
+        memcpy(item->data, r->payload.data, r->payload.len);
+    return 0;
+}
 
 static void on_elements(int status, const char *msg, const Sluice__Envelope *reply, void *user)
 {
     struct fetch *f = user;
     struct sluice_iterator *it = f->it;
     uint64_t task_id = f->task_id;
+    struct rpc_client *rpc = f->rpc;
     free(f);
 
     if (it->closing) {
@@ -239,32 +261,27 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             iter_fail(it, status, "%s", msg ? msg : "");
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
-        struct prefetch_item item = {NULL, r->payload.len, r->count, task_id};
-        if (has_data) {
-            item.data = malloc(r->payload.len ? r->payload.len : 1);
-            if (!item.data) {
-                uv_mutex_lock(&it->mu);
-                prefetch_cancel(&it->pf);
-                uv_mutex_unlock(&it->mu);
-                ct_on_failure(&it->tasks, (size_t)i, now);
-                iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
-                goto out;
-            }
-            if (r->payload.len)
-                memcpy(item.data, r->payload.data, r->payload.len);
+        struct prefetch_item item = {NULL, r->payload.len, r->count, task_id, NULL};
+        if (has_data && item_from_reply(rpc, r, &item) != 0) {
+            uv_mutex_lock(&it->mu);
+            prefetch_cancel(&it->pf);
+            uv_mutex_unlock(&it->mu);
+            ct_on_failure(&it->tasks, (size_t)i, now);
+            iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+            goto out;
         }
         uv_mutex_lock(&it->mu);
         /* Once the read has ended or failed, late elements (from a task the dispatcher had
          * dropped) are not handed out: the reader may have seen the end already. */
         if (has_data && it->state == ITER_RUNNING) {
             prefetch_fill(&it->pf, item);
-            item.data = NULL;
+            memset(&item, 0, sizeof item);
             uv_cond_broadcast(&it->cond);
         } else {
             prefetch_cancel(&it->pf);
         }
         uv_mutex_unlock(&it->mu);
-        free(item.data);
+        prefetch_item_free(&item);
         ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
     }
 out:
@@ -281,6 +298,7 @@ static int fetch(struct sluice_iterator *it, size_t i)
         return SLUICE_ERR_NOMEM;
     f->it = it;
     f->task_id = t->id;
+    f->rpc = client_conn_rpc(t->conn);
     Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
     req.task_id = t->id;
     req.client_id = it->client_id;
@@ -293,7 +311,7 @@ static int fetch(struct sluice_iterator *it, size_t i)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
     env.get_elements = &req;
-    int rc = rpc_call(client_conn_rpc(t->conn), &env, ITER_FETCH_TIMEOUT_MS, on_elements, f);
+    int rc = rpc_call(f->rpc, &env, ITER_FETCH_TIMEOUT_MS, on_elements, f);
     if (rc) {
         free(f);
         return rc;
@@ -775,8 +793,7 @@ static void run_close(struct sluice_client *c, struct client_op *op)
  * loop to use the slot. */
 static void finish_payload(struct sluice_iterator *it)
 {
-    free(it->cur.data);
-    memset(&it->cur, 0, sizeof it->cur);
+    prefetch_item_free(&it->cur);
     it->cur_pos = 0;
     it->cur_decoded = 0;
     uv_mutex_lock(&it->mu);
@@ -907,8 +924,7 @@ static void reader_release(struct sluice_iterator *it)
     it->tail = NULL;
     pipe_spec_free(it->tail_spec);
     it->tail_spec = NULL;
-    free(it->cur.data);
-    it->cur.data = NULL;
+    prefetch_item_free(&it->cur);
     pipe_buf_release(&it->scratch);
     pipe_elem_release(&it->elem);
 }

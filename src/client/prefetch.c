@@ -17,10 +17,16 @@ int prefetch_init(struct prefetch *p, unsigned cap)
     return 0;
 }
 
+void prefetch_item_free(struct prefetch_item *item)
+{
+    free(item->block ? item->block : item->data);
+    memset(item, 0, sizeof *item);
+}
+
 void prefetch_release(struct prefetch *p)
 {
     for (unsigned k = 0; k < p->queued; k++)
-        free(p->ring[(p->head + k) % p->cap].data);
+        prefetch_item_free(&p->ring[(p->head + k) % p->cap]);
     free(p->ring);
     memset(p, 0, sizeof *p);
 }

@@ -18,14 +18,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One reply payload: count element records in the element codec's batch format. data is
- * malloc'd; whoever holds the item owns it. */
+/* One reply payload: count element records in the element codec's batch format. The bytes are
+ * in one malloc'd block: block when it is set (data then points into it, e.g. a received frame
+ * taken over whole), else data itself. Whoever holds the item owns the block; prefetch_item_free
+ * frees it. */
 struct prefetch_item {
     uint8_t *data;
     size_t len;
     uint32_t count;
     uint64_t task_id;
+    void *block;
 };
+
+/* Frees the item's block and clears the item. */
+void prefetch_item_free(struct prefetch_item *item);
 
 struct prefetch {
     struct prefetch_item *ring; /* cap entries; queued items at head, head + 1, ... (mod cap) */

@@ -1,10 +1,13 @@
 /* A framed TCP connection. Bytes read land in one reused buffer and go through the frame
- * decoder; each frame is unpacked and handed to the owner. Writes are counted (requests and
- * bytes) from uv_write to their callback; libuv runs every write callback, cancelled or not,
- * before the close callback, so on_closed is the last thing that touches the conn. */
+ * decoder, except the rest of a large payload, which libuv reads straight into the decoder's
+ * buffer; each frame is unpacked (or, for a plain GetElementsReply, viewed) and handed to the
+ * owner. Writes are counted (requests and bytes) from uv_write to their callback; libuv runs
+ * every write callback, cancelled or not, before the close callback, so on_closed is the last
+ * thing that touches the conn. */
 #include "conn.h"
 
 #include "error.h"
+#include "ewire.h"
 #include "log.h"
 #include "rpc.h"
 
@@ -74,16 +77,54 @@ static void fail(struct conn *c, int code, const char *why)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     struct conn *c = (struct conn *)h;
+    uint8_t *dst;
+    size_t len;
+    c->direct = false;
+    /* The rest of a large payload goes straight where the decoder assembles it. A failure to
+     * allocate leaves the decoder failed, and the next feed reports it. */
+    if (c->dec.need >= CONN_DIRECT_MIN && frame_decoder_space(&c->dec, &dst, &len) == 0 &&
+        len > 0) {
+        c->direct = true;
+        buf->base = (char *)dst;
+        buf->len = len;
+        return;
+    }
     if (c->rbuf == NULL)
         c->rbuf = malloc(CONN_READ_BUFFER_SIZE);
     /* A zero-length buffer makes libuv report UV_ENOBUFS to on_read, which closes. */
     buf->base = (char *)c->rbuf;
     buf->len = c->rbuf ? CONN_READ_BUFFER_SIZE : 0;
+    /* After a large frame, another one probably follows: read just its header, so that its
+     * payload is read directly rather than partly through rbuf. */
+    if (c->rbuf && c->exact_header && c->dec.need == 0 && !c->dec.failed)
+        buf->len = FRAME_HEADER_SIZE - c->dec.header_have;
+}
+
+/* Delivers a plain GetElementsReply as a view into its frame. */
+static void deliver_view(struct conn *c, const struct ewire_reply *r, bool own_buffer)
+{
+    Sluice__GetElementsReply body = SLUICE__GET_ELEMENTS_REPLY__INIT;
+    body.count = r->count;
+    body.end_of_sequence = r->end_of_sequence;
+    body.payload.data = (uint8_t *)r->payload;
+    body.payload.len = r->len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.id = r->id;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
+    env.get_elements_reply = &body;
+    c->takeable = own_buffer;
+    c->ops->on_envelope(c, &env);
+    c->takeable = false;
 }
 
 /* Unpacks and delivers one frame. Returns 0 to go on, or non-zero when the conn is closing. */
 static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
 {
+    struct ewire_reply r;
+    if (ewire_reply_decode(payload, len, &r)) {
+        deliver_view(c, &r, c->dec.buf != NULL && payload == c->dec.buf);
+        return c->closing || c->draining ? SLUICE_ERR_CLOSED : 0;
+    }
     Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
     if (env == NULL) {
         char why[96];
@@ -106,6 +147,7 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
     struct conn *c = user;
     if (c->closing || c->draining)
         return SLUICE_ERR_CLOSED;
+    c->exact_header = len >= CONN_READ_BUFFER_SIZE;
     if (c->paused) {
         /* Reading has stopped, but the rest of this chunk was already read: keep its frames,
          * in order, for when the write backlog drains. At most one chunk (plus one assembled
@@ -144,7 +186,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (c->draining)
         return;
-    int rc = frame_decoder_feed(&c->dec, (const uint8_t *)buf->base, (size_t)nread, on_frame, c);
+    int rc;
+    if (c->direct) {
+        c->direct = false;
+        rc = frame_decoder_filled(&c->dec, (size_t)nread, on_frame, c);
+    } else {
+        rc = frame_decoder_feed(&c->dec, (const uint8_t *)buf->base, (size_t)nread, on_frame, c);
+    }
     if (rc == 0 || c->closing || c->draining)
         return;
     char why[96];
@@ -183,8 +231,10 @@ static void on_write(uv_write_t *req, int status)
 {
     struct conn_frame *f = (struct conn_frame *)req; /* req is the first member */
     struct conn *c = f->conn;
-    c->pending_write -= f->len;
+    c->pending_write -= f->len + f->ext_len;
     c->writes--;
+    if (f->sent)
+        f->sent(f->sent_arg, status);
     free(f);
     if (c->closing)
         return;
@@ -236,6 +286,10 @@ int conn_frame_pack(const Sluice__Envelope *env, uint32_t max_frame, struct conn
         return SLUICE_ERR_NOMEM;
     f->conn = NULL;
     f->len = FRAME_HEADER_SIZE + n;
+    f->ext = NULL;
+    f->ext_len = 0;
+    f->sent = NULL;
+    f->sent_arg = NULL;
     frame_write_header(f->data, (uint32_t)n);
     size_t packed = sluice__envelope__pack(env, f->data + FRAME_HEADER_SIZE);
     assert(packed == n);
@@ -276,6 +330,48 @@ int conn_send(struct conn *c, const Sluice__Envelope *env)
     if (rc != 0)
         return rc;
     return conn_write(c, f);
+}
+
+int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
+                       const uint8_t *payload, size_t len, conn_sent_cb sent, void *arg)
+{
+    if (c->closing || c->draining)
+        return SLUICE_ERR_CLOSED;
+    struct conn_frame *f = malloc(sizeof *f + EWIRE_PREFIX_MAX);
+    if (f == NULL)
+        return SLUICE_ERR_NOMEM;
+    uint64_t env_len;
+    size_t n = ewire_reply_prefix(f->data, id, count, eos, len, &env_len);
+    if (n == 0 || env_len > c->max_frame) {
+        free(f);
+        return SLUICE_ERR_TOO_LARGE;
+    }
+    f->conn = c;
+    f->len = n;
+    f->ext = len ? payload : NULL;
+    f->ext_len = len;
+    f->sent = sent;
+    f->sent_arg = arg;
+    /* The prefix and the payload go out in one writev; the payload is never copied here. */
+    uv_buf_t bufs[2] = {uv_buf_init((char *)f->data, (unsigned)n),
+                        uv_buf_init((char *)payload, (unsigned)len)};
+    int rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, bufs, len ? 2 : 1, on_write);
+    if (rc != 0) {
+        free(f);
+        return rc;
+    }
+    c->pending_write += n + len;
+    c->writes++;
+    return 0;
+}
+
+void *conn_take_frame(struct conn *c)
+{
+    if (!c->takeable)
+        return NULL;
+    c->takeable = false;
+    size_t cap;
+    return frame_decoder_detach(&c->dec, &cap);
 }
 
 int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation)

@@ -13,6 +13,14 @@
  * moment the owner may free the memory that holds the conn. on_error is never called for a close
  * the owner asked for.
  *
+ * Large frames: a payload of at least CONN_DIRECT_MIN bytes is read from the socket straight into
+ * the frame decoder's buffer (no copy out of the read buffer), and after a frame of at least
+ * CONN_READ_BUFFER_SIZE bytes the next header is read on its own, so that the payload after it
+ * can be read directly too. A GetElementsReply Envelope in the plain shape of ewire.h is
+ * delivered as a view (its payload points into the frame, not into a copy), and when that frame
+ * lies in a buffer of its own, on_envelope may take the buffer over with conn_take_frame(); a
+ * writer sends such a reply with conn_send_elements(), straight from the payload's memory.
+ *
  * Backpressure: with max_pending_write > 0, the conn stops reading once more than that many
  * bytes it was asked to send wait to be written; frames already read in the same chunk are kept
  * (copied) and handed over later, not dropped. When the backlog falls to half the limit, kept
@@ -48,11 +56,24 @@ struct conn_ops {
     void (*on_closed)(struct conn *c);
 };
 
-/* A packed frame: 4-byte header and Envelope in one allocation, with its write request. */
+/* Frames whose payload reaches at least this size are read straight into the decoder's buffer. */
+#define CONN_DIRECT_MIN (64u << 10)
+
+/* Called once for a frame sent with conn_send_elements: status 0 when it was written, or the
+ * negative code of why it was not (UV_ECANCELED when the conn closed first). */
+typedef void (*conn_sent_cb)(void *arg, int status);
+
+/* A packed frame: 4-byte header and Envelope in one allocation, with its write request. A frame
+ * from conn_send_elements holds only the bytes before the payload in data; the payload (ext) is
+ * the sender's and is written from where it lies. */
 struct conn_frame {
     uv_write_t req;
     struct conn *conn;
-    size_t len; /* header + payload bytes in data */
+    size_t len;         /* header + payload bytes in data */
+    const uint8_t *ext; /* bytes written after data, not owned; NULL for none */
+    size_t ext_len;
+    conn_sent_cb sent; /* NULL, or called when the write completes */
+    void *sent_arg;
     uint8_t data[];
 };
 
@@ -68,10 +89,13 @@ struct conn {
     size_t pending_write;     /* bytes passed to uv_write whose callback has not run */
     unsigned writes;          /* write requests whose callback has not run */
     struct conn_deferred *deferred_head, *deferred_tail;
-    bool paused;   /* reading stopped by backpressure */
-    bool draining; /* closes once the queued writes are done; reads nothing more */
-    bool closing;  /* uv_close has been called */
-    char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */
+    bool direct;       /* the buffer last given to libuv lies in the decoder (direct filling) */
+    bool exact_header; /* the last frame was large: read the next header on its own */
+    bool takeable;     /* during on_envelope: conn_take_frame may hand over the frame's buffer */
+    bool paused;       /* reading stopped by backpressure */
+    bool draining;     /* closes once the queued writes are done; reads nothing more */
+    bool closing;      /* uv_close has been called */
+    char peer[64];     /* "IP:PORT" of the peer, or the owner's name for it */
 };
 
 /* Initializes c and its TCP handle on loop. max_frame 0 means RPC_DEFAULT_MAX_FRAME. From here on
@@ -98,6 +122,22 @@ int conn_write(struct conn *c, struct conn_frame *f);
 
 /* conn_frame_pack (with c's max_frame) followed by conn_write. */
 int conn_send(struct conn *c, const Sluice__Envelope *env);
+
+/* Sends Envelope {id, get_elements_reply {count, eos, payload}} (ewire.h) without copying the
+ * payload: payload[0, len) must stay valid and unchanged until sent(arg, status) runs, which it
+ * does exactly once, on the loop thread, after the bytes are written or have failed to be
+ * (before on_closed). Returns 0; or, without calling sent, SLUICE_ERR_CLOSED when the conn is
+ * closing or draining, SLUICE_ERR_TOO_LARGE when the Envelope is over max_frame bytes,
+ * SLUICE_ERR_NOMEM, or a negative libuv code when uv_write refuses (the owner should then close
+ * the conn). */
+int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
+                       const uint8_t *payload, size_t len, conn_sent_cb sent, void *arg);
+
+/* Only from ops->on_envelope, for a GetElementsReply: when the Envelope is a view into a frame
+ * that was assembled in a buffer of its own, hands that buffer over and returns it (the caller
+ * frees it with free(); env's pointers, the payload's included, keep pointing into it). Returns
+ * NULL otherwise (the payload is then valid only during the call, as usual). */
+void *conn_take_frame(struct conn *c);
 
 /* Sends a Hello with RPC_PROTOCOL_VERSION, role and incarnation. */
 int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation);

@@ -8,6 +8,7 @@
 
 #include "error.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,6 +127,56 @@ int frame_decoder_feed(struct frame_decoder *d, const uint8_t *data, size_t len,
         }
     }
     return 0;
+}
+
+int frame_decoder_space(struct frame_decoder *d, uint8_t **dst, size_t *len)
+{
+    *dst = NULL;
+    *len = 0;
+    if (d->failed || d->need == 0)
+        return 0;
+    if (d->have == 0) {
+        int rc = reserve(d);
+        if (rc != 0)
+            return fail(d, rc);
+    }
+    *dst = d->buf + d->have;
+    *len = d->need - d->have;
+    return 0;
+}
+
+int frame_decoder_filled(struct frame_decoder *d, size_t n, frame_cb on_frame, void *user)
+{
+    if (d->failed)
+        return d->failed;
+    assert(d->need > 0 && n >= 1 && n <= d->need - d->have);
+    d->have += n;
+    if (d->have < d->need)
+        return 0;
+    size_t len = d->need;
+    d->need = 0;
+    d->have = 0;
+    int rc = on_frame(user, d->buf, len);
+    return rc != 0 ? fail(d, rc) : 0;
+}
+
+uint8_t *frame_decoder_detach(struct frame_decoder *d, size_t *cap)
+{
+    uint8_t *buf = d->buf;
+    *cap = d->buf_cap;
+    d->buf = NULL;
+    d->buf_cap = 0;
+    return buf;
+}
+
+uint8_t *frame_decoder_swap(struct frame_decoder *d, uint8_t *buf, size_t cap, size_t *old_cap)
+{
+    assert(d->have == 0);
+    uint8_t *old = d->buf;
+    *old_cap = d->buf_cap;
+    d->buf = buf;
+    d->buf_cap = cap;
+    return old;
 }
 
 void frame_write_header(uint8_t out[FRAME_HEADER_SIZE], uint32_t len)

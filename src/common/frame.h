@@ -39,6 +39,30 @@ void frame_decoder_release(struct frame_decoder *d);
 int frame_decoder_feed(struct frame_decoder *d, const uint8_t *data, size_t len, frame_cb on_frame,
                        void *user);
 
+/* Direct filling, for a reader that can write bytes anywhere (a socket read): while a payload is
+ * being assembled, its missing bytes may be written straight into the decoder's buffer instead
+ * of being fed from a buffer of the reader's own. frame_decoder_space() sets *dst to where the
+ * next payload byte goes and *len to the number of payload bytes still missing, allocating the
+ * buffer first if needed; *len is 0 when no payload is in progress (a header is being read, or
+ * the decoder failed), and the bytes must then be fed. Returns 0 or SLUICE_ERR_NOMEM (the
+ * decoder then stays failed). frame_decoder_filled() records that n (1 <= n <= *len) bytes were
+ * written there and, once the payload is whole, calls on_frame with it; it returns what
+ * frame_decoder_feed() returns. Feeding and direct filling may alternate freely. */
+int frame_decoder_space(struct frame_decoder *d, uint8_t **dst, size_t *len);
+int frame_decoder_filled(struct frame_decoder *d, size_t n, frame_cb on_frame, void *user);
+
+/* Only from on_frame, and only for a payload in the decoder's own buffer (payload == d->buf):
+ * hands that buffer over to the caller, who frees it with free(). The payload stays where it is;
+ * the decoder allocates a new buffer for the next payload that needs one. *cap receives the
+ * buffer's size. */
+uint8_t *frame_decoder_detach(struct frame_decoder *d, size_t *cap);
+
+
+/* Gives the decoder buf (cap bytes, from malloc) to assemble payloads in from now on, in place of
+ * its own buffer, which it returns (NULL when it had none) with its size in *old_cap. Only while
+ * no payload is partly assembled (d->have == 0). */
+uint8_t *frame_decoder_swap(struct frame_decoder *d, uint8_t *buf, size_t cap, size_t *old_cap);
+
 /* Writes the 4-byte header for a payload of len bytes. */
 void frame_write_header(uint8_t out[FRAME_HEADER_SIZE], uint32_t len);
 

@@ -84,6 +84,15 @@ void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user
  * connection left open: SLUICE_ERR_TOO_LARGE when the reply packs to more than max_frame bytes,
  * SLUICE_ERR_NOMEM, or SLUICE_ERR_INVALID for an Envelope that packs to nothing. */
 int rpc_conn_reply(struct rpc_conn *conn, uint64_t id, Sluice__Envelope *reply);
+/* Replies with Envelope {id, get_elements_reply {count, eos, payload}} without copying the
+ * payload: payload[0, len) must stay valid and unchanged until sent(arg, status) runs, exactly
+ * once, on the loop thread, when the bytes are written (status 0) or cannot be (status < 0, e.g.
+ * the connection closed first). Returns 0; or, without ever calling sent (the caller keeps its
+ * payload): SLUICE_ERR_CLOSED when the connection is gone, and with the connection left open
+ * SLUICE_ERR_TOO_LARGE (over max_frame) or SLUICE_ERR_NOMEM. */
+int rpc_conn_reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, bool eos,
+                            const uint8_t *payload, size_t len, void (*sent)(void *arg, int status),
+                            void *arg);
 /* Replies with an Error body: code and a one-line message. */
 int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -130,8 +139,14 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
  * client is not connected, the call waits for a connection (retried with backoff) until its
  * timeout. Returns 0 and later calls cb exactly once; or returns a negative code synchronously
  * (SLUICE_ERR_CLOSED after close) and never calls cb. timeout_ms 0 means no timeout. */
-int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_ms,
-             rpc_reply_cb cb, void *user);
+int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_ms, rpc_reply_cb cb,
+             void *user);
+
+/* Only from an rpc_reply_cb with status 0 whose reply is a GetElementsReply: when the reply was
+ * received in a buffer of its own (large replies are), hands that buffer over and returns it; the
+ * caller frees it with free(), and reply's pointers (the payload's included) stay valid until
+ * then. Returns NULL otherwise; the reply is then valid only during the callback, as usual. */
+void *rpc_client_take_reply(struct rpc_client *client);
 
 bool rpc_client_connected(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */

@@ -785,6 +785,14 @@ fail_call:
     return rc;
 }
 
+void *rpc_client_take_reply(struct rpc_client *cl)
+{
+    /* The conn exists from CONNECTING through CLOSING; a reply arrives only while CONNECTED. */
+    if (cl->state != CLIENT_CONNECTED)
+        return NULL;
+    return conn_take_frame(&cl->conn);
+}
+
 bool rpc_client_connected(const struct rpc_client *cl)
 {
     return cl->state == CLIENT_CONNECTED;

@@ -207,8 +207,7 @@ static int parse_args(int argc, char **argv, struct config *c)
             c->snapshot_every = v;
         } else if (strcmp(name, "--journal-max-mb") == 0) {
             if (!parse_num(value, 1, 1LL << 24, &v)) {
-                fail("usage", "--journal-max-mb: expected a size in MiB from 1, found '%s'",
-                     value);
+                fail("usage", "--journal-max-mb: expected a size in MiB from 1, found '%s'", value);
                 return -1;
             }
             c->journal_max_mb = v;

@@ -482,16 +482,14 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
         row->split_cursor = it->split_cursor;
         row->splits_finished = it->splits_finished;
         row->splits_leased = it->splits_leased;
-        uint64_t total = it->distributed && row->state != ST_ITER_GC
-                             ? st_split_plan_total(&row->plan)
-                             : 0;
+        uint64_t total =
+            it->distributed && row->state != ST_ITER_GC ? st_split_plan_total(&row->plan) : 0;
         if (row->split_total != total || row->split_cursor > total)
             return CORRUPT("iteration %" PRIu64 " has a split cursor that does not fit its plan",
                            it->id);
         if (!strictly_increasing(row->pool.v, row->pool.n) ||
             (row->pool.n > 0 && row->pool.v[row->pool.n - 1] >= row->split_cursor))
-            return CORRUPT("iteration %" PRIu64 " has a malformed pool of returned splits",
-                           it->id);
+            return CORRUPT("iteration %" PRIu64 " has a malformed pool of returned splits", it->id);
     }
     for (size_t i = 0; i < s->njobs; i++) {
         if (s->jobs[i].iteration_id != 0 && !state_iteration(s, s->jobs[i].iteration_id))
@@ -642,8 +640,8 @@ static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err,
     return 0;
 }
 
-int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup,
-                           void *user, struct state *out, char *err, size_t errlen)
+int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup, void *user,
+                           struct state *out, char *err, size_t errlen)
 {
     struct state s;
     state_init(&s);

@@ -34,8 +34,8 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len);
 /* Supplies the definition bytes of a dataset named in a snapshot: returns 0 with *def
  * (malloc'd; ownership passes to the caller of the decoder) and *len, or a negative code with a
  * message in err. */
-typedef int (*record_def_lookup_cb)(void *user, const char *dataset_id, uint8_t **def,
-                                    size_t *len, char *err, size_t errlen);
+typedef int (*record_def_lookup_cb)(void *user, const char *dataset_id, uint8_t **def, size_t *len,
+                                    char *err, size_t errlen);
 
 /* Parses a snapshot into *out (overwritten, not released first), fetching each dataset's
  * definition through lookup and checking its length and crc32c against the snapshot. Returns 0
@@ -43,7 +43,7 @@ typedef int (*record_def_lookup_cb)(void *user, const char *dataset_id, uint8_t 
  * SLUICE_ERR_CORRUPT with the reason in err ("not a Snapshot message", "task 4 names unknown
  * worker 9", "dataset 'x': its definition does not match the snapshot"); or the lookup's code
  * and message; or SLUICE_ERR_NOMEM. On failure *out is an empty state (state_init). */
-int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup,
-                           void *user, struct state *out, char *err, size_t errlen);
+int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup, void *user,
+                           struct state *out, char *err, size_t errlen);
 
 #endif

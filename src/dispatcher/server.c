@@ -256,9 +256,9 @@ static int journal_update(struct dispatcher *d, const struct st_update *u)
     size_t len;
     int rc = record_update_encode(u, &bytes, &len);
     if (rc == 0)
-        rc = journal_thread_add(d->jt, bytes, len,
-                                u->type == ST_DATASET_REGISTERED ? u->name : NULL, u->def,
-                                u->def_len);
+        rc =
+            journal_thread_add(d->jt, bytes, len, u->type == ST_DATASET_REGISTERED ? u->name : NULL,
+                               u->def, u->def_len);
     if (rc < 0)
         fatal(d, "journal: %s: queueing %s %" PRIu64 ": %s", d->work_dir, st_update_name(u->type),
               u->id, sluice_strerror(rc));
@@ -1423,8 +1423,8 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
         return err_set(err, errlen, rc, "journal: %s: %s", opts->work_dir, why);
     d->incarnation = inc;
     d->since_snapshot = info.replayed;
-    log_info("journal %s: recovered %" PRIu64 " updates (snapshot at record %" PRIu64
-             ", %" PRIu64 " records after it); incarnation %016" PRIx64,
+    log_info("journal %s: recovered %" PRIu64 " updates (snapshot at record %" PRIu64 ", %" PRIu64
+             " records after it); incarnation %016" PRIx64,
              opts->work_dir, d->st.applied, info.snapshot_seq, info.replayed, inc);
     struct journal_thread_opts to = {
         .journal = d->journal,

@@ -101,8 +101,9 @@ static int storage_fail(const struct journal *j, int rc, char *err, size_t errle
     if (rc != EIO && rc != ENOSPC && rc != EFBIG && rc != EDQUOT)
         return lmdb_fail(err, errlen, rc, "commit");
     if (statvfs(j->path, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
-        return err_set(err, errlen, SLUICE_ERR_FULL, "commit: the disk is full (%" PRIu64
-                       " KiB free)", (uint64_t)vfs.f_bavail * vfs.f_frsize >> 10);
+        return err_set(err, errlen, SLUICE_ERR_FULL,
+                       "commit: the disk is full (%" PRIu64 " KiB free)",
+                       (uint64_t)vfs.f_bavail * vfs.f_frsize >> 10);
     snprintf(data, sizeof data, "%s/data.mdb", j->path);
     if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
         stat(data, &st) == 0 && (uint64_t)st.st_size + (1u << 16) >= (uint64_t)lim.rlim_cur)
@@ -173,8 +174,8 @@ static MDB_val str_val(const char *s)
 }
 
 /* Reads a framed value under key into a checked payload pointing into the map (valid in txn). */
-static int get_framed(MDB_txn *txn, MDB_dbi dbi, MDB_val key, const uint8_t **payload,
-                      size_t *len, const char **why)
+static int get_framed(MDB_txn *txn, MDB_dbi dbi, MDB_val key, const uint8_t **payload, size_t *len,
+                      const char **why)
 {
     MDB_val v;
     int rc = mdb_get(txn, dbi, &key, &v);
@@ -184,8 +185,7 @@ static int get_framed(MDB_txn *txn, MDB_dbi dbi, MDB_val key, const uint8_t **pa
         *why = mdb_strerror(rc);
         return from_lmdb(rc);
     }
-    return journal_record_decode(v.mv_data, v.mv_size, key.mv_data, key.mv_size, payload, len,
-                                 why);
+    return journal_record_decode(v.mv_data, v.mv_size, key.mv_data, key.mv_size, payload, len, why);
 }
 
 /* Stores a framed value under key, writing the payload straight into the map. */
@@ -476,8 +476,8 @@ static int append_txn(struct journal *j, uint64_t first, const struct journal_re
             size_t idlen = strlen(recs[i].dataset_id);
             if (idlen == 0 || idlen > JOURNAL_ID_MAX) {
                 mdb_txn_abort(txn);
-                return err_set(err, errlen, SLUICE_ERR_INVALID,
-                               "append: a dataset id of %zu bytes", idlen);
+                return err_set(err, errlen, SLUICE_ERR_INVALID, "append: a dataset id of %zu bytes",
+                               idlen);
             }
             rc = put_framed(txn, j->datasets, str_val(recs[i].dataset_id), recs[i].dataset,
                             recs[i].dataset_len, NULL, 0, 0);
@@ -655,8 +655,8 @@ static int copy_out(const uint8_t *p, size_t len, uint8_t **data, size_t *dlen)
     return 0;
 }
 
-int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len,
-                          char *err, size_t errlen)
+int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len, char *err,
+                          size_t errlen)
 {
     MDB_txn *txn;
     pthread_mutex_lock(&j->mu);
@@ -688,8 +688,8 @@ out:
     return rc;
 }
 
-int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len,
-                         char *err, size_t errlen)
+int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len, char *err,
+                         size_t errlen)
 {
     size_t idlen = strlen(id);
     if (idlen == 0 || idlen > JOURNAL_ID_MAX)
@@ -783,8 +783,8 @@ int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record
             if (seq == expect + 1)
                 snprintf(why, sizeof why, "record %" PRIu64 " is missing", expect);
             else
-                snprintf(why, sizeof why, "records %" PRIu64 " to %" PRIu64 " are missing",
-                         expect, seq - 1);
+                snprintf(why, sizeof why, "records %" PRIu64 " to %" PRIu64 " are missing", expect,
+                         seq - 1);
             if ((stop = damage(&r, expect, why)))
                 continue;
         }

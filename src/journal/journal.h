@@ -117,13 +117,13 @@ int journal_meta_get_u64(struct journal *j, const char *key, uint64_t *value, ch
 /* Copies out the snapshot: *seq the last record it covers, *data (malloc'd, the caller frees;
  * non-NULL even when *len is 0) and *len. SLUICE_ERR_NOT_FOUND when there is none (no message),
  * SLUICE_ERR_CORRUPT ("snapshot: checksum mismatch") when it fails its check. */
-int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len,
-                          char *err, size_t errlen);
+int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len, char *err,
+                          size_t errlen);
 
 /* Copies out a dataset definition stored with a record (*data malloc'd, as above).
  * SLUICE_ERR_NOT_FOUND when absent (message "dataset 'x' is not in the datasets table"). */
-int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len,
-                         char *err, size_t errlen);
+int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len, char *err,
+                         size_t errlen);
 
 /* Called for each record in order. payload points into the map and is valid only during the
  * call: copy what you keep. A nonzero return stops the replay, which returns it. */
@@ -139,7 +139,8 @@ typedef void (*journal_damage_cb)(void *user, uint64_t seq, const char *why);
  * stops there and returns SLUICE_ERR_CORRUPT with "record N: why" in err; otherwise on_damage
  * is called, the replay goes on with the next record, and SLUICE_ERR_CORRUPT with the first
  * damage's message is returned at the end. *last (may be NULL) receives the sequence number of
- * the last record seen, or from - 1 when there is none. Returns 0 when every record was replayed. */
+ * the last record seen, or from - 1 when there is none. Returns 0 when every record was replayed.
+ */
 int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record,
                    journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
                    size_t errlen);

@@ -54,7 +54,8 @@ struct wtask {
     bool dying;
     bool splits_inflight;
     bool failure_logged;
-    bool end_reported; /* the dispatcher was told at once that this task finished */
+    bool end_reported;         /* the dispatcher was told at once that this task finished */
+    unsigned replies_inflight; /* replies sent from the task's chunks and not yet written */
     unsigned splits_failures;
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
@@ -138,6 +139,54 @@ static void reply_not_found(struct rpc_conn *conn, uint64_t id, uint64_t task_id
                          "task %" PRIu64 " is not running on this worker", task_id);
 }
 
+/* A reply written straight from the chunk it was taken from: the take is released (the chunk
+ * goes back to the task for reuse) only once the bytes are written. */
+struct sent_reply {
+    struct wtask *wt;
+    struct task_take tk;
+};
+
+static void reap(struct worker *w);
+
+static void on_reply_sent(void *arg, int status)
+{
+    struct sent_reply *sr = arg;
+    struct wtask *wt = sr->wt;
+    task_take_release(wt->task, &sr->tk);
+    free(sr);
+    wt->replies_inflight--;
+    if (wt->dying)
+        reap(wt->w);
+}
+
+/* Sends the records of a take. A take of whole chunks in place is sent from the chunk without
+ * copying and released when written; any other take (gathered into scratch, or part of a chunk
+ * still in the buffer, which a later take may recycle) is packed, copied, and released now. */
+static void reply_take(struct wtask *wt, struct rpc_conn *conn, uint64_t id, struct task_take *tk)
+{
+    if (!tk->wb.copied && tk->wb.spent) {
+        struct sent_reply *sr = malloc(sizeof *sr);
+        if (sr) {
+            sr->wt = wt;
+            sr->tk = *tk;
+            int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, tk->wb.payload,
+                                             tk->wb.len, on_reply_sent, sr);
+            if (rc == 0) {
+                wt->replies_inflight++;
+                return;
+            }
+            free(sr);
+            if (rc != SLUICE_ERR_CLOSED)
+                rpc_conn_reply_error(conn, id, rc, "task %" PRIu64 ": %s", wt->id,
+                                     sluice_strerror(rc));
+            task_take_release(wt->task, tk);
+            return;
+        }
+    }
+    reply_elements(conn, id, tk->wb.count, false, tk->wb.payload, tk->wb.len);
+    task_take_release(wt->task, tk);
+}
+
 /* Answers a read from the task's buffer if it can be answered now. Returns true when a reply
  * (elements, end of sequence, or the task's failure) went out, false when the buffer is empty
  * and more may come. */
@@ -148,8 +197,7 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
     int st = task_take(wt->task, max_elements, max_bytes, &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
-        reply_elements(conn, id, tk.wb.count, false, tk.wb.payload, tk.wb.len);
-        task_take_release(wt->task, &tk);
+        reply_take(wt, conn, id, &tk);
         /* A gathered reply may have grown the scratch buffer far past what most need. */
         if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
             pipe_buf_release(&w->scratch);
@@ -335,13 +383,14 @@ static void on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *u
 
 static void maybe_finish_close(struct worker *w);
 
-/* Frees dying tasks whose producers have exited and whose GetSplits call has completed. */
+/* Frees dying tasks whose producers have exited, whose GetSplits call has completed and whose
+ * replies sent from their chunks are written. */
 static void reap(struct worker *w)
 {
     struct wtask **pp = &w->dying;
     while (*pp) {
         struct wtask *wt = *pp;
-        if (wt->splits_inflight || !task_exited(wt->task)) {
+        if (wt->splits_inflight || wt->replies_inflight || !task_exited(wt->task)) {
             pp = &wt->next;
             continue;
         }

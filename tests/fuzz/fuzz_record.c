@@ -19,8 +19,7 @@
 
 /* The datasets table of the fuzzer: the definitions of the state given as user, or, without
  * one, the id's own bytes. */
-static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err,
-                  size_t errlen)
+static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err, size_t errlen)
 {
     const struct state *s = user;
     const struct st_dataset *ds = s ? state_dataset(s, id) : NULL;

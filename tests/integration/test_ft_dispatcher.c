@@ -203,8 +203,8 @@ static void start_dispatcher(struct proc *p, const char *wd, const char *port,
 
 static int journal_cmd(const char *action, const char *wd, char **out, char **err)
 {
-    char *const argv[] = {(char *)bin_path("sluice"), "journal", (char *)action, "--work-dir",
-                          (char *)wd, NULL};
+    char *const argv[] = {
+        (char *)bin_path("sluice"), "journal", (char *)action, "--work-dir", (char *)wd, NULL};
     return run_cmd(argv, WAIT_MS, out, err);
 }
 
@@ -305,7 +305,7 @@ static void test_restart_keeps_everything(void **unused)
 
     /* Killed without warning, restarted on the same work dir and port. */
     assert_int_equal(proc_stop(&d, SIGKILL, WAIT_MS), 128 + SIGKILL);
-    start_dispatcher(&d, wd, port, "1000"); /* the records from here on stay in the log */
+    start_dispatcher(&d, wd, port, "1000");     /* the records from here on stay in the log */
     assert_int_equal(incarnation_of(&cl), inc); /* the same dispatcher to its peers */
     assert_int_equal(incarnation_of(&wk), inc);
 
@@ -342,7 +342,8 @@ static void test_restart_keeps_everything(void **unused)
     assert_non_null(strstr(out, "\nsnapshot "));
     assert_non_null(strstr(out, "\ndataset 'd29' def_bytes="));
     assert_non_null(strstr(out, " splits_leased iteration=1 task=1 splits=2 seqs=5-6\n"));
-    assert_non_null(strstr(out, " job_created job=2 name='' dataset='d29' mode=distributed_epoch\n"));
+    assert_non_null(
+        strstr(out, " job_created job=2 name='' dataset='d29' mode=distributed_epoch\n"));
     free(out);
     free(err);
 }
@@ -516,8 +517,13 @@ static void test_damaged_record_stops_start(void **unused)
     uint64_t seq;
     flip_last_record(wd, &seq);
     assert_int_equal(seq, 5);
-    char *const argv[] = {(char *)bin_path("sluice-dispatcher"), "--fault-tolerant", "--work-dir",
-                          wd, "--port", "0", NULL};
+    char *const argv[] = {(char *)bin_path("sluice-dispatcher"),
+                          "--fault-tolerant",
+                          "--work-dir",
+                          wd,
+                          "--port",
+                          "0",
+                          NULL};
     char *out = NULL, *err = NULL, want[700];
     assert_int_equal(run_cmd(argv, WAIT_MS, &out, &err), 1);
     assert_string_equal(out, ""); /* it never listened */

@@ -157,7 +157,8 @@ static void expect_log(struct journal *j, uint64_t from, uint64_t last)
     free(s);
 }
 
-/* ---- raw LMDB access, to damage a journal the way a bad disk would ---------------------------- */
+/* ---- raw LMDB access, to damage a journal the way a bad disk would ----------------------------
+ */
 
 static void raw_edit(const char *wd, const char *db, const void *key, size_t klen,
                      void (*edit)(MDB_txn *, MDB_dbi, MDB_val *, void *), void *arg)
@@ -378,11 +379,17 @@ static void test_datasets_table(void **unused)
     uint8_t *data;
     size_t len;
     struct journal_record recs[3] = {
-        {.data = (const uint8_t *)"r1", .len = 2, .dataset_id = "zeta",
-         .dataset = (const uint8_t *)"Z-def", .dataset_len = 5},
+        {.data = (const uint8_t *)"r1",
+         .len = 2,
+         .dataset_id = "zeta",
+         .dataset = (const uint8_t *)"Z-def",
+         .dataset_len = 5},
         {.data = (const uint8_t *)"r2", .len = 2},
-        {.data = (const uint8_t *)"r3", .len = 2, .dataset_id = "alpha",
-         .dataset = (const uint8_t *)"", .dataset_len = 0},
+        {.data = (const uint8_t *)"r3",
+         .len = 2,
+         .dataset_id = "alpha",
+         .dataset = (const uint8_t *)"",
+         .dataset_len = 0},
     };
     assert_int_equal(journal_append(j, 1, recs, 3, NULL, err, sizeof err), 0);
     assert_int_equal(journal_dataset_read(j, "zeta", &data, &len, err, sizeof err), 0);
@@ -556,7 +563,7 @@ static void test_map_grows_then_fills(void **unused)
     assert_string_equal(err, "append: the journal is full: it reached its size limit of 1 MiB");
     assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
     assert_true(info.map_size == 1 << 20); /* it grew, to the ceiling */
-    assert_true(seq > 20);                  /* far past what 64 KiB holds */
+    assert_true(seq > 20);                 /* far past what 64 KiB holds */
     /* Nothing committed is harmed, and the failed batch left nothing. */
     assert_int_equal(info.records, seq - 1);
     assert_int_equal(info.last_seq, seq - 1);
@@ -636,7 +643,7 @@ static void test_disk_full(void **unused)
 enum crash_at { CRASH_BEFORE = 0, CRASH_DURING = 1, CRASH_AFTER = 2 };
 
 struct crash {
-    int batch;      /* the batch to crash in (1-based) */
+    int batch; /* the batch to crash in (1-based) */
     enum crash_at at;
     int current;
     int fd; /* acknowledgements go here */
@@ -672,8 +679,8 @@ static int crash_child(void *arg)
         struct journal_snapshot snap = {.seq = last, .data = (const uint8_t *)"snap", .len = 4};
         if (c->current == c->batch && c->at == CRASH_BEFORE)
             _exit(0);
-        if (append_n(j, first, CRASH_PER_BATCH,
-                     c->current == CRASH_SNAPSHOT_BATCH ? &snap : NULL, err, sizeof err) < 0)
+        if (append_n(j, first, CRASH_PER_BATCH, c->current == CRASH_SNAPSHOT_BATCH ? &snap : NULL,
+                     err, sizeof err) < 0)
             return 11;
         if (write(c->fd, &last, sizeof last) != sizeof last)
             return 12;
@@ -699,8 +706,8 @@ static void test_crash_points(void **unused)
 
             /* Every acknowledged batch is there; a batch whose commit completed may be there
              * though never acknowledged; nothing of a batch that crashed before its commit. */
-            uint64_t committed = (uint64_t)(at == CRASH_AFTER ? batch : batch - 1) *
-                                 CRASH_PER_BATCH;
+            uint64_t committed =
+                (uint64_t)(at == CRASH_AFTER ? batch : batch - 1) * CRASH_PER_BATCH;
             assert_int_equal(acked, (uint64_t)(batch - 1) * CRASH_PER_BATCH);
             struct journal *j = open_journal(work("w"), 0, 0);
             struct journal_info info;
@@ -710,8 +717,8 @@ static void test_crash_points(void **unused)
                                 ? CRASH_SNAPSHOT_BATCH * CRASH_PER_BATCH
                                 : 0;
             if (info.snapshot_seq != snap)
-                fail_msg("crash %s batch %d: snapshot at %" PRIu64 ", expected %" PRIu64,
-                         names[at], batch, info.snapshot_seq, snap);
+                fail_msg("crash %s batch %d: snapshot at %" PRIu64 ", expected %" PRIu64, names[at],
+                         batch, info.snapshot_seq, snap);
             expect_log(j, snap + 1, committed);
             /* The journal goes on from where it stopped. */
             assert_int_equal(append_n(j, committed + 1, 2, NULL, err, sizeof err), 0);
@@ -1065,9 +1072,8 @@ static void test_recover_ids_continue(void **unused)
                                            id, &ups, err, sizeof err),
                      0);
     commit_to(jt, &live, &ups);
-    assert_int_equal(plan_worker_heartbeat(&live, "w1:1", 11, NULL, 0, false, &w1, &ups, err,
-                                           sizeof err),
-                     0);
+    assert_int_equal(
+        plan_worker_heartbeat(&live, "w1:1", 11, NULL, 0, false, &w1, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
     struct st_split_plan plan = {.source_len = 9, .split_size = 1, .per_pass = 9, .passes = 1};
     assert_int_equal(plan_get_or_create_job(&live, id, "j", ST_MODE_DISTRIBUTED_EPOCH, 0, &plan,
@@ -1075,18 +1081,15 @@ static void test_recover_ids_continue(void **unused)
                      0);
     commit_to(jt, &live, &ups);
     snapshot_to(jt, &live);
-    assert_int_equal(plan_worker_heartbeat(&live, "w2:1", 22, NULL, 0, false, &w2, &ups, err,
-                                           sizeof err),
-                     0);
+    assert_int_equal(
+        plan_worker_heartbeat(&live, "w2:1", 22, NULL, 0, false, &w2, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
-    assert_int_equal(plan_get_splits(&live, live.tasks[0].id, NULL, 0, 3, &ups, &end, err,
-                                     sizeof err),
-                     0);
+    assert_int_equal(
+        plan_get_splits(&live, live.tasks[0].id, NULL, 0, 3, &ups, &end, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
     uint64_t fin[] = {1};
-    assert_int_equal(plan_get_splits(&live, live.tasks[0].id, fin, 1, 2, &ups, &end, err,
-                                     sizeof err),
-                     0);
+    assert_int_equal(
+        plan_get_splits(&live, live.tasks[0].id, fin, 1, 2, &ups, &end, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
     close_thread(&loop, jt);
     journal_close(j);
@@ -1107,9 +1110,8 @@ static void test_recover_ids_continue(void **unused)
                      0);
     assert_true(job2 == job + 1 && it2 == it + 1 && client2 == client + 1);
     st_update_list_clear(&ups);
-    assert_int_equal(plan_worker_heartbeat(&back, "w3:1", 33, NULL, 0, false, &w3, &ups, err,
-                                           sizeof err),
-                     0);
+    assert_int_equal(
+        plan_worker_heartbeat(&back, "w3:1", 33, NULL, 0, false, &w3, &ups, err, sizeof err), 0);
     assert_true(w3 == w2 + 1);
     st_update_list_release(&ups);
     state_release(&back);
@@ -1197,8 +1199,7 @@ static void test_recover_damage(void **unused)
     /* A snapshot that does not decode, and one whose dataset definition is gone. */
     struct journal_snapshot snap = {.seq = 2, .data = (const uint8_t *)"\x0a\xff", .len = 2};
     write_records(work("snap"), r, 2, &snap);
-    expect_recover_error(work("snap"), SLUICE_ERR_CORRUPT,
-                         "snapshot at 2: not a Snapshot message");
+    expect_recover_error(work("snap"), SLUICE_ERR_CORRUPT, "snapshot at 2: not a Snapshot message");
     struct state s;
     struct st_update ds = {.type = ST_DATASET_REGISTERED, .id = 1};
     snprintf(ds.name, sizeof ds.name, "1");
@@ -1283,8 +1284,8 @@ static void child_request(struct child *c)
         plan_register_dataset(s, "", (const uint8_t *)"def", 3, 0, 0, "text", id, &c->ups, err,
                               sizeof err);
         if (s->ndatasets > 0) {
-            struct st_split_plan p = {.source_len = 50, .split_size = 1, .per_pass = 50,
-                                      .passes = 1 + child_pick(c, 3)};
+            struct st_split_plan p = {
+                .source_len = 50, .split_size = 1, .per_pass = 50, .passes = 1 + child_pick(c, 3)};
             plan_get_or_create_job(s, s->datasets[0].id, child_pick(c, 2) ? "" : "n",
                                    ST_MODE_DISTRIBUTED_EPOCH, 0, &p, &a, &b, &d, &c->ups, err,
                                    sizeof err);
@@ -1382,8 +1383,8 @@ static void take_report(struct lives *l, const struct report *r)
             fail_msg("life %d recovered %" PRIu64 " updates, %" PRIu64 " were acknowledged",
                      l->life, r->applied, l->acked);
         if (l->digest_at[r->applied] != r->digest)
-            fail_msg("life %d recovered a state never reached live (%" PRIu64 " updates)",
-                     l->life, r->applied);
+            fail_msg("life %d recovered a state never reached live (%" PRIu64 " updates)", l->life,
+                     r->applied);
     }
     l->first = false;
     l->digest_at[r->applied] = r->digest;

@@ -83,8 +83,7 @@ static void test_frame_detects_damage(void **unused)
     assert_int_equal(journal_record_decode(out, len, other, 8, &p, &n, &why), SLUICE_ERR_CORRUPT);
     assert_string_equal(why, "checksum mismatch");
     /* A value cut short. */
-    assert_int_equal(journal_record_decode(out, len - 1, key, 8, &p, &n, &why),
-                     SLUICE_ERR_CORRUPT);
+    assert_int_equal(journal_record_decode(out, len - 1, key, 8, &p, &n, &why), SLUICE_ERR_CORRUPT);
     for (size_t cut = 0; cut < JOURNAL_RECORD_HEADER; cut++) {
         assert_int_equal(journal_record_decode(out, cut, key, 8, &p, &n, &why),
                          SLUICE_ERR_TRUNCATED);
@@ -352,7 +351,8 @@ static void build_state(struct state *s)
     u->mode = ST_MODE_DISTRIBUTED_EPOCH;
     u = push(&l, ST_ITERATION_CREATED, 1, 1, 0);
     u->distributed = true;
-    u->plan = (struct st_split_plan){.source_len = 10, .split_size = 1, .per_pass = 10, .passes = 1};
+    u->plan =
+        (struct st_split_plan){.source_len = 10, .split_size = 1, .per_pass = 10, .passes = 1};
     push(&l, ST_TASK_CREATED, 1, 1, 1);
     push(&l, ST_TASK_CREATED, 2, 1, 2);
     push(&l, ST_CLIENT_ACQUIRED, 1, 1, 0);
@@ -382,8 +382,7 @@ struct defs {
     int calls;
 };
 
-static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err,
-                  size_t errlen)
+static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err, size_t errlen)
 {
     struct defs *d = user;
     d->calls++;
@@ -499,8 +498,8 @@ static void expect_snapshot_error(const uint8_t *bytes, size_t len, struct defs 
                      code);
     assert_string_equal(err, msg);
     /* A refused snapshot leaves an empty state behind. */
-    assert_int_equal(back.ndatasets + back.njobs + back.niterations + back.ntasks +
-                         back.nworkers + back.nclients,
+    assert_int_equal(back.ndatasets + back.njobs + back.niterations + back.ntasks + back.nworkers +
+                         back.nclients,
                      0);
     assert_null(back.datasets);
     state_release(&back);
@@ -542,9 +541,12 @@ static void test_snapshot_refused(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_frame_round_trip),     cmocka_unit_test(test_frame_detects_damage),
-        cmocka_unit_test(test_seq_keys),             cmocka_unit_test(test_update_round_trip),
-        cmocka_unit_test(test_update_decode_errors), cmocka_unit_test(test_snapshot_round_trip),
+        cmocka_unit_test(test_frame_round_trip),
+        cmocka_unit_test(test_frame_detects_damage),
+        cmocka_unit_test(test_seq_keys),
+        cmocka_unit_test(test_update_round_trip),
+        cmocka_unit_test(test_update_decode_errors),
+        cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_snapshot_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -172,8 +172,7 @@ static void random_request(struct run *r, uint64_t *x)
     case 11:
         if (s->nclients == 0)
             return;
-        rc = plan_release_client(s, s->clients[pick(x, s->nclients)].id, &r->ups, err,
-                                 sizeof err);
+        rc = plan_release_client(s, s->clients[pick(x, s->nclients)].id, &r->ups, err, sizeof err);
         break;
     default:
         if (s->niterations == 0)
@@ -188,8 +187,7 @@ static void random_request(struct run *r, uint64_t *x)
 }
 
 /* The datasets table the journal would hold: every registered definition, by id. */
-static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err,
-                  size_t errlen)
+static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *err, size_t errlen)
 {
     const struct run *r = user;
     const struct st_dataset *ds = state_dataset(&r->live, id);
@@ -258,10 +256,10 @@ static void same_decisions(const struct state *a, const struct state *b)
     bool ea, eb;
     assert_int_equal(a->ntasks, b->ntasks);
     for (size_t i = 0; i < a->ntasks; i++) {
-        int ra = plan_get_splits(a, a->tasks[i].id, a->tasks[i].leased.v, a->tasks[i].leased.n,
-                                 7, &la, &ea, err, sizeof err);
-        int rb = plan_get_splits(b, b->tasks[i].id, b->tasks[i].leased.v, b->tasks[i].leased.n,
-                                 7, &lb, &eb, err, sizeof err);
+        int ra = plan_get_splits(a, a->tasks[i].id, a->tasks[i].leased.v, a->tasks[i].leased.n, 7,
+                                 &la, &ea, err, sizeof err);
+        int rb = plan_get_splits(b, b->tasks[i].id, b->tasks[i].leased.v, b->tasks[i].leased.n, 7,
+                                 &lb, &eb, err, sizeof err);
         assert_int_equal(ra, rb);
         assert_int_equal(ea, eb);
     }

@@ -1,0 +1,696 @@
+/* The metrics HTTP server of http.h.
+ *
+ * Happy path: the listening socket is bound and listening before any libuv handle exists, so a
+ * failed start leaves nothing to close. A connection reads into its fixed request buffer until
+ * the head parses, writes one response in one uv_write (head and body as two buffers), shuts
+ * down its sending side, then reads and discards until the peer closes. That last step matters:
+ * closing a socket that still has unread input makes the kernel send a reset, which can destroy
+ * a response the peer has not read yet (a 431 sent while the peer is still sending, say).
+ *
+ * States of a connection, each bounded by its timer:
+ *   READING    collecting the head; the timer answers 408 when it fires
+ *   WRITING    response queued; input is discarded; the timer closes the connection
+ *   LINGERING  response written and FIN sent; input is discarded until end of stream; the timer
+ *              closes the connection
+ *   CLOSING    uv_close called on both handles; the conn is freed when both callbacks have run
+ *
+ * Lifetimes: a conn holds two handles (its socket and its timer) and is freed in the second
+ * close callback. The server counts its listener and every allocated connection in handles and
+ * is freed, after its close callback, when that count reaches zero. */
+#include "http.h"
+
+#include "error.h"
+#include "log.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---- the request parser ---------------------------------------------------------------------- */
+
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static bool is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* Finds the end of the head: the byte after CRLF CRLF. A LF without a CR before it is invalid
+ * wherever it appears, so no line can be read two ways. */
+static int find_head_end(const char *buf, size_t len, size_t *end)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (i == 0 || buf[i - 1] != '\r')
+            return SLUICE_ERR_INVALID;
+        if (i >= 3 && buf[i - 2] == '\n' && buf[i - 3] == '\r') {
+            *end = i + 1;
+            return 0;
+        }
+    }
+    return SLUICE_ERR_TRUNCATED;
+}
+
+/* Splits the request target into its path: origin form "/p?q", absolute form
+ * "http://authority/p?q" (the path is "/" when empty), or the asterisk form "*". */
+static int parse_target(const char *t, size_t n, struct http_request *req)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t[i] == '#')
+            return SLUICE_ERR_INVALID;
+    const char *p = t;
+    const char *end = t + n;
+    if (n == 1 && t[0] == '*') {
+        req->path = t;
+        req->path_len = 1;
+        return 0;
+    }
+    if (t[0] != '/') {
+        size_t skip;
+        if (n >= 7 && strncasecmp(t, "http://", 7) == 0)
+            skip = 7;
+        else if (n >= 8 && strncasecmp(t, "https://", 8) == 0)
+            skip = 8;
+        else
+            return SLUICE_ERR_INVALID;
+        p = t + skip;
+        while (p < end && *p != '/' && *p != '?')
+            p++;
+        if (p == t + skip)
+            return SLUICE_ERR_INVALID; /* no authority */
+        if (p == end || *p == '?') {
+            req->path = "/";
+            req->path_len = 1;
+            return 0;
+        }
+    }
+    const char *q = memchr(p, '?', (size_t)(end - p));
+    req->path = p;
+    req->path_len = (size_t)((q ? q : end) - p);
+    return 0;
+}
+
+/* Parses "METHOD SP TARGET SP HTTP/d.d" filling req; returns the major version in *major. */
+static int parse_request_line(const char *line, size_t n, struct http_request *req, int *major)
+{
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)line[i]))
+        i++;
+    if (i == 0 || i == n || line[i] != ' ')
+        return SLUICE_ERR_INVALID;
+    req->method = line;
+    req->method_len = i;
+    size_t t = ++i;
+    while (i < n && (unsigned char)line[i] > 0x20 && (unsigned char)line[i] < 0x7f)
+        i++;
+    if (i == t || i == n || line[i] != ' ')
+        return SLUICE_ERR_INVALID;
+    int rc = parse_target(line + t, i - t, req);
+    if (rc != 0)
+        return rc;
+    const char *v = line + i + 1;
+    if (n - i - 1 != 8 || memcmp(v, "HTTP/", 5) != 0 || !is_digit((unsigned char)v[5]) ||
+        v[6] != '.' || !is_digit((unsigned char)v[7]))
+        return SLUICE_ERR_INVALID;
+    *major = v[5] - '0';
+    req->minor = v[7] - '0';
+    return 0;
+}
+
+/* Checks one "name: value" line (without its CRLF); counts Host fields. */
+static int parse_field(const char *line, size_t n, unsigned *hosts)
+{
+    size_t i = 0;
+    /* A line starting with white space would be an obsolete folded continuation: rejected, as
+     * is any white space between the name and the colon. */
+    while (i < n && is_tchar((unsigned char)line[i]))
+        i++;
+    if (i == 0 || i == n || line[i] != ':')
+        return SLUICE_ERR_INVALID;
+    if (i == 4 && strncasecmp(line, "host", 4) == 0)
+        (*hosts)++;
+    for (size_t j = i + 1; j < n; j++) {
+        unsigned char c = (unsigned char)line[j];
+        if (c < 0x20 ? c != '\t' : c == 0x7f)
+            return SLUICE_ERR_INVALID;
+    }
+    return 0;
+}
+
+int http_parse_request(const char *buf, size_t len, struct http_request *req)
+{
+    size_t end = 0;
+    int rc = find_head_end(buf, len, &end);
+    if (rc != 0)
+        return rc;
+    /* Every LF in buf[0..end) follows a CR, so lines split cleanly at "\r\n". */
+    const char *p = buf;
+    const char *stop = buf + end;
+    const char *nl = memchr(p, '\n', (size_t)(stop - p));
+    struct http_request r = {0};
+    int major = 0;
+    rc = parse_request_line(p, (size_t)(nl - 1 - p), &r, &major);
+    if (rc != 0)
+        return rc;
+    unsigned hosts = 0;
+    for (p = nl + 1;; p = nl + 1) {
+        nl = memchr(p, '\n', (size_t)(stop - p));
+        size_t n = (size_t)(nl - 1 - p);
+        if (n == 0)
+            break; /* the empty line */
+        rc = parse_field(p, n, &hosts);
+        if (rc != 0)
+            return rc;
+    }
+    if (major != 1)
+        return SLUICE_ERR_UNSUPPORTED;
+    if (hosts > 1 || (hosts == 0 && r.minor >= 1))
+        return SLUICE_ERR_INVALID;
+    r.head_len = end;
+    *req = r;
+    return 0;
+}
+
+/* ---- the server ------------------------------------------------------------------------------ */
+
+enum conn_state { READING, WRITING, LINGERING, CLOSING };
+
+struct http_conn {
+    uv_tcp_t tcp;
+    uv_timer_t timer;
+    uv_write_t write_req;
+    uv_shutdown_t shutdown_req;
+    struct http_server *srv;
+    struct http_conn *prev, *next; /* in srv->conns while not CLOSING */
+    enum conn_state state;
+    unsigned handles; /* open handles: 2 until closing, then counts down */
+    bool peer_done;   /* the peer has closed its sending side */
+    uint64_t timeout_ms;
+    char *body;     /* response body being written; owned */
+    size_t len;     /* bytes in req */
+    char head[320]; /* response head being written */
+    char req[HTTP_MAX_REQUEST];
+};
+
+struct http_server {
+    uv_tcp_t listener;
+    uv_loop_t *loop;
+    http_render_cb render;
+    void *user;
+    uint64_t timeout_ms;
+    unsigned max_conns;
+    unsigned nconns;         /* connections in srv->conns */
+    unsigned handles;        /* the listener, every conn and the spare while they are open */
+    struct http_conn *conns; /* open connections, newest first */
+    int port;
+    bool closing;
+    /* A connection that cannot be served (over the limit, or out of memory) is accepted into the
+     * spare handle and closed at once: libuv stops watching the listener until a pending
+     * connection is accepted, so refusing one must not depend on an allocation. */
+    uv_tcp_t spare;
+    bool spare_busy;     /* spare is closing */
+    bool accept_pending; /* a connection waits for the spare to be free */
+    void (*close_cb)(void *user);
+    void *close_user;
+    char scratch[4096]; /* where discarded input goes; read callbacks finish with it at once */
+};
+
+static void server_release(struct http_server *srv)
+{
+    assert(srv->handles > 0);
+    if (--srv->handles > 0)
+        return;
+    if (srv->close_cb)
+        srv->close_cb(srv->close_user);
+    free(srv);
+}
+
+static void on_conn_handle_closed(uv_handle_t *h)
+{
+    struct http_conn *c = h->data;
+    if (--c->handles > 0)
+        return;
+    struct http_server *srv = c->srv;
+    free(c->body);
+    free(c);
+    server_release(srv);
+}
+
+static void conn_close(struct http_conn *c)
+{
+    if (c->state == CLOSING)
+        return;
+    c->state = CLOSING;
+    struct http_server *srv = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    srv->nconns--;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+    uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+}
+
+static void on_timeout(uv_timer_t *t);
+
+/* Starts (or restarts) the connection's timer for another full timeout. */
+static void conn_arm(struct http_conn *c)
+{
+    uv_timer_start(&c->timer, on_timeout, c->timeout_ms, 0);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct http_conn *c = req->data;
+    if (c->state == CLOSING)
+        return;
+    if (status < 0 || c->peer_done) {
+        conn_close(c);
+        return;
+    }
+    c->state = LINGERING;
+    conn_arm(c);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+    struct http_conn *c = req->data;
+    free(c->body);
+    c->body = NULL;
+    if (c->state == CLOSING)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    c->shutdown_req.data = c;
+    if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown) != 0)
+        conn_close(c);
+}
+
+static const char *reason_phrase(int status)
+{
+    switch (status) {
+    case 200:
+        return "OK";
+    case 400:
+        return "Bad Request";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 500:
+        return "Internal Server Error";
+    case 505:
+        return "HTTP Version Not Supported";
+    }
+    return "Error";
+}
+
+/* Sends the one response of this connection. For a 200, body (owned, may be NULL) is the body;
+ * any other status carries its status line text as body, written with the head from c->head. */
+static void conn_respond(struct http_conn *c, int status, char *body, size_t body_len)
+{
+    assert(c->state == READING);
+    c->state = WRITING;
+    const char *reason = reason_phrase(status);
+    int n;
+    if (status == 200) {
+        c->body = body;
+        n = snprintf(c->head, sizeof c->head,
+                     "HTTP/1.1 200 OK\r\n"
+                     "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\n"
+                     "Connection: close\r\n"
+                     "\r\n",
+                     body_len);
+    } else {
+        assert(body == NULL);
+        body_len = 0;
+        /* The body is "STATUS REASON\n": the reason's length plus five. */
+        n = snprintf(c->head, sizeof c->head,
+                     "HTTP/1.1 %d %s\r\n"
+                     "%s"
+                     "Content-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: %zu\r\n"
+                     "Connection: close\r\n"
+                     "\r\n"
+                     "%d %s\n",
+                     status, reason, status == 405 ? "Allow: GET\r\n" : "", strlen(reason) + 5,
+                     status, reason);
+    }
+    assert(n > 0 && (size_t)n < sizeof c->head);
+    uv_buf_t bufs[2] = {uv_buf_init(c->head, (unsigned)n),
+                        uv_buf_init(c->body, (unsigned)body_len)};
+    c->write_req.data = c;
+    conn_arm(c);
+    if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, bufs, body_len ? 2 : 1, on_written) != 0)
+        conn_close(c);
+}
+
+static bool token_is(const char *s, size_t n, const char *want)
+{
+    return n == strlen(want) && memcmp(s, want, n) == 0;
+}
+
+/* Answers a complete, well-formed request. */
+static void conn_route(struct http_conn *c, const struct http_request *req)
+{
+    if (!token_is(req->path, req->path_len, "/metrics")) {
+        conn_respond(c, 404, NULL, 0);
+        return;
+    }
+    if (!token_is(req->method, req->method_len, "GET")) {
+        conn_respond(c, 405, NULL, 0);
+        return;
+    }
+    char *body = NULL;
+    size_t len = 0;
+    int rc = c->srv->render(c->srv->user, &body, &len);
+    if (rc != 0) {
+        log_warn("metrics: rendering failed: %s", sluice_strerror(rc));
+        conn_respond(c, 500, NULL, 0);
+        return;
+    }
+    if (body == NULL)
+        len = 0;
+    conn_respond(c, 200, body, len);
+}
+
+/* Called after new bytes arrived in c->req; fresh is how many. */
+static void conn_parse(struct http_conn *c, size_t fresh)
+{
+    /* The head can only have become complete (or broken, by a bare LF) if a LF arrived now. */
+    if (memchr(c->req + c->len - fresh, '\n', fresh) != NULL) {
+        struct http_request req;
+        int rc = http_parse_request(c->req, c->len, &req);
+        if (rc == 0) {
+            conn_route(c, &req);
+            return;
+        }
+        if (rc == SLUICE_ERR_INVALID) {
+            conn_respond(c, 400, NULL, 0);
+            return;
+        }
+        if (rc == SLUICE_ERR_UNSUPPORTED) {
+            conn_respond(c, 505, NULL, 0);
+            return;
+        }
+        assert(rc == SLUICE_ERR_TRUNCATED);
+    }
+    if (c->len == sizeof c->req)
+        conn_respond(c, 431, NULL, 0);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct http_conn *c = h->data;
+    /* While reading the head, the free part of the request buffer is never empty: a full buffer
+     * is answered (431) before the next read. */
+    if (c->state == READING)
+        *buf = uv_buf_init(c->req + c->len, (unsigned)(sizeof c->req - c->len));
+    else
+        *buf = uv_buf_init(c->srv->scratch, sizeof c->srv->scratch);
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
+{
+    struct http_conn *c = stream->data;
+    if (nread == 0 || c->state == CLOSING)
+        return;
+    if (nread < 0) {
+        /* Before a response there is nobody to answer; while writing, the peer may only have
+         * closed its sending side, so the response still goes out; afterwards we are done. */
+        if (c->state == WRITING && nread == UV_EOF) {
+            c->peer_done = true;
+            uv_read_stop(stream);
+            return;
+        }
+        conn_close(c);
+        return;
+    }
+    if (c->state != READING)
+        return; /* discarded */
+    c->len += (size_t)nread;
+    conn_parse(c, (size_t)nread);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+    struct http_conn *c = t->data;
+    if (c->state == READING)
+        conn_respond(c, 408, NULL, 0);
+    else
+        conn_close(c);
+}
+
+static void on_connection(uv_stream_t *listener, int status);
+
+static void on_spare_closed(uv_handle_t *h)
+{
+    struct http_server *srv = h->data;
+    srv->spare_busy = false;
+    /* Close callbacks run late in the loop iteration, so a connection refused meanwhile waits
+     * for one iteration at most. The listener is still open unless the server is closing. */
+    if (srv->accept_pending && !srv->closing) {
+        srv->accept_pending = false;
+        on_connection((uv_stream_t *)&srv->listener, 0);
+    }
+    server_release(srv);
+}
+
+/* Accepts the pending connection into the spare handle and closes it straight away. */
+static void refuse(struct http_server *srv)
+{
+    if (srv->spare_busy || uv_tcp_init(srv->loop, &srv->spare) != 0) {
+        srv->accept_pending = true;
+        return;
+    }
+    srv->spare.data = srv;
+    srv->spare_busy = true;
+    srv->handles++;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->spare);
+    uv_close((uv_handle_t *)&srv->spare, on_spare_closed);
+}
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+    struct http_server *srv = (struct http_server *)listener; /* listener is the first member */
+    if (status < 0) {
+        log_warn("metrics: accept: %s", uv_strerror(status));
+        return;
+    }
+    if (srv->nconns >= srv->max_conns) {
+        refuse(srv);
+        return;
+    }
+    struct http_conn *c = malloc(sizeof *c);
+    if (c == NULL) {
+        log_warn("metrics: accept: out of memory");
+        refuse(srv);
+        return;
+    }
+    memset(c, 0, offsetof(struct http_conn, req));
+    c->srv = srv;
+    c->timeout_ms = srv->timeout_ms;
+    if (uv_tcp_init(srv->loop, &c->tcp) != 0) {
+        free(c);
+        refuse(srv);
+        return;
+    }
+    /* From here on the conn is freed only through its close callbacks. */
+    uv_timer_init(srv->loop, &c->timer);
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->handles = 2;
+    c->state = READING;
+    c->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = c;
+    srv->conns = c;
+    srv->nconns++;
+    srv->handles++;
+    int rc = uv_accept(listener, (uv_stream_t *)&c->tcp);
+    if (rc == 0)
+        rc = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (rc != 0) {
+        log_warn("metrics: accept: %s", uv_strerror(rc));
+        conn_close(c);
+        return;
+    }
+    conn_arm(c);
+}
+
+/* ---- starting and closing -------------------------------------------------------------------- */
+
+/* Resolves host (numeric first, then the resolver: startup may block) into ss. */
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, char *why,
+                   size_t whylen)
+{
+    memset(ss, 0, sizeof *ss);
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
+        return 0;
+    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
+        return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || res == NULL)
+        return err_set(why, whylen, SLUICE_ERR_NOT_FOUND, "%s", gai_strerror(rc));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    if (ss->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Creates a bound, listening socket and reports the port it got. */
+static int listen_socket(const struct sockaddr_storage *ss, int *fd_out, int *port_out, char *why,
+                         size_t whylen)
+{
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        goto fail;
+    int on = 1;
+    /* A restarted process must be able to bind its port while old connections sit in
+     * TIME_WAIT. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0)
+        goto fail_fd;
+    socklen_t len =
+        ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0)
+        goto fail_fd;
+    if (listen(fd, SOMAXCONN) != 0)
+        goto fail_fd;
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof bound;
+    if (getsockname(fd, (struct sockaddr *)&bound, &blen) != 0)
+        goto fail_fd;
+    *port_out = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
+                                            : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    *fd_out = fd;
+    return 0;
+
+fail_fd:;
+    int saved = errno;
+    close(fd);
+    errno = saved;
+fail:
+    return err_set(why, whylen, -errno, "%s", strerror(errno));
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+    server_release((struct http_server *)h);
+}
+
+int http_server_start(uv_loop_t *loop, const char *host, int port, http_render_cb render,
+                      void *user, struct http_server **out, char *err, size_t errlen)
+{
+    assert(render != NULL);
+    if (host == NULL)
+        host = "127.0.0.1";
+    char addr[300];
+    if (strchr(host, ':'))
+        snprintf(addr, sizeof addr, "[%s]:%d", host, port);
+    else
+        snprintf(addr, sizeof addr, "%s:%d", host, port);
+    if (port < 0 || port > 65535)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: port out of range", addr);
+
+    char why[256];
+    struct sockaddr_storage ss;
+    int fd = -1, bound = 0;
+    int rc = resolve(host, port, &ss, why, sizeof why);
+    if (rc != 0)
+        goto fail;
+    rc = listen_socket(&ss, &fd, &bound, why, sizeof why);
+    if (rc != 0)
+        goto fail;
+    struct http_server *srv = calloc(1, sizeof *srv);
+    if (srv == NULL) {
+        rc = err_set(why, sizeof why, SLUICE_ERR_NOMEM, "out of memory");
+        goto fail_fd;
+    }
+    srv->loop = loop;
+    srv->render = render;
+    srv->user = user;
+    srv->timeout_ms = HTTP_DEFAULT_TIMEOUT_MS;
+    srv->max_conns = HTTP_DEFAULT_MAX_CONNECTIONS;
+    srv->port = bound;
+    srv->handles = 1;
+    rc = uv_tcp_init(loop, &srv->listener);
+    if (rc != 0) {
+        err_set(why, sizeof why, rc, "%s", uv_strerror(rc));
+        goto fail_srv;
+    }
+    /* The socket already listens, so these fail only on a broken descriptor. */
+    rc = uv_tcp_open(&srv->listener, fd);
+    if (rc != 0)
+        close(fd); /* not adopted by the handle */
+    else
+        rc = uv_listen((uv_stream_t *)&srv->listener, SOMAXCONN, on_connection);
+    if (rc != 0) {
+        /* The handle exists now and can only go away through the loop. */
+        srv->closing = true;
+        uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
+        return err_set(err, errlen, rc, "listen on %s: %s", addr, uv_strerror(rc));
+    }
+    *out = srv;
+    return 0;
+
+fail_srv:
+    free(srv);
+fail_fd:
+    close(fd);
+fail:
+    return err_set(err, errlen, rc, "listen on %s: %s", addr, why);
+}
+
+int http_server_port(const struct http_server *srv)
+{
+    return srv->port;
+}
+
+void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms)
+{
+    srv->timeout_ms = timeout_ms ? timeout_ms : HTTP_DEFAULT_TIMEOUT_MS;
+}
+
+void http_server_set_max_connections(struct http_server *srv, unsigned max)
+{
+    srv->max_conns = max ? max : HTTP_DEFAULT_MAX_CONNECTIONS;
+}
+
+void http_server_close(struct http_server *srv, void (*cb)(void *user), void *user)
+{
+    assert(!srv->closing);
+    srv->closing = true;
+    srv->close_cb = cb;
+    srv->close_user = user;
+    uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
+    while (srv->conns)
+        conn_close(srv->conns);
+}

@@ -1,0 +1,95 @@
+/* A minimal, strict HTTP/1.1 server on a libuv loop that serves one resource: GET /metrics.
+ *
+ * Happy path: http_server_start() binds and listens; each accepted connection reads one request
+ * head (request line and header fields up to the empty line) into a fixed buffer, answers it
+ * with exactly one response carrying "Connection: close", half-closes its side, and closes once
+ * the peer has closed too. For GET /metrics the render callback builds the body on the loop
+ * thread, at the moment of the request.
+ *
+ * Responses (the body of every error response is its status line text and a newline):
+ *   200  GET /metrics (a query string is ignored); Content-Type: text/plain; version=0.0.4;
+ *        charset=utf-8; the body is what render produced
+ *   400  a malformed request line or header section (bare LF, control characters, a space
+ *        before a colon, folded lines, an HTTP/1.1 request without exactly one Host field)
+ *   404  any path other than /metrics
+ *   405  /metrics with a method other than GET, with "Allow: GET"
+ *   408  no complete request head within the timeout of the connection being accepted
+ *   431  a request head longer than HTTP_MAX_REQUEST bytes
+ *   500  render failed
+ *   505  an HTTP major version other than 1
+ * Request bodies are never read (GET has none, and the connection closes after one response).
+ *
+ * Failure modes: each phase of a connection gets one timeout: delivering its request head
+ * (counted from the accept however the bytes trickle in; 408 when it runs out), taking the
+ * response, and closing after the server's FIN; a peer that overruns the second or third is cut
+ * off. A peer that goes away is closed without a log line. Beyond the connection limit, a new
+ * connection is accepted and closed at once without a response, so memory stays bounded
+ * whatever peers do. Nothing a peer does can block the loop.
+ *
+ * Threading: every function runs on the loop's thread; callbacks run there too.
+ *
+ * Signals: libuv writes with plain write(2), so the process must ignore SIGPIPE (the servers'
+ * main functions do). */
+#ifndef SLUICE_COMMON_HTTP_H
+#define SLUICE_COMMON_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* Longest request head accepted, request line and header fields with their CRLFs included. */
+#define HTTP_MAX_REQUEST 8192
+/* Defaults of the settings below. */
+#define HTTP_DEFAULT_TIMEOUT_MS 5000
+#define HTTP_DEFAULT_MAX_CONNECTIONS 64
+
+struct http_server;
+
+/* Builds the body for GET /metrics. On success returns 0 and sets *body to a malloc'ed buffer of
+ * *len bytes (NULL with 0 is an empty body), which the server then owns and frees. Any negative
+ * code makes the response a 500, and *body must then be left unset. Runs on the loop thread. */
+typedef int (*http_render_cb)(void *user, char **body, size_t *len);
+
+/* Binds host:port (port 0 picks a free port; host is numeric or resolved, which may block) and
+ * starts serving on loop. Returns 0 and sets *out, or a negative code with one line in err
+ * ("listen on 127.0.0.1:80: Permission denied"); after a failure nothing is left to close,
+ * unless the loop still has to run once to release a handle (the caller's next run of the loop,
+ * or its shutdown, does that). render must not be NULL. */
+int http_server_start(uv_loop_t *loop, const char *host, int port, http_render_cb render,
+                      void *user, struct http_server **out, char *err, size_t errlen);
+
+/* The port the server is bound to (useful after binding port 0). */
+int http_server_port(const struct http_server *srv);
+
+/* The timeout of each phase of a connection (see above); 0 restores HTTP_DEFAULT_TIMEOUT_MS.
+ * Applies to connections accepted afterwards. */
+void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms);
+
+/* How many connections may be open at once; 0 restores HTTP_DEFAULT_MAX_CONNECTIONS. */
+void http_server_set_max_connections(struct http_server *srv, unsigned max);
+
+/* Stops listening and closes every connection (responses not yet written are dropped), then
+ * calls cb (may be NULL) from the last close callback and frees srv. srv is invalid once this
+ * returns, apart from being freed later; call it once. */
+void http_server_close(struct http_server *srv, void (*cb)(void *user), void *user);
+
+/* ---- the request parser, pure and exposed for tests and fuzzing ---------------------------- */
+
+struct http_request {
+    const char *method; /* pointers into the parsed buffer; not NUL-terminated */
+    size_t method_len;
+    const char *path; /* the path of the target, without scheme, authority or query */
+    size_t path_len;
+    int minor;       /* the x in HTTP/1.x */
+    size_t head_len; /* bytes up to and including the empty line */
+};
+
+/* Parses the request head at the start of buf[0..len). Returns
+ *   0                      a complete, well-formed head; *req is filled in
+ *   SLUICE_ERR_TRUNCATED   no empty line yet and nothing wrong so far: read more
+ *   SLUICE_ERR_INVALID     malformed (answer 400); also as soon as a bare LF appears
+ *   SLUICE_ERR_UNSUPPORTED a well-formed request line of an HTTP major version other than 1
+ * Bytes after the head are not looked at. The length limit is the caller's business. */
+int http_parse_request(const char *buf, size_t len, struct http_request *req);
+
+#endif
