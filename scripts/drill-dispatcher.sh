@@ -12,6 +12,7 @@
 #   DRILL_ELEMENTS=N   elements in the pipeline (default 40000)
 #   DRILL_SLEEP_US=U   simulated preprocessing per element in microseconds (default 300)
 #   DRILL_SEED=S       seed of the kill times (default: the time)
+#   DRILL_LOG_LEVEL=L  log level of the dispatcher and the workers (default warn)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -22,6 +23,7 @@ bin=$build/bin
 restarts=${DRILL_RESTARTS:-5}
 elements=${DRILL_ELEMENTS:-40000}
 sleep_us=${DRILL_SLEEP_US:-300}
+log_level=${DRILL_LOG_LEVEL:-warn}
 RANDOM=${DRILL_SEED:-$(date +%s)}
 
 work=$(mktemp -d)
@@ -53,7 +55,7 @@ wait_listen() { # OUTFILE -> prints HOST:PORT once the process says it is listen
 start_dispatcher() { # PORT -> sets disp_pid and disp (HOST:PORT)
     : >"$work/dispatcher.out"
     "$bin/sluice-dispatcher" --fault-tolerant --work-dir "$work/journal-dir" --port "$1" \
-        --snapshot-every 500 --log-level warn >"$work/dispatcher.out" 2>>"$work/dispatcher.log" &
+        --snapshot-every 500 --log-level "$log_level" >"$work/dispatcher.out" 2>>"$work/dispatcher.log" &
     disp_pid=$!
     disp=$(wait_listen "$work/dispatcher.out")
 }
@@ -69,7 +71,7 @@ start_dispatcher 0
 port=${disp##*:}
 echo "dispatcher at $disp (work dir $work/journal-dir)"
 for w in 1 2; do
-    "$bin/sluice-worker" --dispatcher "$disp" --port 0 --log-level warn \
+    "$bin/sluice-worker" --dispatcher "$disp" --port 0 --log-level "$log_level" \
         >"$work/worker$w.out" 2>"$work/worker$w.log" &
     pids+=($!)
     echo "worker $w at $(wait_listen "$work/worker$w.out")"

@@ -6,6 +6,7 @@
 #include "retry.h"
 
 #include "common/backoff.h"
+#include "common/bufpool.h"
 #include "common/error.h"
 #include "pipeline/def.h"
 #include "pipeline/parse.h"
@@ -334,6 +335,7 @@ struct client_conn *client_conn_acquire(struct sluice_client *c, const char *add
         .address = address,
         .role = SLUICE__ROLE__ROLE_CLIENT,
         .incarnation = c->incarnation,
+        .pool = c->pool,
     };
     if (rpc_client_new(&c->loop, &opts, &w->rpc, err, errlen) != 0) {
         free(w);
@@ -452,10 +454,15 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
     c->incarnation = rpc_new_incarnation();
     c->rnd = c->incarnation;
 
-    rc = pipe_registry_new(&c->reg);
+    rc = bufpool_new(CLIENT_POOL_BYTES, CLIENT_POOL_MAX_BLOCK, &c->pool);
     if (rc) {
         err_set(err, errlen, rc, "%s", sluice_strerror(rc));
         goto fail_client;
+    }
+    rc = pipe_registry_new(&c->reg);
+    if (rc) {
+        err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+        goto fail_pool;
     }
     for (size_t i = 0; i < options->nplugins; i++) {
         rc = pipe_registry_load_plugin(c->reg, options->plugins[i], err, errlen);
@@ -516,6 +523,8 @@ fail_loop:
     uv_loop_close(&c->loop);
 fail_registry:
     pipe_registry_free(c->reg);
+fail_pool:
+    bufpool_free(c->pool);
 fail_client:
     free(c);
     return rc;
@@ -536,6 +545,7 @@ void sluice_client_close(struct sluice_client *c)
     uv_cond_destroy(&c->cond);
     uv_mutex_destroy(&c->mu);
     pipe_registry_free(c->reg);
+    bufpool_free(c->pool);
     free(c);
 }
 

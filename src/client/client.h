@@ -25,6 +25,9 @@
 #include <uv.h>
 
 #define CLIENT_ADDR_MAX 512
+/* Bounds of the reply buffer pool: what it keeps for reuse, and the largest block it keeps. */
+#define CLIENT_POOL_BYTES (64u << 20)
+#define CLIENT_POOL_MAX_BLOCK (64u << 20)
 
 struct client_op;
 struct client_conn;
@@ -55,6 +58,9 @@ struct sluice_client {
     uint32_t timeout_ms;
     struct sluice_registry *reg; /* built-ins and plugins; read-only after open */
     uint64_t incarnation;        /* sent in our Hello */
+    /* Buffers of large replies: filled on the loop thread, handed to readers with the payloads
+     * and given back by them when decoded. Any thread. */
+    struct bufpool *pool;
 
     uv_loop_t loop;
     uv_thread_t thread;

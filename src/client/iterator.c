@@ -196,13 +196,14 @@ struct fetch {
 
 /* Makes a prefetch item of a reply's payload. A payload received in a frame buffer of its own is
  * taken over with that buffer; a small one is copied. Returns 0 or SLUICE_ERR_NOMEM. */
-static int item_from_reply(struct rpc_client *rpc, const Sluice__GetElementsReply *r,
-                           struct prefetch_item *item)
+static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
+                           const Sluice__GetElementsReply *r, struct prefetch_item *item)
 {
     if (r->payload.len) {
-        item->block = rpc_client_take_reply(rpc);
+        item->block = rpc_client_take_reply(rpc, &item->block_cap);
         if (item->block) {
             item->data = r->payload.data;
+            item->pool = it->c->pool;
             return 0;
         }
     }
@@ -261,8 +262,8 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             iter_fail(it, status, "%s", msg ? msg : "");
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
-        struct prefetch_item item = {NULL, r->payload.len, r->count, task_id, NULL};
-        if (has_data && item_from_reply(rpc, r, &item) != 0) {
+        struct prefetch_item item = {.len = r->payload.len, .count = r->count, .task_id = task_id};
+        if (has_data && item_from_reply(it, rpc, r, &item) != 0) {
             uv_mutex_lock(&it->mu);
             prefetch_cancel(&it->pf);
             uv_mutex_unlock(&it->mu);
@@ -303,6 +304,8 @@ static int fetch(struct sluice_iterator *it, size_t i)
     req.task_id = t->id;
     req.client_id = it->client_id;
     /* 0 lets the worker choose reply sizes; a coordinated round is one element per consumer. */
+    if (getenv("DBG_MB"))
+        req.max_bytes = strtoull(getenv("DBG_MB"), 0, 10);
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;
@@ -1024,7 +1027,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     it->consumer_index = o->consumer_index;
     atomic_init(&it->interrupted, 0);
     pipe_elem_init(&it->elem);
-    ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
+    ct_init(&it->tasks, it->coordinated, getenv("DBG_PT") ? atoi(getenv("DBG_PT")) : ITER_PER_TASK_MAX);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",

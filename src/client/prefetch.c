@@ -1,5 +1,6 @@
 #include "prefetch.h"
 
+#include "common/bufpool.h"
 #include "common/error.h"
 
 #include <assert.h>
@@ -19,7 +20,10 @@ int prefetch_init(struct prefetch *p, unsigned cap)
 
 void prefetch_item_free(struct prefetch_item *item)
 {
-    free(item->block ? item->block : item->data);
+    if (item->block && item->pool)
+        bufpool_put(item->pool, item->block, item->block_cap);
+    else
+        free(item->block ? item->block : item->data);
     memset(item, 0, sizeof *item);
 }
 

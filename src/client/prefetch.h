@@ -18,19 +18,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct bufpool;
+
 /* One reply payload: count element records in the element codec's batch format. The bytes are
- * in one malloc'd block: block when it is set (data then points into it, e.g. a received frame
- * taken over whole), else data itself. Whoever holds the item owns the block; prefetch_item_free
- * frees it. */
+ * in one malloc'd block: block when it is set (data then points into it: a received frame taken
+ * over whole), else data itself. Whoever holds the item owns the block; prefetch_item_free
+ * gives it back to pool (when both are set) or frees it. */
 struct prefetch_item {
     uint8_t *data;
     size_t len;
     uint32_t count;
     uint64_t task_id;
     void *block;
+    size_t block_cap;
+    struct bufpool *pool; /* outlives the item */
 };
 
-/* Frees the item's block and clears the item. */
+/* Frees (or pools) the item's block and clears the item. Any thread. */
 void prefetch_item_free(struct prefetch_item *item);
 
 struct prefetch {

@@ -6,6 +6,7 @@
  * thing that touches the conn. */
 #include "conn.h"
 
+#include "bufpool.h"
 #include "error.h"
 #include "ewire.h"
 #include "log.h"
@@ -80,6 +81,15 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     uint8_t *dst;
     size_t len;
     c->direct = false;
+    /* A large payload about to start goes into a pooled buffer when the decoder's own is too
+     * small (it was taken over with the previous frame, typically). */
+    if (c->pool && c->dec.need >= CONN_DIRECT_MIN && c->dec.have == 0 &&
+        c->dec.buf_cap < c->dec.need && !c->dec.failed) {
+        size_t cap, old_cap;
+        uint8_t *b = bufpool_get(c->pool, c->dec.need, &cap);
+        if (b)
+            bufpool_put(c->pool, frame_decoder_swap(&c->dec, b, cap, &old_cap), old_cap);
+    }
     /* The rest of a large payload goes straight where the decoder assembles it. A failure to
      * allocate leaves the decoder failed, and the next feed reports it. */
     if (c->dec.need >= CONN_DIRECT_MIN && frame_decoder_space(&c->dec, &dst, &len) == 0 &&
@@ -365,13 +375,13 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
     return 0;
 }
 
-void *conn_take_frame(struct conn *c)
+void *conn_take_frame(struct conn *c, size_t *cap)
 {
+    *cap = 0;
     if (!c->takeable)
         return NULL;
     c->takeable = false;
-    size_t cap;
-    return frame_decoder_detach(&c->dec, &cap);
+    return frame_decoder_detach(&c->dec, cap);
 }
 
 int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation)

@@ -42,6 +42,7 @@
 /* Size of the read buffer each connection allocates on its first read and reuses. */
 #define CONN_READ_BUFFER_SIZE (256u << 10)
 
+struct bufpool;
 struct conn;
 
 struct conn_ops {
@@ -86,8 +87,11 @@ struct conn {
     uint32_t max_frame;
     size_t max_pending_write; /* 0: never stop reading */
     uint8_t *rbuf;            /* CONN_READ_BUFFER_SIZE bytes, or NULL before the first read */
-    size_t pending_write;     /* bytes passed to uv_write whose callback has not run */
-    unsigned writes;          /* write requests whose callback has not run */
+    /* NULL, or where buffers for large payloads come from (set by the owner after conn_init);
+     * the owner hands buffers taken with conn_take_frame back to it. */
+    struct bufpool *pool;
+    size_t pending_write; /* bytes passed to uv_write whose callback has not run */
+    unsigned writes;      /* write requests whose callback has not run */
     struct conn_deferred *deferred_head, *deferred_tail;
     bool direct;       /* the buffer last given to libuv lies in the decoder (direct filling) */
     bool exact_header; /* the last frame was large: read the next header on its own */
@@ -134,10 +138,11 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
                        const uint8_t *payload, size_t len, conn_sent_cb sent, void *arg);
 
 /* Only from ops->on_envelope, for a GetElementsReply: when the Envelope is a view into a frame
- * that was assembled in a buffer of its own, hands that buffer over and returns it (the caller
- * frees it with free(); env's pointers, the payload's included, keep pointing into it). Returns
- * NULL otherwise (the payload is then valid only during the call, as usual). */
-void *conn_take_frame(struct conn *c);
+ * that was assembled in a buffer of its own, hands that buffer (a malloc'd block of *cap bytes)
+ * over and returns it; env's pointers, the payload's included, keep pointing into it. The caller
+ * frees it, or gives it back to c->pool. Returns NULL otherwise (the payload is then valid only
+ * during the call, as usual). */
+void *conn_take_frame(struct conn *c, size_t *cap);
 
 /* Sends a Hello with RPC_PROTOCOL_VERSION, role and incarnation. */
 int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation);

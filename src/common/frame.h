@@ -57,7 +57,6 @@ int frame_decoder_filled(struct frame_decoder *d, size_t n, frame_cb on_frame, v
  * buffer's size. */
 uint8_t *frame_decoder_detach(struct frame_decoder *d, size_t *cap);
 
-
 /* Gives the decoder buf (cap bytes, from malloc) to assemble payloads in from now on, in place of
  * its own buffer, which it returns (NULL when it had none) with its size in *old_cap. Only while
  * no payload is partly assembled (d->have == 0). */

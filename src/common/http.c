@@ -24,7 +24,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <inttypes.h>
 #include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -11,9 +11,9 @@
  *        charset=utf-8; the body is what render produced
  *   400  a malformed request line or header section (bare LF, control characters, a space
  *        before a colon, folded lines, an HTTP/1.1 request without exactly one Host field)
- *   404  any path other than /metrics
+ *   404  any path other than /metrics, whatever the method
  *   405  /metrics with a method other than GET, with "Allow: GET"
- *   408  no complete request head within the timeout of the connection being accepted
+ *   408  no complete request head within the timeout after the connection was accepted
  *   431  a request head longer than HTTP_MAX_REQUEST bytes
  *   500  render failed
  *   505  an HTTP major version other than 1
@@ -69,8 +69,8 @@ void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms);
 void http_server_set_max_connections(struct http_server *srv, unsigned max);
 
 /* Stops listening and closes every connection (responses not yet written are dropped), then
- * calls cb (may be NULL) from the last close callback and frees srv. srv is invalid once this
- * returns, apart from being freed later; call it once. */
+ * calls cb (may be NULL) from the last close callback and frees srv. Call it once, and do not
+ * use srv afterwards; the loop must run for the closing to finish. */
 void http_server_close(struct http_server *srv, void (*cb)(void *user), void *user);
 
 /* ---- the request parser, pure and exposed for tests and fuzzing ---------------------------- */

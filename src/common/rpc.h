@@ -109,6 +109,7 @@ size_t rpc_conn_pending_write(const struct rpc_conn *conn);
 /* ---- client ---------------------------------------------------------------------------------- */
 
 struct rpc_client;
+struct bufpool;
 
 /* Called exactly once per accepted call. status 0: reply is the answer. status < 0: reply is
  * NULL, or, when the server answered with an Error body, that Envelope; msg is always a one-line
@@ -126,6 +127,8 @@ struct rpc_client_opts {
     uint32_t connect_timeout_ms; /* 0: 5000 */
     uint32_t backoff_min_ms;     /* 0: 50 */
     uint32_t backoff_max_ms;     /* 0: 2000 */
+    /* NULL, or where buffers for large replies come from; it outlives the client. */
+    struct bufpool *pool;
     rpc_connect_cb on_connect;
     void *user;
 };
@@ -143,10 +146,11 @@ int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_
              void *user);
 
 /* Only from an rpc_reply_cb with status 0 whose reply is a GetElementsReply: when the reply was
- * received in a buffer of its own (large replies are), hands that buffer over and returns it; the
- * caller frees it with free(), and reply's pointers (the payload's included) stay valid until
- * then. Returns NULL otherwise; the reply is then valid only during the callback, as usual. */
-void *rpc_client_take_reply(struct rpc_client *client);
+ * received in a buffer of its own (large replies are), hands that buffer (a malloc'd block of
+ * *cap bytes) over and returns it; the caller frees it, or gives it back to the client's pool,
+ * and reply's pointers (the payload's included) stay valid until then. Returns NULL otherwise;
+ * the reply is then valid only during the callback, as usual. */
+void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
 
 bool rpc_client_connected(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */

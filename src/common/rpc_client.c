@@ -74,6 +74,7 @@ struct rpc_client {
     uint32_t max_frame, connect_timeout_ms, backoff_min_ms, backoff_max_ms;
     rpc_connect_cb on_connect;
     void *user;
+    struct bufpool *pool;
 
     enum client_state state;
     uv_getaddrinfo_t gai;
@@ -563,6 +564,7 @@ static void on_connected(uv_connect_t *req, int status)
 static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
 {
     int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
+    cl->conn.pool = cl->pool;
     if (rc != 0) {
         /* No handle was created, so there is no close callback to wait for. */
         uv_timer_stop(&cl->connect_timer);
@@ -720,6 +722,7 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
         cl->backoff_max_ms = cl->backoff_min_ms;
     cl->on_connect = opts->on_connect;
     cl->user = opts->user;
+    cl->pool = opts->pool;
     cl->rng = rpc_new_incarnation() ^ opts->incarnation;
     cl->next_id = 1;
     cl->state = CLIENT_IDLE;
@@ -785,12 +788,13 @@ fail_call:
     return rc;
 }
 
-void *rpc_client_take_reply(struct rpc_client *cl)
+void *rpc_client_take_reply(struct rpc_client *cl, size_t *cap)
 {
+    *cap = 0;
     /* The conn exists from CONNECTING through CLOSING; a reply arrives only while CONNECTED. */
     if (cl->state != CLIENT_CONNECTED)
         return NULL;
-    return conn_take_frame(&cl->conn);
+    return conn_take_frame(&cl->conn, cap);
 }
 
 bool rpc_client_connected(const struct rpc_client *cl)

@@ -142,8 +142,10 @@ uint32_t autoscale_recommend(const struct autoscale_params *params,
         d.target_up = count_for(d.demand / d.capacity);
         d.target_down = count_for(d.demand * (1 + p->headroom) / d.capacity);
         if (d.unmet >= p->wait_up && d.target_up > n) {
+            /* Never below what HOLD would answer, so more waiting never lowers the answer. */
             d.reason = AUTOSCALE_UP;
-            rec = d.target_up < up_cap ? d.target_up : up_cap;
+            uint64_t want = d.target_up > in->previous ? d.target_up : in->previous;
+            rec = want < up_cap ? want : up_cap;
         } else if (d.unmet < p->wait_down && d.idle >= p->idle_down && d.target_down < n) {
             d.reason = AUTOSCALE_DOWN;
             uint64_t down_step = step(p->step_down, n);

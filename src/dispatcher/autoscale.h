@@ -41,8 +41,9 @@
  *    STEP_DOWN [0.25].
  *    - NO_DATA when no worker or no client has data, or C is 0 (workers produced nothing, so
  *      there is no throughput to divide by): keep n.
- *    - UP when u >= WAIT_UP [0.05] and T_up > n: min(T_up, n + step_up(n)). Clients waiting is
- *      the evidence that more workers help; T_up says how many, and the step bounds how fast.
+ *    - UP when u >= WAIT_UP [0.05] and T_up > n: min(max(T_up, previous), n + step_up(n)).
+ *      Clients waiting is the evidence that more workers help; T_up says how many, the step
+ *      bounds how fast, and a larger scale-up already in flight is kept.
  *    - DOWN when u < WAIT_DOWN [0.01] and I >= IDLE_DOWN [0.2] and T_down < n:
  *      max(T_down, n - step_down(n)). All three must hold: consumers (almost) never wait, workers
  *      are visibly idle, and the measured capacity covers demand with headroom with fewer
@@ -53,8 +54,13 @@
  *    Consumers that wait while workers sit idle (u high, T_up <= n) are a HOLD: the bottleneck is
  *    elsewhere (network, the clients themselves), and more workers would not help.
  *
- * 5. Bounds. The answer is then clamped to [max(1, MIN_WORKERS [1]), MAX_WORKERS [0: none]];
- *    this clamp is the only thing that may move it further than one step from n.
+ * 5. Bounds. The answer is then clamped to [max(1, MIN_WORKERS [1]), MAX_WORKERS [0: none]]
+ *    (MIN_WORKERS wins if the two cross); this clamp is the only thing that may move it further
+ *    than one step from n.
+ *
+ * Properties (tested): the answer is at least 1; without the clamp of 5 it lies in
+ * [n - step_down(n), n + step_up(n)]; NO_DATA answers n, UP more than n, DOWN less than n, HOLD
+ * at least n; and raising any client's wait share never lowers the answer.
  *
  * Compared with dividing the sum of consumption rates by the mean worker throughput (tf.data
  * service's rule): measured consumption cannot exceed production, so that ratio never asks for
@@ -68,15 +74,15 @@
 #include <stdint.h>
 
 struct autoscale_params {
-    double wait_cap;     /* WAIT_CAP: wait share above which demand stops growing */
-    double busy_below;   /* BUSY_BELOW: a worker idle less than this counts as busy */
-    double idle_cap;     /* IDLE_CAP: idle share cap when extrapolating from idle workers */
-    double headroom;     /* HEADROOM: spare capacity kept when shrinking */
-    double wait_up;      /* WAIT_UP: unmet share from which to grow */
-    double wait_down;    /* WAIT_DOWN: unmet share below which shrinking is allowed */
-    double idle_down;    /* IDLE_DOWN: mean idle share from which shrinking is allowed */
-    double step_up;      /* STEP_UP: largest growth per decision, as a share of n */
-    double step_down;    /* STEP_DOWN: largest shrinkage per decision, as a share of n */
+    double wait_cap;      /* WAIT_CAP: wait share above which demand stops growing */
+    double busy_below;    /* BUSY_BELOW: a worker idle less than this counts as busy */
+    double idle_cap;      /* IDLE_CAP: idle share cap when extrapolating from idle workers */
+    double headroom;      /* HEADROOM: spare capacity kept when shrinking */
+    double wait_up;       /* WAIT_UP: unmet share from which to grow */
+    double wait_down;     /* WAIT_DOWN: unmet share below which shrinking is allowed */
+    double idle_down;     /* IDLE_DOWN: mean idle share from which shrinking is allowed */
+    double step_up;       /* STEP_UP: largest growth per decision, as a share of n */
+    double step_down;     /* STEP_DOWN: largest shrinkage per decision, as a share of n */
     uint32_t min_workers; /* MIN_WORKERS: 0 means 1 */
     uint32_t max_workers; /* MAX_WORKERS: 0 means no limit */
 };
@@ -110,11 +116,11 @@ enum autoscale_reason { AUTOSCALE_NO_DATA, AUTOSCALE_UP, AUTOSCALE_DOWN, AUTOSCA
 struct autoscale_decision {
     uint32_t workers; /* the recommendation, as returned */
     enum autoscale_reason reason;
-    double demand;   /* D */
-    double served;   /* S */
-    double unmet;    /* u */
-    double capacity; /* C; 0 when unknown */
-    double idle;     /* I */
+    double demand;        /* D */
+    double served;        /* S */
+    double unmet;         /* u */
+    double capacity;      /* C; 0 when unknown */
+    double idle;          /* I */
     uint32_t target_up;   /* T_up; 0 when C is unknown */
     uint32_t target_down; /* T_down; 0 when C is unknown */
     size_t workers_measured, clients_measured;

@@ -24,8 +24,11 @@
  * neither allocates nor faults in fresh pages per chunk. Chunks grown far past the publish size
  * by huge elements are freed instead. */
 #define TASK_FREE_SPARE 8u
-#define TASK_FREE_MAX_CAP (2u * TASK_CHUNK_BYTES)
+#define TASK_FREE_MAX_CAP (2u * dbg_chunk())
 
+/* DBG */
+static size_t dbg_env(const char *n, size_t d) { const char *v = getenv(n); return v ? strtoull(v, 0, 10) : d; }
+static size_t dbg_chunk(void) { static size_t c; if (!c) c = dbg_env("DBG_CHUNK", TASK_CHUNK_BYTES); return c; }
 struct producer {
     struct task *t;
     uv_thread_t thread;
@@ -238,7 +241,7 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         if (c->count == 0)
             c->born_ns = uv_hrtime();
         c->count++;
-        bool flush = c->data.len >= TASK_CHUNK_BYTES || c->count >= TASK_CHUNK_RECORDS;
+        bool flush = c->data.len >= dbg_chunk() || c->count >= TASK_CHUNK_RECORDS;
         if (!flush && atomic_load_explicit(&t->waiting, memory_order_relaxed)) {
             /* A reader waits: publish once the chunk has lingered, or at once when elements
              * come slowly (this one took longer than the linger to arrive). */
@@ -438,7 +441,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->worker_index = cfg->worker_index;
     t->reg = cfg->reg;
     t->wake = cfg->wake;
-    t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : TASK_BUFFER_BYTES;
+    t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : dbg_env("DBG_BUF", TASK_BUFFER_BYTES);
     t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
     t->spec = spec;
     unsigned n = 1;
