@@ -13,6 +13,7 @@
 #   DRILL_SLEEP_US=U   simulated preprocessing per element in microseconds (default 300)
 #   DRILL_SEED=S       seed of the kill times (default: the time)
 #   DRILL_LOG_LEVEL=L  log level of the dispatcher and the workers (default warn)
+#   DRILL_READ_TIMEOUT_S=T  how long the read may take after the last restart (default 120)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -24,6 +25,7 @@ restarts=${DRILL_RESTARTS:-5}
 elements=${DRILL_ELEMENTS:-40000}
 sleep_us=${DRILL_SLEEP_US:-300}
 log_level=${DRILL_LOG_LEVEL:-warn}
+read_timeout=${DRILL_READ_TIMEOUT_S:-120}
 RANDOM=${DRILL_SEED:-$(date +%s)}
 
 work=$(mktemp -d)
@@ -98,12 +100,12 @@ while [ "$killed" -lt "$restarts" ]; do
     echo "restart $killed: dispatcher killed and back on port $port"
 done
 
-for _ in $(seq 1 1200); do
+for _ in $(seq 1 $((read_timeout * 10))); do
     kill -0 "$reader" 2>/dev/null || break
     sleep 0.1
 done
 if kill -0 "$reader" 2>/dev/null; then
-    echo "drill: the read did not finish within 120 s of the last restart" >&2
+    echo "drill: the read did not finish within $read_timeout s of the last restart" >&2
     kill -TERM "$reader" || true
     status=1
 fi

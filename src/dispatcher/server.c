@@ -5,13 +5,16 @@
  * updates to d->ups or refuses with a message), hands the updates to commit(), and replies from
  * the commit's callback while holding a reference on the connection. GetOrCreateJob for a new
  * distributed_epoch iteration first builds the split plan on the thread pool (file globs read
- * directories) and plans when that is done, against the state as it is then.
+ * directories) and plans when that is done, against the state as it is then. In fault-tolerant
+ * mode commit() also queues each update for the journal's group commit (journal_thread.h), and
+ * the callback waits for that transaction; the state was rebuilt from the journal at start.
  *
  * Failure modes: a refused request gets an Error with the plan's code and message; a request
  * the dispatcher does not serve gets SLUICE_ERR_UNSUPPORTED; a reply that cannot be sent (the
  * connection went away) is dropped, the state change stands. An update that does not apply to
- * the state it was planned against is a bug or a damaged memory: the dispatcher then refuses
- * every later commit and reports through on_fatal.
+ * the state it was planned against is a bug or a damaged memory, and a journal that cannot
+ * write (disk full, map at its ceiling, I/O error) cannot keep what it acknowledges: either way
+ * the dispatcher refuses every later commit and reports through on_fatal.
  *
  * Soft state (not journaled, rebuilt from nothing after a restart): when each worker and client
  * was last heard from, since when each iteration has had no clients, and each dataset's decoded

@@ -91,7 +91,16 @@ static size_t body_size(const struct sluice_element *e)
     return n;
 }
 
-static uint8_t *write_body(uint8_t *p, const struct sluice_element *e)
+/* The bytes of a tensor's values in the body: the strings of a bytes tensor, else its data. */
+static size_t values_size(const struct pipe_tensor *t)
+{
+    return t->dtype == SLUICE_BYTES ? t->offs[pipe_tensor_num_values(t)] : t->len;
+}
+
+/* Writes the body of e at p and returns its end. The values of component skip (when it is a
+ * component index) are left out; *skip_at then receives where they belong. */
+static uint8_t *write_body_skipping(uint8_t *p, const struct sluice_element *e, size_t skip,
+                                    uint8_t **skip_at)
 {
     *p++ = (uint8_t)e->n;
     for (size_t c = 0; c < e->n; c++) {
@@ -104,14 +113,22 @@ static uint8_t *write_body(uint8_t *p, const struct sluice_element *e)
             uint64_t nv = pipe_tensor_num_values(t);
             for (uint64_t k = 0; k < nv; k++)
                 p += varint_put(p, t->offs[k + 1] - t->offs[k]);
-            memcpy(p, t->data, t->offs[nv]);
-            p += t->offs[nv];
-        } else {
-            memcpy(p, t->data, t->len);
-            p += t->len;
         }
+        if (c == skip) {
+            *skip_at = p;
+            continue;
+        }
+        size_t n = values_size(t);
+        memcpy(p, t->data, n);
+        p += n;
     }
     return p;
+}
+
+static uint8_t *write_body(uint8_t *p, const struct sluice_element *e)
+{
+    uint8_t *unused;
+    return write_body_skipping(p, e, SIZE_MAX, &unused);
 }
 
 int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
@@ -154,6 +171,35 @@ int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool
     uint8_t *end = write_body(p, e);
     out->len = (size_t)((char *)end - out->p);
     return 0;
+}
+
+int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
+                       struct codec_split *split)
+{
+    size_t best = SIZE_MAX, best_len = 0;
+    for (size_t c = 0; c < e->n; c++) {
+        size_t n = values_size(&e->t[c]);
+        if (n >= min_ext && n > best_len) {
+            best = c;
+            best_len = n;
+        }
+    }
+    if (best == SIZE_MAX)
+        return 0;
+    size_t reclen = 1 + body_size(e);
+    size_t inline_len = varint_len(reclen) + reclen - best_len;
+    if (buf_reserve(out, inline_len))
+        return SLUICE_ERR_NOMEM;
+    uint8_t *p = (uint8_t *)out->p + out->len;
+    p += varint_put(p, reclen);
+    *p++ = 0;
+    uint8_t *at = NULL;
+    uint8_t *end = write_body_skipping(p, e, best, &at);
+    split->comp = best;
+    split->at = (size_t)(at - (uint8_t *)out->p);
+    split->len = best_len;
+    out->len = (size_t)((char *)end - out->p);
+    return 1;
 }
 
 static int corrupt(char *err, size_t errlen, size_t at, const char *what)

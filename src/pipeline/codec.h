@@ -31,6 +31,23 @@
 int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
                       struct pipe_buf *scratch);
 
+/* Where codec_append_split left out a tensor's values. */
+struct codec_split {
+    size_t comp; /* the component whose values were left out */
+    size_t at;   /* the offset in out where they belong */
+    size_t len;  /* their size in bytes */
+};
+
+/* Appends one stored (uncompressed) element record with its length prefix, like
+ * codec_append_elem without compression, except for the values of the component with the most
+ * value bytes (the strings of a bytes tensor, the data of any other), provided it has at least
+ * min_ext of them: those are not copied, and the record is out's new bytes with that
+ * component's values inserted at split->at. This lets a writer send a large element from the
+ * tensor's own buffer. Returns 1 (appended, *split set), 0 (no component is that large; out is
+ * unchanged and the caller uses codec_append_elem), or SLUICE_ERR_NOMEM. */
+int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
+                       struct codec_split *split);
+
 /* Reads the next record of a batch at data[*pos..len) into e (reusing its buffers) and advances
  * *pos. Returns 1 (an element), 0 (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
  * scratch is a reusable buffer for decompression. Offsets in messages count from the start of

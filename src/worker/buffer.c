@@ -34,15 +34,26 @@ size_t wbuf_read_varint(const uint8_t *p, size_t len, uint64_t *value)
 void wbuf_push(struct wbuf *b, struct wbuf_chunk *c)
 {
     assert(c->count > 0 && c->pos == 0 && c->taken == 0);
+    assert(c->ext == NULL || (c->count == 1 && c->ext_at <= c->data.len));
     c->next = NULL;
     if (b->tail)
         b->tail->next = c;
     else
         b->head = c;
     b->tail = c;
-    b->bytes += c->data.len;
+    b->bytes += c->data.len + c->ext_len;
     b->count += c->count;
     b->chunks++;
+}
+
+/* Checks an external chunk's one record: its length prefix covers the rest of data and the
+ * external bytes, which are spliced in after the prefix. */
+static bool ext_consistent(const struct wbuf_chunk *c)
+{
+    uint64_t l;
+    size_t h = wbuf_read_varint((const uint8_t *)c->data.p, c->data.len, &l);
+    return h > 0 && c->ext_at >= h && c->ext_at <= c->data.len &&
+           l == c->data.len - h + c->ext_len;
 }
 
 /* Where a planned take ends: in chunk last, before byte end and record k. */
@@ -59,6 +70,24 @@ static int plan_take(const struct wbuf *b, uint32_t max_elements, uint64_t max_b
 {
     memset(pl, 0, sizeof *pl);
     for (struct wbuf_chunk *c = b->head; c; c = c->next) {
+        if (c->ext) {
+            /* One record, taken whole or not at all. */
+            if (pl->n == max_elements)
+                return 0;
+            if (!ext_consistent(c))
+                return SLUICE_ERR_CORRUPT;
+            uint64_t rec = c->data.len + c->ext_len;
+            if (pl->n > 0 && pl->bytes + rec > max_bytes)
+                return 0;
+            pl->bytes += rec;
+            pl->n++;
+            pl->last = c;
+            pl->end = c->data.len;
+            pl->k = 1;
+            if ((uint64_t)pl->n * 2 >= max_elements || pl->bytes * 2 >= max_bytes)
+                return 0;
+            continue;
+        }
         const uint8_t *data = (const uint8_t *)c->data.p;
         size_t p = c->pos;
         uint32_t k = c->taken;
@@ -114,7 +143,7 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
         return 0;
 
     struct wbuf_chunk *head = b->head;
-    if (pl.last == head) {
+    if (pl.last == head && !head->ext) {
         out->payload = (const uint8_t *)head->data.p + head->pos;
         out->len = pl.end - head->pos;
     } else {
@@ -123,9 +152,18 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
             return rc;
         size_t off = 0;
         for (struct wbuf_chunk *c = head;; c = c->next) {
-            size_t end = c == pl.last ? pl.end : c->data.len;
-            memcpy(scratch->p + off, c->data.p + c->pos, end - c->pos);
-            off += end - c->pos;
+            if (c->ext) {
+                struct wbuf_piece pieces[3];
+                unsigned n = wbuf_chunk_pieces(c, pieces);
+                for (unsigned i = 0; i < n; i++) {
+                    memcpy(scratch->p + off, pieces[i].p, pieces[i].len);
+                    off += pieces[i].len;
+                }
+            } else {
+                size_t end = c == pl.last ? pl.end : c->data.len;
+                memcpy(scratch->p + off, c->data.p + c->pos, end - c->pos);
+                off += end - c->pos;
+            }
             if (c == pl.last)
                 break;
         }
@@ -162,11 +200,78 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
     return 0;
 }
 
+int wbuf_take_whole(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, unsigned max_chunks,
+                    struct wbuf_take *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t bytes = 0, count = 0;
+    unsigned n = 0;
+    struct wbuf_chunk *end = b->head;
+    while (end && n < max_chunks) {
+        uint64_t cb = end->data.len - end->pos + end->ext_len;
+        uint64_t cn = end->count - end->taken;
+        if (count + cn > max_elements || bytes + cb > max_bytes) {
+            /* An external chunk cannot be cut, so it goes alone when over a limit. */
+            if (n == 0 && end->ext) {
+                bytes = cb;
+                count = cn;
+                n = 1;
+                end = end->next;
+            }
+            break;
+        }
+        bytes += cb;
+        count += cn;
+        n++;
+        end = end->next;
+    }
+    if (n == 0)
+        return 0;
+
+    struct wbuf_chunk **spent_tail = &out->spent;
+    while (b->head != end) {
+        struct wbuf_chunk *c = b->head;
+        b->head = c->next;
+        c->next = NULL;
+        *spent_tail = c;
+        spent_tail = &c->next;
+        b->chunks--;
+    }
+    if (!b->head)
+        b->tail = NULL;
+    b->bytes -= bytes;
+    b->count -= count;
+    out->len = (size_t)bytes;
+    out->count = (uint32_t)count;
+    out->whole = true;
+    return 0;
+}
+
+unsigned wbuf_chunk_pieces(const struct wbuf_chunk *c, struct wbuf_piece out[3])
+{
+    const uint8_t *data = (const uint8_t *)c->data.p;
+    unsigned n = 0;
+    if (!c->ext) {
+        if (c->data.len > c->pos)
+            out[n++] = (struct wbuf_piece){data + c->pos, c->data.len - c->pos};
+        return n;
+    }
+    assert(c->pos <= c->ext_at);
+    if (c->ext_at > c->pos)
+        out[n++] = (struct wbuf_piece){data + c->pos, c->ext_at - c->pos};
+    if (c->ext_len)
+        out[n++] = (struct wbuf_piece){c->ext, c->ext_len};
+    if (c->data.len > c->ext_at)
+        out[n++] = (struct wbuf_piece){data + c->ext_at, c->data.len - c->ext_at};
+    return n;
+}
+
 void wbuf_chunk_free(struct wbuf_chunk *c)
 {
     if (!c)
         return;
     pipe_buf_release(&c->data);
+    free(c->ext);
     free(c);
 }
 

@@ -5,11 +5,18 @@
  * A chunk is a run of whole records in the element codec's batch format (pipeline/codec.h):
  * each record is preceded by its varint length, so any run of whole records is itself a valid
  * reply payload. Producers fill a chunk privately, then push it; from then on only the consumer
- * side (wbuf_take) reads or changes it. A reply that fits in the head chunk is a pointer into
- * that chunk (no copy); one that spans chunks is gathered into a scratch buffer.
+ * side (wbuf_take, wbuf_take_whole) reads or changes it. A reply that fits in the head chunk is a
+ * pointer into that chunk (no copy); one that spans chunks is gathered into a scratch buffer,
+ * unless it is taken as whole chunks, whose bytes are then written from where they lie.
  *
- * Invariants: bytes and count are the sums over queued chunks of their untaken bytes and
- * records, chunks is their number; every queued chunk has at least one untaken record. */
+ * An external chunk holds one record whose bulk (the values of one large tensor) stays in the
+ * block the producer built the element in, instead of being copied into data: the record is
+ * data.p[0, ext_at), then ext[0, ext_len), then data.p[ext_at, data.len). Such a chunk is only
+ * ever taken whole.
+ *
+ * Invariants: bytes and count are the sums over queued chunks of their untaken bytes (external
+ * bytes included) and records, chunks is their number; every queued chunk has at least one
+ * untaken record. */
 #ifndef SLUICE_WORKER_BUFFER_H
 #define SLUICE_WORKER_BUFFER_H
 
@@ -26,6 +33,16 @@ struct wbuf_chunk {
     uint32_t count;       /* records in data */
     uint32_t taken;       /* records taken from the front */
     uint64_t born_ns;     /* monotonic time of its first record (set by the producer) */
+    /* External chunks only (ext != NULL; count is 1): the block of ext_cap bytes (from malloc,
+     * owned by the chunk) whose first ext_len bytes belong at offset ext_at of data. */
+    uint8_t *ext;
+    size_t ext_len, ext_cap, ext_at;
+};
+
+/* One contiguous piece of a reply written from chunks in place. */
+struct wbuf_piece {
+    const uint8_t *p;
+    size_t len;
 };
 
 struct wbuf {
@@ -35,15 +52,18 @@ struct wbuf {
     uint64_t chunks; /* queued chunks */
 };
 
-/* The result of one wbuf_take. payload/len is the reply payload: it points either into a
- * chunk or into the scratch buffer passed to wbuf_take, and stays valid until the chunks in
- * spent are recycled or freed and scratch is next used. spent lists the chunks the take used up;
- * they are no longer in the buffer and belong to the caller. */
+/* The result of one wbuf_take or wbuf_take_whole. For wbuf_take, payload/len is the reply
+ * payload: it points either into a chunk or into the scratch buffer passed to wbuf_take, and
+ * stays valid until the chunks in spent are recycled or freed and scratch is next used. For
+ * wbuf_take_whole, payload is NULL and the reply is the bytes of the chunks in spent, in order,
+ * each from its pos on (see wbuf_chunk_pieces); len is their total. spent lists the chunks the
+ * take used up; they are no longer in the buffer and belong to the caller. */
 struct wbuf_take {
     const uint8_t *payload;
     size_t len;
     uint32_t count;
     bool copied; /* payload is in scratch */
+    bool whole;  /* a wbuf_take_whole: the reply is the chunks in spent */
     struct wbuf_chunk *spent;
 };
 
@@ -63,7 +83,19 @@ void wbuf_push(struct wbuf *b, struct wbuf_chunk *c);
 int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
               struct wbuf_take *out);
 
-/* Frees a chunk and its data; NULL is fine. */
+/* Takes whole chunks from the head, for a reply written from them without copying: the head
+ * chunk's untaken records and those of the chunks after it, as long as the reply stays within
+ * max_elements records, max_bytes bytes and max_chunks chunks. When the head chunk alone is over
+ * a limit nothing is taken (out->count is 0), and the caller falls back to wbuf_take; external
+ * chunks are always taken this way. The spent chunks keep their pos. Returns 0. */
+int wbuf_take_whole(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, unsigned max_chunks,
+                    struct wbuf_take *out);
+
+/* Writes the pieces of c's bytes from c->pos on (at most three: data, the external block, the
+ * rest of data; empty pieces are left out) to out and returns how many there are. */
+unsigned wbuf_chunk_pieces(const struct wbuf_chunk *c, struct wbuf_piece out[3]);
+
+/* Frees a chunk, its data and its external block; NULL is fine. */
 void wbuf_chunk_free(struct wbuf_chunk *c);
 
 /* Frees every queued chunk and resets the buffer to empty. */

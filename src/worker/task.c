@@ -28,7 +28,13 @@
 
 /* DBG */
 static size_t dbg_env(const char *n, size_t d) { const char *v = getenv(n); return v ? strtoull(v, 0, 10) : d; }
+static uint64_t dbg_space_ns, dbg_empty, dbg_data, dbg_gen_ns, dbg_enc_ns;
 static size_t dbg_chunk(void) { static size_t c; if (!c) c = dbg_env("DBG_CHUNK", TASK_CHUNK_BYTES); return c; }
+struct spare_block {
+    uint8_t *p;
+    size_t cap;
+};
+
 struct producer {
     struct task *t;
     uv_thread_t thread;
@@ -60,6 +66,10 @@ struct task {
     struct wbuf buf;
     struct wbuf_chunk *free_chunks;
     unsigned nfree;
+    /* Blocks of external chunks that were written, kept (newest last) to be installed in a
+     * producer's element in place of the block the next external chunk takes away. */
+    struct spare_block spare[TASK_SPARE_BLOCKS];
+    unsigned nspare;
     unsigned space_waiters;
     unsigned alive; /* producers not yet exited */
     bool done;
@@ -118,9 +128,29 @@ static struct wbuf_chunk *chunk_get(struct task *t)
     return c;
 }
 
-/* Makes a used chunk empty and keeps it for reuse, or frees it. Task mutex held. */
+/* Keeps the block of a written external chunk for reuse, or frees it. Task mutex held. */
+static void spare_put_locked(struct task *t, uint8_t *block, size_t cap)
+{
+    if (t->nspare == TASK_SPARE_BLOCKS) {
+        /* The oldest goes: the newest are likelier to be in the caches. */
+        free(t->spare[0].p);
+        memmove(&t->spare[0], &t->spare[1], (TASK_SPARE_BLOCKS - 1) * sizeof t->spare[0]);
+        t->nspare--;
+    }
+    t->spare[t->nspare++] = (struct spare_block){block, cap};
+}
+
+/* Makes a used chunk empty and keeps it for reuse, or frees it. Task mutex held. An external
+ * chunk's block goes to the spare blocks and the chunk itself is freed: its small data buffer
+ * is no use to a producer filling a chunk of many records. */
 static void chunk_put_locked(struct task *t, struct wbuf_chunk *c)
 {
+    if (c->ext) {
+        spare_put_locked(t, c->ext, c->ext_cap);
+        c->ext = NULL;
+        wbuf_chunk_free(c);
+        return;
+    }
     if (c->data.cap > TASK_FREE_MAX_CAP || t->nfree >= t->nproducers + TASK_FREE_SPARE) {
         wbuf_chunk_free(c);
         return;
@@ -139,37 +169,117 @@ static void wake_loop(struct task *t)
     uv_async_send(t->wake);
 }
 
-/* Publishes p's chunk into the buffer, first waiting while the buffer is over its bounds.
- * Producer mutex held. Returns 0, or SLUICE_ERR_CANCELLED when the task stopped meanwhile (the
- * chunk then stays with p). */
-static int publish(struct producer *p)
+/* Pushes c into the buffer, first waiting while the buffer is over its bounds; with refill, p's
+ * chunk is then replaced by a spare one (or none). Producer mutex held. Returns 0, or
+ * SLUICE_ERR_CANCELLED when the task stopped meanwhile (c is then not pushed). */
+static int push_chunk(struct producer *p, struct wbuf_chunk *c, bool refill)
 {
     struct task *t = p->t;
-    struct wbuf_chunk *c = p->chunk;
-    if (!c || c->count == 0)
-        return 0;
     uv_mutex_lock(&t->mu);
+    uint64_t dbg0 = uv_hrtime();
     while (!atomic_load(&t->stop) && over_limit(t)) {
         t->space_waiters++;
         uv_cond_wait(&t->space_cv, &t->mu);
         t->space_waiters--;
     }
+    dbg_space_ns += uv_hrtime() - dbg0;
     if (atomic_load(&t->stop)) {
         uv_mutex_unlock(&t->mu);
         return SLUICE_ERR_CANCELLED;
     }
     wbuf_push(&t->buf, c);
     t->produced += c->count;
-    p->chunk = t->free_chunks;
-    if (p->chunk) {
-        t->free_chunks = p->chunk->next;
-        t->nfree--;
+    if (refill) {
+        p->chunk = t->free_chunks;
+        if (p->chunk) {
+            t->free_chunks = p->chunk->next;
+            t->nfree--;
+        }
     }
     bool notify = atomic_load_explicit(&t->waiting, memory_order_relaxed);
     uv_mutex_unlock(&t->mu);
     if (notify)
         wake_loop(t);
     return 0;
+}
+
+/* Publishes p's chunk into the buffer (see push_chunk). Producer mutex held. Returns 0, or
+ * SLUICE_ERR_CANCELLED when the task stopped meanwhile (the chunk then stays with p). */
+static int publish(struct producer *p)
+{
+    struct wbuf_chunk *c = p->chunk;
+    if (!c || c->count == 0)
+        return 0;
+    return push_chunk(p, c, true);
+}
+
+/* Gives tensor t, whose block an external chunk just took, the newest spare block of at least
+ * want bytes (or none: the pipeline then allocates), and leaves it a valid empty tensor. */
+static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
+{
+    uint8_t *block = NULL;
+    size_t cap = 0;
+    uv_mutex_lock(&task->mu);
+    for (unsigned i = task->nspare; i-- > 0;) {
+        if (task->spare[i].cap >= want) {
+            block = task->spare[i].p;
+            cap = task->spare[i].cap;
+            memmove(&task->spare[i], &task->spare[i + 1],
+                    (task->nspare - i - 1) * sizeof task->spare[0]);
+            task->nspare--;
+            break;
+        }
+    }
+    uv_mutex_unlock(&task->mu);
+    t->data = block;
+    t->cap = cap;
+    t->dtype = SLUICE_UINT8;
+    t->rank = 1;
+    t->shape[0] = 0;
+    t->len = 0;
+}
+
+/* Appends p->elem as an external chunk when one of its tensors has at least TASK_EXT_MIN value
+ * bytes: the record's small parts are encoded into a chunk of its own and the tensor's block is
+ * taken over by the chunk as is (no copy); the records p holds privately are published first, to
+ * keep the order. Producer mutex held. Returns 1 (done), 0 (not large enough; nothing changed),
+ * SLUICE_ERR_CANCELLED, SLUICE_ERR_TOO_LARGE (err gets the size) or SLUICE_ERR_NOMEM. */
+static int append_external(struct producer *p, size_t *size)
+{
+    struct task *t = p->t;
+    struct wbuf_chunk *c = calloc(1, sizeof *c);
+    if (!c)
+        return SLUICE_ERR_NOMEM;
+    struct codec_split split;
+    int rc = codec_append_split(&c->data, &p->elem, TASK_EXT_MIN, &split);
+    if (rc <= 0) {
+        wbuf_chunk_free(c);
+        return rc;
+    }
+    *size = c->data.len + split.len;
+    if (*size > TASK_MAX_RECORD) {
+        wbuf_chunk_free(c);
+        return SLUICE_ERR_TOO_LARGE;
+    }
+    rc = publish(p);
+    if (rc < 0) {
+        wbuf_chunk_free(c);
+        return rc;
+    }
+    struct pipe_tensor *tensor = &p->elem.t[split.comp];
+    c->ext = tensor->data;
+    c->ext_cap = tensor->cap;
+    c->ext_len = split.len;
+    c->ext_at = split.at;
+    c->count = 1;
+    c->born_ns = uv_hrtime();
+    refill_tensor(t, tensor, c->ext_cap);
+    rc = push_chunk(p, c, false);
+    if (rc < 0) {
+        wbuf_chunk_free(c);
+        return rc;
+    }
+    return 1;
 }
 
 /* Notes whether the record just appended at offset at of c came out compressed (bit 0 of the
@@ -202,7 +312,9 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
     for (;;) {
         if (atomic_load_explicit(&t->stop, memory_order_relaxed))
             return SLUICE_ERR_CANCELLED;
+        uint64_t g0 = uv_hrtime();
         int rc = pipe_run_next(run, &p->elem);
+        dbg_gen_ns += uv_hrtime() - g0;
         if (rc == 0)
             return 0;
         if (rc < 0)
@@ -218,12 +330,38 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
                                sluice_strerror(SLUICE_ERR_NOMEM));
             }
         }
-        struct wbuf_chunk *c = p->chunk;
-        size_t before = c->data.len;
         bool compress = t->compress && p->skip_left == 0;
         if (p->skip_left)
             p->skip_left--;
+        if (!compress) {
+            size_t size = 0;
+            uint64_t e0 = uv_hrtime();
+            rc = append_external(p, &size);
+            dbg_enc_ns += uv_hrtime() - e0;
+            if (rc == SLUICE_ERR_TOO_LARGE) {
+                uv_mutex_unlock(&p->mu);
+                return err_set(err, errlen, rc,
+                               "an element of %zu bytes encoded is over the limit of %u bytes",
+                               size, TASK_MAX_RECORD);
+            }
+            if (rc == SLUICE_ERR_CANCELLED) {
+                uv_mutex_unlock(&p->mu);
+                return rc;
+            }
+            if (rc < 0) {
+                uv_mutex_unlock(&p->mu);
+                return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
+            }
+            if (rc == 1) {
+                uv_mutex_unlock(&p->mu);
+                continue;
+            }
+        }
+        struct wbuf_chunk *c = p->chunk;
+        size_t before = c->data.len;
+        uint64_t e0 = uv_hrtime();
         rc = codec_append_elem(&c->data, &p->elem, compress, &p->scratch);
+        dbg_enc_ns += uv_hrtime() - e0;
         if (rc == 0 && c->data.len - before > TASK_MAX_RECORD)
             rc = SLUICE_ERR_TOO_LARGE;
         if (rc < 0) {
@@ -381,6 +519,9 @@ static void producer_main(void *arg)
         if (rc == 0)
             rc = frc;
     }
+    if (getenv("DBG_STATS"))
+        fprintf(stderr, "DBG producer end: space_wait %.1f ms gen %.1f enc %.1f takes data %llu empty %llu\n", dbg_space_ns / 1e6, dbg_gen_ns / 1e6, dbg_enc_ns / 1e6,
+                (unsigned long long)dbg_data, (unsigned long long)dbg_empty);
     uv_mutex_lock(&t->mu);
     if (rc < 0 && rc != SLUICE_ERR_CANCELLED)
         fail_locked(t, rc, err);
@@ -505,17 +646,21 @@ int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct 
 {
     memset(out, 0, sizeof *out);
     uv_mutex_lock(&t->mu);
-    int rc = wbuf_take(&t->buf, max_elements, max_bytes, scratch, &out->wb);
+    int rc = wbuf_take_whole(&t->buf, max_elements, max_bytes, TASK_TAKE_MAX_CHUNKS, &out->wb);
+    if (rc == 0 && out->wb.count == 0)
+        rc = wbuf_take(&t->buf, max_elements, max_bytes, scratch, &out->wb);
     if (rc < 0) {
         uv_mutex_unlock(&t->mu);
         return rc;
     }
     if (out->wb.count > 0) {
         rc = TASK_TAKE_DATA;
+        dbg_data++;
         if (t->space_waiters && !over_limit(t))
             uv_cond_broadcast(&t->space_cv);
     } else if (!t->done) {
         rc = TASK_TAKE_EMPTY;
+        dbg_empty++;
     } else if (t->err_code) {
         rc = TASK_TAKE_FAILED;
         out->code = t->err_code;
@@ -712,6 +857,10 @@ void task_free(struct task *t)
 {
     if (!t)
         return;
+    if (getenv("DBG_STATS"))
+        fprintf(stderr, "DBG space_wait %.1f ms gen %.1f enc %.1f takes data %llu empty %llu\n", dbg_space_ns / 1e6, dbg_gen_ns / 1e6, dbg_enc_ns / 1e6,
+                (unsigned long long)dbg_data, (unsigned long long)dbg_empty);
+    dbg_space_ns = dbg_empty = dbg_data = dbg_gen_ns = dbg_enc_ns = 0;
     for (unsigned i = 0; i < t->nthreads; i++)
         uv_thread_join(&t->producers[i].thread);
     for (unsigned i = 0; i < t->nproducers; i++) {
@@ -728,6 +877,8 @@ void task_free(struct task *t)
         t->free_chunks = c->next;
         wbuf_chunk_free(c);
     }
+    for (unsigned i = 0; i < t->nspare; i++)
+        free(t->spare[i].p);
     lease_queue_release(&t->lease);
     lease_plan_release(&t->plan);
     free(t->report);

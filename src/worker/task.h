@@ -44,6 +44,14 @@
 #define TASK_BUFFER_BYTES (64u << 20)
 #define TASK_BUFFER_RECORDS (1u << 20)
 #define TASK_BUFFER_CHUNKS 16384u
+/* An element with a tensor of at least this many value bytes (and no compression attempted) is
+ * not copied into a chunk: it goes out as an external chunk (buffer.h) written from the block
+ * the pipeline produced it in. Up to TASK_SPARE_BLOCKS such blocks are kept once written, to be
+ * handed back to the pipeline. */
+#define TASK_EXT_MIN (256u << 10)
+#define TASK_SPARE_BLOCKS 8u
+/* A take of whole chunks (written without copying) spans at most this many chunks. */
+#define TASK_TAKE_MAX_CHUNKS 32u
 /* The largest encoded element a reply can carry (under the rpc frame limit). */
 #define TASK_MAX_RECORD ((255u << 20) - 4096u)
 

@@ -546,6 +546,123 @@ static void test_damaged_record_stops_start(void **unused)
     free(err);
 }
 
+/* ---- a journal that fills up stops the dispatcher ----------------------------------------------
+ */
+
+/* A RegisterDatasetRequest for a list() of 200 values of 500 bytes: about 100 KB of definition. */
+struct big_req {
+    Sluice__Value values[200];
+    Sluice__Value *ptrs[200];
+    uint8_t bytes[500];
+    struct register_req q;
+};
+
+static void big_init(struct big_req *b, int i)
+{
+    register_init(&b->q, i);
+    memset(b->bytes, 'a' + i % 26, sizeof b->bytes);
+    for (int k = 0; k < 200; k++) {
+        Sluice__Value v = SLUICE__VALUE__INIT;
+        v.kind_case = SLUICE__VALUE__KIND_BYTES_VALUE;
+        v.bytes_value.data = b->bytes;
+        v.bytes_value.len = sizeof b->bytes;
+        b->values[k] = v;
+        b->ptrs[k] = &b->values[k];
+    }
+    b->q.src.kind = SLUICE__SOURCE_DEF__KIND__LIST;
+    b->q.src.stop = 0;
+    b->q.src.step = 0;
+    b->q.src.n_values = 200;
+    b->q.src.values = b->ptrs;
+}
+
+static void test_full_journal_is_fatal(void **unused)
+{
+    (void)unused;
+    char wd[512];
+    snprintf(wd, sizeof wd, "%s/full", tmp_dir());
+    char *const argv[] = {(char *)bin_path("sluice-dispatcher"),
+                          "--fault-tolerant",
+                          "--work-dir",
+                          wd,
+                          "--port",
+                          "0",
+                          "--journal-max-mb",
+                          "1",
+                          "--log-level",
+                          "warn",
+                          NULL};
+    struct proc d;
+    assert_int_equal(proc_start(&d, argv, WAIT_MS), 0);
+    struct conn cl;
+    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4004);
+    static struct big_req b;
+    int acked = 0;
+    char refused[512] = "";
+    for (int i = 0; i < 40 && !refused[0]; i++) {
+        big_init(&b, i);
+        struct result r;
+        memset(&r, 0, sizeof r);
+        assert_int_equal(rpc_call(cl.c, &b.q.env, WAIT_MS, on_reply, &r), 0);
+        while (!r.done)
+            uv_run(&cl.loop, UV_RUN_ONCE);
+        if (r.reply) {
+            acked++;
+            sluice__envelope__free_unpacked(r.reply, NULL);
+        } else {
+            snprintf(refused, sizeof refused, "%s", r.msg);
+        }
+    }
+    conn_close(&cl);
+    /* The write that did not fit is refused, never acknowledged; the dispatcher exits 1 with one
+     * line naming the journal and the reason. */
+    assert_true(acked >= 2);
+    assert_true(refused[0] != '\0');
+    assert_int_equal(proc_wait(&d, WAIT_MS), 1);
+    FILE *f = fopen(d.log, "r");
+    assert_non_null(f);
+    char line[1024], want[700];
+    snprintf(want, sizeof want,
+             "sluice-dispatcher: journal: %s: append: the journal is full: it reached its size "
+             "limit of 1 MiB\n",
+             wd);
+    bool found = false;
+    while (fgets(line, sizeof line, f))
+        found |= strcmp(line, want) == 0;
+    fclose(f);
+    assert_true(found);
+
+    /* Restarted with room, it has every registration it acknowledged. */
+    char *const argv2[] = {(char *)bin_path("sluice-dispatcher"),
+                           "--fault-tolerant",
+                           "--work-dir",
+                           wd,
+                           "--port",
+                           "0",
+                           "--log-level",
+                           "warn",
+                           NULL};
+    assert_int_equal(proc_start(&d, argv2, WAIT_MS), 0);
+    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4005);
+    for (int i = 0; i < acked; i++) {
+        Sluice__GetDatasetRequest body = SLUICE__GET_DATASET_REQUEST__INIT;
+        char id[32];
+        snprintf(id, sizeof id, "d%d", i);
+        body.dataset_id = id;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
+        env.get_dataset = &body;
+        struct result r;
+        Sluice__Envelope *rep = call(&cl, &env, &r);
+        if (!rep)
+            fail_msg("acknowledged dataset %s is gone: %s", id, r.msg);
+        assert_int_equal(rep->get_dataset_reply->dataset->source->n_values, 200);
+        sluice__envelope__free_unpacked(rep, NULL);
+    }
+    conn_close(&cl);
+    assert_int_equal(proc_stop(&d, SIGTERM, WAIT_MS), 0);
+}
+
 static int teardown_all(void **unused)
 {
     (void)unused;
@@ -561,6 +678,7 @@ int main(void)
         cmocka_unit_test(test_restart_keeps_everything),
         cmocka_unit_test(test_acknowledged_survive_kill),
         cmocka_unit_test(test_damaged_record_stops_start),
+        cmocka_unit_test(test_full_journal_is_fatal),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);
 }

@@ -299,6 +299,13 @@ static void test_update_decode_errors(void **unused)
     b = pack_update(&m, &len);
     expect_decode_error(b, len, "worker_registered: an address of 256 bytes or more");
     free(b);
+
+    /* The last id would wrap the state's counter past it. */
+    m.address = (char *)"w:1";
+    m.id = UINT64_MAX;
+    b = pack_update(&m, &len);
+    expect_decode_error(b, len, "worker_registered: id 18446744073709551615 is out of range");
+    free(b);
 }
 
 /* ---- snapshots ------------------------------------------------------------------------------- */
