@@ -427,11 +427,18 @@ static uint32_t heartbeat_timeout(const struct sluice_iterator *it)
     return t;
 }
 
-/* After a dispatcher call failed with status: with a client timeout, a read that cannot go on
- * without the dispatcher fails once it has been unreachable that long. Returns true when the read
- * failed, false when the caller should try again later. */
+/* After a dispatcher call failed with status: when every task this read knows has ended, the
+ * read ends (no worker can join while the dispatcher is away, and a distributed task ends only
+ * when the splits run out, so nothing is left to read and the dispatcher's confirmation is not
+ * needed); otherwise, with a client timeout, a read that cannot go on without the dispatcher
+ * fails once it has been unreachable that long. Returns true when the read ended or failed,
+ * false when the caller should try again later. */
 static bool dispatcher_lost(struct sluice_iterator *it, int status, const char *msg)
 {
+    if (retry_transient(status) && end_phase(it)) {
+        iter_end(it);
+        return true;
+    }
     uint64_t now = uv_now(&it->c->loop);
     uint32_t limit = it->c->timeout_ms;
     if (!retry_transient(status) || !limit || now - it->last_hb_ok < limit || ct_active(&it->tasks))
@@ -1027,7 +1034,8 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     it->consumer_index = o->consumer_index;
     atomic_init(&it->interrupted, 0);
     pipe_elem_init(&it->elem);
-    ct_init(&it->tasks, it->coordinated, getenv("DBG_PT") ? atoi(getenv("DBG_PT")) : ITER_PER_TASK_MAX);
+    ct_init(&it->tasks, it->coordinated,
+            getenv("DBG_PT") ? atoi(getenv("DBG_PT")) : ITER_PER_TASK_MAX);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",

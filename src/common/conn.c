@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Static_assert(CONN_MAX_SEGS == RPC_MAX_SEGS, "rpc.h promises what conn.h allows");
+
 struct conn_deferred {
     struct conn_deferred *next;
     size_t len;
@@ -342,11 +344,16 @@ int conn_send(struct conn *c, const Sluice__Envelope *env)
     return conn_write(c, f);
 }
 
-int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
-                       const uint8_t *payload, size_t len, conn_sent_cb sent, void *arg)
+int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
+                       unsigned nsegs, conn_sent_cb sent, void *arg)
 {
     if (c->closing || c->draining)
         return SLUICE_ERR_CLOSED;
+    if (nsegs > CONN_MAX_SEGS)
+        return SLUICE_ERR_INVALID;
+    size_t len = 0;
+    for (unsigned i = 0; i < nsegs; i++)
+        len += segs[i].len;
     struct conn_frame *f = malloc(sizeof *f + EWIRE_PREFIX_MAX);
     if (f == NULL)
         return SLUICE_ERR_NOMEM;
@@ -358,14 +365,20 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
     }
     f->conn = c;
     f->len = n;
-    f->ext = len ? payload : NULL;
+    f->ext = nsegs ? (const uint8_t *)segs[0].base : NULL;
     f->ext_len = len;
     f->sent = sent;
     f->sent_arg = arg;
-    /* The prefix and the payload go out in one writev; the payload is never copied here. */
-    uv_buf_t bufs[2] = {uv_buf_init((char *)f->data, (unsigned)n),
-                        uv_buf_init((char *)payload, (unsigned)len)};
-    int rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, bufs, len ? 2 : 1, on_write);
+    /* The prefix and the pieces go out in one writev (libuv copies the array); the payload is
+     * never copied here. */
+    uv_buf_t bufs[CONN_MAX_SEGS + 1];
+    bufs[0] = uv_buf_init((char *)f->data, (unsigned)n);
+    unsigned nbufs = 1;
+    for (unsigned i = 0; i < nsegs; i++) {
+        if (segs[i].len)
+            bufs[nbufs++] = segs[i];
+    }
+    int rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, bufs, nbufs, on_write);
     if (rc != 0) {
         free(f);
         return rc;

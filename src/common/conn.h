@@ -71,9 +71,9 @@ struct conn_frame {
     uv_write_t req;
     struct conn *conn;
     size_t len;         /* header + payload bytes in data */
-    const uint8_t *ext; /* bytes written after data, not owned; NULL for none */
-    size_t ext_len;
-    conn_sent_cb sent; /* NULL, or called when the write completes */
+    const uint8_t *ext; /* the first of the pieces written after data, not owned; or NULL */
+    size_t ext_len;     /* the bytes of those pieces */
+    conn_sent_cb sent;  /* NULL, or called when the write completes */
     void *sent_arg;
     uint8_t data[];
 };
@@ -127,15 +127,19 @@ int conn_write(struct conn *c, struct conn_frame *f);
 /* conn_frame_pack (with c's max_frame) followed by conn_write. */
 int conn_send(struct conn *c, const Sluice__Envelope *env);
 
+/* The most pieces a payload sent with conn_send_elements may come in. */
+#define CONN_MAX_SEGS 128
+
 /* Sends Envelope {id, get_elements_reply {count, eos, payload}} (ewire.h) without copying the
- * payload: payload[0, len) must stay valid and unchanged until sent(arg, status) runs, which it
- * does exactly once, on the loop thread, after the bytes are written or have failed to be
- * (before on_closed). Returns 0; or, without calling sent, SLUICE_ERR_CLOSED when the conn is
- * closing or draining, SLUICE_ERR_TOO_LARGE when the Envelope is over max_frame bytes,
- * SLUICE_ERR_NOMEM, or a negative libuv code when uv_write refuses (the owner should then close
- * the conn). */
-int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos,
-                       const uint8_t *payload, size_t len, conn_sent_cb sent, void *arg);
+ * payload, which is the concatenation of the nsegs pieces in segs (the array itself may go
+ * when this returns): their bytes must stay valid and unchanged until sent(arg, status) runs,
+ * which it does exactly once, on the loop thread, after the bytes are written or have failed
+ * to be (before on_closed). Returns 0; or, without calling sent, SLUICE_ERR_CLOSED when the
+ * conn is closing or draining, SLUICE_ERR_TOO_LARGE when the Envelope is over max_frame bytes,
+ * SLUICE_ERR_INVALID for more than CONN_MAX_SEGS pieces, SLUICE_ERR_NOMEM, or a negative libuv
+ * code when uv_write refuses (the owner should then close the conn). */
+int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
+                       unsigned nsegs, conn_sent_cb sent, void *arg);
 
 /* Only from ops->on_envelope, for a GetElementsReply: when the Envelope is a view into a frame
  * that was assembled in a buffer of its own, hands that buffer (a malloc'd block of *cap bytes)

@@ -33,6 +33,8 @@
 #define RPC_PROTOCOL_VERSION 1
 #define RPC_DEFAULT_MAX_FRAME (256u << 20)
 #define RPC_DEFAULT_MAX_PENDING_WRITE (64u << 20)
+/* The most pieces a reply sent with rpc_conn_reply_elements may come in. */
+#define RPC_MAX_SEGS 128
 
 /* Parses "HOST:PORT" or "sluice://HOST:PORT" (HOST may be "[v6]"). host gets the host without
  * brackets. Returns 0 or SLUICE_ERR_INVALID with a message in err. */
@@ -85,14 +87,16 @@ void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user
  * SLUICE_ERR_NOMEM, or SLUICE_ERR_INVALID for an Envelope that packs to nothing. */
 int rpc_conn_reply(struct rpc_conn *conn, uint64_t id, Sluice__Envelope *reply);
 /* Replies with Envelope {id, get_elements_reply {count, eos, payload}} without copying the
- * payload: payload[0, len) must stay valid and unchanged until sent(arg, status) runs, exactly
- * once, on the loop thread, when the bytes are written (status 0) or cannot be (status < 0, e.g.
- * the connection closed first). Returns 0; or, without ever calling sent (the caller keeps its
- * payload): SLUICE_ERR_CLOSED when the connection is gone, and with the connection left open
- * SLUICE_ERR_TOO_LARGE (over max_frame) or SLUICE_ERR_NOMEM. */
+ * payload, which is the concatenation of the nsegs pieces in segs (at most RPC_MAX_SEGS; the array
+ * itself may go when this returns): their bytes must stay valid and unchanged until
+ * sent(arg, status) runs, exactly once, on the loop thread, when they are written (status 0) or
+ * cannot be (status < 0, e.g. the connection closed first). Returns 0; or, without ever calling
+ * sent (the caller keeps its payload): SLUICE_ERR_CLOSED when the connection is gone, and with
+ * the connection left open SLUICE_ERR_TOO_LARGE (over max_frame), SLUICE_ERR_INVALID (too many
+ * pieces) or SLUICE_ERR_NOMEM. */
 int rpc_conn_reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, bool eos,
-                            const uint8_t *payload, size_t len, void (*sent)(void *arg, int status),
-                            void *arg);
+                            const uv_buf_t *segs, unsigned nsegs,
+                            void (*sent)(void *arg, int status), void *arg);
 /* Replies with an Error body: code and a one-line message. */
 int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

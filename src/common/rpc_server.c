@@ -109,13 +109,14 @@ int rpc_conn_reply(struct rpc_conn *rc, uint64_t id, Sluice__Envelope *reply)
 }
 
 int rpc_conn_reply_elements(struct rpc_conn *rc, uint64_t id, uint32_t count, bool eos,
-                            const uint8_t *payload, size_t len, void (*sent)(void *arg, int status),
-                            void *arg)
+                            const uv_buf_t *segs, unsigned nsegs,
+                            void (*sent)(void *arg, int status), void *arg)
 {
     if (!rpc_conn_is_open(rc))
         return SLUICE_ERR_CLOSED;
-    int rc_send = conn_send_elements(&rc->conn, id, count, eos, payload, len, sent, arg);
-    if (rc_send < 0 && rc_send != SLUICE_ERR_TOO_LARGE && rc_send != SLUICE_ERR_NOMEM) {
+    int rc_send = conn_send_elements(&rc->conn, id, count, eos, segs, nsegs, sent, arg);
+    if (rc_send < 0 && rc_send != SLUICE_ERR_TOO_LARGE && rc_send != SLUICE_ERR_NOMEM &&
+        rc_send != SLUICE_ERR_INVALID) {
         log_warn("rpc: %s: write: %s", rc->conn.peer, sluice_strerror(rc_send));
         conn_close(&rc->conn);
         return SLUICE_ERR_CLOSED;

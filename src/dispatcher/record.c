@@ -316,6 +316,9 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         ts[i].finished = t->finished;
         ts[i].n_leased = t->leased.n;
         ts[i].leased = t->leased.v;
+        ts[i].last_request = t->last_request;
+        ts[i].n_granted = t->granted.n;
+        ts[i].granted = t->granted.v;
         m.tasks[i] = &ts[i];
     }
     m.n_tasks = s->ntasks;
@@ -572,12 +575,21 @@ static int decode_tasks(const Sluice__Snapshot *m, struct state *s, char *err, s
             rc = CORRUPT("task %" PRIu64 " holds leases it cannot hold", t->id);
             goto out;
         }
+        /* Its last lease came from below the cursor, and only a numbered request records one. */
+        if (t->last_request == UINT64_MAX || !strictly_increasing(t->granted, t->n_granted) ||
+            (t->n_granted > 0 && (t->last_request == 0 || !it->distributed ||
+                                  t->granted[t->n_granted - 1] >= it->split_cursor))) {
+            rc = CORRUPT("task %" PRIu64 " has a malformed record of its last lease", t->id);
+            goto out;
+        }
         struct st_task *row = &s->tasks[s->ntasks++];
         row->id = t->id;
         row->iteration_id = t->iteration_id;
         row->worker_id = t->worker_id;
         row->finished = t->finished;
-        if (seqs_copy(&row->leased, t->leased, t->n_leased) < 0) {
+        row->last_request = t->last_request;
+        if (seqs_copy(&row->leased, t->leased, t->n_leased) < 0 ||
+            seqs_copy(&row->granted, t->granted, t->n_granted) < 0) {
             rc = NOMEM();
             goto out;
         }

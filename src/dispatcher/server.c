@@ -1135,28 +1135,21 @@ static void on_get_splits(struct dispatcher *d, struct rpc_conn *conn, const Slu
         refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
         return;
     }
-    rc = plan_get_splits(&d->st, req->task_id, req->finished, req->n_finished, max, &d->ups,
-                         &c->end, err, sizeof err);
+    /* A repeated request number plans nothing and is answered with the lease it got before;
+     * its reply still waits in commit() for everything journaled before it, that lease too. */
+    rc = plan_get_splits_numbered(&d->st, req->task_id, req->request_seq, req->finished,
+                                  req->n_finished, max, &d->ups, &c->seqs, &c->nseqs, &c->end, err,
+                                  sizeof err);
     if (rc < 0) {
         refuse(conn, env->id, rc, err);
         free(c);
         return;
     }
+    if (req->request_seq != 0 && req->request_seq == t->last_request && !t->finished)
+        log_info("task %" PRIu64 ": request %" PRIu64 " repeated: its lease answers it again (%zu "
+                 "splits still held)",
+                 req->task_id, req->request_seq, c->nseqs);
     c->iteration_id = t->iteration_id;
-    for (size_t i = 0; i < d->ups.n; i++) {
-        const struct st_update *u = &d->ups.v[i];
-        if (u->type != ST_SPLITS_LEASED)
-            continue;
-        c->seqs = malloc(u->seqs.n * sizeof *c->seqs);
-        if (!c->seqs) {
-            st_update_list_clear(&d->ups);
-            refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
-            free(c);
-            return;
-        }
-        memcpy(c->seqs, u->seqs.v, u->seqs.n * sizeof *c->seqs);
-        c->nseqs = u->seqs.n;
-    }
     req_init(&c->r, d, conn, env->id);
     commit(d, &d->ups, get_splits_done, c);
 }

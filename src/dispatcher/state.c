@@ -371,8 +371,10 @@ void state_release(struct state *s)
     }
     for (size_t i = 0; i < s->niterations; i++)
         iteration_release(&s->iterations[i]);
-    for (size_t i = 0; i < s->ntasks; i++)
+    for (size_t i = 0; i < s->ntasks; i++) {
         seq_release(&s->tasks[i].leased);
+        seq_release(&s->tasks[i].granted);
+    }
     free(s->datasets);
     free(s->jobs);
     free(s->iterations);
@@ -591,6 +593,7 @@ static int apply_task_removed(struct state *s, const struct st_update *u)
     if (it)
         it->splits_leased -= t->leased.n;
     seq_release(&t->leased);
+    seq_release(&t->granted);
     row_erase(s->tasks, &s->ntasks, sizeof *s->tasks, t);
     return 0;
 }
@@ -667,6 +670,10 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
     struct st_task *t;
     if (split_target(s, u, &it, &t) < 0 || it->state != ST_ITER_ACTIVE || t->finished)
         return CORRUPT;
+    /* A numbered lease answers a request newer than the last one: a repeated number is answered
+     * from the task's record, never leased again. */
+    if (u->id != 0 && u->id <= t->last_request)
+        return CORRUPT;
     /* Pool entries (all below the cursor) come first, then a run from the cursor. */
     uint64_t next = it->split_cursor;
     for (size_t i = 0; i < u->seqs.n; i++) {
@@ -682,6 +689,14 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
     }
     if (seq_reserve(&t->leased, u->seqs.n) < 0)
         return SLUICE_ERR_NOMEM;
+    if (u->id != 0) {
+        struct st_seq_list granted = {0};
+        if (seq_assign(&granted, u->seqs.v, u->seqs.n) < 0)
+            return SLUICE_ERR_NOMEM;
+        seq_release(&t->granted);
+        t->granted = granted;
+        t->last_request = u->id;
+    }
     for (size_t i = 0; i < u->seqs.n; i++) {
         if (u->seqs.v[i] < it->split_cursor)
             seq_remove(&it->pool, u->seqs.v[i]);
@@ -750,6 +765,10 @@ static int apply_iteration_gc(struct state *s, const struct st_update *u)
 
 int state_apply(struct state *s, const struct st_update *u)
 {
+    /* Ids come from counters that state_apply() raises to id + 1: the last value would wrap
+     * one to 0, after which ids would repeat. */
+    if (u->id == UINT64_MAX)
+        return CORRUPT;
     int rc;
     switch (u->type) {
     case ST_DATASET_REGISTERED:
@@ -907,6 +926,8 @@ uint64_t state_digest(const struct state *s)
         fnv_u64(&f, t->worker_id);
         fnv_u64(&f, t->finished);
         fnv_seqs(&f, &t->leased);
+        fnv_u64(&f, t->last_request);
+        fnv_seqs(&f, &t->granted);
     }
     fnv_u64(&f, s->nworkers);
     for (size_t i = 0; i < s->nworkers; i++) {
@@ -1293,11 +1314,39 @@ nomem:
     return NOMEM_MSG(err, errlen);
 }
 
-int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
-                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
-                    char *err, size_t errlen)
+/* The seqs of a lease the task still holds, less those finished by the plan being made: the
+ * reply to a repeated request. *out (malloc'd) is NULL when there are none. */
+static int still_held(const struct st_task *t, const struct st_seq_list *finishing, uint64_t **out,
+                      size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (t->granted.n == 0)
+        return 0;
+    uint64_t *v = malloc(t->granted.n * sizeof *v);
+    if (!v)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < t->granted.n; i++) {
+        uint64_t seq = t->granted.v[i];
+        if (seq_contains(&t->leased, seq) && !(finishing && seq_contains(finishing, seq)))
+            v[(*n)++] = seq;
+    }
+    if (*n == 0) {
+        free(v);
+        return 0;
+    }
+    *out = v;
+    return 0;
+}
+
+int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                             const uint64_t *finished, size_t nfinished, uint32_t max,
+                             struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
+                             char *err, size_t errlen)
 {
     *end = false;
+    *seqs = NULL;
+    *nseqs = 0;
     const struct st_task *t = state_task(s, task_id);
     if (!t)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found", task_id);
@@ -1308,13 +1357,24 @@ int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *fin
     if (!it->distributed)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "task %" PRIu64 " is not in a distributed_epoch iteration", task_id);
+    if (request_seq == UINT64_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "task %" PRIu64 ": request number %" PRIu64 " is out of range", task_id,
+                       request_seq);
     /* A finished task holds no leases, so nothing it reports can be recorded. */
     if (it->state != ST_ITER_ACTIVE || t->finished) {
         *end = true;
         return 0;
     }
+    if (request_seq != 0 && request_seq < t->last_request)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "task %" PRIu64 ": stale request %" PRIu64 " (request %" PRIu64
+                       " was answered)",
+                       task_id, request_seq, t->last_request);
+    bool repeat = request_seq != 0 && request_seq == t->last_request;
     size_t start = out->n;
     struct st_update *u;
+    const struct st_seq_list *finishing = NULL;
     uint64_t done = 0;
     if (nfinished > 0) {
         if (!(u = push(out, ST_SPLITS_FINISHED, 0)))
@@ -1336,12 +1396,21 @@ int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *fin
         done = k;
         if (k == 0)
             list_truncate(out, out->n - 1);
+        else
+            finishing = &u->seqs;
+    }
+    uint64_t left = it->split_total - it->split_cursor;
+    /* Nothing left to lease now, and nothing out that could come back to the pool. */
+    *end = it->pool.n == 0 && left == 0 && it->splits_leased == done;
+    if (repeat) {
+        if (still_held(t, finishing, seqs, nseqs) < 0)
+            goto nomem;
+        return 0;
     }
     uint64_t from_pool = it->pool.n < max ? it->pool.n : max;
-    uint64_t left = it->split_total - it->split_cursor;
     uint64_t from_cursor = max - from_pool < left ? max - from_pool : left;
     if (from_pool + from_cursor > 0) {
-        if (!(u = push(out, ST_SPLITS_LEASED, 0)))
+        if (!(u = push(out, ST_SPLITS_LEASED, request_seq)))
             goto nomem;
         u->ref = it->id;
         u->ref2 = t->id;
@@ -1351,13 +1420,29 @@ int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *fin
             u->seqs.v[u->seqs.n++] = it->pool.v[i];
         for (uint64_t i = 0; i < from_cursor; i++)
             u->seqs.v[u->seqs.n++] = it->split_cursor + i;
+        *seqs = malloc(u->seqs.n * sizeof **seqs);
+        if (!*seqs)
+            goto nomem;
+        memcpy(*seqs, u->seqs.v, u->seqs.n * sizeof **seqs);
+        *nseqs = u->seqs.n;
     }
-    /* Nothing left to lease now, and nothing out that could come back to the pool. */
-    *end = it->pool.n == 0 && left == 0 && it->splits_leased == done;
     return 0;
 nomem:
     list_truncate(out, start);
+    *end = false;
     return NOMEM_MSG(err, errlen);
+}
+
+int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
+                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
+                    char *err, size_t errlen)
+{
+    uint64_t *seqs;
+    size_t nseqs;
+    int rc = plan_get_splits_numbered(s, task_id, 0, finished, nfinished, max, out, &seqs, &nseqs,
+                                      end, err, errlen);
+    free(seqs);
+    return rc;
 }
 
 int plan_client_heartbeat(const struct state *s, uint64_t client_id, char *err, size_t errlen)

@@ -98,12 +98,18 @@ struct st_iteration {
     uint64_t splits_leased; /* leased and not finished: the sum of its tasks' leased.n */
 };
 
+/* last_request and granted make GetSplits idempotent: a worker that lost the reply to its
+ * request (the dispatcher died after journaling the lease, or the connection dropped) repeats the
+ * request under the same number and is answered with the same lease instead of a new one, which
+ * would leave the first lease held by the task forever. */
 struct st_task {
     uint64_t id;
     uint64_t iteration_id;
     uint64_t worker_id;
     bool finished;
-    struct st_seq_list leased; /* distributed: splits leased to this task and not finished */
+    struct st_seq_list leased;  /* distributed: splits leased to this task and not finished */
+    uint64_t last_request;      /* the request number of the task's last numbered lease; 0: none */
+    struct st_seq_list granted; /* the seqs that lease granted (some may be finished since) */
 };
 
 struct st_worker {
@@ -126,7 +132,9 @@ struct st_client {
  *
  * Invariants that state_apply() maintains: at most one worker per address; at most one task per
  * (iteration, worker); at most one iteration per job (the current one); a finished task holds no
- * leased splits; every task's iteration and worker exist; every client's iteration exists. */
+ * leased splits; every task's iteration and worker exist; every client's iteration exists; a
+ * task's granted seqs are empty when its last_request is 0, and all below its iteration's split
+ * cursor; no update carries the id UINT64_MAX (it would wrap the counter raised past it). */
 struct state {
     uint64_t next_dataset_id, next_job_id, next_iteration_id, next_task_id, next_worker_id,
         next_client_id;
@@ -182,7 +190,10 @@ const char *st_update_name(enum st_update_type type);
  *   CLIENT_ACQUIRED     id = client, ref = iteration
  *   CLIENT_RELEASED     id = client
  *   SPLITS_LEASED       ref = iteration, ref2 = task, seqs: pool entries first, then the next
- *                       seqs from the cursor in order
+ *                       seqs from the cursor in order; id = the worker's request number, above
+ *                       the task's last_request (the update makes it last_request and seqs the
+ *                       task's granted), or 0 for an unnumbered request (the task's record of
+ *                       its last request stays as it is)
  *   SPLITS_FINISHED     ref = iteration, ref2 = task, seqs: splits leased to the task
  *   SPLITS_RETURNED     ref = iteration, ref2 = task, seqs: splits leased to the task, moved
  *                       to the pool
@@ -227,8 +238,9 @@ void state_init(struct state *s);
 void state_release(struct state *s);
 
 /* Applies one update. Returns 0, SLUICE_ERR_NOMEM, or SLUICE_ERR_CORRUPT when the update does
- * not fit the state (an unknown id, a duplicate id): live, planning never produces such updates;
- * on replay it means the journal is damaged. On error the state is unchanged. */
+ * not fit the state (an unknown id, a duplicate id, the id UINT64_MAX, a lease's request number
+ * not above the task's last one): live, planning never produces such updates; on replay it means
+ * the journal is damaged. On error the state is unchanged. */
 int state_apply(struct state *s, const struct st_update *u);
 
 /* A digest of the whole durable state (FNV-1a over a canonical walk), for tests comparing live,
@@ -305,16 +317,34 @@ int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t i
 int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_update_list *out,
                        char *err, size_t errlen);
 
-/* Leases up to max splits of task's iteration to the task: first from the pool of returned
- * splits (lowest first), then from the cursor. finished lists splits the task finished
- * (recorded first; seqs not leased to this task are ignored, so a retried request is harmless).
+/* A task's GetSplits request number request_seq (0: unnumbered). finished lists splits the task
+ * finished; they are recorded first (SPLITS_FINISHED), and seqs not leased to this task are
+ * ignored: they were finished by an earlier attempt of the same report, or were never this
+ * task's, so a retried report is a no-op rather than an error. Then, by request_seq against the
+ * task's last_request:
+ *   - newer (or 0): a new lease of up to max splits, first from the pool of returned splits
+ *     (lowest first), then from the cursor; one SPLITS_LEASED carrying request_seq, none when
+ *     there is nothing to lease (the number is then not recorded, and a repeat of it is planned
+ *     as new again, which is harmless since it was granted nothing);
+ *   - equal: the retry of a request whose reply was lost: no lease is planned, and the reply is
+ *     the task's granted seqs that it still holds (those finished or returned since are left
+ *     out), whatever max is now;
+ *   - older: SLUICE_ERR_INVALID, "task 4: stale request 2 (request 3 was answered)".
+ * *seqs (malloc'd, the caller frees it; NULL when *nseqs is 0) receives the seqs to reply with.
  * *end receives true when the task will never get another split: the cursor is at the end, the
  * pool is empty, and no split of the iteration is leased to any task (also when the task or its
- * iteration is already finished). While another task still holds leases, a request can get no
- * splits and end false: those splits come back to the pool if their worker dies, so the caller
- * asks again later rather than ending (this is what makes a worker's death lose nothing). An
- * unknown task is SLUICE_ERR_NOT_FOUND; a task of a non-distributed iteration is
- * SLUICE_ERR_INVALID. */
+ * iteration is already finished, whatever the request number). While another task still holds
+ * leases, a request can get no splits and end false: those splits come back to the pool if their
+ * worker dies, so the caller asks again later rather than ending (this is what makes a worker's
+ * death lose nothing). An unknown task is SLUICE_ERR_NOT_FOUND; a task of a non-distributed
+ * iteration, or request_seq UINT64_MAX (no update may carry it), is SLUICE_ERR_INVALID. */
+int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                             const uint64_t *finished, size_t nfinished, uint32_t max,
+                             struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
+                             char *err, size_t errlen);
+
+/* An unnumbered request: plan_get_splits_numbered() with request_seq 0, the seqs to reply with
+ * being those of the SPLITS_LEASED appended (if any). */
 int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
                     size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
                     char *err, size_t errlen);

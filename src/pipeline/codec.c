@@ -173,17 +173,32 @@ int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool
     return 0;
 }
 
+/* The component with the most value bytes, if it has at least min_ext of them; else SIZE_MAX. */
+static size_t split_component(const struct sluice_element *e, size_t min_ext, size_t *len)
+{
+    size_t best = SIZE_MAX;
+    *len = 0;
+    for (size_t c = 0; c < e->n; c++) {
+        size_t n = values_size(&e->t[c]);
+        if (n >= min_ext && n > *len) {
+            best = c;
+            *len = n;
+        }
+    }
+    return best;
+}
+
+bool codec_can_split(const struct sluice_element *e, size_t min_ext)
+{
+    size_t len;
+    return split_component(e, min_ext, &len) != SIZE_MAX;
+}
+
 int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
                        struct codec_split *split)
 {
-    size_t best = SIZE_MAX, best_len = 0;
-    for (size_t c = 0; c < e->n; c++) {
-        size_t n = values_size(&e->t[c]);
-        if (n >= min_ext && n > best_len) {
-            best = c;
-            best_len = n;
-        }
-    }
+    size_t best_len;
+    size_t best = split_component(e, min_ext, &best_len);
     if (best == SIZE_MAX)
         return 0;
     size_t reclen = 1 + body_size(e);

@@ -47,6 +47,8 @@ struct codec_split {
  * unchanged and the caller uses codec_append_elem), or SLUICE_ERR_NOMEM. */
 int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
                        struct codec_split *split);
+/* Whether codec_append_split would split e (cheap: no encoding). */
+bool codec_can_split(const struct sluice_element *e, size_t min_ext);
 
 /* Reads the next record of a batch at data[*pos..len) into e (reusing its buffers) and advances
  * *pos. Returns 1 (an element), 0 (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.

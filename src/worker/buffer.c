@@ -52,8 +52,7 @@ static bool ext_consistent(const struct wbuf_chunk *c)
 {
     uint64_t l;
     size_t h = wbuf_read_varint((const uint8_t *)c->data.p, c->data.len, &l);
-    return h > 0 && c->ext_at >= h && c->ext_at <= c->data.len &&
-           l == c->data.len - h + c->ext_len;
+    return h > 0 && c->ext_at >= h && c->ext_at <= c->data.len && l == c->data.len - h + c->ext_len;
 }
 
 /* Where a planned take ends: in chunk last, before byte end and record k. */

@@ -143,6 +143,13 @@ bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_spli
 {
     if (q->inflight || now_ms < q->retry_at_ms)
         return false;
+    if (q->resend) {
+        /* The dispatcher may have acted on the failed request: only the same request, under
+         * the same number, gets its answer back. */
+        *max_splits = q->asked;
+        *nfinished = q->reporting;
+        return true;
+    }
     bool need = !q->end_of_splits && q->len <= q->low;
     bool report = q->nfinished > 0 && (q->end_of_splits || q->nfinished >= LEASE_REPORT_COUNT ||
                                        now_ms - q->first_finished_ms >= LEASE_REPORT_MS);
@@ -157,7 +164,9 @@ bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_spli
 void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished)
 {
     assert(!q->inflight && nfinished <= q->nfinished);
+    assert(!q->resend || (max_splits == q->asked && nfinished == q->reporting));
     q->inflight = true;
+    q->resend = false;
     q->asked = max_splits;
     q->reporting = nfinished;
 }
@@ -220,8 +229,21 @@ void lease_failed(struct lease_queue *q, uint64_t now_ms)
 {
     assert(q->inflight);
     q->inflight = false;
-    q->reporting = 0;
+    q->resend = true;
     back_off(q, now_ms);
+}
+
+uint64_t lease_number_next(struct lease_numbers *n)
+{
+    if (!n->repeat)
+        n->last++;
+    n->repeat = false;
+    return n->last;
+}
+
+void lease_number_done(struct lease_numbers *n, bool answered)
+{
+    n->repeat = !answered;
 }
 
 bool lease_more(const struct lease_queue *q)

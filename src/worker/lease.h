@@ -11,7 +11,10 @@
  * Request rule: at most one GetSplits in flight per task. One is sent when the queue has fallen
  * to its low-water mark (so producers never run dry while a reply is on its way) and more may
  * come, or when finished splits have waited long enough to be worth reporting on their own.
- * After a failure the next attempt waits an exponentially growing delay. */
+ * After a failure the next attempt waits an exponentially growing delay and then sends the
+ * failed request again, exactly as it was (the same max_splits, the same finished seqs) and
+ * under the same request number (struct lease_numbers): the dispatcher may have granted it
+ * before the reply was lost, and answers a repeated number with that same lease. */
 #ifndef SLUICE_WORKER_LEASE_H
 #define SLUICE_WORKER_LEASE_H
 
@@ -53,12 +56,13 @@ struct lease_queue {
     size_t cap, head, len;
     uint64_t *finished; /* finished, unreported; the first `reporting` are in the request */
     size_t nfinished, finished_cap, reporting;
-    uint32_t asked;             /* max_splits of the request in flight */
+    uint32_t asked;             /* max_splits of the request in flight, or to be sent again */
     uint64_t first_finished_ms; /* when the oldest unreported seq finished */
     size_t target;              /* seqs to hold when topped up */
     size_t low;                 /* ask for more at or below this many */
     unsigned busy;              /* seqs popped and not finished */
     bool inflight;
+    bool resend; /* the last request failed: the next one is the same request again */
     bool end_of_splits;
     unsigned failures; /* failed or empty replies in a row */
     uint64_t retry_at_ms;
@@ -83,7 +87,8 @@ void lease_abandon(struct lease_queue *q);
 
 /* Whether a GetSplits request should go out now. When true, *max_splits is how many seqs to
  * ask for (0 when only reporting) and the first *nfinished seqs of q->finished are to be sent
- * as finished; the caller copies them and then calls lease_sent. */
+ * as finished; the caller copies them and then calls lease_sent. After a failure it is the
+ * failed request again (once the backoff delay has passed), whatever else changed since. */
 bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
                 size_t *nfinished);
 void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished);
@@ -94,9 +99,25 @@ void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished);
  * dispatcher in a tight loop. Returns 0, or SLUICE_ERR_NOMEM. */
 int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool end_of_splits,
                   uint64_t now_ms);
-/* The request failed: the reported seqs stay to be reported again, and the next attempt waits
- * a backoff delay from now_ms. */
+/* The request failed: it is to be sent again as it was (its reported seqs stay first in
+ * q->finished), after a backoff delay from now_ms. */
 void lease_failed(struct lease_queue *q, uint64_t now_ms);
+
+/* The numbers of one task's GetSplits requests (wire request_seq): 1, 2, 3, ... in the order
+ * they are first sent, and the same number again for a request sent again after a failure, so
+ * the dispatcher can tell a retry from a new request. The worker's loop thread keeps it beside
+ * the task (the lease queue is behind the task's mutex) and moves it with the queue: a number
+ * is taken for every request lease_want said to send, and lease_number_done reports the same
+ * outcome as lease_granted or lease_failed. Zero-initialized means no request sent yet. */
+struct lease_numbers {
+    uint64_t last; /* the number of the latest request sent; 0 before the first */
+    bool repeat;   /* that request failed: the next one is sent again under its number */
+};
+
+/* The number for the request being sent now. */
+uint64_t lease_number_next(struct lease_numbers *n);
+/* The request was answered (answered = true) or failed. */
+void lease_number_done(struct lease_numbers *n, bool answered);
 
 /* Whether producers may still get work: false once end_of_splits came and the queue is empty. */
 bool lease_more(const struct lease_queue *q);

@@ -27,9 +27,18 @@
 #define TASK_FREE_MAX_CAP (2u * dbg_chunk())
 
 /* DBG */
-static size_t dbg_env(const char *n, size_t d) { const char *v = getenv(n); return v ? strtoull(v, 0, 10) : d; }
-static uint64_t dbg_space_ns, dbg_empty, dbg_data, dbg_gen_ns, dbg_enc_ns;
-static size_t dbg_chunk(void) { static size_t c; if (!c) c = dbg_env("DBG_CHUNK", TASK_CHUNK_BYTES); return c; }
+static size_t dbg_env(const char *n, size_t d)
+{
+    const char *v = getenv(n);
+    return v ? strtoull(v, 0, 10) : d;
+}
+static size_t dbg_chunk(void)
+{
+    static size_t c;
+    if (!c)
+        c = dbg_env("DBG_CHUNK", TASK_CHUNK_BYTES);
+    return c;
+}
 struct spare_block {
     uint8_t *p;
     size_t cap;
@@ -176,13 +185,11 @@ static int push_chunk(struct producer *p, struct wbuf_chunk *c, bool refill)
 {
     struct task *t = p->t;
     uv_mutex_lock(&t->mu);
-    uint64_t dbg0 = uv_hrtime();
     while (!atomic_load(&t->stop) && over_limit(t)) {
         t->space_waiters++;
         uv_cond_wait(&t->space_cv, &t->mu);
         t->space_waiters--;
     }
-    dbg_space_ns += uv_hrtime() - dbg0;
     if (atomic_load(&t->stop)) {
         uv_mutex_unlock(&t->mu);
         return SLUICE_ERR_CANCELLED;
@@ -247,6 +254,8 @@ static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
 static int append_external(struct producer *p, size_t *size)
 {
     struct task *t = p->t;
+    if (!codec_can_split(&p->elem, TASK_EXT_MIN))
+        return 0;
     struct wbuf_chunk *c = calloc(1, sizeof *c);
     if (!c)
         return SLUICE_ERR_NOMEM;
@@ -312,9 +321,7 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
     for (;;) {
         if (atomic_load_explicit(&t->stop, memory_order_relaxed))
             return SLUICE_ERR_CANCELLED;
-        uint64_t g0 = uv_hrtime();
         int rc = pipe_run_next(run, &p->elem);
-        dbg_gen_ns += uv_hrtime() - g0;
         if (rc == 0)
             return 0;
         if (rc < 0)
@@ -335,9 +342,7 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
             p->skip_left--;
         if (!compress) {
             size_t size = 0;
-            uint64_t e0 = uv_hrtime();
             rc = append_external(p, &size);
-            dbg_enc_ns += uv_hrtime() - e0;
             if (rc == SLUICE_ERR_TOO_LARGE) {
                 uv_mutex_unlock(&p->mu);
                 return err_set(err, errlen, rc,
@@ -359,9 +364,7 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         }
         struct wbuf_chunk *c = p->chunk;
         size_t before = c->data.len;
-        uint64_t e0 = uv_hrtime();
         rc = codec_append_elem(&c->data, &p->elem, compress, &p->scratch);
-        dbg_enc_ns += uv_hrtime() - e0;
         if (rc == 0 && c->data.len - before > TASK_MAX_RECORD)
             rc = SLUICE_ERR_TOO_LARGE;
         if (rc < 0) {
@@ -519,9 +522,6 @@ static void producer_main(void *arg)
         if (rc == 0)
             rc = frc;
     }
-    if (getenv("DBG_STATS"))
-        fprintf(stderr, "DBG producer end: space_wait %.1f ms gen %.1f enc %.1f takes data %llu empty %llu\n", dbg_space_ns / 1e6, dbg_gen_ns / 1e6, dbg_enc_ns / 1e6,
-                (unsigned long long)dbg_data, (unsigned long long)dbg_empty);
     uv_mutex_lock(&t->mu);
     if (rc < 0 && rc != SLUICE_ERR_CANCELLED)
         fail_locked(t, rc, err);
@@ -641,12 +641,14 @@ bool task_is_distributed(const struct task *t)
     return t->mode == SLUICE_DISTRIBUTED_EPOCH && t->nproducers > 0;
 }
 
-int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
-              struct task_take *out)
+static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
+                bool whole, struct task_take *out)
 {
     memset(out, 0, sizeof *out);
     uv_mutex_lock(&t->mu);
-    int rc = wbuf_take_whole(&t->buf, max_elements, max_bytes, TASK_TAKE_MAX_CHUNKS, &out->wb);
+    int rc = 0;
+    if (whole)
+        rc = wbuf_take_whole(&t->buf, max_elements, max_bytes, TASK_TAKE_MAX_CHUNKS, &out->wb);
     if (rc == 0 && out->wb.count == 0)
         rc = wbuf_take(&t->buf, max_elements, max_bytes, scratch, &out->wb);
     if (rc < 0) {
@@ -655,12 +657,10 @@ int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct 
     }
     if (out->wb.count > 0) {
         rc = TASK_TAKE_DATA;
-        dbg_data++;
         if (t->space_waiters && !over_limit(t))
             uv_cond_broadcast(&t->space_cv);
     } else if (!t->done) {
         rc = TASK_TAKE_EMPTY;
-        dbg_empty++;
     } else if (t->err_code) {
         rc = TASK_TAKE_FAILED;
         out->code = t->err_code;
@@ -670,6 +670,18 @@ int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct 
     }
     uv_mutex_unlock(&t->mu);
     return rc;
+}
+
+int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
+              struct task_take *out)
+{
+    return take(t, max_elements, max_bytes, scratch, false, out);
+}
+
+int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes,
+                    struct pipe_buf *scratch, struct task_take *out)
+{
+    return take(t, max_elements, max_bytes, scratch, true, out);
 }
 
 void task_take_release(struct task *t, struct task_take *tk)
@@ -857,10 +869,6 @@ void task_free(struct task *t)
 {
     if (!t)
         return;
-    if (getenv("DBG_STATS"))
-        fprintf(stderr, "DBG space_wait %.1f ms gen %.1f enc %.1f takes data %llu empty %llu\n", dbg_space_ns / 1e6, dbg_gen_ns / 1e6, dbg_enc_ns / 1e6,
-                (unsigned long long)dbg_data, (unsigned long long)dbg_empty);
-    dbg_space_ns = dbg_empty = dbg_data = dbg_gen_ns = dbg_enc_ns = 0;
     for (unsigned i = 0; i < t->nthreads; i++)
         uv_thread_join(&t->producers[i].thread);
     for (unsigned i = 0; i < t->nproducers; i++) {

@@ -101,6 +101,12 @@ struct task_take {
  * the caller sends the payload and then calls task_take_release. */
 int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
               struct task_take *out);
+/* Loop. Like task_take, for a reply written from the chunks in place: whole chunks are taken
+ * when they fit the limits (out->wb.whole: payload is NULL and the records are the chunks in
+ * out->wb.spent, see wbuf_take_whole), else what task_take takes. The chunks stay valid until
+ * task_take_release, which the caller calls once the reply is written. */
+int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes,
+                    struct pipe_buf *scratch, struct task_take *out);
 void task_take_release(struct task *t, struct task_take *tk);
 
 /* Loop. Tells producers whether a reader is waiting on an empty buffer. */

@@ -57,6 +57,8 @@ struct wtask {
     bool end_reported;         /* the dispatcher was told at once that this task finished */
     unsigned replies_inflight; /* replies sent from the task's chunks and not yet written */
     unsigned splits_failures;
+    /* The request_seq of the task's GetSplits calls. */
+    struct lease_numbers splits_numbers;
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
     double rate;
@@ -159,31 +161,91 @@ static void on_reply_sent(void *arg, int status)
         reap(wt->w);
 }
 
-/* Sends the records of a take. A take of whole chunks in place is sent from the chunk without
- * copying and released when written; any other take (gathered into scratch, or part of a chunk
- * still in the buffer, which a later take may recycle) is packed, copied, and released now. */
-static void reply_take(struct wtask *wt, struct rpc_conn *conn, uint64_t id, struct task_take *tk)
+/* Describes the payload of a take that is written in place: the pieces of whole chunks, or
+ * the head chunk's records when the take used that chunk up. Returns the number of pieces, or 0
+ * when the payload must be copied (it lies in scratch, or in a chunk still in the buffer, which
+ * a later take may recycle before the write completes). */
+static unsigned take_pieces(const struct task_take *tk, uv_buf_t segs[RPC_MAX_SEGS])
 {
+    if (tk->wb.whole) {
+        unsigned n = 0;
+        for (const struct wbuf_chunk *c = tk->wb.spent; c; c = c->next) {
+            struct wbuf_piece pieces[3];
+            unsigned k = wbuf_chunk_pieces(c, pieces);
+            if (n + k > RPC_MAX_SEGS)
+                return 0;
+            for (unsigned i = 0; i < k; i++)
+                segs[n++] = uv_buf_init((char *)pieces[i].p, (unsigned)pieces[i].len);
+        }
+        return n;
+    }
     if (!tk->wb.copied && tk->wb.spent) {
+        segs[0] = uv_buf_init((char *)tk->wb.payload, (unsigned)tk->wb.len);
+        return 1;
+    }
+    return 0;
+}
+
+/* Packs the payload of a take into one contiguous buffer (a take of whole chunks is spread
+ * over them). Returns the payload, NULL with *len 0 for an empty one, or NULL when out of
+ * memory. */
+static const uint8_t *take_payload(struct worker *w, const struct task_take *tk, size_t *len)
+{
+    *len = tk->wb.len;
+    if (!tk->wb.whole)
+        return tk->wb.payload;
+    if (w->scratch.cap < tk->wb.len) {
+        char *p = realloc(w->scratch.p, tk->wb.len);
+        if (!p)
+            return NULL;
+        w->scratch.p = p;
+        w->scratch.cap = tk->wb.len;
+    }
+    size_t off = 0;
+    for (const struct wbuf_chunk *c = tk->wb.spent; c; c = c->next) {
+        struct wbuf_piece pieces[3];
+        unsigned k = wbuf_chunk_pieces(c, pieces);
+        for (unsigned i = 0; i < k; i++) {
+            memcpy(w->scratch.p + off, pieces[i].p, pieces[i].len);
+            off += pieces[i].len;
+        }
+    }
+    return (const uint8_t *)w->scratch.p;
+}
+
+/* Sends the records of a take. A payload that lies in chunks the take used up is written from
+ * them without copying, and the take is released (its chunks go back to the task for reuse)
+ * once the bytes are written; any other is packed (copied) and the take released at once. */
+static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
+                       struct task_take *tk)
+{
+    uv_buf_t segs[RPC_MAX_SEGS];
+    unsigned nsegs = take_pieces(tk, segs);
+    if (nsegs > 0) {
         struct sent_reply *sr = malloc(sizeof *sr);
         if (sr) {
             sr->wt = wt;
             sr->tk = *tk;
-            int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, tk->wb.payload,
-                                             tk->wb.len, on_reply_sent, sr);
+            int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, segs, nsegs,
+                                             on_reply_sent, sr);
             if (rc == 0) {
                 wt->replies_inflight++;
                 return;
             }
             free(sr);
-            if (rc != SLUICE_ERR_CLOSED)
-                rpc_conn_reply_error(conn, id, rc, "task %" PRIu64 ": %s", wt->id,
-                                     sluice_strerror(rc));
-            task_take_release(wt->task, tk);
-            return;
+            if (rc == SLUICE_ERR_CLOSED) {
+                task_take_release(wt->task, tk);
+                return;
+            }
         }
     }
-    reply_elements(conn, id, tk->wb.count, false, tk->wb.payload, tk->wb.len);
+    size_t len;
+    const uint8_t *payload = take_payload(w, tk, &len);
+    if (payload || len == 0)
+        reply_elements(conn, id, tk->wb.count, false, payload, len);
+    else
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "task %" PRIu64 ": %s", wt->id,
+                             sluice_strerror(SLUICE_ERR_NOMEM));
     task_take_release(wt->task, tk);
 }
 
@@ -194,10 +256,10 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
                   uint32_t max_elements, uint64_t max_bytes)
 {
     struct task_take tk;
-    int st = task_take(wt->task, max_elements, max_bytes, &w->scratch, &tk);
+    int st = task_take_whole(wt->task, max_elements, max_bytes, &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
-        reply_take(wt, conn, id, &tk);
+        reply_take(w, wt, conn, id, &tk);
         /* A gathered reply may have grown the scratch buffer far past what most need. */
         if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
             pipe_buf_release(&w->scratch);
@@ -563,7 +625,9 @@ static void splits_done(int status, const char *msg, const Sluice__Envelope *rep
         if (!wt->dying && !w->closing && wt->splits_failures++ == 0)
             log_warn("task %" PRIu64 ": leasing splits failed: %s (retrying)", wt->id, msg);
         task_lease_failed(wt->task, now);
+        lease_number_done(&wt->splits_numbers, false);
     } else {
+        lease_number_done(&wt->splits_numbers, true);
         if (wt->splits_failures && !wt->dying)
             log_info("task %" PRIu64 ": leasing splits works again", wt->id);
         wt->splits_failures = 0;
@@ -609,12 +673,15 @@ static void lease_pump(struct worker *w, struct wtask *wt)
     req.max_splits = max_splits;
     req.n_finished = nfinished;
     req.finished = (uint64_t *)finished;
+    /* After a failure this is the failed request again, under its number (lease.h). */
+    req.request_seq = lease_number_next(&wt->splits_numbers);
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
     env.get_splits = &req;
     int rc = rpc_call(w->disp, &env, WORKER_SPLITS_TIMEOUT_MS, splits_done, wt);
     if (rc < 0) {
         task_lease_failed(wt->task, now);
+        lease_number_done(&wt->splits_numbers, false);
         return;
     }
     wt->splits_inflight = true;

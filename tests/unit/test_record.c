@@ -167,6 +167,9 @@ static size_t sample_updates(struct st_update *u)
             x->incarnation = 0xfedcba9876543210ull;
             break;
         case ST_SPLITS_LEASED:
+            x->id = 77; /* the worker's request number */
+            seqs_set(&x->seqs, seqs, sizeof seqs / sizeof seqs[0]);
+            break;
         case ST_SPLITS_FINISHED:
         case ST_SPLITS_RETURNED:
             x->id = 0;
@@ -340,7 +343,8 @@ static void leases(struct st_update_list *l, enum st_update_type type, uint64_t 
 }
 
 /* A state with a bit of everything: two datasets (one generated), a distributed iteration with
- * leases, a returned split and a finished one, a named parallel job, a draining worker. */
+ * leases (task 1's from its GetSplits request 4, one of whose splits is finished since), a
+ * returned split and a finished one, a named parallel job, a draining worker. */
 static void build_state(struct state *s)
 {
     struct st_update_list l = {0};
@@ -364,6 +368,7 @@ static void build_state(struct state *s)
     push(&l, ST_TASK_CREATED, 2, 1, 2);
     push(&l, ST_CLIENT_ACQUIRED, 1, 1, 0);
     leases(&l, ST_SPLITS_LEASED, 1, 1, (const uint64_t[]){0, 1, 2}, 3);
+    l.v[l.n - 1].id = 4;
     leases(&l, ST_SPLITS_LEASED, 1, 2, (const uint64_t[]){3, 4}, 2);
     leases(&l, ST_SPLITS_RETURNED, 1, 2, (const uint64_t[]){4}, 1);
     leases(&l, ST_SPLITS_FINISHED, 1, 1, (const uint64_t[]){0}, 1);
@@ -380,6 +385,9 @@ static void build_state(struct state *s)
     assert_int_equal(s->iterations[0].split_cursor, 5);
     assert_int_equal(s->iterations[0].pool.n, 1);
     assert_int_equal(s->iterations[0].splits_leased, 3);
+    assert_int_equal(s->tasks[0].last_request, 4);
+    assert_int_equal(s->tasks[0].granted.n, 3);
+    assert_int_equal(s->tasks[1].last_request, 0);
 }
 
 /* The datasets table of the tests: the definitions of a state. */
@@ -419,6 +427,12 @@ static void test_snapshot_round_trip(void **unused)
     assert_string_equal(err, "");
     assert_int_equal(defs.calls, 2);
     assert_true(state_digest(&back) == state_digest(&s));
+    /* The record that answers a repeated GetSplits request came back. */
+    assert_int_equal(back.tasks[0].last_request, 4);
+    assert_int_equal(back.tasks[0].granted.n, 3);
+    assert_memory_equal(back.tasks[0].granted.v, ((const uint64_t[]){0, 1, 2}),
+                        3 * sizeof(uint64_t));
+    assert_int_equal(back.tasks[0].leased.n, 2);
     assert_int_equal(record_snapshot_encode(&back, &again, &len2), 0);
     assert_int_equal(len, len2);
     assert_memory_equal(bytes, again, len);
@@ -470,6 +484,10 @@ MUTATION(m_dataset_order, m->datasets[1]->id[0] = '0')
 MUTATION(m_task_pair, m->tasks[1]->worker_id = 1)
 MUTATION(m_job_dataset, m->jobs[1]->dataset_id[0] = 'N')
 MUTATION(m_iteration_mode, m->iterations[1]->distributed = 1)
+MUTATION(m_granted_order, m->tasks[0]->granted[1] = 0)
+MUTATION(m_granted_unnumbered, m->tasks[0]->last_request = 0)
+MUTATION(m_granted_past_cursor, m->tasks[0]->granted[2] = 5)
+MUTATION(m_last_request_max, m->tasks[1]->last_request = UINT64_MAX)
 
 static const struct mutation mutations[] = {
     {m_task_worker, "task 1 names unknown worker 9"},
@@ -493,6 +511,10 @@ static const struct mutation mutations[] = {
     {m_task_pair, "worker 1 has two tasks in iteration 1"},
     {m_job_dataset, "job 2 names unknown dataset 'Named'"},
     {m_iteration_mode, "iteration 2 does not match its job's mode"},
+    {m_granted_order, "task 1 has a malformed record of its last lease"},
+    {m_granted_unnumbered, "task 1 has a malformed record of its last lease"},
+    {m_granted_past_cursor, "task 1 has a malformed record of its last lease"},
+    {m_last_request_max, "task 2 has a malformed record of its last lease"},
 };
 
 static void expect_snapshot_error(const uint8_t *bytes, size_t len, struct defs *defs, int code,

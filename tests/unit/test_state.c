@@ -1,8 +1,9 @@
 /* The dispatcher's state machine: every planning function's exact updates and refusals (driven
  * by a small command script, one table row per case), state_apply() refusing updates that do not
- * fit the state without changing it, and long random runs whose recorded updates, replayed onto
- * a fresh state, give the same digest at every step, with ids that never repeat and every split
- * of a finished iteration finished exactly once. */
+ * fit the state without changing it, GetSplits retries after lost replies losing no split, and
+ * long random runs whose recorded updates, replayed onto a fresh state, give the same digest at
+ * every step, with ids that never repeat and every split of a finished iteration finished
+ * exactly once. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -212,7 +213,8 @@ static void check_invariants(const struct state *s)
  *                                         total one-element splits (inf: 2 per pass, forever)
  *   hb ADDRESS INC [fin=1,2] [drain]      a worker heartbeat
  *   rm WORKER                             remove a worker
- *   splits TASK MAX [fin=1,2]             get splits
+ *   splits TASK MAX [fin=1,2] [req=N]     get splits (request number N; default 0, unnumbered);
+ *                                         outputs end and the seqs of the reply
  *   chb CLIENT | rel CLIENT | gc ITERATION
  * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
 struct harness {
@@ -352,9 +354,19 @@ static const char *run(struct harness *h, const char *line)
         rc = plan_remove_worker(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "splits") == 0) {
         bool end = false;
-        rc = plan_get_splits(&h->s, strtoull(words[1], NULL, 10), fin, nfin,
-                             (uint32_t)atoi(words[2]), &h->ups, &end, err, sizeof err);
-        snprintf(outs, sizeof outs, "end=%d", end);
+        uint64_t *seqs = NULL;
+        size_t nseqs = 0;
+        v = opt(words, nw, "req");
+        rc = plan_get_splits_numbered(
+            &h->s, strtoull(words[1], NULL, 10), v ? strtoull(v, NULL, 10) : 0, fin, nfin,
+            (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs, &end, err, sizeof err);
+        int n = snprintf(outs, sizeof outs, "end=%d", end);
+        for (size_t i = 0; i < nseqs && n < 200; i++)
+            n += snprintf(outs + n, sizeof outs - (size_t)n, "%s%" PRIu64, i ? "," : " seqs=[",
+                          seqs[i]);
+        if (nseqs)
+            snprintf(outs + n, sizeof outs - (size_t)n, "]");
+        free(seqs);
     } else if (strcmp(cmd, "chb") == 0) {
         rc = plan_client_heartbeat(&h->s, strtoull(words[1], NULL, 10), err, sizeof err);
     } else if (strcmp(cmd, "rel") == 0) {
@@ -555,11 +567,11 @@ static const struct plan_case plan_cases[] = {
 
     /* get_splits */
     {"splits from the cursor", DIST2, "splits 1 3",
-     "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0"},
+     "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
     {"splits capped by the total", DIST2 "splits 1 3", "splits 2 3",
-     "splits_leased ref=1 ref2=2 seqs=[3]\n=> end=0"},
+     "splits_leased ref=1 ref2=2 seqs=[3]\n=> end=0 seqs=[3]"},
     {"splits pool first then cursor", DIST2 "splits 1 2\nrm 1", "splits 2 3",
-     "splits_leased ref=1 ref2=2 seqs=[0,1,2]\n=> end=0"},
+     "splits_leased ref=1 ref2=2 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
     {"splits finished are filtered sorted and unique", DIST2 "splits 1 2\nsplits 2 1",
      "splits 1 0 fin=1,2,1,7,0", "splits_finished ref=1 ref2=1 seqs=[0,1]\n=> end=0"},
     {"splits none left while another task holds leases", DIST2 "splits 1 4", "splits 2 2",
@@ -571,10 +583,42 @@ static const struct plan_case plan_cases[] = {
     {"splits of a finished task", DIST2 "splits 1 4\nsplits 1 0 fin=0,1,2,3\nhb a:1 1 fin=1",
      "splits 1 1", "=> end=1"},
     {"splits of an endless source", "ds - r4\nhb a:1 1\njob 1 mode=distributed_epoch total=inf",
-     "splits 1 3", "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0"},
+     "splits 1 3", "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
     {"splits unknown task", DIST2, "splits 9 1", "error NOT_FOUND: task 9 not found"},
     {"splits of a parallel task", PAR2, "splits 1 1",
      "error INVALID: task 1 is not in a distributed_epoch iteration"},
+    {"splits retried report already finished by the task is a no-op",
+     DIST2 "splits 1 2\nsplits 1 0 fin=0,1", "splits 1 1 fin=0,1",
+     "splits_leased ref=1 ref2=1 seqs=[2]\n=> end=0 seqs=[2]"},
+
+    /* get_splits: numbered requests */
+    {"splits numbered request is recorded with its lease", DIST2, "splits 1 2 req=1",
+     "splits_leased id=1 ref=1 ref2=1 seqs=[0,1]\n=> end=0 seqs=[0,1]"},
+    {"splits repeated request gets the same lease", DIST2 "splits 1 2 req=1", "splits 1 3 req=1",
+     "=> end=0 seqs=[0,1]"},
+    {"splits repeated request with its finished list",
+     DIST2 "splits 1 2 req=1\nsplits 1 2 fin=0 req=2", "splits 1 2 fin=0 req=2",
+     "=> end=0 seqs=[2,3]"},
+    {"splits repeated request finishing more leaves those out", DIST2 "splits 1 3 req=1",
+     "splits 1 3 fin=1 req=1", "splits_finished ref=1 ref2=1 seqs=[1]\n=> end=0 seqs=[0,2]"},
+    {"splits repeated request leaves out what finished since",
+     DIST2 "splits 1 3 req=1\nsplits 1 0 fin=1 req=2", "splits 1 3 req=1", "=> end=0 seqs=[0,2]"},
+    {"splits repeated request with all of its lease finished",
+     DIST2 "splits 1 4 req=1\nsplits 1 0 fin=0,1,2,3 req=2", "splits 1 4 req=1", "=> end=1"},
+    {"splits repeated request of a finished task", DIST2 "splits 1 2 req=1\nhb a:1 1 fin=1",
+     "splits 1 2 req=1", "=> end=1"},
+    {"splits repeated request is answered after a lease to another task",
+     DIST2 "splits 1 1 req=1\nsplits 2 1 req=1", "splits 1 1 req=1", "=> end=0 seqs=[0]"},
+    {"splits newer request is a new lease", DIST2 "splits 1 1 req=1", "splits 1 1 req=5",
+     "splits_leased id=5 ref=1 ref2=1 seqs=[1]\n=> end=0 seqs=[1]"},
+    {"splits newer request with nothing to lease records nothing", DIST2 "splits 1 4 req=1",
+     "splits 1 4 req=2", "=> end=0"},
+    {"splits stale request", DIST2 "splits 1 1 req=1\nsplits 1 1 req=2", "splits 1 1 fin=0 req=1",
+     "error INVALID: task 1: stale request 1 (request 2 was answered)"},
+    {"splits unnumbered request keeps the record", DIST2 "splits 1 1 req=3\nsplits 1 1",
+     "splits 1 1 req=3", "=> end=0 seqs=[0]"},
+    {"splits request number out of range", DIST2, "splits 1 1 req=18446744073709551615",
+     "error INVALID: task 1: request number 18446744073709551615 is out of range"},
 
     /* clients */
     {"client heartbeat", PAR2, "chb 1", "=>"},
@@ -650,7 +694,10 @@ struct apply_case {
     size_t nseqs;
 };
 
-/* Each runs on DIST2 plus "splits 1 2" (task 1 holds seqs 0 and 1; cursor 2 of 4). */
+/* Each runs on APPLY_SETUP: task 1 holds seqs 0 and 1 from its request 3 (cursor 2 of 4), and
+ * worker 3 (draining) has no task. */
+#define APPLY_SETUP DIST2 "splits 1 2 req=3\nhb c:1 1 drain"
+
 static const struct apply_case apply_cases[] = {
     {"unknown type", (enum st_update_type)99, 1},
     {"dataset again", ST_DATASET_REGISTERED, 0, 0, 0, "1"},
@@ -683,12 +730,24 @@ static const struct apply_case apply_cases[] = {
     {"lease nothing", ST_SPLITS_LEASED, 0, 1, 2},
     {"lease to a task of another iteration", ST_SPLITS_LEASED, 0, 9, 2, .seqs = {2}, .nseqs = 1},
     {"lease out of order", ST_SPLITS_LEASED, 0, 1, 2, .seqs = {3, 2}, .nseqs = 2},
+    {"lease repeating the last request number", ST_SPLITS_LEASED, 3, 1, 1, .seqs = {2}, .nseqs = 1},
+    {"lease under an older request number", ST_SPLITS_LEASED, 2, 1, 1, .seqs = {2}, .nseqs = 1},
+    {"lease under the last request number", ST_SPLITS_LEASED, UINT64_MAX, 1, 1, .seqs = {2},
+     .nseqs = 1},
     {"finish a split not leased to the task", ST_SPLITS_FINISHED, 0, 1, 2, .seqs = {0}, .nseqs = 1},
     {"finish a split twice in one update", ST_SPLITS_FINISHED, 0, 1, 1, .seqs = {0, 0}, .nseqs = 2},
     {"return a split not leased", ST_SPLITS_RETURNED, 0, 1, 1, .seqs = {2}, .nseqs = 1},
     {"finish unknown iteration", ST_ITERATION_FINISHED, 9},
     {"gc an iteration with clients and tasks", ST_ITERATION_GC, 1},
     {"gc unknown iteration", ST_ITERATION_GC, 9},
+    /* The last id would wrap its counter (the same updates with UINT64_MAX - 1 apply: see
+     * test_apply_last_ids). */
+    {"dataset number wraps the counter", ST_DATASET_REGISTERED, UINT64_MAX, 0, 0,
+     "18446744073709551615"},
+    {"job id wraps the counter", ST_JOB_CREATED, UINT64_MAX, 0, 0, "", "1"},
+    {"worker id wraps the counter", ST_WORKER_REGISTERED, UINT64_MAX, 0, 0, NULL, NULL, "z:1"},
+    {"client id wraps the counter", ST_CLIENT_ACQUIRED, UINT64_MAX, 1},
+    {"task id wraps the counter", ST_TASK_CREATED, UINT64_MAX, 1, 3},
 };
 
 static void test_apply_refuses(void **unused)
@@ -698,7 +757,7 @@ static void test_apply_refuses(void **unused)
         const struct apply_case *c = &apply_cases[i];
         struct harness h;
         harness_init(&h);
-        run_script(&h, DIST2 "splits 1 2");
+        run_script(&h, APPLY_SETUP);
         struct st_update u;
         memset(&u, 0, sizeof u);
         u.type = c->type;
@@ -723,7 +782,68 @@ static void test_apply_refuses(void **unused)
     }
 }
 
-/* ---- random runs: apply/replay equivalence, unique ids, exactly-once splits ------------------ */
+/* The refusals of the id UINT64_MAX above are about the id alone: one less applies, and raises
+ * the counter to the last value. */
+static void test_apply_last_ids(void **unused)
+{
+    (void)unused;
+    const uint64_t last = UINT64_MAX - 1;
+    for (int k = 0; k < 6; k++) {
+        struct harness h;
+        harness_init(&h);
+        run_script(&h, APPLY_SETUP);
+        struct st_update u;
+        memset(&u, 0, sizeof u);
+        u.id = last;
+        uint64_t *counter = NULL;
+        uint64_t seq = 2;
+        switch (k) {
+        case 0:
+            u.type = ST_DATASET_REGISTERED;
+            snprintf(u.name, sizeof u.name, "%" PRIu64, last);
+            counter = &h.s.next_dataset_id;
+            break;
+        case 1:
+            u.type = ST_JOB_CREATED;
+            snprintf(u.name2, sizeof u.name2, "1");
+            counter = &h.s.next_job_id;
+            break;
+        case 2:
+            u.type = ST_WORKER_REGISTERED;
+            snprintf(u.address, sizeof u.address, "z:1");
+            counter = &h.s.next_worker_id;
+            break;
+        case 3:
+            u.type = ST_CLIENT_ACQUIRED;
+            u.ref = 1;
+            counter = &h.s.next_client_id;
+            break;
+        case 4:
+            u.type = ST_TASK_CREATED;
+            u.ref = 1;
+            u.ref2 = 3;
+            counter = &h.s.next_task_id;
+            break;
+        default:
+            u.type = ST_SPLITS_LEASED;
+            u.ref = 1;
+            u.ref2 = 1;
+            u.seqs.v = &seq;
+            u.seqs.n = 1;
+            break;
+        }
+        assert_int_equal(state_apply(&h.s, &u), 0);
+        if (k != 1) /* a job alone has no iteration yet, which the check expects */
+            check_invariants(&h.s);
+        if (counter)
+            assert_true(*counter == UINT64_MAX);
+        else
+            assert_true(state_task(&h.s, 1)->last_request == last);
+        harness_release(&h);
+    }
+}
+
+/* ---- lost replies ---------------------------------------------------------------------------- */
 
 static uint64_t rng_next(uint64_t *x)
 {
@@ -737,6 +857,97 @@ static uint64_t pick(uint64_t *x, uint64_t n)
 {
     return n ? rng_next(x) % n : 0;
 }
+
+/* A worker's side of GetSplits, as lease.c keeps it: the request in flight (its number, what it
+ * reports finished) is sent again as it was until a reply arrives. */
+struct sim_task {
+    uint64_t id;
+    uint64_t number;
+    uint64_t fin[64];
+    size_t nfin;
+    bool pending; /* the request failed: send it again */
+    bool ended;
+};
+
+/* Two tasks lease and finish the splits of a 40-split iteration while many replies are lost
+ * after the dispatcher applied the request (as when it dies after its journal write). Every
+ * split is finished exactly once, by the task it was leased to, and the iteration ends: a lost
+ * lease comes back to the task that retries, instead of staying leased to it forever. */
+static void test_lost_replies(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 mode=distributed_epoch total=40");
+    struct sim_task tasks[2] = {{.id = 1}, {.id = 2}};
+    uint8_t finished_by[40] = {0};
+    uint64_t x = 0x5eed;
+    size_t lost = 0, repeats = 0;
+    for (int round = 0; round < 1000 && !(tasks[0].ended && tasks[1].ended); round++) {
+        struct sim_task *t = &tasks[pick(&x, 2)];
+        if (t->ended)
+            continue;
+        if (!t->pending)
+            t->number++;
+        uint64_t *seqs = NULL;
+        size_t nseqs = 0;
+        bool end = false;
+        char err[256];
+        size_t before = h.record.n;
+        assert_int_equal(plan_get_splits_numbered(&h.s, t->id, t->number, t->fin, t->nfin, 2,
+                                                  &h.ups, &seqs, &nseqs, &end, err, sizeof err),
+                         0);
+        repeats += t->pending && nseqs > 0;
+        commit(&h);
+        /* A repeat plans nothing new: the lease it answers with was journaled before. */
+        if (t->pending) {
+            for (size_t i = before; i < h.record.n; i++)
+                assert_int_not_equal(h.record.v[i].type, ST_SPLITS_LEASED);
+        }
+        if (pick(&x, 3) == 0) {
+            lost++;
+            t->pending = true;
+            free(seqs);
+            continue;
+        }
+        for (size_t i = 0; i < t->nfin; i++)
+            finished_by[t->fin[i]] = (uint8_t)t->id;
+        t->pending = false;
+        t->ended = end;
+        /* Everything leased is run before the next request, which reports it. */
+        assert_true(nseqs <= 64);
+        for (size_t i = 0; i < nseqs; i++) {
+            assert_int_equal(finished_by[seqs[i]], 0);
+            t->fin[i] = seqs[i];
+        }
+        t->nfin = nseqs;
+        free(seqs);
+    }
+    assert_true(tasks[0].ended && tasks[1].ended);
+    assert_true(lost >= 8);
+    assert_true(repeats >= 5);
+    const struct st_iteration *it = state_iteration(&h.s, 1);
+    assert_int_equal(it->splits_finished, 40);
+    assert_int_equal(it->splits_leased, 0);
+    for (size_t i = 0; i < 40; i++)
+        assert_true(finished_by[i] == 1 || finished_by[i] == 2);
+    /* The record holds every split finished exactly once, by the task it was leased to. */
+    uint8_t leased_to[40] = {0}, finishes[40] = {0};
+    for (size_t i = 0; i < h.record.n; i++) {
+        const struct st_update *u = &h.record.v[i];
+        for (size_t k = 0; k < u->seqs.n && u->type == ST_SPLITS_LEASED; k++)
+            leased_to[u->seqs.v[k]] = (uint8_t)u->ref2;
+        for (size_t k = 0; k < u->seqs.n && u->type == ST_SPLITS_FINISHED; k++) {
+            assert_int_equal(leased_to[u->seqs.v[k]], u->ref2);
+            finishes[u->seqs.v[k]]++;
+        }
+    }
+    for (size_t i = 0; i < 40; i++)
+        assert_int_equal(finishes[i], 1);
+    harness_release(&h);
+}
+
+/* ---- random runs: apply/replay equivalence, unique ids, exactly-once splits ------------------ */
 
 /* One random planned operation; refusals are fine (they must append nothing). */
 static void random_op(struct harness *h, uint64_t *x)
@@ -800,6 +1011,16 @@ static void random_op(struct harness *h, uint64_t *x)
                 sep = ",";
             }
         }
+        /* Unnumbered, a retry of the last request, a newer one, or a stale one (refused). */
+        uint64_t k = pick(x, 6), req = 0;
+        if (k == 1 || k == 2)
+            req = t->last_request;
+        else if (k == 3 || k == 4)
+            req = t->last_request + 1 + pick(x, 2);
+        else if (k == 5 && t->last_request > 1)
+            req = t->last_request - 1;
+        if (req)
+            snprintf(cmd + n, sizeof cmd - (size_t)n, " req=%" PRIu64, req);
         break;
     }
     case 8:
@@ -1020,7 +1241,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_cases),    cmocka_unit_test(test_gc_rows),
-        cmocka_unit_test(test_apply_refuses), cmocka_unit_test(test_random_replay),
+        cmocka_unit_test(test_apply_refuses), cmocka_unit_test(test_apply_last_ids),
+        cmocka_unit_test(test_lost_replies),  cmocka_unit_test(test_random_replay),
         cmocka_unit_test(test_mode_names),    cmocka_unit_test(test_split_plan_total),
         cmocka_unit_test(test_status_json),   cmocka_unit_test(test_heartbeat_interval),
     };

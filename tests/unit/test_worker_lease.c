@@ -1,6 +1,7 @@
 /* Split leasing on the worker (src/worker/lease.c): the split a plan names for each seq must be
  * the one pipe_split_at() names; plans from the network are checked; the lease queue asks,
- * reports, backs off and ends as its contract says. */
+ * reports, backs off, sends a failed request again as it was under its number, and ends as its
+ * contract says. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -299,6 +300,94 @@ static void test_queue_failed_report(void **state)
     lease_queue_release(&q);
 }
 
+/* A failed request goes out again exactly as it was, under its number, however the queue changed
+ * meanwhile; only an answer moves on to a new request with a new number. The queue and the
+ * numbers move together, as the worker's loop drives them. */
+static void test_queue_retry_same_request(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    struct lease_numbers nums = {0};
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    expect_want(&q, 0, 4, 0);
+    lease_sent(&q, 4, 0);
+    assert_int_equal(lease_number_next(&nums), 1);
+    uint64_t s1[] = {0, 1, 2, 3};
+    assert_int_equal(lease_granted(&q, s1, 4, false, 0), 0);
+    lease_number_done(&nums, true);
+
+    /* Request 2 reports 0 and 1 and asks for 2 more. */
+    uint64_t seq;
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(lease_finish(&q, seq, 10), 0);
+    }
+    expect_want(&q, 10, 2, 2);
+    lease_sent(&q, 2, 2);
+    assert_int_equal(lease_number_next(&nums), 2);
+    lease_failed(&q, 20);
+    lease_number_done(&nums, false);
+
+    /* Meanwhile 2 and 3 finish too and the queue runs dry: the retry is still request 2, asking
+     * for 2 and reporting 0 and 1, once the backoff has passed. */
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(lease_finish(&q, seq, 30), 0);
+    }
+    assert_int_equal(q.nfinished, 4);
+    expect_no_want(&q, 119);
+    expect_want(&q, 120, 2, 2);
+    assert_int_equal(q.finished[0], 0);
+    assert_int_equal(q.finished[1], 1);
+    lease_sent(&q, 2, 2);
+    assert_int_equal(lease_number_next(&nums), 2);
+    /* Failing again, and again: the same request, under the same number. */
+    lease_failed(&q, 120);
+    lease_number_done(&nums, false);
+    expect_no_want(&q, 319);
+    expect_want(&q, 320, 2, 2);
+    lease_sent(&q, 2, 2);
+    assert_int_equal(lease_number_next(&nums), 2);
+    assert_false(lease_settled(&q));
+
+    /* Answered (with the lease the first attempt got): 0 and 1 are reported, 2 and 3 wait for
+     * request 3, which asks for the room left. */
+    uint64_t s2[] = {4, 5};
+    assert_int_equal(lease_granted(&q, s2, 2, false, 330), 0);
+    lease_number_done(&nums, true);
+    assert_int_equal(q.failures, 0);
+    assert_int_equal(q.nfinished, 2);
+    assert_int_equal(q.finished[0], 2);
+    assert_int_equal(q.finished[1], 3);
+    expect_want(&q, 330, 2, 2);
+    lease_sent(&q, 2, 2);
+    assert_int_equal(lease_number_next(&nums), 3);
+    lease_number_done(&nums, true);
+    assert_int_equal(lease_granted(&q, NULL, 0, true, 331), 0);
+    assert_int_equal(q.nfinished, 0);
+    assert_int_equal(q.len, 2);
+    lease_queue_release(&q);
+}
+
+/* Request numbers: 1, 2, 3 in order; a failure keeps the number for the next request, however
+ * often it fails. */
+static void test_numbers(void **state)
+{
+    (void)state;
+    struct lease_numbers n = {0};
+    static const struct {
+        bool answered;
+        uint64_t want; /* the number of the request sent before the outcome */
+    } steps[] = {
+        {true, 1}, {true, 2}, {false, 3}, {false, 3}, {true, 3}, {true, 4}, {false, 5}, {true, 5},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        assert_int_equal(lease_number_next(&n), steps[i].want);
+        lease_number_done(&n, steps[i].answered);
+    }
+    assert_int_equal(lease_number_next(&n), 6);
+}
+
 /* A dispatcher may grant more than asked; the ring grows and keeps the order. Many finished
  * seqs are reported without waiting for the timer. */
 static void test_queue_grows(void **state)
@@ -344,6 +433,8 @@ int main(void)
         cmocka_unit_test(test_queue_cycle),
         cmocka_unit_test(test_queue_backoff),
         cmocka_unit_test(test_queue_failed_report),
+        cmocka_unit_test(test_queue_retry_same_request),
+        cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_queue_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
