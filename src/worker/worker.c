@@ -42,6 +42,8 @@ struct waiter {
     uint32_t max_elements;
     uint64_t max_bytes;
     uint64_t deadline_ms;
+    uint64_t task_id; /* a parked read (see park) */
+    uint64_t hb_need; /* a parked read: answered once heartbeat number hb_need has returned */
 };
 
 struct wtask {
@@ -82,6 +84,9 @@ struct worker {
     bool hb_inflight;
     bool hb_again; /* send another heartbeat as soon as the one in flight returns */
     unsigned hb_failures;
+    uint64_t hb_seq; /* heartbeats sent; the one in flight (if any) has this number */
+    /* Reads of tasks not known yet, answered after the next heartbeat reply (FIFO). */
+    struct waiter *parked_head, *parked_tail;
     struct wtask *tasks;
     struct wtask *dying;
     size_t nwaiters;
@@ -282,6 +287,7 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
 }
 
 static void hb_send(struct worker *w);
+static uint64_t hb_soon(struct worker *w);
 
 /* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
  * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
@@ -290,10 +296,7 @@ static void report_end(struct worker *w, struct wtask *wt)
     if (wt->end_reported)
         return;
     wt->end_reported = true;
-    if (w->hb_inflight)
-        w->hb_again = true;
-    else
-        hb_send(w);
+    hb_soon(w);
 }
 
 static void waiter_pop(struct worker *w, struct wtask *wt)
@@ -357,18 +360,108 @@ static void drop_waiters(struct worker *w, struct wtask *wt, int code, const cha
     }
 }
 
+/* Asks the dispatcher for news now: at once, or right after the heartbeat in flight. Returns
+ * the number of the heartbeat whose reply will carry it. */
+static uint64_t hb_soon(struct worker *w)
+{
+    if (w->hb_inflight) {
+        w->hb_again = true;
+        return w->hb_seq + 1;
+    }
+    hb_send(w);
+    return w->hb_inflight ? w->hb_seq : w->hb_seq + 1;
+}
+
+/* A read of a task this worker does not know: typically the dispatcher has told the reader
+ * about a task it assigned to this worker, and this worker will hear of it at its next
+ * heartbeat. Rather than have the reader back off and retry, the read waits for the reply to a
+ * heartbeat sent now, and is then served or told the task is unknown (unpark). Parked reads are
+ * bounded by WORKER_POLL_MS like any wait. */
+static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
+                 uint32_t max_elements, uint64_t max_bytes)
+{
+    struct waiter *q = calloc(1, sizeof *q);
+    if (!q) {
+        reply_not_found(conn, id, task_id);
+        return;
+    }
+    rpc_conn_ref(conn);
+    q->conn = conn;
+    q->id = id;
+    q->task_id = task_id;
+    q->max_elements = max_elements;
+    q->max_bytes = max_bytes;
+    q->deadline_ms = now_ms() + WORKER_POLL_MS;
+    if (w->parked_tail)
+        w->parked_tail->next = q;
+    else
+        w->parked_head = q;
+    w->parked_tail = q;
+    w->nwaiters++;
+    q->hb_need = hb_soon(w);
+    tick_adjust(w);
+}
+
+static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
+                        uint32_t max_elements, uint64_t max_bytes, bool may_park);
+
+/* Answers the parked reads that were waiting for heartbeat hb_done (all of them with force):
+ * served when their task is known now, else told it is not. */
+static void unpark(struct worker *w, uint64_t hb_done, bool force)
+{
+    struct waiter *ready = NULL, **ready_tail = &ready;
+    struct waiter **pp = &w->parked_head;
+    w->parked_tail = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        if (force || q->hb_need <= hb_done || q->deadline_ms <= now_ms()) {
+            *pp = q->next;
+            q->next = NULL;
+            *ready_tail = q;
+            ready_tail = &q->next;
+        } else {
+            w->parked_tail = q;
+            pp = &q->next;
+        }
+    }
+    while (ready) {
+        struct waiter *q = ready;
+        ready = q->next;
+        w->nwaiters--;
+        if (rpc_conn_is_open(q->conn)) {
+            if (w->closing)
+                rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_UNAVAILABLE,
+                                     "the worker is shutting down");
+            else
+                handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes, false);
+        }
+        rpc_conn_unref(q->conn);
+        free(q);
+    }
+}
+
 static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_t id,
                                 const Sluice__GetElementsRequest *req)
 {
-    struct wtask *wt = find_task(w, req->task_id);
-    if (!wt) {
-        reply_not_found(conn, id, req->task_id);
-        return;
-    }
     uint32_t max_elements = req->max_elements ? req->max_elements : WORKER_DEFAULT_MAX_ELEMENTS;
     uint64_t max_bytes = req->max_bytes ? req->max_bytes : WORKER_DEFAULT_MAX_BYTES;
     if (max_bytes > WORKER_MAX_REPLY_BYTES)
         max_bytes = WORKER_MAX_REPLY_BYTES;
+    handle_read(w, conn, id, req->task_id, max_elements, max_bytes, true);
+}
+
+static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
+                        uint32_t max_elements, uint64_t max_bytes, bool may_park)
+{
+    struct wtask *wt = find_task(w, task_id);
+    if (!wt) {
+        /* Only while the dispatcher is reachable can a heartbeat bring the task. */
+        if (may_park && rpc_client_connected(w->disp))
+            park(w, conn, id, task_id, max_elements, max_bytes);
+        else
+            reply_not_found(conn, id, task_id);
+        return;
+    }
     /* Earlier readers go first; a new one is served at once only when nobody waits. */
     if (!wt->wait_head && serve(w, wt, conn, id, max_elements, max_bytes))
         return;
@@ -419,6 +512,20 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
 static void on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *user)
 {
     struct worker *w = user;
+    struct waiter **pp = &w->parked_head;
+    w->parked_tail = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        if (q->conn != conn) {
+            w->parked_tail = q;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        w->nwaiters--;
+        rpc_conn_unref(q->conn);
+        free(q);
+    }
     for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
         struct waiter **pp = &wt->wait_head;
         struct waiter *prev = NULL;
@@ -719,6 +826,7 @@ static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, 
     w->hb_inflight = false;
     if (w->closing)
         return;
+    uint64_t seq = w->hb_seq;
     if (w->hb_again) {
         w->hb_again = false;
         uv_timer_start(&w->hb_timer, on_hb_timer, 0, w->hb_ms);
@@ -733,12 +841,15 @@ static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, 
         if (w->hb_failures++ == 0)
             log_warn("heartbeat to dispatcher %s failed: %s (retrying; tasks keep serving)",
                      w->disp_address, msg);
+        /* No news is coming soon: the parked reads learn that their task is unknown. */
+        unpark(w, seq, true);
         return;
     }
     if (w->hb_failures)
         log_info("dispatcher %s reachable again", w->disp_address);
     w->hb_failures = 0;
     hb_apply(w, r);
+    unpark(w, seq, false);
 }
 
 static void hb_send(struct worker *w)
@@ -789,6 +900,7 @@ static void hb_send(struct worker *w)
         return;
     }
     w->hb_inflight = true;
+    w->hb_seq++;
 }
 
 static void on_hb_timer(uv_timer_t *t)
@@ -837,6 +949,8 @@ static void on_tick(uv_timer_t *t)
     struct worker *w = t->data;
     uint64_t now = now_ms();
     uint64_t now_ns = uv_hrtime();
+    if (w->parked_head)
+        unpark(w, 0, false);
     for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
         if (wt->wait_head) {
             if (task_steal(wt->task, now_ns) > 0)
@@ -1010,6 +1124,7 @@ void worker_close(struct worker *w, void (*cb)(void *user), void *user)
     w->close_user = user;
     uv_timer_stop(&w->hb_timer);
     uv_timer_stop(&w->tick_timer);
+    unpark(w, 0, true);
     while (w->tasks)
         remove_task(w, w->tasks, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");
     rpc_server_close(w->srv, on_srv_closed, w);

@@ -10,8 +10,9 @@ int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
 {
     char portbuf[16];
     snprintf(portbuf, sizeof(portbuf), "%d", port > 0 ? port : 0);
+    static int clusters;
     if (fault_tolerant && !c->work_dir[0])
-        snprintf(c->work_dir, sizeof(c->work_dir), "%s/dispatcher", tmp_dir());
+        snprintf(c->work_dir, sizeof(c->work_dir), "%s/dispatcher-%d", tmp_dir(), ++clusters);
     char *argv[16];
     int n = 0;
     argv[n++] = (char *)bin_path("sluice-dispatcher");

@@ -17,10 +17,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* The whole suite runs twice: against an in-memory dispatcher, then a fault-tolerant one. */
+static int use_ft;
+
 static int setup(void **state)
 {
     struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 0) != 0)
+    if (!c || cluster_start_dispatcher(c, 0, use_ft) != 0)
         return -1;
     *state = c;
     return 0;
@@ -184,7 +187,7 @@ static void test_client_before_dispatcher(void **state)
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(10)", NULL), 0);
     usleep(500 * 1000);
-    assert_int_equal(cluster_start_dispatcher(c, c->port, 0), 0);
+    assert_int_equal(cluster_start_dispatcher(c, c->port, use_ft), 0);
     add_workers(c, 1);
     char *out = proc_read_all(&r, 30000);
     assert_int_equal(proc_wait(&r, 10000), 0);
@@ -328,25 +331,122 @@ static void test_garbage_frames(void **state)
     free(err);
 }
 
+/* ---- fault-tolerant dispatcher only ---------------------------------------------------------- */
+
+static void test_ft_dataset_survives_kill(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "register", "range(7)", "--dataset-id", "kept", NULL), 0);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "--dataset-id", "kept", NULL), 0);
+    assert_string_equal(out, "0\n1\n2\n3\n4\n5\n6\n");
+    free(out);
+    free(err);
+}
+
+/* Reads while the dispatcher is killed and restarted twice: the multiset stays exact. */
+static void read_across_restarts(struct cluster *c, const char *mode, long n, int times)
+{
+    struct proc r;
+    assert_int_equal(
+        cluster_cli_spawn(c, &r, "read", "range(3000) | map(sleep_us, 1000)", "--mode", mode, NULL),
+        0);
+    for (int k = 0; k < 2; k++) {
+        usleep(500 * 1000);
+        assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+    }
+    char *out = proc_read_all(&r, 90000);
+    assert_int_equal(proc_wait(&r, 10000), 0);
+    char *got = sorted_lines(out);
+    char *want = expected_range(n, times);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+}
+
+static void test_ft_distributed_across_restarts(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    read_across_restarts(c, "distributed_epoch", 3000, 1);
+}
+
+static void test_ft_parallel_across_restarts(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    read_across_restarts(c, "parallel_epochs", 3000, 2);
+}
+
+/* Once every task of a read has been handed out, the read finishes with the dispatcher down. */
+static void test_ft_read_finishes_while_dispatcher_down(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(4000) | map(sleep_us, 500)", NULL), 0);
+    usleep(1500 * 1000);
+    proc_stop(&c->dispatcher, SIGKILL, 10000);
+    char *out = proc_read_all(&r, 60000);
+    int rc = proc_wait(&r, 10000);
+    if (rc != 0) {
+        fprintf(stderr, "read: status %d, %zu lines, log %s\n", rc, count_lines(out), r.log);
+        char cmd[700];
+        snprintf(cmd, sizeof(cmd), "cat %s >&2", r.log);
+        assert_int_equal(system(cmd), 0);
+    }
+    assert_int_equal(rc, 0);
+    char *want = expected_range(4000, 1);
+    char *got = sorted_lines(out);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+    /* Bring it back so the teardown sees a clean shutdown. */
+    assert_int_equal(cluster_start_dispatcher(c, c->port, 1), 0);
+}
+
+#define COMMON_TESTS                                                                               \
+    cmocka_unit_test_setup_teardown(test_one_worker_in_order, setup, teardown),                    \
+        cmocka_unit_test_setup_teardown(test_parallel_epochs_two_workers, setup, teardown),        \
+        cmocka_unit_test_setup_teardown(test_distributed_epoch_two_workers, setup, teardown),      \
+        cmocka_unit_test_setup_teardown(test_local_tail, setup, teardown),                         \
+        cmocka_unit_test_setup_teardown(test_shared_job, setup, teardown),                         \
+        cmocka_unit_test_setup_teardown(test_different_job_names, setup, teardown),                \
+        cmocka_unit_test_setup_teardown(test_worker_joins_mid_read, setup, teardown),              \
+        cmocka_unit_test_setup_teardown(test_client_before_dispatcher, setup, teardown),           \
+        cmocka_unit_test_setup_teardown(test_explicit_dataset_ids, setup, teardown),               \
+        cmocka_unit_test_setup_teardown(test_job_name_conflict, setup, teardown),                  \
+        cmocka_unit_test_setup_teardown(test_bad_pipeline_and_usage, setup, teardown),             \
+        cmocka_unit_test_setup_teardown(test_garbage_frames, setup, teardown)
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_one_worker_in_order, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_parallel_epochs_two_workers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_distributed_epoch_two_workers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_local_tail, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shared_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_different_job_names, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_joins_mid_read, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_client_before_dispatcher, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_explicit_dataset_ids, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_job_name_conflict, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_pipeline_and_usage, setup, teardown),
+    const struct CMUnitTest in_memory[] = {
+        COMMON_TESTS,
         cmocka_unit_test_setup_teardown(test_restart_without_fault_tolerance, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_garbage_frames, setup, teardown),
+    };
+    const struct CMUnitTest fault_tolerant[] = {
+        COMMON_TESTS,
+        cmocka_unit_test_setup_teardown(test_ft_dataset_survives_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ft_distributed_across_restarts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ft_parallel_across_restarts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ft_read_finishes_while_dispatcher_down, setup,
+                                        teardown),
     };
     signal(SIGPIPE, SIG_IGN);
-    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    /* SLUICE_TEST_FILTER=pattern runs only the matching tests (cmocka's wildcard syntax). */
+    if (getenv("SLUICE_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
+    int rc = cmocka_run_group_tests_name("in-memory dispatcher", in_memory, NULL, NULL);
+    use_ft = 1;
+    rc += cmocka_run_group_tests_name("fault-tolerant dispatcher", fault_tolerant, NULL, NULL);
     tmp_cleanup();
     return rc;
 }
