@@ -303,9 +303,9 @@ static int fetch(struct sluice_iterator *it, size_t i)
     Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
     req.task_id = t->id;
     req.client_id = it->client_id;
-    /* 0 lets the worker choose reply sizes; a coordinated round is one element per consumer. */
-    if (getenv("DBG_MB"))
-        req.max_bytes = strtoull(getenv("DBG_MB"), 0, 10);
+    /* The worker chooses the element count (0); a coordinated round is one element per
+     * consumer. */
+    req.max_bytes = ITER_FETCH_MAX_BYTES;
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;
@@ -1034,8 +1034,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     it->consumer_index = o->consumer_index;
     atomic_init(&it->interrupted, 0);
     pipe_elem_init(&it->elem);
-    ct_init(&it->tasks, it->coordinated,
-            getenv("DBG_PT") ? atoi(getenv("DBG_PT")) : ITER_PER_TASK_MAX);
+    ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",

@@ -2,8 +2,9 @@
  * the header bytes seen) or reading a payload (need is the validated frame length, have counts
  * the payload bytes copied into buf). A payload found whole in one fed chunk is handed over in
  * place, even when its header came in an earlier chunk, and never touches buf; buf is used, and
- * grown, only for payloads cut by a chunk boundary. on_frame must not feed or release the
- * decoder it is called from. */
+ * grown, only for payloads cut by a chunk boundary or filled directly (frame_decoder_space), and
+ * may be taken over from on_frame (frame_decoder_detach) or replaced between payloads
+ * (frame_decoder_swap). on_frame must not feed or release the decoder it is called from. */
 #include "frame.h"
 
 #include "error.h"

@@ -9,9 +9,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -297,13 +294,6 @@ int main(int argc, char **argv)
     /* A reader that disconnects mid-reply must cost an error on that connection, not the
      * process. */
     signal(SIGPIPE, SIG_IGN);
-#ifdef __GLIBC__
-    /* Replies of megabytes are allocated and freed many times a second. By default glibc hands
-     * such blocks back to the kernel and faults fresh pages in for the next one, which halves
-     * the transfer rate of large elements; keep up to this much freed memory for reuse. */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
     rc = run(&a);
     free(a.plugins);
     return rc;

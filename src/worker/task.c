@@ -24,21 +24,8 @@
  * neither allocates nor faults in fresh pages per chunk. Chunks grown far past the publish size
  * by huge elements are freed instead. */
 #define TASK_FREE_SPARE 8u
-#define TASK_FREE_MAX_CAP (2u * dbg_chunk())
+#define TASK_FREE_MAX_CAP (2u * TASK_CHUNK_BYTES)
 
-/* DBG */
-static size_t dbg_env(const char *n, size_t d)
-{
-    const char *v = getenv(n);
-    return v ? strtoull(v, 0, 10) : d;
-}
-static size_t dbg_chunk(void)
-{
-    static size_t c;
-    if (!c)
-        c = dbg_env("DBG_CHUNK", TASK_CHUNK_BYTES);
-    return c;
-}
 struct spare_block {
     uint8_t *p;
     size_t cap;
@@ -79,6 +66,7 @@ struct task {
      * producer's element in place of the block the next external chunk takes away. */
     struct spare_block spare[TASK_SPARE_BLOCKS];
     unsigned nspare;
+    uint64_t spare_bytes; /* their total size, at most max_bytes */
     unsigned space_waiters;
     unsigned alive; /* producers not yet exited */
     bool done;
@@ -140,13 +128,21 @@ static struct wbuf_chunk *chunk_get(struct task *t)
 /* Keeps the block of a written external chunk for reuse, or frees it. Task mutex held. */
 static void spare_put_locked(struct task *t, uint8_t *block, size_t cap)
 {
-    if (t->nspare == TASK_SPARE_BLOCKS) {
-        /* The oldest goes: the newest are likelier to be in the caches. */
+    /* Idle memory stays within the buffer's own byte bound. */
+    if (cap > t->max_bytes) {
+        free(block);
+        return;
+    }
+    /* The oldest go first: the newest are likelier to be in the caches. */
+    while (t->nspare > 0 &&
+           (t->nspare == TASK_SPARE_BLOCKS || t->spare_bytes + cap > t->max_bytes)) {
         free(t->spare[0].p);
-        memmove(&t->spare[0], &t->spare[1], (TASK_SPARE_BLOCKS - 1) * sizeof t->spare[0]);
+        t->spare_bytes -= t->spare[0].cap;
+        memmove(&t->spare[0], &t->spare[1], (t->nspare - 1) * sizeof t->spare[0]);
         t->nspare--;
     }
     t->spare[t->nspare++] = (struct spare_block){block, cap};
+    t->spare_bytes += cap;
 }
 
 /* Makes a used chunk empty and keeps it for reuse, or frees it. Task mutex held. An external
@@ -231,6 +227,7 @@ static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
         if (task->spare[i].cap >= want) {
             block = task->spare[i].p;
             cap = task->spare[i].cap;
+            task->spare_bytes -= cap;
             memmove(&task->spare[i], &task->spare[i + 1],
                     (task->nspare - i - 1) * sizeof task->spare[0]);
             task->nspare--;
@@ -382,7 +379,7 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         if (c->count == 0)
             c->born_ns = uv_hrtime();
         c->count++;
-        bool flush = c->data.len >= dbg_chunk() || c->count >= TASK_CHUNK_RECORDS;
+        bool flush = c->data.len >= TASK_CHUNK_BYTES || c->count >= TASK_CHUNK_RECORDS;
         if (!flush && atomic_load_explicit(&t->waiting, memory_order_relaxed)) {
             /* A reader waits: publish once the chunk has lingered, or at once when elements
              * come slowly (this one took longer than the linger to arrive). */
@@ -582,7 +579,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->worker_index = cfg->worker_index;
     t->reg = cfg->reg;
     t->wake = cfg->wake;
-    t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : dbg_env("DBG_BUF", TASK_BUFFER_BYTES);
+    t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : TASK_BUFFER_BYTES;
     t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
     t->spec = spec;
     unsigned n = 1;

@@ -9,7 +9,10 @@
  * shrink, so incompressible data costs no compression attempts) into a private chunk and publishes
  * the chunk into the buffer when it is full, when a reader has been waiting longer than a short
  * linger, or when its split or pipeline ends; it blocks while the buffer holds more than its byte
- * or element bound. The loop thread takes whole records out with task_take() and is woken through
+ * or element bound. An element with a tensor of TASK_EXT_MIN bytes or more (when no compression
+ * is tried) is not copied at all: its chunk takes over the tensor's block (an external chunk,
+ * buffer.h) and the producer's element gets a spare block back. The loop thread takes whole
+ * records out with task_take() or task_take_whole() and is woken through
  * cfg->wake whenever a waiting reader can be served, a producer needs splits, or a producer exits.
  *
  * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, or
@@ -40,14 +43,17 @@
  * record is older than this, trading a little latency for whole batches per reply. */
 #define TASK_LINGER_NS 500000u
 /* Default buffer bounds: producers block while the buffer holds this much. The bound on chunks
- * caps the allocation overhead when chunks are small (tiny splits end a chunk each). */
-#define TASK_BUFFER_BYTES (64u << 20)
+ * caps the allocation overhead when chunks are small (tiny splits end a chunk each). The byte
+ * bound is kept small enough that what a producer wrote is still in the caches when the loop
+ * writes it to the socket: with elements of 1 MiB, 64 MiB cost a fifth of the transfer rate
+ * against 8 to 16 MiB, which still hold several replies' worth of lookahead. */
+#define TASK_BUFFER_BYTES (16u << 20)
 #define TASK_BUFFER_RECORDS (1u << 20)
 #define TASK_BUFFER_CHUNKS 16384u
 /* An element with a tensor of at least this many value bytes (and no compression attempted) is
  * not copied into a chunk: it goes out as an external chunk (buffer.h) written from the block
- * the pipeline produced it in. Up to TASK_SPARE_BLOCKS such blocks are kept once written, to be
- * handed back to the pipeline. */
+ * the pipeline produced it in. Up to TASK_SPARE_BLOCKS such blocks (together no larger than the
+ * buffer's byte bound) are kept once written, to be handed back to the pipeline. */
 #define TASK_EXT_MIN (256u << 10)
 #define TASK_SPARE_BLOCKS 8u
 /* A take of whole chunks (written without copying) spans at most this many chunks. */

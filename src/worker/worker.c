@@ -146,8 +146,8 @@ static void reply_not_found(struct rpc_conn *conn, uint64_t id, uint64_t task_id
                          "task %" PRIu64 " is not running on this worker", task_id);
 }
 
-/* A reply written straight from the chunk it was taken from: the take is released (the chunk
- * goes back to the task for reuse) only once the bytes are written. */
+/* A reply written straight from the chunks it was taken from: the take is released (the chunks
+ * go back to the task for reuse) only once the bytes are written. */
 struct sent_reply {
     struct wtask *wt;
     struct task_take tk;
