@@ -122,8 +122,8 @@ int sluice_fn_arg_string(const struct sluice_fn_args *args, size_t k, const char
 typedef int (*sluice_map_cb)(struct sluice_element *elem, const struct sluice_fn_args *args,
                              void *user, char *err, size_t errlen);
 typedef int (*sluice_filter_cb)(const struct sluice_element *elem,
-                                const struct sluice_fn_args *args, void *user, int *keep,
-                                char *err, size_t errlen);
+                                const struct sluice_fn_args *args, void *user, int *keep, char *err,
+                                size_t errlen);
 
 /* Registers a function usable with min_args..max_args arguments (checked when the pipeline is
  * parsed, before anything runs). user is passed back on every call and must outlive the
@@ -133,7 +133,6 @@ int sluice_register_map(struct sluice_registry *registry, const char *name, int 
                         int max_args, sluice_map_cb fn, void *user);
 int sluice_register_filter(struct sluice_registry *registry, const char *name, int min_args,
                            int max_args, sluice_filter_cb fn, void *user);
-
 
 /* ---- Client ------------------------------------------------------------------------------ */
 

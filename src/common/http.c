@@ -18,6 +18,7 @@
  * close callback. The server counts its listener and every allocated connection in handles and
  * is freed, after its close callback, when that count reaches zero. */
 #include "http.h"
+#include "listen.h"
 
 #include "error.h"
 #include "log.h"
@@ -542,64 +543,6 @@ static void on_connection(uv_stream_t *listener, int status)
 
 /* ---- starting and closing -------------------------------------------------------------------- */
 
-/* Resolves host (numeric first, then the resolver: startup may block) into ss. */
-static int resolve(const char *host, int port, struct sockaddr_storage *ss, char *why,
-                   size_t whylen)
-{
-    memset(ss, 0, sizeof *ss);
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-        return 0;
-    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-        return 0;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc != 0 || res == NULL)
-        return err_set(why, whylen, SLUICE_ERR_NOT_FOUND, "%s", gai_strerror(rc));
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    if (ss->ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-    freeaddrinfo(res);
-    return 0;
-}
-
-/* Creates a bound, listening socket and reports the port it got. */
-static int listen_socket(const struct sockaddr_storage *ss, int *fd_out, int *port_out, char *why,
-                         size_t whylen)
-{
-    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        goto fail;
-    int on = 1;
-    /* A restarted process must be able to bind its port while old connections sit in
-     * TIME_WAIT. */
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0)
-        goto fail_fd;
-    socklen_t len =
-        ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    if (bind(fd, (const struct sockaddr *)ss, len) != 0)
-        goto fail_fd;
-    if (listen(fd, SOMAXCONN) != 0)
-        goto fail_fd;
-    struct sockaddr_storage bound;
-    socklen_t blen = sizeof bound;
-    if (getsockname(fd, (struct sockaddr *)&bound, &blen) != 0)
-        goto fail_fd;
-    *port_out = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
-                                            : ntohs(((struct sockaddr_in *)&bound)->sin_port);
-    *fd_out = fd;
-    return 0;
-
-fail_fd:;
-    int saved = errno;
-    close(fd);
-    errno = saved;
-fail:
-    return err_set(why, whylen, -errno, "%s", strerror(errno));
-}
-
 static void on_listener_closed(uv_handle_t *h)
 {
     server_release((struct http_server *)h);
@@ -620,12 +563,8 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, http_render_c
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: port out of range", addr);
 
     char why[256];
-    struct sockaddr_storage ss;
     int fd = -1, bound = 0;
-    int rc = resolve(host, port, &ss, why, sizeof why);
-    if (rc != 0)
-        goto fail;
-    rc = listen_socket(&ss, &fd, &bound, why, sizeof why);
+    int rc = listen_open(host, port, &fd, &bound, why, sizeof why);
     if (rc != 0)
         goto fail;
     struct http_server *srv = calloc(1, sizeof *srv);
@@ -640,17 +579,12 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, http_render_c
     srv->max_conns = HTTP_DEFAULT_MAX_CONNECTIONS;
     srv->port = bound;
     srv->handles = 1;
-    rc = uv_tcp_init(loop, &srv->listener);
-    if (rc != 0) {
-        err_set(why, sizeof why, rc, "%s", uv_strerror(rc));
-        goto fail_srv;
+    int inited;
+    rc = listen_adopt(loop, &srv->listener, fd, on_connection, &inited);
+    if (rc != 0 && !inited) {
+        free(srv);
+        return err_set(err, errlen, rc, "listen on %s: %s", addr, uv_strerror(rc));
     }
-    /* The socket already listens, so these fail only on a broken descriptor. */
-    rc = uv_tcp_open(&srv->listener, fd);
-    if (rc != 0)
-        close(fd); /* not adopted by the handle */
-    else
-        rc = uv_listen((uv_stream_t *)&srv->listener, SOMAXCONN, on_connection);
     if (rc != 0) {
         /* The handle exists now and can only go away through the loop. */
         srv->closing = true;
@@ -660,8 +594,6 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, http_render_c
     *out = srv;
     return 0;
 
-fail_srv:
-    free(srv);
 fail_fd:
     close(fd);
 fail:

@@ -13,6 +13,7 @@
  * plus one per rpc_conn_ref. srv is cleared when the handle closes, so a handler replying late
  * through a reference it kept gets SLUICE_ERR_CLOSED, even after the server has been freed. */
 #include "rpc.h"
+#include "listen.h"
 
 #include "conn.h"
 #include "error.h"
@@ -288,64 +289,6 @@ static void on_listener_closed(uv_handle_t *h)
         finish_close(srv);
 }
 
-/* Resolves host (numeric first, then the resolver: startup may block) into ss. */
-static int resolve_listen_address(const char *host, int port, struct sockaddr_storage *ss,
-                                  char *why, size_t whylen)
-{
-    memset(ss, 0, sizeof *ss);
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)ss) == 0)
-        return 0;
-    if (uv_ip6_addr(host, port, (struct sockaddr_in6 *)ss) == 0)
-        return 0;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int rc = getaddrinfo(host, NULL, &hints, &res);
-    if (rc != 0 || res == NULL)
-        return err_set(why, whylen, SLUICE_ERR_NOT_FOUND, "%s", gai_strerror(rc));
-    memcpy(ss, res->ai_addr, res->ai_addrlen);
-    if (ss->ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
-    else
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
-    freeaddrinfo(res);
-    return 0;
-}
-
-/* Creates a bound, listening socket and reports the port it got. */
-static int open_listen_socket(const struct sockaddr_storage *ss, int *fd_out, int *port_out,
-                              char *why, size_t whylen)
-{
-    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0)
-        goto fail;
-    int on = 1;
-    /* A restarted server must be able to bind its port while old connections sit in
-     * TIME_WAIT. */
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0)
-        goto fail_fd;
-    socklen_t len =
-        ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    if (bind(fd, (const struct sockaddr *)ss, len) != 0)
-        goto fail_fd;
-    if (listen(fd, SOMAXCONN) != 0)
-        goto fail_fd;
-    struct sockaddr_storage bound;
-    socklen_t blen = sizeof bound;
-    if (getsockname(fd, (struct sockaddr *)&bound, &blen) != 0)
-        goto fail_fd;
-    *port_out = bound.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
-                                            : ntohs(((struct sockaddr_in *)&bound)->sin_port);
-    *fd_out = fd;
-    return 0;
-
-fail_fd:;
-    int saved = errno;
-    close(fd);
-    errno = saved;
-fail:
-    return err_set(why, whylen, -errno, "%s", strerror(errno));
-}
-
 int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct rpc_server **out,
                      char *err, size_t errlen)
 {
@@ -359,15 +302,10 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: port out of range", addr);
 
     char why[256];
-    struct sockaddr_storage ss;
     int fd = -1, port = 0;
-    int rc = resolve_listen_address(host, opts->port, &ss, why, sizeof why);
+    int rc = listen_open(host, opts->port, &fd, &port, why, sizeof why);
     if (rc != 0)
         goto fail;
-    rc = open_listen_socket(&ss, &fd, &port, why, sizeof why);
-    if (rc != 0)
-        goto fail;
-
     struct rpc_server *srv = calloc(1, sizeof *srv);
     if (srv == NULL) {
         rc = err_set(why, sizeof why, SLUICE_ERR_NOMEM, "out of memory");
@@ -379,18 +317,12 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
     srv->opts.host = srv->host;
     srv->port = port;
     srv->handles = 1;
-    /* The socket is already listening, so these can fail only on a broken descriptor; uv_listen
-     * on a listening socket merely registers it with the loop. */
-    rc = uv_tcp_init(loop, &srv->listener);
-    if (rc != 0) {
-        err_set(why, sizeof why, rc, "%s", uv_strerror(rc));
-        goto fail_srv;
+    int inited;
+    rc = listen_adopt(loop, &srv->listener, fd, on_connection, &inited);
+    if (rc != 0 && !inited) {
+        free(srv);
+        return err_set(err, errlen, rc, "listen on %s: %s", addr, uv_strerror(rc));
     }
-    rc = uv_tcp_open(&srv->listener, fd);
-    if (rc != 0)
-        close(fd); /* not adopted by the handle */
-    else
-        rc = uv_listen((uv_stream_t *)&srv->listener, SOMAXCONN, on_connection);
     if (rc != 0) {
         /* The handle exists now and can only go away through the loop: the caller's next run
          * of the loop frees srv. */
@@ -401,8 +333,6 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
     *out = srv;
     return 0;
 
-fail_srv:
-    free(srv);
 fail_fd:
     close(fd);
 fail:

@@ -22,9 +22,9 @@ enum pipe_value_kind {
 
 struct pipe_value {
     enum pipe_value_kind kind;
-    int64_t i;   /* INT, BOOL (0/1) */
-    double f;    /* FLOAT */
-    char *s;     /* BYTES: NUL-terminated copy; slen excludes the NUL (may contain NULs) */
+    int64_t i; /* INT, BOOL (0/1) */
+    double f;  /* FLOAT */
+    char *s;   /* BYTES: NUL-terminated copy; slen excludes the NUL (may contain NULs) */
     size_t slen;
     struct pipe_value *items; /* LIST, TUPLE */
     size_t nitems;
@@ -59,12 +59,12 @@ struct pipe_op {
     char *fn;                /* MAP, FILTER: function name */
     struct pipe_value *args; /* MAP, FILTER: literal arguments */
     size_t nargs;
-    int64_t n;   /* SHUFFLE buffer, BATCH size, TAKE, SKIP, REPEAT count, SHARD count, PREFETCH */
-    bool has_n;  /* REPEAT: false for repeat() (forever) */
+    int64_t n;  /* SHUFFLE buffer, BATCH size, TAKE, SKIP, REPEAT count, SHARD count, PREFETCH */
+    bool has_n; /* REPEAT: false for repeat() (forever) */
     int64_t seed;
-    bool has_seed;       /* SHUFFLE */
-    bool drop_remainder; /* BATCH */
-    int64_t index;       /* SHARD */
+    bool has_seed;                 /* SHUFFLE */
+    bool drop_remainder;           /* BATCH */
+    int64_t index;                 /* SHARD */
     bool n_is_hint, index_is_hint; /* SHARD(SHARD_HINT, SHARD_HINT) */
     int column;
 };
@@ -75,7 +75,7 @@ struct pipe_spec {
     size_t nops;
 };
 
-void pipe_spec_free(struct pipe_spec *spec); /* frees contents and the struct; NULL is fine */
+void pipe_spec_free(struct pipe_spec *spec);   /* frees contents and the struct; NULL is fine */
 void pipe_value_release(struct pipe_value *v); /* frees what v points to, not v */
 /* Deep copy. Returns 0 or SLUICE_ERR_NOMEM (then *out is NULL). */
 int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out);

@@ -24,11 +24,11 @@ struct pipe_split {
 
 struct pipe_split_provider {
     enum pipe_source_kind kind;
-    uint64_t per_pass;    /* splits in one pass over the source */
-    uint64_t source_len;  /* RANGE, LIST: elements in the source */
-    uint64_t split_size;  /* RANGE, LIST: elements per split */
-    uint64_t passes;      /* product of repeat counts; UINT64_MAX when infinite */
-    char **paths;         /* TFRECORD, LINES: sorted expanded file list (owned) */
+    uint64_t per_pass;   /* splits in one pass over the source */
+    uint64_t source_len; /* RANGE, LIST: elements in the source */
+    uint64_t split_size; /* RANGE, LIST: elements per split */
+    uint64_t passes;     /* product of repeat counts; UINT64_MAX when infinite */
+    char **paths;        /* TFRECORD, LINES: sorted expanded file list (owned) */
     size_t npaths;
 };
 
