@@ -42,8 +42,39 @@ struct waiter {
     uint32_t max_elements;
     uint64_t max_bytes;
     uint64_t deadline_ms;
-    uint64_t task_id; /* a parked read (see park) */
-    uint64_t hb_need; /* a parked read: answered once heartbeat number hb_need has returned */
+    uint64_t task_id;  /* a parked read (see park) */
+    uint64_t hb_need;  /* a parked read: answered once heartbeat number hb_need has returned */
+    uint32_t consumer; /* coordinated reads: the reader's consumer index */
+    uint64_t round;    /* coordinated reads: the round asked for */
+};
+
+/* Coordinated reads (DESIGN.md §4): a round of a task is N consecutive elements of its buffer,
+ * the c-th going to consumer c. Rounds are filled strictly in increasing order, one element at a
+ * time, and at most WORKER_COORD_ROUNDS of them are held: round r lives in slot r mod
+ * WORKER_COORD_ROUNDS from the moment it starts filling until all N consumers took their element,
+ * so a consumer that runs ahead waits (a long poll) until the slowest one catches up. An element
+ * is copied out of the buffer into its round, so memory is bounded by the rounds held.
+ *
+ * Invariants: base <= fill <= base + WORKER_COORD_ROUNDS; rounds below fill hold all n
+ * elements, round fill (when held) holds slot[fill % K].filled < n of them; a slot's taken counts
+ * the consumers whose took flag is set. */
+#define WORKER_COORD_ROUNDS 4u
+/* Far more consumers than any real job has; bounds the per-round tables a TaskDef can ask for. */
+#define WORKER_COORD_MAX_CONSUMERS 65536u
+
+struct coord_slot {
+    uint32_t filled; /* elements assigned so far, in buffer order */
+    uint32_t taken;  /* consumers that took their element */
+    uint8_t **rec;   /* rec[c]: consumer c's element as one codec record (owned), len[c] bytes */
+    size_t *len;
+    bool *took;
+};
+
+struct coord {
+    uint32_t n;    /* consumers; 0: the task is not read in rounds */
+    uint64_t base; /* the oldest round held */
+    uint64_t fill; /* the round being filled */
+    struct coord_slot slot[WORKER_COORD_ROUNDS];
 };
 
 struct wtask {
@@ -64,6 +95,7 @@ struct wtask {
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
     double rate;
+    struct coord coord;
 };
 
 struct worker {
@@ -286,6 +318,146 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
     }
 }
 
+/* ---- coordinated reads ------------------------------------------------------------------ */
+
+static void coord_slot_clear(struct coord *cd, struct coord_slot *sl)
+{
+    for (uint32_t i = 0; i < sl->filled; i++) {
+        free(sl->rec[i]);
+        sl->rec[i] = NULL;
+    }
+    memset(sl->took, 0, cd->n * sizeof *sl->took);
+    sl->filled = 0;
+    sl->taken = 0;
+}
+
+static void coord_free(struct coord *cd)
+{
+    if (cd->n == 0)
+        return;
+    for (unsigned k = 0; k < WORKER_COORD_ROUNDS; k++) {
+        struct coord_slot *sl = &cd->slot[k];
+        if (sl->rec)
+            for (uint32_t i = 0; i < sl->filled; i++)
+                free(sl->rec[i]);
+        free(sl->rec);
+        free(sl->len);
+        free(sl->took);
+    }
+    memset(cd, 0, sizeof *cd);
+}
+
+/* Sets up the round table for n consumers (0: none). Returns 0 or SLUICE_ERR_NOMEM. */
+static int coord_init(struct coord *cd, uint32_t n)
+{
+    memset(cd, 0, sizeof *cd);
+    if (n == 0)
+        return 0;
+    cd->n = n;
+    for (unsigned k = 0; k < WORKER_COORD_ROUNDS; k++) {
+        struct coord_slot *sl = &cd->slot[k];
+        sl->rec = calloc(n, sizeof *sl->rec);
+        sl->len = calloc(n, sizeof *sl->len);
+        sl->took = calloc(n, sizeof *sl->took);
+        if (!sl->rec || !sl->len || !sl->took) {
+            coord_free(cd);
+            return SLUICE_ERR_NOMEM;
+        }
+    }
+    return 0;
+}
+
+/* Moves one element from the task's buffer into the round being filled. Returns TASK_TAKE_DATA
+ * when one was moved, else what the take reported (EMPTY, END, FAILED with tk->msg) or a
+ * negative code. */
+static int coord_fill_one(struct worker *w, struct wtask *wt, struct task_take *tk)
+{
+    struct coord *cd = &wt->coord;
+    int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, &w->scratch, tk);
+    if (st != TASK_TAKE_DATA)
+        return st;
+    size_t len;
+    const uint8_t *payload = take_payload(w, tk, &len);
+    uint8_t *copy = (payload || len == 0) ? malloc(len ? len : 1) : NULL;
+    if (!copy) {
+        task_take_release(wt->task, tk);
+        return SLUICE_ERR_NOMEM;
+    }
+    if (len)
+        memcpy(copy, payload, len);
+    task_take_release(wt->task, tk);
+    struct coord_slot *sl = &cd->slot[cd->fill % WORKER_COORD_ROUNDS];
+    sl->rec[sl->filled] = copy;
+    sl->len[sl->filled] = len;
+    if (++sl->filled == cd->n)
+        cd->fill++;
+    return TASK_TAKE_DATA;
+}
+
+/* Answers coordinated read (round, consumer) if it can be answered now: with the consumer's
+ * element of that round, the end of the sequence, an error, or not at all (false: the round is
+ * too far ahead or its element is not produced yet; the read waits). A repeated read of an
+ * element already taken (a retry) gets the same element while its round is held. */
+static bool serve_coord(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
+                        uint32_t consumer, uint64_t round)
+{
+    struct coord *cd = &wt->coord;
+    if (consumer >= cd->n) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_INVALID,
+                             "consumer index %" PRIu32 " is not below num_consumers %" PRIu32,
+                             consumer, cd->n);
+        return true;
+    }
+    if (round < cd->base) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_INVALID,
+                             "task %" PRIu64 ": round %" PRIu64 " was served already", wt->id,
+                             round);
+        return true;
+    }
+    if (round >= cd->base + WORKER_COORD_ROUNDS)
+        return false;
+    struct coord_slot *sl = &cd->slot[round % WORKER_COORD_ROUNDS];
+    while (cd->fill < round || (cd->fill == round && sl->filled <= consumer)) {
+        struct task_take tk;
+        int st = coord_fill_one(w, wt, &tk);
+        if (st == TASK_TAKE_DATA)
+            continue;
+        if (st == TASK_TAKE_EMPTY)
+            return false;
+        if (st == TASK_TAKE_END) {
+            reply_elements(conn, id, 0, true, NULL, 0);
+            report_end(w, wt);
+        } else if (st == TASK_TAKE_FAILED) {
+            rpc_conn_reply_error(conn, id, SLUICE_ERR_TASK_FAILED, "%s", tk.msg);
+        } else {
+            rpc_conn_reply_error(conn, id, st, "task %" PRIu64 ": %s", wt->id, sluice_strerror(st));
+        }
+        return true;
+    }
+    reply_elements(conn, id, 1, false, sl->rec[consumer], sl->len[consumer]);
+    if (!sl->took[consumer]) {
+        sl->took[consumer] = true;
+        sl->taken++;
+    }
+    /* Rounds every consumer took are let go, oldest first, making room for later ones. */
+    while (cd->base < cd->fill) {
+        struct coord_slot *old = &cd->slot[cd->base % WORKER_COORD_ROUNDS];
+        if (old->taken < cd->n)
+            break;
+        coord_slot_clear(cd, old);
+        cd->base++;
+    }
+    return true;
+}
+
+/* Answers a read the way the task is read: in rounds, or from the buffer. */
+static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *q)
+{
+    if (wt->coord.n > 0)
+        return serve_coord(w, wt, q->conn, q->id, q->consumer, q->round);
+    return serve(w, wt, q->conn, q->id, q->max_elements, q->max_bytes);
+}
+
 static void hb_send(struct worker *w);
 static uint64_t hb_soon(struct worker *w);
 
@@ -320,15 +492,49 @@ static void tick_adjust(struct worker *w)
     uv_timer_start(&w->tick_timer, on_tick, want, want);
 }
 
-/* Serves waiting readers in arrival order for as long as the buffer has elements for them. */
+/* Unlinks waiter *pp (prev is the one before it, or NULL) from wt's queue and frees it. */
+static void waiter_unlink(struct worker *w, struct wtask *wt, struct waiter **pp,
+                          struct waiter *prev)
+{
+    struct waiter *q = *pp;
+    *pp = q->next;
+    if (wt->wait_tail == q)
+        wt->wait_tail = prev;
+    wt->nwait--;
+    w->nwaiters--;
+    rpc_conn_unref(q->conn);
+    free(q);
+}
+
+/* Serves waiting readers in arrival order for as long as the buffer has elements for them. A
+ * task read in rounds has no such order: a read of a later round may wait while one of an
+ * earlier round can be served, and serving one may let go of a round and so unblock another,
+ * so the whole queue is scanned until nothing more can be served. */
 static void serve_waiters(struct worker *w, struct wtask *wt)
 {
-    while (wt->wait_head) {
-        struct waiter *q = wt->wait_head;
-        if (rpc_conn_is_open(q->conn) &&
-            !serve(w, wt, q->conn, q->id, q->max_elements, q->max_bytes))
-            break;
-        waiter_pop(w, wt);
+    if (wt->coord.n > 0) {
+        bool progress = true;
+        while (progress) {
+            progress = false;
+            struct waiter **pp = &wt->wait_head, *prev = NULL;
+            while (*pp) {
+                struct waiter *q = *pp;
+                if (!rpc_conn_is_open(q->conn) || serve_read(w, wt, q)) {
+                    waiter_unlink(w, wt, pp, prev);
+                    progress = true;
+                } else {
+                    prev = q;
+                    pp = &q->next;
+                }
+            }
+        }
+    } else {
+        while (wt->wait_head) {
+            struct waiter *q = wt->wait_head;
+            if (rpc_conn_is_open(q->conn) && !serve_read(w, wt, q))
+                break;
+            waiter_pop(w, wt);
+        }
     }
     task_set_waiting(wt->task, wt->nwait > 0);
 }
@@ -378,7 +584,7 @@ static uint64_t hb_soon(struct worker *w)
  * heartbeat sent now, and is then served or told the task is unknown (unpark). Parked reads are
  * bounded by WORKER_POLL_MS like any wait. */
 static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
-                 uint32_t max_elements, uint64_t max_bytes)
+                 uint32_t max_elements, uint64_t max_bytes, uint32_t consumer, uint64_t round)
 {
     struct waiter *q = calloc(1, sizeof *q);
     if (!q) {
@@ -391,6 +597,8 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
     q->task_id = task_id;
     q->max_elements = max_elements;
     q->max_bytes = max_bytes;
+    q->consumer = consumer;
+    q->round = round;
     q->deadline_ms = now_ms() + WORKER_POLL_MS;
     if (w->parked_tail)
         w->parked_tail->next = q;
@@ -403,7 +611,8 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
 }
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
-                        uint32_t max_elements, uint64_t max_bytes, bool may_park);
+                        uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
+                        uint64_t round, bool may_park);
 
 /* Answers the parked reads that were waiting for heartbeat hb_done (all of them with force):
  * served when their task is known now, else told it is not. */
@@ -433,7 +642,8 @@ static void unpark(struct worker *w, uint64_t hb_done, bool force)
                 rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_UNAVAILABLE,
                                      "the worker is shutting down");
             else
-                handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes, false);
+                handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes,
+                            q->consumer, q->round, false);
         }
         rpc_conn_unref(q->conn);
         free(q);
@@ -447,35 +657,41 @@ static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_
     uint64_t max_bytes = req->max_bytes ? req->max_bytes : WORKER_DEFAULT_MAX_BYTES;
     if (max_bytes > WORKER_MAX_REPLY_BYTES)
         max_bytes = WORKER_MAX_REPLY_BYTES;
-    handle_read(w, conn, id, req->task_id, max_elements, max_bytes, true);
+    handle_read(w, conn, id, req->task_id, max_elements, max_bytes, req->consumer_index, req->round,
+                true);
 }
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
-                        uint32_t max_elements, uint64_t max_bytes, bool may_park)
+                        uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
+                        uint64_t round, bool may_park)
 {
     struct wtask *wt = find_task(w, task_id);
     if (!wt) {
         /* Only while the dispatcher is reachable can a heartbeat bring the task. */
         if (may_park && rpc_client_connected(w->disp))
-            park(w, conn, id, task_id, max_elements, max_bytes);
+            park(w, conn, id, task_id, max_elements, max_bytes, consumer, round);
         else
             reply_not_found(conn, id, task_id);
         return;
     }
-    /* Earlier readers go first; a new one is served at once only when nobody waits. */
-    if (!wt->wait_head && serve(w, wt, conn, id, max_elements, max_bytes))
+    const struct waiter rd = {.conn = conn,
+                              .id = id,
+                              .max_elements = max_elements,
+                              .max_bytes = max_bytes,
+                              .consumer = consumer,
+                              .round = round};
+    /* Earlier readers go first; a new one is served at once only when nobody waits. Reads in
+     * rounds are served whenever their round allows, whoever waits. */
+    if ((wt->coord.n > 0 || !wt->wait_head) && serve_read(w, wt, &rd))
         return;
 
-    struct waiter *q = calloc(1, sizeof *q);
+    struct waiter *q = malloc(sizeof *q);
     if (!q) {
         rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
         return;
     }
+    *q = rd;
     rpc_conn_ref(conn);
-    q->conn = conn;
-    q->id = id;
-    q->max_elements = max_elements;
-    q->max_bytes = max_bytes;
     q->deadline_ms = now_ms() + WORKER_POLL_MS;
     if (wt->wait_tail)
         wt->wait_tail->next = q;
@@ -536,13 +752,7 @@ static void on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *u
                 pp = &q->next;
                 continue;
             }
-            *pp = q->next;
-            if (wt->wait_tail == q)
-                wt->wait_tail = prev;
-            wt->nwait--;
-            w->nwaiters--;
-            rpc_conn_unref(q->conn);
-            free(q);
+            waiter_unlink(w, wt, pp, prev);
         }
         task_set_waiting(wt->task, wt->nwait > 0);
     }
@@ -565,6 +775,7 @@ static void reap(struct worker *w)
         }
         *pp = wt->next;
         task_free(wt->task);
+        coord_free(&wt->coord);
         free(wt);
     }
     maybe_finish_close(w);
@@ -685,6 +896,11 @@ static void add_task(struct worker *w, const Sluice__TaskDef *td)
         log_info("task %" PRIu64 " started: dataset %s, iteration %" PRIu64 ", %s", td->task_id,
                  td->dataset_id ? td->dataset_id : "?", td->iteration_id, mode_name(td->mode));
     }
+    if (coord_init(&wt->coord,
+                   td->num_consumers <= WORKER_COORD_MAX_CONSUMERS ? td->num_consumers : 0) < 0)
+        task_fail(wt->task, SLUICE_ERR_NOMEM, "no memory for the task's rounds");
+    else if (td->num_consumers > WORKER_COORD_MAX_CONSUMERS)
+        task_fail(wt->task, SLUICE_ERR_INVALID, "too many consumers");
     wt->next = w->tasks;
     w->tasks = wt;
 }
