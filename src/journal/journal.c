@@ -613,35 +613,6 @@ int journal_meta_put_u64(struct journal *j, const char *key, uint64_t value, cha
 
 /* ---- reading --------------------------------------------------------------------------------- */
 
-int journal_meta_get_u64(struct journal *j, const char *key, uint64_t *value, char *err,
-                         size_t errlen)
-{
-    MDB_txn *txn;
-    pthread_mutex_lock(&j->mu);
-    int rc = txn_begin(j, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
-        goto out;
-    }
-    const uint8_t *p;
-    size_t len;
-    const char *why = NULL;
-    rc = get_framed(txn, j->meta, str_val(key), &p, &len, &why);
-    if (rc == 0 && len != 8) {
-        why = "not an 8-byte number";
-        rc = SLUICE_ERR_CORRUPT;
-    }
-    if (rc == 0)
-        *value = get_be64(p);
-    else if (rc != SLUICE_ERR_NOT_FOUND)
-        rc = err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
-                     "meta '%s': %s", key, why);
-    mdb_txn_abort(txn);
-out:
-    pthread_mutex_unlock(&j->mu);
-    return rc;
-}
-
 /* Copies a checked value out of its transaction. */
 static int copy_out(const uint8_t *p, size_t len, uint8_t **data, size_t *dlen)
 {
@@ -655,10 +626,14 @@ static int copy_out(const uint8_t *p, size_t len, uint8_t **data, size_t *dlen)
     return 0;
 }
 
-int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len, char *err,
-                          size_t errlen)
+/* Reads the framed value of key in dbi in a read transaction of its own and copies it out
+ * (*data is malloc'd). Returns 0; SLUICE_ERR_NOT_FOUND; SLUICE_ERR_CORRUPT with the reason in
+ * *why; SLUICE_ERR_NOMEM; or an LMDB failure already described in err (*why left NULL). */
+static int read_framed(struct journal *j, MDB_dbi dbi, const char *key, uint8_t **data, size_t *len,
+                       const char **why, char *err, size_t errlen)
 {
     MDB_txn *txn;
+    *why = NULL;
     pthread_mutex_lock(&j->mu);
     int rc = txn_begin(j, MDB_RDONLY, &txn);
     if (rc != 0) {
@@ -667,25 +642,64 @@ int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size
     }
     const uint8_t *p;
     size_t n;
+    rc = get_framed(txn, dbi, str_val(key), &p, &n, why);
+    if (rc == SLUICE_ERR_TRUNCATED)
+        rc = SLUICE_ERR_CORRUPT;
+    if (rc == 0)
+        rc = copy_out(p, n, data, len);
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+/* Finishes a read_framed() failure: "<what>: <why>" for damage, out of memory, or the LMDB
+ * message already in err. NOT_FOUND passes through untouched. */
+static int read_failed(int rc, const char *why, const char *what, char *err, size_t errlen)
+{
+    if (rc == SLUICE_ERR_NOMEM)
+        return err_set(err, errlen, rc, "%s: out of memory", what);
+    if (rc != SLUICE_ERR_NOT_FOUND && why)
+        return err_set(err, errlen, rc, "%s: %s", what, why);
+    return rc;
+}
+
+int journal_meta_get_u64(struct journal *j, const char *key, uint64_t *value, char *err,
+                         size_t errlen)
+{
+    uint8_t *data = NULL;
+    size_t len = 0;
     const char *why = NULL;
-    rc = get_framed(txn, j->meta, str_val(META_SNAPSHOT), &p, &n, &why);
+    char what[96];
+    snprintf(what, sizeof what, "meta '%s'", key);
+    int rc = read_framed(j, j->meta, key, &data, &len, &why, err, errlen);
+    if (rc == 0 && len != 8) {
+        why = "not an 8-byte number";
+        rc = SLUICE_ERR_CORRUPT;
+    }
+    if (rc == 0)
+        *value = get_be64(data);
+    free(data);
+    return rc == 0 ? 0 : read_failed(rc, why, what, err, errlen);
+}
+
+int journal_snapshot_read(struct journal *j, uint64_t *seq, uint8_t **data, size_t *len, char *err,
+                          size_t errlen)
+{
+    uint8_t *raw = NULL;
+    size_t n = 0;
+    const char *why = NULL;
+    int rc = read_framed(j, j->meta, META_SNAPSHOT, &raw, &n, &why, err, errlen);
     if (rc == 0 && n < 8) {
         why = "shorter than its sequence number";
         rc = SLUICE_ERR_CORRUPT;
     }
     if (rc == 0) {
-        *seq = get_be64(p);
-        rc = copy_out(p + 8, n - 8, data, len);
-        if (rc < 0)
-            err_set(err, errlen, rc, "snapshot: out of memory");
-    } else if (rc != SLUICE_ERR_NOT_FOUND) {
-        rc = err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
-                     "snapshot: %s", why);
+        *seq = get_be64(raw);
+        rc = copy_out(raw + 8, n - 8, data, len);
     }
-    mdb_txn_abort(txn);
-out:
-    pthread_mutex_unlock(&j->mu);
-    return rc;
+    free(raw);
+    return rc == 0 ? 0 : read_failed(rc, why, "snapshot", err, errlen);
 }
 
 int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size_t *len, char *err,
@@ -695,31 +709,16 @@ int journal_dataset_read(struct journal *j, const char *id, uint8_t **data, size
     if (idlen == 0 || idlen > JOURNAL_ID_MAX)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
                        "dataset '%.64s' is not in the datasets table", id);
-    MDB_txn *txn;
-    pthread_mutex_lock(&j->mu);
-    int rc = txn_begin(j, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
-        goto out;
-    }
-    const uint8_t *p;
-    size_t n;
     const char *why = NULL;
-    rc = get_framed(txn, j->datasets, str_val(id), &p, &n, &why);
-    if (rc == 0) {
-        rc = copy_out(p, n, data, len);
-        if (rc < 0)
-            err_set(err, errlen, rc, "dataset '%s': out of memory", id);
-    } else if (rc == SLUICE_ERR_NOT_FOUND) {
-        err_set(err, errlen, rc, "dataset '%s' is not in the datasets table", id);
-    } else {
-        rc = err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
-                     "dataset '%s': %s", id, why);
+    int rc = read_framed(j, j->datasets, id, data, len, &why, err, errlen);
+    if (rc == SLUICE_ERR_NOT_FOUND)
+        return err_set(err, errlen, rc, "dataset '%s' is not in the datasets table", id);
+    if (rc != 0) {
+        char what[JOURNAL_ID_MAX + 16];
+        snprintf(what, sizeof what, "dataset '%s'", id);
+        return read_failed(rc, why, what, err, errlen);
     }
-    mdb_txn_abort(txn);
-out:
-    pthread_mutex_unlock(&j->mu);
-    return rc;
+    return 0;
 }
 
 struct replay {
