@@ -71,6 +71,7 @@ struct task {
     unsigned alive; /* producers not yet exited */
     bool done;
     uint64_t produced;
+    uint64_t blocked_ns; /* summed over producers: time spent waiting for room in the buffer */
     int err_code;
     char err_msg[512];
     struct lease_queue lease;
@@ -181,10 +182,14 @@ static int push_chunk(struct producer *p, struct wbuf_chunk *c, bool refill)
 {
     struct task *t = p->t;
     uv_mutex_lock(&t->mu);
-    while (!atomic_load(&t->stop) && over_limit(t)) {
-        t->space_waiters++;
-        uv_cond_wait(&t->space_cv, &t->mu);
-        t->space_waiters--;
+    if (!atomic_load(&t->stop) && over_limit(t)) {
+        uint64_t since = uv_hrtime();
+        while (!atomic_load(&t->stop) && over_limit(t)) {
+            t->space_waiters++;
+            uv_cond_wait(&t->space_cv, &t->mu);
+            t->space_waiters--;
+        }
+        t->blocked_ns += uv_hrtime() - since;
     }
     if (atomic_load(&t->stop)) {
         uv_mutex_unlock(&t->mu);
@@ -731,6 +736,8 @@ void task_progress(struct task *t, struct task_progress *out)
     out->failed = t->err_code != 0;
     out->buffered = t->buf.count;
     out->produced = t->produced;
+    out->blocked_ns = t->blocked_ns;
+    out->producers = t->nproducers;
     out->finished = t->done && !out->failed && t->buf.count == 0 &&
                     (t->mode != SLUICE_DISTRIBUTED_EPOCH || lease_settled(&t->lease));
     uv_mutex_unlock(&t->mu);

@@ -127,6 +127,10 @@ struct task_progress {
     bool finished;     /* done, not failed, buffer empty, every finished split reported */
     uint64_t buffered; /* records in the buffer */
     uint64_t produced; /* records ever published */
+    /* Summed over the producers: nanoseconds spent blocked on a full buffer (consumers not
+     * asking). Divided by producers and by an interval, it is the task's idle share. */
+    uint64_t blocked_ns;
+    unsigned producers;
 };
 void task_progress(struct task *t, struct task_progress *out);
 
