@@ -9,6 +9,7 @@
 #include "iterator.h"
 
 #include "client.h"
+#include "ledger.h"
 #include "prefetch.h"
 #include "retry.h"
 #include "status_json.h"
@@ -66,7 +67,8 @@ struct sluice_iterator {
     /* Reader. */
     struct prefetch_item cur; /* the payload being decoded; data NULL when none */
     size_t cur_pos;
-    uint32_t cur_decoded;
+    uint32_t cur_decoded; /* records of cur read so far (elements, skipped ones, end markers) */
+    uint32_t cur_skip;    /* entries of cur.skip passed */
     struct pipe_buf scratch;
     struct sluice_element elem;
     struct pipe_spec *tail_spec;
@@ -92,6 +94,14 @@ struct sluice_iterator {
     uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
     uint64_t *finished;
     size_t finished_cap;
+    /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive
+     * (note_payload) and reported with heartbeats. */
+    struct ledger ledger;
+    bool acks_due; /* a split completed since the last heartbeat was built */
+    Sluice__SplitCoverage *cov; /* the coverage reported by the heartbeat under way */
+    Sluice__SplitCoverage **cov_ptrs;
+    uint64_t *cov_bounds;
+    size_t cov_n;
     Sluice__ClientHeartbeatRequest hb_req;
     Sluice__Envelope hb_env;
     Sluice__StatusRequest st_req;
@@ -109,6 +119,10 @@ static void iter_free(struct sluice_iterator *it)
 {
     prefetch_release(&it->pf);
     ct_release(&it->tasks);
+    ledger_release(&it->ledger);
+    free(it->cov);
+    free(it->cov_ptrs);
+    free(it->cov_bounds);
     free(it->finished);
     free(it->def);
     uv_cond_destroy(&it->cond);
@@ -172,6 +186,7 @@ static void iter_unref(struct sluice_iterator *it)
 static void pump(struct sluice_iterator *it);
 static void hasten_heartbeat(struct sluice_iterator *it);
 static void schedule_heartbeat(struct sluice_iterator *it, uint64_t delay);
+static void schedule_acks(struct sluice_iterator *it);
 
 /* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
  * of the read, and sends what can be sent. */
@@ -213,6 +228,88 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
     if (r->payload.len)
         memcpy(item->data, r->payload.data, r->payload.len);
     return 0;
+}
+
+/* distributed_epoch: records in the ledger the elements and end markers of a payload that just
+ * arrived, and lists in item->skip the records the reader is to step over: elements received
+ * before (a re-issued split, a retried request) and end markers. Returns 0, SLUICE_ERR_NOMEM,
+ * or SLUICE_ERR_CORRUPT with a message in err. */
+static int note_payload(struct sluice_iterator *it, struct prefetch_item *item, char *err,
+                        size_t errlen)
+{
+    size_t pos = 0, cap = 0;
+    uint32_t index = 0;
+    bool run = false; /* [run_begin, run_end) of split run_seq: new positions not yet recorded */
+    uint64_t run_seq = 0, run_begin = 0, run_end = 0, run_limit = 0;
+    int rc = 0;
+    for (;; index++) {
+        struct codec_mark m;
+        int kind = codec_scan_record(item->data, item->len, &pos, &m);
+        if (kind == CODEC_NO_MORE)
+            break;
+        if (kind < 0) {
+            rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                         "elements of task %" PRIu64 ": record %" PRIu32 " is damaged",
+                         item->task_id, index);
+            break;
+        }
+        if (kind == CODEC_ELEMENT && !m.tagged)
+            continue;
+        bool fresh = false;
+        if (kind == CODEC_ELEMENT) {
+            if (run && m.seq == run_seq && m.pos == run_end && m.pos < run_limit) {
+                run_end++;
+                continue;
+            }
+            if (run && (rc = ledger_add(&it->ledger, run_seq, run_begin, run_end)) < 0)
+                break;
+            run = false;
+            uint64_t limit = 0;
+            fresh = ledger_is_new(&it->ledger, m.seq, m.pos, &limit);
+            if (fresh) {
+                run = true;
+                run_seq = m.seq;
+                run_begin = m.pos;
+                run_end = m.pos + 1;
+                run_limit = limit;
+                continue;
+            }
+            it->ledger.dropped++;
+        } else {
+            if (run && (rc = ledger_add(&it->ledger, run_seq, run_begin, run_end)) < 0)
+                break;
+            run = false;
+            rc = ledger_end(&it->ledger, m.seq, m.pos);
+            if (rc == SLUICE_ERR_CORRUPT) {
+                err_set(err, errlen, rc,
+                        "split %" PRIu64 " ended with %" PRIu64
+                        " elements and with another count before: its pipeline is not "
+                        "deterministic",
+                        m.seq, m.pos);
+                break;
+            }
+            if (rc < 0)
+                break;
+            if (ledger_complete(&it->ledger, m.seq))
+                it->acks_due = true;
+        }
+        if (item->nskip == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            uint32_t *v = realloc(item->skip, ncap * sizeof *v);
+            if (!v) {
+                rc = SLUICE_ERR_NOMEM;
+                break;
+            }
+            item->skip = v;
+            cap = ncap;
+        }
+        item->skip[item->nskip++] = index;
+    }
+    if (rc == 0 && run)
+        rc = ledger_add(&it->ledger, run_seq, run_begin, run_end);
+    if (rc == SLUICE_ERR_NOMEM)
+        err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+    return rc;
 }
 
 static void on_elements(int status, const char *msg, const Sluice__Envelope *reply, void *user)
@@ -262,6 +359,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             iter_fail(it, status, "%s", msg ? msg : "");
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
+        int rc;
         struct prefetch_item item = {.len = r->payload.len, .count = r->count, .task_id = task_id};
         if (has_data && item_from_reply(it, rpc, r, &item) != 0) {
             uv_mutex_lock(&it->mu);
@@ -271,6 +369,19 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
             goto out;
         }
+        char nmsg[MSG_MAX];
+        if (has_data && it->mode == SLUICE_DISTRIBUTED_EPOCH &&
+            (rc = note_payload(it, &item, nmsg, sizeof nmsg)) < 0) {
+            prefetch_item_free(&item);
+            uv_mutex_lock(&it->mu);
+            prefetch_cancel(&it->pf);
+            uv_mutex_unlock(&it->mu);
+            ct_on_failure(&it->tasks, (size_t)i, now);
+            iter_fail(it, rc, "%s", nmsg);
+            goto out;
+        }
+        if (it->acks_due)
+            schedule_acks(it);
         uv_mutex_lock(&it->mu);
         /* Once the read has ended or failed, late elements (from a task the dispatcher had
          * dropped) are not handed out: the reader may have seen the end already. */
@@ -402,7 +513,19 @@ static uint64_t next_heartbeat(struct sluice_iterator *it)
     }
     if (end_phase(it) && it->heartbeat_ms > ITER_END_POLL_MS)
         return ITER_END_POLL_MS;
+    if (it->acks_due && it->heartbeat_ms > ITER_ACK_MS)
+        return ITER_ACK_MS;
     return it->heartbeat_ms;
+}
+
+/* A complete split is reported soon rather than at the next regular heartbeat: its worker holds
+ * its lease until then, and the end of the read waits for the last ones. */
+static void schedule_acks(struct sluice_iterator *it)
+{
+    if (!it->closing && !it->hb_busy &&
+        (!uv_is_active((uv_handle_t *)&it->hb_timer) ||
+         uv_timer_get_due_in(&it->hb_timer) > ITER_ACK_MS))
+        schedule_heartbeat(it, ITER_ACK_MS);
 }
 
 /* In the end phase, brings the next heartbeat forward (the last task just ended). */
@@ -579,6 +702,9 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
 {
     if (r->heartbeat_ms)
         it->heartbeat_ms = r->heartbeat_ms;
+    /* Out of memory leaves the entries to be reported and confirmed again. */
+    if (r->n_finished_seqs)
+        (void)ledger_confirmed(&it->ledger, r->finished_seqs, r->n_finished_seqs);
     struct ct_info *infos = calloc(r->n_tasks ? r->n_tasks : 1, sizeof *infos);
     if (!infos) {
         iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
@@ -663,6 +789,48 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
     iter_unref(it);
 }
 
+/* Fills it->cov with the ledger's splits (what the heartbeat reports). Returns 0 or
+ * SLUICE_ERR_NOMEM (then nothing is reported this time). */
+static int build_coverage(struct sluice_iterator *it)
+{
+    const struct ledger *l = &it->ledger;
+    size_t nbounds = 0;
+    for (size_t i = 0; i < l->n; i++)
+        nbounds += 2 * l->v[i].got.n;
+    free(it->cov);
+    free(it->cov_ptrs);
+    free(it->cov_bounds);
+    it->cov = NULL;
+    it->cov_ptrs = NULL;
+    it->cov_bounds = NULL;
+    it->cov_n = 0;
+    if (l->n == 0)
+        return 0;
+    it->cov = calloc(l->n, sizeof *it->cov);
+    it->cov_ptrs = calloc(l->n, sizeof *it->cov_ptrs);
+    it->cov_bounds = calloc(nbounds ? nbounds : 1, sizeof *it->cov_bounds);
+    if (!it->cov || !it->cov_ptrs || !it->cov_bounds)
+        return SLUICE_ERR_NOMEM;
+    uint64_t *b = it->cov_bounds;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct ledger_split *sp = &l->v[i];
+        Sluice__SplitCoverage *c = &it->cov[i];
+        sluice__split_coverage__init(c);
+        c->seq = sp->seq;
+        c->ended = sp->ended;
+        c->total = sp->total;
+        c->bounds = b;
+        c->n_bounds = 2 * sp->got.n;
+        for (size_t k = 0; k < sp->got.n; k++) {
+            *b++ = sp->got.v[k].begin;
+            *b++ = sp->got.v[k].end;
+        }
+        it->cov_ptrs[i] = c;
+    }
+    it->cov_n = l->n;
+    return 0;
+}
+
 static void send_heartbeat(struct sluice_iterator *it)
 {
     uint64_t now = uv_now(&it->c->loop);
@@ -681,6 +849,8 @@ static void send_heartbeat(struct sluice_iterator *it)
     uv_mutex_lock(&it->mu);
     uint64_t taken = it->taken, wait_ns = it->wait_ns;
     uv_mutex_unlock(&it->mu);
+    if (build_coverage(it) == 0)
+        it->acks_due = false;
     double dt_ms = (double)(now - it->last_stats_ms);
     double rate = 0, waiting = 0;
     if (dt_ms > 0) {
@@ -700,6 +870,8 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.finished_task_ids = it->finished;
     it->hb_req.elements_per_second = rate;
     it->hb_req.wait_fraction = waiting;
+    it->hb_req.n_splits = it->cov_n;
+    it->hb_req.splits = it->cov_ptrs;
     sluice__envelope__init(&it->hb_env);
     it->hb_env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
     it->hb_env.client_heartbeat = &it->hb_req;
@@ -806,6 +978,7 @@ static void finish_payload(struct sluice_iterator *it)
     prefetch_item_free(&it->cur);
     it->cur_pos = 0;
     it->cur_decoded = 0;
+    it->cur_skip = 0;
     uv_mutex_lock(&it->mu);
     prefetch_done(&it->pf);
     uv_mutex_unlock(&it->mu);
@@ -820,9 +993,10 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
     uv_mutex_lock(&it->mu);
     for (;;) {
         if (prefetch_take(&it->pf, &it->cur)) {
-            it->taken += it->cur.count;
+            it->taken += it->cur.count - it->cur.nskip;
             it->cur_pos = 0;
             it->cur_decoded = 0;
+            it->cur_skip = 0;
             rc = 1;
             break;
         }
@@ -871,11 +1045,29 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             continue;
         }
         char msg[400];
-        int rc = codec_next_elem(it->cur.data, it->cur.len, &it->cur_pos, out, &it->scratch, msg,
-                                 sizeof msg);
-        if (rc == 1) {
-            it->cur_decoded++;
-            return 1;
+        int rc;
+        if (it->cur_skip < it->cur.nskip && it->cur.skip[it->cur_skip] == it->cur_decoded) {
+            /* Received before, or an end marker: stepped over without decoding. */
+            struct codec_mark mark;
+            it->cur_skip++;
+            rc = codec_scan_record(it->cur.data, it->cur.len, &it->cur_pos, &mark);
+            if (rc > 0) {
+                it->cur_decoded++;
+                continue;
+            }
+            snprintf(msg, sizeof msg, "a damaged record");
+        } else {
+            struct codec_mark mark;
+            rc = codec_next_record(it->cur.data, it->cur.len, &it->cur_pos, out, &it->scratch,
+                                   &mark, msg, sizeof msg);
+            if (rc == CODEC_ELEMENT) {
+                it->cur_decoded++;
+                return 1;
+            }
+            if (rc == CODEC_SPLIT_END) {
+                it->cur_decoded++;
+                continue;
+            }
         }
         uint32_t decoded = it->cur_decoded, count = it->cur.count;
         uint64_t task = it->cur.task_id;
@@ -1034,6 +1226,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     it->consumer_index = o->consumer_index;
     atomic_init(&it->interrupted, 0);
     pipe_elem_init(&it->elem);
+    ledger_init(&it->ledger);
     ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);

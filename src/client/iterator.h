@@ -59,6 +59,8 @@
  * is finished (it learns that from the workers' heartbeats): the end of a read is noticed
  * soon after the dispatcher knows it. */
 #define ITER_END_POLL_MS 50
+/* A split that completed is reported to the dispatcher within this long. */
+#define ITER_ACK_MS 100
 /* Bound on the ReleaseClient request sent when an iterator closes. */
 #define ITER_RELEASE_TIMEOUT_MS 2000
 

@@ -24,6 +24,7 @@ void prefetch_item_free(struct prefetch_item *item)
         bufpool_put(item->pool, item->block, item->block_cap);
     else
         free(item->block ? item->block : item->data);
+    free(item->skip);
     memset(item, 0, sizeof *item);
 }
 

@@ -32,6 +32,10 @@ struct prefetch_item {
     void *block;
     size_t block_cap;
     struct bufpool *pool; /* outlives the item */
+    /* Indices (ascending) of records in data the reader skips: elements received before, and
+     * split end markers (distributed_epoch). Owned. */
+    uint32_t *skip;
+    uint32_t nskip;
 };
 
 /* Frees (or pools) the item's block and clears the item. Any thread. */

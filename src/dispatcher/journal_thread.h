@@ -66,6 +66,10 @@ struct journal_thread_opts {
      * own transaction: a baseline for benchmarks, not for use. */
     size_t max_records;
     journal_thread_fail_cb on_fail;
+    /* Runs on the loop thread after each transaction that committed, with the time the journal
+     * thread spent writing it (journal_append, fsync included) and its record count, before its
+     * waiters. May be NULL. */
+    void (*on_commit)(void *user, double seconds, size_t records);
     void *user;
 };
 

@@ -3,6 +3,7 @@
 #include "server.h"
 
 #include "common/error.h"
+#include "common/http.h"
 #include "common/log.h"
 #include "common/rpc.h"
 
@@ -24,7 +25,7 @@ static const char usage[] =
     "                         [--snapshot-every N] [--journal-max-mb N]\n"
     "                         [--worker-timeout-ms N] [--client-timeout-ms N]\n"
     "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
-    "                         [--metrics-port P] [--log-level L]\n"
+    "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
     "\n"
     "  --host H                 address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port P                 port to listen on (default 5050; 0 picks a free one)\n"
@@ -38,7 +39,12 @@ static const char usage[] =
     "  --client-timeout-ms N    release a client silent this long (default 30000)\n"
     "  --job-gc-timeout-ms N    collect an iteration without clients this long (default 60000)\n"
     "  --worker-addresses LIST  the fixed workers of static sharding, comma-separated\n"
-    "  --metrics-port P         serve metrics on this port\n"
+    "  --metrics-port P         serve Prometheus metrics at GET /metrics on this port, on\n"
+    "                           the same --host (0 picks a free one)\n"
+    "  --autoscale-window-ms N  how often to recompute the recommended number of workers\n"
+    "                           (sluice status, sluice_recommended_workers) from the\n"
+    "                           figures workers and clients reported meanwhile\n"
+    "                           (default 10000)\n"
     "  --log-level L            debug, info, warn, error or off (default info)\n"
     "  --help                   print this help\n";
 
@@ -62,6 +68,7 @@ struct config {
     long long snapshot_every, journal_max_mb;
     bool journal_per_update; /* hidden: the benchmark's baseline */
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
+    long long autoscale_window_ms;
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;
@@ -164,6 +171,7 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--job-gc-timeout-ms",
                                             "--worker-addresses",
                                             "--metrics-port",
+                                            "--autoscale-window-ms",
                                             "--log-level"};
         bool is_known = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
@@ -234,6 +242,8 @@ static int parse_args(int argc, char **argv, struct config *c)
                 c->worker_timeout_ms = v;
             else if (strcmp(name, "--client-timeout-ms") == 0)
                 c->client_timeout_ms = v;
+            else if (strcmp(name, "--autoscale-window-ms") == 0)
+                c->autoscale_window_ms = v;
             else
                 c->job_gc_timeout_ms = v;
         }
@@ -260,6 +270,7 @@ struct app {
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
     struct dispatcher *d;
+    struct http_server *http; /* NULL without --metrics-port */
     bool stopping;
     int exit_code;
 };
@@ -271,7 +282,24 @@ static void stop(struct app *a)
     a->stopping = true;
     uv_close((uv_handle_t *)&a->sigterm, NULL);
     uv_close((uv_handle_t *)&a->sigint, NULL);
+    if (a->http)
+        http_server_close(a->http, NULL, NULL);
+    a->http = NULL;
     dispatcher_close(a->d, NULL, NULL);
+}
+
+static int render_metrics(void *user, char **body, size_t *len)
+{
+    struct app *a = user;
+    return dispatcher_metrics_render(a->d, body, len);
+}
+
+/* Prints "PROG WHAT on HOST:PORT", flushed, with an IPv6 host in brackets. */
+static void print_address(const char *what, const char *host, int port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    printf(PROG " %s on %s%s%s:%d\n", what, v6 ? "[" : "", host, v6 ? "]" : "", port);
+    fflush(stdout);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -304,12 +332,6 @@ int main(int argc, char **argv)
     if (rc != 0)
         goto out_config;
     code = EXIT_RUNTIME;
-    /* This option names a feature that arrives later; running without it would silently break
-     * what the user asked for. */
-    if (c.metrics_port >= 0) {
-        fail("metrics", "--metrics-port is not available in this build");
-        goto out_config;
-    }
     log_init(PROG, c.log_level);
     /* A peer that vanishes mid-write must cost a write error, not the process. */
     signal(SIGPIPE, SIG_IGN);
@@ -326,6 +348,7 @@ int main(int argc, char **argv)
         .worker_timeout_ms = (uint32_t)c.worker_timeout_ms,
         .client_timeout_ms = (uint32_t)c.client_timeout_ms,
         .job_gc_timeout_ms = (uint32_t)c.job_gc_timeout_ms,
+        .autoscale_window_ms = (uint32_t)c.autoscale_window_ms,
         .worker_addresses = (const char *const *)c.worker_addresses,
         .nworker_addresses = c.nworker_addresses,
         .on_fatal = on_fatal,
@@ -345,6 +368,17 @@ int main(int argc, char **argv)
         uv_loop_close(&a.loop);
         goto out_config;
     }
+    if (c.metrics_port >= 0) {
+        rc = http_server_start(&a.loop, c.host, (int)c.metrics_port, render_metrics, &a, &a.http,
+                               err, sizeof err);
+        if (rc < 0) {
+            fail("metrics", "%s", err);
+            dispatcher_close(a.d, NULL, NULL);
+            uv_run(&a.loop, UV_RUN_DEFAULT);
+            uv_loop_close(&a.loop);
+            goto out_config;
+        }
+    }
     uv_signal_init(&a.loop, &a.sigterm);
     uv_signal_init(&a.loop, &a.sigint);
     a.sigterm.data = a.sigint.data = &a;
@@ -352,10 +386,9 @@ int main(int argc, char **argv)
     uv_signal_start(&a.sigint, on_signal, SIGINT);
 
     const char *host = dispatcher_host(a.d);
-    bool v6 = strchr(host, ':') != NULL;
-    printf(PROG " listening on %s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "",
-           dispatcher_port(a.d));
-    fflush(stdout);
+    print_address("listening", host, dispatcher_port(a.d));
+    if (a.http)
+        print_address("metrics", host, http_server_port(a.http));
 
     uv_run(&a.loop, UV_RUN_DEFAULT);
     rc = uv_loop_close(&a.loop);

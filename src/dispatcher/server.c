@@ -24,7 +24,9 @@
 #include "server.h"
 
 #include "journal_thread.h"
+#include "observe.h"
 #include "record.h"
+#include "coverage.h"
 #include "state.h"
 #include "status.h"
 
@@ -76,6 +78,10 @@ struct dispatcher {
     struct st_update_list ups; /* planning scratch; empty between requests */
 
     struct soft_table worker_seen, client_seen, idle_since;
+    /* distributed_epoch tasks: since when the worker reports a task settled (everything it
+     * produced was fetched) while it still holds leases, and when it was last leased splits. */
+    struct soft_table settled_since, leased_at;
+    struct coverage cov; /* consumers' partial reports of unfinished splits */
     struct def_cache_entry *defs;
     size_t ndefs, cap_defs;
 
@@ -84,6 +90,7 @@ struct dispatcher {
     uint32_t worker_timeout_ms, client_timeout_ms, gc_timeout_ms;
     uint32_t worker_hb_ms, client_hb_ms;
     uint64_t incarnation;
+    struct observe *obs; /* metrics and the autoscaling window (observe.h) */
 
     struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
 
@@ -115,6 +122,16 @@ uint32_t dispatcher_heartbeat_ms(uint32_t timeout_ms)
     if (ms > 1000)
         ms = 1000;
     return ms;
+}
+
+/* How long a task may sit settled with leases before they are leased again: a client reports a
+ * split within ITER_ACK_MS of receiving its end, or at its next heartbeat, and a worker reports
+ * a task settled at its heartbeat; three of the longer interval, plus a second for a loaded
+ * machine, keep a healthy consumer from ever being overtaken. */
+static uint32_t reissue_grace_ms(const struct dispatcher *d)
+{
+    uint32_t hb = d->client_hb_ms > d->worker_hb_ms ? d->client_hb_ms : d->worker_hb_ms;
+    return 3 * hb + 1000;
 }
 
 static struct soft *soft_find(struct soft_table *t, uint64_t id, size_t *pos)
@@ -295,6 +312,8 @@ static void commit(struct dispatcher *d, struct st_update_list *ups, commit_cb c
     for (size_t i = 0; rc == 0 && i < ups->n; i++) {
         log_update(&ups->v[i]);
         rc = state_apply(&d->st, &ups->v[i]);
+        if (rc == 0)
+            observe_applied(d->obs, &ups->v[i]);
         if (rc < 0)
             fatal(d, "state: applying %s %" PRIu64 ": %s", st_update_name(ups->v[i].type),
                   ups->v[i].id, sluice_strerror(rc));
@@ -763,6 +782,8 @@ refused:
 struct client_ctx {
     struct req r;
     uint64_t client_id, iteration_id;
+    uint64_t *reported; /* split seqs the client reported coverage of */
+    size_t nreported;
 };
 
 static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
@@ -804,9 +825,19 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         ptrs[n] = &infos[n];
         n++;
     }
+    /* Of the splits reported, those now finished: the client stops reporting them. */
+    size_t nfin = 0;
+    for (size_t i = 0; i < c->nreported; i++) {
+        if (state_split_finished(&d->st, it->id, c->reported[i])) {
+            coverage_forget(&d->cov, it->id, c->reported[i]);
+            c->reported[nfin++] = c->reported[i];
+        }
+    }
     Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
     body.n_tasks = n;
     body.tasks = ptrs;
+    body.n_finished_seqs = nfin;
+    body.finished_seqs = c->reported;
     body.iteration_finished = it->state == ST_ITER_FINISHED;
     body.heartbeat_ms = d->client_hb_ms;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
@@ -816,8 +847,61 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
 out:
     free(infos);
     free(ptrs);
+    free(c->reported);
     req_done(&c->r);
     free(c);
+}
+
+/* Merges a client's split coverage and plans SPLITS_FINISHED for the splits it completes. Fills
+ * c->reported. Returns 0 or a negative code with err. */
+static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequest *req,
+                         const struct st_iteration *it, struct client_ctx *c, char *err,
+                         size_t errlen)
+{
+    if (req->n_splits == 0 || !it->distributed)
+        return 0;
+    c->reported = calloc(req->n_splits, sizeof *c->reported);
+    uint64_t *complete = calloc(req->n_splits, sizeof *complete);
+    size_t ncomplete = 0;
+    int rc = 0;
+    if (!c->reported || !complete) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < req->n_splits; i++) {
+        const Sluice__SplitCoverage *sc = req->splits[i];
+        if (!sc)
+            continue;
+        rc = coverage_check(sc->seq, sc->ended, sc->total, sc->bounds, sc->n_bounds, err, errlen);
+        if (rc < 0)
+            goto out;
+        c->reported[c->nreported++] = sc->seq;
+        if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor ||
+            state_split_finished(&d->st, it->id, sc->seq))
+            continue;
+        bool done = false;
+        rc = coverage_merge(&d->cov, it->id, sc->seq, sc->ended, sc->total, sc->bounds,
+                            sc->n_bounds, &done);
+        if (rc == SLUICE_ERR_CORRUPT) {
+            rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                         "split %" PRIu64 " was reported with %" PRIu64
+                         " elements, and with another count before: its pipeline is not "
+                         "deterministic",
+                         sc->seq, sc->total);
+            goto out;
+        }
+        if (rc < 0) {
+            rc = err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+            goto out;
+        }
+        if (done)
+            complete[ncomplete++] = sc->seq;
+    }
+    if (ncomplete > 0)
+        rc = plan_splits_finished(&d->st, it->id, complete, ncomplete, &d->ups, err, errlen);
+out:
+    free(complete);
+    return rc;
 }
 
 static void on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
@@ -849,8 +933,17 @@ static void on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
+    observe_client_heartbeat(d->obs, req);
     c->client_id = req->client_id;
     c->iteration_id = iteration_id;
+    rc = plan_coverage(d, req, state_iteration(&d->st, iteration_id), c, err, sizeof err);
+    if (rc < 0) {
+        st_update_list_clear(&d->ups);
+        refuse(conn, env->id, rc, err);
+        free(c->reported);
+        free(c);
+        return;
+    }
     req_init(&c->r, d, conn, env->id);
     commit(d, &d->ups, client_heartbeat_done, c);
 }
@@ -896,6 +989,7 @@ static void on_release_client(struct dispatcher *d, struct rpc_conn *conn,
 
 struct worker_ctx {
     struct req r;
+    bool leaving; /* a deregistration: answered with an empty reply */
     uint64_t worker_id;
     uint64_t *reported; /* task ids the worker listed, sorted */
     size_t nreported;
@@ -962,6 +1056,15 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     size_t ndefs = 0, nremoved = 0;
     if (status < 0) {
         refuse_commit(&c->r, status);
+        goto out;
+    }
+    if (c->leaving) {
+        Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
+        body.heartbeat_ms = d->worker_hb_ms;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY;
+        env.worker_heartbeat_reply = &body;
+        send_reply(&c->r, &env);
         goto out;
     }
     if (!w) {
@@ -1047,18 +1150,44 @@ static void on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
         goto refused;
     }
+    uint64_t now = uv_now(d->loop);
     for (size_t i = 0; i < req->n_tasks; i++) {
-        if (!req->tasks[i])
+        const Sluice__TaskProgress *tp = req->tasks[i];
+        if (!tp)
             continue;
-        c->reported[c->nreported++] = req->tasks[i]->task_id;
-        if (req->tasks[i]->finished)
-            finished[nfinished++] = req->tasks[i]->task_id;
+        c->reported[c->nreported++] = tp->task_id;
+        if (tp->finished)
+            finished[nfinished++] = tp->task_id;
+        if (tp->settled) {
+            if (!soft_find(&d->settled_since, tp->task_id, NULL))
+                soft_set(&d->settled_since, tp->task_id, now);
+        } else {
+            soft_del(&d->settled_since, tp->task_id);
+        }
     }
     qsort(c->reported, c->nreported, sizeof *c->reported, cmp_u64);
+    if (req->leaving) {
+        /* A drained worker deregisters: what it still holds goes back to the pool. */
+        const struct st_worker *lw = state_worker_by_address(&d->st, req->address);
+        c->leaving = true;
+        if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn)) {
+            log_info("worker %" PRIu64 " at %s deregistered", lw->id, lw->address);
+            rc = plan_remove_worker(&d->st, lw->id, &d->ups, err, sizeof err);
+            if (rc < 0)
+                goto refused;
+            soft_del(&d->worker_seen, lw->id);
+        }
+        free(finished);
+        req_init(&c->r, d, conn, env->id);
+        commit(d, &d->ups, worker_heartbeat_done, c);
+        return;
+    }
     rc = plan_worker_heartbeat(&d->st, req->address, rpc_conn_peer_incarnation(conn), finished,
                                nfinished, req->draining, &c->worker_id, &d->ups, err, sizeof err);
     if (rc < 0)
         goto refused;
+    /* Before the commit, which forgets the figures of a worker it removes. */
+    observe_worker_heartbeat(d->obs, c->worker_id, req);
     free(finished);
     req_init(&c->r, d, conn, env->id);
     commit(d, &d->ups, worker_heartbeat_done, c);
@@ -1137,9 +1266,12 @@ static void on_get_splits(struct dispatcher *d, struct rpc_conn *conn, const Slu
     }
     /* A repeated request number plans nothing and is answered with the lease it got before;
      * its reply still waits in commit() for everything journaled before it, that lease too. */
-    rc = plan_get_splits_numbered(&d->st, req->task_id, req->request_seq, req->finished,
-                                  req->n_finished, max, &d->ups, &c->seqs, &c->nseqs, &c->end, err,
-                                  sizeof err);
+    /* The seqs a worker reports finished are splits it produced; they stay leased to its task
+     * until their consumers report them received (ClientHeartbeat), so they are not passed on:
+     * if the worker dies first, they are leased again and nothing is lost. */
+    rc = plan_get_splits_returning(&d->st, req->task_id, req->request_seq, NULL, 0, req->returned,
+                                   req->n_returned, max, &d->ups, &c->seqs, &c->nseqs, &c->end,
+                                   err, sizeof err);
     if (rc < 0) {
         refuse(conn, env->id, rc, err);
         free(c);
@@ -1150,6 +1282,11 @@ static void on_get_splits(struct dispatcher *d, struct rpc_conn *conn, const Slu
                  "splits still held)",
                  req->task_id, req->request_seq, c->nseqs);
     c->iteration_id = t->iteration_id;
+    if (req->n_returned > 0)
+        log_info("task %" PRIu64 " handed back %zu unstarted splits", req->task_id,
+                 req->n_returned);
+    if (c->nseqs > 0)
+        soft_set(&d->leased_at, req->task_id, uv_now(d->loop));
     req_init(&c->r, d, conn, env->id);
     commit(d, &d->ups, get_splits_done, c);
 }
@@ -1160,9 +1297,11 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
 {
     struct req *r = ctx;
     char *json = NULL;
+    struct status_extra extra;
+    observe_status(d->obs, &d->st, &extra);
     if (status < 0) {
         refuse_commit(r, status);
-    } else if (status_json(&d->st, &json) < 0) {
+    } else if (status_json_extra(&d->st, &extra, &json) < 0) {
         refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
     } else {
         Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
@@ -1276,6 +1415,11 @@ static bool client_alive(const struct state *s, uint64_t id)
     return state_client(s, id) != NULL;
 }
 
+static bool task_alive(const struct state *s, uint64_t id)
+{
+    return state_task(s, id) != NULL;
+}
+
 static bool iteration_idle(const struct state *s, uint64_t id)
 {
     const struct st_iteration *it = state_iteration(s, id);
@@ -1303,6 +1447,44 @@ static void on_tick(uv_timer_t *timer)
     soft_prune(&d->worker_seen, &d->st, worker_alive);
     soft_prune(&d->client_seen, &d->st, client_alive);
     soft_prune(&d->idle_since, &d->st, iteration_idle);
+    soft_prune(&d->settled_since, &d->st, task_alive);
+    soft_prune(&d->leased_at, &d->st, task_alive);
+    for (size_t i = 0; i < d->cov.n;) {
+        const struct st_iteration *it = state_iteration(&d->st, d->cov.v[i].iteration);
+        if (it && it->state == ST_ITER_ACTIVE) {
+            i++;
+            continue;
+        }
+        coverage_forget_iteration(&d->cov, d->cov.v[i].iteration);
+    }
+
+    /* A task whose consumers fetched everything it produced, yet still holds splits nobody
+     * reported received after a grace of several heartbeats, lost a reply on the way (a
+     * connection dropped mid-reply): its splits are leased again, and consumers take only the
+     * elements they miss. */
+    uint32_t grace = reissue_grace_ms(d);
+    if ((ids = id_buffer(d->settled_since.n, &n))) {
+        for (size_t i = 0; i < d->settled_since.n; i++) {
+            const struct soft *e = &d->settled_since.v[i];
+            const struct st_task *t = state_task(&d->st, e->id);
+            const struct soft *l = soft_find(&d->leased_at, e->id, NULL);
+            if (t && t->leased.n > 0 && now - e->t > grace && (!l || now - l->t > grace))
+                ids[n++] = e->id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const struct st_task *t = state_task(&d->st, ids[i]);
+            log_warn("task %" PRIu64 ": %zu splits produced and fetched were not reported "
+                     "received within %" PRIu32 " ms: leasing them again",
+                     ids[i], t ? t->leased.n : 0, grace);
+            soft_del(&d->settled_since, ids[i]);
+            if (plan_return_task_splits(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("returning the splits of task %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
 
     if ((ids = id_buffer(d->st.nworkers, &n))) {
         for (size_t i = 0; i < d->st.nworkers; i++) {
@@ -1360,6 +1542,8 @@ static void on_tick(uv_timer_t *timer)
         }
         free(ids);
     }
+
+    observe_tick(d->obs, &d->st, now);
 }
 
 /* ---- start and close ------------------------------------------------------------------------- */
@@ -1373,6 +1557,10 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->worker_seen.v);
     free(d->client_seen.v);
     free(d->idle_since.v);
+    free(d->settled_since.v);
+    free(d->leased_at.v);
+    coverage_release(&d->cov);
+    observe_destroy(d->obs);
     for (size_t i = 0; i < d->ndefs; i++)
         sluice__dataset_def__free_unpacked(d->defs[i].def, NULL);
     free(d->defs);
@@ -1387,6 +1575,13 @@ static void on_journal_fail(void *user, int code, const char *msg)
     struct dispatcher *d = user;
     (void)code;
     fatal(d, "journal: %s: %s", d->work_dir, msg);
+}
+
+static void on_journal_commit(void *user, double seconds, size_t records)
+{
+    struct dispatcher *d = user;
+    (void)records;
+    observe_journal_commit(d->obs, seconds);
 }
 
 /* Fault-tolerant start: opens the journal, rebuilds the state from it, and takes the
@@ -1427,6 +1622,7 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
         .next_seq = info.next_seq,
         .max_records = opts->journal_per_update ? 1 : 0,
         .on_fail = on_journal_fail,
+        .on_commit = on_journal_commit,
         .user = d,
     };
     rc = journal_thread_start(d->loop, &to, &d->jt, why, sizeof why);
@@ -1455,6 +1651,19 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     d->on_fatal = opts->on_fatal;
     d->user = opts->user;
     d->incarnation = rpc_new_incarnation();
+    struct observe_config oc = {
+        .window_ms = opts->autoscale_window_ms,
+        .worker_timeout_ms = d->worker_timeout_ms,
+        .client_timeout_ms = d->client_timeout_ms,
+        .job_gc_timeout_ms = d->gc_timeout_ms,
+        .worker_heartbeat_ms = d->worker_hb_ms,
+        .client_heartbeat_ms = d->client_hb_ms,
+    };
+    rc = observe_create(&oc, NULL, uv_now(loop), &d->obs);
+    if (rc < 0) {
+        err_set(err, errlen, rc, "start: out of memory");
+        goto fail;
+    }
     if (opts->work_dir) {
         rc = journal_recover(d, opts, err, errlen);
         if (rc < 0)
@@ -1495,6 +1704,9 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     if (d->gc_timeout_ms < shortest)
         shortest = d->gc_timeout_ms;
     uint64_t interval = shortest / 4;
+    /* The autoscaling window closes on the first tick at or after its end. */
+    if (interval > observe_window_ms(d->obs))
+        interval = observe_window_ms(d->obs);
     if (interval < 10)
         interval = 10;
     if (interval > 1000)
@@ -1528,6 +1740,11 @@ int dispatcher_port(const struct dispatcher *d)
 uint64_t dispatcher_incarnation(const struct dispatcher *d)
 {
     return d->incarnation;
+}
+
+int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
+{
+    return observe_render(d->obs, &d->st, body, len);
 }
 
 static void maybe_finish_close(struct dispatcher *d)

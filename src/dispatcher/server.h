@@ -26,6 +26,8 @@ struct dispatcher_opts {
     uint32_t worker_timeout_ms; /* 0: 10000 */
     uint32_t client_timeout_ms; /* 0: 30000 */
     uint32_t job_gc_timeout_ms; /* 0: 60000 */
+    /* How often the autoscaling recommendation is made (observe.h); 0: 10000. */
+    uint32_t autoscale_window_ms;
     /* The fixed worker list of static sharding (--worker-addresses), copied at start. When it
      * is not empty, only workers whose heartbeat address is in it are accepted, and a task's
      * worker_index is the position of its worker's address. */
@@ -62,6 +64,11 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
 const char *dispatcher_host(const struct dispatcher *d);
 int dispatcher_port(const struct dispatcher *d);
 uint64_t dispatcher_incarnation(const struct dispatcher *d);
+
+/* Renders the dispatcher's metrics in the Prometheus text format (observe.h lists them), for an
+ * http_render_cb: returns 0 with *body (malloc'd, the caller frees it) and *len, or
+ * SLUICE_ERR_NOMEM. Loop thread. */
+int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len);
 
 /* The heartbeat interval told to workers or clients for a given timeout: timeout / 5, clamped to
  * [50, 1000] ms, so several heartbeats fit in one timeout. */

@@ -707,10 +707,29 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
     return 0;
 }
 
+/* SPLITS_FINISHED with no task: splits in the pool (returned, not leased again yet) that a
+ * consumer has received in full, so they are not leased again. */
+static int apply_pool_finished(struct state *s, const struct st_update *u)
+{
+    struct st_iteration *it = FIND(s, iterations, u->ref);
+    if (!it || !it->distributed || u->seqs.n == 0 || !seq_strictly_increasing(&u->seqs))
+        return CORRUPT;
+    for (size_t i = 0; i < u->seqs.n; i++) {
+        if (!seq_contains(&it->pool, u->seqs.v[i]))
+            return CORRUPT;
+    }
+    for (size_t i = 0; i < u->seqs.n; i++)
+        seq_remove(&it->pool, u->seqs.v[i]);
+    it->splits_finished += u->seqs.n;
+    return 0;
+}
+
 static int apply_splits_done(struct state *s, const struct st_update *u, bool returned)
 {
     struct st_iteration *it;
     struct st_task *t;
+    if (!returned && u->ref2 == 0)
+        return apply_pool_finished(s, u);
     if (split_target(s, u, &it, &t) < 0)
         return CORRUPT;
     for (size_t i = 0; i < u->seqs.n; i++) {
@@ -1339,10 +1358,54 @@ static int still_held(const struct st_task *t, const struct st_seq_list *finishi
     return 0;
 }
 
+/* Appends an update of type moving the seqs of v[0, n) that are leased to task t (sorted, once
+ * each) away from it. *moved receives how many; none appends nothing. The list is a copy. */
+static int push_task_seqs(const struct st_task *t, enum st_update_type type, const uint64_t *v,
+                          size_t n, const struct st_seq_list *exclude, struct st_update_list *out,
+                          const struct st_update **made, uint64_t *moved)
+{
+    *moved = 0;
+    *made = NULL;
+    if (n == 0)
+        return 0;
+    struct st_update *u = push(out, type, 0);
+    if (!u)
+        return SLUICE_ERR_NOMEM;
+    u->ref = t->iteration_id;
+    u->ref2 = t->id;
+    if (seq_assign(&u->seqs, v, n) < 0)
+        return SLUICE_ERR_NOMEM;
+    qsort(u->seqs.v, u->seqs.n, sizeof *u->seqs.v, cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < u->seqs.n; i++) {
+        uint64_t seq = u->seqs.v[i];
+        if ((k > 0 && u->seqs.v[k - 1] == seq) || !seq_contains(&t->leased, seq) ||
+            (exclude && seq_contains(exclude, seq)))
+            continue;
+        u->seqs.v[k++] = seq;
+    }
+    u->seqs.n = k;
+    *moved = k;
+    if (k == 0)
+        list_truncate(out, out->n - 1);
+    else
+        *made = u;
+    return 0;
+}
+
 int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
                              const uint64_t *finished, size_t nfinished, uint32_t max,
                              struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
                              char *err, size_t errlen)
+{
+    return plan_get_splits_returning(s, task_id, request_seq, finished, nfinished, NULL, 0, max,
+                                     out, seqs, nseqs, end, err, errlen);
+}
+
+int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                              const uint64_t *finished, size_t nfinished, const uint64_t *returned,
+                              size_t nreturned, uint32_t max, struct st_update_list *out,
+                              uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen)
 {
     *end = false;
     *seqs = NULL;
@@ -1375,33 +1438,27 @@ int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t r
     size_t start = out->n;
     struct st_update *u;
     const struct st_seq_list *finishing = NULL;
-    uint64_t done = 0;
-    if (nfinished > 0) {
-        if (!(u = push(out, ST_SPLITS_FINISHED, 0)))
-            goto nomem;
-        u->ref = it->id;
-        u->ref2 = t->id;
-        if (seq_assign(&u->seqs, finished, nfinished) < 0)
-            goto nomem;
-        /* Keep the seqs leased to this task, sorted and once each. */
-        qsort(u->seqs.v, u->seqs.n, sizeof *u->seqs.v, cmp_u64);
-        size_t k = 0;
-        for (size_t i = 0; i < u->seqs.n; i++) {
-            uint64_t seq = u->seqs.v[i];
-            if ((k > 0 && u->seqs.v[k - 1] == seq) || !seq_contains(&t->leased, seq))
-                continue;
-            u->seqs.v[k++] = seq;
-        }
-        u->seqs.n = k;
-        done = k;
-        if (k == 0)
-            list_truncate(out, out->n - 1);
-        else
-            finishing = &u->seqs;
-    }
+    uint64_t done = 0, back = 0;
+    const struct st_update *made;
+    /* Keep the seqs leased to this task, sorted and once each. */
+    if (push_task_seqs(t, ST_SPLITS_FINISHED, finished, nfinished, NULL, out, &made, &done) < 0)
+        goto nomem;
+    if (made)
+        finishing = &made->seqs;
+    /* Splits handed back go to the pool, where other tasks lease them; a seq reported both
+     * finished and handed back counts as finished. */
+    if (push_task_seqs(t, ST_SPLITS_RETURNED, returned, nreturned, finishing, out, &made, &back) <
+        0)
+        goto nomem;
     uint64_t left = it->split_total - it->split_cursor;
     /* Nothing left to lease now, and nothing out that could come back to the pool. */
-    *end = it->pool.n == 0 && left == 0 && it->splits_leased == done;
+    *end = it->pool.n == 0 && back == 0 && left == 0 && it->splits_leased == done;
+    const struct st_worker *w = state_worker(s, t->worker_id);
+    if (w && w->draining) {
+        /* A draining worker takes no new splits: its task ends once it holds none. */
+        *end = t->leased.n == done + back;
+        max = 0;
+    }
     if (repeat) {
         if (still_held(t, finishing, seqs, nseqs) < 0)
             goto nomem;
@@ -1431,6 +1488,92 @@ nomem:
     list_truncate(out, start);
     *end = false;
     return NOMEM_MSG(err, errlen);
+}
+
+bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it || !it->distributed)
+        return false;
+    if (it->state != ST_ITER_ACTIVE)
+        return it->state == ST_ITER_FINISHED;
+    if (seq >= it->split_cursor || seq_contains(&it->pool, seq))
+        return false;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id == iteration_id && seq_contains(&t->leased, seq))
+            return false;
+    }
+    return true;
+}
+
+int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                         size_t n, struct st_update_list *out, char *err, size_t errlen)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "iteration %" PRIu64 " not found",
+                       iteration_id);
+    if (!it->distributed)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "iteration %" PRIu64 " is not a distributed_epoch iteration", iteration_id);
+    if (it->state != ST_ITER_ACTIVE || n == 0)
+        return 0;
+    size_t start = out->n;
+    struct st_update *u;
+    const struct st_update *made;
+    uint64_t moved;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != iteration_id || t->leased.n == 0)
+            continue;
+        if (push_task_seqs(t, ST_SPLITS_FINISHED, seqs, n, NULL, out, &made, &moved) < 0)
+            goto nomem;
+    }
+    /* Splits back in the pool that a consumer received in full are not leased again. */
+    if (it->pool.n > 0) {
+        if (!(u = push(out, ST_SPLITS_FINISHED, 0)))
+            goto nomem;
+        u->ref = iteration_id;
+        if (seq_assign(&u->seqs, seqs, n) < 0)
+            goto nomem;
+        qsort(u->seqs.v, u->seqs.n, sizeof *u->seqs.v, cmp_u64);
+        size_t k = 0;
+        for (size_t i = 0; i < u->seqs.n; i++) {
+            uint64_t seq = u->seqs.v[i];
+            if ((k > 0 && u->seqs.v[k - 1] == seq) || !seq_contains(&it->pool, seq))
+                continue;
+            u->seqs.v[k++] = seq;
+        }
+        u->seqs.n = k;
+        if (k == 0)
+            list_truncate(out, out->n - 1);
+    }
+    return 0;
+nomem:
+    list_truncate(out, start);
+    return NOMEM_MSG(err, errlen);
+}
+
+int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_update_list *out,
+                            char *err, size_t errlen)
+{
+    const struct st_task *t = state_task(s, task_id);
+    if (!t)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found", task_id);
+    if (t->leased.n == 0)
+        return 0;
+    size_t start = out->n;
+    struct st_update *u = push(out, ST_SPLITS_RETURNED, 0);
+    if (!u)
+        return NOMEM_MSG(err, errlen);
+    u->ref = t->iteration_id;
+    u->ref2 = t->id;
+    if (seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0) {
+        list_truncate(out, start);
+        return NOMEM_MSG(err, errlen);
+    }
+    return 0;
 }
 
 int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,

@@ -194,7 +194,9 @@ const char *st_update_name(enum st_update_type type);
  *                       the task's last_request (the update makes it last_request and seqs the
  *                       task's granted), or 0 for an unnumbered request (the task's record of
  *                       its last request stays as it is)
- *   SPLITS_FINISHED     ref = iteration, ref2 = task, seqs: splits leased to the task
+ *   SPLITS_FINISHED     ref = iteration, ref2 = task, seqs: splits leased to the task; or
+ *                       ref2 = 0, seqs: splits in the iteration's pool (a consumer received
+ *                       them in full before they were leased again)
  *   SPLITS_RETURNED     ref = iteration, ref2 = task, seqs: splits leased to the task, moved
  *                       to the pool
  *   ITERATION_FINISHED  id = iteration
@@ -342,6 +344,37 @@ int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t r
                              const uint64_t *finished, size_t nfinished, uint32_t max,
                              struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
                              char *err, size_t errlen);
+
+/* plan_get_splits_numbered() that first hands back returned[0, nreturned): seqs leased to the
+ * task that it never started (a draining worker), which go back to the pool (SPLITS_RETURNED;
+ * seqs not leased to the task are ignored, and a seq also in finished counts as finished). A
+ * task of a draining worker is leased nothing new, and *end is true once it holds no split: the
+ * splits it produced stay leased to it until their consumers have received them, so it keeps
+ * serving them until then. */
+int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                              const uint64_t *finished, size_t nfinished, const uint64_t *returned,
+                              size_t nreturned, uint32_t max, struct st_update_list *out,
+                              uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen);
+
+/* Consumers received every element of splits seqs[0, n) of a distributed_epoch iteration (the
+ * split is finished: DESIGN.md §4). Each seq leased to a task is recorded finished for that task,
+ * each seq in the pool is finished there (SPLITS_FINISHED with no task); others (already
+ * finished, never leased, repeated) are ignored, so a repeated report is a no-op. An iteration
+ * that is not active appends nothing. An unknown iteration is SLUICE_ERR_NOT_FOUND; one that is
+ * not distributed SLUICE_ERR_INVALID. */
+int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                         size_t n, struct st_update_list *out, char *err, size_t errlen);
+
+/* Whether split seq of the iteration is finished: below the cursor, in no task's lease and not
+ * in the pool (every split of a finished iteration is; none of a collected or unknown one). */
+bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq);
+
+/* Hands every split leased to the task back to the pool, to be leased again (SPLITS_RETURNED):
+ * the task produced them and its consumers fetched everything, yet they were not reported
+ * received, so a reply was lost on the way. Nothing when it holds none. An unknown task is
+ * SLUICE_ERR_NOT_FOUND. */
+int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_update_list *out,
+                            char *err, size_t errlen);
 
 /* An unnumbered request: plan_get_splits_numbered() with request_seq 0, the seqs to reply with
  * being those of the SPLITS_LEASED appended (if any). */

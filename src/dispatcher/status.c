@@ -136,7 +136,28 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     return o;
 }
 
+static json_t *config_json(struct builder *b, const struct status_extra *x)
+{
+    json_t *o = json_object();
+    if (!o) {
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "worker_timeout_ms", u64(x->worker_timeout_ms));
+    put(b, o, "client_timeout_ms", u64(x->client_timeout_ms));
+    put(b, o, "job_gc_timeout_ms", u64(x->job_gc_timeout_ms));
+    put(b, o, "worker_heartbeat_ms", u64(x->worker_heartbeat_ms));
+    put(b, o, "client_heartbeat_ms", u64(x->client_heartbeat_ms));
+    put(b, o, "autoscale_window_ms", u64(x->autoscale_window_ms));
+    return o;
+}
+
 int status_json(const struct state *s, char **out)
+{
+    return status_json_extra(s, NULL, out);
+}
+
+int status_json_extra(const struct state *s, const struct status_extra *x, char **out)
 {
     struct builder b = {false};
     json_t *root = json_object(), *workers = json_array(), *datasets = json_array(),
@@ -154,6 +175,10 @@ int status_json(const struct state *s, char **out)
         append(&b, datasets, dataset_json(&b, &s->datasets[i]));
     for (size_t i = 0; i < s->njobs; i++)
         append(&b, jobs, job_json(&b, s, &s->jobs[i]));
+    if (x) {
+        put(&b, root, "recommended_workers", u64(x->recommended_workers));
+        put(&b, root, "config", config_json(&b, x));
+    }
     put(&b, root, "workers", workers);
     put(&b, root, "datasets", datasets);
     put(&b, root, "jobs", jobs);

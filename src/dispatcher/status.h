@@ -5,6 +5,10 @@
  *     "workers":  [{"id": 1, "address": "host:5051", "incarnation": "5f0c...e1" (16 hex digits),
  *                   "draining": false, "tasks": [3, 4]}],
  *     "datasets": [{"id": "1", "pipeline": "range(10) | map(square)", "compression": "auto"}],
+ *     "recommended_workers": 3,
+ *     "config":   {"worker_timeout_ms": 10000, "client_timeout_ms": 30000,
+ *                  "job_gc_timeout_ms": 60000, "worker_heartbeat_ms": 1000,
+ *                  "client_heartbeat_ms": 1000, "autoscale_window_ms": 10000},
  *     "jobs":     [{"id": 1, "name": "shared" (or null when anonymous), "dataset_id": "1",
  *                   "mode": "distributed_epoch", "iteration_id": 2, "repetition": 1,
  *                   "state": "active" | "finished" | "garbage_collected",
@@ -17,7 +21,8 @@
  * Workers are listed by id, datasets by id, jobs by id. "splits" is present only for
  * distributed_epoch jobs whose iteration is not collected; "returned" counts splits handed back
  * by a lost worker and waiting to be leased again. The incarnation is a hex string because a
- * 64-bit value does not survive JSON numbers. */
+ * 64-bit value does not survive JSON numbers. "recommended_workers" and "config" come from the
+ * server shell (struct status_extra) and are left out by status_json(). */
 #ifndef SLUICE_DISPATCHER_STATUS_H
 #define SLUICE_DISPATCHER_STATUS_H
 
@@ -26,5 +31,18 @@
 /* Builds the document. On success returns 0 and *out is a NUL-terminated, malloc'd string the
  * caller frees with free(). Returns SLUICE_ERR_NOMEM on allocation failure. */
 int status_json(const struct state *s, char **out);
+
+/* What the server shell adds to the document: the autoscaling recommendation and the settings
+ * it runs with (the defaults filled in). */
+struct status_extra {
+    uint32_t recommended_workers;
+    uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
+    uint32_t worker_heartbeat_ms, client_heartbeat_ms;
+    uint32_t autoscale_window_ms;
+};
+
+/* status_json() with x's fields added at the top level ("recommended_workers" and the "config"
+ * object, before "workers"); x NULL is status_json(). Returns as status_json(). */
+int status_json_extra(const struct state *s, const struct status_extra *x, char **out);
 
 #endif

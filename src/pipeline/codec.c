@@ -11,6 +11,8 @@
 #endif
 
 #define FLAG_SNAPPY 0x01u
+#define FLAG_TAGGED 0x02u
+#define FLAG_SPLIT_END 0x04u
 
 static int buf_reserve(struct pipe_buf *b, size_t extra)
 {
@@ -131,10 +133,27 @@ static uint8_t *write_body(uint8_t *p, const struct sluice_element *e)
     return write_body_skipping(p, e, SIZE_MAX, &unused);
 }
 
-int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
-                      struct pipe_buf *scratch)
+/* The bytes a tag takes after the flags byte. */
+static size_t tag_len(const struct codec_tag *tag)
+{
+    return tag ? varint_len(tag->seq) + varint_len(tag->pos) : 0;
+}
+
+static uint8_t *tag_put(uint8_t *p, const struct codec_tag *tag)
+{
+    if (tag) {
+        p += varint_put(p, tag->seq);
+        p += varint_put(p, tag->pos);
+    }
+    return p;
+}
+
+int codec_append_tagged(struct pipe_buf *out, const struct sluice_element *e, bool compress,
+                        struct pipe_buf *scratch, const struct codec_tag *tag)
 {
     size_t raw = body_size(e);
+    uint8_t flags = tag ? FLAG_TAGGED : 0;
+    size_t tl = tag_len(tag);
     if (compress && raw >= 64) {
         /* Encode the body into scratch, compress straight into out, and keep the result only
          * when it saves at least an eighth. */
@@ -143,7 +162,7 @@ int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool
             return SLUICE_ERR_NOMEM;
         write_body((uint8_t *)scratch->p, e);
         size_t max = snappy_max_compressed_length(raw);
-        size_t head = 1 + varint_len(raw);
+        size_t head = 1 + tl + varint_len(raw);
         if (buf_reserve(out, 10 + head + max))
             return SLUICE_ERR_NOMEM;
         uint8_t *rec = (uint8_t *)out->p + out->len + 10;
@@ -155,21 +174,42 @@ int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool
             size_t lp = varint_put(p, reclen);
             p += lp;
             /* Slide the record down to sit right after its length prefix. */
-            rec[0] = FLAG_SNAPPY;
-            varint_put(rec + 1, raw);
+            rec[0] = flags | FLAG_SNAPPY;
+            varint_put(tag_put(rec + 1, tag), raw);
             memmove(p, rec, reclen);
             out->len += lp + reclen;
             return 0;
         }
     }
-    size_t reclen = 1 + raw;
+    size_t reclen = 1 + tl + raw;
     if (buf_reserve(out, varint_len(reclen) + reclen))
         return SLUICE_ERR_NOMEM;
     uint8_t *p = (uint8_t *)out->p + out->len;
     p += varint_put(p, reclen);
-    *p++ = 0;
+    *p++ = flags;
+    p = tag_put(p, tag);
     uint8_t *end = write_body(p, e);
     out->len = (size_t)((char *)end - out->p);
+    return 0;
+}
+
+int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
+                      struct pipe_buf *scratch)
+{
+    return codec_append_tagged(out, e, compress, scratch, NULL);
+}
+
+int codec_append_split_end(struct pipe_buf *out, uint64_t seq, uint64_t count)
+{
+    size_t reclen = 1 + varint_len(seq) + varint_len(count);
+    if (buf_reserve(out, varint_len(reclen) + reclen))
+        return SLUICE_ERR_NOMEM;
+    uint8_t *p = (uint8_t *)out->p + out->len;
+    p += varint_put(p, reclen);
+    *p++ = FLAG_SPLIT_END;
+    p += varint_put(p, seq);
+    p += varint_put(p, count);
+    out->len = (size_t)((char *)p - out->p);
     return 0;
 }
 
@@ -197,17 +237,24 @@ bool codec_can_split(const struct sluice_element *e, size_t min_ext)
 int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
                        struct codec_split *split)
 {
+    return codec_append_split_tagged(out, e, min_ext, NULL, split);
+}
+
+int codec_append_split_tagged(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
+                              const struct codec_tag *tag, struct codec_split *split)
+{
     size_t best_len;
     size_t best = split_component(e, min_ext, &best_len);
     if (best == SIZE_MAX)
         return 0;
-    size_t reclen = 1 + body_size(e);
+    size_t reclen = 1 + tag_len(tag) + body_size(e);
     size_t inline_len = varint_len(reclen) + reclen - best_len;
     if (buf_reserve(out, inline_len))
         return SLUICE_ERR_NOMEM;
     uint8_t *p = (uint8_t *)out->p + out->len;
     p += varint_put(p, reclen);
-    *p++ = 0;
+    *p++ = tag ? FLAG_TAGGED : 0;
+    p = tag_put(p, tag);
     uint8_t *at = NULL;
     uint8_t *end = write_body_skipping(p, e, best, &at);
     split->comp = best;
@@ -305,11 +352,39 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
     return 0;
 }
 
-int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
-                    struct pipe_buf *scratch, char *err, size_t errlen)
+int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark)
 {
     if (*pos >= len)
-        return 0;
+        return CODEC_NO_MORE;
+    uint64_t reclen;
+    if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1)
+        return SLUICE_ERR_CORRUPT;
+    const uint8_t *rec = data + *pos;
+    size_t recpos = 1;
+    uint8_t flags = rec[0];
+    *pos += reclen;
+    mark->tagged = false;
+    mark->seq = mark->pos = 0;
+    if (flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END))
+        return SLUICE_ERR_CORRUPT;
+    if (flags & (FLAG_TAGGED | FLAG_SPLIT_END)) {
+        if ((flags & FLAG_SPLIT_END) && flags != FLAG_SPLIT_END)
+            return SLUICE_ERR_CORRUPT;
+        if (varint_get(rec, reclen, &recpos, &mark->seq) ||
+            varint_get(rec, reclen, &recpos, &mark->pos))
+            return SLUICE_ERR_CORRUPT;
+        mark->tagged = true;
+        if (flags & FLAG_SPLIT_END)
+            return recpos == reclen ? CODEC_SPLIT_END : SLUICE_ERR_CORRUPT;
+    }
+    return CODEC_ELEMENT;
+}
+
+int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
+                      struct pipe_buf *scratch, struct codec_mark *mark, char *err, size_t errlen)
+{
+    if (*pos >= len)
+        return CODEC_NO_MORE;
     size_t at = *pos;
     uint64_t reclen;
     if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1)
@@ -318,11 +393,29 @@ int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_
     size_t recpos = 1;
     uint8_t flags = rec[0];
     *pos += reclen;
-    if (flags & ~FLAG_SNAPPY)
+    mark->tagged = false;
+    mark->seq = mark->pos = 0;
+    if (flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END))
         return corrupt(err, errlen, at, "unknown record flags");
+    if (flags & FLAG_SPLIT_END) {
+        if (flags != FLAG_SPLIT_END)
+            return corrupt(err, errlen, at, "split end marker with other flags");
+        if (varint_get(rec, reclen, &recpos, &mark->seq) ||
+            varint_get(rec, reclen, &recpos, &mark->pos) || recpos != reclen)
+            return corrupt(err, errlen, at, "bad split end marker");
+        mark->tagged = true;
+        return CODEC_SPLIT_END;
+    }
+    if (flags & FLAG_TAGGED) {
+        if (varint_get(rec, reclen, &recpos, &mark->seq) ||
+            varint_get(rec, reclen, &recpos, &mark->pos))
+            return corrupt(err, errlen, at, "bad element tag");
+        mark->tagged = true;
+    }
     if (!(flags & FLAG_SNAPPY)) {
-        int rc = read_body(rec + 1, reclen - 1, e, (size_t)(rec + 1 - data), err, errlen);
-        return rc ? rc : 1;
+        int rc = read_body(rec + recpos, reclen - recpos, e, (size_t)(rec + recpos - data), err,
+                           errlen);
+        return rc ? rc : CODEC_ELEMENT;
     }
     uint64_t raw;
     if (varint_get(rec, reclen, &recpos, &raw) || raw > CODEC_MAX_ELEMENT)
@@ -338,5 +431,16 @@ int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_
     if (snappy_uncompress(cdata, clen, scratch->p, &ulen) != SNAPPY_OK || ulen != raw)
         return corrupt(err, errlen, at, "bad compressed record");
     int rc = read_body((const uint8_t *)scratch->p, raw, e, at, err, errlen);
-    return rc ? rc : 1;
+    return rc ? rc : CODEC_ELEMENT;
+}
+
+int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
+                    struct pipe_buf *scratch, char *err, size_t errlen)
+{
+    struct codec_mark mark;
+    int rc;
+    while ((rc = codec_next_record(data, len, pos, e, scratch, &mark, err, errlen)) ==
+           CODEC_SPLIT_END)
+        ;
+    return rc;
 }

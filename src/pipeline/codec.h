@@ -1,9 +1,13 @@
 /* The element codec: elements as bytes on the wire (GetElementsReply.payload). Pure.
  *
  * One element record:
- *     u8 flags            bit 0: body is snappy-compressed
+ *     u8 flags            bit 0: body is snappy-compressed; bit 1: tagged
+ *     [varint seq, varint position]   only when tagged: the split the element came from and its
+ *                                     position in that split (distributed_epoch)
  *     [varint raw_len]    only when compressed: the length of the uncompressed body
  *     body
+ * One split end marker (distributed_epoch: follows the last element of a split):
+ *     u8 flags = 0x04, varint seq, varint count   (the split had count elements)
  * where the uncompressed body is
  *     u8 ncomp, then per component: u8 dtype, u8 rank, rank x varint dim, then
  *       fixed-width dtypes: the values (little-endian, row-major, nvalues x size bytes);
@@ -31,6 +35,20 @@
 int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool compress,
                       struct pipe_buf *scratch);
 
+/* Where an element stands in its split. */
+struct codec_tag {
+    uint64_t seq; /* the split's position in the iteration's split sequence */
+    uint64_t pos; /* the element's position in the split, from 0 */
+};
+
+/* codec_append_elem with a tag (tag NULL: untagged, the same bytes as codec_append_elem). */
+int codec_append_tagged(struct pipe_buf *out, const struct sluice_element *e, bool compress,
+                        struct pipe_buf *scratch, const struct codec_tag *tag);
+
+/* Appends a split end marker record: split seq had count elements. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+int codec_append_split_end(struct pipe_buf *out, uint64_t seq, uint64_t count);
+
 /* Where codec_append_split left out a tensor's values. */
 struct codec_split {
     size_t comp; /* the component whose values were left out */
@@ -47,10 +65,36 @@ struct codec_split {
  * unchanged and the caller uses codec_append_elem), or SLUICE_ERR_NOMEM. */
 int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
                        struct codec_split *split);
+/* codec_append_split with a tag (NULL: untagged). */
+int codec_append_split_tagged(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
+                              const struct codec_tag *tag, struct codec_split *split);
 /* Whether codec_append_split would split e (cheap: no encoding). */
 bool codec_can_split(const struct sluice_element *e, size_t min_ext);
 
-/* Reads the next record of a batch at data[*pos..len) into e (reusing its buffers) and advances
+enum codec_record_kind { CODEC_NO_MORE = 0, CODEC_ELEMENT = 1, CODEC_SPLIT_END = 2 };
+
+/* What a record said besides its element: for CODEC_ELEMENT, tagged tells whether it carried a
+ * tag, and seq/pos are the tag; for CODEC_SPLIT_END, seq is the split and pos its count. */
+struct codec_mark {
+    bool tagged;
+    uint64_t seq;
+    uint64_t pos;
+};
+
+/* Reads the next record of a batch at data[*pos..len) and advances *pos: CODEC_ELEMENT (into e,
+ * reusing its buffers; *mark says whether it was tagged and how), CODEC_SPLIT_END (*mark holds
+ * the split and its count; e is untouched), CODEC_NO_MORE (no bytes left), or
+ * SLUICE_ERR_CORRUPT with a message in err. */
+int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
+                      struct pipe_buf *scratch, struct codec_mark *mark, char *err, size_t errlen);
+
+/* Steps over the next record of a batch at data[*pos..len) without decoding its body: returns
+ * CODEC_ELEMENT or CODEC_SPLIT_END with *mark as codec_next_record gives it, CODEC_NO_MORE, or
+ * SLUICE_ERR_CORRUPT when the record's framing, flags or tag are bad (its body is checked only
+ * when decoded). */
+int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark);
+
+/* Reads the next element of a batch (split end markers are skipped, tags ignored) at data[*pos..len) into e (reusing its buffers) and advances
  * *pos. Returns 1 (an element), 0 (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
  * scratch is a reusable buffer for decompression. Offsets in messages count from the start of
  * data for stored records and from the record's start for compressed ones. */

@@ -34,6 +34,11 @@ struct plan {
     struct pipe_span *spans; /* PLAN_SPLITS over range()/list() */
     size_t nspans;
     struct pipe_iter *tail_up; /* PLAN_TAIL: the caller's upstream until the chain takes it */
+    /* PLAN_SPLITS: the key every shuffle is seeded from (mixed with its seed when it has one),
+     * derived from the first split's sequence number, so a split processed again (re-issued
+     * after its worker died) yields the same elements in the same order. */
+    bool split_keyed;
+    uint64_t split_key;
 };
 
 struct run_impl {
@@ -111,7 +116,12 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
         rc = pipe_map_open(pl->fns[k], op->args, op->nargs, up, ctx, it);
         break;
     case PIPE_OP_SHUFFLE:
-        rc = pipe_shuffle_open(op->n, op->has_seed, op->seed, salt, up, ctx, it);
+        if (pl->split_keyed) {
+            uint64_t key = pipe_salt_mix(pl->split_key, op->has_seed ? (uint64_t)op->seed : 0);
+            rc = pipe_shuffle_open(op->n, true, (int64_t)key, salt, up, ctx, it);
+        } else {
+            rc = pipe_shuffle_open(op->n, op->has_seed, op->seed, salt, up, ctx, it);
+        }
         break;
     case PIPE_OP_BATCH:
         rc = pipe_batch_open(op->n, op->drop_remainder, up, ctx, it);
@@ -329,6 +339,9 @@ int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry 
         return rc;
     struct plan *pl = &r->plan;
     const struct pipe_source *src = &pl->spec->source;
+    pl->split_keyed = true;
+    /* A fixed odd constant keeps split 0's key away from the seed value 0. */
+    pl->split_key = pipe_salt_mix(0x9e3779b97f4a7c15ull, nsplits ? splits[0].seq + 1 : 0);
     if (src->kind == PIPE_SRC_TFRECORD || src->kind == PIPE_SRC_LINES) {
         pl->paths = calloc(nsplits ? nsplits : 1, sizeof(*pl->paths));
         if (!pl->paths)

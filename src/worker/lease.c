@@ -100,12 +100,13 @@ void lease_queue_release(struct lease_queue *q)
 {
     free(q->seqs);
     free(q->finished);
+    free(q->returning);
     memset(q, 0, sizeof *q);
 }
 
 int lease_pop(struct lease_queue *q, uint64_t *seq)
 {
-    if (q->len == 0)
+    if (q->len == 0 || q->draining)
         return 0;
     *seq = q->seqs[q->head];
     q->head = (q->head + 1) % q->cap;
@@ -150,6 +151,12 @@ bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_spli
         *nfinished = q->reporting;
         return true;
     }
+    if (q->draining) {
+        /* Hand back what is queued, report, and otherwise poll for the end. */
+        *max_splits = 0;
+        *nfinished = q->nfinished;
+        return !q->end_of_splits || q->nreturning > 0 || q->nfinished > 0;
+    }
     bool need = !q->end_of_splits && q->len <= q->low;
     bool report = q->nfinished > 0 && (q->end_of_splits || q->nfinished >= LEASE_REPORT_COUNT ||
                                        now_ms - q->first_finished_ms >= LEASE_REPORT_MS);
@@ -165,6 +172,8 @@ void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished)
 {
     assert(!q->inflight && nfinished <= q->nfinished);
     assert(!q->resend || (max_splits == q->asked && nfinished == q->reporting));
+    if (!q->resend)
+        q->returning_sent = q->nreturning;
     q->inflight = true;
     q->resend = false;
     q->asked = max_splits;
@@ -201,7 +210,13 @@ int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool en
 {
     assert(q->inflight);
     q->inflight = false;
-    if (n == 0 && q->asked > 0 && !end_of_splits) {
+    if (q->returning_sent) {
+        memmove(q->returning, q->returning + q->returning_sent,
+                (q->nreturning - q->returning_sent) * sizeof *q->returning);
+        q->nreturning -= q->returning_sent;
+        q->returning_sent = 0;
+    }
+    if (n == 0 && (q->asked > 0 || q->draining) && !end_of_splits) {
         back_off(q, now_ms);
     } else {
         q->failures = 0;
@@ -222,7 +237,32 @@ int lease_granted(struct lease_queue *q, const uint64_t *seqs, size_t n, bool en
     for (size_t i = 0; i < n; i++)
         q->seqs[(q->head + q->len + i) % q->cap] = seqs[i];
     q->len += n;
+    return q->draining ? lease_drain(q) : 0;
+}
+
+int lease_drain(struct lease_queue *q)
+{
+    if (q->nreturning + q->len > q->returning_cap) {
+        size_t cap = q->nreturning + q->len + 16;
+        uint64_t *v = realloc(q->returning, cap * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        q->returning = v;
+        q->returning_cap = cap;
+    }
+    while (q->len > 0) {
+        q->returning[q->nreturning++] = q->seqs[q->head];
+        q->head = (q->head + 1) % q->cap;
+        q->len--;
+    }
+    q->draining = true;
     return 0;
+}
+
+const uint64_t *lease_returning(const struct lease_queue *q, size_t *n)
+{
+    *n = q->returning_sent;
+    return q->returning;
 }
 
 void lease_failed(struct lease_queue *q, uint64_t now_ms)
@@ -248,7 +288,7 @@ void lease_number_done(struct lease_numbers *n, bool answered)
 
 bool lease_more(const struct lease_queue *q)
 {
-    return !(q->end_of_splits && q->len == 0);
+    return !q->draining && !(q->end_of_splits && q->len == 0);
 }
 
 bool lease_settled(const struct lease_queue *q)

@@ -66,6 +66,12 @@ struct lease_queue {
     bool end_of_splits;
     unsigned failures; /* failed or empty replies in a row */
     uint64_t retry_at_ms;
+    /* Draining (lease_drain): nothing is popped or asked for any more; leased, unstarted seqs
+     * are handed back. returning holds them; the first returning_sent are in the request in
+     * flight (or to be sent again). */
+    bool draining;
+    uint64_t *returning;
+    size_t nreturning, returning_cap, returning_sent;
 };
 
 /* Report finished seqs on their own (with no need for more splits) once the oldest has waited
@@ -119,7 +125,18 @@ uint64_t lease_number_next(struct lease_numbers *n);
 /* The request was answered (answered = true) or failed. */
 void lease_number_done(struct lease_numbers *n, bool answered);
 
-/* Whether producers may still get work: false once end_of_splits came and the queue is empty. */
+/* The task drains: every queued seq (leased, not started) moves to the returning list and is
+ * handed back with the next request, and so are seqs granted from now on (the answer to a
+ * request sent before); producers pop nothing more, and requests ask for no new splits but keep
+ * coming (reporting, and polling at the backoff pace) until end_of_splits, which the dispatcher
+ * sends once the task holds no split: its consumers received everything it produced. Returns 0
+ * or SLUICE_ERR_NOMEM (then nothing changed). */
+int lease_drain(struct lease_queue *q);
+/* The seqs to hand back in the request just marked sent (lease_sent): *n of them. */
+const uint64_t *lease_returning(const struct lease_queue *q, size_t *n);
+
+/* Whether producers may still get work: false once end_of_splits came and the queue is empty,
+ * and false when draining. */
 bool lease_more(const struct lease_queue *q);
 /* Whether everything leased was run and every finished seq reported. */
 bool lease_settled(const struct lease_queue *q);

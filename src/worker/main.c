@@ -1,7 +1,8 @@
 /* sluice-worker: runs dataset pipelines for a dispatcher and serves their elements
- * (DESIGN.md §2). Exit status: 0 after a clean shutdown (SIGTERM or SIGINT), 1 on a runtime
- * failure, 2 on bad usage. */
+ * (DESIGN.md §2). Exit status: 0 after a clean shutdown (SIGINT, or SIGTERM once drained, see
+ * worker_drain), 1 on a runtime failure, 2 on bad usage. */
 #include "common/error.h"
+#include "common/http.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "pipeline/registry.h"
@@ -31,7 +32,10 @@ static const char usage[] =
     "  --heartbeat-ms N      heartbeat interval (default: as the dispatcher says)\n"
     "  --threads N           producer threads per distributed_epoch task (default: cores)\n"
     "  --plugin LIB.so       load pipeline functions from a plugin (repeatable)\n"
-    "  --metrics-port P      serve metrics on this port\n"
+    "  --metrics-port P      serve Prometheus metrics at GET /metrics on this port, on the\n"
+    "                        same --host (0: any free port)\n"
+    "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
+    "                        worker holds before leaving anyway (default 30000)\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n"
     "  --help                show this help\n";
 
@@ -44,6 +48,8 @@ struct args {
     unsigned threads;
     const char **plugins;
     size_t nplugins;
+    int metrics_port; /* -1: no metrics server */
+    uint32_t drain_timeout_ms;
     enum log_level level;
 };
 
@@ -86,6 +92,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_THREADS,
         O_PLUGIN,
         O_METRICS,
+        O_DRAIN,
         O_LOG,
         O_HELP
     };
@@ -98,12 +105,12 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"threads", required_argument, NULL, O_THREADS},
         {"plugin", required_argument, NULL, O_PLUGIN},
         {"metrics-port", required_argument, NULL, O_METRICS},
+        {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"log-level", required_argument, NULL, O_LOG},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0},
     };
     unsigned long v;
-    bool metrics = false;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
@@ -149,7 +156,14 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                 return usage_error("--metrics-port: expected a number from 0 to 65535, got "
                                    "'%s'",
                                    optarg);
-            metrics = true;
+            a->metrics_port = (int)v;
+            break;
+        case O_DRAIN:
+            if (parse_number(optarg, 1, 86400000, &v) < 0)
+                return usage_error("--drain-timeout-ms: expected a number from 1 to 86400000, "
+                                   "got '%s'",
+                                   optarg);
+            a->drain_timeout_ms = (uint32_t)v;
             break;
         case O_LOG:
             if (log_level_parse(optarg, &a->level) < 0)
@@ -177,16 +191,34 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
     if (a->advertise &&
         rpc_parse_address(a->advertise, host, sizeof host, &port, err, sizeof err) < 0)
         return usage_error("--advertise: %s", err);
-    if (metrics)
-        return usage_error("--metrics-port: metrics are not available in this build");
     return 0;
 }
 
 struct shell {
     uv_loop_t loop;
     uv_signal_t sigterm, sigint;
+    uint32_t drain_timeout_ms;
     struct worker *worker;
+    struct http_server *http; /* NULL without --metrics-port */
 };
+
+static int render_metrics(void *user, char **body, size_t *len)
+{
+    struct shell *sh = user;
+    if (!sh->worker)
+        return SLUICE_ERR_CLOSED;
+    return worker_metrics_render(sh->worker, body, len);
+}
+
+/* Prints "sluice-worker WHAT on HOST:PORT", flushed, with an IPv6 host in brackets. */
+static void print_address(const char *what, const char *host, int port)
+{
+    if (strchr(host, ':'))
+        printf(PART " %s on [%s]:%d\n", what, host, port);
+    else
+        printf(PART " %s on %s:%d\n", what, host, port);
+    fflush(stdout);
+}
 
 static void on_worker_closed(void *user)
 {
@@ -194,17 +226,45 @@ static void on_worker_closed(void *user)
     log_info("stopped");
 }
 
-static void on_signal(uv_signal_t *s, int signum)
+static void shut_down(struct shell *sh)
 {
-    struct shell *sh = s->data;
-    log_info("%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    /* With the handles closed, a second signal has its default effect and ends the process. */
-    uv_close((uv_handle_t *)&sh->sigterm, NULL);
-    uv_close((uv_handle_t *)&sh->sigint, NULL);
+    if (sh->http) {
+        http_server_close(sh->http, NULL, NULL);
+        sh->http = NULL;
+    }
     if (sh->worker) {
         worker_close(sh->worker, on_worker_closed, NULL);
         sh->worker = NULL;
     }
+}
+
+static void on_drained(void *user, bool complete)
+{
+    struct shell *sh = user;
+    log_info("drained%s: shutting down", complete ? "" : " (incomplete)");
+    if (!uv_is_closing((uv_handle_t *)&sh->sigint))
+        uv_close((uv_handle_t *)&sh->sigint, NULL);
+    shut_down(sh);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    struct shell *sh = s->data;
+    if (signum == SIGTERM && sh->worker) {
+        /* Lossless scale-down: serve what is in hand, then leave. A second SIGTERM has its
+         * default effect; SIGINT still stops at once. */
+        log_info("SIGTERM: draining");
+        uv_close((uv_handle_t *)&sh->sigterm, NULL);
+        worker_drain(sh->worker, sh->drain_timeout_ms, on_drained, sh);
+        return;
+    }
+    log_info("%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    /* With the handles closed, a second signal has its default effect and ends the process. */
+    if (!uv_is_closing((uv_handle_t *)&sh->sigterm))
+        uv_close((uv_handle_t *)&sh->sigterm, NULL);
+    if (!uv_is_closing((uv_handle_t *)&sh->sigint))
+        uv_close((uv_handle_t *)&sh->sigint, NULL);
+    shut_down(sh);
 }
 
 static int run(const struct args *a)
@@ -227,6 +287,7 @@ static int run(const struct args *a)
 
     struct shell sh;
     memset(&sh, 0, sizeof sh);
+    sh.drain_timeout_ms = a->drain_timeout_ms;
     rc = uv_loop_init(&sh.loop);
     if (rc < 0) {
         fprintf(stderr, PART ": event loop: %s\n", uv_strerror(rc));
@@ -248,6 +309,17 @@ static int run(const struct args *a)
         uv_loop_close(&sh.loop);
         goto out_reg;
     }
+    if (a->metrics_port >= 0) {
+        rc = http_server_start(&sh.loop, a->host, a->metrics_port, render_metrics, &sh, &sh.http,
+                               err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, PART ": metrics: %s\n", err);
+            worker_close(sh.worker, NULL, NULL);
+            uv_run(&sh.loop, UV_RUN_DEFAULT);
+            uv_loop_close(&sh.loop);
+            goto out_reg;
+        }
+    }
     uv_signal_init(&sh.loop, &sh.sigterm);
     uv_signal_init(&sh.loop, &sh.sigint);
     sh.sigterm.data = sh.sigint.data = &sh;
@@ -255,11 +327,9 @@ static int run(const struct args *a)
     uv_signal_start(&sh.sigint, on_signal, SIGINT);
 
     const char *host = worker_host(sh.worker);
-    if (strchr(host, ':'))
-        printf("sluice-worker listening on [%s]:%d\n", host, worker_port(sh.worker));
-    else
-        printf("sluice-worker listening on %s:%d\n", host, worker_port(sh.worker));
-    fflush(stdout);
+    print_address("listening", host, worker_port(sh.worker));
+    if (sh.http)
+        print_address("metrics", host, http_server_port(sh.http));
     log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task",
              worker_address(sh.worker), a->dispatcher, a->threads);
 
@@ -277,7 +347,10 @@ out_reg:
 
 int main(int argc, char **argv)
 {
-    struct args a = {.host = "127.0.0.1", .level = LOG_INFO};
+    struct args a = {.host = "127.0.0.1",
+                     .metrics_port = -1,
+                     .drain_timeout_ms = WORKER_DRAIN_TIMEOUT_MS,
+                     .level = LOG_INFO};
     int help = 0;
     int rc = parse_args(argc, argv, &a, &help);
     if (rc != 0 || help) {

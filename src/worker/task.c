@@ -44,6 +44,10 @@ struct producer {
      * down); skip_len doubles while probes keep failing and resets when one pays. */
     unsigned misses;
     uint32_t skip_len, skip_left;
+    /* distributed_epoch: every element is tagged with the split it comes from and its position
+     * in it (codec.h), so a consumer can tell a split's elements apart when it is re-issued. */
+    bool tagging;
+    struct codec_tag tag;
 };
 
 struct task {
@@ -83,6 +87,8 @@ struct task {
 
     uint64_t *report; /* loop only: finished seqs of the GetSplits in flight */
     size_t report_cap;
+    uint64_t *returned; /* loop only: handed-back seqs of the GetSplits in flight */
+    size_t returned_cap;
 
     struct producer *producers;
     unsigned nproducers; /* producers whose mutex exists */
@@ -262,7 +268,8 @@ static int append_external(struct producer *p, size_t *size)
     if (!c)
         return SLUICE_ERR_NOMEM;
     struct codec_split split;
-    int rc = codec_append_split(&c->data, &p->elem, TASK_EXT_MIN, &split);
+    int rc = codec_append_split_tagged(&c->data, &p->elem, TASK_EXT_MIN,
+                                       p->tagging ? &p->tag : NULL, &split);
     if (rc <= 0) {
         wbuf_chunk_free(c);
         return rc;
@@ -360,13 +367,15 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
                 return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
             }
             if (rc == 1) {
+                p->tag.pos++;
                 uv_mutex_unlock(&p->mu);
                 continue;
             }
         }
         struct wbuf_chunk *c = p->chunk;
         size_t before = c->data.len;
-        rc = codec_append_elem(&c->data, &p->elem, compress, &p->scratch);
+        rc = codec_append_tagged(&c->data, &p->elem, compress, &p->scratch,
+                                 p->tagging ? &p->tag : NULL);
         if (rc == 0 && c->data.len - before > TASK_MAX_RECORD)
             rc = SLUICE_ERR_TOO_LARGE;
         if (rc < 0) {
@@ -379,6 +388,7 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
                                size, TASK_MAX_RECORD);
             return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
         }
+        p->tag.pos++;
         if (compress)
             note_compression(p, c, before);
         if (c->count == 0)
@@ -405,6 +415,26 @@ static int flush_chunk(struct producer *p)
 {
     uv_mutex_lock(&p->mu);
     int rc = publish(p);
+    uv_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* Ends p's split: appends its end marker (the count of elements it had) and publishes
+ * whatever p holds. Returns 0, SLUICE_ERR_CANCELLED or SLUICE_ERR_NOMEM. */
+static int end_split(struct producer *p)
+{
+    struct task *t = p->t;
+    uv_mutex_lock(&p->mu);
+    if (!p->chunk)
+        p->chunk = chunk_get(t);
+    int rc = p->chunk ? codec_append_split_end(&p->chunk->data, p->tag.seq, p->tag.pos)
+                      : SLUICE_ERR_NOMEM;
+    if (rc == 0) {
+        if (p->chunk->count == 0)
+            p->chunk->born_ns = uv_hrtime();
+        p->chunk->count++;
+        rc = publish(p);
+    }
     uv_mutex_unlock(&p->mu);
     return rc;
 }
@@ -483,14 +513,21 @@ static int run_splits(struct producer *p, char *err, size_t errlen)
             return rc;
 
         struct pipe_run *run = NULL;
+        p->tagging = true;
+        p->tag.seq = seq;
+        p->tag.pos = 0;
         rc = pipe_open_splits(t->spec, t->reg, &split, 1, &run, err, errlen);
         if (rc == 0) {
             rc = produce(p, run, err, errlen);
             pipe_run_free(run);
         }
-        /* The split is finished once all its elements are in the buffer. */
+        /* The split is produced once all its elements and its end marker are in the buffer; it
+         * is finished only when a consumer has received them all (the dispatcher hears that
+         * from the consumer). */
         if (rc == 0)
-            rc = flush_chunk(p);
+            rc = end_split(p);
+        if (rc == SLUICE_ERR_NOMEM)
+            err_set(err, errlen, rc, "ending a split: %s", sluice_strerror(rc));
         uv_mutex_lock(&t->mu);
         bool report = false;
         if (rc == 0) {
@@ -740,11 +777,14 @@ void task_progress(struct task *t, struct task_progress *out)
     out->producers = t->nproducers;
     out->finished = t->done && !out->failed && t->buf.count == 0 &&
                     (t->mode != SLUICE_DISTRIBUTED_EPOCH || lease_settled(&t->lease));
+    out->settled = t->mode == SLUICE_DISTRIBUTED_EPOCH && !out->failed && t->buf.count == 0 &&
+                   t->lease.len == 0 && t->lease.busy == 0;
     uv_mutex_unlock(&t->mu);
 }
 
 bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
-                     const uint64_t **finished, size_t *nfinished)
+                     const uint64_t **finished, size_t *nfinished, const uint64_t **returned,
+                     size_t *nreturned)
 {
     if (!task_is_distributed(t))
         return false;
@@ -763,6 +803,22 @@ bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
         memcpy(t->report, t->lease.finished, *nfinished * sizeof *t->report);
     *finished = t->report;
     lease_sent(&t->lease, *max_splits, *nfinished);
+    size_t nret;
+    const uint64_t *ret = lease_returning(&t->lease, &nret);
+    if (nret > t->returned_cap) {
+        uint64_t *r = realloc(t->returned, nret * sizeof *r);
+        if (!r) {
+            /* Sent without them; the request goes again, whole, after this one fails. */
+            lease_failed(&t->lease, now_ms);
+            goto out;
+        }
+        t->returned = r;
+        t->returned_cap = nret;
+    }
+    if (nret)
+        memcpy(t->returned, ret, nret * sizeof *ret);
+    *returned = t->returned;
+    *nreturned = nret;
     want = true;
 out:
     uv_mutex_unlock(&t->mu);
@@ -852,6 +908,19 @@ void task_fail(struct task *t, int code, const char *msg)
     uv_mutex_unlock(&t->mu);
 }
 
+int task_drain(struct task *t)
+{
+    if (!task_is_distributed(t)) {
+        task_stop(t);
+        return 0;
+    }
+    uv_mutex_lock(&t->mu);
+    int rc = lease_drain(&t->lease);
+    uv_cond_broadcast(&t->work_cv);
+    uv_mutex_unlock(&t->mu);
+    return rc;
+}
+
 void task_stop(struct task *t)
 {
     uv_mutex_lock(&t->mu);
@@ -894,6 +963,7 @@ void task_free(struct task *t)
     lease_queue_release(&t->lease);
     lease_plan_release(&t->plan);
     free(t->report);
+    free(t->returned);
     pipe_spec_free(t->spec);
     uv_cond_destroy(&t->work_cv);
     uv_cond_destroy(&t->space_cv);

@@ -127,6 +127,9 @@ struct task_progress {
     bool finished;     /* done, not failed, buffer empty, every finished split reported */
     uint64_t buffered; /* records in the buffer */
     uint64_t produced; /* records ever published */
+    /* distributed_epoch: no split queued or in production and the buffer empty: everything
+     * produced was fetched (more splits may come). */
+    bool settled;
     /* Summed over the producers: nanoseconds spent blocked on a full buffer (consumers not
      * asking). Divided by producers and by an interval, it is the task's idle share. */
     uint64_t blocked_ns;
@@ -137,7 +140,8 @@ void task_progress(struct task *t, struct task_progress *out);
 /* Loop, distributed_epoch. Whether to send GetSplits now (see lease_want); when true, *finished
  * (valid until the next call) holds *nfinished seqs to report and the request counts as sent. */
 bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
-                     const uint64_t **finished, size_t *nfinished);
+                     const uint64_t **finished, size_t *nfinished, const uint64_t **returned,
+                     size_t *nreturned);
 /* Loop. The GetSplits request failed; it is retried after a backoff. */
 void task_lease_failed(struct task *t, uint64_t now_ms);
 /* Loop. The GetSplits reply. plan (may be NULL) is taken over (released here in every case);
@@ -152,6 +156,13 @@ int task_error(struct task *t, const char **msg);
 
 /* Loop. Fails the task with code and msg unless it failed already. */
 void task_fail(struct task *t, int code, const char *msg);
+
+/* Loop. The worker drains (SIGTERM). distributed_epoch: producers finish the splits they are on
+ * and take no more; the splits leased and not started are handed back with the next GetSplits
+ * (lease_drain), and the task finishes once the dispatcher says its consumers received all it
+ * produced. Other modes: the producers stop (task_stop), what is buffered is still served, and
+ * then the task ends: its copy of the data ends early. Returns 0 or SLUICE_ERR_NOMEM. */
+int task_drain(struct task *t);
 
 /* Loop. Asks the producers to stop; they exit after their current element. */
 void task_stop(struct task *t);

@@ -23,6 +23,7 @@
 #include "pipeline/registry.h"
 #include "pipeline/split.h"
 #include "task.h"
+#include "wmetrics.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -78,6 +79,8 @@ struct coord {
 };
 
 struct wtask {
+    /* Draining: the buffered count last seen and when it last went down. */
+    uint64_t drain_buffered, drain_progress_ms;
     struct wtask *next;
     struct worker *w;
     uint64_t id;
@@ -127,6 +130,15 @@ struct worker {
     char address[512];
     char disp_address[512];
     struct pipe_buf scratch;
+    struct wmetrics *wm; /* owned; see wmetrics.h */
+
+    /* Draining (worker_drain): no new tasks or splits; done once every task finished or the
+     * deadline passed, then the worker deregisters (leaving) and calls drain_cb. */
+    bool draining, leaving;
+    uint64_t drain_deadline_ms;
+    uint64_t last_fetch_ms; /* when a reader last asked for elements */
+    void (*drain_cb)(void *user, bool complete);
+    void *drain_user;
 
     bool closing;
     bool srv_open, disp_open;
@@ -138,6 +150,7 @@ struct worker {
 
 static void on_tick(uv_timer_t *t);
 static void on_hb_timer(uv_timer_t *t);
+static void drain_check(struct worker *w);
 static void report_end(struct worker *w, struct wtask *wt);
 
 static uint64_t now_ms(void)
@@ -296,6 +309,7 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
     int st = task_take_whole(wt->task, max_elements, max_bytes, &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
+        wmetrics_served(w->wm, tk.wb.count, tk.wb.len);
         reply_take(w, wt, conn, id, &tk);
         /* A gathered reply may have grown the scratch buffer far past what most need. */
         if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
@@ -434,6 +448,7 @@ static bool serve_coord(struct worker *w, struct wtask *wt, struct rpc_conn *con
         }
         return true;
     }
+    wmetrics_served(w->wm, 1, sl->len[consumer]);
     reply_elements(conn, id, 1, false, sl->rec[consumer], sl->len[consumer]);
     if (!sl->took[consumer]) {
         sl->took[consumer] = true;
@@ -717,10 +732,12 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
                              "a worker answers only GetElements requests");
         return;
     }
+    wmetrics_request(w->wm);
     if (w->closing) {
         rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");
         return;
     }
+    w->last_fetch_ms = now_ms();
     handle_get_elements(w, conn, req->id, req->get_elements);
 }
 
@@ -987,15 +1004,18 @@ static void lease_pump(struct worker *w, struct wtask *wt)
         return;
     uint64_t now = now_ms();
     uint32_t max_splits;
-    const uint64_t *finished;
-    size_t nfinished;
-    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished))
+    const uint64_t *finished, *returned;
+    size_t nfinished, nreturned;
+    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished, &returned,
+                         &nreturned))
         return;
     Sluice__GetSplitsRequest req = SLUICE__GET_SPLITS_REQUEST__INIT;
     req.task_id = wt->id;
     req.max_splits = max_splits;
     req.n_finished = nfinished;
     req.finished = (uint64_t *)finished;
+    req.n_returned = nreturned;
+    req.returned = (uint64_t *)returned;
     /* After a failure this is the failed request again, under its number (lease.h). */
     req.request_seq = lease_number_next(&wt->splits_numbers);
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
@@ -1025,7 +1045,9 @@ static void hb_apply(struct worker *w, const Sluice__WorkerHeartbeatReply *r)
             remove_task(w, wt, SLUICE_ERR_NOT_FOUND, NULL);
         }
     }
-    for (size_t i = 0; i < r->n_new_tasks; i++)
+    /* A draining worker starts nothing new (a task assigned just before the dispatcher heard
+     * of the drain goes to the pool with the rest when the worker leaves). */
+    for (size_t i = 0; i < r->n_new_tasks && !w->draining; i++)
         add_task(w, r->new_tasks[i]);
     if (!w->hb_fixed && r->heartbeat_ms && r->heartbeat_ms != w->hb_ms) {
         w->hb_ms = r->heartbeat_ms;
@@ -1083,7 +1105,9 @@ static void hb_send(struct worker *w)
         return; /* the next tick tries again */
     }
     uint64_t now = now_ms();
+    uint64_t now_ns = uv_hrtime();
     size_t i = 0;
+    wmetrics_pass_begin(w->wm);
     for (struct wtask *wt = w->tasks; wt; wt = wt->next, i++) {
         struct task_progress tp;
         task_progress(wt->task, &tp);
@@ -1098,13 +1122,16 @@ static void hb_send(struct worker *w)
         progs[i].finished = tp.finished;
         progs[i].elements_per_second = wt->rate;
         progs[i].buffered = tp.buffered;
+        progs[i].settled = tp.settled;
+        progs[i].idle_fraction = wmetrics_task_heartbeat(w->wm, wt->id, &tp, now_ns);
         ptrs[i] = &progs[i];
     }
+    wmetrics_pass_end(w->wm);
     Sluice__WorkerHeartbeatRequest req = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
     req.address = w->address;
     req.n_tasks = n;
     req.tasks = ptrs;
-    req.draining = false;
+    req.draining = w->draining;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
@@ -1157,7 +1184,110 @@ static void on_wake(uv_async_t *a)
         lease_pump(w, wt);
     }
     reap(w);
+    drain_check(w);
     tick_adjust(w);
+}
+
+/* ---- draining ---------------------------------------------------------------------------- */
+
+static void leave_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct worker *w = user;
+    (void)reply;
+    bool complete = w->drain_deadline_ms != 0;
+    if (status < 0)
+        log_warn("deregistering from dispatcher %s failed: %s (it will evict this worker after "
+                 "its timeout and lease its splits again)",
+                 w->disp_address, msg ? msg : sluice_strerror(status));
+    else
+        log_info("deregistered from dispatcher %s", w->disp_address);
+    void (*cb)(void *, bool) = w->drain_cb;
+    w->drain_cb = NULL;
+    if (cb && !w->closing)
+        cb(w->drain_user, complete);
+}
+
+/* Whether the drain is over: every task finished (or failed), or the deadline passed. Then the
+ * worker deregisters: the dispatcher removes it, and anything it still held goes back to the
+ * pool for other workers. */
+static void drain_check(struct worker *w)
+{
+    if (!w->draining || w->leaving || w->closing)
+        return;
+    bool all = true;
+    uint64_t now = now_ms();
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        struct task_progress tp;
+        task_progress(wt->task, &tp);
+        if (tp.buffered < wt->drain_buffered || wt->drain_progress_ms == 0)
+            wt->drain_progress_ms = now;
+        wt->drain_buffered = tp.buffered;
+        /* A stopped copy (not distributed_epoch) whose readers stopped taking from it has
+         * nothing more to give: its copy ends here anyway. */
+        bool stalled = !task_is_distributed(wt->task) && tp.done &&
+                       now - wt->drain_progress_ms >= WORKER_DRAIN_IDLE_MS;
+        if (!(tp.finished || tp.failed || stalled))
+            all = false;
+    }
+    /* Readers that stopped asking (gone, or done with this worker) are not waited for. */
+    bool idle = now - w->last_fetch_ms >= WORKER_DRAIN_IDLE_MS;
+    if (!all && !idle && now < w->drain_deadline_ms)
+        return;
+    if (!all && idle) {
+        log_info("drain: no reader asked for elements for %u ms: leaving (what is undelivered "
+                 "goes to other workers)",
+                 (unsigned)WORKER_DRAIN_IDLE_MS);
+    } else if (!all) {
+        log_warn("drain: not every task finished within the drain timeout: leaving anyway (its "
+                 "unfinished splits go to other workers)");
+        w->drain_deadline_ms = 0; /* marks the drain incomplete */
+    } else {
+        log_info("drain: every task finished and was fetched");
+    }
+    w->leaving = true;
+    Sluice__WorkerHeartbeatRequest req = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    req.address = w->address;
+    req.draining = true;
+    req.leaving = true;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &req;
+    /* An unreachable dispatcher is not waited for: it evicts this worker after its timeout. */
+    int rc = rpc_client_connected(w->disp)
+                 ? rpc_call(w->disp, &env, WORKER_LEAVE_TIMEOUT_MS, leave_done, w)
+                 : SLUICE_ERR_UNAVAILABLE;
+    if (rc < 0)
+        leave_done(rc, "dispatcher not connected", NULL, w);
+}
+
+void worker_drain(struct worker *w, uint32_t timeout_ms, void (*cb)(void *user, bool complete),
+                  void *user)
+{
+    if (w->closing || w->draining)
+        return;
+    w->draining = true;
+    w->drain_deadline_ms = now_ms() + (timeout_ms ? timeout_ms : 1);
+    if (w->last_fetch_ms < now_ms())
+        w->last_fetch_ms = now_ms(); /* the idle clock starts now */
+    w->drain_cb = cb;
+    w->drain_user = user;
+    size_t n = 0;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next, n++) {
+        if (task_drain(wt->task) < 0)
+            log_warn("task %" PRIu64 ": cannot hand its splits back: %s (they go back when the "
+                     "worker leaves)",
+                     wt->id, sluice_strerror(SLUICE_ERR_NOMEM));
+        lease_pump(w, wt);
+    }
+    log_info("draining: %zu task(s) finish what they started and serve it; at most %" PRIu32
+             " ms",
+             n, timeout_ms);
+    /* Tell the dispatcher now, so it leases this worker nothing more. */
+    if (w->hb_inflight)
+        w->hb_again = true;
+    else
+        hb_send(w);
+    drain_check(w);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -1209,6 +1339,7 @@ static void on_handle_closed(uv_handle_t *h)
     void (*cb)(void *) = w->close_cb;
     void *user = w->close_user;
     pipe_buf_release(&w->scratch);
+    wmetrics_destroy(w->wm);
     free(w);
     if (cb)
         cb(user);
@@ -1256,6 +1387,11 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     if (!w)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "worker: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
+    if (wmetrics_create(&w->wm) < 0) {
+        free(w);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "worker: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    }
     w->loop = loop;
     w->reg = opts->reg;
     w->threads = opts->threads ? opts->threads : 1;
@@ -1278,6 +1414,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     };
     int rc = rpc_server_start(loop, &so, &w->srv, err, errlen);
     if (rc < 0) {
+        wmetrics_destroy(w->wm);
         free(w);
         return rc;
     }
@@ -1298,6 +1435,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     if (rc < 0) {
         err_set(err, errlen, rc, "dispatcher: %s", cerr);
         /* The server closes in the background; the caller runs the loop to let it finish. */
+        wmetrics_destroy(w->wm);
         rpc_server_close(w->srv, free, w);
         return rc;
     }
@@ -1329,6 +1467,18 @@ int worker_port(const struct worker *w)
 const char *worker_address(const struct worker *w)
 {
     return w->address;
+}
+
+int worker_metrics_render(struct worker *w, char **body, size_t *len)
+{
+    wmetrics_pass_begin(w->wm);
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        struct task_progress tp;
+        task_progress(wt->task, &tp);
+        wmetrics_task_seen(w->wm, wt->id, &tp);
+    }
+    wmetrics_pass_end(w->wm);
+    return wmetrics_render(w->wm, body, len);
 }
 
 void worker_close(struct worker *w, void (*cb)(void *user), void *user)

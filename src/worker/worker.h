@@ -23,12 +23,20 @@
 #ifndef SLUICE_WORKER_WORKER_H
 #define SLUICE_WORKER_WORKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
 /* Longest a GetElements waits for elements before it is answered with none. */
 #define WORKER_POLL_MS 1000
+/* How long a drain (SIGTERM) waits by default for readers to fetch what the worker holds. */
+#define WORKER_DRAIN_TIMEOUT_MS 30000
+/* A drain also ends once no reader has asked for elements for this long: nobody is left to
+ * fetch what the worker holds (its splits go to other workers when it leaves). */
+#define WORKER_DRAIN_IDLE_MS 2000
+/* How long the deregistration at the end of a drain may take. */
+#define WORKER_LEAVE_TIMEOUT_MS 3000
 /* Heartbeat interval before the dispatcher has said otherwise. */
 #define WORKER_DEFAULT_HEARTBEAT_MS 500
 /* Reply sizes when a GetElements asks for 0 ("the default"), and the most any reply carries
@@ -65,6 +73,22 @@ int worker_port(const struct worker *w);
 /* The address sent to the dispatcher for readers: opts->advertise, else the bound HOST:PORT, or
  * the machine's host name with the port when bound to a wildcard address. */
 const char *worker_address(const struct worker *w);
+
+/* Renders the worker's metrics in the Prometheus text format (wmetrics.h lists them), for an
+ * http_render_cb: returns 0 with *body (malloc'd, the caller frees it) and *len, or
+ * SLUICE_ERR_NOMEM. */
+int worker_metrics_render(struct worker *w, char **body, size_t *len);
+
+/* Drains the worker (SIGTERM, DESIGN.md §2): tells the dispatcher at once (it leases nothing
+ * more to this worker and gives it no new tasks); distributed_epoch tasks hand back the splits
+ * they have not started, finish the ones in progress and serve them; other tasks stop producing
+ * and serve what they buffered (their copy ends early). Once every task has finished (its
+ * consumers received everything; for distributed_epoch the dispatcher confirmed it) or after
+ * timeout_ms, the worker deregisters and cb(user, complete) is called, complete being false when
+ * the timeout cut the drain short (what was not delivered then goes to other workers). The
+ * caller then closes the worker. A second call is a no-op. */
+void worker_drain(struct worker *w, uint32_t timeout_ms, void (*cb)(void *user, bool complete),
+                  void *user);
 
 /* Stops everything: answers waiting readers, stops the tasks, closes the server and the
  * dispatcher client, waits (without blocking the loop) for every producer thread to exit,

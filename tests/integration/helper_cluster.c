@@ -1,10 +1,13 @@
 #include "helper_cluster.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
 {
@@ -13,7 +16,7 @@ int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
     static int clusters;
     if (fault_tolerant && !c->work_dir[0])
         snprintf(c->work_dir, sizeof(c->work_dir), "%s/dispatcher-%d", tmp_dir(), ++clusters);
-    char *argv[16];
+    char *argv[48];
     int n = 0;
     argv[n++] = (char *)bin_path("sluice-dispatcher");
     argv[n++] = "--port";
@@ -27,6 +30,8 @@ int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
         argv[n++] = "--work-dir";
         argv[n++] = c->work_dir;
     }
+    for (int i = 0; c->dispatcher_args && c->dispatcher_args[i] && n < 47; i++)
+        argv[n++] = (char *)c->dispatcher_args[i];
     argv[n] = NULL;
     if (proc_start(&c->dispatcher, argv, 10000) != 0)
         return -1;
@@ -47,14 +52,18 @@ int cluster_add_worker(struct cluster *c)
         return -1;
     char disp[160];
     snprintf(disp, sizeof(disp), "127.0.0.1:%d", c->port);
-    char *argv[] = {(char *)bin_path("sluice-worker"),
-                    "--dispatcher",
-                    disp,
-                    "--port",
-                    "0",
-                    "--threads",
-                    "2",
-                    NULL};
+    char *argv[48] = {(char *)bin_path("sluice-worker"),
+                      "--dispatcher",
+                      disp,
+                      "--port",
+                      "0",
+                      "--threads",
+                      "2",
+                      NULL};
+    int n = 7;
+    for (int k = 0; c->worker_args && c->worker_args[k] && n < 47; k++)
+        argv[n++] = (char *)c->worker_args[k];
+    argv[n] = NULL;
     int i = c->nworkers;
     if (proc_start(&c->workers[i], argv, 10000) != 0)
         return -1;
@@ -65,8 +74,10 @@ int cluster_add_worker(struct cluster *c)
 int cluster_stop(struct cluster *c)
 {
     int bad = 0;
+    /* SIGINT stops a worker at once; SIGTERM would drain it first (test_elastic.c covers that),
+     * which waits for readers still running at teardown. */
     for (int i = 0; i < c->nworkers; i++) {
-        int rc = proc_stop(&c->workers[i], SIGTERM, 10000);
+        int rc = proc_stop(&c->workers[i], SIGINT, 10000);
         if (rc != 0 && rc != -1) {
             fprintf(stderr, "worker %d exited with %d\n", i, rc);
             bad = 1;
@@ -117,6 +128,39 @@ int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...)
     build_argv(c, argv, disp, sizeof(disp), cmd, ap);
     va_end(ap);
     return proc_spawn(p, argv);
+}
+
+int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len,
+                         int timeout_ms)
+{
+    char line[512];
+    size_t have = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long deadline = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        long long left = deadline - ((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        if (left <= 0 || p->out_fd < 0)
+            return -1;
+        struct pollfd pfd = {.fd = p->out_fd, .events = POLLIN};
+        if (poll(&pfd, 1, (int)left) <= 0)
+            continue;
+        /* One byte at a time, so nothing after the line is taken from the pipe. */
+        if (read(p->out_fd, line + have, 1) != 1)
+            return -1;
+        if (line[have] != '\n' && have + 2 < sizeof(line)) {
+            have++;
+            continue;
+        }
+        line[have] = 0;
+        have = 0;
+        const char *at = strstr(line, marker);
+        if (at) {
+            snprintf(out, len, "%s", at + strlen(marker));
+            return 0;
+        }
+    }
 }
 
 char *expected_range(long n, int times)

@@ -13,6 +13,10 @@ struct cluster {
     int nworkers;
     int port;           /* the dispatcher's port, reused on restart */
     char work_dir[512]; /* non-empty: fault-tolerant */
+    /* NULL-terminated arguments appended to every dispatcher (worker) command line, after the
+     * ones the helpers pass; NULL: none. Set before starting. */
+    const char *const *dispatcher_args;
+    const char *const *worker_args;
 };
 
 /* Starts a dispatcher (port 0 unless port > 0) with short timeouts; fault_tolerant uses a work
@@ -29,6 +33,12 @@ int cluster_stop(struct cluster *c);
 int cluster_cli(struct cluster *c, char **out, char **err, const char *cmd, ...);
 /* Starts `sluice ARGS...` in the background (read its output later with proc_read_all). */
 int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...);
+
+/* Reads p's stdout (after proc_start has consumed the "listening on" line) up to timeout_ms for a
+ * line containing marker followed by an address, e.g. " metrics on " of a server started with
+ * --metrics-port, and copies the address (the rest of the line) into out. Returns 0 or -1. */
+int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len,
+                         int timeout_ms);
 
 /* The text of "0\n1\n...\n" for range(n), each line repeated times times, sorted as strings. */
 char *expected_range(long n, int times);

@@ -105,6 +105,67 @@ static void test_bytes_and_compression(void **state)
     sluice_element_free(e);
 }
 
+/* Tagged elements (raw and compressed) and split end markers: the tags come back exactly,
+ * codec_scan_record steps over the same records without decoding, and codec_next_elem skips the
+ * markers. */
+static void test_tags_and_split_ends(void **state)
+{
+    (void)state;
+    struct sluice_element *e = sluice_element_new();
+    char text[200];
+    memset(text, 'x', sizeof text);
+    assert_int_equal(sluice_element_set_bytes(e, 0, text, sizeof text), 0);
+    struct pipe_buf out = {0}, scratch = {0};
+    struct codec_tag t1 = {7, 0}, t2 = {300, 1u << 20};
+    assert_int_equal(codec_append_tagged(&out, e, false, &scratch, &t1), 0);
+    assert_int_equal(codec_append_tagged(&out, e, true, &scratch, &t2), 0);
+    assert_int_equal(codec_append_split_end(&out, 7, 1), 0);
+    assert_int_equal(codec_append_tagged(&out, e, false, &scratch, NULL), 0);
+
+    struct sluice_element got;
+    pipe_elem_init(&got);
+    struct codec_mark m;
+    char err[256];
+    size_t pos = 0;
+    const uint8_t *p = (const uint8_t *)out.p;
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     CODEC_ELEMENT);
+    assert_true(m.tagged);
+    assert_int_equal(m.seq, 7);
+    assert_int_equal(m.pos, 0);
+    assert_true(pipe_elem_equal(e, &got));
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     CODEC_ELEMENT);
+    assert_int_equal(m.seq, 300);
+    assert_int_equal(m.pos, 1u << 20);
+    assert_true(pipe_elem_equal(e, &got));
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     CODEC_SPLIT_END);
+    assert_int_equal(m.seq, 7);
+    assert_int_equal(m.pos, 1);
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     CODEC_ELEMENT);
+    assert_false(m.tagged);
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     CODEC_NO_MORE);
+
+    int kinds[] = {CODEC_ELEMENT, CODEC_ELEMENT, CODEC_SPLIT_END, CODEC_ELEMENT, CODEC_NO_MORE};
+    pos = 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        assert_int_equal(codec_scan_record(p, out.len, &pos, &m), kinds[i]);
+    assert_int_equal(pos, out.len);
+
+    pos = 0;
+    int n = 0;
+    while (codec_next_elem(p, out.len, &pos, &got, &scratch, err, sizeof err) == 1)
+        n++;
+    assert_int_equal(n, 3);
+    pipe_elem_release(&got);
+    pipe_buf_release(&out);
+    pipe_buf_release(&scratch);
+    sluice_element_free(e);
+}
+
 static void test_corrupt_inputs(void **state)
 {
     (void)state;
@@ -133,7 +194,10 @@ static void test_corrupt_inputs(void **state)
         {{0x03, 0x00, 0x01, 0x0c}, 4, "element codec: offset 3: truncated component header"},
         {{0x04, 0x00, 0x01, 0x0c, 0x00}, 5, "element codec: offset 3: unknown dtype"},
         {{0x04, 0x00, 0x01, 0x04, 0x09}, 5, "element codec: offset 4: rank over limit"},
-        {{0x02, 0x02, 0x00}, 3, "element codec: offset 0: unknown record flags"},
+        {{0x02, 0x08, 0x00}, 3, "element codec: offset 0: unknown record flags"},
+        {{0x02, 0x02, 0x80}, 3, "element codec: offset 0: bad element tag"},
+        {{0x02, 0x04, 0x01}, 3, "element codec: offset 0: bad split end marker"},
+        {{0x04, 0x05, 0x01, 0x02, 0x00}, 5, "element codec: offset 0: split end marker with other flags"},
         {{0x00}, 1, "element codec: offset 0: bad record length"},
         {{0x05, 0x00, 0x01, 0x0b, 0x00, 0x09}, 6, "element codec: offset 6: bad string length"},
         {{0x05, 0x00, 0x00, 0x04, 0x00, 0x00}, 6, "element codec: offset 2: bad component count"},
@@ -157,6 +221,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars_and_tensors),
         cmocka_unit_test(test_bytes_and_compression),
+        cmocka_unit_test(test_tags_and_split_ends),
         cmocka_unit_test(test_corrupt_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -114,6 +114,9 @@ struct drained {
     int status; /* TASK_TAKE_END or TASK_TAKE_FAILED */
     int code;
     char msg[512];
+    /* distributed_epoch: the next position expected of each split, and the end markers seen. */
+    uint64_t next_pos[4096];
+    size_t splits_ended;
 };
 
 /* Lease hook for distributed tasks: called while draining to answer GetSplits. */
@@ -129,7 +132,9 @@ static void lease_step(struct task *t, struct leaser *l)
     uint32_t max;
     const uint64_t *fin;
     size_t nfin;
-    if (!task_lease_want(t, uv_hrtime() / 1000000u, &max, &fin, &nfin))
+    const uint64_t *ret;
+    size_t nret;
+    if (!task_lease_want(t, uv_hrtime() / 1000000u, &max, &fin, &nfin, &ret, &nret))
         return;
     for (size_t i = 0; i < nfin; i++) {
         assert_true(fin[i] < l->count);
@@ -178,8 +183,25 @@ static void drain(struct env *e, struct task *t, struct leaser *l, uint32_t max_
             char err[256];
             uint32_t n = 0;
             int rc;
-            while ((rc = codec_next_elem(tk.wb.payload, tk.wb.len, &pos, &el, &dscratch, err,
-                                         sizeof err)) == 1) {
+            struct codec_mark mark;
+            while ((rc = codec_next_record(tk.wb.payload, tk.wb.len, &pos, &el, &dscratch, &mark,
+                                           err, sizeof err)) > 0) {
+                n++;
+                if (rc == CODEC_SPLIT_END) {
+                    /* A split's end marker counts the elements tagged with it before. */
+                    assert_true(l != NULL);
+                    assert_true(mark.seq < 4096);
+                    assert_int_equal(mark.pos, out->next_pos[mark.seq]);
+                    out->splits_ended++;
+                    continue;
+                }
+                /* distributed_epoch elements carry their split and position in it, in order. */
+                assert_int_equal(mark.tagged, l != NULL);
+                if (mark.tagged) {
+                    assert_true(mark.seq < 4096);
+                    assert_int_equal(mark.pos, out->next_pos[mark.seq]);
+                    out->next_pos[mark.seq]++;
+                }
                 assert_int_equal(el.n, 1);
                 assert_int_equal(el.t[0].dtype, SLUICE_INT64);
                 if (out->n == out->cap) {
@@ -188,7 +210,6 @@ static void drain(struct env *e, struct task *t, struct leaser *l, uint32_t max_
                     assert_non_null(out->values);
                 }
                 out->values[out->n++] = *(int64_t *)(void *)el.t[0].data;
-                n++;
             }
             assert_int_equal(rc, 0);
             assert_int_equal(n, tk.wb.count);
@@ -370,6 +391,8 @@ static void run_distributed(struct env *e, const char *text, uint64_t split_size
     drain(e, t, &l, 1000, &d);
     assert_int_equal(d.status, TASK_TAKE_END);
     assert_int_equal(d.n, want_n);
+    /* Every split ended with a marker counting exactly its elements (checked in drain). */
+    assert_int_equal(d.splits_ended, l.count);
     /* The last finished splits are reported after the end; keep answering until settled. */
     uint64_t t0 = uv_hrtime();
     for (;;) {

@@ -1,0 +1,131 @@
+#include "ledger.h"
+
+#include "common/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ledger_init(struct ledger *l)
+{
+    memset(l, 0, sizeof *l);
+}
+
+void ledger_release(struct ledger *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        ranges_release(&l->v[i].got);
+    free(l->v);
+    ranges_release(&l->done);
+    memset(l, 0, sizeof *l);
+}
+
+/* The index of the entry for seq, or of where it belongs. */
+static size_t lower(const struct ledger *l, uint64_t seq)
+{
+    size_t lo = 0, hi = l->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (l->v[mid].seq < seq)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static struct ledger_split *find(const struct ledger *l, uint64_t seq)
+{
+    size_t i = lower(l, seq);
+    return i < l->n && l->v[i].seq == seq ? &l->v[i] : NULL;
+}
+
+/* The entry for seq, made when missing. NULL when out of memory. */
+static struct ledger_split *get(struct ledger *l, uint64_t seq)
+{
+    size_t i = lower(l, seq);
+    if (i < l->n && l->v[i].seq == seq)
+        return &l->v[i];
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        struct ledger_split *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        l->v = v;
+        l->cap = cap;
+    }
+    memmove(&l->v[i + 1], &l->v[i], (l->n - i) * sizeof *l->v);
+    memset(&l->v[i], 0, sizeof l->v[i]);
+    l->v[i].seq = seq;
+    l->n++;
+    return &l->v[i];
+}
+
+bool ledger_is_new(const struct ledger *l, uint64_t seq, uint64_t pos, uint64_t *limit)
+{
+    if (ranges_contains(&l->done, seq))
+        return false;
+    const struct ledger_split *s = find(l, seq);
+    if (!s) {
+        *limit = UINT64_MAX;
+        return true;
+    }
+    if (s->ended && pos >= s->total)
+        return false; /* past the split's end: cannot be a real element */
+    uint64_t next = ranges_next_in(&s->got, pos);
+    if (next == pos)
+        return false;
+    *limit = next;
+    if (s->ended && s->total < *limit)
+        *limit = s->total;
+    return true;
+}
+
+int ledger_add(struct ledger *l, uint64_t seq, uint64_t begin, uint64_t end)
+{
+    if (begin >= end || ranges_contains(&l->done, seq))
+        return 0;
+    struct ledger_split *s = get(l, seq);
+    if (!s || ranges_add(&s->got, begin, end) < 0)
+        return SLUICE_ERR_NOMEM;
+    l->received += end - begin;
+    return 0;
+}
+
+int ledger_end(struct ledger *l, uint64_t seq, uint64_t total)
+{
+    if (ranges_contains(&l->done, seq))
+        return 0;
+    struct ledger_split *s = get(l, seq);
+    if (!s)
+        return SLUICE_ERR_NOMEM;
+    if (s->ended && s->total != total)
+        return SLUICE_ERR_CORRUPT;
+    s->ended = true;
+    s->total = total;
+    return 0;
+}
+
+bool ledger_complete(const struct ledger *l, uint64_t seq)
+{
+    if (ranges_contains(&l->done, seq))
+        return true;
+    const struct ledger_split *s = find(l, seq);
+    return s && s->ended && ranges_covers(&s->got, s->total);
+}
+
+int ledger_confirmed(struct ledger *l, const uint64_t *seqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (seqs[i] == UINT64_MAX)
+            continue;
+        if (ranges_add(&l->done, seqs[i], seqs[i] + 1) < 0)
+            return SLUICE_ERR_NOMEM;
+        size_t k = lower(l, seqs[i]);
+        if (k < l->n && l->v[k].seq == seqs[i]) {
+            ranges_release(&l->v[k].got);
+            memmove(&l->v[k], &l->v[k + 1], (l->n - k - 1) * sizeof *l->v);
+            l->n--;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,103 @@
+#include "ranges.h"
+
+#include "error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ranges_release(struct ranges *r)
+{
+    free(r->v);
+    r->v = NULL;
+    r->n = r->cap = 0;
+}
+
+/* The index of the first range whose end is >= v (so it holds v or lies after it, or touches v
+ * from below), or n. */
+static size_t first_ending_at_or_after(const struct ranges *r, uint64_t v)
+{
+    size_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->v[mid].end < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int ranges_add(struct ranges *r, uint64_t begin, uint64_t end)
+{
+    if (begin >= end)
+        return 0;
+    size_t i = first_ending_at_or_after(r, begin);
+    /* Ranges i .. j-1 touch or overlap [begin, end): merge them into one. */
+    size_t j = i;
+    while (j < r->n && r->v[j].begin <= end)
+        j++;
+    if (j > i) {
+        if (r->v[i].begin < begin)
+            begin = r->v[i].begin;
+        if (r->v[j - 1].end > end)
+            end = r->v[j - 1].end;
+        r->v[i].begin = begin;
+        r->v[i].end = end;
+        memmove(&r->v[i + 1], &r->v[j], (r->n - j) * sizeof *r->v);
+        r->n -= j - i - 1;
+        return 0;
+    }
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 4;
+        struct range *v = realloc(r->v, cap * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        r->v = v;
+        r->cap = cap;
+    }
+    memmove(&r->v[i + 1], &r->v[i], (r->n - i) * sizeof *r->v);
+    r->v[i].begin = begin;
+    r->v[i].end = end;
+    r->n++;
+    return 0;
+}
+
+bool ranges_contains(const struct ranges *r, uint64_t v)
+{
+    return ranges_next_in(r, v) == v;
+}
+
+uint64_t ranges_next_in(const struct ranges *r, uint64_t v)
+{
+    /* The first range ending after v holds v or starts after it. */
+    size_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->v[mid].end <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == r->n)
+        return UINT64_MAX;
+    return r->v[lo].begin > v ? r->v[lo].begin : v;
+}
+
+bool ranges_covers(const struct ranges *r, uint64_t total)
+{
+    if (total == 0)
+        return true;
+    return r->n == 1 && r->v[0].begin == 0 && r->v[0].end >= total;
+}
+
+uint64_t ranges_count(const struct ranges *r)
+{
+    uint64_t sum = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        uint64_t len = r->v[i].end - r->v[i].begin;
+        if (sum > UINT64_MAX - len)
+            return UINT64_MAX;
+        sum += len;
+    }
+    return sum;
+}

@@ -1,0 +1,558 @@
+#include "observe.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/metrics.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Bucket bounds of the commit histogram: 100 microseconds doubling up to about 6.5 s, which spans a
+ * page-cache commit on a fast disk to a stalled fsync. */
+#define COMMIT_BUCKET_START 0.0001
+#define COMMIT_BUCKET_COUNT 17
+
+/* The figures of one worker (rate = summed task rates, share = idle) or one client (rate =
+ * consumption, share = wait). */
+struct figures {
+    uint64_t id;
+    /* The last report. */
+    bool has_last;
+    double last_rate, last_share;
+    /* The reports of the open window. */
+    uint32_t reports, with_data;
+    double sum_rate, sum_share;
+    /* The last closed window that had reports. */
+    bool has_win;
+    double win_rate, win_share;
+};
+
+/* Sorted by id. */
+struct table {
+    struct figures *v;
+    size_t n, cap;
+};
+
+static const enum autoscale_reason reasons[] = {AUTOSCALE_NO_DATA, AUTOSCALE_UP, AUTOSCALE_DOWN,
+                                                AUTOSCALE_HOLD};
+#define NREASONS (sizeof reasons / sizeof reasons[0])
+
+static const enum st_iteration_state iteration_states[] = {ST_ITER_ACTIVE, ST_ITER_FINISHED,
+                                                           ST_ITER_GC};
+#define NSTATES (sizeof iteration_states / sizeof iteration_states[0])
+
+struct observe {
+    struct observe_config cfg;
+    struct autoscale_params params;
+    struct table workers, clients;
+    uint64_t window_end_ms;
+    bool has_decision;
+    uint32_t recommended;
+
+    struct metrics *reg;
+    struct metrics_series *workers_g, *draining_g, *datasets_g, *jobs_g, *tasks_g, *clients_g;
+    struct metrics_series *iterations_g[NSTATES];
+    struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c;
+    struct metrics_series *commit_h;
+    struct metrics_series *wait_g, *consumption_g, *production_g;
+    struct metrics_series *recommended_g;
+    struct metrics_series *windows_c[NREASONS];
+    struct metrics_series *demand_g, *capacity_g, *unmet_g, *idle_g;
+};
+
+/* ---- tables ---------------------------------------------------------------------------------- */
+
+static struct figures *table_find(struct table *t, uint64_t id, size_t *pos)
+{
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->v[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (pos)
+        *pos = lo;
+    return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
+}
+
+/* The entry of id, made empty when missing; NULL when out of memory. */
+static struct figures *table_get(struct table *t, uint64_t id)
+{
+    size_t pos;
+    struct figures *f = table_find(t, id, &pos);
+    if (f)
+        return f;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        struct figures *v = realloc(t->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        t->v = v;
+        t->cap = cap;
+    }
+    memmove(&t->v[pos + 1], &t->v[pos], (t->n - pos) * sizeof *t->v);
+    t->v[pos] = (struct figures){.id = id};
+    t->n++;
+    return &t->v[pos];
+}
+
+static void table_del(struct table *t, uint64_t id)
+{
+    size_t pos;
+    if (table_find(t, id, &pos)) {
+        memmove(&t->v[pos], &t->v[pos + 1], (t->n - pos - 1) * sizeof *t->v);
+        t->n--;
+    }
+}
+
+/* A report; has_data false records that the sender had nothing to measure. */
+static void figures_report(struct figures *f, bool has_data, double rate, double share)
+{
+    f->reports++;
+    f->has_last = has_data;
+    if (!has_data)
+        return;
+    f->last_rate = rate;
+    f->last_share = share;
+    f->with_data++;
+    f->sum_rate += rate;
+    f->sum_share += share;
+}
+
+/* Ends the open window for f: the mean of its reports, or no data when every report had none;
+ * without reports the last window's figures stay. */
+static void figures_close(struct figures *f)
+{
+    if (f->with_data > 0) {
+        f->has_win = true;
+        f->win_rate = f->sum_rate / f->with_data;
+        f->win_share = f->sum_share / f->with_data;
+    } else if (f->reports > 0) {
+        f->has_win = false;
+    }
+    f->reports = f->with_data = 0;
+    f->sum_rate = f->sum_share = 0;
+}
+
+static bool is_share(double x)
+{
+    return isfinite(x) && x >= 0 && x <= 1;
+}
+
+static bool is_rate(double x)
+{
+    return isfinite(x) && x >= 0;
+}
+
+/* ---- the registry ---------------------------------------------------------------------------- */
+
+static int scalar(struct metrics *reg, bool counter, const char *name, const char *help,
+                  enum metrics_kind kind, struct metrics_series **out)
+{
+    struct metrics_family *f;
+    int rc = counter ? metrics_counter(reg, name, help, kind, &f)
+                     : metrics_gauge(reg, name, help, kind, &f);
+    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
+}
+
+static const char *iteration_state_label(enum st_iteration_state s)
+{
+    switch (s) {
+    case ST_ITER_ACTIVE:
+        return "active";
+    case ST_ITER_FINISHED:
+        return "finished";
+    case ST_ITER_GC:
+        return "garbage_collected";
+    }
+    return "unknown";
+}
+
+static int make_registry(struct observe *o)
+{
+    struct metrics *r = o->reg;
+    struct metrics_family *f;
+    int rc = 0;
+#define SCALAR(counter, name, help, kind, out)                                                     \
+    do {                                                                                           \
+        if (rc == 0)                                                                               \
+            rc = scalar(r, counter, name, help, kind, out);                                        \
+    } while (0)
+    SCALAR(false, "sluice_workers", "Workers registered with the dispatcher.", METRICS_U64,
+           &o->workers_g);
+    SCALAR(false, "sluice_workers_draining", "Registered workers that are draining.", METRICS_U64,
+           &o->draining_g);
+    SCALAR(false, "sluice_datasets", "Datasets registered.", METRICS_U64, &o->datasets_g);
+    SCALAR(false, "sluice_jobs", "Jobs known to the dispatcher.", METRICS_U64, &o->jobs_g);
+    if (rc == 0)
+        rc = metrics_gauge(r, "sluice_iterations", "Current iterations of the jobs, by state.",
+                           METRICS_U64, &f);
+    for (size_t i = 0; rc == 0 && i < NSTATES; i++) {
+        struct metrics_label l = {"state", iteration_state_label(iteration_states[i])};
+        rc = metrics_series_get(f, &l, 1, &o->iterations_g[i]);
+    }
+    SCALAR(false, "sluice_tasks", "Tasks assigned to workers, finished ones included.",
+           METRICS_U64, &o->tasks_g);
+    SCALAR(false, "sluice_clients", "Clients reading.", METRICS_U64, &o->clients_g);
+    SCALAR(true, "sluice_updates_applied_total", "State updates applied since the start.",
+           METRICS_U64, &o->applied_c);
+    SCALAR(true, "sluice_splits_leased_total", "Splits leased to tasks (distributed_epoch).",
+           METRICS_U64, &o->leased_c);
+    SCALAR(true, "sluice_splits_finished_total", "Splits reported finished by their tasks.",
+           METRICS_U64, &o->finished_c);
+    SCALAR(true, "sluice_splits_returned_total",
+           "Leased splits returned to the pool to be issued again (their worker was lost or "
+           "drained).",
+           METRICS_U64, &o->returned_c);
+    if (rc == 0) {
+        double bounds[COMMIT_BUCKET_COUNT];
+        rc = metrics_exponential_buckets(COMMIT_BUCKET_START, 2, COMMIT_BUCKET_COUNT, bounds);
+        if (rc == 0)
+            rc = metrics_histogram(r, "sluice_journal_commit_seconds",
+                                   "Duration of one journal transaction (group commit); none "
+                                   "without --fault-tolerant.",
+                                   bounds, COMMIT_BUCKET_COUNT, &f);
+        if (rc == 0)
+            rc = metrics_series_get(f, NULL, 0, &o->commit_h);
+    }
+    SCALAR(false, "sluice_client_wait_share",
+           "Mean over clients of the share of their last heartbeat interval spent waiting for "
+           "elements.",
+           METRICS_DOUBLE, &o->wait_g);
+    SCALAR(false, "sluice_consumption_elements_per_second",
+           "Elements per second the clients consumed, summed, as of their last heartbeats.",
+           METRICS_DOUBLE, &o->consumption_g);
+    SCALAR(false, "sluice_production_elements_per_second",
+           "Elements per second the workers' tasks produced, summed, as of their last "
+           "heartbeats.",
+           METRICS_DOUBLE, &o->production_g);
+    SCALAR(false, "sluice_recommended_workers",
+           "Workers the autoscaling policy recommends (the current count before the first "
+           "window).",
+           METRICS_U64, &o->recommended_g);
+    if (rc == 0)
+        rc = metrics_counter(r, "sluice_autoscale_windows_total",
+                             "Autoscaling windows closed, by the reason of their decision.",
+                             METRICS_U64, &f);
+    for (size_t i = 0; rc == 0 && i < NREASONS; i++) {
+        struct metrics_label l = {"reason", autoscale_reason_name(reasons[i])};
+        rc = metrics_series_get(f, &l, 1, &o->windows_c[i]);
+    }
+    SCALAR(false, "sluice_autoscale_demand_elements_per_second",
+           "Demand at the last window: consumption inflated by the clients' wait shares.",
+           METRICS_DOUBLE, &o->demand_g);
+    SCALAR(false, "sluice_autoscale_capacity_elements_per_second",
+           "Capacity of one worker at the last window, extrapolated from its busy time; 0 when "
+           "unknown.",
+           METRICS_DOUBLE, &o->capacity_g);
+    SCALAR(false, "sluice_autoscale_unmet_share",
+           "Share of the demand that went unserved at the last window.", METRICS_DOUBLE,
+           &o->unmet_g);
+    SCALAR(false, "sluice_autoscale_idle_share", "Mean idle share of the workers at the last window.",
+           METRICS_DOUBLE, &o->idle_g);
+#undef SCALAR
+    return rc;
+}
+
+/* ---- life ------------------------------------------------------------------------------------ */
+
+int observe_create(const struct observe_config *cfg, const struct autoscale_params *params,
+                   uint64_t now_ms, struct observe **out)
+{
+    struct observe *o = calloc(1, sizeof *o);
+    if (!o)
+        return SLUICE_ERR_NOMEM;
+    o->cfg = *cfg;
+    if (o->cfg.window_ms == 0)
+        o->cfg.window_ms = OBSERVE_DEFAULT_WINDOW_MS;
+    if (params)
+        o->params = *params;
+    else
+        autoscale_params_default(&o->params);
+    o->window_end_ms = now_ms + o->cfg.window_ms;
+    int rc = metrics_create(&o->reg);
+    if (rc == 0)
+        rc = make_registry(o);
+    if (rc < 0) {
+        observe_destroy(o);
+        /* The names and bounds are fixed, so only memory can be missing. */
+        return SLUICE_ERR_NOMEM;
+    }
+    *out = o;
+    return 0;
+}
+
+void observe_destroy(struct observe *o)
+{
+    if (!o)
+        return;
+    metrics_destroy(o->reg);
+    free(o->workers.v);
+    free(o->clients.v);
+    free(o);
+}
+
+uint32_t observe_window_ms(const struct observe *o)
+{
+    return o->cfg.window_ms;
+}
+
+/* ---- figures --------------------------------------------------------------------------------- */
+
+void observe_worker_report(struct observe *o, uint64_t worker_id, const struct observe_task *tasks,
+                           size_t ntasks)
+{
+    double rate = 0, idle = 0;
+    size_t n = 0;
+    bool valid = true;
+    for (size_t i = 0; i < ntasks; i++) {
+        if (tasks[i].finished)
+            continue;
+        valid &= is_rate(tasks[i].rate) && is_share(tasks[i].idle);
+        rate += tasks[i].rate;
+        idle += tasks[i].idle;
+        n++;
+    }
+    struct figures *f = table_get(&o->workers, worker_id);
+    if (!f)
+        return;
+    bool has_data = n > 0 && valid && isfinite(rate);
+    figures_report(f, has_data, rate, has_data ? idle / (double)n : 0);
+}
+
+void observe_client_report(struct observe *o, uint64_t client_id, double rate, double wait)
+{
+    struct figures *f = table_get(&o->clients, client_id);
+    if (!f)
+        return;
+    bool has_data = is_rate(rate) && is_share(wait);
+    figures_report(f, has_data, rate, wait);
+}
+
+/* Tasks per report handled without allocating; a report with more is cut to this many. A worker
+ * runs one task per iteration it serves, so real reports are far smaller. */
+#define MAX_REPORT_TASKS 1024
+
+void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
+                              const Sluice__WorkerHeartbeatRequest *req)
+{
+    struct observe_task tasks[64] = {{0}};
+    struct observe_task *v = tasks;
+    size_t n = req->n_tasks < MAX_REPORT_TASKS ? req->n_tasks : MAX_REPORT_TASKS;
+    if (n > sizeof tasks / sizeof tasks[0]) {
+        v = malloc(n * sizeof *v);
+        if (!v)
+            return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Sluice__TaskProgress *p = req->tasks[i];
+        if (!p)
+            continue;
+        v[k++] = (struct observe_task){p->elements_per_second, p->idle_fraction, p->finished};
+    }
+    observe_worker_report(o, worker_id, v, k);
+    if (v != tasks)
+        free(v);
+}
+
+void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRequest *req)
+{
+    observe_client_report(o, req->client_id, req->elements_per_second, req->wait_fraction);
+}
+
+void observe_forget_worker(struct observe *o, uint64_t worker_id)
+{
+    table_del(&o->workers, worker_id);
+}
+
+void observe_forget_client(struct observe *o, uint64_t client_id)
+{
+    table_del(&o->clients, client_id);
+}
+
+/* ---- events ---------------------------------------------------------------------------------- */
+
+void observe_applied(struct observe *o, const struct st_update *u)
+{
+    metrics_add_u64(o->applied_c, 1);
+    switch (u->type) {
+    case ST_SPLITS_LEASED:
+        metrics_add_u64(o->leased_c, u->seqs.n);
+        break;
+    case ST_SPLITS_FINISHED:
+        metrics_add_u64(o->finished_c, u->seqs.n);
+        break;
+    case ST_SPLITS_RETURNED:
+        metrics_add_u64(o->returned_c, u->seqs.n);
+        break;
+    case ST_WORKER_REMOVED:
+        observe_forget_worker(o, u->id);
+        break;
+    case ST_CLIENT_RELEASED:
+        observe_forget_client(o, u->id);
+        break;
+    default:
+        break;
+    }
+}
+
+void observe_journal_commit(struct observe *o, double seconds)
+{
+    metrics_observe(o->commit_h, seconds);
+}
+
+/* ---- the window ------------------------------------------------------------------------------ */
+
+uint32_t observe_current_workers(const struct state *st)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < st->nworkers; i++)
+        n += !st->workers[i].draining;
+    return n;
+}
+
+uint32_t observe_recommended(const struct observe *o, const struct state *st)
+{
+    if (o->has_decision)
+        return o->recommended;
+    uint32_t n = observe_current_workers(st);
+    return n ? n : 1;
+}
+
+/* Drops the figures of workers and clients the state no longer has. */
+static void prune(struct observe *o, const struct state *st)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < o->workers.n; i++)
+        if (state_worker(st, o->workers.v[i].id))
+            o->workers.v[k++] = o->workers.v[i];
+    o->workers.n = k;
+    k = 0;
+    for (size_t i = 0; i < o->clients.n; i++)
+        if (state_client(st, o->clients.v[i].id))
+            o->clients.v[k++] = o->clients.v[i];
+    o->clients.n = k;
+}
+
+int observe_window_close(struct observe *o, const struct state *st, uint64_t now_ms,
+                         struct observe_window *out)
+{
+    if (now_ms < o->window_end_ms)
+        return 0;
+    struct autoscale_worker *ws = malloc((o->workers.n ? o->workers.n : 1) * sizeof *ws);
+    struct autoscale_client *cs = malloc((o->clients.n ? o->clients.n : 1) * sizeof *cs);
+    if (!ws || !cs) {
+        free(ws);
+        free(cs);
+        return SLUICE_ERR_NOMEM;
+    }
+    prune(o, st);
+    struct autoscale_input in = {.workers = ws, .clients = cs};
+    for (size_t i = 0; i < o->workers.n; i++) {
+        struct figures *f = &o->workers.v[i];
+        figures_close(f);
+        const struct st_worker *w = state_worker(st, f->id);
+        if (!f->has_win || w->draining)
+            continue;
+        ws[in.nworkers++] = (struct autoscale_worker){&f->win_rate, 1, f->win_share};
+    }
+    for (size_t i = 0; i < o->clients.n; i++) {
+        struct figures *f = &o->clients.v[i];
+        figures_close(f);
+        if (f->has_win)
+            cs[in.nclients++] = (struct autoscale_client){f->win_rate, f->win_share};
+    }
+    out->before = observe_recommended(o, st);
+    out->current = observe_current_workers(st);
+    in.current = out->current;
+    in.previous = o->has_decision ? o->recommended : 0;
+    o->recommended = autoscale_recommend(&o->params, &in, &out->decision);
+    o->has_decision = true;
+    o->window_end_ms = now_ms + o->cfg.window_ms;
+    free(ws);
+    free(cs);
+
+    const struct autoscale_decision *d = &out->decision;
+    for (size_t i = 0; i < NREASONS; i++)
+        if (reasons[i] == d->reason)
+            metrics_add_u64(o->windows_c[i], 1);
+    metrics_set_double(o->demand_g, d->demand);
+    metrics_set_double(o->capacity_g, d->capacity);
+    metrics_set_double(o->unmet_g, d->unmet);
+    metrics_set_double(o->idle_g, d->idle);
+    return 1;
+}
+
+void observe_tick(struct observe *o, const struct state *st, uint64_t now_ms)
+{
+    bool first = !o->has_decision;
+    struct observe_window w;
+    int rc = observe_window_close(o, st, now_ms, &w);
+    if (rc <= 0 || (!first && w.decision.workers == w.before))
+        return;
+    const struct autoscale_decision *d = &w.decision;
+    log_info("autoscale: recommending %" PRIu32 " worker%s (was %" PRIu32 ", %" PRIu32
+             " serving): %s; demand %.1f/s, served %.1f/s, unmet share %.2f, capacity %.1f/s "
+             "per worker, idle share %.2f, from %zu worker%s and %zu client%s",
+             d->workers, d->workers == 1 ? "" : "s", w.before, w.current,
+             autoscale_reason_name(d->reason), d->demand, d->served, d->unmet, d->capacity,
+             d->idle, d->workers_measured, d->workers_measured == 1 ? "" : "s",
+             d->clients_measured, d->clients_measured == 1 ? "" : "s");
+}
+
+/* ---- exposition ------------------------------------------------------------------------------ */
+
+void observe_status(const struct observe *o, const struct state *st, struct status_extra *out)
+{
+    *out = (struct status_extra){
+        .recommended_workers = observe_recommended(o, st),
+        .worker_timeout_ms = o->cfg.worker_timeout_ms,
+        .client_timeout_ms = o->cfg.client_timeout_ms,
+        .job_gc_timeout_ms = o->cfg.job_gc_timeout_ms,
+        .worker_heartbeat_ms = o->cfg.worker_heartbeat_ms,
+        .client_heartbeat_ms = o->cfg.client_heartbeat_ms,
+        .autoscale_window_ms = o->cfg.window_ms,
+    };
+}
+
+int observe_render(struct observe *o, const struct state *st, char **body, size_t *len)
+{
+    metrics_set_u64(o->workers_g, st->nworkers);
+    metrics_set_u64(o->draining_g, st->nworkers - observe_current_workers(st));
+    metrics_set_u64(o->datasets_g, st->ndatasets);
+    metrics_set_u64(o->jobs_g, st->njobs);
+    for (size_t k = 0; k < NSTATES; k++) {
+        uint64_t n = 0;
+        for (size_t i = 0; i < st->niterations; i++)
+            n += st->iterations[i].state == iteration_states[k];
+        metrics_set_u64(o->iterations_g[k], n);
+    }
+    metrics_set_u64(o->tasks_g, st->ntasks);
+    metrics_set_u64(o->clients_g, st->nclients);
+
+    double wait = 0, consumption = 0, production = 0;
+    size_t waiting = 0;
+    for (size_t i = 0; i < o->clients.n; i++) {
+        const struct figures *f = &o->clients.v[i];
+        if (!f->has_last || !state_client(st, f->id))
+            continue;
+        wait += f->last_share;
+        consumption += f->last_rate;
+        waiting++;
+    }
+    for (size_t i = 0; i < o->workers.n; i++) {
+        const struct figures *f = &o->workers.v[i];
+        if (f->has_last && state_worker(st, f->id))
+            production += f->last_rate;
+    }
+    metrics_set_double(o->wait_g, waiting ? wait / (double)waiting : 0);
+    metrics_set_double(o->consumption_g, consumption);
+    metrics_set_double(o->production_g, production);
+    metrics_set_u64(o->recommended_g, observe_recommended(o, st));
+    return metrics_render(o->reg, body, len);
+}

@@ -1,0 +1,149 @@
+/* What the dispatcher observes about its cluster beyond the journaled state: the Prometheus
+ * registry it serves at GET /metrics, and the autoscaling window (autoscale.h) with the figures
+ * workers and clients report in their heartbeats.
+ *
+ * Figures. Each worker heartbeat carries, per task, the rate at which the task produced elements
+ * and the share of the interval its producers were idle on a full buffer; each client heartbeat
+ * carries the client's consumption rate and the share of the interval it waited on an empty
+ * buffer. These are soft state: never journaled, rebuilt from the next heartbeats after a restart,
+ * and forgotten when the worker is removed or the client released. Per worker, one report becomes
+ * one pair (rate, idle): the rate is the sum over its unfinished tasks, the idle share their mean;
+ * a report with no unfinished task (or with numbers that are not finite and in range) says that
+ * the worker has no data. Per client, one report is one pair (rate, wait).
+ *
+ * Window. Every window_ms the reports that arrived during the window are averaged per worker and
+ * per client (heartbeats come at a fixed interval, so the plain mean is the mean over time); a
+ * worker or client that sent nothing during the window keeps the figures of its last window, and
+ * one whose reports all had no data has none. Those figures go to autoscale_recommend() together
+ * with the number of registered workers that are not draining (draining workers' figures are left
+ * out: they are on their way out and take no new work) and the previous recommendation. Until the
+ * first window has closed, the recommendation is that same worker count (at least 1).
+ *
+ * Metrics (every name starts with sluice_; gauges are computed from the state at each scrape):
+ *   sluice_workers, sluice_workers_draining, sluice_datasets, sluice_jobs, sluice_tasks,
+ *   sluice_clients                                   gauges: rows of the state
+ *   sluice_iterations{state="active|finished|garbage_collected"}
+ *   sluice_updates_applied_total                     counter: state updates applied
+ *   sluice_splits_leased_total, sluice_splits_finished_total, sluice_splits_returned_total
+ *                                                    counters: seqs of applied split updates
+ *   sluice_journal_commit_seconds                    histogram: one group-commit transaction
+ *   sluice_client_wait_share                         gauge: mean of the clients' last wait shares
+ *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
+ *   sluice_production_elements_per_second            gauge: sum of the workers' last rates
+ *   sluice_recommended_workers                       gauge: observe_recommended()
+ *   sluice_autoscale_windows_total{reason="..."}     counter: windows closed, by decision reason
+ *   sluice_autoscale_demand_elements_per_second, sluice_autoscale_capacity_elements_per_second,
+ *   sluice_autoscale_unmet_share, sluice_autoscale_idle_share
+ *                                                    gauges: the last decision's figures
+ *
+ * Threading: the loop thread only, like the state. Ownership: struct observe owns its registry and
+ * tables; nothing passed in is kept. */
+#ifndef SLUICE_DISPATCHER_OBSERVE_H
+#define SLUICE_DISPATCHER_OBSERVE_H
+
+#include "autoscale.h"
+#include "state.h"
+#include "status.h"
+
+#include "wire.pb-c.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define OBSERVE_DEFAULT_WINDOW_MS 10000
+
+struct observe;
+
+/* The dispatcher's settings, as reported in the status document's "config". */
+struct observe_config {
+    uint32_t window_ms; /* 0: OBSERVE_DEFAULT_WINDOW_MS */
+    uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
+    uint32_t worker_heartbeat_ms, client_heartbeat_ms;
+};
+
+/* Makes the registry and empty tables; the first window ends window_ms after now_ms. params NULL
+ * means autoscale_params_default(). Returns 0 and *out (the caller owns it), or SLUICE_ERR_NOMEM. */
+int observe_create(const struct observe_config *cfg, const struct autoscale_params *params,
+                   uint64_t now_ms, struct observe **out);
+
+/* Frees everything. NULL is allowed. */
+void observe_destroy(struct observe *o);
+
+/* The window length in use (the default filled in). */
+uint32_t observe_window_ms(const struct observe *o);
+
+/* ---- figures --------------------------------------------------------------------------------- */
+
+/* One task of a worker report. */
+struct observe_task {
+    double rate; /* elements/s produced over the worker's last interval */
+    double idle; /* share of that interval its producers waited on a full buffer, in [0, 1] */
+    bool finished;
+};
+
+/* Records a worker report (tasks[0..ntasks) only read). A worker id not seen before gets an
+ * entry; running out of memory only loses the report. */
+void observe_worker_report(struct observe *o, uint64_t worker_id, const struct observe_task *tasks,
+                           size_t ntasks);
+
+/* Records a client report: rate in elements/s, wait a share in [0, 1]. */
+void observe_client_report(struct observe *o, uint64_t client_id, double rate, double wait);
+
+/* The same from the heartbeat messages, at the protocol's edge: worker_id is the id the heartbeat
+ * was planned under (the request does not carry it). */
+void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
+                              const Sluice__WorkerHeartbeatRequest *req);
+void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRequest *req);
+
+/* Forgets a worker's or client's figures (also done by observe_applied and at each window for ids
+ * the state no longer has). */
+void observe_forget_worker(struct observe *o, uint64_t worker_id);
+void observe_forget_client(struct observe *o, uint64_t client_id);
+
+/* ---- events ---------------------------------------------------------------------------------- */
+
+/* Counts an update that state_apply() accepted: every update in sluice_updates_applied_total, the
+ * seqs of SPLITS_LEASED, SPLITS_FINISHED and SPLITS_RETURNED in their counters; WORKER_REMOVED and
+ * CLIENT_RELEASED forget the figures of their worker or client. */
+void observe_applied(struct observe *o, const struct st_update *u);
+
+/* One journal transaction committed in seconds. */
+void observe_journal_commit(struct observe *o, double seconds);
+
+/* ---- the window ------------------------------------------------------------------------------ */
+
+struct observe_window {
+    uint32_t before;  /* observe_recommended() just before the window closed */
+    uint32_t current; /* registered workers that are not draining */
+    struct autoscale_decision decision;
+};
+
+/* Closes the window if now_ms is at or past its end (the next one then ends window_ms after
+ * now_ms, so a late call does not cause a burst of windows). Returns 1 with *out filled in when
+ * a window closed, 0 when none was due, or SLUICE_ERR_NOMEM (the window stays open and is
+ * retried at the next call). */
+int observe_window_close(struct observe *o, const struct state *st, uint64_t now_ms,
+                         struct observe_window *out);
+
+/* observe_window_close(), then, when a window closed and the recommendation differs from what it
+ * was (or is the first decision), one info line with the decision and its figures. */
+void observe_tick(struct observe *o, const struct state *st, uint64_t now_ms);
+
+/* The recommendation of the last closed window, or before the first one the number of registered
+ * workers that are not draining (at least 1). */
+uint32_t observe_recommended(const struct observe *o, const struct state *st);
+
+/* Registered workers that are not draining. */
+uint32_t observe_current_workers(const struct state *st);
+
+/* ---- exposition ------------------------------------------------------------------------------ */
+
+/* Fills what the status document adds to the state: the recommendation and the configuration. */
+void observe_status(const struct observe *o, const struct state *st, struct status_extra *out);
+
+/* Refreshes the gauges from st and the figures, and renders the registry (metrics.h). Returns 0
+ * with *body (malloc'd, the caller frees it) and *len, or SLUICE_ERR_NOMEM. */
+int observe_render(struct observe *o, const struct state *st, char **body, size_t *len);
+
+#endif

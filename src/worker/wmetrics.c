@@ -1,0 +1,191 @@
+#include "wmetrics.h"
+
+#include "common/error.h"
+#include "common/metrics.h"
+
+#include <stdlib.h>
+
+/* What the passes remember of one task. */
+struct wm_task {
+    uint64_t id;
+    uint64_t produced;   /* as of the last pass that saw it */
+    uint64_t blocked_ns; /* as of the last heartbeat that saw it */
+    uint64_t at_ns;      /* when that heartbeat was */
+    bool primed;         /* a heartbeat has seen it */
+    bool seen;           /* seen in the current pass */
+};
+
+struct wmetrics {
+    struct metrics *reg;
+    struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
+        *idle_g;
+    struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
+    size_t n, cap;
+    /* The current pass. */
+    uint64_t pass_tasks, pass_buffered;
+    double pass_idle;
+    size_t pass_beats;
+};
+
+static int scalar(struct metrics *reg, bool counter, const char *name, const char *help,
+                  struct metrics_series **out)
+{
+    struct metrics_family *f;
+    int rc = counter ? metrics_counter(reg, name, help, METRICS_U64, &f)
+                     : metrics_gauge(reg, name, help, METRICS_U64, &f);
+    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
+}
+
+int wmetrics_create(struct wmetrics **out)
+{
+    struct wmetrics *m = calloc(1, sizeof *m);
+    if (!m)
+        return SLUICE_ERR_NOMEM;
+    int rc = metrics_create(&m->reg);
+    if (rc == 0)
+        rc = scalar(m->reg, false, "sluice_worker_tasks", "Tasks running on this worker.",
+                    &m->tasks_g);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_requests_total", "GetElements requests received.",
+                    &m->requests_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_elements_served_total",
+                    "Elements sent to readers in GetElements replies.", &m->served_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_bytes_served_total",
+                    "Encoded element bytes sent to readers in GetElements replies.", &m->bytes_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_elements_produced_total",
+                    "Elements the tasks' pipelines published into their buffers.", &m->produced_c);
+    if (rc == 0)
+        rc = scalar(m->reg, false, "sluice_worker_buffered_elements",
+                    "Elements waiting in the tasks' buffers for readers.", &m->buffered_g);
+    if (rc == 0) {
+        struct metrics_family *f;
+        rc = metrics_gauge(m->reg, "sluice_worker_idle_share",
+                           "Mean over the tasks of the share of the last heartbeat interval "
+                           "their producers waited on a full buffer.",
+                           METRICS_DOUBLE, &f);
+        if (rc == 0)
+            rc = metrics_series_get(f, NULL, 0, &m->idle_g);
+    }
+    if (rc < 0) {
+        wmetrics_destroy(m);
+        return SLUICE_ERR_NOMEM;
+    }
+    *out = m;
+    return 0;
+}
+
+void wmetrics_destroy(struct wmetrics *m)
+{
+    if (!m)
+        return;
+    metrics_destroy(m->reg);
+    free(m->tasks);
+    free(m);
+}
+
+void wmetrics_request(struct wmetrics *m)
+{
+    metrics_add_u64(m->requests_c, 1);
+}
+
+void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes)
+{
+    metrics_add_u64(m->served_c, elements);
+    metrics_add_u64(m->bytes_c, bytes);
+}
+
+double wmetrics_idle_share(uint64_t blocked_ns, unsigned producers, uint64_t interval_ns)
+{
+    if (producers == 0 || interval_ns == 0)
+        return 0;
+    double share = (double)blocked_ns / ((double)producers * (double)interval_ns);
+    return share > 1 ? 1 : share;
+}
+
+void wmetrics_pass_begin(struct wmetrics *m)
+{
+    for (size_t i = 0; i < m->n; i++)
+        m->tasks[i].seen = false;
+    m->pass_tasks = m->pass_buffered = 0;
+    m->pass_idle = 0;
+    m->pass_beats = 0;
+}
+
+/* The entry of task_id, counting what it published since the last pass; NULL when out of
+ * memory (the task then goes uncounted until memory is back). */
+static struct wm_task *see(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp)
+{
+    m->pass_tasks++;
+    m->pass_buffered += tp->buffered;
+    struct wm_task *e = NULL;
+    for (size_t i = 0; i < m->n && !e; i++)
+        if (m->tasks[i].id == task_id)
+            e = &m->tasks[i];
+    if (!e) {
+        if (m->n == m->cap) {
+            size_t cap = m->cap ? m->cap * 2 : 8;
+            struct wm_task *v = realloc(m->tasks, cap * sizeof *v);
+            if (!v)
+                return NULL;
+            m->tasks = v;
+            m->cap = cap;
+        }
+        e = &m->tasks[m->n++];
+        *e = (struct wm_task){.id = task_id};
+    } else if (tp->produced < e->produced || tp->blocked_ns < e->blocked_ns) {
+        /* Counts only grow within a task, so this is another task under a reused id (a
+         * restarted dispatcher numbers from 1 again). */
+        *e = (struct wm_task){.id = task_id};
+    }
+    metrics_add_u64(m->produced_c, tp->produced - e->produced);
+    e->produced = tp->produced;
+    e->seen = true;
+    return e;
+}
+
+double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp,
+                               uint64_t now_ns)
+{
+    struct wm_task *e = see(m, task_id, tp);
+    double idle = 0;
+    if (e && e->primed && now_ns > e->at_ns)
+        idle = wmetrics_idle_share(tp->blocked_ns - e->blocked_ns, tp->producers,
+                                   now_ns - e->at_ns);
+    if (tp->done)
+        idle = 1;
+    if (e) {
+        e->primed = true;
+        e->blocked_ns = tp->blocked_ns;
+        e->at_ns = now_ns;
+    }
+    m->pass_idle += idle;
+    m->pass_beats++;
+    return idle;
+}
+
+void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp)
+{
+    see(m, task_id, tp);
+}
+
+void wmetrics_pass_end(struct wmetrics *m)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < m->n; i++)
+        if (m->tasks[i].seen)
+            m->tasks[k++] = m->tasks[i];
+    m->n = k;
+    metrics_set_u64(m->tasks_g, m->pass_tasks);
+    metrics_set_u64(m->buffered_g, m->pass_buffered);
+    /* Only a heartbeat measures idleness; a scrape leaves the last heartbeat's figure. */
+    if (m->pass_beats > 0 || m->pass_tasks == 0)
+        metrics_set_double(m->idle_g, m->pass_beats ? m->pass_idle / (double)m->pass_beats : 0);
+}
+
+int wmetrics_render(struct wmetrics *m, char **body, size_t *len)
+{
+    return metrics_render(m->reg, body, len);
+}

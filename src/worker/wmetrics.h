@@ -1,0 +1,63 @@
+/* The worker's metrics: a Prometheus registry (metrics.h) fed by the worker shell, and the idle
+ * share each heartbeat reports per task (TaskProgress.idle_fraction).
+ *
+ * Counters move when something happens (a request arrives, a reply carries elements); the
+ * per-task figures come from task_progress() in passes over the live tasks, made by every
+ * heartbeat and every scrape: wmetrics_pass_begin(), one wmetrics_task_*() call per live task,
+ * wmetrics_pass_end(). A pass sets the task and buffer gauges, adds to the produced counter what
+ * each task published since it was last seen, and forgets tasks it did not see (their elements
+ * published after the last pass that saw them are not counted).
+ *
+ * Metrics:
+ *   sluice_worker_tasks                     gauge: live tasks
+ *   sluice_worker_requests_total            counter: GetElements requests received
+ *   sluice_worker_elements_served_total     counter: elements sent in GetElements replies
+ *   sluice_worker_bytes_served_total        counter: encoded element bytes in those replies
+ *   sluice_worker_elements_produced_total   counter: elements the tasks published into their
+ *                                           buffers
+ *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
+ *   sluice_worker_idle_share                gauge: mean idle share of the tasks at the last
+ *                                           heartbeat
+ *
+ * Threading: the loop thread only. Ownership: struct wmetrics owns its registry and table. */
+#ifndef SLUICE_WORKER_WMETRICS_H
+#define SLUICE_WORKER_WMETRICS_H
+
+#include "task.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct wmetrics;
+
+/* Returns 0 and *out (the caller owns it), or SLUICE_ERR_NOMEM. */
+int wmetrics_create(struct wmetrics **out);
+/* NULL is allowed. */
+void wmetrics_destroy(struct wmetrics *m);
+
+/* A GetElements request arrived. */
+void wmetrics_request(struct wmetrics *m);
+/* A reply carried elements records making up bytes bytes. */
+void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes);
+
+/* The share of an interval of interval_ns in which producers producers were blocked, given the
+ * nanoseconds they spent blocked during it, summed over them: blocked_ns / (producers *
+ * interval_ns), clamped to [0, 1]; 0 when producers or interval_ns is 0. Pure. */
+double wmetrics_idle_share(uint64_t blocked_ns, unsigned producers, uint64_t interval_ns);
+
+void wmetrics_pass_begin(struct wmetrics *m);
+/* A heartbeat's view of a live task at now_ns (uv_hrtime): returns its idle share since the
+ * previous heartbeat that saw it (wmetrics_idle_share of the growth of tp->blocked_ns), 0 the
+ * first time; 1 once every producer has exited (done), since the task then has nothing to do. */
+double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp,
+                               uint64_t now_ns);
+/* A scrape's view of a live task: counts and gauges only, the idle share's interval untouched. */
+void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp);
+void wmetrics_pass_end(struct wmetrics *m);
+
+/* Renders the registry. Returns 0 with *body (malloc'd, the caller frees it) and *len, or
+ * SLUICE_ERR_NOMEM. */
+int wmetrics_render(struct wmetrics *m, char **body, size_t *len);
+
+#endif

@@ -1,0 +1,677 @@
+/* Elastic workers, end to end: real dispatcher, worker and `sluice` processes on 127.0.0.1 while
+ * workers die (SIGKILL), drain (SIGTERM), come back at the same address, and readers vanish.
+ *
+ * The contract under test (DESIGN.md §4): in distributed_epoch nothing is lost when workers die
+ * or drain, and a single reader sees every element exactly once (the dispatcher hands the splits
+ * of a lost worker out again; the reader drops what it already has). A draining worker exits 0
+ * within its drain bound and leaves the dispatcher's worker list. A worker restarted at the same
+ * address replaces the old one at once. A killed reader is released and its iteration collected.
+ *
+ * Every read of range(N) is tallied exactly: lost values, extra copies and lines that are no value
+ * of the range; each reading test prints its tally. Every wait is bounded. SLUICE_TEST_FILTER
+ * selects tests by cmocka's wildcard syntax. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "helper_cluster.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 15000
+/* How long a slowed read of a few seconds may take, kills and re-issued splits included. */
+#define READ_MS 40000
+/* How long a draining worker may take to exit: its --drain-timeout-ms plus slack. */
+#define DRAIN_TIMEOUT_MS 5000
+#define DRAIN_BOUND_MS (DRAIN_TIMEOUT_MS + 5000)
+
+/* Short timeouts, so a killed worker is evicted (and its splits handed out again) within about
+ * a second. Appended after the helper's own flags; the later value of a flag wins. */
+static const char *const short_timeouts[] = {"--worker-timeout-ms",
+                                             "1000",
+                                             "--client-timeout-ms",
+                                             "2000",
+                                             "--job-gc-timeout-ms",
+                                             "2000",
+                                             "--log-level",
+                                             "info",
+                                             NULL};
+static const char *const worker_flags[] = {"--drain-timeout-ms", "5000", NULL};
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A fixture: a dispatcher started with dispatcher_args (NULL: none started) and workers that
+ * will get worker_flags. */
+static int setup_with(void **state, const char *const *dispatcher_args)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->dispatcher_args = dispatcher_args;
+    c->worker_args = worker_flags;
+    if (dispatcher_args && cluster_start_dispatcher(c, 0, 0) != 0) {
+        free(c);
+        return -1;
+    }
+    *state = c;
+    return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, short_timeouts);
+}
+
+static int setup_long_worker_timeout(void **state)
+{
+    /* A worker timeout of a minute: whatever replaces a worker within seconds is its new
+     * incarnation at the same address, not the timeout. */
+    static const char *const args[] = {"--worker-timeout-ms", "60000", "--log-level", "info", NULL};
+    return setup_with(state, args);
+}
+
+static int setup_gc(void **state)
+{
+    static const char *const args[] = {"--worker-timeout-ms",
+                                       "1000",
+                                       "--client-timeout-ms",
+                                       "1000",
+                                       "--job-gc-timeout-ms",
+                                       "1000",
+                                       "--log-level",
+                                       "info",
+                                       NULL};
+    return setup_with(state, args);
+}
+
+static int setup_no_dispatcher(void **state)
+{
+    return setup_with(state, NULL);
+}
+
+static int teardown(void **state)
+{
+    struct cluster *c = *state;
+    int rc = cluster_stop(c);
+    free(c);
+    return rc;
+}
+
+static void add_workers(struct cluster *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(cluster_add_worker(c) >= 0);
+}
+
+static void dump_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    int n = 0;
+    fprintf(stderr, "---- %s ----\n", path);
+    while (fgets(line, sizeof(line), f) && n++ < 100)
+        fputs(line, stderr);
+    fclose(f);
+}
+
+/* ---- tallies --------------------------------------------------------------------------------- */
+
+/* What a read of range(n) returned, against the exact multiset {0, ..., n-1}. */
+struct tally {
+    long lines;
+    long lost;       /* values of the range that never arrived */
+    long duplicated; /* arrivals of a value beyond its first */
+    long unexpected; /* lines that are no value of the range */
+};
+
+static struct tally tally_range(const char *text, long n)
+{
+    struct tally t = {0};
+    unsigned *seen = calloc((size_t)n, sizeof(*seen));
+    assert_non_null(seen);
+    for (const char *s = text; *s;) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (len > 0 && end == s + len && v >= 0 && v < n)
+            seen[v]++;
+        else
+            t.unexpected++;
+        t.lines++;
+        s += len + (nl ? 1 : 0);
+    }
+    for (long v = 0; v < n; v++) {
+        if (seen[v] == 0)
+            t.lost++;
+        else
+            t.duplicated += seen[v] - 1;
+    }
+    free(seen);
+    return t;
+}
+
+static void print_tally(const char *what, struct tally t)
+{
+    printf("    %s: %ld lines, lost %ld, duplicated %ld, unexpected %ld\n", what, t.lines, t.lost,
+           t.duplicated, t.unexpected);
+    fflush(stdout);
+}
+
+/* Asserts that text is range(n), every value exactly once, in any order. */
+static void assert_exactly_once(const char *what, const char *text, long n)
+{
+    struct tally t = tally_range(text, n);
+    print_tally(what, t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    assert_int_equal(t.lines, n);
+}
+
+/* a followed by b; frees both. */
+static char *concat(char *a, char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *out = malloc(la + lb + 1);
+    assert_non_null(out);
+    memcpy(out, a, la);
+    memcpy(out + la, b, lb + 1);
+    free(a);
+    free(b);
+    return out;
+}
+
+/* ---- reads ----------------------------------------------------------------------------------- */
+
+/* Starts `sluice read` of range(n) slowed by sleep_us of CPU per element, in distributed_epoch,
+ * under job_name when not NULL. */
+static void spawn_read(struct cluster *c, struct proc *r, long n, int sleep_us,
+                       const char *job_name)
+{
+    char pipeline[128];
+    snprintf(pipeline, sizeof(pipeline), "range(%ld) | map(sleep_us, %d)", n, sleep_us);
+    if (job_name)
+        assert_int_equal(cluster_cli_spawn(c, r, "read", pipeline, "--mode", "distributed_epoch",
+                                           "--job-name", job_name, NULL),
+                         0);
+    else
+        assert_int_equal(
+            cluster_cli_spawn(c, r, "read", pipeline, "--mode", "distributed_epoch", NULL), 0);
+}
+
+/* Asserts the reader has not finished yet: a test that kills a worker after the read ended
+ * proves nothing. */
+static void assert_still_reading(struct proc *r)
+{
+    int rc = proc_wait(r, 0);
+    if (rc != -2)
+        fprintf(stderr, "the read ended (status %d) before the fault; make it longer\n", rc);
+    assert_int_equal(rc, -2);
+}
+
+/* Reads r's output, waits for it to exit 0, and returns the output. The reader's stdout is fully
+ * buffered (64 KiB), so its output is read only here, at the end; a read of range(4000) fits in
+ * the pipe meanwhile. */
+static char *finish_read(struct proc *r)
+{
+    char *out = proc_read_all(r, READ_MS);
+    int rc = proc_wait(r, WAIT_MS);
+    if (rc != 0) {
+        fprintf(stderr, "sluice read exited with %d\n", rc);
+        dump_file(r->log);
+        proc_stop(r, SIGKILL, WAIT_MS);
+    }
+    assert_int_equal(rc, 0);
+    return out;
+}
+
+/* ---- the status document --------------------------------------------------------------------- */
+
+static json_t *status_doc(struct cluster *c)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
+    if (rc != 0)
+        fail_msg("sluice status --json exited with %d: %s", rc, err);
+    json_error_t e;
+    json_t *doc = json_loads(out, 0, &e);
+    if (!doc)
+        fail_msg("status is not JSON (%s): %s", e.text, out);
+    free(out);
+    free(err);
+    return doc;
+}
+
+/* The number of workers listed at addr; the incarnation of the last one goes to inc. */
+static int workers_at(json_t *doc, const char *addr, char *inc, size_t len)
+{
+    json_t *workers = json_object_get(doc, "workers");
+    assert_true(json_is_array(workers));
+    int n = 0;
+    size_t i;
+    json_t *w;
+    json_array_foreach(workers, i, w)
+    {
+        const char *a = json_string_value(json_object_get(w, "address"));
+        if (a && strcmp(a, addr) == 0) {
+            n++;
+            if (inc)
+                snprintf(inc, len, "%s", json_string_value(json_object_get(w, "incarnation")));
+        }
+    }
+    return n;
+}
+
+/* The job named name, borrowed from doc, or NULL. */
+static json_t *job_named(json_t *doc, const char *name)
+{
+    json_t *jobs = json_object_get(doc, "jobs");
+    assert_true(json_is_array(jobs));
+    size_t i;
+    json_t *j;
+    json_array_foreach(jobs, i, j)
+    {
+        const char *n = json_string_value(json_object_get(j, "name"));
+        if (n && strcmp(n, name) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+static long long int_field(json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    if (!json_is_integer(v))
+        fail_msg("\"%s\" is missing or not an integer", key);
+    return (long long)json_integer_value(v);
+}
+
+/* The active job named name (NULL: the newest active anonymous one), borrowed from doc, or
+ * NULL. */
+static json_t *active_job(json_t *doc, const char *name)
+{
+    json_t *jobs = json_object_get(doc, "jobs");
+    assert_true(json_is_array(jobs));
+    json_t *found = NULL, *j;
+    size_t i;
+    json_array_foreach(jobs, i, j)
+    {
+        json_t *n = json_object_get(j, "name");
+        if (name ? !json_is_string(n) || strcmp(json_string_value(n), name) != 0 : !json_is_null(n))
+            continue;
+        const char *st = json_string_value(json_object_get(j, "state"));
+        if (st && strcmp(st, "active") == 0)
+            found = j;
+    }
+    return found;
+}
+
+/* Waits until the active distributed_epoch job (as active_job finds it) has finished at least a
+ * quarter of its splits, then asserts that the reader r is still going: whatever the caller does
+ * next lands in the middle of the epoch. Watching the dispatcher, not r's output, because the
+ * CLI writes its output in 64 KiB blocks. */
+static void wait_mid_epoch(struct cluster *c, struct proc *r, const char *name)
+{
+    long long t0 = now_ms(), finished = 0, total = 0, leased = 0;
+    for (;;) {
+        json_t *doc = status_doc(c);
+        json_t *job = active_job(doc, name);
+        json_t *splits = job ? json_object_get(job, "splits") : NULL;
+        if (splits && json_is_integer(json_object_get(splits, "total"))) {
+            finished = int_field(splits, "finished");
+            total = int_field(splits, "total");
+            leased = int_field(splits, "leased");
+        }
+        json_decref(doc);
+        if ((total > 0 && 4 * finished >= total) || now_ms() - t0 > READ_MS)
+            break;
+        usleep(20 * 1000);
+    }
+    printf("    the fault lands with %lld of %lld splits finished, %lld leased\n", finished, total,
+           leased);
+    fflush(stdout);
+    assert_true(total > 0 && 4 * finished >= total);
+    assert_still_reading(r);
+}
+
+/* ---- workers killed and drained mid-epoch ------------------------------------------------------
+ */
+
+static void test_kill_one_worker(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 3);
+    struct proc r;
+    spawn_read(c, &r, 4000, 1000, NULL);
+    wait_mid_epoch(c, &r, NULL);
+    assert_int_equal(proc_stop(&c->workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_still_reading(&r);
+    char *out = finish_read(&r);
+    assert_exactly_once("one worker killed", out, 4000);
+    free(out);
+}
+
+static void test_kill_two_workers(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 3);
+    struct proc r;
+    spawn_read(c, &r, 4000, 1000, NULL);
+    wait_mid_epoch(c, &r, NULL);
+    assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_int_equal(proc_stop(&c->workers[2], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_still_reading(&r);
+    /* A fresh worker joins, so the work is not left to the one survivor alone. */
+    add_workers(c, 1);
+    char *out = finish_read(&r);
+    assert_exactly_once("two workers killed, one joined", out, 4000);
+    free(out);
+}
+
+static void test_drain_worker(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 3);
+    char addr[128];
+    snprintf(addr, sizeof(addr), "%s", c->workers[1].addr);
+    struct proc r;
+    spawn_read(c, &r, 4000, 1000, NULL);
+    wait_mid_epoch(c, &r, NULL);
+    /* SIGTERM drains: the worker takes no more splits, hands back the ones it has not started,
+     * serves what it holds, deregisters and exits 0, all within its drain timeout. */
+    long long t0 = now_ms();
+    int rc = proc_stop(&c->workers[1], SIGTERM, DRAIN_BOUND_MS);
+    long long took = now_ms() - t0;
+    /* Deregistered before it exited: the dispatcher no longer lists it. */
+    json_t *doc = status_doc(c);
+    int listed = workers_at(doc, addr, NULL, 0);
+    json_decref(doc);
+    printf("    the drained worker exited with %d after %lld ms (%s), then listed %d time(s)\n", rc,
+           took, rc >= 200 ? "killed at the bound" : "on its own", listed);
+    if (rc != 0 && rc < 200)
+        dump_file(c->workers[1].log); /* proc_stop printed it when it had to kill */
+    /* The read is finished and tallied before the verdict on the worker, so a failing drain
+     * still shows what it cost the reader. */
+    char *out = finish_read(&r);
+    print_tally("one worker drained", tally_range(out, 4000));
+    assert_int_equal(rc, 0);
+    assert_true(took <= DRAIN_BOUND_MS);
+    assert_int_equal(listed, 0);
+    assert_exactly_once("one worker drained", out, 4000);
+    free(out);
+}
+
+/* ---- a worker back at the same address --------------------------------------------------------
+ */
+
+static void test_restart_same_address(void **state)
+{
+    struct cluster *c = *state;
+    static char port[16];
+    snprintf(port, sizeof(port), "%d", free_port());
+    static const char *const pinned[] = {"--port", port, "--drain-timeout-ms", "5000", NULL};
+    c->worker_args = pinned;
+    add_workers(c, 1);
+    char addr[128], inc[64] = "", inc2[64] = "";
+    snprintf(addr, sizeof(addr), "%s", c->workers[0].addr);
+
+    char *out = NULL, *err = NULL;
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "read", "range(100)", "--mode", "distributed_epoch", NULL), 0);
+    assert_exactly_once("before the restart", out, 100);
+    free(out);
+    free(err);
+    json_t *doc = status_doc(c);
+    assert_int_equal(workers_at(doc, addr, inc, sizeof(inc)), 1);
+    json_decref(doc);
+
+    assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    long long t0 = now_ms();
+    add_workers(c, 1);
+    assert_string_equal(c->workers[1].addr, addr);
+    /* Exactly one worker at that address, the new incarnation, within a few seconds. */
+    int at = -1;
+    size_t total = 0;
+    for (;;) {
+        doc = status_doc(c);
+        at = workers_at(doc, addr, inc2, sizeof(inc2));
+        total = json_array_size(json_object_get(doc, "workers"));
+        json_decref(doc);
+        if ((at == 1 && total == 1 && strcmp(inc2, inc) != 0) || now_ms() - t0 > 5000)
+            break;
+        usleep(50 * 1000);
+    }
+    printf("    replaced after %lld ms: %d worker(s) at %s, %zu in all, incarnation %s -> %s\n",
+           now_ms() - t0, at, addr, total, inc, inc2);
+    assert_int_equal(at, 1);
+    assert_int_equal(total, 1);
+    assert_string_not_equal(inc2, inc);
+
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "read", "range(2000)", "--mode", "distributed_epoch", NULL), 0);
+    assert_exactly_once("after the restart", out, 2000);
+    free(out);
+    free(err);
+}
+
+/* ---- a killed reader, its job collected, the name used again ----------------------------------
+ */
+
+/* Twice the client and collection timeouts of setup_gc. */
+#define GC_BOUND_MS (2 * (1000 + 1000))
+#define ENDLESS "range(10) | repeat() | map(sleep_us, 200)"
+
+/* SIGKILLs a reader of the endless pipeline under job name and asserts its iteration is
+ * garbage_collected within twice the client and collection timeouts. Returns the collected
+ * iteration id. */
+static long long kill_reader_until_collected(struct cluster *c, const char *name)
+{
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", ENDLESS, "--job-name", name, NULL), 0);
+    /* The reader holds the job: it is active with one client. */
+    long long t0 = now_ms(), clients = 0, iteration = 0;
+    for (;;) {
+        json_t *doc = status_doc(c);
+        json_t *job = active_job(doc, name);
+        if (job) {
+            clients = int_field(job, "clients");
+            iteration = int_field(job, "iteration_id");
+        }
+        json_decref(doc);
+        if (clients == 1 || now_ms() - t0 > WAIT_MS)
+            break;
+        usleep(20 * 1000);
+    }
+    assert_int_equal(clients, 1);
+    assert_still_reading(&r);
+
+    assert_int_equal(proc_stop(&r, SIGKILL, WAIT_MS), 128 + SIGKILL);
+    t0 = now_ms();
+    char state[64] = "";
+    for (;;) {
+        json_t *doc = status_doc(c);
+        json_t *job = job_named(doc, name);
+        assert_non_null(job);
+        snprintf(state, sizeof(state), "%s", json_string_value(json_object_get(job, "state")));
+        json_decref(doc);
+        if (strcmp(state, "garbage_collected") == 0 || now_ms() - t0 > GC_BOUND_MS)
+            break;
+        usleep(50 * 1000);
+    }
+    printf("    job '%s' is %s %lld ms after its reader was killed\n", name, state, now_ms() - t0);
+    assert_string_equal(state, "garbage_collected");
+    return iteration;
+}
+
+static void test_killed_reader_job_collected_name_reused(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    kill_reader_until_collected(c, "gc");
+    /* The collected name serves a new, finite read. */
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "read", "range(30)", "--job-name", "gc", NULL);
+    if (rc != 0)
+        fprintf(stderr, "the read under the collected name exited with %d: %s", rc, err);
+    assert_int_equal(rc, 0);
+    assert_exactly_once("under the collected name", out, 30);
+    free(out);
+    free(err);
+}
+
+static void test_collected_job_new_iteration(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    long long collected = kill_reader_until_collected(c, "again");
+    /* Asking for the name again (same pipeline) starts a new iteration from the beginning: one
+     * worker in parallel_epochs serves it in order. */
+    char *out = NULL, *err = NULL;
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "read", ENDLESS, "--job-name", "again", "--limit", "25", NULL),
+        0);
+    assert_string_equal(out, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n"
+                             "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n"
+                             "0\n1\n2\n3\n4\n");
+    free(out);
+    free(err);
+    json_t *doc = status_doc(c);
+    json_t *job = job_named(doc, "again");
+    assert_non_null(job);
+    assert_true(int_field(job, "iteration_id") > collected);
+    assert_string_not_equal(json_string_value(json_object_get(job, "state")), "garbage_collected");
+    json_decref(doc);
+}
+
+/* ---- a shared job losing a worker -------------------------------------------------------------
+ */
+
+static void test_shared_job_worker_killed(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 3);
+    struct proc r1, r2;
+    spawn_read(c, &r1, 4000, 1000, "shared");
+    spawn_read(c, &r2, 4000, 1000, "shared");
+    wait_mid_epoch(c, &r1, "shared");
+    assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_still_reading(&r1);
+    assert_still_reading(&r2);
+    char *o1 = finish_read(&r1);
+    char *o2 = finish_read(&r2);
+    struct tally t1 = tally_range(o1, 4000), t2 = tally_range(o2, 4000);
+    print_tally("reader 1", t1);
+    print_tally("reader 2", t2);
+    /* Each reader on its own never sees a value twice; together they cover the range. Whether a
+     * value may reach both readers after a worker is lost is what the tally shows. */
+    assert_int_equal(t1.duplicated, 0);
+    assert_int_equal(t2.duplicated, 0);
+    char *both = concat(o1, o2);
+    struct tally t = tally_range(both, 4000);
+    print_tally("both readers", t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(both);
+}
+
+/* ---- the timeouts and heartbeats the dispatcher runs with -------------------------------------
+ */
+
+/* Starts c's dispatcher with exactly the flags given (cluster_start_dispatcher adds timeouts of
+ * its own). c has no dispatcher running. */
+static void start_bare_dispatcher(struct cluster *c, const char *const *flags)
+{
+    char *argv[24];
+    int n = 0;
+    argv[n++] = (char *)bin_path("sluice-dispatcher");
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    for (int i = 0; flags && flags[i] && n < 23; i++)
+        argv[n++] = (char *)flags[i];
+    argv[n] = NULL;
+    assert_int_equal(proc_start(&c->dispatcher, argv, WAIT_MS), 0);
+    const char *colon = strrchr(c->dispatcher.addr, ':');
+    assert_non_null(colon);
+    c->port = atoi(colon + 1);
+}
+
+static void assert_config(struct cluster *c, long long worker_timeout, long long client_timeout,
+                          long long gc_timeout)
+{
+    json_t *doc = status_doc(c);
+    json_t *config = json_object_get(doc, "config");
+    if (!json_is_object(config))
+        fail_msg("the status document has no \"config\" object");
+    assert_int_equal(int_field(config, "worker_timeout_ms"), worker_timeout);
+    assert_int_equal(int_field(config, "client_timeout_ms"), client_timeout);
+    assert_int_equal(int_field(config, "job_gc_timeout_ms"), gc_timeout);
+    long long worker_hb = int_field(config, "worker_heartbeat_ms");
+    long long client_hb = int_field(config, "client_heartbeat_ms");
+    printf("    timeouts %lld/%lld/%lld ms: heartbeats worker %lld ms, client %lld ms\n",
+           worker_timeout, client_timeout, gc_timeout, worker_hb, client_hb);
+    /* At least three heartbeats fit in a timeout, so one or two lost ones evict no one. */
+    assert_true(worker_hb > 0 && 3 * worker_hb < worker_timeout);
+    assert_true(client_hb > 0 && 3 * client_hb < client_timeout);
+    json_decref(doc);
+}
+
+static void test_defaults(void **state)
+{
+    struct cluster *c = *state;
+    static const char *const quiet[] = {"--log-level", "warn", NULL};
+    start_bare_dispatcher(c, quiet);
+    assert_config(c, 10000, 30000, 60000);
+    assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, WAIT_MS), 0);
+
+    static const char *const small[] = {"--worker-timeout-ms",
+                                        "600",
+                                        "--client-timeout-ms",
+                                        "900",
+                                        "--job-gc-timeout-ms",
+                                        "1200",
+                                        "--log-level",
+                                        "warn",
+                                        NULL};
+    start_bare_dispatcher(c, small);
+    assert_config(c, 600, 900, 1200);
+    assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, WAIT_MS), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_kill_one_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kill_two_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_worker, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_same_address, setup_long_worker_timeout,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_killed_reader_job_collected_name_reused, setup_gc,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_collected_job_new_iteration, setup_gc, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_job_worker_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_defaults, setup_no_dispatcher, teardown),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    /* SLUICE_TEST_FILTER=pattern runs only the matching tests (cmocka's wildcard syntax). */
+    if (getenv("SLUICE_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
+    int rc = cmocka_run_group_tests_name("elastic workers", tests, NULL, NULL);
+    tmp_cleanup();
+    return rc;
+}

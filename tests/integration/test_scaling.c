@@ -1,0 +1,185 @@
+/* The autoscaling recommendation of a real cluster, with a short window: it rises above the
+ * worker count when a reader waits on one slow producer, and falls below it when three workers
+ * sit on full buffers in front of a reader that consumes slowly. Each waits a bounded time for
+ * the recommendation to move and checks the decision's reason in the metrics; nothing asserts a
+ * speed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helper_cluster.h"
+#include "helper_scrape.h"
+
+/* How long the recommendation gets to move: many windows of 500 ms. */
+#define MOVE_MS 60000
+
+static const char *const dispatcher_args[] = {"--metrics-port", "0", "--autoscale-window-ms",
+                                              "500", NULL};
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* recommended_workers and the number of workers from `sluice status --json`. */
+static void status(struct cluster *c, long *recommended, size_t *workers)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
+    if (rc != 0)
+        fail_msg("sluice status --json exited %d: %s", rc, err ? err : "");
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (!doc)
+        fail_msg("status is not JSON (%s): %s", jerr.text, out);
+    json_t *rec = json_object_get(doc, "recommended_workers");
+    if (!json_is_integer(rec))
+        fail_msg("no recommended_workers in %s", out);
+    *recommended = (long)json_integer_value(rec);
+    *workers = json_array_size(json_object_get(doc, "workers"));
+    json_decref(doc);
+    free(out);
+    free(err);
+}
+
+/* Polls the status until pred(recommended) holds (and the cluster has want_workers workers), at
+ * most ms. Returns the last recommendation. */
+static long wait_for(struct cluster *c, size_t want_workers, int (*pred)(long, long), long arg,
+                     int ms)
+{
+    long long deadline = now_ms() + ms;
+    long rec;
+    size_t workers;
+    for (;;) {
+        status(c, &rec, &workers);
+        if ((workers == want_workers && pred(rec, arg)) || now_ms() > deadline)
+            return rec;
+        usleep(200000);
+    }
+}
+
+static int equal(long v, long arg)
+{
+    return v == arg;
+}
+
+static int above(long v, long arg)
+{
+    return v > arg;
+}
+
+static int below(long v, long arg)
+{
+    return v < arg;
+}
+
+static double metric(const char *addr, const char *name, const char *labels)
+{
+    struct expo e;
+    char err[512];
+    if (scrape_metrics(addr, &e, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    double v;
+    if (expo_value(&e, name, labels, &v) != 0)
+        fail_msg("no sample %s{%s}", name, labels);
+    expo_free(&e);
+    return v;
+}
+
+/* Stops the cluster. Workers get SIGINT, which stops at once: SIGTERM would have them drain
+ * tasks whose reader was killed. */
+static void stop(struct cluster *c)
+{
+    for (int i = 0; i < c->nworkers; i++)
+        assert_int_equal(proc_stop(&c->workers[i], SIGINT, 10000), 0);
+    c->nworkers = 0;
+    assert_int_equal(cluster_stop(c), 0);
+}
+
+static void start(struct cluster *c, int nworkers, char *metrics_addr)
+{
+    memset(c, 0, sizeof(*c));
+    c->dispatcher_args = dispatcher_args;
+    assert_int_equal(cluster_start_dispatcher(c, 0, 0), 0);
+    assert_int_equal(cluster_read_address(&c->dispatcher, " metrics on ", metrics_addr, 64, 10000),
+                     0);
+    for (int i = 0; i < nworkers; i++)
+        assert_int_equal(cluster_add_worker(c), i);
+    /* Every worker registered and a window closed since: the recommendation is the count. */
+    long rec = wait_for(c, (size_t)nworkers, equal, nworkers, 20000);
+    assert_int_equal(rec, nworkers);
+}
+
+/* One worker whose pipeline produces about 500 elements/s; the reader asks for more than that,
+ * so it waits most of the time: the recommendation goes above 1. */
+static void test_rising(void **unused)
+{
+    (void)unused;
+    struct cluster c;
+    char maddr[64];
+    start(&c, 1, maddr);
+    struct proc reader;
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(100000000) | map(sleep_us, 2000)",
+                                       "--format", "count", NULL),
+                     0);
+    long rec = wait_for(&c, 1, above, 1, MOVE_MS);
+    proc_stop(&reader, SIGKILL, 5000);
+    if (rec <= 1)
+        fail_msg("recommended_workers stayed at %ld", rec);
+    /* The gauge says the same, and a window decided to scale up. */
+    assert_true(metric(maddr, "sluice_recommended_workers", "") > 1);
+    assert_true(metric(maddr, "sluice_autoscale_windows_total", "reason=\"up\"") >= 1);
+    assert_true(metric(maddr, "sluice_client_wait_share", "") >= 0);
+    stop(&c);
+}
+
+/* Three workers with a cheap pipeline (elements of 64 KiB made at memory speed, so a reply
+ * carries a few dozen and the buffers fill, empty and block many times a second) and a reader
+ * that spends 2 ms on each element it reads: the workers idle on full buffers and the reader
+ * never waits, so the recommendation goes below 3. */
+static void test_falling(void **unused)
+{
+    (void)unused;
+    struct cluster c;
+    char maddr[64];
+    start(&c, 3, maddr);
+    struct proc reader;
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(100000000) | map(bytes, 65536)",
+                                       "--local", "map(sleep_us, 2000)", "--format", "count", NULL),
+                     0);
+    long rec = wait_for(&c, 3, below, 3, MOVE_MS);
+    proc_stop(&reader, SIGKILL, 5000);
+    if (rec >= 3)
+        fail_msg("recommended_workers stayed at %ld", rec);
+    assert_true(metric(maddr, "sluice_autoscale_windows_total", "reason=\"down\"") >= 1);
+    stop(&c);
+}
+
+static int teardown_all(void **unused)
+{
+    (void)unused;
+    tmp_cleanup();
+    return 0;
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rising),
+        cmocka_unit_test(test_falling),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown_all);
+}

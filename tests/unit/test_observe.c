@@ -1,0 +1,477 @@
+/* The dispatcher's observation module: how worker and client reports become the figures of a
+ * window (means over the window's reports, the last window's figures kept through a silent one,
+ * finished tasks and bad numbers left out), the recommendation before and after the first window,
+ * when a window is due, draining workers, forgetting removed workers and released clients, the
+ * split counters, the status document's additions and the exact rendered samples. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "dispatcher/observe.h"
+#include "dispatcher/state.h"
+
+#define WINDOW_MS 1000
+
+struct fixture {
+    struct state st;
+    struct observe *o;
+};
+
+static void apply(struct state *st, struct st_update *u)
+{
+    assert_int_equal(state_apply(st, u), 0);
+    st_update_release(u);
+}
+
+static void add_worker(struct state *st, uint64_t id)
+{
+    struct st_update u = {.type = ST_WORKER_REGISTERED, .id = id, .incarnation = id};
+    snprintf(u.address, sizeof u.address, "w%" PRIu64 ":1", id);
+    apply(st, &u);
+}
+
+/* A dataset, a job and its iteration, for clients to belong to. */
+static void add_iteration(struct state *st)
+{
+    struct st_update d = {.type = ST_DATASET_REGISTERED, .id = 1};
+    snprintf(d.name, sizeof d.name, "1");
+    d.def = malloc(1);
+    d.def_len = 1;
+    d.def[0] = 0;
+    apply(st, &d);
+    struct st_update j = {.type = ST_JOB_CREATED, .id = 1};
+    snprintf(j.name2, sizeof j.name2, "1");
+    apply(st, &j);
+    struct st_update it = {.type = ST_ITERATION_CREATED, .id = 1, .ref = 1, .ref2 = 1};
+    apply(st, &it);
+}
+
+static void add_client(struct state *st, uint64_t id)
+{
+    struct st_update u = {.type = ST_CLIENT_ACQUIRED, .id = id, .ref = 1};
+    apply(st, &u);
+}
+
+static int setup(void **state)
+{
+    struct fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    state_init(&f->st);
+    add_iteration(&f->st);
+    struct observe_config cfg = {
+        .window_ms = WINDOW_MS,
+        .worker_timeout_ms = 2000,
+        .client_timeout_ms = 5000,
+        .job_gc_timeout_ms = 60000,
+        .worker_heartbeat_ms = 400,
+        .client_heartbeat_ms = 1000,
+    };
+    assert_int_equal(observe_create(&cfg, NULL, 0, &f->o), 0);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *f = *state;
+    observe_destroy(f->o);
+    state_release(&f->st);
+    free(f);
+    return 0;
+}
+
+/* Closes the window due at now and returns its outcome. */
+static struct observe_window close_at(struct fixture *f, uint64_t now)
+{
+    struct observe_window w;
+    memset(&w, 0, sizeof w);
+    assert_int_equal(observe_window_close(f->o, &f->st, now, &w), 1);
+    return w;
+}
+
+static void report_worker(struct fixture *f, uint64_t id, double rate, double idle)
+{
+    struct observe_task t = {rate, idle, false};
+    observe_worker_report(f->o, id, &t, 1);
+}
+
+/* The value of the sample line that starts with name_and_labels followed by a space, or NAN. */
+static double sample(struct fixture *f, const char *name_and_labels)
+{
+    char *body;
+    size_t len;
+    assert_int_equal(observe_render(f->o, &f->st, &body, &len), 0);
+    assert_int_equal(strlen(body), len);
+    double v = NAN;
+    size_t n = strlen(name_and_labels);
+    for (char *line = body; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, name_and_labels, n) == 0 && line[n] == ' ')
+            v = strtod(line + n + 1, NULL);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(body);
+    return v;
+}
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+static void test_window_timing(void **state)
+{
+    struct fixture *f = *state;
+    struct observe_window w;
+    assert_int_equal(observe_window_ms(f->o), WINDOW_MS);
+    assert_int_equal(observe_window_close(f->o, &f->st, WINDOW_MS - 1, &w), 0);
+    assert_int_equal(observe_window_close(f->o, &f->st, WINDOW_MS, &w), 1);
+    /* A late close starts the next window at the close, not at the planned end. */
+    assert_int_equal(observe_window_close(f->o, &f->st, 2 * WINDOW_MS + 500, &w), 1);
+    assert_int_equal(observe_window_close(f->o, &f->st, 3 * WINDOW_MS + 499, &w), 0);
+    assert_int_equal(observe_window_close(f->o, &f->st, 3 * WINDOW_MS + 500, &w), 1);
+    assert_int_equal(sample(f, "sluice_autoscale_windows_total{reason=\"no_data\"}"), 3);
+}
+
+static void test_default_window(void **state)
+{
+    (void)state;
+    struct observe_config cfg = {0};
+    struct observe *o;
+    assert_int_equal(observe_create(&cfg, NULL, 100, &o), 0);
+    assert_int_equal(observe_window_ms(o), OBSERVE_DEFAULT_WINDOW_MS);
+    struct state st;
+    state_init(&st);
+    struct observe_window w;
+    assert_int_equal(observe_window_close(o, &st, 100 + OBSERVE_DEFAULT_WINDOW_MS - 1, &w), 0);
+    assert_int_equal(observe_window_close(o, &st, 100 + OBSERVE_DEFAULT_WINDOW_MS, &w), 1);
+    state_release(&st);
+    observe_destroy(o);
+}
+
+static void test_recommended_before_first_window(void **state)
+{
+    struct fixture *f = *state;
+    /* No workers: at least 1. */
+    assert_int_equal(observe_recommended(f->o, &f->st), 1);
+    add_worker(&f->st, 1);
+    add_worker(&f->st, 2);
+    add_worker(&f->st, 3);
+    assert_int_equal(observe_recommended(f->o, &f->st), 3);
+    struct st_update u = {.type = ST_WORKER_DRAINING, .id = 2};
+    apply(&f->st, &u);
+    assert_int_equal(observe_current_workers(&f->st), 2);
+    assert_int_equal(observe_recommended(f->o, &f->st), 2);
+    assert_int_equal(sample(f, "sluice_recommended_workers"), 2);
+    assert_int_equal(sample(f, "sluice_workers"), 3);
+    assert_int_equal(sample(f, "sluice_workers_draining"), 1);
+    /* A window without data keeps the current count, and that is now a decision. */
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_NO_DATA);
+    assert_int_equal(w.before, 2);
+    assert_int_equal(w.current, 2);
+    assert_int_equal(w.decision.workers, 2);
+    u = (struct st_update){.type = ST_WORKER_REGISTERED, .id = 4, .incarnation = 4};
+    snprintf(u.address, sizeof u.address, "w4:1");
+    apply(&f->st, &u);
+    assert_int_equal(observe_recommended(f->o, &f->st), 2);
+}
+
+/* Consumers wait, the single worker is busy: scale up by one step, kept while nothing changes. */
+static void test_rising(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_client(&f->st, 1);
+    report_worker(f, 1, 500, 0);
+    observe_client_report(f->o, 1, 500, 0.99);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_UP);
+    assert_int_equal(w.decision.workers, 2);
+    assert_int_equal(w.decision.workers_measured, 1);
+    assert_int_equal(w.decision.clients_measured, 1);
+    assert_int_equal(observe_recommended(f->o, &f->st), 2);
+    assert_int_equal(sample(f, "sluice_recommended_workers"), 2);
+    assert_int_equal(sample(f, "sluice_autoscale_windows_total{reason=\"up\"}"), 1);
+    assert_true(fabs(sample(f, "sluice_autoscale_demand_elements_per_second") - 5000) < 1e-6);
+    assert_true(fabs(sample(f, "sluice_autoscale_capacity_elements_per_second") - 500) < 1e-9);
+    /* A silent window keeps the figures of the last one: still up, bounded by the step. */
+    w = close_at(f, 2 * WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_UP);
+    assert_int_equal(w.decision.workers, 2);
+}
+
+/* Consumers never wait, three workers mostly idle: scale down by one step. */
+static void test_falling(void **state)
+{
+    struct fixture *f = *state;
+    for (uint64_t id = 1; id <= 3; id++)
+        add_worker(&f->st, id);
+    add_client(&f->st, 1);
+    for (uint64_t id = 1; id <= 3; id++)
+        report_worker(f, id, 160, 0.96);
+    observe_client_report(f->o, 1, 500, 0);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_DOWN);
+    assert_int_equal(w.before, 3);
+    assert_int_equal(w.decision.workers, 2);
+    assert_int_equal(observe_recommended(f->o, &f->st), 2);
+}
+
+/* The figures of a window are the means of its reports. */
+static void test_window_means(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_client(&f->st, 1);
+    report_worker(f, 1, 100, 0.2);
+    report_worker(f, 1, 300, 0.4);
+    observe_client_report(f->o, 1, 100, 0.5);
+    observe_client_report(f->o, 1, 300, 0.7);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    /* Capacity: 200 / (1 - 0.3); demand: 200 / (1 - 0.6). */
+    assert_true(fabs(w.decision.capacity - 200 / 0.7) < 1e-9);
+    assert_true(fabs(w.decision.demand - 200 / 0.4) < 1e-9);
+    assert_true(fabs(w.decision.served - 200) < 1e-9);
+    assert_true(fabs(w.decision.idle - 0.3) < 1e-9);
+    /* The gauges show the last reports, not the means. */
+    assert_true(fabs(sample(f, "sluice_client_wait_share") - 0.7) < 1e-12);
+    assert_true(fabs(sample(f, "sluice_consumption_elements_per_second") - 300) < 1e-12);
+    assert_true(fabs(sample(f, "sluice_production_elements_per_second") - 300) < 1e-12);
+}
+
+/* Finished tasks do not count; a report with only finished tasks, or bad numbers, has no data,
+ * and a window whose reports all had none leaves the worker out. */
+static void test_worker_reports(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_worker(&f->st, 2);
+    add_client(&f->st, 1);
+    struct observe_task tasks[] = {{100, 0.5, false}, {900, 0.0, true}, {300, 0.1, false}};
+    observe_worker_report(f->o, 1, tasks, 3);
+    struct observe_task bad[] = {{NAN, 0.1, false}};
+    observe_worker_report(f->o, 2, bad, 1);
+    observe_client_report(f->o, 1, 400, 0.5);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.workers_measured, 1);
+    /* Rate 400, idle (0.5 + 0.1) / 2. */
+    assert_true(fabs(w.decision.capacity - 400 / 0.7) < 1e-9);
+    assert_true(fabs(w.decision.idle - 0.3) < 1e-9);
+
+    struct observe_task done[] = {{900, 0.0, true}};
+    observe_worker_report(f->o, 1, done, 1);
+    observe_worker_report(f->o, 2, NULL, 0);
+    w = close_at(f, 2 * WINDOW_MS);
+    assert_int_equal(w.decision.workers_measured, 0);
+    assert_int_equal(w.decision.reason, AUTOSCALE_NO_DATA);
+
+    /* Out-of-range shares and negative rates are no data too. */
+    struct observe_task out_of_range[] = {{10, 1.5, false}};
+    observe_worker_report(f->o, 1, out_of_range, 1);
+    observe_client_report(f->o, 1, -1, 0.2);
+    w = close_at(f, 3 * WINDOW_MS);
+    assert_int_equal(w.decision.workers_measured, 0);
+    assert_int_equal(w.decision.clients_measured, 0);
+}
+
+/* Draining workers neither count as current nor contribute figures. */
+static void test_draining(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_worker(&f->st, 2);
+    add_client(&f->st, 1);
+    struct st_update u = {.type = ST_WORKER_DRAINING, .id = 2};
+    apply(&f->st, &u);
+    report_worker(f, 1, 100, 0);
+    report_worker(f, 2, 100, 0);
+    observe_client_report(f->o, 1, 100, 0.5);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.current, 1);
+    assert_int_equal(w.decision.workers_measured, 1);
+}
+
+/* Removal and release forget figures; ids the state lost are pruned at the window. */
+static void test_forget(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_worker(&f->st, 2);
+    add_client(&f->st, 1);
+    add_client(&f->st, 2);
+    report_worker(f, 1, 100, 0);
+    report_worker(f, 2, 100, 0);
+    observe_client_report(f->o, 1, 100, 0.5);
+    observe_client_report(f->o, 2, 100, 0.5);
+    assert_true(fabs(sample(f, "sluice_consumption_elements_per_second") - 200) < 1e-12);
+
+    struct st_update u = {.type = ST_WORKER_REMOVED, .id = 2};
+    assert_int_equal(state_apply(&f->st, &u), 0);
+    observe_applied(f->o, &u);
+    u = (struct st_update){.type = ST_CLIENT_RELEASED, .id = 2};
+    assert_int_equal(state_apply(&f->st, &u), 0);
+    observe_applied(f->o, &u);
+    assert_true(fabs(sample(f, "sluice_consumption_elements_per_second") - 100) < 1e-12);
+    assert_true(fabs(sample(f, "sluice_production_elements_per_second") - 100) < 1e-12);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.workers_measured, 1);
+    assert_int_equal(w.decision.clients_measured, 1);
+
+    /* Figures of an id the state never had (a report that raced a removal) are pruned. */
+    report_worker(f, 7, 100, 0);
+    observe_client_report(f->o, 9, 100, 0.5);
+    w = close_at(f, 2 * WINDOW_MS);
+    assert_int_equal(w.decision.workers_measured, 1);
+    assert_int_equal(w.decision.clients_measured, 1);
+}
+
+static void test_heartbeat_messages(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_client(&f->st, 1);
+    Sluice__TaskProgress p1 = SLUICE__TASK_PROGRESS__INIT, p2 = SLUICE__TASK_PROGRESS__INIT;
+    p1.task_id = 1;
+    p1.elements_per_second = 250;
+    p1.idle_fraction = 0.5;
+    p2.task_id = 2;
+    p2.elements_per_second = 50;
+    p2.idle_fraction = 0.1;
+    Sluice__TaskProgress *ps[] = {&p1, NULL, &p2};
+    Sluice__WorkerHeartbeatRequest wr = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    wr.n_tasks = 3;
+    wr.tasks = ps;
+    observe_worker_heartbeat(f->o, 1, &wr);
+    Sluice__ClientHeartbeatRequest cr = SLUICE__CLIENT_HEARTBEAT_REQUEST__INIT;
+    cr.client_id = 1;
+    cr.elements_per_second = 120;
+    cr.wait_fraction = 0.25;
+    observe_client_heartbeat(f->o, &cr);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_true(fabs(w.decision.capacity - 300 / 0.7) < 1e-9);
+    assert_true(fabs(w.decision.served - 120) < 1e-12);
+    assert_true(fabs(sample(f, "sluice_client_wait_share") - 0.25) < 1e-12);
+}
+
+static void test_counters(void **state)
+{
+    struct fixture *f = *state;
+    uint64_t seqs[] = {1, 2, 3, 4, 5};
+    struct {
+        enum st_update_type type;
+        size_t n;
+    } ups[] = {{ST_SPLITS_LEASED, 5}, {ST_SPLITS_FINISHED, 2}, {ST_SPLITS_RETURNED, 3},
+               {ST_SPLITS_LEASED, 3}, {ST_SPLITS_FINISHED, 3}, {ST_TASK_FINISHED, 0}};
+    for (size_t i = 0; i < sizeof ups / sizeof ups[0]; i++) {
+        struct st_update u = {.type = ups[i].type};
+        u.seqs.v = seqs;
+        u.seqs.n = ups[i].n;
+        observe_applied(f->o, &u);
+    }
+    assert_int_equal(sample(f, "sluice_splits_leased_total"), 8);
+    assert_int_equal(sample(f, "sluice_splits_finished_total"), 5);
+    assert_int_equal(sample(f, "sluice_splits_returned_total"), 3);
+    assert_int_equal(sample(f, "sluice_updates_applied_total"), 6);
+}
+
+static void test_state_gauges(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_client(&f->st, 1);
+    add_client(&f->st, 2);
+    assert_int_equal(sample(f, "sluice_workers"), 1);
+    assert_int_equal(sample(f, "sluice_clients"), 2);
+    assert_int_equal(sample(f, "sluice_datasets"), 1);
+    assert_int_equal(sample(f, "sluice_jobs"), 1);
+    assert_int_equal(sample(f, "sluice_tasks"), 0);
+    assert_int_equal(sample(f, "sluice_iterations{state=\"active\"}"), 1);
+    assert_int_equal(sample(f, "sluice_iterations{state=\"finished\"}"), 0);
+    assert_int_equal(sample(f, "sluice_iterations{state=\"garbage_collected\"}"), 0);
+    /* Nothing reported: the means are 0, not NaN. */
+    assert_int_equal(sample(f, "sluice_client_wait_share"), 0);
+}
+
+static void test_journal_histogram(void **state)
+{
+    struct fixture *f = *state;
+    observe_journal_commit(f->o, 0.00005);
+    observe_journal_commit(f->o, 0.003);
+    observe_journal_commit(f->o, 100);
+    assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"0.0001\"}"), 1);
+    assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"0.0032\"}"), 2);
+    assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"6.5536\"}"), 2);
+    assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"+Inf\"}"), 3);
+    assert_int_equal(sample(f, "sluice_journal_commit_seconds_count"), 3);
+    assert_true(fabs(sample(f, "sluice_journal_commit_seconds_sum") - 100.00305) < 1e-9);
+}
+
+static void test_status_extra(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_worker(&f->st, 2);
+    struct status_extra x;
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(x.recommended_workers, 2);
+    assert_int_equal(x.worker_timeout_ms, 2000);
+    assert_int_equal(x.client_timeout_ms, 5000);
+    assert_int_equal(x.job_gc_timeout_ms, 60000);
+    assert_int_equal(x.worker_heartbeat_ms, 400);
+    assert_int_equal(x.client_heartbeat_ms, 1000);
+    assert_int_equal(x.autoscale_window_ms, WINDOW_MS);
+    char *json;
+    assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
+    assert_non_null(strstr(json, "\"recommended_workers\":2,\"config\":{\"worker_timeout_ms\":2000,"
+                                 "\"client_timeout_ms\":5000,\"job_gc_timeout_ms\":60000,"
+                                 "\"worker_heartbeat_ms\":400,\"client_heartbeat_ms\":1000,"
+                                 "\"autoscale_window_ms\":1000},\"workers\":["));
+    free(json);
+    /* Without the extra, the document is what it was. */
+    assert_int_equal(status_json(&f->st, &json), 0);
+    assert_null(strstr(json, "recommended_workers"));
+    assert_null(strstr(json, "config"));
+    free(json);
+}
+
+/* observe_tick runs the window only when due. */
+static void test_tick(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    observe_tick(f->o, &f->st, WINDOW_MS / 2);
+    assert_int_equal(sample(f, "sluice_autoscale_windows_total{reason=\"no_data\"}"), 0);
+    observe_tick(f->o, &f->st, WINDOW_MS);
+    assert_int_equal(sample(f, "sluice_autoscale_windows_total{reason=\"no_data\"}"), 1);
+    observe_tick(f->o, &f->st, WINDOW_MS + 1);
+    assert_int_equal(sample(f, "sluice_autoscale_windows_total{reason=\"no_data\"}"), 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_window_timing, setup, teardown),
+        cmocka_unit_test(test_default_window),
+        cmocka_unit_test_setup_teardown(test_recommended_before_first_window, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rising, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_falling, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_means, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_draining, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_heartbeat_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_gauges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_journal_histogram, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_status_extra, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tick, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,161 @@
+/* The worker's metrics: the idle share formula over a table of cases, the passes over the tasks
+ * (what a heartbeat and a scrape count, a task seen again, a task gone, an id reused by another
+ * task, a task whose producers exited) and the exact rendered samples. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/wmetrics.h"
+
+#define MS 1000000ull
+
+static double sample(struct wmetrics *m, const char *name)
+{
+    char *body;
+    size_t len;
+    assert_int_equal(wmetrics_render(m, &body, &len), 0);
+    assert_int_equal(strlen(body), len);
+    double v = NAN;
+    size_t n = strlen(name);
+    for (char *line = body; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, name, n) == 0 && line[n] == ' ')
+            v = strtod(line + n + 1, NULL);
+        line = nl ? nl + 1 : NULL;
+    }
+    free(body);
+    return v;
+}
+
+static void test_idle_share(void **unused)
+{
+    (void)unused;
+    static const struct {
+        uint64_t blocked;
+        unsigned producers;
+        uint64_t interval;
+        double want;
+    } cases[] = {
+        {0, 1, 100 * MS, 0},
+        {50 * MS, 1, 100 * MS, 0.5},
+        {100 * MS, 1, 100 * MS, 1},
+        {150 * MS, 1, 100 * MS, 1}, /* a block that began before the interval: clamped */
+        {100 * MS, 4, 100 * MS, 0.25},
+        {300 * MS, 4, 100 * MS, 0.75},
+        {100 * MS, 0, 100 * MS, 0},
+        {100 * MS, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_true(fabs(wmetrics_idle_share(cases[i].blocked, cases[i].producers,
+                                             cases[i].interval) -
+                         cases[i].want) < 1e-12);
+}
+
+static void test_passes(void **unused)
+{
+    (void)unused;
+    struct wmetrics *m;
+    assert_int_equal(wmetrics_create(&m), 0);
+    assert_int_equal(sample(m, "sluice_worker_tasks"), 0);
+
+    /* First heartbeat: counts what was produced so far; no interval yet, so idle 0. */
+    struct task_progress a = {.buffered = 10, .produced = 100, .blocked_ns = 5 * MS,
+                              .producers = 2};
+    struct task_progress b = {.buffered = 1, .produced = 7, .blocked_ns = 0, .producers = 1};
+    wmetrics_pass_begin(m);
+    assert_true(wmetrics_task_heartbeat(m, 1, &a, 1000 * MS) == 0);
+    assert_true(wmetrics_task_heartbeat(m, 2, &b, 1000 * MS) == 0);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_tasks"), 2);
+    assert_int_equal(sample(m, "sluice_worker_buffered_elements"), 11);
+    assert_int_equal(sample(m, "sluice_worker_elements_produced_total"), 107);
+
+    /* A scrape counts production but leaves the idle interval alone. */
+    a.produced = 150;
+    a.blocked_ns = 105 * MS;
+    wmetrics_pass_begin(m);
+    wmetrics_task_seen(m, 1, &a);
+    wmetrics_task_seen(m, 2, &b);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_elements_produced_total"), 157);
+
+    /* Next heartbeat 200 ms later: task 1 blocked 200 of its 400 producer-ms, task 2 not. */
+    a.blocked_ns = 205 * MS;
+    wmetrics_pass_begin(m);
+    assert_true(fabs(wmetrics_task_heartbeat(m, 1, &a, 1200 * MS) - 0.5) < 1e-12);
+    assert_true(wmetrics_task_heartbeat(m, 2, &b, 1200 * MS) == 0);
+    wmetrics_pass_end(m);
+    assert_true(fabs(sample(m, "sluice_worker_idle_share") - 0.25) < 1e-12);
+
+    /* Task 2 is gone; task 1's producers exited: it has nothing to do. */
+    a.done = true;
+    a.produced = 160;
+    wmetrics_pass_begin(m);
+    assert_true(wmetrics_task_heartbeat(m, 1, &a, 1300 * MS) == 1);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_tasks"), 1);
+    assert_int_equal(sample(m, "sluice_worker_buffered_elements"), 10);
+    assert_int_equal(sample(m, "sluice_worker_elements_produced_total"), 167);
+    assert_true(sample(m, "sluice_worker_idle_share") == 1);
+
+    /* Id 2 comes back as a new task: counted from zero, first heartbeat idle 0. */
+    struct task_progress c = {.produced = 3, .blocked_ns = 1 * MS, .producers = 1};
+    wmetrics_pass_begin(m);
+    wmetrics_task_heartbeat(m, 1, &a, 1400 * MS);
+    assert_true(wmetrics_task_heartbeat(m, 2, &c, 1400 * MS) == 0);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_elements_produced_total"), 170);
+    /* Id 1 reused by another task whose counts are below the old ones. */
+    struct task_progress d = {.produced = 4, .blocked_ns = 0, .producers = 1};
+    wmetrics_pass_begin(m);
+    assert_true(wmetrics_task_heartbeat(m, 1, &d, 1500 * MS) == 0);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_elements_produced_total"), 174);
+
+    /* No tasks: the gauges are 0. */
+    wmetrics_pass_begin(m);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_tasks"), 0);
+    assert_int_equal(sample(m, "sluice_worker_buffered_elements"), 0);
+    assert_true(sample(m, "sluice_worker_idle_share") == 0);
+    wmetrics_destroy(m);
+}
+
+static void test_counters(void **unused)
+{
+    (void)unused;
+    struct wmetrics *m;
+    assert_int_equal(wmetrics_create(&m), 0);
+    wmetrics_request(m);
+    wmetrics_request(m);
+    wmetrics_served(m, 8192, 100000);
+    wmetrics_served(m, 1, 12);
+    assert_int_equal(sample(m, "sluice_worker_requests_total"), 2);
+    assert_int_equal(sample(m, "sluice_worker_elements_served_total"), 8193);
+    assert_int_equal(sample(m, "sluice_worker_bytes_served_total"), 100012);
+    char *body;
+    size_t len;
+    assert_int_equal(wmetrics_render(m, &body, &len), 0);
+    assert_non_null(strstr(body, "# HELP sluice_worker_requests_total GetElements requests "
+                                 "received.\n# TYPE sluice_worker_requests_total counter\n"
+                                 "sluice_worker_requests_total 2\n"));
+    free(body);
+    wmetrics_destroy(m);
+    wmetrics_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_idle_share),
+        cmocka_unit_test(test_passes),
+        cmocka_unit_test(test_counters),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
