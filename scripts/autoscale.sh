@@ -18,11 +18,13 @@
 #   --max N            workers to run at most (default 0: no limit)
 #   --worker-args "..." extra arguments for every sluice-worker (split on spaces)
 # The worker logs go to $AUTOSCALE_LOG_DIR (default: a new temporary directory, named in the log).
+# A drained worker that has not exited after $AUTOSCALE_DRAIN_GRACE_S seconds (default 120) is
+# killed.
 set -uo pipefail
 
 prog=autoscale
 usage() {
-    sed -n 's/^# \{0,1\}//; /^Usage:/,/^The worker logs/p' "$0"
+    sed -n 's/^# \{0,1\}//; /^Usage:/,/^killed\.$/p' "$0"
     exit 0
 }
 log() { echo "$prog: $(date '+%Y-%m-%d %H:%M:%S') $*" >&2; }
@@ -56,6 +58,8 @@ for b in sluice sluice-worker; do
     [ -x "$bin_dir/$b" ] || die_usage "$bin_dir/$b not found (build first, or pass --bin-dir)"
 done
 read -r -a extra <<<"$worker_args"
+drain_grace=${AUTOSCALE_DRAIN_GRACE_S:-120}
+is_count "$drain_grace" || die_usage "AUTOSCALE_DRAIN_GRACE_S: expected a number of seconds, got '$drain_grace'"
 
 log_dir=${AUTOSCALE_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/sluice-autoscale.XXXXXX")}
 mkdir -p "$log_dir"
@@ -66,14 +70,19 @@ started=0
 stopping=0
 trap 'stopping=1' INT TERM
 
-# Waits until process $1 has exited, also when a signal interrupts the wait; returns its status.
+# Waits for worker $1 to exit and returns its status. The worker's own drain timeout bounds the
+# drain; a worker still running drain_grace seconds later is hung, and is killed.
 wait_exit() {
-    local rc
-    while :; do
-        wait "$1" 2>/dev/null
-        rc=$?
-        kill -0 "$1" 2>/dev/null || return "$rc"
+    local deadline=$((SECONDS + drain_grace))
+    while kill -0 "$1" 2>/dev/null; do
+        if [ "$SECONDS" -ge "$deadline" ]; then
+            log "drain: worker pid $1 still running after ${drain_grace}s: killing it"
+            kill -KILL "$1" 2>/dev/null
+            break
+        fi
+        sleep 0.2
     done
+    wait "$1" 2>/dev/null
 }
 
 # Forgets workers that exited on their own (a crash, or a kill from outside).

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
-          liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang iperf3 procps)
+          liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang iperf3 procps jq)
 if [ "${SLUICE_DEPS_EXTRA:-}" != "" ]; then
     read -r -a extra <<<"$SLUICE_DEPS_EXTRA"
     packages+=("${extra[@]}")

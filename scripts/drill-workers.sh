@@ -59,7 +59,9 @@ reader=""
 declare -A live=()     # worker number -> pid, for workers running and not draining
 declare -A draining=() # worker number -> pid, for workers sent SIGTERM and not yet reaped
 declare -A drain_deadline=()
-all_pids=() # everything started, so the exit trap can end whatever is left
+# Every child not yet reaped, by PID: the only processes the drill signals on exit (a reaped
+# PID may already belong to someone else).
+declare -A running=()
 next_worker=1
 kills=0
 drains=0
@@ -77,12 +79,13 @@ fail() {
 
 # On any exit: everything still running is killed by PID (nothing by name), and the work dir
 # (logs, what was read, the journal) stays behind when the drill failed.
+# shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
     local p
-    for p in "${all_pids[@]}"; do
+    for p in "${!running[@]}"; do
         kill -KILL "$p" 2>/dev/null || true
     done
-    for p in "${all_pids[@]}"; do
+    for p in "${!running[@]}"; do
         wait "$p" 2>/dev/null || true
     done
     if [ "$status" -eq 0 ]; then
@@ -94,6 +97,12 @@ cleanup() {
 diagnosed=0
 trap 'rc=$?; if [ "$rc" -ne 0 ]; then status=1; [ "$diagnosed" -eq 1 ] || diagnostics; fi; cleanup' EXIT
 trap 'exit 1' INT TERM
+
+reap() { # PID: waits for the child to exit and sets reaped_rc to its status
+    reaped_rc=0
+    wait "$1" 2>/dev/null || reaped_rc=$?
+    unset "running[$1]"
+}
 
 diagnostics() {
     local f
@@ -130,7 +139,7 @@ start_dispatcher() { # PORT -> sets disp_pid and disp (HOST:PORT)
     "$bin/sluice-dispatcher" --port "$1" "${ft[@]}" --worker-timeout-ms "$worker_timeout_ms" \
         --log-level "$log_level" >"$work/dispatcher.out" 2>>"$work/dispatcher.log" &
     disp_pid=$!
-    all_pids+=("$disp_pid")
+    running[$disp_pid]=1
     disp=$(wait_listen "$work/dispatcher.out" "$disp_pid")
 }
 
@@ -141,7 +150,7 @@ start_worker() {
         --drain-timeout-ms "$drain_timeout_ms" --log-level "$log_level" \
         >"$work/worker$n.out" 2>"$work/worker$n.log" &
     pid=$!
-    all_pids+=("$pid")
+    running[$pid]=1
     live[$n]=$pid
     addr=$(wait_listen "$work/worker$n.out" "$pid")
     echo "worker $n (pid $pid) at $addr"
@@ -170,18 +179,30 @@ check_drains() {
             if [ "$(now_s)" -gt "${drain_deadline[$n]}" ]; then
                 fail "drained worker $n (pid $pid) still running ${drain_bound_s} s after SIGTERM"
                 kill -KILL "$pid" 2>/dev/null || true
-                wait "$pid" 2>/dev/null || true
+                reap "$pid"
                 unset "draining[$n]"
             fi
             continue
         fi
-        rc=0
-        wait "$pid" 2>/dev/null || rc=$?
+        reap "$pid"
+        rc=$reaped_rc
         if [ "$rc" -ne 0 ]; then
             fail "drained worker $n (pid $pid) exited with status $rc, not 0"
         fi
         echo "drained worker $n exited with status $rc"
         unset "draining[$n]"
+    done
+}
+
+# Fails (and forgets) live workers that exited on their own: only the drill may end a worker.
+check_live() {
+    local n pid
+    for n in "${!live[@]}"; do
+        pid=${live[$n]}
+        kill -0 "$pid" 2>/dev/null && continue
+        reap "$pid"
+        fail "worker $n (pid $pid) exited on its own with status $reaped_rc"
+        unset "live[$n]"
     done
 }
 
@@ -204,7 +225,8 @@ echo "== reading '$pipeline' in distributed_epoch mode"
 "$bin/sluice" read --dispatcher "$disp" "$pipeline" --mode distributed_epoch --format text \
     >"$work/read.txt" 2>"$work/read.log" &
 reader=$!
-all_pids+=("$reader")
+running[$reader]=1
+read_started=$(now_s)
 
 # The plan: which of the actions + restarts steps are dispatcher restarts, at random places.
 steps=$((actions + restarts))
@@ -222,13 +244,14 @@ done_steps=0
 for step in $(seq 0 $((steps - 1))); do
     pause_ms "$pause_lo" "$pause_hi"
     check_drains
+    check_live
     if ! kill -0 "$reader" 2>/dev/null; then
         fail "the read finished after $done_steps of $steps actions; use more DRILL_ELEMENTS"
         break
     fi
     if [ -n "${restart_at[$step]:-}" ]; then
         kill -KILL "$disp_pid"
-        wait "$disp_pid" 2>/dev/null || true
+        reap "$disp_pid"
         pause_ms 0 400
         start_dispatcher "$port"
         disp_restarts=$((disp_restarts + 1))
@@ -241,7 +264,7 @@ for step in $(seq 0 $((steps - 1))); do
     if [ "${#live[@]}" -ge 2 ]; then
         choices+=(kill drain)
     fi
-    if [ "${#live[@]}" -lt "$max_workers" ]; then
+    if [ "${#live[@]}" -lt "$max_workers" ] || [ "${#live[@]}" -eq 0 ]; then
         choices+=(join)
     fi
     action=${choices[$((RANDOM % ${#choices[@]}))]}
@@ -250,7 +273,7 @@ for step in $(seq 0 $((steps - 1))); do
         pick_live
         n=$picked
         kill -KILL "${live[$n]}"
-        wait "${live[$n]}" 2>/dev/null || true
+        reap "${live[$n]}"
         echo "action $((step + 1)): worker $n killed"
         unset "live[$n]"
         kills=$((kills + 1))
@@ -277,14 +300,22 @@ done
 deadline=$(($(now_s) + read_timeout))
 while kill -0 "$reader" 2>/dev/null && [ "$(now_s)" -le "$deadline" ]; do
     check_drains
+    check_live
     sleep 0.1
 done
 if kill -0 "$reader" 2>/dev/null; then
     fail "the read did not finish within $read_timeout s of the last action"
+    # SIGINT first: the reader flushes what it has, so the tally below counts it.
+    kill -INT "$reader" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+        kill -0 "$reader" 2>/dev/null || break
+        sleep 0.1
+    done
     kill -KILL "$reader" 2>/dev/null || true
 fi
-read_rc=0
-wait "$reader" || read_rc=$?
+reap "$reader"
+read_rc=$reaped_rc
+echo "the read ended with status $read_rc after $(($(now_s) - read_started)) s"
 if [ "$read_rc" -ne 0 ]; then
     fail "sluice read exited with status $read_rc"
 fi
@@ -311,12 +342,12 @@ for _ in $(seq 1 100); do
     kill -0 "$disp_pid" 2>/dev/null || break
     sleep 0.1
 done
-disp_rc=0
 if kill -0 "$disp_pid" 2>/dev/null; then
     fail "the dispatcher did not exit within 10 s of SIGTERM"
     kill -KILL "$disp_pid" 2>/dev/null || true
 fi
-wait "$disp_pid" 2>/dev/null || disp_rc=$?
+reap "$disp_pid"
+disp_rc=$reaped_rc
 if [ "$disp_rc" -ne 0 ]; then
     fail "the dispatcher exited with status $disp_rc"
 fi

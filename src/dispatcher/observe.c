@@ -195,8 +195,8 @@ static int make_registry(struct observe *o)
         struct metrics_label l = {"state", iteration_state_label(iteration_states[i])};
         rc = metrics_series_get(f, &l, 1, &o->iterations_g[i]);
     }
-    SCALAR(false, "sluice_tasks", "Tasks assigned to workers, finished ones included.",
-           METRICS_U64, &o->tasks_g);
+    SCALAR(false, "sluice_tasks", "Tasks assigned to workers, finished ones included.", METRICS_U64,
+           &o->tasks_g);
     SCALAR(false, "sluice_clients", "Clients reading.", METRICS_U64, &o->clients_g);
     SCALAR(true, "sluice_updates_applied_total", "State updates applied since the start.",
            METRICS_U64, &o->applied_c);
@@ -252,8 +252,8 @@ static int make_registry(struct observe *o)
     SCALAR(false, "sluice_autoscale_unmet_share",
            "Share of the demand that went unserved at the last window.", METRICS_DOUBLE,
            &o->unmet_g);
-    SCALAR(false, "sluice_autoscale_idle_share", "Mean idle share of the workers at the last window.",
-           METRICS_DOUBLE, &o->idle_g);
+    SCALAR(false, "sluice_autoscale_idle_share",
+           "Mean idle share of the workers at the last window.", METRICS_DOUBLE, &o->idle_g);
 #undef SCALAR
     return rc;
 }
@@ -490,19 +490,18 @@ int observe_window_close(struct observe *o, const struct state *st, uint64_t now
 
 void observe_tick(struct observe *o, const struct state *st, uint64_t now_ms)
 {
-    bool first = !o->has_decision;
     struct observe_window w;
     int rc = observe_window_close(o, st, now_ms, &w);
-    if (rc <= 0 || (!first && w.decision.workers == w.before))
+    if (rc <= 0 || w.decision.workers == w.before)
         return;
     const struct autoscale_decision *d = &w.decision;
     log_info("autoscale: recommending %" PRIu32 " worker%s (was %" PRIu32 ", %" PRIu32
              " serving): %s; demand %.1f/s, served %.1f/s, unmet share %.2f, capacity %.1f/s "
              "per worker, idle share %.2f, from %zu worker%s and %zu client%s",
              d->workers, d->workers == 1 ? "" : "s", w.before, w.current,
-             autoscale_reason_name(d->reason), d->demand, d->served, d->unmet, d->capacity,
-             d->idle, d->workers_measured, d->workers_measured == 1 ? "" : "s",
-             d->clients_measured, d->clients_measured == 1 ? "" : "s");
+             autoscale_reason_name(d->reason), d->demand, d->served, d->unmet, d->capacity, d->idle,
+             d->workers_measured, d->workers_measured == 1 ? "" : "s", d->clients_measured,
+             d->clients_measured == 1 ? "" : "s");
 }
 
 /* ---- exposition ------------------------------------------------------------------------------ */

@@ -63,7 +63,8 @@ struct observe_config {
 };
 
 /* Makes the registry and empty tables; the first window ends window_ms after now_ms. params NULL
- * means autoscale_params_default(). Returns 0 and *out (the caller owns it), or SLUICE_ERR_NOMEM. */
+ * means autoscale_params_default(). Returns 0 and *out (the caller owns it), or SLUICE_ERR_NOMEM.
+ */
 int observe_create(const struct observe_config *cfg, const struct autoscale_params *params,
                    uint64_t now_ms, struct observe **out);
 
@@ -126,8 +127,8 @@ struct observe_window {
 int observe_window_close(struct observe *o, const struct state *st, uint64_t now_ms,
                          struct observe_window *out);
 
-/* observe_window_close(), then, when a window closed and the recommendation differs from what it
- * was (or is the first decision), one info line with the decision and its figures. */
+/* observe_window_close(), then, when a window closed and the recommendation differs from what
+ * observe_recommended() said before it, one info line with the decision and its figures. */
 void observe_tick(struct observe *o, const struct state *st, uint64_t now_ms);
 
 /* The recommendation of the last closed window, or before the first one the number of registered

@@ -501,10 +501,22 @@ static int apply_job_created(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_job(s, u->id) || !str_fits(u->name, ST_ID_MAX) ||
         !str_fits(u->name2, ST_ID_MAX) || !state_dataset(s, u->name2) ||
-        (unsigned)u->mode >= ST_MODE_COUNT || state_job_by_name(s, u->name))
+        (unsigned)u->mode >= ST_MODE_COUNT)
+        return CORRUPT;
+    /* A name whose job was garbage-collected is free again: the new job replaces the old one
+     * and its collected iteration. A live job's name never is. */
+    struct st_job *old = u->name[0] ? (struct st_job *)state_job_by_name(s, u->name) : NULL;
+    struct st_iteration *old_it = old ? FIND(s, iterations, old->iteration_id) : NULL;
+    if (old && (!old_it || old_it->state != ST_ITER_GC))
         return CORRUPT;
     if (grow((void **)&s->jobs, &s->cap_jobs, s->njobs + 1, sizeof *s->jobs))
         return SLUICE_ERR_NOMEM;
+    if (old) {
+        iteration_release(old_it);
+        row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old_it);
+        old = (struct st_job *)state_job_by_name(s, u->name);
+        row_erase(s->jobs, &s->njobs, sizeof *s->jobs, old);
+    }
     struct st_job *j = row_insert(s->jobs, &s->njobs, sizeof *s->jobs, u->id);
     memcpy(j->name, u->name, strlen(u->name) + 1);
     memcpy(j->dataset_id, u->name2, strlen(u->name2) + 1);
@@ -1144,6 +1156,15 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
 
     const struct st_job *job = state_job_by_name(s, job_name);
     const struct st_iteration *cur = NULL;
+    if (job) {
+        /* A collected job's name is free for another dataset, mode or consumer count: a new job
+         * takes it (JOB_CREATED replaces the collected one). */
+        const struct st_iteration *last = state_iteration(s, job->iteration_id);
+        if (last && last->state == ST_ITER_GC &&
+            (strcmp(job->dataset_id, dataset_id) != 0 || job->mode != mode ||
+             job->num_consumers != num_consumers))
+            job = NULL;
+    }
     if (job) {
         if (strcmp(job->dataset_id, dataset_id) != 0)
             return err_set(err, errlen, SLUICE_ERR_EXISTS,

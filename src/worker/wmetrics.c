@@ -152,8 +152,8 @@ double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struc
     struct wm_task *e = see(m, task_id, tp);
     double idle = 0;
     if (e && e->primed && now_ns > e->at_ns)
-        idle = wmetrics_idle_share(tp->blocked_ns - e->blocked_ns, tp->producers,
-                                   now_ns - e->at_ns);
+        idle =
+            wmetrics_idle_share(tp->blocked_ns - e->blocked_ns, tp->producers, now_ns - e->at_ns);
     if (tp->done)
         idle = 1;
     if (e) {

@@ -1306,6 +1306,7 @@ static void on_tick(uv_timer_t *t)
         lease_pump(w, wt);
     }
     reap(w);
+    drain_check(w);
     tick_adjust(w);
 }
 

@@ -130,8 +130,7 @@ int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...)
     return proc_spawn(p, argv);
 }
 
-int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len,
-                         int timeout_ms)
+int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len, int timeout_ms)
 {
     char line[512];
     size_t have = 0;

@@ -37,8 +37,7 @@ int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...);
 /* Reads p's stdout (after proc_start has consumed the "listening on" line) up to timeout_ms for a
  * line containing marker followed by an address, e.g. " metrics on " of a server started with
  * --metrics-port, and copies the address (the rest of the line) into out. Returns 0 or -1. */
-int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len,
-                         int timeout_ms);
+int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len, int timeout_ms);
 
 /* The text of "0\n1\n...\n" for range(n), each line repeated times times, sorted as strings. */
 char *expected_range(long n, int times);

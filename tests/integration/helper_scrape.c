@@ -430,8 +430,7 @@ void expo_free(struct expo *e)
 int expo_value(const struct expo *e, const char *name, const char *labels, double *out)
 {
     for (size_t i = 0; i < e->n; i++) {
-        if (strcmp(e->v[i].name, name) == 0 && strcmp(e->v[i].labels, labels) == 0 &&
-            !e->v[i].le) {
+        if (strcmp(e->v[i].name, name) == 0 && strcmp(e->v[i].labels, labels) == 0 && !e->v[i].le) {
             *out = e->v[i].value;
             return 0;
         }

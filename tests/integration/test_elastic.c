@@ -102,9 +102,23 @@ static int setup_no_dispatcher(void **state)
     return setup_with(state, NULL);
 }
 
+/* The readers a test started in the background; the teardown kills those a failed assertion
+ * left running (a reader retries an absent dispatcher for ever). */
+static struct proc readers[4];
+static int nreaders;
+
+static struct proc *new_reader(void)
+{
+    assert_true(nreaders < (int)(sizeof(readers) / sizeof(readers[0])));
+    return &readers[nreaders++];
+}
+
 static int teardown(void **state)
 {
     struct cluster *c = *state;
+    for (int i = 0; i < nreaders; i++)
+        proc_stop(&readers[i], SIGKILL, WAIT_MS);
+    nreaders = 0;
     int rc = cluster_stop(c);
     free(c);
     return rc;
@@ -173,15 +187,23 @@ static void print_tally(const char *what, struct tally t)
     fflush(stdout);
 }
 
-/* Asserts that text is range(n), every value exactly once, in any order. */
-static void assert_exactly_once(const char *what, const char *text, long n)
+/* Asserts that t is the tally of range(n) read exactly once. */
+static void assert_tally_exact(struct tally t, long n)
 {
-    struct tally t = tally_range(text, n);
-    print_tally(what, t);
     assert_int_equal(t.lost, 0);
     assert_int_equal(t.duplicated, 0);
     assert_int_equal(t.unexpected, 0);
     assert_int_equal(t.lines, n);
+}
+
+/* Asserts that text is range(n), every value exactly once, in any order. Frees text (before
+ * asserting, so a failure leaks nothing). */
+static void assert_exactly_once(const char *what, char *text, long n)
+{
+    struct tally t = tally_range(text, n);
+    free(text);
+    print_tally(what, t);
+    assert_tally_exact(t, n);
 }
 
 /* a followed by b; frees both. */
@@ -350,38 +372,35 @@ static void wait_mid_epoch(struct cluster *c, struct proc *r, const char *name)
     assert_still_reading(r);
 }
 
-/* ---- workers killed and drained mid-epoch ------------------------------------------------------
- */
+/* ---- workers killed and drained mid-epoch ---------------------------------------------------- */
 
 static void test_kill_one_worker(void **state)
 {
     struct cluster *c = *state;
     add_workers(c, 3);
-    struct proc r;
-    spawn_read(c, &r, 4000, 1000, NULL);
-    wait_mid_epoch(c, &r, NULL);
+    struct proc *r = new_reader();
+    spawn_read(c, r, 4000, 1000, NULL);
+    wait_mid_epoch(c, r, NULL);
     assert_int_equal(proc_stop(&c->workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
-    assert_still_reading(&r);
-    char *out = finish_read(&r);
+    assert_still_reading(r);
+    char *out = finish_read(r);
     assert_exactly_once("one worker killed", out, 4000);
-    free(out);
 }
 
 static void test_kill_two_workers(void **state)
 {
     struct cluster *c = *state;
     add_workers(c, 3);
-    struct proc r;
-    spawn_read(c, &r, 4000, 1000, NULL);
-    wait_mid_epoch(c, &r, NULL);
+    struct proc *r = new_reader();
+    spawn_read(c, r, 4000, 1000, NULL);
+    wait_mid_epoch(c, r, NULL);
     assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
     assert_int_equal(proc_stop(&c->workers[2], SIGKILL, WAIT_MS), 128 + SIGKILL);
-    assert_still_reading(&r);
+    assert_still_reading(r);
     /* A fresh worker joins, so the work is not left to the one survivor alone. */
     add_workers(c, 1);
-    char *out = finish_read(&r);
+    char *out = finish_read(r);
     assert_exactly_once("two workers killed, one joined", out, 4000);
-    free(out);
 }
 
 static void test_drain_worker(void **state)
@@ -390,9 +409,9 @@ static void test_drain_worker(void **state)
     add_workers(c, 3);
     char addr[128];
     snprintf(addr, sizeof(addr), "%s", c->workers[1].addr);
-    struct proc r;
-    spawn_read(c, &r, 4000, 1000, NULL);
-    wait_mid_epoch(c, &r, NULL);
+    struct proc *r = new_reader();
+    spawn_read(c, r, 4000, 1000, NULL);
+    wait_mid_epoch(c, r, NULL);
     /* SIGTERM drains: the worker takes no more splits, hands back the ones it has not started,
      * serves what it holds, deregisters and exits 0, all within its drain timeout. */
     long long t0 = now_ms();
@@ -408,17 +427,17 @@ static void test_drain_worker(void **state)
         dump_file(c->workers[1].log); /* proc_stop printed it when it had to kill */
     /* The read is finished and tallied before the verdict on the worker, so a failing drain
      * still shows what it cost the reader. */
-    char *out = finish_read(&r);
-    print_tally("one worker drained", tally_range(out, 4000));
+    char *out = finish_read(r);
+    struct tally t = tally_range(out, 4000);
+    free(out);
+    print_tally("one worker drained", t);
     assert_int_equal(rc, 0);
     assert_true(took <= DRAIN_BOUND_MS);
     assert_int_equal(listed, 0);
-    assert_exactly_once("one worker drained", out, 4000);
-    free(out);
+    assert_tally_exact(t, 4000);
 }
 
-/* ---- a worker back at the same address --------------------------------------------------------
- */
+/* ---- a worker back at the same address ------------------------------------------------------- */
 
 static void test_restart_same_address(void **state)
 {
@@ -434,9 +453,8 @@ static void test_restart_same_address(void **state)
     char *out = NULL, *err = NULL;
     assert_int_equal(
         cluster_cli(c, &out, &err, "read", "range(100)", "--mode", "distributed_epoch", NULL), 0);
-    assert_exactly_once("before the restart", out, 100);
-    free(out);
     free(err);
+    assert_exactly_once("before the restart", out, 100);
     json_t *doc = status_doc(c);
     assert_int_equal(workers_at(doc, addr, inc, sizeof(inc)), 1);
     json_decref(doc);
@@ -465,13 +483,11 @@ static void test_restart_same_address(void **state)
 
     assert_int_equal(
         cluster_cli(c, &out, &err, "read", "range(2000)", "--mode", "distributed_epoch", NULL), 0);
-    assert_exactly_once("after the restart", out, 2000);
-    free(out);
     free(err);
+    assert_exactly_once("after the restart", out, 2000);
 }
 
-/* ---- a killed reader, its job collected, the name used again ----------------------------------
- */
+/* ---- a killed reader, its job collected, the name used again --------------------------------- */
 
 /* Twice the client and collection timeouts of setup_gc. */
 #define GC_BOUND_MS (2 * (1000 + 1000))
@@ -482,8 +498,8 @@ static void test_restart_same_address(void **state)
  * iteration id. */
 static long long kill_reader_until_collected(struct cluster *c, const char *name)
 {
-    struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", ENDLESS, "--job-name", name, NULL), 0);
+    struct proc *r = new_reader();
+    assert_int_equal(cluster_cli_spawn(c, r, "read", ENDLESS, "--job-name", name, NULL), 0);
     /* The reader holds the job: it is active with one client. */
     long long t0 = now_ms(), clients = 0, iteration = 0;
     for (;;) {
@@ -499,9 +515,9 @@ static long long kill_reader_until_collected(struct cluster *c, const char *name
         usleep(20 * 1000);
     }
     assert_int_equal(clients, 1);
-    assert_still_reading(&r);
+    assert_still_reading(r);
 
-    assert_int_equal(proc_stop(&r, SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_int_equal(proc_stop(r, SIGKILL, WAIT_MS), 128 + SIGKILL);
     t0 = now_ms();
     char state[64] = "";
     for (;;) {
@@ -527,12 +543,14 @@ static void test_killed_reader_job_collected_name_reused(void **state)
     /* The collected name serves a new, finite read. */
     char *out = NULL, *err = NULL;
     int rc = cluster_cli(c, &out, &err, "read", "range(30)", "--job-name", "gc", NULL);
-    if (rc != 0)
+    if (rc != 0) {
         fprintf(stderr, "the read under the collected name exited with %d: %s", rc, err);
+        free(out);
+        free(err);
+    }
     assert_int_equal(rc, 0);
-    assert_exactly_once("under the collected name", out, 30);
-    free(out);
     free(err);
+    assert_exactly_once("under the collected name", out, 30);
 }
 
 static void test_collected_job_new_iteration(void **state)
@@ -559,39 +577,37 @@ static void test_collected_job_new_iteration(void **state)
     json_decref(doc);
 }
 
-/* ---- a shared job losing a worker -------------------------------------------------------------
- */
+/* ---- a shared job losing a worker ------------------------------------------------------------ */
 
 static void test_shared_job_worker_killed(void **state)
 {
     struct cluster *c = *state;
     add_workers(c, 3);
-    struct proc r1, r2;
-    spawn_read(c, &r1, 4000, 1000, "shared");
-    spawn_read(c, &r2, 4000, 1000, "shared");
-    wait_mid_epoch(c, &r1, "shared");
+    struct proc *r1 = new_reader(), *r2 = new_reader();
+    spawn_read(c, r1, 4000, 1000, "shared");
+    spawn_read(c, r2, 4000, 1000, "shared");
+    wait_mid_epoch(c, r1, "shared");
     assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
-    assert_still_reading(&r1);
-    assert_still_reading(&r2);
-    char *o1 = finish_read(&r1);
-    char *o2 = finish_read(&r2);
+    assert_still_reading(r1);
+    assert_still_reading(r2);
+    char *o1 = finish_read(r1);
+    char *o2 = finish_read(r2);
     struct tally t1 = tally_range(o1, 4000), t2 = tally_range(o2, 4000);
+    char *both = concat(o1, o2);
+    struct tally t = tally_range(both, 4000);
+    free(both);
     print_tally("reader 1", t1);
     print_tally("reader 2", t2);
+    print_tally("both readers", t);
     /* Each reader on its own never sees a value twice; together they cover the range. Whether a
      * value may reach both readers after a worker is lost is what the tally shows. */
     assert_int_equal(t1.duplicated, 0);
     assert_int_equal(t2.duplicated, 0);
-    char *both = concat(o1, o2);
-    struct tally t = tally_range(both, 4000);
-    print_tally("both readers", t);
     assert_int_equal(t.lost, 0);
     assert_int_equal(t.unexpected, 0);
-    free(both);
 }
 
-/* ---- the timeouts and heartbeats the dispatcher runs with -------------------------------------
- */
+/* ---- the timeouts and heartbeats the dispatcher runs with ------------------------------------ */
 
 /* Starts c's dispatcher with exactly the flags given (cluster_start_dispatcher adds timeouts of
  * its own). c has no dispatcher running. */

@@ -228,8 +228,7 @@ static void test_split_counters(void **unused)
     assert_true(total >= 1);
     json_decref(doc);
 
-    assert_true(wait_value(dm, "sluice_splits_finished_total", "", (double)total) ==
-                (double)total);
+    assert_true(wait_value(dm, "sluice_splits_finished_total", "", (double)total) == (double)total);
     struct expo e;
     scrape(dm, &e);
     assert_true(value(&e, "sluice_splits_leased_total", "") == (double)total);
@@ -334,18 +333,22 @@ static void test_metrics_port_errors(void **unused)
 {
     (void)unused;
     char *err = NULL;
-    char *argv[] = {(char *)bin_path("sluice-dispatcher"), "--port", "0", "--metrics-port", "x",
-                    NULL};
+    char *argv[] = {
+        (char *)bin_path("sluice-dispatcher"), "--port", "0", "--metrics-port", "x", NULL};
     assert_int_equal(run_cmd(argv, 10000, NULL, &err), 2);
     assert_non_null(strstr(err, "--metrics-port"));
     free(err);
-    char *wargv[] = {(char *)bin_path("sluice-worker"), "--dispatcher", "127.0.0.1:1",
-                     "--metrics-port", "70000", NULL};
+    char *wargv[] = {(char *)bin_path("sluice-worker"),
+                     "--dispatcher",
+                     "127.0.0.1:1",
+                     "--metrics-port",
+                     "70000",
+                     NULL};
     assert_int_equal(run_cmd(wargv, 10000, NULL, &err), 2);
     assert_non_null(strstr(err, "--metrics-port"));
     free(err);
-    char *aargv[] = {(char *)bin_path("sluice-dispatcher"), "--port", "0",
-                     "--autoscale-window-ms", "0", NULL};
+    char *aargv[] = {
+        (char *)bin_path("sluice-dispatcher"), "--port", "0", "--autoscale-window-ms", "0", NULL};
     assert_int_equal(run_cmd(aargv, 10000, NULL, &err), 2);
     assert_non_null(strstr(err, "--autoscale-window-ms"));
     free(err);
@@ -356,8 +359,8 @@ static void test_metrics_port_errors(void **unused)
     assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
     char port[16];
     snprintf(port, sizeof(port), "%d", c.port);
-    char *bargv[] = {(char *)bin_path("sluice-dispatcher"), "--port", "0", "--metrics-port", port,
-                     NULL};
+    char *bargv[] = {
+        (char *)bin_path("sluice-dispatcher"), "--port", "0", "--metrics-port", port, NULL};
     assert_int_equal(run_cmd(bargv, 10000, NULL, &err), 1);
     if (strncmp(err, "sluice-dispatcher: metrics: ", 28) != 0)
         fail_msg("unexpected error: %s", err);
@@ -376,9 +379,9 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cluster_metrics),   cmocka_unit_test(test_served_equals_read),
-        cmocka_unit_test(test_split_counters),    cmocka_unit_test(test_journal_commits),
-        cmocka_unit_test(test_status_defaults),   cmocka_unit_test(test_status_cluster),
+        cmocka_unit_test(test_cluster_metrics),     cmocka_unit_test(test_served_equals_read),
+        cmocka_unit_test(test_split_counters),      cmocka_unit_test(test_journal_commits),
+        cmocka_unit_test(test_status_defaults),     cmocka_unit_test(test_status_cluster),
         cmocka_unit_test(test_metrics_port_errors),
     };
     return cmocka_run_group_tests(tests, NULL, teardown_all);

@@ -23,8 +23,8 @@
 /* How long the recommendation gets to move: many windows of 500 ms. */
 #define MOVE_MS 60000
 
-static const char *const dispatcher_args[] = {"--metrics-port", "0", "--autoscale-window-ms",
-                                              "500", NULL};
+static const char *const dispatcher_args[] = {"--metrics-port", "0", "--autoscale-window-ms", "500",
+                                              NULL};
 
 static long long now_ms(void)
 {
@@ -131,8 +131,9 @@ static void test_rising(void **unused)
     char maddr[64];
     start(&c, 1, maddr);
     struct proc reader;
-    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(100000000) | map(sleep_us, 2000)",
-                                       "--format", "count", NULL),
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read",
+                                       "range(100000000) | map(sleep_us, 2000)", "--format",
+                                       "count", NULL),
                      0);
     long rec = wait_for(&c, 1, above, 1, MOVE_MS);
     proc_stop(&reader, SIGKILL, 5000);

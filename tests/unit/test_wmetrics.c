@@ -42,19 +42,15 @@ static void test_idle_share(void **unused)
         uint64_t interval;
         double want;
     } cases[] = {
-        {0, 1, 100 * MS, 0},
-        {50 * MS, 1, 100 * MS, 0.5},
-        {100 * MS, 1, 100 * MS, 1},
+        {0, 1, 100 * MS, 0},           {50 * MS, 1, 100 * MS, 0.5},   {100 * MS, 1, 100 * MS, 1},
         {150 * MS, 1, 100 * MS, 1}, /* a block that began before the interval: clamped */
-        {100 * MS, 4, 100 * MS, 0.25},
-        {300 * MS, 4, 100 * MS, 0.75},
-        {100 * MS, 0, 100 * MS, 0},
+        {100 * MS, 4, 100 * MS, 0.25}, {300 * MS, 4, 100 * MS, 0.75}, {100 * MS, 0, 100 * MS, 0},
         {100 * MS, 2, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        assert_true(fabs(wmetrics_idle_share(cases[i].blocked, cases[i].producers,
-                                             cases[i].interval) -
-                         cases[i].want) < 1e-12);
+        assert_true(
+            fabs(wmetrics_idle_share(cases[i].blocked, cases[i].producers, cases[i].interval) -
+                 cases[i].want) < 1e-12);
 }
 
 static void test_passes(void **unused)
@@ -65,8 +61,8 @@ static void test_passes(void **unused)
     assert_int_equal(sample(m, "sluice_worker_tasks"), 0);
 
     /* First heartbeat: counts what was produced so far; no interval yet, so idle 0. */
-    struct task_progress a = {.buffered = 10, .produced = 100, .blocked_ns = 5 * MS,
-                              .producers = 2};
+    struct task_progress a = {
+        .buffered = 10, .produced = 100, .blocked_ns = 5 * MS, .producers = 2};
     struct task_progress b = {.buffered = 1, .produced = 7, .blocked_ns = 0, .producers = 1};
     wmetrics_pass_begin(m);
     assert_true(wmetrics_task_heartbeat(m, 1, &a, 1000 * MS) == 0);
