@@ -64,7 +64,7 @@ int ranges_add(struct ranges *r, uint64_t begin, uint64_t end)
 
 bool ranges_contains(const struct ranges *r, uint64_t v)
 {
-    return ranges_next_in(r, v) == v;
+    return v != UINT64_MAX && ranges_next_in(r, v) == v;
 }
 
 uint64_t ranges_next_in(const struct ranges *r, uint64_t v)
@@ -87,7 +87,7 @@ bool ranges_covers(const struct ranges *r, uint64_t total)
 {
     if (total == 0)
         return true;
-    return r->n == 1 && r->v[0].begin == 0 && r->v[0].end >= total;
+    return r->n > 0 && r->v[0].begin == 0 && r->v[0].end >= total;
 }
 
 uint64_t ranges_count(const struct ranges *r)
