@@ -60,7 +60,9 @@ struct sluice_iterator {
     enum iter_state state;
     int fail_rc;
     char fail_msg[MSG_MAX];
-    uint64_t taken;   /* elements in the payloads the reader took */
+    /* Elements handed to the reader so far: stored by the reader alone (relaxed, once per
+     * element, no lock), read by the loop for the consumption rate. */
+    atomic_uint_fast64_t taken;
     uint64_t wait_ns; /* time the reader spent waiting on an empty buffer */
     atomic_int interrupted;
 
@@ -69,6 +71,7 @@ struct sluice_iterator {
     size_t cur_pos;
     uint32_t cur_decoded; /* records of cur read so far (elements, skipped ones, end markers) */
     uint32_t cur_skip;    /* entries of cur.skip passed */
+    uint64_t taken_local; /* elements handed out (published in taken) */
     struct pipe_buf scratch;
     struct sluice_element elem;
     struct pipe_spec *tail_spec;
@@ -847,7 +850,8 @@ static void send_heartbeat(struct sluice_iterator *it)
     ct_finished_ids(&it->tasks, it->finished, n);
 
     uv_mutex_lock(&it->mu);
-    uint64_t taken = it->taken, wait_ns = it->wait_ns;
+    uint64_t taken = atomic_load_explicit(&it->taken, memory_order_relaxed);
+    uint64_t wait_ns = it->wait_ns;
     uv_mutex_unlock(&it->mu);
     if (build_coverage(it) == 0)
         it->acks_due = false;
@@ -993,7 +997,6 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
     uv_mutex_lock(&it->mu);
     for (;;) {
         if (prefetch_take(&it->pf, &it->cur)) {
-            it->taken += it->cur.count - it->cur.nskip;
             it->cur_pos = 0;
             it->cur_decoded = 0;
             it->cur_skip = 0;
@@ -1062,6 +1065,8 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
                                    &mark, msg, sizeof msg);
             if (rc == CODEC_ELEMENT) {
                 it->cur_decoded++;
+                it->taken_local++;
+                atomic_store_explicit(&it->taken, it->taken_local, memory_order_relaxed);
                 return 1;
             }
             if (rc == CODEC_SPLIT_END) {
@@ -1225,6 +1230,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     it->coordinated = o->num_consumers > 0;
     it->consumer_index = o->consumer_index;
     atomic_init(&it->interrupted, 0);
+    atomic_init(&it->taken, 0);
     pipe_elem_init(&it->elem);
     ledger_init(&it->ledger);
     ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);

@@ -44,7 +44,7 @@ int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bou
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "coverage of split %" PRIu64 ": an odd number of bounds", seq);
     for (size_t i = 0; i < nbounds; i += 2) {
-        if (bounds[i] >= bounds[i + 1] || (i > 0 && bounds[i] <= bounds[i - 1]) ||
+        if (bounds[i] >= bounds[i + 1] || (i > 0 && bounds[i] < bounds[i - 1]) ||
             (ended && bounds[i + 1] > total))
             return err_set(err, errlen, SLUICE_ERR_INVALID,
                            "coverage of split %" PRIu64 ": bad range [%" PRIu64 ", %" PRIu64 ")",

@@ -76,6 +76,10 @@ struct task {
     bool done;
     uint64_t produced;
     uint64_t blocked_ns; /* summed over producers: time spent waiting for room in the buffer */
+    /* Producers blocked right now, and the sum of the times they started to wait, so a long
+     * block counts while it lasts rather than all at once when it ends. */
+    unsigned nblocked;
+    uint64_t blocked_since_sum;
     int err_code;
     char err_msg[512];
     struct lease_queue lease;
@@ -190,11 +194,15 @@ static int push_chunk(struct producer *p, struct wbuf_chunk *c, bool refill)
     uv_mutex_lock(&t->mu);
     if (!atomic_load(&t->stop) && over_limit(t)) {
         uint64_t since = uv_hrtime();
+        t->nblocked++;
+        t->blocked_since_sum += since;
         while (!atomic_load(&t->stop) && over_limit(t)) {
             t->space_waiters++;
             uv_cond_wait(&t->space_cv, &t->mu);
             t->space_waiters--;
         }
+        t->nblocked--;
+        t->blocked_since_sum -= since;
         t->blocked_ns += uv_hrtime() - since;
     }
     if (atomic_load(&t->stop)) {
@@ -773,7 +781,7 @@ void task_progress(struct task *t, struct task_progress *out)
     out->failed = t->err_code != 0;
     out->buffered = t->buf.count;
     out->produced = t->produced;
-    out->blocked_ns = t->blocked_ns;
+    out->blocked_ns = t->blocked_ns + (uint64_t)t->nblocked * uv_hrtime() - t->blocked_since_sum;
     out->producers = t->nproducers;
     out->finished = t->done && !out->failed && t->buf.count == 0 &&
                     (t->mode != SLUICE_DISTRIBUTED_EPOCH || lease_settled(&t->lease));
