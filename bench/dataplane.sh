@@ -62,6 +62,16 @@ t1=$(now_ns)
 [ "$got" = "$n_small" ] || { echo "read $got of $n_small small elements" >&2; exit 1; }
 small_eps=$(awk -v n="$n_small" -v ns=$((t1 - t0)) 'BEGIN { printf "%.0f", n / (ns / 1e9) }')
 
+# The same small elements in distributed_epoch, where every element carries its split and
+# position and the client keeps the ledger that drops duplicates: the cost of acknowledged splits.
+t0=$(now_ns)
+got=$("$bin/sluice" read --dispatcher "$disp" "range($n_small)" --mode distributed_epoch \
+      --format count)
+t1=$(now_ns)
+[ "$got" = "$n_small" ] || { echo "read $got of $n_small distributed elements" >&2; exit 1; }
+dist_eps=$(awk -v n="$n_small" -v ns=$((t1 - t0)) 'BEGIN { printf "%.0f", n / (ns / 1e9) }')
+
 echo "raw loopback TCP (iperf3):      ${raw_mib} MiB/s"
 echo "1 MiB elements, no compression: ${big_mib} MiB/s  ratio $(awk -v a="$big_mib" -v b="$raw_mib" 'BEGIN { printf "%.2f", a / b }') of raw (target >= 0.75)"
 echo "8-byte elements from range:     ${small_eps} elements/s (target >= 2000000)"
+echo "8-byte elements, distributed:   ${dist_eps} elements/s  ratio $(awk -v a="$dist_eps" -v b="$small_eps" 'BEGIN { printf "%.2f", a / b }') of parallel_epochs"

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "dispatcher/record.h"
 #include "dispatcher/server.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
@@ -213,8 +214,12 @@ static void check_invariants(const struct state *s)
  *                                         total one-element splits (inf: 2 per pass, forever)
  *   hb ADDRESS INC [fin=1,2] [drain]      a worker heartbeat
  *   rm WORKER                             remove a worker
- *   splits TASK MAX [fin=1,2] [req=N]     get splits (request number N; default 0, unnumbered);
+ *   splits TASK MAX [fin=1,2] [req=N] [ret=3,4]
+ *                                         get splits (request number N; default 0, unnumbered),
+ *                                         handing back ret (plan_get_splits_returning);
  *                                         outputs end and the seqs of the reply
+ *   done ITERATION [1,2]                  consumers received these splits in full
+ *   back TASK                             hand every split leased to the task back
  *   chb CLIENT | rel CLIENT | gc ITERATION
  * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
 struct harness {
@@ -357,9 +362,18 @@ static const char *run(struct harness *h, const char *line)
         uint64_t *seqs = NULL;
         size_t nseqs = 0;
         v = opt(words, nw, "req");
-        rc = plan_get_splits_numbered(
-            &h->s, strtoull(words[1], NULL, 10), v ? strtoull(v, NULL, 10) : 0, fin, nfin,
-            (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs, &end, err, sizeof err);
+        uint64_t req = v ? strtoull(v, NULL, 10) : 0;
+        uint64_t ret[64];
+        const char *rv = opt(words, nw, "ret");
+        size_t nret = rv ? parse_list(rv, ret, 64) : 0;
+        if (rv)
+            rc = plan_get_splits_returning(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin,
+                                           ret, nret, (uint32_t)atoi(words[2]), &h->ups, &seqs,
+                                           &nseqs, &end, err, sizeof err);
+        else
+            rc = plan_get_splits_numbered(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin,
+                                          (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs, &end,
+                                          err, sizeof err);
         int n = snprintf(outs, sizeof outs, "end=%d", end);
         for (size_t i = 0; i < nseqs && n < 200; i++)
             n += snprintf(outs + n, sizeof outs - (size_t)n, "%s%" PRIu64, i ? "," : " seqs=[",
@@ -373,6 +387,14 @@ static const char *run(struct harness *h, const char *line)
         rc = plan_release_client(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "gc") == 0) {
         rc = plan_gc_iteration(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "done") == 0) {
+        uint64_t seqs[64];
+        size_t n = nw > 2 ? parse_list(words[2], seqs, 64) : 0;
+        rc = plan_splits_finished(&h->s, strtoull(words[1], NULL, 10), seqs, n, &h->ups, err,
+                                  sizeof err);
+    } else if (strcmp(cmd, "back") == 0) {
+        rc = plan_return_task_splits(&h->s, strtoull(words[1], NULL, 10), &h->ups, err,
+                                     sizeof err);
     } else {
         fail_msg("unknown command %s", cmd);
         return NULL;
@@ -635,11 +657,12 @@ static const struct plan_case plan_cases[] = {
      "error INVALID: iteration 1 is already garbage-collected"},
 };
 
-static void test_plan_cases(void **unused)
+/* Runs each case on a fresh harness: the setup, then the command, whose output must be exactly
+ * the expected text; a refusal leaves the state as it was. */
+static void run_plan_cases(const struct plan_case *cases, size_t n)
 {
-    (void)unused;
-    for (size_t i = 0; i < sizeof plan_cases / sizeof plan_cases[0]; i++) {
-        const struct plan_case *c = &plan_cases[i];
+    for (size_t i = 0; i < n; i++) {
+        const struct plan_case *c = &cases[i];
         struct harness h;
         harness_init(&h);
         run_script(&h, c->setup);
@@ -651,6 +674,12 @@ static void test_plan_cases(void **unused)
             assert_int_equal(state_digest(&h.s), before);
         harness_release(&h);
     }
+}
+
+static void test_plan_cases(void **unused)
+{
+    (void)unused;
+    run_plan_cases(plan_cases, sizeof plan_cases / sizeof plan_cases[0]);
 }
 
 /* What collection deletes and keeps. */
@@ -1058,7 +1087,14 @@ static void check_unique(uint64_t *v, size_t n, const char *what)
 
 #define RANDOM_STEPS 3000
 
-static void random_run(uint64_t seed)
+typedef void (*random_op_fn)(struct harness *h, uint64_t *x);
+
+/* Checked beside the replay: every update survives the journal's encoding unchanged. */
+static void record_copy(const struct st_update *u, struct st_update *out);
+/* The live state survives a snapshot's encoding with the same digest. */
+static void check_snapshot(const struct state *s);
+
+static void random_run(uint64_t seed, random_op_fn op, bool through_records)
 {
     struct harness h;
     harness_init(&h);
@@ -1069,7 +1105,7 @@ static void random_run(uint64_t seed)
     assert_non_null(digests);
     size_t finished_iterations = 0;
     for (size_t step = 0; step < RANDOM_STEPS; step++) {
-        random_op(&h, &x);
+        op(&h, &x);
         marks[step] = h.record.n;
         digests[step] = state_digest(&h.s);
     }
@@ -1079,13 +1115,23 @@ static void random_run(uint64_t seed)
     state_init(&r);
     size_t applied = 0;
     for (size_t step = 0; step < RANDOM_STEPS; step++) {
-        for (; applied < marks[step]; applied++)
-            assert_int_equal(state_apply(&r, &h.record.v[applied]), 0);
+        for (; applied < marks[step]; applied++) {
+            if (!through_records) {
+                assert_int_equal(state_apply(&r, &h.record.v[applied]), 0);
+                continue;
+            }
+            struct st_update copy;
+            record_copy(&h.record.v[applied], &copy);
+            assert_int_equal(state_apply(&r, &copy), 0);
+            st_update_release(&copy);
+        }
         if (state_digest(&r) != digests[step])
             fail_msg("seed %" PRIu64 ": replay differs after step %zu", seed, step);
     }
     assert_int_equal(r.applied, h.record.n);
     state_release(&r);
+    if (through_records)
+        check_snapshot(&h.s);
 
     /* Ids never repeat, and no split is finished twice in one iteration. */
     size_t n = h.record.n;
@@ -1138,7 +1184,7 @@ static void test_random_replay(void **unused)
 {
     (void)unused;
     for (uint64_t seed = 1; seed <= 20; seed++)
-        random_run(seed * 0x9e3779b97f4a7c15ull);
+        random_run(seed * 0x9e3779b97f4a7c15ull, random_op, false);
 }
 
 /* ---- names ----------------------------------------------------------------------------------- */
