@@ -100,7 +100,7 @@ struct sluice_iterator {
     /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive
      * (note_payload) and reported with heartbeats. */
     struct ledger ledger;
-    bool acks_due; /* a split completed since the last heartbeat was built */
+    bool acks_due;              /* a split completed since the last heartbeat was built */
     Sluice__SplitCoverage *cov; /* the coverage reported by the heartbeat under way */
     Sluice__SplitCoverage **cov_ptrs;
     uint64_t *cov_bounds;

@@ -1,7 +1,9 @@
 #include "ledger.h"
 
 #include "common/error.h"
+#include "common/rows.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,21 +24,12 @@ void ledger_release(struct ledger *l)
 /* The index of the entry for seq, or of where it belongs. */
 static size_t lower(const struct ledger *l, uint64_t seq)
 {
-    size_t lo = 0, hi = l->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (l->v[mid].seq < seq)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return rows_lower(l->v, l->n, sizeof *l->v, offsetof(struct ledger_split, seq), seq);
 }
 
 static struct ledger_split *find(const struct ledger *l, uint64_t seq)
 {
-    size_t i = lower(l, seq);
-    return i < l->n && l->v[i].seq == seq ? &l->v[i] : NULL;
+    return rows_find(l->v, l->n, sizeof *l->v, offsetof(struct ledger_split, seq), seq);
 }
 
 /* The entry for seq, made when missing. NULL when out of memory. */
@@ -45,19 +38,10 @@ static struct ledger_split *get(struct ledger *l, uint64_t seq)
     size_t i = lower(l, seq);
     if (i < l->n && l->v[i].seq == seq)
         return &l->v[i];
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        struct ledger_split *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return NULL;
-        l->v = v;
-        l->cap = cap;
-    }
-    memmove(&l->v[i + 1], &l->v[i], (l->n - i) * sizeof *l->v);
-    memset(&l->v[i], 0, sizeof l->v[i]);
-    l->v[i].seq = seq;
-    l->n++;
-    return &l->v[i];
+    struct ledger_split *e = rows_insert_at((void **)&l->v, &l->n, &l->cap, sizeof *l->v, i);
+    if (e)
+        e->seq = seq;
+    return e;
 }
 
 bool ledger_is_new(const struct ledger *l, uint64_t seq, uint64_t pos, uint64_t *limit)

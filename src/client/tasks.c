@@ -2,8 +2,10 @@
 
 #include "common/backoff.h"
 #include "common/error.h"
+#include "common/rows.h"
 
 #include <assert.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,31 +24,16 @@ void ct_release(struct ct_set *s)
     s->n = s->cap = 0;
 }
 
-long ct_find(const struct ct_set *s, uint64_t id)
-{
-    size_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->v[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->n && s->v[lo].id == id ? (long)lo : -1;
-}
-
 /* The index where a task with this id is or would be inserted. */
 static size_t lower_bound(const struct ct_set *s, uint64_t id)
 {
-    size_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->v[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return rows_lower(s->v, s->n, sizeof *s->v, offsetof(struct ct_task, id), id);
+}
+
+long ct_find(const struct ct_set *s, uint64_t id)
+{
+    size_t lo = lower_bound(s, id);
+    return lo < s->n && s->v[lo].id == id ? (long)lo : -1;
 }
 
 int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished,

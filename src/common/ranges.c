@@ -1,7 +1,9 @@
 #include "ranges.h"
 
 #include "error.h"
+#include "rows.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,18 +15,10 @@ void ranges_release(struct ranges *r)
 }
 
 /* The index of the first range whose end is >= v (so it holds v or lies after it, or touches v
- * from below), or n. */
+ * from below), or n. Ranges are sorted by end as well as by begin. */
 static size_t first_ending_at_or_after(const struct ranges *r, uint64_t v)
 {
-    size_t lo = 0, hi = r->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (r->v[mid].end < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return rows_lower(r->v, r->n, sizeof *r->v, offsetof(struct range, end), v);
 }
 
 int ranges_add(struct ranges *r, uint64_t begin, uint64_t end)
@@ -47,18 +41,11 @@ int ranges_add(struct ranges *r, uint64_t begin, uint64_t end)
         r->n -= j - i - 1;
         return 0;
     }
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 4;
-        struct range *v = realloc(r->v, cap * sizeof *v);
-        if (!v)
-            return SLUICE_ERR_NOMEM;
-        r->v = v;
-        r->cap = cap;
-    }
-    memmove(&r->v[i + 1], &r->v[i], (r->n - i) * sizeof *r->v);
-    r->v[i].begin = begin;
-    r->v[i].end = end;
-    r->n++;
+    struct range *e = rows_insert_at((void **)&r->v, &r->n, &r->cap, sizeof *r->v, i);
+    if (!e)
+        return SLUICE_ERR_NOMEM;
+    e->begin = begin;
+    e->end = end;
     return 0;
 }
 
@@ -70,14 +57,9 @@ bool ranges_contains(const struct ranges *r, uint64_t v)
 uint64_t ranges_next_in(const struct ranges *r, uint64_t v)
 {
     /* The first range ending after v holds v or starts after it. */
-    size_t lo = 0, hi = r->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (r->v[mid].end <= v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    if (v == UINT64_MAX)
+        return UINT64_MAX; /* no range ends after it */
+    size_t lo = first_ending_at_or_after(r, v + 1);
     if (lo == r->n)
         return UINT64_MAX;
     return r->v[lo].begin > v ? r->v[lo].begin : v;

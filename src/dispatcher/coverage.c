@@ -37,8 +37,8 @@ static size_t lower(const struct coverage *c, uint64_t iteration, uint64_t seq)
     return lo;
 }
 
-int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bounds,
-                   size_t nbounds, char *err, size_t errlen)
+int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bounds, size_t nbounds,
+                   char *err, size_t errlen)
 {
     if (nbounds % 2)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -53,15 +53,14 @@ int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bou
     return 0;
 }
 
-int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool ended,
-                   uint64_t total, const uint64_t *bounds, size_t nbounds, bool *complete)
+int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool ended, uint64_t total,
+                   const uint64_t *bounds, size_t nbounds, bool *complete)
 {
     *complete = false;
     /* The common case, one consumer reporting a whole split, keeps no entry. */
     size_t i = lower(c, iteration, seq);
     bool have = i < c->n && c->v[i].iteration == iteration && c->v[i].seq == seq;
-    if (!have && ended &&
-        (total == 0 || (nbounds == 2 && bounds[0] == 0 && bounds[1] >= total))) {
+    if (!have && ended && (total == 0 || (nbounds == 2 && bounds[0] == 0 && bounds[1] >= total))) {
         *complete = true;
         return 0;
     }

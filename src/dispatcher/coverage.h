@@ -37,15 +37,15 @@ void coverage_release(struct coverage *c);
 
 /* Checks one report: bounds holds nbounds values, begin/end pairs with begin < end, sorted and
  * disjoint, all at most total when ended. Returns 0 or SLUICE_ERR_INVALID with a message. */
-int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bounds,
-                   size_t nbounds, char *err, size_t errlen);
+int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bounds, size_t nbounds,
+                   char *err, size_t errlen);
 
 /* Merges a checked report of split seq of an iteration. *complete receives whether the split is
  * now fully received (some report had its end marker and the union covers [0, total)). A
  * report whose total differs from an earlier one is SLUICE_ERR_CORRUPT (the split was processed
  * differently twice). Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT. */
-int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool ended,
-                   uint64_t total, const uint64_t *bounds, size_t nbounds, bool *complete);
+int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool ended, uint64_t total,
+                   const uint64_t *bounds, size_t nbounds, bool *complete);
 
 void coverage_forget(struct coverage *c, uint64_t iteration, uint64_t seq);
 void coverage_forget_iteration(struct coverage *c, uint64_t iteration);

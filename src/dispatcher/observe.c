@@ -3,8 +3,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/rows.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,14 +68,7 @@ struct observe {
 
 static struct figures *table_find(struct table *t, uint64_t id, size_t *pos)
 {
-    size_t lo = 0, hi = t->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->v[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct figures, id), id);
     if (pos)
         *pos = lo;
     return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
@@ -86,18 +81,10 @@ static struct figures *table_get(struct table *t, uint64_t id)
     struct figures *f = table_find(t, id, &pos);
     if (f)
         return f;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        struct figures *v = realloc(t->v, cap * sizeof *v);
-        if (!v)
-            return NULL;
-        t->v = v;
-        t->cap = cap;
-    }
-    memmove(&t->v[pos + 1], &t->v[pos], (t->n - pos) * sizeof *t->v);
-    t->v[pos] = (struct figures){.id = id};
-    t->n++;
-    return &t->v[pos];
+    f = rows_insert_at((void **)&t->v, &t->n, &t->cap, sizeof *t->v, pos);
+    if (f)
+        *f = (struct figures){.id = id};
+    return f;
 }
 
 static void table_del(struct table *t, uint64_t id)

@@ -26,6 +26,7 @@
 #include "journal_thread.h"
 #include "observe.h"
 #include "record.h"
+#include "common/rows.h"
 #include "coverage.h"
 #include "state.h"
 #include "status.h"
@@ -39,6 +40,7 @@
 #include "pipeline/split.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,14 +138,7 @@ static uint32_t reissue_grace_ms(const struct dispatcher *d)
 
 static struct soft *soft_find(struct soft_table *t, uint64_t id, size_t *pos)
 {
-    size_t lo = 0, hi = t->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (t->v[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct soft, id), id);
     if (pos)
         *pos = lo;
     return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
@@ -155,21 +150,10 @@ static void soft_set(struct soft_table *t, uint64_t id, uint64_t when)
 {
     size_t pos;
     struct soft *e = soft_find(t, id, &pos);
-    if (e) {
-        e->t = when;
-        return;
-    }
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        struct soft *v = realloc(t->v, cap * sizeof *v);
-        if (!v)
-            return;
-        t->v = v;
-        t->cap = cap;
-    }
-    memmove(&t->v[pos + 1], &t->v[pos], (t->n - pos) * sizeof *t->v);
-    t->v[pos] = (struct soft){id, when};
-    t->n++;
+    if (!e)
+        e = rows_insert_at((void **)&t->v, &t->n, &t->cap, sizeof *t->v, pos);
+    if (e)
+        *e = (struct soft){id, when};
 }
 
 static void soft_del(struct soft_table *t, uint64_t id)
@@ -1270,8 +1254,8 @@ static void on_get_splits(struct dispatcher *d, struct rpc_conn *conn, const Slu
      * until their consumers report them received (ClientHeartbeat), so they are not passed on:
      * if the worker dies first, they are leased again and nothing is lost. */
     rc = plan_get_splits_returning(&d->st, req->task_id, req->request_seq, NULL, 0, req->returned,
-                                   req->n_returned, max, &d->ups, &c->seqs, &c->nseqs, &c->end,
-                                   err, sizeof err);
+                                   req->n_returned, max, &d->ups, &c->seqs, &c->nseqs, &c->end, err,
+                                   sizeof err);
     if (rc < 0) {
         refuse(conn, env->id, rc, err);
         free(c);

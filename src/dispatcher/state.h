@@ -287,11 +287,11 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
  * consumer count differs is SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode
  * parallel_epochs, not distributed_epoch", "... with dataset 'a', not 'b'", "... with
  * num_consumers 2, not 3" — unless the job's iteration was garbage-collected: its name is then
- * free, and a new job takes it (JOB_CREATED replaces the collected job). An unknown dataset is SLUICE_ERR_NOT_FOUND ("dataset 'x' not
- * found"). A named job whose current iteration was garbage-collected gets a new iteration
- * (repetition + 1); a finished one is joined as it is. Tasks for a new iteration on every live,
- * non-draining worker are appended too. *job_out, *iteration_out and *client_out receive the
- * ids. */
+ * free, and a new job takes it (JOB_CREATED replaces the collected job). An unknown dataset is
+ * SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). A named job whose current iteration was
+ * garbage-collected gets a new iteration (repetition + 1); a finished one is joined as it is. Tasks
+ * for a new iteration on every live, non-draining worker are appended too. *job_out, *iteration_out
+ * and *client_out receive the ids. */
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum st_mode mode, uint32_t num_consumers,
                            const struct st_split_plan *plan, uint64_t *job_out,

@@ -413,8 +413,8 @@ int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluic
         mark->tagged = true;
     }
     if (!(flags & FLAG_SNAPPY)) {
-        int rc = read_body(rec + recpos, reclen - recpos, e, (size_t)(rec + recpos - data), err,
-                           errlen);
+        int rc =
+            read_body(rec + recpos, reclen - recpos, e, (size_t)(rec + recpos - data), err, errlen);
         return rc ? rc : CODEC_ELEMENT;
     }
     uint64_t raw;

@@ -94,10 +94,11 @@ int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluic
  * when decoded). */
 int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark);
 
-/* Reads the next element of a batch (split end markers are skipped, tags ignored) at data[*pos..len) into e (reusing its buffers) and advances
- * *pos. Returns 1 (an element), 0 (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
- * scratch is a reusable buffer for decompression. Offsets in messages count from the start of
- * data for stored records and from the record's start for compressed ones. */
+/* Reads the next element of a batch (split end markers are skipped, tags ignored) at
+ * data[*pos..len) into e (reusing its buffers) and advances *pos. Returns 1 (an element), 0 (no
+ * bytes left), or SLUICE_ERR_CORRUPT with a message in err. scratch is a reusable buffer for
+ * decompression. Offsets in messages count from the start of data for stored records and from the
+ * record's start for compressed ones. */
 int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
                     struct pipe_buf *scratch, char *err, size_t errlen);
 

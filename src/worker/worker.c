@@ -1006,8 +1006,7 @@ static void lease_pump(struct worker *w, struct wtask *wt)
     uint32_t max_splits;
     const uint64_t *finished, *returned;
     size_t nfinished, nreturned;
-    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished, &returned,
-                         &nreturned))
+    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished, &returned, &nreturned))
         return;
     Sluice__GetSplitsRequest req = SLUICE__GET_SPLITS_REQUEST__INIT;
     req.task_id = wt->id;
@@ -1279,8 +1278,7 @@ void worker_drain(struct worker *w, uint32_t timeout_ms, void (*cb)(void *user, 
                      wt->id, sluice_strerror(SLUICE_ERR_NOMEM));
         lease_pump(w, wt);
     }
-    log_info("draining: %zu task(s) finish what they started and serve it; at most %" PRIu32
-             " ms",
+    log_info("draining: %zu task(s) finish what they started and serve it; at most %" PRIu32 " ms",
              n, timeout_ms);
     /* Tell the dispatcher now, so it leases this worker nothing more. */
     if (w->hb_inflight)

@@ -367,9 +367,9 @@ static const char *run(struct harness *h, const char *line)
         const char *rv = opt(words, nw, "ret");
         size_t nret = rv ? parse_list(rv, ret, 64) : 0;
         if (rv)
-            rc = plan_get_splits_returning(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin,
-                                           ret, nret, (uint32_t)atoi(words[2]), &h->ups, &seqs,
-                                           &nseqs, &end, err, sizeof err);
+            rc = plan_get_splits_returning(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin, ret,
+                                           nret, (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs,
+                                           &end, err, sizeof err);
         else
             rc = plan_get_splits_numbered(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin,
                                           (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs, &end,
@@ -393,8 +393,7 @@ static const char *run(struct harness *h, const char *line)
         rc = plan_splits_finished(&h->s, strtoull(words[1], NULL, 10), seqs, n, &h->ups, err,
                                   sizeof err);
     } else if (strcmp(cmd, "back") == 0) {
-        rc = plan_return_task_splits(&h->s, strtoull(words[1], NULL, 10), &h->ups, err,
-                                     sizeof err);
+        rc = plan_return_task_splits(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else {
         fail_msg("unknown command %s", cmd);
         return NULL;
@@ -1094,8 +1093,10 @@ static void record_copy(const struct st_update *u, struct st_update *out);
 /* The live state survives a snapshot's encoding with the same digest. */
 static void check_snapshot(const struct state *s);
 
-static void random_run(uint64_t seed, random_op_fn op, bool through_records)
+/* Returns how many splits were finished from the pool (SPLITS_FINISHED with no task). */
+static size_t random_run(uint64_t seed, random_op_fn op, bool through_records)
 {
+    size_t from_pool = 0;
     struct harness h;
     harness_init(&h);
     uint64_t x = seed;
@@ -1160,6 +1161,8 @@ static void random_run(uint64_t seed, random_op_fn op, bool through_records)
         if (u->type == ST_ITERATION_FINISHED)
             finished_iterations++;
         if (u->type == ST_SPLITS_FINISHED) {
+            if (u->ref2 == 0)
+                from_pool += u->seqs.n;
             /* iteration id in the high bits: both stay small in these runs */
             for (size_t j = 0; j < u->seqs.n; j++)
                 fin[nfin++] = (u->ref << 32) | u->seqs.v[j];
@@ -1178,6 +1181,7 @@ static void random_run(uint64_t seed, random_op_fn op, bool through_records)
     free(marks);
     free(digests);
     harness_release(&h);
+    return from_pool;
 }
 
 static void test_random_replay(void **unused)
@@ -1283,14 +1287,536 @@ static void test_heartbeat_interval(void **unused)
         assert_int_equal(dispatcher_heartbeat_ms(cases[i][0]), cases[i][1]);
 }
 
+/* ---- consumer-acknowledged splits ------------------------------------------------------------ */
+
+/* A distributed job with tasks 1 (worker 1, a:1) and 2 (worker 2, b:1) and eight splits. */
+#define DIST8 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 mode=distributed_epoch total=8\n"
+/* DIST8 with splits in every place: 0 leased to task 1, 2 and 3 leased to task 2, 4 and 5 in the
+ * pool (their task 3 went with its worker), 1 finished, 6 and 7 beyond the cursor. */
+#define MIX DIST8 "splits 1 2\nsplits 2 2\nhb c:1 1\nsplits 3 2\nrm 3\nsplits 1 0 fin=1\n"
+/* DIST8 with task 1 holding 0..3 from its request 1, and its worker draining. */
+#define DRAIN DIST8 "splits 1 4 req=1\nhb a:1 1 drain\n"
+
+static const struct plan_case settle_cases[] = {
+    /* splits_finished */
+    {"finished: a mix of places", MIX, "done 1 5,7,0,3,1,4,6,0",
+     "splits_finished ref=1 ref2=1 seqs=[0]\n"
+     "splits_finished ref=1 ref2=2 seqs=[3]\n"
+     "splits_finished ref=1 seqs=[4,5]\n"
+     "=>"},
+    {"finished: a repeated report is a no-op", MIX "done 1 5,7,0,3,1,4,6,0", "done 1 0,3,4,5,1",
+     "=>"},
+    {"finished: nothing", MIX, "done 1", "=>"},
+    {"finished: only from the pool", MIX, "done 1 4", "splits_finished ref=1 seqs=[4]\n=>"},
+    {"finished: only beyond the cursor", MIX, "done 1 6,7,100", "=>"},
+    {"finished: unknown iteration", MIX, "done 9 1", "error NOT_FOUND: iteration 9 not found"},
+    {"finished: a parallel iteration", PAR2, "done 1 0",
+     "error INVALID: iteration 1 is not a distributed_epoch iteration"},
+    {"finished: a finished iteration",
+     DIST2 "splits 1 4\ndone 1 0,1,2,3\nhb a:1 1 fin=1\n"
+           "hb b:1 1 fin=2",
+     "done 1 0", "=>"},
+    {"finished: from the pool is not leased again", MIX "done 1 4", "splits 2 3",
+     "splits_leased ref=1 ref2=2 seqs=[5,6,7]\n=> end=0 seqs=[5,6,7]"},
+    {"finished: everything ends the task's requests", DIST2 "splits 1 2\nsplits 2 2",
+     "done 1 3,2,1,0",
+     "splits_finished ref=1 ref2=1 seqs=[0,1]\nsplits_finished ref=1 ref2=2 seqs=[2,3]\n=>"},
+    {"finished: then a request ends", DIST2 "splits 1 2\nsplits 2 2\ndone 1 3,2,1,0", "splits 1 1",
+     "=> end=1"},
+    {"finished: the worker's own report is then a no-op", DIST2 "splits 1 2\ndone 1 0",
+     "splits 1 0 fin=0,1", "splits_finished ref=1 ref2=1 seqs=[1]\n=> end=0"},
+
+    /* get_splits_returning */
+    {"returning: unstarted splits go to the pool", DRAIN, "splits 1 5 req=2 ret=3,2",
+     "splits_returned ref=1 ref2=1 seqs=[2,3]\n=> end=0"},
+    {"returning: seqs not held and repeats are ignored", DRAIN "splits 2 1 req=1",
+     "splits 1 5 req=2 ret=3,9,4,2,3", "splits_returned ref=1 ref2=1 seqs=[2,3]\n=> end=0"},
+    {"returning: nothing held to return", DRAIN, "splits 1 5 req=2 ret=7,6", "=> end=0"},
+    {"returning: a seq also finished counts as finished", DRAIN, "splits 1 0 req=2 fin=2 ret=2,3",
+     "splits_finished ref=1 ref2=1 seqs=[2]\nsplits_returned ref=1 ref2=1 seqs=[3]\n=> end=0"},
+    {"returning: the other task leases them next", DRAIN "splits 1 5 req=2 ret=2,3",
+     "splits 2 3 req=1", "splits_leased id=1 ref=1 ref2=2 seqs=[2,3,4]\n=> end=0 seqs=[2,3,4]"},
+    {"returning: the retry of a lost reply plans nothing", DRAIN "splits 1 5 req=2 ret=2,3",
+     "splits 1 5 req=2 ret=2,3", "=> end=0"},
+    {"returning: everything held ends at once", DRAIN, "splits 1 5 req=2 ret=0,1,2,3",
+     "splits_returned ref=1 ref2=1 seqs=[0,1,2,3]\n=> end=1"},
+    {"returning: a non-draining task also leases", DIST8 "splits 1 4 req=1",
+     "splits 1 2 req=2 ret=1",
+     "splits_returned ref=1 ref2=1 seqs=[1]\nsplits_leased id=2 ref=1 ref2=1 seqs=[4,5]\n"
+     "=> end=0 seqs=[4,5]"},
+    {"returning: nothing is not the end while others hold splits",
+     DIST8 "splits 1 4\nsplits 2 4\ndone 1 0,1,2,3", "splits 1 5 req=1 ret=", "=> end=0"},
+
+    /* draining without returning */
+    {"draining: no new splits while holding produced ones", DRAIN "splits 1 5 req=2 ret=2,3",
+     "splits 1 5 req=3", "=> end=0"},
+    {"draining: unnumbered request", DRAIN, "splits 1 5", "=> end=0"},
+    {"draining: one produced split left", DRAIN "splits 1 5 req=2 ret=2,3\ndone 1 0",
+     "splits 1 5 req=3", "=> end=0"},
+    {"draining: ends once its splits are finished", DRAIN "splits 1 5 req=2 ret=2,3\ndone 1 1,0",
+     "splits 1 5 req=3", "=> end=1"},
+    {"draining: a repeated request gets its lease", DRAIN, "splits 1 5 req=1",
+     "=> end=0 seqs=[0,1,2,3]"},
+    {"draining: the pool is not leased to it", DRAIN "splits 2 2\nback 2", "splits 1 5 req=2",
+     "=> end=0"},
+
+    /* return_task_splits */
+    {"return: every split the task holds", DIST8 "splits 1 2\nsplits 2 1\nsplits 1 0 fin=0",
+     "back 1", "splits_returned ref=1 ref2=1 seqs=[1]\n=>"},
+    {"return: none held", DIST8, "back 1", "=>"},
+    {"return: unknown task", DIST8, "back 9", "error NOT_FOUND: task 9 not found"},
+    {"return: leased again first", DIST8 "splits 1 2\nback 1", "splits 2 3",
+     "splits_leased ref=1 ref2=2 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
+    {"return: then finished from the pool", DIST8 "splits 1 2\nback 1", "done 1 1,0",
+     "splits_finished ref=1 seqs=[0,1]\n=>"},
+    {"return: a finished task holds none", DIST2 "splits 1 4\ndone 1 0,1,2,3\nhb a:1 1 fin=1",
+     "back 1", "=>"},
+};
+
+static void test_settle_plan_cases(void **unused)
+{
+    (void)unused;
+    run_plan_cases(settle_cases, sizeof settle_cases / sizeof settle_cases[0]);
+}
+
+/* "0,3" for a seq list. */
+static const char *seqs_text(const struct st_seq_list *l, char *buf, size_t len)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < l->n; i++) {
+        int k = snprintf(buf + n, len - n, "%s%" PRIu64, i ? "," : "", l->v[i]);
+        assert_true(k >= 0 && (size_t)k < len - n);
+        n += (size_t)k;
+    }
+    return buf;
+}
+
+/* The places of an iteration's splits, in one line. */
+static const char *places(const struct state *s, uint64_t iteration_id, char *out, size_t len)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    assert_non_null(it);
+    char pool[128];
+    int n =
+        snprintf(out, len, "cursor=%" PRIu64 " finished=%" PRIu64 " leased=%" PRIu64 " pool=[%s]",
+                 it->split_cursor, it->splits_finished, it->splits_leased,
+                 seqs_text(&it->pool, pool, sizeof pool));
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != iteration_id)
+            continue;
+        char l[128];
+        n += snprintf(out + n, len - (size_t)n, " task%" PRIu64 "=[%s]", t->id,
+                      seqs_text(&t->leased, l, sizeof l));
+        assert_true((size_t)n < len);
+    }
+    return out;
+}
+
+/* Which of seqs 0..7 of the iteration state_split_finished() calls finished, as "10110000". */
+static const char *finished_map(const struct state *s, uint64_t iteration_id, char out[9])
+{
+    for (uint64_t seq = 0; seq < 8; seq++)
+        out[seq] = state_split_finished(s, iteration_id, seq) ? '1' : '0';
+    out[8] = '\0';
+    return out;
+}
+
+static void record_copy(const struct st_update *u, struct st_update *out)
+{
+    uint8_t *b = NULL;
+    size_t len = 0;
+    char err[256];
+    assert_int_equal(record_update_encode(u, &b, &len), 0);
+    int rc = record_update_decode(b, len, out, err, sizeof err);
+    free(b);
+    if (rc != 0)
+        fail_msg("decoding an encoded %s: %s", st_update_name(u->type), err);
+    struct buf want = {0}, got = {0};
+    format_update(&want, u);
+    format_update(&got, out);
+    assert_string_equal(got.s, want.s);
+}
+
+/* The journal's datasets table, for decoding a snapshot: the definitions of a state. */
+static int defs_of_state(void *user, const char *id, uint8_t **def, size_t *len, char *err,
+                         size_t errlen)
+{
+    const struct st_dataset *d = state_dataset(user, id);
+    if (!d)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "dataset '%s' not found", id);
+    *def = malloc(d->def_len ? d->def_len : 1);
+    assert_non_null(*def);
+    memcpy(*def, d->def, d->def_len);
+    *len = d->def_len;
+    return 0;
+}
+
+static void check_snapshot(const struct state *s)
+{
+    uint8_t *b = NULL;
+    size_t len = 0;
+    char err[256];
+    assert_int_equal(record_snapshot_encode(s, &b, &len), 0);
+    struct state back;
+    int rc = record_snapshot_decode(b, len, defs_of_state, (void *)s, &back, err, sizeof err);
+    free(b);
+    if (rc != 0)
+        fail_msg("snapshot decode: %s", err);
+    assert_int_equal(state_digest(&back), state_digest(s));
+    state_release(&back);
+}
+
+/* Replays the harness's record, encoded and decoded as the journal stores it, onto a fresh
+ * state: the same digest as live. Returns how many SPLITS_FINISHED with no task it held. */
+static size_t replay_through_records(const struct harness *h)
+{
+    struct state r;
+    state_init(&r);
+    size_t from_pool = 0;
+    for (size_t i = 0; i < h->record.n; i++) {
+        struct st_update copy;
+        record_copy(&h->record.v[i], &copy);
+        from_pool += copy.type == ST_SPLITS_FINISHED && copy.ref2 == 0;
+        assert_int_equal(state_apply(&r, &copy), 0);
+        st_update_release(&copy);
+    }
+    assert_int_equal(state_digest(&r), state_digest(&h->s));
+    state_release(&r);
+    check_snapshot(&h->s);
+    return from_pool;
+}
+
+/* Consumers' reports finish splits wherever they are: leased to either task, or in the pool. */
+static void test_splits_finished_mix(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, MIX);
+    char buf[512], map[9];
+    assert_string_equal(places(&h.s, 1, buf, sizeof buf),
+                        "cursor=6 finished=1 leased=3 pool=[4,5] task1=[0] task2=[2,3]");
+    assert_string_equal(finished_map(&h.s, 1, map), "01000000");
+    /* Unknown and collected iterations have no finished split; a parallel one neither. */
+    assert_false(state_split_finished(&h.s, 9, 1));
+
+    assert_string_equal(run(&h, "done 1 5,7,0,3,1,4,6,0"), "splits_finished ref=1 ref2=1 seqs=[0]\n"
+                                                           "splits_finished ref=1 ref2=2 seqs=[3]\n"
+                                                           "splits_finished ref=1 seqs=[4,5]\n"
+                                                           "=>");
+    assert_string_equal(places(&h.s, 1, buf, sizeof buf),
+                        "cursor=6 finished=5 leased=1 pool=[] task1=[] task2=[2]");
+    assert_string_equal(finished_map(&h.s, 1, map), "11011100");
+    assert_int_equal(replay_through_records(&h), 1);
+
+    /* The rest: 2 from task 2, then 6 and 7 leased and finished; the tasks end and so does the
+     * iteration, whose every split is then finished. */
+    run_script(&h, "done 1 2\nsplits 1 5\ndone 1 7,6");
+    assert_string_equal(places(&h.s, 1, buf, sizeof buf),
+                        "cursor=8 finished=8 leased=0 pool=[] task1=[] task2=[]");
+    assert_string_equal(finished_map(&h.s, 1, map), "11111111");
+    assert_string_equal(run(&h, "splits 2 1"), "=> end=1");
+    assert_string_equal(run(&h, "hb a:1 1 fin=1"), "task_finished id=1\n=> worker=1");
+    assert_string_equal(run(&h, "hb b:1 1 fin=2"),
+                        "task_finished id=2\niteration_finished id=1\n=> worker=2");
+    assert_int_equal(state_iteration(&h.s, 1)->state, ST_ITER_FINISHED);
+    assert_string_equal(finished_map(&h.s, 1, map), "11111111");
+    assert_string_equal(run(&h, "done 1 0"), "=>");
+    assert_int_equal(replay_through_records(&h), 1);
+
+    /* A parallel iteration has no splits; a collected one keeps none finished. */
+    run_script(&h, "job 1 name=p");
+    assert_string_equal(finished_map(&h.s, 2, map), "00000000");
+    run_script(&h, "job 1 name=n mode=distributed_epoch total=2\nrel 3\ngc 3");
+    assert_int_equal(state_iteration(&h.s, 3)->state, ST_ITER_GC);
+    assert_false(state_split_finished(&h.s, 3, 0));
+    harness_release(&h);
+}
+
+/* A step of a story: a command and its exact output. */
+struct story_step {
+    const char *cmd;
+    const char *expect;
+};
+
+static void run_story(struct harness *h, const struct story_step *steps, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *got = run(h, steps[i].cmd);
+        if (strcmp(got, steps[i].expect) != 0)
+            fail_msg("step %zu '%s':\n-- expected --\n%s\n-- got --\n%s", i, steps[i].cmd,
+                     steps[i].expect, got);
+    }
+}
+
+/* A worker drains while it holds splits: it hands back those it never started, which another
+ * task leases next, and keeps the ones it produced until consumers have received them; only then
+ * does its GetSplits say end. Every split is finished exactly once and the iteration ends. */
+static void test_drain_story(void **unused)
+{
+    (void)unused;
+    static const struct story_step steps[] = {
+        {"splits 1 4 req=1", "splits_leased id=1 ref=1 ref2=1 seqs=[0,1,2,3]\n"
+                             "=> end=0 seqs=[0,1,2,3]"},
+        {"hb a:1 1 drain", "worker_draining id=1\n=> worker=1"},
+        /* 0 and 1 were produced; 2 and 3 never started. */
+        {"splits 1 4 req=2 ret=2,3", "splits_returned ref=1 ref2=1 seqs=[2,3]\n=> end=0"},
+        /* Its reply was lost: the retry plans nothing more. */
+        {"splits 1 4 req=2 ret=2,3", "=> end=0"},
+        {"splits 2 3 req=1", "splits_leased id=1 ref=1 ref2=2 seqs=[2,3,4]\n"
+                             "=> end=0 seqs=[2,3,4]"},
+        {"splits 1 4 req=3", "=> end=0"},
+        {"done 1 0,2",
+         "splits_finished ref=1 ref2=1 seqs=[0]\nsplits_finished ref=1 ref2=2 seqs=[2]\n=>"},
+        {"splits 1 4 req=4", "=> end=0"},
+        {"done 1 1", "splits_finished ref=1 ref2=1 seqs=[1]\n=>"},
+        {"splits 1 4 req=5", "=> end=1"},
+        {"hb a:1 1 fin=1", "task_finished id=1\n=> worker=1"},
+        {"splits 2 8 req=2", "splits_leased id=2 ref=1 ref2=2 seqs=[5,6,7]\n"
+                             "=> end=0 seqs=[5,6,7]"},
+        {"done 1 3,4,5,6,7", "splits_finished ref=1 ref2=2 seqs=[3,4,5,6,7]\n=>"},
+        {"splits 2 8 req=3", "=> end=1"},
+        {"hb b:1 1 fin=2", "task_finished id=2\niteration_finished id=1\n=> worker=2"},
+    };
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, DIST8);
+    run_story(&h, steps, sizeof steps / sizeof steps[0]);
+    const struct st_iteration *it = state_iteration(&h.s, 1);
+    assert_int_equal(it->splits_finished, 8);
+    assert_int_equal(it->state, ST_ITER_FINISHED);
+    replay_through_records(&h);
+    harness_release(&h);
+}
+
+/* A task's splits handed back after a lost reply (plan_return_task_splits) go to the pool; a
+ * consumer may still report them received from there (SPLITS_FINISHED with no task), and the rest
+ * are leased to the other task. The journal's encoding carries the pool finish. */
+static void test_return_story(void **unused)
+{
+    (void)unused;
+    static const struct story_step steps[] = {
+        {"splits 1 3", "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
+        {"back 1", "splits_returned ref=1 ref2=1 seqs=[0,1,2]\n=>"},
+        {"back 1", "=>"},
+        {"done 1 1", "splits_finished ref=1 seqs=[1]\n=>"},
+        {"splits 2 8", "splits_leased ref=1 ref2=2 seqs=[0,2,3,4,5,6,7]\n"
+                       "=> end=0 seqs=[0,2,3,4,5,6,7]"},
+        {"splits 1 8", "=> end=0"},
+        {"done 1 0,1,2,3,4,5,6,7", "splits_finished ref=1 ref2=2 seqs=[0,2,3,4,5,6,7]\n=>"},
+        {"splits 1 8", "=> end=1"},
+    };
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, DIST8);
+    run_story(&h, steps, sizeof steps / sizeof steps[0]);
+    char buf[512];
+    assert_string_equal(places(&h.s, 1, buf, sizeof buf),
+                        "cursor=8 finished=8 leased=0 pool=[] task1=[] task2=[]");
+    assert_int_equal(replay_through_records(&h), 1);
+    harness_release(&h);
+}
+
+/* SPLITS_FINISHED with no task names splits of the pool of a distributed iteration, sorted, at
+ * least one; anything else is refused and changes nothing. */
+static void test_pool_finished_apply(void **unused)
+{
+    (void)unused;
+    static const struct {
+        const char *name;
+        enum st_update_type type;
+        uint64_t ref;
+        uint64_t seqs[3];
+        size_t nseqs;
+        int rc;
+    } cases[] = {
+        {"a seq not in the pool", ST_SPLITS_FINISHED, 1, {2}, 1, SLUICE_ERR_CORRUPT},
+        {"one of two not in the pool", ST_SPLITS_FINISHED, 1, {0, 2}, 2, SLUICE_ERR_CORRUPT},
+        {"a seq beyond the cursor", ST_SPLITS_FINISHED, 1, {7}, 1, SLUICE_ERR_CORRUPT},
+        {"unsorted", ST_SPLITS_FINISHED, 1, {1, 0}, 2, SLUICE_ERR_CORRUPT},
+        {"repeated", ST_SPLITS_FINISHED, 1, {0, 0}, 2, SLUICE_ERR_CORRUPT},
+        {"empty", ST_SPLITS_FINISHED, 1, {0}, 0, SLUICE_ERR_CORRUPT},
+        {"unknown iteration", ST_SPLITS_FINISHED, 9, {0}, 1, SLUICE_ERR_CORRUPT},
+        {"a parallel iteration", ST_SPLITS_FINISHED, 2, {0}, 1, SLUICE_ERR_CORRUPT},
+        {"returning to no task", ST_SPLITS_RETURNED, 1, {0}, 1, SLUICE_ERR_CORRUPT},
+        {"leasing to no task", ST_SPLITS_LEASED, 1, {0}, 1, SLUICE_ERR_CORRUPT},
+        {"both pool entries", ST_SPLITS_FINISHED, 1, {0, 1}, 2, 0},
+        {"one pool entry", ST_SPLITS_FINISHED, 1, {1}, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct harness h;
+        harness_init(&h);
+        /* Iteration 1 (distributed) has 0 and 1 in its pool and 2 leased to task 2; iteration 2
+         * is parallel. */
+        run_script(&h, DIST8 "splits 1 2\nsplits 2 1\nback 1\njob 1");
+        char buf[256];
+        assert_string_equal(places(&h.s, 1, buf, sizeof buf),
+                            "cursor=3 finished=0 leased=1 pool=[0,1] task1=[] task2=[2]");
+        struct st_update u;
+        memset(&u, 0, sizeof u);
+        u.type = cases[i].type;
+        u.ref = cases[i].ref;
+        u.seqs.v = (uint64_t *)cases[i].seqs;
+        u.seqs.n = cases[i].nseqs;
+        uint64_t before = state_digest(&h.s);
+        int rc = state_apply(&h.s, &u);
+        if (rc != cases[i].rc)
+            fail_msg("case '%s': apply returned %d", cases[i].name, rc);
+        if (rc != 0) {
+            assert_int_equal(state_digest(&h.s), before);
+        } else {
+            const struct st_iteration *it = state_iteration(&h.s, 1);
+            assert_int_equal(it->splits_finished, cases[i].nseqs);
+            assert_int_equal(it->pool.n, 2 - cases[i].nseqs);
+            assert_false(state_split_finished(&h.s, 1, 2));
+            for (size_t k = 0; k < cases[i].nseqs; k++)
+                assert_true(state_split_finished(&h.s, 1, cases[i].seqs[k]));
+        }
+        check_invariants(&h.s);
+        harness_release(&h);
+    }
+}
+
+/* The shell plans several requests into one list before applying it, so a plan may append to a
+ * list that already holds updates and must grow it. A request both reporting finished splits and
+ * handing others back then gives the same updates as on an empty list. */
+static void test_returning_onto_a_full_list(void **unused)
+{
+    (void)unused;
+    for (size_t pending = 0; pending < 20; pending++) {
+        struct harness h;
+        harness_init(&h);
+        run_script(&h, DRAIN);
+        for (size_t i = 0; i < pending; i++)
+            assert_non_null(st_update_list_push(&h.ups, ST_CLIENT_RELEASED));
+        const uint64_t fin[] = {0, 1}, ret[] = {1, 2};
+        uint64_t *seqs = NULL;
+        size_t nseqs = 0;
+        bool end = true;
+        char err[256];
+        assert_int_equal(plan_get_splits_returning(&h.s, 1, 2, fin, 2, ret, 2, 4, &h.ups, &seqs,
+                                                   &nseqs, &end, err, sizeof err),
+                         0);
+        assert_int_equal(h.ups.n, pending + 2);
+        struct buf b = {0};
+        format_update(&b, &h.ups.v[pending]);
+        format_update(&b, &h.ups.v[pending + 1]);
+        if (strcmp(b.s, "splits_finished ref=1 ref2=1 seqs=[0,1]\n"
+                        "splits_returned ref=1 ref2=1 seqs=[2]\n") != 0)
+            fail_msg("with %zu updates pending:\n%s", pending, b.s);
+        assert_false(end); /* it still holds 3 */
+        assert_int_equal(nseqs, 0);
+        free(seqs);
+        harness_release(&h);
+    }
+}
+
+/* random_op, plus consumers' reports, returned task splits, and draining workers handing back
+ * what they never started. */
+static void random_settle_op(struct harness *h, uint64_t *x)
+{
+    const struct state *s = &h->s;
+    char cmd[512];
+    int n;
+    switch (pick(x, 12)) {
+    case 0:
+    case 1:
+    case 2: {
+        /* A consumer heartbeat finishing a few splits, some of them anywhere. */
+        if (s->niterations == 0)
+            return;
+        const struct st_iteration *it = &s->iterations[pick(x, s->niterations)];
+        n = snprintf(cmd, sizeof cmd, "done %" PRIu64, it->id);
+        const char *sep = " ";
+        for (uint64_t k = pick(x, 5); k > 0 && n < 400; k--) {
+            n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%s%" PRIu64, sep,
+                          pick(x, it->split_cursor + 2));
+            sep = ",";
+        }
+        break;
+    }
+    case 3: {
+        if (s->ntasks == 0)
+            return;
+        snprintf(cmd, sizeof cmd, "back %" PRIu64, s->tasks[pick(x, s->ntasks)].id);
+        break;
+    }
+    case 4: {
+        if (s->nworkers == 0)
+            return;
+        const struct st_worker *w = &s->workers[pick(x, s->nworkers)];
+        snprintf(cmd, sizeof cmd, "hb %s %" PRIu64 " drain", w->address, w->incarnation);
+        break;
+    }
+    case 5:
+    case 6: {
+        /* A request handing back some of the task's splits (and a stray seq), reporting others
+         * finished, as the next of its numbers. */
+        if (s->ntasks == 0)
+            return;
+        const struct st_task *t = &s->tasks[pick(x, s->ntasks)];
+        n = snprintf(cmd, sizeof cmd, "splits %" PRIu64 " %d req=%" PRIu64, t->id, (int)pick(x, 4),
+                     t->last_request + 1);
+        const char *fsep = " fin=", *rsep = " ret=";
+        char rets[256] = "";
+        size_t rn = 0;
+        for (size_t i = 0; i < t->leased.n && n < 300 && rn < 200; i++) {
+            uint64_t k = pick(x, 4);
+            if (k == 0) {
+                n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%s%" PRIu64, fsep, t->leased.v[i]);
+                fsep = ",";
+            } else if (k == 1) {
+                rn += (size_t)snprintf(rets + rn, sizeof rets - rn, "%s%" PRIu64, rsep,
+                                       t->leased.v[i]);
+                rsep = ",";
+            }
+        }
+        if (pick(x, 4) == 0)
+            rn += (size_t)snprintf(rets + rn, sizeof rets - rn, "%s%" PRIu64, rsep, pick(x, 9));
+        snprintf(cmd + n, sizeof cmd - (size_t)n, "%s", rets);
+        break;
+    }
+    default:
+        random_op(h, x);
+        return;
+    }
+    run(h, cmd);
+}
+
+/* Long random runs with the new operations: replayed through the journal's encoding, the same
+ * digest at every step, every split finished once, and snapshots that decode to the same state. */
+static void test_random_settle_replay(void **unused)
+{
+    (void)unused;
+    size_t from_pool = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++)
+        from_pool += random_run(seed * 0xc2b2ae3d27d4eb4full, random_settle_op, true);
+    /* The runs must finish splits from the pool, not only from tasks. */
+    assert_true(from_pool >= 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_cases),    cmocka_unit_test(test_gc_rows),
-        cmocka_unit_test(test_apply_refuses), cmocka_unit_test(test_apply_last_ids),
-        cmocka_unit_test(test_lost_replies),  cmocka_unit_test(test_random_replay),
-        cmocka_unit_test(test_mode_names),    cmocka_unit_test(test_split_plan_total),
-        cmocka_unit_test(test_status_json),   cmocka_unit_test(test_heartbeat_interval),
+        cmocka_unit_test(test_plan_cases),
+        cmocka_unit_test(test_gc_rows),
+        cmocka_unit_test(test_apply_refuses),
+        cmocka_unit_test(test_apply_last_ids),
+        cmocka_unit_test(test_lost_replies),
+        cmocka_unit_test(test_random_replay),
+        cmocka_unit_test(test_mode_names),
+        cmocka_unit_test(test_split_plan_total),
+        cmocka_unit_test(test_status_json),
+        cmocka_unit_test(test_heartbeat_interval),
+        cmocka_unit_test(test_settle_plan_cases),
+        cmocka_unit_test(test_splits_finished_mix),
+        cmocka_unit_test(test_drain_story),
+        cmocka_unit_test(test_return_story),
+        cmocka_unit_test(test_pool_finished_apply),
+        cmocka_unit_test(test_random_settle_replay),
+        cmocka_unit_test(test_returning_onto_a_full_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
