@@ -156,6 +156,12 @@ uint32_t autoscale_recommend(const struct autoscale_params *params,
             if (in->previous > n)
                 rec = in->previous < up_cap ? in->previous : up_cap;
         }
+    } else if (in->no_consumers && n > 1) {
+        /* Nobody reads: the cluster shrinks toward its minimum, one bounded step at a time. */
+        uint64_t down_step = step(p->step_down, n);
+        rec = n > down_step ? n - down_step : 1;
+        d.reason = rec < n ? AUTOSCALE_DOWN : AUTOSCALE_HOLD;
+        d.capacity = 0;
     } else {
         d.capacity = 0;
     }

@@ -39,6 +39,8 @@
  *
  * 4. Decision. step_up(n) = max(1, floor(STEP_UP [0.25] * n)), step_down likewise with
  *    STEP_DOWN [0.25].
+ *    - IDLE CLUSTER: when no client is registered at all (no_consumers), n > 1 and the figures
+ *      give no decision below, nothing is being read: DOWN to max(1, n - step_down(n)).
  *    - NO_DATA when no worker or no client has data, or C is 0 (workers produced nothing, so
  *      there is no throughput to divide by): keep n.
  *    - UP when u >= WAIT_UP [0.05] and T_up > n: min(max(T_up, previous), n + step_up(n)).
@@ -70,6 +72,7 @@
 #ifndef SLUICE_DISPATCHER_AUTOSCALE_H
 #define SLUICE_DISPATCHER_AUTOSCALE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -108,6 +111,7 @@ struct autoscale_input {
     size_t nclients;
     uint32_t current;  /* workers registered now */
     uint32_t previous; /* the previous recommendation, 0 when there is none */
+    bool no_consumers; /* no client is registered at all (nothing is being read) */
 };
 
 enum autoscale_reason { AUTOSCALE_NO_DATA, AUTOSCALE_UP, AUTOSCALE_DOWN, AUTOSCALE_HOLD };

@@ -457,6 +457,7 @@ int observe_window_close(struct observe *o, const struct state *st, uint64_t now
     out->before = observe_recommended(o, st);
     out->current = observe_current_workers(st);
     in.current = out->current;
+    in.no_consumers = st->nclients == 0;
     in.previous = o->has_decision ? o->recommended : 0;
     o->recommended = autoscale_recommend(&o->params, &in, &out->decision);
     o->has_decision = true;

@@ -171,7 +171,9 @@ static void test_recommended_before_first_window(void **state)
     assert_int_equal(sample(f, "sluice_recommended_workers"), 2);
     assert_int_equal(sample(f, "sluice_workers"), 3);
     assert_int_equal(sample(f, "sluice_workers_draining"), 1);
-    /* A window without data keeps the current count, and that is now a decision. */
+    /* A window without data keeps the current count, and that is now a decision (a client is
+     * registered: without any, the cluster would shrink, see test_no_consumers). */
+    add_client(&f->st, 1);
     struct observe_window w = close_at(f, WINDOW_MS);
     assert_int_equal(w.decision.reason, AUTOSCALE_NO_DATA);
     assert_int_equal(w.before, 2);
@@ -441,6 +443,23 @@ static void test_status_extra(void **state)
     free(json);
 }
 
+/* Nobody reads: the cluster shrinks a bounded step per window down to one worker, and stops
+ * shrinking once a client registers. */
+static void test_no_consumers(void **state)
+{
+    struct fixture *f = *state;
+    for (uint64_t id = 1; id <= 8; id++)
+        add_worker(&f->st, id);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_DOWN);
+    assert_int_equal(w.decision.workers, 6); /* 8 - floor(0.25 * 8) */
+    assert_int_equal(sample(f, "sluice_recommended_workers"), 6);
+    add_client(&f->st, 1);
+    w = close_at(f, 2 * WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_NO_DATA);
+    assert_int_equal(w.decision.workers, 8);
+}
+
 /* observe_tick runs the window only when due. */
 static void test_tick(void **state)
 {
@@ -461,6 +480,7 @@ int main(void)
         cmocka_unit_test(test_default_window),
         cmocka_unit_test_setup_teardown(test_recommended_before_first_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rising, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_consumers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_falling, setup, teardown),
         cmocka_unit_test_setup_teardown(test_window_means, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_reports, setup, teardown),

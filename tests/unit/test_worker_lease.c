@@ -1,7 +1,8 @@
 /* Split leasing on the worker (src/worker/lease.c): the split a plan names for each seq must be
  * the one pipe_split_at() names; plans from the network are checked; the lease queue asks,
  * reports, backs off, sends a failed request again as it was under its number, and ends as its
- * contract says. */
+ * contract says; a draining queue hands back what it never started (also what an earlier request
+ * is granted), asks for nothing, and polls until the end. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -424,6 +425,246 @@ static void test_queue_grows(void **state)
     lease_queue_release(&q);
 }
 
+/* ---- draining -------------------------------------------------------------------------------- */
+
+/* The seqs lease_returning gives, as "11,12,13". */
+static const char *returning_text(const struct lease_queue *q, char *buf, size_t len)
+{
+    size_t n = 0, k = 0;
+    const uint64_t *v = lease_returning(q, &n);
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        int w = snprintf(buf + k, len - k, "%s%llu", i ? "," : "", (unsigned long long)v[i]);
+        assert_true(w >= 0 && (size_t)w < len - k);
+        k += (size_t)w;
+    }
+    return buf;
+}
+
+/* Queued seqs move to the returning list in queue order (across the ring's wrap); the next
+ * request asks for nothing and hands them back; producers get nothing more. */
+static void test_drain_hands_back_queued(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    char buf[256];
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    lease_sent(&q, 4, 0);
+    uint64_t s1[] = {10, 11, 12, 13};
+    assert_int_equal(lease_granted(&q, s1, 4, false, 0), 0);
+    uint64_t seq;
+    for (uint64_t want = 10; want < 13; want++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(seq, want);
+    }
+    assert_int_equal(lease_finish(&q, 10, 1), 0);
+    assert_int_equal(lease_finish(&q, 11, 1), 0);
+    /* 12 is still being produced. Top up so the ring wraps: 13, 14, 15. */
+    expect_want(&q, 1, 3, 2);
+    lease_sent(&q, 3, 2);
+    uint64_t s2[] = {14, 15};
+    assert_int_equal(lease_granted(&q, s2, 2, false, 2), 0);
+    assert_int_equal(q.len, 3);
+    assert_true(q.head != 0);
+
+    assert_int_equal(lease_drain(&q), 0);
+    assert_true(q.draining);
+    assert_int_equal(q.len, 0);
+    assert_int_equal(q.nreturning, 3);
+    assert_int_equal(q.returning[0], 13);
+    assert_int_equal(q.returning[1], 14);
+    assert_int_equal(q.returning[2], 15);
+    /* Nothing is in a request yet. */
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+    assert_int_equal(lease_pop(&q, &seq), 0);
+    assert_false(lease_more(&q));
+    assert_false(lease_settled(&q));
+
+    /* At once, without waiting for the low mark or the report timer. */
+    expect_want(&q, 2, 0, 0);
+    lease_sent(&q, 0, 0);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "13,14,15");
+    expect_no_want(&q, 2);
+    /* 12 finishes while the request flies; the answer clears what was handed back. */
+    assert_int_equal(lease_finish(&q, 12, 3), 0);
+    assert_int_equal(lease_granted(&q, NULL, 0, false, 4), 0);
+    assert_int_equal(q.nreturning, 0);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+    /* The next request reports 12 (after the polling delay) and hands back nothing. */
+    expect_no_want(&q, 4 + 99);
+    expect_want(&q, 4 + 100, 0, 1);
+    lease_sent(&q, 0, 1);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+    assert_int_equal(lease_granted(&q, NULL, 0, true, 200), 0);
+    assert_true(lease_settled(&q));
+    assert_false(lease_more(&q));
+    expect_no_want(&q, 100000);
+    lease_queue_release(&q);
+}
+
+/* A failed request that handed seqs back is sent again with the same seqs, max_splits 0 and its
+ * reported seqs, whatever finished meanwhile. */
+static void test_drain_failed_request_resent(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    char buf[256];
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    lease_sent(&q, 4, 0);
+    uint64_t s1[] = {0, 1, 2, 3};
+    assert_int_equal(lease_granted(&q, s1, 4, false, 0), 0);
+    uint64_t seq;
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(lease_finish(&q, 0, 5), 0);
+    assert_int_equal(lease_drain(&q), 0);
+    expect_want(&q, 10, 0, 1);
+    lease_sent(&q, 0, 1);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "2,3");
+    lease_failed(&q, 10);
+    /* 1 finishes before the retry; the retry is still the failed request. */
+    assert_int_equal(lease_finish(&q, 1, 20), 0);
+    expect_no_want(&q, 109);
+    expect_want(&q, 110, 0, 1);
+    lease_sent(&q, 0, 1);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "2,3");
+    lease_failed(&q, 110);
+    expect_no_want(&q, 309);
+    expect_want(&q, 310, 0, 1);
+    lease_sent(&q, 0, 1);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "2,3");
+    assert_int_equal(lease_granted(&q, NULL, 0, false, 320), 0);
+    assert_int_equal(q.nreturning, 0);
+    assert_int_equal(q.nfinished, 1);
+    assert_int_equal(q.finished[0], 1);
+    /* The empty answer is a poll that found nothing, which waits like a third failure. */
+    expect_no_want(&q, 320 + 399);
+    expect_want(&q, 320 + 400, 0, 1);
+    lease_queue_release(&q);
+}
+
+/* Draining while a request for more splits flies: its answer's seqs are handed back too, in the
+ * next request, after the ones queued before. If that earlier request fails instead, it is sent
+ * again as it was (asking for splits, handing nothing back), and the seqs follow after. */
+static void test_drain_with_request_in_flight(void **state)
+{
+    (void)state;
+    char buf[256];
+    for (int fail = 0; fail < 2; fail++) {
+        struct lease_queue q;
+        assert_int_equal(lease_queue_init(&q, 4), 0);
+        lease_sent(&q, 4, 0);
+        uint64_t s1[] = {0, 1, 2, 3};
+        assert_int_equal(lease_granted(&q, s1, 4, false, 0), 0);
+        uint64_t seq;
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(lease_pop(&q, &seq), 1);
+            assert_int_equal(lease_finish(&q, seq, 0), 0);
+        }
+        expect_want(&q, 0, 2, 2);
+        lease_sent(&q, 2, 2);
+        assert_int_equal(lease_drain(&q), 0);
+        assert_int_equal(q.nreturning, 2);
+        assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+        uint64_t now = 0;
+        if (fail) {
+            lease_failed(&q, 0);
+            expect_no_want(&q, 99);
+            expect_want(&q, 100, 2, 2);
+            lease_sent(&q, 2, 2);
+            assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+            now = 100;
+        }
+        uint64_t s2[] = {4, 5};
+        assert_int_equal(lease_granted(&q, s2, 2, false, now), 0);
+        assert_int_equal(q.len, 0);
+        assert_int_equal(q.nfinished, 0);
+        assert_int_equal(lease_pop(&q, &seq), 0);
+        assert_false(lease_more(&q));
+        /* A reply with seqs is no reason to wait. */
+        expect_want(&q, now, 0, 0);
+        lease_sent(&q, 0, 0);
+        assert_string_equal(returning_text(&q, buf, sizeof buf), "2,3,4,5");
+        assert_int_equal(lease_granted(&q, NULL, 0, false, now + 1), 0);
+        assert_int_equal(q.nreturning, 0);
+        lease_queue_release(&q);
+    }
+}
+
+/* A draining task with nothing queued polls for the end at the backoff pace, reporting what
+ * finishes, and stops once end_of_splits came and everything is reported. */
+static void test_drain_polls_until_end(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    char buf[64];
+    assert_int_equal(lease_queue_init(&q, 2), 0);
+    lease_sent(&q, 2, 0);
+    uint64_t s1[] = {7, 8};
+    assert_int_equal(lease_granted(&q, s1, 2, false, 0), 0);
+    uint64_t seq;
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(lease_finish(&q, 7, 0), 0);
+    assert_int_equal(lease_finish(&q, 8, 0), 0);
+    assert_int_equal(lease_drain(&q), 0);
+    assert_int_equal(q.nreturning, 0);
+    uint64_t t = 1000;
+    expect_want(&q, t, 0, 2);
+    lease_sent(&q, 0, 2);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+    /* The dispatcher waits for consumers to receive 7 and 8: empty answers, further apart. */
+    uint64_t delays[] = {100, 200, 400, 800, 1000, 1000, 1000};
+    for (size_t i = 0; i < sizeof delays / sizeof delays[0]; i++) {
+        assert_int_equal(lease_granted(&q, NULL, 0, false, t), 0);
+        assert_false(lease_settled(&q));
+        expect_no_want(&q, t + delays[i] - 1);
+        t += delays[i];
+        expect_want(&q, t, 0, 0);
+        lease_sent(&q, 0, 0);
+    }
+    /* A failed poll backs off further and is sent again the same. */
+    lease_failed(&q, t);
+    expect_no_want(&q, t + 999);
+    t += 1000;
+    expect_want(&q, t, 0, 0);
+    lease_sent(&q, 0, 0);
+    assert_int_equal(lease_granted(&q, NULL, 0, true, t), 0);
+    assert_true(q.end_of_splits);
+    assert_true(lease_settled(&q));
+    assert_false(lease_more(&q));
+    expect_no_want(&q, t + 100000);
+    lease_queue_release(&q);
+}
+
+/* Draining an idle queue asks at once; the end may come with seqs still to hand back (an answer
+ * to a request sent before draining), which are then still sent. */
+static void test_drain_end_with_seqs_to_return(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    char buf[64];
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    assert_int_equal(lease_drain(&q), 0);
+    assert_int_equal(lease_drain(&q), 0); /* twice is harmless */
+    expect_want(&q, 0, 0, 0);
+    lease_sent(&q, 0, 0);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "");
+    /* Granted with the end (a lease answered from the record of an earlier request). */
+    uint64_t s[] = {3, 9};
+    assert_int_equal(lease_granted(&q, s, 2, true, 0), 0);
+    assert_int_equal(q.nreturning, 2);
+    assert_false(lease_more(&q));
+    expect_want(&q, 0, 0, 0);
+    lease_sent(&q, 0, 0);
+    assert_string_equal(returning_text(&q, buf, sizeof buf), "3,9");
+    assert_int_equal(lease_granted(&q, NULL, 0, true, 1), 0);
+    assert_int_equal(q.nreturning, 0);
+    expect_no_want(&q, 5000);
+    assert_true(lease_settled(&q));
+    lease_queue_release(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +677,11 @@ int main(void)
         cmocka_unit_test(test_queue_retry_same_request),
         cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_queue_grows),
+        cmocka_unit_test(test_drain_hands_back_queued),
+        cmocka_unit_test(test_drain_failed_request_resent),
+        cmocka_unit_test(test_drain_with_request_in_flight),
+        cmocka_unit_test(test_drain_polls_until_end),
+        cmocka_unit_test(test_drain_end_with_seqs_to_return),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

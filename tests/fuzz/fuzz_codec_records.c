@@ -1,0 +1,112 @@
+/* Feeds arbitrary bytes to the element codec's record readers as a reply payload, walking it with
+ * codec_next_record and codec_scan_record side by side:
+ *   - they agree on where every record ends, on its kind, and on its tag or end marker; the
+ *     scanner refuses only what the decoder refuses, and the decoder refuses more only for a
+ *     bad element body (which the scanner does not look at);
+ *   - whatever decodes encodes again (codec_append_tagged, codec_append_split_end) and reads back
+ *     as the same kind, mark and element;
+ *   - codec_next_elem yields exactly the elements before the first bad record, and fails there
+ *     too. */
+#include "pipeline/codec.h"
+
+#include <assert.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static void same_mark(const struct codec_mark *a, const struct codec_mark *b)
+{
+    assert(a->tagged == b->tagged);
+    assert(a->seq == b->seq);
+    assert(a->pos == b->pos);
+}
+
+/* Encodes what a record said and reads it back both ways. */
+static void reencode(int kind, const struct sluice_element *e, const struct codec_mark *mark,
+                     bool compress, struct pipe_buf *out, struct pipe_buf *scratch,
+                     struct sluice_element *back)
+{
+    out->len = 0;
+    int rc;
+    if (kind == CODEC_SPLIT_END) {
+        rc = codec_append_split_end(out, mark->seq, mark->pos);
+    } else {
+        struct codec_tag tag = {mark->seq, mark->pos};
+        rc = codec_append_tagged(out, e, compress, scratch, mark->tagged ? &tag : NULL);
+    }
+    if (rc != 0)
+        return; /* out of memory: nothing to compare */
+    const uint8_t *p = (const uint8_t *)out->p;
+    char err[256];
+    struct codec_mark m1, m2;
+    size_t p1 = 0, p2 = 0;
+    int k1 = codec_next_record(p, out->len, &p1, back, scratch, &m1, err, sizeof err);
+    int k2 = codec_scan_record(p, out->len, &p2, &m2);
+    assert(k1 == kind && k2 == kind);
+    assert(p1 == out->len && p2 == out->len);
+    same_mark(&m1, mark);
+    same_mark(&m2, mark);
+    if (kind == CODEC_ELEMENT)
+        assert(pipe_elem_equal(e, back));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
+{
+    struct sluice_element e, back;
+    pipe_elem_init(&e);
+    pipe_elem_init(&back);
+    struct pipe_buf scratch = {0}, scratch2 = {0}, out = {0};
+    char err[256];
+    bool compress = (len & 1) != 0;
+
+    size_t pos = 0, elements = 0;
+    bool failed = false; /* the decoder refused a record: codec_next_elem stops there */
+    for (;;) {
+        size_t p1 = pos, p2 = pos;
+        struct codec_mark m1, m2;
+        int k1 = codec_next_record(data, len, &p1, &e, &scratch, &m1, err, sizeof err);
+        int k2 = codec_scan_record(data, len, &p2, &m2);
+        if (k1 == CODEC_NO_MORE) {
+            assert(k2 == CODEC_NO_MORE);
+            break;
+        }
+        if (k2 < 0) {
+            /* Bad framing, flags or tag: the decoder refuses it too, and nothing after it can
+             * be found. */
+            assert(k1 < 0);
+            failed = true;
+            break;
+        }
+        assert(p1 == p2);
+        if (k1 < 0) {
+            /* A bad body: the scanner steps over it as an element, with the decoder's tag. */
+            assert(k2 == CODEC_ELEMENT);
+            same_mark(&m1, &m2);
+            failed = true;
+            pos = p2;
+            continue;
+        }
+        assert(k1 == k2);
+        same_mark(&m1, &m2);
+        if (k1 == CODEC_SPLIT_END)
+            assert(m1.tagged);
+        if (k1 == CODEC_ELEMENT && !failed)
+            elements++;
+        reencode(k1, &e, &m1, compress, &out, &scratch2, &back);
+        pos = p1;
+    }
+
+    /* The plain element reader sees the same elements up to the first refusal. */
+    size_t got = 0, at = 0;
+    int rc;
+    while ((rc = codec_next_elem(data, len, &at, &e, &scratch, err, sizeof err)) == 1)
+        got++;
+    assert(got == elements);
+    assert(failed ? rc < 0 : rc == 0);
+
+    pipe_elem_release(&e);
+    pipe_elem_release(&back);
+    pipe_buf_release(&scratch);
+    pipe_buf_release(&scratch2);
+    pipe_buf_release(&out);
+    return 0;
+}
