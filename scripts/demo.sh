@@ -38,15 +38,20 @@ done
 total=$((8 * 25000))
 
 echo "== starting a dispatcher and two workers"
-"$bin/sluice-dispatcher" --port 0 >"$work/dispatcher.out" 2>"$work/dispatcher.log" &
+"$bin/sluice-dispatcher" --port 0 --worker-timeout-ms 2000 >"$work/dispatcher.out" \
+    2>"$work/dispatcher.log" &
 pids+=($!)
 disp=$(wait_listen "$work/dispatcher.out")
 echo "dispatcher at $disp"
-for w in 1 2; do
-    "$bin/sluice-worker" --dispatcher "$disp" --port 0 >"$work/worker$w.out" 2>"$work/worker$w.log" &
+declare -A wpid
+start_worker() { # N
+    "$bin/sluice-worker" --dispatcher "$disp" --port 0 >"$work/worker$1.out" 2>"$work/worker$1.log" &
+    wpid[$1]=$!
     pids+=($!)
-    echo "worker $w at $(wait_listen "$work/worker$w.out")"
-done
+    echo "worker $1 at $(wait_listen "$work/worker$1.out")"
+}
+start_worker 1
+start_worker 2
 
 pipeline="lines(\"$work/data/part-*.txt\")"
 echo "== registering: $pipeline"
@@ -68,6 +73,35 @@ if [ "$got" -ne "$total" ] || [ "$unique" -ne "$total" ]; then
     echo "demo: expected every one of $total lines exactly once" >&2
     exit 1
 fi
+
+check_once() { # FILE WHAT
+    local got unique
+    got=$(wc -l <"$1")
+    unique=$(sort -u "$1" | wc -l)
+    echo "$2: read $got lines ($unique distinct) of $total"
+    if [ "$got" -ne "$total" ] || [ "$unique" -ne "$total" ]; then
+        echo "demo: expected every one of $total lines exactly once" >&2
+        exit 1
+    fi
+}
+
+echo "== the same lines, slowed down, while the cluster changes under the reader:"
+echo "   worker 1 is killed (SIGKILL), worker 3 joins, worker 2 is drained (SIGTERM)"
+"$bin/sluice" read --dispatcher "$disp" "$pipeline | map(sleep_us, 40)" --mode distributed_epoch \
+    >"$work/read2.txt" 2>"$work/read2.log" &
+reader=$!
+sleep 1
+kill -KILL "${wpid[1]}"
+wait "${wpid[1]}" 2>/dev/null || true
+echo "killed worker 1"
+start_worker 3
+sleep 0.5
+kill -TERM "${wpid[2]}"
+echo "draining worker 2"
+if wait "${wpid[2]}"; then echo "worker 2 drained and exited 0"; else
+    echo "demo: worker 2 did not drain cleanly" >&2; exit 1; fi
+wait "$reader"
+check_once "$work/read2.txt" "after a kill, a join and a drain"
 
 echo "== reading range(10) | map(square) with a local tail map(add, 1), parallel_epochs"
 "$bin/sluice" read --dispatcher "$disp" 'range(10) | map(square)' --local 'map(add, 1)' | sort -n | tr '\n' ' '

@@ -9,15 +9,21 @@
  *     too. */
 #include "pipeline/codec.h"
 
-#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 
+/* A broken property stops the fuzzer in every build type (assert is compiled out by NDEBUG). */
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            __builtin_trap();                                                                      \
+    } while (0)
+
 static void same_mark(const struct codec_mark *a, const struct codec_mark *b)
 {
-    assert(a->tagged == b->tagged);
-    assert(a->seq == b->seq);
-    assert(a->pos == b->pos);
+    CHECK(a->tagged == b->tagged);
+    CHECK(a->seq == b->seq);
+    CHECK(a->pos == b->pos);
 }
 
 /* Encodes what a record said and reads it back both ways. */
@@ -41,12 +47,12 @@ static void reencode(int kind, const struct sluice_element *e, const struct code
     size_t p1 = 0, p2 = 0;
     int k1 = codec_next_record(p, out->len, &p1, back, scratch, &m1, err, sizeof err);
     int k2 = codec_scan_record(p, out->len, &p2, &m2);
-    assert(k1 == kind && k2 == kind);
-    assert(p1 == out->len && p2 == out->len);
+    CHECK(k1 == kind && k2 == kind);
+    CHECK(p1 == out->len && p2 == out->len);
     same_mark(&m1, mark);
     same_mark(&m2, mark);
     if (kind == CODEC_ELEMENT)
-        assert(pipe_elem_equal(e, back));
+        CHECK(pipe_elem_equal(e, back));
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
@@ -66,29 +72,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         int k1 = codec_next_record(data, len, &p1, &e, &scratch, &m1, err, sizeof err);
         int k2 = codec_scan_record(data, len, &p2, &m2);
         if (k1 == CODEC_NO_MORE) {
-            assert(k2 == CODEC_NO_MORE);
+            CHECK(k2 == CODEC_NO_MORE);
             break;
         }
         if (k2 < 0) {
             /* Bad framing, flags or tag: the decoder refuses it too, and nothing after it can
              * be found. */
-            assert(k1 < 0);
+            CHECK(k1 < 0);
             failed = true;
             break;
         }
-        assert(p1 == p2);
+        CHECK(p1 == p2);
         if (k1 < 0) {
             /* A bad body: the scanner steps over it as an element, with the decoder's tag. */
-            assert(k2 == CODEC_ELEMENT);
+            CHECK(k2 == CODEC_ELEMENT);
             same_mark(&m1, &m2);
             failed = true;
             pos = p2;
             continue;
         }
-        assert(k1 == k2);
+        CHECK(k1 == k2);
         same_mark(&m1, &m2);
         if (k1 == CODEC_SPLIT_END)
-            assert(m1.tagged);
+            CHECK(m1.tagged);
         if (k1 == CODEC_ELEMENT && !failed)
             elements++;
         reencode(k1, &e, &m1, compress, &out, &scratch2, &back);
@@ -100,8 +106,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     int rc;
     while ((rc = codec_next_elem(data, len, &at, &e, &scratch, err, sizeof err)) == 1)
         got++;
-    assert(got == elements);
-    assert(failed ? rc < 0 : rc == 0);
+    CHECK(got == elements);
+    CHECK(failed ? rc < 0 : rc == 0);
 
     pipe_elem_release(&e);
     pipe_elem_release(&back);
