@@ -1354,10 +1354,10 @@ nomem:
     return NOMEM_MSG(err, errlen);
 }
 
-/* The seqs of a lease the task still holds, less those finished by the plan being made: the
- * reply to a repeated request. *out (malloc'd) is NULL when there are none. */
-static int still_held(const struct st_task *t, const struct st_seq_list *finishing, uint64_t **out,
-                      size_t *n)
+/* The seqs of a lease the task still holds, less those the plan being made finishes or hands back:
+ * the reply to a repeated request. *out (malloc'd) is NULL when there are none. */
+static int still_held(const struct st_task *t, const struct st_seq_list *finishing,
+                      const struct st_seq_list *returning, uint64_t **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -1368,7 +1368,8 @@ static int still_held(const struct st_task *t, const struct st_seq_list *finishi
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < t->granted.n; i++) {
         uint64_t seq = t->granted.v[i];
-        if (seq_contains(&t->leased, seq) && !(finishing && seq_contains(finishing, seq)))
+        if (seq_contains(&t->leased, seq) && !(finishing && seq_contains(finishing, seq)) &&
+            !(returning && seq_contains(returning, seq)))
             v[(*n)++] = seq;
     }
     if (*n == 0) {
@@ -1380,18 +1381,22 @@ static int still_held(const struct st_task *t, const struct st_seq_list *finishi
 }
 
 /* Appends an update of type moving the seqs of v[0, n) that are leased to task t (sorted, once
- * each) away from it. *moved receives how many; none appends nothing. The list is a copy. */
+ * each), less those of the update at index exclude_at of out (NO_UPDATE: none), away from it.
+ * *moved receives how many, *made_at the new update's index (NO_UPDATE when none was appended).
+ * Updates are named by index, not pointer, because appending may move the list. */
+#define NO_UPDATE SIZE_MAX
 static int push_task_seqs(const struct st_task *t, enum st_update_type type, const uint64_t *v,
-                          size_t n, const struct st_seq_list *exclude, struct st_update_list *out,
-                          const struct st_update **made, uint64_t *moved)
+                          size_t n, size_t exclude_at, struct st_update_list *out, size_t *made_at,
+                          uint64_t *moved)
 {
     *moved = 0;
-    *made = NULL;
+    *made_at = NO_UPDATE;
     if (n == 0)
         return 0;
     struct st_update *u = push(out, type, 0);
     if (!u)
         return SLUICE_ERR_NOMEM;
+    const struct st_seq_list *exclude = exclude_at == NO_UPDATE ? NULL : &out->v[exclude_at].seqs;
     u->ref = t->iteration_id;
     u->ref2 = t->id;
     if (seq_assign(&u->seqs, v, n) < 0)
@@ -1410,7 +1415,7 @@ static int push_task_seqs(const struct st_task *t, enum st_update_type type, con
     if (k == 0)
         list_truncate(out, out->n - 1);
     else
-        *made = u;
+        *made_at = out->n - 1;
     return 0;
 }
 
@@ -1458,19 +1463,21 @@ int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t 
     bool repeat = request_seq != 0 && request_seq == t->last_request;
     size_t start = out->n;
     struct st_update *u;
-    const struct st_seq_list *finishing = NULL;
     uint64_t done = 0, back = 0;
-    const struct st_update *made;
+    size_t finishing_at, returning_at;
     /* Keep the seqs leased to this task, sorted and once each. */
-    if (push_task_seqs(t, ST_SPLITS_FINISHED, finished, nfinished, NULL, out, &made, &done) < 0)
+    if (push_task_seqs(t, ST_SPLITS_FINISHED, finished, nfinished, NO_UPDATE, out, &finishing_at,
+                       &done) < 0)
         goto nomem;
-    if (made)
-        finishing = &made->seqs;
     /* Splits handed back go to the pool, where other tasks lease them; a seq reported both
      * finished and handed back counts as finished. */
-    if (push_task_seqs(t, ST_SPLITS_RETURNED, returned, nreturned, finishing, out, &made, &back) <
-        0)
+    if (push_task_seqs(t, ST_SPLITS_RETURNED, returned, nreturned, finishing_at, out, &returning_at,
+                       &back) < 0)
         goto nomem;
+    const struct st_seq_list *finishing =
+        finishing_at == NO_UPDATE ? NULL : &out->v[finishing_at].seqs;
+    const struct st_seq_list *returning =
+        returning_at == NO_UPDATE ? NULL : &out->v[returning_at].seqs;
     uint64_t left = it->split_total - it->split_cursor;
     /* Nothing left to lease now, and nothing out that could come back to the pool. */
     *end = it->pool.n == 0 && back == 0 && left == 0 && it->splits_leased == done;
@@ -1481,7 +1488,7 @@ int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t 
         max = 0;
     }
     if (repeat) {
-        if (still_held(t, finishing, seqs, nseqs) < 0)
+        if (still_held(t, finishing, returning, seqs, nseqs) < 0)
             goto nomem;
         return 0;
     }
@@ -1542,13 +1549,13 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
         return 0;
     size_t start = out->n;
     struct st_update *u;
-    const struct st_update *made;
+    size_t made_at;
     uint64_t moved;
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
         if (t->iteration_id != iteration_id || t->leased.n == 0)
             continue;
-        if (push_task_seqs(t, ST_SPLITS_FINISHED, seqs, n, NULL, out, &made, &moved) < 0)
+        if (push_task_seqs(t, ST_SPLITS_FINISHED, seqs, n, NO_UPDATE, out, &made_at, &moved) < 0)
             goto nomem;
     }
     /* Splits back in the pool that a consumer received in full are not leased again. */

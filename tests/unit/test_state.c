@@ -1499,7 +1499,7 @@ static void test_splits_finished_mix(void **unused)
     assert_string_equal(places(&h.s, 1, buf, sizeof buf),
                         "cursor=6 finished=1 leased=3 pool=[4,5] task1=[0] task2=[2,3]");
     assert_string_equal(finished_map(&h.s, 1, map), "01000000");
-    /* Unknown and collected iterations have no finished split; a parallel one neither. */
+    /* An unknown iteration has no finished split. */
     assert_false(state_split_finished(&h.s, 9, 1));
 
     assert_string_equal(run(&h, "done 1 5,7,0,3,1,4,6,0"), "splits_finished ref=1 ref2=1 seqs=[0]\n"
