@@ -6,6 +6,7 @@
 # Usage: bench/dataplane.sh [BUILD_DIR]   (default build/; builds nothing itself)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 bin=${1:-build}/bin
 for t in iperf3 awk; do command -v $t >/dev/null || { echo "needs $t (scripts/deps.sh)"; exit 1; }; done
 
@@ -18,15 +19,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_listen() { # file -> HOST:PORT
-    for _ in $(seq 1 200); do
-        a=$(sed -n 's/.* listening on //p' "$1")
-        [ -n "$a" ] && { echo "$a"; return 0; }
-        sleep 0.05
-    done
-    echo "no listening line in $1" >&2
-    return 1
-}
 now_ns() { date +%s%N; }
 
 "$bin/sluice-dispatcher" --port 0 >"$tmp/d.out" 2>"$tmp/d.err" &

@@ -32,6 +32,7 @@ die_usage() { echo "$prog: $*" >&2; exit 2; }
 is_count() { [[ "$1" =~ ^[0-9]+$ ]]; }
 
 dispatcher=""
+. "$(dirname "$0")/lib.sh"
 bin_dir="$(cd "$(dirname "$0")/.." && pwd)/build/bin"
 interval=10
 min=1
@@ -106,13 +107,8 @@ start_worker() {
     local pid=$!
     pids+=("$pid")
     # The address is reported once it listens; a worker that fails at once is noticed here.
-    local addr="" i
-    for i in $(seq 1 100); do
-        addr=$(sed -n 's/.* listening on //p' "$out" 2>/dev/null)
-        [ -n "$addr" ] && break
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.05
-    done
+    local addr
+    addr=$(wait_listen "$out" "$pid") || addr=""
     log "start: worker pid $pid at ${addr:-(not listening yet)}, $1 (now ${#pids[@]})"
 }
 

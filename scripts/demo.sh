@@ -5,6 +5,7 @@
 # summary with throughput, and stops everything cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 scripts/deps.sh
 echo "== building"
 scripts/build.sh build
@@ -18,16 +19,6 @@ stop_all() {
     pids=()
 }
 trap 'stop_all; rm -rf "$work"' EXIT
-
-wait_listen() { # LOGFILE -> prints HOST:PORT once the process says it is listening
-    for _ in $(seq 1 200); do
-        addr=$(sed -n 's/.* listening on //p' "$1")
-        if [ -n "$addr" ]; then echo "$addr"; return 0; fi
-        sleep 0.05
-    done
-    echo "demo: no 'listening on' line in $1" >&2
-    return 1
-}
 
 echo "== generating a dataset: 8 text files x 25000 lines in $work/data"
 mkdir -p "$work/data"

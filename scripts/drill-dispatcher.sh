@@ -16,6 +16,7 @@
 #   DRILL_READ_TIMEOUT_S=T  how long the read may take after the last restart (default 120)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 build=${1:-build}
 if [ ! -x "$build/bin/sluice-dispatcher" ]; then
     scripts/build.sh "$build"
@@ -42,17 +43,6 @@ stop_all() {
 status=0
 # The work dir (logs, journal, what was read) stays behind when the drill fails.
 trap 'stop_all; if [ "$status" -eq 0 ]; then rm -rf "$work"; else echo "drill: kept $work" >&2; fi' EXIT
-
-wait_listen() { # OUTFILE -> prints HOST:PORT once the process says it is listening
-    for _ in $(seq 1 400); do
-        addr=$(sed -n 's/.* listening on //p' "$1")
-        if [ -n "$addr" ]; then echo "$addr"; return 0; fi
-        sleep 0.025
-    done
-    echo "drill: no 'listening on' line in $1" >&2
-    cat "${1%.out}.log" >&2 || true
-    return 1
-}
 
 start_dispatcher() { # PORT -> sets disp_pid and disp (HOST:PORT)
     : >"$work/dispatcher.out"

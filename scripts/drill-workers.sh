@@ -26,6 +26,7 @@
 #   DRILL_LOG_LEVEL=L      log level of the dispatcher and the workers (default info)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 build=${1:-build}
 if [ ! -x "$build/bin/sluice-dispatcher" ]; then
     scripts/build.sh "$build"
@@ -112,22 +113,6 @@ diagnostics() {
         echo "---- $f (last 40 lines)" >&2
         tail -n 40 "$f" >&2
     done
-}
-
-wait_listen() { # OUTFILE PID -> prints HOST:PORT once the process says it is listening
-    local addr
-    for _ in $(seq 1 400); do
-        addr=$(sed -n 's/.* listening on //p' "$1")
-        if [ -n "$addr" ]; then
-            echo "$addr"
-            return 0
-        fi
-        kill -0 "$2" 2>/dev/null || break
-        sleep 0.025
-    done
-    echo "drill: no 'listening on' line in $1" >&2
-    cat "${1%.out}.log" >&2 || true
-    return 1
 }
 
 start_dispatcher() { # PORT -> sets disp_pid and disp (HOST:PORT)

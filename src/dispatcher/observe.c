@@ -146,19 +146,6 @@ static int scalar(struct metrics *reg, bool counter, const char *name, const cha
     return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
 }
 
-static const char *iteration_state_label(enum st_iteration_state s)
-{
-    switch (s) {
-    case ST_ITER_ACTIVE:
-        return "active";
-    case ST_ITER_FINISHED:
-        return "finished";
-    case ST_ITER_GC:
-        return "garbage_collected";
-    }
-    return "unknown";
-}
-
 static int make_registry(struct observe *o)
 {
     struct metrics *r = o->reg;
@@ -179,7 +166,7 @@ static int make_registry(struct observe *o)
         rc = metrics_gauge(r, "sluice_iterations", "Current iterations of the jobs, by state.",
                            METRICS_U64, &f);
     for (size_t i = 0; rc == 0 && i < NSTATES; i++) {
-        struct metrics_label l = {"state", iteration_state_label(iteration_states[i])};
+        struct metrics_label l = {"state", st_iteration_state_name(iteration_states[i])};
         rc = metrics_series_get(f, &l, 1, &o->iterations_g[i]);
     }
     SCALAR(false, "sluice_tasks", "Tasks assigned to workers, finished ones included.", METRICS_U64,

@@ -28,6 +28,19 @@ _Static_assert(offsetof(struct st_client, id) == 0, "row id first");
 static const char *const mode_names[ST_MODE_COUNT] = {
     "parallel_epochs", "distributed_epoch", "file", "data", "file_or_data", "hint"};
 
+const char *st_iteration_state_name(enum st_iteration_state state)
+{
+    switch (state) {
+    case ST_ITER_ACTIVE:
+        return "active";
+    case ST_ITER_FINISHED:
+        return "finished";
+    case ST_ITER_GC:
+        return "garbage_collected";
+    }
+    return "unknown";
+}
+
 const char *st_mode_name(enum st_mode mode)
 {
     if ((unsigned)mode < ST_MODE_COUNT)
@@ -1380,6 +1393,27 @@ static int still_held(const struct st_task *t, const struct st_seq_list *finishi
     return 0;
 }
 
+/* Sets l to the seqs of v[0, n) that are in `in` and not in exclude (may be NULL): sorted and
+ * once each, as every list of an update must be. Reports from the network may repeat seqs, name
+ * seqs that were never leased, or arrive in any order. Returns 0 or SLUICE_ERR_NOMEM. */
+static int seq_assign_members(struct st_seq_list *l, const uint64_t *v, size_t n,
+                              const struct st_seq_list *in, const struct st_seq_list *exclude)
+{
+    if (seq_assign(l, v, n) < 0)
+        return SLUICE_ERR_NOMEM;
+    qsort(l->v, l->n, sizeof *l->v, cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        uint64_t seq = l->v[i];
+        if ((k > 0 && l->v[k - 1] == seq) || !seq_contains(in, seq) ||
+            (exclude && seq_contains(exclude, seq)))
+            continue;
+        l->v[k++] = seq;
+    }
+    l->n = k;
+    return 0;
+}
+
 /* Appends an update of type moving the seqs of v[0, n) that are leased to task t (sorted, once
  * each), less those of the update at index exclude_at of out (NO_UPDATE: none), away from it.
  * *moved receives how many, *made_at the new update's index (NO_UPDATE when none was appended).
@@ -1399,18 +1433,9 @@ static int push_task_seqs(const struct st_task *t, enum st_update_type type, con
     const struct st_seq_list *exclude = exclude_at == NO_UPDATE ? NULL : &out->v[exclude_at].seqs;
     u->ref = t->iteration_id;
     u->ref2 = t->id;
-    if (seq_assign(&u->seqs, v, n) < 0)
+    if (seq_assign_members(&u->seqs, v, n, &t->leased, exclude) < 0)
         return SLUICE_ERR_NOMEM;
-    qsort(u->seqs.v, u->seqs.n, sizeof *u->seqs.v, cmp_u64);
-    size_t k = 0;
-    for (size_t i = 0; i < u->seqs.n; i++) {
-        uint64_t seq = u->seqs.v[i];
-        if ((k > 0 && u->seqs.v[k - 1] == seq) || !seq_contains(&t->leased, seq) ||
-            (exclude && seq_contains(exclude, seq)))
-            continue;
-        u->seqs.v[k++] = seq;
-    }
-    u->seqs.n = k;
+    size_t k = u->seqs.n;
     *moved = k;
     if (k == 0)
         list_truncate(out, out->n - 1);
@@ -1563,18 +1588,9 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
         if (!(u = push(out, ST_SPLITS_FINISHED, 0)))
             goto nomem;
         u->ref = iteration_id;
-        if (seq_assign(&u->seqs, seqs, n) < 0)
+        if (seq_assign_members(&u->seqs, seqs, n, &it->pool, NULL) < 0)
             goto nomem;
-        qsort(u->seqs.v, u->seqs.n, sizeof *u->seqs.v, cmp_u64);
-        size_t k = 0;
-        for (size_t i = 0; i < u->seqs.n; i++) {
-            uint64_t seq = u->seqs.v[i];
-            if ((k > 0 && u->seqs.v[k - 1] == seq) || !seq_contains(&it->pool, seq))
-                continue;
-            u->seqs.v[k++] = seq;
-        }
-        u->seqs.n = k;
-        if (k == 0)
+        if (u->seqs.n == 0)
             list_truncate(out, out->n - 1);
     }
     return 0;

@@ -42,6 +42,8 @@ const char *st_mode_name(enum st_mode mode);            /* "parallel_epochs", ..
 int st_mode_parse(const char *text, enum st_mode *out); /* also accepts "off", "dynamic" */
 
 enum st_iteration_state { ST_ITER_ACTIVE = 0, ST_ITER_FINISHED = 1, ST_ITER_GC = 2 };
+/* "active", "finished" or "garbage_collected" (the names of status and the metrics). */
+const char *st_iteration_state_name(enum st_iteration_state state);
 
 struct st_dataset {
     char id[ST_ID_MAX];

@@ -32,19 +32,6 @@ static json_t *u64(uint64_t v)
     return json_integer((json_int_t)v);
 }
 
-static const char *iteration_state_name(enum st_iteration_state state)
-{
-    switch (state) {
-    case ST_ITER_ACTIVE:
-        return "active";
-    case ST_ITER_FINISHED:
-        return "finished";
-    case ST_ITER_GC:
-        return "garbage_collected";
-    }
-    return "unknown";
-}
-
 static json_t *worker_json(struct builder *b, const struct state *s, const struct st_worker *w)
 {
     json_t *o = json_object(), *tasks = json_array();
@@ -113,7 +100,7 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "mode", json_string(st_mode_name(j->mode)));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
-    put(b, o, "state", json_string(iteration_state_name(it ? it->state : ST_ITER_GC)));
+    put(b, o, "state", json_string(st_iteration_state_name(it ? it->state : ST_ITER_GC)));
     put(b, o, "clients", u64(state_iteration_clients(s, j->iteration_id)));
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];

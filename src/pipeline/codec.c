@@ -352,66 +352,75 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
     return 0;
 }
 
-int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark)
+/* A record's framing, flags and tag, read without touching its body. */
+struct record_head {
+    const uint8_t *rec; /* the record, after its length prefix */
+    size_t len;         /* its length */
+    size_t body;        /* where what follows the flags and tag starts in rec */
+    uint8_t flags;
+};
+
+/* Reads the head of the record at data[*pos, len) into h and *mark and advances *pos past the
+ * record. Returns CODEC_NO_MORE, CODEC_ELEMENT, CODEC_SPLIT_END (whole: a marker has no body), or
+ * SLUICE_ERR_CORRUPT with *why saying what is wrong. */
+static int read_head(const uint8_t *data, size_t len, size_t *pos, struct record_head *h,
+                     struct codec_mark *mark, const char **why)
 {
+    mark->tagged = false;
+    mark->seq = mark->pos = 0;
     if (*pos >= len)
         return CODEC_NO_MORE;
     uint64_t reclen;
-    if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1)
+    if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1) {
+        *why = "bad record length";
         return SLUICE_ERR_CORRUPT;
-    const uint8_t *rec = data + *pos;
-    size_t recpos = 1;
-    uint8_t flags = rec[0];
-    *pos += reclen;
-    mark->tagged = false;
-    mark->seq = mark->pos = 0;
-    if (flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END))
-        return SLUICE_ERR_CORRUPT;
-    if (flags & (FLAG_TAGGED | FLAG_SPLIT_END)) {
-        if ((flags & FLAG_SPLIT_END) && flags != FLAG_SPLIT_END)
-            return SLUICE_ERR_CORRUPT;
-        if (varint_get(rec, reclen, &recpos, &mark->seq) ||
-            varint_get(rec, reclen, &recpos, &mark->pos))
-            return SLUICE_ERR_CORRUPT;
-        mark->tagged = true;
-        if (flags & FLAG_SPLIT_END)
-            return recpos == reclen ? CODEC_SPLIT_END : SLUICE_ERR_CORRUPT;
     }
-    return CODEC_ELEMENT;
+    h->rec = data + *pos;
+    h->len = reclen;
+    h->body = 1;
+    h->flags = h->rec[0];
+    *pos += reclen;
+    if (h->flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END)) {
+        *why = "unknown record flags";
+        return SLUICE_ERR_CORRUPT;
+    }
+    bool end = h->flags & FLAG_SPLIT_END;
+    if (end && h->flags != FLAG_SPLIT_END) {
+        *why = "split end marker with other flags";
+        return SLUICE_ERR_CORRUPT;
+    }
+    if (h->flags & (FLAG_TAGGED | FLAG_SPLIT_END)) {
+        if (varint_get(h->rec, h->len, &h->body, &mark->seq) ||
+            varint_get(h->rec, h->len, &h->body, &mark->pos) || (end && h->body != h->len)) {
+            *why = end ? "bad split end marker" : "bad element tag";
+            return SLUICE_ERR_CORRUPT;
+        }
+        mark->tagged = true;
+    }
+    return end ? CODEC_SPLIT_END : CODEC_ELEMENT;
+}
+
+int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark)
+{
+    struct record_head h;
+    const char *why;
+    return read_head(data, len, pos, &h, mark, &why);
 }
 
 int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
                       struct pipe_buf *scratch, struct codec_mark *mark, char *err, size_t errlen)
 {
-    if (*pos >= len)
-        return CODEC_NO_MORE;
     size_t at = *pos;
-    uint64_t reclen;
-    if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1)
-        return corrupt(err, errlen, at, "bad record length");
-    const uint8_t *rec = data + *pos;
-    size_t recpos = 1;
-    uint8_t flags = rec[0];
-    *pos += reclen;
-    mark->tagged = false;
-    mark->seq = mark->pos = 0;
-    if (flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END))
-        return corrupt(err, errlen, at, "unknown record flags");
-    if (flags & FLAG_SPLIT_END) {
-        if (flags != FLAG_SPLIT_END)
-            return corrupt(err, errlen, at, "split end marker with other flags");
-        if (varint_get(rec, reclen, &recpos, &mark->seq) ||
-            varint_get(rec, reclen, &recpos, &mark->pos) || recpos != reclen)
-            return corrupt(err, errlen, at, "bad split end marker");
-        mark->tagged = true;
-        return CODEC_SPLIT_END;
-    }
-    if (flags & FLAG_TAGGED) {
-        if (varint_get(rec, reclen, &recpos, &mark->seq) ||
-            varint_get(rec, reclen, &recpos, &mark->pos))
-            return corrupt(err, errlen, at, "bad element tag");
-        mark->tagged = true;
-    }
+    struct record_head h;
+    const char *why = "";
+    int kind = read_head(data, len, pos, &h, mark, &why);
+    if (kind == SLUICE_ERR_CORRUPT)
+        return corrupt(err, errlen, at, why);
+    if (kind != CODEC_ELEMENT)
+        return kind;
+    const uint8_t *rec = h.rec;
+    size_t reclen = h.len, recpos = h.body;
+    uint8_t flags = h.flags;
     if (!(flags & FLAG_SNAPPY)) {
         int rc =
             read_body(rec + recpos, reclen - recpos, e, (size_t)(rec + recpos - data), err, errlen);
