@@ -39,6 +39,13 @@ void tmp_cleanup(void)
     }
 }
 
+int tmp_teardown(void **unused)
+{
+    (void)unused;
+    tmp_cleanup();
+    return 0;
+}
+
 const char *bin_path(const char *name)
 {
     static char bufs[8][512];

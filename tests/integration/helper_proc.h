@@ -43,6 +43,8 @@ int run_cmd(char *const argv[], int timeout_ms, char **out, char **err);
 /* A directory made for this test run (removed by tmp_cleanup). */
 const char *tmp_dir(void);
 void tmp_cleanup(void);
+/* tmp_cleanup as a cmocka group teardown: cmocka_run_group_tests(tests, NULL, tmp_teardown). */
+int tmp_teardown(void **unused);
 
 /* A TCP port that was free a moment ago on 127.0.0.1. */
 int free_port(void);

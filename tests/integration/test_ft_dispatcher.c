@@ -663,13 +663,6 @@ static void test_full_journal_is_fatal(void **unused)
     assert_int_equal(proc_stop(&d, SIGTERM, WAIT_MS), 0);
 }
 
-static int teardown_all(void **unused)
-{
-    (void)unused;
-    tmp_cleanup();
-    return 0;
-}
-
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -680,5 +673,5 @@ int main(void)
         cmocka_unit_test(test_damaged_record_stops_start),
         cmocka_unit_test(test_full_journal_is_fatal),
     };
-    return cmocka_run_group_tests(tests, NULL, teardown_all);
+    return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }

@@ -368,13 +368,6 @@ static void test_metrics_port_errors(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
-static int teardown_all(void **unused)
-{
-    (void)unused;
-    tmp_cleanup();
-    return 0;
-}
-
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -384,5 +377,5 @@ int main(void)
         cmocka_unit_test(test_status_defaults),     cmocka_unit_test(test_status_cluster),
         cmocka_unit_test(test_metrics_port_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, teardown_all);
+    return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }

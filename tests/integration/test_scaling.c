@@ -168,13 +168,6 @@ static void test_falling(void **unused)
     stop(&c);
 }
 
-static int teardown_all(void **unused)
-{
-    (void)unused;
-    tmp_cleanup();
-    return 0;
-}
-
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -182,5 +175,5 @@ int main(void)
         cmocka_unit_test(test_rising),
         cmocka_unit_test(test_falling),
     };
-    return cmocka_run_group_tests(tests, NULL, teardown_all);
+    return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
