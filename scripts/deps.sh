@@ -3,8 +3,12 @@
 # are present. Needs root (or sudo) only when something is missing.
 set -euo pipefail
 
+# Every package the scripts, tests, benchmarks and demo call, including the ones a development
+# machine tends to have already: clang alone (without recommends) lacks the sanitizer and
+# libFuzzer runtimes, which live in libclang-rt-dev.
 packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
-          liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang iperf3 procps jq)
+          liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang libclang-rt-dev
+          iperf3 procps jq)
 if [ "${SLUICE_DEPS_EXTRA:-}" != "" ]; then
     read -r -a extra <<<"$SLUICE_DEPS_EXTRA"
     packages+=("${extra[@]}")

@@ -24,7 +24,8 @@ if [ "${SLUICE_SKIP_ASAN:-0}" != 1 ]; then
 fi
 
 fuzz_seconds=${SLUICE_FUZZ_SECONDS:-15}
-if [ "$fuzz_seconds" != 0 ] && command -v clang >/dev/null; then
+if [ "$fuzz_seconds" != 0 ]; then
+    command -v clang >/dev/null || { echo "fuzz: clang not found (scripts/deps.sh installs it)" >&2; exit 1; }
     echo "== fuzz smoke (${fuzz_seconds}s per target)"
     # Only the fuzz targets: under clang the sanitizer runtime is not linked into shared
     # libraries, so the rest of the tree is built by the passes above.
