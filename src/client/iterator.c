@@ -17,6 +17,8 @@
 
 #include "common/error.h"
 #include "pipeline/codec.h"
+#include "pipeline/def.h"
+#include "pipeline/dist.h"
 #include "pipeline/element.h"
 #include "pipeline/format.h"
 #include "pipeline/iter.h"
@@ -1138,13 +1140,16 @@ static void reader_release(struct sluice_iterator *it)
 
 /* ---- public ------------------------------------------------------------------------------- */
 
-static int open_tail(struct sluice_iterator *it, const char *text, char *err, size_t errlen)
+/* what names the tail in messages: "local tail", or the operations a dataset leaves to the
+ * reader. */
+static int open_tail(struct sluice_iterator *it, const char *text, const char *what, char *err,
+                     size_t errlen)
 {
     char msg[MSG_MAX];
     int rc = pipe_parse_tail(text, &it->tail_spec, msg, sizeof msg);
     if (rc)
-        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
-                       "local tail: %s", msg);
+        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
+                       msg);
     struct upstream *up = calloc(1, sizeof *up);
     if (!up)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
@@ -1153,9 +1158,64 @@ static int open_tail(struct sluice_iterator *it, const char *text, char *err, si
     /* The run owns up from here, also on failure. */
     rc = pipe_open_tail(it->tail_spec, it->c->reg, &up->base, &it->tail, msg, sizeof msg);
     if (rc)
-        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
-                       "local tail: %s", msg);
+        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
+                       msg);
     return 0;
+}
+
+/* In distributed_epoch, the operations that pipe_dist_analyze() places in the reader (a batch
+ * after a filter, a take after a shuffle, a batch of file records...) run here over the merged
+ * stream, before the local tail: the tail is reopened as the dataset's part, then the local
+ * text. */
+static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_read_options *o,
+                             char *err, size_t errlen)
+{
+    struct pipe_spec *spec = NULL;
+    struct pipe_dist d;
+    char msg[MSG_MAX];
+    char *text = NULL;
+    int rc = pipe_spec_decode(it->def, it->def_len, &spec, msg, sizeof msg);
+    if (rc) {
+        rc = err_set(err, errlen, rc, "dataset '%s': %s", it->dataset_id, msg);
+        goto out;
+    }
+    rc = pipe_dist_analyze(spec, &d, msg, sizeof msg);
+    if (rc) {
+        rc = err_set(err, errlen, rc, "dataset '%s': %s", it->dataset_id, msg);
+        goto out;
+    }
+    if (d.cut == spec->nops)
+        goto out;
+    if (d.client_slices && o->job_name && *o->job_name) {
+        char first[128];
+        pipe_spec_format_ops(spec, d.cut, d.cut + 1, first, sizeof first);
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                     "dataset '%s': in distributed_epoch its operations from %s on run in each "
+                     "reader (%s), so a take, skip or shard among them cannot hold over a job "
+                     "shared by several readers (--job-name); read it without a job name or "
+                     "move them before the operation that needs the whole stream",
+                     it->dataset_id, first, d.why);
+        goto out;
+    }
+    int n = pipe_spec_format_ops(spec, d.cut, spec->nops, NULL, 0);
+    size_t local = o->local && *o->local ? strlen(o->local) : 0;
+    text = n < 0 ? NULL : malloc((size_t)n + local + 4);
+    if (!text) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        goto out;
+    }
+    pipe_spec_format_ops(spec, d.cut, spec->nops, text, (size_t)n + 1);
+    if (local)
+        sprintf(text + n, " | %s", o->local);
+    pipe_run_free(it->tail);
+    it->tail = NULL;
+    pipe_spec_free(it->tail_spec);
+    it->tail_spec = NULL;
+    rc = open_tail(it, text, "operations run in the reader", err, errlen);
+out:
+    free(text);
+    pipe_spec_free(spec);
+    return rc;
 }
 
 static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t errlen)
@@ -1253,7 +1313,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
 
     /* Everything that can be checked locally is, before the dispatcher hears of the read. */
     if (o->local && *o->local) {
-        rc = open_tail(it, o->local, err, errlen);
+        rc = open_tail(it, o->local, "local tail", err, errlen);
         if (rc)
             goto fail;
     }
@@ -1285,6 +1345,11 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
                         err, errlen);
     if (rc)
         goto fail;
+    if (o->mode == SLUICE_DISTRIBUTED_EPOCH) {
+        rc = open_dataset_tail(it, o, err, errlen);
+        if (rc)
+            goto fail;
+    }
 
     Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
     req.dataset_id = it->dataset_id;

@@ -70,10 +70,11 @@ struct pipe_run {
 int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
               struct pipe_run **out, char *err, size_t errlen);
 
-/* Builds the pipeline over the given splits of its source instead of the whole source: the
- * source yields the elements of splits[0], then splits[1], ..., and the ops run over that. Ops
- * of kind REPEAT are skipped, because in distributed processing the split provider applies them
- * (see split.h). Splits are copied. Every shuffle is seeded from splits[0].seq (and its own seed
+/* Builds the worker's part of the pipeline over the given splits of its source instead of the
+ * whole source: the source yields the elements of splits[0], then splits[1], ..., and the ops run
+ * over that. Only the ops pipe_dist_analyze() places on the workers run: those on the split
+ * sequence (repeat, and take/skip/shard over the source's positions) were applied by the split
+ * provider, and those from the cut on run in the client. Splits are copied. Every shuffle is seeded from splits[0].seq (and its own seed
  * when it has one) rather than from chance, so opening the same split again yields the same
  * elements in the same order: a split re-issued after its worker died is processed again
  * identically, which lets a consumer drop the elements it already received by position. */

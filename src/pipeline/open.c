@@ -31,8 +31,12 @@ struct plan {
     size_t nelems;
     char **paths; /* tfrecord(), lines(): files to read, in order */
     size_t npaths;
-    struct pipe_span *spans; /* PLAN_SPLITS over range()/list() */
+    struct pipe_span *spans; /* PLAN_SPLITS over range()/list(): positions of dist's view */
     size_t nspans;
+    /* PLAN_SPLITS: where each op runs (dist.h); the chain holds the worker's ops [0, nops) but
+     * those placed on the split sequence. Otherwise nops is every op. */
+    struct pipe_dist dist;
+    size_t nops;
     struct pipe_iter *tail_up; /* PLAN_TAIL: the caller's upstream until the chain takes it */
     /* PLAN_SPLITS: the key every shuffle is seeded from (mixed with its seed when it has one),
      * derived from the first split's sequence number, so a split processed again (re-issued
@@ -74,6 +78,7 @@ static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t 
 {
     const struct pipe_source *src = &pl->spec->source;
     const struct pipe_span *spans = pl->mode == PLAN_SPLITS ? pl->spans : NULL;
+    const struct pipe_dist *view = pl->mode == PLAN_SPLITS ? &pl->dist : NULL;
     int rc = 0;
     if (pl->mode == PLAN_TAIL) {
         /* Only the first build reaches here: a tail has no repeat that could build again. */
@@ -86,10 +91,10 @@ static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t 
     case PIPE_SRC_RANGE:
         rc =
             pipe_range_open(src->start, src->step, pipe_range_len(src->start, src->stop, src->step),
-                            spans, pl->nspans, ctx, out);
+                            spans, pl->nspans, view, ctx, out);
         break;
     case PIPE_SRC_LIST:
-        rc = pipe_list_open(pl->elems, pl->nelems, spans, pl->nspans, ctx, out);
+        rc = pipe_list_open(pl->elems, pl->nelems, spans, pl->nspans, view, ctx, out);
         break;
     case PIPE_SRC_TFRECORD:
         rc = pipe_tfrecord_open(pl->paths, pl->npaths, ctx, out);
@@ -110,6 +115,9 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
     const struct pipe_op *op = &pl->spec->ops[k];
     struct pipe_iter *up = *it;
     int rc = 0;
+    /* The split provider applied these to the splits' positions already. */
+    if (pl->mode == PLAN_SPLITS && pipe_dist_place_of(pl->spec, &pl->dist, k) == PIPE_DIST_SPLITS)
+        return 0;
     switch (op->kind) {
     case PIPE_OP_MAP:
     case PIPE_OP_FILTER:
@@ -133,8 +141,8 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
         rc = pipe_skip_open(op->n, up, ctx, it);
         break;
     case PIPE_OP_REPEAT:
-        /* Splits already carry the repetitions (split.h); repeat(1) changes nothing. */
-        if (pl->mode == PLAN_SPLITS || (op->has_n && op->n == 1))
+        /* repeat(1) changes nothing. */
+        if (op->has_n && op->n == 1)
             return 0;
         {
             struct pipe_rebuild rb = {rebuild, pl, k, salt};
@@ -265,6 +273,7 @@ static int run_new(const struct pipe_spec *spec, const struct sluice_registry *r
     r->run.ctx.reg = reg;
     atomic_init(&r->run.ctx.cancel, 0);
     r->plan.mode = mode;
+    r->plan.nops = spec->nops;
     rc = pipe_spec_clone(spec, &r->plan.spec);
     if (!rc && spec->nops > 0) {
         r->plan.fns = calloc(spec->nops, sizeof(*r->plan.fns));
@@ -298,7 +307,7 @@ static int prepare_list(struct plan *pl, char *err, size_t errlen)
 
 static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, size_t errlen)
 {
-    int rc = build(&r->plan, r->plan.spec->nops, 0, &r->run.ctx, err, errlen, &r->run.it);
+    int rc = build(&r->plan, r->plan.nops, 0, &r->run.ctx, err, errlen, &r->run.it);
     if (rc) {
         pipe_run_free(&r->run);
         return rc;
@@ -339,6 +348,12 @@ int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry 
         return rc;
     struct plan *pl = &r->plan;
     const struct pipe_source *src = &pl->spec->source;
+    rc = pipe_dist_analyze(pl->spec, &pl->dist, err, errlen);
+    if (rc) {
+        pipe_run_free(&r->run);
+        return rc;
+    }
+    pl->nops = pl->dist.cut;
     pl->split_keyed = true;
     /* A fixed odd constant keeps split 0's key away from the seed value 0. */
     pl->split_key = pipe_salt_mix(0x9e3779b97f4a7c15ull, nsplits ? splits[0].seq + 1 : 0);

@@ -31,12 +31,18 @@ struct cursor {
     struct pipe_span whole;
     size_t nspans, next_span;
     uint64_t len;    /* sequence length, for clamping */
-    uint64_t k, end; /* current span: next index and end */
+    uint64_t k, end; /* current span: next position and end */
+    bool viewed;     /* spans are positions of view, mapped to indices below len */
+    struct pipe_dist view;
 };
 
-static int cursor_init(struct cursor *c, uint64_t len, const struct pipe_span *spans, size_t nspans)
+static int cursor_init(struct cursor *c, uint64_t len, const struct pipe_span *spans, size_t nspans,
+                       const struct pipe_dist *view)
 {
     c->len = len;
+    c->viewed = view != NULL;
+    if (view)
+        c->view = *view;
     c->k = c->end = 0;
     c->next_span = 0;
     if (!spans) {
@@ -65,16 +71,27 @@ static void cursor_release(struct cursor *c)
 /* Returns the next index into *k, or false at the end of the last span. */
 static inline bool cursor_next(struct cursor *c, uint64_t *k)
 {
+    uint64_t lim = c->viewed ? c->view.len : c->len;
     while (c->k == c->end) {
         if (c->next_span == c->nspans)
             return false;
         const struct pipe_span *s = &c->spans[c->next_span++];
-        c->k = s->begin < c->len ? s->begin : c->len;
-        c->end = s->end < c->len ? s->end : c->len;
+        c->k = s->begin < lim ? s->begin : lim;
+        c->end = s->end < lim ? s->end : lim;
         if (c->end < c->k)
             c->end = c->k;
     }
     *k = c->k++;
+    if (c->viewed) {
+        *k = pipe_dist_index(&c->view, *k);
+        /* A view from a plan that does not fit this source ends the sequence rather than read
+         * outside it (workers check plans against their own analysis first). */
+        if (*k >= c->len) {
+            c->k = c->end;
+            c->next_span = c->nspans;
+            return false;
+        }
+    }
     return true;
 }
 
@@ -117,12 +134,13 @@ static void range_destroy(struct pipe_iter *it)
 static const struct pipe_iter_ops range_ops = {range_next, range_destroy};
 
 int pipe_range_open(int64_t start, int64_t step, uint64_t len, const struct pipe_span *spans,
-                    size_t nspans, struct pipe_ctx *ctx, struct pipe_iter **out)
+                    size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                    struct pipe_iter **out)
 {
     struct range_iter *r = calloc(1, sizeof(*r));
     if (!r)
         return SLUICE_ERR_NOMEM;
-    if (cursor_init(&r->cur, len, spans, nspans)) {
+    if (cursor_init(&r->cur, len, spans, nspans, view)) {
         free(r);
         return SLUICE_ERR_NOMEM;
     }
@@ -169,12 +187,13 @@ static void list_destroy(struct pipe_iter *it)
 static const struct pipe_iter_ops list_ops = {list_next, list_destroy};
 
 int pipe_list_open(const struct sluice_element *elems, size_t n, const struct pipe_span *spans,
-                   size_t nspans, struct pipe_ctx *ctx, struct pipe_iter **out)
+                   size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                   struct pipe_iter **out)
 {
     struct list_iter *l = calloc(1, sizeof(*l));
     if (!l)
         return SLUICE_ERR_NOMEM;
-    if (cursor_init(&l->cur, n, spans, nspans)) {
+    if (cursor_init(&l->cur, n, spans, nspans, view)) {
         free(l);
         return SLUICE_ERR_NOMEM;
     }

@@ -6,12 +6,13 @@
 #ifndef SLUICE_PIPELINE_SOURCE_H
 #define SLUICE_PIPELINE_SOURCE_H
 
+#include "dist.h"
 #include "iter.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Element indices [begin, end) of a source sequence. */
+/* Element indices [begin, end) of a source sequence, or positions of a view (dist.h). */
 struct pipe_span {
     uint64_t begin, end;
 };
@@ -20,10 +21,12 @@ struct pipe_span {
 uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step);
 
 /* A source of scalar int64: element k of the sequence is start + k * step, for k < len. With
- * spans NULL the whole sequence is read; otherwise spans are copied. Returns 0 or
- * SLUICE_ERR_NOMEM; *out is owned by the caller's chain (destroy through its ops). */
+ * spans NULL the whole sequence is read; otherwise spans are copied. With view non-NULL (copied)
+ * the spans are positions of that view, read as source elements pipe_dist_index(view, g). Returns 0
+ * or SLUICE_ERR_NOMEM; *out is owned by the caller's chain (destroy through its ops). */
 int pipe_range_open(int64_t start, int64_t step, uint64_t len, const struct pipe_span *spans,
-                    size_t nspans, struct pipe_ctx *ctx, struct pipe_iter **out);
+                    size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                    struct pipe_iter **out);
 
 /* Converts list() literals into elements, one per value: ints to int64 scalars, floats to
  * float64, strings to scalar bytes, booleans to bool, [lists] to tensors of rank >= 1 (ints
@@ -38,6 +41,7 @@ void pipe_list_elems_free(struct sluice_element *elems, size_t n);
 /* A source yielding copies of elems (borrowed: they must outlive the iterator) through spans,
  * as pipe_range_open(). */
 int pipe_list_open(const struct sluice_element *elems, size_t n, const struct pipe_span *spans,
-                   size_t nspans, struct pipe_ctx *ctx, struct pipe_iter **out);
+                   size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                   struct pipe_iter **out);
 
 #endif

@@ -458,12 +458,15 @@ static void put_op(struct sink *k, const struct pipe_op *op)
     put(k, ")", 1);
 }
 
-int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len)
+static int format_ops(const struct pipe_spec *spec, bool source, size_t from, size_t to, char *buf,
+                      size_t len)
 {
     struct sink k = {buf, len, 0};
-    put_source(&k, &spec->source);
-    for (size_t i = 0; i < spec->nops; i++) {
-        put(&k, " | ", 3);
+    if (source)
+        put_source(&k, &spec->source);
+    for (size_t i = from; i < to && i < spec->nops; i++) {
+        if (source || i > from)
+            put(&k, " | ", 3);
         put_op(&k, &spec->ops[i]);
     }
     if (len > 0)
@@ -471,4 +474,15 @@ int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len)
     if (k.pos > INT_MAX)
         return SLUICE_ERR_TOO_LARGE;
     return (int)k.pos;
+}
+
+int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len)
+{
+    return format_ops(spec, true, 0, spec->nops, buf, len);
+}
+
+int pipe_spec_format_ops(const struct pipe_spec *spec, size_t from, size_t to, char *buf,
+                         size_t len)
+{
+    return format_ops(spec, false, from, to, buf, len);
 }

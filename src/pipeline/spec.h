@@ -85,5 +85,9 @@ bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b);
  * canonical text gives an equal spec. Returns the length the full text needs (excluding NUL),
  * like snprintf, or a negative code. */
 int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len);
+/* The canonical text of ops [from, to) alone ("map(add, 1) | batch(2)"), as a tail that
+ * pipe_parse_tail() reads back; same return contract as pipe_spec_format(). */
+int pipe_spec_format_ops(const struct pipe_spec *spec, size_t from, size_t to, char *buf,
+                         size_t len);
 
 #endif

@@ -32,70 +32,28 @@ uint64_t pipe_split_default_size(uint64_t len)
     return size;
 }
 
-/* The number of values start, start + step, ... strictly before stop (after it for a negative
- * step). Computed in unsigned arithmetic, which is exact for every int64 input: the distance
- * between two int64 values and the magnitude of any int64 step both fit in a uint64. */
-static uint64_t range_len(int64_t start, int64_t stop, int64_t step)
-{
-    uint64_t dist, mag;
-    if (step > 0) {
-        if (stop <= start)
-            return 0;
-        dist = (uint64_t)stop - (uint64_t)start;
-        mag = (uint64_t)step;
-    } else {
-        if (stop >= start)
-            return 0;
-        dist = (uint64_t)start - (uint64_t)stop;
-        mag = (uint64_t)0 - (uint64_t)step;
-    }
-    return (dist - 1) / mag + 1;
-}
-
-/* The product of the pipeline's repeat counts: UINT64_MAX when some repeat is endless (or the
- * product overflows, which no run could tell from endless), 0 when some count is 0. A zero
- * wins over an endless repeat: repeat() of nothing is nothing. */
-static uint64_t repeat_passes(const struct pipe_spec *spec)
-{
-    uint64_t passes = 1;
-    bool zero = false;
-    for (size_t i = 0; i < spec->nops; i++) {
-        const struct pipe_op *op = &spec->ops[i];
-        if (op->kind != PIPE_OP_REPEAT)
-            continue;
-        if (op->has_n && op->n == 0) {
-            zero = true;
-        } else if (!op->has_n || op->n < 0) {
-            /* A negative count repeats forever, as in tf.data. */
-            passes = UINT64_MAX;
-        } else if (passes != UINT64_MAX) {
-            uint64_t n = (uint64_t)op->n;
-            passes = passes > UINT64_MAX / n ? UINT64_MAX : passes * n;
-        }
-    }
-    return zero ? 0 : passes;
-}
-
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
     p->kind = spec->source.kind;
-    p->passes = repeat_passes(spec);
+    int rc = pipe_dist_analyze(spec, &p->dist, err, errlen);
+    if (rc < 0)
+        return rc;
+    p->passes = p->dist.passes;
     switch (spec->source.kind) {
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
-        if (spec->source.kind == PIPE_SRC_RANGE)
-            p->source_len = range_len(spec->source.start, spec->source.stop, spec->source.step);
-        else
-            p->source_len = spec->source.nvalues;
-        p->split_size = split_size ? split_size : pipe_split_default_size(p->source_len);
+        /* The splits cut the view's positions, not the source's indices (dist.h). */
+        p->source_len = p->dist.len;
+        p->split_size =
+            pipe_dist_split_size(&p->dist, split_size, pipe_split_default_size(p->source_len));
         p->per_pass = p->source_len / p->split_size + (p->source_len % p->split_size != 0);
         return 0;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES: {
-        int rc = pipe_glob_expand(spec->source.globs, spec->source.nglobs, &p->paths, &p->npaths,
-                                  err, errlen);
+        rc = pipe_glob_expand(spec->source.globs, spec->source.nglobs, &p->paths, &p->npaths, err,
+                              errlen);
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < p->npaths; i++) {

@@ -1,14 +1,17 @@
 /* Split providers for distributed processing (DESIGN.md §3, §4). Pure and deterministic.
  *
- * A splittable source is cut into a fixed sequence of splits: index chunks for range() and
- * list(), one file per split for tfrecord() and lines() (files in sorted name order). repeat ops
- * in the pipeline are applied here, to the split sequence: with repeat(R) the sequence is the
- * source's splits R times over (forever for repeat()), so the cluster as a whole sees each
- * element exactly R times. Split i of the sequence is a pure function of (spec, split_size, i),
- * which lets the dispatcher journal a split cursor as one integer. */
+ * A splittable source is cut into a fixed sequence of splits: chunks of positions for range()
+ * and list(), one file per split for tfrecord() and lines() (files in sorted name order). The
+ * operations that dist.h places on the split sequence are applied here: repeat(R) makes the
+ * sequence the source's splits R times over (forever for repeat()), so the cluster as a whole
+ * sees each element exactly R times, and take, skip and shard make the positions a view of the
+ * source (position g is source element pipe_dist_index(&dist, g)). Split i of the sequence is a
+ * pure function of (spec, split_size, i), which lets the dispatcher journal a split cursor as one
+ * integer. */
 #ifndef SLUICE_PIPELINE_SPLIT_H
 #define SLUICE_PIPELINE_SPLIT_H
 
+#include "dist.h"
 #include "spec.h"
 
 #include <stdbool.h>
@@ -18,18 +21,19 @@
 struct pipe_split {
     uint64_t seq;        /* position in the split sequence */
     uint64_t repetition; /* which pass over the source (0-based) */
-    uint64_t begin, end; /* RANGE, LIST: element indices [begin, end) of the source */
+    uint64_t begin, end; /* RANGE, LIST: positions [begin, end) of the view (see dist.h) */
     char path[4096];     /* TFRECORD, LINES: the file; empty otherwise */
 };
 
 struct pipe_split_provider {
     enum pipe_source_kind kind;
     uint64_t per_pass;   /* splits in one pass over the source */
-    uint64_t source_len; /* RANGE, LIST: elements in the source */
-    uint64_t split_size; /* RANGE, LIST: elements per split */
+    uint64_t source_len; /* RANGE, LIST: positions per pass of the view (dist.len) */
+    uint64_t split_size; /* RANGE, LIST: positions per split */
     uint64_t passes;     /* product of repeat counts; UINT64_MAX when infinite */
     char **paths;        /* TFRECORD, LINES: sorted expanded file list (owned) */
     size_t npaths;
+    struct pipe_dist dist; /* where each op runs in distributed_epoch */
 };
 
 /* The default number of elements per split for a range/list source of len elements: small
@@ -41,8 +45,10 @@ struct pipe_split_provider {
  * linearly with the source. */
 uint64_t pipe_split_default_size(uint64_t len);
 
-/* Builds the provider for spec. split_size 0 picks pipe_split_default_size(). File globs are
- * expanded (on the calling machine) here; a glob matching nothing is SLUICE_ERR_NOT_FOUND.
+/* Builds the provider for spec. split_size 0 picks pipe_split_default_size(); either is then
+ * raised to the analysis' minimum and rounded up to a multiple of its batch quantum
+ * (pipe_dist_split_size). File globs are expanded (on the calling machine) here; a glob matching
+ * nothing is SLUICE_ERR_NOT_FOUND; a pipeline pipe_dist_analyze() refuses is its error.
  * Returns 0, or a negative code with a message in err. */
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen);

@@ -45,6 +45,11 @@ static struct pipe_op repeat_forever(void)
     return (struct pipe_op){.kind = PIPE_OP_REPEAT};
 }
 
+static struct pipe_op prefetch_op(void)
+{
+    return (struct pipe_op){.kind = PIPE_OP_PREFETCH, .n = 2};
+}
+
 static struct pipe_op take_op(int64_t n)
 {
     return (struct pipe_op){.kind = PIPE_OP_TAKE, .n = n, .has_n = true};
@@ -259,7 +264,7 @@ static void test_repeat(void **state)
     struct pipe_split_provider p;
 
     /* range(10) in splits of 4 (three per pass), repeated 3 times. */
-    struct pipe_op ops[3] = {take_op(100), repeat_op(3), take_op(5)};
+    struct pipe_op ops[3] = {take_op(100), repeat_op(3), prefetch_op()};
     struct pipe_spec s = range_spec(0, 10, 1, ops, 3);
     init_ok(&p, &s, 4);
     assert_int_equal(p.per_pass, 3);
@@ -302,7 +307,7 @@ static void test_repeat(void **state)
     /* A product too large to count is as good as endless. */
     ops[0] = repeat_op(INT64_C(1) << 40);
     ops[1] = repeat_op(INT64_C(1) << 40);
-    ops[2] = take_op(1);
+    ops[2] = prefetch_op();
     init_ok(&p, &s, 4);
     assert_int_equal(pipe_split_count(&p), UINT64_MAX);
     expect_split(&p, UINT64_C(1) << 62, (UINT64_C(1) << 62) / 3, 4, 8);
@@ -310,7 +315,7 @@ static void test_repeat(void **state)
 
     /* Passes times splits overflowing is endless as well. */
     ops[0] = repeat_op(INT64_MAX);
-    ops[1] = take_op(1);
+    ops[1] = prefetch_op();
     init_ok(&p, &s, 4);
     assert_int_equal(p.passes, INT64_MAX);
     assert_int_equal(pipe_split_count(&p), UINT64_MAX);
