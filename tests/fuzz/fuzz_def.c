@@ -3,6 +3,8 @@
  * an equal spec and stable bytes, and its canonical text parses back to an equal spec. */
 #include "common/error.h"
 #include "pipeline/def.h"
+#include "pipeline/dist.h"
+#include "pipeline/source.h"
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 
@@ -50,6 +52,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_def: \"%s\": %s\n", text, err);
     check(rc == 0, "canonical text of a decoded spec does not parse");
     check(pipe_spec_equal(spec, parsed), "canonical text parses to a different spec");
+
+    /* The distributed_epoch analysis: it refuses only with UNSUPPORTED; what it accepts leaves
+     * a reader's part that parses as a tail, and a view whose positions stay in the source. */
+    struct pipe_dist d;
+    rc = pipe_dist_analyze(spec, &d, err, sizeof(err));
+    check(rc == 0 || rc == SLUICE_ERR_UNSUPPORTED, "analysis failed with an unexpected code");
+    if (rc == 0) {
+        check(d.cut <= spec->nops, "cut past the ops");
+        if (d.cut < spec->nops) {
+            char tail[4096];
+            int tn = pipe_spec_format_ops(spec, d.cut, spec->nops, tail, sizeof tail);
+            struct pipe_spec *ts = NULL;
+            if (tn > 0 && (size_t)tn < sizeof tail) {
+                check(pipe_parse_tail(tail, &ts, err, sizeof(err)) == 0,
+                      "the reader's part does not parse");
+                pipe_spec_free(ts);
+            }
+        }
+        uint64_t size = pipe_dist_split_size(&d, 0, 1);
+        check(size >= 1 && (d.quantum <= 1 || size % d.quantum == 0 || size == UINT64_MAX),
+              "split size not a multiple of the batch quantum");
+        uint64_t srclen =
+            spec->source.kind == PIPE_SRC_RANGE
+                ? pipe_range_len(spec->source.start, spec->source.stop, spec->source.step)
+            : spec->source.kind == PIPE_SRC_LIST ? spec->source.nvalues
+                                                 : 0;
+        if (srclen > 0)
+            for (uint64_t g = 0; g < d.len && g < 1000; g++)
+                check(pipe_dist_index(&d, g) < srclen, "a view position outside the source");
+    }
 
     pipe_spec_free(parsed);
     free(text);
