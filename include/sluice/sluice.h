@@ -226,13 +226,20 @@ int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_
 /* Waits for the next element. Returns 1 and sets *elem (owned by the iterator, valid until the
  * next call on this iterator), 0 at the end of the data, or a negative code with a one-line
  * message in err. timeout_ms 0 waits without limit; when it runs out the result is
- * SLUICE_ERR_TIMEOUT and the iterator stays usable. With a local tail the wait is not limited
- * (the tail's operations cannot resume after giving up), and timeout_ms is ignored. After 0 or
+ * SLUICE_ERR_TIMEOUT and the iterator stays usable (operations applied here, a local tail or
+ * those a distributed_epoch pipeline leaves to the reader, run on a thread of their own and
+ * carry on). After 0 or
  * an error every later call returns the same. Failures include the worker's message when a
  * task's pipeline failed, and SLUICE_ERR_RESTARTED when the dispatcher restarted without
  * --fault-tolerant and the job is gone. */
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Like sluice_iterator_next(), but moves the element into elem (from sluice_element_new()),
+ * whose previous buffers the iterator keeps for reuse: the caller owns the element's buffers
+ * from then on, e.g. to hand them to another library without a copy. */
+int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
+                              uint32_t timeout_ms, char *err, size_t errlen);
 
 /* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
  * it. NULL is allowed. */
@@ -241,6 +248,26 @@ void sluice_iterator_close(struct sluice_iterator *it);
 /* Fetches the dispatcher's status document (the JSON `sluice status --json` prints) into a new
  * malloc'd string (*json, caller frees). */
 int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen);
+
+/* ---- Local runs ------------------------------------------------------------------------ */
+
+/* A pipeline run in the calling process, without a service: what `sluice run` does. */
+struct sluice_local;
+
+/* Parses pipeline, loads the given plugins (paths of shared objects, see Plugins) into a
+ * registry of the run's own, and opens it. A pipeline that does not parse or names an unknown
+ * function is SLUICE_ERR_PARSE with the column in err; a missing file SLUICE_ERR_NOT_FOUND.
+ * Returns 0 and *out (free with sluice_local_close), or a negative code with err. */
+int sluice_local_open(const char *pipeline, const char *const *plugins, size_t nplugins,
+                      struct sluice_local **out, char *err, size_t errlen);
+
+/* Fills elem (from sluice_element_new(); its buffers are reused) with the next element: returns
+ * 1, 0 at the end, or a negative code with err (and the same on every later call). */
+int sluice_local_next(struct sluice_local *run, struct sluice_element *elem, char *err,
+                      size_t errlen);
+
+/* Frees the run; NULL is allowed. Any thread, but not while another is in sluice_local_next. */
+void sluice_local_close(struct sluice_local *run);
 
 #ifdef __cplusplus
 }

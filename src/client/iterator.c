@@ -22,6 +22,7 @@
 #include "pipeline/element.h"
 #include "pipeline/format.h"
 #include "pipeline/iter.h"
+#include "pipeline/prefetch.h"
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 
@@ -1378,26 +1379,46 @@ fail:
     return rc;
 }
 
+/* The next element into it->elem: 1, 0 at the end, or a negative code with err. */
+static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err, size_t errlen)
+{
+    int rc;
+    if (it->tail) {
+        /* The tail ends in a prefetch (open_tail), so its operators run on a thread of their
+         * own and a wait that runs out here interrupts nothing. */
+        rc = pipe_prefetch_next_timed(it->tail->it, &it->elem, timeout_ms);
+        if (rc == SLUICE_ERR_TIMEOUT)
+            return err_set(err, errlen, rc, "no element within %" PRIu32 " ms", timeout_ms);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "%s",
+                           it->tail->ctx.err[0] ? it->tail->ctx.err : sluice_strerror(rc));
+        return rc;
+    }
+    it->call_timeout_ms = timeout_ms;
+    it->deadline_ns = timeout_ms ? uv_hrtime() + (uint64_t)timeout_ms * 1000000u : 0;
+    return raw_next(it, &it->elem, true, err, errlen);
+}
+
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen)
 {
     if (!it || !elem)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
     *elem = NULL;
-    int rc;
-    if (it->tail) {
-        /* The tail's operators cannot resume after an error, so no timeout applies here. */
-        rc = pipe_run_next(it->tail, &it->elem);
-        if (rc < 0)
-            return err_set(err, errlen, rc, "%s",
-                           it->tail->ctx.err[0] ? it->tail->ctx.err : sluice_strerror(rc));
-    } else {
-        it->call_timeout_ms = timeout_ms;
-        it->deadline_ns = timeout_ms ? uv_hrtime() + (uint64_t)timeout_ms * 1000000u : 0;
-        rc = raw_next(it, &it->elem, true, err, errlen);
-    }
+    int rc = iter_next(it, timeout_ms, err, errlen);
     if (rc == 1)
         *elem = &it->elem;
+    return rc;
+}
+
+int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
+                              uint32_t timeout_ms, char *err, size_t errlen)
+{
+    if (!it || !elem)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
+    int rc = iter_next(it, timeout_ms, err, errlen);
+    if (rc == 1)
+        pipe_elem_swap(elem, &it->elem);
     return rc;
 }
 
