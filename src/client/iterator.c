@@ -1151,6 +1151,13 @@ static int open_tail(struct sluice_iterator *it, const char *text, const char *w
     if (rc)
         return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
                        msg);
+    /* A prefetch at the end runs the tail on a thread of its own, so a wait for its next
+     * element can time out without breaking a half-built batch (see iter_next). */
+    struct pipe_op *ops = realloc(it->tail_spec->ops, (it->tail_spec->nops + 1) * sizeof *ops);
+    if (!ops)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    it->tail_spec->ops = ops;
+    ops[it->tail_spec->nops++] = (struct pipe_op){.kind = PIPE_OP_PREFETCH, .n = 1};
     struct upstream *up = calloc(1, sizeof *up);
     if (!up)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
