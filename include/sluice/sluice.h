@@ -188,9 +188,11 @@ int sluice_register_filter(struct sluice_registry *registry, const char *name, i
 
 /* A client talks to one dispatcher. It runs a background thread with its own event loop for all
  * network traffic (heartbeats, requests to workers, prefetching); the calls below hand work to
- * that thread and wait for it. A client and its iterators may be used from any one thread at a
- * time (calls on one client are serialized internally, so several threads may share a client,
- * but an iterator must not be used by two threads at once). */
+ * that thread and wait for it. That thread blocks every asynchronous signal, so the program's
+ * signals reach its own threads and a worker that vanishes mid-write never costs it a SIGPIPE. A
+ * client and its iterators may be used from any one thread at a time (calls on one client are
+ * serialized internally, so several threads may share a client, but an iterator must not be used by
+ * two threads at once). */
 struct sluice_client;
 struct sluice_iterator;
 

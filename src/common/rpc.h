@@ -18,8 +18,9 @@
  * Closing: rpc_server_close / rpc_client_close close every handle they own and call their
  * callback from the last close callback, so uv_loop_close() returns 0 afterwards.
  *
- * Signals: libuv writes with plain write(2), so a process using this layer must ignore SIGPIPE
- * (the servers' main functions do); otherwise a peer that vanishes mid-write ends the process. */
+ * Signals: libuv writes with plain write(2), so a SIGPIPE must never reach the process's default
+ * action, or a peer that vanishes mid-write ends the process: the loop threads of the servers and
+ * of the client block it (loop_thread_spawn), and the binaries also ignore it. */
 #ifndef SLUICE_COMMON_RPC_H
 #define SLUICE_COMMON_RPC_H
 
