@@ -127,7 +127,7 @@ int sluice_dispatcher_wait(struct sluice_dispatcher *d, uint32_t timeout_ms, cha
 /* Stops the dispatcher (as sluice_dispatcher_shutdown), waits until it has stopped (its journal
  * written and closed, every connection and handle closed, its threads joined) and frees d.
  * Returns in bounded time whatever the peers do. Call it exactly once per started dispatcher,
- * also after it stopped by itself; d is invalid afterwards. */
+ * also after it stopped by itself; d is invalid afterwards. NULL is allowed. */
 void sluice_dispatcher_stop(struct sluice_dispatcher *d);
 
 /* ---- Worker ------------------------------------------------------------------------------ */
@@ -209,7 +209,7 @@ int sluice_worker_wait(struct sluice_worker *w, uint32_t timeout_ms, char *err, 
 /* Drains the worker (as sluice_worker_drain), waits until it has stopped and frees w. Returns
  * in bounded time even when its dispatcher or its readers vanished: at most about
  * options.drain_timeout_ms plus 3 s for deregistering. Call it exactly once per started worker,
- * also after it stopped by itself; w is invalid afterwards. */
+ * also after it stopped by itself; w is invalid afterwards. NULL is allowed. */
 void sluice_worker_stop(struct sluice_worker *w);
 
 #ifdef __cplusplus

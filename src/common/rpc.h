@@ -42,6 +42,10 @@
 int rpc_parse_address(const char *text, char *host, size_t hostlen, int *port, char *err,
                       size_t errlen);
 
+/* The inverse: writes "HOST:PORT" into out (len bytes, NUL-terminated when len > 0), with an
+ * IPv6 host in brackets. */
+void rpc_format_address(char *out, size_t len, const char *host, int port);
+
 /* A random 64-bit incarnation id for this process (never 0). */
 uint64_t rpc_new_incarnation(void);
 

@@ -54,12 +54,6 @@ struct sluice_dispatcher {
     char fatal_msg[LOOP_THREAD_MSG];
 };
 
-static void format_address(char *out, size_t len, const char *host, int port)
-{
-    bool v6 = strchr(host, ':') != NULL;
-    snprintf(out, len, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
-}
-
 /* ---- options ----------------------------------------------------------------------------- */
 
 static int check_port(const char *name, int port, char *err, size_t errlen)
@@ -236,10 +230,10 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         return err_set(err, errlen, SLUICE_ERR_SERVER, "%s", s->fatal_msg);
     }
     const char *host = dispatcher_host(s->d);
-    format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
+    rpc_format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
     if (s->http)
-        format_address(s->metrics_address, sizeof s->metrics_address, host,
-                       http_server_port(s->http));
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+                           http_server_port(s->http));
     return 0;
 }
 

@@ -58,12 +58,6 @@ struct sluice_worker {
     bool draining;
 };
 
-static void format_address(char *out, size_t len, const char *host, int port)
-{
-    bool v6 = strchr(host, ':') != NULL;
-    snprintf(out, len, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
-}
-
 /* ---- options ----------------------------------------------------------------------------- */
 
 static int check_port(const char *name, int port, char *err, size_t errlen)
@@ -221,11 +215,11 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         }
     }
     const char *host = worker_host(s->w);
-    format_address(s->listen_address, sizeof s->listen_address, host, worker_port(s->w));
+    rpc_format_address(s->listen_address, sizeof s->listen_address, host, worker_port(s->w));
     snprintf(s->address, sizeof s->address, "%s", worker_address(s->w));
     if (s->http)
-        format_address(s->metrics_address, sizeof s->metrics_address, host,
-                       http_server_port(s->http));
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+                           http_server_port(s->http));
     log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task", s->address,
              s->dispatcher, s->opts.threads);
     return 0;
