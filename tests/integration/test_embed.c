@@ -133,6 +133,29 @@ static void read_range_once(const char *target, int n)
     sluice_client_close(c);
 }
 
+/* Waits (bounded) until the dispatcher at target lists a worker at address. */
+static void wait_registered(const char *target, const char *address)
+{
+    char err[256] = "", quoted[300];
+    snprintf(quoted, sizeof quoted, "\"%s\"", address);
+    struct sluice_client *c = NULL;
+    struct sluice_client_options co = {.dispatcher = target, .timeout_ms = WAIT_MS};
+    assert_int_equal(sluice_client_open(&co, &c, err, sizeof err), 0);
+    long long deadline = now_ms() + WAIT_MS;
+    bool found = false;
+    while (!found && now_ms() < deadline) {
+        char *json = NULL;
+        assert_int_equal(sluice_status(c, &json, err, sizeof err), 0);
+        found = strstr(json, quoted) != NULL;
+        free(json);
+        if (!found)
+            usleep(20 * 1000);
+    }
+    sluice_client_close(c);
+    if (!found)
+        fail_msg("worker %s did not register with %s", address, target);
+}
+
 /* ---- bad options ------------------------------------------------------------------------- */
 
 static const char *const two_same[] = {"127.0.0.1:7000", "sluice://127.0.0.1:7000"};
@@ -605,6 +628,52 @@ static void test_metrics(void **state)
     sluice_dispatcher_stop(d);
 }
 
+/* Servers in one process log under their own names and at their own levels. */
+static void test_logs_per_server(void **state)
+{
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/embed-stderr.log", tmp_dir());
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *f = fopen(path, "w+");
+    assert_non_null(f);
+    assert_true(dup2(fileno(f), 2) >= 0);
+
+    struct sluice_dispatcher_options o = {.log_level = "info"};
+    struct sluice_dispatcher *d = start_dispatcher(&o);
+    char err[256];
+    struct sluice_worker_options quiet = {.dispatcher = sluice_dispatcher_target(d),
+                                          .log_level = "off"};
+    struct sluice_worker_options chatty = {.dispatcher = sluice_dispatcher_target(d),
+                                           .log_level = "debug"};
+    struct sluice_worker *w1 = NULL, *w2 = NULL;
+    assert_int_equal(sluice_worker_start(&quiet, &w1, err, sizeof err), 0);
+    assert_int_equal(sluice_worker_start(&chatty, &w2, err, sizeof err), 0);
+    char w2_line[300];
+    snprintf(w2_line, sizeof w2_line, "info sluice-worker: advertising %s to dispatcher %s,",
+             sluice_worker_address(w2), sluice_dispatcher_target(d));
+    char w1_line[300];
+    snprintf(w1_line, sizeof w1_line, "advertising %s ", sluice_worker_address(w1));
+    wait_registered(sluice_dispatcher_target(d), sluice_worker_address(w1));
+    wait_registered(sluice_dispatcher_target(d), sluice_worker_address(w2));
+    sluice_worker_stop(w1);
+    sluice_worker_stop(w2);
+    sluice_dispatcher_stop(d);
+
+    fflush(stderr);
+    assert_true(dup2(saved, 2) >= 0);
+    close(saved);
+    rewind(f);
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    if (!strstr(text, "info sluice-dispatcher: worker ") || !strstr(text, w2_line) ||
+        !strstr(text, "info sluice-worker: stopped\n") || strstr(text, w1_line))
+        fail_msg("unexpected log:\n%s", text);
+}
+
 static void test_version(void **state)
 {
     (void)state;
@@ -646,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_stop_bounded_when_reader_vanished),
         cmocka_unit_test(test_fault_tolerant_work_dir),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_logs_per_server),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
