@@ -9,7 +9,7 @@
 #include <Python.h>
 
 #include "sluice/sluice.h"
-#include "common/error.h"
+#include "sluice/server.h"
 
 #define PYS_SLICE_MS 100
 #define PYS_ERRLEN 1024

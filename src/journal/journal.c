@@ -313,7 +313,7 @@ int journal_open(const struct journal_opts *opts, struct journal **out, char *er
         if (flock(j->lock_fd, LOCK_EX | LOCK_NB) < 0) {
             rc = errno == EWOULDBLOCK
                      ? err_set(err, errlen, SLUICE_ERR_EXISTS,
-                               "another process is writing this journal")
+                               "another dispatcher is writing this journal")
                      : err_set(err, errlen, -errno, "lock %s: %s", lock, strerror(errno));
             goto fail_alloc;
         }

@@ -471,7 +471,7 @@ static void test_readers_and_writers(void **unused)
     /* A second writer is refused before it touches the environment. */
     struct journal_opts o = {.work_dir = work("w")};
     assert_int_equal(journal_open(&o, &other, err, sizeof err), SLUICE_ERR_EXISTS);
-    assert_string_equal(err, "another process is writing this journal");
+    assert_string_equal(err, "another dispatcher is writing this journal");
     assert_int_equal(append_n(j, 6, 1, NULL, err, sizeof err), 0);
     journal_close(j);
     /* Closing releases the lock. */
