@@ -23,6 +23,7 @@
 #include "pipeline/format.h"
 #include "pipeline/iter.h"
 #include "pipeline/prefetch.h"
+#include "pipeline/registry.h"
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 
@@ -1171,6 +1172,21 @@ static int open_tail(struct sluice_iterator *it, const char *text, const char *w
     return 0;
 }
 
+/* Checks a local tail without opening it: it parses and names known functions. */
+static int check_local(struct sluice_iterator *it, const char *text, char *err, size_t errlen)
+{
+    char msg[MSG_MAX];
+    struct pipe_spec *spec = NULL;
+    int rc = pipe_parse_tail(text, &spec, msg, sizeof msg);
+    if (rc == 0)
+        rc = pipe_registry_check(it->c->reg, spec, msg, sizeof msg);
+    pipe_spec_free(spec);
+    if (rc)
+        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
+                       "local tail: %s", msg);
+    return 0;
+}
+
 /* In distributed_epoch, the operations that pipe_dist_analyze() places in the reader (a batch
  * after a filter, a take after a shuffle, a batch of file records...) run here over the merged
  * stream, before the local tail: the tail is reopened as the dataset's part, then the local
@@ -1192,8 +1208,11 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
         rc = err_set(err, errlen, rc, "dataset '%s': %s", it->dataset_id, msg);
         goto out;
     }
-    if (d.cut == spec->nops)
+    if (d.cut == spec->nops) {
+        if (o->local && *o->local)
+            rc = open_tail(it, o->local, "local tail", err, errlen);
         goto out;
+    }
     if (d.client_slices && o->job_name && *o->job_name) {
         char first[128];
         pipe_spec_format_ops(spec, d.cut, d.cut + 1, first, sizeof first);
@@ -1215,10 +1234,6 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
     pipe_spec_format_ops(spec, d.cut, spec->nops, text, (size_t)n + 1);
     if (local)
         sprintf(text + n, " | %s", o->local);
-    pipe_run_free(it->tail);
-    it->tail = NULL;
-    pipe_spec_free(it->tail_spec);
-    it->tail_spec = NULL;
     rc = open_tail(it, text, "operations run in the reader", err, errlen);
 out:
     free(text);
@@ -1319,9 +1334,10 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
         goto fail;
     }
 
-    /* Everything that can be checked locally is, before the dispatcher hears of the read. */
+    /* Everything that can be checked locally is, before the dispatcher hears of the read. The
+     * tail is opened (and its thread started) only once the dataset's own part is known. */
     if (o->local && *o->local) {
-        rc = open_tail(it, o->local, "local tail", err, errlen);
+        rc = check_local(it, o->local, err, errlen);
         if (rc)
             goto fail;
     }
@@ -1353,11 +1369,12 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
                         err, errlen);
     if (rc)
         goto fail;
-    if (o->mode == SLUICE_DISTRIBUTED_EPOCH) {
+    if (o->mode == SLUICE_DISTRIBUTED_EPOCH)
         rc = open_dataset_tail(it, o, err, errlen);
-        if (rc)
-            goto fail;
-    }
+    else if (o->local && *o->local)
+        rc = open_tail(it, o->local, "local tail", err, errlen);
+    if (rc)
+        goto fail;
 
     Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
     req.dataset_id = it->dataset_id;
