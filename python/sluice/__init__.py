@@ -39,12 +39,14 @@ __all__ = [
     "AlreadyExistsError",
     "CancelledError",
     "Dataset",
+    "DispatchServer",
     "Error",
     "InvalidArgumentError",
     "NotFoundError",
     "TaskFailedError",
     "TimeoutError",
     "UnavailableError",
+    "WorkerServer",
     "distribute",
     "from_dataset_id",
     "register_dataset",
@@ -128,6 +130,174 @@ def _plugins(plugins):
     if isinstance(plugins, str):
         return (plugins,)
     return tuple(_text(p, "plugins", allow_none=False) for p in plugins)
+
+
+def _ms(value, name):
+    """An optional non-negative number of milliseconds (None: the server's default, 0)."""
+    return _count(value, name)
+
+
+class DispatchServer:
+    """A dispatcher running in this process, on a thread of its own (tf.data service's
+    DispatchServer).
+
+    port: 0 picks a free one. host: the address to listen on ("0.0.0.0" serves other
+    machines). work_dir and fault_tolerant_mode: journal every change under work_dir so a
+    dispatcher started again on it carries on (fault_tolerant_mode needs work_dir).
+    worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms, autoscale_window_ms,
+    snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
+    log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
+    names. start=False defers the start to start().
+
+    Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
+    """
+
+    def __init__(self, port=0, host="127.0.0.1", work_dir=None, fault_tolerant_mode=False,
+                 worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None,
+                 autoscale_window_ms=None, snapshot_every=None, journal_max_mb=None,
+                 worker_addresses=None, metrics_port=None, log_level="warn", start=True):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
+        _text(host, "host", allow_none=False)
+        _text(work_dir, "work_dir")
+        if fault_tolerant_mode and not work_dir:
+            raise ValueError("fault_tolerant_mode requires a work_dir")
+        if metrics_port is not None and (isinstance(metrics_port, bool)
+                                         or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise ValueError(f"metrics_port must be an int from 0 to 65535, not {metrics_port!r}")
+        self._args = (
+            host, port, work_dir, bool(fault_tolerant_mode),
+            _ms(worker_timeout_ms, "worker_timeout_ms"),
+            _ms(client_timeout_ms, "client_timeout_ms"),
+            _ms(job_gc_timeout_ms, "job_gc_timeout_ms"),
+            _ms(autoscale_window_ms, "autoscale_window_ms"),
+            0 if snapshot_every is None else snapshot_every,
+            0 if journal_max_mb is None else journal_max_mb,
+            None if worker_addresses is None else [_target(a, "worker_addresses")
+                                                   for a in worker_addresses],
+            -1 if metrics_port is None else metrics_port,
+            _text(log_level, "log_level"),
+        )
+        self._server = None
+        if start:
+            self.start()
+
+    def start(self):
+        """Starts the dispatcher (when created with start=False); raises sluice.Error when it
+        cannot (a port in use, a damaged journal...)."""
+        if self._server is None:
+            self._server = _sluice.Dispatcher(*self._args)
+
+    @property
+    def target(self):
+        """"sluice://HOST:PORT", what workers and readers are given."""
+        return "sluice://" + self._live().target
+
+    @property
+    def metrics_address(self):
+        """HOST:PORT of the metrics server, or None."""
+        return self._live().metrics_address
+
+    def join(self, timeout=None):
+        """Blocks until the dispatcher stops (or timeout seconds pass); Ctrl-C interrupts."""
+        self._live().join(_timeout_ms(timeout))
+
+    def stop(self):
+        """Stops the dispatcher, its journal written. Safe to call twice."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _live(self):
+        if self._server is None:
+            raise RuntimeError("the dispatcher is not running (start() it, or it was stopped)")
+        return self._server
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = self.target if self._server is not None else "stopped"
+        return f"sluice.DispatchServer({state})"
+
+
+class WorkerServer:
+    """A worker running in this process, on a thread of its own (tf.data service's
+    WorkerServer).
+
+    dispatcher_address: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer; it need not be
+    up yet. port: 0 picks a free one. host, advertise (the address readers use), threads
+    (producer threads per distributed task), plugins (shared objects adding functions),
+    heartbeat_ms, drain_timeout_ms, metrics_port (None: no metrics) and log_level are the
+    worker's flags of the same names. start=False defers the start to start().
+
+    stop() drains first: readers receive everything the worker holds, then it leaves.
+    """
+
+    def __init__(self, dispatcher_address, port=0, host="127.0.0.1", advertise=None,
+                 threads=None, plugins=None, heartbeat_ms=None, drain_timeout_ms=None,
+                 metrics_port=None, log_level="warn", start=True):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
+        if metrics_port is not None and (isinstance(metrics_port, bool)
+                                         or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise ValueError(f"metrics_port must be an int from 0 to 65535, not {metrics_port!r}")
+        self._args = (
+            _target(dispatcher_address, "dispatcher_address"), _text(host, "host"), port,
+            _text(advertise, "advertise"), _ms(heartbeat_ms, "heartbeat_ms"),
+            _count(threads, "threads"), list(_plugins(plugins)),
+            -1 if metrics_port is None else metrics_port,
+            _ms(drain_timeout_ms, "drain_timeout_ms"), _text(log_level, "log_level"),
+        )
+        self._server = None
+        if start:
+            self.start()
+
+    def start(self):
+        """Starts the worker (when created with start=False)."""
+        if self._server is None:
+            self._server = _sluice.Worker(*self._args)
+
+    @property
+    def address(self):
+        """HOST:PORT readers use to reach this worker."""
+        return self._live().address
+
+    def join(self, timeout=None):
+        """Blocks until the worker stops (or timeout seconds pass); Ctrl-C interrupts."""
+        self._live().join(_timeout_ms(timeout))
+
+    def drain(self):
+        """Starts a lossless drain and returns at once; stop() waits for it."""
+        self._live().drain()
+
+    def stop(self):
+        """Drains the worker, then stops it. Safe to call twice."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _live(self):
+        if self._server is None:
+            raise RuntimeError("the worker is not running (start() it, or it was stopped)")
+        return self._server
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = self.address if self._server is not None else "stopped"
+        return f"sluice.WorkerServer({state})"
 
 
 class _Connection:

@@ -9,37 +9,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-/* Borrows the UTF-8 paths of a sequence of str (None: none) into *paths (PyMem, free with
- * PyMem_Free); *seq keeps them alive until released. Returns 0 or -1 with an exception. */
-static int plugin_paths(PyObject *plugins, PyObject **seq, const char ***paths, Py_ssize_t *n)
-{
-    *seq = NULL;
-    *paths = NULL;
-    *n = 0;
-    if (!plugins || plugins == Py_None)
-        return 0;
-    *seq = PySequence_Fast(plugins, "plugins must be a sequence of paths");
-    if (!*seq)
-        return -1;
-    *n = PySequence_Fast_GET_SIZE(*seq);
-    *paths = PyMem_Calloc((size_t)*n + 1, sizeof **paths);
-    if (!*paths) {
-        Py_CLEAR(*seq);
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        (*paths)[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*seq, i));
-        if (!(*paths)[i]) {
-            PyMem_Free(*paths);
-            *paths = NULL;
-            Py_CLEAR(*seq);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* ---- Client ------------------------------------------------------------------------------ */
 
 typedef struct {
@@ -62,7 +31,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
     PyObject *seq;
     const char **paths;
     Py_ssize_t n;
-    if (plugin_paths(plugins, &seq, &paths, &n) < 0)
+    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
         return -1;
     struct sluice_client_options o = {
         .dispatcher = dispatcher,
@@ -355,7 +324,7 @@ static int local_init(LocalObject *self, PyObject *args, PyObject *kw)
     PyObject *seq;
     const char **paths;
     Py_ssize_t n;
-    if (plugin_paths(plugins, &seq, &paths, &n) < 0)
+    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
         return -1;
     char err[PYS_ERRLEN] = "";
     int rc;

@@ -131,7 +131,7 @@ PyMODINIT_FUNC PyInit__sluice(void)
         !(task_failed_error = new_error(m, "TaskFailedError", pys_error,
                                         "A pipeline failed on a worker; the message says why.")))
         goto fail;
-    if (pys_client_types_init(m) < 0)
+    if (pys_client_types_init(m) < 0 || pys_server_types_init(m) < 0)
         goto fail;
     return m;
 fail_b:

@@ -35,4 +35,13 @@ int pys_convert_init(void);
 /* client.c: registers the Client, Iterator and Local types on the module. */
 int pys_client_types_init(PyObject *module);
 
+/* servers.c: registers the Dispatcher and Worker types on the module. */
+int pys_server_types_init(PyObject *module);
+
+/* servers.c: borrows a sequence of str (None: none) as a C array (PyMem; free with PyMem_Free)
+ * whose strings *seq keeps alive; what names the argument in errors. Returns 0 or -1 with an
+ * exception set. */
+int pys_str_array(PyObject *obj, const char *what, PyObject **seq, const char ***out,
+                  Py_ssize_t *n);
+
 #endif

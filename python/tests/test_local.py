@@ -50,6 +50,10 @@ def test_large_arrays_outlive_the_run_and_are_independent():
     it = sluice.run("range(20000) | batch(10000)")
     a = next(it)
     b = next(it)
+    # Handed over without a copy: the array's memory is the received element's.
+    assert type(a.base).__name__ == "PyCapsule" and a.base is not b.base
+    small = next(sluice.run("range(3) | batch(3)"))
+    assert small.base is None  # small tensors are copied into arrays of their own
     del it
     gc.collect()
     assert a.tolist() == list(range(10000))
