@@ -76,3 +76,10 @@ def test_errors_carry_the_message():
 
 def test_version():
     assert sluice.__version__.count(".") == 2
+
+
+def test_readme_shows_the_example_as_it_is():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    example = (root / "examples" / "train.py").read_text()
+    assert "```python\n" + example + "```" in (root / "README.md").read_text()
