@@ -77,3 +77,24 @@ def test_no_threads_or_fds_left_after_100_servers():
             pass
     assert native_threads() == threads
     assert open_fds() == fds
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", ["data", "hint"])
+def test_static_sharding_modes(mode):
+    # The fixed worker list of the static modes: the workers' ports are chosen first.
+    ports = [free_port(), free_port()]
+    addresses = [f"127.0.0.1:{p}" for p in ports]
+    with sluice.DispatchServer(worker_addresses=addresses) as d:
+        workers = [sluice.WorkerServer(d, port=p) for p in ports]
+        pipeline = "range(20)" if mode == "data" else "range(20) | shard(SHARD_HINT, SHARD_HINT)"
+        got = sorted(int(x) for x in sluice.distribute(pipeline, mode, d))
+        assert got == list(range(20))
+        for w in workers:
+            w.stop()
