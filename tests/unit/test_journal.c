@@ -1414,19 +1414,27 @@ static void test_killed_at_random(void **unused)
             _exit(dispatcher_child(&c));
         }
         close(fds[1]);
-        /* Let it work for a while that differs from life to life, then kill it mid-stride. */
+        /* Let it work for a while that differs from life to life, then kill it mid-stride. The
+         * while starts with its first report (bounded), so a slow start on a loaded machine
+         * cannot end a life before it served anything. */
         int ms = 40 + (int)((seed >> (l.life * 4)) % 120);
         struct timespec start, now;
         clock_gettime(CLOCK_MONOTONIC, &start);
         l.first = true;
+        bool started = false;
         for (;;) {
             clock_gettime(CLOCK_MONOTONIC, &now);
             long elapsed =
                 (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
-            if (elapsed >= ms)
+            if (!started && !l.first) {
+                started = true;
+                start = now;
+                elapsed = 0;
+            }
+            if (started ? elapsed >= ms : elapsed >= 10000)
                 break;
             struct pollfd p = {.fd = fds[0], .events = POLLIN};
-            if (poll(&p, 1, (int)(ms - elapsed)) <= 0)
+            if (poll(&p, 1, started ? (int)(ms - elapsed) : 100) <= 0)
                 continue;
             struct report r;
             if (read(fds[0], &r, sizeof r) != sizeof r)
