@@ -472,3 +472,20 @@ int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len)
         return SLUICE_ERR_TOO_LARGE;
     return (int)k.pos;
 }
+
+bool pipe_spec_endless(const struct pipe_spec *spec)
+{
+    bool endless = false;
+    for (size_t i = 0; i < spec->nops; i++) {
+        const struct pipe_op *op = &spec->ops[i];
+        if (op->kind == PIPE_OP_REPEAT) {
+            if (op->has_n && op->n == 0)
+                endless = false; /* repeat(0) yields nothing */
+            else if (!op->has_n || op->n < 0)
+                endless = true;
+        } else if (op->kind == PIPE_OP_TAKE && op->n >= 0) {
+            endless = false;
+        }
+    }
+    return endless;
+}
