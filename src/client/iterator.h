@@ -59,6 +59,9 @@
  * is finished (it learns that from the workers' heartbeats): the end of a read is noticed
  * soon after the dispatcher knows it. */
 #define ITER_END_POLL_MS 50
+/* Coordinated reads: the heartbeat interval while no task serves the round, or the round's task
+ * is failing (see coord_delay in iterator.c). */
+#define ITER_ROUND_POLL_MS 50
 /* A split that completed is reported to the dispatcher within this long. */
 #define ITER_ACK_MS 100
 /* Bound on the ReleaseClient request sent when an iterator closes. */

@@ -1339,10 +1339,10 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
      * would leave the last rounds short, or uneven between consumers. */
     if (num_consumers > 0 && !endless) {
         if (ds->text && ds->text[0])
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                            "num_consumers needs an infinite pipeline: '%s' ends; add repeat()",
                            ds->text);
-        return err_set(err, errlen, SLUICE_ERR_INVALID,
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "num_consumers needs an infinite pipeline: dataset '%s' ends; add repeat()",
                        dataset_id);
     }

@@ -331,7 +331,7 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
  * with a live current iteration) or the mode is not distributed_epoch; a missing plan that is
  * needed is SLUICE_ERR_INVALID. endless says whether the dataset's pipeline never ends (the
  * shell decides it from the definition: pipe_spec_endless); a coordinated read (num_consumers >
- * 0) of one that ends is SLUICE_ERR_INVALID, "num_consumers needs an infinite pipeline:
+ * 0) of one that ends is SLUICE_ERR_UNSUPPORTED, "num_consumers needs an infinite pipeline:
  * 'range(100)' ends; add repeat()". A named job whose mode or consumer count differs is
  * SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode parallel_epochs, not
  * distributed_epoch", "... with num_consumers 2, not 3" — unless the job's iteration was

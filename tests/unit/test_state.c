@@ -107,6 +107,8 @@ static const char *code_name(int rc)
         return "EXISTS";
     case SLUICE_ERR_CORRUPT:
         return "CORRUPT";
+    case SLUICE_ERR_UNSUPPORTED:
+        return "UNSUPPORTED";
     case SLUICE_ERR_NOMEM:
         return "NOMEM";
     default:
@@ -539,7 +541,7 @@ static const struct plan_case plan_cases[] = {
      "job 1 name=n mode=distributed_epoch total=2",
      "error EXISTS: job 'n' exists with mode parallel_epochs, not distributed_epoch"},
     {"job coordinated of a finite pipeline", "ds - r4", "job 1 name=n consumers=1 ends",
-     "error INVALID: num_consumers needs an infinite pipeline: 'r4' ends; add repeat()"},
+     "error UNSUPPORTED: num_consumers needs an infinite pipeline: 'r4' ends; add repeat()"},
     {"job finite pipeline without consumers", "ds - r4", "job 1 name=n ends",
      "job_created id=1 name='n' name2='1' mode=parallel_epochs\n"
      "iteration_created id=1 ref=1 dist=0\n"
