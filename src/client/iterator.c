@@ -86,6 +86,7 @@ struct sluice_iterator {
     /* Loop thread. */
     struct client_waker waker;
     struct ct_set tasks;
+    struct fetch *coord_fetch; /* coordinated reads: the one request under way, or NULL */
     uv_timer_t hb_timer, pump_timer;
     unsigned refs; /* the open iterator, its two timers, and each request under way */
     bool started, closing;
@@ -324,6 +325,8 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
     struct sluice_iterator *it = f->it;
     uint64_t task_id = f->task_id, round = f->round;
     struct rpc_client *rpc = f->rpc;
+    if (it->coord_fetch == f)
+        it->coord_fetch = NULL;
     free(f);
 
     if (it->closing) {
@@ -440,7 +443,21 @@ static int fetch(struct sluice_iterator *it, size_t i)
     }
     ct_sent(&it->tasks, i);
     it->refs++;
+    if (it->coordinated)
+        it->coord_fetch = f;
     return 0;
+}
+
+/* Coordinated reads: a request to a task the dispatcher no longer lists, still waiting for a
+ * connection to its worker (which died), is withdrawn: the worker never saw it, so this consumer
+ * may skip the task's rounds at once (tasks.h) instead of waiting out the request's timeout. A
+ * request already written stays: its worker may still serve the round to every consumer. */
+static void coord_withdraw(struct sluice_iterator *it)
+{
+    struct fetch *f = it->coord_fetch;
+    long i = f ? ct_find(&it->tasks, f->task_id) : -1;
+    if (i >= 0 && !it->tasks.v[i].listed)
+        rpc_client_withdraw(f->rpc, on_elements, f);
 }
 
 static void on_pump_timer(uv_timer_t *t)
@@ -466,6 +483,7 @@ static void pump(struct sluice_iterator *it)
         return;
     uint64_t now = uv_now(&it->c->loop);
     if (it->coordinated) {
+        coord_withdraw(it);
         if (ct_advance(&it->tasks) == CT_ROUND_BEHIND) {
             iter_fail(it, SLUICE_ERR_INVALID,
                       "consumer %" PRIu32 " fell too far behind: it is at round %" PRIu64
