@@ -356,10 +356,10 @@ static bool rounds_answer(struct worker *w, struct wtask *wt)
             reply_elements(q->conn, q->id, 1, false, rec, len);
         } else if (st == ROUNDS_GONE) {
             rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
-                                 "task %" PRIu64 ": round %" PRIu64
-                                 " was served to the other consumers and is gone: consumer %" PRIu32
-                                 " fell too far behind",
-                                 wt->id, q->round, q->consumer);
+                                 "consumer %" PRIu32 " fell too far behind: round %" PRIu64
+                                 " of task %" PRIu64
+                                 " was served to the other consumers and is gone",
+                                 q->consumer, q->round, wt->id);
         } else if (r->ended) {
             reply_elements(q->conn, q->id, 0, true, NULL, 0);
         } else {

@@ -156,6 +156,43 @@ static void test_bad_consumer_index(void **state)
     free(err);
 }
 
+/* A consumer that comes back after the others moved on cannot read rounds they were served:
+ * it gets a clear error, not some other round's element. */
+static void test_consumer_behind(void **state)
+{
+    struct cluster *c = *state;
+    assert_true(cluster_add_worker(c) >= 0);
+    assert_true(cluster_add_worker(c) >= 0);
+    wait_registered(c);
+    struct proc r0, r1;
+    const char *pipeline = "range(1000000) | repeat()";
+    assert_int_equal(cluster_cli_spawn(c, &r0, "read", pipeline, "--job-name", "late",
+                                       "--num-consumers", "2", "--consumer-index", "0",
+                                       "--limit", "50", "--format", "count", NULL),
+                     0);
+    assert_int_equal(cluster_cli_spawn(c, &r1, "read", pipeline, "--job-name", "late",
+                                       "--num-consumers", "2", "--consumer-index", "1",
+                                       "--limit", "50", "--format", "count", NULL),
+                     0);
+    char *o0 = proc_read_all(&r0, 60000), *o1 = proc_read_all(&r1, 60000);
+    assert_int_equal(proc_wait(&r0, 10000), 0);
+    assert_int_equal(proc_wait(&r1, 10000), 0);
+    assert_string_equal(o0, "50\n");
+    assert_string_equal(o1, "50\n");
+    free(o0);
+    free(o1);
+    /* Consumer 1 starts again from round 0, which task 1 (the first of the schedule) served. */
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "read", pipeline, "--job-name", "late", "--num-consumers",
+                         "2", "--consumer-index", "1", "--limit", "5", NULL);
+    assert_int_equal(rc, 1);
+    assert_string_equal(out, "");
+    assert_string_equal(err, "sluice: read: consumer 1 fell too far behind: round 0 of task 1 was "
+                             "served to the other consumers and is gone\n");
+    free(out);
+    free(err);
+}
+
 /* A coordinated read of a pipeline that ends is refused when the job is created, with one line
  * that says why; one that never ends is read (a filter after repeat() keeps it endless). */
 static void test_finite_pipeline_refused(void **state)
@@ -488,6 +525,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_consumer_ahead_waits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_consumer_index, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finite_pipeline_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_behind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn, setup, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
