@@ -87,6 +87,7 @@ struct sluice_iterator {
     struct client_waker waker;
     struct ct_set tasks;
     struct fetch *coord_fetch; /* coordinated reads: the one request under way, or NULL */
+    bool grant_stalled;        /* the last heartbeat reply left the read waiting for a grant */
     uv_timer_t hb_timer, pump_timer;
     unsigned refs; /* the open iterator, its two timers, and each request under way */
     bool started, closing;
@@ -553,7 +554,9 @@ static uint64_t coord_delay(const struct sluice_iterator *it)
     const struct ct_set *s = &it->tasks;
     if (!it->coordinated || !s->have_schedule)
         return UINT64_MAX;
-    if (s->where == CT_ROUND_GRANT || (s->granted - s->round) * 2 < s->span)
+    if (s->where == CT_ROUND_GRANT)
+        return it->grant_stalled ? ITER_ROUND_POLL_MS : 0;
+    if ((s->granted - s->round) * 2 < s->span)
         return 0;
     if (s->where == CT_ROUND_SCHEDULE)
         return ITER_ROUND_POLL_MS;
@@ -787,8 +790,12 @@ static int apply_schedule(struct sluice_iterator *it, const Sluice__ClientHeartb
         epochs[n].ntasks = e->n_task_ids;
         n++;
     }
+    uint64_t before = it->tasks.granted;
+    bool waiting = it->tasks.where == CT_ROUND_GRANT;
     int rc = ct_schedule(&it->tasks, epochs, n, r->rounds_granted);
     free(epochs);
+    /* A reply that granted nothing to a read waiting for a grant: ask again, but not at once. */
+    it->grant_stalled = rc == 0 && waiting && it->tasks.granted == before;
     return rc;
 }
 

@@ -1837,7 +1837,12 @@ int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t ro
     if (!it || !state_iteration_coordinated(s, it))
         return 0;
     *granted_out = it->rounds_granted;
-    if (it->state != ST_ITER_ACTIVE || window == 0)
+    if (it->state != ST_ITER_ACTIVE)
+        return 0;
+    /* An iteration journaled before round schedules existed gets its first one now. */
+    if (it->nepochs == 0 && plan_round_schedules(s, out, out->n) < 0)
+        return NOMEM_MSG(err, errlen);
+    if (window == 0)
         return 0;
     uint64_t ahead = it->rounds_granted > round ? it->rounds_granted - round : 0;
     if (ahead >= window / 2 || round > UINT64_MAX - 1 - window)

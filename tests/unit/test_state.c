@@ -1439,6 +1439,22 @@ static void test_status_json(void **unused)
     harness_release(&h);
 }
 
+/* A coordinated job shows its consumers, its grant and its round schedule. */
+static void test_status_json_rounds(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 name=c consumers=2\nchb 1 window=64\n"
+                   "rm 1");
+    char *json = NULL;
+    assert_int_equal(status_json(&h.s, &json), 0);
+    assert_non_null(strstr(json, "\"rounds\":{\"consumers\":2,\"granted\":64,\"schedule\":["
+                                 "{\"from\":0,\"tasks\":[1,2]},{\"from\":64,\"tasks\":[2]}]}"));
+    free(json);
+    harness_release(&h);
+}
+
 static void test_heartbeat_interval(void **unused)
 {
     (void)unused;
@@ -1965,6 +1981,7 @@ int main(void)
         cmocka_unit_test(test_plan_cases),
         cmocka_unit_test(test_gc_rows),
         cmocka_unit_test(test_round_epochs),
+        cmocka_unit_test(test_status_json_rounds),
         cmocka_unit_test(test_apply_refuses),
         cmocka_unit_test(test_apply_last_ids),
         cmocka_unit_test(test_lost_replies),
