@@ -288,10 +288,7 @@ static void call_detach(struct rpc_client *cl, struct call *call)
 {
     hash_remove(cl, call);
     heap_remove(cl, call);
-    list_remove(call->sent        ? &cl->sent
-                : call->withdrawn ? &cl->withdrawn
-                                  : &cl->waiting,
-                call);
+    list_remove(call->sent ? &cl->sent : call->withdrawn ? &cl->withdrawn : &cl->waiting, call);
     conn_frame_free(call->frame);
     call->frame = NULL;
 }

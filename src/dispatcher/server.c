@@ -609,8 +609,8 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
 {
     char err[ERRLEN];
     int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
-                                    c->endless, have_plan ? &c->plan : NULL, &c->job_id, &c->iteration_id,
-                                    &c->client_id, &d->ups, err, sizeof err);
+                                    c->endless, have_plan ? &c->plan : NULL, &c->job_id,
+                                    &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         refuse(c->r.conn, c->r.id, rc, err);
         req_done(&c->r);
@@ -1021,8 +1021,8 @@ static void on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
     if (rc == 0)
-        rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req),
-                                   &d->ups, &granted, err, sizeof err);
+        rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
+                                   &granted, err, sizeof err);
     if (rc == 0 && client_view_take(d, c, it, req->round, granted) < 0)
         rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
     if (rc < 0) {

@@ -548,7 +548,8 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     /* A job is identified by its dataset and name. A key whose job was garbage-collected is
      * free again: the new job replaces the old one and its collected iteration. A live job's
      * key never is. */
-    struct st_job *old = u->name[0] ? (struct st_job *)state_job_by_key(s, u->name2, u->name) : NULL;
+    struct st_job *old =
+        u->name[0] ? (struct st_job *)state_job_by_key(s, u->name2, u->name) : NULL;
     struct st_iteration *old_it = old ? FIND(s, iterations, old->iteration_id) : NULL;
     if (old && (!old_it || old_it->state != ST_ITER_GC))
         return CORRUPT;
@@ -1177,7 +1178,8 @@ static int serving_tasks(const struct state *s, uint64_t it_id, const struct st_
     l->n = 0;
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
-        if (t->iteration_id != it_id || t->finished || pending(out, start, ST_TASK_REMOVED, t->id) ||
+        if (t->iteration_id != it_id || t->finished ||
+            pending(out, start, ST_TASK_REMOVED, t->id) ||
             pending(out, start, ST_TASK_FINISHED, t->id) ||
             worker_draining_after(s, t->worker_id, out, start))
             continue;

@@ -8,11 +8,11 @@
  * removed ones and sets the heartbeat interval. GetElements takes whole encoded elements out of
  * a task's buffer, or, when the buffer is empty and more will come, waits up to
  * WORKER_POLL_MS for them (a long poll) before answering with none. A task read in coordinated
- * rounds answers a round only once every consumer waits for it, all at once (rounds.h). A reply made of whole chunks
- * is written from them without copying; the chunks go back to the task once it is written. A
- * GetElements for a task this worker does not know yet (the dispatcher has told the reader
- * before this worker's next heartbeat) sends a heartbeat at once and waits for its reply, so the
- * first read of a new task is served in a round trip rather than after the reader's backoff.
+ * rounds answers a round only once every consumer waits for it, all at once (rounds.h). A reply
+ * made of whole chunks is written from them without copying; the chunks go back to the task once it
+ * is written. A GetElements for a task this worker does not know yet (the dispatcher has told the
+ * reader before this worker's next heartbeat) sends a heartbeat at once and waits for its reply, so
+ * the first read of a new task is served in a round trip rather than after the reader's backoff.
  *
  * Failure modes: while the dispatcher is unreachable, tasks keep producing and readers keep
  * reading; heartbeats and lease requests are retried. A dispatcher that comes back with another

@@ -167,12 +167,12 @@ static void test_consumer_behind(void **state)
     struct proc r0, r1;
     const char *pipeline = "range(1000000) | repeat()";
     assert_int_equal(cluster_cli_spawn(c, &r0, "read", pipeline, "--job-name", "late",
-                                       "--num-consumers", "2", "--consumer-index", "0",
-                                       "--limit", "50", "--format", "count", NULL),
+                                       "--num-consumers", "2", "--consumer-index", "0", "--limit",
+                                       "50", "--format", "count", NULL),
                      0);
     assert_int_equal(cluster_cli_spawn(c, &r1, "read", pipeline, "--job-name", "late",
-                                       "--num-consumers", "2", "--consumer-index", "1",
-                                       "--limit", "50", "--format", "count", NULL),
+                                       "--num-consumers", "2", "--consumer-index", "1", "--limit",
+                                       "50", "--format", "count", NULL),
                      0);
     char *o0 = proc_read_all(&r0, 60000), *o1 = proc_read_all(&r1, 60000);
     assert_int_equal(proc_wait(&r0, 10000), 0);
@@ -219,9 +219,9 @@ static void test_finite_pipeline_refused(void **state)
         free(err);
     }
     char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "read", "range(10) | repeat() | filter(even)", "--job-name",
-                         "e", "--num-consumers", "1", "--consumer-index", "0", "--limit", "7",
-                         NULL);
+    int rc =
+        cluster_cli(c, &out, &err, "read", "range(10) | repeat() | filter(even)", "--job-name", "e",
+                    "--num-consumers", "1", "--consumer-index", "0", "--limit", "7", NULL);
     assert_int_equal(rc, 0);
     assert_string_equal(out, "0\n2\n4\n6\n8\n0\n2\n");
     free(out);
@@ -507,8 +507,7 @@ static void test_churn(void **state)
     }
     printf("    %zu rounds in %lld ms, %zu tasks, %zu rounds skipped, %zu read by only some "
            "consumers; joined after %lld ms, resumed %lld ms after the kill\n",
-           common + partial, t_end - t0, ntasks, skipped, partial, t_join - t0,
-           t_resumed - t_kill);
+           common + partial, t_end - t0, ntasks, skipped, partial, t_join - t0, t_resumed - t_kill);
     if (partial)
         printf("    round %" PRIu64 " of task %" PRIu64 " reached some consumers only\n",
                partial_round, partial_task);

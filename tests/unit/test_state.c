@@ -463,8 +463,9 @@ struct plan_case {
 #define PAR2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1\n"
 /* A coordinated job of two consumers (clients 1 and 2) over tasks 1 and 2, whose first rounds
  * (64) are granted. */
-#define COORD2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 name=c consumers=2\njob 1 name=c consumers=2\n" \
-               "chb 1 window=64\n"
+#define COORD2                                                                                     \
+    "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 name=c consumers=2\njob 1 name=c consumers=2\n"            \
+    "chb 1 window=64\n"
 
 static const struct plan_case plan_cases[] = {
     /* register_dataset */
@@ -697,8 +698,9 @@ static const struct plan_case plan_cases[] = {
      "rounds_scheduled ref=1 seqs=[1,2]\n"
      "client_acquired id=1 ref=1\n"
      "=> job=1 iteration=1 client=1"},
-    {"rounds the first heartbeat is granted a window", "ds - r4\nhb a:1 1\njob 1 name=c consumers=1",
-     "chb 1 window=64", "rounds_granted ref=1 ref2=64\n=> granted=64"},
+    {"rounds the first heartbeat is granted a window",
+     "ds - r4\nhb a:1 1\njob 1 name=c consumers=1", "chb 1 window=64",
+     "rounds_granted ref=1 ref2=64\n=> granted=64"},
     {"rounds no grant while half the window is left", COORD2, "chb 2 round=32 window=64",
      "=> granted=64"},
     {"rounds granted again once fewer than half are left", COORD2, "chb 2 round=33 window=64",
@@ -708,8 +710,7 @@ static const struct plan_case plan_cases[] = {
     {"rounds window 0 grants nothing", COORD2, "chb 1 round=60", "=> granted=64"},
     {"rounds none granted to a read that is not coordinated", PAR2, "chb 1 round=5 window=64",
      "=>"},
-    {"rounds a new worker's task takes part from the first round not granted", COORD2,
-     "hb c:1 1",
+    {"rounds a new worker's task takes part from the first round not granted", COORD2, "hb c:1 1",
      "worker_registered id=3 address='c:1' inc=1\n"
      "task_created id=3 ref=1 ref2=3\n"
      "rounds_scheduled ref=1 ref2=64 seqs=[1,2,3]\n"
@@ -730,8 +731,8 @@ static const struct plan_case plan_cases[] = {
     {"rounds the last task gone leaves rounds served by none",
      "ds - r4\nhb a:1 1\njob 1 name=c consumers=1\nchb 1 window=64", "rm 1",
      "task_removed id=1 ref=1\nworker_removed id=1\nrounds_scheduled ref=1 ref2=64\n=>"},
-    {"rounds a worker joining before any grant changes round 0", "ds - r4\nhb a:1 1\njob 1 name=c consumers=1",
-     "hb b:1 1",
+    {"rounds a worker joining before any grant changes round 0",
+     "ds - r4\nhb a:1 1\njob 1 name=c consumers=1", "hb b:1 1",
      "worker_registered id=2 address='b:1' inc=1\n"
      "task_created id=2 ref=1 ref2=2\n"
      "rounds_scheduled ref=1 seqs=[1,2]\n"
