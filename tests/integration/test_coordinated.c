@@ -156,6 +156,64 @@ static void test_bad_consumer_index(void **state)
     free(err);
 }
 
+static int setup_ft(void **state)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c || cluster_start_dispatcher(c, 0, 1) != 0)
+        return -1;
+    *state = c;
+    return 0;
+}
+
+/* The schedule and the grants are journaled: three consumers read on while a fault-tolerant
+ * dispatcher is killed and restarted twice, and every round is exactly what it would have been
+ * without the restarts (round i from task i mod 2, its elements 3 (i / 2) + c). */
+static void test_dispatcher_restarts(void **state)
+{
+    struct cluster *c = *state;
+    assert_true(cluster_add_worker(c) >= 0);
+    assert_true(cluster_add_worker(c) >= 0);
+    wait_registered(c);
+    enum { N = 3, LIMIT = 3000 };
+    struct proc r[N];
+    const char *pipeline = "range(1000000) | repeat() | map(sleep_us, 200)";
+    for (int i = 0; i < N; i++) {
+        char index[8];
+        snprintf(index, sizeof index, "%d", i);
+        assert_int_equal(cluster_cli_spawn(c, &r[i], "read", pipeline, "--job-name", "ft",
+                                           "--num-consumers", "3", "--consumer-index", index,
+                                           "--limit", "3000", "--format", "rounds", NULL),
+                         0);
+    }
+    for (int k = 0; k < 2; k++) {
+        usleep(700 * 1000);
+        assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        char *out = proc_read_all(&r[i], 60000);
+        assert_int_equal(proc_wait(&r[i], 10000), 0);
+        assert_int_equal(count_lines(out), LIMIT);
+        const char *p = out;
+        long first_task = -1, second_task = -1;
+        for (long round = 0; round < LIMIT; round++) {
+            char *end;
+            long got_round = strtol(p, &end, 10);
+            long task = strtol(end, &end, 10);
+            long value = strtol(end, &end, 10);
+            assert_true(*end == '\n');
+            p = end + 1;
+            assert_int_equal(got_round, round);
+            long *slot = round % 2 ? &second_task : &first_task;
+            if (*slot < 0)
+                *slot = task;
+            assert_int_equal(task, *slot);
+            assert_int_equal(value, 3 * (round / 2) + i);
+        }
+        assert_true(first_task != second_task);
+        free(out);
+    }
+}
+
 /* A consumer that comes back after the others moved on cannot read rounds they were served:
  * it gets a clear error, not some other round's element. */
 static void test_consumer_behind(void **state)
@@ -528,6 +586,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_finite_pipeline_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_behind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatcher_restarts, setup_ft, teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tmp_cleanup();
