@@ -556,7 +556,8 @@ static uint64_t coord_delay(const struct sluice_iterator *it)
         return UINT64_MAX;
     if (s->where == CT_ROUND_GRANT)
         return it->grant_stalled ? ITER_ROUND_POLL_MS : 0;
-    if ((s->granted - s->round) * 2 < s->span)
+    uint64_t left = s->granted > s->round ? s->granted - s->round : 0;
+    if (left < s->span - s->span / 2)
         return 0;
     if (s->where == CT_ROUND_SCHEDULE)
         return ITER_ROUND_POLL_MS;
