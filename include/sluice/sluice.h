@@ -255,10 +255,15 @@ struct sluice_read_options {
     const char *dataset_id;
     const char *pipeline;
     enum sluice_mode mode;
-    /* Readers with the same job name share one job, splitting its elements first come, first
-     * served. NULL or "": a job of this iterator's own. */
+    /* Readers of one dataset with the same job name share one job, splitting its elements
+     * first come, first served (a job is identified by its dataset and name: the same name on
+     * another dataset is another job). NULL or "": a job of this iterator's own. */
     const char *job_name;
-    /* Coordinated reads: num_consumers > 0 with consumer_index < num_consumers. */
+    /* Coordinated reads: num_consumers > 0 with consumer_index < num_consumers, a job name, and
+     * a pipeline that never ends (repeat() with no count, and no take() after it). The
+     * consumers read in rounds: in round r each gets one element, all from the same worker
+     * task, consumer c the c-th of the round; the dispatcher decides which task serves which
+     * round, also while workers join, drain, die or restart. */
     uint32_t consumer_index;
     uint32_t num_consumers;
     /* Requests in flight to workers at once; bounds memory to about this many replies.
@@ -294,6 +299,14 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
  * from then on, e.g. to hand them to another library without a copy. */
 int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
                               uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Coordinated reads without a local tail: the round and the task of the element the last
+ * sluice_iterator_next() returned. Every consumer of the job that gets an element of round r
+ * gets it from the same task. Rounds no task served (a worker died before serving them) are
+ * skipped by every consumer alike, so the rounds of consecutive elements may leap. Returns 0, or
+ * SLUICE_ERR_INVALID when the read is not coordinated, has a local tail, or has returned no
+ * element yet. Call it from the thread that calls sluice_iterator_next(). */
+int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uint64_t *task_id);
 
 /* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
  * it. NULL is allowed. */

@@ -161,6 +161,13 @@ int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_
  * the reply is then valid only during the callback, as usual. */
 void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
 
+/* Withdraws the call made with cb and user if it has not been written yet (it waits for a
+ * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the
+ * loop's next timer run, never inside this function. Returns true when such a call was
+ * withdrawn; false when none waits unwritten (it was written, or has completed), and then
+ * nothing changes. */
+bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
+
 bool rpc_client_connected(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
