@@ -88,4 +88,14 @@ cmake --build "$tmp/consumer" >>"$tmp/consumer.log" 2>&1 \
     || { cat "$tmp/consumer.log" >&2; fail "find_package(sluice): build failed"; }
 run "find_package, sluice::sluice" "$tmp/consumer/embed_shared"
 run "find_package, sluice::sluice_static" "$tmp/consumer/embed_static"
+# The Python package, when the build has one: imported from the installed tree alone.
+if ls "$build"/python/sluice/_sluice*.so >/dev/null 2>&1; then
+    pkg=$(ls -d "$prefix"/lib/python3*/dist-packages 2>/dev/null | head -n 1)
+    [ -n "$pkg" ] || fail "the Python package was not installed"
+    got=$(cd "$tmp" && PYTHONPATH="$pkg" /usr/bin/python3 -c \
+        'import sluice; print([int(x) for x in sluice.run("range(3) | map(square)")])') \
+        || fail "the installed Python package does not import"
+    [ "$got" = "[0, 1, 4]" ] || fail "the installed Python package read $got"
+    echo "install: the Python package imports from $pkg"
+fi
 echo "install: every check passed"
