@@ -118,15 +118,26 @@ def main():
 
         # Python's own cost: the same read through the package and through the CLI.
         ds_id = sluice.register_dataset(d, f"range({n_range}) | batch(1024)")
-        start = time.perf_counter()
-        n = sum(1 for _ in sluice.from_dataset_id("distributed_epoch", d, ds_id))
-        py_s = time.perf_counter() - start
-        start = time.perf_counter()
-        out = subprocess.run([str(BIN / "sluice"), "read", "--dispatcher", d.target,
-                              "--dataset-id", ds_id, "--mode", "distributed_epoch",
-                              "--format", "count"], check=True, capture_output=True, text=True)
-        cli_s = time.perf_counter() - start
-        assert int(out.stdout) == n
+
+        def python_read():
+            start = time.perf_counter()
+            n = sum(1 for _ in sluice.from_dataset_id("distributed_epoch", d, ds_id))
+            return n, time.perf_counter() - start
+
+        def cli_read():
+            start = time.perf_counter()
+            out = subprocess.run([str(BIN / "sluice"), "read", "--dispatcher", d.target,
+                                  "--dataset-id", ds_id, "--mode", "distributed_epoch",
+                                  "--format", "count"], check=True, capture_output=True,
+                                 text=True)
+            return int(out.stdout), time.perf_counter() - start
+
+        # Alternated, best of two each: the first read of a dataset also warms the workers.
+        runs = [cli_read(), python_read(), cli_read(), python_read()]
+        n = runs[0][0]
+        assert all(r[0] == n for r in runs), runs
+        cli_s = min(runs[0][1], runs[2][1])
+        py_s = min(runs[1][1], runs[3][1])
         print(f"range({n_range}) | batch(1024), {n} batches:")
         print(f"  sluice read --format count: {n / cli_s:10.0f} batches/s")
         print(f"  from_dataset_id in Python:  {n / py_s:10.0f} batches/s")
