@@ -1,0 +1,159 @@
+/* What the dispatcher's server shell shares between its files: the dispatcher itself, commit,
+ * requests and replies, and the handlers the dispatch table in server.c calls. server.c holds
+ * start, close, commit and the dispatch table; handlers_datasets.c, handlers_jobs.c,
+ * handlers_clients.c and handlers_workers.c the RPC handlers by family; tick.c the timer.
+ * Everything here runs on the dispatcher's loop thread. */
+
+#ifndef SLUICE_DISPATCHER_SERVER_INTERNAL_H
+#define SLUICE_DISPATCHER_SERVER_INTERNAL_H
+
+#include "server.h"
+
+#include "journal_thread.h"
+#include "observe.h"
+#include "record.h"
+#include "common/rows.h"
+#include "coverage.h"
+#include "state.h"
+#include "status.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "journal/journal.h"
+#include "pipeline/def.h"
+#include "pipeline/spec.h"
+#include "pipeline/split.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_WORKER_TIMEOUT_MS 10000
+#define DEFAULT_CLIENT_TIMEOUT_MS 30000
+#define DEFAULT_JOB_GC_TIMEOUT_MS 60000
+#define DEFAULT_SNAPSHOT_EVERY 10000
+#define META_INCARNATION "incarnation"
+#define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
+#define ERRLEN 512
+
+struct soft {
+    uint64_t id;
+    uint64_t t; /* uv_now() milliseconds */
+};
+
+/* A map from id to time, sorted by id. */
+struct soft_table {
+    struct soft *v;
+    size_t n, cap;
+};
+
+struct def_cache_entry {
+    char id[ST_ID_MAX];
+    Sluice__DatasetDef *def; /* unpacked from the dataset's bytes, owned */
+};
+
+struct job_ctx;
+
+struct dispatcher {
+    uv_loop_t *loop;
+    struct rpc_server *rpc;
+    uv_timer_t timer;
+    struct state st;
+    struct st_update_list ups; /* planning scratch; empty between requests */
+
+    struct soft_table worker_seen, client_seen, idle_since;
+    /* distributed_epoch tasks: since when the worker reports a task settled (everything it
+     * produced was fetched) while it still holds leases, and when it was last leased splits. */
+    struct soft_table settled_since, leased_at;
+    struct coverage cov; /* consumers' partial reports of unfinished splits */
+    struct def_cache_entry *defs;
+    size_t ndefs, cap_defs;
+
+    char **worker_addresses;
+    size_t nworker_addresses;
+    uint32_t worker_timeout_ms, client_timeout_ms, gc_timeout_ms;
+    uint32_t worker_hb_ms, client_hb_ms;
+    uint64_t incarnation;
+    struct observe *obs; /* metrics and the autoscaling window (observe.h) */
+
+    struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
+
+    /* Fault-tolerant mode only (NULL otherwise). */
+    char *work_dir;
+    struct journal *journal;
+    struct journal_thread *jt;
+    uint64_t snapshot_every; /* updates between snapshots */
+    uint64_t since_snapshot; /* updates journaled since the last snapshot (or the start) */
+
+    bool fatal;
+    bool closing;
+    unsigned closing_parts; /* the timer and the rpc server, until their close callbacks */
+    void (*close_cb)(void *user);
+    void *close_user;
+    void (*on_fatal)(void *user, const char *msg);
+    void *user;
+};
+
+/* What every pending reply holds: the connection (referenced) and the request id. */
+struct req {
+    struct dispatcher *d;
+    struct rpc_conn *conn;
+    uint64_t id;
+};
+
+typedef void (*commit_cb)(struct dispatcher *d, int status, void *ctx);
+
+/* handlers_clients.c */
+
+void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
+                                  const Sluice__Envelope *env);
+
+/* handlers_datasets.c */
+
+void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                               const Sluice__Envelope *env);
+void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+
+/* handlers_jobs.c */
+
+void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
+                                     const Sluice__Envelope *env);
+bool dispatcher_static_mode(enum st_mode mode);
+/* Cancels the split plans queued on the thread pool (at close); those already running finish
+ * and their callbacks free them. */
+void dispatcher_jobs_cancel(struct dispatcher *d);
+
+/* handlers_workers.c */
+
+void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
+                              const Sluice__Envelope *env);
+void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+
+/* server.c */
+
+void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx);
+const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const struct st_dataset *ds);
+void dispatcher_maybe_finish_close(struct dispatcher *d);
+void dispatcher_refuse(struct rpc_conn *conn, uint64_t id, int code, const char *msg);
+void dispatcher_refuse_commit(struct req *r, int status);
+uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
+void dispatcher_req_done(struct req *r);
+void dispatcher_req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id);
+void dispatcher_send_reply(struct req *r, Sluice__Envelope *env);
+void dispatcher_soft_del(struct soft_table *t, uint64_t id);
+struct soft *dispatcher_soft_find(struct soft_table *t, uint64_t id, size_t *pos);
+void dispatcher_soft_set(struct soft_table *t, uint64_t id, uint64_t when);
+
+/* tick.c */
+
+void dispatcher_on_tick(uv_timer_t *timer);
+
+#endif
