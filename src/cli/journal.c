@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal/journal.h"
 

@@ -27,16 +27,6 @@
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
-uint32_t dispatcher_heartbeat_ms(uint32_t timeout_ms)
-{
-    uint32_t ms = timeout_ms / 5;
-    if (ms < 50)
-        ms = 50;
-    if (ms > 1000)
-        ms = 1000;
-    return ms;
-}
-
 /* How long a task may sit settled with leases before they are leased again: a client reports a
  * split within ITER_ACK_MS of receiving its end, or at its next heartbeat, and a worker reports
  * a task settled at its heartbeat; three of the longer interval, plus a second for a loaded

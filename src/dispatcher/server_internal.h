@@ -11,7 +11,7 @@
 
 #include "journal_thread.h"
 #include "observe.h"
-#include "record.h"
+#include "update_codec.h"
 #include "common/rows.h"
 #include "coverage.h"
 #include "state.h"

@@ -7,7 +7,7 @@
  *   2  a Snapshot (definitions looked up as the id's own bytes): whatever decodes must encode and
  *      decode back to the same digest. */
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal/record.h"
 

@@ -11,7 +11,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal.pb-c.h"
 #include "journal/record.h"

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 
 #include <inttypes.h>

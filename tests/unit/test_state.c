@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/server.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"

@@ -1,7 +1,7 @@
 /* Conversions between the state machine's structs and the journal's messages. Encoding points
  * the protobuf-c structs at the C data (nothing copied until the pack); decoding copies out of
  * the unpacked message and frees it before returning. */
-#include "record.h"
+#include "update_codec.h"
 
 #include "journal.pb-c.h"
 
