@@ -9,6 +9,8 @@
  * (tasks, timers, requests) is touched only on the client's loop thread. */
 #include "iterator_internal.h"
 
+#include "common/mode.h"
+
 /* ---- shared state ------------------------------------------------------------------------- */
 
 void iter_free(struct sluice_iterator *it)
@@ -370,7 +372,7 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
     if (has_dataset && strlen(o->dataset_id) >= DATASET_ID_MAX)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "dataset id longer than %d bytes",
                        DATASET_ID_MAX - 1);
-    if ((int)o->mode < SLUICE_PARALLEL_EPOCHS || (int)o->mode > SLUICE_SHARD_HINT)
+    if (!mode_valid((int)o->mode))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown mode %d", (int)o->mode);
     if (o->num_consumers > 0) {
         if (!o->job_name || !*o->job_name)

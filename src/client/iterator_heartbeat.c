@@ -4,9 +4,7 @@
 
 #include "iterator_internal.h"
 
-/* The dispatcher's names of the modes (as in its status document), by enum sluice_mode. */
-static const char *const mode_names[] = {
-    "parallel_epochs", "distributed_epoch", "file", "data", "file_or_data", "hint"};
+#include "common/mode.h"
 
 /* ---- loop thread: heartbeats -------------------------------------------------------------- */
 
@@ -206,7 +204,7 @@ static void on_verified_job(int status, const char *msg, const Sluice__Envelope 
         /* Only the connection was new: the dispatcher is the one that made the job. */
         iter_schedule_heartbeat(it, 0);
     } else if (r && incarnation == it->verify_incarnation) {
-        struct status_job_ref ref = {it->job_id, it->dataset_id, it->job_name, mode_names[it->mode],
+        struct status_job_ref ref = {it->job_id, it->dataset_id, it->job_name, mode_name(it->mode),
                                      it->iteration_id};
         if (status_json_job(r->json ? r->json : "", &ref) == STATUS_JOB_GONE) {
             fail_gone(it);

@@ -9,7 +9,7 @@ struct job_ctx {
     struct req r;
     char dataset_id[ST_ID_MAX];
     char job_name[ST_ID_MAX];
-    enum st_mode mode;
+    enum sluice_mode mode;
     uint32_t num_consumers;
     bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
@@ -126,12 +126,6 @@ static void job_plan_after(uv_work_t *w, int status)
     job_plan_and_commit(d, c, true);
 }
 
-bool dispatcher_static_mode(enum st_mode mode)
-{
-    return mode == ST_MODE_FILE || mode == ST_MODE_DATA || mode == ST_MODE_FILE_OR_DATA ||
-           mode == ST_MODE_HINT;
-}
-
 void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
                                      const Sluice__Envelope *env)
 {
@@ -140,18 +134,18 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     int code = SLUICE_ERR_INVALID;
     const struct st_dataset *ds = NULL;
 
-    if ((unsigned)req->mode > (unsigned)ST_MODE_HINT) {
+    if (!mode_valid(req->mode)) {
         snprintf(msg, sizeof msg, "unknown processing mode %d", (int)req->mode);
         goto refused;
     }
-    enum st_mode mode = (enum st_mode)req->mode;
+    enum sluice_mode mode = (enum sluice_mode)req->mode;
     if (strlen(req->job_name) >= ST_ID_MAX) {
         snprintf(msg, sizeof msg, "job name is longer than %d bytes", ST_ID_MAX - 1);
         goto refused;
     }
-    if (dispatcher_static_mode(mode) && d->nworker_addresses == 0) {
+    if (mode_static(mode) && d->nworker_addresses == 0) {
         snprintf(msg, sizeof msg, "mode %s needs --worker-addresses on the dispatcher",
-                 st_mode_name(mode));
+                 mode_name(mode));
         goto refused;
     }
     if (req->num_consumers > 0 && req->job_name[0] == '\0') {
@@ -204,7 +198,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
     const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
     bool joining = cur && cur->state != ST_ITER_GC;
-    if (mode != ST_MODE_DISTRIBUTED_EPOCH || joining) {
+    if (mode != SLUICE_DISTRIBUTED_EPOCH || joining) {
         job_plan_and_commit(d, c, false);
         return;
     }

@@ -54,7 +54,7 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->mode = (Sluice__ProcessingMode)job->mode;
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
-    if (dispatcher_static_mode(job->mode)) {
+    if (mode_static(job->mode)) {
         long index = worker_index(d, address);
         if (index < 0)
             return SLUICE_ERR_INVALID;

@@ -247,14 +247,14 @@ static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id
 }
 
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum st_mode mode, uint32_t num_consumers, bool endless,
+                           enum sluice_mode mode, uint32_t num_consumers, bool endless,
                            const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
 {
     if (!job_name)
         job_name = "";
-    if ((unsigned)mode >= ST_MODE_COUNT)
+    if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
     if (strlen(job_name) >= ST_ID_MAX)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "job name is longer than %d bytes",
@@ -289,7 +289,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
     if (job) {
         if (job->mode != mode)
             return err_set(err, errlen, SLUICE_ERR_EXISTS, "job '%s' exists with mode %s, not %s",
-                           job_name, st_mode_name(job->mode), st_mode_name(mode));
+                           job_name, mode_name(job->mode), mode_name(mode));
         if (job->num_consumers != num_consumers)
             return err_set(err, errlen, SLUICE_ERR_EXISTS,
                            "job '%s' exists with num_consumers %" PRIu32 ", not %" PRIu32, job_name,
@@ -297,7 +297,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
         cur = state_iteration(s, job->iteration_id);
     }
     bool new_iteration = !cur || cur->state == ST_ITER_GC;
-    if (new_iteration && mode == ST_MODE_DISTRIBUTED_EPOCH && !plan)
+    if (new_iteration && mode == SLUICE_DISTRIBUTED_EPOCH && !plan)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "a distributed_epoch iteration needs a split plan");
 
@@ -319,7 +319,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
             goto nomem;
         u->ref = job_id;
         u->ref2 = cur ? cur->repetition + 1 : 0;
-        u->distributed = mode == ST_MODE_DISTRIBUTED_EPOCH;
+        u->distributed = mode == SLUICE_DISTRIBUTED_EPOCH;
         if (u->distributed && st_split_plan_copy(&u->plan, plan) < 0)
             goto nomem;
         size_t first_task = out->n;

@@ -94,7 +94,7 @@ static void log_update(const struct st_update *u)
     case ST_JOB_CREATED:
         log_info("job %" PRIu64 "%s%s%s created on dataset '%s', mode %s", u->id,
                  u->name[0] ? " '" : "", u->name, u->name[0] ? "'" : "", u->name2,
-                 st_mode_name((enum st_mode)u->mode));
+                 mode_name((enum sluice_mode)u->mode));
         break;
     case ST_WORKER_REGISTERED:
         log_info("worker %" PRIu64 " registered at %s (incarnation %016" PRIx64 ")", u->id,

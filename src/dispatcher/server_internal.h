@@ -125,7 +125,6 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
 
 void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
                                      const Sluice__Envelope *env);
-bool dispatcher_static_mode(enum st_mode mode);
 /* Cancels the split plans queued on the thread pool (at close); those already running finish
  * and their callbacks free them. */
 void dispatcher_jobs_cancel(struct dispatcher *d);

@@ -15,9 +15,6 @@ _Static_assert(offsetof(struct st_client, id) == 0, "row id first");
 
 /* ---- names ----------------------------------------------------------------------------------- */
 
-static const char *const mode_names[ST_MODE_COUNT] = {
-    "parallel_epochs", "distributed_epoch", "file", "data", "file_or_data", "hint"};
-
 const char *st_iteration_state_name(enum st_iteration_state state)
 {
     switch (state) {
@@ -29,32 +26,6 @@ const char *st_iteration_state_name(enum st_iteration_state state)
         return "garbage_collected";
     }
     return "unknown";
-}
-
-const char *st_mode_name(enum st_mode mode)
-{
-    if ((unsigned)mode < ST_MODE_COUNT)
-        return mode_names[mode];
-    return "unknown";
-}
-
-int st_mode_parse(const char *text, enum st_mode *out)
-{
-    for (int i = 0; i < ST_MODE_COUNT; i++) {
-        if (strcmp(text, mode_names[i]) == 0) {
-            *out = (enum st_mode)i;
-            return 0;
-        }
-    }
-    if (strcmp(text, "off") == 0) {
-        *out = ST_MODE_PARALLEL_EPOCHS;
-        return 0;
-    }
-    if (strcmp(text, "dynamic") == 0) {
-        *out = ST_MODE_DISTRIBUTED_EPOCH;
-        return 0;
-    }
-    return SLUICE_ERR_INVALID;
 }
 
 static const char *const update_names[] = {
@@ -533,7 +504,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_job(s, u->id) || !str_fits(u->name, ST_ID_MAX) ||
         !str_fits(u->name2, ST_ID_MAX) || !state_dataset(s, u->name2) ||
-        (unsigned)u->mode >= ST_MODE_COUNT)
+        (unsigned)u->mode >= MODE_COUNT)
         return CORRUPT;
     /* A job is identified by its dataset and name. A key whose job was garbage-collected is
      * free again: the new job replaces the old one and its collected iteration. A live job's
@@ -554,7 +525,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     struct st_job *j = row_insert(s->jobs, &s->njobs, sizeof *s->jobs, u->id);
     memcpy(j->name, u->name, strlen(u->name) + 1);
     memcpy(j->dataset_id, u->name2, strlen(u->name2) + 1);
-    j->mode = (enum st_mode)u->mode;
+    j->mode = (enum sluice_mode)u->mode;
     j->num_consumers = u->num_consumers;
     j->iteration_id = 0;
     s->next_job_id = max_u64(s->next_job_id, u->id + 1);
@@ -572,7 +543,7 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
         if (!old || old->state != ST_ITER_GC)
             return CORRUPT;
     }
-    if ((j->mode == ST_MODE_DISTRIBUTED_EPOCH) != u->distributed)
+    if ((j->mode == SLUICE_DISTRIBUTED_EPOCH) != u->distributed)
         return CORRUPT;
     struct st_split_plan plan = {0};
     if (u->distributed && st_split_plan_copy(&plan, &u->plan) < 0)

@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ST_MODE_COUNT 6
-
 /* state.c */
 
 const char *state_compression_name(int compression);

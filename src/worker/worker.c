@@ -17,6 +17,8 @@
 
 #include "worker_internal.h"
 
+#include "common/mode.h"
+
 static void drain_check(struct worker *w);
 
 uint64_t worker_now_ms(void)
@@ -77,26 +79,6 @@ void worker_log_failure(struct wtask *wt)
     log_error("task %" PRIu64 " failed: %s", wt->id, msg);
 }
 
-static const char *mode_name(Sluice__ProcessingMode mode)
-{
-    switch (mode) {
-    case SLUICE__PROCESSING_MODE__MODE_PARALLEL_EPOCHS:
-        return "parallel_epochs";
-    case SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH:
-        return "distributed_epoch";
-    case SLUICE__PROCESSING_MODE__MODE_FILE:
-        return "file";
-    case SLUICE__PROCESSING_MODE__MODE_DATA:
-        return "data";
-    case SLUICE__PROCESSING_MODE__MODE_FILE_OR_DATA:
-        return "file_or_data";
-    case SLUICE__PROCESSING_MODE__MODE_HINT:
-        return "hint";
-    default:
-        return NULL;
-    }
-}
-
 /* Turns a TaskDef's dataset into a checked spec. Protobuf stops here: the DatasetDef is
  * serialized again and decoded by the one decoder that validates it. */
 static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
@@ -105,7 +87,7 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
     *out = NULL;
     if (!td->dataset)
         return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "the task comes without a dataset");
-    if (!mode_name(td->mode))
+    if (!mode_valid(td->mode))
         return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "unknown processing mode %d",
                        (int)td->mode);
     size_t len = sluice__dataset_def__get_packed_size(td->dataset);
@@ -168,7 +150,8 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
         }
     } else {
         log_info("task %" PRIu64 " started: dataset %s, iteration %" PRIu64 ", %s", td->task_id,
-                 td->dataset_id ? td->dataset_id : "?", td->iteration_id, mode_name(td->mode));
+                 td->dataset_id ? td->dataset_id : "?", td->iteration_id,
+                 mode_name((enum sluice_mode)td->mode));
     }
     rc = rounds_init(&wt->rounds, td->num_consumers);
     if (rc == SLUICE_ERR_INVALID)

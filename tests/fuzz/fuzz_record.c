@@ -65,7 +65,7 @@ static void small_state(struct state *s)
     u.type = ST_JOB_CREATED;
     u.id = 1;
     snprintf(u.name2, sizeof u.name2, "1");
-    u.mode = ST_MODE_DISTRIBUTED_EPOCH;
+    u.mode = SLUICE_DISTRIBUTED_EPOCH;
     must_apply(s, &u);
     memset(&u, 0, sizeof u);
     u.type = ST_ITERATION_CREATED;
