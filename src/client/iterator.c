@@ -28,8 +28,6 @@ void iter_free(struct sluice_iterator *it)
     free(it);
 }
 
-/* Ends the read with an error unless it already ended; the reader sees it after the payloads
- * already buffered. */
 void iter_fail(struct sluice_iterator *it, int rc, const char *fmt, ...)
 {
     uv_mutex_lock(&it->mu);

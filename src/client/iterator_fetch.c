@@ -14,8 +14,6 @@ void iter_unref(struct sluice_iterator *it)
 
 static void pump(struct sluice_iterator *it);
 
-/* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
- * of the read, and sends what can be sent. */
 void iter_settle(struct sluice_iterator *it)
 {
     struct ct_task t;

@@ -46,8 +46,6 @@ static uint64_t coord_delay(const struct sluice_iterator *it)
     return UINT64_MAX;
 }
 
-/* Coordinated reads: brings the next heartbeat forward when the read needs news (coord_delay). A
- * heartbeat under way is followed by the next at the same pace (next_heartbeat). */
 void iter_coord_news(struct sluice_iterator *it)
 {
     uint64_t delay = coord_delay(it);
@@ -74,8 +72,6 @@ static uint64_t next_heartbeat(struct sluice_iterator *it)
     return it->heartbeat_ms;
 }
 
-/* A complete split is reported soon rather than at the next regular heartbeat: its worker holds
- * its lease until then, and the end of the read waits for the last ones. */
 void iter_schedule_acks(struct sluice_iterator *it)
 {
     if (!it->closing && !it->hb_busy &&
@@ -84,7 +80,6 @@ void iter_schedule_acks(struct sluice_iterator *it)
         iter_schedule_heartbeat(it, ITER_ACK_MS);
 }
 
-/* In the end phase, brings the next heartbeat forward (the last task just ended). */
 void iter_hasten_heartbeat(struct sluice_iterator *it)
 {
     if (it->closing || it->hb_busy || !end_phase(it))
@@ -140,7 +135,6 @@ static void verified(struct sluice_iterator *it, uint64_t incarnation)
     iter_schedule_heartbeat(it, 0);
 }
 
-/* Packs a dataset definition into a new buffer. Returns 0 or SLUICE_ERR_NOMEM. */
 int iter_pack_def(const Sluice__DatasetDef *def, uint8_t **out, size_t *len)
 {
     *len = sluice__dataset_def__get_packed_size(def);

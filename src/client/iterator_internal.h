@@ -123,26 +123,45 @@ struct sluice_iterator {
 
 /* iterator.c */
 
+/* Ends the read normally unless it already ended; wakes the reader. Any thread. */
 void iter_end(struct sluice_iterator *it);
+/* Ends the read with an error unless it already ended; the reader sees it after the payloads
+ * already buffered. */
 void iter_fail(struct sluice_iterator *it, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Frees everything the iterator owns and the iterator. */
 void iter_free(struct sluice_iterator *it);
+/* The shared state, read under mu. Any thread. */
 enum iter_state iter_state(struct sluice_iterator *it);
 
 /* iterator_fetch.c */
 
+/* Drops one of the loop thread's references; the last frees the iterator. Loop thread. */
 void iter_unref(struct sluice_iterator *it);
+/* The client's wakeup for this read: fails it if interrupted, then pumps. Loop thread. */
 void iter_on_wake(struct client_waker *w);
+/* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
+ * of the read, and sends what can be sent. */
 void iter_settle(struct sluice_iterator *it);
 
 /* iterator_heartbeat.c */
 
+/* Coordinated reads: brings the next heartbeat forward when the read needs news (coord_delay). A
+ * heartbeat under way is followed by the next at the same pace (next_heartbeat). */
 void iter_coord_news(struct sluice_iterator *it);
+/* In the end phase, brings the next heartbeat forward (the last task just ended). */
 void iter_hasten_heartbeat(struct sluice_iterator *it);
+/* Packs a dataset definition into a new buffer. Returns 0 or SLUICE_ERR_NOMEM. */
 int iter_pack_def(const Sluice__DatasetDef *def, uint8_t **out, size_t *len);
+/* The loop side of closing a read: stops its timers and connections and releases the client
+ * from the job. Loop thread. */
 void iter_run_close(struct sluice_client *c, struct client_op *op);
+/* The loop side of starting a read: its timers, its wakeup, the first heartbeat. Loop thread. */
 void iter_run_start(struct sluice_client *c, struct client_op *op);
+/* A complete split is reported soon rather than at the next regular heartbeat: its worker holds
+ * its lease until then, and the end of the read waits for the last ones. */
 void iter_schedule_acks(struct sluice_iterator *it);
+/* Sends the next heartbeat after delay ms (not once closing). Loop thread. */
 void iter_schedule_heartbeat(struct sluice_iterator *it, uint64_t delay);
 
 #endif

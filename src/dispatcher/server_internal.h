@@ -107,52 +107,74 @@ struct req {
 
 typedef void (*commit_cb)(struct dispatcher *d, int status, void *ctx);
 
-/* handlers_clients.c */
+/* ---- server.c: commit, requests and replies ---- */
 
-void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
-                                    const Sluice__Envelope *env);
-void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
-                                  const Sluice__Envelope *env);
+/* Carries out the updates in ups (consumed: the list is left empty) and calls cb(d, status, ctx)
+ * once they are durable; status is 0, or negative when they could not be carried out (the
+ * dispatcher is then failed and refuses every later commit). The updates are applied to the
+ * state before this returns; without a journal cb runs before it returns, with one after the
+ * transaction holding the last update commits, in commit order (server.c says more). */
+void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx);
+
+/* A pending reply: takes a reference on conn (released by dispatcher_req_done). */
+void dispatcher_req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id);
+void dispatcher_req_done(struct req *r);
+/* Answers request id with an Error (code, msg). */
+void dispatcher_refuse(struct rpc_conn *conn, uint64_t id, int code, const char *msg);
+/* The error a failed commit answers with. */
+void dispatcher_refuse_commit(struct req *r, int status);
+/* Sends env as the reply to r; a reply that cannot be encoded or queued becomes an Error, and a
+ * connection that went away drops it. */
+void dispatcher_send_reply(struct req *r, Sluice__Envelope *env);
+
+/* The dataset's DatasetDef, decoded once and cached (owned by d), or NULL when it cannot be
+ * decoded or cached. */
+const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const struct st_dataset *ds);
+
+/* How long a task may sit settled with leases before they are leased again (server.c). */
+uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
+
+/* The soft-state tables: find (with the insertion point in *pos when not found), set (an
+ * allocation failure only loses the entry) and delete. */
+struct soft *dispatcher_soft_find(struct soft_table *t, uint64_t id, size_t *pos);
+void dispatcher_soft_set(struct soft_table *t, uint64_t id, uint64_t when);
+void dispatcher_soft_del(struct soft_table *t, uint64_t id);
+
+/* Once d is closing, its handles have closed and no split plan is running: frees d and calls
+ * the close callback. */
+void dispatcher_maybe_finish_close(struct dispatcher *d);
+
+/* ---- the RPC handlers, called by the dispatch table in server.c ---- */
 
 /* handlers_datasets.c */
-
-void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
-                               const Sluice__Envelope *env);
 void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env);
+void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                               const Sluice__Envelope *env);
 
 /* handlers_jobs.c */
-
 void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
                                      const Sluice__Envelope *env);
 /* Cancels the split plans queued on the thread pool (at close); those already running finish
  * and their callbacks free them. */
 void dispatcher_jobs_cancel(struct dispatcher *d);
 
-/* handlers_workers.c */
+/* handlers_clients.c */
+void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
+                                  const Sluice__Envelope *env);
 
-void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
-                              const Sluice__Envelope *env);
+/* handlers_workers.c */
 void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env);
+void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
+                              const Sluice__Envelope *env);
 
-/* server.c */
+/* ---- tick.c ---- */
 
-void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx);
-const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const struct st_dataset *ds);
-void dispatcher_maybe_finish_close(struct dispatcher *d);
-void dispatcher_refuse(struct rpc_conn *conn, uint64_t id, int code, const char *msg);
-void dispatcher_refuse_commit(struct req *r, int status);
-uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
-void dispatcher_req_done(struct req *r);
-void dispatcher_req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id);
-void dispatcher_send_reply(struct req *r, Sluice__Envelope *env);
-void dispatcher_soft_del(struct soft_table *t, uint64_t id);
-struct soft *dispatcher_soft_find(struct soft_table *t, uint64_t id, size_t *pos);
-void dispatcher_soft_set(struct soft_table *t, uint64_t id, uint64_t when);
-
-/* tick.c */
-
+/* The timer: evicts silent workers and clients, leases stalled splits again, collects idle
+ * iterations. */
 void dispatcher_on_tick(uv_timer_t *timer);
 
 #endif

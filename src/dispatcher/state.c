@@ -56,7 +56,6 @@ const char *st_update_name(enum st_update_type type)
     return "unknown";
 }
 
-/* Compression values as Sluice__Compression numbers them; state.c does not see protobuf. */
 const char *state_compression_name(int compression)
 {
     switch (compression) {
@@ -252,7 +251,6 @@ void st_update_list_release(struct st_update_list *l)
     l->cap = 0;
 }
 
-/* Drops the updates appended after start: a plan that fails leaves the list as it found it. */
 void state_list_truncate(struct st_update_list *l, size_t start)
 {
     while (l->n > start)

@@ -16,11 +16,16 @@
 
 /* state.c */
 
+/* Compression values as Sluice__Compression numbers them; state.c does not see protobuf. */
 const char *state_compression_name(int compression);
+/* Drops the updates appended after start: a plan that fails leaves the list as it found it. */
 void state_list_truncate(struct st_update_list *l, size_t start);
-int state_seq_assign(struct st_seq_list *dst, const uint64_t *v, size_t n);
-bool state_seq_contains(const struct st_seq_list *l, uint64_t v);
+/* Sorted sequence lists (struct st_seq_list): release; reserve room for extra more (0 or
+ * SLUICE_ERR_NOMEM, the list unchanged); contains (binary search); assign a copy of v[0..n)
+ * (0, or SLUICE_ERR_NOMEM with dst left empty). */
 void state_seq_release(struct st_seq_list *l);
 int state_seq_reserve(struct st_seq_list *l, size_t extra);
+bool state_seq_contains(const struct st_seq_list *l, uint64_t v);
+int state_seq_assign(struct st_seq_list *dst, const uint64_t *v, size_t n);
 
 #endif

@@ -314,8 +314,6 @@ static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *
 
 static uint64_t hb_soon(struct worker *w);
 
-/* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
- * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
 void worker_report_end(struct worker *w, struct wtask *wt)
 {
     if (wt->end_reported)
@@ -359,8 +357,6 @@ static void waiter_unlink(struct worker *w, struct wtask *wt, struct waiter **pp
     free(q);
 }
 
-/* Serves waiting readers in arrival order for as long as the buffer has elements for them; a
- * task read in rounds serves whole rounds (serve_rounds). */
 void worker_serve_waiters(struct worker *w, struct wtask *wt)
 {
     if (wt->rounds.n > 0) {
@@ -376,7 +372,6 @@ void worker_serve_waiters(struct worker *w, struct wtask *wt)
     task_set_waiting(wt->task, wt->nwait > 0);
 }
 
-/* Answers waits that ran out with no elements (the reader simply asks again). */
 void worker_expire_waiters(struct worker *w, struct wtask *wt, uint64_t now)
 {
     /* Every wait has the same bound, so deadlines grow along the queue. */
@@ -451,8 +446,6 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
                         uint64_t round, bool may_park);
 
-/* Answers the parked reads that were waiting for heartbeat hb_done (all of them with force):
- * served when their task is known now, else told it is not. */
 void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
 {
     struct waiter *ready = NULL, **ready_tail = &ready;
@@ -563,7 +556,6 @@ void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
     handle_get_elements(w, conn, req->id, req->get_elements);
 }
 
-/* A closed connection's waiting reads can never be answered; forget them now. */
 void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *user)
 {
     struct worker *w = user;

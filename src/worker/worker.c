@@ -38,8 +38,6 @@ struct wtask *worker_find_task(struct worker *w, uint64_t id)
 
 static void maybe_finish_close(struct worker *w);
 
-/* Frees dying tasks whose producers have exited, whose GetSplits call has completed and whose
- * replies sent from their chunks are written. */
 void worker_reap(struct worker *w)
 {
     struct wtask **pp = &w->dying;

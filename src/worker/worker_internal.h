@@ -115,31 +115,57 @@ struct worker {
 
 /* heartbeat.c */
 
+/* Sends a heartbeat to the dispatcher now (task states, leases, draining); its reply adds and
+ * removes tasks. */
 void worker_hb_send(struct worker *w);
+/* Asks the dispatcher that assigned wt for splits (reporting finished and returned ones) when
+ * its task needs them and no GetSplits call is in flight. */
 void worker_lease_pump(struct worker *w, struct wtask *wt);
+/* The dispatcher client connected (incarnation: the dispatcher's); reports at once. */
 void worker_on_connect(struct rpc_client *client, uint64_t incarnation, void *user);
+/* The heartbeat timer. */
 void worker_on_hb_timer(uv_timer_t *t);
 
 /* serve.c */
 
+/* Answers every reader waiting on wt with code (not found, or an error with why) and frees them. */
 void worker_drop_waiters(struct worker *w, struct wtask *wt, int code, const char *why);
+/* Answers waits that ran out with no elements (the reader simply asks again). */
 void worker_expire_waiters(struct worker *w, struct wtask *wt, uint64_t now);
+/* A closed connection's waiting reads can never be answered; forget them now. */
 void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *user);
+/* The rpc server's request callback: GetElements and Read. */
 void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *req,
                        void *user);
+/* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
+ * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
 void worker_report_end(struct worker *w, struct wtask *wt);
+/* Serves waiting readers in arrival order for as long as the buffer has elements for them; a
+ * task read in rounds serves whole rounds (serve_rounds). */
 void worker_serve_waiters(struct worker *w, struct wtask *wt);
+/* Runs the tick fast while readers wait and slowly otherwise. */
 void worker_tick_adjust(struct worker *w);
+/* Answers the parked reads that were waiting for heartbeat hb_done (all of them with force):
+ * served when their task is known now, else told it is not. */
 void worker_unpark(struct worker *w, uint64_t hb_done, bool force);
 
 /* worker.c */
 
+/* Starts the task td describes, unless it is already live (a failure to start is logged). */
 void worker_add_task(struct worker *w, const Sluice__TaskDef *td);
+/* The live task with this id, or NULL. */
 struct wtask *worker_find_task(struct worker *w, uint64_t id);
+/* Logs the task's failure, once. */
 void worker_log_failure(struct wtask *wt);
+/* A monotonic clock in milliseconds. */
 uint64_t worker_now_ms(void);
+/* The tick timer: publishes held-back elements, expires waits, retries and reports leases. */
 void worker_on_tick(uv_timer_t *t);
+/* Frees dying tasks whose producers have exited, whose GetSplits call has completed and whose
+ * replies sent from their chunks are written. */
 void worker_reap(struct worker *w);
+/* Takes wt off the live list (its waiting readers get code and why), stops it and moves it to
+ * the dying list, where worker_reap frees it. */
 void worker_remove_task(struct worker *w, struct wtask *wt, int code, const char *why);
 
 #endif
