@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal/journal.h"
 
@@ -79,7 +79,7 @@ static void print_update(uint64_t seq, const struct st_update *u)
         print_quoted(u->name);
         printf(" dataset=");
         print_quoted(u->name2);
-        printf(" mode=%s", st_mode_name((enum st_mode)u->mode));
+        printf(" mode=%s", mode_name((enum sluice_mode)u->mode));
         break;
     case ST_ITERATION_CREATED:
         printf(" iteration=%" PRIu64 " job=%" PRIu64 " repetition=%" PRIu64, u->id, u->ref,

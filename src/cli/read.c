@@ -8,6 +8,7 @@
 
 #include "client/iterator.h"
 #include "common/error.h"
+#include "common/mode.h"
 #include "pipeline/format.h"
 #include "sluice/sluice.h"
 
@@ -47,20 +48,6 @@ static const char read_usage[] =
     "  --plugin LIB.so     load functions the pipeline or the tail uses (repeatable)\n"
     "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
-
-static const struct {
-    const char *name;
-    enum sluice_mode mode;
-} modes[] = {
-    {"parallel_epochs", SLUICE_PARALLEL_EPOCHS},
-    {"off", SLUICE_PARALLEL_EPOCHS},
-    {"distributed_epoch", SLUICE_DISTRIBUTED_EPOCH},
-    {"dynamic", SLUICE_DISTRIBUTED_EPOCH},
-    {"file", SLUICE_SHARD_FILE},
-    {"data", SLUICE_SHARD_DATA},
-    {"file_or_data", SLUICE_SHARD_FILE_OR_DATA},
-    {"hint", SLUICE_SHARD_HINT},
-};
 
 /* The open iterator, for the signal handler; set only while the handler is installed. */
 static struct sluice_iterator *volatile read_it;
@@ -128,17 +115,13 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             }
         } else if (strcmp(s, "--mode") == 0 && more) {
             const char *m = argv[++i];
-            size_t k = 0;
-            while (k < sizeof(modes) / sizeof(modes[0]) && strcmp(modes[k].name, m) != 0)
-                k++;
-            if (k == sizeof(modes) / sizeof(modes[0])) {
+            if (mode_parse(m, &a->opts.mode) < 0) {
                 cli_error("usage",
                           "--mode takes parallel_epochs, distributed_epoch, off, dynamic, file, "
                           "data, file_or_data or hint, not '%s'",
                           m);
                 return CLI_EXIT_USAGE;
             }
-            a->opts.mode = modes[k].mode;
         } else if (strcmp(s, "--job-name") == 0 && more) {
             a->opts.job_name = argv[++i];
             if (!*a->opts.job_name) {

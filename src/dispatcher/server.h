@@ -13,6 +13,8 @@
 #ifndef SLUICE_DISPATCHER_SERVER_H
 #define SLUICE_DISPATCHER_SERVER_H
 
+#include "intervals.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,10 +71,6 @@ uint64_t dispatcher_incarnation(const struct dispatcher *d);
  * http_render_cb: returns 0 with *body (malloc'd, the caller frees it) and *len, or
  * SLUICE_ERR_NOMEM. Loop thread. */
 int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len);
-
-/* The heartbeat interval told to workers or clients for a given timeout: timeout / 5, clamped to
- * [50, 1000] ms, so several heartbeats fit in one timeout. */
-uint32_t dispatcher_heartbeat_ms(uint32_t timeout_ms);
 
 /* Stops serving: closes the listener, every connection and the timer, cancels queued work,
  * waits for work already running, then frees d and calls cb (may be NULL). Pending requests get

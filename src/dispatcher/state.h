@@ -23,23 +23,14 @@
 #ifndef SLUICE_DISPATCHER_STATE_H
 #define SLUICE_DISPATCHER_STATE_H
 
+#include "common/mode.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define ST_ID_MAX 128 /* dataset ids and job names, including the NUL */
 #define ST_ADDR_MAX 256
-
-enum st_mode {
-    ST_MODE_PARALLEL_EPOCHS = 0,
-    ST_MODE_DISTRIBUTED_EPOCH = 1,
-    ST_MODE_FILE = 2,
-    ST_MODE_DATA = 3,
-    ST_MODE_FILE_OR_DATA = 4,
-    ST_MODE_HINT = 5
-};
-const char *st_mode_name(enum st_mode mode);            /* "parallel_epochs", ... */
-int st_mode_parse(const char *text, enum st_mode *out); /* also accepts "off", "dynamic" */
 
 enum st_iteration_state { ST_ITER_ACTIVE = 0, ST_ITER_FINISHED = 1, ST_ITER_GC = 2 };
 /* "active", "finished" or "garbage_collected" (the names of status and the metrics). */
@@ -59,7 +50,7 @@ struct st_job {
     uint64_t id;
     char name[ST_ID_MAX]; /* empty for anonymous jobs */
     char dataset_id[ST_ID_MAX];
-    enum st_mode mode;
+    enum sluice_mode mode;
     uint32_t num_consumers;
     uint64_t iteration_id; /* the current (latest) iteration */
 };
@@ -342,7 +333,7 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
  * are appended too, and for a coordinated iteration its first round schedule (see "Coordinated
  * rounds" below). *job_out, *iteration_out and *client_out receive the ids. */
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum st_mode mode, uint32_t num_consumers, bool endless,
+                           enum sluice_mode mode, uint32_t num_consumers, bool endless,
                            const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen);

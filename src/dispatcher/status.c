@@ -126,7 +126,7 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "id", u64(j->id));
     put(b, o, "name", j->name[0] ? json_string(j->name) : json_null());
     put(b, o, "dataset_id", json_string(j->dataset_id));
-    put(b, o, "mode", json_string(st_mode_name(j->mode)));
+    put(b, o, "mode", json_string(mode_name(j->mode)));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
     put(b, o, "state", json_string(st_iteration_state_name(it ? it->state : ST_ITER_GC)));

@@ -3,6 +3,7 @@
 #include "shard.h"
 
 #include "common/error.h"
+#include "common/mode.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -10,12 +11,6 @@
 static bool is_file_source(const struct pipe_spec *spec)
 {
     return spec->source.kind == PIPE_SRC_TFRECORD || spec->source.kind == PIPE_SRC_LINES;
-}
-
-static bool is_static(enum sluice_mode mode)
-{
-    return mode == SLUICE_SHARD_FILE || mode == SLUICE_SHARD_DATA ||
-           mode == SLUICE_SHARD_FILE_OR_DATA || mode == SLUICE_SHARD_HINT;
 }
 
 bool shard_needs_files(const struct pipe_spec *spec, enum sluice_mode mode)
@@ -109,7 +104,7 @@ int shard_rewrite(const struct pipe_spec *spec, const struct shard_params *p, ch
 {
     *out = NULL;
     enum sluice_mode mode = p->mode;
-    if (is_static(mode) && (p->num_workers == 0 || p->worker_index >= p->num_workers))
+    if (mode_static(mode) && (p->num_workers == 0 || p->worker_index >= p->num_workers))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "static sharding needs a worker index below the number of workers, got "
                        "index %u of %u workers",

@@ -7,7 +7,7 @@
  *   2  a Snapshot (definitions looked up as the id's own bytes): whatever decodes must encode and
  *      decode back to the same digest. */
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal/record.h"
 
@@ -65,7 +65,7 @@ static void small_state(struct state *s)
     u.type = ST_JOB_CREATED;
     u.id = 1;
     snprintf(u.name2, sizeof u.name2, "1");
-    u.mode = ST_MODE_DISTRIBUTED_EPOCH;
+    u.mode = SLUICE_DISTRIBUTED_EPOCH;
     must_apply(s, &u);
     memset(&u, 0, sizeof u);
     u.type = ST_ITERATION_CREATED;

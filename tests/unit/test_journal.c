@@ -19,7 +19,7 @@
 
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal.pb-c.h"
 #include "journal/journal.h"
@@ -1076,7 +1076,7 @@ static void test_recover_ids_continue(void **unused)
         plan_worker_heartbeat(&live, "w1:1", 11, NULL, 0, false, &w1, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
     struct st_split_plan plan = {.source_len = 9, .split_size = 1, .per_pass = 9, .passes = 1};
-    assert_int_equal(plan_get_or_create_job(&live, id, "j", ST_MODE_DISTRIBUTED_EPOCH, 0, true,
+    assert_int_equal(plan_get_or_create_job(&live, id, "j", SLUICE_DISTRIBUTED_EPOCH, 0, true,
                                             &plan, &job, &it, &client, &ups, err, sizeof err),
                      0);
     commit_to(jt, &live, &ups);
@@ -1105,8 +1105,8 @@ static void test_recover_ids_continue(void **unused)
     assert_int_equal(back.iterations[0].split_cursor, 5);
     /* New ids continue past every id handed out before the restart. */
     uint64_t job2, it2, client2, w3;
-    assert_int_equal(plan_get_or_create_job(&back, id, "", ST_MODE_DISTRIBUTED_EPOCH, 0, true,
-                                            &plan, &job2, &it2, &client2, &ups, err, sizeof err),
+    assert_int_equal(plan_get_or_create_job(&back, id, "", SLUICE_DISTRIBUTED_EPOCH, 0, true, &plan,
+                                            &job2, &it2, &client2, &ups, err, sizeof err),
                      0);
     assert_true(job2 == job + 1 && it2 == it + 1 && client2 == client + 1);
     st_update_list_clear(&ups);
@@ -1287,7 +1287,7 @@ static void child_request(struct child *c)
             struct st_split_plan p = {
                 .source_len = 50, .split_size = 1, .per_pass = 50, .passes = 1 + child_pick(c, 3)};
             plan_get_or_create_job(s, s->datasets[0].id, child_pick(c, 2) ? "" : "n",
-                                   ST_MODE_DISTRIBUTED_EPOCH, 0, true, &p, &a, &b, &d, &c->ups, err,
+                                   SLUICE_DISTRIBUTED_EPOCH, 0, true, &p, &a, &b, &d, &c->ups, err,
                                    sizeof err);
         }
         break;

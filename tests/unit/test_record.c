@@ -11,7 +11,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal.pb-c.h"
 #include "journal/record.h"
@@ -147,7 +147,7 @@ static size_t sample_updates(struct st_update *u)
         case ST_JOB_CREATED:
             snprintf(x->name, sizeof x->name, "shared job");
             snprintf(x->name2, sizeof x->name2, "dataset-x");
-            x->mode = ST_MODE_DISTRIBUTED_EPOCH;
+            x->mode = SLUICE_DISTRIBUTED_EPOCH;
             x->num_consumers = 3;
             break;
         case ST_ITERATION_CREATED:
@@ -364,7 +364,7 @@ static void build_state(struct state *s)
     u->incarnation = 22;
     u = push(&l, ST_JOB_CREATED, 1, 0, 0);
     snprintf(u->name2, sizeof u->name2, "1");
-    u->mode = ST_MODE_DISTRIBUTED_EPOCH;
+    u->mode = SLUICE_DISTRIBUTED_EPOCH;
     u = push(&l, ST_ITERATION_CREATED, 1, 1, 0);
     u->distributed = true;
     u->plan =

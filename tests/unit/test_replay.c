@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 
 #include <inttypes.h>
@@ -130,7 +130,7 @@ static void random_request(struct run *r, uint64_t *x)
             return;
         struct st_split_plan plan;
         random_plan(x, &plan, paths);
-        enum st_mode mode = pick(x, 4) ? ST_MODE_DISTRIBUTED_EPOCH : ST_MODE_PARALLEL_EPOCHS;
+        enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
         rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
                                     mode, 0, true, &plan, &a, &b, &c, &r->ups, err, sizeof err);
         break;
@@ -293,10 +293,10 @@ static void same_decisions(const struct state *a, const struct state *b)
     uint64_t ja, ia, ca, jb, ib, cb;
     if (a->ndatasets > 0) {
         struct st_split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
-        assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", ST_MODE_DISTRIBUTED_EPOCH,
+        assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
                                                 0, true, &p, &ja, &ia, &ca, &la, err, sizeof err),
                          0);
-        assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", ST_MODE_DISTRIBUTED_EPOCH,
+        assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
                                                 0, true, &p, &jb, &ib, &cb, &lb, err, sizeof err),
                          0);
         assert_true(ja == jb && ia == ib && ca == cb);

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "dispatcher/record.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/server.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
@@ -72,7 +72,7 @@ static void format_update(struct buf *b, const struct st_update *u)
     if (u->incarnation)
         bprintf(b, " inc=%" PRIu64, u->incarnation);
     if (u->type == ST_JOB_CREATED)
-        bprintf(b, " mode=%s", st_mode_name((enum st_mode)u->mode));
+        bprintf(b, " mode=%s", mode_name((enum sluice_mode)u->mode));
     if (u->num_consumers)
         bprintf(b, " consumers=%" PRIu32, u->num_consumers);
     if (u->compression)
@@ -333,9 +333,9 @@ static const char *run(struct harness *h, const char *line)
                                    &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "id=%s", id_out);
     } else if (strcmp(cmd, "job") == 0) {
-        enum st_mode mode = ST_MODE_PARALLEL_EPOCHS;
+        enum sluice_mode mode = SLUICE_PARALLEL_EPOCHS;
         if ((v = opt(words, nw, "mode")))
-            assert_int_equal(st_mode_parse(v, &mode), 0);
+            assert_int_equal(mode_parse(v, &mode), 0);
         v = opt(words, nw, "consumers");
         uint32_t consumers = v ? (uint32_t)atoi(v) : 0;
         const char *name = opt(words, nw, "name");
@@ -1362,27 +1362,27 @@ static void test_mode_names(void **unused)
     static const struct {
         const char *text;
         int rc;
-        enum st_mode mode;
+        enum sluice_mode mode;
     } cases[] = {
-        {"parallel_epochs", 0, ST_MODE_PARALLEL_EPOCHS},
-        {"off", 0, ST_MODE_PARALLEL_EPOCHS},
-        {"distributed_epoch", 0, ST_MODE_DISTRIBUTED_EPOCH},
-        {"dynamic", 0, ST_MODE_DISTRIBUTED_EPOCH},
-        {"file", 0, ST_MODE_FILE},
-        {"data", 0, ST_MODE_DATA},
-        {"file_or_data", 0, ST_MODE_FILE_OR_DATA},
-        {"hint", 0, ST_MODE_HINT},
+        {"parallel_epochs", 0, SLUICE_PARALLEL_EPOCHS},
+        {"off", 0, SLUICE_PARALLEL_EPOCHS},
+        {"distributed_epoch", 0, SLUICE_DISTRIBUTED_EPOCH},
+        {"dynamic", 0, SLUICE_DISTRIBUTED_EPOCH},
+        {"file", 0, SLUICE_SHARD_FILE},
+        {"data", 0, SLUICE_SHARD_DATA},
+        {"file_or_data", 0, SLUICE_SHARD_FILE_OR_DATA},
+        {"hint", 0, SLUICE_SHARD_HINT},
         {"", SLUICE_ERR_INVALID, 0},
         {"Dynamic", SLUICE_ERR_INVALID, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        enum st_mode m = (enum st_mode)77;
-        assert_int_equal(st_mode_parse(cases[i].text, &m), cases[i].rc);
+        enum sluice_mode m = (enum sluice_mode)77;
+        assert_int_equal(mode_parse(cases[i].text, &m), cases[i].rc);
         if (cases[i].rc == 0)
             assert_int_equal(m, cases[i].mode);
     }
-    assert_string_equal(st_mode_name(ST_MODE_FILE_OR_DATA), "file_or_data");
-    assert_string_equal(st_mode_name((enum st_mode)42), "unknown");
+    assert_string_equal(mode_name(SLUICE_SHARD_FILE_OR_DATA), "file_or_data");
+    assert_string_equal(mode_name((enum sluice_mode)42), "unknown");
     assert_string_equal(st_update_name(ST_WORKER_DRAINING), "worker_draining");
     assert_string_equal(st_update_name((enum st_update_type)0), "unknown");
 }

@@ -1,4 +1,5 @@
-/* The bytes of the dispatcher's journal records: st_update <-> the Update message and struct
+/* The dispatcher's update codec, the bytes of its journal records (the journal's own framing
+ * is journal/record.h): st_update <-> the Update message and struct
  * state <-> the Snapshot message (proto/journal.proto). Pure: no LMDB, no libuv; any thread.
  * Protobuf stays inside this file: callers see C structs and byte strings.
  *
@@ -7,8 +8,8 @@
  * invariants state.h lists before it becomes a state, so that what decodes is a state the
  * dispatcher can serve from. An Update is only checked for its shape here; whether it fits the
  * state is state_apply()'s question, asked on replay exactly as it was live. */
-#ifndef SLUICE_DISPATCHER_RECORD_H
-#define SLUICE_DISPATCHER_RECORD_H
+#ifndef SLUICE_DISPATCHER_UPDATE_CODEC_H
+#define SLUICE_DISPATCHER_UPDATE_CODEC_H
 
 #include "state.h"
 

@@ -1,7 +1,7 @@
 /* Conversions between the state machine's structs and the journal's messages. Encoding points
  * the protobuf-c structs at the C data (nothing copied until the pack); decoding copies out of
  * the unpacked message and frees it before returning. */
-#include "record.h"
+#include "update_codec.h"
 
 #include "journal.pb-c.h"
 
@@ -15,7 +15,6 @@
 #include <string.h>
 
 #define UPDATE_TYPE_MAX ST_ROUNDS_GRANTED
-#define MODE_MAX ST_MODE_HINT
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -450,7 +449,7 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
             return CORRUPT("job %zu is malformed", i);
         if (j->id == 0 || j->id >= m->next_job_id || (i > 0 && s->jobs[i - 1].id >= j->id))
             return CORRUPT("job %" PRIu64 " is out of order or past the next id", j->id);
-        if (j->mode < 0 || j->mode > MODE_MAX)
+        if (!mode_valid(j->mode))
             return CORRUPT("job %" PRIu64 " has unknown mode %d", j->id, (int)j->mode);
         if (!state_dataset(s, j->dataset_id))
             return CORRUPT("job %" PRIu64 " names unknown dataset '%s'", j->id, j->dataset_id);
@@ -460,7 +459,7 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
         row->id = j->id;
         memcpy(row->name, j->name, strlen(j->name) + 1);
         memcpy(row->dataset_id, j->dataset_id, strlen(j->dataset_id) + 1);
-        row->mode = (enum st_mode)j->mode;
+        row->mode = (enum sluice_mode)j->mode;
         row->num_consumers = j->num_consumers;
         row->iteration_id = j->iteration_id;
     }
@@ -516,7 +515,7 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
             return CORRUPT("iteration %" PRIu64 " is not the current one of a job", it->id);
         if (it->state < ST_ITER_ACTIVE || it->state > ST_ITER_GC)
             return CORRUPT("iteration %" PRIu64 " has unknown state %d", it->id, (int)it->state);
-        if (it->distributed != (j->mode == ST_MODE_DISTRIBUTED_EPOCH))
+        if (it->distributed != (j->mode == SLUICE_DISTRIBUTED_EPOCH))
             return CORRUPT("iteration %" PRIu64 " does not match its job's mode", it->id);
         struct st_iteration *row = &s->iterations[s->niterations++];
         row->id = it->id;

@@ -1,0 +1,550 @@
+/* The iterator's loop thread, talking to the dispatcher: client heartbeats (tasks, rounds,
+ * coverage of finished splits), verifying the job after the dispatcher restarts, and the loop
+ * side of starting and closing a read. */
+
+#include "iterator_internal.h"
+
+#include "common/mode.h"
+
+/* ---- loop thread: heartbeats -------------------------------------------------------------- */
+
+static void on_hb_timer(uv_timer_t *t);
+
+void iter_schedule_heartbeat(struct sluice_iterator *it, uint64_t delay)
+{
+    if (!it->closing)
+        uv_timer_start(&it->hb_timer, on_hb_timer, delay, 0);
+}
+
+/* Whether the read only waits for the dispatcher to say the iteration is finished. */
+static bool end_phase(const struct sluice_iterator *it)
+{
+    return it->tasks.have_list && !it->tasks.iteration_finished && !ct_active(&it->tasks);
+}
+
+/* Coordinated reads: how soon the read needs news from the dispatcher (UINT64_MAX: not
+ * sooner than the regular heartbeat). At once when the round is not granted yet, or half the
+ * rounds granted by the last reply are used up (the next grant then arrives before they run
+ * out); within ITER_ROUND_POLL_MS while no task serves the round (waiting for a worker) or the
+ * round's task is failing (its worker may be gone, and the dispatcher says so once it evicts
+ * it). */
+static uint64_t coord_delay(const struct sluice_iterator *it)
+{
+    const struct ct_set *s = &it->tasks;
+    if (!it->coordinated || !s->have_schedule)
+        return UINT64_MAX;
+    if (s->where == CT_ROUND_GRANT)
+        return it->grant_stalled ? ITER_ROUND_POLL_MS : 0;
+    uint64_t left = s->granted > s->round ? s->granted - s->round : 0;
+    if (left < s->span - s->span / 2)
+        return 0;
+    if (s->where == CT_ROUND_SCHEDULE)
+        return ITER_ROUND_POLL_MS;
+    long i = s->where == CT_ROUND_TASK ? ct_find(s, s->round_task) : -1;
+    if (i >= 0 && (s->v[i].fail_streak > 0 || s->v[i].error))
+        return ITER_ROUND_POLL_MS;
+    return UINT64_MAX;
+}
+
+void iter_coord_news(struct sluice_iterator *it)
+{
+    uint64_t delay = coord_delay(it);
+    if (delay == UINT64_MAX || it->closing || it->hb_busy)
+        return;
+    if (!uv_is_active((uv_handle_t *)&it->hb_timer) || uv_timer_get_due_in(&it->hb_timer) > delay)
+        iter_schedule_heartbeat(it, delay);
+}
+
+/* The interval to the next heartbeat after a successful one. */
+static uint64_t next_heartbeat(struct sluice_iterator *it)
+{
+    if (it->hb_soon) {
+        it->hb_soon = false;
+        return 0;
+    }
+    uint64_t coord = coord_delay(it);
+    if (coord < it->heartbeat_ms)
+        return coord;
+    if (end_phase(it) && it->heartbeat_ms > ITER_END_POLL_MS)
+        return ITER_END_POLL_MS;
+    if (it->acks_due && it->heartbeat_ms > ITER_ACK_MS)
+        return ITER_ACK_MS;
+    return it->heartbeat_ms;
+}
+
+void iter_schedule_acks(struct sluice_iterator *it)
+{
+    if (!it->closing && !it->hb_busy &&
+        (!uv_is_active((uv_handle_t *)&it->hb_timer) ||
+         uv_timer_get_due_in(&it->hb_timer) > ITER_ACK_MS))
+        iter_schedule_heartbeat(it, ITER_ACK_MS);
+}
+
+void iter_hasten_heartbeat(struct sluice_iterator *it)
+{
+    if (it->closing || it->hb_busy || !end_phase(it))
+        return;
+    if (!uv_is_active((uv_handle_t *)&it->hb_timer) ||
+        uv_timer_get_due_in(&it->hb_timer) > ITER_END_POLL_MS)
+        iter_schedule_heartbeat(it, 0);
+}
+
+/* How long one heartbeat (or status request) may take: a few intervals, at most the client's
+ * timeout. */
+static uint32_t heartbeat_timeout(const struct sluice_iterator *it)
+{
+    uint32_t t = it->heartbeat_ms * 3;
+    if (t < 5000)
+        t = 5000;
+    if (it->c->timeout_ms && it->c->timeout_ms < t)
+        t = it->c->timeout_ms;
+    return t;
+}
+
+/* After a dispatcher call failed with status: when every task this read knows has ended, the
+ * read ends (no worker can join while the dispatcher is away, and a distributed task ends only
+ * when the splits run out, so nothing is left to read and the dispatcher's confirmation is not
+ * needed); otherwise, with a client timeout, a read that cannot go on without the dispatcher
+ * fails once it has been unreachable that long. Returns true when the read ended or failed,
+ * false when the caller should try again later. */
+static bool dispatcher_lost(struct sluice_iterator *it, int status, const char *msg)
+{
+    if (retry_transient(status) && end_phase(it)) {
+        iter_end(it);
+        return true;
+    }
+    uint64_t now = uv_now(&it->c->loop);
+    uint32_t limit = it->c->timeout_ms;
+    if (!retry_transient(status) || !limit || now - it->last_hb_ok < limit || ct_active(&it->tasks))
+        return false;
+    iter_fail(it, SLUICE_ERR_TIMEOUT, "dispatcher %s unreachable for %" PRIu32 " ms%s%s",
+              it->c->address, limit, msg && *msg ? ": " : "", msg ? msg : "");
+    return true;
+}
+
+static void fail_gone(struct sluice_iterator *it)
+{
+    iter_fail(it, SLUICE_ERR_RESTARTED,
+              "dispatcher restarted without --fault-tolerant; job %" PRIu64 " is gone", it->job_id);
+}
+
+/* The verification passed: the new incarnation's heartbeats are trusted from now on. */
+static void verified(struct sluice_iterator *it, uint64_t incarnation)
+{
+    it->job_incarnation = incarnation;
+    iter_schedule_heartbeat(it, 0);
+}
+
+int iter_pack_def(const Sluice__DatasetDef *def, uint8_t **out, size_t *len)
+{
+    *len = sluice__dataset_def__get_packed_size(def);
+    *out = malloc(*len ? *len : 1);
+    if (!*out)
+        return SLUICE_ERR_NOMEM;
+    sluice__dataset_def__pack(def, *out);
+    return 0;
+}
+
+static void on_verified_dataset(int status, const char *msg, const Sluice__Envelope *reply,
+                                uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    it->hb_busy = false;
+    if (it->closing || iter_state(it) == ITER_FAILED) {
+        iter_unref(it);
+        return;
+    }
+    const Sluice__GetDatasetReply *r =
+        status == 0 && reply->body_case == SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY
+            ? reply->get_dataset_reply
+            : NULL;
+    if (status == SLUICE_ERR_NOT_FOUND && incarnation == it->verify_incarnation) {
+        fail_gone(it);
+    } else if (r && r->dataset && incarnation == it->verify_incarnation) {
+        uint8_t *def;
+        size_t len;
+        if (iter_pack_def(r->dataset, &def, &len) != 0) {
+            iter_schedule_heartbeat(it, it->heartbeat_ms);
+        } else {
+            /* Same id, other definition: a dataset registered anew after a restart. */
+            if (len != it->def_len || memcmp(def, it->def, len) != 0)
+                fail_gone(it);
+            else
+                verified(it, incarnation);
+            free(def);
+        }
+    } else if (!dispatcher_lost(it, status, msg)) {
+        /* No answer, or from yet another incarnation: ask again on the next beat. */
+        iter_schedule_heartbeat(it, it->heartbeat_ms);
+    }
+    iter_unref(it);
+}
+
+static void on_verified_job(int status, const char *msg, const Sluice__Envelope *reply,
+                            uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    it->hb_busy = false;
+    if (it->closing || iter_state(it) == ITER_FAILED) {
+        iter_unref(it);
+        return;
+    }
+    const Sluice__StatusReply *r =
+        status == 0 && reply->body_case == SLUICE__ENVELOPE__BODY_STATUS_REPLY ? reply->status_reply
+                                                                               : NULL;
+    if (!it->verify_incarnation)
+        it->verify_incarnation = incarnation;
+    if (r && incarnation == it->job_incarnation) {
+        /* Only the connection was new: the dispatcher is the one that made the job. */
+        iter_schedule_heartbeat(it, 0);
+    } else if (r && incarnation == it->verify_incarnation) {
+        struct status_job_ref ref = {it->job_id, it->dataset_id, it->job_name, mode_name(it->mode),
+                                     it->iteration_id};
+        if (status_json_job(r->json ? r->json : "", &ref) == STATUS_JOB_GONE) {
+            fail_gone(it);
+        } else if (!it->def_len) {
+            verified(it, incarnation);
+        } else {
+            /* The job is there; is its dataset still the one we read? */
+            sluice__get_dataset_request__init(&it->ds_req);
+            it->ds_req.dataset_id = it->dataset_id;
+            sluice__envelope__init(&it->ds_env);
+            it->ds_env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
+            it->ds_env.get_dataset = &it->ds_req;
+            if (client_disp_call(it->c, &it->ds_env, heartbeat_timeout(it), false,
+                                 on_verified_dataset, it) == 0) {
+                it->hb_busy = true;
+                it->refs++;
+            } else {
+                iter_schedule_heartbeat(it, it->heartbeat_ms);
+            }
+        }
+    } else if (!dispatcher_lost(it, status, msg)) {
+        iter_schedule_heartbeat(it, it->heartbeat_ms);
+    }
+    iter_unref(it);
+}
+
+/* The dispatcher answered from an incarnation other than the one that created the job, or the
+ * connection to it is not known to lead to that one. Before it is sent anything that names our
+ * client, it must show the job as we know it (status) reading the dataset as we know it
+ * (GetDataset), both read-only requests: a dispatcher that restarted without its journal hands
+ * out ids from scratch, so our client, job and dataset ids may now name someone else's read.
+ * incarnation is the one to verify, or 0 for whichever answers. */
+static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
+{
+    it->verify_incarnation = incarnation;
+    sluice__status_request__init(&it->st_req);
+    sluice__envelope__init(&it->st_env);
+    it->st_env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
+    it->st_env.status = &it->st_req;
+    if (client_disp_call(it->c, &it->st_env, heartbeat_timeout(it), false, on_verified_job, it) !=
+        0) {
+        iter_schedule_heartbeat(it, it->heartbeat_ms);
+        return;
+    }
+    it->hb_busy = true;
+    it->refs++;
+}
+
+/* Coordinated reads: takes the reply's round schedule and grant (tasks.h). Returns 0 or a
+ * negative code. */
+static int apply_schedule(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r)
+{
+    struct ct_epoch *epochs = calloc(r->n_round_epochs ? r->n_round_epochs : 1, sizeof *epochs);
+    if (!epochs)
+        return SLUICE_ERR_NOMEM;
+    size_t n = 0;
+    for (size_t k = 0; k < r->n_round_epochs; k++) {
+        const Sluice__RoundEpoch *e = r->round_epochs[k];
+        if (!e)
+            continue;
+        epochs[n].start = e->start;
+        epochs[n].tasks = e->task_ids;
+        epochs[n].ntasks = e->n_task_ids;
+        n++;
+    }
+    uint64_t before = it->tasks.granted;
+    bool waiting = it->tasks.where == CT_ROUND_GRANT;
+    int rc = ct_schedule(&it->tasks, epochs, n, r->rounds_granted);
+    free(epochs);
+    /* A reply that granted nothing to a read waiting for a grant: ask again, but not at once. */
+    it->grant_stalled = rc == 0 && waiting && it->tasks.granted == before;
+    return rc;
+}
+
+static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r,
+                            uint64_t now)
+{
+    if (r->heartbeat_ms)
+        it->heartbeat_ms = r->heartbeat_ms;
+    /* Out of memory leaves the entries to be reported and confirmed again. */
+    if (r->n_finished_seqs)
+        (void)ledger_confirmed(&it->ledger, r->finished_seqs, r->n_finished_seqs);
+    struct ct_info *infos = calloc(r->n_tasks ? r->n_tasks : 1, sizeof *infos);
+    if (!infos) {
+        iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        return;
+    }
+    size_t n = 0;
+    for (size_t k = 0; k < r->n_tasks; k++) {
+        const Sluice__TaskInfo *t = r->tasks[k];
+        if (!t || (t->iteration_id && t->iteration_id != it->iteration_id))
+            continue;
+        infos[n].task_id = t->task_id;
+        infos[n].address = t->worker_address ? t->worker_address : "";
+        infos[n].worker_incarnation = t->worker_incarnation;
+        n++;
+    }
+    int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
+    free(infos);
+    if (rc == 0 && it->coordinated)
+        rc = apply_schedule(it, r);
+    if (rc) {
+        iter_fail(it, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PROTOCOL, "%s",
+                  rc == SLUICE_ERR_NOMEM ? sluice_strerror(rc)
+                                         : "dispatcher sent a malformed task list");
+        return;
+    }
+    /* This heartbeat went out after a worker denied knowing a task the list still holds. */
+    long bad = ct_confirmed_error(&it->tasks, it->hb_sent);
+    if (bad >= 0) {
+        iter_fail(it, it->tasks.v[bad].error, "%s", it->tasks.v[bad].error_msg);
+        return;
+    }
+    for (size_t i = 0; i < it->tasks.n; i++) {
+        struct ct_task *t = &it->tasks.v[i];
+        if (t->conn || !t->listed)
+            continue;
+        char msg[MSG_MAX];
+        t->conn = client_conn_acquire(it->c, t->address, msg, sizeof msg);
+        if (!t->conn) {
+            iter_fail(it, SLUICE_ERR_INVALID, "worker '%s' of task %" PRIu64 ": %s", t->address,
+                      t->id, msg);
+            return;
+        }
+    }
+    iter_settle(it);
+}
+
+static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *reply,
+                         uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    it->hb_busy = false;
+    if (it->closing || iter_state(it) == ITER_FAILED) {
+        iter_unref(it);
+        return;
+    }
+    uint64_t now = uv_now(&it->c->loop);
+    const Sluice__ClientHeartbeatReply *r = NULL;
+    if (status == 0) {
+        r = reply->body_case == SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY
+                ? reply->client_heartbeat_reply
+                : NULL;
+        if (!r) {
+            status = SLUICE_ERR_PROTOCOL;
+            msg = "dispatcher sent an unexpected reply to ClientHeartbeat";
+        }
+    }
+    if (status == 0 && incarnation != it->job_incarnation) {
+        verify_job(it, incarnation);
+    } else if (status == 0) {
+        it->last_hb_ok = now;
+        apply_heartbeat(it, r, now);
+        iter_schedule_heartbeat(it, next_heartbeat(it));
+    } else if (status == SLUICE_ERR_NOT_FOUND) {
+        if (incarnation != 0 && incarnation != it->created_incarnation)
+            fail_gone(it);
+        else
+            iter_fail(it, status, "%s", msg ? msg : "");
+    } else if (retry_transient(status)) {
+        if (!dispatcher_lost(it, status, msg))
+            iter_schedule_heartbeat(it, it->heartbeat_ms);
+    } else {
+        iter_fail(it, status, "%s", msg ? msg : "");
+    }
+    iter_unref(it);
+}
+
+/* Fills it->cov with the ledger's splits (what the heartbeat reports). Returns 0 or
+ * SLUICE_ERR_NOMEM (then nothing is reported this time). */
+static int build_coverage(struct sluice_iterator *it)
+{
+    const struct ledger *l = &it->ledger;
+    size_t nbounds = 0;
+    for (size_t i = 0; i < l->n; i++)
+        nbounds += 2 * l->v[i].got.n;
+    free(it->cov);
+    free(it->cov_ptrs);
+    free(it->cov_bounds);
+    it->cov = NULL;
+    it->cov_ptrs = NULL;
+    it->cov_bounds = NULL;
+    it->cov_n = 0;
+    if (l->n == 0)
+        return 0;
+    it->cov = calloc(l->n, sizeof *it->cov);
+    it->cov_ptrs = calloc(l->n, sizeof *it->cov_ptrs);
+    it->cov_bounds = calloc(nbounds ? nbounds : 1, sizeof *it->cov_bounds);
+    if (!it->cov || !it->cov_ptrs || !it->cov_bounds)
+        return SLUICE_ERR_NOMEM;
+    uint64_t *b = it->cov_bounds;
+    for (size_t i = 0; i < l->n; i++) {
+        const struct ledger_split *sp = &l->v[i];
+        Sluice__SplitCoverage *c = &it->cov[i];
+        sluice__split_coverage__init(c);
+        c->seq = sp->seq;
+        c->ended = sp->ended;
+        c->total = sp->total;
+        c->bounds = b;
+        c->n_bounds = 2 * sp->got.n;
+        for (size_t k = 0; k < sp->got.n; k++) {
+            *b++ = sp->got.v[k].begin;
+            *b++ = sp->got.v[k].end;
+        }
+        it->cov_ptrs[i] = c;
+    }
+    it->cov_n = l->n;
+    return 0;
+}
+
+static void send_heartbeat(struct sluice_iterator *it)
+{
+    uint64_t now = uv_now(&it->c->loop);
+    size_t n = ct_finished_ids(&it->tasks, NULL, 0);
+    if (n > it->finished_cap) {
+        uint64_t *v = realloc(it->finished, n * sizeof *v);
+        if (!v) {
+            iter_schedule_heartbeat(it, it->heartbeat_ms);
+            return;
+        }
+        it->finished = v;
+        it->finished_cap = n;
+    }
+    ct_finished_ids(&it->tasks, it->finished, n);
+
+    uv_mutex_lock(&it->mu);
+    uint64_t taken = atomic_load_explicit(&it->taken, memory_order_relaxed);
+    uint64_t wait_ns = it->wait_ns;
+    uv_mutex_unlock(&it->mu);
+    if (build_coverage(it) == 0)
+        it->acks_due = false;
+    double dt_ms = (double)(now - it->last_stats_ms);
+    double rate = 0, waiting = 0;
+    if (dt_ms > 0) {
+        rate = (double)(taken - it->last_taken) * 1000.0 / dt_ms;
+        waiting = (double)(wait_ns - it->last_wait_ns) / (dt_ms * 1e6);
+        if (waiting > 1)
+            waiting = 1;
+        it->last_stats_ms = now;
+        it->last_taken = taken;
+        it->last_wait_ns = wait_ns;
+    }
+
+    sluice__client_heartbeat_request__init(&it->hb_req);
+    it->hb_req.client_id = it->client_id;
+    it->hb_req.iteration_id = it->iteration_id;
+    it->hb_req.n_finished_task_ids = n;
+    it->hb_req.finished_task_ids = it->finished;
+    it->hb_req.elements_per_second = rate;
+    it->hb_req.wait_fraction = waiting;
+    it->hb_req.n_splits = it->cov_n;
+    it->hb_req.splits = it->cov_ptrs;
+    it->hb_req.round = it->coordinated ? it->tasks.round : 0;
+    sluice__envelope__init(&it->hb_env);
+    it->hb_env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
+    it->hb_env.client_heartbeat = &it->hb_req;
+    if (client_disp_call(it->c, &it->hb_env, heartbeat_timeout(it), false, on_heartbeat, it) != 0) {
+        iter_schedule_heartbeat(it, it->heartbeat_ms);
+        return;
+    }
+    it->hb_busy = true;
+    it->hb_soon = false;
+    it->hb_sent++;
+    it->refs++;
+}
+
+/* Whether a request written now goes to the dispatcher incarnation that holds the job: the
+ * client writes at once on a live connection, so this is exact when it returns true. */
+static bool talking_to_job(const struct sluice_iterator *it)
+{
+    struct rpc_client *disp = it->c->disp;
+    return rpc_client_connected(disp) && rpc_client_peer_incarnation(disp) == it->job_incarnation;
+}
+
+static void on_hb_timer(uv_timer_t *t)
+{
+    struct sluice_iterator *it = t->data;
+    if (it->closing || iter_state(it) == ITER_FAILED)
+        return;
+    if (talking_to_job(it))
+        send_heartbeat(it);
+    else
+        verify_job(it, 0);
+}
+
+/* ---- loop thread: start and close --------------------------------------------------------- */
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    iter_unref(h->data);
+}
+
+void iter_run_start(struct sluice_client *c, struct client_op *op)
+{
+    struct sluice_iterator *it = op->user;
+    uv_timer_init(&c->loop, &it->hb_timer);
+    uv_timer_init(&c->loop, &it->pump_timer);
+    it->hb_timer.data = it->pump_timer.data = it;
+    it->refs = 3;
+    it->started = true;
+    it->waker.fn = iter_on_wake;
+    client_waker_add(c, &it->waker);
+    it->last_hb_ok = it->last_stats_ms = uv_now(&c->loop);
+    uv_timer_start(&it->hb_timer, on_hb_timer, 0, 0);
+    client_op_done(c, op, 0);
+}
+
+static void on_released(int status, const char *msg, const Sluice__Envelope *reply,
+                        uint64_t incarnation, void *user)
+{
+    struct sluice_iterator *it = user;
+    client_op_done(it->c, it->close_op, 0);
+    iter_unref(it);
+}
+
+void iter_run_close(struct sluice_client *c, struct client_op *op)
+{
+    struct sluice_iterator *it = op->user;
+    it->closing = true;
+    client_waker_remove(c, &it->waker);
+    uv_close((uv_handle_t *)&it->hb_timer, on_timer_closed);
+    uv_close((uv_handle_t *)&it->pump_timer, on_timer_closed);
+    /* Releasing the last reference to a connection fails its calls at once; on_elements sees
+     * closing and only gives their slots back. */
+    for (size_t i = 0; i < it->tasks.n; i++) {
+        struct client_conn *conn = it->tasks.v[i].conn;
+        it->tasks.v[i].conn = NULL;
+        if (conn)
+            client_conn_release(c, conn);
+    }
+    it->close_op = op;
+    uint32_t timeout = ITER_RELEASE_TIMEOUT_MS;
+    if (c->timeout_ms && c->timeout_ms < timeout)
+        timeout = c->timeout_ms;
+    sluice__release_client_request__init(&it->rel_req);
+    it->rel_req.client_id = it->client_id;
+    sluice__envelope__init(&it->rel_env);
+    it->rel_env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
+    it->rel_env.release_client = &it->rel_req;
+    /* Our client id means someone else's client to a dispatcher that restarted without its
+     * journal, so the release goes only to the one that holds the job; elsewhere the client
+     * times out on its own. */
+    if (it->client_id && talking_to_job(it) &&
+        client_disp_call(c, &it->rel_env, timeout, false, on_released, it) == 0)
+        it->refs++;
+    else
+        client_op_done(c, op, 0);
+    iter_unref(it);
+}

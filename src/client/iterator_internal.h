@@ -1,0 +1,167 @@
+/* What the iterator's files share: struct sluice_iterator and its helpers. iterator.c is the
+ * caller's side (open, next, close, and the reader that decodes payloads); iterator_fetch.c is
+ * the loop thread fetching elements from workers; iterator_heartbeat.c is the loop thread
+ * talking to the dispatcher (heartbeats, verifying the job after a dispatcher restart, the
+ * loop side of start and close). The locking rules are in iterator.c's opening comment. */
+
+#ifndef SLUICE_CLIENT_ITERATOR_INTERNAL_H
+#define SLUICE_CLIENT_ITERATOR_INTERNAL_H
+
+#include "iterator.h"
+
+#include "client.h"
+#include "ledger.h"
+#include "prefetch.h"
+#include "retry.h"
+#include "status_json.h"
+#include "tasks.h"
+
+#include "common/error.h"
+#include "pipeline/codec.h"
+#include "pipeline/def.h"
+#include "pipeline/dist.h"
+#include "pipeline/element.h"
+#include "pipeline/format.h"
+#include "pipeline/iter.h"
+#include "pipeline/prefetch.h"
+#include "pipeline/registry.h"
+#include "pipeline/parse.h"
+#include "pipeline/spec.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DATASET_ID_MAX 256
+#define MSG_MAX 512
+
+enum iter_state { ITER_RUNNING, ITER_ENDED, ITER_FAILED };
+
+struct sluice_iterator {
+    struct sluice_client *c;
+    /* Fixed once open. */
+    char dataset_id[DATASET_ID_MAX];
+    char job_name[DATASET_ID_MAX];
+    enum sluice_mode mode;
+    uint8_t *def; /* the dataset's definition as the dispatcher sent it (packed) */
+    size_t def_len;
+    uint64_t job_id, iteration_id, client_id;
+    uint32_t consumer_index;
+    bool coordinated;
+
+    /* Shared, guarded by mu. */
+    uv_mutex_t mu;
+    uv_cond_t cond;
+    struct prefetch pf;
+    enum iter_state state;
+    int fail_rc;
+    char fail_msg[MSG_MAX];
+    /* Elements handed to the reader so far: stored by the reader alone (relaxed, once per
+     * element, no lock), read by the loop for the consumption rate. */
+    atomic_uint_fast64_t taken;
+    uint64_t wait_ns; /* time the reader spent waiting on an empty buffer */
+    atomic_int interrupted;
+
+    /* Reader. */
+    struct prefetch_item cur; /* the payload being decoded; data NULL when none */
+    size_t cur_pos;
+    uint32_t cur_decoded; /* records of cur read so far (elements, skipped ones, end markers) */
+    uint32_t cur_skip;    /* entries of cur.skip passed */
+    uint64_t taken_local; /* elements handed out (published in taken) */
+    struct pipe_buf scratch;
+    struct sluice_element elem;
+    struct pipe_spec *tail_spec;
+    struct pipe_run *tail;
+    uint64_t deadline_ns; /* of the current next() call; 0 without a limit */
+    uint32_t call_timeout_ms;
+    int reader_rc; /* a decoding failure, reported once the payloads before it are read */
+    char reader_msg[MSG_MAX];
+    bool have_round; /* coordinated: the round and task of the last element handed out */
+    uint64_t last_round, last_task;
+
+    /* Loop thread. */
+    struct client_waker waker;
+    struct ct_set tasks;
+    struct fetch *coord_fetch; /* coordinated reads: the one request under way, or NULL */
+    bool grant_stalled;        /* the last heartbeat reply left the read waiting for a grant */
+    uv_timer_t hb_timer, pump_timer;
+    unsigned refs; /* the open iterator, its two timers, and each request under way */
+    bool started, closing;
+    bool hb_busy;     /* a heartbeat or status request is under way */
+    bool hb_soon;     /* send the next heartbeat at once */
+    uint64_t hb_sent; /* heartbeats sent so far; the one under way has this number */
+    uint32_t heartbeat_ms;
+    uint64_t created_incarnation; /* the dispatcher incarnation that created the job */
+    uint64_t job_incarnation;     /* the dispatcher incarnation known to hold the job */
+    uint64_t verify_incarnation;  /* the incarnation being asked whether it holds the job */
+    uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
+    uint64_t *finished;
+    size_t finished_cap;
+    /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive
+     * (note_payload) and reported with heartbeats. */
+    struct ledger ledger;
+    bool acks_due;              /* a split completed since the last heartbeat was built */
+    Sluice__SplitCoverage *cov; /* the coverage reported by the heartbeat under way */
+    Sluice__SplitCoverage **cov_ptrs;
+    uint64_t *cov_bounds;
+    size_t cov_n;
+    Sluice__ClientHeartbeatRequest hb_req;
+    Sluice__Envelope hb_env;
+    Sluice__StatusRequest st_req;
+    Sluice__Envelope st_env;
+    Sluice__GetDatasetRequest ds_req;
+    Sluice__Envelope ds_env;
+    Sluice__ReleaseClientRequest rel_req;
+    Sluice__Envelope rel_env;
+    struct client_op *close_op;
+};
+
+/* iterator.c */
+
+/* Ends the read normally unless it already ended; wakes the reader. Any thread. */
+void iter_end(struct sluice_iterator *it);
+/* Ends the read with an error unless it already ended; the reader sees it after the payloads
+ * already buffered. */
+void iter_fail(struct sluice_iterator *it, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Frees everything the iterator owns and the iterator. */
+void iter_free(struct sluice_iterator *it);
+/* The shared state, read under mu. Any thread. */
+enum iter_state iter_state(struct sluice_iterator *it);
+
+/* iterator_fetch.c */
+
+/* Drops one of the loop thread's references; the last frees the iterator. Loop thread. */
+void iter_unref(struct sluice_iterator *it);
+/* The client's wakeup for this read: fails it if interrupted, then pumps. Loop thread. */
+void iter_on_wake(struct client_waker *w);
+/* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
+ * of the read, and sends what can be sent. */
+void iter_settle(struct sluice_iterator *it);
+
+/* iterator_heartbeat.c */
+
+/* Coordinated reads: brings the next heartbeat forward when the read needs news (coord_delay). A
+ * heartbeat under way is followed by the next at the same pace (next_heartbeat). */
+void iter_coord_news(struct sluice_iterator *it);
+/* In the end phase, brings the next heartbeat forward (the last task just ended). */
+void iter_hasten_heartbeat(struct sluice_iterator *it);
+/* Packs a dataset definition into a new buffer. Returns 0 or SLUICE_ERR_NOMEM. */
+int iter_pack_def(const Sluice__DatasetDef *def, uint8_t **out, size_t *len);
+/* The loop side of closing a read: stops its timers and connections and releases the client
+ * from the job. Loop thread. */
+void iter_run_close(struct sluice_client *c, struct client_op *op);
+/* The loop side of starting a read: its timers, its wakeup, the first heartbeat. Loop thread. */
+void iter_run_start(struct sluice_client *c, struct client_op *op);
+/* A complete split is reported soon rather than at the next regular heartbeat: its worker holds
+ * its lease until then, and the end of the read waits for the last ones. */
+void iter_schedule_acks(struct sluice_iterator *it);
+/* Sends the next heartbeat after delay ms (not once closing). Loop thread. */
+void iter_schedule_heartbeat(struct sluice_iterator *it, uint64_t delay);
+
+#endif

@@ -1,0 +1,126 @@
+/* state_digest() (state.h): a digest of the whole durable state, FNV-1a over a canonical walk,
+ * for tests comparing live, replayed and restored states. Pure. */
+#include "state.h"
+
+#include <string.h>
+
+struct fnv {
+    uint64_t h;
+};
+
+static void fnv_bytes(struct fnv *f, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    for (size_t i = 0; i < len; i++) {
+        f->h ^= p[i];
+        f->h *= 0x100000001b3ull;
+    }
+}
+
+static void fnv_u64(struct fnv *f, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    fnv_bytes(f, b, sizeof b);
+}
+
+/* Strings are hashed with their length first, so adjacent strings cannot run into each other. */
+static void fnv_str(struct fnv *f, const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    fnv_u64(f, n);
+    fnv_bytes(f, s ? s : "", n);
+}
+
+static void fnv_seqs(struct fnv *f, const struct st_seq_list *l)
+{
+    fnv_u64(f, l->n);
+    for (size_t i = 0; i < l->n; i++)
+        fnv_u64(f, l->v[i]);
+}
+
+uint64_t state_digest(const struct state *s)
+{
+    struct fnv f = {0xcbf29ce484222325ull};
+    fnv_u64(&f, s->next_dataset_id);
+    fnv_u64(&f, s->next_job_id);
+    fnv_u64(&f, s->next_iteration_id);
+    fnv_u64(&f, s->next_task_id);
+    fnv_u64(&f, s->next_worker_id);
+    fnv_u64(&f, s->next_client_id);
+    fnv_u64(&f, s->applied);
+    fnv_u64(&f, s->ndatasets);
+    for (size_t i = 0; i < s->ndatasets; i++) {
+        const struct st_dataset *d = &s->datasets[i];
+        fnv_str(&f, d->id);
+        fnv_u64(&f, d->def_len);
+        fnv_bytes(&f, d->def, d->def_len);
+        fnv_u64(&f, (uint64_t)(int64_t)d->compression);
+        fnv_u64(&f, d->split_size);
+        fnv_str(&f, d->text);
+        fnv_u64(&f, d->generated);
+    }
+    fnv_u64(&f, s->njobs);
+    for (size_t i = 0; i < s->njobs; i++) {
+        const struct st_job *j = &s->jobs[i];
+        fnv_u64(&f, j->id);
+        fnv_str(&f, j->name);
+        fnv_str(&f, j->dataset_id);
+        fnv_u64(&f, j->mode);
+        fnv_u64(&f, j->num_consumers);
+        fnv_u64(&f, j->iteration_id);
+    }
+    fnv_u64(&f, s->niterations);
+    for (size_t i = 0; i < s->niterations; i++) {
+        const struct st_iteration *it = &s->iterations[i];
+        fnv_u64(&f, it->id);
+        fnv_u64(&f, it->job_id);
+        fnv_u64(&f, it->repetition);
+        fnv_u64(&f, it->state);
+        fnv_u64(&f, it->distributed);
+        fnv_u64(&f, it->plan.source_len);
+        fnv_u64(&f, it->plan.split_size);
+        fnv_u64(&f, it->plan.per_pass);
+        fnv_u64(&f, it->plan.passes);
+        fnv_u64(&f, it->plan.npaths);
+        for (size_t k = 0; k < it->plan.npaths; k++)
+            fnv_str(&f, it->plan.paths[k]);
+        fnv_u64(&f, it->split_total);
+        fnv_u64(&f, it->split_cursor);
+        fnv_seqs(&f, &it->pool);
+        fnv_u64(&f, it->splits_finished);
+        fnv_u64(&f, it->splits_leased);
+        fnv_u64(&f, it->rounds_granted);
+        fnv_u64(&f, it->nepochs);
+        for (size_t k = 0; k < it->nepochs; k++) {
+            fnv_u64(&f, it->epochs[k].start);
+            fnv_seqs(&f, &it->epochs[k].tasks);
+        }
+    }
+    fnv_u64(&f, s->ntasks);
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        fnv_u64(&f, t->id);
+        fnv_u64(&f, t->iteration_id);
+        fnv_u64(&f, t->worker_id);
+        fnv_u64(&f, t->finished);
+        fnv_seqs(&f, &t->leased);
+        fnv_u64(&f, t->last_request);
+        fnv_seqs(&f, &t->granted);
+    }
+    fnv_u64(&f, s->nworkers);
+    for (size_t i = 0; i < s->nworkers; i++) {
+        const struct st_worker *w = &s->workers[i];
+        fnv_u64(&f, w->id);
+        fnv_str(&f, w->address);
+        fnv_u64(&f, w->incarnation);
+        fnv_u64(&f, w->draining);
+    }
+    fnv_u64(&f, s->nclients);
+    for (size_t i = 0; i < s->nclients; i++) {
+        fnv_u64(&f, s->clients[i].id);
+        fnv_u64(&f, s->clients[i].iteration_id);
+    }
+    return f.h;
+}

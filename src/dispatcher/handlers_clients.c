@@ -1,0 +1,285 @@
+/* RPC handlers for clients: ClientHeartbeat and ReleaseClient. */
+
+#include "server_internal.h"
+
+/* ---- ClientHeartbeat and ReleaseClient ------------------------------------------------------- */
+
+/* A coordinated read's rounds are granted this far ahead of a consumer's progress: the rounds
+ * it reads in ROUND_WINDOW_S at its current rate, at least ROUND_WINDOW_MIN. A consumer asks for
+ * more once half are left (src/client/iterator.c), so a heartbeat round trip is hidden behind
+ * the reads; and a change of tasks takes effect within about that time. */
+#define ROUND_WINDOW_MIN 64
+#define ROUND_WINDOW_MAX (1u << 20)
+#define ROUND_WINDOW_S 0.5
+
+struct client_ctx {
+    struct req r;
+    uint64_t client_id, iteration_id;
+    uint64_t *reported; /* split seqs the client reported coverage of */
+    size_t nreported;
+    /* What the reply says of the iteration's tasks and rounds, taken when the request was
+     * planned: a later request's changes may not be durable yet when this reply leaves, and a
+     * consumer must never act on a schedule or a grant that a crash could take back. */
+    Sluice__TaskInfo *infos;
+    Sluice__TaskInfo **info_ptrs;
+    size_t ninfos;
+    uint64_t rounds_granted;
+    Sluice__RoundEpoch *epochs;
+    Sluice__RoundEpoch **epoch_ptrs;
+    size_t nepochs;
+};
+
+static void client_ctx_free(struct client_ctx *c)
+{
+    for (size_t i = 0; i < c->ninfos; i++)
+        free(c->infos[i].worker_address);
+    for (size_t i = 0; i < c->nepochs; i++)
+        free(c->epochs[i].task_ids);
+    free(c->infos);
+    free(c->info_ptrs);
+    free(c->epochs);
+    free(c->epoch_ptrs);
+    free(c->reported);
+    free(c);
+}
+
+/* Copies the iteration's task list, and for a coordinated one its grant and the epochs from the
+ * one holding round on, into c. Returns 0 or SLUICE_ERR_NOMEM. */
+static int client_view_take(struct dispatcher *d, struct client_ctx *c,
+                            const struct st_iteration *it, uint64_t round, uint64_t granted)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->st.ntasks; i++)
+        n += d->st.tasks[i].iteration_id == it->id;
+    c->infos = calloc(n ? n : 1, sizeof *c->infos);
+    c->info_ptrs = calloc(n ? n : 1, sizeof *c->info_ptrs);
+    if (!c->infos || !c->info_ptrs)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < d->st.ntasks; i++) {
+        const struct st_task *t = &d->st.tasks[i];
+        const struct st_worker *w = state_worker(&d->st, t->worker_id);
+        if (t->iteration_id != it->id || !w)
+            continue;
+        Sluice__TaskInfo *ti = &c->infos[c->ninfos];
+        sluice__task_info__init(ti);
+        ti->task_id = t->id;
+        ti->iteration_id = t->iteration_id;
+        ti->worker_incarnation = w->incarnation;
+        if (!(ti->worker_address = strdup(w->address)))
+            return SLUICE_ERR_NOMEM;
+        c->info_ptrs[c->ninfos++] = ti;
+    }
+    if (!state_iteration_coordinated(&d->st, it))
+        return 0;
+    c->rounds_granted = granted;
+    long first = state_round_epoch(it, round);
+    size_t from = first < 0 ? 0 : (size_t)first;
+    size_t ne = it->nepochs - from;
+    c->epochs = calloc(ne ? ne : 1, sizeof *c->epochs);
+    c->epoch_ptrs = calloc(ne ? ne : 1, sizeof *c->epoch_ptrs);
+    if (!c->epochs || !c->epoch_ptrs)
+        return SLUICE_ERR_NOMEM;
+    for (size_t k = from; k < it->nepochs; k++) {
+        const struct st_round_epoch *e = &it->epochs[k];
+        Sluice__RoundEpoch *re = &c->epochs[c->nepochs];
+        sluice__round_epoch__init(re);
+        re->start = e->start;
+        if (e->tasks.n) {
+            if (!(re->task_ids = malloc(e->tasks.n * sizeof *re->task_ids)))
+                return SLUICE_ERR_NOMEM;
+            memcpy(re->task_ids, e->tasks.v, e->tasks.n * sizeof *re->task_ids);
+            re->n_task_ids = e->tasks.n;
+        }
+        c->epoch_ptrs[c->nepochs++] = re;
+    }
+    return 0;
+}
+
+static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct client_ctx *c = ctx;
+    const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+        goto out;
+    }
+    if (!it) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "iteration %" PRIu64 " not found", c->iteration_id);
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
+        goto out;
+    }
+    /* Of the splits reported, those now finished: the client stops reporting them. */
+    size_t nfin = 0;
+    for (size_t i = 0; i < c->nreported; i++) {
+        if (state_split_finished(&d->st, it->id, c->reported[i])) {
+            coverage_forget(&d->cov, it->id, c->reported[i]);
+            c->reported[nfin++] = c->reported[i];
+        }
+    }
+    Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
+    body.n_tasks = c->ninfos;
+    body.tasks = c->info_ptrs;
+    body.n_finished_seqs = nfin;
+    body.finished_seqs = c->reported;
+    body.iteration_finished = it->state == ST_ITER_FINISHED;
+    body.heartbeat_ms = d->client_hb_ms;
+    body.rounds_granted = c->rounds_granted;
+    body.n_round_epochs = c->nepochs;
+    body.round_epochs = c->epoch_ptrs;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY;
+    env.client_heartbeat_reply = &body;
+    dispatcher_send_reply(&c->r, &env);
+out:
+    dispatcher_req_done(&c->r);
+    client_ctx_free(c);
+}
+
+/* Merges a client's split coverage and plans SPLITS_FINISHED for the splits it completes. Fills
+ * c->reported. Returns 0 or a negative code with err. */
+static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequest *req,
+                         const struct st_iteration *it, struct client_ctx *c, char *err,
+                         size_t errlen)
+{
+    if (req->n_splits == 0 || !it->distributed)
+        return 0;
+    c->reported = calloc(req->n_splits, sizeof *c->reported);
+    uint64_t *complete = calloc(req->n_splits, sizeof *complete);
+    size_t ncomplete = 0;
+    int rc = 0;
+    if (!c->reported || !complete) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < req->n_splits; i++) {
+        const Sluice__SplitCoverage *sc = req->splits[i];
+        if (!sc)
+            continue;
+        rc = coverage_check(sc->seq, sc->ended, sc->total, sc->bounds, sc->n_bounds, err, errlen);
+        if (rc < 0)
+            goto out;
+        c->reported[c->nreported++] = sc->seq;
+        if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor ||
+            state_split_finished(&d->st, it->id, sc->seq))
+            continue;
+        bool done = false;
+        rc = coverage_merge(&d->cov, it->id, sc->seq, sc->ended, sc->total, sc->bounds,
+                            sc->n_bounds, &done);
+        if (rc == SLUICE_ERR_CORRUPT) {
+            rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                         "split %" PRIu64 " was reported with %" PRIu64
+                         " elements, and with another count before: its pipeline is not "
+                         "deterministic",
+                         sc->seq, sc->total);
+            goto out;
+        }
+        if (rc < 0) {
+            rc = err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+            goto out;
+        }
+        if (done)
+            complete[ncomplete++] = sc->seq;
+    }
+    if (ncomplete > 0)
+        rc = plan_splits_finished(&d->st, it->id, complete, ncomplete, &d->ups, err, errlen);
+out:
+    free(complete);
+    return rc;
+}
+
+/* How many rounds to grant a consumer ahead of its progress (see ROUND_WINDOW_S). */
+static uint64_t round_window(const Sluice__ClientHeartbeatRequest *req)
+{
+    double w = req->elements_per_second * ROUND_WINDOW_S;
+    if (!(w >= ROUND_WINDOW_MIN))
+        return ROUND_WINDOW_MIN;
+    return w >= ROUND_WINDOW_MAX ? ROUND_WINDOW_MAX : (uint64_t)w;
+}
+
+void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env)
+{
+    const Sluice__ClientHeartbeatRequest *req = env->client_heartbeat;
+    char err[ERRLEN];
+    const struct st_client *cl = state_client(&d->st, req->client_id);
+    if (!cl) {
+        snprintf(err, sizeof err, "client %" PRIu64 " not found", req->client_id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
+        return;
+    }
+    uint64_t iteration_id = req->iteration_id ? req->iteration_id : cl->iteration_id;
+    if (!state_iteration(&d->st, iteration_id)) {
+        snprintf(err, sizeof err, "iteration %" PRIu64 " not found", iteration_id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
+        return;
+    }
+    if (iteration_id != cl->iteration_id) {
+        snprintf(err, sizeof err, "client %" PRIu64 " reads iteration %" PRIu64 ", not %" PRIu64,
+                 req->client_id, cl->iteration_id, iteration_id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    struct client_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    dispatcher_soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
+    observe_client_heartbeat(d->obs, req);
+    c->client_id = req->client_id;
+    c->iteration_id = iteration_id;
+    const struct st_iteration *it = state_iteration(&d->st, iteration_id);
+    uint64_t granted = 0;
+    int rc = plan_coverage(d, req, it, c, err, sizeof err);
+    if (rc == 0)
+        rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
+                                   &granted, err, sizeof err);
+    if (rc == 0 && client_view_take(d, c, it, req->round, granted) < 0)
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+    if (rc < 0) {
+        st_update_list_clear(&d->ups);
+        dispatcher_refuse(conn, env->id, rc, err);
+        client_ctx_free(c);
+        return;
+    }
+    dispatcher_req_init(&c->r, d, conn, env->id);
+    dispatcher_commit(d, &d->ups, client_heartbeat_done, c);
+}
+
+static void release_client_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct client_ctx *c = ctx;
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+    } else {
+        dispatcher_soft_del(&d->client_seen, c->client_id);
+        Sluice__ReleaseClientReply body = SLUICE__RELEASE_CLIENT_REPLY__INIT;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT_REPLY;
+        env.release_client_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+    }
+    dispatcher_req_done(&c->r);
+    free(c);
+}
+
+void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
+                                  const Sluice__Envelope *env)
+{
+    char err[ERRLEN];
+    struct client_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    c->client_id = env->release_client->client_id;
+    int rc = plan_release_client(&d->st, c->client_id, &d->ups, err, sizeof err);
+    if (rc < 0) {
+        dispatcher_refuse(conn, env->id, rc, err);
+        free(c);
+        return;
+    }
+    dispatcher_req_init(&c->r, d, conn, env->id);
+    dispatcher_commit(d, &d->ups, release_client_done, c);
+}

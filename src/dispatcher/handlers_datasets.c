@@ -1,0 +1,158 @@
+/* RPC handlers for datasets: RegisterDataset and GetDataset. */
+
+#include "server_internal.h"
+
+/* ---- RegisterDataset ------------------------------------------------------------------------- */
+
+struct register_ctx {
+    struct req r;
+    char dataset_id[ST_ID_MAX];
+};
+
+static void register_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct register_ctx *c = ctx;
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+    } else {
+        Sluice__RegisterDatasetReply body = SLUICE__REGISTER_DATASET_REPLY__INIT;
+        body.dataset_id = c->dataset_id;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_REGISTER_DATASET_REPLY;
+        env.register_dataset_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+    }
+    dispatcher_req_done(&c->r);
+    free(c);
+}
+
+void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env)
+{
+    const Sluice__RegisterDatasetRequest *req = env->register_dataset;
+    char err[ERRLEN], why[ERRLEN];
+    uint8_t *packed = NULL, *canon = NULL;
+    size_t canon_len = 0;
+    char *text = NULL;
+    struct pipe_spec *spec = NULL;
+    struct register_ctx *c = NULL;
+    int rc;
+
+    if (!req->dataset) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, "register_dataset needs a dataset");
+        return;
+    }
+    if (req->compression != SLUICE__COMPRESSION__COMPRESSION_AUTO &&
+        req->compression != SLUICE__COMPRESSION__COMPRESSION_NONE) {
+        snprintf(err, sizeof err, "unknown compression %d", (int)req->compression);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    /* Decoding the definition is the validation: what the workers will build from it must parse
+     * now. The stored bytes are the canonical encoding of what was decoded. */
+    size_t len = sluice__dataset_def__get_packed_size(req->dataset);
+    packed = malloc(len ? len : 1);
+    if (!packed) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    sluice__dataset_def__pack(req->dataset, packed);
+    rc = pipe_spec_decode(packed, len, &spec, why, sizeof why);
+    if (rc < 0) {
+        err_set(err, sizeof err, rc, "%s", why);
+        goto refused;
+    }
+    rc = pipe_spec_encode(spec, &canon, &canon_len);
+    if (rc < 0) {
+        err_set(err, sizeof err, rc, "encoding the dataset definition: %s", sluice_strerror(rc));
+        goto refused;
+    }
+    rc = pipe_spec_format(spec, NULL, 0);
+    if (rc >= 0) {
+        text = malloc((size_t)rc + 1);
+        if (!text)
+            rc = SLUICE_ERR_NOMEM;
+        else
+            pipe_spec_format(spec, text, (size_t)rc + 1);
+    }
+    if (rc < 0) {
+        err_set(err, sizeof err, rc, "formatting the pipeline: %s", sluice_strerror(rc));
+        goto refused;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    rc = plan_register_dataset(&d->st, req->dataset_id, canon, canon_len, (int)req->compression,
+                               req->split_size, text, c->dataset_id, &d->ups, err, sizeof err);
+    if (rc < 0)
+        goto refused;
+    dispatcher_req_init(&c->r, d, conn, env->id);
+    dispatcher_commit(d, &d->ups, register_done, c);
+    c = NULL;
+    goto out;
+
+refused:
+    dispatcher_refuse(conn, env->id, rc, err);
+out:
+    free(c);
+    free(text);
+    free(canon);
+    free(packed);
+    pipe_spec_free(spec);
+}
+
+/* ---- GetDataset ------------------------------------------------------------------------------ */
+
+struct get_dataset_ctx {
+    struct req r;
+    char dataset_id[ST_ID_MAX];
+};
+
+static void get_dataset_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct get_dataset_ctx *c = ctx;
+    const struct st_dataset *ds = state_dataset(&d->st, c->dataset_id);
+    const Sluice__DatasetDef *def = ds ? dispatcher_dataset_def(d, ds) : NULL;
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+    } else if (!ds) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "dataset '%s' not found", c->dataset_id);
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
+    } else if (!def) {
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+    } else {
+        Sluice__GetDatasetReply body = SLUICE__GET_DATASET_REPLY__INIT;
+        /* protobuf-c packs through const pointers; the generated struct just lacks const. */
+        body.dataset = (Sluice__DatasetDef *)def;
+        body.compression = (Sluice__Compression)ds->compression;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY;
+        env.get_dataset_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+    }
+    dispatcher_req_done(&c->r);
+    free(c);
+}
+
+void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                               const Sluice__Envelope *env)
+{
+    const char *id = env->get_dataset->dataset_id;
+    char msg[ERRLEN];
+    if (strlen(id) >= ST_ID_MAX || !state_dataset(&d->st, id)) {
+        snprintf(msg, sizeof msg, "dataset '%.*s' not found", ST_ID_MAX, id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, msg);
+        return;
+    }
+    struct get_dataset_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    memcpy(c->dataset_id, id, strlen(id) + 1);
+    dispatcher_req_init(&c->r, d, conn, env->id);
+    dispatcher_commit(d, &d->ups, get_dataset_done, c);
+}

@@ -1,0 +1,239 @@
+/* RPC handlers for jobs and iterations: GetOrCreateJob, with its split plan built on the thread
+ * pool for a new distributed_epoch iteration. */
+
+#include "server_internal.h"
+
+/* ---- GetOrCreateJob -------------------------------------------------------------------------- */
+
+struct job_ctx {
+    struct req r;
+    char dataset_id[ST_ID_MAX];
+    char job_name[ST_ID_MAX];
+    enum sluice_mode mode;
+    uint32_t num_consumers;
+    bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
+    uint64_t job_id, iteration_id, client_id;
+
+    /* Building the split plan on the thread pool. */
+    uv_work_t work;
+    struct job_ctx *prev, *next; /* on d->works */
+    uint8_t *def;
+    size_t def_len;
+    uint64_t split_size;
+    struct st_split_plan plan;
+    int rc;
+    char err[ERRLEN];
+};
+
+static void job_ctx_free(struct job_ctx *c)
+{
+    free(c->def);
+    st_split_plan_release(&c->plan);
+    free(c);
+}
+
+static void job_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct job_ctx *c = ctx;
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+    } else {
+        dispatcher_soft_set(&d->client_seen, c->client_id, uv_now(d->loop));
+        Sluice__GetOrCreateJobReply body = SLUICE__GET_OR_CREATE_JOB_REPLY__INIT;
+        body.job_id = c->job_id;
+        body.iteration_id = c->iteration_id;
+        body.client_id = c->client_id;
+        body.heartbeat_ms = d->client_hb_ms;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY;
+        env.get_or_create_job_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+    }
+    dispatcher_req_done(&c->r);
+    job_ctx_free(c);
+}
+
+/* Plans with the split plan (when one was built) and commits; takes c. */
+static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool have_plan)
+{
+    char err[ERRLEN];
+    int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
+                                    c->endless, have_plan ? &c->plan : NULL, &c->job_id,
+                                    &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
+    if (rc < 0) {
+        dispatcher_refuse(c->r.conn, c->r.id, rc, err);
+        dispatcher_req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    dispatcher_commit(d, &d->ups, job_done, c);
+}
+
+/* On the thread pool: decode the definition and build the split plan. Touches only c. */
+static void job_plan_work(uv_work_t *w)
+{
+    struct job_ctx *c = w->data;
+    struct pipe_spec *spec = NULL;
+    struct pipe_split_provider p;
+    char why[ERRLEN];
+    c->rc = pipe_spec_decode(c->def, c->def_len, &spec, why, sizeof why);
+    if (c->rc < 0) {
+        err_set(c->err, sizeof c->err, c->rc, "dataset '%s': %s", c->dataset_id, why);
+        return;
+    }
+    c->rc = pipe_split_provider_init(&p, spec, c->split_size, why, sizeof why);
+    pipe_spec_free(spec);
+    if (c->rc < 0) {
+        err_set(c->err, sizeof c->err, c->rc, "splitting dataset '%s': %s", c->dataset_id, why);
+        return;
+    }
+    struct st_split_plan view = {
+        .source_len = p.source_len,
+        .split_size = p.split_size,
+        .per_pass = p.per_pass,
+        .passes = p.passes,
+        .paths = p.paths,
+        .npaths = p.npaths,
+    };
+    c->rc = st_split_plan_copy(&c->plan, &view);
+    if (c->rc < 0)
+        err_set(c->err, sizeof c->err, c->rc, "out of memory");
+    pipe_split_provider_release(&p);
+}
+
+static void job_plan_after(uv_work_t *w, int status)
+{
+    struct job_ctx *c = w->data;
+    struct dispatcher *d = c->r.d;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        d->works = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    if (status < 0 || d->closing) {
+        dispatcher_req_done(&c->r);
+        job_ctx_free(c);
+        dispatcher_maybe_finish_close(d);
+        return;
+    }
+    if (c->rc < 0) {
+        dispatcher_refuse(c->r.conn, c->r.id, c->rc, c->err);
+        dispatcher_req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    job_plan_and_commit(d, c, true);
+}
+
+void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
+                                     const Sluice__Envelope *env)
+{
+    const Sluice__GetOrCreateJobRequest *req = env->get_or_create_job;
+    char msg[ERRLEN];
+    int code = SLUICE_ERR_INVALID;
+    const struct st_dataset *ds = NULL;
+
+    if (!mode_valid(req->mode)) {
+        snprintf(msg, sizeof msg, "unknown processing mode %d", (int)req->mode);
+        goto refused;
+    }
+    enum sluice_mode mode = (enum sluice_mode)req->mode;
+    if (strlen(req->job_name) >= ST_ID_MAX) {
+        snprintf(msg, sizeof msg, "job name is longer than %d bytes", ST_ID_MAX - 1);
+        goto refused;
+    }
+    if (mode_static(mode) && d->nworker_addresses == 0) {
+        snprintf(msg, sizeof msg, "mode %s needs --worker-addresses on the dispatcher",
+                 mode_name(mode));
+        goto refused;
+    }
+    if (req->num_consumers > 0 && req->job_name[0] == '\0') {
+        snprintf(msg, sizeof msg, "num_consumers needs a job name");
+        goto refused;
+    }
+    if (req->num_consumers > 0 && req->consumer_index >= req->num_consumers) {
+        snprintf(msg, sizeof msg, "consumer_index %" PRIu32 " is not below num_consumers %" PRIu32,
+                 req->consumer_index, req->num_consumers);
+        goto refused;
+    }
+    if (strlen(req->dataset_id) < ST_ID_MAX)
+        ds = state_dataset(&d->st, req->dataset_id);
+    if (!ds) {
+        code = SLUICE_ERR_NOT_FOUND;
+        snprintf(msg, sizeof msg, "dataset '%.*s' not found", ST_ID_MAX, req->dataset_id);
+        goto refused;
+    }
+
+    /* Coordinated reads need a pipeline that never ends; the plan refuses one that does. The
+     * definition is small and decoding it touches no disk. */
+    bool endless = false;
+    if (req->num_consumers > 0) {
+        struct pipe_spec *spec = NULL;
+        char why[256];
+        int rc = pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why);
+        if (rc < 0) {
+            code = rc;
+            snprintf(msg, sizeof msg, "dataset '%s': %s", ds->id, why);
+            goto refused;
+        }
+        endless = pipe_spec_endless(spec);
+        pipe_spec_free(spec);
+    }
+
+    struct job_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        code = SLUICE_ERR_NOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto refused;
+    }
+    c->endless = endless;
+    memcpy(c->dataset_id, req->dataset_id, strlen(req->dataset_id) + 1);
+    memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
+    c->mode = mode;
+    c->num_consumers = req->num_consumers;
+    dispatcher_req_init(&c->r, d, conn, env->id);
+
+    /* A split plan is needed only when a distributed_epoch iteration will be created. */
+    const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
+    const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
+    bool joining = cur && cur->state != ST_ITER_GC;
+    if (mode != SLUICE_DISTRIBUTED_EPOCH || joining) {
+        job_plan_and_commit(d, c, false);
+        return;
+    }
+    c->def = malloc(ds->def_len ? ds->def_len : 1);
+    if (!c->def) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        dispatcher_req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    memcpy(c->def, ds->def, ds->def_len);
+    c->def_len = ds->def_len;
+    c->split_size = ds->split_size;
+    c->work.data = c;
+    int rc = uv_queue_work(d->loop, &c->work, job_plan_work, job_plan_after);
+    if (rc < 0) {
+        snprintf(msg, sizeof msg, "queueing work: %s", uv_strerror(rc));
+        dispatcher_refuse(conn, env->id, rc, msg);
+        dispatcher_req_done(&c->r);
+        job_ctx_free(c);
+        return;
+    }
+    c->next = d->works;
+    if (d->works)
+        d->works->prev = c;
+    d->works = c;
+    return;
+
+refused:
+    dispatcher_refuse(conn, env->id, code, msg);
+}
+
+void dispatcher_jobs_cancel(struct dispatcher *d)
+{
+    /* Queued work is dropped; work already running finishes and its callback frees it. */
+    for (struct job_ctx *c = d->works; c; c = c->next)
+        uv_cancel((uv_req_t *)&c->work);
+}

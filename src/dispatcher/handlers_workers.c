@@ -1,0 +1,310 @@
+/* RPC handlers for workers: WorkerHeartbeat and GetSplits. */
+
+#include "server_internal.h"
+
+/* ---- WorkerHeartbeat ------------------------------------------------------------------------- */
+
+struct worker_ctx {
+    struct req r;
+    bool leaving; /* a deregistration: answered with an empty reply */
+    uint64_t worker_id;
+    uint64_t *reported; /* task ids the worker listed, sorted */
+    size_t nreported;
+};
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static bool reported(const struct worker_ctx *c, uint64_t task_id)
+{
+    return c->nreported > 0 &&
+           bsearch(&task_id, c->reported, c->nreported, sizeof *c->reported, cmp_u64) != NULL;
+}
+
+/* Position of address in --worker-addresses, or -1. */
+static long worker_index(const struct dispatcher *d, const char *address)
+{
+    for (size_t i = 0; i < d->nworker_addresses; i++) {
+        if (strcmp(d->worker_addresses[i], address) == 0)
+            return (long)i;
+    }
+    return -1;
+}
+
+/* Fills def for task t (which must be this worker's); strings point into the state. */
+static int fill_task_def(struct dispatcher *d, const struct st_task *t, const char *address,
+                         Sluice__TaskDef *def)
+{
+    const struct st_iteration *it = state_iteration(&d->st, t->iteration_id);
+    const struct st_job *job = it ? state_job(&d->st, it->job_id) : NULL;
+    const struct st_dataset *ds = job ? state_dataset(&d->st, job->dataset_id) : NULL;
+    const Sluice__DatasetDef *dd = ds ? dispatcher_dataset_def(d, ds) : NULL;
+    if (!dd)
+        return SLUICE_ERR_NOMEM; /* the rows exist (state invariants); only decoding can fail */
+    Sluice__TaskDef init = SLUICE__TASK_DEF__INIT;
+    *def = init;
+    def->task_id = t->id;
+    def->iteration_id = t->iteration_id;
+    def->job_id = job->id;
+    def->dataset_id = (char *)ds->id;
+    def->dataset = (Sluice__DatasetDef *)dd;
+    def->mode = (Sluice__ProcessingMode)job->mode;
+    def->compression = (Sluice__Compression)ds->compression;
+    def->num_consumers = job->num_consumers;
+    if (mode_static(job->mode)) {
+        long index = worker_index(d, address);
+        if (index < 0)
+            return SLUICE_ERR_INVALID;
+        def->num_workers = (uint32_t)d->nworker_addresses;
+        def->worker_index = (uint32_t)index;
+    }
+    return 0;
+}
+
+static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct worker_ctx *c = ctx;
+    const struct st_worker *w = state_worker(&d->st, c->worker_id);
+    Sluice__TaskDef *defs = NULL, **ptrs = NULL;
+    uint64_t *removed = NULL;
+    size_t ndefs = 0, nremoved = 0;
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+        goto out;
+    }
+    if (c->leaving) {
+        Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
+        body.heartbeat_ms = d->worker_hb_ms;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY;
+        env.worker_heartbeat_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+        goto out;
+    }
+    if (!w) {
+        char msg[ERRLEN];
+        snprintf(msg, sizeof msg, "worker %" PRIu64 " not found", c->worker_id);
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
+        goto out;
+    }
+    dispatcher_soft_set(&d->worker_seen, w->id, uv_now(d->loop));
+    size_t n = 0;
+    for (size_t i = 0; i < d->st.ntasks; i++)
+        n += d->st.tasks[i].worker_id == w->id;
+    defs = calloc(n ? n : 1, sizeof *defs);
+    ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    removed = calloc(c->nreported ? c->nreported : 1, sizeof *removed);
+    if (!defs || !ptrs || !removed) {
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    /* New: assigned, unfinished, and not yet known to the worker. */
+    for (size_t i = 0; i < d->st.ntasks; i++) {
+        const struct st_task *t = &d->st.tasks[i];
+        if (t->worker_id != w->id || t->finished || reported(c, t->id))
+            continue;
+        int rc = fill_task_def(d, t, w->address, &defs[ndefs]);
+        if (rc < 0) {
+            char msg[ERRLEN];
+            snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id,
+                     rc == SLUICE_ERR_INVALID ? "worker address is not in --worker-addresses"
+                                              : sluice_strerror(rc));
+            dispatcher_refuse(c->r.conn, c->r.id, rc, msg);
+            goto out;
+        }
+        ptrs[ndefs] = &defs[ndefs];
+        ndefs++;
+    }
+    /* Removed: reported, but no longer this worker's. */
+    for (size_t i = 0; i < c->nreported; i++) {
+        const struct st_task *t = state_task(&d->st, c->reported[i]);
+        if ((!t || t->worker_id != w->id) &&
+            (nremoved == 0 || removed[nremoved - 1] != c->reported[i]))
+            removed[nremoved++] = c->reported[i];
+    }
+    Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
+    body.worker_id = w->id;
+    body.n_new_tasks = ndefs;
+    body.new_tasks = ptrs;
+    body.n_removed_task_ids = nremoved;
+    body.removed_task_ids = removed;
+    body.heartbeat_ms = d->worker_hb_ms;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY;
+    env.worker_heartbeat_reply = &body;
+    dispatcher_send_reply(&c->r, &env);
+out:
+    free(defs);
+    free(ptrs);
+    free(removed);
+    free(c->reported);
+    dispatcher_req_done(&c->r);
+    free(c);
+}
+
+void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env)
+{
+    const Sluice__WorkerHeartbeatRequest *req = env->worker_heartbeat;
+    char err[ERRLEN];
+    uint64_t *finished = NULL;
+    size_t nfinished = 0;
+    int rc;
+    if (d->nworker_addresses > 0 && worker_index(d, req->address) < 0) {
+        snprintf(err, sizeof err, "worker address '%.*s' is not in --worker-addresses", ST_ADDR_MAX,
+                 req->address);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    struct worker_ctx *c = calloc(1, sizeof *c);
+    if (c)
+        c->reported = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *c->reported);
+    finished = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *finished);
+    if (!c || !c->reported || !finished) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    uint64_t now = uv_now(d->loop);
+    for (size_t i = 0; i < req->n_tasks; i++) {
+        const Sluice__TaskProgress *tp = req->tasks[i];
+        if (!tp)
+            continue;
+        c->reported[c->nreported++] = tp->task_id;
+        if (tp->finished)
+            finished[nfinished++] = tp->task_id;
+        if (tp->settled) {
+            if (!dispatcher_soft_find(&d->settled_since, tp->task_id, NULL))
+                dispatcher_soft_set(&d->settled_since, tp->task_id, now);
+        } else {
+            dispatcher_soft_del(&d->settled_since, tp->task_id);
+        }
+    }
+    qsort(c->reported, c->nreported, sizeof *c->reported, cmp_u64);
+    if (req->leaving) {
+        /* A drained worker deregisters: what it still holds goes back to the pool. */
+        const struct st_worker *lw = state_worker_by_address(&d->st, req->address);
+        c->leaving = true;
+        if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn)) {
+            log_info("worker %" PRIu64 " at %s deregistered", lw->id, lw->address);
+            rc = plan_remove_worker(&d->st, lw->id, &d->ups, err, sizeof err);
+            if (rc < 0)
+                goto refused;
+            dispatcher_soft_del(&d->worker_seen, lw->id);
+        }
+        free(finished);
+        dispatcher_req_init(&c->r, d, conn, env->id);
+        dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
+        return;
+    }
+    rc = plan_worker_heartbeat(&d->st, req->address, rpc_conn_peer_incarnation(conn), finished,
+                               nfinished, req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    if (rc < 0)
+        goto refused;
+    /* Before the commit, which forgets the figures of a worker it removes. */
+    observe_worker_heartbeat(d->obs, c->worker_id, req);
+    free(finished);
+    dispatcher_req_init(&c->r, d, conn, env->id);
+    dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
+    return;
+
+refused:
+    dispatcher_refuse(conn, env->id, rc, err);
+    free(finished);
+    if (c)
+        free(c->reported);
+    free(c);
+}
+
+/* ---- GetSplits ------------------------------------------------------------------------------- */
+
+struct splits_ctx {
+    struct req r;
+    uint64_t iteration_id;
+    bool end;
+    uint64_t *seqs;
+    size_t nseqs;
+};
+
+static void get_splits_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct splits_ctx *c = ctx;
+    if (status < 0) {
+        dispatcher_refuse_commit(&c->r, status);
+    } else {
+        const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+        Sluice__SplitPlan plan = SLUICE__SPLIT_PLAN__INIT;
+        Sluice__GetSplitsReply body = SLUICE__GET_SPLITS_REPLY__INIT;
+        body.n_seqs = c->nseqs;
+        body.seqs = c->seqs;
+        body.end_of_splits = c->end;
+        if (it && it->distributed && it->state != ST_ITER_GC) {
+            plan.source_len = it->plan.source_len;
+            plan.split_size = it->plan.split_size;
+            plan.per_pass = it->plan.per_pass;
+            plan.passes = it->plan.passes;
+            plan.n_paths = it->plan.npaths;
+            plan.paths = it->plan.paths;
+            body.plan = &plan;
+        }
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
+        env.get_splits_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+    }
+    dispatcher_req_done(&c->r);
+    free(c->seqs);
+    free(c);
+}
+
+void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
+                              const Sluice__Envelope *env)
+{
+    const Sluice__GetSplitsRequest *req = env->get_splits;
+    char err[ERRLEN];
+    int rc;
+    const struct st_task *t = state_task(&d->st, req->task_id);
+    const struct st_worker *w = t ? state_worker(&d->st, t->worker_id) : NULL;
+    /* A previous incarnation at the worker's address lost its tasks when the new one
+     * registered; its late requests must not take splits. */
+    if (w && w->incarnation != rpc_conn_peer_incarnation(conn)) {
+        snprintf(err, sizeof err, "task %" PRIu64 " belongs to another worker incarnation",
+                 req->task_id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    uint32_t max =
+        req->max_splits < MAX_SPLITS_PER_REQUEST ? req->max_splits : MAX_SPLITS_PER_REQUEST;
+    struct splits_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    /* A repeated request number plans nothing and is answered with the lease it got before;
+     * its reply still waits in commit() for everything journaled before it, that lease too. */
+    /* The seqs a worker reports finished are splits it produced; they stay leased to its task
+     * until their consumers report them received (ClientHeartbeat), so they are not passed on:
+     * if the worker dies first, they are leased again and nothing is lost. */
+    rc = plan_get_splits_returning(&d->st, req->task_id, req->request_seq, NULL, 0, req->returned,
+                                   req->n_returned, max, &d->ups, &c->seqs, &c->nseqs, &c->end, err,
+                                   sizeof err);
+    if (rc < 0) {
+        dispatcher_refuse(conn, env->id, rc, err);
+        free(c);
+        return;
+    }
+    if (req->request_seq != 0 && req->request_seq == t->last_request && !t->finished)
+        log_info("task %" PRIu64 ": request %" PRIu64 " repeated: its lease answers it again (%zu "
+                 "splits still held)",
+                 req->task_id, req->request_seq, c->nseqs);
+    c->iteration_id = t->iteration_id;
+    if (req->n_returned > 0)
+        log_info("task %" PRIu64 " handed back %zu unstarted splits", req->task_id,
+                 req->n_returned);
+    if (c->nseqs > 0)
+        dispatcher_soft_set(&d->leased_at, req->task_id, uv_now(d->loop));
+    dispatcher_req_init(&c->r, d, conn, env->id);
+    dispatcher_commit(d, &d->ups, get_splits_done, c);
+}

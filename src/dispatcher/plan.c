@@ -1,0 +1,827 @@
+/* The dispatcher's planning functions (plan_* in state.h): they read the state and append the
+ * updates a request or a tick implies, or refuse with a code and a message. When one plan appends
+ * several updates whose effects build on each other (a task finished, then its iteration
+ * finished), the later decisions look at the updates already appended by the same call. */
+
+#include "state_internal.h"
+
+/* ---- planning -------------------------------------------------------------------------------- */
+
+#define NOMEM_MSG(err, errlen) err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory")
+
+static struct st_update *push(struct st_update_list *out, enum st_update_type type, uint64_t id)
+{
+    struct st_update *u = st_update_list_push(out, type);
+    if (u)
+        u->id = id;
+    return u;
+}
+
+/* Whether the updates appended since start include one of type for id. */
+static bool pending(const struct st_update_list *out, size_t start, enum st_update_type type,
+                    uint64_t id)
+{
+    for (size_t i = start; i < out->n; i++) {
+        if (out->v[i].type == type && out->v[i].id == id)
+            return true;
+    }
+    return false;
+}
+
+/* Whether the iteration is finished once the updates appended since start are applied: it has at
+ * least one task left, every one finished, and (distributed) every split finished. The plans that
+ * call this never lease splits or take them from the pool; returning leases (which refills the
+ * pool) or creating a task rules finishing out. */
+static bool iteration_finishes(const struct state *s, const struct st_iteration *it,
+                               const struct st_update_list *out, size_t start)
+{
+    if (it->state != ST_ITER_ACTIVE)
+        return false;
+    uint64_t finished_now = 0;
+    for (size_t i = start; i < out->n; i++) {
+        const struct st_update *u = &out->v[i];
+        if ((u->type == ST_ITERATION_FINISHED && u->id == it->id) ||
+            (u->type == ST_TASK_CREATED && u->ref == it->id) ||
+            ((u->type == ST_SPLITS_RETURNED || u->type == ST_SPLITS_LEASED) && u->ref == it->id))
+            return false;
+        if (u->type == ST_SPLITS_FINISHED && u->ref == it->id)
+            finished_now += u->seqs.n;
+    }
+    size_t remaining = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != it->id || pending(out, start, ST_TASK_REMOVED, t->id))
+            continue;
+        remaining++;
+        if (!t->finished && !pending(out, start, ST_TASK_FINISHED, t->id))
+            return false;
+    }
+    if (remaining == 0)
+        return false;
+    if (it->distributed && (it->split_cursor != it->split_total || it->pool.n != 0 ||
+                            it->splits_leased != finished_now))
+        return false;
+    return true;
+}
+
+/* Appends ITERATION_FINISHED for every iteration touched by a task finished or removed since
+ * start that is now finished, in order of first mention. */
+static int finish_touched(const struct state *s, struct st_update_list *out, size_t start)
+{
+    size_t end = out->n;
+    for (size_t i = start; i < end; i++) {
+        const struct st_update *u = &out->v[i];
+        if (u->type != ST_TASK_FINISHED && u->type != ST_TASK_REMOVED)
+            continue;
+        const struct st_task *t = state_task(s, u->id);
+        const struct st_iteration *it = t ? state_iteration(s, t->iteration_id) : NULL;
+        if (!it || !iteration_finishes(s, it, out, start))
+            continue;
+        if (!push(out, ST_ITERATION_FINISHED, it->id))
+            return SLUICE_ERR_NOMEM;
+    }
+    return 0;
+}
+
+/* ---- coordinated rounds ---- */
+
+/* Whether the worker is draining once the updates appended since start are applied (a worker
+ * registered by them is not, unless they also mark it draining). */
+static bool worker_draining_after(const struct state *s, uint64_t worker_id,
+                                  const struct st_update_list *out, size_t start)
+{
+    const struct st_worker *w = state_worker(s, worker_id);
+    return (w && w->draining) || pending(out, start, ST_WORKER_DRAINING, worker_id);
+}
+
+/* Sets l to the tasks that serve rounds of iteration it_id once the updates appended since start
+ * are applied: not removed, not finished, on a worker that is not draining; increasing ids. */
+static int serving_tasks(const struct state *s, uint64_t it_id, const struct st_update_list *out,
+                         size_t start, struct st_seq_list *l)
+{
+    l->n = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != it_id || t->finished ||
+            pending(out, start, ST_TASK_REMOVED, t->id) ||
+            pending(out, start, ST_TASK_FINISHED, t->id) ||
+            worker_draining_after(s, t->worker_id, out, start))
+            continue;
+        if (state_seq_reserve(l, 1) < 0)
+            return SLUICE_ERR_NOMEM;
+        l->v[l->n++] = t->id; /* the table is sorted by id */
+    }
+    /* Tasks created by this plan have ids above every existing one, in the order appended. */
+    for (size_t i = start; i < out->n; i++) {
+        const struct st_update *u = &out->v[i];
+        if (u->type != ST_TASK_CREATED || u->ref != it_id ||
+            pending(out, start, ST_TASK_REMOVED, u->id) ||
+            worker_draining_after(s, u->ref2, out, start))
+            continue;
+        if (state_seq_reserve(l, 1) < 0)
+            return SLUICE_ERR_NOMEM;
+        l->v[l->n++] = u->id;
+    }
+    return 0;
+}
+
+static bool seq_equal(const struct st_seq_list *a, const struct st_seq_list *b)
+{
+    return a->n == b->n && (a->n == 0 || memcmp(a->v, b->v, a->n * sizeof *a->v) == 0);
+}
+
+/* Appends ROUNDS_SCHEDULED for every active coordinated iteration whose serving tasks differ,
+ * once the updates appended since start are applied, from those of its latest epoch: the
+ * change takes effect at the first round not granted yet, which no consumer has reached. */
+static int plan_round_schedules(const struct state *s, struct st_update_list *out, size_t start)
+{
+    struct st_seq_list l = {0};
+    int rc = 0;
+    for (size_t i = 0; i < s->niterations; i++) {
+        const struct st_iteration *it = &s->iterations[i];
+        if (it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
+            pending(out, start, ST_ITERATION_FINISHED, it->id) ||
+            pending(out, start, ST_ITERATION_GC, it->id))
+            continue;
+        if ((rc = serving_tasks(s, it->id, out, start, &l)) < 0)
+            break;
+        static const struct st_seq_list none = {0};
+        const struct st_seq_list *last = it->nepochs ? &it->epochs[it->nepochs - 1].tasks : &none;
+        if (seq_equal(&l, last))
+            continue;
+        struct st_update *u = push(out, ST_ROUNDS_SCHEDULED, 0);
+        if (!u || state_seq_assign(&u->seqs, l.v, l.n) < 0) {
+            rc = SLUICE_ERR_NOMEM;
+            break;
+        }
+        u->ref = it->id;
+        u->ref2 = it->rounds_granted;
+    }
+    state_seq_release(&l);
+    return rc;
+}
+
+int plan_register_dataset(const struct state *s, const char *id, const uint8_t *def, size_t def_len,
+                          int compression, uint64_t split_size, const char *text, char *id_out,
+                          struct st_update_list *out, char *err, size_t errlen)
+{
+    if (!id)
+        id = "";
+    if (strlen(id) >= ST_ID_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "dataset id is longer than %d bytes",
+                       ST_ID_MAX - 1);
+    if (*id) {
+        const struct st_dataset *d = state_dataset(s, id);
+        if (d) {
+            if (d->def_len != def_len || (def_len && memcmp(d->def, def, def_len) != 0))
+                return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                               "dataset '%s' already exists with a different pipeline", id);
+            if (d->compression != compression)
+                return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                               "dataset '%s' already exists with compression %s, not %s", id,
+                               state_compression_name(d->compression),
+                               state_compression_name(compression));
+            if (d->split_size != split_size)
+                return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                               "dataset '%s' already exists with split_size %" PRIu64
+                               ", not %" PRIu64,
+                               id, d->split_size, split_size);
+            memcpy(id_out, id, strlen(id) + 1);
+            return 0;
+        }
+    } else {
+        for (size_t i = 0; i < s->ndatasets; i++) {
+            const struct st_dataset *d = &s->datasets[i];
+            if (d->generated && d->def_len == def_len &&
+                (def_len == 0 || memcmp(d->def, def, def_len) == 0) &&
+                d->compression == compression && d->split_size == split_size) {
+                memcpy(id_out, d->id, strlen(d->id) + 1);
+                return 0;
+            }
+        }
+    }
+    struct st_update *u = push(out, ST_DATASET_REGISTERED, 0);
+    if (!u)
+        return NOMEM_MSG(err, errlen);
+    if (*id) {
+        memcpy(u->name, id, strlen(id) + 1);
+    } else {
+        /* An explicit id may have taken a decimal name already: skip past it. */
+        uint64_t n = s->next_dataset_id;
+        for (;; n++) {
+            snprintf(u->name, sizeof u->name, "%" PRIu64, n);
+            if (!state_dataset(s, u->name))
+                break;
+        }
+        u->id = n;
+    }
+    u->compression = compression;
+    u->split_size = split_size;
+    u->def_len = def_len;
+    u->def = malloc(def_len ? def_len : 1);
+    u->text = strdup(text ? text : "");
+    if (!u->def || !u->text) {
+        state_list_truncate(out, out->n - 1);
+        return NOMEM_MSG(err, errlen);
+    }
+    if (def_len)
+        memcpy(u->def, def, def_len);
+    memcpy(id_out, u->name, strlen(u->name) + 1);
+    return 0;
+}
+
+/* Appends TASK_CREATED for the iteration on every non-draining worker, ids from *next_task. */
+static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id,
+                                    uint64_t *next_task, struct st_update_list *out)
+{
+    for (size_t i = 0; i < s->nworkers; i++) {
+        if (s->workers[i].draining)
+            continue;
+        struct st_update *u = push(out, ST_TASK_CREATED, (*next_task)++);
+        if (!u)
+            return SLUICE_ERR_NOMEM;
+        u->ref = iteration_id;
+        u->ref2 = s->workers[i].id;
+    }
+    return 0;
+}
+
+int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
+                           enum sluice_mode mode, uint32_t num_consumers, bool endless,
+                           const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t *iteration_out, uint64_t *client_out,
+                           struct st_update_list *out, char *err, size_t errlen)
+{
+    if (!job_name)
+        job_name = "";
+    if ((unsigned)mode >= MODE_COUNT)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
+    if (strlen(job_name) >= ST_ID_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "job name is longer than %d bytes",
+                       ST_ID_MAX - 1);
+    const struct st_dataset *ds = state_dataset(s, dataset_id);
+    if (!ds)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "dataset '%s' not found", dataset_id);
+    /* Every round of a coordinated read gives each consumer one element: a pipeline that ends
+     * would leave the last rounds short, or uneven between consumers. */
+    if (num_consumers > 0 && !endless) {
+        if (ds->text && ds->text[0])
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "num_consumers needs an infinite pipeline: '%s' ends; add repeat()",
+                           ds->text);
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "num_consumers needs an infinite pipeline: dataset '%s' ends; add repeat()",
+                       dataset_id);
+    }
+
+    /* Jobs are identified by (dataset, name), as in tf.data service: the same name on another
+     * dataset is another job. */
+    const struct st_job *job = state_job_by_key(s, dataset_id, job_name);
+    const struct st_iteration *cur = NULL;
+    if (job) {
+        /* A collected job's key is free for another mode or consumer count: a new job takes it
+         * (JOB_CREATED replaces the collected one). */
+        const struct st_iteration *last = state_iteration(s, job->iteration_id);
+        if (last && last->state == ST_ITER_GC &&
+            (job->mode != mode || job->num_consumers != num_consumers))
+            job = NULL;
+    }
+    if (job) {
+        if (job->mode != mode)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS, "job '%s' exists with mode %s, not %s",
+                           job_name, mode_name(job->mode), mode_name(mode));
+        if (job->num_consumers != num_consumers)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with num_consumers %" PRIu32 ", not %" PRIu32, job_name,
+                           job->num_consumers, num_consumers);
+        cur = state_iteration(s, job->iteration_id);
+    }
+    bool new_iteration = !cur || cur->state == ST_ITER_GC;
+    if (new_iteration && mode == SLUICE_DISTRIBUTED_EPOCH && !plan)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "a distributed_epoch iteration needs a split plan");
+
+    size_t start = out->n;
+    uint64_t job_id = job ? job->id : s->next_job_id;
+    uint64_t iteration_id = new_iteration ? s->next_iteration_id : cur->id;
+    uint64_t next_task = s->next_task_id;
+    struct st_update *u;
+    if (!job) {
+        if (!(u = push(out, ST_JOB_CREATED, job_id)))
+            goto nomem;
+        memcpy(u->name, job_name, strlen(job_name) + 1);
+        memcpy(u->name2, dataset_id, strlen(dataset_id) + 1);
+        u->mode = (int)mode;
+        u->num_consumers = num_consumers;
+    }
+    if (new_iteration) {
+        if (!(u = push(out, ST_ITERATION_CREATED, iteration_id)))
+            goto nomem;
+        u->ref = job_id;
+        u->ref2 = cur ? cur->repetition + 1 : 0;
+        u->distributed = mode == SLUICE_DISTRIBUTED_EPOCH;
+        if (u->distributed && st_split_plan_copy(&u->plan, plan) < 0)
+            goto nomem;
+        size_t first_task = out->n;
+        if (plan_tasks_for_iteration(s, iteration_id, &next_task, out) < 0)
+            goto nomem;
+        /* A coordinated iteration's rounds start with an epoch at round 0, of the tasks just
+         * created (possibly none: consumers then wait for a worker). */
+        if (num_consumers > 0) {
+            if (!(u = push(out, ST_ROUNDS_SCHEDULED, 0)))
+                goto nomem;
+            u->ref = iteration_id;
+            if (state_seq_reserve(&u->seqs, out->n - first_task) < 0)
+                goto nomem;
+            for (size_t i = first_task; i < out->n; i++) {
+                if (out->v[i].type == ST_TASK_CREATED)
+                    u->seqs.v[u->seqs.n++] = out->v[i].id;
+            }
+        }
+    }
+    if (!(u = push(out, ST_CLIENT_ACQUIRED, s->next_client_id)))
+        goto nomem;
+    u->ref = iteration_id;
+    *job_out = job_id;
+    *iteration_out = iteration_id;
+    *client_out = s->next_client_id;
+    return 0;
+nomem:
+    state_list_truncate(out, start);
+    return NOMEM_MSG(err, errlen);
+}
+
+/* Appends the removal of worker w: leases returned, tasks removed, the worker removed. */
+static int plan_remove_worker_updates(const struct state *s, const struct st_worker *w,
+                                      struct st_update_list *out)
+{
+    struct st_update *u;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->worker_id != w->id)
+            continue;
+        if (t->leased.n > 0) {
+            if (!(u = push(out, ST_SPLITS_RETURNED, 0)))
+                return SLUICE_ERR_NOMEM;
+            u->ref = t->iteration_id;
+            u->ref2 = t->id;
+            if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
+                return SLUICE_ERR_NOMEM;
+        }
+        if (!(u = push(out, ST_TASK_REMOVED, t->id)))
+            return SLUICE_ERR_NOMEM;
+        u->ref = t->iteration_id;
+    }
+    if (!push(out, ST_WORKER_REMOVED, w->id))
+        return SLUICE_ERR_NOMEM;
+    return 0;
+}
+
+int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_update_list *out,
+                       char *err, size_t errlen)
+{
+    const struct st_worker *w = state_worker(s, worker_id);
+    if (!w)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "worker %" PRIu64 " not found",
+                       worker_id);
+    size_t start = out->n;
+    if (plan_remove_worker_updates(s, w, out) < 0 || finish_touched(s, out, start) < 0 ||
+        plan_round_schedules(s, out, start) < 0) {
+        state_list_truncate(out, start);
+        return NOMEM_MSG(err, errlen);
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
+                          const uint64_t *finished, size_t nfinished, bool draining,
+                          uint64_t *worker_out, struct st_update_list *out, char *err,
+                          size_t errlen)
+{
+    if (!address || !*address)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is empty");
+    if (strlen(address) >= ST_ADDR_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is longer than %d bytes",
+                       ST_ADDR_MAX - 1);
+    size_t start = out->n;
+    uint64_t *have = NULL; /* iterations the worker has a task in, sorted */
+    size_t nhave = 0;
+    struct st_update *u;
+    const struct st_worker *w = state_worker_by_address(s, address);
+    bool known = w && w->incarnation == incarnation;
+    uint64_t wid;
+    if (known) {
+        wid = w->id;
+    } else {
+        /* Another incarnation at this address is a restarted process: what the old one held
+         * is gone with it. */
+        if (w && plan_remove_worker_updates(s, w, out) < 0)
+            goto nomem;
+        wid = s->next_worker_id;
+        if (!(u = push(out, ST_WORKER_REGISTERED, wid)))
+            goto nomem;
+        memcpy(u->address, address, strlen(address) + 1);
+        u->incarnation = incarnation;
+    }
+
+    if (known) {
+        for (size_t i = 0; i < nfinished; i++) {
+            const struct st_task *t = state_task(s, finished[i]);
+            if (!t || t->worker_id != wid || t->finished ||
+                pending(out, start, ST_TASK_FINISHED, t->id))
+                continue;
+            if (t->leased.n > 0) {
+                if (!(u = push(out, ST_SPLITS_RETURNED, 0)))
+                    goto nomem;
+                u->ref = t->iteration_id;
+                u->ref2 = t->id;
+                if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
+                    goto nomem;
+            }
+            if (!push(out, ST_TASK_FINISHED, t->id))
+                goto nomem;
+        }
+    }
+
+    bool was_draining = known && w->draining;
+    if (draining && !was_draining && !push(out, ST_WORKER_DRAINING, wid))
+        goto nomem;
+    if (!draining && !was_draining) {
+        if (known) {
+            have = malloc((s->ntasks ? s->ntasks : 1) * sizeof *have);
+            if (!have)
+                goto nomem;
+            for (size_t i = 0; i < s->ntasks; i++) {
+                if (s->tasks[i].worker_id == wid)
+                    have[nhave++] = s->tasks[i].iteration_id;
+            }
+            qsort(have, nhave, sizeof *have, cmp_u64);
+        }
+        uint64_t next_task = s->next_task_id;
+        for (size_t i = 0; i < s->niterations; i++) {
+            const struct st_iteration *it = &s->iterations[i];
+            if (it->state != ST_ITER_ACTIVE ||
+                (nhave > 0 && bsearch(&it->id, have, nhave, sizeof *have, cmp_u64)))
+                continue;
+            if (!(u = push(out, ST_TASK_CREATED, next_task++)))
+                goto nomem;
+            u->ref = it->id;
+            u->ref2 = wid;
+        }
+    }
+    if (finish_touched(s, out, start) < 0 || plan_round_schedules(s, out, start) < 0)
+        goto nomem;
+    free(have);
+    *worker_out = wid;
+    return 0;
+nomem:
+    free(have);
+    state_list_truncate(out, start);
+    return NOMEM_MSG(err, errlen);
+}
+
+/* The seqs of a lease the task still holds, less those the plan being made finishes or hands back:
+ * the reply to a repeated request. *out (malloc'd) is NULL when there are none. */
+static int still_held(const struct st_task *t, const struct st_seq_list *finishing,
+                      const struct st_seq_list *returning, uint64_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (t->granted.n == 0)
+        return 0;
+    uint64_t *v = malloc(t->granted.n * sizeof *v);
+    if (!v)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < t->granted.n; i++) {
+        uint64_t seq = t->granted.v[i];
+        if (state_seq_contains(&t->leased, seq) &&
+            !(finishing && state_seq_contains(finishing, seq)) &&
+            !(returning && state_seq_contains(returning, seq)))
+            v[(*n)++] = seq;
+    }
+    if (*n == 0) {
+        free(v);
+        return 0;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Sets l to the seqs of v[0, n) that are in `in` and not in exclude (may be NULL): sorted and
+ * once each, as every list of an update must be. Reports from the network may repeat seqs, name
+ * seqs that were never leased, or arrive in any order. Returns 0 or SLUICE_ERR_NOMEM. */
+static int seq_assign_members(struct st_seq_list *l, const uint64_t *v, size_t n,
+                              const struct st_seq_list *in, const struct st_seq_list *exclude)
+{
+    if (state_seq_assign(l, v, n) < 0)
+        return SLUICE_ERR_NOMEM;
+    qsort(l->v, l->n, sizeof *l->v, cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        uint64_t seq = l->v[i];
+        if ((k > 0 && l->v[k - 1] == seq) || !state_seq_contains(in, seq) ||
+            (exclude && state_seq_contains(exclude, seq)))
+            continue;
+        l->v[k++] = seq;
+    }
+    l->n = k;
+    return 0;
+}
+
+/* Appends an update of type moving the seqs of v[0, n) that are leased to task t (sorted, once
+ * each), less those of the update at index exclude_at of out (NO_UPDATE: none), away from it.
+ * *moved receives how many, *made_at the new update's index (NO_UPDATE when none was appended).
+ * Updates are named by index, not pointer, because appending may move the list. */
+#define NO_UPDATE SIZE_MAX
+static int push_task_seqs(const struct st_task *t, enum st_update_type type, const uint64_t *v,
+                          size_t n, size_t exclude_at, struct st_update_list *out, size_t *made_at,
+                          uint64_t *moved)
+{
+    *moved = 0;
+    *made_at = NO_UPDATE;
+    if (n == 0)
+        return 0;
+    struct st_update *u = push(out, type, 0);
+    if (!u)
+        return SLUICE_ERR_NOMEM;
+    const struct st_seq_list *exclude = exclude_at == NO_UPDATE ? NULL : &out->v[exclude_at].seqs;
+    u->ref = t->iteration_id;
+    u->ref2 = t->id;
+    if (seq_assign_members(&u->seqs, v, n, &t->leased, exclude) < 0)
+        return SLUICE_ERR_NOMEM;
+    size_t k = u->seqs.n;
+    *moved = k;
+    if (k == 0)
+        state_list_truncate(out, out->n - 1);
+    else
+        *made_at = out->n - 1;
+    return 0;
+}
+
+int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                             const uint64_t *finished, size_t nfinished, uint32_t max,
+                             struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
+                             char *err, size_t errlen)
+{
+    return plan_get_splits_returning(s, task_id, request_seq, finished, nfinished, NULL, 0, max,
+                                     out, seqs, nseqs, end, err, errlen);
+}
+
+int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                              const uint64_t *finished, size_t nfinished, const uint64_t *returned,
+                              size_t nreturned, uint32_t max, struct st_update_list *out,
+                              uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen)
+{
+    *end = false;
+    *seqs = NULL;
+    *nseqs = 0;
+    const struct st_task *t = state_task(s, task_id);
+    if (!t)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found", task_id);
+    const struct st_iteration *it = state_iteration(s, t->iteration_id);
+    if (!it)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "iteration %" PRIu64 " not found",
+                       t->iteration_id);
+    if (!it->distributed)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "task %" PRIu64 " is not in a distributed_epoch iteration", task_id);
+    if (request_seq == UINT64_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "task %" PRIu64 ": request number %" PRIu64 " is out of range", task_id,
+                       request_seq);
+    /* A finished task holds no leases, so nothing it reports can be recorded. */
+    if (it->state != ST_ITER_ACTIVE || t->finished) {
+        *end = true;
+        return 0;
+    }
+    if (request_seq != 0 && request_seq < t->last_request)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "task %" PRIu64 ": stale request %" PRIu64 " (request %" PRIu64
+                       " was answered)",
+                       task_id, request_seq, t->last_request);
+    bool repeat = request_seq != 0 && request_seq == t->last_request;
+    size_t start = out->n;
+    struct st_update *u;
+    uint64_t done = 0, back = 0;
+    size_t finishing_at, returning_at;
+    /* Keep the seqs leased to this task, sorted and once each. */
+    if (push_task_seqs(t, ST_SPLITS_FINISHED, finished, nfinished, NO_UPDATE, out, &finishing_at,
+                       &done) < 0)
+        goto nomem;
+    /* Splits handed back go to the pool, where other tasks lease them; a seq reported both
+     * finished and handed back counts as finished. */
+    if (push_task_seqs(t, ST_SPLITS_RETURNED, returned, nreturned, finishing_at, out, &returning_at,
+                       &back) < 0)
+        goto nomem;
+    const struct st_seq_list *finishing =
+        finishing_at == NO_UPDATE ? NULL : &out->v[finishing_at].seqs;
+    const struct st_seq_list *returning =
+        returning_at == NO_UPDATE ? NULL : &out->v[returning_at].seqs;
+    uint64_t left = it->split_total - it->split_cursor;
+    /* Nothing left to lease now, and nothing out that could come back to the pool. */
+    *end = it->pool.n == 0 && back == 0 && left == 0 && it->splits_leased == done;
+    const struct st_worker *w = state_worker(s, t->worker_id);
+    if (w && w->draining) {
+        /* A draining worker takes no new splits: its task ends once it holds none. */
+        *end = t->leased.n == done + back;
+        max = 0;
+    }
+    if (repeat) {
+        if (still_held(t, finishing, returning, seqs, nseqs) < 0)
+            goto nomem;
+        return 0;
+    }
+    uint64_t from_pool = it->pool.n < max ? it->pool.n : max;
+    uint64_t from_cursor = max - from_pool < left ? max - from_pool : left;
+    if (from_pool + from_cursor > 0) {
+        if (!(u = push(out, ST_SPLITS_LEASED, request_seq)))
+            goto nomem;
+        u->ref = it->id;
+        u->ref2 = t->id;
+        if (state_seq_reserve(&u->seqs, (size_t)(from_pool + from_cursor)) < 0)
+            goto nomem;
+        for (uint64_t i = 0; i < from_pool; i++)
+            u->seqs.v[u->seqs.n++] = it->pool.v[i];
+        for (uint64_t i = 0; i < from_cursor; i++)
+            u->seqs.v[u->seqs.n++] = it->split_cursor + i;
+        *seqs = malloc(u->seqs.n * sizeof **seqs);
+        if (!*seqs)
+            goto nomem;
+        memcpy(*seqs, u->seqs.v, u->seqs.n * sizeof **seqs);
+        *nseqs = u->seqs.n;
+    }
+    return 0;
+nomem:
+    state_list_truncate(out, start);
+    *end = false;
+    return NOMEM_MSG(err, errlen);
+}
+
+bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it || !it->distributed)
+        return false;
+    if (it->state != ST_ITER_ACTIVE)
+        return it->state == ST_ITER_FINISHED;
+    if (seq >= it->split_cursor || state_seq_contains(&it->pool, seq))
+        return false;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id == iteration_id && state_seq_contains(&t->leased, seq))
+            return false;
+    }
+    return true;
+}
+
+int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                         size_t n, struct st_update_list *out, char *err, size_t errlen)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "iteration %" PRIu64 " not found",
+                       iteration_id);
+    if (!it->distributed)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "iteration %" PRIu64 " is not a distributed_epoch iteration", iteration_id);
+    if (it->state != ST_ITER_ACTIVE || n == 0)
+        return 0;
+    size_t start = out->n;
+    struct st_update *u;
+    size_t made_at;
+    uint64_t moved;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != iteration_id || t->leased.n == 0)
+            continue;
+        if (push_task_seqs(t, ST_SPLITS_FINISHED, seqs, n, NO_UPDATE, out, &made_at, &moved) < 0)
+            goto nomem;
+    }
+    /* Splits back in the pool that a consumer received in full are not leased again. */
+    if (it->pool.n > 0) {
+        if (!(u = push(out, ST_SPLITS_FINISHED, 0)))
+            goto nomem;
+        u->ref = iteration_id;
+        if (seq_assign_members(&u->seqs, seqs, n, &it->pool, NULL) < 0)
+            goto nomem;
+        if (u->seqs.n == 0)
+            state_list_truncate(out, out->n - 1);
+    }
+    return 0;
+nomem:
+    state_list_truncate(out, start);
+    return NOMEM_MSG(err, errlen);
+}
+
+int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_update_list *out,
+                            char *err, size_t errlen)
+{
+    const struct st_task *t = state_task(s, task_id);
+    if (!t)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found", task_id);
+    if (t->leased.n == 0)
+        return 0;
+    size_t start = out->n;
+    struct st_update *u = push(out, ST_SPLITS_RETURNED, 0);
+    if (!u)
+        return NOMEM_MSG(err, errlen);
+    u->ref = t->iteration_id;
+    u->ref2 = t->id;
+    if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0) {
+        state_list_truncate(out, start);
+        return NOMEM_MSG(err, errlen);
+    }
+    return 0;
+}
+
+int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
+                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
+                    char *err, size_t errlen)
+{
+    uint64_t *seqs;
+    size_t nseqs;
+    int rc = plan_get_splits_numbered(s, task_id, 0, finished, nfinished, max, out, &seqs, &nseqs,
+                                      end, err, errlen);
+    free(seqs);
+    return rc;
+}
+
+int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t round,
+                          uint64_t window, struct st_update_list *out, uint64_t *granted_out,
+                          char *err, size_t errlen)
+{
+    *granted_out = 0;
+    const struct st_client *c = state_client(s, client_id);
+    if (!c)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "client %" PRIu64 " not found",
+                       client_id);
+    const struct st_iteration *it = state_iteration(s, c->iteration_id);
+    if (!it || !state_iteration_coordinated(s, it))
+        return 0;
+    *granted_out = it->rounds_granted;
+    if (it->state != ST_ITER_ACTIVE)
+        return 0;
+    /* An iteration journaled before round schedules existed gets its first one now. */
+    if (it->nepochs == 0 && plan_round_schedules(s, out, out->n) < 0)
+        return NOMEM_MSG(err, errlen);
+    if (window == 0)
+        return 0;
+    uint64_t ahead = it->rounds_granted > round ? it->rounds_granted - round : 0;
+    if (ahead >= window / 2 || round > UINT64_MAX - 1 - window)
+        return 0;
+    struct st_update *u = push(out, ST_ROUNDS_GRANTED, 0);
+    if (!u)
+        return NOMEM_MSG(err, errlen);
+    u->ref = it->id;
+    u->ref2 = round + window;
+    *granted_out = u->ref2;
+    return 0;
+}
+
+int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,
+                        char *err, size_t errlen)
+{
+    if (!state_client(s, client_id))
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "client %" PRIu64 " not found",
+                       client_id);
+    if (!push(out, ST_CLIENT_RELEASED, client_id))
+        return NOMEM_MSG(err, errlen);
+    return 0;
+}
+
+int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
+                      char *err, size_t errlen)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "iteration %" PRIu64 " not found",
+                       iteration_id);
+    if (it->state == ST_ITER_GC)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "iteration %" PRIu64 " is already garbage-collected", iteration_id);
+    size_t clients = state_iteration_clients(s, iteration_id);
+    if (clients > 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "iteration %" PRIu64 " has %zu clients",
+                       iteration_id, clients);
+    size_t start = out->n;
+    struct st_update *u;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        if (s->tasks[i].iteration_id != iteration_id)
+            continue;
+        if (!(u = push(out, ST_TASK_REMOVED, s->tasks[i].id)))
+            goto nomem;
+        u->ref = iteration_id;
+    }
+    if (!push(out, ST_ITERATION_GC, iteration_id))
+        goto nomem;
+    return 0;
+nomem:
+    state_list_truncate(out, start);
+    return NOMEM_MSG(err, errlen);
+}

@@ -1,0 +1,180 @@
+/* What the dispatcher's server shell shares between its files: the dispatcher itself, commit,
+ * requests and replies, and the handlers the dispatch table in server.c calls. server.c holds
+ * start, close, commit and the dispatch table; handlers_datasets.c, handlers_jobs.c,
+ * handlers_clients.c and handlers_workers.c the RPC handlers by family; tick.c the timer.
+ * Everything here runs on the dispatcher's loop thread. */
+
+#ifndef SLUICE_DISPATCHER_SERVER_INTERNAL_H
+#define SLUICE_DISPATCHER_SERVER_INTERNAL_H
+
+#include "server.h"
+
+#include "journal_thread.h"
+#include "observe.h"
+#include "update_codec.h"
+#include "common/rows.h"
+#include "coverage.h"
+#include "state.h"
+#include "status.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "journal/journal.h"
+#include "pipeline/def.h"
+#include "pipeline/spec.h"
+#include "pipeline/split.h"
+
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_WORKER_TIMEOUT_MS 10000
+#define DEFAULT_CLIENT_TIMEOUT_MS 30000
+#define DEFAULT_JOB_GC_TIMEOUT_MS 60000
+#define DEFAULT_SNAPSHOT_EVERY 10000
+#define META_INCARNATION "incarnation"
+#define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
+#define ERRLEN 512
+
+struct soft {
+    uint64_t id;
+    uint64_t t; /* uv_now() milliseconds */
+};
+
+/* A map from id to time, sorted by id. */
+struct soft_table {
+    struct soft *v;
+    size_t n, cap;
+};
+
+struct def_cache_entry {
+    char id[ST_ID_MAX];
+    Sluice__DatasetDef *def; /* unpacked from the dataset's bytes, owned */
+};
+
+struct job_ctx;
+
+struct dispatcher {
+    uv_loop_t *loop;
+    struct rpc_server *rpc;
+    uv_timer_t timer;
+    struct state st;
+    struct st_update_list ups; /* planning scratch; empty between requests */
+
+    struct soft_table worker_seen, client_seen, idle_since;
+    /* distributed_epoch tasks: since when the worker reports a task settled (everything it
+     * produced was fetched) while it still holds leases, and when it was last leased splits. */
+    struct soft_table settled_since, leased_at;
+    struct coverage cov; /* consumers' partial reports of unfinished splits */
+    struct def_cache_entry *defs;
+    size_t ndefs, cap_defs;
+
+    char **worker_addresses;
+    size_t nworker_addresses;
+    uint32_t worker_timeout_ms, client_timeout_ms, gc_timeout_ms;
+    uint32_t worker_hb_ms, client_hb_ms;
+    uint64_t incarnation;
+    struct observe *obs; /* metrics and the autoscaling window (observe.h) */
+
+    struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
+
+    /* Fault-tolerant mode only (NULL otherwise). */
+    char *work_dir;
+    struct journal *journal;
+    struct journal_thread *jt;
+    uint64_t snapshot_every; /* updates between snapshots */
+    uint64_t since_snapshot; /* updates journaled since the last snapshot (or the start) */
+
+    bool fatal;
+    bool closing;
+    unsigned closing_parts; /* the timer and the rpc server, until their close callbacks */
+    void (*close_cb)(void *user);
+    void *close_user;
+    void (*on_fatal)(void *user, const char *msg);
+    void *user;
+};
+
+/* What every pending reply holds: the connection (referenced) and the request id. */
+struct req {
+    struct dispatcher *d;
+    struct rpc_conn *conn;
+    uint64_t id;
+};
+
+typedef void (*commit_cb)(struct dispatcher *d, int status, void *ctx);
+
+/* ---- server.c: commit, requests and replies ---- */
+
+/* Carries out the updates in ups (consumed: the list is left empty) and calls cb(d, status, ctx)
+ * once they are durable; status is 0, or negative when they could not be carried out (the
+ * dispatcher is then failed and refuses every later commit). The updates are applied to the
+ * state before this returns; without a journal cb runs before it returns, with one after the
+ * transaction holding the last update commits, in commit order (server.c says more). */
+void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx);
+
+/* A pending reply: takes a reference on conn (released by dispatcher_req_done). */
+void dispatcher_req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id);
+void dispatcher_req_done(struct req *r);
+/* Answers request id with an Error (code, msg). */
+void dispatcher_refuse(struct rpc_conn *conn, uint64_t id, int code, const char *msg);
+/* The error a failed commit answers with. */
+void dispatcher_refuse_commit(struct req *r, int status);
+/* Sends env as the reply to r; a reply that cannot be encoded or queued becomes an Error, and a
+ * connection that went away drops it. */
+void dispatcher_send_reply(struct req *r, Sluice__Envelope *env);
+
+/* The dataset's DatasetDef, decoded once and cached (owned by d), or NULL when it cannot be
+ * decoded or cached. */
+const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const struct st_dataset *ds);
+
+/* How long a task may sit settled with leases before they are leased again (server.c). */
+uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
+
+/* The soft-state tables: find (with the insertion point in *pos when not found), set (an
+ * allocation failure only loses the entry) and delete. */
+struct soft *dispatcher_soft_find(struct soft_table *t, uint64_t id, size_t *pos);
+void dispatcher_soft_set(struct soft_table *t, uint64_t id, uint64_t when);
+void dispatcher_soft_del(struct soft_table *t, uint64_t id);
+
+/* Once d is closing, its handles have closed and no split plan is running: frees d and calls
+ * the close callback. */
+void dispatcher_maybe_finish_close(struct dispatcher *d);
+
+/* ---- the RPC handlers, called by the dispatch table in server.c ---- */
+
+/* handlers_datasets.c */
+void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
+                               const Sluice__Envelope *env);
+
+/* handlers_jobs.c */
+void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
+                                     const Sluice__Envelope *env);
+/* Cancels the split plans queued on the thread pool (at close); those already running finish
+ * and their callbacks free them. */
+void dispatcher_jobs_cancel(struct dispatcher *d);
+
+/* handlers_clients.c */
+void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
+                                  const Sluice__Envelope *env);
+
+/* handlers_workers.c */
+void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
+                              const Sluice__Envelope *env);
+
+/* ---- tick.c ---- */
+
+/* The timer: evicts silent workers and clients, leases stalled splits again, collects idle
+ * iterations. */
+void dispatcher_on_tick(uv_timer_t *timer);
+
+#endif

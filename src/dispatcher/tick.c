@@ -1,0 +1,176 @@
+/* The dispatcher's timer: evictions of silent workers and clients, re-leasing of stalled
+ * splits, and garbage collection of idle iterations. */
+
+#include "server_internal.h"
+
+/* ---- the timer: evictions and garbage collection --------------------------------------------- */
+
+static void tick_done(struct dispatcher *d, int status, void *ctx)
+{
+    (void)d;
+    (void)status;
+    (void)ctx;
+}
+
+static bool expired(struct soft_table *t, uint64_t id, uint64_t now, uint32_t timeout)
+{
+    struct soft *e = dispatcher_soft_find(t, id, NULL);
+    if (!e) {
+        dispatcher_soft_set(t, id, now);
+        return false;
+    }
+    return now - e->t > timeout;
+}
+
+/* Deletes soft entries whose id the state no longer knows. */
+static void soft_prune(struct soft_table *t, const struct state *s,
+                       bool (*alive)(const struct state *, uint64_t))
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (alive(s, t->v[i].id))
+            t->v[k++] = t->v[i];
+    }
+    t->n = k;
+}
+
+static bool worker_alive(const struct state *s, uint64_t id)
+{
+    return state_worker(s, id) != NULL;
+}
+
+static bool client_alive(const struct state *s, uint64_t id)
+{
+    return state_client(s, id) != NULL;
+}
+
+static bool task_alive(const struct state *s, uint64_t id)
+{
+    return state_task(s, id) != NULL;
+}
+
+static bool iteration_idle(const struct state *s, uint64_t id)
+{
+    const struct st_iteration *it = state_iteration(s, id);
+    return it && it->state != ST_ITER_GC && state_iteration_clients(s, id) == 0;
+}
+
+/* Room for the ids of up to n rows. The timer collects the ids it acts on before acting,
+ * because every commit changes the tables it walks. */
+static uint64_t *id_buffer(size_t n, size_t *count)
+{
+    *count = 0;
+    return malloc((n ? n : 1) * sizeof(uint64_t));
+}
+
+void dispatcher_on_tick(uv_timer_t *timer)
+{
+    struct dispatcher *d = timer->data;
+    if (d->fatal || d->closing)
+        return;
+    uint64_t now = uv_now(d->loop);
+    char err[ERRLEN];
+    size_t n;
+    uint64_t *ids;
+
+    soft_prune(&d->worker_seen, &d->st, worker_alive);
+    soft_prune(&d->client_seen, &d->st, client_alive);
+    soft_prune(&d->idle_since, &d->st, iteration_idle);
+    soft_prune(&d->settled_since, &d->st, task_alive);
+    soft_prune(&d->leased_at, &d->st, task_alive);
+    for (size_t i = 0; i < d->cov.n;) {
+        const struct st_iteration *it = state_iteration(&d->st, d->cov.v[i].iteration);
+        if (it && it->state == ST_ITER_ACTIVE) {
+            i++;
+            continue;
+        }
+        coverage_forget_iteration(&d->cov, d->cov.v[i].iteration);
+    }
+
+    /* A task whose consumers fetched everything it produced, yet still holds splits nobody
+     * reported received after a grace of several heartbeats, lost a reply on the way (a
+     * connection dropped mid-reply): its splits are leased again, and consumers take only the
+     * elements they miss. */
+    uint32_t grace = dispatcher_reissue_grace_ms(d);
+    if ((ids = id_buffer(d->settled_since.n, &n))) {
+        for (size_t i = 0; i < d->settled_since.n; i++) {
+            const struct soft *e = &d->settled_since.v[i];
+            const struct st_task *t = state_task(&d->st, e->id);
+            const struct soft *l = dispatcher_soft_find(&d->leased_at, e->id, NULL);
+            if (t && t->leased.n > 0 && now - e->t > grace && (!l || now - l->t > grace))
+                ids[n++] = e->id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const struct st_task *t = state_task(&d->st, ids[i]);
+            log_warn("task %" PRIu64 ": %zu splits produced and fetched were not reported "
+                     "received within %" PRIu32 " ms: leasing them again",
+                     ids[i], t ? t->leased.n : 0, grace);
+            dispatcher_soft_del(&d->settled_since, ids[i]);
+            if (plan_return_task_splits(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("returning the splits of task %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            dispatcher_commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+
+    if ((ids = id_buffer(d->st.nworkers, &n))) {
+        for (size_t i = 0; i < d->st.nworkers; i++) {
+            if (expired(&d->worker_seen, d->st.workers[i].id, now, d->worker_timeout_ms))
+                ids[n++] = d->st.workers[i].id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const struct st_worker *w = state_worker(&d->st, ids[i]);
+            log_warn("worker %" PRIu64 " at %s sent no heartbeat for %" PRIu32 " ms: removing it",
+                     ids[i], w ? w->address : "?", d->worker_timeout_ms);
+            if (plan_remove_worker(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("removing worker %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            dispatcher_soft_del(&d->worker_seen, ids[i]);
+            dispatcher_commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+
+    if ((ids = id_buffer(d->st.nclients, &n))) {
+        for (size_t i = 0; i < d->st.nclients; i++) {
+            if (expired(&d->client_seen, d->st.clients[i].id, now, d->client_timeout_ms))
+                ids[n++] = d->st.clients[i].id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            log_info("client %" PRIu64 " sent no heartbeat for %" PRIu32 " ms: releasing it",
+                     ids[i], d->client_timeout_ms);
+            if (plan_release_client(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("releasing client %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            dispatcher_soft_del(&d->client_seen, ids[i]);
+            dispatcher_commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+
+    /* An iteration idle since the last tick that saw it so gets collected after the timeout;
+     * the clock restarts whenever it has clients again (pruned above). */
+    if ((ids = id_buffer(d->st.niterations, &n))) {
+        for (size_t i = 0; i < d->st.niterations; i++) {
+            const struct st_iteration *it = &d->st.iterations[i];
+            if (iteration_idle(&d->st, it->id) &&
+                expired(&d->idle_since, it->id, now, d->gc_timeout_ms))
+                ids[n++] = it->id;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (plan_gc_iteration(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
+                log_warn("collecting iteration %" PRIu64 ": %s", ids[i], err);
+                continue;
+            }
+            dispatcher_soft_del(&d->idle_since, ids[i]);
+            dispatcher_commit(d, &d->ups, tick_done, NULL);
+        }
+        free(ids);
+    }
+
+    observe_tick(d->obs, &d->st, now);
+}

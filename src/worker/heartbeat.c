@@ -1,0 +1,249 @@
+/* The worker's side of the dispatcher: heartbeats (registration, task assignments and
+ * removals) and split leasing through GetSplits. */
+
+#include "worker_internal.h"
+
+/* ---- split leasing ---------------------------------------------------------------------- */
+
+/* Copies a wire plan into a lease plan. Returns 0 or SLUICE_ERR_NOMEM. */
+static int plan_from_wire(const Sluice__SplitPlan *sp, struct lease_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    out->source_len = sp->source_len;
+    out->split_size = sp->split_size;
+    out->per_pass = sp->per_pass;
+    out->passes = sp->passes;
+    if (sp->n_paths == 0)
+        return 0;
+    out->paths = calloc(sp->n_paths, sizeof *out->paths);
+    if (!out->paths)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < sp->n_paths; i++) {
+        out->paths[i] = strdup(sp->paths[i] ? sp->paths[i] : "");
+        if (!out->paths[i]) {
+            lease_plan_release(out);
+            return SLUICE_ERR_NOMEM;
+        }
+        out->npaths++;
+    }
+    return 0;
+}
+
+static void splits_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct wtask *wt = user;
+    struct worker *w = wt->w;
+    wt->splits_inflight = false;
+    uint64_t now = worker_now_ms();
+    const Sluice__GetSplitsReply *r = NULL;
+    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY)
+        r = reply->get_splits_reply;
+    if (!r) {
+        if (status == 0)
+            msg = "unexpected reply";
+        if (!wt->dying && !w->closing && wt->splits_failures++ == 0)
+            log_warn("task %" PRIu64 ": leasing splits failed: %s (retrying)", wt->id, msg);
+        task_lease_failed(wt->task, now);
+        lease_number_done(&wt->splits_numbers, false);
+    } else {
+        lease_number_done(&wt->splits_numbers, true);
+        if (wt->splits_failures && !wt->dying)
+            log_info("task %" PRIu64 ": leasing splits works again", wt->id);
+        wt->splits_failures = 0;
+        struct lease_plan plan;
+        bool have_plan = false;
+        int rc = 0;
+        if (r->plan) {
+            rc = plan_from_wire(r->plan, &plan);
+            have_plan = rc == 0;
+        }
+        if (rc < 0) {
+            task_lease_granted(wt->task, NULL, NULL, 0, false, now);
+            task_fail(wt->task, rc, "copying the split plan: out of memory");
+        } else {
+            task_lease_granted(wt->task, have_plan ? &plan : NULL, r->seqs, r->n_seqs,
+                               r->end_of_splits, now);
+        }
+        worker_log_failure(wt);
+    }
+    if (wt->dying)
+        worker_reap(w);
+    else
+        worker_lease_pump(w, wt);
+}
+
+void worker_lease_pump(struct worker *w, struct wtask *wt)
+{
+    if (w->closing || wt->dying || wt->splits_inflight || !task_is_distributed(wt->task))
+        return;
+    /* Lease traffic goes only to the dispatcher that assigned the task. Calls made while
+     * disconnected would wait and go to whichever dispatcher answers next, which may be a
+     * restarted one that reuses the task id for another task. */
+    if (!rpc_client_connected(w->disp) || rpc_client_peer_incarnation(w->disp) != wt->incarnation)
+        return;
+    uint64_t now = worker_now_ms();
+    uint32_t max_splits;
+    const uint64_t *finished, *returned;
+    size_t nfinished, nreturned;
+    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished, &returned, &nreturned))
+        return;
+    Sluice__GetSplitsRequest req = SLUICE__GET_SPLITS_REQUEST__INIT;
+    req.task_id = wt->id;
+    req.max_splits = max_splits;
+    req.n_finished = nfinished;
+    req.finished = (uint64_t *)finished;
+    req.n_returned = nreturned;
+    req.returned = (uint64_t *)returned;
+    /* After a failure this is the failed request again, under its number (lease.h). */
+    req.request_seq = lease_number_next(&wt->splits_numbers);
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
+    env.get_splits = &req;
+    int rc = rpc_call(w->disp, &env, WORKER_SPLITS_TIMEOUT_MS, splits_done, wt);
+    if (rc < 0) {
+        task_lease_failed(wt->task, now);
+        lease_number_done(&wt->splits_numbers, false);
+        return;
+    }
+    wt->splits_inflight = true;
+    log_debug("task %" PRIu64 ": asked for %" PRIu32 " splits, reported %zu finished", wt->id,
+              max_splits, nfinished);
+}
+
+/* ---- heartbeats ------------------------------------------------------------------------- */
+
+static void hb_apply(struct worker *w, const Sluice__WorkerHeartbeatReply *r)
+{
+    for (size_t i = 0; i < r->n_removed_task_ids; i++) {
+        struct wtask *wt = worker_find_task(w, r->removed_task_ids[i]);
+        if (wt) {
+            log_info("task %" PRIu64 " removed", wt->id);
+            worker_remove_task(w, wt, SLUICE_ERR_NOT_FOUND, NULL);
+        }
+    }
+    /* A draining worker starts nothing new (a task assigned just before the dispatcher heard
+     * of the drain goes to the pool with the rest when the worker leaves). */
+    for (size_t i = 0; i < r->n_new_tasks && !w->draining; i++)
+        worker_add_task(w, r->new_tasks[i]);
+    if (!w->hb_fixed && r->heartbeat_ms && r->heartbeat_ms != w->hb_ms) {
+        w->hb_ms = r->heartbeat_ms;
+        uv_timer_start(&w->hb_timer, worker_on_hb_timer, w->hb_ms, w->hb_ms);
+    }
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        worker_lease_pump(w, wt);
+    worker_reap(w);
+}
+
+static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct worker *w = user;
+    w->hb_inflight = false;
+    if (w->closing)
+        return;
+    uint64_t seq = w->hb_seq;
+    if (w->hb_again) {
+        w->hb_again = false;
+        uv_timer_start(&w->hb_timer, worker_on_hb_timer, 0, w->hb_ms);
+    }
+    const Sluice__WorkerHeartbeatReply *r = NULL;
+    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY)
+        r = reply->worker_heartbeat_reply;
+    if (!r) {
+        if (status == 0)
+            msg = "unexpected reply";
+        /* One line when the dispatcher goes away, not one per heartbeat. */
+        if (w->hb_failures++ == 0)
+            log_warn("heartbeat to dispatcher %s failed: %s (retrying; tasks keep serving)",
+                     w->disp_address, msg);
+        /* No news is coming soon: the parked reads learn that their task is unknown. */
+        worker_unpark(w, seq, true);
+        return;
+    }
+    if (w->hb_failures)
+        log_info("dispatcher %s reachable again", w->disp_address);
+    w->hb_failures = 0;
+    hb_apply(w, r);
+    worker_unpark(w, seq, false);
+}
+
+void worker_hb_send(struct worker *w)
+{
+    if (w->closing || w->hb_inflight)
+        return;
+    size_t n = 0;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        n++;
+    Sluice__TaskProgress *progs = calloc(n ? n : 1, sizeof *progs);
+    Sluice__TaskProgress **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!progs || !ptrs) {
+        free(progs);
+        free(ptrs);
+        return; /* the next tick tries again */
+    }
+    uint64_t now = worker_now_ms();
+    uint64_t now_ns = uv_hrtime();
+    size_t i = 0;
+    wmetrics_pass_begin(w->wm);
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next, i++) {
+        struct task_progress tp;
+        task_progress(wt->task, &tp);
+        if (now > wt->rate_at_ms) {
+            wt->rate =
+                (double)(tp.produced - wt->rate_produced) * 1000.0 / (double)(now - wt->rate_at_ms);
+            wt->rate_produced = tp.produced;
+            wt->rate_at_ms = now;
+        }
+        sluice__task_progress__init(&progs[i]);
+        progs[i].task_id = wt->id;
+        progs[i].finished = tp.finished;
+        progs[i].elements_per_second = wt->rate;
+        progs[i].buffered = tp.buffered;
+        progs[i].settled = tp.settled;
+        progs[i].idle_fraction = wmetrics_task_heartbeat(w->wm, wt->id, &tp, now_ns);
+        ptrs[i] = &progs[i];
+    }
+    wmetrics_pass_end(w->wm);
+    Sluice__WorkerHeartbeatRequest req = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    req.address = w->address;
+    req.n_tasks = n;
+    req.tasks = ptrs;
+    req.draining = w->draining;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &req;
+    int rc = rpc_call(w->disp, &env, WORKER_HEARTBEAT_TIMEOUT_MS, hb_done, w);
+    free(progs);
+    free(ptrs);
+    if (rc < 0) {
+        log_warn("heartbeat: %s", sluice_strerror(rc));
+        return;
+    }
+    w->hb_inflight = true;
+    w->hb_seq++;
+}
+
+void worker_on_hb_timer(uv_timer_t *t)
+{
+    worker_hb_send(t->data);
+}
+
+void worker_on_connect(struct rpc_client *client, uint64_t incarnation, void *user)
+{
+    struct worker *w = user;
+    if (w->closing)
+        return;
+    if (w->disp_incarnation != 0 && incarnation != w->disp_incarnation) {
+        size_t n = 0;
+        for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+            n++;
+        log_warn("dispatcher %s restarted without its state (incarnation %016" PRIx64
+                 ", was %016" PRIx64 "): dropping %zu task(s)",
+                 w->disp_address, incarnation, w->disp_incarnation, n);
+        while (w->tasks)
+            worker_remove_task(w, w->tasks, SLUICE_ERR_NOT_FOUND, NULL);
+        worker_reap(w);
+    }
+    w->disp_incarnation = incarnation;
+    /* Report at once, so a restarted dispatcher learns about this worker without waiting. */
+    worker_hb_send(w);
+}

@@ -1,0 +1,590 @@
+/* The worker's serving side: GetElements and Read requests, replies that borrow the task's
+ * buffers, coordinated rounds and readers waiting for elements. */
+
+#include "worker_internal.h"
+
+/* ---- replies and waiting readers -------------------------------------------------------- */
+
+static void reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, bool eos,
+                           const uint8_t *payload, size_t len)
+{
+    Sluice__GetElementsReply r = SLUICE__GET_ELEMENTS_REPLY__INIT;
+    r.count = count;
+    r.end_of_sequence = eos;
+    r.payload.data = (uint8_t *)payload;
+    r.payload.len = len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
+    env.get_elements_reply = &r;
+    rpc_conn_reply(conn, id, &env);
+}
+
+/* A task this worker does not run (yet: the dispatcher may have told the reader before this
+ * worker's next heartbeat; or no longer: the worker restarted). The reader retries until the
+ * dispatcher's task list settles, so this is UNAVAILABLE, distinct from a task that failed. */
+static void reply_not_found(struct rpc_conn *conn, uint64_t id, uint64_t task_id)
+{
+    rpc_conn_reply_error(conn, id, SLUICE_ERR_UNAVAILABLE,
+                         "task %" PRIu64 " is not running on this worker", task_id);
+}
+
+/* A reply written straight from the chunks it was taken from: the take is released (the chunks
+ * go back to the task for reuse) only once the bytes are written. */
+struct sent_reply {
+    struct wtask *wt;
+    struct task_take tk;
+};
+
+static void on_reply_sent(void *arg, int status)
+{
+    struct sent_reply *sr = arg;
+    struct wtask *wt = sr->wt;
+    task_take_release(wt->task, &sr->tk);
+    free(sr);
+    wt->replies_inflight--;
+    if (wt->dying)
+        worker_reap(wt->w);
+}
+
+/* Describes the payload of a take that is written in place: the pieces of whole chunks, or
+ * the head chunk's records when the take used that chunk up. Returns the number of pieces, or 0
+ * when the payload must be copied (it lies in scratch, or in a chunk still in the buffer, which
+ * a later take may recycle before the write completes). */
+static unsigned take_pieces(const struct task_take *tk, uv_buf_t segs[RPC_MAX_SEGS])
+{
+    if (tk->wb.whole) {
+        unsigned n = 0;
+        for (const struct wbuf_chunk *c = tk->wb.spent; c; c = c->next) {
+            struct wbuf_piece pieces[3];
+            unsigned k = wbuf_chunk_pieces(c, pieces);
+            if (n + k > RPC_MAX_SEGS)
+                return 0;
+            for (unsigned i = 0; i < k; i++)
+                segs[n++] = uv_buf_init((char *)pieces[i].p, (unsigned)pieces[i].len);
+        }
+        return n;
+    }
+    if (!tk->wb.copied && tk->wb.spent) {
+        segs[0] = uv_buf_init((char *)tk->wb.payload, (unsigned)tk->wb.len);
+        return 1;
+    }
+    return 0;
+}
+
+/* Packs the payload of a take into one contiguous buffer (a take of whole chunks is spread
+ * over them). Returns the payload, NULL with *len 0 for an empty one, or NULL when out of
+ * memory. */
+static const uint8_t *take_payload(struct worker *w, const struct task_take *tk, size_t *len)
+{
+    *len = tk->wb.len;
+    if (!tk->wb.whole)
+        return tk->wb.payload;
+    if (w->scratch.cap < tk->wb.len) {
+        char *p = realloc(w->scratch.p, tk->wb.len);
+        if (!p)
+            return NULL;
+        w->scratch.p = p;
+        w->scratch.cap = tk->wb.len;
+    }
+    size_t off = 0;
+    for (const struct wbuf_chunk *c = tk->wb.spent; c; c = c->next) {
+        struct wbuf_piece pieces[3];
+        unsigned k = wbuf_chunk_pieces(c, pieces);
+        for (unsigned i = 0; i < k; i++) {
+            memcpy(w->scratch.p + off, pieces[i].p, pieces[i].len);
+            off += pieces[i].len;
+        }
+    }
+    return (const uint8_t *)w->scratch.p;
+}
+
+/* Sends the records of a take. A payload that lies in chunks the take used up is written from
+ * them without copying, and the take is released (its chunks go back to the task for reuse)
+ * once the bytes are written; any other is packed (copied) and the take released at once. */
+static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
+                       struct task_take *tk)
+{
+    uv_buf_t segs[RPC_MAX_SEGS];
+    unsigned nsegs = take_pieces(tk, segs);
+    if (nsegs > 0) {
+        struct sent_reply *sr = malloc(sizeof *sr);
+        if (sr) {
+            sr->wt = wt;
+            sr->tk = *tk;
+            int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, segs, nsegs,
+                                             on_reply_sent, sr);
+            if (rc == 0) {
+                wt->replies_inflight++;
+                return;
+            }
+            free(sr);
+            if (rc == SLUICE_ERR_CLOSED) {
+                task_take_release(wt->task, tk);
+                return;
+            }
+        }
+    }
+    size_t len;
+    const uint8_t *payload = take_payload(w, tk, &len);
+    if (payload || len == 0)
+        reply_elements(conn, id, tk->wb.count, false, payload, len);
+    else
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "task %" PRIu64 ": %s", wt->id,
+                             sluice_strerror(SLUICE_ERR_NOMEM));
+    task_take_release(wt->task, tk);
+}
+
+/* Answers a read from the task's buffer if it can be answered now. Returns true when a reply
+ * (elements, end of sequence, or the task's failure) went out, false when the buffer is empty
+ * and more may come. */
+static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
+                  uint32_t max_elements, uint64_t max_bytes)
+{
+    struct task_take tk;
+    int st = task_take_whole(wt->task, max_elements, max_bytes, &w->scratch, &tk);
+    switch (st) {
+    case TASK_TAKE_DATA:
+        wmetrics_served(w->wm, tk.wb.count, tk.wb.len);
+        reply_take(w, wt, conn, id, &tk);
+        /* A gathered reply may have grown the scratch buffer far past what most need. */
+        if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
+            pipe_buf_release(&w->scratch);
+        return true;
+    case TASK_TAKE_EMPTY:
+        return false;
+    case TASK_TAKE_END:
+        reply_elements(conn, id, 0, true, NULL, 0);
+        worker_report_end(w, wt);
+        return true;
+    case TASK_TAKE_FAILED:
+        /* One code for every pipeline failure, so readers never mistake it for a transport
+         * problem to retry (the pipeline's own code may be -ENOENT, say). */
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_TASK_FAILED, "%s", tk.msg);
+        return true;
+    default:
+        rpc_conn_reply_error(conn, id, st, "task %" PRIu64 ": %s", wt->id, sluice_strerror(st));
+        return true;
+    }
+}
+
+/* ---- coordinated reads ------------------------------------------------------------------ */
+
+static void waiter_unlink(struct worker *w, struct wtask *wt, struct waiter **pp,
+                          struct waiter *prev);
+static void waiter_pop(struct worker *w, struct wtask *wt);
+
+/* Stages one element of the task's buffer for the next round. Returns TASK_TAKE_DATA when one
+ * was staged, else what the take reported (EMPTY, END, FAILED with tk->msg) or a negative
+ * code. */
+static int rounds_take_one(struct worker *w, struct wtask *wt, struct task_take *tk)
+{
+    int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, &w->scratch, tk);
+    if (st != TASK_TAKE_DATA)
+        return st;
+    size_t len;
+    const uint8_t *payload = take_payload(w, tk, &len);
+    uint8_t *copy = (payload || len == 0) ? malloc(len ? len : 1) : NULL;
+    if (!copy) {
+        task_take_release(wt->task, tk);
+        return SLUICE_ERR_NOMEM;
+    }
+    if (len)
+        memcpy(copy, payload, len);
+    task_take_release(wt->task, tk);
+    rounds_stage(&wt->rounds, copy, len);
+    return TASK_TAKE_DATA;
+}
+
+/* Answers the waiting reads of a task read in rounds that can be answered from what it holds:
+ * a round served (kept), a round no longer kept (the consumer fell behind), the end, or a bad
+ * consumer index. Leaves the others waiting. Returns whether any read was answered. */
+static bool rounds_answer(struct worker *w, struct wtask *wt)
+{
+    struct rounds *r = &wt->rounds;
+    bool answered = false;
+    struct waiter **pp = &wt->wait_head, *prev = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        const uint8_t *rec;
+        size_t len;
+        enum rounds_lookup st = ROUNDS_WAITING;
+        if (!rpc_conn_is_open(q->conn)) {
+            /* nothing to answer */
+        } else if (q->consumer >= r->n) {
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
+                                 "consumer index %" PRIu32 " is not below num_consumers %" PRIu32,
+                                 q->consumer, r->n);
+        } else if ((st = rounds_lookup(r, q->consumer, q->round, &rec, &len)) == ROUNDS_READY) {
+            wmetrics_served(w->wm, 1, len);
+            reply_elements(q->conn, q->id, 1, false, rec, len);
+        } else if (st == ROUNDS_GONE) {
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
+                                 "consumer %" PRIu32 " fell too far behind: round %" PRIu64
+                                 " of task %" PRIu64
+                                 " was served to the other consumers and is gone",
+                                 q->consumer, q->round, wt->id);
+        } else if (r->ended) {
+            reply_elements(q->conn, q->id, 0, true, NULL, 0);
+        } else {
+            prev = q;
+            pp = &q->next;
+            continue;
+        }
+        waiter_unlink(w, wt, pp, prev);
+        answered = true;
+    }
+    return answered;
+}
+
+/* Serves the waiting reads of a task read in rounds as far as it can now. A round is served only
+ * at a moment when each of the n consumers has a read of it waiting that has not run out (a
+ * reader whose wait ran out may since have skipped the round, see src/client/tasks.h): then
+ * its n elements are taken from the buffer and every one of those reads is answered in this
+ * call, so a round reaches every consumer or none. */
+static void serve_rounds(struct worker *w, struct wtask *wt)
+{
+    struct rounds *r = &wt->rounds;
+    uint64_t now = worker_now_ms();
+    bool *seen = NULL;
+    for (;;) {
+        rounds_answer(w, wt);
+        /* The lowest round waited for, by reads still live. */
+        bool have = false;
+        uint64_t round = 0;
+        for (struct waiter *q = wt->wait_head; q; q = q->next) {
+            if (q->deadline_ms > now && rpc_conn_is_open(q->conn) && (!have || q->round < round)) {
+                round = q->round;
+                have = true;
+            }
+        }
+        if (!have)
+            break;
+        if (!seen && !(seen = malloc(r->n * sizeof *seen)))
+            break; /* no memory: the reads wait and are asked again */
+        memset(seen, 0, r->n * sizeof *seen);
+        uint32_t count = 0;
+        for (struct waiter *q = wt->wait_head; q; q = q->next) {
+            if (q->round == round && q->deadline_ms > now && rpc_conn_is_open(q->conn) &&
+                !seen[q->consumer]) {
+                seen[q->consumer] = true;
+                count++;
+            }
+        }
+        if (count < r->n)
+            break;
+        int st = TASK_TAKE_DATA;
+        struct task_take tk;
+        while (!rounds_stage_full(r) && (st = rounds_take_one(w, wt, &tk)) == TASK_TAKE_DATA)
+            continue;
+        if (st == TASK_TAKE_EMPTY)
+            break;
+        if (st == TASK_TAKE_END) {
+            rounds_end(r);
+            worker_report_end(w, wt);
+            continue; /* the reads are answered with the end */
+        }
+        if (st != TASK_TAKE_DATA) {
+            int code = st == TASK_TAKE_FAILED ? SLUICE_ERR_TASK_FAILED : st;
+            while (wt->wait_head) {
+                struct waiter *q = wt->wait_head;
+                if (rpc_conn_is_open(q->conn)) {
+                    if (st == TASK_TAKE_FAILED)
+                        rpc_conn_reply_error(q->conn, q->id, code, "%s", tk.msg);
+                    else
+                        rpc_conn_reply_error(q->conn, q->id, code, "task %" PRIu64 ": %s", wt->id,
+                                             sluice_strerror(st));
+                }
+                waiter_pop(w, wt);
+            }
+            break;
+        }
+        rounds_commit(r, round);
+    }
+    free(seen);
+}
+
+/* Answers a read the way the task is read: reads in rounds only ever wait (see serve_rounds);
+ * others are answered from the buffer. */
+static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *q)
+{
+    if (wt->rounds.n > 0)
+        return false;
+    return serve(w, wt, q->conn, q->id, q->max_elements, q->max_bytes);
+}
+
+static uint64_t hb_soon(struct worker *w);
+
+void worker_report_end(struct worker *w, struct wtask *wt)
+{
+    if (wt->end_reported)
+        return;
+    wt->end_reported = true;
+    hb_soon(w);
+}
+
+static void waiter_pop(struct worker *w, struct wtask *wt)
+{
+    struct waiter *q = wt->wait_head;
+    wt->wait_head = q->next;
+    if (!wt->wait_head)
+        wt->wait_tail = NULL;
+    wt->nwait--;
+    w->nwaiters--;
+    rpc_conn_unref(q->conn);
+    free(q);
+}
+
+void worker_tick_adjust(struct worker *w)
+{
+    uint64_t want = w->nwaiters ? WORKER_TICK_FAST_MS : WORKER_TICK_SLOW_MS;
+    if (w->closing || want == w->tick_ms)
+        return;
+    w->tick_ms = want;
+    uv_timer_start(&w->tick_timer, worker_on_tick, want, want);
+}
+
+/* Unlinks waiter *pp (prev is the one before it, or NULL) from wt's queue and frees it. */
+static void waiter_unlink(struct worker *w, struct wtask *wt, struct waiter **pp,
+                          struct waiter *prev)
+{
+    struct waiter *q = *pp;
+    *pp = q->next;
+    if (wt->wait_tail == q)
+        wt->wait_tail = prev;
+    wt->nwait--;
+    w->nwaiters--;
+    rpc_conn_unref(q->conn);
+    free(q);
+}
+
+void worker_serve_waiters(struct worker *w, struct wtask *wt)
+{
+    if (wt->rounds.n > 0) {
+        serve_rounds(w, wt);
+    } else {
+        while (wt->wait_head) {
+            struct waiter *q = wt->wait_head;
+            if (rpc_conn_is_open(q->conn) && !serve_read(w, wt, q))
+                break;
+            waiter_pop(w, wt);
+        }
+    }
+    task_set_waiting(wt->task, wt->nwait > 0);
+}
+
+void worker_expire_waiters(struct worker *w, struct wtask *wt, uint64_t now)
+{
+    /* Every wait has the same bound, so deadlines grow along the queue. */
+    while (wt->wait_head && wt->wait_head->deadline_ms <= now) {
+        struct waiter *q = wt->wait_head;
+        if (rpc_conn_is_open(q->conn))
+            reply_elements(q->conn, q->id, 0, false, NULL, 0);
+        waiter_pop(w, wt);
+    }
+    task_set_waiting(wt->task, wt->nwait > 0);
+}
+
+void worker_drop_waiters(struct worker *w, struct wtask *wt, int code, const char *why)
+{
+    while (wt->wait_head) {
+        struct waiter *q = wt->wait_head;
+        if (rpc_conn_is_open(q->conn)) {
+            if (code == SLUICE_ERR_NOT_FOUND)
+                reply_not_found(q->conn, q->id, wt->id);
+            else
+                rpc_conn_reply_error(q->conn, q->id, code, "%s", why);
+        }
+        waiter_pop(w, wt);
+    }
+}
+
+/* Asks the dispatcher for news now: at once, or right after the heartbeat in flight. Returns
+ * the number of the heartbeat whose reply will carry it. */
+static uint64_t hb_soon(struct worker *w)
+{
+    if (w->hb_inflight) {
+        w->hb_again = true;
+        return w->hb_seq + 1;
+    }
+    worker_hb_send(w);
+    return w->hb_inflight ? w->hb_seq : w->hb_seq + 1;
+}
+
+/* A read of a task this worker does not know: typically the dispatcher has told the reader
+ * about a task it assigned to this worker, and this worker will hear of it at its next
+ * heartbeat. Rather than have the reader back off and retry, the read waits for the reply to a
+ * heartbeat sent now, and is then served or told the task is unknown (unpark). Parked reads are
+ * bounded by WORKER_POLL_MS like any wait. */
+static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
+                 uint32_t max_elements, uint64_t max_bytes, uint32_t consumer, uint64_t round)
+{
+    struct waiter *q = calloc(1, sizeof *q);
+    if (!q) {
+        reply_not_found(conn, id, task_id);
+        return;
+    }
+    rpc_conn_ref(conn);
+    q->conn = conn;
+    q->id = id;
+    q->task_id = task_id;
+    q->max_elements = max_elements;
+    q->max_bytes = max_bytes;
+    q->consumer = consumer;
+    q->round = round;
+    q->deadline_ms = worker_now_ms() + WORKER_POLL_MS;
+    if (w->parked_tail)
+        w->parked_tail->next = q;
+    else
+        w->parked_head = q;
+    w->parked_tail = q;
+    w->nwaiters++;
+    q->hb_need = hb_soon(w);
+    worker_tick_adjust(w);
+}
+
+static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
+                        uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
+                        uint64_t round, bool may_park);
+
+void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
+{
+    struct waiter *ready = NULL, **ready_tail = &ready;
+    struct waiter **pp = &w->parked_head;
+    w->parked_tail = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        if (force || q->hb_need <= hb_done || q->deadline_ms <= worker_now_ms()) {
+            *pp = q->next;
+            q->next = NULL;
+            *ready_tail = q;
+            ready_tail = &q->next;
+        } else {
+            w->parked_tail = q;
+            pp = &q->next;
+        }
+    }
+    while (ready) {
+        struct waiter *q = ready;
+        ready = q->next;
+        w->nwaiters--;
+        if (rpc_conn_is_open(q->conn)) {
+            if (w->closing)
+                rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_UNAVAILABLE,
+                                     "the worker is shutting down");
+            else
+                handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes,
+                            q->consumer, q->round, false);
+        }
+        rpc_conn_unref(q->conn);
+        free(q);
+    }
+}
+
+static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_t id,
+                                const Sluice__GetElementsRequest *req)
+{
+    uint32_t max_elements = req->max_elements ? req->max_elements : WORKER_DEFAULT_MAX_ELEMENTS;
+    uint64_t max_bytes = req->max_bytes ? req->max_bytes : WORKER_DEFAULT_MAX_BYTES;
+    if (max_bytes > WORKER_MAX_REPLY_BYTES)
+        max_bytes = WORKER_MAX_REPLY_BYTES;
+    handle_read(w, conn, id, req->task_id, max_elements, max_bytes, req->consumer_index, req->round,
+                true);
+}
+
+static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
+                        uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
+                        uint64_t round, bool may_park)
+{
+    struct wtask *wt = worker_find_task(w, task_id);
+    if (!wt) {
+        /* Only while the dispatcher is reachable can a heartbeat bring the task. */
+        if (may_park && rpc_client_connected(w->disp))
+            park(w, conn, id, task_id, max_elements, max_bytes, consumer, round);
+        else
+            reply_not_found(conn, id, task_id);
+        return;
+    }
+    const struct waiter rd = {.conn = conn,
+                              .id = id,
+                              .max_elements = max_elements,
+                              .max_bytes = max_bytes,
+                              .consumer = consumer,
+                              .round = round};
+    /* Earlier readers go first; a new one is served at once only when nobody waits. Reads in
+     * rounds always wait with the others (serve_rounds). */
+    if (!wt->wait_head && serve_read(w, wt, &rd))
+        return;
+
+    struct waiter *q = malloc(sizeof *q);
+    if (!q) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        return;
+    }
+    *q = rd;
+    rpc_conn_ref(conn);
+    q->deadline_ms = worker_now_ms() + WORKER_POLL_MS;
+    if (wt->wait_tail)
+        wt->wait_tail->next = q;
+    else
+        wt->wait_head = q;
+    wt->wait_tail = q;
+    wt->nwait++;
+    w->nwaiters++;
+    task_set_waiting(wt->task, true);
+    /* Elements a producer holds back for batching are due now if they have lingered; and
+     * elements may have arrived for earlier waiters before the producer's wakeup is handled. */
+    task_steal(wt->task, uv_hrtime());
+    worker_serve_waiters(w, wt);
+    worker_tick_adjust(w);
+}
+
+void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *req,
+                       void *user)
+{
+    struct worker *w = user;
+    if (req->body_case != SLUICE__ENVELOPE__BODY_GET_ELEMENTS || !req->get_elements) {
+        rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNSUPPORTED,
+                             "a worker answers only GetElements requests");
+        return;
+    }
+    wmetrics_request(w->wm);
+    if (w->closing) {
+        rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");
+        return;
+    }
+    w->last_fetch_ms = worker_now_ms();
+    handle_get_elements(w, conn, req->id, req->get_elements);
+}
+
+void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *user)
+{
+    struct worker *w = user;
+    struct waiter **pp = &w->parked_head;
+    w->parked_tail = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        if (q->conn != conn) {
+            w->parked_tail = q;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        w->nwaiters--;
+        rpc_conn_unref(q->conn);
+        free(q);
+    }
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        struct waiter **pp = &wt->wait_head;
+        struct waiter *prev = NULL;
+        while (*pp) {
+            struct waiter *q = *pp;
+            if (q->conn != conn) {
+                prev = q;
+                pp = &q->next;
+                continue;
+            }
+            waiter_unlink(w, wt, pp, prev);
+        }
+        task_set_waiting(wt->task, wt->nwait > 0);
+    }
+}

@@ -1,0 +1,171 @@
+/* What the worker shell's files share: the worker and its task table. worker.c holds the task
+ * table, wakeups, draining, the tick, start and close; serve.c answers readers (GetElements,
+ * coordinated rounds, waiting readers); heartbeat.c talks to the dispatcher (heartbeats and
+ * split leasing). Everything here runs on the worker's loop thread. */
+
+#ifndef SLUICE_WORKER_WORKER_INTERNAL_H
+#define SLUICE_WORKER_WORKER_INTERNAL_H
+
+#include "worker.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "lease.h"
+#include "rounds.h"
+#include "pipeline/def.h"
+#include "pipeline/registry.h"
+#include "pipeline/split.h"
+#include "task.h"
+#include "wmetrics.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WORKER_TICK_FAST_MS 2
+#define WORKER_TICK_SLOW_MS 50
+#define WORKER_HEARTBEAT_TIMEOUT_MS 10000
+#define WORKER_SPLITS_TIMEOUT_MS 10000
+
+struct waiter {
+    struct waiter *next;
+    struct rpc_conn *conn; /* referenced */
+    uint64_t id;
+    uint32_t max_elements;
+    uint64_t max_bytes;
+    uint64_t deadline_ms;
+    uint64_t task_id;  /* a parked read (see park) */
+    uint64_t hb_need;  /* a parked read: answered once heartbeat number hb_need has returned */
+    uint32_t consumer; /* coordinated reads: the reader's consumer index */
+    uint64_t round;    /* coordinated reads: the round asked for */
+};
+
+struct wtask {
+    /* Draining: the buffered count last seen and when it last went down. */
+    uint64_t drain_buffered, drain_progress_ms;
+    struct wtask *next;
+    struct worker *w;
+    uint64_t id;
+    struct task *task;
+    struct waiter *wait_head, *wait_tail; /* FIFO: readers are served in arrival order */
+    size_t nwait;
+    bool dying;
+    bool splits_inflight;
+    bool failure_logged;
+    bool end_reported;         /* the dispatcher was told at once that this task finished */
+    unsigned replies_inflight; /* replies sent from the task's chunks and not yet written */
+    unsigned splits_failures;
+    /* The request_seq of the task's GetSplits calls. */
+    struct lease_numbers splits_numbers;
+    uint64_t incarnation; /* of the dispatcher that assigned the task */
+    uint64_t rate_produced, rate_at_ms;
+    double rate;
+    struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
+};
+
+struct worker {
+    uv_loop_t *loop;
+    const struct sluice_registry *reg;
+    unsigned threads;
+    uint64_t buffer_bytes, buffer_records;
+    struct rpc_server *srv;
+    struct rpc_client *disp;
+    uint64_t incarnation;
+    uint64_t disp_incarnation; /* 0 before the first handshake */
+    uv_async_t wake;
+    uv_timer_t hb_timer;
+    uv_timer_t tick_timer;
+    uint64_t tick_ms;
+    uint32_t hb_ms;
+    bool hb_fixed;
+    bool hb_inflight;
+    bool hb_again; /* send another heartbeat as soon as the one in flight returns */
+    unsigned hb_failures;
+    uint64_t hb_seq; /* heartbeats sent; the one in flight (if any) has this number */
+    /* Reads of tasks not known yet, answered after the next heartbeat reply (FIFO). */
+    struct waiter *parked_head, *parked_tail;
+    struct wtask *tasks;
+    struct wtask *dying;
+    size_t nwaiters;
+    char host[256];
+    int port;
+    char address[512];
+    char disp_address[512];
+    struct pipe_buf scratch;
+    struct wmetrics *wm; /* owned; see wmetrics.h */
+
+    /* Draining (worker_drain): no new tasks or splits; done once every task finished or the
+     * deadline passed, then the worker deregisters (leaving) and calls drain_cb. */
+    bool draining, leaving;
+    uint64_t drain_deadline_ms;
+    uint64_t last_fetch_ms; /* when a reader last asked for elements */
+    void (*drain_cb)(void *user, bool complete);
+    void *drain_user;
+
+    bool closing;
+    bool srv_open, disp_open;
+    unsigned handles; /* open uv handles of our own */
+    bool handles_closing;
+    void (*close_cb)(void *user);
+    void *close_user;
+};
+
+/* heartbeat.c */
+
+/* Sends a heartbeat to the dispatcher now (task states, leases, draining); its reply adds and
+ * removes tasks. */
+void worker_hb_send(struct worker *w);
+/* Asks the dispatcher that assigned wt for splits (reporting finished and returned ones) when
+ * its task needs them and no GetSplits call is in flight. */
+void worker_lease_pump(struct worker *w, struct wtask *wt);
+/* The dispatcher client connected (incarnation: the dispatcher's); reports at once. */
+void worker_on_connect(struct rpc_client *client, uint64_t incarnation, void *user);
+/* The heartbeat timer. */
+void worker_on_hb_timer(uv_timer_t *t);
+
+/* serve.c */
+
+/* Answers every reader waiting on wt with code (not found, or an error with why) and frees them. */
+void worker_drop_waiters(struct worker *w, struct wtask *wt, int code, const char *why);
+/* Answers waits that ran out with no elements (the reader simply asks again). */
+void worker_expire_waiters(struct worker *w, struct wtask *wt, uint64_t now);
+/* A closed connection's waiting reads can never be answered; forget them now. */
+void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *user);
+/* The rpc server's request callback: GetElements and Read. */
+void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *req,
+                       void *user);
+/* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
+ * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
+void worker_report_end(struct worker *w, struct wtask *wt);
+/* Serves waiting readers in arrival order for as long as the buffer has elements for them; a
+ * task read in rounds serves whole rounds (serve_rounds). */
+void worker_serve_waiters(struct worker *w, struct wtask *wt);
+/* Runs the tick fast while readers wait and slowly otherwise. */
+void worker_tick_adjust(struct worker *w);
+/* Answers the parked reads that were waiting for heartbeat hb_done (all of them with force):
+ * served when their task is known now, else told it is not. */
+void worker_unpark(struct worker *w, uint64_t hb_done, bool force);
+
+/* worker.c */
+
+/* Starts the task td describes, unless it is already live (a failure to start is logged). */
+void worker_add_task(struct worker *w, const Sluice__TaskDef *td);
+/* The live task with this id, or NULL. */
+struct wtask *worker_find_task(struct worker *w, uint64_t id);
+/* Logs the task's failure, once. */
+void worker_log_failure(struct wtask *wt);
+/* A monotonic clock in milliseconds. */
+uint64_t worker_now_ms(void);
+/* The tick timer: publishes held-back elements, expires waits, retries and reports leases. */
+void worker_on_tick(uv_timer_t *t);
+/* Frees dying tasks whose producers have exited, whose GetSplits call has completed and whose
+ * replies sent from their chunks are written. */
+void worker_reap(struct worker *w);
+/* Takes wt off the live list (its waiting readers get code and why), stops it and moves it to
+ * the dying list, where worker_reap frees it. */
+void worker_remove_task(struct worker *w, struct wtask *wt, int code, const char *why);
+
+#endif
