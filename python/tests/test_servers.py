@@ -3,6 +3,7 @@ and no threads or file descriptors left behind."""
 
 import os
 import tempfile
+import time
 
 import pytest
 
@@ -98,3 +99,31 @@ def test_static_sharding_modes(mode):
         assert got == list(range(20))
         for w in workers:
             w.stop()
+
+
+def test_static_sharding_waits_for_every_fixed_worker():
+    # One of the two fixed workers registers late: the read must not end with half the data.
+    ports = [free_port(), free_port()]
+    with sluice.DispatchServer(worker_addresses=[f"127.0.0.1:{p}" for p in ports]) as d:
+        first = sluice.WorkerServer(d, port=ports[0])
+        it = iter(sluice.distribute("range(20)", "data", d, element_timeout=0.2))
+        got = []
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            try:
+                got.append(int(next(it)))
+            except sluice.TimeoutError:
+                pass
+            except StopIteration:
+                pytest.fail(f"the read ended with one of two fixed workers: {sorted(got)}")
+        second = sluice.WorkerServer(d, port=ports[1])
+        while True:
+            try:
+                got.append(int(next(it)))
+            except sluice.TimeoutError:
+                assert time.monotonic() < deadline + 30
+            except StopIteration:
+                break
+        assert sorted(got) == list(range(20))
+        first.stop()
+        second.stop()

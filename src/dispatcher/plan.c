@@ -28,6 +28,28 @@ static bool pending(const struct st_update_list *out, size_t start, enum st_upda
     return false;
 }
 
+/* The number of different workers with a finished task of the iteration, counting the tasks
+ * finished by the updates appended since start. */
+static uint32_t finished_workers(const struct state *s, const struct st_iteration *it,
+                                 const struct st_update_list *out, size_t start)
+{
+    uint32_t n = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != it->id ||
+            (!t->finished && !pending(out, start, ST_TASK_FINISHED, t->id)))
+            continue;
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++) {
+            const struct st_task *u = &s->tasks[j];
+            seen = u->iteration_id == it->id && u->worker_id == t->worker_id &&
+                   (u->finished || pending(out, start, ST_TASK_FINISHED, u->id));
+        }
+        n += !seen;
+    }
+    return n;
+}
+
 /* Whether the iteration is finished once the updates appended since start are applied: it has at
  * least one task left, every one finished, and (distributed) every split finished. The plans that
  * call this never lease splits or take them from the pool; returning leases (which refills the
@@ -57,6 +79,12 @@ static bool iteration_finishes(const struct state *s, const struct st_iteration 
             return false;
     }
     if (remaining == 0)
+        return false;
+    /* Static sharding: each fixed worker holds one shard, so the data is complete only once as
+     * many different workers finished their tasks (a worker that registers late must not find
+     * its shard's iteration already over). */
+    const struct st_job *job = state_job(s, it->job_id);
+    if (job && mode_static(job->mode) && finished_workers(s, it, out, start) < s->static_workers)
         return false;
     if (it->distributed && (it->split_cursor != it->split_total || it->pool.n != 0 ||
                             it->splits_leased != finished_now))

@@ -515,6 +515,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
             d->nworker_addresses++;
         }
     }
+    d->st.static_workers = (uint32_t)d->nworker_addresses;
 
     struct rpc_server_opts ro = {
         .host = opts->host,

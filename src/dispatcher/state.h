@@ -177,6 +177,11 @@ struct state {
     size_t nworkers, cap_workers;
     struct st_client *clients;
     size_t nclients, cap_clients;
+    /* Configuration, not history: the number of fixed workers of the static sharding modes
+     * (--worker-addresses). The shell sets it after recovery; planning reads it (an iteration of
+     * a static mode finishes only once every fixed worker finished its shard); apply, snapshots
+     * and digests ignore it. */
+    uint32_t static_workers;
 };
 
 /* ---- updates --------------------------------------------------------------------------------- */
