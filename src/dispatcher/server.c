@@ -1581,12 +1581,11 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
     if (!d->work_dir)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
     d->snapshot_every = opts->snapshot_every ? opts->snapshot_every : DEFAULT_SNAPSHOT_EVERY;
-    struct journal_opts jo = {.work_dir = opts->work_dir, .map_max = opts->journal_max_bytes};
-    int rc = journal_open(&jo, &d->journal, why, sizeof why);
-    if (rc == 0) {
-        state_release(&d->st);
-        rc = journal_thread_recover(d->journal, &d->st, &info, why, sizeof why);
-    }
+    struct journal_opts jo = {
+        .work_dir = opts->work_dir, .create = true, .map_max = opts->journal_max_bytes};
+    state_release(&d->st);
+    int rc = journal_thread_open(&jo, opts->recover_to_last_good, &d->journal, &d->st, &info, why,
+                                 sizeof why);
     if (rc == 0) {
         rc = journal_meta_get_u64(d->journal, META_INCARNATION, &inc, why, sizeof why);
         if (rc == SLUICE_ERR_NOT_FOUND) {

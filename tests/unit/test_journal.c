@@ -80,7 +80,8 @@ static struct journal *open_journal(const char *wd, size_t map_size, size_t map_
 {
     struct journal *j = NULL;
     char err[512] = "";
-    struct journal_opts o = {.work_dir = wd, .map_size = map_size, .map_max = map_max};
+    struct journal_opts o = {
+        .work_dir = wd, .create = true, .map_size = map_size, .map_max = map_max};
     int rc = journal_open(&o, &j, err, sizeof err);
     if (rc < 0)
         fail_msg("journal_open %s: %s", wd, err);
@@ -250,9 +251,9 @@ static void test_fresh_work_dir(void **unused)
     journal_close(j);
 
     /* A work dir that cannot be created. */
-    struct journal_opts o = {.work_dir = "/proc/sluice-cannot-be-here"};
+    struct journal_opts o = {.work_dir = "/proc/sluice-cannot-be-here", .create = true};
     assert_true(journal_open(&o, &j, err, sizeof err) < 0);
-    assert_non_null(strstr(err, "create /proc/sluice-cannot-be-here/journal: "));
+    assert_non_null(strstr(err, "create /proc/sluice-cannot-be-here: "));
     /* Reading a journal that is not there. */
     o = (struct journal_opts){.work_dir = work("nothing"), .read_only = true};
     assert_int_equal(journal_open(&o, &j, err, sizeof err), SLUICE_ERR_NOT_FOUND);
@@ -469,7 +470,7 @@ static void test_readers_and_writers(void **unused)
     /* A reader in another process reads while this one holds the journal open for writing. */
     assert_int_equal(in_child(read_while_written, NULL), 0);
     /* A second writer is refused before it touches the environment. */
-    struct journal_opts o = {.work_dir = work("w")};
+    struct journal_opts o = {.work_dir = work("w"), .create = true};
     assert_int_equal(journal_open(&o, &other, err, sizeof err), SLUICE_ERR_EXISTS);
     assert_string_equal(err, "another process is writing this journal");
     assert_int_equal(append_n(j, 6, 1, NULL, err, sizeof err), 0);
@@ -584,7 +585,7 @@ static int fill_disk(void *arg)
     (void)arg;
     struct journal *j;
     char err[256];
-    struct journal_opts o = {.work_dir = work("w")};
+    struct journal_opts o = {.work_dir = work("w"), .create = true};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 110;
     signal(SIGXFSZ, SIG_IGN);
@@ -670,7 +671,8 @@ static int crash_child(void *arg)
     struct crash *c = arg;
     struct journal *j;
     char err[256];
-    struct journal_opts o = {.work_dir = work("w"), .fault = crash_hook, .fault_user = c};
+    struct journal_opts o = {
+        .work_dir = work("w"), .create = true, .fault = crash_hook, .fault_user = c};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 10;
     for (c->current = 1; c->current <= CRASH_BATCHES; c->current++) {
@@ -1340,7 +1342,7 @@ static int dispatcher_child(void *arg)
 {
     struct child *c = arg;
     char err[512];
-    struct journal_opts jo = {.work_dir = work("kill")};
+    struct journal_opts jo = {.work_dir = work("kill"), .create = true};
     struct journal_recovery info;
     if (journal_open(&jo, &c->j, err, sizeof err) < 0)
         return 30;
