@@ -23,6 +23,7 @@ _Static_assert(sizeof(size_t) == 8, "the journal checks know LMDB's 64-bit layou
 #define MIN_PSIZE 512u /* smaller pages cannot hold two keys of MAX_KEY */
 #define MAX_PSIZE 32768u
 #define P_INVALID UINT64_MAX
+#define MAX_MAPSIZE ((uint64_t)1 << 46) /* 64 TiB, four times the journal's largest ceiling */
 
 #define MDB_MAGIC 0xBEEFC0DEu
 #define MDB_DATA_VERSION 1u
@@ -220,12 +221,14 @@ int journal_check_metas(const uint8_t *head, size_t headlen, uint64_t file_size,
                                   " bytes, but its last transaction uses %" PRIu64 " (%" PRIu64
                                   " pages of %u bytes)",
                                   file_size, (c->last_pg + 1) * psize, c->last_pg + 1, psize);
+    /* The map size is the page size times a page count LMDB rounds to, never below what the
+     * transaction uses, never near the end of the address space. */
     for (unsigned i = 0; i < NUM_METAS; i++)
-        if (m[i].mapsize / psize <= m[i].last_pg)
-            return journal_damage_set(d, true, i,
-                                      "meta page %u: map size %" PRIu64
-                                      " is smaller than the %" PRIu64 " pages it uses",
-                                      i, m[i].mapsize, m[i].last_pg + 1);
+        if (m[i].mapsize / psize <= m[i].last_pg || m[i].mapsize % psize != 0 ||
+            m[i].mapsize > MAX_MAPSIZE)
+            return journal_damage_set(
+                d, true, i, "meta page %u: map size %" PRIu64 " for %" PRIu64 " pages of %u bytes",
+                i, m[i].mapsize, m[i].last_pg + 1, psize);
     info->psize = psize;
     info->current = cur;
     info->txnid = c->txnid;

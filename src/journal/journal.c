@@ -270,7 +270,8 @@ static int create_journal(struct journal *j, const struct journal_paths *p, char
 }
 
 /* Reads the start of the data file and checks its meta pages (check.h) before LMDB opens it. */
-static int check_head(struct journal *j, struct journal_damage *d, char *err, size_t errlen)
+static int check_head(struct journal *j, struct journal_damage *d, uint64_t *file_size, char *err,
+                      size_t errlen)
 {
     int fd = open(j->data_path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -313,6 +314,7 @@ static int check_head(struct journal *j, struct journal_damage *d, char *err, si
         n += r;
     }
     struct journal_file_info info;
+    *file_size = (uint64_t)st.st_size;
     rc = journal_check_metas(head, (size_t)n, (uint64_t)st.st_size, &info, d);
     if (rc < 0)
         journal_damage_format(d, err, errlen);
@@ -462,16 +464,20 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
         }
     }
 
-    rc = check_head(j, d, err, errlen);
+    uint64_t file_size = 0;
+    rc = check_head(j, d, &file_size, err, errlen);
     if (rc < 0)
         goto fail_alloc;
+    /* A reader maps the file as it is rather than trusting the map size its meta page names. */
+    if (j->read_only)
+        map_size = page_round((size_t)file_size + (size_t)sysconf(_SC_PAGESIZE) - 1);
     rc = mdb_env_create(&j->env);
     if (rc != 0) {
         rc = lmdb_fail(err, errlen, rc, "create the environment");
         goto fail_alloc;
     }
     rc = mdb_env_set_maxdbs(j->env, 4);
-    if (rc == 0 && !j->read_only)
+    if (rc == 0)
         rc = mdb_env_set_mapsize(j->env, map_size);
     if (rc != 0) {
         rc = lmdb_fail(err, errlen, rc, "configure the environment");
