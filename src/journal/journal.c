@@ -385,6 +385,10 @@ static int check_pages(struct journal *j, struct journal_damage *d, char *err, s
     return rc;
 }
 
+static const char no_journal_foreign[] =
+    "no journal here (no " ENV_DIR "/), and the work dir is not empty: a journal is only created "
+    "in an empty or new directory";
+
 int journal_open_damage(const struct journal_opts *opts, struct journal **out,
                         struct journal_damage *d, char *err, size_t errlen)
 {
@@ -436,9 +440,7 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
         if (rc < 0)
             goto fail_alloc;
         if (presence == JOURNAL_FOREIGN) {
-            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
-                         "no journal here (no " ENV_DIR "/), and the work dir is not empty: a "
-                         "journal is only created in an empty or new directory");
+            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "%s", no_journal_foreign);
             goto fail_alloc;
         }
         if (presence == JOURNAL_FRESH && !opts->create) {
@@ -456,10 +458,13 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
                 goto fail_alloc;
         }
     } else if (!file_mode) {
-        struct stat st;
-        if (stat(paths.dir, &st) < 0) {
-            rc = errno == ENOENT ? err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here")
-                                 : err_set(err, errlen, -errno, "open: %s", strerror(errno));
+        enum journal_presence presence;
+        rc = journal_layout_probe(j->work_dir, &paths, &presence, err, errlen);
+        if (rc < 0)
+            goto fail_alloc;
+        if (presence != JOURNAL_PRESENT) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "%s",
+                         presence == JOURNAL_FOREIGN ? no_journal_foreign : "no journal here");
             goto fail_alloc;
         }
     }

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <lmdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -361,11 +362,509 @@ static void test_sweep(void **unused)
     free(o.served);
 }
 
+/* ---- a work dir without a whole journal ------------------------------------------------------ */
+
+static void expect_refused(const char *wd, const char *want)
+{
+    struct start s;
+    start_dispatcher(wd, NULL, &s);
+    if (s.started)
+        fail_msg("a dispatcher started on %s, expected: %s", wd, want);
+    assert_int_equal(s.exit_code, 1);
+    char *dmsg = message_after(s.err, "sluice-dispatcher", wd);
+    if (!dmsg || strcmp(dmsg, want) != 0)
+        fail_msg("the dispatcher said\n  %s\nexpected\n  %s", s.err, want);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(verify_cmd(wd, &out, &err), 1);
+    char *vmsg = message_after(err, "sluice", wd); /* and perhaps what would recover it */
+    if (!vmsg || strncmp(vmsg, want, strlen(want)) != 0)
+        fail_msg("verify said\n  %s\nexpected\n  %s", err, want);
+    free(vmsg);
+    free(dmsg);
+    free(s.err);
+    free(out);
+    free(err);
+}
+
+static void expect_starts(const char *wd)
+{
+    struct start s;
+    start_dispatcher(wd, NULL, &s);
+    if (!s.started)
+        fail_msg("no dispatcher started on %s: %s", wd, s.err);
+    assert_int_equal(proc_stop(&s.p, SIGTERM, WAIT_MS), 0);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(verify_cmd(wd, &out, &err), 0);
+    free(out);
+    free(err);
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char path[1024];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+/* The page of the current transaction's main table: the meta page with the larger id names it. */
+static size_t main_root(const uint8_t *data)
+{
+    uint64_t t0, t1, root;
+    memcpy(&t0, data + 144, 8);
+    memcpy(&t1, data + PSIZE + 144, 8);
+    memcpy(&root, data + (t0 < t1 ? PSIZE : 0) + 88 + 40, 8);
+    return (size_t)root;
+}
+
+static void lmdb_delete(const char *wd, const char *table, const char *key);
+
+static void test_no_whole_journal(void **unused)
+{
+    (void)unused;
+    char wd[600], path[700];
+    struct original o;
+    char good[512];
+    build_journal(&o, good, sizeof good);
+
+    /* A missing work dir, an empty one, and one with what an interrupted creation leaves: a
+     * journal is created, in one step. */
+    snprintf(wd, sizeof wd, "%s/fresh/a/b", tmp_dir());
+    expect_starts(wd);
+    assert_true(exists(wd, "journal/data.mdb"));
+    assert_false(exists(wd, "journal.new"));
+    snprintf(wd, sizeof wd, "%s/empty", tmp_dir());
+    assert_int_equal(mkdir(wd, 0755), 0);
+    expect_starts(wd);
+    snprintf(wd, sizeof wd, "%s/interrupted", tmp_dir());
+    snprintf(path, sizeof path, "%s/journal.new", wd);
+    assert_int_equal(mkdir(wd, 0755), 0);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/journal.new/data.mdb", wd);
+    spit(path, o.data, 2 * PSIZE);
+    expect_starts(wd);
+    assert_false(exists(wd, "journal.new"));
+
+    /* A work dir with other things in it and no journal: nothing is created there. */
+    snprintf(wd, sizeof wd, "%s/foreign", tmp_dir());
+    assert_int_equal(mkdir(wd, 0755), 0);
+    snprintf(path, sizeof path, "%s/notes.txt", wd);
+    spit(path, (const uint8_t *)"x", 1);
+    expect_refused(wd, "no journal here (no journal/), and the work dir is not empty: a journal is "
+                       "only created in an empty or new directory");
+    assert_false(exists(wd, "journal"));
+    assert_false(exists(wd, "journal.new"));
+
+    /* A journal directory without its data file, an empty data file, a cut one. */
+    snprintf(wd, sizeof wd, "%s/missing", tmp_dir());
+    snprintf(path, sizeof path, "%s/journal", wd);
+    assert_int_equal(mkdir(wd, 0755), 0);
+    assert_int_equal(mkdir(path, 0755), 0);
+    expect_refused(wd, "the journal's data file journal/data.mdb is missing");
+    assert_false(exists(wd, "journal/data.mdb"));
+    snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
+    spit(path, o.data, 0);
+    expect_refused(wd, "journal damaged: the data file is empty (0 bytes)");
+    size_t len = 1;
+    free(slurp(path, &len));
+    assert_int_equal(len, 0);
+    spit(path, o.data, 3 * PSIZE);
+    char want[256];
+    snprintf(want, sizeof want,
+             "journal damaged: the data file is truncated: %d bytes, but its last transaction "
+             "uses %zu (%zu pages of %d bytes)",
+             3 * PSIZE, o.len, o.len / PSIZE, PSIZE);
+    expect_refused(wd, want);
+
+    /* The name of the log table in the main table, damaged: the journal is refused, not taken
+     * for an empty one (the issue's "silent total loss"). */
+    uint8_t *v = malloc(o.len);
+    assert_non_null(v);
+    memcpy(v, o.data, o.len);
+    size_t root = main_root(v);
+    uint8_t *page = v + root * PSIZE;
+    uint8_t *at = memmem(page + 16, PSIZE - 16, "log", 3);
+    assert_non_null(at);
+    at[1] ^= 0x08; /* "log" -> "lgg" */
+    spit(path, v, o.len);
+    snprintf(want, sizeof want,
+             "journal damaged: main table: node 1: 'lgg' is not one of the journal's tables (at "
+             "page %zu)",
+             root);
+    expect_refused(wd, want);
+    size_t after_len;
+    uint8_t *after = slurp(path, &after_len);
+    assert_int_equal(after_len, o.len);
+    assert_memory_equal(after, v, o.len);
+    free(after);
+    free(v);
+
+    /* A journal without its format record, and one without its log table: refused, and never
+     * given a new one. */
+    spit(path, o.data, o.len);
+    snprintf(path, sizeof path, "%s/journal/lock.mdb", wd);
+    unlink(path);
+    lmdb_delete(wd, "meta", "format");
+    expect_refused(wd, "journal damaged: no format record in the meta table");
+    expect_refused(wd, "journal damaged: no format record in the meta table");
+    snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
+    spit(path, o.data, o.len);
+    lmdb_delete(wd, "log", NULL);
+    after = slurp(path, &after_len);
+    uint64_t t0, t1;
+    memcpy(&t0, after + 144, 8);
+    memcpy(&t1, after + PSIZE + 144, 8);
+    free(after);
+    snprintf(want, sizeof want, "journal damaged: main table: no 'log' table (at page %d)",
+             t0 < t1 ? 1 : 0);
+    expect_refused(wd, want);
+    free(o.data);
+    free(o.served);
+}
+
+/* ---- --recover-to-last-good ------------------------------------------------------------------ */
+
+/* Flips a byte of the value stored under key in one of the journal's tables, through LMDB (so
+ * the pages stay sound and only the journal's checksum notices). */
+static void flip_value(const char *wd, const char *table, const void *key, size_t klen)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/journal", wd);
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    MDB_val k = {klen, (void *)key}, v;
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
+    assert_int_equal(mdb_env_open(env, path, MDB_NOTLS, 0644), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, table, 0, &dbi), 0);
+    assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+    uint8_t *copy = malloc(v.mv_size);
+    assert_non_null(copy);
+    memcpy(copy, v.mv_data, v.mv_size);
+    copy[v.mv_size - 1] ^= 0x10;
+    MDB_val nv = {v.mv_size, copy};
+    assert_int_equal(mdb_put(txn, dbi, &k, &nv, 0), 0);
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+    free(copy);
+}
+
+/* Deletes a key of a table (key NULL: the table itself) through LMDB. */
+static void lmdb_delete(const char *wd, const char *table, const char *key)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/journal", wd);
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    assert_int_equal(mdb_env_create(&env), 0);
+    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
+    assert_int_equal(mdb_env_open(env, path, MDB_NOTLS, 0644), 0);
+    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    assert_int_equal(mdb_dbi_open(txn, table, 0, &dbi), 0);
+    if (key) {
+        MDB_val k = {strlen(key), (void *)key};
+        assert_int_equal(mdb_del(txn, dbi, &k, NULL), 0);
+    } else {
+        assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+    }
+    assert_int_equal(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+static void seq_key(uint64_t seq, uint8_t key[8])
+{
+    for (int i = 0; i < 8; i++)
+        key[i] = (uint8_t)(seq >> (56 - 8 * i));
+}
+
+static void test_recover_to_last_good(void **unused)
+{
+    (void)unused;
+    /* Seven registrations, a snapshot every four: the snapshot covers records 1 to 4 and the log
+     * holds 5, 6 and 7 (d4, d5, d6). */
+    static const char *const dargs[] = {"--snapshot-every", "4", NULL};
+    struct cluster c = {.dispatcher_args = dargs};
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 1), 0);
+    char *out = NULL, *err = NULL;
+    for (int i = 0; i < 7; i++) {
+        char id[16], pipeline[32];
+        snprintf(id, sizeof id, "d%d", i);
+        snprintf(pipeline, sizeof pipeline, "range(%d)", i + 1);
+        assert_int_equal(
+            cluster_cli(&c, &out, &err, "register", pipeline, "--dataset-id", id, NULL), 0);
+        free(out);
+        free(err);
+    }
+    char wd[512], want[2048];
+    snprintf(wd, sizeof wd, "%s", c.work_dir);
+    assert_int_equal(cluster_stop(&c), 0);
+    assert_int_equal(verify_cmd(wd, &out, &err), 0);
+    snprintf(want, sizeof want,
+             "journal %s: ok: snapshot at 4, 3 records after it (next 8), 7 updates in all; 7 "
+             "datasets, 0 jobs, 0 tasks, 0 workers, 0 clients\n",
+             wd);
+    assert_string_equal(out, want);
+    free(out);
+    free(err);
+
+    /* Record 6 damaged: refused by default, and verify names what the flag would drop. */
+    uint8_t key[8];
+    seq_key(6, key);
+    flip_value(wd, "log", key, 8);
+    expect_refused(wd, "journal damaged: log record: checksum mismatch (at record seq 6)");
+    assert_int_equal(verify_cmd(wd, &out, &err), 1);
+    snprintf(want, sizeof want,
+             "sluice: journal: %s: journal damaged: log record: checksum mismatch (at record seq "
+             "6); only the tail of the log is damaged: sluice-dispatcher --recover-to-last-good "
+             "would drop records 6 to 7\n",
+             wd);
+    assert_string_equal(err, want);
+    free(out);
+    free(err);
+    char path[700];
+    snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
+    size_t damaged_len;
+    uint8_t *damaged = slurp(path, &damaged_len);
+
+    /* With the flag: records 6 and 7 and the datasets they registered are dropped, said so,
+     * and the damaged journal is kept beside. */
+    struct start s;
+    start_dispatcher(wd, "--recover-to-last-good", &s);
+    if (!s.started)
+        fail_msg("--recover-to-last-good did not start: %s", s.err);
+    char *now = served(s.addr);
+    assert_non_null(strstr(now, "datasets (5)\n"));
+    assert_non_null(strstr(now, "d4 "));
+    assert_null(strstr(now, "d5 "));
+    free(now);
+    assert_int_equal(proc_stop(&s.p, SIGTERM, WAIT_MS), 0);
+    size_t loglen;
+    char *log = (char *)slurp(s.p.log, &loglen);
+    log = realloc(log, loglen + 1);
+    log[loglen] = '\0';
+    snprintf(want, sizeof want,
+             "warn sluice-dispatcher: journal %s: --recover-to-last-good: dropped records 6 to 7 "
+             "(2 in the log; the first damaged: journal damaged: log record: checksum mismatch "
+             "(at record seq 6)) and 2 dataset definitions only they registered; the state is "
+             "the snapshot at 4 and the 1 records after it; the damaged journal is kept as %s/"
+             "journal.damaged-",
+             wd, wd);
+    if (!strstr(log, want))
+        fail_msg("the log does not say what was dropped:\n%s", log);
+    const char *kept = strstr(log, "journal.damaged-");
+    char copy[700];
+    snprintf(copy, sizeof copy, "%s/%.*s", wd, (int)strcspn(kept, "\n"), kept);
+    size_t copy_len;
+    uint8_t *copy_data = slurp(copy, &copy_len);
+    assert_non_null(copy_data);
+    assert_int_equal(copy_len, damaged_len);
+    assert_memory_equal(copy_data, damaged, damaged_len);
+    free(copy_data);
+    free(damaged);
+    free(log);
+
+    /* The journal is sound again: it verifies, and starts without the flag. */
+    assert_int_equal(verify_cmd(wd, &out, &err), 0);
+    snprintf(want, sizeof want,
+             "journal %s: ok: snapshot at 4, 1 records after it (next 6), 5 updates in all; 5 "
+             "datasets, 0 jobs, 0 tasks, 0 workers, 0 clients\n",
+             wd);
+    assert_string_equal(out, want);
+    free(out);
+    free(err);
+    expect_starts(wd);
+
+    /* Damage that is not in the log's tail is refused even with the flag. */
+    flip_value(wd, "meta", "snapshot", 8);
+    start_dispatcher(wd, "--recover-to-last-good", &s);
+    assert_false(s.started);
+    assert_int_equal(s.exit_code, 1);
+    snprintf(want, sizeof want,
+             "sluice-dispatcher: journal: %s: journal damaged: meta 'snapshot': checksum "
+             "mismatch\n",
+             wd);
+    if (!strstr(s.err, want))
+        fail_msg("expected %s, got %s", want, s.err);
+    free(s.err);
+}
+
+/* ---- backup and restore ---------------------------------------------------------------------- */
+
+static int journal_cmd(char **out, char **err, const char *action, const char *a1, const char *v1,
+                       const char *a2, const char *v2, const char *a3)
+{
+    char *const argv[] = {(char *)bin_path("sluice"),
+                          "journal",
+                          (char *)action,
+                          (char *)a1,
+                          (char *)v1,
+                          (char *)a2,
+                          (char *)v2,
+                          (char *)a3,
+                          NULL};
+    return run_cmd(argv, WAIT_MS, out, err);
+}
+
+/* The datasets table of `sluice status`. */
+static char *datasets_of(const char *addr)
+{
+    char *all = served(addr);
+    char *jobs = strstr(all, "\njobs (");
+    if (jobs)
+        jobs[1] = '\0';
+    return all;
+}
+
+static void test_backup_restore_under_load(void **unused)
+{
+    (void)unused;
+    static const char *const dargs[] = {"--snapshot-every", "50", NULL};
+    struct cluster c = {.dispatcher_args = dargs};
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 1), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    char *out = NULL, *err = NULL;
+    for (int i = 0; i < 3; i++) {
+        char id[16], pipeline[32];
+        snprintf(id, sizeof id, "d%d", i);
+        snprintf(pipeline, sizeof pipeline, "range(%d)", 10 * (i + 1));
+        assert_int_equal(
+            cluster_cli(&c, &out, &err, "register", pipeline, "--dataset-id", id, NULL), 0);
+        free(out);
+        free(err);
+    }
+    /* A read in distributed_epoch runs all along: splits leased and finished, tasks, clients. */
+    struct proc reader;
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(100000) | map(sleep_us, 40)",
+                                       "--mode", "distributed_epoch", "--job-name", "load",
+                                       "--format", "count", NULL),
+                     0);
+    char backup[700], restored[700];
+    int during = 0; /* backups taken while the read was still going */
+    for (int i = 0; i < 6; i++) {
+        siginfo_t info = {0};
+        during += waitid(P_PID, (id_t)reader.pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                  info.si_pid == 0;
+        snprintf(backup, sizeof backup, "%s/backup-%d.mdb", tmp_dir(), i);
+        int rc = journal_cmd(&out, &err, "backup", "--work-dir", c.work_dir, "--to", backup, NULL);
+        if (rc != 0)
+            fail_msg("backup %d: %s", i, err);
+        assert_non_null(strstr(out, "backed up to"));
+        free(out);
+        free(err);
+        /* Each backup is a journal of its own: it restores and verifies. */
+        snprintf(restored, sizeof restored, "%s/restored-%d", tmp_dir(), i);
+        rc = journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, NULL);
+        if (rc != 0)
+            fail_msg("restore %d: %s", i, err);
+        free(out);
+        free(err);
+        if (i == 2) /* a dispatcher crash in the middle, as in the drill */
+            assert_int_equal(cluster_restart_dispatcher(&c, SIGKILL), 0);
+        usleep(100 * 1000);
+    }
+    assert_true(during >= 4);
+    char *read_out = proc_read_all(&reader, 120000);
+    assert_int_equal(proc_wait(&reader, WAIT_MS), 0);
+    assert_string_equal(read_out, "100000\n");
+    free(read_out);
+
+    /* The last backup, taken once the read is done and another dataset registered. */
+    assert_int_equal(
+        cluster_cli(&c, &out, &err, "register", "list(7, 8)", "--dataset-id", "late", NULL), 0);
+    free(out);
+    free(err);
+    char *expected = datasets_of(c.dispatcher.addr);
+    snprintf(backup, sizeof backup, "%s/backup-final.mdb", tmp_dir());
+    assert_int_equal(
+        journal_cmd(&out, &err, "backup", "--work-dir", c.work_dir, "--to", backup, NULL), 0);
+    free(out);
+    free(err);
+
+    /* No restore over a journal a dispatcher is writing, even when forced. */
+    char want[2048];
+    assert_int_equal(
+        journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", c.work_dir, "--force"),
+        1);
+    snprintf(want, sizeof want,
+             "sluice: journal: %s: restore: another process is writing this journal\n", c.work_dir);
+    assert_string_equal(err, want);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+
+    /* Restored into a new work dir, a dispatcher serves the same datasets. */
+    snprintf(restored, sizeof restored, "%s/restored-final", tmp_dir());
+    assert_int_equal(
+        journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, NULL), 0);
+    free(out);
+    free(err);
+    struct start s;
+    start_dispatcher(restored, NULL, &s);
+    if (!s.started)
+        fail_msg("the restored journal did not start: %s", s.err);
+    char *now = datasets_of(s.addr);
+    assert_string_equal(now, expected);
+    assert_non_null(strstr(now, "datasets (5)\n")); /* and the read's */
+    free(now);
+
+    /* A journal is there now: restore refuses to replace it unless forced, and then keeps it. */
+    assert_int_equal(
+        journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, NULL), 1);
+    snprintf(want, sizeof want,
+             "sluice: journal: %s: restore: another process is writing this journal\n", restored);
+    assert_string_equal(err, want);
+    free(out);
+    free(err);
+    assert_int_equal(proc_stop(&s.p, SIGTERM, WAIT_MS), 0);
+    assert_int_equal(
+        journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, NULL), 1);
+    snprintf(want, sizeof want,
+             "sluice: journal: %s: restore: there is a journal here already (%s/journal); "
+             "--force replaces it and keeps it beside the new one\n",
+             restored, restored);
+    assert_string_equal(err, want);
+    free(out);
+    free(err);
+    assert_int_equal(
+        journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, "--force"), 0);
+    assert_non_null(strstr(out, "the journal that was there is kept as "));
+    free(out);
+    free(err);
+    start_dispatcher(restored, NULL, &s);
+    assert_true(s.started);
+    now = datasets_of(s.addr);
+    assert_string_equal(now, expected);
+    free(now);
+    assert_int_equal(proc_stop(&s.p, SIGTERM, WAIT_MS), 0);
+
+    /* A damaged backup is never put in place. */
+    size_t len;
+    uint8_t *data = slurp(backup, &len);
+    assert_non_null(data);
+    spit(backup, data, len - PSIZE);
+    free(data);
+    snprintf(restored, sizeof restored, "%s/restored-damaged", tmp_dir());
+    assert_int_equal(
+        journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, NULL), 1);
+    assert_non_null(strstr(err, "journal damaged: the data file is truncated"));
+    assert_false(exists(restored, "journal"));
+    free(out);
+    free(err);
+    free(expected);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sweep),
+        cmocka_unit_test(test_no_whole_journal),
+        cmocka_unit_test(test_recover_to_last_good),
+        cmocka_unit_test(test_backup_restore_under_load),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
