@@ -153,7 +153,7 @@ static int check_meta_page(const uint8_t *p, unsigned i, uint32_t psize, struct 
     if (m->dbs[0].pad != psize)
         return journal_damage_set(d, true, i, "meta page %u: page size %u, meta page 0 says %u", i,
                                   m->dbs[0].pad, psize);
-    if ((m->dbs[0].flags & ~ENV_NOSUBDIR) != DB_INTEGERKEY)
+    if (m->dbs[0].flags != DB_INTEGERKEY)
         return journal_damage_set(d, true, i, "meta page %u: free list flags 0x%x", i,
                                   m->dbs[0].flags);
     if (m->dbs[1].pad != 0 || m->dbs[1].flags != 0)
@@ -587,19 +587,19 @@ static int walk_txn(struct walk *w, unsigned mi, bool current)
 
     struct tree free_list = {.kind = K_FREE, .name = "free list", .db = m.dbs[0]};
     struct tree main_table = {.kind = K_MAIN, .name = "main table", .db = m.dbs[1]};
+    /* Transaction 0 is the empty state LMDB writes when it creates a data file (and a compacted
+     * copy writes beside its one transaction): nothing in it. */
+    if (w->txnid == 0 && !current &&
+        (m.dbs[0].root != P_INVALID || m.dbs[1].root != P_INVALID || w->last_pg != NUM_METAS - 1))
+        return journal_damage_set(w->d, true, mi,
+                                  "meta page %u: transaction 0 is not the empty one", mi);
     int rc = walk_tree(w, &free_list, mi);
     if (rc == 0)
         rc = walk_tree(w, &main_table, mi);
     if (rc < 0)
         return rc;
-    /* Transaction 0 is the empty state LMDB writes when it creates a data file (and a compacted
-     * copy writes beside its one transaction): nothing in it. */
-    if (w->txnid == 0 && !current) {
-        if (m.dbs[0].root != P_INVALID || m.dbs[1].root != P_INVALID || w->last_pg != NUM_METAS - 1)
-            return journal_damage_set(w->d, true, mi,
-                                      "meta page %u: transaction 0 is not the empty one", mi);
+    if (w->txnid == 0 && !current)
         return 0;
-    }
     /* An empty main table is a data file LMDB created that never became a journal. */
     for (int i = 0; i < 3; i++) {
         if (!w->have[i])
