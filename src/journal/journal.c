@@ -394,6 +394,7 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
 {
     struct journal_paths paths;
     struct journal_damage unused;
+    bool pages_checked = false;
     int rc;
     if (!d)
         d = &unused;
@@ -456,6 +457,7 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
             rc = opts->gate(opts->gate_user, err, errlen);
             if (rc < 0)
                 goto fail_alloc;
+            pages_checked = rc > 0;
         }
     } else if (!file_mode) {
         enum journal_presence presence;
@@ -505,7 +507,8 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
         int dead;
         mdb_reader_check(j->env, &dead);
     }
-    rc = check_pages(j, d, err, errlen);
+    /* Under the writer's lock nothing changes the file after the gate checked it. */
+    rc = pages_checked ? 0 : check_pages(j, d, err, errlen);
     if (rc == 0) {
         if (j->progress)
             j->progress->phase = JOURNAL_PHASE_READ;

@@ -81,7 +81,9 @@ struct journal_opts {
     struct journal_progress *progress; /* may be NULL */
     /* Writing: called once the work dir's lock is held (and a fresh journal created), before
      * the journal is opened; a negative return stops the open with that code and the message it
-     * wrote into err. journal_open_checked() verifies the journal here. May be NULL. */
+     * wrote into err, a positive one says the gate checked every page (check.h) meanwhile, so
+     * the open does not check them again. journal_open_checked() verifies the journal here.
+     * May be NULL. */
     int (*gate)(void *user, char *err, size_t errlen);
     void *gate_user;
 };
