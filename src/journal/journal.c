@@ -1210,7 +1210,23 @@ int journal_drop_tail(struct journal *j, uint64_t from, journal_keep_cb keep, vo
 int journal_copy(struct journal *j, int fd, char *err, size_t errlen)
 {
     pthread_mutex_lock(&j->mu);
-    int rc = mdb_env_copyfd2(j->env, fd, MDB_CP_COMPACT);
+    int rc;
+    /* The copy begins a read transaction of its own, which fails when a writer grew the map
+     * past this reader's: adopt the new size and start the copy over. */
+    for (int attempt = 0;; attempt++) {
+        MDB_txn *txn;
+        rc = txn_begin(j, MDB_RDONLY, &txn);
+        if (rc != 0)
+            break;
+        mdb_txn_abort(txn);
+        rc = mdb_env_copyfd2(j->env, fd, MDB_CP_COMPACT);
+        if (rc != MDB_MAP_RESIZED || attempt == 4)
+            break;
+        if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
+            rc = errno;
+            break;
+        }
+    }
     pthread_mutex_unlock(&j->mu);
     if (rc != 0)
         return lmdb_fail(err, errlen, rc, "copy");

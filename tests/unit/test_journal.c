@@ -26,6 +26,7 @@
 #include "journal/record.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <lmdb.h>
@@ -479,6 +480,73 @@ static void test_readers_and_writers(void **unused)
     j = open_journal(work("w"), 0, 0);
     expect_log(j, 1, 6);
     journal_close(j);
+}
+
+/* A reader opened before the writer grew the file copies the journal as it is now: the copy's
+ * own read transaction adopts the larger map. */
+struct grow_sync {
+    int opened[2], grown[2];
+};
+
+static int copy_after_growth(void *arg)
+{
+    struct grow_sync *g = arg;
+    struct journal *j, *copy;
+    char err[256], path[600], byte = 0;
+    struct journal_opts o = {.work_dir = work("w"), .read_only = true};
+    if (journal_open(&o, &j, err, sizeof err) < 0)
+        return 10;
+    if (write(g->opened[1], "o", 1) != 1 || read(g->grown[0], &byte, 1) != 1)
+        return 11;
+    snprintf(path, sizeof path, "%s/copy.mdb", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 || journal_copy(j, fd, err, sizeof err) < 0) {
+        fprintf(stderr, "copy: %s\n", err);
+        return 12;
+    }
+    close(fd);
+    journal_close(j);
+    o = (struct journal_opts){.file = path, .read_only = true};
+    if (journal_open(&o, &copy, err, sizeof err) < 0) {
+        fprintf(stderr, "open the copy: %s\n", err);
+        return 13;
+    }
+    struct seen *s = calloc(1, sizeof *s);
+    s->payload_ok = true;
+    uint64_t last = 0;
+    int rc = journal_replay(copy, 1, on_record, NULL, s, &last, err, sizeof err);
+    journal_close(copy);
+    bool ok = rc == 0 && last == 64 * 40 && s->n == 64 * 40 && s->payload_ok;
+    free(s);
+    return ok ? 0 : 14;
+}
+
+static void test_copy_while_growing(void **unused)
+{
+    (void)unused;
+    struct journal *j = open_journal(work("w"), 1 << 16, 0);
+    char err[256], byte;
+    struct grow_sync g;
+    assert_int_equal(pipe(g.opened), 0);
+    assert_int_equal(pipe(g.grown), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(copy_after_growth(&g));
+    assert_int_equal(read(g.opened[0], &byte, 1), 1);
+    for (uint64_t first = 1; first <= 64 * 40; first += 64)
+        assert_int_equal(append_n(j, first, 64, NULL, err, sizeof err), 0);
+    assert_int_equal(write(g.grown[1], "g", 1), 1);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    journal_close(j);
+    for (int i = 0; i < 2; i++) {
+        close(g.opened[i]);
+        close(g.grown[i]);
+    }
 }
 
 static void test_damage_named(void **unused)
@@ -1416,11 +1484,18 @@ static void test_killed_at_random(void **unused)
             _exit(dispatcher_child(&c));
         }
         close(fds[1]);
-        /* Let it work for a while that differs from life to life, then kill it mid-stride. */
+        /* Once it has recovered (opening a journal checks its pages, which a loaded machine may
+         * take a while over), let it work for a while that differs from life to life, then kill
+         * it mid-stride. */
+        l.first = true;
+        struct pollfd first = {.fd = fds[0], .events = POLLIN};
+        struct report r0;
+        assert_int_equal(poll(&first, 1, 20000), 1);
+        assert_int_equal(read(fds[0], &r0, sizeof r0), sizeof r0);
+        take_report(&l, &r0);
         int ms = 40 + (int)((seed >> (l.life * 4)) % 120);
         struct timespec start, now;
         clock_gettime(CLOCK_MONOTONIC, &start);
-        l.first = true;
         for (;;) {
             clock_gettime(CLOCK_MONOTONIC, &now);
             long elapsed =
@@ -1465,6 +1540,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_work_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_while_growing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_stops_on_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_truncates, setup, teardown),
