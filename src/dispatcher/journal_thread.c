@@ -218,6 +218,10 @@ static int cut_tail(struct journal *j, const struct journal_opts *opts,
         sizeof copy)
         return err_set(err, errlen, -ENAMETOOLONG, "recover: %s", strerror(ENAMETOOLONG));
     int rc = journal_copy_file(journal_data_path(j), copy, err, errlen);
+    for (int i = 1; rc == -EEXIST && i < 100; i++) { /* another recovery within the second */
+        snprintf(copy, sizeof copy, "%s/journal.damaged-%s-%d.mdb", opts->work_dir, stamp, i);
+        rc = journal_copy_file(journal_data_path(j), copy, err, errlen);
+    }
     if (rc == 0)
         rc = recover_to(j, from - 1, st, info, &c, err, errlen);
     if (rc == 0)

@@ -1,7 +1,8 @@
 /* A damaged journal, with the real binaries: a small real journal (a fault-tolerant dispatcher,
  * a worker, datasets registered and jobs read through the CLI) is damaged on disk in every way a
- * bad disk could: one bit flipped at every 64th byte, each field of both meta pages flipped (its
- * low and its high byte), and the file cut at every page boundary. For every variant:
+ * bad disk could: one bit flipped at every 64th byte (128th under the sanitizers), each field of
+ * both meta pages flipped (its low and its high byte), and the file cut at every page boundary. For
+ * every variant:
  *   - `sluice journal verify` and the dispatcher's start agree: both accept it, or both refuse it
  *     with the same message; neither dies of a signal;
  *   - a start that succeeds serves exactly the original datasets and jobs;
@@ -31,6 +32,17 @@
 #include <unistd.h>
 
 #define WAIT_MS 20000
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FLIP_STRIDE 128
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FLIP_STRIDE 128
+#endif
+#endif
+#ifndef FLIP_STRIDE
+#define FLIP_STRIDE 64
+#endif
 #define PSIZE 4096
 
 /* ---- files ----------------------------------------------------------------------------------- */
@@ -321,10 +333,11 @@ static void test_sweep(void **unused)
     try_variant(&o, wd, o.data, o.len, "the original", &t);
     assert_int_equal(t.started, 1);
 
-    /* One bit at every 64th byte, the bit rotating with the offset. */
-    for (size_t off = 0; off < o.len; off += 64) {
+    /* One bit at every 64th byte, the bit rotating with the offset (every 128th under the
+     * sanitizers, whose processes start much slower). */
+    for (size_t off = 0; off < o.len; off += FLIP_STRIDE) {
         memcpy(v, o.data, o.len);
-        unsigned bit = (unsigned)(off / 64) % 8;
+        unsigned bit = (unsigned)(off / FLIP_STRIDE) % 8;
         v[off] ^= (uint8_t)(1u << bit);
         snprintf(label, sizeof label, "bit %u of byte %zu (page %zu)", bit, off, off / PSIZE);
         try_variant(&o, wd, v, o.len, label, &t);

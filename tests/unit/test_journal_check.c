@@ -147,7 +147,7 @@ static uint8_t *image(void)
     tree_page(img, 2, false, main_nodes, 3);
     struct node branch[] = {{"", 0, NULL, 0, 0, 8}, {seqkeys[3], 8, NULL, 0, 0, 9}};
     tree_page(img, 3, true, branch, 2);
-    struct node meta_nodes[] = {{"format", 6, "\x01\x02\x03\x04\x01value", 13, 0, 0}};
+    struct node meta_nodes[] = {{"format", 6, "\x01\x02\x03\x04\x01value", 10, 0, 0}};
     tree_page(img, 4, false, meta_nodes, 1);
     struct node ds[] = {{"d0", 2, NULL, 5000, 0x01, 6}};
     tree_page(img, 5, false, ds, 1);
