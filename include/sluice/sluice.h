@@ -1,15 +1,19 @@
 /* sluice: the public C API.
  *
  * This header holds everything a program linked with libsluice may use:
+ *   - the version and the error codes;
  *   - elements: tuples of typed tensors, as produced by pipelines and read from the service;
- *   - plugins: shared objects that add named functions to the pipeline language.
+ *   - plugins: shared objects that add named functions to the pipeline language;
  *   - the client: register pipelines with a dispatcher and read their elements from workers.
+ * <sluice/server.h> adds the dispatcher and the worker as objects a program can start itself.
  *
  * Conventions: functions returning int return 0 on success and a negative error code on failure;
  * sluice_strerror() turns any code into a message. Every type is opaque. Unless a function says
  * otherwise, pointers passed in are borrowed for the duration of the call only. */
 #ifndef SLUICE_SLUICE_H
 #define SLUICE_SLUICE_H
+
+#include <sluice/version.h>
 
 #include <stddef.h>
 #include <stdint.h>
@@ -18,9 +22,53 @@
 extern "C" {
 #endif
 
+/* ---- Version ----------------------------------------------------------------------------- */
+
+/* <sluice/version.h> gives the version compiled against: SLUICE_VERSION_STRING ("X.Y.Z") and
+ * SLUICE_VERSION_MAJOR, _MINOR and _PATCH. */
+
+/* The version of the library linked at run time, "X.Y.Z": the same text `sluice --version`,
+ * `sluice-dispatcher --version` and `sluice-worker --version` print after "sluice ". */
+const char *sluice_version(void);
+
 /* ---- Errors ------------------------------------------------------------------------------ */
 
-/* A static message for any code returned by this API (0, sluice's own codes, or -errno). */
+/* Every function of this API (and of <sluice/server.h>) that can fail returns a negative code.
+ * System errors pass through as negative errno values (-ECONNREFUSED, -ENOENT, ...); sluice's
+ * own codes below lie strictly between SLUICE_ERR_BASE and SLUICE_ERR_LAST, far below the errno
+ * range, so the two never collide. Codes are stable: new ones are only ever added before
+ * SLUICE_ERR_LAST. */
+enum sluice_err {
+    SLUICE_OK = 0,
+    SLUICE_ERR_BASE = -20000,
+    SLUICE_ERR_INVALID = -20001,     /* invalid argument or malformed input */
+    SLUICE_ERR_PARSE = -20002,       /* pipeline text does not parse */
+    SLUICE_ERR_NOT_FOUND = -20003,   /* unknown id, name or file */
+    SLUICE_ERR_CORRUPT = -20004,     /* checksum mismatch or undecodable record */
+    SLUICE_ERR_TRUNCATED = -20005,   /* input ended in the middle of a record */
+    SLUICE_ERR_TOO_LARGE = -20006,   /* a length over its configured limit */
+    SLUICE_ERR_NOMEM = -20007,       /* allocation failed */
+    SLUICE_ERR_TYPE = -20008,        /* dtype or shape does not fit the operation */
+    SLUICE_ERR_PROTOCOL = -20009,    /* peer broke the wire protocol */
+    SLUICE_ERR_VERSION = -20010,     /* protocol version mismatch */
+    SLUICE_ERR_EXISTS = -20011,      /* already exists with a different definition */
+    SLUICE_ERR_TIMEOUT = -20012,     /* a bounded wait ran out */
+    SLUICE_ERR_CLOSED = -20013,      /* the object or connection is closed */
+    SLUICE_ERR_UNAVAILABLE = -20014, /* peer not reachable now; retry may succeed */
+    SLUICE_ERR_PLUGIN = -20015,      /* a plugin failed to load or register */
+    SLUICE_ERR_FN = -20016,          /* a pipeline function failed on an element */
+    SLUICE_ERR_JOURNAL = -20017,     /* the journal failed */
+    SLUICE_ERR_FULL = -20018,        /* storage is full */
+    SLUICE_ERR_CANCELLED = -20019,   /* the operation was cancelled */
+    SLUICE_ERR_RESTARTED = -20020,   /* peer restarted and lost the state asked about */
+    SLUICE_ERR_UNSUPPORTED = -20021, /* the request is valid but not supported */
+    SLUICE_ERR_TASK_FAILED = -20022, /* a worker task's pipeline failed; the message says why */
+    SLUICE_ERR_SERVER = -20023,      /* a server stopped on a failure; the message says why */
+    SLUICE_ERR_LAST = -20024
+};
+
+/* A static, human-readable message for any code: 0, one of sluice's own, or a negative errno.
+ * Never returns NULL. Any thread. */
 const char *sluice_strerror(int code);
 
 /* ---- Elements ---------------------------------------------------------------------------- */
@@ -99,9 +147,11 @@ int sluice_element_set_float64(struct sluice_element *elem, size_t i, double val
  *     int sluice_plugin_init(struct sluice_registry *registry);
  *
  * which registers named functions and returns 0 (or a negative code to refuse loading). Loaded
- * with `--plugin LIB.so`, its functions are then usable in map() and filter() like the built-in
- * ones. Functions run on pipeline threads, possibly several at once: they must be thread-safe
- * and must not keep pointers to the element or arguments after returning. */
+ * by a worker (`sluice-worker --plugin LIB.so`, or sluice_worker_options.plugins in
+ * <sluice/server.h>) and by a client (sluice_client_options.plugins below), its functions are
+ * then usable in map() and filter() like the built-in ones. Functions run on pipeline threads,
+ * possibly several at once: they must be thread-safe and must not keep pointers to the element or
+ * arguments after returning. */
 struct sluice_registry;
 
 /* The literal arguments after the function name: map(fn, 1, 2.5, "x"). */
@@ -138,9 +188,11 @@ int sluice_register_filter(struct sluice_registry *registry, const char *name, i
 
 /* A client talks to one dispatcher. It runs a background thread with its own event loop for all
  * network traffic (heartbeats, requests to workers, prefetching); the calls below hand work to
- * that thread and wait for it. A client and its iterators may be used from any one thread at a
- * time (calls on one client are serialized internally, so several threads may share a client,
- * but an iterator must not be used by two threads at once). */
+ * that thread and wait for it. That thread blocks every asynchronous signal, so the program's
+ * signals reach its own threads and a worker that vanishes mid-write never costs it a SIGPIPE. A
+ * client and its iterators may be used from any one thread at a time (calls on one client are
+ * serialized internally, so several threads may share a client, but an iterator must not be used by
+ * two threads at once). */
 struct sluice_client;
 struct sluice_iterator;
 
@@ -178,7 +230,8 @@ struct sluice_register_options {
     uint64_t split_size;
 };
 
-/* Registers a pipeline (expression text, DESIGN.md §3) with the dispatcher. The pipeline is
+/* Registers a pipeline (its text in the pipeline language, e.g. "range(10) | map(square)"; the
+ * README describes the language) with the dispatcher. The pipeline is
  * parsed and checked locally first (a malformed one fails with SLUICE_ERR_PARSE and the column
  * in err). On success writes the dataset id (NUL-terminated, at most idlen bytes) to id_out.
  * options may be NULL for defaults. Blocks until the dispatcher answers or the client's
@@ -202,10 +255,15 @@ struct sluice_read_options {
     const char *dataset_id;
     const char *pipeline;
     enum sluice_mode mode;
-    /* Readers with the same job name share one job, splitting its elements first come, first
-     * served. NULL or "": a job of this iterator's own. */
+    /* Readers of one dataset with the same job name share one job, splitting its elements
+     * first come, first served (a job is identified by its dataset and name: the same name on
+     * another dataset is another job). NULL or "": a job of this iterator's own. */
     const char *job_name;
-    /* Coordinated reads: num_consumers > 0 with consumer_index < num_consumers. */
+    /* Coordinated reads: num_consumers > 0 with consumer_index < num_consumers, a job name, and
+     * a pipeline that never ends (repeat() with no count, and no take() after it). The
+     * consumers read in rounds: in round r each gets one element, all from the same worker
+     * task, consumer c the c-th of the round; the dispatcher decides which task serves which
+     * round, also while workers join, drain, die or restart. */
     uint32_t consumer_index;
     uint32_t num_consumers;
     /* Requests in flight to workers at once; bounds memory to about this many replies.
@@ -226,13 +284,29 @@ int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_
 /* Waits for the next element. Returns 1 and sets *elem (owned by the iterator, valid until the
  * next call on this iterator), 0 at the end of the data, or a negative code with a one-line
  * message in err. timeout_ms 0 waits without limit; when it runs out the result is
- * SLUICE_ERR_TIMEOUT and the iterator stays usable. With a local tail the wait is not limited
- * (the tail's operations cannot resume after giving up), and timeout_ms is ignored. After 0 or
+ * SLUICE_ERR_TIMEOUT and the iterator stays usable (operations applied here, a local tail or
+ * those a distributed_epoch pipeline leaves to the reader, run on a thread of their own and
+ * carry on). After 0 or
  * an error every later call returns the same. Failures include the worker's message when a
- * task's pipeline failed, and SLUICE_ERR_RESTARTED when the dispatcher restarted without
- * --fault-tolerant and the job is gone. */
+ * task's pipeline failed, and SLUICE_ERR_RESTARTED when the dispatcher restarted without fault
+ * tolerance (`sluice-dispatcher --fault-tolerant`, sluice_dispatcher_options.fault_tolerant)
+ * and the job is gone. */
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Like sluice_iterator_next(), but moves the element into elem (from sluice_element_new()),
+ * whose previous buffers the iterator keeps for reuse: the caller owns the element's buffers
+ * from then on, e.g. to hand them to another library without a copy. */
+int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
+                              uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Coordinated reads without a local tail: the round and the task of the element the last
+ * sluice_iterator_next() returned. Every consumer of the job that gets an element of round r
+ * gets it from the same task. Rounds no task served (a worker died before serving them) are
+ * skipped by every consumer alike, so the rounds of consecutive elements may leap. Returns 0, or
+ * SLUICE_ERR_INVALID when the read is not coordinated, has a local tail, or has returned no
+ * element yet. Call it from the thread that calls sluice_iterator_next(). */
+int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uint64_t *task_id);
 
 /* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
  * it. NULL is allowed. */
@@ -241,6 +315,26 @@ void sluice_iterator_close(struct sluice_iterator *it);
 /* Fetches the dispatcher's status document (the JSON `sluice status --json` prints) into a new
  * malloc'd string (*json, caller frees). */
 int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen);
+
+/* ---- Local runs ------------------------------------------------------------------------ */
+
+/* A pipeline run in the calling process, without a service: what `sluice run` does. */
+struct sluice_local;
+
+/* Parses pipeline, loads the given plugins (paths of shared objects, see Plugins) into a
+ * registry of the run's own, and opens it. A pipeline that does not parse or names an unknown
+ * function is SLUICE_ERR_PARSE with the column in err; a missing file SLUICE_ERR_NOT_FOUND.
+ * Returns 0 and *out (free with sluice_local_close), or a negative code with err. */
+int sluice_local_open(const char *pipeline, const char *const *plugins, size_t nplugins,
+                      struct sluice_local **out, char *err, size_t errlen);
+
+/* Fills elem (from sluice_element_new(); its buffers are reused) with the next element: returns
+ * 1, 0 at the end, or a negative code with err (and the same on every later call). */
+int sluice_local_next(struct sluice_local *run, struct sluice_element *elem, char *err,
+                      size_t errlen);
+
+/* Frees the run; NULL is allowed. Any thread, but not while another is in sluice_local_next. */
+void sluice_local_close(struct sluice_local *run);
 
 #ifdef __cplusplus
 }

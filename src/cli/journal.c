@@ -139,6 +139,16 @@ static void print_update(uint64_t seq, const struct st_update *u)
     case ST_ITERATION_GC:
         printf(" iteration=%" PRIu64, u->id);
         break;
+    case ST_ROUNDS_SCHEDULED:
+        printf(" iteration=%" PRIu64 " from_round=%" PRIu64 " tasks=", u->ref, u->ref2);
+        for (size_t i = 0; i < u->seqs.n; i++)
+            printf("%s%" PRIu64, i ? "," : "", u->seqs.v[i]);
+        if (u->seqs.n == 0)
+            printf("none");
+        break;
+    case ST_ROUNDS_GRANTED:
+        printf(" iteration=%" PRIu64 " below_round=%" PRIu64, u->ref, u->ref2);
+        break;
     }
     putchar('\n');
 }

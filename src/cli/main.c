@@ -24,7 +24,8 @@ static const char usage[] =
     "  journal dump|verify|backup|restore --work-dir DIR [options]\n"
     "      print, check, back up or restore a fault-tolerant dispatcher's journal\n"
     "\n"
-    "Run 'sluice <command> --help' for a command's options.\n";
+    "Run 'sluice <command> --help' for a command's options, 'sluice --version' for the\n"
+    "version.\n";
 
 void cli_error(const char *what, const char *fmt, ...)
 {
@@ -84,6 +85,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         fputs(usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("sluice %s\n", sluice_version());
         return CLI_EXIT_OK;
     }
     if (strcmp(cmd, "run") == 0)

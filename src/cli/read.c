@@ -23,18 +23,21 @@ static const char read_usage[] =
     "file_or_data|hint]\n"
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
-    "                   [--format text|count] [--limit N] [--timeout-ms N]\n"
+    "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--plugin LIB.so]...\n"
     "\n"
     "Reads the elements of a dataset from the workers and prints one per line (--format text,\n"
     "the default) or only their number (--format count). Give a PIPELINE to register it first,\n"
-    "or the --dataset-id of one registered before.\n"
+    "or the --dataset-id of one registered before. Coordinated reads may print each element\n"
+    "after its round and the task that served it (--format rounds: 'ROUND TASK ELEMENT'), as\n"
+    "the other consumers of the job see it too.\n"
     "\n"
     "  --mode M            how workers split the work (default parallel_epochs; off and\n"
     "                      dynamic are the old names of parallel_epochs and distributed_epoch)\n"
-    "  --job-name NAME     share the job with other readers of the same name\n"
+    "  --job-name NAME     share the job with other readers of the same name and dataset\n"
     "  --consumer-index I --num-consumers N\n"
-    "                      coordinated reads: this is reader I of N (needs --job-name)\n"
+    "                      coordinated reads: this is reader I of N (needs --job-name and a\n"
+    "                      pipeline that never ends: repeat() with no count)\n"
     "  --max-outstanding-requests N\n"
     "                      requests in flight to workers at once (default 8)\n"
     "  --local TAIL        ops applied here to the elements that arrive, e.g. 'batch(4)'\n"
@@ -85,6 +88,7 @@ struct read_args {
     const char *dispatcher;
     struct sluice_read_options opts;
     bool count_only;
+    bool rounds; /* --format rounds */
     bool has_limit;
     unsigned long long limit;
     unsigned long long timeout_ms;
@@ -160,12 +164,10 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             a->opts.local = argv[++i];
         } else if (strcmp(s, "--format") == 0 && more) {
             const char *f = argv[++i];
-            if (strcmp(f, "text") == 0) {
-                a->count_only = false;
-            } else if (strcmp(f, "count") == 0) {
-                a->count_only = true;
-            } else {
-                cli_error("usage", "--format takes text or count, not '%s'", f);
+            a->count_only = strcmp(f, "count") == 0;
+            a->rounds = strcmp(f, "rounds") == 0;
+            if (!a->count_only && !a->rounds && strcmp(f, "text") != 0) {
+                cli_error("usage", "--format takes text, count or rounds, not '%s'", f);
                 return CLI_EXIT_USAGE;
             }
         } else if (strcmp(s, "--limit") == 0 && more) {
@@ -204,6 +206,10 @@ static int parse_args(int argc, char **argv, struct read_args *a)
     if (!a->opts.pipeline == !a->opts.dataset_id) {
         cli_error("usage", "give either a PIPELINE or --dataset-id ID, not %s",
                   a->opts.pipeline ? "both" : "neither");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->rounds && (!has_count || a->opts.local)) {
+        cli_error("usage", "--format rounds needs --num-consumers and no --local tail");
         return CLI_EXIT_USAGE;
     }
     if (has_index != has_count) {
@@ -251,6 +257,9 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a)
         n++;
         if (!a->count_only) {
             out.len = 0;
+            uint64_t round = 0, task = 0;
+            if (a->rounds && sluice_iterator_round(it, &round, &task) == 0)
+                printf("%llu %llu ", (unsigned long long)round, (unsigned long long)task);
             if (pipe_format_elem(&out, elem) != 0) {
                 cli_error("read", "%s", sluice_strerror(SLUICE_ERR_NOMEM));
                 goto done;

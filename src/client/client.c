@@ -8,6 +8,7 @@
 #include "common/backoff.h"
 #include "common/bufpool.h"
 #include "common/error.h"
+#include "common/loop_thread.h"
 #include "pipeline/def.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
@@ -502,7 +503,9 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
     rc = rpc_client_new(&c->loop, &ropts, &c->disp, err, errlen);
     if (rc)
         goto fail_handles;
-    rc = uv_thread_create(&c->thread, loop_main, c);
+    /* Signals blocked: the program's signals reach its own threads, and a worker that vanishes
+     * mid-write costs the write EPIPE, not the program a SIGPIPE. */
+    rc = loop_thread_spawn(&c->thread, loop_main, c);
     if (rc) {
         err_set(err, errlen, rc, "thread: %s", uv_strerror(rc));
         rpc_client_close(c->disp, NULL, NULL);

@@ -22,6 +22,8 @@
 #include "pipeline/element.h"
 #include "pipeline/format.h"
 #include "pipeline/iter.h"
+#include "pipeline/prefetch.h"
+#include "pipeline/registry.h"
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 
@@ -82,10 +84,14 @@ struct sluice_iterator {
     uint32_t call_timeout_ms;
     int reader_rc; /* a decoding failure, reported once the payloads before it are read */
     char reader_msg[MSG_MAX];
+    bool have_round; /* coordinated: the round and task of the last element handed out */
+    uint64_t last_round, last_task;
 
     /* Loop thread. */
     struct client_waker waker;
     struct ct_set tasks;
+    struct fetch *coord_fetch; /* coordinated reads: the one request under way, or NULL */
+    bool grant_stalled;        /* the last heartbeat reply left the read waiting for a grant */
     uv_timer_t hb_timer, pump_timer;
     unsigned refs; /* the open iterator, its two timers, and each request under way */
     bool started, closing;
@@ -211,6 +217,7 @@ static void settle(struct sluice_iterator *it)
 struct fetch {
     struct sluice_iterator *it;
     uint64_t task_id;
+    uint64_t round;         /* coordinated reads: the round asked for */
     struct rpc_client *rpc; /* the connection the request went out on */
 };
 
@@ -321,8 +328,10 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
 {
     struct fetch *f = user;
     struct sluice_iterator *it = f->it;
-    uint64_t task_id = f->task_id;
+    uint64_t task_id = f->task_id, round = f->round;
     struct rpc_client *rpc = f->rpc;
+    if (it->coord_fetch == f)
+        it->coord_fetch = NULL;
     free(f);
 
     if (it->closing) {
@@ -365,7 +374,8 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
         int rc;
-        struct prefetch_item item = {.len = r->payload.len, .count = r->count, .task_id = task_id};
+        struct prefetch_item item = {
+            .len = r->payload.len, .count = r->count, .task_id = task_id, .round = round};
         if (has_data && item_from_reply(it, rpc, r, &item) != 0) {
             uv_mutex_lock(&it->mu);
             prefetch_cancel(&it->pf);
@@ -415,6 +425,7 @@ static int fetch(struct sluice_iterator *it, size_t i)
         return SLUICE_ERR_NOMEM;
     f->it = it;
     f->task_id = t->id;
+    f->round = it->tasks.round;
     f->rpc = client_conn_rpc(t->conn);
     Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
     req.task_id = t->id;
@@ -425,7 +436,7 @@ static int fetch(struct sluice_iterator *it, size_t i)
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;
-        req.round = t->round;
+        req.round = it->tasks.round;
     }
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
@@ -437,7 +448,21 @@ static int fetch(struct sluice_iterator *it, size_t i)
     }
     ct_sent(&it->tasks, i);
     it->refs++;
+    if (it->coordinated)
+        it->coord_fetch = f;
     return 0;
+}
+
+/* Coordinated reads: a request to a task the dispatcher no longer lists, still waiting for a
+ * connection to its worker (which died), is withdrawn: the worker never saw it, so this consumer
+ * may skip the task's rounds at once (tasks.h) instead of waiting out the request's timeout. A
+ * request already written stays: its worker may still serve the round to every consumer. */
+static void coord_withdraw(struct sluice_iterator *it)
+{
+    struct fetch *f = it->coord_fetch;
+    long i = f ? ct_find(&it->tasks, f->task_id) : -1;
+    if (i >= 0 && !it->tasks.v[i].listed)
+        rpc_client_withdraw(f->rpc, on_elements, f);
 }
 
 static void on_pump_timer(uv_timer_t *t)
@@ -454,12 +479,25 @@ static void arm_pump(struct sluice_iterator *it, uint64_t at, uint64_t now)
     uv_timer_start(&it->pump_timer, on_pump_timer, delay, 0);
 }
 
+static void coord_news(struct sluice_iterator *it);
+
 /* Sends requests while slots are free and some task may be asked. */
 static void pump(struct sluice_iterator *it)
 {
     if (it->closing || iter_state(it) != ITER_RUNNING)
         return;
     uint64_t now = uv_now(&it->c->loop);
+    if (it->coordinated) {
+        coord_withdraw(it);
+        if (ct_advance(&it->tasks) == CT_ROUND_BEHIND) {
+            iter_fail(it, SLUICE_ERR_INVALID,
+                      "consumer %" PRIu32 " fell too far behind: it is at round %" PRIu64
+                      ", but the job's rounds before %" PRIu64 " are gone",
+                      it->consumer_index, it->tasks.round, it->tasks.epochs[0].start);
+            return;
+        }
+        coord_news(it);
+    }
     for (;;) {
         uint64_t wake_at;
         long i = ct_pick(&it->tasks, now, &wake_at);
@@ -509,6 +547,41 @@ static bool end_phase(const struct sluice_iterator *it)
     return it->tasks.have_list && !it->tasks.iteration_finished && !ct_active(&it->tasks);
 }
 
+/* Coordinated reads: how soon the read needs news from the dispatcher (UINT64_MAX: not
+ * sooner than the regular heartbeat). At once when the round is not granted yet, or half the
+ * rounds granted by the last reply are used up (the next grant then arrives before they run
+ * out); within ITER_ROUND_POLL_MS while no task serves the round (waiting for a worker) or the
+ * round's task is failing (its worker may be gone, and the dispatcher says so once it evicts
+ * it). */
+static uint64_t coord_delay(const struct sluice_iterator *it)
+{
+    const struct ct_set *s = &it->tasks;
+    if (!it->coordinated || !s->have_schedule)
+        return UINT64_MAX;
+    if (s->where == CT_ROUND_GRANT)
+        return it->grant_stalled ? ITER_ROUND_POLL_MS : 0;
+    uint64_t left = s->granted > s->round ? s->granted - s->round : 0;
+    if (left < s->span - s->span / 2)
+        return 0;
+    if (s->where == CT_ROUND_SCHEDULE)
+        return ITER_ROUND_POLL_MS;
+    long i = s->where == CT_ROUND_TASK ? ct_find(s, s->round_task) : -1;
+    if (i >= 0 && (s->v[i].fail_streak > 0 || s->v[i].error))
+        return ITER_ROUND_POLL_MS;
+    return UINT64_MAX;
+}
+
+/* Coordinated reads: brings the next heartbeat forward when the read needs news (coord_delay). A
+ * heartbeat under way is followed by the next at the same pace (next_heartbeat). */
+static void coord_news(struct sluice_iterator *it)
+{
+    uint64_t delay = coord_delay(it);
+    if (delay == UINT64_MAX || it->closing || it->hb_busy)
+        return;
+    if (!uv_is_active((uv_handle_t *)&it->hb_timer) || uv_timer_get_due_in(&it->hb_timer) > delay)
+        schedule_heartbeat(it, delay);
+}
+
 /* The interval to the next heartbeat after a successful one. */
 static uint64_t next_heartbeat(struct sluice_iterator *it)
 {
@@ -516,6 +589,9 @@ static uint64_t next_heartbeat(struct sluice_iterator *it)
         it->hb_soon = false;
         return 0;
     }
+    uint64_t coord = coord_delay(it);
+    if (coord < it->heartbeat_ms)
+        return coord;
     if (end_phase(it) && it->heartbeat_ms > ITER_END_POLL_MS)
         return ITER_END_POLL_MS;
     if (it->acks_due && it->heartbeat_ms > ITER_ACK_MS)
@@ -702,6 +778,32 @@ static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
     it->refs++;
 }
 
+/* Coordinated reads: takes the reply's round schedule and grant (tasks.h). Returns 0 or a
+ * negative code. */
+static int apply_schedule(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r)
+{
+    struct ct_epoch *epochs = calloc(r->n_round_epochs ? r->n_round_epochs : 1, sizeof *epochs);
+    if (!epochs)
+        return SLUICE_ERR_NOMEM;
+    size_t n = 0;
+    for (size_t k = 0; k < r->n_round_epochs; k++) {
+        const Sluice__RoundEpoch *e = r->round_epochs[k];
+        if (!e)
+            continue;
+        epochs[n].start = e->start;
+        epochs[n].tasks = e->task_ids;
+        epochs[n].ntasks = e->n_task_ids;
+        n++;
+    }
+    uint64_t before = it->tasks.granted;
+    bool waiting = it->tasks.where == CT_ROUND_GRANT;
+    int rc = ct_schedule(&it->tasks, epochs, n, r->rounds_granted);
+    free(epochs);
+    /* A reply that granted nothing to a read waiting for a grant: ask again, but not at once. */
+    it->grant_stalled = rc == 0 && waiting && it->tasks.granted == before;
+    return rc;
+}
+
 static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r,
                             uint64_t now)
 {
@@ -727,6 +829,8 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
     }
     int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
     free(infos);
+    if (rc == 0 && it->coordinated)
+        rc = apply_schedule(it, r);
     if (rc) {
         iter_fail(it, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PROTOCOL, "%s",
                   rc == SLUICE_ERR_NOMEM ? sluice_strerror(rc)
@@ -878,6 +982,7 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.wait_fraction = waiting;
     it->hb_req.n_splits = it->cov_n;
     it->hb_req.splits = it->cov_ptrs;
+    it->hb_req.round = it->coordinated ? it->tasks.round : 0;
     sluice__envelope__init(&it->hb_env);
     it->hb_env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
     it->hb_env.client_heartbeat = &it->hb_req;
@@ -1068,6 +1173,9 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             if (rc == CODEC_ELEMENT) {
                 it->cur_decoded++;
                 it->taken_local++;
+                it->have_round = true;
+                it->last_round = it->cur.round;
+                it->last_task = it->cur.task_id;
                 atomic_store_explicit(&it->taken, it->taken_local, memory_order_relaxed);
                 return 1;
             }
@@ -1150,6 +1258,13 @@ static int open_tail(struct sluice_iterator *it, const char *text, const char *w
     if (rc)
         return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
                        msg);
+    /* A prefetch at the end runs the tail on a thread of its own, so a wait for its next
+     * element can time out without breaking a half-built batch (see iter_next). */
+    struct pipe_op *ops = realloc(it->tail_spec->ops, (it->tail_spec->nops + 1) * sizeof *ops);
+    if (!ops)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    it->tail_spec->ops = ops;
+    ops[it->tail_spec->nops++] = (struct pipe_op){.kind = PIPE_OP_PREFETCH, .n = 1};
     struct upstream *up = calloc(1, sizeof *up);
     if (!up)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
@@ -1160,6 +1275,21 @@ static int open_tail(struct sluice_iterator *it, const char *text, const char *w
     if (rc)
         return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
                        msg);
+    return 0;
+}
+
+/* Checks a local tail without opening it: it parses and names known functions. */
+static int check_local(struct sluice_iterator *it, const char *text, char *err, size_t errlen)
+{
+    char msg[MSG_MAX];
+    struct pipe_spec *spec = NULL;
+    int rc = pipe_parse_tail(text, &spec, msg, sizeof msg);
+    if (rc == 0)
+        rc = pipe_registry_check(it->c->reg, spec, msg, sizeof msg);
+    pipe_spec_free(spec);
+    if (rc)
+        return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
+                       "local tail: %s", msg);
     return 0;
 }
 
@@ -1184,8 +1314,11 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
         rc = err_set(err, errlen, rc, "dataset '%s': %s", it->dataset_id, msg);
         goto out;
     }
-    if (d.cut == spec->nops)
+    if (d.cut == spec->nops) {
+        if (o->local && *o->local)
+            rc = open_tail(it, o->local, "local tail", err, errlen);
         goto out;
+    }
     if (d.client_slices && o->job_name && *o->job_name) {
         char first[128];
         pipe_spec_format_ops(spec, d.cut, d.cut + 1, first, sizeof first);
@@ -1207,10 +1340,6 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
     pipe_spec_format_ops(spec, d.cut, spec->nops, text, (size_t)n + 1);
     if (local)
         sprintf(text + n, " | %s", o->local);
-    pipe_run_free(it->tail);
-    it->tail = NULL;
-    pipe_spec_free(it->tail_spec);
-    it->tail_spec = NULL;
     rc = open_tail(it, text, "operations run in the reader", err, errlen);
 out:
     free(text);
@@ -1311,9 +1440,10 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
         goto fail;
     }
 
-    /* Everything that can be checked locally is, before the dispatcher hears of the read. */
+    /* Everything that can be checked locally is, before the dispatcher hears of the read. The
+     * tail is opened (and its thread started) only once the dataset's own part is known. */
     if (o->local && *o->local) {
-        rc = open_tail(it, o->local, "local tail", err, errlen);
+        rc = check_local(it, o->local, err, errlen);
         if (rc)
             goto fail;
     }
@@ -1345,11 +1475,12 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
                         err, errlen);
     if (rc)
         goto fail;
-    if (o->mode == SLUICE_DISTRIBUTED_EPOCH) {
+    if (o->mode == SLUICE_DISTRIBUTED_EPOCH)
         rc = open_dataset_tail(it, o, err, errlen);
-        if (rc)
-            goto fail;
-    }
+    else if (o->local && *o->local)
+        rc = open_tail(it, o->local, "local tail", err, errlen);
+    if (rc)
+        goto fail;
 
     Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
     req.dataset_id = it->dataset_id;
@@ -1378,27 +1509,58 @@ fail:
     return rc;
 }
 
+/* The next element into it->elem: 1, 0 at the end, or a negative code with err. */
+static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err, size_t errlen)
+{
+    int rc;
+    if (it->tail) {
+        /* The tail ends in a prefetch (open_tail), so its operators run on a thread of their
+         * own and a wait that runs out here interrupts nothing. */
+        rc = pipe_prefetch_next_timed(it->tail->it, &it->elem, timeout_ms);
+        if (rc == SLUICE_ERR_TIMEOUT)
+            return err_set(err, errlen, rc, "no element within %" PRIu32 " ms", timeout_ms);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "%s",
+                           it->tail->ctx.err[0] ? it->tail->ctx.err : sluice_strerror(rc));
+        return rc;
+    }
+    it->call_timeout_ms = timeout_ms;
+    it->deadline_ns = timeout_ms ? uv_hrtime() + (uint64_t)timeout_ms * 1000000u : 0;
+    return raw_next(it, &it->elem, true, err, errlen);
+}
+
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen)
 {
     if (!it || !elem)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
     *elem = NULL;
-    int rc;
-    if (it->tail) {
-        /* The tail's operators cannot resume after an error, so no timeout applies here. */
-        rc = pipe_run_next(it->tail, &it->elem);
-        if (rc < 0)
-            return err_set(err, errlen, rc, "%s",
-                           it->tail->ctx.err[0] ? it->tail->ctx.err : sluice_strerror(rc));
-    } else {
-        it->call_timeout_ms = timeout_ms;
-        it->deadline_ns = timeout_ms ? uv_hrtime() + (uint64_t)timeout_ms * 1000000u : 0;
-        rc = raw_next(it, &it->elem, true, err, errlen);
-    }
+    int rc = iter_next(it, timeout_ms, err, errlen);
     if (rc == 1)
         *elem = &it->elem;
     return rc;
+}
+
+int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
+                              uint32_t timeout_ms, char *err, size_t errlen)
+{
+    if (!it || !elem)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
+    int rc = iter_next(it, timeout_ms, err, errlen);
+    if (rc == 1)
+        pipe_elem_swap(elem, &it->elem);
+    return rc;
+}
+
+int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uint64_t *task_id)
+{
+    if (!it || !it->coordinated || it->tail || !it->have_round)
+        return SLUICE_ERR_INVALID;
+    if (round)
+        *round = it->last_round;
+    if (task_id)
+        *task_id = it->last_task;
+    return 0;
 }
 
 void sluice_iterator_close(struct sluice_iterator *it)

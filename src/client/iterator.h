@@ -15,6 +15,15 @@
  * dispatcher says the iteration is finished, every task it lists has ended, and the buffer is
  * empty.
  *
+ * Coordinated reads (num_consumers > 0) go one request at a time along the dispatcher's round
+ * schedule (tasks.h): heartbeats report the next round and bring the schedule and the grant;
+ * the read asks for a heartbeat at once when it waits for a grant or has used half of it, and
+ * every ITER_ROUND_POLL_MS while no task serves its round or the round's task fails. A request
+ * to a task the dispatcher dropped that still waits for a connection is withdrawn (the worker
+ * never saw it), so the read skips that task's rounds at once. Each element remembers its round
+ * and task (sluice_iterator_round). A round the others were served long ago (this consumer fell
+ * behind) ends the read with the worker's or the schedule's error.
+ *
  * Failure modes: a worker that cannot be reached, or does not know a task yet, is retried with
  * backoff until the dispatcher drops the task; an Error reply for a task (its pipeline failed)
  * ends the read with the worker's message, after the elements already buffered. (A worker says
@@ -51,7 +60,9 @@
  * caches; larger ones measured markedly slower with elements of 1 MiB, and smaller elements
  * gain nothing from more (a reply carries at most a few thousand of them). */
 #define ITER_FETCH_MAX_BYTES (2u << 20)
-/* Bound on one GetElements request, covering a worker's long poll with room to spare. */
+/* Bound on one GetElements request, covering a worker's long poll (WORKER_POLL_MS) with room to
+ * spare: a worker answers every read before its reader gives up on it, which coordinated reads
+ * rely on (tasks.h). */
 #define ITER_FETCH_TIMEOUT_MS 10000
 /* Heartbeat interval until the dispatcher names one. */
 #define ITER_DEFAULT_HEARTBEAT_MS 1000
@@ -59,6 +70,9 @@
  * is finished (it learns that from the workers' heartbeats): the end of a read is noticed
  * soon after the dispatcher knows it. */
 #define ITER_END_POLL_MS 50
+/* Coordinated reads: the heartbeat interval while no task serves the round, or the round's task
+ * is failing (see coord_delay in iterator.c). */
+#define ITER_ROUND_POLL_MS 50
 /* A split that completed is reported to the dispatcher within this long. */
 #define ITER_ACK_MS 100
 /* Bound on the ReleaseClient request sent when an iterator closes. */

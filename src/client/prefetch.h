@@ -29,6 +29,7 @@ struct prefetch_item {
     size_t len;
     uint32_t count;
     uint64_t task_id;
+    uint64_t round; /* coordinated reads: the round of its element */
     void *block;
     size_t block_cap;
     struct bufpool *pool; /* outlives the item */

@@ -15,6 +15,14 @@ void ct_init(struct ct_set *s, bool coordinated, unsigned per_task_max)
     memset(s, 0, sizeof *s);
     s->coordinated = coordinated;
     s->per_task_max = per_task_max ? per_task_max : 1;
+    s->where = CT_ROUND_SCHEDULE;
+}
+
+static void epochs_free(struct ct_epoch *e, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(e[i].tasks);
+    free(e);
 }
 
 void ct_release(struct ct_set *s)
@@ -22,6 +30,9 @@ void ct_release(struct ct_set *s)
     free(s->v);
     s->v = NULL;
     s->n = s->cap = 0;
+    epochs_free(s->epochs, s->nepochs);
+    s->epochs = NULL;
+    s->nepochs = 0;
 }
 
 /* The index where a task with this id is or would be inserted. */
@@ -102,6 +113,83 @@ static bool wanted(const struct ct_task *t)
     return t->listed && !t->ended;
 }
 
+int ct_schedule(struct ct_set *s, const struct ct_epoch *epochs, size_t n, uint64_t granted)
+{
+    for (size_t i = 1; i < n; i++)
+        if (epochs[i].start <= epochs[i - 1].start)
+            return SLUICE_ERR_INVALID;
+    struct ct_epoch *copy = calloc(n ? n : 1, sizeof *copy);
+    if (!copy)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        copy[i].start = epochs[i].start;
+        copy[i].ntasks = epochs[i].ntasks;
+        if (epochs[i].ntasks == 0)
+            continue;
+        copy[i].tasks = malloc(epochs[i].ntasks * sizeof *copy[i].tasks);
+        if (!copy[i].tasks) {
+            epochs_free(copy, i);
+            return SLUICE_ERR_NOMEM;
+        }
+        memcpy(copy[i].tasks, epochs[i].tasks, epochs[i].ntasks * sizeof *copy[i].tasks);
+    }
+    epochs_free(s->epochs, s->nepochs);
+    s->epochs = copy;
+    s->nepochs = n;
+    s->have_schedule = true;
+    if (granted > s->granted)
+        s->granted = granted;
+    /* News is asked for again once half of what is left now is used up (iterator.c). */
+    s->span = s->granted > s->round ? s->granted - s->round : 0;
+    return 0;
+}
+
+/* Whether no round of task id can ever reach this consumer: the dispatcher no longer lists it
+ * (or never did) and nothing is outstanding to it, or it ended. */
+static bool gone(const struct ct_set *s, uint64_t id)
+{
+    long i = ct_find(s, id);
+    if (i < 0)
+        return true;
+    const struct ct_task *t = &s->v[i];
+    return t->ended || (!t->listed && t->outstanding == 0);
+}
+
+enum ct_round ct_advance(struct ct_set *s)
+{
+    for (;;) {
+        if (!s->have_schedule || s->nepochs == 0)
+            return s->where = CT_ROUND_SCHEDULE;
+        if (s->round < s->epochs[0].start)
+            return s->where = CT_ROUND_BEHIND;
+        if (s->round >= s->granted)
+            return s->where = CT_ROUND_GRANT;
+        size_t k = s->nepochs - 1;
+        while (s->epochs[k].start > s->round)
+            k--;
+        const struct ct_epoch *e = &s->epochs[k];
+        bool any = false;
+        for (size_t j = 0; j < e->ntasks && !any; j++)
+            any = !gone(s, e->tasks[j]);
+        if (!any) {
+            /* Nothing in this epoch will be served: on to the next one, if decided. */
+            if (k + 1 == s->nepochs)
+                return s->where = CT_ROUND_SCHEDULE;
+            s->skipped += s->epochs[k + 1].start - s->round;
+            s->round = s->epochs[k + 1].start;
+            continue;
+        }
+        uint64_t id = e->tasks[(s->round - e->start) % e->ntasks];
+        if (gone(s, id)) {
+            s->round++;
+            s->skipped++;
+            continue;
+        }
+        s->round_task = id;
+        return s->where = CT_ROUND_TASK;
+    }
+}
+
 long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
 {
     *wake_at = 0;
@@ -109,24 +197,18 @@ long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
         return -1;
     size_t start = lower_bound(s, s->turn);
     if (s->coordinated) {
-        /* Strict turns: the first wanted task from the turn on (wrapping) is the only one that
-         * may be asked, and only when nothing else is outstanding. */
-        if (ct_outstanding(s) > 0)
+        /* The round's task is the only one that may be asked, and only when nothing else is
+         * outstanding. */
+        if (ct_outstanding(s) > 0 || s->where != CT_ROUND_TASK)
             return -1;
-        for (size_t k = 0; k < s->n; k++) {
-            size_t i = (start + k) % s->n;
-            const struct ct_task *t = &s->v[i];
-            if (!wanted(t))
-                continue;
-            if (!t->conn)
-                return -1;
-            if (t->not_before > now) {
-                *wake_at = t->not_before;
-                return -1;
-            }
-            return (long)i;
+        long i = ct_find(s, s->round_task);
+        if (i < 0 || !wanted(&s->v[i]) || !s->v[i].conn)
+            return -1;
+        if (s->v[i].not_before > now) {
+            *wake_at = s->v[i].not_before;
+            return -1;
         }
-        return -1;
+        return i;
     }
     for (size_t k = 0; k < s->n; k++) {
         size_t i = (start + k) % s->n;
@@ -166,10 +248,8 @@ void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t 
     if (count > 0) {
         t->empty_streak = 0;
         t->not_before = 0;
-        if (s->coordinated) {
-            t->round++;
-            s->turn = t->id + 1;
-        }
+        if (s->coordinated)
+            s->round++;
     } else if (!eos) {
         t->not_before = now + backoff_ceiling(t->empty_streak, CT_EMPTY_BASE_MS, CT_EMPTY_MAX_MS);
         if (t->empty_streak < 32)

@@ -11,13 +11,24 @@
  *
  * Two ways of choosing: by default, round robin over the tasks that may be asked (listed, not
  * ended, connected, fewer than per_task_max requests outstanding, not backing off), so several
- * tasks are fetched from at once. Coordinated reads (num_consumers > 0) go strictly in turn over
- * the tasks in id order, one request at a time, and ask each task for its next round; a task's
- * round advances only when it delivered elements, so every consumer of the job sees the rounds
- * of every task in the same order.
+ * tasks are fetched from at once. Coordinated reads (num_consumers > 0) follow the round
+ * schedule the dispatcher decides (src/dispatcher/state.h, "coordinated reads"), one request at
+ * a time: round r is asked of the task the schedule gives it, and the set moves to round r + 1
+ * once that task delivered its element of round r.
+ *
+ * Coordinated reads, precisely. The dispatcher's heartbeat replies carry the schedule (epochs:
+ * from its start round, the epoch's tasks serve rounds in turn) and the grant (rounds below it
+ * may be read; their schedule never changes). The set reads round r only when r is below the
+ * grant, and otherwise waits for a reply that raises it (the shell asks for one at once), so it
+ * never guesses at a schedule still being decided. A round whose task is gone — the dispatcher
+ * no longer lists it, and no request to it is outstanding — or has ended is skipped: a worker
+ * serves a round only while every consumer has a read of it waiting (src/worker/rounds.h), so
+ * no consumer got that round, and every consumer skips it alike. An epoch none of whose tasks
+ * can serve is skipped to the next epoch; the last one is waited on. A round before the first
+ * epoch the dispatcher still keeps means the consumer fell too far behind (CT_ROUND_BEHIND).
  *
  * Invariants: v is sorted by id, ids are unique; a task with outstanding requests is never
- * removed. */
+ * removed; epochs' starts strictly increase. */
 #ifndef SLUICE_CLIENT_TASKS_H
 #define SLUICE_CLIENT_TASKS_H
 
@@ -44,7 +55,6 @@ struct ct_task {
     bool ended;           /* a reply carried end_of_sequence */
     uint64_t not_before;  /* no request before this time */
     uint32_t empty_streak, fail_streak;
-    uint64_t round;     /* coordinated reads: the round to ask for next */
     uint64_t elements;  /* elements received from it */
     uint64_t listed_at; /* when it first appeared in a list */
     /* A failure that ends the read unless a later heartbeat shows the task gone (see
@@ -61,14 +71,39 @@ struct ct_info {
     uint64_t worker_incarnation;
 };
 
+/* One epoch of a coordinated read's schedule (a heartbeat reply's RoundEpoch). */
+struct ct_epoch {
+    uint64_t start;
+    uint64_t *tasks; /* serve order; owned by the set once applied */
+    size_t ntasks;
+};
+
+/* Where a coordinated read stands (ct_advance). */
+enum ct_round {
+    CT_ROUND_TASK,     /* round_task serves the round: ask it */
+    CT_ROUND_GRANT,    /* the round is not granted yet: wait for a heartbeat reply */
+    CT_ROUND_SCHEDULE, /* no task serves the round yet: wait for the schedule to change */
+    CT_ROUND_BEHIND    /* the round lies before every epoch the dispatcher keeps */
+};
+
 struct ct_set {
     struct ct_task *v;
     size_t n, cap;
     uint64_t turn;         /* the next search starts at the first task with id >= turn */
-    bool coordinated;      /* strict turns, one request at a time */
+    bool coordinated;      /* rounds, one request at a time */
     unsigned per_task_max; /* outstanding requests per task (>= 1) */
     bool have_list;        /* a task list was applied at least once */
     bool iteration_finished;
+    /* Coordinated reads. */
+    uint64_t round;      /* the next round to read */
+    uint64_t granted;    /* rounds below this may be read */
+    uint64_t span;       /* granted - round when the grant last grew */
+    uint64_t round_task; /* the task of the round (CT_ROUND_TASK) */
+    uint64_t skipped;    /* rounds skipped so far (served by no task) */
+    enum ct_round where;
+    struct ct_epoch *epochs;
+    size_t nepochs;
+    bool have_schedule;
 };
 
 /* Initializes an empty set. per_task_max 0 means 1. Coordinated sets ignore per_task_max. */
@@ -97,12 +132,24 @@ long ct_find(const struct ct_set *s, uint64_t id);
  * asked (else 0), so the shell can arm a timer. Does not change the set. */
 long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at);
 
+/* Coordinated reads: applies the schedule of a heartbeat reply, after its task list (ct_reconcile):
+ * the epochs replace those held (a reply carries every epoch from the one holding the round the
+ * consumer reported, so nothing the set still needs is lost), and the grant only grows. Copies
+ * epochs. Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_INVALID (starts not increasing); the set is
+ * unchanged on failure. Call ct_advance() afterwards. */
+int ct_schedule(struct ct_set *s, const struct ct_epoch *epochs, size_t n, uint64_t granted);
+
+/* Coordinated reads: moves the round past rounds no task will serve (see above), and records
+ * and returns where the read stands (s->where; s->round_task for CT_ROUND_TASK). Call it after
+ * every change of the set (a reply, a list, a schedule, a reap). */
+enum ct_round ct_advance(struct ct_set *s);
+
 /* Records that a request to task i was sent. */
 void ct_sent(struct ct_set *s, size_t i);
 
 /* Records a reply from task i: count elements, end_of_sequence eos. An empty reply that is not
  * the end makes the task back off briefly; a reply with elements clears the backoff and, in
- * coordinated reads, advances the task's round and passes the turn. */
+ * coordinated reads, moves to the next round. */
 void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t now);
 
 /* Records a failed request to task i (a worker unreachable or not knowing the task yet): the task

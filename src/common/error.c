@@ -27,7 +27,12 @@ static const char *const messages[] = {
     [-(SLUICE_ERR_RESTARTED - SLUICE_ERR_BASE)] = "peer restarted",
     [-(SLUICE_ERR_UNSUPPORTED - SLUICE_ERR_BASE)] = "unsupported",
     [-(SLUICE_ERR_TASK_FAILED - SLUICE_ERR_BASE)] = "task failed",
+    [-(SLUICE_ERR_SERVER - SLUICE_ERR_BASE)] = "server failed",
 };
+
+/* Every code has its message: the table ends exactly at the last code. */
+_Static_assert(sizeof messages / sizeof messages[0] == (size_t)(SLUICE_ERR_BASE - SLUICE_ERR_LAST),
+               "a sluice error code has no message");
 
 const char *sluice_strerror(int code)
 {

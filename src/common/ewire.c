@@ -13,41 +13,20 @@
 #include "ewire.h"
 
 #include "frame.h"
+#include "varint.h"
 
 #include <limits.h>
 
-#define TAG_ID 0x08u        /* Envelope.id: field 1, varint */
-#define TAG_BODY_0 0xfau    /* Envelope.get_elements_reply: field 31, length-delimited, */
-#define TAG_BODY_1 0x01u    /* as the two-byte varint 31 << 3 | 2 */
-#define TAG_COUNT 0x08u     /* GetElementsReply.count: field 1, varint */
-#define TAG_EOS 0x10u       /* GetElementsReply.end_of_sequence: field 2, varint */
-#define TAG_PAYLOAD 0x1au   /* GetElementsReply.payload: field 3, length-delimited */
-#define VARINT64_MAX_LEN 10 /* protobuf-c stops looking for a varint's end here */
-#define LENGTH_MAX_LEN 5    /* and for a length prefix's end here */
+#define TAG_ID 0x08u      /* Envelope.id: field 1, varint */
+#define TAG_BODY_0 0xfau  /* Envelope.get_elements_reply: field 31, length-delimited, */
+#define TAG_BODY_1 0x01u  /* as the two-byte varint 31 << 3 | 2 */
+#define TAG_COUNT 0x08u   /* GetElementsReply.count: field 1, varint */
+#define TAG_EOS 0x10u     /* GetElementsReply.end_of_sequence: field 2, varint */
+#define TAG_PAYLOAD 0x1au /* GetElementsReply.payload: field 3, length-delimited */
+#define LENGTH_MAX_LEN 5  /* and for a length prefix's end here */
 
 _Static_assert(EWIRE_PREFIX_MAX == FRAME_HEADER_SIZE + (1 + 10) + (2 + 5) + (1 + 5) + 2 + (1 + 5),
                "EWIRE_PREFIX_MAX is the longest prefix");
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static size_t varint_put(uint8_t *p, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        p[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    p[n++] = (uint8_t)v;
-    return n;
-}
 
 size_t ewire_reply_prefix(uint8_t out[EWIRE_PREFIX_MAX], uint64_t id, uint32_t count, bool eos,
                           size_t len, uint64_t *env_len)
@@ -96,32 +75,11 @@ size_t ewire_reply_prefix(uint8_t out[EWIRE_PREFIX_MAX], uint64_t id, uint32_t c
     return (size_t)(p - out);
 }
 
-/* Reads a varint of at most max bytes from d[*pos, end). Returns false when it does not end
- * within max bytes or before end. */
-static bool get_varint(const uint8_t *d, size_t end, size_t *pos, unsigned max, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (unsigned i = 0; i < max; i++) {
-        if (*pos >= end)
-            return false;
-        uint8_t b = d[(*pos)++];
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
-        if (!(b & 0x80)) {
-            /* A tenth byte may carry only the top bit of a 64-bit value. */
-            if (i == 9 && b > 1)
-                return false;
-            *out = v;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Reads a length prefix at d[*pos, end) and checks that the bytes it announces are there. */
 static bool get_length(const uint8_t *d, size_t end, size_t *pos, size_t *len)
 {
     uint64_t v;
-    if (!get_varint(d, end, pos, LENGTH_MAX_LEN, &v) || v > INT_MAX || v > end - *pos)
+    if (!varint_get(d, end, pos, LENGTH_MAX_LEN, &v) || v > INT_MAX || v > end - *pos)
         return false;
     *len = (size_t)v;
     return true;
@@ -135,7 +93,7 @@ static bool decode_body(const uint8_t *d, size_t pos, size_t end, struct ewire_r
         uint8_t tag = d[pos++];
         uint64_t v;
         if (tag == TAG_COUNT && !have_count) {
-            if (!get_varint(d, end, &pos, LENGTH_MAX_LEN, &v) || v > UINT32_MAX)
+            if (!varint_get(d, end, &pos, LENGTH_MAX_LEN, &v) || v > UINT32_MAX)
                 return false;
             out->count = (uint32_t)v;
             have_count = true;
@@ -171,7 +129,7 @@ bool ewire_reply_decode(const uint8_t *env, size_t len, struct ewire_reply *out)
     while (pos < len) {
         uint8_t tag = env[pos++];
         if (tag == TAG_ID && !have_id) {
-            if (!get_varint(env, len, &pos, VARINT64_MAX_LEN, &out->id))
+            if (!varint_get(env, len, &pos, VARINT_MAX_LEN, &out->id))
                 return false;
             have_id = true;
         } else if (tag == TAG_BODY_0 && !have_body) {

@@ -28,8 +28,8 @@
  *
  * Threading: every function runs on the loop's thread; callbacks run there too.
  *
- * Signals: libuv writes with plain write(2), so the process must ignore SIGPIPE (the servers'
- * main functions do). */
+ * Signals: libuv writes with plain write(2), so SIGPIPE must not reach its default action: the
+ * servers' loop threads block it (loop_thread_spawn), and the binaries also ignore it. */
 #ifndef SLUICE_COMMON_HTTP_H
 #define SLUICE_COMMON_HTTP_H
 

@@ -9,11 +9,20 @@
 static const char *log_part = "sluice";
 static enum log_level log_min = LOG_INFO;
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
+/* A thread's own part and level; NULL: the process-wide ones. */
+static _Thread_local const char *thread_part;
+static _Thread_local enum log_level thread_min;
 
 void log_init(const char *part, enum log_level level)
 {
     log_part = part;
     log_min = level;
+}
+
+void log_thread_init(const char *part, enum log_level level)
+{
+    thread_part = part;
+    thread_min = level;
 }
 
 int log_level_parse(const char *text, enum log_level *out)
@@ -27,9 +36,14 @@ int log_level_parse(const char *text, enum log_level *out)
     return SLUICE_ERR_INVALID;
 }
 
+const char *log_level_name(enum log_level level)
+{
+    return level_names[level];
+}
+
 int log_enabled(enum log_level level)
 {
-    return level >= log_min && level < LOG_OFF;
+    return level >= (thread_part ? thread_min : log_min) && level < LOG_OFF;
 }
 
 void log_write(enum log_level level, const char *fmt, ...)
@@ -41,5 +55,5 @@ void log_write(enum log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %s: %s\n", level_names[level], log_part, line);
+    fprintf(stderr, "%s %s: %s\n", level_names[level], thread_part ? thread_part : log_part, line);
 }

@@ -5,6 +5,8 @@
 
 #include "error.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,6 +59,12 @@ int rpc_parse_address(const char *text, char *host, size_t hostlen, int *port, c
     host[hlen] = '\0';
     *port = (int)value;
     return 0;
+}
+
+void rpc_format_address(char *out, size_t len, const char *host, int port)
+{
+    bool v6 = strchr(host, ':') != NULL;
+    snprintf(out, len, "%s%s%s:%d", v6 ? "[" : "", host, v6 ? "]" : "", port);
 }
 
 uint64_t rpc_new_incarnation(void)

@@ -18,8 +18,9 @@
  * Closing: rpc_server_close / rpc_client_close close every handle they own and call their
  * callback from the last close callback, so uv_loop_close() returns 0 afterwards.
  *
- * Signals: libuv writes with plain write(2), so a process using this layer must ignore SIGPIPE
- * (the servers' main functions do); otherwise a peer that vanishes mid-write ends the process. */
+ * Signals: libuv writes with plain write(2), so a SIGPIPE must never reach the process's default
+ * action, or a peer that vanishes mid-write ends the process: the loop threads of the servers and
+ * of the client block it (loop_thread_spawn), and the binaries also ignore it. */
 #ifndef SLUICE_COMMON_RPC_H
 #define SLUICE_COMMON_RPC_H
 
@@ -40,6 +41,10 @@
  * brackets. Returns 0 or SLUICE_ERR_INVALID with a message in err. */
 int rpc_parse_address(const char *text, char *host, size_t hostlen, int *port, char *err,
                       size_t errlen);
+
+/* The inverse: writes "HOST:PORT" into out (len bytes, NUL-terminated when len > 0), with an
+ * IPv6 host in brackets. */
+void rpc_format_address(char *out, size_t len, const char *host, int port);
 
 /* A random 64-bit incarnation id for this process (never 0). */
 uint64_t rpc_new_incarnation(void);
@@ -155,6 +160,13 @@ int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_
  * and reply's pointers (the payload's included) stay valid until then. Returns NULL otherwise;
  * the reply is then valid only during the callback, as usual. */
 void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
+
+/* Withdraws the call made with cb and user if it has not been written yet (it waits for a
+ * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the
+ * loop's next timer run, never inside this function. Returns true when such a call was
+ * withdrawn; false when none waits unwritten (it was written, or has completed), and then
+ * nothing changes. */
+bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
 
 bool rpc_client_connected(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */

@@ -54,6 +54,7 @@ struct call {
     struct call *hash_next;   /* chain in the hash bucket */
     struct call *prev, *next; /* in the waiting or the sent list */
     bool sent;
+    bool withdrawn;           /* rpc_client_withdraw: never to be written, failing soon */
     struct conn_frame *frame; /* the packed request until it is written */
     rpc_reply_cb cb;
     void *user;
@@ -98,7 +99,7 @@ struct rpc_client {
     size_t nbuckets, ncalls;
     struct call **heap;
     size_t heap_len, heap_cap;
-    struct call_list waiting, sent;
+    struct call_list waiting, sent, withdrawn;
 
     unsigned busy; /* handles not yet closed and requests not yet called back */
     bool closing;
@@ -287,7 +288,7 @@ static void call_detach(struct rpc_client *cl, struct call *call)
 {
     hash_remove(cl, call);
     heap_remove(cl, call);
-    list_remove(call->sent ? &cl->sent : &cl->waiting, call);
+    list_remove(call->sent ? &cl->sent : call->withdrawn ? &cl->withdrawn : &cl->waiting, call);
     conn_frame_free(call->frame);
     call->frame = NULL;
 }
@@ -324,14 +325,18 @@ static void on_call_timer(uv_timer_t *t)
     while (!cl->closing && cl->heap_len > 0 && cl->heap[0]->deadline <= now) {
         struct call *call = cl->heap[0];
         char msg[400];
-        if (call->sent)
+        int status = SLUICE_ERR_TIMEOUT;
+        if (call->withdrawn) {
+            status = SLUICE_ERR_CANCELLED;
+            text(msg, sizeof msg, "withdrawn before it was sent to %s", cl->address);
+        } else if (call->sent)
             text(msg, sizeof msg, "no reply from %s within %" PRIu32 " ms", cl->address,
                  call->timeout_ms);
         else
             text(msg, sizeof msg, "no connection to %s within %" PRIu32 " ms%s%s", cl->address,
                  call->timeout_ms, cl->why[0] ? ": " : "", cl->why);
         call_detach(cl, call);
-        call_finish(call, SLUICE_ERR_TIMEOUT, msg, NULL);
+        call_finish(call, status, msg, NULL);
     }
     rearm_call_timer(cl);
 }
@@ -797,6 +802,35 @@ void *rpc_client_take_reply(struct rpc_client *cl, size_t *cap)
     return conn_take_frame(&cl->conn, cap);
 }
 
+bool rpc_client_withdraw(struct rpc_client *cl, rpc_reply_cb cb, void *user)
+{
+    if (cl->closing)
+        return false;
+    struct call *call = cl->waiting.head;
+    while (call && !(call->cb == cb && call->user == user))
+        call = call->next;
+    if (!call)
+        return false;
+    /* Fail it from the call timer, due now: never inside this function. */
+    heap_remove(cl, call);
+    call->deadline = uv_now(cl->loop);
+    if (heap_push(cl, call) != 0) {
+        /* Without room in the heap it stays waiting: its own timeout fails it later. */
+        if (call->timeout_ms > 0) {
+            call->deadline = uv_now(cl->loop) + call->timeout_ms;
+            (void)heap_push(cl, call); /* it was in the heap before, so there is room */
+        }
+        return false;
+    }
+    list_remove(&cl->waiting, call);
+    list_append(&cl->withdrawn, call);
+    call->withdrawn = true;
+    conn_frame_free(call->frame);
+    call->frame = NULL;
+    rearm_call_timer(cl);
+    return true;
+}
+
 bool rpc_client_connected(const struct rpc_client *cl)
 {
     return cl->state == CLIENT_CONNECTED;
@@ -827,6 +861,7 @@ void rpc_client_close(struct rpc_client *cl, void (*cb)(void *user), void *user)
     cl->close_user = user;
     fail_list(cl, &cl->sent, SLUICE_ERR_CANCELLED, "client closed");
     fail_list(cl, &cl->waiting, SLUICE_ERR_CANCELLED, "client closed");
+    fail_list(cl, &cl->withdrawn, SLUICE_ERR_CANCELLED, "client closed");
     uv_close((uv_handle_t *)&cl->connect_timer, on_timer_closed);
     uv_close((uv_handle_t *)&cl->backoff_timer, on_timer_closed);
     uv_close((uv_handle_t *)&cl->call_timer, on_timer_closed);

@@ -1,11 +1,14 @@
-/* sluice-dispatcher: parses the command line (DESIGN.md §2), starts the server shell, prints the
- * "listening on" line and runs the loop until SIGTERM or SIGINT, then closes everything. */
-#include "server.h"
+/* sluice-dispatcher: parses the command line (DESIGN.md §2), starts the embeddable dispatcher
+ * (include/sluice/server.h), prints the "listening on" line and serves until SIGTERM or SIGINT
+ * (or a failure), then stops it. Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on
+ * bad usage. */
+#include "sluice/server.h"
+#include "sluice/sluice.h"
 
 #include "common/error.h"
-#include "common/http.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/signals.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -14,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uv.h>
 
 #define PROG "sluice-dispatcher"
 #define EXIT_USAGE 2
@@ -50,7 +52,8 @@ static const char usage[] =
     "                           figures workers and clients reported meanwhile\n"
     "                           (default 10000)\n"
     "  --log-level L            debug, info, warn, error or off (default info)\n"
-    "  --help                   print this help\n";
+    "  --help                   print this help\n"
+    "  --version                print the version\n";
 
 static void fail(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(const char *what, const char *fmt, ...)
@@ -132,13 +135,17 @@ static int parse_worker_addresses(struct config *c, const char *text)
     return 0;
 }
 
-/* Returns 0 to run, 1 after --help, -1 after a usage error (already printed). */
+/* Returns 0 to run, 1 after --help or --version, -1 after a usage error (already printed). */
 static int parse_args(int argc, char **argv, struct config *c)
 {
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(usage, stdout);
+            return 1;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("sluice %s\n", sluice_version());
             return 1;
         }
         if (strcmp(arg, "--fault-tolerant") == 0) {
@@ -277,61 +284,19 @@ static int parse_args(int argc, char **argv, struct config *c)
 
 /* ---- running --------------------------------------------------------------------------------- */
 
-struct app {
-    uv_loop_t loop;
-    uv_signal_t sigterm, sigint;
-    struct dispatcher *d;
-    struct http_server *http; /* NULL without --metrics-port */
-    bool stopping;
-    int exit_code;
-};
-
-static void stop(struct app *a)
+/* SIGTERM or SIGINT stops the dispatcher; a second signal of either kind ends the process. */
+static int on_signal(void *user, int signum)
 {
-    if (a->stopping)
-        return;
-    a->stopping = true;
-    uv_close((uv_handle_t *)&a->sigterm, NULL);
-    uv_close((uv_handle_t *)&a->sigint, NULL);
-    if (a->http)
-        http_server_close(a->http, NULL, NULL);
-    a->http = NULL;
-    dispatcher_close(a->d, NULL, NULL);
-}
-
-static int render_metrics(void *user, char **body, size_t *len)
-{
-    struct app *a = user;
-    return dispatcher_metrics_render(a->d, body, len);
-}
-
-/* Prints "PROG WHAT on HOST:PORT", flushed, with an IPv6 host in brackets. */
-static void print_address(const char *what, const char *host, int port)
-{
-    bool v6 = strchr(host, ':') != NULL;
-    printf(PROG " %s on %s%s%s:%d\n", what, v6 ? "[" : "", host, v6 ? "]" : "", port);
-    fflush(stdout);
-}
-
-static void on_signal(uv_signal_t *h, int signum)
-{
-    struct app *a = h->data;
     log_info("%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    stop(a);
-}
-
-/* msg already reads "what: why" ("journal: DIR: commit: No space left on device"). */
-static void on_fatal(void *user, const char *msg)
-{
-    struct app *a = user;
-    fflush(stdout);
-    fprintf(stderr, PROG ": %s\n", msg);
-    a->exit_code = EXIT_RUNTIME;
-    stop(a);
+    sluice_dispatcher_shutdown(user);
+    return SIGNALS_INT | SIGNALS_TERM;
 }
 
 int main(int argc, char **argv)
 {
+    /* Before any thread: the servers' threads inherit the mask, and the signal thread takes
+     * SIGINT and SIGTERM. */
+    signals_block();
     struct config c = {
         .host = "127.0.0.1",
         .port = 5050,
@@ -347,68 +312,56 @@ int main(int argc, char **argv)
     /* A peer that vanishes mid-write must cost a write error, not the process. */
     signal(SIGPIPE, SIG_IGN);
 
-    struct app a = {.exit_code = 0};
-    rc = uv_loop_init(&a.loop);
-    if (rc < 0) {
-        fail("start", "%s", uv_strerror(rc));
-        goto out_config;
-    }
-    struct dispatcher_opts opts = {
+    struct sluice_dispatcher_options opts = {
         .host = c.host,
         .port = (int)c.port,
+        .fault_tolerant = c.fault_tolerant,
+        .work_dir = c.work_dir,
+        .snapshot_every = (uint64_t)c.snapshot_every,
+        .journal_max_mb = (uint64_t)c.journal_max_mb,
+        .journal_per_update = c.journal_per_update,
         .worker_timeout_ms = (uint32_t)c.worker_timeout_ms,
         .client_timeout_ms = (uint32_t)c.client_timeout_ms,
         .job_gc_timeout_ms = (uint32_t)c.job_gc_timeout_ms,
         .autoscale_window_ms = (uint32_t)c.autoscale_window_ms,
         .worker_addresses = (const char *const *)c.worker_addresses,
         .nworker_addresses = c.nworker_addresses,
-        .on_fatal = on_fatal,
-        .user = &a,
-        .work_dir = c.fault_tolerant ? c.work_dir : NULL,
-        .snapshot_every = (uint64_t)c.snapshot_every,
-        .journal_max_bytes = (size_t)c.journal_max_mb << 20,
-        .journal_per_update = c.journal_per_update,
+        .metrics = c.metrics_port >= 0,
+        .metrics_port = c.metrics_port >= 0 ? (int)c.metrics_port : 0,
+        .log_level = log_level_name(c.log_level),
         .recover_to_last_good = c.recover_to_last_good,
     };
-    char err[512];
-    rc = dispatcher_start(&a.loop, &opts, &a.d, err, sizeof err);
+    char err[1024];
+    struct sluice_dispatcher *d;
+    rc = sluice_dispatcher_start(&opts, &d, err, sizeof err);
     if (rc < 0) {
         /* err already reads "what: why", e.g. "listen on HOST:PORT: Address in use". */
         fflush(stdout);
         fprintf(stderr, PROG ": %s\n", err);
-        uv_run(&a.loop, UV_RUN_DEFAULT); /* finishes closing what a failed start left */
-        uv_loop_close(&a.loop);
         goto out_config;
     }
-    if (c.metrics_port >= 0) {
-        rc = http_server_start(&a.loop, c.host, (int)c.metrics_port, render_metrics, &a, &a.http,
-                               err, sizeof err);
-        if (rc < 0) {
-            fail("metrics", "%s", err);
-            dispatcher_close(a.d, NULL, NULL);
-            uv_run(&a.loop, UV_RUN_DEFAULT);
-            uv_loop_close(&a.loop);
-            goto out_config;
-        }
-    }
-    uv_signal_init(&a.loop, &a.sigterm);
-    uv_signal_init(&a.loop, &a.sigint);
-    a.sigterm.data = a.sigint.data = &a;
-    uv_signal_start(&a.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&a.sigint, on_signal, SIGINT);
+    printf(PROG " listening on %s\n", sluice_dispatcher_target(d));
+    if (sluice_dispatcher_metrics_address(d))
+        printf(PROG " metrics on %s\n", sluice_dispatcher_metrics_address(d));
+    fflush(stdout);
 
-    const char *host = dispatcher_host(a.d);
-    print_address("listening", host, dispatcher_port(a.d));
-    if (a.http)
-        print_address("metrics", host, http_server_port(a.http));
-
-    uv_run(&a.loop, UV_RUN_DEFAULT);
-    rc = uv_loop_close(&a.loop);
+    static struct signals sig;
+    rc = signals_start(&sig, on_signal, d);
     if (rc < 0) {
-        fail("shutdown", "%s", uv_strerror(rc));
-        a.exit_code = EXIT_RUNTIME;
+        fail("start", "signal thread: %s", sluice_strerror(rc));
+        sluice_dispatcher_stop(d);
+        goto out_config;
     }
-    code = a.exit_code;
+    rc = sluice_dispatcher_wait(d, 0, err, sizeof err);
+    signals_stop(&sig);
+    code = 0;
+    if (rc < 0) {
+        /* "journal: DIR: commit: No space left on device", or "shutdown: why". */
+        fflush(stdout);
+        fprintf(stderr, PROG ": %s\n", err);
+        code = EXIT_RUNTIME;
+    }
+    sluice_dispatcher_stop(d);
 
 out_config:
     free(c.worker_addresses);

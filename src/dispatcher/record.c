@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UPDATE_TYPE_MAX ST_WORKER_DRAINING
+#define UPDATE_TYPE_MAX ST_ROUNDS_GRANTED
 #define MODE_MAX ST_MODE_HINT
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
@@ -246,14 +246,20 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
     Sluice__SnapshotTask *ts = grab(&a, s->ntasks, sizeof *ts);
     Sluice__SnapshotWorker *ws = grab(&a, s->nworkers, sizeof *ws);
     Sluice__SnapshotClient *cs = grab(&a, s->nclients, sizeof *cs);
+    size_t nepochs = 0;
+    for (size_t i = 0; i < s->niterations; i++)
+        nepochs += s->iterations[i].nepochs;
+    Sluice__SnapshotRoundEpoch *eps = grab(&a, nepochs, sizeof *eps);
+    Sluice__SnapshotRoundEpoch **ep_ptrs = grab(&a, nepochs, sizeof *ep_ptrs);
     m.datasets = grab(&a, s->ndatasets, sizeof *m.datasets);
     m.jobs = grab(&a, s->njobs, sizeof *m.jobs);
     m.iterations = grab(&a, s->niterations, sizeof *m.iterations);
     m.tasks = grab(&a, s->ntasks, sizeof *m.tasks);
     m.workers = grab(&a, s->nworkers, sizeof *m.workers);
     m.clients = grab(&a, s->nclients, sizeof *m.clients);
-    if (a.n != 13)
+    if (a.n != 15)
         goto out;
+    size_t e = 0;
 
     for (size_t i = 0; i < s->ndatasets; i++) {
         const struct st_dataset *d = &s->datasets[i];
@@ -303,6 +309,17 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         its[i].pool = it->pool.v;
         its[i].splits_finished = it->splits_finished;
         its[i].splits_leased = it->splits_leased;
+        its[i].rounds_granted = it->rounds_granted;
+        its[i].n_epochs = it->nepochs;
+        its[i].epochs = &ep_ptrs[e];
+        for (size_t k = 0; k < it->nepochs; k++, e++) {
+            Sluice__SnapshotRoundEpoch einit = SLUICE__SNAPSHOT_ROUND_EPOCH__INIT;
+            eps[e] = einit;
+            eps[e].start = it->epochs[k].start;
+            eps[e].n_tasks = it->epochs[k].tasks.n;
+            eps[e].tasks = it->epochs[k].tasks.v;
+            ep_ptrs[e] = &eps[e];
+        }
         m.iterations[i] = &its[i];
     }
     m.n_iterations = s->niterations;
@@ -437,8 +454,8 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
             return CORRUPT("job %" PRIu64 " has unknown mode %d", j->id, (int)j->mode);
         if (!state_dataset(s, j->dataset_id))
             return CORRUPT("job %" PRIu64 " names unknown dataset '%s'", j->id, j->dataset_id);
-        if (j->name[0] && state_job_by_name(s, j->name))
-            return CORRUPT("job name '%s' is used twice", j->name);
+        if (j->name[0] && state_job_by_key(s, j->dataset_id, j->name))
+            return CORRUPT("job name '%s' is used twice on dataset '%s'", j->name, j->dataset_id);
         struct st_job *row = &s->jobs[s->njobs++];
         row->id = j->id;
         memcpy(row->name, j->name, strlen(j->name) + 1);
@@ -446,6 +463,37 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
         row->mode = (enum st_mode)j->mode;
         row->num_consumers = j->num_consumers;
         row->iteration_id = j->iteration_id;
+    }
+    return 0;
+}
+
+/* Copies a coordinated iteration's round schedule. Returns 0, SLUICE_ERR_NOMEM, or
+ * SLUICE_ERR_CORRUPT when it does not fit (epochs out of order, past the grant, naming tasks
+ * never created, or in an iteration that is not coordinated and active). */
+static int decode_epochs(const Sluice__Snapshot *m, const Sluice__SnapshotIteration *it,
+                         struct st_iteration *row, const struct st_job *j)
+{
+    if (it->n_epochs == 0 && it->rounds_granted == 0)
+        return 0;
+    if (j->num_consumers == 0 || row->state == ST_ITER_GC || it->n_epochs > ST_ROUND_EPOCHS_MAX)
+        return SLUICE_ERR_CORRUPT;
+    row->rounds_granted = it->rounds_granted;
+    if (it->n_epochs == 0)
+        return 0;
+    row->epochs = calloc(it->n_epochs, sizeof *row->epochs);
+    if (!row->epochs)
+        return SLUICE_ERR_NOMEM;
+    for (size_t k = 0; k < it->n_epochs; k++) {
+        const Sluice__SnapshotRoundEpoch *e = it->epochs[k];
+        if (!e || e->start > it->rounds_granted ||
+            (k > 0 && row->epochs[k - 1].start >= e->start) ||
+            !strictly_increasing(e->tasks, e->n_tasks) ||
+            (e->n_tasks > 0 && e->tasks[e->n_tasks - 1] >= m->next_task_id))
+            return SLUICE_ERR_CORRUPT;
+        row->epochs[k].start = e->start;
+        if (seqs_copy(&row->epochs[k].tasks, e->tasks, e->n_tasks) < 0)
+            return SLUICE_ERR_NOMEM;
+        row->nepochs++;
     }
     return 0;
 }
@@ -493,6 +541,11 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
         if (!strictly_increasing(row->pool.v, row->pool.n) ||
             (row->pool.n > 0 && row->pool.v[row->pool.n - 1] >= row->split_cursor))
             return CORRUPT("iteration %" PRIu64 " has a malformed pool of returned splits", it->id);
+        int erc = decode_epochs(m, it, row, j);
+        if (erc == SLUICE_ERR_NOMEM)
+            return NOMEM();
+        if (erc < 0)
+            return CORRUPT("iteration %" PRIu64 " has a malformed round schedule", it->id);
     }
     for (size_t i = 0; i < s->njobs; i++) {
         if (s->jobs[i].iteration_id != 0 && !state_iteration(s, s->jobs[i].iteration_id))

@@ -216,6 +216,18 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
     case ST_ITERATION_GC:
         snprintf(buf, len, "iteration %" PRIu64 " garbage-collected", u->id);
         return LOG_INFO;
+    case ST_ROUNDS_SCHEDULED: {
+        char tasks[256];
+        size_t n = 0;
+        tasks[0] = '\0';
+        for (size_t i = 0; i < u->seqs.n && n < sizeof tasks - 32; i++)
+            n += (size_t)snprintf(tasks + n, sizeof tasks - n, "%s%" PRIu64, i ? ", " : "",
+                                  u->seqs.v[i]);
+        snprintf(buf, len,
+                 "iteration %" PRIu64 ": from round %" PRIu64 " rounds go to task%s %s in turn",
+                 u->ref, u->ref2, u->seqs.n == 1 ? "" : "s", u->seqs.n ? tasks : "(none)");
+        return LOG_INFO;
+    }
     default:
         if (!log_enabled(LOG_DEBUG))
             return -1;
@@ -601,6 +613,7 @@ struct job_ctx {
     char job_name[ST_ID_MAX];
     enum st_mode mode;
     uint32_t num_consumers;
+    bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
 
     /* Building the split plan on the thread pool. */
@@ -647,8 +660,8 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
 {
     char err[ERRLEN];
     int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
-                                    have_plan ? &c->plan : NULL, &c->job_id, &c->iteration_id,
-                                    &c->client_id, &d->ups, err, sizeof err);
+                                    c->endless, have_plan ? &c->plan : NULL, &c->job_id,
+                                    &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         refuse(c->r.conn, c->r.id, rc, err);
         req_done(&c->r);
@@ -762,12 +775,29 @@ static void on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
         goto refused;
     }
 
+    /* Coordinated reads need a pipeline that never ends; the plan refuses one that does. The
+     * definition is small and decoding it touches no disk. */
+    bool endless = false;
+    if (req->num_consumers > 0) {
+        struct pipe_spec *spec = NULL;
+        char why[256];
+        int rc = pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why);
+        if (rc < 0) {
+            code = rc;
+            snprintf(msg, sizeof msg, "dataset '%s': %s", ds->id, why);
+            goto refused;
+        }
+        endless = pipe_spec_endless(spec);
+        pipe_spec_free(spec);
+    }
+
     struct job_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         code = SLUICE_ERR_NOMEM;
         snprintf(msg, sizeof msg, "out of memory");
         goto refused;
     }
+    c->endless = endless;
     memcpy(c->dataset_id, req->dataset_id, strlen(req->dataset_id) + 1);
     memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
     c->mode = mode;
@@ -775,7 +805,7 @@ static void on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
     req_init(&c->r, d, conn, env->id);
 
     /* A split plan is needed only when a distributed_epoch iteration will be created. */
-    const struct st_job *job = state_job_by_name(&d->st, c->job_name);
+    const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
     const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
     bool joining = cur && cur->state != ST_ITER_GC;
     if (mode != ST_MODE_DISTRIBUTED_EPOCH || joining) {
@@ -813,19 +843,101 @@ refused:
 
 /* ---- ClientHeartbeat and ReleaseClient ------------------------------------------------------- */
 
+/* A coordinated read's rounds are granted this far ahead of a consumer's progress: the rounds
+ * it reads in ROUND_WINDOW_S at its current rate, at least ROUND_WINDOW_MIN. A consumer asks for
+ * more once half are left (src/client/iterator.c), so a heartbeat round trip is hidden behind
+ * the reads; and a change of tasks takes effect within about that time. */
+#define ROUND_WINDOW_MIN 64
+#define ROUND_WINDOW_MAX (1u << 20)
+#define ROUND_WINDOW_S 0.5
+
 struct client_ctx {
     struct req r;
     uint64_t client_id, iteration_id;
     uint64_t *reported; /* split seqs the client reported coverage of */
     size_t nreported;
+    /* What the reply says of the iteration's tasks and rounds, taken when the request was
+     * planned: a later request's changes may not be durable yet when this reply leaves, and a
+     * consumer must never act on a schedule or a grant that a crash could take back. */
+    Sluice__TaskInfo *infos;
+    Sluice__TaskInfo **info_ptrs;
+    size_t ninfos;
+    uint64_t rounds_granted;
+    Sluice__RoundEpoch *epochs;
+    Sluice__RoundEpoch **epoch_ptrs;
+    size_t nepochs;
 };
+
+static void client_ctx_free(struct client_ctx *c)
+{
+    for (size_t i = 0; i < c->ninfos; i++)
+        free(c->infos[i].worker_address);
+    for (size_t i = 0; i < c->nepochs; i++)
+        free(c->epochs[i].task_ids);
+    free(c->infos);
+    free(c->info_ptrs);
+    free(c->epochs);
+    free(c->epoch_ptrs);
+    free(c->reported);
+    free(c);
+}
+
+/* Copies the iteration's task list, and for a coordinated one its grant and the epochs from the
+ * one holding round on, into c. Returns 0 or SLUICE_ERR_NOMEM. */
+static int client_view_take(struct dispatcher *d, struct client_ctx *c,
+                            const struct st_iteration *it, uint64_t round, uint64_t granted)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->st.ntasks; i++)
+        n += d->st.tasks[i].iteration_id == it->id;
+    c->infos = calloc(n ? n : 1, sizeof *c->infos);
+    c->info_ptrs = calloc(n ? n : 1, sizeof *c->info_ptrs);
+    if (!c->infos || !c->info_ptrs)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < d->st.ntasks; i++) {
+        const struct st_task *t = &d->st.tasks[i];
+        const struct st_worker *w = state_worker(&d->st, t->worker_id);
+        if (t->iteration_id != it->id || !w)
+            continue;
+        Sluice__TaskInfo *ti = &c->infos[c->ninfos];
+        sluice__task_info__init(ti);
+        ti->task_id = t->id;
+        ti->iteration_id = t->iteration_id;
+        ti->worker_incarnation = w->incarnation;
+        if (!(ti->worker_address = strdup(w->address)))
+            return SLUICE_ERR_NOMEM;
+        c->info_ptrs[c->ninfos++] = ti;
+    }
+    if (!state_iteration_coordinated(&d->st, it))
+        return 0;
+    c->rounds_granted = granted;
+    long first = state_round_epoch(it, round);
+    size_t from = first < 0 ? 0 : (size_t)first;
+    size_t ne = it->nepochs - from;
+    c->epochs = calloc(ne ? ne : 1, sizeof *c->epochs);
+    c->epoch_ptrs = calloc(ne ? ne : 1, sizeof *c->epoch_ptrs);
+    if (!c->epochs || !c->epoch_ptrs)
+        return SLUICE_ERR_NOMEM;
+    for (size_t k = from; k < it->nepochs; k++) {
+        const struct st_round_epoch *e = &it->epochs[k];
+        Sluice__RoundEpoch *re = &c->epochs[c->nepochs];
+        sluice__round_epoch__init(re);
+        re->start = e->start;
+        if (e->tasks.n) {
+            if (!(re->task_ids = malloc(e->tasks.n * sizeof *re->task_ids)))
+                return SLUICE_ERR_NOMEM;
+            memcpy(re->task_ids, e->tasks.v, e->tasks.n * sizeof *re->task_ids);
+            re->n_task_ids = e->tasks.n;
+        }
+        c->epoch_ptrs[c->nepochs++] = re;
+    }
+    return 0;
+}
 
 static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
 {
     struct client_ctx *c = ctx;
     const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
-    Sluice__TaskInfo *infos = NULL, **ptrs = NULL;
-    size_t n = 0;
     if (status < 0) {
         refuse_commit(&c->r, status);
         goto out;
@@ -836,29 +948,6 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
         goto out;
     }
-    for (size_t i = 0; i < d->st.ntasks; i++)
-        n += d->st.tasks[i].iteration_id == it->id;
-    infos = calloc(n ? n : 1, sizeof *infos);
-    ptrs = calloc(n ? n : 1, sizeof *ptrs);
-    if (!infos || !ptrs) {
-        refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    n = 0;
-    for (size_t i = 0; i < d->st.ntasks; i++) {
-        const struct st_task *t = &d->st.tasks[i];
-        const struct st_worker *w = state_worker(&d->st, t->worker_id);
-        if (t->iteration_id != it->id || !w)
-            continue;
-        Sluice__TaskInfo init = SLUICE__TASK_INFO__INIT;
-        infos[n] = init;
-        infos[n].task_id = t->id;
-        infos[n].iteration_id = t->iteration_id;
-        infos[n].worker_address = (char *)w->address;
-        infos[n].worker_incarnation = w->incarnation;
-        ptrs[n] = &infos[n];
-        n++;
-    }
     /* Of the splits reported, those now finished: the client stops reporting them. */
     size_t nfin = 0;
     for (size_t i = 0; i < c->nreported; i++) {
@@ -868,22 +957,22 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         }
     }
     Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
-    body.n_tasks = n;
-    body.tasks = ptrs;
+    body.n_tasks = c->ninfos;
+    body.tasks = c->info_ptrs;
     body.n_finished_seqs = nfin;
     body.finished_seqs = c->reported;
     body.iteration_finished = it->state == ST_ITER_FINISHED;
     body.heartbeat_ms = d->client_hb_ms;
+    body.rounds_granted = c->rounds_granted;
+    body.n_round_epochs = c->nepochs;
+    body.round_epochs = c->epoch_ptrs;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY;
     env.client_heartbeat_reply = &body;
     send_reply(&c->r, &env);
 out:
-    free(infos);
-    free(ptrs);
-    free(c->reported);
     req_done(&c->r);
-    free(c);
+    client_ctx_free(c);
 }
 
 /* Merges a client's split coverage and plans SPLITS_FINISHED for the splits it completes. Fills
@@ -938,17 +1027,26 @@ out:
     return rc;
 }
 
+/* How many rounds to grant a consumer ahead of its progress (see ROUND_WINDOW_S). */
+static uint64_t round_window(const Sluice__ClientHeartbeatRequest *req)
+{
+    double w = req->elements_per_second * ROUND_WINDOW_S;
+    if (!(w >= ROUND_WINDOW_MIN))
+        return ROUND_WINDOW_MIN;
+    return w >= ROUND_WINDOW_MAX ? ROUND_WINDOW_MAX : (uint64_t)w;
+}
+
 static void on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                 const Sluice__Envelope *env)
 {
     const Sluice__ClientHeartbeatRequest *req = env->client_heartbeat;
     char err[ERRLEN];
-    int rc = plan_client_heartbeat(&d->st, req->client_id, err, sizeof err);
-    if (rc < 0) {
-        refuse(conn, env->id, rc, err);
+    const struct st_client *cl = state_client(&d->st, req->client_id);
+    if (!cl) {
+        snprintf(err, sizeof err, "client %" PRIu64 " not found", req->client_id);
+        refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
         return;
     }
-    const struct st_client *cl = state_client(&d->st, req->client_id);
     uint64_t iteration_id = req->iteration_id ? req->iteration_id : cl->iteration_id;
     if (!state_iteration(&d->st, iteration_id)) {
         snprintf(err, sizeof err, "iteration %" PRIu64 " not found", iteration_id);
@@ -970,12 +1068,18 @@ static void on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     observe_client_heartbeat(d->obs, req);
     c->client_id = req->client_id;
     c->iteration_id = iteration_id;
-    rc = plan_coverage(d, req, state_iteration(&d->st, iteration_id), c, err, sizeof err);
+    const struct st_iteration *it = state_iteration(&d->st, iteration_id);
+    uint64_t granted = 0;
+    int rc = plan_coverage(d, req, it, c, err, sizeof err);
+    if (rc == 0)
+        rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
+                                   &granted, err, sizeof err);
+    if (rc == 0 && client_view_take(d, c, it, req->round, granted) < 0)
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
     if (rc < 0) {
         st_update_list_clear(&d->ups);
         refuse(conn, env->id, rc, err);
-        free(c->reported);
-        free(c);
+        client_ctx_free(c);
         return;
     }
     req_init(&c->r, d, conn, env->id);

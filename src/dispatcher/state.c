@@ -84,6 +84,8 @@ static const char *const update_names[] = {
     [ST_ITERATION_FINISHED] = "iteration_finished",
     [ST_ITERATION_GC] = "iteration_gc",
     [ST_WORKER_DRAINING] = "worker_draining",
+    [ST_ROUNDS_SCHEDULED] = "rounds_scheduled",
+    [ST_ROUNDS_GRANTED] = "rounds_granted",
 };
 
 const char *st_update_name(enum st_update_type type)
@@ -370,10 +372,20 @@ void state_init(struct state *s)
         s->next_worker_id = s->next_client_id = 1;
 }
 
+static void epochs_release(struct st_iteration *it)
+{
+    for (size_t i = 0; i < it->nepochs; i++)
+        seq_release(&it->epochs[i].tasks);
+    free(it->epochs);
+    it->epochs = NULL;
+    it->nepochs = 0;
+}
+
 static void iteration_release(struct st_iteration *it)
 {
     st_split_plan_release(&it->plan);
     seq_release(&it->pool);
+    epochs_release(it);
 }
 
 void state_release(struct state *s)
@@ -410,12 +422,13 @@ const struct st_job *state_job(const struct state *s, uint64_t id)
     return FIND(s, jobs, id);
 }
 
-const struct st_job *state_job_by_name(const struct state *s, const char *name)
+const struct st_job *state_job_by_key(const struct state *s, const char *dataset_id,
+                                      const char *name)
 {
-    if (!name || !*name)
+    if (!name || !*name || !dataset_id)
         return NULL;
     for (size_t i = 0; i < s->njobs; i++) {
-        if (strcmp(s->jobs[i].name, name) == 0)
+        if (strcmp(s->jobs[i].name, name) == 0 && strcmp(s->jobs[i].dataset_id, dataset_id) == 0)
             return &s->jobs[i];
     }
     return NULL;
@@ -448,6 +461,22 @@ const struct st_worker *state_worker_by_address(const struct state *s, const cha
 const struct st_client *state_client(const struct state *s, uint64_t id)
 {
     return FIND(s, clients, id);
+}
+
+bool state_iteration_coordinated(const struct state *s, const struct st_iteration *it)
+{
+    const struct st_job *j = it ? state_job(s, it->job_id) : NULL;
+    return j && j->num_consumers > 0;
+}
+
+long state_round_epoch(const struct st_iteration *it, uint64_t round)
+{
+    /* Few epochs are kept: a scan from the newest is as fast as a search. */
+    for (size_t i = it->nepochs; i-- > 0;) {
+        if (it->epochs[i].start <= round)
+            return (long)i;
+    }
+    return -1;
 }
 
 size_t state_iteration_clients(const struct state *s, uint64_t iteration_id)
@@ -516,9 +545,11 @@ static int apply_job_created(struct state *s, const struct st_update *u)
         !str_fits(u->name2, ST_ID_MAX) || !state_dataset(s, u->name2) ||
         (unsigned)u->mode >= ST_MODE_COUNT)
         return CORRUPT;
-    /* A name whose job was garbage-collected is free again: the new job replaces the old one
-     * and its collected iteration. A live job's name never is. */
-    struct st_job *old = u->name[0] ? (struct st_job *)state_job_by_name(s, u->name) : NULL;
+    /* A job is identified by its dataset and name. A key whose job was garbage-collected is
+     * free again: the new job replaces the old one and its collected iteration. A live job's
+     * key never is. */
+    struct st_job *old =
+        u->name[0] ? (struct st_job *)state_job_by_key(s, u->name2, u->name) : NULL;
     struct st_iteration *old_it = old ? FIND(s, iterations, old->iteration_id) : NULL;
     if (old && (!old_it || old_it->state != ST_ITER_GC))
         return CORRUPT;
@@ -527,7 +558,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     if (old) {
         iteration_release(old_it);
         row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old_it);
-        old = (struct st_job *)state_job_by_name(s, u->name);
+        old = (struct st_job *)state_job_by_key(s, u->name2, u->name);
         row_erase(s->jobs, &s->njobs, sizeof *s->jobs, old);
     }
     struct st_job *j = row_insert(s->jobs, &s->njobs, sizeof *s->jobs, u->id);
@@ -804,6 +835,55 @@ static int apply_iteration_gc(struct state *s, const struct st_update *u)
     }
     it->state = ST_ITER_GC;
     it->split_total = it->split_cursor = 0;
+    it->rounds_granted = 0;
+    return 0;
+}
+
+static int apply_rounds_scheduled(struct state *s, const struct st_update *u)
+{
+    struct st_iteration *it = FIND(s, iterations, u->ref);
+    if (!it || it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
+        u->ref2 != it->rounds_granted || !seq_strictly_increasing(&u->seqs))
+        return CORRUPT;
+    for (size_t i = 0; i < u->seqs.n; i++) {
+        const struct st_task *t = state_task(s, u->seqs.v[i]);
+        if (!t || t->iteration_id != it->id)
+            return CORRUPT;
+    }
+    struct st_seq_list tasks = {0};
+    if (seq_assign(&tasks, u->seqs.v, u->seqs.n) < 0)
+        return SLUICE_ERR_NOMEM;
+    /* An epoch starting at the same round was never read: the new one replaces it. */
+    if (it->nepochs > 0 && it->epochs[it->nepochs - 1].start == u->ref2) {
+        struct st_round_epoch *last = &it->epochs[it->nepochs - 1];
+        seq_release(&last->tasks);
+        last->tasks = tasks;
+        return 0;
+    }
+    if (it->nepochs == ST_ROUND_EPOCHS_MAX) {
+        seq_release(&it->epochs[0].tasks);
+        memmove(&it->epochs[0], &it->epochs[1], (it->nepochs - 1) * sizeof *it->epochs);
+        it->nepochs--;
+    } else {
+        size_t cap = it->nepochs;
+        if (grow((void **)&it->epochs, &cap, it->nepochs + 1, sizeof *it->epochs) < 0) {
+            seq_release(&tasks);
+            return SLUICE_ERR_NOMEM;
+        }
+    }
+    it->epochs[it->nepochs].start = u->ref2;
+    it->epochs[it->nepochs].tasks = tasks;
+    it->nepochs++;
+    return 0;
+}
+
+static int apply_rounds_granted(struct state *s, const struct st_update *u)
+{
+    struct st_iteration *it = FIND(s, iterations, u->ref);
+    if (!it || it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
+        u->ref2 <= it->rounds_granted)
+        return CORRUPT;
+    it->rounds_granted = u->ref2;
     return 0;
 }
 
@@ -862,6 +942,12 @@ int state_apply(struct state *s, const struct st_update *u)
         break;
     case ST_ITERATION_GC:
         rc = apply_iteration_gc(s, u);
+        break;
+    case ST_ROUNDS_SCHEDULED:
+        rc = apply_rounds_scheduled(s, u);
+        break;
+    case ST_ROUNDS_GRANTED:
+        rc = apply_rounds_granted(s, u);
         break;
     default:
         rc = CORRUPT;
@@ -961,6 +1047,12 @@ uint64_t state_digest(const struct state *s)
         fnv_seqs(&f, &it->pool);
         fnv_u64(&f, it->splits_finished);
         fnv_u64(&f, it->splits_leased);
+        fnv_u64(&f, it->rounds_granted);
+        fnv_u64(&f, it->nepochs);
+        for (size_t k = 0; k < it->nepochs; k++) {
+            fnv_u64(&f, it->epochs[k].start);
+            fnv_seqs(&f, &it->epochs[k].tasks);
+        }
     }
     fnv_u64(&f, s->ntasks);
     for (size_t i = 0; i < s->ntasks; i++) {
@@ -1067,6 +1159,84 @@ static int finish_touched(const struct state *s, struct st_update_list *out, siz
     return 0;
 }
 
+/* ---- coordinated rounds ---- */
+
+/* Whether the worker is draining once the updates appended since start are applied (a worker
+ * registered by them is not, unless they also mark it draining). */
+static bool worker_draining_after(const struct state *s, uint64_t worker_id,
+                                  const struct st_update_list *out, size_t start)
+{
+    const struct st_worker *w = state_worker(s, worker_id);
+    return (w && w->draining) || pending(out, start, ST_WORKER_DRAINING, worker_id);
+}
+
+/* Sets l to the tasks that serve rounds of iteration it_id once the updates appended since start
+ * are applied: not removed, not finished, on a worker that is not draining; increasing ids. */
+static int serving_tasks(const struct state *s, uint64_t it_id, const struct st_update_list *out,
+                         size_t start, struct st_seq_list *l)
+{
+    l->n = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != it_id || t->finished ||
+            pending(out, start, ST_TASK_REMOVED, t->id) ||
+            pending(out, start, ST_TASK_FINISHED, t->id) ||
+            worker_draining_after(s, t->worker_id, out, start))
+            continue;
+        if (seq_reserve(l, 1) < 0)
+            return SLUICE_ERR_NOMEM;
+        l->v[l->n++] = t->id; /* the table is sorted by id */
+    }
+    /* Tasks created by this plan have ids above every existing one, in the order appended. */
+    for (size_t i = start; i < out->n; i++) {
+        const struct st_update *u = &out->v[i];
+        if (u->type != ST_TASK_CREATED || u->ref != it_id ||
+            pending(out, start, ST_TASK_REMOVED, u->id) ||
+            worker_draining_after(s, u->ref2, out, start))
+            continue;
+        if (seq_reserve(l, 1) < 0)
+            return SLUICE_ERR_NOMEM;
+        l->v[l->n++] = u->id;
+    }
+    return 0;
+}
+
+static bool seq_equal(const struct st_seq_list *a, const struct st_seq_list *b)
+{
+    return a->n == b->n && (a->n == 0 || memcmp(a->v, b->v, a->n * sizeof *a->v) == 0);
+}
+
+/* Appends ROUNDS_SCHEDULED for every active coordinated iteration whose serving tasks differ,
+ * once the updates appended since start are applied, from those of its latest epoch: the
+ * change takes effect at the first round not granted yet, which no consumer has reached. */
+static int plan_round_schedules(const struct state *s, struct st_update_list *out, size_t start)
+{
+    struct st_seq_list l = {0};
+    int rc = 0;
+    for (size_t i = 0; i < s->niterations; i++) {
+        const struct st_iteration *it = &s->iterations[i];
+        if (it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
+            pending(out, start, ST_ITERATION_FINISHED, it->id) ||
+            pending(out, start, ST_ITERATION_GC, it->id))
+            continue;
+        if ((rc = serving_tasks(s, it->id, out, start, &l)) < 0)
+            break;
+        static const struct st_seq_list none = {0};
+        const struct st_seq_list *last = it->nepochs ? &it->epochs[it->nepochs - 1].tasks : &none;
+        if (seq_equal(&l, last))
+            continue;
+        struct st_update *u = push(out, ST_ROUNDS_SCHEDULED, 0);
+        if (!u || seq_assign(&u->seqs, l.v, l.n) < 0) {
+            rc = SLUICE_ERR_NOMEM;
+            break;
+        }
+        u->ref = it->id;
+        u->ref2 = it->rounds_granted;
+    }
+    seq_release(&l);
+    return rc;
+}
+
 int plan_register_dataset(const struct state *s, const char *id, const uint8_t *def, size_t def_len,
                           int compression, uint64_t split_size, const char *text, char *id_out,
                           struct st_update_list *out, char *err, size_t errlen)
@@ -1152,7 +1322,7 @@ static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id
 }
 
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum st_mode mode, uint32_t num_consumers,
+                           enum st_mode mode, uint32_t num_consumers, bool endless,
                            const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
@@ -1164,25 +1334,34 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
     if (strlen(job_name) >= ST_ID_MAX)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "job name is longer than %d bytes",
                        ST_ID_MAX - 1);
-    if (!state_dataset(s, dataset_id))
+    const struct st_dataset *ds = state_dataset(s, dataset_id);
+    if (!ds)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "dataset '%s' not found", dataset_id);
+    /* Every round of a coordinated read gives each consumer one element: a pipeline that ends
+     * would leave the last rounds short, or uneven between consumers. */
+    if (num_consumers > 0 && !endless) {
+        if (ds->text && ds->text[0])
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "num_consumers needs an infinite pipeline: '%s' ends; add repeat()",
+                           ds->text);
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "num_consumers needs an infinite pipeline: dataset '%s' ends; add repeat()",
+                       dataset_id);
+    }
 
-    const struct st_job *job = state_job_by_name(s, job_name);
+    /* Jobs are identified by (dataset, name), as in tf.data service: the same name on another
+     * dataset is another job. */
+    const struct st_job *job = state_job_by_key(s, dataset_id, job_name);
     const struct st_iteration *cur = NULL;
     if (job) {
-        /* A collected job's name is free for another dataset, mode or consumer count: a new job
-         * takes it (JOB_CREATED replaces the collected one). */
+        /* A collected job's key is free for another mode or consumer count: a new job takes it
+         * (JOB_CREATED replaces the collected one). */
         const struct st_iteration *last = state_iteration(s, job->iteration_id);
         if (last && last->state == ST_ITER_GC &&
-            (strcmp(job->dataset_id, dataset_id) != 0 || job->mode != mode ||
-             job->num_consumers != num_consumers))
+            (job->mode != mode || job->num_consumers != num_consumers))
             job = NULL;
     }
     if (job) {
-        if (strcmp(job->dataset_id, dataset_id) != 0)
-            return err_set(err, errlen, SLUICE_ERR_EXISTS,
-                           "job '%s' exists with dataset '%s', not '%s'", job_name, job->dataset_id,
-                           dataset_id);
         if (job->mode != mode)
             return err_set(err, errlen, SLUICE_ERR_EXISTS, "job '%s' exists with mode %s, not %s",
                            job_name, st_mode_name(job->mode), st_mode_name(mode));
@@ -1218,8 +1397,22 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
         u->distributed = mode == ST_MODE_DISTRIBUTED_EPOCH;
         if (u->distributed && st_split_plan_copy(&u->plan, plan) < 0)
             goto nomem;
+        size_t first_task = out->n;
         if (plan_tasks_for_iteration(s, iteration_id, &next_task, out) < 0)
             goto nomem;
+        /* A coordinated iteration's rounds start with an epoch at round 0, of the tasks just
+         * created (possibly none: consumers then wait for a worker). */
+        if (num_consumers > 0) {
+            if (!(u = push(out, ST_ROUNDS_SCHEDULED, 0)))
+                goto nomem;
+            u->ref = iteration_id;
+            if (seq_reserve(&u->seqs, out->n - first_task) < 0)
+                goto nomem;
+            for (size_t i = first_task; i < out->n; i++) {
+                if (out->v[i].type == ST_TASK_CREATED)
+                    u->seqs.v[u->seqs.n++] = out->v[i].id;
+            }
+        }
     }
     if (!(u = push(out, ST_CLIENT_ACQUIRED, s->next_client_id)))
         goto nomem;
@@ -1267,7 +1460,8 @@ int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_upda
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "worker %" PRIu64 " not found",
                        worker_id);
     size_t start = out->n;
-    if (plan_remove_worker_updates(s, w, out) < 0 || finish_touched(s, out, start) < 0) {
+    if (plan_remove_worker_updates(s, w, out) < 0 || finish_touched(s, out, start) < 0 ||
+        plan_round_schedules(s, out, start) < 0) {
         list_truncate(out, start);
         return NOMEM_MSG(err, errlen);
     }
@@ -1356,7 +1550,7 @@ int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t i
             u->ref2 = wid;
         }
     }
-    if (finish_touched(s, out, start) < 0)
+    if (finish_touched(s, out, start) < 0 || plan_round_schedules(s, out, start) < 0)
         goto nomem;
     free(have);
     *worker_out = wid;
@@ -1632,11 +1826,35 @@ int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *fin
     return rc;
 }
 
-int plan_client_heartbeat(const struct state *s, uint64_t client_id, char *err, size_t errlen)
+int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t round,
+                          uint64_t window, struct st_update_list *out, uint64_t *granted_out,
+                          char *err, size_t errlen)
 {
-    if (!state_client(s, client_id))
+    *granted_out = 0;
+    const struct st_client *c = state_client(s, client_id);
+    if (!c)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "client %" PRIu64 " not found",
                        client_id);
+    const struct st_iteration *it = state_iteration(s, c->iteration_id);
+    if (!it || !state_iteration_coordinated(s, it))
+        return 0;
+    *granted_out = it->rounds_granted;
+    if (it->state != ST_ITER_ACTIVE)
+        return 0;
+    /* An iteration journaled before round schedules existed gets its first one now. */
+    if (it->nepochs == 0 && plan_round_schedules(s, out, out->n) < 0)
+        return NOMEM_MSG(err, errlen);
+    if (window == 0)
+        return 0;
+    uint64_t ahead = it->rounds_granted > round ? it->rounds_granted - round : 0;
+    if (ahead >= window / 2 || round > UINT64_MAX - 1 - window)
+        return 0;
+    struct st_update *u = push(out, ST_ROUNDS_GRANTED, 0);
+    if (!u)
+        return NOMEM_MSG(err, errlen);
+    u->ref = it->id;
+    u->ref2 = round + window;
+    *granted_out = u->ref2;
     return 0;
 }
 

@@ -86,6 +86,34 @@ struct st_seq_list {
     size_t n, cap;
 };
 
+/* Coordinated reads (a job with num_consumers > 0) go in rounds 0, 1, 2, ...: in round r every
+ * consumer reads one element from the same task, consumer c the c-th element of the round. The
+ * dispatcher decides which task serves which round, and every consumer follows that decision:
+ *
+ *   - The schedule is a list of epochs. From an epoch's start round until the next epoch's
+ *     start, round r goes to tasks.v[(r - start) % tasks.n] (tasks in increasing id order); an
+ *     epoch with no task serves no round. A coordinated iteration's first epoch starts at round
+ *     0; rounds before the first epoch still kept (older ones are dropped beyond
+ *     ST_ROUND_EPOCHS_MAX) are gone: a consumer still there fell too far behind.
+ *   - Rounds are granted: consumers read only rounds below rounds_granted as they last heard it,
+ *     so the schedule of every round below it is fixed for good. rounds_granted grows as
+ *     consumers report their progress (plan_client_heartbeat).
+ *   - When the set of tasks serving the iteration changes (a task is created on a new worker, or
+ *     its worker starts draining, is removed, or its task finished), a new epoch begins at
+ *     rounds_granted: a round no consumer has reached, so all of them switch at the same round.
+ *     A task that leaves (draining) keeps serving its rounds below that; the rounds of a task
+ *     that is removed and were not served yet are served by nobody (every consumer skips them,
+ *     see src/client/tasks.h).
+ *
+ * Updates record every decision (ROUNDS_SCHEDULED, ROUNDS_GRANTED), so a restarted dispatcher
+ * keeps the schedule and the grant it gave out. */
+#define ST_ROUND_EPOCHS_MAX 32
+
+struct st_round_epoch {
+    uint64_t start;
+    struct st_seq_list tasks; /* the serving tasks, increasing ids; may be empty */
+};
+
 struct st_iteration {
     uint64_t id;
     uint64_t job_id;
@@ -98,6 +126,11 @@ struct st_iteration {
     struct st_seq_list pool; /* splits handed back, to be leased again first */
     uint64_t splits_finished;
     uint64_t splits_leased; /* leased and not finished: the sum of its tasks' leased.n */
+    /* Coordinated reads only (see above): starts strictly increasing, every start at most
+     * rounds_granted; freed when the iteration is garbage-collected. */
+    uint64_t rounds_granted;
+    struct st_round_epoch *epochs;
+    size_t nepochs;
 };
 
 /* last_request and granted make GetSplits idempotent: a worker that lost the reply to its
@@ -173,7 +206,9 @@ enum st_update_type {
     ST_SPLITS_RETURNED = 13,
     ST_ITERATION_FINISHED = 14,
     ST_ITERATION_GC = 15,
-    ST_WORKER_DRAINING = 16
+    ST_WORKER_DRAINING = 16,
+    ST_ROUNDS_SCHEDULED = 17,
+    ST_ROUNDS_GRANTED = 18
 };
 const char *st_update_name(enum st_update_type type);
 
@@ -202,7 +237,12 @@ const char *st_update_name(enum st_update_type type);
  *   SPLITS_RETURNED     ref = iteration, ref2 = task, seqs: splits leased to the task, moved
  *                       to the pool
  *   ITERATION_FINISHED  id = iteration
- *   ITERATION_GC        id = iteration (its tasks are removed by earlier updates) */
+ *   ITERATION_GC        id = iteration (its tasks are removed by earlier updates)
+ *   ROUNDS_SCHEDULED    ref = a coordinated iteration, ref2 = the round the epoch starts at,
+ *                       which is the iteration's rounds_granted (an epoch already starting
+ *                       there is replaced: no consumer has read it), seqs = its tasks (may be
+ *                       empty); the oldest epoch is dropped beyond ST_ROUND_EPOCHS_MAX
+ *   ROUNDS_GRANTED      ref = a coordinated iteration, ref2 = its new rounds_granted (higher) */
 struct st_update {
     enum st_update_type type;
     uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
@@ -221,7 +261,7 @@ struct st_update {
     char *text; /* pipeline text (owned) */
     bool distributed;
     struct st_split_plan plan; /* ITERATION_CREATED (owned) */
-    struct st_seq_list seqs;   /* SPLITS_* (owned) */
+    struct st_seq_list seqs;   /* SPLITS_*, ROUNDS_SCHEDULED (owned) */
 };
 
 struct st_update_list {
@@ -255,7 +295,10 @@ uint64_t state_digest(const struct state *s);
 
 const struct st_dataset *state_dataset(const struct state *s, const char *id);
 const struct st_job *state_job(const struct state *s, uint64_t id);
-const struct st_job *state_job_by_name(const struct state *s, const char *name);
+/* The named job of a dataset: jobs are identified by (dataset id, job name), as in tf.data
+ * service, so one name on two datasets names two independent jobs. NULL for an empty name. */
+const struct st_job *state_job_by_key(const struct state *s, const char *dataset_id,
+                                      const char *name);
 const struct st_iteration *state_iteration(const struct state *s, uint64_t id);
 const struct st_task *state_task(const struct state *s, uint64_t id);
 const struct st_worker *state_worker(const struct state *s, uint64_t id);
@@ -281,21 +324,25 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
                           int compression, uint64_t split_size, const char *text, char *id_out,
                           struct st_update_list *out, char *err, size_t errlen);
 
-/* Finds or creates the job (by name when named) and its current iteration, and acquires a new
- * client on it. plan (for distributed_epoch) is the split plan the shell computed for the
- * dataset; it is copied into a new iteration's update, and may be NULL when no new iteration is
- * needed (a named job with a live current iteration) or the mode is not distributed_epoch; a
- * missing plan that is needed is SLUICE_ERR_INVALID. A named job whose dataset or mode or
- * consumer count differs is SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode
- * parallel_epochs, not distributed_epoch", "... with dataset 'a', not 'b'", "... with
- * num_consumers 2, not 3" — unless the job's iteration was garbage-collected: its name is then
- * free, and a new job takes it (JOB_CREATED replaces the collected job). An unknown dataset is
- * SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). A named job whose current iteration was
- * garbage-collected gets a new iteration (repetition + 1); a finished one is joined as it is. Tasks
- * for a new iteration on every live, non-draining worker are appended too. *job_out, *iteration_out
- * and *client_out receive the ids. */
+/* Finds or creates the job and its current iteration, and acquires a new client on it. A named
+ * job is identified by (dataset, name): the same name on another dataset is another job. plan
+ * (for distributed_epoch) is the split plan the shell computed for the dataset; it is copied
+ * into a new iteration's update, and may be NULL when no new iteration is needed (a named job
+ * with a live current iteration) or the mode is not distributed_epoch; a missing plan that is
+ * needed is SLUICE_ERR_INVALID. endless says whether the dataset's pipeline never ends (the
+ * shell decides it from the definition: pipe_spec_endless); a coordinated read (num_consumers >
+ * 0) of one that ends is SLUICE_ERR_UNSUPPORTED, "num_consumers needs an infinite pipeline:
+ * 'range(100)' ends; add repeat()". A named job whose mode or consumer count differs is
+ * SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode parallel_epochs, not
+ * distributed_epoch", "... with num_consumers 2, not 3" — unless the job's iteration was
+ * garbage-collected: its key is then free, and a new job takes it (JOB_CREATED replaces the
+ * collected job). An unknown dataset is SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). A named
+ * job whose current iteration was garbage-collected gets a new iteration (repetition + 1); a
+ * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
+ * are appended too, and for a coordinated iteration its first round schedule (see "Coordinated
+ * rounds" below). *job_out, *iteration_out and *client_out receive the ids. */
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum st_mode mode, uint32_t num_consumers,
+                           enum st_mode mode, uint32_t num_consumers, bool endless,
                            const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen);
@@ -385,9 +432,23 @@ int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *fin
                     size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
                     char *err, size_t errlen);
 
-/* A client's heartbeat: refuses unknown clients (SLUICE_ERR_NOT_FOUND, "client 7 not found");
- * appends nothing today. */
-int plan_client_heartbeat(const struct state *s, uint64_t client_id, char *err, size_t errlen);
+/* A client's heartbeat: refuses unknown clients (SLUICE_ERR_NOT_FOUND, "client 7 not found").
+ * round is the next round the client reads (coordinated reads; 0 otherwise). When the client's
+ * iteration is an active coordinated one and fewer than window / 2 granted rounds lie ahead of
+ * round, it grants rounds up to round + window (ROUNDS_GRANTED); window 0 grants nothing. The
+ * shell sizes window from the consumption rate, so consumers rarely wait for a grant.
+ * *granted_out receives the iteration's rounds_granted once the plan is applied (0 when it is
+ * not coordinated). */
+int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t round,
+                          uint64_t window, struct st_update_list *out, uint64_t *granted_out,
+                          char *err, size_t errlen);
+
+/* Whether the iteration is read in coordinated rounds (its job has num_consumers > 0). */
+bool state_iteration_coordinated(const struct state *s, const struct st_iteration *it);
+
+/* The index of the epoch of the iteration that holds round, or -1 when the round lies before the
+ * first epoch kept (or the iteration has none). */
+long state_round_epoch(const struct st_iteration *it, uint64_t round);
 
 /* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). */
 int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,

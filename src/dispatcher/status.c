@@ -85,6 +85,35 @@ static json_t *splits_json(struct builder *b, const struct st_iteration *it)
     return o;
 }
 
+/* A coordinated job's rounds: the consumers, the rounds granted, and the schedule's epochs. */
+static json_t *rounds_json(struct builder *b, const struct st_job *j, const struct st_iteration *it)
+{
+    json_t *o = json_object(), *epochs = json_array();
+    if (!o || !epochs) {
+        b->failed = true;
+        json_decref(epochs);
+        return o;
+    }
+    put(b, o, "consumers", u64(j->num_consumers));
+    put(b, o, "granted", u64(it->rounds_granted));
+    for (size_t k = 0; k < it->nepochs; k++) {
+        json_t *e = json_object(), *tasks = json_array();
+        if (!e || !tasks) {
+            b->failed = true;
+            json_decref(e);
+            json_decref(tasks);
+            continue;
+        }
+        for (size_t i = 0; i < it->epochs[k].tasks.n; i++)
+            append(b, tasks, u64(it->epochs[k].tasks.v[i]));
+        put(b, e, "from", u64(it->epochs[k].start));
+        put(b, e, "tasks", tasks);
+        append(b, epochs, e);
+    }
+    put(b, o, "schedule", epochs);
+    return o;
+}
+
 static json_t *job_json(struct builder *b, const struct state *s, const struct st_job *j)
 {
     json_t *o = json_object(), *tasks = json_array();
@@ -120,6 +149,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "tasks", tasks);
     if (it && it->distributed && it->state != ST_ITER_GC)
         put(b, o, "splits", splits_json(b, it));
+    if (it && j->num_consumers > 0 && it->state != ST_ITER_GC)
+        put(b, o, "rounds", rounds_json(b, j, it));
     return o;
 }
 

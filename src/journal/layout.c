@@ -92,7 +92,7 @@ int journal_layout_lock(const char *work_dir, const struct journal_paths *p, int
         close(lfd);
         if (e == EWOULDBLOCK)
             return err_set(err, errlen, SLUICE_ERR_EXISTS,
-                           "another process is writing this journal");
+                           "another dispatcher is writing this journal");
         return err_set(err, errlen, -e, "lock %s: %s", p->lock, strerror(e));
     }
     *fd = lfd;

@@ -34,7 +34,7 @@ int journal_paths_init(struct journal_paths *p, const char *work_dir, char *err,
 
 /* Creates the work dir (with its parents) when missing and takes the writer's lock. Returns 0 and
  * the lock's descriptor in *fd (close it to release the lock), SLUICE_ERR_EXISTS when another
- * process holds it ("another process is writing this journal"), or a negative errno. */
+ * process holds it ("another dispatcher is writing this journal"), or a negative errno. */
 int journal_layout_lock(const char *work_dir, const struct journal_paths *p, int *fd, char *err,
                         size_t errlen);
 

@@ -1,6 +1,7 @@
 #include "codec.h"
 
 #include "common/error.h"
+#include "common/varint.h"
 
 #include <snappy-c.h>
 #include <stdlib.h>
@@ -30,46 +31,6 @@ static int buf_reserve(struct pipe_buf *b, size_t extra)
     b->p = p;
     b->cap = cap;
     return 0;
-}
-
-static size_t varint_put(uint8_t *out, uint64_t v)
-{
-    size_t n = 0;
-    while (v >= 0x80) {
-        out[n++] = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    out[n++] = (uint8_t)v;
-    return n;
-}
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-/* Reads a varint from data[*pos..len). Returns 0 or -1 when truncated or over 10 bytes. */
-static int varint_get(const uint8_t *data, size_t len, size_t *pos, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (unsigned shift = 0, i = 0; i < 10; i++, shift += 7) {
-        if (*pos >= len)
-            return -1;
-        uint8_t b = data[(*pos)++];
-        if (i == 9 && b > 1)
-            return -1;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
 }
 
 /* The exact size of an element's uncompressed body. */
@@ -294,7 +255,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
         int64_t shape[SLUICE_MAX_RANK];
         for (int k = 0; k < rank; k++) {
             uint64_t dim;
-            if (varint_get(d, len, &pos, &dim) || dim > CODEC_MAX_ELEMENT)
+            if (!varint_get(d, len, &pos, VARINT_MAX_LEN, &dim) || dim > CODEC_MAX_ELEMENT)
                 return corrupt(err, errlen, base + pos, "bad dimension");
             shape[k] = (int64_t)dim;
             if (dim && nv > CODEC_MAX_ELEMENT / dim)
@@ -311,7 +272,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             uint64_t total = 0;
             for (uint64_t k = 0; k < nv; k++) {
                 uint64_t sl;
-                if (varint_get(d, len, &pos, &sl) || sl > len)
+                if (!varint_get(d, len, &pos, VARINT_MAX_LEN, &sl) || sl > len)
                     return corrupt(err, errlen, base + pos, "bad string length");
                 total += sl;
                 if (total > len)
@@ -326,7 +287,8 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             t->offs[0] = 0;
             for (uint64_t k = 0; k < nv; k++) {
                 uint64_t sl = 0;
-                varint_get(d, len, &lp, &sl);
+                /* Read once already (the first pass above), so it cannot fail here. */
+                (void)varint_get(d, len, &lp, VARINT_MAX_LEN, &sl);
                 t->offs[k + 1] = t->offs[k] + sl;
             }
             memcpy(t->data, d + pos, total);
@@ -371,7 +333,7 @@ static int read_head(const uint8_t *data, size_t len, size_t *pos, struct record
     if (*pos >= len)
         return CODEC_NO_MORE;
     uint64_t reclen;
-    if (varint_get(data, len, pos, &reclen) || reclen > len - *pos || reclen < 1) {
+    if (!varint_get(data, len, pos, VARINT_MAX_LEN, &reclen) || reclen > len - *pos || reclen < 1) {
         *why = "bad record length";
         return SLUICE_ERR_CORRUPT;
     }
@@ -390,8 +352,9 @@ static int read_head(const uint8_t *data, size_t len, size_t *pos, struct record
         return SLUICE_ERR_CORRUPT;
     }
     if (h->flags & (FLAG_TAGGED | FLAG_SPLIT_END)) {
-        if (varint_get(h->rec, h->len, &h->body, &mark->seq) ||
-            varint_get(h->rec, h->len, &h->body, &mark->pos) || (end && h->body != h->len)) {
+        if (!varint_get(h->rec, h->len, &h->body, VARINT_MAX_LEN, &mark->seq) ||
+            !varint_get(h->rec, h->len, &h->body, VARINT_MAX_LEN, &mark->pos) ||
+            (end && h->body != h->len)) {
             *why = end ? "bad split end marker" : "bad element tag";
             return SLUICE_ERR_CORRUPT;
         }
@@ -427,7 +390,7 @@ int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluic
         return rc ? rc : CODEC_ELEMENT;
     }
     uint64_t raw;
-    if (varint_get(rec, reclen, &recpos, &raw) || raw > CODEC_MAX_ELEMENT)
+    if (!varint_get(rec, reclen, &recpos, VARINT_MAX_LEN, &raw) || raw > CODEC_MAX_ELEMENT)
         return corrupt(err, errlen, at, "bad uncompressed length");
     size_t ulen;
     const char *cdata = (const char *)rec + recpos;

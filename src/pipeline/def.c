@@ -8,6 +8,7 @@
 #include "def.h"
 
 #include "common/error.h"
+#include "common/varint.h"
 #include "dataset.pb-c.h"
 #include "element.h"
 
@@ -280,20 +281,6 @@ static enum msg_type sub_message(enum msg_type m, uint64_t f)
     return M_NONE;
 }
 
-static bool read_varint(const uint8_t *p, size_t len, size_t *pos, uint64_t *v)
-{
-    uint64_t r = 0;
-    for (int shift = 0; shift < 64 && *pos < len; shift += 7) {
-        uint8_t b = p[(*pos)++];
-        r |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *v = r;
-            return true;
-        }
-    }
-    return false;
-}
-
 enum scan_result { SCAN_OK, SCAN_MALFORMED, SCAN_TOO_DEEP };
 
 /* Walks the wire format of a message of type m, descending into the fields that hold messages.
@@ -305,11 +292,12 @@ static enum scan_result scan(const uint8_t *p, size_t len, enum msg_type m, int 
     size_t pos = 0;
     while (pos < len) {
         uint64_t key, v;
-        if (!read_varint(p, len, &pos, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+        if (!varint_get(p, len, &pos, VARINT_MAX_LEN, &key) || (key >> 3) == 0 ||
+            (key >> 3) > 0x1fffffff)
             return SCAN_MALFORMED;
         switch (key & 7) {
         case 0:
-            if (!read_varint(p, len, &pos, &v))
+            if (!varint_get(p, len, &pos, VARINT_MAX_LEN, &v))
                 return SCAN_MALFORMED;
             break;
         case 1:
@@ -321,7 +309,7 @@ static enum scan_result scan(const uint8_t *p, size_t len, enum msg_type m, int 
             break;
         }
         case 2: {
-            if (!read_varint(p, len, &pos, &v) || v > len - pos)
+            if (!varint_get(p, len, &pos, VARINT_MAX_LEN, &v) || v > len - pos)
                 return SCAN_MALFORMED;
             enum msg_type sub = sub_message(m, key >> 3);
             if (sub != M_NONE) {

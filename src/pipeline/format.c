@@ -110,32 +110,6 @@ static int append(struct pipe_buf *b, const void *s, size_t n)
 
 /* ---- Elements ----------------------------------------------------------------------------- */
 
-/* Value sizes, kept here rather than borrowed from the element module so the format depends on
- * the layout alone. */
-static size_t dtype_size(enum sluice_dtype d)
-{
-    switch (d) {
-    case SLUICE_BOOL:
-    case SLUICE_INT8:
-    case SLUICE_UINT8:
-        return 1;
-    case SLUICE_INT16:
-    case SLUICE_UINT16:
-        return 2;
-    case SLUICE_INT32:
-    case SLUICE_UINT32:
-    case SLUICE_FLOAT32:
-        return 4;
-    case SLUICE_INT64:
-    case SLUICE_UINT64:
-    case SLUICE_FLOAT64:
-        return 8;
-    case SLUICE_BYTES:
-        return 0;
-    }
-    return 0;
-}
-
 static int append_bytes_escaped(struct pipe_buf *b, const uint8_t *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
@@ -176,7 +150,7 @@ static int append_value(struct pipe_buf *b, const struct pipe_tensor *t, uint64_
 {
     char tmp[PIPE_FLOAT_BUF];
     int n = 0;
-    const uint8_t *p = t->data + k * dtype_size(t->dtype);
+    const uint8_t *p = t->data + k * sluice_dtype_size(t->dtype);
     switch (t->dtype) {
     case SLUICE_BOOL:
         return p[0] ? append(b, "true", 4) : append(b, "false", 5);
@@ -280,7 +254,7 @@ static int tensor_check(const struct pipe_tensor *t)
     if (nv == 0)
         return 0;
     if (t->dtype != SLUICE_BYTES) {
-        size_t sz = dtype_size(t->dtype);
+        size_t sz = sluice_dtype_size(t->dtype);
         if (nv > t->len / sz || !t->data)
             return SLUICE_ERR_INVALID;
         return 0;

@@ -10,10 +10,12 @@
 
 #include "common/error.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct prefetch_iter {
     struct pipe_iter base;
@@ -66,14 +68,25 @@ static void *producer(void *arg)
     return NULL;
 }
 
-static int prefetch_next(struct pipe_iter *it, struct sluice_element *out)
+static bool is_prefetch(const struct pipe_iter *it);
+
+/* Waits for an element; deadline NULL waits without limit. */
+static int next_until(struct pipe_iter *it, struct sluice_element *out,
+                      const struct timespec *deadline)
 {
     struct prefetch_iter *p = (struct prefetch_iter *)it;
     if (p->done)
         return p->rc;
     pthread_mutex_lock(&p->mu);
-    while (p->count == 0 && !p->finished)
-        pthread_cond_wait(&p->not_empty, &p->mu);
+    while (p->count == 0 && !p->finished) {
+        if (!deadline) {
+            pthread_cond_wait(&p->not_empty, &p->mu);
+        } else if (pthread_cond_timedwait(&p->not_empty, &p->mu, deadline) == ETIMEDOUT &&
+                   p->count == 0 && !p->finished) {
+            pthread_mutex_unlock(&p->mu);
+            return SLUICE_ERR_TIMEOUT;
+        }
+    }
     if (p->count > 0) {
         pipe_elem_swap(out, &p->ring[p->head]);
         p->head = (p->head + 1) % p->cap;
@@ -91,6 +104,28 @@ static int prefetch_next(struct pipe_iter *it, struct sluice_element *out)
     p->rc = rc < 0 ? rc : 0;
     p->done = true;
     return p->rc;
+}
+
+static int prefetch_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    return next_until(it, out, NULL);
+}
+
+int pipe_prefetch_next_timed(struct pipe_iter *it, struct sluice_element *out, uint32_t timeout_ms)
+{
+    if (!is_prefetch(it))
+        return pipe_next(it, out);
+    if (timeout_ms == 0)
+        return next_until(it, out, NULL);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += timeout_ms / 1000;
+    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return next_until(it, out, &ts);
 }
 
 static void prefetch_destroy(struct pipe_iter *it)
@@ -117,6 +152,11 @@ static void prefetch_destroy(struct pipe_iter *it)
 
 static const struct pipe_iter_ops prefetch_ops = {prefetch_next, prefetch_destroy};
 
+static bool is_prefetch(const struct pipe_iter *it)
+{
+    return it->ops == &prefetch_ops;
+}
+
 int pipe_prefetch_new(int64_t n, struct pipe_ctx *ctx, struct pipe_iter **out,
                       struct pipe_ctx **upstream_ctx)
 {
@@ -132,7 +172,12 @@ int pipe_prefetch_new(int64_t n, struct pipe_ctx *ctx, struct pipe_iter **out,
         return SLUICE_ERR_NOMEM;
     }
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->not_empty, NULL);
+    /* Timed waits measure against the monotonic clock, immune to wall-clock steps. */
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->not_empty, &attr);
+    pthread_condattr_destroy(&attr);
     pthread_cond_init(&p->not_full, NULL);
     p->base.ops = &prefetch_ops;
     p->base.ctx = ctx;

@@ -22,4 +22,9 @@ int pipe_prefetch_new(int64_t n, struct pipe_ctx *ctx, struct pipe_iter **out,
  * be started (the iterator must then still be destroyed). */
 int pipe_prefetch_start(struct pipe_iter *it, struct pipe_iter *upstream);
 
+/* Like pipe_next(), but when it is a prefetch waits at most timeout_ms (0: without limit) and
+ * then returns SLUICE_ERR_TIMEOUT, changing nothing: the producer thread carries on and a later
+ * call picks up where this one left. On any other iterator it is pipe_next(). */
+int pipe_prefetch_next_timed(struct pipe_iter *it, struct sluice_element *out, uint32_t timeout_ms);
+
 #endif

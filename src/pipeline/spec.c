@@ -486,3 +486,20 @@ int pipe_spec_format_ops(const struct pipe_spec *spec, size_t from, size_t to, c
 {
     return format_ops(spec, false, from, to, buf, len);
 }
+
+bool pipe_spec_endless(const struct pipe_spec *spec)
+{
+    bool endless = false;
+    for (size_t i = 0; i < spec->nops; i++) {
+        const struct pipe_op *op = &spec->ops[i];
+        if (op->kind == PIPE_OP_REPEAT) {
+            if (op->has_n && op->n == 0)
+                endless = false; /* repeat(0) yields nothing */
+            else if (!op->has_n || op->n < 0)
+                endless = true;
+        } else if (op->kind == PIPE_OP_TAKE && op->n >= 0) {
+            endless = false;
+        }
+    }
+    return endless;
+}

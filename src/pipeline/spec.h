@@ -81,6 +81,10 @@ void pipe_value_release(struct pipe_value *v); /* frees what v points to, not v 
 int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out);
 /* Structural equality, ignoring columns. */
 bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b);
+/* Whether the pipeline never ends: some repeat() without a count (or with a negative one, as in
+ * tf.data) is followed by no take(N). What comes after it otherwise keeps it endless (a filter
+ * may drop elements, but none is counted as ending it). Sources are all finite. */
+bool pipe_spec_endless(const struct pipe_spec *spec);
 /* Writes the canonical text of spec into buf (always NUL-terminated when len > 0). Parsing the
  * canonical text gives an equal spec. Returns the length the full text needs (excluding NUL),
  * like snprintf, or a negative code. */

@@ -14,23 +14,6 @@ void wbuf_init(struct wbuf *b)
     memset(b, 0, sizeof *b);
 }
 
-size_t wbuf_read_varint(const uint8_t *p, size_t len, uint64_t *value)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < len && i < 10; i++) {
-        uint64_t byte = p[i] & 0x7f;
-        /* The tenth byte may only carry the top bit of a 64-bit value. */
-        if (i == 9 && byte > 1)
-            return 0;
-        v |= byte << (7 * i);
-        if ((p[i] & 0x80) == 0) {
-            *value = v;
-            return i + 1;
-        }
-    }
-    return 0;
-}
-
 void wbuf_push(struct wbuf *b, struct wbuf_chunk *c)
 {
     assert(c->count > 0 && c->pos == 0 && c->taken == 0);

@@ -22,6 +22,8 @@
 
 #include "pipeline/format.h"
 
+#include "common/varint.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -103,6 +105,10 @@ void wbuf_clear(struct wbuf *b);
 
 /* Reads a varint (LEB128, at most 10 bytes) at p[0, len). Returns the number of bytes read, or
  * 0 when the bytes end first or the value does not fit in 64 bits. */
-size_t wbuf_read_varint(const uint8_t *p, size_t len, uint64_t *value);
+static inline size_t wbuf_read_varint(const uint8_t *p, size_t len, uint64_t *value)
+{
+    size_t pos = 0;
+    return varint_get(p, len, &pos, VARINT_MAX_LEN, value) ? pos : 0;
+}
 
 #endif

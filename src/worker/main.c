@@ -1,11 +1,14 @@
 /* sluice-worker: runs dataset pipelines for a dispatcher and serves their elements
- * (DESIGN.md §2). Exit status: 0 after a clean shutdown (SIGINT, or SIGTERM once drained, see
- * worker_drain), 1 on a runtime failure, 2 on bad usage. */
+ * (DESIGN.md §2): parses the command line and runs the embeddable worker
+ * (include/sluice/server.h) until SIGINT, or SIGTERM once drained (sluice_worker_drain). Exit
+ * status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad usage. */
+#include "sluice/server.h"
+#include "sluice/sluice.h"
+
 #include "common/error.h"
-#include "common/http.h"
 #include "common/log.h"
 #include "common/rpc.h"
-#include "pipeline/registry.h"
+#include "common/signals.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -15,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <uv.h>
 
 #define PART "sluice-worker"
 
@@ -37,7 +39,8 @@ static const char usage[] =
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
     "                        worker holds before leaving anyway (default 30000)\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n"
-    "  --help                show this help\n";
+    "  --help                show this help\n"
+    "  --version             print the version\n";
 
 struct args {
     const char *dispatcher;
@@ -79,8 +82,8 @@ static int parse_number(const char *text, unsigned long min, unsigned long max, 
     return 0;
 }
 
-/* Returns 0, or the exit status for a usage error (after printing it) or --help (0 with
- * *help set). */
+/* Returns 0, or the exit status for a usage error (after printing it); for --help 0 with *help
+ * set to 1, for --version 0 with *help set to 2. */
 static int parse_args(int argc, char **argv, struct args *a, int *help)
 {
     enum {
@@ -94,7 +97,8 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_METRICS,
         O_DRAIN,
         O_LOG,
-        O_HELP
+        O_HELP,
+        O_VERSION
     };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISPATCHER},
@@ -108,6 +112,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"log-level", required_argument, NULL, O_LOG},
         {"help", no_argument, NULL, O_HELP},
+        {"version", no_argument, NULL, O_VERSION},
         {NULL, 0, NULL, 0},
     };
     unsigned long v;
@@ -174,6 +179,9 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         case O_HELP:
             *help = 1;
             return 0;
+        case O_VERSION:
+            *help = 2;
+            return 0;
         case ':':
             return usage_error("%s: missing value", argv[optind - 1]);
         default:
@@ -194,159 +202,71 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
     return 0;
 }
 
-struct shell {
-    uv_loop_t loop;
-    uv_signal_t sigterm, sigint;
-    uint32_t drain_timeout_ms;
-    struct worker *worker;
-    struct http_server *http; /* NULL without --metrics-port */
-};
-
-static int render_metrics(void *user, char **body, size_t *len)
+/* SIGTERM drains the worker and then lets a second SIGTERM end the process; SIGINT stops it at
+ * once (also in the middle of a drain), after which either signal ends the process. */
+static int on_signal(void *user, int signum)
 {
-    struct shell *sh = user;
-    if (!sh->worker)
-        return SLUICE_ERR_CLOSED;
-    return worker_metrics_render(sh->worker, body, len);
-}
-
-/* Prints "sluice-worker WHAT on HOST:PORT", flushed, with an IPv6 host in brackets. */
-static void print_address(const char *what, const char *host, int port)
-{
-    if (strchr(host, ':'))
-        printf(PART " %s on [%s]:%d\n", what, host, port);
-    else
-        printf(PART " %s on %s:%d\n", what, host, port);
-    fflush(stdout);
-}
-
-static void on_worker_closed(void *user)
-{
-    (void)user;
-    log_info("stopped");
-}
-
-static void shut_down(struct shell *sh)
-{
-    if (sh->http) {
-        http_server_close(sh->http, NULL, NULL);
-        sh->http = NULL;
-    }
-    if (sh->worker) {
-        worker_close(sh->worker, on_worker_closed, NULL);
-        sh->worker = NULL;
-    }
-}
-
-static void on_drained(void *user, bool complete)
-{
-    struct shell *sh = user;
-    log_info("drained%s: shutting down", complete ? "" : " (incomplete)");
-    if (!uv_is_closing((uv_handle_t *)&sh->sigint))
-        uv_close((uv_handle_t *)&sh->sigint, NULL);
-    shut_down(sh);
-}
-
-static void on_signal(uv_signal_t *s, int signum)
-{
-    struct shell *sh = s->data;
-    if (signum == SIGTERM && sh->worker) {
-        /* Lossless scale-down: serve what is in hand, then leave. A second SIGTERM has its
-         * default effect; SIGINT still stops at once. */
+    struct sluice_worker *w = user;
+    if (signum == SIGTERM) {
+        /* Lossless scale-down: serve what is in hand, then leave. */
         log_info("SIGTERM: draining");
-        uv_close((uv_handle_t *)&sh->sigterm, NULL);
-        worker_drain(sh->worker, sh->drain_timeout_ms, on_drained, sh);
-        return;
+        sluice_worker_drain(w);
+        return SIGNALS_TERM;
     }
-    log_info("%s: shutting down", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    /* With the handles closed, a second signal has its default effect and ends the process. */
-    if (!uv_is_closing((uv_handle_t *)&sh->sigterm))
-        uv_close((uv_handle_t *)&sh->sigterm, NULL);
-    if (!uv_is_closing((uv_handle_t *)&sh->sigint))
-        uv_close((uv_handle_t *)&sh->sigint, NULL);
-    shut_down(sh);
+    log_info("SIGINT: shutting down");
+    sluice_worker_shutdown(w);
+    return SIGNALS_INT | SIGNALS_TERM;
 }
 
 static int run(const struct args *a)
 {
-    struct sluice_registry *reg;
-    char err[512];
-    int status = 1;
-    int rc = pipe_registry_new(&reg);
-    if (rc < 0) {
-        fprintf(stderr, PART ": registry: %s\n", sluice_strerror(rc));
-        return 1;
-    }
-    for (size_t i = 0; i < a->nplugins; i++) {
-        rc = pipe_registry_load_plugin(reg, a->plugins[i], err, sizeof err);
-        if (rc < 0) {
-            fprintf(stderr, PART ": plugin %s: %s\n", a->plugins[i], err);
-            goto out_reg;
-        }
-    }
-
-    struct shell sh;
-    memset(&sh, 0, sizeof sh);
-    sh.drain_timeout_ms = a->drain_timeout_ms;
-    rc = uv_loop_init(&sh.loop);
-    if (rc < 0) {
-        fprintf(stderr, PART ": event loop: %s\n", uv_strerror(rc));
-        goto out_reg;
-    }
-    struct worker_opts wo = {
+    struct sluice_worker_options opts = {
         .dispatcher = a->dispatcher,
         .host = a->host,
         .port = a->port,
         .advertise = a->advertise,
         .heartbeat_ms = a->heartbeat_ms,
         .threads = a->threads,
-        .reg = reg,
+        .plugins = a->plugins,
+        .nplugins = a->nplugins,
+        .metrics = a->metrics_port >= 0,
+        .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
+        .drain_timeout_ms = a->drain_timeout_ms,
+        .log_level = log_level_name(a->level),
     };
-    rc = worker_start(&sh.loop, &wo, &sh.worker, err, sizeof err);
+    char err[1024];
+    struct sluice_worker *w;
+    int rc = sluice_worker_start(&opts, &w, err, sizeof err);
     if (rc < 0) {
         fprintf(stderr, PART ": %s\n", err);
-        uv_run(&sh.loop, UV_RUN_DEFAULT);
-        uv_loop_close(&sh.loop);
-        goto out_reg;
+        return 1;
     }
-    if (a->metrics_port >= 0) {
-        rc = http_server_start(&sh.loop, a->host, a->metrics_port, render_metrics, &sh, &sh.http,
-                               err, sizeof err);
-        if (rc < 0) {
-            fprintf(stderr, PART ": metrics: %s\n", err);
-            worker_close(sh.worker, NULL, NULL);
-            uv_run(&sh.loop, UV_RUN_DEFAULT);
-            uv_loop_close(&sh.loop);
-            goto out_reg;
-        }
-    }
-    uv_signal_init(&sh.loop, &sh.sigterm);
-    uv_signal_init(&sh.loop, &sh.sigint);
-    sh.sigterm.data = sh.sigint.data = &sh;
-    uv_signal_start(&sh.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&sh.sigint, on_signal, SIGINT);
+    printf(PART " listening on %s\n", sluice_worker_listen_address(w));
+    if (sluice_worker_metrics_address(w))
+        printf(PART " metrics on %s\n", sluice_worker_metrics_address(w));
+    fflush(stdout);
 
-    const char *host = worker_host(sh.worker);
-    print_address("listening", host, worker_port(sh.worker));
-    if (sh.http)
-        print_address("metrics", host, http_server_port(sh.http));
-    log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task",
-             worker_address(sh.worker), a->dispatcher, a->threads);
-
-    uv_run(&sh.loop, UV_RUN_DEFAULT);
-    rc = uv_loop_close(&sh.loop);
-    if (rc != 0) {
-        fprintf(stderr, PART ": shutdown: %s\n", uv_strerror(rc));
-        goto out_reg;
+    static struct signals sig;
+    rc = signals_start(&sig, on_signal, w);
+    if (rc < 0) {
+        fprintf(stderr, PART ": start: signal thread: %s\n", sluice_strerror(rc));
+        sluice_worker_shutdown(w);
+        sluice_worker_stop(w);
+        return 1;
     }
-    status = 0;
-out_reg:
-    pipe_registry_free(reg);
-    return status;
+    rc = sluice_worker_wait(w, 0, err, sizeof err);
+    signals_stop(&sig);
+    if (rc < 0)
+        fprintf(stderr, PART ": %s\n", err);
+    sluice_worker_stop(w);
+    return rc < 0 ? 1 : 0;
 }
 
 int main(int argc, char **argv)
 {
+    /* Before any thread: the worker's threads inherit the mask, and the signal thread takes
+     * SIGINT and SIGTERM. */
+    signals_block();
     struct args a = {.host = "127.0.0.1",
                      .metrics_port = -1,
                      .drain_timeout_ms = WORKER_DRAIN_TIMEOUT_MS,
@@ -354,14 +274,12 @@ int main(int argc, char **argv)
     int help = 0;
     int rc = parse_args(argc, argv, &a, &help);
     if (rc != 0 || help) {
-        if (help)
+        if (help == 1)
             fputs(usage, stdout);
+        else if (help == 2)
+            printf("sluice %s\n", sluice_version());
         free(a.plugins);
         return rc;
-    }
-    if (a.threads == 0) {
-        unsigned n = uv_available_parallelism();
-        a.threads = n ? n : 1;
     }
     log_init(PART, a.level);
     /* A reader that disconnects mid-reply must cost an error on that connection, not the

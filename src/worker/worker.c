@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/rpc.h"
 #include "lease.h"
+#include "rounds.h"
 #include "pipeline/def.h"
 #include "pipeline/registry.h"
 #include "pipeline/split.h"
@@ -49,35 +50,6 @@ struct waiter {
     uint64_t round;    /* coordinated reads: the round asked for */
 };
 
-/* Coordinated reads (DESIGN.md §4): a round of a task is N consecutive elements of its buffer,
- * the c-th going to consumer c. Rounds are filled strictly in increasing order, one element at a
- * time, and at most WORKER_COORD_ROUNDS of them are held: round r lives in slot r mod
- * WORKER_COORD_ROUNDS from the moment it starts filling until all N consumers took their element,
- * so a consumer that runs ahead waits (a long poll) until the slowest one catches up. An element
- * is copied out of the buffer into its round, so memory is bounded by the rounds held.
- *
- * Invariants: base <= fill <= base + WORKER_COORD_ROUNDS; rounds below fill hold all n
- * elements, round fill (when held) holds slot[fill % K].filled < n of them; a slot's taken counts
- * the consumers whose took flag is set. */
-#define WORKER_COORD_ROUNDS 4u
-/* Far more consumers than any real job has; bounds the per-round tables a TaskDef can ask for. */
-#define WORKER_COORD_MAX_CONSUMERS 65536u
-
-struct coord_slot {
-    uint32_t filled; /* elements assigned so far, in buffer order */
-    uint32_t taken;  /* consumers that took their element */
-    uint8_t **rec;   /* rec[c]: consumer c's element as one codec record (owned), len[c] bytes */
-    size_t *len;
-    bool *took;
-};
-
-struct coord {
-    uint32_t n;    /* consumers; 0: the task is not read in rounds */
-    uint64_t base; /* the oldest round held */
-    uint64_t fill; /* the round being filled */
-    struct coord_slot slot[WORKER_COORD_ROUNDS];
-};
-
 struct wtask {
     /* Draining: the buffered count last seen and when it last went down. */
     uint64_t drain_buffered, drain_progress_ms;
@@ -98,7 +70,7 @@ struct wtask {
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
     double rate;
-    struct coord coord;
+    struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
 };
 
 struct worker {
@@ -334,59 +306,15 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
 
 /* ---- coordinated reads ------------------------------------------------------------------ */
 
-static void coord_slot_clear(struct coord *cd, struct coord_slot *sl)
-{
-    for (uint32_t i = 0; i < sl->filled; i++) {
-        free(sl->rec[i]);
-        sl->rec[i] = NULL;
-    }
-    memset(sl->took, 0, cd->n * sizeof *sl->took);
-    sl->filled = 0;
-    sl->taken = 0;
-}
+static void waiter_unlink(struct worker *w, struct wtask *wt, struct waiter **pp,
+                          struct waiter *prev);
+static void waiter_pop(struct worker *w, struct wtask *wt);
 
-static void coord_free(struct coord *cd)
+/* Stages one element of the task's buffer for the next round. Returns TASK_TAKE_DATA when one
+ * was staged, else what the take reported (EMPTY, END, FAILED with tk->msg) or a negative
+ * code. */
+static int rounds_take_one(struct worker *w, struct wtask *wt, struct task_take *tk)
 {
-    if (cd->n == 0)
-        return;
-    for (unsigned k = 0; k < WORKER_COORD_ROUNDS; k++) {
-        struct coord_slot *sl = &cd->slot[k];
-        if (sl->rec)
-            for (uint32_t i = 0; i < sl->filled; i++)
-                free(sl->rec[i]);
-        free(sl->rec);
-        free(sl->len);
-        free(sl->took);
-    }
-    memset(cd, 0, sizeof *cd);
-}
-
-/* Sets up the round table for n consumers (0: none). Returns 0 or SLUICE_ERR_NOMEM. */
-static int coord_init(struct coord *cd, uint32_t n)
-{
-    memset(cd, 0, sizeof *cd);
-    if (n == 0)
-        return 0;
-    cd->n = n;
-    for (unsigned k = 0; k < WORKER_COORD_ROUNDS; k++) {
-        struct coord_slot *sl = &cd->slot[k];
-        sl->rec = calloc(n, sizeof *sl->rec);
-        sl->len = calloc(n, sizeof *sl->len);
-        sl->took = calloc(n, sizeof *sl->took);
-        if (!sl->rec || !sl->len || !sl->took) {
-            coord_free(cd);
-            return SLUICE_ERR_NOMEM;
-        }
-    }
-    return 0;
-}
-
-/* Moves one element from the task's buffer into the round being filled. Returns TASK_TAKE_DATA
- * when one was moved, else what the take reported (EMPTY, END, FAILED with tk->msg) or a
- * negative code. */
-static int coord_fill_one(struct worker *w, struct wtask *wt, struct task_take *tk)
-{
-    struct coord *cd = &wt->coord;
     int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, &w->scratch, tk);
     if (st != TASK_TAKE_DATA)
         return st;
@@ -400,76 +328,124 @@ static int coord_fill_one(struct worker *w, struct wtask *wt, struct task_take *
     if (len)
         memcpy(copy, payload, len);
     task_take_release(wt->task, tk);
-    struct coord_slot *sl = &cd->slot[cd->fill % WORKER_COORD_ROUNDS];
-    sl->rec[sl->filled] = copy;
-    sl->len[sl->filled] = len;
-    if (++sl->filled == cd->n)
-        cd->fill++;
+    rounds_stage(&wt->rounds, copy, len);
     return TASK_TAKE_DATA;
 }
 
-/* Answers coordinated read (round, consumer) if it can be answered now: with the consumer's
- * element of that round, the end of the sequence, an error, or not at all (false: the round is
- * too far ahead or its element is not produced yet; the read waits). A repeated read of an
- * element already taken (a retry) gets the same element while its round is held. */
-static bool serve_coord(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
-                        uint32_t consumer, uint64_t round)
+/* Answers the waiting reads of a task read in rounds that can be answered from what it holds:
+ * a round served (kept), a round no longer kept (the consumer fell behind), the end, or a bad
+ * consumer index. Leaves the others waiting. Returns whether any read was answered. */
+static bool rounds_answer(struct worker *w, struct wtask *wt)
 {
-    struct coord *cd = &wt->coord;
-    if (consumer >= cd->n) {
-        rpc_conn_reply_error(conn, id, SLUICE_ERR_INVALID,
-                             "consumer index %" PRIu32 " is not below num_consumers %" PRIu32,
-                             consumer, cd->n);
-        return true;
-    }
-    if (round < cd->base) {
-        rpc_conn_reply_error(conn, id, SLUICE_ERR_INVALID,
-                             "task %" PRIu64 ": round %" PRIu64 " was served already", wt->id,
-                             round);
-        return true;
-    }
-    if (round >= cd->base + WORKER_COORD_ROUNDS)
-        return false;
-    struct coord_slot *sl = &cd->slot[round % WORKER_COORD_ROUNDS];
-    while (cd->fill < round || (cd->fill == round && sl->filled <= consumer)) {
-        struct task_take tk;
-        int st = coord_fill_one(w, wt, &tk);
-        if (st == TASK_TAKE_DATA)
-            continue;
-        if (st == TASK_TAKE_EMPTY)
-            return false;
-        if (st == TASK_TAKE_END) {
-            reply_elements(conn, id, 0, true, NULL, 0);
-            report_end(w, wt);
-        } else if (st == TASK_TAKE_FAILED) {
-            rpc_conn_reply_error(conn, id, SLUICE_ERR_TASK_FAILED, "%s", tk.msg);
+    struct rounds *r = &wt->rounds;
+    bool answered = false;
+    struct waiter **pp = &wt->wait_head, *prev = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        const uint8_t *rec;
+        size_t len;
+        enum rounds_lookup st = ROUNDS_WAITING;
+        if (!rpc_conn_is_open(q->conn)) {
+            /* nothing to answer */
+        } else if (q->consumer >= r->n) {
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
+                                 "consumer index %" PRIu32 " is not below num_consumers %" PRIu32,
+                                 q->consumer, r->n);
+        } else if ((st = rounds_lookup(r, q->consumer, q->round, &rec, &len)) == ROUNDS_READY) {
+            wmetrics_served(w->wm, 1, len);
+            reply_elements(q->conn, q->id, 1, false, rec, len);
+        } else if (st == ROUNDS_GONE) {
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
+                                 "consumer %" PRIu32 " fell too far behind: round %" PRIu64
+                                 " of task %" PRIu64
+                                 " was served to the other consumers and is gone",
+                                 q->consumer, q->round, wt->id);
+        } else if (r->ended) {
+            reply_elements(q->conn, q->id, 0, true, NULL, 0);
         } else {
-            rpc_conn_reply_error(conn, id, st, "task %" PRIu64 ": %s", wt->id, sluice_strerror(st));
+            prev = q;
+            pp = &q->next;
+            continue;
         }
-        return true;
+        waiter_unlink(w, wt, pp, prev);
+        answered = true;
     }
-    wmetrics_served(w->wm, 1, sl->len[consumer]);
-    reply_elements(conn, id, 1, false, sl->rec[consumer], sl->len[consumer]);
-    if (!sl->took[consumer]) {
-        sl->took[consumer] = true;
-        sl->taken++;
-    }
-    /* Rounds every consumer took are let go, oldest first, making room for later ones. */
-    while (cd->base < cd->fill) {
-        struct coord_slot *old = &cd->slot[cd->base % WORKER_COORD_ROUNDS];
-        if (old->taken < cd->n)
-            break;
-        coord_slot_clear(cd, old);
-        cd->base++;
-    }
-    return true;
+    return answered;
 }
 
-/* Answers a read the way the task is read: in rounds, or from the buffer. */
+/* Serves the waiting reads of a task read in rounds as far as it can now. A round is served only
+ * at a moment when each of the n consumers has a read of it waiting that has not run out (a
+ * reader whose wait ran out may since have skipped the round, see src/client/tasks.h): then
+ * its n elements are taken from the buffer and every one of those reads is answered in this
+ * call, so a round reaches every consumer or none. */
+static void serve_rounds(struct worker *w, struct wtask *wt)
+{
+    struct rounds *r = &wt->rounds;
+    uint64_t now = now_ms();
+    bool *seen = NULL;
+    for (;;) {
+        rounds_answer(w, wt);
+        /* The lowest round waited for, by reads still live. */
+        bool have = false;
+        uint64_t round = 0;
+        for (struct waiter *q = wt->wait_head; q; q = q->next) {
+            if (q->deadline_ms > now && rpc_conn_is_open(q->conn) && (!have || q->round < round)) {
+                round = q->round;
+                have = true;
+            }
+        }
+        if (!have)
+            break;
+        if (!seen && !(seen = malloc(r->n * sizeof *seen)))
+            break; /* no memory: the reads wait and are asked again */
+        memset(seen, 0, r->n * sizeof *seen);
+        uint32_t count = 0;
+        for (struct waiter *q = wt->wait_head; q; q = q->next) {
+            if (q->round == round && q->deadline_ms > now && rpc_conn_is_open(q->conn) &&
+                !seen[q->consumer]) {
+                seen[q->consumer] = true;
+                count++;
+            }
+        }
+        if (count < r->n)
+            break;
+        int st = TASK_TAKE_DATA;
+        struct task_take tk;
+        while (!rounds_stage_full(r) && (st = rounds_take_one(w, wt, &tk)) == TASK_TAKE_DATA)
+            continue;
+        if (st == TASK_TAKE_EMPTY)
+            break;
+        if (st == TASK_TAKE_END) {
+            rounds_end(r);
+            report_end(w, wt);
+            continue; /* the reads are answered with the end */
+        }
+        if (st != TASK_TAKE_DATA) {
+            int code = st == TASK_TAKE_FAILED ? SLUICE_ERR_TASK_FAILED : st;
+            while (wt->wait_head) {
+                struct waiter *q = wt->wait_head;
+                if (rpc_conn_is_open(q->conn)) {
+                    if (st == TASK_TAKE_FAILED)
+                        rpc_conn_reply_error(q->conn, q->id, code, "%s", tk.msg);
+                    else
+                        rpc_conn_reply_error(q->conn, q->id, code, "task %" PRIu64 ": %s", wt->id,
+                                             sluice_strerror(st));
+                }
+                waiter_pop(w, wt);
+            }
+            break;
+        }
+        rounds_commit(r, round);
+    }
+    free(seen);
+}
+
+/* Answers a read the way the task is read: reads in rounds only ever wait (see serve_rounds);
+ * others are answered from the buffer. */
 static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *q)
 {
-    if (wt->coord.n > 0)
-        return serve_coord(w, wt, q->conn, q->id, q->consumer, q->round);
+    if (wt->rounds.n > 0)
+        return false;
     return serve(w, wt, q->conn, q->id, q->max_elements, q->max_bytes);
 }
 
@@ -521,28 +497,12 @@ static void waiter_unlink(struct worker *w, struct wtask *wt, struct waiter **pp
     free(q);
 }
 
-/* Serves waiting readers in arrival order for as long as the buffer has elements for them. A
- * task read in rounds has no such order: a read of a later round may wait while one of an
- * earlier round can be served, and serving one may let go of a round and so unblock another,
- * so the whole queue is scanned until nothing more can be served. */
+/* Serves waiting readers in arrival order for as long as the buffer has elements for them; a
+ * task read in rounds serves whole rounds (serve_rounds). */
 static void serve_waiters(struct worker *w, struct wtask *wt)
 {
-    if (wt->coord.n > 0) {
-        bool progress = true;
-        while (progress) {
-            progress = false;
-            struct waiter **pp = &wt->wait_head, *prev = NULL;
-            while (*pp) {
-                struct waiter *q = *pp;
-                if (!rpc_conn_is_open(q->conn) || serve_read(w, wt, q)) {
-                    waiter_unlink(w, wt, pp, prev);
-                    progress = true;
-                } else {
-                    prev = q;
-                    pp = &q->next;
-                }
-            }
-        }
+    if (wt->rounds.n > 0) {
+        serve_rounds(w, wt);
     } else {
         while (wt->wait_head) {
             struct waiter *q = wt->wait_head;
@@ -696,8 +656,8 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
                               .consumer = consumer,
                               .round = round};
     /* Earlier readers go first; a new one is served at once only when nobody waits. Reads in
-     * rounds are served whenever their round allows, whoever waits. */
-    if ((wt->coord.n > 0 || !wt->wait_head) && serve_read(w, wt, &rd))
+     * rounds always wait with the others (serve_rounds). */
+    if (!wt->wait_head && serve_read(w, wt, &rd))
         return;
 
     struct waiter *q = malloc(sizeof *q);
@@ -792,7 +752,7 @@ static void reap(struct worker *w)
         }
         *pp = wt->next;
         task_free(wt->task);
-        coord_free(&wt->coord);
+        rounds_free(&wt->rounds);
         free(wt);
     }
     maybe_finish_close(w);
@@ -913,11 +873,11 @@ static void add_task(struct worker *w, const Sluice__TaskDef *td)
         log_info("task %" PRIu64 " started: dataset %s, iteration %" PRIu64 ", %s", td->task_id,
                  td->dataset_id ? td->dataset_id : "?", td->iteration_id, mode_name(td->mode));
     }
-    if (coord_init(&wt->coord,
-                   td->num_consumers <= WORKER_COORD_MAX_CONSUMERS ? td->num_consumers : 0) < 0)
-        task_fail(wt->task, SLUICE_ERR_NOMEM, "no memory for the task's rounds");
-    else if (td->num_consumers > WORKER_COORD_MAX_CONSUMERS)
-        task_fail(wt->task, SLUICE_ERR_INVALID, "too many consumers");
+    rc = rounds_init(&wt->rounds, td->num_consumers);
+    if (rc == SLUICE_ERR_INVALID)
+        task_fail(wt->task, rc, "too many consumers");
+    else if (rc < 0)
+        task_fail(wt->task, rc, "no memory for the task's rounds");
     wt->next = w->tasks;
     w->tasks = wt;
 }
@@ -1272,6 +1232,11 @@ void worker_drain(struct worker *w, uint32_t timeout_ms, void (*cb)(void *user, 
     w->drain_user = user;
     size_t n = 0;
     for (struct wtask *wt = w->tasks; wt; wt = wt->next, n++) {
+        /* A task read in rounds keeps producing: the dispatcher moves its consumers to other
+         * tasks at a round they have not reached yet, and it serves its rounds until then
+         * (the drain ends once no reader has asked for a while). */
+        if (wt->rounds.n > 0)
+            continue;
         if (task_drain(wt->task) < 0)
             log_warn("task %" PRIu64 ": cannot hand its splits back: %s (they go back when the "
                      "worker leaves)",

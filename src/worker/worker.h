@@ -7,11 +7,12 @@
  * progress; its reply starts new tasks (a TaskDef for a task already running is ignored), stops
  * removed ones and sets the heartbeat interval. GetElements takes whole encoded elements out of
  * a task's buffer, or, when the buffer is empty and more will come, waits up to
- * WORKER_POLL_MS for them (a long poll) before answering with none. A reply made of whole chunks
- * is written from them without copying; the chunks go back to the task once it is written. A
- * GetElements for a task this worker does not know yet (the dispatcher has told the reader
- * before this worker's next heartbeat) sends a heartbeat at once and waits for its reply, so the
- * first read of a new task is served in a round trip rather than after the reader's backoff.
+ * WORKER_POLL_MS for them (a long poll) before answering with none. A task read in coordinated
+ * rounds answers a round only once every consumer waits for it, all at once (rounds.h). A reply
+ * made of whole chunks is written from them without copying; the chunks go back to the task once it
+ * is written. A GetElements for a task this worker does not know yet (the dispatcher has told the
+ * reader before this worker's next heartbeat) sends a heartbeat at once and waits for its reply, so
+ * the first read of a new task is served in a round trip rather than after the reader's backoff.
  *
  * Failure modes: while the dispatcher is unreachable, tasks keep producing and readers keep
  * reading; heartbeats and lease requests are retried. A dispatcher that comes back with another
@@ -28,7 +29,10 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* Longest a GetElements waits for elements before it is answered with none. */
+/* Longest a GetElements waits for elements before it is answered with none. It must stay well
+ * below the readers' request timeout (ITER_FETCH_TIMEOUT_MS): a coordinated consumer skips a
+ * round of a removed task only once its request has been answered or failed, so the worker must
+ * never still count a read its reader has given up on. */
 #define WORKER_POLL_MS 1000
 /* How long a drain (SIGTERM) waits by default for readers to fetch what the worker holds. */
 #define WORKER_DRAIN_TIMEOUT_MS 30000
@@ -81,8 +85,10 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len);
 
 /* Drains the worker (SIGTERM, DESIGN.md §2): tells the dispatcher at once (it leases nothing
  * more to this worker and gives it no new tasks); distributed_epoch tasks hand back the splits
- * they have not started, finish the ones in progress and serve them; other tasks stop producing
- * and serve what they buffered (their copy ends early). Once every task has finished (its
+ * they have not started, finish the ones in progress and serve them; tasks read in coordinated
+ * rounds keep producing (the dispatcher moves their consumers to other tasks at a round they have
+ * not reached, and the task serves its rounds until then); other tasks stop producing and serve
+ * what they buffered (their copy ends early). Once every task has finished (its
  * consumers received everything; for distributed_epoch the dispatcher confirmed it) or after
  * timeout_ms, the worker deregisters and cb(user, complete) is called, complete being false when
  * the timeout cut the drain short (what was not delivered then goes to other workers). The

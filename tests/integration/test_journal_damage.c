@@ -803,7 +803,8 @@ static void test_backup_restore_under_load(void **unused)
         journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", c.work_dir, "--force"),
         1);
     snprintf(want, sizeof want,
-             "sluice: journal: %s: restore: another process is writing this journal\n", c.work_dir);
+             "sluice: journal: %s: restore: another dispatcher is writing this journal\n",
+             c.work_dir);
     assert_string_equal(err, want);
     free(out);
     free(err);
@@ -828,7 +829,8 @@ static void test_backup_restore_under_load(void **unused)
     assert_int_equal(
         journal_cmd(&out, &err, "restore", "--from", backup, "--work-dir", restored, NULL), 1);
     snprintf(want, sizeof want,
-             "sluice: journal: %s: restore: another process is writing this journal\n", restored);
+             "sluice: journal: %s: restore: another dispatcher is writing this journal\n",
+             restored);
     assert_string_equal(err, want);
     free(out);
     free(err);

@@ -941,6 +941,52 @@ static void test_waiting_call_timeout(void **state)
     loop_finish(&loop);
 }
 
+/* A call waiting for a connection can be withdrawn: it fails with SLUICE_ERR_CANCELLED on the
+ * next loop turn, not inside the withdrawal, and is never sent; a call already written cannot
+ * be, and gets its reply. */
+static void test_withdraw_waiting_call(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    int port = free_port(&loop);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+
+    struct result gone = {0}, kept = {0};
+    assert_int_equal(call_status(cfx.cl, 0, &gone), 0);
+    assert_int_equal(call_status(cfx.cl, 8000, &kept), 0);
+    run_for(&loop, 100);
+    assert_true(rpc_client_withdraw(cfx.cl, on_reply, &gone));
+    assert_int_equal(gone.done, 0);
+    assert_false(rpc_client_withdraw(cfx.cl, on_reply, &gone)); /* once */
+    RUN_UNTIL(&loop, gone.done, WAIT_MS);
+    assert_int_equal(gone.status, SLUICE_ERR_CANCELLED);
+    char want[128];
+    snprintf(want, sizeof want, "withdrawn before it was sent to 127.0.0.1:%d", port);
+    assert_string_equal(gone.msg, want);
+
+    /* The other call still waits, then goes out once a server is there. */
+    struct server_fx fx;
+    fx_start(&loop, &fx, port);
+    RUN_UNTIL(&loop, kept.done, WAIT_MS);
+    assert_int_equal(kept.status, 0);
+    assert_int_equal(gone.done, 1);
+
+    /* A written call stays: it is answered. */
+    struct result sent = {0};
+    assert_int_equal(call_elements(cfx.cl, 3, MODE_HOLD, 0, 0, &sent), 0);
+    RUN_UNTIL(&loop, fx.nheld == 1, WAIT_MS);
+    assert_false(rpc_client_withdraw(cfx.cl, on_reply, &sent));
+    fx_answer_held(&fx, NULL, 1);
+    RUN_UNTIL(&loop, sent.done, WAIT_MS);
+    assert_int_equal(sent.status, 0);
+    assert_int_equal(sent.count, 3);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
 static void test_server_restart(void **state)
 {
     enum { N = 5 };
@@ -1603,6 +1649,7 @@ int main(void)
         cmocka_unit_test(test_call_before_server),
         cmocka_unit_test(test_call_timeout),
         cmocka_unit_test(test_waiting_call_timeout),
+        cmocka_unit_test(test_withdraw_waiting_call),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_error_reply),
         cmocka_unit_test(test_large_reply),

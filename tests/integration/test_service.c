@@ -140,6 +140,62 @@ static void test_shared_job(void **state)
     free(o2);
 }
 
+/* A job is identified by its dataset and its name, as in tf.data service: four readers, two per
+ * dataset, all under one job name, read two independent shared jobs, each dataset's elements
+ * exactly once across its two readers. The same name on the same dataset with another mode is
+ * still refused, naming the mode. */
+static void test_shared_job_name_two_datasets(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    const char *p1 = "range(20) | map(sleep_us, 20000)";
+    const char *p2 = "list(20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, "
+                     "38, 39) | map(sleep_us, 20000)";
+    struct proc r[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(cluster_cli_spawn(c, &r[i], "read", i % 2 ? p2 : p1, "--mode",
+                                           "distributed_epoch", "--job-name", "shared_job", NULL),
+                         0);
+    char *outs[4];
+    size_t total = 0;
+    for (int i = 0; i < 4; i++) {
+        outs[i] = proc_read_all(&r[i], 60000);
+        int rc = proc_wait(&r[i], 10000);
+        if (rc != 0)
+            fprintf(stderr, "reader %d exited with %d (log %s)\n", i, rc, r[i].log);
+        assert_int_equal(rc, 0);
+        total += strlen(outs[i]);
+    }
+    char *all = malloc(total + 1);
+    assert_non_null(all);
+    all[0] = '\0';
+    for (int i = 0; i < 4; i++) {
+        strcat(all, outs[i]);
+        free(outs[i]);
+    }
+    char *got = sorted_lines(all);
+    char *want = expected_range(40, 1);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(all);
+
+    /* Two jobs of that name, one per dataset. */
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "status", "--json", NULL), 0);
+    size_t named = 0;
+    for (const char *at = out; (at = strstr(at, "\"name\":\"shared_job\"")); at++)
+        named++;
+    assert_int_equal(named, 2);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(c, &out, &err, "read", p1, "--job-name", "shared_job", NULL), 1);
+    assert_string_equal(err, "sluice: read: job 'shared_job' exists with mode distributed_epoch, "
+                             "not parallel_epochs\n");
+    free(out);
+    free(err);
+}
+
 static void test_different_job_names(void **state)
 {
     struct cluster *c = *state;
@@ -418,6 +474,7 @@ static void test_ft_read_finishes_while_dispatcher_down(void **state)
         cmocka_unit_test_setup_teardown(test_distributed_epoch_two_workers, setup, teardown),      \
         cmocka_unit_test_setup_teardown(test_local_tail, setup, teardown),                         \
         cmocka_unit_test_setup_teardown(test_shared_job, setup, teardown),                         \
+        cmocka_unit_test_setup_teardown(test_shared_job_name_two_datasets, setup, teardown),       \
         cmocka_unit_test_setup_teardown(test_different_job_names, setup, teardown),                \
         cmocka_unit_test_setup_teardown(test_worker_joins_mid_read, setup, teardown),              \
         cmocka_unit_test_setup_teardown(test_client_before_dispatcher, setup, teardown),           \

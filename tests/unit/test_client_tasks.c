@@ -281,54 +281,123 @@ static void test_backoff_grows_and_resets(void **state)
     ct_release(&s);
 }
 
-static void test_coordinated_turns(void **state)
+/* Applies a schedule of up to 4 epochs written as {start, ntasks, task...}. */
+static void schedule(struct ct_set *s, const uint64_t *spec, size_t nepochs, uint64_t granted)
+{
+    struct ct_epoch e[4];
+    assert_true(nepochs <= 4);
+    for (size_t k = 0; k < nepochs; k++) {
+        e[k].start = spec[0];
+        e[k].ntasks = spec[1];
+        e[k].tasks = (uint64_t *)&spec[2];
+        spec += 2 + spec[1];
+    }
+    assert_int_equal(ct_schedule(s, e, nepochs, granted), 0);
+}
+
+/* Reads the round the set stands at from its task, which delivers its element. */
+static uint64_t read_round(struct ct_set *s)
+{
+    assert_int_equal(ct_advance(s), CT_ROUND_TASK);
+    uint64_t id = picked_id(s, 1000);
+    assert_int_equal(id, s->round_task);
+    send_to(s, id);
+    ct_on_reply(s, (size_t)ct_find(s, id), 1, false, 1000);
+    return id;
+}
+
+static void test_coordinated_schedule(void **state)
 {
     struct ct_set s;
     ct_init(&s, true, 4);
     const uint64_t ids[] = {7, 3, 5};
     apply(&s, ids, 3, false);
     attach_all(&s, &conn_a);
-
-    /* Turns go in id order, one request at a time. */
-    assert_int_equal(picked_id(&s, 0), 3);
-    send_to(&s, 3);
+    /* No schedule yet: nothing is asked. */
+    assert_int_equal(ct_advance(&s), CT_ROUND_SCHEDULE);
     assert_int_equal(pick(&s, 0), -1);
-    /* An empty reply keeps the turn and the round: the same round is asked again. */
-    ct_on_reply(&s, 0, 0, false, 10);
+
+    /* Rounds 0..9 granted, served by 3, 5, 7 in turn. */
+    const uint64_t one[] = {0, 3, 3, 5, 7};
+    schedule(&s, one, 1, 10);
+    assert_int_equal(s.span, 10);
+    assert_int_equal(ct_advance(&s), CT_ROUND_TASK);
+    assert_int_equal(s.round_task, 3);
+    send_to(&s, 3);
+    /* One request at a time. */
+    assert_int_equal(pick(&s, 0), -1);
+    /* An empty reply keeps the round: it is asked again after a short backoff. */
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 0, false, 10);
+    assert_int_equal(ct_advance(&s), CT_ROUND_TASK);
     assert_int_equal(pick(&s, 10), -1);
     assert_int_equal(picked_id(&s, 11), 3);
-    assert_int_equal(s.v[0].round, 0);
     send_to(&s, 3);
-    ct_on_failure(&s, 0, 11);
+    ct_on_failure(&s, (size_t)ct_find(&s, 3), 11);
     assert_int_equal(pick(&s, 50), -1);
     assert_int_equal(picked_id(&s, 111), 3);
+    assert_int_equal(s.round, 0);
     send_to(&s, 3);
-    ct_on_reply(&s, 0, 1, false, 111);
-    assert_int_equal(s.v[0].round, 1);
-    /* Delivered: the turn passes on, 3 -> 5 -> 7 -> 3. */
-    const uint64_t order[] = {5, 7, 3, 5};
-    for (size_t k = 0; k < 4; k++) {
-        uint64_t id = picked_id(&s, 200);
-        assert_int_equal(id, order[k]);
-        send_to(&s, id);
-        ct_on_reply(&s, (size_t)ct_find(&s, id), 1, false, 200);
-    }
-    assert_int_equal(s.v[ct_find(&s, 3)].round, 2);
-    assert_int_equal(s.v[ct_find(&s, 5)].round, 2);
-    assert_int_equal(s.v[ct_find(&s, 7)].round, 1);
-    /* 7 ends: turns go 3 -> 5 -> 3. A task that joins later takes its place in id order. */
-    send_to(&s, 7);
-    ct_on_reply(&s, (size_t)ct_find(&s, 7), 0, true, 200);
-    assert_int_equal(picked_id(&s, 200), 3);
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 1, false, 111);
+    assert_int_equal(s.round, 1);
+    const uint64_t order[] = {5, 7, 3, 5, 7, 3, 5, 7, 3};
+    for (size_t k = 0; k < 9; k++)
+        assert_int_equal(read_round(&s), order[k]);
+    /* Round 10 is not granted: wait for the dispatcher rather than guess. */
+    assert_int_equal(ct_advance(&s), CT_ROUND_GRANT);
+    assert_int_equal(pick(&s, 1000), -1);
+
+    /* Task 4 joins at round 12 (the grant when the dispatcher decided); 5 leaves there too. */
+    const uint64_t two[] = {0, 3, 3, 5, 7, 12, 3, 3, 4, 7};
     const uint64_t more[] = {7, 3, 5, 4};
     apply(&s, more, 4, false);
     attach_all(&s, &conn_b);
+    schedule(&s, two, 2, 20);
+    const uint64_t order2[] = {5, 7, 3, 4, 7, 3, 4, 7};
+    for (size_t k = 0; k < 8; k++)
+        assert_int_equal(read_round(&s), order2[k]);
+    assert_int_equal(s.round, 18);
+    assert_int_equal(s.skipped, 0);
+
+    /* 7 is gone (removed by the dispatcher): its rounds are skipped, the others' are read. */
+    const uint64_t less[] = {3, 4, 5};
+    apply(&s, less, 3, false);
+    struct ct_task reaped;
+    assert_true(ct_reap(&s, &reaped));
+    assert_int_equal(reaped.id, 7);
+    assert_int_equal(read_round(&s), 3); /* round 18 */
+    assert_int_equal(read_round(&s), 4); /* round 19; 20 would be 7's */
+    assert_int_equal(ct_advance(&s), CT_ROUND_GRANT);
+    schedule(&s, two, 2, 30);
+    assert_int_equal(read_round(&s), 3); /* round 21 */
+    assert_int_equal(s.skipped, 1);
+
+    /* A task that ended is skipped too; an epoch none of whose tasks serves is passed to the
+     * next one, or waited on when it is the last. */
+    send_to(&s, 4);
+    ct_on_reply(&s, (size_t)ct_find(&s, 4), 0, true, 1000);
+    assert_int_equal(read_round(&s), 3); /* round 24: 22 was 4's, 23 7's */
+    const uint64_t three[] = {12, 3, 3, 4, 7, 30, 0, 40, 1, 5};
+    schedule(&s, three, 3, 50);
+    assert_int_equal(read_round(&s), 3); /* round 27: 25 was 4's, 26 7's */
     send_to(&s, 3);
-    ct_on_reply(&s, (size_t)ct_find(&s, 3), 1, false, 200);
-    assert_int_equal(picked_id(&s, 200), 4);
-    /* The turn's task without a connection blocks the others: order matters more than speed. */
-    s.v[ct_find(&s, 4)].conn = NULL;
-    assert_int_equal(pick(&s, 200), -1);
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 0, true, 1000);
+    /* Rounds 28 and 29 were 4's and 7's, and the epoch at 30 has no task: on to 40. */
+    assert_int_equal(read_round(&s), 5);
+    assert_int_equal(s.round, 41);
+    assert_int_equal(s.skipped, 1 + 2 + 2 + 2 + 10);
+    send_to(&s, 5);
+    ct_on_reply(&s, (size_t)ct_find(&s, 5), 0, true, 1000);
+    assert_int_equal(ct_advance(&s), CT_ROUND_SCHEDULE);
+    assert_int_equal(s.round, 41);
+
+    /* A round before every epoch the dispatcher keeps: the consumer fell too far behind. */
+    const uint64_t later[] = {100, 1, 5};
+    schedule(&s, later, 1, 200);
+    assert_int_equal(ct_advance(&s), CT_ROUND_BEHIND);
+    /* Epochs out of order are refused, the set unchanged. */
+    struct ct_epoch bad[2] = {{.start = 5}, {.start = 5}};
+    assert_int_equal(ct_schedule(&s, bad, 2, 300), SLUICE_ERR_INVALID);
+    assert_int_equal(s.granted, 200);
     ct_release(&s);
 }
 
@@ -502,7 +571,7 @@ int main(void)
         cmocka_unit_test(test_round_robin),
         cmocka_unit_test(test_pick_skips_what_cannot_be_asked),
         cmocka_unit_test(test_backoff_grows_and_resets),
-        cmocka_unit_test(test_coordinated_turns),
+        cmocka_unit_test(test_coordinated_schedule),
         cmocka_unit_test(test_done_and_active),
         cmocka_unit_test(test_finished_ids),
         cmocka_unit_test(test_listed_at_is_first_listing),

@@ -551,6 +551,37 @@ static void test_equal(void **state)
     pipe_spec_free(b);
 }
 
+/* Which pipelines never end (coordinated reads need one). */
+static void test_endless(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        bool endless;
+    } cases[] = {
+        {"range(100)", false},
+        {"range(10) | repeat()", true},
+        {"range(10) | repeat(3)", false},
+        {"range(10) | repeat(0)", false},
+        {"range(10) | repeat() | repeat(0)", false},
+        {"range(10) | repeat(0) | repeat()", true},
+        {"range(10) | repeat() | filter(even)", true},
+        {"range(10) | repeat() | map(square) | batch(4) | shuffle(8) | shard(2, 0)", true},
+        {"range(10) | repeat() | skip(5) | prefetch(2)", true},
+        {"range(10) | repeat() | take(5)", false},
+        {"range(10) | take(5) | repeat()", true},
+        {"range(10) | repeat() | take(5) | repeat(2)", false},
+        {"range(10) | repeat() | take(5) | repeat()", true},
+        {"lines(\"x\") | repeat()", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct pipe_spec *spec = parse_ok(cases[i].text);
+        if (pipe_spec_endless(spec) != cases[i].endless)
+            fail_msg("'%s': expected %s", cases[i].text, cases[i].endless ? "endless" : "finite");
+        pipe_spec_free(spec);
+    }
+}
+
 static void test_format_truncates(void **state)
 {
     (void)state;
@@ -616,7 +647,7 @@ int main(void)
         cmocka_unit_test(test_invalid),         cmocka_unit_test(test_tuple_limit),
         cmocka_unit_test(test_large_inputs),    cmocka_unit_test(test_tail),
         cmocka_unit_test(test_equal),           cmocka_unit_test(test_format_truncates),
-        cmocka_unit_test(test_error_buffer),
+        cmocka_unit_test(test_error_buffer),    cmocka_unit_test(test_endless),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -125,7 +125,7 @@ static size_t sample_updates(struct st_update *u)
     static const uint64_t seqs[] = {0, 1, 2, 7, 1000000000000ull};
     static const uint8_t def[] = {0x0a, 0x00, 0x12, 0xff, 0x00};
     size_t n = 0;
-    for (int t = ST_DATASET_REGISTERED; t <= ST_WORKER_DRAINING; t++) {
+    for (int t = ST_DATASET_REGISTERED; t <= ST_ROUNDS_GRANTED; t++) {
         struct st_update *x = &u[n++];
         memset(x, 0, sizeof *x);
         x->type = (enum st_update_type)t;
@@ -172,8 +172,13 @@ static size_t sample_updates(struct st_update *u)
             break;
         case ST_SPLITS_FINISHED:
         case ST_SPLITS_RETURNED:
+        case ST_ROUNDS_SCHEDULED:
             x->id = 0;
             seqs_set(&x->seqs, seqs, sizeof seqs / sizeof seqs[0]);
+            break;
+        case ST_ROUNDS_GRANTED:
+            x->id = 0;
+            x->ref2 = 1ull << 40;
             break;
         default:
             break;
@@ -216,7 +221,7 @@ static void test_update_round_trip(void **unused)
     (void)unused;
     struct st_update u[32];
     size_t n = sample_updates(u);
-    assert_int_equal(n, 16);
+    assert_int_equal(n, 18);
     for (size_t i = 0; i < n; i++) {
         uint8_t *bytes, *again;
         size_t len, len2;
@@ -277,9 +282,9 @@ static void test_update_decode_errors(void **unused)
     expect_decode_error((const uint8_t *)"", 0, "unknown update type 0");
 
     Sluice__Update m = SLUICE__UPDATE__INIT;
-    m.type = (Sluice__Update__Type)17;
+    m.type = (Sluice__Update__Type)19;
     b = pack_update(&m, &len);
-    expect_decode_error(b, len, "unknown update type 17");
+    expect_decode_error(b, len, "unknown update type 19");
     free(b);
 
     m.type = SLUICE__UPDATE__TYPE__JOB_CREATED;

@@ -107,6 +107,8 @@ static const char *code_name(int rc)
         return "EXISTS";
     case SLUICE_ERR_CORRUPT:
         return "CORRUPT";
+    case SLUICE_ERR_UNSUPPORTED:
+        return "UNSUPPORTED";
     case SLUICE_ERR_NOMEM:
         return "NOMEM";
     default:
@@ -184,6 +186,17 @@ static void check_invariants(const struct state *s)
         }
         if (it->state == ST_ITER_GC)
             assert_int_equal(ntasks, 0);
+        /* Round schedules: coordinated iterations only, in order, none past the grant. */
+        if (!state_iteration_coordinated(s, it) || it->state == ST_ITER_GC) {
+            assert_int_equal(it->nepochs, 0);
+            assert_true(it->rounds_granted == 0 || state_iteration_coordinated(s, it));
+        }
+        assert_true(it->nepochs <= ST_ROUND_EPOCHS_MAX);
+        for (size_t k = 0; k < it->nepochs; k++) {
+            assert_true(it->epochs[k].start <= it->rounds_granted);
+            assert_true(k == 0 || it->epochs[k - 1].start < it->epochs[k].start);
+            check_seqs(&it->epochs[k].tasks);
+        }
     }
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
@@ -209,9 +222,10 @@ static void check_invariants(const struct state *s)
 /* Commands, one per line, words separated by spaces:
  *   ds ID DEF [comp=N] [split=N]          register (ID "-" asks for a generated id; DEF is both
  *                                         the definition bytes and the text)
- *   job DATASET [name=N] [mode=M] [consumers=N] [total=N|inf] [paths=a,b]
+ *   job DATASET [name=N] [mode=M] [consumers=N] [total=N|inf] [paths=a,b] [ends]
  *                                         get or create a job; total gives a split plan of
- *                                         total one-element splits (inf: 2 per pass, forever)
+ *                                         total one-element splits (inf: 2 per pass, forever);
+ *                                         ends: the dataset's pipeline is finite
  *   hb ADDRESS INC [fin=1,2] [drain]      a worker heartbeat
  *   rm WORKER                             remove a worker
  *   splits TASK MAX [fin=1,2] [req=N] [ret=3,4]
@@ -220,7 +234,9 @@ static void check_invariants(const struct state *s)
  *                                         outputs end and the seqs of the reply
  *   done ITERATION [1,2]                  consumers received these splits in full
  *   back TASK                             hand every split leased to the task back
- *   chb CLIENT | rel CLIENT | gc ITERATION
+ *   chb CLIENT [round=N] [window=N]     a client heartbeat at round N asking grants of window
+ *                                         rounds; outputs the grant of a coordinated read
+ *   rel CLIENT | gc ITERATION
  * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
 struct harness {
     struct state s;
@@ -345,8 +361,9 @@ static const char *run(struct harness *h, const char *line)
             plan.paths = paths;
         }
         uint64_t job = 0, it = 0, client = 0;
-        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, pp, &job,
-                                    &it, &client, &h->ups, err, sizeof err);
+        bool endless = opt(words, nw, "ends") == NULL;
+        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, endless, pp,
+                                    &job, &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -382,7 +399,14 @@ static const char *run(struct harness *h, const char *line)
             snprintf(outs + n, sizeof outs - (size_t)n, "]");
         free(seqs);
     } else if (strcmp(cmd, "chb") == 0) {
-        rc = plan_client_heartbeat(&h->s, strtoull(words[1], NULL, 10), err, sizeof err);
+        v = opt(words, nw, "round");
+        uint64_t round = v ? strtoull(v, NULL, 10) : 0;
+        v = opt(words, nw, "window");
+        uint64_t window = v ? strtoull(v, NULL, 10) : 0, granted = 0;
+        rc = plan_client_heartbeat(&h->s, strtoull(words[1], NULL, 10), round, window, &h->ups,
+                                   &granted, err, sizeof err);
+        if (granted)
+            snprintf(outs, sizeof outs, "granted=%" PRIu64, granted);
     } else if (strcmp(cmd, "rel") == 0) {
         rc = plan_release_client(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "gc") == 0) {
@@ -437,6 +461,11 @@ struct plan_case {
 #define DIST2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 mode=distributed_epoch total=4\n"
 /* The same with a parallel_epochs job. */
 #define PAR2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1\n"
+/* A coordinated job of two consumers (clients 1 and 2) over tasks 1 and 2, whose first rounds
+ * (64) are granted. */
+#define COORD2                                                                                     \
+    "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 name=c consumers=2\njob 1 name=c consumers=2\n"            \
+    "chb 1 window=64\n"
 
 static const struct plan_case plan_cases[] = {
     /* register_dataset */
@@ -477,6 +506,7 @@ static const struct plan_case plan_cases[] = {
     {"job with no workers has no tasks", "ds - r4", "job 1 name=n consumers=2",
      "job_created id=1 name='n' name2='1' mode=parallel_epochs consumers=2\n"
      "iteration_created id=1 ref=1 dist=0\n"
+     "rounds_scheduled ref=1\n"
      "client_acquired id=1 ref=1\n"
      "=> job=1 iteration=1 client=1"},
     {"job distributed copies the plan", "ds - r4\nhb a:1 1", "job 1 mode=dynamic total=4 paths=x,y",
@@ -499,8 +529,25 @@ static const struct plan_case plan_cases[] = {
      "client_acquired id=2 ref=1\n=> job=1 iteration=1 client=2"},
     {"job named other mode", "ds - r4\njob 1 name=n", "job 1 name=n mode=distributed_epoch total=2",
      "error EXISTS: job 'n' exists with mode parallel_epochs, not distributed_epoch"},
-    {"job named other dataset", "ds - r4\nds - r5\njob 1 name=n", "job 2 name=n",
-     "error EXISTS: job 'n' exists with dataset '1', not '2'"},
+    {"job named on another dataset is another job", "ds - r4\nds - r5\njob 1 name=n",
+     "job 2 name=n",
+     "job_created id=2 name='n' name2='2' mode=parallel_epochs\n"
+     "iteration_created id=2 ref=2 dist=0\n"
+     "client_acquired id=2 ref=2\n"
+     "=> job=2 iteration=2 client=2"},
+    {"job named is shared per dataset", "ds - r4\nds - r5\njob 1 name=n\njob 2 name=n",
+     "job 2 name=n", "client_acquired id=3 ref=2\n=> job=2 iteration=2 client=3"},
+    {"job named other mode on its own dataset only",
+     "ds - r4\nds - r5\njob 1 name=n\njob 2 name=n mode=distributed_epoch total=2",
+     "job 1 name=n mode=distributed_epoch total=2",
+     "error EXISTS: job 'n' exists with mode parallel_epochs, not distributed_epoch"},
+    {"job coordinated of a finite pipeline", "ds - r4", "job 1 name=n consumers=1 ends",
+     "error UNSUPPORTED: num_consumers needs an infinite pipeline: 'r4' ends; add repeat()"},
+    {"job finite pipeline without consumers", "ds - r4", "job 1 name=n ends",
+     "job_created id=1 name='n' name2='1' mode=parallel_epochs\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
     {"job named other consumer count", "ds - r4\njob 1 name=n consumers=2",
      "job 1 name=n consumers=3", "error EXISTS: job 'n' exists with num_consumers 2, not 3"},
     {"job named finished is joined", "ds - r4\nhb a:1 1\njob 1 name=n\nhb a:1 1 fin=1",
@@ -641,6 +688,59 @@ static const struct plan_case plan_cases[] = {
     {"splits request number out of range", DIST2, "splits 1 1 req=18446744073709551615",
      "error INVALID: task 1: request number 18446744073709551615 is out of range"},
 
+    /* coordinated rounds */
+    {"rounds start at round 0 on the tasks of a new iteration", "ds - r4\nhb a:1 1\nhb b:1 1",
+     "job 1 name=c consumers=2",
+     "job_created id=1 name='c' name2='1' mode=parallel_epochs consumers=2\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "rounds_scheduled ref=1 seqs=[1,2]\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"rounds the first heartbeat is granted a window",
+     "ds - r4\nhb a:1 1\njob 1 name=c consumers=1", "chb 1 window=64",
+     "rounds_granted ref=1 ref2=64\n=> granted=64"},
+    {"rounds no grant while half the window is left", COORD2, "chb 2 round=32 window=64",
+     "=> granted=64"},
+    {"rounds granted again once fewer than half are left", COORD2, "chb 2 round=33 window=64",
+     "rounds_granted ref=1 ref2=97\n=> granted=97"},
+    {"rounds a consumer that reports the grant reached gets more", COORD2,
+     "chb 1 round=64 window=100", "rounds_granted ref=1 ref2=164\n=> granted=164"},
+    {"rounds window 0 grants nothing", COORD2, "chb 1 round=60", "=> granted=64"},
+    {"rounds none granted to a read that is not coordinated", PAR2, "chb 1 round=5 window=64",
+     "=>"},
+    {"rounds a new worker's task takes part from the first round not granted", COORD2, "hb c:1 1",
+     "worker_registered id=3 address='c:1' inc=1\n"
+     "task_created id=3 ref=1 ref2=3\n"
+     "rounds_scheduled ref=1 ref2=64 seqs=[1,2,3]\n"
+     "=> worker=3"},
+    {"rounds a draining worker's task stops after the rounds granted", COORD2, "hb a:1 1 drain",
+     "worker_draining id=1\nrounds_scheduled ref=1 ref2=64 seqs=[2]\n=> worker=1"},
+    {"rounds a removed worker's task stops", COORD2, "rm 2",
+     "task_removed id=2 ref=1\nworker_removed id=2\nrounds_scheduled ref=1 ref2=64 seqs=[1]\n=>"},
+    {"rounds a restarted worker's new task replaces the old one at one round", COORD2, "hb b:1 2",
+     "task_removed id=2 ref=1\n"
+     "worker_removed id=2\n"
+     "worker_registered id=3 address='b:1' inc=2\n"
+     "task_created id=3 ref=1 ref2=3\n"
+     "rounds_scheduled ref=1 ref2=64 seqs=[1,3]\n"
+     "=> worker=3"},
+    {"rounds a finished task stops", COORD2, "hb a:1 1 fin=1",
+     "task_finished id=1\nrounds_scheduled ref=1 ref2=64 seqs=[2]\n=> worker=1"},
+    {"rounds the last task gone leaves rounds served by none",
+     "ds - r4\nhb a:1 1\njob 1 name=c consumers=1\nchb 1 window=64", "rm 1",
+     "task_removed id=1 ref=1\nworker_removed id=1\nrounds_scheduled ref=1 ref2=64\n=>"},
+    {"rounds a worker joining before any grant changes round 0",
+     "ds - r4\nhb a:1 1\njob 1 name=c consumers=1", "hb b:1 1",
+     "worker_registered id=2 address='b:1' inc=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "rounds_scheduled ref=1 seqs=[1,2]\n"
+     "=> worker=2"},
+    {"rounds a heartbeat changing nothing schedules nothing", COORD2, "hb a:1 1", "=> worker=1"},
+    {"rounds a collected coordinated iteration schedules nothing", COORD2 "rel 1\nrel 2\ngc 1",
+     "hb c:1 1", "worker_registered id=3 address='c:1' inc=1\n=> worker=3"},
+
     /* clients */
     {"client heartbeat", PAR2, "chb 1", "=>"},
     {"client heartbeat unknown", PAR2, "chb 7", "error NOT_FOUND: client 7 not found"},
@@ -682,6 +782,59 @@ static void test_plan_cases(void **unused)
 }
 
 /* What collection deletes and keeps. */
+/* A coordinated iteration's schedule as state_apply() keeps it: an epoch is replaced while its
+ * start has not been granted, refused unless it starts at the grant, and the oldest ones are
+ * dropped beyond ST_ROUND_EPOCHS_MAX. */
+static void test_round_epochs(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1\njob 1 name=c consumers=1\nhb b:1 1");
+    const struct st_iteration *it = state_iteration(&h.s, 1);
+    assert_int_equal(it->nepochs, 1);
+    assert_int_equal(it->epochs[0].start, 0);
+    assert_int_equal(it->epochs[0].tasks.n, 2);
+    assert_int_equal(state_round_epoch(it, 0), 0);
+    assert_int_equal(state_round_epoch(it, 1000), 0);
+
+    /* Not at the grant, a task of another iteration, an unknown task, a grant not higher. */
+    uint64_t task = 1, other = 99;
+    struct st_update u = {.type = ST_ROUNDS_SCHEDULED, .ref = 1, .ref2 = 5};
+    u.seqs.v = &task;
+    u.seqs.n = 1;
+    uint64_t before = state_digest(&h.s);
+    assert_int_equal(state_apply(&h.s, &u), SLUICE_ERR_CORRUPT);
+    u.ref2 = 0;
+    u.seqs.v = &other;
+    assert_int_equal(state_apply(&h.s, &u), SLUICE_ERR_CORRUPT);
+    struct st_update g = {.type = ST_ROUNDS_GRANTED, .ref = 1, .ref2 = 0};
+    assert_int_equal(state_apply(&h.s, &g), SLUICE_ERR_CORRUPT);
+    assert_int_equal(state_digest(&h.s), before);
+
+    /* Each grant and worker change adds an epoch at the grant; old ones go beyond the bound. */
+    char line[128];
+    for (int k = 1; k <= ST_ROUND_EPOCHS_MAX + 3; k++) {
+        snprintf(line, sizeof line, "chb 1 round=%d window=10", 10 * k);
+        run_script(&h, line);
+        snprintf(line, sizeof line, "hb w%d:1 1", k);
+        run_script(&h, line);
+    }
+    it = state_iteration(&h.s, 1);
+    assert_int_equal(it->nepochs, ST_ROUND_EPOCHS_MAX);
+    assert_int_equal(it->rounds_granted, 10 * (ST_ROUND_EPOCHS_MAX + 3) + 10);
+    /* The epoch of the k-th worker starts at the k-th grant, 10 (k + 1); the first 4 are gone. */
+    assert_int_equal(it->epochs[0].start, 10 * 5);
+    assert_int_equal(it->epochs[ST_ROUND_EPOCHS_MAX - 1].start, it->rounds_granted);
+    assert_int_equal(it->epochs[ST_ROUND_EPOCHS_MAX - 1].tasks.n, ST_ROUND_EPOCHS_MAX + 3 + 2);
+    assert_int_equal(state_round_epoch(it, 49), -1);
+    assert_int_equal(state_round_epoch(it, 50), 0);
+    assert_int_equal(state_round_epoch(it, 59), 0);
+    assert_int_equal(state_round_epoch(it, 60), 1);
+    assert_int_equal(state_round_epoch(it, UINT64_MAX), ST_ROUND_EPOCHS_MAX - 1);
+    harness_release(&h);
+}
+
 static void test_gc_rows(void **unused)
 {
     (void)unused;
@@ -693,7 +846,7 @@ static void test_gc_rows(void **unused)
     /* The anonymous job went with its iteration; the named one keeps its collected iteration. */
     assert_null(state_job(&h.s, 1));
     assert_null(state_iteration(&h.s, 1));
-    const struct st_job *j = state_job_by_name(&h.s, "n");
+    const struct st_job *j = state_job_by_key(&h.s, "1", "n");
     assert_non_null(j);
     const struct st_iteration *it = state_iteration(&h.s, j->iteration_id);
     assert_non_null(it);
@@ -776,6 +929,10 @@ static const struct apply_case apply_cases[] = {
     {"worker id wraps the counter", ST_WORKER_REGISTERED, UINT64_MAX, 0, 0, NULL, NULL, "z:1"},
     {"client id wraps the counter", ST_CLIENT_ACQUIRED, UINT64_MAX, 1},
     {"task id wraps the counter", ST_TASK_CREATED, UINT64_MAX, 1, 3},
+    {"rounds scheduled for a read that is not coordinated", ST_ROUNDS_SCHEDULED, 0, 1, 0,
+     .seqs = {1}, .nseqs = 1},
+    {"rounds granted to a read that is not coordinated", ST_ROUNDS_GRANTED, 0, 1, 10},
+    {"rounds scheduled for an unknown iteration", ST_ROUNDS_SCHEDULED, 0, 9, 0},
 };
 
 static void test_apply_refuses(void **unused)
@@ -998,7 +1155,9 @@ static void random_op(struct harness *h, uint64_t *x)
         bool dist = pick(x, 3) != 0;
         int n = snprintf(cmd, sizeof cmd, "job %s%s%s", s->datasets[pick(x, s->ndatasets)].id,
                          *name ? " name=" : "", name);
-        if (dist)
+        if (!dist && *name && pick(x, 2) == 0)
+            snprintf(cmd + n, sizeof cmd - (size_t)n, " consumers=2");
+        else if (dist)
             snprintf(cmd + n, sizeof cmd - (size_t)n, " mode=distributed_epoch total=%d",
                      (int)pick(x, 7));
         break;
@@ -1052,7 +1211,11 @@ static void random_op(struct harness *h, uint64_t *x)
         break;
     }
     case 8:
-        if (pick(x, 3) == 0 && s->nworkers > 0) {
+        if (pick(x, 3) == 0 && s->nclients > 0) {
+            /* A consumer's progress: coordinated reads get rounds granted. */
+            snprintf(cmd, sizeof cmd, "chb %" PRIu64 " round=%d window=%d",
+                     s->clients[pick(x, s->nclients)].id, (int)pick(x, 300), 64);
+        } else if (pick(x, 3) == 0 && s->nworkers > 0) {
             snprintf(cmd, sizeof cmd, "rm %" PRIu64, s->workers[pick(x, s->nworkers)].id);
         } else if (s->nclients > 0) {
             snprintf(cmd, sizeof cmd, "rel %" PRIu64, s->clients[pick(x, s->nclients)].id);
@@ -1273,6 +1436,22 @@ static void test_status_json(void **unused)
               "{\"id\":4,\"name\":\"z\",\"dataset_id\":\"1\",\"mode\":\"parallel_epochs\","
               "\"iteration_id\":4,\"repetition\":0,\"state\":\"garbage_collected\","
               "\"clients\":0,\"tasks\":[]}]}");
+    free(json);
+    harness_release(&h);
+}
+
+/* A coordinated job shows its consumers, its grant and its round schedule. */
+static void test_status_json_rounds(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 name=c consumers=2\nchb 1 window=64\n"
+                   "rm 1");
+    char *json = NULL;
+    assert_int_equal(status_json(&h.s, &json), 0);
+    assert_non_null(strstr(json, "\"rounds\":{\"consumers\":2,\"granted\":64,\"schedule\":["
+                                 "{\"from\":0,\"tasks\":[1,2]},{\"from\":64,\"tasks\":[2]}]}"));
     free(json);
     harness_release(&h);
 }
@@ -1802,6 +1981,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_cases),
         cmocka_unit_test(test_gc_rows),
+        cmocka_unit_test(test_round_epochs),
+        cmocka_unit_test(test_status_json_rounds),
         cmocka_unit_test(test_apply_refuses),
         cmocka_unit_test(test_apply_last_ids),
         cmocka_unit_test(test_lost_replies),

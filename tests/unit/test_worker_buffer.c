@@ -51,7 +51,7 @@ static void expect_records(const uint8_t *payload, size_t len, const size_t *len
 {
     size_t pos = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t l;
+        uint64_t l = 0;
         size_t h = wbuf_read_varint(payload + pos, len - pos, &l);
         assert_true(h > 0);
         assert_int_equal(l, lens[i]);

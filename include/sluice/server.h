@@ -1,0 +1,225 @@
+/* sluice: the dispatcher and the worker as objects a program starts itself.
+ *
+ * `sluice-dispatcher` and `sluice-worker` are these calls behind a command line; a program (a
+ * test, a notebook, the trainer itself) can start any number of each in its own process, the
+ * way tf.data service's DispatchServer and WorkerServer are objects:
+ *
+ *     struct sluice_dispatcher *d;
+ *     struct sluice_dispatcher_options dopts = {0};              // 127.0.0.1, a free port
+ *     sluice_dispatcher_start(&dopts, &d, err, sizeof err);
+ *     struct sluice_worker *w;
+ *     struct sluice_worker_options wopts = {.dispatcher = sluice_dispatcher_target(d)};
+ *     sluice_worker_start(&wopts, &w, err, sizeof err);
+ *     ... read with the client of <sluice/sluice.h>, dispatcher = sluice_dispatcher_target(d) ...
+ *     sluice_worker_stop(w);                                     // drains, then stops
+ *     sluice_dispatcher_stop(d);
+ *
+ * Threads: each server runs its own event loop on a thread of its own, plus the threads it
+ * starts (pipeline producers, the journal writer). Those threads block every asynchronous
+ * signal, so the program's signals (SIGINT, SIGTERM, ...) reach the program's own threads, and a
+ * peer that vanishes mid-write costs that connection an error, never the process a SIGPIPE.
+ * Servers install no signal handlers: `sluice-worker` maps SIGTERM to sluice_worker_drain and
+ * SIGINT to sluice_worker_shutdown itself. Every function below may be called from any thread
+ * (but never from a pipeline function running inside the server).
+ *
+ * Logging: each server logs to stderr, one line per event ("info sluice-worker: ..."), at the
+ * level of its options; servers in one process log independently.
+ *
+ * Errors: functions returning int return 0 or a negative code of <sluice/sluice.h>
+ * (sluice_strerror), with a one-line message in err (errlen bytes, always NUL-terminated when
+ * errlen > 0; err may be NULL). Options that are out of range or missing are
+ * SLUICE_ERR_INVALID with a message naming the field ("port: expected a number from 0 to
+ * 65535, got 70000"); a start that fails leaves nothing running and nothing to free. */
+#ifndef SLUICE_SERVER_H
+#define SLUICE_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Dispatcher -------------------------------------------------------------------------- */
+
+/* Keeps the cluster's state: datasets, jobs, iterations, tasks, workers, clients, split leases.
+ * Readers and workers reach it at its target address. */
+struct sluice_dispatcher;
+
+/* Every field of the `sluice-dispatcher` command line has one here; a zero-initialised struct
+ * (or NULL) gives the defaults. Strings and lists are copied by sluice_dispatcher_start. */
+struct sluice_dispatcher_options {
+    /* Address to listen on (--host); NULL: "127.0.0.1". "0.0.0.0" serves other machines. */
+    const char *host;
+    /* Port to listen on (--port), 0 to 65535; 0 picks a free one (the binary's default is 5050,
+     * an embedded dispatcher's is 0). */
+    int port;
+    /* Fault tolerance (--fault-tolerant, --work-dir): every change is journaled under
+     * work_dir/journal/ before any reply that depends on it, and a dispatcher started again on
+     * the same work_dir carries on where the last one stopped. fault_tolerant needs work_dir,
+     * and work_dir is used only with fault_tolerant. One work_dir serves one dispatcher at a
+     * time, in this process or any other. */
+    bool fault_tolerant;
+    const char *work_dir;
+    /* With fault_tolerant: snapshot the state every this many changes, so a start replays at
+     * most that many (--snapshot-every; 1 to 10^12; 0: 10000). */
+    uint64_t snapshot_every;
+    /* With fault_tolerant: the most the journal may grow to, in MiB (--journal-max-mb; 1 to
+     * 16777216; 0: 16384). A full journal stops the dispatcher (see sluice_dispatcher_wait). */
+    uint64_t journal_max_mb;
+    /* With fault_tolerant: commit every change in its own transaction instead of grouping
+     * them (--journal-per-update). Only a baseline for benchmarks; it is much slower. */
+    bool journal_per_update;
+    /* A worker that does not heartbeat this long is removed and its splits are handed out
+     * again (--worker-timeout-ms; 0: 10000). */
+    uint32_t worker_timeout_ms;
+    /* A client that does not heartbeat this long is released (--client-timeout-ms; 0: 30000). */
+    uint32_t client_timeout_ms;
+    /* An iteration without clients this long is garbage-collected (--job-gc-timeout-ms;
+     * 0: 60000). */
+    uint32_t job_gc_timeout_ms;
+    /* How often the recommended number of workers is recomputed (--autoscale-window-ms;
+     * 0: 10000). */
+    uint32_t autoscale_window_ms;
+    /* The fixed workers of the static sharding modes (--worker-addresses): nworker_addresses
+     * entries "HOST:PORT" (or "sluice://HOST:PORT"), each listed once. */
+    const char *const *worker_addresses;
+    size_t nworker_addresses;
+    /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
+     * free one) when metrics is true (--metrics-port). */
+    bool metrics;
+    int metrics_port;
+    /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
+    const char *log_level;
+    /* With fault_tolerant (--recover-to-last-good): when only the tail of the journal's log is
+     * damaged, start from the last good snapshot and the records before the damage, dropping
+     * the damaged record and every one after it (logged, and the damaged journal kept as
+     * work_dir/journal.damaged-<time>.mdb) instead of refusing to start. Any other damage is
+     * refused whatever this says. Never the default. */
+    bool recover_to_last_good;
+};
+
+/* Starts a dispatcher on a thread of its own: validates the options, recovers the state from
+ * the journal (fault-tolerant mode; this blocks while the journal is read), binds and listens.
+ * Returns 0 and *out, serving, or a negative code with a message in err: SLUICE_ERR_INVALID for
+ * bad options; "listen on HOST:PORT: Address already in use"; "journal: DIR: journal damaged:
+ * log record: checksum mismatch (at record seq 42)"; "metrics: listen on HOST:PORT: ...". *out is
+ * the caller's until sluice_dispatcher_stop. */
+int sluice_dispatcher_start(const struct sluice_dispatcher_options *options,
+                            struct sluice_dispatcher **out, char *err, size_t errlen);
+
+/* The address readers and workers use, "HOST:PORT" with the bound port (an IPv6 host in
+ * brackets): sluice_client_options.dispatcher and sluice_worker_options.dispatcher take it as
+ * it is. Valid until sluice_dispatcher_stop. */
+const char *sluice_dispatcher_target(const struct sluice_dispatcher *d);
+
+/* "HOST:PORT" of the metrics server, or NULL when options.metrics was false. */
+const char *sluice_dispatcher_metrics_address(const struct sluice_dispatcher *d);
+
+/* Asks the dispatcher to stop and returns at once: it stops listening, drops its connections,
+ * writes what its journal still has queued and ends (as SIGTERM or SIGINT to the binary). A
+ * second call does nothing. */
+void sluice_dispatcher_shutdown(struct sluice_dispatcher *d);
+
+/* Waits until the dispatcher has stopped, at most timeout_ms (0: without limit); for a program
+ * that serves until something else stops the dispatcher (tf.data's join()). Returns 0 once it
+ * stopped cleanly, SLUICE_ERR_TIMEOUT while it still runs, or SLUICE_ERR_SERVER when a failure
+ * stopped it, with the message in err ("journal: DIR: append: the journal is full: ..."). Any
+ * number of threads may wait at once, also while another calls sluice_dispatcher_stop. */
+int sluice_dispatcher_wait(struct sluice_dispatcher *d, uint32_t timeout_ms, char *err,
+                           size_t errlen);
+
+/* Stops the dispatcher (as sluice_dispatcher_shutdown), waits until it has stopped (its journal
+ * written and closed, every connection and handle closed, its threads joined) and frees d.
+ * Returns in bounded time whatever the peers do. Call it exactly once per started dispatcher,
+ * also after it stopped by itself; d is invalid afterwards. NULL is allowed. */
+void sluice_dispatcher_stop(struct sluice_dispatcher *d);
+
+/* ---- Worker ------------------------------------------------------------------------------ */
+
+/* Runs dataset pipelines for a dispatcher and serves their elements to readers. */
+struct sluice_worker;
+
+/* Every field of the `sluice-worker` command line has one here; a zero-initialised struct gives
+ * the defaults, except for dispatcher, which is required. Strings and lists are copied. */
+struct sluice_worker_options {
+    /* The dispatcher, "HOST:PORT" or "sluice://HOST:PORT" (--dispatcher); required. It need
+     * not be up yet: the worker retries until it is. */
+    const char *dispatcher;
+    /* Address to listen on (--host); NULL: "127.0.0.1". */
+    const char *host;
+    /* Port to listen on (--port), 0 to 65535; 0 picks a free one. */
+    int port;
+    /* The "HOST:PORT" readers use to reach this worker (--advertise); NULL: the bound address,
+     * or the machine's host name with the port when bound to a wildcard address. */
+    const char *advertise;
+    /* Heartbeat interval (--heartbeat-ms; at most 3600000; 0: as the dispatcher says). */
+    uint32_t heartbeat_ms;
+    /* Producer threads per distributed_epoch task (--threads; at most 1024; 0: the number of
+     * cores). */
+    unsigned threads;
+    /* Paths of plugin shared objects to load (--plugin, repeatable; see Plugins in
+     * <sluice/sluice.h>): nplugins entries. */
+    const char *const *plugins;
+    size_t nplugins;
+    /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
+     * free one) when metrics is true (--metrics-port). */
+    bool metrics;
+    int metrics_port;
+    /* How long a drain waits for readers to fetch what this worker holds before leaving
+     * anyway (--drain-timeout-ms; at most 86400000; 0: 30000). */
+    uint32_t drain_timeout_ms;
+    /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
+    const char *log_level;
+};
+
+/* Starts a worker on a thread of its own: validates the options, loads the plugins, binds,
+ * listens and begins heartbeating the dispatcher. Returns 0 and *out, or a negative code with a
+ * message in err: SLUICE_ERR_INVALID for bad options ("dispatcher is required"); "plugin PATH:
+ * ..."; "listen on HOST:PORT: ..."; "metrics: ...". *out is the caller's until
+ * sluice_worker_stop. */
+int sluice_worker_start(const struct sluice_worker_options *options, struct sluice_worker **out,
+                        char *err, size_t errlen);
+
+/* The address the worker gives the dispatcher for readers ("HOST:PORT", see
+ * options.advertise). Valid until sluice_worker_stop. */
+const char *sluice_worker_address(const struct sluice_worker *w);
+
+/* The bound "HOST:PORT" (an IPv6 host in brackets), what `sluice-worker` prints as
+ * "listening on". Valid until sluice_worker_stop. */
+const char *sluice_worker_listen_address(const struct sluice_worker *w);
+
+/* "HOST:PORT" of the metrics server, or NULL when options.metrics was false. */
+const char *sluice_worker_metrics_address(const struct sluice_worker *w);
+
+/* Asks the worker to drain and returns at once (SIGTERM to `sluice-worker`): it tells the
+ * dispatcher at once (no new tasks, no new splits), hands back the splits it has not started,
+ * finishes and serves the ones in progress, and once its readers have received everything (or
+ * none has asked for elements for 2 s, or options.drain_timeout_ms passed) it deregisters and
+ * stops. Nothing it held is lost: what it did not deliver goes to other workers. A second call
+ * does nothing. */
+void sluice_worker_drain(struct sluice_worker *w);
+
+/* Asks the worker to stop at once and returns (SIGINT to `sluice-worker`): readers waiting on
+ * it get an error and its splits are handed out again once the dispatcher notices. Also cuts a
+ * drain short. */
+void sluice_worker_shutdown(struct sluice_worker *w);
+
+/* Waits until the worker has stopped, at most timeout_ms (0: without limit). Returns 0 once it
+ * stopped cleanly, SLUICE_ERR_TIMEOUT while it still runs, or a negative code with the message
+ * in err. Any number of threads may wait at once, also while another calls
+ * sluice_worker_stop. */
+int sluice_worker_wait(struct sluice_worker *w, uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Drains the worker (as sluice_worker_drain), waits until it has stopped and frees w. Returns
+ * in bounded time even when its dispatcher or its readers vanished: at most about
+ * options.drain_timeout_ms plus 3 s for deregistering. Call it exactly once per started worker,
+ * also after it stopped by itself; w is invalid afterwards. NULL is allowed. */
+void sluice_worker_stop(struct sluice_worker *w);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,446 @@
+"""sluice: an input-data service for machine-learning training.
+
+A dispatcher keeps the cluster's state, workers run dataset pipelines and serve their elements,
+and this package registers pipelines and reads the elements back, as numpy arrays::
+
+    import sluice
+    ds = sluice.distribute("range(10) | map(square)", "distributed_epoch",
+                           "sluice://127.0.0.1:5050")
+    for x in ds:
+        print(int(x))
+
+Pipelines are text in sluice's pipeline language (see the README): a source such as
+``range(N)``, ``list(...)``, ``tfrecord("GLOB")`` or ``lines("GLOB")`` followed by operations
+(``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
+``prefetch``) separated by ``|``.
+
+An element with one component is a numpy array (0-d for a scalar; a bytes scalar is ``bytes``,
+a bytes tensor an object array of ``bytes``); an element with several is a tuple of them.
+Large arrays are handed over without a copy.
+"""
+
+import json as _json
+
+from . import _sluice
+from ._sluice import (
+    AlreadyExistsError,
+    CancelledError,
+    Error,
+    InvalidArgumentError,
+    NotFoundError,
+    TaskFailedError,
+    TimeoutError,
+    UnavailableError,
+)
+
+__version__ = _sluice.version()
+
+__all__ = [
+    "AlreadyExistsError",
+    "CancelledError",
+    "Dataset",
+    "DispatchServer",
+    "Error",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "TaskFailedError",
+    "TimeoutError",
+    "UnavailableError",
+    "WorkerServer",
+    "distribute",
+    "from_dataset_id",
+    "register_dataset",
+    "run",
+    "status",
+]
+
+# The processing modes, by the names the command line takes.
+_MODES = {
+    "parallel_epochs": 0,
+    "off": 0,
+    "distributed_epoch": 1,
+    "dynamic": 1,
+    "file": 2,
+    "data": 3,
+    "file_or_data": 4,
+    "hint": 5,
+}
+
+_U32_MAX = 2**32 - 1
+
+
+def _target(service, name="service"):
+    """HOST:PORT of a service given as "sluice://HOST:PORT", "HOST:PORT" or a server object."""
+    target = getattr(service, "target", service)
+    if not isinstance(target, str):
+        raise TypeError(f"{name} must be a 'sluice://HOST:PORT' string or a DispatchServer, "
+                        f"not {type(service).__name__}")
+    if target.startswith("sluice://"):
+        target = target[len("sluice://"):]
+    host, sep, port = target.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{name} must look like 'sluice://HOST:PORT', not {service!r}")
+    return target
+
+
+def _mode(processing_mode):
+    if not isinstance(processing_mode, str):
+        raise TypeError("processing_mode must be a string such as 'parallel_epochs' or "
+                        f"'distributed_epoch', not {type(processing_mode).__name__}")
+    try:
+        return _MODES[processing_mode]
+    except KeyError:
+        raise ValueError(f"processing_mode must be one of {', '.join(sorted(_MODES))}, "
+                         f"not {processing_mode!r}") from None
+
+
+def _count(value, name, minimum=0):
+    """A non-negative int argument (None: 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum or value > _U32_MAX:
+        raise ValueError(f"{name} must be between {minimum} and {_U32_MAX}, not {value}")
+    return value
+
+
+def _text(value, name, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _timeout_ms(timeout):
+    """Seconds (None: no limit) as whole milliseconds, at least 1."""
+    if timeout is None:
+        return 0
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, not {timeout}")
+    return max(1, min(_U32_MAX, int(timeout * 1000)))
+
+
+def _plugins(plugins):
+    if plugins is None:
+        return ()
+    if isinstance(plugins, str):
+        return (plugins,)
+    return tuple(_text(p, "plugins", allow_none=False) for p in plugins)
+
+
+def _ms(value, name):
+    """An optional non-negative number of milliseconds (None: the server's default, 0)."""
+    return _count(value, name)
+
+
+class DispatchServer:
+    """A dispatcher running in this process, on a thread of its own (tf.data service's
+    DispatchServer).
+
+    port: 0 picks a free one. host: the address to listen on ("0.0.0.0" serves other
+    machines). work_dir and fault_tolerant_mode: journal every change under work_dir so a
+    dispatcher started again on it carries on (fault_tolerant_mode needs work_dir).
+    worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms, autoscale_window_ms,
+    snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
+    log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
+    names. start=False defers the start to start().
+
+    Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
+    """
+
+    def __init__(self, port=0, host="127.0.0.1", work_dir=None, fault_tolerant_mode=False,
+                 worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None,
+                 autoscale_window_ms=None, snapshot_every=None, journal_max_mb=None,
+                 worker_addresses=None, metrics_port=None, log_level="warn", start=True):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
+        _text(host, "host", allow_none=False)
+        _text(work_dir, "work_dir")
+        if fault_tolerant_mode and not work_dir:
+            raise ValueError("fault_tolerant_mode requires a work_dir")
+        if metrics_port is not None and (isinstance(metrics_port, bool)
+                                         or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise ValueError(f"metrics_port must be an int from 0 to 65535, not {metrics_port!r}")
+        self._args = (
+            host, port, work_dir, bool(fault_tolerant_mode),
+            _ms(worker_timeout_ms, "worker_timeout_ms"),
+            _ms(client_timeout_ms, "client_timeout_ms"),
+            _ms(job_gc_timeout_ms, "job_gc_timeout_ms"),
+            _ms(autoscale_window_ms, "autoscale_window_ms"),
+            0 if snapshot_every is None else snapshot_every,
+            0 if journal_max_mb is None else journal_max_mb,
+            None if worker_addresses is None else [_target(a, "worker_addresses")
+                                                   for a in worker_addresses],
+            -1 if metrics_port is None else metrics_port,
+            _text(log_level, "log_level"),
+        )
+        self._server = None
+        if start:
+            self.start()
+
+    def start(self):
+        """Starts the dispatcher (when created with start=False); raises sluice.Error when it
+        cannot (a port in use, a damaged journal...)."""
+        if self._server is None:
+            self._server = _sluice.Dispatcher(*self._args)
+
+    @property
+    def target(self):
+        """"sluice://HOST:PORT", what workers and readers are given."""
+        return "sluice://" + self._live().target
+
+    @property
+    def metrics_address(self):
+        """HOST:PORT of the metrics server, or None."""
+        return self._live().metrics_address
+
+    def join(self, timeout=None):
+        """Blocks until the dispatcher stops (or timeout seconds pass); Ctrl-C interrupts."""
+        self._live().join(_timeout_ms(timeout))
+
+    def stop(self):
+        """Stops the dispatcher, its journal written. Safe to call twice."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _live(self):
+        if self._server is None:
+            raise RuntimeError("the dispatcher is not running (start() it, or it was stopped)")
+        return self._server
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = self.target if self._server is not None else "stopped"
+        return f"sluice.DispatchServer({state})"
+
+
+class WorkerServer:
+    """A worker running in this process, on a thread of its own (tf.data service's
+    WorkerServer).
+
+    dispatcher_address: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer; it need not be
+    up yet. port: 0 picks a free one. host, advertise (the address readers use), threads
+    (producer threads per distributed task), plugins (shared objects adding functions),
+    heartbeat_ms, drain_timeout_ms, metrics_port (None: no metrics) and log_level are the
+    worker's flags of the same names. start=False defers the start to start().
+
+    stop() drains first: readers receive everything the worker holds, then it leaves.
+    """
+
+    def __init__(self, dispatcher_address, port=0, host="127.0.0.1", advertise=None,
+                 threads=None, plugins=None, heartbeat_ms=None, drain_timeout_ms=None,
+                 metrics_port=None, log_level="warn", start=True):
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
+        if metrics_port is not None and (isinstance(metrics_port, bool)
+                                         or not isinstance(metrics_port, int)
+                                         or not 0 <= metrics_port <= 65535):
+            raise ValueError(f"metrics_port must be an int from 0 to 65535, not {metrics_port!r}")
+        self._args = (
+            _target(dispatcher_address, "dispatcher_address"), _text(host, "host"), port,
+            _text(advertise, "advertise"), _ms(heartbeat_ms, "heartbeat_ms"),
+            _count(threads, "threads"), list(_plugins(plugins)),
+            -1 if metrics_port is None else metrics_port,
+            _ms(drain_timeout_ms, "drain_timeout_ms"), _text(log_level, "log_level"),
+        )
+        self._server = None
+        if start:
+            self.start()
+
+    def start(self):
+        """Starts the worker (when created with start=False)."""
+        if self._server is None:
+            self._server = _sluice.Worker(*self._args)
+
+    @property
+    def address(self):
+        """HOST:PORT readers use to reach this worker."""
+        return self._live().address
+
+    def join(self, timeout=None):
+        """Blocks until the worker stops (or timeout seconds pass); Ctrl-C interrupts."""
+        self._live().join(_timeout_ms(timeout))
+
+    def drain(self):
+        """Starts a lossless drain and returns at once; stop() waits for it."""
+        self._live().drain()
+
+    def stop(self):
+        """Drains the worker, then stops it. Safe to call twice."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _live(self):
+        if self._server is None:
+            raise RuntimeError("the worker is not running (start() it, or it was stopped)")
+        return self._server
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = self.address if self._server is not None else "stopped"
+        return f"sluice.WorkerServer({state})"
+
+
+class _Connection:
+    """One client per (service, plugins), opened on first use and shared by a dataset's
+    iterators."""
+
+    def __init__(self, service, plugins, timeout):
+        self.target = _target(service)
+        self.plugins = _plugins(plugins)
+        self.timeout_ms = _timeout_ms(timeout)
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            self._client = _sluice.Client(self.target, self.timeout_ms, self.plugins)
+        return self._client
+
+
+def register_dataset(service, pipeline, dataset_id=None, compression="auto", split_size=None,
+                     plugins=None, timeout=None):
+    """Registers a pipeline with the dispatcher and returns its dataset id.
+
+    service: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. pipeline: the pipeline
+    text. dataset_id: register under this id (the same pipeline under the same id returns it
+    again; another pipeline is refused with AlreadyExistsError); None lets the dispatcher
+    choose. compression: "auto" (snappy when it pays off) or None/"none". split_size: elements
+    per split for distributed_epoch over range()/list() sources (None: a default). plugins:
+    paths of plugin shared objects whose functions the pipeline uses. timeout: seconds to wait
+    for an unreachable dispatcher (None: without limit).
+    """
+    _text(pipeline, "pipeline", allow_none=False)
+    _text(dataset_id, "dataset_id")
+    if compression is None:
+        compression = "none"
+    if compression not in ("auto", "none"):
+        raise ValueError(f"compression must be 'auto' or None, not {compression!r}")
+    size = 0 if split_size is None else split_size
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError(f"split_size must be an int, not {type(split_size).__name__}")
+    if size < 0:
+        raise ValueError(f"split_size must be positive, not {split_size}")
+    conn = _Connection(service, plugins, timeout)
+    return conn.client().register(pipeline, dataset_id, compression, size)
+
+
+class Dataset:
+    """The elements of a dataset as the service serves them. Iterating opens a new reader each
+    time (a new job unless job_name names a shared one); an iterator can be closed early with
+    close() or used as a context manager."""
+
+    def __init__(self, conn, processing_mode, dataset_id=None, pipeline=None, job_name=None,
+                 consumer_index=None, num_consumers=None, max_outstanding_requests=None,
+                 local=None, element_timeout=None):
+        self._conn = conn
+        self.processing_mode = processing_mode
+        self._mode = _mode(processing_mode)
+        self.dataset_id = _text(dataset_id, "dataset_id")
+        self.pipeline = _text(pipeline, "pipeline")
+        if (self.dataset_id is None) == (self.pipeline is None):
+            raise ValueError("exactly one of dataset_id and pipeline is required")
+        self.job_name = _text(job_name, "job_name")
+        if self.job_name == "":
+            raise ValueError("job_name must not be empty (None for a job of its own)")
+        if consumer_index is not None and num_consumers is None:
+            raise ValueError("consumer_index requires num_consumers")
+        if num_consumers is not None and consumer_index is None:
+            raise ValueError("num_consumers requires consumer_index")
+        self.num_consumers = _count(num_consumers, "num_consumers")
+        self.consumer_index = _count(consumer_index, "consumer_index")
+        if num_consumers is not None:
+            if self.num_consumers == 0:
+                raise ValueError("num_consumers must be positive")
+            if self.consumer_index >= self.num_consumers:
+                raise ValueError(f"consumer_index {self.consumer_index} must be below "
+                                 f"num_consumers {self.num_consumers}")
+            if self.job_name is None:
+                raise ValueError("coordinated reads (num_consumers) require a job_name")
+        self.max_outstanding_requests = _count(max_outstanding_requests,
+                                               "max_outstanding_requests")
+        self.local = _text(local, "local")
+        self._element_timeout_ms = _timeout_ms(element_timeout)
+
+    def __iter__(self):
+        return self._conn.client().read(
+            self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
+            self.num_consumers, self.max_outstanding_requests, self.local,
+            self._element_timeout_ms)
+
+    def __repr__(self):
+        what = f"dataset_id={self.dataset_id!r}" if self.dataset_id else \
+            f"pipeline={self.pipeline!r}"
+        return f"sluice.Dataset({what}, processing_mode={self.processing_mode!r}, " \
+               f"service={self._conn.target!r})"
+
+
+def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consumer_index=None,
+                    num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
+                    timeout=None, element_timeout=None):
+    """Reads a registered dataset from the service.
+
+    processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
+    "distributed_epoch" (workers split the source: every element exactly once; alias
+    "dynamic"), or "file", "data", "file_or_data", "hint" (static sharding). service:
+    "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. job_name: readers with the same name
+    share one job and split its elements. consumer_index/num_consumers: coordinated reads, in
+    lockstep rounds (need a job_name and an infinite pipeline). max_outstanding_requests: worker
+    requests in flight at once (bounds memory). local: a pipeline tail applied here to the
+    elements that arrive ("map(add, 1) | batch(2)"). plugins: plugin shared objects for local
+    checks and tails. timeout: seconds to wait for an unreachable dispatcher. element_timeout:
+    seconds next() may wait for an element before raising sluice.TimeoutError (None: no limit).
+
+    Returns an iterable Dataset; every iteration opens a reader.
+    """
+    _text(dataset_id, "dataset_id", allow_none=False)
+    conn = _Connection(service, plugins, timeout)
+    return Dataset(conn, processing_mode, dataset_id=dataset_id, job_name=job_name,
+                   consumer_index=consumer_index, num_consumers=num_consumers,
+                   max_outstanding_requests=max_outstanding_requests, local=local,
+                   element_timeout=element_timeout)
+
+
+def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
+               num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
+               timeout=None, element_timeout=None):
+    """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
+    with the same arguments. The pipeline is checked here first (a malformed one raises
+    InvalidArgumentError with the column) before the dispatcher hears of it."""
+    _text(pipeline, "pipeline", allow_none=False)
+    conn = _Connection(service, plugins, timeout)
+    return Dataset(conn, processing_mode, pipeline=pipeline, job_name=job_name,
+                   consumer_index=consumer_index, num_consumers=num_consumers,
+                   max_outstanding_requests=max_outstanding_requests, local=local,
+                   element_timeout=element_timeout)
+
+
+def run(pipeline, plugins=None):
+    """Runs a pipeline in this process, without a service (what `sluice run` does), and returns
+    an iterator over its elements."""
+    _text(pipeline, "pipeline", allow_none=False)
+    return _sluice.Local(pipeline, _plugins(plugins))
+
+
+def status(service, timeout=None):
+    """The dispatcher's status (what `sluice status --json` prints) as a dict."""
+    conn = _Connection(service, None, timeout)
+    return _json.loads(conn.client().status())

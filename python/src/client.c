@@ -1,0 +1,397 @@
+/* The Client, Iterator and Local types of _sluice: thin owners of libsluice objects.
+ *
+ * Client holds a sluice_client (one connection to the dispatcher); Iterator holds a
+ * sluice_iterator and a reference to its Client, so the client outlives every reader; Local
+ * holds a sluice_local run. Blocking calls release the GIL. An Iterator is used by one thread at
+ * a time: a second thread calling next() while one waits gets a RuntimeError. */
+#include "pysluice.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+/* ---- Client ------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject ob_base;
+    struct sluice_client *c;
+} ClientObject;
+
+static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"dispatcher", "timeout_ms", "plugins", NULL};
+    const char *dispatcher;
+    unsigned int timeout_ms = 0;
+    PyObject *plugins = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IO", names, &dispatcher, &timeout_ms, &plugins))
+        return -1;
+    if (self->c) {
+        PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
+        return -1;
+    }
+    PyObject *seq;
+    const char **paths;
+    Py_ssize_t n;
+    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
+        return -1;
+    struct sluice_client_options o = {
+        .dispatcher = dispatcher,
+        .timeout_ms = timeout_ms,
+        .plugins = paths,
+        .nplugins = (size_t)n,
+    };
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_client_open(&o, &self->c, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    PyMem_Free(paths);
+    Py_XDECREF(seq);
+    if (rc) {
+        pys_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void client_dealloc(ClientObject *self)
+{
+    if (self->c) {
+        PyThreadState *ts = PyEval_SaveThread();
+        sluice_client_close(self->c);
+        PyEval_RestoreThread(ts);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static bool client_ready(ClientObject *self)
+{
+    if (self->c)
+        return true;
+    PyErr_SetString(PyExc_RuntimeError, "Client is not initialised");
+    return false;
+}
+
+static PyObject *client_register(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"pipeline", "dataset_id", "compression", "split_size", NULL};
+    const char *pipeline, *dataset_id = NULL, *compression = "auto";
+    unsigned long long split_size = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zsK", names, &pipeline, &dataset_id, &compression,
+                                     &split_size))
+        return NULL;
+    if (!client_ready(self))
+        return NULL;
+    struct sluice_register_options o = {.dataset_id = dataset_id, .split_size = split_size};
+    if (strcmp(compression, "auto") == 0) {
+        o.compression = SLUICE_COMPRESSION_AUTO;
+    } else if (strcmp(compression, "none") == 0 || strcmp(compression, "") == 0) {
+        o.compression = SLUICE_COMPRESSION_NONE;
+    } else {
+        return PyErr_Format(PyExc_ValueError, "compression must be 'auto' or 'none', not '%s'",
+                            compression);
+    }
+    char id[256], err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_register(self->c, pipeline, &o, id, sizeof id, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc)
+        return pys_raise(rc, err);
+    return PyUnicode_FromString(id);
+}
+
+static PyObject *client_status(ClientObject *self, PyObject *unused)
+{
+    if (!client_ready(self))
+        return NULL;
+    char *json = NULL, err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_status(self->c, &json, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc)
+        return pys_raise(rc, err);
+    PyObject *s = PyUnicode_FromString(json);
+    free(json);
+    return s;
+}
+
+static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw);
+
+static PyMethodDef client_methods[] = {
+    {"register", (PyCFunction)(void (*)(void))client_register, METH_VARARGS | METH_KEYWORDS,
+     "register(pipeline, dataset_id=None, compression='auto', split_size=0) -> dataset id"},
+    {"status", (PyCFunction)client_status, METH_NOARGS, "status() -> the status JSON text"},
+    {"read", (PyCFunction)(void (*)(void))client_read, METH_VARARGS | METH_KEYWORDS,
+     "read(dataset_id=None, pipeline=None, mode=0, job_name=None, consumer_index=0, "
+     "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0) -> Iterator"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject client_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sluice.Client",
+    .tp_basicsize = sizeof(ClientObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Client(dispatcher, timeout_ms=0, plugins=()): a connection to a dispatcher.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)client_init,
+    .tp_dealloc = (destructor)client_dealloc,
+    .tp_methods = client_methods,
+};
+
+/* ---- Iterator ---------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject ob_base;
+    PyObject *client;
+    struct sluice_iterator *it;
+    struct sluice_element *elem;
+    uint32_t timeout_ms; /* 0: wait without limit */
+    bool busy, done;
+} IteratorObject;
+
+static PyTypeObject iterator_type;
+
+static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"dataset_id",
+                            "pipeline",
+                            "mode",
+                            "job_name",
+                            "consumer_index",
+                            "num_consumers",
+                            "max_outstanding_requests",
+                            "local",
+                            "timeout_ms",
+                            NULL};
+    struct sluice_read_options o = {0};
+    int mode = 0;
+    unsigned int ci = 0, nc = 0, mor = 0, timeout_ms = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzI", names, &o.dataset_id, &o.pipeline,
+                                     &mode, &o.job_name, &ci, &nc, &mor, &o.local, &timeout_ms))
+        return NULL;
+    if (!client_ready(self))
+        return NULL;
+    o.mode = (enum sluice_mode)mode;
+    o.consumer_index = ci;
+    o.num_consumers = nc;
+    o.max_outstanding_requests = mor;
+    IteratorObject *r = PyObject_New(IteratorObject, &iterator_type);
+    if (!r)
+        return NULL;
+    r->client = (PyObject *)self;
+    Py_INCREF(self);
+    r->it = NULL;
+    r->elem = NULL;
+    r->timeout_ms = timeout_ms;
+    r->busy = r->done = false;
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_iterator_open(self->c, &o, &r->it, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc) {
+        Py_DECREF(r);
+        return pys_raise(rc, err);
+    }
+    return (PyObject *)r;
+}
+
+static void iterator_close_now(IteratorObject *self)
+{
+    if (self->it) {
+        struct sluice_iterator *it = self->it;
+        self->it = NULL;
+        PyThreadState *ts = PyEval_SaveThread();
+        sluice_iterator_close(it);
+        PyEval_RestoreThread(ts);
+    }
+    sluice_element_free(self->elem);
+    self->elem = NULL;
+}
+
+static void iterator_dealloc(IteratorObject *self)
+{
+    iterator_close_now(self);
+    Py_XDECREF(self->client);
+    PyObject_Free(self);
+}
+
+static PyObject *iterator_next(IteratorObject *self)
+{
+    if (self->done || !self->it)
+        return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "next() called while another call is waiting");
+        return NULL;
+    }
+    if (!self->elem && !(self->elem = sluice_element_new()))
+        return PyErr_NoMemory();
+    char err[PYS_ERRLEN] = "";
+    uint32_t waited = 0;
+    int rc;
+    self->busy = true;
+    for (;;) {
+        uint32_t slice = PYS_SLICE_MS;
+        if (self->timeout_ms && self->timeout_ms - waited < slice)
+            slice = self->timeout_ms - waited;
+        PyThreadState *ts = PyEval_SaveThread();
+        rc = sluice_iterator_next_into(self->it, self->elem, slice, err, sizeof err);
+        PyEval_RestoreThread(ts);
+        if (rc != SLUICE_ERR_TIMEOUT)
+            break;
+        waited += slice;
+        if (PyErr_CheckSignals() < 0) {
+            self->busy = false;
+            return NULL;
+        }
+        if (self->timeout_ms && waited >= self->timeout_ms) {
+            snprintf(err, sizeof err, "no element within %u ms", self->timeout_ms);
+            break;
+        }
+    }
+    self->busy = false;
+    if (rc == 0) {
+        self->done = true;
+        return NULL; /* StopIteration */
+    }
+    if (rc < 0)
+        return pys_raise(rc, err);
+    return pys_element_to_py(self->elem, &self->elem);
+}
+
+static PyObject *iterator_close(IteratorObject *self, PyObject *unused)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "close() called while next() is waiting");
+        return NULL;
+    }
+    iterator_close_now(self);
+    self->done = true;
+    Py_RETURN_NONE;
+}
+
+static PyObject *iterator_enter(PyObject *self, PyObject *unused)
+{
+    Py_INCREF(self);
+    return self;
+}
+
+static PyObject *iterator_exit(IteratorObject *self, PyObject *args)
+{
+    return iterator_close(self, NULL);
+}
+
+static PyMethodDef iterator_methods[] = {
+    {"close", (PyCFunction)iterator_close, METH_NOARGS,
+     "close(): releases the reader on the dispatcher; the iterator ends."},
+    {"__enter__", iterator_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)iterator_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject iterator_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sluice.Iterator",
+    .tp_basicsize = sizeof(IteratorObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An iterator over the elements a dataset's workers serve.",
+    .tp_dealloc = (destructor)iterator_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)iterator_next,
+    .tp_methods = iterator_methods,
+};
+
+/* ---- Local ------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject ob_base;
+    struct sluice_local *run;
+    struct sluice_element *elem;
+    bool busy;
+} LocalObject;
+
+static int local_init(LocalObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"pipeline", "plugins", NULL};
+    const char *pipeline;
+    PyObject *plugins = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|O", names, &pipeline, &plugins))
+        return -1;
+    if (self->run) {
+        PyErr_SetString(PyExc_RuntimeError, "Local already initialised");
+        return -1;
+    }
+    PyObject *seq;
+    const char **paths;
+    Py_ssize_t n;
+    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
+        return -1;
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_local_open(pipeline, paths, (size_t)n, &self->run, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    PyMem_Free(paths);
+    Py_XDECREF(seq);
+    if (rc) {
+        pys_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void local_dealloc(LocalObject *self)
+{
+    sluice_local_close(self->run);
+    sluice_element_free(self->elem);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *local_next(LocalObject *self)
+{
+    if (!self->run)
+        return NULL;
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "next() called while another call is running");
+        return NULL;
+    }
+    if (!self->elem && !(self->elem = sluice_element_new()))
+        return PyErr_NoMemory();
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    self->busy = true;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_local_next(self->run, self->elem, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    self->busy = false;
+    if (rc == 0)
+        return NULL;
+    if (rc < 0)
+        return pys_raise(rc, err);
+    return pys_element_to_py(self->elem, &self->elem);
+}
+
+static PyTypeObject local_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sluice.Local",
+    .tp_basicsize = sizeof(LocalObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Local(pipeline, plugins=()): a pipeline run in this process.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)local_init,
+    .tp_dealloc = (destructor)local_dealloc,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)local_next,
+};
+
+int pys_client_types_init(PyObject *m)
+{
+    PyTypeObject *types[] = {&client_type, &iterator_type, &local_type};
+    const char *names[] = {"Client", "Iterator", "Local"};
+    for (size_t i = 0; i < 3; i++) {
+        if (PyType_Ready(types[i]) < 0)
+            return -1;
+        if (PyModule_AddObjectRef(m, names[i], (PyObject *)types[i]) < 0)
+            return -1;
+    }
+    return 0;
+}

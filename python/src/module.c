@@ -1,0 +1,142 @@
+/* The _sluice module: its exception classes and initialisation. The Python-facing API lives in
+ * the sluice package (python/sluice/__init__.py) on top of this module. */
+#include "pysluice.h"
+
+PyObject *pys_error;
+static PyObject *timeout_error, *not_found_error, *invalid_error, *unavailable_error,
+    *cancelled_error, *exists_error, *task_failed_error;
+
+PyObject *pys_raise(int code, const char *msg)
+{
+    PyObject *cls = pys_error;
+    switch (code) {
+    case SLUICE_ERR_TIMEOUT:
+        cls = timeout_error;
+        break;
+    case SLUICE_ERR_NOT_FOUND:
+        cls = not_found_error;
+        break;
+    case SLUICE_ERR_INVALID:
+    case SLUICE_ERR_PARSE:
+    case SLUICE_ERR_TYPE:
+    case SLUICE_ERR_UNSUPPORTED:
+        cls = invalid_error;
+        break;
+    case SLUICE_ERR_UNAVAILABLE:
+    case SLUICE_ERR_CLOSED:
+    case SLUICE_ERR_RESTARTED:
+        cls = unavailable_error;
+        break;
+    case SLUICE_ERR_CANCELLED:
+        cls = cancelled_error;
+        break;
+    case SLUICE_ERR_EXISTS:
+        cls = exists_error;
+        break;
+    case SLUICE_ERR_TASK_FAILED:
+    case SLUICE_ERR_FN:
+        cls = task_failed_error;
+        break;
+    default:
+        break;
+    }
+    if (code == SLUICE_ERR_NOMEM)
+        return PyErr_NoMemory();
+    /* args is the message alone (OSError subclasses would read a pair as errno and text); the
+     * library's code is the exception's code attribute. */
+    PyObject *text = PyUnicode_FromString(msg && *msg ? msg : sluice_strerror(code));
+    PyObject *exc = text ? PyObject_CallOneArg(cls, text) : NULL;
+    PyObject *num = exc ? PyLong_FromLong(code) : NULL;
+    if (num && PyObject_SetAttrString(exc, "code", num) == 0)
+        PyErr_SetObject(cls, exc);
+    Py_XDECREF(num);
+    Py_XDECREF(exc);
+    Py_XDECREF(text);
+    return NULL;
+}
+
+/* Creates sluice.<name>(bases...) and adds it to the module. */
+static PyObject *new_error(PyObject *m, const char *name, PyObject *bases, const char *doc)
+{
+    char full[96];
+    snprintf(full, sizeof full, "sluice.%s", name);
+    PyObject *cls = PyErr_NewExceptionWithDoc(full, doc, bases, NULL);
+    if (!cls)
+        return NULL;
+    if (PyModule_AddObjectRef(m, name, cls) < 0) {
+        Py_DECREF(cls);
+        return NULL;
+    }
+    return cls;
+}
+
+static PyObject *with_base(PyObject *builtin)
+{
+    return PyTuple_Pack(2, pys_error, builtin);
+}
+
+static PyObject *version(PyObject *self, PyObject *unused)
+{
+    return PyUnicode_FromString(SLUICE_PY_VERSION);
+}
+
+static PyMethodDef methods[] = {
+    {"version", version, METH_NOARGS, "The sluice version this module was built from."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT,
+    "_sluice",
+    "The C core of the sluice package; use the sluice module instead.",
+    -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__sluice(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    if (pys_convert_init() < 0)
+        goto fail;
+    pys_error = new_error(m, "Error", NULL,
+                          "A failure reported by sluice: str(e) is the message, e.code the "
+                          "library's (negative) error code.");
+    if (!pys_error)
+        goto fail;
+    PyObject *b;
+    if (!(b = with_base(PyExc_TimeoutError)) ||
+        !(timeout_error = new_error(m, "TimeoutError", b, "A bounded wait ran out.")))
+        goto fail_b;
+    Py_DECREF(b);
+    if (!(b = with_base(PyExc_LookupError)) ||
+        !(not_found_error = new_error(m, "NotFoundError", b, "An unknown id, name or file.")))
+        goto fail_b;
+    Py_DECREF(b);
+    if (!(b = with_base(PyExc_ValueError)) ||
+        !(invalid_error = new_error(m, "InvalidArgumentError", b,
+                                    "An argument, pipeline or request the service refused.")))
+        goto fail_b;
+    Py_DECREF(b);
+    if (!(b = with_base(PyExc_ConnectionError)) ||
+        !(unavailable_error =
+              new_error(m, "UnavailableError", b,
+                        "A server is unreachable, closed, or restarted and lost the job.")))
+        goto fail_b;
+    Py_DECREF(b);
+    if (!(cancelled_error = new_error(m, "CancelledError", pys_error, "The read was cancelled.")) ||
+        !(exists_error = new_error(m, "AlreadyExistsError", pys_error,
+                                   "A dataset or job exists with a different definition.")) ||
+        !(task_failed_error = new_error(m, "TaskFailedError", pys_error,
+                                        "A pipeline failed on a worker; the message says why.")))
+        goto fail;
+    if (pys_client_types_init(m) < 0 || pys_server_types_init(m) < 0)
+        goto fail;
+    return m;
+fail_b:
+    Py_XDECREF(b);
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,47 @@
+/* The _sluice extension module: what its files share.
+ *
+ * Every blocking call into libsluice runs with the GIL released; waits are cut into slices of
+ * PYS_SLICE_MS so a pending signal (Ctrl-C) is noticed between them. */
+#ifndef SLUICE_PYTHON_PYSLUICE_H
+#define SLUICE_PYTHON_PYSLUICE_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "sluice/sluice.h"
+#include "sluice/server.h"
+
+#define PYS_SLICE_MS 100
+#define PYS_ERRLEN 1024
+
+/* The exception classes (module.c): Error and its subclasses by code. */
+extern PyObject *pys_error;
+
+/* Raises the exception class for a negative libsluice code with msg (or the code's text).
+ * Returns NULL for convenience. */
+PyObject *pys_raise(int code, const char *msg);
+
+/* convert.c: the Python form of an element, as DESIGN.md and the README describe: one
+ * component is a numpy array (0-d for a scalar; a bytes scalar is bytes, a bytes tensor an
+ * object array), several a tuple. When *owned is non-NULL, the element belongs to the caller and
+ * large fixed-width tensors are handed over without a copy: the arrays keep the element alive
+ * and *owned is set to NULL (the caller needs a new element); otherwise values are copied.
+ * Returns a new reference or NULL with an exception set. */
+PyObject *pys_element_to_py(struct sluice_element *elem, struct sluice_element **owned);
+
+/* Prepares numpy's C API; returns 0 or -1 with an exception set. */
+int pys_convert_init(void);
+
+/* client.c: registers the Client, Iterator and Local types on the module. */
+int pys_client_types_init(PyObject *module);
+
+/* servers.c: registers the Dispatcher and Worker types on the module. */
+int pys_server_types_init(PyObject *module);
+
+/* servers.c: borrows a sequence of str (None: none) as a C array (PyMem; free with PyMem_Free)
+ * whose strings *seq keeps alive; what names the argument in errors. Returns 0 or -1 with an
+ * exception set. */
+int pys_str_array(PyObject *obj, const char *what, PyObject **seq, const char ***out,
+                  Py_ssize_t *n);
+
+#endif

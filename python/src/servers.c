@@ -1,0 +1,392 @@
+/* The Dispatcher and Worker types of _sluice: in-process servers of <sluice/server.h>, each on
+ * its own thread. join() waits in slices with the GIL released, so Ctrl-C interrupts it; stop()
+ * is idempotent and also runs when the object is collected. */
+#include "pysluice.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+/* Borrows a sequence of str (None: none) as a C array (PyMem; free with PyMem_Free); *seq keeps
+ * the strings alive. Returns 0 or -1 with an exception. */
+int pys_str_array(PyObject *obj, const char *what, PyObject **seq, const char ***out, Py_ssize_t *n)
+{
+    *seq = NULL;
+    *out = NULL;
+    *n = 0;
+    if (!obj || obj == Py_None)
+        return 0;
+    if (PyUnicode_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a sequence of str, not a str", what);
+        return -1;
+    }
+    *seq = PySequence_Fast(obj, what);
+    if (!*seq)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(*seq);
+    *out = PyMem_Calloc((size_t)*n + 1, sizeof **out);
+    if (!*out) {
+        Py_CLEAR(*seq);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        (*out)[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*seq, i));
+        if (!(*out)[i]) {
+            PyMem_Free(*out);
+            *out = NULL;
+            Py_CLEAR(*seq);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Waits with wait(server, slice) until it returns something else than a timeout, the total
+ * timeout_ms (0: no limit) passes, or a signal handler raises. Returns the code, or 1 for a
+ * pending Python exception. */
+static int join_loop(int (*wait)(void *, uint32_t, char *, size_t), void *server,
+                     uint32_t timeout_ms, char *err, size_t errlen)
+{
+    uint32_t waited = 0;
+    for (;;) {
+        uint32_t slice = PYS_SLICE_MS;
+        if (timeout_ms && timeout_ms - waited < slice)
+            slice = timeout_ms - waited;
+        PyThreadState *ts = PyEval_SaveThread();
+        int rc = wait(server, slice, err, errlen);
+        PyEval_RestoreThread(ts);
+        if (rc != SLUICE_ERR_TIMEOUT)
+            return rc;
+        waited += slice;
+        if (PyErr_CheckSignals() < 0)
+            return 1;
+        if (timeout_ms && waited >= timeout_ms)
+            return rc;
+    }
+}
+
+static int join_result(int rc, const char *err)
+{
+    if (rc == 1)
+        return -1;
+    if (rc < 0) {
+        pys_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Dispatcher --------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject ob_base;
+    struct sluice_dispatcher *d;
+} DispatcherObject;
+
+static int dispatcher_wait(void *d, uint32_t ms, char *err, size_t errlen)
+{
+    return sluice_dispatcher_wait(d, ms, err, errlen);
+}
+
+static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"host",
+                            "port",
+                            "work_dir",
+                            "fault_tolerant",
+                            "worker_timeout_ms",
+                            "client_timeout_ms",
+                            "job_gc_timeout_ms",
+                            "autoscale_window_ms",
+                            "snapshot_every",
+                            "journal_max_mb",
+                            "worker_addresses",
+                            "metrics_port",
+                            "log_level",
+                            NULL};
+    struct sluice_dispatcher_options o = {0};
+    int ft = 0, metrics_port = -1;
+    unsigned long long snapshot_every = 0, journal_max_mb = 0;
+    PyObject *addresses = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zizpIIIIKKOiz", names, &o.host, &o.port,
+                                     &o.work_dir, &ft, &o.worker_timeout_ms, &o.client_timeout_ms,
+                                     &o.job_gc_timeout_ms, &o.autoscale_window_ms, &snapshot_every,
+                                     &journal_max_mb, &addresses, &metrics_port, &o.log_level))
+        return -1;
+    if (self->d) {
+        PyErr_SetString(PyExc_RuntimeError, "Dispatcher already started");
+        return -1;
+    }
+    o.fault_tolerant = ft;
+    o.snapshot_every = snapshot_every;
+    o.journal_max_mb = journal_max_mb;
+    o.metrics = metrics_port >= 0;
+    o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
+    PyObject *seq;
+    Py_ssize_t n;
+    const char **addrs;
+    if (pys_str_array(addresses, "worker_addresses", &seq, &addrs, &n) < 0)
+        return -1;
+    o.worker_addresses = addrs;
+    o.nworker_addresses = (size_t)n;
+    char err[PYS_ERRLEN] = "";
+    PyThreadState *ts = PyEval_SaveThread();
+    int rc = sluice_dispatcher_start(&o, &self->d, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    PyMem_Free(addrs);
+    Py_XDECREF(seq);
+    if (rc) {
+        pys_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void dispatcher_stop_now(DispatcherObject *self)
+{
+    if (self->d) {
+        struct sluice_dispatcher *d = self->d;
+        self->d = NULL;
+        PyThreadState *ts = PyEval_SaveThread();
+        sluice_dispatcher_stop(d);
+        PyEval_RestoreThread(ts);
+    }
+}
+
+static void dispatcher_dealloc(DispatcherObject *self)
+{
+    dispatcher_stop_now(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static bool dispatcher_live(DispatcherObject *self)
+{
+    if (self->d)
+        return true;
+    PyErr_SetString(PyExc_RuntimeError, "the dispatcher was stopped");
+    return false;
+}
+
+static PyObject *dispatcher_target(DispatcherObject *self, void *unused)
+{
+    if (!dispatcher_live(self))
+        return NULL;
+    return PyUnicode_FromString(sluice_dispatcher_target(self->d));
+}
+
+static PyObject *dispatcher_metrics_address(DispatcherObject *self, void *unused)
+{
+    if (!dispatcher_live(self))
+        return NULL;
+    const char *a = sluice_dispatcher_metrics_address(self->d);
+    if (!a)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(a);
+}
+
+static PyObject *dispatcher_join(DispatcherObject *self, PyObject *args)
+{
+    unsigned int timeout_ms = 0;
+    if (!PyArg_ParseTuple(args, "|I", &timeout_ms) || !dispatcher_live(self))
+        return NULL;
+    char err[PYS_ERRLEN] = "";
+    int rc = join_loop(dispatcher_wait, self->d, timeout_ms, err, sizeof err);
+    if (join_result(rc, err) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *dispatcher_stop(DispatcherObject *self, PyObject *unused)
+{
+    dispatcher_stop_now(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *dispatcher_shutdown(DispatcherObject *self, PyObject *unused)
+{
+    if (self->d)
+        sluice_dispatcher_shutdown(self->d);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef dispatcher_methods[] = {
+    {"join", (PyCFunction)dispatcher_join, METH_VARARGS,
+     "join(timeout_ms=0): waits until the dispatcher stops (0: without limit)."},
+    {"stop", (PyCFunction)dispatcher_stop, METH_NOARGS,
+     "stop(): stops the dispatcher, its journal written, and frees it."},
+    {"shutdown", (PyCFunction)dispatcher_shutdown, METH_NOARGS,
+     "shutdown(): asks the dispatcher to stop and returns at once."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef dispatcher_getset[] = {
+    {"target", (getter)dispatcher_target, NULL, "HOST:PORT of the dispatcher", NULL},
+    {"metrics_address", (getter)dispatcher_metrics_address, NULL,
+     "HOST:PORT of its metrics server, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject dispatcher_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sluice.Dispatcher",
+    .tp_basicsize = sizeof(DispatcherObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "An in-process dispatcher.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)dispatcher_init,
+    .tp_dealloc = (destructor)dispatcher_dealloc,
+    .tp_methods = dispatcher_methods,
+    .tp_getset = dispatcher_getset,
+};
+
+/* ---- Worker ------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject ob_base;
+    struct sluice_worker *w;
+} WorkerObject;
+
+static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
+{
+    return sluice_worker_wait(w, ms, err, errlen);
+}
+
+static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"dispatcher",       "host",      "port",    "advertise",
+                            "heartbeat_ms",     "threads",   "plugins", "metrics_port",
+                            "drain_timeout_ms", "log_level", NULL};
+    struct sluice_worker_options o = {0};
+    int metrics_port = -1;
+    PyObject *plugins = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIz", names, &o.dispatcher, &o.host,
+                                     &o.port, &o.advertise, &o.heartbeat_ms, &o.threads, &plugins,
+                                     &metrics_port, &o.drain_timeout_ms, &o.log_level))
+        return -1;
+    if (self->w) {
+        PyErr_SetString(PyExc_RuntimeError, "Worker already started");
+        return -1;
+    }
+    o.metrics = metrics_port >= 0;
+    o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
+    PyObject *seq;
+    Py_ssize_t n;
+    const char **paths;
+    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
+        return -1;
+    o.plugins = paths;
+    o.nplugins = (size_t)n;
+    char err[PYS_ERRLEN] = "";
+    PyThreadState *ts = PyEval_SaveThread();
+    int rc = sluice_worker_start(&o, &self->w, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    PyMem_Free(paths);
+    Py_XDECREF(seq);
+    if (rc) {
+        pys_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static void worker_stop_now(WorkerObject *self)
+{
+    if (self->w) {
+        struct sluice_worker *w = self->w;
+        self->w = NULL;
+        PyThreadState *ts = PyEval_SaveThread();
+        sluice_worker_stop(w);
+        PyEval_RestoreThread(ts);
+    }
+}
+
+static void worker_dealloc(WorkerObject *self)
+{
+    worker_stop_now(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static bool worker_live(WorkerObject *self)
+{
+    if (self->w)
+        return true;
+    PyErr_SetString(PyExc_RuntimeError, "the worker was stopped");
+    return false;
+}
+
+static PyObject *worker_address(WorkerObject *self, void *unused)
+{
+    if (!worker_live(self))
+        return NULL;
+    return PyUnicode_FromString(sluice_worker_address(self->w));
+}
+
+static PyObject *worker_join(WorkerObject *self, PyObject *args)
+{
+    unsigned int timeout_ms = 0;
+    if (!PyArg_ParseTuple(args, "|I", &timeout_ms) || !worker_live(self))
+        return NULL;
+    char err[PYS_ERRLEN] = "";
+    int rc = join_loop(worker_wait, self->w, timeout_ms, err, sizeof err);
+    if (join_result(rc, err) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *worker_stop(WorkerObject *self, PyObject *unused)
+{
+    worker_stop_now(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *worker_drain(WorkerObject *self, PyObject *unused)
+{
+    if (self->w)
+        sluice_worker_drain(self->w);
+    Py_RETURN_NONE;
+}
+
+static PyObject *worker_shutdown(WorkerObject *self, PyObject *unused)
+{
+    if (self->w)
+        sluice_worker_shutdown(self->w);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef worker_methods[] = {
+    {"join", (PyCFunction)worker_join, METH_VARARGS,
+     "join(timeout_ms=0): waits until the worker stops (0: without limit)."},
+    {"stop", (PyCFunction)worker_stop, METH_NOARGS,
+     "stop(): drains the worker (its readers receive what it holds), stops and frees it."},
+    {"drain", (PyCFunction)worker_drain, METH_NOARGS,
+     "drain(): starts a drain and returns at once (as SIGTERM to sluice-worker)."},
+    {"shutdown", (PyCFunction)worker_shutdown, METH_NOARGS,
+     "shutdown(): asks the worker to stop at once and returns (as SIGINT)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef worker_getset[] = {
+    {"address", (getter)worker_address, NULL, "HOST:PORT readers use to reach the worker", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject worker_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sluice.Worker",
+    .tp_basicsize = sizeof(WorkerObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "An in-process worker.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)worker_init,
+    .tp_dealloc = (destructor)worker_dealloc,
+    .tp_methods = worker_methods,
+    .tp_getset = worker_getset,
+};
+
+int pys_server_types_init(PyObject *m)
+{
+    if (PyType_Ready(&dispatcher_type) < 0 || PyType_Ready(&worker_type) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "Dispatcher", (PyObject *)&dispatcher_type) < 0 ||
+        PyModule_AddObjectRef(m, "Worker", (PyObject *)&worker_type) < 0)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,83 @@
+"""Fixtures: a local cluster of the real sluice-dispatcher and sluice-worker binaries on
+127.0.0.1, port 0. SLUICE_BIN_DIR names the directory of the binaries (CTest sets it)."""
+
+import os
+import pathlib
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+BIN_DIR = pathlib.Path(os.environ.get(
+    "SLUICE_BIN_DIR", pathlib.Path(__file__).resolve().parents[2] / "build" / "bin"))
+WAIT_S = 15
+
+
+class Server:
+    """A server process and the address from its 'listening on' line."""
+
+    def __init__(self, argv, log_dir):
+        self.log = open(os.path.join(log_dir, f"{os.path.basename(argv[0])}-{time.monotonic_ns()}.log"), "w")
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        deadline = time.monotonic() + WAIT_S
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if " listening on " in line or not line:
+                break
+        if " listening on " not in line:
+            self.stop(signal.SIGKILL)
+            raise RuntimeError(f"{argv[0]} did not start: {line!r}")
+        self.address = line.rsplit(" ", 1)[1].strip()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(WAIT_S)
+        self.proc.stdout.close()
+        self.log.close()
+        return self.proc.returncode
+
+
+class Cluster:
+    def __init__(self, log_dir):
+        self.log_dir = log_dir
+        self.dispatcher = Server([str(BIN_DIR / "sluice-dispatcher"), "--port", "0",
+                                  "--worker-timeout-ms", "2000"], log_dir)
+        self.target = "sluice://" + self.dispatcher.address
+        self.workers = []
+
+    def add_worker(self):
+        w = Server([str(BIN_DIR / "sluice-worker"), "--dispatcher", self.dispatcher.address,
+                    "--port", "0"], log_dir=self.log_dir)
+        self.workers.append(w)
+        return w
+
+    def stop(self):
+        for w in self.workers:
+            w.stop(signal.SIGINT)
+        self.dispatcher.stop()
+
+
+@pytest.fixture
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="sluice-py-") as d:
+        c = Cluster(d)
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+@pytest.fixture
+def cluster2(cluster):
+    """A cluster with two workers."""
+    cluster.add_worker()
+    cluster.add_worker()
+    return cluster

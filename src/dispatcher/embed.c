@@ -1,0 +1,309 @@
+/* The embeddable dispatcher of include/sluice/server.h: options checked and copied, then the
+ * server shell (server.h) and its metrics server started on a loop thread of their own
+ * (common/loop_thread.h). `sluice-dispatcher` (main.c) is a command line around these calls.
+ *
+ * Happy path: sluice_dispatcher_start checks the options on the caller's thread, copies them
+ * and starts the loop thread, which starts the dispatcher (recovering the journal first in
+ * fault-tolerant mode) and the metrics server, then serves. sluice_dispatcher_shutdown (or
+ * stop) closes both on the loop thread; the loop ends once every handle is closed.
+ *
+ * Failure modes: bad options are refused before any thread exists. A dispatcher that cannot
+ * keep its state consistent (a journal that fails) calls on_fatal: the failure is recorded for
+ * sluice_dispatcher_wait and everything is closed, as a shutdown would. */
+#include "sluice/server.h"
+
+#include "server.h"
+
+#include "common/error.h"
+#include "common/http.h"
+#include "common/log.h"
+#include "common/loop_thread.h"
+#include "common/rpc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PART "sluice-dispatcher"
+/* "HOST:PORT" with a bracketed IPv6 host. */
+#define ADDRESS_MAX 300
+
+/* The same bounds as the command line's. */
+#define MAX_SNAPSHOT_EVERY 1000000000000ULL
+#define MAX_JOURNAL_MB (1ULL << 24)
+
+struct sluice_dispatcher {
+    struct loop_thread *lt;
+    /* Copies of the options, alive as long as the object. */
+    char *host;
+    char *work_dir;
+    char **worker_addresses;
+    size_t nworker_addresses;
+    struct dispatcher_opts opts;
+    bool metrics;
+    int metrics_port;
+
+    /* Written on the loop thread while starting, read-only once the start returned. */
+    char target[ADDRESS_MAX];
+    char metrics_address[ADDRESS_MAX];
+
+    /* Loop thread only. */
+    struct dispatcher *d;     /* NULL once closing */
+    struct http_server *http; /* NULL without metrics or once closing */
+    bool fatal;               /* on_fatal ran */
+    char fatal_msg[LOOP_THREAD_MSG];
+};
+
+/* ---- options ----------------------------------------------------------------------------- */
+
+static int check_port(const char *name, int port, char *err, size_t errlen)
+{
+    if (port < 0 || port > 65535)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "%s: expected a number from 0 to 65535, got %d", name, port);
+    return 0;
+}
+
+static int check_options(const struct sluice_dispatcher_options *o, enum log_level *level,
+                         char *err, size_t errlen)
+{
+    int rc;
+    if (o->host && !*o->host)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "host is empty");
+    if ((rc = check_port("port", o->port, err, errlen)) < 0)
+        return rc;
+    if (o->metrics && (rc = check_port("metrics_port", o->metrics_port, err, errlen)) < 0)
+        return rc;
+    bool work_dir = o->work_dir && *o->work_dir;
+    if (o->fault_tolerant && !work_dir)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "fault_tolerant needs work_dir");
+    if (o->work_dir && !o->fault_tolerant)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "work_dir is used only with fault_tolerant");
+    if (!o->fault_tolerant && (o->snapshot_every || o->journal_max_mb || o->journal_per_update ||
+                               o->recover_to_last_good))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "snapshot_every, journal_max_mb, journal_per_update and "
+                       "recover_to_last_good need fault_tolerant");
+    if (o->snapshot_every > MAX_SNAPSHOT_EVERY)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "snapshot_every: expected a number of changes from 1 to %llu, got %llu",
+                       MAX_SNAPSHOT_EVERY, (unsigned long long)o->snapshot_every);
+    if (o->journal_max_mb > MAX_JOURNAL_MB)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "journal_max_mb: expected a size in MiB from 1 to %llu, got %llu",
+                       MAX_JOURNAL_MB, (unsigned long long)o->journal_max_mb);
+    if (o->nworker_addresses > 0 && !o->worker_addresses)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "worker_addresses: NULL with nworker_addresses %zu", o->nworker_addresses);
+    for (size_t i = 0; i < o->nworker_addresses; i++) {
+        const char *a = o->worker_addresses[i];
+        char host[256], why[256];
+        int port;
+        if (!a || !*a)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "worker_addresses[%zu] is empty", i);
+        if (rpc_parse_address(a, host, sizeof host, &port, why, sizeof why) < 0)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "worker_addresses[%zu]: %s", i, why);
+    }
+    *level = LOG_INFO;
+    if (o->log_level && log_level_parse(o->log_level, level) < 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "log_level: expected debug, info, warn, error or off, got '%s'",
+                       o->log_level);
+    return 0;
+}
+
+static void free_object(struct sluice_dispatcher *s)
+{
+    for (size_t i = 0; i < s->nworker_addresses; i++)
+        free(s->worker_addresses[i]);
+    free(s->worker_addresses);
+    free(s->work_dir);
+    free(s->host);
+    free(s);
+}
+
+/* Copies the options into s->opts. Entries of worker_addresses lose a sluice:// prefix, so they
+ * compare equal to the addresses workers advertise. */
+static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatcher_options *o,
+                        char *err, size_t errlen)
+{
+    s->host = strdup(o->host ? o->host : "127.0.0.1");
+    s->work_dir = o->work_dir ? strdup(o->work_dir) : NULL;
+    if (!s->host || (o->work_dir && !s->work_dir))
+        goto nomem;
+    if (o->nworker_addresses > 0) {
+        s->worker_addresses = calloc(o->nworker_addresses, sizeof *s->worker_addresses);
+        if (!s->worker_addresses)
+            goto nomem;
+    }
+    for (size_t i = 0; i < o->nworker_addresses; i++) {
+        const char *a = o->worker_addresses[i];
+        if (strncmp(a, "sluice://", 9) == 0)
+            a += 9;
+        for (size_t j = 0; j < s->nworker_addresses; j++) {
+            if (strcmp(s->worker_addresses[j], a) == 0)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "worker_addresses: '%s' is listed twice", a);
+        }
+        s->worker_addresses[i] = strdup(a);
+        if (!s->worker_addresses[i])
+            goto nomem;
+        s->nworker_addresses++;
+    }
+    s->opts = (struct dispatcher_opts){
+        .host = s->host,
+        .port = o->port,
+        .worker_timeout_ms = o->worker_timeout_ms,
+        .client_timeout_ms = o->client_timeout_ms,
+        .job_gc_timeout_ms = o->job_gc_timeout_ms,
+        .autoscale_window_ms = o->autoscale_window_ms,
+        .worker_addresses = (const char *const *)s->worker_addresses,
+        .nworker_addresses = s->nworker_addresses,
+        .work_dir = o->fault_tolerant ? s->work_dir : NULL,
+        .snapshot_every = o->snapshot_every,
+        .journal_max_bytes = (size_t)o->journal_max_mb << 20,
+        .journal_per_update = o->journal_per_update,
+        .recover_to_last_good = o->recover_to_last_good,
+    };
+    s->metrics = o->metrics;
+    s->metrics_port = o->metrics_port;
+    return 0;
+
+nomem:
+    return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s", sluice_strerror(SLUICE_ERR_NOMEM));
+}
+
+/* ---- on the loop thread ------------------------------------------------------------------ */
+
+static void close_servers(struct sluice_dispatcher *s)
+{
+    if (s->http) {
+        http_server_close(s->http, NULL, NULL);
+        s->http = NULL;
+    }
+    if (s->d) {
+        dispatcher_close(s->d, NULL, NULL);
+        s->d = NULL;
+    }
+}
+
+/* msg already reads "what: why" ("journal: DIR: commit: No space left on device"). */
+static void on_fatal(void *user, const char *msg)
+{
+    struct sluice_dispatcher *s = user;
+    if (s->fatal)
+        return;
+    s->fatal = true;
+    snprintf(s->fatal_msg, sizeof s->fatal_msg, "%s", msg);
+    loop_thread_fail(s->lt, SLUICE_ERR_SERVER, msg);
+    close_servers(s);
+}
+
+static int render_metrics(void *user, char **body, size_t *len)
+{
+    struct sluice_dispatcher *s = user;
+    if (!s->d)
+        return SLUICE_ERR_CLOSED;
+    return dispatcher_metrics_render(s->d, body, len);
+}
+
+static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *err, size_t errlen)
+{
+    struct sluice_dispatcher *s = user;
+    s->lt = lt;
+    s->opts.on_fatal = on_fatal;
+    s->opts.user = s;
+    /* err already reads "what: why", e.g. "listen on HOST:PORT: Address in use". */
+    int rc = dispatcher_start(loop, &s->opts, &s->d, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (s->metrics) {
+        char why[512];
+        rc = http_server_start(loop, s->host, s->metrics_port, render_metrics, s, &s->http, why,
+                               sizeof why);
+        if (rc < 0) {
+            close_servers(s);
+            return err_set(err, errlen, rc, "metrics: %s", why);
+        }
+    }
+    if (s->fatal) {
+        close_servers(s);
+        return err_set(err, errlen, SLUICE_ERR_SERVER, "%s", s->fatal_msg);
+    }
+    const char *host = dispatcher_host(s->d);
+    rpc_format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
+    if (s->http)
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+                           http_server_port(s->http));
+    return 0;
+}
+
+static void on_stop(void *user, int level)
+{
+    (void)level; /* a dispatcher has one way to stop */
+    close_servers(user);
+}
+
+static const struct loop_thread_ops ops = {.start = on_start, .stop = on_stop};
+
+/* ---- public ------------------------------------------------------------------------------ */
+
+int sluice_dispatcher_start(const struct sluice_dispatcher_options *options,
+                            struct sluice_dispatcher **out, char *err, size_t errlen)
+{
+    static const struct sluice_dispatcher_options defaults;
+    if (!options)
+        options = &defaults;
+    if (!out)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "out is NULL");
+    enum log_level level;
+    int rc = check_options(options, &level, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct sluice_dispatcher *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    rc = copy_options(s, options, err, errlen);
+    /* on_start keeps the thread's handle in s->lt, on the loop thread, before this returns. */
+    struct loop_thread *lt;
+    if (rc == 0)
+        rc = loop_thread_start(&ops, s, PART, level, &lt, err, errlen);
+    if (rc < 0) {
+        free_object(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+const char *sluice_dispatcher_target(const struct sluice_dispatcher *d)
+{
+    return d->target;
+}
+
+const char *sluice_dispatcher_metrics_address(const struct sluice_dispatcher *d)
+{
+    return d->metrics_address[0] ? d->metrics_address : NULL;
+}
+
+void sluice_dispatcher_shutdown(struct sluice_dispatcher *d)
+{
+    loop_thread_stop(d->lt, 1);
+}
+
+int sluice_dispatcher_wait(struct sluice_dispatcher *d, uint32_t timeout_ms, char *err,
+                           size_t errlen)
+{
+    return loop_thread_wait(d->lt, timeout_ms, err, errlen);
+}
+
+void sluice_dispatcher_stop(struct sluice_dispatcher *d)
+{
+    if (!d)
+        return;
+    loop_thread_stop(d->lt, 1);
+    loop_thread_free(d->lt);
+    free_object(d);
+}

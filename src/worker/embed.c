@@ -1,0 +1,311 @@
+/* The embeddable worker of include/sluice/server.h: options checked and copied, plugins loaded,
+ * then the worker shell (worker.h) and its metrics server started on a loop thread of their own
+ * (common/loop_thread.h). `sluice-worker` (main.c) is a command line around these calls.
+ *
+ * Happy path: sluice_worker_start checks the options on the caller's thread, loads the plugins
+ * into a registry of this worker's own and starts the loop thread, which starts the worker and
+ * the metrics server. A stop at level 1 drains the worker (worker_drain) and closes everything
+ * once the drain is over; level 2 closes at once, also in the middle of a drain. The loop ends
+ * once every handle is closed.
+ *
+ * Failure modes: bad options and plugins that do not load are refused before any thread
+ * exists. A dispatcher or readers that vanished bound the drain by the worker's own timeouts
+ * (worker.h), so a stop always ends. */
+#include "sluice/server.h"
+
+#include "worker.h"
+
+#include "common/error.h"
+#include "common/http.h"
+#include "common/log.h"
+#include "common/loop_thread.h"
+#include "common/rpc.h"
+#include "pipeline/registry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PART "sluice-worker"
+/* "HOST:PORT" with a bracketed IPv6 host. */
+#define ADDRESS_MAX 300
+
+/* The same bounds as the command line's. */
+#define MAX_HEARTBEAT_MS 3600000u
+#define MAX_THREADS 1024u
+#define MAX_DRAIN_TIMEOUT_MS 86400000u
+
+struct sluice_worker {
+    struct loop_thread *lt;
+    /* Copies of the options, alive as long as the object. */
+    char *dispatcher;
+    char *host;
+    char *advertise;
+    struct sluice_registry *reg;
+    struct worker_opts opts;
+    uint32_t drain_timeout_ms;
+    bool metrics;
+    int metrics_port;
+
+    /* Written on the loop thread while starting, read-only once the start returned. */
+    char listen_address[ADDRESS_MAX];
+    char address[ADDRESS_MAX];
+    char metrics_address[ADDRESS_MAX];
+
+    /* Loop thread only. */
+    struct worker *w;         /* NULL once closing */
+    struct http_server *http; /* NULL without metrics or once closing */
+    bool draining;
+};
+
+/* ---- options ----------------------------------------------------------------------------- */
+
+static int check_port(const char *name, int port, char *err, size_t errlen)
+{
+    if (port < 0 || port > 65535)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "%s: expected a number from 0 to 65535, got %d", name, port);
+    return 0;
+}
+
+static int check_options(const struct sluice_worker_options *o, enum log_level *level, char *err,
+                         size_t errlen)
+{
+    char host[256], why[256];
+    int port, rc;
+    if (!o || !o->dispatcher || !*o->dispatcher)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "dispatcher is required");
+    if (rpc_parse_address(o->dispatcher, host, sizeof host, &port, why, sizeof why) < 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "dispatcher: %s", why);
+    if (o->host && !*o->host)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "host is empty");
+    if ((rc = check_port("port", o->port, err, errlen)) < 0)
+        return rc;
+    if (o->metrics && (rc = check_port("metrics_port", o->metrics_port, err, errlen)) < 0)
+        return rc;
+    if (o->advertise && *o->advertise &&
+        rpc_parse_address(o->advertise, host, sizeof host, &port, why, sizeof why) < 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "advertise: %s", why);
+    if (o->heartbeat_ms > MAX_HEARTBEAT_MS)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "heartbeat_ms: expected a number from 1 to %u, got %u", MAX_HEARTBEAT_MS,
+                       (unsigned)o->heartbeat_ms);
+    if (o->threads > MAX_THREADS)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "threads: expected a number from 1 to %u, got %u", MAX_THREADS, o->threads);
+    if (o->drain_timeout_ms > MAX_DRAIN_TIMEOUT_MS)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "drain_timeout_ms: expected a number from 1 to %u, got %u",
+                       MAX_DRAIN_TIMEOUT_MS, (unsigned)o->drain_timeout_ms);
+    if (o->nplugins > 0 && !o->plugins)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins: NULL with nplugins %zu",
+                       o->nplugins);
+    for (size_t i = 0; i < o->nplugins; i++) {
+        if (!o->plugins[i] || !*o->plugins[i])
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins[%zu] is empty", i);
+    }
+    *level = LOG_INFO;
+    if (o->log_level && log_level_parse(o->log_level, level) < 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "log_level: expected debug, info, warn, error or off, got '%s'",
+                       o->log_level);
+    return 0;
+}
+
+static void free_object(struct sluice_worker *s)
+{
+    if (s->reg)
+        pipe_registry_free(s->reg);
+    free(s->advertise);
+    free(s->host);
+    free(s->dispatcher);
+    free(s);
+}
+
+/* Copies the options into s->opts and loads the plugins. */
+static int copy_options(struct sluice_worker *s, const struct sluice_worker_options *o, char *err,
+                        size_t errlen)
+{
+    s->dispatcher = strdup(o->dispatcher);
+    s->host = strdup(o->host ? o->host : "127.0.0.1");
+    bool advertise = o->advertise && *o->advertise;
+    s->advertise = advertise ? strdup(o->advertise) : NULL;
+    if (!s->dispatcher || !s->host || (advertise && !s->advertise))
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    int rc = pipe_registry_new(&s->reg);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "registry: %s", sluice_strerror(rc));
+    for (size_t i = 0; i < o->nplugins; i++) {
+        char why[512];
+        rc = pipe_registry_load_plugin(s->reg, o->plugins[i], why, sizeof why);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "plugin %s: %s", o->plugins[i], why);
+    }
+    unsigned threads = o->threads;
+    if (threads == 0) {
+        threads = uv_available_parallelism();
+        if (threads == 0)
+            threads = 1;
+    }
+    s->opts = (struct worker_opts){
+        .dispatcher = s->dispatcher,
+        .host = s->host,
+        .port = o->port,
+        .advertise = s->advertise,
+        .heartbeat_ms = o->heartbeat_ms,
+        .threads = threads,
+        .reg = s->reg,
+    };
+    s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;
+    s->metrics = o->metrics;
+    s->metrics_port = o->metrics_port;
+    return 0;
+}
+
+/* ---- on the loop thread ------------------------------------------------------------------ */
+
+static void on_worker_closed(void *user)
+{
+    (void)user;
+    log_info("stopped");
+}
+
+static void close_servers(struct sluice_worker *s)
+{
+    if (s->http) {
+        http_server_close(s->http, NULL, NULL);
+        s->http = NULL;
+    }
+    if (s->w) {
+        worker_close(s->w, on_worker_closed, NULL);
+        s->w = NULL;
+    }
+}
+
+static void on_drained(void *user, bool complete)
+{
+    log_info("drained%s: shutting down", complete ? "" : " (incomplete)");
+    close_servers(user);
+}
+
+static int render_metrics(void *user, char **body, size_t *len)
+{
+    struct sluice_worker *s = user;
+    if (!s->w)
+        return SLUICE_ERR_CLOSED;
+    return worker_metrics_render(s->w, body, len);
+}
+
+static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *err, size_t errlen)
+{
+    struct sluice_worker *s = user;
+    s->lt = lt;
+    /* err already reads "what: why" ("listen on HOST:PORT: why", "dispatcher: why"). */
+    int rc = worker_start(loop, &s->opts, &s->w, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (s->metrics) {
+        char why[512];
+        rc = http_server_start(loop, s->host, s->metrics_port, render_metrics, s, &s->http, why,
+                               sizeof why);
+        if (rc < 0) {
+            close_servers(s);
+            return err_set(err, errlen, rc, "metrics: %s", why);
+        }
+    }
+    const char *host = worker_host(s->w);
+    rpc_format_address(s->listen_address, sizeof s->listen_address, host, worker_port(s->w));
+    snprintf(s->address, sizeof s->address, "%s", worker_address(s->w));
+    if (s->http)
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+                           http_server_port(s->http));
+    log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task", s->address,
+             s->dispatcher, s->opts.threads);
+    return 0;
+}
+
+static void on_stop(void *user, int level)
+{
+    struct sluice_worker *s = user;
+    if (!s->w)
+        return;
+    if (level >= 2) {
+        close_servers(s);
+        return;
+    }
+    if (!s->draining) {
+        /* Lossless scale-down: serve what is in hand, then leave. */
+        s->draining = true;
+        worker_drain(s->w, s->drain_timeout_ms, on_drained, s);
+    }
+}
+
+static const struct loop_thread_ops ops = {.start = on_start, .stop = on_stop};
+
+/* ---- public ------------------------------------------------------------------------------ */
+
+int sluice_worker_start(const struct sluice_worker_options *options, struct sluice_worker **out,
+                        char *err, size_t errlen)
+{
+    if (!out)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "out is NULL");
+    enum log_level level;
+    int rc = check_options(options, &level, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct sluice_worker *s = calloc(1, sizeof *s);
+    if (!s)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    rc = copy_options(s, options, err, errlen);
+    /* on_start keeps the thread's handle in s->lt, on the loop thread, before this returns. */
+    struct loop_thread *lt;
+    if (rc == 0)
+        rc = loop_thread_start(&ops, s, PART, level, &lt, err, errlen);
+    if (rc < 0) {
+        free_object(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+const char *sluice_worker_address(const struct sluice_worker *w)
+{
+    return w->address;
+}
+
+const char *sluice_worker_listen_address(const struct sluice_worker *w)
+{
+    return w->listen_address;
+}
+
+const char *sluice_worker_metrics_address(const struct sluice_worker *w)
+{
+    return w->metrics_address[0] ? w->metrics_address : NULL;
+}
+
+void sluice_worker_drain(struct sluice_worker *w)
+{
+    loop_thread_stop(w->lt, 1);
+}
+
+void sluice_worker_shutdown(struct sluice_worker *w)
+{
+    loop_thread_stop(w->lt, 2);
+}
+
+int sluice_worker_wait(struct sluice_worker *w, uint32_t timeout_ms, char *err, size_t errlen)
+{
+    return loop_thread_wait(w->lt, timeout_ms, err, errlen);
+}
+
+void sluice_worker_stop(struct sluice_worker *w)
+{
+    if (!w)
+        return;
+    loop_thread_stop(w->lt, 1);
+    loop_thread_free(w->lt);
+    free_object(w);
+}
