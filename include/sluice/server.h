@@ -92,14 +92,20 @@ struct sluice_dispatcher_options {
     int metrics_port;
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
+    /* With fault_tolerant (--recover-to-last-good): when only the tail of the journal's log is
+     * damaged, start from the last good snapshot and the records before the damage, dropping
+     * the damaged record and every one after it (logged, and the damaged journal kept as
+     * work_dir/journal.damaged-<time>.mdb) instead of refusing to start. Any other damage is
+     * refused whatever this says. Never the default. */
+    bool recover_to_last_good;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from
  * the journal (fault-tolerant mode; this blocks while the journal is read), binds and listens.
  * Returns 0 and *out, serving, or a negative code with a message in err: SLUICE_ERR_INVALID for
- * bad options; "listen on HOST:PORT: Address already in use"; "journal: DIR: record 42:
- * checksum mismatch"; "metrics: listen on HOST:PORT: ...". *out is the caller's until
- * sluice_dispatcher_stop. */
+ * bad options; "listen on HOST:PORT: Address already in use"; "journal: DIR: journal damaged:
+ * log record: checksum mismatch (at record seq 42)"; "metrics: listen on HOST:PORT: ...". *out is
+ * the caller's until sluice_dispatcher_stop. */
 int sluice_dispatcher_start(const struct sluice_dispatcher_options *options,
                             struct sluice_dispatcher **out, char *err, size_t errlen);
 

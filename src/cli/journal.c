@@ -1,22 +1,32 @@
-/* `sluice journal dump|verify --work-dir DIR`: reads a dispatcher's journal without starting a
- * server. Both open the journal read-only (LMDB readers), so they are safe on a journal a running
- * dispatcher is writing: they see the last committed state as of their read.
+/* `sluice journal dump|verify|backup|restore`: the journal of a fault-tolerant dispatcher,
+ * without starting a server.
+ *
+ * verify runs the one verification a dispatcher also runs before it starts (journal_verify with
+ * journal_thread_check, in a child process so that no damage can crash this one): every page is
+ * checked before LMDB reads it, then every value and every record is read and the state rebuilt
+ * exactly as a starting dispatcher rebuilds it. Exit 0 when the journal would start a dispatcher,
+ * 1 with the same message the dispatcher would print when it would not.
  *
  * dump prints the snapshot, the datasets table, and one line per record (sequence number, type,
  * the ids it carries); a damaged record is printed as such and the walk goes on, so the output
- * shows what surrounds the damage. verify rebuilds the state exactly as a starting dispatcher
- * does (the same decoder and state_apply()) and also checks every dataset definition's
- * checksum: exit 0 when the journal would start a dispatcher, 1 with the same message the
- * dispatcher would print when it would not. */
+ * shows what surrounds the damage. A journal whose pages fail their check is not read at all.
+ *
+ * backup writes a verified, compacted copy to a file; restore puts one in place (backup.h).
+ *
+ * dump, verify and backup only read, and are safe on a journal a running dispatcher uses: they
+ * see the last committed state as of their read. restore refuses to run beside a dispatcher. */
 #include "cli.h"
 
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
+#include "journal/backup.h"
 #include "journal/journal.h"
+#include "journal/verify.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,12 +34,20 @@
 
 static const char usage[] =
     "usage: sluice journal dump|verify --work-dir DIR\n"
+    "       sluice journal backup --work-dir DIR --to FILE\n"
+    "       sluice journal restore --from FILE --work-dir DIR [--force]\n"
     "\n"
     "  dump      print the snapshot, the dataset definitions and one line per record\n"
-    "  verify    check every checksum and the sequence, and replay the journal as a starting\n"
-    "            dispatcher would; exit 0 when it is healthy\n"
+    "  verify    check every page, checksum and record, and replay the journal as a starting\n"
+    "            dispatcher would; exit 0 when it is healthy (a dispatcher starts on exactly\n"
+    "            the journals verify accepts)\n"
+    "  backup    write a consistent, compacted and verified copy of the journal to FILE\n"
+    "            (replacing FILE); safe while the dispatcher runs\n"
+    "  restore   put the backup FILE in place as DIR's journal; refuses to replace a journal\n"
+    "            that is there unless --force (which keeps the old one beside it), and never\n"
+    "            runs beside a dispatcher\n"
     "\n"
-    "Both only read, and are safe on a journal a running dispatcher uses.\n";
+    "dump, verify and backup only read, and are safe on a journal a running dispatcher uses.\n";
 
 /* Prints s quoted, with bytes outside printable ASCII (and the quote and backslash) escaped. */
 static void print_quoted(const char *s)
@@ -234,59 +252,102 @@ static int dump(struct journal *j, const char *dir)
     return CLI_EXIT_OK;
 }
 
-static int check_dataset(void *user, const char *id, const uint8_t *data, size_t len)
+/* Names the records --recover-to-last-good would drop, when only the log's tail is damaged. */
+static void tail_hint(const struct journal_verdict *v, char *out, size_t len)
 {
-    (void)user;
-    (void)id;
-    (void)data;
-    (void)len;
-    return 0;
+    out[0] = '\0';
+    if (v->rc == SLUICE_ERR_CORRUPT && v->damage.tail)
+        snprintf(out, len,
+                 "; only the tail of the log is damaged: sluice-dispatcher "
+                 "--recover-to-last-good would drop records %" PRIu64 " to %" PRIu64,
+                 v->damage.seq, v->last_seq > v->damage.seq ? v->last_seq : v->damage.seq);
 }
 
-static int verify(struct journal *j, const char *dir)
+static int verify(const char *dir)
 {
-    char err[512];
-    struct state s;
-    struct journal_recovery info;
-    struct journal_info ji;
-    int rc = journal_datasets_each(j, check_dataset, NULL, err, sizeof err);
-    if (rc == 0)
-        rc = journal_thread_recover(j, &s, &info, err, sizeof err);
-    if (rc < 0) {
-        cli_error("journal", "%s: %s", dir, err);
+    struct journal_verdict v;
+    char hint[160];
+    struct journal_opts o = {.work_dir = dir, .read_only = true};
+    if (journal_verify(&o, journal_thread_check, NULL, &v) < 0) {
+        tail_hint(&v, hint, sizeof hint);
+        cli_error("journal", "%s: %s%s", dir, v.msg, hint);
         return CLI_EXIT_FAIL;
     }
-    if (journal_get_info(j, &ji, err, sizeof err) < 0)
-        memset(&ji, 0, sizeof ji);
-    printf("journal %s: ok: snapshot at %" PRIu64 ", %" PRIu64 " records after it (next %" PRIu64
-           "), %" PRIu64 " updates in all; %zu datasets, %zu jobs, %zu tasks, %zu workers, "
-           "%zu clients\n",
-           dir, info.snapshot_seq, info.replayed, info.next_seq, s.applied, s.ndatasets, s.njobs,
-           s.ntasks, s.nworkers, s.nclients);
-    state_release(&s);
+    printf("journal %s: ok: %s\n", dir, v.summary);
     return CLI_EXIT_OK;
+}
+
+static int backup(const char *dir, const char *to)
+{
+    struct journal_verdict v;
+    char err[1024];
+    if (journal_backup(dir, to, journal_thread_check, NULL, &v, err, sizeof err) < 0) {
+        cli_error("journal", "%s: backup: %s", dir, err);
+        return CLI_EXIT_FAIL;
+    }
+    printf("journal %s: backed up to %s: %s\n", dir, to, v.summary);
+    return CLI_EXIT_OK;
+}
+
+static int restore(const char *from, const char *dir, bool force)
+{
+    struct journal_verdict v;
+    char err[1024], replaced[PATH_MAX];
+    if (journal_restore(from, dir, force, journal_thread_check, NULL, &v, replaced, sizeof replaced,
+                        err, sizeof err) < 0) {
+        cli_error("journal", "%s: restore: %s", dir, err);
+        return CLI_EXIT_FAIL;
+    }
+    printf("journal %s: restored from %s: %s\n", dir, from, v.summary);
+    if (replaced[0])
+        printf("journal %s: the journal that was there is kept as %s\n", dir, replaced);
+    return CLI_EXIT_OK;
+}
+
+/* Takes the value of --name VALUE or --name=VALUE at argv[*i]; NULL after a usage error. */
+static const char *option_value(int argc, char **argv, int *i, const char *name)
+{
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    const char *v = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+    if (!v || !*v) {
+        cli_error("usage", "%s needs a value", name);
+        return NULL;
+    }
+    return v;
+}
+
+static bool is_option(const char *a, const char *name)
+{
+    size_t n = strlen(name);
+    return strncmp(a, name, n) == 0 && (a[n] == '\0' || a[n] == '=');
 }
 
 int cli_journal(int argc, char **argv)
 {
-    const char *action = NULL, *dir = NULL;
+    const char *action = NULL, *dir = NULL, *to = NULL, *from = NULL;
+    bool force = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             fputs(usage, stdout);
             return CLI_EXIT_OK;
         }
-        if (strcmp(a, "--work-dir") == 0 || strncmp(a, "--work-dir=", 11) == 0) {
-            const char *v = a[10] == '=' ? a + 11 : (i + 1 < argc ? argv[++i] : NULL);
-            if (!v || !*v) {
-                cli_error("usage", "--work-dir needs a value");
+        const char **slot = is_option(a, "--work-dir") ? &dir
+                            : is_option(a, "--to")     ? &to
+                            : is_option(a, "--from")   ? &from
+                                                       : NULL;
+        if (slot) {
+            const char *name = slot == &dir ? "--work-dir" : slot == &to ? "--to" : "--from";
+            if (!(*slot = option_value(argc, argv, &i, name)))
                 return CLI_EXIT_USAGE;
-            }
-            dir = v;
+        } else if (strcmp(a, "--force") == 0) {
+            force = true;
         } else if (strncmp(a, "--", 2) == 0) {
             cli_error("usage", "unknown option '%s' (try 'sluice journal --help')", a);
             return CLI_EXIT_USAGE;
-        } else if (!action && (strcmp(a, "dump") == 0 || strcmp(a, "verify") == 0)) {
+        } else if (!action && (strcmp(a, "dump") == 0 || strcmp(a, "verify") == 0 ||
+                               strcmp(a, "backup") == 0 || strcmp(a, "restore") == 0)) {
             action = a;
         } else {
             cli_error("usage", "unexpected argument '%s' (try 'sluice journal --help')", a);
@@ -294,13 +355,35 @@ int cli_journal(int argc, char **argv)
         }
     }
     if (!action) {
-        cli_error("usage", "journal needs dump or verify (try 'sluice journal --help')");
+        cli_error("usage",
+                  "journal needs dump, verify, backup or restore (try 'sluice journal --help')");
         return CLI_EXIT_USAGE;
     }
     if (!dir) {
         cli_error("usage", "journal %s needs --work-dir DIR", action);
         return CLI_EXIT_USAGE;
     }
+    bool is_backup = strcmp(action, "backup") == 0, is_restore = strcmp(action, "restore") == 0;
+    if (is_backup != (to != NULL)) {
+        cli_error("usage",
+                  is_backup ? "journal backup needs --to FILE" : "--to is for journal backup");
+        return CLI_EXIT_USAGE;
+    }
+    if (is_restore != (from != NULL)) {
+        cli_error("usage", is_restore ? "journal restore needs --from FILE"
+                                      : "--from is for journal restore");
+        return CLI_EXIT_USAGE;
+    }
+    if (force && !is_restore) {
+        cli_error("usage", "--force is for journal restore");
+        return CLI_EXIT_USAGE;
+    }
+    if (strcmp(action, "verify") == 0)
+        return verify(dir);
+    if (is_backup)
+        return backup(dir, to);
+    if (is_restore)
+        return restore(from, dir, force);
     struct journal *j;
     char err[512];
     struct journal_opts opts = {.work_dir = dir, .read_only = true};
@@ -309,7 +392,7 @@ int cli_journal(int argc, char **argv)
         cli_error("journal", "%s: %s", dir, err);
         return CLI_EXIT_FAIL;
     }
-    int code = strcmp(action, "dump") == 0 ? dump(j, dir) : verify(j, dir);
+    int code = dump(j, dir);
     journal_close(j);
     return code;
 }

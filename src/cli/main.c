@@ -21,8 +21,8 @@ static const char usage[] =
     "      read a dataset's elements from the service and print them\n"
     "  status --dispatcher H:P [--json]\n"
     "      print the dispatcher's workers, datasets and jobs\n"
-    "  journal dump|verify --work-dir DIR\n"
-    "      print or check a fault-tolerant dispatcher's journal\n"
+    "  journal dump|verify|backup|restore --work-dir DIR [options]\n"
+    "      print, check, back up or restore a fault-tolerant dispatcher's journal\n"
     "\n"
     "Run 'sluice <command> --help' for a command's options, 'sluice --version' for the\n"
     "version.\n";

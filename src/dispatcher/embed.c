@@ -80,10 +80,11 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
     if (o->work_dir && !o->fault_tolerant)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "work_dir is used only with fault_tolerant");
-    if (!o->fault_tolerant && (o->snapshot_every || o->journal_max_mb || o->journal_per_update))
+    if (!o->fault_tolerant && (o->snapshot_every || o->journal_max_mb || o->journal_per_update ||
+                               o->recover_to_last_good))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "snapshot_every, journal_max_mb and journal_per_update need "
-                       "fault_tolerant");
+                       "snapshot_every, journal_max_mb, journal_per_update and "
+                       "recover_to_last_good need fault_tolerant");
     if (o->snapshot_every > MAX_SNAPSHOT_EVERY)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "snapshot_every: expected a number of changes from 1 to %llu, got %llu",
@@ -163,6 +164,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .snapshot_every = o->snapshot_every,
         .journal_max_bytes = (size_t)o->journal_max_mb << 20,
         .journal_per_update = o->journal_per_update,
+        .recover_to_last_good = o->recover_to_last_good,
     };
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;

@@ -1,4 +1,4 @@
-/* The group-commit thread (recovery is in recovery.c).
+/* Recovery and the group-commit thread.
  *
  * Happy path: the loop queues records into `pending`; the prepare/check handles, armed while
  * something is queued and nothing is in flight, hand everything queued to the thread as one
@@ -12,11 +12,16 @@
 #include "update_codec.h"
 
 #include "common/error.h"
+#include "common/log.h"
+#include "journal/layout.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- the group-commit thread ----------------------------------------------------------------- */
 

@@ -27,6 +27,7 @@
 #include "state.h"
 
 #include "journal/journal.h"
+#include "journal/verify.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -24,7 +24,7 @@
 
 static const char usage[] =
     "usage: sluice-dispatcher [--host H] [--port P] [--work-dir DIR] [--fault-tolerant]\n"
-    "                         [--snapshot-every N] [--journal-max-mb N]\n"
+    "                         [--snapshot-every N] [--journal-max-mb N] [--recover-to-last-good]\n"
     "                         [--worker-timeout-ms N] [--client-timeout-ms N]\n"
     "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
     "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
@@ -37,6 +37,10 @@ static const char usage[] =
     "  --snapshot-every N       snapshot the state every N changes, so a restart replays\n"
     "                           at most N (default 10000)\n"
     "  --journal-max-mb N       the most the journal may grow to, in MiB (default 16384)\n"
+    "  --recover-to-last-good   when only the tail of the journal's log is damaged, start from\n"
+    "                           the snapshot and the records before the damage, dropping the\n"
+    "                           rest (logged; a copy of the damaged journal is kept). Without\n"
+    "                           it a damaged journal is always refused\n"
     "  --worker-timeout-ms N    remove a worker silent this long (default 10000)\n"
     "  --client-timeout-ms N    release a client silent this long (default 30000)\n"
     "  --job-gc-timeout-ms N    collect an iteration without clients this long (default 60000)\n"
@@ -70,6 +74,7 @@ struct config {
     bool fault_tolerant;
     long long snapshot_every, journal_max_mb;
     bool journal_per_update; /* hidden: the benchmark's baseline */
+    bool recover_to_last_good;
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     long long autoscale_window_ms;
     char *worker_addresses_text;
@@ -145,6 +150,10 @@ static int parse_args(int argc, char **argv, struct config *c)
         }
         if (strcmp(arg, "--fault-tolerant") == 0) {
             c->fault_tolerant = true;
+            continue;
+        }
+        if (strcmp(arg, "--recover-to-last-good") == 0) {
+            c->recover_to_last_good = true;
             continue;
         }
         /* Not in the usage: every update in its own transaction, the baseline that
@@ -264,8 +273,10 @@ static int parse_args(int argc, char **argv, struct config *c)
         fail("usage", "--work-dir is used only with --fault-tolerant");
         return -1;
     }
-    if (!c->fault_tolerant && (c->snapshot_every || c->journal_max_mb || c->journal_per_update)) {
-        fail("usage", "--snapshot-every and --journal-max-mb need --fault-tolerant");
+    if (!c->fault_tolerant && (c->snapshot_every || c->journal_max_mb || c->journal_per_update ||
+                               c->recover_to_last_good)) {
+        fail("usage",
+             "--snapshot-every, --journal-max-mb and --recover-to-last-good need --fault-tolerant");
         return -1;
     }
     return 0;
@@ -318,6 +329,7 @@ int main(int argc, char **argv)
         .metrics = c.metrics_port >= 0,
         .metrics_port = c.metrics_port >= 0 ? (int)c.metrics_port : 0,
         .log_level = log_level_name(c.log_level),
+        .recover_to_last_good = c.recover_to_last_good,
     };
     char err[1024];
     struct sluice_dispatcher *d;

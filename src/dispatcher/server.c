@@ -84,37 +84,39 @@ static void fatal(struct dispatcher *d, const char *fmt, ...)
         log_error("%s", msg);
 }
 
-/* A one-line record of the changes an operator cares about. */
-static void log_update(const struct st_update *u)
+/* A one-line record of the changes an operator cares about: writes it into buf and returns its
+ * log level, or -1 when the update is not worth a line. */
+static int describe_update(const struct st_update *u, char *buf, size_t len)
 {
     switch (u->type) {
     case ST_DATASET_REGISTERED:
-        log_info("dataset '%s' registered: %s", u->name, u->text ? u->text : "");
-        break;
+        snprintf(buf, len, "dataset '%s' registered: %s", u->name, u->text ? u->text : "");
+        return LOG_INFO;
     case ST_JOB_CREATED:
-        log_info("job %" PRIu64 "%s%s%s created on dataset '%s', mode %s", u->id,
+        snprintf(buf, len, "job %" PRIu64 "%s%s%s created on dataset '%s', mode %s", u->id,
                  u->name[0] ? " '" : "", u->name, u->name[0] ? "'" : "", u->name2,
                  mode_name((enum sluice_mode)u->mode));
-        break;
+        return LOG_INFO;
     case ST_WORKER_REGISTERED:
-        log_info("worker %" PRIu64 " registered at %s (incarnation %016" PRIx64 ")", u->id,
-                 u->address, u->incarnation);
-        break;
+        snprintf(buf, len, "worker %" PRIu64 " registered at %s (incarnation %016" PRIx64 ")",
+                 u->id, u->address, u->incarnation);
+        return LOG_INFO;
     case ST_WORKER_REMOVED:
-        log_info("worker %" PRIu64 " removed", u->id);
-        break;
+        snprintf(buf, len, "worker %" PRIu64 " removed", u->id);
+        return LOG_INFO;
     case ST_WORKER_DRAINING:
-        log_info("worker %" PRIu64 " is draining", u->id);
-        break;
+        snprintf(buf, len, "worker %" PRIu64 " is draining", u->id);
+        return LOG_INFO;
     case ST_SPLITS_RETURNED:
-        log_info("%zu splits of iteration %" PRIu64 " returned to the pool", u->seqs.n, u->ref);
-        break;
+        snprintf(buf, len, "%zu splits of iteration %" PRIu64 " returned to the pool", u->seqs.n,
+                 u->ref);
+        return LOG_INFO;
     case ST_ITERATION_FINISHED:
-        log_info("iteration %" PRIu64 " finished", u->id);
-        break;
+        snprintf(buf, len, "iteration %" PRIu64 " finished", u->id);
+        return LOG_INFO;
     case ST_ITERATION_GC:
-        log_info("iteration %" PRIu64 " garbage-collected", u->id);
-        break;
+        snprintf(buf, len, "iteration %" PRIu64 " garbage-collected", u->id);
+        return LOG_INFO;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
@@ -122,16 +124,57 @@ static void log_update(const struct st_update *u)
         for (size_t i = 0; i < u->seqs.n && n < sizeof tasks - 32; i++)
             n += (size_t)snprintf(tasks + n, sizeof tasks - n, "%s%" PRIu64, i ? ", " : "",
                                   u->seqs.v[i]);
-        log_info("iteration %" PRIu64 ": from round %" PRIu64 " rounds go to task%s %s in turn",
+        snprintf(buf, len,
+                 "iteration %" PRIu64 ": from round %" PRIu64 " rounds go to task%s %s in turn",
                  u->ref, u->ref2, u->seqs.n == 1 ? "" : "s", u->seqs.n ? tasks : "(none)");
-        break;
+        return LOG_INFO;
     }
     default:
-        if (log_enabled(LOG_DEBUG))
-            log_debug("%s id=%" PRIu64 " ref=%" PRIu64 " ref2=%" PRIu64, st_update_name(u->type),
-                      u->id, u->ref, u->ref2);
-        break;
+        if (!log_enabled(LOG_DEBUG))
+            return -1;
+        snprintf(buf, len, "%s id=%" PRIu64 " ref=%" PRIu64 " ref2=%" PRIu64,
+                 st_update_name(u->type), u->id, u->ref, u->ref2);
+        return LOG_DEBUG;
     }
+}
+
+/* The lines of one commit, written to the log only once its updates are durable ("dataset 'x'
+ * registered" must never appear for a change a full disk then refused). Each line is its level
+ * (one byte) and its text, NUL-terminated. */
+struct log_lines {
+    char *buf;
+    size_t len, cap;
+};
+
+static void log_lines_add(struct log_lines *l, const struct st_update *u)
+{
+    char line[1024];
+    int level = describe_update(u, line, sizeof line);
+    if (level < 0 || !log_enabled((enum log_level)level))
+        return;
+    size_t n = strlen(line) + 2;
+    if (l->len + n > l->cap) {
+        size_t cap = l->cap ? l->cap : 256;
+        while (cap < l->len + n)
+            cap *= 2;
+        char *grown = realloc(l->buf, cap);
+        if (!grown)
+            return; /* a line lost to a lack of memory, not a change */
+        l->buf = grown;
+        l->cap = cap;
+    }
+    l->buf[l->len] = (char)level;
+    memcpy(l->buf + l->len + 1, line, n - 1);
+    l->len += n;
+}
+
+/* Writes the lines (when ok) and frees them. */
+static void log_lines_flush(struct log_lines *l, bool ok)
+{
+    for (size_t i = 0; ok && i < l->len; i += strlen(l->buf + i + 1) + 2)
+        log_write((enum log_level)l->buf[i], "%s", l->buf + i + 1);
+    free(l->buf);
+    *l = (struct log_lines){0};
 }
 
 /* ---- commit ---------------------------------------------------------------------------------- */
@@ -148,11 +191,13 @@ static void log_update(const struct st_update *u)
  * can reveal a change that a crash could still lose. A reply therefore takes what the request
  * itself decided (ids, leased splits) from its planning, and only descriptions from the state
  * as it is in cb. A journal that fails stops the dispatcher (fatal), so a change applied here
- * but never written is never acknowledged. */
+ * but never written is never acknowledged, nor logged: the log line of a change (describe_update)
+ * is written with its callback, once it is durable. */
 struct durable_wait {
     struct dispatcher *d;
     commit_cb cb;
     void *ctx;
+    struct log_lines lines;
 };
 
 static void on_durable(void *ctx, int status)
@@ -161,6 +206,7 @@ static void on_durable(void *ctx, int status)
     struct dispatcher *d = w->d;
     commit_cb cb = w->cb;
     void *cb_ctx = w->ctx;
+    log_lines_flush(&w->lines, status == 0);
     free(w);
     cb(d, status, cb_ctx);
 }
@@ -205,11 +251,13 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
 void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx)
 {
     int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
+    struct log_lines lines = {0};
     for (size_t i = 0; rc == 0 && i < ups->n; i++) {
-        log_update(&ups->v[i]);
         rc = state_apply(&d->st, &ups->v[i]);
-        if (rc == 0)
+        if (rc == 0) {
             observe_applied(d->obs, &ups->v[i]);
+            log_lines_add(&lines, &ups->v[i]);
+        }
         if (rc < 0)
             fatal(d, "state: applying %s %" PRIu64 ": %s", st_update_name(ups->v[i].type),
                   ups->v[i].id, sluice_strerror(rc));
@@ -220,16 +268,19 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
         rc = maybe_snapshot(d, ups->n);
     st_update_list_clear(ups);
     if (!d->jt || rc < 0) {
+        /* In memory only, a change is as durable as it gets once applied. */
+        log_lines_flush(&lines, !d->jt && rc == 0);
         cb(d, rc, ctx);
         return;
     }
     struct durable_wait *w = malloc(sizeof *w);
     if (w) {
-        *w = (struct durable_wait){d, cb, ctx};
+        *w = (struct durable_wait){d, cb, ctx, lines};
         if (journal_thread_wait(d->jt, on_durable, w) == 0)
             return;
         free(w);
     }
+    log_lines_flush(&lines, false);
     fatal(d, "journal: %s: waiting for a commit: out of memory", d->work_dir);
     cb(d, SLUICE_ERR_NOMEM, ctx);
 }
@@ -428,12 +479,11 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
     if (!d->work_dir)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
     d->snapshot_every = opts->snapshot_every ? opts->snapshot_every : DEFAULT_SNAPSHOT_EVERY;
-    struct journal_opts jo = {.work_dir = opts->work_dir, .map_max = opts->journal_max_bytes};
-    int rc = journal_open(&jo, &d->journal, why, sizeof why);
-    if (rc == 0) {
-        state_release(&d->st);
-        rc = journal_thread_recover(d->journal, &d->st, &info, why, sizeof why);
-    }
+    struct journal_opts jo = {
+        .work_dir = opts->work_dir, .create = true, .map_max = opts->journal_max_bytes};
+    state_release(&d->st);
+    int rc = journal_thread_open(&jo, opts->recover_to_last_good, &d->journal, &d->st, &info, why,
+                                 sizeof why);
     if (rc == 0) {
         rc = journal_meta_get_u64(d->journal, META_INCARNATION, &inc, why, sizeof why);
         if (rc == SLUICE_ERR_NOT_FOUND) {

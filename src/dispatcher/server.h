@@ -51,12 +51,17 @@ struct dispatcher_opts {
     /* Commit every update in its own transaction instead of grouping: a baseline for the
      * benchmark, never for use. */
     bool journal_per_update;
+    /* A journal whose only damage is in the tail of its log is cut back to the record before
+     * the damage instead of refused (journal_thread_open says what is dropped). Never the
+     * default. */
+    bool recover_to_last_good;
 };
 
 /* Recovers the state from the journal (fault-tolerant mode), binds, listens and starts the timer.
  * The Hello incarnation is the journal's in fault-tolerant mode, else a fresh random number per
  * call. Blocks while it reads the journal. On failure returns a negative code with "what: why"
- * in err (a damaged journal: "journal: DIR: record 42: checksum mismatch") and leaves nothing to
+ * in err (a damaged journal: "journal: DIR: journal damaged: log record: checksum mismatch (at
+ * record seq 42)") and leaves nothing to
  * close (the loop may still need one run to finish closing handles that were started, as
  * rpc_server_start documents). */
 int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct dispatcher **out,

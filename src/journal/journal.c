@@ -9,6 +9,7 @@
  * pages by writing a meta page after the rest is on disk. */
 #include "journal.h"
 
+#include "layout.h"
 #include "record.h"
 
 #include "common/error.h"
@@ -22,14 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#define ENV_DIR "journal"
-#define LOCK_FILE "writer.lock"
+#define ENV_DIR JOURNAL_ENV_DIR
 #define FORMAT 1
 #define META_FORMAT "format"
 #define META_SNAPSHOT "snapshot"
@@ -37,9 +37,12 @@
 struct journal {
     MDB_env *env;
     MDB_dbi log, datasets, meta;
-    char *work_dir;
-    char *path; /* WORK_DIR/journal */
+    char *work_dir;  /* or the data file, in file mode */
+    char *path;      /* WORK_DIR/journal (the data file in file mode) */
+    char *data_path; /* WORK_DIR/journal/data.mdb */
     bool read_only;
+    bool file_mode;
+    struct journal_progress *progress;
     size_t map_max;
     int lock_fd;
     pthread_mutex_t mu;
@@ -97,16 +100,14 @@ static int storage_fail(const struct journal *j, int rc, char *err, size_t errle
     struct statvfs vfs;
     struct rlimit lim;
     struct stat st;
-    char data[PATH_MAX + 16];
     if (rc != EIO && rc != ENOSPC && rc != EFBIG && rc != EDQUOT)
         return lmdb_fail(err, errlen, rc, "commit");
     if (statvfs(j->path, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < (1u << 20))
         return err_set(err, errlen, SLUICE_ERR_FULL,
                        "commit: the disk is full (%" PRIu64 " KiB free)",
                        (uint64_t)vfs.f_bavail * vfs.f_frsize >> 10);
-    snprintf(data, sizeof data, "%s/data.mdb", j->path);
     if (getrlimit(RLIMIT_FSIZE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
-        stat(data, &st) == 0 && (uint64_t)st.st_size + (1u << 16) >= (uint64_t)lim.rlim_cur)
+        stat(j->data_path, &st) == 0 && (uint64_t)st.st_size + (1u << 16) >= (uint64_t)lim.rlim_cur)
         return err_set(err, errlen, SLUICE_ERR_FULL,
                        "commit: the data file reached the file size limit of %" PRIu64 " bytes",
                        (uint64_t)lim.rlim_cur);
@@ -130,30 +131,6 @@ static size_t page_round(size_t n)
     long page = sysconf(_SC_PAGESIZE);
     size_t p = page > 0 ? (size_t)page : 4096;
     return n < p ? p : n / p * p;
-}
-
-/* mkdir -p: creates path and its missing parents. */
-static int make_dirs(const char *path)
-{
-    char buf[PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf)
-        return -ENAMETOOLONG;
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    struct stat st;
-    if (stat(buf, &st) < 0)
-        return -errno;
-    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
 
 /* Begins a transaction, adopting a map another process grew since this one last looked. */
@@ -207,21 +184,21 @@ static int put_framed(MDB_txn *txn, MDB_dbi dbi, MDB_val key, const void *a, siz
 
 /* ---- open and close -------------------------------------------------------------------------- */
 
-/* Opens the three databases and checks (or, writing, records) the format. */
-static int open_dbs(struct journal *j, char *err, size_t errlen)
+/* Opens the three tables (creating them only in a journal being created) and checks the format
+ * record (writing it only then). */
+static int open_dbs(struct journal *j, bool create, char *err, size_t errlen)
 {
     MDB_txn *txn;
-    unsigned create = j->read_only ? 0 : MDB_CREATE;
-    int rc = txn_begin(j, j->read_only ? MDB_RDONLY : 0, &txn);
+    int rc = txn_begin(j, create ? 0 : MDB_RDONLY, &txn);
     if (rc != 0)
         return lmdb_fail(err, errlen, rc, "begin a transaction");
     const char *names[] = {"log", "datasets", "meta"};
     MDB_dbi *dbis[] = {&j->log, &j->datasets, &j->meta};
     for (int i = 0; i < 3; i++) {
-        rc = mdb_dbi_open(txn, names[i], create, dbis[i]);
+        rc = mdb_dbi_open(txn, names[i], create ? MDB_CREATE : 0, dbis[i]);
         if (rc == MDB_NOTFOUND) {
             mdb_txn_abort(txn);
-            return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here (no '%s' table)",
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "journal damaged: no '%s' table",
                            names[i]);
         }
         if (rc != 0) {
@@ -232,8 +209,7 @@ static int open_dbs(struct journal *j, char *err, size_t errlen)
     const uint8_t *p;
     size_t len;
     const char *why = NULL;
-    rc = get_framed(txn, j->meta, str_val(META_FORMAT), &p, &len, &why);
-    if (rc == SLUICE_ERR_NOT_FOUND && !j->read_only) {
+    if (create) {
         uint8_t v[8];
         put_be64(v, FORMAT);
         rc = put_framed(txn, j->meta, str_val(META_FORMAT), v, 8, NULL, 0, 0);
@@ -241,99 +217,287 @@ static int open_dbs(struct journal *j, char *err, size_t errlen)
             mdb_txn_abort(txn);
             return lmdb_fail(err, errlen, rc, "write the format");
         }
-    } else if (rc == SLUICE_ERR_NOT_FOUND) {
-        mdb_txn_abort(txn);
-        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here (no format record)");
-    } else if (rc < 0) {
-        mdb_txn_abort(txn);
-        return err_set(err, errlen, rc == SLUICE_ERR_TRUNCATED ? SLUICE_ERR_CORRUPT : rc,
-                       "format record: %s", why);
-    } else if (len != 8 || get_be64(p) != FORMAT) {
-        uint64_t f = len == 8 ? get_be64(p) : 0;
-        mdb_txn_abort(txn);
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT,
-                       "journal format %" PRIu64 " is not one this build reads (%d)", f, FORMAT);
+    } else {
+        rc = get_framed(txn, j->meta, str_val(META_FORMAT), &p, &len, &why);
+        if (rc == SLUICE_ERR_NOT_FOUND) {
+            mdb_txn_abort(txn);
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                           "journal damaged: no format record in the meta table");
+        } else if (rc < 0) {
+            mdb_txn_abort(txn);
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "journal damaged: format record: %s",
+                           why);
+        } else if (len != 8 || get_be64(p) != FORMAT) {
+            uint64_t f = len == 8 ? get_be64(p) : 0;
+            mdb_txn_abort(txn);
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                           "journal format %" PRIu64 " is not one this build reads (%d)", f,
+                           FORMAT);
+        }
     }
     /* Committing, also a read-only transaction, keeps the table handles for later ones. */
     rc = mdb_txn_commit(txn);
     if (rc != 0)
-        return lmdb_fail(err, errlen, rc, "open the tables");
+        return lmdb_fail(err, errlen, rc, create ? "create the tables" : "open the tables");
     return 0;
 }
 
-int journal_open(const struct journal_opts *opts, struct journal **out, char *err, size_t errlen)
+/* Makes a new journal in WORK_DIR/journal.new (its three tables and its format record, in one
+ * transaction) and renames it to WORK_DIR/journal: a crash leaves either no journal or a whole
+ * one. The caller holds the work dir's lock. */
+static int create_journal(struct journal *j, const struct journal_paths *p, char *err,
+                          size_t errlen)
 {
-    char path[PATH_MAX];
+    int rc = journal_layout_fresh(p, err, errlen);
+    if (rc < 0)
+        return rc;
+    struct journal fresh = {.read_only = false};
+    rc = mdb_env_create(&fresh.env);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "create the environment");
+    rc = mdb_env_set_maxdbs(fresh.env, 4);
+    if (rc == 0)
+        rc = mdb_env_open(fresh.env, p->fresh, MDB_NOTLS, 0644);
+    if (rc != 0) {
+        mdb_env_close(fresh.env);
+        return lmdb_fail(err, errlen, rc, "create the journal");
+    }
+    rc = open_dbs(&fresh, true, err, errlen);
+    mdb_env_close(fresh.env);
+    if (rc < 0)
+        return rc;
+    return journal_layout_publish(j->work_dir, p, NULL, 0, err, errlen);
+}
+
+/* Reads the start of the data file and checks its meta pages (check.h) before LMDB opens it. */
+static int check_head(struct journal *j, struct journal_damage *d, uint64_t *file_size, char *err,
+                      size_t errlen)
+{
+    int fd = open(j->data_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT && j->file_mode)
+            return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here: %s is missing",
+                           j->data_path);
+        if (errno == ENOENT)
+            return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
+                           "the journal's data file " ENV_DIR "/" JOURNAL_DATA_FILE " is missing");
+        return err_set(err, errlen, -errno, "open %s: %s", j->data_path, strerror(errno));
+    }
+    struct stat st;
+    uint8_t *head = NULL;
+    ssize_t n = 0;
+    int rc = 0;
+    if (fstat(fd, &st) < 0) {
+        rc = err_set(err, errlen, -errno, "open %s: %s", j->data_path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = err_set(err, errlen, SLUICE_ERR_CORRUPT, "journal damaged: %s is not a regular file",
+                     j->data_path);
+        goto out;
+    }
+    head = malloc(JOURNAL_CHECK_HEAD);
+    if (!head) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
+        goto out;
+    }
+    while ((size_t)n < JOURNAL_CHECK_HEAD) {
+        ssize_t r = pread(fd, head + n, JOURNAL_CHECK_HEAD - (size_t)n, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = err_set(err, errlen, -errno, "read %s: %s", j->data_path, strerror(errno));
+            goto out;
+        }
+        if (r == 0)
+            break;
+        n += r;
+    }
+    struct journal_file_info info;
+    *file_size = (uint64_t)st.st_size;
+    rc = journal_check_metas(head, (size_t)n, (uint64_t)st.st_size, &info, d);
+    if (rc < 0)
+        journal_damage_format(d, err, errlen);
+out:
+    free(head);
+    close(fd);
+    return rc;
+}
+
+/* The meta pages' transaction ids, to tell whether a writer committed meanwhile. */
+static uint64_t metas_stamp(const uint8_t *map, size_t size)
+{
+    uint32_t psize;
+    uint64_t t0, t1;
+    if (size < JOURNAL_CHECK_HEAD / 32)
+        return 0;
+    memcpy(&psize, map + 40, 4);
+    if (psize < 512 || psize > 32768 || size < (size_t)2 * psize)
+        return 0;
+    memcpy(&t0, map + 144, 8);
+    memcpy(&t1, map + psize + 144, 8);
+    return t0 > t1 ? t0 : t1;
+}
+
+/* Checks every page of the data file (check.h) while a read transaction holds the journal's
+ * current state, so a writer that goes on meanwhile leaves the pages checked alone. A reader
+ * whose check fails while a writer committed since tries again with the new state. */
+static int check_pages(struct journal *j, struct journal_damage *d, char *err, size_t errlen)
+{
+    int rc = 0;
+    for (int attempt = 0; attempt < 5; attempt++) {
+        MDB_txn *pin;
+        rc = txn_begin(j, MDB_RDONLY, &pin);
+        if (rc != 0)
+            return lmdb_fail(err, errlen, rc, "begin a read transaction");
+        int fd = open(j->data_path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+            rc = err_set(err, errlen, -errno, "open %s: %s", j->data_path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            mdb_txn_abort(pin);
+            return rc;
+        }
+        size_t size = (size_t)st.st_size;
+        uint8_t *map = size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+        close(fd);
+        if (size && map == MAP_FAILED) {
+            rc = err_set(err, errlen, -errno, "map %s: %s", j->data_path, strerror(errno));
+            mdb_txn_abort(pin);
+            return rc;
+        }
+        uint64_t before = metas_stamp(map, size);
+        if (j->progress)
+            j->progress->phase = JOURNAL_PHASE_PAGES;
+        rc = journal_check_pages(map, size, j->progress ? &j->progress->page : NULL, NULL, d);
+        bool moved = metas_stamp(map, size) != before || before != mdb_txn_id(pin);
+        if (map)
+            munmap(map, size);
+        mdb_txn_abort(pin);
+        if (rc == SLUICE_ERR_NOMEM)
+            return err_set(err, errlen, rc, "check the pages: out of memory");
+        if (rc == 0 || !j->read_only || !moved)
+            break;
+    }
+    if (rc < 0)
+        journal_damage_format(d, err, errlen);
+    return rc;
+}
+
+static const char no_journal_foreign[] =
+    "no journal here (no " ENV_DIR "/), and the work dir is not empty: a journal is only created "
+    "in an empty or new directory";
+
+int journal_open_damage(const struct journal_opts *opts, struct journal **out,
+                        struct journal_damage *d, char *err, size_t errlen)
+{
+    struct journal_paths paths;
+    struct journal_damage unused;
+    bool pages_checked = false;
     int rc;
-    if (!opts->work_dir || !*opts->work_dir)
+    if (!d)
+        d = &unused;
+    memset(d, 0, sizeof *d);
+    if ((!opts->work_dir || !*opts->work_dir) && (!opts->file || !*opts->file))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "no work dir given");
-    if ((size_t)snprintf(path, sizeof path, "%s/" ENV_DIR, opts->work_dir) >= sizeof path)
-        return err_set(err, errlen, -ENAMETOOLONG, "open: %s", strerror(ENAMETOOLONG));
+    bool file_mode = !opts->work_dir || !*opts->work_dir;
+    if (file_mode && !opts->read_only)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "a data file alone is opened read-only");
+    if (!file_mode) {
+        rc = journal_paths_init(&paths, opts->work_dir, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
     struct journal *j = calloc(1, sizeof *j);
     if (!j)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
     j->lock_fd = -1;
     j->read_only = opts->read_only;
+    j->file_mode = file_mode;
     j->fault = opts->fault;
     j->fault_user = opts->fault_user;
+    j->progress = opts->progress;
     j->map_max = page_round(opts->map_max ? opts->map_max : JOURNAL_DEFAULT_MAP_MAX);
     size_t map_size = page_round(opts->map_size ? opts->map_size : JOURNAL_DEFAULT_MAP_SIZE);
     if (map_size > j->map_max)
         map_size = j->map_max;
     pthread_mutex_init(&j->mu, NULL);
-    j->work_dir = strdup(opts->work_dir);
-    j->path = strdup(path);
-    if (!j->work_dir || !j->path) {
+    j->work_dir = strdup(file_mode ? opts->file : opts->work_dir);
+    j->path = strdup(file_mode ? opts->file : paths.dir);
+    j->data_path = strdup(file_mode ? opts->file : paths.data);
+    if (!j->work_dir || !j->path || !j->data_path) {
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
         goto fail_alloc;
     }
+    if (j->progress)
+        j->progress->phase = JOURNAL_PHASE_OPEN;
 
-    if (j->read_only) {
-        char data[PATH_MAX + 16];
-        struct stat st;
-        snprintf(data, sizeof data, "%s/data.mdb", path);
-        if (stat(data, &st) < 0) {
-            rc = errno == ENOENT ? err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here")
-                                 : err_set(err, errlen, -errno, "open: %s", strerror(errno));
+    if (!j->read_only) {
+        enum journal_presence presence;
+        rc = journal_layout_lock(j->work_dir, &paths, &j->lock_fd, err, errlen);
+        if (rc == 0)
+            rc = journal_layout_probe(j->work_dir, &paths, &presence, err, errlen);
+        if (rc < 0)
+            goto fail_alloc;
+        if (presence == JOURNAL_FOREIGN) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "%s", no_journal_foreign);
             goto fail_alloc;
         }
-    } else {
-        rc = make_dirs(path);
-        if (rc < 0) {
-            err_set(err, errlen, rc, "create %s: %s", path, strerror(-rc));
+        if (presence == JOURNAL_FRESH && !opts->create) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no journal here");
             goto fail_alloc;
         }
-        char lock[PATH_MAX + 16];
-        snprintf(lock, sizeof lock, "%s/" LOCK_FILE, path);
-        j->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-        if (j->lock_fd < 0) {
-            rc = err_set(err, errlen, -errno, "open %s: %s", lock, strerror(errno));
-            goto fail_alloc;
+        if (presence == JOURNAL_FRESH) {
+            rc = create_journal(j, &paths, err, errlen);
+            if (rc < 0)
+                goto fail_alloc;
         }
-        if (flock(j->lock_fd, LOCK_EX | LOCK_NB) < 0) {
-            rc = errno == EWOULDBLOCK
-                     ? err_set(err, errlen, SLUICE_ERR_EXISTS,
-                               "another dispatcher is writing this journal")
-                     : err_set(err, errlen, -errno, "lock %s: %s", lock, strerror(errno));
+        if (opts->gate) {
+            rc = opts->gate(opts->gate_user, err, errlen);
+            if (rc < 0)
+                goto fail_alloc;
+            pages_checked = rc > 0;
+        }
+    } else if (!file_mode) {
+        enum journal_presence presence;
+        rc = journal_layout_probe(j->work_dir, &paths, &presence, err, errlen);
+        if (rc < 0)
+            goto fail_alloc;
+        if (presence != JOURNAL_PRESENT) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "%s",
+                         presence == JOURNAL_FOREIGN ? no_journal_foreign : "no journal here");
             goto fail_alloc;
         }
     }
 
+    uint64_t file_size = 0;
+    rc = check_head(j, d, &file_size, err, errlen);
+    if (rc < 0)
+        goto fail_alloc;
+    /* A reader maps the file as it is rather than trusting the map size its meta page names. */
+    if (j->read_only)
+        map_size = page_round((size_t)file_size + (size_t)sysconf(_SC_PAGESIZE) - 1);
     rc = mdb_env_create(&j->env);
     if (rc != 0) {
         rc = lmdb_fail(err, errlen, rc, "create the environment");
         goto fail_alloc;
     }
     rc = mdb_env_set_maxdbs(j->env, 4);
-    if (rc == 0 && !j->read_only)
+    if (rc == 0)
         rc = mdb_env_set_mapsize(j->env, map_size);
     if (rc != 0) {
         rc = lmdb_fail(err, errlen, rc, "configure the environment");
         goto fail_env;
     }
     /* MDB_NOTLS: a read transaction is tied to the call that made it, not to a thread's slot,
-     * so several threads may read. Syncing stays on: no MDB_NOSYNC, no MDB_NOMETASYNC. */
-    rc = mdb_env_open(j->env, path, MDB_NOTLS | (j->read_only ? MDB_RDONLY : 0), 0644);
+     * so several threads may read. Syncing stays on: no MDB_NOSYNC, no MDB_NOMETASYNC. A data
+     * file alone (a backup) has no lock file and no other user. LMDB reads only the meta pages
+     * here, which check_head() checked. */
+    unsigned flags = MDB_NOTLS | (j->read_only ? MDB_RDONLY : 0);
+    if (file_mode)
+        flags |= MDB_NOSUBDIR | MDB_NOLOCK;
+    rc = mdb_env_open(j->env, j->path, flags, 0644);
     if (rc != 0) {
         rc = lmdb_fail(err, errlen, rc, "open");
         goto fail_env;
@@ -343,7 +507,13 @@ int journal_open(const struct journal_opts *opts, struct journal **out, char *er
         int dead;
         mdb_reader_check(j->env, &dead);
     }
-    rc = open_dbs(j, err, errlen);
+    /* Under the writer's lock nothing changes the file after the gate checked it. */
+    rc = pages_checked ? 0 : check_pages(j, d, err, errlen);
+    if (rc == 0) {
+        if (j->progress)
+            j->progress->phase = JOURNAL_PHASE_READ;
+        rc = open_dbs(j, false, err, errlen);
+    }
     if (rc < 0)
         goto fail_env;
     *out = j;
@@ -357,8 +527,14 @@ fail_alloc:
     pthread_mutex_destroy(&j->mu);
     free(j->work_dir);
     free(j->path);
+    free(j->data_path);
     free(j);
     return rc;
+}
+
+int journal_open(const struct journal_opts *opts, struct journal **out, char *err, size_t errlen)
+{
+    return journal_open_damage(opts, out, NULL, err, errlen);
 }
 
 void journal_close(struct journal *j)
@@ -371,12 +547,18 @@ void journal_close(struct journal *j)
     pthread_mutex_destroy(&j->mu);
     free(j->work_dir);
     free(j->path);
+    free(j->data_path);
     free(j);
 }
 
 const char *journal_work_dir(const struct journal *j)
 {
     return j->work_dir;
+}
+
+const char *journal_data_path(const struct journal *j)
+{
+    return j->data_path;
 }
 
 /* ---- writing --------------------------------------------------------------------------------- */
@@ -745,6 +927,13 @@ int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record
                    journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
                    size_t errlen)
 {
+    return journal_replay_to(j, from, UINT64_MAX, on_record, on_damage, user, last, err, errlen);
+}
+
+int journal_replay_to(struct journal *j, uint64_t from, uint64_t to, journal_record_cb on_record,
+                      journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
+                      size_t errlen)
+{
     struct replay r = {.on_damage = on_damage, .user = user, .err = err, .errlen = errlen};
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
@@ -772,6 +961,10 @@ int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record
             continue;
         }
         uint64_t seq = get_be64(k.mv_data);
+        if (seq > to)
+            break;
+        if (j->progress)
+            j->progress->seq = seq;
         if (seq < from) {
             snprintf(why, sizeof why,
                      "record %" PRIu64 " is still in the log, but the snapshot covers it", seq);
@@ -864,6 +1057,182 @@ out_txn:
 out:
     pthread_mutex_unlock(&j->mu);
     return rc;
+}
+
+int journal_check_meta(struct journal *j, char *err, size_t errlen)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    pthread_mutex_lock(&j->mu);
+    int rc = txn_begin(j, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "begin a read transaction");
+        goto out;
+    }
+    rc = mdb_cursor_open(txn, j->meta, &cur);
+    if (rc != 0) {
+        rc = lmdb_fail(err, errlen, rc, "open a cursor");
+        goto out_txn;
+    }
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        char key[JOURNAL_ID_MAX + 1];
+        size_t klen = k.mv_size <= JOURNAL_ID_MAX ? k.mv_size : JOURNAL_ID_MAX;
+        memcpy(key, k.mv_data, klen);
+        key[klen] = '\0';
+        const uint8_t *p;
+        size_t n;
+        const char *why;
+        if (journal_record_decode(v.mv_data, v.mv_size, k.mv_data, k.mv_size, &p, &n, &why) < 0) {
+            rc = err_set(err, errlen, SLUICE_ERR_CORRUPT, "meta '%s': %s", key, why);
+            goto out_cursor;
+        }
+        bool number = strcmp(key, META_FORMAT) == 0 || strcmp(key, "incarnation") == 0;
+        if ((number && n != 8) || (strcmp(key, META_SNAPSHOT) == 0 && n < 8)) {
+            rc =
+                err_set(err, errlen, SLUICE_ERR_CORRUPT, "meta '%s': a value of %zu bytes", key, n);
+            goto out_cursor;
+        }
+    }
+    rc = rc == MDB_NOTFOUND ? 0 : lmdb_fail(err, errlen, rc, "read the meta table");
+out_cursor:
+    mdb_cursor_close(cur);
+out_txn:
+    mdb_txn_abort(txn);
+out:
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+/* One attempt at journal_drop_tail(). */
+static int drop_tail_txn(struct journal *j, uint64_t from, journal_keep_cb keep, void *user,
+                         uint64_t *records, uint64_t *datasets, bool *map_full, char *err,
+                         size_t errlen)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    uint64_t nrec = 0, nds = 0;
+    const char *what = "begin a write transaction";
+    char(*ids)[JOURNAL_ID_MAX + 1] = NULL;
+    size_t nids = 0, cap = 0;
+    *map_full = false;
+    int rc = txn_begin(j, 0, &txn);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, what);
+    /* The records, from the last one back. */
+    what = "delete records";
+    rc = mdb_cursor_open(txn, j->log, &cur);
+    while (rc == 0 && (rc = mdb_cursor_get(cur, &k, &v, MDB_LAST)) == 0) {
+        if (k.mv_size == 8 && get_be64(k.mv_data) < from)
+            break;
+        rc = mdb_cursor_del(cur, 0);
+        nrec += rc == 0;
+    }
+    if (cur)
+        mdb_cursor_close(cur);
+    cur = NULL;
+    if (rc == MDB_NOTFOUND)
+        rc = 0;
+    /* The dataset definitions keep() rejects: their ids first, then the deletions. */
+    if (rc == 0) {
+        what = "delete dataset definitions";
+        rc = mdb_cursor_open(txn, j->datasets, &cur);
+    }
+    for (int op = MDB_FIRST; rc == 0 && (rc = mdb_cursor_get(cur, &k, &v, op)) == 0;
+         op = MDB_NEXT) {
+        size_t idlen = k.mv_size <= JOURNAL_ID_MAX ? k.mv_size : JOURNAL_ID_MAX;
+        char id[JOURNAL_ID_MAX + 1];
+        memcpy(id, k.mv_data, idlen);
+        id[idlen] = '\0';
+        if (keep(user, id))
+            continue;
+        if (nids == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            void *grown = realloc(ids, ncap * sizeof *ids);
+            if (!grown) {
+                rc = ENOMEM;
+                break;
+            }
+            ids = grown;
+            cap = ncap;
+        }
+        memcpy(ids[nids++], id, idlen + 1);
+    }
+    if (cur)
+        mdb_cursor_close(cur);
+    if (rc == MDB_NOTFOUND)
+        rc = 0;
+    for (size_t i = 0; rc == 0 && i < nids; i++) {
+        MDB_val key = str_val(ids[i]);
+        rc = mdb_del(txn, j->datasets, &key, NULL);
+        nds += rc == 0;
+    }
+    free(ids);
+    if (rc != 0) {
+        mdb_txn_abort(txn);
+        *map_full = rc == MDB_MAP_FULL;
+        return lmdb_fail(err, errlen, rc, what);
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc != 0) {
+        *map_full = rc == MDB_MAP_FULL;
+        return storage_fail(j, rc, err, errlen);
+    }
+    if (records)
+        *records = nrec;
+    if (datasets)
+        *datasets = nds;
+    return 0;
+}
+
+int journal_drop_tail(struct journal *j, uint64_t from, journal_keep_cb keep, void *user,
+                      uint64_t *records, uint64_t *datasets, char *err, size_t errlen)
+{
+    if (j->read_only)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "cut: the journal is open read-only");
+    pthread_mutex_lock(&j->mu);
+    int rc;
+    for (;;) {
+        bool map_full;
+        rc = drop_tail_txn(j, from, keep, user, records, datasets, &map_full, err, errlen);
+        if (rc == 0 || !map_full)
+            break;
+        rc = grow(j, err, errlen);
+        if (rc < 0)
+            break;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return rc;
+}
+
+int journal_copy(struct journal *j, int fd, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&j->mu);
+    int rc;
+    /* The copy begins a read transaction of its own, which fails when a writer grew the map
+     * past this reader's: adopt the new size and start the copy over. */
+    for (int attempt = 0;; attempt++) {
+        MDB_txn *txn;
+        rc = txn_begin(j, MDB_RDONLY, &txn);
+        if (rc != 0)
+            break;
+        mdb_txn_abort(txn);
+        rc = mdb_env_copyfd2(j->env, fd, MDB_CP_COMPACT);
+        if (rc != MDB_MAP_RESIZED || attempt == 4)
+            break;
+        if (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0) {
+            rc = errno;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (rc != 0)
+        return lmdb_fail(err, errlen, rc, "copy");
+    if (fsync(fd) < 0)
+        return err_set(err, errlen, -errno, "copy: sync: %s", strerror(errno));
+    return 0;
 }
 
 int journal_get_info(struct journal *j, struct journal_info *info, char *err, size_t errlen)

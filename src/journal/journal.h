@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "check.h"
+
 #define JOURNAL_DEFAULT_MAP_SIZE ((size_t)64 << 20)
 #define JOURNAL_DEFAULT_MAP_MAX ((size_t)16 << 30)
 #define JOURNAL_ID_MAX 511 /* longest dataset id in bytes (LMDB's key size limit) */
@@ -48,28 +50,71 @@ struct journal;
  * check that a crash at either point leaves a consistent journal. */
 enum journal_fault { JOURNAL_FAULT_BEFORE_COMMIT = 1, JOURNAL_FAULT_AFTER_COMMIT = 2 };
 
+/* Where a check or a replay is, kept up to date in memory the caller provides, so a process
+ * that watches one running in another (journal_verify) can say where it stopped. */
+struct journal_progress {
+    volatile uint64_t page; /* the page of the data file the structural check reached */
+    volatile uint64_t seq;  /* the record a replay reached */
+    volatile int phase;     /* enum journal_phase */
+};
+
+enum journal_phase {
+    JOURNAL_PHASE_OPEN = 0,  /* opening: the meta pages */
+    JOURNAL_PHASE_PAGES = 1, /* checking every page */
+    JOURNAL_PHASE_READ = 2,  /* reading through LMDB: tables, snapshot, records */
+};
+
 struct journal_opts {
-    const char *work_dir; /* created (with parents) when missing, unless read_only */
-    bool read_only;       /* MDB_RDONLY: for inspecting a journal, possibly in use */
-    size_t map_size;      /* initial map size in bytes; 0: JOURNAL_DEFAULT_MAP_SIZE */
-    size_t map_max;       /* the ceiling the map may grow to; 0: JOURNAL_DEFAULT_MAP_MAX */
+    /* The work dir (the journal is WORK_DIR/journal, see layout.h). */
+    const char *work_dir;
+    /* Instead of a work dir: a journal's data file on its own (a backup), opened read-only. */
+    const char *file;
+    bool read_only; /* MDB_RDONLY: for inspecting a journal, possibly in use */
+    /* Writing: make a new journal when the work dir is fresh (missing, or empty). Without it, or
+     * when the work dir holds anything else, a missing journal is an error. */
+    bool create;
+    size_t map_size; /* initial map size in bytes; 0: JOURNAL_DEFAULT_MAP_SIZE */
+    size_t map_max;  /* the ceiling the map may grow to; 0: JOURNAL_DEFAULT_MAP_MAX */
     /* Called at the points above when not NULL. Never set outside tests. */
     void (*fault)(enum journal_fault point, void *user);
     void *fault_user;
+    struct journal_progress *progress; /* may be NULL */
+    /* Writing: called once the work dir's lock is held (and a fresh journal created), before
+     * the journal is opened; a negative return stops the open with that code and the message it
+     * wrote into err, a positive one says the gate checked every page (check.h) meanwhile, so
+     * the open does not check them again. journal_open_checked() verifies the journal here.
+     * May be NULL. */
+    int (*gate)(void *user, char *err, size_t errlen);
+    void *gate_user;
 };
 
-/* Opens (creating when needed, unless read_only) the environment under opts->work_dir/journal.
- * Returns 0 and *out, or a negative code with "what: why" in err: SLUICE_ERR_NOT_FOUND when a
- * read-only open finds no journal, SLUICE_ERR_EXISTS when another process has it open for
- * writing, SLUICE_ERR_CORRUPT when it is not a journal of a format this build reads, negative
- * errno for system errors (a work dir that cannot be created or read). */
+/* Opens the journal. Before LMDB reads anything but the meta pages, the data file passes the
+ * structural checks of check.h (for the transaction a reader holds while the check runs, so a
+ * writer may go on); nothing is created or written in a journal that fails them, and LMDB never
+ * creates a table in an existing journal. Writing, the work dir's lock is taken first, and a
+ * journal is created (with its format record, in one step: layout.h) only when opts->create and
+ * the work dir is fresh.
+ *
+ * Returns 0 and *out, or a negative code with a message in err: SLUICE_ERR_NOT_FOUND when there
+ * is no journal ("no journal here"; "the journal's data file journal/data.mdb is missing"; a
+ * work dir that is not empty but holds no journal), SLUICE_ERR_EXISTS when another process
+ * writes it, SLUICE_ERR_CORRUPT when it is damaged ("journal damaged: ... (at page N)") or of a
+ * format this build does not read, negative errno for system errors. */
 int journal_open(const struct journal_opts *opts, struct journal **out, char *err, size_t errlen);
+
+/* journal_open(), also returning what damage it found (d is filled when it returns
+ * SLUICE_ERR_CORRUPT because of damage; d->what is then also in err, formatted). */
+int journal_open_damage(const struct journal_opts *opts, struct journal **out,
+                        struct journal_damage *d, char *err, size_t errlen);
 
 /* Closes the environment and releases the lock. j may be NULL. */
 void journal_close(struct journal *j);
 
-/* The work dir as given to journal_open (owned by j). */
+/* The work dir as given to journal_open, or the file (owned by j). */
 const char *journal_work_dir(const struct journal *j);
+
+/* The path of the data file (owned by j). */
+const char *journal_data_path(const struct journal *j);
 
 /* ---- writing --------------------------------------------------------------------------------- */
 
@@ -145,12 +190,41 @@ int journal_replay(struct journal *j, uint64_t from, journal_record_cb on_record
                    journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
                    size_t errlen);
 
+/* journal_replay() of the records from `from` to `to` only: records after `to` are neither
+ * delivered nor checked. */
+int journal_replay_to(struct journal *j, uint64_t from, uint64_t to, journal_record_cb on_record,
+                      journal_damage_cb on_damage, void *user, uint64_t *last, char *err,
+                      size_t errlen);
+
+/* Checks every value of the meta table: its checksum, and the length of the values this module
+ * and the dispatcher read ("format" and "incarnation": 8 bytes; "snapshot": at least 8).
+ * Returns 0, or SLUICE_ERR_CORRUPT with "meta 'incarnation': checksum mismatch". */
+int journal_check_meta(struct journal *j, char *err, size_t errlen);
+
 /* Calls cb for every dataset definition, in id order, inside one read transaction (data valid
  * during the call only). A value that fails its check ends the walk with SLUICE_ERR_CORRUPT
  * ("dataset 'x': checksum mismatch"); a nonzero cb return ends it with that value. */
 typedef int (*journal_dataset_cb)(void *user, const char *id, const uint8_t *data, size_t len);
 int journal_datasets_each(struct journal *j, journal_dataset_cb cb, void *user, char *err,
                           size_t errlen);
+
+/* ---- recovery and copies --------------------------------------------------------------------- */
+
+/* Says whether the dataset id must stay in the datasets table (nonzero) or go. */
+typedef int (*journal_keep_cb)(void *user, const char *id);
+
+/* Cuts the log back: deletes every record from `from` on, and every dataset definition keep()
+ * rejects, in one write transaction (the journal must be open for writing). *records and
+ * *datasets (may be NULL) receive how many were deleted. Records may be damaged (their values
+ * are not read); the pages must have passed the structural check, as journal_open ensures.
+ * Returns 0 or a negative code with a message, as journal_append. */
+int journal_drop_tail(struct journal *j, uint64_t from, journal_keep_cb keep, void *user,
+                      uint64_t *records, uint64_t *datasets, char *err, size_t errlen);
+
+/* Writes a compacted copy of the journal as it is in one read transaction (LMDB's
+ * mdb_env_copyfd2 with MDB_CP_COMPACT) to fd, a new regular file, and syncs it. A writer may go
+ * on meanwhile. Returns 0 or a negative code with a message. */
+int journal_copy(struct journal *j, int fd, char *err, size_t errlen);
 
 struct journal_info {
     uint64_t records;      /* records in the log */

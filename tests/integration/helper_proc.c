@@ -157,6 +157,7 @@ int proc_wait(struct proc *p, int timeout_ms)
     if (p->pid <= 0)
         return -1;
     long long deadline = now_ms() + timeout_ms;
+    useconds_t nap = 100; /* most processes are gone within a millisecond or two */
     for (;;) {
         int status;
         pid_t r = waitpid(p->pid, &status, WNOHANG);
@@ -171,7 +172,9 @@ int proc_wait(struct proc *p, int timeout_ms)
             return -1;
         if (now_ms() >= deadline)
             return -2;
-        usleep(5000);
+        usleep(nap);
+        if (nap < 5000)
+            nap *= 2;
     }
 }
 

@@ -177,9 +177,14 @@ static void test_bad_dispatcher_options(void **state)
         {{.fault_tolerant = true}, "fault_tolerant needs work_dir"},
         {{.work_dir = "/tmp"}, "work_dir is used only with fault_tolerant"},
         {{.snapshot_every = 5},
-         "snapshot_every, journal_max_mb and journal_per_update need fault_tolerant"},
+         "snapshot_every, journal_max_mb, journal_per_update and "
+         "recover_to_last_good need fault_tolerant"},
         {{.journal_per_update = true},
-         "snapshot_every, journal_max_mb and journal_per_update need fault_tolerant"},
+         "snapshot_every, journal_max_mb, journal_per_update and "
+         "recover_to_last_good need fault_tolerant"},
+        {{.recover_to_last_good = true},
+         "snapshot_every, journal_max_mb, journal_per_update and "
+         "recover_to_last_good need fault_tolerant"},
         {{.fault_tolerant = true, .work_dir = "/tmp/x", .journal_max_mb = (1ULL << 24) + 1},
          "journal_max_mb: expected a size in MiB from 1 to 16777216, got 16777217"},
         {{.fault_tolerant = true, .work_dir = "/tmp/x", .snapshot_every = 1000000000001ULL},

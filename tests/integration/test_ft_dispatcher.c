@@ -524,10 +524,12 @@ static void test_damaged_record_stops_start(void **unused)
                           "--port",
                           "0",
                           NULL};
-    char *out = NULL, *err = NULL, want[700];
+    char *out = NULL, *err = NULL, want[1024];
     assert_int_equal(run_cmd(argv, WAIT_MS, &out, &err), 1);
     assert_string_equal(out, ""); /* it never listened */
-    snprintf(want, sizeof want, "sluice-dispatcher: journal: %s: record 5: checksum mismatch\n",
+    snprintf(want, sizeof want,
+             "sluice-dispatcher: journal: %s: journal damaged: log record: checksum mismatch (at "
+             "record seq 5)\n",
              wd);
     assert_string_equal(err, want);
     free(out);
@@ -535,7 +537,11 @@ static void test_damaged_record_stops_start(void **unused)
 
     /* verify says the same without starting anything; dump shows the damaged line. */
     assert_int_equal(journal_cmd("verify", wd, &out, &err), 1);
-    snprintf(want, sizeof want, "sluice: journal: %s: record 5: checksum mismatch\n", wd);
+    snprintf(want, sizeof want,
+             "sluice: journal: %s: journal damaged: log record: checksum mismatch (at record seq "
+             "5); only the tail of the log is damaged: sluice-dispatcher --recover-to-last-good "
+             "would drop records 5 to 5\n",
+             wd);
     assert_string_equal(err, want);
     free(out);
     free(err);
@@ -590,7 +596,7 @@ static void test_full_journal_is_fatal(void **unused)
                           "--journal-max-mb",
                           "1",
                           "--log-level",
-                          "warn",
+                          "info",
                           NULL};
     struct proc d;
     assert_int_equal(proc_start(&d, argv, WAIT_MS), 0);
@@ -627,10 +633,20 @@ static void test_full_journal_is_fatal(void **unused)
              "limit of 1 MiB\n",
              wd);
     bool found = false;
-    while (fgets(line, sizeof line, f))
+    int logged = 0;
+    char refused_line[64];
+    snprintf(refused_line, sizeof refused_line, "dataset 'd%d' registered", acked);
+    while (fgets(line, sizeof line, f)) {
         found |= strcmp(line, want) == 0;
+        /* A change is logged only once it is durable: every acknowledged registration, and
+         * not the one the full journal refused. */
+        logged += strstr(line, "info sluice-dispatcher: dataset 'd") != NULL;
+        if (strstr(line, refused_line))
+            fail_msg("logged a registration that never became durable: %s", line);
+    }
     fclose(f);
     assert_true(found);
+    assert_int_equal(logged, acked);
 
     /* Restarted with room, it has every registration it acknowledged. */
     char *const argv2[] = {(char *)bin_path("sluice-dispatcher"),

@@ -26,6 +26,7 @@
 #include "journal/record.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <lmdb.h>
@@ -80,7 +81,8 @@ static struct journal *open_journal(const char *wd, size_t map_size, size_t map_
 {
     struct journal *j = NULL;
     char err[512] = "";
-    struct journal_opts o = {.work_dir = wd, .map_size = map_size, .map_max = map_max};
+    struct journal_opts o = {
+        .work_dir = wd, .create = true, .map_size = map_size, .map_max = map_max};
     int rc = journal_open(&o, &j, err, sizeof err);
     if (rc < 0)
         fail_msg("journal_open %s: %s", wd, err);
@@ -250,9 +252,9 @@ static void test_fresh_work_dir(void **unused)
     journal_close(j);
 
     /* A work dir that cannot be created. */
-    struct journal_opts o = {.work_dir = "/proc/sluice-cannot-be-here"};
+    struct journal_opts o = {.work_dir = "/proc/sluice-cannot-be-here", .create = true};
     assert_true(journal_open(&o, &j, err, sizeof err) < 0);
-    assert_non_null(strstr(err, "create /proc/sluice-cannot-be-here/journal: "));
+    assert_non_null(strstr(err, "create /proc/sluice-cannot-be-here: "));
     /* Reading a journal that is not there. */
     o = (struct journal_opts){.work_dir = work("nothing"), .read_only = true};
     assert_int_equal(journal_open(&o, &j, err, sizeof err), SLUICE_ERR_NOT_FOUND);
@@ -469,7 +471,7 @@ static void test_readers_and_writers(void **unused)
     /* A reader in another process reads while this one holds the journal open for writing. */
     assert_int_equal(in_child(read_while_written, NULL), 0);
     /* A second writer is refused before it touches the environment. */
-    struct journal_opts o = {.work_dir = work("w")};
+    struct journal_opts o = {.work_dir = work("w"), .create = true};
     assert_int_equal(journal_open(&o, &other, err, sizeof err), SLUICE_ERR_EXISTS);
     assert_string_equal(err, "another dispatcher is writing this journal");
     assert_int_equal(append_n(j, 6, 1, NULL, err, sizeof err), 0);
@@ -478,6 +480,73 @@ static void test_readers_and_writers(void **unused)
     j = open_journal(work("w"), 0, 0);
     expect_log(j, 1, 6);
     journal_close(j);
+}
+
+/* A reader opened before the writer grew the file copies the journal as it is now: the copy's
+ * own read transaction adopts the larger map. */
+struct grow_sync {
+    int opened[2], grown[2];
+};
+
+static int copy_after_growth(void *arg)
+{
+    struct grow_sync *g = arg;
+    struct journal *j, *copy;
+    char err[256], path[600], byte = 0;
+    struct journal_opts o = {.work_dir = work("w"), .read_only = true};
+    if (journal_open(&o, &j, err, sizeof err) < 0)
+        return 10;
+    if (write(g->opened[1], "o", 1) != 1 || read(g->grown[0], &byte, 1) != 1)
+        return 11;
+    snprintf(path, sizeof path, "%s/copy.mdb", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0 || journal_copy(j, fd, err, sizeof err) < 0) {
+        fprintf(stderr, "copy: %s\n", err);
+        return 12;
+    }
+    close(fd);
+    journal_close(j);
+    o = (struct journal_opts){.file = path, .read_only = true};
+    if (journal_open(&o, &copy, err, sizeof err) < 0) {
+        fprintf(stderr, "open the copy: %s\n", err);
+        return 13;
+    }
+    struct seen *s = calloc(1, sizeof *s);
+    s->payload_ok = true;
+    uint64_t last = 0;
+    int rc = journal_replay(copy, 1, on_record, NULL, s, &last, err, sizeof err);
+    journal_close(copy);
+    bool ok = rc == 0 && last == 64 * 40 && s->n == 64 * 40 && s->payload_ok;
+    free(s);
+    return ok ? 0 : 14;
+}
+
+static void test_copy_while_growing(void **unused)
+{
+    (void)unused;
+    struct journal *j = open_journal(work("w"), 1 << 16, 0);
+    char err[256], byte;
+    struct grow_sync g;
+    assert_int_equal(pipe(g.opened), 0);
+    assert_int_equal(pipe(g.grown), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(copy_after_growth(&g));
+    assert_int_equal(read(g.opened[0], &byte, 1), 1);
+    for (uint64_t first = 1; first <= 64 * 40; first += 64)
+        assert_int_equal(append_n(j, first, 64, NULL, err, sizeof err), 0);
+    assert_int_equal(write(g.grown[1], "g", 1), 1);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    journal_close(j);
+    for (int i = 0; i < 2; i++) {
+        close(g.opened[i]);
+        close(g.grown[i]);
+    }
 }
 
 static void test_damage_named(void **unused)
@@ -584,7 +653,7 @@ static int fill_disk(void *arg)
     (void)arg;
     struct journal *j;
     char err[256];
-    struct journal_opts o = {.work_dir = work("w")};
+    struct journal_opts o = {.work_dir = work("w"), .create = true};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 110;
     signal(SIGXFSZ, SIG_IGN);
@@ -670,7 +739,8 @@ static int crash_child(void *arg)
     struct crash *c = arg;
     struct journal *j;
     char err[256];
-    struct journal_opts o = {.work_dir = work("w"), .fault = crash_hook, .fault_user = c};
+    struct journal_opts o = {
+        .work_dir = work("w"), .create = true, .fault = crash_hook, .fault_user = c};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 10;
     for (c->current = 1; c->current <= CRASH_BATCHES; c->current++) {
@@ -1340,7 +1410,7 @@ static int dispatcher_child(void *arg)
 {
     struct child *c = arg;
     char err[512];
-    struct journal_opts jo = {.work_dir = work("kill")};
+    struct journal_opts jo = {.work_dir = work("kill"), .create = true};
     struct journal_recovery info;
     if (journal_open(&jo, &c->j, err, sizeof err) < 0)
         return 30;
@@ -1471,6 +1541,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fresh_work_dir, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copy_while_growing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_stops_on_callback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_truncates, setup, teardown),
