@@ -137,7 +137,58 @@ def _ms(value, name):
     return _count(value, name)
 
 
-class DispatchServer:
+def _port(value, name):
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError(f"{name} must be an int from 0 to 65535, not {value!r}")
+    return value
+
+
+class _Server:
+    """What the two in-process servers share: start, join, stop, context manager."""
+
+    _kind = "server"
+    _native = None  # the _sluice type
+
+    def __init__(self, args, start):
+        self._args = args
+        self._server = None
+        if start:
+            self.start()
+
+    def start(self):
+        """Starts the server (when created with start=False); raises sluice.Error when it
+        cannot (a port in use, a damaged journal...)."""
+        if self._server is None:
+            self._server = type(self)._native(*self._args)
+
+    def join(self, timeout=None):
+        """Blocks until the server stops (or timeout seconds pass); Ctrl-C interrupts."""
+        self._live().join(_timeout_ms(timeout))
+
+    def stop(self):
+        """Stops the server (a worker drains first). Safe to call twice."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def _live(self):
+        if self._server is None:
+            raise RuntimeError(f"the {self._kind} is not running (start() it, or it was stopped)")
+        return self._server
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def __repr__(self):
+        state = self._where() if self._server is not None else "stopped"
+        return f"sluice.{type(self).__name__}({state})"
+
+
+class DispatchServer(_Server):
     """A dispatcher running in this process, on a thread of its own (tf.data service's
     DispatchServer).
 
@@ -152,21 +203,19 @@ class DispatchServer:
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
     """
 
+    _kind = "dispatcher"
+    _native = _sluice.Dispatcher
+
     def __init__(self, port=0, host="127.0.0.1", work_dir=None, fault_tolerant_mode=False,
                  worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None,
                  autoscale_window_ms=None, snapshot_every=None, journal_max_mb=None,
                  worker_addresses=None, metrics_port=None, log_level="warn", start=True):
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
+        _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
         if fault_tolerant_mode and not work_dir:
             raise ValueError("fault_tolerant_mode requires a work_dir")
-        if metrics_port is not None and (isinstance(metrics_port, bool)
-                                         or not isinstance(metrics_port, int)
-                                         or not 0 <= metrics_port <= 65535):
-            raise ValueError(f"metrics_port must be an int from 0 to 65535, not {metrics_port!r}")
-        self._args = (
+        super().__init__((
             host, port, work_dir, bool(fault_tolerant_mode),
             _ms(worker_timeout_ms, "worker_timeout_ms"),
             _ms(client_timeout_ms, "client_timeout_ms"),
@@ -176,18 +225,9 @@ class DispatchServer:
             0 if journal_max_mb is None else journal_max_mb,
             None if worker_addresses is None else [_target(a, "worker_addresses")
                                                    for a in worker_addresses],
-            -1 if metrics_port is None else metrics_port,
+            -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _text(log_level, "log_level"),
-        )
-        self._server = None
-        if start:
-            self.start()
-
-    def start(self):
-        """Starts the dispatcher (when created with start=False); raises sluice.Error when it
-        cannot (a port in use, a damaged journal...)."""
-        if self._server is None:
-            self._server = _sluice.Dispatcher(*self._args)
+        ), start)
 
     @property
     def target(self):
@@ -199,34 +239,11 @@ class DispatchServer:
         """HOST:PORT of the metrics server, or None."""
         return self._live().metrics_address
 
-    def join(self, timeout=None):
-        """Blocks until the dispatcher stops (or timeout seconds pass); Ctrl-C interrupts."""
-        self._live().join(_timeout_ms(timeout))
-
-    def stop(self):
-        """Stops the dispatcher, its journal written. Safe to call twice."""
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def _live(self):
-        if self._server is None:
-            raise RuntimeError("the dispatcher is not running (start() it, or it was stopped)")
-        return self._server
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    def __repr__(self):
-        state = self.target if self._server is not None else "stopped"
-        return f"sluice.DispatchServer({state})"
+    def _where(self):
+        return self.target
 
 
-class WorkerServer:
+class WorkerServer(_Server):
     """A worker running in this process, on a thread of its own (tf.data service's
     WorkerServer).
 
@@ -239,65 +256,32 @@ class WorkerServer:
     stop() drains first: readers receive everything the worker holds, then it leaves.
     """
 
+    _kind = "worker"
+    _native = _sluice.Worker
+
     def __init__(self, dispatcher_address, port=0, host="127.0.0.1", advertise=None,
                  threads=None, plugins=None, heartbeat_ms=None, drain_timeout_ms=None,
                  metrics_port=None, log_level="warn", start=True):
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise ValueError(f"port must be an int from 0 to 65535, not {port!r}")
-        if metrics_port is not None and (isinstance(metrics_port, bool)
-                                         or not isinstance(metrics_port, int)
-                                         or not 0 <= metrics_port <= 65535):
-            raise ValueError(f"metrics_port must be an int from 0 to 65535, not {metrics_port!r}")
-        self._args = (
-            _target(dispatcher_address, "dispatcher_address"), _text(host, "host"), port,
-            _text(advertise, "advertise"), _ms(heartbeat_ms, "heartbeat_ms"),
-            _count(threads, "threads"), list(_plugins(plugins)),
-            -1 if metrics_port is None else metrics_port,
+        super().__init__((
+            _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
+            _port(port, "port"), _text(advertise, "advertise"),
+            _ms(heartbeat_ms, "heartbeat_ms"), _count(threads, "threads"),
+            list(_plugins(plugins)),
+            -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _ms(drain_timeout_ms, "drain_timeout_ms"), _text(log_level, "log_level"),
-        )
-        self._server = None
-        if start:
-            self.start()
-
-    def start(self):
-        """Starts the worker (when created with start=False)."""
-        if self._server is None:
-            self._server = _sluice.Worker(*self._args)
+        ), start)
 
     @property
     def address(self):
         """HOST:PORT readers use to reach this worker."""
         return self._live().address
 
-    def join(self, timeout=None):
-        """Blocks until the worker stops (or timeout seconds pass); Ctrl-C interrupts."""
-        self._live().join(_timeout_ms(timeout))
-
     def drain(self):
         """Starts a lossless drain and returns at once; stop() waits for it."""
         self._live().drain()
 
-    def stop(self):
-        """Drains the worker, then stops it. Safe to call twice."""
-        if self._server is not None:
-            self._server.stop()
-            self._server = None
-
-    def _live(self):
-        if self._server is None:
-            raise RuntimeError("the worker is not running (start() it, or it was stopped)")
-        return self._server
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-
-    def __repr__(self):
-        state = self.address if self._server is not None else "stopped"
-        return f"sluice.WorkerServer({state})"
+    def _where(self):
+        return self.address
 
 
 class _Connection:
