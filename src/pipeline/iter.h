@@ -74,10 +74,11 @@ int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
  * whole source: the source yields the elements of splits[0], then splits[1], ..., and the ops run
  * over that. Only the ops pipe_dist_analyze() places on the workers run: those on the split
  * sequence (repeat, and take/skip/shard over the source's positions) were applied by the split
- * provider, and those from the cut on run in the client. Splits are copied. Every shuffle is seeded from splits[0].seq (and its own seed
- * when it has one) rather than from chance, so opening the same split again yields the same
- * elements in the same order: a split re-issued after its worker died is processed again
- * identically, which lets a consumer drop the elements it already received by position. */
+ * provider, and those from the cut on run in the client. Splits are copied. Every shuffle is seeded
+ * from splits[0].seq (and its own seed when it has one) rather than from chance, so opening the
+ * same split again yields the same elements in the same order: a split re-issued after its worker
+ * died is processed again identically, which lets a consumer drop the elements it already received
+ * by position. */
 int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry *reg,
                      const struct pipe_split *splits, size_t nsplits, struct pipe_run **out,
                      char *err, size_t errlen);
