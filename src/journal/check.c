@@ -214,8 +214,13 @@ int journal_check_metas(const uint8_t *head, size_t headlen, uint64_t file_size,
                                   "meta page %u: the previous transaction ends at page %" PRIu64
                                   ", after the current one (%" PRIu64 ")",
                                   !cur, o->last_pg, c->last_pg);
+    /* LMDB never writes a page that a transaction took and gave back before its commit (a
+     * "loose" page: on the free list, never flushed), so the file may end before the last page
+     * the transaction counts. Such pages are free; the walk refuses any page in use past the end.
+     * Free pages are named on the free list, 8 bytes each, so there cannot be more of them past
+     * the end than the file has bytes / 8. */
     uint64_t pages = file_size / psize;
-    if (c->last_pg >= pages)
+    if (c->last_pg >= pages && c->last_pg - pages >= file_size / 8)
         return journal_damage_set(d, false, 0,
                                   "the data file is truncated: %" PRIu64
                                   " bytes, but its last transaction uses %" PRIu64 " (%" PRIu64
@@ -233,7 +238,6 @@ int journal_check_metas(const uint8_t *head, size_t headlen, uint64_t file_size,
     info->current = cur;
     info->txnid = c->txnid;
     info->last_pg = c->last_pg;
-    info->needed = (c->last_pg + 1) * psize;
     return 0;
 }
 
@@ -306,6 +310,12 @@ static int claim(struct walk *w, const struct tree *t, uint64_t from, uint64_t p
     if (pg < NUM_METAS || pg > w->last_pg || n > w->last_pg - pg + 1)
         return bad(w, t, from, "page %" PRIu64 "%s is outside the %" PRIu64 " pages in use", pg,
                    n > 1 ? " and the ones after it" : "", w->last_pg + 1);
+    if (pg + n > w->size / w->psize)
+        return journal_damage_set(w->d, true, from,
+                                  "the data file is truncated: %zu bytes, but page %" PRIu64
+                                  "%s of the %s%s is past its end",
+                                  w->size, pg + n - 1, n > 1 ? " (an overflow run)" : "", t->name,
+                                  w->txn);
     for (uint64_t k = 0; k < n; k++) {
         if (bit_test(w->used, pg + k))
             return bad(w, t, from, "page %" PRIu64 " is used twice", pg + k);
@@ -348,6 +358,11 @@ static int leaf_value(struct walk *w, struct tree *t, uint64_t pg, unsigned idx,
         return bad(w, t, pg,
                    "node %u: its value's page %" PRIu64 " is outside the %" PRIu64 " pages in use",
                    idx, ov, w->last_pg + 1);
+    if (ov >= w->size / w->psize)
+        return journal_damage_set(w->d, true, pg,
+                                  "the data file is truncated: %zu bytes, but page %" PRIu64
+                                  " of the %s%s is past its end",
+                                  w->size, ov, t->name, w->txn);
     const uint8_t *op = page_at(w, ov);
     uint32_t npages = rd32(op + 12);
     if (rd64(op) != ov || rd16(op + 8) != 0 || rd16(op + 10) != P_OVERFLOW)

@@ -62,13 +62,14 @@ struct journal_file_info {
     uint32_t psize;   /* page size */
     unsigned current; /* 0 or 1: the meta page LMDB uses (the larger transaction id) */
     uint64_t txnid;   /* the current transaction */
-    uint64_t last_pg; /* the last page the current transaction uses */
-    uint64_t needed;  /* bytes of file it needs: (last_pg + 1) * psize */
+    uint64_t last_pg; /* the last page the current transaction counts (its end may be free
+                         pages LMDB never wrote, past the end of the file) */
 };
 
 /* Checks the meta pages of a data file of file_size bytes whose first headlen bytes are in head
- * (headlen >= min(file_size, JOURNAL_CHECK_HEAD)), including that the file holds every page the
- * current transaction uses. Returns 0 and fills info, or SLUICE_ERR_CORRUPT with d filled:
+ * (headlen >= min(file_size, JOURNAL_CHECK_HEAD)), including that the file is not far shorter
+ * than the pages the current transaction counts (journal_check_pages() finds any page in use past
+ * the end). Returns 0 and fills info, or SLUICE_ERR_CORRUPT with d filled:
  * "the data file is empty (0 bytes)", "the data file is truncated: ...", "meta page 1: ...". */
 int journal_check_metas(const uint8_t *head, size_t headlen, uint64_t file_size,
                         struct journal_file_info *info, struct journal_damage *d);

@@ -221,7 +221,6 @@ static void test_sound_image(void **unused)
     assert_int_equal(info.current, 0);
     assert_int_equal(info.txnid, 2);
     assert_int_equal(info.last_pg, NPAGES - 1);
-    assert_int_equal(info.needed, NPAGES * PS);
     /* A file longer than the pages in use is fine (a commit that failed after growing it). */
     uint8_t *longer = calloc(NPAGES + 2, PS);
     memcpy(longer, img, NPAGES * PS);
@@ -261,14 +260,27 @@ static void test_size(void **unused)
     expect(img, 5000,
            "journal damaged: the data file is truncated: 5000 bytes, shorter than its two meta "
            "pages of 4096 bytes");
-    for (size_t pages = 2; pages < NPAGES; pages++) {
+    /* Page 11 is free: LMDB never writes a page a transaction took and gave back (a loose
+     * page), so a sound file may end before it. */
+    struct journal_damage d;
+    assert_int_equal(journal_check_pages(img, (NPAGES - 1) * PS, NULL, NULL, &d), 0);
+    /* Any shorter and a page in use is missing: the free list's root (page 10) comes first. */
+    for (size_t pages = 2; pages < NPAGES - 1; pages++) {
         char want[256];
         snprintf(want, sizeof want,
-                 "journal damaged: the data file is truncated: %zu bytes, but its last "
-                 "transaction uses %d (%d pages of 4096 bytes)",
-                 pages * PS, NPAGES * PS, NPAGES);
+                 "journal damaged: the data file is truncated: %zu bytes, but page 10 of the "
+                 "free list is past its end (at page 0)",
+                 pages * PS);
         expect(img, pages * PS, want);
     }
+    free(img);
+    img = image();
+    /* More pages past the end than a free list the file's size could name. */
+    w64(img + 136, 100000);
+    w64(img + PS + 136, 100000);
+    expect(img, NPAGES * PS,
+           "journal damaged: the data file is truncated: 49152 bytes, but its last transaction "
+           "uses 409604096 (100001 pages of 4096 bytes)");
     free(img);
 }
 
