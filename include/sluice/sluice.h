@@ -271,6 +271,8 @@ struct sluice_read_options {
     uint32_t max_outstanding_requests;
     /* A pipeline tail ("map(add, 1) | batch(2)") applied to elements after they arrive. */
     const char *local;
+    /* With pipeline: the split size it is registered with (sluice_register_options). */
+    uint64_t split_size;
 };
 
 /* Opens an iterator over the elements of a dataset as served by the workers. A pipeline or local

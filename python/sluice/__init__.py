@@ -113,6 +113,17 @@ def _text(value, name, allow_none=True):
     return value
 
 
+def _split_size(value):
+    """split_size: None (0, the dispatcher's default) or a positive int."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"split_size must be an int, not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"split_size must be positive, not {value}")
+    return value
+
+
 def _timeout_ms(timeout):
     """Seconds (None: no limit) as whole milliseconds, at least 1."""
     if timeout is None:
@@ -318,11 +329,7 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
         compression = "none"
     if compression not in ("auto", "none"):
         raise ValueError(f"compression must be 'auto' or None, not {compression!r}")
-    size = 0 if split_size is None else split_size
-    if isinstance(size, bool) or not isinstance(size, int):
-        raise TypeError(f"split_size must be an int, not {type(split_size).__name__}")
-    if size < 0:
-        raise ValueError(f"split_size must be positive, not {split_size}")
+    size = _split_size(split_size)
     conn = _Connection(service, plugins, timeout)
     return conn.client().register(pipeline, dataset_id, compression, size)
 
@@ -334,7 +341,7 @@ class Dataset:
 
     def __init__(self, conn, processing_mode, dataset_id=None, pipeline=None, job_name=None,
                  consumer_index=None, num_consumers=None, max_outstanding_requests=None,
-                 local=None, element_timeout=None):
+                 local=None, element_timeout=None, split_size=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -363,12 +370,13 @@ class Dataset:
                                                "max_outstanding_requests")
         self.local = _text(local, "local")
         self._element_timeout_ms = _timeout_ms(element_timeout)
+        self._split_size = _split_size(split_size)
 
     def __iter__(self):
         return self._conn.client().read(
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
-            self._element_timeout_ms)
+            self._element_timeout_ms, self._split_size)
 
     def __repr__(self):
         what = f"dataset_id={self.dataset_id!r}" if self.dataset_id else \
@@ -405,16 +413,16 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
-               timeout=None, element_timeout=None):
+               timeout=None, element_timeout=None, split_size=None):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
-    with the same arguments. The pipeline is checked here first (a malformed one raises
+    with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
     _text(pipeline, "pipeline", allow_none=False)
     conn = _Connection(service, plugins, timeout)
     return Dataset(conn, processing_mode, pipeline=pipeline, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
-                   element_timeout=element_timeout)
+                   element_timeout=element_timeout, split_size=split_size)
 
 
 def run(pipeline, plugins=None):

@@ -163,13 +163,17 @@ static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw)
                             "max_outstanding_requests",
                             "local",
                             "timeout_ms",
+                            "split_size",
                             NULL};
     struct sluice_read_options o = {0};
     int mode = 0;
     unsigned int ci = 0, nc = 0, mor = 0, timeout_ms = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzI", names, &o.dataset_id, &o.pipeline,
-                                     &mode, &o.job_name, &ci, &nc, &mor, &o.local, &timeout_ms))
+    unsigned long long split_size = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIK", names, &o.dataset_id, &o.pipeline,
+                                     &mode, &o.job_name, &ci, &nc, &mor, &o.local, &timeout_ms,
+                                     &split_size))
         return NULL;
+    o.split_size = split_size;
     if (!client_ready(self))
         return NULL;
     o.mode = (enum sluice_mode)mode;

@@ -51,6 +51,18 @@ def test_distribute_with_stream_operations(cluster2):
     assert sorted(int(v) for b in batches for v in b) == list(range(100))
 
 
+def test_split_size(cluster2):
+    t = cluster2.target
+    got = ints(sluice.distribute("range(100) | map(identity)", "distributed_epoch", t,
+                                 split_size=25))
+    assert got == list(range(100))
+    ds = {d["pipeline"]: d for d in sluice.status(t)["datasets"]}
+    assert ds["range(100) | map(identity)"]["split_size"] == 25
+    job = [j for j in sluice.status(t)["jobs"]
+           if j["dataset_id"] == ds["range(100) | map(identity)"]["id"]][0]
+    assert job["splits"]["size"] == 25 and job["splits"]["total"] == 4
+
+
 def test_batched_tuples_from_the_service(cluster2):
     got = list(sluice.distribute('list((1, "a"), (2, "bb"), (3, "c"), (4, "d")) | batch(2)',
                                  "distributed_epoch", cluster2.target))
@@ -118,6 +130,10 @@ def test_status_is_a_dict(cluster2):
     (lambda t: sluice.register_dataset(t, "range(3)", compression="zstd"), ValueError,
      "compression"),
     (lambda t: sluice.register_dataset(t, "range(3)", split_size=-1), ValueError, "split_size"),
+    (lambda t: sluice.register_dataset(t, "range(3)", split_size=0), ValueError,
+     "split_size must be positive, not 0"),
+    (lambda t: sluice.distribute("range(3)", "distributed_epoch", t, split_size=2.5), TypeError,
+     "split_size must be an int, not float"),
 ])
 def test_arguments_are_checked_before_the_network(call, exc, text):
     # A port nobody listens on: a check that reached the network would hang or fail otherwise.

@@ -33,5 +33,8 @@ void cli_error(const char *what, const char *fmt, ...) __attribute__((format(pri
 
 /* Parses a non-negative decimal integer option value. Returns 0 or -1. */
 int cli_parse_u64(const char *text, unsigned long long *out);
+/* Parses the value of --split-size (a count of elements, at least 1); prints the usage error
+ * and returns -1 when it is not one. */
+int cli_parse_split_size(const char *text, uint64_t *out);
 
 #endif

@@ -51,6 +51,17 @@ int cli_parse_u64(const char *text, unsigned long long *out)
     return 0;
 }
 
+int cli_parse_split_size(const char *text, uint64_t *out)
+{
+    unsigned long long v;
+    if (cli_parse_u64(text, &v) != 0 || v == 0) {
+        cli_error("usage", "--split-size takes a number of elements >= 1, not '%s'", text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *const *plugins,
                     size_t nplugins, struct sluice_client **out)
 {

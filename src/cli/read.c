@@ -25,7 +25,7 @@ static const char read_usage[] =
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
-    "                   [--plugin LIB.so]...\n"
+    "                   [--split-size N] [--plugin LIB.so]...\n"
     "\n"
     "Reads the elements of a dataset from the workers and prints one per line (--format text,\n"
     "the default) or only their number (--format count). Give a PIPELINE to register it first,\n"
@@ -45,6 +45,8 @@ static const char read_usage[] =
     "  --limit N           stop after N elements\n"
     "  --timeout-ms N      give up when the dispatcher is unreachable this long (default:\n"
     "                      retry forever, since a dispatcher may be restarting)\n"
+    "  --split-size N      elements per split of the PIPELINE registered here (see\n"
+    "                      'sluice register --help')\n"
     "  --plugin LIB.so     load functions the pipeline or the tail uses (repeatable)\n"
     "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
@@ -159,6 +161,9 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                 return CLI_EXIT_USAGE;
             }
             a->has_limit = true;
+        } else if (strcmp(s, "--split-size") == 0 && more) {
+            if (cli_parse_split_size(argv[++i], &a->opts.split_size) != 0)
+                return CLI_EXIT_USAGE;
         } else if (strcmp(s, "--timeout-ms") == 0 && more) {
             if (cli_parse_u64(argv[++i], &a->timeout_ms) != 0 || a->timeout_ms > UINT32_MAX) {
                 cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",
@@ -189,6 +194,10 @@ static int parse_args(int argc, char **argv, struct read_args *a)
     if (!a->opts.pipeline == !a->opts.dataset_id) {
         cli_error("usage", "give either a PIPELINE or --dataset-id ID, not %s",
                   a->opts.pipeline ? "both" : "neither");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->opts.split_size && !a->opts.pipeline) {
+        cli_error("usage", "--split-size goes with a PIPELINE to register, not --dataset-id");
         return CLI_EXIT_USAGE;
     }
     if (a->rounds && (!has_count || a->opts.local)) {

@@ -9,12 +9,15 @@
 
 static const char register_usage[] =
     "usage: sluice register --dispatcher H:P PIPELINE [--dataset-id ID]\n"
-    "                       [--compression auto|none] [--timeout-ms N] [--plugin LIB.so]...\n"
+    "                       [--compression auto|none] [--split-size N] [--timeout-ms N]\n"
+    "                       [--plugin LIB.so]...\n"
     "\n"
     "Checks PIPELINE, registers it with the dispatcher and prints the dataset id. With\n"
     "--dataset-id the dataset gets that id (registering the same pipeline under it again is\n"
     "fine; another pipeline is refused); otherwise the dispatcher picks one. --compression\n"
-    "auto (the default) lets workers compress elements when it pays. An unreachable\n"
+    "auto (the default) lets workers compress elements when it pays. --split-size sets the\n"
+    "elements per split of a range or list source in distributed_epoch (default: about 1/256\n"
+    "of the source, 16 to 16384, rounded up to a multiple of the workers' batch). An unreachable\n"
     "dispatcher is retried until --timeout-ms runs out (default: forever). --plugin loads a\n"
     "shared object whose functions the pipeline uses (workers need it too).\n"
     "\n"
@@ -25,6 +28,7 @@ int cli_register(int argc, char **argv)
     const char *dispatcher = NULL, *text = NULL, *dataset_id = NULL;
     enum sluice_compression compression = SLUICE_COMPRESSION_AUTO;
     unsigned long long timeout_ms = 0;
+    uint64_t split_size = 0;
     const char *plugins[CLI_MAX_PLUGINS];
     size_t nplugins = 0;
 
@@ -51,6 +55,9 @@ int cli_register(int argc, char **argv)
                 cli_error("usage", "--compression takes auto or none, not '%s'", c);
                 return CLI_EXIT_USAGE;
             }
+        } else if (strcmp(a, "--split-size") == 0 && i + 1 < argc) {
+            if (cli_parse_split_size(argv[++i], &split_size) != 0)
+                return CLI_EXIT_USAGE;
         } else if (strcmp(a, "--timeout-ms") == 0 && i + 1 < argc) {
             if (cli_parse_u64(argv[++i], &timeout_ms) != 0 || timeout_ms > UINT32_MAX) {
                 cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",
@@ -90,7 +97,8 @@ int cli_register(int argc, char **argv)
 
     char err[1024] = "";
     char id[256];
-    struct sluice_register_options opts = {.dataset_id = dataset_id, .compression = compression};
+    struct sluice_register_options opts = {
+        .dataset_id = dataset_id, .compression = compression, .split_size = split_size};
     int rc = sluice_register(client, text, &opts, id, sizeof(id), err, sizeof(err));
     if (rc == SLUICE_ERR_PARSE) {
         cli_error("pipeline", "%s", err);

@@ -437,8 +437,8 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
             goto fail;
     }
     if (o->pipeline && *o->pipeline) {
-        static const struct sluice_register_options defaults = {0};
-        rc = client_register(c, o->pipeline, &defaults, it->dataset_id, sizeof it->dataset_id, err,
+        const struct sluice_register_options ro = {.split_size = o->split_size};
+        rc = client_register(c, o->pipeline, &ro, it->dataset_id, sizeof it->dataset_id, err,
                              errlen);
         if (rc)
             goto fail;

@@ -67,6 +67,7 @@ static json_t *dataset_json(struct builder *b, const struct st_dataset *d)
     json_t *text = json_string(d->text ? d->text : "");
     put(b, o, "pipeline", text ? text : json_string("(not valid UTF-8)"));
     put(b, o, "compression", json_string(d->compression == 1 ? "none" : "auto"));
+    put(b, o, "split_size", d->split_size ? u64(d->split_size) : json_null());
     return o;
 }
 
@@ -78,6 +79,7 @@ static json_t *splits_json(struct builder *b, const struct st_iteration *it)
         return NULL;
     }
     put(b, o, "total", it->split_total == UINT64_MAX ? json_null() : u64(it->split_total));
+    put(b, o, "size", it->plan.split_size ? u64(it->plan.split_size) : json_null());
     put(b, o, "cursor", u64(it->split_cursor));
     put(b, o, "leased", u64(it->splits_leased));
     put(b, o, "returned", u64(it->pool.n));

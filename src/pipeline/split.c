@@ -15,18 +15,23 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* See split.h: aim at SPLIT_TARGET splits per pass, never more than SPLIT_MAX_SIZE elements in
- * one split. */
+/* See split.h: aim at SPLIT_TARGET splits per pass, never fewer than SPLIT_MIN_SIZE nor more
+ * than SPLIT_MAX_SIZE elements in one split. */
 #define SPLIT_TARGET 256u
+#define SPLIT_MIN_SIZE 16u
 #define SPLIT_MAX_SIZE 16384u
 
 uint64_t pipe_split_default_size(uint64_t len)
 {
-    /* Rounding down makes a source of at least SPLIT_TARGET elements give at least
-     * SPLIT_TARGET splits (and fewer than twice that until the size cap is reached). */
+    /* A source too small for two splits of the minimum is cut in two halves, so two workers
+     * still share it. */
+    if (len < 2 * SPLIT_MIN_SIZE)
+        return len < 2 ? 1 : len / 2 + len % 2;
+    /* Rounding down makes a source of at least SPLIT_TARGET * SPLIT_MIN_SIZE elements give at
+     * least SPLIT_TARGET splits (and fewer than twice that until the size cap is reached). */
     uint64_t size = len / SPLIT_TARGET;
-    if (size < 1)
-        size = 1;
+    if (size < SPLIT_MIN_SIZE)
+        size = SPLIT_MIN_SIZE;
     if (size > SPLIT_MAX_SIZE)
         size = SPLIT_MAX_SIZE;
     return size;

@@ -37,12 +37,14 @@ struct pipe_split_provider {
 };
 
 /* The default number of elements per split for a range/list source of len elements: small
- * sources are cut finely so several workers share them, large ones coarsely so leasing costs
- * nothing against processing. The size is len / 256 (rounded down) clamped to [1, 16384]: a
- * source of fewer than 512 elements gets one split per element (range(10) -> 10 splits of 1), one
- * of 256 to 4 Mi elements between 256 and 511 splits, and a larger one splits of 16384 elements,
- * so a split of a cheap pipeline is milliseconds of work and the number of leases grows only
- * linearly with the source. */
+ * sources are cut so several workers share them, large ones coarsely so leasing costs nothing
+ * against processing, and no source of more than two elements is cut into one-element splits
+ * (each split costs a lease and an end marker, and a batch on the workers cannot span splits).
+ * The size is len / 256 (rounded down) clamped to [16, 16384]; a source of fewer than 32
+ * elements is cut in two halves (range(10) -> 2 splits of 5). A source of 4096 to 4 Mi elements
+ * gets between 256 and 511 splits, a larger one splits of 16384 elements, so a split of a cheap
+ * pipeline is milliseconds of work and the number of leases grows only linearly with the
+ * source. */
 uint64_t pipe_split_default_size(uint64_t len);
 
 /* Builds the provider for spec. split_size 0 picks pipe_split_default_size(); either is then

@@ -178,6 +178,7 @@ static void register_init(struct register_req *q, int i)
     snprintf(q->id, sizeof q->id, "d%d", i);
     q->body.dataset = &q->def;
     q->body.dataset_id = q->id;
+    q->body.split_size = 1; /* one split per element: the tests count splits */
     q->env.body_case = SLUICE__ENVELOPE__BODY_REGISTER_DATASET;
     q->env.register_dataset = &q->body;
 }

@@ -10,6 +10,8 @@
 
 #include "helper_cluster.h"
 
+#include <jansson.h>
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,6 +148,97 @@ static void test_full_batches(void **state)
     free(out);
 }
 
+/* The status document's dataset with pipeline text, and the splits of the job reading it. */
+static void split_sizes(struct cluster *c, const char *pipeline, json_int_t *dataset_size,
+                        json_int_t *iteration_size, json_int_t *total)
+{
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "status", "--json", NULL), 0);
+    json_error_t e;
+    json_t *doc = json_loads(out, 0, &e);
+    assert_non_null(doc);
+    const char *id = NULL;
+    json_t *d;
+    size_t i;
+    *dataset_size = -1;
+    json_array_foreach(json_object_get(doc, "datasets"), i, d)
+    {
+        if (strcmp(json_string_value(json_object_get(d, "pipeline")), pipeline) == 0) {
+            id = json_string_value(json_object_get(d, "id"));
+            json_t *s = json_object_get(d, "split_size");
+            *dataset_size = json_is_null(s) ? 0 : json_integer_value(s);
+        }
+    }
+    assert_non_null(id);
+    *iteration_size = *total = -1;
+    json_array_foreach(json_object_get(doc, "jobs"), i, d)
+    {
+        if (strcmp(json_string_value(json_object_get(d, "dataset_id")), id) == 0) {
+            json_t *splits = json_object_get(d, "splits");
+            *iteration_size = json_integer_value(json_object_get(splits, "size"));
+            *total = json_integer_value(json_object_get(splits, "total"));
+        }
+    }
+    json_decref(doc);
+    free(out);
+    free(err);
+}
+
+static void test_split_size(void **state)
+{
+    struct cluster *c = *state;
+    json_int_t ds, size, total;
+    /* The default never cuts a small source into one-element splits. */
+    char *want = expected_range(100, 1);
+    expect_sorted(c, "range(100)", want);
+    split_sizes(c, "range(100)", &ds, &size, &total);
+    assert_int_equal(ds, 0);
+    assert_int_equal(size, 16);
+    assert_int_equal(total, 7);
+    /* Set from the CLI: register, then read the dataset; and read with a pipeline. */
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "register", "range(100) | map(identity)",
+                                 "--split-size", "25", NULL),
+                     0);
+    char id[64];
+    snprintf(id, sizeof id, "%.*s", (int)strcspn(out, "\n"), out);
+    free(out);
+    free(err);
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "read", "--dataset-id", id, "--mode", "distributed_epoch", NULL),
+        0);
+    char *got = sorted_lines(out);
+    assert_string_equal(got, want);
+    free(got);
+    free(out);
+    free(err);
+    split_sizes(c, "range(100) | map(identity)", &ds, &size, &total);
+    assert_int_equal(ds, 25);
+    assert_int_equal(size, 25);
+    assert_int_equal(total, 4);
+    free(want);
+    /* Rounded up to a multiple of the workers' batch. */
+    out = read_de(c, "range(100) | batch(32)", 0, NULL, "--split-size", "10");
+    int full, lines;
+    count_batches(out, 32, &full, &lines);
+    assert_int_equal(full, 3);
+    assert_int_equal(lines, 4);
+    free(out);
+    split_sizes(c, "range(100) | batch(32)", &ds, &size, &total);
+    assert_int_equal(ds, 10);
+    assert_int_equal(size, 32);
+    /* Bad values are refused with the reason. */
+    assert_int_equal(cluster_cli(c, &out, &err, "read", "range(3)", "--split-size", "0", NULL), 2);
+    assert_non_null(strstr(err, "--split-size takes a number of elements >= 1, not '0'"));
+    free(out);
+    free(err);
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "read", "--dataset-id", id, "--split-size", "5", NULL), 2);
+    assert_non_null(strstr(err, "--split-size goes with a PIPELINE to register, not --dataset-id"));
+    free(out);
+    free(err);
+}
+
 static void test_stream_ops_in_reader(void **state)
 {
     struct cluster *c = *state;
@@ -256,6 +349,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_take_skip_shard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_split_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_ops_in_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches_survive_a_kill, setup, teardown),

@@ -90,11 +90,16 @@ static void test_default_size(void **state)
     } table[] = {
         {0, 1},
         {1, 1},
-        {10, 1},
-        {255, 1},
-        {511, 1},
-        {512, 2},
-        {1000, 3},
+        {2, 1},
+        {3, 2},
+        {10, 5},
+        {31, 16},
+        {32, 16},
+        {100, 16},
+        {255, 16},
+        {4095, 16},
+        {4096, 16},
+        {8191, 31},
         {1000000, 3906},
         {4194303, 16383},
         {4194304, 16384},
@@ -104,11 +109,14 @@ static void test_default_size(void **state)
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         uint64_t size = pipe_split_default_size(table[i].len);
         assert_int_equal(size, table[i].size);
-        /* A source of at least 256 elements gets at least 256 splits, and never more than
-         * 16384 elements go into one split. */
+        /* A source of at least 4096 elements gets at least 256 splits, one of more than two
+         * is never cut into one-element splits, and never more than 16384 elements go into one
+         * split. */
         uint64_t splits = table[i].len / size + (table[i].len % size != 0);
-        if (table[i].len >= 256)
+        if (table[i].len >= 4096)
             assert_true(splits >= 256);
+        if (table[i].len > 2)
+            assert_true(size > 1);
         assert_true(size <= 16384);
     }
 }
@@ -165,13 +173,13 @@ static void test_range_splits(void **state)
     (void)state;
     struct pipe_split_provider p;
 
-    /* range(10) by default: ten splits of one element. */
+    /* range(10) by default: two halves. */
     struct pipe_spec s = range_spec(0, 10, 1, NULL, 0);
     init_ok(&p, &s, 0);
-    assert_int_equal(pipe_split_count(&p), 10);
-    for (uint64_t k = 0; k < 10; k++)
-        expect_split(&p, k, 0, k, k + 1);
-    expect_no_split(&p, 10);
+    assert_int_equal(pipe_split_count(&p), 2);
+    expect_split(&p, 0, 0, 0, 5);
+    expect_split(&p, 1, 0, 5, 10);
+    expect_no_split(&p, 2);
     expect_no_split(&p, UINT64_MAX);
     pipe_split_provider_release(&p);
 
@@ -252,9 +260,9 @@ static void test_list_splits(void **state)
     pipe_split_provider_release(&p);
 
     init_ok(&p, &s, 0);
-    assert_int_equal(pipe_split_count(&p), 5);
-    for (uint64_t k = 0; k < 5; k++)
-        expect_split(&p, k, 0, k, k + 1);
+    assert_int_equal(pipe_split_count(&p), 2);
+    expect_split(&p, 0, 0, 0, 3);
+    expect_split(&p, 1, 0, 3, 5);
     pipe_split_provider_release(&p);
 }
 
