@@ -209,8 +209,8 @@ static void test_file(void **state)
          0,
          {NULL},
          NULL,
-         "file sharding needs a tfrecord() or lines() source; use data or file_or_data "
-         "sharding"},
+         "file sharding needs a tfrecord(), lines() or tar() source; use data or "
+         "file_or_data sharding"},
         {"lines(\"/d/*\")",
          SLUICE_SHARD_FILE,
          3,
