@@ -169,8 +169,12 @@ static char *many_lines(size_t n)
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        snprintf(t + i * 16, 17, "%06zu:%08" PRIx32 "\n", i, (uint32_t)(x >> 32));
+        char line[40];
+        int w = snprintf(line, sizeof line, "%06zu:%08" PRIx32 "\n", i, (uint32_t)(x >> 32));
+        assert_int_equal(w, 16);
+        memcpy(t + i * 16, line, 16);
     }
+    t[n * 16] = '\0';
     return t;
 }
 
