@@ -10,7 +10,8 @@ and this package registers pipelines and reads the elements back, as numpy array
         print(int(x))
 
 Pipelines are text in sluice's pipeline language (see the README): a source such as
-``range(N)``, ``list(...)``, ``tfrecord("GLOB")`` or ``lines("GLOB")`` followed by operations
+``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")`` or ``tar("GLOB", "EXT", ...)``
+(WebDataset shards: a tuple of the bytes of each sample's members) followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
 ``prefetch``) separated by ``|``.
 

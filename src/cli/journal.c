@@ -24,6 +24,8 @@
 #include "journal/backup.h"
 #include "journal/journal.h"
 #include "journal/verify.h"
+#include "pipeline/def.h"
+#include "pipeline/spec.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -91,6 +93,10 @@ static void print_update(uint64_t seq, const struct st_update *u)
         printf(" dataset=");
         print_quoted(u->name);
         printf(" def_bytes=%zu", u->def_len);
+        if (u->text && u->text[0]) {
+            printf(" pipeline=");
+            print_quoted(u->text);
+        }
         break;
     case ST_JOB_CREATED:
         printf(" job=%" PRIu64 " name=", u->id);
@@ -188,10 +194,28 @@ static void dump_damage(void *user, uint64_t seq, const char *why)
 static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t len)
 {
     (void)user;
-    (void)data;
     printf("dataset ");
     print_quoted(id);
-    printf(" def_bytes=%zu\n", len);
+    printf(" def_bytes=%zu", len);
+    /* The definition as pipeline text, or why it cannot be read. */
+    struct pipe_spec *spec = NULL;
+    char why[256] = "out of memory";
+    char *text = NULL;
+    if (pipe_spec_decode(data, len, &spec, why, sizeof why) == 0) {
+        int n = pipe_spec_format(spec, NULL, 0);
+        if (n >= 0 && (text = malloc((size_t)n + 1)))
+            pipe_spec_format(spec, text, (size_t)n + 1);
+    }
+    if (text) {
+        printf(" pipeline=");
+        print_quoted(text);
+    } else {
+        printf(" unreadable=");
+        print_quoted(why);
+    }
+    putchar('\n');
+    free(text);
+    pipe_spec_free(spec);
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "common/varint.h"
 #include "dataset.pb-c.h"
 #include "element.h"
+#include "wds.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -131,6 +132,8 @@ static Sluice__SourceDef__Kind source_kind_to_pb(enum pipe_source_kind k)
         return SLUICE__SOURCE_DEF__KIND__TFRECORD;
     case PIPE_SRC_LINES:
         return SLUICE__SOURCE_DEF__KIND__LINES;
+    case PIPE_SRC_TAR:
+        return SLUICE__SOURCE_DEF__KIND__TAR;
     }
     return SLUICE__SOURCE_DEF__KIND__RANGE;
 }
@@ -224,6 +227,12 @@ int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
     case PIPE_SRC_LINES:
         src.globs = s->globs;
         src.n_globs = s->nglobs;
+        break;
+    case PIPE_SRC_TAR:
+        src.globs = s->globs;
+        src.n_globs = s->nglobs;
+        src.exts = s->exts;
+        src.n_exts = s->nexts;
         break;
     }
     if (rc)
@@ -509,16 +518,33 @@ static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, boo
     return 0;
 }
 
-static const char *const source_names[] = {"range", "list", "tfrecord", "lines"};
+static const char *const source_names[] = {"range", "list", "tfrecord", "lines", "tar"};
 static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",   "take",
                                        "skip", "repeat", "shard",   "prefetch"};
+
+/* Copies n strings (a missing one read as "") into a new array, raising *nout as each is copied
+ * so that pipe_spec_free() releases a partial copy. */
+static int strs_from_pb(struct dec *d, char *const *pb, size_t n, char ***out, size_t *nout)
+{
+    *out = calloc(n, sizeof(**out));
+    if (!*out)
+        return nomem(d);
+    for (; *nout < n; (*nout)++) {
+        const char *str = pb[*nout] ? pb[*nout] : "";
+        size_t len = strlen(str) + 1;
+        if (!((*out)[*nout] = malloc(len)))
+            return nomem(d);
+        memcpy((*out)[*nout], str, len);
+    }
+    return 0;
+}
 
 static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pipe_source *s)
 {
     if (!pb)
         return corrupt(d, "missing source");
     snprintf(d->where, sizeof(d->where), "source");
-    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__LINES)
+    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__TAR)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     s->kind = (enum pipe_source_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "source %s", source_names[s->kind]);
@@ -529,7 +555,9 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     if (!is_list && pb->n_values)
         return corrupt(d, "values belong to list only");
     if ((is_range || is_list) && pb->n_globs)
-        return corrupt(d, "globs belong to tfrecord and lines only");
+        return corrupt(d, "globs belong to tfrecord, lines and tar only");
+    if (s->kind != PIPE_SRC_TAR && pb->n_exts)
+        return corrupt(d, "exts belong to tar only");
     switch (s->kind) {
     case PIPE_SRC_RANGE:
         if (pb->step == 0)
@@ -546,17 +574,27 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     case PIPE_SRC_LINES:
         if (pb->n_globs == 0)
             return corrupt(d, "expected at least one file pattern");
-        s->globs = calloc(pb->n_globs, sizeof(*s->globs));
-        if (!s->globs)
-            return nomem(d);
-        for (; s->nglobs < pb->n_globs; s->nglobs++) {
-            const char *g = pb->globs[s->nglobs] ? pb->globs[s->nglobs] : "";
-            size_t n = strlen(g) + 1;
-            if (!(s->globs[s->nglobs] = malloc(n)))
-                return nomem(d);
-            memcpy(s->globs[s->nglobs], g, n);
+        return strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
+    case PIPE_SRC_TAR: {
+        if (pb->n_globs == 0)
+            return corrupt(d, "expected at least one file pattern");
+        if (pb->n_exts == 0 || pb->n_exts > PIPE_MAX_COMPONENTS)
+            return corrupt(d, "expected 1 to %d extensions, found %zu", PIPE_MAX_COMPONENTS,
+                           pb->n_exts);
+        for (size_t i = 0; i < pb->n_exts; i++) {
+            const char *e = pb->exts[i] ? pb->exts[i] : "";
+            const char *want = pipe_wds_ext_problem(e);
+            for (size_t j = 0; !want && j < i; j++)
+                if (strcmp(pb->exts[j] ? pb->exts[j] : "", e) == 0)
+                    want = "an extension not listed before";
+            if (want)
+                return corrupt(d, "extension %zu: expected %s, found \"%.32s\"", i + 1, want, e);
         }
-        return 0;
+        int rc = strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
+        if (rc)
+            return rc;
+        return strs_from_pb(d, pb->exts, pb->n_exts, &s->exts, &s->nexts);
+    }
     }
     return 0;
 }

@@ -231,7 +231,7 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
         source_len = spec->source.nvalues;
     struct pipe_dist d = {.stride = 1, .passes = 1, .quantum = 1};
     struct walk w = {.counts_known = true, .order_known = true, .outer_take = INF};
-    w.files = spec->source.kind == PIPE_SRC_TFRECORD || spec->source.kind == PIPE_SRC_LINES;
+    w.files = pipe_source_reads_files(spec->source.kind);
     d.count = w.files ? 0 : source_len;
     d.cut = spec->nops;
     for (size_t k = 0; k < spec->nops; k++) {

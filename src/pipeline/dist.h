@@ -35,7 +35,7 @@ struct pipe_dist {
      * skip and shard applied before any repeat); the split sequence covers len positions per
      * pass, passes times (UINT64_MAX: forever). When take/skip after a repeat or a batch after
      * a repeat join the passes into one sequence, skip is the outer skip, len spans several
-     * passes of count, and position g maps to (skip + g) mod count. tfrecord(), lines():
+     * passes of count, and position g maps to (skip + g) mod count. tfrecord(), lines(), tar():
      * offset 0, stride 1, count = len = 0 (the split provider counts files), skip 0. */
     uint64_t offset, stride, count, skip;
     uint64_t len, passes;

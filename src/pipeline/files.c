@@ -4,9 +4,13 @@
  * and a fixed read buffer that holds the unconsumed bytes of the current file. A record or line
  * that lies wholly inside the buffer is handed to the element straight from it; one that spans
  * refills is gathered in a reused record buffer, which grows to the largest record seen and no
- * further. Failure modes: a file that cannot be opened or read, a TFRecord checksum mismatch, a
- * record cut short by the end of its file, and a record or line over PIPE_FILES_MAX_RECORD. Each
- * is reported once in the context's message and then returned by every later next(). */
+ * further. A gzip-compressed file (recognised by its first bytes when a file is opened) is read
+ * through zlib: reader_read() then inflates from a fixed buffer of compressed input instead of
+ * reading the file, and everything above it sees the uncompressed bytes, so offsets in messages
+ * count uncompressed bytes. Failure modes: a file that cannot be opened or read, a TFRecord
+ * checksum mismatch, a record cut short by the end of its file, a record or line over
+ * MAX_RECORD, and a corrupt or truncated gzip stream. Each is reported once in the context's
+ * message and then returned by every later next(). */
 #include "files.h"
 
 #include "common/crc32c.h"
@@ -15,10 +19,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* The read buffer's size: large enough that a read(2) per refill is cheap against the bytes it
  * moves, small enough that many concurrent readers cost little memory. */
@@ -32,6 +38,22 @@
 #define TFR_HEADER 12u
 #define TFR_TRAILER 4u
 
+/* The compressed input buffer of a gzip file. */
+#define GZ_IN_SIZE (64u * 1024u)
+
+/* How many first bytes of a file decide whether it is gzip: the magic 1f 8b 08 (deflate), and
+ * for a TFRecord file the record header that could look like it. */
+#define SNIFF_LEN TFR_HEADER
+
+/* The inflater of a gzip file, made when the reader meets its first one and reused for the
+ * files after it. */
+struct gz {
+    z_stream zs;  /* next_in/avail_in: the unconsumed part of in */
+    uint8_t *in;  /* GZ_IN_SIZE bytes */
+    bool in_eof;  /* the file has returned end of file */
+    bool between; /* a member has ended; another may follow */
+};
+
 struct file_reader {
     struct pipe_iter base;
     char **paths; /* owned copies */
@@ -39,7 +61,12 @@ struct file_reader {
     size_t next_path; /* index of the file to open after the current one */
     const char *path; /* the current file, paths[next_path - 1]; NULL when none is open */
     int fd;           /* the current file, -1 when none is open */
-    bool eof;         /* the current file has returned end of file */
+    bool eof;         /* the current file's (uncompressed) bytes have ended */
+    /* Whether first bytes that begin with the gzip magic still belong to an uncompressed file of
+     * this source (a TFRecord header whose length happens to start with them); NULL: never. */
+    bool (*plain)(const uint8_t *head, size_t n);
+    bool gzip;     /* the current file is gzip-compressed */
+    struct gz *gz; /* NULL until the first gzip file */
     /* buf[pos, end) holds unconsumed bytes of the current file; off is the file offset of
      * buf[pos]. */
     uint8_t *buf;
@@ -107,6 +134,7 @@ static void reader_close_file(struct file_reader *r)
     r->pos = r->end = 0;
     r->off = 0;
     r->eof = false;
+    r->gzip = false;
 }
 
 /* Records an error in the chain's context and makes it sticky. */
@@ -115,6 +143,134 @@ static int reader_fail(struct file_reader *r, int code)
     reader_close_file(r);
     r->status = code;
     return code;
+}
+
+/* read(2) of the file itself, retried on EINTR. Returns the bytes read (0 at end of file) or a
+ * negative errno with the message set, naming the offset at (of the bytes the reader sees). */
+static ssize_t raw_read(struct file_reader *r, void *dst, size_t len, uint64_t at)
+{
+    ssize_t n;
+    do
+        n = read(r->fd, dst, len);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        int code = -errno;
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, code, "%s: offset %" PRIu64 ": %s",
+                r->path, at, sluice_strerror(code));
+        return reader_fail(r, code);
+    }
+    return n;
+}
+
+static int gz_fail(struct file_reader *r, int code, uint64_t at, const char *what)
+{
+    err_set(r->base.ctx->err, sizeof r->base.ctx->err, code, "%s: offset %" PRIu64 ": %s", r->path,
+            at, what);
+    return reader_fail(r, code);
+}
+
+/* Inflates up to len bytes of the current gzip file into dst; at is the uncompressed offset of
+ * dst[0]. Returns at least one byte, 0 at the end of the last member, or a negative code with
+ * the message set. Concatenated members read as one stream. */
+static ssize_t gz_read(struct file_reader *r, uint8_t *dst, size_t len, uint64_t at)
+{
+    struct gz *z = r->gz;
+    z->zs.next_out = dst;
+    z->zs.avail_out = len > UINT_MAX ? UINT_MAX : (unsigned)len;
+    unsigned want = z->zs.avail_out;
+    while (z->zs.avail_out == want) {
+        if (z->zs.avail_in == 0 && !z->in_eof) {
+            ssize_t n = raw_read(r, z->in, GZ_IN_SIZE, at);
+            if (n < 0)
+                return n;
+            z->in_eof = n == 0;
+            z->zs.next_in = z->in;
+            z->zs.avail_in = (unsigned)n;
+        }
+        if (z->between) {
+            /* Anything after a member must be another member; inflate says so otherwise. */
+            if (z->zs.avail_in == 0)
+                return 0;
+            if (inflateReset(&z->zs) != Z_OK)
+                return gz_fail(r, SLUICE_ERR_CORRUPT, at, "corrupt gzip stream");
+            z->between = false;
+        }
+        if (z->zs.avail_in == 0)
+            return gz_fail(r, SLUICE_ERR_TRUNCATED, at, "truncated gzip stream");
+        int zr = inflate(&z->zs, Z_NO_FLUSH);
+        uint64_t here = at + (want - z->zs.avail_out);
+        if (zr == Z_STREAM_END) {
+            z->between = true;
+        } else if (zr == Z_MEM_ERROR) {
+            return gz_fail(r, SLUICE_ERR_NOMEM, here, "inflate: out of memory");
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            char what[160];
+            snprintf(what, sizeof what, "corrupt gzip stream: %s",
+                     zr == Z_NEED_DICT ? "needs a preset dictionary"
+                     : z->zs.msg       ? z->zs.msg
+                                       : "invalid data");
+            return gz_fail(r, SLUICE_ERR_CORRUPT, here, what);
+        }
+    }
+    return (ssize_t)(want - z->zs.avail_out);
+}
+
+/* Reads the next bytes the reader sees: the file's, or inflated ones from a gzip file. Returns
+ * the count (0 at the end, which sets eof) or a negative code with the message set. */
+static ssize_t reader_read(struct file_reader *r, void *dst, size_t len, uint64_t at)
+{
+    ssize_t n = r->gzip ? gz_read(r, dst, len, at) : raw_read(r, dst, len, at);
+    if (n == 0)
+        r->eof = true;
+    return n;
+}
+
+/* Reads the first bytes of the file just opened and decides whether it is gzip. A plain file's
+ * first bytes stay in the read buffer; a gzip file's go to the inflater. */
+static int reader_sniff(struct file_reader *r)
+{
+    size_t got = 0;
+    while (got < SNIFF_LEN) {
+        ssize_t n = raw_read(r, r->buf + got, SNIFF_LEN - got, got);
+        if (n < 0)
+            return (int)n;
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    const uint8_t *h = r->buf;
+    bool gzip =
+        got >= 3 && h[0] == 0x1f && h[1] == 0x8b && h[2] == 0x08 && !(r->plain && r->plain(h, got));
+    if (!gzip) {
+        r->end = got;
+        r->eof = got < SNIFF_LEN;
+        return 0;
+    }
+    if (!r->gz) {
+        struct gz *z = calloc(1, sizeof *z);
+        if (z && !(z->in = malloc(GZ_IN_SIZE))) {
+            free(z);
+            z = NULL;
+        }
+        /* 16 + MAX_WBITS: a gzip wrapper, nothing else. */
+        if (z && inflateInit2(&z->zs, 16 + MAX_WBITS) != Z_OK) {
+            free(z->in);
+            free(z);
+            z = NULL;
+        }
+        if (!z)
+            return gz_fail(r, SLUICE_ERR_NOMEM, 0, "inflate: out of memory");
+        r->gz = z;
+    } else if (inflateReset(&r->gz->zs) != Z_OK) {
+        return gz_fail(r, SLUICE_ERR_CORRUPT, 0, "corrupt gzip stream");
+    }
+    memcpy(r->gz->in, h, got);
+    r->gz->zs.next_in = r->gz->in;
+    r->gz->zs.avail_in = (unsigned)got;
+    r->gz->in_eof = false;
+    r->gz->between = false;
+    r->gzip = true;
+    return 0;
 }
 
 /* Opens the next file. Returns 1 when a file is open, 0 when there are no more files, or a
@@ -136,26 +292,8 @@ static int reader_open_next(struct file_reader *r)
     }
     r->fd = fd;
     r->path = path;
-    return 1;
-}
-
-/* read(2) retried on EINTR. Returns the bytes read (0 at end of file) or a negative errno with
- * the message set, naming the file offset where the read started. */
-static ssize_t reader_read(struct file_reader *r, void *dst, size_t len, uint64_t at)
-{
-    ssize_t n;
-    do
-        n = read(r->fd, dst, len);
-    while (n < 0 && errno == EINTR);
-    if (n < 0) {
-        int code = -errno;
-        err_set(r->base.ctx->err, sizeof r->base.ctx->err, code, "%s: offset %" PRIu64 ": %s",
-                r->path, at, sluice_strerror(code));
-        return reader_fail(r, code);
-    }
-    if (n == 0)
-        r->eof = true;
-    return n;
+    int rc = reader_sniff(r);
+    return rc < 0 ? rc : 1;
 }
 
 /* Makes at least need (<= READ_BUF_SIZE) bytes available in buf[pos, end), unless the file ends
@@ -220,6 +358,11 @@ static void reader_destroy(struct pipe_iter *it)
     if (!r)
         return;
     reader_close_file(r);
+    if (r->gz) {
+        inflateEnd(&r->gz->zs);
+        free(r->gz->in);
+        free(r->gz);
+    }
     pipe_paths_free(r->paths, r->npaths);
     free(r->buf);
     free(r->rec);
@@ -368,10 +511,20 @@ static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
 
 static const struct pipe_iter_ops tfr_ops = {.next = tfr_next, .destroy = reader_destroy};
 
+/* A file of TFRecords that begins with a valid record header is a TFRecord file, whatever its
+ * first bytes look like: a gzip header passes that check by chance once in 2^32. */
+static bool tfr_plain(const uint8_t *head, size_t n)
+{
+    return n >= TFR_HEADER && load_le32(head + 8) == pipe_tfrecord_mask(crc32c(head, 8));
+}
+
 int pipe_tfrecord_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
                        struct pipe_iter **out)
 {
-    return reader_new(paths, npaths, ctx, &tfr_ops, out);
+    int rc = reader_new(paths, npaths, ctx, &tfr_ops, out);
+    if (rc == 0)
+        ((struct file_reader *)*out)->plain = tfr_plain;
+    return rc;
 }
 
 /* ---- lines() ----------------------------------------------------------------------------- */

@@ -3,7 +3,15 @@
  * Readers stream files in the given order through a fixed buffer, so memory does not grow with
  * file size (a single record or line must fit in memory). Errors name the file and byte offset:
  * "data.tfrecord: offset 1234: bad data checksum". A bad checksum or truncated record is an
- * error, never skipped. */
+ * error, never skipped.
+ *
+ * A file that begins with the gzip magic bytes 1f 8b 08 is read through zlib, whatever its name
+ * (for tfrecord() unless its first 12 bytes are a valid TFRecord header, which such a file's are
+ * only by a 1 in 2^32 chance). Concatenated gzip members read as one stream; offsets in messages
+ * then count uncompressed bytes, and damage is an error at the offset where it was found:
+ * "data.tfrecord.gz: offset 5120: corrupt gzip stream: invalid block type", "...: truncated gzip
+ * stream". The gzip checksum is checked at the end of each member, so elements before a member's
+ * end may have been delivered when its checksum turns out wrong. */
 #ifndef SLUICE_PIPELINE_FILES_H
 #define SLUICE_PIPELINE_FILES_H
 

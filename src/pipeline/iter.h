@@ -64,9 +64,9 @@ struct pipe_run {
 };
 
 /* Builds the whole pipeline of spec. Functions are resolved in reg (which must outlive the
- * run). Files of tfrecord()/lines() sources are expanded and opened here, so a missing file is
- * reported now: SLUICE_ERR_NOT_FOUND with the glob in err. On success *out is owned by the caller
- * and freed with pipe_run_free(). */
+ * run). Files of tfrecord(), lines() and tar() sources are expanded and opened here, so a missing
+ * file is reported now: SLUICE_ERR_NOT_FOUND with the glob in err. On success *out is owned by the
+ * caller and freed with pipe_run_free(). */
 int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
               struct pipe_run **out, char *err, size_t errlen);
 

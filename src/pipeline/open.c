@@ -17,6 +17,7 @@
 #include "shuffle.h"
 #include "slice.h"
 #include "source.h"
+#include "tar.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,7 @@ struct plan {
     const struct pipe_fn **fns;   /* per op: the resolved map/filter function, else NULL */
     struct sluice_element *elems; /* list(): converted values */
     size_t nelems;
-    char **paths; /* tfrecord(), lines(): files to read, in order */
+    char **paths; /* tfrecord(), lines(), tar(): files to read, in order */
     size_t npaths;
     struct pipe_span *spans; /* PLAN_SPLITS over range()/list(): positions of dist's view */
     size_t nspans;
@@ -101,6 +102,9 @@ static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t 
         break;
     case PIPE_SRC_LINES:
         rc = pipe_lines_open(pl->paths, pl->npaths, ctx, out);
+        break;
+    case PIPE_SRC_TAR:
+        rc = pipe_tar_open(pl->paths, pl->npaths, src->exts, src->nexts, ctx, out);
         break;
     }
     if (rc)
@@ -222,6 +226,11 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
     if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_RANGE && spec->source.step == 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "column %d: range step must not be 0",
                        spec->source.column);
+    if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_TAR &&
+        (spec->source.nexts == 0 || spec->source.nexts > PIPE_MAX_COMPONENTS))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "column %d: tar needs 1 to %d member extensions", spec->source.column,
+                       PIPE_MAX_COMPONENTS);
     for (size_t k = 0; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];
         switch (op->kind) {
@@ -325,7 +334,7 @@ int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
     if (rc)
         return rc;
     const struct pipe_source *src = &r->plan.spec->source;
-    if (src->kind == PIPE_SRC_TFRECORD || src->kind == PIPE_SRC_LINES)
+    if (pipe_source_reads_files(src->kind))
         rc =
             pipe_glob_expand(src->globs, src->nglobs, &r->plan.paths, &r->plan.npaths, err, errlen);
     else
@@ -357,7 +366,7 @@ int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry 
     pl->split_keyed = true;
     /* A fixed odd constant keeps split 0's key away from the seed value 0. */
     pl->split_key = pipe_salt_mix(0x9e3779b97f4a7c15ull, nsplits ? splits[0].seq + 1 : 0);
-    if (src->kind == PIPE_SRC_TFRECORD || src->kind == PIPE_SRC_LINES) {
+    if (pipe_source_reads_files(src->kind)) {
         pl->paths = calloc(nsplits ? nsplits : 1, sizeof(*pl->paths));
         if (!pl->paths)
             rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");

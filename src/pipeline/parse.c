@@ -10,12 +10,15 @@
  *   - list values hold at least one item, all of one structure, nested at most SLUICE_MAX_RANK
  *     deep; a tuple has 2..PIPE_MAX_COMPONENTS components, none a tuple, and appears only as a
  *     whole list() value; every list() value has the structure of the first;
- *   - floats are finite; file patterns contain no NUL byte; function names are identifiers.
+ *   - floats are finite; file patterns contain no NUL byte; function names are identifiers;
+ *   - a tar() source has at least one pattern and 1..PIPE_MAX_COMPONENTS distinct extensions,
+ *     each passing pipe_wds_ext_problem() and free of NUL bytes.
  * Recursion happens only over values, so its depth is bounded by the list nesting limit. */
 #include "parse.h"
 
 #include "common/error.h"
 #include "element.h"
+#include "wds.h"
 
 #include <limits.h>
 #include <math.h>
@@ -629,39 +632,113 @@ static int parse_list(struct parser *p, struct pipe_source *src)
     return 0;
 }
 
+/* Appends s (taken over) to the array *arr of *n strings with capacity *cap. */
+static int push_str(struct parser *p, char ***arr, size_t *n, size_t *cap, char *s)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 4;
+        char **a = realloc(*arr, nc * sizeof(*a));
+        if (!a) {
+            free(s);
+            return nomem(p);
+        }
+        *arr = a;
+        *cap = nc;
+    }
+    (*arr)[(*n)++] = s;
+    return 0;
+}
+
+/* Reads one file pattern and appends it to the source's globs. */
+static int parse_glob(struct parser *p, struct pipe_source *src, size_t *cap)
+{
+    struct tok t;
+    peek(p, &t);
+    size_t at = t.start;
+    char *g = NULL;
+    size_t glen = 0;
+    int rc = parse_string(p, &g, &glen);
+    if (rc)
+        return rc;
+    if (strlen(g) != glen) {
+        free(g);
+        return fail(p, at, "a file pattern cannot contain a NUL byte");
+    }
+    return push_str(p, &src->globs, &src->nglobs, cap, g);
+}
+
 static int parse_globs(struct parser *p, struct pipe_source *src)
 {
     size_t cap = 0;
     struct tok t;
     for (;;) {
-        peek(p, &t);
-        size_t at = t.start;
-        char *g = NULL;
-        size_t glen = 0;
-        int rc = parse_string(p, &g, &glen);
+        int rc = parse_glob(p, src, &cap);
         if (rc)
             return rc;
-        if (strlen(g) != glen) {
-            free(g);
-            return fail(p, at, "a file pattern cannot contain a NUL byte");
-        }
-        if (src->nglobs == cap) {
-            size_t nc = cap ? cap * 2 : 4;
-            char **a = realloc(src->globs, nc * sizeof(*a));
-            if (!a) {
-                free(g);
-                return nomem(p);
-            }
-            src->globs = a;
-            cap = nc;
-        }
-        src->globs[src->nglobs++] = g;
         peek(p, &t);
         if (is_punct(&t, p, ')'))
             break;
         if (!is_punct(&t, p, ','))
             return expected(p, &t, "',' or ')'");
         consume(p, &t);
+    }
+    consume(p, &t);
+    return 0;
+}
+
+/* tar(PATTERN, EXT, ...) or tar([PATTERN, ...], EXT, ...); the '(' is consumed. */
+static int parse_tar(struct parser *p, struct pipe_source *src)
+{
+    size_t cap = 0;
+    struct tok t;
+    peek(p, &t);
+    if (is_punct(&t, p, '[')) {
+        consume(p, &t);
+        for (;;) {
+            int rc = parse_glob(p, src, &cap);
+            if (rc)
+                return rc;
+            peek(p, &t);
+            if (is_punct(&t, p, ']'))
+                break;
+            if (!is_punct(&t, p, ','))
+                return expected(p, &t, "',' or ']'");
+            consume(p, &t);
+        }
+        consume(p, &t);
+    } else {
+        int rc = parse_glob(p, src, &cap);
+        if (rc)
+            return rc;
+    }
+    cap = 0;
+    for (;;) {
+        peek(p, &t);
+        if (src->nexts > 0 && is_punct(&t, p, ')'))
+            break;
+        if (!is_punct(&t, p, ','))
+            return expected(p, &t, src->nexts > 0 ? "',' or ')'" : "',' and a member extension");
+        if (src->nexts == PIPE_MAX_COMPONENTS)
+            return expected(p, &t, "')' (an element has at most 64 components)");
+        consume(p, &t);
+        peek(p, &t);
+        char *e = NULL;
+        size_t elen = 0;
+        int rc = parse_string(p, &e, &elen);
+        if (rc)
+            return rc;
+        const char *want =
+            strlen(e) != elen ? "an extension without NUL bytes" : pipe_wds_ext_problem(e);
+        for (size_t i = 0; !want && i < src->nexts; i++)
+            if (strcmp(src->exts[i], e) == 0)
+                want = "an extension not listed before";
+        if (want) {
+            free(e);
+            return expected(p, &t, want);
+        }
+        rc = push_str(p, &src->exts, &src->nexts, &cap, e);
+        if (rc)
+            return rc;
     }
     consume(p, &t);
     return 0;
@@ -685,6 +762,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         src->kind = PIPE_SRC_TFRECORD;
     else if (is_word(&t, p, "lines"))
         src->kind = PIPE_SRC_LINES;
+    else if (is_word(&t, p, "tar"))
+        src->kind = PIPE_SRC_TAR;
     else {
         describe(p, &t, name);
         return fail(p, t.start, "unknown source %s", name);
@@ -701,6 +780,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
         return parse_globs(p, src);
+    case PIPE_SRC_TAR:
+        return parse_tar(p, src);
     }
     return 0;
 }

@@ -46,6 +46,9 @@ void pipe_spec_free(struct pipe_spec *spec)
     for (size_t i = 0; i < spec->source.nglobs; i++)
         free(spec->source.globs[i]);
     free(spec->source.globs);
+    for (size_t i = 0; i < spec->source.nexts; i++)
+        free(spec->source.exts[i]);
+    free(spec->source.exts);
     for (size_t i = 0; i < spec->nops; i++) {
         free(spec->ops[i].fn);
         values_free(spec->ops[i].args, spec->ops[i].nargs);
@@ -108,6 +111,22 @@ static char *str_clone(const char *s)
     return d;
 }
 
+/* Copies n strings into a new array at *out, raising *nout as each is copied, so a partial copy
+ * is released with the rest of its spec. */
+static int strs_clone(char *const *src, size_t n, char ***out, size_t *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    if (n == 0)
+        return 0;
+    if (!(*out = calloc(n, sizeof(**out))))
+        return SLUICE_ERR_NOMEM;
+    for (; *nout < n; (*nout)++)
+        if (!((*out)[*nout] = str_clone(src[*nout])))
+            return SLUICE_ERR_NOMEM;
+    return 0;
+}
+
 int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
 {
     *out = NULL;
@@ -125,16 +144,9 @@ int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
     if (values_clone(ss->values, ss->nvalues, &cs->values))
         goto fail;
     cs->nvalues = ss->nvalues;
-    if (ss->nglobs) {
-        cs->globs = calloc(ss->nglobs, sizeof(*cs->globs));
-        if (!cs->globs)
-            goto fail;
-        for (; cs->nglobs < ss->nglobs; cs->nglobs++) {
-            cs->globs[cs->nglobs] = str_clone(ss->globs[cs->nglobs]);
-            if (!cs->globs[cs->nglobs])
-                goto fail;
-        }
-    }
+    if (strs_clone(ss->globs, ss->nglobs, &cs->globs, &cs->nglobs) < 0 ||
+        strs_clone(ss->exts, ss->nexts, &cs->exts, &cs->nexts) < 0)
+        goto fail;
     if (spec->nops) {
         c->ops = calloc(spec->nops, sizeof(*c->ops));
         if (!c->ops)
@@ -200,6 +212,16 @@ static bool values_equal(const struct pipe_value *a, size_t na, const struct pip
     return true;
 }
 
+static bool strs_equal(char *const *a, size_t na, char *const *b, size_t nb)
+{
+    if (na != nb)
+        return false;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(a[i], b[i]) != 0)
+            return false;
+    return true;
+}
+
 static bool source_equal(const struct pipe_source *a, const struct pipe_source *b)
 {
     if (a->kind != b->kind)
@@ -211,12 +233,10 @@ static bool source_equal(const struct pipe_source *a, const struct pipe_source *
         return values_equal(a->values, a->nvalues, b->values, b->nvalues);
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
-        if (a->nglobs != b->nglobs)
-            return false;
-        for (size_t i = 0; i < a->nglobs; i++)
-            if (strcmp(a->globs[i], b->globs[i]) != 0)
-                return false;
-        return true;
+        return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs);
+    case PIPE_SRC_TAR:
+        return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
+               strs_equal(a->exts, a->nexts, b->exts, b->nexts);
     }
     return false;
 }
@@ -372,6 +392,16 @@ static void put_values(struct sink *k, const struct pipe_value *v, size_t n, boo
     }
 }
 
+/* Writes "\"a\", \"b\"". */
+static void put_strs(struct sink *k, char *const *strs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            put(k, ", ", 2);
+        put_quoted(k, strs[i], strlen(strs[i]));
+    }
+}
+
 static void put_source(struct sink *k, const struct pipe_source *s)
 {
     switch (s->kind) {
@@ -396,11 +426,20 @@ static void put_source(struct sink *k, const struct pipe_source *s)
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
         puts_(k, s->kind == PIPE_SRC_TFRECORD ? "tfrecord(" : "lines(");
-        for (size_t i = 0; i < s->nglobs; i++) {
-            if (i)
-                put(k, ", ", 2);
-            put_quoted(k, s->globs[i], strlen(s->globs[i]));
-        }
+        put_strs(k, s->globs, s->nglobs);
+        put(k, ")", 1);
+        return;
+    case PIPE_SRC_TAR:
+        /* One pattern is written bare, several as a [list] (static file sharding makes those),
+         * so the extensions that follow are never mistaken for patterns. */
+        puts_(k, "tar(");
+        if (s->nglobs != 1)
+            put(k, "[", 1);
+        put_strs(k, s->globs, s->nglobs);
+        if (s->nglobs != 1)
+            put(k, "]", 1);
+        put(k, ", ", 2);
+        put_strs(k, s->exts, s->nexts);
         put(k, ")", 1);
         return;
     }

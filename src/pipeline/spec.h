@@ -30,17 +30,33 @@ struct pipe_value {
     size_t nitems;
 };
 
-enum pipe_source_kind { PIPE_SRC_RANGE, PIPE_SRC_LIST, PIPE_SRC_TFRECORD, PIPE_SRC_LINES };
+enum pipe_source_kind {
+    PIPE_SRC_RANGE,
+    PIPE_SRC_LIST,
+    PIPE_SRC_TFRECORD,
+    PIPE_SRC_LINES,
+    PIPE_SRC_TAR /* WebDataset shards: tar("GLOB", "EXT", ...) */
+};
 
 struct pipe_source {
     enum pipe_source_kind kind;
     int64_t start, stop, step; /* RANGE; step != 0 */
     struct pipe_value *values; /* LIST: one value per element */
     size_t nvalues;
-    char **globs; /* TFRECORD, LINES */
+    char **globs; /* TFRECORD, LINES, TAR: at least one */
     size_t nglobs;
+    char **exts; /* TAR: the member extensions that make an element, in component order; 1 to
+                    PIPE_MAX_COMPONENTS of them, distinct, each passing pipe_wds_ext_problem() */
+    size_t nexts;
     int column; /* 1-based column in the text it was parsed from, 0 if unknown */
 };
+
+/* Whether a source of this kind reads files named by globs, one split per file (tfrecord, lines
+ * and tar): their element counts are unknown until the files are read. */
+static inline bool pipe_source_reads_files(enum pipe_source_kind kind)
+{
+    return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR;
+}
 
 enum pipe_op_kind {
     PIPE_OP_MAP,

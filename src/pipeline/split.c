@@ -56,7 +56,8 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
         p->per_pass = p->source_len / p->split_size + (p->source_len % p->split_size != 0);
         return 0;
     case PIPE_SRC_TFRECORD:
-    case PIPE_SRC_LINES: {
+    case PIPE_SRC_LINES:
+    case PIPE_SRC_TAR: {
         rc = pipe_glob_expand(spec->source.globs, spec->source.nglobs, &p->paths, &p->npaths, err,
                               errlen);
         if (rc < 0)
@@ -115,6 +116,7 @@ int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe
         break;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
+    case PIPE_SRC_TAR:
         snprintf(out->path, sizeof out->path, "%s", p->paths[k]);
         break;
     }

@@ -1,7 +1,8 @@
 /* Split providers for distributed processing (DESIGN.md §3, §4). Pure and deterministic.
  *
  * A splittable source is cut into a fixed sequence of splits: chunks of positions for range()
- * and list(), one file per split for tfrecord() and lines() (files in sorted name order). The
+ * and list(), one file per split for tfrecord(), lines() and tar() (files in sorted name order;
+ * a tar() split is one whole shard). The
  * operations that dist.h places on the split sequence are applied here: repeat(R) makes the
  * sequence the source's splits R times over (forever for repeat()), so the cluster as a whole
  * sees each element exactly R times, and take, skip and shard make the positions a view of the
@@ -22,7 +23,7 @@ struct pipe_split {
     uint64_t seq;        /* position in the split sequence */
     uint64_t repetition; /* which pass over the source (0-based) */
     uint64_t begin, end; /* RANGE, LIST: positions [begin, end) of the view (see dist.h) */
-    char path[4096];     /* TFRECORD, LINES: the file; empty otherwise */
+    char path[4096];     /* TFRECORD, LINES, TAR: the file; empty otherwise */
 };
 
 struct pipe_split_provider {
@@ -31,7 +32,7 @@ struct pipe_split_provider {
     uint64_t source_len; /* RANGE, LIST: positions per pass of the view (dist.len) */
     uint64_t split_size; /* RANGE, LIST: positions per split */
     uint64_t passes;     /* product of repeat counts; UINT64_MAX when infinite */
-    char **paths;        /* TFRECORD, LINES: sorted expanded file list (owned) */
+    char **paths;        /* TFRECORD, LINES, TAR: sorted expanded file list (owned) */
     size_t npaths;
     struct pipe_dist dist; /* where each op runs in distributed_epoch */
 };

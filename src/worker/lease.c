@@ -34,6 +34,7 @@ int lease_plan_check(const struct lease_plan *p, char *err, size_t errlen)
     }
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
+    case PIPE_SRC_TAR:
         if (p->npaths != p->per_pass)
             return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                            "split plan has %" PRIu64 " splits per pass but %zu files", p->per_pass,
@@ -70,6 +71,7 @@ int lease_split_fill(const struct lease_plan *p, uint64_t seq, struct pipe_split
         return 0;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
+    case PIPE_SRC_TAR:
         snprintf(out->path, sizeof out->path, "%s", p->paths[k]);
         return 0;
     }

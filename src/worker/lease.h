@@ -32,7 +32,7 @@ struct lease_plan {
     uint64_t split_size;        /* RANGE, LIST */
     uint64_t per_pass;
     uint64_t passes; /* UINT64_MAX: endless */
-    char **paths;    /* TFRECORD, LINES: owned */
+    char **paths;    /* TFRECORD, LINES, TAR: owned */
     size_t npaths;
 };
 

@@ -10,7 +10,7 @@
 
 static bool is_file_source(const struct pipe_spec *spec)
 {
-    return spec->source.kind == PIPE_SRC_TFRECORD || spec->source.kind == PIPE_SRC_LINES;
+    return pipe_source_reads_files(spec->source.kind);
 }
 
 bool shard_needs_files(const struct pipe_spec *spec, enum sluice_mode mode)
@@ -115,8 +115,8 @@ int shard_rewrite(const struct pipe_spec *spec, const struct shard_params *p, ch
     if (mode == SLUICE_SHARD_FILE) {
         if (!is_file_source(spec))
             return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "file sharding needs a tfrecord() or lines() source; use data or "
-                           "file_or_data sharding");
+                           "file sharding needs a tfrecord(), lines() or tar() source; use data "
+                           "or file_or_data sharding");
         if (nfiles < p->num_workers)
             return err_set(err, errlen, SLUICE_ERR_INVALID,
                            "file sharding needs at least one file per worker, but there are %zu "

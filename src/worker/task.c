@@ -845,7 +845,7 @@ void task_lease_failed(struct task *t, uint64_t now_ms)
 static int check_plan(const struct task *t, const struct lease_plan *plan, char *err, size_t errlen)
 {
     int rc = lease_plan_check(plan, err, errlen);
-    if (rc < 0 || plan->kind == PIPE_SRC_TFRECORD || plan->kind == PIPE_SRC_LINES)
+    if (rc < 0 || pipe_source_reads_files(plan->kind))
         return rc;
     struct pipe_split_provider prov;
     rc = pipe_split_provider_init(&prov, t->spec, plan->split_size, err, errlen);

@@ -55,6 +55,8 @@ static const char *const texts[] = {
     "list((1, \"a\", [1.5, 2.5], true), (2, \"b\", [3.5, 4.5], false))",
     "tfrecord(\"/data/train-*.tfrecord\", \"/data/extra\\xc3\\xa9\")",
     "lines(\"\")",
+    "tar(\"/data/shard-*.tar\", \"jpg\", \"cls\", \"seg.png\")",
+    "tar([\"/a/*.tar\", \"/b/x\\\\[1\\\\].tar.gz\"], \"\\xc3\\xa9\") | shuffle(4) | batch(2)",
     "range(10) | map(square) | filter(even)",
     "range(10) | map(f, 1, -2.5, \"s\", true, [[1], [2]], [\"x\"])",
     "range(10) | shuffle(100) | shuffle(5, -9223372036854775808) | shuffle(1, 0)",
@@ -114,6 +116,43 @@ static void test_tail_round_trip(void **state)
     free(bytes);
     pipe_spec_free(a);
     pipe_spec_free(b);
+}
+
+/* The wire form is pinned: definitions written before tar() existed decode as they did, and
+ * tar() adds kind 4 and field 7 without changing anything else. */
+static void test_pinned_bytes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        size_t len;
+        const uint8_t bytes[32];
+    } pinned[] = {
+        /* source { kind: LINES, globs: "a" } */
+        {"lines(\"a\")", 7, {0x0a, 0x05, 0x08, 0x03, 0x32, 0x01, 'a'}},
+        /* source { kind: TFRECORD, globs: "t" }, ops { kind: TAKE, n: 2 } */
+        {"tfrecord(\"t\") | take(2)",
+         13,
+         {0x0a, 0x05, 0x08, 0x02, 0x32, 0x01, 't', 0x12, 0x04, 0x08, 0x04, 0x20, 0x02}},
+        /* source { kind: TAR, globs: "s", exts: "jpg", exts: "cls" } */
+        {"tar(\"s\", \"jpg\", \"cls\")",
+         17,
+         {0x0a, 0x0f, 0x08, 0x04, 0x32, 0x01, 's', 0x3a, 0x03, 'j', 'p', 'g', 0x3a, 0x03, 'c', 'l',
+          's'}},
+    };
+    for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++) {
+        struct pipe_spec *a = parse_ok(pinned[i].text);
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        assert_int_equal(pipe_spec_encode(a, &bytes, &len), 0);
+        assert_int_equal(len, pinned[i].len);
+        assert_memory_equal(bytes, pinned[i].bytes, len);
+        struct pipe_spec *b = decode_ok(pinned[i].bytes, pinned[i].len);
+        assert_true(pipe_spec_equal(a, b));
+        free(bytes);
+        pipe_spec_free(a);
+        pipe_spec_free(b);
+    }
 }
 
 /* Fields outside an op's kind are not written, so they cannot make equal specs differ. */
@@ -355,6 +394,17 @@ static Sluice__SourceDef *src_range(int64_t start, int64_t stop, int64_t step)
     return s;
 }
 
+static Sluice__SourceDef *src_tar(size_t nglobs, char **globs, size_t nexts, char **exts)
+{
+    Sluice__SourceDef *s = src_range(0, 0, 0);
+    s->kind = SLUICE__SOURCE_DEF__KIND__TAR;
+    s->n_globs = nglobs;
+    s->globs = globs;
+    s->n_exts = nexts;
+    s->exts = exts;
+    return s;
+}
+
 static Sluice__SourceDef *src_list(size_t n, Sluice__Value **values)
 {
     Sluice__SourceDef *s = talloc(sizeof(*s));
@@ -393,7 +443,7 @@ static void test_sources(void **state)
     s->n_globs = 2;
     s->globs = globs;
     expect_def(s, NULL, 0,
-               "dataset definition: source range: globs belong to tfrecord and lines only");
+               "dataset definition: source range: globs belong to tfrecord, lines and tar only");
     s = src_range(0, 10, 1);
     s->kind = SLUICE__SOURCE_DEF__KIND__TFRECORD;
     expect_def(s, NULL, 0,
@@ -421,6 +471,49 @@ static void test_sources(void **state)
     s->stop = 3;
     expect_def(s, NULL, 0,
                "dataset definition: source list: start, stop and step belong to range only");
+
+    /* tar: patterns and 1..64 distinct extensions that name a member's extension. */
+    char *exts[65];
+    char names[65][8];
+    for (int i = 0; i < 65; i++) {
+        snprintf(names[i], sizeof names[i], "e%d", i);
+        exts[i] = names[i];
+    }
+    expect_def(src_tar(2, globs, 64, exts), NULL, 0, NULL);
+    expect_def(src_tar(2, globs, 65, exts), NULL, 0,
+               "dataset definition: source tar: expected 1 to 64 extensions, found 65");
+    expect_def(src_tar(2, globs, 0, exts), NULL, 0,
+               "dataset definition: source tar: expected 1 to 64 extensions, found 0");
+    expect_def(src_tar(0, globs, 1, exts), NULL, 0,
+               "dataset definition: source tar: expected at least one file pattern");
+    static const struct {
+        char *ext;
+        const char *want;
+    } bad[] = {
+        {"", "dataset definition: source tar: extension 2: expected a non-empty extension, "
+             "found \"\""},
+        {".jpg", "dataset definition: source tar: extension 2: expected an extension without a "
+                 "leading dot, found \".jpg\""},
+        {"a/b", "dataset definition: source tar: extension 2: expected an extension without "
+                "'/', found \"a/b\""},
+        {"e0", "dataset definition: source tar: extension 2: expected an extension not listed "
+               "before, found \"e0\""},
+        {"e0.x", NULL},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *two[] = {"e0", bad[i].ext};
+        expect_def(src_tar(1, globs, 2, two), NULL, 0, bad[i].want);
+    }
+    s = src_tar(1, globs, 1, exts);
+    s->kind = SLUICE__SOURCE_DEF__KIND__LINES;
+    expect_def(s, NULL, 0, "dataset definition: source lines: exts belong to tar only");
+    s = src_range(0, 10, 1);
+    s->n_exts = 1;
+    s->exts = exts;
+    expect_def(s, NULL, 0, "dataset definition: source range: exts belong to tar only");
+    s = src_range(0, 0, 0);
+    s->kind = (Sluice__SourceDef__Kind)5;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 5");
 }
 
 static void test_values(void **state)
@@ -702,15 +795,11 @@ static void test_deep_nesting(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_tail_round_trip),
-        cmocka_unit_test(test_encode_ignores_foreign_fields),
-        cmocka_unit_test(test_garbage),
-        cmocka_unit_test(test_truncations_and_flips),
-        cmocka_unit_test(test_sources),
-        cmocka_unit_test(test_values),
-        cmocka_unit_test(test_ops),
-        cmocka_unit_test(test_deep_nesting),
+        cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_tail_round_trip),
+        cmocka_unit_test(test_pinned_bytes), cmocka_unit_test(test_encode_ignores_foreign_fields),
+        cmocka_unit_test(test_garbage),      cmocka_unit_test(test_truncations_and_flips),
+        cmocka_unit_test(test_sources),      cmocka_unit_test(test_values),
+        cmocka_unit_test(test_ops),          cmocka_unit_test(test_deep_nesting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,6 +84,15 @@ static const struct {
     {"tfrecord(\"a\", \"b\")", "tfrecord(\"a\", \"b\")"},
     {"lines(\"a.txt\", \"b\\\\c.txt\")", "lines(\"a.txt\", \"b\\\\c.txt\")"},
     {"lines(\"\")", "lines(\"\")"},
+    {"tar(\"/data/shard-*.tar\", \"jpg\", \"cls\")",
+     "tar(\"/data/shard-*.tar\", \"jpg\", \"cls\")"},
+    {"tar ( \"s.tar\" , \"seg.png\" )", "tar(\"s.tar\", \"seg.png\")"},
+    {"tar([\"a.tar\"], \"x\")", "tar(\"a.tar\", \"x\")"},
+    {"tar([\"a.tar\", \"b\\\\[1].tar\"], \"cls\", \"jpg\", \"json\")",
+     "tar([\"a.tar\", \"b\\\\[1].tar\"], \"cls\", \"jpg\", \"json\")"},
+    {"tar(\"\", \"\\x41\\n\")", "tar(\"\", \"A\\n\")"},
+    {"tar(\"s.tar\", \"a.b.c\", \"a.b\", \"a\") | shuffle(10) | batch(4)",
+     "tar(\"s.tar\", \"a.b.c\", \"a.b\", \"a\") | shuffle(10) | batch(4)"},
     {"range(10) | map(square) | filter(even)", "range(10) | map(square) | filter(even)"},
     {"range(10)|map(add,1)|filter(lt,5)", "range(10) | map(add, 1) | filter(lt, 5)"},
     {"range(10) | map( identity )", "range(10) | map(identity)"},
@@ -222,6 +231,17 @@ static void test_fields(void **state)
     assert_int_equal(t->nitems, 2);
     assert_int_equal(t->items[0].i, 2);
     assert_string_equal(t->items[1].items[1].s, "w");
+    pipe_spec_free(s);
+
+    s = parse_ok("tar([\"a*\", \"b?\"], \"jpg\", \"seg.png\")");
+    assert_int_equal(s->source.kind, PIPE_SRC_TAR);
+    assert_int_equal(s->source.column, 1);
+    assert_int_equal(s->source.nglobs, 2);
+    assert_string_equal(s->source.globs[0], "a*");
+    assert_string_equal(s->source.globs[1], "b?");
+    assert_int_equal(s->source.nexts, 2);
+    assert_string_equal(s->source.exts[0], "jpg");
+    assert_string_equal(s->source.exts[1], "seg.png");
     pipe_spec_free(s);
 
     s = parse_ok("lines(\"a*\", \"b?\")");
@@ -367,6 +387,25 @@ static const struct {
     {"tfrecord(\"a\" \"b\")", "column 14: expected ',' or ')', found '\"b\"'"},
     {"tfrecord(\"a\", )", "column 15: expected a string, found ')'"},
     {"tfrecord(\"a", "column 10: unterminated string"},
+    {"tar()", "column 5: expected a string, found ')'"},
+    {"tar(\"a\")", "column 8: expected ',' and a member extension, found ')'"},
+    {"tar(\"a\", )", "column 10: expected a string, found ')'"},
+    {"tar(\"a\" \"jpg\")", "column 9: expected ',' and a member extension, found '\"jpg\"'"},
+    {"tar(\"a\", \"jpg\" \"cls\")", "column 16: expected ',' or ')', found '\"cls\"'"},
+    {"tar(\"a\", \"\")", "column 10: expected a non-empty extension, found '\"\"'"},
+    {"tar(\"a\", \".jpg\")",
+     "column 10: expected an extension without a leading dot, found '\".jpg\"'"},
+    {"tar(\"a\", \"x/y\")", "column 10: expected an extension without '/', found '\"x/y\"'"},
+    {"tar(\"a\", \"x\\x00y\")",
+     "column 10: expected an extension without NUL bytes, found '\"x\\x00y\"'"},
+    {"tar(\"a\", \"jpg\", \"cls\", \"jpg\")",
+     "column 24: expected an extension not listed before, found '\"jpg\"'"},
+    {"tar(\"a\", 1)", "column 10: expected a string, found '1'"},
+    {"tar([], \"x\")", "column 6: expected a string, found ']'"},
+    {"tar([\"a\"  \"b\"], \"x\")", "column 11: expected ',' or ']', found '\"b\"'"},
+    {"tar([\"a\", \"b\", \"x\")", "column 19: expected ',' or ']', found ')'"},
+    {"tar([\"a\\x00\"], \"x\")", "column 6: a file pattern cannot contain a NUL byte"},
+    {"tar(\"a\", [\"x\"])", "column 10: expected a string, found '['"},
     {"range(10) | \xc3\xa9", "column 13: expected an operation, found '\\xc3'"},
     {"range(10) | \t@", "column 14: expected an operation, found '@'"},
     {"range(10) | aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa(1)",
@@ -416,6 +455,32 @@ static void test_tuple_limit(void **state)
     char want[128];
     snprintf(want, sizeof(want),
              "column %zu: expected ')' (a tuple has at most 64 components), found ','", o + 1);
+    assert_string_equal(err, want);
+}
+
+/* tar() asks for 1..64 member extensions, as an element has 1..64 components. */
+static void test_tar_ext_limit(void **state)
+{
+    (void)state;
+    char text[1024];
+    size_t o = (size_t)snprintf(text, sizeof(text), "tar(\"s.tar\"");
+    for (int i = 0; i < 64; i++)
+        o += (size_t)snprintf(text + o, sizeof(text) - o, ", \"e%d\"", i);
+    snprintf(text + o, sizeof(text) - o, ")");
+    struct pipe_spec *spec = parse_ok(text);
+    assert_int_equal(spec->source.nexts, 64);
+    assert_string_equal(spec->source.exts[63], "e63");
+    char *canonical = format_alloc(spec);
+    assert_string_equal(canonical, text);
+    free(canonical);
+    pipe_spec_free(spec);
+
+    snprintf(text + o, sizeof(text) - o, ", \"e64\")");
+    char err[256] = "";
+    assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), SLUICE_ERR_PARSE);
+    char want[128];
+    snprintf(want, sizeof(want),
+             "column %zu: expected ')' (an element has at most 64 components), found ','", o + 1);
     assert_string_equal(err, want);
 }
 
@@ -540,6 +605,12 @@ static void test_equal(void **state)
     assert_false(equal_texts("list((1, 2))", "list([1, 2])"));
     assert_false(equal_texts("lines(\"a\")", "tfrecord(\"a\")"));
     assert_false(equal_texts("lines(\"a\")", "lines(\"a\", \"a\")"));
+    assert_true(equal_texts("tar(\"a\", \"x\")", "tar([\"a\"], \"x\")"));
+    assert_false(equal_texts("tar(\"a\", \"x\")", "lines(\"a\")"));
+    assert_false(equal_texts("tar(\"a\", \"x\", \"y\")", "tar(\"a\", \"y\", \"x\")"));
+    assert_false(equal_texts("tar(\"a\", \"x\")", "tar(\"a\", \"x\", \"y\")"));
+    assert_false(equal_texts("tar(\"a\", \"x\")", "tar([\"a\", \"b\"], \"x\")"));
+    assert_false(equal_texts("tar(\"a\", \"x\")", "tar(\"b\", \"x\")"));
 
     /* Fields that do not belong to an op's kind take no part in equality. */
     struct pipe_spec *a = parse_ok("range(10) | repeat() | batch(2)");
@@ -648,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_large_inputs),    cmocka_unit_test(test_tail),
         cmocka_unit_test(test_equal),           cmocka_unit_test(test_format_truncates),
         cmocka_unit_test(test_error_buffer),    cmocka_unit_test(test_endless),
+        cmocka_unit_test(test_tar_ext_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -195,6 +195,22 @@ static void test_file(void **state)
          {"/x/1", "/x/2", "/y/3", NULL},
          "tfrecord(\"/y/3\") | map(identity)",
          NULL},
+        /* A tar() source keeps its extensions; several patterns are written as a list, one
+         * bare. */
+        {"tar(\"/s/*.tar\", \"jpg\", \"cls\") | batch(2)",
+         SLUICE_SHARD_FILE,
+         2,
+         1,
+         {"/s/0.tar", "/s/1.tar", "/s/2.tar", "/s/3.tar", NULL},
+         "tar([\"/s/1.tar\", \"/s/3.tar\"], \"jpg\", \"cls\") | batch(2)",
+         NULL},
+        {"tar([\"/s/*.tar\", \"/t/*.tar\"], \"cls\")",
+         SLUICE_SHARD_FILE,
+         3,
+         0,
+         {"/s/0.tar", "/s/1.tar", "/t/2.tar", NULL},
+         "tar(\"/s/0.tar\", \"cls\")",
+         NULL},
         /* File names with glob characters are escaped so they match only themselves. */
         {"lines(\"/d/*\")",
          SLUICE_SHARD_FILE,
@@ -209,8 +225,8 @@ static void test_file(void **state)
          0,
          {NULL},
          NULL,
-         "file sharding needs a tfrecord() or lines() source; use data or file_or_data "
-         "sharding"},
+         "file sharding needs a tfrecord(), lines() or tar() source; use data or "
+         "file_or_data sharding"},
         {"lines(\"/d/*\")",
          SLUICE_SHARD_FILE,
          3,

@@ -323,8 +323,8 @@ static void test_build_failure(void **state)
     drain(e, t, NULL, 100, &d);
     assert_int_equal(d.status, TASK_TAKE_FAILED);
     assert_int_equal(d.code, SLUICE_ERR_INVALID);
-    assert_string_equal(d.msg, "file sharding needs a tfrecord() or lines() source; use data or "
-                               "file_or_data sharding");
+    assert_string_equal(d.msg, "file sharding needs a tfrecord(), lines() or tar() source; use "
+                               "data or file_or_data sharding");
     finish(e, t);
 }
 

@@ -1,0 +1,49 @@
+"""sluice.run over files written by Python's own writers: WebDataset shards made with tarfile
+(pax, as the webdataset package writes them), gzip files made with the gzip module."""
+
+import gzip
+import io
+import tarfile
+
+import pytest
+
+import sluice
+
+
+def write_shard(path, members, compress=False):
+    """members: (name, bytes) in archive order."""
+    with tarfile.open(path, "w:gz" if compress else "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def sample(k):
+    return [(f"part/{k:06d}.jpg", bytes([0xFF, 0xD8, k])), (f"part/{k:06d}.cls", str(k % 3).encode()),
+            (f"part/{k:06d}.meta.json", b'{"k": %d}' % k)]
+
+
+def test_tar_tuples_in_extension_order(tmp_path):
+    write_shard(tmp_path / "s-0.tar", [m for k in range(3) for m in sample(k)])
+    write_shard(tmp_path / "s-1.tar.gz", [m for k in range(3, 5) for m in sample(k)], compress=True)
+    got = list(sluice.run(f'tar("{tmp_path}/s-*", "cls", "jpg", "meta.json")'))
+    want = [(str(k % 3).encode(), bytes([0xFF, 0xD8, k]), b'{"k": %d}' % k) for k in range(5)]
+    assert got == want
+    # One extension gives bytes scalars.
+    assert list(sluice.run(f'tar("{tmp_path}/s-0.tar", "cls")')) == [b"0", b"1", b"2"]
+
+
+def test_tar_missing_member_names_shard_and_sample(tmp_path):
+    members = sample(0) + [m for m in sample(1) if not m[0].endswith(".jpg")]
+    write_shard(tmp_path / "bad.tar", members)
+    it = sluice.run(f'tar("{tmp_path}/bad.tar", "jpg", "cls")')
+    assert next(it) == (bytes([0xFF, 0xD8, 0]), b"0")
+    with pytest.raises(sluice.Error, match=f"{tmp_path}/bad.tar: sample part/000001: "
+                                            "missing member .jpg"):
+        next(it)
+
+
+def test_gzip_lines_and_members(tmp_path):
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(b"x\ny\n") + gzip.compress(b"z"))
+    assert list(sluice.run(f'lines("{tmp_path}/a.txt.gz")')) == [b"x", b"y", b"z"]

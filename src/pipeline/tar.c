@@ -1,0 +1,363 @@
+/* tar(): WebDataset shards through libarchive.
+ *
+ * Happy path: open a shard, read member headers one by one, feed each name to the grouping
+ * (wds.c), keep the bytes of asked-for members in per-component buffers, and emit the buffers as
+ * an element whenever the grouping says a sample is complete. The member whose header ended a
+ * sample is held (its data not yet read or skipped) until the next call, so the element goes out
+ * before its buffer is reused or damage in that member can hold it back. Every member's data is
+ * read or skipped explicitly before the next header, so damage anywhere surfaces as an error and
+ * the archive position after the last member is known: libarchive accepts an archive that simply
+ * stops at a member boundary, and only the end-of-archive blocks it then does not consume tell such
+ * a truncated shard from a whole one. Every failure is recorded once in the context's message and
+ * returned by every later next(). */
+#include "tar.h"
+
+#include "common/error.h"
+#include "split.h"
+#include "wds.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* libarchive's read block size: what one read(2) asks for. */
+#define TAR_BLOCK_SIZE (64u * 1024u)
+
+/* The largest member accepted, as for a TFRecord record: a damaged size field must not make
+ * the reader allocate without bound. */
+#define MAX_MEMBER ((uint64_t)1 << 30)
+
+/* A member buffer starts at most this large and grows as data arrives, so a header that
+ * claims a huge size in a short archive costs little before the truncation is noticed. */
+#define FIRST_RESERVE ((size_t)1 << 20)
+
+enum { NONE = -1, SKIP = -2 };
+
+struct component {
+    uint8_t *data;
+    size_t len, cap;
+};
+
+struct tar_reader {
+    struct pipe_iter base;
+    char **paths; /* owned copies */
+    size_t npaths;
+    size_t next_path;
+    char **exts; /* owned copies */
+    size_t nexts;
+    struct pipe_wds group;
+    struct component *comps; /* nexts of them: the current sample's members */
+    /* The current shard; a NULL archive when none is open. */
+    const char *path;
+    int fd;
+    struct archive *a;
+    struct archive_entry *entry; /* the current member, valid until the next header */
+    uint64_t entry_at;           /* the archive offset of its header */
+    bool any_entry;              /* the shard has had a member */
+    /* What the next call does first with the current member's data: NONE, SKIP, or read it
+     * into component pending (>= 0). */
+    int pending;
+    /* 1 while running; 0 after the end; a negative code after an error. */
+    int status;
+};
+
+static const char *entry_name(struct archive_entry *e)
+{
+    const char *n = archive_entry_pathname_utf8(e);
+    return n ? n : archive_entry_pathname(e);
+}
+
+static void close_shard(struct tar_reader *r)
+{
+    if (r->a)
+        archive_read_free(r->a);
+    r->a = NULL;
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    r->path = NULL;
+    r->entry = NULL;
+    r->pending = NONE;
+}
+
+static int fail(struct tar_reader *r, int code)
+{
+    close_shard(r);
+    r->status = code;
+    return code;
+}
+
+/* The code for libarchive's current error. */
+static int archive_code(struct archive *a)
+{
+    return archive_errno(a) == ENOMEM ? SLUICE_ERR_NOMEM : SLUICE_ERR_CORRUPT;
+}
+
+static const char *archive_msg(struct archive *a)
+{
+    const char *m = archive_error_string(a);
+    return m ? m : "damaged tar archive";
+}
+
+/* Fails with libarchive's error while reading the current member's data. */
+static int fail_member(struct tar_reader *r)
+{
+    const char *name = r->entry ? entry_name(r->entry) : NULL;
+    int code = archive_code(r->a);
+    err_set(r->base.ctx->err, sizeof r->base.ctx->err, code,
+            "%s: offset %" PRIu64 ": member %s: %s", r->path, r->entry_at, name ? name : "?",
+            archive_msg(r->a));
+    return fail(r, code);
+}
+
+/* Opens the next shard. Returns 1 when one is open, 0 when there are no more, or an error. */
+static int open_next(struct tar_reader *r)
+{
+    if (r->next_path == r->npaths)
+        return 0;
+    const char *path = r->paths[r->next_path++];
+    char *err = r->base.ctx->err;
+    size_t errlen = sizeof r->base.ctx->err;
+    int fd;
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        int code = -errno;
+        err_set(err, errlen, code, "%s: %s", path, sluice_strerror(code));
+        return fail(r, code);
+    }
+    r->fd = fd;
+    r->path = path;
+    r->a = archive_read_new();
+    if (!r->a) {
+        err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: %s", path, sluice_strerror(SLUICE_ERR_NOMEM));
+        return fail(r, SLUICE_ERR_NOMEM);
+    }
+    /* Plain tar (ustar, pax, GNU), optionally gzip-compressed; an empty file is an empty shard.
+     * Nothing that would run an external program. */
+    if (archive_read_support_format_tar(r->a) != ARCHIVE_OK ||
+        archive_read_support_format_empty(r->a) != ARCHIVE_OK ||
+        archive_read_support_filter_gzip(r->a) != ARCHIVE_OK ||
+        archive_read_open_fd(r->a, fd, TAR_BLOCK_SIZE) != ARCHIVE_OK) {
+        int code = archive_code(r->a);
+        err_set(err, errlen, code, "%s: %s", path, archive_msg(r->a));
+        return fail(r, code);
+    }
+    r->any_entry = false;
+    r->entry = NULL;
+    r->pending = NONE;
+    pipe_wds_reset(&r->group);
+    return 1;
+}
+
+static int reserve(struct component *c, size_t cap)
+{
+    if (cap <= c->cap)
+        return 0;
+    size_t ncap = c->cap ? c->cap : 4096;
+    while (ncap < cap)
+        ncap *= 2;
+    uint8_t *p = realloc(c->data, ncap);
+    if (!p)
+        return SLUICE_ERR_NOMEM;
+    c->data = p;
+    c->cap = ncap;
+    return 0;
+}
+
+/* Skips the current member's data. */
+static int skip_member(struct tar_reader *r)
+{
+    return archive_read_data_skip(r->a) < ARCHIVE_WARN ? fail_member(r) : 0;
+}
+
+/* Reads the current member's data into component k. */
+static int read_member(struct tar_reader *r, int k)
+{
+    struct component *c = &r->comps[k];
+    char *err = r->base.ctx->err;
+    size_t errlen = sizeof r->base.ctx->err;
+    c->len = 0;
+    int64_t size = archive_entry_size(r->entry);
+    if (size < 0 || (uint64_t)size > MAX_MEMBER) {
+        err_set(err, errlen, SLUICE_ERR_TOO_LARGE,
+                "%s: offset %" PRIu64 ": member %s: size %" PRId64 " over limit", r->path,
+                r->entry_at, entry_name(r->entry), size);
+        return fail(r, SLUICE_ERR_TOO_LARGE);
+    }
+    int rc = reserve(c, (size_t)size < FIRST_RESERVE ? (size_t)size + 1 : FIRST_RESERVE);
+    for (;;) {
+        if (rc == 0 && c->len == c->cap)
+            rc = c->len > MAX_MEMBER ? SLUICE_ERR_TOO_LARGE : reserve(c, c->cap * 2);
+        if (rc < 0) {
+            err_set(err, errlen, rc, "%s: offset %" PRIu64 ": member %s: %s", r->path, r->entry_at,
+                    entry_name(r->entry), sluice_strerror(rc));
+            return fail(r, rc);
+        }
+        la_ssize_t n = archive_read_data(r->a, c->data + c->len, c->cap - c->len);
+        if (n < 0)
+            return fail_member(r);
+        if (n == 0)
+            return 0;
+        c->len += (size_t)n;
+    }
+}
+
+/* Copies the collected members into out. */
+static int emit(struct tar_reader *r, struct sluice_element *out)
+{
+    int rc = pipe_elem_resize(out, r->nexts);
+    for (size_t i = 0; rc == 0 && i < r->nexts; i++)
+        rc = pipe_tensor_set_bytes(&out->t[i], r->comps[i].data, r->comps[i].len);
+    if (rc < 0) {
+        err_set(r->base.ctx->err, sizeof r->base.ctx->err, rc, "%s: %s", r->path ? r->path : "tar",
+                sluice_strerror(rc));
+        return fail(r, rc);
+    }
+    return 1;
+}
+
+static int tar_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct tar_reader *r = (struct tar_reader *)it;
+    char *err = r->base.ctx->err;
+    size_t errlen = sizeof r->base.ctx->err;
+    if (r->status <= 0)
+        return r->status;
+    if (r->pending != NONE) {
+        int k = r->pending;
+        r->pending = NONE;
+        int rc = k == SKIP ? skip_member(r) : read_member(r, k);
+        if (rc < 0)
+            return rc;
+    }
+    for (;;) {
+        if (!r->a) {
+            int rc = open_next(r);
+            if (rc == 0)
+                return r->status = 0;
+            if (rc < 0)
+                return rc;
+        }
+        uint64_t at = (uint64_t)archive_filter_bytes(r->a, 0);
+        struct archive_entry *e = NULL;
+        int arc = archive_read_next_header(r->a, &e);
+        const char *name = NULL;
+        r->entry = NULL;
+        if (arc == ARCHIVE_EOF) {
+            if (r->any_entry && (uint64_t)archive_filter_bytes(r->a, 0) == at) {
+                err_set(err, errlen, SLUICE_ERR_TRUNCATED,
+                        "%s: offset %" PRIu64 ": truncated tar archive (no end-of-archive blocks)",
+                        r->path, at);
+                return fail(r, SLUICE_ERR_TRUNCATED);
+            }
+        } else if (arc == ARCHIVE_OK || arc == ARCHIVE_WARN) {
+            /* A warning (a name not representable in the locale, say) leaves a usable entry. */
+            r->any_entry = true;
+            r->entry = e;
+            r->entry_at = at;
+            if (archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e)) {
+                int rc = skip_member(r);
+                if (rc < 0)
+                    return rc;
+                continue;
+            }
+            name = entry_name(e);
+            if (!name) {
+                err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                        "%s: offset %" PRIu64 ": a member without a name", r->path, at);
+                return fail(r, SLUICE_ERR_CORRUPT);
+            }
+        } else {
+            /* Including ARCHIVE_RETRY for a damaged header: never skip damage silently. */
+            int code = archive_code(r->a);
+            err_set(err, errlen, code, "%s: offset %" PRIu64 ": %s", r->path, at,
+                    archive_msg(r->a));
+            return fail(r, code);
+        }
+        struct pipe_wds_step step;
+        char why[sizeof r->base.ctx->err];
+        int rc = pipe_wds_feed(&r->group, name, &step, why, sizeof why);
+        if (rc < 0) {
+            err_set(err, errlen, rc, "%s: %s", r->path, why);
+            return fail(r, rc);
+        }
+        if (!name)
+            close_shard(r);
+        if (step.done) {
+            /* The sample goes out now, even if this member turns out damaged: its data waits
+             * for the next call. */
+            if (name)
+                r->pending = step.take >= 0 ? step.take : SKIP;
+            return emit(r, out);
+        }
+        if (!name)
+            continue;
+        rc = step.take >= 0 ? read_member(r, step.take) : skip_member(r);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+static void tar_destroy(struct pipe_iter *it)
+{
+    struct tar_reader *r = (struct tar_reader *)it;
+    if (!r)
+        return;
+    close_shard(r);
+    pipe_wds_release(&r->group);
+    if (r->comps)
+        for (size_t i = 0; i < r->nexts; i++)
+            free(r->comps[i].data);
+    free(r->comps);
+    pipe_paths_free(r->paths, r->npaths);
+    pipe_paths_free(r->exts, r->nexts);
+    free(r);
+}
+
+static const struct pipe_iter_ops tar_ops = {.next = tar_next, .destroy = tar_destroy};
+
+/* Copies n strings into *out, raising *nout as each is copied. */
+static int copy_strs(char *const *src, size_t n, char ***out, size_t *nout)
+{
+    if (n == 0)
+        return 0;
+    if (!(*out = calloc(n, sizeof **out)))
+        return SLUICE_ERR_NOMEM;
+    for (; *nout < n; (*nout)++)
+        if (!((*out)[*nout] = strdup(src[*nout])))
+            return SLUICE_ERR_NOMEM;
+    return 0;
+}
+
+int pipe_tar_open(char *const *paths, size_t npaths, char *const *exts, size_t nexts,
+                  struct pipe_ctx *ctx, struct pipe_iter **out)
+{
+    if (nexts == 0 || nexts > PIPE_MAX_COMPONENTS)
+        return SLUICE_ERR_INVALID;
+    struct tar_reader *r = calloc(1, sizeof *r);
+    if (!r)
+        return SLUICE_ERR_NOMEM;
+    r->base.ops = &tar_ops;
+    r->base.ctx = ctx;
+    r->fd = -1;
+    r->pending = NONE;
+    r->status = 1;
+    if (copy_strs(paths, npaths, &r->paths, &r->npaths) < 0 ||
+        copy_strs(exts, nexts, &r->exts, &r->nexts) < 0 ||
+        !(r->comps = calloc(nexts, sizeof *r->comps))) {
+        tar_destroy(&r->base);
+        return SLUICE_ERR_NOMEM;
+    }
+    pipe_wds_init(&r->group, r->exts, r->nexts);
+    *out = &r->base;
+    return 0;
+}
