@@ -42,7 +42,8 @@ static Tensorflow__Feature *add_entry(struct builder *b, const char *key)
     }
     Tensorflow__Features__FeatureEntry *e = calloc(1, sizeof(*e));
     tensorflow__features__feature_entry__init(e);
-    e->key = strdup(key);
+    e->key.data = (uint8_t *)strdup(key);
+    e->key.len = strlen(key);
     e->value = calloc(1, sizeof(*e->value));
     tensorflow__feature__init(e->value);
     b->entries[b->n++] = e;
@@ -119,7 +120,7 @@ static int pbc_decode(const uint8_t *rec, size_t len, const struct pipe_feature_
         Tensorflow__Feature *f = NULL;
         for (size_t j = 0; ex->features && j < ex->features->n_feature; j++) {
             Tensorflow__Features__FeatureEntry *e = ex->features->feature[j];
-            if (strlen(e->key) == s->name_len && memcmp(e->key, s->name, s->name_len) == 0)
+            if (e->key.len == s->name_len && memcmp(e->key.data, s->name, s->name_len) == 0)
                 f = e->value;
         }
         struct pipe_tensor *t = &out[i];

@@ -182,6 +182,22 @@ int pipe_feature_spec_parse(const char *text, size_t len, struct pipe_feature_sp
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
 
+/* Reads a varint of at most 10 bytes at d[*pos, end), keeping the low 64 bits: bits a tenth byte
+ * carries past them are dropped, as protobuf-c does. Returns false when it does not end in time. */
+static bool get_varint(const uint8_t *d, size_t end, size_t *pos, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < VARINT_MAX_LEN && *pos < end; i++) {
+        uint8_t b = d[(*pos)++];
+        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (b < 0x80) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* One field: its number and wire type; a LEN field's payload is d[start, start + len), a
  * VARINT's value is v. */
 struct field {
@@ -197,20 +213,18 @@ static int next_field(const uint8_t *d, size_t *pos, size_t end, struct field *f
 {
     if (*pos >= end)
         return 0;
+    /* A tag is a varint of at most 5 bytes, of which the low 32 bits count (as protobuf-c and
+     * protobuf's readers take it). */
     uint64_t tag;
-    if (!varint_get(d, end, pos, 5, &tag) || tag > UINT32_MAX) {
+    if (!varint_get(d, end, pos, 5, &tag)) {
         *why = "bad field tag";
         return -1;
     }
-    f->num = (uint32_t)(tag >> 3);
+    f->num = (uint32_t)tag >> 3; /* 0 is no field of these messages: skipped as unknown */
     f->wt = (int)(tag & 7);
-    if (f->num == 0) {
-        *why = "field number 0";
-        return -1;
-    }
     switch (f->wt) {
     case WT_VARINT:
-        if (!varint_get(d, end, pos, VARINT_MAX_LEN, &f->v)) {
+        if (!get_varint(d, end, pos, &f->v)) {
             *why = "truncated or overlong varint";
             return -1;
         }
@@ -232,7 +246,7 @@ static int next_field(const uint8_t *d, size_t *pos, size_t end, struct field *f
         return 1;
     case WT_LEN: {
         uint64_t n;
-        if (!varint_get(d, end, pos, VARINT_MAX_LEN, &n)) {
+        if (!get_varint(d, end, pos, &n)) {
             *why = "bad length";
             return -1;
         }
@@ -354,15 +368,13 @@ struct kind_run {
 };
 
 /* Counts the varints of a packed list p[0, len): every one ends in a byte below 0x80. Returns 0,
- * or -1 when the last one does not end or one is longer than a 64-bit varint. */
+ * or -1 when the last one does not end or one is longer than 10 bytes. */
 static int packed_varints(const uint8_t *p, size_t len, uint64_t *count)
 {
     uint64_t n = 0;
     unsigned run = 0; /* continuation bytes before the current byte */
     for (size_t i = 0; i < len; i++) {
         if (p[i] < 0x80) {
-            if (run == VARINT_MAX_LEN - 1 && p[i] > 1)
-                return -1;
             n++;
             run = 0;
         } else if (++run == VARINT_MAX_LEN) {
@@ -383,7 +395,7 @@ static void read_varints(const uint8_t *p, size_t len, int64_t *out)
         uint64_t v = p[i] & 0x7f;
         unsigned shift = 7;
         while (p[i++] & 0x80) {
-            v |= (uint64_t)(p[i] & 0x7f) << shift;
+            v |= (uint64_t)(p[i] & 0x7f) << shift; /* shift <= 63: at most 10 bytes */
             shift += 7;
         }
         *out++ = (int64_t)v;
