@@ -526,8 +526,10 @@ static void list_write(const uint8_t *d, size_t start, size_t end, int kind, str
             *boff += f.len;
             t->offs[++*k] = *boff;
         } else if (kind == KIND_FLOAT) {
-            float *out = (float *)(void *)t->data + *k;
             size_t n = f.wt == WT_I32 ? 1 : f.len / 4;
+            if (n == 0)
+                continue; /* an empty packed list; t->data may be NULL */
+            float *out = (float *)(void *)t->data + *k;
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
             memcpy(out, d + f.start, 4 * n);
 #else
@@ -541,7 +543,7 @@ static void list_write(const uint8_t *d, size_t start, size_t end, int kind, str
             int64_t *out = (int64_t *)(void *)t->data;
             if (f.wt == WT_VARINT) {
                 out[(*k)++] = (int64_t)f.v;
-            } else {
+            } else if (f.len > 0) {
                 uint64_t n = 0;
                 packed_varints(d + f.start, f.len, &n);
                 read_varints(d + f.start, f.len, out + *k);

@@ -2,7 +2,7 @@
  *
  * Each call reads the header, checks the size, decodes into a spare slot of the element and
  * exchanges it with component 0, whose buffer (the JPEG bytes) stays in the element for the
- * next one. A decompressor handle is made per call: it costs a few microseconds against the
+ * next one. A decompressor handle is made per call: it costs under a microsecond against the
  * milliseconds of a decode, and keeps the function free of state shared between threads. */
 #include "jpeg.h"
 

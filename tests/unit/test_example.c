@@ -665,6 +665,16 @@ static void test_map_function(void **state)
     free(tuple);
     free(q);
 
+    /* Empty lists into fresh components (no buffers yet). */
+    struct pb fs = {0}, f1 = floats(NULL, 0, true), f2 = int64s(NULL, 0, true);
+    entry(&fs, "f", &f1);
+    entry(&fs, "i", &f2);
+    struct pb empties = example(&fs);
+    text = list_of(empties.p, empties.n,
+                   "map(parse_example, \"f:float32[-1]\", \"i:int64[-1]\", \"b:bytes[0]=x\")");
+    expect(run(text), "([], [], [])\n");
+    free(text);
+
     /* Errors through the iterator, without an origin (list() is not a file). */
     text = list_of(literal, sizeof(literal), "map(parse_example, \"nope:int64\")");
     expect(run(text), "ERR map(parse_example): feature 'nope': missing");
