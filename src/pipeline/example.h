@@ -13,10 +13,13 @@
  * than unpacking with protobuf-c: it visits the features the spec asks for and skips every other
  * one by its length, allocating nothing but the output tensors. bench/bench_example measures it
  * at about twice protobuf-c's speed on an ImageNet-style record (protobuf-c copies the image
- * bytes and allocates every entry) and ten times on records of thousands of features. It follows protobuf's rules where
- * they matter to the result: the last map entry with a key wins, the last oneof member wins,
- * repeated occurrences of a message merge, and repeated numbers may come packed, unpacked or
- * both. Features the spec does not ask for are skipped unchecked. Pure and thread-safe. */
+ * bytes and allocates every entry) and ten times on records of thousands of features.
+ *
+ * It follows protobuf's rules where they matter to the result: the last map entry with a key
+ * wins, the last oneof member wins, repeated occurrences of a message merge (protobuf-c keeps
+ * only the last of a oneof member given twice; protobuf merges them, and so does this), and
+ * repeated numbers may come packed, unpacked or both. Features the spec does not ask for are
+ * skipped unchecked. Pure and thread-safe. */
 #ifndef SLUICE_PIPELINE_EXAMPLE_H
 #define SLUICE_PIPELINE_EXAMPLE_H
 
