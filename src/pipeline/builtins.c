@@ -8,6 +8,9 @@
 
 #include "common/error.h"
 #include "element.h"
+#include "example.h"
+#include "image.h"
+#include "jpeg.h"
 #include "registry.h"
 
 #include <math.h>
@@ -647,7 +650,7 @@ static int check_bytes(const struct sluice_fn_args *a, char *err, size_t errlen)
 
 struct map_def {
     const char *name;
-    int nargs;
+    int min_args, max_args; /* max_args < 0: no upper bound */
     sluice_map_cb fn;
     pipe_fn_check_cb check;
 };
@@ -660,10 +663,20 @@ struct filter_def {
 };
 
 static const struct map_def maps[] = {
-    {"square", 0, fn_square, NULL},      {"add", 1, fn_add, check_number},
-    {"mul", 1, fn_mul, check_number},    {"mod", 1, fn_mod, check_mod},
-    {"identity", 0, fn_identity, NULL},  {"sleep_us", 1, fn_sleep_us, check_sleep},
-    {"bytes", 1, fn_bytes, check_bytes},
+    {"square", 0, 0, fn_square, NULL},
+    {"add", 1, 1, fn_add, check_number},
+    {"mul", 1, 1, fn_mul, check_number},
+    {"mod", 1, 1, fn_mod, check_mod},
+    {"identity", 0, 0, fn_identity, NULL},
+    {"sleep_us", 1, 1, fn_sleep_us, check_sleep},
+    {"bytes", 1, 1, fn_bytes, check_bytes},
+    /* Records and images: example.c, jpeg.c, image.c. */
+    {"parse_example", 1, PIPE_MAX_COMPONENTS, pipe_fn_parse_example, pipe_check_parse_example},
+    {"decode_jpeg", 0, 1, pipe_fn_decode_jpeg, pipe_check_decode_jpeg},
+    {"resize", 2, 2, pipe_fn_resize, pipe_check_image_size},
+    {"center_crop", 2, 2, pipe_fn_center_crop, pipe_check_image_size},
+    {"random_crop", 2, 3, pipe_fn_random_crop, pipe_check_image_size},
+    {"normalize", 2, 2, pipe_fn_normalize, pipe_check_normalize},
 };
 
 static const struct filter_def filters[] = {
@@ -677,7 +690,7 @@ int pipe_builtins_register(struct sluice_registry *reg)
 {
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         const struct map_def *d = &maps[i];
-        int rc = sluice_register_map(reg, d->name, d->nargs, d->nargs, d->fn, NULL);
+        int rc = sluice_register_map(reg, d->name, d->min_args, d->max_args, d->fn, NULL);
         if (!rc && d->check)
             rc = pipe_registry_set_check(reg, d->name, d->check);
         if (rc)

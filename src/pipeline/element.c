@@ -222,11 +222,9 @@ void pipe_elem_swap(struct sluice_element *a, struct sluice_element *b)
     *b = tmp;
 }
 
-int pipe_elem_resize(struct sluice_element *e, size_t n)
+int pipe_elem_reserve(struct sluice_element *e, size_t n)
 {
-    if (n == e->n)
-        return 0;
-    if (n > PIPE_MAX_COMPONENTS)
+    if (n > PIPE_MAX_COMPONENTS + 1)
         return SLUICE_ERR_INVALID;
     if (n > e->cap) {
         struct pipe_tensor *t = realloc(e->t, n * sizeof(*t));
@@ -236,9 +234,21 @@ int pipe_elem_resize(struct sluice_element *e, size_t n)
         e->t = t;
         e->cap = n;
     }
+    return 0;
+}
+
+int pipe_elem_resize(struct sluice_element *e, size_t n)
+{
+    if (n == e->n)
+        return 0;
+    if (n > PIPE_MAX_COMPONENTS)
+        return SLUICE_ERR_INVALID;
+    int rc = pipe_elem_reserve(e, n);
+    if (rc)
+        return rc;
     /* Components coming into use start as int64 zeros, so every component in use is valid. */
     for (size_t i = e->n; i < n; i++) {
-        int rc = pipe_tensor_set_i64(&e->t[i], 0);
+        rc = pipe_tensor_set_i64(&e->t[i], 0);
         if (rc) {
             e->n = i;
             return rc;

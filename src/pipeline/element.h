@@ -48,6 +48,22 @@ bool pipe_elem_equal(const struct sluice_element *a, const struct sluice_element
 /* Sets the number of components, keeping existing buffers. Returns 0 or SLUICE_ERR_NOMEM. */
 int pipe_elem_resize(struct sluice_element *e, size_t n);
 
+/* Makes room for n component slots (n <= PIPE_MAX_COMPONENTS + 1) without bringing any into
+ * use: slots [e->n, n) are spare, keep whatever buffers they had and may be borrowed by a function
+ * that builds a replacement for a component beside it (write the new tensor into a spare slot,
+ * then exchange the two slots), so the old component's buffers stay in the element for the next
+ * one instead of being freed. A spare slot's metadata means nothing: set its dtype before
+ * pipe_tensor_reserve(). Returns 0 or SLUICE_ERR_NOMEM (SLUICE_ERR_INVALID for n too large). */
+int pipe_elem_reserve(struct sluice_element *e, size_t n);
+
+/* Exchanges two tensors, buffers included; never allocates. */
+static inline void pipe_tensor_swap(struct pipe_tensor *a, struct pipe_tensor *b)
+{
+    struct pipe_tensor tmp = *a;
+    *a = *b;
+    *b = tmp;
+}
+
 /* Number of values in a tensor: the product of its shape (1 for rank 0). */
 uint64_t pipe_tensor_num_values(const struct pipe_tensor *t);
 /* Makes room for len data bytes (and, for bytes tensors, nvalues + 1 offsets); keeps content

@@ -338,9 +338,15 @@ static int reader_rec_reserve(struct file_reader *r, size_t cap)
     return 0;
 }
 
+/* Hands a record (or line) that began at file offset at to the element, and records its origin
+ * in the context for the functions downstream. */
 static int reader_emit(struct file_reader *r, struct sluice_element *out, const void *data,
-                       size_t len)
+                       size_t len, uint64_t at)
 {
+    struct pipe_origin *o = &r->base.ctx->origin;
+    o->file = r->paths[r->next_path - 1];
+    o->offset = at;
+    o->owner = r;
     int rc = pipe_elem_resize(out, 1);
     if (rc == 0)
         rc = pipe_tensor_set_bytes(&out->t[0], data, len);
@@ -357,6 +363,8 @@ static void reader_destroy(struct pipe_iter *it)
     struct file_reader *r = (struct file_reader *)it;
     if (!r)
         return;
+    if (r->base.ctx && r->base.ctx->origin.owner == r)
+        memset(&r->base.ctx->origin, 0, sizeof(r->base.ctx->origin));
     reader_close_file(r);
     if (r->gz) {
         inflateEnd(&r->gz->zs);
@@ -453,7 +461,7 @@ static int tfr_next_large(struct file_reader *r, struct sluice_element *out, uin
     if (load_le32(r->buf + r->pos) != pipe_tfrecord_mask(crc32c(r->rec, len)))
         return tfr_corrupt(r, at, "bad data checksum");
     reader_consume(r, TFR_TRAILER);
-    return reader_emit(r, out, r->rec, len);
+    return reader_emit(r, out, r->rec, len, at);
 }
 
 static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
@@ -505,7 +513,7 @@ static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
         if (load_le32(data + len) != pipe_tfrecord_mask(crc32c(data, (size_t)len)))
             return tfr_corrupt(r, at, "bad data checksum");
         reader_consume(r, need);
-        return reader_emit(r, out, data, (size_t)len);
+        return reader_emit(r, out, data, (size_t)len, at);
     }
 }
 
@@ -576,13 +584,13 @@ static int lines_next(struct pipe_iter *it, struct sluice_element *out)
             size_t n = (size_t)(nl - start);
             if (r->rec_len == 0) {
                 reader_consume(r, n + 1);
-                return reader_emit(r, out, start, n);
+                return reader_emit(r, out, start, n, at);
             }
             int rc = lines_spill(r, n, at);
             if (rc < 0)
                 return rc;
             reader_consume(r, 1);
-            return reader_emit(r, out, r->rec, r->rec_len);
+            return reader_emit(r, out, r->rec, r->rec_len, at);
         }
         scanned = avail;
         if (r->eof) {
@@ -595,12 +603,12 @@ static int lines_next(struct pipe_iter *it, struct sluice_element *out)
             }
             int rc;
             if (r->rec_len == 0) {
-                rc = reader_emit(r, out, start, avail);
+                rc = reader_emit(r, out, start, avail, at);
             } else {
                 rc = lines_spill(r, avail, at);
                 if (rc < 0)
                     return rc;
-                rc = reader_emit(r, out, r->rec, r->rec_len);
+                rc = reader_emit(r, out, r->rec, r->rec_len, at);
             }
             if (rc == 1)
                 reader_close_file(r);

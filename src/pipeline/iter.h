@@ -14,10 +14,24 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct sluice_registry;
 
-/* Shared by all iterators of one chain: the registry and the first error's message.
+/* Where the record a file source yielded last came from: the file (NULL when the chain has no
+ * file source or it has yielded nothing yet) and the byte offset of the record in it. The source
+ * writes it for every record and clears it when it is destroyed; owner is the source. Elements do
+ * not carry their origin, so only a map or filter with nothing between it and the source that
+ * holds elements back or reorders them (shuffle, batch, prefetch) may read it as the origin of the
+ * element in hand (open.c decides that when it builds the chain). */
+struct pipe_origin {
+    const char *file;
+    uint64_t offset;
+    const void *owner;
+};
+
+/* Shared by all iterators of one chain: the registry, the first error's message and the origin
+ * of the last record read.
  *
  * cancel may be set from any thread (pipe_run_cancel) to make a chain give up: iterators that
  * loop over upstream elements without returning (filter, skip, shard, repeat) check it and
@@ -29,6 +43,7 @@ struct pipe_ctx {
     char err[512];
     atomic_int cancel;
     const struct pipe_ctx *parent;
+    struct pipe_origin origin;
 };
 
 /* True when ctx or any of its parents was cancelled. */

@@ -3,7 +3,9 @@
 #include "map.h"
 
 #include "common/error.h"
+#include "shuffle.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 
 struct map_iter {
@@ -11,20 +13,56 @@ struct map_iter {
     struct pipe_iter *up;
     const struct pipe_fn *fn;
     struct sluice_fn_args args;
+    bool origin;   /* ctx->origin is the origin of the element in hand */
     int rc;        /* sticky error */
     bool done;     /* upstream ended */
     char why[256]; /* the function's reason for a failure */
 };
 
-/* Records a function's failure with its name in front of its reason. */
+/* Records a function's failure with its name in front of its reason, and the record's origin
+ * after it when it is known. */
 static int fn_failed(struct map_iter *m, int rc, const char *why)
 {
     if (rc >= 0)
         rc = SLUICE_ERR_FN;
     const char *kind = m->fn->kind == PIPE_FN_MAP ? "map" : "filter";
-    m->rc = err_set(m->base.ctx->err, sizeof(m->base.ctx->err), rc, "%s(%s): %s", kind, m->fn->name,
-                    why[0] ? why : sluice_strerror(rc));
+    struct pipe_ctx *ctx = m->base.ctx;
+    const char *reason = why[0] ? why : sluice_strerror(rc);
+    if (m->origin && ctx->origin.file)
+        m->rc =
+            err_set(ctx->err, sizeof(ctx->err), rc, "%s(%s): %s (record at %s offset %" PRIu64 ")",
+                    kind, m->fn->name, reason, ctx->origin.file, ctx->origin.offset);
+    else
+        m->rc = err_set(ctx->err, sizeof(ctx->err), rc, "%s(%s): %s", kind, m->fn->name, reason);
     return m->rc;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    return x;
+}
+
+/* Two values into one, order-sensitive. */
+static uint64_t combine(uint64_t a, uint64_t b)
+{
+    return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ULL));
+}
+
+uint64_t pipe_fn_seed(const struct sluice_fn_args *args, bool has_seed, int64_t seed)
+{
+    uint64_t key;
+    if (args->split_keyed)
+        key = combine(args->key, has_seed ? (uint64_t)seed : 0);
+    else if (has_seed)
+        key = pipe_salt_mix(combine(0x243f6a8885a308d3ULL, (uint64_t)seed), args->salt);
+    else
+        key = args->key;
+    return combine(key, args->index);
 }
 
 static int map_next(struct pipe_iter *it, struct sluice_element *out)
@@ -41,6 +79,7 @@ static int map_next(struct pipe_iter *it, struct sluice_element *out)
     }
     m->why[0] = '\0';
     rc = m->fn->map(out, &m->args, m->fn->user, m->why, sizeof(m->why));
+    m->args.index++;
     if (rc)
         return fn_failed(m, rc, m->why);
     return 1;
@@ -62,6 +101,7 @@ static int filter_next(struct pipe_iter *it, struct sluice_element *out)
         int keep = 0;
         m->why[0] = '\0';
         rc = m->fn->filter(out, &m->args, m->fn->user, &keep, m->why, sizeof(m->why));
+        m->args.index++;
         if (rc)
             return fn_failed(m, rc, m->why);
         if (keep)
@@ -85,13 +125,21 @@ static const struct pipe_iter_ops map_ops = {map_next, map_destroy};
 static const struct pipe_iter_ops filter_ops = {filter_next, map_destroy};
 
 int pipe_map_open(const struct pipe_fn *fn, const struct pipe_value *args, size_t nargs,
-                  struct pipe_iter *upstream, struct pipe_ctx *ctx, struct pipe_iter **out)
+                  const struct pipe_map_env *env, struct pipe_iter *upstream, struct pipe_ctx *ctx,
+                  struct pipe_iter **out)
 {
+    static const struct pipe_map_env none = {false, 0, 0, false};
+    if (!env)
+        env = &none;
     struct map_iter *m = calloc(1, sizeof(*m));
     if (!m) {
         upstream->ops->destroy(upstream);
         return SLUICE_ERR_NOMEM;
     }
+    m->args.key = pipe_salt_mix(env->key, env->salt);
+    m->args.salt = env->salt;
+    m->args.split_keyed = env->split_keyed;
+    m->origin = env->origin;
     m->base.ops = fn->kind == PIPE_FN_MAP ? &map_ops : &filter_ops;
     m->base.ctx = ctx;
     m->up = upstream;

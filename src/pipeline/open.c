@@ -21,6 +21,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 enum plan_mode { PLAN_WHOLE, PLAN_SPLITS, PLAN_TAIL };
 
@@ -44,6 +47,9 @@ struct plan {
      * after its worker died) yields the same elements in the same order. */
     bool split_keyed;
     uint64_t split_key;
+    /* Otherwise: the key random functions draw from when they have no seed, drawn at random
+     * when the run is opened. */
+    uint64_t run_key;
 };
 
 struct run_impl {
@@ -112,6 +118,18 @@ static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t 
     return 0;
 }
 
+/* Whether the source's last record is the element op k receives: no op before it holds
+ * elements back or reorders them. */
+static bool origin_passes(const struct plan *pl, size_t k)
+{
+    for (size_t j = 0; j < k; j++) {
+        enum pipe_op_kind kind = pl->spec->ops[j].kind;
+        if (kind == PIPE_OP_SHUFFLE || kind == PIPE_OP_BATCH || kind == PIPE_OP_PREFETCH)
+            return false;
+    }
+    return true;
+}
+
 /* Wraps *it in op k (which is not a prefetch). On failure *it has been destroyed. */
 static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *ctx, char *err,
                     size_t errlen, struct pipe_iter **it)
@@ -124,9 +142,12 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
         return 0;
     switch (op->kind) {
     case PIPE_OP_MAP:
-    case PIPE_OP_FILTER:
-        rc = pipe_map_open(pl->fns[k], op->args, op->nargs, up, ctx, it);
+    case PIPE_OP_FILTER: {
+        struct pipe_map_env env = {pl->split_keyed, pl->split_keyed ? pl->split_key : pl->run_key,
+                                   salt, origin_passes(pl, k)};
+        rc = pipe_map_open(pl->fns[k], op->args, op->nargs, &env, up, ctx, it);
         break;
+    }
     case PIPE_OP_SHUFFLE:
         if (pl->split_keyed) {
             uint64_t key = pipe_salt_mix(pl->split_key, op->has_seed ? (uint64_t)op->seed : 0);
@@ -281,6 +302,11 @@ static int run_new(const struct pipe_spec *spec, const struct sluice_registry *r
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
     r->run.ctx.reg = reg;
     atomic_init(&r->run.ctx.cancel, 0);
+    /* Random functions without a seed draw from this key outside distributed_epoch, like an
+     * unseeded shuffle: different in every run. */
+    if (mode != PLAN_SPLITS &&
+        getrandom(&r->plan.run_key, sizeof(r->plan.run_key), 0) != (ssize_t)sizeof(r->plan.run_key))
+        r->plan.run_key = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     r->plan.mode = mode;
     r->plan.nops = spec->nops;
     rc = pipe_spec_clone(spec, &r->plan.spec);

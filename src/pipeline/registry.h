@@ -10,7 +10,9 @@
 #include "sluice/sluice.h"
 #include "spec.h"
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum pipe_fn_kind { PIPE_FN_MAP, PIPE_FN_FILTER };
 
@@ -29,10 +31,17 @@ struct pipe_fn {
     pipe_fn_check_cb check; /* optional (NULL): the built-ins set one through the registry */
 };
 
-/* The argument list handed to functions: a view of a spec's literal arguments. */
+/* The argument list handed to functions: a view of a spec's literal arguments, and what the
+ * map or filter iterator knows about the call (zero in argument checks). Plugins see only the
+ * arguments, through the sluice_fn_arg_* calls; the built-ins that draw random numbers read the
+ * rest through pipe_fn_seed() (map.h). */
 struct sluice_fn_args {
     const struct pipe_value *v;
     size_t n;
+    uint64_t index;   /* elements the iterator handed to the function before this one */
+    uint64_t key;     /* the chain's random key: from the split, or drawn when the map opened */
+    uint64_t salt;    /* the repeat() pass the chain runs in (0 for the first) */
+    bool split_keyed; /* key derives from the split being processed (distributed_epoch) */
 };
 
 /* Creates a registry holding the built-in functions of DESIGN.md §3. Returns 0 or
