@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "element.h"
+#include "pyfn.h"
 #include "registry.h"
 
 #include <math.h>
@@ -691,5 +692,5 @@ int pipe_builtins_register(struct sluice_registry *reg)
         if (rc)
             return rc;
     }
-    return 0;
+    return pipe_py_register(reg);
 }

@@ -2,6 +2,7 @@
  *
  *   map:    square, add(K), mul(K), mod(K), identity, sleep_us(N), bytes(N)
  *   filter: even, odd, lt(K), ge(K)
+ *   both:   py("module:function", ARG...), a user Python function (pyfn.h)
  *
  * Arithmetic maps apply to every numeric component elementwise and keep its dtype (integers
  * wrap); an integer component with a float K becomes float64; mod follows Python's sign rule.

@@ -406,6 +406,52 @@ int sluice_element_set_bytes(struct sluice_element *elem, size_t i, const void *
     return rc ? rc : pipe_tensor_set_bytes(&elem->t[i], data, len);
 }
 
+int sluice_element_set_bytes_tensor(struct sluice_element *elem, size_t i, int rank,
+                                    const int64_t *shape, const void *const *values,
+                                    const size_t *lens)
+{
+    if (i >= PIPE_MAX_COMPONENTS || rank < 0 || rank > SLUICE_MAX_RANK || (rank > 0 && !shape))
+        return SLUICE_ERR_INVALID;
+    uint64_t nv = 1;
+    for (int d = 0; d < rank; d++) {
+        if (shape[d] < 0)
+            return SLUICE_ERR_INVALID;
+        uint64_t dim = (uint64_t)shape[d];
+        if (dim != 0 && nv > (SIZE_MAX / sizeof(uint64_t) - 1) / dim)
+            return SLUICE_ERR_INVALID;
+        nv *= dim;
+    }
+    if (nv > 0 && (!values || !lens))
+        return SLUICE_ERR_INVALID;
+    size_t total = 0;
+    for (uint64_t k = 0; k < nv; k++) {
+        if ((lens[k] > 0 && !values[k]) || lens[k] > SIZE_MAX - total)
+            return SLUICE_ERR_INVALID;
+        total += lens[k];
+    }
+    int rc = reach(elem, i);
+    if (rc)
+        return rc;
+    struct pipe_tensor *t = &elem->t[i];
+    rc = tensor_reserve(t, total, (size_t)nv + 1);
+    if (rc)
+        return rc;
+    t->dtype = SLUICE_BYTES;
+    t->rank = rank;
+    if (rank > 0)
+        memcpy(t->shape, shape, (size_t)rank * sizeof(int64_t));
+    t->len = total;
+    size_t off = 0;
+    t->offs[0] = 0;
+    for (uint64_t k = 0; k < nv; k++) {
+        if (lens[k])
+            memcpy(t->data + off, values[k], lens[k]);
+        off += lens[k];
+        t->offs[k + 1] = off;
+    }
+    return 0;
+}
+
 int sluice_element_set_int64(struct sluice_element *elem, size_t i, int64_t value)
 {
     int rc = reach(elem, i);

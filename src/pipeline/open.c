@@ -121,7 +121,8 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
     switch (op->kind) {
     case PIPE_OP_MAP:
     case PIPE_OP_FILTER:
-        rc = pipe_map_open(pl->fns[k], op->args, op->nargs, up, ctx, it);
+        rc = pipe_map_open(pl->fns[k], op->kind == PIPE_OP_MAP ? PIPE_FN_MAP : PIPE_FN_FILTER,
+                           op->args, op->nargs, up, ctx, it);
         break;
     case PIPE_OP_SHUFFLE:
         if (pl->split_keyed) {
