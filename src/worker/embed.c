@@ -3,10 +3,11 @@
  * (common/loop_thread.h). `sluice-worker` (main.c) is a command line around these calls.
  *
  * Happy path: sluice_worker_start checks the options on the caller's thread, loads the plugins
- * into a registry of this worker's own and starts the loop thread, which starts the worker and
- * the metrics server. A stop at level 1 drains the worker (worker_drain) and closes everything
- * once the drain is over; level 2 closes at once, also in the middle of a drain. The loop ends
- * once every handle is closed.
+ * into a registry of this worker's own, puts the python_path directories on the process's
+ * sys.path (through the installed Python runtime, pipeline/pyfn.h) and starts the loop thread,
+ * which starts the worker and the metrics server. A stop at level 1 drains the worker
+ * (worker_drain) and closes everything once the drain is over; level 2 closes at once, also in the
+ * middle of a drain. The loop ends once every handle is closed.
  *
  * Failure modes: bad options and plugins that do not load are refused before any thread
  * exists. A dispatcher or readers that vanished bound the drain by the worker's own timeouts
@@ -20,6 +21,7 @@
 #include "common/log.h"
 #include "common/loop_thread.h"
 #include "common/rpc.h"
+#include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
 
 #include <stdio.h>
@@ -104,6 +106,13 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         if (!o->plugins[i] || !*o->plugins[i])
             return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins[%zu] is empty", i);
     }
+    if (o->npython_path > 0 && !o->python_path)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "python_path: NULL with npython_path %zu",
+                       o->npython_path);
+    for (size_t i = 0; i < o->npython_path; i++) {
+        if (!o->python_path[i] || !*o->python_path[i])
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "python_path[%zu] is empty", i);
+    }
     *level = LOG_INFO;
     if (o->log_level && log_level_parse(o->log_level, level) < 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -141,6 +150,13 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         rc = pipe_registry_load_plugin(s->reg, o->plugins[i], why, sizeof why);
         if (rc < 0)
             return err_set(err, errlen, rc, "plugin %s: %s", o->plugins[i], why);
+    }
+    /* The first directory given ends up first: each goes to the front, the last one first. */
+    for (size_t i = o->npython_path; i-- > 0;) {
+        char why[512];
+        rc = pipe_py_add_path(o->python_path[i], why, sizeof why);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "python_path: %s", why);
     }
     unsigned threads = o->threads;
     if (threads == 0) {
