@@ -115,3 +115,27 @@ void pyembed_install(void)
     rt.add_path = embed_add_path;
     sluice_python_runtime_install(&rt);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+/* LeakSanitizer reads these when the program ends. The interpreter is never finalised, and most
+ * of what it and its extension modules allocated is reachable only through Python's own
+ * allocator's arenas, which LeakSanitizer does not scan: none of it is a leak of this program.
+ * Allocations by sluice's own code keep being checked. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+    return "leak:libpython3\n"
+           "leak:/lib-dynload/\n"
+           "leak:/dist-packages/\n"
+           "leak:/site-packages/\n"
+           "leak:libcrypto.so\n"
+           "leak:libssl.so\n";
+}
+
+/* ...and without a report of them on stderr, which belongs to the program's own output. */
+const char *__lsan_default_options(void);
+const char *__lsan_default_options(void)
+{
+    return "print_suppressions=0";
+}
+#endif
