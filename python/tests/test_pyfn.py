@@ -45,6 +45,9 @@ MODULE = textwrap.dedent("""\
     def shape(x):
         return (x, str(x.dtype).encode(), np.array(x.shape), x.flags.writeable)
 
+    def ident(x):
+        return x
+
     def make(x, kind):
         return MAKERS[kind](int(x))
 
@@ -193,6 +196,12 @@ def test_conversion_of_results(module):
     assert one("strided").tolist() == [[0, 2], [4, 6]]
     assert one("objects").tolist() == [b"xx", b"y"]
     assert one("fixed").tolist() == [b"ab", b"c"]
+
+    # What a reader gets goes back unchanged: bytes tensors, bools, tuples of several dtypes.
+    for literal in ('["a", "bc"]', '[[true], [false]]', '(7, [1.5, 2.5], "s", [["x"]])'):
+        direct = list(sluice.run(f"list({literal})"))
+        through = list(sluice.run(f'list({literal}) | map(py, "{module}:ident")'))
+        assert repr(through) == repr(direct), literal
 
     errors = {
         "none": "returned NoneType, expected a numpy array, a number, bytes or a tuple of them",
