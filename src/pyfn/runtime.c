@@ -228,64 +228,52 @@ static void rt_unbind(void *state)
     PyMem_RawFree(op);
 }
 
-/* Calls op's function on elem and the extra arguments. Needs the GIL. Returns a new reference,
- * or NULL with the failure in err and *rc. */
-static PyObject *call(struct pyfn_op *op, const struct sluice_element *elem, int *rc, char *err,
-                      size_t errlen)
-{
-    /* owned NULL: the element is only read, and the call gets copies of its own. */
-    PyObject *x = pyconv_from_element((struct sluice_element *)elem, NULL);
-    if (!x) {
-        *rc = pyfn_exception(err, errlen);
-        return NULL;
-    }
-    PyObject *argv[1 + PIPE_PY_MAX_EXTRA];
-    Py_ssize_t n = PyTuple_GET_SIZE(op->extra);
-    argv[0] = x;
-    for (Py_ssize_t k = 0; k < n && k < PIPE_PY_MAX_EXTRA; k++)
-        argv[1 + k] = PyTuple_GET_ITEM(op->extra, k);
-    PyObject *r = PyObject_Vectorcall(op->fn, argv, (size_t)(1 + n), NULL);
-    Py_DECREF(x);
-    if (!r)
-        *rc = pyfn_exception(err, errlen);
-    return r;
-}
-
-static int rt_map(void *state, struct sluice_element *elem, char *err, size_t errlen)
+/* Calls op's function on elem and the extra arguments, with the GIL taken here. A map (out
+ * non-NULL) stores the result into out; a filter sets *keep to the result's truth. Returns 0 or
+ * the failure with err. */
+static int call(struct pyfn_op *op, const struct sluice_element *elem, struct sluice_element *out,
+                int *keep, char *err, size_t errlen)
 {
     int rc = interpreter_gone(err, errlen);
     if (rc)
         return rc;
     PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *r = call(state, elem, &rc, err, errlen);
-    if (r) {
-        rc = pyconv_to_element(r, elem, err, errlen);
-        if (rc && PyErr_Occurred())
-            rc = pyfn_exception(err, errlen);
-        Py_DECREF(r);
+    /* owned NULL: the element is only read, and the call gets copies of its own. */
+    PyObject *x = pyconv_from_element((struct sluice_element *)elem, NULL);
+    PyObject *r = NULL;
+    if (x) {
+        PyObject *argv[1 + PIPE_PY_MAX_EXTRA];
+        Py_ssize_t n = PyTuple_GET_SIZE(op->extra);
+        argv[0] = x;
+        for (Py_ssize_t k = 0; k < n && k < PIPE_PY_MAX_EXTRA; k++)
+            argv[1 + k] = PyTuple_GET_ITEM(op->extra, k);
+        r = PyObject_Vectorcall(op->fn, argv, (size_t)(1 + n), NULL);
+        Py_DECREF(x);
     }
+    if (r && out) {
+        rc = pyconv_to_element(r, out, err, errlen);
+    } else if (r) {
+        int truth = PyObject_IsTrue(r);
+        rc = truth < 0 ? SLUICE_ERR_FN : 0;
+        *keep = truth > 0;
+    }
+    /* A Python failure anywhere: the call, the conversions, the truth of the result. */
+    if (!r || (rc && PyErr_Occurred()))
+        rc = pyfn_exception(err, errlen);
+    Py_XDECREF(r);
     PyGILState_Release(g);
     return rc;
+}
+
+static int rt_map(void *state, struct sluice_element *elem, char *err, size_t errlen)
+{
+    return call(state, elem, elem, NULL, err, errlen);
 }
 
 static int rt_filter(void *state, const struct sluice_element *elem, int *keep, char *err,
                      size_t errlen)
 {
-    int rc = interpreter_gone(err, errlen);
-    if (rc)
-        return rc;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *r = call(state, elem, &rc, err, errlen);
-    if (r) {
-        int truth = PyObject_IsTrue(r);
-        if (truth < 0)
-            rc = pyfn_exception(err, errlen);
-        else
-            *keep = truth;
-        Py_DECREF(r);
-    }
-    PyGILState_Release(g);
-    return rc;
+    return call(state, elem, NULL, keep, err, errlen);
 }
 
 int pyfn_add_path(const char *dir, char *err, size_t errlen)

@@ -70,6 +70,19 @@ static int check_port(const char *name, int port, char *err, size_t errlen)
     return 0;
 }
 
+/* A list option: n non-empty paths ("plugins: NULL with nplugins 2", "plugins[1] is empty"). */
+static int check_paths(const char *name, const char *const *list, size_t n, char *err,
+                       size_t errlen)
+{
+    if (n > 0 && !list)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: NULL with n%s %zu", name, name, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!list[i] || !*list[i])
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "%s[%zu] is empty", name, i);
+    }
+    return 0;
+}
+
 static int check_options(const struct sluice_worker_options *o, enum log_level *level, char *err,
                          size_t errlen)
 {
@@ -99,20 +112,9 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "drain_timeout_ms: expected a number from 1 to %u, got %u",
                        MAX_DRAIN_TIMEOUT_MS, (unsigned)o->drain_timeout_ms);
-    if (o->nplugins > 0 && !o->plugins)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins: NULL with nplugins %zu",
-                       o->nplugins);
-    for (size_t i = 0; i < o->nplugins; i++) {
-        if (!o->plugins[i] || !*o->plugins[i])
-            return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins[%zu] is empty", i);
-    }
-    if (o->npython_path > 0 && !o->python_path)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "python_path: NULL with npython_path %zu",
-                       o->npython_path);
-    for (size_t i = 0; i < o->npython_path; i++) {
-        if (!o->python_path[i] || !*o->python_path[i])
-            return err_set(err, errlen, SLUICE_ERR_INVALID, "python_path[%zu] is empty", i);
-    }
+    if ((rc = check_paths("plugins", o->plugins, o->nplugins, err, errlen)) < 0 ||
+        (rc = check_paths("python_path", o->python_path, o->npython_path, err, errlen)) < 0)
+        return rc;
     *level = LOG_INFO;
     if (o->log_level && log_level_parse(o->log_level, level) < 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID,

@@ -18,50 +18,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int setup(void **state)
+static int uninstall(void **state)
 {
-    struct sluice_registry *reg;
-    if (pipe_registry_new(&reg) != 0)
-        return -1;
-    *state = reg;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    pipe_registry_free(*state);
+    (void)state;
     sluice_python_runtime_install(NULL);
     return 0;
 }
 
-/* Runs text to the end; its int64 scalars go space-separated into out, a failure's message
- * into err. Returns the last pipe_run_next result (0 or the failure). */
-static int run_ints(const struct sluice_registry *reg, const char *text, char *out, size_t len,
-                    char *err, size_t errlen)
+/* Runs text as a local run (sluice_local_*, the engine behind `sluice run`) to the end; its
+ * int64 scalars go space-separated into out, a failure's message into err. Returns the last
+ * result of sluice_local_next (0 or the failure), or the open's failure. */
+static int run_ints(const char *text, char *out, size_t len, char *err, size_t errlen)
 {
-    struct pipe_spec *spec;
-    int rc = pipe_parse(text, &spec, err, errlen);
+    struct sluice_local *run;
+    int rc = sluice_local_open(text, NULL, 0, &run, err, errlen);
     if (rc)
         return rc;
-    struct pipe_run *run;
-    rc = pipe_open(spec, reg, &run, err, errlen);
-    pipe_spec_free(spec);
-    if (rc)
-        return rc;
-    struct sluice_element e;
-    pipe_elem_init(&e);
+    struct sluice_element *e = sluice_element_new();
+    assert_non_null(e);
     size_t off = 0;
     out[0] = '\0';
-    while ((rc = pipe_run_next(run, &e)) == 1) {
-        assert_int_equal(e.n, 1);
-        off += (size_t)snprintf(out + off, len - off, "%s%lld", off ? " " : "",
-                                (long long)*(int64_t *)(void *)e.t[0].data);
+    while ((rc = sluice_local_next(run, e, err, errlen)) == 1) {
+        assert_int_equal(sluice_element_num_components(e), 1);
+        const int64_t *v = sluice_element_data(e, 0, NULL);
+        off += (size_t)snprintf(out + off, len - off, "%s%lld", off ? " " : "", (long long)*v);
         assert_true(off < len);
     }
-    if (rc < 0)
-        snprintf(err, errlen, "%s", run->ctx.err);
-    pipe_elem_release(&e);
-    pipe_run_free(run);
+    sluice_element_free(e);
+    sluice_local_close(run);
     return rc;
 }
 
@@ -109,7 +93,9 @@ struct check_case {
 
 static void test_check_messages(void **state)
 {
-    struct sluice_registry *reg = *state;
+    (void)state;
+    struct sluice_registry *reg;
+    assert_int_equal(pipe_registry_new(&reg), 0);
     static const struct check_case cases[] = {
         {"range(3) | map(py, \"aug:flip\")", NULL},
         {"range(3) | filter(py, \"aug:keep\", 1, 2.5, \"x\", true)", NULL},
@@ -138,25 +124,25 @@ static void test_check_messages(void **state)
     const struct pipe_fn *py = pipe_registry_find(reg, "py");
     assert_non_null(py);
     assert_int_equal(py->kind, PIPE_FN_BOTH);
+    pipe_registry_free(reg);
 }
 
 static void test_without_runtime(void **state)
 {
-    struct sluice_registry *reg = *state;
+    (void)state;
     sluice_python_runtime_install(NULL);
     assert_false(pipe_py_available());
     char out[256], err[512] = "";
-    assert_int_equal(
-        run_ints(reg, "range(3) | map(py, \"aug:flip\")", out, sizeof out, err, sizeof err),
-        SLUICE_ERR_UNSUPPORTED);
+    assert_int_equal(run_ints("range(3) | map(py, \"aug:flip\")", out, sizeof out, err, sizeof err),
+                     SLUICE_ERR_UNSUPPORTED);
     assert_string_equal(err, "map(py, \"aug:flip\"): this worker has no Python support");
     assert_int_equal(
-        run_ints(reg, "range(3) | filter(py, \"aug:keep\", 1)", out, sizeof out, err, sizeof err),
+        run_ints("range(3) | filter(py, \"aug:keep\", 1)", out, sizeof out, err, sizeof err),
         SLUICE_ERR_UNSUPPORTED);
     assert_string_equal(err, "filter(py, \"aug:keep\"): this worker has no Python support");
     /* Nothing binds before an element arrives. */
-    assert_int_equal(
-        run_ints(reg, "range(0) | map(py, \"aug:flip\")", out, sizeof out, err, sizeof err), 0);
+    assert_int_equal(run_ints("range(0) | map(py, \"aug:flip\")", out, sizeof out, err, sizeof err),
+                     0);
     assert_string_equal(out, "");
     assert_int_equal(pipe_py_add_path("/x", err, sizeof err), SLUICE_ERR_UNSUPPORTED);
     assert_string_equal(err, "this worker has no Python support");
@@ -228,13 +214,13 @@ static const struct pipe_py_runtime fake = {fake_bind, fake_map, fake_filter, fa
 
 static void test_fake_runtime(void **state)
 {
-    struct sluice_registry *reg = *state;
+    (void)state;
     sluice_python_runtime_install(&fake);
     assert_true(pipe_py_available());
     binds = unbinds = calls = 0;
     char out[256], err[512] = "";
-    assert_int_equal(run_ints(reg, "range(6) | map(py, \"m:add\", 10) | filter(py, \"m:even\")",
-                              out, sizeof out, err, sizeof err),
+    assert_int_equal(run_ints("range(6) | map(py, \"m:add\", 10) | filter(py, \"m:even\")", out,
+                              sizeof out, err, sizeof err),
                      0);
     assert_string_equal(out, "10 12 14");
     /* One bind per op, not per element, and each undone when the run ends. */
@@ -243,9 +229,8 @@ static void test_fake_runtime(void **state)
     assert_int_equal(calls, 12);
 
     binds = unbinds = 0;
-    assert_int_equal(
-        run_ints(reg, "range(6) | map(py, \"m:fail\")", out, sizeof out, err, sizeof err),
-        SLUICE_ERR_FN);
+    assert_int_equal(run_ints("range(6) | map(py, \"m:fail\")", out, sizeof out, err, sizeof err),
+                     SLUICE_ERR_FN);
     assert_string_equal(out, "0 1 2");
     assert_string_equal(err, "map(py, \"m:fail\"): ValueError: three (m.py:2)");
     assert_int_equal(binds, 1);
@@ -253,7 +238,7 @@ static void test_fake_runtime(void **state)
 
     binds = unbinds = 0;
     assert_int_equal(
-        run_ints(reg, "range(6) | filter(py, \"m:none\")", out, sizeof out, err, sizeof err),
+        run_ints("range(6) | filter(py, \"m:none\")", out, sizeof out, err, sizeof err),
         SLUICE_ERR_FN);
     assert_string_equal(err, "filter(py, \"m:none\"): no m:none");
     assert_int_equal(binds, 0);
@@ -268,9 +253,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_target),
-        cmocka_unit_test_setup_teardown(test_check_messages, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_without_runtime, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fake_runtime, setup, teardown),
+        cmocka_unit_test(test_check_messages),
+        cmocka_unit_test_setup_teardown(test_without_runtime, NULL, uninstall),
+        cmocka_unit_test_setup_teardown(test_fake_runtime, NULL, uninstall),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
