@@ -163,6 +163,13 @@ struct sluice_worker_options {
      * <sluice/sluice.h>): nplugins entries. */
     const char *const *plugins;
     size_t nplugins;
+    /* Directories for the modules of py functions (map(py, "module:function"); --python-path,
+     * repeatable): npython_path entries, put at the front of the interpreter's sys.path in this
+     * order when the worker starts. They apply to the process's one interpreter: the program's
+     * own when it is Python (sluice.WorkerServer), or the one `sluice-worker` embeds. A program
+     * without Python support refuses them (SLUICE_ERR_UNSUPPORTED). */
+    const char *const *python_path;
+    size_t npython_path;
     /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
      * free one) when metrics is true (--metrics-port). */
     bool metrics;
@@ -174,10 +181,11 @@ struct sluice_worker_options {
     const char *log_level;
 };
 
-/* Starts a worker on a thread of its own: validates the options, loads the plugins, binds,
- * listens and begins heartbeating the dispatcher. Returns 0 and *out, or a negative code with a
- * message in err: SLUICE_ERR_INVALID for bad options ("dispatcher is required"); "plugin PATH:
- * ..."; "listen on HOST:PORT: ..."; "metrics: ...". *out is the caller's until
+/* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the
+ * python_path directories on sys.path, binds, listens and begins heartbeating the dispatcher.
+ * Returns 0 and *out, or a negative code with a message in err: SLUICE_ERR_INVALID for bad
+ * options ("dispatcher is required"); "plugin PATH: ..."; "python_path: this worker has no
+ * Python support"; "listen on HOST:PORT: ..."; "metrics: ...". *out is the caller's until
  * sluice_worker_stop. */
 int sluice_worker_start(const struct sluice_worker_options *options, struct sluice_worker **out,
                         char *err, size_t errlen);

@@ -136,6 +136,12 @@ int sluice_element_set_tensor(struct sluice_element *elem, size_t i, enum sluice
                               int rank, const int64_t *shape, const void *data, size_t nbytes);
 /* Replaces component i by a scalar bytes string (copied). */
 int sluice_element_set_bytes(struct sluice_element *elem, size_t i, const void *data, size_t len);
+/* Replaces component i by a bytes tensor: rank <= SLUICE_MAX_RANK dimensions, string k
+ * (row-major, k < product(shape)) being values[k] of lens[k] bytes (copied). Rank 0 is a scalar,
+ * as sluice_element_set_bytes. */
+int sluice_element_set_bytes_tensor(struct sluice_element *elem, size_t i, int rank,
+                                    const int64_t *shape, const void *const *values,
+                                    const size_t *lens);
 /* Replaces component i by a scalar int64 or float64. */
 int sluice_element_set_int64(struct sluice_element *elem, size_t i, int64_t value);
 int sluice_element_set_float64(struct sluice_element *elem, size_t i, double value);

@@ -20,7 +20,10 @@ a bytes tensor an object array of ``bytes``); an element with several is a tuple
 Large arrays are handed over without a copy.
 """
 
+import atexit as _atexit
 import json as _json
+import os as _os
+import weakref as _weakref
 
 from . import _sluice
 from ._sluice import (
@@ -144,6 +147,20 @@ def _plugins(plugins):
     return tuple(_text(p, "plugins", allow_none=False) for p in plugins)
 
 
+def _dirs(dirs, name):
+    """A directory or a sequence of them (str or path-like) as a list of str."""
+    if dirs is None:
+        return []
+    if isinstance(dirs, (str, _os.PathLike)):
+        dirs = (dirs,)
+    out = []
+    for d in dirs:
+        if not isinstance(d, (str, _os.PathLike)):
+            raise TypeError(f"{name} must hold str or path-like objects, not {type(d).__name__}")
+        out.append(_os.fsdecode(d))
+    return out
+
+
 def _ms(value, name):
     """An optional non-negative number of milliseconds (None: the server's default, 0)."""
     return _count(value, name)
@@ -265,7 +282,13 @@ class WorkerServer(_Server):
     heartbeat_ms, drain_timeout_ms, metrics_port (None: no metrics) and log_level are the
     worker's flags of the same names. start=False defers the start to start().
 
-    stop() drains first: readers receive everything the worker holds, then it leaves.
+    Python functions (map(py, "module:function")) run in this interpreter, on the worker's
+    threads, one at a time with the rest of the program (the GIL). python_path: directories
+    (a str or a sequence) put at the front of sys.path when the worker starts, for their
+    modules; modules already importable here need none.
+
+    stop() drains first: readers receive everything the worker holds, then it leaves. A worker
+    still running when the interpreter exits is stopped at once before it finalises.
     """
 
     _kind = "worker"
@@ -273,7 +296,7 @@ class WorkerServer(_Server):
 
     def __init__(self, dispatcher_address, port=0, host="127.0.0.1", advertise=None,
                  threads=None, plugins=None, heartbeat_ms=None, drain_timeout_ms=None,
-                 metrics_port=None, log_level="warn", start=True):
+                 metrics_port=None, log_level="warn", python_path=None, start=True):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -281,7 +304,18 @@ class WorkerServer(_Server):
             list(_plugins(plugins)),
             -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _ms(drain_timeout_ms, "drain_timeout_ms"), _text(log_level, "log_level"),
+            _dirs(python_path, "python_path"),
         ), start)
+
+    def start(self):
+        super().start()
+        _live_workers.add(self)
+
+    def _stop_now(self):
+        """Stops at once, without draining (at interpreter exit)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self.stop()
 
     @property
     def address(self):
@@ -294,6 +328,18 @@ class WorkerServer(_Server):
 
     def _where(self):
         return self.address
+
+
+# Workers running in this process. Their threads may be inside py functions, which need the
+# interpreter: at exit they are stopped while it still runs (atexit handlers run before it
+# finalises), not left to be collected during its finalisation.
+_live_workers = _weakref.WeakSet()
+
+
+@_atexit.register
+def _stop_live_workers():
+    for worker in list(_live_workers):
+        worker._stop_now()
 
 
 class _Connection:

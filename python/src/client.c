@@ -261,7 +261,7 @@ static PyObject *iterator_next(IteratorObject *self)
     }
     if (rc < 0)
         return pys_raise(rc, err);
-    return pys_element_to_py(self->elem, &self->elem);
+    return pyconv_from_element(self->elem, &self->elem);
 }
 
 static PyObject *iterator_close(IteratorObject *self, PyObject *unused)
@@ -346,7 +346,13 @@ static int local_init(LocalObject *self, PyObject *args, PyObject *kw)
 
 static void local_dealloc(LocalObject *self)
 {
-    sluice_local_close(self->run);
+    /* Without the GIL: closing joins a prefetch thread that may be waiting for it to run a py
+     * function. */
+    if (self->run) {
+        PyThreadState *ts = PyEval_SaveThread();
+        sluice_local_close(self->run);
+        PyEval_RestoreThread(ts);
+    }
     sluice_element_free(self->elem);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -372,7 +378,7 @@ static PyObject *local_next(LocalObject *self)
         return NULL;
     if (rc < 0)
         return pys_raise(rc, err);
-    return pys_element_to_py(self->elem, &self->elem);
+    return pyconv_from_element(self->elem, &self->elem);
 }
 
 static PyTypeObject local_type = {

@@ -1,6 +1,9 @@
-/* The _sluice module: its exception classes and initialisation. The Python-facing API lives in
+/* The _sluice module: its exception classes and initialisation, which also gives libsluice's
+ * pipelines this interpreter for py functions (src/pyfn/runtime.h). The Python-facing API lives in
  * the sluice package (python/sluice/__init__.py) on top of this module. */
 #include "pysluice.h"
+
+#include "pyfn/runtime.h"
 
 PyObject *pys_error;
 static PyObject *timeout_error, *not_found_error, *invalid_error, *unavailable_error,
@@ -98,7 +101,7 @@ PyMODINIT_FUNC PyInit__sluice(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    if (pys_convert_init() < 0)
+    if (pyconv_init() < 0)
         goto fail;
     pys_error = new_error(m, "Error", NULL,
                           "A failure reported by sluice: str(e) is the message, e.code the "
@@ -133,6 +136,9 @@ PyMODINIT_FUNC PyInit__sluice(void)
         goto fail;
     if (pys_client_types_init(m) < 0 || pys_server_types_init(m) < 0)
         goto fail;
+    /* py functions in this process (in-process workers, local runs and tails) run in this
+     * interpreter. */
+    sluice_python_runtime_install(&pyfn_runtime);
     return m;
 fail_b:
     Py_XDECREF(b);

@@ -11,6 +11,9 @@
 #include "sluice/sluice.h"
 #include "sluice/server.h"
 
+/* Elements to Python objects: pyconv_from_element (shared with the py runtime). */
+#include "pyfn/convert.h"
+
 #define PYS_SLICE_MS 100
 #define PYS_ERRLEN 1024
 
@@ -20,17 +23,6 @@ extern PyObject *pys_error;
 /* Raises the exception class for a negative libsluice code with msg (or the code's text).
  * Returns NULL for convenience. */
 PyObject *pys_raise(int code, const char *msg);
-
-/* convert.c: the Python form of an element, as DESIGN.md and the README describe: one
- * component is a numpy array (0-d for a scalar; a bytes scalar is bytes, a bytes tensor an
- * object array), several a tuple. When *owned is non-NULL, the element belongs to the caller and
- * large fixed-width tensors are handed over without a copy: the arrays keep the element alive
- * and *owned is set to NULL (the caller needs a new element); otherwise values are copied.
- * Returns a new reference or NULL with an exception set. */
-PyObject *pys_element_to_py(struct sluice_element *elem, struct sluice_element **owned);
-
-/* Prepares numpy's C API; returns 0 or -1 with an exception set. */
-int pys_convert_init(void);
 
 /* client.c: registers the Client, Iterator and Local types on the module. */
 int pys_client_types_init(PyObject *module);

@@ -252,15 +252,16 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher",       "host",      "port",    "advertise",
-                            "heartbeat_ms",     "threads",   "plugins", "metrics_port",
-                            "drain_timeout_ms", "log_level", NULL};
+    static char *names[] = {"dispatcher",       "host",      "port",        "advertise",
+                            "heartbeat_ms",     "threads",   "plugins",     "metrics_port",
+                            "drain_timeout_ms", "log_level", "python_path", NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1;
-    PyObject *plugins = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIz", names, &o.dispatcher, &o.host,
+    PyObject *plugins = NULL, *python_path = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzO", names, &o.dispatcher, &o.host,
                                      &o.port, &o.advertise, &o.heartbeat_ms, &o.threads, &plugins,
-                                     &metrics_port, &o.drain_timeout_ms, &o.log_level))
+                                     &metrics_port, &o.drain_timeout_ms, &o.log_level,
+                                     &python_path))
         return -1;
     if (self->w) {
         PyErr_SetString(PyExc_RuntimeError, "Worker already started");
@@ -268,17 +269,27 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     }
     o.metrics = metrics_port >= 0;
     o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
-    PyObject *seq;
-    Py_ssize_t n;
-    const char **paths;
+    PyObject *seq, *dir_seq;
+    Py_ssize_t n, ndirs;
+    const char **paths, **dirs;
     if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
         return -1;
+    if (pys_str_array(python_path, "python_path", &dir_seq, &dirs, &ndirs) < 0) {
+        PyMem_Free(paths);
+        Py_XDECREF(seq);
+        return -1;
+    }
     o.plugins = paths;
     o.nplugins = (size_t)n;
+    o.python_path = dirs;
+    o.npython_path = (size_t)ndirs;
     char err[PYS_ERRLEN] = "";
+    /* The worker takes the GIL itself where it needs it (sys.path, py functions). */
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_worker_start(&o, &self->w, err, sizeof err);
     PyEval_RestoreThread(ts);
+    PyMem_Free(dirs);
+    Py_XDECREF(dir_seq);
     PyMem_Free(paths);
     Py_XDECREF(seq);
     if (rc) {

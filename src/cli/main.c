@@ -3,6 +3,10 @@
 #include "common/error.h"
 #include "sluice/sluice.h"
 
+#ifdef SLUICE_WITH_PYTHON
+#include "pyfn/embed.h"
+#endif
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -102,6 +106,11 @@ int main(int argc, char **argv)
         printf("sluice %s\n", sluice_version());
         return CLI_EXIT_OK;
     }
+#ifdef SLUICE_WITH_PYTHON
+    /* py functions in `sluice run` and --local tails run in CPython, started by the first one;
+     * their modules come from PYTHONPATH. */
+    pyembed_install();
+#endif
     if (strcmp(cmd, "run") == 0)
         return cli_run(argc - 1, argv + 1);
     if (strcmp(cmd, "register") == 0)

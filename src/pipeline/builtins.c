@@ -11,6 +11,7 @@
 #include "example.h"
 #include "image.h"
 #include "jpeg.h"
+#include "pyfn.h"
 #include "registry.h"
 
 #include <math.h>
@@ -704,5 +705,5 @@ int pipe_builtins_register(struct sluice_registry *reg)
         if (rc)
             return rc;
     }
-    return 0;
+    return pipe_py_register(reg);
 }

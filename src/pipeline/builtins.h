@@ -5,6 +5,7 @@
  *           resize(H, W), center_crop(H, W), random_crop(H, W[, SEED]), normalize(MEAN, STD)
  *           (image.h)
  *   filter: even, odd, lt(K), ge(K)
+ *   both:   py("module:function", ARG...), a user Python function (pyfn.h)
  *
  * Arithmetic maps apply to every numeric component elementwise and keep its dtype (integers
  * wrap); an integer component with a float K becomes float64; mod follows Python's sign rule.

@@ -370,39 +370,64 @@ int sluice_element_set_num_components(struct sluice_element *elem, size_t n)
     return pipe_elem_resize(elem, n);
 }
 
-int sluice_element_set_tensor(struct sluice_element *elem, size_t i, enum sluice_dtype dtype,
-                              int rank, const int64_t *shape, const void *data, size_t nbytes)
+/* Checks a setter's component index and shape, and computes unit * product(shape) into *total
+ * without overflowing: a tensor whose size does not fit in memory is refused, as it could not
+ * match a caller's buffer anyway. */
+static int shape_total(size_t i, int rank, const int64_t *shape, size_t unit, uint64_t *total)
 {
     if (i >= PIPE_MAX_COMPONENTS || rank < 0 || rank > SLUICE_MAX_RANK || (rank > 0 && !shape))
         return SLUICE_ERR_INVALID;
-    size_t size = sluice_dtype_size(dtype);
-    if (size == 0)
-        return SLUICE_ERR_TYPE;
-    /* The product is checked against nbytes without overflowing: a tensor whose size does not
-     * fit in memory cannot match the caller's buffer anyway. */
-    uint64_t total = size;
+    uint64_t t = unit;
     for (int d = 0; d < rank; d++) {
         if (shape[d] < 0)
             return SLUICE_ERR_INVALID;
         uint64_t dim = (uint64_t)shape[d];
-        if (dim != 0 && total > SIZE_MAX / dim)
+        if (dim != 0 && t > SIZE_MAX / dim)
             return SLUICE_ERR_INVALID;
-        total *= dim;
+        t *= dim;
     }
-    if (total != nbytes || (nbytes > 0 && !data))
-        return SLUICE_ERR_INVALID;
+    *total = t;
+    return 0;
+}
+
+/* Makes component i (reached first) a tensor of dtype and shape with room for len data bytes
+ * (the new length) and noffs offsets; the caller writes the values. On failure the component
+ * keeps what it held. */
+static int prepare(struct sluice_element *elem, size_t i, enum sluice_dtype dtype, int rank,
+                   const int64_t *shape, size_t len, size_t noffs, struct pipe_tensor **out)
+{
     int rc = reach(elem, i);
     if (rc)
         return rc;
     struct pipe_tensor *t = &elem->t[i];
-    rc = tensor_reserve(t, nbytes, 0);
+    rc = tensor_reserve(t, len, noffs);
     if (rc)
         return rc;
     t->dtype = dtype;
     t->rank = rank;
     if (rank > 0)
         memcpy(t->shape, shape, (size_t)rank * sizeof(int64_t));
-    t->len = nbytes;
+    t->len = len;
+    *out = t;
+    return 0;
+}
+
+int sluice_element_set_tensor(struct sluice_element *elem, size_t i, enum sluice_dtype dtype,
+                              int rank, const int64_t *shape, const void *data, size_t nbytes)
+{
+    size_t size = sluice_dtype_size(dtype);
+    uint64_t total;
+    int rc = shape_total(i, rank, shape, size ? size : 1, &total);
+    if (rc)
+        return rc;
+    if (size == 0)
+        return SLUICE_ERR_TYPE;
+    if (total != nbytes || (nbytes > 0 && !data))
+        return SLUICE_ERR_INVALID;
+    struct pipe_tensor *t;
+    rc = prepare(elem, i, dtype, rank, shape, nbytes, 0, &t);
+    if (rc)
+        return rc;
     if (nbytes)
         memmove(t->data, data, nbytes);
     return 0;
@@ -414,6 +439,41 @@ int sluice_element_set_bytes(struct sluice_element *elem, size_t i, const void *
         return SLUICE_ERR_INVALID;
     int rc = reach(elem, i);
     return rc ? rc : pipe_tensor_set_bytes(&elem->t[i], data, len);
+}
+
+int sluice_element_set_bytes_tensor(struct sluice_element *elem, size_t i, int rank,
+                                    const int64_t *shape, const void *const *values,
+                                    const size_t *lens)
+{
+    /* The offsets, one per value and one more, must fit in memory. */
+    uint64_t offs_bytes;
+    int rc = shape_total(i, rank, shape, sizeof(uint64_t), &offs_bytes);
+    if (rc)
+        return rc;
+    uint64_t nv = offs_bytes / sizeof(uint64_t);
+    if (nv == SIZE_MAX / sizeof(uint64_t))
+        return SLUICE_ERR_INVALID;
+    if (nv > 0 && (!values || !lens))
+        return SLUICE_ERR_INVALID;
+    size_t total = 0;
+    for (uint64_t k = 0; k < nv; k++) {
+        if ((lens[k] > 0 && !values[k]) || lens[k] > SIZE_MAX - total)
+            return SLUICE_ERR_INVALID;
+        total += lens[k];
+    }
+    struct pipe_tensor *t;
+    rc = prepare(elem, i, SLUICE_BYTES, rank, shape, total, (size_t)nv + 1, &t);
+    if (rc)
+        return rc;
+    size_t off = 0;
+    t->offs[0] = 0;
+    for (uint64_t k = 0; k < nv; k++) {
+        if (lens[k])
+            memcpy(t->data + off, values[k], lens[k]);
+        off += lens[k];
+        t->offs[k + 1] = off;
+    }
+    return 0;
 }
 
 int sluice_element_set_int64(struct sluice_element *elem, size_t i, int64_t value)

@@ -1,7 +1,9 @@
 /* map() and filter(): run a registered function on every element.
  *
- * The function is resolved once when the iterator is built. A function's error stops the
- * pipeline with "map(NAME): REASON" (or "filter(NAME): REASON") in the context. */
+ * The function is resolved once when the iterator is built, and a function with per-op state
+ * (pipe_fn.bind) is bound before its first element. A function's error, or its bind's, stops
+ * the pipeline with "map(NAME): REASON" (or "filter(NAME): REASON"; with the first argument,
+ * map(py, "aug:flip"): REASON, for pipe_fn.label_arg0) in the context. */
 #ifndef SLUICE_PIPELINE_MAP_H
 #define SLUICE_PIPELINE_MAP_H
 
@@ -25,16 +27,17 @@ struct pipe_map_env {
     bool origin;
 };
 
-/* Builds a map or filter (by fn->kind) over upstream, calling fn with the arguments
- * args[0..nargs) (borrowed: they must outlive the iterator). env is copied; NULL means none of
- * it is known (key 0). Takes ownership of upstream, also on failure (then it is destroyed).
- * Returns 0 or SLUICE_ERR_NOMEM.
+/* Builds a map (kind PIPE_FN_MAP) or a filter (PIPE_FN_FILTER; fn->kind must include kind)
+ * over upstream, calling fn with the arguments args[0..nargs) (borrowed: they must outlive the
+ * iterator). env is copied; NULL means none of it is known (key 0). Takes ownership of
+ * upstream, also on failure (then it is destroyed). Returns 0 or SLUICE_ERR_NOMEM.
  *
- * A function's failure stops the chain with "map(NAME): REASON", followed by
+ * A function's failure stops the chain with "map(NAME): REASON" ("map(NAME, "ARG0"): REASON"
+ * for a function whose first argument names what runs), followed by
  * " (record at FILE offset N)" when env->origin holds and the source is a file source. */
-int pipe_map_open(const struct pipe_fn *fn, const struct pipe_value *args, size_t nargs,
-                  const struct pipe_map_env *env, struct pipe_iter *upstream, struct pipe_ctx *ctx,
-                  struct pipe_iter **out);
+int pipe_map_open(const struct pipe_fn *fn, enum pipe_fn_kind kind, const struct pipe_value *args,
+                  size_t nargs, const struct pipe_map_env *env, struct pipe_iter *upstream,
+                  struct pipe_ctx *ctx, struct pipe_iter **out);
 
 /* The seed of a random function's draw for the element in hand, from the call's context
  * (sluice_fn_args in registry.h) and the function's own SEED argument when it has one:

@@ -145,7 +145,8 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
     case PIPE_OP_FILTER: {
         struct pipe_map_env env = {pl->split_keyed, pl->split_keyed ? pl->split_key : pl->run_key,
                                    salt, origin_passes(pl, k)};
-        rc = pipe_map_open(pl->fns[k], op->args, op->nargs, &env, up, ctx, it);
+        rc = pipe_map_open(pl->fns[k], op->kind == PIPE_OP_MAP ? PIPE_FN_MAP : PIPE_FN_FILTER,
+                           op->args, op->nargs, &env, up, ctx, it);
         break;
     }
     case PIPE_OP_SHUFFLE:

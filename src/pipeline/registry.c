@@ -57,15 +57,17 @@ static int reject(struct sluice_registry *reg, int rc, const char *name, const c
     return rc;
 }
 
-static int add_fn(struct sluice_registry *reg, const char *name, enum pipe_fn_kind kind,
-                  int min_args, int max_args, sluice_map_cb map, sluice_filter_cb filter,
-                  void *user)
+int pipe_registry_add(struct sluice_registry *reg, const struct pipe_fn *def)
 {
-    if (!reg || !name)
+    if (!reg || !def)
         return SLUICE_ERR_INVALID;
+    const char *name = def->name;
     if (!valid_name(name))
         return reject(reg, SLUICE_ERR_INVALID, name, "has an invalid name");
-    if ((!map && !filter) || min_args < 0 || (max_args >= 0 && max_args < min_args))
+    bool as_map = def->kind & PIPE_FN_MAP, as_filter = def->kind & PIPE_FN_FILTER;
+    if ((!as_map && !as_filter) || (as_map && !def->map) || (as_filter && !def->filter) ||
+        def->min_args < 0 || (def->max_args >= 0 && def->max_args < def->min_args) ||
+        (def->unbind && !def->bind))
         return reject(reg, SLUICE_ERR_INVALID, name, "has an invalid definition");
     if (find(reg, name))
         return reject(reg, SLUICE_ERR_EXISTS, name, "is already registered");
@@ -77,18 +79,32 @@ static int add_fn(struct sluice_registry *reg, const char *name, enum pipe_fn_ki
         reg->fns = fns;
         reg->cap = cap;
     }
-    struct pipe_fn *fn = calloc(1, sizeof(*fn));
+    struct pipe_fn *fn = malloc(sizeof(*fn));
     if (!fn)
         return reject(reg, SLUICE_ERR_NOMEM, name, "could not be stored");
-    memcpy(fn->name, name, strlen(name) + 1);
-    fn->kind = kind;
-    fn->min_args = min_args;
-    fn->max_args = max_args;
-    fn->map = map;
-    fn->filter = filter;
-    fn->user = user;
+    *fn = *def;
     reg->fns[reg->n++] = fn;
     return 0;
+}
+
+/* The public calls: a plain function of one kind. The name is checked before it is copied into
+ * the definition, so an over-long one is refused rather than cut. */
+static int add_fn(struct sluice_registry *reg, const char *name, enum pipe_fn_kind kind,
+                  int min_args, int max_args, sluice_map_cb map, sluice_filter_cb filter,
+                  void *user)
+{
+    if (!reg || !name)
+        return SLUICE_ERR_INVALID;
+    if (!valid_name(name))
+        return reject(reg, SLUICE_ERR_INVALID, name, "has an invalid name");
+    struct pipe_fn def = {.kind = kind,
+                          .min_args = min_args,
+                          .max_args = max_args,
+                          .map = map,
+                          .filter = filter,
+                          .user = user};
+    memcpy(def.name, name, strlen(name) + 1);
+    return pipe_registry_add(reg, &def);
 }
 
 int sluice_register_map(struct sluice_registry *registry, const char *name, int min_args,
@@ -231,7 +247,7 @@ int pipe_registry_check(const struct sluice_registry *reg, const struct pipe_spe
         if (!fn)
             return err_set(err, errlen, SLUICE_ERR_PARSE, "column %d: unknown function '%s'",
                            op->column, name);
-        if (fn->kind != want)
+        if (!(fn->kind & want))
             return err_set(err, errlen, SLUICE_ERR_PARSE,
                            "column %d: '%s' is a %s function, not a %s function", op->column, name,
                            kind_name(fn->kind), kind_name(want));

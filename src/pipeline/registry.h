@@ -14,21 +14,37 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum pipe_fn_kind { PIPE_FN_MAP, PIPE_FN_FILTER };
+/* What a function may be used as: in map(), in filter(), or in both (py). */
+enum pipe_fn_kind { PIPE_FN_MAP = 1, PIPE_FN_FILTER = 2, PIPE_FN_BOTH = 3 };
 
 /* Validates a function's literal arguments once, when the pipeline is checked, so a value that
  * could never work (mod(0)) is rejected before anything runs. Returns 0, or a negative code with
  * a one-line reason in err (without the column or function name, which the caller adds). */
 typedef int (*pipe_fn_check_cb)(const struct sluice_fn_args *args, char *err, size_t errlen);
 
+/* Per-op state, for built-ins that prepare something once per op instead of once per element
+ * (py imports its Python function). bind runs on the pipeline thread, before the op's first
+ * element, with the op's arguments: it returns 0 and *state, which every call of that op then
+ * gets as its user pointer in place of pipe_fn.user, or a negative code with a one-line reason
+ * in err (the op fails as a call would). unbind frees the state when the op's iterator is
+ * destroyed, on whichever thread destroys it. */
+typedef int (*pipe_fn_bind_cb)(const struct sluice_fn_args *args, void *user, void **state,
+                               char *err, size_t errlen);
+typedef void (*pipe_fn_unbind_cb)(void *state, void *user);
+
 struct pipe_fn {
     char name[64];
     enum pipe_fn_kind kind;
-    int min_args, max_args; /* max_args < 0: no upper bound */
-    sluice_map_cb map;
-    sluice_filter_cb filter;
+    int min_args, max_args;  /* max_args < 0: no upper bound */
+    sluice_map_cb map;       /* set when kind has PIPE_FN_MAP */
+    sluice_filter_cb filter; /* set when kind has PIPE_FN_FILTER */
     void *user;
-    pipe_fn_check_cb check; /* optional (NULL): the built-ins set one through the registry */
+    pipe_fn_check_cb check;   /* optional (NULL): the built-ins set one through the registry */
+    pipe_fn_bind_cb bind;     /* optional, with unbind; built-ins only (pipe_registry_add) */
+    pipe_fn_unbind_cb unbind; /* optional */
+    /* The first argument is part of the function's name (py's "module:function"): failures
+     * read map(NAME, "ARG0"): ... instead of map(NAME): ... */
+    bool label_arg0;
 };
 
 /* The argument list handed to functions: a view of a spec's literal arguments, and what the
@@ -43,6 +59,11 @@ struct sluice_fn_args {
     uint64_t salt;    /* the repeat() pass the chain runs in (0 for the first) */
     bool split_keyed; /* key derives from the split being processed (distributed_epoch) */
 };
+
+/* Registers the function def describes (copied), with everything struct pipe_fn can say: used
+ * by built-ins that the public calls cannot describe (py: both kinds, per-op state). Returns 0,
+ * SLUICE_ERR_EXISTS, SLUICE_ERR_INVALID or SLUICE_ERR_NOMEM, as sluice_register_map. */
+int pipe_registry_add(struct sluice_registry *reg, const struct pipe_fn *def);
 
 /* Creates a registry holding the built-in functions of DESIGN.md §3. Returns 0 or
  * SLUICE_ERR_NOMEM. The caller owns *out and frees it with pipe_registry_free(). */
@@ -64,7 +85,8 @@ int pipe_registry_set_check(struct sluice_registry *reg, const char *name, pipe_
 const struct pipe_fn *pipe_registry_find(const struct sluice_registry *reg, const char *name);
 
 /* Checks every map/filter in spec against the registry: the name exists, is of the right kind
- * (a filter function used in map() is an error), and the argument count fits. On failure returns
+ * (a filter function used in map() is an error), the argument count fits, and the function's
+ * check, if any, accepts the arguments. On failure returns
  * SLUICE_ERR_PARSE with "column C: ..." in err. */
 int pipe_registry_check(const struct sluice_registry *reg, const struct pipe_spec *spec, char *err,
                         size_t errlen);

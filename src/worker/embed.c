@@ -3,10 +3,11 @@
  * (common/loop_thread.h). `sluice-worker` (main.c) is a command line around these calls.
  *
  * Happy path: sluice_worker_start checks the options on the caller's thread, loads the plugins
- * into a registry of this worker's own and starts the loop thread, which starts the worker and
- * the metrics server. A stop at level 1 drains the worker (worker_drain) and closes everything
- * once the drain is over; level 2 closes at once, also in the middle of a drain. The loop ends
- * once every handle is closed.
+ * into a registry of this worker's own, puts the python_path directories on the process's
+ * sys.path (through the installed Python runtime, pipeline/pyfn.h) and starts the loop thread,
+ * which starts the worker and the metrics server. A stop at level 1 drains the worker
+ * (worker_drain) and closes everything once the drain is over; level 2 closes at once, also in the
+ * middle of a drain. The loop ends once every handle is closed.
  *
  * Failure modes: bad options and plugins that do not load are refused before any thread
  * exists. A dispatcher or readers that vanished bound the drain by the worker's own timeouts
@@ -20,6 +21,7 @@
 #include "common/log.h"
 #include "common/loop_thread.h"
 #include "common/rpc.h"
+#include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
 
 #include <stdio.h>
@@ -68,6 +70,19 @@ static int check_port(const char *name, int port, char *err, size_t errlen)
     return 0;
 }
 
+/* A list option: n non-empty paths ("plugins: NULL with nplugins 2", "plugins[1] is empty"). */
+static int check_paths(const char *name, const char *const *list, size_t n, char *err,
+                       size_t errlen)
+{
+    if (n > 0 && !list)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: NULL with n%s %zu", name, name, n);
+    for (size_t i = 0; i < n; i++) {
+        if (!list[i] || !*list[i])
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "%s[%zu] is empty", name, i);
+    }
+    return 0;
+}
+
 static int check_options(const struct sluice_worker_options *o, enum log_level *level, char *err,
                          size_t errlen)
 {
@@ -97,13 +112,9 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "drain_timeout_ms: expected a number from 1 to %u, got %u",
                        MAX_DRAIN_TIMEOUT_MS, (unsigned)o->drain_timeout_ms);
-    if (o->nplugins > 0 && !o->plugins)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins: NULL with nplugins %zu",
-                       o->nplugins);
-    for (size_t i = 0; i < o->nplugins; i++) {
-        if (!o->plugins[i] || !*o->plugins[i])
-            return err_set(err, errlen, SLUICE_ERR_INVALID, "plugins[%zu] is empty", i);
-    }
+    if ((rc = check_paths("plugins", o->plugins, o->nplugins, err, errlen)) < 0 ||
+        (rc = check_paths("python_path", o->python_path, o->npython_path, err, errlen)) < 0)
+        return rc;
     *level = LOG_INFO;
     if (o->log_level && log_level_parse(o->log_level, level) < 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -141,6 +152,13 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         rc = pipe_registry_load_plugin(s->reg, o->plugins[i], why, sizeof why);
         if (rc < 0)
             return err_set(err, errlen, rc, "plugin %s: %s", o->plugins[i], why);
+    }
+    /* The first directory given ends up first: each goes to the front, the last one first. */
+    for (size_t i = o->npython_path; i-- > 0;) {
+        char why[512];
+        rc = pipe_py_add_path(o->python_path[i], why, sizeof why);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "python_path: %s", why);
     }
     unsigned threads = o->threads;
     if (threads == 0) {

@@ -11,6 +11,10 @@
 #include "common/signals.h"
 #include "worker.h"
 
+#ifdef SLUICE_WITH_PYTHON
+#include "pyfn/embed.h"
+#endif
+
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -34,6 +38,8 @@ static const char usage[] =
     "  --heartbeat-ms N      heartbeat interval (default: as the dispatcher says)\n"
     "  --threads N           producer threads per distributed_epoch task (default: cores)\n"
     "  --plugin LIB.so       load pipeline functions from a plugin (repeatable)\n"
+    "  --python-path DIR     a directory of modules for map(py, \"module:function\"),\n"
+    "                        put on Python's sys.path (repeatable; PYTHONPATH works too)\n"
     "  --metrics-port P      serve Prometheus metrics at GET /metrics on this port, on the\n"
     "                        same --host (0: any free port)\n"
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
@@ -51,6 +57,8 @@ struct args {
     unsigned threads;
     const char **plugins;
     size_t nplugins;
+    const char **python_path;
+    size_t npython_path;
     int metrics_port; /* -1: no metrics server */
     uint32_t drain_timeout_ms;
     enum log_level level;
@@ -82,6 +90,19 @@ static int parse_number(const char *text, unsigned long min, unsigned long max, 
     return 0;
 }
 
+/* Appends s to a growing list of arguments. Returns 0, or -1 after printing the failure. */
+static int append(const char ***list, size_t *n, const char *s)
+{
+    const char **p = realloc(*list, (*n + 1) * sizeof *p);
+    if (!p) {
+        fprintf(stderr, PART ": arguments: %s\n", sluice_strerror(SLUICE_ERR_NOMEM));
+        return -1;
+    }
+    *list = p;
+    (*list)[(*n)++] = s;
+    return 0;
+}
+
 /* Returns 0, or the exit status for a usage error (after printing it); for --help 0 with *help
  * set to 1, for --version 0 with *help set to 2. */
 static int parse_args(int argc, char **argv, struct args *a, int *help)
@@ -94,6 +115,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_HB,
         O_THREADS,
         O_PLUGIN,
+        O_PYTHON_PATH,
         O_METRICS,
         O_DRAIN,
         O_LOG,
@@ -108,6 +130,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"heartbeat-ms", required_argument, NULL, O_HB},
         {"threads", required_argument, NULL, O_THREADS},
         {"plugin", required_argument, NULL, O_PLUGIN},
+        {"python-path", required_argument, NULL, O_PYTHON_PATH},
         {"metrics-port", required_argument, NULL, O_METRICS},
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"log-level", required_argument, NULL, O_LOG},
@@ -146,16 +169,16 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                 return usage_error("--threads: expected a number from 1 to 1024, got '%s'", optarg);
             a->threads = (unsigned)v;
             break;
-        case O_PLUGIN: {
-            const char **p = realloc(a->plugins, (a->nplugins + 1) * sizeof *p);
-            if (!p) {
-                fprintf(stderr, PART ": arguments: %s\n", sluice_strerror(SLUICE_ERR_NOMEM));
+        case O_PLUGIN:
+            if (append(&a->plugins, &a->nplugins, optarg) < 0)
                 return 1;
-            }
-            a->plugins = p;
-            a->plugins[a->nplugins++] = optarg;
             break;
-        }
+        case O_PYTHON_PATH:
+            if (!*optarg)
+                return usage_error("--python-path: expected a directory, got ''");
+            if (append(&a->python_path, &a->npython_path, optarg) < 0)
+                return 1;
+            break;
         case O_METRICS:
             if (parse_number(optarg, 0, 65535, &v) < 0)
                 return usage_error("--metrics-port: expected a number from 0 to 65535, got "
@@ -229,6 +252,8 @@ static int run(const struct args *a)
         .threads = a->threads,
         .plugins = a->plugins,
         .nplugins = a->nplugins,
+        .python_path = a->python_path,
+        .npython_path = a->npython_path,
         .metrics = a->metrics_port >= 0,
         .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
         .drain_timeout_ms = a->drain_timeout_ms,
@@ -279,13 +304,19 @@ int main(int argc, char **argv)
         else if (help == 2)
             printf("sluice %s\n", sluice_version());
         free(a.plugins);
+        free(a.python_path);
         return rc;
     }
     log_init(PART, a.level);
     /* A reader that disconnects mid-reply must cost an error on that connection, not the
      * process. */
     signal(SIGPIPE, SIG_IGN);
+#ifdef SLUICE_WITH_PYTHON
+    /* py functions run in CPython, started by the first one. */
+    pyembed_install();
+#endif
     rc = run(&a);
     free(a.plugins);
+    free(a.python_path);
     return rc;
 }

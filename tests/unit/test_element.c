@@ -166,6 +166,52 @@ static void test_set_tensor(void **state)
     sluice_element_free(e);
 }
 
+static void test_set_bytes_tensor(void **state)
+{
+    struct sluice_element *e = sluice_element_new();
+    const char *vals[4] = {"ab", "", "cde", "f"};
+    const void *ptrs[4] = {vals[0], vals[1], vals[2], vals[3]};
+    const size_t lens[4] = {2, 0, 3, 1};
+    const int64_t shape[2] = {2, 2};
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 1, 2, shape, ptrs, lens), 0);
+    assert_int_equal(sluice_element_num_components(e), 2);
+    assert_int_equal(sluice_element_dtype(e, 1), SLUICE_BYTES);
+    assert_int_equal(sluice_element_rank(e, 1), 2);
+    assert_int_equal(sluice_element_num_values(e, 1), 4);
+    size_t n;
+    assert_memory_equal(sluice_element_data(e, 1, &n), "abcdef", 6);
+    assert_int_equal(n, 6);
+    for (uint64_t k = 0; k < 4; k++) {
+        const void *p;
+        size_t len;
+        assert_int_equal(sluice_element_bytes_at(e, 1, k, &p, &len), 0);
+        assert_int_equal(len, lens[k]);
+        assert_memory_equal(p, vals[k], len);
+    }
+    /* Rank 0 is a scalar, as sluice_element_set_bytes makes it. */
+    struct sluice_element *s = sluice_element_new();
+    assert_int_equal(sluice_element_set_bytes(s, 0, "cde", 3), 0);
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 0, 0, NULL, &ptrs[2], &lens[2]), 0);
+    assert_int_equal(sluice_element_set_num_components(e, 1), 0);
+    assert_true(pipe_elem_equal(e, s));
+    sluice_element_free(s);
+    /* An empty tensor, then the refusals: bad rank, negative dimension, missing values. */
+    const int64_t zero[1] = {0};
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 0, 1, zero, NULL, NULL), 0);
+    assert_int_equal(sluice_element_num_values(e, 0), 0);
+    const int64_t neg[1] = {-1}, one[1] = {1};
+    int64_t big[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 0, 9, big, ptrs, lens), SLUICE_ERR_INVALID);
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 0, 1, neg, ptrs, lens), SLUICE_ERR_INVALID);
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 0, 1, one, NULL, lens), SLUICE_ERR_INVALID);
+    const void *null_value[1] = {NULL};
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 0, 1, one, null_value, &lens[0]),
+                     SLUICE_ERR_INVALID);
+    assert_int_equal(sluice_element_set_bytes_tensor(e, 64, 1, one, ptrs, lens),
+                     SLUICE_ERR_INVALID);
+    sluice_element_free(e);
+}
+
 static void test_no_realloc_on_reuse(void **state)
 {
     struct sluice_element *e = sluice_element_new();
@@ -332,10 +378,11 @@ static void test_tensor_helpers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dtypes),          cmocka_unit_test(test_new_and_components),
-        cmocka_unit_test(test_scalars),         cmocka_unit_test(test_set_tensor),
-        cmocka_unit_test(test_set_grows),       cmocka_unit_test(test_no_realloc_on_reuse),
-        cmocka_unit_test(test_copy_equal_swap), cmocka_unit_test(test_tensor_helpers),
+        cmocka_unit_test(test_dtypes),           cmocka_unit_test(test_new_and_components),
+        cmocka_unit_test(test_scalars),          cmocka_unit_test(test_set_tensor),
+        cmocka_unit_test(test_set_grows),        cmocka_unit_test(test_no_realloc_on_reuse),
+        cmocka_unit_test(test_copy_equal_swap),  cmocka_unit_test(test_tensor_helpers),
+        cmocka_unit_test(test_set_bytes_tensor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -262,8 +262,8 @@ static void crop_offsets(const struct sluice_element *img, int64_t oh, int64_t o
     up->left = count;
     struct pipe_value args[3] = {ival(oh), ival(ow), ival(seed)};
     struct pipe_iter *it;
-    assert_int_equal(pipe_map_open(pipe_registry_find(reg, "random_crop"), args, has_seed ? 3 : 2,
-                                   env, &up->base, &ctx, &it),
+    assert_int_equal(pipe_map_open(pipe_registry_find(reg, "random_crop"), PIPE_FN_MAP, args,
+                                   has_seed ? 3 : 2, env, &up->base, &ctx, &it),
                      0);
     struct sluice_element e;
     pipe_elem_init(&e);

@@ -1,0 +1,308 @@
+/* The py runtime over CPython (runtime.h). Happy path of a call: take the GIL, convert the
+ * element (copies), call the cached callable with it and the converted extra arguments, convert
+ * the result back into the element, release the GIL. Failure modes: an exception anywhere (the
+ * import, the call, a filter result's truth) becomes its one-line text; a result of the wrong
+ * kind becomes the conversion's text; an interpreter that is shutting down refuses new calls
+ * rather than letting CPython end the calling thread. */
+#include "runtime.h"
+
+#include "convert.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+struct pyfn_op {
+    PyObject *fn;    /* the callable */
+    PyObject *extra; /* tuple of the extra arguments */
+};
+
+/* A thread that takes the GIL while the interpreter finalises is ended by CPython; a pipeline
+ * thread must instead fail its op and be joined normally. */
+static int interpreter_gone(char *err, size_t errlen)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    int finalizing = Py_IsFinalizing();
+#else
+    int finalizing = _Py_IsFinalizing();
+#endif
+    if (!Py_IsInitialized() || finalizing) {
+        snprintf(err, errlen, "the Python interpreter is shutting down");
+        return SLUICE_ERR_CANCELLED;
+    }
+    return 0;
+}
+
+/* ---- Exceptions as one line --------------------------------------------------------------- */
+
+/* Copies s into buf as one line: runs of whitespace become one space, ends trimmed. */
+static void one_line(const char *s, char *buf, size_t len)
+{
+    size_t o = 0;
+    bool space = false;
+    if (!len)
+        return;
+    for (; *s && o + 1 < len; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f') {
+            space = o > 0;
+            continue;
+        }
+        if (space && o + 2 < len)
+            buf[o++] = ' ';
+        space = false;
+        buf[o++] = (char)c;
+    }
+    buf[o] = '\0';
+}
+
+/* The exception type's name as tracebacks print it: "ValueError", "aug.BadPixel". */
+static void type_name(PyObject *type, char *buf, size_t len)
+{
+    PyObject *qual = PyObject_GetAttrString(type, "__qualname__");
+    PyObject *mod = PyObject_GetAttrString(type, "__module__");
+    const char *q = qual && PyUnicode_Check(qual) ? PyUnicode_AsUTF8(qual) : NULL;
+    const char *m = mod && PyUnicode_Check(mod) ? PyUnicode_AsUTF8(mod) : NULL;
+    if (!q)
+        q = ((PyTypeObject *)type)->tp_name;
+    if (m && strcmp(m, "builtins") != 0 && strcmp(m, "__main__") != 0)
+        snprintf(buf, len, "%s.%s", m, q);
+    else
+        snprintf(buf, len, "%s", q);
+    Py_XDECREF(qual);
+    Py_XDECREF(mod);
+    PyErr_Clear();
+}
+
+/* "FILE:LINE" of the innermost traceback frame whose file is a real one (not "<frozen
+ * importlib._bootstrap>"), with the file's base name; empty when there is none. */
+static void location(PyObject *tb, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    Py_XINCREF(tb);
+    while (tb && tb != Py_None) {
+        PyObject *frame = PyObject_GetAttrString(tb, "tb_frame");
+        PyObject *code = frame ? PyObject_GetAttrString(frame, "f_code") : NULL;
+        PyObject *file = code ? PyObject_GetAttrString(code, "co_filename") : NULL;
+        PyObject *line = PyObject_GetAttrString(tb, "tb_lineno");
+        const char *f = file && PyUnicode_Check(file) ? PyUnicode_AsUTF8(file) : NULL;
+        long l = line && PyLong_Check(line) ? PyLong_AsLong(line) : -1;
+        if (f && f[0] != '<' && l >= 0) {
+            const char *base = strrchr(f, '/');
+            snprintf(buf, len, "%s:%ld", base ? base + 1 : f, l);
+        }
+        Py_XDECREF(frame);
+        Py_XDECREF(code);
+        Py_XDECREF(file);
+        Py_XDECREF(line);
+        PyObject *next = PyObject_GetAttrString(tb, "tb_next");
+        Py_DECREF(tb);
+        tb = next;
+    }
+    Py_XDECREF(tb);
+    PyErr_Clear();
+}
+
+int pyfn_exception(char *err, size_t errlen)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (!type) {
+        snprintf(err, errlen, "failed without a Python exception");
+        return SLUICE_ERR_FN;
+    }
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb && value)
+        PyException_SetTraceback(value, tb);
+    int rc =
+        PyErr_GivenExceptionMatches(type, PyExc_MemoryError) ? SLUICE_ERR_NOMEM : SLUICE_ERR_FN;
+    char name[128], where[160], text[400] = "";
+    type_name(type, name, sizeof name);
+    location(tb, where, sizeof where);
+    PyObject *str = value ? PyObject_Str(value) : NULL;
+    const char *s = str ? PyUnicode_AsUTF8(str) : NULL;
+    if (s)
+        one_line(s, text, sizeof text);
+    PyErr_Clear();
+    int off = snprintf(err, errlen, "%s%s%s", name, text[0] ? ": " : "", text);
+    if (where[0] && off >= 0 && (size_t)off < errlen)
+        snprintf(err + off, errlen - (size_t)off, " (%s)", where);
+    Py_XDECREF(str);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return rc;
+}
+
+/* ---- The runtime -------------------------------------------------------------------------- */
+
+/* A literal argument as a Python object: int, float, str (UTF-8; undecodable bytes kept as
+ * surrogates) or bool. The check admits nothing else. */
+static PyObject *literal(const struct pipe_value *v)
+{
+    switch (v->kind) {
+    case PIPE_VAL_INT:
+        return PyLong_FromLongLong((long long)v->i);
+    case PIPE_VAL_FLOAT:
+        return PyFloat_FromDouble(v->f);
+    case PIPE_VAL_BYTES:
+        return PyUnicode_DecodeUTF8(v->s ? v->s : "", (Py_ssize_t)v->slen, "surrogateescape");
+    case PIPE_VAL_BOOL:
+        return PyBool_FromLong(v->i != 0);
+    default:
+        PyErr_SetString(PyExc_TypeError, "unsupported literal argument");
+        return NULL;
+    }
+}
+
+/* Resolves "module:function": imports module and follows the dotted attributes of function.
+ * Returns a new reference or NULL with an exception set. */
+static PyObject *resolve(const char *module, const char *function)
+{
+    PyObject *obj = PyImport_ImportModule(module);
+    const char *p = function;
+    while (obj && *p) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        PyObject *name = PyUnicode_FromStringAndSize(p, (Py_ssize_t)len);
+        PyObject *next = name ? PyObject_GetAttr(obj, name) : NULL;
+        Py_XDECREF(name);
+        Py_DECREF(obj);
+        obj = next;
+        p += len + (dot ? 1 : 0);
+    }
+    if (obj && !PyCallable_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s:%s is %s, which is not callable", module, function,
+                     Py_TYPE(obj)->tp_name);
+        Py_CLEAR(obj);
+    }
+    return obj;
+}
+
+static int rt_bind(const char *module, const char *function, const struct pipe_value *args,
+                   size_t nargs, void **state, char *err, size_t errlen)
+{
+    int rc = interpreter_gone(err, errlen);
+    if (rc)
+        return rc;
+    PyGILState_STATE g = PyGILState_Ensure();
+    struct pyfn_op *op = PyMem_RawCalloc(1, sizeof(*op));
+    if (!op) {
+        PyGILState_Release(g);
+        snprintf(err, errlen, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        return SLUICE_ERR_NOMEM;
+    }
+    op->fn = resolve(module, function);
+    op->extra = op->fn ? PyTuple_New((Py_ssize_t)nargs) : NULL;
+    for (size_t k = 0; op->extra && k < nargs; k++) {
+        PyObject *v = literal(&args[k]);
+        if (!v) {
+            Py_CLEAR(op->extra);
+            break;
+        }
+        PyTuple_SET_ITEM(op->extra, (Py_ssize_t)k, v);
+    }
+    if (!op->extra) {
+        rc = pyfn_exception(err, errlen);
+        Py_XDECREF(op->fn);
+        PyMem_RawFree(op);
+        PyGILState_Release(g);
+        return rc;
+    }
+    PyGILState_Release(g);
+    *state = op;
+    return 0;
+}
+
+static void rt_unbind(void *state)
+{
+    struct pyfn_op *op = state;
+    char why[64];
+    /* At shutdown the references are left to the interpreter's end. */
+    if (interpreter_gone(why, sizeof why) == 0) {
+        PyGILState_STATE g = PyGILState_Ensure();
+        Py_DECREF(op->fn);
+        Py_DECREF(op->extra);
+        PyGILState_Release(g);
+    }
+    PyMem_RawFree(op);
+}
+
+/* Calls op's function on elem and the extra arguments, with the GIL taken here. A map (out
+ * non-NULL) stores the result into out; a filter sets *keep to the result's truth. Returns 0 or
+ * the failure with err. */
+static int call(struct pyfn_op *op, const struct sluice_element *elem, struct sluice_element *out,
+                int *keep, char *err, size_t errlen)
+{
+    int rc = interpreter_gone(err, errlen);
+    if (rc)
+        return rc;
+    PyGILState_STATE g = PyGILState_Ensure();
+    /* owned NULL: the element is only read, and the call gets copies of its own. */
+    PyObject *x = pyconv_from_element((struct sluice_element *)elem, NULL);
+    PyObject *r = NULL;
+    if (x) {
+        PyObject *argv[1 + PIPE_PY_MAX_EXTRA];
+        Py_ssize_t n = PyTuple_GET_SIZE(op->extra);
+        argv[0] = x;
+        for (Py_ssize_t k = 0; k < n && k < PIPE_PY_MAX_EXTRA; k++)
+            argv[1 + k] = PyTuple_GET_ITEM(op->extra, k);
+        r = PyObject_Vectorcall(op->fn, argv, (size_t)(1 + n), NULL);
+        Py_DECREF(x);
+    }
+    if (r && out) {
+        rc = pyconv_to_element(r, out, err, errlen);
+    } else if (r) {
+        int truth = PyObject_IsTrue(r);
+        rc = truth < 0 ? SLUICE_ERR_FN : 0;
+        *keep = truth > 0;
+    }
+    /* A Python failure anywhere: the call, the conversions, the truth of the result. */
+    if (!r || (rc && PyErr_Occurred()))
+        rc = pyfn_exception(err, errlen);
+    Py_XDECREF(r);
+    PyGILState_Release(g);
+    return rc;
+}
+
+static int rt_map(void *state, struct sluice_element *elem, char *err, size_t errlen)
+{
+    return call(state, elem, elem, NULL, err, errlen);
+}
+
+static int rt_filter(void *state, const struct sluice_element *elem, int *keep, char *err,
+                     size_t errlen)
+{
+    return call(state, elem, NULL, keep, err, errlen);
+}
+
+int pyfn_add_path(const char *dir, char *err, size_t errlen)
+{
+    int rc = interpreter_gone(err, errlen);
+    if (rc)
+        return rc;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *path = PySys_GetObject("path"); /* borrowed */
+    PyObject *d = PyUnicode_DecodeFSDefault(dir);
+    if (!path || !PyList_Check(path)) {
+        snprintf(err, errlen, "sys.path is not a list");
+        rc = SLUICE_ERR_FN;
+    } else if (!d) {
+        rc = pyfn_exception(err, errlen);
+    } else {
+        int has = PySequence_Contains(path, d);
+        if (has < 0 || (has == 0 && PyList_Insert(path, 0, d) < 0))
+            rc = pyfn_exception(err, errlen);
+    }
+    Py_XDECREF(d);
+    PyGILState_Release(g);
+    return rc;
+}
+
+const struct pipe_py_runtime pyfn_runtime = {
+    .bind = rt_bind,
+    .map = rt_map,
+    .filter = rt_filter,
+    .unbind = rt_unbind,
+    .add_path = pyfn_add_path,
+};
