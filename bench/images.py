@@ -184,6 +184,20 @@ def consume(batches):
     return n, time.perf_counter() - start
 
 
+CROP_MODULE = """
+import numpy as np
+
+_rng = np.random.default_rng()
+
+
+def random_crop(elem, h, w):
+    img, label = elem
+    top = int(_rng.integers(0, img.shape[0] - h + 1))
+    left = int(_rng.integers(0, img.shape[1] - w + 1))
+    return np.ascontiguousarray(img[top:top + h, left:left + w]), label
+"""
+
+
 def has_tar_source():
     """Whether the pipeline language knows tar(): a missing file, not an unknown source."""
     try:
@@ -218,26 +232,39 @@ def main():
               f"shards, written in {time.perf_counter() - start:.1f} s")
         print(f"sluice pipeline: {pipeline.replace(tmp, 'DIR')}")
 
+        # The same crop as a Python function on the workers (numpy slicing, no copy of the image
+        # before the crop's own).
+        with open(os.path.join(tmp, "benchcrop.py"), "w") as f:
+            f.write(CROP_MODULE)
+        py_pipeline = (f'{source} | map(decode_jpeg) | map(py, "benchcrop:random_crop", {CROP}, '
+                       f'{CROP}) | batch({BATCH})')
+
         loader = torch.utils.data.DataLoader(TarJpegs(tmp), batch_size=BATCH, shuffle=True,
                                              num_workers=2)
         with sluice.DispatchServer() as d:
-            workers = [sluice.WorkerServer(d, threads=1) for _ in range(2)]
+            workers = [sluice.WorkerServer(d, threads=1, python_path=[tmp]) for _ in range(2)]
             ours_ds = sluice.torch.IterableDataset(d, pipeline=pipeline,
                                                    processing_mode="distributed_epoch")
-            base, ours = [], []
+            py_ds = sluice.torch.IterableDataset(d, pipeline=py_pipeline,
+                                                 processing_mode="distributed_epoch")
+            base, ours, pys = [], [], []
             for _ in range(args.epochs):
                 base.append(consume(loader))
                 ours.append(consume(ours_ds))
+                pys.append(consume(py_ds))
             for w in workers:
                 w.stop()
 
-    for n, _ in base + ours:
+    for n, _ in base + ours + pys:
         assert n == args.images, (n, args.images)
     b = max(n / s for n, s in base)
     o = max(n / s for n, s in ours)
     print(f"DataLoader(num_workers=2), PIL:        {b:8.0f} images/s")
     print(f"sluice, 2 workers, decode_jpeg:        {o:8.0f} images/s")
+    p = max(n / s for n, s in pys)
     print(f"ratio sluice / DataLoader:             {o / b:8.2f}")
+    print(f"sluice, crop by map(py, ...):          {p:8.0f} images/s")
+    print(f"ratio Python crop / native crop:       {p / o:8.2f}")
 
 
 if __name__ == "__main__":
