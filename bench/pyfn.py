@@ -10,14 +10,17 @@ do not add throughput to a CPU-bound Python function; worker processes do, up to
 
     /usr/bin/python3 bench/pyfn.py [--elements N] [--loops L] [--rounds R]
 
-Each configuration runs R times (alternating), best kept. A benchmark, not a test: it never
-fails on timing.
+Each round measures every configuration once, in a rotating order, and its ratios to that
+round's baseline; the medians over R rounds are printed, which keeps a burst of load from other
+processes on one measurement from deciding the result. A benchmark, not a test: it never fails
+on timing.
 """
 
 import argparse
 import os
 import pathlib
 import signal
+import statistics
 import subprocess
 import tempfile
 import time
@@ -83,7 +86,7 @@ def measure(dispatcher, mod_dir, processes, threads, elements, loops):
             w.stop()
 
 
-def plain_rate(loops, seconds=2.0):
+def plain_rate(loops, seconds=1.0):
     """The function called in a loop in this process: one core's worth."""
     scope = {}
     exec(MODULE, scope)
@@ -97,37 +100,48 @@ def plain_rate(loops, seconds=2.0):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--elements", type=int, default=3000)
+    ap.add_argument("--elements", type=int, default=1500)
     ap.add_argument("--loops", type=int, default=20000, help="loop iterations per element")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
     configs = [("1 process x 1 thread", 1, 1), ("1 process x 2 threads", 1, 2),
                ("2 processes x 1 thread", 2, 1)]
-    best = {name: 0.0 for name, _, _ in configs}
+    rates = {name: [] for name, _, _ in configs}
+    ratios = {name: [] for name, _, _ in configs}
+    plain = []
     load_before = os.getloadavg()[0]
-    plain = 0.0
     with tempfile.TemporaryDirectory(prefix="sluice-pyfn-bench-") as mod_dir:
         pathlib.Path(mod_dir, "benchmod.py").write_text(MODULE)
         dispatcher = Server([str(BIN / "sluice-dispatcher"), "--port", "0",
                              "--log-level", "error"])
         try:
-            for _ in range(args.rounds):
-                plain = max(plain, plain_rate(args.loops))
-                for name, processes, threads in configs:
-                    rate = measure(dispatcher.address, mod_dir, processes, threads,
-                                   args.elements, args.loops)
-                    best[name] = max(best[name], rate)
+            for r in range(args.rounds):
+                plain.append(plain_rate(args.loops))
+                got = {}
+                for name, processes, threads in configs[r % 3:] + configs[:r % 3]:
+                    got[name] = measure(dispatcher.address, mod_dir, processes, threads,
+                                        args.elements, args.loops)
+                for name in got:
+                    rates[name].append(got[name])
+                    ratios[name].append(got[name] / got[configs[0][0]])
+                plain[-1] /= got[configs[0][0]]
         finally:
             dispatcher.stop()
 
     print(f"map(py, \"benchmod:burn\", {args.loops}) over range({args.elements}), "
-          f"distributed_epoch, {os.cpu_count()} cores, best of {args.rounds}, "
+          f"distributed_epoch, {os.cpu_count()} cores, medians of {args.rounds} rounds, "
           f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
-    base = best[configs[0][0]]
     for name, _, _ in configs:
-        print(f"  {name:24s} {best[name]:10.1f} elements/s   x{best[name] / base:.2f}")
-    print(f"  {'plain Python loop':24s} {plain:10.1f} elements/s   x{plain / base:.2f}")
+        print(f"  {name:24s} {median(rates[name]):8.1f} elements/s   "
+              f"x{median(ratios[name]):.2f}   (per round: "
+              + " ".join(f"x{x:.2f}" for x in ratios[name]) + ")")
+    print(f"  {'plain Python loop':24s} {'':8s}              x{median(plain):.2f}   "
+          "(the function alone in one process, for scale)")
+
+
+def median(values):
+    return statistics.median(values)
 
 
 if __name__ == "__main__":
