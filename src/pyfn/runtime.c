@@ -10,8 +10,11 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+/* An op's binding: malloc'd, so that sanitizers keep checking it (they take the interpreter's own
+ * allocations as its business). */
 struct pyfn_op {
     PyObject *fn;    /* the callable */
     PyObject *extra; /* tuple of the extra arguments */
@@ -186,7 +189,7 @@ static int rt_bind(const char *module, const char *function, const struct pipe_v
     if (rc)
         return rc;
     PyGILState_STATE g = PyGILState_Ensure();
-    struct pyfn_op *op = PyMem_RawCalloc(1, sizeof(*op));
+    struct pyfn_op *op = calloc(1, sizeof(*op));
     if (!op) {
         PyGILState_Release(g);
         snprintf(err, errlen, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
@@ -205,7 +208,7 @@ static int rt_bind(const char *module, const char *function, const struct pipe_v
     if (!op->extra) {
         rc = pyfn_exception(err, errlen);
         Py_XDECREF(op->fn);
-        PyMem_RawFree(op);
+        free(op);
         PyGILState_Release(g);
         return rc;
     }
@@ -225,7 +228,7 @@ static void rt_unbind(void *state)
         Py_DECREF(op->extra);
         PyGILState_Release(g);
     }
-    PyMem_RawFree(op);
+    free(op);
 }
 
 /* Calls op's function on elem and the extra arguments, with the GIL taken here. A map (out
