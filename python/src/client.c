@@ -28,29 +28,22 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
         return -1;
     }
-    PyObject *seq;
-    const char **paths;
-    Py_ssize_t n;
-    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
+    struct pys_strs paths;
+    if (pys_strs_get(plugins, "plugins", &paths) < 0)
         return -1;
     struct sluice_client_options o = {
         .dispatcher = dispatcher,
         .timeout_ms = timeout_ms,
-        .plugins = paths,
-        .nplugins = (size_t)n,
+        .plugins = paths.v,
+        .nplugins = paths.n,
     };
     char err[PYS_ERRLEN] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_client_open(&o, &self->c, err, sizeof err);
     PyEval_RestoreThread(ts);
-    PyMem_Free(paths);
-    Py_XDECREF(seq);
-    if (rc) {
-        pys_raise(rc, err);
-        return -1;
-    }
-    return 0;
+    pys_strs_release(&paths);
+    return pys_started(rc, err);
 }
 
 static void client_dealloc(ClientObject *self)
@@ -325,23 +318,16 @@ static int local_init(LocalObject *self, PyObject *args, PyObject *kw)
         PyErr_SetString(PyExc_RuntimeError, "Local already initialised");
         return -1;
     }
-    PyObject *seq;
-    const char **paths;
-    Py_ssize_t n;
-    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
+    struct pys_strs paths;
+    if (pys_strs_get(plugins, "plugins", &paths) < 0)
         return -1;
     char err[PYS_ERRLEN] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
-    rc = sluice_local_open(pipeline, paths, (size_t)n, &self->run, err, sizeof err);
+    rc = sluice_local_open(pipeline, paths.v, paths.n, &self->run, err, sizeof err);
     PyEval_RestoreThread(ts);
-    PyMem_Free(paths);
-    Py_XDECREF(seq);
-    if (rc) {
-        pys_raise(rc, err);
-        return -1;
-    }
-    return 0;
+    pys_strs_release(&paths);
+    return pys_started(rc, err);
 }
 
 static void local_dealloc(LocalObject *self)

@@ -30,10 +30,19 @@ int pys_client_types_init(PyObject *module);
 /* servers.c: registers the Dispatcher and Worker types on the module. */
 int pys_server_types_init(PyObject *module);
 
-/* servers.c: borrows a sequence of str (None: none) as a C array (PyMem; free with PyMem_Free)
- * whose strings *seq keeps alive; what names the argument in errors. Returns 0 or -1 with an
- * exception set. */
-int pys_str_array(PyObject *obj, const char *what, PyObject **seq, const char ***out,
-                  Py_ssize_t *n);
+/* servers.c: a sequence of str (None: none) borrowed as a C array v[0..n) whose strings seq
+ * keeps alive. pys_strs_get returns 0 or -1 with an exception set (then nothing is held); what
+ * names the argument in errors. pys_strs_release frees what get took (also a zeroed struct). */
+struct pys_strs {
+    PyObject *seq;
+    const char **v;
+    size_t n;
+};
+int pys_strs_get(PyObject *obj, const char *what, struct pys_strs *out);
+void pys_strs_release(struct pys_strs *s);
+
+/* servers.c: the end of an __init__ that started something: 0, or -1 with the exception for
+ * rc and err raised. */
+int pys_started(int rc, const char *err);
 
 #endif

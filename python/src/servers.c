@@ -8,35 +8,48 @@
 
 /* Borrows a sequence of str (None: none) as a C array (PyMem; free with PyMem_Free); *seq keeps
  * the strings alive. Returns 0 or -1 with an exception. */
-int pys_str_array(PyObject *obj, const char *what, PyObject **seq, const char ***out, Py_ssize_t *n)
+int pys_strs_get(PyObject *obj, const char *what, struct pys_strs *out)
 {
-    *seq = NULL;
-    *out = NULL;
-    *n = 0;
+    memset(out, 0, sizeof *out);
     if (!obj || obj == Py_None)
         return 0;
     if (PyUnicode_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s must be a sequence of str, not a str", what);
         return -1;
     }
-    *seq = PySequence_Fast(obj, what);
-    if (!*seq)
+    out->seq = PySequence_Fast(obj, what);
+    if (!out->seq)
         return -1;
-    *n = PySequence_Fast_GET_SIZE(*seq);
-    *out = PyMem_Calloc((size_t)*n + 1, sizeof **out);
-    if (!*out) {
-        Py_CLEAR(*seq);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(out->seq);
+    out->v = PyMem_Calloc((size_t)n + 1, sizeof *out->v);
+    if (!out->v) {
+        pys_strs_release(out);
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < *n; i++) {
-        (*out)[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(*seq, i));
-        if (!(*out)[i]) {
-            PyMem_Free(*out);
-            *out = NULL;
-            Py_CLEAR(*seq);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out->v[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(out->seq, i));
+        if (!out->v[i]) {
+            pys_strs_release(out);
             return -1;
         }
+    }
+    out->n = (size_t)n;
+    return 0;
+}
+
+void pys_strs_release(struct pys_strs *s)
+{
+    PyMem_Free(s->v);
+    Py_XDECREF(s->seq);
+    memset(s, 0, sizeof *s);
+}
+
+int pys_started(int rc, const char *err)
+{
+    if (rc) {
+        pys_raise(rc, err);
+        return -1;
     }
     return 0;
 }
@@ -122,24 +135,17 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
     o.journal_max_mb = journal_max_mb;
     o.metrics = metrics_port >= 0;
     o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
-    PyObject *seq;
-    Py_ssize_t n;
-    const char **addrs;
-    if (pys_str_array(addresses, "worker_addresses", &seq, &addrs, &n) < 0)
+    struct pys_strs addrs;
+    if (pys_strs_get(addresses, "worker_addresses", &addrs) < 0)
         return -1;
-    o.worker_addresses = addrs;
-    o.nworker_addresses = (size_t)n;
+    o.worker_addresses = addrs.v;
+    o.nworker_addresses = addrs.n;
     char err[PYS_ERRLEN] = "";
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_dispatcher_start(&o, &self->d, err, sizeof err);
     PyEval_RestoreThread(ts);
-    PyMem_Free(addrs);
-    Py_XDECREF(seq);
-    if (rc) {
-        pys_raise(rc, err);
-        return -1;
-    }
-    return 0;
+    pys_strs_release(&addrs);
+    return pys_started(rc, err);
 }
 
 static void dispatcher_stop_now(DispatcherObject *self)
@@ -269,34 +275,25 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     }
     o.metrics = metrics_port >= 0;
     o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
-    PyObject *seq, *dir_seq;
-    Py_ssize_t n, ndirs;
-    const char **paths, **dirs;
-    if (pys_str_array(plugins, "plugins", &seq, &paths, &n) < 0)
+    struct pys_strs paths, dirs;
+    if (pys_strs_get(plugins, "plugins", &paths) < 0)
         return -1;
-    if (pys_str_array(python_path, "python_path", &dir_seq, &dirs, &ndirs) < 0) {
-        PyMem_Free(paths);
-        Py_XDECREF(seq);
+    if (pys_strs_get(python_path, "python_path", &dirs) < 0) {
+        pys_strs_release(&paths);
         return -1;
     }
-    o.plugins = paths;
-    o.nplugins = (size_t)n;
-    o.python_path = dirs;
-    o.npython_path = (size_t)ndirs;
+    o.plugins = paths.v;
+    o.nplugins = paths.n;
+    o.python_path = dirs.v;
+    o.npython_path = dirs.n;
     char err[PYS_ERRLEN] = "";
     /* The worker takes the GIL itself where it needs it (sys.path, py functions). */
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_worker_start(&o, &self->w, err, sizeof err);
     PyEval_RestoreThread(ts);
-    PyMem_Free(dirs);
-    Py_XDECREF(dir_seq);
-    PyMem_Free(paths);
-    Py_XDECREF(seq);
-    if (rc) {
-        pys_raise(rc, err);
-        return -1;
-    }
-    return 0;
+    pys_strs_release(&dirs);
+    pys_strs_release(&paths);
+    return pys_started(rc, err);
 }
 
 static void worker_stop_now(WorkerObject *self)

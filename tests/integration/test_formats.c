@@ -130,22 +130,10 @@ static void expect_run(const char *pipeline, int status, const char *want_out, c
     free(err);
 }
 
-static char *pipeline_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A pipeline text or an expected message, formatted (freed by the caller). */
+static char *text_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-static char *pipeline_of(const char *fmt, ...)
-{
-    char *p = malloc(4096);
-    assert_non_null(p);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p, 4096, fmt, ap);
-    va_end(ap);
-    return p;
-}
-
-static char *err_of(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *err_of(const char *fmt, ...)
+static char *text_of(const char *fmt, ...)
 {
     char *p = malloc(4096);
     assert_non_null(p);
@@ -191,7 +179,7 @@ static void test_gzip_lines(void **state)
     char *bgz = gzip_file(b);
 
     /* By content: a .gz file, a gzip file without the suffix, and plain files, in one glob. */
-    char *p = pipeline_of("lines(\"%s\")", agz);
+    char *p = text_of("lines(\"%s\")", agz);
     expect_run(p, 0, "alpha\nbeta\n\ngamma\n", "");
     free(p);
     char *renamed = path_of("gz-lines/c.data");
@@ -199,7 +187,7 @@ static void test_gzip_lines(void **state)
     uint8_t *bytes = read_file(bgz, &len);
     write_file(renamed, bytes, len);
     free(bytes);
-    p = pipeline_of("lines(\"%s/*\")", dir);
+    p = text_of("lines(\"%s/*\")", dir);
     /* a.txt, a.txt.gz, b.txt, b.txt.gz, c.data (gzip of b) in name order. */
     expect_run(p, 0, "alpha\nbeta\n\ngamma\nalpha\nbeta\n\ngamma\none\ntwo\none\ntwo\none\ntwo\n",
                "");
@@ -214,7 +202,7 @@ static void test_gzip_lines(void **state)
     memcpy(cat + la, gb, lb);
     memcpy(cat + la + lb, ga, la);
     write_file(multi, cat, la + lb + la);
-    p = pipeline_of("lines(\"%s\")", multi);
+    p = text_of("lines(\"%s\")", multi);
     expect_run(p, 0, "alpha\nbeta\n\ngammaone\ntwo\nalpha\nbeta\n\ngamma\n", "");
     free(p);
 
@@ -223,8 +211,8 @@ static void test_gzip_lines(void **state)
     memcpy(cat, gb, lb);
     cat[10] |= 0x06;
     write_file(bad, cat, lb);
-    p = pipeline_of("lines(\"%s\")", bad);
-    char *e = err_of("sluice: run: %s: offset 0: corrupt gzip stream: invalid block type\n", bad);
+    p = text_of("lines(\"%s\")", bad);
+    char *e = text_of("sluice: run: %s: offset 0: corrupt gzip stream: invalid block type\n", bad);
     expect_run(p, 1, "", e);
     free(p);
     free(e);
@@ -234,8 +222,8 @@ static void test_gzip_lines(void **state)
     memcpy(cat, gb, lb);
     cat[lb - 8] ^= 0xff;
     write_file(crc, cat, lb);
-    p = pipeline_of("lines(\"%s\")", crc);
-    e = err_of("sluice: run: %s: offset 8: corrupt gzip stream: incorrect data check\n", crc);
+    p = text_of("lines(\"%s\")", crc);
+    e = text_of("sluice: run: %s: offset 8: corrupt gzip stream: incorrect data check\n", crc);
     expect_run(p, 1, "", e);
     free(p);
     free(e);
@@ -245,8 +233,8 @@ static void test_gzip_lines(void **state)
     memcpy(cat, gb, lb);
     memcpy(cat + lb, "garbage!", 8);
     write_file(trail, cat, lb + 8);
-    p = pipeline_of("lines(\"%s\")", trail);
-    e = err_of("sluice: run: %s: offset 8: corrupt gzip stream: incorrect header check\n", trail);
+    p = text_of("lines(\"%s\")", trail);
+    e = text_of("sluice: run: %s: offset 8: corrupt gzip stream: incorrect header check\n", trail);
     expect_run(p, 1, "one\ntwo\n", e);
     free(p);
     free(e);
@@ -282,15 +270,15 @@ static void test_gzip_lines_large_and_truncated(void **state)
     uint8_t *g = read_file(gz, &glen);
     assert_true(glen > 256 * 1024); /* many refills of the 64 KiB compressed buffer */
 
-    char *p = pipeline_of("lines(\"%s\")", gz);
+    char *p = text_of("lines(\"%s\")", gz);
     expect_run(p, 0, text, "");
     free(p);
 
     /* Without its 8-byte trailer every line arrives, then the stream is truncated at its end. */
     char *cut = path_of("big-no-trailer.gz");
     write_file(cut, g, glen - 8);
-    p = pipeline_of("lines(\"%s\")", cut);
-    char *e = err_of("sluice: run: %s: offset %zu: truncated gzip stream\n", cut, tlen);
+    p = text_of("lines(\"%s\")", cut);
+    char *e = text_of("sluice: run: %s: offset %zu: truncated gzip stream\n", cut, tlen);
     expect_run(p, 1, text, e);
     free(p);
     free(e);
@@ -298,7 +286,7 @@ static void test_gzip_lines_large_and_truncated(void **state)
     /* Cut in the middle. */
     char *half = path_of("big-half.gz");
     write_file(half, g, glen / 2);
-    p = pipeline_of("lines(\"%s\")", half);
+    p = text_of("lines(\"%s\")", half);
     char *out = NULL, *err = NULL;
     assert_int_equal(sluice_run(p, NULL, NULL, &out, &err), 1);
     char prefix[600];
@@ -355,7 +343,7 @@ static void test_gzip_tfrecord(void **state)
     size_t want_len = 5 + 1 + 1 + 1 + 12 + 1 + big_len + 1 + 4 + 1;
     char *want = malloc(want_len + 1);
     snprintf(want, want_len + 1, "first\n\nthird record\n%s\nlast\n", big);
-    char *p = pipeline_of("tfrecord(\"%s\")", gz);
+    char *p = text_of("tfrecord(\"%s\")", gz);
     expect_run(p, 0, want, "");
     free(p);
 
@@ -367,7 +355,7 @@ static void test_gzip_tfrecord(void **state)
     memcpy(two, g, glen);
     memcpy(two + glen, g, glen);
     write_file(multi, two, 2 * glen);
-    p = pipeline_of("tfrecord(\"%s\", \"%s\", \"%s\")", path, gz, multi);
+    p = text_of("tfrecord(\"%s\", \"%s\", \"%s\")", path, gz, multi);
     char *out = NULL, *err = NULL;
     assert_int_equal(sluice_run(p, "--format", "count", &out, &err), 0);
     assert_string_equal(out, "20\n");
@@ -385,8 +373,8 @@ static void test_gzip_tfrecord(void **state)
     f[37 + 12] ^= 0x20;
     write_file(flip, f, flen);
     char *flipgz = gzip_file(flip);
-    p = pipeline_of("tfrecord(\"%s\")", flipgz);
-    char *e = err_of("sluice: run: %s: offset 37: bad data checksum\n", flipgz);
+    p = text_of("tfrecord(\"%s\")", flipgz);
+    char *e = text_of("sluice: run: %s: offset 37: bad data checksum\n", flipgz);
     expect_run(p, 1, "first\n\n", e);
     free(p);
     free(e);
@@ -394,9 +382,9 @@ static void test_gzip_tfrecord(void **state)
     /* A truncated gzip stream of TFRecords. */
     char *cut = path_of("r-cut.tfrecord.gz");
     write_file(cut, g, glen - 4);
-    p = pipeline_of("tfrecord(\"%s\")", cut);
-    e = err_of("sluice: run: %s: offset %zu: truncated gzip stream\n", cut,
-               (size_t)(5 * 16 + 5 + 12 + big_len + 4));
+    p = text_of("tfrecord(\"%s\")", cut);
+    e = text_of("sluice: run: %s: offset %zu: truncated gzip stream\n", cut,
+                (size_t)(5 * 16 + 5 + 12 + big_len + 4));
     expect_run(p, 1, want, e);
     free(p);
     free(e);
@@ -434,7 +422,7 @@ static void test_tfrecord_that_looks_like_gzip(void **state)
     assert_int_equal(bytes[1], 0x8b);
     assert_int_equal(bytes[2], 0x08);
     free(bytes);
-    char *p = pipeline_of("tfrecord(\"%s\") | skip(1)", path);
+    char *p = text_of("tfrecord(\"%s\") | skip(1)", path);
     expect_run(p, 0, "tail\n", "");
     free(p);
     free(rec);
@@ -530,15 +518,15 @@ static void test_tar_run(void **state)
         sample_line(line, sizeof line, k);
         strcat(want, line);
     }
-    char *p = pipeline_of("tar(\"%s/s-*\", \"cls\", \"jpg\")", shards);
+    char *p = text_of("tar(\"%s/s-*\", \"cls\", \"jpg\")", shards);
     expect_run(p, 0, want, "");
     free(p);
 
     /* One extension: scalar bytes elements; list form of patterns. */
-    p = pipeline_of("tar([\"%s\", \"%s\"], \"cls\")", s3, s0);
+    p = text_of("tar([\"%s\", \"%s\"], \"cls\")", s3, s0);
     expect_run(p, 0, "0\n1\n2\n0\n1\n2\n", "");
     free(p);
-    p = pipeline_of("tar(\"%s\", \"json\", \"cls\") | take(2)", s2);
+    p = text_of("tar(\"%s\", \"json\", \"cls\") | take(2)", s2);
     expect_run(p, 0, "({\"k\": 6}, 0)\n({\"k\": 7}, 1)\n", "");
     free(p);
 
@@ -556,7 +544,7 @@ static void test_tar_run(void **state)
     write_sample(dir2, "a/b.c/", 2, true, true);
     char *s5 = path_of("nested.tar");
     pack_shard(s5, dir2, "a/b.c/", 1, 3, NULL);
-    p = pipeline_of("tar(\"%s\", \"jpg\", \"cls\")", s5);
+    p = text_of("tar(\"%s\", \"jpg\", \"cls\")", s5);
     char *want2 = malloc(big_len + 64);
     snprintf(want2, big_len + 64, "(%s, 1)\n(\\xff\\xd8jpeg-2\\n, 2)\n", data);
     expect_run(p, 0, want2, "");
@@ -587,12 +575,12 @@ static void test_tar_errors(void **state)
     /* A missing member, after the samples before it. */
     char *miss = path_of("missing.tar");
     pack_shard(miss, dir, "", 0, 4, NULL);
-    char *p = pipeline_of("tar(\"%s\", \"cls\", \"jpg\")", miss);
+    char *p = text_of("tar(\"%s\", \"cls\", \"jpg\")", miss);
     char want[512], line[128];
     sample_line(want, sizeof want, 0);
     sample_line(line, sizeof line, 1);
     strcat(want, line);
-    char *e = err_of("sluice: run: %s: sample 000002: missing member .cls\n", miss);
+    char *e = text_of("sluice: run: %s: sample 000002: missing member .cls\n", miss);
     expect_run(p, 1, want, e);
     free(p);
     free(e);
@@ -610,7 +598,7 @@ static void test_tar_errors(void **state)
     /* Cut in the data of sample 1's jpg (its header at 3072): libarchive's own words follow. */
     char *cut = path_of("cut-data.tar");
     write_file(cut, t, 3072 + 512 + 5);
-    p = pipeline_of("tar(\"%s\", \"cls\", \"jpg\")", cut);
+    p = text_of("tar(\"%s\", \"cls\", \"jpg\")", cut);
     char *out = NULL, *err = NULL;
     assert_int_equal(sluice_run(p, NULL, NULL, &out, &err), 1);
     assert_string_equal(out, first);
@@ -624,7 +612,7 @@ static void test_tar_errors(void **state)
     free(err);
     free(p);
     /* The same when the damaged member is not asked for: the sample before it still arrives. */
-    p = pipeline_of("tar(\"%s\", \"cls\")", cut);
+    p = text_of("tar(\"%s\", \"cls\")", cut);
     assert_int_equal(sluice_run(p, NULL, NULL, &out, &err), 1);
     assert_string_equal(out, "0\n");
     if (strncmp(err, prefix, strlen(prefix)) != 0)
@@ -636,9 +624,9 @@ static void test_tar_errors(void **state)
     /* Cut at a member boundary: no end-of-archive blocks. The last sample is never complete. */
     char *cut2 = path_of("cut-boundary.tar");
     write_file(cut2, t, 6144);
-    p = pipeline_of("tar(\"%s\", \"cls\", \"jpg\")", cut2);
-    e = err_of("sluice: run: %s: offset 6144: truncated tar archive (no end-of-archive blocks)\n",
-               cut2);
+    p = text_of("tar(\"%s\", \"cls\", \"jpg\")", cut2);
+    e = text_of("sluice: run: %s: offset 6144: truncated tar archive (no end-of-archive blocks)\n",
+                cut2);
     expect_run(p, 1, first, e);
     free(p);
     free(e);
@@ -647,8 +635,8 @@ static void test_tar_errors(void **state)
     char *dmg = path_of("damaged.tar");
     memcpy(t + 3072, "XXXX", 4);
     write_file(dmg, t, len);
-    p = pipeline_of("tar(\"%s\", \"cls\", \"jpg\")", dmg);
-    e = err_of("sluice: run: %s: offset 3072: Damaged tar archive\n", dmg);
+    p = text_of("tar(\"%s\", \"cls\", \"jpg\")", dmg);
+    e = text_of("sluice: run: %s: offset 3072: Damaged tar archive\n", dmg);
     expect_run(p, 1, "", e);
     free(p);
     free(e);
@@ -659,8 +647,8 @@ static void test_tar_errors(void **state)
     for (size_t i = 0; i < sizeof text; i++)
         text[i] = (char)('a' + i % 26);
     write_file(junk, text, sizeof text);
-    p = pipeline_of("tar(\"%s\", \"cls\")", junk);
-    e = err_of("sluice: run: %s: Unrecognized archive format\n", junk);
+    p = text_of("tar(\"%s\", \"cls\")", junk);
+    e = text_of("sluice: run: %s: Unrecognized archive format\n", junk);
     expect_run(p, 1, "", e);
     free(p);
     free(e);
@@ -670,8 +658,8 @@ static void test_tar_errors(void **state)
     pack_shard(tgz, dir, "", 0, 2, "-z");
     uint8_t *z = read_file(tgz, &len);
     write_file(tgz, z, len / 2);
-    p = pipeline_of("tar(\"%s\", \"cls\")", tgz);
-    e = err_of("sluice: run: %s: truncated gzip input\n", tgz);
+    p = text_of("tar(\"%s\", \"cls\")", tgz);
+    e = text_of("sluice: run: %s: truncated gzip input\n", tgz);
     expect_run(p, 1, "", e);
     free(p);
     free(e);
@@ -759,7 +747,7 @@ static void test_service_tar(void **state)
     struct cluster *c = *state;
     char glob[600];
     char *once = service_shards(glob, sizeof glob, 1);
-    char *p = pipeline_of("tar(\"%s\", \"cls\", \"jpg\") | map(sleep_us, 20000)", glob);
+    char *p = text_of("tar(\"%s\", \"cls\", \"jpg\") | map(sleep_us, 20000)", glob);
 
     /* distributed_epoch: the shards are the splits; every sample exactly once. */
     read_sorted(c, once, p, "distributed_epoch");
@@ -768,7 +756,7 @@ static void test_service_tar(void **state)
     read_sorted(c, twice, p, "parallel_epochs");
 
     /* A batch after a file source runs in the reader: 20 samples make 4 batches of 5. */
-    char *b = pipeline_of("tar(\"%s\", \"cls\", \"jpg\") | batch(5)", glob);
+    char *b = text_of("tar(\"%s\", \"cls\", \"jpg\") | batch(5)", glob);
     char *out = NULL, *err = NULL;
     assert_int_equal(cluster_cli(c, &out, &err, "read", b, "--mode", "distributed_epoch",
                                  "--format", "count", NULL),
@@ -779,14 +767,14 @@ static void test_service_tar(void **state)
 
     /* The dispatcher shows the pipeline, and so does its journal. */
     assert_int_equal(cluster_cli(c, &out, &err, "status", NULL), 0);
-    char *shown = pipeline_of("tar(\"%s\", \"cls\", \"jpg\") | batch(5)\n", glob);
+    char *shown = text_of("tar(\"%s\", \"cls\", \"jpg\") | batch(5)\n", glob);
     assert_non_null(strstr(out, shown));
     free(out);
     free(err);
     char *const dump[] = {
         (char *)bin_path("sluice"), "journal", "dump", "--work-dir", c->work_dir, NULL};
     assert_int_equal(run_cmd(dump, 30000, &out, &err), 0);
-    char *rec = pipeline_of(" pipeline='tar(\"%s\", \"cls\", \"jpg\") | batch(5)'\n", glob);
+    char *rec = text_of(" pipeline='tar(\"%s\", \"cls\", \"jpg\") | batch(5)'\n", glob);
     assert_non_null(strstr(out, rec));
     free(out);
     free(err);
@@ -808,8 +796,8 @@ static void test_service_missing_member(void **state)
     write_sample(dir, "", 1, false, true);
     char *shard = path_of("svc-miss.tar");
     pack_shard(shard, dir, "", 0, 2, NULL);
-    char *p = pipeline_of("tar(\"%s\", \"cls\", \"jpg\")", shard);
-    char *e = err_of("sluice: read: %s: sample 000001: missing member .jpg\n", shard);
+    char *p = text_of("tar(\"%s\", \"cls\", \"jpg\")", shard);
+    char *e = text_of("sluice: read: %s: sample 000001: missing member .jpg\n", shard);
     for (int i = 0; i < 2; i++) {
         char *out = NULL, *err = NULL;
         int rc =
