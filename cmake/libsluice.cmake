@@ -7,7 +7,7 @@ include(CMakePackageConfigHelpers)
 # named in SLUICE_PC_REQUIRES and SLUICE_PC_LIBS.
 set(SLUICE_PARTS sluice_client sluice_dispatcher sluice_worker sluice_dispatcher_core
     sluice_journal sluice_pipeline sluice_net sluice_common sluice_proto)
-set(SLUICE_PC_REQUIRES "libuv libprotobuf-c lmdb snappy jansson zlib libturbojpeg")
+set(SLUICE_PC_REQUIRES "libuv libprotobuf-c lmdb snappy jansson zlib libturbojpeg libssl libcrypto")
 # Plugins loaded by a program call back into its sluice_* functions, so a program linking the
 # static library exports them (the shared library exports them itself). libarchive is named
 # here rather than required: its own .pc lists static libraries (acl, zstd, lz4, ...) whose
@@ -33,7 +33,8 @@ target_include_directories(sluice_shared INTERFACE ${CMAKE_SOURCE_DIR}/include
                            ${CMAKE_BINARY_DIR}/include)
 target_link_libraries(sluice_shared PRIVATE PkgConfig::UV PkgConfig::PROTOBUFC PkgConfig::LMDB
                       PkgConfig::JANSSON ${SNAPPY_LIB} PkgConfig::ZLIB PkgConfig::LIBARCHIVE
-                      PkgConfig::TURBOJPEG Threads::Threads ${CMAKE_DL_LIBS} m)
+                      PkgConfig::TURBOJPEG OpenSSL::SSL OpenSSL::Crypto Threads::Threads
+                      ${CMAKE_DL_LIBS} m)
 target_link_options(sluice_shared PRIVATE
   -Wl,--version-script=${SLUICE_MAP} -Wl,--no-undefined)
 

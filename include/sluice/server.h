@@ -33,6 +33,8 @@
 #ifndef SLUICE_SERVER_H
 #define SLUICE_SERVER_H
 
+#include <sluice/sluice.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,6 +100,9 @@ struct sluice_dispatcher_options {
      * work_dir/journal.damaged-<time>.mdb) instead of refusing to start. Any other damage is
      * refused whatever this says. Never the default. */
     bool recover_to_last_good;
+    /* Authentication and TLS for every connection (--auth-token-file, --tls-cert, --tls-key,
+     * --tls-ca, --insecure; see <sluice/sluice.h>). */
+    struct sluice_security_options security;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from
@@ -179,6 +184,9 @@ struct sluice_worker_options {
     uint32_t drain_timeout_ms;
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
+    /* Authentication and TLS, both towards the dispatcher and for readers (--auth-token-file,
+     * --tls-cert, --tls-key, --tls-ca, --insecure; see <sluice/sluice.h>). */
+    struct sluice_security_options security;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

@@ -15,6 +15,7 @@
 
 #include <sluice/version.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,7 +65,10 @@ enum sluice_err {
     SLUICE_ERR_UNSUPPORTED = -20021, /* the request is valid but not supported */
     SLUICE_ERR_TASK_FAILED = -20022, /* a worker task's pipeline failed; the message says why */
     SLUICE_ERR_SERVER = -20023,      /* a server stopped on a failure; the message says why */
-    SLUICE_ERR_LAST = -20024
+    SLUICE_ERR_AUTH = -20024,        /* authentication failed (wrong or missing token, bad peer) */
+    SLUICE_ERR_DENIED = -20025,      /* not permitted (a path outside the data roots, ...) */
+    SLUICE_ERR_LIMIT = -20026,       /* a configured resource limit was reached */
+    SLUICE_ERR_LAST = -20027
 };
 
 /* A static, human-readable message for any code: 0, one of sluice's own, or a negative errno.
@@ -202,6 +206,27 @@ int sluice_register_filter(struct sluice_registry *registry, const char *name, i
 struct sluice_client;
 struct sluice_iterator;
 
+/* Security settings, the same for every client and server (README, "Security"). A
+ * zero-initialised struct means: no authentication, no TLS. Strings are paths, read when the
+ * client or server starts.
+ *
+ * auth_token_file: a file holding the cluster's shared secret (16 to 4096 bytes; a trailing
+ *   newline is ignored). NULL: the environment variable SLUICE_AUTH_TOKEN_FILE when set, else no
+ *   authentication. With a token, every connection opens with a challenge-response that proves
+ *   both sides know it, without sending it.
+ * tls_cert, tls_key: this side's certificate chain and private key (PEM). Required on a server
+ *   for TLS; optional on a client (presented when a server asks).
+ * tls_ca: the CA certificate (PEM) peers' certificates are verified against. On a client it turns
+ *   TLS on; a server with tls_ca also requires and verifies its clients' certificates.
+ * insecure: a server only; lets it listen on an address other than loopback without a token. */
+struct sluice_security_options {
+    const char *auth_token_file;
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_ca;
+    bool insecure;
+};
+
 struct sluice_client_options {
     /* "HOST:PORT" or "sluice://HOST:PORT". Required. */
     const char *dispatcher;
@@ -213,6 +238,8 @@ struct sluice_client_options {
      * check. Workers running such pipelines need the same plugins. NULL when nplugins is 0. */
     const char *const *plugins;
     size_t nplugins;
+    /* Authentication and TLS towards the dispatcher and the workers. */
+    struct sluice_security_options security;
 };
 
 /* Creates a client and starts its thread. Does not wait for the dispatcher to be reachable.

@@ -21,12 +21,26 @@ int cli_journal(int argc, char **argv);
 #define CLI_MAX_PLUGINS 16
 
 struct sluice_client;
+struct sluice_security_options;
 
 /* Opens a client of the dispatcher at address (commands that talk to the service). On failure
  * prints the error as "sluice: <what>: <why>" and returns the exit status: 2 for a bad address
  * or a plugin that does not load, 1 otherwise. Returns 0 with *out on success. */
 int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *const *plugins,
-                    size_t nplugins, struct sluice_client **out);
+                    size_t nplugins, const struct sluice_security_options *security,
+                    struct sluice_client **out);
+
+/* When argv[*i] is one of the client's security flags (--auth-token-file, --tls-cert, --tls-key,
+ * --tls-ca), stores its value in sec, advances *i past it and returns 1; returns 0 for any other
+ * argument, or prints a usage error and returns -1 for such a flag without a value. */
+int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_options *sec);
+
+/* The usage lines of those flags. */
+#define CLI_SECURITY_USAGE                                                                      \
+    "  --auth-token-file F the cluster's shared secret (default: $SLUICE_AUTH_TOKEN_FILE)\n"     \
+    "  --tls-ca F          speak TLS, verifying servers against this CA (PEM)\n"               \
+    "  --tls-cert F        a client certificate (PEM), for servers that ask for one\n"          \
+    "  --tls-key F         its private key (PEM)\n"
 
 /* Prints "sluice: <what>: <why>" on stderr. */
 void cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

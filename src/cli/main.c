@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "common/error.h"
+#include "common/security.h"
 #include "sluice/sluice.h"
 
 #ifdef SLUICE_WITH_PYTHON
@@ -66,8 +67,25 @@ int cli_parse_split_size(const char *text, uint64_t *out)
     return 0;
 }
 
+int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_options *sec)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--insecure") == 0 || strncmp(a, "--", 2) != 0)
+        return 0; /* --insecure is a server's */
+    int k = sec_parse_flag(sec, a, *i + 1 < argc ? argv[*i + 1] : NULL);
+    if (k < 0) {
+        cli_error("usage", "%s needs a file", a);
+        return -1;
+    }
+    if (k == 0)
+        return 0;
+    *i += k - 1;
+    return 1;
+}
+
 int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *const *plugins,
-                    size_t nplugins, struct sluice_client **out)
+                    size_t nplugins, const struct sluice_security_options *security,
+                    struct sluice_client **out)
 {
     char err[1024] = "";
     struct sluice_client_options opts = {
@@ -76,11 +94,20 @@ int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *con
         .plugins = plugins,
         .nplugins = nplugins,
     };
+    if (security)
+        opts.security = *security;
     int rc = sluice_client_open(&opts, out, err, sizeof(err));
     if (rc == 0)
         return CLI_EXIT_OK;
     if (rc == SLUICE_ERR_PLUGIN) {
         cli_error("plugin", "%s", err);
+        return CLI_EXIT_USAGE;
+    }
+    if (strncmp(err, "auth-token-file ", 16) == 0 || strncmp(err, "tls-", 4) == 0) {
+        /* The files of the security flags: the user's to fix. */
+        fputs("sluice: ", stderr);
+        fputs(err, stderr);
+        fputc('\n', stderr);
         return CLI_EXIT_USAGE;
     }
     if (rc == SLUICE_ERR_INVALID) {

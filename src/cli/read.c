@@ -25,7 +25,8 @@ static const char read_usage[] =
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
-    "                   [--split-size N] [--plugin LIB.so]...\n"
+    "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
+    "                   [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
     "Reads the elements of a dataset from the workers and prints one per line (--format text,\n"
     "the default) or only their number (--format count). Give a PIPELINE to register it first,\n"
@@ -48,6 +49,7 @@ static const char read_usage[] =
     "  --split-size N      elements per split of the PIPELINE registered here (see\n"
     "                      'sluice register --help')\n"
     "  --plugin LIB.so     load functions the pipeline or the tail uses (repeatable)\n"
+    CLI_SECURITY_USAGE
     "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
 
@@ -75,6 +77,7 @@ static void set_handlers(void (*handler)(int))
 
 struct read_args {
     const char *dispatcher;
+    struct sluice_security_options security;
     struct sluice_read_options opts;
     bool count_only;
     bool rounds; /* --format rounds */
@@ -101,6 +104,7 @@ static int parse_u32(const char *opt, const char *text, uint32_t *out)
 static int parse_args(int argc, char **argv, struct read_args *a)
 {
     bool has_index = false, has_count = false;
+    int k;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         bool more = i + 1 < argc;
@@ -176,6 +180,9 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                 return CLI_EXIT_USAGE;
             }
             a->plugins[a->nplugins++] = argv[++i];
+        } else if ((k = cli_parse_security(argc, argv, &i, &a->security)) != 0) {
+            if (k < 0)
+                return CLI_EXIT_USAGE;
         } else if (s[0] == '-' && s[1] == '-') {
             cli_error("usage", "unknown or incomplete option '%s' (try 'sluice read --help')", s);
             return CLI_EXIT_USAGE;
@@ -289,7 +296,8 @@ int cli_read(int argc, char **argv)
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     struct sluice_client *client = NULL;
-    status = cli_open_client(a.dispatcher, (uint32_t)a.timeout_ms, a.plugins, a.nplugins, &client);
+    status = cli_open_client(a.dispatcher, (uint32_t)a.timeout_ms, a.plugins, a.nplugins, &a.security,
+                             &client);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (status != CLI_EXIT_OK)
         return status;

@@ -10,7 +10,8 @@
 static const char register_usage[] =
     "usage: sluice register --dispatcher H:P PIPELINE [--dataset-id ID]\n"
     "                       [--compression auto|none] [--split-size N] [--timeout-ms N]\n"
-    "                       [--plugin LIB.so]...\n"
+    "                       [--plugin LIB.so]... [--auth-token-file F]\n"
+    "                       [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
     "Checks PIPELINE, registers it with the dispatcher and prints the dataset id. With\n"
     "--dataset-id the dataset gets that id (registering the same pipeline under it again is\n"
@@ -20,6 +21,8 @@ static const char register_usage[] =
     "of the source, 16 to 16384, rounded up to a multiple of the workers' batch). An unreachable\n"
     "dispatcher is retried until --timeout-ms runs out (default: forever). --plugin loads a\n"
     "shared object whose functions the pipeline uses (workers need it too).\n"
+    "\n"
+    CLI_SECURITY_USAGE
     "\n"
     "example: sluice register --dispatcher 127.0.0.1:5050 'range(100) | map(square)'\n";
 
@@ -32,6 +35,8 @@ int cli_register(int argc, char **argv)
     const char *plugins[CLI_MAX_PLUGINS];
     size_t nplugins = 0;
 
+    struct sluice_security_options security = {0};
+    int k;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -70,6 +75,9 @@ int cli_register(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             }
             plugins[nplugins++] = argv[++i];
+        } else if ((k = cli_parse_security(argc, argv, &i, &security)) != 0) {
+            if (k < 0)
+                return CLI_EXIT_USAGE;
         } else if (a[0] == '-' && a[1] == '-') {
             cli_error("usage", "unknown or incomplete option '%s' (try 'sluice register --help')",
                       a);
@@ -91,7 +99,8 @@ int cli_register(int argc, char **argv)
     }
 
     struct sluice_client *client = NULL;
-    int status = cli_open_client(dispatcher, (uint32_t)timeout_ms, plugins, nplugins, &client);
+    int status =
+        cli_open_client(dispatcher, (uint32_t)timeout_ms, plugins, nplugins, &security, &client);
     if (status != CLI_EXIT_OK)
         return status;
 

@@ -14,12 +14,15 @@
 #define STATUS_DEFAULT_TIMEOUT_MS 10000
 
 static const char status_usage[] =
-    "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N]\n"
+    "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N] [--auth-token-file F]\n"
+    "                     [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
     "Prints the dispatcher's workers (address, incarnation, tasks), datasets (id, pipeline)\n"
     "and jobs (id, name, dataset, mode, state, clients, tasks) as tables, or with --json the\n"
     "dispatcher's status document as it is (one JSON object). An unreachable\n"
-    "dispatcher is retried for --timeout-ms (default 10000; 0 waits forever).\n";
+    "dispatcher is retried for --timeout-ms (default 10000; 0 waits forever).\n"
+    "\n"
+    CLI_SECURITY_USAGE;
 
 int cli_status(int argc, char **argv)
 {
@@ -27,6 +30,8 @@ int cli_status(int argc, char **argv)
     bool as_json = false;
     unsigned long long timeout_ms = STATUS_DEFAULT_TIMEOUT_MS;
 
+    struct sluice_security_options security = {0};
+    int k;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -42,6 +47,9 @@ int cli_status(int argc, char **argv)
                           argv[i]);
                 return CLI_EXIT_USAGE;
             }
+        } else if ((k = cli_parse_security(argc, argv, &i, &security)) != 0) {
+            if (k < 0)
+                return CLI_EXIT_USAGE;
         } else if (a[0] == '-' && a[1] == '-') {
             cli_error("usage", "unknown or incomplete option '%s' (try 'sluice status --help')", a);
             return CLI_EXIT_USAGE;
@@ -56,7 +64,7 @@ int cli_status(int argc, char **argv)
     }
 
     struct sluice_client *client = NULL;
-    int status = cli_open_client(dispatcher, (uint32_t)timeout_ms, NULL, 0, &client);
+    int status = cli_open_client(dispatcher, (uint32_t)timeout_ms, NULL, 0, &security, &client);
     if (status != CLI_EXIT_OK)
         return status;
 

@@ -9,6 +9,7 @@
 #include "common/bufpool.h"
 #include "common/error.h"
 #include "common/loop_thread.h"
+#include "common/security.h"
 #include "pipeline/def.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
@@ -337,6 +338,7 @@ struct client_conn *client_conn_acquire(struct sluice_client *c, const char *add
         .role = SLUICE__ROLE__ROLE_CLIENT,
         .incarnation = c->incarnation,
         .pool = c->pool,
+        .sec = c->sec,
     };
     if (rpc_client_new(&c->loop, &opts, &w->rpc, err, errlen) != 0) {
         free(w);
@@ -455,10 +457,13 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
     c->incarnation = rpc_new_incarnation();
     c->rnd = c->incarnation;
 
+    rc = sec_ctx_new(&options->security, SEC_CLIENT, &c->sec, err, errlen);
+    if (rc)
+        goto fail_client;
     rc = bufpool_new(CLIENT_POOL_BYTES, CLIENT_POOL_MAX_BLOCK, &c->pool);
     if (rc) {
         err_set(err, errlen, rc, "%s", sluice_strerror(rc));
-        goto fail_client;
+        goto fail_sec;
     }
     rc = pipe_registry_new(&c->reg);
     if (rc) {
@@ -499,6 +504,7 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
         .address = c->address,
         .role = SLUICE__ROLE__ROLE_CLIENT,
         .incarnation = c->incarnation,
+        .sec = c->sec,
     };
     rc = rpc_client_new(&c->loop, &ropts, &c->disp, err, errlen);
     if (rc)
@@ -528,6 +534,8 @@ fail_registry:
     pipe_registry_free(c->reg);
 fail_pool:
     bufpool_free(c->pool);
+fail_sec:
+    sec_ctx_free(c->sec);
 fail_client:
     free(c);
     return rc;
@@ -549,6 +557,7 @@ void sluice_client_close(struct sluice_client *c)
     uv_mutex_destroy(&c->mu);
     pipe_registry_free(c->reg);
     bufpool_free(c->pool);
+    sec_ctx_free(c->sec);
     free(c);
 }
 

@@ -53,6 +53,8 @@ struct client_waker {
     struct client_waker *prev, *next;
 };
 
+struct sec_ctx;
+
 struct sluice_client {
     char address[CLIENT_ADDR_MAX]; /* the dispatcher, as given */
     uint32_t timeout_ms;
@@ -61,6 +63,8 @@ struct sluice_client {
     /* Buffers of large replies: filled on the loop thread, handed to readers with the payloads
      * and given back by them when decoded. Any thread. */
     struct bufpool *pool;
+    /* Authentication and TLS for every connection; read-only after open. */
+    struct sec_ctx *sec;
 
     uv_loop_t loop;
     uv_thread_t thread;

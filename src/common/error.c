@@ -28,6 +28,9 @@ static const char *const messages[] = {
     [-(SLUICE_ERR_UNSUPPORTED - SLUICE_ERR_BASE)] = "unsupported",
     [-(SLUICE_ERR_TASK_FAILED - SLUICE_ERR_BASE)] = "task failed",
     [-(SLUICE_ERR_SERVER - SLUICE_ERR_BASE)] = "server failed",
+    [-(SLUICE_ERR_AUTH - SLUICE_ERR_BASE)] = "authentication failed",
+    [-(SLUICE_ERR_DENIED - SLUICE_ERR_BASE)] = "permission denied",
+    [-(SLUICE_ERR_LIMIT - SLUICE_ERR_BASE)] = "limit reached",
 };
 
 /* Every code has its message: the table ends exactly at the last code. */

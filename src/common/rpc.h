@@ -52,7 +52,8 @@ uint64_t rpc_new_incarnation(void);
 /* ---- server ---------------------------------------------------------------------------------- */
 
 struct rpc_server;
-struct rpc_conn; /* one accepted connection; reference counted */
+struct rpc_conn;
+struct sec_ctx; /* one accepted connection; reference counted */
 
 /* Called for every request Envelope. req and everything it points to is valid only during the
  * call. The handler answers now or later with rpc_conn_reply*; to answer later it takes a
@@ -74,6 +75,8 @@ struct rpc_server_opts {
     rpc_request_cb on_request;
     rpc_conn_cb on_open, on_close;
     void *user;
+    /* Authentication and TLS (security.h); NULL for neither. It outlives the server. */
+    const struct sec_ctx *sec;
 };
 
 /* Binds and listens. On failure returns a negative code with "listen on HOST:PORT: why" in err
@@ -140,6 +143,8 @@ struct rpc_client_opts {
     struct bufpool *pool;
     rpc_connect_cb on_connect;
     void *user;
+    /* Authentication and TLS (security.h); NULL for neither. It outlives the client. */
+    const struct sec_ctx *sec;
 };
 
 /* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad

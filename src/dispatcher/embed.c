@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "common/loop_thread.h"
 #include "common/rpc.h"
+#include "common/security.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ struct sluice_dispatcher {
     char *work_dir;
     char **worker_addresses;
     size_t nworker_addresses;
+    struct sec_ctx *sec;
     struct dispatcher_opts opts;
     bool metrics;
     int metrics_port;
@@ -118,6 +120,7 @@ static void free_object(struct sluice_dispatcher *s)
     for (size_t i = 0; i < s->nworker_addresses; i++)
         free(s->worker_addresses[i]);
     free(s->worker_addresses);
+    sec_ctx_free(s->sec);
     free(s->work_dir);
     free(s->host);
     free(s);
@@ -151,6 +154,11 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
             goto nomem;
         s->nworker_addresses++;
     }
+    int rc = sec_ctx_new(&o->security, SEC_SERVER, &s->sec, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = sec_check_listen(s->sec, s->host, err, errlen)) < 0)
+        return rc;
     s->opts = (struct dispatcher_opts){
         .host = s->host,
         .port = o->port,
@@ -165,6 +173,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .journal_max_bytes = (size_t)o->journal_max_mb << 20,
         .journal_per_update = o->journal_per_update,
         .recover_to_last_good = o->recover_to_last_good,
+        .sec = s->sec,
     };
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/signals.h"
 
 #include <errno.h>
@@ -28,6 +29,8 @@ static const char usage[] =
     "                         [--worker-timeout-ms N] [--client-timeout-ms N]\n"
     "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
     "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
+    "                         [--auth-token-file F] [--tls-cert F --tls-key F] [--tls-ca F]\n"
+    "                         [--insecure]\n"
     "\n"
     "  --host H                 address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port P                 port to listen on (default 5050; 0 picks a free one)\n"
@@ -52,6 +55,7 @@ static const char usage[] =
     "                           figures workers and clients reported meanwhile\n"
     "                           (default 10000)\n"
     "  --log-level L            debug, info, warn, error or off (default info)\n"
+    SEC_USAGE_SERVER
     "  --help                   print this help\n"
     "  --version                print the version\n";
 
@@ -82,6 +86,7 @@ struct config {
     size_t nworker_addresses;
     long metrics_port; /* -1: not given */
     enum log_level log_level;
+    struct sluice_security_options security;
 };
 
 static bool parse_num(const char *text, long long min, long long max, long long *out)
@@ -156,6 +161,10 @@ static int parse_args(int argc, char **argv, struct config *c)
             c->recover_to_last_good = true;
             continue;
         }
+        if (strcmp(arg, "--insecure") == 0) {
+            c->security.insecure = true;
+            continue;
+        }
         /* Not in the usage: every update in its own transaction, the baseline that
          * bench/bench_journal.c measures group commit against. */
         if (strcmp(arg, "--journal-per-update") == 0) {
@@ -188,7 +197,11 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--worker-addresses",
                                             "--metrics-port",
                                             "--autoscale-window-ms",
-                                            "--log-level"};
+                                            "--log-level",
+                                            "--auth-token-file",
+                                            "--tls-cert",
+                                            "--tls-key",
+                                            "--tls-ca"};
         bool is_known = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             is_known |= strcmp(name, known[k]) == 0;
@@ -201,6 +214,13 @@ static int parse_args(int argc, char **argv, struct config *c)
             return -1;
         }
         long long v;
+        int sec = sec_parse_flag(&c->security, name, value);
+        if (sec < 0) {
+            fail("usage", "%s needs a value", name);
+            return -1;
+        }
+        if (sec > 0)
+            continue;
         if (strcmp(name, "--host") == 0) {
             if (!*value) {
                 fail("usage", "--host needs a value");
@@ -329,6 +349,7 @@ int main(int argc, char **argv)
         .metrics = c.metrics_port >= 0,
         .metrics_port = c.metrics_port >= 0 ? (int)c.metrics_port : 0,
         .log_level = log_level_name(c.log_level),
+        .security = c.security,
         .recover_to_last_good = c.recover_to_last_good,
     };
     char err[1024];

@@ -574,6 +574,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         .incarnation = d->incarnation,
         .on_request = on_request,
         .user = d,
+        .sec = opts->sec,
     };
     rc = rpc_server_start(loop, &ro, &d->rpc, err, errlen);
     if (rc < 0)

@@ -40,6 +40,9 @@ struct dispatcher_opts {
      * NULL. */
     void (*on_fatal)(void *user, const char *msg);
     void *user;
+    /* Authentication and TLS for the RPC port (common/security.h); NULL for neither. It
+     * outlives the dispatcher. */
+    const struct sec_ctx *sec;
 
     /* Fault-tolerant mode (DESIGN.md §6) when work_dir is not NULL: the state is rebuilt from the
      * journal under work_dir at start, every change is journaled before any reply that reveals

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "common/loop_thread.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
 
@@ -44,6 +45,7 @@ struct sluice_worker {
     char *host;
     char *advertise;
     struct sluice_registry *reg;
+    struct sec_ctx *sec;
     struct worker_opts opts;
     uint32_t drain_timeout_ms;
     bool metrics;
@@ -127,6 +129,7 @@ static void free_object(struct sluice_worker *s)
 {
     if (s->reg)
         pipe_registry_free(s->reg);
+    sec_ctx_free(s->sec);
     free(s->advertise);
     free(s->host);
     free(s->dispatcher);
@@ -144,7 +147,12 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     if (!s->dispatcher || !s->host || (advertise && !s->advertise))
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
-    int rc = pipe_registry_new(&s->reg);
+    int rc = sec_ctx_new(&o->security, SEC_SERVER | SEC_CLIENT, &s->sec, err, errlen);
+    if (rc < 0)
+        return rc;
+    if ((rc = sec_check_listen(s->sec, s->host, err, errlen)) < 0)
+        return rc;
+    rc = pipe_registry_new(&s->reg);
     if (rc < 0)
         return err_set(err, errlen, rc, "registry: %s", sluice_strerror(rc));
     for (size_t i = 0; i < o->nplugins; i++) {
@@ -174,6 +182,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .heartbeat_ms = o->heartbeat_ms,
         .threads = threads,
         .reg = s->reg,
+        .sec = s->sec,
     };
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;
     s->metrics = o->metrics;

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/security.h"
 #include "common/signals.h"
 #include "worker.h"
 
@@ -45,6 +46,7 @@ static const char usage[] =
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
     "                        worker holds before leaving anyway (default 30000)\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n"
+    SEC_USAGE_SERVER
     "  --help                show this help\n"
     "  --version             print the version\n";
 
@@ -62,6 +64,7 @@ struct args {
     int metrics_port; /* -1: no metrics server */
     uint32_t drain_timeout_ms;
     enum log_level level;
+    struct sluice_security_options security;
 };
 
 /* Prints one usage error line and the hint, and returns the usage exit status. */
@@ -120,7 +123,12 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_DRAIN,
         O_LOG,
         O_HELP,
-        O_VERSION
+        O_VERSION,
+        O_SEC_TOKEN,
+        O_SEC_CERT,
+        O_SEC_KEY,
+        O_SEC_CA,
+        O_SEC_INSECURE,
     };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISPATCHER},
@@ -136,12 +144,17 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"log-level", required_argument, NULL, O_LOG},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
+        {"auth-token-file", required_argument, NULL, O_SEC_TOKEN},
+        {"tls-cert", required_argument, NULL, O_SEC_CERT},
+        {"tls-key", required_argument, NULL, O_SEC_KEY},
+        {"tls-ca", required_argument, NULL, O_SEC_CA},
+        {"insecure", no_argument, NULL, O_SEC_INSECURE},
         {NULL, 0, NULL, 0},
     };
     unsigned long v;
     opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+    int c, li = 0;
+    while ((c = getopt_long(argc, argv, ":", longopts, &li)) != -1) {
         switch (c) {
         case O_DISPATCHER:
             a->dispatcher = optarg;
@@ -205,6 +218,17 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         case O_VERSION:
             *help = 2;
             return 0;
+        case O_SEC_TOKEN:
+        case O_SEC_CERT:
+        case O_SEC_KEY:
+        case O_SEC_CA:
+        case O_SEC_INSECURE: {
+            char flag[32];
+            snprintf(flag, sizeof flag, "--%s", longopts[li].name);
+            if (sec_parse_flag(&a->security, flag, optarg) < 0)
+                return usage_error("%s: missing value", flag);
+            break;
+        }
         case ':':
             return usage_error("%s: missing value", argv[optind - 1]);
         default:
@@ -258,6 +282,7 @@ static int run(const struct args *a)
         .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
         .drain_timeout_ms = a->drain_timeout_ms,
         .log_level = log_level_name(a->level),
+        .security = a->security,
     };
     char err[1024];
     struct sluice_worker *w;

@@ -404,6 +404,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         .on_request = worker_on_request,
         .on_close = worker_on_conn_close,
         .user = w,
+        .sec = opts->sec,
     };
     int rc = rpc_server_start(loop, &so, &w->srv, err, errlen);
     if (rc < 0) {
@@ -422,6 +423,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         .incarnation = w->incarnation,
         .on_connect = worker_on_connect,
         .user = w,
+        .sec = opts->sec,
     };
     char cerr[256];
     rc = rpc_client_new(loop, &co, &w->disp, cerr, sizeof cerr);

@@ -63,6 +63,9 @@ struct worker_opts {
     /* Per-task buffer bounds; 0 for the defaults of task.h. */
     uint64_t buffer_bytes;
     uint64_t buffer_records;
+    /* Authentication and TLS for both the server and the dispatcher connection
+     * (common/security.h); NULL for neither. It outlives the worker. */
+    const struct sec_ctx *sec;
 };
 
 /* Listens and starts heartbeating. Returns 0 and *out, or a negative code with a message in err
