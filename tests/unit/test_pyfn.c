@@ -161,8 +161,10 @@ static int binds, unbinds, calls;
 static char added_path[64];
 
 static int fake_bind(const char *module, const char *function, const struct pipe_value *args,
-                     size_t nargs, void **state, char *err, size_t errlen)
+                     size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
+                     size_t errlen)
 {
+    (void)dirs;
     if (strcmp(module, "m") != 0 ||
         (strcmp(function, "add") && strcmp(function, "even") && strcmp(function, "fail")))
         return err_set(err, errlen, SLUICE_ERR_FN, "no %s:%s", module, function);
