@@ -268,17 +268,18 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher",       "host",      "port",        "advertise",
-                            "heartbeat_ms",     "threads",   "plugins",     "metrics_port",
-                            "drain_timeout_ms", "log_level", "python_path", "data_roots",
+    static char *names[] = {"dispatcher", "host",         "port",
+                            "advertise",  "heartbeat_ms", "threads",
+                            "plugins",    "metrics_port", "drain_timeout_ms",
+                            "log_level",  "python_path",  "data_roots",
                             NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOO", names, &o.dispatcher, &o.host,
                                      &o.port, &o.advertise, &o.heartbeat_ms, &o.threads, &plugins,
-                                     &metrics_port, &o.drain_timeout_ms, &o.log_level,
-                                     &python_path, &data_roots))
+                                     &metrics_port, &o.drain_timeout_ms, &o.log_level, &python_path,
+                                     &data_roots))
         return -1;
     if (self->w) {
         PyErr_SetString(PyExc_RuntimeError, "Worker already started");

@@ -61,9 +61,8 @@ static void register_done(struct dispatcher *d, int status, void *ctx)
 static void register_plan_and_commit(struct dispatcher *d, struct register_ctx *c)
 {
     char err[ERRLEN];
-    int rc = plan_register_dataset(&d->st, c->requested_id, c->canon, c->canon_len,
-                                   c->compression, c->split_size, c->text, c->dataset_id,
-                                   &d->ups, err, sizeof err);
+    int rc = plan_register_dataset(&d->st, c->requested_id, c->canon, c->canon_len, c->compression,
+                                   c->split_size, c->text, c->dataset_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(c->r.conn, c->r.id, rc, err);
         dispatcher_req_done(&c->r);

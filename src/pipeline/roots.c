@@ -265,8 +265,11 @@ int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const c
 static int check_glob(const struct pipe_roots *r, const char *label, const char *pattern, char *err,
                       size_t errlen)
 {
+    /* A literal pattern is checked as the file it names. Otherwise the directory part is
+     * checked before it is listed, so a refusal never names a file found outside. */
+    bool literal = pattern[strcspn(pattern, "*?[\\")] == '\0';
     size_t dlen = pipe_glob_dir_len(pattern);
-    char *dir = dlen ? strndup(pattern, dlen) : strdup(".");
+    char *dir = literal ? strdup(pattern) : dlen ? strndup(pattern, dlen) : strdup(".");
     if (!dir)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: %s", label,
                        sluice_strerror(SLUICE_ERR_NOMEM));

@@ -93,7 +93,8 @@ int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const c
                           char *resolved, size_t outlen, char *err, size_t errlen);
 
 /* Checks a file source (tfrecord, lines, tar) against active roots r: for each glob, the
- * resolved literal directory part (pipe_glob_dir_len) and every file it matches now must lie
+ * resolved literal directory part (pipe_glob_dir_len; for a pattern without metacharacters, the
+ * path itself), checked before the directory is listed, and every file it matches now must lie
  * within a root. A glob that matches nothing is no failure here (its directory part is still
  * checked). Other sources, and inactive roots, pass. Returns 0, or SLUICE_ERR_DENIED with
  * 'lines("GLOB"): RESOLVED is outside the data roots (ROOT, ...)' in err, or a negative code
