@@ -59,7 +59,8 @@ static const char usage[] =
     "                           name files outside DIR, after resolving '..' and symbolic\n"
     "                           links (repeatable; workers check again with their own\n"
     "                           --data-root; without any, files are not confined)\n"
-    "  --log-level L            debug, info, warn, error or off (default info)\n" SEC_USAGE_SERVER
+    "  --log-level L            debug, info, warn, error or off (default info)\n"
+    SEC_USAGE_SERVER
     "  --help                   print this help\n"
     "  --version                print the version\n";
 

@@ -50,7 +50,8 @@ static const char usage[] =
     "                        same --host (0: any free port)\n"
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
     "                        worker holds before leaving anyway (default 30000)\n"
-    "  --log-level L         debug, info, warn, error or off (default info)\n" SEC_USAGE_SERVER
+    "  --log-level L         debug, info, warn, error or off (default info)\n"
+    SEC_USAGE_SERVER
     "  --help                show this help\n"
     "  --version             print the version\n";
 
