@@ -152,6 +152,9 @@ def test_errors_reach_the_reader(module, cluster):
          "filter(py, \"numpy:isnan\"): module 'numpy' is not in the worker's --python-path"),
         ('range(1) | map(py, "sluice:run")',
          "map(py, \"sluice:run\"): module 'sluice' is not in the worker's --python-path"),
+        (f'list("/etc/passwd") | map(py, "{module}:__loader__.get_data")',
+         f'map(py, "{module}:__loader__.get_data"): {module}:__loader__.get_data is defined in '
+         "module '_frozen_importlib_external', which is not in the worker's --python-path"),
         (f'range(1) | map(py, "{module}:np.load")',
          f"map(py, \"{module}:np.load\"): {module}:np.load leads into module 'numpy'; name a "
          f"function of module '{module}' itself"),

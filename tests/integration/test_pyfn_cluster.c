@@ -54,7 +54,9 @@ static const char module_text[] =
     "    return x\n"
     "\n"
     "def wrong(x):\n"
-    "    return [int(x)]\n";
+    "    return [int(x)]\n"
+    "\n"
+    "load = np.load\n";
 #define BAD_LINE "8"
 
 static char mod_dir[512];
@@ -244,6 +246,12 @@ static void test_errors(void **state)
                "--python-path");
     read_fails(c, "range(1) | map(py, \"numpy:load\")", "parallel_epochs",
                "map(py, \"numpy:load\"): module 'numpy' is not in the worker's --python-path");
+    read_fails(c, "list(\"/etc/passwd\") | map(py, \"fns:__loader__.get_data\")", "parallel_epochs",
+               "map(py, \"fns:__loader__.get_data\"): fns:__loader__.get_data is defined in "
+               "module '_frozen_importlib_external', which is not in the worker's --python-path");
+    read_fails(c, "list(\"/etc/passwd\") | map(py, \"fns:load\")", "parallel_epochs",
+               "map(py, \"fns:load\"): fns:load is defined in module 'numpy', which is not in "
+               "the worker's --python-path");
     read_fails(c, "range(1) | map(py, \"fns:np.load\")", "parallel_epochs",
                "map(py, \"fns:np.load\"): fns:np.load leads into module 'numpy'; name a "
                "function of module 'fns' itself");
