@@ -46,7 +46,11 @@ struct pipe_py_runtime {
      * pipe_registry_confine) the op is confined: before anything is imported, the module's
      * top-level package must be found (importlib.util.find_spec) at a location that resolves
      * within one of dirs, else SLUICE_ERR_DENIED with "module 'os' is not in the worker's
-     * --python-path"; and function may not lead through another module ("aug:np.load"). */
+     * --python-path"; function may not lead through another module ("aug:np.load": "... leads
+     * into module 'numpy'; ..."); and the callable must have been defined in a module loaded
+     * from within dirs (its __module__), so that what an allowed module imported is not
+     * reachable through it ("aug:load" after "load = np.load": "aug:load is defined in module
+     * 'numpy', which is not in the worker's --python-path"). */
     int (*bind)(const char *module, const char *function, const struct pipe_value *args,
                 size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
                 size_t errlen);

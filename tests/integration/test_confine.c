@@ -372,6 +372,32 @@ static void test_registration_refused(void **state)
     cli_fails(c, "register", p, NULL, want);
 }
 
+/* A link made after registration: the dispatcher checks again when it lists the files of a
+ * distributed_epoch job, and the worker before it opens anything. */
+static void test_checked_again_later(void **state)
+{
+    struct cluster *c = *state;
+    char glob[1024], p[2048], want[4096], id[128], line[8192];
+    snprintf(glob, sizeof glob, "%s/later.txt", root);
+    snprintf(p, sizeof p, "lines(\"%s\")", glob);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "register", p, NULL), 0);
+    snprintf(id, sizeof id, "%.*s", (int)strcspn(out, "\n"), out);
+    free(out);
+    free(err);
+    assert_int_equal(symlink(secret, glob), 0);
+    denial(want, sizeof want, "lines", glob, secret);
+    assert_int_equal(
+        cluster_cli(c, &out, &err, "read", "--dataset-id", id, "--mode", "distributed_epoch", NULL),
+        1);
+    snprintf(line, sizeof line, "sluice: read: splitting dataset '%s': %s\n", id, want);
+    assert_string_equal(err, line);
+    free(out);
+    free(err);
+    cli_fails(c, "read", p, "parallel_epochs", want);
+    assert_int_equal(unlink(glob), 0);
+}
+
 static void test_py_only_from_python_path(void **state)
 {
     struct cluster *c = *state;
@@ -462,6 +488,7 @@ int main(void)
     const struct CMUnitTest both[] = {
         cmocka_unit_test(test_inside_reads_exactly),
         cmocka_unit_test(test_registration_refused),
+        cmocka_unit_test(test_checked_again_later),
 #ifdef SLUICE_WORKER_HAS_PYTHON
         cmocka_unit_test(test_py_only_from_python_path),
 #endif
