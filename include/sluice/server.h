@@ -92,9 +92,10 @@ struct sluice_dispatcher_options {
      * resolved (realpath) at start; a missing one is a start error naming it. With data roots,
      * RegisterDataset refuses a pipeline whose files (or glob directories) lie outside them
      * once ".." and symbolic links are resolved, with SLUICE_ERR_DENIED and
-     * 'lines("/etc/shadow"): /etc/shadow is outside the data roots (/srv/data)'. Workers check
-     * again with their own roots before they open anything (theirs are the files read). None:
-     * not confined. */
+     * 'lines("/etc/shadow"): /etc/shadow is outside the data roots (/srv/data)', and checks
+     * again when it lists a dataset's files for a distributed_epoch job. Workers check again with
+     * their own roots before they open anything (theirs are the files read). None: not
+     * confined; set them on any dispatcher others can reach. */
     const char *const *data_roots;
     size_t ndata_roots;
     /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
