@@ -16,6 +16,7 @@ Pipelines are text in sluice's pipeline language (see the README): a source such
 ``prefetch``) separated by ``|``. ``map(py, "module:function", ARG...)`` and
 ``filter(py, ...)`` call a Python function on each element (numpy arrays in, the same forms
 out); workers started here (WorkerServer), run() and local tails call it in this interpreter.
+A worker calls only functions of modules in its own python_path directories.
 
 An element with one component is a numpy array (0-d for a scalar; a bytes scalar is ``bytes``,
 a bytes tensor an object array of ``bytes``); an element with several is a tuple of them.
