@@ -88,6 +88,16 @@ struct sluice_dispatcher_options {
      * entries "HOST:PORT" (or "sluice://HOST:PORT"), each listed once. */
     const char *const *worker_addresses;
     size_t nworker_addresses;
+    /* Directories file sources may read (--data-root, repeatable): ndata_roots entries, each
+     * resolved (realpath) at start; a missing one is a start error naming it. With data roots,
+     * RegisterDataset refuses a pipeline whose files (or glob directories) lie outside them
+     * once ".." and symbolic links are resolved, with SLUICE_ERR_DENIED and
+     * 'lines("/etc/shadow"): /etc/shadow is outside the data roots (/srv/data)', and checks
+     * again when it lists a dataset's files for a distributed_epoch job. Workers check again with
+     * their own roots before they open anything (theirs are the files read). None: not
+     * confined; set them on any dispatcher others can reach. */
+    const char *const *data_roots;
+    size_t ndata_roots;
     /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
      * free one) when metrics is true (--metrics-port). */
     bool metrics;
@@ -175,6 +185,18 @@ struct sluice_worker_options {
      * without Python support refuses them (SLUICE_ERR_UNSUPPORTED). */
     const char *const *python_path;
     size_t npython_path;
+    /* Directories file sources may read (--data-root, repeatable): ndata_roots entries, each
+     * resolved (realpath) when the worker starts; a missing one is a start error naming it.
+     * With data roots, every file a pipeline names (lines, tfrecord, tar) must lie within one
+     * of them once ".." and symbolic links are resolved, checked before anything is opened:
+     * otherwise the task fails with SLUICE_ERR_DENIED, 'lines("/etc/shadow"): /etc/shadow is
+     * outside the data roots (/srv/data)'. Without data roots files are not confined: set them
+     * on every worker that serves anyone but its own user. py functions are always confined:
+     * their module must be found in one of the python_path directories (not on the rest of
+     * sys.path, PYTHONPATH included), else "map(py, "os:system"): module 'os' is not in the
+     * worker's --python-path". */
+    const char *const *data_roots;
+    size_t ndata_roots;
     /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
      * free one) when metrics is true (--metrics-port). */
     bool metrics;

@@ -16,6 +16,7 @@ Pipelines are text in sluice's pipeline language (see the README): a source such
 ``prefetch``) separated by ``|``. ``map(py, "module:function", ARG...)`` and
 ``filter(py, ...)`` call a Python function on each element (numpy arrays in, the same forms
 out); workers started here (WorkerServer), run() and local tails call it in this interpreter.
+A worker calls only functions of modules in its own python_path directories.
 
 An element with one component is a numpy array (0-d for a scalar; a bytes scalar is ``bytes``,
 a bytes tensor an object array of ``bytes``); an element with several is a tuple of them.
@@ -229,7 +230,9 @@ class DispatchServer(_Server):
     worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms, autoscale_window_ms,
     snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
     log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
-    names. start=False defers the start to start().
+    names. data_roots (a str or a sequence, --data-root): register_dataset refuses file
+    sources (lines, tfrecord, tar) naming files outside these directories, after ".." and
+    symbolic links are resolved; None: not confined. start=False defers the start to start().
 
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
     """
@@ -240,7 +243,8 @@ class DispatchServer(_Server):
     def __init__(self, port=0, host="127.0.0.1", work_dir=None, fault_tolerant_mode=False,
                  worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None,
                  autoscale_window_ms=None, snapshot_every=None, journal_max_mb=None,
-                 worker_addresses=None, metrics_port=None, log_level="warn", start=True):
+                 worker_addresses=None, metrics_port=None, log_level="warn", data_roots=None,
+                 start=True):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -258,6 +262,7 @@ class DispatchServer(_Server):
                                                    for a in worker_addresses],
             -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _text(log_level, "log_level"),
+            _dirs(data_roots, "data_roots"),
         ), start)
 
     @property
@@ -287,7 +292,14 @@ class WorkerServer(_Server):
     Python functions (map(py, "module:function")) run in this interpreter, on the worker's
     threads, one at a time with the rest of the program (the GIL). python_path: directories
     (a str or a sequence) put at the front of sys.path when the worker starts, for their
-    modules; modules already importable here need none.
+    modules. A pipeline served by this worker may call only functions of modules found in
+    these directories: other modules, even ones importable here (the standard library,
+    site-packages, the program's own directory), are refused ("module 'os' is not in the
+    worker's --python-path"). Pipelines run locally (sluice.run, local tails) are not confined.
+
+    data_roots (a str or a sequence, --data-root): file sources (lines, tfrecord, tar) read
+    only files within these directories, after ".." and symbolic links are resolved; None:
+    not confined. Set them on any worker that serves other users.
 
     stop() drains first: readers receive everything the worker holds, then it leaves. A worker
     still running when the interpreter exits is stopped at once before it finalises.
@@ -298,7 +310,8 @@ class WorkerServer(_Server):
 
     def __init__(self, dispatcher_address, port=0, host="127.0.0.1", advertise=None,
                  threads=None, plugins=None, heartbeat_ms=None, drain_timeout_ms=None,
-                 metrics_port=None, log_level="warn", python_path=None, start=True):
+                 metrics_port=None, log_level="warn", python_path=None, data_roots=None,
+                 start=True):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -306,7 +319,7 @@ class WorkerServer(_Server):
             list(_plugins(plugins)),
             -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _ms(drain_timeout_ms, "drain_timeout_ms"), _text(log_level, "log_level"),
-            _dirs(python_path, "python_path"),
+            _dirs(python_path, "python_path"), _dirs(data_roots, "data_roots"),
         ), start)
 
     def start(self):

@@ -116,15 +116,17 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "worker_addresses",
                             "metrics_port",
                             "log_level",
+                            "data_roots",
                             NULL};
     struct sluice_dispatcher_options o = {0};
     int ft = 0, metrics_port = -1;
     unsigned long long snapshot_every = 0, journal_max_mb = 0;
-    PyObject *addresses = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zizpIIIIKKOiz", names, &o.host, &o.port,
+    PyObject *addresses = NULL, *data_roots = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zizpIIIIKKOizO", names, &o.host, &o.port,
                                      &o.work_dir, &ft, &o.worker_timeout_ms, &o.client_timeout_ms,
                                      &o.job_gc_timeout_ms, &o.autoscale_window_ms, &snapshot_every,
-                                     &journal_max_mb, &addresses, &metrics_port, &o.log_level))
+                                     &journal_max_mb, &addresses, &metrics_port, &o.log_level,
+                                     &data_roots))
         return -1;
     if (self->d) {
         PyErr_SetString(PyExc_RuntimeError, "Dispatcher already started");
@@ -136,14 +138,22 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
     o.metrics = metrics_port >= 0;
     o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
     struct pys_strs addrs;
+    struct pys_strs roots;
     if (pys_strs_get(addresses, "worker_addresses", &addrs) < 0)
         return -1;
+    if (pys_strs_get(data_roots, "data_roots", &roots) < 0) {
+        pys_strs_release(&addrs);
+        return -1;
+    }
     o.worker_addresses = addrs.v;
     o.nworker_addresses = addrs.n;
+    o.data_roots = roots.v;
+    o.ndata_roots = roots.n;
     char err[PYS_ERRLEN] = "";
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_dispatcher_start(&o, &self->d, err, sizeof err);
     PyEval_RestoreThread(ts);
+    pys_strs_release(&roots);
     pys_strs_release(&addrs);
     return pys_started(rc, err);
 }
@@ -258,16 +268,18 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher",       "host",      "port",        "advertise",
-                            "heartbeat_ms",     "threads",   "plugins",     "metrics_port",
-                            "drain_timeout_ms", "log_level", "python_path", NULL};
+    static char *names[] = {"dispatcher", "host",         "port",
+                            "advertise",  "heartbeat_ms", "threads",
+                            "plugins",    "metrics_port", "drain_timeout_ms",
+                            "log_level",  "python_path",  "data_roots",
+                            NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1;
-    PyObject *plugins = NULL, *python_path = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzO", names, &o.dispatcher, &o.host,
+    PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOO", names, &o.dispatcher, &o.host,
                                      &o.port, &o.advertise, &o.heartbeat_ms, &o.threads, &plugins,
-                                     &metrics_port, &o.drain_timeout_ms, &o.log_level,
-                                     &python_path))
+                                     &metrics_port, &o.drain_timeout_ms, &o.log_level, &python_path,
+                                     &data_roots))
         return -1;
     if (self->w) {
         PyErr_SetString(PyExc_RuntimeError, "Worker already started");
@@ -275,10 +287,15 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     }
     o.metrics = metrics_port >= 0;
     o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
-    struct pys_strs paths, dirs;
+    struct pys_strs paths, dirs, roots;
     if (pys_strs_get(plugins, "plugins", &paths) < 0)
         return -1;
     if (pys_strs_get(python_path, "python_path", &dirs) < 0) {
+        pys_strs_release(&paths);
+        return -1;
+    }
+    if (pys_strs_get(data_roots, "data_roots", &roots) < 0) {
+        pys_strs_release(&dirs);
         pys_strs_release(&paths);
         return -1;
     }
@@ -286,11 +303,14 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     o.nplugins = paths.n;
     o.python_path = dirs.v;
     o.npython_path = dirs.n;
+    o.data_roots = roots.v;
+    o.ndata_roots = roots.n;
     char err[PYS_ERRLEN] = "";
     /* The worker takes the GIL itself where it needs it (sys.path, py functions). */
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_worker_start(&o, &self->w, err, sizeof err);
     PyEval_RestoreThread(ts);
+    pys_strs_release(&roots);
     pys_strs_release(&dirs);
     pys_strs_release(&paths);
     return pys_started(rc, err);

@@ -85,9 +85,11 @@ def module(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def cluster():
-    with sluice.DispatchServer() as d, sluice.WorkerServer(d, threads=2), \
-            sluice.WorkerServer(d, threads=2):
+def cluster(tmp_path):
+    """Two in-process workers whose python_path is the directory of the test's module."""
+    with sluice.DispatchServer() as d, \
+            sluice.WorkerServer(d, threads=2, python_path=tmp_path), \
+            sluice.WorkerServer(d, threads=2, python_path=tmp_path):
         yield d
 
 
@@ -140,7 +142,22 @@ def test_python_path(tmp_path):
 def test_errors_reach_the_reader(module, cluster):
     cases = [
         ('range(5) | map(py, "pyfn_nosuch:flip")',
-         "map(py, \"pyfn_nosuch:flip\"): ModuleNotFoundError: No module named 'pyfn_nosuch'"),
+         "map(py, \"pyfn_nosuch:flip\"): module 'pyfn_nosuch' is not in the worker's "
+         "--python-path"),
+        # Served pipelines reach only the workers' python_path, though this interpreter
+        # imports the standard library, numpy and the test's own modules.
+        ('range(1) | map(py, "os:system", "touch /tmp/sluice-pwned")',
+         "map(py, \"os:system\"): module 'os' is not in the worker's --python-path"),
+        ('range(1) | filter(py, "numpy:isnan")',
+         "filter(py, \"numpy:isnan\"): module 'numpy' is not in the worker's --python-path"),
+        ('range(1) | map(py, "sluice:run")',
+         "map(py, \"sluice:run\"): module 'sluice' is not in the worker's --python-path"),
+        (f'list("/etc/passwd") | map(py, "{module}:__loader__.get_data")',
+         f'map(py, "{module}:__loader__.get_data"): {module}:__loader__.get_data is defined in '
+         "module '_frozen_importlib_external', which is not in the worker's --python-path"),
+        (f'range(1) | map(py, "{module}:np.load")',
+         f"map(py, \"{module}:np.load\"): {module}:np.load leads into module 'numpy'; name a "
+         f"function of module '{module}' itself"),
         (f'range(5) | filter(py, "{module}:flip")',
          f"filter(py, \"{module}:flip\"): AttributeError: module '{module}' has no attribute "
          "'flip'"),
@@ -237,7 +254,7 @@ def test_exit_while_a_worker_runs_python(module, tmp_path):
         sys.path.insert(0, {str(tmp_path)!r})
         import sluice
         d = sluice.DispatchServer()
-        w = sluice.WorkerServer(d, threads=2)
+        w = sluice.WorkerServer(d, threads=2, python_path={str(tmp_path)!r})
         it = iter(sluice.distribute('range(1000000000) | map(py, "{module}:square")',
                                     "parallel_epochs", d))
         print(int(next(it)), int(next(it)), flush=True)

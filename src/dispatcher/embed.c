@@ -20,6 +20,7 @@
 #include "common/loop_thread.h"
 #include "common/rpc.h"
 #include "common/security.h"
+#include "pipeline/roots.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,7 @@ struct sluice_dispatcher {
     char **worker_addresses;
     size_t nworker_addresses;
     struct sec_ctx *sec;
+    struct pipe_roots roots;
     struct dispatcher_opts opts;
     bool metrics;
     int metrics_port;
@@ -107,6 +109,9 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
         if (rpc_parse_address(a, host, sizeof host, &port, why, sizeof why) < 0)
             return err_set(err, errlen, SLUICE_ERR_INVALID, "worker_addresses[%zu]: %s", i, why);
     }
+    if (o->ndata_roots > 0 && !o->data_roots)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "data_roots: NULL with ndata_roots %zu",
+                       o->ndata_roots);
     *level = LOG_INFO;
     if (o->log_level && log_level_parse(o->log_level, level) < 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -120,6 +125,7 @@ static void free_object(struct sluice_dispatcher *s)
     for (size_t i = 0; i < s->nworker_addresses; i++)
         free(s->worker_addresses[i]);
     free(s->worker_addresses);
+    pipe_roots_release(&s->roots);
     sec_ctx_free(s->sec);
     free(s->work_dir);
     free(s->host);
@@ -159,6 +165,9 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         return rc;
     if ((rc = sec_check_listen(s->sec, s->host, err, errlen)) < 0)
         return rc;
+    /* Resolved once, here: a missing root is a start error naming it. */
+    if ((rc = pipe_roots_init(&s->roots, o->data_roots, o->ndata_roots, err, errlen)) < 0)
+        return rc;
     s->opts = (struct dispatcher_opts){
         .host = s->host,
         .port = o->port,
@@ -168,6 +177,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .autoscale_window_ms = o->autoscale_window_ms,
         .worker_addresses = (const char *const *)s->worker_addresses,
         .nworker_addresses = s->nworker_addresses,
+        .roots = &s->roots,
         .work_dir = o->fault_tolerant ? s->work_dir : NULL,
         .snapshot_every = o->snapshot_every,
         .journal_max_bytes = (size_t)o->journal_max_mb << 20,
@@ -241,6 +251,8 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         return err_set(err, errlen, SLUICE_ERR_SERVER, "%s", s->fatal_msg);
     }
     const char *host = dispatcher_host(s->d);
+    if (!pipe_roots_active(&s->roots) && !sec_is_loopback(s->host))
+        log_warn("serving beyond loopback without --data-root: datasets may name any file");
     rpc_format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
     if (s->http)
         rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,

@@ -2,12 +2,43 @@
 
 #include "server_internal.h"
 
-/* ---- RegisterDataset ------------------------------------------------------------------------- */
+#include "pipeline/roots.h"
+
+/* ---- RegisterDataset ------------------------------------------------------------------------- *
+ *
+ * The definition is decoded and validated on the loop. With data roots, a file source's globs are
+ * then checked against them on the thread pool (the check lists directories), and the dataset is
+ * planned and committed back on the loop once it passes. */
 
 struct register_ctx {
     struct req r;
     char dataset_id[ST_ID_MAX];
+
+    /* What the plan needs, kept across the check on the thread pool. */
+    char *requested_id; /* the request's dataset_id, "" for none */
+    uint8_t *canon;
+    size_t canon_len;
+    int compression;
+    uint64_t split_size;
+    char *text;
+
+    uv_work_t work;
+    struct pipe_spec *spec;
+    const struct pipe_roots *roots; /* d's; d outlives the work (d->checks) */
+    int rc;
+    char err[ERRLEN];
 };
+
+static void register_ctx_free(struct register_ctx *c)
+{
+    if (!c)
+        return;
+    free(c->requested_id);
+    free(c->canon);
+    free(c->text);
+    pipe_spec_free(c->spec);
+    free(c);
+}
 
 static void register_done(struct dispatcher *d, int status, void *ctx)
 {
@@ -23,7 +54,49 @@ static void register_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_send_reply(&c->r, &env);
     }
     dispatcher_req_done(&c->r);
-    free(c);
+    register_ctx_free(c);
+}
+
+/* Plans the registration and commits it; takes c (its request initialised). */
+static void register_plan_and_commit(struct dispatcher *d, struct register_ctx *c)
+{
+    char err[ERRLEN];
+    int rc = plan_register_dataset(&d->st, c->requested_id, c->canon, c->canon_len, c->compression,
+                                   c->split_size, c->text, c->dataset_id, &d->ups, err, sizeof err);
+    if (rc < 0) {
+        dispatcher_refuse(c->r.conn, c->r.id, rc, err);
+        dispatcher_req_done(&c->r);
+        register_ctx_free(c);
+        return;
+    }
+    dispatcher_commit(d, &d->ups, register_done, c);
+}
+
+/* On the thread pool: the data roots check. Touches only c. */
+static void register_check_work(uv_work_t *w)
+{
+    struct register_ctx *c = w->data;
+    c->rc = pipe_roots_check_source(c->roots, &c->spec->source, c->err, sizeof c->err);
+}
+
+static void register_check_after(uv_work_t *w, int status)
+{
+    struct register_ctx *c = w->data;
+    struct dispatcher *d = c->r.d;
+    d->checks--;
+    if (status < 0 || d->closing) {
+        dispatcher_req_done(&c->r);
+        register_ctx_free(c);
+        dispatcher_maybe_finish_close(d);
+        return;
+    }
+    if (c->rc < 0) {
+        dispatcher_refuse(c->r.conn, c->r.id, c->rc, c->err);
+        dispatcher_req_done(&c->r);
+        register_ctx_free(c);
+        return;
+    }
+    register_plan_and_commit(d, c);
 }
 
 void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
@@ -31,10 +104,7 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
 {
     const Sluice__RegisterDatasetRequest *req = env->register_dataset;
     char err[ERRLEN], why[ERRLEN];
-    uint8_t *packed = NULL, *canon = NULL;
-    size_t canon_len = 0;
-    char *text = NULL;
-    struct pipe_spec *spec = NULL;
+    uint8_t *packed = NULL;
     struct register_ctx *c = NULL;
     int rc;
 
@@ -48,6 +118,13 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
         return;
     }
+    c = calloc(1, sizeof *c);
+    if (!c || !(c->requested_id = strdup(req->dataset_id ? req->dataset_id : ""))) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
+        goto refused;
+    }
+    c->compression = (int)req->compression;
+    c->split_size = req->split_size;
     /* Decoding the definition is the validation: what the workers will build from it must parse
      * now. The stored bytes are the canonical encoding of what was decoded. */
     size_t len = sluice__dataset_def__get_packed_size(req->dataset);
@@ -57,50 +134,51 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
         goto refused;
     }
     sluice__dataset_def__pack(req->dataset, packed);
-    rc = pipe_spec_decode(packed, len, &spec, why, sizeof why);
+    rc = pipe_spec_decode(packed, len, &c->spec, why, sizeof why);
     if (rc < 0) {
         err_set(err, sizeof err, rc, "%s", why);
         goto refused;
     }
-    rc = pipe_spec_encode(spec, &canon, &canon_len);
+    rc = pipe_spec_encode(c->spec, &c->canon, &c->canon_len);
     if (rc < 0) {
         err_set(err, sizeof err, rc, "encoding the dataset definition: %s", sluice_strerror(rc));
         goto refused;
     }
-    rc = pipe_spec_format(spec, NULL, 0);
+    rc = pipe_spec_format(c->spec, NULL, 0);
     if (rc >= 0) {
-        text = malloc((size_t)rc + 1);
-        if (!text)
+        c->text = malloc((size_t)rc + 1);
+        if (!c->text)
             rc = SLUICE_ERR_NOMEM;
         else
-            pipe_spec_format(spec, text, (size_t)rc + 1);
+            pipe_spec_format(c->spec, c->text, (size_t)rc + 1);
     }
     if (rc < 0) {
         err_set(err, sizeof err, rc, "formatting the pipeline: %s", sluice_strerror(rc));
         goto refused;
     }
-    c = calloc(1, sizeof *c);
-    if (!c) {
-        rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
-        goto refused;
-    }
-    rc = plan_register_dataset(&d->st, req->dataset_id, canon, canon_len, (int)req->compression,
-                               req->split_size, text, c->dataset_id, &d->ups, err, sizeof err);
-    if (rc < 0)
-        goto refused;
+    free(packed);
     dispatcher_req_init(&c->r, d, conn, env->id);
-    dispatcher_commit(d, &d->ups, register_done, c);
-    c = NULL;
-    goto out;
+    if (!pipe_roots_active(&d->roots) || !pipe_source_reads_files(c->spec->source.kind)) {
+        register_plan_and_commit(d, c);
+        return;
+    }
+    c->roots = &d->roots;
+    c->work.data = c;
+    rc = uv_queue_work(d->loop, &c->work, register_check_work, register_check_after);
+    if (rc < 0) {
+        snprintf(err, sizeof err, "queueing work: %s", uv_strerror(rc));
+        dispatcher_refuse(conn, env->id, rc, err);
+        dispatcher_req_done(&c->r);
+        register_ctx_free(c);
+        return;
+    }
+    d->checks++;
+    return;
 
 refused:
     dispatcher_refuse(conn, env->id, rc, err);
-out:
-    free(c);
-    free(text);
-    free(canon);
     free(packed);
-    pipe_spec_free(spec);
+    register_ctx_free(c);
 }
 
 /* ---- GetDataset ------------------------------------------------------------------------------ */

@@ -20,6 +20,7 @@ struct job_ctx {
     uint8_t *def;
     size_t def_len;
     uint64_t split_size;
+    const struct pipe_roots *roots; /* d's data roots; d outlives the work (d->works) */
     struct st_split_plan plan;
     int rc;
     char err[ERRLEN];
@@ -81,7 +82,11 @@ static void job_plan_work(uv_work_t *w)
         err_set(c->err, sizeof c->err, c->rc, "dataset '%s': %s", c->dataset_id, why);
         return;
     }
-    c->rc = pipe_split_provider_init(&p, spec, c->split_size, why, sizeof why);
+    /* The files may have changed since the dataset was registered (or it was registered
+     * before the dispatcher had data roots): nothing outside the roots is listed for workers. */
+    c->rc = pipe_roots_check_source(c->roots, &spec->source, why, sizeof why);
+    if (c->rc == 0)
+        c->rc = pipe_split_provider_init(&p, spec, c->split_size, why, sizeof why);
     pipe_spec_free(spec);
     if (c->rc < 0) {
         err_set(c->err, sizeof c->err, c->rc, "splitting dataset '%s': %s", c->dataset_id, why);
@@ -212,6 +217,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     memcpy(c->def, ds->def, ds->def_len);
     c->def_len = ds->def_len;
     c->split_size = ds->split_size;
+    c->roots = &d->roots;
     c->work.data = c;
     int rc = uv_queue_work(d->loop, &c->work, job_plan_work, job_plan_after);
     if (rc < 0) {

@@ -29,6 +29,7 @@ static const char usage[] =
     "                         [--worker-timeout-ms N] [--client-timeout-ms N]\n"
     "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
     "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
+    "                         [--data-root DIR]...\n"
     "                         [--auth-token-file F] [--tls-cert F --tls-key F] [--tls-ca F]\n"
     "                         [--insecure]\n"
     "\n"
@@ -54,6 +55,10 @@ static const char usage[] =
     "                           (sluice status, sluice_recommended_workers) from the\n"
     "                           figures workers and clients reported meanwhile\n"
     "                           (default 10000)\n"
+    "  --data-root DIR          refuse to register file sources (lines, tfrecord, tar) that\n"
+    "                           name files outside DIR, after resolving '..' and symbolic\n"
+    "                           links (repeatable; workers check again with their own\n"
+    "                           --data-root; without any, files are not confined)\n"
     "  --log-level L            debug, info, warn, error or off (default info)\n"
     SEC_USAGE_SERVER
     "  --help                   print this help\n"
@@ -84,6 +89,8 @@ struct config {
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;
+    const char **data_roots;
+    size_t ndata_roots;
     long metrics_port; /* -1: not given */
     enum log_level log_level;
     struct sluice_security_options security;
@@ -198,6 +205,7 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--metrics-port",
                                             "--autoscale-window-ms",
                                             "--log-level",
+                                            "--data-root",
                                             "--auth-token-file",
                                             "--tls-cert",
                                             "--tls-key",
@@ -261,6 +269,18 @@ static int parse_args(int argc, char **argv, struct config *c)
                      value);
                 return -1;
             }
+        } else if (strcmp(name, "--data-root") == 0) {
+            if (!*value) {
+                fail("usage", "--data-root: expected a directory, found ''");
+                return -1;
+            }
+            const char **more = realloc(c->data_roots, (c->ndata_roots + 1) * sizeof *more);
+            if (!more) {
+                fail("start", "out of memory");
+                return -1;
+            }
+            c->data_roots = more;
+            c->data_roots[c->ndata_roots++] = value;
         } else if (strcmp(name, "--worker-addresses") == 0) {
             if (c->worker_addresses) {
                 fail("usage", "--worker-addresses given twice");
@@ -346,6 +366,8 @@ int main(int argc, char **argv)
         .autoscale_window_ms = (uint32_t)c.autoscale_window_ms,
         .worker_addresses = (const char *const *)c.worker_addresses,
         .nworker_addresses = c.nworker_addresses,
+        .data_roots = c.data_roots,
+        .ndata_roots = c.ndata_roots,
         .metrics = c.metrics_port >= 0,
         .metrics_port = c.metrics_port >= 0 ? (int)c.metrics_port : 0,
         .log_level = log_level_name(c.log_level),
@@ -385,6 +407,7 @@ int main(int argc, char **argv)
     sluice_dispatcher_stop(d);
 
 out_config:
+    free(c.data_roots);
     free(c.worker_addresses);
     free(c.worker_addresses_text);
     return code;

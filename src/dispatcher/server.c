@@ -449,6 +449,7 @@ static void dispatcher_free(struct dispatcher *d)
     for (size_t i = 0; i < d->nworker_addresses; i++)
         free(d->worker_addresses[i]);
     free(d->worker_addresses);
+    pipe_roots_release(&d->roots);
     free(d);
 }
 
@@ -566,6 +567,10 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         }
     }
     d->st.static_workers = (uint32_t)d->nworker_addresses;
+    if (pipe_roots_copy(&d->roots, opts->roots) < 0) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
+        goto fail;
+    }
 
     struct rpc_server_opts ro = {
         .host = opts->host,
@@ -632,7 +637,7 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 
 void dispatcher_maybe_finish_close(struct dispatcher *d)
 {
-    if (!d->closing || d->closing_parts > 0 || d->works)
+    if (!d->closing || d->closing_parts > 0 || d->works || d->checks > 0)
         return;
     void (*cb)(void *) = d->close_cb;
     void *user = d->close_user;

@@ -22,6 +22,8 @@
 
 struct dispatcher;
 
+struct pipe_roots;
+
 struct dispatcher_opts {
     const char *host;           /* default "127.0.0.1" */
     int port;                   /* 0 picks a free port */
@@ -35,6 +37,10 @@ struct dispatcher_opts {
      * worker_index is the position of its worker's address. */
     const char *const *worker_addresses;
     size_t nworker_addresses;
+    /* Data roots (pipeline/roots.h, resolved), copied at start: RegisterDataset refuses a file
+     * source with a file or glob directory outside them (SLUICE_ERR_DENIED). NULL or none: not
+     * confined. */
+    const struct pipe_roots *roots;
     /* Called (at most once) when the dispatcher can no longer keep its state consistent, e.g.
      * an update that does not apply; the owner should close it and exit with failure. May be
      * NULL. */

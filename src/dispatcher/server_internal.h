@@ -22,6 +22,7 @@
 #include "common/rpc.h"
 #include "journal/journal.h"
 #include "pipeline/def.h"
+#include "pipeline/roots.h"
 #include "pipeline/spec.h"
 #include "pipeline/split.h"
 
@@ -81,6 +82,10 @@ struct dispatcher {
     struct observe *obs; /* metrics and the autoscaling window (observe.h) */
 
     struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
+    /* Data roots (--data-root): registrations of file sources outside them are refused. None:
+     * not confined. checks counts registrations being checked on the thread pool. */
+    struct pipe_roots roots;
+    unsigned checks;
 
     /* Fault-tolerant mode only (NULL otherwise). */
     char *work_dir;

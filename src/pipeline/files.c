@@ -15,6 +15,8 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "registry.h"
+#include "roots.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -280,16 +282,11 @@ static int reader_open_next(struct file_reader *r)
     if (r->next_path == r->npaths)
         return 0;
     const char *path = r->paths[r->next_path++];
-    int fd;
-    do
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int code = -errno;
-        err_set(r->base.ctx->err, sizeof r->base.ctx->err, code, "%s: %s", path,
-                sluice_strerror(code));
-        return reader_fail(r, code);
-    }
+    int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg),
+                                  r->plain ? PIPE_SRC_TFRECORD : PIPE_SRC_LINES, path,
+                                  r->base.ctx->err, sizeof r->base.ctx->err);
+    if (fd < 0)
+        return reader_fail(r, fd);
     r->fd = fd;
     r->path = path;
     int rc = reader_sniff(r);

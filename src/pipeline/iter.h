@@ -80,8 +80,11 @@ struct pipe_run {
 
 /* Builds the whole pipeline of spec. Functions are resolved in reg (which must outlive the
  * run). Files of tfrecord(), lines() and tar() sources are expanded and opened here, so a missing
- * file is reported now: SLUICE_ERR_NOT_FOUND with the glob in err. On success *out is owned by the
- * caller and freed with pipe_run_free(). */
+ * file is reported now: SLUICE_ERR_NOT_FOUND with the glob in err. A registry confined to data
+ * roots (pipe_registry_confine) refuses a source with a file or glob directory outside them
+ * first (SLUICE_ERR_DENIED, pipe_roots_check_source); with any registry the file readers check
+ * each file against reg's roots again as they open it, also the split files of
+ * pipe_open_splits(). On success *out is owned by the caller and freed with pipe_run_free(). */
 int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
               struct pipe_run **out, char *err, size_t errlen);
 

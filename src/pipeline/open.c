@@ -14,6 +14,7 @@
 #include "prefetch.h"
 #include "registry.h"
 #include "repeat.h"
+#include "roots.h"
 #include "shuffle.h"
 #include "slice.h"
 #include "source.h"
@@ -361,10 +362,14 @@ int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
     if (rc)
         return rc;
     const struct pipe_source *src = &r->plan.spec->source;
-    if (pipe_source_reads_files(src->kind))
-        rc =
-            pipe_glob_expand(src->globs, src->nglobs, &r->plan.paths, &r->plan.npaths, err, errlen);
-    else
+    if (pipe_source_reads_files(src->kind)) {
+        /* A confined registry's files must lie in its data roots; the readers check each file
+         * again when they open it. */
+        rc = pipe_roots_check_source(pipe_registry_roots(reg), src, err, errlen);
+        if (rc == 0)
+            rc = pipe_glob_expand(src->globs, src->nglobs, &r->plan.paths, &r->plan.npaths, err,
+                                  errlen);
+    } else
         rc = prepare_list(&r->plan, err, errlen);
     if (rc) {
         pipe_run_free(&r->run);

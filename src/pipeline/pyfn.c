@@ -121,7 +121,9 @@ static int py_bind(const struct sluice_fn_args *a, void *user, void **state, cha
     if (!op)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
     op->rt = rt;
-    rc = rt->bind(module, function, a->v + 1, a->n - 1, &op->state, err, errlen);
+    /* user is the registry py was registered in: its confinement applies. */
+    rc = rt->bind(module, function, a->v + 1, a->n - 1, pipe_registry_py_dirs(user), &op->state,
+                  err, errlen);
     if (rc) {
         free(op);
         return rc;
@@ -164,6 +166,7 @@ int pipe_py_register(struct sluice_registry *reg)
         .bind = py_bind,
         .unbind = py_unbind,
         .label_arg0 = true,
+        .user = reg,
     };
     return pipe_registry_add(reg, &def);
 }

@@ -13,10 +13,17 @@
  * first element with "map(py, "aug:flip"): this worker has no Python support".
  *
  * Each op binds once, on its pipeline thread before its first element: the runtime imports the
- * module and keeps the callable for the op's life; calls then convert, call and convert back. */
+ * module and keeps the callable for the op's life; calls then convert, call and convert back.
+ *
+ * On a server (a worker) code comes only from the server's own configuration: a registry
+ * confined by pipe_registry_confine() binds a py op only when its module lies in one of the
+ * worker's python_path directories, so a pipeline cannot call into the standard library (os,
+ * subprocess, builtins, importlib, ...) or site-packages. Local runs (the trainer's own pipeline,
+ * in the trainer's own process) are not confined. */
 #ifndef SLUICE_PIPELINE_PYFN_H
 #define SLUICE_PIPELINE_PYFN_H
 
+#include "roots.h"
 #include "sluice/sluice.h"
 #include "spec.h"
 
@@ -35,9 +42,18 @@
 struct pipe_py_runtime {
     /* Imports module, resolves function in it (both NUL-terminated, validated by the check)
      * and converts the extra literal arguments args[0..nargs); returns 0 and *state, which the
-     * calls below get, or a failure. */
+     * calls below get, or a failure. With dirs non-NULL (a server's py ops, see
+     * pipe_registry_confine) the op is confined: before anything is imported, the module's
+     * top-level package must be found (importlib.util.find_spec) at a location that resolves
+     * within one of dirs, else SLUICE_ERR_DENIED with "module 'os' is not in the worker's
+     * --python-path"; function may not lead through another module ("aug:np.load": "... leads
+     * into module 'numpy'; ..."); and the callable must have been defined in a module loaded
+     * from within dirs (its __module__), so that what an allowed module imported is not
+     * reachable through it ("aug:load" after "load = np.load": "aug:load is defined in module
+     * 'numpy', which is not in the worker's --python-path"). */
     int (*bind)(const char *module, const char *function, const struct pipe_value *args,
-                size_t nargs, void **state, char *err, size_t errlen);
+                size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
+                size_t errlen);
     /* Calls the function on elem (converted to Python) and the extra arguments, and replaces
      * elem by what it returns. */
     int (*map)(void *state, struct sluice_element *elem, char *err, size_t errlen);

@@ -9,6 +9,7 @@
 #include "common/error.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,11 @@ struct sluice_registry {
     bool loading;
     int load_rc;
     char load_err[160];
+    /* pipe_registry_confine: data roots (none: unconfined) and, when py_confined, the
+     * directories py modules must come from. */
+    struct pipe_roots roots;
+    bool py_confined;
+    struct pipe_roots py_dirs;
 };
 
 static bool valid_name(const char *name)
@@ -164,7 +170,46 @@ void pipe_registry_free(struct sluice_registry *reg)
     while (reg->nlibs > 0)
         dlclose(reg->libs[--reg->nlibs]);
     free(reg->libs);
+    pipe_roots_release(&reg->roots);
+    pipe_roots_release(&reg->py_dirs);
     free(reg);
+}
+
+int pipe_registry_confine(struct sluice_registry *reg, const struct pipe_roots *roots,
+                          const char *const *py_dirs, size_t n, char *err, size_t errlen)
+{
+    pipe_roots_release(&reg->roots);
+    pipe_roots_release(&reg->py_dirs);
+    reg->py_confined = true;
+    int rc = pipe_roots_copy(&reg->roots, roots);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+    struct pipe_roots dirs = {0};
+    if (n > 0 && !(dirs.dirs = calloc(n, sizeof(*dirs.dirs))))
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    for (size_t i = 0; i < n; i++) {
+        char real[PATH_MAX];
+        rc = pipe_path_resolve(py_dirs[i], real, sizeof real);
+        if (rc == 0 && !(dirs.dirs[dirs.n] = strdup(real)))
+            rc = SLUICE_ERR_NOMEM;
+        if (rc < 0) {
+            pipe_roots_release(&dirs);
+            return err_set(err, errlen, rc, "python_path %s: %s", py_dirs[i], sluice_strerror(rc));
+        }
+        dirs.n++;
+    }
+    reg->py_dirs = dirs;
+    return 0;
+}
+
+const struct pipe_roots *pipe_registry_roots(const struct sluice_registry *reg)
+{
+    return reg ? &reg->roots : NULL;
+}
+
+const struct pipe_roots *pipe_registry_py_dirs(const struct sluice_registry *reg)
+{
+    return reg && reg->py_confined ? &reg->py_dirs : NULL;
 }
 
 typedef int (*plugin_init_fn)(struct sluice_registry *registry);

@@ -7,6 +7,7 @@
 #ifndef SLUICE_PIPELINE_REGISTRY_H
 #define SLUICE_PIPELINE_REGISTRY_H
 
+#include "roots.h"
 #include "sluice/sluice.h"
 #include "spec.h"
 
@@ -79,6 +80,23 @@ int pipe_registry_load_plugin(struct sluice_registry *reg, const char *path, cha
 /* Attaches an argument check to the registered function name (see pipe_fn_check_cb). Returns
  * 0, or SLUICE_ERR_NOT_FOUND when no function of that name is registered. Startup only. */
 int pipe_registry_set_check(struct sluice_registry *reg, const char *name, pipe_fn_check_cb check);
+
+/* Confines the pipelines run with reg, as a server confines its own (a local run's registry
+ * stays unconfined): file sources read only within roots (copied; NULL or none: anywhere, see
+ * roots.h), and py functions come only from modules found in one of the n py_dirs (each resolved
+ * here, pipe_path_resolve; n == 0: no py function at all, see pyfn.h). Startup only, before any
+ * pipeline runs with reg. Returns 0, SLUICE_ERR_NOMEM, or the negative errno of a directory that
+ * cannot be resolved, with the reason in err. */
+int pipe_registry_confine(struct sluice_registry *reg, const struct pipe_roots *roots,
+                          const char *const *py_dirs, size_t n, char *err, size_t errlen);
+
+/* The data roots of reg (pipe_roots_active() false when files are not confined). reg may be
+ * NULL (a chain built without a registry): NULL. */
+const struct pipe_roots *pipe_registry_roots(const struct sluice_registry *reg);
+
+/* The resolved directories py modules must come from, or NULL when py functions are not
+ * confined (also for reg NULL). */
+const struct pipe_roots *pipe_registry_py_dirs(const struct sluice_registry *reg);
 
 /* Looks a function up by name; NULL when unknown. The pointer stays valid until the registry is
  * freed. */

@@ -13,6 +13,8 @@
 #include "tar.h"
 
 #include "common/error.h"
+#include "registry.h"
+#include "roots.h"
 #include "split.h"
 #include "wds.h"
 
@@ -125,15 +127,10 @@ static int open_next(struct tar_reader *r)
     const char *path = r->paths[r->next_path++];
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
-    int fd;
-    do
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    while (fd < 0 && errno == EINTR);
-    if (fd < 0) {
-        int code = -errno;
-        err_set(err, errlen, code, "%s: %s", path, sluice_strerror(code));
-        return fail(r, code);
-    }
+    int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg), PIPE_SRC_TAR, path, err,
+                                  errlen);
+    if (fd < 0)
+        return fail(r, fd);
     r->fd = fd;
     r->path = path;
     r->a = archive_read_new();

@@ -72,12 +72,13 @@ static int ensure_started(char *err, size_t errlen)
 }
 
 static int embed_bind(const char *module, const char *function, const struct pipe_value *args,
-                      size_t nargs, void **state, char *err, size_t errlen)
+                      size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
+                      size_t errlen)
 {
     int rc = ensure_started(err, errlen);
     if (rc)
         return rc;
-    return pyfn_runtime.bind(module, function, args, nargs, state, err, errlen);
+    return pyfn_runtime.bind(module, function, args, nargs, dirs, state, err, errlen);
 }
 
 static int embed_add_path(const char *dir, char *err, size_t errlen)

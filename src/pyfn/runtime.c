@@ -8,6 +8,9 @@
 
 #include "convert.h"
 
+#include "pipeline/roots.h"
+
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,9 +161,104 @@ static PyObject *literal(const struct pipe_value *v)
     }
 }
 
+/* Whether loc (a str or bytes path) resolves within one of dirs. Needs the GIL. */
+static bool location_within(PyObject *loc, const struct pipe_roots *dirs)
+{
+    PyObject *b = NULL;
+    if (!PyUnicode_FSConverter(loc, &b)) {
+        PyErr_Clear();
+        return false;
+    }
+    char real[PATH_MAX];
+    bool ok = realpath(PyBytes_AS_STRING(b), real) && pipe_roots_contain(dirs, real);
+    Py_DECREF(b);
+    return ok;
+}
+
+/* Whether a module spec (a ModuleSpec, or None) loads from within dirs: a file location there,
+ * or, for a namespace package, search locations all there. Built-in and frozen modules do not.
+ * Needs the GIL; leaves no exception set. */
+static bool spec_within(PyObject *spec, const struct pipe_roots *dirs)
+{
+    bool allowed = false;
+    if (!spec || spec == Py_None)
+        return false;
+    PyObject *has = PyObject_GetAttrString(spec, "has_location");
+    PyObject *origin = PyObject_GetAttrString(spec, "origin");
+    PyObject *locs = PyObject_GetAttrString(spec, "submodule_search_locations");
+    if (has && PyObject_IsTrue(has) == 1) {
+        allowed = origin && origin != Py_None && location_within(origin, dirs);
+    } else if (has && locs && locs != Py_None && (!origin || origin == Py_None)) {
+        /* A namespace package: every directory it would load from must be allowed. */
+        PyObject *it = PyObject_GetIter(locs);
+        PyObject *loc;
+        size_t count = 0;
+        allowed = it != NULL;
+        while (it && (loc = PyIter_Next(it))) {
+            allowed = allowed && location_within(loc, dirs);
+            count++;
+            Py_DECREF(loc);
+        }
+        allowed = allowed && count > 0 && !PyErr_Occurred();
+        Py_XDECREF(it);
+    }
+    Py_XDECREF(has);
+    Py_XDECREF(origin);
+    Py_XDECREF(locs);
+    PyErr_Clear();
+    return allowed;
+}
+
+/* Whether the import system would load the top-level package of module from within dirs
+ * (importlib.util.find_spec imports nothing for a top-level name; for a module imported already
+ * it gives that module's spec). Needs the GIL. Returns 0, or SLUICE_ERR_DENIED with err. */
+static int check_origin(const char *module, const struct pipe_roots *dirs, char *err, size_t errlen)
+{
+    size_t n = strcspn(module, ".");
+    PyObject *util = PyImport_ImportModule("importlib.util");
+    PyObject *spec =
+        util ? PyObject_CallMethod(util, "find_spec", "s#", module, (Py_ssize_t)n) : NULL;
+    /* Not found, or find_spec failed: either way the module is not one of the allowed ones. */
+    PyErr_Clear();
+    bool allowed = spec_within(spec, dirs);
+    Py_XDECREF(spec);
+    Py_XDECREF(util);
+    if (!allowed) {
+        snprintf(err, errlen, "module '%.*s' is not in the worker's --python-path", (int)n, module);
+        return SLUICE_ERR_DENIED;
+    }
+    return 0;
+}
+
+/* Whether fn was defined in a module loaded from within dirs: its __module__ names a module in
+ * sys.modules whose spec is within them. So an allowed module's imports ("from numpy import
+ * load", its __loader__'s methods) are not reachable through it. Needs the GIL. Returns 0, or
+ * SLUICE_ERR_DENIED with err. */
+static int check_defined(PyObject *fn, const char *module, const char *function,
+                         const struct pipe_roots *dirs, char *err, size_t errlen)
+{
+    PyObject *name = PyObject_GetAttrString(fn, "__module__");
+    const char *where = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+    PyObject *mod = where ? PyDict_GetItemWithError(PyImport_GetModuleDict(), name) : NULL;
+    PyObject *spec = mod ? PyObject_GetAttrString(mod, "__spec__") : NULL;
+    PyErr_Clear();
+    bool allowed = spec_within(spec, dirs);
+    if (!allowed)
+        snprintf(err, errlen,
+                 "%s:%s is defined in module '%s', which is not in the worker's --python-path",
+                 module, function, where ? where : "?");
+    Py_XDECREF(spec);
+    Py_XDECREF(name);
+    return allowed ? 0 : SLUICE_ERR_DENIED;
+}
+
 /* Resolves "module:function": imports module and follows the dotted attributes of function.
- * Returns a new reference or NULL with an exception set. */
-static PyObject *resolve(const char *module, const char *function)
+ * Returns a new reference, or NULL with an exception set, or (confined to dirs) NULL without
+ * one and SLUICE_ERR_DENIED in err when an attribute on the way is another module
+ * ("aug:os.system" would reach os through aug's import of it) or the callable was defined
+ * outside dirs (check_defined). */
+static PyObject *resolve(const char *module, const char *function, const struct pipe_roots *dirs,
+                         char *err, size_t errlen)
 {
     PyObject *obj = PyImport_ImportModule(module);
     const char *p = function;
@@ -172,6 +270,15 @@ static PyObject *resolve(const char *module, const char *function)
         Py_XDECREF(name);
         Py_DECREF(obj);
         obj = next;
+        if (obj && dirs && PyModule_Check(obj)) {
+            const char *mname = PyModule_GetName(obj);
+            PyErr_Clear();
+            snprintf(err, errlen,
+                     "%s:%s leads into module '%s'; name a function of module '%s' itself", module,
+                     function, mname ? mname : "?", module);
+            Py_CLEAR(obj);
+            return NULL;
+        }
         p += len + (dot ? 1 : 0);
     }
     if (obj && !PyCallable_Check(obj)) {
@@ -179,11 +286,14 @@ static PyObject *resolve(const char *module, const char *function)
                      Py_TYPE(obj)->tp_name);
         Py_CLEAR(obj);
     }
+    if (obj && dirs && check_defined(obj, module, function, dirs, err, errlen) < 0)
+        Py_CLEAR(obj);
     return obj;
 }
 
 static int rt_bind(const char *module, const char *function, const struct pipe_value *args,
-                   size_t nargs, void **state, char *err, size_t errlen)
+                   size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
+                   size_t errlen)
 {
     int rc = interpreter_gone(err, errlen);
     if (rc)
@@ -195,7 +305,12 @@ static int rt_bind(const char *module, const char *function, const struct pipe_v
         snprintf(err, errlen, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
         return SLUICE_ERR_NOMEM;
     }
-    op->fn = resolve(module, function);
+    rc = dirs ? check_origin(module, dirs, err, errlen) : 0;
+    if (rc == 0) {
+        op->fn = resolve(module, function, dirs, err, errlen);
+        if (!op->fn && !PyErr_Occurred())
+            rc = SLUICE_ERR_DENIED;
+    }
     op->extra = op->fn ? PyTuple_New((Py_ssize_t)nargs) : NULL;
     for (size_t k = 0; op->extra && k < nargs; k++) {
         PyObject *v = literal(&args[k]);
@@ -206,7 +321,8 @@ static int rt_bind(const char *module, const char *function, const struct pipe_v
         PyTuple_SET_ITEM(op->extra, (Py_ssize_t)k, v);
     }
     if (!op->extra) {
-        rc = pyfn_exception(err, errlen);
+        if (rc == 0)
+            rc = pyfn_exception(err, errlen);
         Py_XDECREF(op->fn);
         free(op);
         PyGILState_Release(g);

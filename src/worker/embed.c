@@ -4,7 +4,9 @@
  *
  * Happy path: sluice_worker_start checks the options on the caller's thread, loads the plugins
  * into a registry of this worker's own, puts the python_path directories on the process's
- * sys.path (through the installed Python runtime, pipeline/pyfn.h) and starts the loop thread,
+ * sys.path (through the installed Python runtime, pipeline/pyfn.h), confines the registry (file
+ * sources to the data roots, py functions to the python_path directories, see
+ * pipe_registry_confine) and starts the loop thread,
  * which starts the worker and the metrics server. A stop at level 1 drains the worker
  * (worker_drain) and closes everything once the drain is over; level 2 closes at once, also in the
  * middle of a drain. The loop ends once every handle is closed.
@@ -24,6 +26,7 @@
 #include "common/security.h"
 #include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
+#include "pipeline/roots.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +53,7 @@ struct sluice_worker {
     uint32_t drain_timeout_ms;
     bool metrics;
     int metrics_port;
+    bool unconfined_files; /* no data roots */
 
     /* Written on the loop thread while starting, read-only once the start returned. */
     char listen_address[ADDRESS_MAX];
@@ -115,7 +119,8 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
                        "drain_timeout_ms: expected a number from 1 to %u, got %u",
                        MAX_DRAIN_TIMEOUT_MS, (unsigned)o->drain_timeout_ms);
     if ((rc = check_paths("plugins", o->plugins, o->nplugins, err, errlen)) < 0 ||
-        (rc = check_paths("python_path", o->python_path, o->npython_path, err, errlen)) < 0)
+        (rc = check_paths("python_path", o->python_path, o->npython_path, err, errlen)) < 0 ||
+        (rc = check_paths("data_roots", o->data_roots, o->ndata_roots, err, errlen)) < 0)
         return rc;
     *level = LOG_INFO;
     if (o->log_level && log_level_parse(o->log_level, level) < 0)
@@ -168,6 +173,20 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         if (rc < 0)
             return err_set(err, errlen, rc, "python_path: %s", why);
     }
+    /* Files only from the data roots, py functions only from python_path. */
+    struct pipe_roots roots;
+    rc = pipe_roots_init(&roots, o->data_roots, o->ndata_roots, err, errlen);
+    if (rc == 0) {
+        char why[512];
+        rc =
+            pipe_registry_confine(s->reg, &roots, o->python_path, o->npython_path, why, sizeof why);
+        if (rc < 0)
+            err_set(err, errlen, rc, "%s", why);
+    }
+    pipe_roots_release(&roots);
+    if (rc < 0)
+        return rc;
+    s->unconfined_files = o->ndata_roots == 0;
     unsigned threads = o->threads;
     if (threads == 0) {
         threads = uv_available_parallelism();
@@ -249,6 +268,9 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
                            http_server_port(s->http));
     log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task", s->address,
              s->dispatcher, s->opts.threads);
+    if (s->unconfined_files && !sec_is_loopback(s->host))
+        log_warn("serving beyond loopback without --data-root: pipelines may read any file this "
+                 "worker can read");
     return 0;
 }
 

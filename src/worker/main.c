@@ -40,7 +40,12 @@ static const char usage[] =
     "  --threads N           producer threads per distributed_epoch task (default: cores)\n"
     "  --plugin LIB.so       load pipeline functions from a plugin (repeatable)\n"
     "  --python-path DIR     a directory of modules for map(py, \"module:function\"),\n"
-    "                        put on Python's sys.path (repeatable; PYTHONPATH works too)\n"
+    "                        put on Python's sys.path (repeatable); py functions come only\n"
+    "                        from these directories, never from the standard library,\n"
+    "                        site-packages or PYTHONPATH\n"
+    "  --data-root DIR       file sources (lines, tfrecord, tar) read only files within DIR,\n"
+    "                        after resolving '..' and symbolic links (repeatable; without\n"
+    "                        any, every file this process can read; set it in production)\n"
     "  --metrics-port P      serve Prometheus metrics at GET /metrics on this port, on the\n"
     "                        same --host (0: any free port)\n"
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
@@ -61,6 +66,8 @@ struct args {
     size_t nplugins;
     const char **python_path;
     size_t npython_path;
+    const char **data_roots;
+    size_t ndata_roots;
     int metrics_port; /* -1: no metrics server */
     uint32_t drain_timeout_ms;
     enum log_level level;
@@ -119,6 +126,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_THREADS,
         O_PLUGIN,
         O_PYTHON_PATH,
+        O_DATA_ROOT,
         O_METRICS,
         O_DRAIN,
         O_LOG,
@@ -139,6 +147,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"threads", required_argument, NULL, O_THREADS},
         {"plugin", required_argument, NULL, O_PLUGIN},
         {"python-path", required_argument, NULL, O_PYTHON_PATH},
+        {"data-root", required_argument, NULL, O_DATA_ROOT},
         {"metrics-port", required_argument, NULL, O_METRICS},
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"log-level", required_argument, NULL, O_LOG},
@@ -190,6 +199,12 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
             if (!*optarg)
                 return usage_error("--python-path: expected a directory, got ''");
             if (append(&a->python_path, &a->npython_path, optarg) < 0)
+                return 1;
+            break;
+        case O_DATA_ROOT:
+            if (!*optarg)
+                return usage_error("--data-root: expected a directory, got ''");
+            if (append(&a->data_roots, &a->ndata_roots, optarg) < 0)
                 return 1;
             break;
         case O_METRICS:
@@ -278,6 +293,8 @@ static int run(const struct args *a)
         .nplugins = a->nplugins,
         .python_path = a->python_path,
         .npython_path = a->npython_path,
+        .data_roots = a->data_roots,
+        .ndata_roots = a->ndata_roots,
         .metrics = a->metrics_port >= 0,
         .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
         .drain_timeout_ms = a->drain_timeout_ms,
@@ -330,6 +347,7 @@ int main(int argc, char **argv)
             printf("sluice %s\n", sluice_version());
         free(a.plugins);
         free(a.python_path);
+        free(a.data_roots);
         return rc;
     }
     log_init(PART, a.level);
@@ -343,5 +361,6 @@ int main(int argc, char **argv)
     rc = run(&a);
     free(a.plugins);
     free(a.python_path);
+    free(a.data_roots);
     return rc;
 }

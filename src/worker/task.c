@@ -12,6 +12,8 @@
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
 #include "pipeline/iter.h"
+#include "pipeline/registry.h"
+#include "pipeline/roots.h"
 #include "shard.h"
 
 #include <assert.h>
@@ -457,6 +459,10 @@ static int run_whole(struct producer *p, char *err, size_t errlen)
     size_t nfiles = 0;
     int rc;
 
+    /* Nothing outside this worker's data roots is read, nor even listed for sharding. */
+    rc = pipe_roots_check_source(pipe_registry_roots(t->reg), &t->spec->source, err, errlen);
+    if (rc < 0)
+        goto out;
     if (shard_needs_files(t->spec, t->mode)) {
         rc = pipe_glob_expand(t->spec->source.globs, t->spec->source.nglobs, &files, &nfiles, err,
                               errlen);

@@ -54,7 +54,9 @@ static const char module_text[] =
     "    return x\n"
     "\n"
     "def wrong(x):\n"
-    "    return [int(x)]\n";
+    "    return [int(x)]\n"
+    "\n"
+    "load = np.load\n";
 #define BAD_LINE "8"
 
 static char mod_dir[512];
@@ -227,8 +229,32 @@ static void test_errors(void **state)
 {
     struct cluster *c = *state;
     ensure_workers(c);
+    /* A module found nowhere is, in particular, not in the worker's --python-path. */
     read_fails(c, "range(10) | map(py, \"aug:flip\")", "distributed_epoch",
-               "map(py, \"aug:flip\"): ModuleNotFoundError: No module named 'aug'");
+               "map(py, \"aug:flip\"): module 'aug' is not in the worker's --python-path");
+    /* Code only from the worker's own --python-path: not the standard library (also when the
+     * reader's PYTHONPATH or the worker's sys.path would find it), nor through an allowed
+     * module's own imports. */
+    read_fails(c, "range(1) | map(py, \"os:system\", \"touch /tmp/sluice-pwned\")",
+               "parallel_epochs",
+               "map(py, \"os:system\"): module 'os' is not in the worker's --python-path");
+    read_fails(c, "range(1) | filter(py, \"subprocess:call\")", "distributed_epoch",
+               "filter(py, \"subprocess:call\"): module 'subprocess' is not in the worker's "
+               "--python-path");
+    read_fails(c, "range(1) | map(py, \"builtins:print\")", "parallel_epochs",
+               "map(py, \"builtins:print\"): module 'builtins' is not in the worker's "
+               "--python-path");
+    read_fails(c, "range(1) | map(py, \"numpy:load\")", "parallel_epochs",
+               "map(py, \"numpy:load\"): module 'numpy' is not in the worker's --python-path");
+    read_fails(c, "list(\"/etc/passwd\") | map(py, \"fns:__loader__.get_data\")", "parallel_epochs",
+               "map(py, \"fns:__loader__.get_data\"): fns:__loader__.get_data is defined in "
+               "module '_frozen_importlib_external', which is not in the worker's --python-path");
+    read_fails(c, "list(\"/etc/passwd\") | map(py, \"fns:load\")", "parallel_epochs",
+               "map(py, \"fns:load\"): fns:load is defined in module 'numpy', which is not in "
+               "the worker's --python-path");
+    read_fails(c, "range(1) | map(py, \"fns:np.load\")", "parallel_epochs",
+               "map(py, \"fns:np.load\"): fns:np.load leads into module 'numpy'; name a "
+               "function of module 'fns' itself");
     read_fails(c, "range(10) | filter(py, \"fns:flip\")", "parallel_epochs",
                "filter(py, \"fns:flip\"): AttributeError: module 'fns' has no attribute 'flip'");
     read_fails(c, "range(10) | map(py, \"fns:bad\")", "distributed_epoch",

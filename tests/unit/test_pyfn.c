@@ -14,6 +14,7 @@
 #include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +160,16 @@ struct fake_state {
 
 static int binds, unbinds, calls;
 static char added_path[64];
+/* What the last bind was confined to: whether it was, and its first directory. */
+static bool bound_confined;
+static char bound_dir[64];
 
 static int fake_bind(const char *module, const char *function, const struct pipe_value *args,
-                     size_t nargs, void **state, char *err, size_t errlen)
+                     size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
+                     size_t errlen)
 {
+    bound_confined = dirs != NULL;
+    snprintf(bound_dir, sizeof bound_dir, "%s", dirs && dirs->n ? dirs->dirs[0] : "");
     if (strcmp(module, "m") != 0 ||
         (strcmp(function, "add") && strcmp(function, "even") && strcmp(function, "fail")))
         return err_set(err, errlen, SLUICE_ERR_FN, "no %s:%s", module, function);
@@ -249,6 +256,54 @@ static void test_fake_runtime(void **state)
     sluice_python_runtime_install(NULL);
 }
 
+/* Runs text with reg and returns what its first next() returns (the message in err). */
+static int first_of(const struct sluice_registry *reg, const char *text, char *err, size_t errlen)
+{
+    struct pipe_spec *spec = NULL;
+    struct pipe_run *run = NULL;
+    assert_int_equal(pipe_parse(text, &spec, err, errlen), 0);
+    assert_int_equal(pipe_open(spec, reg, &run, err, errlen), 0);
+    struct sluice_element e;
+    pipe_elem_init(&e);
+    int rc = pipe_run_next(run, &e);
+    if (rc < 0)
+        snprintf(err, errlen, "%s", run->ctx.err);
+    pipe_elem_release(&e);
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+    return rc;
+}
+
+/* A registry confined by pipe_registry_confine hands its python_path directories (resolved) to
+ * the runtime; any other leaves py unconfined. */
+static void test_confinement_reaches_the_runtime(void **state)
+{
+    (void)state;
+    sluice_python_runtime_install(&fake);
+    struct sluice_registry *reg;
+    char err[512] = "";
+    assert_int_equal(pipe_registry_new(&reg), 0);
+    assert_null(pipe_registry_py_dirs(reg));
+    assert_int_equal(first_of(reg, "range(3) | map(py, \"m:add\", 1)", err, sizeof err), 1);
+    assert_false(bound_confined);
+
+    const char *dirs[] = {"//./"};
+    assert_int_equal(pipe_registry_confine(reg, NULL, dirs, 1, err, sizeof err), 0);
+    assert_non_null(pipe_registry_py_dirs(reg));
+    assert_false(pipe_roots_active(pipe_registry_roots(reg)));
+    assert_int_equal(first_of(reg, "range(3) | map(py, \"m:add\", 1)", err, sizeof err), 1);
+    assert_true(bound_confined);
+    assert_string_equal(bound_dir, "/");
+
+    /* No python_path at all: still confined, to nothing. */
+    assert_int_equal(pipe_registry_confine(reg, NULL, NULL, 0, err, sizeof err), 0);
+    assert_int_equal(first_of(reg, "range(3) | map(py, \"m:add\", 1)", err, sizeof err), 1);
+    assert_true(bound_confined);
+    assert_string_equal(bound_dir, "");
+    pipe_registry_free(reg);
+    sluice_python_runtime_install(NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -256,6 +311,7 @@ int main(void)
         cmocka_unit_test(test_check_messages),
         cmocka_unit_test_setup_teardown(test_without_runtime, NULL, uninstall),
         cmocka_unit_test_setup_teardown(test_fake_runtime, NULL, uninstall),
+        cmocka_unit_test_setup_teardown(test_confinement_reaches_the_runtime, NULL, uninstall),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
