@@ -445,6 +445,8 @@ static void send_heartbeat(struct sluice_iterator *it)
     sluice__client_heartbeat_request__init(&it->hb_req);
     it->hb_req.client_id = it->client_id;
     it->hb_req.iteration_id = it->iteration_id;
+    it->hb_req.client_key.data = it->client_key;
+    it->hb_req.client_key.len = it->client_key_len;
     it->hb_req.n_finished_task_ids = n;
     it->hb_req.finished_task_ids = it->finished;
     it->hb_req.elements_per_second = rate;
@@ -535,6 +537,8 @@ void iter_run_close(struct sluice_client *c, struct client_op *op)
         timeout = c->timeout_ms;
     sluice__release_client_request__init(&it->rel_req);
     it->rel_req.client_id = it->client_id;
+    it->rel_req.client_key.data = it->client_key;
+    it->rel_req.client_key.len = it->client_key_len;
     sluice__envelope__init(&it->rel_env);
     it->rel_env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
     it->rel_env.release_client = &it->rel_req;

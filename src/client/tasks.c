@@ -5,6 +5,7 @@
 #include "common/rows.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,4 +326,25 @@ unsigned ct_outstanding(const struct ct_set *s)
     for (size_t i = 0; i < s->n; i++)
         total += s->v[i].outstanding;
     return total;
+}
+
+int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t len)
+{
+    if (t->elements == delivered)
+        return 0;
+    snprintf(msg, len,
+             "task %" PRIu64 " on worker %s: received %" PRIu64 " of %" PRIu64 " elements", t->id,
+             t->address, t->elements, delivered);
+    return SLUICE_ERR_TRUNCATED;
+}
+
+int ct_check_gone(const struct ct_task *t, char *msg, size_t len)
+{
+    if (t->ended || t->elements == 0)
+        return 0;
+    snprintf(msg, len,
+             "task %" PRIu64 " on worker %s: the worker was lost after %" PRIu64
+             " elements: its copy is incomplete",
+             t->id, t->address, t->elements);
+    return SLUICE_ERR_TRUNCATED;
 }

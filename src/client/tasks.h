@@ -178,6 +178,20 @@ bool ct_active(const struct ct_set *s);
  * may exceed max). */
 size_t ct_finished_ids(const struct ct_set *s, uint64_t *out, size_t max);
 
+/* Exact accounting of a copy read whole (parallel_epochs and the static sharding modes, not in
+ * rounds): a task's end of sequence says how many elements its worker sent this reader in all
+ * (delivered). Returns 0 when the task's received count is exactly that, else
+ * SLUICE_ERR_TRUNCATED with "task 3 on worker HOST:PORT: received 155040 of 200000 elements"
+ * in msg: elements sent to this reader that never reached it. */
+int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t len);
+
+/* The same reads: a task that leaves the set (ct_reap) without having ended, after it sent
+ * elements, left this reader a part of its copy: its worker was lost (killed, evicted, restarted)
+ * in the middle. Returns 0 when that is not the case, else SLUICE_ERR_TRUNCATED with "task 3 on
+ * worker HOST:PORT: the worker was lost after 5120 elements: its copy is incomplete" in msg. A
+ * task that sent nothing left nothing half-read and is not reported. */
+int ct_check_gone(const struct ct_task *t, char *msg, size_t len);
+
 /* Requests outstanding over all tasks. */
 unsigned ct_outstanding(const struct ct_set *s);
 

@@ -2,6 +2,22 @@
 
 #include "server_internal.h"
 
+#include "common/cap.h"
+
+/* Whether a request presenting key (len bytes) may act for client cl: its iteration has no
+ * secret (created before secrets existed: not checked), or key is the client's capability.
+ * Otherwise writes the refusal into err and returns false. */
+static bool client_key_ok(const struct dispatcher *d, const struct st_client *cl,
+                          const uint8_t *key, size_t len, char *err, size_t errlen)
+{
+    const struct st_iteration *it = state_iteration(&d->st, cl->iteration_id);
+    if (!it || !it->key.set || cap_client_ok(it->key.b, cl->id, key, len))
+        return true;
+    snprintf(err, errlen, "client %" PRIu64 ": wrong client key: not a consumer of job %" PRIu64,
+             cl->id, it->job_id);
+    return false;
+}
+
 /* ---- ClientHeartbeat and ReleaseClient ------------------------------------------------------- */
 
 /* A coordinated read's rounds are granted this far ahead of a consumer's progress: the rounds
@@ -208,6 +224,12 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
         return;
     }
+    if (!client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+        log_warn("refused a heartbeat for client %" PRIu64 " from %s: wrong client key",
+                 req->client_id, rpc_conn_peer_name(conn));
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
+        return;
+    }
     uint64_t iteration_id = req->iteration_id ? req->iteration_id : cl->iteration_id;
     if (!state_iteration(&d->st, iteration_id)) {
         snprintf(err, sizeof err, "iteration %" PRIu64 " not found", iteration_id);
@@ -268,12 +290,20 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
                                   const Sluice__Envelope *env)
 {
     char err[ERRLEN];
+    const Sluice__ReleaseClientRequest *req = env->release_client;
+    const struct st_client *cl = state_client(&d->st, req->client_id);
+    if (cl && !client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+        log_warn("refused to release client %" PRIu64 " for %s: wrong client key", req->client_id,
+                 rpc_conn_peer_name(conn));
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
+        return;
+    }
     struct client_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
         return;
     }
-    c->client_id = env->release_client->client_id;
+    c->client_id = req->client_id;
     int rc = plan_release_client(&d->st, c->client_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);

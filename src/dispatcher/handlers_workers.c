@@ -2,6 +2,23 @@
 
 #include "server_internal.h"
 
+#include "common/cap.h"
+
+/* A new incarnation may take over the address of a worker silent for this long: a process
+ * restarted at the same address. One that heartbeats (a worker beats every worker_hb_ms) keeps
+ * its address, so a peer that only knows its address and incarnation cannot displace it. */
+static bool worker_replaceable(struct dispatcher *d, const char *address)
+{
+    const struct st_worker *w = state_worker_by_address(&d->st, address);
+    if (!w)
+        return true;
+    /* Not heard from since this dispatcher started: counts as heard from now (see server.c),
+     * and the timer tick records it so. */
+    const struct soft *seen = dispatcher_soft_find(&d->worker_seen, w->id, NULL);
+    uint64_t now = uv_now(d->loop);
+    return seen && now - seen->t > 2 * (uint64_t)d->worker_hb_ms;
+}
+
 /* ---- WorkerHeartbeat ------------------------------------------------------------------------- */
 
 struct worker_ctx {
@@ -54,6 +71,10 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->mode = (Sluice__ProcessingMode)job->mode;
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
+    if (it->key.set) {
+        def->iteration_key.data = (uint8_t *)it->key.b;
+        def->iteration_key.len = ST_KEY_LEN;
+    }
     if (mode_static(job->mode)) {
         long index = worker_index(d, address);
         if (index < 0)
@@ -187,6 +208,16 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         /* A drained worker deregisters: what it still holds goes back to the pool. */
         const struct st_worker *lw = state_worker_by_address(&d->st, req->address);
         c->leaving = true;
+        if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn) &&
+            !state_worker_key_ok(lw, req->worker_key.data, req->worker_key.len)) {
+            log_warn("refused a deregistration of worker %" PRIu64 " at %s from %s: wrong worker "
+                     "key",
+                     lw->id, lw->address, rpc_conn_peer_name(conn));
+            rc = err_set(err, sizeof err, SLUICE_ERR_DENIED,
+                         "worker at %s: the worker key does not match its registration",
+                         lw->address);
+            goto refused;
+        }
         if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn)) {
             log_info("worker %" PRIu64 " at %s deregistered", lw->id, lw->address);
             rc = plan_remove_worker(&d->st, lw->id, &d->ups, err, sizeof err);
@@ -199,8 +230,12 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
         return;
     }
-    rc = plan_worker_heartbeat(&d->st, req->address, rpc_conn_peer_incarnation(conn), finished,
-                               nfinished, req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    rc = plan_worker_heartbeat_keyed(&d->st, req->address, rpc_conn_peer_incarnation(conn),
+                                     req->worker_key.data, req->worker_key.len,
+                                     worker_replaceable(d, req->address), finished, nfinished,
+                                     req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    if (rc == SLUICE_ERR_DENIED)
+        log_warn("refused a heartbeat from %s: %s", rpc_conn_peer_name(conn), err);
     if (rc < 0)
         goto refused;
     /* Before the commit, which forgets the figures of a worker it removes. */
@@ -273,6 +308,15 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         snprintf(err, sizeof err, "task %" PRIu64 " belongs to another worker incarnation",
                  req->task_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    /* The incarnation is public; only the worker knows its secret. */
+    if (w && !state_worker_key_ok(w, req->worker_key.data, req->worker_key.len)) {
+        log_warn("refused GetSplits for task %" PRIu64 " from %s: wrong worker key", req->task_id,
+                 rpc_conn_peer_name(conn));
+        snprintf(err, sizeof err, "task %" PRIu64 ": the worker key does not match its worker's",
+                 req->task_id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
         return;
     }
     uint32_t max =
