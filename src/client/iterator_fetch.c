@@ -33,7 +33,9 @@ void iter_settle(struct sluice_iterator *it)
         if (t.conn)
             client_conn_release(it->c, t.conn);
     }
-    if (ct_done(&it->tasks))
+    /* A whole copy's task that left is judged (ct_check_gone) once its last request is back,
+     * before the read may end: that request may still bring its end of sequence. */
+    if (ct_done(&it->tasks) && !(whole_copies(it) && ct_unlisted(&it->tasks)))
         iter_end(it);
     else
         iter_hasten_heartbeat(it);

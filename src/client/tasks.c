@@ -299,6 +299,14 @@ bool ct_done(const struct ct_set *s)
     return true;
 }
 
+bool ct_unlisted(const struct ct_set *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!s->v[i].listed)
+            return true;
+    return false;
+}
+
 bool ct_active(const struct ct_set *s)
 {
     for (size_t i = 0; i < s->n; i++)

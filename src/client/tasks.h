@@ -171,6 +171,10 @@ long ct_confirmed_error(const struct ct_set *s, uint64_t seq);
  * task has ended with no request outstanding. */
 bool ct_done(const struct ct_set *s);
 
+/* True when some task the dispatcher no longer lists is still in the set (a request to it is
+ * outstanding, so ct_reap has not handed it back yet). */
+bool ct_unlisted(const struct ct_set *s);
+
 /* True when some listed task has not ended (the read can progress without the dispatcher). */
 bool ct_active(const struct ct_set *s);
 

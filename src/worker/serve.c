@@ -56,6 +56,7 @@ static void reply_end(struct wtask *wt, struct rpc_conn *conn, uint64_t id, uint
     if (d) {
         r.counted = true;
         r.delivered = d->elements;
+        d->ended = true;
     }
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
@@ -364,6 +365,14 @@ static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *
 }
 
 static uint64_t hb_soon(struct worker *w);
+
+bool worker_ends_sent(const struct wtask *wt)
+{
+    for (size_t i = 0; i < wt->ndeliveries; i++)
+        if (wt->deliveries[i].elements > 0 && !wt->deliveries[i].ended)
+            return false;
+    return true;
+}
 
 void worker_report_end(struct worker *w, struct wtask *wt)
 {

@@ -222,7 +222,10 @@ static void drain_check(struct worker *w)
          * nothing more to give: its copy ends here anyway. */
         bool stalled = !task_is_distributed(wt->task) && tp.done &&
                        now - wt->drain_progress_ms >= WORKER_DRAIN_IDLE_MS;
-        if (!(tp.finished || tp.failed || stalled))
+        /* A whole copy is over for its readers once each got its end of sequence with the count
+         * of what it was sent: leaving before would look like a lost worker to them. */
+        bool ends = !wt->counted || worker_ends_sent(wt);
+        if (!((tp.finished && ends) || tp.failed || stalled))
             all = false;
     }
     /* Readers that stopped asking (gone, or done with this worker) are not waited for. */

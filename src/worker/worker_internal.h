@@ -52,6 +52,7 @@ struct waiter {
 struct delivery {
     uint64_t client_id;
     uint64_t elements;
+    bool ended; /* the reader was sent the end of sequence */
 };
 /* Readers a task counts for; a task read by more (a huge shared job) stops counting for new
  * ones, whose end of sequence then carries no count. */
@@ -165,6 +166,9 @@ void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
 /* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
  * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
 void worker_report_end(struct worker *w, struct wtask *wt);
+/* Whether every reader the task sent elements to (as far as it counts them) was also sent the end
+ * of sequence, with its count. */
+bool worker_ends_sent(const struct wtask *wt);
 /* Serves waiting readers in arrival order for as long as the buffer has elements for them; a
  * task read in rounds serves whole rounds (serve_rounds). */
 void worker_serve_waiters(struct worker *w, struct wtask *wt);

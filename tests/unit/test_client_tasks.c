@@ -596,10 +596,16 @@ static void test_copy_accounting(void **state)
     send_to(&s, 5);
     ct_on_reply(&s, (size_t)ct_find(&s, 5), 7, false, 0);
     const uint64_t only34[] = {3, 4};
+    send_to(&s, 5);
     apply(&s, only34, 2, true);
+    /* Its last request is still out: it stays, and the read is not over while it does. */
+    assert_true(ct_unlisted(&s));
     struct ct_task gone;
+    assert_false(ct_reap(&s, &gone));
+    ct_on_failure(&s, (size_t)ct_find(&s, 5), 0);
     assert_true(ct_reap(&s, &gone));
     assert_int_equal(gone.id, 5);
+    assert_false(ct_unlisted(&s));
     assert_int_equal(ct_check_gone(&gone, msg, sizeof msg), SLUICE_ERR_TRUNCATED);
     assert_string_equal(msg, "task 5 on worker w1:1: the worker was lost after 7 elements: its "
                              "copy is incomplete");
