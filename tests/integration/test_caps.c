@@ -501,10 +501,11 @@ static void test_forged_worker_refused(void **state)
 
 /* ---- whole copies: exact accounting ---------------------------------------------------------- */
 
-#define COPY "range(4000) | map(sleep_us, 1000)"
+#define COPY "range(4000) | map(sleep_us, 2000)"
 
 /* Waits until the reader's job has a task on each worker, then long enough for both to have
- * served part of their copy (each makes an element a millisecond). */
+ * served part of their copy, and well before either has made all of it (every element burns
+ * 2 ms of CPU: a copy of 4000 takes seconds). */
 static void wait_mid_copy(struct cluster *c, const char *name)
 {
     json_t *j = wait_job(c, name, (size_t)c->nworkers);
