@@ -10,7 +10,8 @@
  *     with the exact multiset;
  *   - a whole-copy read (parallel_epochs) whose worker is killed mid-copy exits 1 naming the task
  *     and the worker, while a drained worker's shortened copy is complete for its reader (exit 0);
- *     and a raw reader of a whole copy gets an end of sequence that counts exactly what it got.
+ *     a raw reader of a whole copy gets an end of sequence that counts exactly what it got; and
+ *     the readers of a shared job each check exactly their own part.
  *
  * Every wait is bounded. */
 #include <stdarg.h>
@@ -576,6 +577,33 @@ static void test_drained_copy_is_complete(void **state)
     free(out);
 }
 
+/* A shared job's copy is split between its readers first come, first served: each reader's end
+ * counts what it was sent, so both reads succeed, and together they hold the copy exactly once. */
+static void test_shared_copy_counts_per_reader(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    struct proc a, b;
+    const char *pipe = "range(2000) | map(sleep_us, 1000)";
+    assert_int_equal(cluster_cli_spawn(c, &a, "read", pipe, "--job-name", "shared", NULL), 0);
+    assert_int_equal(cluster_cli_spawn(c, &b, "read", pipe, "--job-name", "shared", NULL), 0);
+    char *oa = proc_read_all(&a, READ_MS), *ob = proc_read_all(&b, READ_MS);
+    assert_int_equal(proc_wait(&a, 5000), 0);
+    assert_int_equal(proc_wait(&b, 5000), 0);
+    printf("    the readers got %zu and %zu elements\n", count_lines(oa), count_lines(ob));
+    char *both = malloc(strlen(oa) + strlen(ob) + 1);
+    assert_non_null(both);
+    strcpy(both, oa);
+    strcat(both, ob);
+    char *got = sorted_lines(both), *want = expected_range(2000, 1);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(both);
+    free(oa);
+    free(ob);
+}
+
 /* A raw reader of a whole copy: the end of sequence counts exactly the elements it was sent. */
 static void test_end_counts_what_was_sent(void **state)
 {
@@ -646,6 +674,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_guessed_ids_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_worker_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_end_counts_what_was_sent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_copy_counts_per_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_killed_mid_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drained_copy_is_complete, setup, teardown),
     };
