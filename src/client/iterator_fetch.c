@@ -261,8 +261,8 @@ static int fetch(struct sluice_iterator *it, size_t i)
     Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
     req.task_id = t->id;
     req.client_id = it->client_id;
-    req.client_key.data = it->client_key;
-    req.client_key.len = it->client_key_len;
+    req.client_key.data = t->key;
+    req.client_key.len = t->key_len;
     /* The worker chooses the element count (0); a coordinated round is one element per
      * consumer. */
     req.max_bytes = ITER_FETCH_MAX_BYTES;

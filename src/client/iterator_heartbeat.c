@@ -294,6 +294,8 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         infos[n].task_id = t->task_id;
         infos[n].address = t->worker_address ? t->worker_address : "";
         infos[n].worker_incarnation = t->worker_incarnation;
+        infos[n].key = t->client_key.data;
+        infos[n].key_len = t->client_key.len;
         n++;
     }
     int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);

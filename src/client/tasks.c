@@ -54,7 +54,8 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
     /* Validate everything and make room before changing anything, so a refused list leaves the
      * set as it was. Lists hold one task per worker, so the quadratic duplicate check is cheap. */
     for (size_t i = 0; i < n; i++) {
-        if (!infos[i].address || strlen(infos[i].address) >= CT_ADDR_MAX)
+        if (!infos[i].address || strlen(infos[i].address) >= CT_ADDR_MAX ||
+            infos[i].key_len > CT_KEY_MAX || (infos[i].key_len && !infos[i].key))
             return SLUICE_ERR_INVALID;
         for (size_t j = 0; j < i; j++)
             if (infos[j].task_id == infos[i].task_id)
@@ -77,6 +78,9 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         size_t at = lower_bound(s, infos[i].task_id);
         if (at < s->n && s->v[at].id == infos[i].task_id) {
             s->v[at].listed = true;
+            if (infos[i].key_len)
+                memcpy(s->v[at].key, infos[i].key, infos[i].key_len);
+            s->v[at].key_len = infos[i].key_len;
             continue;
         }
         memmove(&s->v[at + 1], &s->v[at], (s->n - at) * sizeof *s->v);
@@ -86,6 +90,9 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         t->id = infos[i].task_id;
         strcpy(t->address, infos[i].address);
         t->worker_incarnation = infos[i].worker_incarnation;
+        if (infos[i].key_len)
+            memcpy(t->key, infos[i].key, infos[i].key_len);
+        t->key_len = infos[i].key_len;
         t->listed = true;
         t->listed_at = now;
     }

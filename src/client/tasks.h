@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #define CT_ADDR_MAX 256
+#define CT_KEY_MAX 16
 
 /* Delays after an empty reply (the worker had nothing buffered yet) and after a failed request;
  * each doubles per consecutive occurrence up to its cap. */
@@ -49,6 +50,8 @@ struct ct_task {
     uint64_t id;
     char address[CT_ADDR_MAX]; /* the worker that runs it */
     uint64_t worker_incarnation;
+    uint8_t key[CT_KEY_MAX]; /* the client's capability for the task, sent with each request */
+    size_t key_len;
     void *conn;           /* the shell's connection to the worker; NULL until it attaches one */
     unsigned outstanding; /* requests in flight */
     bool listed;          /* in the dispatcher's latest list */
@@ -69,6 +72,8 @@ struct ct_info {
     uint64_t task_id;
     const char *address;
     uint64_t worker_incarnation;
+    const uint8_t *key; /* the client's capability for the task (borrowed); NULL when none */
+    size_t key_len;
 };
 
 /* One epoch of a coordinated read's schedule (a heartbeat reply's RoundEpoch). */
@@ -115,8 +120,8 @@ void ct_release(struct ct_set *s);
  * the list are marked unlisted (ct_reap then hands them back once drained), and
  * iteration_finished is recorded. A listed task that is back after being unlisted is listed
  * again and keeps its state. Returns 0, SLUICE_ERR_NOMEM (the set is unchanged), or
- * SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1 or a task id listed twice (the
- * set is unchanged). */
+ * SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1, a key longer than CT_KEY_MAX or a
+ * task id listed twice (the set is unchanged). A listed task's key is taken from the list. */
 int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished,
                  uint64_t now);
 

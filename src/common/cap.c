@@ -24,27 +24,40 @@ int cap_random(uint8_t out[CAP_KEY_LEN])
     return 0;
 }
 
-void cap_client_key(const uint8_t iteration_key[CAP_KEY_LEN], uint64_t client_id,
-                    uint8_t out[CAP_KEY_LEN])
+/* HMAC-SHA256(secret, label || be64(id)) cut to CAP_KEY_LEN bytes. label is 15 bytes; labels
+ * keep the derivations of one secret apart. */
+static void derive(const uint8_t secret[CAP_KEY_LEN], const char label[15], uint64_t id,
+                   uint8_t out[CAP_KEY_LEN])
 {
-    /* A fixed label keeps this derivation apart from any other use of the same secret. */
-    uint8_t msg[15 + 8] = "sluice client: ";
+    uint8_t msg[15 + 8];
+    memcpy(msg, label, 15);
     for (int i = 0; i < 8; i++)
-        msg[15 + i] = (uint8_t)(client_id >> (56 - 8 * i));
+        msg[15 + i] = (uint8_t)(id >> (56 - 8 * i));
     uint8_t mac[EVP_MAX_MD_SIZE];
     unsigned len = 0;
-    HMAC(EVP_sha256(), iteration_key, CAP_KEY_LEN, msg, sizeof msg, mac, &len);
+    HMAC(EVP_sha256(), secret, CAP_KEY_LEN, msg, sizeof msg, mac, &len);
     memcpy(out, mac, CAP_KEY_LEN);
     OPENSSL_cleanse(mac, sizeof mac);
 }
 
-bool cap_client_ok(const uint8_t iteration_key[CAP_KEY_LEN], uint64_t client_id,
-                   const uint8_t *presented, size_t len)
+void cap_client_key(const uint8_t secret[CAP_KEY_LEN], uint64_t client_id, uint8_t out[CAP_KEY_LEN])
+{
+    derive(secret, "sluice client: ", client_id, out);
+}
+
+void cap_task_key(const uint8_t iteration_key[CAP_KEY_LEN], uint64_t task_id,
+                  uint8_t out[CAP_KEY_LEN])
+{
+    derive(iteration_key, "sluice task:   ", task_id, out);
+}
+
+bool cap_client_ok(const uint8_t secret[CAP_KEY_LEN], uint64_t client_id, const uint8_t *presented,
+                   size_t len)
 {
     if (len != CAP_KEY_LEN || !presented)
         return false;
     uint8_t want[CAP_KEY_LEN];
-    cap_client_key(iteration_key, client_id, want);
+    cap_client_key(secret, client_id, want);
     bool ok = CRYPTO_memcmp(want, presented, CAP_KEY_LEN) == 0;
     OPENSSL_cleanse(want, sizeof want);
     return ok;

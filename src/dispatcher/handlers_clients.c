@@ -38,6 +38,7 @@ struct client_ctx {
      * consumer must never act on a schedule or a grant that a crash could take back. */
     Sluice__TaskInfo *infos;
     Sluice__TaskInfo **info_ptrs;
+    uint8_t (*info_keys)[CAP_KEY_LEN]; /* each task's capability for this client */
     size_t ninfos;
     uint64_t rounds_granted;
     Sluice__RoundEpoch *epochs;
@@ -53,6 +54,7 @@ static void client_ctx_free(struct client_ctx *c)
         free(c->epochs[i].task_ids);
     free(c->infos);
     free(c->info_ptrs);
+    free(c->info_keys);
     free(c->epochs);
     free(c->epoch_ptrs);
     free(c->reported);
@@ -69,7 +71,8 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
         n += d->st.tasks[i].iteration_id == it->id;
     c->infos = calloc(n ? n : 1, sizeof *c->infos);
     c->info_ptrs = calloc(n ? n : 1, sizeof *c->info_ptrs);
-    if (!c->infos || !c->info_ptrs)
+    c->info_keys = calloc(n ? n : 1, sizeof *c->info_keys);
+    if (!c->infos || !c->info_ptrs || !c->info_keys)
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < d->st.ntasks; i++) {
         const struct st_task *t = &d->st.tasks[i];
@@ -81,6 +84,13 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
         ti->task_id = t->id;
         ti->iteration_id = t->iteration_id;
         ti->worker_incarnation = w->incarnation;
+        if (it->key.set) {
+            uint8_t task_key[CAP_KEY_LEN];
+            cap_task_key(it->key.b, t->id, task_key);
+            cap_client_key(task_key, c->client_id, c->info_keys[c->ninfos]);
+            ti->client_key.data = c->info_keys[c->ninfos];
+            ti->client_key.len = CAP_KEY_LEN;
+        }
         if (!(ti->worker_address = strdup(w->address)))
             return SLUICE_ERR_NOMEM;
         c->info_ptrs[c->ninfos++] = ti;

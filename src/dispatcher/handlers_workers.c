@@ -51,9 +51,10 @@ static long worker_index(const struct dispatcher *d, const char *address)
     return -1;
 }
 
-/* Fills def for task t (which must be this worker's); strings point into the state. */
+/* Fills def for task t (which must be this worker's); strings point into the state, the task's
+ * secret into key. */
 static int fill_task_def(struct dispatcher *d, const struct st_task *t, const char *address,
-                         Sluice__TaskDef *def)
+                         Sluice__TaskDef *def, uint8_t key[CAP_KEY_LEN])
 {
     const struct st_iteration *it = state_iteration(&d->st, t->iteration_id);
     const struct st_job *job = it ? state_job(&d->st, it->job_id) : NULL;
@@ -72,8 +73,9 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
     if (it->key.set) {
-        def->iteration_key.data = (uint8_t *)it->key.b;
-        def->iteration_key.len = ST_KEY_LEN;
+        cap_task_key(it->key.b, t->id, key);
+        def->task_key.data = key;
+        def->task_key.len = CAP_KEY_LEN;
     }
     if (mode_static(job->mode)) {
         long index = worker_index(d, address);
@@ -90,6 +92,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     struct worker_ctx *c = ctx;
     const struct st_worker *w = state_worker(&d->st, c->worker_id);
     Sluice__TaskDef *defs = NULL, **ptrs = NULL;
+    uint8_t(*keys)[CAP_KEY_LEN] = NULL;
     uint64_t *removed = NULL;
     size_t ndefs = 0, nremoved = 0;
     if (status < 0) {
@@ -117,8 +120,9 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         n += d->st.tasks[i].worker_id == w->id;
     defs = calloc(n ? n : 1, sizeof *defs);
     ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    keys = calloc(n ? n : 1, sizeof *keys);
     removed = calloc(c->nreported ? c->nreported : 1, sizeof *removed);
-    if (!defs || !ptrs || !removed) {
+    if (!defs || !ptrs || !keys || !removed) {
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -127,7 +131,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         const struct st_task *t = &d->st.tasks[i];
         if (t->worker_id != w->id || t->finished || reported(c, t->id))
             continue;
-        int rc = fill_task_def(d, t, w->address, &defs[ndefs]);
+        int rc = fill_task_def(d, t, w->address, &defs[ndefs], keys[ndefs]);
         if (rc < 0) {
             char msg[ERRLEN];
             snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id,
@@ -160,6 +164,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
 out:
     free(defs);
     free(ptrs);
+    free(keys);
     free(removed);
     free(c->reported);
     dispatcher_req_done(&c->r);

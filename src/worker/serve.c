@@ -574,8 +574,8 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
         return;
     }
     /* Only the job's consumers are served: the capability the dispatcher gave the reader for
-     * its client id, derived from the iteration's secret this task came with. */
-    if (wt->has_key && !cap_client_ok(wt->iteration_key, client_id, key, key_len)) {
+     * this task and its client id, derived from the secret this task came with. */
+    if (wt->has_key && !cap_client_ok(wt->task_key, client_id, key, key_len)) {
         log_warn("refused elements of task %" PRIu64 " to %s: client %" PRIu64
                  " presented a wrong client key",
                  wt->id, rpc_conn_peer_name(conn), client_id);

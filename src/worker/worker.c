@@ -122,9 +122,9 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
     wt->incarnation = w->disp_incarnation;
     wt->rate_at_ms = worker_now_ms();
     wt->job_id = td->job_id;
-    if (td->iteration_key.len == CAP_KEY_LEN && td->iteration_key.data) {
+    if (td->task_key.len == CAP_KEY_LEN && td->task_key.data) {
         wt->has_key = true;
-        memcpy(wt->iteration_key, td->iteration_key.data, CAP_KEY_LEN);
+        memcpy(wt->task_key, td->task_key.data, CAP_KEY_LEN);
     }
     wt->counted =
         td->mode != SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH && td->num_consumers == 0;

@@ -80,10 +80,10 @@ struct wtask {
     double rate;
     struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
     uint64_t job_id;
-    /* The iteration's secret: only requests with the capability derived from it for their
-     * client id are served (cap.h). Not set for a task of an older iteration (not checked). */
+    /* The task's secret: only requests with the capability derived from it for their client id
+     * are served (cap.h). Not set for a task of an older iteration (not checked). */
     bool has_key;
-    uint8_t iteration_key[CAP_KEY_LEN];
+    uint8_t task_key[CAP_KEY_LEN];
     /* Whether the end of sequence carries a count (not in splits, not in rounds), and the
      * counts, sorted by client id. */
     bool counted;

@@ -4,7 +4,7 @@
  *
  *   - it cannot heartbeat, release or read as another job's client: the dispatcher and the
  *     worker refuse with SLUICE_ERR_DENIED and an exact message, also when it presents the valid
- *     capability of a job of its own; its own capability works for its own job (the control);
+ *     capabilities of a job of its own; its own capabilities work for its own job (the control);
  *   - it cannot deregister, drain or displace a live worker with the worker's visible
  *     incarnation, nor hand back its splits: the worker stays, and the victim's read completes
  *     with the exact multiset;
@@ -383,11 +383,15 @@ static void test_guessed_ids_refused(void **state)
     if (!rep)
         fail_msg("own heartbeat: %s", r.msg);
     assert_int_equal(rep->body_case, SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY);
-    uint64_t my_task = 0;
-    for (size_t i = 0; i < rep->client_heartbeat_reply->n_tasks; i++)
-        my_task = rep->client_heartbeat_reply->tasks[i]->task_id;
+    /* Its task, with its capability for that task. */
+    assert_int_equal(rep->client_heartbeat_reply->n_tasks, 1);
+    const Sluice__TaskInfo *ti = rep->client_heartbeat_reply->tasks[0];
+    uint64_t my_task = ti->task_id;
+    assert_int_equal(ti->client_key.len, 16);
+    uint8_t my_task_key[16];
+    memcpy(my_task_key, ti->client_key.data, 16);
     sluice__envelope__free_unpacked(rep, NULL);
-    assert_true(my_task != 0);
+    assert_memory_not_equal(my_task_key, my_key, 16);
 
     /* At the worker: the victim's task, with guessed client ids and keys, or with the
      * stranger's own valid capability. */
@@ -401,24 +405,28 @@ static void test_guessed_ids_refused(void **state)
         assert_refused(&r, SLUICE_ERR_DENIED, want);
         assert_null(get_elements(&w, vtask, g, guess, sizeof guess, &r));
         assert_refused(&r, SLUICE_ERR_DENIED, want);
-        assert_null(get_elements(&w, vtask, g, my_key, sizeof my_key, &r));
+        assert_null(get_elements(&w, vtask, g, my_task_key, sizeof my_task_key, &r));
         assert_refused(&r, SLUICE_ERR_DENIED, want);
     }
     snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, my_client,
              vjob);
+    assert_null(get_elements(&w, vtask, my_client, my_task_key, sizeof my_task_key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
     assert_null(get_elements(&w, vtask, my_client, my_key, sizeof my_key, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
-    /* Its own task, with its own capability, serves it (the control); a flipped bit does not. */
-    rep = get_elements(&w, my_task, my_client, my_key, sizeof my_key, &r);
+    /* Its own task, with its capability for it, serves it (the control); a flipped bit, or its
+     * capability at the dispatcher, does not. */
+    rep = get_elements(&w, my_task, my_client, my_task_key, sizeof my_task_key, &r);
     if (!rep)
         fail_msg("own elements: %s", r.msg);
     sluice__envelope__free_unpacked(rep, NULL);
-    my_key[0] ^= 1;
     snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, my_client,
              my_job);
     assert_null(get_elements(&w, my_task, my_client, my_key, sizeof my_key, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
-    my_key[0] ^= 1;
+    my_task_key[0] ^= 1;
+    assert_null(get_elements(&w, my_task, my_client, my_task_key, sizeof my_task_key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
     conn_close(&w);
     assert_non_null(release_client(&d, my_client, my_key, sizeof my_key, &r));
     sluice__envelope__free_unpacked(r.reply, NULL);
@@ -628,12 +636,17 @@ static void test_end_counts_what_was_sent(void **state)
     memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
     sluice__envelope__free_unpacked(rep, NULL);
     uint64_t task = 0;
+    uint8_t task_key[16];
     long long t0 = now_ms();
     while (task == 0 && now_ms() - t0 < WAIT_MS) {
         rep = client_heartbeat(&d, client, key, sizeof key, &r);
         assert_non_null(rep);
-        if (rep->client_heartbeat_reply->n_tasks > 0)
-            task = rep->client_heartbeat_reply->tasks[0]->task_id;
+        if (rep->client_heartbeat_reply->n_tasks > 0) {
+            const Sluice__TaskInfo *ti = rep->client_heartbeat_reply->tasks[0];
+            task = ti->task_id;
+            assert_int_equal(ti->client_key.len, 16);
+            memcpy(task_key, ti->client_key.data, 16);
+        }
         sluice__envelope__free_unpacked(rep, NULL);
         if (task == 0)
             usleep(50 * 1000);
@@ -646,7 +659,7 @@ static void test_end_counts_what_was_sent(void **state)
     bool ended = false;
     t0 = now_ms();
     while (!ended && now_ms() - t0 < WAIT_MS) {
-        rep = get_elements(&w, task, client, key, sizeof key, &r);
+        rep = get_elements(&w, task, client, task_key, sizeof task_key, &r);
         if (!rep)
             fail_msg("get_elements: %s", r.msg);
         const Sluice__GetElementsReply *g = rep->get_elements_reply;

@@ -561,6 +561,31 @@ static void test_retry_classes(void **state)
     }
 }
 
+/* Each task's capability comes with the list and is kept with the task; a key too long for the
+ * set refuses the whole list. */
+static void test_task_keys_follow_the_list(void **state)
+{
+    (void)state;
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint8_t k1[16] = "capability one..", k2[16] = "capability two..";
+    struct ct_info infos[2] = {{1, "w1:1", 7, k1, 16}, {2, "w2:2", 7, NULL, 0}};
+    assert_int_equal(ct_reconcile(&s, infos, 2, false, 0), 0);
+    assert_int_equal(s.v[0].key_len, 16);
+    assert_memory_equal(s.v[0].key, k1, 16);
+    assert_int_equal(s.v[1].key_len, 0);
+    infos[1].key = k2;
+    infos[1].key_len = 16;
+    assert_int_equal(ct_reconcile(&s, infos, 2, false, 0), 0);
+    assert_memory_equal(s.v[1].key, k2, 16);
+    uint8_t big[CT_KEY_MAX + 1] = {0};
+    infos[0].key = big;
+    infos[0].key_len = sizeof big;
+    assert_int_equal(ct_reconcile(&s, infos, 2, false, 0), SLUICE_ERR_INVALID);
+    assert_memory_equal(s.v[0].key, k1, 16);
+    ct_release(&s);
+}
+
 /* Whole copies are accounted for exactly: a task's end of sequence carries what its worker sent
  * this reader, and anything else than exactly that many received fails the read, naming the task,
  * its worker and both counts. A task that leaves mid-copy after sending something fails it too;
@@ -633,6 +658,7 @@ int main(void)
         cmocka_unit_test(test_errors_wait_for_a_later_heartbeat),
         cmocka_unit_test(test_retry_classes),
         cmocka_unit_test(test_copy_accounting),
+        cmocka_unit_test(test_task_keys_follow_the_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
