@@ -137,8 +137,9 @@ struct st_iteration {
     uint64_t rounds_granted;
     struct st_round_epoch *epochs;
     size_t nepochs;
-    /* The secret from which the shell derives each client's capability (src/common/cap.h); not
-     * set for iterations created before secrets existed. */
+    /* The secret from which the shell derives its clients' capabilities and its tasks' secrets
+     * (src/common/cap.h); it never leaves the dispatcher. Not set for iterations created before
+     * secrets existed. */
     struct st_key key;
 };
 
