@@ -11,9 +11,11 @@
  *   - a whole-copy read (parallel_epochs) whose worker is killed mid-copy exits 1 naming the task
  *     and the worker, while a drained worker's shortened copy is complete for its reader (exit 0);
  *     a raw reader of a whole copy gets an end of sequence that counts exactly what it got; and
- *     the readers of a shared job each check exactly their own part.
+ *     the readers of a shared job each check exactly their own part;
+ *   - capabilities survive a SIGKILL and restart of a fault-tolerant dispatcher (journal and
+ *     snapshots).
  *
- * Every wait is bounded. */
+ * Every wait is bounded. SLUICE_TEST_FILTER selects tests by cmocka's wildcard syntax. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -172,7 +174,9 @@ static Sluice__Envelope *worker_heartbeat(struct conn *c, const char *address, c
 
 /* ---- the cluster ----------------------------------------------------------------------------- */
 
-static const char *const short_timeouts[] = {"--worker-timeout-ms", "1000", "--log-level", "info",
+/* A worker timeout long enough that a loaded machine does not evict a live worker (which fails a
+ * whole-copy read, as it should), short enough that a killed one goes within seconds. */
+static const char *const short_timeouts[] = {"--worker-timeout-ms", "5000", "--log-level", "info",
                                              NULL};
 
 static int setup(void **state)
@@ -508,6 +512,119 @@ static void test_forged_worker_refused(void **state)
     assert_read_exact(&victim, 3000);
 }
 
+/* ---- capabilities across a dispatcher restart ----------------------------------------------- */
+
+/* A fault-tolerant dispatcher that snapshots after every few changes, so a restart restores
+ * iterations (and their secrets) from a snapshot as well as from records. */
+static const char *const snapshotting[] = {
+    "--worker-timeout-ms", "10000", "--snapshot-every", "3", "--log-level", "info", NULL};
+
+static int setup_ft(void **state)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->dispatcher_args = snapshotting;
+    if (cluster_start_dispatcher(c, 0, 1) != 0) {
+        free(c);
+        return -1;
+    }
+    *state = c;
+    return 0;
+}
+
+/* The client's capability for its only task, from a heartbeat (waiting for the task). */
+static uint64_t task_and_key(struct conn *d, uint64_t client, const uint8_t key[16],
+                             uint8_t task_key[16])
+{
+    struct result r;
+    long long t0 = now_ms();
+    while (now_ms() - t0 < WAIT_MS) {
+        Sluice__Envelope *rep = client_heartbeat(d, client, key, 16, &r);
+        if (!rep && r.status == SLUICE_ERR_UNAVAILABLE) {
+            usleep(50 * 1000); /* the dispatcher is restarting */
+            continue;
+        }
+        if (!rep)
+            fail_msg("heartbeat: %s", r.msg);
+        uint64_t task = 0;
+        if (rep->client_heartbeat_reply->n_tasks == 1) {
+            const Sluice__TaskInfo *ti = rep->client_heartbeat_reply->tasks[0];
+            assert_int_equal(ti->client_key.len, 16);
+            memcpy(task_key, ti->client_key.data, 16);
+            task = ti->task_id;
+        }
+        sluice__envelope__free_unpacked(rep, NULL);
+        if (task)
+            return task;
+        usleep(50 * 1000);
+    }
+    fail_msg("no task within %d ms", WAIT_MS);
+    return 0;
+}
+
+static void test_keys_survive_restart(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *ds = register_dataset(c, "range(10) | repeat()");
+    struct conn d;
+    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    body.dataset_id = ds;
+    body.job_name = "kept";
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &body;
+    struct result r;
+    Sluice__Envelope *rep = call(&d, &env, &r);
+    if (!rep)
+        fail_msg("get_or_create_job: %s", r.msg);
+    uint64_t client = rep->get_or_create_job_reply->client_id;
+    uint64_t job = rep->get_or_create_job_reply->job_id;
+    uint8_t key[16], task_key[16], task_key2[16];
+    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
+    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+    uint64_t task = task_and_key(&d, client, key, task_key);
+
+    assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+
+    /* The restarted dispatcher knows the iteration's secret: the same capabilities work, the same
+     * task capability comes back, and a wrong one is still refused. */
+    assert_int_equal(task_and_key(&d, client, key, task_key2), task);
+    assert_memory_equal(task_key2, task_key, 16);
+    uint8_t wrong[16];
+    memcpy(wrong, key, 16);
+    wrong[15] ^= 0x10;
+    assert_null(client_heartbeat(&d, client, wrong, sizeof wrong, &r));
+    char want[256];
+    snprintf(want, sizeof want,
+             "client %" PRIu64 ": wrong client key: not a consumer of job %" PRIu64, client, job);
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    /* The worker, which kept its task, serves it to the capability and to nothing else. */
+    struct conn w;
+    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    long long t0 = now_ms();
+    /* UNAVAILABLE: the worker has not heard of the task yet (its heartbeats were cut by the
+     * restart). */
+    while (!(rep = get_elements(&w, task, client, task_key, sizeof task_key, &r)) &&
+           r.status == SLUICE_ERR_UNAVAILABLE && now_ms() - t0 < WAIT_MS)
+        usleep(50 * 1000);
+    if (!rep)
+        fail_msg("get_elements: %s", r.msg);
+    sluice__envelope__free_unpacked(rep, NULL);
+    snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, client,
+             job);
+    assert_null(get_elements(&w, task, client, key, sizeof key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    conn_close(&w);
+    assert_non_null(release_client(&d, client, key, sizeof key, &r));
+    sluice__envelope__free_unpacked(r.reply, NULL);
+    conn_close(&d);
+    free(ds);
+}
+
 /* ---- whole copies: exact accounting ---------------------------------------------------------- */
 
 #define COPY "range(4000) | map(sleep_us, 2000)"
@@ -686,10 +803,13 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_guessed_ids_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forged_worker_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keys_survive_restart, setup_ft, teardown),
         cmocka_unit_test_setup_teardown(test_end_counts_what_was_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_copy_counts_per_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_killed_mid_copy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drained_copy_is_complete, setup, teardown),
     };
+    if (getenv("SLUICE_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
