@@ -159,7 +159,8 @@ struct worker {
     struct bench *b;
     struct rpc_client *rpc;
     uint64_t task;
-    uint64_t *done; /* leased splits to report finished with the next request */
+    uint8_t key[16]; /* the secret it registers with and proves itself with */
+    uint64_t *done;  /* leased splits to report finished with the next request */
     size_t ndone, cap;
     int inflight;
 };
@@ -254,6 +255,8 @@ static void issue(struct worker *w)
         body.max_splits = 1;
         body.n_finished = w->ndone;
         body.finished = w->done;
+        body.worker_key.data = w->key;
+        body.worker_key.len = sizeof w->key;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
         env.get_splits = &body;
@@ -315,6 +318,9 @@ static void setup(struct bench *b, const char *addr)
         w->rpc = client_new(b, addr, SLUICE__ROLE__ROLE_WORKER, 1000 + (uint64_t)i);
         Sluice__WorkerHeartbeatRequest hb = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
         hb.address = address;
+        memset(w->key, 'a' + i % 26, sizeof w->key);
+        hb.worker_key.data = w->key;
+        hb.worker_key.len = sizeof w->key;
         env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
         env.worker_heartbeat = &hb;
         Sluice__Envelope *rep = sync_call(b, w->rpc, &env);

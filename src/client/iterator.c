@@ -345,6 +345,12 @@ static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t
     it->job_id = r->job_id;
     it->iteration_id = r->iteration_id;
     it->client_id = r->client_id;
+    if (r->client_key.len > sizeof it->client_key)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL,
+                       "dispatcher sent a client key of %zu bytes", r->client_key.len);
+    if (r->client_key.len)
+        memcpy(it->client_key, r->client_key.data, r->client_key.len);
+    it->client_key_len = r->client_key.len;
     it->heartbeat_ms = r->heartbeat_ms ? r->heartbeat_ms : ITER_DEFAULT_HEARTBEAT_MS;
     return 0;
 }

@@ -14,13 +14,28 @@ void iter_unref(struct sluice_iterator *it)
 
 static void pump(struct sluice_iterator *it);
 
+/* Whether the read takes whole copies, whose every element is accounted for (tasks.h,
+ * ct_check_end): not in splits (the ledger accounts for those) and not in rounds (a round no
+ * consumer got is skipped by design). */
+static bool whole_copies(const struct sluice_iterator *it)
+{
+    return it->mode != SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
+}
+
 void iter_settle(struct sluice_iterator *it)
 {
     struct ct_task t;
-    while (ct_reap(&it->tasks, &t))
+    while (ct_reap(&it->tasks, &t)) {
+        char msg[MSG_MAX];
+        int rc = whole_copies(it) ? ct_check_gone(&t, msg, sizeof msg) : 0;
+        if (rc < 0)
+            iter_fail(it, rc, "%s", msg);
         if (t.conn)
             client_conn_release(it->c, t.conn);
-    if (ct_done(&it->tasks))
+    }
+    /* A whole copy's task that left is judged (ct_check_gone) once its last request is back,
+     * before the read may end: that request may still bring its end of sequence. */
+    if (ct_done(&it->tasks) && !(whole_copies(it) && ct_unlisted(&it->tasks)))
         iter_end(it);
     else
         iter_hasten_heartbeat(it);
@@ -223,6 +238,9 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         uv_mutex_unlock(&it->mu);
         prefetch_item_free(&item);
         ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
+        if (r->end_of_sequence && r->counted && whole_copies(it) &&
+            (rc = ct_check_end(&it->tasks.v[i], r->delivered, nmsg, sizeof nmsg)) < 0)
+            iter_fail(it, rc, "%s", nmsg);
     }
 out:
     iter_settle(it);
@@ -243,6 +261,8 @@ static int fetch(struct sluice_iterator *it, size_t i)
     Sluice__GetElementsRequest req = SLUICE__GET_ELEMENTS_REQUEST__INIT;
     req.task_id = t->id;
     req.client_id = it->client_id;
+    req.client_key.data = t->key;
+    req.client_key.len = t->key_len;
     /* The worker chooses the element count (0); a coordinated round is one element per
      * consumer. */
     req.max_bytes = ITER_FETCH_MAX_BYTES;

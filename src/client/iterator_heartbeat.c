@@ -294,6 +294,8 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         infos[n].task_id = t->task_id;
         infos[n].address = t->worker_address ? t->worker_address : "";
         infos[n].worker_incarnation = t->worker_incarnation;
+        infos[n].key = t->client_key.data;
+        infos[n].key_len = t->client_key.len;
         n++;
     }
     int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
@@ -445,6 +447,8 @@ static void send_heartbeat(struct sluice_iterator *it)
     sluice__client_heartbeat_request__init(&it->hb_req);
     it->hb_req.client_id = it->client_id;
     it->hb_req.iteration_id = it->iteration_id;
+    it->hb_req.client_key.data = it->client_key;
+    it->hb_req.client_key.len = it->client_key_len;
     it->hb_req.n_finished_task_ids = n;
     it->hb_req.finished_task_ids = it->finished;
     it->hb_req.elements_per_second = rate;
@@ -535,6 +539,8 @@ void iter_run_close(struct sluice_client *c, struct client_op *op)
         timeout = c->timeout_ms;
     sluice__release_client_request__init(&it->rel_req);
     it->rel_req.client_id = it->client_id;
+    it->rel_req.client_key.data = it->client_key;
+    it->rel_req.client_key.len = it->client_key_len;
     sluice__envelope__init(&it->rel_env);
     it->rel_env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
     it->rel_env.release_client = &it->rel_req;

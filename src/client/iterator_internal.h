@@ -51,6 +51,11 @@ struct sluice_iterator {
     uint8_t *def; /* the dataset's definition as the dispatcher sent it (packed) */
     size_t def_len;
     uint64_t job_id, iteration_id, client_id;
+    /* The capability for client_id at the dispatcher (src/common/cap.h), sent with heartbeats
+     * and the release; each task's own, for its worker, is in the task set (tasks.h). Empty
+     * (client_key_len 0) from a dispatcher whose iteration has no secret. */
+    uint8_t client_key[16];
+    size_t client_key_len;
     uint32_t consumer_index;
     bool coordinated;
 

@@ -5,6 +5,7 @@
 #include "common/rows.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,8 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
     /* Validate everything and make room before changing anything, so a refused list leaves the
      * set as it was. Lists hold one task per worker, so the quadratic duplicate check is cheap. */
     for (size_t i = 0; i < n; i++) {
-        if (!infos[i].address || strlen(infos[i].address) >= CT_ADDR_MAX)
+        if (!infos[i].address || strlen(infos[i].address) >= CT_ADDR_MAX ||
+            infos[i].key_len > CT_KEY_MAX || (infos[i].key_len && !infos[i].key))
             return SLUICE_ERR_INVALID;
         for (size_t j = 0; j < i; j++)
             if (infos[j].task_id == infos[i].task_id)
@@ -76,6 +78,9 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         size_t at = lower_bound(s, infos[i].task_id);
         if (at < s->n && s->v[at].id == infos[i].task_id) {
             s->v[at].listed = true;
+            if (infos[i].key_len)
+                memcpy(s->v[at].key, infos[i].key, infos[i].key_len);
+            s->v[at].key_len = infos[i].key_len;
             continue;
         }
         memmove(&s->v[at + 1], &s->v[at], (s->n - at) * sizeof *s->v);
@@ -85,6 +90,9 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         t->id = infos[i].task_id;
         strcpy(t->address, infos[i].address);
         t->worker_incarnation = infos[i].worker_incarnation;
+        if (infos[i].key_len)
+            memcpy(t->key, infos[i].key, infos[i].key_len);
+        t->key_len = infos[i].key_len;
         t->listed = true;
         t->listed_at = now;
     }
@@ -298,6 +306,14 @@ bool ct_done(const struct ct_set *s)
     return true;
 }
 
+bool ct_unlisted(const struct ct_set *s)
+{
+    for (size_t i = 0; i < s->n; i++)
+        if (!s->v[i].listed)
+            return true;
+    return false;
+}
+
 bool ct_active(const struct ct_set *s)
 {
     for (size_t i = 0; i < s->n; i++)
@@ -325,4 +341,25 @@ unsigned ct_outstanding(const struct ct_set *s)
     for (size_t i = 0; i < s->n; i++)
         total += s->v[i].outstanding;
     return total;
+}
+
+int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t len)
+{
+    if (t->elements == delivered)
+        return 0;
+    snprintf(msg, len,
+             "task %" PRIu64 " on worker %s: received %" PRIu64 " of %" PRIu64 " elements", t->id,
+             t->address, t->elements, delivered);
+    return SLUICE_ERR_TRUNCATED;
+}
+
+int ct_check_gone(const struct ct_task *t, char *msg, size_t len)
+{
+    if (t->ended || t->elements == 0)
+        return 0;
+    snprintf(msg, len,
+             "task %" PRIu64 " on worker %s: the worker was lost after %" PRIu64
+             " elements: its copy is incomplete",
+             t->id, t->address, t->elements);
+    return SLUICE_ERR_TRUNCATED;
 }

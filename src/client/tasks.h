@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #define CT_ADDR_MAX 256
+#define CT_KEY_MAX 16
 
 /* Delays after an empty reply (the worker had nothing buffered yet) and after a failed request;
  * each doubles per consecutive occurrence up to its cap. */
@@ -49,6 +50,8 @@ struct ct_task {
     uint64_t id;
     char address[CT_ADDR_MAX]; /* the worker that runs it */
     uint64_t worker_incarnation;
+    uint8_t key[CT_KEY_MAX]; /* the client's capability for the task, sent with each request */
+    size_t key_len;
     void *conn;           /* the shell's connection to the worker; NULL until it attaches one */
     unsigned outstanding; /* requests in flight */
     bool listed;          /* in the dispatcher's latest list */
@@ -69,6 +72,8 @@ struct ct_info {
     uint64_t task_id;
     const char *address;
     uint64_t worker_incarnation;
+    const uint8_t *key; /* the client's capability for the task (borrowed); NULL when none */
+    size_t key_len;
 };
 
 /* One epoch of a coordinated read's schedule (a heartbeat reply's RoundEpoch). */
@@ -115,8 +120,8 @@ void ct_release(struct ct_set *s);
  * the list are marked unlisted (ct_reap then hands them back once drained), and
  * iteration_finished is recorded. A listed task that is back after being unlisted is listed
  * again and keeps its state. Returns 0, SLUICE_ERR_NOMEM (the set is unchanged), or
- * SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1 or a task id listed twice (the
- * set is unchanged). */
+ * SLUICE_ERR_INVALID for an address longer than CT_ADDR_MAX - 1, a key longer than CT_KEY_MAX or a
+ * task id listed twice (the set is unchanged). A listed task's key is taken from the list. */
 int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished,
                  uint64_t now);
 
@@ -171,12 +176,30 @@ long ct_confirmed_error(const struct ct_set *s, uint64_t seq);
  * task has ended with no request outstanding. */
 bool ct_done(const struct ct_set *s);
 
+/* True when some task the dispatcher no longer lists is still in the set (a request to it is
+ * outstanding, so ct_reap has not handed it back yet). */
+bool ct_unlisted(const struct ct_set *s);
+
 /* True when some listed task has not ended (the read can progress without the dispatcher). */
 bool ct_active(const struct ct_set *s);
 
 /* Writes the ids of the ended tasks (at most max) to out and returns how many there are (which
  * may exceed max). */
 size_t ct_finished_ids(const struct ct_set *s, uint64_t *out, size_t max);
+
+/* Exact accounting of a copy read whole (parallel_epochs and the static sharding modes, not in
+ * rounds): a task's end of sequence says how many elements its worker sent this reader in all
+ * (delivered). Returns 0 when the task's received count is exactly that, else
+ * SLUICE_ERR_TRUNCATED with "task 3 on worker HOST:PORT: received 155040 of 200000 elements"
+ * in msg: elements sent to this reader that never reached it. */
+int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t len);
+
+/* The same reads: a task that leaves the set (ct_reap) without having ended, after it sent
+ * elements, left this reader a part of its copy: its worker was lost (killed, evicted, restarted)
+ * in the middle. Returns 0 when that is not the case, else SLUICE_ERR_TRUNCATED with "task 3 on
+ * worker HOST:PORT: the worker was lost after 5120 elements: its copy is incomplete" in msg. A
+ * task that sent nothing left nothing half-read and is not reported. */
+int ct_check_gone(const struct ct_task *t, char *msg, size_t len);
 
 /* Requests outstanding over all tasks. */
 unsigned ct_outstanding(const struct ct_set *s);

@@ -33,6 +33,13 @@ static void fnv_str(struct fnv *f, const char *s)
     fnv_bytes(f, s ? s : "", n);
 }
 
+static void fnv_key(struct fnv *f, const struct st_key *k)
+{
+    fnv_u64(f, k->set);
+    if (k->set)
+        fnv_bytes(f, k->b, sizeof k->b);
+}
+
 static void fnv_seqs(struct fnv *f, const struct st_seq_list *l)
 {
     fnv_u64(f, l->n);
@@ -97,6 +104,7 @@ uint64_t state_digest(const struct state *s)
             fnv_u64(&f, it->epochs[k].start);
             fnv_seqs(&f, &it->epochs[k].tasks);
         }
+        fnv_key(&f, &it->key);
     }
     fnv_u64(&f, s->ntasks);
     for (size_t i = 0; i < s->ntasks; i++) {
@@ -116,6 +124,7 @@ uint64_t state_digest(const struct state *s)
         fnv_str(&f, w->address);
         fnv_u64(&f, w->incarnation);
         fnv_u64(&f, w->draining);
+        fnv_key(&f, &w->key);
     }
     fnv_u64(&f, s->nclients);
     for (size_t i = 0; i < s->nclients; i++) {

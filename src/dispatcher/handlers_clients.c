@@ -2,6 +2,22 @@
 
 #include "server_internal.h"
 
+#include "common/cap.h"
+
+/* Whether a request presenting key (len bytes) may act for client cl: its iteration has no
+ * secret (created before secrets existed: not checked), or key is the client's capability.
+ * Otherwise writes the refusal into err and returns false. */
+static bool client_key_ok(const struct dispatcher *d, const struct st_client *cl,
+                          const uint8_t *key, size_t len, char *err, size_t errlen)
+{
+    const struct st_iteration *it = state_iteration(&d->st, cl->iteration_id);
+    if (!it || !it->key.set || cap_client_ok(it->key.b, cl->id, key, len))
+        return true;
+    snprintf(err, errlen, "client %" PRIu64 ": wrong client key: not a consumer of job %" PRIu64,
+             cl->id, it->job_id);
+    return false;
+}
+
 /* ---- ClientHeartbeat and ReleaseClient ------------------------------------------------------- */
 
 /* A coordinated read's rounds are granted this far ahead of a consumer's progress: the rounds
@@ -22,6 +38,7 @@ struct client_ctx {
      * consumer must never act on a schedule or a grant that a crash could take back. */
     Sluice__TaskInfo *infos;
     Sluice__TaskInfo **info_ptrs;
+    uint8_t (*info_keys)[CAP_KEY_LEN]; /* each task's capability for this client */
     size_t ninfos;
     uint64_t rounds_granted;
     Sluice__RoundEpoch *epochs;
@@ -37,6 +54,7 @@ static void client_ctx_free(struct client_ctx *c)
         free(c->epochs[i].task_ids);
     free(c->infos);
     free(c->info_ptrs);
+    free(c->info_keys);
     free(c->epochs);
     free(c->epoch_ptrs);
     free(c->reported);
@@ -53,7 +71,8 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
         n += d->st.tasks[i].iteration_id == it->id;
     c->infos = calloc(n ? n : 1, sizeof *c->infos);
     c->info_ptrs = calloc(n ? n : 1, sizeof *c->info_ptrs);
-    if (!c->infos || !c->info_ptrs)
+    c->info_keys = calloc(n ? n : 1, sizeof *c->info_keys);
+    if (!c->infos || !c->info_ptrs || !c->info_keys)
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < d->st.ntasks; i++) {
         const struct st_task *t = &d->st.tasks[i];
@@ -65,6 +84,13 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
         ti->task_id = t->id;
         ti->iteration_id = t->iteration_id;
         ti->worker_incarnation = w->incarnation;
+        if (it->key.set) {
+            uint8_t task_key[CAP_KEY_LEN];
+            cap_task_key(it->key.b, t->id, task_key);
+            cap_client_key(task_key, c->client_id, c->info_keys[c->ninfos]);
+            ti->client_key.data = c->info_keys[c->ninfos];
+            ti->client_key.len = CAP_KEY_LEN;
+        }
         if (!(ti->worker_address = strdup(w->address)))
             return SLUICE_ERR_NOMEM;
         c->info_ptrs[c->ninfos++] = ti;
@@ -208,6 +234,12 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
         return;
     }
+    if (!client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+        log_warn("refused a heartbeat for client %" PRIu64 " from %s: wrong client key",
+                 req->client_id, rpc_conn_peer_name(conn));
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
+        return;
+    }
     uint64_t iteration_id = req->iteration_id ? req->iteration_id : cl->iteration_id;
     if (!state_iteration(&d->st, iteration_id)) {
         snprintf(err, sizeof err, "iteration %" PRIu64 " not found", iteration_id);
@@ -268,12 +300,20 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
                                   const Sluice__Envelope *env)
 {
     char err[ERRLEN];
+    const Sluice__ReleaseClientRequest *req = env->release_client;
+    const struct st_client *cl = state_client(&d->st, req->client_id);
+    if (cl && !client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+        log_warn("refused to release client %" PRIu64 " for %s: wrong client key", req->client_id,
+                 rpc_conn_peer_name(conn));
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
+        return;
+    }
     struct client_ctx *c = calloc(1, sizeof *c);
     if (!c) {
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
         return;
     }
-    c->client_id = env->release_client->client_id;
+    c->client_id = req->client_id;
     int rc = plan_release_client(&d->st, c->client_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);

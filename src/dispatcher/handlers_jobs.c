@@ -3,6 +3,10 @@
 
 #include "server_internal.h"
 
+#include "common/cap.h"
+
+_Static_assert(ST_KEY_LEN == CAP_KEY_LEN, "an iteration's secret is a capability key");
+
 /* ---- GetOrCreateJob -------------------------------------------------------------------------- */
 
 struct job_ctx {
@@ -45,6 +49,13 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
         body.iteration_id = c->iteration_id;
         body.client_id = c->client_id;
         body.heartbeat_ms = d->client_hb_ms;
+        uint8_t key[CAP_KEY_LEN];
+        const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+        if (it && it->key.set) {
+            cap_client_key(it->key.b, c->client_id, key);
+            body.client_key.data = key;
+            body.client_key.len = sizeof key;
+        }
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY;
         env.get_or_create_job_reply = &body;
@@ -58,9 +69,24 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
 static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool have_plan)
 {
     char err[ERRLEN];
+    size_t from = d->ups.n;
     int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
                                     c->endless, have_plan ? &c->plan : NULL, &c->job_id,
                                     &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
+    /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
+    for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
+        struct st_update *u = &d->ups.v[i];
+        if (u->type != ST_ITERATION_CREATED)
+            continue;
+        rc = cap_random(u->key.b);
+        if (rc < 0) {
+            err_set(err, sizeof err, rc, "drawing the iteration's secret: %s", sluice_strerror(rc));
+            while (d->ups.n > from)
+                st_update_release(&d->ups.v[--d->ups.n]);
+            break;
+        }
+        u->key.set = true;
+    }
     if (rc < 0) {
         dispatcher_refuse(c->r.conn, c->r.id, rc, err);
         dispatcher_req_done(&c->r);

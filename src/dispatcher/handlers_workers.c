@@ -2,6 +2,23 @@
 
 #include "server_internal.h"
 
+#include "common/cap.h"
+
+/* A new incarnation may take over the address of a worker silent for this long: a process
+ * restarted at the same address. One that heartbeats (a worker beats every worker_hb_ms) keeps
+ * its address, so a peer that only knows its address and incarnation cannot displace it. */
+static bool worker_replaceable(struct dispatcher *d, const char *address)
+{
+    const struct st_worker *w = state_worker_by_address(&d->st, address);
+    if (!w)
+        return true;
+    /* Not heard from since this dispatcher started: counts as heard from now (see server.c),
+     * and the timer tick records it so. */
+    const struct soft *seen = dispatcher_soft_find(&d->worker_seen, w->id, NULL);
+    uint64_t now = uv_now(d->loop);
+    return seen && now - seen->t > 2 * (uint64_t)d->worker_hb_ms;
+}
+
 /* ---- WorkerHeartbeat ------------------------------------------------------------------------- */
 
 struct worker_ctx {
@@ -34,9 +51,10 @@ static long worker_index(const struct dispatcher *d, const char *address)
     return -1;
 }
 
-/* Fills def for task t (which must be this worker's); strings point into the state. */
+/* Fills def for task t (which must be this worker's); strings point into the state, the task's
+ * secret into key. */
 static int fill_task_def(struct dispatcher *d, const struct st_task *t, const char *address,
-                         Sluice__TaskDef *def)
+                         Sluice__TaskDef *def, uint8_t key[CAP_KEY_LEN])
 {
     const struct st_iteration *it = state_iteration(&d->st, t->iteration_id);
     const struct st_job *job = it ? state_job(&d->st, it->job_id) : NULL;
@@ -54,6 +72,11 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->mode = (Sluice__ProcessingMode)job->mode;
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
+    if (it->key.set) {
+        cap_task_key(it->key.b, t->id, key);
+        def->task_key.data = key;
+        def->task_key.len = CAP_KEY_LEN;
+    }
     if (mode_static(job->mode)) {
         long index = worker_index(d, address);
         if (index < 0)
@@ -69,6 +92,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     struct worker_ctx *c = ctx;
     const struct st_worker *w = state_worker(&d->st, c->worker_id);
     Sluice__TaskDef *defs = NULL, **ptrs = NULL;
+    uint8_t(*keys)[CAP_KEY_LEN] = NULL;
     uint64_t *removed = NULL;
     size_t ndefs = 0, nremoved = 0;
     if (status < 0) {
@@ -96,8 +120,9 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         n += d->st.tasks[i].worker_id == w->id;
     defs = calloc(n ? n : 1, sizeof *defs);
     ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    keys = calloc(n ? n : 1, sizeof *keys);
     removed = calloc(c->nreported ? c->nreported : 1, sizeof *removed);
-    if (!defs || !ptrs || !removed) {
+    if (!defs || !ptrs || !keys || !removed) {
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -106,7 +131,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         const struct st_task *t = &d->st.tasks[i];
         if (t->worker_id != w->id || t->finished || reported(c, t->id))
             continue;
-        int rc = fill_task_def(d, t, w->address, &defs[ndefs]);
+        int rc = fill_task_def(d, t, w->address, &defs[ndefs], keys[ndefs]);
         if (rc < 0) {
             char msg[ERRLEN];
             snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id,
@@ -139,6 +164,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
 out:
     free(defs);
     free(ptrs);
+    free(keys);
     free(removed);
     free(c->reported);
     dispatcher_req_done(&c->r);
@@ -187,6 +213,16 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         /* A drained worker deregisters: what it still holds goes back to the pool. */
         const struct st_worker *lw = state_worker_by_address(&d->st, req->address);
         c->leaving = true;
+        if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn) &&
+            !state_worker_key_ok(lw, req->worker_key.data, req->worker_key.len)) {
+            log_warn("refused a deregistration of worker %" PRIu64 " at %s from %s: wrong worker "
+                     "key",
+                     lw->id, lw->address, rpc_conn_peer_name(conn));
+            rc = err_set(err, sizeof err, SLUICE_ERR_DENIED,
+                         "worker at %s: the worker key does not match its registration",
+                         lw->address);
+            goto refused;
+        }
         if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn)) {
             log_info("worker %" PRIu64 " at %s deregistered", lw->id, lw->address);
             rc = plan_remove_worker(&d->st, lw->id, &d->ups, err, sizeof err);
@@ -199,8 +235,12 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
         return;
     }
-    rc = plan_worker_heartbeat(&d->st, req->address, rpc_conn_peer_incarnation(conn), finished,
-                               nfinished, req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    rc = plan_worker_heartbeat_keyed(&d->st, req->address, rpc_conn_peer_incarnation(conn),
+                                     req->worker_key.data, req->worker_key.len,
+                                     worker_replaceable(d, req->address), finished, nfinished,
+                                     req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    if (rc == SLUICE_ERR_DENIED)
+        log_warn("refused a heartbeat from %s: %s", rpc_conn_peer_name(conn), err);
     if (rc < 0)
         goto refused;
     /* Before the commit, which forgets the figures of a worker it removes. */
@@ -273,6 +313,15 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         snprintf(err, sizeof err, "task %" PRIu64 " belongs to another worker incarnation",
                  req->task_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    /* The incarnation is public; only the worker knows its secret. */
+    if (w && !state_worker_key_ok(w, req->worker_key.data, req->worker_key.len)) {
+        log_warn("refused GetSplits for task %" PRIu64 " from %s: wrong worker key", req->task_id,
+                 rpc_conn_peer_name(conn));
+        snprintf(err, sizeof err, "task %" PRIu64 ": the worker key does not match its worker's",
+                 req->task_id);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
         return;
     }
     uint32_t max =

@@ -427,22 +427,64 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
+                            bool check, const uint8_t *key, size_t key_len, bool may_replace,
+                            const uint64_t *finished, size_t nfinished, bool draining,
+                            uint64_t *worker_out, struct st_update_list *out, char *err,
+                            size_t errlen);
+
 int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                           const uint64_t *finished, size_t nfinished, bool draining,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
                           size_t errlen)
+{
+    return worker_heartbeat(s, address, incarnation, false, NULL, 0, true, finished, nfinished,
+                            draining, worker_out, out, err, errlen);
+}
+
+int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint64_t incarnation,
+                                const uint8_t *key, size_t key_len, bool may_replace,
+                                const uint64_t *finished, size_t nfinished, bool draining,
+                                uint64_t *worker_out, struct st_update_list *out, char *err,
+                                size_t errlen)
+{
+    return worker_heartbeat(s, address, incarnation, true, key, key_len, may_replace, finished,
+                            nfinished, draining, worker_out, out, err, errlen);
+}
+
+/* Both heartbeat plans; check says whether the worker's identity is checked. */
+static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
+                            bool check, const uint8_t *key, size_t key_len, bool may_replace,
+                            const uint64_t *finished, size_t nfinished, bool draining,
+                            uint64_t *worker_out, struct st_update_list *out, char *err,
+                            size_t errlen)
 {
     if (!address || !*address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is empty");
     if (strlen(address) >= ST_ADDR_MAX)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is longer than %d bytes",
                        ST_ADDR_MAX - 1);
+    const struct st_worker *w = state_worker_by_address(s, address);
+    bool known = w && w->incarnation == incarnation;
+    /* Identity first, before anything is planned: the incarnation is public (status lists it),
+     * the secret is not. */
+    if (check) {
+        if (known && !state_worker_key_ok(w, key, key_len))
+            return err_set(err, errlen, SLUICE_ERR_DENIED,
+                           "worker at %s: the worker key does not match its registration", address);
+        if (!known && key_len != ST_KEY_LEN)
+            return err_set(err, errlen, SLUICE_ERR_DENIED,
+                           "worker at %s: a worker key of %d bytes is required to register",
+                           address, ST_KEY_LEN);
+    }
+    if (w && !known && !may_replace)
+        return err_set(err, errlen, SLUICE_ERR_DENIED,
+                       "address %s is held by worker %" PRIu64 ", which is still heartbeating",
+                       address, w->id);
     size_t start = out->n;
     uint64_t *have = NULL; /* iterations the worker has a task in, sorted */
     size_t nhave = 0;
     struct st_update *u;
-    const struct st_worker *w = state_worker_by_address(s, address);
-    bool known = w && w->incarnation == incarnation;
     uint64_t wid;
     if (known) {
         wid = w->id;
@@ -456,6 +498,10 @@ int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t i
             goto nomem;
         memcpy(u->address, address, strlen(address) + 1);
         u->incarnation = incarnation;
+        if (check && key_len == ST_KEY_LEN) {
+            u->key.set = true;
+            memcpy(u->key.b, key, ST_KEY_LEN);
+        }
     }
 
     if (known) {

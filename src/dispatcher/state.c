@@ -566,9 +566,26 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     it->distributed = u->distributed;
     it->plan = plan;
     it->split_total = u->distributed ? st_split_plan_total(&plan) : 0;
+    it->key = u->key;
     j->iteration_id = u->id;
     s->next_iteration_id = max_u64(s->next_iteration_id, u->id + 1);
     return 0;
+}
+
+bool st_key_matches(const struct st_key *key, const uint8_t *p, size_t len)
+{
+    if (!key->set || len != ST_KEY_LEN || !p)
+        return false;
+    /* Constant time: every byte is compared whatever the first difference. */
+    volatile uint8_t diff = 0;
+    for (size_t i = 0; i < ST_KEY_LEN; i++)
+        diff |= (uint8_t)(key->b[i] ^ p[i]);
+    return diff == 0;
+}
+
+bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t key_len)
+{
+    return !w->key.set || st_key_matches(&w->key, key, key_len);
 }
 
 static int apply_task_created(struct state *s, const struct st_update *u)
@@ -623,6 +640,7 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
     struct st_worker *w = row_insert(s->workers, &s->nworkers, sizeof *s->workers, u->id);
     memcpy(w->address, u->address, strlen(u->address) + 1);
     w->incarnation = u->incarnation;
+    w->key = u->key;
     s->next_worker_id = max_u64(s->next_worker_id, u->id + 1);
     return 0;
 }

@@ -32,6 +32,21 @@
 #define ST_ID_MAX 128 /* dataset ids and job names, including the NUL */
 #define ST_ADDR_MAX 256
 
+/* Capabilities. A secret is ST_KEY_LEN random bytes the shell draws and writes into an update
+ * (the state machine never draws one); has_key false marks a row journaled before secrets
+ * existed, which is not checked (see plan_worker_heartbeat_keyed and the shell's client
+ * checks). Secrets never appear in status, metrics or logs. */
+#define ST_KEY_LEN 16
+
+struct st_key {
+    bool set;
+    uint8_t b[ST_KEY_LEN];
+};
+
+/* Whether a secret presented on the wire (len bytes at p) is key, compared in constant time.
+ * A key that is not set matches nothing (callers decide what an unset key means). */
+bool st_key_matches(const struct st_key *key, const uint8_t *p, size_t len);
+
 enum st_iteration_state { ST_ITER_ACTIVE = 0, ST_ITER_FINISHED = 1, ST_ITER_GC = 2 };
 /* "active", "finished" or "garbage_collected" (the names of status and the metrics). */
 const char *st_iteration_state_name(enum st_iteration_state state);
@@ -122,6 +137,10 @@ struct st_iteration {
     uint64_t rounds_granted;
     struct st_round_epoch *epochs;
     size_t nepochs;
+    /* The secret from which the shell derives its clients' capabilities and its tasks' secrets
+     * (src/common/cap.h); it never leaves the dispatcher. Not set for iterations created before
+     * secrets existed. */
+    struct st_key key;
 };
 
 /* last_request and granted make GetSplits idempotent: a worker that lost the reply to its
@@ -143,6 +162,7 @@ struct st_worker {
     char address[ST_ADDR_MAX];
     uint64_t incarnation;
     bool draining;
+    struct st_key key; /* the secret the worker registered with; not set in older journals */
 };
 
 struct st_client {
@@ -213,11 +233,12 @@ const char *st_update_name(enum st_update_type type);
  *                       id), def/def_len, compression, split_size, text
  *   JOB_CREATED         id = job, name = job name ("" when anonymous), name2 = dataset id,
  *                       mode, num_consumers
- *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan
+ *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan,
+ *                       key (the shell sets it after planning: planning draws no randomness)
  *   TASK_CREATED        id = task, ref = iteration, ref2 = worker
  *   TASK_FINISHED       id = task
  *   TASK_REMOVED        id = task, ref = its iteration (informational)
- *   WORKER_REGISTERED   id = worker, address, incarnation
+ *   WORKER_REGISTERED   id = worker, address, incarnation, key (the worker's own secret)
  *   WORKER_REMOVED      id = worker
  *   WORKER_DRAINING     id = worker
  *   CLIENT_ACQUIRED     id = client, ref = iteration
@@ -258,6 +279,7 @@ struct st_update {
     bool distributed;
     struct st_split_plan plan; /* ITERATION_CREATED (owned) */
     struct st_seq_list seqs;   /* SPLITS_*, ROUNDS_SCHEDULED (owned) */
+    struct st_key key;         /* WORKER_REGISTERED, ITERATION_CREATED */
 };
 
 struct st_update_list {
@@ -357,6 +379,29 @@ int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t i
                           const uint64_t *finished, size_t nfinished, bool draining,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
                           size_t errlen);
+
+/* plan_worker_heartbeat() for a worker that proves who it is with a secret, key (key_len
+ * bytes; key_len 0 when it sent none):
+ *   - a known (address, incarnation) whose worker registered with a secret must present that
+ *     secret, else SLUICE_ERR_DENIED, "worker at ADDR: the worker key does not match its
+ *     registration"; one registered without (an older journal) is not checked;
+ *   - a new pair registers with key, which must be ST_KEY_LEN bytes (else SLUICE_ERR_DENIED,
+ *     "worker at ADDR: a worker key of 16 bytes is required to register");
+ *   - a new pair at an address another incarnation holds replaces that worker only when
+ *     may_replace (the shell's judgement that the holder stopped heartbeating: a process
+ *     restarted at the same address), else SLUICE_ERR_DENIED, "address ADDR is held by worker
+ *     N, which is still heartbeating".
+ * plan_worker_heartbeat() is this with no key and may_replace true, for callers that do not
+ * check identities (tests of the other rules). */
+int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint64_t incarnation,
+                                const uint8_t *key, size_t key_len, bool may_replace,
+                                const uint64_t *finished, size_t nfinished, bool draining,
+                                uint64_t *worker_out, struct st_update_list *out, char *err,
+                                size_t errlen);
+
+/* Whether a request that claims to come from worker w may act for it: w registered without a
+ * secret (an older journal), or key (key_len bytes) is its secret. */
+bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t key_len);
 
 /* Removes a worker (evicted or deregistered): its tasks are removed, their leased, unfinished
  * splits first going back to their iteration's pool; an iteration whose remaining tasks (at

@@ -115,6 +115,10 @@ int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
     }
     m.n_seqs = u->seqs.n;
     m.seqs = u->seqs.v;
+    if (u->key.set) {
+        m.key.data = (uint8_t *)u->key.b;
+        m.key.len = ST_KEY_LEN;
+    }
     size_t n = sluice__update__get_packed_size(&m);
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
@@ -151,6 +155,10 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
         err_set(err, errlen, rc, "%s: malformed", what);
         goto out;
     }
+    if (m->key.len != 0 && (m->key.len != ST_KEY_LEN || !m->key.data)) {
+        err_set(err, errlen, rc, "%s: a key of %zu bytes, not %d", what, m->key.len, ST_KEY_LEN);
+        goto out;
+    }
     /* Ids come from counters that start at 1; the last value would wrap the counter past it
      * (state_apply() raises it to id + 1), so no journal holds it. */
     if (m->id == UINT64_MAX) {
@@ -170,6 +178,10 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
     u->compression = m->compression;
     u->split_size = m->split_size;
     u->distributed = m->distributed;
+    if (m->key.len == ST_KEY_LEN) {
+        u->key.set = true;
+        memcpy(u->key.b, m->key.data, ST_KEY_LEN);
+    }
     rc = SLUICE_ERR_NOMEM;
     if (m->def.len > 0 || u->type == ST_DATASET_REGISTERED) {
         u->def = malloc(m->def.len ? m->def.len : 1);
@@ -309,6 +321,10 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         its[i].splits_finished = it->splits_finished;
         its[i].splits_leased = it->splits_leased;
         its[i].rounds_granted = it->rounds_granted;
+        if (it->key.set) {
+            its[i].key.data = (uint8_t *)it->key.b;
+            its[i].key.len = ST_KEY_LEN;
+        }
         its[i].n_epochs = it->nepochs;
         its[i].epochs = &ep_ptrs[e];
         for (size_t k = 0; k < it->nepochs; k++, e++) {
@@ -346,6 +362,10 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         ws[i].address = (char *)w->address;
         ws[i].incarnation = w->incarnation;
         ws[i].draining = w->draining;
+        if (w->key.set) {
+            ws[i].key.data = (uint8_t *)w->key.b;
+            ws[i].key.len = ST_KEY_LEN;
+        }
         m.workers[i] = &ws[i];
     }
     m.n_workers = s->nworkers;
@@ -540,6 +560,12 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
         if (!strictly_increasing(row->pool.v, row->pool.n) ||
             (row->pool.n > 0 && row->pool.v[row->pool.n - 1] >= row->split_cursor))
             return CORRUPT("iteration %" PRIu64 " has a malformed pool of returned splits", it->id);
+        if (it->key.len != 0 && (it->key.len != ST_KEY_LEN || !it->key.data))
+            return CORRUPT("iteration %" PRIu64 " has a key of %zu bytes", it->id, it->key.len);
+        if (it->key.len == ST_KEY_LEN) {
+            row->key.set = true;
+            memcpy(row->key.b, it->key.data, ST_KEY_LEN);
+        }
         int erc = decode_epochs(m, it, row, j);
         if (erc == SLUICE_ERR_NOMEM)
             return NOMEM();
@@ -573,6 +599,12 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
         memcpy(row->address, w->address, strlen(w->address) + 1);
         row->incarnation = w->incarnation;
         row->draining = w->draining;
+        if (w->key.len != 0 && (w->key.len != ST_KEY_LEN || !w->key.data))
+            return CORRUPT("worker %" PRIu64 " has a key of %zu bytes", w->id, w->key.len);
+        if (w->key.len == ST_KEY_LEN) {
+            row->key.set = true;
+            memcpy(row->key.b, w->key.data, ST_KEY_LEN);
+        }
     }
     return 0;
 }

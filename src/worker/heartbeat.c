@@ -96,6 +96,8 @@ void worker_lease_pump(struct worker *w, struct wtask *wt)
     req.returned = (uint64_t *)returned;
     /* After a failure this is the failed request again, under its number (lease.h). */
     req.request_seq = lease_number_next(&wt->splits_numbers);
+    req.worker_key.data = w->key;
+    req.worker_key.len = sizeof w->key;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
     env.get_splits = &req;
@@ -208,6 +210,8 @@ void worker_hb_send(struct worker *w)
     req.n_tasks = n;
     req.tasks = ptrs;
     req.draining = w->draining;
+    req.worker_key.data = w->key;
+    req.worker_key.len = sizeof w->key;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;

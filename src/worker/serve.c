@@ -19,6 +19,51 @@ static void reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, b
     rpc_conn_reply(conn, id, &env);
 }
 
+/* The entry of client_id in wt's counts, added when missing; NULL when the table is full or
+ * out of memory (that reader's end then carries no count). */
+static struct delivery *delivery_of(struct wtask *wt, uint64_t client_id)
+{
+    size_t lo = 0, hi = wt->ndeliveries;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wt->deliveries[mid].client_id < client_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < wt->ndeliveries && wt->deliveries[lo].client_id == client_id)
+        return &wt->deliveries[lo];
+    if (wt->ndeliveries >= WORKER_MAX_DELIVERIES)
+        return NULL;
+    struct delivery *v = realloc(wt->deliveries, (wt->ndeliveries + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    wt->deliveries = v;
+    memmove(&v[lo + 1], &v[lo], (wt->ndeliveries - lo) * sizeof *v);
+    v[lo].client_id = client_id;
+    v[lo].elements = 0;
+    wt->ndeliveries++;
+    return &v[lo];
+}
+
+/* The end of a task's sequence for reader client_id: with the count of elements the task sent
+ * that reader, when the task keeps one (see struct wtask). */
+static void reply_end(struct wtask *wt, struct rpc_conn *conn, uint64_t id, uint64_t client_id)
+{
+    Sluice__GetElementsReply r = SLUICE__GET_ELEMENTS_REPLY__INIT;
+    r.end_of_sequence = true;
+    struct delivery *d = wt->counted ? delivery_of(wt, client_id) : NULL;
+    if (d) {
+        r.counted = true;
+        r.delivered = d->elements;
+        d->ended = true;
+    }
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
+    env.get_elements_reply = &r;
+    rpc_conn_reply(conn, id, &env);
+}
+
 /* A task this worker does not run (yet: the dispatcher may have told the reader before this
  * worker's next heartbeat; or no longer: the worker restarted). The reader retries until the
  * dispatcher's task list settles, so this is UNAVAILABLE, distinct from a task that failed. */
@@ -138,13 +183,20 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
  * (elements, end of sequence, or the task's failure) went out, false when the buffer is empty
  * and more may come. */
 static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
-                  uint32_t max_elements, uint64_t max_bytes)
+                  uint64_t client_id, uint32_t max_elements, uint64_t max_bytes)
 {
     struct task_take tk;
     int st = task_take_whole(wt->task, max_elements, max_bytes, &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
         wmetrics_served(w->wm, tk.wb.count, tk.wb.len);
+        /* Counted once taken for this reader: from here the elements are its own, and if the
+         * reply does not reach it they are lost to it, which its end of sequence then shows. */
+        if (wt->counted) {
+            struct delivery *d = delivery_of(wt, client_id);
+            if (d)
+                d->elements += tk.wb.count;
+        }
         reply_take(w, wt, conn, id, &tk);
         /* A gathered reply may have grown the scratch buffer far past what most need. */
         if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
@@ -153,7 +205,7 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
     case TASK_TAKE_EMPTY:
         return false;
     case TASK_TAKE_END:
-        reply_elements(conn, id, 0, true, NULL, 0);
+        reply_end(wt, conn, id, client_id);
         worker_report_end(w, wt);
         return true;
     case TASK_TAKE_FAILED:
@@ -309,10 +361,18 @@ static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *
 {
     if (wt->rounds.n > 0)
         return false;
-    return serve(w, wt, q->conn, q->id, q->max_elements, q->max_bytes);
+    return serve(w, wt, q->conn, q->id, q->client_id, q->max_elements, q->max_bytes);
 }
 
 static uint64_t hb_soon(struct worker *w);
+
+bool worker_ends_sent(const struct wtask *wt)
+{
+    for (size_t i = 0; i < wt->ndeliveries; i++)
+        if (wt->deliveries[i].elements > 0 && !wt->deliveries[i].ended)
+            return false;
+    return true;
+}
 
 void worker_report_end(struct worker *w, struct wtask *wt)
 {
@@ -416,7 +476,8 @@ static uint64_t hb_soon(struct worker *w)
  * heartbeat sent now, and is then served or told the task is unknown (unpark). Parked reads are
  * bounded by WORKER_POLL_MS like any wait. */
 static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
-                 uint32_t max_elements, uint64_t max_bytes, uint32_t consumer, uint64_t round)
+                 uint32_t max_elements, uint64_t max_bytes, uint32_t consumer, uint64_t round,
+                 uint64_t client_id, const uint8_t *key, size_t key_len)
 {
     struct waiter *q = calloc(1, sizeof *q);
     if (!q) {
@@ -431,6 +492,10 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
     q->max_bytes = max_bytes;
     q->consumer = consumer;
     q->round = round;
+    q->client_id = client_id;
+    q->client_key_len = key_len <= CAP_KEY_LEN ? key_len : CAP_KEY_LEN + 1;
+    if (key_len == CAP_KEY_LEN)
+        memcpy(q->client_key, key, CAP_KEY_LEN);
     q->deadline_ms = worker_now_ms() + WORKER_POLL_MS;
     if (w->parked_tail)
         w->parked_tail->next = q;
@@ -444,7 +509,8 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
-                        uint64_t round, bool may_park);
+                        uint64_t round, uint64_t client_id, const uint8_t *key, size_t key_len,
+                        bool may_park);
 
 void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
 {
@@ -473,7 +539,8 @@ void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
                                      "the worker is shutting down");
             else
                 handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes,
-                            q->consumer, q->round, false);
+                            q->consumer, q->round, q->client_id, q->client_key, q->client_key_len,
+                            false);
         }
         rpc_conn_unref(q->conn);
         free(q);
@@ -488,20 +555,33 @@ static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_
     if (max_bytes > WORKER_MAX_REPLY_BYTES)
         max_bytes = WORKER_MAX_REPLY_BYTES;
     handle_read(w, conn, id, req->task_id, max_elements, max_bytes, req->consumer_index, req->round,
-                true);
+                req->client_id, req->client_key.data, req->client_key.len, true);
 }
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
-                        uint64_t round, bool may_park)
+                        uint64_t round, uint64_t client_id, const uint8_t *key, size_t key_len,
+                        bool may_park)
 {
     struct wtask *wt = worker_find_task(w, task_id);
     if (!wt) {
         /* Only while the dispatcher is reachable can a heartbeat bring the task. */
         if (may_park && rpc_client_connected(w->disp))
-            park(w, conn, id, task_id, max_elements, max_bytes, consumer, round);
+            park(w, conn, id, task_id, max_elements, max_bytes, consumer, round, client_id, key,
+                 key_len);
         else
             reply_not_found(conn, id, task_id);
+        return;
+    }
+    /* Only the job's consumers are served: the capability the dispatcher gave the reader for
+     * this task and its client id, derived from the secret this task came with. */
+    if (wt->has_key && !cap_client_ok(wt->task_key, client_id, key, key_len)) {
+        log_warn("refused elements of task %" PRIu64 " to %s: client %" PRIu64
+                 " presented a wrong client key",
+                 wt->id, rpc_conn_peer_name(conn), client_id);
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_DENIED,
+                             "client %" PRIu64 " is not a consumer of job %" PRIu64, client_id,
+                             wt->job_id);
         return;
     }
     const struct waiter rd = {.conn = conn,
@@ -509,7 +589,8 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
                               .max_elements = max_elements,
                               .max_bytes = max_bytes,
                               .consumer = consumer,
-                              .round = round};
+                              .round = round,
+                              .client_id = client_id};
     /* Earlier readers go first; a new one is served at once only when nobody waits. Reads in
      * rounds always wait with the others (serve_rounds). */
     if (!wt->wait_head && serve_read(w, wt, &rd))

@@ -50,6 +50,7 @@ void worker_reap(struct worker *w)
         *pp = wt->next;
         task_free(wt->task);
         rounds_free(&wt->rounds);
+        free(wt->deliveries);
         free(wt);
     }
     maybe_finish_close(w);
@@ -120,6 +121,13 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
     wt->id = td->task_id;
     wt->incarnation = w->disp_incarnation;
     wt->rate_at_ms = worker_now_ms();
+    wt->job_id = td->job_id;
+    if (td->task_key.len == CAP_KEY_LEN && td->task_key.data) {
+        wt->has_key = true;
+        memcpy(wt->task_key, td->task_key.data, CAP_KEY_LEN);
+    }
+    wt->counted =
+        td->mode != SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH && td->num_consumers == 0;
 
     char err[512] = "";
     struct pipe_spec *spec;
@@ -214,7 +222,10 @@ static void drain_check(struct worker *w)
          * nothing more to give: its copy ends here anyway. */
         bool stalled = !task_is_distributed(wt->task) && tp.done &&
                        now - wt->drain_progress_ms >= WORKER_DRAIN_IDLE_MS;
-        if (!(tp.finished || tp.failed || stalled))
+        /* A whole copy is over for its readers once each got its end of sequence with the count
+         * of what it was sent: leaving before would look like a lost worker to them. */
+        bool ends = !wt->counted || worker_ends_sent(wt);
+        if (!((tp.finished && ends) || tp.failed || stalled))
             all = false;
     }
     /* Readers that stopped asking (gone, or done with this worker) are not waited for. */
@@ -237,6 +248,8 @@ static void drain_check(struct worker *w)
     req.address = w->address;
     req.draining = true;
     req.leaving = true;
+    req.worker_key.data = w->key;
+    req.worker_key.len = sizeof w->key;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
@@ -391,6 +404,12 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->buffer_bytes = opts->buffer_bytes;
     w->buffer_records = opts->buffer_records;
     w->incarnation = rpc_new_incarnation();
+    int krc = cap_random(w->key);
+    if (krc < 0) {
+        wmetrics_destroy(w->wm);
+        free(w);
+        return err_set(err, errlen, krc, "worker: drawing its secret: %s", sluice_strerror(krc));
+    }
     w->hb_fixed = opts->heartbeat_ms != 0;
     w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WORKER_DEFAULT_HEARTBEAT_MS;
     snprintf(w->disp_address, sizeof w->disp_address, "%s", opts->dispatcher);

@@ -8,6 +8,7 @@
 
 #include "worker.h"
 
+#include "common/cap.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -41,7 +42,21 @@ struct waiter {
     uint64_t hb_need;  /* a parked read: answered once heartbeat number hb_need has returned */
     uint32_t consumer; /* coordinated reads: the reader's consumer index */
     uint64_t round;    /* coordinated reads: the round asked for */
+    uint64_t client_id;
+    /* A parked read: the capability it presented, checked once its task is known. */
+    uint8_t client_key[CAP_KEY_LEN];
+    size_t client_key_len;
 };
+
+/* Elements a task sent one reader (client id), for the count its end of sequence carries. */
+struct delivery {
+    uint64_t client_id;
+    uint64_t elements;
+    bool ended; /* the reader was sent the end of sequence */
+};
+/* Readers a task counts for; a task read by more (a huge shared job) stops counting for new
+ * ones, whose end of sequence then carries no count. */
+#define WORKER_MAX_DELIVERIES 4096
 
 struct wtask {
     /* Draining: the buffered count last seen and when it last went down. */
@@ -64,6 +79,16 @@ struct wtask {
     uint64_t rate_produced, rate_at_ms;
     double rate;
     struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
+    uint64_t job_id;
+    /* The task's secret: only requests with the capability derived from it for their client id
+     * are served (cap.h). Not set for a task of an older iteration (not checked). */
+    bool has_key;
+    uint8_t task_key[CAP_KEY_LEN];
+    /* Whether the end of sequence carries a count (not in splits, not in rounds), and the
+     * counts, sorted by client id. */
+    bool counted;
+    struct delivery *deliveries;
+    size_t ndeliveries;
 };
 
 struct worker {
@@ -74,6 +99,7 @@ struct worker {
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;
+    uint8_t key[CAP_KEY_LEN];  /* this process's secret (cap.h); never logged */
     uint64_t disp_incarnation; /* 0 before the first handshake */
     uv_async_t wake;
     uv_timer_t hb_timer;
@@ -140,6 +166,9 @@ void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
 /* A task just ended for its readers: tell the dispatcher now rather than at the next tick, so
  * the iteration is marked finished and readers end without waiting out a heartbeat interval. */
 void worker_report_end(struct worker *w, struct wtask *wt);
+/* Whether every reader the task sent elements to (as far as it counts them) was also sent the end
+ * of sequence, with its count. */
+bool worker_ends_sent(const struct wtask *wt);
 /* Serves waiting readers in arrival order for as long as the buffer has elements for them; a
  * task read in rounds serves whole rounds (serve_rounds). */
 void worker_serve_waiters(struct worker *w, struct wtask *wt);

@@ -114,10 +114,16 @@ static Sluice__Envelope *get_or_create_job(struct conn *c, const char *dataset, 
     return rep;
 }
 
+/* The secret this test's worker registers with, and proves itself with afterwards. */
+static uint8_t worker_key[16] = {'f', 't', ' ', 'w', 'o', 'r', 'k', 'e',
+                                 'r', ' ', 's', 'e', 'c', 'r', 'e', 't'};
+
 static Sluice__Envelope *heartbeat(struct conn *c, const char *address)
 {
     Sluice__WorkerHeartbeatRequest body = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
     body.address = (char *)address;
+    body.worker_key.data = worker_key;
+    body.worker_key.len = sizeof worker_key;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &body;
@@ -134,6 +140,8 @@ static void get_splits(struct conn *c, uint64_t task, uint64_t *finished, size_t
 {
     Sluice__GetSplitsRequest body = SLUICE__GET_SPLITS_REQUEST__INIT;
     body.task_id = task;
+    body.worker_key.data = worker_key;
+    body.worker_key.len = sizeof worker_key;
     body.max_splits = max;
     body.n_finished = nfinished;
     body.finished = finished;

@@ -561,6 +561,86 @@ static void test_retry_classes(void **state)
     }
 }
 
+/* Each task's capability comes with the list and is kept with the task; a key too long for the
+ * set refuses the whole list. */
+static void test_task_keys_follow_the_list(void **state)
+{
+    (void)state;
+    struct ct_set s;
+    ct_init(&s, false, 1);
+    const uint8_t k1[16] = "capability one..", k2[16] = "capability two..";
+    struct ct_info infos[2] = {{1, "w1:1", 7, k1, 16}, {2, "w2:2", 7, NULL, 0}};
+    assert_int_equal(ct_reconcile(&s, infos, 2, false, 0), 0);
+    assert_int_equal(s.v[0].key_len, 16);
+    assert_memory_equal(s.v[0].key, k1, 16);
+    assert_int_equal(s.v[1].key_len, 0);
+    infos[1].key = k2;
+    infos[1].key_len = 16;
+    assert_int_equal(ct_reconcile(&s, infos, 2, false, 0), 0);
+    assert_memory_equal(s.v[1].key, k2, 16);
+    uint8_t big[CT_KEY_MAX + 1] = {0};
+    infos[0].key = big;
+    infos[0].key_len = sizeof big;
+    assert_int_equal(ct_reconcile(&s, infos, 2, false, 0), SLUICE_ERR_INVALID);
+    assert_memory_equal(s.v[0].key, k1, 16);
+    ct_release(&s);
+}
+
+/* Whole copies are accounted for exactly: a task's end of sequence carries what its worker sent
+ * this reader, and anything else than exactly that many received fails the read, naming the task,
+ * its worker and both counts. A task that leaves mid-copy after sending something fails it too;
+ * one that sent nothing, or ended, does not. */
+static void test_copy_accounting(void **state)
+{
+    (void)state;
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    const uint64_t ids[] = {3, 4, 5};
+    apply(&s, ids, 3, false);
+    attach_all(&s, &conn_a);
+    char msg[256];
+    /* Task 3: 155040 elements arrive in two replies, its worker says it sent 200000. */
+    send_to(&s, 3);
+    send_to(&s, 3);
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 100000, false, 0);
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 55040, false, 0);
+    send_to(&s, 3);
+    ct_on_reply(&s, (size_t)ct_find(&s, 3), 0, true, 0);
+    const struct ct_task *t3 = &s.v[ct_find(&s, 3)];
+    assert_int_equal(ct_check_end(t3, 200000, msg, sizeof msg), SLUICE_ERR_TRUNCATED);
+    assert_string_equal(msg, "task 3 on worker w1:1: received 155040 of 200000 elements");
+    assert_int_equal(ct_check_end(t3, 155040, msg, sizeof msg), 0);
+    /* More than was sent is no less wrong. */
+    assert_int_equal(ct_check_end(t3, 155039, msg, sizeof msg), SLUICE_ERR_TRUNCATED);
+    assert_string_equal(msg, "task 3 on worker w1:1: received 155040 of 155039 elements");
+    /* An empty copy that says so is complete. */
+    send_to(&s, 4);
+    ct_on_reply(&s, (size_t)ct_find(&s, 4), 0, true, 0);
+    assert_int_equal(ct_check_end(&s.v[ct_find(&s, 4)], 0, msg, sizeof msg), 0);
+    /* Task 5 sent 7 elements and then its worker was lost: the set drops it unended. */
+    send_to(&s, 5);
+    ct_on_reply(&s, (size_t)ct_find(&s, 5), 7, false, 0);
+    const uint64_t only34[] = {3, 4};
+    send_to(&s, 5);
+    apply(&s, only34, 2, true);
+    /* Its last request is still out: it stays, and the read is not over while it does. */
+    assert_true(ct_unlisted(&s));
+    struct ct_task gone;
+    assert_false(ct_reap(&s, &gone));
+    ct_on_failure(&s, (size_t)ct_find(&s, 5), 0);
+    assert_true(ct_reap(&s, &gone));
+    assert_int_equal(gone.id, 5);
+    assert_false(ct_unlisted(&s));
+    assert_int_equal(ct_check_gone(&gone, msg, sizeof msg), SLUICE_ERR_TRUNCATED);
+    assert_string_equal(msg, "task 5 on worker w1:1: the worker was lost after 7 elements: its "
+                             "copy is incomplete");
+    /* Ended tasks and tasks that sent nothing leave nothing half-read. */
+    assert_int_equal(ct_check_gone(&s.v[ct_find(&s, 3)], msg, sizeof msg), 0);
+    struct ct_task quiet = {.id = 9, .elements = 0, .ended = false};
+    assert_int_equal(ct_check_gone(&quiet, msg, sizeof msg), 0);
+    ct_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -577,6 +657,8 @@ int main(void)
         cmocka_unit_test(test_listed_at_is_first_listing),
         cmocka_unit_test(test_errors_wait_for_a_later_heartbeat),
         cmocka_unit_test(test_retry_classes),
+        cmocka_unit_test(test_copy_accounting),
+        cmocka_unit_test(test_task_keys_follow_the_list),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,6 +133,16 @@ static void random_request(struct run *r, uint64_t *x)
         enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
         rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
                                     mode, 0, true, &plan, &a, &b, &c, &r->ups, err, sizeof err);
+        /* The shell's part: most new iterations get a secret (the others stand for iterations
+         * of an older journal), which the journal and snapshots must carry. */
+        for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {
+            struct st_update *u = &r->ups.v[i];
+            if (u->type != ST_ITERATION_CREATED || pick(x, 5) == 0)
+                continue;
+            u->key.set = true;
+            for (size_t k = 0; k < ST_KEY_LEN; k++)
+                u->key.b[k] = (uint8_t)pick(x, 256);
+        }
         break;
     }
     case 3:
@@ -147,8 +157,20 @@ static void random_request(struct run *r, uint64_t *x)
             if (s->tasks[i].worker_id == w->id && pick(x, 3) == 0)
                 fin[nfin++] = s->tasks[i].id;
         }
-        rc = plan_worker_heartbeat(s, addr, inc, fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
-                                   sizeof err);
+        if (pick(x, 4) == 0) {
+            rc = plan_worker_heartbeat(s, addr, inc, fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
+                                       sizeof err);
+        } else {
+            /* A worker's secret follows from its incarnation here, so most heartbeats prove
+             * themselves; one in eight presents a wrong one and is refused. */
+            uint8_t key[ST_KEY_LEN];
+            for (size_t k = 0; k < ST_KEY_LEN; k++)
+                key[k] = (uint8_t)(inc >> (k % 8 * 8)) ^ (uint8_t)k;
+            if (pick(x, 8) == 0)
+                key[pick(x, ST_KEY_LEN)] ^= 0x80;
+            rc = plan_worker_heartbeat_keyed(s, addr, inc, key, sizeof key, pick(x, 3) != 0, fin,
+                                             nfin, pick(x, 30) == 0, &a, &r->ups, err, sizeof err);
+        }
         break;
     }
     case 6:

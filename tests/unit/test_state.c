@@ -93,6 +93,8 @@ static void format_update(struct buf *b, const struct st_update *u)
             bprintf(b, "%s%" PRIu64, i ? "," : "", u->seqs.v[i]);
         bprintf(b, "]");
     }
+    if (u->key.set)
+        bprintf(b, " key=%.*s", ST_KEY_LEN, (const char *)u->key.b);
     bprintf(b, "\n");
 }
 
@@ -111,6 +113,8 @@ static const char *code_name(int rc)
         return "UNSUPPORTED";
     case SLUICE_ERR_NOMEM:
         return "NOMEM";
+    case SLUICE_ERR_DENIED:
+        return "DENIED";
     default:
         return "OTHER";
     }
@@ -368,9 +372,25 @@ static const char *run(struct harness *h, const char *line)
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
         uint64_t wid = 0;
-        rc = plan_worker_heartbeat(&h->s, strcmp(words[1], "''") == 0 ? "" : words[1],
-                                   strtoull(words[2], NULL, 10), fin, nfin,
-                                   opt(words, nw, "drain") != NULL, &wid, &h->ups, err, sizeof err);
+        const char *addr = strcmp(words[1], "''") == 0 ? "" : words[1];
+        uint64_t inc = strtoull(words[2], NULL, 10);
+        bool drain = opt(words, nw, "drain") != NULL;
+        if ((v = opt(words, nw, "key"))) {
+            /* key=K: the worker's secret is the letter K 16 times; key= sends none; key=KKK
+             * (more than one letter) sends those bytes only. stays: the holder of the address
+             * is still heartbeating (may_replace false). */
+            uint8_t key[ST_KEY_LEN];
+            size_t len = strlen(v) == 1 ? ST_KEY_LEN : strlen(v);
+            assert_true(len <= ST_KEY_LEN);
+            for (size_t k = 0; k < len; k++)
+                key[k] = (uint8_t)(strlen(v) == 1 ? v[0] : v[k]);
+            rc = plan_worker_heartbeat_keyed(&h->s, addr, inc, key, len,
+                                             opt(words, nw, "stays") == NULL, fin, nfin, drain,
+                                             &wid, &h->ups, err, sizeof err);
+        } else {
+            rc = plan_worker_heartbeat(&h->s, addr, inc, fin, nfin, drain, &wid, &h->ups, err,
+                                       sizeof err);
+        }
         snprintf(outs, sizeof outs, "worker=%" PRIu64, wid);
     } else if (strcmp(cmd, "rm") == 0) {
         rc = plan_remove_worker(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
@@ -779,6 +799,98 @@ static void test_plan_cases(void **unused)
 {
     (void)unused;
     run_plan_cases(plan_cases, sizeof plan_cases / sizeof plan_cases[0]);
+}
+
+static size_t replay_through_records(const struct harness *h);
+
+/* A worker's secret: registered with its first heartbeat, required on every later one (draining
+ * too) of the same incarnation; a new incarnation may take over the address only when the shell
+ * says the holder stopped heartbeating; a worker journaled without a secret is not checked. */
+static const struct plan_case key_cases[] = {
+    {"registers with its secret", "", "hb a:1 7 key=s",
+     "worker_registered id=1 address='a:1' inc=7 key=ssssssssssssssss\n=> worker=1"},
+    {"the same secret again", "hb a:1 7 key=s", "hb a:1 7 key=s", "=> worker=1"},
+    {"a wrong secret, same incarnation", "hb a:1 7 key=s", "hb a:1 7 key=x",
+     "error DENIED: worker at a:1: the worker key does not match its registration"},
+    {"a forged drain", "hb a:1 7 key=s", "hb a:1 7 key=x drain",
+     "error DENIED: worker at a:1: the worker key does not match its registration"},
+    {"no secret, same incarnation", "hb a:1 7 key=s", "hb a:1 7 key=",
+     "error DENIED: worker at a:1: the worker key does not match its registration"},
+    {"a short secret, same incarnation", "hb a:1 7 key=s", "hb a:1 7 key=sss",
+     "error DENIED: worker at a:1: the worker key does not match its registration"},
+    {"registering without a secret", "", "hb a:1 7 key=",
+     "error DENIED: worker at a:1: a worker key of 16 bytes is required to register"},
+    {"registering with a short secret", "", "hb a:1 7 key=abc",
+     "error DENIED: worker at a:1: a worker key of 16 bytes is required to register"},
+    {"a new incarnation while the holder heartbeats", "hb a:1 7 key=s", "hb a:1 8 key=t stays",
+     "error DENIED: address a:1 is held by worker 1, which is still heartbeating"},
+    {"a new incarnation once the holder went silent", "hb a:1 7 key=s", "hb a:1 8 key=t",
+     "worker_removed id=1\nworker_registered id=2 address='a:1' inc=8 key=tttttttttttttttt\n"
+     "=> worker=2"},
+    {"a journal without secrets: not checked", "hb a:1 7", "hb a:1 7 key=x drain",
+     "worker_draining id=1\n=> worker=1"},
+};
+
+static void test_worker_keys(void **unused)
+{
+    (void)unused;
+    run_plan_cases(key_cases, sizeof key_cases / sizeof key_cases[0]);
+    /* Secrets survive the journal's encoding, replay and snapshots, and are part of the digest. */
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 7 key=s\nhb b:1 9 key=u\njob 1");
+    assert_true(h.s.workers[0].key.set);
+    assert_memory_equal(h.s.workers[0].key.b, "ssssssssssssssss", ST_KEY_LEN);
+    assert_string_equal(run(&h, "hb a:1 7 key=t"),
+                        "error DENIED: worker at a:1: the worker key does not match its "
+                        "registration");
+    replay_through_records(&h);
+    uint64_t before = state_digest(&h.s);
+    h.s.workers[1].key.b[3] ^= 1;
+    assert_int_not_equal(state_digest(&h.s), before);
+    h.s.workers[1].key.b[3] ^= 1;
+    harness_release(&h);
+}
+
+/* An iteration's secret is drawn by the shell and written into ITERATION_CREATED: the state
+ * keeps it, replay and snapshots give it back, and an iteration without one (an older journal)
+ * stays without. */
+static void test_iteration_keys(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1");
+    uint64_t job = 0, it = 0, client = 0;
+    char err[256];
+    assert_int_equal(plan_get_or_create_job(&h.s, "1", "", SLUICE_PARALLEL_EPOCHS, 0, false, NULL,
+                                            &job, &it, &client, &h.ups, err, sizeof err),
+                     0);
+    size_t created = 0;
+    for (size_t i = 0; i < h.ups.n; i++) {
+        if (h.ups.v[i].type != ST_ITERATION_CREATED)
+            continue;
+        /* Planning draws nothing. */
+        assert_false(h.ups.v[i].key.set);
+        h.ups.v[i].key.set = true;
+        memcpy(h.ups.v[i].key.b, "iteration secret", ST_KEY_LEN);
+        created++;
+    }
+    assert_int_equal(created, 1);
+    commit(&h);
+    const struct st_iteration *row = state_iteration(&h.s, it);
+    assert_non_null(row);
+    assert_true(row->key.set);
+    assert_memory_equal(row->key.b, "iteration secret", ST_KEY_LEN);
+    assert_true(st_key_matches(&row->key, (const uint8_t *)"iteration secret", ST_KEY_LEN));
+    assert_false(st_key_matches(&row->key, (const uint8_t *)"iteration secreT", ST_KEY_LEN));
+    assert_false(st_key_matches(&row->key, (const uint8_t *)"iteration secret", ST_KEY_LEN - 1));
+    assert_false(st_key_matches(&row->key, NULL, 0));
+    /* A second, older-style job: no secret. */
+    run_script(&h, "job 1");
+    assert_false(h.s.iterations[h.s.niterations - 1].key.set);
+    replay_through_records(&h);
+    harness_release(&h);
 }
 
 /* What collection deletes and keeps. */
@@ -1982,6 +2094,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_cases),
+        cmocka_unit_test(test_worker_keys),
+        cmocka_unit_test(test_iteration_keys),
         cmocka_unit_test(test_gc_rows),
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),

@@ -1,0 +1,815 @@
+/* Capabilities, end to end: a real dispatcher, workers and `sluice read` on 127.0.0.1, and a
+ * stranger that speaks the wire protocol itself with everything `sluice status` shows (job, task
+ * and worker ids, addresses, incarnations) and every client id it can guess:
+ *
+ *   - it cannot heartbeat, release or read as another job's client: the dispatcher and the
+ *     worker refuse with SLUICE_ERR_DENIED and an exact message, also when it presents the valid
+ *     capabilities of a job of its own; its own capabilities work for its own job (the control);
+ *   - it cannot deregister, drain or displace a live worker with the worker's visible
+ *     incarnation, nor hand back its splits: the worker stays, and the victim's read completes
+ *     with the exact multiset;
+ *   - a whole-copy read (parallel_epochs) whose worker is killed mid-copy exits 1 naming the task
+ *     and the worker, while a drained worker's shortened copy is complete for its reader (exit 0);
+ *     a raw reader of a whole copy gets an end of sequence that counts exactly what it got; and
+ *     the readers of a shared job each check exactly their own part;
+ *   - capabilities survive a SIGKILL and restart of a fault-tolerant dispatcher (journal and
+ *     snapshots).
+ *
+ * Every wait is bounded. SLUICE_TEST_FILTER selects tests by cmocka's wildcard syntax. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "common/error.h"
+#include "common/rpc.h"
+#include "helper_cluster.h"
+
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 15000
+#define READ_MS 60000
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- a synchronous RPC peer ------------------------------------------------------------------ */
+
+struct conn {
+    uv_loop_t loop;
+    struct rpc_client *c;
+};
+
+struct result {
+    bool done;
+    int status;
+    char msg[512];
+    Sluice__Envelope *reply; /* a copy, freed by the caller */
+};
+
+static void on_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct result *r = user;
+    r->done = true;
+    r->status = status;
+    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
+    if (status == 0 && reply) {
+        size_t n = sluice__envelope__get_packed_size(reply);
+        uint8_t *b = malloc(n ? n : 1);
+        assert_non_null(b);
+        sluice__envelope__pack(reply, b);
+        r->reply = sluice__envelope__unpack(NULL, n, b);
+        free(b);
+    }
+}
+
+static void conn_open(struct conn *c, const char *addr, Sluice__Role role, uint64_t incarnation)
+{
+    char err[256];
+    assert_int_equal(uv_loop_init(&c->loop), 0);
+    struct rpc_client_opts o = {
+        .address = addr, .role = role, .incarnation = incarnation, .backoff_max_ms = 200};
+    assert_int_equal(rpc_client_new(&c->loop, &o, &c->c, err, sizeof err), 0);
+}
+
+static void conn_closed(void *user)
+{
+    *(bool *)user = true;
+}
+
+static void conn_close(struct conn *c)
+{
+    bool closed = false;
+    rpc_client_close(c->c, conn_closed, &closed);
+    while (!closed)
+        uv_run(&c->loop, UV_RUN_ONCE);
+    uv_run(&c->loop, UV_RUN_NOWAIT);
+    assert_int_equal(uv_loop_close(&c->loop), 0);
+}
+
+/* Sends env and waits for the answer (bounded by the call's timeout). */
+static Sluice__Envelope *call(struct conn *c, Sluice__Envelope *env, struct result *r)
+{
+    memset(r, 0, sizeof *r);
+    assert_int_equal(rpc_call(c->c, env, WAIT_MS, on_reply, r), 0);
+    while (!r->done)
+        uv_run(&c->loop, UV_RUN_ONCE);
+    return r->reply;
+}
+
+/* Asserts that the call failed with code and exactly the message want. */
+static void assert_refused(const struct result *r, int code, const char *want)
+{
+    if (r->status != code || strcmp(r->msg, want) != 0)
+        fail_msg("expected %d \"%s\", got %d \"%s\"", code, want, r->status, r->msg);
+}
+
+static Sluice__Envelope *client_heartbeat(struct conn *c, uint64_t client, const uint8_t *key,
+                                          size_t key_len, struct result *r)
+{
+    Sluice__ClientHeartbeatRequest body = SLUICE__CLIENT_HEARTBEAT_REQUEST__INIT;
+    body.client_id = client;
+    body.client_key.data = (uint8_t *)key;
+    body.client_key.len = key_len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
+    env.client_heartbeat = &body;
+    return call(c, &env, r);
+}
+
+static Sluice__Envelope *release_client(struct conn *c, uint64_t client, const uint8_t *key,
+                                        size_t key_len, struct result *r)
+{
+    Sluice__ReleaseClientRequest body = SLUICE__RELEASE_CLIENT_REQUEST__INIT;
+    body.client_id = client;
+    body.client_key.data = (uint8_t *)key;
+    body.client_key.len = key_len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
+    env.release_client = &body;
+    return call(c, &env, r);
+}
+
+static Sluice__Envelope *get_elements(struct conn *c, uint64_t task, uint64_t client,
+                                      const uint8_t *key, size_t key_len, struct result *r)
+{
+    Sluice__GetElementsRequest body = SLUICE__GET_ELEMENTS_REQUEST__INIT;
+    body.task_id = task;
+    body.client_id = client;
+    body.client_key.data = (uint8_t *)key;
+    body.client_key.len = key_len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
+    env.get_elements = &body;
+    return call(c, &env, r);
+}
+
+static Sluice__Envelope *worker_heartbeat(struct conn *c, const char *address, const uint8_t *key,
+                                          size_t key_len, bool draining, bool leaving,
+                                          struct result *r)
+{
+    Sluice__WorkerHeartbeatRequest body = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    body.address = (char *)address;
+    body.worker_key.data = (uint8_t *)key;
+    body.worker_key.len = key_len;
+    body.draining = draining;
+    body.leaving = leaving;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &body;
+    return call(c, &env, r);
+}
+
+/* ---- the cluster ----------------------------------------------------------------------------- */
+
+/* A worker timeout long enough that a loaded machine does not evict a live worker (which fails a
+ * whole-copy read, as it should), short enough that a killed one goes within seconds. */
+static const char *const short_timeouts[] = {"--worker-timeout-ms", "5000", "--log-level", "info",
+                                             NULL};
+
+static int setup(void **state)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->dispatcher_args = short_timeouts;
+    if (cluster_start_dispatcher(c, 0, 0) != 0) {
+        free(c);
+        return -1;
+    }
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct cluster *c = *state;
+    cluster_stop(c);
+    free(c);
+    return 0;
+}
+
+static void add_workers(struct cluster *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(cluster_add_worker(c) >= 0);
+}
+
+static json_t *status_doc(struct cluster *c)
+{
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "status", "--json", NULL), 0);
+    json_error_t je;
+    json_t *doc = json_loads(out, 0, &je);
+    if (!doc)
+        fail_msg("status --json: %s", je.text);
+    free(out);
+    free(err);
+    return doc;
+}
+
+static long long int_field(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    assert_true(json_is_integer(v));
+    return json_integer_value(v);
+}
+
+/* The job named name, once it has at least ntasks tasks (bounded wait); a new reference. */
+static json_t *wait_job(struct cluster *c, const char *name, size_t ntasks)
+{
+    long long t0 = now_ms();
+    for (;;) {
+        json_t *doc = status_doc(c);
+        json_t *jobs = json_object_get(doc, "jobs");
+        for (size_t i = 0; i < json_array_size(jobs); i++) {
+            json_t *j = json_array_get(jobs, i);
+            const char *n = json_string_value(json_object_get(j, "name"));
+            if (n && strcmp(n, name) == 0 &&
+                json_array_size(json_object_get(j, "tasks")) >= ntasks) {
+                json_incref(j);
+                json_decref(doc);
+                return j;
+            }
+        }
+        json_decref(doc);
+        if (now_ms() - t0 > WAIT_MS)
+            fail_msg("job '%s' with %zu task(s) did not appear", name, ntasks);
+        usleep(50 * 1000);
+    }
+}
+
+/* The task of job j on the worker at address. */
+static uint64_t task_on(json_t *j, const char *address)
+{
+    json_t *tasks = json_object_get(j, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++) {
+        json_t *t = json_array_get(tasks, i);
+        if (strcmp(json_string_value(json_object_get(t, "worker")), address) == 0)
+            return (uint64_t)int_field(t, "id");
+    }
+    fail_msg("no task on %s", address);
+    return 0;
+}
+
+/* The worker listed at address: its id, incarnation and draining flag. Returns how many workers
+ * are listed in all. */
+static size_t worker_at(struct cluster *c, const char *address, uint64_t *id, uint64_t *inc,
+                        bool *draining)
+{
+    json_t *doc = status_doc(c);
+    json_t *ws = json_object_get(doc, "workers");
+    size_t n = json_array_size(ws);
+    *id = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *w = json_array_get(ws, i);
+        if (strcmp(json_string_value(json_object_get(w, "address")), address) != 0)
+            continue;
+        *id = (uint64_t)int_field(w, "id");
+        *inc = strtoull(json_string_value(json_object_get(w, "incarnation")), NULL, 16);
+        *draining = json_is_true(json_object_get(w, "draining"));
+    }
+    json_decref(doc);
+    return n;
+}
+
+/* The whole of a (small) file, NUL-terminated. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *b = calloc(1, 65537);
+    assert_non_null(b);
+    size_t n = fread(b, 1, 65536, f);
+    b[n] = '\0';
+    fclose(f);
+    return b;
+}
+
+/* Reads the reader's output to its end and asserts it exited 0 with every value of range(n)
+ * exactly once. */
+static void assert_read_exact(struct proc *r, long n)
+{
+    char *out = proc_read_all(r, READ_MS);
+    int rc = proc_wait(r, 5000);
+    if (rc != 0) {
+        char *log = read_file(r->log);
+        fprintf(stderr, "reader exited %d: %s", rc, log);
+        free(log);
+    }
+    assert_int_equal(rc, 0);
+    char *got = sorted_lines(out);
+    char *want = expected_range(n, 1);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+}
+
+static char *register_dataset(struct cluster *c, const char *pipeline)
+{
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(c, &out, &err, "register", pipeline, NULL), 0);
+    free(err);
+    out[strcspn(out, "\n")] = '\0';
+    return out;
+}
+
+/* ---- a stranger guessing client and task ids ------------------------------------------------- */
+
+#define VICTIM "range(3000) | map(sleep_us, 1000)"
+
+static void test_guessed_ids_refused(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    struct proc victim;
+    assert_int_equal(cluster_cli_spawn(c, &victim, "read", VICTIM, "--job-name", "victim", NULL),
+                     0);
+    json_t *vj = wait_job(c, "victim", 1);
+    uint64_t vjob = (uint64_t)int_field(vj, "id");
+    uint64_t vtask = task_on(vj, c->workers[0].addr);
+    json_decref(vj);
+
+    /* The stranger joins a job of its own, on another dataset: a valid capability, for that
+     * job only. */
+    char *ds = register_dataset(c, "range(5)");
+    struct conn d;
+    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    body.dataset_id = ds;
+    body.job_name = "mine";
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &body;
+    struct result r;
+    Sluice__Envelope *rep = call(&d, &env, &r);
+    if (!rep)
+        fail_msg("get_or_create_job: %s", r.msg);
+    const Sluice__GetOrCreateJobReply *mine = rep->get_or_create_job_reply;
+    assert_int_equal(mine->client_key.len, 16);
+    uint64_t my_client = mine->client_id, my_job = mine->job_id;
+    uint8_t my_key[16];
+    memcpy(my_key, mine->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+    uint8_t guess[16];
+    memset(guess, 0x42, sizeof guess);
+
+    /* Every client id below its own is someone else's (the victim's among them). */
+    assert_true(my_client >= 2);
+    for (uint64_t g = 1; g < my_client; g++) {
+        char want[256];
+        snprintf(want, sizeof want,
+                 "client %" PRIu64 ": wrong client key: not a consumer of job %" PRIu64, g, vjob);
+        assert_null(client_heartbeat(&d, g, NULL, 0, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+        assert_null(client_heartbeat(&d, g, my_key, sizeof my_key, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+        assert_null(release_client(&d, g, NULL, 0, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+        assert_null(release_client(&d, g, guess, sizeof guess, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+    }
+    /* The control: its own capability works for its own client. */
+    rep = client_heartbeat(&d, my_client, my_key, sizeof my_key, &r);
+    if (!rep)
+        fail_msg("own heartbeat: %s", r.msg);
+    assert_int_equal(rep->body_case, SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY);
+    /* Its task, with its capability for that task. */
+    assert_int_equal(rep->client_heartbeat_reply->n_tasks, 1);
+    const Sluice__TaskInfo *ti = rep->client_heartbeat_reply->tasks[0];
+    uint64_t my_task = ti->task_id;
+    assert_int_equal(ti->client_key.len, 16);
+    uint8_t my_task_key[16];
+    memcpy(my_task_key, ti->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+    assert_memory_not_equal(my_task_key, my_key, 16);
+
+    /* At the worker: the victim's task, with guessed client ids and keys, or with the
+     * stranger's own valid capability. */
+    struct conn w;
+    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    char want[256];
+    for (uint64_t g = 1; g < my_client; g++) {
+        snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, g,
+                 vjob);
+        assert_null(get_elements(&w, vtask, g, NULL, 0, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+        assert_null(get_elements(&w, vtask, g, guess, sizeof guess, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+        assert_null(get_elements(&w, vtask, g, my_task_key, sizeof my_task_key, &r));
+        assert_refused(&r, SLUICE_ERR_DENIED, want);
+    }
+    snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, my_client,
+             vjob);
+    assert_null(get_elements(&w, vtask, my_client, my_task_key, sizeof my_task_key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    assert_null(get_elements(&w, vtask, my_client, my_key, sizeof my_key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    /* Its own task, with its capability for it, serves it (the control); a flipped bit, or its
+     * capability at the dispatcher, does not. */
+    rep = get_elements(&w, my_task, my_client, my_task_key, sizeof my_task_key, &r);
+    if (!rep)
+        fail_msg("own elements: %s", r.msg);
+    sluice__envelope__free_unpacked(rep, NULL);
+    snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, my_client,
+             my_job);
+    assert_null(get_elements(&w, my_task, my_client, my_key, sizeof my_key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    my_task_key[0] ^= 1;
+    assert_null(get_elements(&w, my_task, my_client, my_task_key, sizeof my_task_key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    conn_close(&w);
+    assert_non_null(release_client(&d, my_client, my_key, sizeof my_key, &r));
+    sluice__envelope__free_unpacked(r.reply, NULL);
+    conn_close(&d);
+    free(ds);
+
+    /* The victim lost nothing. */
+    assert_read_exact(&victim, 3000);
+}
+
+/* ---- a stranger posing as a worker ----------------------------------------------------------- */
+
+static void test_forged_worker_refused(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    const char *addr = c->workers[0].addr;
+    struct proc victim;
+    assert_int_equal(cluster_cli_spawn(c, &victim, "read", VICTIM, "--mode", "distributed_epoch",
+                                       "--job-name", "dist", NULL),
+                     0);
+    json_t *vj = wait_job(c, "dist", 1);
+    uint64_t vtask = task_on(vj, addr);
+    json_decref(vj);
+    uint64_t wid, inc;
+    bool draining;
+    assert_int_equal(worker_at(c, addr, &wid, &inc, &draining), 1);
+    assert_true(wid != 0);
+
+    /* With the worker's visible incarnation and no secret, a guessed one, or none. */
+    uint8_t guess[16];
+    memset(guess, 0x42, sizeof guess);
+    char want[256];
+    snprintf(want, sizeof want, "worker at %s: the worker key does not match its registration",
+             addr);
+    struct conn f;
+    conn_open(&f, c->dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, inc);
+    struct result r;
+    assert_null(worker_heartbeat(&f, addr, NULL, 0, true, true, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    assert_null(worker_heartbeat(&f, addr, guess, sizeof guess, true, true, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    assert_null(worker_heartbeat(&f, addr, guess, sizeof guess, true, false, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    assert_null(worker_heartbeat(&f, addr, guess, sizeof guess, false, false, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    /* Handing the task's splits back (which would have them produced twice). */
+    Sluice__GetSplitsRequest gs = SLUICE__GET_SPLITS_REQUEST__INIT;
+    uint64_t seqs[] = {0, 1, 2, 3};
+    gs.task_id = vtask;
+    gs.returned = seqs;
+    gs.n_returned = 4;
+    gs.worker_key.data = guess;
+    gs.worker_key.len = sizeof guess;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
+    env.get_splits = &gs;
+    assert_null(call(&f, &env, &r));
+    snprintf(want, sizeof want, "task %" PRIu64 ": the worker key does not match its worker's",
+             vtask);
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    conn_close(&f);
+
+    /* A new incarnation claiming the live worker's address. */
+    struct conn g;
+    conn_open(&g, c->dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, inc + 1);
+    snprintf(want, sizeof want,
+             "address %s is held by worker %" PRIu64 ", which is still heartbeating", addr, wid);
+    assert_null(worker_heartbeat(&g, addr, guess, sizeof guess, false, false, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    conn_close(&g);
+
+    /* The worker is still there, as it was, and the read completes exactly once. */
+    uint64_t wid2, inc2;
+    assert_int_equal(worker_at(c, addr, &wid2, &inc2, &draining), 1);
+    assert_int_equal(wid2, wid);
+    assert_int_equal(inc2, inc);
+    assert_false(draining);
+    assert_read_exact(&victim, 3000);
+}
+
+/* ---- capabilities across a dispatcher restart ----------------------------------------------- */
+
+/* A fault-tolerant dispatcher that snapshots after every few changes, so a restart restores
+ * iterations (and their secrets) from a snapshot as well as from records. */
+static const char *const snapshotting[] = {
+    "--worker-timeout-ms", "10000", "--snapshot-every", "3", "--log-level", "info", NULL};
+
+static int setup_ft(void **state)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->dispatcher_args = snapshotting;
+    if (cluster_start_dispatcher(c, 0, 1) != 0) {
+        free(c);
+        return -1;
+    }
+    *state = c;
+    return 0;
+}
+
+/* The client's capability for its only task, from a heartbeat (waiting for the task). */
+static uint64_t task_and_key(struct conn *d, uint64_t client, const uint8_t key[16],
+                             uint8_t task_key[16])
+{
+    struct result r;
+    long long t0 = now_ms();
+    while (now_ms() - t0 < WAIT_MS) {
+        Sluice__Envelope *rep = client_heartbeat(d, client, key, 16, &r);
+        if (!rep && r.status == SLUICE_ERR_UNAVAILABLE) {
+            usleep(50 * 1000); /* the dispatcher is restarting */
+            continue;
+        }
+        if (!rep)
+            fail_msg("heartbeat: %s", r.msg);
+        uint64_t task = 0;
+        if (rep->client_heartbeat_reply->n_tasks == 1) {
+            const Sluice__TaskInfo *ti = rep->client_heartbeat_reply->tasks[0];
+            assert_int_equal(ti->client_key.len, 16);
+            memcpy(task_key, ti->client_key.data, 16);
+            task = ti->task_id;
+        }
+        sluice__envelope__free_unpacked(rep, NULL);
+        if (task)
+            return task;
+        usleep(50 * 1000);
+    }
+    fail_msg("no task within %d ms", WAIT_MS);
+    return 0;
+}
+
+static void test_keys_survive_restart(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *ds = register_dataset(c, "range(10) | repeat()");
+    struct conn d;
+    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    body.dataset_id = ds;
+    body.job_name = "kept";
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &body;
+    struct result r;
+    Sluice__Envelope *rep = call(&d, &env, &r);
+    if (!rep)
+        fail_msg("get_or_create_job: %s", r.msg);
+    uint64_t client = rep->get_or_create_job_reply->client_id;
+    uint64_t job = rep->get_or_create_job_reply->job_id;
+    uint8_t key[16], task_key[16], task_key2[16];
+    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
+    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+    uint64_t task = task_and_key(&d, client, key, task_key);
+
+    assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+
+    /* The restarted dispatcher knows the iteration's secret: the same capabilities work, the same
+     * task capability comes back, and a wrong one is still refused. */
+    assert_int_equal(task_and_key(&d, client, key, task_key2), task);
+    assert_memory_equal(task_key2, task_key, 16);
+    uint8_t wrong[16];
+    memcpy(wrong, key, 16);
+    wrong[15] ^= 0x10;
+    assert_null(client_heartbeat(&d, client, wrong, sizeof wrong, &r));
+    char want[256];
+    snprintf(want, sizeof want,
+             "client %" PRIu64 ": wrong client key: not a consumer of job %" PRIu64, client, job);
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    /* The worker, which kept its task, serves it to the capability and to nothing else. */
+    struct conn w;
+    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    long long t0 = now_ms();
+    /* UNAVAILABLE: the worker has not heard of the task yet (its heartbeats were cut by the
+     * restart). */
+    while (!(rep = get_elements(&w, task, client, task_key, sizeof task_key, &r)) &&
+           r.status == SLUICE_ERR_UNAVAILABLE && now_ms() - t0 < WAIT_MS)
+        usleep(50 * 1000);
+    if (!rep)
+        fail_msg("get_elements: %s", r.msg);
+    sluice__envelope__free_unpacked(rep, NULL);
+    snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, client,
+             job);
+    assert_null(get_elements(&w, task, client, key, sizeof key, &r));
+    assert_refused(&r, SLUICE_ERR_DENIED, want);
+    conn_close(&w);
+    assert_non_null(release_client(&d, client, key, sizeof key, &r));
+    sluice__envelope__free_unpacked(r.reply, NULL);
+    conn_close(&d);
+    free(ds);
+}
+
+/* ---- whole copies: exact accounting ---------------------------------------------------------- */
+
+#define COPY "range(4000) | map(sleep_us, 2000)"
+
+/* Waits until the reader's job has a task on each worker, then long enough for both to have
+ * served part of their copy, and well before either has made all of it (every element burns
+ * 2 ms of CPU: a copy of 4000 takes seconds). */
+static void wait_mid_copy(struct cluster *c, const char *name)
+{
+    json_t *j = wait_job(c, name, (size_t)c->nworkers);
+    json_decref(j);
+    usleep(1500 * 1000);
+}
+
+static void test_worker_killed_mid_copy(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "killed", NULL), 0);
+    wait_mid_copy(c, "killed");
+    json_t *j = wait_job(c, "killed", 2);
+    uint64_t lost_task = task_on(j, c->workers[0].addr);
+    json_decref(j);
+    assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    char *out = proc_read_all(&r, READ_MS);
+    size_t lines = count_lines(out);
+    free(out);
+    /* Not a silent success with part of a copy: exit 1, naming the task and its worker. */
+    int rc = proc_wait(&r, 5000);
+    char *err = read_file(r.log);
+    printf("    exit %d, %zu lines printed; stderr: %s", rc, lines, err);
+    assert_int_equal(rc, 1);
+    char want[256];
+    snprintf(want, sizeof want, "task %" PRIu64 " on worker %s: the worker was lost after ",
+             lost_task, c->workers[0].addr);
+    assert_non_null(strstr(err, want));
+    assert_non_null(strstr(err, " elements: its copy is incomplete"));
+    free(err);
+}
+
+static void test_drained_copy_is_complete(void **state)
+{
+    struct cluster *c = *state;
+    static const char *const drain_flags[] = {"--drain-timeout-ms", "5000", NULL};
+    c->worker_args = drain_flags;
+    add_workers(c, 2);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "drained", NULL), 0);
+    wait_mid_copy(c, "drained");
+    /* The drained worker's copy ends early (README, "Elastic workers"): what it sent the reader
+     * is all the reader was promised from it, and got. */
+    assert_int_equal(proc_stop(&c->workers[0], SIGTERM, WAIT_MS), 0);
+    char *out = proc_read_all(&r, READ_MS);
+    assert_int_equal(proc_wait(&r, 5000), 0);
+    /* The other worker's copy is whole: every value at least once; the drained one's part adds
+     * fewer than a copy. */
+    size_t lines = count_lines(out);
+    printf("    %zu lines: a whole copy and part of another\n", lines);
+    assert_true(lines >= 4000 && lines < 8000);
+    long *seen = calloc(4000, sizeof *seen);
+    assert_non_null(seen);
+    for (const char *p = out; *p;) {
+        long v = strtol(p, NULL, 10);
+        assert_true(v >= 0 && v < 4000);
+        seen[v]++;
+        p = strchr(p, '\n');
+        if (!p)
+            break;
+        p++;
+    }
+    for (long v = 0; v < 4000; v++)
+        assert_true(seen[v] >= 1 && seen[v] <= 2);
+    free(seen);
+    free(out);
+}
+
+/* A shared job's copy is split between its readers first come, first served: each reader's end
+ * counts what it was sent, so both reads succeed, and together they hold the copy exactly once. */
+static void test_shared_copy_counts_per_reader(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    struct proc a, b;
+    const char *pipe = "range(2000) | map(sleep_us, 1000)";
+    assert_int_equal(cluster_cli_spawn(c, &a, "read", pipe, "--job-name", "shared", NULL), 0);
+    assert_int_equal(cluster_cli_spawn(c, &b, "read", pipe, "--job-name", "shared", NULL), 0);
+    char *oa = proc_read_all(&a, READ_MS), *ob = proc_read_all(&b, READ_MS);
+    assert_int_equal(proc_wait(&a, 5000), 0);
+    assert_int_equal(proc_wait(&b, 5000), 0);
+    printf("    the readers got %zu and %zu elements\n", count_lines(oa), count_lines(ob));
+    char *both = malloc(strlen(oa) + strlen(ob) + 1);
+    assert_non_null(both);
+    strcpy(both, oa);
+    strcat(both, ob);
+    char *got = sorted_lines(both), *want = expected_range(2000, 1);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(both);
+    free(oa);
+    free(ob);
+}
+
+/* A raw reader of a whole copy: the end of sequence counts exactly the elements it was sent. */
+static void test_end_counts_what_was_sent(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 1);
+    char *ds = register_dataset(c, "range(1000) | batch(7)");
+    struct conn d;
+    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    body.dataset_id = ds;
+    body.job_name = "";
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &body;
+    struct result r;
+    Sluice__Envelope *rep = call(&d, &env, &r);
+    if (!rep)
+        fail_msg("get_or_create_job: %s", r.msg);
+    uint64_t client = rep->get_or_create_job_reply->client_id;
+    uint8_t key[16];
+    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
+    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+    uint64_t task = 0;
+    uint8_t task_key[16];
+    long long t0 = now_ms();
+    while (task == 0 && now_ms() - t0 < WAIT_MS) {
+        rep = client_heartbeat(&d, client, key, sizeof key, &r);
+        assert_non_null(rep);
+        if (rep->client_heartbeat_reply->n_tasks > 0) {
+            const Sluice__TaskInfo *ti = rep->client_heartbeat_reply->tasks[0];
+            task = ti->task_id;
+            assert_int_equal(ti->client_key.len, 16);
+            memcpy(task_key, ti->client_key.data, 16);
+        }
+        sluice__envelope__free_unpacked(rep, NULL);
+        if (task == 0)
+            usleep(50 * 1000);
+    }
+    assert_true(task != 0);
+
+    struct conn w;
+    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    uint64_t got = 0;
+    bool ended = false;
+    t0 = now_ms();
+    while (!ended && now_ms() - t0 < WAIT_MS) {
+        rep = get_elements(&w, task, client, task_key, sizeof task_key, &r);
+        if (!rep)
+            fail_msg("get_elements: %s", r.msg);
+        const Sluice__GetElementsReply *g = rep->get_elements_reply;
+        got += g->count;
+        if (g->end_of_sequence) {
+            ended = true;
+            assert_true(g->counted);
+            assert_int_equal(g->delivered, got);
+        }
+        sluice__envelope__free_unpacked(rep, NULL);
+    }
+    assert_true(ended);
+    /* 1000 values in batches of 7: 143 elements. */
+    assert_int_equal(got, 143);
+    conn_close(&w);
+    assert_non_null(release_client(&d, client, key, sizeof key, &r));
+    sluice__envelope__free_unpacked(r.reply, NULL);
+    conn_close(&d);
+    free(ds);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_guessed_ids_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_forged_worker_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_keys_survive_restart, setup_ft, teardown),
+        cmocka_unit_test_setup_teardown(test_end_counts_what_was_sent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_copy_counts_per_reader, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_killed_mid_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drained_copy_is_complete, setup, teardown),
+    };
+    if (getenv("SLUICE_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, tmp_teardown);
+}
