@@ -103,6 +103,21 @@ struct sluice_dispatcher_options {
     /* Authentication and TLS for every connection (--auth-token-file, --tls-cert, --tls-key,
      * --tls-ca, --insecure; see <sluice/sluice.h>). */
     struct sluice_security_options security;
+    /* Bounds on what peers can make the dispatcher hold; a request past one is refused with
+     * SLUICE_ERR_LIMIT and a message naming the flag, nothing is journaled, and everyone else
+     * is served as before. Lowering a limit below what a journal already holds refuses only
+     * new requests. */
+    /* Datasets registered at once (--max-datasets; 0: 10000). Registering a dataset that
+     * exists already is never refused. */
+    uint64_t max_datasets;
+    /* The size of a registered pipeline: its serialized definition and its canonical text,
+     * in bytes (--max-pipeline-bytes; 0: 1048576). */
+    uint64_t max_pipeline_bytes;
+    /* Reads (jobs joined) one client holds open at once (--max-jobs-per-client; 0: 1000). A
+     * client is one sluice_client (one sluice_client_open; one process of `sluice read`),
+     * known by the incarnation it sends when it connects; a read it closes, or that times out
+     * (client_timeout_ms), frees its place. */
+    uint64_t max_jobs_per_client;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from

@@ -121,6 +121,7 @@ uint64_t state_digest(const struct state *s)
     for (size_t i = 0; i < s->nclients; i++) {
         fnv_u64(&f, s->clients[i].id);
         fnv_u64(&f, s->clients[i].iteration_id);
+        fnv_u64(&f, s->clients[i].owner);
     }
     return f.h;
 }

@@ -153,6 +153,10 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     uint64_t *finished = NULL;
     size_t nfinished = 0;
     int rc;
+    if (name_check("worker address", req->address, NAME_ADDR_MAX, err, sizeof err) < 0) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
     if (d->nworker_addresses > 0 && worker_index(d, req->address) < 0) {
         snprintf(err, sizeof err, "worker address '%.*s' is not in --worker-addresses", ST_ADDR_MAX,
                  req->address);

@@ -5,6 +5,11 @@
 
 #include "state_internal.h"
 
+#include "common/names.h"
+
+_Static_assert(NAME_ID_MAX < ST_ID_MAX && NAME_ADDR_MAX < ST_ADDR_MAX,
+               "a valid name fits its field with the NUL");
+
 /* ---- planning -------------------------------------------------------------------------------- */
 
 #define NOMEM_MSG(err, errlen) err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory")
@@ -195,9 +200,16 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
 {
     if (!id)
         id = "";
-    if (strlen(id) >= ST_ID_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "dataset id is longer than %d bytes",
-                       ST_ID_MAX - 1);
+    int rc = name_check("dataset id", id, NAME_ID_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t max_bytes = s->limits.max_pipeline_bytes;
+    size_t text_len = text ? strlen(text) : 0;
+    if (max_bytes && (def_len > max_bytes || text_len > max_bytes))
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "pipeline of %zu bytes is over the limit of %" PRIu64
+                       " bytes (--max-pipeline-bytes)",
+                       def_len > text_len ? def_len : text_len, max_bytes);
     if (*id) {
         const struct st_dataset *d = state_dataset(s, id);
         if (d) {
@@ -228,6 +240,10 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
             }
         }
     }
+    /* Only a new dataset counts: an existing one is still found when the limit is reached. */
+    if (s->limits.max_datasets && s->ndatasets >= s->limits.max_datasets)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "dataset limit reached: %zu datasets (--max-datasets)", s->ndatasets);
     struct st_update *u = push(out, ST_DATASET_REGISTERED, 0);
     if (!u)
         return NOMEM_MSG(err, errlen);
@@ -276,7 +292,7 @@ static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id
 
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t owner, const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
 {
@@ -284,9 +300,17 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
         job_name = "";
     if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
-    if (strlen(job_name) >= ST_ID_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "job name is longer than %d bytes",
-                       ST_ID_MAX - 1);
+    int rc = name_check("job name", job_name, NAME_ID_MAX, err, errlen);
+    if (rc == 0)
+        rc = name_check("dataset id", dataset_id, NAME_ID_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t max_jobs = s->limits.max_jobs_per_client;
+    size_t held = state_owner_clients(s, owner);
+    if (max_jobs && held >= max_jobs)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "job limit reached: this client holds %zu jobs (--max-jobs-per-client)",
+                       held);
     const struct st_dataset *ds = state_dataset(s, dataset_id);
     if (!ds)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "dataset '%s' not found", dataset_id);
@@ -370,6 +394,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
     if (!(u = push(out, ST_CLIENT_ACQUIRED, s->next_client_id)))
         goto nomem;
     u->ref = iteration_id;
+    u->incarnation = owner;
     *job_out = job_id;
     *iteration_out = iteration_id;
     *client_out = s->next_client_id;
@@ -434,9 +459,9 @@ int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t i
 {
     if (!address || !*address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is empty");
-    if (strlen(address) >= ST_ADDR_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is longer than %d bytes",
-                       ST_ADDR_MAX - 1);
+    int rc = name_check("worker address", address, NAME_ADDR_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
     size_t start = out->n;
     uint64_t *have = NULL; /* iterations the worker has a task in, sorted */
     size_t nhave = 0;

@@ -438,6 +438,14 @@ long state_round_epoch(const struct st_iteration *it, uint64_t round)
     return -1;
 }
 
+size_t state_owner_clients(const struct state *s, uint64_t owner)
+{
+    size_t n = 0;
+    for (size_t i = 0; owner != 0 && i < s->nclients; i++)
+        n += s->clients[i].owner == owner;
+    return n;
+}
+
 size_t state_iteration_clients(const struct state *s, uint64_t iteration_id)
 {
     size_t n = 0;
@@ -654,6 +662,7 @@ static int apply_client_acquired(struct state *s, const struct st_update *u)
         return SLUICE_ERR_NOMEM;
     struct st_client *c = row_insert(s->clients, &s->nclients, sizeof *s->clients, u->id);
     c->iteration_id = u->ref;
+    c->owner = u->incarnation;
     s->next_client_id = max_u64(s->next_client_id, u->id + 1);
     return 0;
 }

@@ -354,6 +354,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         cs[i] = init;
         cs[i].id = s->clients[i].id;
         cs[i].iteration_id = s->clients[i].iteration_id;
+        cs[i].owner = s->clients[i].owner;
         m.clients[i] = &cs[i];
     }
     m.n_clients = s->nclients;
@@ -699,6 +700,7 @@ static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err,
                            c->iteration_id);
         s->clients[s->nclients].id = c->id;
         s->clients[s->nclients].iteration_id = c->iteration_id;
+        s->clients[s->nclients].owner = c->owner;
         s->nclients++;
     }
     return 0;

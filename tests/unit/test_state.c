@@ -111,6 +111,8 @@ static const char *code_name(int rc)
         return "UNSUPPORTED";
     case SLUICE_ERR_NOMEM:
         return "NOMEM";
+    case SLUICE_ERR_LIMIT:
+        return "LIMIT";
     default:
         return "OTHER";
     }
@@ -237,6 +239,9 @@ static void check_invariants(const struct state *s)
  *   chb CLIENT [round=N] [window=N]     a client heartbeat at round N asking grants of window
  *                                         rounds; outputs the grant of a coordinated read
  *   rel CLIENT | gc ITERATION
+ *   limits [datasets=N] [pipeline=N] [jobs=N]
+ *                                         sets the state's limits (configuration; no update)
+ * job also takes [owner=N], the incarnation of the sluice_client asking (default 0).
  * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
 struct harness {
     struct state s;
@@ -362,8 +367,10 @@ static const char *run(struct harness *h, const char *line)
         }
         uint64_t job = 0, it = 0, client = 0;
         bool endless = opt(words, nw, "ends") == NULL;
-        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, endless, pp,
-                                    &job, &it, &client, &h->ups, err, sizeof err);
+        v = opt(words, nw, "owner");
+        uint64_t owner = v ? strtoull(v, NULL, 10) : 0;
+        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, endless,
+                                    owner, pp, &job, &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -407,6 +414,14 @@ static const char *run(struct harness *h, const char *line)
                                    &granted, err, sizeof err);
         if (granted)
             snprintf(outs, sizeof outs, "granted=%" PRIu64, granted);
+    } else if (strcmp(cmd, "limits") == 0) {
+        if ((v = opt(words, nw, "datasets")))
+            h->s.limits.max_datasets = strtoull(v, NULL, 10);
+        if ((v = opt(words, nw, "pipeline")))
+            h->s.limits.max_pipeline_bytes = strtoull(v, NULL, 10);
+        if ((v = opt(words, nw, "jobs")))
+            h->s.limits.max_jobs_per_client = strtoull(v, NULL, 10);
+        rc = 0;
     } else if (strcmp(cmd, "rel") == 0) {
         rc = plan_release_client(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "gc") == 0) {
@@ -493,7 +508,51 @@ static const struct plan_case plan_cases[] = {
      "ds "
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx r10",
-     "error INVALID: dataset id is longer than 127 bytes"},
+     "error INVALID: dataset id: 128 bytes, longer than the limit of 127"},
+    {"dataset id not UTF-8", "", "ds ab\xff" "c r10", "error INVALID: dataset id: not valid UTF-8 at byte 2"},
+    {"dataset id with a control character", "", "ds ab\x01 r10",
+     "error INVALID: dataset id: control character at byte 2"},
+    {"dataset id with a C1 control", "", "ds ab\xc2\x85 r10",
+     "error INVALID: dataset id: control character at byte 2"},
+    {"dataset id UTF-8", "", "ds caf\xc3\xa9 r10",
+     "dataset_registered name='caf\xc3\xa9' def='r10' text='r10'\n=> id=caf\xc3\xa9"},
+
+    /* limits */
+    {"dataset limit reached", "limits datasets=2\nds a r1\nds b r2", "ds c r3",
+     "error LIMIT: dataset limit reached: 2 datasets (--max-datasets)"},
+    {"dataset limit reached, generated id", "limits datasets=2\nds a r1\nds b r2", "ds - r3",
+     "error LIMIT: dataset limit reached: 2 datasets (--max-datasets)"},
+    {"dataset limit: an existing dataset is still found", "limits datasets=2\nds a r1\nds - r2",
+     "ds - r2", "=> id=1"},
+    {"dataset limit: an existing explicit id is still found",
+     "limits datasets=2\nds a r1\nds b r2", "ds a r1", "=> id=a"},
+    {"dataset limit not yet reached", "limits datasets=2\nds a r1", "ds b r2",
+     "dataset_registered name='b' def='r2' text='r2'\n=> id=b"},
+    {"pipeline over the limit", "limits pipeline=4", "ds a range(100)",
+     "error LIMIT: pipeline of 10 bytes is over the limit of 4 bytes (--max-pipeline-bytes)"},
+    {"pipeline at the limit", "limits pipeline=4", "ds a r100",
+     "dataset_registered name='a' def='r100' text='r100'\n=> id=a"},
+    {"job limit per client reached", "limits jobs=2\nds - r4\njob 1 owner=7\njob 1 owner=7",
+     "job 1 owner=7",
+     "error LIMIT: job limit reached: this client holds 2 jobs (--max-jobs-per-client)"},
+    {"job limit: another client is served", "limits jobs=2\nds - r4\njob 1 owner=7\njob 1 owner=7",
+     "job 1 owner=8",
+     "job_created id=3 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "client_acquired id=3 ref=3 inc=8\n"
+     "=> job=3 iteration=3 client=3"},
+    {"job limit: a released client frees its place",
+     "limits jobs=2\nds - r4\njob 1 owner=7\njob 1 owner=7\nrel 1", "job 1 owner=7",
+     "job_created id=3 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "client_acquired id=3 ref=3 inc=7\n"
+     "=> job=3 iteration=3 client=3"},
+    {"job limit: clients of no known owner are not limited",
+     "limits jobs=1\nds - r4\njob 1\njob 1", "job 1",
+     "job_created id=3 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "client_acquired id=3 ref=3\n"
+     "=> job=3 iteration=3 client=3"},
 
     /* get_or_create_job */
     {"job anonymous parallel on two workers", "ds - r4\nhb a:1 1\nhb b:1 1", "job 1",
@@ -503,6 +562,12 @@ static const struct plan_case plan_cases[] = {
      "task_created id=2 ref=1 ref2=2\n"
      "client_acquired id=1 ref=1\n"
      "=> job=1 iteration=1 client=1"},
+    {"job name not UTF-8", "ds - r4", "job 1 name=ab\xff",
+     "error INVALID: job name: not valid UTF-8 at byte 2"},
+    {"job name with a newline", "ds - r4", "job 1 name=a\nb",
+     "error INVALID: job name: control character at byte 1"},
+    {"job dataset id not UTF-8", "ds - r4", "job \xc3(",
+     "error INVALID: dataset id: not valid UTF-8 at byte 0"},
     {"job with no workers has no tasks", "ds - r4", "job 1 name=n consumers=2",
      "job_created id=1 name='n' name2='1' mode=parallel_epochs consumers=2\n"
      "iteration_created id=1 ref=1 dist=0\n"
@@ -579,6 +644,10 @@ static const struct plan_case plan_cases[] = {
      "task_created id=5 ref=3 ref2=2\n"
      "=> worker=2"},
     {"heartbeat known worker with nothing new", PAR2, "hb a:1 1", "=> worker=1"},
+    {"heartbeat address with a control character", "", "hb host:1\x7f 1",
+     "error INVALID: worker address: control character at byte 6"},
+    {"heartbeat address not UTF-8", "", "hb host\xe2\x82:1 1",
+     "error INVALID: worker address: not valid UTF-8 at byte 4"},
     {"heartbeat finishes one of two tasks", PAR2, "hb a:1 1 fin=1",
      "task_finished id=1\n=> worker=1"},
     {"heartbeat finishes the last task", PAR2 "hb a:1 1 fin=1", "hb b:1 1 fin=2",
