@@ -197,6 +197,16 @@ struct sluice_worker_options {
     /* How long a drain waits for readers to fetch what this worker holds before leaving
      * anyway (--drain-timeout-ms; at most 86400000; 0: 30000). */
     uint32_t drain_timeout_ms;
+    /* The most bytes one element (or batch) of a task may hold: its tensors' value bytes, plus
+     * 8 per string of a bytes tensor that is not a scalar (--max-element-bytes; 1 to 267317248,
+     * which keeps an element within one reply frame; 0: 134217728, 128 MiB). An element over
+     * it fails its task with SLUICE_ERR_TASK_FAILED and "element of N bytes is over the
+     * worker's limit of M (--max-element-bytes)", which reaches the readers. Where the size is
+     * known before the memory is allocated (bytes(N), batch as it grows, a TFRecord's length,
+     * a text line as it is read) it is refused before the allocation. A task then holds at
+     * most its buffer (16 MiB, or one element when a single element is larger) plus, per
+     * producer thread, about two elements being built. */
+    uint64_t max_element_bytes;
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
     /* Authentication and TLS, both towards the dispatcher and for readers (--auth-token-file,

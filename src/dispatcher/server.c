@@ -567,8 +567,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     }
     d->st.static_workers = (uint32_t)d->nworker_addresses;
     d->st.limits = (struct st_limits){
-        .max_datasets =
-            opts->max_datasets ? opts->max_datasets : DISPATCHER_DEFAULT_MAX_DATASETS,
+        .max_datasets = opts->max_datasets ? opts->max_datasets : DISPATCHER_DEFAULT_MAX_DATASETS,
         .max_pipeline_bytes = opts->max_pipeline_bytes ? opts->max_pipeline_bytes
                                                        : DISPATCHER_DEFAULT_MAX_PIPELINE_BYTES,
         .max_jobs_per_client = opts->max_jobs_per_client ? opts->max_jobs_per_client

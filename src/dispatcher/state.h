@@ -158,8 +158,8 @@ struct st_client {
  * what would go past them (SLUICE_ERR_LIMIT), apply, replay, snapshots and digests ignore them,
  * so lowering a limit never makes a journal unreadable. 0 means no limit. */
 struct st_limits {
-    uint64_t max_datasets;       /* datasets registered at once */
-    uint64_t max_pipeline_bytes; /* a dataset's definition bytes, and its pipeline text */
+    uint64_t max_datasets;        /* datasets registered at once */
+    uint64_t max_pipeline_bytes;  /* a dataset's definition bytes, and its pipeline text */
     uint64_t max_jobs_per_client; /* clients (open reads) one sluice_client holds at once */
 };
 

@@ -492,6 +492,13 @@ static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
         uint64_t len = load_le64(h);
         if (load_le32(h + 8) != pipe_tfrecord_mask(crc32c(h, 8)))
             return tfr_corrupt(r, at, "bad length checksum");
+        /* The record's size is known from its header: over the worker's limit, it is refused
+         * before anything is allocated for it. */
+        if (pipe_over_limit(r->base.ctx, len)) {
+            char what[PATH_MAX + 64];
+            snprintf(what, sizeof what, "%s: offset %" PRIu64 ": ", r->path, at);
+            return reader_fail(r, pipe_limit_fail(r->base.ctx, what, len, false));
+        }
         if (len > MAX_RECORD) {
             err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TOO_LARGE,
                     "%s: offset %" PRIu64 ": record length %" PRIu64 " over limit", r->path, at,
@@ -541,6 +548,11 @@ int pipe_tfrecord_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
  * line began, for the message when the line grows over the limit. */
 static int lines_spill(struct file_reader *r, size_t n, uint64_t at)
 {
+    if (pipe_over_limit(r->base.ctx, (uint64_t)r->rec_len + n)) {
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof what, "%s: offset %" PRIu64 ": ", r->path, at);
+        return reader_fail(r, pipe_limit_fail(r->base.ctx, what, (uint64_t)r->rec_len + n, true));
+    }
     if ((uint64_t)r->rec_len + n > MAX_RECORD) {
         err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TOO_LARGE,
                 "%s: offset %" PRIu64 ": line length over limit", r->path, at);

@@ -75,6 +75,10 @@ struct task_config {
     uv_async_t *wake;                  /* sent by producers; outlives the task */
     uint64_t buffer_bytes;             /* 0: TASK_BUFFER_BYTES */
     uint64_t buffer_records;           /* 0: TASK_BUFFER_RECORDS */
+    /* The largest element (pipe_elem_size) the pipeline may produce; 0: no limit. The pipeline
+     * refuses one it can size before allocating it (iter.h); any other fails the task when it
+     * comes out. Either way the task fails with SLUICE_ERR_LIMIT's message. */
+    uint64_t max_element_bytes;
 };
 
 /* Loop. Starts the producers of a task over spec, which the task takes ownership of (also on

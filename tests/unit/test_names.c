@@ -25,20 +25,20 @@ static const struct check_case check_cases[] = {
     {"", 10, NULL},
     {"train", 10, NULL},
     {"a-b_c.d:5050", 20, NULL},
-    {"caf\xc3\xa9", 10, NULL},                 /* é, 2 bytes */
-    {"\xe2\x82\xac", 10, NULL},                /* €, 3 bytes */
-    {"\xf0\x9f\x98\x80", 10, NULL},            /* emoji, 4 bytes */
-    {"\xf4\x8f\xbf\xbf", 10, NULL},            /* U+10FFFF, the last code point */
-    {"\xc2\xa0", 10, NULL},                    /* U+00A0, right after the C1 controls */
-    {"0123456789", 10, NULL},                  /* exactly the bound */
+    {"caf\xc3\xa9", 10, NULL},      /* é, 2 bytes */
+    {"\xe2\x82\xac", 10, NULL},     /* €, 3 bytes */
+    {"\xf0\x9f\x98\x80", 10, NULL}, /* emoji, 4 bytes */
+    {"\xf4\x8f\xbf\xbf", 10, NULL}, /* U+10FFFF, the last code point */
+    {"\xc2\xa0", 10, NULL},         /* U+00A0, right after the C1 controls */
+    {"0123456789", 10, NULL},       /* exactly the bound */
     {"01234567890", 10, "f: 11 bytes, longer than the limit of 10"},
     {"abc\xff", 10, "f: not valid UTF-8 at byte 3"},
-    {"\x80", 10, "f: not valid UTF-8 at byte 0"},       /* a lone continuation byte */
-    {"ab\xc3", 10, "f: not valid UTF-8 at byte 2"},     /* truncated sequence */
-    {"ab\xc3x", 10, "f: not valid UTF-8 at byte 2"},    /* bad continuation */
-    {"\xc0\xaf", 10, "f: not valid UTF-8 at byte 0"},   /* overlong '/' */
-    {"\xe0\x80\xaf", 10, "f: not valid UTF-8 at byte 0"}, /* overlong, 3 bytes */
-    {"\xed\xa0\x80", 10, "f: not valid UTF-8 at byte 0"}, /* a surrogate */
+    {"\x80", 10, "f: not valid UTF-8 at byte 0"},             /* a lone continuation byte */
+    {"ab\xc3", 10, "f: not valid UTF-8 at byte 2"},           /* truncated sequence */
+    {"ab\xc3x", 10, "f: not valid UTF-8 at byte 2"},          /* bad continuation */
+    {"\xc0\xaf", 10, "f: not valid UTF-8 at byte 0"},         /* overlong '/' */
+    {"\xe0\x80\xaf", 10, "f: not valid UTF-8 at byte 0"},     /* overlong, 3 bytes */
+    {"\xed\xa0\x80", 10, "f: not valid UTF-8 at byte 0"},     /* a surrogate */
     {"\xf4\x90\x80\x80", 10, "f: not valid UTF-8 at byte 0"}, /* above U+10FFFF */
     {"\xf5\x80\x80\x80", 10, "f: not valid UTF-8 at byte 0"},
     {"host:1\nx", 10, "f: control character at byte 6"},

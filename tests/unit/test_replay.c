@@ -295,10 +295,12 @@ static void same_decisions(const struct state *a, const struct state *b)
     if (a->ndatasets > 0) {
         struct st_split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
         assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, 0, &p, &ja, &ia, &ca, &la, err, sizeof err),
+                                                0, true, 0, &p, &ja, &ia, &ca, &la, err,
+                                                sizeof err),
                          0);
         assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, 0, &p, &jb, &ib, &cb, &lb, err, sizeof err),
+                                                0, true, 0, &p, &jb, &ib, &cb, &lb, err,
+                                                sizeof err),
                          0);
         assert_true(ja == jb && ia == ib && ca == cb);
     }

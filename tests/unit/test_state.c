@@ -509,7 +509,10 @@ static const struct plan_case plan_cases[] = {
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx r10",
      "error INVALID: dataset id: 128 bytes, longer than the limit of 127"},
-    {"dataset id not UTF-8", "", "ds ab\xff" "c r10", "error INVALID: dataset id: not valid UTF-8 at byte 2"},
+    {"dataset id not UTF-8", "",
+     "ds ab\xff"
+     "c r10",
+     "error INVALID: dataset id: not valid UTF-8 at byte 2"},
     {"dataset id with a control character", "", "ds ab\x01 r10",
      "error INVALID: dataset id: control character at byte 2"},
     {"dataset id with a C1 control", "", "ds ab\xc2\x85 r10",
@@ -524,8 +527,8 @@ static const struct plan_case plan_cases[] = {
      "error LIMIT: dataset limit reached: 2 datasets (--max-datasets)"},
     {"dataset limit: an existing dataset is still found", "limits datasets=2\nds a r1\nds - r2",
      "ds - r2", "=> id=1"},
-    {"dataset limit: an existing explicit id is still found",
-     "limits datasets=2\nds a r1\nds b r2", "ds a r1", "=> id=a"},
+    {"dataset limit: an existing explicit id is still found", "limits datasets=2\nds a r1\nds b r2",
+     "ds a r1", "=> id=a"},
     {"dataset limit not yet reached", "limits datasets=2\nds a r1", "ds b r2",
      "dataset_registered name='b' def='r2' text='r2'\n=> id=b"},
     {"pipeline over the limit", "limits pipeline=4", "ds a range(100)",
@@ -547,8 +550,8 @@ static const struct plan_case plan_cases[] = {
      "iteration_created id=3 ref=3 dist=0\n"
      "client_acquired id=3 ref=3 inc=7\n"
      "=> job=3 iteration=3 client=3"},
-    {"job limit: clients of no known owner are not limited",
-     "limits jobs=1\nds - r4\njob 1\njob 1", "job 1",
+    {"job limit: clients of no known owner are not limited", "limits jobs=1\nds - r4\njob 1\njob 1",
+     "job 1",
      "job_created id=3 name2='1' mode=parallel_epochs\n"
      "iteration_created id=3 ref=3 dist=0\n"
      "client_acquired id=3 ref=3\n"
