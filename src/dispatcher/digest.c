@@ -92,6 +92,7 @@ uint64_t state_digest(const struct state *s)
         fnv_u64(&f, it->splits_finished);
         fnv_u64(&f, it->splits_leased);
         fnv_u64(&f, it->rounds_granted);
+        fnv_str(&f, it->error ? it->error : "");
         fnv_u64(&f, it->nepochs);
         for (size_t k = 0; k < it->nepochs; k++) {
             fnv_u64(&f, it->epochs[k].start);

@@ -452,6 +452,43 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+int plan_tasks_failed(const struct state *s, uint64_t worker_id,
+                      const struct st_task_failure *failed, size_t nfailed,
+                      struct st_update_list *out, char *err, size_t errlen)
+{
+    size_t start = out->n;
+    for (size_t i = 0; i < nfailed; i++) {
+        const struct st_task *t = state_task(s, failed[i].task_id);
+        const struct st_iteration *it = t ? state_iteration(s, t->iteration_id) : NULL;
+        if (!it || t->worker_id != worker_id || t->finished || it->state != ST_ITER_ACTIVE ||
+            it->error || pending(out, start, ST_ITERATION_FAILED, it->id))
+            continue;
+        struct st_update *u = push(out, ST_ITERATION_FAILED, it->id);
+        char msg[ST_ERROR_MAX + 1], *esc = name_escape_dup(failed[i].msg ? failed[i].msg : "");
+        if (!u || !esc) {
+            free(esc);
+            state_list_truncate(out, start);
+            return NOMEM_MSG(err, errlen);
+        }
+        /* Cut at a character: the escaped text is ASCII escapes and whole UTF-8 sequences. */
+        int n =
+            snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id, esc[0] ? esc : "task failed");
+        free(esc);
+        if (n > ST_ERROR_MAX) {
+            size_t k = ST_ERROR_MAX;
+            while (k > 0 && ((unsigned char)msg[k] & 0xc0) == 0x80)
+                k--;
+            msg[k] = '\0';
+        }
+        u->text = strdup(msg);
+        if (!u->text) {
+            state_list_truncate(out, start);
+            return NOMEM_MSG(err, errlen);
+        }
+    }
+    return 0;
+}
+
 int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                           const uint64_t *finished, size_t nfinished, bool draining,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
@@ -519,8 +556,12 @@ int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t i
         uint64_t next_task = s->next_task_id;
         for (size_t i = 0; i < s->niterations; i++) {
             const struct st_iteration *it = &s->iterations[i];
-            if (it->state != ST_ITER_ACTIVE ||
+            if (it->state != ST_ITER_ACTIVE || it->error ||
                 (nhave > 0 && bsearch(&it->id, have, nhave, sizeof *have, cmp_u64)))
+                continue;
+            /* Nobody reads an iteration without clients: a new worker does not start producing
+             * for it (a reader that comes back brings the tasks with the next heartbeats). */
+            if (state_iteration_clients(s, it->id) == 0)
                 continue;
             if (!(u = push(out, ST_TASK_CREATED, next_task++)))
                 goto nomem;

@@ -47,6 +47,7 @@ static const char *const update_names[] = {
     [ST_WORKER_DRAINING] = "worker_draining",
     [ST_ROUNDS_SCHEDULED] = "rounds_scheduled",
     [ST_ROUNDS_GRANTED] = "rounds_granted",
+    [ST_ITERATION_FAILED] = "iteration_failed",
 };
 
 const char *st_update_name(enum st_update_type type)
@@ -342,6 +343,8 @@ static void epochs_release(struct st_iteration *it)
 
 static void iteration_release(struct st_iteration *it)
 {
+    free(it->error);
+    it->error = NULL;
     st_split_plan_release(&it->plan);
     state_seq_release(&it->pool);
     epochs_release(it);
@@ -782,6 +785,15 @@ static int apply_iteration_finished(struct state *s, const struct st_update *u)
     return 0;
 }
 
+static int apply_iteration_failed(struct state *s, const struct st_update *u)
+{
+    struct st_iteration *it = FIND(s, iterations, u->id);
+    if (!it || it->state != ST_ITER_ACTIVE || it->error)
+        return CORRUPT;
+    it->error = strdup(u->text && u->text[0] ? u->text : "task failed");
+    return it->error ? 0 : SLUICE_ERR_NOMEM;
+}
+
 static int apply_iteration_gc(struct state *s, const struct st_update *u)
 {
     struct st_iteration *it = FIND(s, iterations, u->id);
@@ -916,6 +928,9 @@ int state_apply(struct state *s, const struct st_update *u)
         break;
     case ST_ROUNDS_GRANTED:
         rc = apply_rounds_granted(s, u);
+        break;
+    case ST_ITERATION_FAILED:
+        rc = apply_iteration_failed(s, u);
         break;
     default:
         rc = CORRUPT;

@@ -122,6 +122,10 @@ struct st_iteration {
     uint64_t rounds_granted;
     struct st_round_epoch *epochs;
     size_t nepochs;
+    /* Why the iteration failed (malloc'd), or NULL: a task's pipeline failed (ITERATION_FAILED).
+     * A failed iteration gets no new tasks, its readers get this message instead of more
+     * elements, and it is garbage-collected like any other once no client holds it. */
+    char *error;
 };
 
 /* last_request and granted make GetSplits idempotent: a worker that lost the reply to its
@@ -219,7 +223,8 @@ enum st_update_type {
     ST_ITERATION_GC = 15,
     ST_WORKER_DRAINING = 16,
     ST_ROUNDS_SCHEDULED = 17,
-    ST_ROUNDS_GRANTED = 18
+    ST_ROUNDS_GRANTED = 18,
+    ST_ITERATION_FAILED = 19
 };
 const char *st_update_name(enum st_update_type type);
 
@@ -253,7 +258,9 @@ const char *st_update_name(enum st_update_type type);
  *                       which is the iteration's rounds_granted (an epoch already starting
  *                       there is replaced: no consumer has read it), seqs = its tasks (may be
  *                       empty); the oldest epoch is dropped beyond ST_ROUND_EPOCHS_MAX
- *   ROUNDS_GRANTED      ref = a coordinated iteration, ref2 = its new rounds_granted (higher) */
+ *   ROUNDS_GRANTED      ref = a coordinated iteration, ref2 = its new rounds_granted (higher)
+ *   ITERATION_FAILED    id = an active iteration that has not failed yet, text = why (a task's
+ *                       failure, as its worker reported it) */
 struct st_update {
     enum st_update_type type;
     uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
@@ -374,12 +381,30 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
  * the worker reports finished; ids that are unknown, already finished or not this worker's are
  * ignored (a report can repeat), and a finished task's leftover leases go back to the pool
  * first. draining marks it draining, for good: a draining worker stays draining. Creates tasks
- * for every active iteration the worker has none for (unless draining). Marks iterations
+ * for every active iteration the worker has none for (unless draining), except iterations that
+ * failed or that no client holds (their readers are gone; a client that joins again gets the
+ * tasks on the next heartbeats). Marks iterations
  * finished when they have at least one task, all their tasks are finished (and, for distributed
  * iterations, the cursor is at the end, the pool empty and no split leased). An empty address or
  * one that is not a valid name of at most NAME_ADDR_MAX bytes (common/names.h) is
  * SLUICE_ERR_INVALID ("worker address: control character at byte 9"). *worker_out receives
  * the id. */
+/* A task the worker reports failed, with the pipeline's message. */
+struct st_task_failure {
+    uint64_t task_id;
+    const char *msg;
+};
+
+/* The worker worker_id reports tasks failed: the first failure of each active iteration is
+ * recorded (ITERATION_FAILED with "task 4: " and the message escaped (common/names.h) and cut
+ * to ST_ERROR_MAX bytes). Tasks that are unknown, not this worker's, finished, or of an
+ * iteration that is not active or failed already are ignored (the report repeats on every
+ * heartbeat). Returns 0 or SLUICE_ERR_NOMEM. */
+#define ST_ERROR_MAX 400
+int plan_tasks_failed(const struct state *s, uint64_t worker_id,
+                      const struct st_task_failure *failed, size_t nfailed,
+                      struct st_update_list *out, char *err, size_t errlen);
+
 int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                           const uint64_t *finished, size_t nfinished, bool draining,
                           uint64_t *worker_out, struct st_update_list *out, char *err,

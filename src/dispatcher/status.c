@@ -144,6 +144,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "repetition", u64(it ? it->repetition : 0));
     put(b, o, "state", json_string(st_iteration_state_name(it ? it->state : ST_ITER_GC)));
     put(b, o, "clients", u64(state_iteration_clients(s, j->iteration_id)));
+    if (it && it->error)
+        put(b, o, "error", text(it->error));
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
         if (t->iteration_id != j->iteration_id)

@@ -239,6 +239,8 @@ static void check_invariants(const struct state *s)
  *   chb CLIENT [round=N] [window=N]     a client heartbeat at round N asking grants of window
  *                                         rounds; outputs the grant of a coordinated read
  *   rel CLIENT | gc ITERATION
+ *   failed WORKER TASK,... [msg=A_B]       the worker reports the tasks failed ('_' in msg is a
+ *                                         space)
  *   limits [datasets=N] [pipeline=N] [jobs=N]
  *                                         sets the state's limits (configuration; no update)
  * job also takes [owner=N], the incarnation of the sluice_client asking (default 0).
@@ -414,6 +416,21 @@ static const char *run(struct harness *h, const char *line)
                                    &granted, err, sizeof err);
         if (granted)
             snprintf(outs, sizeof outs, "granted=%" PRIu64, granted);
+    } else if (strcmp(cmd, "failed") == 0) {
+        /* failed WORKER TASK[,TASK...] [msg=WORDS_WITH_UNDERSCORES] */
+        uint64_t ids[16];
+        size_t n = parse_list(words[2], ids, 16);
+        char msg[256] = "";
+        if ((v = opt(words, nw, "msg"))) {
+            snprintf(msg, sizeof msg, "%s", v);
+            for (char *p = msg; *p; p++)
+                if (*p == '_')
+                    *p = ' ';
+        }
+        struct st_task_failure f[16];
+        for (size_t i = 0; i < n; i++)
+            f[i] = (struct st_task_failure){ids[i], msg};
+        rc = plan_tasks_failed(&h->s, strtoull(words[1], NULL, 10), f, n, &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "limits") == 0) {
         if ((v = opt(words, nw, "datasets")))
             h->s.limits.max_datasets = strtoull(v, NULL, 10);
@@ -647,6 +664,24 @@ static const struct plan_case plan_cases[] = {
      "task_created id=5 ref=3 ref2=2\n"
      "=> worker=2"},
     {"heartbeat known worker with nothing new", PAR2, "hb a:1 1", "=> worker=1"},
+    {"heartbeat: no task for an iteration nobody reads", "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1",
+     "hb b:1 7", "worker_registered id=2 address='b:1' inc=7\n=> worker=2"},
+    {"heartbeat: a reader that comes back brings the tasks",
+     "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\nhb b:1 7\njob 1 name=n", "hb b:1 7",
+     "task_created id=2 ref=1 ref2=2\n=> worker=2"},
+    {"task failure recorded", PAR2, "failed 1 1 msg=map(bytes):_too_big",
+     "iteration_failed id=1 text='task 1: map(bytes): too big'\n=>"},
+    {"task failure: once per iteration", PAR2, "failed 2 2,2 msg=x",
+     "iteration_failed id=1 text='task 2: x'\n=>"},
+    {"task failure repeated is ignored", PAR2 "failed 1 1 msg=x", "failed 1 1 msg=y", "=>"},
+    {"task failure of another worker's task is ignored", PAR2, "failed 2 1 msg=x", "=>"},
+    {"task failure of an unknown task is ignored", PAR2, "failed 1 99 msg=x", "=>"},
+    {"task failure with an empty message", PAR2, "failed 1 1",
+     "iteration_failed id=1 text='task 1: task failed'\n=>"},
+    {"task failure: bad bytes in the message are escaped", PAR2, "failed 1 1 msg=a\x01\xff",
+     "iteration_failed id=1 text='task 1: a\\x01\\xff'\n=>"},
+    {"failed iteration: no task on a new worker", PAR2 "failed 1 1 msg=x", "hb c:1 1",
+     "worker_registered id=3 address='c:1' inc=1\n=> worker=3"},
     {"heartbeat address with a control character", "", "hb host:1\x7f 1",
      "error INVALID: worker address: control character at byte 6"},
     {"heartbeat address not UTF-8", "", "hb host\xe2\x82:1 1",
