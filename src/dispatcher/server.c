@@ -117,6 +117,9 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
     case ST_ITERATION_GC:
         snprintf(buf, len, "iteration %" PRIu64 " garbage-collected", u->id);
         return LOG_INFO;
+    case ST_ITERATION_FAILED:
+        snprintf(buf, len, "iteration %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
+        return LOG_WARN;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
