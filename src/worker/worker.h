@@ -48,6 +48,9 @@
 #define WORKER_DEFAULT_MAX_ELEMENTS 8192u
 #define WORKER_DEFAULT_MAX_BYTES (8u << 20)
 #define WORKER_MAX_REPLY_BYTES (64u << 20)
+/* A read is answered only while its connection has less than this many bytes of replies queued
+ * for writing (a reader that stopped reading holds at most this plus one reply). */
+#define WORKER_MAX_PENDING_BYTES (64u << 20)
 /* --max-element-bytes: the default, and the most it may be (an element must fit in one reply
  * frame, task.h's TASK_MAX_RECORD, with room for its encoding). */
 #define WORKER_DEFAULT_MAX_ELEMENT_BYTES (128u << 20)
