@@ -347,6 +347,13 @@ static int reader_emit(struct file_reader *r, struct sluice_element *out, const 
     o->file = r->paths[r->next_path - 1];
     o->offset = at;
     o->owner = r;
+    /* A record or line that fit in the read buffer (longer ones were checked as they grew). */
+    if (pipe_over_limit(r->base.ctx, len)) {
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof what, "%s: offset %" PRIu64 ": ", r->path ? r->path : "file source",
+                 at);
+        return reader_fail(r, pipe_limit_fail(r->base.ctx, what, len, false));
+    }
     int rc = pipe_elem_resize(out, 1);
     if (rc == 0)
         rc = pipe_tensor_set_bytes(&out->t[0], data, len);

@@ -28,8 +28,9 @@
  * (one element written, one buffered, one in hand, one in the producer's next step).
  *
  * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, an
- * element over max_element_bytes, or an out-of-memory fails the task: producers stop, elements published before the failure are
- * still served, and then every take reports the failure's code and message.
+ * element over max_element_bytes, or an out-of-memory fails the task: producers stop, elements
+ * published before the failure are still served, and then every take reports the failure's code and
+ * message.
  *
  * Threading: task_start, task_free and everything marked "loop" are called on the loop thread
  * only; the task's mutex guards what producers and the loop share. The loop never waits on a

@@ -1565,6 +1565,49 @@ static void test_status_json_rounds(void **unused)
     harness_release(&h);
 }
 
+/* Names that an old journal may hold (stored before names were checked) still render: status
+ * escapes bytes that are not UTF-8 and control characters instead of failing. */
+static void test_status_json_bad_names(void **unused)
+{
+    (void)unused;
+    struct state s;
+    state_init(&s);
+    struct st_update u[5];
+    memset(u, 0, sizeof u);
+    char def[] = "r4", text[] = "range(4) | map(\"\xff\")", why[] = "task 1: bad \x01";
+    u[0].type = ST_DATASET_REGISTERED;
+    snprintf(u[0].name, sizeof u[0].name, "ds\xff\n");
+    u[0].def = (uint8_t *)def;
+    u[0].def_len = 2;
+    u[0].text = text;
+    u[1].type = ST_JOB_CREATED;
+    u[1].id = 1;
+    snprintf(u[1].name, sizeof u[1].name, "job\x85\xc2\x85");
+    snprintf(u[1].name2, sizeof u[1].name2, "ds\xff\n");
+    u[2].type = ST_ITERATION_CREATED;
+    u[2].id = 1;
+    u[2].ref = 1;
+    u[3].type = ST_WORKER_REGISTERED;
+    u[3].id = 1;
+    u[3].incarnation = 1;
+    snprintf(u[3].address, sizeof u[3].address, "h:1\ninfo forged");
+    u[4].type = ST_ITERATION_FAILED;
+    u[4].id = 1;
+    u[4].text = why;
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(state_apply(&s, &u[i]), 0);
+    char *json = NULL;
+    assert_int_equal(status_json(&s, &json), 0);
+    assert_non_null(strstr(json, "\"address\":\"h:1\\\\x0ainfo forged\""));
+    assert_non_null(strstr(json, "\"id\":\"ds\\\\xff\\\\x0a\""));
+    assert_non_null(strstr(json, "\"pipeline\":\"range(4) | map(\\\"\\\\xff\\\")\""));
+    assert_non_null(strstr(json, "\"name\":\"job\\\\x85\\\\xc2\\\\x85\""));
+    assert_non_null(strstr(json, "\"dataset_id\":\"ds\\\\xff\\\\x0a\""));
+    assert_non_null(strstr(json, "\"error\":\"task 1: bad \\\\x01\""));
+    free(json);
+    state_release(&s);
+}
+
 static void test_heartbeat_interval(void **unused)
 {
     (void)unused;
@@ -2092,6 +2135,7 @@ int main(void)
         cmocka_unit_test(test_gc_rows),
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),
+        cmocka_unit_test(test_status_json_bad_names),
         cmocka_unit_test(test_apply_refuses),
         cmocka_unit_test(test_apply_last_ids),
         cmocka_unit_test(test_lost_replies),
