@@ -156,7 +156,8 @@ static void print_update(uint64_t seq, const struct st_update *u)
         printf(" iteration=%" PRIu64 " below_round=%" PRIu64, u->ref, u->ref2);
         break;
     case ST_ITERATION_FAILED:
-        printf(" iteration=%" PRIu64 " error=\"%s\"", u->id, u->text ? u->text : "");
+        printf(" iteration=%" PRIu64 " error=", u->id);
+        print_quoted(u->text ? u->text : "");
         break;
     }
     putchar('\n');
