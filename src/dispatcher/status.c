@@ -142,7 +142,12 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "mode", json_string(mode_name(j->mode)));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
-    put(b, o, "state", json_string(st_iteration_state_name(it ? it->state : ST_ITER_GC)));
+    /* A failed iteration is still active for the state machine (its readers are told, it is
+     * collected like any other); status says "failed", with the message under "error". */
+    put(b, o, "state",
+        json_string(it && it->error && it->state == ST_ITER_ACTIVE
+                        ? "failed"
+                        : st_iteration_state_name(it ? it->state : ST_ITER_GC)));
     put(b, o, "clients", u64(state_iteration_clients(s, j->iteration_id)));
     if (it && it->error)
         put(b, o, "error", text(it->error));

@@ -180,6 +180,7 @@ static void test_element_limit(void **unused)
     json_t *e = json_object_get(job, "error");
     assert_true(json_is_string(e));
     assert_contains(json_string_value(e), "element of 1073741824 bytes is over the worker's limit");
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "failed");
     json_decref(st);
     assert_true(cluster_add_worker(&c) >= 0);
     rc = cluster_cli(&c, &out, &err, "read", "range(100) | map(bytes, 1073741824) | batch(8)",

@@ -1604,6 +1604,7 @@ static void test_status_json_bad_names(void **unused)
     assert_non_null(strstr(json, "\"name\":\"job\\\\x85\\\\xc2\\\\x85\""));
     assert_non_null(strstr(json, "\"dataset_id\":\"ds\\\\xff\\\\x0a\""));
     assert_non_null(strstr(json, "\"error\":\"task 1: bad \\\\x01\""));
+    assert_non_null(strstr(json, "\"state\":\"failed\""));
     free(json);
     state_release(&s);
 }
