@@ -28,6 +28,7 @@
 #include "sluice/sluice.h"
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,6 +228,110 @@ static void test_element_limit(void **unused)
                      "--format", "count", "--timeout-ms", "30000", NULL);
     assert_int_equal(rc, 0);
     assert_string_equal(out, "4\n"); /* two batches from each of the two workers */
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- a reader that dies ---------------------------------------------------------------------- */
+
+/* The job of the first entry of "jobs" in a status document, or NULL when there is none. */
+static json_t *first_job(json_t *root)
+{
+    return json_array_get(json_object_get(root, "jobs"), 0);
+}
+
+/* Tasks listed for the worker at address in a status document (-1: no such worker). */
+static long worker_tasks(json_t *root, const char *address)
+{
+    json_t *workers = json_object_get(root, "workers"), *w;
+    size_t i;
+    json_array_foreach(workers, i, w)
+    {
+        json_t *a = json_object_get(w, "address");
+        if (json_is_string(a) && strcmp(json_string_value(a), address) == 0)
+            return (long)json_array_size(json_object_get(w, "tasks"));
+    }
+    return -1;
+}
+
+/* A reader of an endless pipeline is SIGKILLed: its task stops producing once its buffer is
+ * full (the worker's memory stays flat), a worker that joins once the reader's client is
+ * released gets no task for the job, and once the job is collected its task is gone from every
+ * worker; the workers then serve a new reader. */
+static void test_dead_reader(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    static const char *const dargs[] = {"--job-gc-timeout-ms", "4000", NULL};
+    c.dispatcher_args = dargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    pid_t worker = c.workers[0].pid;
+
+    struct proc reader;
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read",
+                                       "range(1000000000) | map(bytes, 1000000)", "--format",
+                                       "count", NULL),
+                     0);
+    sleep_ms(2000);
+    assert_int_equal(proc_stop(&reader, SIGKILL, 5000), 128 + SIGKILL);
+
+    /* The task's producer blocks on its full buffer: 16 MiB of elements and a few in hand. */
+    long rss[4];
+    for (int i = 0; i < 4; i++) {
+        sleep_ms(500);
+        rss[i] = proc_status_kb(worker, "VmRSS");
+    }
+    fprintf(stderr, "worker with a dead reader: VmRSS %ld, %ld, %ld, %ld kB\n", rss[0], rss[1],
+            rss[2], rss[3]);
+    for (int i = 0; i < 4; i++)
+        assert_true(rss[i] > 0 && rss[i] < 96 * 1024);
+
+    /* The dispatcher releases the silent client (--client-timeout-ms 5000 in the helper). */
+    json_t *st = NULL;
+    for (int tries = 0;; tries++) {
+        st = status_json(&c);
+        json_t *job = first_job(st);
+        assert_non_null(job);
+        if (json_integer_value(json_object_get(job, "clients")) == 0)
+            break;
+        json_decref(st);
+        assert_true(tries < 100); /* 10 s */
+        sleep_ms(100);
+    }
+    assert_string_equal(json_string_value(json_object_get(first_job(st), "state")), "active");
+    json_decref(st);
+    /* A worker that joins now gets no task for the job nobody reads. */
+    int second = cluster_add_worker(&c);
+    assert_true(second >= 0);
+    sleep_ms(1500);
+    st = status_json(&c);
+    /* Not collected yet (--job-gc-timeout-ms 4000 from the release on), so the check means
+     * something: the first worker still has its task, the new one has none. */
+    json_t *job = first_job(st);
+    assert_non_null(job);
+    assert_int_equal(worker_tasks(st, c.workers[second].addr), 0);
+    assert_int_equal(worker_tasks(st, c.workers[0].addr), 1);
+    json_decref(st);
+
+    /* Once collected, the job and its task are gone everywhere. */
+    for (int tries = 0;; tries++) {
+        st = status_json(&c);
+        bool gone = json_array_size(json_object_get(st, "jobs")) == 0 &&
+                    worker_tasks(st, c.workers[0].addr) == 0 &&
+                    worker_tasks(st, c.workers[second].addr) == 0;
+        json_decref(st);
+        if (gone)
+            break;
+        assert_true(tries < 150); /* 15 s */
+        sleep_ms(100);
+    }
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(&c, &out, &err, "read", "range(10)", "--format", "count", "--timeout-ms",
+                         "30000", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "20\n"); /* parallel_epochs: both workers, in full */
     free(out);
     free(err);
     assert_int_equal(cluster_stop(&c), 0);
@@ -460,6 +565,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_element_limit),
+        cmocka_unit_test(test_dead_reader),
         cmocka_unit_test(test_dispatcher_limits),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_status_with_bad_names_in_old_journal),
