@@ -460,8 +460,15 @@ int plan_tasks_failed(const struct state *s, uint64_t worker_id,
     for (size_t i = 0; i < nfailed; i++) {
         const struct st_task *t = state_task(s, failed[i].task_id);
         const struct st_iteration *it = t ? state_iteration(s, t->iteration_id) : NULL;
+        /* The updates already in out (the same heartbeat's) count as applied: a task they
+         * finish or remove, or an iteration they finish, fail or collect, is left alone, so the
+         * list always applies whatever a worker reports. */
         if (!it || t->worker_id != worker_id || t->finished || it->state != ST_ITER_ACTIVE ||
-            it->error || pending(out, start, ST_ITERATION_FAILED, it->id))
+            it->error || pending(out, 0, ST_TASK_FINISHED, t->id) ||
+            pending(out, 0, ST_TASK_REMOVED, t->id) ||
+            pending(out, 0, ST_ITERATION_FINISHED, it->id) ||
+            pending(out, 0, ST_ITERATION_FAILED, it->id) ||
+            pending(out, 0, ST_ITERATION_GC, it->id))
             continue;
         struct st_update *u = push(out, ST_ITERATION_FAILED, it->id);
         char msg[ST_ERROR_MAX + 1], *esc = name_escape_dup(failed[i].msg ? failed[i].msg : "");

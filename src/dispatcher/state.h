@@ -399,7 +399,8 @@ struct st_task_failure {
  * recorded (ITERATION_FAILED with "task 4: " and the message escaped (common/names.h) and cut
  * to ST_ERROR_MAX bytes). Tasks that are unknown, not this worker's, finished, or of an
  * iteration that is not active or failed already are ignored (the report repeats on every
- * heartbeat). Returns 0 or SLUICE_ERR_NOMEM. */
+ * heartbeat), also when updates already in out (a heartbeat's, planned just before) finish or
+ * remove the task or finish, fail or collect the iteration. Returns 0 or SLUICE_ERR_NOMEM. */
 #define ST_ERROR_MAX 400
 int plan_tasks_failed(const struct state *s, uint64_t worker_id,
                       const struct st_task_failure *failed, size_t nfailed,

@@ -62,7 +62,7 @@ struct run {
     size_t nmarks;
     struct snap *snaps;
     size_t nsnaps, cap_snaps;
-    size_t leased, gcs;
+    size_t leased, gcs, fails;
     size_t repeats;      /* GetSplits requests answered from a task's last lease */
     size_t repeats_held; /* those answered with splits of that lease still held */
 };
@@ -82,6 +82,7 @@ static void commit(struct run *r)
         assert_int_equal(record_update_encode(u, &b->p, &b->len), 0);
         r->leased += u->type == ST_SPLITS_LEASED;
         r->gcs += u->type == ST_ITERATION_GC;
+        r->fails += u->type == ST_ITERATION_FAILED;
     }
     st_update_list_clear(&r->ups);
 }
@@ -150,6 +151,16 @@ static void random_request(struct run *r, uint64_t *x)
         }
         rc = plan_worker_heartbeat(s, addr, inc, fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
                                    sizeof err);
+        /* Now and then the worker reports a task failed, as the handler plans it. */
+        if (rc == 0 && w && w->incarnation == inc && pick(x, 12) == 0) {
+            struct st_task_failure f[2];
+            size_t nf = 0;
+            for (size_t i = 0; i < s->ntasks && nf < 2; i++) {
+                if (s->tasks[i].worker_id == w->id && pick(x, 2) == 0)
+                    f[nf++] = (struct st_task_failure){s->tasks[i].id, "map(f): failed \x01"};
+            }
+            rc = plan_tasks_failed(s, w->id, f, nf, &r->ups, err, sizeof err);
+        }
         break;
     }
     case 6:
@@ -369,6 +380,7 @@ static size_t run_one(uint64_t seed, size_t *held)
     assert_true(r.nsnaps >= 5);
     assert_true(r.leased > 50);
     assert_true(r.gcs > 0);
+    assert_true(r.fails > 0);
 
     for (size_t i = 0; i < r.nrecs; i++)
         free(r.recs[i].p);

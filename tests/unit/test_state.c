@@ -861,6 +861,14 @@ static const struct plan_case plan_cases[] = {
      "task_removed id=1 ref=1\ntask_removed id=2 ref=1\niteration_gc id=1\n=>"},
     {"gc twice", "ds - r4\njob 1 name=n\nrel 1\ngc 1", "gc 1",
      "error INVALID: iteration 1 is already garbage-collected"},
+    {"gc of a failed iteration", PAR2 "failed 1 1 msg=x\nrel 1", "gc 1",
+     "task_removed id=1 ref=1\ntask_removed id=2 ref=1\niteration_gc id=1\n=>"},
+    {"a failed named job collected starts a clean repetition",
+     "ds - r4\nhb a:1 1\njob 1 name=n\nfailed 1 1 msg=x\nrel 1\ngc 1", "job 1 name=n",
+     "iteration_created id=2 ref=1 ref2=1 dist=0\n"
+     "task_created id=2 ref=2 ref2=1\n"
+     "client_acquired id=2 ref=2\n"
+     "=> job=1 iteration=2 client=2"},
 };
 
 /* Runs each case on a fresh harness: the setup, then the command, whose output must be exactly
