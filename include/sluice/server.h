@@ -203,9 +203,11 @@ struct sluice_worker_options {
      * it fails its task with SLUICE_ERR_TASK_FAILED and "element of N bytes is over the
      * worker's limit of M (--max-element-bytes)", which reaches the readers. Where the size is
      * known before the memory is allocated (bytes(N), batch as it grows, a TFRecord's length,
-     * a text line as it is read) it is refused before the allocation. A task then holds at
-     * most its buffer (16 MiB, or one element when a single element is larger) plus, per
-     * producer thread, about two elements being built. */
+     * a text line as it is read) it is refused before the allocation. The task's iteration then
+     * fails for all its readers and is handed to no other worker. A task holds at most its
+     * buffer (16 MiB, or one more element when elements are larger), per producer thread
+     * about two elements being built, and per reader the reply being written (a reader that
+     * stops reading pins at most 64 MiB of replies and one more). */
     uint64_t max_element_bytes;
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
