@@ -113,6 +113,21 @@ struct sluice_dispatcher_options {
     /* Authentication and TLS for every connection (--auth-token-file, --tls-cert, --tls-key,
      * --tls-ca, --insecure; see <sluice/sluice.h>). */
     struct sluice_security_options security;
+    /* Bounds on what peers can make the dispatcher hold; a request past one is refused with
+     * SLUICE_ERR_LIMIT and a message naming the flag, nothing is journaled, and everyone else
+     * is served as before. Lowering a limit below what a journal already holds refuses only
+     * new requests. */
+    /* Datasets registered at once (--max-datasets; 0: 10000). Registering a dataset that
+     * exists already is never refused. */
+    uint64_t max_datasets;
+    /* The size of a registered pipeline: its serialized definition and its canonical text,
+     * in bytes (--max-pipeline-bytes; 0: 1048576). */
+    uint64_t max_pipeline_bytes;
+    /* Reads (jobs joined) one client holds open at once (--max-jobs-per-client; 0: 1000). A
+     * client is one sluice_client (one sluice_client_open; one process of `sluice read`),
+     * known by the incarnation it sends when it connects; a read it closes, or that times out
+     * (client_timeout_ms), frees its place. */
+    uint64_t max_jobs_per_client;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from
@@ -204,6 +219,18 @@ struct sluice_worker_options {
     /* How long a drain waits for readers to fetch what this worker holds before leaving
      * anyway (--drain-timeout-ms; at most 86400000; 0: 30000). */
     uint32_t drain_timeout_ms;
+    /* The most bytes one element (or batch) of a task may hold: its tensors' value bytes, plus
+     * 8 per string of a bytes tensor that is not a scalar (--max-element-bytes; 1 to 267317248,
+     * which keeps an element within one reply frame; 0: 134217728, 128 MiB). An element over
+     * it fails its task with SLUICE_ERR_TASK_FAILED and "element of N bytes is over the
+     * worker's limit of M (--max-element-bytes)", which reaches the readers. Where the size is
+     * known before the memory is allocated (bytes(N), batch as it grows, a TFRecord's length,
+     * a text line as it is read) it is refused before the allocation. The task's iteration then
+     * fails for all its readers and is handed to no other worker. A task holds at most its
+     * buffer (16 MiB, or one more element when elements are larger), per producer thread
+     * about two elements being built, and per reader the reply being written (a reader that
+     * stops reading pins at most 64 MiB of replies and one more). */
+    uint64_t max_element_bytes;
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
     /* Authentication and TLS, both towards the dispatcher and for readers (--auth-token-file,

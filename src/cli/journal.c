@@ -155,6 +155,10 @@ static void print_update(uint64_t seq, const struct st_update *u)
     case ST_ROUNDS_GRANTED:
         printf(" iteration=%" PRIu64 " below_round=%" PRIu64, u->ref, u->ref2);
         break;
+    case ST_ITERATION_FAILED:
+        printf(" iteration=%" PRIu64 " error=", u->id);
+        print_quoted(u->text ? u->text : "");
+        break;
     }
     putchar('\n');
 }

@@ -37,6 +37,8 @@ static const char read_usage[] =
     "  --mode M            how workers split the work (default parallel_epochs; off and\n"
     "                      dynamic are the old names of parallel_epochs and distributed_epoch)\n"
     "  --job-name NAME     share the job with other readers of the same name and dataset\n"
+    "                      (names and ids: UTF-8 without control characters, at most 127\n"
+    "                      bytes)\n"
     "  --consumer-index I --num-consumers N\n"
     "                      coordinated reads: this is reader I of N (needs --job-name and a\n"
     "                      pipeline that never ends: repeat() with no count)\n"

@@ -9,6 +9,7 @@
 #include "common/bufpool.h"
 #include "common/error.h"
 #include "common/loop_thread.h"
+#include "common/names.h"
 #include "common/security.h"
 #include "pipeline/def.h"
 #include "pipeline/parse.h"
@@ -591,7 +592,12 @@ int client_register(struct sluice_client *c, const char *pipeline,
     Sluice__DatasetDef *def = NULL;
     char *text = NULL;
 
-    int rc = pipe_parse(pipeline, &spec, err, errlen);
+    /* The dispatcher refuses a bad id the same way; checking first tells the user before any
+     * round trip. */
+    int rc = name_check("dataset id", options->dataset_id ? options->dataset_id : "", NAME_ID_MAX,
+                        err, errlen);
+    if (rc == 0)
+        rc = pipe_parse(pipeline, &spec, err, errlen);
     if (rc == 0)
         rc = pipe_registry_check(c->reg, spec, err, errlen);
     if (rc)

@@ -10,6 +10,7 @@
 #include "iterator_internal.h"
 
 #include "common/mode.h"
+#include "common/names.h"
 
 /* ---- shared state ------------------------------------------------------------------------- */
 
@@ -373,9 +374,13 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
     if (has_dataset == has_pipeline)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "exactly one of a dataset id and a pipeline is required");
-    if (has_dataset && strlen(o->dataset_id) >= DATASET_ID_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "dataset id longer than %d bytes",
-                       DATASET_ID_MAX - 1);
+    /* The dispatcher checks names the same way; checking here tells the user before any
+     * round trip. */
+    int rc = name_check("dataset id", has_dataset ? o->dataset_id : "", NAME_ID_MAX, err, errlen);
+    if (rc == 0)
+        rc = name_check("job name", o->job_name ? o->job_name : "", NAME_ID_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
     if (!mode_valid((int)o->mode))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown mode %d", (int)o->mode);
     if (o->num_consumers > 0) {

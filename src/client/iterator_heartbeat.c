@@ -278,6 +278,12 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
 {
     if (r->heartbeat_ms)
         it->heartbeat_ms = r->heartbeat_ms;
+    /* A task's pipeline failed: the read ends with its message (after what is buffered), as
+     * when the worker itself answers with the failure. */
+    if (r->iteration_error && r->iteration_error[0]) {
+        iter_fail(it, SLUICE_ERR_TASK_FAILED, "%s", r->iteration_error);
+        return;
+    }
     /* Out of memory leaves the entries to be reported and confirmed again. */
     if (r->n_finished_seqs)
         (void)ledger_confirmed(&it->ledger, r->finished_seqs, r->n_finished_seqs);

@@ -1,6 +1,7 @@
 #include "status_json.h"
 
 #include "common/error.h"
+#include "common/names.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -145,8 +146,9 @@ static char *cell_text(const json_t *v)
     if (json_is_string(v)) {
         if (json_string_length(v) == 0)
             return strdup("-");
-        /* Strings may contain NULs; the cell shows the text up to the first one. */
-        return strdup(json_string_value(v));
+        /* Strings may contain NULs; the cell shows the text up to the first one. Control
+         * characters (a newline in a name) would break the table: they show escaped. */
+        return name_escape_dup(json_string_value(v));
     }
     if (json_is_integer(v)) {
         snprintf(buf, sizeof buf, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
@@ -246,7 +248,7 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
             continue;
         for (size_t c = 0; c < sec->ncols; c++) {
             json_t *v = field(entry, sec->cols[c].names);
-            char *text = !v && sec->cols[c].is_id && key ? strdup(key) : cell_text(v);
+            char *text = !v && sec->cols[c].is_id && key ? name_escape_dup(key) : cell_text(v);
             if (!text) {
                 b->failed = true;
                 goto done;

@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include "error.h"
+#include "names.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -55,5 +56,9 @@ void log_write(enum log_level level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s %s: %s\n", level_names[level], thread_part ? thread_part : log_part, line);
+    /* Messages quote names and text that peers sent: every line stays one line of valid UTF-8,
+     * whatever bytes they hold (a newline in a worker address cannot forge a line). */
+    char safe[sizeof(line) * 4];
+    name_escape(line, safe, sizeof(safe));
+    fprintf(stderr, "%s %s: %s\n", level_names[level], thread_part ? thread_part : log_part, safe);
 }

@@ -4,7 +4,9 @@
  * thread has its own: an embedded server (include/sluice/server.h) gives its loop thread its
  * part and level with log_thread_init, so several servers in one process each log under their
  * own name and level. log_write may be called from any thread (each line is written with one
- * fprintf, which stdio locks). */
+ * fprintf, which stdio locks). A message holding control characters or bytes that are not UTF-8
+ * (names peers sent) is written with those bytes escaped as \xNN (common/names.h), so every event
+ * is exactly one line. */
 #ifndef SLUICE_COMMON_LOG_H
 #define SLUICE_COMMON_LOG_H
 

@@ -99,6 +99,7 @@ uint64_t state_digest(const struct state *s)
         fnv_u64(&f, it->splits_finished);
         fnv_u64(&f, it->splits_leased);
         fnv_u64(&f, it->rounds_granted);
+        fnv_str(&f, it->error ? it->error : "");
         fnv_u64(&f, it->nepochs);
         for (size_t k = 0; k < it->nepochs; k++) {
             fnv_u64(&f, it->epochs[k].start);
@@ -130,6 +131,7 @@ uint64_t state_digest(const struct state *s)
     for (size_t i = 0; i < s->nclients; i++) {
         fnv_u64(&f, s->clients[i].id);
         fnv_u64(&f, s->clients[i].iteration_id);
+        fnv_u64(&f, s->clients[i].owner);
     }
     return f.h;
 }

@@ -184,6 +184,9 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .journal_per_update = o->journal_per_update,
         .recover_to_last_good = o->recover_to_last_good,
         .sec = s->sec,
+        .max_datasets = o->max_datasets,
+        .max_pipeline_bytes = o->max_pipeline_bytes,
+        .max_jobs_per_client = o->max_jobs_per_client,
     };
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;

@@ -149,6 +149,7 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     body.n_finished_seqs = nfin;
     body.finished_seqs = c->reported;
     body.iteration_finished = it->state == ST_ITER_FINISHED;
+    body.iteration_error = it->error ? it->error : "";
     body.heartbeat_ms = d->client_hb_ms;
     body.rounds_granted = c->rounds_granted;
     body.n_round_epochs = c->nepochs;

@@ -112,6 +112,12 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, "register_dataset needs a dataset");
         return;
     }
+    /* The cheap checks first: a bad id, or a definition over the limit, is refused before the
+     * definition is decoded (the planning checks both again, on the canonical bytes). */
+    if (name_check("dataset id", req->dataset_id, NAME_ID_MAX, err, sizeof err) < 0) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
     if (req->compression != SLUICE__COMPRESSION__COMPRESSION_AUTO &&
         req->compression != SLUICE__COMPRESSION__COMPRESSION_NONE) {
         snprintf(err, sizeof err, "unknown compression %d", (int)req->compression);
@@ -128,6 +134,14 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
     /* Decoding the definition is the validation: what the workers will build from it must parse
      * now. The stored bytes are the canonical encoding of what was decoded. */
     size_t len = sluice__dataset_def__get_packed_size(req->dataset);
+    uint64_t max_bytes = d->st.limits.max_pipeline_bytes;
+    if (max_bytes && len > max_bytes) {
+        rc = err_set(err, sizeof err, SLUICE_ERR_LIMIT,
+                     "pipeline of %zu bytes is over the limit of %" PRIu64
+                     " bytes (--max-pipeline-bytes)",
+                     len, max_bytes);
+        goto refused;
+    }
     packed = malloc(len ? len : 1);
     if (!packed) {
         rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
@@ -220,8 +234,12 @@ void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
 {
     const char *id = env->get_dataset->dataset_id;
     char msg[ERRLEN];
-    if (strlen(id) >= ST_ID_MAX || !state_dataset(&d->st, id)) {
-        snprintf(msg, sizeof msg, "dataset '%.*s' not found", ST_ID_MAX, id);
+    if (name_check("dataset id", id, NAME_ID_MAX, msg, sizeof msg) < 0) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, msg);
+        return;
+    }
+    if (!state_dataset(&d->st, id)) {
+        snprintf(msg, sizeof msg, "dataset '%s' not found", id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, msg);
         return;
     }

@@ -17,6 +17,7 @@ struct job_ctx {
     uint32_t num_consumers;
     bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
+    uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
 
     /* Building the split plan on the thread pool. */
     uv_work_t work;
@@ -71,7 +72,7 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     char err[ERRLEN];
     size_t from = d->ups.n;
     int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
-                                    c->endless, have_plan ? &c->plan : NULL, &c->job_id,
+                                    c->endless, c->owner, have_plan ? &c->plan : NULL, &c->job_id,
                                     &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
@@ -170,10 +171,10 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
         goto refused;
     }
     enum sluice_mode mode = (enum sluice_mode)req->mode;
-    if (strlen(req->job_name) >= ST_ID_MAX) {
-        snprintf(msg, sizeof msg, "job name is longer than %d bytes", ST_ID_MAX - 1);
+    /* Names are checked first: nothing below may store, log or echo a bad one. */
+    if (name_check("job name", req->job_name, NAME_ID_MAX, msg, sizeof msg) < 0 ||
+        name_check("dataset id", req->dataset_id, NAME_ID_MAX, msg, sizeof msg) < 0)
         goto refused;
-    }
     if (mode_static(mode) && d->nworker_addresses == 0) {
         snprintf(msg, sizeof msg, "mode %s needs --worker-addresses on the dispatcher",
                  mode_name(mode));
@@ -188,11 +189,10 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
                  req->consumer_index, req->num_consumers);
         goto refused;
     }
-    if (strlen(req->dataset_id) < ST_ID_MAX)
-        ds = state_dataset(&d->st, req->dataset_id);
+    ds = state_dataset(&d->st, req->dataset_id);
     if (!ds) {
         code = SLUICE_ERR_NOT_FOUND;
-        snprintf(msg, sizeof msg, "dataset '%.*s' not found", ST_ID_MAX, req->dataset_id);
+        snprintf(msg, sizeof msg, "dataset '%s' not found", req->dataset_id);
         goto refused;
     }
 
@@ -223,6 +223,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
     c->mode = mode;
     c->num_consumers = req->num_consumers;
+    c->owner = rpc_conn_peer_incarnation(conn);
     dispatcher_req_init(&c->r, d, conn, env->id);
 
     /* A split plan is needed only when a distributed_epoch iteration will be created. */

@@ -177,8 +177,13 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     const Sluice__WorkerHeartbeatRequest *req = env->worker_heartbeat;
     char err[ERRLEN];
     uint64_t *finished = NULL;
-    size_t nfinished = 0;
+    struct st_task_failure *failed = NULL;
+    size_t nfinished = 0, nfailed = 0;
     int rc;
+    if (name_check("worker address", req->address, NAME_ADDR_MAX, err, sizeof err) < 0) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
     if (d->nworker_addresses > 0 && worker_index(d, req->address) < 0) {
         snprintf(err, sizeof err, "worker address '%.*s' is not in --worker-addresses", ST_ADDR_MAX,
                  req->address);
@@ -189,7 +194,8 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     if (c)
         c->reported = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *c->reported);
     finished = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *finished);
-    if (!c || !c->reported || !finished) {
+    failed = calloc(req->n_tasks ? req->n_tasks : 1, sizeof *failed);
+    if (!c || !c->reported || !finished || !failed) {
         rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
         goto refused;
     }
@@ -201,6 +207,8 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         c->reported[c->nreported++] = tp->task_id;
         if (tp->finished)
             finished[nfinished++] = tp->task_id;
+        if (tp->failed)
+            failed[nfailed++] = (struct st_task_failure){tp->task_id, tp->error};
         if (tp->settled) {
             if (!dispatcher_soft_find(&d->settled_since, tp->task_id, NULL))
                 dispatcher_soft_set(&d->settled_since, tp->task_id, now);
@@ -231,6 +239,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
             dispatcher_soft_del(&d->worker_seen, lw->id);
         }
         free(finished);
+        free(failed);
         dispatcher_req_init(&c->r, d, conn, env->id);
         dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
         return;
@@ -241,11 +250,18 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                      req->draining, &c->worker_id, &d->ups, err, sizeof err);
     if (rc == SLUICE_ERR_DENIED)
         log_warn("refused a heartbeat from %s: %s", rpc_conn_peer_name(conn), err);
-    if (rc < 0)
+    /* A failed task's iteration records the failure: it gets no more tasks on other workers,
+     * and its readers get the message. */
+    if (rc == 0 && nfailed > 0)
+        rc = plan_tasks_failed(&d->st, c->worker_id, failed, nfailed, &d->ups, err, sizeof err);
+    if (rc < 0) {
+        st_update_list_clear(&d->ups);
         goto refused;
+    }
     /* Before the commit, which forgets the figures of a worker it removes. */
     observe_worker_heartbeat(d->obs, c->worker_id, req);
     free(finished);
+    free(failed);
     dispatcher_req_init(&c->r, d, conn, env->id);
     dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
     return;
@@ -253,6 +269,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
 refused:
     dispatcher_refuse(conn, env->id, rc, err);
     free(finished);
+    free(failed);
     if (c)
         free(c->reported);
     free(c);

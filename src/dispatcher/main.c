@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #define PROG "sluice-dispatcher"
@@ -30,6 +31,8 @@ static const char usage[] =
     "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
     "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
     "                         [--data-root DIR]...\n"
+    "                         [--max-datasets N] [--max-pipeline-bytes N]\n"
+    "                         [--max-jobs-per-client N]\n"
     "                         [--auth-token-file F] [--tls-cert F --tls-key F] [--tls-ca F]\n"
     "                         [--insecure]\n"
     "\n"
@@ -60,6 +63,11 @@ static const char usage[] =
     "                           links (repeatable; workers check again with their own\n"
     "                           --data-root; without any, files are not confined)\n"
     "  --log-level L            debug, info, warn, error or off (default info)\n"
+    "  --max-datasets N         refuse to register more than N datasets (default 10000)\n"
+    "  --max-pipeline-bytes N   refuse a pipeline whose definition or text is over N bytes\n"
+    "                           (default 1048576)\n"
+    "  --max-jobs-per-client N  refuse a client a read when it already holds N open\n"
+    "                           (default 1000)\n"
     SEC_USAGE_SERVER
     "  --help                   print this help\n"
     "  --version                print the version\n";
@@ -86,6 +94,7 @@ struct config {
     bool recover_to_last_good;
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     long long autoscale_window_ms;
+    long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;
@@ -206,6 +215,9 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--autoscale-window-ms",
                                             "--log-level",
                                             "--data-root",
+                                            "--max-datasets",
+                                            "--max-pipeline-bytes",
+                                            "--max-jobs-per-client",
                                             "--auth-token-file",
                                             "--tls-cert",
                                             "--tls-key",
@@ -263,6 +275,19 @@ static int parse_args(int argc, char **argv, struct config *c)
                 return -1;
             }
             c->journal_max_mb = v;
+        } else if (strcmp(name, "--max-datasets") == 0 ||
+                   strcmp(name, "--max-pipeline-bytes") == 0 ||
+                   strcmp(name, "--max-jobs-per-client") == 0) {
+            if (!parse_num(value, 1, LLONG_MAX, &v)) {
+                fail("usage", "%s: expected a number from 1, found '%s'", name, value);
+                return -1;
+            }
+            if (strcmp(name, "--max-datasets") == 0)
+                c->max_datasets = v;
+            else if (strcmp(name, "--max-pipeline-bytes") == 0)
+                c->max_pipeline_bytes = v;
+            else
+                c->max_jobs_per_client = v;
         } else if (strcmp(name, "--log-level") == 0) {
             if (log_level_parse(value, &c->log_level) < 0) {
                 fail("usage", "--log-level: expected debug, info, warn, error or off, found '%s'",
@@ -373,6 +398,9 @@ int main(int argc, char **argv)
         .log_level = log_level_name(c.log_level),
         .security = c.security,
         .recover_to_last_good = c.recover_to_last_good,
+        .max_datasets = (uint64_t)c.max_datasets,
+        .max_pipeline_bytes = (uint64_t)c.max_pipeline_bytes,
+        .max_jobs_per_client = (uint64_t)c.max_jobs_per_client,
     };
     char err[1024];
     struct sluice_dispatcher *d;

@@ -5,6 +5,11 @@
 
 #include "state_internal.h"
 
+#include "common/names.h"
+
+_Static_assert(NAME_ID_MAX < ST_ID_MAX && NAME_ADDR_MAX < ST_ADDR_MAX,
+               "a valid name fits its field with the NUL");
+
 /* ---- planning -------------------------------------------------------------------------------- */
 
 #define NOMEM_MSG(err, errlen) err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory")
@@ -195,9 +200,16 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
 {
     if (!id)
         id = "";
-    if (strlen(id) >= ST_ID_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "dataset id is longer than %d bytes",
-                       ST_ID_MAX - 1);
+    int rc = name_check("dataset id", id, NAME_ID_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t max_bytes = s->limits.max_pipeline_bytes;
+    size_t text_len = text ? strlen(text) : 0;
+    if (max_bytes && (def_len > max_bytes || text_len > max_bytes))
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "pipeline of %zu bytes is over the limit of %" PRIu64
+                       " bytes (--max-pipeline-bytes)",
+                       def_len > text_len ? def_len : text_len, max_bytes);
     if (*id) {
         const struct st_dataset *d = state_dataset(s, id);
         if (d) {
@@ -228,6 +240,10 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
             }
         }
     }
+    /* Only a new dataset counts: an existing one is still found when the limit is reached. */
+    if (s->limits.max_datasets && s->ndatasets >= s->limits.max_datasets)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "dataset limit reached: %zu datasets (--max-datasets)", s->ndatasets);
     struct st_update *u = push(out, ST_DATASET_REGISTERED, 0);
     if (!u)
         return NOMEM_MSG(err, errlen);
@@ -276,7 +292,7 @@ static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id
 
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t owner, const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
 {
@@ -284,9 +300,17 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
         job_name = "";
     if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
-    if (strlen(job_name) >= ST_ID_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "job name is longer than %d bytes",
-                       ST_ID_MAX - 1);
+    int rc = name_check("job name", job_name, NAME_ID_MAX, err, errlen);
+    if (rc == 0)
+        rc = name_check("dataset id", dataset_id, NAME_ID_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
+    uint64_t max_jobs = s->limits.max_jobs_per_client;
+    size_t held = state_owner_clients(s, owner);
+    if (max_jobs && held >= max_jobs)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "job limit reached: this client holds %zu jobs (--max-jobs-per-client)",
+                       held);
     const struct st_dataset *ds = state_dataset(s, dataset_id);
     if (!ds)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "dataset '%s' not found", dataset_id);
@@ -370,6 +394,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
     if (!(u = push(out, ST_CLIENT_ACQUIRED, s->next_client_id)))
         goto nomem;
     u->ref = iteration_id;
+    u->incarnation = owner;
     *job_out = job_id;
     *iteration_out = iteration_id;
     *client_out = s->next_client_id;
@@ -427,6 +452,50 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+int plan_tasks_failed(const struct state *s, uint64_t worker_id,
+                      const struct st_task_failure *failed, size_t nfailed,
+                      struct st_update_list *out, char *err, size_t errlen)
+{
+    size_t start = out->n;
+    for (size_t i = 0; i < nfailed; i++) {
+        const struct st_task *t = state_task(s, failed[i].task_id);
+        const struct st_iteration *it = t ? state_iteration(s, t->iteration_id) : NULL;
+        /* The updates already in out (the same heartbeat's) count as applied: a task they
+         * finish or remove, or an iteration they finish, fail or collect, is left alone, so the
+         * list always applies whatever a worker reports. */
+        if (!it || t->worker_id != worker_id || t->finished || it->state != ST_ITER_ACTIVE ||
+            it->error || pending(out, 0, ST_TASK_FINISHED, t->id) ||
+            pending(out, 0, ST_TASK_REMOVED, t->id) ||
+            pending(out, 0, ST_ITERATION_FINISHED, it->id) ||
+            pending(out, 0, ST_ITERATION_FAILED, it->id) ||
+            pending(out, 0, ST_ITERATION_GC, it->id))
+            continue;
+        struct st_update *u = push(out, ST_ITERATION_FAILED, it->id);
+        char msg[ST_ERROR_MAX + 1], *esc = name_escape_dup(failed[i].msg ? failed[i].msg : "");
+        if (!u || !esc) {
+            free(esc);
+            state_list_truncate(out, start);
+            return NOMEM_MSG(err, errlen);
+        }
+        /* Cut at a character: the escaped text is ASCII escapes and whole UTF-8 sequences. */
+        int n =
+            snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id, esc[0] ? esc : "task failed");
+        free(esc);
+        if (n > ST_ERROR_MAX) {
+            size_t k = ST_ERROR_MAX;
+            while (k > 0 && ((unsigned char)msg[k] & 0xc0) == 0x80)
+                k--;
+            msg[k] = '\0';
+        }
+        u->text = strdup(msg);
+        if (!u->text) {
+            state_list_truncate(out, start);
+            return NOMEM_MSG(err, errlen);
+        }
+    }
+    return 0;
+}
+
 static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                             bool check, const uint8_t *key, size_t key_len, bool may_replace,
                             const uint64_t *finished, size_t nfinished, bool draining,
@@ -461,9 +530,9 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
 {
     if (!address || !*address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is empty");
-    if (strlen(address) >= ST_ADDR_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is longer than %d bytes",
-                       ST_ADDR_MAX - 1);
+    int rc = name_check("worker address", address, NAME_ADDR_MAX, err, errlen);
+    if (rc < 0)
+        return rc;
     const struct st_worker *w = state_worker_by_address(s, address);
     bool known = w && w->incarnation == incarnation;
     /* Identity first, before anything is planned: the incarnation is public (status lists it),
@@ -540,8 +609,12 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
         uint64_t next_task = s->next_task_id;
         for (size_t i = 0; i < s->niterations; i++) {
             const struct st_iteration *it = &s->iterations[i];
-            if (it->state != ST_ITER_ACTIVE ||
+            if (it->state != ST_ITER_ACTIVE || it->error ||
                 (nhave > 0 && bsearch(&it->id, have, nhave, sizeof *have, cmp_u64)))
+                continue;
+            /* Nobody reads an iteration without clients: a new worker does not start producing
+             * for it (a reader that comes back brings the tasks with the next heartbeats). */
+            if (state_iteration_clients(s, it->id) == 0)
                 continue;
             if (!(u = push(out, ST_TASK_CREATED, next_task++)))
                 goto nomem;

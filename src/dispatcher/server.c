@@ -117,6 +117,9 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
     case ST_ITERATION_GC:
         snprintf(buf, len, "iteration %" PRIu64 " garbage-collected", u->id);
         return LOG_INFO;
+    case ST_ITERATION_FAILED:
+        snprintf(buf, len, "iteration %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
+        return LOG_WARN;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
@@ -571,6 +574,13 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
         goto fail;
     }
+    d->st.limits = (struct st_limits){
+        .max_datasets = opts->max_datasets ? opts->max_datasets : DISPATCHER_DEFAULT_MAX_DATASETS,
+        .max_pipeline_bytes = opts->max_pipeline_bytes ? opts->max_pipeline_bytes
+                                                       : DISPATCHER_DEFAULT_MAX_PIPELINE_BYTES,
+        .max_jobs_per_client = opts->max_jobs_per_client ? opts->max_jobs_per_client
+                                                         : DISPATCHER_DEFAULT_MAX_JOBS_PER_CLIENT,
+    };
 
     struct rpc_server_opts ro = {
         .host = opts->host,

@@ -64,7 +64,15 @@ struct dispatcher_opts {
      * the damage instead of refused (journal_thread_open says what is dropped). Never the
      * default. */
     bool recover_to_last_good;
+    /* Limits (state.h, struct st_limits); 0: the defaults below. */
+    uint64_t max_datasets;        /* 0: DISPATCHER_DEFAULT_MAX_DATASETS */
+    uint64_t max_pipeline_bytes;  /* 0: DISPATCHER_DEFAULT_MAX_PIPELINE_BYTES */
+    uint64_t max_jobs_per_client; /* 0: DISPATCHER_DEFAULT_MAX_JOBS_PER_CLIENT */
 };
+
+#define DISPATCHER_DEFAULT_MAX_DATASETS 10000u
+#define DISPATCHER_DEFAULT_MAX_PIPELINE_BYTES (1u << 20)
+#define DISPATCHER_DEFAULT_MAX_JOBS_PER_CLIENT 1000u
 
 /* Recovers the state from the journal (fault-tolerant mode), binds, listens and starts the timer.
  * The Hello incarnation is the journal's in fault-tolerant mode, else a fresh random number per

@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "common/rpc.h"
 #include "journal/journal.h"
 #include "pipeline/def.h"

@@ -47,6 +47,7 @@ static const char *const update_names[] = {
     [ST_WORKER_DRAINING] = "worker_draining",
     [ST_ROUNDS_SCHEDULED] = "rounds_scheduled",
     [ST_ROUNDS_GRANTED] = "rounds_granted",
+    [ST_ITERATION_FAILED] = "iteration_failed",
 };
 
 const char *st_update_name(enum st_update_type type)
@@ -342,6 +343,8 @@ static void epochs_release(struct st_iteration *it)
 
 static void iteration_release(struct st_iteration *it)
 {
+    free(it->error);
+    it->error = NULL;
     st_split_plan_release(&it->plan);
     state_seq_release(&it->pool);
     epochs_release(it);
@@ -436,6 +439,14 @@ long state_round_epoch(const struct st_iteration *it, uint64_t round)
             return (long)i;
     }
     return -1;
+}
+
+size_t state_owner_clients(const struct state *s, uint64_t owner)
+{
+    size_t n = 0;
+    for (size_t i = 0; owner != 0 && i < s->nclients; i++)
+        n += s->clients[i].owner == owner;
+    return n;
 }
 
 size_t state_iteration_clients(const struct state *s, uint64_t iteration_id)
@@ -672,6 +683,7 @@ static int apply_client_acquired(struct state *s, const struct st_update *u)
         return SLUICE_ERR_NOMEM;
     struct st_client *c = row_insert(s->clients, &s->nclients, sizeof *s->clients, u->id);
     c->iteration_id = u->ref;
+    c->owner = u->incarnation;
     s->next_client_id = max_u64(s->next_client_id, u->id + 1);
     return 0;
 }
@@ -789,6 +801,15 @@ static int apply_iteration_finished(struct state *s, const struct st_update *u)
         return CORRUPT;
     it->state = ST_ITER_FINISHED;
     return 0;
+}
+
+static int apply_iteration_failed(struct state *s, const struct st_update *u)
+{
+    struct st_iteration *it = FIND(s, iterations, u->id);
+    if (!it || it->state != ST_ITER_ACTIVE || it->error)
+        return CORRUPT;
+    it->error = strdup(u->text && u->text[0] ? u->text : "task failed");
+    return it->error ? 0 : SLUICE_ERR_NOMEM;
 }
 
 static int apply_iteration_gc(struct state *s, const struct st_update *u)
@@ -925,6 +946,9 @@ int state_apply(struct state *s, const struct st_update *u)
         break;
     case ST_ROUNDS_GRANTED:
         rc = apply_rounds_granted(s, u);
+        break;
+    case ST_ITERATION_FAILED:
+        rc = apply_iteration_failed(s, u);
         break;
     default:
         rc = CORRUPT;

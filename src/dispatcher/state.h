@@ -141,6 +141,10 @@ struct st_iteration {
      * (src/common/cap.h); it never leaves the dispatcher. Not set for iterations created before
      * secrets existed. */
     struct st_key key;
+    /* Why the iteration failed (malloc'd), or NULL: a task's pipeline failed (ITERATION_FAILED).
+     * A failed iteration gets no new tasks, its readers get this message instead of more
+     * elements, and it is garbage-collected like any other once no client holds it. */
+    char *error;
 };
 
 /* last_request and granted make GetSplits idempotent: a worker that lost the reply to its
@@ -168,6 +172,19 @@ struct st_worker {
 struct st_client {
     uint64_t id;
     uint64_t iteration_id;
+    /* The incarnation of the sluice_client that acquired it (its connection's Hello), which the
+     * per-client job limit counts by; 0 when unknown (acquired before owners were recorded). */
+    uint64_t owner;
+};
+
+/* Bounds on what peers may make the dispatcher hold (--max-datasets, --max-pipeline-bytes,
+ * --max-jobs-per-client). Configuration, not history: the shell sets them, planning refuses
+ * what would go past them (SLUICE_ERR_LIMIT), apply, replay, snapshots and digests ignore them,
+ * so lowering a limit never makes a journal unreadable. 0 means no limit. */
+struct st_limits {
+    uint64_t max_datasets;        /* datasets registered at once */
+    uint64_t max_pipeline_bytes;  /* a dataset's definition bytes, and its pipeline text */
+    uint64_t max_jobs_per_client; /* clients (open reads) one sluice_client holds at once */
 };
 
 /* Tables are arrays kept sorted by id (datasets by their id string with strcmp; names and
@@ -202,6 +219,8 @@ struct state {
      * a static mode finishes only once every fixed worker finished its shard); apply, snapshots
      * and digests ignore it. */
     uint32_t static_workers;
+    /* Configuration too: see struct st_limits. */
+    struct st_limits limits;
 };
 
 /* ---- updates --------------------------------------------------------------------------------- */
@@ -224,7 +243,8 @@ enum st_update_type {
     ST_ITERATION_GC = 15,
     ST_WORKER_DRAINING = 16,
     ST_ROUNDS_SCHEDULED = 17,
-    ST_ROUNDS_GRANTED = 18
+    ST_ROUNDS_GRANTED = 18,
+    ST_ITERATION_FAILED = 19
 };
 const char *st_update_name(enum st_update_type type);
 
@@ -241,7 +261,7 @@ const char *st_update_name(enum st_update_type type);
  *   WORKER_REGISTERED   id = worker, address, incarnation, key (the worker's own secret)
  *   WORKER_REMOVED      id = worker
  *   WORKER_DRAINING     id = worker
- *   CLIENT_ACQUIRED     id = client, ref = iteration
+ *   CLIENT_ACQUIRED     id = client, ref = iteration, incarnation = owner (see st_client)
  *   CLIENT_RELEASED     id = client
  *   SPLITS_LEASED       ref = iteration, ref2 = task, seqs: pool entries first, then the next
  *                       seqs from the cursor in order; id = the worker's request number, above
@@ -259,7 +279,9 @@ const char *st_update_name(enum st_update_type type);
  *                       which is the iteration's rounds_granted (an epoch already starting
  *                       there is replaced: no consumer has read it), seqs = its tasks (may be
  *                       empty); the oldest epoch is dropped beyond ST_ROUND_EPOCHS_MAX
- *   ROUNDS_GRANTED      ref = a coordinated iteration, ref2 = its new rounds_granted (higher) */
+ *   ROUNDS_GRANTED      ref = a coordinated iteration, ref2 = its new rounds_granted (higher)
+ *   ITERATION_FAILED    id = an active iteration that has not failed yet, text = why (a task's
+ *                       failure, as its worker reported it) */
 struct st_update {
     enum st_update_type type;
     uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
@@ -336,8 +358,13 @@ const struct st_client *state_client(const struct state *s, uint64_t id);
  * The same explicit id with the same definition, compression and split size is accepted (no
  * update); otherwise it is SLUICE_ERR_EXISTS naming what differs ("dataset 'x' already exists
  * with a different pipeline", "... with compression none, not auto", "... with split_size 8,
- * not 16"). An id of ST_ID_MAX bytes or more is SLUICE_ERR_INVALID. id_out (ST_ID_MAX bytes)
- * receives the dataset id. text may be NULL (stored as ""). */
+ * not 16"). An id that is not a valid name (common/names.h: UTF-8 without control characters,
+ * at most NAME_ID_MAX bytes) is SLUICE_ERR_INVALID ("dataset id: not valid UTF-8 at byte 3").
+ * Limits (s->limits): a definition or text longer than max_pipeline_bytes is SLUICE_ERR_LIMIT
+ * ("pipeline of 2000000 bytes is over the limit of 1048576 bytes (--max-pipeline-bytes)"), and
+ * a new dataset when max_datasets are registered is SLUICE_ERR_LIMIT ("dataset limit reached:
+ * 10000 datasets (--max-datasets)"); an existing dataset is still found. id_out (ST_ID_MAX
+ * bytes) receives the dataset id. text may be NULL (stored as ""). */
 int plan_register_dataset(const struct state *s, const char *id, const uint8_t *def, size_t def_len,
                           int compression, uint64_t split_size, const char *text, char *id_out,
                           struct st_update_list *out, char *err, size_t errlen);
@@ -358,10 +385,15 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
  * job whose current iteration was garbage-collected gets a new iteration (repetition + 1); a
  * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
  * are appended too, and for a coordinated iteration its first round schedule (see "Coordinated
- * rounds" below). *job_out, *iteration_out and *client_out receive the ids. */
+ * rounds" below). A job name or dataset id that is not a valid name (common/names.h) is
+ * SLUICE_ERR_INVALID ("job name: control character at byte 2"). owner is the incarnation of the
+ * sluice_client asking (recorded in the client; 0: unknown, never limited); when that client
+ * already holds s->limits.max_jobs_per_client clients it is SLUICE_ERR_LIMIT ("job limit
+ * reached: this client holds 1000 jobs (--max-jobs-per-client)"). *job_out, *iteration_out and
+ * *client_out receive the ids. */
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t owner, const struct st_split_plan *plan, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen);
 
@@ -371,10 +403,31 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
  * the worker reports finished; ids that are unknown, already finished or not this worker's are
  * ignored (a report can repeat), and a finished task's leftover leases go back to the pool
  * first. draining marks it draining, for good: a draining worker stays draining. Creates tasks
- * for every active iteration the worker has none for (unless draining). Marks iterations
+ * for every active iteration the worker has none for (unless draining), except iterations that
+ * failed or that no client holds (their readers are gone; a client that joins again gets the
+ * tasks on the next heartbeats). Marks iterations
  * finished when they have at least one task, all their tasks are finished (and, for distributed
  * iterations, the cursor is at the end, the pool empty and no split leased). An empty address or
- * one of ST_ADDR_MAX bytes or more is SLUICE_ERR_INVALID. *worker_out receives the id. */
+ * one that is not a valid name of at most NAME_ADDR_MAX bytes (common/names.h) is
+ * SLUICE_ERR_INVALID ("worker address: control character at byte 9"). *worker_out receives
+ * the id. */
+/* A task the worker reports failed, with the pipeline's message. */
+struct st_task_failure {
+    uint64_t task_id;
+    const char *msg;
+};
+
+/* The worker worker_id reports tasks failed: the first failure of each active iteration is
+ * recorded (ITERATION_FAILED with "task 4: " and the message escaped (common/names.h) and cut
+ * to ST_ERROR_MAX bytes). Tasks that are unknown, not this worker's, finished, or of an
+ * iteration that is not active or failed already are ignored (the report repeats on every
+ * heartbeat), also when updates already in out (a heartbeat's, planned just before) finish or
+ * remove the task or finish, fail or collect the iteration. Returns 0 or SLUICE_ERR_NOMEM. */
+#define ST_ERROR_MAX 400
+int plan_tasks_failed(const struct state *s, uint64_t worker_id,
+                      const struct st_task_failure *failed, size_t nfailed,
+                      struct st_update_list *out, char *err, size_t errlen);
+
 int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                           const uint64_t *finished, size_t nfinished, bool draining,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
@@ -500,6 +553,9 @@ int plan_release_client(const struct state *s, uint64_t client_id, struct st_upd
  * collected, is SLUICE_ERR_INVALID; an unknown one SLUICE_ERR_NOT_FOUND. */
 int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
                       char *err, size_t errlen);
+
+/* Number of clients that the sluice_client of incarnation owner holds (0 for owner 0). */
+size_t state_owner_clients(const struct state *s, uint64_t owner);
 
 /* Number of clients holding an iteration. */
 size_t state_iteration_clients(const struct state *s, uint64_t iteration_id);

@@ -1,6 +1,7 @@
 #include "status.h"
 
 #include "common/error.h"
+#include "common/names.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -27,6 +28,19 @@ static void append(struct builder *b, json_t *arr, json_t *value)
         b->failed = true;
 }
 
+/* A string that came from a peer (names, addresses, pipeline text): escaped (common/names.h),
+ * since json_string() refuses bytes that are not UTF-8 and a name stored before names were
+ * checked (an old journal) may hold some. NULL only when out of memory. */
+static json_t *text(const char *s)
+{
+    if (!name_needs_escape(s))
+        return json_string(s);
+    char *esc = name_escape_dup(s);
+    json_t *v = esc ? json_string(esc) : NULL;
+    free(esc);
+    return v;
+}
+
 static json_t *u64(uint64_t v)
 {
     return json_integer((json_int_t)v);
@@ -43,7 +57,7 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
         return o;
     }
     put(b, o, "id", u64(w->id));
-    put(b, o, "address", json_string(w->address));
+    put(b, o, "address", text(w->address));
     put(b, o, "incarnation", json_string(inc));
     put(b, o, "draining", json_boolean(w->draining));
     for (size_t i = 0; i < s->ntasks; i++) {
@@ -61,11 +75,8 @@ static json_t *dataset_json(struct builder *b, const struct st_dataset *d)
         b->failed = true;
         return NULL;
     }
-    put(b, o, "id", json_string(d->id));
-    /* The text came over the wire; json_string() refuses invalid UTF-8, json_stringn_nocheck
-     * would emit it unchecked, so fall back to a marker instead. */
-    json_t *text = json_string(d->text ? d->text : "");
-    put(b, o, "pipeline", text ? text : json_string("(not valid UTF-8)"));
+    put(b, o, "id", text(d->id));
+    put(b, o, "pipeline", text(d->text ? d->text : ""));
     put(b, o, "compression", json_string(d->compression == 1 ? "none" : "auto"));
     put(b, o, "split_size", d->split_size ? u64(d->split_size) : json_null());
     return o;
@@ -126,13 +137,20 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     }
     const struct st_iteration *it = state_iteration(s, j->iteration_id);
     put(b, o, "id", u64(j->id));
-    put(b, o, "name", j->name[0] ? json_string(j->name) : json_null());
-    put(b, o, "dataset_id", json_string(j->dataset_id));
+    put(b, o, "name", j->name[0] ? text(j->name) : json_null());
+    put(b, o, "dataset_id", text(j->dataset_id));
     put(b, o, "mode", json_string(mode_name(j->mode)));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
-    put(b, o, "state", json_string(st_iteration_state_name(it ? it->state : ST_ITER_GC)));
+    /* A failed iteration is still active for the state machine (its readers are told, it is
+     * collected like any other); status says "failed", with the message under "error". */
+    put(b, o, "state",
+        json_string(it && it->error && it->state == ST_ITER_ACTIVE
+                        ? "failed"
+                        : st_iteration_state_name(it ? it->state : ST_ITER_GC)));
     put(b, o, "clients", u64(state_iteration_clients(s, j->iteration_id)));
+    if (it && it->error)
+        put(b, o, "error", text(it->error));
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
         if (t->iteration_id != j->iteration_id)
@@ -144,7 +162,7 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
             continue;
         }
         put(b, to, "id", u64(t->id));
-        put(b, to, "worker", json_string(w ? w->address : ""));
+        put(b, to, "worker", text(w ? w->address : ""));
         put(b, to, "finished", json_boolean(t->finished));
         append(b, tasks, to);
     }

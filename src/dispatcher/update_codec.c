@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UPDATE_TYPE_MAX ST_ROUNDS_GRANTED
+#define UPDATE_TYPE_MAX ST_ITERATION_FAILED
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -325,6 +325,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
             its[i].key.data = (uint8_t *)it->key.b;
             its[i].key.len = ST_KEY_LEN;
         }
+        its[i].error = it->error ? it->error : (char *)"";
         its[i].n_epochs = it->nepochs;
         its[i].epochs = &ep_ptrs[e];
         for (size_t k = 0; k < it->nepochs; k++, e++) {
@@ -374,6 +375,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         cs[i] = init;
         cs[i].id = s->clients[i].id;
         cs[i].iteration_id = s->clients[i].iteration_id;
+        cs[i].owner = s->clients[i].owner;
         m.clients[i] = &cs[i];
     }
     m.n_clients = s->nclients;
@@ -552,6 +554,12 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
         row->split_cursor = it->split_cursor;
         row->splits_finished = it->splits_finished;
         row->splits_leased = it->splits_leased;
+        if (it->error[0]) {
+            if (row->state == ST_ITER_GC)
+                return CORRUPT("iteration %" PRIu64 " failed but is collected", it->id);
+            if (!(row->error = strdup(it->error)))
+                return NOMEM();
+        }
         uint64_t total =
             it->distributed && row->state != ST_ITER_GC ? st_split_plan_total(&row->plan) : 0;
         if (row->split_total != total || row->split_cursor > total)
@@ -731,6 +739,7 @@ static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err,
                            c->iteration_id);
         s->clients[s->nclients].id = c->id;
         s->clients[s->nclients].iteration_id = c->iteration_id;
+        s->clients[s->nclients].owner = c->owner;
         s->nclients++;
     }
     return 0;

@@ -18,6 +18,7 @@ struct batch_iter {
     bool drop_remainder;
     struct sluice_element scratch;
     uint64_t pulled; /* upstream elements seen, for error messages */
+    uint64_t bytes;  /* the size (pipe_elem_size) of the batch being built, as it grows */
     int rc;
     bool done;
 };
@@ -114,6 +115,19 @@ static int mismatch(struct batch_iter *b, const struct sluice_element *out, uint
                    "batch: element %llu does not match the first of its batch", idx);
 }
 
+/* What e adds to the size of a batch (pipe_elem_size of the stacked output): its value bytes,
+ * and 8 per value of a bytes component (the batch's offsets). */
+static uint64_t batch_share(const struct sluice_element *e)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        n += e->t[i].len;
+        if (e->t[i].dtype == SLUICE_BYTES)
+            n += 8 * pipe_tensor_num_values(&e->t[i]);
+    }
+    return n;
+}
+
 /* Appends the scratch element to the batch in out; count values of it are already there. */
 static inline int append(struct sluice_element *out, const struct sluice_element *e, uint64_t count)
 {
@@ -163,6 +177,10 @@ static int batch_next(struct pipe_iter *it, struct sluice_element *out)
         return rc;
     }
     uint64_t first = b->pulled++;
+    /* The batch is checked against the limit as it grows, before each element is copied in. */
+    b->bytes = batch_share(&b->scratch);
+    if (pipe_over_limit(ctx, b->bytes))
+        return fail(b, out, pipe_limit_fail(ctx, "batch: ", b->bytes, true));
     rc = start_batch(b, out);
     if (!rc)
         rc = append(out, &b->scratch, 0);
@@ -186,6 +204,9 @@ static int batch_next(struct pipe_iter *it, struct sluice_element *out)
         struct pipe_tensor *t = out->t;
         if (e->n == 1 && out->n == 1 && t->rank == 1 && e->t->rank == 0 &&
             e->t->dtype == t->dtype && t->dtype != SLUICE_BYTES && t->len + e->t->len <= t->cap) {
+            b->bytes += e->t->len;
+            if (pipe_over_limit(ctx, b->bytes))
+                return fail(b, out, pipe_limit_fail(ctx, "batch: ", b->bytes, true));
             memcpy(t->data + t->len, e->t->data, e->t->len);
             t->len += e->t->len;
             count++;
@@ -193,6 +214,9 @@ static int batch_next(struct pipe_iter *it, struct sluice_element *out)
         }
         if (!fits(out, &b->scratch))
             return fail(b, out, mismatch(b, out, first));
+        b->bytes += batch_share(&b->scratch);
+        if (pipe_over_limit(ctx, b->bytes))
+            return fail(b, out, pipe_limit_fail(ctx, "batch: ", b->bytes, true));
         rc = append(out, &b->scratch, count);
         if (rc)
             return fail(b, out,

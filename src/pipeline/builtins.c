@@ -436,6 +436,13 @@ static int fn_bytes(struct sluice_element *e, const struct sluice_fn_args *a, vo
     return 0;
 }
 
+/* bytes(N) makes a scalar of N bytes, whatever its input. */
+static uint64_t size_bytes(const struct sluice_element *in, const struct sluice_fn_args *a)
+{
+    (void)in;
+    return (uint64_t)a->v[0].i;
+}
+
 /* ---- Filters ----------------------------------------------------------------------------- */
 
 enum scalar_kind { SCALAR_SIGNED, SCALAR_UNSIGNED, SCALAR_FLOAT };
@@ -705,5 +712,8 @@ int pipe_builtins_register(struct sluice_registry *reg)
         if (rc)
             return rc;
     }
+    int rc = pipe_registry_set_size(reg, "bytes", size_bytes);
+    if (rc)
+        return rc;
     return pipe_py_register(reg);
 }

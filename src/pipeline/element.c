@@ -83,6 +83,22 @@ uint64_t pipe_tensor_num_values(const struct pipe_tensor *t)
     return nv;
 }
 
+uint64_t pipe_tensor_size(const struct pipe_tensor *t)
+{
+    uint64_t n = t->len;
+    if (t->dtype == SLUICE_BYTES && t->rank > 0)
+        n += 8 * pipe_tensor_num_values(t);
+    return n;
+}
+
+uint64_t pipe_elem_size(const struct sluice_element *e)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < e->n; i++)
+        n += pipe_tensor_size(&e->t[i]);
+    return n;
+}
+
 /* Capacity growth: at least doubling, so a growing stream of sizes reallocates O(log n) times. */
 static size_t grow_cap(size_t cap, size_t need)
 {

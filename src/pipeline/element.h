@@ -66,6 +66,11 @@ static inline void pipe_tensor_swap(struct pipe_tensor *a, struct pipe_tensor *b
 
 /* Number of values in a tensor: the product of its shape (1 for rank 0). */
 uint64_t pipe_tensor_num_values(const struct pipe_tensor *t);
+/* The bytes a tensor holds, what a worker's --max-element-bytes bounds: its value bytes, plus 8
+ * per value for a bytes tensor of rank 1 or more (its offsets). */
+uint64_t pipe_tensor_size(const struct pipe_tensor *t);
+/* The sum of pipe_tensor_size over the element's components. */
+uint64_t pipe_elem_size(const struct sluice_element *e);
 /* Makes room for len data bytes (and, for bytes tensors, nvalues + 1 offsets); keeps content
  * only up to the old length. Returns 0 or SLUICE_ERR_NOMEM. "Bytes tensor" means t->dtype is
  * already SLUICE_BYTES when this is called: to turn another tensor into a bytes tensor, set its

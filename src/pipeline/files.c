@@ -344,6 +344,13 @@ static int reader_emit(struct file_reader *r, struct sluice_element *out, const 
     o->file = r->paths[r->next_path - 1];
     o->offset = at;
     o->owner = r;
+    /* A record or line that fit in the read buffer (longer ones were checked as they grew). */
+    if (pipe_over_limit(r->base.ctx, len)) {
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof what, "%s: offset %" PRIu64 ": ", r->path ? r->path : "file source",
+                 at);
+        return reader_fail(r, pipe_limit_fail(r->base.ctx, what, len, false));
+    }
     int rc = pipe_elem_resize(out, 1);
     if (rc == 0)
         rc = pipe_tensor_set_bytes(&out->t[0], data, len);
@@ -489,6 +496,13 @@ static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
         uint64_t len = load_le64(h);
         if (load_le32(h + 8) != pipe_tfrecord_mask(crc32c(h, 8)))
             return tfr_corrupt(r, at, "bad length checksum");
+        /* The record's size is known from its header: over the worker's limit, it is refused
+         * before anything is allocated for it. */
+        if (pipe_over_limit(r->base.ctx, len)) {
+            char what[PATH_MAX + 64];
+            snprintf(what, sizeof what, "%s: offset %" PRIu64 ": ", r->path, at);
+            return reader_fail(r, pipe_limit_fail(r->base.ctx, what, len, false));
+        }
         if (len > MAX_RECORD) {
             err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TOO_LARGE,
                     "%s: offset %" PRIu64 ": record length %" PRIu64 " over limit", r->path, at,
@@ -538,6 +552,11 @@ int pipe_tfrecord_open(char *const *paths, size_t npaths, struct pipe_ctx *ctx,
  * line began, for the message when the line grows over the limit. */
 static int lines_spill(struct file_reader *r, size_t n, uint64_t at)
 {
+    if (pipe_over_limit(r->base.ctx, (uint64_t)r->rec_len + n)) {
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof what, "%s: offset %" PRIu64 ": ", r->path, at);
+        return reader_fail(r, pipe_limit_fail(r->base.ctx, what, (uint64_t)r->rec_len + n, true));
+    }
     if ((uint64_t)r->rec_len + n > MAX_RECORD) {
         err_set(r->base.ctx->err, sizeof r->base.ctx->err, SLUICE_ERR_TOO_LARGE,
                 "%s: offset %" PRIu64 ": line length over limit", r->path, at);

@@ -44,7 +44,32 @@ struct pipe_ctx {
     atomic_int cancel;
     const struct pipe_ctx *parent;
     struct pipe_origin origin;
+    /* The most bytes one element may hold (pipe_elem_size), 0 for no limit: a worker's
+     * --max-element-bytes (struct pipe_limits). Set before the chain is built and read-only
+     * afterwards; a prefetch's context copies it. Operators that know an element's size before
+     * allocating it (bytes(N), batch as it grows, record readers from the record's header)
+     * refuse it then, with pipe_limit_fail. */
+    uint64_t max_element_bytes;
 };
+
+/* What a pipeline may use, for the open calls that take limits. */
+struct pipe_limits {
+    uint64_t max_element_bytes; /* 0: no limit */
+};
+
+/* Whether an element of bytes bytes goes past ctx's limit. */
+static inline bool pipe_over_limit(const struct pipe_ctx *ctx, uint64_t bytes)
+{
+    return ctx->max_element_bytes != 0 && bytes > ctx->max_element_bytes;
+}
+
+/* Writes "<what>element of <bytes> bytes is over the worker's limit of <limit>
+ * (--max-element-bytes)" into ctx->err (what may be "" or a prefix such as "batch: "; at_least
+ * says "at least <bytes>" for a size found while growing) and returns SLUICE_ERR_LIMIT. */
+int pipe_limit_fail(struct pipe_ctx *ctx, const char *what, uint64_t bytes, bool at_least);
+/* The same message into buf (len bytes), for a limit of limit bytes; returns SLUICE_ERR_LIMIT. */
+int pipe_limit_msg(char *buf, size_t len, const char *what, uint64_t bytes, uint64_t limit,
+                   bool at_least);
 
 /* True when ctx or any of its parents was cancelled. */
 static inline bool pipe_cancelled(const struct pipe_ctx *ctx)
@@ -87,6 +112,15 @@ struct pipe_run {
  * pipe_open_splits(). On success *out is owned by the caller and freed with pipe_run_free(). */
 int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
               struct pipe_run **out, char *err, size_t errlen);
+
+/* pipe_open and pipe_open_splits with limits (NULL: none), which the whole chain, prefetch
+ * threads included, observes from its first element on. */
+int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                      const struct pipe_limits *limits, struct pipe_run **out, char *err,
+                      size_t errlen);
+int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                             const struct pipe_limits *limits, const struct pipe_split *splits,
+                             size_t nsplits, struct pipe_run **out, char *err, size_t errlen);
 
 /* Builds the worker's part of the pipeline over the given splits of its source instead of the
  * whole source: the source yields the elements of splits[0], then splits[1], ..., and the ops run

@@ -107,10 +107,22 @@ static int map_next(struct pipe_iter *it, struct sluice_element *out)
     if ((rc = bind_once(m)) != 0)
         return rc;
     m->why[0] = '\0';
+    /* Refused before the function allocates, when its output's size is known up front. */
+    struct pipe_ctx *ctx = it->ctx;
+    uint64_t size = ctx->max_element_bytes && m->fn->size ? m->fn->size(out, &m->args) : 0;
+    if (pipe_over_limit(ctx, size))
+        return fn_failed(
+            m, pipe_limit_msg(m->why, sizeof(m->why), "", size, ctx->max_element_bytes, false),
+            m->why);
     rc = m->fn->map(out, &m->args, m->user, m->why, sizeof(m->why));
     m->args.index++;
     if (rc)
         return fn_failed(m, rc, m->why);
+    /* Any other function (a plugin's, py): its element goes no further than here. */
+    if (ctx->max_element_bytes && pipe_over_limit(ctx, size = pipe_elem_size(out)))
+        return fn_failed(
+            m, pipe_limit_msg(m->why, sizeof(m->why), "", size, ctx->max_element_bytes, false),
+            m->why);
     return 1;
 }
 

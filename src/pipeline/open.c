@@ -20,6 +20,7 @@
 #include "source.h"
 #include "tar.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -293,7 +294,8 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
 
 /* Prepares everything but the source data; the caller adds that and builds. */
 static int run_new(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                   enum plan_mode mode, struct run_impl **out, char *err, size_t errlen)
+                   const struct pipe_limits *limits, enum plan_mode mode, struct run_impl **out,
+                   char *err, size_t errlen)
 {
     *out = NULL;
     int rc = validate(spec, reg, mode, err, errlen);
@@ -303,6 +305,7 @@ static int run_new(const struct pipe_spec *spec, const struct sluice_registry *r
     if (!r)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
     r->run.ctx.reg = reg;
+    r->run.ctx.max_element_bytes = limits ? limits->max_element_bytes : 0;
     atomic_init(&r->run.ctx.cancel, 0);
     /* Random functions without a seed draw from this key outside distributed_epoch, like an
      * unseeded shuffle: different in every run. */
@@ -356,9 +359,16 @@ static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, siz
 int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,
               struct pipe_run **out, char *err, size_t errlen)
 {
+    return pipe_open_limited(spec, reg, NULL, out, err, errlen);
+}
+
+int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                      const struct pipe_limits *limits, struct pipe_run **out, char *err,
+                      size_t errlen)
+{
     struct run_impl *r;
     *out = NULL;
-    int rc = run_new(spec, reg, PLAN_WHOLE, &r, err, errlen);
+    int rc = run_new(spec, reg, limits, PLAN_WHOLE, &r, err, errlen);
     if (rc)
         return rc;
     const struct pipe_source *src = &r->plan.spec->source;
@@ -382,9 +392,16 @@ int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry 
                      const struct pipe_split *splits, size_t nsplits, struct pipe_run **out,
                      char *err, size_t errlen)
 {
+    return pipe_open_splits_limited(spec, reg, NULL, splits, nsplits, out, err, errlen);
+}
+
+int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_registry *reg,
+                             const struct pipe_limits *limits, const struct pipe_split *splits,
+                             size_t nsplits, struct pipe_run **out, char *err, size_t errlen)
+{
     struct run_impl *r;
     *out = NULL;
-    int rc = run_new(spec, reg, PLAN_SPLITS, &r, err, errlen);
+    int rc = run_new(spec, reg, limits, PLAN_SPLITS, &r, err, errlen);
     if (rc)
         return rc;
     struct plan *pl = &r->plan;
@@ -438,13 +455,28 @@ int pipe_open_tail(const struct pipe_spec *tail, const struct sluice_registry *r
 {
     struct run_impl *r;
     *out = NULL;
-    int rc = run_new(tail, reg, PLAN_TAIL, &r, err, errlen);
+    int rc = run_new(tail, reg, NULL, PLAN_TAIL, &r, err, errlen);
     if (rc) {
         upstream->ops->destroy(upstream);
         return rc;
     }
     r->plan.tail_up = upstream;
     return finish_open(r, out, err, errlen);
+}
+
+int pipe_limit_msg(char *buf, size_t len, const char *what, uint64_t bytes, uint64_t limit,
+                   bool at_least)
+{
+    return err_set(buf, len, SLUICE_ERR_LIMIT,
+                   "%selement of %s%" PRIu64 " bytes is over the worker's limit of %" PRIu64
+                   " (--max-element-bytes)",
+                   what, at_least ? "at least " : "", bytes, limit);
+}
+
+int pipe_limit_fail(struct pipe_ctx *ctx, const char *what, uint64_t bytes, bool at_least)
+{
+    return pipe_limit_msg(ctx->err, sizeof(ctx->err), what, bytes, ctx->max_element_bytes,
+                          at_least);
 }
 
 void pipe_run_free(struct pipe_run *run)

@@ -134,6 +134,15 @@ int pipe_registry_set_check(struct sluice_registry *reg, const char *name, pipe_
     return 0;
 }
 
+int pipe_registry_set_size(struct sluice_registry *reg, const char *name, pipe_fn_size_cb size)
+{
+    struct pipe_fn *fn = find(reg, name);
+    if (!fn)
+        return SLUICE_ERR_NOT_FOUND;
+    fn->size = size;
+    return 0;
+}
+
 const struct pipe_fn *pipe_registry_find(const struct sluice_registry *reg, const char *name)
 {
     return find(reg, name);

@@ -33,6 +33,12 @@ typedef int (*pipe_fn_bind_cb)(const struct sluice_fn_args *args, void *user, vo
                                char *err, size_t errlen);
 typedef void (*pipe_fn_unbind_cb)(void *state, void *user);
 
+/* The size (pipe_elem_size) of the element a map function will produce from in with args, when
+ * it is known before the function runs; 0 when it is not. A map whose output would go past the
+ * chain's --max-element-bytes is refused before the function allocates it (map.c). */
+typedef uint64_t (*pipe_fn_size_cb)(const struct sluice_element *in,
+                                    const struct sluice_fn_args *args);
+
 struct pipe_fn {
     char name[64];
     enum pipe_fn_kind kind;
@@ -43,6 +49,7 @@ struct pipe_fn {
     pipe_fn_check_cb check;   /* optional (NULL): the built-ins set one through the registry */
     pipe_fn_bind_cb bind;     /* optional, with unbind; built-ins only (pipe_registry_add) */
     pipe_fn_unbind_cb unbind; /* optional */
+    pipe_fn_size_cb size;     /* optional: the built-ins set one through the registry */
     /* The first argument is part of the function's name (py's "module:function"): failures
      * read map(NAME, "ARG0"): ... instead of map(NAME): ... */
     bool label_arg0;
@@ -97,6 +104,9 @@ const struct pipe_roots *pipe_registry_roots(const struct sluice_registry *reg);
 /* The resolved directories py modules must come from, or NULL when py functions are not
  * confined (also for reg NULL). */
 const struct pipe_roots *pipe_registry_py_dirs(const struct sluice_registry *reg);
+/* Attaches an output size to the registered map function name (see pipe_fn_size_cb). Returns 0,
+ * or SLUICE_ERR_NOT_FOUND. Startup only. */
+int pipe_registry_set_size(struct sluice_registry *reg, const char *name, pipe_fn_size_cb size);
 
 /* Looks a function up by name; NULL when unknown. The pointer stays valid until the registry is
  * freed. */

@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/http.h"
 #include "common/log.h"
+#include "common/names.h"
 #include "common/loop_thread.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -28,6 +29,7 @@
 #include "pipeline/registry.h"
 #include "pipeline/roots.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,6 +120,13 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "drain_timeout_ms: expected a number from 1 to %u, got %u",
                        MAX_DRAIN_TIMEOUT_MS, (unsigned)o->drain_timeout_ms);
+    if (o->max_element_bytes > WORKER_MAX_ELEMENT_BYTES_LIMIT)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "max_element_bytes: expected a number from 1 to %u, got %" PRIu64,
+                       (unsigned)WORKER_MAX_ELEMENT_BYTES_LIMIT, o->max_element_bytes);
+    if (o->advertise && *o->advertise &&
+        (rc = name_check("advertise", o->advertise, NAME_ADDR_MAX, err, errlen)) < 0)
+        return rc;
     if ((rc = check_paths("plugins", o->plugins, o->nplugins, err, errlen)) < 0 ||
         (rc = check_paths("python_path", o->python_path, o->npython_path, err, errlen)) < 0 ||
         (rc = check_paths("data_roots", o->data_roots, o->ndata_roots, err, errlen)) < 0)
@@ -201,6 +210,8 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .heartbeat_ms = o->heartbeat_ms,
         .threads = threads,
         .reg = s->reg,
+        .max_element_bytes =
+            o->max_element_bytes ? o->max_element_bytes : WORKER_DEFAULT_MAX_ELEMENT_BYTES,
         .sec = s->sec,
     };
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;

@@ -201,6 +201,13 @@ void worker_hb_send(struct worker *w)
         progs[i].elements_per_second = wt->rate;
         progs[i].buffered = tp.buffered;
         progs[i].settled = tp.settled;
+        /* A failed task is reported, so the dispatcher records the failure for its readers
+         * and hands its iteration to no other worker. */
+        const char *why = NULL;
+        if (tp.failed && task_error(wt->task, &why) < 0) {
+            progs[i].failed = true;
+            progs[i].error = (char *)(why ? why : "");
+        }
         progs[i].idle_fraction = wmetrics_task_heartbeat(w->wm, wt->id, &tp, now_ns);
         ptrs[i] = &progs[i];
     }

@@ -50,6 +50,10 @@ static const char usage[] =
     "                        same --host (0: any free port)\n"
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
     "                        worker holds before leaving anyway (default 30000)\n"
+    "  --max-element-bytes N the most bytes one element (or batch) of a task may hold, from\n"
+    "                        1 to 267317248 (default 134217728); a larger one fails its task\n"
+    "                        with an error its readers get, before it is allocated where\n"
+    "                        its size is known in advance\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n"
     SEC_USAGE_SERVER
     "  --help                show this help\n"
@@ -70,6 +74,7 @@ struct args {
     size_t ndata_roots;
     int metrics_port; /* -1: no metrics server */
     uint32_t drain_timeout_ms;
+    uint64_t max_element_bytes; /* 0: the default */
     enum log_level level;
     struct sluice_security_options security;
 };
@@ -129,6 +134,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_DATA_ROOT,
         O_METRICS,
         O_DRAIN,
+        O_MAX_ELEMENT,
         O_LOG,
         O_HELP,
         O_VERSION,
@@ -150,6 +156,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"data-root", required_argument, NULL, O_DATA_ROOT},
         {"metrics-port", required_argument, NULL, O_METRICS},
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
+        {"max-element-bytes", required_argument, NULL, O_MAX_ELEMENT},
         {"log-level", required_argument, NULL, O_LOG},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -220,6 +227,12 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                                    "got '%s'",
                                    optarg);
             a->drain_timeout_ms = (uint32_t)v;
+            break;
+        case O_MAX_ELEMENT:
+            if (parse_number(optarg, 1, WORKER_MAX_ELEMENT_BYTES_LIMIT, &v) < 0)
+                return usage_error("--max-element-bytes: expected a number from 1 to %u, got '%s'",
+                                   (unsigned)WORKER_MAX_ELEMENT_BYTES_LIMIT, optarg);
+            a->max_element_bytes = v;
             break;
         case O_LOG:
             if (log_level_parse(optarg, &a->level) < 0)
@@ -298,6 +311,7 @@ static int run(const struct args *a)
         .metrics = a->metrics_port >= 0,
         .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
         .drain_timeout_ms = a->drain_timeout_ms,
+        .max_element_bytes = a->max_element_bytes,
         .log_level = log_level_name(a->level),
         .security = a->security,
     };

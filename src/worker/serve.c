@@ -87,8 +87,13 @@ static void on_reply_sent(void *arg, int status)
     task_take_release(wt->task, &sr->tk);
     free(sr);
     wt->replies_inflight--;
-    if (wt->dying)
+    if (wt->dying) {
         worker_reap(wt->w);
+        return;
+    }
+    /* Reads that waited for this connection's queued replies to drain may go now. */
+    if (status == 0 && wt->wait_head)
+        worker_serve_waiters(wt->w, wt);
 }
 
 /* Describes the payload of a take that is written in place: the pieces of whole chunks, or
@@ -360,6 +365,11 @@ static void serve_rounds(struct worker *w, struct wtask *wt)
 static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *q)
 {
     if (wt->rounds.n > 0)
+        return false;
+    /* A reader that does not read its socket leaves its replies queued on the connection: its
+     * next read waits (like one on an empty buffer) until they drain below the bound, so what
+     * a task hands out for writing stays bounded too, also with elements of many MiB. */
+    if (rpc_conn_pending_write(q->conn) >= WORKER_MAX_PENDING_BYTES)
         return false;
     return serve(w, wt, q->conn, q->id, q->client_id, q->max_elements, q->max_bytes);
 }

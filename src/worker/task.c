@@ -60,6 +60,7 @@ struct task {
     const struct sluice_registry *reg;
     uv_async_t *wake;
     uint64_t max_bytes, max_records;
+    struct pipe_limits limits; /* read-only once the producers run */
     struct pipe_spec *spec;
 
     uv_mutex_t mu;
@@ -346,6 +347,11 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         if (rc < 0)
             return err_set(err, errlen, rc, "%s",
                            run->ctx.err[0] ? run->ctx.err : sluice_strerror(rc));
+        /* What the pipeline could not size before making it (a source's element, a plugin's)
+         * is refused here, before it is buffered or sent. */
+        uint64_t size = t->limits.max_element_bytes ? pipe_elem_size(&p->elem) : 0;
+        if (size > t->limits.max_element_bytes)
+            return pipe_limit_msg(err, errlen, "", size, t->limits.max_element_bytes, false);
 
         uv_mutex_lock(&p->mu);
         if (!p->chunk) {
@@ -473,7 +479,7 @@ static int run_whole(struct producer *p, char *err, size_t errlen)
     rc = shard_rewrite(t->spec, &sp, files, nfiles, &sharded, err, errlen);
     if (rc < 0)
         goto out;
-    rc = pipe_open(sharded, t->reg, &run, err, errlen);
+    rc = pipe_open_limited(sharded, t->reg, &t->limits, &run, err, errlen);
     if (rc < 0)
         goto out;
     rc = produce(p, run, err, errlen);
@@ -530,7 +536,7 @@ static int run_splits(struct producer *p, char *err, size_t errlen)
         p->tagging = true;
         p->tag.seq = seq;
         p->tag.pos = 0;
-        rc = pipe_open_splits(t->spec, t->reg, &split, 1, &run, err, errlen);
+        rc = pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &run, err, errlen);
         if (rc == 0) {
             rc = produce(p, run, err, errlen);
             pipe_run_free(run);
@@ -637,6 +643,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->wake = cfg->wake;
     t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : TASK_BUFFER_BYTES;
     t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
+    t->limits.max_element_bytes = cfg->max_element_bytes;
     t->spec = spec;
     unsigned n = 1;
     if (cfg->mode == SLUICE_DISTRIBUTED_EPOCH) {

@@ -15,9 +15,22 @@
  * records out with task_take() or task_take_whole() and is woken through
  * cfg->wake whenever a waiting reader can be served, a producer needs splits, or a producer exits.
  *
- * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, or
- * an out-of-memory fails the task: producers stop, elements published before the failure are
- * still served, and then every take reports the failure's code and message.
+ * Memory: producers block before publishing while the buffer holds buffer_bytes or more (or
+ * buffer_records, or TASK_BUFFER_CHUNKS), so the buffer exceeds its byte bound by at most one
+ * chunk per producer; a chunk is at most TASK_CHUNK_BYTES plus one element, and an element at
+ * most max_element_bytes (E). One element can thus be larger than the whole bound: the buffer
+ * then holds that one element. Beyond the buffer a task holds, per producer, its private chunk
+ * (up to TASK_CHUNK_BYTES + E), the element in hand and what its operators hold (a batch being
+ * built: up to about E; a shuffle or prefetch buffer: their counts of elements), plus spare
+ * blocks of at most buffer_bytes. What was taken for a reply is held until written; the worker
+ * answers a read only while its connection has less than WORKER_MAX_PENDING_BYTES queued
+ * (serve.c). Measured with elements of 100 MB and a reader that stopped reading: about 400 MB
+ * (one element written, one buffered, one in hand, one in the producer's next step).
+ *
+ * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, an
+ * element over max_element_bytes, or an out-of-memory fails the task: producers stop, elements
+ * published before the failure are still served, and then every take reports the failure's code and
+ * message.
  *
  * Threading: task_start, task_free and everything marked "loop" are called on the loop thread
  * only; the task's mutex guards what producers and the loop share. The loop never waits on a
@@ -75,6 +88,10 @@ struct task_config {
     uv_async_t *wake;                  /* sent by producers; outlives the task */
     uint64_t buffer_bytes;             /* 0: TASK_BUFFER_BYTES */
     uint64_t buffer_records;           /* 0: TASK_BUFFER_RECORDS */
+    /* The largest element (pipe_elem_size) the pipeline may produce; 0: no limit. The pipeline
+     * refuses one it can size before allocating it (iter.h); any other fails the task when it
+     * comes out. Either way the task fails with SLUICE_ERR_LIMIT's message. */
+    uint64_t max_element_bytes;
 };
 
 /* Loop. Starts the producers of a task over spec, which the task takes ownership of (also on

@@ -19,6 +19,9 @@
 
 #include "common/mode.h"
 
+_Static_assert(WORKER_MAX_ELEMENT_BYTES_LIMIT == TASK_MAX_RECORD - (64u << 10),
+               "an element at the limit still fits in one reply frame");
+
 static void drain_check(struct worker *w);
 
 uint64_t worker_now_ms(void)
@@ -144,6 +147,7 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             .wake = &w->wake,
             .buffer_bytes = w->buffer_bytes,
             .buffer_records = w->buffer_records,
+            .max_element_bytes = w->max_element_bytes,
         };
         rc = task_start(&cfg, spec, &wt->task, err, sizeof err);
     }
@@ -403,6 +407,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->threads = opts->threads ? opts->threads : 1;
     w->buffer_bytes = opts->buffer_bytes;
     w->buffer_records = opts->buffer_records;
+    w->max_element_bytes = opts->max_element_bytes;
     w->incarnation = rpc_new_incarnation();
     int krc = cap_random(w->key);
     if (krc < 0) {

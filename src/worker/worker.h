@@ -48,6 +48,13 @@
 #define WORKER_DEFAULT_MAX_ELEMENTS 8192u
 #define WORKER_DEFAULT_MAX_BYTES (8u << 20)
 #define WORKER_MAX_REPLY_BYTES (64u << 20)
+/* A read is answered only while its connection has less than this many bytes of replies queued
+ * for writing (a reader that stopped reading holds at most this plus one reply). */
+#define WORKER_MAX_PENDING_BYTES (64u << 20)
+/* --max-element-bytes: the default, and the most it may be (an element must fit in one reply
+ * frame, task.h's TASK_MAX_RECORD, with room for its encoding). */
+#define WORKER_DEFAULT_MAX_ELEMENT_BYTES (128u << 20)
+#define WORKER_MAX_ELEMENT_BYTES_LIMIT (267382784u - (64u << 10)) /* worker.c checks it */
 
 struct sluice_registry;
 struct worker;
@@ -63,6 +70,8 @@ struct worker_opts {
     /* Per-task buffer bounds; 0 for the defaults of task.h. */
     uint64_t buffer_bytes;
     uint64_t buffer_records;
+    /* The largest element a task may produce (pipe_elem_size); 0: no limit. */
+    uint64_t max_element_bytes;
     /* Authentication and TLS for both the server and the dispatcher connection
      * (common/security.h); NULL for neither. It outlives the worker. */
     const struct sec_ctx *sec;

@@ -96,6 +96,7 @@ struct worker {
     const struct sluice_registry *reg;
     unsigned threads;
     uint64_t buffer_bytes, buffer_records;
+    uint64_t max_element_bytes;
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;

@@ -101,6 +101,28 @@ static void test_table_values(void **state)
                  "  none\n");
 }
 
+/* Control characters in names (a dispatcher older than name checks may send them) show escaped,
+ * so a name cannot break the table or forge lines of it. */
+static void test_table_escapes_control_characters(void **state)
+{
+    (void)state;
+    expect_table("{\"version\": \"x\\ny: 1\", \"workers\": [{\"address\": \"h:1\\ninfo forged\","
+                 " \"incarnation\": \"01\", \"tasks\": []}],"
+                 " \"datasets\": {\"d\\u0085\": {\"pipeline\": \"range(1)\"}}}",
+                 "version: x\\x0ay: 1\n"
+                 "\n"
+                 "workers (1)\n"
+                 "  ADDRESS             INCARNATION  TASKS\n"
+                 "  h:1\\x0ainfo forged  01           0\n"
+                 "\n"
+                 "datasets (1)\n"
+                 "  ID         PIPELINE\n"
+                 "  d\\xc2\\x85  range(1)\n"
+                 "\n"
+                 "jobs (0)\n"
+                 "  none\n");
+}
+
 static void test_table_rejects_non_objects(void **state)
 {
     char err[256] = "";
@@ -173,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_table_full_document),
         cmocka_unit_test(test_table_sections_keyed_or_missing),
         cmocka_unit_test(test_table_values),
+        cmocka_unit_test(test_table_escapes_control_characters),
         cmocka_unit_test(test_table_rejects_non_objects),
         cmocka_unit_test(test_job_verdicts),
     };

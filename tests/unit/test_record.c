@@ -125,7 +125,7 @@ static size_t sample_updates(struct st_update *u)
     static const uint64_t seqs[] = {0, 1, 2, 7, 1000000000000ull};
     static const uint8_t def[] = {0x0a, 0x00, 0x12, 0xff, 0x00};
     size_t n = 0;
-    for (int t = ST_DATASET_REGISTERED; t <= ST_ROUNDS_GRANTED; t++) {
+    for (int t = ST_DATASET_REGISTERED; t <= ST_ITERATION_FAILED; t++) {
         struct st_update *x = &u[n++];
         memset(x, 0, sizeof *x);
         x->type = (enum st_update_type)t;
@@ -180,6 +180,14 @@ static size_t sample_updates(struct st_update *u)
             x->id = 0;
             x->ref2 = 1ull << 40;
             break;
+        case ST_ITERATION_FAILED:
+            x->ref = x->ref2 = 0;
+            x->text = strdup("task 3: map(bytes): element of 1073741824 bytes is over the worker's "
+                             "limit of 134217728 (--max-element-bytes)");
+            break;
+        case ST_CLIENT_ACQUIRED:
+            x->incarnation = 0x0123456789abcdefull; /* the owner */
+            break;
         default:
             break;
         }
@@ -221,7 +229,7 @@ static void test_update_round_trip(void **unused)
     (void)unused;
     struct st_update u[32];
     size_t n = sample_updates(u);
-    assert_int_equal(n, 18);
+    assert_int_equal(n, 19);
     for (size_t i = 0; i < n; i++) {
         uint8_t *bytes, *again;
         size_t len, len2;
@@ -282,9 +290,9 @@ static void test_update_decode_errors(void **unused)
     expect_decode_error((const uint8_t *)"", 0, "unknown update type 0");
 
     Sluice__Update m = SLUICE__UPDATE__INIT;
-    m.type = (Sluice__Update__Type)19;
+    m.type = (Sluice__Update__Type)20;
     b = pack_update(&m, &len);
-    expect_decode_error(b, len, "unknown update type 19");
+    expect_decode_error(b, len, "unknown update type 20");
     free(b);
 
     m.type = SLUICE__UPDATE__TYPE__JOB_CREATED;
@@ -371,7 +379,8 @@ static void build_state(struct state *s)
         (struct st_split_plan){.source_len = 10, .split_size = 1, .per_pass = 10, .passes = 1};
     push(&l, ST_TASK_CREATED, 1, 1, 1);
     push(&l, ST_TASK_CREATED, 2, 1, 2);
-    push(&l, ST_CLIENT_ACQUIRED, 1, 1, 0);
+    u = push(&l, ST_CLIENT_ACQUIRED, 1, 1, 0);
+    u->incarnation = 0xabcdef0123456789ull; /* the owner */
     leases(&l, ST_SPLITS_LEASED, 1, 1, (const uint64_t[]){0, 1, 2}, 3);
     l.v[l.n - 1].id = 4;
     leases(&l, ST_SPLITS_LEASED, 1, 2, (const uint64_t[]){3, 4}, 2);
@@ -382,6 +391,8 @@ static void build_state(struct state *s)
     snprintf(u->name2, sizeof u->name2, "named");
     u = push(&l, ST_ITERATION_CREATED, 2, 2, 0);
     push(&l, ST_TASK_CREATED, 3, 2, 1);
+    u = push(&l, ST_ITERATION_FAILED, 2, 0, 0);
+    u->text = strdup("task 3: batch: element of at least 300 bytes is over the limit");
     push(&l, ST_WORKER_DRAINING, 2, 0, 0);
     state_init(s);
     for (size_t i = 0; i < l.n; i++)
@@ -438,6 +449,11 @@ static void test_snapshot_round_trip(void **unused)
     assert_memory_equal(back.tasks[0].granted.v, ((const uint64_t[]){0, 1, 2}),
                         3 * sizeof(uint64_t));
     assert_int_equal(back.tasks[0].leased.n, 2);
+    /* The owner of a client and the failure of an iteration came back. */
+    assert_true(back.clients[0].owner == 0xabcdef0123456789ull);
+    assert_null(back.iterations[0].error);
+    assert_string_equal(back.iterations[1].error,
+                        "task 3: batch: element of at least 300 bytes is over the limit");
     assert_int_equal(record_snapshot_encode(&back, &again, &len2), 0);
     assert_int_equal(len, len2);
     assert_memory_equal(bytes, again, len);

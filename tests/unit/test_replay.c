@@ -62,7 +62,7 @@ struct run {
     size_t nmarks;
     struct snap *snaps;
     size_t nsnaps, cap_snaps;
-    size_t leased, gcs;
+    size_t leased, gcs, fails;
     size_t repeats;      /* GetSplits requests answered from a task's last lease */
     size_t repeats_held; /* those answered with splits of that lease still held */
 };
@@ -82,6 +82,7 @@ static void commit(struct run *r)
         assert_int_equal(record_update_encode(u, &b->p, &b->len), 0);
         r->leased += u->type == ST_SPLITS_LEASED;
         r->gcs += u->type == ST_ITERATION_GC;
+        r->fails += u->type == ST_ITERATION_FAILED;
     }
     st_update_list_clear(&r->ups);
 }
@@ -132,7 +133,8 @@ static void random_request(struct run *r, uint64_t *x)
         random_plan(x, &plan, paths);
         enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
         rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
-                                    mode, 0, true, &plan, &a, &b, &c, &r->ups, err, sizeof err);
+                                    mode, 0, true, (uint64_t)pick(x, 3), &plan, &a, &b, &c, &r->ups,
+                                    err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
         for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {
@@ -170,6 +172,16 @@ static void random_request(struct run *r, uint64_t *x)
                 key[pick(x, ST_KEY_LEN)] ^= 0x80;
             rc = plan_worker_heartbeat_keyed(s, addr, inc, key, sizeof key, pick(x, 3) != 0, fin,
                                              nfin, pick(x, 30) == 0, &a, &r->ups, err, sizeof err);
+        }
+        /* Now and then the worker reports a task failed, as the handler plans it. */
+        if (rc == 0 && w && w->incarnation == inc && pick(x, 12) == 0) {
+            struct st_task_failure f[2];
+            size_t nf = 0;
+            for (size_t i = 0; i < s->ntasks && nf < 2; i++) {
+                if (s->tasks[i].worker_id == w->id && pick(x, 2) == 0)
+                    f[nf++] = (struct st_task_failure){s->tasks[i].id, "map(f): failed \x01"};
+            }
+            rc = plan_tasks_failed(s, w->id, f, nf, &r->ups, err, sizeof err);
         }
         break;
     }
@@ -316,10 +328,12 @@ static void same_decisions(const struct state *a, const struct state *b)
     if (a->ndatasets > 0) {
         struct st_split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
         assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, &p, &ja, &ia, &ca, &la, err, sizeof err),
+                                                0, true, 0, &p, &ja, &ia, &ca, &la, err,
+                                                sizeof err),
                          0);
         assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, &p, &jb, &ib, &cb, &lb, err, sizeof err),
+                                                0, true, 0, &p, &jb, &ib, &cb, &lb, err,
+                                                sizeof err),
                          0);
         assert_true(ja == jb && ia == ib && ca == cb);
     }
@@ -388,6 +402,7 @@ static size_t run_one(uint64_t seed, size_t *held)
     assert_true(r.nsnaps >= 5);
     assert_true(r.leased > 50);
     assert_true(r.gcs > 0);
+    assert_true(r.fails > 0);
 
     for (size_t i = 0; i < r.nrecs; i++)
         free(r.recs[i].p);

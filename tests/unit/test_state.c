@@ -115,6 +115,8 @@ static const char *code_name(int rc)
         return "NOMEM";
     case SLUICE_ERR_DENIED:
         return "DENIED";
+    case SLUICE_ERR_LIMIT:
+        return "LIMIT";
     default:
         return "OTHER";
     }
@@ -241,6 +243,11 @@ static void check_invariants(const struct state *s)
  *   chb CLIENT [round=N] [window=N]     a client heartbeat at round N asking grants of window
  *                                         rounds; outputs the grant of a coordinated read
  *   rel CLIENT | gc ITERATION
+ *   failed WORKER TASK,... [msg=A_B]       the worker reports the tasks failed ('_' in msg is a
+ *                                         space)
+ *   limits [datasets=N] [pipeline=N] [jobs=N]
+ *                                         sets the state's limits (configuration; no update)
+ * job also takes [owner=N], the incarnation of the sluice_client asking (default 0).
  * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
 struct harness {
     struct state s;
@@ -366,8 +373,10 @@ static const char *run(struct harness *h, const char *line)
         }
         uint64_t job = 0, it = 0, client = 0;
         bool endless = opt(words, nw, "ends") == NULL;
-        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, endless, pp,
-                                    &job, &it, &client, &h->ups, err, sizeof err);
+        v = opt(words, nw, "owner");
+        uint64_t owner = v ? strtoull(v, NULL, 10) : 0;
+        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, endless,
+                                    owner, pp, &job, &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -427,6 +436,29 @@ static const char *run(struct harness *h, const char *line)
                                    &granted, err, sizeof err);
         if (granted)
             snprintf(outs, sizeof outs, "granted=%" PRIu64, granted);
+    } else if (strcmp(cmd, "failed") == 0) {
+        /* failed WORKER TASK[,TASK...] [msg=WORDS_WITH_UNDERSCORES] */
+        uint64_t ids[16];
+        size_t n = parse_list(words[2], ids, 16);
+        char msg[256] = "";
+        if ((v = opt(words, nw, "msg"))) {
+            snprintf(msg, sizeof msg, "%s", v);
+            for (char *p = msg; *p; p++)
+                if (*p == '_')
+                    *p = ' ';
+        }
+        struct st_task_failure f[16];
+        for (size_t i = 0; i < n; i++)
+            f[i] = (struct st_task_failure){ids[i], msg};
+        rc = plan_tasks_failed(&h->s, strtoull(words[1], NULL, 10), f, n, &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "limits") == 0) {
+        if ((v = opt(words, nw, "datasets")))
+            h->s.limits.max_datasets = strtoull(v, NULL, 10);
+        if ((v = opt(words, nw, "pipeline")))
+            h->s.limits.max_pipeline_bytes = strtoull(v, NULL, 10);
+        if ((v = opt(words, nw, "jobs")))
+            h->s.limits.max_jobs_per_client = strtoull(v, NULL, 10);
+        rc = 0;
     } else if (strcmp(cmd, "rel") == 0) {
         rc = plan_release_client(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "gc") == 0) {
@@ -513,7 +545,54 @@ static const struct plan_case plan_cases[] = {
      "ds "
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
      "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx r10",
-     "error INVALID: dataset id is longer than 127 bytes"},
+     "error INVALID: dataset id: 128 bytes, longer than the limit of 127"},
+    {"dataset id not UTF-8", "",
+     "ds ab\xff"
+     "c r10",
+     "error INVALID: dataset id: not valid UTF-8 at byte 2"},
+    {"dataset id with a control character", "", "ds ab\x01 r10",
+     "error INVALID: dataset id: control character at byte 2"},
+    {"dataset id with a C1 control", "", "ds ab\xc2\x85 r10",
+     "error INVALID: dataset id: control character at byte 2"},
+    {"dataset id UTF-8", "", "ds caf\xc3\xa9 r10",
+     "dataset_registered name='caf\xc3\xa9' def='r10' text='r10'\n=> id=caf\xc3\xa9"},
+
+    /* limits */
+    {"dataset limit reached", "limits datasets=2\nds a r1\nds b r2", "ds c r3",
+     "error LIMIT: dataset limit reached: 2 datasets (--max-datasets)"},
+    {"dataset limit reached, generated id", "limits datasets=2\nds a r1\nds b r2", "ds - r3",
+     "error LIMIT: dataset limit reached: 2 datasets (--max-datasets)"},
+    {"dataset limit: an existing dataset is still found", "limits datasets=2\nds a r1\nds - r2",
+     "ds - r2", "=> id=1"},
+    {"dataset limit: an existing explicit id is still found", "limits datasets=2\nds a r1\nds b r2",
+     "ds a r1", "=> id=a"},
+    {"dataset limit not yet reached", "limits datasets=2\nds a r1", "ds b r2",
+     "dataset_registered name='b' def='r2' text='r2'\n=> id=b"},
+    {"pipeline over the limit", "limits pipeline=4", "ds a range(100)",
+     "error LIMIT: pipeline of 10 bytes is over the limit of 4 bytes (--max-pipeline-bytes)"},
+    {"pipeline at the limit", "limits pipeline=4", "ds a r100",
+     "dataset_registered name='a' def='r100' text='r100'\n=> id=a"},
+    {"job limit per client reached", "limits jobs=2\nds - r4\njob 1 owner=7\njob 1 owner=7",
+     "job 1 owner=7",
+     "error LIMIT: job limit reached: this client holds 2 jobs (--max-jobs-per-client)"},
+    {"job limit: another client is served", "limits jobs=2\nds - r4\njob 1 owner=7\njob 1 owner=7",
+     "job 1 owner=8",
+     "job_created id=3 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "client_acquired id=3 ref=3 inc=8\n"
+     "=> job=3 iteration=3 client=3"},
+    {"job limit: a released client frees its place",
+     "limits jobs=2\nds - r4\njob 1 owner=7\njob 1 owner=7\nrel 1", "job 1 owner=7",
+     "job_created id=3 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "client_acquired id=3 ref=3 inc=7\n"
+     "=> job=3 iteration=3 client=3"},
+    {"job limit: clients of no known owner are not limited", "limits jobs=1\nds - r4\njob 1\njob 1",
+     "job 1",
+     "job_created id=3 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "client_acquired id=3 ref=3\n"
+     "=> job=3 iteration=3 client=3"},
 
     /* get_or_create_job */
     {"job anonymous parallel on two workers", "ds - r4\nhb a:1 1\nhb b:1 1", "job 1",
@@ -523,6 +602,12 @@ static const struct plan_case plan_cases[] = {
      "task_created id=2 ref=1 ref2=2\n"
      "client_acquired id=1 ref=1\n"
      "=> job=1 iteration=1 client=1"},
+    {"job name not UTF-8", "ds - r4", "job 1 name=ab\xff",
+     "error INVALID: job name: not valid UTF-8 at byte 2"},
+    {"job name with a newline", "ds - r4", "job 1 name=a\nb",
+     "error INVALID: job name: control character at byte 1"},
+    {"job dataset id not UTF-8", "ds - r4", "job \xc3(",
+     "error INVALID: dataset id: not valid UTF-8 at byte 0"},
     {"job with no workers has no tasks", "ds - r4", "job 1 name=n consumers=2",
      "job_created id=1 name='n' name2='1' mode=parallel_epochs consumers=2\n"
      "iteration_created id=1 ref=1 dist=0\n"
@@ -599,6 +684,28 @@ static const struct plan_case plan_cases[] = {
      "task_created id=5 ref=3 ref2=2\n"
      "=> worker=2"},
     {"heartbeat known worker with nothing new", PAR2, "hb a:1 1", "=> worker=1"},
+    {"heartbeat: no task for an iteration nobody reads", "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1",
+     "hb b:1 7", "worker_registered id=2 address='b:1' inc=7\n=> worker=2"},
+    {"heartbeat: a reader that comes back brings the tasks",
+     "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\nhb b:1 7\njob 1 name=n", "hb b:1 7",
+     "task_created id=2 ref=1 ref2=2\n=> worker=2"},
+    {"task failure recorded", PAR2, "failed 1 1 msg=map(bytes):_too_big",
+     "iteration_failed id=1 text='task 1: map(bytes): too big'\n=>"},
+    {"task failure: once per iteration", PAR2, "failed 2 2,2 msg=x",
+     "iteration_failed id=1 text='task 2: x'\n=>"},
+    {"task failure repeated is ignored", PAR2 "failed 1 1 msg=x", "failed 1 1 msg=y", "=>"},
+    {"task failure of another worker's task is ignored", PAR2, "failed 2 1 msg=x", "=>"},
+    {"task failure of an unknown task is ignored", PAR2, "failed 1 99 msg=x", "=>"},
+    {"task failure with an empty message", PAR2, "failed 1 1",
+     "iteration_failed id=1 text='task 1: task failed'\n=>"},
+    {"task failure: bad bytes in the message are escaped", PAR2, "failed 1 1 msg=a\x01\xff",
+     "iteration_failed id=1 text='task 1: a\\x01\\xff'\n=>"},
+    {"failed iteration: no task on a new worker", PAR2 "failed 1 1 msg=x", "hb c:1 1",
+     "worker_registered id=3 address='c:1' inc=1\n=> worker=3"},
+    {"heartbeat address with a control character", "", "hb host:1\x7f 1",
+     "error INVALID: worker address: control character at byte 6"},
+    {"heartbeat address not UTF-8", "", "hb host\xe2\x82:1 1",
+     "error INVALID: worker address: not valid UTF-8 at byte 4"},
     {"heartbeat finishes one of two tasks", PAR2, "hb a:1 1 fin=1",
      "task_finished id=1\n=> worker=1"},
     {"heartbeat finishes the last task", PAR2 "hb a:1 1 fin=1", "hb b:1 1 fin=2",
@@ -774,6 +881,14 @@ static const struct plan_case plan_cases[] = {
      "task_removed id=1 ref=1\ntask_removed id=2 ref=1\niteration_gc id=1\n=>"},
     {"gc twice", "ds - r4\njob 1 name=n\nrel 1\ngc 1", "gc 1",
      "error INVALID: iteration 1 is already garbage-collected"},
+    {"gc of a failed iteration", PAR2 "failed 1 1 msg=x\nrel 1", "gc 1",
+     "task_removed id=1 ref=1\ntask_removed id=2 ref=1\niteration_gc id=1\n=>"},
+    {"a failed named job collected starts a clean repetition",
+     "ds - r4\nhb a:1 1\njob 1 name=n\nfailed 1 1 msg=x\nrel 1\ngc 1", "job 1 name=n",
+     "iteration_created id=2 ref=1 ref2=1 dist=0\n"
+     "task_created id=2 ref=2 ref2=1\n"
+     "client_acquired id=2 ref=2\n"
+     "=> job=1 iteration=2 client=2"},
 };
 
 /* Runs each case on a fresh harness: the setup, then the command, whose output must be exactly
@@ -863,8 +978,8 @@ static void test_iteration_keys(void **unused)
     run_script(&h, "ds - r4\nhb a:1 1");
     uint64_t job = 0, it = 0, client = 0;
     char err[256];
-    assert_int_equal(plan_get_or_create_job(&h.s, "1", "", SLUICE_PARALLEL_EPOCHS, 0, false, NULL,
-                                            &job, &it, &client, &h.ups, err, sizeof err),
+    assert_int_equal(plan_get_or_create_job(&h.s, "1", "", SLUICE_PARALLEL_EPOCHS, 0, false, 0,
+                                            NULL, &job, &it, &client, &h.ups, err, sizeof err),
                      0);
     size_t created = 0;
     for (size_t i = 0; i < h.ups.n; i++) {
@@ -1570,6 +1685,50 @@ static void test_status_json_rounds(void **unused)
     harness_release(&h);
 }
 
+/* Names that an old journal may hold (stored before names were checked) still render: status
+ * escapes bytes that are not UTF-8 and control characters instead of failing. */
+static void test_status_json_bad_names(void **unused)
+{
+    (void)unused;
+    struct state s;
+    state_init(&s);
+    struct st_update u[5];
+    memset(u, 0, sizeof u);
+    char def[] = "r4", text[] = "range(4) | map(\"\xff\")", why[] = "task 1: bad \x01";
+    u[0].type = ST_DATASET_REGISTERED;
+    snprintf(u[0].name, sizeof u[0].name, "ds\xff\n");
+    u[0].def = (uint8_t *)def;
+    u[0].def_len = 2;
+    u[0].text = text;
+    u[1].type = ST_JOB_CREATED;
+    u[1].id = 1;
+    snprintf(u[1].name, sizeof u[1].name, "job\x85\xc2\x85");
+    snprintf(u[1].name2, sizeof u[1].name2, "ds\xff\n");
+    u[2].type = ST_ITERATION_CREATED;
+    u[2].id = 1;
+    u[2].ref = 1;
+    u[3].type = ST_WORKER_REGISTERED;
+    u[3].id = 1;
+    u[3].incarnation = 1;
+    snprintf(u[3].address, sizeof u[3].address, "h:1\ninfo forged");
+    u[4].type = ST_ITERATION_FAILED;
+    u[4].id = 1;
+    u[4].text = why;
+    for (size_t i = 0; i < 5; i++)
+        assert_int_equal(state_apply(&s, &u[i]), 0);
+    char *json = NULL;
+    assert_int_equal(status_json(&s, &json), 0);
+    assert_non_null(strstr(json, "\"address\":\"h:1\\\\x0ainfo forged\""));
+    assert_non_null(strstr(json, "\"id\":\"ds\\\\xff\\\\x0a\""));
+    assert_non_null(strstr(json, "\"pipeline\":\"range(4) | map(\\\"\\\\xff\\\")\""));
+    assert_non_null(strstr(json, "\"name\":\"job\\\\x85\\\\xc2\\\\x85\""));
+    assert_non_null(strstr(json, "\"dataset_id\":\"ds\\\\xff\\\\x0a\""));
+    assert_non_null(strstr(json, "\"error\":\"task 1: bad \\\\x01\""));
+    assert_non_null(strstr(json, "\"state\":\"failed\""));
+    free(json);
+    state_release(&s);
+}
+
 static void test_heartbeat_interval(void **unused)
 {
     (void)unused;
@@ -2099,6 +2258,7 @@ int main(void)
         cmocka_unit_test(test_gc_rows),
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),
+        cmocka_unit_test(test_status_json_bad_names),
         cmocka_unit_test(test_apply_refuses),
         cmocka_unit_test(test_apply_last_ids),
         cmocka_unit_test(test_lost_replies),

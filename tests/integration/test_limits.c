@@ -1,0 +1,574 @@
+/* Bounded resources and checked names, with the real binaries on 127.0.0.1:
+ *   - a worker refuses an element over --max-element-bytes before allocating it (bytes(1 GiB),
+ *     a batch as it grows): the reader gets the exact message, the worker's peak memory stays
+ *     small, the failure is recorded on the job (status, a second reader of the job, no task on
+ *     a new worker), and the worker still serves a well-behaved read;
+ *   - the dispatcher's --max-datasets, --max-pipeline-bytes and --max-jobs-per-client refuse
+ *     with the exact message while other clients are still served;
+ *   - a job name, dataset id or worker address that is not valid UTF-8 or holds a control
+ *     character is refused by the client library and, sent raw, by the dispatcher, naming the
+ *     field and the byte;
+ *   - a journal written before names were checked, holding such names, still renders in
+ *     `sluice status` (table and JSON), with the bad bytes escaped. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "helper_cluster.h"
+
+#include "common/error.h"
+#include "common/rpc.h"
+#include "dispatcher/update_codec.h"
+#include "journal/journal.h"
+#include "pipeline/def.h"
+#include "pipeline/parse.h"
+#include "pipeline/spec.h"
+#include "sluice/sluice.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------------------- */
+
+/* A field of /proc/PID/status in kB ("VmHWM", "VmRSS"), or -1. */
+static long proc_status_kb(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long kb = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kb = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* `sluice status --json`, parsed. */
+static json_t *status_json(struct cluster *c)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
+    if (rc != 0)
+        fail_msg("status: exit %d: %s", rc, err);
+    json_error_t jerr;
+    json_t *root = json_loads(out, 0, &jerr);
+    if (!root)
+        fail_msg("status --json: %s: %s", jerr.text, out);
+    free(out);
+    free(err);
+    return root;
+}
+
+/* The first job named name in a status document, or NULL. */
+static json_t *status_job(json_t *root, const char *name)
+{
+    json_t *jobs = json_object_get(root, "jobs"), *j;
+    size_t i;
+    json_array_foreach(jobs, i, j)
+    {
+        json_t *n = json_object_get(j, "name");
+        if (json_is_string(n) && strcmp(json_string_value(n), name) == 0)
+            return j;
+    }
+    return NULL;
+}
+
+/* Asserts that haystack holds needle, printing both when not. */
+static void assert_contains(const char *haystack, const char *needle)
+{
+    if (!haystack || !strstr(haystack, needle))
+        fail_msg("expected '%s' in: %s", needle, haystack ? haystack : "(null)");
+}
+
+/* ---- one raw RPC to the dispatcher, bypassing the client library's checks ------------------ */
+
+struct raw {
+    bool done;
+    int status;
+    char msg[512];
+    bool closed;
+};
+
+static void raw_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    (void)reply;
+    struct raw *r = user;
+    r->done = true;
+    r->status = status;
+    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
+}
+
+static void raw_closed(void *user)
+{
+    ((struct raw *)user)->closed = true;
+}
+
+/* Sends env to the dispatcher as a peer of role and waits (at most 10 s) for the answer; returns
+ * its status with the message in r->msg. */
+static int raw_call(const char *address, Sluice__Role role, Sluice__Envelope *env, struct raw *r)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct rpc_client *cl = NULL;
+    char err[256];
+    struct rpc_client_opts o = {.address = address, .role = role, .incarnation = 0x5eed};
+    assert_int_equal(rpc_client_new(&loop, &o, &cl, err, sizeof err), 0);
+    memset(r, 0, sizeof *r);
+    assert_int_equal(rpc_call(cl, env, 10000, raw_reply, r), 0);
+    while (!r->done)
+        uv_run(&loop, UV_RUN_ONCE);
+    rpc_client_close(cl, raw_closed, r);
+    while (!r->closed)
+        uv_run(&loop, UV_RUN_ONCE);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    assert_int_equal(uv_loop_close(&loop), 0);
+    return r->status;
+}
+
+/* ---- the worker's element limit ------------------------------------------------------------ */
+
+static void test_element_limit(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    static const char *const wargs[] = {"--max-element-bytes", "67108864", NULL};
+    c.worker_args = wargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    pid_t worker = c.workers[0].pid;
+
+    /* bytes(1 GiB) is refused before it is allocated: the reader gets the size and the limit. */
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(&c, &out, &err, "read", "range(100) | map(bytes, 1073741824) | batch(8)",
+                         "--job-name", "big", "--timeout-ms", "30000", NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "map(bytes): element of 1073741824 bytes is over the worker's limit of "
+                         "67108864 (--max-element-bytes)");
+    free(out);
+    free(err);
+    long peak = proc_status_kb(worker, "VmHWM");
+    long rss = proc_status_kb(worker, "VmRSS");
+    fprintf(stderr, "worker after bytes(1 GiB): VmHWM %ld kB, VmRSS %ld kB\n", peak, rss);
+    assert_true(peak > 0 && peak < 64 * 1024);
+
+    /* The job records the failure: status shows it, a second reader of the job gets it from
+     * the dispatcher, and a worker that joins now gets no task of it. */
+    sleep_ms(1500); /* the worker reports the failure with its next heartbeat */
+    json_t *st = status_json(&c);
+    json_t *job = status_job(st, "big");
+    assert_non_null(job);
+    json_t *e = json_object_get(job, "error");
+    assert_true(json_is_string(e));
+    assert_contains(json_string_value(e), "element of 1073741824 bytes is over the worker's limit");
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "failed");
+    json_decref(st);
+    assert_true(cluster_add_worker(&c) >= 0);
+    rc = cluster_cli(&c, &out, &err, "read", "range(100) | map(bytes, 1073741824) | batch(8)",
+                     "--job-name", "big", "--timeout-ms", "30000", NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "map(bytes): element of 1073741824 bytes is over the worker's limit of "
+                         "67108864 (--max-element-bytes)");
+    free(out);
+    free(err);
+    sleep_ms(1500);
+    st = status_json(&c);
+    json_t *workers = json_object_get(st, "workers");
+    assert_int_equal(json_array_size(workers), 2);
+    size_t with_tasks = 0, i;
+    json_t *w;
+    json_array_foreach(workers, i, w)
+    {
+        with_tasks += json_array_size(json_object_get(w, "tasks")) > 0;
+    }
+    assert_int_equal(with_tasks, 1); /* only the first worker's failed task */
+    json_decref(st);
+
+    /* A batch is refused as it grows past the limit: four elements of 20000000 bytes (and 8
+     * bytes of offset each) are more than 64 MiB. */
+    rc = cluster_cli(&c, &out, &err, "read", "range(10) | map(bytes, 20000000) | batch(8)",
+                     "--timeout-ms", "30000", NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "batch: element of at least 80000032 bytes is over the worker's limit of "
+                         "67108864 (--max-element-bytes)");
+    free(out);
+    free(err);
+    peak = proc_status_kb(worker, "VmHWM");
+    fprintf(stderr, "worker after the growing batch: VmHWM %ld kB\n", peak);
+    assert_true(peak > 0 && peak < 256 * 1024);
+
+    /* The worker still serves a well-behaved reader, large elements under the limit too. */
+    rc = cluster_cli(&c, &out, &err, "read", "range(1000)", "--format", "count", "--timeout-ms",
+                     "30000", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "2000\n"); /* parallel_epochs: each of the two workers, in full */
+    free(out);
+    free(err);
+    rc = cluster_cli(&c, &out, &err, "read", "range(6) | map(bytes, 4000000) | batch(3)",
+                     "--format", "count", "--timeout-ms", "30000", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "4\n"); /* two batches from each of the two workers */
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- a reader that dies ---------------------------------------------------------------------- */
+
+/* The job of the first entry of "jobs" in a status document, or NULL when there is none. */
+static json_t *first_job(json_t *root)
+{
+    return json_array_get(json_object_get(root, "jobs"), 0);
+}
+
+/* Tasks listed for the worker at address in a status document (-1: no such worker). */
+static long worker_tasks(json_t *root, const char *address)
+{
+    json_t *workers = json_object_get(root, "workers"), *w;
+    size_t i;
+    json_array_foreach(workers, i, w)
+    {
+        json_t *a = json_object_get(w, "address");
+        if (json_is_string(a) && strcmp(json_string_value(a), address) == 0)
+            return (long)json_array_size(json_object_get(w, "tasks"));
+    }
+    return -1;
+}
+
+/* A reader of an endless pipeline is SIGKILLed: its task stops producing once its buffer is
+ * full (the worker's memory stays flat), a worker that joins once the reader's client is
+ * released gets no task for the job, and once the job is collected its task is gone from every
+ * worker; the workers then serve a new reader. */
+static void test_dead_reader(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    static const char *const dargs[] = {"--job-gc-timeout-ms", "4000", NULL};
+    c.dispatcher_args = dargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    pid_t worker = c.workers[0].pid;
+
+    struct proc reader;
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read",
+                                       "range(1000000000) | map(bytes, 1000000)", "--format",
+                                       "count", NULL),
+                     0);
+    sleep_ms(2000);
+    assert_int_equal(proc_stop(&reader, SIGKILL, 5000), 128 + SIGKILL);
+
+    /* The task's producer blocks on its full buffer: 16 MiB of elements and a few in hand. */
+    long rss[4];
+    for (int i = 0; i < 4; i++) {
+        sleep_ms(500);
+        rss[i] = proc_status_kb(worker, "VmRSS");
+    }
+    fprintf(stderr, "worker with a dead reader: VmRSS %ld, %ld, %ld, %ld kB\n", rss[0], rss[1],
+            rss[2], rss[3]);
+    for (int i = 0; i < 4; i++)
+        assert_true(rss[i] > 0 && rss[i] < 96 * 1024);
+
+    /* The dispatcher releases the silent client (--client-timeout-ms 5000 in the helper). */
+    json_t *st = NULL;
+    for (int tries = 0;; tries++) {
+        st = status_json(&c);
+        json_t *job = first_job(st);
+        assert_non_null(job);
+        if (json_integer_value(json_object_get(job, "clients")) == 0)
+            break;
+        json_decref(st);
+        assert_true(tries < 100); /* 10 s */
+        sleep_ms(100);
+    }
+    assert_string_equal(json_string_value(json_object_get(first_job(st), "state")), "active");
+    json_decref(st);
+    /* A worker that joins now gets no task for the job nobody reads. */
+    int second = cluster_add_worker(&c);
+    assert_true(second >= 0);
+    sleep_ms(1500);
+    st = status_json(&c);
+    /* Not collected yet (--job-gc-timeout-ms 4000 from the release on), so the check means
+     * something: the first worker still has its task, the new one has none. */
+    json_t *job = first_job(st);
+    assert_non_null(job);
+    assert_int_equal(worker_tasks(st, c.workers[second].addr), 0);
+    assert_int_equal(worker_tasks(st, c.workers[0].addr), 1);
+    json_decref(st);
+
+    /* Once collected, the job and its task are gone everywhere. */
+    for (int tries = 0;; tries++) {
+        st = status_json(&c);
+        bool gone = json_array_size(json_object_get(st, "jobs")) == 0 &&
+                    worker_tasks(st, c.workers[0].addr) == 0 &&
+                    worker_tasks(st, c.workers[second].addr) == 0;
+        json_decref(st);
+        if (gone)
+            break;
+        assert_true(tries < 150); /* 15 s */
+        sleep_ms(100);
+    }
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(&c, &out, &err, "read", "range(10)", "--format", "count", "--timeout-ms",
+                         "30000", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "20\n"); /* parallel_epochs: both workers, in full */
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- the dispatcher's limits ---------------------------------------------------------------- */
+
+static void test_dispatcher_limits(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    static const char *const dargs[] = {
+        "--max-datasets", "2", "--max-pipeline-bytes", "200", "--max-jobs-per-client", "1", NULL};
+    c.dispatcher_args = dargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    char *out = NULL, *err = NULL;
+
+    /* Pipelines over 200 bytes are refused. */
+    char big[512] = "list(";
+    for (int i = 0; i < 60; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s%d", i ? ", " : "", 1000 + i);
+    strcat(big, ")");
+    int rc = cluster_cli(&c, &out, &err, "register", big, NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "is over the limit of 200 bytes (--max-pipeline-bytes)");
+    assert_contains(err, "pipeline of ");
+    free(out);
+    free(err);
+
+    /* Two datasets fit; a third is refused; registering an existing one is still answered. */
+    assert_int_equal(cluster_cli(&c, &out, &err, "register", "range(5)", NULL), 0);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(&c, &out, &err, "register", "range(7)", NULL), 0);
+    free(out);
+    free(err);
+    rc = cluster_cli(&c, &out, &err, "register", "range(9)", NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "dataset limit reached: 2 datasets (--max-datasets)");
+    free(out);
+    free(err);
+    assert_int_equal(cluster_cli(&c, &out, &err, "register", "range(5)", NULL), 0);
+    assert_string_equal(out, "1\n");
+    free(out);
+    free(err);
+
+    /* One client with one read open may not open a second; another client is served. */
+    struct sluice_client *client = NULL;
+    struct sluice_iterator *first = NULL, *second = NULL;
+    char msg[512];
+    struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 10000};
+    assert_int_equal(sluice_client_open(&co, &client, msg, sizeof msg), 0);
+    struct sluice_read_options ro = {.dataset_id = "1"};
+    assert_int_equal(sluice_iterator_open(client, &ro, &first, msg, sizeof msg), 0);
+    rc = sluice_iterator_open(client, &ro, &second, msg, sizeof msg);
+    assert_int_equal(rc, SLUICE_ERR_LIMIT);
+    assert_string_equal(msg, "job limit reached: this client holds 1 jobs (--max-jobs-per-client)");
+    assert_null(second);
+    rc = cluster_cli(&c, &out, &err, "read", "--dataset-id", "2", "--format", "count",
+                     "--timeout-ms", "30000", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "7\n");
+    free(out);
+    free(err);
+    /* The first read still works, and once it is closed the client may read again. */
+    const struct sluice_element *elem;
+    long n = 0;
+    while ((rc = sluice_iterator_next(first, &elem, 10000, msg, sizeof msg)) == 1)
+        n++;
+    assert_int_equal(rc, 0);
+    assert_int_equal(n, 5);
+    sluice_iterator_close(first);
+    assert_int_equal(sluice_iterator_open(client, &ro, &second, msg, sizeof msg), 0);
+    sluice_iterator_close(second);
+    sluice_client_close(client);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* ---- names ---------------------------------------------------------------------------------- */
+
+static void test_bad_names(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    char *out = NULL, *err = NULL;
+
+    /* The client library refuses before sending. */
+    int rc = cluster_cli(&c, &out, &err, "read", "range(3)", "--job-name", "ab\xff", NULL);
+    assert_int_equal(rc, 2); /* `sluice read` exits 2 for a read refused as invalid */
+    assert_contains(err, "job name: not valid UTF-8 at byte 2");
+    free(out);
+    free(err);
+    rc = cluster_cli(&c, &out, &err, "register", "range(3)", "--dataset-id", "x\ny", NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "dataset id: control character at byte 1");
+    free(out);
+    free(err);
+
+    /* The dispatcher refuses the same when the bytes come raw. */
+    struct raw r;
+    Sluice__GetOrCreateJobRequest job = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    job.dataset_id = "1";
+    job.job_name = "abc\xff";
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &job;
+    assert_int_equal(raw_call(c.dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, &env, &r),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(r.msg, "job name: not valid UTF-8 at byte 3");
+    job.job_name = "";
+    job.dataset_id = "d\x1b[2J";
+    assert_int_equal(raw_call(c.dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, &env, &r),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(r.msg, "dataset id: control character at byte 1");
+
+    Sluice__WorkerHeartbeatRequest hb = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    hb.address = "127.0.0.1\n:9";
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &hb;
+    assert_int_equal(raw_call(c.dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, &env, &r),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(r.msg, "worker address: control character at byte 9");
+
+    /* Nothing of it was stored: one worker (the real one), no dataset, no job. */
+    json_t *st = status_json(&c);
+    assert_int_equal(json_array_size(json_object_get(st, "workers")), 1);
+    assert_int_equal(json_array_size(json_object_get(st, "datasets")), 0);
+    assert_int_equal(json_array_size(json_object_get(st, "jobs")), 0);
+    json_decref(st);
+    /* And everyone else is still served. */
+    rc = cluster_cli(&c, &out, &err, "read", "range(4)", "--job-name", "caf\xc3\xa9", "--format",
+                     "count", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, "4\n");
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+/* A journal as a dispatcher from before name checks could have written it: a dataset, a job and
+ * a worker whose names hold bytes that are not UTF-8 and control characters. */
+static void write_old_journal(const char *work_dir)
+{
+    char err[512];
+    struct journal *j = NULL;
+    assert_int_equal(mkdir(work_dir, 0700), 0);
+    struct journal_opts jo = {.work_dir = work_dir, .create = true};
+    if (journal_open(&jo, &j, err, sizeof err) != 0)
+        fail_msg("journal_open: %s", err);
+
+    struct pipe_spec *spec = NULL;
+    uint8_t *def = NULL;
+    size_t def_len = 0;
+    assert_int_equal(pipe_parse("range(3)", &spec, err, sizeof err), 0);
+    assert_int_equal(pipe_spec_encode(spec, &def, &def_len), 0);
+    pipe_spec_free(spec);
+
+    static const char bad_id[] = "bad\xff\nid";
+    struct st_update u[4];
+    memset(u, 0, sizeof u);
+    u[0].type = ST_DATASET_REGISTERED;
+    snprintf(u[0].name, sizeof u[0].name, "%s", bad_id);
+    u[0].def = def;
+    u[0].def_len = def_len;
+    char text[] = "range(3)";
+    u[0].text = text;
+    u[1].type = ST_JOB_CREATED;
+    u[1].id = 1;
+    snprintf(u[1].name, sizeof u[1].name, "job\x01\xc3");
+    snprintf(u[1].name2, sizeof u[1].name2, "%s", bad_id);
+    u[2].type = ST_ITERATION_CREATED;
+    u[2].id = 1;
+    u[2].ref = 1;
+    u[3].type = ST_WORKER_REGISTERED;
+    u[3].id = 1;
+    u[3].incarnation = 42;
+    snprintf(u[3].address, sizeof u[3].address, "127.0.0.1:1\ninfo forged line");
+    struct journal_record recs[4];
+    uint8_t *payload[4];
+    for (int i = 0; i < 4; i++) {
+        size_t len;
+        assert_int_equal(record_update_encode(&u[i], &payload[i], &len), 0);
+        recs[i] = (struct journal_record){.data = payload[i], .len = len};
+    }
+    recs[0].dataset_id = bad_id;
+    recs[0].dataset = def;
+    recs[0].dataset_len = def_len;
+    if (journal_append(j, 1, recs, 4, NULL, err, sizeof err) != 0)
+        fail_msg("journal_append: %s", err);
+    for (int i = 0; i < 4; i++)
+        free(payload[i]);
+    free(def);
+    journal_close(j);
+}
+
+static void test_status_with_bad_names_in_old_journal(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    snprintf(c.work_dir, sizeof c.work_dir, "%s/old-journal", tmp_dir());
+    write_old_journal(c.work_dir);
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 1), 0);
+
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(&c, &out, &err, "status", NULL);
+    if (rc != 0)
+        fail_msg("status: exit %d: %s", rc, err);
+    assert_contains(out, "bad\\xff\\x0aid");
+    assert_contains(out, "job\\x01\\xc3");
+    assert_contains(out, "127.0.0.1:1\\x0ainfo forged line");
+    assert_null(strstr(out, "\ninfo forged line"));
+    free(out);
+    free(err);
+
+    json_t *st = status_json(&c);
+    json_t *ds = json_array_get(json_object_get(st, "datasets"), 0);
+    assert_string_equal(json_string_value(json_object_get(ds, "id")), "bad\\xff\\x0aid");
+    json_t *job = json_array_get(json_object_get(st, "jobs"), 0);
+    assert_string_equal(json_string_value(json_object_get(job, "name")), "job\\x01\\xc3");
+    json_t *w = json_array_get(json_object_get(st, "workers"), 0);
+    assert_string_equal(json_string_value(json_object_get(w, "address")),
+                        "127.0.0.1:1\\x0ainfo forged line");
+    json_decref(st);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_element_limit),
+        cmocka_unit_test(test_dead_reader),
+        cmocka_unit_test(test_dispatcher_limits),
+        cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_status_with_bad_names_in_old_journal),
+    };
+    return cmocka_run_group_tests(tests, NULL, tmp_teardown);
+}
