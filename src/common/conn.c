@@ -5,13 +5,14 @@
  * every write callback, cancelled or not, before the close callback, so on_closed is the last
  * thing that touches the conn.
  *
- * Under TLS, the read buffer receives ciphertext, which is fed to the session at once; the buffer
- * is then free again and receives the plaintext of small records, while the rest of a large
- * payload is decrypted straight into the decoder's buffer. A frame written is encrypted into one
- * struct conn_cipher, written with uv_write; the frame rides along and completes (pending_write,
- * sent) in that write's callback. Frames held for the handshake count as pending writes from the
- * moment they are written, and the close callback completes any still held with UV_ECANCELED
- * before on_closed. */
+ * Under TLS, the read buffer receives ciphertext, which the session reads where it lies; the
+ * plaintext of small records goes to a small buffer of its own and is fed to the decoder, while
+ * the rest of a large payload is decrypted straight into the decoder's buffer. A frame written is
+ * encrypted at once, its records gathered into one struct conn_cipher (blocks reused from a small
+ * per-connection stock) written with one uv_write; the frame rides along and completes
+ * (pending_write, sent) in that write's callback. Frames held for the handshake count as pending
+ * writes from the moment they are written, and the close callback completes any still held with
+ * UV_ECANCELED before on_closed. */
 #include "conn.h"
 
 #include "bufpool.h"
@@ -34,24 +35,29 @@ struct conn_deferred {
     uint8_t data[];
 };
 
-/* TLS: one write of ciphertext, completing frame (NULL for handshake messages and alerts). */
+/* TLS: one write of ciphertext, in blocks of TLS_CHUNK bytes, completing frame (NULL for
+ * handshake messages and alerts). */
 struct conn_cipher {
     uv_write_t req;
     struct conn *conn;
     struct conn_frame *frame;
-    size_t len, cap;
-    uint8_t data[];
+    unsigned n, cap; /* blocks in bufs, and room for */
+    uv_buf_t *bufs;  /* small, or a malloc'd array */
+    uv_buf_t small[4];
 };
 
-/* TLS: pieces below this size are gathered into records of up to TLS_STAGE bytes rather than
- * becoming records of their own; larger ones are encrypted where they lie, in slices of
- * TLS_SLICE bytes so the session's output buffer stays small. */
+/* TLS: ciphertext is gathered in blocks of TLS_CHUNK bytes, and up to TLS_SPARE blocks per
+ * connection are kept for reuse rather than freed (freeing and touching fresh memory for every
+ * megabyte costs page faults). Pieces of a frame below TLS_SMALL bytes are gathered into records
+ * of up to TLS_STAGE bytes rather than becoming records of their own; larger ones are encrypted
+ * where they lie. */
+#define TLS_CHUNK (64u << 10)
+#define TLS_SPARE 32u
+/* A large frame's ciphertext goes out in writes of this many blocks as it is produced, so the
+ * peer decrypts the start of a frame while this end still encrypts the rest. */
+#define TLS_WRITE_CHUNKS 4u
 #define TLS_STAGE 16384u
 #define TLS_SMALL 4096u
-#define TLS_SLICE (64u << 10)
-/* Ciphertext bytes a record adds at most (header, explicit nonce, tag, content type, padding
- * allowance). */
-#define TLS_RECORD_OVERHEAD 64u
 
 int conn_init(struct conn *c, uv_loop_t *loop, const struct conn_ops *ops, uint32_t max_frame,
               size_t max_pending_write)
@@ -73,6 +79,8 @@ static void free_deferred(struct conn *c)
     }
     c->deferred_tail = NULL;
 }
+
+static void tls_release(struct conn *c);
 
 /* A frame is done: its bytes were written (status 0) or never will be. */
 static void complete_frame(struct conn *c, struct conn_frame *f, int status)
@@ -99,10 +107,7 @@ static void on_close(uv_handle_t *h)
     c->rbuf = NULL;
     frame_decoder_release(&c->dec);
     free_deferred(c);
-    tls_session_free(c->tls);
-    c->tls = NULL;
-    free(c->tls_stage);
-    c->tls_stage = NULL;
+    tls_release(c);
     c->ops->on_closed(c);
 }
 
@@ -361,151 +366,168 @@ static void on_write(uv_write_t *req, int status)
 
 /* ---- TLS ------------------------------------------------------------------------------------- */
 
+static uint8_t *chunk_get(struct conn *c)
+{
+    uint8_t *b = c->tls_spare;
+    if (b == NULL)
+        return malloc(TLS_CHUNK);
+    memcpy(&c->tls_spare, b, sizeof c->tls_spare); /* the next spare is stored in the block */
+    c->tls_nspare--;
+    return b;
+}
+
+static void chunk_put(struct conn *c, uint8_t *b)
+{
+    if (c->tls_nspare == TLS_SPARE) {
+        free(b);
+        return;
+    }
+    memcpy(b, &c->tls_spare, sizeof c->tls_spare);
+    c->tls_spare = b;
+    c->tls_nspare++;
+}
+
+static void cipher_free(struct conn *c, struct conn_cipher *w)
+{
+    for (unsigned i = 0; i < w->n; i++)
+        chunk_put(c, (uint8_t *)w->bufs[i].base);
+    if (w->bufs != w->small)
+        free(w->bufs);
+    free(w);
+}
+
+static int tls_submit(struct conn *c, struct conn_frame *f);
+
+/* The session's sink: appends ciphertext to c->tls_out, the write being gathered, and writes it
+ * once it holds TLS_WRITE_CHUNKS full blocks. */
+static int tls_sink(void *arg, const uint8_t *p, size_t n)
+{
+    struct conn *c = arg;
+    struct conn_cipher *w = c->tls_out;
+    if (w && w->n == TLS_WRITE_CHUNKS && w->bufs[w->n - 1].len == TLS_CHUNK) {
+        if (tls_submit(c, NULL) != 0)
+            return -1;
+        w = NULL;
+    }
+    if (w == NULL) {
+        if ((w = malloc(sizeof *w)) == NULL)
+            return -1;
+        w->conn = c;
+        w->frame = NULL;
+        w->n = 0;
+        w->cap = sizeof w->small / sizeof w->small[0];
+        w->bufs = w->small;
+        c->tls_out = w;
+    }
+    while (n > 0) {
+        uv_buf_t *last = w->n ? &w->bufs[w->n - 1] : NULL;
+        if (last == NULL || last->len == TLS_CHUNK) {
+            if (w->n == w->cap) {
+                uv_buf_t *bufs = malloc(2 * w->cap * sizeof *bufs);
+                if (bufs == NULL)
+                    return -1;
+                memcpy(bufs, w->bufs, w->n * sizeof *bufs);
+                if (w->bufs != w->small)
+                    free(w->bufs);
+                w->bufs = bufs;
+                w->cap *= 2;
+            }
+            uint8_t *b = chunk_get(c);
+            if (b == NULL)
+                return -1;
+            w->bufs[w->n++] = uv_buf_init((char *)b, 0);
+            last = &w->bufs[w->n - 1];
+        }
+        size_t k = TLS_CHUNK - last->len < n ? TLS_CHUNK - last->len : n;
+        memcpy(last->base + last->len, p, k);
+        last->len += k;
+        p += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static void tls_discard(struct conn *c)
+{
+    if (c->tls_out) {
+        cipher_free(c, c->tls_out);
+        c->tls_out = NULL;
+    }
+}
+
 static void on_cipher_write(uv_write_t *req, int status)
 {
     struct conn_cipher *w = (struct conn_cipher *)req; /* req is the first member */
     struct conn *c = w->conn;
+    struct conn_frame *f = w->frame;
     c->writes--;
-    if (w->frame)
-        complete_frame(c, w->frame, status);
-    free(w);
+    cipher_free(c, w);
+    if (f)
+        complete_frame(c, f, status);
     after_write(c, status);
 }
 
-/* Makes sure w has room for more bytes of ciphertext. Returns false when out of memory. */
-static bool cipher_reserve(struct conn_cipher **w, size_t more)
+/* Writes the ciphertext gathered so far; f (NULL for none) completes with that write. Returns 0,
+ * or a negative libuv code (the ciphertext is dropped; f is the caller's again). */
+static int tls_submit(struct conn *c, struct conn_frame *f)
 {
-    if ((*w)->cap - (*w)->len >= more)
-        return true;
-    size_t cap = (*w)->len + more + ((*w)->len >> 2);
-    struct conn_cipher *n = realloc(*w, sizeof *n + cap);
-    if (n == NULL)
-        return false;
-    n->cap = cap;
-    *w = n;
-    return true;
-}
-
-/* Moves the ciphertext the session has produced into w. */
-static bool cipher_take(struct conn *c, struct conn_cipher **w)
-{
-    size_t n = tls_session_pending(c->tls);
-    if (n == 0)
-        return true;
-    if (!cipher_reserve(w, n))
-        return false;
-    (*w)->len += tls_session_take(c->tls, (*w)->data + (*w)->len, n);
-    return true;
-}
-
-static struct conn_cipher *cipher_new(struct conn *c, size_t cap)
-{
-    struct conn_cipher *w = malloc(sizeof *w + cap);
+    struct conn_cipher *w = c->tls_out;
+    /* A frame always ends in a record, so its last bytes are still being gathered. */
+    assert(w != NULL || f == NULL);
     if (w == NULL)
-        return NULL;
-    w->conn = c;
-    w->frame = NULL;
-    w->len = 0;
-    w->cap = cap;
-    return w;
-}
-
-/* Hands w to libuv. Returns 0 (w is then libuv's until its callback) or a negative libuv code (w
- * is freed; its frame, if any, is the caller's again). */
-static int cipher_write(struct conn *c, struct conn_cipher *w)
-{
-    uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)w->len);
-    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, &buf, 1, on_cipher_write);
+        return 0;
+    c->tls_out = NULL;
+    w->frame = f;
+    int rc = uv_write(&w->req, (uv_stream_t *)&c->tcp, w->bufs, w->n, on_cipher_write);
     if (rc != 0) {
-        free(w);
+        cipher_free(c, w);
         return rc;
     }
     c->writes++;
     return 0;
 }
 
-/* Writes what the session wants sent on its own (handshake messages, alerts). Returns 0 or a
- * negative code. */
-static int tls_flush(struct conn *c)
-{
-    size_t n = tls_session_pending(c->tls);
-    if (n == 0)
-        return 0;
-    struct conn_cipher *w = cipher_new(c, n);
-    if (w == NULL)
-        return SLUICE_ERR_NOMEM;
-    if (!cipher_take(c, &w)) {
-        free(w);
-        return SLUICE_ERR_NOMEM;
-    }
-    return cipher_write(c, w);
-}
-
-/* Encrypts one piece of a frame into *w, gathering small pieces in the stage (*staged bytes) so
+/* Encrypts one piece of a frame, gathering small pieces in the stage (*staged bytes so far) so
  * they make whole records. Returns 0, or a negative code with why set. */
-static int tls_put(struct conn *c, struct conn_cipher **w, const uint8_t *p, size_t len,
-                   size_t *staged, char *why, size_t whylen)
+static int tls_put(struct conn *c, const uint8_t *p, size_t len, size_t *staged, char *why,
+                   size_t whylen)
 {
-    if (len < TLS_SMALL) {
-        if (*staged + len <= TLS_STAGE) {
-            memcpy(c->tls_stage + *staged, p, len);
-            *staged += len;
-            return 0;
-        }
+    if (len < TLS_SMALL && *staged + len <= TLS_STAGE) {
+        memcpy(c->tls_stage + *staged, p, len);
+        *staged += len;
+        return 0;
     }
     if (*staged > 0) {
         int rc = tls_session_write(c->tls, c->tls_stage, *staged, why, whylen);
         *staged = 0;
         if (rc != 0)
             return rc;
-        if (!cipher_take(c, w))
-            return err_set(why, whylen, SLUICE_ERR_NOMEM, "out of memory");
     }
     if (len < TLS_SMALL) {
         memcpy(c->tls_stage, p, len);
         *staged = len;
         return 0;
     }
-    while (len > 0) {
-        size_t n = len < TLS_SLICE ? len : TLS_SLICE;
-        int rc = tls_session_write(c->tls, p, n, why, whylen);
-        if (rc != 0)
-            return rc;
-        if (!cipher_take(c, w))
-            return err_set(why, whylen, SLUICE_ERR_NOMEM, "out of memory");
-        p += n;
-        len -= n;
-    }
-    return 0;
+    return tls_session_write(c->tls, p, len, why, whylen);
 }
 
 /* Encrypts frame f (data, then its pieces) and writes the ciphertext; f completes when that
- * write does. Returns 0; or a negative code with why set, and f is the caller's again. A failure
- * other than uv_write's leaves the session unusable: the caller fails the conn. */
+ * write does. Returns 0; or a negative code with why set, and f is the caller's again. After a
+ * failure the session may be out of step with the peer: the caller closes the conn. */
 static int tls_send(struct conn *c, struct conn_frame *f, const uv_buf_t *segs, unsigned nsegs,
                     char *why, size_t whylen)
 {
-    size_t total = f->len + f->ext_len;
-    size_t records = total / TLS_STAGE + nsegs + 2;
-    struct conn_cipher *w = cipher_new(c, total + records * TLS_RECORD_OVERHEAD);
-    if (w == NULL)
-        return err_set(why, whylen, SLUICE_ERR_NOMEM, "out of memory");
     size_t staged = 0;
-    int rc = cipher_take(c, &w) ? 0 : err_set(why, whylen, SLUICE_ERR_NOMEM, "out of memory");
-    if (rc == 0)
-        rc = tls_put(c, &w, f->data, f->len, &staged, why, whylen);
+    int rc = tls_put(c, f->data, f->len, &staged, why, whylen);
     for (unsigned i = 0; rc == 0 && i < nsegs; i++)
-        rc = tls_put(c, &w, (const uint8_t *)segs[i].base, segs[i].len, &staged, why, whylen);
+        rc = tls_put(c, (const uint8_t *)segs[i].base, segs[i].len, &staged, why, whylen);
     if (rc == 0 && staged > 0)
         rc = tls_session_write(c->tls, c->tls_stage, staged, why, whylen);
-    if (rc == 0 && !cipher_take(c, &w))
-        rc = err_set(why, whylen, SLUICE_ERR_NOMEM, "out of memory");
     if (rc != 0) {
-        free(w);
+        tls_discard(c);
         return rc;
     }
-    w->frame = f;
-    rc = cipher_write(c, w);
+    rc = tls_submit(c, f);
     if (rc != 0)
         return err_set(why, whylen, rc, "write: %s", uv_strerror(rc));
     return 0;
@@ -520,7 +542,7 @@ static void tls_fail(struct conn *c, int code, const char *why)
         c->ops->on_error(c, code, why);
     if (c->closing)
         return;
-    if (tls_flush(c) != 0 || c->writes == 0) {
+    if (tls_submit(c, NULL) != 0 || c->writes == 0) {
         conn_close(c);
         return;
     }
@@ -592,20 +614,18 @@ static void tls_read(struct conn *c, const uint8_t *data, size_t n)
             return;
         }
     }
-    if (tls_session_feed(c->tls, data, n) != 0) {
-        fail(c, SLUICE_ERR_NOMEM, "out of memory");
-        return;
-    }
-    /* data is the read buffer; it is free again and receives plaintext below. */
+    /* The session reads the ciphertext where it lies, in the read buffer, which therefore stays
+     * untouched until the session has taken all of it: the loop below decrypts until it has. */
+    tls_session_feed(c->tls, data, n);
     if (!tls_session_done(c->tls)) {
         int hs = tls_session_handshake(c->tls, why, sizeof why);
         if (hs < 0) {
             tls_fail(c, hs, why);
             return;
         }
-        int rc = tls_flush(c);
+        int rc = tls_submit(c, NULL);
         if (rc != 0) {
-            fail(c, rc, rc == SLUICE_ERR_NOMEM ? "out of memory" : uv_strerror(rc));
+            fail(c, rc, uv_strerror(rc));
             return;
         }
         if (hs == 0)
@@ -623,8 +643,8 @@ static void tls_read(struct conn *c, const uint8_t *data, size_t n)
         size_t len;
         bool direct = direct_space(c, &dst, &len);
         if (!direct) {
-            dst = c->rbuf;
-            len = CONN_READ_BUFFER_SIZE;
+            dst = c->tls_plain;
+            len = TLS_STAGE;
         }
         long got = tls_session_read(c->tls, dst, len, why, sizeof why);
         if (got == 0)
@@ -646,9 +666,9 @@ static void tls_read(struct conn *c, const uint8_t *data, size_t n)
     }
     /* Reading may make the session answer (a key update). */
     if (!c->closing && !c->draining) {
-        int rc = tls_flush(c);
+        int rc = tls_submit(c, NULL);
         if (rc != 0)
-            fail(c, rc, rc == SLUICE_ERR_NOMEM ? "out of memory" : uv_strerror(rc));
+            fail(c, rc, uv_strerror(rc));
     }
 }
 
@@ -656,16 +676,35 @@ int conn_use_tls(struct conn *c, const struct tls_ctx *t, const char *host, char
                  size_t errlen)
 {
     assert(c->tls == NULL);
-    c->tls_stage = malloc(TLS_STAGE);
+    /* One block: the stage gathering small pieces for writing, then the plaintext of small
+     * records read. */
+    c->tls_stage = malloc(2 * TLS_STAGE);
     if (c->tls_stage == NULL)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "tls: out of memory");
+    c->tls_plain = c->tls_stage + TLS_STAGE;
     c->tls_accepting = host == NULL;
-    int rc = tls_session_new(t, host, &c->tls, err, errlen);
+    int rc = tls_session_new(t, host, tls_sink, c, &c->tls, err, errlen);
     if (rc != 0) {
         free(c->tls_stage);
-        c->tls_stage = NULL;
+        c->tls_stage = c->tls_plain = NULL;
     }
     return rc;
+}
+
+/* Frees what TLS holds; from the close callback. */
+static void tls_release(struct conn *c)
+{
+    tls_discard(c);
+    while (c->tls_spare) {
+        uint8_t *b = c->tls_spare;
+        memcpy(&c->tls_spare, b, sizeof c->tls_spare);
+        free(b);
+    }
+    c->tls_nspare = 0;
+    tls_session_free(c->tls);
+    c->tls = NULL;
+    free(c->tls_stage);
+    c->tls_stage = c->tls_plain = NULL;
 }
 
 int conn_start(struct conn *c)
@@ -693,10 +732,11 @@ int conn_start(struct conn *c)
     char why[256];
     int hs = tls_session_handshake(c->tls, why, sizeof why);
     if (hs < 0) {
+        tls_discard(c);
         log_warn("conn: %s: %s", c->peer, why);
         return hs;
     }
-    return tls_flush(c);
+    return tls_submit(c, NULL);
 }
 
 int conn_frame_pack(const Sluice__Envelope *env, uint32_t max_frame, struct conn_frame **out)

@@ -102,6 +102,7 @@ struct conn_frame {
 };
 
 struct conn_deferred; /* a frame read while reading was paused */
+struct conn_cipher;   /* TLS: ciphertext for one write */
 
 struct conn {
     uv_tcp_t tcp; /* data is free for the owner */
@@ -125,11 +126,16 @@ struct conn {
     bool sniffed;       /* the first bytes read have been checked for a TLS record */
     bool tls_accepting; /* TLS: this end accepted the connection */
     char peer[64];      /* "IP:PORT" of the peer, or the owner's name for it */
-    /* TLS (conn_use_tls): the session, frames written before its handshake completed, and a
-     * buffer gathering small pieces of a frame into whole records. All NULL for plain TCP. */
+    /* TLS (conn_use_tls): the session; frames written before its handshake completed; the
+     * ciphertext being gathered for the next write; spare blocks for it; a buffer gathering small
+     * pieces of a frame into whole records and one receiving the plaintext of small records. All
+     * NULL for plain TCP. */
     struct tls_session *tls;
     struct conn_frame *held_head, *held_tail;
-    uint8_t *tls_stage;
+    struct conn_cipher *tls_out;
+    uint8_t *tls_spare;
+    unsigned tls_nspare;
+    uint8_t *tls_stage, *tls_plain;
 };
 
 /* Initializes c and its TCP handle on loop. max_frame 0 means RPC_DEFAULT_MAX_FRAME. From here on

@@ -1,9 +1,10 @@
 /* TLS contexts and memory-only sessions over OpenSSL (tls.h).
  *
- * A session's SSL object reads ciphertext from one memory BIO (rbio, filled by tls_session_feed)
- * and writes ciphertext into another (wbio, emptied by tls_session_take); it never sees a socket.
- * rbio answers "retry" when empty, so OpenSSL waits for more bytes rather than seeing an end of
- * stream.
+ * A session's SSL object reads and writes through one BIO of our own method, which reads
+ * ciphertext from the window of bytes last fed (answering "retry" once it is empty, so OpenSSL
+ * waits for more rather than seeing an end of stream) and passes what it writes to the sink. Like
+ * a pair of memory BIOs, it never touches a socket; unlike them, it keeps no copy: with 1 MiB
+ * elements, two memcpy per megabyte fewer, on either side.
  *
  * Errors: OpenSSL's error queue is per thread and may hold stale entries from other code, so it
  * is cleared before each call whose failure is examined, and cleared again once a failure has
@@ -13,8 +14,10 @@
 #include "error.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,9 +42,21 @@ struct tls_ctx {
 
 struct tls_session {
     SSL *ssl;
-    BIO *rbio, *wbio; /* owned by ssl */
+    const uint8_t *in; /* ciphertext fed and not yet taken */
+    size_t in_len;
+    tls_sink_cb sink;
+    void *sink_arg;
+    bool sink_failed; /* the sink ran out of memory during the current call */
     bool done;        /* the handshake has completed */
 };
+
+/* Empties this thread's OpenSSL error queue, which must be empty before an SSL call whose
+ * failure SSL_get_error examines. Checking first is much cheaper than clearing on every record. */
+static void clear_errors(void)
+{
+    if (ERR_peek_error() != 0)
+        ERR_clear_error();
+}
 
 /* The reason of the most recent OpenSSL error, or fallback; clears the queue. */
 static const char *ssl_reason(const char *fallback)
@@ -210,38 +225,99 @@ bool tls_ctx_dials(const struct tls_ctx *t)
     return t != NULL && t->client != NULL;
 }
 
-/* ---- sessions -------------------------------------------------------------------------------- */
-
 static bool is_ip(const char *host)
 {
     uint8_t a[16];
     return inet_pton(AF_INET, host, a) == 1 || inet_pton(AF_INET6, host, a) == 1;
 }
 
-int tls_session_new(const struct tls_ctx *t, const char *host, struct tls_session **out, char *err,
-                    size_t errlen)
+/* ---- the BIO: reads the fed window, writes to the sink ------------------------------------- */
+
+static BIO_METHOD *bio_method;
+static pthread_once_t bio_once = PTHREAD_ONCE_INIT;
+
+static int bio_read(BIO *b, char *out, int len)
+{
+    struct tls_session *s = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (s->in_len == 0) {
+        BIO_set_retry_read(b);
+        return -1;
+    }
+    size_t n = (size_t)len < s->in_len ? (size_t)len : s->in_len;
+    memcpy(out, s->in, n);
+    s->in += n;
+    s->in_len -= n;
+    return (int)n;
+}
+
+static int bio_write(BIO *b, const char *data, int len)
+{
+    struct tls_session *s = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (s->sink(s->sink_arg, (const uint8_t *)data, (size_t)len) != 0) {
+        s->sink_failed = true;
+        return -1;
+    }
+    return len;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr)
+{
+    (void)num;
+    (void)ptr;
+    struct tls_session *s = BIO_get_data(b);
+    switch (cmd) {
+    case BIO_CTRL_FLUSH:
+        return 1; /* the sink has everything already */
+    case BIO_CTRL_PENDING:
+        return s ? (long)s->in_len : 0;
+    case BIO_CTRL_WPENDING:
+    case BIO_CTRL_EOF:
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static void bio_method_init(void)
+{
+    BIO_METHOD *m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "sluice conn");
+    if (m && BIO_meth_set_read(m, bio_read) == 1 && BIO_meth_set_write(m, bio_write) == 1 &&
+        BIO_meth_set_ctrl(m, bio_ctrl) == 1) {
+        bio_method = m;
+        return;
+    }
+    BIO_meth_free(m);
+}
+
+/* ---- sessions -------------------------------------------------------------------------------- */
+
+int tls_session_new(const struct tls_ctx *t, const char *host, tls_sink_cb sink, void *arg,
+                    struct tls_session **out, char *err, size_t errlen)
 {
     SSL_CTX *ctx = host ? t->client : t->server;
     if (ctx == NULL)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "tls: not configured to %s",
                        host ? "dial" : "accept");
+    pthread_once(&bio_once, bio_method_init);
+    if (bio_method == NULL)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "tls: out of memory");
     struct tls_session *s = calloc(1, sizeof *s);
     if (s == NULL)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "tls: out of memory");
+    s->sink = sink;
+    s->sink_arg = arg;
     ERR_clear_error();
     s->ssl = SSL_new(ctx);
     if (s->ssl == NULL)
         goto fail_nomem;
-    s->rbio = BIO_new(BIO_s_mem());
-    s->wbio = BIO_new(BIO_s_mem());
-    if (s->rbio == NULL || s->wbio == NULL) {
-        BIO_free(s->rbio);
-        BIO_free(s->wbio);
+    BIO *bio = BIO_new(bio_method);
+    if (bio == NULL)
         goto fail_ssl;
-    }
-    /* An empty rbio means "not yet", not "end of stream". */
-    BIO_set_mem_eof_return(s->rbio, -1);
-    SSL_set_bio(s->ssl, s->rbio, s->wbio);
+    BIO_set_data(bio, s);
+    BIO_set_init(bio, 1);
+    SSL_set_bio(s->ssl, bio, bio); /* one reference, owned by ssl from here */
     if (host == NULL) {
         SSL_set_accept_state(s->ssl);
         *out = s;
@@ -276,29 +352,31 @@ void tls_session_free(struct tls_session *s)
 {
     if (s == NULL)
         return;
-    SSL_free(s->ssl); /* frees both BIOs */
+    SSL_free(s->ssl); /* frees the BIO */
     free(s);
 }
 
-int tls_session_feed(struct tls_session *s, const uint8_t *data, size_t len)
+void tls_session_feed(struct tls_session *s, const uint8_t *data, size_t len)
 {
-    while (len > 0) {
-        int n = len > INT_MAX ? INT_MAX : (int)len;
-        int w = BIO_write(s->rbio, data, n);
-        if (w <= 0) {
-            ERR_clear_error();
-            return SLUICE_ERR_NOMEM;
-        }
-        data += w;
-        len -= (size_t)w;
-    }
-    return 0;
+    assert(s->in_len == 0);
+    s->in = data;
+    s->in_len = len;
+}
+
+size_t tls_session_unread(const struct tls_session *s)
+{
+    return s->in_len;
 }
 
 /* Turns a failed SSL call into "tls: why". A failed certificate check says which check failed
  * (the chain, the dates, the name) rather than OpenSSL's generic "certificate verify failed". */
 static int session_error(struct tls_session *s, const char *what, char *why, size_t whylen)
 {
+    if (s->sink_failed) {
+        s->sink_failed = false;
+        ERR_clear_error();
+        return err_set(why, whylen, SLUICE_ERR_NOMEM, "tls: %s: out of memory", what);
+    }
     unsigned long e = ERR_peek_last_error();
     long v = SSL_get_verify_result(s->ssl);
     if (e != 0 && ERR_GET_LIB(e) == ERR_LIB_SSL &&
@@ -327,7 +405,7 @@ int tls_session_handshake(struct tls_session *s, char *why, size_t whylen)
 {
     if (s->done)
         return 1;
-    ERR_clear_error();
+    clear_errors();
     int r = SSL_do_handshake(s->ssl);
     if (r == 1) {
         s->done = true;
@@ -346,7 +424,7 @@ bool tls_session_done(const struct tls_session *s)
 
 long tls_session_read(struct tls_session *s, uint8_t *buf, size_t len, char *why, size_t whylen)
 {
-    ERR_clear_error();
+    clear_errors();
     int n = SSL_read(s->ssl, buf, len > INT_MAX ? INT_MAX : (int)len);
     if (n > 0)
         return n;
@@ -362,7 +440,7 @@ int tls_session_write(struct tls_session *s, const uint8_t *data, size_t len, ch
                       size_t whylen)
 {
     while (len > 0) {
-        ERR_clear_error();
+        clear_errors();
         int n = SSL_write(s->ssl, data, len > INT_MAX ? INT_MAX : (int)len);
         if (n <= 0)
             return session_error(s, "write", why, whylen);
@@ -370,24 +448,6 @@ int tls_session_write(struct tls_session *s, const uint8_t *data, size_t len, ch
         len -= (size_t)n;
     }
     return 0;
-}
-
-size_t tls_session_pending(const struct tls_session *s)
-{
-    return BIO_ctrl_pending(s->wbio);
-}
-
-size_t tls_session_take(struct tls_session *s, uint8_t *buf, size_t len)
-{
-    size_t have = 0;
-    while (have < len) {
-        size_t want = len - have;
-        int n = BIO_read(s->wbio, buf + have, want > INT_MAX ? INT_MAX : (int)want);
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-    }
-    return have;
 }
 
 void tls_session_describe(const struct tls_session *s, char *buf, size_t len)

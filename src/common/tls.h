@@ -1,8 +1,10 @@
 /* TLS for the connections of conn.h (OpenSSL): the contexts a server or client loads once from
  * its certificate, key and CA files, and the TLS session of one connection, which works on memory
  * only (no socket): ciphertext from the peer goes in with tls_session_feed, plaintext comes out of
- * tls_session_read; plaintext goes in with tls_session_write, ciphertext for the peer comes out of
- * tls_session_take. conn.c moves the ciphertext to and from the socket.
+ * tls_session_read; plaintext goes in with tls_session_write, and the ciphertext for the peer is
+ * handed to the session's sink as it is produced. conn.c moves the ciphertext to and from the
+ * socket. The session copies nothing it need not: OpenSSL reads records straight from the bytes
+ * fed and writes them straight to the sink.
  *
  * What is verified, and by whom:
  * - A server speaks TLS when it has tls_cert and tls_key (both, or neither). With tls_ca as well,
@@ -43,23 +45,32 @@ void tls_ctx_free(struct tls_ctx *t);
 bool tls_ctx_serves(const struct tls_ctx *t);
 bool tls_ctx_dials(const struct tls_ctx *t);
 
+/* Receives ciphertext for the peer, in order, as the session produces it (during
+ * tls_session_handshake, _read and _write). Copies it and returns 0, or returns -1 when out of
+ * memory (the call producing it then fails). */
+typedef int (*tls_sink_cb)(void *arg, const uint8_t *data, size_t len);
+
 /* A session for one connection: the accepting end when host is NULL (t must serve), else the
  * dialling end, which verifies the server against host, a DNS name or an IP address (t must
- * dial). Returns 0 and *out (free with tls_session_free), or SLUICE_ERR_NOMEM /
- * SLUICE_ERR_INVALID with the reason in err. */
-int tls_session_new(const struct tls_ctx *t, const char *host, struct tls_session **out, char *err,
-                    size_t errlen);
+ * dial). Ciphertext goes to sink(arg, ...). Returns 0 and *out (free with tls_session_free), or
+ * SLUICE_ERR_NOMEM / SLUICE_ERR_INVALID with the reason in err. */
+int tls_session_new(const struct tls_ctx *t, const char *host, tls_sink_cb sink, void *arg,
+                    struct tls_session **out, char *err, size_t errlen);
 void tls_session_free(struct tls_session *s);
 
-/* Takes len bytes of ciphertext received from the peer (all of them, copied). Returns 0 or
- * SLUICE_ERR_NOMEM. */
-int tls_session_feed(struct tls_session *s, const uint8_t *data, size_t len);
+/* Gives the session len bytes of ciphertext received from the peer, without copying them: they
+ * must stay valid and unchanged until the session has taken them all, i.e. until
+ * tls_session_handshake or tls_session_read returns 0 (wants more), or the session is given up.
+ * Only when the previous bytes have all been taken (tls_session_unread is 0). */
+void tls_session_feed(struct tls_session *s, const uint8_t *data, size_t len);
+/* Bytes fed and not yet taken. */
+size_t tls_session_unread(const struct tls_session *s);
 
 /* Advances the handshake with what has been fed. Returns 1 once it is complete (and at every
  * later call), 0 while it waits for more ciphertext, or SLUICE_ERR_AUTH with a line starting
  * "tls: " in why (e.g. "tls: certificate verify failed: hostname mismatch"). Either way, what
- * the handshake wants sent (its messages, or an alert that tells the peer why) is then waiting
- * in tls_session_pending. */
+ * the handshake wants sent (its messages, or an alert that tells the peer why) has gone to the
+ * sink. */
 int tls_session_handshake(struct tls_session *s, char *why, size_t whylen);
 bool tls_session_done(const struct tls_session *s);
 
@@ -69,15 +80,11 @@ bool tls_session_done(const struct tls_session *s);
  * that fails to decrypt or authenticate, an alert from the peer). */
 long tls_session_read(struct tls_session *s, uint8_t *buf, size_t len, char *why, size_t whylen);
 
-/* Encrypts len bytes, after the handshake; all of them are taken. Returns 0, or SLUICE_ERR_AUTH
- * with "tls: ..." in why. */
+/* Encrypts len bytes into records of at most 16 KiB each, after the handshake, and hands them to
+ * the sink. Returns 0, or SLUICE_ERR_AUTH (SLUICE_ERR_NOMEM when the sink failed) with
+ * "tls: ..." in why. */
 int tls_session_write(struct tls_session *s, const uint8_t *data, size_t len, char *why,
                       size_t whylen);
-
-/* Ciphertext waiting to be sent to the peer, and taking it: moves up to len bytes into buf and
- * returns how many. */
-size_t tls_session_pending(const struct tls_session *s);
-size_t tls_session_take(struct tls_session *s, uint8_t *buf, size_t len);
 
 /* The negotiated protocol and cipher suite, e.g. "TLSv1.3 TLS_AES_128_GCM_SHA256", for logs. */
 void tls_session_describe(const struct tls_session *s, char *buf, size_t len);
