@@ -645,6 +645,10 @@ static void tls_read(struct conn *c, const uint8_t *data, size_t n)
         if (!direct) {
             dst = c->tls_plain;
             len = TLS_STAGE;
+            /* After a large frame, as on_alloc does: the next header alone, so that the payload
+             * after it is decrypted straight into its own buffer (a pooled one, if need be). */
+            if (c->exact_header && c->dec.need == 0 && !c->dec.failed)
+                len = FRAME_HEADER_SIZE - c->dec.header_have;
         }
         long got = tls_session_read(c->tls, dst, len, why, sizeof why);
         if (got == 0)

@@ -24,7 +24,9 @@
 #include <uv.h>
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
 /* AES-GCM first (hardware-accelerated almost everywhere), the 128-bit key first since it is
@@ -106,19 +108,44 @@ static SSL_CTX *new_ctx(bool server, char *err, size_t errlen)
     return ctx;
 }
 
+/* Why a PEM file did not load: the first error OpenSSL queued is the root cause (later ones only
+ * say which call failed); a file with no PEM block at all is said so plainly. Clears the queue. */
+static const char *load_reason(const char *fallback)
+{
+    unsigned long e = ERR_peek_error();
+    const char *r = e ? ERR_reason_error_string(e) : NULL;
+    if (e != 0 &&
+        ((ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE) ||
+         (ERR_GET_LIB(e) == ERR_LIB_OSSL_DECODER && ERR_GET_REASON(e) == ERR_R_UNSUPPORTED) ||
+         (ERR_GET_LIB(e) == ERR_LIB_X509 &&
+          ERR_GET_REASON(e) == X509_R_NO_CERTIFICATE_OR_CRL_FOUND)))
+        r = fallback;
+    ERR_clear_error();
+    return r ? r : fallback;
+}
+
 static int load_identity(SSL_CTX *ctx, const char *cert, const char *key, char *err, size_t errlen)
 {
     ERR_clear_error();
     if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-cert %s: %s", cert,
-                       ssl_reason("not a PEM certificate"));
-    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1)
+                       load_reason("no PEM certificate in the file"));
+    if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1) {
+        unsigned long e = ERR_peek_last_error();
+        if (ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH ||
+            ERR_GET_REASON(e) == X509_R_KEY_TYPE_MISMATCH) {
+            ERR_clear_error();
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "tls-key %s: not the key of the certificate in %s", key, cert);
+        }
         return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-key %s: %s", key,
-                       ssl_reason("not a PEM private key"));
-    if (SSL_CTX_check_private_key(ctx) != 1)
+                       load_reason("no PEM private key in the file"));
+    }
+    if (SSL_CTX_check_private_key(ctx) != 1) {
+        ERR_clear_error();
         return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "tls-key %s: does not match the certificate in %s (%s)", key, cert,
-                       ssl_reason("key values mismatch"));
+                       "tls-key %s: not the key of the certificate in %s", key, cert);
+    }
     return 0;
 }
 
@@ -127,13 +154,13 @@ static int load_ca(SSL_CTX *ctx, const char *ca, bool server, char *err, size_t 
     ERR_clear_error();
     if (SSL_CTX_load_verify_file(ctx, ca) != 1)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-ca %s: %s", ca,
-                       ssl_reason("no PEM certificate found"));
+                       load_reason("no PEM certificate in the file"));
     if (server) {
         /* Tells clients which CA their certificate must come from. */
         STACK_OF(X509_NAME) *names = SSL_load_client_CA_file(ca);
         if (names == NULL)
             return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-ca %s: %s", ca,
-                           ssl_reason("no PEM certificate found"));
+                           load_reason("no PEM certificate in the file"));
         SSL_CTX_set_client_CA_list(ctx, names);
         SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, NULL);
     } else {
