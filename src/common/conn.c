@@ -340,15 +340,17 @@ static void after_write(struct conn *c, int status)
 {
     if (c->closing)
         return;
+    /* A draining conn has said all it had to say (an Error, a TLS alert) and closes once that
+     * is written, or could not be: the failure that made it drain was reported already. */
+    if (c->draining) {
+        if (status < 0 || c->writes == 0)
+            conn_close(c);
+        return;
+    }
     if (status < 0) {
         char why[96];
         snprintf(why, sizeof why, "write: %s", uv_strerror(status));
         fail(c, status, why);
-        return;
-    }
-    if (c->draining) {
-        if (c->writes == 0)
-            conn_close(c);
         return;
     }
     if (c->paused && c->pending_write <= c->max_pending_write / 2)

@@ -24,16 +24,19 @@
  * TLS: after conn_use_tls(), the bytes on the socket are TLS records and everything above the
  * byte layer stays the same. Ciphertext read from the socket goes into the session and the
  * plaintext it yields into the frame decoder (the payload of a large frame is decrypted straight
- * into the decoder's buffer, so conn_take_frame works as without TLS); every frame written is
- * encrypted at once, in the order written, into one buffer of ciphertext written with uv_write,
- * whose completion completes the frame (its sent callback, for conn_send_elements). Frames written
- * before the handshake completes are held, in order, and encrypted once it has. A failed
- * handshake or a record that does not decrypt is reported through on_error with SLUICE_ERR_AUTH
- * and a line starting "tls: "; the alert that tells the peer why is written before the handle
- * closes. A plain connection whose peer turns out to speak TLS (or the other way round) fails the
- * same way, with a message that says so; the accepting TLS end first answers a plain peer with a
- * plain Error frame (code SLUICE_ERR_AUTH) saying that TLS is required. The decoder's direct reads
- * from the socket are off under TLS; plain connections are unchanged.
+ * into the decoder's buffer, so conn_take_frame and the pool work as without TLS). Every frame
+ * written is encrypted at once, in the order written, and its ciphertext written with uv_write in
+ * blocks as it is produced; the frame completes (its sent callback, for conn_send_elements) when
+ * its last block has been written, or has failed to be. Frames written before the handshake
+ * completes are held, in order, and encrypted once it has; they count as pending writes from the
+ * start. Since the ciphertext of a frame is held until written, the memory behind the backlog is
+ * at most about twice max_pending_write. A failed handshake or a record that does not decrypt is
+ * reported through on_error with SLUICE_ERR_AUTH and a line starting "tls: "; the alert that
+ * tells the peer why is written before the handle closes. A plain connection whose peer turns out
+ * to speak TLS (or the other way round) fails the same way, with a message that says so; the
+ * accepting TLS end first answers a plain peer with a plain Error frame (code SLUICE_ERR_AUTH)
+ * saying that TLS is required. The direct reads from the socket into the decoder are off under
+ * TLS; plain connections take the same path as without TLS support, one branch aside.
  *
  * Backpressure: with max_pending_write > 0, the conn stops reading once more than that many
  * bytes it was asked to send wait to be written; frames already read in the same chunk are kept
