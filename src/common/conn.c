@@ -853,9 +853,9 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
     for (unsigned i = 0; i < nsegs; i++)
         len += segs[i].len;
     /* Under TLS, a frame held for the handshake keeps a copy of the pieces' array after its
-     * prefix (rounded up so the array is aligned). */
-    size_t prefix_room = (EWIRE_PREFIX_MAX + sizeof(void *) - 1) & ~(sizeof(void *) - 1);
-    size_t room = c->tls ? prefix_room + nsegs * sizeof(uv_buf_t) : EWIRE_PREFIX_MAX;
+     * prefix, aligned. */
+    size_t room = c->tls ? EWIRE_PREFIX_MAX + _Alignof(uv_buf_t) + nsegs * sizeof(uv_buf_t)
+                         : EWIRE_PREFIX_MAX;
     struct conn_frame *f = malloc(sizeof *f + room);
     if (f == NULL)
         return SLUICE_ERR_NOMEM;
@@ -878,7 +878,9 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
         f->segs = segs;
         f->nsegs = nsegs;
         if (!tls_session_done(c->tls)) {
-            uv_buf_t *copy = (uv_buf_t *)(void *)(f->data + prefix_room);
+            uintptr_t at = (uintptr_t)(f->data + EWIRE_PREFIX_MAX);
+            at = (at + _Alignof(uv_buf_t) - 1) & ~(uintptr_t)(_Alignof(uv_buf_t) - 1);
+            uv_buf_t *copy = (uv_buf_t *)at;
             memcpy(copy, segs, nsegs * sizeof *segs);
             f->segs = copy;
         }
