@@ -218,6 +218,10 @@ struct sluice_iterator;
  *   for TLS; optional on a client (presented when a server asks).
  * tls_ca: the CA certificate (PEM) peers' certificates are verified against. On a client it turns
  *   TLS on; a server with tls_ca also requires and verifies its clients' certificates.
+ *   A client checks the server's certificate against this CA only and against the host name or
+ *   IP address it dialled. Half a configuration fails the start rather than falling back to
+ *   plain TCP: tls_cert without tls_key or the reverse; on a client (a worker is one too),
+ *   tls_cert without tls_ca; on a server, tls_ca without tls_cert and tls_key.
  * insecure: a server only; lets it listen on an address other than loopback without a token. */
 struct sluice_security_options {
     const char *auth_token_file;

@@ -21,6 +21,23 @@
  * lies in a buffer of its own, on_envelope may take the buffer over with conn_take_frame(); a
  * writer sends such a reply with conn_send_elements(), straight from the payload's memory.
  *
+ * TLS: after conn_use_tls(), the bytes on the socket are TLS records and everything above the
+ * byte layer stays the same. Ciphertext read from the socket goes into the session and the
+ * plaintext it yields into the frame decoder (the payload of a large frame is decrypted straight
+ * into the decoder's buffer, so conn_take_frame and the pool work as without TLS). Every frame
+ * written is encrypted at once, in the order written, and its ciphertext written with uv_write in
+ * blocks as it is produced; the frame completes (its sent callback, for conn_send_elements) when
+ * its last block has been written, or has failed to be. Frames written before the handshake
+ * completes are held, in order, and encrypted once it has; they count as pending writes from the
+ * start. Since the ciphertext of a frame is held until written, the memory behind the backlog is
+ * at most about twice max_pending_write. A failed handshake or a record that does not decrypt is
+ * reported through on_error with SLUICE_ERR_AUTH and a line starting "tls: "; the alert that
+ * tells the peer why is written before the handle closes. A plain connection whose peer turns out
+ * to speak TLS (or the other way round) fails the same way, with a message that says so; the
+ * accepting TLS end first answers a plain peer with a plain Error frame (code SLUICE_ERR_AUTH)
+ * saying that TLS is required. The direct reads from the socket into the decoder are off under
+ * TLS; plain connections take the same path as without TLS support, one branch aside.
+ *
  * Backpressure: with max_pending_write > 0, the conn stops reading once more than that many
  * bytes it was asked to send wait to be written; frames already read in the same chunk are kept
  * (copied) and handed over later, not dropped. When the backlog falls to half the limit, kept
@@ -44,14 +61,18 @@
 
 struct bufpool;
 struct conn;
+struct tls_ctx;
+struct tls_session;
 
 struct conn_ops {
     /* One decoded Envelope; env is freed when the call returns. The owner may close the conn
      * from here; no further Envelope is delivered after that. */
     void (*on_envelope)(struct conn *c, const Sluice__Envelope *env);
-    /* The connection failed: code is UV_EOF, another negative errno, SLUICE_ERR_PROTOCOL or
-     * SLUICE_ERR_TOO_LARGE; why is one line for a log or an error message. The conn closes
-     * right after this returns. May be NULL. */
+    /* The connection failed: code is UV_EOF, another negative errno, SLUICE_ERR_PROTOCOL,
+     * SLUICE_ERR_TOO_LARGE, or SLUICE_ERR_AUTH for a TLS failure (why starts with "tls: "); why
+     * is one line for a log or an error message. The conn closes right after this returns (after
+     * a TLS failure, once the alert for the peer is written, unless the owner closes it first).
+     * May be NULL. */
     void (*on_error)(struct conn *c, int code, const char *why);
     /* The handle has closed; the last callback for this conn. */
     void (*on_closed)(struct conn *c);
@@ -75,10 +96,16 @@ struct conn_frame {
     size_t ext_len;     /* the bytes of those pieces */
     conn_sent_cb sent;  /* NULL, or called when the write completes */
     void *sent_arg;
+    /* TLS only: the next frame held until the handshake completes, and the pieces after data
+     * (a copy of conn_send_elements' array, inside this allocation). */
+    struct conn_frame *next;
+    const uv_buf_t *segs;
+    unsigned nsegs;
     uint8_t data[];
 };
 
 struct conn_deferred; /* a frame read while reading was paused */
+struct conn_cipher;   /* TLS: ciphertext for one write */
 
 struct conn {
     uv_tcp_t tcp; /* data is free for the owner */
@@ -93,13 +120,25 @@ struct conn {
     size_t pending_write; /* bytes passed to uv_write whose callback has not run */
     unsigned writes;      /* write requests whose callback has not run */
     struct conn_deferred *deferred_head, *deferred_tail;
-    bool direct;       /* the buffer last given to libuv lies in the decoder (direct filling) */
-    bool exact_header; /* the last frame was large: read the next header on its own */
-    bool takeable;     /* during on_envelope: conn_take_frame may hand over the frame's buffer */
-    bool paused;       /* reading stopped by backpressure */
-    bool draining;     /* closes once the queued writes are done; reads nothing more */
-    bool closing;      /* uv_close has been called */
-    char peer[64];     /* "IP:PORT" of the peer, or the owner's name for it */
+    bool direct;        /* the buffer last given to libuv lies in the decoder (direct filling) */
+    bool exact_header;  /* the last frame was large: read the next header on its own */
+    bool takeable;      /* during on_envelope: conn_take_frame may hand over the frame's buffer */
+    bool paused;        /* reading stopped by backpressure */
+    bool draining;      /* closes once the queued writes are done; reads nothing more */
+    bool closing;       /* uv_close has been called */
+    bool sniffed;       /* the first bytes read have been checked for a TLS record */
+    bool tls_accepting; /* TLS: this end accepted the connection */
+    char peer[64];      /* "IP:PORT" of the peer, or the owner's name for it */
+    /* TLS (conn_use_tls): the session; frames written before its handshake completed; the
+     * ciphertext being gathered for the next write; spare blocks for it; a buffer gathering small
+     * pieces of a frame into whole records and one receiving the plaintext of small records. All
+     * NULL for plain TCP. */
+    struct tls_session *tls;
+    struct conn_frame *held_head, *held_tail;
+    struct conn_cipher *tls_out;
+    uint8_t *tls_spare;
+    unsigned tls_nspare;
+    uint8_t *tls_stage, *tls_plain;
 };
 
 /* Initializes c and its TCP handle on loop. max_frame 0 means RPC_DEFAULT_MAX_FRAME. From here on
@@ -108,9 +147,16 @@ struct conn {
 int conn_init(struct conn *c, uv_loop_t *loop, const struct conn_ops *ops, uint32_t max_frame,
               size_t max_pending_write);
 
+/* Makes c speak TLS with a session of t: the accepting end when host is NULL, else the dialling
+ * end, verifying the server against host (the name or address dialled). Only between conn_init
+ * and conn_start. Returns 0, or SLUICE_ERR_NOMEM / SLUICE_ERR_INVALID with the reason in err (the
+ * owner closes the conn). */
+int conn_use_tls(struct conn *c, const struct tls_ctx *t, const char *host, char *err,
+                 size_t errlen);
+
 /* For a connected handle: sets TCP_NODELAY, fills c->peer from the socket (unless the owner
- * already set it) and starts reading. Returns 0 or a negative libuv code; the owner closes the
- * conn on failure. */
+ * already set it) and starts reading; under TLS, the dialling end sends its ClientHello. Returns 0
+ * or a negative libuv code; the owner closes the conn on failure. */
 int conn_start(struct conn *c);
 
 /* Packs env into a new frame. Returns 0, SLUICE_ERR_INVALID for an Envelope that packs to zero

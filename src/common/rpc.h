@@ -75,7 +75,8 @@ struct rpc_server_opts {
     rpc_request_cb on_request;
     rpc_conn_cb on_open, on_close;
     void *user;
-    /* Authentication and TLS (security.h); NULL for neither. It outlives the server. */
+    /* Authentication and TLS (security.h); NULL for neither. It outlives the server. With TLS
+     * (which needs the server side of tls.h), every accepted connection speaks TLS. */
     const struct sec_ctx *sec;
 };
 
@@ -143,7 +144,9 @@ struct rpc_client_opts {
     struct bufpool *pool;
     rpc_connect_cb on_connect;
     void *user;
-    /* Authentication and TLS (security.h); NULL for neither. It outlives the client. */
+    /* Authentication and TLS (security.h); NULL for neither. It outlives the client. With TLS
+     * (which needs the client side of tls.h), every connection speaks TLS and verifies the
+     * server's certificate against the host part of address. */
     const struct sec_ctx *sec;
 };
 

@@ -13,6 +13,10 @@
  * A malformed frame from the server, a second Hello, or a reply to an id never issued closes
  * the connection with one warning line; a reply to a call that already timed out is dropped.
  *
+ * With TLS (opts.sec), every connection is a TLS client connection (conn.h) that verifies the
+ * server's certificate against the host part of the address, as given (a name or an IP address);
+ * a TLS failure is logged as a warning and, like any lost connection, retried.
+ *
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
  * earliest deadline of a binary min-heap, so each tick does work only for calls that expired. */
@@ -22,6 +26,8 @@
 #include "conn.h"
 #include "error.h"
 #include "log.h"
+#include "security.h"
+#include "tls.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -76,6 +82,7 @@ struct rpc_client {
     rpc_connect_cb on_connect;
     void *user;
     struct bufpool *pool;
+    const struct tls_ctx *tls; /* NULL: plain TCP; else every connection verifies host */
 
     enum client_state state;
     uv_getaddrinfo_t gai;
@@ -530,7 +537,7 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
 static void on_conn_error(struct conn *c, int code, const char *why)
 {
     struct rpc_client *cl = (struct rpc_client *)c;
-    if (code == SLUICE_ERR_PROTOCOL || code == SLUICE_ERR_TOO_LARGE)
+    if (code == SLUICE_ERR_PROTOCOL || code == SLUICE_ERR_TOO_LARGE || code == SLUICE_ERR_AUTH)
         log_warn("rpc: %s: %s; closing the connection", cl->address, why);
     else
         log_debug("rpc: %s: %s", cl->address, why);
@@ -580,6 +587,15 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
     }
     cl->busy++;
     cl->state = CLIENT_CONNECTING;
+    if (cl->tls) {
+        /* The server's certificate must name the host as it was dialled. */
+        char why[256];
+        rc = conn_use_tls(&cl->conn, cl->tls, cl->host, why, sizeof why);
+        if (rc != 0) {
+            lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
+            return;
+        }
+    }
     cl->connect_req.data = cl;
     rc = uv_tcp_connect(&cl->connect_req, &cl->conn.tcp, addr, on_connected);
     if (rc != 0) {
@@ -699,6 +715,9 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     int port;
     if (opts->address == NULL)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: none given");
+    if (sec_has_tls(opts->sec) && !tls_ctx_dials(opts->sec->tls))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: TLS needs --tls-ca to dial servers",
+                       opts->address);
     if (strlen(opts->address) >= sizeof((struct rpc_client *)0)->address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: too long");
     int rc = rpc_parse_address(opts->address, host, sizeof host, &port, err, errlen);
@@ -728,6 +747,7 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     cl->on_connect = opts->on_connect;
     cl->user = opts->user;
     cl->pool = opts->pool;
+    cl->tls = sec_has_tls(opts->sec) ? opts->sec->tls : NULL;
     cl->rng = rpc_new_incarnation() ^ opts->incarnation;
     cl->next_id = 1;
     cl->state = CLIENT_IDLE;

@@ -7,7 +7,9 @@
  * Failure modes: a first frame that is not a Hello of our version is answered with an Error
  * (id 0) and the connection closes once that is written; a second Hello, a request without an
  * id, or a broken frame closes the connection with one warning line. Nothing one connection
- * does affects another.
+ * does affects another. With TLS (opts.sec), every accepted connection is a TLS server
+ * connection (conn.h); a failed handshake is logged with the peer's address, at most
+ * TLS_LOG_BURST lines per TLS_LOG_WINDOW_MS, so a scanner cannot flood the log.
  *
  * Lifetimes: an rpc_conn holds one reference for its open handle, dropped in the close callback,
  * plus one per rpc_conn_ref. srv is cleared when the handle closes, so a handler replying late
@@ -18,6 +20,8 @@
 #include "conn.h"
 #include "error.h"
 #include "log.h"
+#include "security.h"
+#include "tls.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -39,6 +43,10 @@ struct rpc_conn {
     uint64_t peer_incarnation;
 };
 
+/* TLS failures logged per window; the rest are counted and summed up in the next line. */
+#define TLS_LOG_BURST 10
+#define TLS_LOG_WINDOW_MS 10000
+
 struct rpc_server {
     uv_tcp_t listener;
     uv_loop_t *loop;
@@ -50,6 +58,9 @@ struct rpc_server {
     bool closing;
     void (*close_cb)(void *user);
     void *close_user;
+    const struct tls_ctx *tls; /* NULL: plain TCP */
+    uint64_t tls_window_start;
+    unsigned tls_logged, tls_suppressed;
 };
 
 static const struct conn_ops server_conn_ops;
@@ -202,8 +213,32 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
     srv->opts.on_request(srv, rc, env, srv->opts.user);
 }
 
+/* One line per TLS failure, with the peer's address, within a budget per window. */
+static void log_tls_failure(struct rpc_server *srv, const char *peer, const char *why)
+{
+    uint64_t now = uv_now(srv->loop);
+    if (now - srv->tls_window_start >= TLS_LOG_WINDOW_MS) {
+        if (srv->tls_suppressed > 0)
+            log_warn("rpc: %u more TLS failures not logged in the last %d s", srv->tls_suppressed,
+                     TLS_LOG_WINDOW_MS / 1000);
+        srv->tls_window_start = now;
+        srv->tls_logged = srv->tls_suppressed = 0;
+    }
+    if (srv->tls_logged < TLS_LOG_BURST) {
+        srv->tls_logged++;
+        log_warn("rpc: %s: %s; closing the connection", peer, why);
+    } else {
+        srv->tls_suppressed++;
+    }
+}
+
 static void on_conn_error(struct conn *c, int code, const char *why)
 {
+    struct rpc_conn *rc = (struct rpc_conn *)c;
+    if (code == SLUICE_ERR_AUTH && rc->srv) {
+        log_tls_failure(rc->srv, c->peer, why);
+        return;
+    }
     /* A peer going away is routine; anything else is worth a line at the default level. */
     if (code == UV_EOF || code == UV_ECONNRESET || code == UV_EPIPE)
         log_debug("rpc: %s: %s", c->peer, why);
@@ -270,6 +305,15 @@ static void on_connection(uv_stream_t *listener, int status)
     srv->handles++;
 
     err = uv_accept(listener, (uv_stream_t *)&rc->conn.tcp);
+    if (err == 0 && srv->tls) {
+        char why[256];
+        err = conn_use_tls(&rc->conn, srv->tls, NULL, why, sizeof why);
+        if (err != 0) {
+            log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port, why);
+            conn_close(&rc->conn);
+            return;
+        }
+    }
     if (err == 0)
         err = conn_start(&rc->conn);
     if (err == 0)
@@ -300,6 +344,9 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: host name too long", addr);
     if (opts->port < 0 || opts->port > 65535)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: port out of range", addr);
+    if (sec_has_tls(opts->sec) && !tls_ctx_serves(opts->sec->tls))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "listen on %s: TLS needs this server's --tls-cert and --tls-key", addr);
 
     char why[256];
     int fd = -1, port = 0;
@@ -317,6 +364,8 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
     srv->opts.host = srv->host;
     srv->port = port;
     srv->handles = 1;
+    srv->tls = sec_has_tls(opts->sec) ? opts->sec->tls : NULL;
+    srv->tls_window_start = uv_now(loop);
     int inited;
     rc = listen_adopt(loop, &srv->listener, fd, on_connection, &inited);
     if (rc != 0 && !inited) {

@@ -66,7 +66,10 @@ int sec_parse_flag(struct sluice_security_options *o, const char *name, const ch
     "  --tls-ca F               verify servers against this CA and speak TLS\n"                    \
     "  --tls-cert F --tls-key F this side's certificate and key (PEM)\n"
 #define SEC_USAGE_SERVER                                                                           \
-    SEC_USAGE_CLIENT                                                                               \
+    "  --auth-token-file F      the cluster's shared secret (default: $SLUICE_AUTH_TOKEN_FILE)\n"  \
+    "  --tls-cert F --tls-key F this server's certificate and key (PEM): serve TLS only\n"         \
+    "  --tls-ca F               require client certificates signed by this CA; a worker also\n"    \
+    "                           verifies the dispatcher against it\n"                              \
     "  --insecure               allow listening beyond loopback without --auth-token-file\n"
 
 #endif

@@ -1,7 +1,10 @@
 /* The RPC layer over real sockets on 127.0.0.1: handshakes, pipelined calls answered out of
  * order, reconnection with backoff, timeouts, server restarts, version mismatches both ways,
  * malformed input from raw sockets, Error replies, a 32 MiB reply, backpressure, and closing.
- * Every wait is bounded by a deadline timer, and every test ends with uv_loop_close() == 0. */
+ * The tests that use only rpc.h's client and server run a second time over mutual TLS, and TLS
+ * has tests of its own: garbage and plain peers against a TLS server, a TLS client against a
+ * plain server, a client certificate from another CA. Every wait is bounded by a deadline timer,
+ * and every test ends with uv_loop_close() == 0. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,8 +22,14 @@
 #include "common/frame.h"
 #include "common/log.h"
 #include "common/rpc.h"
+#include "common/security.h"
+
+#include "helper_tls.h"
 
 #define WAIT_MS 10000
+
+/* NULL: plain TCP. The TLS group sets them for every server and client the fixtures make. */
+static struct sec_ctx *sec_server, *sec_client;
 
 /* ---- bounded waiting ---------------------------------------------------------------------------
  */
@@ -299,6 +308,7 @@ static void fx_start_opts(uv_loop_t *loop, struct server_fx *fx, int port, uint3
         .on_open = fx_on_open,
         .on_close = fx_on_close,
         .user = fx,
+        .sec = sec_server,
     };
     char err[256];
     int rc = rpc_server_start(loop, &opts, &fx->srv, err, sizeof err);
@@ -368,6 +378,7 @@ static void cfx_new_timeout(uv_loop_t *loop, struct client_fx *cfx, const char *
         .backoff_max_ms = 100,
         .on_connect = cfx_on_connect,
         .user = cfx,
+        .sec = sec_client,
     };
     char err[256];
     int rc = rpc_client_new(loop, &opts, &cfx->cl, err, sizeof err);
@@ -1586,7 +1597,8 @@ static void test_server_close_from_handler(void **state)
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
     bool closed = false;
-    struct rpc_server_opts opts = {.on_request = close_from_handler, .user = &closed};
+    struct rpc_server_opts opts = {
+        .on_request = close_from_handler, .user = &closed, .sec = sec_server};
     struct rpc_server *srv;
     char err[256];
     assert_int_equal(rpc_server_start(&loop, &opts, &srv, err, sizeof err), 0);
@@ -1635,6 +1647,190 @@ static void test_server_start_errors(void **state)
     loop_finish(&loop);
 }
 
+/* ---- TLS ---------------------------------------------------------------------------------------
+ */
+
+/* Peers that do not speak TLS, or speak it badly, against a TLS server: each is cut off without
+ * ever reaching the handler or being announced, the plain one is told why in a plain Error frame,
+ * and a proper TLS client is served all along. */
+static void test_tls_garbage(void **state)
+{
+    enum { NRAW = 5 };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    int port = rpc_server_port(fx.srv);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, port);
+    expect_status_ok(&loop, cfx.cl);
+
+    struct raw raw[NRAW];
+    memset(raw, 0, sizeof raw);
+    /* 0: a plain client's Hello. */
+    bytes_put_hello(&raw[0].out, RPC_PROTOCOL_VERSION);
+    /* 1: a handshake record header, then random bytes. */
+    static const uint8_t handshake[] = {22, 3, 1, 0, 200};
+    bytes_put(&raw[1].out, handshake, sizeof handshake);
+    uint64_t rng = 0x5eed;
+    for (int i = 0; i < 4096; i++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        uint8_t byte = (uint8_t)(rng >> 56);
+        bytes_put(&raw[1].out, &byte, 1);
+    }
+    /* 2: a record of the largest length there is. */
+    static const uint8_t huge[] = {22, 3, 3, 0xFF, 0xFF, 1, 0, 0xFF, 0xFF};
+    bytes_put(&raw[2].out, huge, sizeof huge);
+    /* 3: an alert before any handshake. */
+    static const uint8_t alert[] = {21, 3, 3, 0, 2, 2, 40};
+    bytes_put(&raw[3].out, alert, sizeof alert);
+    /* 4: application data before any handshake. */
+    static const uint8_t data[] = {23, 3, 3, 0, 4, 1, 2, 3, 4};
+    bytes_put(&raw[4].out, data, sizeof data);
+
+    for (int i = 0; i < NRAW; i++)
+        raw_connect(&loop, &raw[i], port, true, 0);
+    expect_status_ok(&loop, cfx.cl);
+    for (int i = 0; i < NRAW; i++) {
+        RUN_UNTIL(&loop, raw[i].eof, WAIT_MS);
+        /* The server's Hello waits for a handshake that never completes. */
+        assert_int_equal(raw[i].hellos, 0);
+    }
+    assert_int_equal(raw[0].error_code, SLUICE_ERR_AUTH);
+    assert_string_equal(raw[0].error_msg,
+                        "tls: this server requires TLS (give the client --tls-ca)");
+    assert_false(raw[0].decode_failed);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(cfx.connects, 1);
+    assert_int_equal(fx.opens, 1);
+    assert_int_equal(fx.requests, 3);
+
+    for (int i = 0; i < NRAW; i++)
+        raw_close(&loop, &raw[i]);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    assert_int_equal(fx.closes, 1);
+    loop_finish(&loop);
+}
+
+/* The calls of a client whose connections fail at the TLS layer wait, and time out quoting the
+ * TLS failure. */
+static void expect_tls_failure(uv_loop_t *loop, struct rpc_client *cl, const char *why)
+{
+    struct result r = {0};
+    assert_int_equal(call_status(cl, 1500, &r), 0);
+    RUN_UNTIL(loop, r.done, WAIT_MS);
+    assert_int_not_equal(r.status, 0);
+    if (strstr(r.msg, why) == NULL)
+        fail_msg("expected '%s' in '%s'", why, r.msg);
+}
+
+/* A TLS client against a plain server, a plain client against a TLS server: both fail with a
+ * message that says what is wrong; the plain client hears it from the server, at once. */
+static void test_tls_mismatch(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    struct client_fx cfx;
+
+    struct sec_ctx *saved_server = sec_server, *saved_client = sec_client;
+    sec_server = NULL;
+    fx_start(&loop, &fx, 0);
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+    expect_tls_failure(&loop, cfx.cl,
+                       "tls: the server does not speak TLS (is it started with --tls-cert and "
+                       "--tls-key?)");
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    assert_int_equal(fx.opens, 0);
+
+    sec_server = saved_server;
+    sec_client = NULL;
+    fx_start(&loop, &fx, 0);
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+    struct result r = {0};
+    assert_int_equal(call_status(cfx.cl, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, SLUICE_ERR_AUTH);
+    assert_string_equal(r.msg, "tls: this server requires TLS (give the client --tls-ca)");
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    assert_int_equal(fx.opens, 0);
+    sec_client = saved_client;
+    loop_finish(&loop);
+}
+
+/* Certificates that must not pass: a server's from a CA the client does not trust, expired, or
+ * for another host; a client's from another CA, or none, on a server that asks for one. */
+static void test_tls_verification(void **state)
+{
+    static const struct {
+        const char *server, *client_cert, *client_ca;
+        const char *why;
+    } cases[] = {
+        {"other", "node", "ca", "tls: certificate verify failed: unable to get local issuer"},
+        {"expired", "node", "ca", "tls: certificate verify failed: certificate has expired"},
+        {"wronghost", "node", "ca", "tls: certificate verify failed: IP address mismatch"},
+        {"node", "node", "ca2", "tls: certificate verify failed: unable to get local issuer"},
+        {"node", "other", "ca", "tls: refused by the peer: "},
+        {"node", NULL, "ca", "tls: refused by the peer: tlsv13 alert certificate required"},
+    };
+    struct sec_ctx *saved_server = sec_server, *saved_client = sec_client;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uv_loop_t loop;
+        assert_int_equal(uv_loop_init(&loop), 0);
+        sec_server = tls_test_sec(cases[i].server, "ca", SEC_SERVER);
+        sec_client = tls_test_sec(cases[i].client_cert, cases[i].client_ca, SEC_CLIENT);
+        struct server_fx fx;
+        fx_start(&loop, &fx, 0);
+        struct client_fx cfx;
+        cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+        expect_tls_failure(&loop, cfx.cl, cases[i].why);
+        cfx_close(&loop, &cfx);
+        fx_close(&loop, &fx);
+        assert_int_equal(fx.opens, 0);
+        loop_finish(&loop);
+        sec_ctx_free(sec_server);
+        sec_ctx_free(sec_client);
+    }
+    sec_server = saved_server;
+    sec_client = saved_client;
+}
+
+/* The server's name is checked as dialled: localhost is in its certificate. */
+static void test_tls_dial_by_name(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    char address[64];
+    snprintf(address, sizeof address, "localhost:%d", rpc_server_port(fx.srv));
+    struct client_fx cfx;
+    cfx_new(&loop, &cfx, address);
+    expect_status_ok(&loop, cfx.cl);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
+static int tls_group_setup(void **state)
+{
+    sec_server = tls_test_sec("node", "ca", SEC_SERVER);
+    sec_client = tls_test_sec("node", "ca", SEC_CLIENT);
+    return 0;
+}
+
+static int tls_group_teardown(void **state)
+{
+    sec_ctx_free(sec_server);
+    sec_ctx_free(sec_client);
+    sec_server = sec_client = NULL;
+    tls_certs_cleanup();
+    return 0;
+}
+
 int main(void)
 {
     /* As in every sluice process: a write to a connection the peer closed is an error, not the
@@ -1666,5 +1862,23 @@ int main(void)
         cmocka_unit_test(test_server_close_from_handler),
         cmocka_unit_test(test_server_start_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* The same over mutual TLS, where they apply (raw sockets speak plain frames). */
+    const struct CMUnitTest tls_tests[] = {
+        cmocka_unit_test(test_handshake_and_status),
+        cmocka_unit_test(test_pipelined_out_of_order),
+        cmocka_unit_test(test_call_before_server),
+        cmocka_unit_test(test_call_timeout),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_error_reply),
+        cmocka_unit_test(test_large_reply),
+        cmocka_unit_test(test_client_close_cancels),
+        cmocka_unit_test(test_server_close_from_handler),
+        cmocka_unit_test(test_tls_garbage),
+        cmocka_unit_test(test_tls_mismatch),
+        cmocka_unit_test(test_tls_verification),
+        cmocka_unit_test(test_tls_dial_by_name),
+    };
+    int failed = cmocka_run_group_tests_name("plain", tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("tls", tls_tests, tls_group_setup, tls_group_teardown);
+    return failed;
 }

@@ -4,7 +4,8 @@
  * them over (rpc_client_take_reply). Checked: every byte arrives, replies of every size mixed on
  * one connection, which replies can be taken over, pool reuse, the synchronous refusals, and the
  * sent callback running exactly once, also when the connection dies first. Every wait is
- * bounded, and every test ends with uv_loop_close() == 0. */
+ * bounded, and every test ends with uv_loop_close() == 0. The suite runs twice: over plain TCP,
+ * then over mutual TLS (certificates made by make_certs.sh), where the same guarantees hold. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,11 +20,17 @@
 #include "common/bufpool.h"
 #include "common/error.h"
 #include "common/rpc.h"
+#include "common/security.h"
+
+#include "helper_tls.h"
 
 #define WAIT_MS 20000
 #define MAX_CALLS 64
 /* The server's data: replies are cut from it, at an offset given in the request. */
 #define SOURCE_BYTES (40u << 20)
+
+/* NULL in the plain run; the TLS settings of either end in the TLS run. */
+static struct sec_ctx *sec_server, *sec_client;
 
 struct deadline {
     uv_timer_t timer;
@@ -145,6 +152,7 @@ static void fx_start(uv_loop_t *loop, struct server_fx *fx, uint32_t max_frame)
         .max_frame = max_frame,
         .on_request = fx_on_request,
         .user = fx,
+        .sec = sec_server,
     };
     char err[256];
     if (rpc_server_start(loop, &opts, &fx->srv, err, sizeof err) != 0)
@@ -241,6 +249,7 @@ static struct rpc_client *client_new(uv_loop_t *loop, int port, struct bufpool *
         .role = SLUICE__ROLE__ROLE_CLIENT,
         .incarnation = rpc_new_incarnation(),
         .pool = pool,
+        .sec = sec_client,
     };
     struct rpc_client *cl;
     char err[256];
@@ -463,5 +472,12 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_sent_runs_once_when_the_peer_dies),
     };
-    return cmocka_run_group_tests(tests, NULL, cleanup);
+    int failed = cmocka_run_group_tests_name("plain", tests, NULL, cleanup);
+    sec_server = tls_test_sec("node", "ca", SEC_SERVER);
+    sec_client = tls_test_sec("node", "ca", SEC_CLIENT);
+    failed += cmocka_run_group_tests_name("tls", tests, NULL, cleanup);
+    sec_ctx_free(sec_server);
+    sec_ctx_free(sec_client);
+    tls_certs_cleanup();
+    return failed;
 }
