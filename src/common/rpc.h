@@ -219,6 +219,8 @@ bool rpc_client_connected(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
 const char *rpc_client_address(const struct rpc_client *client);
+/* Connections of this client that failed authentication (either side's proof, or TLS). */
+uint64_t rpc_client_auth_failures(const struct rpc_client *client);
 
 /* Fails pending calls with SLUICE_ERR_CANCELLED, closes, calls cb (may be NULL), frees. */
 void rpc_client_close(struct rpc_client *client, void (*cb)(void *user), void *user);

@@ -106,7 +106,7 @@ struct rpc_client {
     bool fail_waiting;
     /* The last attempt failed authentication: the next one waits for a backoff. */
     bool auth_failed;
-    uint64_t auth_logged_ms, auth_unlogged;
+    uint64_t auth_logged_ms, auth_unlogged, auth_failures;
     bool auth_ever_logged;
 
     uint64_t next_id;
@@ -433,6 +433,7 @@ static void reject_connection(struct rpc_client *cl, int code, const char *msg)
         cl->state != CLIENT_CONNECTED)
         return;
     if (code == SLUICE_ERR_AUTH) {
+        cl->auth_failures++;
         log_auth_failure(cl, msg);
         cl->auth_failed = true;
     } else {
@@ -920,6 +921,11 @@ bool rpc_client_connected(const struct rpc_client *cl)
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *cl)
 {
     return cl->peer_incarnation;
+}
+
+uint64_t rpc_client_auth_failures(const struct rpc_client *cl)
+{
+    return cl->auth_failures;
 }
 
 const char *rpc_client_address(const struct rpc_client *cl)

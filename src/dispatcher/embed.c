@@ -44,6 +44,7 @@ struct sluice_dispatcher {
     struct dispatcher_opts opts;
     bool metrics;
     int metrics_port;
+    char *metrics_host;
 
     /* Written on the loop thread while starting, read-only once the start returned. */
     char target[ADDRESS_MAX];
@@ -121,6 +122,7 @@ static void free_object(struct sluice_dispatcher *s)
         free(s->worker_addresses[i]);
     free(s->worker_addresses);
     sec_ctx_free(s->sec);
+    free(s->metrics_host);
     free(s->work_dir);
     free(s->host);
     free(s);
@@ -174,9 +176,21 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .journal_per_update = o->journal_per_update,
         .recover_to_last_good = o->recover_to_last_good,
         .sec = s->sec,
+        .handshake_timeout_ms = o->handshake_timeout_ms,
+        .max_connections = o->max_connections,
+        .max_handshakes = o->max_handshakes,
     };
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;
+    if (o->metrics) {
+        s->metrics_host = strdup(o->metrics_host ? o->metrics_host : "127.0.0.1");
+        if (!s->metrics_host)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                           sluice_strerror(SLUICE_ERR_NOMEM));
+        char why[512];
+        if ((rc = sec_check_listen(s->sec, s->metrics_host, why, sizeof why)) < 0)
+            return err_set(err, errlen, rc, "metrics: %s", why);
+    }
     return 0;
 
 nomem:
@@ -229,12 +243,14 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         return rc;
     if (s->metrics) {
         char why[512];
-        rc = http_server_start(loop, s->host, s->metrics_port, render_metrics, s, &s->http, why,
-                               sizeof why);
+        rc = http_server_start(loop, s->metrics_host, s->metrics_port, render_metrics, s, &s->http,
+                               why, sizeof why);
         if (rc < 0) {
             close_servers(s);
             return err_set(err, errlen, rc, "metrics: %s", why);
         }
+        if (sec_has_token(s->sec))
+            http_server_set_token(s->http, s->sec->token, s->sec->token_len);
     }
     if (s->fatal) {
         close_servers(s);
@@ -243,7 +259,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
     const char *host = dispatcher_host(s->d);
     rpc_format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
     if (s->http)
-        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, s->metrics_host,
                            http_server_port(s->http));
     return 0;
 }
