@@ -13,10 +13,11 @@
  * stay and trigger a new attempt. A version mismatch fails every call with SLUICE_ERR_VERSION.
  * A failed authentication (a wrong or missing token on either side, or a TLS failure reported by
  * conn.h as SLUICE_ERR_AUTH) fails every call, written or waiting, with SLUICE_ERR_AUTH and the
- * reason, logs it at most once a minute, and makes the next attempt wait for a backoff even when
- * a call is made at once, so a misconfigured peer is retried slowly and never silently.
- * A malformed frame from the server, a second Hello, or a reply to an id never issued closes
- * the connection with one warning line; a reply to a call that already timed out is dropped.
+ * reason, logs it (at most once a minute while the reason stays the same), and makes the next
+ * attempt wait for a backoff even when a call is made at once, so a misconfigured peer is retried
+ * slowly and never silently. A malformed frame from the server, a second Hello, or a reply to an id
+ * never issued closes the connection with one warning line; a reply to a call that already timed
+ * out is dropped.
  *
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
@@ -108,6 +109,7 @@ struct rpc_client {
     bool auth_failed;
     uint64_t auth_logged_ms, auth_unlogged, auth_failures;
     bool auth_ever_logged;
+    char auth_logged_msg[256]; /* the reason last logged */
 
     uint64_t next_id;
     struct call **buckets;
@@ -407,13 +409,16 @@ static void lose_connection(struct rpc_client *cl, int code, const char *why)
     conn_close(&cl->conn);
 }
 
-/* Logs a failed authentication, at most once per AUTH_LOG_INTERVAL_MS. */
+/* Logs a failed authentication: at once when its reason differs from the one logged last, else
+ * at most once per AUTH_LOG_INTERVAL_MS. */
 static void log_auth_failure(struct rpc_client *cl, const char *msg)
 {
     uint64_t now = uv_now(cl->loop);
     cl->auth_unlogged++;
-    if (cl->auth_ever_logged && now - cl->auth_logged_ms < AUTH_LOG_INTERVAL_MS)
+    if (cl->auth_ever_logged && now - cl->auth_logged_ms < AUTH_LOG_INTERVAL_MS &&
+        strncmp(msg, cl->auth_logged_msg, sizeof cl->auth_logged_msg - 1) == 0)
         return;
+    text(cl->auth_logged_msg, sizeof cl->auth_logged_msg, "%s", msg);
     if (cl->auth_unlogged > 1)
         log_warn("rpc: %s: %s (%" PRIu64 " failures since the last line; at most one line a "
                  "minute)",
