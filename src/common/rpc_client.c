@@ -631,8 +631,9 @@ static void on_connected(uv_connect_t *req, int status)
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
         return;
     }
-    uint8_t nonce[AUTH_NONCE_LEN];
-    int rc = auth_nonce(nonce);
+    /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
+    uint8_t nonce[AUTH_NONCE_LEN] = {0};
+    int rc = sec_has_token(cl->sec) ? auth_nonce(nonce) : 0;
     if (rc == 0) {
         const struct sec_ctx *sec = cl->sec;
         auth_hs_init(&cl->hs, AUTH_CLIENT, (uint32_t)cl->role, sec ? sec->token : NULL,
