@@ -41,7 +41,6 @@ PyObject *pys_raise(int code, const char *msg)
         cls = task_failed_error;
         break;
     case SLUICE_ERR_AUTH:
-    case SLUICE_ERR_DENIED:
         cls = auth_error;
         break;
     default:
