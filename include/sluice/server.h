@@ -98,10 +98,13 @@ struct sluice_dispatcher_options {
      * confined; set them on any dispatcher others can reach. */
     const char *const *data_roots;
     size_t ndata_roots;
-    /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
-     * free one) when metrics is true (--metrics-port). */
+    /* Serve Prometheus metrics at GET /metrics on metrics_host, port metrics_port (0 to 65535, 0
+     * picks a free one) when metrics is true (--metrics-port, --metrics-host). metrics_host NULL:
+     * "127.0.0.1"; beyond loopback it follows the same rule as host (a token, or insecure). With
+     * a token, a scrape must send "Authorization: Bearer TOKEN" (else 401). */
     bool metrics;
     int metrics_port;
+    const char *metrics_host;
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
     /* With fault_tolerant (--recover-to-last-good): when only the tail of the journal's log is
@@ -128,6 +131,14 @@ struct sluice_dispatcher_options {
      * known by the incarnation it sends when it connects; a read it closes, or that times out
      * (client_timeout_ms), frees its place. */
     uint64_t max_jobs_per_client;
+    /* Connection limits (--handshake-timeout-ms, --max-connections, --max-handshakes): a
+     * connection that has not completed its handshake (authentication included) this long after
+     * it was accepted is closed (0: 10000); at most max_connections connections are open at once
+     * (0: 1024; never more than the open-file limit less 64) and at most max_handshakes are in
+     * their handshake (0: 64); beyond either, a new connection is closed at once. */
+    uint32_t handshake_timeout_ms;
+    unsigned max_connections;
+    unsigned max_handshakes;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from
@@ -212,10 +223,13 @@ struct sluice_worker_options {
      * worker's --python-path". */
     const char *const *data_roots;
     size_t ndata_roots;
-    /* Serve Prometheus metrics at GET /metrics on host, port metrics_port (0 to 65535, 0 picks a
-     * free one) when metrics is true (--metrics-port). */
+    /* Serve Prometheus metrics at GET /metrics on metrics_host, port metrics_port (0 to 65535, 0
+     * picks a free one) when metrics is true (--metrics-port, --metrics-host). metrics_host NULL:
+     * "127.0.0.1"; beyond loopback it follows the same rule as host (a token, or insecure). With
+     * a token, a scrape must send "Authorization: Bearer TOKEN" (else 401). */
     bool metrics;
     int metrics_port;
+    const char *metrics_host;
     /* How long a drain waits for readers to fetch what this worker holds before leaving
      * anyway (--drain-timeout-ms; at most 86400000; 0: 30000). */
     uint32_t drain_timeout_ms;
@@ -234,8 +248,14 @@ struct sluice_worker_options {
     /* "debug", "info", "warn", "error" or "off" (--log-level); NULL: "info". */
     const char *log_level;
     /* Authentication and TLS, both towards the dispatcher and for readers (--auth-token-file,
-     * --tls-cert, --tls-key, --tls-ca, --insecure; see <sluice/sluice.h>). */
+     * --tls-cert, --tls-key, --tls-ca, --insecure; see <sluice/sluice.h>). The worker talks only
+     * to a dispatcher that proves the same token. */
     struct sluice_security_options security;
+    /* Connection limits of the worker's port, as for the dispatcher (--handshake-timeout-ms,
+     * --max-connections, --max-handshakes; 0: 10000, 1024, 64). */
+    uint32_t handshake_timeout_ms;
+    unsigned max_connections;
+    unsigned max_handshakes;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

@@ -213,7 +213,9 @@ struct sluice_iterator;
  * auth_token_file: a file holding the cluster's shared secret (16 to 4096 bytes; a trailing
  *   newline is ignored). NULL: the environment variable SLUICE_AUTH_TOKEN_FILE when set, else no
  *   authentication. With a token, every connection opens with a challenge-response that proves
- *   both sides know it, without sending it.
+ *   both sides know it, without sending it. A peer that cannot prove it (or that wants a token
+ *   this side lacks) is refused: calls fail with SLUICE_ERR_AUTH and a message such as
+ *   "authentication failed: wrong token", and the failure is final for those calls.
  * tls_cert, tls_key: this side's certificate chain and private key (PEM). Required on a server
  *   for TLS; optional on a client (presented when a server asks).
  * tls_ca: the CA certificate (PEM) peers' certificates are verified against. On a client it turns

@@ -31,6 +31,7 @@ import weakref as _weakref
 from . import _sluice
 from ._sluice import (
     AlreadyExistsError,
+    AuthenticationError,
     CancelledError,
     Error,
     InvalidArgumentError,
@@ -44,6 +45,7 @@ __version__ = _sluice.version()
 
 __all__ = [
     "AlreadyExistsError",
+    "AuthenticationError",
     "CancelledError",
     "Dataset",
     "DispatchServer",
@@ -175,6 +177,40 @@ def _port(value, name):
     return value
 
 
+def _path(value, name):
+    if value is None:
+        return None
+    path = _os.fspath(value)
+    if isinstance(path, bytes):
+        path = _os.fsdecode(path)
+    if not path:
+        raise ValueError(f"{name} must not be empty")
+    return path
+
+
+def _security(auth_token_file, tls_cert, tls_key, tls_ca):
+    """The security keywords, checked, in the order the native types take them."""
+    return (_path(auth_token_file, "auth_token_file"), _path(tls_cert, "tls_cert"),
+            _path(tls_key, "tls_key"), _path(tls_ca, "tls_ca"))
+
+
+def _limits(insecure, metrics_host, handshake_timeout_ms, max_connections, max_handshakes):
+    """The servers' keywords after the security files, in the order the native types take
+    them."""
+    return (bool(insecure), _text(metrics_host, "metrics_host"),
+            _ms(handshake_timeout_ms, "handshake_timeout_ms"),
+            _count(max_connections, "max_connections"), _count(max_handshakes, "max_handshakes"))
+
+
+_SECURITY_DOC = """
+    Security (the same on clients and servers): auth_token_file is the cluster's shared secret
+    (at least 16 bytes; None: the file $SLUICE_AUTH_TOKEN_FILE names, if set). Every connection
+    then proves the token both ways (HMAC challenge-response; the token never crosses the wire),
+    and a peer without it, or with another one, is refused with AuthenticationError
+    ("authentication failed: wrong token"). tls_cert, tls_key and tls_ca are PEM files for TLS.
+"""
+
+
 class _Server:
     """What the two in-process servers share: start, join, stop, context manager."""
 
@@ -234,8 +270,13 @@ class DispatchServer(_Server):
     sources (lines, tfrecord, tar) naming files outside these directories, after ".." and
     symbolic links are resolved; None: not confined. start=False defers the start to start().
 
+    auth_token_file, tls_cert, tls_key, tls_ca: see below. insecure: allow a host beyond
+    loopback without a token. metrics_host (None: 127.0.0.1), handshake_timeout_ms (None:
+    10000), max_connections (None: 1024) and max_handshakes (None: 64) are the flags of the
+    same names; with a token, /metrics wants "Authorization: Bearer TOKEN".
+
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
-    """
+    """ + _SECURITY_DOC
 
     _kind = "dispatcher"
     _native = _sluice.Dispatcher
@@ -244,7 +285,9 @@ class DispatchServer(_Server):
                  worker_timeout_ms=None, client_timeout_ms=None, job_gc_timeout_ms=None,
                  autoscale_window_ms=None, snapshot_every=None, journal_max_mb=None,
                  worker_addresses=None, metrics_port=None, log_level="warn", data_roots=None,
-                 start=True):
+                 start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
+                 insecure=False, metrics_host=None, handshake_timeout_ms=None,
+                 max_connections=None, max_handshakes=None):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -263,6 +306,9 @@ class DispatchServer(_Server):
             -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _text(log_level, "log_level"),
             _dirs(data_roots, "data_roots"),
+            *_security(auth_token_file, tls_cert, tls_key, tls_ca),
+            *_limits(insecure, metrics_host, handshake_timeout_ms, max_connections,
+                     max_handshakes),
         ), start)
 
     @property
@@ -303,7 +349,11 @@ class WorkerServer(_Server):
 
     stop() drains first: readers receive everything the worker holds, then it leaves. A worker
     still running when the interpreter exits is stopped at once before it finalises.
-    """
+
+    auth_token_file, tls_cert, tls_key, tls_ca, insecure, metrics_host, handshake_timeout_ms,
+    max_connections and max_handshakes: as for DispatchServer. With a token the worker also
+    refuses a dispatcher that cannot prove it.
+    """ + _SECURITY_DOC
 
     _kind = "worker"
     _native = _sluice.Worker
@@ -311,7 +361,9 @@ class WorkerServer(_Server):
     def __init__(self, dispatcher_address, port=0, host="127.0.0.1", advertise=None,
                  threads=None, plugins=None, heartbeat_ms=None, drain_timeout_ms=None,
                  metrics_port=None, log_level="warn", python_path=None, data_roots=None,
-                 start=True):
+                 start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
+                 insecure=False, metrics_host=None, handshake_timeout_ms=None,
+                 max_connections=None, max_handshakes=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -320,6 +372,9 @@ class WorkerServer(_Server):
             -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _ms(drain_timeout_ms, "drain_timeout_ms"), _text(log_level, "log_level"),
             _dirs(python_path, "python_path"), _dirs(data_roots, "data_roots"),
+            *_security(auth_token_file, tls_cert, tls_key, tls_ca),
+            *_limits(insecure, metrics_host, handshake_timeout_ms, max_connections,
+                     max_handshakes),
         ), start)
 
     def start(self):
@@ -361,20 +416,23 @@ class _Connection:
     """One client per (service, plugins), opened on first use and shared by a dataset's
     iterators."""
 
-    def __init__(self, service, plugins, timeout):
+    def __init__(self, service, plugins, timeout, security=(None, None, None, None)):
         self.target = _target(service)
         self.plugins = _plugins(plugins)
         self.timeout_ms = _timeout_ms(timeout)
+        self.security = security
         self._client = None
 
     def client(self):
         if self._client is None:
-            self._client = _sluice.Client(self.target, self.timeout_ms, self.plugins)
+            self._client = _sluice.Client(self.target, self.timeout_ms, self.plugins,
+                                          *self.security)
         return self._client
 
 
 def register_dataset(service, pipeline, dataset_id=None, compression="auto", split_size=None,
-                     plugins=None, timeout=None):
+                     plugins=None, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None,
+                     tls_ca=None):
     """Registers a pipeline with the dispatcher and returns its dataset id.
 
     service: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. pipeline: the pipeline
@@ -383,7 +441,8 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
     choose. compression: "auto" (snappy when it pays off) or None/"none". split_size: elements
     per split for distributed_epoch over range()/list() sources (None: a default). plugins:
     paths of plugin shared objects whose functions the pipeline uses. timeout: seconds to wait
-    for an unreachable dispatcher (None: without limit).
+    for an unreachable dispatcher (None: without limit). auth_token_file, tls_cert, tls_key,
+    tls_ca: as for DispatchServer.
     """
     _text(pipeline, "pipeline", allow_none=False)
     _text(dataset_id, "dataset_id")
@@ -392,7 +451,8 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
     if compression not in ("auto", "none"):
         raise ValueError(f"compression must be 'auto' or None, not {compression!r}")
     size = _split_size(split_size)
-    conn = _Connection(service, plugins, timeout)
+    conn = _Connection(service, plugins, timeout,
+                       _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return conn.client().register(pipeline, dataset_id, compression, size)
 
 
@@ -449,7 +509,8 @@ class Dataset:
 
 def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consumer_index=None,
                     num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
-                    timeout=None, element_timeout=None):
+                    timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
+                    tls_key=None, tls_ca=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -462,11 +523,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     elements that arrive ("map(add, 1) | batch(2)"). plugins: plugin shared objects for local
     checks and tails. timeout: seconds to wait for an unreachable dispatcher. element_timeout:
     seconds next() may wait for an element before raising sluice.TimeoutError (None: no limit).
+    auth_token_file, tls_cert, tls_key, tls_ca: as for DispatchServer (a wrong or missing token
+    raises AuthenticationError).
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
     _text(dataset_id, "dataset_id", allow_none=False)
-    conn = _Connection(service, plugins, timeout)
+    conn = _Connection(service, plugins, timeout,
+                       _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return Dataset(conn, processing_mode, dataset_id=dataset_id, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
@@ -475,12 +539,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
-               timeout=None, element_timeout=None, split_size=None):
+               timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
+               tls_cert=None, tls_key=None, tls_ca=None):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
     with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
     _text(pipeline, "pipeline", allow_none=False)
-    conn = _Connection(service, plugins, timeout)
+    conn = _Connection(service, plugins, timeout,
+                       _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return Dataset(conn, processing_mode, pipeline=pipeline, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
@@ -494,7 +560,7 @@ def run(pipeline, plugins=None):
     return _sluice.Local(pipeline, _plugins(plugins))
 
 
-def status(service, timeout=None):
+def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None):
     """The dispatcher's status (what `sluice status --json` prints) as a dict."""
-    conn = _Connection(service, None, timeout)
+    conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return _json.loads(conn.client().status())

@@ -37,14 +37,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
     """Reads a sluice dataset (dataset_id) or pipeline (registered on first use) from service.
 
     processing_mode, job_name, max_outstanding_requests, local, plugins, timeout and
-    element_timeout mean what they mean for sluice.from_dataset_id. consumer_index and
+    element_timeout mean what they mean for sluice.from_dataset_id, and so do auth_token_file,
+    tls_cert, tls_key and tls_ca (the cluster's token and TLS files). consumer_index and
     num_consumers (coordinated reads) cannot be combined with num_workers > 1.
     """
 
     def __init__(self, service, dataset_id=None, pipeline=None,
                  processing_mode="distributed_epoch", job_name=None, consumer_index=None,
                  num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
-                 timeout=None, element_timeout=None):
+                 timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
+                 tls_key=None, tls_ca=None):
         super().__init__()
         if (dataset_id is None) == (pipeline is None):
             raise ValueError("exactly one of dataset_id and pipeline is required")
@@ -61,6 +63,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.plugins = plugins
         self.timeout = timeout
         self.element_timeout = element_timeout
+        self.security = dict(auth_token_file=auth_token_file, tls_cert=tls_cert, tls_key=tls_key,
+                             tls_ca=tls_ca)
         # The base of the job name a loader's workers share; unique to this dataset object.
         self._shared_base = f"torch-{uuid.uuid4().hex}"
         self._registered = None  # (pid, dataset id) of the pipeline registered here
@@ -70,7 +74,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             return self.dataset_id
         if self._registered is None or self._registered[0] != os.getpid():
             ds_id = sluice.register_dataset(self.service, self.pipeline, plugins=self.plugins,
-                                            timeout=self.timeout)
+                                            timeout=self.timeout, **self.security)
             self._registered = (os.getpid(), ds_id)
         return self._registered[1]
 
@@ -93,7 +97,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             job_name=self._job_name(info), consumer_index=self.consumer_index,
             num_consumers=self.num_consumers,
             max_outstanding_requests=self.max_outstanding_requests, local=self.local,
-            plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout)
+            plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
+            **self.security)
         it = iter(ds)
         try:
             for x in it:

@@ -18,11 +18,15 @@ typedef struct {
 
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher", "timeout_ms", "plugins", NULL};
+    static char *names[] = {"dispatcher", "timeout_ms", "plugins", "auth_token_file",
+                            "tls_cert",   "tls_key",    "tls_ca",  NULL};
     const char *dispatcher;
     unsigned int timeout_ms = 0;
     PyObject *plugins = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IO", names, &dispatcher, &timeout_ms, &plugins))
+    struct sluice_security_options sec = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IOzzzz", names, &dispatcher, &timeout_ms,
+                                     &plugins, &sec.auth_token_file, &sec.tls_cert, &sec.tls_key,
+                                     &sec.tls_ca))
         return -1;
     if (self->c) {
         PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
@@ -36,6 +40,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         .timeout_ms = timeout_ms,
         .plugins = paths.v,
         .nplugins = paths.n,
+        .security = sec,
     };
     char err[PYS_ERRLEN] = "";
     int rc;
@@ -125,7 +130,8 @@ static PyTypeObject client_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_sluice.Client",
     .tp_basicsize = sizeof(ClientObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Client(dispatcher, timeout_ms=0, plugins=()): a connection to a dispatcher.",
+    .tp_doc = "Client(dispatcher, timeout_ms=0, plugins=(), auth_token_file=None, tls_cert=None, "
+              "tls_key=None, tls_ca=None): a connection to a dispatcher.",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)client_init,
     .tp_dealloc = (destructor)client_dealloc,

@@ -7,7 +7,7 @@
 
 PyObject *pys_error;
 static PyObject *timeout_error, *not_found_error, *invalid_error, *unavailable_error,
-    *cancelled_error, *exists_error, *task_failed_error;
+    *cancelled_error, *exists_error, *task_failed_error, *auth_error;
 
 PyObject *pys_raise(int code, const char *msg)
 {
@@ -39,6 +39,9 @@ PyObject *pys_raise(int code, const char *msg)
     case SLUICE_ERR_TASK_FAILED:
     case SLUICE_ERR_FN:
         cls = task_failed_error;
+        break;
+    case SLUICE_ERR_AUTH:
+        cls = auth_error;
         break;
     default:
         break;
@@ -126,6 +129,12 @@ PyMODINIT_FUNC PyInit__sluice(void)
         !(unavailable_error =
               new_error(m, "UnavailableError", b,
                         "A server is unreachable, closed, or restarted and lost the job.")))
+        goto fail_b;
+    Py_DECREF(b);
+    if (!(b = with_base(PyExc_PermissionError)) ||
+        !(auth_error = new_error(m, "AuthenticationError", b,
+                                 "A peer could not prove the cluster's token, or refused ours "
+                                 "(a wrong or missing auth_token_file), or TLS failed.")))
         goto fail_b;
     Py_DECREF(b);
     if (!(cancelled_error = new_error(m, "CancelledError", pys_error, "The read was cancelled.")) ||

@@ -117,17 +117,29 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "metrics_port",
                             "log_level",
                             "data_roots",
+                            "auth_token_file",
+                            "tls_cert",
+                            "tls_key",
+                            "tls_ca",
+                            "insecure",
+                            "metrics_host",
+                            "handshake_timeout_ms",
+                            "max_connections",
+                            "max_handshakes",
                             NULL};
     struct sluice_dispatcher_options o = {0};
-    int ft = 0, metrics_port = -1;
+    int ft = 0, metrics_port = -1, insecure = 0;
     unsigned long long snapshot_every = 0, journal_max_mb = 0;
     PyObject *addresses = NULL, *data_roots = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zizpIIIIKKOizO", names, &o.host, &o.port,
-                                     &o.work_dir, &ft, &o.worker_timeout_ms, &o.client_timeout_ms,
-                                     &o.job_gc_timeout_ms, &o.autoscale_window_ms, &snapshot_every,
-                                     &journal_max_mb, &addresses, &metrics_port, &o.log_level,
-                                     &data_roots))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "|zizpIIIIKKOizOzzzzpzIII", names, &o.host, &o.port, &o.work_dir, &ft,
+            &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
+            &o.autoscale_window_ms, &snapshot_every, &journal_max_mb, &addresses, &metrics_port,
+            &o.log_level, &data_roots, &o.security.auth_token_file, &o.security.tls_cert,
+            &o.security.tls_key, &o.security.tls_ca, &insecure, &o.metrics_host,
+            &o.handshake_timeout_ms, &o.max_connections, &o.max_handshakes))
         return -1;
+    o.security.insecure = insecure;
     if (self->d) {
         PyErr_SetString(PyExc_RuntimeError, "Dispatcher already started");
         return -1;
@@ -268,19 +280,39 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher", "host",         "port",
-                            "advertise",  "heartbeat_ms", "threads",
-                            "plugins",    "metrics_port", "drain_timeout_ms",
-                            "log_level",  "python_path",  "data_roots",
+    static char *names[] = {"dispatcher",
+                            "host",
+                            "port",
+                            "advertise",
+                            "heartbeat_ms",
+                            "threads",
+                            "plugins",
+                            "metrics_port",
+                            "drain_timeout_ms",
+                            "log_level",
+                            "python_path",
+                            "data_roots",
+                            "auth_token_file",
+                            "tls_cert",
+                            "tls_key",
+                            "tls_ca",
+                            "insecure",
+                            "metrics_host",
+                            "handshake_timeout_ms",
+                            "max_connections",
+                            "max_handshakes",
                             NULL};
     struct sluice_worker_options o = {0};
-    int metrics_port = -1;
+    int metrics_port = -1, insecure = 0;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOO", names, &o.dispatcher, &o.host,
-                                     &o.port, &o.advertise, &o.heartbeat_ms, &o.threads, &plugins,
-                                     &metrics_port, &o.drain_timeout_ms, &o.log_level, &python_path,
-                                     &data_roots))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "s|zizIIOiIzOOzzzzpzIII", names, &o.dispatcher, &o.host, &o.port,
+            &o.advertise, &o.heartbeat_ms, &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
+            &o.log_level, &python_path, &data_roots, &o.security.auth_token_file,
+            &o.security.tls_cert, &o.security.tls_key, &o.security.tls_ca, &insecure,
+            &o.metrics_host, &o.handshake_timeout_ms, &o.max_connections, &o.max_handshakes))
         return -1;
+    o.security.insecure = insecure;
     if (self->w) {
         PyErr_SetString(PyExc_RuntimeError, "Worker already started");
         return -1;

@@ -15,6 +15,7 @@
  * UV_ECANCELED before on_closed. */
 #include "conn.h"
 
+#include "auth.h"
 #include "bufpool.h"
 #include "error.h"
 #include "ewire.h"
@@ -262,7 +263,7 @@ static void decoder_failed(struct conn *c, int rc)
     if (rc == SLUICE_ERR_PROTOCOL)
         snprintf(why, sizeof why, "zero-length frame");
     else if (rc == SLUICE_ERR_TOO_LARGE)
-        snprintf(why, sizeof why, "frame over the %u-byte limit", c->max_frame);
+        snprintf(why, sizeof why, "frame over the %u-byte limit", c->dec.max_frame);
     else
         snprintf(why, sizeof why, "reading frames: %s", sluice_strerror(rc));
     fail(c, rc, why);
@@ -917,16 +918,35 @@ void *conn_take_frame(struct conn *c, size_t *cap)
     return frame_decoder_detach(&c->dec, cap);
 }
 
-int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation)
+int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation,
+                    const struct auth_hs *hs)
 {
     Sluice__Hello hello = SLUICE__HELLO__INIT;
     hello.version = RPC_PROTOCOL_VERSION;
     hello.role = role;
     hello.incarnation = incarnation;
+    if (hs)
+        auth_hs_hello(hs, &hello);
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_HELLO;
     env.hello = &hello;
     return conn_send(c, &env);
+}
+
+int conn_send_proof(struct conn *c, const uint8_t mac[AUTH_MAC_LEN])
+{
+    Sluice__AuthProof proof = SLUICE__AUTH_PROOF__INIT;
+    proof.mac.data = (uint8_t *)mac;
+    proof.mac.len = AUTH_MAC_LEN;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_AUTH_PROOF;
+    env.auth_proof = &proof;
+    return conn_send(c, &env);
+}
+
+void conn_set_max_frame(struct conn *c, uint32_t max_frame)
+{
+    c->dec.max_frame = max_frame ? max_frame : c->max_frame;
 }
 
 void conn_reject(struct conn *c, int code, const char *msg)

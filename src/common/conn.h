@@ -59,6 +59,7 @@
 /* Size of the read buffer each connection allocates on its first read and reuses. */
 #define CONN_READ_BUFFER_SIZE (256u << 10)
 
+struct auth_hs;
 struct bufpool;
 struct conn;
 struct tls_ctx;
@@ -194,8 +195,18 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
  * during the call, as usual). */
 void *conn_take_frame(struct conn *c, size_t *cap);
 
-/* Sends a Hello with RPC_PROTOCOL_VERSION, role and incarnation. */
-int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation);
+/* Sends a Hello with RPC_PROTOCOL_VERSION, role and incarnation, and hs's auth flag and nonce
+ * (auth.h) when hs is not NULL. */
+int conn_send_hello(struct conn *c, Sluice__Role role, uint64_t incarnation,
+                    const struct auth_hs *hs);
+
+/* Sends AuthProof { mac } (auth.h). */
+int conn_send_proof(struct conn *c, const uint8_t mac[32]);
+
+/* Limits the frames read from now on to max_frame bytes (0: back to the conn's own max_frame),
+ * e.g. a small limit until the peer has authenticated. A frame whose header was already read is
+ * not affected. */
+void conn_set_max_frame(struct conn *c, uint32_t max_frame);
 
 /* Sends an Error Envelope with id 0 (a complaint about the connection itself) and closes the conn
  * once it is written; nothing more is read. */

@@ -20,6 +20,7 @@
 #include "http.h"
 #include "listen.h"
 
+#include "auth.h"
 #include "error.h"
 #include "log.h"
 
@@ -131,8 +132,10 @@ static int parse_request_line(const char *line, size_t n, struct http_request *r
     return 0;
 }
 
-/* Checks one "name: value" line (without its CRLF); counts Host fields. */
-static int parse_field(const char *line, size_t n, unsigned *hosts)
+/* Checks one "name: value" line (without its CRLF); counts Host fields and keeps the value of
+ * the Authorization field (without the white space around it) in req, counting those too. */
+static int parse_field(const char *line, size_t n, unsigned *hosts, unsigned *auths,
+                       struct http_request *req)
 {
     size_t i = 0;
     /* A line starting with white space would be an obsolete folded continuation: rejected, as
@@ -147,6 +150,16 @@ static int parse_field(const char *line, size_t n, unsigned *hosts)
         unsigned char c = (unsigned char)line[j];
         if (c < 0x20 ? c != '\t' : c == 0x7f)
             return SLUICE_ERR_INVALID;
+    }
+    if (i == 13 && strncasecmp(line, "authorization", 13) == 0) {
+        size_t b = i + 1, e = n;
+        while (b < e && (line[b] == ' ' || line[b] == '\t'))
+            b++;
+        while (e > b && (line[e - 1] == ' ' || line[e - 1] == '\t'))
+            e--;
+        req->authorization = line + b;
+        req->authorization_len = e - b;
+        (*auths)++;
     }
     return 0;
 }
@@ -166,19 +179,19 @@ int http_parse_request(const char *buf, size_t len, struct http_request *req)
     rc = parse_request_line(p, (size_t)(nl - 1 - p), &r, &major);
     if (rc != 0)
         return rc;
-    unsigned hosts = 0;
+    unsigned hosts = 0, auths = 0;
     for (p = nl + 1;; p = nl + 1) {
         nl = memchr(p, '\n', (size_t)(stop - p));
         size_t n = (size_t)(nl - 1 - p);
         if (n == 0)
             break; /* the empty line */
-        rc = parse_field(p, n, &hosts);
+        rc = parse_field(p, n, &hosts, &auths, &r);
         if (rc != 0)
             return rc;
     }
     if (major != 1)
         return SLUICE_ERR_UNSUPPORTED;
-    if (hosts > 1 || (hosts == 0 && r.minor >= 1))
+    if (hosts > 1 || (hosts == 0 && r.minor >= 1) || auths > 1)
         return SLUICE_ERR_INVALID;
     r.head_len = end;
     *req = r;
@@ -212,6 +225,9 @@ struct http_server {
     http_render_cb render;
     void *user;
     uint64_t timeout_ms;
+    const uint8_t *token; /* NULL, or what "Authorization: Bearer" must carry (borrowed) */
+    size_t token_len;
+    uint64_t unauthorized; /* 401 responses */
     unsigned max_conns;
     unsigned nconns;         /* connections in srv->conns */
     unsigned handles;        /* the listener, every conn and the spare while they are open */
@@ -313,6 +329,8 @@ static const char *reason_phrase(int status)
         return "Bad Request";
     case 404:
         return "Not Found";
+    case 401:
+        return "Unauthorized";
     case 405:
         return "Method Not Allowed";
     case 408:
@@ -356,8 +374,11 @@ static void conn_respond(struct http_conn *c, int status, char *body, size_t bod
                      "Connection: close\r\n"
                      "\r\n"
                      "%d %s\n",
-                     status, reason, status == 405 ? "Allow: GET\r\n" : "", strlen(reason) + 5,
-                     status, reason);
+                     status, reason,
+                     status == 405   ? "Allow: GET\r\n"
+                     : status == 401 ? "WWW-Authenticate: Bearer realm=\"sluice\"\r\n"
+                                     : "",
+                     strlen(reason) + 5, status, reason);
     }
     assert(n > 0 && (size_t)n < sizeof c->head);
     uv_buf_t bufs[2] = {uv_buf_init(c->head, (unsigned)n),
@@ -373,11 +394,35 @@ static bool token_is(const char *s, size_t n, const char *want)
     return n == strlen(want) && memcmp(s, want, n) == 0;
 }
 
+/* True when the request carries "Authorization: Bearer TOKEN" with the server's token, or the
+ * server has none. The token is compared in constant time. */
+static bool authorized(const struct http_server *srv, const struct http_request *req)
+{
+    if (srv->token == NULL)
+        return true;
+    const char *v = req->authorization;
+    size_t n = req->authorization_len;
+    if (v == NULL || n < 7 || strncasecmp(v, "Bearer ", 7) != 0)
+        return false;
+    v += 7;
+    n -= 7;
+    while (n > 0 && *v == ' ') {
+        v++;
+        n--;
+    }
+    return auth_equal(v, n, srv->token, srv->token_len);
+}
+
 /* Answers a complete, well-formed request. */
 static void conn_route(struct http_conn *c, const struct http_request *req)
 {
     if (!token_is(req->path, req->path_len, "/metrics")) {
         conn_respond(c, 404, NULL, 0);
+        return;
+    }
+    if (!authorized(c->srv, req)) {
+        c->srv->unauthorized++;
+        conn_respond(c, 401, NULL, 0);
         return;
     }
     if (!token_is(req->method, req->method_len, "GET")) {
@@ -608,6 +653,17 @@ int http_server_port(const struct http_server *srv)
 void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms)
 {
     srv->timeout_ms = timeout_ms ? timeout_ms : HTTP_DEFAULT_TIMEOUT_MS;
+}
+
+void http_server_set_token(struct http_server *srv, const uint8_t *token, size_t len)
+{
+    srv->token = len ? token : NULL;
+    srv->token_len = token ? len : 0;
+}
+
+uint64_t http_server_unauthorized(const struct http_server *srv)
+{
+    return srv->unauthorized;
 }
 
 void http_server_set_max_connections(struct http_server *srv, unsigned max)

@@ -10,7 +10,11 @@
  *   200  GET /metrics (a query string is ignored); Content-Type: text/plain; version=0.0.4;
  *        charset=utf-8; the body is what render produced
  *   400  a malformed request line or header section (bare LF, control characters, a space
- *        before a colon, folded lines, an HTTP/1.1 request without exactly one Host field)
+ *        before a colon, folded lines, an HTTP/1.1 request without exactly one Host field,
+ *        more than one Authorization field)
+ *   401  /metrics on a server with a token (http_server_set_token) without the field
+ *        "Authorization: Bearer TOKEN" carrying it; with "WWW-Authenticate: Bearer
+ *        realm="sluice""
  *   404  any path other than /metrics, whatever the method
  *   405  /metrics with a method other than GET, with "Allow: GET"
  *   408  no complete request head within the timeout after the connection was accepted
@@ -65,6 +69,14 @@ int http_server_port(const struct http_server *srv);
  * Applies to connections accepted afterwards. */
 void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms);
 
+/* Requires "Authorization: Bearer TOKEN" on GET /metrics, TOKEN being the len bytes at token
+ * (compared in constant time); NULL or 0 requires nothing. token is borrowed: it must outlive
+ * srv. */
+void http_server_set_token(struct http_server *srv, const uint8_t *token, size_t len);
+
+/* Requests answered 401 since start. */
+uint64_t http_server_unauthorized(const struct http_server *srv);
+
 /* How many connections may be open at once; 0 restores HTTP_DEFAULT_MAX_CONNECTIONS. */
 void http_server_set_max_connections(struct http_server *srv, unsigned max);
 
@@ -82,6 +94,9 @@ struct http_request {
     size_t path_len;
     int minor;       /* the x in HTTP/1.x */
     size_t head_len; /* bytes up to and including the empty line */
+    /* The value of the Authorization field without the white space around it, or NULL. */
+    const char *authorization;
+    size_t authorization_len;
 };
 
 /* Parses the request head at the start of buf[0..len). Returns

@@ -1,13 +1,29 @@
 /* The libuv connection and RPC layer (DESIGN.md §5).
  *
  * Happy path: a server listens; a client connects; each side sends a Hello (protocol version,
- * role, incarnation) as its first frame; then the client sends request Envelopes, pipelined, each
- * with a fresh id, and the server answers each with an Envelope carrying the same id, in any
- * order. Failure modes: a peer that sends a bad Hello, a zero or over-limit frame, or an
- * undecodable Envelope is disconnected (the server logs one line and keeps serving everyone
- * else); a lost connection fails the client's pending calls with SLUICE_ERR_UNAVAILABLE and the
- * client reconnects on demand with exponential backoff and jitter; a call that gets no reply in
- * its timeout fails with SLUICE_ERR_TIMEOUT.
+ * role, incarnation, and the auth flag and nonce of auth.h) as its first frame; when both hold
+ * the token, each then proves it with an AuthProof and checks the other's (auth.h); then the
+ * client sends request Envelopes, pipelined, each with a fresh id, and the server answers each
+ * with an Envelope carrying the same id, in any order. Failure modes: a peer that sends a bad
+ * Hello, a zero or over-limit frame, or an undecodable Envelope is disconnected (the server logs
+ * one line and keeps serving everyone else); a lost connection fails the client's pending calls
+ * with SLUICE_ERR_UNAVAILABLE and the client reconnects on demand with exponential backoff and
+ * jitter; a call that gets no reply in its timeout fails with SLUICE_ERR_TIMEOUT.
+ *
+ * Authentication: with a token (sec_ctx), the server hands no request to on_request and calls
+ * no on_open before the peer has proved it holds the same token, and the client writes no call
+ * before the server has. A failed authentication (or a TLS failure, which conn.h reports as
+ * SLUICE_ERR_AUTH) is final for the calls waiting on that connection: they fail with
+ * SLUICE_ERR_AUTH and the reason ("authentication failed: wrong token"); the client tries again
+ * only for later calls, after a backoff. The server answers an Error (id 0, SLUICE_ERR_AUTH),
+ * closes, counts the failure (rpc_server_auth_failures) and logs it at most once a minute per
+ * peer address.
+ *
+ * Limits: until its handshake is done a connection may send frames of at most
+ * RPC_HANDSHAKE_MAX_FRAME bytes and must finish within the handshake timeout; beyond
+ * max_connections open connections, or max_handshakes connections still in their handshake, a
+ * new connection is accepted and closed at once (so the listener never stalls), with a log line
+ * at most every 10 s.
  *
  * Threading: every object belongs to the loop it was created on, and every function here must be
  * called on that loop's thread. Callbacks run on that thread.
@@ -36,6 +52,14 @@
 #define RPC_DEFAULT_MAX_PENDING_WRITE (64u << 20)
 /* The most pieces a reply sent with rpc_conn_reply_elements may come in. */
 #define RPC_MAX_SEGS 128
+/* Server limits on connections that have not completed their handshake (rpc_server_opts). */
+#define RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS 10000
+#define RPC_DEFAULT_MAX_HANDSHAKES 64
+#define RPC_HANDSHAKE_MAX_FRAME 4096
+/* The default ceiling on a server's open connections; never above the open-file limit (soft
+ * RLIMIT_NOFILE) less RPC_FD_RESERVE descriptors kept for everything else. */
+#define RPC_DEFAULT_MAX_CONNECTIONS 1024
+#define RPC_FD_RESERVE 64
 
 /* Parses "HOST:PORT" or "sluice://HOST:PORT" (HOST may be "[v6]"). host gets the host without
  * brackets. Returns 0 or SLUICE_ERR_INVALID with a message in err. */
@@ -52,17 +76,18 @@ uint64_t rpc_new_incarnation(void);
 /* ---- server ---------------------------------------------------------------------------------- */
 
 struct rpc_server;
-struct rpc_conn;
-struct sec_ctx; /* one accepted connection; reference counted */
+struct rpc_conn; /* one accepted connection; reference counted */
+struct sec_ctx;
 
 /* Called for every request Envelope. req and everything it points to is valid only during the
  * call. The handler answers now or later with rpc_conn_reply*; to answer later it takes a
  * reference (rpc_conn_ref) and drops it after replying. */
 typedef void (*rpc_request_cb)(struct rpc_server *srv, struct rpc_conn *conn,
                                const Sluice__Envelope *req, void *user);
-/* Called once when a connection has completed its handshake, and once when it closes (after
- * which replies on it are dropped). Either may be NULL. on_close runs only for connections that
- * had on_open (a peer rejected at its Hello was never announced). */
+/* Called once when a connection has completed its handshake (authentication included), and
+ * once when it closes (after which replies on it are dropped). Either may be NULL. on_close runs
+ * only for connections that had on_open (a peer rejected in its handshake was never
+ * announced). */
 typedef void (*rpc_conn_cb)(struct rpc_server *srv, struct rpc_conn *conn, void *user);
 
 struct rpc_server_opts {
@@ -72,6 +97,14 @@ struct rpc_server_opts {
     uint64_t incarnation;
     uint32_t max_frame;       /* 0: RPC_DEFAULT_MAX_FRAME */
     size_t max_pending_write; /* 0: RPC_DEFAULT_MAX_PENDING_WRITE */
+    /* A connection that has not completed its handshake this long after its accept is closed;
+     * 0: RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS. */
+    uint32_t handshake_timeout_ms;
+    /* The most connections open at once; 0: RPC_DEFAULT_MAX_CONNECTIONS. Lowered at start to
+     * what the open-file limit allows (rpc_server_max_connections tells the result). */
+    unsigned max_connections;
+    /* The most connections still in their handshake at once; 0: RPC_DEFAULT_MAX_HANDSHAKES. */
+    unsigned max_handshakes;
     rpc_request_cb on_request;
     rpc_conn_cb on_open, on_close;
     void *user;
@@ -87,6 +120,15 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
 /* The bound port and host (useful with port 0). */
 int rpc_server_port(const struct rpc_server *srv);
 const char *rpc_server_host(const struct rpc_server *srv);
+/* Handshakes that failed authentication since start (a wrong or missing token on either side,
+ * or a TLS failure). */
+uint64_t rpc_server_auth_failures(const struct rpc_server *srv);
+/* Connections refused at accept because of max_connections or max_handshakes, and connections
+ * closed because their handshake timed out. */
+uint64_t rpc_server_refused(const struct rpc_server *srv);
+uint64_t rpc_server_handshake_timeouts(const struct rpc_server *srv);
+/* The effective max_connections. */
+unsigned rpc_server_max_connections(const struct rpc_server *srv);
 /* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */
 void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
 
@@ -180,6 +222,8 @@ bool rpc_client_connected(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
 const char *rpc_client_address(const struct rpc_client *client);
+/* Connections of this client that failed authentication (either side's proof, or TLS). */
+uint64_t rpc_client_auth_failures(const struct rpc_client *client);
 
 /* Fails pending calls with SLUICE_ERR_CANCELLED, closes, calls cb (may be NULL), frees. */
 void rpc_client_close(struct rpc_client *client, void (*cb)(void *user), void *user);

@@ -1,17 +1,23 @@
 /* The RPC client of rpc.h.
  *
  * Happy path: the first call finds the client idle and starts an attempt: resolve the address
- * (numeric addresses skip the resolver), connect, send our Hello, wait for the server's. Calls
- * made meanwhile wait, already packed, in arrival order; once the handshake completes they are
- * written, then on_connect runs. Replies are matched to calls by id through a hash table.
+ * (numeric addresses skip the resolver), connect, send our Hello, wait for the server's, and
+ * when both hold a token exchange proofs (auth.h). Calls made meanwhile wait, already packed, in
+ * arrival order; once the handshake completes (the server has proved it holds the token) they
+ * are written, then on_connect runs. Replies are matched to calls by id through a hash table.
  *
  * Failure modes: a failed attempt (resolution, connect, handshake, or the connect timeout) is
  * retried after an exponential backoff with full jitter for as long as calls wait; with none
  * waiting the client goes idle until the next call. A lost connection fails the calls written
  * on it with SLUICE_ERR_UNAVAILABLE (the server may or may not have acted on them); waiting calls
  * stay and trigger a new attempt. A version mismatch fails every call with SLUICE_ERR_VERSION.
- * A malformed frame from the server, a second Hello, or a reply to an id never issued closes
- * the connection with one warning line; a reply to a call that already timed out is dropped.
+ * A failed authentication (a wrong or missing token on either side, or a TLS failure reported by
+ * conn.h as SLUICE_ERR_AUTH) fails every call, written or waiting, with SLUICE_ERR_AUTH and the
+ * reason, logs it (at most once a minute while the reason stays the same), and makes the next
+ * attempt wait for a backoff even when a call is made at once, so a misconfigured peer is retried
+ * slowly and never silently. A malformed frame from the server, a second Hello, or a reply to an id
+ * never issued closes the connection with one warning line; a reply to a call that already timed
+ * out is dropped.
  *
  * With TLS (opts.sec), every connection is a TLS client connection (conn.h) that verifies the
  * server's certificate against the host part of the address, as given (a name or an IP address);
@@ -22,6 +28,7 @@
  * earliest deadline of a binary min-heap, so each tick does work only for calls that expired. */
 #include "rpc.h"
 
+#include "auth.h"
 #include "backoff.h"
 #include "conn.h"
 #include "error.h"
@@ -41,6 +48,8 @@
 #define DEFAULT_BACKOFF_MAX_MS 2000
 #define INITIAL_BUCKETS 64
 #define NOT_IN_HEAP SIZE_MAX
+/* At most one line a minute about failed authentications. */
+#define AUTH_LOG_INTERVAL_MS 60000
 
 enum client_state {
     CLIENT_IDLE,       /* no connection, no attempt under way */
@@ -83,6 +92,8 @@ struct rpc_client {
     void *user;
     struct bufpool *pool;
     const struct tls_ctx *tls; /* NULL: plain TCP; else every connection verifies host */
+    const struct sec_ctx *sec;
+    struct auth_hs hs; /* the handshake of the current connection */
 
     enum client_state state;
     uv_getaddrinfo_t gai;
@@ -100,6 +111,11 @@ struct rpc_client {
     int lost_code;
     char lost_msg[256];
     bool fail_waiting;
+    /* The last attempt failed authentication: the next one waits for a backoff. */
+    bool auth_failed;
+    uint64_t auth_logged_ms, auth_unlogged, auth_failures;
+    bool auth_ever_logged;
+    char auth_logged_msg[256]; /* the reason last logged */
 
     uint64_t next_id;
     struct call **buckets;
@@ -369,10 +385,13 @@ static void schedule_retry(struct rpc_client *cl)
 {
     if (cl->closing)
         return;
-    if (cl->waiting.head == NULL) {
+    /* After a failed authentication the backoff runs even with no call waiting, so calls made
+     * meanwhile wait for it instead of hammering the server. */
+    if (cl->waiting.head == NULL && !cl->auth_failed) {
         cl->state = CLIENT_IDLE;
         return;
     }
+    cl->auth_failed = false;
     uint32_t delay = backoff_delay(cl->attempt, cl->backoff_min_ms, cl->backoff_max_ms,
                                    backoff_random(&cl->rng));
     if (cl->attempt < UINT32_MAX)
@@ -396,10 +415,41 @@ static void lose_connection(struct rpc_client *cl, int code, const char *why)
     conn_close(&cl->conn);
 }
 
-/* The server refused us outright (version): every call fails with its reason. */
+/* Logs a failed authentication: at once when its reason differs from the one logged last, else
+ * at most once per AUTH_LOG_INTERVAL_MS. */
+static void log_auth_failure(struct rpc_client *cl, const char *msg)
+{
+    uint64_t now = uv_now(cl->loop);
+    cl->auth_unlogged++;
+    if (cl->auth_ever_logged && now - cl->auth_logged_ms < AUTH_LOG_INTERVAL_MS &&
+        strncmp(msg, cl->auth_logged_msg, sizeof cl->auth_logged_msg - 1) == 0)
+        return;
+    text(cl->auth_logged_msg, sizeof cl->auth_logged_msg, "%s", msg);
+    if (cl->auth_unlogged > 1)
+        log_warn("rpc: %s: %s (%" PRIu64 " failures since the last line; at most one line a "
+                 "minute)",
+                 cl->address, msg, cl->auth_unlogged);
+    else
+        log_warn("rpc: %s: %s", cl->address, msg);
+    cl->auth_unlogged = 0;
+    cl->auth_logged_ms = now;
+    cl->auth_ever_logged = true;
+}
+
+/* The server refused us outright (version, authentication), or we refused it: every call fails
+ * with its reason. */
 static void reject_connection(struct rpc_client *cl, int code, const char *msg)
 {
-    log_warn("rpc: %s: %s", cl->address, msg);
+    if (cl->state != CLIENT_CONNECTING && cl->state != CLIENT_HANDSHAKE &&
+        cl->state != CLIENT_CONNECTED)
+        return;
+    if (code == SLUICE_ERR_AUTH) {
+        cl->auth_failures++;
+        log_auth_failure(cl, msg);
+        cl->auth_failed = true;
+    } else {
+        log_warn("rpc: %s: %s", cl->address, msg);
+    }
     lose_connection(cl, code, msg);
     /* The message goes to the caller as the server wrote it. */
     text(cl->lost_msg, sizeof cl->lost_msg, "%s", msg);
@@ -454,21 +504,23 @@ static bool send_call(struct rpc_client *cl, struct call *call)
     return false;
 }
 
-static void handshake_done(struct rpc_client *cl, const Sluice__Hello *hello)
+static void handshake_done(struct rpc_client *cl)
 {
     uv_timer_stop(&cl->connect_timer);
     cl->state = CLIENT_CONNECTED;
     cl->attempt = 0;
     cl->why[0] = '\0';
-    cl->peer_incarnation = hello->incarnation;
-    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", cl->address, hello->incarnation);
+    cl->peer_incarnation = cl->hs.peer_incarnation;
+    conn_set_max_frame(&cl->conn, 0);
+    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", cl->address,
+              cl->peer_incarnation);
     /* Waiting calls go out in the order they were made. Calls made by on_connect follow. */
     while (cl->state == CLIENT_CONNECTED && cl->waiting.head) {
         if (!send_call(cl, cl->waiting.head))
             return;
     }
     if (cl->on_connect)
-        cl->on_connect(cl, hello->incarnation, cl->user);
+        cl->on_connect(cl, cl->peer_incarnation, cl->user);
 }
 
 static int error_status(const Sluice__Error *error)
@@ -488,11 +540,21 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
             reject_connection(cl, error_status(env->error), text);
             return;
         }
-        if (conn_check_hello(env, msg, sizeof msg) != 0) {
-            reject_connection(cl, SLUICE_ERR_VERSION, msg);
-            return;
+        uint8_t mac[AUTH_MAC_LEN];
+        int step = auth_hs_step(&cl->hs, env, mac, msg, sizeof msg, NULL);
+        if (step == AUTH_HS_OPEN) {
+            handshake_done(cl);
+        } else if (step == AUTH_HS_SEND) {
+            int rc = conn_send_proof(&cl->conn, mac);
+            if (rc != 0) {
+                text(msg, sizeof msg, "write: %s", sluice_strerror(rc));
+                lose_connection(cl, SLUICE_ERR_UNAVAILABLE, msg);
+            }
+        } else if (step == SLUICE_ERR_PROTOCOL) {
+            protocol_error(cl, msg);
+        } else {
+            reject_connection(cl, step, msg);
         }
-        handshake_done(cl, env->hello);
         return;
     }
     if (cl->state != CLIENT_CONNECTED)
@@ -502,10 +564,18 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
         protocol_error(cl, "second Hello");
         return;
     }
+    if (env->body_case == SLUICE__ENVELOPE__BODY_AUTH_PROOF) {
+        protocol_error(cl, "AuthProof after the handshake");
+        return;
+    }
     if (env->id == 0) {
         if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR && env->error) {
             /* A complaint about the connection itself. */
             const char *text = env->error->message ? env->error->message : "";
+            if (error_status(env->error) == SLUICE_ERR_AUTH) {
+                reject_connection(cl, SLUICE_ERR_AUTH, text);
+                return;
+            }
             log_warn("rpc: %s: %s", cl->address, text);
             lose_connection(cl, error_status(env->error), text);
             return;
@@ -537,7 +607,12 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
 static void on_conn_error(struct conn *c, int code, const char *why)
 {
     struct rpc_client *cl = (struct rpc_client *)c;
-    if (code == SLUICE_ERR_PROTOCOL || code == SLUICE_ERR_TOO_LARGE || code == SLUICE_ERR_AUTH)
+    /* A TLS failure (conn.h reports it as SLUICE_ERR_AUTH) is as final as a wrong token. */
+    if (code == SLUICE_ERR_AUTH) {
+        reject_connection(cl, SLUICE_ERR_AUTH, why);
+        return;
+    }
+    if (code == SLUICE_ERR_PROTOCOL || code == SLUICE_ERR_TOO_LARGE)
         log_warn("rpc: %s: %s; closing the connection", cl->address, why);
     else
         log_debug("rpc: %s: %s", cl->address, why);
@@ -562,9 +637,17 @@ static void on_connected(uv_connect_t *req, int status)
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
         return;
     }
-    int rc = conn_start(&cl->conn);
+    /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
+    uint8_t nonce[AUTH_NONCE_LEN] = {0};
+    int rc = sec_has_token(cl->sec) ? auth_nonce(nonce) : 0;
+    if (rc == 0) {
+        const struct sec_ctx *sec = cl->sec;
+        auth_hs_init(&cl->hs, AUTH_CLIENT, (uint32_t)cl->role, sec ? sec->token : NULL,
+                     sec ? sec->token_len : 0, nonce);
+        rc = conn_start(&cl->conn);
+    }
     if (rc == 0)
-        rc = conn_send_hello(&cl->conn, cl->role, cl->incarnation);
+        rc = conn_send_hello(&cl->conn, cl->role, cl->incarnation, &cl->hs);
     if (rc != 0) {
         text(why, sizeof why, "connect: %s", sluice_strerror(rc));
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
@@ -577,6 +660,9 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
 {
     int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
     cl->conn.pool = cl->pool;
+    /* The server's Hello and proof are small; nothing bigger is read before it proved itself. */
+    if (rc == 0)
+        conn_set_max_frame(&cl->conn, RPC_HANDSHAKE_MAX_FRAME);
     if (rc != 0) {
         /* No handle was created, so there is no close callback to wait for. */
         uv_timer_stop(&cl->connect_timer);
@@ -748,6 +834,7 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     cl->user = opts->user;
     cl->pool = opts->pool;
     cl->tls = sec_has_tls(opts->sec) ? opts->sec->tls : NULL;
+    cl->sec = opts->sec;
     cl->rng = rpc_new_incarnation() ^ opts->incarnation;
     cl->next_id = 1;
     cl->state = CLIENT_IDLE;
@@ -859,6 +946,11 @@ bool rpc_client_connected(const struct rpc_client *cl)
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *cl)
 {
     return cl->peer_incarnation;
+}
+
+uint64_t rpc_client_auth_failures(const struct rpc_client *cl)
+{
+    return cl->auth_failures;
 }
 
 const char *rpc_client_address(const struct rpc_client *cl)

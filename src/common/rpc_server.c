@@ -1,51 +1,75 @@
 /* The RPC server of rpc.h.
  *
  * Happy path: the listening socket is bound and listening before any libuv handle exists, so a
- * failed start leaves nothing to close. Each accepted connection sends our Hello at once and
- * waits for the peer's; after it, every Envelope goes to on_request.
+ * failed start leaves nothing to close. Each accepted connection sends our Hello (with the auth
+ * flag and nonce of auth.h) at once and runs the handshake of auth.h: the peer's Hello, then,
+ * when both sides hold the token, the proofs. Once it is done the connection is open: on_open
+ * runs and every Envelope goes to on_request.
  *
- * Failure modes: a first frame that is not a Hello of our version is answered with an Error
- * (id 0) and the connection closes once that is written; a second Hello, a request without an
- * id, or a broken frame closes the connection with one warning line. Nothing one connection
- * does affects another. With TLS (opts.sec), every accepted connection is a TLS server
- * connection (conn.h); a failed handshake is logged with the peer's address, at most
- * TLS_LOG_BURST lines per TLS_LOG_WINDOW_MS, so a scanner cannot flood the log.
+ * Failure modes: a handshake that fails (a first frame that is not a Hello of our version, a
+ * missing or wrong token) is answered with an Error (id 0) and the connection closes once that
+ * is written; before the handshake is done frames are limited to RPC_HANDSHAKE_MAX_FRAME bytes
+ * and the whole handshake to the handshake timeout. A second Hello, a request without an id, or
+ * a broken frame closes an open connection with one warning line. Lines about connections that
+ * have not authenticated are rate-limited per peer address (ratelimit.h), so no peer can flood
+ * the log; a failed TLS handshake (opts.sec with TLS: every accepted connection is a TLS server
+ * connection, conn.h) is one of those failures. Nothing one connection does affects another.
+ *
+ * Limits: connections still in their handshake wait on a FIFO list (all have the same timeout,
+ * so the head expires first) watched by one timer. Beyond max_connections (or max_handshakes) a
+ * new connection is accepted into a spare handle and closed at once: libuv stops watching the
+ * listener until a pending connection is accepted, so refusing must not depend on an
+ * allocation, and the listener never stalls.
  *
  * Lifetimes: an rpc_conn holds one reference for its open handle, dropped in the close callback,
  * plus one per rpc_conn_ref. srv is cleared when the handle closes, so a handler replying late
- * through a reference it kept gets SLUICE_ERR_CLOSED, even after the server has been freed. */
+ * through a reference it kept gets SLUICE_ERR_CLOSED, even after the server has been freed. The
+ * server counts its listener, its timer, the spare while it closes and every connection in
+ * handles, and is freed when that count reaches zero after rpc_server_close. */
 #include "rpc.h"
 #include "listen.h"
 
+#include "auth.h"
 #include "conn.h"
 #include "error.h"
 #include "log.h"
+#include "ratelimit.h"
 #include "security.h"
 #include "tls.h"
 
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* One line per peer address per minute about connections that failed their handshake. */
+#define PEER_LOG_INTERVAL_MS 60000
+/* One line per this interval about connections refused by the limits. */
+#define REFUSED_LOG_INTERVAL_MS 10000
 
 struct rpc_conn {
     struct conn conn;       /* first member: a struct conn * is a struct rpc_conn * */
     struct rpc_server *srv; /* NULL once the handle has closed */
     struct rpc_conn *prev, *next;
+    /* In srv's handshake list while the handshake is under way (pending). */
+    struct rpc_conn *hs_prev, *hs_next;
+    bool pending;
+    uint64_t deadline; /* loop time (ms) by which the handshake must be done */
     unsigned refs;
-    bool greeted; /* the peer's Hello has arrived */
+    bool greeted; /* the handshake is done: on_open ran */
+    struct auth_hs hs;
     Sluice__Role peer_role;
     uint64_t peer_incarnation;
 };
 
 /* TLS failures logged per window; the rest are counted and summed up in the next line. */
-#define TLS_LOG_BURST 10
-#define TLS_LOG_WINDOW_MS 10000
 
 struct rpc_server {
     uv_tcp_t listener;
@@ -53,14 +77,27 @@ struct rpc_server {
     struct rpc_server_opts opts; /* opts.host points at host */
     char host[256];
     int port;
-    struct rpc_conn *conns; /* open connections, newest first */
-    unsigned handles;       /* the listener and every connection not yet closed */
+    struct rpc_conn *conns; /* every connection whose handle is open, newest first */
+    unsigned nconns;
+    struct rpc_conn *hs_head, *hs_tail; /* connections in their handshake, oldest first */
+    unsigned nhandshakes;
+    unsigned max_conns, max_handshakes;
+    uint32_t hs_timeout_ms;
+    uv_timer_t hs_timer; /* due when the oldest handshake runs out */
+    /* Refused connections are accepted into spare and closed at once (see the top). */
+    uv_tcp_t spare;
+    bool spare_busy;     /* spare is closing */
+    bool accept_pending; /* a connection waits for the spare to be free */
+    uint64_t auth_failures, refused, timeouts;
+    uint64_t refused_unlogged; /* refused since the last line about it */
+    uint64_t refused_logged_ms;
+    bool refused_ever_logged;
+    struct ratelimit peer_log;
+    unsigned handles; /* listener, timer, spare while closing, every connection not yet closed */
     bool closing;
     void (*close_cb)(void *user);
     void *close_user;
     const struct tls_ctx *tls; /* NULL: plain TCP */
-    uint64_t tls_window_start;
-    unsigned tls_logged, tls_suppressed;
 };
 
 static const struct conn_ops server_conn_ops;
@@ -160,13 +197,40 @@ int rpc_conn_reply_error(struct rpc_conn *rc, uint64_t id, int code, const char 
 
 /* ---- connections ----------------------------------------------------------------------------- */
 
-static void finish_close(struct rpc_server *srv)
+static void server_release(struct rpc_server *srv)
 {
+    assert(srv->handles > 0);
+    if (--srv->handles > 0 || !srv->closing)
+        return;
     void (*cb)(void *) = srv->close_cb;
     void *user = srv->close_user;
     free(srv);
     if (cb)
         cb(user);
+}
+
+/* Logs a line about a peer that has not authenticated, at most once per address per minute. */
+static void peer_log(struct rpc_server *srv, const struct rpc_conn *rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void peer_log(struct rpc_server *srv, const struct rpc_conn *rc, const char *fmt, ...)
+{
+    char host[RATELIMIT_KEY_MAX];
+    uint64_t suppressed = 0;
+    ratelimit_host_of(rc->conn.peer, host, sizeof host);
+    if (!ratelimit_allow(&srv->peer_log, host, uv_now(srv->loop), &suppressed))
+        return;
+    char why[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (suppressed)
+        log_warn("rpc: %s: %s (%" PRIu64 " more from %s since the last line; at most one line a "
+                 "minute per address)",
+                 rc->conn.peer, why, suppressed, host);
+    else
+        log_warn("rpc: %s: %s", rc->conn.peer, why);
 }
 
 static void protocol_error(struct rpc_conn *rc, const char *fmt, ...)
@@ -183,27 +247,110 @@ static void protocol_error(struct rpc_conn *rc, const char *fmt, ...)
     conn_close(&rc->conn);
 }
 
+static void on_hs_timer(uv_timer_t *t);
+
+/* Takes rc off the handshake list. */
+static void hs_remove(struct rpc_server *srv, struct rpc_conn *rc)
+{
+    if (!rc->pending)
+        return;
+    rc->pending = false;
+    if (rc->hs_prev)
+        rc->hs_prev->hs_next = rc->hs_next;
+    else
+        srv->hs_head = rc->hs_next;
+    if (rc->hs_next)
+        rc->hs_next->hs_prev = rc->hs_prev;
+    else
+        srv->hs_tail = rc->hs_prev;
+    rc->hs_prev = rc->hs_next = NULL;
+    srv->nhandshakes--;
+}
+
+static void hs_append(struct rpc_server *srv, struct rpc_conn *rc)
+{
+    rc->pending = true;
+    rc->deadline = uv_now(srv->loop) + srv->hs_timeout_ms;
+    rc->hs_next = NULL;
+    rc->hs_prev = srv->hs_tail;
+    if (srv->hs_tail)
+        srv->hs_tail->hs_next = rc;
+    else
+        srv->hs_head = rc;
+    srv->hs_tail = rc;
+    srv->nhandshakes++;
+    /* The timer is due for the head at the latest; a later deadline needs no change. */
+    if (!uv_is_active((uv_handle_t *)&srv->hs_timer))
+        uv_timer_start(&srv->hs_timer, on_hs_timer, srv->hs_timeout_ms, 0);
+}
+
+static void on_hs_timer(uv_timer_t *t)
+{
+    struct rpc_server *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    while (srv->hs_head && srv->hs_head->deadline <= now) {
+        struct rpc_conn *rc = srv->hs_head;
+        hs_remove(srv, rc);
+        srv->timeouts++;
+        peer_log(srv, rc, "no handshake within %" PRIu32 " ms; closing the connection",
+                 srv->hs_timeout_ms);
+        conn_close(&rc->conn);
+    }
+    if (srv->hs_head)
+        uv_timer_start(&srv->hs_timer, on_hs_timer, srv->hs_head->deadline - now, 0);
+}
+
+/* The handshake is done: the connection is open to requests. */
+static void open_conn(struct rpc_server *srv, struct rpc_conn *rc)
+{
+    hs_remove(srv, rc);
+    rc->greeted = true;
+    rc->peer_role = (Sluice__Role)rc->hs.peer_role;
+    rc->peer_incarnation = rc->hs.peer_incarnation;
+    conn_set_max_frame(&rc->conn, 0);
+    if (srv->opts.on_open)
+        srv->opts.on_open(srv, rc, srv->opts.user);
+}
+
+static void handshake_failed(struct rpc_server *srv, struct rpc_conn *rc, int code, const char *msg,
+                             const char *peer_msg)
+{
+    hs_remove(srv, rc);
+    if (code == SLUICE_ERR_AUTH)
+        srv->auth_failures++;
+    peer_log(srv, rc, "%s; closing the connection", msg);
+    conn_reject(&rc->conn, code, peer_msg ? peer_msg : msg);
+}
+
 static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
 {
     struct rpc_conn *rc = (struct rpc_conn *)c;
     struct rpc_server *srv = rc->srv;
 
     if (!rc->greeted) {
-        char msg[128];
-        if (conn_check_hello(env, msg, sizeof msg) != 0) {
-            log_warn("rpc: %s: %s; closing the connection", c->peer, msg);
-            conn_reject(c, SLUICE_ERR_VERSION, msg);
-            return;
+        char msg[256];
+        const char *peer_msg = NULL;
+        uint8_t mac[AUTH_MAC_LEN];
+        int step = auth_hs_step(&rc->hs, env, mac, msg, sizeof msg, &peer_msg);
+        if (step == AUTH_HS_OPEN) {
+            open_conn(srv, rc);
+        } else if (step == AUTH_HS_SEND) {
+            int err = conn_send_proof(c, mac);
+            if (err != 0) {
+                log_warn("rpc: %s: write: %s", c->peer, sluice_strerror(err));
+                conn_close(c);
+            }
+        } else {
+            handshake_failed(srv, rc, step, msg, peer_msg);
         }
-        rc->greeted = true;
-        rc->peer_role = env->hello->role;
-        rc->peer_incarnation = env->hello->incarnation;
-        if (srv->opts.on_open)
-            srv->opts.on_open(srv, rc, srv->opts.user);
         return;
     }
     if (env->body_case == SLUICE__ENVELOPE__BODY_HELLO) {
         protocol_error(rc, "second Hello");
+        return;
+    }
+    if (env->body_case == SLUICE__ENVELOPE__BODY_AUTH_PROOF) {
+        protocol_error(rc, "AuthProof after the handshake");
         return;
     }
     if (env->id == 0) {
@@ -213,35 +360,19 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
     srv->opts.on_request(srv, rc, env, srv->opts.user);
 }
 
-/* One line per TLS failure, with the peer's address, within a budget per window. */
-static void log_tls_failure(struct rpc_server *srv, const char *peer, const char *why)
-{
-    uint64_t now = uv_now(srv->loop);
-    if (now - srv->tls_window_start >= TLS_LOG_WINDOW_MS) {
-        if (srv->tls_suppressed > 0)
-            log_warn("rpc: %u more TLS failures not logged in the last %d s", srv->tls_suppressed,
-                     TLS_LOG_WINDOW_MS / 1000);
-        srv->tls_window_start = now;
-        srv->tls_logged = srv->tls_suppressed = 0;
-    }
-    if (srv->tls_logged < TLS_LOG_BURST) {
-        srv->tls_logged++;
-        log_warn("rpc: %s: %s; closing the connection", peer, why);
-    } else {
-        srv->tls_suppressed++;
-    }
-}
-
 static void on_conn_error(struct conn *c, int code, const char *why)
 {
     struct rpc_conn *rc = (struct rpc_conn *)c;
-    if (code == SLUICE_ERR_AUTH && rc->srv) {
-        log_tls_failure(rc->srv, c->peer, why);
-        return;
-    }
-    /* A peer going away is routine; anything else is worth a line at the default level. */
+    struct rpc_server *srv = rc->srv;
+    /* A peer going away is routine; anything else is worth a line at the default level, rate
+     * limited for a peer that has not authenticated. A TLS failure counts as an authentication
+     * failure. */
+    if (code == SLUICE_ERR_AUTH && !rc->greeted)
+        srv->auth_failures++;
     if (code == UV_EOF || code == UV_ECONNRESET || code == UV_EPIPE)
         log_debug("rpc: %s: %s", c->peer, why);
+    else if (!rc->greeted)
+        peer_log(srv, rc, "%s; closing the connection", why);
     else
         log_warn("rpc: %s: %s; closing the connection", c->peer, why);
 }
@@ -251,6 +382,7 @@ static void on_conn_closed(struct conn *c)
     struct rpc_conn *rc = (struct rpc_conn *)c;
     struct rpc_server *srv = rc->srv;
 
+    hs_remove(srv, rc);
     if (rc->prev)
         rc->prev->next = rc->next;
     else
@@ -258,6 +390,7 @@ static void on_conn_closed(struct conn *c)
     if (rc->next)
         rc->next->prev = rc->prev;
     rc->prev = rc->next = NULL;
+    srv->nconns--;
 
     /* on_close pairs with on_open: a connection that never finished its handshake was never
      * announced. Replies from on_close are already refused (the handle is closed). */
@@ -265,9 +398,7 @@ static void on_conn_closed(struct conn *c)
         srv->opts.on_close(srv, rc, srv->opts.user);
     rc->srv = NULL;
     rpc_conn_unref(rc);
-
-    if (--srv->handles == 0 && srv->closing)
-        finish_close(srv);
+    server_release(srv);
 }
 
 static const struct conn_ops server_conn_ops = {
@@ -276,6 +407,46 @@ static const struct conn_ops server_conn_ops = {
     .on_closed = on_conn_closed,
 };
 
+static void on_connection(uv_stream_t *listener, int status);
+
+static void on_spare_closed(uv_handle_t *h)
+{
+    struct rpc_server *srv = h->data;
+    srv->spare_busy = false;
+    /* Close callbacks run late in the loop iteration, so a connection refused meanwhile waits
+     * one iteration at most. The listener is still open unless the server is closing. */
+    if (srv->accept_pending && !srv->closing) {
+        srv->accept_pending = false;
+        on_connection((uv_stream_t *)&srv->listener, 0);
+    }
+    server_release(srv);
+}
+
+/* Accepts the pending connection into the spare handle and closes it straight away. why names
+ * the limit, for the log line (at most one per REFUSED_LOG_INTERVAL_MS). */
+static void refuse(struct rpc_server *srv, const char *why)
+{
+    if (srv->spare_busy || uv_tcp_init(srv->loop, &srv->spare) != 0) {
+        srv->accept_pending = true;
+        return;
+    }
+    srv->spare.data = srv;
+    srv->spare_busy = true;
+    srv->handles++;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->spare);
+    uv_close((uv_handle_t *)&srv->spare, on_spare_closed);
+    srv->refused++;
+    srv->refused_unlogged++;
+    uint64_t now = uv_now(srv->loop);
+    if (srv->refused_ever_logged && now - srv->refused_logged_ms < REFUSED_LOG_INTERVAL_MS)
+        return;
+    log_warn("rpc: %s:%d: refused %" PRIu64 " connection(s): %s (open: %u, in handshake: %u)",
+             srv->host, srv->port, srv->refused_unlogged, why, srv->nconns, srv->nhandshakes);
+    srv->refused_unlogged = 0;
+    srv->refused_logged_ms = now;
+    srv->refused_ever_logged = true;
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rpc_server *srv = (struct rpc_server *)listener; /* listener is the first member */
@@ -283,9 +454,22 @@ static void on_connection(uv_stream_t *listener, int status)
         log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port, uv_strerror(status));
         return;
     }
+    if (srv->nconns >= srv->max_conns) {
+        refuse(srv, "--max-connections reached");
+        return;
+    }
+    if (srv->nhandshakes >= srv->max_handshakes) {
+        refuse(srv, "too many connections in their handshake (--max-handshakes)");
+        return;
+    }
+    /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
+    uint8_t nonce[AUTH_NONCE_LEN] = {0};
     struct rpc_conn *rc = calloc(1, sizeof *rc);
-    if (rc == NULL) {
-        log_warn("rpc: accept on %s:%d: out of memory", srv->host, srv->port);
+    if (rc == NULL || (sec_has_token(srv->opts.sec) && auth_nonce(nonce) != 0)) {
+        log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port,
+                 rc ? "no random nonce" : "out of memory");
+        free(rc);
+        refuse(srv, "out of resources");
         return;
     }
     int err = conn_init(&rc->conn, srv->loop, &server_conn_ops, srv->opts.max_frame,
@@ -293,6 +477,7 @@ static void on_connection(uv_stream_t *listener, int status)
     if (err != 0) {
         log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port, uv_strerror(err));
         free(rc);
+        refuse(srv, "out of resources");
         return;
     }
     /* From here the handle is open: the conn is on the list and closes through on_conn_closed. */
@@ -302,7 +487,13 @@ static void on_connection(uv_stream_t *listener, int status)
     if (srv->conns)
         srv->conns->prev = rc;
     srv->conns = rc;
+    srv->nconns++;
     srv->handles++;
+    const struct sec_ctx *sec = srv->opts.sec;
+    auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
+                 sec ? sec->token_len : 0, nonce);
+    conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
+    hs_append(srv, rc);
 
     err = uv_accept(listener, (uv_stream_t *)&rc->conn.tcp);
     if (err == 0 && srv->tls) {
@@ -317,20 +508,35 @@ static void on_connection(uv_stream_t *listener, int status)
     if (err == 0)
         err = conn_start(&rc->conn);
     if (err == 0)
-        err = conn_send_hello(&rc->conn, srv->opts.role, srv->opts.incarnation);
+        err = conn_send_hello(&rc->conn, srv->opts.role, srv->opts.incarnation, &rc->hs);
     if (err != 0) {
-        log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port, sluice_strerror(err));
+        log_debug("rpc: accept on %s:%d: %s", srv->host, srv->port, sluice_strerror(err));
         conn_close(&rc->conn);
     }
 }
 
 /* ---- the server ------------------------------------------------------------------------------ */
 
-static void on_listener_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
-    struct rpc_server *srv = (struct rpc_server *)h;
-    if (--srv->handles == 0)
-        finish_close(srv);
+    server_release(h->data);
+}
+
+/* max, lowered to what the open-file limit leaves after RPC_FD_RESERVE descriptors. */
+static unsigned cap_to_fd_limit(unsigned max)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return max;
+    rlim_t room = rl.rlim_cur > 2 * RPC_FD_RESERVE ? rl.rlim_cur - RPC_FD_RESERVE : rl.rlim_cur / 2;
+    if (room < 1)
+        room = 1;
+    if ((rlim_t)max <= room)
+        return max;
+    log_warn("rpc: max connections lowered from %u to %llu: the open-file limit is %llu "
+             "(raise it with ulimit -n)",
+             max, (unsigned long long)room, (unsigned long long)rl.rlim_cur);
+    return (unsigned)room;
 }
 
 int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct rpc_server **out,
@@ -362,23 +568,37 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
     srv->opts = *opts;
     strcpy(srv->host, host);
     srv->opts.host = srv->host;
+    /* 0 is the default, never "unbounded": a peer that does not read its replies must not
+     * make the server buffer without end. */
+    if (srv->opts.max_pending_write == 0)
+        srv->opts.max_pending_write = RPC_DEFAULT_MAX_PENDING_WRITE;
+    srv->hs_timeout_ms =
+        opts->handshake_timeout_ms ? opts->handshake_timeout_ms : RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS;
+    srv->max_conns = cap_to_fd_limit(opts->max_connections ? opts->max_connections
+                                                           : RPC_DEFAULT_MAX_CONNECTIONS);
+    srv->max_handshakes = opts->max_handshakes ? opts->max_handshakes : RPC_DEFAULT_MAX_HANDSHAKES;
+    ratelimit_init(&srv->peer_log, PEER_LOG_INTERVAL_MS);
     srv->port = port;
     srv->handles = 1;
     srv->tls = sec_has_tls(opts->sec) ? opts->sec->tls : NULL;
-    srv->tls_window_start = uv_now(loop);
     int inited;
     rc = listen_adopt(loop, &srv->listener, fd, on_connection, &inited);
     if (rc != 0 && !inited) {
         free(srv);
         return err_set(err, errlen, rc, "listen on %s: %s", addr, uv_strerror(rc));
     }
+    srv->listener.data = srv;
     if (rc != 0) {
         /* The handle exists now and can only go away through the loop: the caller's next run
          * of the loop frees srv. */
         srv->closing = true;
-        uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
+        uv_close((uv_handle_t *)&srv->listener, on_handle_closed);
         return err_set(err, errlen, rc, "listen on %s: %s", addr, uv_strerror(rc));
     }
+    /* A timer on a live loop cannot fail to initialize. */
+    uv_timer_init(loop, &srv->hs_timer);
+    srv->hs_timer.data = srv;
+    srv->handles++;
     *out = srv;
     return 0;
 
@@ -398,13 +618,34 @@ const char *rpc_server_host(const struct rpc_server *srv)
     return srv->host;
 }
 
+uint64_t rpc_server_auth_failures(const struct rpc_server *srv)
+{
+    return srv->auth_failures;
+}
+
+uint64_t rpc_server_refused(const struct rpc_server *srv)
+{
+    return srv->refused;
+}
+
+uint64_t rpc_server_handshake_timeouts(const struct rpc_server *srv)
+{
+    return srv->timeouts;
+}
+
+unsigned rpc_server_max_connections(const struct rpc_server *srv)
+{
+    return srv->max_conns;
+}
+
 void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user)
 {
     assert(!srv->closing);
     srv->closing = true;
     srv->close_cb = cb;
     srv->close_user = user;
-    uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
+    uv_close((uv_handle_t *)&srv->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&srv->hs_timer, on_handle_closed);
     for (struct rpc_conn *rc = srv->conns; rc; rc = rc->next)
         conn_close(&rc->conn);
 }

@@ -46,6 +46,7 @@ struct sluice_dispatcher {
     struct dispatcher_opts opts;
     bool metrics;
     int metrics_port;
+    char *metrics_host;
 
     /* Written on the loop thread while starting, read-only once the start returned. */
     char target[ADDRESS_MAX];
@@ -127,6 +128,7 @@ static void free_object(struct sluice_dispatcher *s)
     free(s->worker_addresses);
     pipe_roots_release(&s->roots);
     sec_ctx_free(s->sec);
+    free(s->metrics_host);
     free(s->work_dir);
     free(s->host);
     free(s);
@@ -187,9 +189,21 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .max_datasets = o->max_datasets,
         .max_pipeline_bytes = o->max_pipeline_bytes,
         .max_jobs_per_client = o->max_jobs_per_client,
+        .handshake_timeout_ms = o->handshake_timeout_ms,
+        .max_connections = o->max_connections,
+        .max_handshakes = o->max_handshakes,
     };
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;
+    if (o->metrics) {
+        s->metrics_host = strdup(o->metrics_host ? o->metrics_host : "127.0.0.1");
+        if (!s->metrics_host)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                           sluice_strerror(SLUICE_ERR_NOMEM));
+        char why[512];
+        if ((rc = sec_check_listen(s->sec, s->metrics_host, why, sizeof why)) < 0)
+            return err_set(err, errlen, rc, "metrics: %s", why);
+    }
     return 0;
 
 nomem:
@@ -242,12 +256,14 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         return rc;
     if (s->metrics) {
         char why[512];
-        rc = http_server_start(loop, s->host, s->metrics_port, render_metrics, s, &s->http, why,
-                               sizeof why);
+        rc = http_server_start(loop, s->metrics_host, s->metrics_port, render_metrics, s, &s->http,
+                               why, sizeof why);
         if (rc < 0) {
             close_servers(s);
             return err_set(err, errlen, rc, "metrics: %s", why);
         }
+        if (sec_has_token(s->sec))
+            http_server_set_token(s->http, s->sec->token, s->sec->token_len);
     }
     if (s->fatal) {
         close_servers(s);
@@ -258,7 +274,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         log_warn("serving beyond loopback without --data-root: datasets may name any file");
     rpc_format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
     if (s->http)
-        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, s->metrics_host,
                            http_server_port(s->http));
     return 0;
 }

@@ -34,7 +34,8 @@ static const char usage[] =
     "                         [--max-datasets N] [--max-pipeline-bytes N]\n"
     "                         [--max-jobs-per-client N]\n"
     "                         [--auth-token-file F] [--tls-cert F --tls-key F] [--tls-ca F]\n"
-    "                         [--insecure]\n"
+    "                         [--insecure] [--metrics-host H] [--handshake-timeout-ms N]\n"
+    "                         [--max-connections N] [--max-handshakes N]\n"
     "\n"
     "  --host H                 address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port P                 port to listen on (default 5050; 0 picks a free one)\n"
@@ -52,8 +53,17 @@ static const char usage[] =
     "  --client-timeout-ms N    release a client silent this long (default 30000)\n"
     "  --job-gc-timeout-ms N    collect an iteration without clients this long (default 60000)\n"
     "  --worker-addresses LIST  the fixed workers of static sharding, comma-separated\n"
-    "  --metrics-port P         serve Prometheus metrics at GET /metrics on this port, on\n"
-    "                           the same --host (0 picks a free one)\n"
+    "  --metrics-port P         serve Prometheus metrics at GET /metrics on this port (0\n"
+    "                           picks a free one); with a token, scrapes must send\n"
+    "                           'Authorization: Bearer TOKEN'\n"
+    "  --metrics-host H         address of the metrics server (default 127.0.0.1)\n"
+    "  --handshake-timeout-ms N close a connection that has not completed its handshake\n"
+    "                           (authentication included) this long after it connected\n"
+    "                           (default 10000)\n"
+    "  --max-connections N      most connections open at once; beyond it new ones are\n"
+    "                           closed at once (default 1024, at most the open-file limit\n"
+    "                           less 64)\n"
+    "  --max-handshakes N       most connections in their handshake at once (default 64)\n"
     "  --autoscale-window-ms N  how often to recompute the recommended number of workers\n"
     "                           (sluice status, sluice_recommended_workers) from the\n"
     "                           figures workers and clients reported meanwhile\n"
@@ -67,8 +77,7 @@ static const char usage[] =
     "  --max-pipeline-bytes N   refuse a pipeline whose definition or text is over N bytes\n"
     "                           (default 1048576)\n"
     "  --max-jobs-per-client N  refuse a client a read when it already holds N open\n"
-    "                           (default 1000)\n"
-    SEC_USAGE_SERVER
+    "                           (default 1000)\n" SEC_USAGE_SERVER
     "  --help                   print this help\n"
     "  --version                print the version\n";
 
@@ -101,6 +110,8 @@ struct config {
     const char **data_roots;
     size_t ndata_roots;
     long metrics_port; /* -1: not given */
+    const char *metrics_host;
+    long long handshake_timeout_ms, max_connections, max_handshakes;
     enum log_level log_level;
     struct sluice_security_options security;
 };
@@ -221,7 +232,11 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--auth-token-file",
                                             "--tls-cert",
                                             "--tls-key",
-                                            "--tls-ca"};
+                                            "--tls-ca",
+                                            "--metrics-host",
+                                            "--handshake-timeout-ms",
+                                            "--max-connections",
+                                            "--max-handshakes"};
         bool is_known = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             is_known |= strcmp(name, known[k]) == 0;
@@ -241,12 +256,25 @@ static int parse_args(int argc, char **argv, struct config *c)
         }
         if (sec > 0)
             continue;
-        if (strcmp(name, "--host") == 0) {
+        if (strcmp(name, "--host") == 0 || strcmp(name, "--metrics-host") == 0) {
             if (!*value) {
-                fail("usage", "--host needs a value");
+                fail("usage", "%s needs a value", name);
                 return -1;
             }
-            c->host = value;
+            if (strcmp(name, "--host") == 0)
+                c->host = value;
+            else
+                c->metrics_host = value;
+        } else if (strcmp(name, "--max-connections") == 0 ||
+                   strcmp(name, "--max-handshakes") == 0) {
+            if (!parse_num(value, 1, 1000000, &v)) {
+                fail("usage", "%s: expected a number from 1 to 1000000, found '%s'", name, value);
+                return -1;
+            }
+            if (strcmp(name, "--max-connections") == 0)
+                c->max_connections = v;
+            else
+                c->max_handshakes = v;
         } else if (strcmp(name, "--port") == 0 || strcmp(name, "--metrics-port") == 0) {
             if (!parse_num(value, 0, 65535, &v)) {
                 fail("usage", "%s: expected a port from 0 to 65535, found '%s'", name, value);
@@ -319,7 +347,9 @@ static int parse_args(int argc, char **argv, struct config *c)
                      name, UINT32_MAX, value);
                 return -1;
             }
-            if (strcmp(name, "--worker-timeout-ms") == 0)
+            if (strcmp(name, "--handshake-timeout-ms") == 0)
+                c->handshake_timeout_ms = v;
+            else if (strcmp(name, "--worker-timeout-ms") == 0)
                 c->worker_timeout_ms = v;
             else if (strcmp(name, "--client-timeout-ms") == 0)
                 c->client_timeout_ms = v;
@@ -395,6 +425,10 @@ int main(int argc, char **argv)
         .ndata_roots = c.ndata_roots,
         .metrics = c.metrics_port >= 0,
         .metrics_port = c.metrics_port >= 0 ? (int)c.metrics_port : 0,
+        .metrics_host = c.metrics_host,
+        .handshake_timeout_ms = (uint32_t)c.handshake_timeout_ms,
+        .max_connections = (unsigned)c.max_connections,
+        .max_handshakes = (unsigned)c.max_handshakes,
         .log_level = log_level_name(c.log_level),
         .security = c.security,
         .recover_to_last_good = c.recover_to_last_good,

@@ -35,6 +35,9 @@
  *   sluice_autoscale_demand_elements_per_second, sluice_autoscale_capacity_elements_per_second,
  *   sluice_autoscale_unmet_share, sluice_autoscale_idle_share
  *                                                    gauges: the last decision's figures
+ *   sluice_auth_failures_total, sluice_connections_refused_total,
+ *   sluice_handshake_timeouts_total                  counters: of the RPC server (rpc.h), as
+ *                                                    observe_connections last set them
  *
  * Threading: the loop thread only, like the state. Ownership: struct observe owns its registry and
  * tables; nothing passed in is kept. */
@@ -142,6 +145,11 @@ uint32_t observe_current_workers(const struct state *st);
 
 /* Fills what the status document adds to the state: the recommendation and the configuration. */
 void observe_status(const struct observe *o, const struct state *st, struct status_extra *out);
+
+/* Sets the connection counters of the RPC server (rpc_server_auth_failures, _refused,
+ * _handshake_timeouts), which the server keeps itself. */
+void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t refused,
+                         uint64_t handshake_timeouts);
 
 /* Refreshes the gauges from st and the figures, and renders the registry (metrics.h). Returns 0
  * with *body (malloc'd, the caller frees it) and *len, or SLUICE_ERR_NOMEM. */

@@ -587,6 +587,12 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         .port = opts->port,
         .role = SLUICE__ROLE__ROLE_DISPATCHER,
         .incarnation = d->incarnation,
+        /* Replies to the dispatcher's requests are small: a peer that stops reading them is
+         * cut off from sending more well before it costs memory. */
+        .max_pending_write = DISPATCHER_MAX_PENDING_WRITE,
+        .handshake_timeout_ms = opts->handshake_timeout_ms,
+        .max_connections = opts->max_connections,
+        .max_handshakes = opts->max_handshakes,
         .on_request = on_request,
         .user = d,
         .sec = opts->sec,
@@ -642,6 +648,8 @@ uint64_t dispatcher_incarnation(const struct dispatcher *d)
 
 int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 {
+    observe_connections(d->obs, rpc_server_auth_failures(d->rpc), rpc_server_refused(d->rpc),
+                        rpc_server_handshake_timeouts(d->rpc));
     return observe_render(d->obs, &d->st, body, len);
 }
 

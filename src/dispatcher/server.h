@@ -49,6 +49,9 @@ struct dispatcher_opts {
     /* Authentication and TLS for the RPC port (common/security.h); NULL for neither. It
      * outlives the dispatcher. */
     const struct sec_ctx *sec;
+    /* Connection limits of the RPC port (rpc_server_opts; 0: the defaults). */
+    uint32_t handshake_timeout_ms;
+    unsigned max_connections, max_handshakes;
 
     /* Fault-tolerant mode (DESIGN.md §6) when work_dir is not NULL: the state is rebuilt from the
      * journal under work_dir at start, every change is journaled before any reply that reveals

@@ -56,6 +56,7 @@ struct sluice_worker {
     bool metrics;
     int metrics_port;
     bool unconfined_files; /* no data roots */
+    char *metrics_host;
 
     /* Written on the loop thread while starting, read-only once the start returned. */
     char listen_address[ADDRESS_MAX];
@@ -144,6 +145,7 @@ static void free_object(struct sluice_worker *s)
     if (s->reg)
         pipe_registry_free(s->reg);
     sec_ctx_free(s->sec);
+    free(s->metrics_host);
     free(s->advertise);
     free(s->host);
     free(s->dispatcher);
@@ -213,10 +215,22 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .max_element_bytes =
             o->max_element_bytes ? o->max_element_bytes : WORKER_DEFAULT_MAX_ELEMENT_BYTES,
         .sec = s->sec,
+        .handshake_timeout_ms = o->handshake_timeout_ms,
+        .max_connections = o->max_connections,
+        .max_handshakes = o->max_handshakes,
     };
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;
+    if (o->metrics) {
+        s->metrics_host = strdup(o->metrics_host ? o->metrics_host : "127.0.0.1");
+        if (!s->metrics_host)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                           sluice_strerror(SLUICE_ERR_NOMEM));
+        char why[512];
+        if ((rc = sec_check_listen(s->sec, s->metrics_host, why, sizeof why)) < 0)
+            return err_set(err, errlen, rc, "metrics: %s", why);
+    }
     return 0;
 }
 
@@ -264,18 +278,20 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         return rc;
     if (s->metrics) {
         char why[512];
-        rc = http_server_start(loop, s->host, s->metrics_port, render_metrics, s, &s->http, why,
-                               sizeof why);
+        rc = http_server_start(loop, s->metrics_host, s->metrics_port, render_metrics, s, &s->http,
+                               why, sizeof why);
         if (rc < 0) {
             close_servers(s);
             return err_set(err, errlen, rc, "metrics: %s", why);
         }
+        if (sec_has_token(s->sec))
+            http_server_set_token(s->http, s->sec->token, s->sec->token_len);
     }
     const char *host = worker_host(s->w);
     rpc_format_address(s->listen_address, sizeof s->listen_address, host, worker_port(s->w));
     snprintf(s->address, sizeof s->address, "%s", worker_address(s->w));
     if (s->http)
-        rpc_format_address(s->metrics_address, sizeof s->metrics_address, host,
+        rpc_format_address(s->metrics_address, sizeof s->metrics_address, s->metrics_host,
                            http_server_port(s->http));
     log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task", s->address,
              s->dispatcher, s->opts.threads);

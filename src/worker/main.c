@@ -46,16 +46,24 @@ static const char usage[] =
     "  --data-root DIR       file sources (lines, tfrecord, tar) read only files within DIR,\n"
     "                        after resolving '..' and symbolic links (repeatable; without\n"
     "                        any, every file this process can read; set it in production)\n"
-    "  --metrics-port P      serve Prometheus metrics at GET /metrics on this port, on the\n"
-    "                        same --host (0: any free port)\n"
+    "  --metrics-port P      serve Prometheus metrics at GET /metrics on this port\n"
+    "                        (0: any free port); with a token, scrapes must send\n"
+    "                        'Authorization: Bearer TOKEN'\n"
+    "  --metrics-host H      address of the metrics server (default 127.0.0.1)\n"
+    "  --handshake-timeout-ms N\n"
+    "                        close a connection that has not completed its handshake\n"
+    "                        (authentication included) this long after it connected\n"
+    "                        (default 10000)\n"
+    "  --max-connections N   most connections open at once; beyond it new ones are closed\n"
+    "                        at once (default 1024, at most the open-file limit less 64)\n"
+    "  --max-handshakes N    most connections in their handshake at once (default 64)\n"
     "  --drain-timeout-ms N  on SIGTERM, how long to wait for readers to fetch what this\n"
     "                        worker holds before leaving anyway (default 30000)\n"
     "  --max-element-bytes N the most bytes one element (or batch) of a task may hold, from\n"
     "                        1 to 267317248 (default 134217728); a larger one fails its task\n"
     "                        with an error its readers get, before it is allocated where\n"
     "                        its size is known in advance\n"
-    "  --log-level L         debug, info, warn, error or off (default info)\n"
-    SEC_USAGE_SERVER
+    "  --log-level L         debug, info, warn, error or off (default info)\n" SEC_USAGE_SERVER
     "  --help                show this help\n"
     "  --version             print the version\n";
 
@@ -73,6 +81,9 @@ struct args {
     const char **data_roots;
     size_t ndata_roots;
     int metrics_port; /* -1: no metrics server */
+    const char *metrics_host;
+    uint32_t handshake_timeout_ms;
+    unsigned max_connections, max_handshakes;
     uint32_t drain_timeout_ms;
     uint64_t max_element_bytes; /* 0: the default */
     enum log_level level;
@@ -143,6 +154,10 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_SEC_KEY,
         O_SEC_CA,
         O_SEC_INSECURE,
+        O_METRICS_HOST,
+        O_HS_TIMEOUT,
+        O_MAX_CONNS,
+        O_MAX_HS,
     };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISPATCHER},
@@ -165,6 +180,10 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"tls-key", required_argument, NULL, O_SEC_KEY},
         {"tls-ca", required_argument, NULL, O_SEC_CA},
         {"insecure", no_argument, NULL, O_SEC_INSECURE},
+        {"metrics-host", required_argument, NULL, O_METRICS_HOST},
+        {"handshake-timeout-ms", required_argument, NULL, O_HS_TIMEOUT},
+        {"max-connections", required_argument, NULL, O_MAX_CONNS},
+        {"max-handshakes", required_argument, NULL, O_MAX_HS},
         {NULL, 0, NULL, 0},
     };
     unsigned long v;
@@ -220,6 +239,28 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                                    "'%s'",
                                    optarg);
             a->metrics_port = (int)v;
+            break;
+        case O_METRICS_HOST:
+            if (!*optarg)
+                return usage_error("--metrics-host: expected an address, got ''");
+            a->metrics_host = optarg;
+            break;
+        case O_HS_TIMEOUT:
+            if (parse_number(optarg, 1, 3600000, &v) < 0)
+                return usage_error("--handshake-timeout-ms: expected a number from 1 to "
+                                   "3600000, got '%s'",
+                                   optarg);
+            a->handshake_timeout_ms = (uint32_t)v;
+            break;
+        case O_MAX_CONNS:
+        case O_MAX_HS:
+            if (parse_number(optarg, 1, 1000000, &v) < 0)
+                return usage_error("--%s: expected a number from 1 to 1000000, got '%s'",
+                                   longopts[li].name, optarg);
+            if (c == O_MAX_CONNS)
+                a->max_connections = (unsigned)v;
+            else
+                a->max_handshakes = (unsigned)v;
             break;
         case O_DRAIN:
             if (parse_number(optarg, 1, 86400000, &v) < 0)
@@ -310,6 +351,10 @@ static int run(const struct args *a)
         .ndata_roots = a->ndata_roots,
         .metrics = a->metrics_port >= 0,
         .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
+        .metrics_host = a->metrics_host,
+        .handshake_timeout_ms = a->handshake_timeout_ms,
+        .max_connections = a->max_connections,
+        .max_handshakes = a->max_handshakes,
         .drain_timeout_ms = a->drain_timeout_ms,
         .max_element_bytes = a->max_element_bytes,
         .log_level = log_level_name(a->level),

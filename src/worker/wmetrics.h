@@ -18,6 +18,9 @@
  *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
  *   sluice_worker_idle_share                gauge: mean idle share of the tasks at the last
  *                                           heartbeat
+ *   sluice_auth_failures_total,             counters: of the worker's RPC server (rpc.h) and,
+ *   sluice_connections_refused_total,       for authentication, its dispatcher connection too,
+ *   sluice_handshake_timeouts_total         as wmetrics_connections last set them
  *
  * Threading: the loop thread only. Ownership: struct wmetrics owns its registry and table. */
 #ifndef SLUICE_WORKER_WMETRICS_H
@@ -55,6 +58,11 @@ double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struc
 /* A scrape's view of a live task: counts and gauges only, the idle share's interval untouched. */
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp);
 void wmetrics_pass_end(struct wmetrics *m);
+
+/* Sets the connection counters of the worker's RPC server (rpc_server_auth_failures, _refused,
+ * _handshake_timeouts), which the server keeps itself. */
+void wmetrics_connections(struct wmetrics *m, uint64_t auth_failures, uint64_t refused,
+                          uint64_t handshake_timeouts);
 
 /* Renders the registry. Returns 0 with *body (malloc'd, the caller frees it) and *len, or
  * SLUICE_ERR_NOMEM. */

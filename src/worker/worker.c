@@ -425,6 +425,9 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         .port = opts->port,
         .role = SLUICE__ROLE__ROLE_WORKER,
         .incarnation = w->incarnation,
+        .handshake_timeout_ms = opts->handshake_timeout_ms,
+        .max_connections = opts->max_connections,
+        .max_handshakes = opts->max_handshakes,
         .on_request = worker_on_request,
         .on_close = worker_on_conn_close,
         .user = w,
@@ -497,6 +500,13 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
         wmetrics_task_seen(w->wm, wt->id, &tp);
     }
     wmetrics_pass_end(w->wm);
+    /* Authentication failures count on both sides of the worker: readers it refused, and the
+     * dispatcher it dialled that could not prove the token (or refused the worker's). */
+    if (w->srv_open)
+        wmetrics_connections(w->wm,
+                             rpc_server_auth_failures(w->srv) +
+                                 (w->disp_open ? rpc_client_auth_failures(w->disp) : 0),
+                             rpc_server_refused(w->srv), rpc_server_handshake_timeouts(w->srv));
     return wmetrics_render(w->wm, body, len);
 }
 

@@ -75,6 +75,9 @@ struct worker_opts {
     /* Authentication and TLS for both the server and the dispatcher connection
      * (common/security.h); NULL for neither. It outlives the worker. */
     const struct sec_ctx *sec;
+    /* Connection limits of the RPC port (rpc_server_opts; 0: the defaults). */
+    uint32_t handshake_timeout_ms;
+    unsigned max_connections, max_handshakes;
 };
 
 /* Listens and starts heartbeating. Returns 0 and *out, or a negative code with a message in err

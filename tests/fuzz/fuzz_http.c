@@ -1,6 +1,6 @@
 /* Feeds arbitrary bytes to the HTTP request parser. A complete head must lie inside the input,
- * its method and path must point into it, and parsing any prefix of the input must never report
- * a complete head ending after that prefix. */
+ * its method, path and Authorization value must point into it, and parsing any prefix of the input
+ * must never report a complete head ending after that prefix. */
 #include "common/error.h"
 #include "common/http.h"
 
@@ -22,6 +22,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
          * path, which the parser supplies itself. */
         assert((req.path >= buf && req.path + req.path_len <= buf + req.head_len) ||
                (req.path_len == 1 && req.path[0] == '/'));
+        /* An Authorization value lies inside the head, without white space at either end. */
+        if (req.authorization) {
+            assert(req.authorization >= buf &&
+                   req.authorization + req.authorization_len <= buf + req.head_len);
+            if (req.authorization_len > 0) {
+                char first = req.authorization[0];
+                char last = req.authorization[req.authorization_len - 1];
+                assert(first != ' ' && first != '\t' && last != ' ' && last != '\t');
+            }
+        }
         /* The same head alone parses to the same request. */
         struct http_request again;
         assert(http_parse_request(buf, req.head_len, &again) == 0);

@@ -218,7 +218,7 @@ static void test_held_frames_arrive(void **state)
     dial(&loop, &d, &client, l.port);
 
     /* Before the connection exists, let alone the handshake. */
-    assert_int_equal(conn_send_hello(&client.conn, SLUICE__ROLE__ROLE_CLIENT, 7), 0);
+    assert_int_equal(conn_send_hello(&client.conn, SLUICE__ROLE__ROLE_CLIENT, 7, NULL), 0);
     uv_buf_t segs[3] = {uv_buf_init((char *)src, 10), uv_buf_init((char *)src + 10, 100000),
                         uv_buf_init((char *)src + 100010, PAYLOAD - 100010)};
     assert_int_equal(conn_send_elements(&client.conn, 42, 3, true, segs, 3, on_sent, &sent_log), 0);
@@ -240,7 +240,7 @@ static void test_held_frames_arrive(void **state)
     assert_int_equal(server.errors + client.errors, 0);
 
     /* The server's end answers over the session, both ways. */
-    assert_int_equal(conn_send_hello(&server.conn, SLUICE__ROLE__ROLE_WORKER, 9), 0);
+    assert_int_equal(conn_send_hello(&server.conn, SLUICE__ROLE__ROLE_WORKER, 9, NULL), 0);
     run_until(&loop, NULL, &client.envelopes, 1);
     assert_int_equal(client.ids[0], 0);
 
