@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The main job: installs dependencies, builds, starts a local cluster (one dispatcher, two
-# workers, on free ports), generates a small real dataset of text files, reads it through the
+# workers, on free ports) with authentication on (a fresh shared token) and file access confined
+# to the dataset's directory, generates a small real dataset of text files, reads it through the
 # service in distributed_epoch mode, checks that every line arrived exactly once, prints a
-# summary with throughput, and stops everything cleanly.
+# summary with throughput, shows what a stranger without the token gets, and stops everything
+# cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -28,15 +30,21 @@ for f in $(seq 0 7); do
 done
 total=$((8 * 25000))
 
-echo "== starting a dispatcher and two workers"
-"$bin/sluice-dispatcher" --port 0 --worker-timeout-ms 2000 >"$work/dispatcher.out" \
-    2>"$work/dispatcher.log" &
+echo "== a shared secret for the cluster: every connection proves it knows the token"
+(umask 077 && openssl rand -hex 32 >"$work/token")
+export SLUICE_AUTH_TOKEN_FILE="$work/token"
+
+echo "== starting a dispatcher and two workers (token from \$SLUICE_AUTH_TOKEN_FILE, files only"
+echo "   under $work/data)"
+"$bin/sluice-dispatcher" --port 0 --worker-timeout-ms 2000 --data-root "$work/data" \
+    >"$work/dispatcher.out" 2>"$work/dispatcher.log" &
 pids+=($!)
 disp=$(wait_listen "$work/dispatcher.out")
 echo "dispatcher at $disp"
 declare -A wpid
 start_worker() { # N
-    "$bin/sluice-worker" --dispatcher "$disp" --port 0 >"$work/worker$1.out" 2>"$work/worker$1.log" &
+    "$bin/sluice-worker" --dispatcher "$disp" --port 0 --data-root "$work/data" \
+        >"$work/worker$1.out" 2>"$work/worker$1.log" &
     wpid[$1]=$!
     pids+=($!)
     echo "worker $1 at $(wait_listen "$work/worker$1.out")"
@@ -100,6 +108,19 @@ echo
 
 echo "== cluster status"
 "$bin/sluice" status --dispatcher "$disp"
+
+echo "== what a stranger gets"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/wrong-token"
+if SLUICE_AUTH_TOKEN_FILE="$work/wrong-token" "$bin/sluice" status --dispatcher "$disp" \
+        --timeout-ms 3000 >/dev/null 2>"$work/stranger.log"; then
+    echo "demo: a client with the wrong token was served" >&2; exit 1
+fi
+echo "  wrong token:  $(cat "$work/stranger.log")"
+if "$bin/sluice" register --dispatcher "$disp" 'lines("/etc/passwd")' >/dev/null \
+        2>"$work/outside.log"; then
+    echo "demo: a file outside the data root was accepted" >&2; exit 1
+fi
+echo "  outside file: $(cat "$work/outside.log")"
 
 echo "== stopping"
 stop_all

@@ -425,12 +425,16 @@ static void log_auth_failure(struct rpc_client *cl, const char *msg)
         strncmp(msg, cl->auth_logged_msg, sizeof cl->auth_logged_msg - 1) == 0)
         return;
     text(cl->auth_logged_msg, sizeof cl->auth_logged_msg, "%s", msg);
+    /* A reader's calls fail with this very message, which its program reports; a worker's
+     * dispatcher connection has nobody else to say it. */
+    enum log_level level = cl->role == SLUICE__ROLE__ROLE_CLIENT ? LOG_DEBUG : LOG_WARN;
     if (cl->auth_unlogged > 1)
-        log_warn("rpc: %s: %s (%" PRIu64 " failures since the last line; at most one line a "
-                 "minute)",
-                 cl->address, msg, cl->auth_unlogged);
+        log_write(level,
+                  "rpc: %s: %s (%" PRIu64 " failures since the last line; at most one line a "
+                  "minute)",
+                  cl->address, msg, cl->auth_unlogged);
     else
-        log_warn("rpc: %s: %s", cl->address, msg);
+        log_write(level, "rpc: %s: %s", cl->address, msg);
     cl->auth_unlogged = 0;
     cl->auth_logged_ms = now;
     cl->auth_ever_logged = true;
