@@ -1,5 +1,9 @@
 #include "ratelimit.h"
 
+#include "log.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -55,4 +59,31 @@ void ratelimit_host_of(const char *peer, char *out, unsigned outlen)
         n = outlen - 1;
     memcpy(out, start, n);
     out[n] = '\0';
+}
+
+void ratelimit_vwarn(struct ratelimit *r, uint64_t now_ms, const char *prefix, const char *peer,
+                     const char *fmt, va_list ap)
+{
+    char host[RATELIMIT_KEY_MAX];
+    uint64_t suppressed = 0;
+    ratelimit_host_of(peer, host, sizeof host);
+    if (!ratelimit_allow(r, host, now_ms, &suppressed))
+        return;
+    char why[384];
+    vsnprintf(why, sizeof why, fmt, ap);
+    if (suppressed)
+        log_warn("%s%s: %s (%" PRIu64 " more from %s since the last line; at most one line a "
+                 "minute per address)",
+                 prefix, peer, why, suppressed, host);
+    else
+        log_warn("%s%s: %s", prefix, peer, why);
+}
+
+void ratelimit_warn(struct ratelimit *r, uint64_t now_ms, const char *prefix, const char *peer,
+                    const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ratelimit_vwarn(r, now_ms, prefix, peer, fmt, ap);
+    va_end(ap);
 }

@@ -7,6 +7,7 @@
 #ifndef SLUICE_COMMON_RATELIMIT_H
 #define SLUICE_COMMON_RATELIMIT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -34,5 +35,14 @@ bool ratelimit_allow(struct ratelimit *r, const char *key, uint64_t now_ms, uint
 /* The host part of "IP:PORT" or "[IPv6]:PORT" (without brackets) into out; text without a port
  * is copied whole. */
 void ratelimit_host_of(const char *peer, char *out, unsigned outlen);
+
+/* The one impure convenience: logs "<prefix><peer>: <message>" at warn level when ratelimit_allow
+ * lets the peer's host through at now_ms, adding how many lines were skipped since the last
+ * one. For events a hostile peer can provoke at will (failed handshakes, refused capabilities),
+ * so that it can never flood the log. */
+void ratelimit_warn(struct ratelimit *r, uint64_t now_ms, const char *prefix, const char *peer,
+                    const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void ratelimit_vwarn(struct ratelimit *r, uint64_t now_ms, const char *prefix, const char *peer,
+                     const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
 
 #endif

@@ -215,22 +215,10 @@ static void peer_log(struct rpc_server *srv, const struct rpc_conn *rc, const ch
 
 static void peer_log(struct rpc_server *srv, const struct rpc_conn *rc, const char *fmt, ...)
 {
-    char host[RATELIMIT_KEY_MAX];
-    uint64_t suppressed = 0;
-    ratelimit_host_of(rc->conn.peer, host, sizeof host);
-    if (!ratelimit_allow(&srv->peer_log, host, uv_now(srv->loop), &suppressed))
-        return;
-    char why[384];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
+    ratelimit_vwarn(&srv->peer_log, uv_now(srv->loop), "rpc: ", rc->conn.peer, fmt, ap);
     va_end(ap);
-    if (suppressed)
-        log_warn("rpc: %s: %s (%" PRIu64 " more from %s since the last line; at most one line a "
-                 "minute per address)",
-                 rc->conn.peer, why, suppressed, host);
-    else
-        log_warn("rpc: %s: %s", rc->conn.peer, why);
 }
 
 static void protocol_error(struct rpc_conn *rc, const char *fmt, ...)

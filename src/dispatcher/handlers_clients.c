@@ -236,8 +236,9 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     if (!client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
-        log_warn("refused a heartbeat for client %" PRIu64 " from %s: wrong client key",
-                 req->client_id, rpc_conn_peer_name(conn));
+        ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
+                       "refused a heartbeat for client %" PRIu64 ": wrong client key",
+                       req->client_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
         return;
     }
@@ -304,8 +305,8 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
     const Sluice__ReleaseClientRequest *req = env->release_client;
     const struct st_client *cl = state_client(&d->st, req->client_id);
     if (cl && !client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
-        log_warn("refused to release client %" PRIu64 " for %s: wrong client key", req->client_id,
-                 rpc_conn_peer_name(conn));
+        ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
+                       "refused to release client %" PRIu64 ": wrong client key", req->client_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
         return;
     }

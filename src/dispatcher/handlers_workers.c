@@ -223,9 +223,9 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         c->leaving = true;
         if (lw && lw->incarnation == rpc_conn_peer_incarnation(conn) &&
             !state_worker_key_ok(lw, req->worker_key.data, req->worker_key.len)) {
-            log_warn("refused a deregistration of worker %" PRIu64 " at %s from %s: wrong worker "
-                     "key",
-                     lw->id, lw->address, rpc_conn_peer_name(conn));
+            ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
+                           "refused a deregistration of worker %" PRIu64 " at %s: wrong worker key",
+                           lw->id, lw->address);
             rc = err_set(err, sizeof err, SLUICE_ERR_DENIED,
                          "worker at %s: the worker key does not match its registration",
                          lw->address);
@@ -249,7 +249,8 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                      worker_replaceable(d, req->address), finished, nfinished,
                                      req->draining, &c->worker_id, &d->ups, err, sizeof err);
     if (rc == SLUICE_ERR_DENIED)
-        log_warn("refused a heartbeat from %s: %s", rpc_conn_peer_name(conn), err);
+        ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
+                       "refused a heartbeat: %s", err);
     /* A failed task's iteration records the failure: it gets no more tasks on other workers,
      * and its readers get the message. */
     if (rc == 0 && nfailed > 0)
@@ -334,8 +335,8 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     }
     /* The incarnation is public; only the worker knows its secret. */
     if (w && !state_worker_key_ok(w, req->worker_key.data, req->worker_key.len)) {
-        log_warn("refused GetSplits for task %" PRIu64 " from %s: wrong worker key", req->task_id,
-                 rpc_conn_peer_name(conn));
+        ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
+                       "refused GetSplits for task %" PRIu64 ": wrong worker key", req->task_id);
         snprintf(err, sizeof err, "task %" PRIu64 ": the worker key does not match its worker's",
                  req->task_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);

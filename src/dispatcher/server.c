@@ -536,6 +536,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     d->on_fatal = opts->on_fatal;
     d->user = opts->user;
     d->incarnation = rpc_new_incarnation();
+    ratelimit_init(&d->refusals, 60000);
     struct observe_config oc = {
         .window_ms = opts->autoscale_window_ms,
         .worker_timeout_ms = d->worker_timeout_ms,

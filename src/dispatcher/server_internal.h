@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/names.h"
+#include "common/ratelimit.h"
 #include "common/rpc.h"
 #include "journal/journal.h"
 #include "pipeline/def.h"
@@ -68,6 +69,9 @@ struct dispatcher {
     uv_timer_t timer;
     struct state st;
     struct st_update_list ups; /* planning scratch; empty between requests */
+    /* Refused capabilities (a wrong client or worker key) are logged at most once a minute per
+     * peer address: a peer can provoke them at will. */
+    struct ratelimit refusals;
 
     struct soft_table worker_seen, client_seen, idle_since;
     /* distributed_epoch tasks: since when the worker reports a task settled (everything it

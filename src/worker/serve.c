@@ -586,9 +586,10 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
     /* Only the job's consumers are served: the capability the dispatcher gave the reader for
      * this task and its client id, derived from the secret this task came with. */
     if (wt->has_key && !cap_client_ok(wt->task_key, client_id, key, key_len)) {
-        log_warn("refused elements of task %" PRIu64 " to %s: client %" PRIu64
-                 " presented a wrong client key",
-                 wt->id, rpc_conn_peer_name(conn), client_id);
+        ratelimit_warn(&w->refusals, uv_now(w->loop), "", rpc_conn_peer_name(conn),
+                       "refused elements of task %" PRIu64 ": client %" PRIu64
+                       " presented a wrong client key",
+                       wt->id, client_id);
         rpc_conn_reply_error(conn, id, SLUICE_ERR_DENIED,
                              "client %" PRIu64 " is not a consumer of job %" PRIu64, client_id,
                              wt->job_id);

@@ -409,6 +409,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->buffer_records = opts->buffer_records;
     w->max_element_bytes = opts->max_element_bytes;
     w->incarnation = rpc_new_incarnation();
+    ratelimit_init(&w->refusals, 60000);
     int krc = cap_random(w->key);
     if (krc < 0) {
         wmetrics_destroy(w->wm);

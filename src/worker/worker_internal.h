@@ -8,6 +8,7 @@
 
 #include "worker.h"
 
+#include "common/ratelimit.h"
 #include "common/cap.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -100,7 +101,9 @@ struct worker {
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;
-    uint8_t key[CAP_KEY_LEN];  /* this process's secret (cap.h); never logged */
+    uint8_t key[CAP_KEY_LEN]; /* this process's secret (cap.h); never logged */
+    /* Reads refused for a wrong client key, logged at most once a minute per peer address. */
+    struct ratelimit refusals;
     uint64_t disp_incarnation; /* 0 before the first handshake */
     uv_async_t wake;
     uv_timer_t hb_timer;
