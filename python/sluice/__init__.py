@@ -114,6 +114,17 @@ def _count(value, name, minimum=0):
     return value
 
 
+def _size(value, name):
+    """A non-negative 64-bit int argument (None: 0, the server's default)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1 or value >= 1 << 64:
+        raise ValueError(f"{name} must be between 1 and {(1 << 64) - 1}, not {value}")
+    return value
+
+
 def _text(value, name, allow_none=True):
     if value is None and allow_none:
         return None
@@ -273,7 +284,10 @@ class DispatchServer(_Server):
     auth_token_file, tls_cert, tls_key, tls_ca: see below. insecure: allow a host beyond
     loopback without a token. metrics_host (None: 127.0.0.1), handshake_timeout_ms (None:
     10000), max_connections (None: 1024) and max_handshakes (None: 64) are the flags of the
-    same names; with a token, /metrics wants "Authorization: Bearer TOKEN".
+    same names; with a token, /metrics wants "Authorization: Bearer TOKEN". max_datasets
+    (None: 10000), max_pipeline_bytes (None: 1048576) and max_jobs_per_client (None: 1000)
+    bound what clients can make the dispatcher hold; past one, the request fails with the
+    limit's name and the dispatcher serves everyone else.
 
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
     """ + _SECURITY_DOC
@@ -287,7 +301,8 @@ class DispatchServer(_Server):
                  worker_addresses=None, metrics_port=None, log_level="warn", data_roots=None,
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
-                 max_connections=None, max_handshakes=None):
+                 max_connections=None, max_handshakes=None, max_datasets=None,
+                 max_pipeline_bytes=None, max_jobs_per_client=None):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -309,6 +324,8 @@ class DispatchServer(_Server):
             *_security(auth_token_file, tls_cert, tls_key, tls_ca),
             *_limits(insecure, metrics_host, handshake_timeout_ms, max_connections,
                      max_handshakes),
+            _size(max_datasets, "max_datasets"), _size(max_pipeline_bytes, "max_pipeline_bytes"),
+            _size(max_jobs_per_client, "max_jobs_per_client"),
         ), start)
 
     @property
@@ -352,7 +369,9 @@ class WorkerServer(_Server):
 
     auth_token_file, tls_cert, tls_key, tls_ca, insecure, metrics_host, handshake_timeout_ms,
     max_connections and max_handshakes: as for DispatchServer. With a token the worker also
-    refuses a dispatcher that cannot prove it.
+    refuses a dispatcher that cannot prove it. max_element_bytes (None: 134217728): an element
+    or batch over it fails its task with an error its readers get, before it is allocated
+    where its size is known in advance.
     """ + _SECURITY_DOC
 
     _kind = "worker"
@@ -363,7 +382,7 @@ class WorkerServer(_Server):
                  metrics_port=None, log_level="warn", python_path=None, data_roots=None,
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
-                 max_connections=None, max_handshakes=None):
+                 max_connections=None, max_handshakes=None, max_element_bytes=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -375,6 +394,7 @@ class WorkerServer(_Server):
             *_security(auth_token_file, tls_cert, tls_key, tls_ca),
             *_limits(insecure, metrics_host, handshake_timeout_ms, max_connections,
                      max_handshakes),
+            _size(max_element_bytes, "max_element_bytes"),
         ), start)
 
     def start(self):

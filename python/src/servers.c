@@ -126,20 +126,28 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "handshake_timeout_ms",
                             "max_connections",
                             "max_handshakes",
+                            "max_datasets",
+                            "max_pipeline_bytes",
+                            "max_jobs_per_client",
                             NULL};
     struct sluice_dispatcher_options o = {0};
     int ft = 0, metrics_port = -1, insecure = 0;
     unsigned long long snapshot_every = 0, journal_max_mb = 0;
+    unsigned long long max_datasets = 0, max_pipeline_bytes = 0, max_jobs_per_client = 0;
     PyObject *addresses = NULL, *data_roots = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zizpIIIIKKOizOzzzzpzIII", names, &o.host, &o.port, &o.work_dir, &ft,
+            args, kw, "|zizpIIIIKKOizOzzzzpzIIIKKK", names, &o.host, &o.port, &o.work_dir, &ft,
             &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
             &o.autoscale_window_ms, &snapshot_every, &journal_max_mb, &addresses, &metrics_port,
             &o.log_level, &data_roots, &o.security.auth_token_file, &o.security.tls_cert,
             &o.security.tls_key, &o.security.tls_ca, &insecure, &o.metrics_host,
-            &o.handshake_timeout_ms, &o.max_connections, &o.max_handshakes))
+            &o.handshake_timeout_ms, &o.max_connections, &o.max_handshakes, &max_datasets,
+            &max_pipeline_bytes, &max_jobs_per_client))
         return -1;
     o.security.insecure = insecure;
+    o.max_datasets = max_datasets;
+    o.max_pipeline_bytes = max_pipeline_bytes;
+    o.max_jobs_per_client = max_jobs_per_client;
     if (self->d) {
         PyErr_SetString(PyExc_RuntimeError, "Dispatcher already started");
         return -1;
@@ -301,18 +309,22 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
                             "handshake_timeout_ms",
                             "max_connections",
                             "max_handshakes",
+                            "max_element_bytes",
                             NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1, insecure = 0;
+    unsigned long long max_element_bytes = 0;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
-    if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|zizIIOiIzOOzzzzpzIII", names, &o.dispatcher, &o.host, &o.port,
-            &o.advertise, &o.heartbeat_ms, &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
-            &o.log_level, &python_path, &data_roots, &o.security.auth_token_file,
-            &o.security.tls_cert, &o.security.tls_key, &o.security.tls_ca, &insecure,
-            &o.metrics_host, &o.handshake_timeout_ms, &o.max_connections, &o.max_handshakes))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOOzzzzpzIIIK", names, &o.dispatcher,
+                                     &o.host, &o.port, &o.advertise, &o.heartbeat_ms, &o.threads,
+                                     &plugins, &metrics_port, &o.drain_timeout_ms, &o.log_level,
+                                     &python_path, &data_roots, &o.security.auth_token_file,
+                                     &o.security.tls_cert, &o.security.tls_key, &o.security.tls_ca,
+                                     &insecure, &o.metrics_host, &o.handshake_timeout_ms,
+                                     &o.max_connections, &o.max_handshakes, &max_element_bytes))
         return -1;
     o.security.insecure = insecure;
+    o.max_element_bytes = max_element_bytes;
     if (self->w) {
         PyErr_SetString(PyExc_RuntimeError, "Worker already started");
         return -1;
