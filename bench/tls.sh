@@ -5,9 +5,14 @@
 # are read in alternating rounds, so both see the same machine; the ratio is the median of the
 # per-round ratios. Prints elements/s and MB/s for each and TLS / plain, and the CPU time the
 # worker and the client spend per GiB, which depends less on what else the machine runs.
+# Last, what AES-128-GCM alone costs here (openssl speed, CPU time, 16 KiB records: TLS's record
+# size), and the CPU ratio if TLS cost nothing but that cipher. While the dispatcher, worker and
+# client keep the CPUs busy, the elements/s ratio follows the CPU ratio.
 # Usage: bench/tls.sh [BUILD_DIR]   (default build/; builds nothing itself)
 # Environment: SLUICE_BENCH_TLS_ELEMENTS (per round, default 2000), SLUICE_BENCH_TLS_ROUNDS
-# (default 5), SLUICE_BENCH_TLS_SIZE (bytes per element, default 1048576).
+# (default 5), SLUICE_BENCH_TLS_SIZE (bytes per element, default 1048576), SLUICE_BENCH_TLS_PIN=1
+# (the dispatchers and workers on one CPU, the client on another: the worker and the client no
+# longer compete for a CPU, and the rate is set by the CPU time the worker spends per element).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -16,6 +21,21 @@ for t in openssl awk sort; do command -v $t >/dev/null || { echo "needs $t"; exi
 n=${SLUICE_BENCH_TLS_ELEMENTS:-2000}
 rounds=${SLUICE_BENCH_TLS_ROUNDS:-5}
 size=${SLUICE_BENCH_TLS_SIZE:-1048576}
+servers_on=()
+client_on=()
+if [ "${SLUICE_BENCH_TLS_PIN:-0}" = 1 ]; then
+    command -v taskset >/dev/null || { echo "SLUICE_BENCH_TLS_PIN=1 needs taskset"; exit 1; }
+    # The first two CPUs this script may use, from a list such as "0-3" or "2,5,7".
+    cpus=($(awk '/^Cpus_allowed_list/ {
+        n = split($2, r, ",")
+        for (i = 1; i <= n && k < 2; i++) {
+            split(r[i], b, "-")
+            for (c = b[1]; c <= (b[2] == "" ? b[1] : b[2]) && k < 2; c++) { print c; k++ }
+        } }' /proc/self/status))
+    [ "${#cpus[@]}" = 2 ] || { echo "SLUICE_BENCH_TLS_PIN=1 needs 2 CPUs"; exit 1; }
+    servers_on=(taskset -c "${cpus[0]}")
+    client_on=(taskset -c "${cpus[1]}")
+fi
 
 tmp=$(mktemp -d)
 pids=()
@@ -33,10 +53,11 @@ tls=(--tls-cert "$tmp/certs/node.pem" --tls-key "$tmp/certs/node.key" --tls-ca "
 start() {
     local name=$1
     shift
-    "$bin/sluice-dispatcher" --port 0 "$@" >"$tmp/$name-d.out" 2>"$tmp/$name-d.log" &
+    "${servers_on[@]}" "$bin/sluice-dispatcher" --port 0 "$@" >"$tmp/$name-d.out" \
+        2>"$tmp/$name-d.log" &
     pids+=($!)
     disp=$(wait_listen "$tmp/$name-d.out" $!)
-    "$bin/sluice-worker" --dispatcher "$disp" --port 0 "$@" >"$tmp/$name-w.out" \
+    "${servers_on[@]}" "$bin/sluice-worker" --dispatcher "$disp" --port 0 "$@" >"$tmp/$name-w.out" \
         2>"$tmp/$name-w.log" &
     wpid=$!
     pids+=($wpid)
@@ -65,8 +86,8 @@ read_once() {
     local t0 t1 w0 w1 got
     w0=$(ticks "$wpid")
     t0=$(now_ns)
-    got=$( { TIMEFORMAT='%U %S'; time "$bin/sluice" read --dispatcher "$disp" --dataset-id "$id" \
-             --format count "$@" 2>"$tmp/read.err"; } 2>"$tmp/time")
+    got=$( { TIMEFORMAT='%U %S'; time "${client_on[@]}" "$bin/sluice" read --dispatcher "$disp" \
+             --dataset-id "$id" --format count "$@" 2>"$tmp/read.err"; } 2>"$tmp/time")
     t1=$(now_ns)
     w1=$(ticks "$wpid")
     [ "$got" = "$n" ] || { echo "read $got of $n elements from $disp:" >&2; cat "$tmp/read.err" >&2; exit 1; }
@@ -111,3 +132,17 @@ awk -v n="$n" -v s="$size" -v p="$plain_med" -v t="$tls_med" -v q="$ratio_med" -
            n / (t / 1e9), n * s / (t / 1e9) / 1e6, tw, tc
     printf "TLS / plain: %.2f (median of the per-round ratios; target >= 0.50)\n", q
     printf "CPU, plain / TLS: %.2f\n", (pw + pc) / (tw + tc) }'
+
+# The cipher alone: bytes per CPU second to encrypt and to decrypt 16 KiB records.
+gcm() {
+    openssl speed -seconds 1 "$@" -evp aes-128-gcm -bytes 16384 2>/dev/null |
+        awk '/^AES-128-GCM/ { sub(/k$/, "", $2); print $2 * 1000 }'
+}
+enc=$(gcm || true)
+dec=$(gcm -decrypt || true)
+awk -v e="${enc:-0}" -v d="${dec:-0}" -v pw="$plain_wcpu" -v pc="$plain_ccpu" 'BEGIN {
+    if (e <= 0 || d <= 0) { print "AES-128-GCM: openssl speed gave no figure"; exit }
+    g = 2^30 / e + 2^30 / d
+    printf "AES-128-GCM alone (openssl speed, 16 KiB): encrypt %.2f GB/s, decrypt %.2f GB/s, %.2f CPU s per GiB for both\n",
+           e / 1e9, d / 1e9, g
+    printf "CPU, plain / TLS if TLS cost only the cipher: %.2f\n", (pw + pc) / (pw + pc + g) }'

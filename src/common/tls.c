@@ -3,8 +3,9 @@
  * A session's SSL object reads and writes through one BIO of our own method, which reads
  * ciphertext from the window of bytes last fed (answering "retry" once it is empty, so OpenSSL
  * waits for more rather than seeing an end of stream) and passes what it writes to the sink. Like
- * a pair of memory BIOs, it never touches a socket; unlike them, it keeps no copy: with 1 MiB
- * elements, two memcpy per megabyte fewer, on either side.
+ * a pair of memory BIOs, it never touches a socket; unlike them, it keeps no copy of its own, so
+ * ciphertext is copied once on either side (into OpenSSL's record buffer as it is read, by the
+ * sink as it is written) where a pair of memory BIOs copies it twice.
  *
  * Errors: OpenSSL's error queue is per thread and may hold stale entries from other code, so it
  * is cleared before each call whose failure is examined, and cleared again once a failure has

@@ -3,8 +3,9 @@
  * only (no socket): ciphertext from the peer goes in with tls_session_feed, plaintext comes out of
  * tls_session_read; plaintext goes in with tls_session_write, and the ciphertext for the peer is
  * handed to the session's sink as it is produced. conn.c moves the ciphertext to and from the
- * socket. The session adds no copy of its own: OpenSSL reads records from the bytes fed where
- * they lie and hands the records it writes straight to the sink.
+ * socket. The session keeps no buffer of its own: OpenSSL copies the bytes fed into its record
+ * buffer as it reads them, and hands the records it writes straight to the sink. (OpenSSL itself
+ * also copies plaintext: into its record buffer before encrypting, out of it after decrypting.)
  *
  * What is verified, and by whom:
  * - A server speaks TLS when it has tls_cert and tls_key (both, or neither). With tls_ca as well,
