@@ -40,8 +40,7 @@ static struct delivery *delivery_of(struct wtask *wt, uint64_t client_id)
         return NULL;
     wt->deliveries = v;
     memmove(&v[lo + 1], &v[lo], (wt->ndeliveries - lo) * sizeof *v);
-    v[lo].client_id = client_id;
-    v[lo].elements = 0;
+    v[lo] = (struct delivery){.client_id = client_id};
     wt->ndeliveries++;
     return &v[lo];
 }

@@ -679,7 +679,13 @@ static void test_drained_copy_is_complete(void **state)
      * is all the reader was promised from it, and got. */
     assert_int_equal(proc_stop(&c->workers[0], SIGTERM, WAIT_MS), 0);
     char *out = proc_read_all(&r, READ_MS);
-    assert_int_equal(proc_wait(&r, 5000), 0);
+    int rc = proc_wait(&r, 5000);
+    if (rc != 0) {
+        char *err = read_file(r.log);
+        printf("    exit %d; stderr: %s", rc, err ? err : "");
+        free(err);
+    }
+    assert_int_equal(rc, 0);
     /* The other worker's copy is whole: every value at least once; the drained one's part adds
      * fewer than a copy. */
     size_t lines = count_lines(out);
