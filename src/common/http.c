@@ -237,9 +237,7 @@ struct http_server {
     /* A connection that cannot be served (over the limit, or out of memory) is accepted into the
      * spare handle and closed at once: libuv stops watching the listener until a pending
      * connection is accepted, so refusing one must not depend on an allocation. */
-    uv_tcp_t spare;
-    bool spare_busy;     /* spare is closing */
-    bool accept_pending; /* a connection waits for the spare to be free */
+    struct listen_spare spare;
     void (*close_cb)(void *user);
     void *close_user;
     char scratch[4096]; /* where discarded input goes; read callbacks finish with it at once */
@@ -514,28 +512,18 @@ static void on_connection(uv_stream_t *listener, int status);
 static void on_spare_closed(uv_handle_t *h)
 {
     struct http_server *srv = h->data;
-    srv->spare_busy = false;
-    /* Close callbacks run late in the loop iteration, so a connection refused meanwhile waits
-     * for one iteration at most. The listener is still open unless the server is closing. */
-    if (srv->accept_pending && !srv->closing) {
-        srv->accept_pending = false;
+    /* The listener is still open unless the server is closing. */
+    if (listen_spare_closed(&srv->spare, !srv->closing))
         on_connection((uv_stream_t *)&srv->listener, 0);
-    }
     server_release(srv);
 }
 
 /* Accepts the pending connection into the spare handle and closes it straight away. */
 static void refuse(struct http_server *srv)
 {
-    if (srv->spare_busy || uv_tcp_init(srv->loop, &srv->spare) != 0) {
-        srv->accept_pending = true;
-        return;
-    }
-    srv->spare.data = srv;
-    srv->spare_busy = true;
-    srv->handles++;
-    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->spare);
-    uv_close((uv_handle_t *)&srv->spare, on_spare_closed);
+    if (listen_spare_refuse(&srv->spare, srv->loop, (uv_stream_t *)&srv->listener, srv,
+                            on_spare_closed))
+        srv->handles++;
 }
 
 static void on_connection(uv_stream_t *listener, int status)
