@@ -23,6 +23,7 @@
 #include "auth.h"
 #include "error.h"
 #include "log.h"
+#include "security.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -668,4 +669,33 @@ void http_server_close(struct http_server *srv, void (*cb)(void *user), void *us
     uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
     while (srv->conns)
         conn_close(srv->conns);
+}
+
+/* ---- the metrics server of an embedded dispatcher or worker -------------------------------- */
+
+int http_metrics_host(const struct sec_ctx *sec, const char *host, char **out, char *err,
+                      size_t errlen)
+{
+    *out = strdup(host ? host : "127.0.0.1");
+    if (!*out)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    char why[512];
+    int rc = sec_check_listen(sec, *out, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "metrics: %s", why);
+    return 0;
+}
+
+int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_cb render,
+                       void *user, const struct sec_ctx *sec, struct http_server **out, char *err,
+                       size_t errlen)
+{
+    char why[512];
+    int rc = http_server_start(loop, host, port, render, user, out, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "metrics: %s", why);
+    if (sec_has_token(sec))
+        http_server_set_token(*out, sec->token, sec->token_len);
+    return 0;
 }
