@@ -111,6 +111,37 @@ static Sluice__Envelope *worker_heartbeat(struct peer *c, const char *address, c
     return peer_call(c, &env, WAIT_MS, r);
 }
 
+/* Joins the job name (a new one for "") on dataset ds as a new client: its client id, its job
+ * id and its capability (16 bytes). */
+static void join_job(struct peer *d, char *ds, char *name, uint64_t *client, uint64_t *job,
+                     uint8_t key[16])
+{
+    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    body.dataset_id = ds;
+    body.job_name = name;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &body;
+    struct peer_result r;
+    Sluice__Envelope *rep = peer_call(d, &env, WAIT_MS, &r);
+    if (!rep)
+        fail_msg("get_or_create_job: %s", r.msg);
+    const Sluice__GetOrCreateJobReply *reply = rep->get_or_create_job_reply;
+    assert_int_equal(reply->client_key.len, 16);
+    *client = reply->client_id;
+    *job = reply->job_id;
+    memcpy(key, reply->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+}
+
+/* Releases the client with its capability, which must succeed. */
+static void leave_job(struct peer *d, uint64_t client, const uint8_t key[16])
+{
+    struct peer_result r;
+    assert_non_null(release_client(d, client, key, 16, &r));
+    sluice__envelope__free_unpacked(r.reply, NULL);
+}
+
 /* ---- the cluster ----------------------------------------------------------------------------- */
 
 /* A worker timeout long enough that a loaded machine does not evict a live worker (which fails a
@@ -287,22 +318,11 @@ static void test_guessed_ids_refused(void **state)
     char *ds = register_dataset(c, "range(5)");
     struct peer d;
     peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
-    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
-    body.dataset_id = ds;
-    body.job_name = "mine";
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
-    env.get_or_create_job = &body;
-    struct peer_result r;
-    Sluice__Envelope *rep = peer_call(&d, &env, WAIT_MS, &r);
-    if (!rep)
-        fail_msg("get_or_create_job: %s", r.msg);
-    const Sluice__GetOrCreateJobReply *mine = rep->get_or_create_job_reply;
-    assert_int_equal(mine->client_key.len, 16);
-    uint64_t my_client = mine->client_id, my_job = mine->job_id;
+    uint64_t my_client, my_job;
     uint8_t my_key[16];
-    memcpy(my_key, mine->client_key.data, 16);
-    sluice__envelope__free_unpacked(rep, NULL);
+    join_job(&d, ds, "mine", &my_client, &my_job, my_key);
+    struct peer_result r;
+    Sluice__Envelope *rep;
     uint8_t guess[16];
     memset(guess, 0x42, sizeof guess);
 
@@ -371,8 +391,7 @@ static void test_guessed_ids_refused(void **state)
     assert_null(get_elements(&w, my_task, my_client, my_task_key, sizeof my_task_key, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
     peer_close(&w);
-    assert_non_null(release_client(&d, my_client, my_key, sizeof my_key, &r));
-    sluice__envelope__free_unpacked(r.reply, NULL);
+    leave_job(&d, my_client, my_key);
     peer_close(&d);
     free(ds);
 
@@ -509,22 +528,9 @@ static void test_keys_survive_restart(void **state)
     char *ds = register_dataset(c, "range(10) | repeat()");
     struct peer d;
     peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
-    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
-    body.dataset_id = ds;
-    body.job_name = "kept";
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
-    env.get_or_create_job = &body;
-    struct peer_result r;
-    Sluice__Envelope *rep = peer_call(&d, &env, WAIT_MS, &r);
-    if (!rep)
-        fail_msg("get_or_create_job: %s", r.msg);
-    uint64_t client = rep->get_or_create_job_reply->client_id;
-    uint64_t job = rep->get_or_create_job_reply->job_id;
+    uint64_t client, job;
     uint8_t key[16], task_key[16], task_key2[16];
-    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
-    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
-    sluice__envelope__free_unpacked(rep, NULL);
+    join_job(&d, ds, "kept", &client, &job, key);
     uint64_t task = task_and_key(&d, client, key, task_key);
 
     assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
@@ -536,6 +542,7 @@ static void test_keys_survive_restart(void **state)
     uint8_t wrong[16];
     memcpy(wrong, key, 16);
     wrong[15] ^= 0x10;
+    struct peer_result r;
     assert_null(client_heartbeat(&d, client, wrong, sizeof wrong, &r));
     char want[256];
     snprintf(want, sizeof want,
@@ -547,6 +554,7 @@ static void test_keys_survive_restart(void **state)
     long long t0 = now_ms();
     /* UNAVAILABLE: the worker has not heard of the task yet (its heartbeats were cut by the
      * restart). */
+    Sluice__Envelope *rep;
     while (!(rep = get_elements(&w, task, client, task_key, sizeof task_key, &r)) &&
            r.status == SLUICE_ERR_UNAVAILABLE && now_ms() - t0 < WAIT_MS)
         usleep(50 * 1000);
@@ -558,8 +566,7 @@ static void test_keys_survive_restart(void **state)
     assert_null(get_elements(&w, task, client, key, sizeof key, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
     peer_close(&w);
-    assert_non_null(release_client(&d, client, key, sizeof key, &r));
-    sluice__envelope__free_unpacked(r.reply, NULL);
+    leave_job(&d, client, key);
     peer_close(&d);
     free(ds);
 }
@@ -676,21 +683,11 @@ static void test_end_counts_what_was_sent(void **state)
     char *ds = register_dataset(c, "range(1000) | batch(7)");
     struct peer d;
     peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
-    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
-    body.dataset_id = ds;
-    body.job_name = "";
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
-    env.get_or_create_job = &body;
-    struct peer_result r;
-    Sluice__Envelope *rep = peer_call(&d, &env, WAIT_MS, &r);
-    if (!rep)
-        fail_msg("get_or_create_job: %s", r.msg);
-    uint64_t client = rep->get_or_create_job_reply->client_id;
+    uint64_t client, job;
     uint8_t key[16];
-    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
-    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
-    sluice__envelope__free_unpacked(rep, NULL);
+    join_job(&d, ds, "", &client, &job, key);
+    struct peer_result r;
+    Sluice__Envelope *rep;
     uint64_t task = 0;
     uint8_t task_key[16];
     long long t0 = now_ms();
@@ -731,8 +728,7 @@ static void test_end_counts_what_was_sent(void **state)
     /* 1000 values in batches of 7: 143 elements. */
     assert_int_equal(got, 143);
     peer_close(&w);
-    assert_non_null(release_client(&d, client, key, sizeof key, &r));
-    sluice__envelope__free_unpacked(r.reply, NULL);
+    leave_job(&d, client, key);
     peer_close(&d);
     free(ds);
 }
