@@ -179,38 +179,35 @@ static void check_glob_expect(const char *glob, const char *resolved)
     pipe_roots_release(&r);
 }
 
+/* check_glob_expect on the glob DIR REST. */
+static void check_in(const char *dir, const char *rest, const char *resolved)
+{
+    char g[1024];
+    snprintf(g, sizeof g, "%s%s", dir, rest);
+    check_glob_expect(g, resolved);
+}
+
 static void test_check_source(void **state)
 {
     (void)state;
-    char g[1024], r2[1024], base_nothing[1024];
-    snprintf(g, sizeof g, "%s/a.txt", root);
-    check_glob_expect(g, NULL);
-    snprintf(g, sizeof g, "%s/glob/x1.txt", root);
-    check_glob_expect(g, NULL);
-    snprintf(g, sizeof g, "%s/inner/x1.txt", root);
-    check_glob_expect(g, NULL);
-    snprintf(g, sizeof g, "%s/../root/a.txt", root);
-    check_glob_expect(g, NULL);
+    check_in(root, "/a.txt", NULL);
+    check_in(root, "/glob/x1.txt", NULL);
+    check_in(root, "/inner/x1.txt", NULL);
+    check_in(root, "/../root/a.txt", NULL);
     /* Matching nothing inside is no refusal here (reading it reports the missing file). */
-    snprintf(g, sizeof g, "%s/none*.txt", root);
-    check_glob_expect(g, NULL);
+    check_in(root, "/none*.txt", NULL);
     check_glob_expect("/etc/passwd", "/etc/passwd");
-    snprintf(g, sizeof g, "%s/../secret.txt", root);
-    check_glob_expect(g, secret);
-    snprintf(g, sizeof g, "%s/link.txt", root);
-    check_glob_expect(g, secret);
-    snprintf(g, sizeof g, "%s/glob/*", root);
-    check_glob_expect(g, secret);
+    check_in(root, "/../secret.txt", secret);
+    check_in(root, "/link.txt", secret);
+    check_in(root, "/glob/*", secret);
+    char g[1024], base_nothing[1024];
     snprintf(g, sizeof g, "%s/c.txt", root2);
     check_glob_expect(g, g);
     /* The directory part leads out through a link, though nothing matches. */
-    snprintf(g, sizeof g, "%s/up/nothing*.txt", root);
-    check_glob_expect(g, base);
-    snprintf(g, sizeof g, "%s/up/nothing/*.txt", root);
+    check_in(root, "/up/nothing*.txt", base);
     snprintf(base_nothing, sizeof base_nothing, "%s/nothing", base);
-    check_glob_expect(g, base_nothing);
-    snprintf(r2, sizeof r2, "%s/*", root2);
-    check_glob_expect(r2, root2);
+    check_in(root, "/up/nothing/*.txt", base_nothing);
+    check_in(root2, "/*", root2);
 }
 
 static void test_open_file(void **state)
