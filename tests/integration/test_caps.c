@@ -149,18 +149,24 @@ static void leave_job(struct peer *d, uint64_t client, const uint8_t key[16])
 static const char *const short_timeouts[] = {"--worker-timeout-ms", "5000", "--log-level", "info",
                                              NULL};
 
-static int setup(void **state)
+/* Starts a dispatcher with args (fault-tolerant or not) into *state. */
+static int start_cluster(void **state, const char *const *args, int fault_tolerant)
 {
     struct cluster *c = calloc(1, sizeof(*c));
     if (!c)
         return -1;
-    c->dispatcher_args = short_timeouts;
-    if (cluster_start_dispatcher(c, 0, 0) != 0) {
+    c->dispatcher_args = args;
+    if (cluster_start_dispatcher(c, 0, fault_tolerant) != 0) {
         free(c);
         return -1;
     }
     *state = c;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return start_cluster(state, short_timeouts, 0);
 }
 
 static int teardown(void **state)
@@ -479,16 +485,7 @@ static const char *const snapshotting[] = {
 
 static int setup_ft(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = snapshotting;
-    if (cluster_start_dispatcher(c, 0, 1) != 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
+    return start_cluster(state, snapshotting, 1);
 }
 
 /* The client's capability for its only task, from a heartbeat (waiting for the task). */
