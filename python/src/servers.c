@@ -89,6 +89,18 @@ static int join_result(int rc, const char *err)
     return 0;
 }
 
+/* The keywords both servers take, in this order, with their format units and their targets in
+ * o (a sluice_dispatcher_options or a sluice_worker_options; insecure is an int for "p"). The
+ * three stand together so they cannot drift apart. */
+#define SERVER_KEYWORDS                                                                            \
+    "auth_token_file", "tls_cert", "tls_key", "tls_ca", "insecure", "metrics_host",                \
+        "handshake_timeout_ms", "max_connections", "max_handshakes"
+#define SERVER_FORMAT "zzzzpzIII"
+#define SERVER_TARGETS(o, insecure)                                                                \
+    &(o).security.auth_token_file, &(o).security.tls_cert, &(o).security.tls_key,                  \
+        &(o).security.tls_ca, &(insecure), &(o).metrics_host, &(o).handshake_timeout_ms,           \
+        &(o).max_connections, &(o).max_handshakes
+
 /* ---- Dispatcher --------------------------------------------------------------------------- */
 
 typedef struct {
@@ -117,15 +129,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "metrics_port",
                             "log_level",
                             "data_roots",
-                            "auth_token_file",
-                            "tls_cert",
-                            "tls_key",
-                            "tls_ca",
-                            "insecure",
-                            "metrics_host",
-                            "handshake_timeout_ms",
-                            "max_connections",
-                            "max_handshakes",
+                            SERVER_KEYWORDS,
                             "max_datasets",
                             "max_pipeline_bytes",
                             "max_jobs_per_client",
@@ -136,12 +140,10 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
     unsigned long long max_datasets = 0, max_pipeline_bytes = 0, max_jobs_per_client = 0;
     PyObject *addresses = NULL, *data_roots = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zizpIIIIKKOizOzzzzpzIIIKKK", names, &o.host, &o.port, &o.work_dir, &ft,
-            &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
+            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKK", names, &o.host, &o.port, &o.work_dir,
+            &ft, &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
             &o.autoscale_window_ms, &snapshot_every, &journal_max_mb, &addresses, &metrics_port,
-            &o.log_level, &data_roots, &o.security.auth_token_file, &o.security.tls_cert,
-            &o.security.tls_key, &o.security.tls_ca, &insecure, &o.metrics_host,
-            &o.handshake_timeout_ms, &o.max_connections, &o.max_handshakes, &max_datasets,
+            &o.log_level, &data_roots, SERVER_TARGETS(o, insecure), &max_datasets,
             &max_pipeline_bytes, &max_jobs_per_client))
         return -1;
     o.security.insecure = insecure;
@@ -288,40 +290,19 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher",
-                            "host",
-                            "port",
-                            "advertise",
-                            "heartbeat_ms",
-                            "threads",
-                            "plugins",
-                            "metrics_port",
-                            "drain_timeout_ms",
-                            "log_level",
-                            "python_path",
-                            "data_roots",
-                            "auth_token_file",
-                            "tls_cert",
-                            "tls_key",
-                            "tls_ca",
-                            "insecure",
-                            "metrics_host",
-                            "handshake_timeout_ms",
-                            "max_connections",
-                            "max_handshakes",
-                            "max_element_bytes",
-                            NULL};
+    static char *names[] = {
+        "dispatcher",  "host",       "port",          "advertise",         "heartbeat_ms",
+        "threads",     "plugins",    "metrics_port",  "drain_timeout_ms",  "log_level",
+        "python_path", "data_roots", SERVER_KEYWORDS, "max_element_bytes", NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1, insecure = 0;
     unsigned long long max_element_bytes = 0;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOOzzzzpzIIIK", names, &o.dispatcher,
-                                     &o.host, &o.port, &o.advertise, &o.heartbeat_ms, &o.threads,
-                                     &plugins, &metrics_port, &o.drain_timeout_ms, &o.log_level,
-                                     &python_path, &data_roots, &o.security.auth_token_file,
-                                     &o.security.tls_cert, &o.security.tls_key, &o.security.tls_ca,
-                                     &insecure, &o.metrics_host, &o.handshake_timeout_ms,
-                                     &o.max_connections, &o.max_handshakes, &max_element_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "K", names,
+                                     &o.dispatcher, &o.host, &o.port, &o.advertise, &o.heartbeat_ms,
+                                     &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
+                                     &o.log_level, &python_path, &data_roots,
+                                     SERVER_TARGETS(o, insecure), &max_element_bytes))
         return -1;
     o.security.insecure = insecure;
     o.max_element_bytes = max_element_bytes;

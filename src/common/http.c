@@ -23,6 +23,7 @@
 #include "auth.h"
 #include "error.h"
 #include "log.h"
+#include "security.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -237,9 +238,7 @@ struct http_server {
     /* A connection that cannot be served (over the limit, or out of memory) is accepted into the
      * spare handle and closed at once: libuv stops watching the listener until a pending
      * connection is accepted, so refusing one must not depend on an allocation. */
-    uv_tcp_t spare;
-    bool spare_busy;     /* spare is closing */
-    bool accept_pending; /* a connection waits for the spare to be free */
+    struct listen_spare spare;
     void (*close_cb)(void *user);
     void *close_user;
     char scratch[4096]; /* where discarded input goes; read callbacks finish with it at once */
@@ -514,28 +513,18 @@ static void on_connection(uv_stream_t *listener, int status);
 static void on_spare_closed(uv_handle_t *h)
 {
     struct http_server *srv = h->data;
-    srv->spare_busy = false;
-    /* Close callbacks run late in the loop iteration, so a connection refused meanwhile waits
-     * for one iteration at most. The listener is still open unless the server is closing. */
-    if (srv->accept_pending && !srv->closing) {
-        srv->accept_pending = false;
+    /* The listener is still open unless the server is closing. */
+    if (listen_spare_closed(&srv->spare, !srv->closing))
         on_connection((uv_stream_t *)&srv->listener, 0);
-    }
     server_release(srv);
 }
 
 /* Accepts the pending connection into the spare handle and closes it straight away. */
 static void refuse(struct http_server *srv)
 {
-    if (srv->spare_busy || uv_tcp_init(srv->loop, &srv->spare) != 0) {
-        srv->accept_pending = true;
-        return;
-    }
-    srv->spare.data = srv;
-    srv->spare_busy = true;
-    srv->handles++;
-    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->spare);
-    uv_close((uv_handle_t *)&srv->spare, on_spare_closed);
+    if (listen_spare_refuse(&srv->spare, srv->loop, (uv_stream_t *)&srv->listener, srv,
+                            on_spare_closed))
+        srv->handles++;
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -680,4 +669,33 @@ void http_server_close(struct http_server *srv, void (*cb)(void *user), void *us
     uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
     while (srv->conns)
         conn_close(srv->conns);
+}
+
+/* ---- the metrics server of an embedded dispatcher or worker -------------------------------- */
+
+int http_metrics_host(const struct sec_ctx *sec, const char *host, char **out, char *err,
+                      size_t errlen)
+{
+    *out = strdup(host ? host : "127.0.0.1");
+    if (!*out)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    char why[512];
+    int rc = sec_check_listen(sec, *out, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "metrics: %s", why);
+    return 0;
+}
+
+int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_cb render,
+                       void *user, const struct sec_ctx *sec, struct http_server **out, char *err,
+                       size_t errlen)
+{
+    char why[512];
+    int rc = http_server_start(loop, host, port, render, user, out, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "metrics: %s", why);
+    if (sec_has_token(sec))
+        http_server_set_token(*out, sec->token, sec->token_len);
+    return 0;
 }

@@ -84,3 +84,26 @@ int listen_adopt(uv_loop_t *loop, uv_tcp_t *handle, int fd, uv_connection_cb cb,
     }
     return uv_listen((uv_stream_t *)handle, SOMAXCONN, cb);
 }
+
+bool listen_spare_refuse(struct listen_spare *spare, uv_loop_t *loop, uv_stream_t *listener,
+                         void *data, uv_close_cb closed_cb)
+{
+    if (spare->busy || uv_tcp_init(loop, &spare->tcp) != 0) {
+        spare->pending = true;
+        return false;
+    }
+    spare->tcp.data = data;
+    spare->busy = true;
+    (void)uv_accept(listener, (uv_stream_t *)&spare->tcp);
+    uv_close((uv_handle_t *)&spare->tcp, closed_cb);
+    return true;
+}
+
+bool listen_spare_closed(struct listen_spare *spare, bool accepting)
+{
+    spare->busy = false;
+    if (!spare->pending || !accepting)
+        return false;
+    spare->pending = false;
+    return true;
+}

@@ -85,9 +85,7 @@ struct rpc_server {
     uint32_t hs_timeout_ms;
     uv_timer_t hs_timer; /* due when the oldest handshake runs out */
     /* Refused connections are accepted into spare and closed at once (see the top). */
-    uv_tcp_t spare;
-    bool spare_busy;     /* spare is closing */
-    bool accept_pending; /* a connection waits for the spare to be free */
+    struct listen_spare spare;
     uint64_t auth_failures, refused, timeouts;
     uint64_t refused_unlogged; /* refused since the last line about it */
     uint64_t refused_logged_ms;
@@ -400,13 +398,9 @@ static void on_connection(uv_stream_t *listener, int status);
 static void on_spare_closed(uv_handle_t *h)
 {
     struct rpc_server *srv = h->data;
-    srv->spare_busy = false;
-    /* Close callbacks run late in the loop iteration, so a connection refused meanwhile waits
-     * one iteration at most. The listener is still open unless the server is closing. */
-    if (srv->accept_pending && !srv->closing) {
-        srv->accept_pending = false;
+    /* The listener is still open unless the server is closing. */
+    if (listen_spare_closed(&srv->spare, !srv->closing))
         on_connection((uv_stream_t *)&srv->listener, 0);
-    }
     server_release(srv);
 }
 
@@ -414,15 +408,10 @@ static void on_spare_closed(uv_handle_t *h)
  * the limit, for the log line (at most one per REFUSED_LOG_INTERVAL_MS). */
 static void refuse(struct rpc_server *srv, const char *why)
 {
-    if (srv->spare_busy || uv_tcp_init(srv->loop, &srv->spare) != 0) {
-        srv->accept_pending = true;
+    if (!listen_spare_refuse(&srv->spare, srv->loop, (uv_stream_t *)&srv->listener, srv,
+                             on_spare_closed))
         return;
-    }
-    srv->spare.data = srv;
-    srv->spare_busy = true;
     srv->handles++;
-    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&srv->spare);
-    uv_close((uv_handle_t *)&srv->spare, on_spare_closed);
     srv->refused++;
     srv->refused_unlogged++;
     uint64_t now = uv_now(srv->loop);

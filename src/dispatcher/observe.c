@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/rpc_metrics.h"
 #include "common/rows.h"
 
 #include <inttypes.h>
@@ -58,7 +59,7 @@ struct observe {
     struct metrics_series *iterations_g[NSTATES];
     struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c;
     struct metrics_series *commit_h;
-    struct metrics_series *auth_failures_c, *refused_c, *hs_timeouts_c;
+    struct rpc_metrics conns;
     struct metrics_series *wait_g, *consumption_g, *production_g;
     struct metrics_series *recommended_g;
     struct metrics_series *windows_c[NREASONS];
@@ -229,17 +230,8 @@ static int make_registry(struct observe *o)
            &o->unmet_g);
     SCALAR(false, "sluice_autoscale_idle_share",
            "Mean idle share of the workers at the last window.", METRICS_DOUBLE, &o->idle_g);
-    SCALAR(true, "sluice_auth_failures_total",
-           "Connections that failed authentication: a wrong or missing token on either side, "
-           "or TLS.",
-           METRICS_U64, &o->auth_failures_c);
-    SCALAR(true, "sluice_connections_refused_total",
-           "Connections closed at accept because --max-connections or --max-handshakes was "
-           "reached.",
-           METRICS_U64, &o->refused_c);
-    SCALAR(true, "sluice_handshake_timeouts_total",
-           "Connections closed because their handshake did not finish in time.", METRICS_U64,
-           &o->hs_timeouts_c);
+    if (rc == 0)
+        rc = rpc_metrics_create(r, &o->conns);
 #undef SCALAR
     return rc;
 }
@@ -509,9 +501,7 @@ void observe_status(const struct observe *o, const struct state *st, struct stat
 void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t refused,
                          uint64_t handshake_timeouts)
 {
-    metrics_set_u64(o->auth_failures_c, auth_failures);
-    metrics_set_u64(o->refused_c, refused);
-    metrics_set_u64(o->hs_timeouts_c, handshake_timeouts);
+    rpc_metrics_set(&o->conns, auth_failures, refused, handshake_timeouts);
 }
 
 int observe_render(struct observe *o, const struct state *st, char **body, size_t *len)

@@ -222,15 +222,8 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;
-    if (o->metrics) {
-        s->metrics_host = strdup(o->metrics_host ? o->metrics_host : "127.0.0.1");
-        if (!s->metrics_host)
-            return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
-                           sluice_strerror(SLUICE_ERR_NOMEM));
-        char why[512];
-        if ((rc = sec_check_listen(s->sec, s->metrics_host, why, sizeof why)) < 0)
-            return err_set(err, errlen, rc, "metrics: %s", why);
-    }
+    if (o->metrics)
+        return http_metrics_host(s->sec, o->metrics_host, &s->metrics_host, err, errlen);
     return 0;
 }
 
@@ -277,15 +270,12 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
     if (rc < 0)
         return rc;
     if (s->metrics) {
-        char why[512];
-        rc = http_server_start(loop, s->metrics_host, s->metrics_port, render_metrics, s, &s->http,
-                               why, sizeof why);
+        rc = http_metrics_start(loop, s->metrics_host, s->metrics_port, render_metrics, s, s->sec,
+                                &s->http, err, errlen);
         if (rc < 0) {
             close_servers(s);
-            return err_set(err, errlen, rc, "metrics: %s", why);
+            return rc;
         }
-        if (sec_has_token(s->sec))
-            http_server_set_token(s->http, s->sec->token, s->sec->token_len);
     }
     const char *host = worker_host(s->w);
     rpc_format_address(s->listen_address, sizeof s->listen_address, host, worker_port(s->w));

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/metrics.h"
+#include "common/rpc_metrics.h"
 
 #include <stdlib.h>
 
@@ -19,7 +20,7 @@ struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
         *idle_g;
-    struct metrics_series *auth_failures_c, *refused_c, *hs_timeouts_c;
+    struct rpc_metrics conns;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
     size_t n, cap;
     /* The current pass. */
@@ -72,19 +73,7 @@ int wmetrics_create(struct wmetrics **out)
     }
     /* The same names as the dispatcher's: they describe the RPC server both run. */
     if (rc == 0)
-        rc = scalar(m->reg, true, "sluice_auth_failures_total",
-                    "Connections that failed authentication: a wrong or missing token on either "
-                    "side, or TLS.",
-                    &m->auth_failures_c);
-    if (rc == 0)
-        rc = scalar(m->reg, true, "sluice_connections_refused_total",
-                    "Connections closed at accept because --max-connections or --max-handshakes "
-                    "was reached.",
-                    &m->refused_c);
-    if (rc == 0)
-        rc = scalar(m->reg, true, "sluice_handshake_timeouts_total",
-                    "Connections closed because their handshake did not finish in time.",
-                    &m->hs_timeouts_c);
+        rc = rpc_metrics_create(m->reg, &m->conns);
     if (rc < 0) {
         wmetrics_destroy(m);
         return SLUICE_ERR_NOMEM;
@@ -204,9 +193,7 @@ void wmetrics_pass_end(struct wmetrics *m)
 void wmetrics_connections(struct wmetrics *m, uint64_t auth_failures, uint64_t refused,
                           uint64_t handshake_timeouts)
 {
-    metrics_set_u64(m->auth_failures_c, auth_failures);
-    metrics_set_u64(m->refused_c, refused);
-    metrics_set_u64(m->hs_timeouts_c, handshake_timeouts);
+    rpc_metrics_set(&m->conns, auth_failures, refused, handshake_timeouts);
 }
 
 int wmetrics_render(struct wmetrics *m, char **body, size_t *len)

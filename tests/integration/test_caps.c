@@ -25,6 +25,7 @@
 #include "common/error.h"
 #include "common/rpc.h"
 #include "helper_cluster.h"
+#include "helper_peer.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -45,79 +46,17 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- a synchronous RPC peer ------------------------------------------------------------------ */
-
-struct conn {
-    uv_loop_t loop;
-    struct rpc_client *c;
-};
-
-struct result {
-    bool done;
-    int status;
-    char msg[512];
-    Sluice__Envelope *reply; /* a copy, freed by the caller */
-};
-
-static void on_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
-{
-    struct result *r = user;
-    r->done = true;
-    r->status = status;
-    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
-    if (status == 0 && reply) {
-        size_t n = sluice__envelope__get_packed_size(reply);
-        uint8_t *b = malloc(n ? n : 1);
-        assert_non_null(b);
-        sluice__envelope__pack(reply, b);
-        r->reply = sluice__envelope__unpack(NULL, n, b);
-        free(b);
-    }
-}
-
-static void conn_open(struct conn *c, const char *addr, Sluice__Role role, uint64_t incarnation)
-{
-    char err[256];
-    assert_int_equal(uv_loop_init(&c->loop), 0);
-    struct rpc_client_opts o = {
-        .address = addr, .role = role, .incarnation = incarnation, .backoff_max_ms = 200};
-    assert_int_equal(rpc_client_new(&c->loop, &o, &c->c, err, sizeof err), 0);
-}
-
-static void conn_closed(void *user)
-{
-    *(bool *)user = true;
-}
-
-static void conn_close(struct conn *c)
-{
-    bool closed = false;
-    rpc_client_close(c->c, conn_closed, &closed);
-    while (!closed)
-        uv_run(&c->loop, UV_RUN_ONCE);
-    uv_run(&c->loop, UV_RUN_NOWAIT);
-    assert_int_equal(uv_loop_close(&c->loop), 0);
-}
-
-/* Sends env and waits for the answer (bounded by the call's timeout). */
-static Sluice__Envelope *call(struct conn *c, Sluice__Envelope *env, struct result *r)
-{
-    memset(r, 0, sizeof *r);
-    assert_int_equal(rpc_call(c->c, env, WAIT_MS, on_reply, r), 0);
-    while (!r->done)
-        uv_run(&c->loop, UV_RUN_ONCE);
-    return r->reply;
-}
+/* ---- requests of a synchronous RPC peer (helper_peer.h) ---------------------------------- */
 
 /* Asserts that the call failed with code and exactly the message want. */
-static void assert_refused(const struct result *r, int code, const char *want)
+static void assert_refused(const struct peer_result *r, int code, const char *want)
 {
     if (r->status != code || strcmp(r->msg, want) != 0)
         fail_msg("expected %d \"%s\", got %d \"%s\"", code, want, r->status, r->msg);
 }
 
-static Sluice__Envelope *client_heartbeat(struct conn *c, uint64_t client, const uint8_t *key,
-                                          size_t key_len, struct result *r)
+static Sluice__Envelope *client_heartbeat(struct peer *c, uint64_t client, const uint8_t *key,
+                                          size_t key_len, struct peer_result *r)
 {
     Sluice__ClientHeartbeatRequest body = SLUICE__CLIENT_HEARTBEAT_REQUEST__INIT;
     body.client_id = client;
@@ -126,11 +65,11 @@ static Sluice__Envelope *client_heartbeat(struct conn *c, uint64_t client, const
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
     env.client_heartbeat = &body;
-    return call(c, &env, r);
+    return peer_call(c, &env, WAIT_MS, r);
 }
 
-static Sluice__Envelope *release_client(struct conn *c, uint64_t client, const uint8_t *key,
-                                        size_t key_len, struct result *r)
+static Sluice__Envelope *release_client(struct peer *c, uint64_t client, const uint8_t *key,
+                                        size_t key_len, struct peer_result *r)
 {
     Sluice__ReleaseClientRequest body = SLUICE__RELEASE_CLIENT_REQUEST__INIT;
     body.client_id = client;
@@ -139,11 +78,11 @@ static Sluice__Envelope *release_client(struct conn *c, uint64_t client, const u
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
     env.release_client = &body;
-    return call(c, &env, r);
+    return peer_call(c, &env, WAIT_MS, r);
 }
 
-static Sluice__Envelope *get_elements(struct conn *c, uint64_t task, uint64_t client,
-                                      const uint8_t *key, size_t key_len, struct result *r)
+static Sluice__Envelope *get_elements(struct peer *c, uint64_t task, uint64_t client,
+                                      const uint8_t *key, size_t key_len, struct peer_result *r)
 {
     Sluice__GetElementsRequest body = SLUICE__GET_ELEMENTS_REQUEST__INIT;
     body.task_id = task;
@@ -153,12 +92,12 @@ static Sluice__Envelope *get_elements(struct conn *c, uint64_t task, uint64_t cl
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
     env.get_elements = &body;
-    return call(c, &env, r);
+    return peer_call(c, &env, WAIT_MS, r);
 }
 
-static Sluice__Envelope *worker_heartbeat(struct conn *c, const char *address, const uint8_t *key,
+static Sluice__Envelope *worker_heartbeat(struct peer *c, const char *address, const uint8_t *key,
                                           size_t key_len, bool draining, bool leaving,
-                                          struct result *r)
+                                          struct peer_result *r)
 {
     Sluice__WorkerHeartbeatRequest body = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
     body.address = (char *)address;
@@ -169,7 +108,38 @@ static Sluice__Envelope *worker_heartbeat(struct conn *c, const char *address, c
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &body;
-    return call(c, &env, r);
+    return peer_call(c, &env, WAIT_MS, r);
+}
+
+/* Joins the job name (a new one for "") on dataset ds as a new client: its client id, its job
+ * id and its capability (16 bytes). */
+static void join_job(struct peer *d, char *ds, char *name, uint64_t *client, uint64_t *job,
+                     uint8_t key[16])
+{
+    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    body.dataset_id = ds;
+    body.job_name = name;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &body;
+    struct peer_result r;
+    Sluice__Envelope *rep = peer_call(d, &env, WAIT_MS, &r);
+    if (!rep)
+        fail_msg("get_or_create_job: %s", r.msg);
+    const Sluice__GetOrCreateJobReply *reply = rep->get_or_create_job_reply;
+    assert_int_equal(reply->client_key.len, 16);
+    *client = reply->client_id;
+    *job = reply->job_id;
+    memcpy(key, reply->client_key.data, 16);
+    sluice__envelope__free_unpacked(rep, NULL);
+}
+
+/* Releases the client with its capability, which must succeed. */
+static void leave_job(struct peer *d, uint64_t client, const uint8_t key[16])
+{
+    struct peer_result r;
+    assert_non_null(release_client(d, client, key, 16, &r));
+    sluice__envelope__free_unpacked(r.reply, NULL);
 }
 
 /* ---- the cluster ----------------------------------------------------------------------------- */
@@ -179,18 +149,24 @@ static Sluice__Envelope *worker_heartbeat(struct conn *c, const char *address, c
 static const char *const short_timeouts[] = {"--worker-timeout-ms", "5000", "--log-level", "info",
                                              NULL};
 
-static int setup(void **state)
+/* Starts a dispatcher with args (fault-tolerant or not) into *state. */
+static int start_cluster(void **state, const char *const *args, int fault_tolerant)
 {
     struct cluster *c = calloc(1, sizeof(*c));
     if (!c)
         return -1;
-    c->dispatcher_args = short_timeouts;
-    if (cluster_start_dispatcher(c, 0, 0) != 0) {
+    c->dispatcher_args = args;
+    if (cluster_start_dispatcher(c, 0, fault_tolerant) != 0) {
         free(c);
         return -1;
     }
     *state = c;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return start_cluster(state, short_timeouts, 0);
 }
 
 static int teardown(void **state)
@@ -346,24 +322,13 @@ static void test_guessed_ids_refused(void **state)
     /* The stranger joins a job of its own, on another dataset: a valid capability, for that
      * job only. */
     char *ds = register_dataset(c, "range(5)");
-    struct conn d;
-    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
-    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
-    body.dataset_id = ds;
-    body.job_name = "mine";
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
-    env.get_or_create_job = &body;
-    struct result r;
-    Sluice__Envelope *rep = call(&d, &env, &r);
-    if (!rep)
-        fail_msg("get_or_create_job: %s", r.msg);
-    const Sluice__GetOrCreateJobReply *mine = rep->get_or_create_job_reply;
-    assert_int_equal(mine->client_key.len, 16);
-    uint64_t my_client = mine->client_id, my_job = mine->job_id;
+    struct peer d;
+    peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    uint64_t my_client, my_job;
     uint8_t my_key[16];
-    memcpy(my_key, mine->client_key.data, 16);
-    sluice__envelope__free_unpacked(rep, NULL);
+    join_job(&d, ds, "mine", &my_client, &my_job, my_key);
+    struct peer_result r;
+    Sluice__Envelope *rep;
     uint8_t guess[16];
     memset(guess, 0x42, sizeof guess);
 
@@ -399,8 +364,8 @@ static void test_guessed_ids_refused(void **state)
 
     /* At the worker: the victim's task, with guessed client ids and keys, or with the
      * stranger's own valid capability. */
-    struct conn w;
-    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    struct peer w;
+    peer_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
     char want[256];
     for (uint64_t g = 1; g < my_client; g++) {
         snprintf(want, sizeof want, "client %" PRIu64 " is not a consumer of job %" PRIu64, g,
@@ -431,10 +396,9 @@ static void test_guessed_ids_refused(void **state)
     my_task_key[0] ^= 1;
     assert_null(get_elements(&w, my_task, my_client, my_task_key, sizeof my_task_key, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
-    conn_close(&w);
-    assert_non_null(release_client(&d, my_client, my_key, sizeof my_key, &r));
-    sluice__envelope__free_unpacked(r.reply, NULL);
-    conn_close(&d);
+    peer_close(&w);
+    leave_job(&d, my_client, my_key);
+    peer_close(&d);
     free(ds);
 
     /* The victim lost nothing. */
@@ -466,9 +430,9 @@ static void test_forged_worker_refused(void **state)
     char want[256];
     snprintf(want, sizeof want, "worker at %s: the worker key does not match its registration",
              addr);
-    struct conn f;
-    conn_open(&f, c->dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, inc);
-    struct result r;
+    struct peer f;
+    peer_open(&f, c->dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, inc);
+    struct peer_result r;
     assert_null(worker_heartbeat(&f, addr, NULL, 0, true, true, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
     assert_null(worker_heartbeat(&f, addr, guess, sizeof guess, true, true, &r));
@@ -488,20 +452,20 @@ static void test_forged_worker_refused(void **state)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
     env.get_splits = &gs;
-    assert_null(call(&f, &env, &r));
+    assert_null(peer_call(&f, &env, WAIT_MS, &r));
     snprintf(want, sizeof want, "task %" PRIu64 ": the worker key does not match its worker's",
              vtask);
     assert_refused(&r, SLUICE_ERR_DENIED, want);
-    conn_close(&f);
+    peer_close(&f);
 
     /* A new incarnation claiming the live worker's address. */
-    struct conn g;
-    conn_open(&g, c->dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, inc + 1);
+    struct peer g;
+    peer_open(&g, c->dispatcher.addr, SLUICE__ROLE__ROLE_WORKER, inc + 1);
     snprintf(want, sizeof want,
              "address %s is held by worker %" PRIu64 ", which is still heartbeating", addr, wid);
     assert_null(worker_heartbeat(&g, addr, guess, sizeof guess, false, false, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
-    conn_close(&g);
+    peer_close(&g);
 
     /* The worker is still there, as it was, and the read completes exactly once. */
     uint64_t wid2, inc2;
@@ -521,23 +485,14 @@ static const char *const snapshotting[] = {
 
 static int setup_ft(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = snapshotting;
-    if (cluster_start_dispatcher(c, 0, 1) != 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
+    return start_cluster(state, snapshotting, 1);
 }
 
 /* The client's capability for its only task, from a heartbeat (waiting for the task). */
-static uint64_t task_and_key(struct conn *d, uint64_t client, const uint8_t key[16],
+static uint64_t task_and_key(struct peer *d, uint64_t client, const uint8_t key[16],
                              uint8_t task_key[16])
 {
-    struct result r;
+    struct peer_result r;
     long long t0 = now_ms();
     while (now_ms() - t0 < WAIT_MS) {
         Sluice__Envelope *rep = client_heartbeat(d, client, key, 16, &r);
@@ -568,24 +523,11 @@ static void test_keys_survive_restart(void **state)
     struct cluster *c = *state;
     add_workers(c, 1);
     char *ds = register_dataset(c, "range(10) | repeat()");
-    struct conn d;
-    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
-    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
-    body.dataset_id = ds;
-    body.job_name = "kept";
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
-    env.get_or_create_job = &body;
-    struct result r;
-    Sluice__Envelope *rep = call(&d, &env, &r);
-    if (!rep)
-        fail_msg("get_or_create_job: %s", r.msg);
-    uint64_t client = rep->get_or_create_job_reply->client_id;
-    uint64_t job = rep->get_or_create_job_reply->job_id;
+    struct peer d;
+    peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    uint64_t client, job;
     uint8_t key[16], task_key[16], task_key2[16];
-    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
-    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
-    sluice__envelope__free_unpacked(rep, NULL);
+    join_job(&d, ds, "kept", &client, &job, key);
     uint64_t task = task_and_key(&d, client, key, task_key);
 
     assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
@@ -597,17 +539,19 @@ static void test_keys_survive_restart(void **state)
     uint8_t wrong[16];
     memcpy(wrong, key, 16);
     wrong[15] ^= 0x10;
+    struct peer_result r;
     assert_null(client_heartbeat(&d, client, wrong, sizeof wrong, &r));
     char want[256];
     snprintf(want, sizeof want,
              "client %" PRIu64 ": wrong client key: not a consumer of job %" PRIu64, client, job);
     assert_refused(&r, SLUICE_ERR_DENIED, want);
     /* The worker, which kept its task, serves it to the capability and to nothing else. */
-    struct conn w;
-    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    struct peer w;
+    peer_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
     long long t0 = now_ms();
     /* UNAVAILABLE: the worker has not heard of the task yet (its heartbeats were cut by the
      * restart). */
+    Sluice__Envelope *rep;
     while (!(rep = get_elements(&w, task, client, task_key, sizeof task_key, &r)) &&
            r.status == SLUICE_ERR_UNAVAILABLE && now_ms() - t0 < WAIT_MS)
         usleep(50 * 1000);
@@ -618,10 +562,9 @@ static void test_keys_survive_restart(void **state)
              job);
     assert_null(get_elements(&w, task, client, key, sizeof key, &r));
     assert_refused(&r, SLUICE_ERR_DENIED, want);
-    conn_close(&w);
-    assert_non_null(release_client(&d, client, key, sizeof key, &r));
-    sluice__envelope__free_unpacked(r.reply, NULL);
-    conn_close(&d);
+    peer_close(&w);
+    leave_job(&d, client, key);
+    peer_close(&d);
     free(ds);
 }
 
@@ -741,23 +684,13 @@ static void test_end_counts_what_was_sent(void **state)
     struct cluster *c = *state;
     add_workers(c, 1);
     char *ds = register_dataset(c, "range(1000) | batch(7)");
-    struct conn d;
-    conn_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
-    Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
-    body.dataset_id = ds;
-    body.job_name = "";
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
-    env.get_or_create_job = &body;
-    struct result r;
-    Sluice__Envelope *rep = call(&d, &env, &r);
-    if (!rep)
-        fail_msg("get_or_create_job: %s", r.msg);
-    uint64_t client = rep->get_or_create_job_reply->client_id;
+    struct peer d;
+    peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    uint64_t client, job;
     uint8_t key[16];
-    assert_int_equal(rep->get_or_create_job_reply->client_key.len, 16);
-    memcpy(key, rep->get_or_create_job_reply->client_key.data, 16);
-    sluice__envelope__free_unpacked(rep, NULL);
+    join_job(&d, ds, "", &client, &job, key);
+    struct peer_result r;
+    Sluice__Envelope *rep;
     uint64_t task = 0;
     uint8_t task_key[16];
     long long t0 = now_ms();
@@ -776,8 +709,8 @@ static void test_end_counts_what_was_sent(void **state)
     }
     assert_true(task != 0);
 
-    struct conn w;
-    conn_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
+    struct peer w;
+    peer_open(&w, c->workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
     uint64_t got = 0;
     bool ended = false;
     t0 = now_ms();
@@ -797,10 +730,9 @@ static void test_end_counts_what_was_sent(void **state)
     assert_true(ended);
     /* 1000 values in batches of 7: 143 elements. */
     assert_int_equal(got, 143);
-    conn_close(&w);
-    assert_non_null(release_client(&d, client, key, sizeof key, &r));
-    sluice__envelope__free_unpacked(r.reply, NULL);
-    conn_close(&d);
+    peer_close(&w);
+    leave_job(&d, client, key);
+    peer_close(&d);
     free(ds);
 }
 

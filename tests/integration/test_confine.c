@@ -133,26 +133,27 @@ static void test_roots_init(void **state)
     pipe_roots_release(&r);
 }
 
+/* pipe_path_resolve of ROOT REST succeeds with want. */
+static void resolve_expect(const char *rest, const char *want)
+{
+    char out[PATH_MAX], path[1024];
+    snprintf(path, sizeof path, "%s%s", root, rest);
+    assert_int_equal(pipe_path_resolve(path, out, sizeof out), 0);
+    assert_string_equal(out, want);
+}
+
 static void test_resolve(void **state)
 {
     (void)state;
-    char out[PATH_MAX], path[1024], want[1024];
-    snprintf(path, sizeof path, "%s/link.txt", root);
-    assert_int_equal(pipe_path_resolve(path, out, sizeof out), 0);
-    assert_string_equal(out, secret);
+    char want[1024];
+    resolve_expect("/link.txt", secret);
     /* A missing file below a link: the link is still followed. */
-    snprintf(path, sizeof path, "%s/up/nothing/here.txt", root);
     snprintf(want, sizeof want, "%s/nothing/here.txt", base);
-    assert_int_equal(pipe_path_resolve(path, out, sizeof out), 0);
-    assert_string_equal(out, want);
+    resolve_expect("/up/nothing/here.txt", want);
     /* ".." after a missing component is taken lexically. */
-    snprintf(path, sizeof path, "%s/missing/../../secret.txt", root);
-    assert_int_equal(pipe_path_resolve(path, out, sizeof out), 0);
-    assert_string_equal(out, secret);
-    snprintf(path, sizeof path, "%s/inner/x1.txt", root);
+    resolve_expect("/missing/../../secret.txt", secret);
     snprintf(want, sizeof want, "%s/glob/x1.txt", root);
-    assert_int_equal(pipe_path_resolve(path, out, sizeof out), 0);
-    assert_string_equal(out, want);
+    resolve_expect("/inner/x1.txt", want);
 }
 
 /* Checks lines(glob) against ROOT: 0, or the exact denial naming resolved. */
@@ -179,38 +180,35 @@ static void check_glob_expect(const char *glob, const char *resolved)
     pipe_roots_release(&r);
 }
 
+/* check_glob_expect on the glob DIR REST. */
+static void check_in(const char *dir, const char *rest, const char *resolved)
+{
+    char g[1024];
+    snprintf(g, sizeof g, "%s%s", dir, rest);
+    check_glob_expect(g, resolved);
+}
+
 static void test_check_source(void **state)
 {
     (void)state;
-    char g[1024], r2[1024], base_nothing[1024];
-    snprintf(g, sizeof g, "%s/a.txt", root);
-    check_glob_expect(g, NULL);
-    snprintf(g, sizeof g, "%s/glob/x1.txt", root);
-    check_glob_expect(g, NULL);
-    snprintf(g, sizeof g, "%s/inner/x1.txt", root);
-    check_glob_expect(g, NULL);
-    snprintf(g, sizeof g, "%s/../root/a.txt", root);
-    check_glob_expect(g, NULL);
+    check_in(root, "/a.txt", NULL);
+    check_in(root, "/glob/x1.txt", NULL);
+    check_in(root, "/inner/x1.txt", NULL);
+    check_in(root, "/../root/a.txt", NULL);
     /* Matching nothing inside is no refusal here (reading it reports the missing file). */
-    snprintf(g, sizeof g, "%s/none*.txt", root);
-    check_glob_expect(g, NULL);
+    check_in(root, "/none*.txt", NULL);
     check_glob_expect("/etc/passwd", "/etc/passwd");
-    snprintf(g, sizeof g, "%s/../secret.txt", root);
-    check_glob_expect(g, secret);
-    snprintf(g, sizeof g, "%s/link.txt", root);
-    check_glob_expect(g, secret);
-    snprintf(g, sizeof g, "%s/glob/*", root);
-    check_glob_expect(g, secret);
+    check_in(root, "/../secret.txt", secret);
+    check_in(root, "/link.txt", secret);
+    check_in(root, "/glob/*", secret);
+    char g[1024], base_nothing[1024];
     snprintf(g, sizeof g, "%s/c.txt", root2);
     check_glob_expect(g, g);
     /* The directory part leads out through a link, though nothing matches. */
-    snprintf(g, sizeof g, "%s/up/nothing*.txt", root);
-    check_glob_expect(g, base);
-    snprintf(g, sizeof g, "%s/up/nothing/*.txt", root);
+    check_in(root, "/up/nothing*.txt", base);
     snprintf(base_nothing, sizeof base_nothing, "%s/nothing", base);
-    check_glob_expect(g, base_nothing);
-    snprintf(r2, sizeof r2, "%s/*", root2);
-    check_glob_expect(r2, root2);
+    check_in(root, "/up/nothing/*.txt", base_nothing);
+    check_in(root2, "/*", root2);
 }
 
 static void test_open_file(void **state)

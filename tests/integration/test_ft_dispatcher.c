@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/rpc.h"
+#include "helper_peer.h"
 #include "helper_proc.h"
 #include "journal/journal.h"
 #include "journal/record.h"
@@ -27,78 +28,23 @@
 
 #define WAIT_MS 15000
 
-/* ---- a synchronous RPC client ---------------------------------------------------------------- */
-
-struct conn {
-    uv_loop_t loop;
-    struct rpc_client *c;
-};
-
-struct result {
-    bool done;
-    int status;
-    char msg[512];
-    Sluice__Envelope *reply; /* a copy, freed by the caller */
-};
-
-static void on_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
-{
-    struct result *r = user;
-    r->done = true;
-    r->status = status;
-    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
-    if (status == 0 && reply) {
-        size_t n = sluice__envelope__get_packed_size(reply);
-        uint8_t *b = malloc(n ? n : 1);
-        assert_non_null(b);
-        sluice__envelope__pack(reply, b);
-        r->reply = sluice__envelope__unpack(NULL, n, b);
-        free(b);
-    }
-}
-
-static void conn_open(struct conn *c, const char *addr, Sluice__Role role, uint64_t incarnation)
-{
-    char err[256];
-    assert_int_equal(uv_loop_init(&c->loop), 0);
-    struct rpc_client_opts o = {
-        .address = addr, .role = role, .incarnation = incarnation, .backoff_max_ms = 200};
-    assert_int_equal(rpc_client_new(&c->loop, &o, &c->c, err, sizeof err), 0);
-}
-
-static void conn_closed(void *user)
-{
-    *(bool *)user = true;
-}
-
-static void conn_close(struct conn *c)
-{
-    bool closed = false;
-    rpc_client_close(c->c, conn_closed, &closed);
-    while (!closed)
-        uv_run(&c->loop, UV_RUN_ONCE);
-    uv_run(&c->loop, UV_RUN_NOWAIT);
-    assert_int_equal(uv_loop_close(&c->loop), 0);
-}
+/* ---- a synchronous RPC client (helper_peer.h) -------------------------------------------- */
 
 /* Sends req and waits for its answer; returns the reply copy (status 0) or NULL with r->msg.
  * A call that finds its connection gone (the dispatcher was restarted under it) is sent again,
  * as every peer of a restarting dispatcher does. */
-static Sluice__Envelope *call(struct conn *c, Sluice__Envelope *req, struct result *r)
+static Sluice__Envelope *call(struct peer *c, Sluice__Envelope *req, struct peer_result *r)
 {
     for (int attempt = 0;; attempt++) {
-        memset(r, 0, sizeof *r);
-        assert_int_equal(rpc_call(c->c, req, WAIT_MS, on_reply, r), 0);
-        while (!r->done)
-            uv_run(&c->loop, UV_RUN_ONCE);
+        Sluice__Envelope *rep = peer_call(c, req, WAIT_MS, r);
         if (r->status != SLUICE_ERR_UNAVAILABLE || attempt == 20)
-            return r->reply;
+            return rep;
     }
 }
 
 /* ---- requests -------------------------------------------------------------------------------- */
 
-static Sluice__Envelope *get_or_create_job(struct conn *c, const char *dataset, const char *name)
+static Sluice__Envelope *get_or_create_job(struct peer *c, const char *dataset, const char *name)
 {
     Sluice__GetOrCreateJobRequest body = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
     body.dataset_id = (char *)dataset;
@@ -107,7 +53,7 @@ static Sluice__Envelope *get_or_create_job(struct conn *c, const char *dataset, 
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
     env.get_or_create_job = &body;
-    struct result r;
+    struct peer_result r;
     Sluice__Envelope *rep = call(c, &env, &r);
     if (!rep || rep->body_case != SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY)
         fail_msg("get_or_create_job: %s", r.msg);
@@ -118,7 +64,7 @@ static Sluice__Envelope *get_or_create_job(struct conn *c, const char *dataset, 
 static uint8_t worker_key[16] = {'f', 't', ' ', 'w', 'o', 'r', 'k', 'e',
                                  'r', ' ', 's', 'e', 'c', 'r', 'e', 't'};
 
-static Sluice__Envelope *heartbeat(struct conn *c, const char *address)
+static Sluice__Envelope *heartbeat(struct peer *c, const char *address)
 {
     Sluice__WorkerHeartbeatRequest body = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
     body.address = (char *)address;
@@ -127,7 +73,7 @@ static Sluice__Envelope *heartbeat(struct conn *c, const char *address)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &body;
-    struct result r;
+    struct peer_result r;
     Sluice__Envelope *rep = call(c, &env, &r);
     if (!rep || rep->body_case != SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY)
         fail_msg("worker_heartbeat: %s", r.msg);
@@ -135,7 +81,7 @@ static Sluice__Envelope *heartbeat(struct conn *c, const char *address)
 }
 
 /* Leases up to max splits, reporting finished ones; returns the seqs as "a,b,c". */
-static void get_splits(struct conn *c, uint64_t task, uint64_t *finished, size_t nfinished,
+static void get_splits(struct peer *c, uint64_t task, uint64_t *finished, size_t nfinished,
                        uint32_t max, char *out, size_t outlen)
 {
     Sluice__GetSplitsRequest body = SLUICE__GET_SPLITS_REQUEST__INIT;
@@ -148,7 +94,7 @@ static void get_splits(struct conn *c, uint64_t task, uint64_t *finished, size_t
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
     env.get_splits = &body;
-    struct result r;
+    struct peer_result r;
     Sluice__Envelope *rep = call(c, &env, &r);
     if (!rep || rep->body_case != SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY)
         fail_msg("get_splits: %s", r.msg);
@@ -224,9 +170,9 @@ static const char *port_of(const struct proc *p)
     return colon + 1;
 }
 
-static uint64_t incarnation_of(struct conn *c)
+static uint64_t incarnation_of(struct peer *c)
 {
-    struct result r;
+    struct peer_result r;
     Sluice__StatusRequest body = SLUICE__STATUS_REQUEST__INIT;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
@@ -274,15 +220,15 @@ static void test_restart_keeps_everything(void **unused)
     start_dispatcher(&d, wd, "0", "5");
     snprintf(port, sizeof port, "%s", port_of(&d));
 
-    struct conn cl, wk;
-    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 1001);
-    conn_open(&wk, d.addr, SLUICE__ROLE__ROLE_WORKER, 777);
+    struct peer cl, wk;
+    peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 1001);
+    peer_open(&wk, d.addr, SLUICE__ROLE__ROLE_WORKER, 777);
     uint64_t inc = incarnation_of(&cl);
     assert_true(inc != 0);
 
     struct register_req q;
     register_init(&q, 29); /* range(30) */
-    struct result r;
+    struct peer_result r;
     Sluice__Envelope *rep = call(&cl, &q.env, &r);
     assert_non_null(rep);
     assert_string_equal(rep->register_dataset_reply->dataset_id, "d29");
@@ -334,8 +280,8 @@ static void test_restart_keeps_everything(void **unused)
     assert_true(rep->get_or_create_job_reply->iteration_id == it);
     sluice__envelope__free_unpacked(rep, NULL);
 
-    conn_close(&cl);
-    conn_close(&wk);
+    peer_close(&cl);
+    peer_close(&wk);
     assert_int_equal(proc_stop(&d, SIGTERM, WAIT_MS), 0);
 
     /* verify and dump after a clean stop. */
@@ -360,7 +306,7 @@ static void test_restart_keeps_everything(void **unused)
 /* ---- acknowledged changes survive a SIGKILL in the middle of traffic ------------------------- */
 
 struct flood {
-    struct conn *c;
+    struct peer *c;
     struct register_req *reqs;
     bool *acked;
     int next, n, outstanding, nacked, failed;
@@ -413,8 +359,8 @@ static void test_acknowledged_survive_kill(void **unused)
     struct proc d;
     start_dispatcher(&d, wd, "0", "50");
     snprintf(port, sizeof port, "%s", port_of(&d));
-    struct conn cl;
-    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 2002);
+    struct peer cl;
+    peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 2002);
 
     enum { N = 20000 };
     struct flood f = {.c = &cl, .n = N};
@@ -434,10 +380,10 @@ static void test_acknowledged_survive_kill(void **unused)
         uv_run(&cl.loop, UV_RUN_ONCE);
     int acked = f.nacked;
     assert_true(acked >= 300);
-    conn_close(&cl);
+    peer_close(&cl);
 
     start_dispatcher(&d, wd, port, "50");
-    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 2003);
+    peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 2003);
     int present = 0, missing = 0;
     for (int i = 0; i < f.next; i++) {
         Sluice__GetDatasetRequest body = SLUICE__GET_DATASET_REQUEST__INIT;
@@ -445,7 +391,7 @@ static void test_acknowledged_survive_kill(void **unused)
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
         env.get_dataset = &body;
-        struct result r;
+        struct peer_result r;
         Sluice__Envelope *rep = call(&cl, &env, &r);
         if (rep) {
             present++;
@@ -461,7 +407,7 @@ static void test_acknowledged_survive_kill(void **unused)
     /* Every acknowledged one is there; some not yet acknowledged may be too. */
     assert_true(present >= acked);
     assert_int_equal(present + missing, f.next);
-    conn_close(&cl);
+    peer_close(&cl);
     assert_int_equal(proc_stop(&d, SIGTERM, WAIT_MS), 0);
     char *out = NULL, *err = NULL;
     assert_int_equal(journal_cmd("verify", wd, &out, &err), 0);
@@ -510,17 +456,17 @@ static void test_damaged_record_stops_start(void **unused)
     snprintf(wd, sizeof wd, "%s/damaged", tmp_dir());
     struct proc d;
     start_dispatcher(&d, wd, "0", "1000");
-    struct conn cl;
-    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 3003);
+    struct peer cl;
+    peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 3003);
     for (int i = 0; i < 5; i++) {
         struct register_req q;
         register_init(&q, i);
-        struct result r;
+        struct peer_result r;
         Sluice__Envelope *rep = call(&cl, &q.env, &r);
         assert_non_null(rep);
         sluice__envelope__free_unpacked(rep, NULL);
     }
-    conn_close(&cl);
+    peer_close(&cl);
     assert_int_equal(proc_stop(&d, SIGTERM, WAIT_MS), 0);
 
     uint64_t seq;
@@ -609,26 +555,22 @@ static void test_full_journal_is_fatal(void **unused)
                           NULL};
     struct proc d;
     assert_int_equal(proc_start(&d, argv, WAIT_MS), 0);
-    struct conn cl;
-    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4004);
+    struct peer cl;
+    peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4004);
     static struct big_req b;
     int acked = 0;
     char refused[512] = "";
     for (int i = 0; i < 40 && !refused[0]; i++) {
         big_init(&b, i);
-        struct result r;
-        memset(&r, 0, sizeof r);
-        assert_int_equal(rpc_call(cl.c, &b.q.env, WAIT_MS, on_reply, &r), 0);
-        while (!r.done)
-            uv_run(&cl.loop, UV_RUN_ONCE);
-        if (r.reply) {
+        struct peer_result r;
+        if (peer_call(&cl, &b.q.env, WAIT_MS, &r)) {
             acked++;
             sluice__envelope__free_unpacked(r.reply, NULL);
         } else {
             snprintf(refused, sizeof refused, "%s", r.msg);
         }
     }
-    conn_close(&cl);
+    peer_close(&cl);
     /* The write that did not fit is refused, never acknowledged; the dispatcher exits 1 with one
      * line naming the journal and the reason. */
     assert_true(acked >= 2);
@@ -668,7 +610,7 @@ static void test_full_journal_is_fatal(void **unused)
                            "warn",
                            NULL};
     assert_int_equal(proc_start(&d, argv2, WAIT_MS), 0);
-    conn_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4005);
+    peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4005);
     for (int i = 0; i < acked; i++) {
         Sluice__GetDatasetRequest body = SLUICE__GET_DATASET_REQUEST__INIT;
         char id[32];
@@ -677,14 +619,14 @@ static void test_full_journal_is_fatal(void **unused)
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
         env.get_dataset = &body;
-        struct result r;
+        struct peer_result r;
         Sluice__Envelope *rep = call(&cl, &env, &r);
         if (!rep)
             fail_msg("acknowledged dataset %s is gone: %s", id, r.msg);
         assert_int_equal(rep->get_dataset_reply->dataset->source->n_values, 200);
         sluice__envelope__free_unpacked(rep, NULL);
     }
-    conn_close(&cl);
+    peer_close(&cl);
     assert_int_equal(proc_stop(&d, SIGTERM, WAIT_MS), 0);
 }
 

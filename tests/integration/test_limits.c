@@ -101,6 +101,31 @@ static void assert_contains(const char *haystack, const char *needle)
         fail_msg("expected '%s' in: %s", needle, haystack ? haystack : "(null)");
 }
 
+/* `sluice read PIPELINE --format count --timeout-ms 30000` exits 0 and prints want. */
+static void read_count(struct cluster *c, const char *pipeline, const char *want)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "read", pipeline, "--format", "count", "--timeout-ms",
+                         "30000", NULL);
+    assert_int_equal(rc, 0);
+    assert_string_equal(out, want);
+    free(out);
+    free(err);
+}
+
+/* A read of 1 GiB elements as the job "big" exits 1 naming the size and the worker's limit. */
+static void read_big_refused(struct cluster *c)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "read", "range(100) | map(bytes, 1073741824) | batch(8)",
+                         "--job-name", "big", "--timeout-ms", "30000", NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "map(bytes): element of 1073741824 bytes is over the worker's limit of "
+                         "67108864 (--max-element-bytes)");
+    free(out);
+    free(err);
+}
+
 /* ---- one raw RPC to the dispatcher, bypassing the client library's checks ------------------ */
 
 struct raw {
@@ -159,14 +184,7 @@ static void test_element_limit(void **unused)
     pid_t worker = c.workers[0].pid;
 
     /* bytes(1 GiB) is refused before it is allocated: the reader gets the size and the limit. */
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(&c, &out, &err, "read", "range(100) | map(bytes, 1073741824) | batch(8)",
-                         "--job-name", "big", "--timeout-ms", "30000", NULL);
-    assert_int_equal(rc, 1);
-    assert_contains(err, "map(bytes): element of 1073741824 bytes is over the worker's limit of "
-                         "67108864 (--max-element-bytes)");
-    free(out);
-    free(err);
+    read_big_refused(&c);
     long peak = proc_status_kb(worker, "VmHWM");
     long rss = proc_status_kb(worker, "VmRSS");
     fprintf(stderr, "worker after bytes(1 GiB): VmHWM %ld kB, VmRSS %ld kB\n", peak, rss);
@@ -184,13 +202,7 @@ static void test_element_limit(void **unused)
     assert_string_equal(json_string_value(json_object_get(job, "state")), "failed");
     json_decref(st);
     assert_true(cluster_add_worker(&c) >= 0);
-    rc = cluster_cli(&c, &out, &err, "read", "range(100) | map(bytes, 1073741824) | batch(8)",
-                     "--job-name", "big", "--timeout-ms", "30000", NULL);
-    assert_int_equal(rc, 1);
-    assert_contains(err, "map(bytes): element of 1073741824 bytes is over the worker's limit of "
-                         "67108864 (--max-element-bytes)");
-    free(out);
-    free(err);
+    read_big_refused(&c);
     sleep_ms(1500);
     st = status_json(&c);
     json_t *workers = json_object_get(st, "workers");
@@ -206,8 +218,9 @@ static void test_element_limit(void **unused)
 
     /* A batch is refused as it grows past the limit: four elements of 20000000 bytes (and 8
      * bytes of offset each) are more than 64 MiB. */
-    rc = cluster_cli(&c, &out, &err, "read", "range(10) | map(bytes, 20000000) | batch(8)",
-                     "--timeout-ms", "30000", NULL);
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(&c, &out, &err, "read", "range(10) | map(bytes, 20000000) | batch(8)",
+                         "--timeout-ms", "30000", NULL);
     assert_int_equal(rc, 1);
     assert_contains(err, "batch: element of at least 80000032 bytes is over the worker's limit of "
                          "67108864 (--max-element-bytes)");
@@ -218,18 +231,9 @@ static void test_element_limit(void **unused)
     assert_true(peak > 0 && peak < 256 * 1024);
 
     /* The worker still serves a well-behaved reader, large elements under the limit too. */
-    rc = cluster_cli(&c, &out, &err, "read", "range(1000)", "--format", "count", "--timeout-ms",
-                     "30000", NULL);
-    assert_int_equal(rc, 0);
-    assert_string_equal(out, "2000\n"); /* parallel_epochs: each of the two workers, in full */
-    free(out);
-    free(err);
-    rc = cluster_cli(&c, &out, &err, "read", "range(6) | map(bytes, 4000000) | batch(3)",
-                     "--format", "count", "--timeout-ms", "30000", NULL);
-    assert_int_equal(rc, 0);
-    assert_string_equal(out, "4\n"); /* two batches from each of the two workers */
-    free(out);
-    free(err);
+    read_count(&c, "range(1000)", "2000\n"); /* parallel_epochs: each of the two workers, in full */
+    /* Two batches from each of the two workers. */
+    read_count(&c, "range(6) | map(bytes, 4000000) | batch(3)", "4\n");
     assert_int_equal(cluster_stop(&c), 0);
 }
 
@@ -327,13 +331,7 @@ static void test_dead_reader(void **unused)
         assert_true(tries < 150); /* 15 s */
         sleep_ms(100);
     }
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(&c, &out, &err, "read", "range(10)", "--format", "count", "--timeout-ms",
-                         "30000", NULL);
-    assert_int_equal(rc, 0);
-    assert_string_equal(out, "20\n"); /* parallel_epochs: both workers, in full */
-    free(out);
-    free(err);
+    read_count(&c, "range(10)", "20\n"); /* parallel_epochs: both workers, in full */
     assert_int_equal(cluster_stop(&c), 0);
 }
 

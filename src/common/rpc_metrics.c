@@ -1,0 +1,39 @@
+#include "rpc_metrics.h"
+
+#include "metrics.h"
+
+#include <stddef.h>
+
+static int counter(struct metrics *reg, const char *name, const char *help,
+                   struct metrics_series **out)
+{
+    struct metrics_family *f;
+    int rc = metrics_counter(reg, name, help, METRICS_U64, &f);
+    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
+}
+
+int rpc_metrics_create(struct metrics *reg, struct rpc_metrics *m)
+{
+    int rc = counter(reg, "sluice_auth_failures_total",
+                     "Connections that failed authentication: a wrong or missing token on either "
+                     "side, or TLS.",
+                     &m->auth_failures);
+    if (rc == 0)
+        rc = counter(reg, "sluice_connections_refused_total",
+                     "Connections closed at accept because --max-connections or --max-handshakes "
+                     "was reached.",
+                     &m->refused);
+    if (rc == 0)
+        rc = counter(reg, "sluice_handshake_timeouts_total",
+                     "Connections closed because their handshake did not finish in time.",
+                     &m->hs_timeouts);
+    return rc;
+}
+
+void rpc_metrics_set(struct rpc_metrics *m, uint64_t auth_failures, uint64_t refused,
+                     uint64_t handshake_timeouts)
+{
+    metrics_set_u64(m->auth_failures, auth_failures);
+    metrics_set_u64(m->refused, refused);
+    metrics_set_u64(m->hs_timeouts, handshake_timeouts);
+}
