@@ -170,7 +170,9 @@ static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, 
 
 void worker_hb_send(struct worker *w)
 {
-    if (w->closing || w->hb_inflight)
+    /* Once the deregistration is sent it is the worker's last word: a heartbeat after it would
+     * register the worker again and leave it listed until its timeout. */
+    if (w->closing || w->hb_inflight || w->leaving)
         return;
     size_t n = 0;
     for (struct wtask *wt = w->tasks; wt; wt = wt->next)
