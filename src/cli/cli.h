@@ -36,10 +36,10 @@ int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *con
 int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_options *sec);
 
 /* The usage lines of those flags. */
-#define CLI_SECURITY_USAGE                                                                      \
-    "  --auth-token-file F the cluster's shared secret (default: $SLUICE_AUTH_TOKEN_FILE)\n"     \
-    "  --tls-ca F          speak TLS, verifying servers against this CA (PEM)\n"               \
-    "  --tls-cert F        a client certificate (PEM), for servers that ask for one\n"          \
+#define CLI_SECURITY_USAGE                                                                         \
+    "  --auth-token-file F the cluster's shared secret (default: $SLUICE_AUTH_TOKEN_FILE)\n"       \
+    "  --tls-ca F          speak TLS, verifying servers against this CA (PEM)\n"                   \
+    "  --tls-cert F        a client certificate (PEM), for servers that ask for one\n"             \
     "  --tls-key F         its private key (PEM)\n"
 
 /* Prints "sluice: <what>: <why>" on stderr. */

@@ -50,9 +50,8 @@ static const char read_usage[] =
     "                      retry forever, since a dispatcher may be restarting)\n"
     "  --split-size N      elements per split of the PIPELINE registered here (see\n"
     "                      'sluice register --help')\n"
-    "  --plugin LIB.so     load functions the pipeline or the tail uses (repeatable)\n"
-    CLI_SECURITY_USAGE
-    "\n"
+    "  --plugin LIB.so     load functions the pipeline or the tail uses\n"
+    "                      (repeatable)\n" CLI_SECURITY_USAGE "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
 
 /* The open iterator, for the signal handler; set only while the handler is installed. */
@@ -298,8 +297,8 @@ int cli_read(int argc, char **argv)
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     struct sluice_client *client = NULL;
-    status = cli_open_client(a.dispatcher, (uint32_t)a.timeout_ms, a.plugins, a.nplugins, &a.security,
-                             &client);
+    status = cli_open_client(a.dispatcher, (uint32_t)a.timeout_ms, a.plugins, a.nplugins,
+                             &a.security, &client);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (status != CLI_EXIT_OK)
         return status;

@@ -23,9 +23,7 @@ static const char register_usage[] =
     "of the source, 16 to 16384, rounded up to a multiple of the workers' batch). An unreachable\n"
     "dispatcher is retried until --timeout-ms runs out (default: forever). --plugin loads a\n"
     "shared object whose functions the pipeline uses (workers need it too).\n"
-    "\n"
-    CLI_SECURITY_USAGE
-    "\n"
+    "\n" CLI_SECURITY_USAGE "\n"
     "example: sluice register --dispatcher 127.0.0.1:5050 'range(100) | map(square)'\n";
 
 int cli_register(int argc, char **argv)

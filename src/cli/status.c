@@ -21,8 +21,7 @@ static const char status_usage[] =
     "and jobs (id, name, dataset, mode, state, clients, tasks) as tables, or with --json the\n"
     "dispatcher's status document as it is (one JSON object). An unreachable\n"
     "dispatcher is retried for --timeout-ms (default 10000; 0 waits forever).\n"
-    "\n"
-    CLI_SECURITY_USAGE;
+    "\n" CLI_SECURITY_USAGE;
 
 int cli_status(int argc, char **argv)
 {

@@ -91,7 +91,6 @@ struct rpc_client {
     rpc_connect_cb on_connect;
     void *user;
     struct bufpool *pool;
-    const struct tls_ctx *tls; /* NULL: plain TCP; else every connection verifies host */
     const struct sec_ctx *sec;
     struct auth_hs hs; /* the handshake of the current connection */
 
@@ -677,10 +676,10 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
     }
     cl->busy++;
     cl->state = CLIENT_CONNECTING;
-    if (cl->tls) {
+    if (sec_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
         char why[256];
-        rc = conn_use_tls(&cl->conn, cl->tls, cl->host, why, sizeof why);
+        rc = conn_use_tls(&cl->conn, cl->sec->tls, cl->host, why, sizeof why);
         if (rc != 0) {
             lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
             return;
@@ -837,7 +836,6 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     cl->on_connect = opts->on_connect;
     cl->user = opts->user;
     cl->pool = opts->pool;
-    cl->tls = sec_has_tls(opts->sec) ? opts->sec->tls : NULL;
     cl->sec = opts->sec;
     cl->rng = rpc_new_incarnation() ^ opts->incarnation;
     cl->next_id = 1;

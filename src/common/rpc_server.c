@@ -95,7 +95,6 @@ struct rpc_server {
     bool closing;
     void (*close_cb)(void *user);
     void *close_user;
-    const struct tls_ctx *tls; /* NULL: plain TCP */
 };
 
 static const struct conn_ops server_conn_ops;
@@ -473,9 +472,9 @@ static void on_connection(uv_stream_t *listener, int status)
     hs_append(srv, rc);
 
     err = uv_accept(listener, (uv_stream_t *)&rc->conn.tcp);
-    if (err == 0 && srv->tls) {
+    if (err == 0 && sec_has_tls(srv->opts.sec)) {
         char why[256];
-        err = conn_use_tls(&rc->conn, srv->tls, NULL, why, sizeof why);
+        err = conn_use_tls(&rc->conn, srv->opts.sec->tls, NULL, why, sizeof why);
         if (err != 0) {
             log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port, why);
             conn_close(&rc->conn);
@@ -557,7 +556,6 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
     ratelimit_init(&srv->peer_log, PEER_LOG_INTERVAL_MS);
     srv->port = port;
     srv->handles = 1;
-    srv->tls = sec_has_tls(opts->sec) ? opts->sec->tls : NULL;
     int inited;
     rc = listen_adopt(loop, &srv->listener, fd, on_connection, &inited);
     if (rc != 0 && !inited) {
