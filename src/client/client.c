@@ -614,6 +614,9 @@ int client_register(struct sluice_client *c, const char *pipeline,
                      sluice_strerror(SLUICE_ERR_NOMEM));
         goto done;
     }
+    /* In the definition, so the dispatcher's identity of a dataset (its definition bytes)
+     * tells the two apart. */
+    def->deterministic = options->deterministic;
     int n = pipe_spec_format(spec, NULL, 0);
     if (n < 0) {
         rc = err_set(err, errlen, n, "format pipeline: %s", sluice_strerror(n));
