@@ -136,6 +136,7 @@ int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
     /* Counts are raised only as entries are copied, so pipe_spec_free() can undo a partial copy. */
     const struct pipe_source *ss = &spec->source;
     struct pipe_source *cs = &c->source;
+    c->deterministic = spec->deterministic;
     cs->kind = ss->kind;
     cs->start = ss->start;
     cs->stop = ss->stop;
@@ -269,7 +270,8 @@ static bool op_equal(const struct pipe_op *a, const struct pipe_op *b)
 
 bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b)
 {
-    if (!source_equal(&a->source, &b->source) || a->nops != b->nops)
+    if (!source_equal(&a->source, &b->source) || a->nops != b->nops ||
+        a->deterministic != b->deterministic)
         return false;
     for (size_t i = 0; i < a->nops; i++)
         if (!op_equal(&a->ops[i], &b->ops[i]))

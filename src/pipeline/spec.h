@@ -89,6 +89,9 @@ struct pipe_spec {
     struct pipe_source source;
     struct pipe_op *ops;
     size_t nops;
+    /* Registered deterministic (DatasetDef.deterministic): distributed_epoch reads are in the
+     * canonical order by default. Not part of the pipeline text; the parser leaves it false. */
+    bool deterministic;
 };
 
 void pipe_spec_free(struct pipe_spec *spec);   /* frees contents and the struct; NULL is fine */
