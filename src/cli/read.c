@@ -323,6 +323,10 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
     int status = CLI_EXIT_FAIL;
     unsigned long long n = 0;
     unsigned long long every = a->checkpoint_every ? a->checkpoint_every : 100000;
+    /* The first checkpoint at once: a read that cannot be checkpointed fails before it prints
+     * anything, and one killed before the next checkpoint resumes from here. */
+    if (a->checkpoint && save_checkpoint(it, a, o, 0) < 0)
+        goto done_unsaved;
     while (!a->has_limit || n < a->limit) {
         const struct sluice_element *elem;
         int rc = sluice_iterator_next(it, &elem, 0, err, sizeof(err));
@@ -460,7 +464,7 @@ int cli_read(int argc, char **argv)
             status = CLI_EXIT_USAGE;
         } else {
             cli_error("read", "%s", err[0] ? err : sluice_strerror(rc));
-            status = rc == SLUICE_ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+            status = rc == SLUICE_ERR_INVALID && !a.opts.restore ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
         if (a.checkpoint && resumed.pos)
             fprintf(stderr, "sluice: the checkpoint is %s\n", a.checkpoint);
