@@ -332,6 +332,30 @@ struct sluice_read_options {
      * max_outstanding_requests replies under way); 0 picks 256 MiB. A split larger than this is
      * still read, at the pace of the one worker thread producing it. */
     uint64_t reorder_bytes;
+    /* Continue from a position sluice_iterator_save returned (restore_len bytes; copied; NULL:
+     * from the start). distributed_epoch only. dataset_id and pipeline may both be left out: the
+     * checkpoint names its dataset; a dataset_id given must be that one, and a pipeline given
+     * must register to the same definition. job_name likewise defaults to the checkpoint's.
+     *
+     * A read of its own (no job_name): a new job continues the epoch, whether or not the old one
+     * still exists (collected, dispatcher restarted): the splits the reader had whole are never
+     * processed again, the ones it had in part are processed again from their start and the
+     * positions it had are dropped, so the elements handed out before the checkpoint and every
+     * element after the restore are the epoch exactly once. Resuming costs re-processing at most
+     * the splits that were in flight, whatever the position.
+     *
+     * A shared job (job_name): a checkpoint records this consumer's position only. Restored while
+     * the job still runs, the consumer joins it again and never gets an element it had before
+     * the checkpoint; elements the job sent it after the checkpoint (up to when it stopped) count
+     * as delivered and are not sent again. Once the job was collected, a new job of
+     * that name starts from this consumer's position alone, so splits other consumers had are
+     * read again; a job that has ended is joined as it is and its read ends at once.
+     *
+     * A checkpoint that does not decode, of another dataset, definition or split plan, is
+     * SLUICE_ERR_INVALID (or SLUICE_ERR_CORRUPT for a damaged one) with the reason; a read never
+     * silently starts over. */
+    const uint8_t *restore;
+    size_t restore_len;
 };
 
 /* Opens an iterator over the elements of a dataset as served by the workers. A pipeline or local
@@ -368,6 +392,18 @@ int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element 
  * SLUICE_ERR_INVALID when the read is not coordinated, has a local tail, or has returned no
  * element yet. Call it from the thread that calls sluice_iterator_next(). */
 int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uint64_t *task_id);
+
+/* The position of the read after the last element sluice_iterator_next() returned, as an opaque,
+ * versioned, self-checking byte string (*bytes malloc'd, the caller frees it with free(); *len
+ * its length) to pass as sluice_read_options.restore, in this process or another. Its size grows
+ * with the splits in flight (typically tens of bytes), not with the position. Works for
+ * distributed_epoch reads whose operations all run on the workers; a read in another mode, a
+ * coordinated one, or one with a local tail or operations run in the reader (see
+ * sluice_iterator_next) is SLUICE_ERR_UNSUPPORTED with the reason. Call it from the thread that
+ * calls sluice_iterator_next(); it does not wait. Also valid after the end of the data or a
+ * failure (the position of the last element handed out). */
+int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char *err,
+                         size_t errlen);
 
 /* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
  * it. NULL is allowed. */

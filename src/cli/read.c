@@ -5,6 +5,7 @@
  * is released on the dispatcher, and the process then dies of the same signal (so a shell sees
  * it was interrupted). Before the read is open they act as usual. */
 #include "cli.h"
+#include "read_checkpoint.h"
 
 #include "client/iterator.h"
 #include "common/error.h"
@@ -12,7 +13,11 @@
 #include "pipeline/format.h"
 #include "sluice/sluice.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +33,7 @@ static const char read_usage[] =
     "                   [--deterministic [--reorder-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
     "                   [--tls-ca F [--tls-cert F --tls-key F]]\n"
+    "                   [--output FILE] [--checkpoint FILE [--checkpoint-every N]]\n"
     "\n"
     "Reads the elements of a dataset from the workers and prints one per line (--format text,\n"
     "the default) or only their number (--format count). Give a PIPELINE to register it first,\n"
@@ -56,7 +62,19 @@ static const char read_usage[] =
     "  --split-size N      elements per split of the PIPELINE registered here (see\n"
     "                      'sluice register --help')\n"
     "  --plugin LIB.so     load functions the pipeline or the tail uses\n"
-    "                      (repeatable)\n" CLI_SECURITY_USAGE "\n"
+    "                      (repeatable)\n"
+    "  --output FILE       write the elements to FILE instead of standard output\n"
+    "  --checkpoint FILE   keep the read's position in FILE (implies --mode distributed_epoch),\n"
+    "                      and continue\n"
+    "                      from it when FILE exists (then PIPELINE and --dataset-id may be\n"
+    "                      left out). It is written atomically every --checkpoint-every\n"
+    "                      elements and at exit, after the elements it covers are flushed to\n"
+    "                      the output; with --output, a resumed read first cuts FILE back to\n"
+    "                      what the checkpoint covers, so the output holds the epoch exactly\n"
+    "                      once however often the read was killed. An unreadable checkpoint\n"
+    "                      is an error, never a fresh start.\n"
+    "  --checkpoint-every N\n"
+    "                      elements between checkpoints (default 100000)\n" CLI_SECURITY_USAGE "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
 
 /* The open iterator, for the signal handler; set only while the handler is installed. */
@@ -92,6 +110,10 @@ struct read_args {
     unsigned long long timeout_ms;
     const char *plugins[CLI_MAX_PLUGINS];
     size_t nplugins;
+    bool has_mode;
+    const char *output;     /* --output */
+    const char *checkpoint; /* --checkpoint */
+    unsigned long long checkpoint_every;
 };
 
 /* Parses a u32 option value; prints the usage error and returns -1 when it is not one. */
@@ -136,6 +158,7 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                           m);
                 return CLI_EXIT_USAGE;
             }
+            a->has_mode = true;
         } else if (strcmp(s, "--job-name") == 0 && more) {
             a->opts.job_name = argv[++i];
             if (!*a->opts.job_name) {
@@ -192,6 +215,16 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                           argv[i]);
                 return CLI_EXIT_USAGE;
             }
+        } else if (strcmp(s, "--output") == 0 && more) {
+            a->output = argv[++i];
+        } else if (strcmp(s, "--checkpoint") == 0 && more) {
+            a->checkpoint = argv[++i];
+        } else if (strcmp(s, "--checkpoint-every") == 0 && more) {
+            if (cli_parse_u64(argv[++i], &a->checkpoint_every) != 0 || a->checkpoint_every == 0) {
+                cli_error("usage", "--checkpoint-every takes a number of elements >= 1, not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
         } else if (strcmp(s, "--plugin") == 0 && more) {
             if (a->nplugins == CLI_MAX_PLUGINS) {
                 cli_error("usage", "at most %d --plugin options", CLI_MAX_PLUGINS);
@@ -223,7 +256,18 @@ static int parse_args(int argc, char **argv, struct read_args *a)
         cli_error("usage", "--dispatcher H:P is required (try 'sluice read --help')");
         return CLI_EXIT_USAGE;
     }
-    if (!a->opts.pipeline == !a->opts.dataset_id) {
+    if (a->checkpoint && a->has_mode && a->opts.mode != SLUICE_DISTRIBUTED_EPOCH) {
+        cli_error("usage", "--checkpoint needs --mode distributed_epoch, not %s",
+                  mode_name(a->opts.mode));
+        return CLI_EXIT_USAGE;
+    }
+    if (a->checkpoint) {
+        a->opts.mode = SLUICE_DISTRIBUTED_EPOCH;
+        if (a->opts.pipeline && a->opts.dataset_id) {
+            cli_error("usage", "give either a PIPELINE or --dataset-id ID, not both");
+            return CLI_EXIT_USAGE;
+        }
+    } else if (!a->opts.pipeline == !a->opts.dataset_id) {
         cli_error("usage", "give either a PIPELINE or --dataset-id ID, not %s",
                   a->opts.pipeline ? "both" : "neither");
         return CLI_EXIT_USAGE;
@@ -254,22 +298,66 @@ static int parse_args(int argc, char **argv, struct read_args *a)
     return -1;
 }
 
+/* The output of a read: standard output or --output, and what a checkpoint needs of it. */
+struct read_out {
+    FILE *f;
+    bool regular;            /* a regular file: synced before a checkpoint covers it */
+    uint64_t printed_before; /* elements printed by the runs before this one */
+};
+
+/* Saves the read's position to --checkpoint once the elements it covers are on their way:
+ * flushed to the output (and synced when the output is a file). Returns 0 or -1 (reported). */
+static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a,
+                           struct read_out *o, unsigned long long n)
+{
+    char err[1024] = "";
+    struct read_ckpt c = {0};
+    int rc = sluice_iterator_save(it, &c.pos, &c.pos_len, err, sizeof err);
+    if (rc < 0) {
+        cli_error("checkpoint", "%s", err);
+        return -1;
+    }
+    if (fflush(o->f) != 0 || ferror(o->f) || (o->regular && fdatasync(fileno(o->f)) < 0)) {
+        cli_error("output", "write to %s failed: %s", a->output ? a->output : "standard output",
+                  strerror(errno));
+        read_ckpt_release(&c);
+        return -1;
+    }
+    if (a->output) {
+        off_t off = ftello(o->f);
+        c.output_bytes = off < 0 ? 0 : (uint64_t)off;
+    }
+    c.printed = o->printed_before + n;
+    rc = read_ckpt_store(a->checkpoint, &c, err, sizeof err);
+    read_ckpt_release(&c);
+    if (rc < 0) {
+        cli_error("checkpoint", "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
 /* Reads and prints until the end, the limit, an error or a signal. Returns the exit status. */
-static int read_all(struct sluice_iterator *it, const struct read_args *a)
+static int read_all(struct sluice_iterator *it, const struct read_args *a, struct read_out *o)
 {
     char err[1024] = "";
     struct pipe_buf out = {0};
     static char iobuf[1 << 16];
-    setvbuf(stdout, iobuf, _IOFBF, sizeof(iobuf));
+    setvbuf(o->f, iobuf, _IOFBF, sizeof(iobuf));
     int status = CLI_EXIT_FAIL;
     unsigned long long n = 0;
+    unsigned long long every = a->checkpoint_every ? a->checkpoint_every : 100000;
+    /* The first checkpoint at once: a read that cannot be checkpointed fails before it prints
+     * anything, and one killed before the next checkpoint resumes from here. */
+    if (a->checkpoint && save_checkpoint(it, a, o, 0) < 0)
+        goto done_unsaved;
     while (!a->has_limit || n < a->limit) {
         const struct sluice_element *elem;
         int rc = sluice_iterator_next(it, &elem, 0, err, sizeof(err));
         if (rc < 0) {
             if (read_signal && rc == SLUICE_ERR_CANCELLED) {
                 /* Interrupted: what was printed stays printed; no count of a partial read. */
-                fflush(stdout);
+                fflush(o->f);
                 status = CLI_EXIT_OK;
                 goto done;
             }
@@ -283,25 +371,71 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a)
             out.len = 0;
             uint64_t round = 0, task = 0;
             if (a->rounds && sluice_iterator_round(it, &round, &task) == 0)
-                printf("%llu %llu ", (unsigned long long)round, (unsigned long long)task);
+                fprintf(o->f, "%llu %llu ", (unsigned long long)round, (unsigned long long)task);
             if (pipe_format_elem(&out, elem) != 0) {
                 cli_error("read", "%s", sluice_strerror(SLUICE_ERR_NOMEM));
                 goto done;
             }
-            fwrite(out.p, 1, out.len, stdout);
-            fputc('\n', stdout);
+            fwrite(out.p, 1, out.len, o->f);
+            fputc('\n', o->f);
         }
+        if (a->checkpoint && n % every == 0 && save_checkpoint(it, a, o, n) < 0)
+            goto done_unsaved;
     }
     if (a->count_only)
-        printf("%llu\n", n);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        cli_error("output", "write to standard output failed");
+        fprintf(o->f, "%llu\n", n);
+    if (fflush(o->f) != 0 || ferror(o->f)) {
+        cli_error("output", "write to %s failed", a->output ? a->output : "standard output");
         goto done;
     }
     status = CLI_EXIT_OK;
 done:
+    /* At exit, whatever ended the read: the position of the last element printed. */
+    if (a->checkpoint && save_checkpoint(it, a, o, n) < 0)
+        status = CLI_EXIT_FAIL;
+done_unsaved:
     pipe_buf_release(&out);
     return status;
+}
+
+/* Opens the output: standard output, or --output cut back to what a resumed checkpoint covers
+ * (or emptied on a first run). Returns 0 or the exit status. */
+static int open_output(const struct read_args *a, const struct read_ckpt *resumed,
+                       struct read_out *o)
+{
+    struct stat st;
+    if (!a->output) {
+        o->f = stdout;
+        o->regular = fstat(STDOUT_FILENO, &st) == 0 && S_ISREG(st.st_mode);
+        return 0;
+    }
+    int fd = open(a->output, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        cli_error("output", "%s: %s", a->output, strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
+    uint64_t keep = resumed ? resumed->output_bytes : 0;
+    if (fstat(fd, &st) < 0 || (S_ISREG(st.st_mode) && (uint64_t)st.st_size < keep)) {
+        cli_error("output",
+                  "%s holds fewer bytes than the checkpoint covers (%llu < %llu): it was "
+                  "changed since, so the read cannot continue it",
+                  a->output, (unsigned long long)st.st_size, (unsigned long long)keep);
+        close(fd);
+        return CLI_EXIT_FAIL;
+    }
+    o->regular = S_ISREG(st.st_mode);
+    if (o->regular && (ftruncate(fd, (off_t)keep) < 0 || lseek(fd, 0, SEEK_END) < 0)) {
+        cli_error("output", "%s: %s", a->output, strerror(errno));
+        close(fd);
+        return CLI_EXIT_FAIL;
+    }
+    o->f = fdopen(fd, "w");
+    if (!o->f) {
+        cli_error("output", "%s: %s", a->output, strerror(errno));
+        close(fd);
+        return CLI_EXIT_FAIL;
+    }
+    return 0;
 }
 
 int cli_read(int argc, char **argv)
@@ -328,6 +462,24 @@ int cli_read(int argc, char **argv)
         return status;
 
     char err[1024] = "";
+    struct read_ckpt resumed = {0};
+    if (a.checkpoint) {
+        int rc = read_ckpt_load(a.checkpoint, &resumed, err, sizeof err);
+        if (rc < 0) {
+            cli_error("checkpoint", "%s", err);
+            sluice_client_close(client);
+            return CLI_EXIT_FAIL;
+        }
+        if (rc == 0 && !a.opts.pipeline && !a.opts.dataset_id) {
+            cli_error("usage", "%s does not exist yet: give a PIPELINE or --dataset-id ID to start",
+                      a.checkpoint);
+            sluice_client_close(client);
+            return CLI_EXIT_USAGE;
+        }
+        a.opts.restore = resumed.pos;
+        a.opts.restore_len = resumed.pos_len;
+    }
+    struct read_out o = {.printed_before = resumed.printed};
     struct sluice_iterator *it = NULL;
     int rc = sluice_iterator_open(client, &a.opts, &it, err, sizeof(err));
     if (rc) {
@@ -336,18 +488,32 @@ int cli_read(int argc, char **argv)
             status = CLI_EXIT_USAGE;
         } else {
             cli_error("read", "%s", err[0] ? err : sluice_strerror(rc));
-            status = rc == SLUICE_ERR_INVALID ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
+            status = rc == SLUICE_ERR_INVALID && !a.opts.restore ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
+        if (a.checkpoint && resumed.pos)
+            fprintf(stderr, "sluice: the checkpoint is %s\n", a.checkpoint);
+        sluice_client_close(client);
+        read_ckpt_release(&resumed);
+        return status;
+    }
+    status = open_output(&a, resumed.pos ? &resumed : NULL, &o);
+    read_ckpt_release(&resumed);
+    if (status != 0) {
+        sluice_iterator_close(it);
         sluice_client_close(client);
         return status;
     }
 
     read_it = it;
     set_handlers(on_signal);
-    status = read_all(it, &a);
+    status = read_all(it, &a, &o);
     set_handlers(SIG_DFL);
     read_it = NULL;
 
+    if (o.f != stdout && fclose(o.f) != 0 && status == CLI_EXIT_OK) {
+        cli_error("output", "write to %s failed: %s", a.output, strerror(errno));
+        status = CLI_EXIT_FAIL;
+    }
     sluice_iterator_close(it);
     sluice_client_close(client);
     if (read_signal)

@@ -9,6 +9,8 @@
  * (tasks, timers, requests) is touched only on the client's loop thread. */
 #include "iterator_internal.h"
 
+#include "checkpoint.h"
+
 #include "common/mode.h"
 #include "common/names.h"
 
@@ -23,6 +25,7 @@ void iter_free(struct sluice_iterator *it)
     free(it->redo);
     ct_release(&it->tasks);
     ledger_release(&it->ledger);
+    ledger_release(&it->delivered);
     free(it->cov);
     free(it->cov_ptrs);
     free(it->cov_bounds);
@@ -80,11 +83,19 @@ void iter_interrupt(struct sluice_iterator *it)
 
 /* ---- deterministic reads: the reader takes runs from the reorder queue (reorder.h) ---------- */
 
-/* Takes the next run in the canonical order into it->cur (a view into its blob). mu held. */
+static void handed_end(struct sluice_iterator *it, uint64_t seq, uint64_t total);
+
+/* Takes the next run in the canonical order into it->cur (a view into its blob). Splits read in
+ * full on the way count as handed out whole (their end markers are not in the runs). mu held. */
 static bool det_take(struct sluice_iterator *it)
 {
     struct reorder_run run;
-    if (!reorder_queue_take(&it->rq, &run))
+    bool got = reorder_queue_take(&it->rq, &run);
+    size_t npassed;
+    const struct reorder_passed *passed = reorder_queue_passed(&it->rq, &npassed);
+    for (size_t i = 0; i < npassed && it->track; i++)
+        handed_end(it, passed[i].seq, passed[i].total);
+    if (!got)
         return false;
     memset(&it->cur, 0, sizeof it->cur);
     it->cur.data = run.blob->item.data + run.begin;
@@ -181,6 +192,59 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
     return rc;
 }
 
+/* ---- what the reader was handed (sluice_iterator_save) ----------------------------------- */
+
+/* A split the reader now has whole joins the done set. */
+static int settle_split(struct sluice_iterator *it, uint64_t seq)
+{
+    if (ranges_contains(&it->delivered.done, seq) || !ledger_complete(&it->delivered, seq))
+        return 0;
+    return ledger_confirmed(&it->delivered, &seq, 1);
+}
+
+static int flush_run(struct sluice_iterator *it)
+{
+    if (!it->run)
+        return 0;
+    it->run = false;
+    int rc = ledger_add(&it->delivered, it->run_seq, it->run_begin, it->run_end);
+    return rc ? rc : settle_split(it, it->run_seq);
+}
+
+static void note_failure(struct sluice_iterator *it, int rc)
+{
+    if (rc < 0 && !it->reader_rc) {
+        it->reader_rc = rc;
+        snprintf(it->reader_msg, sizeof it->reader_msg, "recording the read's position: %s",
+                 sluice_strerror(rc));
+    }
+}
+
+static void handed_element(struct sluice_iterator *it, uint64_t seq, uint64_t pos)
+{
+    if (it->run && seq == it->run_seq && pos == it->run_end) {
+        it->run_end++;
+        return;
+    }
+    note_failure(it, flush_run(it));
+    it->run = true;
+    it->run_seq = seq;
+    it->run_begin = pos;
+    it->run_end = pos + 1;
+}
+
+static void handed_end(struct sluice_iterator *it, uint64_t seq, uint64_t total)
+{
+    int rc = flush_run(it);
+    if (rc == 0)
+        rc = ledger_end(&it->delivered, seq, total);
+    if (rc == 0)
+        rc = settle_split(it, seq);
+    /* Two counts for one split fail the read on the loop side already. */
+    if (rc != SLUICE_ERR_CORRUPT)
+        note_failure(it, rc);
+}
+
 /* The next element as the service delivers it: 1, 0 at the end, or a negative code. */
 static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool timed, char *err,
                     size_t errlen)
@@ -205,6 +269,8 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             rc = codec_scan_record(it->cur.data, it->cur.len, &it->cur_pos, &mark);
             if (rc > 0) {
                 it->cur_decoded++;
+                if (rc == CODEC_SPLIT_END && it->track)
+                    handed_end(it, mark.seq, mark.pos);
                 continue;
             }
             snprintf(msg, sizeof msg, "a damaged record");
@@ -215,6 +281,8 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             if (rc == CODEC_ELEMENT) {
                 it->cur_decoded++;
                 it->taken_local++;
+                if (it->track && mark.tagged)
+                    handed_element(it, mark.seq, mark.pos);
                 it->have_round = true;
                 it->last_round = it->cur.round;
                 it->last_task = it->cur.task_id;
@@ -223,6 +291,8 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             }
             if (rc == CODEC_SPLIT_END) {
                 it->cur_decoded++;
+                if (it->track)
+                    handed_end(it, mark.seq, mark.pos);
                 continue;
             }
         }
@@ -408,7 +478,49 @@ static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t
         memcpy(it->client_key, r->client_key.data, r->client_key.len);
     it->client_key_len = r->client_key.len;
     it->heartbeat_ms = r->heartbeat_ms ? r->heartbeat_ms : ITER_DEFAULT_HEARTBEAT_MS;
+    it->plan_hash = r->plan_fingerprint;
+    it->split_total = r->split_total;
     return 0;
+}
+
+/* Checks a checkpoint against the read's options before anything is asked of the dispatcher;
+ * fills in the dataset id and job name the options left out. */
+static int restore_check(const struct ckpt *ck, const struct sluice_read_options *o,
+                         const char **dataset_id, const char **job_name, char *err, size_t errlen)
+{
+    if (o->dataset_id && *o->dataset_id && strcmp(o->dataset_id, ck->dataset_id) != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the checkpoint is of dataset '%s', not '%s'", ck->dataset_id,
+                       o->dataset_id);
+    if (!(o->pipeline && *o->pipeline))
+        *dataset_id = ck->dataset_id;
+    if (o->job_name && *o->job_name && strcmp(o->job_name, ck->job_name) != 0) {
+        if (!ck->job_name[0])
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "the checkpoint is of a read of its own, not of job '%s'", o->job_name);
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "the checkpoint is of job '%s', not '%s'",
+                       ck->job_name, o->job_name);
+    }
+    *job_name = ck->job_name;
+    return 0;
+}
+
+/* The read starts where the checkpoint left off: both ledgers know what the reader had. */
+static int restore_seed(struct sluice_iterator *it, const struct ckpt *ck)
+{
+    int rc = ckpt_seed(&it->ledger, &ck->pos);
+    if (rc == 0)
+        rc = ckpt_seed(&it->delivered, &ck->pos);
+    /* Deterministic: what the reader had of a split is a prefix of it (the canonical order); the
+     * splits it had whole are passed over once the dispatcher says they are finished. */
+    for (size_t i = 0; rc == 0 && it->det && i < ck->pos.n; i++) {
+        const struct ledger_split *s = &ck->pos.v[i];
+        if (s->got.n > 0 && s->got.v[0].begin == 0)
+            rc = reorder_accept_seed(&it->ra, s->seq, s->got.v[0].end);
+    }
+    it->taken_local = ck->delivered;
+    atomic_store(&it->taken, ck->delivered);
+    return rc;
 }
 
 static int take_dataset(const Sluice__Envelope *reply, void *user, char *err, size_t errlen)
@@ -428,9 +540,19 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
 {
     bool has_dataset = o->dataset_id && *o->dataset_id;
     bool has_pipeline = o->pipeline && *o->pipeline;
-    if (has_dataset == has_pipeline)
+    if (has_dataset && has_pipeline)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "exactly one of a dataset id and a pipeline is required");
+    if (!has_dataset && !has_pipeline && !o->restore)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "exactly one of a dataset id and a pipeline is required");
+    if (o->restore && o->mode != SLUICE_DISTRIBUTED_EPOCH)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "a checkpoint restores distributed_epoch reads only, not %s",
+                       mode_name(o->mode));
+    if (o->restore && o->num_consumers > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "a checkpoint cannot restore a coordinated read (num_consumers)");
     /* The dispatcher checks names the same way; checking here tells the user before any
      * round trip. */
     int rc = name_check("dataset id", has_dataset ? o->dataset_id : "", NAME_ID_MAX, err, errlen);
@@ -472,6 +594,18 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     int rc = check_options(o, err, errlen);
     if (rc)
         return rc;
+    struct ckpt ck;
+    ckpt_init(&ck);
+    const char *dataset_opt = o->dataset_id, *job_opt = o->job_name;
+    if (o->restore) {
+        rc = ckpt_decode(o->restore, o->restore_len, &ck, err, errlen);
+        if (rc == 0)
+            rc = restore_check(&ck, o, &dataset_opt, &job_opt, err, errlen);
+        if (rc) {
+            ckpt_release(&ck);
+            return rc;
+        }
+    }
     unsigned cap =
         o->max_outstanding_requests ? o->max_outstanding_requests : ITER_DEFAULT_OUTSTANDING;
     if (cap > ITER_MAX_OUTSTANDING)
@@ -482,6 +616,8 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
     it->c = c;
     it->coordinated = o->num_consumers > 0;
+    it->track = o->mode == SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
+    ledger_init(&it->delivered);
     it->consumer_index = o->consumer_index;
     atomic_init(&it->interrupted, 0);
     atomic_init(&it->taken, 0);
@@ -490,12 +626,14 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
+        ckpt_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
     }
     if (uv_cond_init(&it->cond) != 0) {
         uv_mutex_destroy(&it->mu);
         free(it);
+        ckpt_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "condition variable: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
     }
@@ -521,15 +659,15 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
         if (rc)
             goto fail;
     } else {
-        strcpy(it->dataset_id, o->dataset_id);
+        strcpy(it->dataset_id, dataset_opt);
     }
 
-    if (o->job_name && strlen(o->job_name) >= sizeof it->job_name) {
+    if (job_opt && strlen(job_opt) >= sizeof it->job_name) {
         rc = err_set(err, errlen, SLUICE_ERR_INVALID, "job name longer than %zu bytes",
                      sizeof it->job_name - 1);
         goto fail;
     }
-    strcpy(it->job_name, o->job_name ? o->job_name : "");
+    strcpy(it->job_name, job_opt ? job_opt : "");
     it->mode = o->mode;
 
     /* The definition, to recognize the dataset after a dispatcher restart (see verify_job). */
@@ -543,35 +681,74 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     if (rc)
         goto fail;
     it->det = it->det || o->deterministic;
+    it->def_hash = ckpt_def_hash(it->def, it->def_len);
+    if (o->restore && it->def_hash != ck.def_hash) {
+        rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                     "the checkpoint does not fit dataset '%s': its pipeline is not the one the "
+                     "checkpoint was taken with",
+                     it->dataset_id);
+        goto fail;
+    }
     if (o->mode == SLUICE_DISTRIBUTED_EPOCH)
         rc = open_dataset_tail(it, o, err, errlen);
     else if (o->local && *o->local)
         rc = open_tail(it, o->local, "local tail", err, errlen);
     if (rc)
         goto fail;
+    if (o->restore && it->tail) {
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                     "a checkpoint cannot restore a read with operations run in the reader (a "
+                     "local tail, or a dataset whose operations run partly in the reader)");
+        goto fail;
+    }
 
     Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
     req.dataset_id = it->dataset_id;
-    req.job_name = o->job_name ? (char *)o->job_name : "";
+    req.job_name = it->job_name;
     req.mode = (Sluice__ProcessingMode)o->mode;
     req.num_consumers = o->num_consumers;
     req.consumer_index = o->consumer_index;
     req.deterministic = it->det;
+    uint64_t *bounds = NULL;
+    if (o->restore) {
+        const struct ranges *done = &ck.pos.done;
+        bounds = malloc((done->n ? done->n : 1) * 2 * sizeof *bounds);
+        if (!bounds) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+            goto fail;
+        }
+        for (size_t i = 0; i < done->n; i++) {
+            bounds[2 * i] = done->v[i].begin;
+            bounds[2 * i + 1] = done->v[i].end;
+        }
+        req.resume = true;
+        req.n_resume_done = done->n * 2;
+        req.resume_done = bounds;
+        req.resume_plan = ck.plan_hash;
+        if ((rc = restore_seed(it, &ck)) < 0) {
+            free(bounds);
+            err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+            goto fail;
+        }
+    }
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
     env.get_or_create_job = &req;
     rc = client_request(c, &env, SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY, take_job, it,
                         &it->job_incarnation, err, errlen);
+    free(bounds);
     if (rc)
         goto fail;
 
     it->created_incarnation = it->job_incarnation;
     struct client_op start = {.run = iter_run_start, .user = it};
     client_submit(c, &start);
+    ckpt_release(&ck);
     *out = it;
     return 0;
 
 fail:
+    ckpt_release(&ck);
     reader_stop(it);
     reader_release(it);
     iter_free(it);
@@ -629,6 +806,48 @@ int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uin
         *round = it->last_round;
     if (task_id)
         *task_id = it->last_task;
+    return 0;
+}
+
+int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char *err,
+                         size_t errlen)
+{
+    if (!it || !bytes || !len)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator, bytes and len are required");
+    *bytes = NULL;
+    *len = 0;
+    if (it->mode != SLUICE_DISTRIBUTED_EPOCH)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "checkpoints need processing mode distributed_epoch: in %s each worker "
+                       "produces its own copy of the data, so a position in it does not outlive "
+                       "the workers",
+                       mode_name(it->mode));
+    if (it->coordinated)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "a coordinated read (num_consumers) cannot be checkpointed: its rounds "
+                       "belong to the job");
+    if (it->tail)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "a read with operations run in the reader (a local tail, or a dataset "
+                       "whose operations run partly in the reader) cannot be checkpointed: they "
+                       "hold elements its position cannot describe");
+    int rc = flush_run(it);
+    if (rc < 0) {
+        note_failure(it, rc);
+        return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+    }
+    struct ckpt ck;
+    memset(&ck, 0, sizeof ck);
+    snprintf(ck.dataset_id, sizeof ck.dataset_id, "%s", it->dataset_id);
+    snprintf(ck.job_name, sizeof ck.job_name, "%s", it->job_name);
+    ck.def_hash = it->def_hash;
+    ck.plan_hash = it->plan_hash;
+    ck.split_total = it->split_total;
+    ck.delivered = it->taken_local;
+    ck.pos = it->delivered; /* borrowed: not released here */
+    rc = ckpt_encode(&ck, bytes, len);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
     return 0;
 }
 

@@ -239,8 +239,9 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
                 if (v == REORDER_ACCEPT)
                     continue;
                 if ((rc = det_flush(it, &nops, &run, run_pos)) < 0 ||
-                    (rc = det_op_push(it, &nops, (struct det_op){.seq = m.seq, .complete = true})) <
-                        0)
+                    (rc = det_op_push(
+                         it, &nops,
+                         (struct det_op){.seq = m.seq, .complete = true, .total = m.pos + 1})) < 0)
                     goto out;
                 continue;
             }
@@ -271,7 +272,8 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
         if (ledger_complete(&it->ledger, m.seq))
             it->acks_due = true;
         if (rc == 1 &&
-            (rc = det_op_push(it, &nops, (struct det_op){.seq = m.seq, .complete = true})) < 0)
+            (rc = det_op_push(it, &nops,
+                              (struct det_op){.seq = m.seq, .complete = true, .total = m.pos})) < 0)
             goto out;
         rc = 0;
     }
@@ -286,7 +288,7 @@ out:
             const struct det_op *op = &it->det_ops[i];
             if (op->complete) {
                 it->det_splits++;
-                qrc = reorder_queue_complete(&it->rq, op->seq);
+                qrc = reorder_queue_complete(&it->rq, op->seq, op->total);
             } else {
                 qrc = reorder_queue_push(&it->rq, op->seq, blob, op->begin, op->end, op->count);
                 pushed += qrc == 0;

@@ -94,6 +94,15 @@ struct sluice_iterator {
     char reader_msg[MSG_MAX];
     bool have_round; /* coordinated: the round and task of the last element handed out */
     uint64_t last_round, last_task;
+    /* distributed_epoch without coordination: what the reader was handed, by (split,
+     * position), for sluice_iterator_save. The run [run_begin, run_end) of split run_seq is
+     * handed out and not yet recorded (recording every element would cost a lookup each). */
+    bool track;
+    struct ledger delivered;
+    bool run;
+    uint64_t run_seq, run_begin, run_end;
+    /* What a checkpoint records besides the position. */
+    uint64_t def_hash, plan_hash, split_total;
 
     /* Loop thread. */
     struct client_waker waker;
@@ -148,6 +157,7 @@ struct det_op {
     size_t begin, end;
     uint32_t count;
     bool complete;
+    uint64_t total; /* complete: the split's count */
 };
 
 /* iterator.c */

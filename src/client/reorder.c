@@ -84,6 +84,18 @@ int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total)
     return 0;
 }
 
+int reorder_accept_seed(struct reorder_accept *a, uint64_t seq, uint64_t next)
+{
+    if (seq < a->need)
+        return 0;
+    struct reorder_split *e = acc_get(a, seq);
+    if (!e)
+        return SLUICE_ERR_NOMEM;
+    if (next > e->next)
+        e->next = next;
+    return 0;
+}
+
 bool reorder_complete(const struct reorder_accept *a, uint64_t seq)
 {
     if (seq < a->need)
@@ -187,6 +199,7 @@ void reorder_queue_release(struct reorder_queue *q)
         free(s->runs);
     }
     free(q->v);
+    free(q->passed);
     memset(q, 0, sizeof *q);
 }
 
@@ -232,15 +245,32 @@ int reorder_queue_push(struct reorder_queue *q, uint64_t seq, struct reorder_blo
     return 0;
 }
 
-int reorder_queue_complete(struct reorder_queue *q, uint64_t seq)
+int reorder_queue_complete(struct reorder_queue *q, uint64_t seq, uint64_t total)
 {
     if (seq < q->head)
         return 0;
+    /* Room to record it passed, so moving the head never fails. */
+    if (q->npassed + q->n + 1 > q->passed_cap) {
+        size_t ncap = 2 * (q->npassed + q->n + 1);
+        struct reorder_passed *v = realloc(q->passed, ncap * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        q->passed = v;
+        q->passed_cap = ncap;
+    }
     struct reorder_qsplit *s = q_get(q, seq);
     if (!s)
         return SLUICE_ERR_NOMEM;
     s->complete = true;
+    s->total = total;
     return 0;
+}
+
+const struct reorder_passed *reorder_queue_passed(struct reorder_queue *q, size_t *n)
+{
+    *n = q->npassed;
+    q->npassed = 0;
+    return q->passed;
 }
 
 /* Removes the first entry (the head's, all of whose runs were taken). */
@@ -263,6 +293,8 @@ static struct reorder_qsplit *q_settle(struct reorder_queue *q)
                 return s;
             if (!s->complete && !skipping)
                 return NULL;
+            if (s->complete && q->npassed < q->passed_cap)
+                q->passed[q->npassed++] = (struct reorder_passed){s->seq, s->total};
             q_pop_first(q);
             q->head++;
             continue;

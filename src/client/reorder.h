@@ -80,6 +80,10 @@ int reorder_judge(struct reorder_accept *a, uint64_t seq, uint64_t pos, bool roo
  * SLUICE_ERR_NOMEM. */
 int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total);
 
+/* A read restored from a checkpoint had positions [0, next) of split seq already: they are
+ * taken as accepted (and never handed out again). Returns 0 or SLUICE_ERR_NOMEM. */
+int reorder_accept_seed(struct reorder_accept *a, uint64_t seq, uint64_t next);
+
 /* Whether split seq is complete (all of it accepted, or below need). */
 bool reorder_complete(const struct reorder_accept *a, uint64_t seq);
 
@@ -117,7 +121,8 @@ struct reorder_run {
 
 struct reorder_qsplit {
     uint64_t seq;
-    bool complete; /* every run of the split was pushed */
+    bool complete;  /* every run of the split was pushed */
+    uint64_t total; /* its count, when complete */
     struct reorder_run *runs;
     size_t first, n, cap; /* runs[first, n) not taken yet */
 };
@@ -129,6 +134,12 @@ struct reorder_queue {
     uint64_t skip_below; /* see "Skipping" */
     bool ended;          /* the read ended: missing splits are skipped */
     uint64_t bytes, bound;
+    /* Complete splits the head moved past (read in full), with their counts, oldest first: the
+     * reader records them as delivered whole (reorder_queue_passed). */
+    struct reorder_passed {
+        uint64_t seq, total;
+    } * passed;
+    size_t npassed, passed_cap;
 };
 
 /* bound: the bytes of payloads held before only need's records are taken. */
@@ -143,8 +154,11 @@ bool reorder_queue_room(const struct reorder_queue *q);
  * a reference to blob. Returns 0 or SLUICE_ERR_NOMEM. */
 int reorder_queue_push(struct reorder_queue *q, uint64_t seq, struct reorder_blob *blob,
                        size_t begin, size_t end, uint32_t count);
-/* Every run of split seq was pushed. Returns 0 or SLUICE_ERR_NOMEM. */
-int reorder_queue_complete(struct reorder_queue *q, uint64_t seq);
+/* Every run of split seq, which has total elements, was pushed. Returns 0 or SLUICE_ERR_NOMEM. */
+int reorder_queue_complete(struct reorder_queue *q, uint64_t seq, uint64_t total);
+/* Reader: the complete splits passed since the last call (*n of them, oldest first; valid until
+ * the next call on the queue), then forgotten. */
+const struct reorder_passed *reorder_queue_passed(struct reorder_queue *q, size_t *n);
 
 /* Reader: the next run in the canonical order, moving the head past complete (and skippable)
  * splits. Returns true with *out (the caller holds its blob reference until

@@ -19,6 +19,10 @@ struct job_ctx {
     bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
     uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
+    /* A read restored from a checkpoint: resume_view points into resume_bounds. */
+    bool resume;
+    uint64_t *resume_bounds;
+    struct st_resume resume_view;
 
     /* Building the split plan on the thread pool. */
     uv_work_t work;
@@ -35,6 +39,7 @@ struct job_ctx {
 static void job_ctx_free(struct job_ctx *c)
 {
     free(c->def);
+    free(c->resume_bounds);
     st_split_plan_release(&c->plan);
     free(c);
 }
@@ -58,6 +63,10 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
             body.client_key.data = key;
             body.client_key.len = sizeof key;
         }
+        if (it && it->distributed) {
+            body.plan_fingerprint = st_split_plan_fingerprint(&it->plan);
+            body.split_total = it->split_total;
+        }
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY;
         env.get_or_create_job_reply = &body;
@@ -72,10 +81,10 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
 {
     char err[ERRLEN];
     size_t from = d->ups.n;
-    int rc = plan_get_or_create_job_det(&d->st, c->dataset_id, c->job_name, c->mode,
-                                        c->num_consumers, c->deterministic, c->endless, c->owner,
-                                        have_plan ? &c->plan : NULL, &c->job_id, &c->iteration_id,
-                                        &c->client_id, &d->ups, err, sizeof err);
+    int rc = plan_get_or_create_job_det(
+        &d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers, c->deterministic, c->endless,
+        c->owner, have_plan ? &c->plan : NULL, c->resume ? &c->resume_view : NULL, &c->job_id,
+        &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
         struct st_update *u = &d->ups.v[i];
@@ -227,6 +236,23 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     c->num_consumers = req->num_consumers;
     c->deterministic = req->deterministic;
     c->owner = rpc_conn_peer_incarnation(conn);
+    if (req->resume) {
+        c->resume = true;
+        c->resume_view.plan_fingerprint = req->resume_plan;
+        c->resume_view.nbounds = req->n_resume_done;
+        if (req->n_resume_done) {
+            c->resume_bounds = malloc(req->n_resume_done * sizeof *c->resume_bounds);
+            if (!c->resume_bounds) {
+                free(c);
+                code = SLUICE_ERR_NOMEM;
+                snprintf(msg, sizeof msg, "out of memory");
+                goto refused;
+            }
+            memcpy(c->resume_bounds, req->resume_done,
+                   req->n_resume_done * sizeof *c->resume_bounds);
+        }
+        c->resume_view.bounds = c->resume_bounds;
+    }
     dispatcher_req_init(&c->r, d, conn, env->id);
 
     /* A split plan is needed only when a distributed_epoch iteration will be created. */

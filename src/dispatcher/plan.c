@@ -290,21 +290,59 @@ static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id
     return 0;
 }
 
+/* Sets a new iteration's cursor and pool from the splits a restored reader had whole. */
+static int resume_iteration(struct st_update *u, const struct st_resume *r, char *err,
+                            size_t errlen)
+{
+    uint64_t total = st_split_plan_total(&u->plan);
+    if (r->nbounds % 2)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "checkpoint: an odd number of split bounds");
+    uint64_t prev = 0, gaps = 0;
+    for (size_t i = 0; i < r->nbounds; i += 2) {
+        uint64_t b = r->bounds[i], e = r->bounds[i + 1];
+        if (b >= e || (i > 0 && b <= prev) || e > total)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "checkpoint: its finished splits are not sorted ranges within the "
+                           "%" PRIu64 " splits of the plan",
+                           total);
+        gaps += b - prev;
+        if (gaps > ST_RESUME_POOL_MAX)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "checkpoint: more than %u unfinished splits below its furthest "
+                           "finished one",
+                           ST_RESUME_POOL_MAX);
+        prev = e;
+    }
+    if (state_seq_reserve(&u->seqs, (size_t)gaps) < 0)
+        return NOMEM_MSG(err, errlen);
+    prev = 0;
+    for (size_t i = 0; i < r->nbounds; i += 2) {
+        for (uint64_t v = prev; v < r->bounds[i]; v++)
+            u->seqs.v[u->seqs.n++] = v;
+        prev = r->bounds[i + 1];
+    }
+    u->start = prev;
+    return 0;
+}
+
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t owner, const struct st_split_plan *plan,
+                           const struct st_resume *resume, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
 {
     return plan_get_or_create_job_det(s, dataset_id, job_name, mode, num_consumers, false, endless,
-                                      owner, plan, job_out, iteration_out, client_out, out, err,
-                                      errlen);
+                                      owner, plan, resume, job_out, iteration_out, client_out, out,
+                                      err, errlen);
 }
 
 int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
                                enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
                                bool endless, uint64_t owner, const struct st_split_plan *plan,
-                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
+                               const struct st_resume *resume, uint64_t *job_out,
+                               uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen)
 {
     if (!job_name)
@@ -374,6 +412,18 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "a distributed_epoch iteration needs a split plan");
 
+    if (resume && mode != SLUICE_DISTRIBUTED_EPOCH)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "a checkpoint restores distributed_epoch reads only, not %s",
+                       mode_name(mode));
+    const struct st_split_plan *fit = new_iteration ? plan : &cur->plan;
+    if (resume && st_split_plan_fingerprint(fit) != resume->plan_fingerprint)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the checkpoint does not fit dataset '%s': its split plan changed since "
+                       "the checkpoint was taken (now %" PRIu64
+                       " splits; its files, split size or pipeline differ)",
+                       dataset_id, st_split_plan_total(fit));
+
     size_t start = out->n;
     uint64_t job_id = job ? job->id : s->next_job_id;
     uint64_t iteration_id = new_iteration ? s->next_iteration_id : cur->id;
@@ -396,6 +446,10 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
         u->distributed = mode == SLUICE_DISTRIBUTED_EPOCH;
         if (u->distributed && st_split_plan_copy(&u->plan, plan) < 0)
             goto nomem;
+        if (resume && (rc = resume_iteration(u, resume, err, errlen)) < 0) {
+            state_list_truncate(out, start);
+            return rc;
+        }
         size_t first_task = out->n;
         if (plan_tasks_for_iteration(s, iteration_id, &next_task, out) < 0)
             goto nomem;

@@ -214,6 +214,40 @@ uint64_t st_split_plan_total(const struct st_split_plan *p)
     return p->per_pass * p->passes;
 }
 
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static uint64_t fnv_u64(uint64_t h, uint64_t v)
+{
+    uint8_t b[8];
+    for (int i = 0; i < 8; i++)
+        b[i] = (uint8_t)(v >> (8 * i));
+    return fnv_bytes(h, b, sizeof b);
+}
+
+uint64_t st_split_plan_fingerprint(const struct st_split_plan *p)
+{
+    uint64_t h = 14695981039346656037ull;
+    h = fnv_u64(h, p->source_len);
+    h = fnv_u64(h, p->split_size);
+    h = fnv_u64(h, p->per_pass);
+    h = fnv_u64(h, p->passes);
+    h = fnv_u64(h, p->npaths);
+    for (size_t i = 0; i < p->npaths; i++) {
+        size_t n = strlen(p->paths[i]);
+        h = fnv_u64(h, n);
+        h = fnv_bytes(h, p->paths[i], n);
+    }
+    return h;
+}
+
 /* ---- update lists ---------------------------------------------------------------------------- */
 
 void st_update_release(struct st_update *u)
@@ -555,12 +589,24 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     }
     if ((j->mode == SLUICE_DISTRIBUTED_EPOCH) != u->distributed)
         return CORRUPT;
+    if (u->start != 0 || u->seqs.n != 0) {
+        if (!u->distributed || u->start > st_split_plan_total(&u->plan) || u->seqs.n > u->start ||
+            !seq_strictly_increasing(&u->seqs) ||
+            (u->seqs.n && u->seqs.v[u->seqs.n - 1] >= u->start))
+            return CORRUPT;
+    }
     struct st_split_plan plan = {0};
+    struct st_seq_list pool = {0};
     if (u->distributed && st_split_plan_copy(&plan, &u->plan) < 0)
         return SLUICE_ERR_NOMEM;
+    if (u->seqs.n && state_seq_assign(&pool, u->seqs.v, u->seqs.n) < 0) {
+        st_split_plan_release(&plan);
+        return SLUICE_ERR_NOMEM;
+    }
     if (grow((void **)&s->iterations, &s->cap_iterations, s->niterations + 1,
              sizeof *s->iterations)) {
         st_split_plan_release(&plan);
+        free(pool.v);
         return SLUICE_ERR_NOMEM;
     }
     /* A job keeps one iteration row: the collected one it replaces goes now. Growing the table
@@ -579,6 +625,11 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     it->plan = plan;
     it->split_total = u->distributed ? st_split_plan_total(&plan) : 0;
     it->key = u->key;
+    /* A restored read starts past the splits its reader had: the cursor at start, the gaps
+     * below it in the pool (checked above: increasing, below start). */
+    it->split_cursor = u->start;
+    it->pool = pool;
+    it->splits_finished = u->start - pool.n;
     j->iteration_id = u->id;
     s->next_iteration_id = max_u64(s->next_iteration_id, u->id + 1);
     return 0;

@@ -87,6 +87,22 @@ void st_split_plan_release(struct st_split_plan *p); /* frees the paths; leaves 
 /* Splits in the whole sequence: per_pass * passes, UINT64_MAX when infinite or overflowing,
  * 0 when either is 0. The same arithmetic as pipe_split_count(). */
 uint64_t st_split_plan_total(const struct st_split_plan *p);
+/* A fingerprint of the plan (FNV-1a over its numbers and paths): the same plan always gives the
+ * same value, also after a restart, so a checkpoint can tell whether a new iteration cuts the
+ * dataset into the same splits as the one it was taken in. */
+uint64_t st_split_plan_fingerprint(const struct st_split_plan *p);
+
+/* A read restored from a checkpoint: the splits its reader had whole (nbounds values, half-open
+ * ranges begin0, end0, ...; sorted, disjoint, non-empty) and the fingerprint of the split plan
+ * it was taken under. */
+struct st_resume {
+    const uint64_t *bounds;
+    size_t nbounds;
+    uint64_t plan_fingerprint;
+};
+/* A restored iteration's pool may hold at most this many splits (the gaps below its furthest
+ * finished split: the splits that were in flight). */
+#define ST_RESUME_POOL_MAX (1u << 20)
 
 /* A list of split sequence numbers. Every list in the state and in an update is strictly
  * increasing (state_apply() refuses an update whose list is not). */
@@ -257,7 +273,9 @@ const char *st_update_name(enum st_update_type type);
  *   JOB_CREATED         id = job, name = job name ("" when anonymous), name2 = dataset id,
  *                       mode, num_consumers, deterministic
  *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan,
- *                       key (the shell sets it after planning: planning draws no randomness)
+ *                       key (the shell sets it after planning: planning draws no randomness);
+ *                       restored from a checkpoint: start = the split cursor, seqs = the pool
+ *                       (every split below start not in seqs is finished)
  *   TASK_CREATED        id = task, ref = iteration, ref2 = worker
  *   TASK_FINISHED       id = task
  *   TASK_REMOVED        id = task, ref = its iteration (informational)
@@ -306,6 +324,7 @@ struct st_update {
     struct st_split_plan plan; /* ITERATION_CREATED (owned) */
     struct st_seq_list seqs;   /* SPLITS_*, ROUNDS_SCHEDULED (owned) */
     struct st_key key;         /* WORKER_REGISTERED, ITERATION_CREATED */
+    uint64_t start;            /* ITERATION_CREATED: the split cursor (a restored read) */
 };
 
 struct st_update_list {
@@ -393,11 +412,18 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
  * SLUICE_ERR_INVALID ("job name: control character at byte 2"). owner is the incarnation of the
  * sluice_client asking (recorded in the client; 0: unknown, never limited); when that client
  * already holds s->limits.max_jobs_per_client clients it is SLUICE_ERR_LIMIT ("job limit
- * reached: this client holds 1000 jobs (--max-jobs-per-client)"). *job_out, *iteration_out and
+ * reached: this client holds 1000 jobs (--max-jobs-per-client)"). resume (NULL: none) is a read
+ * restored from a checkpoint, for distributed_epoch only: its fingerprint must be the plan's (of
+ * the new iteration, or of the joined one), else SLUICE_ERR_INVALID ("the checkpoint does not
+ * fit dataset 'x': its split plan changed since it was taken ..."); a new iteration then starts
+ * with the split cursor at the end of the last range and the gaps below it as its pool (more
+ * than ST_RESUME_POOL_MAX gaps, or ranges past the plan's end, are SLUICE_ERR_INVALID); a joined
+ * iteration is joined as it is. *job_out, *iteration_out and
  * *client_out receive the ids. */
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct st_split_plan *plan, uint64_t *job_out,
+                           uint64_t owner, const struct st_split_plan *plan,
+                           const struct st_resume *resume, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen);
 
@@ -410,7 +436,8 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
 int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
                                enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
                                bool endless, uint64_t owner, const struct st_split_plan *plan,
-                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
+                               const struct st_resume *resume, uint64_t *job_out,
+                               uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen);
 
 /* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair

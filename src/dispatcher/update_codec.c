@@ -116,6 +116,7 @@ int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
     }
     m.n_seqs = u->seqs.n;
     m.seqs = u->seqs.v;
+    m.start = u->start;
     if (u->key.set) {
         m.key.data = (uint8_t *)u->key.b;
         m.key.len = ST_KEY_LEN;
@@ -180,6 +181,7 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
     u->compression = m->compression;
     u->split_size = m->split_size;
     u->distributed = m->distributed;
+    u->start = m->start;
     if (m->key.len == ST_KEY_LEN) {
         u->key.set = true;
         memcpy(u->key.b, m->key.data, ST_KEY_LEN);

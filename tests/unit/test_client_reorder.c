@@ -212,7 +212,7 @@ static void test_queue_order(void **unused)
     /* Split 1 arrives first (blob 0), then split 0 in two blobs. */
     assert_int_equal(reorder_queue_push(&q, 1, b[0], 0, 50, 5), 0);
     assert_int_equal(reorder_queue_push(&q, 1, b[0], 50, 100, 5), 0);
-    assert_int_equal(reorder_queue_complete(&q, 1), 0);
+    assert_int_equal(reorder_queue_complete(&q, 1, 10), 0);
     assert_int_equal(q.bytes, 100);
     assert_true(reorder_queue_starved(&q));
     assert_int_equal(take_all(&q, b, 3, got, sizeof got), 0);
@@ -225,12 +225,19 @@ static void test_queue_order(void **unused)
     assert_string_equal(got, "1@10");
     assert_int_equal(q.bytes, 100);
     assert_int_equal(reorder_queue_push(&q, 0, b[2], 0, 300, 3), 0);
-    assert_int_equal(reorder_queue_complete(&q, 0), 0);
+    assert_int_equal(reorder_queue_complete(&q, 0, 4), 0);
     assert_true(reorder_queue_ahead(&q, 400));
     assert_int_equal(take_all(&q, b, 3, got, sizeof got), 2);
     assert_string_equal(got, "2@0 0@0 0@50");
     assert_int_equal(q.head, 2);
     assert_int_equal(q.bytes, 0);
+    size_t npassed;
+    const struct reorder_passed *passed = reorder_queue_passed(&q, &npassed);
+    assert_int_equal(npassed, 2);
+    assert_true(passed[0].seq == 0 && passed[0].total == 4);
+    assert_true(passed[1].seq == 1 && passed[1].total == 10);
+    reorder_queue_passed(&q, &npassed);
+    assert_int_equal(npassed, 0);
     /* Runs of splits already read are not kept. */
     struct reorder_blob *late = blob_of(10);
     assert_int_equal(reorder_queue_push(&q, 1, late, 0, 10, 1), 0);

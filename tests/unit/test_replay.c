@@ -133,7 +133,7 @@ static void random_request(struct run *r, uint64_t *x)
         random_plan(x, &plan, paths);
         enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
         rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
-                                    mode, 0, true, (uint64_t)pick(x, 3), &plan, &a, &b, &c, &r->ups,
+                                    mode, 0, true, (uint64_t)pick(x, 3), &plan, NULL, &a, &b, &c, &r->ups,
                                     err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
@@ -328,11 +328,11 @@ static void same_decisions(const struct state *a, const struct state *b)
     if (a->ndatasets > 0) {
         struct st_split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
         assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, 0, &p, &ja, &ia, &ca, &la, err,
+                                                0, true, 0, &p, NULL, &ja, &ia, &ca, &la, err,
                                                 sizeof err),
                          0);
         assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, 0, &p, &jb, &ib, &cb, &lb, err,
+                                                0, true, 0, &p, NULL, &jb, &ib, &cb, &lb, err,
                                                 sizeof err),
                          0);
         assert_true(ja == jb && ia == ib && ca == cb);

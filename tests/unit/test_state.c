@@ -378,8 +378,8 @@ static const char *run(struct harness *h, const char *line)
         v = opt(words, nw, "owner");
         uint64_t owner = v ? strtoull(v, NULL, 10) : 0;
         rc = plan_get_or_create_job_det(&h->s, words[1], name ? name : "", mode, consumers,
-                                        opt(words, nw, "det") != NULL, endless, owner, pp, &job,
-                                        &it, &client, &h->ups, err, sizeof err);
+                                        opt(words, nw, "det") != NULL, endless, owner, pp, NULL,
+                                        &job, &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -1045,7 +1045,8 @@ static void test_iteration_keys(void **unused)
     uint64_t job = 0, it = 0, client = 0;
     char err[256];
     assert_int_equal(plan_get_or_create_job(&h.s, "1", "", SLUICE_PARALLEL_EPOCHS, 0, false, 0,
-                                            NULL, &job, &it, &client, &h.ups, err, sizeof err),
+                                            NULL, NULL, &job, &it, &client, &h.ups, err,
+                                            sizeof err),
                      0);
     size_t created = 0;
     for (size_t i = 0; i < h.ups.n; i++) {

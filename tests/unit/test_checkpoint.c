@@ -1,0 +1,219 @@
+/* The checkpoint of a read (src/client/checkpoint.c): it round-trips exactly, its size follows
+ * the splits in flight and not the position, and every kind of damage or foreign input is
+ * refused with its own message. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "client/checkpoint.h"
+#include "common/crc32c.h"
+#include "common/error.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A position: splits [0, done_end) done, except 3 and 7 when done_end is above them, and a few
+ * splits in flight above it. */
+static void make(struct ckpt *c, uint64_t done_end)
+{
+    ckpt_init(c);
+    strcpy(c->dataset_id, "ds");
+    strcpy(c->job_name, "");
+    c->flags = CKPT_DETERMINISTIC;
+    c->def_hash = 0x0123456789abcdefull;
+    c->plan_hash = 0xfedcba9876543210ull;
+    c->split_total = 100000000;
+    c->delivered = done_end * 1000 + 17;
+    uint64_t seqs[] = {3, 7};
+    assert_int_equal(ranges_add(&c->pos.done, 0, done_end), 0);
+    if (done_end > 8) {
+        c->pos.done.n = 0;
+        assert_int_equal(ranges_add(&c->pos.done, 0, 3), 0);
+        assert_int_equal(ranges_add(&c->pos.done, 4, 7), 0);
+        assert_int_equal(ranges_add(&c->pos.done, 8, done_end), 0);
+        assert_int_equal(ledger_add(&c->pos, seqs[0], 0, 10), 0);
+        assert_int_equal(ledger_end(&c->pos, seqs[0], 1000), 0);
+    }
+    assert_int_equal(ledger_add(&c->pos, done_end, 0, 500), 0);
+    assert_int_equal(ledger_add(&c->pos, done_end + 2, 0, 3), 0);
+    assert_int_equal(ledger_add(&c->pos, done_end + 2, 5, 9), 0);
+}
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    struct ckpt c, d;
+    make(&c, 1000);
+    uint8_t *b = NULL, *b2 = NULL;
+    size_t n = 0, n2 = 0;
+    assert_int_equal(ckpt_encode(&c, &b, &n), 0);
+    ckpt_init(&d);
+    char err[256];
+    assert_int_equal(ckpt_decode(b, n, &d, err, sizeof err), 0);
+    assert_string_equal(d.dataset_id, "ds");
+    assert_string_equal(d.job_name, "");
+    assert_int_equal(d.flags, CKPT_DETERMINISTIC);
+    assert_true(d.def_hash == c.def_hash && d.plan_hash == c.plan_hash);
+    assert_true(d.split_total == 100000000 && d.delivered == 1000017);
+    assert_int_equal(d.pos.done.n, 3);
+    assert_true(d.pos.done.v[2].begin == 8 && d.pos.done.v[2].end == 1000);
+    assert_int_equal(d.pos.n, 3);
+    assert_true(d.pos.v[0].seq == 3 && d.pos.v[0].ended && d.pos.v[0].total == 1000);
+    assert_true(d.pos.v[2].seq == 1002 && d.pos.v[2].got.n == 2 && d.pos.v[2].got.v[1].end == 9);
+    assert_int_equal(ckpt_encode(&d, &b2, &n2), 0);
+    assert_int_equal(n, n2);
+    assert_memory_equal(b, b2, n);
+    free(b);
+    free(b2);
+    ckpt_release(&c);
+    ckpt_release(&d);
+}
+
+/* At split 10 and at split 10,000,000 the same splits in flight take nearly the same bytes. */
+static void test_size_follows_splits_in_flight(void **state)
+{
+    (void)state;
+    struct ckpt a, z;
+    make(&a, 10);
+    make(&z, 10000000);
+    uint8_t *ba = NULL, *bz = NULL;
+    size_t na = 0, nz = 0;
+    assert_int_equal(ckpt_encode(&a, &ba, &na), 0);
+    assert_int_equal(ckpt_encode(&z, &bz, &nz), 0);
+    printf("    checkpoint at split 10: %zu bytes, at split 10000000: %zu bytes\n", na, nz);
+    /* Only the varints of the numbers grow (with their logarithm). */
+    assert_true(nz <= na + 16);
+    assert_true(nz < 100);
+    free(ba);
+    free(bz);
+    ckpt_release(&a);
+    ckpt_release(&z);
+}
+
+/* Re-seals body (without magic and checksum) as a checkpoint. */
+static size_t seal(uint8_t *out, const uint8_t *body, size_t n)
+{
+    memcpy(out, "SLUICECK", 8);
+    memcpy(out + 8, body, n);
+    uint32_t crc = crc32c(out, n + 8);
+    for (int i = 0; i < 4; i++)
+        out[n + 8 + i] = (uint8_t)(crc >> (8 * i));
+    return n + 12;
+}
+
+static void expect_refused(const uint8_t *p, size_t n, int code, const char *msg)
+{
+    struct ckpt c;
+    ckpt_init(&c);
+    char err[256] = "";
+    int rc = ckpt_decode(p, n, &c, err, sizeof err);
+    if (rc != code || !strstr(err, msg))
+        fail_msg("got %d '%s', wanted %d '%s'", rc, err, code, msg);
+    assert_int_equal(c.pos.n, 0);
+    ckpt_release(&c);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    struct ckpt c;
+    make(&c, 1000);
+    uint8_t *b = NULL;
+    size_t n = 0;
+    assert_int_equal(ckpt_encode(&c, &b, &n), 0);
+    ckpt_release(&c);
+
+    expect_refused((const uint8_t *)"hello", 5, SLUICE_ERR_INVALID, "not a sluice checkpoint");
+    expect_refused(b, 10, SLUICE_ERR_CORRUPT, "cut short");
+    expect_refused(b, n - 1, SLUICE_ERR_CORRUPT, "checksum mismatch");
+    uint8_t *d = malloc(n + 64);
+    assert_non_null(d);
+    memcpy(d, b, n);
+    d[n / 2] ^= 1;
+    expect_refused(d, n, SLUICE_ERR_CORRUPT, "checksum mismatch");
+
+    /* Bodies with a correct checksum but wrong contents. */
+    uint8_t body[64], buf[128];
+    size_t k = 0;
+    body[k++] = 2; /* version */
+    expect_refused(buf, seal(buf, body, k), SLUICE_ERR_INVALID,
+                   "version 2, this library reads version 1");
+    /* Trailing bytes. */
+    memcpy(buf, b, n - 4);
+    buf[n - 4] = 0;
+    size_t m = seal(d, buf + 8, n - 4 - 8 + 1);
+    expect_refused(d, m, SLUICE_ERR_INVALID, "1 bytes after its end");
+    /* Version 1, flags 0, dataset "x", job "", hashes, 10 splits, 0 delivered, then done ranges
+     * that overlap. */
+    k = 0;
+    body[k++] = 1;
+    body[k++] = 0;
+    body[k++] = 1;
+    body[k++] = 'x';
+    body[k++] = 0;
+    memset(body + k, 0, 16);
+    k += 16;
+    body[k++] = 10; /* split_total */
+    body[k++] = 0;  /* delivered */
+    size_t head = k;
+    body[k++] = 2; /* two done ranges: [1, 3) and [3, 4): touching, not separate */
+    body[k++] = 1;
+    body[k++] = 2;
+    body[k++] = 0;
+    body[k++] = 1;
+    body[k++] = 0;
+    expect_refused(buf, seal(buf, body, k), SLUICE_ERR_INVALID, "are not sorted ranges");
+    /* A done range past the plan's 10 splits. */
+    k = head;
+    body[k++] = 1;
+    body[k++] = 5;
+    body[k++] = 6;
+    body[k++] = 0;
+    expect_refused(buf, seal(buf, body, k), SLUICE_ERR_INVALID, "are not sorted ranges within 10");
+    /* A split both done and in flight. */
+    k = head;
+    body[k++] = 1;
+    body[k++] = 0;
+    body[k++] = 4; /* done [0, 4) */
+    body[k++] = 1; /* one in flight */
+    body[k++] = 2; /* seq 2 */
+    body[k++] = 0;
+    body[k++] = 0;
+    expect_refused(buf, seal(buf, body, k), SLUICE_ERR_INVALID,
+                   "split 2 is both finished and in flight");
+    /* A split in flight that is complete. */
+    k = head;
+    body[k++] = 0;
+    body[k++] = 1;
+    body[k++] = 5; /* seq 5 */
+    body[k++] = 1; /* ended */
+    body[k++] = 3; /* of 3 elements */
+    body[k++] = 1;
+    body[k++] = 0;
+    body[k++] = 3; /* [0, 3): all of them */
+    expect_refused(buf, seal(buf, body, k), SLUICE_ERR_INVALID,
+                   "split 5 is complete but not finished");
+    /* More ranges than any position needs. */
+    k = head;
+    body[k++] = 0xff;
+    body[k++] = 0xff;
+    body[k++] = 0xff;
+    body[k++] = 0x01;
+    expect_refused(buf, seal(buf, body, k), SLUICE_ERR_INVALID, "over the limit");
+    free(d);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_size_follows_splits_in_flight),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
