@@ -268,13 +268,15 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
-    /* A deterministic reader lost part of these splits: they are produced again. */
-    if (rc == 0 && req->n_redo_seqs > 0)
+    /* A deterministic reader lost part of these splits: they are produced again. Other jobs'
+     * readers have no business asking, and are not refused a heartbeat for it. */
+    const struct st_job *job = state_job(&d->st, it->job_id);
+    bool det = job && job->deterministic && it->distributed;
+    if (rc == 0 && det && req->n_redo_seqs > 0)
         rc = plan_splits_redo(&d->st, iteration_id, req->redo_seqs, req->n_redo_seqs, &d->ups, err,
                               sizeof err);
     c->finished_below = state_splits_finished_below(&d->st, iteration_id);
-    const struct st_job *job = state_job(&d->st, it->job_id);
-    if (rc == 0 && job && job->deterministic && req->lease_below > 0)
+    if (rc == 0 && det && req->lease_below > 0)
         dispatcher_soft_set(&d->lease_below, iteration_id, req->lease_below);
     if (rc == 0)
         rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
