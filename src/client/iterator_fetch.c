@@ -203,7 +203,7 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
     uv_mutex_lock(&it->mu);
     bool room = reorder_queue_room(&it->rq);
     uv_mutex_unlock(&it->mu);
-    size_t pos = 0, nops = 0;
+    size_t pos = 0, nops = 0, pushed = 0;
     struct det_op run = {0};
     uint64_t run_pos = 0; /* the position of the run's first record */
     int rc = 0;
@@ -280,7 +280,6 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
     rc = det_flush(it, &nops, &run, run_pos);
 out:
     /* Ops made before a failure are queued all the same: the ledger already counts them. */
-    size_t pushed = 0;
     if (nops > 0) {
         int qrc = 0;
         uv_mutex_lock(&it->mu);

@@ -270,8 +270,7 @@ static bool op_equal(const struct pipe_op *a, const struct pipe_op *b)
 
 bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b)
 {
-    if (!source_equal(&a->source, &b->source) || a->nops != b->nops ||
-        a->deterministic != b->deterministic)
+    if (!source_equal(&a->source, &b->source) || a->nops != b->nops)
         return false;
     for (size_t i = 0; i < a->nops; i++)
         if (!op_equal(&a->ops[i], &b->ops[i]))
