@@ -513,12 +513,25 @@ class Dataset:
         self.local = _text(local, "local")
         self._element_timeout_ms = _timeout_ms(element_timeout)
         self._split_size = _split_size(split_size)
+        self._restore = None
+
+    def load_state_dict(self, state):
+        """Makes the next iteration continue from state, an iterator's state_dict() (of this
+        process or another): in distributed_epoch the elements handed out before it and those
+        after are the epoch exactly once. A malformed state raises ValueError; one of another
+        dataset or a damaged one raises InvalidArgumentError or DataLossError when iterating."""
+        pos = state.get("position") if isinstance(state, dict) else None
+        if not isinstance(pos, bytes):
+            raise ValueError("load_state_dict() takes a state_dict() of a sluice iterator: a dict "
+                             "with 'position' bytes")
+        self._restore = pos
 
     def __iter__(self):
+        restore, self._restore = self._restore, None
         return self._conn.client().read(
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
-            self._element_timeout_ms, self._split_size)
+            self._element_timeout_ms, self._split_size, restore)
 
     def __repr__(self):
         what = f"dataset_id={self.dataset_id!r}" if self.dataset_id else \
@@ -571,6 +584,13 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, split_size=split_size)
+
+
+def merge_positions(states):
+    """One state holding what several consumers of one shared job had together, from their
+    iterators' state_dict()s: restored in every consumer of a new job (all under one new
+    job_name), the epoch continues exactly once across them."""
+    return {"position": _sluice.merge_positions([st["position"] for st in states])}
 
 
 def run(pipeline, plugins=None):
