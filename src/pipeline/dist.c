@@ -47,6 +47,8 @@ static const char *op_name(enum pipe_op_kind k)
         return "shard";
     case PIPE_OP_PREFETCH:
         return "prefetch";
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return "global_shuffle";
     }
     return "?";
 }
@@ -77,6 +79,7 @@ static bool placeable(struct walk *w, const struct pipe_op *op, const struct pip
     case PIPE_OP_PREFETCH:
     case PIPE_OP_SHUFFLE:
     case PIPE_OP_REPEAT:
+    case PIPE_OP_GLOBAL_SHUFFLE:
         return true;
     case PIPE_OP_BATCH:
         if (op->n <= 0) {
@@ -138,6 +141,12 @@ static void apply(struct walk *w, const struct pipe_op *op, struct pipe_dist *d)
     switch (op->kind) {
     case PIPE_OP_MAP:
     case PIPE_OP_PREFETCH:
+        return;
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        /* The shuffled stream's positions are as exactly known as the source's: nothing about
+         * the walk changes. */
+        d->shuffled = true;
+        d->seed = op->seed;
         return;
     case PIPE_OP_FILTER:
         w->counts_known = false;
@@ -236,6 +245,13 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
     d.cut = spec->nops;
     for (size_t k = 0; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];
+        /* The parser and the decoder keep it first; a spec built by hand may not. */
+        if (op->kind == PIPE_OP_GLOBAL_SHUFFLE && k != 0) {
+            char a[128];
+            op_text(spec, k, a, sizeof a);
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "%s must come right after the source", a);
+        }
         if (!placeable(&w, op, &d)) {
             d.cut = k;
             break;
@@ -265,7 +281,9 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
                                   .quantum = 1,
                                   .cut = d.cut,
                                   .client_slices = d.client_slices,
-                                  .why = w.why};
+                                  .why = w.why,
+                                  .shuffled = d.shuffled,
+                                  .seed = d.seed};
         return 0;
     }
     if (w.joined && d.passes != 1) {
@@ -314,6 +332,7 @@ enum pipe_dist_place pipe_dist_place_of(const struct pipe_spec *spec, const stru
     case PIPE_OP_REPEAT:
     case PIPE_OP_TAKE:
     case PIPE_OP_SKIP:
+    case PIPE_OP_GLOBAL_SHUFFLE:
         return PIPE_DIST_SPLITS;
     case PIPE_OP_SHARD:
         return is_hint_shard(&spec->ops[k]) ? PIPE_DIST_WORKER : PIPE_DIST_SPLITS;
