@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "perm.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,10 +80,12 @@ static int load(struct gfile_iter *g)
         g->n++;
         bytes += held(e);
         if (bytes > g->max_bytes) {
+            bool mib = g->max_bytes >= (1u << 20);
             rc = err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_TOO_LARGE,
-                         "global_shuffle: %s holds more than %llu MiB of records, the most one "
+                         "global_shuffle: %s holds more than %llu %s of records, the most one "
                          "file may hold to be shuffled in memory; cut it into smaller files",
-                         f->path, (unsigned long long)(g->max_bytes >> 20));
+                         f->path, (unsigned long long)(mib ? g->max_bytes >> 20 : g->max_bytes),
+                         mib ? "MiB" : "bytes");
             break;
         }
         if ((g->n & 1023) == 0 && pipe_cancelled(ctx)) {
