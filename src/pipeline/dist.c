@@ -66,6 +66,7 @@ struct walk {
     bool repeated;       /* a repeat was seen */
     bool batch_before;   /* a batch was seen before the first repeat */
     bool joined;         /* the passes form one sequence (outer window or batch after repeat) */
+    size_t joined_at;    /* the op that joined them */
     uint64_t outer_take; /* take after repeat, in positions; INF: none */
     const char *why;     /* why the op at the cut cannot run on workers (for messages) */
 };
@@ -252,11 +253,27 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
             return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                            "%s must come right after the source", a);
         }
+        /* The split sequence repeats passes of the source; a stream whose passes a window or a
+         * batch joined is not such a pass (its last batch is short, its window ends inside a
+         * pass), so repeating it there would not mean the same. */
+        if (op->kind == PIPE_OP_REPEAT && w.joined && !(op->has_n && op->n == 1)) {
+            char a[128], b[128];
+            op_text(spec, k, a, sizeof a);
+            op_text(spec, w.joined_at, b, sizeof b);
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "%s after %s cannot mean the same in distributed_epoch: %s joins the "
+                           "passes of the repeat before it into one stream, which the split "
+                           "sequence cannot repeat; repeat once, after it or before it",
+                           a, b, op_name(spec->ops[w.joined_at].kind));
+        }
         if (!placeable(&w, op, &d)) {
             d.cut = k;
             break;
         }
+        bool was_joined = w.joined;
         apply(&w, op, &d);
+        if (w.joined && !was_joined)
+            w.joined_at = k;
     }
     for (size_t k = d.cut; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];

@@ -301,6 +301,14 @@ static void test_refusals(void **state)
          "distributed_epoch: batch runs in the reader (files are split whole, so a batch would "
          "end at every file's end), which cannot read the stream again; move the repeat before "
          "it"},
+        {"range(10) | repeat(2) | take(15) | repeat(2)",
+         "repeat(2) (column 36) after take(15) (column 25) cannot mean the same in "
+         "distributed_epoch: take joins the passes of the repeat before it into one stream, "
+         "which the split sequence cannot repeat; repeat once, after it or before it"},
+        {"range(10) | global_shuffle(1) | repeat() | batch(3) | repeat(2)",
+         "repeat(2) (column 55) after batch(3) (column 44) cannot mean the same in "
+         "distributed_epoch: batch joins the passes of the repeat before it into one stream, "
+         "which the split sequence cannot repeat; repeat once, after it or before it"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct pipe_spec *spec = parse(cases[i].text);
