@@ -168,21 +168,8 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
-        if (pl->shuffled) {
-            rc = open_shuffled_files(pl, pass, ctx, out);
-            break;
-        }
-        switch (src->kind) {
-        case PIPE_SRC_TFRECORD:
-            rc = pipe_tfrecord_open(pl->paths, pl->npaths, ctx, out);
-            break;
-        case PIPE_SRC_LINES:
-            rc = pipe_lines_open(pl->paths, pl->npaths, ctx, out);
-            break;
-        default:
-            rc = pipe_tar_open(pl->paths, pl->npaths, src->exts, src->nexts, ctx, out);
-            break;
-        }
+        rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
+                          : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;
     }
     if (rc)
