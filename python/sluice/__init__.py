@@ -13,7 +13,7 @@ Pipelines are text in sluice's pipeline language (see the README): a source such
 ``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")`` or ``tar("GLOB", "EXT", ...)``
 (WebDataset shards: a tuple of the bytes of each sample's members) followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
-``prefetch``) separated by ``|``. ``map(py, "module:function", ARG...)`` and
+``prefetch``, and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and
 ``filter(py, ...)`` call a Python function on each element (numpy arrays in, the same forms
 out); workers started here (WorkerServer), run() and local tails call it in this interpreter.
 A worker calls only functions of modules in its own python_path directories.
