@@ -337,6 +337,10 @@ static PyObject *iterator_save(IteratorObject *self, PyObject *unused)
         PyErr_SetString(PyExc_ValueError, "the iterator is closed");
         return NULL;
     }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "save() called while next() is waiting");
+        return NULL;
+    }
     uint8_t *b = NULL;
     size_t n = 0;
     char err[PYS_ERRLEN] = "";
