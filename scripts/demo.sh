@@ -102,6 +102,23 @@ if wait "${wpid[2]}"; then echo "worker 2 drained and exited 0"; else
 wait "$reader"
 check_once "$work/read2.txt" "after a kill, a join and a drain"
 
+echo "== a reader killed (SIGKILL) three times and resumed from its checkpoint each time"
+for k in 1 2 3 4; do
+    "$bin/sluice" read --dispatcher "$disp" "$pipeline | map(sleep_us, 20)" \
+        --checkpoint "$work/read3.ck" --checkpoint-every 2000 --output "$work/read3.txt" \
+        2>"$work/read3.log" &
+    reader=$!
+    if [ "$k" -lt 4 ]; then
+        sleep 0.7
+        kill -KILL "$reader" 2>/dev/null || true
+        wait "$reader" 2>/dev/null || true
+        echo "  run $k killed at $(wc -l <"$work/read3.txt") lines written"
+    elif ! wait "$reader"; then
+        echo "demo: the resumed read failed: $(cat "$work/read3.log")" >&2; exit 1
+    fi
+done
+check_once "$work/read3.txt" "after three kills and resumes"
+
 echo "== reading range(10) | map(square) with a local tail map(add, 1), parallel_epochs"
 "$bin/sluice" read --dispatcher "$disp" 'range(10) | map(square)' --local 'map(add, 1)' | sort -n | tr '\n' ' '
 echo

@@ -335,7 +335,8 @@ struct sluice_read_options {
     /* Continue from a position sluice_iterator_save returned (restore_len bytes; copied; NULL:
      * from the start). distributed_epoch only. dataset_id and pipeline may both be left out: the
      * checkpoint names its dataset; a dataset_id given must be that one, and a pipeline given
-     * must register to the same definition. job_name likewise defaults to the checkpoint's.
+     * must register to the same definition. job_name defaults to the checkpoint's; another one
+     * continues the position in that job (see sluice_checkpoint_merge).
      *
      * A read of its own (no job_name): a new job continues the epoch, whether or not the old one
      * still exists (collected, dispatcher restarted): the splits the reader had whole are never
@@ -344,12 +345,14 @@ struct sluice_read_options {
      * element after the restore are the epoch exactly once. Resuming costs re-processing at most
      * the splits that were in flight, whatever the position.
      *
-     * A shared job (job_name): a checkpoint records this consumer's position only. Restored while
-     * the job still runs, the consumer joins it again and never gets an element it had before
-     * the checkpoint; elements the job sent it after the checkpoint (up to when it stopped) count
-     * as delivered and are not sent again. Once the job was collected, a new job of
-     * that name starts from this consumer's position alone, so splits other consumers had are
-     * read again; a job that has ended is joined as it is and its read ends at once.
+     * A shared job (job_name): a checkpoint records this consumer's position only. Restored
+     * while the job still runs, the consumer joins it again and never gets an element it had
+     * before the checkpoint; the job treats its earlier self as any consumer that left: what
+     * that one had reported received counts as delivered (elements it held unread are gone),
+     * the rest is handed out again. Once the job was collected, a new job of that name starts
+     * from this consumer's position alone, so splits other consumers had are read again. For
+     * exactly once across consumers, merge all their positions (sluice_checkpoint_merge) and
+     * restore the merged one in every consumer of a new job.
      *
      * A checkpoint that does not decode, of another dataset, definition or split plan, is
      * SLUICE_ERR_INVALID (or SLUICE_ERR_CORRUPT for a damaged one) with the reason; a read never
@@ -404,6 +407,16 @@ int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uin
  * failure (the position of the last element handed out). */
 int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char *err,
                          size_t errlen);
+
+/* Merges the positions of several consumers of one shared job (n checkpoints from
+ * sluice_iterator_save, each ckpts[i] of lens[i] bytes) into one: the elements any of them had.
+ * Every consumer of a shared job gets elements no other one gets, so the merged position is
+ * exactly what they had together; restoring it in every consumer of a new job (all with the same
+ * new job_name) continues the epoch exactly once across them. This is how a data loader whose
+ * worker processes share one job checkpoints. The checkpoints must be of the same dataset and
+ * split plan (else SLUICE_ERR_INVALID naming the difference). *out is malloc'd (free()). */
+int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,
+                            uint8_t **out, size_t *out_len, char *err, size_t errlen);
 
 /* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
  * it. NULL is allowed. */

@@ -13,7 +13,7 @@ Pipelines are text in sluice's pipeline language (see the README): a source such
 ``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")`` or ``tar("GLOB", "EXT", ...)``
 (WebDataset shards: a tuple of the bytes of each sample's members) followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
-``prefetch``) separated by ``|``. ``map(py, "module:function", ARG...)`` and
+``prefetch``, and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and
 ``filter(py, ...)`` call a Python function on each element (numpy arrays in, the same forms
 out); workers started here (WorkerServer), run() and local tails call it in this interpreter.
 A worker calls only functions of modules in its own python_path directories.
@@ -527,12 +527,26 @@ class Dataset:
         self.reorder_bytes = _count(reorder_bytes, "reorder_bytes")
         if self.reorder_bytes and not self.deterministic:
             raise ValueError("reorder_bytes goes with deterministic=True")
+        self._restore = None
+
+    def load_state_dict(self, state):
+        """Makes the next iteration continue from state, an iterator's state_dict() (of this
+        process or another): in distributed_epoch the elements handed out before it and those
+        after are the epoch exactly once. A malformed state raises ValueError; one of another
+        dataset or a damaged one raises InvalidArgumentError or DataLossError when iterating."""
+        pos = state.get("position") if isinstance(state, dict) else None
+        if not isinstance(pos, bytes):
+            raise ValueError("load_state_dict() takes a state_dict() of a sluice iterator: a dict "
+                             "with 'position' bytes")
+        self._restore = pos
 
     def __iter__(self):
+        restore, self._restore = self._restore, None
         return self._conn.client().read(
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
-            self._element_timeout_ms, self._split_size, self.deterministic, self.reorder_bytes)
+            self._element_timeout_ms, self._split_size, restore, self.deterministic,
+            self.reorder_bytes)
 
     def __repr__(self):
         what = f"dataset_id={self.dataset_id!r}" if self.dataset_id else \
@@ -591,6 +605,13 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, split_size=split_size,
                    deterministic=deterministic, reorder_bytes=reorder_bytes)
+
+
+def merge_positions(states):
+    """One state holding what several consumers of one shared job had together, from their
+    iterators' state_dict()s: restored in every consumer of a new job (all under one new
+    job_name), the epoch continues exactly once across them."""
+    return {"position": _sluice.merge_positions([st["position"] for st in states])}
 
 
 def run(pipeline, plugins=None):

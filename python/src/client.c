@@ -127,7 +127,7 @@ static PyMethodDef client_methods[] = {
     {"read", (PyCFunction)(void (*)(void))client_read, METH_VARARGS | METH_KEYWORDS,
      "read(dataset_id=None, pipeline=None, mode=0, job_name=None, consumer_index=0, "
      "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0, split_size=0, "
-     "deterministic=False, reorder_bytes=0) -> Iterator"},
+     "restore=None, deterministic=False, reorder_bytes=0) -> Iterator"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -152,11 +152,21 @@ typedef struct {
     struct sluice_element *elem;
     uint32_t timeout_ms; /* 0: wait without limit */
     bool busy, done;
+    /* The arguments of the read, to open it again from a position (load_state_dict). */
+    PyObject *args, *kw;
 } IteratorObject;
 
 static PyTypeObject iterator_type;
 
-static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw)
+/* The options of a read as Client.read takes them. Strings and the restore buffer point into
+ * args and kw, so they live as long as those do; release with PyBuffer_Release(&restore). */
+struct read_call {
+    struct sluice_read_options o;
+    unsigned int timeout_ms;
+    Py_buffer restore;
+};
+
+static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
 {
     static char *names[] = {"dataset_id",
                             "pipeline",
@@ -168,43 +178,77 @@ static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw)
                             "local",
                             "timeout_ms",
                             "split_size",
+                            "restore",
                             "deterministic",
                             "reorder_bytes",
                             NULL};
-    struct sluice_read_options o = {0};
+    memset(rc, 0, sizeof *rc);
     int mode = 0, deterministic = 0;
-    unsigned int ci = 0, nc = 0, mor = 0, timeout_ms = 0;
+    unsigned int ci = 0, nc = 0, mor = 0;
     unsigned long long split_size = 0, reorder_bytes = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIKpK", names, &o.dataset_id, &o.pipeline,
-                                     &mode, &o.job_name, &ci, &nc, &mor, &o.local, &timeout_ms,
-                                     &split_size, &deterministic, &reorder_bytes))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIKz*pK", names, &rc->o.dataset_id,
+                                     &rc->o.pipeline, &mode, &rc->o.job_name, &ci, &nc, &mor,
+                                     &rc->o.local, &rc->timeout_ms, &split_size, &rc->restore,
+                                     &deterministic, &reorder_bytes))
+        return -1;
+    rc->o.split_size = split_size;
+    rc->o.deterministic = deterministic != 0;
+    rc->o.reorder_bytes = reorder_bytes;
+    rc->o.mode = (enum sluice_mode)mode;
+    rc->o.consumer_index = ci;
+    rc->o.num_consumers = nc;
+    rc->o.max_outstanding_requests = mor;
+    if (rc->restore.buf) {
+        rc->o.restore = rc->restore.buf;
+        rc->o.restore_len = (size_t)rc->restore.len;
+    }
+    return 0;
+}
+
+/* Opens the iterator of o without the GIL. Returns 0 or raises. */
+static int open_read(ClientObject *client, const struct sluice_read_options *o,
+                     struct sluice_iterator **it)
+{
+    char err[PYS_ERRLEN] = "";
+    PyThreadState *ts = PyEval_SaveThread();
+    int rc = sluice_iterator_open(client->c, o, it, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc) {
+        pys_raise(rc, err);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw)
+{
+    struct read_call call;
+    if (parse_read(args, kw, &call) < 0)
         return NULL;
-    o.split_size = split_size;
-    o.deterministic = deterministic != 0;
-    o.reorder_bytes = reorder_bytes;
-    if (!client_ready(self))
+    if (!client_ready(self)) {
+        PyBuffer_Release(&call.restore);
         return NULL;
-    o.mode = (enum sluice_mode)mode;
-    o.consumer_index = ci;
-    o.num_consumers = nc;
-    o.max_outstanding_requests = mor;
+    }
     IteratorObject *r = PyObject_New(IteratorObject, &iterator_type);
-    if (!r)
+    if (!r) {
+        PyBuffer_Release(&call.restore);
         return NULL;
+    }
     r->client = (PyObject *)self;
     Py_INCREF(self);
     r->it = NULL;
     r->elem = NULL;
-    r->timeout_ms = timeout_ms;
+    r->timeout_ms = call.timeout_ms;
     r->busy = r->done = false;
-    char err[PYS_ERRLEN] = "";
-    int rc;
-    PyThreadState *ts = PyEval_SaveThread();
-    rc = sluice_iterator_open(self->c, &o, &r->it, err, sizeof err);
-    PyEval_RestoreThread(ts);
+    r->args = args;
+    Py_XINCREF(args);
+    r->kw = kw;
+    Py_XINCREF(kw);
+    int rc = open_read(self, &call.o, &r->it);
+    PyBuffer_Release(&call.restore);
     if (rc) {
         Py_DECREF(r);
-        return pys_raise(rc, err);
+        return NULL;
     }
     return (PyObject *)r;
 }
@@ -225,6 +269,8 @@ static void iterator_close_now(IteratorObject *self)
 static void iterator_dealloc(IteratorObject *self)
 {
     iterator_close_now(self);
+    Py_XDECREF(self->args);
+    Py_XDECREF(self->kw);
     Py_XDECREF(self->client);
     PyObject_Free(self);
 }
@@ -294,7 +340,80 @@ static PyObject *iterator_exit(IteratorObject *self, PyObject *args)
     return iterator_close(self, NULL);
 }
 
+/* The position after the last element returned, as bytes (sluice_iterator_save). */
+static PyObject *iterator_save(IteratorObject *self, PyObject *unused)
+{
+    if (!self->it) {
+        PyErr_SetString(PyExc_ValueError, "the iterator is closed");
+        return NULL;
+    }
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "save() called while next() is waiting");
+        return NULL;
+    }
+    uint8_t *b = NULL;
+    size_t n = 0;
+    char err[PYS_ERRLEN] = "";
+    int rc = sluice_iterator_save(self->it, &b, &n, err, sizeof err);
+    if (rc)
+        return pys_raise(rc, err);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)b, (Py_ssize_t)n);
+    free(b);
+    return out;
+}
+
+static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
+{
+    PyObject *pos = iterator_save(self, NULL);
+    if (!pos)
+        return NULL;
+    PyObject *d = Py_BuildValue("{s:N}", "position", pos);
+    return d;
+}
+
+/* Continues the read from a state_dict(): the iterator is opened again from its position. */
+static PyObject *iterator_load_state_dict(IteratorObject *self, PyObject *state)
+{
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "load_state_dict() called while next() is waiting");
+        return NULL;
+    }
+    PyObject *pos = PyDict_Check(state) ? PyDict_GetItemString(state, "position") : NULL;
+    if (!pos || !PyBytes_Check(pos)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "load_state_dict() takes a state_dict() of a sluice iterator: a dict "
+                        "with 'position' bytes");
+        return NULL;
+    }
+    struct read_call call;
+    PyObject *args = self->args ? self->args : PyTuple_New(0);
+    if (!args)
+        return NULL;
+    int prc = parse_read(args, self->kw, &call);
+    if (args != self->args)
+        Py_DECREF(args);
+    if (prc < 0)
+        return NULL;
+    PyBuffer_Release(&call.restore);
+    call.o.restore = (const uint8_t *)PyBytes_AS_STRING(pos);
+    call.o.restore_len = (size_t)PyBytes_GET_SIZE(pos);
+    struct sluice_iterator *it = NULL;
+    if (open_read((ClientObject *)self->client, &call.o, &it) < 0)
+        return NULL;
+    iterator_close_now(self);
+    self->it = it;
+    self->done = false;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef iterator_methods[] = {
+    {"save", (PyCFunction)iterator_save, METH_NOARGS,
+     "save(): the read's position after the last element returned, as bytes (distributed_epoch)."},
+    {"state_dict", (PyCFunction)iterator_state_dict, METH_NOARGS,
+     "state_dict(): {'position': save()}, picklable."},
+    {"load_state_dict", (PyCFunction)iterator_load_state_dict, METH_O,
+     "load_state_dict(state): continues the read from a state_dict() (of this read or another "
+     "process's): the iterator is opened again from that position."},
     {"close", (PyCFunction)iterator_close, METH_NOARGS,
      "close(): releases the reader on the dispatcher; the iterator ends."},
     {"__enter__", iterator_enter, METH_NOARGS, NULL},

@@ -86,8 +86,56 @@ static PyObject *version(PyObject *self, PyObject *unused)
     return PyUnicode_FromString(SLUICE_PY_VERSION);
 }
 
+/* merge_positions(list of bytes) -> bytes: sluice_checkpoint_merge. */
+static PyObject *merge_positions(PyObject *self, PyObject *seq)
+{
+    PyObject *fast = PySequence_Fast(seq, "merge_positions() takes a list of positions (bytes)");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n == 0) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_ValueError, "merge_positions() needs at least one position");
+        return NULL;
+    }
+    const uint8_t **v = PyMem_Calloc((size_t)n, sizeof *v);
+    size_t *lens = PyMem_Calloc((size_t)n, sizeof *lens);
+    PyObject *out = NULL;
+    if (!v || !lens) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyBytes_Check(b)) {
+            PyErr_SetString(PyExc_TypeError, "merge_positions() takes positions as bytes");
+            goto done;
+        }
+        v[i] = (const uint8_t *)PyBytes_AS_STRING(b);
+        lens[i] = (size_t)PyBytes_GET_SIZE(b);
+    }
+    uint8_t *m = NULL;
+    size_t mlen = 0;
+    char err[PYS_ERRLEN] = "";
+    int rc = sluice_checkpoint_merge(v, lens, (size_t)n, &m, &mlen, err, sizeof err);
+    if (rc) {
+        pys_raise(rc, err);
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize((const char *)m, (Py_ssize_t)mlen);
+    free(m);
+done:
+    PyMem_Free(v);
+    PyMem_Free(lens);
+    Py_DECREF(fast);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"version", version, METH_NOARGS, "The sluice version this module was built from."},
+    {"merge_positions", merge_positions, METH_O,
+     "merge_positions(positions): one position holding what the consumers of a shared job had "
+     "together (sluice_checkpoint_merge)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -110,6 +110,10 @@ static void print_update(uint64_t seq, const struct st_update *u)
                u->ref2);
         if (u->distributed)
             printf(" splits_per_pass=%" PRIu64, u->plan.per_pass);
+        if (u->start || u->seqs.n) {
+            printf(" restored_at=%" PRIu64, u->start);
+            print_seqs(&u->seqs);
+        }
         break;
     case ST_TASK_CREATED:
         printf(" task=%" PRIu64 " iteration=%" PRIu64 " worker=%" PRIu64, u->id, u->ref, u->ref2);

@@ -296,11 +296,12 @@ int ckpt_decode(const uint8_t *p, size_t len, struct ckpt *c, char *err, size_t 
     return rc;
 }
 
-int ckpt_seed(struct ledger *dst, const struct ledger *src)
+int ckpt_seed(struct ledger *dst, const struct ledger *src, bool as_had)
 {
     int rc = 0;
+    struct ranges *done = as_had ? &dst->had : &dst->done;
     for (size_t i = 0; rc == 0 && i < src->done.n; i++)
-        rc = ranges_add(&dst->done, src->done.v[i].begin, src->done.v[i].end);
+        rc = ranges_add(done, src->done.v[i].begin, src->done.v[i].end);
     for (size_t i = 0; rc == 0 && i < src->n; i++) {
         const struct ledger_split *e = &src->v[i];
         for (size_t k = 0; rc == 0 && k < e->got.n; k++)
@@ -309,4 +310,34 @@ int ckpt_seed(struct ledger *dst, const struct ledger *src)
             rc = ledger_end(dst, e->seq, e->total);
     }
     return rc;
+}
+
+int ckpt_merge(struct ckpt *dst, const struct ckpt *src, char *err, size_t errlen)
+{
+    if (strcmp(dst->dataset_id, src->dataset_id) != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the checkpoints are of datasets '%s' and '%s'", dst->dataset_id,
+                       src->dataset_id);
+    if (dst->def_hash != src->def_hash || dst->plan_hash != src->plan_hash ||
+        dst->split_total != src->split_total)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the checkpoints are of different definitions or split plans of dataset "
+                       "'%s'",
+                       dst->dataset_id);
+    int rc = ckpt_seed(&dst->pos, &src->pos, false);
+    /* Splits now whole across the consumers join the done set. */
+    for (size_t i = 0; rc == 0 && i < dst->pos.n;) {
+        uint64_t seq = dst->pos.v[i].seq;
+        if (ledger_complete(&dst->pos, seq))
+            rc = ledger_confirmed(&dst->pos, &seq, 1);
+        else
+            i++;
+    }
+    if (rc == SLUICE_ERR_CORRUPT)
+        return err_set(err, errlen, rc, "the checkpoints disagree on the size of a split");
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+    dst->delivered += src->delivered;
+    dst->flags &= src->flags;
+    return 0;
 }

@@ -63,8 +63,17 @@ int ckpt_encode(const struct ckpt *c, uint8_t **out, size_t *len);
  * SLUICE_ERR_CORRUPT (checksum mismatch, truncated) or SLUICE_ERR_NOMEM, with a message. */
 int ckpt_decode(const uint8_t *p, size_t len, struct ckpt *c, char *err, size_t errlen);
 
-/* Adds what src holds (done splits, positions, end markers) to dst. Returns 0,
- * SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT (an end marker whose count differs from dst's). */
-int ckpt_seed(struct ledger *dst, const struct ledger *src);
+/* Adds what src holds (done splits, positions, end markers) to dst; src's done splits go to
+ * dst's had set when as_had (a restored read's own ledger: the dispatcher may not know them
+ * finished), else to its done set. Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT (an end
+ * marker whose count differs from dst's). */
+int ckpt_seed(struct ledger *dst, const struct ledger *src, bool as_had);
+
+/* Adds src's position to dst's (the consumers of a shared job had disjoint elements): their done
+ * splits and positions joined, splits now whole moved to done, delivered summed. Both must be of
+ * the same dataset, definition and split plan, else SLUICE_ERR_INVALID with the difference.
+ * Returns 0, SLUICE_ERR_INVALID, SLUICE_ERR_CORRUPT (one split ended with two counts) or
+ * SLUICE_ERR_NOMEM. */
+int ckpt_merge(struct ckpt *dst, const struct ckpt *src, char *err, size_t errlen);
 
 #endif

@@ -494,23 +494,17 @@ static int restore_check(const struct ckpt *ck, const struct sluice_read_options
                        o->dataset_id);
     if (!(o->pipeline && *o->pipeline))
         *dataset_id = ck->dataset_id;
-    if (o->job_name && *o->job_name && strcmp(o->job_name, ck->job_name) != 0) {
-        if (!ck->job_name[0])
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "the checkpoint is of a read of its own, not of job '%s'", o->job_name);
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "the checkpoint is of job '%s', not '%s'",
-                       ck->job_name, o->job_name);
-    }
-    *job_name = ck->job_name;
+    if (!(o->job_name && *o->job_name))
+        *job_name = ck->job_name;
     return 0;
 }
 
 /* The read starts where the checkpoint left off: both ledgers know what the reader had. */
 static int restore_seed(struct sluice_iterator *it, const struct ckpt *ck)
 {
-    int rc = ckpt_seed(&it->ledger, &ck->pos);
+    int rc = ckpt_seed(&it->ledger, &ck->pos, true);
     if (rc == 0)
-        rc = ckpt_seed(&it->delivered, &ck->pos);
+        rc = ckpt_seed(&it->delivered, &ck->pos, false);
     /* Deterministic: what the reader had of a split is a prefix of it (the canonical order); the
      * splits it had whole are passed over once the dispatcher says they are finished. */
     for (size_t i = 0; rc == 0 && it->det && i < ck->pos.n; i++) {
@@ -849,6 +843,42 @@ int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *le
     if (rc < 0)
         return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
     return 0;
+}
+
+int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,
+                            uint8_t **out, size_t *out_len, char *err, size_t errlen)
+{
+    if (!out || !out_len || n == 0 || !ckpts || !lens)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "at least one checkpoint and out and out_len are required");
+    *out = NULL;
+    *out_len = 0;
+    struct ckpt acc, one;
+    ckpt_init(&acc);
+    ckpt_init(&one);
+    char why[MSG_MAX];
+    int rc = ckpt_decode(ckpts[0], lens[0], &acc, why, sizeof why);
+    if (rc) {
+        err_set(err, errlen, rc, "checkpoint 1: %s", why);
+        goto out;
+    }
+    for (size_t i = 1; i < n; i++) {
+        rc = ckpt_decode(ckpts[i], lens[i], &one, why, sizeof why);
+        if (rc == 0)
+            rc = ckpt_merge(&acc, &one, why, sizeof why);
+        ckpt_release(&one);
+        ckpt_init(&one);
+        if (rc) {
+            err_set(err, errlen, rc, "checkpoint %zu: %s", i + 1, why);
+            goto out;
+        }
+    }
+    rc = ckpt_encode(&acc, out, out_len);
+    if (rc)
+        err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+out:
+    ckpt_release(&acc);
+    return rc;
 }
 
 void sluice_iterator_close(struct sluice_iterator *it)

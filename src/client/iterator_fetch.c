@@ -115,6 +115,9 @@ static int note_payload(struct sluice_iterator *it, struct prefetch_item *item, 
                 continue;
             }
             it->ledger.dropped++;
+            /* A split this consumer had before a restore: the dispatcher hears it had it. */
+            if (it->ledger.had.n && (rc = ledger_note_had(&it->ledger, m.seq)) < 0)
+                break;
         } else {
             if (run && (rc = ledger_add(&it->ledger, run_seq, run_begin, run_end)) < 0)
                 break;

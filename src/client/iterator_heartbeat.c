@@ -474,6 +474,7 @@ static int build_coverage(struct sluice_iterator *it)
         Sluice__SplitCoverage *c = &it->cov[i];
         sluice__split_coverage__init(c);
         c->seq = sp->seq;
+        c->had = sp->had;
         c->ended = sp->ended;
         c->total = sp->total;
         c->bounds = b;

@@ -18,6 +18,7 @@ void ledger_release(struct ledger *l)
         ranges_release(&l->v[i].got);
     free(l->v);
     ranges_release(&l->done);
+    ranges_release(&l->had);
     memset(l, 0, sizeof *l);
 }
 
@@ -46,7 +47,7 @@ static struct ledger_split *get(struct ledger *l, uint64_t seq)
 
 bool ledger_is_new(const struct ledger *l, uint64_t seq, uint64_t pos, uint64_t *limit)
 {
-    if (ranges_contains(&l->done, seq))
+    if (ranges_contains(&l->done, seq) || (l->had.n && ranges_contains(&l->had, seq)))
         return false;
     const struct ledger_split *s = find(l, seq);
     if (!s) {
@@ -68,6 +69,8 @@ int ledger_add(struct ledger *l, uint64_t seq, uint64_t begin, uint64_t end)
 {
     if (begin >= end || ranges_contains(&l->done, seq))
         return 0;
+    if (l->had.n && ranges_contains(&l->had, seq))
+        return ledger_note_had(l, seq);
     struct ledger_split *s = get(l, seq);
     if (!s || ranges_add(&s->got, begin, end) < 0)
         return SLUICE_ERR_NOMEM;
@@ -79,6 +82,8 @@ int ledger_end(struct ledger *l, uint64_t seq, uint64_t total)
 {
     if (ranges_contains(&l->done, seq))
         return 0;
+    if (l->had.n && ranges_contains(&l->had, seq))
+        return ledger_note_had(l, seq);
     struct ledger_split *s = get(l, seq);
     if (!s)
         return SLUICE_ERR_NOMEM;
@@ -91,7 +96,7 @@ int ledger_end(struct ledger *l, uint64_t seq, uint64_t total)
 
 bool ledger_complete(const struct ledger *l, uint64_t seq)
 {
-    if (ranges_contains(&l->done, seq))
+    if (ranges_contains(&l->done, seq) || (l->had.n && ranges_contains(&l->had, seq)))
         return true;
     const struct ledger_split *s = find(l, seq);
     return s && s->ended && ranges_covers(&s->got, s->total);
@@ -111,5 +116,16 @@ int ledger_confirmed(struct ledger *l, const uint64_t *seqs, size_t n)
             l->n--;
         }
     }
+    return 0;
+}
+
+int ledger_note_had(struct ledger *l, uint64_t seq)
+{
+    if (ranges_contains(&l->done, seq) || !ranges_contains(&l->had, seq) || find(l, seq))
+        return 0;
+    struct ledger_split *e = get(l, seq);
+    if (!e)
+        return SLUICE_ERR_NOMEM;
+    e->had = true;
     return 0;
 }

@@ -29,6 +29,7 @@
 
 struct ledger_split {
     uint64_t seq;
+    bool had;       /* a split of the had set that arrived again: reported as had whole */
     bool ended;     /* the end marker arrived */
     uint64_t total; /* its count, when ended */
     struct ranges got;
@@ -38,8 +39,13 @@ struct ledger {
     struct ledger_split *v; /* sorted by seq */
     size_t n, cap;
     struct ranges done; /* splits confirmed finished */
-    uint64_t received;  /* new elements recorded */
-    uint64_t dropped;   /* elements refused as already received */
+    /* Splits the consumer had whole before it was restored from a checkpoint, which the
+     * dispatcher may not know finished (a job joined again): their elements are dropped, and a
+     * split of them that arrives gets an entry (had set) so the heartbeat reports it as had
+     * whole, until the dispatcher confirms it finished. */
+    struct ranges had;
+    uint64_t received; /* new elements recorded */
+    uint64_t dropped;  /* elements refused as already received */
 };
 
 void ledger_init(struct ledger *l);
@@ -58,6 +64,10 @@ int ledger_add(struct ledger *l, uint64_t seq, uint64_t begin, uint64_t end);
  * count is SLUICE_ERR_CORRUPT (the split was processed differently: a nondeterministic pipeline
  * or a damaged reply). Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT. */
 int ledger_end(struct ledger *l, uint64_t seq, uint64_t total);
+
+/* Split seq of the had set arrived again: it gets an entry with had set (once), to be reported.
+ * Returns 0 or SLUICE_ERR_NOMEM. */
+int ledger_note_had(struct ledger *l, uint64_t seq);
 
 /* Whether split seq is complete here (or done). */
 bool ledger_complete(const struct ledger *l, uint64_t seq);

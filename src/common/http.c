@@ -229,6 +229,8 @@ struct http_server {
     const uint8_t *token; /* NULL, or what "Authorization: Bearer" must carry (borrowed) */
     size_t token_len;
     uint64_t unauthorized; /* 401 responses */
+    http_ready_cb ready;   /* GET /readyz; NULL: always ready */
+    void *ready_user;
     unsigned max_conns;
     unsigned nconns;         /* connections in srv->conns */
     unsigned handles;        /* the listener, every conn and the spare while they are open */
@@ -338,6 +340,8 @@ static const char *reason_phrase(int status)
         return "Request Header Fields Too Large";
     case 500:
         return "Internal Server Error";
+    case 503:
+        return "Service Unavailable";
     case 505:
         return "HTTP Version Not Supported";
     }
@@ -352,15 +356,15 @@ static void conn_respond(struct http_conn *c, int status, char *body, size_t bod
     c->state = WRITING;
     const char *reason = reason_phrase(status);
     int n;
-    if (status == 200) {
+    if (status == 200 || body) {
         c->body = body;
         n = snprintf(c->head, sizeof c->head,
-                     "HTTP/1.1 200 OK\r\n"
+                     "HTTP/1.1 %d %s\r\n"
                      "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                      "Content-Length: %zu\r\n"
                      "Connection: close\r\n"
                      "\r\n",
-                     body_len);
+                     status, reason, body_len);
     } else {
         assert(body == NULL);
         body_len = 0;
@@ -412,9 +416,33 @@ static bool authorized(const struct http_server *srv, const struct http_request 
     return auth_equal(v, n, srv->token, srv->token_len);
 }
 
+/* GET /healthz and /readyz, for probes: no token needed, they tell nothing but the state. */
+static void conn_probe(struct http_conn *c, const struct http_request *req, bool ready_probe)
+{
+    if (!token_is(req->method, req->method_len, "GET")) {
+        conn_respond(c, 405, NULL, 0);
+        return;
+    }
+    char why[256] = "";
+    bool ok = !ready_probe || !c->srv->ready || c->srv->ready(c->srv->ready_user, why, sizeof why);
+    char *body = malloc(sizeof why + 16);
+    if (!body) {
+        conn_respond(c, 500, NULL, 0);
+        return;
+    }
+    int n = ok ? snprintf(body, sizeof why + 16, "%s\n", ready_probe ? "ready" : "ok")
+               : snprintf(body, sizeof why + 16, "not ready: %s\n", why);
+    conn_respond(c, ok ? 200 : 503, body, (size_t)n);
+}
+
 /* Answers a complete, well-formed request. */
 static void conn_route(struct http_conn *c, const struct http_request *req)
 {
+    if (token_is(req->path, req->path_len, "/healthz") ||
+        token_is(req->path, req->path_len, "/readyz")) {
+        conn_probe(c, req, token_is(req->path, req->path_len, "/readyz"));
+        return;
+    }
     if (!token_is(req->path, req->path_len, "/metrics")) {
         conn_respond(c, 404, NULL, 0);
         return;
@@ -698,4 +726,10 @@ int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_
     if (sec_has_token(sec))
         http_server_set_token(*out, sec->token, sec->token_len);
     return 0;
+}
+
+void http_server_set_ready(struct http_server *srv, http_ready_cb ready, void *user)
+{
+    srv->ready = ready;
+    srv->ready_user = user;
 }

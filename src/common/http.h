@@ -1,4 +1,5 @@
-/* A minimal, strict HTTP/1.1 server on a libuv loop that serves one resource: GET /metrics.
+/* A minimal, strict HTTP/1.1 server on a libuv loop that serves GET /metrics, and the probes
+ * GET /healthz and GET /readyz.
  *
  * Happy path: http_server_start() binds and listens; each accepted connection reads one request
  * head (request line and header fields up to the empty line) into a fixed buffer, answers it
@@ -9,14 +10,17 @@
  * Responses (the body of every error response is its status line text and a newline):
  *   200  GET /metrics (a query string is ignored); Content-Type: text/plain; version=0.0.4;
  *        charset=utf-8; the body is what render produced
+ *   200  GET /healthz: "ok\n" (the process and its loop run); GET /readyz when the ready
+ *        callback says so (or there is none): "ready\n". Neither needs the token.
+ *   503  GET /readyz when the ready callback says not: "not ready: WHY\n"
  *   400  a malformed request line or header section (bare LF, control characters, a space
  *        before a colon, folded lines, an HTTP/1.1 request without exactly one Host field,
  *        more than one Authorization field)
  *   401  /metrics on a server with a token (http_server_set_token) without the field
  *        "Authorization: Bearer TOKEN" carrying it; with "WWW-Authenticate: Bearer
  *        realm="sluice""
- *   404  any path other than /metrics, whatever the method
- *   405  /metrics with a method other than GET, with "Allow: GET"
+ *   404  any path other than /metrics, /healthz and /readyz, whatever the method
+ *   405  those paths with a method other than GET, with "Allow: GET"
  *   408  no complete request head within the timeout after the connection was accepted
  *   431  a request head longer than HTTP_MAX_REQUEST bytes
  *   500  render failed
@@ -37,6 +41,7 @@
 #ifndef SLUICE_COMMON_HTTP_H
 #define SLUICE_COMMON_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -73,6 +78,13 @@ void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms);
  * (compared in constant time); NULL or 0 requires nothing. token is borrowed: it must outlive
  * srv. */
 void http_server_set_token(struct http_server *srv, const uint8_t *token, size_t len);
+
+/* Whether the server is ready for GET /readyz; when not, a reason (one line) goes into why.
+ * Runs on the loop thread. */
+typedef bool (*http_ready_cb)(void *user, char *why, size_t whylen);
+
+/* Sets the ready callback of GET /readyz (NULL: always ready). */
+void http_server_set_ready(struct http_server *srv, http_ready_cb ready, void *user);
 
 /* Requests answered 401 since start. */
 uint64_t http_server_unauthorized(const struct http_server *srv);

@@ -237,6 +237,18 @@ static int render_metrics(void *user, char **body, size_t *len)
     return dispatcher_metrics_render(s->d, body, len);
 }
 
+/* GET /readyz: the journal was recovered before the metrics server started, so a dispatcher
+ * that answers is serving, unless a failure is stopping it. */
+static bool ready(void *user, char *why, size_t whylen)
+{
+    struct sluice_dispatcher *s = user;
+    if (!s->d || s->fatal) {
+        snprintf(why, whylen, "%s", s->fatal ? s->fatal_msg : "stopping");
+        return false;
+    }
+    return true;
+}
+
 static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *err, size_t errlen)
 {
     struct sluice_dispatcher *s = user;
@@ -254,6 +266,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
             close_servers(s);
             return rc;
         }
+        http_server_set_ready(s->http, ready, s);
     }
     if (s->fatal) {
         close_servers(s);

@@ -192,6 +192,12 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
         if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor ||
             state_split_finished(&d->st, it->id, sc->seq))
             continue;
+        if (sc->had) {
+            /* The consumer had it whole before a restore (its elements were handed out then). */
+            coverage_forget(&d->cov, it->id, sc->seq);
+            complete[ncomplete++] = sc->seq;
+            continue;
+        }
         bool done = false;
         rc = coverage_merge(&d->cov, it->id, sc->seq, sc->ended, sc->total, sc->bounds,
                             sc->n_bounds, &done);

@@ -102,7 +102,7 @@ struct st_resume {
 };
 /* A restored iteration's pool may hold at most this many splits (the gaps below its furthest
  * finished split: the splits that were in flight). */
-#define ST_RESUME_POOL_MAX (1u << 20)
+#define ST_RESUME_POOL_MAX (1u << 16)
 
 /* A list of split sequence numbers. Every list in the state and in an update is strictly
  * increasing (state_apply() refuses an update whose list is not). */

@@ -159,6 +159,8 @@ static Sluice__OpDef__Kind op_kind_to_pb(enum pipe_op_kind k)
         return SLUICE__OP_DEF__KIND__SHARD;
     case PIPE_OP_PREFETCH:
         return SLUICE__OP_DEF__KIND__PREFETCH;
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return SLUICE__OP_DEF__KIND__GLOBAL_SHUFFLE;
     }
     return SLUICE__OP_DEF__KIND__MAP;
 }
@@ -174,6 +176,9 @@ static int op_to_pb(struct arena *a, const struct pipe_op *op, Sluice__OpDef *pb
         pb->fn = op->fn ? op->fn : "";
         pb->n_args = op->nargs;
         return values_to_pb(a, op->args, op->nargs, &pb->args);
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        pb->seed = op->seed;
+        return 0;
     case PIPE_OP_SHUFFLE:
         pb->n = op->n;
         pb->has_seed = op->has_seed;
@@ -520,8 +525,8 @@ static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, boo
 }
 
 static const char *const source_names[] = {"range", "list", "tfrecord", "lines", "tar"};
-static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",   "take",
-                                       "skip", "repeat", "shard",   "prefetch"};
+static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",    "take",
+                                       "skip", "repeat", "shard",   "prefetch", "global_shuffle"};
 
 /* Copies n strings (a missing one read as "") into a new array, raising *nout as each is copied
  * so that pipe_spec_free() releases a partial copy. */
@@ -647,6 +652,8 @@ static unsigned allowed_fields(enum pipe_op_kind k)
         return F_N | F_HAS_N;
     case PIPE_OP_SHARD:
         return F_N | F_INDEX | F_N_HINT | F_INDEX_HINT;
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return F_SEED;
     }
     return 0;
 }
@@ -654,7 +661,7 @@ static unsigned allowed_fields(enum pipe_op_kind k)
 static int op_from_pb(struct dec *d, size_t idx, const Sluice__OpDef *pb, struct pipe_op *op)
 {
     snprintf(d->where, sizeof(d->where), "op %zu", idx + 1);
-    if ((unsigned)pb->kind > SLUICE__OP_DEF__KIND__PREFETCH)
+    if ((unsigned)pb->kind > SLUICE__OP_DEF__KIND__GLOBAL_SHUFFLE)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     op->kind = (enum pipe_op_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "op %zu (%s)", idx + 1, op_names[op->kind]);
@@ -732,6 +739,12 @@ static int op_from_pb(struct dec *d, size_t idx, const Sluice__OpDef *pb, struct
         if (pb->n < 1)
             return corrupt(d, "expected a buffer size >= 1, found %lld", (long long)pb->n);
         op->n = pb->n;
+        return 0;
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        /* The parser's rule: the source applies it, so nothing may come between them. */
+        if (idx != 0)
+            return corrupt(d, "global_shuffle must be the first operation");
+        op->seed = pb->seed;
         return 0;
     }
     return 0;

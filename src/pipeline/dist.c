@@ -47,6 +47,8 @@ static const char *op_name(enum pipe_op_kind k)
         return "shard";
     case PIPE_OP_PREFETCH:
         return "prefetch";
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return "global_shuffle";
     }
     return "?";
 }
@@ -64,6 +66,7 @@ struct walk {
     bool repeated;       /* a repeat was seen */
     bool batch_before;   /* a batch was seen before the first repeat */
     bool joined;         /* the passes form one sequence (outer window or batch after repeat) */
+    size_t joined_at;    /* the op that joined them */
     uint64_t outer_take; /* take after repeat, in positions; INF: none */
     const char *why;     /* why the op at the cut cannot run on workers (for messages) */
 };
@@ -77,6 +80,7 @@ static bool placeable(struct walk *w, const struct pipe_op *op, const struct pip
     case PIPE_OP_PREFETCH:
     case PIPE_OP_SHUFFLE:
     case PIPE_OP_REPEAT:
+    case PIPE_OP_GLOBAL_SHUFFLE:
         return true;
     case PIPE_OP_BATCH:
         if (op->n <= 0) {
@@ -138,6 +142,12 @@ static void apply(struct walk *w, const struct pipe_op *op, struct pipe_dist *d)
     switch (op->kind) {
     case PIPE_OP_MAP:
     case PIPE_OP_PREFETCH:
+        return;
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        /* The shuffled stream's positions are as exactly known as the source's: nothing about
+         * the walk changes. */
+        d->shuffled = true;
+        d->seed = op->seed;
         return;
     case PIPE_OP_FILTER:
         w->counts_known = false;
@@ -236,11 +246,34 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
     d.cut = spec->nops;
     for (size_t k = 0; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];
+        /* The parser and the decoder keep it first; a spec built by hand may not. */
+        if (op->kind == PIPE_OP_GLOBAL_SHUFFLE && k != 0) {
+            char a[128];
+            op_text(spec, k, a, sizeof a);
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "%s must come right after the source", a);
+        }
+        /* The split sequence repeats passes of the source; a stream whose passes a window or a
+         * batch joined is not such a pass (its last batch is short, its window ends inside a
+         * pass), so repeating it there would not mean the same. */
+        if (op->kind == PIPE_OP_REPEAT && w.joined && !(op->has_n && op->n == 1)) {
+            char a[128], b[128];
+            op_text(spec, k, a, sizeof a);
+            op_text(spec, w.joined_at, b, sizeof b);
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "%s after %s cannot mean the same in distributed_epoch: %s joins the "
+                           "passes of the repeat before it into one stream, which the split "
+                           "sequence cannot repeat; repeat once, after it or before it",
+                           a, b, op_name(spec->ops[w.joined_at].kind));
+        }
         if (!placeable(&w, op, &d)) {
             d.cut = k;
             break;
         }
+        bool was_joined = w.joined;
         apply(&w, op, &d);
+        if (w.joined && !was_joined)
+            w.joined_at = k;
     }
     for (size_t k = d.cut; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];
@@ -265,7 +298,9 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
                                   .quantum = 1,
                                   .cut = d.cut,
                                   .client_slices = d.client_slices,
-                                  .why = w.why};
+                                  .why = w.why,
+                                  .shuffled = d.shuffled,
+                                  .seed = d.seed};
         return 0;
     }
     if (w.joined && d.passes != 1) {
@@ -314,6 +349,7 @@ enum pipe_dist_place pipe_dist_place_of(const struct pipe_spec *spec, const stru
     case PIPE_OP_REPEAT:
     case PIPE_OP_TAKE:
     case PIPE_OP_SKIP:
+    case PIPE_OP_GLOBAL_SHUFFLE:
         return PIPE_DIST_SPLITS;
     case PIPE_OP_SHARD:
         return is_hint_shard(&spec->ops[k]) ? PIPE_DIST_WORKER : PIPE_DIST_SPLITS;

@@ -19,7 +19,16 @@
  *    client cannot re-read the stream.
  *
  * A shuffle runs per split; the analysis asks for splits of at least its buffer so the buffer
- * fills within a split as it would over the stream. */
+ * fills within a split as it would over the stream.
+ *
+ * global_shuffle(SEED), always the first op, is placed on the split sequence. For range() and
+ * list() it permutes the source: position x of pass e of the shuffled stream is source element
+ * perm_e(x), perm_e the permutation of [0, source length) keyed by (SEED, e) (perm.h), so the
+ * order depends on the seed and the pass only, never on the split size. The ops after it see
+ * the shuffled positions exactly as they would see the source's: take, skip and shard still
+ * select views, which the splits then cut; the pass of a position is pipe_dist_pass(). For
+ * file sources pass e reads the files in the order perm_e over the file list and each file's
+ * records in an order keyed by (SEED, e, file), see split.h and gshuffle.h. */
 #ifndef SLUICE_PIPELINE_DIST_H
 #define SLUICE_PIPELINE_DIST_H
 
@@ -44,7 +53,20 @@ struct pipe_dist {
     size_t cut;         /* ops [cut, nops) run in the client */
     bool client_slices; /* a take, skip or shard runs in the client */
     const char *why;    /* why op cut cannot run on the workers */
+    bool shuffled;      /* the pipeline starts with global_shuffle(seed) */
+    int64_t seed;
 };
+
+/* The pass (epoch) that position g of a split of repetition r belongs to, for global_shuffle:
+ * the passes of count positions laid end to end, the outer skip first. When passes were joined
+ * into one sequence (passes == 1) r is 0; otherwise len is a whole number of passes of count.
+ * Arithmetic wraps for sequences past 2^64 positions, identically on every machine. */
+static inline uint64_t pipe_dist_pass(const struct pipe_dist *d, uint64_t r, uint64_t g)
+{
+    if (d->count == 0)
+        return 0;
+    return r * (d->len / d->count) + (d->skip + g) / d->count;
+}
 
 /* Analyses spec for distributed_epoch. Returns 0, or SLUICE_ERR_UNSUPPORTED with a message
  * naming the operations and why, for a pipeline that cannot mean the same as over the whole

@@ -10,6 +10,7 @@
 #include "batch.h"
 #include "common/error.h"
 #include "files.h"
+#include "gshuffle.h"
 #include "map.h"
 #include "prefetch.h"
 #include "registry.h"
@@ -37,6 +38,11 @@ struct plan {
     size_t nelems;
     char **paths; /* tfrecord(), lines(), tar(): files to read, in order */
     size_t npaths;
+    /* global_shuffle(seed) is the first op. PLAN_SPLITS over files: each split's file index and
+     * pass (npaths of them). */
+    bool shuffled;
+    int64_t seed;
+    struct pipe_gshuffle_file *split_files;
     struct pipe_span *spans; /* PLAN_SPLITS over range()/list(): positions of dist's view */
     size_t nspans;
     /* PLAN_SPLITS: where each op runs (dist.h); the chain holds the worker's ops [0, nops) but
@@ -65,6 +71,7 @@ static void plan_release(struct plan *pl)
     free(pl->fns);
     pipe_list_elems_free(pl->elems, pl->nelems);
     pipe_paths_free(pl->paths, pl->npaths);
+    free(pl->split_files);
     free(pl->spans);
     if (pl->tail_up)
         pl->tail_up->ops->destroy(pl->tail_up);
@@ -73,21 +80,74 @@ static void plan_release(struct plan *pl)
 
 /* ---- Building chains --------------------------------------------------------------------- */
 
-static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *ctx, char *err,
-                 size_t errlen, struct pipe_iter **out);
+static int build(struct plan *pl, size_t nops, uint64_t salt, uint64_t pass, struct pipe_ctx *ctx,
+                 char *err, size_t errlen, struct pipe_iter **out);
 
-static int rebuild(const struct pipe_rebuild *rb, uint64_t salt, struct pipe_ctx *ctx,
-                   struct pipe_iter **out)
+static int rebuild(const struct pipe_rebuild *rb, uint64_t salt, uint64_t pass,
+                   struct pipe_ctx *ctx, struct pipe_iter **out)
 {
-    return build(rb->plan, rb->nops, salt, ctx, ctx->err, sizeof(ctx->err), out);
+    return build(rb->plan, rb->nops, salt, pass, ctx, ctx->err, sizeof(ctx->err), out);
 }
 
-static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t errlen,
-                       struct pipe_iter **out)
+/* The pass number (repeat.h) of the chain below ops [from, to) of a chain of pass e: each
+ * repeat(N) among them is in its first pass, so the number is e times their counts. */
+static uint64_t inner_pass(const struct plan *pl, size_t from, size_t to, uint64_t e)
+{
+    for (size_t k = from; k < to; k++) {
+        const struct pipe_op *op = &pl->spec->ops[k];
+        if (op->kind == PIPE_OP_REPEAT && op->has_n && op->n >= 0)
+            e *= (uint64_t)op->n;
+    }
+    return e;
+}
+
+static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct pipe_ctx *ctx,
+                            struct pipe_iter **out)
+{
+    const struct pipe_source *src = &((struct plan *)arg)->spec->source;
+    switch (src->kind) {
+    case PIPE_SRC_TFRECORD:
+        return pipe_tfrecord_open(paths, npaths, ctx, out);
+    case PIPE_SRC_LINES:
+        return pipe_lines_open(paths, npaths, ctx, out);
+    case PIPE_SRC_TAR:
+        return pipe_tar_open(paths, npaths, src->exts, src->nexts, ctx, out);
+    case PIPE_SRC_RANGE:
+    case PIPE_SRC_LIST:
+        break;
+    }
+    return SLUICE_ERR_INVALID;
+}
+
+/* A file source under global_shuffle: the files of the splits, or of the pass in the order
+ * the split sequence gives them (pipe_split_file_index). */
+static int open_shuffled_files(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx,
+                               struct pipe_iter **out)
+{
+    if (pl->mode == PLAN_SPLITS)
+        return pipe_gshuffle_files_open(pl->split_files, pl->npaths, pl->seed,
+                                        PIPE_GSHUFFLE_FILE_BYTES, open_file_reader, pl, ctx, out);
+    struct pipe_gshuffle_file *files = calloc(pl->npaths ? pl->npaths : 1, sizeof *files);
+    if (!files)
+        return SLUICE_ERR_NOMEM;
+    for (size_t k = 0; k < pl->npaths; k++) {
+        uint64_t j = pipe_split_file_index(true, pl->seed, pl->npaths, pass, k);
+        files[k] = (struct pipe_gshuffle_file){pl->paths[j], j, pass};
+    }
+    int rc = pipe_gshuffle_files_open(files, pl->npaths, pl->seed, PIPE_GSHUFFLE_FILE_BYTES,
+                                      open_file_reader, pl, ctx, out);
+    free(files);
+    return rc;
+}
+
+static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, char *err,
+                       size_t errlen, struct pipe_iter **out)
 {
     const struct pipe_source *src = &pl->spec->source;
     const struct pipe_span *spans = pl->mode == PLAN_SPLITS ? pl->spans : NULL;
     const struct pipe_dist *view = pl->mode == PLAN_SPLITS ? &pl->dist : NULL;
+    struct pipe_src_shuffle shuffle = {pl->seed, pass};
+    const struct pipe_src_shuffle *shuf = pl->shuffled ? &shuffle : NULL;
     int rc = 0;
     if (pl->mode == PLAN_TAIL) {
         /* Only the first build reaches here: a tail has no repeat that could build again. */
@@ -100,19 +160,16 @@ static int open_source(struct plan *pl, struct pipe_ctx *ctx, char *err, size_t 
     case PIPE_SRC_RANGE:
         rc =
             pipe_range_open(src->start, src->step, pipe_range_len(src->start, src->stop, src->step),
-                            spans, pl->nspans, view, ctx, out);
+                            spans, pl->nspans, view, shuf, ctx, out);
         break;
     case PIPE_SRC_LIST:
-        rc = pipe_list_open(pl->elems, pl->nelems, spans, pl->nspans, view, ctx, out);
+        rc = pipe_list_open(pl->elems, pl->nelems, spans, pl->nspans, view, shuf, ctx, out);
         break;
     case PIPE_SRC_TFRECORD:
-        rc = pipe_tfrecord_open(pl->paths, pl->npaths, ctx, out);
-        break;
     case PIPE_SRC_LINES:
-        rc = pipe_lines_open(pl->paths, pl->npaths, ctx, out);
-        break;
     case PIPE_SRC_TAR:
-        rc = pipe_tar_open(pl->paths, pl->npaths, src->exts, src->nexts, ctx, out);
+        rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
+                          : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;
     }
     if (rc)
@@ -126,15 +183,16 @@ static bool origin_passes(const struct plan *pl, size_t k)
 {
     for (size_t j = 0; j < k; j++) {
         enum pipe_op_kind kind = pl->spec->ops[j].kind;
-        if (kind == PIPE_OP_SHUFFLE || kind == PIPE_OP_BATCH || kind == PIPE_OP_PREFETCH)
+        if (kind == PIPE_OP_SHUFFLE || kind == PIPE_OP_BATCH || kind == PIPE_OP_PREFETCH ||
+            kind == PIPE_OP_GLOBAL_SHUFFLE)
             return false;
     }
     return true;
 }
 
 /* Wraps *it in op k (which is not a prefetch). On failure *it has been destroyed. */
-static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *ctx, char *err,
-                    size_t errlen, struct pipe_iter **it)
+static int apply_op(struct plan *pl, size_t k, size_t nops, uint64_t salt, uint64_t pass,
+                    struct pipe_ctx *ctx, char *err, size_t errlen, struct pipe_iter **it)
 {
     const struct pipe_op *op = &pl->spec->ops[k];
     struct pipe_iter *up = *it;
@@ -173,7 +231,7 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
         if (op->has_n && op->n == 1)
             return 0;
         {
-            struct pipe_rebuild rb = {rebuild, pl, k, salt};
+            struct pipe_rebuild rb = {rebuild, pl, k, salt, inner_pass(pl, k + 1, nops, pass)};
             rc = pipe_repeat_open(op->has_n ? op->n : -1, &rb, up, ctx, it);
         }
         break;
@@ -185,6 +243,8 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
         break;
     case PIPE_OP_PREFETCH:
         return 0; /* handled by build() */
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return 0; /* applied by the source */
     }
     if (rc) {
         *it = NULL;
@@ -196,8 +256,8 @@ static int apply_op(struct plan *pl, size_t k, uint64_t salt, struct pipe_ctx *c
 /* Builds the source and ops [0, nops) of the plan into a chain reporting into ctx. Failure
  * messages go to err. A prefetch at index p makes ops [0, p) a chain of their own, built under
  * the prefetch's context and run by its thread. */
-static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *ctx, char *err,
-                 size_t errlen, struct pipe_iter **out)
+static int build(struct plan *pl, size_t nops, uint64_t salt, uint64_t pass, struct pipe_ctx *ctx,
+                 char *err, size_t errlen, struct pipe_iter **out)
 {
     *out = NULL;
     size_t lo = nops;
@@ -206,7 +266,7 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *c
     struct pipe_iter *it = NULL;
     int rc;
     if (lo == 0) {
-        rc = open_source(pl, ctx, err, errlen, &it);
+        rc = open_source(pl, inner_pass(pl, 0, nops, pass), ctx, err, errlen, &it);
     } else {
         const struct pipe_op *op = &pl->spec->ops[lo - 1];
         struct pipe_ctx *uctx;
@@ -214,7 +274,7 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *c
         rc = pipe_prefetch_new(op->n, ctx, &it, &uctx);
         if (rc)
             return err_set(err, errlen, rc, "column %d: %s", op->column, sluice_strerror(rc));
-        rc = build(pl, lo - 1, salt, uctx, err, errlen, &up);
+        rc = build(pl, lo - 1, salt, inner_pass(pl, lo, nops, pass), uctx, err, errlen, &up);
         if (!rc) {
             rc = pipe_prefetch_start(it, up);
             if (rc)
@@ -229,7 +289,7 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, struct pipe_ctx *c
     if (rc)
         return rc;
     for (size_t k = lo; k < nops; k++) {
-        rc = apply_op(pl, k, salt, ctx, err, errlen, &it);
+        rc = apply_op(pl, k, nops, salt, pass, ctx, err, errlen, &it);
         if (rc)
             return rc;
     }
@@ -276,6 +336,12 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
                                "column %d: shard index must be in [0, %lld)", op->column,
                                (long long)op->n);
             break;
+        case PIPE_OP_GLOBAL_SHUFFLE:
+            if (mode == PLAN_TAIL || k != 0)
+                return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                               "column %d: global_shuffle must come right after the source",
+                               op->column);
+            break;
         case PIPE_OP_REPEAT:
             if (mode == PLAN_TAIL && !(op->has_n && op->n == 1))
                 return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
@@ -314,6 +380,7 @@ static int run_new(const struct pipe_spec *spec, const struct sluice_registry *r
         r->plan.run_key = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     r->plan.mode = mode;
     r->plan.nops = spec->nops;
+    r->plan.shuffled = mode != PLAN_TAIL && pipe_spec_global_shuffle(spec, &r->plan.seed);
     rc = pipe_spec_clone(spec, &r->plan.spec);
     if (!rc && spec->nops > 0) {
         r->plan.fns = calloc(spec->nops, sizeof(*r->plan.fns));
@@ -347,7 +414,7 @@ static int prepare_list(struct plan *pl, char *err, size_t errlen)
 
 static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, size_t errlen)
 {
-    int rc = build(&r->plan, r->plan.nops, 0, &r->run.ctx, err, errlen, &r->run.it);
+    int rc = build(&r->plan, r->plan.nops, 0, 0, &r->run.ctx, err, errlen, &r->run.it);
     if (rc) {
         pipe_run_free(&r->run);
         return rc;
@@ -433,12 +500,20 @@ int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_r
             else
                 pl->npaths = i + 1;
         }
+        if (!rc && pl->shuffled) {
+            pl->split_files = calloc(nsplits ? nsplits : 1, sizeof *pl->split_files);
+            if (!pl->split_files)
+                rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+            for (size_t i = 0; !rc && i < nsplits; i++)
+                pl->split_files[i] = (struct pipe_gshuffle_file){pl->paths[i], splits[i].index,
+                                                                 splits[i].repetition};
+        }
     } else {
         pl->spans = calloc(nsplits ? nsplits : 1, sizeof(*pl->spans));
         if (!pl->spans)
             rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
         for (size_t i = 0; !rc && i < nsplits; i++)
-            pl->spans[i] = (struct pipe_span){splits[i].begin, splits[i].end};
+            pl->spans[i] = (struct pipe_span){splits[i].begin, splits[i].end, splits[i].repetition};
         pl->nspans = nsplits;
         if (!rc)
             rc = prepare_list(pl, err, errlen);

@@ -6,6 +6,7 @@
  *   - range step != 0; batch, shuffle and prefetch sizes >= 1; take and skip >= -1 (-1 is all);
  *     a repeat count >= 0; a shard count >= 1 and an index >= 0, below the count when both are
  *     numbers;
+ *   - global_shuffle is the first op or absent (never in a tail);
  *   - fields that do not belong to an op's or a source's kind are zero;
  *   - list values hold at least one item, all of one structure, nested at most SLUICE_MAX_RANK
  *     deep; a tuple has 2..PIPE_MAX_COMPONENTS components, none a tuple, and appears only as a
@@ -792,9 +793,11 @@ static const struct {
     const char *name;
     enum pipe_op_kind kind;
 } op_names[] = {
-    {"map", PIPE_OP_MAP},       {"filter", PIPE_OP_FILTER}, {"shuffle", PIPE_OP_SHUFFLE},
-    {"batch", PIPE_OP_BATCH},   {"take", PIPE_OP_TAKE},     {"skip", PIPE_OP_SKIP},
-    {"repeat", PIPE_OP_REPEAT}, {"shard", PIPE_OP_SHARD},   {"prefetch", PIPE_OP_PREFETCH},
+    {"map", PIPE_OP_MAP},           {"filter", PIPE_OP_FILTER},
+    {"shuffle", PIPE_OP_SHUFFLE},   {"batch", PIPE_OP_BATCH},
+    {"take", PIPE_OP_TAKE},         {"skip", PIPE_OP_SKIP},
+    {"repeat", PIPE_OP_REPEAT},     {"shard", PIPE_OP_SHARD},
+    {"prefetch", PIPE_OP_PREFETCH}, {"global_shuffle", PIPE_OP_GLOBAL_SHUFFLE},
 };
 
 static int parse_fn(struct parser *p, struct pipe_op *op)
@@ -924,6 +927,9 @@ static int parse_op_args(struct parser *p, struct pipe_op *op)
     case PIPE_OP_PREFETCH:
         rc = parse_count(p, 1, "a buffer size >= 1", &op->n);
         return rc ? rc : expect_punct(p, ')', "')'");
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        rc = parse_int(p, "a seed", &op->seed, &t);
+        return rc ? rc : expect_punct(p, ')', "')'");
     }
     return rc;
 }
@@ -936,8 +942,28 @@ static void op_release(struct pipe_op *op)
     free(op->args);
 }
 
+/* Where global_shuffle may stand: the source applies it (it permutes the source's positions),
+ * so it is the first op of a pipeline, and a tail, which has no source, holds none. */
+static int check_global_shuffle(struct parser *p, const struct pipe_spec *spec, bool tail,
+                                const struct tok *t)
+{
+    if (tail)
+        return fail(p, t->start,
+                    "global_shuffle shuffles a source, and a pipeline tail has none; put it "
+                    "right after the source of the dataset");
+    for (size_t k = 0; k < spec->nops; k++)
+        if (spec->ops[k].kind == PIPE_OP_GLOBAL_SHUFFLE)
+            return fail(p, t->start, "a second global_shuffle (the first is at column %d)",
+                        spec->ops[k].column);
+    if (spec->nops > 0)
+        return fail(p, t->start,
+                    "global_shuffle must come right after the source, before any "
+                    "other operation");
+    return 0;
+}
+
 /* Parses one operation and appends it to spec. */
-static int parse_op(struct parser *p, struct pipe_spec *spec, size_t *cap)
+static int parse_op(struct parser *p, struct pipe_spec *spec, size_t *cap, bool tail)
 {
     struct tok t;
     peek(p, &t);
@@ -955,6 +981,11 @@ static int parse_op(struct parser *p, struct pipe_spec *spec, size_t *cap)
     }
     op.kind = op_names[k].kind;
     op.column = column_of(t.start);
+    if (op.kind == PIPE_OP_GLOBAL_SHUFFLE) {
+        int rc = check_global_shuffle(p, spec, tail, &t);
+        if (rc)
+            return rc;
+    }
     consume(p, &t);
     int rc = expect_punct(p, '(', "'('");
     if (!rc)
@@ -993,7 +1024,7 @@ static int parse_all(const char *text, bool tail, struct pipe_spec **out, char *
     if (tail) {
         spec->source.kind = PIPE_SRC_RANGE;
         spec->source.step = 1;
-        rc = parse_op(&p, spec, &cap);
+        rc = parse_op(&p, spec, &cap, true);
     } else {
         rc = parse_source(&p, &spec->source);
     }
@@ -1007,7 +1038,7 @@ static int parse_all(const char *text, bool tail, struct pipe_spec **out, char *
             break;
         }
         consume(&p, &t);
-        rc = parse_op(&p, spec, &cap);
+        rc = parse_op(&p, spec, &cap, tail);
     }
     if (rc) {
         pipe_spec_free(spec);

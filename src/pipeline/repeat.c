@@ -50,7 +50,10 @@ static int repeat_next(struct pipe_iter *it, struct sluice_element *out)
         r->up->ops->destroy(r->up);
         r->up = NULL;
         r->produced = false;
-        rc = r->rb.build(&r->rb, pipe_salt_mix(r->rb.salt, r->pass), ctx, &r->up);
+        /* Wrapping arithmetic: only a pipeline past 2^64 passes repeats pass numbers. */
+        uint64_t pass =
+            r->count >= 0 ? r->rb.pass * (uint64_t)r->count + r->pass : r->rb.pass + r->pass;
+        rc = r->rb.build(&r->rb, pipe_salt_mix(r->rb.salt, r->pass), pass, ctx, &r->up);
         if (rc) {
             r->up = NULL;
             return finish(r, rc);

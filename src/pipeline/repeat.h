@@ -12,15 +12,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How to build the repeated upstream again: build(rb, salt, ctx, out) creates a new chain
- * reporting into ctx, for a pass whose salt is given. plan is the builder's data and must
- * outlive the repeat iterator. */
+/* How to build the repeated upstream again: build(rb, salt, pass, ctx, out) creates a new chain
+ * reporting into ctx, for a pass whose salt and pass number are given. plan is the builder's
+ * data and must outlive the repeat iterator.
+ *
+ * Pass numbers count the passes over the source, as the split sequence's repetitions do
+ * (split.h), for global_shuffle: a repeat(N) in a chain of pass e builds its pass p as pass
+ * e * N + p, so nested repeats number the source's passes 0, 1, 2, ... in order; repeat()
+ * builds pass e + p. */
 struct pipe_rebuild {
-    int (*build)(const struct pipe_rebuild *rb, uint64_t salt, struct pipe_ctx *ctx,
+    int (*build)(const struct pipe_rebuild *rb, uint64_t salt, uint64_t pass, struct pipe_ctx *ctx,
                  struct pipe_iter **out);
     void *plan;
     size_t nops;   /* the builder's own: how many ops of the plan the upstream holds */
     uint64_t salt; /* the salt of the chain the repeat itself sits in */
+    uint64_t pass; /* the pass number of that chain */
 };
 
 /* count < 0 repeats for ever. upstream is the first pass's chain, already built (with

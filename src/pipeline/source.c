@@ -2,6 +2,7 @@
 #include "source.h"
 
 #include "common/error.h"
+#include "perm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,14 +33,24 @@ struct cursor {
     size_t nspans, next_span;
     uint64_t len;    /* sequence length, for clamping */
     uint64_t k, end; /* current span: next position and end */
+    uint64_t pass;   /* current span's pass */
     bool viewed;     /* spans are positions of view, mapped to indices below len */
     struct pipe_dist view;
+    /* global_shuffle: the permutation of the pass perm_pass, prepared when the pass changes. */
+    struct pipe_src_shuffle shuffle;
+    struct pipe_perm perm;
+    uint64_t perm_pass;
 };
 
 static int cursor_init(struct cursor *c, uint64_t len, const struct pipe_span *spans, size_t nspans,
-                       const struct pipe_dist *view)
+                       const struct pipe_dist *view, const struct pipe_src_shuffle *shuffle)
 {
     c->len = len;
+    if (shuffle) {
+        c->shuffle = *shuffle;
+        c->perm_pass = shuffle->pass;
+        pipe_perm_init(&c->perm, pipe_perm_key(shuffle->seed, shuffle->pass, 0), len);
+    }
     c->viewed = view != NULL;
     if (view)
         c->view = *view;
@@ -76,6 +87,7 @@ static inline bool cursor_next(struct cursor *c, uint64_t *k)
         if (c->next_span == c->nspans)
             return false;
         const struct pipe_span *s = &c->spans[c->next_span++];
+        c->pass = s->pass;
         c->k = s->begin < lim ? s->begin : lim;
         c->end = s->end < lim ? s->end : lim;
         if (c->end < c->k)
@@ -95,6 +107,23 @@ static inline bool cursor_next(struct cursor *c, uint64_t *k)
     return true;
 }
 
+/* cursor_next through global_shuffle's permutation. */
+static bool cursor_next_shuffled(struct cursor *c, uint64_t *k)
+{
+    if (!cursor_next(c, k))
+        return false;
+    if (c->viewed) {
+        /* c->k - 1 is the view position just read (of the span cursor_next moved to). */
+        uint64_t pass = pipe_dist_pass(&c->view, c->pass, c->k - 1);
+        if (pass != c->perm_pass) {
+            c->perm_pass = pass;
+            pipe_perm_init(&c->perm, pipe_perm_key(c->shuffle.seed, pass, 0), c->len);
+        }
+    }
+    *k = pipe_perm_apply(&c->perm, *k);
+    return true;
+}
+
 /* ---- range() ----------------------------------------------------------------------------- */
 
 struct range_iter {
@@ -104,14 +133,9 @@ struct range_iter {
     int rc;               /* sticky error */
 };
 
-static int range_next(struct pipe_iter *it, struct sluice_element *out)
+static inline int range_emit(struct pipe_iter *it, uint64_t k, struct sluice_element *out)
 {
     struct range_iter *r = (struct range_iter *)it;
-    uint64_t k;
-    if (r->rc)
-        return r->rc;
-    if (!cursor_next(&r->cur, &k))
-        return 0;
     int rc = 0;
     if (out->n != 1)
         rc = pipe_elem_resize(out, 1);
@@ -124,6 +148,28 @@ static int range_next(struct pipe_iter *it, struct sluice_element *out)
     return 1;
 }
 
+static int range_next(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct range_iter *r = (struct range_iter *)it;
+    uint64_t k;
+    if (r->rc)
+        return r->rc;
+    if (!cursor_next(&r->cur, &k))
+        return 0;
+    return range_emit(it, k, out);
+}
+
+static int range_next_shuffled(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct range_iter *r = (struct range_iter *)it;
+    uint64_t k;
+    if (r->rc)
+        return r->rc;
+    if (!cursor_next_shuffled(&r->cur, &k))
+        return 0;
+    return range_emit(it, k, out);
+}
+
 static void range_destroy(struct pipe_iter *it)
 {
     struct range_iter *r = (struct range_iter *)it;
@@ -132,19 +178,21 @@ static void range_destroy(struct pipe_iter *it)
 }
 
 static const struct pipe_iter_ops range_ops = {range_next, range_destroy};
+static const struct pipe_iter_ops range_shuffled_ops = {range_next_shuffled, range_destroy};
 
 int pipe_range_open(int64_t start, int64_t step, uint64_t len, const struct pipe_span *spans,
-                    size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                    size_t nspans, const struct pipe_dist *view,
+                    const struct pipe_src_shuffle *shuffle, struct pipe_ctx *ctx,
                     struct pipe_iter **out)
 {
     struct range_iter *r = calloc(1, sizeof(*r));
     if (!r)
         return SLUICE_ERR_NOMEM;
-    if (cursor_init(&r->cur, len, spans, nspans, view)) {
+    if (cursor_init(&r->cur, len, spans, nspans, view, shuffle)) {
         free(r);
         return SLUICE_ERR_NOMEM;
     }
-    r->base.ops = &range_ops;
+    r->base.ops = shuffle ? &range_shuffled_ops : &range_ops;
     r->base.ctx = ctx;
     r->start = (uint64_t)start;
     r->step = (uint64_t)step;
@@ -161,6 +209,17 @@ struct list_iter {
     int rc;
 };
 
+static inline int list_emit(struct list_iter *l, uint64_t k, struct sluice_element *out)
+{
+    struct pipe_iter *it = &l->base;
+    int rc = pipe_elem_copy(out, &l->elems[k]);
+    if (rc) {
+        l->rc = err_set(it->ctx->err, sizeof(it->ctx->err), rc, "list: %s", sluice_strerror(rc));
+        return rc;
+    }
+    return 1;
+}
+
 static int list_next(struct pipe_iter *it, struct sluice_element *out)
 {
     struct list_iter *l = (struct list_iter *)it;
@@ -169,12 +228,18 @@ static int list_next(struct pipe_iter *it, struct sluice_element *out)
         return l->rc;
     if (!cursor_next(&l->cur, &k))
         return 0;
-    int rc = pipe_elem_copy(out, &l->elems[k]);
-    if (rc) {
-        l->rc = err_set(it->ctx->err, sizeof(it->ctx->err), rc, "list: %s", sluice_strerror(rc));
-        return rc;
-    }
-    return 1;
+    return list_emit(l, k, out);
+}
+
+static int list_next_shuffled(struct pipe_iter *it, struct sluice_element *out)
+{
+    struct list_iter *l = (struct list_iter *)it;
+    uint64_t k;
+    if (l->rc)
+        return l->rc;
+    if (!cursor_next_shuffled(&l->cur, &k))
+        return 0;
+    return list_emit(l, k, out);
 }
 
 static void list_destroy(struct pipe_iter *it)
@@ -185,19 +250,21 @@ static void list_destroy(struct pipe_iter *it)
 }
 
 static const struct pipe_iter_ops list_ops = {list_next, list_destroy};
+static const struct pipe_iter_ops list_shuffled_ops = {list_next_shuffled, list_destroy};
 
 int pipe_list_open(const struct sluice_element *elems, size_t n, const struct pipe_span *spans,
-                   size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                   size_t nspans, const struct pipe_dist *view,
+                   const struct pipe_src_shuffle *shuffle, struct pipe_ctx *ctx,
                    struct pipe_iter **out)
 {
     struct list_iter *l = calloc(1, sizeof(*l));
     if (!l)
         return SLUICE_ERR_NOMEM;
-    if (cursor_init(&l->cur, n, spans, nspans, view)) {
+    if (cursor_init(&l->cur, n, spans, nspans, view, shuffle)) {
         free(l);
         return SLUICE_ERR_NOMEM;
     }
-    l->base.ops = &list_ops;
+    l->base.ops = shuffle ? &list_shuffled_ops : &list_ops;
     l->base.ctx = ctx;
     l->elems = elems;
     *out = &l->base;

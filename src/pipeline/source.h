@@ -12,9 +12,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Element indices [begin, end) of a source sequence, or positions of a view (dist.h). */
+/* Element indices [begin, end) of a source sequence, or positions of a view (dist.h), of the
+ * split sequence's repetition pass (which global_shuffle needs; 0 otherwise). */
 struct pipe_span {
     uint64_t begin, end;
+    uint64_t pass;
+};
+
+/* global_shuffle(seed) applied by a range() or list() source. Reading the whole sequence (spans
+ * NULL) it yields element perm(k) at position k, perm keyed by (seed, pass) over the source
+ * length; reading spans of a view, position g of a span maps to view index x =
+ * pipe_dist_index(view, g) and yields element perm(x), perm keyed by (seed,
+ * pipe_dist_pass(view, span.pass, g)). */
+struct pipe_src_shuffle {
+    int64_t seed;
+    uint64_t pass; /* whole sequence only */
 };
 
 /* Number of elements of range(start, stop, step); step != 0. */
@@ -22,10 +34,13 @@ uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step);
 
 /* A source of scalar int64: element k of the sequence is start + k * step, for k < len. With
  * spans NULL the whole sequence is read; otherwise spans are copied. With view non-NULL (copied)
- * the spans are positions of that view, read as source elements pipe_dist_index(view, g). Returns 0
- * or SLUICE_ERR_NOMEM; *out is owned by the caller's chain (destroy through its ops). */
+ * the spans are positions of that view, read as source elements pipe_dist_index(view, g). With
+ * shuffle non-NULL (copied) the indices go through global_shuffle's permutation; NULL reads
+ * exactly as without the op, at the same cost. Returns 0 or SLUICE_ERR_NOMEM; *out is owned by
+ * the caller's chain (destroy through its ops). */
 int pipe_range_open(int64_t start, int64_t step, uint64_t len, const struct pipe_span *spans,
-                    size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                    size_t nspans, const struct pipe_dist *view,
+                    const struct pipe_src_shuffle *shuffle, struct pipe_ctx *ctx,
                     struct pipe_iter **out);
 
 /* Converts list() literals into elements, one per value: ints to int64 scalars, floats to
@@ -41,7 +56,8 @@ void pipe_list_elems_free(struct sluice_element *elems, size_t n);
 /* A source yielding copies of elems (borrowed: they must outlive the iterator) through spans,
  * as pipe_range_open(). */
 int pipe_list_open(const struct sluice_element *elems, size_t n, const struct pipe_span *spans,
-                   size_t nspans, const struct pipe_dist *view, struct pipe_ctx *ctx,
+                   size_t nspans, const struct pipe_dist *view,
+                   const struct pipe_src_shuffle *shuffle, struct pipe_ctx *ctx,
                    struct pipe_iter **out);
 
 #endif

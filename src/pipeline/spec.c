@@ -253,6 +253,8 @@ static bool op_equal(const struct pipe_op *a, const struct pipe_op *b)
                values_equal(a->args, a->nargs, b->args, b->nargs);
     case PIPE_OP_SHUFFLE:
         return a->n == b->n && a->has_seed == b->has_seed && (!a->has_seed || a->seed == b->seed);
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return a->seed == b->seed;
     case PIPE_OP_BATCH:
         return a->n == b->n && a->drop_remainder == b->drop_remainder;
     case PIPE_OP_TAKE:
@@ -454,6 +456,10 @@ static void put_op(struct sink *k, const struct pipe_op *op)
         puts_(k, op->kind == PIPE_OP_MAP ? "map(" : "filter(");
         puts_(k, op->fn ? op->fn : "");
         put_values(k, op->args, op->nargs, true);
+        break;
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        puts_(k, "global_shuffle(");
+        put_i64(k, op->seed);
         break;
     case PIPE_OP_SHUFFLE:
         puts_(k, "shuffle(");

@@ -67,7 +67,10 @@ enum pipe_op_kind {
     PIPE_OP_SKIP,
     PIPE_OP_REPEAT,
     PIPE_OP_SHARD,
-    PIPE_OP_PREFETCH
+    PIPE_OP_PREFETCH,
+    /* global_shuffle(SEED): a seeded shuffle of the whole source, the same at any worker count
+     * (perm.h, dist.h). Only ever the first op; the source applies it. */
+    PIPE_OP_GLOBAL_SHUFFLE
 };
 
 struct pipe_op {
@@ -75,10 +78,10 @@ struct pipe_op {
     char *fn;                /* MAP, FILTER: function name */
     struct pipe_value *args; /* MAP, FILTER: literal arguments */
     size_t nargs;
-    int64_t n;  /* SHUFFLE buffer, BATCH size, TAKE, SKIP, REPEAT count, SHARD count, PREFETCH */
-    bool has_n; /* REPEAT: false for repeat() (forever) */
-    int64_t seed;
-    bool has_seed;                 /* SHUFFLE */
+    int64_t n;     /* SHUFFLE buffer, BATCH size, TAKE, SKIP, REPEAT count, SHARD count, PREFETCH */
+    bool has_n;    /* REPEAT: false for repeat() (forever) */
+    int64_t seed;  /* SHUFFLE (when has_seed), GLOBAL_SHUFFLE */
+    bool has_seed; /* SHUFFLE */
     bool drop_remainder;           /* BATCH */
     int64_t index;                 /* SHARD */
     bool n_is_hint, index_is_hint; /* SHARD(SHARD_HINT, SHARD_HINT) */
@@ -105,6 +108,15 @@ bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b);
  * tf.data) is followed by no take(N). What comes after it otherwise keeps it endless (a filter
  * may drop elements, but none is counted as ending it). Sources are all finite. */
 bool pipe_spec_endless(const struct pipe_spec *spec);
+/* Whether spec starts with global_shuffle(SEED); *seed receives its seed (seed may be NULL). */
+static inline bool pipe_spec_global_shuffle(const struct pipe_spec *spec, int64_t *seed)
+{
+    if (spec->nops == 0 || spec->ops[0].kind != PIPE_OP_GLOBAL_SHUFFLE)
+        return false;
+    if (seed)
+        *seed = spec->ops[0].seed;
+    return true;
+}
 /* Writes the canonical text of spec into buf (always NUL-terminated when len > 0). Parsing the
  * canonical text gives an equal spec. Returns the length the full text needs (excluding NUL),
  * like snprintf, or a negative code. */

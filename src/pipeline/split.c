@@ -6,6 +6,7 @@
 #include "split.h"
 
 #include "common/error.h"
+#include "perm.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -105,6 +106,7 @@ int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe
     out->seq = seq;
     out->repetition = repetition;
     out->begin = out->end = 0;
+    out->index = k;
     out->path[0] = '\0';
     switch (p->kind) {
     case PIPE_SRC_RANGE:
@@ -117,10 +119,21 @@ int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
-        snprintf(out->path, sizeof out->path, "%s", p->paths[k]);
+        out->index =
+            pipe_split_file_index(p->dist.shuffled, p->dist.seed, p->npaths, repetition, k);
+        snprintf(out->path, sizeof out->path, "%s", p->paths[out->index]);
         break;
     }
     return 1;
+}
+
+uint64_t pipe_split_file_index(bool shuffled, int64_t seed, uint64_t nfiles, uint64_t r, uint64_t k)
+{
+    if (!shuffled)
+        return k;
+    struct pipe_perm perm;
+    pipe_perm_init(&perm, pipe_perm_key(seed, r, 0), nfiles);
+    return pipe_perm_apply(&perm, k);
 }
 
 static int cmp_paths(const void *a, const void *b)

@@ -8,7 +8,12 @@
  * sees each element exactly R times, and take, skip and shard make the positions a view of the
  * source (position g is source element pipe_dist_index(&dist, g)). Split i of the sequence is a
  * pure function of (spec, split_size, i), which lets the dispatcher journal a split cursor as one
- * integer. */
+ * integer.
+ *
+ * With global_shuffle(SEED), split i of a file source is file pipe_split_file_index() of the
+ * sorted list: pass r = i / per_pass reads the files in the order of a permutation keyed by
+ * (SEED, r). Splits of range() and list() keep their positions; the source maps positions
+ * through the permutation (dist.h). */
 #ifndef SLUICE_PIPELINE_SPLIT_H
 #define SLUICE_PIPELINE_SPLIT_H
 
@@ -23,6 +28,8 @@ struct pipe_split {
     uint64_t seq;        /* position in the split sequence */
     uint64_t repetition; /* which pass over the source (0-based) */
     uint64_t begin, end; /* RANGE, LIST: positions [begin, end) of the view (see dist.h) */
+    uint64_t index;      /* which split of its pass: seq % per_pass, or for a file source under
+                            global_shuffle the file's index in the sorted list */
     char path[4096];     /* TFRECORD, LINES, TAR: the file; empty otherwise */
 };
 
@@ -56,6 +63,11 @@ uint64_t pipe_split_default_size(uint64_t len);
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen);
 void pipe_split_provider_release(struct pipe_split_provider *p);
+
+/* The file split k of pass r reads: k itself, or under global_shuffle(seed) (shuffled) the
+ * image of k under the permutation of [0, nfiles) keyed by (seed, r, part 0) (perm.h). */
+uint64_t pipe_split_file_index(bool shuffled, int64_t seed, uint64_t nfiles, uint64_t r,
+                               uint64_t k);
 
 /* Total splits in the sequence, or UINT64_MAX when infinite. */
 uint64_t pipe_split_count(const struct pipe_split_provider *p);

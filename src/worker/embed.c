@@ -261,6 +261,16 @@ static int render_metrics(void *user, char **body, size_t *len)
     return worker_metrics_render(s->w, body, len);
 }
 
+static bool ready(void *user, char *why, size_t whylen)
+{
+    struct sluice_worker *s = user;
+    if (!s->w) {
+        snprintf(why, whylen, "stopping");
+        return false;
+    }
+    return worker_ready(s->w, why, whylen);
+}
+
 static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *err, size_t errlen)
 {
     struct sluice_worker *s = user;
@@ -276,6 +286,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
             close_servers(s);
             return rc;
         }
+        http_server_set_ready(s->http, ready, s);
     }
     const char *host = worker_host(s->w);
     rpc_format_address(s->listen_address, sizeof s->listen_address, host, worker_port(s->w));

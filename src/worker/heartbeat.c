@@ -157,10 +157,12 @@ static void hb_done(int status, const char *msg, const Sluice__Envelope *reply, 
         if (w->hb_failures++ == 0)
             log_warn("heartbeat to dispatcher %s failed: %s (retrying; tasks keep serving)",
                      w->disp_address, msg);
+        w->hb_ok = false;
         /* No news is coming soon: the parked reads learn that their task is unknown. */
         worker_unpark(w, seq, true);
         return;
     }
+    w->hb_ok = true;
     if (w->hb_failures)
         log_info("dispatcher %s reachable again", w->disp_address);
     w->hb_failures = 0;

@@ -60,6 +60,7 @@ int lease_split_fill(const struct lease_plan *p, uint64_t seq, struct pipe_split
     out->seq = seq;
     out->repetition = seq / p->per_pass;
     out->begin = out->end = 0;
+    out->index = k;
     out->path[0] = '\0';
     switch (p->kind) {
     case PIPE_SRC_RANGE:
@@ -72,7 +73,8 @@ int lease_split_fill(const struct lease_plan *p, uint64_t seq, struct pipe_split
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
-        snprintf(out->path, sizeof out->path, "%s", p->paths[k]);
+        out->index = pipe_split_file_index(p->shuffled, p->seed, p->npaths, out->repetition, k);
+        snprintf(out->path, sizeof out->path, "%s", p->paths[out->index]);
         return 0;
     }
     return err_set(err, errlen, SLUICE_ERR_CORRUPT, "unknown source kind %d", (int)p->kind);

@@ -34,6 +34,10 @@ struct lease_plan {
     uint64_t passes; /* UINT64_MAX: endless */
     char **paths;    /* TFRECORD, LINES, TAR: owned */
     size_t npaths;
+    /* From the task's dataset, not from the wire: it starts with global_shuffle(seed), which
+     * orders the files of each pass (pipe_split_file_index). */
+    bool shuffled;
+    int64_t seed;
 };
 
 /* Checks a plan received from the network: per_pass > 0 (unless passes is 0), for range/list
@@ -43,7 +47,8 @@ struct lease_plan {
 int lease_plan_check(const struct lease_plan *plan, char *err, size_t errlen);
 
 /* Fills out with split seq of a checked plan: repetition = seq / per_pass, k = seq % per_pass;
- * range/list: [k * split_size, min(that + split_size, source_len)); files: paths[k]. Gives the
+ * range/list: [k * split_size, min(that + split_size, source_len)); files: paths[k], or under
+ * global_shuffle paths[pipe_split_file_index(...)]. Gives the
  * same split as pipe_split_at() on a provider with the same numbers. Returns 0, or
  * SLUICE_ERR_CORRUPT with a message when seq is past the end of the sequence. */
 int lease_split_fill(const struct lease_plan *plan, uint64_t seq, struct pipe_split *out, char *err,

@@ -884,6 +884,7 @@ int task_lease_granted(struct task *t, struct lease_plan *plan, const uint64_t *
     bool adopt = false;
     if (plan) {
         plan->kind = t->spec->source.kind;
+        plan->shuffled = pipe_spec_global_shuffle(t->spec, &plan->seed);
         /* have_plan is written only on this thread, so reading it unlocked is safe. */
         if (!t->have_plan) {
             rc = check_plan(t, plan, err, sizeof err);

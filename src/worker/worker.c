@@ -492,6 +492,20 @@ const char *worker_address(const struct worker *w)
     return w->address;
 }
 
+bool worker_ready(const struct worker *w, char *why, size_t whylen)
+{
+    if (w->closing || w->leaving || w->draining) {
+        snprintf(why, whylen, "%s", w->draining ? "draining" : "stopping");
+        return false;
+    }
+    if (!w->hb_ok) {
+        snprintf(why, whylen, "not registered with dispatcher %s (%s)", w->disp_address,
+                 w->hb_failures ? "its heartbeats fail" : "no heartbeat answered yet");
+        return false;
+    }
+    return true;
+}
+
 int worker_metrics_render(struct worker *w, char **body, size_t *len)
 {
     wmetrics_pass_begin(w->wm);

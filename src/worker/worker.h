@@ -98,6 +98,10 @@ const char *worker_address(const struct worker *w);
  * SLUICE_ERR_NOMEM. */
 int worker_metrics_render(struct worker *w, char **body, size_t *len);
 
+/* For GET /readyz: whether the worker is registered with its dispatcher (its last heartbeat was
+ * answered) and not leaving; else false with the reason in why. Loop thread. */
+bool worker_ready(const struct worker *w, char *why, size_t whylen);
+
 /* Drains the worker (SIGTERM, DESIGN.md §2): tells the dispatcher at once (it leases nothing
  * more to this worker and gives it no new tasks); distributed_epoch tasks hand back the splits
  * they have not started, finish the ones in progress and serve them; tasks read in coordinated

@@ -177,3 +177,38 @@ char *expected_range(long n, int times)
     free(text);
     return sorted;
 }
+
+struct tally tally_range(const char *text, long n)
+{
+    struct tally t = {0};
+    unsigned *seen = calloc((size_t)n, sizeof(*seen));
+    if (!seen)
+        abort();
+    for (const char *s = text; *s;) {
+        const char *nl = strchr(s, '\n');
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (len > 0 && end == s + len && v >= 0 && v < n)
+            seen[v]++;
+        else
+            t.unexpected++;
+        t.lines++;
+        s += len + (nl ? 1 : 0);
+    }
+    for (long v = 0; v < n; v++) {
+        if (seen[v] == 0)
+            t.lost++;
+        else
+            t.duplicated += seen[v] - 1;
+    }
+    free(seen);
+    return t;
+}
+
+void print_tally(const char *what, struct tally t)
+{
+    printf("    %s: %ld lines, lost %ld, duplicated %ld, unexpected %ld\n", what, t.lines, t.lost,
+           t.duplicated, t.unexpected);
+    fflush(stdout);
+}

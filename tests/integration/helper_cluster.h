@@ -39,6 +39,20 @@ int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...);
  * --metrics-port, and copies the address (the rest of the line) into out. Returns 0 or -1. */
 int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len, int timeout_ms);
 
+/* What a read of range(n) printed, against the exact multiset {0, ..., n-1}. */
+struct tally {
+    long lines;
+    long lost;       /* values of the range that never arrived */
+    long duplicated; /* arrivals of a value beyond its first */
+    long unexpected; /* lines that are no value of the range */
+};
+
+/* Tallies text (one value per line) against range(n). */
+struct tally tally_range(const char *text, long n);
+
+/* Prints "    WHAT: N lines, lost L, duplicated D, unexpected U". */
+void print_tally(const char *what, struct tally t);
+
 /* The text of "0\n1\n...\n" for range(n), each line repeated times times, sorted as strings. */
 char *expected_range(long n, int times);
 

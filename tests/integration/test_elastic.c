@@ -145,48 +145,6 @@ static void dump_file(const char *path)
 
 /* ---- tallies --------------------------------------------------------------------------------- */
 
-/* What a read of range(n) returned, against the exact multiset {0, ..., n-1}. */
-struct tally {
-    long lines;
-    long lost;       /* values of the range that never arrived */
-    long duplicated; /* arrivals of a value beyond its first */
-    long unexpected; /* lines that are no value of the range */
-};
-
-static struct tally tally_range(const char *text, long n)
-{
-    struct tally t = {0};
-    unsigned *seen = calloc((size_t)n, sizeof(*seen));
-    assert_non_null(seen);
-    for (const char *s = text; *s;) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) : strlen(s);
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (len > 0 && end == s + len && v >= 0 && v < n)
-            seen[v]++;
-        else
-            t.unexpected++;
-        t.lines++;
-        s += len + (nl ? 1 : 0);
-    }
-    for (long v = 0; v < n; v++) {
-        if (seen[v] == 0)
-            t.lost++;
-        else
-            t.duplicated += seen[v] - 1;
-    }
-    free(seen);
-    return t;
-}
-
-static void print_tally(const char *what, struct tally t)
-{
-    printf("    %s: %ld lines, lost %ld, duplicated %ld, unexpected %ld\n", what, t.lines, t.lost,
-           t.duplicated, t.unexpected);
-    fflush(stdout);
-}
-
 /* Asserts that t is the tally of range(n) read exactly once. */
 static void assert_tally_exact(struct tally t, long n)
 {

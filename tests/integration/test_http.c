@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -38,6 +39,7 @@ struct server {
     uint64_t timeout_ms; /* 0: the default */
     unsigned max_conns;  /* 0: the default */
     bool fail_render;
+    atomic_int not_ready; /* GET /readyz answers 503 while set */
 
     /* Owned by the server thread. */
     uv_thread_t thread;
@@ -94,6 +96,16 @@ static void build_registry(struct server *s)
     metrics_set_double(i, 0.5);
 }
 
+static bool probe_ready(void *user, char *why, size_t whylen)
+{
+    struct server *s = user;
+    if (atomic_load(&s->not_ready)) {
+        snprintf(why, whylen, "journal not recovered");
+        return false;
+    }
+    return true;
+}
+
 static void server_main(void *arg)
 {
     struct server *s = arg;
@@ -105,6 +117,7 @@ static void server_main(void *arg)
     if (rc == 0) {
         http_server_set_timeout(s->srv, s->timeout_ms);
         http_server_set_max_connections(s->srv, s->max_conns);
+        http_server_set_ready(s->srv, probe_ready, s);
     }
     uv_mutex_lock(&s->mu);
     s->start_rc = rc;
@@ -429,6 +442,34 @@ static void test_not_found_and_method(void **state)
     for (size_t i = 0; i < sizeof not_allowed / sizeof not_allowed[0]; i++)
         assert_exchange(s->port, not_allowed[i], error_response(405));
     /* None of those rendered. */
+    assert_scrape(s->port, SCRAPE, 1);
+}
+
+/* The probes: /healthz always, /readyz as the ready callback says; neither renders metrics. */
+static void test_probes(void **state)
+{
+    struct server *s = *state;
+    static const char head[] = "HTTP/1.1 %d %s\r\n"
+                               "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                               "Content-Length: %zu\r\n"
+                               "Connection: close\r\n"
+                               "\r\n"
+                               "%s";
+    char want[512];
+    snprintf(want, sizeof want, head, 200, "OK", strlen("ok\n"), "ok\n");
+    assert_exchange(s->port, "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    snprintf(want, sizeof want, head, 200, "OK", strlen("ready\n"), "ready\n");
+    assert_exchange(s->port, "GET /readyz HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    atomic_store(&s->not_ready, 1);
+    const char *body = "not ready: journal not recovered\n";
+    snprintf(want, sizeof want, head, 503, "Service Unavailable", strlen(body), body);
+    assert_exchange(s->port, "GET /readyz HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    snprintf(want, sizeof want, head, 200, "OK", strlen("ok\n"), "ok\n");
+    assert_exchange(s->port, "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    assert_exchange(s->port, "POST /readyz HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n",
+                    error_response(405));
+    assert_exchange(s->port, "GET /readyz/ HTTP/1.1\r\nHost: h\r\n\r\n", error_response(404));
+    /* None of those rendered the metrics. */
     assert_scrape(s->port, SCRAPE, 1);
 }
 
@@ -818,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_start_errors),
         cmocka_unit_test_setup_teardown(test_scrape, server_setup, server_teardown),
         cmocka_unit_test_setup_teardown(test_not_found_and_method, server_setup, server_teardown),
+        cmocka_unit_test_setup_teardown(test_probes, server_setup, server_teardown),
         cmocka_unit_test_setup_teardown(test_bad_requests, server_setup, server_teardown),
         cmocka_unit_test_setup_teardown(test_request_size, server_setup, server_teardown),
         cmocka_unit_test_prestate_setup_teardown(test_timeouts, server_setup, server_teardown,

@@ -226,7 +226,7 @@ static void build_journal(struct original *o, char *wd, size_t wdlen)
 
 /* ---- the sweep ------------------------------------------------------------------------------- */
 
-struct tally {
+struct sweep_tally {
     int variants, flips, fields, cuts;
     int started; /* with the original state */
     int refused;
@@ -235,7 +235,7 @@ struct tally {
 
 /* Writes one variant into wd, runs verify and a start on it, and checks they agree. */
 static void try_variant(const struct original *o, const char *wd, const uint8_t *data, size_t len,
-                        const char *label, struct tally *t)
+                        const char *label, struct sweep_tally *t)
 {
     char path[700];
     snprintf(path, sizeof path, "%s/journal/lock.mdb", wd);
@@ -325,7 +325,7 @@ static void test_sweep(void **unused)
     assert_int_equal(mkdir(wd, 0755), 0);
     assert_int_equal(mkdir(dir, 0755), 0);
 
-    struct tally t = {0};
+    struct sweep_tally t = {0};
     char label[160];
     uint8_t *v = malloc(o.len);
     assert_non_null(v);

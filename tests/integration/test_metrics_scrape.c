@@ -329,6 +329,47 @@ static void test_status_cluster(void **unused)
 }
 
 /* Bad values and a port in use are reported, not ignored. */
+/* Asks addr for path until the response has status want and its body contains text, at most
+ * WAIT_MS; fails with the last response otherwise. */
+static void wait_probe(const char *addr, const char *path, int want, const char *text)
+{
+    char req[128];
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: h\r\n\r\n", path);
+    long long deadline = now_ms() + WAIT_MS;
+    for (;;) {
+        char *resp = NULL;
+        int ok = scrape_request(addr, req, 10000, &resp) == 0 && scrape_status(resp) == want &&
+                 strstr(scrape_body(resp), text) != NULL;
+        if (ok || now_ms() > deadline) {
+            if (!ok)
+                fail_msg("%s%s: expected %d '%s', got: %.200s", addr, path, want, text,
+                         resp ? resp : "(nothing)");
+            free(resp);
+            return;
+        }
+        free(resp);
+        usleep(50000);
+    }
+}
+
+/* /healthz answers while the process runs; a worker's /readyz follows its registration with the
+ * dispatcher, a dispatcher's is ready once it serves (after recovering its journal). */
+static void test_probes(void **unused)
+{
+    struct cluster c;
+    char disp[64], worker[1][64];
+    start(&c, 1, 1, disp, worker);
+    wait_probe(disp, "/healthz", 200, "ok\n");
+    wait_probe(disp, "/readyz", 200, "ready\n");
+    wait_probe(worker[0], "/readyz", 200, "ready\n");
+    proc_stop(&c.dispatcher, SIGKILL, WAIT_MS);
+    wait_probe(worker[0], "/healthz", 200, "ok\n");
+    wait_probe(worker[0], "/readyz", 503, "not ready: not registered with dispatcher");
+    assert_int_equal(cluster_restart_dispatcher(&c, SIGKILL), 0);
+    wait_probe(worker[0], "/readyz", 200, "ready\n");
+    cluster_stop(&c);
+}
+
 static void test_metrics_port_errors(void **unused)
 {
     (void)unused;
@@ -372,10 +413,10 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cluster_metrics),     cmocka_unit_test(test_served_equals_read),
-        cmocka_unit_test(test_split_counters),      cmocka_unit_test(test_journal_commits),
-        cmocka_unit_test(test_status_defaults),     cmocka_unit_test(test_status_cluster),
-        cmocka_unit_test(test_metrics_port_errors),
+        cmocka_unit_test(test_cluster_metrics), cmocka_unit_test(test_served_equals_read),
+        cmocka_unit_test(test_split_counters),  cmocka_unit_test(test_journal_commits),
+        cmocka_unit_test(test_status_defaults), cmocka_unit_test(test_status_cluster),
+        cmocka_unit_test(test_probes),          cmocka_unit_test(test_metrics_port_errors),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }

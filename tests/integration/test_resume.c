@@ -99,45 +99,12 @@ static void dump_file(const char *path)
     free(t);
 }
 
-/* What a read of range(n) wrote, against the exact multiset {0, ..., n-1}. */
-struct tally {
-    long lines, lost, duplicated, unexpected;
-};
-
-static struct tally tally_range(const char *text, long n)
-{
-    struct tally t = {0};
-    unsigned char *seen = calloc((size_t)n, 1);
-    assert_non_null(seen);
-    for (const char *s = text; *s;) {
-        const char *nl = strchr(s, '\n');
-        size_t len = nl ? (size_t)(nl - s) : strlen(s);
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (len > 0 && end == s + len && v >= 0 && v < n) {
-            if (seen[v])
-                t.duplicated++;
-            seen[v] = 1;
-        } else {
-            t.unexpected++;
-        }
-        t.lines++;
-        s += len + (nl ? 1 : 0);
-    }
-    for (long v = 0; v < n; v++)
-        t.lost += !seen[v];
-    free(seen);
-    return t;
-}
-
 static void assert_file_exactly_once(const char *what, const char *path, long n)
 {
     char *text = slurp(path);
     struct tally t = tally_range(text, n);
     free(text);
-    printf("    %s: %ld lines, lost %ld, duplicated %ld, unexpected %ld\n", what, t.lines, t.lost,
-           t.duplicated, t.unexpected);
-    fflush(stdout);
+    print_tally(what, t);
     assert_int_equal(t.lost, 0);
     assert_int_equal(t.duplicated, 0);
     assert_int_equal(t.unexpected, 0);

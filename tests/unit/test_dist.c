@@ -178,6 +178,20 @@ static const char *const same_as_local[] = {
     "range(10) | repeat(0) | batch(2)",
     "range(10) | take(0) | repeat()",
     "range(10) | shard(SHARD_HINT, SHARD_HINT) | take(4)",
+    /* global_shuffle: the shuffled stream is a view like the source, at any split size. */
+    "range(1000) | global_shuffle(7)",
+    "range(37) | global_shuffle(-1) | repeat(3)",
+    "range(10, 200, 7) | global_shuffle(3) | shard(3, 2) | skip(2) | repeat(2)",
+    "list(1, 2, 3, 4, 5, 6, 7) | global_shuffle(5) | take(4) | repeat(2)",
+    "range(100) | global_shuffle(9) | batch(8) | repeat(2)",
+    "range(100) | global_shuffle(9) | repeat(3) | batch(8)",
+    "range(10) | global_shuffle(2) | repeat() | skip(7) | take(31)",
+    "range(7) | global_shuffle(2) | repeat() | batch(3) | take(10)",
+    "range(5) | global_shuffle(4) | take(3) | repeat(2) | repeat(3)",
+    "range(100) | global_shuffle(1) | map(add, 1) | skip(90) | repeat(2) | take(15)",
+    "range(30) | global_shuffle(8) | filter(even) | batch(4)",
+    "range(1) | global_shuffle(8) | repeat(4)",
+    "range(0) | global_shuffle(8) | repeat(4)",
 };
 
 static void test_same_as_local(void **state)
@@ -215,6 +229,9 @@ static const struct placement placements[] = {
     {"range(100) | filter(even) | batch(10) | map(identity)", "WCC", 100, 1, 1, 0},
     {"range(100) | batch(2) | repeat(2) | take(3)", "WSC", 100, 2, 2, 0},
     {"range(100) | repeat(2) | shard(2, 0)", "SC", 100, 2, 1, 0},
+    {"range(100) | global_shuffle(3) | take(10) | map(identity)", "SSW", 10, 1, 1, 0},
+    {"range(100) | global_shuffle(3) | repeat(2) | batch(4)", "SSW", 200, 1, 4, 0},
+    {"lines(\"/nonexistent\") | global_shuffle(1) | repeat(3) | take(2)", "SSC", 0, 3, 1, 0},
     {"lines(\"/nonexistent\") | map(identity) | shuffle(9) | repeat(2) | batch(2)", "WWSC", 0, 2, 1,
      0},
 };
@@ -284,6 +301,14 @@ static void test_refusals(void **state)
          "distributed_epoch: batch runs in the reader (files are split whole, so a batch would "
          "end at every file's end), which cannot read the stream again; move the repeat before "
          "it"},
+        {"range(10) | repeat(2) | take(15) | repeat(2)",
+         "repeat(2) (column 36) after take(15) (column 25) cannot mean the same in "
+         "distributed_epoch: take joins the passes of the repeat before it into one stream, "
+         "which the split sequence cannot repeat; repeat once, after it or before it"},
+        {"range(10) | global_shuffle(1) | repeat() | batch(3) | repeat(2)",
+         "repeat(2) (column 55) after batch(3) (column 44) cannot mean the same in "
+         "distributed_epoch: batch joins the passes of the repeat before it into one stream, "
+         "which the split sequence cannot repeat; repeat once, after it or before it"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct pipe_spec *spec = parse(cases[i].text);

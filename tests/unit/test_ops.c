@@ -792,7 +792,7 @@ static void test_open_tail(void **state)
     assert_int_equal(pipe_parse_tail("map(add, 1) | batch(2)", &tail, err, sizeof(err)), 0);
     struct pipe_ctx tmp = {0};
     struct pipe_iter *up;
-    assert_int_equal(pipe_range_open(0, 1, 5, NULL, 0, NULL, &tmp, &up), 0);
+    assert_int_equal(pipe_range_open(0, 1, 5, NULL, 0, NULL, NULL, &tmp, &up), 0);
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open_tail(tail, reg, up, &run, err, sizeof(err)), 0);
     pipe_spec_free(tail);
@@ -806,14 +806,14 @@ static void test_open_tail(void **state)
 
     /* A tail cannot repeat elements it reads from elsewhere. */
     assert_int_equal(pipe_parse_tail("map(add, 1) | repeat(2)", &tail, err, sizeof(err)), 0);
-    assert_int_equal(pipe_range_open(0, 1, 5, NULL, 0, NULL, &tmp, &up), 0);
+    assert_int_equal(pipe_range_open(0, 1, 5, NULL, 0, NULL, NULL, &tmp, &up), 0);
     assert_int_equal(pipe_open_tail(tail, reg, up, &run, err, sizeof(err)), SLUICE_ERR_UNSUPPORTED);
     assert_null(run);
     pipe_spec_free(tail);
 
     /* Tails are checked against the registry like whole pipelines. */
     assert_int_equal(pipe_parse_tail("map(nope)", &tail, err, sizeof(err)), 0);
-    assert_int_equal(pipe_range_open(0, 1, 5, NULL, 0, NULL, &tmp, &up), 0);
+    assert_int_equal(pipe_range_open(0, 1, 5, NULL, 0, NULL, NULL, &tmp, &up), 0);
     assert_int_equal(pipe_open_tail(tail, reg, up, &run, err, sizeof(err)), SLUICE_ERR_PARSE);
     assert_string_equal(err, "column 1: unknown function 'nope'");
     pipe_spec_free(tail);

@@ -38,6 +38,8 @@ static struct lease_plan plan_of(const struct pipe_split_provider *p)
         .passes = p->passes,
         .paths = p->paths,
         .npaths = p->npaths,
+        .shuffled = p->dist.shuffled,
+        .seed = p->dist.seed,
     };
     return plan;
 }
@@ -70,6 +72,7 @@ static void compare_sequence(const struct pipe_split_provider *p)
         assert_int_equal(got.repetition, want.repetition);
         assert_int_equal(got.begin, want.begin);
         assert_int_equal(got.end, want.end);
+        assert_int_equal(got.index, want.index);
         assert_string_equal(got.path, want.path);
     }
 }
@@ -95,6 +98,7 @@ static void test_fill_matches_provider(void **state)
         {"range(7) | repeat()", 3},
         {"range(7) | repeat(0)", 3},
         {"range(0)", 0},
+        {"range(100) | global_shuffle(3) | repeat(3)", 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct pipe_spec *spec = parse(cases[i].text);
@@ -119,6 +123,11 @@ static void test_fill_files(void **state)
     p.kind = PIPE_SRC_LINES;
     p.passes = UINT64_MAX;
     compare_sequence(&p);
+    /* global_shuffle: each pass a permutation of the files, the same from plan and provider. */
+    p.dist.shuffled = true;
+    p.dist.seed = 11;
+    compare_sequence(&p);
+    p.dist.shuffled = false;
 
     struct lease_plan plan = plan_of(&p);
     struct pipe_split s;
