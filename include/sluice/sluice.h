@@ -267,6 +267,10 @@ struct sluice_register_options {
     enum sluice_compression compression;
     /* Elements per split for distributed_epoch on range/list sources; 0 picks a default. */
     uint64_t split_size;
+    /* distributed_epoch reads of the dataset are deterministic by default
+     * (sluice_read_options.deterministic). Part of the dataset's identity: the same pipeline
+     * registered with and without it is two datasets. */
+    bool deterministic;
 };
 
 /* Registers a pipeline (its text in the pipeline language, e.g. "range(10) | map(square)"; the
@@ -312,6 +316,22 @@ struct sluice_read_options {
     const char *local;
     /* With pipeline: the split size it is registered with (sluice_register_options). */
     uint64_t split_size;
+    /* distributed_epoch only (other modes, and coordinated reads, are SLUICE_ERR_UNSUPPORTED):
+     * deterministic reads. The elements come in the canonical order, splits by increasing
+     * sequence number and each split's elements by increasing position, so the sequence is a
+     * function of the dataset alone (its pipeline, seeds and split size): the same with 1 or 50
+     * workers, with workers dying, draining or joining, and across restarts of a fault-tolerant
+     * dispatcher. Operations the dataset leaves to the reader and a local tail run over this
+     * order. A dataset registered deterministic (sluice_register_options) reads so by default.
+     * The reader keeps elements that arrive ahead of their turn, up to reorder_bytes of
+     * received replies; past that it takes only the elements of the lowest split it lacks, and
+     * asks the dispatcher to have the splits it had to drop produced again. Guaranteed for a job
+     * read by one reader; readers sharing a job each get their share in the canonical order. */
+    bool deterministic;
+    /* Deterministic reads: the bytes of replies held for reordering (on top of the
+     * max_outstanding_requests replies under way); 0 picks 256 MiB. A split larger than this is
+     * still read, at the pace of the one worker thread producing it. */
+    uint64_t reorder_bytes;
     /* Continue from a position sluice_iterator_save returned (restore_len bytes; copied; NULL:
      * from the start). distributed_epoch only. dataset_id and pipeline may both be left out: the
      * checkpoint names its dataset; a dataset_id given must be that one, and a pipeline given

@@ -144,6 +144,13 @@ def _split_size(value):
     return value
 
 
+def _flag(value, name):
+    """A bool option."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
 def _timeout_ms(timeout):
     """Seconds (None: no limit) as whole milliseconds, at least 1."""
     if timeout is None:
@@ -452,7 +459,7 @@ class _Connection:
 
 def register_dataset(service, pipeline, dataset_id=None, compression="auto", split_size=None,
                      plugins=None, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None,
-                     tls_ca=None):
+                     tls_ca=None, deterministic=False):
     """Registers a pipeline with the dispatcher and returns its dataset id.
 
     service: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. pipeline: the pipeline
@@ -462,7 +469,8 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
     per split for distributed_epoch over range()/list() sources (None: a default). plugins:
     paths of plugin shared objects whose functions the pipeline uses. timeout: seconds to wait
     for an unreachable dispatcher (None: without limit). auth_token_file, tls_cert, tls_key,
-    tls_ca: as for DispatchServer.
+    tls_ca: as for DispatchServer. deterministic: distributed_epoch reads of the dataset are
+    deterministic by default (see from_dataset_id); part of the dataset's identity.
     """
     _text(pipeline, "pipeline", allow_none=False)
     _text(dataset_id, "dataset_id")
@@ -473,7 +481,8 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
     size = _split_size(split_size)
     conn = _Connection(service, plugins, timeout,
                        _security(auth_token_file, tls_cert, tls_key, tls_ca))
-    return conn.client().register(pipeline, dataset_id, compression, size)
+    return conn.client().register(pipeline, dataset_id, compression, size,
+                                  _flag(deterministic, "deterministic"))
 
 
 class Dataset:
@@ -483,7 +492,8 @@ class Dataset:
 
     def __init__(self, conn, processing_mode, dataset_id=None, pipeline=None, job_name=None,
                  consumer_index=None, num_consumers=None, max_outstanding_requests=None,
-                 local=None, element_timeout=None, split_size=None):
+                 local=None, element_timeout=None, split_size=None, deterministic=False,
+                 reorder_bytes=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -513,6 +523,10 @@ class Dataset:
         self.local = _text(local, "local")
         self._element_timeout_ms = _timeout_ms(element_timeout)
         self._split_size = _split_size(split_size)
+        self.deterministic = _flag(deterministic, "deterministic")
+        self.reorder_bytes = _count(reorder_bytes, "reorder_bytes")
+        if self.reorder_bytes and not self.deterministic:
+            raise ValueError("reorder_bytes goes with deterministic=True")
         self._restore = None
 
     def load_state_dict(self, state):
@@ -531,7 +545,8 @@ class Dataset:
         return self._conn.client().read(
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
-            self._element_timeout_ms, self._split_size, restore)
+            self._element_timeout_ms, self._split_size, restore, self.deterministic,
+            self.reorder_bytes)
 
     def __repr__(self):
         what = f"dataset_id={self.dataset_id!r}" if self.dataset_id else \
@@ -543,7 +558,7 @@ class Dataset:
 def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consumer_index=None,
                     num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                     timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
-                    tls_key=None, tls_ca=None):
+                    tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -557,7 +572,11 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     checks and tails. timeout: seconds to wait for an unreachable dispatcher. element_timeout:
     seconds next() may wait for an element before raising sluice.TimeoutError (None: no limit).
     auth_token_file, tls_cert, tls_key, tls_ca: as for DispatchServer (a wrong or missing token
-    raises AuthenticationError).
+    raises AuthenticationError). deterministic: distributed_epoch only (other modes and
+    coordinated reads raise InvalidArgumentError): the elements come in the canonical order, splits
+    by sequence number and elements by position in their split, the same with any number of
+    workers and across worker failures, drains, joins and fault-tolerant dispatcher restarts.
+    reorder_bytes: with deterministic, the bytes of replies held to reorder them (None: 256 MiB).
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -567,13 +586,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     return Dataset(conn, processing_mode, dataset_id=dataset_id, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
-                   element_timeout=element_timeout)
+                   element_timeout=element_timeout, deterministic=deterministic,
+                   reorder_bytes=reorder_bytes)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
-               tls_cert=None, tls_key=None, tls_ca=None):
+               tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
     with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -583,7 +603,8 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
     return Dataset(conn, processing_mode, pipeline=pipeline, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
-                   element_timeout=element_timeout, split_size=split_size)
+                   element_timeout=element_timeout, split_size=split_size,
+                   deterministic=deterministic, reorder_bytes=reorder_bytes)
 
 
 def merge_positions(states):

@@ -71,15 +71,18 @@ static bool client_ready(ClientObject *self)
 
 static PyObject *client_register(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"pipeline", "dataset_id", "compression", "split_size", NULL};
+    static char *names[] = {"pipeline",   "dataset_id",    "compression",
+                            "split_size", "deterministic", NULL};
     const char *pipeline, *dataset_id = NULL, *compression = "auto";
     unsigned long long split_size = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zsK", names, &pipeline, &dataset_id, &compression,
-                                     &split_size))
+    int deterministic = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zsKp", names, &pipeline, &dataset_id,
+                                     &compression, &split_size, &deterministic))
         return NULL;
     if (!client_ready(self))
         return NULL;
-    struct sluice_register_options o = {.dataset_id = dataset_id, .split_size = split_size};
+    struct sluice_register_options o = {
+        .dataset_id = dataset_id, .split_size = split_size, .deterministic = deterministic != 0};
     if (strcmp(compression, "auto") == 0) {
         o.compression = SLUICE_COMPRESSION_AUTO;
     } else if (strcmp(compression, "none") == 0 || strcmp(compression, "") == 0) {
@@ -118,11 +121,13 @@ static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw);
 
 static PyMethodDef client_methods[] = {
     {"register", (PyCFunction)(void (*)(void))client_register, METH_VARARGS | METH_KEYWORDS,
-     "register(pipeline, dataset_id=None, compression='auto', split_size=0) -> dataset id"},
+     "register(pipeline, dataset_id=None, compression='auto', split_size=0, deterministic=False) "
+     "-> dataset id"},
     {"status", (PyCFunction)client_status, METH_NOARGS, "status() -> the status JSON text"},
     {"read", (PyCFunction)(void (*)(void))client_read, METH_VARARGS | METH_KEYWORDS,
      "read(dataset_id=None, pipeline=None, mode=0, job_name=None, consumer_index=0, "
-     "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0) -> Iterator"},
+     "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0, split_size=0, "
+     "restore=None, deterministic=False, reorder_bytes=0) -> Iterator"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -174,16 +179,21 @@ static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
                             "timeout_ms",
                             "split_size",
                             "restore",
+                            "deterministic",
+                            "reorder_bytes",
                             NULL};
     memset(rc, 0, sizeof *rc);
-    int mode = 0;
+    int mode = 0, deterministic = 0;
     unsigned int ci = 0, nc = 0, mor = 0;
-    unsigned long long split_size = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIKz*", names, &rc->o.dataset_id,
+    unsigned long long split_size = 0, reorder_bytes = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIKz*pK", names, &rc->o.dataset_id,
                                      &rc->o.pipeline, &mode, &rc->o.job_name, &ci, &nc, &mor,
-                                     &rc->o.local, &rc->timeout_ms, &split_size, &rc->restore))
+                                     &rc->o.local, &rc->timeout_ms, &split_size, &rc->restore,
+                                     &deterministic, &reorder_bytes))
         return -1;
     rc->o.split_size = split_size;
+    rc->o.deterministic = deterministic != 0;
+    rc->o.reorder_bytes = reorder_bytes;
     rc->o.mode = (enum sluice_mode)mode;
     rc->o.consumer_index = ci;
     rc->o.num_consumers = nc;

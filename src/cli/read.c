@@ -30,6 +30,7 @@ static const char read_usage[] =
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
+    "                   [--deterministic [--reorder-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
     "                   [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "                   [--output FILE] [--checkpoint FILE [--checkpoint-every N]]\n"
@@ -51,6 +52,10 @@ static const char read_usage[] =
     "  --max-outstanding-requests N\n"
     "                      requests in flight to workers at once (default 8)\n"
     "  --local TAIL        ops applied here to the elements that arrive, e.g. 'batch(4)'\n"
+    "  --deterministic     distributed_epoch (the mode it implies) in the canonical order:\n"
+    "                      splits by sequence number, elements by position in their split,\n"
+    "                      the same with any number of workers, failures and restarts\n"
+    "  --reorder-bytes N   bytes of replies held to reorder them (default 256 MiB)\n"
     "  --limit N           stop after N elements\n"
     "  --timeout-ms N      give up when the dispatcher is unreachable this long (default:\n"
     "                      retry forever, since a dispatcher may be restarting)\n"
@@ -126,6 +131,7 @@ static int parse_u32(const char *opt, const char *text, uint32_t *out)
 /* Returns -1 to go on reading, or the exit status. */
 static int parse_args(int argc, char **argv, struct read_args *a)
 {
+    bool has_mode = false;
     bool has_index = false, has_count = false;
     int k;
     for (int i = 1; i < argc; i++) {
@@ -144,6 +150,7 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             }
         } else if (strcmp(s, "--mode") == 0 && more) {
             const char *m = argv[++i];
+            has_mode = true;
             if (mode_parse(m, &a->opts.mode) < 0) {
                 cli_error("usage",
                           "--mode takes parallel_epochs, distributed_epoch, off, dynamic, file, "
@@ -175,6 +182,16 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             }
         } else if (strcmp(s, "--local") == 0 && more) {
             a->opts.local = argv[++i];
+        } else if (strcmp(s, "--deterministic") == 0) {
+            a->opts.deterministic = true;
+        } else if (strcmp(s, "--reorder-bytes") == 0 && more) {
+            unsigned long long v;
+            if (cli_parse_u64(argv[++i], &v) != 0 || v == 0) {
+                cli_error("usage", "--reorder-bytes takes a number of bytes >= 1, not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+            a->opts.reorder_bytes = v;
         } else if (strcmp(s, "--format") == 0 && more) {
             const char *f = argv[++i];
             a->count_only = strcmp(f, "count") == 0;
@@ -228,6 +245,13 @@ static int parse_args(int argc, char **argv, struct read_args *a)
         }
     }
 
+    /* --deterministic alone means distributed_epoch; with another mode the library refuses. */
+    if (a->opts.deterministic && !has_mode)
+        a->opts.mode = SLUICE_DISTRIBUTED_EPOCH;
+    if (a->opts.reorder_bytes && !a->opts.deterministic) {
+        cli_error("usage", "--reorder-bytes goes with --deterministic");
+        return CLI_EXIT_USAGE;
+    }
     if (!a->dispatcher) {
         cli_error("usage", "--dispatcher H:P is required (try 'sluice read --help')");
         return CLI_EXIT_USAGE;

@@ -9,7 +9,8 @@
 
 static const char register_usage[] =
     "usage: sluice register --dispatcher H:P PIPELINE [--dataset-id ID]\n"
-    "                       [--compression auto|none] [--split-size N] [--timeout-ms N]\n"
+    "                       [--compression auto|none] [--split-size N] [--deterministic]\n"
+    "                       [--timeout-ms N]\n"
     "                       [--plugin LIB.so]... [--auth-token-file F]\n"
     "                       [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
@@ -21,7 +22,9 @@ static const char register_usage[] =
     "auto (the default) lets workers compress elements when it pays. --split-size sets the\n"
     "elements per split of a range or list source in distributed_epoch (default: about 1/256\n"
     "of the source, 16 to 16384, rounded up to a multiple of the workers' batch). An unreachable\n"
-    "dispatcher is retried until --timeout-ms runs out (default: forever). --plugin loads a\n"
+    "dispatcher is retried until --timeout-ms runs out (default: forever). --deterministic\n"
+    "makes distributed_epoch reads of the dataset deterministic by default (see 'sluice read\n"
+    "--help'); it is part of the dataset's identity. --plugin loads a\n"
     "shared object whose functions the pipeline uses (workers need it too).\n"
     "\n" CLI_SECURITY_USAGE "\n"
     "example: sluice register --dispatcher 127.0.0.1:5050 'range(100) | map(square)'\n";
@@ -32,6 +35,7 @@ int cli_register(int argc, char **argv)
     enum sluice_compression compression = SLUICE_COMPRESSION_AUTO;
     unsigned long long timeout_ms = 0;
     uint64_t split_size = 0;
+    bool deterministic = false;
     const char *plugins[CLI_MAX_PLUGINS];
     size_t nplugins = 0;
 
@@ -63,6 +67,8 @@ int cli_register(int argc, char **argv)
         } else if (strcmp(a, "--split-size") == 0 && i + 1 < argc) {
             if (cli_parse_split_size(argv[++i], &split_size) != 0)
                 return CLI_EXIT_USAGE;
+        } else if (strcmp(a, "--deterministic") == 0) {
+            deterministic = true;
         } else if (strcmp(a, "--timeout-ms") == 0 && i + 1 < argc) {
             if (cli_parse_u64(argv[++i], &timeout_ms) != 0 || timeout_ms > UINT32_MAX) {
                 cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",
@@ -106,8 +112,10 @@ int cli_register(int argc, char **argv)
 
     char err[1024] = "";
     char id[256];
-    struct sluice_register_options opts = {
-        .dataset_id = dataset_id, .compression = compression, .split_size = split_size};
+    struct sluice_register_options opts = {.dataset_id = dataset_id,
+                                           .compression = compression,
+                                           .split_size = split_size,
+                                           .deterministic = deterministic};
     int rc = sluice_register(client, text, &opts, id, sizeof(id), err, sizeof(err));
     if (rc == SLUICE_ERR_PARSE) {
         cli_error("pipeline", "%s", err);

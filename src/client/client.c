@@ -602,6 +602,9 @@ int client_register(struct sluice_client *c, const char *pipeline,
         rc = pipe_registry_check(c->reg, spec, err, errlen);
     if (rc)
         goto done;
+    /* In the definition, so the dispatcher's identity of a dataset (its definition bytes)
+     * tells the two apart. */
+    spec->deterministic = options->deterministic;
     rc = pipe_spec_encode(spec, &def_bytes, &def_len);
     if (rc) {
         err_set(err, errlen, rc, "encode pipeline: %s", sluice_strerror(rc));

@@ -19,6 +19,10 @@
 void iter_free(struct sluice_iterator *it)
 {
     prefetch_release(&it->pf);
+    reorder_queue_release(&it->rq);
+    reorder_accept_release(&it->ra);
+    free(it->det_ops);
+    free(it->redo);
     ct_release(&it->tasks);
     ledger_release(&it->ledger);
     ledger_release(&it->delivered);
@@ -54,6 +58,8 @@ void iter_end(struct sluice_iterator *it)
     uv_mutex_lock(&it->mu);
     if (it->state == ITER_RUNNING) {
         it->state = ITER_ENDED;
+        /* Whatever is still queued is read; splits missing by now never come. */
+        it->rq.ended = true;
         uv_cond_broadcast(&it->cond);
     }
     uv_mutex_unlock(&it->mu);
@@ -75,10 +81,57 @@ void iter_interrupt(struct sluice_iterator *it)
 
 /* ---- reader ------------------------------------------------------------------------------- */
 
+/* ---- deterministic reads: the reader takes runs from the reorder queue (reorder.h) ---------- */
+
+static void handed_end(struct sluice_iterator *it, uint64_t seq, uint64_t total);
+
+/* Takes the next run in the canonical order into it->cur (a view into its blob). Splits read in
+ * full on the way count as handed out whole (their end markers are not in the runs). mu held. */
+static bool det_take(struct sluice_iterator *it)
+{
+    struct reorder_run run;
+    bool got = reorder_queue_take(&it->rq, &run);
+    size_t npassed;
+    const struct reorder_passed *passed = reorder_queue_passed(&it->rq, &npassed);
+    for (size_t i = 0; i < npassed && it->track; i++)
+        handed_end(it, passed[i].seq, passed[i].total);
+    if (!got)
+        return false;
+    memset(&it->cur, 0, sizeof it->cur);
+    it->cur.data = run.blob->item.data + run.begin;
+    it->cur.len = run.end - run.begin;
+    it->cur.count = run.count;
+    it->cur.task_id = run.blob->item.task_id;
+    it->cur_blob = run.blob;
+    return true;
+}
+
+/* Lets go of the run in it->cur: its blob is freed once every run of it was read, and the loop,
+ * which may be waiting for room, is woken then. */
+static void det_drop(struct sluice_iterator *it)
+{
+    uv_mutex_lock(&it->mu);
+    struct reorder_blob *b = reorder_queue_done(&it->rq, it->cur_blob);
+    uv_mutex_unlock(&it->mu);
+    it->cur_blob = NULL;
+    memset(&it->cur, 0, sizeof it->cur);
+    if (b) {
+        reorder_blob_free(b);
+        client_wake(it->c);
+    }
+}
+
 /* The reader is done with the payload it was decoding: frees it and its slot, and wakes the
  * loop to use the slot. */
 static void finish_payload(struct sluice_iterator *it)
 {
+    if (it->det) {
+        det_drop(it);
+        it->cur_pos = 0;
+        it->cur_decoded = 0;
+        it->cur_skip = 0;
+        return;
+    }
     prefetch_item_free(&it->cur);
     it->cur_pos = 0;
     it->cur_decoded = 0;
@@ -94,9 +147,10 @@ static void finish_payload(struct sluice_iterator *it)
 static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_t errlen)
 {
     int rc;
+    bool woke = false;
     uv_mutex_lock(&it->mu);
     for (;;) {
-        if (prefetch_take(&it->pf, &it->cur)) {
+        if (it->det ? det_take(it) : prefetch_take(&it->pf, &it->cur)) {
             it->cur_pos = 0;
             it->cur_decoded = 0;
             it->cur_skip = 0;
@@ -114,6 +168,12 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
         if (atomic_load(&it->interrupted)) {
             rc = err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
             break;
+        }
+        /* Deterministic: the loop fetches past its reorder bound only while the reader has
+         * nothing to read, which it learns here. */
+        if (it->det && !woke) {
+            woke = true;
+            client_wake(it->c);
         }
         uint64_t t0 = uv_hrtime();
         if (timed && it->deadline_ns) {
@@ -293,7 +353,10 @@ static void reader_release(struct sluice_iterator *it)
     it->tail = NULL;
     pipe_spec_free(it->tail_spec);
     it->tail_spec = NULL;
-    prefetch_item_free(&it->cur);
+    if (it->cur_blob)
+        det_drop(it);
+    else
+        prefetch_item_free(&it->cur);
     pipe_buf_release(&it->scratch);
     pipe_elem_release(&it->elem);
 }
@@ -442,6 +505,13 @@ static int restore_seed(struct sluice_iterator *it, const struct ckpt *ck)
     int rc = ckpt_seed(&it->ledger, &ck->pos, true);
     if (rc == 0)
         rc = ckpt_seed(&it->delivered, &ck->pos, false);
+    /* Deterministic: what the reader had of a split is a prefix of it (the canonical order); the
+     * splits it had whole are passed over once the dispatcher says they are finished. */
+    for (size_t i = 0; rc == 0 && it->det && i < ck->pos.n; i++) {
+        const struct ledger_split *s = &ck->pos.v[i];
+        if (s->got.n > 0 && s->got.v[0].begin == 0)
+            rc = reorder_accept_seed(&it->ra, s->seq, s->got.v[0].end);
+    }
     it->taken_local = ck->delivered;
     atomic_store(&it->taken, ck->delivered);
     return rc;
@@ -455,6 +525,8 @@ static int take_dataset(const Sluice__Envelope *reply, void *user, char *err, si
         return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "dispatcher sent no dataset definition");
     if (iter_pack_def(r->dataset, &it->def, &it->def_len) != 0)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    /* A dataset registered deterministic reads so by default (in distributed_epoch). */
+    it->det = it->mode == SLUICE_DISTRIBUTED_EPOCH && !it->coordinated && r->dataset->deterministic;
     return 0;
 }
 
@@ -495,6 +567,14 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
     } else if (o->consumer_index != 0) {
         return err_set(err, errlen, SLUICE_ERR_INVALID, "a consumer index needs num_consumers");
     }
+    if (o->deterministic && o->mode != SLUICE_DISTRIBUTED_EPOCH)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "deterministic reads need mode distributed_epoch, not %s",
+                       mode_name(o->mode));
+    if (o->deterministic && o->num_consumers > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "deterministic reads cannot be coordinated (num_consumers): rounds already "
+                       "fix which elements each consumer gets");
     return 0;
 }
 
@@ -564,6 +644,8 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
         if (rc)
             goto fail;
     }
+    reorder_accept_init(&it->ra);
+    reorder_queue_init(&it->rq, o->reorder_bytes ? o->reorder_bytes : ITER_REORDER_BYTES);
     if (o->pipeline && *o->pipeline) {
         const struct sluice_register_options ro = {.split_size = o->split_size};
         rc = client_register(c, o->pipeline, &ro, it->dataset_id, sizeof it->dataset_id, err,
@@ -592,6 +674,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
                         err, errlen);
     if (rc)
         goto fail;
+    it->det = it->det || o->deterministic;
     it->def_hash = ckpt_def_hash(it->def, it->def_len);
     if (o->restore && it->def_hash != ck.def_hash) {
         rc = err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -619,6 +702,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     req.mode = (Sluice__ProcessingMode)o->mode;
     req.num_consumers = o->num_consumers;
     req.consumer_index = o->consumer_index;
+    req.deterministic = it->det;
     uint64_t *bounds = NULL;
     if (o->restore) {
         const struct ranges *done = &ck.pos.done;

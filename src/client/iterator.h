@@ -64,6 +64,13 @@
  * spare: a worker answers every read before its reader gives up on it, which coordinated reads
  * rely on (tasks.h). */
 #define ITER_FETCH_TIMEOUT_MS 10000
+/* Deterministic reads: the bytes of received payloads held for reordering before only the
+ * lowest incomplete split's elements are taken (sluice_read_options.reorder_bytes). */
+#define ITER_REORDER_BYTES (256u << 20)
+/* The least reorder window asked of the dispatcher, in splits past the one the reader needs
+ * (see lease_below in iterator_heartbeat.c): enough for every worker thread to hold a split. */
+#define ITER_WINDOW_MIN_SPLITS 8
+#define ITER_WINDOW_SLACK_MS 300
 /* Heartbeat interval until the dispatcher names one. */
 #define ITER_DEFAULT_HEARTBEAT_MS 1000
 /* Heartbeat interval once every task has ended but the dispatcher has not yet said the iteration

@@ -155,6 +155,163 @@ static int note_payload(struct sluice_iterator *it, struct prefetch_item *item, 
     return rc;
 }
 
+/* ---- deterministic reads (reorder.h) ---- */
+
+/* Appends an op to it->det_ops[*n]. Returns 0 or SLUICE_ERR_NOMEM. */
+static int det_op_push(struct sluice_iterator *it, size_t *n, struct det_op op)
+{
+    if (*n == it->det_ops_cap) {
+        size_t ncap = it->det_ops_cap ? 2 * it->det_ops_cap : 64;
+        struct det_op *v = realloc(it->det_ops, ncap * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        it->det_ops = v;
+        it->det_ops_cap = ncap;
+    }
+    it->det_ops[(*n)++] = op;
+    return 0;
+}
+
+/* Ends the run being cut (if any): records its positions in the ledger and queues it as an op.
+ * Returns 0 or SLUICE_ERR_NOMEM. */
+static int det_flush(struct sluice_iterator *it, size_t *nops, struct det_op *run,
+                     uint64_t first_pos)
+{
+    if (run->count == 0)
+        return 0;
+    it->det_bytes += run->end - run->begin;
+    int rc = ledger_add(&it->ledger, run->seq, first_pos, first_pos + run->count);
+    if (rc == 0)
+        rc = det_op_push(it, nops, *run);
+    if (rc == 0 && ledger_complete(&it->ledger, run->seq))
+        it->acks_due = true;
+    run->count = 0;
+    return rc;
+}
+
+/* Judges the records of a payload that just arrived (reorder_judge), records the accepted ones
+ * in the ledger, and queues them as runs of the payload for the reader, which takes them in the
+ * canonical order. Takes item (freed when none of it is kept). Returns 0, SLUICE_ERR_NOMEM or
+ * SLUICE_ERR_CORRUPT with a message in err. */
+static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, char *err,
+                       size_t errlen)
+{
+    struct reorder_blob *blob = reorder_blob_new(item);
+    if (!blob) {
+        prefetch_item_free(item);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    }
+    const uint8_t *data = blob->item.data;
+    size_t len = blob->item.len;
+    uv_mutex_lock(&it->mu);
+    bool room = reorder_queue_room(&it->rq);
+    uv_mutex_unlock(&it->mu);
+    size_t pos = 0, nops = 0, pushed = 0;
+    struct det_op run = {0};
+    uint64_t run_pos = 0; /* the position of the run's first record */
+    int rc = 0;
+    for (uint32_t index = 0;; index++) {
+        struct codec_mark m;
+        size_t start = pos;
+        int kind = codec_scan_record(data, len, &pos, &m);
+        if (kind == CODEC_NO_MORE)
+            break;
+        if (kind < 0 || (kind == CODEC_ELEMENT && !m.tagged)) {
+            rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                         "elements of task %" PRIu64 ": record %" PRIu32 " is %s",
+                         blob->item.task_id, index,
+                         kind < 0 ? "damaged" : "not tagged with its split");
+            goto out;
+        }
+        if (kind == CODEC_ELEMENT) {
+            int v = reorder_judge(&it->ra, m.seq, m.pos, room);
+            if (v < 0) {
+                rc = err_set(err, errlen, v, "%s", sluice_strerror(v));
+                goto out;
+            }
+            if (v == REORDER_ACCEPT || v == REORDER_LAST) {
+                if (run.count && (run.seq != m.seq || run.end != start) &&
+                    (rc = det_flush(it, &nops, &run, run_pos)) < 0)
+                    goto out;
+                if (run.count == 0) {
+                    run = (struct det_op){.seq = m.seq, .begin = start};
+                    run_pos = m.pos;
+                }
+                run.end = pos;
+                run.count++;
+                if (v == REORDER_ACCEPT)
+                    continue;
+                if ((rc = det_flush(it, &nops, &run, run_pos)) < 0 ||
+                    (rc = det_op_push(
+                         it, &nops,
+                         (struct det_op){.seq = m.seq, .complete = true, .total = m.pos + 1})) < 0)
+                    goto out;
+                continue;
+            }
+            if ((rc = det_flush(it, &nops, &run, run_pos)) < 0)
+                goto out;
+            continue;
+        }
+        /* An end marker. */
+        if ((rc = det_flush(it, &nops, &run, run_pos)) < 0)
+            goto out;
+        rc = ledger_end(&it->ledger, m.seq, m.pos);
+        if (rc == 0) {
+            rc = reorder_end(&it->ra, m.seq, m.pos);
+            if (rc == 0 && !reorder_complete(&it->ra, m.seq))
+                iter_schedule_acks(it); /* a redo to ask for */
+        }
+        if (rc == SLUICE_ERR_CORRUPT) {
+            err_set(err, errlen, rc,
+                    "split %" PRIu64 " ended with %" PRIu64
+                    " elements and with another count before: its pipeline is not deterministic",
+                    m.seq, m.pos);
+            goto out;
+        }
+        if (rc < 0) {
+            err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+            goto out;
+        }
+        if (ledger_complete(&it->ledger, m.seq))
+            it->acks_due = true;
+        if (rc == 1 &&
+            (rc = det_op_push(it, &nops,
+                              (struct det_op){.seq = m.seq, .complete = true, .total = m.pos})) < 0)
+            goto out;
+        rc = 0;
+    }
+    rc = det_flush(it, &nops, &run, run_pos);
+out:
+    /* Ops made before a failure are queued all the same: the ledger already counts them. */
+    if (nops > 0) {
+        int qrc = 0;
+        uv_mutex_lock(&it->mu);
+        for (size_t i = 0; i < nops && qrc == 0; i++) {
+            const struct det_op *op = &it->det_ops[i];
+            if (op->complete) {
+                it->det_splits++;
+                qrc = reorder_queue_complete(&it->rq, op->seq, op->total);
+            } else {
+                qrc = reorder_queue_push(&it->rq, op->seq, blob, op->begin, op->end, op->count);
+                pushed += qrc == 0;
+            }
+        }
+        uv_cond_broadcast(&it->cond);
+        uv_mutex_unlock(&it->mu);
+        if (qrc < 0 && rc == 0)
+            rc = err_set(err, errlen, qrc, "%s", sluice_strerror(qrc));
+    }
+    /* Once a run is queued the reader may already be done with the blob; with none, it is
+     * ours alone. */
+    if (pushed == 0)
+        reorder_blob_free(blob);
+    /* The read waits for a split to be produced again: ask for it at once. */
+    reorder_advance(&it->ra);
+    if (reorder_need_redo(&it->ra))
+        iter_hasten_redo(it);
+    return rc;
+}
+
 static void on_elements(int status, const char *msg, const Sluice__Envelope *reply, void *user)
 {
     struct fetch *f = user;
@@ -216,6 +373,21 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             goto out;
         }
         char nmsg[MSG_MAX];
+        if (it->det) {
+            rc = has_data ? det_payload(it, &item, nmsg, sizeof nmsg) : 0;
+            uv_mutex_lock(&it->mu);
+            prefetch_cancel(&it->pf);
+            uv_mutex_unlock(&it->mu);
+            if (rc < 0) {
+                ct_on_failure(&it->tasks, (size_t)i, now);
+                iter_fail(it, rc, "%s", nmsg);
+                goto out;
+            }
+            if (it->acks_due)
+                iter_schedule_acks(it);
+            ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
+            goto out;
+        }
         if (has_data && it->mode == SLUICE_DISTRIBUTED_EPOCH &&
             (rc = note_payload(it, &item, nmsg, sizeof nmsg)) < 0) {
             prefetch_item_free(&item);
@@ -315,6 +487,17 @@ static void arm_pump(struct sluice_iterator *it, uint64_t at, uint64_t now)
     uv_timer_start(&it->pump_timer, on_pump_timer, delay, 0);
 }
 
+/* Deterministic reads: whether another request may go out (mu held). Not while the reader has
+ * a prefetch buffer's worth (the slots' replies) to read in order: it is behind, and the
+ * workers wait for it as in other reads. Past the reorder bound, only while the reader has
+ * nothing to read: it then needs the lowest incomplete split, which fetching finds. */
+static bool det_may_fetch(struct sluice_iterator *it)
+{
+    if (!reorder_queue_room(&it->rq))
+        return reorder_queue_starved(&it->rq);
+    return !reorder_queue_ahead(&it->rq, (uint64_t)it->pf.cap * ITER_FETCH_MAX_BYTES);
+}
+
 /* Sends requests while slots are free and some task may be asked. */
 static void pump(struct sluice_iterator *it)
 {
@@ -341,7 +524,8 @@ static void pump(struct sluice_iterator *it)
             return;
         }
         uv_mutex_lock(&it->mu);
-        bool reserved = it->state == ITER_RUNNING && prefetch_reserve(&it->pf);
+        bool reserved = it->state == ITER_RUNNING && (!it->det || det_may_fetch(it)) &&
+                        prefetch_reserve(&it->pf);
         uv_mutex_unlock(&it->mu);
         if (!reserved)
             return;

@@ -80,6 +80,16 @@ void iter_schedule_acks(struct sluice_iterator *it)
         iter_schedule_heartbeat(it, ITER_ACK_MS);
 }
 
+void iter_hasten_redo(struct sluice_iterator *it)
+{
+    if (it->closing)
+        return;
+    if (it->hb_busy)
+        it->hb_soon = true;
+    else if (!uv_is_active((uv_handle_t *)&it->hb_timer) || uv_timer_get_due_in(&it->hb_timer) > 0)
+        iter_schedule_heartbeat(it, 0);
+}
+
 void iter_hasten_heartbeat(struct sluice_iterator *it)
 {
     if (it->closing || it->hb_busy || !end_phase(it))
@@ -287,6 +297,15 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
     /* Out of memory leaves the entries to be reported and confirmed again. */
     if (r->n_finished_seqs)
         (void)ledger_confirmed(&it->ledger, r->finished_seqs, r->n_finished_seqs);
+    /* Deterministic: splits finished without this reader holding them are passed over. */
+    if (it->det && r->splits_finished_below > it->ra.need) {
+        reorder_accept_floor(&it->ra, r->splits_finished_below);
+        uv_mutex_lock(&it->mu);
+        if (r->splits_finished_below > it->rq.skip_below)
+            it->rq.skip_below = r->splits_finished_below;
+        uv_cond_broadcast(&it->cond);
+        uv_mutex_unlock(&it->mu);
+    }
     struct ct_info *infos = calloc(r->n_tasks ? r->n_tasks : 1, sizeof *infos);
     if (!infos) {
         iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
@@ -335,11 +354,63 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
     iter_settle(it);
 }
 
+/* Deterministic reads: the splits to have produced again (reorder_redo_due) into it->redo. A
+ * heartbeat that fails gives them back (redo_failed). Returns 0 or SLUICE_ERR_NOMEM. */
+static int take_redo(struct sluice_iterator *it)
+{
+    it->nredo = 0;
+    if (it->ra.n > it->redo_cap) {
+        uint64_t *v = realloc(it->redo, it->ra.n * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        it->redo = v;
+        it->redo_cap = it->ra.n;
+    }
+    uv_mutex_lock(&it->mu);
+    bool room = reorder_queue_room(&it->rq);
+    uv_mutex_unlock(&it->mu);
+    it->nredo = reorder_redo_due(&it->ra, room, it->redo, it->redo_cap);
+    return 0;
+}
+
+/* Deterministic reads: the end of the reorder window, for the dispatcher to lease no split past
+ * (wire lease_below): past the split the reader needs, as many splits as half the reorder bound
+ * holds at the mean split size seen so far (what the reader holds of splits below the one it
+ * needs counts too), at least ITER_WINDOW_MIN_SPLITS, plus the splits completed in the last
+ * ITER_WINDOW_SLACK_MS at the rate of the last interval (the bound is as old as the last
+ * heartbeat). 0 (no bound) until a split completed. The bound keeps workers from running far
+ * ahead while the reader waits for one split, producing what it would have to drop. */
+static uint64_t lease_below(struct sluice_iterator *it, uint64_t now)
+{
+    uint64_t done = it->det_splits - it->last_det_splits;
+    uint64_t dt = now - it->last_det_ms;
+    it->last_det_splits = it->det_splits;
+    it->last_det_ms = now;
+    if (it->det_splits == 0)
+        return 0;
+    uint64_t mean = it->det_bytes / it->det_splits;
+    uint64_t window = mean ? it->rq.bound / 2 / mean : UINT64_MAX / 2;
+    if (window < ITER_WINDOW_MIN_SPLITS)
+        window = ITER_WINDOW_MIN_SPLITS;
+    if (dt > 0 && window < UINT64_MAX / 2)
+        window += done * ITER_WINDOW_SLACK_MS / dt;
+    return window > UINT64_MAX - it->ra.need ? 0 : it->ra.need + window;
+}
+
+static void redo_failed(struct sluice_iterator *it)
+{
+    reorder_redo_failed(&it->ra, it->redo, it->nredo);
+    it->nredo = 0;
+}
+
 static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *reply,
                          uint64_t incarnation, void *user)
 {
     struct sluice_iterator *it = user;
     it->hb_busy = false;
+    if (status != 0 || incarnation != it->job_incarnation)
+        redo_failed(it);
+    it->nredo = 0;
     if (it->closing || iter_state(it) == ITER_FAILED) {
         iter_unref(it);
         return;
@@ -463,10 +534,17 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.n_splits = it->cov_n;
     it->hb_req.splits = it->cov_ptrs;
     it->hb_req.round = it->coordinated ? it->tasks.round : 0;
+    if (it->det && take_redo(it) == 0) {
+        it->hb_req.n_redo_seqs = it->nredo;
+        it->hb_req.redo_seqs = it->redo;
+    }
+    if (it->det)
+        it->hb_req.lease_below = lease_below(it, now);
     sluice__envelope__init(&it->hb_env);
     it->hb_env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
     it->hb_env.client_heartbeat = &it->hb_req;
     if (client_disp_call(it->c, &it->hb_env, heartbeat_timeout(it), false, on_heartbeat, it) != 0) {
+        redo_failed(it);
         iter_schedule_heartbeat(it, it->heartbeat_ms);
         return;
     }

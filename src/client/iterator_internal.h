@@ -12,6 +12,7 @@
 #include "client.h"
 #include "ledger.h"
 #include "prefetch.h"
+#include "reorder.h"
 #include "retry.h"
 #include "status_json.h"
 #include "tasks.h"
@@ -58,11 +59,15 @@ struct sluice_iterator {
     size_t client_key_len;
     uint32_t consumer_index;
     bool coordinated;
+    /* Deterministic reads (reorder.h): payloads go into the reorder queue, not the prefetch
+     * buffer, whose slots then only count requests in flight. */
+    bool det;
 
     /* Shared, guarded by mu. */
     uv_mutex_t mu;
     uv_cond_t cond;
     struct prefetch pf;
+    struct reorder_queue rq; /* deterministic reads */
     enum iter_state state;
     int fail_rc;
     char fail_msg[MSG_MAX];
@@ -73,7 +78,8 @@ struct sluice_iterator {
     atomic_int interrupted;
 
     /* Reader. */
-    struct prefetch_item cur; /* the payload being decoded; data NULL when none */
+    struct prefetch_item cur;      /* the payload being decoded; data NULL when none */
+    struct reorder_blob *cur_blob; /* deterministic: cur is a run of this blob, not owned */
     size_t cur_pos;
     uint32_t cur_decoded; /* records of cur read so far (elements, skipped ones, end markers) */
     uint32_t cur_skip;    /* entries of cur.skip passed */
@@ -119,6 +125,15 @@ struct sluice_iterator {
     /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive
      * (note_payload) and reported with heartbeats. */
     struct ledger ledger;
+    /* Deterministic reads: the judge of arriving records, the runs cut from a payload before
+     * they are queued (det_ops), and the redo seqs of the heartbeat under way. */
+    struct reorder_accept ra;
+    struct det_op *det_ops;
+    size_t det_ops_cap;
+    uint64_t *redo;
+    size_t nredo, redo_cap;
+    uint64_t det_bytes, det_splits; /* bytes accepted, splits completed: the mean split size */
+    uint64_t last_det_splits, last_det_ms; /* det_splits at the last heartbeat, and when */
     bool acks_due;              /* a split completed since the last heartbeat was built */
     Sluice__SplitCoverage *cov; /* the coverage reported by the heartbeat under way */
     Sluice__SplitCoverage **cov_ptrs;
@@ -133,6 +148,16 @@ struct sluice_iterator {
     Sluice__ReleaseClientRequest rel_req;
     Sluice__Envelope rel_env;
     struct client_op *close_op;
+};
+
+/* One step of queueing a payload's accepted records (iterator_fetch.c): a run of split seq
+ * (count > 0), or the split's completion (count 0, complete). */
+struct det_op {
+    uint64_t seq;
+    size_t begin, end;
+    uint32_t count;
+    bool complete;
+    uint64_t total; /* complete: the split's count */
 };
 
 /* iterator.c */
@@ -163,6 +188,9 @@ void iter_settle(struct sluice_iterator *it);
 /* Coordinated reads: brings the next heartbeat forward when the read needs news (coord_delay). A
  * heartbeat under way is followed by the next at the same pace (next_heartbeat). */
 void iter_coord_news(struct sluice_iterator *it);
+/* Deterministic reads: the split the reader needs next must be produced again; the next
+ * heartbeat, which asks for it, goes at once (or right after the one under way). */
+void iter_hasten_redo(struct sluice_iterator *it);
 /* In the end phase, brings the next heartbeat forward (the last task just ended). */
 void iter_hasten_heartbeat(struct sluice_iterator *it);
 /* Packs a dataset definition into a new buffer. Returns 0 or SLUICE_ERR_NOMEM. */

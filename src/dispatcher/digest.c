@@ -77,6 +77,9 @@ uint64_t state_digest(const struct state *s)
         fnv_u64(&f, j->mode);
         fnv_u64(&f, j->num_consumers);
         fnv_u64(&f, j->iteration_id);
+        /* Only when set, so the digests of states without deterministic jobs do not change. */
+        if (j->deterministic)
+            fnv_u64(&f, 1);
     }
     fnv_u64(&f, s->niterations);
     for (size_t i = 0; i < s->niterations; i++) {

@@ -41,6 +41,7 @@ struct client_ctx {
     uint8_t (*info_keys)[CAP_KEY_LEN]; /* each task's capability for this client */
     size_t ninfos;
     uint64_t rounds_granted;
+    uint64_t finished_below; /* state_splits_finished_below when planned */
     Sluice__RoundEpoch *epochs;
     Sluice__RoundEpoch **epoch_ptrs;
     size_t nepochs;
@@ -152,6 +153,7 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     body.iteration_error = it->error ? it->error : "";
     body.heartbeat_ms = d->client_hb_ms;
     body.rounds_granted = c->rounds_granted;
+    body.splits_finished_below = c->finished_below;
     body.n_round_epochs = c->nepochs;
     body.round_epochs = c->epoch_ptrs;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
@@ -272,6 +274,16 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
+    /* A deterministic reader lost part of these splits: they are produced again. Other jobs'
+     * readers have no business asking, and are not refused a heartbeat for it. */
+    const struct st_job *job = state_job(&d->st, it->job_id);
+    bool det = job && job->deterministic && it->distributed;
+    if (rc == 0 && det && req->n_redo_seqs > 0)
+        rc = plan_splits_redo(&d->st, iteration_id, req->redo_seqs, req->n_redo_seqs, &d->ups, err,
+                              sizeof err);
+    c->finished_below = state_splits_finished_below(&d->st, iteration_id);
+    if (rc == 0 && det && req->lease_below > 0)
+        dispatcher_soft_set(&d->lease_below, iteration_id, req->lease_below);
     if (rc == 0)
         rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
                                    &granted, err, sizeof err);

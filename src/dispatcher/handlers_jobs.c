@@ -15,6 +15,7 @@ struct job_ctx {
     char job_name[ST_ID_MAX];
     enum sluice_mode mode;
     uint32_t num_consumers;
+    bool deterministic;
     bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
     uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
@@ -80,10 +81,10 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
 {
     char err[ERRLEN];
     size_t from = d->ups.n;
-    int rc = plan_get_or_create_job(&d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers,
-                                    c->endless, c->owner, have_plan ? &c->plan : NULL,
-                                    c->resume ? &c->resume_view : NULL, &c->job_id,
-                                    &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
+    int rc = plan_get_or_create_job_det(
+        &d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers, c->deterministic, c->endless,
+        c->owner, have_plan ? &c->plan : NULL, c->resume ? &c->resume_view : NULL, &c->job_id,
+        &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
         struct st_update *u = &d->ups.v[i];
@@ -233,6 +234,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
     c->mode = mode;
     c->num_consumers = req->num_consumers;
+    c->deterministic = req->deterministic;
     c->owner = rpc_conn_peer_incarnation(conn);
     if (req->resume) {
         c->resume = true;

@@ -354,9 +354,11 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     /* The seqs a worker reports finished are splits it produced; they stay leased to its task
      * until their consumers report them received (ClientHeartbeat), so they are not passed on:
      * if the worker dies first, they are leased again and nothing is lost. */
-    rc = plan_get_splits_returning(&d->st, req->task_id, req->request_seq, NULL, 0, req->returned,
-                                   req->n_returned, max, &d->ups, &c->seqs, &c->nseqs, &c->end, err,
-                                   sizeof err);
+    const struct soft *bound =
+        t ? dispatcher_soft_find(&d->lease_below, t->iteration_id, NULL) : NULL;
+    rc = plan_get_splits_bounded(&d->st, req->task_id, req->request_seq, NULL, 0, req->returned,
+                                 req->n_returned, max, bound ? bound->t : UINT64_MAX, &d->ups,
+                                 &c->seqs, &c->nseqs, &c->end, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);
         free(c);

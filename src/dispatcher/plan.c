@@ -333,10 +333,27 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
 {
+    return plan_get_or_create_job_det(s, dataset_id, job_name, mode, num_consumers, false, endless,
+                                      owner, plan, resume, job_out, iteration_out, client_out, out,
+                                      err, errlen);
+}
+
+int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
+                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
+                               bool endless, uint64_t owner, const struct st_split_plan *plan,
+                               const struct st_resume *resume, uint64_t *job_out,
+                               uint64_t *iteration_out, uint64_t *client_out,
+                               struct st_update_list *out, char *err, size_t errlen)
+{
     if (!job_name)
         job_name = "";
     if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
+    if (deterministic && (mode != SLUICE_DISTRIBUTED_EPOCH || num_consumers > 0))
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "deterministic reads need mode distributed_epoch without num_consumers, "
+                       "not %s%s",
+                       mode_name(mode), num_consumers > 0 ? " with num_consumers" : "");
     int rc = name_check("job name", job_name, NAME_ID_MAX, err, errlen);
     if (rc == 0)
         rc = name_check("dataset id", dataset_id, NAME_ID_MAX, err, errlen);
@@ -372,7 +389,8 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
          * (JOB_CREATED replaces the collected one). */
         const struct st_iteration *last = state_iteration(s, job->iteration_id);
         if (last && last->state == ST_ITER_GC &&
-            (job->mode != mode || job->num_consumers != num_consumers))
+            (job->mode != mode || job->num_consumers != num_consumers ||
+             job->deterministic != deterministic))
             job = NULL;
     }
     if (job) {
@@ -383,6 +401,10 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
             return err_set(err, errlen, SLUICE_ERR_EXISTS,
                            "job '%s' exists with num_consumers %" PRIu32 ", not %" PRIu32, job_name,
                            job->num_consumers, num_consumers);
+        if (job->deterministic != deterministic)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with deterministic %s, not %s", job_name,
+                           job->deterministic ? "true" : "false", deterministic ? "true" : "false");
         cur = state_iteration(s, job->iteration_id);
     }
     bool new_iteration = !cur || cur->state == ST_ITER_GC;
@@ -414,6 +436,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
         memcpy(u->name2, dataset_id, strlen(dataset_id) + 1);
         u->mode = (int)mode;
         u->num_consumers = num_consumers;
+        u->deterministic = deterministic;
     }
     if (new_iteration) {
         if (!(u = push(out, ST_ITERATION_CREATED, iteration_id)))
@@ -778,6 +801,16 @@ int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t 
                               size_t nreturned, uint32_t max, struct st_update_list *out,
                               uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen)
 {
+    return plan_get_splits_bounded(s, task_id, request_seq, finished, nfinished, returned,
+                                   nreturned, max, UINT64_MAX, out, seqs, nseqs, end, err, errlen);
+}
+
+int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                            const uint64_t *finished, size_t nfinished, const uint64_t *returned,
+                            size_t nreturned, uint32_t max, uint64_t lease_below,
+                            struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
+                            char *err, size_t errlen)
+{
     *end = false;
     *seqs = NULL;
     *nseqs = 0;
@@ -839,6 +872,12 @@ int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t 
     }
     uint64_t from_pool = it->pool.n < max ? it->pool.n : max;
     uint64_t from_cursor = max - from_pool < left ? max - from_pool : left;
+    /* A deterministic reader's window: nothing from the cursor past it (the pool's splits, which
+     * lie below the cursor, are leased whatever it says). */
+    if (lease_below <= it->split_cursor)
+        from_cursor = 0;
+    else if (lease_below - it->split_cursor < from_cursor)
+        from_cursor = lease_below - it->split_cursor;
     if (from_pool + from_cursor > 0) {
         if (!(u = push(out, ST_SPLITS_LEASED, request_seq)))
             goto nomem;
@@ -938,6 +977,73 @@ int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_u
         return NOMEM_MSG(err, errlen);
     }
     return 0;
+}
+
+int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs, size_t n,
+                     struct st_update_list *out, char *err, size_t errlen)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "iteration %" PRIu64 " not found",
+                       iteration_id);
+    const struct st_job *job = state_job(s, it->job_id);
+    if (!it->distributed || !job || !job->deterministic)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "iteration %" PRIu64 " is not read deterministically: no split is "
+                       "produced again on request",
+                       iteration_id);
+    if (it->state != ST_ITER_ACTIVE || n == 0)
+        return 0;
+    /* Seqs that updates already in out finish or move (the same heartbeat's coverage) are left
+     * alone: they are no longer leased once those apply. */
+    uint64_t *keep = malloc(n * sizeof *keep);
+    if (!keep)
+        return NOMEM_MSG(err, errlen);
+    size_t nkeep = 0;
+    for (size_t k = 0; k < n; k++) {
+        bool moving = false;
+        for (size_t i = 0; i < out->n && !moving; i++) {
+            const struct st_update *u = &out->v[i];
+            moving = (u->type == ST_SPLITS_FINISHED || u->type == ST_SPLITS_RETURNED) &&
+                     u->ref == iteration_id && state_seq_contains(&u->seqs, seqs[k]);
+        }
+        if (!moving)
+            keep[nkeep++] = seqs[k];
+    }
+    size_t start = out->n;
+    size_t made_at;
+    uint64_t moved;
+    for (size_t i = 0; i < s->ntasks && nkeep > 0; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != iteration_id || t->leased.n == 0)
+            continue;
+        if (push_task_seqs(t, ST_SPLITS_RETURNED, keep, nkeep, NO_UPDATE, out, &made_at, &moved) <
+            0) {
+            state_list_truncate(out, start);
+            free(keep);
+            return NOMEM_MSG(err, errlen);
+        }
+    }
+    free(keep);
+    return 0;
+}
+
+uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_id)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it || !it->distributed || it->state == ST_ITER_GC)
+        return 0;
+    if (it->state == ST_ITER_FINISHED)
+        return it->split_total;
+    uint64_t low = it->split_cursor;
+    if (it->pool.n > 0 && it->pool.v[0] < low)
+        low = it->pool.v[0];
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id == iteration_id && t->leased.n > 0 && t->leased.v[0] < low)
+            low = t->leased.v[0];
+    }
+    return low;
 }
 
 int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,

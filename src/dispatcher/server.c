@@ -444,6 +444,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->idle_since.v);
     free(d->settled_since.v);
     free(d->leased_at.v);
+    free(d->lease_below.v);
     coverage_release(&d->cov);
     observe_destroy(d->obs);
     for (size_t i = 0; i < d->ndefs; i++)

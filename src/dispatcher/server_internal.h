@@ -77,6 +77,9 @@ struct dispatcher {
     /* distributed_epoch tasks: since when the worker reports a task settled (everything it
      * produced was fetched) while it still holds leases, and when it was last leased splits. */
     struct soft_table settled_since, leased_at;
+    /* Deterministic iterations: the lease bound their reader last reported (its t holds the
+     * seq, not a time); see plan_get_splits_bounded. */
+    struct soft_table lease_below;
     struct coverage cov; /* consumers' partial reports of unfinished splits */
     struct def_cache_entry *defs;
     size_t ndefs, cap_defs;

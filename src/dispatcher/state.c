@@ -570,6 +570,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     memcpy(j->dataset_id, u->name2, strlen(u->name2) + 1);
     j->mode = (enum sluice_mode)u->mode;
     j->num_consumers = u->num_consumers;
+    j->deterministic = u->deterministic;
     j->iteration_id = 0;
     s->next_job_id = max_u64(s->next_job_id, u->id + 1);
     return 0;

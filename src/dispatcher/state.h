@@ -68,6 +68,9 @@ struct st_job {
     enum sluice_mode mode;
     uint32_t num_consumers;
     uint64_t iteration_id; /* the current (latest) iteration */
+    /* distributed_epoch read in the canonical order: its consumers reorder, and may ask for
+     * splits to be produced again (plan_splits_redo). */
+    bool deterministic;
 };
 
 /* The split plan of a distributed_epoch iteration, fixed when the iteration is created (file
@@ -268,7 +271,7 @@ const char *st_update_name(enum st_update_type type);
  *   DATASET_REGISTERED  name = dataset id, id = its number when generated (0 for an explicit
  *                       id), def/def_len, compression, split_size, text
  *   JOB_CREATED         id = job, name = job name ("" when anonymous), name2 = dataset id,
- *                       mode, num_consumers
+ *                       mode, num_consumers, deterministic
  *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan,
  *                       key (the shell sets it after planning: planning draws no randomness);
  *                       restored from a checkpoint: start = the split cursor, seqs = the pool
@@ -311,6 +314,7 @@ struct st_update {
     uint64_t incarnation;
     int mode; /* job mode */
     uint32_t num_consumers;
+    bool deterministic; /* JOB_CREATED */
     int compression;
     uint64_t split_size;
     uint8_t *def; /* dataset definition bytes (owned) */
@@ -423,6 +427,19 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen);
 
+/* plan_get_or_create_job() with the job's deterministic flag (plan_get_or_create_job passes
+ * false): a deterministic job needs mode distributed_epoch and no num_consumers, else
+ * SLUICE_ERR_UNSUPPORTED ("deterministic reads need mode distributed_epoch without
+ * num_consumers, not parallel_epochs"); a named job with the other value is SLUICE_ERR_EXISTS,
+ * "job 'n' exists with deterministic false, not true" (unless its iteration was collected, as
+ * for the mode). */
+int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
+                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
+                               bool endless, uint64_t owner, const struct st_split_plan *plan,
+                               const struct st_resume *resume, uint64_t *job_out,
+                               uint64_t *iteration_out, uint64_t *client_out,
+                               struct st_update_list *out, char *err, size_t errlen);
+
 /* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair
  * registers a new worker (and removes any worker at the same address with another incarnation,
  * with its tasks, as plan_remove_worker does); a known one is looked up. finished lists task ids
@@ -526,6 +543,15 @@ int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t 
                               size_t nreturned, uint32_t max, struct st_update_list *out,
                               uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen);
 
+/* plan_get_splits_returning() that leases no split at or above lease_below from the cursor (a
+ * deterministic reader's reorder window; UINT64_MAX: no bound). Pool splits are leased as
+ * usual. A task refused splits by the bound gets none and end false, and asks again later. */
+int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t request_seq,
+                            const uint64_t *finished, size_t nfinished, const uint64_t *returned,
+                            size_t nreturned, uint32_t max, uint64_t lease_below,
+                            struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
+                            char *err, size_t errlen);
+
 /* Consumers received every element of splits seqs[0, n) of a distributed_epoch iteration (the
  * split is finished: DESIGN.md §4). Each seq leased to a task is recorded finished for that task,
  * each seq in the pool is finished there (SPLITS_FINISHED with no task); others (already
@@ -538,6 +564,20 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
 /* Whether split seq of the iteration is finished: below the cursor, in no task's lease and not
  * in the pool (every split of a finished iteration is; none of a collected or unknown one). */
 bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq);
+
+/* A consumer of a deterministic iteration lost part of splits seqs[0, n) (it had no room to keep
+ * them in order, or a reply went missing) and needs them produced again: each seq leased to a
+ * task goes back to the pool (SPLITS_RETURNED), to be leased first and produced from its start;
+ * other seqs (in the pool already, finished, never leased, repeated) are ignored. The worker
+ * that held the lease is not told: what it still serves of the split is deduplicated by the
+ * consumer. An iteration that is not active appends nothing. An unknown iteration is
+ * SLUICE_ERR_NOT_FOUND; one whose job is not deterministic SLUICE_ERR_INVALID. */
+int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs, size_t n,
+                     struct st_update_list *out, char *err, size_t errlen);
+
+/* The lowest split of a distributed iteration that is not finished (every one below it is):
+ * split_total for a finished iteration, 0 for an unknown, collected or non-distributed one. */
+uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_id);
 
 /* Hands every split leased to the task back to the pool, to be leased again (SPLITS_RETURNED):
  * the task produced them and its consumers fetched everything, yet they were not reported

@@ -140,6 +140,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "name", j->name[0] ? text(j->name) : json_null());
     put(b, o, "dataset_id", text(j->dataset_id));
     put(b, o, "mode", json_string(mode_name(j->mode)));
+    if (j->deterministic)
+        put(b, o, "deterministic", json_true());
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
     /* A failed iteration is still active for the state machine (its readers are told, it is

@@ -49,6 +49,12 @@ static bool task_alive(const struct state *s, uint64_t id)
     return state_task(s, id) != NULL;
 }
 
+static bool iteration_active(const struct state *s, uint64_t id)
+{
+    const struct st_iteration *it = state_iteration(s, id);
+    return it && it->state == ST_ITER_ACTIVE;
+}
+
 static bool iteration_idle(const struct state *s, uint64_t id)
 {
     const struct st_iteration *it = state_iteration(s, id);
@@ -78,6 +84,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
     soft_prune(&d->idle_since, &d->st, iteration_idle);
     soft_prune(&d->settled_since, &d->st, task_alive);
     soft_prune(&d->leased_at, &d->st, task_alive);
+    soft_prune(&d->lease_below, &d->st, iteration_active);
     for (size_t i = 0; i < d->cov.n;) {
         const struct st_iteration *it = state_iteration(&d->st, d->cov.v[i].iteration);
         if (it && it->state == ST_ITER_ACTIVE) {

@@ -103,6 +103,7 @@ int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
     m.incarnation = u->incarnation;
     m.mode = u->mode;
     m.num_consumers = u->num_consumers;
+    m.deterministic = u->deterministic;
     m.compression = u->compression;
     m.split_size = u->split_size;
     m.def.data = u->def;
@@ -176,6 +177,7 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
     u->incarnation = m->incarnation;
     u->mode = m->mode;
     u->num_consumers = m->num_consumers;
+    u->deterministic = m->deterministic;
     u->compression = m->compression;
     u->split_size = m->split_size;
     u->distributed = m->distributed;
@@ -298,6 +300,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         js[i].mode = (int32_t)j->mode;
         js[i].num_consumers = j->num_consumers;
         js[i].iteration_id = j->iteration_id;
+        js[i].deterministic = j->deterministic;
         m.jobs[i] = &js[i];
     }
     m.n_jobs = s->njobs;
@@ -486,6 +489,7 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
         row->mode = (enum sluice_mode)j->mode;
         row->num_consumers = j->num_consumers;
         row->iteration_id = j->iteration_id;
+        row->deterministic = j->deterministic;
     }
     return 0;
 }

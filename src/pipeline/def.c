@@ -258,6 +258,7 @@ int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
         def.ops = ptrs;
         def.n_ops = spec->nops;
     }
+    def.deterministic = spec->deterministic;
     size_t size = sluice__dataset_def__get_packed_size(&def);
     uint8_t *buf = malloc(size ? size : 1);
     if (!buf) {
@@ -771,6 +772,7 @@ int pipe_spec_decode(const uint8_t *data, size_t len, struct pipe_spec **out, ch
         rc = nomem(&d);
         goto done;
     }
+    spec->deterministic = def->deterministic;
     rc = source_from_pb(&d, def->source, &spec->source);
     if (rc)
         goto done;

@@ -136,6 +136,7 @@ int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
     /* Counts are raised only as entries are copied, so pipe_spec_free() can undo a partial copy. */
     const struct pipe_source *ss = &spec->source;
     struct pipe_source *cs = &c->source;
+    c->deterministic = spec->deterministic;
     cs->kind = ss->kind;
     cs->start = ss->start;
     cs->stop = ss->stop;

@@ -92,13 +92,17 @@ struct pipe_spec {
     struct pipe_source source;
     struct pipe_op *ops;
     size_t nops;
+    /* Registered deterministic (DatasetDef.deterministic): distributed_epoch reads are in the
+     * canonical order by default. Not part of the pipeline text; the parser leaves it false. */
+    bool deterministic;
 };
 
 void pipe_spec_free(struct pipe_spec *spec);   /* frees contents and the struct; NULL is fine */
 void pipe_value_release(struct pipe_value *v); /* frees what v points to, not v */
 /* Deep copy. Returns 0 or SLUICE_ERR_NOMEM (then *out is NULL). */
 int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out);
-/* Structural equality, ignoring columns. */
+/* Structural equality of the pipelines, ignoring columns and the deterministic flag (which the
+ * pipeline text does not carry; the definition bytes do). */
 bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b);
 /* Whether the pipeline never ends: some repeat() without a count (or with a negative one, as in
  * tf.data) is followed by no take(N). What comes after it otherwise keeps it endless (a filter

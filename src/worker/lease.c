@@ -112,6 +112,18 @@ int lease_pop(struct lease_queue *q, uint64_t *seq)
 {
     if (q->len == 0 || q->draining)
         return 0;
+    /* The lowest seq first: a split handed back to the pool and leased again (its worker died,
+     * or a deterministic reader needs it produced again) is usually the one its readers wait
+     * for, so it goes before splits leased earlier but further along. */
+    size_t low = q->head;
+    for (size_t i = 1; i < q->len; i++) {
+        size_t k = (q->head + i) % q->cap;
+        if (q->seqs[k] < q->seqs[low])
+            low = k;
+    }
+    uint64_t first = q->seqs[q->head];
+    q->seqs[q->head] = q->seqs[low];
+    q->seqs[low] = first;
     *seq = q->seqs[q->head];
     q->head = (q->head + 1) % q->cap;
     q->len--;

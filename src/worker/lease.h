@@ -89,7 +89,7 @@ struct lease_queue {
 int lease_queue_init(struct lease_queue *q, size_t target);
 void lease_queue_release(struct lease_queue *q);
 
-/* A producer takes the oldest leased seq: returns 1 with *seq, or 0 when the queue is empty. */
+/* A producer takes the lowest leased seq: returns 1 with *seq, or 0 when the queue is empty. */
 int lease_pop(struct lease_queue *q, uint64_t *seq);
 /* A producer finished seq (popped earlier). Returns 0 or SLUICE_ERR_NOMEM. */
 int lease_finish(struct lease_queue *q, uint64_t seq, uint64_t now_ms);

@@ -75,6 +75,8 @@ static void format_update(struct buf *b, const struct st_update *u)
         bprintf(b, " mode=%s", mode_name((enum sluice_mode)u->mode));
     if (u->num_consumers)
         bprintf(b, " consumers=%" PRIu32, u->num_consumers);
+    if (u->deterministic)
+        bprintf(b, " det");
     if (u->compression)
         bprintf(b, " comp=%d", u->compression);
     if (u->split_size)
@@ -375,8 +377,9 @@ static const char *run(struct harness *h, const char *line)
         bool endless = opt(words, nw, "ends") == NULL;
         v = opt(words, nw, "owner");
         uint64_t owner = v ? strtoull(v, NULL, 10) : 0;
-        rc = plan_get_or_create_job(&h->s, words[1], name ? name : "", mode, consumers, endless,
-                                    owner, pp, NULL, &job, &it, &client, &h->ups, err, sizeof err);
+        rc = plan_get_or_create_job_det(&h->s, words[1], name ? name : "", mode, consumers,
+                                        opt(words, nw, "det") != NULL, endless, owner, pp, NULL,
+                                        &job, &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -412,7 +415,12 @@ static const char *run(struct harness *h, const char *line)
         uint64_t ret[64];
         const char *rv = opt(words, nw, "ret");
         size_t nret = rv ? parse_list(rv, ret, 64) : 0;
-        if (rv)
+        const char *below = opt(words, nw, "below");
+        if (below)
+            rc = plan_get_splits_bounded(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin, ret,
+                                         nret, (uint32_t)atoi(words[2]), strtoull(below, NULL, 10),
+                                         &h->ups, &seqs, &nseqs, &end, err, sizeof err);
+        else if (rv)
             rc = plan_get_splits_returning(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin, ret,
                                            nret, (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs,
                                            &end, err, sizeof err);
@@ -468,6 +476,15 @@ static const char *run(struct harness *h, const char *line)
         size_t n = nw > 2 ? parse_list(words[2], seqs, 64) : 0;
         rc = plan_splits_finished(&h->s, strtoull(words[1], NULL, 10), seqs, n, &h->ups, err,
                                   sizeof err);
+    } else if (strcmp(cmd, "redo") == 0) {
+        uint64_t seqs[64];
+        size_t n = nw > 2 ? parse_list(words[2], seqs, 64) : 0;
+        rc = plan_splits_redo(&h->s, strtoull(words[1], NULL, 10), seqs, n, &h->ups, err,
+                              sizeof err);
+    } else if (strcmp(cmd, "below") == 0) {
+        snprintf(outs, sizeof outs, "below=%" PRIu64,
+                 state_splits_finished_below(&h->s, strtoull(words[1], NULL, 10)));
+        rc = 0;
     } else if (strcmp(cmd, "back") == 0) {
         rc = plan_return_task_splits(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else {
@@ -511,6 +528,8 @@ struct plan_case {
 /* A distributed job (dataset 1, job 1, iteration 1, client 1) with tasks 1 and 2 on workers 1
  * (a:1) and 2 (b:1), and four splits. */
 #define DIST2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 mode=distributed_epoch total=4\n"
+/* The same job deterministic. */
+#define DET2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1 mode=distributed_epoch total=4 det\n"
 /* The same with a parallel_epochs job. */
 #define PAR2 "ds - r4\nhb a:1 1\nhb b:1 1\njob 1\n"
 /* A coordinated job of two consumers (clients 1 and 2) over tasks 1 and 2, whose first rounds
@@ -761,6 +780,53 @@ static const struct plan_case plan_cases[] = {
      "=>"},
 
     /* get_splits */
+    /* deterministic jobs: the flag, redo, the lease bound, the finished floor */
+    {"job deterministic", "ds - r4\nhb a:1 1", "job 1 mode=distributed_epoch total=4 det",
+     "job_created id=1 name2='1' mode=distributed_epoch det\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=4,size=1,per_pass=4,passes=1)\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"job deterministic in another mode", "ds - r4", "job 1 det",
+     "error UNSUPPORTED: deterministic reads need mode distributed_epoch without num_consumers, "
+     "not parallel_epochs"},
+    {"job deterministic coordinated", "ds - r4",
+     "job 1 name=n mode=distributed_epoch "
+     "consumers=2 det",
+     "error UNSUPPORTED: deterministic reads need mode distributed_epoch without num_consumers, "
+     "not distributed_epoch with num_consumers"},
+    {"job named deterministic joined without",
+     "ds - r4\njob 1 name=n mode=distributed_epoch "
+     "total=2 det",
+     "job 1 name=n mode=distributed_epoch",
+     "error EXISTS: job 'n' exists with deterministic true, not false"},
+    {"job named joined deterministic", "ds - r4\njob 1 name=n mode=distributed_epoch total=2",
+     "job 1 name=n mode=distributed_epoch det",
+     "error EXISTS: job 'n' exists with deterministic false, not true"},
+    {"job named deterministic is shared",
+     "ds - r4\njob 1 name=n mode=distributed_epoch total=2 "
+     "det",
+     "job 1 name=n mode=distributed_epoch det",
+     "client_acquired id=2 ref=1\n=> job=1 iteration=1 client=2"},
+    {"redo returns leased splits to the pool", DET2 "splits 1 2\nsplits 2 2", "redo 1 3,0,9,3",
+     "splits_returned ref=1 ref2=1 seqs=[0]\nsplits_returned ref=1 ref2=2 seqs=[3]\n=>"},
+    {"redo of splits in the pool or finished", DET2 "splits 1 2\ndone 1 1\nredo 1 0",
+     "redo 1 0,1,2", "=>"},
+    {"redo refused for a job that is not deterministic", DIST2, "redo 1 0",
+     "error INVALID: iteration 1 is not read deterministically: no split is produced again on "
+     "request"},
+    {"redo leases the split again first", DET2 "splits 1 2\nsplits 2 1\nredo 1 1", "splits 2 2",
+     "splits_leased ref=1 ref2=2 seqs=[1,3]\n=> end=0 seqs=[1,3]"},
+    {"splits bounded by the reader's window", DET2, "splits 1 3 below=2",
+     "splits_leased ref=1 ref2=1 seqs=[0,1]\n=> end=0 seqs=[0,1]"},
+    {"splits bounded: the pool is leased past the bound", DET2 "splits 1 2\nrm 1",
+     "splits 2 3 below=1", "splits_leased ref=1 ref2=2 seqs=[0,1]\n=> end=0 seqs=[0,1]"},
+    {"splits bounded below the cursor lease nothing", DET2 "splits 1 3", "splits 2 3 below=2",
+     "=> end=0"},
+    {"finished below: the lowest split not finished", DET2 "splits 1 2\nsplits 2 2\ndone 1 0,2",
+     "below 1", "=> below=1"},
+    {"finished below: the pool counts", DET2 "splits 1 2\ndone 1 0,1\nsplits 2 1\nredo 1 2",
+     "below 1", "=> below=2"},
     {"splits from the cursor", DIST2, "splits 1 3",
      "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
     {"splits capped by the total", DIST2 "splits 1 3", "splits 2 3",
@@ -979,7 +1045,8 @@ static void test_iteration_keys(void **unused)
     uint64_t job = 0, it = 0, client = 0;
     char err[256];
     assert_int_equal(plan_get_or_create_job(&h.s, "1", "", SLUICE_PARALLEL_EPOCHS, 0, false, 0,
-                                            NULL, NULL, &job, &it, &client, &h.ups, err, sizeof err),
+                                            NULL, NULL, &job, &it, &client, &h.ups, err,
+                                            sizeof err),
                      0);
     size_t created = 0;
     for (size_t i = 0; i < h.ups.n; i++) {
@@ -1385,8 +1452,8 @@ static void random_op(struct harness *h, uint64_t *x)
         if (!dist && *name && pick(x, 2) == 0)
             snprintf(cmd + n, sizeof cmd - (size_t)n, " consumers=2");
         else if (dist)
-            snprintf(cmd + n, sizeof cmd - (size_t)n, " mode=distributed_epoch total=%d",
-                     (int)pick(x, 7));
+            snprintf(cmd + n, sizeof cmd - (size_t)n, " mode=distributed_epoch total=%d%s",
+                     (int)pick(x, 7), !*name && pick(x, 2) == 0 ? " det" : "");
         break;
     }
     case 2:
@@ -1417,6 +1484,22 @@ static void random_op(struct harness *h, uint64_t *x)
         if (s->ntasks == 0)
             return;
         const struct st_task *t = &s->tasks[pick(x, s->ntasks)];
+        if (pick(x, 6) == 0) {
+            /* A deterministic reader asks for some of the task's splits again (refused for
+             * other jobs). */
+            int n = snprintf(cmd, sizeof cmd, "redo %" PRIu64 " ", t->iteration_id);
+            const char *sep = "";
+            for (size_t i = 0; i < t->leased.n && n < 400; i++) {
+                if (pick(x, 2) == 0) {
+                    n += snprintf(cmd + n, sizeof cmd - (size_t)n, "%s%" PRIu64, sep,
+                                  t->leased.v[i]);
+                    sep = ",";
+                }
+            }
+            if (!*sep)
+                snprintf(cmd + n, sizeof cmd - (size_t)n, "0");
+            break;
+        }
         int n = snprintf(cmd, sizeof cmd, "splits %" PRIu64 " %d", t->id, (int)pick(x, 4));
         const char *sep = " fin=";
         for (size_t i = 0; i < t->leased.n && n < 400; i++) {

@@ -674,9 +674,35 @@ static void test_drain_end_with_seqs_to_return(void **state)
     lease_queue_release(&q);
 }
 
+/* Producers take the lowest seq first: a split leased again from the pool (its worker died, or a
+ * deterministic reader needs it produced again) goes before those leased earlier but further
+ * along. */
+static void test_pop_lowest_first(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    expect_want(&q, 1000, 4, 0);
+    lease_sent(&q, 4, 0);
+    uint64_t s1[] = {20, 21};
+    assert_int_equal(lease_granted(&q, s1, 2, false, 1001), 0);
+    expect_want(&q, 1001, 2, 0);
+    lease_sent(&q, 2, 0);
+    uint64_t s2[] = {3, 22};
+    assert_int_equal(lease_granted(&q, s2, 2, false, 1002), 0);
+    uint64_t want[] = {3, 20, 21, 22}, seq;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(seq, want[i]);
+    }
+    assert_int_equal(lease_pop(&q, &seq), 0);
+    lease_queue_release(&q);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pop_lowest_first),
         cmocka_unit_test(test_fill_matches_provider),
         cmocka_unit_test(test_fill_files),
         cmocka_unit_test(test_plan_check),
