@@ -202,6 +202,64 @@ static void test_drill_twenty_kills(void **state)
     assert_file_exactly_once("drill", out, n);
 }
 
+/* A deterministic read of a seeded global shuffle, killed three times (a worker killed too) and
+ * resumed from its checkpoint: the output is exactly the local run's sequence, element for
+ * element. */
+static void test_deterministic_resume_same_sequence(void **state)
+{
+    struct cluster *c = *state;
+    for (int i = 0; i < 3; i++)
+        assert_true(cluster_add_worker(c) >= 0);
+    const char *pipeline = "range(300000) | global_shuffle(7)";
+    char ck[512], out[512], slow[128];
+    path_in_tmp(ck, sizeof ck, "det.ck");
+    path_in_tmp(out, sizeof out, "det.out");
+    snprintf(slow, sizeof slow, "%s | map(sleep_us, 3)", pipeline);
+    char *want = NULL, *e = NULL;
+    char *argv[] = {(char *)bin_path("sluice"), "run", (char *)pipeline, NULL};
+    assert_int_equal(run_cmd(argv, WAIT_MS, &want, &e), 0);
+    free(e);
+    const long long total = (long long)strlen(want);
+    int kills = 0;
+    for (int k = 0; k < 4; k++) {
+        struct proc r = {0};
+        if (k == 0)
+            assert_int_equal(cluster_cli_spawn(c, &r, "read", slow, "--deterministic",
+                                               "--checkpoint", ck, "--checkpoint-every", "3000",
+                                               "--output", out, NULL),
+                             0);
+        else
+            assert_int_equal(cluster_cli_spawn(c, &r, "read", "--deterministic", "--checkpoint", ck,
+                                               "--checkpoint-every", "3000", "--output", out, NULL),
+                             0);
+        if (k < 3 && wait_output(&r, out, total * (k + 1) / 5)) {
+            proc_stop(&r, SIGKILL, WAIT_MS);
+            kills++;
+            if (k == 1) {
+                proc_stop(&c->workers[0], SIGKILL, WAIT_MS);
+                assert_true(cluster_add_worker(c) >= 0);
+            }
+            continue;
+        }
+        int rc = proc_wait(&r, READ_MS);
+        if (rc != 0)
+            dump_file(r.log);
+        assert_int_equal(rc, 0);
+        if (k < 3)
+            break;
+    }
+    char *got = slurp(out);
+    if (strcmp(got, want) != 0)
+        fail_msg("the resumed deterministic read differs from the local run (%zu and %zu bytes)",
+                 strlen(got), strlen(want));
+    printf("    deterministic, killed %d times and resumed: %lld bytes identical to the local "
+           "run\n",
+           kills, total);
+    assert_int_equal(kills, 3);
+    free(got);
+    free(want);
+}
+
 /* A read stopped cleanly (--limit) whose job is then collected resumes in a new job. */
 static void test_resume_after_collection(void **state)
 {
@@ -334,6 +392,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_drill_twenty_kills, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deterministic_resume_same_sequence, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_after_collection, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_checkpoints, setup, teardown),
     };
