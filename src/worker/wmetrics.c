@@ -45,7 +45,7 @@ int wmetrics_create(struct wmetrics **out)
         return SLUICE_ERR_NOMEM;
     int rc = metrics_create(&m->reg);
     if (rc == 0)
-        rc = scalar(m->reg, false, "sluice_worker_tasks", "Tasks running on this worker.",
+        rc = scalar(m->reg, false, "sluice_worker_tasks", "Tasks running on this worker (not finished or failed).",
                     &m->tasks_g);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_requests_total", "GetElements requests received.",
@@ -123,7 +123,9 @@ void wmetrics_pass_begin(struct wmetrics *m)
  * memory (the task then goes uncounted until memory is back). */
 static struct wm_task *see(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp)
 {
-    m->pass_tasks++;
+    /* A finished or failed task stays on the worker until the dispatcher removes it (when its
+     * iteration is collected), but it no longer runs. */
+    m->pass_tasks += !tp->finished && !tp->failed;
     m->pass_buffered += tp->buffered;
     struct wm_task *e = NULL;
     for (size_t i = 0; i < m->n && !e; i++)

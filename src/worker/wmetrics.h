@@ -9,7 +9,7 @@
  * published after the last pass that saw them are not counted).
  *
  * Metrics:
- *   sluice_worker_tasks                     gauge: live tasks
+ *   sluice_worker_tasks                     gauge: tasks not finished or failed
  *   sluice_worker_requests_total            counter: GetElements requests received
  *   sluice_worker_elements_served_total     counter: elements sent in GetElements replies
  *   sluice_worker_bytes_served_total        counter: encoded element bytes in those replies

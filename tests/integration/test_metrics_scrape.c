@@ -204,6 +204,9 @@ static void test_served_equals_read(void **unused)
     assert_true(value(&e, "sluice_jobs", "") == 1);
     assert_true(value(&e, "sluice_tasks", "") == 1);
     expo_free(&e);
+    /* The worker still holds the finished task (until its iteration is collected), but no task
+     * runs there any more. */
+    assert_true(wait_value(wm[0], "sluice_worker_tasks", "", 0) == 0);
     assert_int_equal(cluster_stop(&c), 0);
 }
 

@@ -114,6 +114,16 @@ static void test_passes(void **unused)
     wmetrics_pass_end(m);
     assert_int_equal(sample(m, "sluice_worker_elements_produced_total"), 174);
 
+    /* A finished task and a failed one are still held but run no more. */
+    struct task_progress fin = {.done = true, .finished = true, .produced = 4, .producers = 1};
+    struct task_progress bad = {.done = true, .failed = true, .producers = 1};
+    wmetrics_pass_begin(m);
+    wmetrics_task_seen(m, 1, &fin);
+    wmetrics_task_seen(m, 3, &bad);
+    wmetrics_task_seen(m, 2, &c);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_tasks"), 1);
+
     /* No tasks: the gauges are 0. */
     wmetrics_pass_begin(m);
     wmetrics_pass_end(m);
