@@ -196,6 +196,9 @@ struct section {
     const char *name;
     size_t ncols;
     struct column cols[MAX_COLS];
+    /* A field shown under the table, one line per entry that has it (NULL: none):
+     * "  <row> <id> <what>: <text>". */
+    const char *note_key, *note_row, *note_what;
 };
 
 static const struct section sections[] = {
@@ -215,7 +218,10 @@ static const struct section sections[] = {
       {"MODE", {"mode", NULL}, false},
       {"STATE", {"state", NULL}, false},
       {"CLIENTS", {"clients", "num_clients", NULL}, false},
-      {"TASKS", {"tasks", "num_tasks", NULL}, false}}},
+      {"TASKS", {"tasks", "num_tasks", NULL}, false}},
+     "error",
+     "job",
+     "failed"},
 };
 
 /* Appends one section's table. Entries that are not objects are skipped. */
@@ -231,6 +237,12 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
     for (size_t c = 0; c < sec->ncols; c++)
         width[c] = strlen(sec->cols[c].title);
 
+    char **notes = calloc(nrows + 1, sizeof *notes);
+    if (!notes) {
+        free(cells);
+        b->failed = true;
+        return;
+    }
     size_t rows = 0;
     const char *key = NULL;
     json_t *entry = NULL;
@@ -258,6 +270,13 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
             if (w > width[c])
                 width[c] = w;
         }
+        json_t *note = sec->note_key ? json_object_get(entry, sec->note_key) : NULL;
+        if (json_is_string(note) && json_string_length(note) > 0 &&
+            !(notes[rows] = name_escape_dup(json_string_value(note)))) {
+            rows++;
+            b->failed = true;
+            goto done;
+        }
         rows++;
     }
 
@@ -278,10 +297,26 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
         }
         sb_str(b, "\n");
     }
+    for (size_t r = 0; r < rows; r++) {
+        if (!notes[r])
+            continue;
+        sb_str(b, "  ");
+        sb_str(b, sec->note_row);
+        sb_str(b, " ");
+        sb_str(b, cells[r * sec->ncols]);
+        sb_str(b, " ");
+        sb_str(b, sec->note_what);
+        sb_str(b, ": ");
+        sb_str(b, notes[r]);
+        sb_str(b, "\n");
+    }
 done:
     for (size_t i = 0; i < nrows * sec->ncols; i++)
         free(cells[i]);
     free(cells);
+    for (size_t i = 0; i < nrows; i++)
+        free(notes[i]);
+    free(notes);
 }
 
 static bool is_section(const char *key)

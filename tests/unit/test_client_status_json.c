@@ -50,6 +50,28 @@ static void test_table_full_document(void **state)
                  "  1   -     d1       parallel_epochs  active  2        2\n");
 }
 
+static void test_table_failed_job(void **state)
+{
+    (void)state;
+    /* A failed job's error shows under the table, escaped like any other text. */
+    expect_table("{\"jobs\": [{\"id\": 3, \"dataset_id\": \"d\", \"mode\": \"distributed_epoch\","
+                 " \"state\": \"failed\", \"clients\": 1, \"tasks\": 2,"
+                 " \"error\": \"map(scale): unknown function\\n\"},"
+                 " {\"id\": 4, \"dataset_id\": \"d\", \"mode\": \"distributed_epoch\","
+                 " \"state\": \"active\", \"clients\": 1, \"tasks\": 2, \"error\": \"\"}]}",
+                 "workers (0)\n"
+                 "  none\n"
+                 "\n"
+                 "datasets (0)\n"
+                 "  none\n"
+                 "\n"
+                 "jobs (2)\n"
+                 "  ID  NAME  DATASET  MODE               STATE   CLIENTS  TASKS\n"
+                 "  3   -     d        distributed_epoch  failed  1        2\n"
+                 "  4   -     d        distributed_epoch  active  1        2\n"
+                 "  job 3 failed: map(scale): unknown function\\x0a\n");
+}
+
 static void test_table_sections_keyed_or_missing(void **state)
 {
     /* Sections may be objects keyed by id, fields may use other names, sections may be absent,
@@ -193,6 +215,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_full_document),
+        cmocka_unit_test(test_table_failed_job),
         cmocka_unit_test(test_table_sections_keyed_or_missing),
         cmocka_unit_test(test_table_values),
         cmocka_unit_test(test_table_escapes_control_characters),
