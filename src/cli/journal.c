@@ -27,6 +27,8 @@
 #include "pipeline/def.h"
 #include "pipeline/spec.h"
 
+#include <jansson.h>
+
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -35,11 +37,13 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: sluice journal dump|verify --work-dir DIR\n"
+    "usage: sluice journal dump --work-dir DIR [--json]\n"
+    "       sluice journal verify --work-dir DIR\n"
     "       sluice journal backup --work-dir DIR --to FILE\n"
     "       sluice journal restore --from FILE --work-dir DIR [--force]\n"
     "\n"
-    "  dump      print the snapshot, the dataset definitions and one line per record\n"
+    "  dump      print the snapshot, the dataset definitions (as pipeline text) and one line\n"
+    "            per record; --json prints one JSON document instead, for tools\n"
     "  verify    check every page, checksum and record, and replay the journal as a starting\n"
     "            dispatcher would; exit 0 when it is healthy (a dispatcher starts on exactly\n"
     "            the journals verify accepts)\n"
@@ -167,6 +171,147 @@ static void print_update(uint64_t seq, const struct st_update *u)
     putchar('\n');
 }
 
+/* ---- --json ------------------------------------------------------------------------------ */
+
+static void jset(json_t *o, const char *k, json_t *v)
+{
+    json_object_set_new(o, k, v ? v : json_null());
+}
+
+static json_t *jstr(const char *s)
+{
+    /* Names are UTF-8 in journals written since names are checked; older ones may hold
+     * anything, which shows escaped rather than failing the dump. */
+    json_t *v = json_string(s);
+    if (v)
+        return v;
+    size_t n = strlen(s);
+    char *e = malloc(4 * n + 1);
+    if (!e)
+        return NULL;
+    size_t k = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        k += (size_t)(*p < 0x80 && *p >= 0x20 ? (e[k] = (char)*p, 1)
+                                              : snprintf(e + k, 5, "\\x%02x", *p));
+    e[k] = 0;
+    v = json_string(e);
+    free(e);
+    return v;
+}
+
+static json_t *jseqs(const struct st_seq_list *l)
+{
+    /* [[first, last], ...] ranges of consecutive seqs. */
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < l->n;) {
+        size_t k = i;
+        while (k + 1 < l->n && l->v[k + 1] == l->v[k] + 1)
+            k++;
+        json_array_append_new(a, json_pack("[I,I]", (json_int_t)l->v[i], (json_int_t)l->v[k]));
+        i = k + 1;
+    }
+    return a;
+}
+
+/* One record as a JSON object: its sequence number, type, and the fields its type uses. */
+static json_t *update_json(uint64_t seq, const struct st_update *u)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    jset(o, "seq", json_integer((json_int_t)seq));
+    jset(o, "type", json_string(st_update_name(u->type)));
+    switch (u->type) {
+    case ST_DATASET_REGISTERED:
+        jset(o, "dataset", jstr(u->name));
+        jset(o, "def_bytes", json_integer((json_int_t)u->def_len));
+        jset(o, "pipeline", jstr(u->text ? u->text : ""));
+        jset(o, "split_size", json_integer((json_int_t)u->split_size));
+        break;
+    case ST_JOB_CREATED:
+        jset(o, "job", json_integer((json_int_t)u->id));
+        jset(o, "name", jstr(u->name));
+        jset(o, "dataset", jstr(u->name2));
+        jset(o, "mode", json_string(mode_name((enum sluice_mode)u->mode)));
+        jset(o, "num_consumers", json_integer(u->num_consumers));
+        jset(o, "deterministic", json_boolean(u->deterministic));
+        break;
+    case ST_ITERATION_CREATED:
+        jset(o, "iteration", json_integer((json_int_t)u->id));
+        jset(o, "job", json_integer((json_int_t)u->ref));
+        jset(o, "repetition", json_integer((json_int_t)u->ref2));
+        if (u->distributed) {
+            jset(o, "splits_per_pass", json_integer((json_int_t)u->plan.per_pass));
+            jset(o, "split_size", json_integer((json_int_t)u->plan.split_size));
+        }
+        if (u->start || u->seqs.n) {
+            jset(o, "restored_at", json_integer((json_int_t)u->start));
+            jset(o, "reissued", jseqs(&u->seqs));
+        }
+        break;
+    case ST_TASK_CREATED:
+        jset(o, "task", json_integer((json_int_t)u->id));
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        jset(o, "worker", json_integer((json_int_t)u->ref2));
+        break;
+    case ST_TASK_FINISHED:
+        jset(o, "task", json_integer((json_int_t)u->id));
+        break;
+    case ST_TASK_REMOVED:
+        jset(o, "task", json_integer((json_int_t)u->id));
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        break;
+    case ST_WORKER_REGISTERED: {
+        char inc[17];
+        snprintf(inc, sizeof inc, "%016" PRIx64, u->incarnation);
+        jset(o, "worker", json_integer((json_int_t)u->id));
+        jset(o, "address", jstr(u->address));
+        jset(o, "incarnation", json_string(inc));
+        break;
+    }
+    case ST_WORKER_REMOVED:
+    case ST_WORKER_DRAINING:
+        jset(o, "worker", json_integer((json_int_t)u->id));
+        break;
+    case ST_CLIENT_ACQUIRED:
+        jset(o, "client", json_integer((json_int_t)u->id));
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        break;
+    case ST_CLIENT_RELEASED:
+        jset(o, "client", json_integer((json_int_t)u->id));
+        break;
+    case ST_SPLITS_LEASED:
+    case ST_SPLITS_FINISHED:
+    case ST_SPLITS_RETURNED:
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        jset(o, "task", json_integer((json_int_t)u->ref2));
+        jset(o, "splits", jseqs(&u->seqs));
+        break;
+    case ST_ITERATION_FINISHED:
+    case ST_ITERATION_GC:
+        jset(o, "iteration", json_integer((json_int_t)u->id));
+        break;
+    case ST_ROUNDS_SCHEDULED: {
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        jset(o, "from_round", json_integer((json_int_t)u->ref2));
+        json_t *t = json_array();
+        for (size_t i = 0; t && i < u->seqs.n; i++)
+            json_array_append_new(t, json_integer((json_int_t)u->seqs.v[i]));
+        jset(o, "tasks", t);
+        break;
+    }
+    case ST_ROUNDS_GRANTED:
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        jset(o, "below_round", json_integer((json_int_t)u->ref2));
+        break;
+    case ST_ITERATION_FAILED:
+        jset(o, "iteration", json_integer((json_int_t)u->id));
+        jset(o, "error", jstr(u->text ? u->text : ""));
+        break;
+    }
+    return o;
+}
+
 static int lookup_def(void *user, const char *id, uint8_t **def, size_t *len, char *err,
                       size_t errlen)
 {
@@ -175,7 +320,19 @@ static int lookup_def(void *user, const char *id, uint8_t **def, size_t *len, ch
 
 struct dump {
     bool damaged;
+    json_t *records, *datasets; /* --json: where records and datasets go; NULL: print */
 };
+
+/* --json: a damaged record, or damaged part, as {"seq": N, "damaged": why}. */
+static void json_damage(json_t *list, uint64_t seq, const char *why)
+{
+    json_t *o = json_object();
+    if (!o)
+        return;
+    jset(o, "seq", json_integer((json_int_t)seq));
+    jset(o, "damaged", jstr(why));
+    json_array_append_new(list, o);
+}
 
 static int dump_record(void *user, uint64_t seq, const uint8_t *payload, size_t len)
 {
@@ -184,24 +341,59 @@ static int dump_record(void *user, uint64_t seq, const uint8_t *payload, size_t 
     char why[256];
     int rc = record_update_decode(payload, len, &u, why, sizeof why);
     if (rc < 0) {
-        printf("%" PRIu64 " damaged: does not decode: %s\n", seq, why);
+        if (d->records) {
+            char what[300];
+            snprintf(what, sizeof what, "does not decode: %s", why);
+            json_damage(d->records, seq, what);
+        } else {
+            printf("%" PRIu64 " damaged: does not decode: %s\n", seq, why);
+        }
         d->damaged = true;
         return rc == SLUICE_ERR_NOMEM ? rc : 0;
     }
-    print_update(seq, &u);
+    if (d->records) {
+        json_t *o = update_json(seq, &u);
+        if (!o || json_array_append_new(d->records, o) < 0)
+            rc = SLUICE_ERR_NOMEM;
+    } else {
+        print_update(seq, &u);
+    }
     st_update_release(&u);
-    return 0;
+    return rc;
 }
 
 static void dump_damage(void *user, uint64_t seq, const char *why)
 {
-    (void)user;
-    printf("%" PRIu64 " damaged: %s\n", seq, why);
+    struct dump *d = user;
+    if (d->records)
+        json_damage(d->records, seq, why);
+    else
+        printf("%" PRIu64 " damaged: %s\n", seq, why);
 }
 
 static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t len)
 {
-    (void)user;
+    struct dump *d = user;
+    if (d->datasets) {
+        json_t *o = json_object();
+        struct pipe_spec *spec = NULL;
+        char why[256] = "out of memory";
+        char *text = NULL;
+        if (pipe_spec_decode(data, len, &spec, why, sizeof why) == 0) {
+            int n = pipe_spec_format(spec, NULL, 0);
+            if (n >= 0 && (text = malloc((size_t)n + 1)))
+                pipe_spec_format(spec, text, (size_t)n + 1);
+        }
+        if (o) {
+            jset(o, "id", jstr(id));
+            jset(o, "def_bytes", json_integer((json_int_t)len));
+            jset(o, text ? "pipeline" : "unreadable", jstr(text ? text : why));
+            json_array_append_new(d->datasets, o);
+        }
+        free(text);
+        pipe_spec_free(spec);
+        return o ? 0 : SLUICE_ERR_NOMEM;
+    }
     printf("dataset ");
     print_quoted(id);
     printf(" def_bytes=%zu", len);
@@ -227,10 +419,25 @@ static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t 
     return 0;
 }
 
-static int dump(struct journal *j, const char *dir)
+static int dump(struct journal *j, const char *dir, bool as_json)
 {
     char err[512];
     struct dump d = {.damaged = false};
+    json_t *root = NULL, *snapshot = NULL;
+    if (as_json) {
+        root = json_object();
+        d.records = json_array();
+        d.datasets = json_array();
+        snapshot = json_object();
+        if (!root || !d.records || !d.datasets || !snapshot) {
+            json_decref(root);
+            json_decref(d.records);
+            json_decref(d.datasets);
+            json_decref(snapshot);
+            cli_error("journal", "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+            return CLI_EXIT_FAIL;
+        }
+    }
     struct journal_info info;
     uint64_t inc = 0, seq = 0;
     uint8_t *snap = NULL;
@@ -242,40 +449,93 @@ static int dump(struct journal *j, const char *dir)
     }
     if (journal_meta_get_u64(j, "incarnation", &inc, err, sizeof err) < 0)
         inc = 0;
-    printf("journal %s: incarnation %016" PRIx64 ", %" PRIu64 " records, %" PRIu64
-           " datasets, %zu of %zu bytes used\n",
-           dir, inc, info.records, info.datasets, info.map_used, info.map_size);
+    if (root) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016" PRIx64, inc);
+        jset(root, "work_dir", jstr(dir));
+        jset(root, "incarnation", json_string(hex));
+        jset(root, "records", json_integer((json_int_t)info.records));
+        jset(root, "bytes_used", json_integer((json_int_t)info.map_used));
+        jset(root, "bytes_max", json_integer((json_int_t)info.map_size));
+    } else {
+        printf("journal %s: incarnation %016" PRIx64 ", %" PRIu64 " records, %" PRIu64
+               " datasets, %zu of %zu bytes used\n",
+               dir, inc, info.records, info.datasets, info.map_used, info.map_size);
+    }
 
     rc = journal_snapshot_read(j, &seq, &snap, &len, err, sizeof err);
     if (rc == 0) {
         struct state s;
         char why[512];
         if (record_snapshot_decode(snap, len, lookup_def, j, &s, why, sizeof why) < 0) {
-            printf("snapshot %" PRIu64 " damaged: %s\n", seq, why);
+            if (root) {
+                jset(snapshot, "seq", json_integer((json_int_t)seq));
+                jset(snapshot, "damaged", jstr(why));
+            } else {
+                printf("snapshot %" PRIu64 " damaged: %s\n", seq, why);
+            }
             d.damaged = true;
         } else {
-            printf("snapshot %" PRIu64 " bytes=%zu applied=%" PRIu64 " datasets=%zu jobs=%zu "
-                   "iterations=%zu tasks=%zu workers=%zu clients=%zu\n",
-                   seq, len, s.applied, s.ndatasets, s.njobs, s.niterations, s.ntasks, s.nworkers,
-                   s.nclients);
+            if (root) {
+                json_t *o = json_pack(
+                    "{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "seq", (json_int_t)seq, "bytes",
+                    (json_int_t)len, "applied", (json_int_t)s.applied, "datasets",
+                    (json_int_t)s.ndatasets, "jobs", (json_int_t)s.njobs, "iterations",
+                    (json_int_t)s.niterations, "tasks", (json_int_t)s.ntasks, "workers",
+                    (json_int_t)s.nworkers, "clients", (json_int_t)s.nclients);
+                if (o)
+                    json_object_update(snapshot, o);
+                json_decref(o);
+            } else {
+                printf("snapshot %" PRIu64 " bytes=%zu applied=%" PRIu64 " datasets=%zu "
+                       "jobs=%zu iterations=%zu tasks=%zu workers=%zu clients=%zu\n",
+                       seq, len, s.applied, s.ndatasets, s.njobs, s.niterations, s.ntasks,
+                       s.nworkers, s.nclients);
+            }
             state_release(&s);
         }
         free(snap);
     } else if (rc != SLUICE_ERR_NOT_FOUND) {
-        printf("snapshot damaged: %s\n", err);
+        if (root)
+            jset(snapshot, "damaged", jstr(err));
+        else
+            printf("snapshot damaged: %s\n", err);
         d.damaged = true;
     }
-    rc = journal_datasets_each(j, dump_dataset, NULL, err, sizeof err);
+    rc = journal_datasets_each(j, dump_dataset, &d, err, sizeof err);
     if (rc < 0) {
-        printf("datasets damaged: %s\n", err);
+        if (root)
+            jset(root, "datasets_damaged", jstr(err));
+        else
+            printf("datasets damaged: %s\n", err);
         d.damaged = true;
     }
     rc = journal_replay(j, seq + 1, dump_record, dump_damage, &d, NULL, err, sizeof err);
-    if (rc == SLUICE_ERR_CORRUPT)
+    if (rc == SLUICE_ERR_CORRUPT) {
         d.damaged = true;
-    else if (rc < 0) {
+    } else if (rc < 0) {
+        json_decref(root);
+        json_decref(d.records);
+        json_decref(d.datasets);
+        json_decref(snapshot);
         cli_error("journal", "%s: %s", dir, err);
         return CLI_EXIT_FAIL;
+    }
+    if (root) {
+        jset(root, "snapshot", json_object_size(snapshot) ? snapshot : NULL);
+        if (!json_object_size(snapshot))
+            json_decref(snapshot);
+        jset(root, "datasets", d.datasets);
+        jset(root, "log", d.records);
+        jset(root, "damaged", json_boolean(d.damaged));
+        char *text = json_dumps(root, JSON_INDENT(2));
+        json_decref(root);
+        if (!text) {
+            cli_error("journal", "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+            return CLI_EXIT_FAIL;
+        }
+        puts(text);
+        free(text);
     }
     if (d.damaged) {
         cli_error("journal", "%s: the journal is damaged (see the lines marked damaged)", dir);
@@ -358,7 +618,7 @@ static bool is_option(const char *a, const char *name)
 int cli_journal(int argc, char **argv)
 {
     const char *action = NULL, *dir = NULL, *to = NULL, *from = NULL;
-    bool force = false;
+    bool force = false, json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -375,6 +635,8 @@ int cli_journal(int argc, char **argv)
                 return CLI_EXIT_USAGE;
         } else if (strcmp(a, "--force") == 0) {
             force = true;
+        } else if (strcmp(a, "--json") == 0) {
+            json = true;
         } else if (strncmp(a, "--", 2) == 0) {
             cli_error("usage", "unknown option '%s' (try 'sluice journal --help')", a);
             return CLI_EXIT_USAGE;
@@ -410,6 +672,10 @@ int cli_journal(int argc, char **argv)
         cli_error("usage", "--force is for journal restore");
         return CLI_EXIT_USAGE;
     }
+    if (json && strcmp(action, "dump") != 0) {
+        cli_error("usage", "--json is for journal dump");
+        return CLI_EXIT_USAGE;
+    }
     if (strcmp(action, "verify") == 0)
         return verify(dir);
     if (is_backup)
@@ -424,7 +690,7 @@ int cli_journal(int argc, char **argv)
         cli_error("journal", "%s: %s", dir, err);
         return CLI_EXIT_FAIL;
     }
-    int code = dump(j, dir);
+    int code = dump(j, dir, json);
     journal_close(j);
     return code;
 }

@@ -11,6 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <jansson.h>
+
 #include "common/error.h"
 #include "common/rpc.h"
 #include "helper_peer.h"
@@ -301,6 +303,43 @@ static void test_restart_keeps_everything(void **unused)
         strstr(out, " job_created job=2 name='' dataset='d29' mode=distributed_epoch\n"));
     free(out);
     free(err);
+
+    /* The same as one JSON document, for tools. */
+    char *const json_argv[] = {
+        (char *)bin_path("sluice"), "journal", "dump", "--work-dir", (char *)wd, "--json", NULL};
+    assert_int_equal(run_cmd(json_argv, WAIT_MS, &out, &err), 0);
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (!doc)
+        fail_msg("journal dump --json is not JSON (%s): %.200s", jerr.text, out);
+    free(out);
+    free(err);
+    assert_true(json_is_false(json_object_get(doc, "damaged")));
+    assert_true(json_is_object(json_object_get(doc, "snapshot")));
+    json_t *ds = json_array_get(json_object_get(doc, "datasets"), 0);
+    assert_string_equal(json_string_value(json_object_get(ds, "id")), "d29");
+    assert_true(json_is_string(json_object_get(ds, "pipeline")));
+    bool leased = false, created = false;
+    size_t i;
+    json_t *rec;
+    json_array_foreach(json_object_get(doc, "log"), i, rec)
+    {
+        const char *type = json_string_value(json_object_get(rec, "type"));
+        assert_non_null(type);
+        assert_true(json_integer_value(json_object_get(rec, "seq")) > 0);
+        json_t *splits = json_object_get(rec, "splits");
+        if (strcmp(type, "splits_leased") == 0 && json_array_size(splits) == 1 &&
+            json_integer_value(json_array_get(json_array_get(splits, 0), 0)) == 5 &&
+            json_integer_value(json_array_get(json_array_get(splits, 0), 1)) == 6)
+            leased = true;
+        if (strcmp(type, "job_created") == 0 &&
+            json_integer_value(json_object_get(rec, "job")) == 2 &&
+            strcmp(json_string_value(json_object_get(rec, "dataset")), "d29") == 0 &&
+            strcmp(json_string_value(json_object_get(rec, "mode")), "distributed_epoch") == 0)
+            created = true;
+    }
+    assert_true(leased && created);
+    json_decref(doc);
 }
 
 /* ---- acknowledged changes survive a SIGKILL in the middle of traffic ------------------------- */
@@ -503,6 +542,19 @@ static void test_damaged_record_stops_start(void **unused)
     assert_int_equal(journal_cmd("dump", wd, &out, &err), 1);
     assert_non_null(strstr(out, "\n4 dataset_registered dataset='d3' def_bytes="));
     assert_non_null(strstr(out, "\n5 damaged: record 5: checksum mismatch\n"));
+    free(out);
+    free(err);
+    char *const json_argv[] = {
+        (char *)bin_path("sluice"), "journal", "dump", "--work-dir", (char *)wd, "--json", NULL};
+    assert_int_equal(run_cmd(json_argv, WAIT_MS, &out, &err), 1);
+    json_t *doc = json_loads(out, 0, NULL);
+    assert_non_null(doc);
+    assert_true(json_is_true(json_object_get(doc, "damaged")));
+    json_t *rec = json_array_get(json_object_get(doc, "log"), 4);
+    assert_int_equal(json_integer_value(json_object_get(rec, "seq")), 5);
+    assert_string_equal(json_string_value(json_object_get(rec, "damaged")),
+                        "record 5: checksum mismatch");
+    json_decref(doc);
     free(out);
     free(err);
 }
