@@ -418,6 +418,17 @@ int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *le
 int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,
                             uint8_t **out, size_t *out_len, char *err, size_t errlen);
 
+/* How far a read has come, for progress displays. */
+struct sluice_read_progress {
+    uint64_t elements;     /* handed out so far (since the start of the epoch when restored) */
+    uint64_t splits_done;  /* distributed_epoch: splits handed out whole */
+    uint64_t splits_total; /* distributed_epoch: splits in the epoch; 0 when not known or endless */
+};
+
+/* Fills out for the read so far. Returns 0, or SLUICE_ERR_INVALID for NULL arguments. Call it
+ * from the thread that calls sluice_iterator_next(). */
+int sluice_iterator_progress(const struct sluice_iterator *it, struct sluice_read_progress *out);
+
 /* Releases the iterator's client on the dispatcher (best effort, waiting at most 2 s) and frees
  * it. NULL is allowed. */
 void sluice_iterator_close(struct sluice_iterator *it);

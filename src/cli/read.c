@@ -5,6 +5,7 @@
  * is released on the dispatcher, and the process then dies of the same signal (so a shell sees
  * it was interrupted). Before the read is open they act as usual. */
 #include "cli.h"
+#include "progress.h"
 #include "read_checkpoint.h"
 
 #include "client/iterator.h"
@@ -34,6 +35,7 @@ static const char read_usage[] =
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
     "                   [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "                   [--output FILE] [--checkpoint FILE [--checkpoint-every N]]\n"
+    "                   [--progress | --quiet]\n"
     "\n"
     "Reads the elements of a dataset from the workers and prints one per line (--format text,\n"
     "the default) or only their number (--format count). Give a PIPELINE to register it first,\n"
@@ -73,6 +75,11 @@ static const char read_usage[] =
     "                      what the checkpoint covers, so the output holds the epoch exactly\n"
     "                      once however often the read was killed. An unreadable checkpoint\n"
     "                      is an error, never a fresh start.\n"
+    "  --progress          print a progress line (elements, elements/s, MB/s, elapsed, and\n"
+    "                      the share of the epoch and its ETA when known) to standard error\n"
+    "                      every 5 s, for logs; on a terminal one line is kept up to date\n"
+    "                      without it\n"
+    "  --quiet             no progress display\n"
     "  --checkpoint-every N\n"
     "                      elements between checkpoints (default 100000)\n" CLI_SECURITY_USAGE "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
@@ -111,6 +118,7 @@ struct read_args {
     const char *plugins[CLI_MAX_PLUGINS];
     size_t nplugins;
     bool has_mode;
+    bool progress, quiet;   /* --progress, --quiet */
     const char *output;     /* --output */
     const char *checkpoint; /* --checkpoint */
     unsigned long long checkpoint_every;
@@ -215,6 +223,10 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                           argv[i]);
                 return CLI_EXIT_USAGE;
             }
+        } else if (strcmp(s, "--progress") == 0) {
+            a->progress = true;
+        } else if (strcmp(s, "--quiet") == 0) {
+            a->quiet = true;
         } else if (strcmp(s, "--output") == 0 && more) {
             a->output = argv[++i];
         } else if (strcmp(s, "--checkpoint") == 0 && more) {
@@ -254,6 +266,10 @@ static int parse_args(int argc, char **argv, struct read_args *a)
     }
     if (!a->dispatcher) {
         cli_error("usage", "--dispatcher H:P is required (try 'sluice read --help')");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->progress && a->quiet) {
+        cli_error("usage", "--progress and --quiet exclude each other");
         return CLI_EXIT_USAGE;
     }
     if (a->checkpoint && a->has_mode && a->opts.mode != SLUICE_DISTRIBUTED_EPOCH) {
@@ -347,6 +363,14 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
     int status = CLI_EXIT_FAIL;
     unsigned long long n = 0;
     unsigned long long every = a->checkpoint_every ? a->checkpoint_every : 100000;
+    struct progress pr;
+    progress_start(&pr,
+                   a->quiet                ? PROGRESS_OFF
+                   : a->progress           ? PROGRESS_LINES
+                   : isatty(STDERR_FILENO) ? PROGRESS_LIVE
+                                           : PROGRESS_OFF,
+                   stderr);
+    struct sluice_read_progress rp = {0};
     /* The first checkpoint at once: a read that cannot be checkpointed fails before it prints
      * anything, and one killed before the next checkpoint resumes from here. */
     if (a->checkpoint && save_checkpoint(it, a, o, 0) < 0)
@@ -367,6 +391,16 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
         if (rc == 0)
             break;
         n++;
+        if (pr.mode != PROGRESS_OFF) {
+            uint64_t nbytes = 0;
+            for (size_t c = 0; c < sluice_element_num_components(elem); c++) {
+                size_t b = 0;
+                sluice_element_data(elem, c, &b);
+                nbytes += b;
+            }
+            sluice_iterator_progress(it, &rp);
+            progress_element(&pr, nbytes, rp.splits_done, rp.splits_total);
+        }
         if (!a->count_only) {
             out.len = 0;
             uint64_t round = 0, task = 0;
@@ -390,6 +424,8 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
     }
     status = CLI_EXIT_OK;
 done:
+    sluice_iterator_progress(it, &rp);
+    progress_finish(&pr, rp.splits_done, rp.splits_total);
     /* At exit, whatever ended the read: the position of the last element printed. */
     if (a->checkpoint && save_checkpoint(it, a, o, n) < 0)
         status = CLI_EXIT_FAIL;

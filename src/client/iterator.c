@@ -845,6 +845,20 @@ int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *le
     return 0;
 }
 
+int sluice_iterator_progress(const struct sluice_iterator *it, struct sluice_read_progress *out)
+{
+    if (!it || !out)
+        return SLUICE_ERR_INVALID;
+    memset(out, 0, sizeof *out);
+    out->elements = it->taken_local;
+    if (it->track) {
+        /* A run not recorded yet may complete a split: counted once it is recorded. */
+        out->splits_done = ranges_count(&it->delivered.done);
+        out->splits_total = it->split_total == UINT64_MAX ? 0 : it->split_total;
+    }
+    return 0;
+}
+
 int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,
                             uint8_t **out, size_t *out_len, char *err, size_t errlen)
 {

@@ -1,0 +1,41 @@
+/* The progress display of `sluice read`: a live line on a terminal, or plain lines for logs. */
+#ifndef SLUICE_CLI_PROGRESS_H
+#define SLUICE_CLI_PROGRESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+enum progress_mode {
+    PROGRESS_OFF,   /* --quiet, or standard error is not a terminal */
+    PROGRESS_LIVE,  /* a terminal: one line redrawn in place */
+    PROGRESS_LINES, /* --progress: a plain line every PROGRESS_LINES_MS */
+};
+
+#define PROGRESS_LIVE_MS 250
+#define PROGRESS_LINES_MS 5000
+
+struct progress {
+    enum progress_mode mode;
+    FILE *out;
+    uint64_t start_ns, last_ns;
+    uint64_t elements, bytes;
+    size_t drawn; /* characters of the live line drawn last */
+};
+
+/* Starts timing. */
+void progress_start(struct progress *p, enum progress_mode mode, FILE *out);
+
+/* One element of nbytes value bytes was read; done and total are splits handed out whole and
+ * the epoch's splits (total 0: unknown). Draws when it is time. */
+void progress_element(struct progress *p, uint64_t nbytes, uint64_t done, uint64_t total);
+
+/* The read ended (or stopped): the final figures, and a newline after a live line. */
+void progress_finish(struct progress *p, uint64_t done, uint64_t total);
+
+/* The text of one report into buf: "1.23M elements  456k/s  12.3 MB/s  0:27  37% ETA 0:46"
+ * (the fraction and ETA only when total is known). Pure. */
+void progress_format(char *buf, size_t len, uint64_t elements, uint64_t bytes, double seconds,
+                     uint64_t done, uint64_t total);
+
+#endif
