@@ -26,6 +26,8 @@ Large arrays are handed over without a copy.
 import atexit as _atexit
 import json as _json
 import os as _os
+import sys as _sys
+import time as _time
 import weakref as _weakref
 
 from . import _sluice
@@ -625,3 +627,100 @@ def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=N
     """The dispatcher's status (what `sluice status --json` prints) as a dict."""
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return _json.loads(conn.client().status())
+
+
+class _Progress:
+    """What sluice.progress returns: the iterator's elements, reporting as they come."""
+
+    def __init__(self, it, report, every):
+        self._it = it
+        self._every = float(every)
+        self._t0 = self._last = _time.monotonic()
+        self._ended = False
+        self._bar = None
+        if report is None:
+            try:
+                import tqdm as _tqdm  # optional
+                self._bar = _tqdm.tqdm(unit=" elements", dynamic_ncols=True)
+            except ImportError:
+                report = _print_progress
+        self._report = report
+        self._shown = 0
+
+    def __iter__(self):
+        return self
+
+    def _figures(self, done):
+        p = self._it.progress()
+        secs = _time.monotonic() - self._t0
+        fraction = eta = None
+        if p["splits_total"]:
+            fraction = min(1.0, p["splits_done"] / p["splits_total"])
+            if 0 < fraction < 1:
+                eta = secs * (1 - fraction) / fraction
+        return {"elements": p["elements"], "seconds": secs,
+                "elements_per_second": p["elements"] / secs if secs > 0 else 0.0,
+                "splits_done": p["splits_done"], "splits_total": p["splits_total"],
+                "fraction": fraction, "eta_seconds": eta, "done": done}
+
+    def _emit(self, done):
+        f = self._figures(done)
+        if self._bar is not None:
+            self._bar.update(f["elements"] - self._shown)
+            self._shown = f["elements"]
+            if f["fraction"] is not None:
+                self._bar.set_postfix_str(f"{100 * f['fraction']:.0f}% of the splits")
+            if done:
+                self._bar.close()
+        else:
+            self._report(f)
+
+    def __next__(self):
+        try:
+            x = next(self._it)
+        except StopIteration:
+            if not self._ended:
+                self._ended = True
+                self._emit(True)
+            raise
+        now = _time.monotonic()
+        if now - self._last >= self._every:
+            self._last = now
+            self._emit(False)
+        return x
+
+    def __getattr__(self, name):
+        # close(), save(), state_dict(), load_state_dict(), progress() of the iterator.
+        return getattr(self._it, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._it.close()
+
+
+def _print_progress(f):
+    line = (f"sluice: read {f['elements']} elements  {f['elements_per_second']:.0f}/s  "
+            f"{f['seconds']:.1f} s")
+    if f["fraction"] is not None:
+        line += f"  {100 * f['fraction']:.0f}%"
+        if f["eta_seconds"] is not None:
+            line += f" ETA {f['eta_seconds']:.0f} s"
+    print(line, file=_sys.stderr, flush=True)
+
+
+def progress(iterable, report=None, every=1.0):
+    """Wraps a sluice read (an iterator, or a Dataset to iterate) so that it reports its progress
+    every `every` seconds and once at its end: to report(figures) when given, a callable taking a
+    dict with elements, seconds, elements_per_second, splits_done, splits_total, fraction and
+    eta_seconds (None when the epoch's size is not known: not distributed_epoch, or endless) and
+    done; else to a tqdm bar when tqdm is installed, else as a line on standard error. The
+    wrapper iterates like the iterator and passes its other methods through (close, state_dict,
+    load_state_dict, ...)."""
+    it = iterable if hasattr(iterable, "progress") else iter(iterable)
+    if report is not None and not callable(report):
+        raise TypeError("report must be callable (or None for tqdm or standard error)")
+    if not every > 0:
+        raise ValueError("every must be a positive number of seconds")
+    return _Progress(it, report, every)

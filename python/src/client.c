@@ -362,6 +362,17 @@ static PyObject *iterator_save(IteratorObject *self, PyObject *unused)
     return out;
 }
 
+/* {"elements": n, "splits_done": d, "splits_total": t} (sluice_iterator_progress). */
+static PyObject *iterator_progress(IteratorObject *self, PyObject *unused)
+{
+    struct sluice_read_progress p = {0};
+    if (self->it && !self->busy)
+        sluice_iterator_progress(self->it, &p);
+    return Py_BuildValue("{s:K,s:K,s:K}", "elements", (unsigned long long)p.elements,
+                         "splits_done", (unsigned long long)p.splits_done, "splits_total",
+                         (unsigned long long)p.splits_total);
+}
+
 static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
 {
     PyObject *pos = iterator_save(self, NULL);
@@ -409,6 +420,9 @@ static PyObject *iterator_load_state_dict(IteratorObject *self, PyObject *state)
 static PyMethodDef iterator_methods[] = {
     {"save", (PyCFunction)iterator_save, METH_NOARGS,
      "save(): the read's position after the last element returned, as bytes (distributed_epoch)."},
+    {"progress", (PyCFunction)iterator_progress, METH_NOARGS,
+     "progress(): {'elements', 'splits_done', 'splits_total'} of the read so far (splits in "
+     "distributed_epoch; splits_total 0 when unknown or endless)."},
     {"state_dict", (PyCFunction)iterator_state_dict, METH_NOARGS,
      "state_dict(): {'position': save()}, picklable."},
     {"load_state_dict", (PyCFunction)iterator_load_state_dict, METH_O,

@@ -165,3 +165,40 @@ def test_torch_dataset_state_in_process(service):
     again.load_state_dict(state)
     seen = collections.Counter(first + [int(x) for x in again])
     assert sorted(seen) == list(range(3000)) and set(seen.values()) == {1}
+
+
+def test_progress_reports(service):
+    """sluice.progress reports increasing counts while reading and the whole epoch at its end;
+    without a callback (and without tqdm) it prints lines on standard error."""
+    reports = []
+    ds = sluice.distribute("range(200000) | map(sleep_us, 5)", "distributed_epoch", service,
+                           split_size=1000)
+    it = sluice.progress(ds, reports.append, every=0.05)
+    n = sum(1 for _ in it)
+    assert n == 200000
+    assert len(reports) >= 3
+    counts = [r["elements"] for r in reports]
+    assert counts == sorted(counts)
+    last = reports[-1]
+    assert last["done"] and last["elements"] == 200000
+    assert last["splits_total"] == 200 and last["splits_done"] == 200 and last["fraction"] == 1.0
+    assert any(r["eta_seconds"] is not None for r in reports[:-1])
+    # Methods pass through to the iterator.
+    it2 = sluice.progress(iter(sluice.distribute("range(10)", "distributed_epoch", service)),
+                          reports.append)
+    next(it2)
+    assert set(it2.state_dict()) == {"position"}
+    it2.close()
+    with pytest.raises(TypeError, match="report must be callable"):
+        sluice.progress(ds, report=3)
+
+
+def test_progress_on_stderr(service, capsys):
+    it = sluice.progress(sluice.distribute("range(1000)", "distributed_epoch", service),
+                         every=1000)
+    import sys
+    if "tqdm" in sys.modules or it._bar is not None:
+        pytest.skip("tqdm is installed: the bar is drawn instead")
+    assert sum(1 for _ in it) == 1000
+    err = capsys.readouterr().err
+    assert err.startswith("sluice: read 1000 elements  ") and "100%" in err
