@@ -3,7 +3,7 @@
 # runs the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer, then runs each
 # libFuzzer target for a short smoke time. Exits non-zero if anything fails.
 #
-#   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 15; 0 skips fuzzing)
+#   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 10; 0 skips fuzzing)
 #   SLUICE_SKIP_ASAN=1      skip the sanitizer pass (quicker local runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ if [ "${SLUICE_SKIP_ASAN:-0}" != 1 ]; then
         ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
 fi
 
-fuzz_seconds=${SLUICE_FUZZ_SECONDS:-15}
+fuzz_seconds=${SLUICE_FUZZ_SECONDS:-10}
 if [ "$fuzz_seconds" != 0 ]; then
     command -v clang >/dev/null || { echo "fuzz: clang not found (scripts/deps.sh installs it)" >&2; exit 1; }
     echo "== fuzz smoke (${fuzz_seconds}s per target)"
