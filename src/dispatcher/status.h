@@ -32,17 +32,57 @@
  * caller frees with free(). Returns SLUICE_ERR_NOMEM on allocation failure. */
 int status_json(const struct state *s, char **out);
 
+/* What a task's worker last reported of it, with its rates over the dispatcher's window
+ * (dispatcher/rates.h): elements and encoded bytes served to readers per second, and what its
+ * buffer holds. */
+struct status_task_figures {
+    uint64_t task_id;
+    double elements_per_second, bytes_per_second;
+    uint64_t buffered, buffered_bytes;
+};
+
+/* How long ago a worker's last heartbeat arrived. */
+struct status_worker_seen {
+    uint64_t worker_id;
+    uint64_t age_ms;
+};
+
 /* What the server shell adds to the document: the autoscaling recommendation and the settings
- * it runs with (the defaults filled in). */
+ * it runs with (the defaults filled in), and the soft figures of tasks and workers. */
 struct status_extra {
     uint32_t recommended_workers;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     uint32_t worker_heartbeat_ms, client_heartbeat_ms;
     uint32_t autoscale_window_ms;
+    /* Sorted by task id (by worker id); a task or worker missing has no figures (zeros, and a
+     * heartbeat age of null). Borrowed: only read during the call. */
+    const struct status_task_figures *tasks;
+    size_t ntasks;
+    const struct status_worker_seen *seen;
+    size_t nseen;
 };
 
-/* status_json() with x's fields added at the top level ("recommended_workers" and the "config"
- * object, before "workers"); x NULL is status_json(). Returns as status_json(). */
+/* status_json() with x's fields added: at the top level "recommended_workers" and the "config"
+ * object (before "workers"); in each worker "buffered", "buffered_bytes", "elements_per_second",
+ * "bytes_per_second" and "heartbeat_age_ms" (null when unknown); in each job "workers",
+ * "elements_per_second" and "bytes_per_second" (status_job_figures). x NULL is status_json().
+ * Returns as status_json(). */
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out);
+
+/* The figures of a job or a worker, summed over its tasks. */
+struct status_figures {
+    uint64_t tasks;   /* job: tasks of its current iteration; worker: tasks it runs */
+    uint64_t workers; /* job: distinct workers running an unfinished task of it; worker: 1 */
+    double elements_per_second, bytes_per_second;
+    uint64_t buffered, buffered_bytes;
+};
+
+/* The figures of job j (of its current iteration) and of worker w from x's task figures (x NULL:
+ * only the counts). The status document and the dispatcher's labelled gauges both come from
+ * these, so the two agree. */
+void status_job_figures(const struct state *s, const struct status_extra *x,
+                        const struct st_job *j, struct status_figures *out);
+void status_worker_figures(const struct state *s, const struct status_extra *x,
+                           const struct st_worker *w, struct status_figures *out);
 
 #endif

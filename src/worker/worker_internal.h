@@ -79,6 +79,8 @@ struct wtask {
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
     double rate;
+    /* Elements and encoded bytes sent to readers, reported in every heartbeat. */
+    uint64_t served_elements, served_bytes;
     struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
     uint64_t job_id;
     /* The task's secret: only requests with the capability derived from it for their client id

@@ -109,7 +109,7 @@ static double sample(struct fixture *f, const char *name_and_labels)
 {
     char *body;
     size_t len;
-    assert_int_equal(observe_render(f->o, &f->st, &body, &len), 0);
+    assert_int_equal(observe_render(f->o, &f->st, 0, &body, &len), 0);
     assert_int_equal(strlen(body), len);
     double v = NAN;
     size_t n = strlen(name_and_labels);
