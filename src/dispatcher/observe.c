@@ -278,8 +278,8 @@ static int make_registry(struct observe *o)
            "Encoded bytes in the workers' buffers, as of their last heartbeats.", METRICS_U64,
            &o->buffered_bytes_g);
     SCALAR(false, "sluice_splits_outstanding",
-           "Splits leased and not finished, summed over the jobs' current iterations.",
-           METRICS_U64, &o->splits_outstanding_g);
+           "Splits leased and not finished, summed over the jobs' current iterations.", METRICS_U64,
+           &o->splits_outstanding_g);
     static const struct {
         const char *name, *help;
         enum metrics_kind kind;
@@ -314,8 +314,8 @@ static int make_registry(struct observe *o)
          METRICS_DOUBLE},
     };
     for (size_t i = 0; rc == 0 && i < WORKER_GAUGES; i++)
-        rc = metrics_gauge(r, worker_gauges[i].name, worker_gauges[i].help,
-                           worker_gauges[i].kind, &o->worker_f[i]);
+        rc = metrics_gauge(r, worker_gauges[i].name, worker_gauges[i].help, worker_gauges[i].kind,
+                           &o->worker_f[i]);
     if (rc == 0)
         rc = rpc_metrics_create(r, &o->conns);
 #undef SCALAR
@@ -734,8 +734,8 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
         x.tasks = NULL;
     double eps = 0, bps = 0;
     uint64_t buffered = 0, buffered_bytes = 0, outstanding = 0;
-    uint64_t *ids = malloc((st->njobs > st->nworkers ? st->njobs : st->nworkers) * sizeof *ids +
-                           sizeof *ids);
+    uint64_t *ids =
+        malloc((st->njobs > st->nworkers ? st->njobs : st->nworkers) * sizeof *ids + sizeof *ids);
     for (size_t i = 0; i < st->njobs; i++) {
         const struct st_job *j = &st->jobs[i];
         const struct st_iteration *it = state_iteration(st, j->iteration_id);

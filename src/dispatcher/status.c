@@ -74,8 +74,8 @@ static void add_task(struct status_figures *out, const struct status_extra *x,
     out->buffered_bytes += f->buffered_bytes;
 }
 
-void status_job_figures(const struct state *s, const struct status_extra *x,
-                        const struct st_job *j, struct status_figures *out)
+void status_job_figures(const struct state *s, const struct status_extra *x, const struct st_job *j,
+                        struct status_figures *out)
 {
     *out = (struct status_figures){0};
     for (size_t i = 0; i < s->ntasks; i++) {

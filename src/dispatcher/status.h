@@ -80,8 +80,8 @@ struct status_figures {
 /* The figures of job j (of its current iteration) and of worker w from x's task figures (x NULL:
  * only the counts). The status document and the dispatcher's labelled gauges both come from
  * these, so the two agree. */
-void status_job_figures(const struct state *s, const struct status_extra *x,
-                        const struct st_job *j, struct status_figures *out);
+void status_job_figures(const struct state *s, const struct status_extra *x, const struct st_job *j,
+                        struct status_figures *out);
 void status_worker_figures(const struct state *s, const struct status_extra *x,
                            const struct st_worker *w, struct status_figures *out);
 
