@@ -101,10 +101,8 @@ static void test_ring_keeps_the_newest(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_and_single),
-        cmocka_unit_test(test_window_picks_base),
-        cmocka_unit_test(test_idle_and_silent),
-        cmocka_unit_test(test_restart_and_same_time),
+        cmocka_unit_test(test_empty_and_single),      cmocka_unit_test(test_window_picks_base),
+        cmocka_unit_test(test_idle_and_silent),       cmocka_unit_test(test_restart_and_same_time),
         cmocka_unit_test(test_ring_keeps_the_newest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
