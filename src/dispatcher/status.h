@@ -3,7 +3,9 @@
  *
  *   {
  *     "workers":  [{"id": 1, "address": "host:5051", "incarnation": "5f0c...e1" (16 hex digits),
- *                   "draining": false, "tasks": [3, 4]}],
+ *                   "draining": false, "tasks": [3, 4],
+ *                   "buffered": 120, "buffered_bytes": 98304, "elements_per_second": 5120.5,
+ *                   "bytes_per_second": 4194304.0, "heartbeat_age_ms": 310 (null: none yet)}],
  *     "datasets": [{"id": "1", "pipeline": "range(10) | map(square)", "compression": "auto"}],
  *     "recommended_workers": 3,
  *     "config":   {"worker_timeout_ms": 10000, "client_timeout_ms": 30000,
@@ -14,6 +16,7 @@
  *                   "state": "active" | "finished" | "garbage_collected",
  *                   "clients": 2,
  *                   "tasks": [{"id": 3, "worker": "host:5051", "finished": false}],
+ *                   "workers": 1, "elements_per_second": 5120.5, "bytes_per_second": 4194304.0,
  *                   "splits": {"total": 8 (null when endless), "cursor": 5, "leased": 2,
  *                              "returned": 1, "finished": 2}}]
  *   }
@@ -22,7 +25,9 @@
  * distributed_epoch jobs whose iteration is not collected; "returned" counts splits handed back
  * by a lost worker and waiting to be leased again. The incarnation is a hex string because a
  * 64-bit value does not survive JSON numbers. "recommended_workers" and "config" come from the
- * server shell (struct status_extra) and are left out by status_json(). */
+ * server shell (struct status_extra) and are left out by status_json(), like the workers' buffers,
+ * rates and heartbeat ages and the jobs' "workers" and rates. Rates are of elements and encoded
+ * bytes served to readers, over the dispatcher's window (see observe.h). */
 #ifndef SLUICE_DISPATCHER_STATUS_H
 #define SLUICE_DISPATCHER_STATUS_H
 

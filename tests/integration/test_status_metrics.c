@@ -101,7 +101,7 @@ static void check(struct diff *d, const struct expo *e, const char *name, const 
 static void compare(const struct expo *e, json_t *doc, struct diff *d)
 {
     json_t *workers = json_object_get(doc, "workers"), *jobs = json_object_get(doc, "jobs");
-    double draining = 0, buffered = 0, buffered_bytes = 0;
+    double draining = 0, buffered = 0, buffered_bytes = 0, worker_tasks = 0;
     size_t i;
     json_t *w;
     json_array_foreach(workers, i, w)
@@ -111,6 +111,7 @@ static void compare(const struct expo *e, json_t *doc, struct diff *d)
         draining += json_is_true(json_object_get(w, "draining"));
         buffered += num(w, "buffered");
         buffered_bytes += num(w, "buffered_bytes");
+        worker_tasks += count(w, "tasks");
         check(d, e, "sluice_workers_tasks", l, count(w, "tasks"));
         check(d, e, "sluice_workers_buffered_elements", l, num(w, "buffered"));
         check(d, e, "sluice_workers_buffered_bytes", l, num(w, "buffered_bytes"));
@@ -157,6 +158,7 @@ static void compare(const struct expo *e, json_t *doc, struct diff *d)
     check(d, e, "sluice_iterations", "state=\"finished\"", finished);
     check(d, e, "sluice_iterations", "state=\"garbage_collected\"", collected);
     check(d, e, "sluice_tasks", "", tasks);
+    check(d, e, "sluice_tasks", "", worker_tasks);
     check(d, e, "sluice_clients", "", clients);
     check(d, e, "sluice_splits_outstanding", "", outstanding);
     check(d, e, "sluice_served_elements_per_second", "", eps);
