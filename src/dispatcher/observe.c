@@ -457,13 +457,14 @@ void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id
     rate_ring_add(&f->ring, now_ms, c->served_elements, c->served_bytes);
 }
 
-void observe_task_heartbeat(struct observe *o, uint64_t worker_id, uint64_t now_ms,
-                            const Sluice__WorkerHeartbeatRequest *req)
+void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t worker_id,
+                            uint64_t now_ms, const Sluice__WorkerHeartbeatRequest *req)
 {
     size_t n = req->n_tasks < MAX_REPORT_TASKS ? req->n_tasks : MAX_REPORT_TASKS;
     for (size_t i = 0; i < n; i++) {
         const Sluice__TaskProgress *p = req->tasks[i];
-        if (!p)
+        const struct st_task *t = p ? state_task(st, p->task_id) : NULL;
+        if (!t || t->worker_id != worker_id)
             continue;
         struct observe_task_counts c = {p->served_elements, p->served_bytes, p->buffered,
                                         p->buffered_bytes};

@@ -123,9 +123,10 @@ struct observe_task_counts {
  * reported by another worker than before starts its samples over. Out of memory loses it. */
 void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id, uint64_t now_ms,
                          const struct observe_task_counts *c);
-/* observe_task_report() for every task of a heartbeat. */
-void observe_task_heartbeat(struct observe *o, uint64_t worker_id, uint64_t now_ms,
-                            const Sluice__WorkerHeartbeatRequest *req);
+/* observe_task_report() for every task of a heartbeat that st assigns to worker_id (a report of
+ * any other task id is ignored, so a worker cannot fill the table with ids of its choosing). */
+void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t worker_id,
+                            uint64_t now_ms, const Sluice__WorkerHeartbeatRequest *req);
 
 /* Forgets a worker's or client's figures (also done by observe_applied and at each window for ids
  * the state no longer has). */

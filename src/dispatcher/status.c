@@ -83,14 +83,9 @@ void status_job_figures(const struct state *s, const struct status_extra *x, con
         if (t->iteration_id != j->iteration_id)
             continue;
         add_task(out, x, t);
-        if (t->finished)
-            continue;
-        /* Distinct workers: a worker counts at its first unfinished task of the job. */
-        bool seen = false;
-        for (size_t k = 0; k < i && !seen; k++)
-            seen = s->tasks[k].iteration_id == j->iteration_id && !s->tasks[k].finished &&
-                   s->tasks[k].worker_id == t->worker_id;
-        out->workers += !seen;
+        /* An iteration has at most one task per worker (the state machine refuses a second),
+         * so its unfinished tasks count its workers. */
+        out->workers += !t->finished;
     }
 }
 
@@ -131,9 +126,16 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
         put(b, o, "elements_per_second", json_real(f.elements_per_second));
         put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
         const struct status_worker_seen *seen = NULL;
-        for (size_t i = 0; x->seen && i < x->nseen && !seen; i++)
-            if (x->seen[i].worker_id == w->id)
-                seen = &x->seen[i];
+        size_t lo = 0, hi = x->seen ? x->nseen : 0;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (x->seen[mid].worker_id < w->id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (x->seen && lo < x->nseen && x->seen[lo].worker_id == w->id)
+            seen = &x->seen[lo];
         put(b, o, "heartbeat_age_ms", seen ? u64(seen->age_ms) : json_null());
     }
     return o;
