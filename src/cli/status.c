@@ -1,33 +1,119 @@
-/* sluice status: prints the dispatcher's status document, as JSON or as tables. */
+/* sluice status: prints the dispatcher's status document, as JSON or as tables; with --watch,
+ * again every --interval-ms until SIGINT or SIGTERM (exit 0) or until a refresh fails, that is
+ * until the dispatcher has been unreachable for longer than --timeout-ms (exit 1). On a terminal
+ * each refresh replaces the previous one (cursor home, clear screen); otherwise the refreshes
+ * follow each other separated by a blank line. */
 #include "cli.h"
 
 #include "client/status_json.h"
 #include "common/error.h"
 #include "sluice/sluice.h"
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Unlike a read, a status query is usually typed by a person: it should not wait forever. */
 #define STATUS_DEFAULT_TIMEOUT_MS 10000
+#define STATUS_DEFAULT_INTERVAL_MS 2000
+/* How often a sleeping --watch looks at whether it was told to stop. */
+#define WATCH_POLL_MS 50
 
 static const char status_usage[] =
-    "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N] [--auth-token-file F]\n"
-    "                     [--tls-ca F [--tls-cert F --tls-key F]]\n"
+    "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N] [--watch [--interval-ms N]]\n"
+    "                     [--auth-token-file F] [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
-    "Prints the dispatcher's workers (address, incarnation, tasks), datasets (id, pipeline)\n"
-    "and jobs (id, name, dataset, mode, state, clients, tasks) as tables, or with --json the\n"
-    "dispatcher's status document as it is (one JSON object). An unreachable\n"
-    "dispatcher is retried for --timeout-ms (default 10000; 0 waits forever).\n"
+    "Prints the dispatcher's workers (address, incarnation, tasks, draining, buffered\n"
+    "elements and MB, elements/s and MB/s served, heartbeat age), datasets (id, pipeline)\n"
+    "and jobs (id, name, dataset, mode, state, clients, tasks, workers, splits finished/total,\n"
+    "splits leased, elements/s and MB/s served) as tables, or with --json the dispatcher's\n"
+    "status document as it is (one JSON object). Rates are over the dispatcher's window\n"
+    "(--autoscale-window-ms). An unreachable dispatcher is retried for --timeout-ms\n"
+    "(default 10000; 0 waits forever).\n"
+    "\n"
+    "  --watch          print again every --interval-ms (default 2000) until Ctrl-C (exit 0),\n"
+    "                   in place on a terminal; exit 1 once the dispatcher has been\n"
+    "                   unreachable for longer than --timeout-ms\n"
     "\n" CLI_SECURITY_USAGE;
+
+static volatile sig_atomic_t watch_stop;
+
+static void on_watch_signal(int sig)
+{
+    (void)sig;
+    watch_stop = 1;
+}
+
+/* Sleeps ms milliseconds, or less when told to stop. */
+static void watch_sleep(unsigned long long ms)
+{
+    while (ms > 0 && !watch_stop) {
+        unsigned long long step = ms < WATCH_POLL_MS ? ms : WATCH_POLL_MS;
+        struct timespec ts = {(time_t)(step / 1000), (long)(step % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+    }
+}
+
+/* Fetches the document once and writes it (as JSON or tables) to stdout, preceded by what
+ * separates it from the previous refresh of a --watch (refresh > 0). Returns an exit status. */
+static int show_once(struct sluice_client *client, bool as_json, unsigned refresh, bool watch,
+                     bool tty, const char *dispatcher, unsigned long long interval_ms)
+{
+    char err[1024] = "";
+    char *json = NULL, *table = NULL;
+    int status = CLI_EXIT_OK;
+    int rc = sluice_status(client, &json, err, sizeof(err));
+    if (rc) {
+        /* The message names the dispatcher and how long it was unreachable. */
+        cli_error("status", "%s", err[0] ? err : sluice_strerror(rc));
+        return CLI_EXIT_FAIL;
+    }
+    if (!as_json && (rc = status_json_table(json, &table, err, sizeof(err))) != 0) {
+        cli_error("status", "%s", err);
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    if (watch && tty) {
+        /* Cursor home and clear the screen: the refresh replaces the last one. */
+        time_t now = time(NULL);
+        struct tm tm;
+        char when[32] = "";
+        if (localtime_r(&now, &tm))
+            strftime(when, sizeof when, "%H:%M:%S", &tm);
+        printf("\x1b[H\x1b[2J%s  every %llu ms  %s  (Ctrl-C stops)\n\n", dispatcher, interval_ms,
+               when);
+    } else if (refresh > 0) {
+        fputc('\n', stdout);
+    }
+    if (as_json) {
+        size_t len = strlen(json);
+        fputs(json, stdout);
+        if (len == 0 || json[len - 1] != '\n')
+            fputc('\n', stdout);
+    } else {
+        fputs(table, stdout);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        cli_error("output", "write to standard output failed");
+        status = CLI_EXIT_FAIL;
+    }
+done:
+    free(table);
+    free(json);
+    return status;
+}
 
 int cli_status(int argc, char **argv)
 {
     const char *dispatcher = NULL;
-    bool as_json = false;
+    bool as_json = false, watch = false;
     unsigned long long timeout_ms = STATUS_DEFAULT_TIMEOUT_MS;
+    unsigned long long interval_ms = STATUS_DEFAULT_INTERVAL_MS;
 
     struct sluice_security_options security = {0};
     int k;
@@ -40,6 +126,16 @@ int cli_status(int argc, char **argv)
             dispatcher = argv[++i];
         } else if (strcmp(a, "--json") == 0) {
             as_json = true;
+        } else if (strcmp(a, "--watch") == 0) {
+            watch = true;
+        } else if (strcmp(a, "--interval-ms") == 0 && i + 1 < argc) {
+            if (cli_parse_u64(argv[++i], &interval_ms) != 0 || interval_ms == 0 ||
+                interval_ms > UINT32_MAX) {
+                cli_error("usage",
+                          "--interval-ms takes a positive number of milliseconds, not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--timeout-ms") == 0 && i + 1 < argc) {
             if (cli_parse_u64(argv[++i], &timeout_ms) != 0 || timeout_ms > UINT32_MAX) {
                 cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",
@@ -67,35 +163,30 @@ int cli_status(int argc, char **argv)
     if (status != CLI_EXIT_OK)
         return status;
 
-    char err[1024] = "";
-    char *json = NULL, *table = NULL;
-    int rc = sluice_status(client, &json, err, sizeof(err));
-    if (rc) {
-        cli_error("status", "%s", err[0] ? err : sluice_strerror(rc));
-        status = CLI_EXIT_FAIL;
-        goto done;
+    if (!watch) {
+        status = show_once(client, as_json, 0, false, false, dispatcher, interval_ms);
+        sluice_client_close(client);
+        return status;
     }
-    if (as_json) {
-        size_t len = strlen(json);
-        fputs(json, stdout);
-        if (len == 0 || json[len - 1] != '\n')
-            fputc('\n', stdout);
-    } else {
-        rc = status_json_table(json, &table, err, sizeof(err));
-        if (rc) {
-            cli_error("status", "%s", err);
-            status = CLI_EXIT_FAIL;
-            goto done;
-        }
-        fputs(table, stdout);
+
+    /* --watch: each refresh is one status request, bounded by the client's timeout; a signal
+     * ends the loop between refreshes. */
+    struct sigaction sa, old_int, old_term;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_watch_signal;
+    sigemptyset(&sa.sa_mask);
+    watch_stop = 0;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    bool tty = isatty(STDOUT_FILENO);
+    for (unsigned refresh = 0; !watch_stop; refresh++) {
+        status = show_once(client, as_json, refresh, true, tty, dispatcher, interval_ms);
+        if (status != CLI_EXIT_OK)
+            break;
+        watch_sleep(interval_ms);
     }
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        cli_error("output", "write to standard output failed");
-        status = CLI_EXIT_FAIL;
-    }
-done:
-    free(table);
-    free(json);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     sluice_client_close(client);
     return status;
 }

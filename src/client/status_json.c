@@ -173,6 +173,16 @@ static char *cell_text(const json_t *v)
     return json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
 }
 
+/* How a column shows its field. */
+enum col_kind {
+    COL_TEXT,   /* cell_text() */
+    COL_RATE,   /* a number per second, one decimal */
+    COL_MB,     /* bytes (or bytes per second) as megabytes (10^6), two decimals */
+    COL_AGE,    /* milliseconds, with "ms" */
+    COL_SPLITS, /* a "splits" object: "finished/total", the total "endless" when null */
+    COL_LEASED  /* a "splits" object: its "leased" */
+};
+
 /* The first of the NULL-terminated names present in obj, or NULL. */
 static json_t *field(const json_t *obj, const char *const *names)
 {
@@ -184,12 +194,64 @@ static json_t *field(const json_t *obj, const char *const *names)
     return NULL;
 }
 
-#define MAX_COLS 8
+static char *printed(const char *fmt, ...)
+{
+    char buf[96];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+/* The text of v as a column of kind shows it (malloc'd, NULL when out of memory). A value of
+ * another type than the kind expects shows as cell_text() does. */
+static char *kind_text(const json_t *v, enum col_kind kind)
+{
+    switch (kind) {
+    case COL_RATE:
+        if (json_is_number(v))
+            return printed("%.1f", json_number_value(v));
+        break;
+    case COL_MB:
+        if (json_is_number(v))
+            return printed("%.2f", json_number_value(v) / 1e6);
+        break;
+    case COL_AGE:
+        if (json_is_number(v))
+            return printed("%.0fms", json_number_value(v));
+        break;
+    case COL_SPLITS:
+        if (json_is_object(v)) {
+            json_t *fin = json_object_get(v, "finished"), *total = json_object_get(v, "total");
+            char *a = cell_text(fin);
+            char *b = json_is_null(total) ? strdup("endless") : cell_text(total);
+            char *s = a && b ? printed("%s/%s", a, b) : NULL;
+            free(a);
+            free(b);
+            return s;
+        }
+        break;
+    case COL_LEASED:
+        if (json_is_object(v))
+            return cell_text(json_object_get(v, "leased"));
+        return strdup("-");
+    case COL_TEXT:
+        break;
+    }
+    return cell_text(v);
+}
+
+#define MAX_COLS 12
 
 struct column {
     const char *title;
     const char *names[4]; /* accepted field names, NULL-terminated */
     bool is_id;           /* falls back to the entry's key in a section keyed by id */
+    enum col_kind kind;
+    /* Shown only when some entry of the section has the field, so a document from a dispatcher
+     * that does not report it renders as before. */
+    bool optional;
 };
 
 struct section {
@@ -203,22 +265,33 @@ struct section {
 
 static const struct section sections[] = {
     {"workers",
-     3,
-     {{"ADDRESS", {"address", "addr", NULL}, true},
-      {"INCARNATION", {"incarnation", NULL}, false},
-      {"TASKS", {"tasks", "num_tasks", NULL}, false}}},
+     9,
+     {{"ADDRESS", {"address", "addr", NULL}, true, COL_TEXT, false},
+      {"INCARNATION", {"incarnation", NULL}, false, COL_TEXT, false},
+      {"TASKS", {"tasks", "num_tasks", NULL}, false, COL_TEXT, false},
+      {"DRAINING", {"draining", NULL}, false, COL_TEXT, true},
+      {"BUFFERED", {"buffered", NULL}, false, COL_TEXT, true},
+      {"BUF_MB", {"buffered_bytes", NULL}, false, COL_MB, true},
+      {"ELEM/S", {"elements_per_second", NULL}, false, COL_RATE, true},
+      {"MB/S", {"bytes_per_second", NULL}, false, COL_MB, true},
+      {"HEARTBEAT", {"heartbeat_age_ms", NULL}, false, COL_AGE, true}}},
     {"datasets",
      2,
      {{"ID", {"id", "dataset_id", NULL}, true}, {"PIPELINE", {"pipeline", "text", NULL}, false}}},
     {"jobs",
-     7,
-     {{"ID", {"id", "job_id", NULL}, true},
-      {"NAME", {"name", "job_name", NULL}, false},
-      {"DATASET", {"dataset", "dataset_id", NULL}, false},
-      {"MODE", {"mode", NULL}, false},
-      {"STATE", {"state", NULL}, false},
-      {"CLIENTS", {"clients", "num_clients", NULL}, false},
-      {"TASKS", {"tasks", "num_tasks", NULL}, false}},
+     12,
+     {{"ID", {"id", "job_id", NULL}, true, COL_TEXT, false},
+      {"NAME", {"name", "job_name", NULL}, false, COL_TEXT, false},
+      {"DATASET", {"dataset", "dataset_id", NULL}, false, COL_TEXT, false},
+      {"MODE", {"mode", NULL}, false, COL_TEXT, false},
+      {"STATE", {"state", NULL}, false, COL_TEXT, false},
+      {"CLIENTS", {"clients", "num_clients", NULL}, false, COL_TEXT, false},
+      {"TASKS", {"tasks", "num_tasks", NULL}, false, COL_TEXT, false},
+      {"WORKERS", {"workers", "num_workers", NULL}, false, COL_TEXT, true},
+      {"SPLITS", {"splits", NULL}, false, COL_SPLITS, true},
+      {"LEASED", {"splits", NULL}, false, COL_LEASED, true},
+      {"ELEM/S", {"elements_per_second", NULL}, false, COL_RATE, true},
+      {"MB/S", {"bytes_per_second", NULL}, false, COL_MB, true}},
      "error",
      "job",
      "failed"},
@@ -233,9 +306,27 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
         b->failed = true;
         return;
     }
+    /* The columns shown: every column but an optional one no entry has a field for. */
+    size_t vis[MAX_COLS], nvis = 0;
+    for (size_t c = 0; c < sec->ncols; c++) {
+        bool shown = !sec->cols[c].optional;
+        for (size_t i = 0; i < nrows && !shown; i++) {
+            json_t *e = json_is_array(list) ? json_array_get(list, i) : NULL;
+            if (!json_is_array(list)) {
+                /* Objects keyed by id: walk to the i-th value. */
+                void *it = json_object_iter(list);
+                for (size_t k = 0; k < i && it; k++)
+                    it = json_object_iter_next(list, it);
+                e = it ? json_object_iter_value(it) : NULL;
+            }
+            shown = json_is_object(e) && field(e, sec->cols[c].names) != NULL;
+        }
+        if (shown)
+            vis[nvis++] = c;
+    }
     size_t width[MAX_COLS];
-    for (size_t c = 0; c < sec->ncols; c++)
-        width[c] = strlen(sec->cols[c].title);
+    for (size_t c = 0; c < nvis; c++)
+        width[c] = strlen(sec->cols[vis[c]].title);
 
     char **notes = calloc(nrows + 1, sizeof *notes);
     if (!notes) {
@@ -258,9 +349,10 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
         }
         if (!json_is_object(entry))
             continue;
-        for (size_t c = 0; c < sec->ncols; c++) {
-            json_t *v = field(entry, sec->cols[c].names);
-            char *text = !v && sec->cols[c].is_id && key ? name_escape_dup(key) : cell_text(v);
+        for (size_t c = 0; c < nvis; c++) {
+            const struct column *col = &sec->cols[vis[c]];
+            json_t *v = field(entry, col->names);
+            char *text = !v && col->is_id && key ? name_escape_dup(key) : kind_text(v, col->kind);
             if (!text) {
                 b->failed = true;
                 goto done;
@@ -289,10 +381,10 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
     }
     for (size_t r = 0; r <= rows; r++) {
         sb_str(b, "  ");
-        for (size_t c = 0; c < sec->ncols; c++) {
-            const char *text = r == 0 ? sec->cols[c].title : cells[(r - 1) * sec->ncols + c];
+        for (size_t c = 0; c < nvis; c++) {
+            const char *text = r == 0 ? sec->cols[vis[c]].title : cells[(r - 1) * sec->ncols + c];
             sb_str(b, text);
-            if (c + 1 < sec->ncols)
+            if (c + 1 < nvis)
                 sb_pad(b, width[c] - strlen(text) + 2);
         }
         sb_str(b, "\n");

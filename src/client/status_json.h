@@ -17,6 +17,11 @@
 /* Renders the document as readable text: its top-level scalar fields as "name: value" lines,
  * then a table per section (workers: address, incarnation, tasks; datasets: id, pipeline; jobs:
  * id, name, dataset, mode, state, clients, tasks), columns aligned, every line ending in '\n'.
+ * Columns of the figures a dispatcher may add are shown when some entry of the section has the
+ * field: workers' DRAINING, BUFFERED, BUF_MB (buffered_bytes / 10^6), ELEM/S, MB/S and HEARTBEAT
+ * (heartbeat_age_ms, as "85ms"); jobs' WORKERS, SPLITS ("finished/total" of the "splits" object,
+ * "endless" for a null total), LEASED (splits.leased), ELEM/S and MB/S. Rates show one decimal,
+ * megabytes two. A failed job's "error" follows the jobs table as "  job ID failed: TEXT".
  * On success *out is a malloc'd NUL-terminated string the caller frees. Returns 0,
  * SLUICE_ERR_CORRUPT with a message in err when json is not a JSON object, or
  * SLUICE_ERR_NOMEM. */

@@ -261,6 +261,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     }
     /* Before the commit, which forgets the figures of a worker it removes. */
     observe_worker_heartbeat(d->obs, c->worker_id, req);
+    observe_task_heartbeat(d->obs, &d->st, c->worker_id, uv_now(d->loop), req);
     free(finished);
     free(failed);
     dispatcher_req_init(&c->r, d, conn, env->id);

@@ -1,5 +1,7 @@
 #include "observe.h"
 
+#include "rates.h"
+
 #include "common/error.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -9,6 +11,7 @@
 #include <inttypes.h>
 #include <stddef.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +41,24 @@ struct table {
     size_t n, cap;
 };
 
+/* What the worker last reported of one task, and the samples of its served counters. */
+struct task_fig {
+    uint64_t id;
+    uint64_t worker_id;
+    uint64_t buffered, buffered_bytes;
+    struct rate_ring ring;
+};
+
+/* Sorted by id. */
+struct task_table {
+    struct task_fig *v;
+    size_t n, cap;
+};
+
+/* The labelled gauges of one job or worker: the label value and the series. */
+#define JOB_GAUGES 7
+#define WORKER_GAUGES 5
+
 static const enum autoscale_reason reasons[] = {AUTOSCALE_NO_DATA, AUTOSCALE_UP, AUTOSCALE_DOWN,
                                                 AUTOSCALE_HOLD};
 #define NREASONS (sizeof reasons / sizeof reasons[0])
@@ -64,6 +85,18 @@ struct observe {
     struct metrics_series *recommended_g;
     struct metrics_series *windows_c[NREASONS];
     struct metrics_series *demand_g, *capacity_g, *unmet_g, *idle_g;
+
+    /* Served rates and buffers (observe_task_heartbeat), their sums and per-job and per-worker
+     * figures as labelled gauges; the ids exported at the last render, whose series are removed
+     * once they are gone. */
+    struct task_table tasks;
+    struct status_task_figures *scratch;
+    size_t cap_scratch;
+    struct metrics_series *served_eps_g, *served_bps_g, *buffered_g, *buffered_bytes_g;
+    struct metrics_series *splits_outstanding_g;
+    struct metrics_family *job_f[JOB_GAUGES], *worker_f[WORKER_GAUGES];
+    uint64_t *job_ids, *worker_ids;
+    size_t njob_ids, nworker_ids;
 };
 
 /* ---- tables ---------------------------------------------------------------------------------- */
@@ -230,6 +263,59 @@ static int make_registry(struct observe *o)
            &o->unmet_g);
     SCALAR(false, "sluice_autoscale_idle_share",
            "Mean idle share of the workers at the last window.", METRICS_DOUBLE, &o->idle_g);
+    SCALAR(false, "sluice_served_elements_per_second",
+           "Elements per second the workers sent to readers, summed over the tasks of the jobs, "
+           "over the last window.",
+           METRICS_DOUBLE, &o->served_eps_g);
+    SCALAR(false, "sluice_served_bytes_per_second",
+           "Encoded bytes per second the workers sent to readers, summed over the tasks of the "
+           "jobs, over the last window.",
+           METRICS_DOUBLE, &o->served_bps_g);
+    SCALAR(false, "sluice_buffered_elements",
+           "Elements in the workers' buffers, as of their last heartbeats.", METRICS_U64,
+           &o->buffered_g);
+    SCALAR(false, "sluice_buffered_bytes",
+           "Encoded bytes in the workers' buffers, as of their last heartbeats.", METRICS_U64,
+           &o->buffered_bytes_g);
+    SCALAR(false, "sluice_splits_outstanding",
+           "Splits leased and not finished, summed over the jobs' current iterations.", METRICS_U64,
+           &o->splits_outstanding_g);
+    static const struct {
+        const char *name, *help;
+        enum metrics_kind kind;
+    } job_gauges[JOB_GAUGES] = {
+        {"sluice_job_clients", "Clients reading the job.", METRICS_U64},
+        {"sluice_job_tasks", "Tasks of the job's current iteration.", METRICS_U64},
+        {"sluice_job_workers", "Workers running an unfinished task of the job.", METRICS_U64},
+        {"sluice_job_splits_finished", "Splits of the job's iteration finished.", METRICS_U64},
+        {"sluice_job_splits_outstanding", "Splits of the job's iteration leased and not finished.",
+         METRICS_U64},
+        {"sluice_job_elements_per_second",
+         "Elements per second served to the job's readers over the last window.", METRICS_DOUBLE},
+        {"sluice_job_bytes_per_second",
+         "Encoded bytes per second served to the job's readers over the last window.",
+         METRICS_DOUBLE},
+    };
+    for (size_t i = 0; rc == 0 && i < JOB_GAUGES; i++)
+        rc = metrics_gauge(r, job_gauges[i].name, job_gauges[i].help, job_gauges[i].kind,
+                           &o->job_f[i]);
+    static const struct {
+        const char *name, *help;
+        enum metrics_kind kind;
+    } worker_gauges[WORKER_GAUGES] = {
+        {"sluice_workers_tasks", "Tasks assigned to the worker, finished ones included.",
+         METRICS_U64},
+        {"sluice_workers_buffered_elements", "Elements in the worker's buffers.", METRICS_U64},
+        {"sluice_workers_buffered_bytes", "Encoded bytes in the worker's buffers.", METRICS_U64},
+        {"sluice_workers_served_elements_per_second",
+         "Elements per second the worker sent to readers over the last window.", METRICS_DOUBLE},
+        {"sluice_workers_served_bytes_per_second",
+         "Encoded bytes per second the worker sent to readers over the last window.",
+         METRICS_DOUBLE},
+    };
+    for (size_t i = 0; rc == 0 && i < WORKER_GAUGES; i++)
+        rc = metrics_gauge(r, worker_gauges[i].name, worker_gauges[i].help, worker_gauges[i].kind,
+                           &o->worker_f[i]);
     if (rc == 0)
         rc = rpc_metrics_create(r, &o->conns);
 #undef SCALAR
@@ -271,6 +357,10 @@ void observe_destroy(struct observe *o)
     metrics_destroy(o->reg);
     free(o->workers.v);
     free(o->clients.v);
+    free(o->tasks.v);
+    free(o->scratch);
+    free(o->job_ids);
+    free(o->worker_ids);
     free(o);
 }
 
@@ -338,6 +428,59 @@ void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
         free(v);
 }
 
+static struct task_fig *task_find(struct task_table *t, uint64_t id, size_t *pos)
+{
+    size_t lo = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct task_fig, id), id);
+    if (pos)
+        *pos = lo;
+    return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
+}
+
+void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id, uint64_t now_ms,
+                         const struct observe_task_counts *c)
+{
+    size_t pos;
+    struct task_fig *f = task_find(&o->tasks, task_id, &pos);
+    if (!f) {
+        f = rows_insert_at((void **)&o->tasks.v, &o->tasks.n, &o->tasks.cap, sizeof *o->tasks.v,
+                           pos);
+        if (!f)
+            return;
+        memset(f, 0, sizeof *f);
+        f->id = task_id;
+    }
+    if (f->worker_id != worker_id)
+        f->ring = (struct rate_ring){0}; /* another worker's counters start elsewhere */
+    f->worker_id = worker_id;
+    f->buffered = c->buffered;
+    f->buffered_bytes = c->buffered_bytes;
+    rate_ring_add(&f->ring, now_ms, c->served_elements, c->served_bytes);
+}
+
+void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t worker_id,
+                            uint64_t now_ms, const Sluice__WorkerHeartbeatRequest *req)
+{
+    size_t n = req->n_tasks < MAX_REPORT_TASKS ? req->n_tasks : MAX_REPORT_TASKS;
+    for (size_t i = 0; i < n; i++) {
+        const Sluice__TaskProgress *p = req->tasks[i];
+        const struct st_task *t = p ? state_task(st, p->task_id) : NULL;
+        if (!t || t->worker_id != worker_id)
+            continue;
+        struct observe_task_counts c = {p->served_elements, p->served_bytes, p->buffered,
+                                        p->buffered_bytes};
+        observe_task_report(o, worker_id, p->task_id, now_ms, &c);
+    }
+}
+
+static void forget_tasks_of(struct observe *o, uint64_t worker_id)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < o->tasks.n; i++)
+        if (o->tasks.v[i].worker_id != worker_id)
+            o->tasks.v[k++] = o->tasks.v[i];
+    o->tasks.n = k;
+}
+
 void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRequest *req)
 {
     observe_client_report(o, req->client_id, req->elements_per_second, req->wait_fraction);
@@ -346,6 +489,7 @@ void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRe
 void observe_forget_worker(struct observe *o, uint64_t worker_id)
 {
     table_del(&o->workers, worker_id);
+    forget_tasks_of(o, worker_id);
 }
 
 void observe_forget_client(struct observe *o, uint64_t client_id)
@@ -374,6 +518,15 @@ void observe_applied(struct observe *o, const struct st_update *u)
     case ST_CLIENT_RELEASED:
         observe_forget_client(o, u->id);
         break;
+    case ST_TASK_REMOVED: {
+        size_t pos;
+        if (task_find(&o->tasks, u->id, &pos)) {
+            memmove(&o->tasks.v[pos], &o->tasks.v[pos + 1],
+                    (o->tasks.n - pos - 1) * sizeof *o->tasks.v);
+            o->tasks.n--;
+        }
+        break;
+    }
     default:
         break;
     }
@@ -415,6 +568,11 @@ static void prune(struct observe *o, const struct state *st)
         if (state_client(st, o->clients.v[i].id))
             o->clients.v[k++] = o->clients.v[i];
     o->clients.n = k;
+    k = 0;
+    for (size_t i = 0; i < o->tasks.n; i++)
+        if (state_task(st, o->tasks.v[i].id))
+            o->tasks.v[k++] = o->tasks.v[i];
+    o->tasks.n = k;
 }
 
 int observe_window_close(struct observe *o, const struct state *st, uint64_t now_ms,
@@ -498,14 +656,135 @@ void observe_status(const struct observe *o, const struct state *st, struct stat
     };
 }
 
+int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
+                    struct status_extra *x)
+{
+    if (o->tasks.n > o->cap_scratch) {
+        struct status_task_figures *v = realloc(o->scratch, o->tasks.n * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        o->scratch = v;
+        o->cap_scratch = o->tasks.n;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < o->tasks.n; i++) {
+        const struct task_fig *f = &o->tasks.v[i];
+        const struct st_task *t = state_task(st, f->id);
+        if (!t || t->worker_id != f->worker_id)
+            continue;
+        struct rate r = rate_ring_rate(&f->ring, now_ms, o->cfg.window_ms);
+        o->scratch[n++] = (struct status_task_figures){
+            f->id, r.elements_per_second, r.bytes_per_second, f->buffered, f->buffered_bytes};
+    }
+    x->tasks = o->scratch;
+    x->ntasks = n;
+    return 0;
+}
+
 void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t refused,
                          uint64_t handshake_timeouts)
 {
     rpc_metrics_set(&o->conns, auth_failures, refused, handshake_timeouts);
 }
 
-int observe_render(struct observe *o, const struct state *st, char **body, size_t *len)
+/* Removes the series labelled name=id of every id in *old that is not in ids[0..n), and keeps
+ * ids as the new *old (unchanged when out of memory: the removal is retried next time). */
+static void drop_gone(struct observe *o, const char *name, uint64_t **old, size_t *nold,
+                      const uint64_t *ids, size_t n)
 {
+    for (size_t i = 0; i < *nold; i++) {
+        bool present = false;
+        for (size_t k = 0; k < n && !present; k++)
+            present = ids[k] == (*old)[i];
+        if (!present) {
+            char v[24];
+            snprintf(v, sizeof v, "%" PRIu64, (*old)[i]);
+            metrics_remove_label(o->reg, name, v);
+        }
+    }
+    uint64_t *copy = malloc((n ? n : 1) * sizeof *copy);
+    if (!copy)
+        return;
+    if (n)
+        memcpy(copy, ids, n * sizeof *copy);
+    free(*old);
+    *old = copy;
+    *nold = n;
+}
+
+static void set_labelled(struct metrics_family *f, const char *name, uint64_t id, bool is_double,
+                         double d, uint64_t u)
+{
+    char v[24];
+    snprintf(v, sizeof v, "%" PRIu64, id);
+    struct metrics_label l = {name, v};
+    struct metrics_series *s;
+    if (metrics_series_get(f, &l, 1, &s) < 0)
+        return;
+    if (is_double)
+        metrics_set_double(s, d);
+    else
+        metrics_set_u64(s, u);
+}
+
+/* The figures of the jobs and workers, from the same computation as the status document. */
+static void render_figures(struct observe *o, const struct state *st, uint64_t now_ms)
+{
+    struct status_extra x = {0};
+    if (observe_figures(o, st, now_ms, &x) < 0)
+        x.tasks = NULL;
+    double eps = 0, bps = 0;
+    uint64_t buffered = 0, buffered_bytes = 0, outstanding = 0;
+    uint64_t *ids =
+        malloc((st->njobs > st->nworkers ? st->njobs : st->nworkers) * sizeof *ids + sizeof *ids);
+    for (size_t i = 0; i < st->njobs; i++) {
+        const struct st_job *j = &st->jobs[i];
+        const struct st_iteration *it = state_iteration(st, j->iteration_id);
+        struct status_figures f;
+        status_job_figures(st, &x, j, &f);
+        bool splits = it && it->distributed && it->state != ST_ITER_GC;
+        uint64_t u[5] = {state_iteration_clients(st, j->iteration_id), f.tasks, f.workers,
+                         splits ? it->splits_finished : 0, splits ? it->splits_leased : 0};
+        for (size_t k = 0; k < 5; k++)
+            set_labelled(o->job_f[k], "job", j->id, false, 0, u[k]);
+        set_labelled(o->job_f[5], "job", j->id, true, f.elements_per_second, 0);
+        set_labelled(o->job_f[6], "job", j->id, true, f.bytes_per_second, 0);
+        eps += f.elements_per_second;
+        bps += f.bytes_per_second;
+        outstanding += u[4];
+        if (ids)
+            ids[i] = j->id;
+    }
+    if (ids)
+        drop_gone(o, "job", &o->job_ids, &o->njob_ids, ids, st->njobs);
+    for (size_t i = 0; i < st->nworkers; i++) {
+        const struct st_worker *w = &st->workers[i];
+        struct status_figures f;
+        status_worker_figures(st, &x, w, &f);
+        set_labelled(o->worker_f[0], "worker", w->id, false, 0, f.tasks);
+        set_labelled(o->worker_f[1], "worker", w->id, false, 0, f.buffered);
+        set_labelled(o->worker_f[2], "worker", w->id, false, 0, f.buffered_bytes);
+        set_labelled(o->worker_f[3], "worker", w->id, true, f.elements_per_second, 0);
+        set_labelled(o->worker_f[4], "worker", w->id, true, f.bytes_per_second, 0);
+        buffered += f.buffered;
+        buffered_bytes += f.buffered_bytes;
+        if (ids)
+            ids[i] = w->id;
+    }
+    if (ids)
+        drop_gone(o, "worker", &o->worker_ids, &o->nworker_ids, ids, st->nworkers);
+    free(ids);
+    metrics_set_double(o->served_eps_g, eps);
+    metrics_set_double(o->served_bps_g, bps);
+    metrics_set_u64(o->buffered_g, buffered);
+    metrics_set_u64(o->buffered_bytes_g, buffered_bytes);
+    metrics_set_u64(o->splits_outstanding_g, outstanding);
+}
+
+int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, char **body,
+                   size_t *len)
+{
+    render_figures(o, st, now_ms);
     metrics_set_u64(o->workers_g, st->nworkers);
     metrics_set_u64(o->draining_g, st->nworkers - observe_current_workers(st));
     metrics_set_u64(o->datasets_g, st->ndatasets);

@@ -35,9 +35,22 @@
  *   sluice_autoscale_demand_elements_per_second, sluice_autoscale_capacity_elements_per_second,
  *   sluice_autoscale_unmet_share, sluice_autoscale_idle_share
  *                                                    gauges: the last decision's figures
+ *   sluice_served_elements_per_second, sluice_served_bytes_per_second
+ *                                                    gauges: summed served rates of the jobs
+ *   sluice_buffered_elements, sluice_buffered_bytes  gauges: summed buffers of the workers
+ *   sluice_splits_outstanding                        gauge: leased and not finished, over jobs
+ *   sluice_job_{clients,tasks,workers,splits_finished,splits_outstanding,elements_per_second,
+ *   bytes_per_second}{job="ID"}                      gauges: status_job_figures() per job
+ *   sluice_workers_{tasks,buffered_elements,buffered_bytes,served_elements_per_second,
+ *   served_bytes_per_second}{worker="ID"}            gauges: status_worker_figures() per worker
  *   sluice_auth_failures_total, sluice_connections_refused_total,
  *   sluice_handshake_timeouts_total                  counters: of the RPC server (rpc.h), as
  *                                                    observe_connections last set them
+ *
+ * Served rates. Each worker heartbeat carries, per task, the elements and bytes sent to readers
+ * since the task started and what its buffer holds; the dispatcher samples the counters at the
+ * heartbeat's arrival and measures rates over the last window (rates.h), for the status document
+ * and the labelled gauges alike.
  *
  * Threading: the loop thread only, like the state. Ownership: struct observe owns its registry and
  * tables; nothing passed in is kept. */
@@ -100,6 +113,21 @@ void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
                               const Sluice__WorkerHeartbeatRequest *req);
 void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRequest *req);
 
+/* What a worker reports of one task: cumulative served counters and its buffer now. */
+struct observe_task_counts {
+    uint64_t served_elements, served_bytes;
+    uint64_t buffered, buffered_bytes;
+};
+
+/* Records one task's report received at now_ms (a sample of its rate ring, rates.h). A task
+ * reported by another worker than before starts its samples over. Out of memory loses it. */
+void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id, uint64_t now_ms,
+                         const struct observe_task_counts *c);
+/* observe_task_report() for every task of a heartbeat that st assigns to worker_id (a report of
+ * any other task id is ignored, so a worker cannot fill the table with ids of its choosing). */
+void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t worker_id,
+                            uint64_t now_ms, const Sluice__WorkerHeartbeatRequest *req);
+
 /* Forgets a worker's or client's figures (also done by observe_applied and at each window for ids
  * the state no longer has). */
 void observe_forget_worker(struct observe *o, uint64_t worker_id);
@@ -146,6 +174,12 @@ uint32_t observe_current_workers(const struct state *st);
 /* Fills what the status document adds to the state: the recommendation and the configuration. */
 void observe_status(const struct observe *o, const struct state *st, struct status_extra *out);
 
+/* Sets x->tasks and x->ntasks to the figures of the tasks st has, their rates over the window
+ * (window_ms) ending at now_ms. The array belongs to o and stays valid until the next call into
+ * o. Returns 0 or SLUICE_ERR_NOMEM (x unchanged). */
+int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
+                    struct status_extra *x);
+
 /* Sets the connection counters of the RPC server (rpc_server_auth_failures, _refused,
  * _handshake_timeouts), which the server keeps itself. */
 void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t refused,
@@ -153,6 +187,7 @@ void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t ref
 
 /* Refreshes the gauges from st and the figures, and renders the registry (metrics.h). Returns 0
  * with *body (malloc'd, the caller frees it) and *len, or SLUICE_ERR_NOMEM. */
-int observe_render(struct observe *o, const struct state *st, char **body, size_t *len);
+int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, char **body,
+                   size_t *len);
 
 #endif

@@ -356,9 +356,22 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
     char *json = NULL;
     struct status_extra extra;
     observe_status(d->obs, &d->st, &extra);
+    uint64_t now = uv_now(d->loop);
+    /* The heartbeat ages, from the soft table (sorted by worker id, as status wants). */
+    struct status_worker_seen *seen =
+        malloc((d->worker_seen.n ? d->worker_seen.n : 1) * sizeof *seen);
+    if (seen) {
+        for (size_t i = 0; i < d->worker_seen.n; i++) {
+            uint64_t t = d->worker_seen.v[i].t;
+            seen[i] = (struct status_worker_seen){d->worker_seen.v[i].id, now > t ? now - t : 0};
+        }
+        extra.seen = seen;
+        extra.nseen = d->worker_seen.n;
+    }
     if (status < 0) {
         dispatcher_refuse_commit(r, status);
-    } else if (status_json_extra(&d->st, &extra, &json) < 0) {
+    } else if (!seen || observe_figures(d->obs, &d->st, now, &extra) < 0 ||
+               status_json_extra(&d->st, &extra, &json) < 0) {
         dispatcher_refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
     } else {
         Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
@@ -369,6 +382,7 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_send_reply(r, &env);
     }
     free(json);
+    free(seen);
     dispatcher_req_done(r);
     free(r);
 }
@@ -652,7 +666,7 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 {
     observe_connections(d->obs, rpc_server_auth_failures(d->rpc), rpc_server_refused(d->rpc),
                         rpc_server_handshake_timeouts(d->rpc));
-    return observe_render(d->obs, &d->st, body, len);
+    return observe_render(d->obs, &d->st, uv_now(d->loop), body, len);
 }
 
 void dispatcher_maybe_finish_close(struct dispatcher *d)

@@ -46,7 +46,60 @@ static json_t *u64(uint64_t v)
     return json_integer((json_int_t)v);
 }
 
-static json_t *worker_json(struct builder *b, const struct state *s, const struct st_worker *w)
+static const struct status_task_figures *task_figures(const struct status_extra *x, uint64_t id)
+{
+    if (!x || !x->tasks)
+        return NULL;
+    size_t lo = 0, hi = x->ntasks;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (x->tasks[mid].task_id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < x->ntasks && x->tasks[lo].task_id == id ? &x->tasks[lo] : NULL;
+}
+
+static void add_task(struct status_figures *out, const struct status_extra *x,
+                     const struct st_task *t)
+{
+    out->tasks++;
+    const struct status_task_figures *f = task_figures(x, t->id);
+    if (!f)
+        return;
+    out->elements_per_second += f->elements_per_second;
+    out->bytes_per_second += f->bytes_per_second;
+    out->buffered += f->buffered;
+    out->buffered_bytes += f->buffered_bytes;
+}
+
+void status_job_figures(const struct state *s, const struct status_extra *x, const struct st_job *j,
+                        struct status_figures *out)
+{
+    *out = (struct status_figures){0};
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != j->iteration_id)
+            continue;
+        add_task(out, x, t);
+        /* An iteration has at most one task per worker (the state machine refuses a second),
+         * so its unfinished tasks count its workers. */
+        out->workers += !t->finished;
+    }
+}
+
+void status_worker_figures(const struct state *s, const struct status_extra *x,
+                           const struct st_worker *w, struct status_figures *out)
+{
+    *out = (struct status_figures){.workers = 1};
+    for (size_t i = 0; i < s->ntasks; i++)
+        if (s->tasks[i].worker_id == w->id)
+            add_task(out, x, &s->tasks[i]);
+}
+
+static json_t *worker_json(struct builder *b, const struct state *s, const struct status_extra *x,
+                           const struct st_worker *w)
 {
     json_t *o = json_object(), *tasks = json_array();
     char inc[17];
@@ -65,6 +118,26 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
             append(b, tasks, u64(s->tasks[i].id));
     }
     put(b, o, "tasks", tasks);
+    if (x) {
+        struct status_figures f;
+        status_worker_figures(s, x, w, &f);
+        put(b, o, "buffered", u64(f.buffered));
+        put(b, o, "buffered_bytes", u64(f.buffered_bytes));
+        put(b, o, "elements_per_second", json_real(f.elements_per_second));
+        put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
+        const struct status_worker_seen *seen = NULL;
+        size_t lo = 0, hi = x->seen ? x->nseen : 0;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (x->seen[mid].worker_id < w->id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (x->seen && lo < x->nseen && x->seen[lo].worker_id == w->id)
+            seen = &x->seen[lo];
+        put(b, o, "heartbeat_age_ms", seen ? u64(seen->age_ms) : json_null());
+    }
     return o;
 }
 
@@ -127,7 +200,8 @@ static json_t *rounds_json(struct builder *b, const struct st_job *j, const stru
     return o;
 }
 
-static json_t *job_json(struct builder *b, const struct state *s, const struct st_job *j)
+static json_t *job_json(struct builder *b, const struct state *s, const struct status_extra *x,
+                        const struct st_job *j)
 {
     json_t *o = json_object(), *tasks = json_array();
     if (!o || !tasks) {
@@ -169,6 +243,13 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         append(b, tasks, to);
     }
     put(b, o, "tasks", tasks);
+    if (x) {
+        struct status_figures f;
+        status_job_figures(s, x, j, &f);
+        put(b, o, "workers", u64(f.workers));
+        put(b, o, "elements_per_second", json_real(f.elements_per_second));
+        put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
+    }
     if (it && it->distributed && it->state != ST_ITER_GC)
         put(b, o, "splits", splits_json(b, it));
     if (it && j->num_consumers > 0 && it->state != ST_ITER_GC)
@@ -210,11 +291,11 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
         return SLUICE_ERR_NOMEM;
     }
     for (size_t i = 0; i < s->nworkers; i++)
-        append(&b, workers, worker_json(&b, s, &s->workers[i]));
+        append(&b, workers, worker_json(&b, s, x, &s->workers[i]));
     for (size_t i = 0; i < s->ndatasets; i++)
         append(&b, datasets, dataset_json(&b, &s->datasets[i]));
     for (size_t i = 0; i < s->njobs; i++)
-        append(&b, jobs, job_json(&b, s, &s->jobs[i]));
+        append(&b, jobs, job_json(&b, s, x, &s->jobs[i]));
     if (x) {
         put(&b, root, "recommended_workers", u64(x->recommended_workers));
         put(&b, root, "config", config_json(&b, x));

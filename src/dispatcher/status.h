@@ -3,7 +3,9 @@
  *
  *   {
  *     "workers":  [{"id": 1, "address": "host:5051", "incarnation": "5f0c...e1" (16 hex digits),
- *                   "draining": false, "tasks": [3, 4]}],
+ *                   "draining": false, "tasks": [3, 4],
+ *                   "buffered": 120, "buffered_bytes": 98304, "elements_per_second": 5120.5,
+ *                   "bytes_per_second": 4194304.0, "heartbeat_age_ms": 310 (null: none yet)}],
  *     "datasets": [{"id": "1", "pipeline": "range(10) | map(square)", "compression": "auto"}],
  *     "recommended_workers": 3,
  *     "config":   {"worker_timeout_ms": 10000, "client_timeout_ms": 30000,
@@ -14,6 +16,7 @@
  *                   "state": "active" | "finished" | "garbage_collected",
  *                   "clients": 2,
  *                   "tasks": [{"id": 3, "worker": "host:5051", "finished": false}],
+ *                   "workers": 1, "elements_per_second": 5120.5, "bytes_per_second": 4194304.0,
  *                   "splits": {"total": 8 (null when endless), "cursor": 5, "leased": 2,
  *                              "returned": 1, "finished": 2}}]
  *   }
@@ -22,7 +25,9 @@
  * distributed_epoch jobs whose iteration is not collected; "returned" counts splits handed back
  * by a lost worker and waiting to be leased again. The incarnation is a hex string because a
  * 64-bit value does not survive JSON numbers. "recommended_workers" and "config" come from the
- * server shell (struct status_extra) and are left out by status_json(). */
+ * server shell (struct status_extra) and are left out by status_json(), like the workers' buffers,
+ * rates and heartbeat ages and the jobs' "workers" and rates. Rates are of elements and encoded
+ * bytes served to readers, over the dispatcher's window (see observe.h). */
 #ifndef SLUICE_DISPATCHER_STATUS_H
 #define SLUICE_DISPATCHER_STATUS_H
 
@@ -32,17 +37,57 @@
  * caller frees with free(). Returns SLUICE_ERR_NOMEM on allocation failure. */
 int status_json(const struct state *s, char **out);
 
+/* What a task's worker last reported of it, with its rates over the dispatcher's window
+ * (dispatcher/rates.h): elements and encoded bytes served to readers per second, and what its
+ * buffer holds. */
+struct status_task_figures {
+    uint64_t task_id;
+    double elements_per_second, bytes_per_second;
+    uint64_t buffered, buffered_bytes;
+};
+
+/* How long ago a worker's last heartbeat arrived. */
+struct status_worker_seen {
+    uint64_t worker_id;
+    uint64_t age_ms;
+};
+
 /* What the server shell adds to the document: the autoscaling recommendation and the settings
- * it runs with (the defaults filled in). */
+ * it runs with (the defaults filled in), and the soft figures of tasks and workers. */
 struct status_extra {
     uint32_t recommended_workers;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     uint32_t worker_heartbeat_ms, client_heartbeat_ms;
     uint32_t autoscale_window_ms;
+    /* Sorted by task id (by worker id); a task or worker missing has no figures (zeros, and a
+     * heartbeat age of null). Borrowed: only read during the call. */
+    const struct status_task_figures *tasks;
+    size_t ntasks;
+    const struct status_worker_seen *seen;
+    size_t nseen;
 };
 
-/* status_json() with x's fields added at the top level ("recommended_workers" and the "config"
- * object, before "workers"); x NULL is status_json(). Returns as status_json(). */
+/* status_json() with x's fields added: at the top level "recommended_workers" and the "config"
+ * object (before "workers"); in each worker "buffered", "buffered_bytes", "elements_per_second",
+ * "bytes_per_second" and "heartbeat_age_ms" (null when unknown); in each job "workers",
+ * "elements_per_second" and "bytes_per_second" (status_job_figures). x NULL is status_json().
+ * Returns as status_json(). */
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out);
+
+/* The figures of a job or a worker, summed over its tasks. */
+struct status_figures {
+    uint64_t tasks;   /* job: tasks of its current iteration; worker: tasks it runs */
+    uint64_t workers; /* job: distinct workers running an unfinished task of it; worker: 1 */
+    double elements_per_second, bytes_per_second;
+    uint64_t buffered, buffered_bytes;
+};
+
+/* The figures of job j (of its current iteration) and of worker w from x's task figures (x NULL:
+ * only the counts). The status document and the dispatcher's labelled gauges both come from
+ * these, so the two agree. */
+void status_job_figures(const struct state *s, const struct status_extra *x, const struct st_job *j,
+                        struct status_figures *out);
+void status_worker_figures(const struct state *s, const struct status_extra *x,
+                           const struct st_worker *w, struct status_figures *out);
 
 #endif

@@ -204,6 +204,9 @@ void worker_hb_send(struct worker *w)
         progs[i].finished = tp.finished;
         progs[i].elements_per_second = wt->rate;
         progs[i].buffered = tp.buffered;
+        progs[i].buffered_bytes = tp.buffered_bytes;
+        progs[i].served_elements = wt->served_elements;
+        progs[i].served_bytes = wt->served_bytes;
         progs[i].settled = tp.settled;
         /* A failed task is reported, so the dispatcher records the failure for its readers
          * and hands its iteration to no other worker. */

@@ -194,6 +194,8 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
     switch (st) {
     case TASK_TAKE_DATA:
         wmetrics_served(w->wm, tk.wb.count, tk.wb.len);
+        wt->served_elements += tk.wb.count;
+        wt->served_bytes += tk.wb.len;
         /* Counted once taken for this reader: from here the elements are its own, and if the
          * reply does not reach it they are lost to it, which its end of sequence then shows. */
         if (wt->counted) {
@@ -272,6 +274,8 @@ static bool rounds_answer(struct worker *w, struct wtask *wt)
                                  q->consumer, r->n);
         } else if ((st = rounds_lookup(r, q->consumer, q->round, &rec, &len)) == ROUNDS_READY) {
             wmetrics_served(w->wm, 1, len);
+            wt->served_elements++;
+            wt->served_bytes += len;
             reply_elements(q->conn, q->id, 1, false, rec, len);
         } else if (st == ROUNDS_GONE) {
             rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,

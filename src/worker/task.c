@@ -793,6 +793,7 @@ void task_progress(struct task *t, struct task_progress *out)
     out->done = t->done;
     out->failed = t->err_code != 0;
     out->buffered = t->buf.count;
+    out->buffered_bytes = t->buf.bytes;
     out->produced = t->produced;
     out->blocked_ns = t->blocked_ns + (uint64_t)t->nblocked * uv_hrtime() - t->blocked_since_sum;
     out->producers = t->nproducers;

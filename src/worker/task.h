@@ -141,9 +141,10 @@ uint64_t task_steal(struct task *t, uint64_t now_ns);
 struct task_progress {
     bool done; /* every producer has exited */
     bool failed;
-    bool finished;     /* done, not failed, buffer empty, every finished split reported */
-    uint64_t buffered; /* records in the buffer */
-    uint64_t produced; /* records ever published */
+    bool finished;           /* done, not failed, buffer empty, every finished split reported */
+    uint64_t buffered;       /* records in the buffer */
+    uint64_t buffered_bytes; /* their encoded bytes, length prefixes included */
+    uint64_t produced;       /* records ever published */
     /* distributed_epoch: no split queued or in production and the buffer empty: everything
      * produced was fetched (more splits may come). */
     bool settled;

@@ -79,6 +79,8 @@ struct wtask {
     uint64_t incarnation; /* of the dispatcher that assigned the task */
     uint64_t rate_produced, rate_at_ms;
     double rate;
+    /* Elements and encoded bytes sent to readers, reported in every heartbeat. */
+    uint64_t served_elements, served_bytes;
     struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
     uint64_t job_id;
     /* The task's secret: only requests with the capability derived from it for their client id
@@ -114,7 +116,7 @@ struct worker {
     bool hb_inflight;
     bool hb_again; /* send another heartbeat as soon as the one in flight returns */
     unsigned hb_failures;
-    bool hb_ok; /* the last heartbeat was answered: registered with the dispatcher */
+    bool hb_ok;      /* the last heartbeat was answered: registered with the dispatcher */
     uint64_t hb_seq; /* heartbeats sent; the one in flight (if any) has this number */
     /* Reads of tasks not known yet, answered after the next heartbeat reply (FIFO). */
     struct waiter *parked_head, *parked_tail;

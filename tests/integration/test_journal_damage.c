@@ -93,6 +93,31 @@ static char *served(const char *addr)
     assert_non_null(at);
     char *tables = strdup(at);
     free(out);
+    assert_non_null(tables);
+    /* The jobs' served rates (ELEM/S and the columns after it) are what workers reported lately,
+     * not journaled state: the jobs table is compared up to them. */
+    char *jobs = strstr(tables, "\njobs (");
+    char *head = jobs ? strstr(jobs, "ELEM/S") : NULL;
+    if (head) {
+        const char *line = head;
+        while (line > tables && line[-1] != '\n')
+            line--;
+        size_t col = (size_t)(head - line);
+        char *w = (char *)line, *r = (char *)line;
+        while (*r) {
+            size_t n = strcspn(r, "\n");
+            /* Notes under the table ("  job 3 failed: ...") are kept whole. */
+            size_t keep = n < col || strncmp(r, "  job ", 6) == 0 ? n : col;
+            memmove(w, r, keep);
+            while (keep > 0 && w[keep - 1] == ' ')
+                keep--;
+            w += keep;
+            r += n;
+            if (*r == '\n')
+                *w++ = *r++;
+        }
+        *w = '\0';
+    }
     return tables;
 }
 

@@ -50,6 +50,53 @@ static void test_table_full_document(void **state)
                  "  1   -     d1       parallel_epochs  active  2        2\n");
 }
 
+static void test_table_figures(void **state)
+{
+    (void)state;
+    /* The columns of the figures a current dispatcher adds: shown when any entry has the field,
+     * "-" in an entry that lacks it; rates with one decimal, bytes as MB, splits as
+     * finished/total ("endless" for a null total), leased from the splits object. */
+    expect_table(
+        "{\"workers\": [{\"address\": \"a:1\", \"incarnation\": \"01\", \"tasks\": [1],"
+        "  \"draining\": false, \"buffered\": 120, \"buffered_bytes\": 1250000,"
+        "  \"elements_per_second\": 1234.56, \"bytes_per_second\": 2500000.0,"
+        "  \"heartbeat_age_ms\": 85},"
+        " {\"address\": \"b:2\", \"incarnation\": \"02\", \"tasks\": [],"
+        "  \"draining\": true, \"heartbeat_age_ms\": null}],"
+        " \"jobs\": [{\"id\": 1, \"name\": \"e\", \"dataset_id\": \"1\","
+        "  \"mode\": \"distributed_epoch\", \"state\": \"active\", \"clients\": 2,"
+        "  \"tasks\": [{\"id\": 1}], \"workers\": 1, \"elements_per_second\": 1234.56,"
+        "  \"bytes_per_second\": 2500000.0, \"splits\": {\"total\": 40, \"finished\": 12,"
+        "  \"leased\": 3}},"
+        " {\"id\": 2, \"name\": null, \"dataset_id\": \"1\","
+        "  \"mode\": \"distributed_epoch\", \"state\": \"active\", \"clients\": 1,"
+        "  \"tasks\": [], \"workers\": 0, \"elements_per_second\": 0.0,"
+        "  \"bytes_per_second\": 0.0, \"splits\": {\"total\": null, \"finished\": 7,"
+        "  \"leased\": 0}},"
+        " {\"id\": 3, \"name\": null, \"dataset_id\": \"1\","
+        "  \"mode\": \"parallel_epochs\", \"state\": \"finished\", \"clients\": 0,"
+        "  \"tasks\": [], \"workers\": 0, \"elements_per_second\": 0,"
+        "  \"bytes_per_second\": 0}]}",
+        "workers (2)\n"
+        "  ADDRESS  INCARNATION  TASKS  DRAINING  BUFFERED  BUF_MB  ELEM/S  MB/S  "
+        "HEARTBEAT\n"
+        "  a:1      01           1      false     120       1.25    1234.6  2.50  85ms\n"
+        "  b:2      02           0      true      -         -       -       -     -\n"
+        "\n"
+        "datasets (0)\n"
+        "  none\n"
+        "\n"
+        "jobs (3)\n"
+        "  ID  NAME  DATASET  MODE               STATE     CLIENTS  TASKS  WORKERS  SPLITS  "
+        "   LEASED  ELEM/S  MB/S\n"
+        "  1   e     1        distributed_epoch  active    2        1      1        12/40   "
+        "   3       1234.6  2.50\n"
+        "  2   -     1        distributed_epoch  active    1        0      0        "
+        "7/endless  0       0.0     0.00\n"
+        "  3   -     1        parallel_epochs    finished  0        0      0        -       "
+        "   -       0.0     0.00\n");
+}
+
 static void test_table_failed_job(void **state)
 {
     (void)state;
@@ -215,6 +262,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_full_document),
+        cmocka_unit_test(test_table_figures),
         cmocka_unit_test(test_table_failed_job),
         cmocka_unit_test(test_table_sections_keyed_or_missing),
         cmocka_unit_test(test_table_values),

@@ -104,12 +104,13 @@ static void report_worker(struct fixture *f, uint64_t id, double rate, double id
     observe_worker_report(f->o, id, &t, 1);
 }
 
-/* The value of the sample line that starts with name_and_labels followed by a space, or NAN. */
-static double sample(struct fixture *f, const char *name_and_labels)
+/* The value of the sample line that starts with name_and_labels followed by a space, or NAN, in
+ * the metrics rendered at now. */
+static double sample_at(struct fixture *f, uint64_t now, const char *name_and_labels)
 {
     char *body;
     size_t len;
-    assert_int_equal(observe_render(f->o, &f->st, &body, &len), 0);
+    assert_int_equal(observe_render(f->o, &f->st, now, &body, &len), 0);
     assert_int_equal(strlen(body), len);
     double v = NAN;
     size_t n = strlen(name_and_labels);
@@ -121,6 +122,11 @@ static double sample(struct fixture *f, const char *name_and_labels)
     }
     free(body);
     return v;
+}
+
+static double sample(struct fixture *f, const char *name_and_labels)
+{
+    return sample_at(f, 0, name_and_labels);
 }
 
 /* ---- tests ----------------------------------------------------------------------------------- */
@@ -401,6 +407,85 @@ static void test_state_gauges(void **state)
     assert_int_equal(sample(f, "sluice_client_wait_share"), 0);
 }
 
+static void add_task(struct state *st, uint64_t id, uint64_t worker_id)
+{
+    struct st_update u = {.type = ST_TASK_CREATED, .id = id, .ref = 1, .ref2 = worker_id};
+    apply(st, &u);
+}
+
+/* Served counters become rates over the window; the status document and the labelled gauges
+ * show the same figures per job and per worker, and a removed task or worker takes its figures
+ * and series with it. */
+static void test_served_figures(void **state)
+{
+    struct fixture *f = *state;
+    add_worker(&f->st, 1);
+    add_worker(&f->st, 2);
+    add_task(&f->st, 10, 1);
+    add_task(&f->st, 11, 2);
+    add_client(&f->st, 5);
+    /* Task 10 serves 100 elements (20000 bytes) a second, task 11 50 (1000 bytes). */
+    for (uint64_t t = 0; t <= 1000; t += 250) {
+        struct observe_task_counts a = {t / 10, t * 20, 7, 700};
+        struct observe_task_counts b = {t / 20, t, 3, 30};
+        observe_task_report(f->o, 1, 10, t, &a);
+        observe_task_report(f->o, 2, 11, t, &b);
+    }
+    struct status_extra x;
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(observe_figures(f->o, &f->st, 1000, &x), 0);
+    assert_int_equal(x.ntasks, 2);
+    assert_int_equal(x.tasks[0].task_id, 10);
+    assert_true(x.tasks[0].elements_per_second == 100);
+    assert_true(x.tasks[0].bytes_per_second == 20000);
+    assert_int_equal(x.tasks[0].buffered, 7);
+    assert_int_equal(x.tasks[1].buffered_bytes, 30);
+    struct status_worker_seen seen[] = {{1, 120}};
+    x.seen = seen;
+    x.nseen = 1;
+    char *json;
+    assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
+    assert_non_null(strstr(json, "\"tasks\":[10],\"buffered\":7,\"buffered_bytes\":700,"
+                                 "\"elements_per_second\":100.0,\"bytes_per_second\":20000.0,"
+                                 "\"heartbeat_age_ms\":120}"));
+    assert_non_null(strstr(json, "\"tasks\":[11],\"buffered\":3,\"buffered_bytes\":30,"
+                                 "\"elements_per_second\":50.0,\"bytes_per_second\":1000.0,"
+                                 "\"heartbeat_age_ms\":null}"));
+    assert_non_null(strstr(json, "\"workers\":2,\"elements_per_second\":150.0,"
+                                 "\"bytes_per_second\":21000.0"));
+    free(json);
+
+    assert_int_equal(sample_at(f, 1000, "sluice_job_clients{job=\"1\"}"), 1);
+    assert_int_equal(sample_at(f, 1000, "sluice_job_tasks{job=\"1\"}"), 2);
+    assert_int_equal(sample_at(f, 1000, "sluice_job_workers{job=\"1\"}"), 2);
+    assert_int_equal(sample_at(f, 1000, "sluice_job_elements_per_second{job=\"1\"}"), 150);
+    assert_int_equal(sample_at(f, 1000, "sluice_job_bytes_per_second{job=\"1\"}"), 21000);
+    assert_int_equal(sample_at(f, 1000, "sluice_served_elements_per_second"), 150);
+    assert_int_equal(sample_at(f, 1000, "sluice_buffered_elements"), 10);
+    assert_int_equal(sample_at(f, 1000, "sluice_buffered_bytes"), 730);
+    assert_int_equal(sample_at(f, 1000, "sluice_workers_tasks{worker=\"2\"}"), 1);
+    assert_int_equal(sample_at(f, 1000, "sluice_workers_served_bytes_per_second{worker=\"1\"}"),
+                     20000);
+    /* A window later with no progress: the rates are 0. */
+    for (uint64_t t = 1250; t <= 2250; t += 250) {
+        struct observe_task_counts a = {100, 20000, 0, 0};
+        observe_task_report(f->o, 1, 10, t, &a);
+    }
+    assert_int_equal(sample_at(f, 2250, "sluice_workers_served_elements_per_second{worker=\"1\"}"),
+                     0);
+    /* Worker 2's task is removed, then the worker: their figures and series go. */
+    struct st_update rt = {.type = ST_TASK_REMOVED, .id = 11};
+    observe_applied(f->o, &rt);
+    apply(&f->st, &rt);
+    struct st_update rm = {.type = ST_WORKER_REMOVED, .id = 2};
+    observe_applied(f->o, &rm);
+    apply(&f->st, &rm);
+    assert_true(isnan(sample_at(f, 2250, "sluice_workers_tasks{worker=\"2\"}")));
+    assert_int_equal(sample_at(f, 2250, "sluice_workers_tasks{worker=\"1\"}"), 1);
+    assert_int_equal(observe_figures(f->o, &f->st, 2250, &x), 0);
+    assert_int_equal(x.ntasks, 1);
+}
+
 static void test_journal_histogram(void **state)
 {
     struct fixture *f = *state;
@@ -489,6 +574,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_heartbeat_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_gauges, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_served_figures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_histogram, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_extra, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tick, setup, teardown),
