@@ -1,5 +1,6 @@
 /* sluice status: prints the dispatcher's status document, as JSON or as tables. */
 #include "cli.h"
+#include "wait.h"
 
 #include "client/status_json.h"
 #include "common/error.h"
@@ -10,9 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Unlike a read, a status query is usually typed by a person: it should not wait forever. */
-#define STATUS_DEFAULT_TIMEOUT_MS 10000
-
 static const char status_usage[] =
     "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N] [--auth-token-file F]\n"
     "                     [--tls-ca F [--tls-cert F --tls-key F]]\n"
@@ -20,14 +18,14 @@ static const char status_usage[] =
     "Prints the dispatcher's workers (address, incarnation, tasks), datasets (id, pipeline)\n"
     "and jobs (id, name, dataset, mode, state, clients, tasks) as tables, or with --json the\n"
     "dispatcher's status document as it is (one JSON object). An unreachable\n"
-    "dispatcher is retried for --timeout-ms (default 10000; 0 waits forever).\n"
-    "\n" CLI_SECURITY_USAGE;
+    "dispatcher is retried (see --timeout-ms).\n"
+    "\n" CLI_TIMEOUT_USAGE CLI_SECURITY_USAGE;
 
 int cli_status(int argc, char **argv)
 {
     const char *dispatcher = NULL;
     bool as_json = false;
-    unsigned long long timeout_ms = STATUS_DEFAULT_TIMEOUT_MS;
+    unsigned long long timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
 
     struct sluice_security_options security = {0};
     int k;
@@ -69,9 +67,12 @@ int cli_status(int argc, char **argv)
 
     char err[1024] = "";
     char *json = NULL, *table = NULL;
+    struct cli_wait wait;
+    cli_wait_start(&wait, client, (uint32_t)timeout_ms);
     int rc = sluice_status(client, &json, err, sizeof(err));
+    cli_wait_stop(&wait);
     if (rc) {
-        cli_error("status", "%s", err[0] ? err : sluice_strerror(rc));
+        cli_wait_error(&wait, "status", rc, err);
         status = CLI_EXIT_FAIL;
         goto done;
     }

@@ -1,0 +1,55 @@
+#include "waiting.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+static bool has(const char *s)
+{
+    return s && *s;
+}
+
+int wait_reason(const struct wait_facts *f, char *buf, size_t len)
+{
+    const char *disp = has(f->dispatcher) ? f->dispatcher : "?";
+    if (f->read && has(f->failed)) {
+        snprintf(buf, len, "%s", f->failed);
+    } else if (f->disp_down) {
+        snprintf(buf, len, "waiting for dispatcher %s: %s", disp,
+                 has(f->disp_why) ? f->disp_why : "connecting");
+    } else if (!f->read) {
+        if (!f->disp_busy) {
+            if (len)
+                buf[0] = '\0';
+            return 0;
+        }
+        snprintf(buf, len, "waiting for dispatcher %s to answer", disp);
+    } else if (!f->have_list) {
+        snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher's task list", f->job_id);
+    } else if (f->active == 0 && f->ended == 0) {
+        snprintf(buf, len, "job %" PRIu64 ": no worker registered yet", f->job_id);
+    } else if (has(f->worker)) {
+        snprintf(buf, len, "waiting for worker %s: %s", f->worker,
+                 has(f->worker_why) ? f->worker_why : "no answer");
+    } else if (f->active == 0) {
+        snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher to end the read",
+                 f->job_id);
+    } else {
+        snprintf(buf, len, "job %" PRIu64 ": waiting for elements from %zu worker%s", f->job_id,
+                 f->active, f->active == 1 ? "" : "s");
+    }
+    return 1;
+}
+
+bool wait_note_due(uint64_t waited_ms, unsigned printed)
+{
+    return waited_ms >= WAIT_NOTE_FIRST_MS + (uint64_t)WAIT_NOTE_EVERY_MS * printed;
+}
+
+void wait_note_format(char *buf, size_t len, const char *reason, uint32_t timeout_ms)
+{
+    if (timeout_ms)
+        snprintf(buf, len, "%s (retrying; giving up after %" PRIu32 " ms without progress)", reason,
+                 timeout_ms);
+    else
+        snprintf(buf, len, "%s (retrying; --timeout-ms to give up)", reason);
+}
