@@ -2,6 +2,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 static bool has(const char *s)
 {
@@ -47,9 +48,13 @@ bool wait_note_due(uint64_t waited_ms, unsigned printed)
 
 void wait_note_format(char *buf, size_t len, const char *reason, uint32_t timeout_ms)
 {
+    /* A peer that cannot be reached is tried again; anything else is waited for. */
+    bool peer = strncmp(reason, "waiting for dispatcher ", 23) == 0 ||
+                strncmp(reason, "waiting for worker ", 19) == 0;
+    const char *doing = peer ? "retrying" : "still waiting";
     if (timeout_ms)
-        snprintf(buf, len, "%s (retrying; giving up after %" PRIu32 " ms without progress)", reason,
-                 timeout_ms);
+        snprintf(buf, len, "%s (%s; giving up after %" PRIu32 " ms without progress)", reason,
+                 doing, timeout_ms);
     else
-        snprintf(buf, len, "%s (retrying; --timeout-ms to give up)", reason);
+        snprintf(buf, len, "%s (%s; --timeout-ms to give up)", reason, doing);
 }

@@ -46,8 +46,9 @@ int wait_reason(const struct wait_facts *f, char *buf, size_t len);
 bool wait_note_due(uint64_t waited_ms, unsigned printed);
 
 /* The note a command prints (without the "sluice: " prefix): the reason and what happens next,
- * "REASON (retrying; --timeout-ms to give up)" without a timeout, else "REASON (retrying;
- * giving up after N ms without progress)". */
+ * "REASON (DOING; --timeout-ms to give up)" without a timeout, else "REASON (DOING; giving up
+ * after N ms without progress)", DOING "retrying" when a dispatcher or worker cannot be reached
+ * and "still waiting" otherwise. */
 void wait_note_format(char *buf, size_t len, const char *reason, uint32_t timeout_ms);
 
 #endif
