@@ -18,6 +18,8 @@
 
 #include "helper_cluster.h"
 
+#include "sluice/sluice.h"
+
 static long long now_ms(void)
 {
     struct timespec ts;
@@ -224,6 +226,45 @@ static void test_dispatcher_killed(void **state)
     free(log);
 }
 
+/* The same through the C API: sluice_iterator_next with a timeout returns SLUICE_ERR_TIMEOUT
+ * with the reason once the dispatcher is gone, and the iterator stays usable. */
+static void test_dispatcher_killed_api(void **state)
+{
+    struct cluster *c = *state;
+    assert_true(cluster_add_worker(c) >= 0);
+    char disp[64], err[1024] = "";
+    snprintf(disp, sizeof disp, "127.0.0.1:%d", c->port);
+    struct sluice_client_options copts = {.dispatcher = disp};
+    struct sluice_client *client = NULL;
+    assert_int_equal(sluice_client_open(&copts, &client, err, sizeof err), 0);
+    struct sluice_read_options ro = {.pipeline = "range(100000000) | map(sleep_us, 1000)",
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .split_size = 16};
+    struct sluice_iterator *it = NULL;
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
+    const struct sluice_element *elem;
+    assert_int_equal(sluice_iterator_next(it, &elem, 10000, err, sizeof err), 1);
+    char why[512];
+    assert_int_equal(sluice_iterator_waiting(it, why, sizeof why), 1);
+    assert_string_equal(why, "job 1: waiting for elements from 1 worker");
+    proc_stop(&c->dispatcher, SIGKILL, 5000);
+    long long t0 = now_ms();
+    int rc;
+    while ((rc = sluice_iterator_next(it, &elem, 3000, err, sizeof err)) == 1 &&
+           now_ms() - t0 < 60000)
+        ;
+    char want[512];
+    snprintf(want, sizeof want,
+             "no element within 3000 ms: waiting for dispatcher %s: connect: connection refused",
+             disp);
+    assert_int_equal(rc, SLUICE_ERR_TIMEOUT);
+    assert_string_equal(err, want);
+    /* Still usable: the same answer again. */
+    assert_int_equal(sluice_iterator_next(it, &elem, 500, err, sizeof err), SLUICE_ERR_TIMEOUT);
+    sluice_iterator_close(it);
+    sluice_client_close(client);
+}
+
 /* ---- a worker without the plugin ------------------------------------------------------- */
 
 /* The client has the plugin, the worker not: the read fails at once with the worker's address
@@ -277,6 +318,7 @@ int main(void)
         cmocka_unit_test(test_wrong_port_no_limit),
         cmocka_unit_test_setup_teardown(test_no_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatcher_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatcher_killed_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_plugin, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
