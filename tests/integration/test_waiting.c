@@ -265,6 +265,53 @@ static void test_dispatcher_killed_api(void **state)
     sluice_client_close(client);
 }
 
+/* A worker killed mid-read, which the dispatcher does not evict yet (--worker-timeout-ms 60000):
+ * the read says it waits for that worker and gives up after its timeout. */
+static void test_worker_killed(void **state)
+{
+    struct cluster *c = *state;
+    int w = cluster_add_worker(c);
+    assert_true(w >= 0);
+    char waddr[128];
+    snprintf(waddr, sizeof waddr, "%s", c->workers[w].addr);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000000) | map(sleep_us, 1000)",
+                                       "--timeout-ms", "4000", "--format", "count", NULL),
+                     0);
+    usleep(1500 * 1000);
+    proc_stop(&c->workers[w], SIGKILL, 5000);
+    long long t0 = now_ms();
+    int rc = proc_wait(&r, 30000);
+    long long took = now_ms() - t0;
+    char *log = slurp(r.log);
+    char want[1024];
+    snprintf(want, sizeof want,
+             "sluice: waiting for worker %s: connect: connection refused (retrying; giving up "
+             "after 4000 ms without progress)\n"
+             "sluice: read: no progress for 4000 ms: waiting for worker %s: connect: connection "
+             "refused\n",
+             waddr, waddr);
+    if (rc != 1 || strcmp(log, want) != 0)
+        fprintf(stderr, "status %d after %lld ms, stderr:\n%s", rc, took, log);
+    assert_int_equal(rc, 1);
+    assert_string_equal(log, want);
+    assert_true(took >= 3900 && took < 15000);
+    free(log);
+}
+
+static int setup_slow_eviction(void **state)
+{
+    static const char *const args[] = {"--worker-timeout-ms", "60000", NULL};
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->dispatcher_args = args;
+    if (cluster_start_dispatcher(c, 0, 0) != 0)
+        return -1;
+    *state = c;
+    return 0;
+}
+
 /* ---- a worker without the plugin ------------------------------------------------------- */
 
 /* The client has the plugin, the worker not: the read fails at once with the worker's address
@@ -319,6 +366,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatcher_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatcher_killed_api, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_killed, setup_slow_eviction, teardown),
         cmocka_unit_test_setup_teardown(test_missing_plugin, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
