@@ -394,19 +394,21 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
                          uint32_t timeout_ms, char *err, size_t errlen);
 
 /* Why the read is waiting for its next element, as one line in buf (len bytes, NUL-terminated,
- * truncated): returns 1, or SLUICE_ERR_INVALID for NULL arguments or len 0. Made on the
+ * truncated): returns 1 when something stands in the way, 2 when the wait is the ordinary kind
+ * (marked "ordinary" below), or SLUICE_ERR_INVALID for NULL arguments or len 0. Made on the
  * client's thread from the facts it has, without waiting for the network; the first that
  * applies:
  *   the read failed:                 its error message
  *   the dispatcher is away:          "waiting for dispatcher H:P: WHY" (e.g. connection refused)
- *   no task list from it yet:        "job N: waiting for the dispatcher's task list"
+ *   no task list from it yet:        "job N: waiting for the dispatcher's task list" (ordinary)
  *   the job has no task:             "job N: no worker registered yet"
  *   a worker cannot be reached:      "waiting for worker H:P: WHY"
  *   every task ended:                "job N: waiting for the dispatcher to end the read"
- *   otherwise:                       "job N: waiting for elements from K workers"
+ *                                    (ordinary)
+ *   otherwise:                       "job N: waiting for elements from K workers" (ordinary)
  * A program calling sluice_iterator_next() with a short timeout in a loop can print it when a
- * wait grows long (`sluice read` does after 2 s, then every 10 s). Call it from the thread that
- * calls sluice_iterator_next(). */
+ * wait grows long (`sluice read` does after 2 s, then every 10 s, when the result is 1). Call it
+ * from the thread that calls sluice_iterator_next(). */
 int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len);
 
 /* Like sluice_iterator_next(), but moves the element into elem (from sluice_element_new()),

@@ -395,13 +395,14 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
         if (rc == SLUICE_ERR_TIMEOUT && !read_signal) {
             waited = cli_now_ms() - last_progress;
             char why[512] = "";
-            sluice_iterator_waiting(it, why, sizeof why);
+            /* Notes only for an obstacle: workers that are slow to produce are no news. */
+            bool obstacle = sluice_iterator_waiting(it, why, sizeof why) == 1;
             if (timeout && waited >= timeout) {
                 cli_error("read", "no progress for %" PRIu32 " ms: %s", timeout,
                           why[0] ? why : "no element arrived");
                 goto done;
             }
-            if (why[0] && wait_note_due(waited, notes)) {
+            if (obstacle && wait_note_due(waited, notes)) {
                 progress_clear(&pr);
                 cli_wait_note(why, timeout);
                 notes++;

@@ -52,7 +52,7 @@ static void *watch(void *arg)
             printed++;
         }
         pthread_mutex_lock(&w->mu);
-        if (rc == 1)
+        if (rc > 0)
             snprintf(w->last, sizeof w->last, "%s", why);
     }
     pthread_mutex_unlock(&w->mu);

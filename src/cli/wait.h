@@ -25,8 +25,8 @@ struct cli_wait {
 };
 
 /* Starts watching client: from now until cli_wait_stop, the reason of a wait is printed on
- * stderr after 2 s and every 10 s (see cli_wait_note). Returns 0 or -1 (no thread; the call then
- * goes unwatched). */
+ * stderr after 2 s and every 10 s (see cli_wait_note) while something stands in the way. Returns 0
+ * or -1 (no thread; the call then goes unwatched). */
 int cli_wait_start(struct cli_wait *w, struct sluice_client *client, uint32_t timeout_ms);
 /* Stops and joins the watcher. Safe after a failed start. */
 void cli_wait_stop(struct cli_wait *w);

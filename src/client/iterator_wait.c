@@ -66,7 +66,7 @@ int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len)
 void iter_append_reason(struct sluice_iterator *it, char *err, size_t errlen)
 {
     char why[MSG_MAX];
-    if (!err || errlen == 0 || sluice_iterator_waiting(it, why, sizeof why) != 1)
+    if (!err || errlen == 0 || sluice_iterator_waiting(it, why, sizeof why) <= 0)
         return;
     size_t n = strlen(err);
     if (n + 2 < errlen)

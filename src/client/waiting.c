@@ -26,6 +26,7 @@ int wait_reason(const struct wait_facts *f, char *buf, size_t len)
         snprintf(buf, len, "waiting for dispatcher %s to answer", disp);
     } else if (!f->have_list) {
         snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher's task list", f->job_id);
+        return 2;
     } else if (f->active == 0 && f->ended == 0) {
         snprintf(buf, len, "job %" PRIu64 ": no worker registered yet", f->job_id);
     } else if (has(f->worker)) {
@@ -34,9 +35,11 @@ int wait_reason(const struct wait_facts *f, char *buf, size_t len)
     } else if (f->active == 0) {
         snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher to end the read",
                  f->job_id);
+        return 2;
     } else {
         snprintf(buf, len, "job %" PRIu64 ": waiting for elements from %zu worker%s", f->job_id,
                  f->active, f->active == 1 ? "" : "s");
+        return 2;
     }
     return 1;
 }

@@ -29,15 +29,17 @@ struct wait_facts {
     const char *worker_why;
 };
 
-/* Writes the reason of the wait to buf (len bytes, NUL-terminated, truncated) and returns 1, or
- * writes "" and returns 0 when there is nothing to wait for. The reasons, first that applies:
+/* Writes the reason of the wait to buf (len bytes, NUL-terminated, truncated) and returns 1 when
+ * something stands in the way (worth telling a user who waits), 2 when the wait is the ordinary
+ * kind (marked "ordinary" below: workers producing, the read starting or ending), or writes ""
+ * and returns 0 when there is nothing to wait for. The reasons, first that applies:
  *   the read failed:            the failure's message
  *   the dispatcher is away:     "waiting for dispatcher H:P: WHY" (WHY "connecting" when unknown)
- *   no task list yet:           "job N: waiting for the dispatcher's task list"
+ *   no task list yet:           "job N: waiting for the dispatcher's task list" (ordinary)
  *   no task at all:             "job N: no worker registered yet"
  *   a worker does not answer:   "waiting for worker H:P: WHY"
- *   every task ended:           "job N: waiting for the dispatcher to end the read"
- *   tasks run:                  "job N: waiting for elements from K worker(s)"
+ *   every task ended:           "job N: waiting for the dispatcher to end the read" (ordinary)
+ *   tasks run:                  "job N: waiting for elements from K worker(s)" (ordinary)
  *   (not a read) a call is out: "waiting for dispatcher H:P to answer" */
 int wait_reason(const struct wait_facts *f, char *buf, size_t len);
 

@@ -245,7 +245,7 @@ static void test_dispatcher_killed_api(void **state)
     const struct sluice_element *elem;
     assert_int_equal(sluice_iterator_next(it, &elem, 10000, err, sizeof err), 1);
     char why[512];
-    assert_int_equal(sluice_iterator_waiting(it, why, sizeof why), 1);
+    assert_int_equal(sluice_iterator_waiting(it, why, sizeof why), 2);
     assert_string_equal(why, "job 1: waiting for elements from 1 worker");
     proc_stop(&c->dispatcher, SIGKILL, 5000);
     long long t0 = now_ms();
