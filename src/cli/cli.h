@@ -51,8 +51,9 @@ int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_opt
 #define CLI_TIMEOUT_USAGE                                                                          \
     "  --timeout-ms N      give up after N ms without progress (no reply, no element): exit 1\n"   \
     "                      with what it waited for. Default 0: no limit, since a dispatcher\n"     \
-    "                      may be restarting. Either way, a wait is explained on standard\n"       \
-    "                      error after 2 s and every 10 s.\n"
+    "                      may be restarting. Either way, what holds the command up (a\n"          \
+    "                      dispatcher or worker out of reach, no worker) is printed on\n"          \
+    "                      standard error after 2 s and every 10 s.\n"
 
 /* Prints "sluice: <what>: <why>" on stderr. */
 void cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
