@@ -237,7 +237,8 @@ struct sluice_client_options {
     /* "HOST:PORT" or "sluice://HOST:PORT". Required. */
     const char *dispatcher;
     /* How long a call may wait for an unreachable dispatcher before failing with
-     * SLUICE_ERR_TIMEOUT. 0 waits forever (a dispatcher may be restarting). */
+     * SLUICE_ERR_TIMEOUT. 0 waits forever (a dispatcher may be restarting). A read's waits for
+     * elements are bounded by the timeout given to sluice_iterator_next(). */
     uint32_t timeout_ms;
     /* Paths of plugin shared objects (see Plugins) to load into the client's function registry
      * when it opens, so that pipelines and local tails calling their functions pass the local
@@ -253,6 +254,16 @@ struct sluice_client_options {
  * with a one-line message in err (errlen bytes). */
 int sluice_client_open(const struct sluice_client_options *options, struct sluice_client **out,
                        char *err, size_t errlen);
+
+/* Why the client is waiting, for a program that wants to tell its user while a call blocks
+ * (sluice_register, sluice_status, sluice_iterator_open): writes one line to buf (len bytes,
+ * NUL-terminated, truncated) and returns 1, or writes "" and returns 0 when no call to the
+ * dispatcher is under way and it is reachable; SLUICE_ERR_INVALID for NULL arguments or len 0.
+ * The lines: "waiting for dispatcher H:P: WHY" (WHY the connection's failure, e.g. "connection
+ * refused", or the last failed call's message) and "waiting for dispatcher H:P to answer". The
+ * facts are those the client's thread has at the time of the call; it does not wait for the
+ * network. Any thread, also while another thread is blocked in a call on the same client. */
+int sluice_client_waiting(struct sluice_client *client, char *buf, size_t len);
 
 /* Stops the thread, releases the client's jobs on the dispatcher (best effort) and frees it.
  * Every iterator of the client must be closed first. NULL is allowed. */
@@ -372,15 +383,33 @@ int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_
 /* Waits for the next element. Returns 1 and sets *elem (owned by the iterator, valid until the
  * next call on this iterator), 0 at the end of the data, or a negative code with a one-line
  * message in err. timeout_ms 0 waits without limit; when it runs out the result is
- * SLUICE_ERR_TIMEOUT and the iterator stays usable (operations applied here, a local tail or
- * those a distributed_epoch pipeline leaves to the reader, run on a thread of their own and
- * carry on). After 0 or
- * an error every later call returns the same. Failures include the worker's message when a
- * task's pipeline failed, and SLUICE_ERR_RESTARTED when the dispatcher restarted without fault
- * tolerance (`sluice-dispatcher --fault-tolerant`, sluice_dispatcher_options.fault_tolerant)
- * and the job is gone. */
+ * SLUICE_ERR_TIMEOUT with "no element within N ms: REASON" (REASON as sluice_iterator_waiting
+ * gives it, e.g. when the dispatcher died and does not come back) and the iterator stays usable
+ * (operations applied here, a local tail or those a distributed_epoch pipeline leaves to the
+ * reader, run on a thread of their own and carry on). After 0 or an error every later call returns
+ * the same. Failures include the worker's message when a task's pipeline failed, and
+ * SLUICE_ERR_RESTARTED when the dispatcher restarted without fault tolerance (`sluice-dispatcher
+ * --fault-tolerant`, sluice_dispatcher_options.fault_tolerant) and the job is gone. */
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen);
+
+/* Why the read is waiting for its next element, as one line in buf (len bytes, NUL-terminated,
+ * truncated): returns 1 when something stands in the way, 2 when the wait is the ordinary kind
+ * (marked "ordinary" below), or SLUICE_ERR_INVALID for NULL arguments or len 0. Made on the
+ * client's thread from the facts it has, without waiting for the network; the first that
+ * applies:
+ *   the read failed:                 its error message
+ *   the dispatcher is away:          "waiting for dispatcher H:P: WHY" (e.g. connection refused)
+ *   no task list from it yet:        "job N: waiting for the dispatcher's task list" (ordinary)
+ *   the job has no task:             "job N: no worker registered yet"
+ *   a worker cannot be reached:      "waiting for worker H:P: WHY"
+ *   every task ended:                "job N: waiting for the dispatcher to end the read"
+ *                                    (ordinary)
+ *   otherwise:                       "job N: waiting for elements from K workers" (ordinary)
+ * A program calling sluice_iterator_next() with a short timeout in a loop can print it when a
+ * wait grows long (`sluice read` does after 2 s, then every 10 s, when the result is 1). Call it
+ * from the thread that calls sluice_iterator_next(). */
+int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len);
 
 /* Like sluice_iterator_next(), but moves the element into elem (from sluice_element_new()),
  * whose previous buffers the iterator keeps for reuse: the caller owns the element's buffers

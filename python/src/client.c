@@ -304,7 +304,13 @@ static PyObject *iterator_next(IteratorObject *self)
             return NULL;
         }
         if (self->timeout_ms && waited >= self->timeout_ms) {
-            snprintf(err, sizeof err, "no element within %u ms", self->timeout_ms);
+            /* With what the read waits for ("waiting for dispatcher H:P: ..."). */
+            char why[PYS_ERRLEN / 2] = "";
+            ts = PyEval_SaveThread();
+            sluice_iterator_waiting(self->it, why, sizeof why);
+            PyEval_RestoreThread(ts);
+            snprintf(err, sizeof err, "no element within %u ms%s%s", self->timeout_ms,
+                     why[0] ? ": " : "", why);
             break;
         }
     }

@@ -42,6 +42,19 @@ int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_opt
     "  --tls-cert F        a client certificate (PEM), for servers that ask for one\n"             \
     "  --tls-key F         its private key (PEM)\n"
 
+/* The default of --timeout-ms, the same for every command that waits (read, register,
+ * status): 0, no limit. A dispatcher restarting in fault-tolerant mode must not end a long read;
+ * the commands say what they wait for instead (src/cli/wait.h). */
+#define CLI_DEFAULT_TIMEOUT_MS 0
+
+/* The usage lines of --timeout-ms. */
+#define CLI_TIMEOUT_USAGE                                                                          \
+    "  --timeout-ms N      give up after N ms without progress (no reply, no element): exit 1\n"   \
+    "                      with what it waited for. Default 0: no limit, since a dispatcher\n"     \
+    "                      may be restarting. Either way, what holds the command up (a\n"          \
+    "                      dispatcher or worker out of reach, no worker) is printed on\n"          \
+    "                      standard error after 2 s and every 10 s.\n"
+
 /* Prints "sluice: <what>: <why>" on stderr. */
 void cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -97,6 +97,15 @@ void progress_element(struct progress *p, uint64_t nbytes, uint64_t done, uint64
         draw(p, now, done, total, false);
 }
 
+void progress_clear(struct progress *p)
+{
+    if (p->mode != PROGRESS_LIVE || p->drawn == 0)
+        return;
+    fprintf(p->out, "\r%*s\r", (int)p->drawn, "");
+    fflush(p->out);
+    p->drawn = 0;
+}
+
 void progress_finish(struct progress *p, uint64_t done, uint64_t total)
 {
     if (p->mode != PROGRESS_OFF)

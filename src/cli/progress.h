@@ -30,6 +30,10 @@ void progress_start(struct progress *p, enum progress_mode mode, FILE *out);
  * the epoch's splits (total 0: unknown). Draws when it is time. */
 void progress_element(struct progress *p, uint64_t nbytes, uint64_t done, uint64_t total);
 
+/* Before another line goes to the same stream: on a terminal, blanks the live line (it is drawn
+ * again with the next report). */
+void progress_clear(struct progress *p);
+
 /* The read ended (or stopped): the final figures, and a newline after a live line. */
 void progress_finish(struct progress *p, uint64_t done, uint64_t total);
 

@@ -7,14 +7,17 @@
 #include "cli.h"
 #include "progress.h"
 #include "read_checkpoint.h"
+#include "wait.h"
 
 #include "client/iterator.h"
+#include "client/waiting.h"
 #include "common/error.h"
 #include "common/mode.h"
 #include "pipeline/format.h"
 #include "sluice/sluice.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -59,8 +62,6 @@ static const char read_usage[] =
     "                      the same with any number of workers, failures and restarts\n"
     "  --reorder-bytes N   bytes of replies held to reorder them (default 256 MiB)\n"
     "  --limit N           stop after N elements\n"
-    "  --timeout-ms N      give up when the dispatcher is unreachable this long (default:\n"
-    "                      retry forever, since a dispatcher may be restarting)\n"
     "  --split-size N      elements per split of the PIPELINE registered here (see\n"
     "                      'sluice register --help')\n"
     "  --plugin LIB.so     load functions the pipeline or the tail uses\n"
@@ -81,8 +82,13 @@ static const char read_usage[] =
     "                      without it\n"
     "  --quiet             no progress display\n"
     "  --checkpoint-every N\n"
-    "                      elements between checkpoints (default 100000)\n" CLI_SECURITY_USAGE "\n"
+    "                      elements between checkpoints (default 100000)\n" CLI_TIMEOUT_USAGE
+        CLI_SECURITY_USAGE "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
+
+/* The longest single wait for an element: the read checks its timeout and says why it waits
+ * at this pace. */
+#define READ_SLICE_MS 200
 
 /* The open iterator, for the signal handler; set only while the handler is installed. */
 static struct sluice_iterator *volatile read_it;
@@ -375,9 +381,36 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
      * anything, and one killed before the next checkpoint resumes from here. */
     if (a->checkpoint && save_checkpoint(it, a, o, 0) < 0)
         goto done_unsaved;
+    uint32_t timeout = (uint32_t)a->timeout_ms;
+    uint64_t last_progress = cli_now_ms();
+    unsigned notes = 0;
     while (!a->has_limit || n < a->limit) {
         const struct sluice_element *elem;
-        int rc = sluice_iterator_next(it, &elem, 0, err, sizeof(err));
+        /* Short waits, so that a long one is explained (wait.h) and bounded by --timeout-ms. */
+        uint64_t waited = cli_now_ms() - last_progress;
+        uint32_t slice = READ_SLICE_MS;
+        if (timeout && timeout > waited && timeout - waited < slice)
+            slice = (uint32_t)(timeout - waited);
+        int rc = sluice_iterator_next(it, &elem, slice, err, sizeof(err));
+        if (rc == SLUICE_ERR_TIMEOUT && !read_signal) {
+            waited = cli_now_ms() - last_progress;
+            char why[512] = "";
+            /* Notes only for an obstacle: workers that are slow to produce are no news. */
+            bool obstacle = sluice_iterator_waiting(it, why, sizeof why) == 1;
+            if (timeout && waited >= timeout) {
+                cli_error("read", "no progress for %" PRIu32 " ms: %s", timeout,
+                          why[0] ? why : "no element arrived");
+                goto done;
+            }
+            if (obstacle && wait_note_due(waited, notes)) {
+                progress_clear(&pr);
+                cli_wait_note(why, timeout);
+                notes++;
+            }
+            continue;
+        }
+        last_progress = cli_now_ms();
+        notes = 0;
         if (rc < 0) {
             if (read_signal && rc == SLUICE_ERR_CANCELLED) {
                 /* Interrupted: what was printed stays printed; no count of a partial read. */
@@ -517,13 +550,16 @@ int cli_read(int argc, char **argv)
     }
     struct read_out o = {.printed_before = resumed.printed};
     struct sluice_iterator *it = NULL;
+    struct cli_wait wait;
+    cli_wait_start(&wait, client, (uint32_t)a.timeout_ms);
     int rc = sluice_iterator_open(client, &a.opts, &it, err, sizeof(err));
+    cli_wait_stop(&wait);
     if (rc) {
         if (rc == SLUICE_ERR_PARSE) {
             cli_error("pipeline", "%s", err);
             status = CLI_EXIT_USAGE;
         } else {
-            cli_error("read", "%s", err[0] ? err : sluice_strerror(rc));
+            cli_wait_error(&wait, "read", rc, err);
             status = rc == SLUICE_ERR_INVALID && !a.opts.restore ? CLI_EXIT_USAGE : CLI_EXIT_FAIL;
         }
         if (a.checkpoint && resumed.pos)

@@ -1,5 +1,6 @@
 /* sluice register: registers a pipeline with the dispatcher and prints its dataset id. */
 #include "cli.h"
+#include "wait.h"
 
 #include "common/error.h"
 #include "sluice/sluice.h"
@@ -22,18 +23,18 @@ static const char register_usage[] =
     "auto (the default) lets workers compress elements when it pays. --split-size sets the\n"
     "elements per split of a range or list source in distributed_epoch (default: about 1/256\n"
     "of the source, 16 to 16384, rounded up to a multiple of the workers' batch). An unreachable\n"
-    "dispatcher is retried until --timeout-ms runs out (default: forever). --deterministic\n"
+    "dispatcher is retried (see --timeout-ms). --deterministic\n"
     "makes distributed_epoch reads of the dataset deterministic by default (see 'sluice read\n"
     "--help'); it is part of the dataset's identity. --plugin loads a\n"
     "shared object whose functions the pipeline uses (workers need it too).\n"
-    "\n" CLI_SECURITY_USAGE "\n"
+    "\n" CLI_TIMEOUT_USAGE CLI_SECURITY_USAGE "\n"
     "example: sluice register --dispatcher 127.0.0.1:5050 'range(100) | map(square)'\n";
 
 int cli_register(int argc, char **argv)
 {
     const char *dispatcher = NULL, *text = NULL, *dataset_id = NULL;
     enum sluice_compression compression = SLUICE_COMPRESSION_AUTO;
-    unsigned long long timeout_ms = 0;
+    unsigned long long timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
     uint64_t split_size = 0;
     bool deterministic = false;
     const char *plugins[CLI_MAX_PLUGINS];
@@ -116,12 +117,15 @@ int cli_register(int argc, char **argv)
                                            .compression = compression,
                                            .split_size = split_size,
                                            .deterministic = deterministic};
+    struct cli_wait wait;
+    cli_wait_start(&wait, client, (uint32_t)timeout_ms);
     int rc = sluice_register(client, text, &opts, id, sizeof(id), err, sizeof(err));
+    cli_wait_stop(&wait);
     if (rc == SLUICE_ERR_PARSE) {
         cli_error("pipeline", "%s", err);
         status = CLI_EXIT_USAGE;
     } else if (rc) {
-        cli_error("register", "%s", err[0] ? err : sluice_strerror(rc));
+        cli_wait_error(&wait, "register", rc, err);
         status = CLI_EXIT_FAIL;
     } else {
         printf("%s\n", id);

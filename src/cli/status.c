@@ -4,6 +4,7 @@
  * each refresh replaces the previous one (cursor home, clear screen); otherwise the refreshes
  * follow each other separated by a blank line. */
 #include "cli.h"
+#include "wait.h"
 
 #include "client/status_json.h"
 #include "common/error.h"
@@ -17,8 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Unlike a read, a status query is usually typed by a person: it should not wait forever. */
-#define STATUS_DEFAULT_TIMEOUT_MS 10000
 #define STATUS_DEFAULT_INTERVAL_MS 2000
 /* How often a sleeping --watch looks at whether it was told to stop. */
 #define WATCH_POLL_MS 50
@@ -32,13 +31,12 @@ static const char status_usage[] =
     "and jobs (id, name, dataset, mode, state, clients, tasks, workers, splits finished/total,\n"
     "splits leased, elements/s and MB/s served) as tables, or with --json the dispatcher's\n"
     "status document as it is (one JSON object). Rates are over the dispatcher's window\n"
-    "(--autoscale-window-ms). An unreachable dispatcher is retried for --timeout-ms\n"
-    "(default 10000; 0 waits forever).\n"
+    "(--autoscale-window-ms). An unreachable dispatcher is retried (see --timeout-ms).\n"
     "\n"
     "  --watch          print again every --interval-ms (default 2000) until Ctrl-C (exit 0),\n"
     "                   in place on a terminal; exit 1 once the dispatcher has been\n"
     "                   unreachable for longer than --timeout-ms\n"
-    "\n" CLI_SECURITY_USAGE;
+    "\n" CLI_TIMEOUT_USAGE CLI_SECURITY_USAGE;
 
 static volatile sig_atomic_t watch_stop;
 
@@ -62,15 +60,19 @@ static void watch_sleep(unsigned long long ms)
 /* Fetches the document once and writes it (as JSON or tables) to stdout, preceded by what
  * separates it from the previous refresh of a --watch (refresh > 0). Returns an exit status. */
 static int show_once(struct sluice_client *client, bool as_json, unsigned refresh, bool watch,
-                     bool tty, const char *dispatcher, unsigned long long interval_ms)
+                     bool tty, const char *dispatcher, unsigned long long interval_ms,
+                     unsigned long long timeout_ms)
 {
     char err[1024] = "";
     char *json = NULL, *table = NULL;
     int status = CLI_EXIT_OK;
+    /* What holds the request up is said after 2 s, and a timeout names it. */
+    struct cli_wait wait;
+    cli_wait_start(&wait, client, (uint32_t)timeout_ms);
     int rc = sluice_status(client, &json, err, sizeof(err));
+    cli_wait_stop(&wait);
     if (rc) {
-        /* The message names the dispatcher and how long it was unreachable. */
-        cli_error("status", "%s", err[0] ? err : sluice_strerror(rc));
+        cli_wait_error(&wait, "status", rc, err);
         return CLI_EXIT_FAIL;
     }
     if (!as_json && (rc = status_json_table(json, &table, err, sizeof(err))) != 0) {
@@ -112,7 +114,7 @@ int cli_status(int argc, char **argv)
 {
     const char *dispatcher = NULL;
     bool as_json = false, watch = false;
-    unsigned long long timeout_ms = STATUS_DEFAULT_TIMEOUT_MS;
+    unsigned long long timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
     unsigned long long interval_ms = STATUS_DEFAULT_INTERVAL_MS;
 
     struct sluice_security_options security = {0};
@@ -164,7 +166,7 @@ int cli_status(int argc, char **argv)
         return status;
 
     if (!watch) {
-        status = show_once(client, as_json, 0, false, false, dispatcher, interval_ms);
+        status = show_once(client, as_json, 0, false, false, dispatcher, interval_ms, timeout_ms);
         sluice_client_close(client);
         return status;
     }
@@ -180,7 +182,8 @@ int cli_status(int argc, char **argv)
     sigaction(SIGTERM, &sa, &old_term);
     bool tty = isatty(STDOUT_FILENO);
     for (unsigned refresh = 0; !watch_stop; refresh++) {
-        status = show_once(client, as_json, refresh, true, tty, dispatcher, interval_ms);
+        status =
+            show_once(client, as_json, refresh, true, tty, dispatcher, interval_ms, timeout_ms);
         if (status != CLI_EXIT_OK)
             break;
         watch_sleep(interval_ms);

@@ -4,6 +4,7 @@
 #include "client.h"
 
 #include "retry.h"
+#include "waiting.h"
 
 #include "common/backoff.h"
 #include "common/bufpool.h"
@@ -100,6 +101,10 @@ static void disp_finish(struct disp_call *dc, int status, const char *msg,
 {
     struct sluice_client *c = dc->c;
     uint64_t inc = c->disp ? rpc_client_peer_incarnation(c->disp) : 0;
+    assert(c->disp_pending > 0);
+    c->disp_pending--;
+    if (status == 0)
+        c->disp_why[0] = '\0';
     dc->cb(status, msg, reply, inc, dc->user);
     free(dc);
 }
@@ -191,6 +196,8 @@ static void disp_retry(struct disp_call *dc, const char *why)
 static void on_disp_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
 {
     struct disp_call *dc = user;
+    if (status < 0 && retry_transient(status) && msg && *msg)
+        snprintf(dc->c->disp_why, sizeof dc->c->disp_why, "%s", msg);
     if (status < 0 && dc->retry && !dc->c->stopping && retry_transient(status)) {
         disp_retry(dc, msg);
         return;
@@ -238,6 +245,7 @@ int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t ti
     dc->started = uv_now(&c->loop);
     dc->cb = cb;
     dc->user = user;
+    c->disp_pending++;
     int rc = rpc_call(c->disp, req, timeout_ms, on_disp_reply, dc);
     if (rc == 0)
         return 0;
@@ -245,6 +253,7 @@ int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t ti
         disp_retry(dc, sluice_strerror(rc));
         return 0;
     }
+    c->disp_pending--;
     free(dc);
     return rc;
 }
@@ -560,6 +569,42 @@ void sluice_client_close(struct sluice_client *c)
     bufpool_free(c->pool);
     sec_ctx_free(c->sec);
     free(c);
+}
+
+/* ---- public: what the client waits for -------------------------------------------------- */
+
+void client_disp_facts(struct sluice_client *c, struct wait_facts *f)
+{
+    f->dispatcher = c->address;
+    bool connected = c->disp && rpc_client_connected(c->disp);
+    f->disp_down = !connected || c->disp_why[0];
+    f->disp_why = !connected && c->disp ? rpc_client_why(c->disp) : c->disp_why;
+    if (!connected && !*f->disp_why)
+        f->disp_why = c->disp_why;
+    f->disp_busy = c->disp_pending > 0;
+}
+
+struct waiting_op {
+    struct client_op op;
+    char *buf;
+    size_t len;
+};
+
+static void run_waiting(struct sluice_client *c, struct client_op *op)
+{
+    struct waiting_op *w = (struct waiting_op *)op;
+    struct wait_facts f = {0};
+    client_disp_facts(c, &f);
+    client_op_done(c, op, wait_reason(&f, w->buf, w->len));
+}
+
+int sluice_client_waiting(struct sluice_client *client, char *buf, size_t len)
+{
+    if (!client || !buf || len == 0)
+        return SLUICE_ERR_INVALID;
+    buf[0] = '\0';
+    struct waiting_op w = {.op = {.run = run_waiting}, .buf = buf, .len = len};
+    return client_submit(client, &w.op);
 }
 
 /* ---- public: register and status ---------------------------------------------------------- */

@@ -83,6 +83,8 @@ struct sluice_client {
     struct disp_call *retrying;  /* dispatcher calls waiting for their next attempt */
     uint64_t rnd;                /* jitter generator state */
     bool stopping;
+    unsigned disp_pending; /* dispatcher calls accepted and not yet finished */
+    char disp_why[384];    /* the last transient failure of a dispatcher call; "" after a success */
 };
 
 /* Queues op, wakes the loop and waits until the loop marks it done; returns op->rc. Not on the
@@ -140,6 +142,11 @@ void client_waker_remove(struct sluice_client *c, struct client_waker *w);
 
 /* Wakes the loop from any thread (async-signal-safe, as uv_async_send is). */
 void client_wake(struct sluice_client *c);
+
+/* The facts about the dispatcher for wait_reason (waiting.h): the address, whether it is away
+ * and why, whether a call is under way. Strings point into c and rpc state. Loop thread. */
+struct wait_facts;
+void client_disp_facts(struct sluice_client *c, struct wait_facts *f);
 
 /* ---- shared with the iterator --------------------------------------------------------- */
 

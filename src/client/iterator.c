@@ -778,6 +778,8 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
     int rc = iter_next(it, timeout_ms, err, errlen);
     if (rc == 1)
         *elem = &it->elem;
+    else if (rc == SLUICE_ERR_TIMEOUT)
+        iter_append_reason(it, err, errlen);
     return rc;
 }
 
@@ -789,6 +791,8 @@ int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element 
     int rc = iter_next(it, timeout_ms, err, errlen);
     if (rc == 1)
         pipe_elem_swap(elem, &it->elem);
+    else if (rc == SLUICE_ERR_TIMEOUT)
+        iter_append_reason(it, err, errlen);
     return rc;
 }
 

@@ -355,6 +355,8 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         prefetch_cancel(&it->pf);
         uv_mutex_unlock(&it->mu);
         ct_on_failure(&it->tasks, (size_t)i, now);
+        snprintf(it->tasks.v[i].fail_msg, sizeof it->tasks.v[i].fail_msg, "%s",
+                 msg && *msg ? msg : sluice_strerror(status));
         /* A worker answers UNAVAILABLE for a task it does not run (yet), which is retried;
          * any other failure is the task's own (its pipeline failed) and ends the read. */
         if (!retry_task(status))

@@ -430,6 +430,7 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
         verify_job(it, incarnation);
     } else if (status == 0) {
         it->last_hb_ok = now;
+        it->hb_why[0] = '\0';
         apply_heartbeat(it, r, now);
         iter_schedule_heartbeat(it, next_heartbeat(it));
     } else if (status == SLUICE_ERR_NOT_FOUND) {
@@ -438,6 +439,7 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
         else
             iter_fail(it, status, "%s", msg ? msg : "");
     } else if (retry_transient(status)) {
+        snprintf(it->hb_why, sizeof it->hb_why, "%s", msg && *msg ? msg : sluice_strerror(status));
         if (!dispatcher_lost(it, status, msg))
             iter_schedule_heartbeat(it, it->heartbeat_ms);
     } else {

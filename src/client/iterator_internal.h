@@ -120,6 +120,7 @@ struct sluice_iterator {
     uint64_t job_incarnation;     /* the dispatcher incarnation known to hold the job */
     uint64_t verify_incarnation;  /* the incarnation being asked whether it holds the job */
     uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
+    char hb_why[MSG_MAX]; /* the last heartbeat's transient failure; "" after a success */
     uint64_t *finished;
     size_t finished_cap;
     /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive
@@ -182,6 +183,11 @@ void iter_on_wake(struct client_waker *w);
 /* Drops tasks the dispatcher no longer lists and that have nothing outstanding, notices the end
  * of the read, and sends what can be sent. */
 void iter_settle(struct sluice_iterator *it);
+
+/* iterator_wait.c */
+
+/* Appends ": REASON" (sluice_iterator_waiting) to the message in err. Not on the loop thread. */
+void iter_append_reason(struct sluice_iterator *it, char *err, size_t errlen);
 
 /* iterator_heartbeat.c */
 

@@ -60,6 +60,8 @@ struct ct_task {
     uint32_t empty_streak, fail_streak;
     uint64_t elements;  /* elements received from it */
     uint64_t listed_at; /* when it first appeared in a list */
+    /* Why the last failed request failed (set by the shell, read while fail_streak > 0). */
+    char fail_msg[256];
     /* A failure that ends the read unless a later heartbeat shows the task gone (see
      * ct_set_error); 0 when none. */
     int error;

@@ -219,6 +219,9 @@ void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
 bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
 
 bool rpc_client_connected(const struct rpc_client *client);
+/* Why the last connection or attempt to connect failed ("connection refused", ...), or "" when
+ * none failed since the last handshake. Valid until the client's loop runs again. */
+const char *rpc_client_why(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
 const char *rpc_client_address(const struct rpc_client *client);

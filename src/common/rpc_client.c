@@ -945,6 +945,11 @@ bool rpc_client_connected(const struct rpc_client *cl)
     return cl->state == CLIENT_CONNECTED;
 }
 
+const char *rpc_client_why(const struct rpc_client *cl)
+{
+    return cl->state == CLIENT_CONNECTED ? "" : cl->why;
+}
+
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *cl)
 {
     return cl->peer_incarnation;

@@ -102,8 +102,27 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
     free(buf);
     if (rc < 0)
         return rc;
+    /* The client checked the pipeline against its own functions: one this worker lacks is a
+     * plugin the client loaded and the worker was started without. Said so, with the worker's
+     * address, since the reader sees this message far from here. */
+    for (size_t i = 0; i < spec->nops; i++) {
+        const struct pipe_op *op = &spec->ops[i];
+        if ((op->kind == PIPE_OP_MAP || op->kind == PIPE_OP_FILTER) &&
+            !pipe_registry_find(w->reg, op->fn ? op->fn : "")) {
+            rc = err_set(err, errlen, SLUICE_ERR_PLUGIN,
+                         "worker %s: %s(%s): unknown function (worker started without the plugin "
+                         "that provides it: sluice-worker --plugin LIB.so)",
+                         w->address, op->kind == PIPE_OP_MAP ? "map" : "filter",
+                         op->fn ? op->fn : "");
+            pipe_spec_free(spec);
+            return rc;
+        }
+    }
     rc = pipe_registry_check(w->reg, spec, err, errlen);
     if (rc < 0) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        err_set(err, errlen, rc, "worker %s: %s", w->address, why);
         pipe_spec_free(spec);
         return rc;
     }
