@@ -371,19 +371,28 @@ static void dump_damage(void *user, uint64_t seq, const char *why)
         printf("%" PRIu64 " damaged: %s\n", seq, why);
 }
 
+/* A dataset's definition as pipeline text (malloc'd), or NULL with why it cannot be read. */
+static char *definition_text(const uint8_t *data, size_t len, char *why, size_t whylen)
+{
+    struct pipe_spec *spec = NULL;
+    char *text = NULL;
+    snprintf(why, whylen, "out of memory");
+    if (pipe_spec_decode(data, len, &spec, why, whylen) == 0) {
+        int n = pipe_spec_format(spec, NULL, 0);
+        if (n >= 0 && (text = malloc((size_t)n + 1)))
+            pipe_spec_format(spec, text, (size_t)n + 1);
+    }
+    pipe_spec_free(spec);
+    return text;
+}
+
 static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t len)
 {
     struct dump *d = user;
+    char why[256];
+    char *text = definition_text(data, len, why, sizeof why);
     if (d->datasets) {
         json_t *o = json_object();
-        struct pipe_spec *spec = NULL;
-        char why[256] = "out of memory";
-        char *text = NULL;
-        if (pipe_spec_decode(data, len, &spec, why, sizeof why) == 0) {
-            int n = pipe_spec_format(spec, NULL, 0);
-            if (n >= 0 && (text = malloc((size_t)n + 1)))
-                pipe_spec_format(spec, text, (size_t)n + 1);
-        }
         if (o) {
             jset(o, "id", jstr(id));
             jset(o, "def_bytes", json_integer((json_int_t)len));
@@ -391,31 +400,15 @@ static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t 
             json_array_append_new(d->datasets, o);
         }
         free(text);
-        pipe_spec_free(spec);
         return o ? 0 : SLUICE_ERR_NOMEM;
     }
     printf("dataset ");
     print_quoted(id);
     printf(" def_bytes=%zu", len);
-    /* The definition as pipeline text, or why it cannot be read. */
-    struct pipe_spec *spec = NULL;
-    char why[256] = "out of memory";
-    char *text = NULL;
-    if (pipe_spec_decode(data, len, &spec, why, sizeof why) == 0) {
-        int n = pipe_spec_format(spec, NULL, 0);
-        if (n >= 0 && (text = malloc((size_t)n + 1)))
-            pipe_spec_format(spec, text, (size_t)n + 1);
-    }
-    if (text) {
-        printf(" pipeline=");
-        print_quoted(text);
-    } else {
-        printf(" unreadable=");
-        print_quoted(why);
-    }
+    printf(text ? " pipeline=" : " unreadable=");
+    print_quoted(text ? text : why);
     putchar('\n');
     free(text);
-    pipe_spec_free(spec);
     return 0;
 }
 
