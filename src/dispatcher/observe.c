@@ -78,6 +78,7 @@ struct observe {
     struct metrics *reg;
     struct metrics_series *workers_g, *draining_g, *datasets_g, *jobs_g, *tasks_g, *clients_g;
     struct metrics_series *iterations_g[NSTATES];
+    struct metrics_series *failed_g; /* active iterations that failed */
     struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c;
     struct metrics_series *commit_h;
     struct rpc_metrics conns;
@@ -204,6 +205,9 @@ static int make_registry(struct observe *o)
         struct metrics_label l = {"state", st_iteration_state_name(iteration_states[i])};
         rc = metrics_series_get(f, &l, 1, &o->iterations_g[i]);
     }
+    SCALAR(false, "sluice_iterations_failed",
+           "Current iterations that failed (a task's pipeline failed); counted as active too.",
+           METRICS_U64, &o->failed_g);
     SCALAR(false, "sluice_tasks", "Tasks assigned to workers, finished ones included.", METRICS_U64,
            &o->tasks_g);
     SCALAR(false, "sluice_clients", "Clients reading.", METRICS_U64, &o->clients_g);
@@ -795,6 +799,10 @@ int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, c
             n += st->iterations[i].state == iteration_states[k];
         metrics_set_u64(o->iterations_g[k], n);
     }
+    uint64_t failed = 0;
+    for (size_t i = 0; i < st->niterations; i++)
+        failed += st->iterations[i].state == ST_ITER_ACTIVE && st->iterations[i].error;
+    metrics_set_u64(o->failed_g, failed);
     metrics_set_u64(o->tasks_g, st->ntasks);
     metrics_set_u64(o->clients_g, st->nclients);
 

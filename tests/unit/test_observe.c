@@ -403,8 +403,17 @@ static void test_state_gauges(void **state)
     assert_int_equal(sample(f, "sluice_iterations{state=\"active\"}"), 1);
     assert_int_equal(sample(f, "sluice_iterations{state=\"finished\"}"), 0);
     assert_int_equal(sample(f, "sluice_iterations{state=\"garbage_collected\"}"), 0);
+    assert_int_equal(sample(f, "sluice_iterations_failed"), 0);
     /* Nothing reported: the means are 0, not NaN. */
     assert_int_equal(sample(f, "sluice_client_wait_share"), 0);
+    /* A task's pipeline failed: the iteration counts as failed (and still as active). */
+    struct st_update u = {.type = ST_ITERATION_FAILED,
+                          .id = 1,
+                          .text = strdup("worker 127.0.0.1:1: map(x): unknown function")};
+    assert_non_null(u.text);
+    apply(&f->st, &u);
+    assert_int_equal(sample(f, "sluice_iterations_failed"), 1);
+    assert_int_equal(sample(f, "sluice_iterations{state=\"active\"}"), 1);
 }
 
 static void add_task(struct state *st, uint64_t id, uint64_t worker_id)
