@@ -374,8 +374,8 @@ static PyObject *iterator_progress(IteratorObject *self, PyObject *unused)
     struct sluice_read_progress p = {0};
     if (self->it && !self->busy)
         sluice_iterator_progress(self->it, &p);
-    return Py_BuildValue("{s:K,s:K,s:K}", "elements", (unsigned long long)p.elements,
-                         "splits_done", (unsigned long long)p.splits_done, "splits_total",
+    return Py_BuildValue("{s:K,s:K,s:K}", "elements", (unsigned long long)p.elements, "splits_done",
+                         (unsigned long long)p.splits_done, "splits_total",
                          (unsigned long long)p.splits_total);
 }
 

@@ -85,16 +85,19 @@ static void draw(struct progress *p, uint64_t now, uint64_t done, uint64_t total
     p->last_ns = now;
 }
 
-void progress_element(struct progress *p, uint64_t nbytes, uint64_t done, uint64_t total)
+bool progress_element(struct progress *p, uint64_t nbytes)
 {
     p->elements++;
     p->bytes += nbytes;
     if (p->mode == PROGRESS_OFF)
-        return;
-    uint64_t now = now_ns();
+        return false;
     uint64_t every = p->mode == PROGRESS_LIVE ? PROGRESS_LIVE_MS : PROGRESS_LINES_MS;
-    if (now - p->last_ns >= every * 1000000u)
-        draw(p, now, done, total, false);
+    return now_ns() - p->last_ns >= every * 1000000u;
+}
+
+void progress_draw(struct progress *p, uint64_t done, uint64_t total)
+{
+    draw(p, now_ns(), done, total, false);
 }
 
 void progress_clear(struct progress *p)

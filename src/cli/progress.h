@@ -26,9 +26,13 @@ struct progress {
 /* Starts timing. */
 void progress_start(struct progress *p, enum progress_mode mode, FILE *out);
 
-/* One element of nbytes value bytes was read; done and total are splits handed out whole and
- * the epoch's splits (total 0: unknown). Draws when it is time. */
-void progress_element(struct progress *p, uint64_t nbytes, uint64_t done, uint64_t total);
+/* One element of nbytes value bytes was read. Returns whether a report is due: the caller then
+ * calls progress_draw (the split counts are asked for only then). */
+bool progress_element(struct progress *p, uint64_t nbytes);
+
+/* Draws a report; done and total are the splits handed out whole and the epoch's splits (total
+ * 0: unknown). */
+void progress_draw(struct progress *p, uint64_t done, uint64_t total);
 
 /* Before another line goes to the same stream: on a terminal, blanks the live line (it is drawn
  * again with the next report). */

@@ -431,8 +431,10 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
                 sluice_element_data(elem, c, &b);
                 nbytes += b;
             }
-            sluice_iterator_progress(it, &rp);
-            progress_element(&pr, nbytes, rp.splits_done, rp.splits_total);
+            if (progress_element(&pr, nbytes)) {
+                sluice_iterator_progress(it, &rp);
+                progress_draw(&pr, rp.splits_done, rp.splits_total);
+            }
         }
         if (!a->count_only) {
             out.len = 0;

@@ -2,6 +2,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/fnv.h"
 #include "common/varint.h"
 
 #include <inttypes.h>
@@ -24,12 +25,7 @@ void ckpt_release(struct ckpt *c)
 
 uint64_t ckpt_def_hash(const uint8_t *def, size_t len)
 {
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < len; i++) {
-        h ^= def[i];
-        h *= 1099511628211ull;
-    }
-    return h;
+    return fnv1a_bytes(FNV1A_OFFSET, def, len);
 }
 
 /* ---- encoding ------------------------------------------------------------------------------ */

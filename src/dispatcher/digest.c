@@ -2,6 +2,8 @@
  * for tests comparing live, replayed and restored states. Pure. */
 #include "state.h"
 
+#include "common/fnv.h"
+
 #include <string.h>
 
 struct fnv {
@@ -10,27 +12,17 @@ struct fnv {
 
 static void fnv_bytes(struct fnv *f, const void *data, size_t len)
 {
-    const uint8_t *p = data;
-    for (size_t i = 0; i < len; i++) {
-        f->h ^= p[i];
-        f->h *= 0x100000001b3ull;
-    }
+    f->h = fnv1a_bytes(f->h, data, len);
 }
 
 static void fnv_u64(struct fnv *f, uint64_t v)
 {
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    fnv_bytes(f, b, sizeof b);
+    f->h = fnv1a_u64(f->h, v);
 }
 
-/* Strings are hashed with their length first, so adjacent strings cannot run into each other. */
 static void fnv_str(struct fnv *f, const char *s)
 {
-    size_t n = s ? strlen(s) : 0;
-    fnv_u64(f, n);
-    fnv_bytes(f, s ? s : "", n);
+    f->h = fnv1a_str(f->h, s);
 }
 
 static void fnv_key(struct fnv *f, const struct st_key *k)
@@ -49,7 +41,7 @@ static void fnv_seqs(struct fnv *f, const struct st_seq_list *l)
 
 uint64_t state_digest(const struct state *s)
 {
-    struct fnv f = {0xcbf29ce484222325ull};
+    struct fnv f = {FNV1A_OFFSET};
     fnv_u64(&f, s->next_dataset_id);
     fnv_u64(&f, s->next_job_id);
     fnv_u64(&f, s->next_iteration_id);

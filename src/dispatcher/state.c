@@ -6,6 +6,8 @@
  * state exactly as it was. */
 #include "state_internal.h"
 
+#include "common/fnv.h"
+
 /* Every table but the datasets is an array of rows that begin with their uint64_t id. */
 _Static_assert(offsetof(struct st_job, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_iteration, id) == 0, "row id first");
@@ -214,37 +216,16 @@ uint64_t st_split_plan_total(const struct st_split_plan *p)
     return p->per_pass * p->passes;
 }
 
-static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= b[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-static uint64_t fnv_u64(uint64_t h, uint64_t v)
-{
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    return fnv_bytes(h, b, sizeof b);
-}
-
 uint64_t st_split_plan_fingerprint(const struct st_split_plan *p)
 {
-    uint64_t h = 14695981039346656037ull;
-    h = fnv_u64(h, p->source_len);
-    h = fnv_u64(h, p->split_size);
-    h = fnv_u64(h, p->per_pass);
-    h = fnv_u64(h, p->passes);
-    h = fnv_u64(h, p->npaths);
-    for (size_t i = 0; i < p->npaths; i++) {
-        size_t n = strlen(p->paths[i]);
-        h = fnv_u64(h, n);
-        h = fnv_bytes(h, p->paths[i], n);
-    }
+    uint64_t h = FNV1A_OFFSET;
+    h = fnv1a_u64(h, p->source_len);
+    h = fnv1a_u64(h, p->split_size);
+    h = fnv1a_u64(h, p->per_pass);
+    h = fnv1a_u64(h, p->passes);
+    h = fnv1a_u64(h, p->npaths);
+    for (size_t i = 0; i < p->npaths; i++)
+        h = fnv1a_str(h, p->paths[i]);
     return h;
 }
 

@@ -45,8 +45,8 @@ int wmetrics_create(struct wmetrics **out)
         return SLUICE_ERR_NOMEM;
     int rc = metrics_create(&m->reg);
     if (rc == 0)
-        rc = scalar(m->reg, false, "sluice_worker_tasks", "Tasks running on this worker (not finished or failed).",
-                    &m->tasks_g);
+        rc = scalar(m->reg, false, "sluice_worker_tasks",
+                    "Tasks running on this worker (not finished or failed).", &m->tasks_g);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_requests_total", "GetElements requests received.",
                     &m->requests_c);

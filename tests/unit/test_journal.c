@@ -1176,7 +1176,8 @@ static void test_recover_ids_continue(void **unused)
     /* New ids continue past every id handed out before the restart. */
     uint64_t job2, it2, client2, w3;
     assert_int_equal(plan_get_or_create_job(&back, id, "", SLUICE_DISTRIBUTED_EPOCH, 0, true, 0,
-                                            &plan, NULL, &job2, &it2, &client2, &ups, err, sizeof err),
+                                            &plan, NULL, &job2, &it2, &client2, &ups, err,
+                                            sizeof err),
                      0);
     assert_true(job2 == job + 1 && it2 == it + 1 && client2 == client + 1);
     st_update_list_clear(&ups);
@@ -1357,8 +1358,8 @@ static void child_request(struct child *c)
             struct st_split_plan p = {
                 .source_len = 50, .split_size = 1, .per_pass = 50, .passes = 1 + child_pick(c, 3)};
             plan_get_or_create_job(s, s->datasets[0].id, child_pick(c, 2) ? "" : "n",
-                                   SLUICE_DISTRIBUTED_EPOCH, 0, true, 0, &p, NULL, &a, &b, &d, &c->ups,
-                                   err, sizeof err);
+                                   SLUICE_DISTRIBUTED_EPOCH, 0, true, 0, &p, NULL, &a, &b, &d,
+                                   &c->ups, err, sizeof err);
         }
         break;
     case 1: {

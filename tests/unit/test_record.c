@@ -162,6 +162,9 @@ static size_t sample_updates(struct st_update *u)
             x->plan.paths[0] = strdup("/data/a.tfrecord");
             x->plan.paths[1] = strdup("/data/b c.tfrecord");
             x->plan.npaths = 2;
+            /* A restored read: its cursor and the splits it re-issues first. */
+            x->start = 7;
+            seqs_set(&x->seqs, (const uint64_t[]){2, 5}, 2);
             break;
         case ST_WORKER_REGISTERED:
             snprintf(x->address, sizeof x->address, "worker-7.example:5051");
@@ -214,6 +217,7 @@ static void assert_updates_equal(const struct st_update *a, const struct st_upda
         assert_memory_equal(a->def, b->def, a->def_len);
     assert_string_equal(a->text ? a->text : "", b->text ? b->text : "");
     assert_int_equal(a->distributed, b->distributed);
+    assert_true(a->start == b->start);
     assert_true(a->plan.source_len == b->plan.source_len);
     assert_true(a->plan.split_size == b->plan.split_size);
     assert_true(a->plan.per_pass == b->plan.per_pass);

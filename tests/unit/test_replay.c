@@ -133,8 +133,8 @@ static void random_request(struct run *r, uint64_t *x)
         random_plan(x, &plan, paths);
         enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
         rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
-                                    mode, 0, true, (uint64_t)pick(x, 3), &plan, NULL, &a, &b, &c, &r->ups,
-                                    err, sizeof err);
+                                    mode, 0, true, (uint64_t)pick(x, 3), &plan, NULL, &a, &b, &c,
+                                    &r->ups, err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
         for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {

@@ -87,6 +87,8 @@ static void format_update(struct buf *b, const struct st_update *u)
         bprintf(b, " text='%s'", u->text);
     if (u->type == ST_ITERATION_CREATED)
         bprintf(b, " dist=%d", u->distributed);
+    if (u->start)
+        bprintf(b, " start=%" PRIu64, u->start);
     if (u->distributed)
         format_plan(b, &u->plan);
     if (u->seqs.n) {
@@ -377,9 +379,27 @@ static const char *run(struct harness *h, const char *line)
         bool endless = opt(words, nw, "ends") == NULL;
         v = opt(words, nw, "owner");
         uint64_t owner = v ? strtoull(v, NULL, 10) : 0;
+        /* resume=B-E,B-E: a restored read whose reader had splits [B, E) whole; fp=bad: its
+         * checkpoint was taken under another split plan. */
+        uint64_t bounds[16];
+        struct st_resume resume = {.bounds = bounds}, *rp = NULL;
+        char resumebuf[256];
+        if ((v = opt(words, nw, "resume"))) {
+            rp = &resume;
+            snprintf(resumebuf, sizeof resumebuf, "%s", v);
+            char *s3 = NULL;
+            for (char *r = strtok_r(resumebuf, ",", &s3); r && resume.nbounds < 16;
+                 r = strtok_r(NULL, ",", &s3)) {
+                char *dash = strchr(r, '-');
+                bounds[resume.nbounds++] = strtoull(r, NULL, 10);
+                if (dash)
+                    bounds[resume.nbounds++] = strtoull(dash + 1, NULL, 10);
+            }
+            resume.plan_fingerprint = opt(words, nw, "fpbad") ? 1 : st_split_plan_fingerprint(pp);
+        }
         rc = plan_get_or_create_job_det(&h->s, words[1], name ? name : "", mode, consumers,
-                                        opt(words, nw, "det") != NULL, endless, owner, pp, NULL,
-                                        &job, &it, &client, &h->ups, err, sizeof err);
+                                        opt(words, nw, "det") != NULL, endless, owner, pp, rp, &job,
+                                        &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -974,6 +994,48 @@ static void run_plan_cases(const struct plan_case *cases, size_t n)
             assert_int_equal(state_digest(&h.s), before);
         harness_release(&h);
     }
+}
+
+/* A read restored from a checkpoint: a new iteration starts past the splits its reader had
+ * whole, with the gaps below them (the splits that were in flight) in its pool; a checkpoint of
+ * another split plan, or bounds that do not describe splits of the plan, are refused. */
+static const struct plan_case resume_cases[] = {
+    {"starts past the finished splits", "ds d r10",
+     "job d mode=distributed_epoch total=10 resume=0-3,5-7",
+     "job_created id=1 name2='d' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 start=7 plan=(len=10,size=1,per_pass=10,passes=1) "
+     "seqs=[3,4]\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"all finished", "ds d r10", "job d mode=distributed_epoch total=10 resume=0-10",
+     "job_created id=1 name2='d' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 start=10 plan=(len=10,size=1,per_pass=10,passes=1)\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"nothing finished", "ds d r10", "job d mode=distributed_epoch total=10 resume=",
+     "job_created id=1 name2='d' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=10,size=1,per_pass=10,passes=1)\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"another plan", "ds d r10", "job d mode=distributed_epoch total=10 resume=0-3 fpbad",
+     "error INVALID: the checkpoint does not fit dataset 'd': its split plan changed since the "
+     "checkpoint was taken (now 10 splits; its files, split size or pipeline differ)"},
+    {"past the end", "ds d r10", "job d mode=distributed_epoch total=10 resume=0-11",
+     "error INVALID: checkpoint: its finished splits are not sorted ranges within the 10 splits of "
+     "the plan"},
+    {"overlapping", "ds d r10", "job d mode=distributed_epoch total=10 resume=0-4,3-6",
+     "error INVALID: checkpoint: its finished splits are not sorted ranges within the 10 splits of "
+     "the plan"},
+    {"an odd bound", "ds d r10", "job d mode=distributed_epoch total=10 resume=0-4,6",
+     "error INVALID: checkpoint: an odd number of split bounds"},
+    {"not distributed", "ds d r10", "job d total=10 resume=0-4",
+     "error UNSUPPORTED: a checkpoint restores distributed_epoch reads only, not parallel_epochs"},
+};
+
+static void test_resume_cases(void **unused)
+{
+    (void)unused;
+    run_plan_cases(resume_cases, sizeof resume_cases / sizeof resume_cases[0]);
 }
 
 static void test_plan_cases(void **unused)
@@ -2336,6 +2398,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_cases),
+        cmocka_unit_test(test_resume_cases),
         cmocka_unit_test(test_worker_keys),
         cmocka_unit_test(test_iteration_keys),
         cmocka_unit_test(test_gc_rows),
