@@ -886,10 +886,13 @@ def check_docker(tmp, prefix, k8s_uid):
     if not apt_cache_works():
         note("apt-cache does not answer offline: the Dockerfile's package names were not checked")
         return
-    for pkg in apt_packages(build) + runtime_pkgs:
-        r = subprocess.run(["apt-cache", "show", "--no-all-versions", pkg], capture_output=True,
-                           timeout=30)
-        check(r.returncode == 0 and r.stdout, "Dockerfile: apt-cache knows no package %s" % pkg)
+    # One apt-cache call for all the names (each call reads the whole cache).
+    names = apt_packages(build) + runtime_pkgs
+    r = subprocess.run(["apt-cache", "show", "--no-all-versions"] + names, capture_output=True,
+                       timeout=60)
+    known = set(re.findall(r"^Package: (\S+)$", r.stdout.decode(), re.M))
+    missing = [n for n in names if n not in known]
+    check(not missing, "Dockerfile: apt-cache knows no package %s" % ", ".join(missing))
     # Every library the installed binaries link comes from a runtime package or one of its
     # dependencies (the sanitizer runtimes of an ASan build excepted).
     r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
@@ -900,23 +903,31 @@ def check_docker(tmp, prefix, k8s_uid):
         m = re.match(r"\s*(?:\|?(?:Pre)?Depends: )?<?([a-z0-9][a-z0-9+.-]+)>?$", line.strip())
         if m:
             closure.add(m.group(1).split(":")[0])
+    libs = {}
     for b in ("sluice", "sluice-dispatcher", "sluice-worker"):
         out = subprocess.run(["ldd", os.path.join(prefix, "bin", b)], capture_output=True,
                              timeout=10).stdout.decode()
         for m in re.finditer(r"^\s*(\S+) => (/\S+)", out, re.M):
-            lib, lpath = m.group(1), m.group(2)
-            if re.match(r"lib(asan|ubsan|lsan)", lib):
-                continue
-            pkgs = set()
-            for q in (lpath, os.path.realpath(lpath), "*/" + lib):
-                owner = subprocess.run(["dpkg", "-S", q], capture_output=True, timeout=10)
-                for line in owner.stdout.decode().splitlines():
-                    pkgs |= {p.strip().split(":")[0] for p in line.split(": ")[0].split(",")}
-                if owner.returncode == 0 and q != "*/" + lib:
-                    break
-            check(pkgs, "%s links %s, which no Debian package holds" % (b, lib))
-            check(pkgs & closure, "%s links %s (%s), which the runtime stage does not install"
-                  % (b, lib, ", ".join(sorted(pkgs))))
+            if not re.match(r"lib(asan|ubsan|lsan)", m.group(1)):
+                libs.setdefault(m.group(1), (b, m.group(2)))
+    # The file as ldd found it, resolved, and under / and /usr (Debian's merged /usr).
+    cands = {}
+    for lib, (b, lpath) in libs.items():
+        real = os.path.realpath(lpath)
+        cands[lib] = {lpath, real} | {re.sub(r"^/usr/", "/", p) for p in (lpath, real)} | \
+            {"/usr" + p for p in (lpath, real) if not p.startswith("/usr/")}
+    queries = sorted(set().union(*cands.values()))
+    out = subprocess.run(["dpkg", "-S"] + queries, capture_output=True, timeout=30)
+    owners = {}
+    for line in out.stdout.decode().splitlines():
+        pk, _, path = line.partition(": ")
+        owners.setdefault(path.strip(), set()).update(p.strip().split(":")[0]
+                                                      for p in pk.split(","))
+    for lib, (b, lpath) in sorted(libs.items()):
+        pkgs = set().union(*(owners.get(c, set()) for c in cands[lib]))
+        check(pkgs, "%s links %s, which no Debian package holds" % (b, lpath))
+        check(pkgs & closure, "%s links %s (%s), which the runtime stage does not install"
+              % (b, lib, ", ".join(sorted(pkgs))))
     note("apt-cache: %d package names exist; the runtime stage provides every linked library"
          % (len(apt_packages(build)) + len(runtime_pkgs)))
 
