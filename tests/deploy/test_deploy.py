@@ -77,6 +77,7 @@ class Proc:
     def __init__(self, name, argv, tmp, env=None):
         self.name, self.argv = name, argv
         self.log_path = os.path.join(tmp, name + ".log")
+        check_spelled_out(argv, name)
         self.log = open(self.log_path, "wb")
         self.lines = []
         self.cond = threading.Condition()
@@ -181,6 +182,7 @@ def read_range_1000(argv, tmp, what, env):
                 a += ["--format", "text"]
         a += ["--timeout-ms", str(int(READ_TIMEOUT * 1000))]
         note("%s read (%s): %s" % (what, fmt, shlex.join(a)))
+        check_spelled_out(a, what)
         try:
             r = subprocess.run(a, capture_output=True, timeout=READ_TIMEOUT + 10, env=env)
         except subprocess.TimeoutExpired:
@@ -196,6 +198,23 @@ def read_range_1000(argv, tmp, what, env):
             note("%s: read 1000 elements, sum %d, each once" % (what, sum(got)))
         elif "--format" in a and a[a.index("--format") + 1] == "count":
             check(out.strip() == "1000", "%s: count printed %r, wanted 1000" % (what, out))
+
+
+HELP = {}
+
+
+def check_spelled_out(argv, what):
+    """Every --flag in argv appears as such in the binary's --help (or the subcommand's):
+    getopt_long takes unambiguous abbreviations, which would hide a misspelling and break
+    when a longer flag arrives."""
+    key = tuple(argv[:2]) if os.path.basename(argv[0]) == "sluice" else (argv[0],)
+    if key not in HELP:
+        r = subprocess.run(list(key) + ["--help"], capture_output=True, timeout=10)
+        HELP[key] = set(re.findall(r"--[a-z][a-z0-9-]*", (r.stdout + r.stderr).decode()))
+    for a in argv[1:]:
+        if a.startswith("--"):
+            check(a in HELP[key], "%s: %s is not a flag of %s --help" % (what, a,
+                                                                      " ".join(key)))
 
 
 def server_env():
