@@ -527,6 +527,19 @@ def check_kubernetes(tmp, prefix):
     check(rc == 0, "the dispatcher exited %d after SIGTERM" % rc)
     check(os.path.isdir(os.path.join(work_dir, "journal")),
           "the dispatcher wrote no journal into the claim's mount")
+    # A rescheduled pod: the same args on the same claim keep the datasets the reads registered.
+    d = Proc("k8s-dispatcher-again", dargv, tmp, server_env())
+    d.wait_line(r"listening on (\S+):(\d+)$")
+    wait_status(disp.local_port("metrics"), "/readyz", 200)
+    r = subprocess.run([os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
+                        "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
+                        "--json", "--timeout-ms", "10000"], capture_output=True, timeout=20)
+    check(r.returncode == 0, "sluice status after the restart: %s" % r.stderr.decode())
+    datasets = json.loads(r.stdout)["datasets"]
+    check(len(datasets) >= 1, "the restarted dispatcher lost its datasets (the claim's journal)")
+    note("dispatcher restarted on its claim: %d dataset(s) kept" % len(datasets))
+    rc, _ = d.stop(signal.SIGTERM, dgrace)
+    check(rc == 0, "the restarted dispatcher exited %d after SIGTERM" % rc)
 
     kubectl = shutil.which("kubectl")
     if kubectl:
