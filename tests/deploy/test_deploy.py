@@ -48,7 +48,6 @@ READY_TIMEOUT = 15.0
 READ_TIMEOUT = 60.0
 
 procs = []
-failures = []
 
 
 def fail(msg):
@@ -264,7 +263,7 @@ def find(docs, kind, name=None):
 class Pod:
     """One pod template's single container, run as a local process."""
 
-    def __init__(self, name, workload, kust, docs, tmp, ports, claims=()):
+    def __init__(self, name, workload, kust, tmp, pods, claims=()):
         self.name, self.tmp = name, tmp
         spec = workload["spec"]["template"]["spec"]
         self.spec = spec
@@ -278,7 +277,8 @@ class Pod:
             self.port_map[p["containerPort"]] = local
             if "name" in p:
                 self.port_by_name[p["name"]] = p["containerPort"]
-        ports[name] = self
+        pods[name] = self
+        self.labels = workload["spec"]["template"]["metadata"]["labels"]
         # Every mount gets a directory of its own; a Secret's holds its keys' files.
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
         self.mounts = {}
@@ -410,10 +410,8 @@ def check_kubernetes(tmp, prefix):
     check(claims, "the dispatcher has no volumeClaimTemplate for its work dir")
 
     pods = {}
-    disp = Pod("k8s-dispatcher", sts, kust, docs, tmp, pods, claims)
-    work = Pod("k8s-worker", dep, kust, docs, tmp, pods)
-    disp.labels = sts["spec"]["template"]["metadata"]["labels"]
-    work.labels = dep["spec"]["template"]["metadata"]["labels"]
+    disp = Pod("k8s-dispatcher", sts, kust, tmp, pods, claims)
+    work = Pod("k8s-worker", dep, kust, tmp, pods)
     for pod, wl in ((disp, sts), (work, dep)):
         sel = wl["spec"]["selector"]["matchLabels"]
         check(all(pod.labels.get(k) == v for k, v in sel.items()),
