@@ -17,6 +17,8 @@ units use), then:
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
   directive against a list of known ones (and `systemd-analyze verify` when installed).
+- Docker: runs README.md's `docker run` commands the same way (-v mounts and container names
+  mapped), reads through them and stops them within their stop timeouts.
 - Dockerfile: checks the CMD and every binary the manifests and units name exist in the installed
   layout and run, the user is not root and matches the manifests' runAsUser, the runtime stage's
   packages provide every library the binaries link (when apt-cache works offline), and every
@@ -588,9 +590,9 @@ def check_adapter_and_scrape(kdir, hpa_metrics, services, kust):
                 check(v == svc, "the HPA selects service=%s, the scrape keeps %s" % (v, svc))
 
 
-def readme_command(subsection, pattern):
-    """The first command line in README.md's "## Deploying" / "### SUBSECTION" code blocks
-    matching pattern (continuation lines joined), split as the shell would."""
+def readme_commands(subsection):
+    """The command lines in README.md's "## Deploying" / "### SUBSECTION" code blocks
+    (continuation lines joined), each as (text, words as the shell splits them)."""
     with open(os.path.join(SOURCE, "README.md")) as f:
         text = f.read()
     m = re.search(r"^## Deploying\n(.*?)(?=^## |\Z)", text, re.S | re.M)
@@ -598,11 +600,19 @@ def readme_command(subsection, pattern):
     sec = re.search(r"^### %s\n(.*?)(?=^### |\Z)" % re.escape(subsection), m.group(1),
                     re.S | re.M)
     check(sec, "README.md's Deploying has no '### %s'" % subsection)
-    blocks = re.findall(r"^```sh\n(.*?)^```", sec.group(1), re.S | re.M)
-    for block in blocks:
+    out = []
+    for block in re.findall(r"^```sh\n(.*?)^```", sec.group(1), re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
-            if re.search(pattern, line):
-                return shlex.split(line, comments=True)
+            if line.strip():
+                out.append((line, shlex.split(line, comments=True)))
+    return out
+
+
+def readme_command(subsection, pattern):
+    """The first of readme_commands(subsection) matching pattern."""
+    for line, words in readme_commands(subsection):
+        if re.search(pattern, line):
+            return words
     fail("README.md's Deploying / %s shows no command matching /%s/" % (subsection, pattern))
 
 
@@ -962,6 +972,96 @@ def check_docker(tmp, prefix, k8s_uid):
          % (len(apt_packages(build)) + len(runtime_pkgs)))
 
 
+def check_docker_readme(tmp, prefix, version):
+    """Runs README.md's `docker run` commands (Deploying / Docker) without Docker: each
+    container's command from the install, its -v mounts mapped to temporary files and
+    directories, container names to 127.0.0.1 and its fixed ports to free ones."""
+    cmds = readme_commands("Docker")
+    build = [w for _, w in cmds if w[:2] == ["docker", "build"]]
+    check(build and "-t" in build[0], "README.md's Docker shows no docker build -t")
+    image = build[0][build[0].index("-t") + 1]
+    with_value = {"--name", "--network", "-v", "--volume", "--stop-timeout", "-e", "--env", "-p"}
+    containers = {}     # name -> {"ports": {fixed: free}, "proc": Proc, "stop": seconds}
+    ran = 0
+    for line, words in cmds:
+        if words[:2] != ["docker", "run"]:
+            continue
+        opts, i = {}, 2
+        while words[i].startswith("-"):
+            if words[i] in with_value:
+                opts.setdefault(words[i], []).append(words[i + 1])
+                i += 2
+            else:
+                check(words[i] in ("-d", "--rm"), "README docker run: option %s is not mapped"
+                      % words[i])
+                opts[words[i]] = True
+                i += 1
+        check(words[i] == image, "README docker run: image %s, built as %s" % (words[i], image))
+        raw = words[i + 1:]
+        name = opts.get("--name", ["docker-%d" % ran])[0]
+        ran += 1
+        mounts = {}
+        for v in opts.get("-v", []):
+            src, dst = v.split(":")[:2]
+            if os.path.basename(src) == "token":
+                mounts[dst] = TOKEN_PATHS["/etc/sluice/token"]
+            else:
+                check("/" not in src, "README docker run: -v %s is neither the token nor a "
+                      "named volume" % v)
+                mounts[dst] = os.path.join(tmp, "docker-volume-" + src)
+                os.makedirs(mounts[dst], exist_ok=True)
+        ports = {}
+        argv = [os.path.join(prefix, "bin", raw[0])]
+        check(os.access(argv[0], os.X_OK), "README docker run: %s is not in the install" % raw[0])
+        for j in range(1, len(raw)):
+            a, prev = raw[j], raw[j - 1]
+            if prev in ("--port", "--metrics-port"):
+                a = str(ports.setdefault(int(a), free_port()))
+            elif prev in ("--dispatcher", "--advertise"):
+                host, port = a.rsplit(":", 1)
+                if host == name:
+                    check(int(port) in ports, "README docker run %s: %s %s is not its --port"
+                          % (name, prev, a))
+                    a = "127.0.0.1:%d" % ports[int(port)]
+                else:
+                    check(host in containers and int(port) in containers[host]["ports"],
+                          "README docker run %s: %s %s is no container's port" % (name, prev, a))
+                    a = "127.0.0.1:%d" % containers[host]["ports"][int(port)]
+            elif a.startswith("/"):
+                best = max((d for d in mounts if a == d or a.startswith(d + "/")), key=len,
+                           default=None)
+                check(best is not None, "README docker run %s: %s is on no -v mount" % (name, a))
+                a = mounts[best] + a[len(best):]
+            argv.append(a)
+        if "-d" in opts:
+            check("--host" in argv and "--port" in argv,
+                  "README docker run %s: a server needs --host and a fixed --port" % name)
+            pr = Proc("docker-" + name, argv, tmp, server_env())
+            pr.wait_line(r"listening on (\S+):(\d+)$")
+            stop = int(opts.get("--stop-timeout", ["10"])[0])
+            containers[name] = {"ports": ports, "proc": pr, "stop": stop, "argv": argv}
+        elif raw[:2] == ["sluice", "read"]:
+            read_range_1000(argv, tmp, "docker", server_env())
+        else:
+            r = subprocess.run(argv, capture_output=True, timeout=10)
+            check(r.returncode == 0, "README docker run: %s exits %d" % (line, r.returncode))
+            if raw[1:] == ["--version"]:
+                check(r.stdout.decode().strip() == "sluice " + version,
+                      "README docker run: --version printed %r" % r.stdout)
+    check(containers, "README.md's Docker runs no server")
+    for name, c in reversed(list(containers.items())):
+        if os.path.basename(c["argv"][0]) == "sluice-worker":
+            a = c["argv"]
+            drain = int(a[a.index("--drain-timeout-ms") + 1]) if "--drain-timeout-ms" in a \
+                else 30000
+            check(c["stop"] * 1000 >= drain + 5000, "README docker run %s: --stop-timeout %d s "
+                  "is not comfortably above the drain timeout %d ms" % (name, c["stop"], drain))
+        rc, took = c["proc"].stop(signal.SIGTERM, c["stop"])
+        check(rc == 0, "docker container %s exited %d after SIGTERM" % (name, rc))
+    note("README docker commands: %s ran, stopped with exit 0 within their stop timeouts"
+         % ", ".join(containers))
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 TOKEN = None
@@ -986,6 +1086,7 @@ def main():
             uid = [d for d in yaml.safe_load_all(f) if d][0]["spec"]["template"]["spec"][
                 "securityContext"]["runAsUser"]
         check_docker(tmp, prefix, uid)
+        check_docker_readme(tmp, prefix, version)
     finally:
         kill_all()
         shutil.rmtree(tmp, ignore_errors=True)
