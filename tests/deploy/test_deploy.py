@@ -27,6 +27,7 @@ units use), then:
 Every wait is bounded; every process started is killed on the way out.
 """
 
+import ctypes
 import http.client
 import json
 import os
@@ -84,7 +85,7 @@ class Proc:
         self.cond = threading.Condition()
         note("start %s: %s" % (name, shlex.join(argv)))
         self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, env=env,
-                                  stdin=subprocess.DEVNULL)
+                                  stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         procs.append(self)
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -130,6 +131,12 @@ class Proc:
             fail("%s did not exit within %.0f s of signal %d; stderr:\n%s"
                  % (self.name, limit, sig, self.stderr()))
         return rc, time.monotonic() - t0
+
+
+def die_with_parent():
+    """In the child before exec: SIGKILL when this test dies, even by SIGKILL (a CTest timeout),
+    so no server outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
 
 
 def kill_all():
@@ -185,7 +192,8 @@ def read_range_1000(argv, tmp, what, env):
         note("%s read (%s): %s" % (what, fmt, shlex.join(a)))
         check_spelled_out(a, what)
         try:
-            r = subprocess.run(a, capture_output=True, timeout=READ_TIMEOUT + 10, env=env)
+            r = subprocess.run(a, capture_output=True, timeout=READ_TIMEOUT + 10, env=env,
+                               preexec_fn=die_with_parent)
         except subprocess.TimeoutExpired:
             fail("%s: sluice read did not finish within %.0f s" % (what, READ_TIMEOUT + 10))
         out = r.stdout.decode()
@@ -533,7 +541,8 @@ def check_kubernetes(tmp, prefix):
     wait_status(disp.local_port("metrics"), "/readyz", 200)
     r = subprocess.run([os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
                         "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
-                        "--json", "--timeout-ms", "10000"], capture_output=True, timeout=20)
+                        "--json", "--timeout-ms", "10000"], capture_output=True, timeout=20,
+                       preexec_fn=die_with_parent)
     check(r.returncode == 0, "sluice status after the restart: %s" % r.stderr.decode())
     datasets = json.loads(r.stdout)["datasets"]
     check(len(datasets) >= 1, "the restarted dispatcher lost its datasets (the claim's journal)")
@@ -888,6 +897,11 @@ def check_docker(tmp, prefix, k8s_uid):
         check(st["from"].startswith("debian:bookworm"), "FROM %s is not Debian bookworm"
               % st["from"])
     build, run = stages[0], stages[-1]
+    with open(os.path.join(SOURCE, "scripts", "deps.sh")) as f:
+        m = re.search(r"^packages=\((.*?)\)", f.read(), re.S | re.M)
+    deps = set(m.group(1).split())
+    strays = [p for p in apt_packages(build) if p not in deps]
+    check(not strays, "the build stage installs %s, which scripts/deps.sh does not" % strays)
     build_cmds = " ".join(build["run"])
     check("cmake --build" in build_cmds and "-DCMAKE_BUILD_TYPE=Release" in build_cmds,
           "the build stage does not build a Release with cmake")
@@ -1070,6 +1084,7 @@ TOKEN_PATHS = {}
 
 def main():
     global TOKEN
+    signal.signal(signal.SIGTERM, lambda *_: fail("terminated"))
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="sluice-deploy-")
     try:
