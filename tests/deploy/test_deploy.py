@@ -1,0 +1,1112 @@
+"""Checks deploy/ against the real binaries, so the files cannot drift from the flags.
+
+    test_deploy.py BUILD_DIR SOURCE_DIR
+
+Installs BUILD_DIR with `cmake --install` into a temporary prefix (the layout the image and the
+units use), then:
+
+- Kubernetes: runs the dispatcher StatefulSet's and the worker Deployment's container command and
+  args exactly, with $(VAR) references substituted, every mounted Secret, claim and emptyDir
+  mapped to a temporary directory (the token Secret holding a real token), Service names and pod
+  addresses mapped to 127.0.0.1 and every containerPort mapped to a free port; hits each probe's
+  httpGet path on the port it names; checks the HPA's metric in the dispatcher's /metrics (with
+  the bearer token), the adapter rule and the scrape config against the HPA and the Service, the
+  grace period against the drain timeout; runs the README's `sluice read` against them; drains
+  the worker with SIGTERM and checks it exits 0 within the grace period. Builds the kustomization
+  with `kubectl kustomize` when kubectl is installed.
+- systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
+  ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
+  directive against a list of known ones (and `systemd-analyze verify` when installed).
+- Docker: runs README.md's `docker run` commands the same way (-v mounts and container names
+  mapped), reads through them and stops them within their stop timeouts.
+- Dockerfile: checks the CMD and every binary the manifests and units name exist in the installed
+  layout and run, the user is not root and matches the manifests' runAsUser, the runtime stage's
+  packages provide every library the binaries link (when apt-cache works offline), and every
+  package exists (same condition).
+
+Every wait is bounded; every process started is killed on the way out.
+"""
+
+import ctypes
+import http.client
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import yaml
+
+BUILD, SOURCE = sys.argv[1], sys.argv[2]
+DEPLOY = os.path.join(SOURCE, "deploy")
+START_TIMEOUT = 20.0   # seconds for a server to print its listening line (ASan builds are slow)
+READY_TIMEOUT = 15.0
+READ_TIMEOUT = 60.0
+
+procs = []
+
+
+def fail(msg):
+    raise SystemExit("test_deploy: FAIL: " + msg)
+
+
+def note(msg):
+    print("test_deploy: " + msg, flush=True)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A server started from an argv: stdout is read line by line on a thread, stderr goes to a
+    log file shown when something fails."""
+
+    def __init__(self, name, argv, tmp, env=None):
+        self.name, self.argv = name, argv
+        self.log_path = os.path.join(tmp, name + ".log")
+        check_spelled_out(argv, name)
+        self.log = open(self.log_path, "wb")
+        self.lines = []
+        self.cond = threading.Condition()
+        note("start %s: %s" % (name, shlex.join(argv)))
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.log, env=env,
+                                  stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        procs.append(self)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for raw in self.p.stdout:
+            with self.cond:
+                self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def stderr(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def wait_line(self, pattern, timeout=START_TIMEOUT):
+        """Returns the match of the first stdout line matching pattern; fails when the process
+        exits first or timeout passes."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                if self.p.poll() is not None:
+                    fail("%s exited with %s before printing /%s/; stderr:\n%s"
+                         % (self.name, self.p.returncode, pattern, self.stderr()))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    fail("%s printed no /%s/ within %.0f s; stderr:\n%s"
+                         % (self.name, pattern, timeout, self.stderr()))
+                self.cond.wait(min(left, 0.1))
+
+    def stop(self, sig, limit):
+        """Sends sig and returns (exit status, seconds it took); fails after limit seconds."""
+        t0 = time.monotonic()
+        self.p.send_signal(sig)
+        try:
+            rc = self.p.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            fail("%s did not exit within %.0f s of signal %d; stderr:\n%s"
+                 % (self.name, limit, sig, self.stderr()))
+        return rc, time.monotonic() - t0
+
+
+def die_with_parent():
+    """In the child before exec: SIGKILL when this test dies, even by SIGKILL (a CTest timeout),
+    so no server outlives it."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+
+
+def kill_all():
+    for pr in procs:
+        if pr.p.poll() is None:
+            pr.p.kill()
+            try:
+                pr.p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def http_get(port, path, token=None, timeout=3.0):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        headers = {"Authorization": "Bearer " + token} if token else {}
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        return r.status, r.read().decode(errors="replace")
+    finally:
+        c.close()
+
+
+def wait_status(port, path, want, timeout=READY_TIMEOUT, token=None):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = http_get(port, path, token)
+            if last[0] == want:
+                return last
+        except OSError as e:
+            last = (None, str(e))
+        time.sleep(0.1)
+    fail("GET %s on port %d: wanted %d within %.0f s, last answer %s" % (path, port, want,
+                                                                           timeout, last))
+
+
+def read_range_1000(argv, tmp, what, env):
+    """Runs a `sluice read` argv whose pipeline is range(1000): once as given (it must print what
+    its --format says: 1000 for count), once with --format text, whose elements must be 0..999
+    each exactly once."""
+    check("range(1000)" in argv, "%s: the documented read is not of range(1000): %s"
+          % (what, shlex.join(argv)))
+    for fmt in ("as documented", "text"):
+        a = list(argv)
+        if fmt == "text":
+            if "--format" in a:
+                a[a.index("--format") + 1] = "text"
+            else:
+                a += ["--format", "text"]
+        a += ["--timeout-ms", str(int(READ_TIMEOUT * 1000))]
+        note("%s read (%s): %s" % (what, fmt, shlex.join(a)))
+        check_spelled_out(a, what)
+        try:
+            r = subprocess.run(a, capture_output=True, timeout=READ_TIMEOUT + 10, env=env,
+                               preexec_fn=die_with_parent)
+        except subprocess.TimeoutExpired:
+            fail("%s: sluice read did not finish within %.0f s" % (what, READ_TIMEOUT + 10))
+        out = r.stdout.decode()
+        check(r.returncode == 0, "%s: sluice read exited %d: %s" % (what, r.returncode,
+                                                                   r.stderr.decode()))
+        if fmt == "text":
+            got = sorted(int(x) for x in out.split())
+            check(got == list(range(1000)),
+                  "%s: read %d elements, sum %d; wanted 0..999 once each (1000, sum 499500)"
+                  % (what, len(got), sum(got)))
+            note("%s: read 1000 elements, sum %d, each once" % (what, sum(got)))
+        elif "--format" in a and a[a.index("--format") + 1] == "count":
+            check(out.strip() == "1000", "%s: count printed %r, wanted 1000" % (what, out))
+
+
+HELP = {}
+
+
+def check_spelled_out(argv, what):
+    """Every --flag in argv appears as such in the binary's --help (or the subcommand's):
+    getopt_long takes unambiguous abbreviations, which would hide a misspelling and break
+    when a longer flag arrives."""
+    key = tuple(argv[:2]) if os.path.basename(argv[0]) == "sluice" else (argv[0],)
+    if key not in HELP:
+        r = subprocess.run(list(key) + ["--help"], capture_output=True, timeout=10)
+        HELP[key] = set(re.findall(r"--[a-z][a-z0-9-]*", (r.stdout + r.stderr).decode()))
+    for a in argv[1:]:
+        if a.startswith("--"):
+            check(a in HELP[key], "%s: %s is not a flag of %s --help" % (what, a,
+                                                                      " ".join(key)))
+
+
+def server_env():
+    env = dict(os.environ)
+    env.pop("SLUICE_AUTH_TOKEN_FILE", None)
+    return env
+
+
+# ---- the install ---------------------------------------------------------------------------------
+
+def install(tmp):
+    prefix = os.path.join(tmp, "prefix")
+    r = subprocess.run(["cmake", "--install", BUILD, "--prefix", prefix], capture_output=True)
+    check(r.returncode == 0, "cmake --install failed: %s" % r.stderr.decode())
+    version = None
+    for b in ("sluice", "sluice-dispatcher", "sluice-worker"):
+        path = os.path.join(prefix, "bin", b)
+        check(os.access(path, os.X_OK), "the install has no bin/%s" % b)
+        out = subprocess.run([path, "--version"], capture_output=True, timeout=10)
+        check(out.returncode == 0 and out.stdout.startswith(b"sluice "),
+              "bin/%s --version: %r" % (b, out.stdout))
+        version = out.stdout.decode().split()[1]
+    return prefix, version
+
+
+# ---- Kubernetes ----------------------------------------------------------------------------------
+
+def load_kustomization():
+    kdir = os.path.join(DEPLOY, "kubernetes")
+    with open(os.path.join(kdir, "kustomization.yaml")) as f:
+        kust = yaml.safe_load(f)
+    docs = []
+    for res in kust["resources"]:
+        with open(os.path.join(kdir, res)) as f:
+            docs += [d for d in yaml.safe_load_all(f) if d]
+    return kdir, kust, docs
+
+
+def find(docs, kind, name=None):
+    found = [d for d in docs if d["kind"] == kind and (name is None or
+                                                       d["metadata"]["name"] == name)]
+    check(len(found) == 1, "expected one %s %s in the kustomization's resources, found %d"
+          % (kind, name or "", len(found)))
+    return found[0]
+
+
+class Pod:
+    """One pod template's single container, run as a local process."""
+
+    def __init__(self, name, workload, kust, tmp, pods, claims=()):
+        self.name, self.tmp = name, tmp
+        spec = workload["spec"]["template"]["spec"]
+        self.spec = spec
+        check(len(spec["containers"]) == 1, "%s: expected one container" % name)
+        self.c = c = spec["containers"][0]
+        # Named and numbered container ports, each mapped to a free local port.
+        self.port_by_name = {}
+        self.port_map = {}
+        for p in c.get("ports", []):
+            local = free_port()
+            self.port_map[p["containerPort"]] = local
+            if "name" in p:
+                self.port_by_name[p["name"]] = p["containerPort"]
+        pods[name] = self
+        self.labels = workload["spec"]["template"]["metadata"]["labels"]
+        # Every mount gets a directory of its own; a Secret's holds its keys' files.
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        self.mounts = {}
+        self.claim_dirs = []
+        for m in c.get("volumeMounts", []):
+            d = os.path.join(tmp, name + "-" + m["name"])
+            os.makedirs(d, exist_ok=True)
+            v = volumes.get(m["name"])
+            if v is None:
+                check(m["name"] in claims, "%s: mount %s names no volume or claim template"
+                      % (name, m["name"]))
+                self.claim_dirs.append(d)
+            elif "secret" in v:
+                write_secret(kust, v["secret"]["secretName"], d)
+                check(m.get("readOnly") is True, "%s: Secret mount %s is not readOnly"
+                      % (name, m["name"]))
+            else:
+                check("emptyDir" in v, "%s: volume %s: only secret and emptyDir are mapped"
+                      % (name, m["name"]))
+            self.mounts[m["mountPath"]] = d
+        self.env = {}
+        for e in c.get("env", []):
+            if "value" in e:
+                self.env[e["name"]] = e["value"]
+            else:
+                field = e["valueFrom"]["fieldRef"]["fieldPath"]
+                check(field in ("status.podIP", "status.hostIP"),
+                      "%s: env %s from %s is not mapped" % (name, e["name"], field))
+                self.env[e["name"]] = "127.0.0.1"
+
+    def local_port(self, port):
+        """A probe's or Service's port (a number or a containerPort's name) as the local one."""
+        if isinstance(port, str):
+            check(port in self.port_by_name, "%s: no containerPort named %s" % (self.name, port))
+            port = self.port_by_name[port]
+        check(port in self.port_map, "%s: port %s is not a containerPort" % (self.name, port))
+        return self.port_map[port]
+
+    def map_path(self, arg):
+        best = None
+        for mp in self.mounts:
+            if arg == mp or arg.startswith(mp.rstrip("/") + "/"):
+                if best is None or len(mp) > len(best):
+                    best = mp
+        return arg if best is None else self.mounts[best] + arg[len(best):]
+
+    def argv(self, prefix, services, pods):
+        c = self.c
+        check(c.get("command"), "%s: no command (the image's entrypoint is tini)" % self.name)
+        raw = list(c["command"]) + [str(a) for a in c.get("args", [])]
+
+        def subst(s):
+            def var(m):
+                check(m.group(1) in self.env, "%s: $(%s) is not defined in env"
+                      % (self.name, m.group(1)))
+                return self.env[m.group(1)]
+            return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", var, s)
+
+        out = []
+        for i, a in enumerate(raw):
+            a = subst(a)
+            prev = raw[i - 1] if i else ""
+            if i == 0:
+                path = os.path.join(prefix, "bin", a)
+                check(os.access(path, os.X_OK), "%s: command %s is not in the install's bin/"
+                      % (self.name, a))
+                a = path
+            elif prev in ("--port", "--metrics-port"):
+                check(int(a) in self.port_map, "%s: %s %s is not a containerPort"
+                      % (self.name, prev, a))
+                a = str(self.port_map[int(a)])
+            elif prev in ("--dispatcher", "--advertise"):
+                host, port = a.rsplit(":", 1)
+                if host in services:
+                    svc_port = [p for p in services[host]["spec"]["ports"]
+                                if p["port"] == int(port)]
+                    check(svc_port, "%s: Service %s has no port %s" % (self.name, host, port))
+                    target = find_service_pod(services[host], pods)
+                    a = "127.0.0.1:%d" % target.local_port(svc_port[0]["targetPort"])
+                else:
+                    check(host == "127.0.0.1", "%s: %s host %s is neither a Service nor the pod "
+                          "address" % (self.name, prev, host))
+                    a = "127.0.0.1:%d" % self.local_port(int(port))
+            elif a.startswith("/"):
+                a = self.map_path(a)
+                check(a.startswith(self.tmp + "/"),
+                      "%s: the path %s is on no mounted volume" % (self.name, raw[i]))
+            out.append(a)
+        return out
+
+    def probes(self):
+        return [(kind, self.c[kind]) for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+                if kind in self.c]
+
+
+def find_service_pod(svc, pods):
+    sel = svc["spec"]["selector"]
+    for pod in pods.values():
+        labels = pod.labels
+        if all(labels.get(k) == v for k, v in sel.items()):
+            return pod
+    fail("Service %s selects no pod template" % svc["metadata"]["name"])
+
+
+def write_secret(kust, secret_name, d):
+    gens = [g for g in kust.get("secretGenerator", []) if g["name"] == secret_name]
+    check(gens, "Secret %s is not made by the kustomization's secretGenerator" % secret_name)
+    for f in gens[0].get("files", []):
+        key = f.split("=", 1)[0] if "=" in f else os.path.basename(f)
+        check(key == "token", "secretGenerator %s: only the key 'token' is mapped (got %s)"
+              % (secret_name, key))
+        with open(os.path.join(d, key), "w") as out:
+            out.write(TOKEN + "\n")
+
+
+def token_of(argv):
+    return argv[argv.index("--auth-token-file") + 1] if "--auth-token-file" in argv else None
+
+
+def check_kubernetes(tmp, prefix):
+    kdir, kust, docs = load_kustomization()
+    sts = find(docs, "StatefulSet", "sluice-dispatcher")
+    dep = find(docs, "Deployment", "sluice-worker")
+    hpa = find(docs, "HorizontalPodAutoscaler")
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    check(sts["spec"]["replicas"] == 1, "the dispatcher StatefulSet must have one replica")
+    check(sts["spec"]["serviceName"] in services, "StatefulSet serviceName names no Service")
+    claims = [t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])]
+    check(claims, "the dispatcher has no volumeClaimTemplate for its work dir")
+
+    pods = {}
+    disp = Pod("k8s-dispatcher", sts, kust, tmp, pods, claims)
+    work = Pod("k8s-worker", dep, kust, tmp, pods)
+    for pod, wl in ((disp, sts), (work, dep)):
+        sel = wl["spec"]["selector"]["matchLabels"]
+        check(all(pod.labels.get(k) == v for k, v in sel.items()),
+              "%s: the selector does not match the template's labels" % pod.name)
+        sc = wl["spec"]["template"]["spec"].get("securityContext", {})
+        check(sc.get("runAsNonRoot") is True and sc.get("runAsUser", 0) != 0,
+              "%s: not runAsNonRoot with a non-zero runAsUser" % pod.name)
+        csc = pod.c.get("securityContext", {})
+        check(csc.get("readOnlyRootFilesystem") is True and
+              csc.get("allowPrivilegeEscalation") is False,
+              "%s: the container's root filesystem is writable or it may escalate" % pod.name)
+        res = pod.c.get("resources", {})
+        check("requests" in res and "limits" in res, "%s: no resource requests and limits"
+              % pod.name)
+    for svc in services.values():
+        target = find_service_pod(svc, pods)
+        for p in svc["spec"]["ports"]:
+            target.local_port(p.get("targetPort", p["port"]))
+
+    dargv = disp.argv(prefix, services, pods)
+    check("--fault-tolerant" in dargv and "--work-dir" in dargv,
+          "the dispatcher is not --fault-tolerant with a --work-dir")
+    work_dir = dargv[dargv.index("--work-dir") + 1]
+    check(work_dir in disp.claim_dirs, "--work-dir is not the mount of a volumeClaimTemplate")
+    token_path = token_of(dargv)
+    check(token_path and open(token_path).read().strip() == TOKEN,
+          "the dispatcher's --auth-token-file is not the mounted Secret's token")
+
+    d = Proc("k8s-dispatcher", dargv, tmp, server_env())
+    m = d.wait_line(r"listening on (\S+):(\d+)$")
+    check(int(m.group(2)) == disp.local_port("rpc"),
+          "the dispatcher listens on %s, not on its containerPort" % m.group(0))
+    mm = d.wait_line(r"metrics on (\S+):(\d+)$")
+    metrics_port = int(mm.group(2))
+    for kind, probe in disp.probes():
+        port = disp.local_port(probe["httpGet"]["port"])
+        check(port == metrics_port, "dispatcher %s: port %s is not the metrics port"
+              % (kind, probe["httpGet"]["port"]))
+        st, body = wait_status(port, probe["httpGet"]["path"], 200)
+        note("dispatcher %s GET %s: %d %s" % (kind, probe["httpGet"]["path"], st, body.strip()))
+
+    # The HPA's metric, scraped as Prometheus would (with the token, refused without).
+    st, _ = http_get(metrics_port, "/metrics")
+    check(st == 401, "/metrics without the token answered %d, wanted 401" % st)
+    st, body = http_get(metrics_port, "/metrics", TOKEN)
+    check(st == 200, "/metrics with the token answered %d" % st)
+    check(hpa["apiVersion"] == "autoscaling/v2", "the HPA is not autoscaling/v2")
+    check(hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment" and
+          hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"],
+          "the HPA does not scale the worker Deployment")
+    check(1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"], "HPA min/max replicas")
+    sd = hpa["spec"].get("behavior", {}).get("scaleDown", {})
+    check(sd.get("stabilizationWindowSeconds", 0) > 0, "the HPA has no scale-down stabilization")
+    hpa_metrics = []
+    for mt in hpa["spec"]["metrics"]:
+        check(mt["type"] == "External", "HPA metric type %s, wanted External" % mt["type"])
+        target = mt["external"]["target"]
+        check(target["type"] == "AverageValue" and str(target["averageValue"]) == "1",
+              "the HPA's target is not AverageValue 1")
+        name = mt["external"]["metric"]["name"]
+        check(re.search(r"^%s \d+(\.\d+)?$" % re.escape(name), body, re.M),
+              "the HPA's metric %s is not in the dispatcher's /metrics" % name)
+        hpa_metrics.append((name, mt["external"]["metric"].get("selector", {})
+                            .get("matchLabels", {})))
+    note("dispatcher /metrics has %s" % ", ".join(n for n, _ in hpa_metrics))
+    check_adapter_and_scrape(kdir, hpa_metrics, services, kust)
+
+    # The worker.
+    wargv = work.argv(prefix, services, pods)
+    grace = dep["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    drain_ms = int(wargv[wargv.index("--drain-timeout-ms") + 1]) if "--drain-timeout-ms" in wargv \
+        else 30000
+    check(grace * 1000 >= drain_ms + 5000,
+          "terminationGracePeriodSeconds %d is not comfortably above --drain-timeout-ms %d"
+          % (grace, drain_ms))
+    check(token_of(wargv) and open(token_of(wargv)).read().strip() == TOKEN,
+          "the worker's --auth-token-file is not the mounted Secret's token")
+    w = Proc("k8s-worker", wargv, tmp, server_env())
+    m = w.wait_line(r"listening on (\S+):(\d+)$")
+    check(int(m.group(2)) == work.local_port("rpc"),
+          "the worker listens on %s, not on its containerPort" % m.group(0))
+    wm = w.wait_line(r"metrics on (\S+):(\d+)$")
+    for kind, probe in work.probes():
+        port = work.local_port(probe["httpGet"]["port"])
+        check(port == int(wm.group(2)), "worker %s: port %s is not the metrics port"
+              % (kind, probe["httpGet"]["port"]))
+        st, body = wait_status(port, probe["httpGet"]["path"], 200)
+        note("worker %s GET %s: %d %s" % (kind, probe["httpGet"]["path"], st, body.strip()))
+
+    # The README's read, run inside the dispatcher's pod (its paths are that pod's).
+    cmd = readme_command("Kubernetes", r"kubectl .* -- sluice read ")
+    argv = cmd[cmd.index("--") + 1:]
+    argv[0] = os.path.join(prefix, "bin", argv[0])
+    for i in range(1, len(argv)):
+        if argv[i - 1] == "--dispatcher":
+            host, port = argv[i].rsplit(":", 1)
+            check(host in services, "README read: --dispatcher %s is not a Service" % argv[i])
+            svc_port = [p for p in services[host]["spec"]["ports"] if p["port"] == int(port)]
+            check(svc_port, "README read: Service %s has no port %s" % (host, port))
+            argv[i] = "127.0.0.1:%d" % find_service_pod(services[host], pods).local_port(
+                svc_port[0]["targetPort"])
+        elif argv[i].startswith("/"):
+            argv[i] = disp.map_path(argv[i])
+    read_range_1000(argv, tmp, "kubernetes", server_env())
+
+    rc, took = w.stop(signal.SIGTERM, grace)
+    check(rc == 0, "the worker exited %d after SIGTERM, wanted 0 (drained)" % rc)
+    note("worker drained and exited 0 in %.1f s (grace period %d s)" % (took, grace))
+    dgrace = sts["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    rc, took = d.stop(signal.SIGTERM, dgrace)
+    check(rc == 0, "the dispatcher exited %d after SIGTERM" % rc)
+    check(os.path.isdir(os.path.join(work_dir, "journal")),
+          "the dispatcher wrote no journal into the claim's mount")
+    # A rescheduled pod: the same args on the same claim keep the datasets the reads registered.
+    d = Proc("k8s-dispatcher-again", dargv, tmp, server_env())
+    d.wait_line(r"listening on (\S+):(\d+)$")
+    wait_status(disp.local_port("metrics"), "/readyz", 200)
+    r = subprocess.run([os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
+                        "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
+                        "--json", "--timeout-ms", "10000"], capture_output=True, timeout=20,
+                       preexec_fn=die_with_parent)
+    check(r.returncode == 0, "sluice status after the restart: %s" % r.stderr.decode())
+    datasets = json.loads(r.stdout)["datasets"]
+    check(len(datasets) >= 1, "the restarted dispatcher lost its datasets (the claim's journal)")
+    note("dispatcher restarted on its claim: %d dataset(s) kept" % len(datasets))
+    rc, _ = d.stop(signal.SIGTERM, dgrace)
+    check(rc == 0, "the restarted dispatcher exited %d after SIGTERM" % rc)
+
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        copy = os.path.join(tmp, "kustomize")
+        shutil.copytree(kdir, copy)
+        with open(os.path.join(copy, "token"), "w") as f:
+            f.write(TOKEN + "\n")
+        r = subprocess.run([kubectl, "kustomize", copy], capture_output=True, timeout=30)
+        check(r.returncode == 0, "kubectl kustomize failed: %s" % r.stderr.decode())
+        built = [x for x in yaml.safe_load_all(r.stdout) if x]
+        kinds = sorted(x["kind"] for x in built)
+        check("Secret" in kinds and "HorizontalPodAutoscaler" in kinds,
+              "kubectl kustomize built %s" % kinds)
+        note("kubectl kustomize builds: %s" % ", ".join(kinds))
+    else:
+        note("kubectl is not installed: the kustomization was not built")
+
+
+def check_adapter_and_scrape(kdir, hpa_metrics, services, kust):
+    with open(os.path.join(kdir, "prometheus-adapter-values.yaml")) as f:
+        values = yaml.safe_load(f)
+    rules = values["rules"]["external"]
+    for name, labels in hpa_metrics:
+        rule = [r for r in rules if r["name"].get("as") == name]
+        check(rule, "the adapter exposes no external metric %s" % name)
+        check(name in rule[0]["seriesQuery"], "the adapter rule for %s queries another series"
+              % name)
+    with open(os.path.join(kdir, "prometheus-scrape.yaml")) as f:
+        scrape = yaml.safe_load(f)["scrape_configs"]
+    check(len(scrape) == 1, "one scrape config expected")
+    sc = scrape[0]
+    auth = sc["authorization"]
+    check(auth.get("type", "Bearer") == "Bearer" and "credentials_file" in auth,
+          "the scrape config does not send the token as a bearer credential")
+    keys = [os.path.basename(f) for g in kust["secretGenerator"] for f in g.get("files", [])]
+    check(os.path.basename(auth["credentials_file"]) in keys,
+          "the scrape's credentials_file is not a key of the generated Secret")
+    keep = [r for r in sc["relabel_configs"] if r.get("action") == "keep"]
+    check(keep, "the scrape config keeps every endpoint")
+    svc, port = keep[0]["regex"].split(";")
+    check(svc in services and any(p.get("name") == port for p in services[svc]["spec"]["ports"]),
+          "the scrape config keeps %s;%s, not a Service's named port" % (svc, port))
+    targets = {r["target_label"] for r in sc["relabel_configs"] if "target_label" in r}
+    for name, labels in hpa_metrics:
+        for k, v in labels.items():
+            check(k in targets, "the HPA selects on %s, which the scrape does not set" % k)
+            if k == "service":
+                check(v == svc, "the HPA selects service=%s, the scrape keeps %s" % (v, svc))
+
+
+def readme_commands(subsection):
+    """The command lines in README.md's "## Deploying" / "### SUBSECTION" code blocks
+    (continuation lines joined), each as (text, words as the shell splits them)."""
+    with open(os.path.join(SOURCE, "README.md")) as f:
+        text = f.read()
+    m = re.search(r"^## Deploying\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    check(m, "README.md has no '## Deploying' section")
+    sec = re.search(r"^### %s\n(.*?)(?=^### |\Z)" % re.escape(subsection), m.group(1),
+                    re.S | re.M)
+    check(sec, "README.md's Deploying has no '### %s'" % subsection)
+    out = []
+    for block in re.findall(r"^```sh\n(.*?)^```", sec.group(1), re.S | re.M):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip():
+                out.append((line, shlex.split(line, comments=True)))
+    return out
+
+
+def readme_command(subsection, pattern):
+    """The first of readme_commands(subsection) matching pattern."""
+    for line, words in readme_commands(subsection):
+        if re.search(pattern, line):
+            return words
+    fail("README.md's Deploying / %s shows no command matching /%s/" % (subsection, pattern))
+
+
+# ---- systemd -------------------------------------------------------------------------------------
+
+KNOWN = {
+    "Unit": {"Description", "Documentation", "After", "Before", "Wants", "Requires", "BindsTo",
+             "PartOf", "Conflicts", "ConditionPathExists", "StartLimitIntervalSec",
+             "StartLimitBurst"},
+    "Service": {"Type", "ExecStart", "ExecStartPre", "ExecStartPost", "ExecReload", "ExecStop",
+                "Restart", "RestartSec", "KillSignal", "KillMode", "TimeoutStopSec",
+                "TimeoutStartSec", "SendSIGKILL", "Environment", "EnvironmentFile", "User",
+                "Group", "DynamicUser", "StateDirectory", "StateDirectoryMode",
+                "RuntimeDirectory", "LoadCredential", "SetCredential", "UMask", "LimitNOFILE",
+                "ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices",
+                "NoNewPrivileges", "ReadOnlyPaths", "ReadWritePaths", "InaccessiblePaths",
+                "ProtectKernelTunables", "ProtectKernelModules", "ProtectKernelLogs",
+                "ProtectControlGroups", "ProtectClock", "ProtectHostname",
+                "RestrictAddressFamilies", "RestrictNamespaces", "RestrictRealtime",
+                "RestrictSUIDSGID", "LockPersonality", "MemoryDenyWriteExecute",
+                "SystemCallArchitectures", "SystemCallFilter", "CapabilityBoundingSet",
+                "AmbientCapabilities", "WorkingDirectory"},
+    "Install": {"WantedBy", "RequiredBy", "Alias", "DefaultInstance"},
+}
+
+
+def parse_unit(path):
+    sections, cur = {}, None
+    with open(path) as f:
+        text = f.read().replace("\\\n", " ")
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s[0] in "#;":
+            continue
+        if s.startswith("["):
+            cur = s.strip("[]")
+            check(cur in KNOWN, "%s: unknown section [%s]" % (path, cur))
+            sections.setdefault(cur, [])
+            continue
+        check(cur is not None and "=" in s, "%s: line %d is not KEY=VALUE in a section"
+              % (path, n))
+        k, v = s.split("=", 1)
+        k = k.strip()
+        check(k in KNOWN[cur], "%s: %s= is not a known [%s] directive" % (path, k, cur))
+        sections[cur].append((k, v.strip()))
+    return sections
+
+
+def values(sec, key):
+    return [v for k, v in sec.get("Service", []) if k == key]
+
+
+def one(sec, key, path):
+    v = values(sec, key)
+    check(len(v) == 1, "%s: expected one %s=" % (path, key))
+    return v[0]
+
+
+def seconds(v):
+    m = re.fullmatch(r"(\d+)(s|min)?", v)
+    check(m, "cannot read the time span %r" % v)
+    return int(m.group(1)) * (60 if m.group(2) == "min" else 1)
+
+
+class Unit:
+    """A unit's ExecStart as a local argv: specifiers, the state and credentials directories and
+    the environment substituted; /usr/local/bin mapped to the install, data roots, the
+    credentials' sources and every fixed port to temporary ones."""
+
+    def __init__(self, name, instance, tmp, prefix, ports, env_files):
+        self.path = os.path.join(DEPLOY, "systemd", name)
+        self.sec = sec = parse_unit(self.path)
+        self.name = name.replace("@.", "@%s." % instance) if instance else name
+        svc = sec.get("Service", [])
+        check(svc, "%s: no [Service]" % name)
+        for key, want in (("DynamicUser", "yes"), ("ProtectSystem", "strict"),
+                          ("PrivateTmp", "yes"), ("NoNewPrivileges", "yes"),
+                          ("KillSignal", "SIGTERM")):
+            check(one(sec, key, name) == want, "%s: %s= is not %s" % (name, key, want))
+        check(one(sec, "ProtectHome", name) in ("yes", "read-only", "tmpfs"),
+              "%s: ProtectHome= is off" % name)
+        env = {}
+        for ef in values(sec, "EnvironmentFile"):
+            ef = ef.lstrip("-")
+            check(os.path.basename(ef) in env_files, "%s: EnvironmentFile=%s has no example in "
+                  "deploy/systemd" % (name, ef))
+            with open(env_files[os.path.basename(ef)]) as f:
+                for line in f:
+                    line = line.strip()
+                    if line and not line.startswith("#"):
+                        k, v = line.split("=", 1)
+                        env[k] = v
+        for e in values(sec, "Environment"):
+            for kv in shlex.split(e):
+                k, v = kv.split("=", 1)
+                env[k] = v
+        state_root = os.path.join(tmp, "state")
+        for sd in values(sec, "StateDirectory"):
+            env["STATE_DIRECTORY"] = os.path.join(state_root, sd)
+            os.makedirs(env["STATE_DIRECTORY"], exist_ok=True)
+        creds = values(sec, "LoadCredential")
+        if creds:
+            cdir = os.path.join(tmp, "credentials", self.name)
+            os.makedirs(cdir, exist_ok=True)
+            for c in creds:
+                cname, src = c.split(":", 1)
+                check(src in TOKEN_PATHS, "%s: LoadCredential=%s: only the token is mapped"
+                      % (name, c))
+                shutil.copy(TOKEN_PATHS[src], os.path.join(cdir, cname))
+            env["CREDENTIALS_DIRECTORY"] = cdir
+        self.env = env
+        self.read_only = [p.lstrip("-") for v in values(sec, "ReadOnlyPaths") for p in v.split()]
+        data = os.path.join(tmp, "srv-data")
+        os.makedirs(data, exist_ok=True)
+        self.data_map = {p: data for p in self.read_only}
+
+        spec = {"%i": instance or "", "%I": instance or "", "%S": state_root, "%%": "%"}
+        line = one(sec, "ExecStart", name).lstrip("-+!@")
+        line = re.sub(r"%[iIS%]", lambda m: spec[m.group(0)], line)
+        check("%" not in line, "%s: ExecStart has a specifier this test does not map" % name)
+
+        def braced(m):
+            check(m.group(1) in env, "%s: ${%s} is not set" % (name, m.group(1)))
+            return shlex.quote(env[m.group(1)])
+        line = re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", braced, line)
+        check("$" not in line, "%s: ExecStart has an unbraced $ variable" % name)
+        raw = shlex.split(line)
+        check(raw[0].startswith("/usr/local/bin/"), "%s: ExecStart is not in /usr/local/bin"
+              % name)
+        argv = [os.path.join(prefix, "bin", os.path.basename(raw[0]))]
+        check(os.access(argv[0], os.X_OK), "%s: %s is not in the install" % (name, raw[0]))
+        for i in range(1, len(raw)):
+            a, prev = raw[i], raw[i - 1]
+            if prev in ("--port", "--metrics-port"):
+                a = str(ports.setdefault(int(a), free_port()))
+            elif prev in ("--dispatcher", "--advertise"):
+                host, port = a.rsplit(":", 1)
+                check(re.fullmatch(r"[\d.]+", host), "%s: %s %s" % (name, prev, a))
+                a = "127.0.0.1:%d" % ports.setdefault(int(port), free_port())
+            elif prev == "--data-root":
+                check(a in self.read_only, "%s: --data-root %s is not in ReadOnlyPaths="
+                      % (name, a))
+                a = self.data_map[a]
+            out_of_tmp = a.startswith("/") and not a.startswith(tmp)
+            check(not out_of_tmp, "%s: the path %s is not mapped" % (name, a))
+            argv.append(a)
+        self.argv = argv
+
+    def timeout_stop(self):
+        v = values(self.sec, "TimeoutStopSec")
+        return seconds(v[0]) if v else 90
+
+
+def check_systemd(tmp, prefix):
+    ports = {}
+    env_files = {f: os.path.join(DEPLOY, "systemd", f) for f in os.listdir(
+        os.path.join(DEPLOY, "systemd")) if f.endswith(".env")}
+    # The README's instance of the template.
+    start = readme_command("systemd", r"systemctl .*sluice-worker@\d+")
+    inst = re.search(r"sluice-worker@(\d+)", " ".join(start)).group(1)
+    du = Unit("sluice-dispatcher.service", None, tmp, prefix, ports, env_files)
+    wu = Unit("sluice-worker@.service", inst, tmp, prefix, ports, env_files)
+    check("--fault-tolerant" in du.argv and "--work-dir" in du.argv and
+          du.argv[du.argv.index("--work-dir") + 1] == du.env.get("STATE_DIRECTORY"),
+          "the dispatcher unit is not --fault-tolerant in its StateDirectory")
+    check(values(du.sec, "Restart") == ["always"], "the dispatcher unit is not Restart=always")
+    drain_ms = int(wu.argv[wu.argv.index("--drain-timeout-ms") + 1]) \
+        if "--drain-timeout-ms" in wu.argv else 30000
+    check(wu.timeout_stop() * 1000 >= drain_ms + 5000,
+          "the worker's TimeoutStopSec= %d s is not comfortably above --drain-timeout-ms %d"
+          % (wu.timeout_stop(), drain_ms))
+
+    d = Proc("systemd-dispatcher", du.argv, tmp, server_env())
+    d.wait_line(r"listening on (\S+):(\d+)$")
+    if "--metrics-port" in du.argv:
+        mp = int(d.wait_line(r"metrics on (\S+):(\d+)$").group(2))
+        wait_status(mp, "/readyz", 200)
+    w = Proc("systemd-worker", wu.argv, tmp, server_env())
+    m = w.wait_line(r"listening on (\S+):(\d+)$")
+    check(int(m.group(2)) == ports[int(inst)], "sluice-worker@%s listens on %s" % (inst,
+                                                                                 m.group(0)))
+    cmd = readme_command("systemd", r"(^|\s)sluice read ")
+    cmd = cmd[cmd.index("sluice"):]
+    argv = [os.path.join(prefix, "bin", "sluice")] + cmd[1:]
+    for i in range(1, len(argv)):
+        if argv[i - 1] == "--dispatcher":
+            host, port = argv[i].rsplit(":", 1)
+            check(int(port) in ports, "README read: --dispatcher %s is no unit's port" % argv[i])
+            argv[i] = "127.0.0.1:%d" % ports[int(port)]
+        elif argv[i].startswith("/"):
+            check(argv[i] in TOKEN_PATHS, "README read: the path %s is not mapped" % argv[i])
+            argv[i] = TOKEN_PATHS[argv[i]]
+    read_range_1000(argv, tmp, "systemd", server_env())
+    rc, took = w.stop(signal.SIGTERM, wu.timeout_stop())
+    check(rc == 0, "sluice-worker@%s exited %d after SIGTERM" % (inst, rc))
+    note("sluice-worker@%s drained and exited 0 in %.1f s (TimeoutStopSec %d s)"
+         % (inst, took, wu.timeout_stop()))
+    rc, _ = d.stop(signal.SIGTERM, du.timeout_stop())
+    check(rc == 0, "the dispatcher unit's process exited %d after SIGTERM" % rc)
+
+    sa = shutil.which("systemd-analyze")
+    if sa:
+        vdir = os.path.join(tmp, "units")
+        os.makedirs(vdir, exist_ok=True)
+        for u in ("sluice-dispatcher.service", "sluice-worker@.service"):
+            with open(os.path.join(DEPLOY, "systemd", u)) as f:
+                text = f.read().replace("/usr/local/bin/", os.path.join(prefix, "bin") + "/")
+            with open(os.path.join(vdir, u), "w") as f:
+                f.write(text)
+        r = subprocess.run([sa, "verify", os.path.join(vdir, "sluice-dispatcher.service"),
+                            os.path.join(vdir, "sluice-worker@%s.service" % inst)],
+                           capture_output=True, timeout=30)
+        out = (r.stdout + r.stderr).decode()
+        bad = [ln for ln in out.splitlines() if "/units/sluice" in ln]
+        check(not bad, "systemd-analyze verify: %s" % "\n".join(bad))
+        note("systemd-analyze verify: no complaints about the units")
+    else:
+        note("systemd-analyze is not installed: the units were not verified by it")
+
+
+# ---- Dockerfile ----------------------------------------------------------------------------------
+
+def parse_dockerfile(path):
+    with open(path) as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    stages = []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        instr, _, rest = s.partition(" ")
+        instr = instr.upper()
+        if instr == "FROM":
+            stages.append({"from": rest.split()[0], "run": [], "user": None, "entrypoint": None,
+                           "cmd": None, "copy": []})
+        else:
+            check(stages, "Dockerfile: %s before FROM" % instr)
+            st = stages[-1]
+            if instr == "RUN":
+                st["run"].append(rest)
+            elif instr == "USER":
+                st["user"] = rest.strip()
+            elif instr in ("ENTRYPOINT", "CMD"):
+                st[instr.lower()] = json.loads(rest)
+            elif instr == "COPY":
+                st["copy"].append(rest.split())
+    return stages
+
+
+def apt_packages(stage):
+    pkgs = []
+    for run in stage["run"]:
+        for cmd in run.split("&&"):
+            words = cmd.split()
+            if "apt-get" in words and "install" in words:
+                pkgs += [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+    return pkgs
+
+
+def apt_cache_works():
+    try:
+        r = subprocess.run(["apt-cache", "show", "--no-all-versions", "libc6"],
+                           capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0 and b"Package: libc6" in r.stdout
+
+
+def check_docker(tmp, prefix, k8s_uid):
+    stages = parse_dockerfile(os.path.join(DEPLOY, "Dockerfile"))
+    check(len(stages) >= 2, "the Dockerfile is not multi-stage")
+    for st in stages:
+        check(st["from"].startswith("debian:bookworm"), "FROM %s is not Debian bookworm"
+              % st["from"])
+    build, run = stages[0], stages[-1]
+    with open(os.path.join(SOURCE, "scripts", "deps.sh")) as f:
+        m = re.search(r"^packages=\((.*?)\)", f.read(), re.S | re.M)
+    deps = set(m.group(1).split())
+    strays = [p for p in apt_packages(build) if p not in deps]
+    check(not strays, "the build stage installs %s, which scripts/deps.sh does not" % strays)
+    build_cmds = " ".join(build["run"])
+    check("cmake --build" in build_cmds and "-DCMAKE_BUILD_TYPE=Release" in build_cmds,
+          "the build stage does not build a Release with cmake")
+    m = re.search(r"cmake --install \S+ --prefix (\S+)", build_cmds)
+    check(m, "the build stage does not cmake --install into a prefix")
+    inst_prefix = m.group(1)
+    for c in run["copy"]:
+        if c[0].startswith("--from="):
+            check(c[1].startswith(inst_prefix + "/"), "COPY %s is not from the install prefix %s"
+                  % (c[1], inst_prefix))
+    user = run["user"]
+    check(user is not None, "the runtime stage sets no USER")
+    uid = user.split(":")[0]
+    check(uid.isdigit() and int(uid) != 0, "USER %s is not a numeric non-root id (runAsNonRoot "
+          "needs a number)" % user)
+    check(int(uid) == k8s_uid, "USER %s differs from the manifests' runAsUser %d" % (uid, k8s_uid))
+    check(re.search(r"useradd .*--uid %s\b" % uid, " ".join(run["run"])),
+          "the runtime stage does not create the user %s" % uid)
+    check(inst_prefix == "/usr/local", "the install prefix %s is not /usr/local, where the units "
+          "and the image's PATH look" % inst_prefix)
+
+    runtime_pkgs = apt_packages(run)
+    entry = run["entrypoint"] or []
+    cmd = run["cmd"] or []
+    for binary in entry[:1]:
+        name = os.path.basename(binary)
+        check(name in runtime_pkgs or os.path.exists(os.path.join(prefix, "bin", name)),
+              "ENTRYPOINT %s comes from neither the install nor a runtime package" % binary)
+    check(cmd, "the image has no CMD")
+    path = os.path.join(prefix, "bin", os.path.basename(cmd[0]))
+    check(os.access(path, os.X_OK), "CMD %s is not in the install's bin/" % cmd[0])
+    r = subprocess.run([path] + cmd[1:], capture_output=True, timeout=10)
+    check(r.returncode == 0, "the image's CMD %s exits %d" % (cmd, r.returncode))
+    note("image CMD %s runs (exit 0); USER %s" % (shlex.join(cmd), user))
+
+    if not apt_cache_works():
+        note("apt-cache does not answer offline: the Dockerfile's package names were not checked")
+        return
+    # One apt-cache call for all the names (each call reads the whole cache).
+    names = apt_packages(build) + runtime_pkgs
+    r = subprocess.run(["apt-cache", "show", "--no-all-versions"] + names, capture_output=True,
+                       timeout=60)
+    known = set(re.findall(r"^Package: (\S+)$", r.stdout.decode(), re.M))
+    missing = [n for n in names if n not in known]
+    check(not missing, "Dockerfile: apt-cache knows no package %s" % ", ".join(missing))
+    # Every library the installed binaries link comes from a runtime package or one of its
+    # dependencies (the sanitizer runtimes of an ASan build excepted).
+    r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+                        "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"]
+                       + runtime_pkgs, capture_output=True, timeout=60)
+    closure = set(runtime_pkgs)
+    for line in r.stdout.decode().splitlines():
+        m = re.match(r"\s*(?:\|?(?:Pre)?Depends: )?<?([a-z0-9][a-z0-9+.-]+)>?$", line.strip())
+        if m:
+            closure.add(m.group(1).split(":")[0])
+    libs = {}
+    for b in ("sluice", "sluice-dispatcher", "sluice-worker"):
+        out = subprocess.run(["ldd", os.path.join(prefix, "bin", b)], capture_output=True,
+                             timeout=10).stdout.decode()
+        for m in re.finditer(r"^\s*(\S+) => (/\S+)", out, re.M):
+            if not re.match(r"lib(asan|ubsan|lsan)", m.group(1)):
+                libs.setdefault(m.group(1), (b, m.group(2)))
+    # The file as ldd found it, resolved, and under / and /usr (Debian's merged /usr).
+    cands = {}
+    for lib, (b, lpath) in libs.items():
+        real = os.path.realpath(lpath)
+        cands[lib] = {lpath, real} | {re.sub(r"^/usr/", "/", p) for p in (lpath, real)} | \
+            {"/usr" + p for p in (lpath, real) if not p.startswith("/usr/")}
+    queries = sorted(set().union(*cands.values()))
+    out = subprocess.run(["dpkg", "-S"] + queries, capture_output=True, timeout=30)
+    owners = {}
+    for line in out.stdout.decode().splitlines():
+        pk, _, path = line.partition(": ")
+        owners.setdefault(path.strip(), set()).update(p.strip().split(":")[0]
+                                                      for p in pk.split(","))
+    for lib, (b, lpath) in sorted(libs.items()):
+        pkgs = set().union(*(owners.get(c, set()) for c in cands[lib]))
+        check(pkgs, "%s links %s, which no Debian package holds" % (b, lpath))
+        check(pkgs & closure, "%s links %s (%s), which the runtime stage does not install"
+              % (b, lib, ", ".join(sorted(pkgs))))
+    note("apt-cache: %d package names exist; the runtime stage provides every linked library"
+         % (len(apt_packages(build)) + len(runtime_pkgs)))
+
+
+def check_docker_readme(tmp, prefix, version):
+    """Runs README.md's `docker run` commands (Deploying / Docker) without Docker: each
+    container's command from the install, its -v mounts mapped to temporary files and
+    directories, container names to 127.0.0.1 and its fixed ports to free ones."""
+    cmds = readme_commands("Docker")
+    build = [w for _, w in cmds if w[:2] == ["docker", "build"]]
+    check(build and "-t" in build[0], "README.md's Docker shows no docker build -t")
+    image = build[0][build[0].index("-t") + 1]
+    with_value = {"--name", "--network", "-v", "--volume", "--stop-timeout", "-e", "--env", "-p"}
+    containers = {}     # name -> {"ports": {fixed: free}, "proc": Proc, "stop": seconds}
+    ran = 0
+    for line, words in cmds:
+        if words[:2] != ["docker", "run"]:
+            continue
+        opts, i = {}, 2
+        while words[i].startswith("-"):
+            if words[i] in with_value:
+                opts.setdefault(words[i], []).append(words[i + 1])
+                i += 2
+            else:
+                check(words[i] in ("-d", "--rm"), "README docker run: option %s is not mapped"
+                      % words[i])
+                opts[words[i]] = True
+                i += 1
+        check(words[i] == image, "README docker run: image %s, built as %s" % (words[i], image))
+        raw = words[i + 1:]
+        name = opts.get("--name", ["docker-%d" % ran])[0]
+        ran += 1
+        mounts = {}
+        for v in opts.get("-v", []):
+            src, dst = v.split(":")[:2]
+            if os.path.basename(src) == "token":
+                mounts[dst] = TOKEN_PATHS["/etc/sluice/token"]
+            else:
+                check("/" not in src, "README docker run: -v %s is neither the token nor a "
+                      "named volume" % v)
+                mounts[dst] = os.path.join(tmp, "docker-volume-" + src)
+                os.makedirs(mounts[dst], exist_ok=True)
+        ports = {}
+        argv = [os.path.join(prefix, "bin", raw[0])]
+        check(os.access(argv[0], os.X_OK), "README docker run: %s is not in the install" % raw[0])
+        for j in range(1, len(raw)):
+            a, prev = raw[j], raw[j - 1]
+            if prev in ("--port", "--metrics-port"):
+                a = str(ports.setdefault(int(a), free_port()))
+            elif prev in ("--dispatcher", "--advertise"):
+                host, port = a.rsplit(":", 1)
+                if host == name:
+                    check(int(port) in ports, "README docker run %s: %s %s is not its --port"
+                          % (name, prev, a))
+                    a = "127.0.0.1:%d" % ports[int(port)]
+                else:
+                    check(host in containers and int(port) in containers[host]["ports"],
+                          "README docker run %s: %s %s is no container's port" % (name, prev, a))
+                    a = "127.0.0.1:%d" % containers[host]["ports"][int(port)]
+            elif a.startswith("/"):
+                best = max((d for d in mounts if a == d or a.startswith(d + "/")), key=len,
+                           default=None)
+                check(best is not None, "README docker run %s: %s is on no -v mount" % (name, a))
+                a = mounts[best] + a[len(best):]
+            argv.append(a)
+        if "-d" in opts:
+            check("--host" in argv and "--port" in argv,
+                  "README docker run %s: a server needs --host and a fixed --port" % name)
+            pr = Proc("docker-" + name, argv, tmp, server_env())
+            pr.wait_line(r"listening on (\S+):(\d+)$")
+            stop = int(opts.get("--stop-timeout", ["10"])[0])
+            containers[name] = {"ports": ports, "proc": pr, "stop": stop, "argv": argv}
+        elif raw[:2] == ["sluice", "read"]:
+            read_range_1000(argv, tmp, "docker", server_env())
+        else:
+            r = subprocess.run(argv, capture_output=True, timeout=10)
+            check(r.returncode == 0, "README docker run: %s exits %d" % (line, r.returncode))
+            if raw[1:] == ["--version"]:
+                check(r.stdout.decode().strip() == "sluice " + version,
+                      "README docker run: --version printed %r" % r.stdout)
+    check(containers, "README.md's Docker runs no server")
+    for name, c in reversed(list(containers.items())):
+        if os.path.basename(c["argv"][0]) == "sluice-worker":
+            a = c["argv"]
+            drain = int(a[a.index("--drain-timeout-ms") + 1]) if "--drain-timeout-ms" in a \
+                else 30000
+            check(c["stop"] * 1000 >= drain + 5000, "README docker run %s: --stop-timeout %d s "
+                  "is not comfortably above the drain timeout %d ms" % (name, c["stop"], drain))
+        rc, took = c["proc"].stop(signal.SIGTERM, c["stop"])
+        check(rc == 0, "docker container %s exited %d after SIGTERM" % (name, rc))
+    note("README docker commands: %s ran, stopped with exit 0 within their stop timeouts"
+         % ", ".join(containers))
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+TOKEN = None
+TOKEN_PATHS = {}
+
+
+def main():
+    global TOKEN
+    signal.signal(signal.SIGTERM, lambda *_: fail("terminated"))
+    t0 = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="sluice-deploy-")
+    try:
+        TOKEN = os.urandom(24).hex()
+        token_file = os.path.join(tmp, "token")
+        with open(token_file, "w") as f:
+            f.write(TOKEN + "\n")
+        TOKEN_PATHS["/etc/sluice/token"] = token_file
+        prefix, version = install(tmp)
+        note("installed sluice %s into %s" % (version, prefix))
+        check_kubernetes(tmp, prefix)
+        check_systemd(tmp, prefix)
+        with open(os.path.join(DEPLOY, "kubernetes", "worker.yaml")) as f:
+            uid = [d for d in yaml.safe_load_all(f) if d][0]["spec"]["template"]["spec"][
+                "securityContext"]["runAsUser"]
+        check_docker(tmp, prefix, uid)
+        check_docker_readme(tmp, prefix, version)
+    finally:
+        kill_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+    note("ok (%.1f s)" % (time.monotonic() - t0))
+
+
+if __name__ == "__main__":
+    main()
