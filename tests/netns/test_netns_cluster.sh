@@ -3,7 +3,7 @@
 # network namespace with its own address on a bridge (the bridge lives in a "switch" namespace,
 # joined to every host by a veth pair). Servers bind their namespace's address, workers advertise
 # it, and everything authenticates with a token made here (and speaks mutual TLS, with
-# certificates naming those addresses, when openssl is at hand). In three phases two clients read
+# certificates naming those addresses, when openssl is at hand). Two clients read
 # `range(N) | map(nap_us, U)` in distributed_epoch mode at the same time: once on a healthy
 # network, for the time it takes, then in three phases while the network breaks under them:
 #   1. worker 1 is cut off from the dispatcher (not from the clients) for longer than the
@@ -12,6 +12,9 @@
 #   3. 20 ms of delay are added on the link between worker 4 and its readers.
 # Every read must get each element of the range exactly once. One line per read:
 #     read N: ELEMENTS elements, lost L, duplicated D, T s
+# The faults must also have taken: the dispatcher must have removed worker 1 in phase 1 (its
+# heartbeats stopped arriving) and workers in phase 2, every worker must register again within
+# 30 s of the heal, and in phase 3 the relay (below) must have delayed what it carried.
 # Exit 0 when all hold, 1 when any does not, 77 (skipped) when this machine cannot make network
 # namespaces, veth pairs or bridges (not root, no iproute2, no permission, ...).
 #
@@ -20,6 +23,7 @@
 #   NETNS_NAP_US=U     microseconds each element sleeps on its worker (default 1000)
 #   NETNS_TLS=0        token only, no TLS
 #   NETNS_KEEP=1       keep the work dir (logs, what was read) even when the test passes
+#   NETNS_DELAY=relay  add the delay with the relay even where tc netem works
 #
 # Partitions are routes: cutting A off from B adds `ip route add blackhole B/32` in A's namespace
 # and the mirror in B's; healing deletes them. A packet either side sends to the other is dropped
@@ -30,7 +34,8 @@
 # dropping frames in the bridge would need nftables or tc classifiers a kernel may lack.
 #
 # The delay is `tc qdisc add dev eth0 root netem delay 20ms` in worker 4's namespace where the
-# kernel has netem. Where it does not, worker 4 advertises a relay in a namespace of its own
+# kernel has netem (it then delays all worker 4 sends, to the dispatcher as well). Where it
+# does not, worker 4 advertises a relay in a namespace of its own
 # (tests/netns/delay_relay.py), which forwards its readers' connections and, once switched on,
 # holds what worker 4 sends back for 20 ms, as netem on worker 4's interface would. The output
 # says which one ran.
@@ -100,6 +105,7 @@ fail() {
 }
 
 now_ns() { date +%s%N; }
+since() { awk -v a="$1" -v b="$(now_ns)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 
 add_ns() { # NAME: creates namespace $pfx-NAME with its loopback up
     ip netns add "$pfx-$1" 2>"$work/ip.err" || return 1
@@ -129,16 +135,18 @@ add_host() { # NAME: a namespace on the bridge with address ${addr[NAME]}, its i
 
 # netem, probed on a throwaway veth pair in the switch namespace; without it the relay adds the
 # delay, and that needs python3.
-delay_by=relay
-if ip -n "$sw" link add probe0 type veth peer name probe1 2>/dev/null &&
-    ip netns exec "$sw" tc qdisc add dev probe0 root netem delay 1ms 2>"$work/tc.err"; then
-    delay_by=netem
+delay_by=netem
+if [ "${NETNS_DELAY:-}" = relay ]; then
+    delay_by=relay
+    echo "NETNS_DELAY=relay: the 20 ms delay will be added by a userspace TCP relay"
+elif ! ip -n "$sw" link add probe0 type veth peer name probe1 2>"$work/tc.err" ||
+    ! ip netns exec "$sw" tc qdisc add dev probe0 root netem delay 1ms 2>"$work/tc.err"; then
+    delay_by=relay
+    echo "tc netem is not available ($(head -n 1 "$work/tc.err")):" \
+        "the 20 ms delay will be added by a userspace TCP relay"
 fi
 ip -n "$sw" link del probe0 2>/dev/null || true
 if [ "$delay_by" = relay ]; then
-    why=$(head -n 1 "$work/tc.err" 2>/dev/null || true)
-    echo "tc netem is not available (${why:-no tc command}):" \
-        "the 20 ms delay will be added by a userspace TCP relay"
     [ -x /usr/bin/python3 ] || skip "neither tc netem nor /usr/bin/python3 (for the delay relay)"
 fi
 
@@ -171,7 +179,7 @@ start() { # NAME HOST CMD...: runs CMD in host's namespace; NAME.out/.log; sets 
 
 disp=${addr[d]}:5050
 start dispatcher d "$bin/sluice-dispatcher" --host "${addr[d]}" --port 5050 \
-    --worker-timeout-ms "$worker_timeout_ms" "${sec[@]}"
+    --worker-timeout-ms "$worker_timeout_ms" --data-root "$work" "${sec[@]}"
 disp_pid=$started_pid
 wait_listen "$work/dispatcher.out" "$disp_pid" >/dev/null || fail "the dispatcher did not start"
 
@@ -186,7 +194,8 @@ for i in 1 2 3 4; do
     advertise=${addr[w$i]}:6000
     [ "$i" -eq 4 ] && [ "$delay_by" = relay ] && advertise=${addr[relay]}:6000
     start "worker$i" "w$i" "$bin/sluice-worker" --dispatcher "$disp" --host "${addr[w$i]}" \
-        --port 6000 --advertise "$advertise" --threads 1 --plugin "$plugin" "${sec[@]}"
+        --port 6000 --advertise "$advertise" --threads 1 --plugin "$plugin" --data-root "$work" \
+        "${sec[@]}"
     worker_pid[$i]=$started_pid
     wait_listen "$work/worker$i.out" "$started_pid" >/dev/null || fail "worker $i did not start"
 done
@@ -197,11 +206,14 @@ registered() { # how many workers the dispatcher knows, asked from client 1's na
         --timeout-ms 2000 "${sec[@]}" 2>/dev/null | jq '.workers | length' 2>/dev/null) || true
     echo "${n:-0}"
 }
-deadline=$(($(date +%s) + 15))
-until [ "$(registered)" -eq 4 ]; do
-    [ "$(date +%s)" -lt "$deadline" ] || fail "the four workers did not all register within 15 s"
-    sleep 0.1
-done
+wait_workers() { # SECONDS: waits until the dispatcher knows all four workers again
+    local deadline=$(($(date +%s) + $1))
+    until [ "$(registered)" -eq 4 ]; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+wait_workers 15 || fail "the four workers did not all register within 15 s"
 echo "== dispatcher $disp, 4 workers registered (worker 4 advertised as $advertise)"
 
 # ---- partitions and delay --------------------------------------------------------------------
@@ -221,6 +233,8 @@ heal() {
 delay_on() {
     if [ "$delay_by" = netem ]; then
         ip netns exec "$pfx-w4" tc qdisc add dev eth0 root netem delay "${delay_ms}ms"
+        ip netns exec "$pfx-w4" tc qdisc show dev eth0 | grep -q "netem.*delay" ||
+            fail "no netem delay on worker 4's interface"
     else
         kill -USR1 "$relay_pid"
     fi
@@ -272,8 +286,7 @@ finish_reads() { # waits for this phase's reads (each at most read_bound_s) and 
         rc=0
         wait "$pid" || rc=$?
         unset "running[$pid]"
-        t=$(awk -v a="${read_started[$n]}" -v b="$(now_ns)" \
-            'BEGIN { printf "%.1f", (b - a) / 1e9 }')
+        t=$(since "${read_started[$n]}")
         # Lost: values of the range that never came. Duplicated: arrivals of a value beyond its
         # first, plus lines that are no value of the range at all.
         sort "$work/read$n.txt" >"$work/sorted$n.txt"
@@ -314,7 +327,9 @@ cut w1 d
 sleep "$partition_s"
 reading || echo "(a read ended during the partition)"
 heal w1 d
-echo "healed"
+healed=$(now_ns)
+wait_workers 30 || fail "worker 1 did not register again within 30 s of the heal"
+echo "healed; worker 1 registered again $(since "$healed") s later"
 finish_reads
 [ "$(removals "${addr[w1]}:6000")" -gt "$before" ] ||
     fail "the dispatcher never removed worker 1: the partition did not take"
@@ -329,7 +344,9 @@ sleep "$partition_s"
 reading || echo "(a read ended during the partition)"
 for h in w1 w2 w3 w4 c1 c2; do heal d "$h"; done
 [ "$delay_by" = relay ] && heal d relay
-echo "healed"
+healed=$(now_ns)
+wait_workers 30 || fail "the workers did not all register again within 30 s of the heal"
+echo "healed; all 4 workers registered again $(since "$healed") s later"
 finish_reads
 [ "$(removals)" -gt "$before" ] ||
     fail "the dispatcher removed no worker: the partition did not take"
