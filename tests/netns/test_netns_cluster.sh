@@ -54,7 +54,7 @@ worker_timeout_ms=3000
 partition_s=5
 delay_ms=20
 read_timeout_ms=30000 # a read that gets nothing for this long fails
-read_bound_s=100      # and no read runs longer than this, whatever happens
+read_bound_s=60       # and no read runs longer than this, whatever happens
 
 skip() {
     echo "SKIP: $*"
