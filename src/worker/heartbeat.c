@@ -116,6 +116,20 @@ void worker_lease_pump(struct worker *w, struct wtask *wt)
 
 static void hb_apply(struct worker *w, const Sluice__WorkerHeartbeatReply *r)
 {
+    /* A new id means the dispatcher registered this worker anew: first, or after it removed
+     * the worker (silent past its timeout, as in a partition) or lost it (a dispatcher without
+     * a journal restarted). */
+    if (r->worker_id != w->worker_id) {
+        if (w->worker_id == 0)
+            log_info("registered with dispatcher %s as worker %" PRIu64, w->disp_address,
+                     r->worker_id);
+        else
+            log_warn("registered again with dispatcher %s as worker %" PRIu64
+                     ": it no longer knew worker %" PRIu64 " (removed after its heartbeats "
+                     "stopped arriving, or the dispatcher lost its state)",
+                     w->disp_address, r->worker_id, w->worker_id);
+        w->worker_id = r->worker_id;
+    }
     for (size_t i = 0; i < r->n_removed_task_ids; i++) {
         struct wtask *wt = worker_find_task(w, r->removed_task_ids[i]);
         if (wt) {

@@ -116,8 +116,9 @@ struct worker {
     bool hb_inflight;
     bool hb_again; /* send another heartbeat as soon as the one in flight returns */
     unsigned hb_failures;
-    bool hb_ok;      /* the last heartbeat was answered: registered with the dispatcher */
-    uint64_t hb_seq; /* heartbeats sent; the one in flight (if any) has this number */
+    bool hb_ok;         /* the last heartbeat was answered: registered with the dispatcher */
+    uint64_t hb_seq;    /* heartbeats sent; the one in flight (if any) has this number */
+    uint64_t worker_id; /* the id the dispatcher last answered with; 0 before the first */
     /* Reads of tasks not known yet, answered after the next heartbeat reply (FIFO). */
     struct waiter *parked_head, *parked_tail;
     struct wtask *tasks;
