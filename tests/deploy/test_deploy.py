@@ -277,6 +277,22 @@ class Pod:
         self.name, self.tmp = name, tmp
         spec = workload["spec"]["template"]["spec"]
         self.spec = spec
+        # The pod as Kubernetes names it: a StatefulSet's pods are NAME-ORDINAL, with
+        # spec.hostname = that name and spec.subdomain = serviceName, so the pod has the DNS name
+        # HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local once a headless Service of that name
+        # selects it. Other workloads' pods get neither field, hence no name of their own.
+        wname = workload["metadata"]["name"]
+        self.namespace = kust.get("namespace", "default")
+        self.fqdn = None
+        if workload["kind"] == "StatefulSet":
+            self.pod_name = wname + "-0"
+            self.fqdn = "%s.%s.%s.svc.cluster.local" % (self.pod_name,
+                                                        workload["spec"]["serviceName"],
+                                                        self.namespace)
+        else:
+            self.pod_name = wname + "-x2kqz"
+        self.secret_of_mount = {}
+        self.advertised = None
         check(len(spec["containers"]) == 1, "%s: expected one container" % name)
         self.c = c = spec["containers"][0]
         # Named and numbered container ports, each mapped to a free local port.
@@ -303,6 +319,7 @@ class Pod:
                 self.claim_dirs.append(d)
             elif "secret" in v:
                 write_secret(kust, v["secret"]["secretName"], d)
+                self.secret_of_mount[m["mountPath"]] = v["secret"]["secretName"]
                 check(m.get("readOnly") is True, "%s: Secret mount %s is not readOnly"
                       % (name, m["name"]))
             else:
@@ -315,9 +332,11 @@ class Pod:
                 self.env[e["name"]] = e["value"]
             else:
                 field = e["valueFrom"]["fieldRef"]["fieldPath"]
-                check(field in ("status.podIP", "status.hostIP"),
-                      "%s: env %s from %s is not mapped" % (name, e["name"], field))
-                self.env[e["name"]] = "127.0.0.1"
+                fields = {"status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
+                          "metadata.name": self.pod_name, "metadata.namespace": self.namespace}
+                check(field in fields, "%s: env %s from %s is not mapped" % (name, e["name"],
+                                                                              field))
+                self.env[e["name"]] = fields[field]
 
     def local_port(self, port):
         """A probe's or Service's port (a number or a containerPort's name) as the local one."""
@@ -369,8 +388,10 @@ class Pod:
                     target = find_service_pod(services[host], pods)
                     a = "127.0.0.1:%d" % target.local_port(svc_port[0]["targetPort"])
                 else:
-                    check(host == "127.0.0.1", "%s: %s host %s is neither a Service nor the pod "
-                          "address" % (self.name, prev, host))
+                    check(prev == "--advertise" and host == self.fqdn,
+                          "%s: %s host %s is neither a Service nor the pod's DNS name %s"
+                          % (self.name, prev, host, self.fqdn))
+                    self.advertised = host
                     a = "127.0.0.1:%d" % self.local_port(int(port))
             elif a.startswith("/"):
                 a = self.map_path(a)
@@ -378,6 +399,21 @@ class Pod:
                       "%s: the path %s is on no mounted volume" % (self.name, raw[i]))
             out.append(a)
         return out
+
+    def tls_files(self, argv_raw):
+        """{flag: (Secret name, key)} for the --tls-* flags of the unmapped argv."""
+        out = {}
+        for i, a in enumerate(argv_raw[:-1]):
+            if a in ("--tls-cert", "--tls-key", "--tls-ca"):
+                path = argv_raw[i + 1]
+                mount = os.path.dirname(path)
+                check(mount in self.secret_of_mount, "%s: %s %s is not in a mounted Secret"
+                      % (self.name, a, path))
+                out[a] = (self.secret_of_mount[mount], os.path.basename(path))
+        return out
+
+    def raw_args(self):
+        return list(self.c["command"]) + [str(a) for a in self.c.get("args", [])]
 
     def probes(self):
         return [(kind, self.c[kind]) for kind in ("startupProbe", "livenessProbe", "readinessProbe")
@@ -396,12 +432,30 @@ def find_service_pod(svc, pods):
 def write_secret(kust, secret_name, d):
     gens = [g for g in kust.get("secretGenerator", []) if g["name"] == secret_name]
     check(gens, "Secret %s is not made by the kustomization's secretGenerator" % secret_name)
-    for f in gens[0].get("files", []):
-        key = f.split("=", 1)[0] if "=" in f else os.path.basename(f)
-        check(key == "token", "secretGenerator %s: only the key 'token' is mapped (got %s)"
-              % (secret_name, key))
-        with open(os.path.join(d, key), "w") as out:
-            out.write(TOKEN + "\n")
+    for key, src in secret_files(gens[0]).items():
+        if src == "token":
+            with open(os.path.join(d, key), "w") as out:
+                out.write(TOKEN + "\n")
+        else:
+            check(src in SECRET_FILES, "secretGenerator %s: the file %s is not one make-certs.sh "
+                  "writes" % (secret_name, src))
+            shutil.copy(SECRET_FILES[src], os.path.join(d, key))
+
+
+def secret_files(gen):
+    """A secretGenerator's files as {key: file name}."""
+    out = {}
+    for f in gen.get("files", []):
+        key, _, src = f.partition("=") if "=" in f else (os.path.basename(f), "", f)
+        out[key] = os.path.basename(src)
+    return out
+
+
+def generator(kust, secret_name):
+    gens = [g for g in kust.get("secretGenerator", []) if g["name"] == secret_name]
+    check(len(gens) == 1, "Secret %s is not made by the kustomization's secretGenerator"
+          % secret_name)
+    return gens[0]
 
 
 def token_of(argv):
@@ -411,7 +465,7 @@ def token_of(argv):
 def check_kubernetes(tmp, prefix):
     kdir, kust, docs = load_kustomization()
     sts = find(docs, "StatefulSet", "sluice-dispatcher")
-    dep = find(docs, "Deployment", "sluice-worker")
+    dep = find(docs, "StatefulSet", "sluice-worker")
     hpa = find(docs, "HorizontalPodAutoscaler")
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     check(sts["spec"]["replicas"] == 1, "the dispatcher StatefulSet must have one replica")
@@ -440,6 +494,12 @@ def check_kubernetes(tmp, prefix):
         target = find_service_pod(svc, pods)
         for p in svc["spec"]["ports"]:
             target.local_port(p.get("targetPort", p["port"]))
+    check_worker_dns(dep, services, work)
+    for pod in (disp, work):
+        tls = pod.tls_files(pod.raw_args())
+        check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
+              "%s: not all of --tls-cert, --tls-key and --tls-ca (has %s)" % (pod.name,
+                                                                            sorted(tls)))
 
     dargv = disp.argv(prefix, services, pods)
     check("--fault-tolerant" in dargv and "--work-dir" in dargv,
@@ -469,9 +529,9 @@ def check_kubernetes(tmp, prefix):
     st, body = http_get(metrics_port, "/metrics", TOKEN)
     check(st == 200, "/metrics with the token answered %d" % st)
     check(hpa["apiVersion"] == "autoscaling/v2", "the HPA is not autoscaling/v2")
-    check(hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment" and
+    check(hpa["spec"]["scaleTargetRef"]["kind"] == dep["kind"] and
           hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"],
-          "the HPA does not scale the worker Deployment")
+          "the HPA does not scale the worker %s" % dep["kind"])
     check(1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"], "HPA min/max replicas")
     sd = hpa["spec"].get("behavior", {}).get("scaleDown", {})
     check(sd.get("stabilizationWindowSeconds", 0) > 0, "the HPA has no scale-down stabilization")
@@ -511,21 +571,25 @@ def check_kubernetes(tmp, prefix):
         st, body = wait_status(port, probe["httpGet"]["path"], 200)
         note("worker %s GET %s: %d %s" % (kind, probe["httpGet"]["path"], st, body.strip()))
 
-    # The README's read, run inside the dispatcher's pod (its paths are that pod's).
-    cmd = readme_command("Kubernetes", r"kubectl .* -- sluice read ")
-    argv = cmd[cmd.index("--") + 1:]
-    argv[0] = os.path.join(prefix, "bin", argv[0])
-    for i in range(1, len(argv)):
-        if argv[i - 1] == "--dispatcher":
-            host, port = argv[i].rsplit(":", 1)
-            check(host in services, "README read: --dispatcher %s is not a Service" % argv[i])
-            svc_port = [p for p in services[host]["spec"]["ports"] if p["port"] == int(port)]
-            check(svc_port, "README read: Service %s has no port %s" % (host, port))
-            argv[i] = "127.0.0.1:%d" % find_service_pod(services[host], pods).local_port(
-                svc_port[0]["targetPort"])
-        elif argv[i].startswith("/"):
-            argv[i] = disp.map_path(argv[i])
-    read_range_1000(argv, tmp, "kubernetes", server_env())
+    # The servers speak TLS only: a client without --tls-ca is refused.
+    plain = [os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
+             "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
+             "--timeout-ms", "5000"]
+    r = subprocess.run(plain, capture_output=True, timeout=20, preexec_fn=die_with_parent)
+    check(r.returncode != 0 and b"this server requires TLS" in r.stderr,
+          "a client without TLS was not refused by the dispatcher: exit %d, %s"
+          % (r.returncode, r.stderr.decode()))
+
+    # The README's read: the trainer Job it applies, its container run like the servers' with
+    # its Secrets (the client certificate) mounted.
+    job, job_path = readme_job(kust)
+    trainer = Pod("k8s-read-check", job, kust, tmp, {})
+    tls = trainer.tls_files(trainer.raw_args())
+    check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
+          "the read Job has not all of --tls-cert, --tls-key and --tls-ca")
+    argv = trainer.argv(prefix, services, pods)
+    read_range_1000(argv, tmp, "kubernetes (%s)" % job_path, server_env())
+    check_cert_names(tmp, kust, services, disp, work, trainer)
 
     rc, took = w.stop(signal.SIGTERM, grace)
     check(rc == 0, "the worker exited %d after SIGTERM, wanted 0 (drained)" % rc)
@@ -541,6 +605,8 @@ def check_kubernetes(tmp, prefix):
     wait_status(disp.local_port("metrics"), "/readyz", 200)
     r = subprocess.run([os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
                         "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
+                        "--tls-ca", SECRET_FILES["ca.pem"], "--tls-cert",
+                        SECRET_FILES["client.pem"], "--tls-key", SECRET_FILES["client.key"],
                         "--json", "--timeout-ms", "10000"], capture_output=True, timeout=20,
                        preexec_fn=die_with_parent)
     check(r.returncode == 0, "sluice status after the restart: %s" % r.stderr.decode())
@@ -556,15 +622,153 @@ def check_kubernetes(tmp, prefix):
         shutil.copytree(kdir, copy)
         with open(os.path.join(copy, "token"), "w") as f:
             f.write(TOKEN + "\n")
+        for g in kust["secretGenerator"]:
+            for src in secret_files(g).values():
+                if src != "token":
+                    shutil.copy(SECRET_FILES[src], os.path.join(copy, src))
         r = subprocess.run([kubectl, "kustomize", copy], capture_output=True, timeout=30)
         check(r.returncode == 0, "kubectl kustomize failed: %s" % r.stderr.decode())
         built = [x for x in yaml.safe_load_all(r.stdout) if x]
         kinds = sorted(x["kind"] for x in built)
         check("Secret" in kinds and "HorizontalPodAutoscaler" in kinds,
               "kubectl kustomize built %s" % kinds)
+        tls_secrets = sorted(x["metadata"]["name"] for x in built if x["kind"] == "Secret" and
+                             x.get("type") == "kubernetes.io/tls")
+        check(len(tls_secrets) == 3, "kubectl kustomize built TLS Secrets %s, wanted 3"
+              % tls_secrets)
         note("kubectl kustomize builds: %s" % ", ".join(kinds))
     else:
         note("kubectl is not installed: the kustomization was not built")
+
+
+def check_worker_dns(wl, services, pod):
+    """The name each worker advertises exists in the cluster's DNS: the workload is a
+    StatefulSet (its pods get spec.hostname, which a Deployment's lack, and without which
+    Kubernetes publishes no per-pod record), governed by a headless Service that selects its pods
+    and publishes them while not ready (a draining worker still serves)."""
+    name = wl["metadata"]["name"]
+    check(wl["kind"] == "StatefulSet", "the workers are a %s: its pods have no spec.hostname, so "
+          "no DNS name of their own" % wl["kind"])
+    sub = wl["spec"].get("serviceName")
+    check(sub in services, "the worker StatefulSet's serviceName %s is no Service" % sub)
+    svc = services[sub]["spec"]
+    check(svc.get("clusterIP") == "None", "Service %s is not headless (clusterIP: None)" % sub)
+    check(svc.get("publishNotReadyAddresses") is True,
+          "Service %s does not publish not-ready pods: a draining worker's name would vanish"
+          % sub)
+    check(all(pod.labels.get(k) == v for k, v in svc["selector"].items()),
+          "Service %s does not select the worker pods" % sub)
+    tspec = wl["spec"]["template"]["spec"]
+    check("hostname" not in tspec, "the worker template sets one hostname for every pod")
+    check(tspec.get("subdomain", sub) == sub, "the worker template's subdomain %s is not the "
+          "serviceName %s" % (tspec.get("subdomain"), sub))
+    # The hostname is the pod name NAME-ORDINAL, a DNS label: at most 63 characters.
+    check(len(name) + 4 <= 63, "worker pod names %s-NNN are longer than a DNS label" % name)
+    check(len(pod.fqdn) + 3 <= 253, "the worker's DNS name %s is too long" % pod.fqdn)
+    raw = pod.raw_args()
+    adv = raw[raw.index("--advertise") + 1] if "--advertise" in raw else ""
+    fields = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+              for e in pod.c.get("env", [])}
+    m = re.fullmatch(r"\$\((\w+)\)\.([a-z0-9-]+)\.\$\((\w+)\)\.svc\.cluster\.local:(\d+)", adv)
+    check(m and fields.get(m.group(1)) == "metadata.name" and m.group(2) == sub and
+          fields.get(m.group(3)) == "metadata.namespace",
+          "the worker advertises %r, not $(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local with "
+          "POD_NAME and POD_NAMESPACE from the downward API" % (adv, sub))
+    note("workers advertise %s (headless Service %s, StatefulSet pods, not-ready published)"
+         % (adv, sub))
+
+
+def readme_job(kust):
+    """The Job README.md's Kubernetes part applies to read through the cluster, and its file."""
+    cmd = readme_command("Kubernetes", r"kubectl .*apply -f \S+\.yaml")
+    path = cmd[cmd.index("-f") + 1]
+    with open(os.path.join(SOURCE, path)) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    check(len(docs) == 1 and docs[0]["kind"] == "Job", "%s is not one Job" % path)
+    job = docs[0]
+    logs = readme_command("Kubernetes", r"kubectl .* logs ")
+    check("job/" + job["metadata"]["name"] in logs, "README.md shows no logs of job/%s"
+          % job["metadata"]["name"])
+    img = [i for i in kust.get("images", []) if i["name"] == "sluice"]
+    check(img, "the kustomization names no image sluice")
+    want = "%s:%s" % (img[0]["newName"], img[0]["newTag"])
+    got = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    check(got == want, "%s runs the image %s, the kustomization %s" % (path, got, want))
+    return job, path
+
+
+def openssl_verify(d, cert, purpose, host=None):
+    argv = ["openssl", "verify", "-CAfile", os.path.join(d, "ca.pem"), "-purpose", purpose]
+    if host:
+        argv += ["-verify_hostname", host]
+    r = subprocess.run(argv + [os.path.join(d, cert)], capture_output=True, timeout=10)
+    return r.returncode == 0
+
+
+def check_cert_names(tmp, kust, services, disp, work, trainer):
+    """Runs README.md's certificate command as given (into a temporary directory) and checks
+    with openssl that the certificate each pod mounts names what its peers dial: the worker's
+    for its advertised DNS name and no other subdomain, the dispatcher's for its Service's names,
+    the trainer's for client use; every pod trusts the one CA; each key matches its
+    certificate."""
+    cmd = readme_command("Kubernetes", r"make-certs\.sh")
+    script = os.path.join(SOURCE, cmd[0])
+    check(os.path.normpath(cmd[1]) == os.path.join("deploy", "kubernetes"),
+          "README.md writes the certificates to %s, not next to kustomization.yaml" % cmd[1])
+    out = os.path.join(tmp, "certs-readme")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPATCHER_SAN", "WORKER_SAN")}
+    r = subprocess.run([script, out] + cmd[2:], capture_output=True, timeout=60, env=env)
+    check(r.returncode == 0, "%s failed: %s" % (" ".join(cmd), r.stderr.decode()))
+
+    def source(pod, flag):
+        secret, key = pod.tls_files(pod.raw_args())[flag]
+        files = secret_files(generator(kust, secret))
+        check(key in files, "%s: %s names the key %s, which Secret %s has not"
+              % (pod.name, flag, key, secret))
+        return files[key]
+
+    for pod in (disp, work, trainer):
+        check(source(pod, "--tls-ca") == "ca.pem", "%s: --tls-ca is not the CA" % pod.name)
+        crt, key = source(pod, "--tls-cert"), source(pod, "--tls-key")
+        pubs = [subprocess.run(a, capture_output=True, timeout=10).stdout for a in
+                (["openssl", "x509", "-noout", "-pubkey", "-in", os.path.join(out, crt)],
+                 ["openssl", "pkey", "-pubout", "-in", os.path.join(out, key)])]
+        check(pubs[0] and pubs[0] == pubs[1], "%s: %s is not the key of %s" % (pod.name, key,
+                                                                               crt))
+
+    wcrt = source(work, "--tls-cert")
+    fqdn = work.advertised
+    check(openssl_verify(out, wcrt, "sslserver", fqdn),
+          "the worker certificate %s does not verify for its advertised name %s" % (wcrt, fqdn))
+    check(openssl_verify(out, wcrt, "sslclient"),
+          "the worker certificate %s is not for client use (it dials the dispatcher)" % wcrt)
+    first, rest = fqdn.split(".", 1)
+    sub, rest2 = rest.split(".", 1)
+    for bad in ("%s.other.%s" % (first, rest2), "x." + fqdn, rest,
+                "%s.%s.elsewhere.svc.cluster.local" % (first, sub)):
+        check(not openssl_verify(out, wcrt, "sslserver", bad),
+              "the worker certificate %s also verifies for %s" % (wcrt, bad))
+    note("worker certificate: verifies for %s, not for other subdomains or namespaces" % fqdn)
+
+    dcrt = source(disp, "--tls-cert")
+    svc = [n for n, sv in services.items()
+           if all(disp.labels.get(k) == v for k, v in sv["spec"]["selector"].items())]
+    hosts = set()
+    for name in svc:
+        hosts |= {name, "%s.%s.svc" % (name, disp.namespace),
+                  "%s.%s.svc.cluster.local" % (name, disp.namespace)}
+    for pod in (work, trainer):
+        raw = pod.raw_args()
+        hosts.add(raw[raw.index("--dispatcher") + 1].rsplit(":", 1)[0])
+    for h in sorted(hosts):
+        check(openssl_verify(out, dcrt, "sslserver", h),
+              "the dispatcher certificate %s does not verify for %s" % (dcrt, h))
+    check(not openssl_verify(out, dcrt, "sslserver", fqdn),
+          "the dispatcher certificate %s verifies for a worker's name" % dcrt)
+    note("dispatcher certificate: verifies for %s" % ", ".join(sorted(hosts)))
+    ccrt = source(trainer, "--tls-cert")
+    check(openssl_verify(out, ccrt, "sslclient"), "the client certificate %s is not for client "
+          "use" % ccrt)
 
 
 def check_adapter_and_scrape(kdir, hpa_metrics, services, kust):
@@ -1080,6 +1284,19 @@ def check_docker_readme(tmp, prefix, version):
 
 TOKEN = None
 TOKEN_PATHS = {}
+SECRET_FILES = {}   # make-certs.sh's files, for 127.0.0.1: what the test's Secrets hold
+
+
+def make_local_certs(tmp):
+    """The certificates the servers run with here: make-certs.sh's, with 127.0.0.1 as the only
+    name (the test maps every Service and pod name to 127.0.0.1)."""
+    out = os.path.join(tmp, "certs-local")
+    env = dict(os.environ, DISPATCHER_SAN="IP:127.0.0.1", WORKER_SAN="IP:127.0.0.1")
+    r = subprocess.run([os.path.join(DEPLOY, "kubernetes", "make-certs.sh"), out],
+                       capture_output=True, timeout=60, env=env)
+    check(r.returncode == 0, "make-certs.sh failed: %s" % r.stderr.decode())
+    for f in os.listdir(out):
+        SECRET_FILES[f] = os.path.join(out, f)
 
 
 def main():
@@ -1093,13 +1310,14 @@ def main():
         with open(token_file, "w") as f:
             f.write(TOKEN + "\n")
         TOKEN_PATHS["/etc/sluice/token"] = token_file
+        make_local_certs(tmp)
         prefix, version = install(tmp)
         note("installed sluice %s into %s" % (version, prefix))
         check_kubernetes(tmp, prefix)
         check_systemd(tmp, prefix)
         with open(os.path.join(DEPLOY, "kubernetes", "worker.yaml")) as f:
-            uid = [d for d in yaml.safe_load_all(f) if d][0]["spec"]["template"]["spec"][
-                "securityContext"]["runAsUser"]
+            uid = [d for d in yaml.safe_load_all(f) if d and "template" in d.get("spec", {})][
+                0]["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
         check_docker(tmp, prefix, uid)
         check_docker_readme(tmp, prefix, version)
     finally:
