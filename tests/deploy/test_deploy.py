@@ -5,15 +5,21 @@
 Installs BUILD_DIR with `cmake --install` into a temporary prefix (the layout the image and the
 units use), then:
 
-- Kubernetes: runs the dispatcher StatefulSet's and the worker Deployment's container command and
-  args exactly, with $(VAR) references substituted, every mounted Secret, claim and emptyDir
-  mapped to a temporary directory (the token Secret holding a real token), Service names and pod
-  addresses mapped to 127.0.0.1 and every containerPort mapped to a free port; hits each probe's
-  httpGet path on the port it names; checks the HPA's metric in the dispatcher's /metrics (with
-  the bearer token), the adapter rule and the scrape config against the HPA and the Service, the
-  grace period against the drain timeout; runs the README's `sluice read` against them; drains
-  the worker with SIGTERM and checks it exits 0 within the grace period. Builds the kustomization
-  with `kubectl kustomize` when kubectl is installed.
+- Kubernetes: runs the dispatcher's and the workers' StatefulSet container command and args
+  exactly, with $(VAR) references substituted (the downward API's pod name and namespace as
+  Kubernetes would set them), every mounted Secret, claim and emptyDir mapped to a temporary
+  directory (the token Secret holding a real token, the TLS Secrets certificates that
+  make-certs.sh made for 127.0.0.1), Service names and the worker's advertised DNS name mapped to
+  127.0.0.1 and every containerPort mapped to a free port; checks that a client without TLS is
+  refused; hits each probe's httpGet path on the port it names; checks the HPA's metric in the
+  dispatcher's /metrics (with the bearer token), the adapter rule and the scrape config against
+  the HPA and the Service, the grace period against the drain timeout; runs the Job the README
+  applies (read-check.yaml, a trainer with the client certificate) against them, over TLS;
+  drains the worker with SIGTERM and checks it exits 0 within the grace period. Checks that the
+  advertised name is one Kubernetes publishes (a StatefulSet's pod under a headless Service that
+  publishes not-ready pods), runs the README's make-certs.sh command and checks with `openssl
+  verify` that the certificate each pod mounts names what its peers dial. Builds the
+  kustomization with `kubectl kustomize` when kubectl is installed.
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
   directive against a list of known ones (and `systemd-analyze verify` when installed).
@@ -769,6 +775,10 @@ def check_cert_names(tmp, kust, services, disp, work, trainer):
     ccrt = source(trainer, "--tls-cert")
     check(openssl_verify(out, ccrt, "sslclient"), "the client certificate %s is not for client "
           "use" % ccrt)
+    # A trainer's key must not let it pose as a server (a worker's would).
+    check(not openssl_verify(out, ccrt, "sslserver"), "the trainer's certificate %s can serve: "
+          "it must be the client certificate, not a server's" % ccrt)
+    note("client certificate %s: client use only" % ccrt)
 
 
 def check_adapter_and_scrape(kdir, hpa_metrics, services, kust):
