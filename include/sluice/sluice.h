@@ -224,13 +224,19 @@ struct sluice_iterator;
  *   IP address it dialled. Half a configuration fails the start rather than falling back to
  *   plain TCP: tls_cert without tls_key or the reverse; on a client (a worker is one too),
  *   tls_cert without tls_ca; on a server, tls_ca without tls_cert and tls_key.
- * insecure: a server only; lets it listen on an address other than loopback without a token. */
+ * insecure: a server only; lets it listen on an address other than loopback without a token.
+ * tls_worker_name: a reader only (a client that is not a server): verify every worker's
+ *   certificate against this DNS name instead of the host of the address the worker advertises.
+ *   One certificate naming it then serves every worker, also where their addresses are not known
+ *   in advance (pods, whose IPs are assigned at start). The dispatcher is still verified against
+ *   the host it is dialled by. Needs tls_ca; a server (a worker too) refuses it. */
 struct sluice_security_options {
     const char *auth_token_file;
     const char *tls_cert;
     const char *tls_key;
     const char *tls_ca;
     bool insecure;
+    const char *tls_worker_name;
 };
 
 struct sluice_client_options {

@@ -445,17 +445,19 @@ class _Connection:
     """One client per (service, plugins), opened on first use and shared by a dataset's
     iterators."""
 
-    def __init__(self, service, plugins, timeout, security=(None, None, None, None)):
+    def __init__(self, service, plugins, timeout, security=(None, None, None, None),
+                 tls_worker_name=None):
         self.target = _target(service)
         self.plugins = _plugins(plugins)
         self.timeout_ms = _timeout_ms(timeout)
         self.security = security
+        self.tls_worker_name = _text(tls_worker_name, "tls_worker_name")
         self._client = None
 
     def client(self):
         if self._client is None:
             self._client = _sluice.Client(self.target, self.timeout_ms, self.plugins,
-                                          *self.security)
+                                          *self.security, self.tls_worker_name)
         return self._client
 
 
@@ -560,7 +562,8 @@ class Dataset:
 def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consumer_index=None,
                     num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                     timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
-                    tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None):
+                    tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
+                    tls_worker_name=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -579,12 +582,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     by sequence number and elements by position in their split, the same with any number of
     workers and across worker failures, drains, joins and fault-tolerant dispatcher restarts.
     reorder_bytes: with deterministic, the bytes of replies held to reorder them (None: 256 MiB).
+    tls_worker_name: with tls_ca, verify every worker's certificate against this DNS name instead
+    of the address the worker advertises (one certificate for all workers, e.g. pods).
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
     _text(dataset_id, "dataset_id", allow_none=False)
     conn = _Connection(service, plugins, timeout,
-                       _security(auth_token_file, tls_cert, tls_key, tls_ca))
+                       _security(auth_token_file, tls_cert, tls_key, tls_ca), tls_worker_name)
     return Dataset(conn, processing_mode, dataset_id=dataset_id, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
@@ -595,13 +600,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
-               tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None):
+               tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
+               tls_worker_name=None):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
     with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
     _text(pipeline, "pipeline", allow_none=False)
     conn = _Connection(service, plugins, timeout,
-                       _security(auth_token_file, tls_cert, tls_key, tls_ca))
+                       _security(auth_token_file, tls_cert, tls_key, tls_ca), tls_worker_name)
     return Dataset(conn, processing_mode, pipeline=pipeline, job_name=job_name,
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,

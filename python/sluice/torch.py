@@ -53,9 +53,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     processing_mode, job_name, max_outstanding_requests, local, plugins, timeout and
     element_timeout mean what they mean for sluice.from_dataset_id, and so do auth_token_file,
-    tls_cert, tls_key and tls_ca (the cluster's token and TLS files), and deterministic and
-    reorder_bytes (distributed_epoch in the canonical order: with num_workers > 1 the loader's
-    workers share the job, each getting its share in that order). consumer_index and
+    tls_cert, tls_key, tls_ca and tls_worker_name (the cluster's token and TLS files), and
+    deterministic and reorder_bytes (distributed_epoch in the canonical order: with
+    num_workers > 1 the loader's workers share the job, each getting its share in that order). consumer_index and
     num_consumers (coordinated reads) cannot be combined with num_workers > 1.
     """
 
@@ -63,7 +63,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                  processing_mode="distributed_epoch", job_name=None, consumer_index=None,
                  num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                  timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
-                 tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None):
+                 tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
+                 tls_worker_name=None):
         super().__init__()
         if (dataset_id is None) == (pipeline is None):
             raise ValueError("exactly one of dataset_id and pipeline is required")
@@ -84,6 +85,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.reorder_bytes = reorder_bytes
         self.security = dict(auth_token_file=auth_token_file, tls_cert=tls_cert, tls_key=tls_key,
                              tls_ca=tls_ca)
+        self.tls_worker_name = tls_worker_name
         # The base of the job name a loader's workers share; unique to this dataset object.
         self._shared_base = f"torch-{uuid.uuid4().hex}"
         self._registered = None  # (pid, dataset id) of the pipeline registered here
@@ -146,7 +148,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             num_consumers=self.num_consumers,
             max_outstanding_requests=self.max_outstanding_requests, local=self.local,
             plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
-            deterministic=self.deterministic, reorder_bytes=self.reorder_bytes, **self.security)
+            deterministic=self.deterministic, reorder_bytes=self.reorder_bytes,
+            tls_worker_name=self.tls_worker_name, **self.security)
         if restore is not None:
             ds.load_state_dict({"position": restore})
         it = iter(ds)

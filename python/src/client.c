@@ -18,15 +18,16 @@ typedef struct {
 
 static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {"dispatcher", "timeout_ms", "plugins", "auth_token_file",
-                            "tls_cert",   "tls_key",    "tls_ca",  NULL};
+    static char *names[] = {"dispatcher",      "timeout_ms",      "plugins",
+                            "auth_token_file", "tls_cert",        "tls_key",
+                            "tls_ca",          "tls_worker_name", NULL};
     const char *dispatcher;
     unsigned int timeout_ms = 0;
     PyObject *plugins = NULL;
     struct sluice_security_options sec = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IOzzzz", names, &dispatcher, &timeout_ms,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|IOzzzzz", names, &dispatcher, &timeout_ms,
                                      &plugins, &sec.auth_token_file, &sec.tls_cert, &sec.tls_key,
-                                     &sec.tls_ca))
+                                     &sec.tls_ca, &sec.tls_worker_name))
         return -1;
     if (self->c) {
         PyErr_SetString(PyExc_RuntimeError, "Client already initialised");

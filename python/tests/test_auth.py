@@ -74,3 +74,31 @@ def test_security_keywords_are_checked():
         with pytest.raises(sluice.InvalidArgumentError) as e:
             sluice.DispatchServer(auth_token_file=short)
         assert "at least 16" in str(e.value)
+
+
+MAKE_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                          "integration", "make_certs.sh")
+
+
+def test_tls_worker_name():
+    """One worker certificate for any address: readers verify it against tls_worker_name."""
+    import subprocess
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run(["bash", MAKE_CERTS, d], check=True, capture_output=True, timeout=60)
+        node = dict(tls_cert=f"{d}/node.pem", tls_key=f"{d}/node.key", tls_ca=f"{d}/ca.pem")
+        # Names only elsewhere.example, not the 127.0.0.1 the worker advertises.
+        other = dict(tls_cert=f"{d}/wronghost.pem", tls_key=f"{d}/wronghost.key",
+                     tls_ca=f"{d}/ca.pem")
+        with sluice.DispatchServer(**node) as disp, sluice.WorkerServer(disp, **other):
+            got = sorted(int(x) for x in sluice.distribute(
+                "range(50)", "distributed_epoch", disp, tls_worker_name="elsewhere.example",
+                element_timeout=30, **node))
+            assert got == list(range(50))
+            with pytest.raises(sluice.Error) as e:
+                list(sluice.distribute("range(5)", "distributed_epoch", disp, element_timeout=3,
+                                       **node))
+            assert "IP address mismatch" in str(e.value)
+        with pytest.raises(sluice.InvalidArgumentError) as e:
+            list(sluice.distribute("range(5)", "distributed_epoch", "127.0.0.1:1",
+                                   tls_worker_name="w.example"))
+        assert "tls-worker-name w.example: needs TLS (--tls-ca)" in str(e.value)

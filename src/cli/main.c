@@ -74,7 +74,8 @@ int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_opt
         return 0; /* --insecure is a server's */
     int k = sec_parse_flag(sec, a, *i + 1 < argc ? argv[*i + 1] : NULL);
     if (k < 0) {
-        cli_error("usage", "%s needs a file", a);
+        cli_error("usage", "%s needs a %s", a,
+                  strcmp(a, "--tls-worker-name") == 0 ? "name" : "file");
         return -1;
     }
     if (k == 0)

@@ -36,7 +36,7 @@ static const char read_usage[] =
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--deterministic [--reorder-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
-    "                   [--tls-ca F [--tls-cert F --tls-key F]]\n"
+    "                   [--tls-ca F [--tls-cert F --tls-key F] [--tls-worker-name NAME]]\n"
     "                   [--output FILE] [--checkpoint FILE [--checkpoint-every N]]\n"
     "                   [--progress | --quiet]\n"
     "\n"
@@ -83,7 +83,11 @@ static const char read_usage[] =
     "  --quiet             no progress display\n"
     "  --checkpoint-every N\n"
     "                      elements between checkpoints (default 100000)\n" CLI_TIMEOUT_USAGE
-        CLI_SECURITY_USAGE "\n"
+        CLI_SECURITY_USAGE "  --tls-worker-name NAME\n"
+    "                      verify workers' certificates against NAME instead of the address\n"
+    "                      each worker advertises (one certificate for every worker, e.g.\n"
+    "                      pods whose IPs are assigned at start)\n"
+    "\n"
     "example: sluice read --dispatcher 127.0.0.1:5050 'range(10) | map(square)'\n";
 
 /* The longest single wait for an element: the read checks its timeout and says why it waits

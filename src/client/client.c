@@ -349,6 +349,8 @@ struct client_conn *client_conn_acquire(struct sluice_client *c, const char *add
         .incarnation = c->incarnation,
         .pool = c->pool,
         .sec = c->sec,
+        /* Workers only: the dispatcher is verified against the host it is dialled by. */
+        .tls_name = c->sec ? c->sec->tls_worker_name : NULL,
     };
     if (rpc_client_new(&c->loop, &opts, &w->rpc, err, errlen) != 0) {
         free(w);

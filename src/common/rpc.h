@@ -188,8 +188,11 @@ struct rpc_client_opts {
     void *user;
     /* Authentication and TLS (security.h); NULL for neither. It outlives the client. With TLS
      * (which needs the client side of tls.h), every connection speaks TLS and verifies the
-     * server's certificate against the host part of address. */
+     * server's certificate against the host part of address, or against tls_name. */
     const struct sec_ctx *sec;
+    /* NULL or "": verify the server's certificate against the host part of address; else against
+     * this DNS name (a reader's --tls-worker-name). Copied. */
+    const char *tls_name;
 };
 
 /* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad

@@ -84,6 +84,7 @@ struct rpc_client {
     uv_loop_t *loop;
     char address[300]; /* as given */
     char host[256];
+    char tls_name[256]; /* "": verify against host */
     int port;
     Sluice__Role role;
     uint64_t incarnation;
@@ -679,7 +680,8 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
     if (sec_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
         char why[256];
-        rc = conn_use_tls(&cl->conn, cl->sec->tls, cl->host, why, sizeof why);
+        rc = conn_use_tls(&cl->conn, cl->sec->tls, cl->tls_name[0] ? cl->tls_name : cl->host, why,
+                          sizeof why);
         if (rc != 0) {
             lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
             return;
@@ -809,6 +811,8 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
                        opts->address);
     if (strlen(opts->address) >= sizeof((struct rpc_client *)0)->address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: too long");
+    if (opts->tls_name && strlen(opts->tls_name) >= sizeof((struct rpc_client *)0)->tls_name)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "tls name: too long");
     int rc = rpc_parse_address(opts->address, host, sizeof host, &port, err, errlen);
     if (rc != 0)
         return rc;
@@ -823,6 +827,8 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     cl->loop = loop;
     strcpy(cl->address, opts->address);
     strcpy(cl->host, host);
+    if (opts->tls_name)
+        strcpy(cl->tls_name, opts->tls_name);
     cl->port = port;
     cl->role = opts->role;
     cl->incarnation = opts->incarnation;

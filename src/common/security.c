@@ -56,6 +56,36 @@ static int load_token(struct sec_ctx *s, const char *path, char *err, size_t err
     return 0;
 }
 
+/* tls_worker_name: a reader's, with TLS, and a name a certificate can hold (letters, digits, '-',
+ * '.', a leading "*." is not one: the name is what is checked, not a pattern). */
+static int set_worker_name(struct sec_ctx *s, const char *name, char *err, size_t errlen)
+{
+    if (name == NULL || *name == '\0')
+        return 0;
+    if (s->sides & SEC_SERVER)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "tls-worker-name: only a reader verifies workers; a server takes no "
+                       "--tls-worker-name");
+    if (s->tls == NULL)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-worker-name %s: needs TLS (--tls-ca)",
+                       name);
+    size_t n = strlen(name);
+    if (n >= sizeof s->tls_worker_name)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-worker-name: longer than %zu bytes",
+                       sizeof s->tls_worker_name - 1);
+    for (size_t k = 0; k < n; k++) {
+        char ch = name[k];
+        bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                  (ch >= '0' && ch <= '9') || ch == '-' || ch == '.';
+        if (!ok)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "tls-worker-name: '%c' at byte %zu is not part of a DNS name",
+                           ch == '\0' ? '?' : ch, k + 1);
+    }
+    memcpy(s->tls_worker_name, name, n + 1);
+    return 0;
+}
+
 int sec_ctx_new(const struct sluice_security_options *o, int sides, struct sec_ctx **out, char *err,
                 size_t errlen)
 {
@@ -76,6 +106,8 @@ int sec_ctx_new(const struct sluice_security_options *o, int sides, struct sec_c
     if (path != NULL && (rc = load_token(s, path, err, errlen)) < 0)
         goto fail;
     if ((rc = tls_ctx_new(o, sides, &s->tls, err, errlen)) < 0)
+        goto fail;
+    if ((rc = set_worker_name(s, o->tls_worker_name, err, errlen)) < 0)
         goto fail;
     *out = s;
     return 0;
@@ -144,6 +176,8 @@ int sec_parse_flag(struct sluice_security_options *o, const char *name, const ch
         slot = &o->tls_key;
     else if (strcmp(name, "--tls-ca") == 0)
         slot = &o->tls_ca;
+    else if (strcmp(name, "--tls-worker-name") == 0)
+        slot = &o->tls_worker_name;
     else
         return 0;
     if (value == NULL || *value == '\0')

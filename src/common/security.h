@@ -33,6 +33,9 @@ struct sec_ctx {
     char token_path[512]; /* where the token came from, for messages; "" without one */
     struct tls_ctx *tls;  /* NULL: plain TCP */
     bool insecure;
+    /* The name workers' certificates are verified against ("" : the host each worker advertises);
+     * set only on a reader's context with TLS. */
+    char tls_worker_name[256];
 };
 
 /* Loads the settings of o (NULL: the defaults) for sides (enum sec_side bits). Reads the token file

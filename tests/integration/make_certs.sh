@@ -3,15 +3,16 @@
 # (nothing secret is kept in the repository). EC P-256 keys throughout.
 #
 #   ca.pem ca.key             the cluster's CA
-#   node.pem node.key         signed by ca; subjectAltName IP:127.0.0.1, DNS:localhost; for
-#                             servers and clients alike (serverAuth and clientAuth)
+#   node.pem node.key         signed by ca; subjectAltName IP:127.0.0.1, DNS:localhost and
+#                             every extra IP given; for servers and clients alike (serverAuth
+#                             and clientAuth)
 #   expired.pem expired.key   signed by ca, same names, valid only in 2020
 #   wronghost.pem wronghost.key
 #                             signed by ca, for DNS:elsewhere.example and IP:10.9.9.9 only
 #   ca2.pem ca2.key           an unrelated CA
 #   other.pem other.key       signed by ca2, same names as node
 #
-# Usage: make_certs.sh OUTDIR
+# Usage: make_certs.sh OUTDIR [IP]...
 set -euo pipefail
 out=${1:?usage: make_certs.sh OUTDIR}
 mkdir -p "$out"
@@ -45,15 +46,20 @@ basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
 extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = @node_names
-[ node_names ]
-IP.1 = 127.0.0.1
-DNS.1 = localhost
 [ wronghost ]
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature
 extendedKeyUsage = serverAuth, clientAuth
 subjectAltName = DNS:elsewhere.example, IP:10.9.9.9
+[ node_names ]
+IP.1 = 127.0.0.1
+DNS.1 = localhost
 CNF
+n=2
+for ip in "${@:2}"; do
+    echo "IP.$n = $ip" >>openssl.cnf
+    n=$((n + 1))
+done
 export OPENSSL_CONF=$PWD/openssl.cnf
 
 key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }

@@ -295,6 +295,81 @@ static void test_host_checked(void **state)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* One certificate for every worker, whatever address it advertises (--tls-worker-name): the
+ * worker's certificate names only elsewhere.example. A reader that verifies the worker against
+ * the address it advertises refuses it; one given that name reads exactly; another name is
+ * refused. The dispatcher is still verified against the address it is dialled by, and only a
+ * reader takes the flag. */
+static void test_worker_name(void **state)
+{
+    (void)state;
+    struct cluster c;
+    memset(&c, 0, sizeof c);
+    struct flags wf;
+    tls_flags(&wf, "wronghost", "ca");
+    c.dispatcher_args = mutual.argv;
+    c.worker_args = wf.argv;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+
+    char *out = NULL, *err = NULL;
+    int rc = cli(&out, &err, c.dispatcher.addr, &mutual, "read", "range(10)", "--mode",
+                 "distributed_epoch", "--timeout-ms", "3000", NULL);
+    assert_int_equal(rc, 1);
+    assert_string_equal(out, "");
+    assert_contains(err, "tls: certificate verify failed: IP address mismatch");
+    free(out);
+    free(err);
+
+    rc = cli(&out, &err, c.dispatcher.addr, &mutual, "read", "range(10)", "--mode",
+             "distributed_epoch", "--timeout-ms", "3000", "--tls-worker-name", "other.example",
+             NULL);
+    assert_int_equal(rc, 1);
+    assert_contains(err, "tls: certificate verify failed: hostname mismatch");
+    free(out);
+    free(err);
+
+    rc = cli(&out, &err, c.dispatcher.addr, &mutual, "read", "range(10)", "--mode",
+             "distributed_epoch", "--timeout-ms", "30000", "--tls-worker-name", "elsewhere.example",
+             NULL);
+    if (rc != 0)
+        fail_msg("read with --tls-worker-name failed with %d: %s", rc, err);
+    char *got = sorted_lines(out);
+    char *want = expected_range(10, 1);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+
+    /* Without TLS, and on a server. */
+    const char *plain[] = {bin_path("sluice"), "read",     "--dispatcher",
+                           "127.0.0.1:1",      "range(3)", "--tls-worker-name",
+                           "w.example",        NULL};
+    rc = run_cmd((char **)plain, 10000, &out, &err);
+    assert_int_equal(rc, 2);
+    assert_string_equal(err, "sluice: tls-worker-name w.example: needs TLS (--tls-ca)\n");
+    free(out);
+    free(err);
+    const char *server[] = {bin_path("sluice-dispatcher"),
+                            "--port",
+                            "0",
+                            "--tls-cert",
+                            mutual.cert,
+                            "--tls-key",
+                            mutual.key,
+                            "--tls-worker-name",
+                            "w.example",
+                            NULL};
+    rc = run_cmd((char **)server, 10000, &out, &err);
+    assert_int_equal(rc, 2);
+    assert_string_equal(err, "sluice-dispatcher: usage: unknown option '--tls-worker-name' (try "
+                             "--help)\n");
+    free(out);
+    free(err);
+}
+
 /* A TLS client on a plain dispatcher: both ends say what is wrong. */
 static void test_tls_client_plain_server(void **state)
 {
@@ -391,6 +466,7 @@ int main(void)
                                         cluster_teardown),
         cmocka_unit_test(test_expired_certificate),
         cmocka_unit_test(test_host_checked),
+        cmocka_unit_test(test_worker_name),
         cmocka_unit_test(test_tls_client_plain_server),
         cmocka_unit_test(test_bad_files),
     };
