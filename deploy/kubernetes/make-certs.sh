@@ -7,8 +7,10 @@
 #   dispatcher.pem .key       serverAuth; DNS:sluice-dispatcher, sluice-dispatcher.NS.svc and
 #                             sluice-dispatcher.NS.svc.DOMAIN (the names the Service answers to)
 #   worker.pem .key           serverAuth and clientAuth (a worker dials its dispatcher);
-#                             DNS:*.sluice-workers.NS.svc.DOMAIN, which names every worker pod
-#                             (each advertises POD.sluice-workers.NS.svc.DOMAIN)
+#                             DNS:sluice-worker.NS.svc, the one name every worker pod presents
+#                             (pods advertise their IPs, which are assigned only at start);
+#                             readers verify workers against it with --tls-worker-name. It need
+#                             not resolve: nobody dials it
 #   client.pem .key           clientAuth, for trainers and the CLI
 #
 # Usage: make-certs.sh DIR [NAMESPACE [CLUSTER_DOMAIN]]    (defaults: sluice, cluster.local)
@@ -19,7 +21,7 @@ dir=${1:?usage: make-certs.sh DIR [NAMESPACE [CLUSTER_DOMAIN]]}
 ns=${2:-sluice}
 domain=${3:-cluster.local}
 dispatcher_san=${DISPATCHER_SAN:-DNS:sluice-dispatcher,DNS:sluice-dispatcher.$ns.svc,DNS:sluice-dispatcher.$ns.svc.$domain}
-worker_san=${WORKER_SAN:-DNS:*.sluice-workers.$ns.svc.$domain}
+worker_san=${WORKER_SAN:-DNS:sluice-worker.$ns.svc}
 
 mkdir -p "$dir"
 cd "$dir"

@@ -5,20 +5,21 @@
 Installs BUILD_DIR with `cmake --install` into a temporary prefix (the layout the image and the
 units use), then:
 
-- Kubernetes: runs the dispatcher's and the workers' StatefulSet container command and args
-  exactly, with $(VAR) references substituted (the downward API's pod name and namespace as
-  Kubernetes would set them), every mounted Secret, claim and emptyDir mapped to a temporary
-  directory (the token Secret holding a real token, the TLS Secrets certificates that
-  make-certs.sh made for 127.0.0.1), Service names and the worker's advertised DNS name mapped to
-  127.0.0.1 and every containerPort mapped to a free port; checks that a client without TLS is
-  refused; hits each probe's httpGet path on the port it names; checks the HPA's metric in the
-  dispatcher's /metrics (with the bearer token), the adapter rule and the scrape config against
-  the HPA and the Service, the grace period against the drain timeout; runs the Job the README
-  applies (read-check.yaml, a trainer with the client certificate) against them, over TLS;
-  drains the worker with SIGTERM and checks it exits 0 within the grace period. Checks that the
-  advertised name is one Kubernetes publishes (a StatefulSet's pod under a headless Service that
-  publishes not-ready pods), runs the README's make-certs.sh command and checks with `openssl
-  verify` that the certificate each pod mounts names what its peers dial. Builds the
+- Kubernetes: runs the dispatcher's StatefulSet and the workers' Deployment container command
+  and args exactly, with $(VAR) references substituted (the downward API's pod IP as 127.0.0.1),
+  every mounted Secret, claim and emptyDir mapped to a temporary directory (the token Secret
+  holding a real token, the TLS Secrets certificates that make-certs.sh made: the dispatcher's for
+  127.0.0.1, the workers' for the name readers pass as --tls-worker-name and not for 127.0.0.1),
+  Service names mapped to 127.0.0.1 and every containerPort mapped to a free port; checks that a
+  client without TLS is refused; hits each probe's httpGet path on the port it names; checks the
+  HPA's metric in the dispatcher's /metrics (with the bearer token), the adapter rule and the
+  scrape config against the HPA and the Service, the grace period against the drain timeout;
+  runs the Job the README applies (read-check.yaml, a trainer with the client certificate)
+  against them, over TLS, once without its --tls-worker-name (which must fail on the worker's
+  address) and once as written; drains the worker with SIGTERM and checks it exits 0 within the
+  grace period. Checks that the workers advertise their pod IP, runs the README's make-certs.sh
+  command and checks with `openssl verify` that the certificate each pod mounts names what its
+  peers dial or, for the workers, the name every reader passes, and no other. Builds the
   kustomization with `kubectl kustomize` when kubectl is installed.
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
@@ -283,22 +284,13 @@ class Pod:
         self.name, self.tmp = name, tmp
         spec = workload["spec"]["template"]["spec"]
         self.spec = spec
-        # The pod as Kubernetes names it: a StatefulSet's pods are NAME-ORDINAL, with
-        # spec.hostname = that name and spec.subdomain = serviceName, so the pod has the DNS name
-        # HOSTNAME.SUBDOMAIN.NAMESPACE.svc.cluster.local once a headless Service of that name
-        # selects it. Other workloads' pods get neither field, hence no name of their own.
+        # The pod as Kubernetes names it: a StatefulSet's pods are NAME-ORDINAL, a Deployment's
+        # NAME-TEMPLATEHASH-RANDOM, a Job's NAME-RANDOM.
         wname = workload["metadata"]["name"]
         self.namespace = kust.get("namespace", "default")
-        self.fqdn = None
-        if workload["kind"] == "StatefulSet":
-            self.pod_name = wname + "-0"
-            self.fqdn = "%s.%s.%s.svc.cluster.local" % (self.pod_name,
-                                                        workload["spec"]["serviceName"],
-                                                        self.namespace)
-        else:
-            self.pod_name = wname + "-x2kqz"
+        self.pod_name = wname + {"StatefulSet": "-0", "Deployment": "-6f9c8d7b5-x2kqz"}.get(
+            workload["kind"], "-x2kqz")
         self.secret_of_mount = {}
-        self.advertised = None
         check(len(spec["containers"]) == 1, "%s: expected one container" % name)
         self.c = c = spec["containers"][0]
         # Named and numbered container ports, each mapped to a free local port.
@@ -333,6 +325,7 @@ class Pod:
                       % (name, m["name"]))
             self.mounts[m["mountPath"]] = d
         self.env = {}
+        self.env_field = {}     # env name -> the downward API field it comes from
         for e in c.get("env", []):
             if "value" in e:
                 self.env[e["name"]] = e["value"]
@@ -343,6 +336,7 @@ class Pod:
                 check(field in fields, "%s: env %s from %s is not mapped" % (name, e["name"],
                                                                               field))
                 self.env[e["name"]] = fields[field]
+                self.env_field[e["name"]] = field
 
     def local_port(self, port):
         """A probe's or Service's port (a number or a containerPort's name) as the local one."""
@@ -394,10 +388,12 @@ class Pod:
                     target = find_service_pod(services[host], pods)
                     a = "127.0.0.1:%d" % target.local_port(svc_port[0]["targetPort"])
                 else:
-                    check(prev == "--advertise" and host == self.fqdn,
-                          "%s: %s host %s is neither a Service nor the pod's DNS name %s"
-                          % (self.name, prev, host, self.fqdn))
-                    self.advertised = host
+                    # The pod's own IP, from the downward API: only a pod's own --advertise.
+                    m = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\):(\d+)", raw[i])
+                    check(prev == "--advertise" and m and
+                          self.env_field.get(m.group(1)) == "status.podIP",
+                          "%s: %s %s is neither a Service nor $(POD_IP):PORT with POD_IP from "
+                          "status.podIP" % (self.name, prev, raw[i]))
                     a = "127.0.0.1:%d" % self.local_port(int(port))
             elif a.startswith("/"):
                 a = self.map_path(a)
@@ -471,13 +467,22 @@ def token_of(argv):
 def check_kubernetes(tmp, prefix):
     kdir, kust, docs = load_kustomization()
     sts = find(docs, "StatefulSet", "sluice-dispatcher")
-    dep = find(docs, "StatefulSet", "sluice-worker")
+    dep = find(docs, "Deployment", "sluice-worker")
     hpa = find(docs, "HorizontalPodAutoscaler")
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     check(sts["spec"]["replicas"] == 1, "the dispatcher StatefulSet must have one replica")
     check(sts["spec"]["serviceName"] in services, "StatefulSet serviceName names no Service")
     claims = [t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])]
     check(claims, "the dispatcher has no volumeClaimTemplate for its work dir")
+    check("replicas" not in dep["spec"], "the worker Deployment sets replicas: %s, which every "
+          "apply would reset the HPA's count to" % dep["spec"].get("replicas"))
+    check_readme_rollouts(docs)
+
+    # The name readers verify workers against, from the Job the README runs; the Secrets the
+    # pods mount below hold certificates for it.
+    job, job_path = readme_job(kust)
+    worker_name = tls_worker_name(job_path, job["spec"]["template"]["spec"]["containers"][0])
+    make_local_certs(tmp, worker_name)
 
     pods = {}
     disp = Pod("k8s-dispatcher", sts, kust, tmp, pods, claims)
@@ -500,7 +505,7 @@ def check_kubernetes(tmp, prefix):
         target = find_service_pod(svc, pods)
         for p in svc["spec"]["ports"]:
             target.local_port(p.get("targetPort", p["port"]))
-    check_worker_dns(dep, services, work)
+    check_worker_advertise(dep, work)
     for pod in (disp, work):
         tls = pod.tls_files(pod.raw_args())
         check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
@@ -587,15 +592,26 @@ def check_kubernetes(tmp, prefix):
           % (r.returncode, r.stderr.decode()))
 
     # The README's read: the trainer Job it applies, its container run like the servers' with
-    # its Secrets (the client certificate) mounted.
-    job, job_path = readme_job(kust)
+    # its Secrets (the client certificate) mounted. The worker's certificate does not name the
+    # address it advertises, so without --tls-worker-name the read fails on the worker, and with
+    # it, it reads everything: the flag is what makes TLS to pods work.
     trainer = Pod("k8s-read-check", job, kust, tmp, {})
     tls = trainer.tls_files(trainer.raw_args())
     check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
           "the read Job has not all of --tls-cert, --tls-key and --tls-ca")
     argv = trainer.argv(prefix, services, pods)
+    i = argv.index("--tls-worker-name")
+    without = argv[:i] + argv[i + 2:] + ["--timeout-ms", "20000"]
+    note("kubernetes read without --tls-worker-name: %s" % shlex.join(without))
+    r = subprocess.run(without, capture_output=True, timeout=40, env=server_env(),
+                       preexec_fn=die_with_parent)
+    check(r.returncode != 0 and b"tls: certificate verify failed: IP address mismatch" in r.stderr,
+          "a read without --tls-worker-name did not fail on the worker's address: exit %d, %s"
+          % (r.returncode, r.stderr.decode()))
+    note("without --tls-worker-name: exit %d, %s" % (r.returncode,
+                                                     r.stderr.decode().strip().splitlines()[-1]))
     read_range_1000(argv, tmp, "kubernetes (%s)" % job_path, server_env())
-    check_cert_names(tmp, kust, services, disp, work, trainer)
+    check_cert_names(tmp, kust, services, disp, work, trainer, worker_name)
 
     rc, took = w.stop(signal.SIGTERM, grace)
     check(rc == 0, "the worker exited %d after SIGTERM, wanted 0 (drained)" % rc)
@@ -647,41 +663,50 @@ def check_kubernetes(tmp, prefix):
         note("kubectl is not installed: the kustomization was not built")
 
 
-def check_worker_dns(wl, services, pod):
-    """The name each worker advertises exists in the cluster's DNS: the workload is a
-    StatefulSet (its pods get spec.hostname, which a Deployment's lack, and without which
-    Kubernetes publishes no per-pod record), governed by a headless Service that selects its pods
-    and publishes them while not ready (a draining worker still serves)."""
-    name = wl["metadata"]["name"]
-    check(wl["kind"] == "StatefulSet", "the workers are a %s: its pods have no spec.hostname, so "
-          "no DNS name of their own" % wl["kind"])
-    sub = wl["spec"].get("serviceName")
-    check(sub in services, "the worker StatefulSet's serviceName %s is no Service" % sub)
-    svc = services[sub]["spec"]
-    check(svc.get("clusterIP") == "None", "Service %s is not headless (clusterIP: None)" % sub)
-    check(svc.get("publishNotReadyAddresses") is True,
-          "Service %s does not publish not-ready pods: a draining worker's name would vanish"
-          % sub)
-    check(all(pod.labels.get(k) == v for k, v in svc["selector"].items()),
-          "Service %s does not select the worker pods" % sub)
-    tspec = wl["spec"]["template"]["spec"]
-    check("hostname" not in tspec, "the worker template sets one hostname for every pod")
-    check(tspec.get("subdomain", sub) == sub, "the worker template's subdomain %s is not the "
-          "serviceName %s" % (tspec.get("subdomain"), sub))
-    # The hostname is the pod name NAME-ORDINAL, a DNS label: at most 63 characters.
-    check(len(name) + 4 <= 63, "worker pod names %s-NNN are longer than a DNS label" % name)
-    check(len(pod.fqdn) + 3 <= 253, "the worker's DNS name %s is too long" % pod.fqdn)
+def check_worker_advertise(wl, pod):
+    """Each worker advertises its pod IP from the downward API ($(POD_IP):PORT, PORT its rpc
+    containerPort): a Deployment's pods have no DNS name of their own, and readers dial the
+    address directly."""
+    check(wl["kind"] == "Deployment", "the workers are a %s, not a Deployment" % wl["kind"])
     raw = pod.raw_args()
     adv = raw[raw.index("--advertise") + 1] if "--advertise" in raw else ""
-    fields = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
-              for e in pod.c.get("env", [])}
-    m = re.fullmatch(r"\$\((\w+)\)\.([a-z0-9-]+)\.\$\((\w+)\)\.svc\.cluster\.local:(\d+)", adv)
-    check(m and fields.get(m.group(1)) == "metadata.name" and m.group(2) == sub and
-          fields.get(m.group(3)) == "metadata.namespace",
-          "the worker advertises %r, not $(POD_NAME).%s.$(POD_NAMESPACE).svc.cluster.local with "
-          "POD_NAME and POD_NAMESPACE from the downward API" % (adv, sub))
-    note("workers advertise %s (headless Service %s, StatefulSet pods, not-ready published)"
-         % (adv, sub))
+    m = re.fullmatch(r"\$\((\w+)\):(\d+)", adv)
+    check(m and pod.env_field.get(m.group(1)) == "status.podIP",
+          "the worker advertises %r, not $(POD_IP):PORT with POD_IP from status.podIP" % adv)
+    check(int(m.group(2)) == pod.port_by_name.get("rpc") and "--port" in raw and
+          raw[raw.index("--port") + 1] == m.group(2),
+          "the worker advertises port %s, not its --port and rpc containerPort" % m.group(2))
+    tspec = wl["spec"]["template"]["spec"]
+    check(tspec.get("hostNetwork") is not True, "the worker pods use the host's network: pod IPs "
+          "would be node IPs shared by several workers")
+    note("workers advertise %s (%s from status.podIP)" % (adv, m.group(1)))
+
+
+def tls_worker_name(what, container):
+    """The --tls-worker-name a reader's container passes; every reader must pass one."""
+    raw = list(container.get("command", [])) + [str(a) for a in container.get("args", [])]
+    check("--tls-worker-name" in raw, "%s: the reader gives no --tls-worker-name: it would check "
+          "each worker's certificate against the worker's pod IP" % what)
+    name = raw[raw.index("--tls-worker-name") + 1]
+    check(re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", name) and "." in name,
+          "%s: --tls-worker-name %r is not a DNS name" % (what, name))
+    return name
+
+
+def check_readme_rollouts(docs):
+    """README.md's `kubectl rollout status KIND/NAME` commands name the workloads as they are."""
+    kinds = {(d["kind"].lower(), d["metadata"]["name"]) for d in docs}
+    seen = []
+    for line, words in readme_commands("Kubernetes"):
+        if "rollout" in words and "status" in words:
+            ref = words[words.index("status") + 1]
+            kind, _, name = ref.partition("/")
+            check((kind, name) in kinds, "README.md: %s names no workload of the kustomization"
+                  % line.strip())
+            seen.append(ref)
+    workloads = sorted("%s/%s" % k for k in kinds if k[0] in ("deployment", "statefulset"))
+    check(sorted(seen) == workloads, "README.md waits for the rollout of %s, the kustomization "
+          "has %s" % (sorted(seen), workloads))
 
 
 def readme_job(kust):
@@ -704,19 +729,31 @@ def readme_job(kust):
 
 
 def openssl_verify(d, cert, purpose, host=None):
+    """Whether openssl verifies d/cert against d/ca.pem for purpose and, if given, host (a DNS
+    name, or an IPv4 address checked as one)."""
     argv = ["openssl", "verify", "-CAfile", os.path.join(d, "ca.pem"), "-purpose", purpose]
-    if host:
+    if host and re.fullmatch(r"[\d.]+", host):
+        argv += ["-verify_ip", host]
+    elif host:
         argv += ["-verify_hostname", host]
     r = subprocess.run(argv + [os.path.join(d, cert)], capture_output=True, timeout=10)
     return r.returncode == 0
 
 
-def check_cert_names(tmp, kust, services, disp, work, trainer):
+def dns_names(path):
+    """The DNS entries of a certificate's subjectAltName."""
+    r = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", path],
+                       capture_output=True, timeout=10)
+    check(r.returncode == 0, "openssl x509 %s: %s" % (path, r.stderr.decode()))
+    return re.findall(r"DNS:([^,\s]+)", r.stdout.decode())
+
+
+def check_cert_names(tmp, kust, services, disp, work, trainer, worker_name):
     """Runs README.md's certificate command as given (into a temporary directory) and checks
-    with openssl that the certificate each pod mounts names what its peers dial: the worker's
-    for its advertised DNS name and no other subdomain, the dispatcher's for its Service's names,
-    the trainer's for client use; every pod trusts the one CA; each key matches its
-    certificate."""
+    with openssl that the certificate each pod mounts names what its peers check: the worker's
+    the name every reader passes as --tls-worker-name (a DNS entry of its own, no wildcard) and
+    no other name or address, the dispatcher's its Service's names, the trainer's for client use
+    only; every pod trusts the one CA; each key matches its certificate."""
     cmd = readme_command("Kubernetes", r"make-certs\.sh")
     script = os.path.join(SOURCE, cmd[0])
     check(os.path.normpath(cmd[1]) == os.path.join("deploy", "kubernetes"),
@@ -742,19 +779,40 @@ def check_cert_names(tmp, kust, services, disp, work, trainer):
         check(pubs[0] and pubs[0] == pubs[1], "%s: %s is not the key of %s" % (pod.name, key,
                                                                                crt))
 
+    # Every reader the README shows passes the same name: the Job's, and any trainer
+    # instructions (--tls-worker-name NAME, tls_worker_name="NAME" in Python; a name has a dot,
+    # a placeholder has not).
+    with open(os.path.join(SOURCE, "README.md")) as f:
+        text = f.read()
+    sec = re.search(r"^### Kubernetes\n(.*?)(?=^##)", text, re.S | re.M).group(1)
+    shown = re.findall(r"--tls-worker-name\s+([\w-]+\.[\w.-]*\w)|tls_worker_name=[\"']([^\"']+)",
+                       sec)
+    check(any(py for _, py in shown), "README.md's Kubernetes part shows trainers no "
+          "tls_worker_name= for Python")
+    for cli, py in shown:
+        check((cli or py) == worker_name, "README.md's Kubernetes part passes the worker name %s, "
+              "the read Job %s" % (cli or py, worker_name))
+
     wcrt = source(work, "--tls-cert")
-    fqdn = work.advertised
-    check(openssl_verify(out, wcrt, "sslserver", fqdn),
-          "the worker certificate %s does not verify for its advertised name %s" % (wcrt, fqdn))
+    names = dns_names(os.path.join(out, wcrt))
+    check(worker_name in names, "the readers' --tls-worker-name %s is not a DNS name of the worker "
+          "certificate %s (%s)" % (worker_name, wcrt, ", ".join(names)))
+    check(not any("*" in n for n in names), "the worker certificate %s has a wildcard: %s"
+          % (wcrt, ", ".join(names)))
+    check(openssl_verify(out, wcrt, "sslserver", worker_name),
+          "the worker certificate %s does not verify for %s" % (wcrt, worker_name))
     check(openssl_verify(out, wcrt, "sslclient"),
           "the worker certificate %s is not for client use (it dials the dispatcher)" % wcrt)
-    first, rest = fqdn.split(".", 1)
-    sub, rest2 = rest.split(".", 1)
-    for bad in ("%s.other.%s" % (first, rest2), "x." + fqdn, rest,
-                "%s.%s.elsewhere.svc.cluster.local" % (first, sub)):
-        check(not openssl_verify(out, wcrt, "sslserver", bad),
+    first, rest = worker_name.split(".", 1)
+    others = ["x." + worker_name, worker_name + ".cluster.local", first, rest,
+              "%s.elsewhere.svc" % first, "other." + rest, "127.0.0.1", "10.0.0.5"]
+    for name in services:
+        others += [name, "%s.%s.svc" % (name, disp.namespace)]
+    for bad in others:
+        check(bad == worker_name or not openssl_verify(out, wcrt, "sslserver", bad),
               "the worker certificate %s also verifies for %s" % (wcrt, bad))
-    note("worker certificate: verifies for %s, not for other subdomains or namespaces" % fqdn)
+    note("worker certificate: verifies for %s (the readers' --tls-worker-name), not for %s"
+         % (worker_name, ", ".join(others)))
 
     dcrt = source(disp, "--tls-cert")
     svc = [n for n, sv in services.items()
@@ -769,8 +827,8 @@ def check_cert_names(tmp, kust, services, disp, work, trainer):
     for h in sorted(hosts):
         check(openssl_verify(out, dcrt, "sslserver", h),
               "the dispatcher certificate %s does not verify for %s" % (dcrt, h))
-    check(not openssl_verify(out, dcrt, "sslserver", fqdn),
-          "the dispatcher certificate %s verifies for a worker's name" % dcrt)
+    check(not openssl_verify(out, dcrt, "sslserver", worker_name),
+          "the dispatcher certificate %s verifies for the workers' name %s" % (dcrt, worker_name))
     note("dispatcher certificate: verifies for %s" % ", ".join(sorted(hosts)))
     ccrt = source(trainer, "--tls-cert")
     check(openssl_verify(out, ccrt, "sslclient"), "the client certificate %s is not for client "
@@ -1294,19 +1352,26 @@ def check_docker_readme(tmp, prefix, version):
 
 TOKEN = None
 TOKEN_PATHS = {}
-SECRET_FILES = {}   # make-certs.sh's files, for 127.0.0.1: what the test's Secrets hold
+SECRET_FILES = {}   # make-certs.sh's files made by make_local_certs: what the test's Secrets hold
 
 
-def make_local_certs(tmp):
-    """The certificates the servers run with here: make-certs.sh's, with 127.0.0.1 as the only
-    name (the test maps every Service and pod name to 127.0.0.1)."""
+def make_local_certs(tmp, worker_name):
+    """The certificates the servers run with here: make-certs.sh's, the dispatcher's naming
+    127.0.0.1 (the test maps the Service name to it), the workers' naming only worker_name, as
+    in the cluster, where no worker certificate names the pod IP a worker advertises (here
+    127.0.0.1)."""
     out = os.path.join(tmp, "certs-local")
-    env = dict(os.environ, DISPATCHER_SAN="IP:127.0.0.1", WORKER_SAN="IP:127.0.0.1")
+    env = dict(os.environ, DISPATCHER_SAN="IP:127.0.0.1", WORKER_SAN="DNS:" + worker_name)
     r = subprocess.run([os.path.join(DEPLOY, "kubernetes", "make-certs.sh"), out],
                        capture_output=True, timeout=60, env=env)
     check(r.returncode == 0, "make-certs.sh failed: %s" % r.stderr.decode())
     for f in os.listdir(out):
         SECRET_FILES[f] = os.path.join(out, f)
+    check(openssl_verify(out, "dispatcher.pem", "sslserver", "127.0.0.1"),
+          "the local dispatcher certificate does not verify for 127.0.0.1")
+    check(openssl_verify(out, "worker.pem", "sslserver", worker_name) and
+          not openssl_verify(out, "worker.pem", "sslserver", "127.0.0.1"),
+          "the local worker certificate is not for %s only" % worker_name)
 
 
 def main():
@@ -1320,7 +1385,6 @@ def main():
         with open(token_file, "w") as f:
             f.write(TOKEN + "\n")
         TOKEN_PATHS["/etc/sluice/token"] = token_file
-        make_local_certs(tmp)
         prefix, version = install(tmp)
         note("installed sluice %s into %s" % (version, prefix))
         check_kubernetes(tmp, prefix)
