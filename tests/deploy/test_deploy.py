@@ -5,15 +5,22 @@
 Installs BUILD_DIR with `cmake --install` into a temporary prefix (the layout the image and the
 units use), then:
 
-- Kubernetes: runs the dispatcher StatefulSet's and the worker Deployment's container command and
-  args exactly, with $(VAR) references substituted, every mounted Secret, claim and emptyDir
-  mapped to a temporary directory (the token Secret holding a real token), Service names and pod
-  addresses mapped to 127.0.0.1 and every containerPort mapped to a free port; hits each probe's
-  httpGet path on the port it names; checks the HPA's metric in the dispatcher's /metrics (with
-  the bearer token), the adapter rule and the scrape config against the HPA and the Service, the
-  grace period against the drain timeout; runs the README's `sluice read` against them; drains
-  the worker with SIGTERM and checks it exits 0 within the grace period. Builds the kustomization
-  with `kubectl kustomize` when kubectl is installed.
+- Kubernetes: runs the dispatcher's StatefulSet and the workers' Deployment container command
+  and args exactly, with $(VAR) references substituted (the downward API's pod IP as 127.0.0.1),
+  every mounted Secret, claim and emptyDir mapped to a temporary directory (the token Secret
+  holding a real token, the TLS Secrets certificates that make-certs.sh made: the dispatcher's for
+  127.0.0.1, the workers' for the name readers pass as --tls-worker-name and not for 127.0.0.1),
+  Service names mapped to 127.0.0.1 and every containerPort mapped to a free port; checks that a
+  client without TLS is refused; hits each probe's httpGet path on the port it names; checks the
+  HPA's metric in the dispatcher's /metrics (with the bearer token), the adapter rule and the
+  scrape config against the HPA and the Service, the grace period against the drain timeout;
+  runs the Job the README applies (read-check.yaml, a trainer with the client certificate)
+  against them, over TLS, once without its --tls-worker-name (which must fail on the worker's
+  address) and once as written; drains the worker with SIGTERM and checks it exits 0 within the
+  grace period. Checks that the workers advertise their pod IP, runs the README's make-certs.sh
+  command and checks with `openssl verify` that the certificate each pod mounts names what its
+  peers dial or, for the workers, the name every reader passes, and no other. Builds the
+  kustomization with `kubectl kustomize` when kubectl is installed.
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
   directive against a list of known ones (and `systemd-analyze verify` when installed).
@@ -277,6 +284,13 @@ class Pod:
         self.name, self.tmp = name, tmp
         spec = workload["spec"]["template"]["spec"]
         self.spec = spec
+        # The pod as Kubernetes names it: a StatefulSet's pods are NAME-ORDINAL, a Deployment's
+        # NAME-TEMPLATEHASH-RANDOM, a Job's NAME-RANDOM.
+        wname = workload["metadata"]["name"]
+        self.namespace = kust.get("namespace", "default")
+        self.pod_name = wname + {"StatefulSet": "-0", "Deployment": "-6f9c8d7b5-x2kqz"}.get(
+            workload["kind"], "-x2kqz")
+        self.secret_of_mount = {}
         check(len(spec["containers"]) == 1, "%s: expected one container" % name)
         self.c = c = spec["containers"][0]
         # Named and numbered container ports, each mapped to a free local port.
@@ -303,6 +317,7 @@ class Pod:
                 self.claim_dirs.append(d)
             elif "secret" in v:
                 write_secret(kust, v["secret"]["secretName"], d)
+                self.secret_of_mount[m["mountPath"]] = v["secret"]["secretName"]
                 check(m.get("readOnly") is True, "%s: Secret mount %s is not readOnly"
                       % (name, m["name"]))
             else:
@@ -310,14 +325,18 @@ class Pod:
                       % (name, m["name"]))
             self.mounts[m["mountPath"]] = d
         self.env = {}
+        self.env_field = {}     # env name -> the downward API field it comes from
         for e in c.get("env", []):
             if "value" in e:
                 self.env[e["name"]] = e["value"]
             else:
                 field = e["valueFrom"]["fieldRef"]["fieldPath"]
-                check(field in ("status.podIP", "status.hostIP"),
-                      "%s: env %s from %s is not mapped" % (name, e["name"], field))
-                self.env[e["name"]] = "127.0.0.1"
+                fields = {"status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
+                          "metadata.name": self.pod_name, "metadata.namespace": self.namespace}
+                check(field in fields, "%s: env %s from %s is not mapped" % (name, e["name"],
+                                                                              field))
+                self.env[e["name"]] = fields[field]
+                self.env_field[e["name"]] = field
 
     def local_port(self, port):
         """A probe's or Service's port (a number or a containerPort's name) as the local one."""
@@ -369,8 +388,12 @@ class Pod:
                     target = find_service_pod(services[host], pods)
                     a = "127.0.0.1:%d" % target.local_port(svc_port[0]["targetPort"])
                 else:
-                    check(host == "127.0.0.1", "%s: %s host %s is neither a Service nor the pod "
-                          "address" % (self.name, prev, host))
+                    # The pod's own IP, from the downward API: only a pod's own --advertise.
+                    m = re.fullmatch(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\):(\d+)", raw[i])
+                    check(prev == "--advertise" and m and
+                          self.env_field.get(m.group(1)) == "status.podIP",
+                          "%s: %s %s is neither a Service nor $(POD_IP):PORT with POD_IP from "
+                          "status.podIP" % (self.name, prev, raw[i]))
                     a = "127.0.0.1:%d" % self.local_port(int(port))
             elif a.startswith("/"):
                 a = self.map_path(a)
@@ -378,6 +401,21 @@ class Pod:
                       "%s: the path %s is on no mounted volume" % (self.name, raw[i]))
             out.append(a)
         return out
+
+    def tls_files(self, argv_raw):
+        """{flag: (Secret name, key)} for the --tls-* flags of the unmapped argv."""
+        out = {}
+        for i, a in enumerate(argv_raw[:-1]):
+            if a in ("--tls-cert", "--tls-key", "--tls-ca"):
+                path = argv_raw[i + 1]
+                mount = os.path.dirname(path)
+                check(mount in self.secret_of_mount, "%s: %s %s is not in a mounted Secret"
+                      % (self.name, a, path))
+                out[a] = (self.secret_of_mount[mount], os.path.basename(path))
+        return out
+
+    def raw_args(self):
+        return list(self.c["command"]) + [str(a) for a in self.c.get("args", [])]
 
     def probes(self):
         return [(kind, self.c[kind]) for kind in ("startupProbe", "livenessProbe", "readinessProbe")
@@ -396,12 +434,30 @@ def find_service_pod(svc, pods):
 def write_secret(kust, secret_name, d):
     gens = [g for g in kust.get("secretGenerator", []) if g["name"] == secret_name]
     check(gens, "Secret %s is not made by the kustomization's secretGenerator" % secret_name)
-    for f in gens[0].get("files", []):
-        key = f.split("=", 1)[0] if "=" in f else os.path.basename(f)
-        check(key == "token", "secretGenerator %s: only the key 'token' is mapped (got %s)"
-              % (secret_name, key))
-        with open(os.path.join(d, key), "w") as out:
-            out.write(TOKEN + "\n")
+    for key, src in secret_files(gens[0]).items():
+        if src == "token":
+            with open(os.path.join(d, key), "w") as out:
+                out.write(TOKEN + "\n")
+        else:
+            check(src in SECRET_FILES, "secretGenerator %s: the file %s is not one make-certs.sh "
+                  "writes" % (secret_name, src))
+            shutil.copy(SECRET_FILES[src], os.path.join(d, key))
+
+
+def secret_files(gen):
+    """A secretGenerator's files as {key: file name}."""
+    out = {}
+    for f in gen.get("files", []):
+        key, _, src = f.partition("=") if "=" in f else (os.path.basename(f), "", f)
+        out[key] = os.path.basename(src)
+    return out
+
+
+def generator(kust, secret_name):
+    gens = [g for g in kust.get("secretGenerator", []) if g["name"] == secret_name]
+    check(len(gens) == 1, "Secret %s is not made by the kustomization's secretGenerator"
+          % secret_name)
+    return gens[0]
 
 
 def token_of(argv):
@@ -418,6 +474,15 @@ def check_kubernetes(tmp, prefix):
     check(sts["spec"]["serviceName"] in services, "StatefulSet serviceName names no Service")
     claims = [t["metadata"]["name"] for t in sts["spec"].get("volumeClaimTemplates", [])]
     check(claims, "the dispatcher has no volumeClaimTemplate for its work dir")
+    check("replicas" not in dep["spec"], "the worker Deployment sets replicas: %s, which every "
+          "apply would reset the HPA's count to" % dep["spec"].get("replicas"))
+    check_readme_rollouts(docs)
+
+    # The name readers verify workers against, from the Job the README runs; the Secrets the
+    # pods mount below hold certificates for it.
+    job, job_path = readme_job(kust)
+    worker_name = tls_worker_name(job_path, job["spec"]["template"]["spec"]["containers"][0])
+    make_local_certs(tmp, worker_name)
 
     pods = {}
     disp = Pod("k8s-dispatcher", sts, kust, tmp, pods, claims)
@@ -440,6 +505,12 @@ def check_kubernetes(tmp, prefix):
         target = find_service_pod(svc, pods)
         for p in svc["spec"]["ports"]:
             target.local_port(p.get("targetPort", p["port"]))
+    check_worker_advertise(dep, work)
+    for pod in (disp, work):
+        tls = pod.tls_files(pod.raw_args())
+        check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
+              "%s: not all of --tls-cert, --tls-key and --tls-ca (has %s)" % (pod.name,
+                                                                            sorted(tls)))
 
     dargv = disp.argv(prefix, services, pods)
     check("--fault-tolerant" in dargv and "--work-dir" in dargv,
@@ -469,9 +540,9 @@ def check_kubernetes(tmp, prefix):
     st, body = http_get(metrics_port, "/metrics", TOKEN)
     check(st == 200, "/metrics with the token answered %d" % st)
     check(hpa["apiVersion"] == "autoscaling/v2", "the HPA is not autoscaling/v2")
-    check(hpa["spec"]["scaleTargetRef"]["kind"] == "Deployment" and
+    check(hpa["spec"]["scaleTargetRef"]["kind"] == dep["kind"] and
           hpa["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"],
-          "the HPA does not scale the worker Deployment")
+          "the HPA does not scale the worker %s" % dep["kind"])
     check(1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"], "HPA min/max replicas")
     sd = hpa["spec"].get("behavior", {}).get("scaleDown", {})
     check(sd.get("stabilizationWindowSeconds", 0) > 0, "the HPA has no scale-down stabilization")
@@ -511,21 +582,36 @@ def check_kubernetes(tmp, prefix):
         st, body = wait_status(port, probe["httpGet"]["path"], 200)
         note("worker %s GET %s: %d %s" % (kind, probe["httpGet"]["path"], st, body.strip()))
 
-    # The README's read, run inside the dispatcher's pod (its paths are that pod's).
-    cmd = readme_command("Kubernetes", r"kubectl .* -- sluice read ")
-    argv = cmd[cmd.index("--") + 1:]
-    argv[0] = os.path.join(prefix, "bin", argv[0])
-    for i in range(1, len(argv)):
-        if argv[i - 1] == "--dispatcher":
-            host, port = argv[i].rsplit(":", 1)
-            check(host in services, "README read: --dispatcher %s is not a Service" % argv[i])
-            svc_port = [p for p in services[host]["spec"]["ports"] if p["port"] == int(port)]
-            check(svc_port, "README read: Service %s has no port %s" % (host, port))
-            argv[i] = "127.0.0.1:%d" % find_service_pod(services[host], pods).local_port(
-                svc_port[0]["targetPort"])
-        elif argv[i].startswith("/"):
-            argv[i] = disp.map_path(argv[i])
-    read_range_1000(argv, tmp, "kubernetes", server_env())
+    # The servers speak TLS only: a client without --tls-ca is refused.
+    plain = [os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
+             "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
+             "--timeout-ms", "5000"]
+    r = subprocess.run(plain, capture_output=True, timeout=20, preexec_fn=die_with_parent)
+    check(r.returncode != 0 and b"this server requires TLS" in r.stderr,
+          "a client without TLS was not refused by the dispatcher: exit %d, %s"
+          % (r.returncode, r.stderr.decode()))
+
+    # The README's read: the trainer Job it applies, its container run like the servers' with
+    # its Secrets (the client certificate) mounted. The worker's certificate does not name the
+    # address it advertises, so without --tls-worker-name the read fails on the worker, and with
+    # it, it reads everything: the flag is what makes TLS to pods work.
+    trainer = Pod("k8s-read-check", job, kust, tmp, {})
+    tls = trainer.tls_files(trainer.raw_args())
+    check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
+          "the read Job has not all of --tls-cert, --tls-key and --tls-ca")
+    argv = trainer.argv(prefix, services, pods)
+    i = argv.index("--tls-worker-name")
+    without = argv[:i] + argv[i + 2:] + ["--timeout-ms", "20000"]
+    note("kubernetes read without --tls-worker-name: %s" % shlex.join(without))
+    r = subprocess.run(without, capture_output=True, timeout=40, env=server_env(),
+                       preexec_fn=die_with_parent)
+    check(r.returncode != 0 and b"tls: certificate verify failed: IP address mismatch" in r.stderr,
+          "a read without --tls-worker-name did not fail on the worker's address: exit %d, %s"
+          % (r.returncode, r.stderr.decode()))
+    note("without --tls-worker-name: exit %d, %s" % (r.returncode,
+                                                     r.stderr.decode().strip().splitlines()[-1]))
+    read_range_1000(argv, tmp, "kubernetes (%s)" % job_path, server_env())
+    check_cert_names(tmp, kust, services, disp, work, trainer, worker_name)
 
     rc, took = w.stop(signal.SIGTERM, grace)
     check(rc == 0, "the worker exited %d after SIGTERM, wanted 0 (drained)" % rc)
@@ -541,6 +627,8 @@ def check_kubernetes(tmp, prefix):
     wait_status(disp.local_port("metrics"), "/readyz", 200)
     r = subprocess.run([os.path.join(prefix, "bin", "sluice"), "status", "--dispatcher",
                         "127.0.0.1:%d" % disp.local_port("rpc"), "--auth-token-file", token_path,
+                        "--tls-ca", SECRET_FILES["ca.pem"], "--tls-cert",
+                        SECRET_FILES["client.pem"], "--tls-key", SECRET_FILES["client.key"],
                         "--json", "--timeout-ms", "10000"], capture_output=True, timeout=20,
                        preexec_fn=die_with_parent)
     check(r.returncode == 0, "sluice status after the restart: %s" % r.stderr.decode())
@@ -556,15 +644,199 @@ def check_kubernetes(tmp, prefix):
         shutil.copytree(kdir, copy)
         with open(os.path.join(copy, "token"), "w") as f:
             f.write(TOKEN + "\n")
+        for g in kust["secretGenerator"]:
+            for src in secret_files(g).values():
+                if src != "token":
+                    shutil.copy(SECRET_FILES[src], os.path.join(copy, src))
         r = subprocess.run([kubectl, "kustomize", copy], capture_output=True, timeout=30)
         check(r.returncode == 0, "kubectl kustomize failed: %s" % r.stderr.decode())
         built = [x for x in yaml.safe_load_all(r.stdout) if x]
         kinds = sorted(x["kind"] for x in built)
         check("Secret" in kinds and "HorizontalPodAutoscaler" in kinds,
               "kubectl kustomize built %s" % kinds)
+        tls_secrets = sorted(x["metadata"]["name"] for x in built if x["kind"] == "Secret" and
+                             x.get("type") == "kubernetes.io/tls")
+        check(len(tls_secrets) == 3, "kubectl kustomize built TLS Secrets %s, wanted 3"
+              % tls_secrets)
         note("kubectl kustomize builds: %s" % ", ".join(kinds))
     else:
         note("kubectl is not installed: the kustomization was not built")
+
+
+def check_worker_advertise(wl, pod):
+    """Each worker advertises its pod IP from the downward API ($(POD_IP):PORT, PORT its rpc
+    containerPort): a Deployment's pods have no DNS name of their own, and readers dial the
+    address directly."""
+    check(wl["kind"] == "Deployment", "the workers are a %s, not a Deployment" % wl["kind"])
+    raw = pod.raw_args()
+    adv = raw[raw.index("--advertise") + 1] if "--advertise" in raw else ""
+    m = re.fullmatch(r"\$\((\w+)\):(\d+)", adv)
+    check(m and pod.env_field.get(m.group(1)) == "status.podIP",
+          "the worker advertises %r, not $(POD_IP):PORT with POD_IP from status.podIP" % adv)
+    check(int(m.group(2)) == pod.port_by_name.get("rpc") and "--port" in raw and
+          raw[raw.index("--port") + 1] == m.group(2),
+          "the worker advertises port %s, not its --port and rpc containerPort" % m.group(2))
+    tspec = wl["spec"]["template"]["spec"]
+    check(tspec.get("hostNetwork") is not True, "the worker pods use the host's network: pod IPs "
+          "would be node IPs shared by several workers")
+    note("workers advertise %s (%s from status.podIP)" % (adv, m.group(1)))
+
+
+def tls_worker_name(what, container):
+    """The --tls-worker-name a reader's container passes; every reader must pass one."""
+    raw = list(container.get("command", [])) + [str(a) for a in container.get("args", [])]
+    check("--tls-worker-name" in raw, "%s: the reader gives no --tls-worker-name: it would check "
+          "each worker's certificate against the worker's pod IP" % what)
+    name = raw[raw.index("--tls-worker-name") + 1]
+    check(re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", name) and "." in name,
+          "%s: --tls-worker-name %r is not a DNS name" % (what, name))
+    return name
+
+
+def check_readme_rollouts(docs):
+    """README.md's `kubectl rollout status KIND/NAME` commands name the workloads as they are."""
+    kinds = {(d["kind"].lower(), d["metadata"]["name"]) for d in docs}
+    seen = []
+    for line, words in readme_commands("Kubernetes"):
+        if "rollout" in words and "status" in words:
+            ref = words[words.index("status") + 1]
+            kind, _, name = ref.partition("/")
+            check((kind, name) in kinds, "README.md: %s names no workload of the kustomization"
+                  % line.strip())
+            seen.append(ref)
+    workloads = sorted("%s/%s" % k for k in kinds if k[0] in ("deployment", "statefulset"))
+    check(sorted(seen) == workloads, "README.md waits for the rollout of %s, the kustomization "
+          "has %s" % (sorted(seen), workloads))
+
+
+def readme_job(kust):
+    """The Job README.md's Kubernetes part applies to read through the cluster, and its file."""
+    cmd = readme_command("Kubernetes", r"kubectl .*apply -f \S+\.yaml")
+    path = cmd[cmd.index("-f") + 1]
+    with open(os.path.join(SOURCE, path)) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    check(len(docs) == 1 and docs[0]["kind"] == "Job", "%s is not one Job" % path)
+    job = docs[0]
+    logs = readme_command("Kubernetes", r"kubectl .* logs ")
+    check("job/" + job["metadata"]["name"] in logs, "README.md shows no logs of job/%s"
+          % job["metadata"]["name"])
+    img = [i for i in kust.get("images", []) if i["name"] == "sluice"]
+    check(img, "the kustomization names no image sluice")
+    want = "%s:%s" % (img[0]["newName"], img[0]["newTag"])
+    got = job["spec"]["template"]["spec"]["containers"][0]["image"]
+    check(got == want, "%s runs the image %s, the kustomization %s" % (path, got, want))
+    return job, path
+
+
+def openssl_verify(d, cert, purpose, host=None):
+    """Whether openssl verifies d/cert against d/ca.pem for purpose and, if given, host (a DNS
+    name, or an IPv4 address checked as one)."""
+    argv = ["openssl", "verify", "-CAfile", os.path.join(d, "ca.pem"), "-purpose", purpose]
+    if host and re.fullmatch(r"[\d.]+", host):
+        argv += ["-verify_ip", host]
+    elif host:
+        argv += ["-verify_hostname", host]
+    r = subprocess.run(argv + [os.path.join(d, cert)], capture_output=True, timeout=10)
+    return r.returncode == 0
+
+
+def dns_names(path):
+    """The DNS entries of a certificate's subjectAltName."""
+    r = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", path],
+                       capture_output=True, timeout=10)
+    check(r.returncode == 0, "openssl x509 %s: %s" % (path, r.stderr.decode()))
+    return re.findall(r"DNS:([^,\s]+)", r.stdout.decode())
+
+
+def check_cert_names(tmp, kust, services, disp, work, trainer, worker_name):
+    """Runs README.md's certificate command as given (into a temporary directory) and checks
+    with openssl that the certificate each pod mounts names what its peers check: the worker's
+    the name every reader passes as --tls-worker-name (a DNS entry of its own, no wildcard) and
+    no other name or address, the dispatcher's its Service's names, the trainer's for client use
+    only; every pod trusts the one CA; each key matches its certificate."""
+    cmd = readme_command("Kubernetes", r"make-certs\.sh")
+    script = os.path.join(SOURCE, cmd[0])
+    check(os.path.normpath(cmd[1]) == os.path.join("deploy", "kubernetes"),
+          "README.md writes the certificates to %s, not next to kustomization.yaml" % cmd[1])
+    out = os.path.join(tmp, "certs-readme")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPATCHER_SAN", "WORKER_SAN")}
+    r = subprocess.run([script, out] + cmd[2:], capture_output=True, timeout=60, env=env)
+    check(r.returncode == 0, "%s failed: %s" % (" ".join(cmd), r.stderr.decode()))
+
+    def source(pod, flag):
+        secret, key = pod.tls_files(pod.raw_args())[flag]
+        files = secret_files(generator(kust, secret))
+        check(key in files, "%s: %s names the key %s, which Secret %s has not"
+              % (pod.name, flag, key, secret))
+        return files[key]
+
+    for pod in (disp, work, trainer):
+        check(source(pod, "--tls-ca") == "ca.pem", "%s: --tls-ca is not the CA" % pod.name)
+        crt, key = source(pod, "--tls-cert"), source(pod, "--tls-key")
+        pubs = [subprocess.run(a, capture_output=True, timeout=10).stdout for a in
+                (["openssl", "x509", "-noout", "-pubkey", "-in", os.path.join(out, crt)],
+                 ["openssl", "pkey", "-pubout", "-in", os.path.join(out, key)])]
+        check(pubs[0] and pubs[0] == pubs[1], "%s: %s is not the key of %s" % (pod.name, key,
+                                                                               crt))
+
+    # Every reader the README shows passes the same name: the Job's, and any trainer
+    # instructions (--tls-worker-name NAME, tls_worker_name="NAME" in Python; a name has a dot,
+    # a placeholder has not).
+    with open(os.path.join(SOURCE, "README.md")) as f:
+        text = f.read()
+    sec = re.search(r"^### Kubernetes\n(.*?)(?=^##)", text, re.S | re.M).group(1)
+    shown = re.findall(r"--tls-worker-name\s+([\w-]+\.[\w.-]*\w)|tls_worker_name=[\"']([^\"']+)",
+                       sec)
+    check(any(py for _, py in shown), "README.md's Kubernetes part shows trainers no "
+          "tls_worker_name= for Python")
+    for cli, py in shown:
+        check((cli or py) == worker_name, "README.md's Kubernetes part passes the worker name %s, "
+              "the read Job %s" % (cli or py, worker_name))
+
+    wcrt = source(work, "--tls-cert")
+    names = dns_names(os.path.join(out, wcrt))
+    check(worker_name in names, "the readers' --tls-worker-name %s is not a DNS name of the worker "
+          "certificate %s (%s)" % (worker_name, wcrt, ", ".join(names)))
+    check(not any("*" in n for n in names), "the worker certificate %s has a wildcard: %s"
+          % (wcrt, ", ".join(names)))
+    check(openssl_verify(out, wcrt, "sslserver", worker_name),
+          "the worker certificate %s does not verify for %s" % (wcrt, worker_name))
+    check(openssl_verify(out, wcrt, "sslclient"),
+          "the worker certificate %s is not for client use (it dials the dispatcher)" % wcrt)
+    first, rest = worker_name.split(".", 1)
+    others = ["x." + worker_name, worker_name + ".cluster.local", first, rest,
+              "%s.elsewhere.svc" % first, "other." + rest, "127.0.0.1", "10.0.0.5"]
+    for name in services:
+        others += [name, "%s.%s.svc" % (name, disp.namespace)]
+    for bad in others:
+        check(bad == worker_name or not openssl_verify(out, wcrt, "sslserver", bad),
+              "the worker certificate %s also verifies for %s" % (wcrt, bad))
+    note("worker certificate: verifies for %s (the readers' --tls-worker-name), not for %s"
+         % (worker_name, ", ".join(others)))
+
+    dcrt = source(disp, "--tls-cert")
+    svc = [n for n, sv in services.items()
+           if all(disp.labels.get(k) == v for k, v in sv["spec"]["selector"].items())]
+    hosts = set()
+    for name in svc:
+        hosts |= {name, "%s.%s.svc" % (name, disp.namespace),
+                  "%s.%s.svc.cluster.local" % (name, disp.namespace)}
+    for pod in (work, trainer):
+        raw = pod.raw_args()
+        hosts.add(raw[raw.index("--dispatcher") + 1].rsplit(":", 1)[0])
+    for h in sorted(hosts):
+        check(openssl_verify(out, dcrt, "sslserver", h),
+              "the dispatcher certificate %s does not verify for %s" % (dcrt, h))
+    check(not openssl_verify(out, dcrt, "sslserver", worker_name),
+          "the dispatcher certificate %s verifies for the workers' name %s" % (dcrt, worker_name))
+    note("dispatcher certificate: verifies for %s" % ", ".join(sorted(hosts)))
+    ccrt = source(trainer, "--tls-cert")
+    check(openssl_verify(out, ccrt, "sslclient"), "the client certificate %s is not for client "
+          "use" % ccrt)
+    # A trainer's key must not let it pose as a server (a worker's would).
+    check(not openssl_verify(out, ccrt, "sslserver"), "the trainer's certificate %s can serve: "
+          "it must be the client certificate, not a server's" % ccrt)
+    note("client certificate %s: client use only" % ccrt)
 
 
 def check_adapter_and_scrape(kdir, hpa_metrics, services, kust):
@@ -1080,6 +1352,26 @@ def check_docker_readme(tmp, prefix, version):
 
 TOKEN = None
 TOKEN_PATHS = {}
+SECRET_FILES = {}   # make-certs.sh's files made by make_local_certs: what the test's Secrets hold
+
+
+def make_local_certs(tmp, worker_name):
+    """The certificates the servers run with here: make-certs.sh's, the dispatcher's naming
+    127.0.0.1 (the test maps the Service name to it), the workers' naming only worker_name, as
+    in the cluster, where no worker certificate names the pod IP a worker advertises (here
+    127.0.0.1)."""
+    out = os.path.join(tmp, "certs-local")
+    env = dict(os.environ, DISPATCHER_SAN="IP:127.0.0.1", WORKER_SAN="DNS:" + worker_name)
+    r = subprocess.run([os.path.join(DEPLOY, "kubernetes", "make-certs.sh"), out],
+                       capture_output=True, timeout=60, env=env)
+    check(r.returncode == 0, "make-certs.sh failed: %s" % r.stderr.decode())
+    for f in os.listdir(out):
+        SECRET_FILES[f] = os.path.join(out, f)
+    check(openssl_verify(out, "dispatcher.pem", "sslserver", "127.0.0.1"),
+          "the local dispatcher certificate does not verify for 127.0.0.1")
+    check(openssl_verify(out, "worker.pem", "sslserver", worker_name) and
+          not openssl_verify(out, "worker.pem", "sslserver", "127.0.0.1"),
+          "the local worker certificate is not for %s only" % worker_name)
 
 
 def main():
@@ -1098,8 +1390,8 @@ def main():
         check_kubernetes(tmp, prefix)
         check_systemd(tmp, prefix)
         with open(os.path.join(DEPLOY, "kubernetes", "worker.yaml")) as f:
-            uid = [d for d in yaml.safe_load_all(f) if d][0]["spec"]["template"]["spec"][
-                "securityContext"]["runAsUser"]
+            uid = [d for d in yaml.safe_load_all(f) if d and "template" in d.get("spec", {})][
+                0]["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
         check_docker(tmp, prefix, uid)
         check_docker_readme(tmp, prefix, version)
     finally:
