@@ -138,12 +138,19 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     }
     /* Of the splits reported, those now finished: the client stops reporting them. */
     size_t nfin = 0;
+    bool *fin = calloc(c->nreported ? c->nreported : 1, sizeof *fin);
+    if (!fin || state_splits_finished_each(&d->st, it->id, c->reported, c->nreported, fin) < 0) {
+        free(fin);
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < c->nreported; i++) {
-        if (state_split_finished(&d->st, it->id, c->reported[i])) {
+        if (fin[i]) {
             coverage_forget(&d->cov, it->id, c->reported[i]);
             c->reported[nfin++] = c->reported[i];
         }
     }
+    free(fin);
     Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
     body.n_tasks = c->ninfos;
     body.tasks = c->info_ptrs;
@@ -175,9 +182,10 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
         return 0;
     c->reported = calloc(req->n_splits, sizeof *c->reported);
     uint64_t *complete = calloc(req->n_splits, sizeof *complete);
+    bool *finished = calloc(req->n_splits, sizeof *finished);
     size_t ncomplete = 0;
     int rc = 0;
-    if (!c->reported || !complete) {
+    if (!c->reported || !complete || !finished) {
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -189,8 +197,18 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
         if (rc < 0)
             goto out;
         c->reported[c->nreported++] = sc->seq;
-        if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor ||
-            state_split_finished(&d->st, it->id, sc->seq))
+    }
+    /* Which reported splits are finished already, all at once (planning changes nothing yet). */
+    if (state_splits_finished_each(&d->st, it->id, c->reported, c->nreported, finished) < 0) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0, k = 0; i < req->n_splits; i++) {
+        const Sluice__SplitCoverage *sc = req->splits[i];
+        if (!sc)
+            continue;
+        bool already = finished[k++];
+        if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor || already)
             continue;
         if (sc->had) {
             /* The consumer had it whole before a restore (its elements were handed out then). */
@@ -219,6 +237,7 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
     if (ncomplete > 0)
         rc = plan_splits_finished(&d->st, it->id, complete, ncomplete, &d->ups, err, errlen);
 out:
+    free(finished);
     free(complete);
     return rc;
 }

@@ -565,6 +565,12 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
  * in the pool (every split of a finished iteration is; none of a collected or unknown one). */
 bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq);
 
+/* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
+ * receives the answer for seqs[i]. One pass over the tasks instead of one per seq. Returns 0, or
+ * SLUICE_ERR_NOMEM with finished undefined. */
+int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                               size_t n, bool *finished);
+
 /* A consumer of a deterministic iteration lost part of splits seqs[0, n) (it had no room to keep
  * them in order, or a reply went missing) and needs them produced again: each seq leased to a
  * task goes back to the pool (SPLITS_RETURNED), to be leased first and produced from its start;
