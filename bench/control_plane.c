@@ -86,6 +86,8 @@ struct figures {
     double rss_mb, hwm_mb;
     double journal_bytes_per_s, updates_per_s;
     double splits_per_s; /* finished (confirmed to clients) */
+    double commits_per_s, commit_mean_ms;
+    double sim_cpu_share; /* this process, the simulator */
     double restart_s;
     bool have_journal_bytes;
 };
@@ -724,6 +726,15 @@ static double proc_cpu_s(pid_t pid)
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return NAN;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
 static double proc_status_mb(pid_t pid, const char *field)
 {
     char path[64], line[256];
@@ -930,6 +941,8 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     unsigned max_conns = nworkers + nclients + 64;
     struct dproc p;
     dispatcher_start(&p, cfg, work_dir, token_path, max_conns);
+    fprintf(stderr, PROG ": %s: dispatcher pid %d at %s, metrics at %s\n", tag, (int)p.pid, p.addr,
+            p.metrics);
 
     struct sim *sim = calloc(1, sizeof *sim);
     if (!sim)
@@ -1000,6 +1013,9 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     double cpu0 = proc_cpu_s(p.pid);
     double jb0 = scrape(p.metrics, token, "sluice_journal_bytes_total");
     double up0 = scrape(p.metrics, token, "sluice_updates_applied_total");
+    double cs0 = scrape(p.metrics, token, "sluice_journal_commit_seconds_sum");
+    double cn0 = scrape(p.metrics, token, "sluice_journal_commit_seconds_count");
+    double self0 = self_cpu_s();
     double t0 = now_s();
     sim->measuring = true;
     double deadline = t0 + cfg->seconds;
@@ -1009,6 +1025,9 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     double cpu1 = proc_cpu_s(p.pid);
     double jb1 = scrape(p.metrics, token, "sluice_journal_bytes_total");
     double up1 = scrape(p.metrics, token, "sluice_updates_applied_total");
+    double cs1 = scrape(p.metrics, token, "sluice_journal_commit_seconds_sum");
+    double cn1 = scrape(p.metrics, token, "sluice_journal_commit_seconds_count");
+    double self1 = self_cpu_s();
     fig->rss_mb = proc_status_mb(p.pid, "VmRSS");
     fig->hwm_mb = proc_status_mb(p.pid, "VmHWM");
     sim->measuring = false;
@@ -1039,6 +1058,9 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     fig->journal_bytes_per_s = (jb1 - jb0) / fig->seconds;
     fig->updates_per_s = (up1 - up0) / fig->seconds;
     fig->splits_per_s = (double)sim->splits_confirmed / fig->seconds;
+    fig->commits_per_s = (cn1 - cn0) / fig->seconds;
+    fig->commit_mean_ms = cn1 > cn0 ? 1000 * (cs1 - cs0) / (cn1 - cn0) : NAN;
+    fig->sim_cpu_share = (self1 - self0) / fig->seconds;
 
     /* Restart with this state. */
     struct sclient probe = sim->clients[0];
@@ -1128,9 +1150,12 @@ static void report(struct figures *b, struct figures *r, bool have_base)
     row("dispatcher CPU (cores)", b->cpu_share, r->cpu_share, "", have_base);
     row("dispatcher CPU per worker (ms/s)", 1000 * b->cpu_share / b->workers,
         1000 * r->cpu_share / r->workers, "", have_base);
+    row("simulator CPU (cores)", b->sim_cpu_share, r->sim_cpu_share, "", have_base);
     row("dispatcher VmRSS MB", b->rss_mb, r->rss_mb, "< 100 MB", have_base);
     row("dispatcher VmHWM MB", b->hwm_mb, r->hwm_mb, "< 100 MB", have_base);
     row("state updates / s", b->updates_per_s, r->updates_per_s, "", have_base);
+    row("journal commits / s", b->commits_per_s, r->commits_per_s, "", have_base);
+    row("journal commit mean ms", b->commit_mean_ms, r->commit_mean_ms, "", have_base);
     if (r->have_journal_bytes)
         row("journal bytes / s", b->journal_bytes_per_s, r->journal_bytes_per_s, "", have_base);
     else
