@@ -85,16 +85,24 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
         ti->task_id = t->id;
         ti->iteration_id = t->iteration_id;
         ti->worker_incarnation = w->incarnation;
-        if (it->key.set) {
-            uint8_t task_key[CAP_KEY_LEN];
-            cap_task_key(it->key.b, t->id, task_key);
-            cap_client_key(task_key, c->client_id, c->info_keys[c->ninfos]);
-            ti->client_key.data = c->info_keys[c->ninfos];
-            ti->client_key.len = CAP_KEY_LEN;
-        }
         if (!(ti->worker_address = strdup(w->address)))
             return SLUICE_ERR_NOMEM;
         c->info_ptrs[c->ninfos++] = ti;
+    }
+    /* The client's capability for each task: derived once per client and task, then cached. */
+    if (it->key.set && c->ninfos > 0) {
+        uint64_t *ids = malloc(c->ninfos * sizeof *ids);
+        if (!ids)
+            return SLUICE_ERR_NOMEM;
+        for (size_t i = 0; i < c->ninfos; i++)
+            ids[i] = c->infos[i].task_id;
+        capcache_client_keys(&d->caps, c->client_id, it->id, it->key.b, ids, c->ninfos,
+                             c->info_keys);
+        free(ids);
+        for (size_t i = 0; i < c->ninfos; i++) {
+            c->infos[i].client_key.data = c->info_keys[i];
+            c->infos[i].client_key.len = CAP_KEY_LEN;
+        }
     }
     if (!state_iteration_coordinated(&d->st, it))
         return 0;

@@ -460,6 +460,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->leased_at.v);
     free(d->lease_below.v);
     coverage_release(&d->cov);
+    capcache_release(&d->caps);
     observe_destroy(d->obs);
     for (size_t i = 0; i < d->ndefs; i++)
         sluice__dataset_def__free_unpacked(d->defs[i].def, NULL);
