@@ -1148,6 +1148,16 @@ static void report(struct figures *b, struct figures *r, bool have_base)
         have_base);
     row("splits confirmed / s", b->splits_per_s, r->splits_per_s, "", have_base);
     row("dispatcher CPU (cores)", b->cpu_share, r->cpu_share, "", have_base);
+    row("dispatcher CPU per request us",
+        1e6 * b->cpu_share * b->seconds /
+            (double)(b->worker_hb.n + b->client_hb.n + b->splits.n
+                         ? b->worker_hb.n + b->client_hb.n + b->splits.n
+                         : 1),
+        1e6 * r->cpu_share * r->seconds /
+            (double)(r->worker_hb.n + r->client_hb.n + r->splits.n
+                         ? r->worker_hb.n + r->client_hb.n + r->splits.n
+                         : 1),
+        "", have_base);
     row("dispatcher CPU per worker (ms/s)", 1000 * b->cpu_share / b->workers,
         1000 * r->cpu_share / r->workers, "", have_base);
     row("simulator CPU (cores)", b->sim_cpu_share, r->sim_cpu_share, "", have_base);
