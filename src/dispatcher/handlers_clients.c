@@ -75,11 +75,19 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
     c->info_keys = calloc(n ? n : 1, sizeof *c->info_keys);
     if (!c->infos || !c->info_ptrs || !c->info_keys)
         return SLUICE_ERR_NOMEM;
+    /* An iteration's tasks were mostly created one per worker in the workers' order, so the
+     * worker after the last one found is tried before a search. */
+    size_t hint = 0;
     for (size_t i = 0; i < d->st.ntasks; i++) {
         const struct st_task *t = &d->st.tasks[i];
-        const struct st_worker *w = state_worker(&d->st, t->worker_id);
-        if (t->iteration_id != it->id || !w)
+        if (t->iteration_id != it->id)
             continue;
+        const struct st_worker *w = hint < d->st.nworkers && d->st.workers[hint].id == t->worker_id
+                                        ? &d->st.workers[hint]
+                                        : state_worker(&d->st, t->worker_id);
+        if (!w)
+            continue;
+        hint = (size_t)(w - d->st.workers) + 1;
         Sluice__TaskInfo *ti = &c->infos[c->ninfos];
         sluice__task_info__init(ti);
         ti->task_id = t->id;

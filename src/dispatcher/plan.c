@@ -673,12 +673,15 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
         goto nomem;
     if (!draining && !was_draining) {
         if (known) {
-            have = malloc((s->ntasks ? s->ntasks : 1) * sizeof *have);
+            size_t nmine;
+            const struct st_task_ref *mine = state_worker_tasks(s, wid, &nmine);
+            have = malloc((nmine ? nmine : 1) * sizeof *have);
             if (!have)
                 goto nomem;
-            for (size_t i = 0; i < s->ntasks; i++) {
-                if (s->tasks[i].worker_id == wid)
-                    have[nhave++] = s->tasks[i].iteration_id;
+            for (size_t i = 0; i < nmine; i++) {
+                const struct st_task *t = state_task(s, mine[i].task_id);
+                if (t)
+                    have[nhave++] = t->iteration_id;
             }
             qsort(have, nhave, sizeof *have, cmp_u64);
         }

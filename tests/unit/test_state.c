@@ -141,8 +141,34 @@ static void check_seqs(const struct st_seq_list *l)
 }
 
 /* What state.h promises always holds after a successful apply. */
+/* The index of tasks by worker lists exactly the tasks, sorted by (worker, task). */
+static void check_by_worker(const struct state *s)
+{
+    assert_int_equal(s->nby_worker, s->ntasks);
+    for (size_t i = 0; i < s->nby_worker; i++) {
+        const struct st_task_ref *r = &s->by_worker[i];
+        const struct st_task *t = state_task(s, r->task_id);
+        assert_non_null(t);
+        assert_int_equal(t->worker_id, r->worker_id);
+        if (i > 0)
+            assert_true(s->by_worker[i - 1].worker_id < r->worker_id ||
+                        (s->by_worker[i - 1].worker_id == r->worker_id &&
+                         s->by_worker[i - 1].task_id < r->task_id));
+    }
+    for (size_t i = 0; i < s->nworkers; i++) {
+        size_t n, want = 0;
+        const struct st_task_ref *mine = state_worker_tasks(s, s->workers[i].id, &n);
+        for (size_t k = 0; k < s->ntasks; k++)
+            want += s->tasks[k].worker_id == s->workers[i].id;
+        assert_int_equal(n, want);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(mine[k].worker_id, s->workers[i].id);
+    }
+}
+
 static void check_invariants(const struct state *s)
 {
+    check_by_worker(s);
     for (size_t i = 1; i < s->ndatasets; i++)
         assert_true(strcmp(s->datasets[i - 1].id, s->datasets[i].id) < 0);
     SORTED(s, jobs);
@@ -2109,6 +2135,7 @@ static void check_snapshot(const struct state *s)
     if (rc != 0)
         fail_msg("snapshot decode: %s", err);
     assert_int_equal(state_digest(&back), state_digest(s));
+    check_by_worker(&back); /* the decoded snapshot built its index */
     state_release(&back);
 }
 
