@@ -92,6 +92,18 @@ struct figures {
     bool have_journal_bytes;
 };
 
+/* The dispatcher running now, killed if the bench exits early (die, a failed wait). */
+static pid_t running_dispatcher;
+
+static void kill_running_dispatcher(void)
+{
+    if (running_dispatcher > 0) {
+        kill(running_dispatcher, SIGKILL);
+        waitpid(running_dispatcher, NULL, 0);
+        running_dispatcher = 0;
+    }
+}
+
 static void die(const char *what, const char *why)
 {
     fprintf(stderr, PROG ": %s: %s\n", what, why);
@@ -670,6 +682,7 @@ static void dispatcher_start(struct dproc *p, const struct config *cfg, const ch
     }
     close(out[1]);
     p->pid = pid;
+    running_dispatcher = pid;
     p->addr[0] = p->metrics[0] = '\0';
     char buf[1024];
     size_t used = 0;
@@ -702,6 +715,8 @@ static void dispatcher_kill(struct dproc *p, int sig)
         return;
     kill(p->pid, sig);
     waitpid(p->pid, NULL, 0);
+    if (running_dispatcher == p->pid)
+        running_dispatcher = 0;
     p->pid = 0;
 }
 
@@ -1261,6 +1276,7 @@ int main(int argc, char **argv)
     if (access(cfg.dispatcher, X_OK) != 0)
         die(cfg.dispatcher, strerror(errno));
     signal(SIGPIPE, SIG_IGN);
+    atexit(kill_running_dispatcher);
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
 
     /* One socket per simulated peer, and the dispatcher (which inherits the limit) needs as
