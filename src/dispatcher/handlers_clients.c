@@ -75,26 +75,42 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
     c->info_keys = calloc(n ? n : 1, sizeof *c->info_keys);
     if (!c->infos || !c->info_ptrs || !c->info_keys)
         return SLUICE_ERR_NOMEM;
+    /* An iteration's tasks were mostly created one per worker in the workers' order, so the
+     * worker after the last one found is tried before a search. */
+    size_t hint = 0;
     for (size_t i = 0; i < d->st.ntasks; i++) {
         const struct st_task *t = &d->st.tasks[i];
-        const struct st_worker *w = state_worker(&d->st, t->worker_id);
-        if (t->iteration_id != it->id || !w)
+        if (t->iteration_id != it->id)
             continue;
+        const struct st_worker *w = hint < d->st.nworkers && d->st.workers[hint].id == t->worker_id
+                                        ? &d->st.workers[hint]
+                                        : state_worker(&d->st, t->worker_id);
+        if (!w)
+            continue;
+        hint = (size_t)(w - d->st.workers) + 1;
         Sluice__TaskInfo *ti = &c->infos[c->ninfos];
         sluice__task_info__init(ti);
         ti->task_id = t->id;
         ti->iteration_id = t->iteration_id;
         ti->worker_incarnation = w->incarnation;
-        if (it->key.set) {
-            uint8_t task_key[CAP_KEY_LEN];
-            cap_task_key(it->key.b, t->id, task_key);
-            cap_client_key(task_key, c->client_id, c->info_keys[c->ninfos]);
-            ti->client_key.data = c->info_keys[c->ninfos];
-            ti->client_key.len = CAP_KEY_LEN;
-        }
         if (!(ti->worker_address = strdup(w->address)))
             return SLUICE_ERR_NOMEM;
         c->info_ptrs[c->ninfos++] = ti;
+    }
+    /* The client's capability for each task: derived once per client and task, then cached. */
+    if (it->key.set && c->ninfos > 0) {
+        uint64_t *ids = malloc(c->ninfos * sizeof *ids);
+        if (!ids)
+            return SLUICE_ERR_NOMEM;
+        for (size_t i = 0; i < c->ninfos; i++)
+            ids[i] = c->infos[i].task_id;
+        capcache_client_keys(&d->caps, c->client_id, it->id, it->key.b, ids, c->ninfos,
+                             c->info_keys);
+        free(ids);
+        for (size_t i = 0; i < c->ninfos; i++) {
+            c->infos[i].client_key.data = c->info_keys[i];
+            c->infos[i].client_key.len = CAP_KEY_LEN;
+        }
     }
     if (!state_iteration_coordinated(&d->st, it))
         return 0;
@@ -138,12 +154,19 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     }
     /* Of the splits reported, those now finished: the client stops reporting them. */
     size_t nfin = 0;
+    bool *fin = calloc(c->nreported ? c->nreported : 1, sizeof *fin);
+    if (!fin || state_splits_finished_each(&d->st, it->id, c->reported, c->nreported, fin) < 0) {
+        free(fin);
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
     for (size_t i = 0; i < c->nreported; i++) {
-        if (state_split_finished(&d->st, it->id, c->reported[i])) {
+        if (fin[i]) {
             coverage_forget(&d->cov, it->id, c->reported[i]);
             c->reported[nfin++] = c->reported[i];
         }
     }
+    free(fin);
     Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
     body.n_tasks = c->ninfos;
     body.tasks = c->info_ptrs;
@@ -175,9 +198,10 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
         return 0;
     c->reported = calloc(req->n_splits, sizeof *c->reported);
     uint64_t *complete = calloc(req->n_splits, sizeof *complete);
+    bool *finished = calloc(req->n_splits, sizeof *finished);
     size_t ncomplete = 0;
     int rc = 0;
-    if (!c->reported || !complete) {
+    if (!c->reported || !complete || !finished) {
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -189,8 +213,18 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
         if (rc < 0)
             goto out;
         c->reported[c->nreported++] = sc->seq;
-        if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor ||
-            state_split_finished(&d->st, it->id, sc->seq))
+    }
+    /* Which reported splits are finished already, all at once (planning changes nothing yet). */
+    if (state_splits_finished_each(&d->st, it->id, c->reported, c->nreported, finished) < 0) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0, k = 0; i < req->n_splits; i++) {
+        const Sluice__SplitCoverage *sc = req->splits[i];
+        if (!sc)
+            continue;
+        bool already = finished[k++];
+        if (it->state != ST_ITER_ACTIVE || sc->seq >= it->split_cursor || already)
             continue;
         if (sc->had) {
             /* The consumer had it whole before a restore (its elements were handed out then). */
@@ -219,6 +253,7 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
     if (ncomplete > 0)
         rc = plan_splits_finished(&d->st, it->id, complete, ncomplete, &d->ups, err, errlen);
 out:
+    free(finished);
     free(complete);
     return rc;
 }

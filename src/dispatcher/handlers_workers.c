@@ -115,22 +115,39 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         goto out;
     }
     dispatcher_soft_set(&d->worker_seen, w->id, uv_now(d->loop));
-    size_t n = 0;
-    for (size_t i = 0; i < d->st.ntasks; i++)
-        n += d->st.tasks[i].worker_id == w->id;
+    /* New: assigned, unfinished, and not yet known to the worker. The worker's own tasks are
+     * looked at, not every task of the cluster. */
+    size_t nmine;
+    const struct st_task_ref *mine = state_worker_tasks(&d->st, w->id, &nmine);
+    size_t n = 0, cap = 0;
+    const struct st_task **fresh = NULL;
+    for (size_t i = 0; i < nmine; i++) {
+        const struct st_task *t = state_task(&d->st, mine[i].task_id);
+        if (!t || t->finished || reported(c, t->id))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            const struct st_task **f = realloc(fresh, cap * sizeof *f);
+            if (!f) {
+                free(fresh);
+                dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            fresh = f;
+        }
+        fresh[n++] = t;
+    }
     defs = calloc(n ? n : 1, sizeof *defs);
     ptrs = calloc(n ? n : 1, sizeof *ptrs);
     keys = calloc(n ? n : 1, sizeof *keys);
     removed = calloc(c->nreported ? c->nreported : 1, sizeof *removed);
     if (!defs || !ptrs || !keys || !removed) {
+        free(fresh);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
-    /* New: assigned, unfinished, and not yet known to the worker. */
-    for (size_t i = 0; i < d->st.ntasks; i++) {
-        const struct st_task *t = &d->st.tasks[i];
-        if (t->worker_id != w->id || t->finished || reported(c, t->id))
-            continue;
+    for (size_t k = 0; k < n; k++) {
+        const struct st_task *t = fresh[k];
         int rc = fill_task_def(d, t, w->address, &defs[ndefs], keys[ndefs]);
         if (rc < 0) {
             char msg[ERRLEN];
@@ -138,11 +155,13 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
                      rc == SLUICE_ERR_INVALID ? "worker address is not in --worker-addresses"
                                               : sluice_strerror(rc));
             dispatcher_refuse(c->r.conn, c->r.id, rc, msg);
+            free(fresh);
             goto out;
         }
         ptrs[ndefs] = &defs[ndefs];
         ndefs++;
     }
+    free(fresh);
     /* Removed: reported, but no longer this worker's. */
     for (size_t i = 0; i < c->nreported; i++) {
         const struct st_task *t = state_task(&d->st, c->reported[i]);

@@ -59,7 +59,7 @@ struct journal_thread {
     struct journal *j;
     size_t max_records;
     journal_thread_fail_cb on_fail;
-    void (*on_commit)(void *user, double seconds, size_t records);
+    void (*on_commit)(void *user, double seconds, size_t records, uint64_t bytes);
     void *user;
 
     /* Loop thread only. pending[head..n) hold the records with seqs pending_first... */
@@ -257,6 +257,10 @@ static void on_async(uv_async_t *a)
         fail(jt, rc, msg);
     } else {
         jt->durable = jt->inflight_last;
+        uint64_t bytes = b.has_snap ? b.snap_len : 0;
+        for (size_t i = 0; i < b.n; i++)
+            bytes += b.recs[i].len + b.recs[i].dataset_len;
+        jt->stats.bytes += bytes;
         jt->stats.transactions++;
         jt->stats.records += b.n;
         jt->stats.snapshots += b.has_snap;
@@ -264,7 +268,7 @@ static void on_async(uv_async_t *a)
             jt->stats.largest = b.n;
         /* The batch came back under the mutex, so its measurement is the thread's final one. */
         if (jt->on_commit)
-            jt->on_commit(jt->user, (double)b.write_ns / 1e9, b.n);
+            jt->on_commit(jt->user, (double)b.write_ns / 1e9, b.n, bytes);
         batch_free(&b);
         fire_waiters(jt);
     }

@@ -52,9 +52,10 @@ struct journal_thread_opts {
     size_t max_records;
     journal_thread_fail_cb on_fail;
     /* Runs on the loop thread after each transaction that committed, with the time the journal
-     * thread spent writing it (journal_append, fsync included) and its record count, before its
-     * waiters. May be NULL. */
-    void (*on_commit)(void *user, double seconds, size_t records);
+     * thread spent writing it (journal_append, fsync included), its record count and the bytes
+     * it handed to the journal (struct journal_thread_stats.bytes), before its waiters. May be
+     * NULL. */
+    void (*on_commit)(void *user, double seconds, size_t records, uint64_t bytes);
     void *user;
 };
 
@@ -63,6 +64,9 @@ struct journal_thread_stats {
     uint64_t records;
     uint64_t snapshots;
     uint64_t largest; /* most records in one transaction */
+    /* Bytes handed to the journal in committed transactions: record payloads, dataset
+     * definitions and snapshots (LMDB's own keys, checksums and page overhead not counted). */
+    uint64_t bytes;
 };
 
 /* Starts the thread. Returns 0 and *out, or a negative code with a message. */

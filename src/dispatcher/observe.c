@@ -79,7 +79,7 @@ struct observe {
     struct metrics_series *workers_g, *draining_g, *datasets_g, *jobs_g, *tasks_g, *clients_g;
     struct metrics_series *iterations_g[NSTATES];
     struct metrics_series *failed_g; /* active iterations that failed */
-    struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c;
+    struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c, *journal_bytes_c;
     struct metrics_series *commit_h;
     struct rpc_metrics conns;
     struct metrics_series *wait_g, *consumption_g, *production_g;
@@ -232,6 +232,10 @@ static int make_registry(struct observe *o)
         if (rc == 0)
             rc = metrics_series_get(f, NULL, 0, &o->commit_h);
     }
+    SCALAR(true, "sluice_journal_bytes_total",
+           "Bytes written to the journal: update records, dataset definitions and snapshots "
+           "(none without --fault-tolerant).",
+           METRICS_U64, &o->journal_bytes_c);
     SCALAR(false, "sluice_client_wait_share",
            "Mean over clients of the share of their last heartbeat interval spent waiting for "
            "elements.",
@@ -536,9 +540,10 @@ void observe_applied(struct observe *o, const struct st_update *u)
     }
 }
 
-void observe_journal_commit(struct observe *o, double seconds)
+void observe_journal_commit(struct observe *o, double seconds, uint64_t bytes)
 {
     metrics_observe(o->commit_h, seconds);
+    metrics_add_u64(o->journal_bytes_c, bytes);
 }
 
 /* ---- the window ------------------------------------------------------------------------------ */

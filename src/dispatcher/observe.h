@@ -27,6 +27,7 @@
  *   sluice_splits_leased_total, sluice_splits_finished_total, sluice_splits_returned_total
  *                                                    counters: seqs of applied split updates
  *   sluice_journal_commit_seconds                    histogram: one group-commit transaction
+ *   sluice_journal_bytes_total                       counter: bytes of committed transactions
  *   sluice_client_wait_share                         gauge: mean of the clients' last wait shares
  *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
  *   sluice_production_elements_per_second            gauge: sum of the workers' last rates
@@ -140,8 +141,8 @@ void observe_forget_client(struct observe *o, uint64_t client_id);
  * CLIENT_RELEASED forget the figures of their worker or client. */
 void observe_applied(struct observe *o, const struct st_update *u);
 
-/* One journal transaction committed in seconds. */
-void observe_journal_commit(struct observe *o, double seconds);
+/* One journal transaction committed in seconds, with bytes handed to the journal. */
+void observe_journal_commit(struct observe *o, double seconds, uint64_t bytes);
 
 /* ---- the window ------------------------------------------------------------------------------ */
 

@@ -673,12 +673,15 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
         goto nomem;
     if (!draining && !was_draining) {
         if (known) {
-            have = malloc((s->ntasks ? s->ntasks : 1) * sizeof *have);
+            size_t nmine;
+            const struct st_task_ref *mine = state_worker_tasks(s, wid, &nmine);
+            have = malloc((nmine ? nmine : 1) * sizeof *have);
             if (!have)
                 goto nomem;
-            for (size_t i = 0; i < s->ntasks; i++) {
-                if (s->tasks[i].worker_id == wid)
-                    have[nhave++] = s->tasks[i].iteration_id;
+            for (size_t i = 0; i < nmine; i++) {
+                const struct st_task *t = state_task(s, mine[i].task_id);
+                if (t)
+                    have[nhave++] = t->iteration_id;
             }
             qsort(have, nhave, sizeof *have, cmp_u64);
         }
@@ -919,6 +922,113 @@ bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t
     return true;
 }
 
+/* A sorted copy of v[0, n) with every value once; *m receives its length. NULL when out of
+ * memory (or n is 0). */
+static uint64_t *sorted_unique(const uint64_t *v, size_t n, size_t *m)
+{
+    *m = 0;
+    uint64_t *u = n ? malloc(n * sizeof *u) : NULL;
+    if (!u)
+        return NULL;
+    memcpy(u, v, n * sizeof *u);
+    qsort(u, n, sizeof *u, cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k == 0 || u[k - 1] != u[i])
+            u[k++] = u[i];
+    }
+    *m = k;
+    return u;
+}
+
+/* Whether v is in the sorted array a[0, n). */
+static bool sorted_has(const uint64_t *a, size_t n, uint64_t v)
+{
+    return bsearch(&v, a, n, sizeof *a, cmp_u64) != NULL;
+}
+
+/* Writes the seqs that are both in the task's lease l and in the sorted, unique q[0, m) into
+ * out (room for min(l->n, m)), in increasing order; returns how many. Walks the shorter of the
+ * two and searches the other, so a report of many seqs costs little per task holding few, and
+ * the other way round. */
+static size_t lease_intersect(const struct st_seq_list *l, const uint64_t *q, size_t m,
+                              uint64_t *out)
+{
+    size_t k = 0;
+    if (l->n <= m) {
+        for (size_t i = 0; i < l->n; i++) {
+            if (sorted_has(q, m, l->v[i]))
+                out[k++] = l->v[i];
+        }
+    } else {
+        for (size_t i = 0; i < m; i++) {
+            if (state_seq_contains(l, q[i]))
+                out[k++] = q[i];
+        }
+    }
+    return k;
+}
+
+int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                               size_t n, bool *finished)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    if (!it || !it->distributed || it->state != ST_ITER_ACTIVE) {
+        bool all = it && it->distributed && it->state == ST_ITER_FINISHED;
+        for (size_t i = 0; i < n; i++)
+            finished[i] = all;
+        return 0;
+    }
+    /* Below the cursor and not in the pool: finished unless some task holds it. */
+    size_t ncand = 0;
+    for (size_t i = 0; i < n; i++) {
+        finished[i] = seqs[i] < it->split_cursor && !state_seq_contains(&it->pool, seqs[i]);
+        ncand += finished[i];
+    }
+    if (ncand == 0 || it->splits_leased == 0)
+        return 0;
+    uint64_t *cand = malloc(ncand * sizeof *cand);
+    if (!cand)
+        return SLUICE_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (finished[i])
+            cand[k++] = seqs[i];
+    }
+    size_t m;
+    uint64_t *q = sorted_unique(cand, ncand, &m);
+    free(cand);
+    bool *held = q ? calloc(m, sizeof *held) : NULL;
+    if (!held) {
+        free(q);
+        return SLUICE_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        if (t->iteration_id != iteration_id || t->leased.n == 0)
+            continue;
+        if (t->leased.n <= m) {
+            for (size_t j = 0; j < t->leased.n; j++) {
+                const uint64_t *hit = bsearch(&t->leased.v[j], q, m, sizeof *q, cmp_u64);
+                if (hit)
+                    held[hit - q] = true;
+            }
+        } else {
+            for (size_t j = 0; j < m; j++)
+                held[j] = held[j] || state_seq_contains(&t->leased, q[j]);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!finished[i])
+            continue;
+        const uint64_t *hit = bsearch(&seqs[i], q, m, sizeof *q, cmp_u64);
+        finished[i] = !held[hit - q];
+    }
+    free(held);
+    free(q);
+    return 0;
+}
+
 int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
                          size_t n, struct st_update_list *out, char *err, size_t errlen)
 {
@@ -933,15 +1043,32 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
         return 0;
     size_t start = out->n;
     struct st_update *u;
-    size_t made_at;
-    uint64_t moved;
+    /* One sorted copy of the report for every task, not one per task: a shared job's iteration
+     * has a task on every worker. */
+    size_t m;
+    uint64_t *q = sorted_unique(seqs, n, &m);
+    uint64_t *both = q ? malloc(m * sizeof *both) : NULL;
+    if (!both) {
+        free(q);
+        return NOMEM_MSG(err, errlen);
+    }
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
         if (t->iteration_id != iteration_id || t->leased.n == 0)
             continue;
-        if (push_task_seqs(t, ST_SPLITS_FINISHED, seqs, n, NO_UPDATE, out, &made_at, &moved) < 0)
+        size_t k = lease_intersect(&t->leased, q, m, both);
+        if (k == 0)
+            continue;
+        if (!(u = push(out, ST_SPLITS_FINISHED, 0)) || state_seq_assign(&u->seqs, both, k) < 0) {
+            free(both);
+            free(q);
             goto nomem;
+        }
+        u->ref = iteration_id;
+        u->ref2 = t->id;
     }
+    free(both);
+    free(q);
     /* Splits back in the pool that a consumer received in full are not leased again. */
     if (it->pool.n > 0) {
         if (!(u = push(out, ST_SPLITS_FINISHED, 0)))

@@ -460,6 +460,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->leased_at.v);
     free(d->lease_below.v);
     coverage_release(&d->cov);
+    capcache_release(&d->caps);
     observe_destroy(d->obs);
     for (size_t i = 0; i < d->ndefs; i++)
         sluice__dataset_def__free_unpacked(d->defs[i].def, NULL);
@@ -478,11 +479,11 @@ static void on_journal_fail(void *user, int code, const char *msg)
     fatal(d, "journal: %s: %s", d->work_dir, msg);
 }
 
-static void on_journal_commit(void *user, double seconds, size_t records)
+static void on_journal_commit(void *user, double seconds, size_t records, uint64_t bytes)
 {
     struct dispatcher *d = user;
     (void)records;
-    observe_journal_commit(d->obs, seconds);
+    observe_journal_commit(d->obs, seconds, bytes);
 }
 
 /* Fault-tolerant start: opens the journal, rebuilds the state from it, and takes the

@@ -9,6 +9,7 @@
 
 #include "server.h"
 
+#include "capcache.h"
 #include "journal_thread.h"
 #include "observe.h"
 #include "update_codec.h"
@@ -80,7 +81,8 @@ struct dispatcher {
     /* Deterministic iterations: the lease bound their reader last reported (its t holds the
      * seq, not a time); see plan_get_splits_bounded. */
     struct soft_table lease_below;
-    struct coverage cov; /* consumers' partial reports of unfinished splits */
+    struct coverage cov;  /* consumers' partial reports of unfinished splits */
+    struct capcache caps; /* clients' capabilities for their tasks, as last listed */
     struct def_cache_entry *defs;
     size_t ndefs, cap_defs;
 

@@ -381,6 +381,7 @@ void state_release(struct state *s)
     free(s->jobs);
     free(s->iterations);
     free(s->tasks);
+    free(s->by_worker);
     free(s->workers);
     free(s->clients);
     memset(s, 0, sizeof *s);
@@ -472,13 +473,12 @@ size_t state_iteration_clients(const struct state *s, uint64_t iteration_id)
     return n;
 }
 
+static size_t ref_lower(const struct state *s, uint64_t worker_id, uint64_t task_id);
+
 static bool worker_has_tasks(const struct state *s, uint64_t worker_id)
 {
-    for (size_t i = 0; i < s->ntasks; i++) {
-        if (s->tasks[i].worker_id == worker_id)
-            return true;
-    }
-    return false;
+    size_t at = ref_lower(s, worker_id, 0);
+    return at < s->nby_worker && s->by_worker[at].worker_id == worker_id;
 }
 
 /* ---- applying -------------------------------------------------------------------------------- */
@@ -632,21 +632,73 @@ bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t k
     return !w->key.set || st_key_matches(&w->key, key, key_len);
 }
 
+/* The position of (worker_id, task_id) in the index, or where it would go. */
+static size_t ref_lower(const struct state *s, uint64_t worker_id, uint64_t task_id)
+{
+    size_t lo = 0, hi = s->nby_worker;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct st_task_ref *r = &s->by_worker[mid];
+        if (r->worker_id < worker_id || (r->worker_id == worker_id && r->task_id < task_id))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t worker_id, size_t *n)
+{
+    size_t from = ref_lower(s, worker_id, 0);
+    size_t to = worker_id == UINT64_MAX ? s->nby_worker : ref_lower(s, worker_id + 1, 0);
+    *n = to - from;
+    return s->by_worker + from;
+}
+
+static int cmp_task_ref(const void *a, const void *b)
+{
+    const struct st_task_ref *x = a, *y = b;
+    if (x->worker_id != y->worker_id)
+        return x->worker_id < y->worker_id ? -1 : 1;
+    return x->task_id < y->task_id ? -1 : x->task_id > y->task_id;
+}
+
+int state_reindex(struct state *s)
+{
+    s->nby_worker = 0;
+    if (grow((void **)&s->by_worker, &s->cap_by_worker, s->ntasks, sizeof *s->by_worker))
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < s->ntasks; i++)
+        s->by_worker[i] = (struct st_task_ref){s->tasks[i].worker_id, s->tasks[i].id};
+    s->nby_worker = s->ntasks;
+    if (s->nby_worker > 1)
+        qsort(s->by_worker, s->nby_worker, sizeof *s->by_worker, cmp_task_ref);
+    return 0;
+}
+
 static int apply_task_created(struct state *s, const struct st_update *u)
 {
     const struct st_iteration *it = state_iteration(s, u->ref);
     if (u->id == 0 || state_task(s, u->id) || !it || it->state != ST_ITER_ACTIVE ||
         !state_worker(s, u->ref2))
         return CORRUPT;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        if (s->tasks[i].iteration_id == u->ref && s->tasks[i].worker_id == u->ref2)
+    size_t nmine;
+    const struct st_task_ref *mine = state_worker_tasks(s, u->ref2, &nmine);
+    for (size_t i = 0; i < nmine; i++) {
+        const struct st_task *t = state_task(s, mine[i].task_id);
+        if (t && t->iteration_id == u->ref)
             return CORRUPT;
     }
-    if (grow((void **)&s->tasks, &s->cap_tasks, s->ntasks + 1, sizeof *s->tasks))
+    if (grow((void **)&s->tasks, &s->cap_tasks, s->ntasks + 1, sizeof *s->tasks) ||
+        grow((void **)&s->by_worker, &s->cap_by_worker, s->nby_worker + 1, sizeof *s->by_worker))
         return SLUICE_ERR_NOMEM;
     struct st_task *t = row_insert(s->tasks, &s->ntasks, sizeof *s->tasks, u->id);
     t->iteration_id = u->ref;
     t->worker_id = u->ref2;
+    size_t at = ref_lower(s, u->ref2, u->id);
+    memmove(&s->by_worker[at + 1], &s->by_worker[at], (s->nby_worker - at) * sizeof *s->by_worker);
+    s->by_worker[at] = (struct st_task_ref){u->ref2, u->id};
+    s->nby_worker++;
     s->next_task_id = max_u64(s->next_task_id, u->id + 1);
     return 0;
 }
@@ -670,6 +722,12 @@ static int apply_task_removed(struct state *s, const struct st_update *u)
         it->splits_leased -= t->leased.n;
     state_seq_release(&t->leased);
     state_seq_release(&t->granted);
+    size_t at = ref_lower(s, t->worker_id, t->id);
+    if (at < s->nby_worker && s->by_worker[at].task_id == t->id) {
+        memmove(&s->by_worker[at], &s->by_worker[at + 1],
+                (s->nby_worker - at - 1) * sizeof *s->by_worker);
+        s->nby_worker--;
+    }
     row_erase(s->tasks, &s->ntasks, sizeof *s->tasks, t);
     return 0;
 }

@@ -217,6 +217,11 @@ struct st_limits {
  * leased splits; every task's iteration and worker exist; every client's iteration exists; a
  * task's granted seqs are empty when its last_request is 0, and all below its iteration's split
  * cursor; no update carries the id UINT64_MAX (it would wrap the counter raised past it). */
+/* One entry of the index of tasks by worker (struct state.by_worker). */
+struct st_task_ref {
+    uint64_t worker_id, task_id;
+};
+
 struct state {
     uint64_t next_dataset_id, next_job_id, next_iteration_id, next_task_id, next_worker_id,
         next_client_id;
@@ -233,6 +238,12 @@ struct state {
     size_t nworkers, cap_workers;
     struct st_client *clients;
     size_t nclients, cap_clients;
+    /* Derived, not history: every task as (worker id, task id), sorted, so a worker's tasks are
+     * found without a pass over all of them (the state has a task per worker per iteration).
+     * Apply keeps it; a decoded snapshot builds it (state_reindex); snapshots and digests ignore
+     * it. */
+    struct st_task_ref *by_worker;
+    size_t nby_worker, cap_by_worker;
     /* Configuration, not history: the number of fixed workers of the static sharding modes
      * (--worker-addresses). The shell sets it after recovery; planning reads it (an iteration of
      * a static mode finishes only once every fixed worker finished its shard); apply, snapshots
@@ -564,6 +575,20 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
 /* Whether split seq of the iteration is finished: below the cursor, in no task's lease and not
  * in the pool (every split of a finished iteration is; none of a collected or unknown one). */
 bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq);
+
+/* The tasks of worker_id, by increasing task id: *n entries from the returned pointer, which is
+ * valid until the state changes. */
+const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t worker_id, size_t *n);
+
+/* Builds s->by_worker from s->tasks (after a snapshot filled the table). Returns 0 or
+ * SLUICE_ERR_NOMEM (the index is then empty). */
+int state_reindex(struct state *s);
+
+/* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
+ * receives the answer for seqs[i]. One pass over the tasks instead of one per seq. Returns 0, or
+ * SLUICE_ERR_NOMEM with finished undefined. */
+int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                               size_t n, bool *finished);
 
 /* A consumer of a deterministic iteration lost part of splits seqs[0, n) (it had no room to keep
  * them in order, or a reply went missing) and needs them produced again: each seq leased to a

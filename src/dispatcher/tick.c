@@ -44,6 +44,11 @@ static bool client_alive(const struct state *s, uint64_t id)
     return state_client(s, id) != NULL;
 }
 
+static bool client_known(void *user, uint64_t id)
+{
+    return state_client(user, id) != NULL;
+}
+
 static bool task_alive(const struct state *s, uint64_t id)
 {
     return state_task(s, id) != NULL;
@@ -85,6 +90,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
     soft_prune(&d->settled_since, &d->st, task_alive);
     soft_prune(&d->leased_at, &d->st, task_alive);
     soft_prune(&d->lease_below, &d->st, iteration_active);
+    capcache_prune(&d->caps, client_known, &d->st);
     for (size_t i = 0; i < d->cov.n;) {
         const struct st_iteration *it = state_iteration(&d->st, d->cov.v[i].iteration);
         if (it && it->state == ST_ITER_ACTIVE) {

@@ -782,6 +782,10 @@ int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb
         (rc = decode_tasks(m, &s, err, errlen)) < 0 ||
         (rc = decode_clients(m, &s, err, errlen)) < 0)
         goto fail;
+    if (state_reindex(&s) < 0) {
+        rc = NOMEM();
+        goto fail;
+    }
     sluice__snapshot__free_unpacked(m, NULL);
     *out = s;
     return 0;

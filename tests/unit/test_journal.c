@@ -876,13 +876,17 @@ static uint8_t *dup_payload(uint64_t seq, size_t *len)
     return (uint8_t *)strdup(buf);
 }
 
-static void add_n(struct journal_thread *jt, size_t n)
+/* Queues n records; returns their payload bytes. */
+static uint64_t add_n(struct journal_thread *jt, size_t n)
 {
+    uint64_t bytes = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len;
         uint8_t *p = dup_payload(journal_thread_next_seq(jt), &len);
         assert_int_equal(journal_thread_add(jt, p, len, NULL, NULL, 0), 0);
+        bytes += len;
     }
+    return bytes;
 }
 
 static void close_thread(uv_loop_t *loop, struct journal_thread *jt)
@@ -910,13 +914,15 @@ static void test_group_commit(void **unused)
         a[i] = (struct waiter_arg){&w, i};
 
     /* Everything queued in one loop iteration is one transaction. */
-    add_n(jt, 100);
+    uint64_t bytes = add_n(jt, 100);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[0]), 0);
     assert_int_equal(w.n, 0);
     RUN_UNTIL(&loop, w.n == 1);
     journal_thread_get_stats(jt, &st);
     assert_int_equal(st.transactions, 1);
     assert_int_equal(st.records, 100);
+    assert_true(bytes > 100);
+    assert_int_equal(st.bytes, bytes);
 
     /* While one batch is in flight the next gathers; waiters run in order. */
     add_n(jt, 1);

@@ -498,9 +498,11 @@ static void test_served_figures(void **state)
 static void test_journal_histogram(void **state)
 {
     struct fixture *f = *state;
-    observe_journal_commit(f->o, 0.00005);
-    observe_journal_commit(f->o, 0.003);
-    observe_journal_commit(f->o, 100);
+    assert_int_equal(sample(f, "sluice_journal_bytes_total"), 0);
+    observe_journal_commit(f->o, 0.00005, 120);
+    observe_journal_commit(f->o, 0.003, 0);
+    observe_journal_commit(f->o, 100, 4000);
+    assert_int_equal(sample(f, "sluice_journal_bytes_total"), 4120);
     assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"0.0001\"}"), 1);
     assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"0.0032\"}"), 2);
     assert_int_equal(sample(f, "sluice_journal_commit_seconds_bucket{le=\"6.5536\"}"), 2);

@@ -141,8 +141,34 @@ static void check_seqs(const struct st_seq_list *l)
 }
 
 /* What state.h promises always holds after a successful apply. */
+/* The index of tasks by worker lists exactly the tasks, sorted by (worker, task). */
+static void check_by_worker(const struct state *s)
+{
+    assert_int_equal(s->nby_worker, s->ntasks);
+    for (size_t i = 0; i < s->nby_worker; i++) {
+        const struct st_task_ref *r = &s->by_worker[i];
+        const struct st_task *t = state_task(s, r->task_id);
+        assert_non_null(t);
+        assert_int_equal(t->worker_id, r->worker_id);
+        if (i > 0)
+            assert_true(s->by_worker[i - 1].worker_id < r->worker_id ||
+                        (s->by_worker[i - 1].worker_id == r->worker_id &&
+                         s->by_worker[i - 1].task_id < r->task_id));
+    }
+    for (size_t i = 0; i < s->nworkers; i++) {
+        size_t n, want = 0;
+        const struct st_task_ref *mine = state_worker_tasks(s, s->workers[i].id, &n);
+        for (size_t k = 0; k < s->ntasks; k++)
+            want += s->tasks[k].worker_id == s->workers[i].id;
+        assert_int_equal(n, want);
+        for (size_t k = 0; k < n; k++)
+            assert_int_equal(mine[k].worker_id, s->workers[i].id);
+    }
+}
+
 static void check_invariants(const struct state *s)
 {
+    check_by_worker(s);
     for (size_t i = 1; i < s->ndatasets; i++)
         assert_true(strcmp(s->datasets[i - 1].id, s->datasets[i].id) < 0);
     SORTED(s, jobs);
@@ -1904,6 +1930,11 @@ static const struct plan_case settle_cases[] = {
     {"finished: a repeated report is a no-op", MIX "done 1 5,7,0,3,1,4,6,0", "done 1 0,3,4,5,1",
      "=>"},
     {"finished: nothing", MIX, "done 1", "=>"},
+    {"finished: one seq of a task holding more", DIST8 "splits 1 4\nsplits 2 2", "done 1 2,9,2,5",
+     "splits_finished ref=1 ref2=1 seqs=[2]\nsplits_finished ref=1 ref2=2 seqs=[5]\n=>"},
+    {"finished: more seqs than a task holds", DIST8 "splits 1 1\nsplits 2 3",
+     "done 1 7,6,5,4,3,2,1,0,3",
+     "splits_finished ref=1 ref2=1 seqs=[0]\nsplits_finished ref=1 ref2=2 seqs=[1,2,3]\n=>"},
     {"finished: only from the pool", MIX, "done 1 4", "splits_finished ref=1 seqs=[4]\n=>"},
     {"finished: only beyond the cursor", MIX, "done 1 6,7,100", "=>"},
     {"finished: unknown iteration", MIX, "done 9 1", "error NOT_FOUND: iteration 9 not found"},
@@ -2011,13 +2042,55 @@ static const char *places(const struct state *s, uint64_t iteration_id, char *ou
     return out;
 }
 
-/* Which of seqs 0..7 of the iteration state_split_finished() calls finished, as "10110000". */
+/* Which of seqs 0..7 of the iteration state_split_finished() calls finished, as "10110000".
+ * state_splits_finished_each must say the same of them, asked in any order and with repeats. */
 static const char *finished_map(const struct state *s, uint64_t iteration_id, char out[9])
 {
     for (uint64_t seq = 0; seq < 8; seq++)
         out[seq] = state_split_finished(s, iteration_id, seq) ? '1' : '0';
     out[8] = '\0';
+    static const uint64_t ask[] = {7, 3, 0, 5, 3, 1, 6, 2, 4, 0, 100};
+    bool each[sizeof ask / sizeof ask[0]];
+    assert_int_equal(state_splits_finished_each(s, iteration_id, ask, 11, each), 0);
+    for (size_t i = 0; i < 11; i++) {
+        bool one = state_split_finished(s, iteration_id, ask[i]);
+        if (each[i] != one)
+            fail_msg("seq %" PRIu64 ": each says %d, one by one %d", ask[i], each[i], one);
+    }
     return out;
+}
+
+/* state_splits_finished_each against state_split_finished in every place a split can be, for
+ * an active, a finished, an unknown and a parallel iteration, with the tasks holding fewer and
+ * more seqs than are asked about. */
+static void test_splits_finished_each(void **unused)
+{
+    (void)unused;
+    static const struct {
+        const char *script;
+        uint64_t iteration;
+        const char *want;
+    } cases[] = {
+        {MIX, 1, "01000000"},
+        {MIX "done 1 0,3,4", 1, "11011000"},
+        {DIST8 "splits 1 4\nsplits 2 4", 1, "00000000"},
+        {DIST8 "splits 1 4\nsplits 2 4\ndone 1 6,1", 1, "01000010"},
+        {DIST8 "splits 1 7\ndone 1 0,1,2,3,4,5", 1, "11111100"},
+        {DIST2 "splits 1 4\ndone 1 0,1,2,3\nhb a:1 1 fin=1\nhb b:1 1 fin=2", 1, "11111111"},
+        {MIX, 9, "00000000"},
+        {PAR2, 1, "00000000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct harness h;
+        harness_init(&h);
+        run_script(&h, cases[i].script);
+        char map[9];
+        if (strcmp(finished_map(&h.s, cases[i].iteration, map), cases[i].want) != 0)
+            fail_msg("case %zu: finished %s, want %s", i, map, cases[i].want);
+        bool none;
+        assert_int_equal(state_splits_finished_each(&h.s, cases[i].iteration, NULL, 0, &none), 0);
+        harness_release(&h);
+    }
 }
 
 static void record_copy(const struct st_update *u, struct st_update *out)
@@ -2062,6 +2135,7 @@ static void check_snapshot(const struct state *s)
     if (rc != 0)
         fail_msg("snapshot decode: %s", err);
     assert_int_equal(state_digest(&back), state_digest(s));
+    check_by_worker(&back); /* the decoded snapshot built its index */
     state_release(&back);
 }
 
@@ -2418,6 +2492,7 @@ int main(void)
         cmocka_unit_test(test_drain_story),
         cmocka_unit_test(test_return_story),
         cmocka_unit_test(test_pool_finished_apply),
+        cmocka_unit_test(test_splits_finished_each),
         cmocka_unit_test(test_random_settle_replay),
         cmocka_unit_test(test_returning_onto_a_full_list),
     };

@@ -1,0 +1,1319 @@
+/* control_plane: the dispatcher's control plane under a large simulated cluster.
+ *
+ * One real fault-tolerant dispatcher process (build/bin/sluice-dispatcher, with an auth token,
+ * so every connection does the real handshake) is driven from this process, on one libuv loop,
+ * by simulated workers and clients that speak the real protocol over real TCP connections:
+ *
+ *   - each worker heartbeats at the interval the dispatcher tells it (WorkerHeartbeatReply
+ *     .heartbeat_ms) with its worker_key and the progress of its tasks, takes the tasks the
+ *     replies assign, and for each task leases splits with numbered GetSplits requests; it
+ *     "produces" a lease --split-ms after receiving it, hands the splits to the job's clients
+ *     and asks for more, reporting them in `finished`;
+ *   - each client joins one of --jobs shared distributed_epoch jobs of one dataset
+ *     (range(10^12), small splits, so leasing never runs dry), heartbeats at the interval the
+ *     dispatcher tells it, and reports the splits handed to it as received in full (one
+ *     SplitCoverage each, repeated until the reply lists them in finished_seqs), as a reader
+ *     does.
+ *
+ * It measures per request, in the simulator, the latency of worker heartbeats, client
+ * heartbeats and split leases (GetSplits request to reply); the dispatcher's CPU share
+ * (utime + stime from /proc/PID/stat over the measured window) and its VmRSS / VmHWM; the bytes
+ * it journals per second (sluice_journal_bytes_total from /metrics); and the time from a
+ * SIGKILL to serving again on the same work dir (start until a client heartbeat is answered).
+ *
+ * The same measurement runs first at a tenth of the workers and clients (the baseline, with the
+ * same number of jobs, so each worker carries the same number of tasks) and then at full size;
+ * it prints both, their ratios, and the targets. Exits 1 on any protocol error or on a request
+ * that got no reply; timings never make it fail.
+ *
+ *   control_plane [--seconds N] [--workers N] [--clients N] [--jobs N] [--split-ms N]
+ *                 [--lease N] [--split-size N] [--baseline-workers N]
+ *                 [--baseline-clients N] [--no-baseline] [--dispatcher PATH]
+ *
+ * Defaults: 60 s, 1000 workers, 100 clients, 10 jobs, leases of 4 splits of 1000 elements
+ * produced in 2000 ms; the baseline at 100 workers and 10 clients. */
+#include "common/rpc.h"
+#include "common/security.h"
+#include "pipeline/def.h"
+#include "pipeline/parse.h"
+#include "pipeline/spec.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define PROG "control_plane"
+#define CALL_TIMEOUT_MS 10000
+#define KEY_LEN 16
+#define MAX_COVERAGE_PER_HB 4096
+#define DATASET_ID "control-plane-bench"
+#define PIPELINE "range(1000000000000)"
+
+/* ---- options and results --------------------------------------------------------------------- */
+
+struct config {
+    unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
+    const char *dispatcher;
+};
+
+struct lat {
+    double *v; /* milliseconds */
+    size_t n, cap;
+};
+
+struct figures {
+    unsigned workers, clients, jobs, tasks;
+    double seconds;
+    struct lat worker_hb, client_hb, splits;
+    uint64_t errors, missing, skipped_hb;
+    double cpu_share; /* of one core */
+    double rss_mb, hwm_mb;
+    double journal_bytes_per_s, updates_per_s;
+    double splits_per_s; /* finished (confirmed to clients) */
+    double commits_per_s, commit_mean_ms;
+    double sim_cpu_share; /* this process, the simulator */
+    double restart_s;
+    bool have_journal_bytes;
+};
+
+/* The dispatcher running now, killed if the bench exits early (die, a failed wait). */
+static pid_t running_dispatcher;
+
+static void kill_running_dispatcher(void)
+{
+    if (running_dispatcher > 0) {
+        kill(running_dispatcher, SIGKILL);
+        waitpid(running_dispatcher, NULL, 0);
+        running_dispatcher = 0;
+    }
+}
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, PROG ": %s: %s\n", what, why);
+    exit(1);
+}
+
+static void lat_add(struct lat *l, double ms)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap ? l->cap * 2 : 1024;
+        l->v = realloc(l->v, l->cap * sizeof *l->v);
+        if (!l->v)
+            die("latency", "out of memory");
+    }
+    l->v[l->n++] = ms;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double lat_q(struct lat *l, double q)
+{
+    if (l->n == 0)
+        return NAN;
+    qsort(l->v, l->n, sizeof *l->v, cmp_double);
+    size_t i = (size_t)ceil(q * (double)l->n);
+    if (i > 0)
+        i--;
+    if (i >= l->n)
+        i = l->n - 1;
+    return l->v[i];
+}
+
+/* ---- the simulation ------------------------------------------------------------------------- */
+
+enum kind { K_WORKER_HB, K_CLIENT_HB, K_SPLITS, K_OTHER };
+
+struct sim;
+struct job;
+
+struct seqs {
+    uint64_t *v;
+    size_t n, cap;
+};
+
+static void seqs_push(struct seqs *s, uint64_t x)
+{
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->v = realloc(s->v, s->cap * sizeof *s->v);
+        if (!s->v)
+            die("seqs", "out of memory");
+    }
+    s->v[s->n++] = x;
+}
+
+struct sclient {
+    struct sim *sim;
+    unsigned index;
+    struct rpc_client *c;
+    uv_timer_t hb;
+    bool inflight, joined, stopped;
+    uint64_t client_id, iteration_id;
+    uint8_t key[KEY_LEN];
+    size_t key_len;
+    uint32_t hb_ms;
+    struct job *job;
+    struct seqs pending; /* handed to this client, not yet confirmed finished */
+};
+
+struct job {
+    uint64_t iteration_id;
+    struct sclient **clients;
+    size_t nclients, rr;
+    struct seqs orphans; /* produced before any client of the job was known */
+};
+
+struct sworker;
+
+struct wtask {
+    struct sworker *w;
+    struct sim *sim;
+    uint64_t id, iteration_id;
+    uint64_t request_seq;
+    struct seqs held, finished;
+    uv_timer_t timer;
+    bool inflight, removed, end;
+};
+
+struct sworker {
+    struct sim *sim;
+    unsigned index;
+    struct rpc_client *c;
+    uv_timer_t hb;
+    bool inflight, registered, stopped;
+    uint64_t worker_id;
+    uint8_t key[KEY_LEN];
+    char address[64];
+    uint32_t hb_ms;
+    struct wtask **tasks;
+    size_t ntasks, cap;
+};
+
+struct sim {
+    uv_loop_t loop;
+    const struct config *cfg;
+    struct sec_ctx *sec;
+    char addr[128];
+    unsigned nworkers, nclients, njobs;
+    struct sworker *workers;
+    struct sclient *clients;
+    struct job *jobs;
+    size_t njobs_known;
+    bool measuring, stopping;
+    uint64_t outstanding;
+    uint64_t errors, skipped_hb, splits_confirmed, tasks;
+    struct lat lat[3];
+    int printed_errors;
+};
+
+struct call {
+    struct sim *sim;
+    enum kind kind;
+    uint64_t start_ns;
+    bool measured;
+    void *owner;
+    void (*done)(struct call *call, int status, const char *msg, const Sluice__Envelope *reply);
+};
+
+static void call_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct call *call = user;
+    struct sim *sim = call->sim;
+    sim->outstanding--;
+    if (call->measured && sim->measuring && call->kind != K_OTHER)
+        lat_add(&sim->lat[call->kind], (double)(uv_hrtime() - call->start_ns) / 1e6);
+    if (status < 0) {
+        sim->errors++;
+        if (sim->printed_errors++ < 5)
+            fprintf(stderr, PROG ": request failed (%d): %s\n", status, msg ? msg : "");
+    }
+    call->done(call, status, msg, reply);
+    free(call);
+}
+
+static int send_call(struct sim *sim, struct rpc_client *c, Sluice__Envelope *env, enum kind kind,
+                     void *owner,
+                     void (*done)(struct call *, int, const char *, const Sluice__Envelope *))
+{
+    struct call *call = calloc(1, sizeof *call);
+    if (!call)
+        die("call", "out of memory");
+    *call = (struct call){.sim = sim, .kind = kind, .owner = owner, .done = done};
+    call->start_ns = uv_hrtime();
+    call->measured = sim->measuring;
+    int rc = rpc_call(c, env, CALL_TIMEOUT_MS, call_reply, call);
+    if (rc < 0) {
+        free(call);
+        sim->errors++;
+        fprintf(stderr, PROG ": rpc_call: %s\n", sluice_strerror(rc));
+        return rc;
+    }
+    sim->outstanding++;
+    return 0;
+}
+
+static struct job *job_for(struct sim *sim, uint64_t iteration_id)
+{
+    for (size_t i = 0; i < sim->njobs_known; i++) {
+        if (sim->jobs[i].iteration_id == iteration_id)
+            return &sim->jobs[i];
+    }
+    if (sim->njobs_known == sim->njobs + sim->nclients)
+        die("jobs", "more iterations than jobs");
+    struct job *j = &sim->jobs[sim->njobs_known++];
+    memset(j, 0, sizeof *j);
+    j->iteration_id = iteration_id;
+    j->clients = calloc(sim->nclients, sizeof *j->clients);
+    if (!j->clients)
+        die("jobs", "out of memory");
+    return j;
+}
+
+/* Hands a produced split to the next client of its job, round robin. */
+static void deliver(struct job *j, uint64_t seq)
+{
+    if (j->nclients == 0) {
+        seqs_push(&j->orphans, seq);
+        return;
+    }
+    struct sclient *cl = j->clients[j->rr++ % j->nclients];
+    seqs_push(&cl->pending, seq);
+}
+
+/* ---- simulated tasks: split leasing ---- */
+
+static void task_request(struct wtask *t);
+static void task_timer(uv_timer_t *timer);
+
+static void task_splits_done(struct call *call, int status, const char *msg,
+                             const Sluice__Envelope *reply)
+{
+    (void)msg;
+    struct wtask *t = call->owner;
+    t->inflight = false;
+    if (status < 0 || t->sim->stopping || t->removed)
+        return;
+    const Sluice__GetSplitsReply *r = reply->get_splits_reply;
+    if (!r) {
+        t->sim->errors++;
+        return;
+    }
+    t->finished.n = 0; /* reported and acknowledged */
+    for (size_t i = 0; i < r->n_seqs; i++)
+        seqs_push(&t->held, r->seqs[i]);
+    t->end = r->end_of_splits;
+    if (t->end && t->held.n == 0)
+        return;
+    /* Produced split_ms after the lease arrives; an empty grant is asked again after a pause. */
+    uv_timer_start(&t->timer, task_timer, t->held.n ? t->sim->cfg->split_ms : 200, 0);
+}
+
+static void task_request(struct wtask *t)
+{
+    struct sim *sim = t->sim;
+    if (t->inflight || t->removed || sim->stopping || t->w->stopped)
+        return;
+    Sluice__GetSplitsRequest req = SLUICE__GET_SPLITS_REQUEST__INIT;
+    req.task_id = t->id;
+    req.max_splits = sim->cfg->lease;
+    req.request_seq = ++t->request_seq;
+    req.n_finished = t->finished.n;
+    req.finished = t->finished.v;
+    req.worker_key.data = t->w->key;
+    req.worker_key.len = KEY_LEN;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
+    env.get_splits = &req;
+    if (send_call(sim, t->w->c, &env, K_SPLITS, t, task_splits_done) == 0)
+        t->inflight = true;
+}
+
+static void task_timer(uv_timer_t *timer)
+{
+    struct wtask *t = timer->data;
+    if (t->removed || t->sim->stopping)
+        return;
+    /* The held splits are produced: their elements go to the job's readers. */
+    struct job *j = job_for(t->sim, t->iteration_id);
+    for (size_t i = 0; i < t->held.n; i++) {
+        deliver(j, t->held.v[i]);
+        seqs_push(&t->finished, t->held.v[i]);
+    }
+    t->held.n = 0;
+    if (!t->end)
+        task_request(t);
+}
+
+/* ---- simulated workers ---- */
+
+static void worker_hb_done(struct call *call, int status, const char *msg,
+                           const Sluice__Envelope *reply)
+{
+    (void)msg;
+    struct sworker *w = call->owner;
+    struct sim *sim = w->sim;
+    w->inflight = false;
+    if (status < 0)
+        return;
+    const Sluice__WorkerHeartbeatReply *r = reply->worker_heartbeat_reply;
+    if (!r) {
+        sim->errors++;
+        return;
+    }
+    w->registered = true;
+    w->worker_id = r->worker_id;
+    if (r->heartbeat_ms && r->heartbeat_ms != w->hb_ms) {
+        w->hb_ms = r->heartbeat_ms;
+        uv_timer_set_repeat(&w->hb, w->hb_ms);
+    }
+    for (size_t i = 0; i < r->n_removed_task_ids; i++) {
+        for (size_t k = 0; k < w->ntasks; k++) {
+            if (w->tasks[k]->id == r->removed_task_ids[i] && !w->tasks[k]->removed) {
+                w->tasks[k]->removed = true;
+                uv_timer_stop(&w->tasks[k]->timer);
+            }
+        }
+    }
+    if (sim->stopping)
+        return;
+    for (size_t i = 0; i < r->n_new_tasks; i++) {
+        const Sluice__TaskDef *def = r->new_tasks[i];
+        if (!def)
+            continue;
+        bool known = false;
+        for (size_t k = 0; k < w->ntasks && !known; k++)
+            known = w->tasks[k]->id == def->task_id;
+        if (known)
+            continue;
+        if (def->mode != SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH)
+            die("task", "not a distributed_epoch task");
+        struct wtask *t = calloc(1, sizeof *t);
+        if (!t)
+            die("task", "out of memory");
+        t->w = w;
+        t->sim = sim;
+        t->id = def->task_id;
+        t->iteration_id = def->iteration_id;
+        uv_timer_init(&sim->loop, &t->timer);
+        t->timer.data = t;
+        if (w->ntasks == w->cap) {
+            w->cap = w->cap ? w->cap * 2 : 8;
+            w->tasks = realloc(w->tasks, w->cap * sizeof *w->tasks);
+            if (!w->tasks)
+                die("task", "out of memory");
+        }
+        w->tasks[w->ntasks++] = t;
+        sim->tasks++;
+        task_request(t);
+    }
+}
+
+static void worker_heartbeat(uv_timer_t *timer)
+{
+    struct sworker *w = timer->data;
+    struct sim *sim = w->sim;
+    if (sim->stopping || w->stopped)
+        return;
+    if (w->inflight) {
+        if (sim->measuring)
+            sim->skipped_hb++;
+        return;
+    }
+    Sluice__TaskProgress *progress = calloc(w->ntasks ? w->ntasks : 1, sizeof *progress);
+    Sluice__TaskProgress **ptrs = calloc(w->ntasks ? w->ntasks : 1, sizeof *ptrs);
+    if (!progress || !ptrs)
+        die("heartbeat", "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < w->ntasks; i++) {
+        const struct wtask *t = w->tasks[i];
+        if (t->removed)
+            continue;
+        Sluice__TaskProgress init = SLUICE__TASK_PROGRESS__INIT;
+        progress[n] = init;
+        progress[n].task_id = t->id;
+        progress[n].elements_per_second = 1000.0;
+        progress[n].buffered = 16;
+        ptrs[n] = &progress[n];
+        n++;
+    }
+    Sluice__WorkerHeartbeatRequest req = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
+    req.address = w->address;
+    req.n_tasks = n;
+    req.tasks = ptrs;
+    req.worker_key.data = w->key;
+    req.worker_key.len = KEY_LEN;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
+    env.worker_heartbeat = &req;
+    if (send_call(sim, w->c, &env, K_WORKER_HB, w, worker_hb_done) == 0)
+        w->inflight = true;
+    free(progress);
+    free(ptrs);
+}
+
+/* ---- simulated clients ---- */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void client_hb_done(struct call *call, int status, const char *msg,
+                           const Sluice__Envelope *reply)
+{
+    (void)msg;
+    struct sclient *cl = call->owner;
+    struct sim *sim = cl->sim;
+    cl->inflight = false;
+    if (status < 0)
+        return;
+    const Sluice__ClientHeartbeatReply *r = reply->client_heartbeat_reply;
+    if (!r) {
+        sim->errors++;
+        return;
+    }
+    if (r->heartbeat_ms && r->heartbeat_ms != cl->hb_ms) {
+        cl->hb_ms = r->heartbeat_ms;
+        uv_timer_set_repeat(&cl->hb, cl->hb_ms);
+    }
+    if (r->n_finished_seqs == 0 || cl->pending.n == 0)
+        return;
+    uint64_t *fin = malloc(r->n_finished_seqs * sizeof *fin);
+    if (!fin)
+        die("heartbeat", "out of memory");
+    memcpy(fin, r->finished_seqs, r->n_finished_seqs * sizeof *fin);
+    qsort(fin, r->n_finished_seqs, sizeof *fin, cmp_u64);
+    size_t k = 0;
+    for (size_t i = 0; i < cl->pending.n; i++) {
+        uint64_t seq = cl->pending.v[i];
+        if (bsearch(&seq, fin, r->n_finished_seqs, sizeof *fin, cmp_u64)) {
+            if (sim->measuring)
+                sim->splits_confirmed++;
+            continue;
+        }
+        cl->pending.v[k++] = seq;
+    }
+    cl->pending.n = k;
+    free(fin);
+}
+
+static void client_heartbeat(uv_timer_t *timer)
+{
+    struct sclient *cl = timer->data;
+    struct sim *sim = cl->sim;
+    if (sim->stopping || cl->stopped || !cl->joined)
+        return;
+    if (cl->inflight) {
+        if (sim->measuring)
+            sim->skipped_hb++;
+        return;
+    }
+    size_t n = cl->pending.n < MAX_COVERAGE_PER_HB ? cl->pending.n : MAX_COVERAGE_PER_HB;
+    Sluice__SplitCoverage *cov = calloc(n ? n : 1, sizeof *cov);
+    Sluice__SplitCoverage **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    uint64_t bounds[2] = {0, sim->cfg->split_size};
+    if (!cov || !ptrs)
+        die("heartbeat", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        Sluice__SplitCoverage init = SLUICE__SPLIT_COVERAGE__INIT;
+        cov[i] = init;
+        cov[i].seq = cl->pending.v[i];
+        cov[i].ended = true;
+        cov[i].total = sim->cfg->split_size;
+        cov[i].n_bounds = 2;
+        cov[i].bounds = bounds;
+        ptrs[i] = &cov[i];
+    }
+    Sluice__ClientHeartbeatRequest req = SLUICE__CLIENT_HEARTBEAT_REQUEST__INIT;
+    req.client_id = cl->client_id;
+    req.iteration_id = cl->iteration_id;
+    req.elements_per_second = 1000.0;
+    req.n_splits = n;
+    req.splits = ptrs;
+    req.client_key.data = cl->key;
+    req.client_key.len = cl->key_len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
+    env.client_heartbeat = &req;
+    if (send_call(sim, cl->c, &env, K_CLIENT_HB, cl, client_hb_done) == 0)
+        cl->inflight = true;
+    free(cov);
+    free(ptrs);
+}
+
+static void client_job_done(struct call *call, int status, const char *msg,
+                            const Sluice__Envelope *reply)
+{
+    (void)msg;
+    struct sclient *cl = call->owner;
+    struct sim *sim = cl->sim;
+    if (status < 0)
+        return;
+    const Sluice__GetOrCreateJobReply *r = reply->get_or_create_job_reply;
+    if (!r || r->client_key.len > KEY_LEN) {
+        sim->errors++;
+        return;
+    }
+    cl->client_id = r->client_id;
+    cl->iteration_id = r->iteration_id;
+    memcpy(cl->key, r->client_key.data, r->client_key.len);
+    cl->key_len = r->client_key.len;
+    cl->hb_ms = r->heartbeat_ms ? r->heartbeat_ms : 1000;
+    cl->joined = true;
+    struct job *j = job_for(sim, r->iteration_id);
+    cl->job = j;
+    j->clients[j->nclients++] = cl;
+    for (size_t i = 0; i < j->orphans.n; i++)
+        deliver(j, j->orphans.v[i]);
+    j->orphans.n = 0;
+    uv_timer_start(&cl->hb, client_heartbeat, (uint64_t)(rand() % cl->hb_ms) + 1, cl->hb_ms);
+}
+
+static void client_join(struct sclient *cl)
+{
+    char name[64];
+    snprintf(name, sizeof name, "cp-job-%u", cl->index % cl->sim->njobs);
+    Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+    req.dataset_id = DATASET_ID;
+    req.job_name = name;
+    req.mode = SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+    env.get_or_create_job = &req;
+    send_call(cl->sim, cl->c, &env, K_OTHER, cl, client_job_done);
+}
+
+static void register_done(struct call *call, int status, const char *msg,
+                          const Sluice__Envelope *reply)
+{
+    (void)reply;
+    if (status < 0)
+        die("register dataset", msg);
+    *(bool *)call->owner = true;
+}
+
+static void register_dataset(struct sim *sim, bool *done)
+{
+    char err[512];
+    struct pipe_spec *spec = NULL;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (pipe_parse(PIPELINE, &spec, err, sizeof err) < 0)
+        die("pipeline", err);
+    if (pipe_spec_encode(spec, &bytes, &len) < 0)
+        die("pipeline", "cannot encode");
+    Sluice__DatasetDef *def = sluice__dataset_def__unpack(NULL, len, bytes);
+    if (!def)
+        die("pipeline", "cannot decode");
+    Sluice__RegisterDatasetRequest req = SLUICE__REGISTER_DATASET_REQUEST__INIT;
+    req.dataset = def;
+    req.dataset_id = DATASET_ID;
+    req.split_size = sim->cfg->split_size;
+    req.pipeline = PIPELINE;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_REGISTER_DATASET;
+    env.register_dataset = &req;
+    send_call(sim, sim->clients[0].c, &env, K_OTHER, done, register_done);
+    sluice__dataset_def__free_unpacked(def, NULL);
+    free(bytes);
+    pipe_spec_free(spec);
+}
+
+/* ---- the dispatcher process ---------------------------------------------------------------- */
+
+struct dproc {
+    pid_t pid;
+    char addr[128], metrics[128];
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Starts the dispatcher on work_dir and waits for its "listening on" and "metrics on" lines. */
+static void dispatcher_start(struct dproc *p, const struct config *cfg, const char *work_dir,
+                             const char *token, unsigned max_conns)
+{
+    char log[PATH_MAX + 16], conns[32];
+    snprintf(log, sizeof log, "%s.log", work_dir);
+    snprintf(conns, sizeof conns, "%u", max_conns);
+    int out[2];
+    if (pipe(out) < 0)
+        die("pipe", strerror(errno));
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork", strerror(errno));
+    if (pid == 0) {
+        dup2(out[1], 1);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0)
+            dup2(fd, 2);
+        close(out[0]);
+        close(out[1]);
+        execl(cfg->dispatcher, cfg->dispatcher, "--fault-tolerant", "--work-dir", work_dir,
+              "--port", "0", "--metrics-port", "0", "--auth-token-file", token, "--max-connections",
+              conns, "--log-level", "warn", (char *)NULL);
+        _exit(127);
+    }
+    close(out[1]);
+    p->pid = pid;
+    running_dispatcher = pid;
+    p->addr[0] = p->metrics[0] = '\0';
+    char buf[1024];
+    size_t used = 0;
+    double deadline = now_s() + 30;
+    while ((!p->addr[0] || !p->metrics[0]) && now_s() < deadline) {
+        ssize_t r = read(out[0], buf + used, sizeof buf - 1 - used);
+        if (r <= 0)
+            break;
+        used += (size_t)r;
+        buf[used] = '\0';
+        char *l = strstr(buf, "listening on ");
+        if (l && strchr(l, '\n'))
+            sscanf(l + 13, "%127s", p->addr);
+        char *m = strstr(buf, "metrics on ");
+        if (m && strchr(m, '\n'))
+            sscanf(m + 11, "%127s", p->metrics);
+    }
+    close(out[0]);
+    if (!p->addr[0] || !p->metrics[0]) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        fprintf(stderr, PROG ": dispatcher did not start; its log is %s\n", log);
+        exit(1);
+    }
+}
+
+static void dispatcher_kill(struct dproc *p, int sig)
+{
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, sig);
+    waitpid(p->pid, NULL, 0);
+    if (running_dispatcher == p->pid)
+        running_dispatcher = 0;
+    p->pid = 0;
+}
+
+/* utime + stime of pid in seconds. */
+static double proc_cpu_s(pid_t pid)
+{
+    char path[64], buf[2048];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return NAN;
+    unsigned long ut = 0, st = 0;
+    /* After the command: state (field 3) ... utime is field 14, stime 15. */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return NAN;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double self_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return NAN;
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+static double proc_status_mb(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NAN;
+    double v = NAN;
+    size_t fl = strlen(field);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, fl) == 0 && line[fl] == ':') {
+            v = strtod(line + fl + 1, NULL) / 1024.0;
+            break;
+        }
+    }
+    fclose(f);
+    return v;
+}
+
+/* GET /metrics (with the token) and the value of the sample `name` (no labels); NAN if absent. */
+static double scrape(const char *addr, const char *token_text, const char *name)
+{
+    char host[64];
+    int port = 0;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= sizeof host)
+        return NAN;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    port = atoi(colon + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NAN;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return NAN;
+    }
+    char req[1024];
+    int rl = snprintf(req, sizeof req,
+                      "GET /metrics HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+                      "Connection: close\r\n\r\n",
+                      addr, token_text);
+    if (write(fd, req, (size_t)rl) != rl) {
+        close(fd);
+        return NAN;
+    }
+    size_t cap = 1 << 16, used = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (used + 4096 > cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+        }
+        ssize_t r = read(fd, buf + used, cap - used - 1);
+        if (r <= 0)
+            break;
+        used += (size_t)r;
+    }
+    close(fd);
+    buf[used] = '\0';
+    double v = NAN;
+    size_t nl = strlen(name);
+    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : 0) {
+        if (strncmp(line, name, nl) == 0 && line[nl] == ' ') {
+            v = strtod(line + nl + 1, NULL);
+            break;
+        }
+    }
+    free(buf);
+    return v;
+}
+
+/* ---- one measurement ------------------------------------------------------------------------ */
+
+static void keepalive(uv_timer_t *t)
+{
+    (void)t;
+}
+
+static bool all_registered(struct sim *sim)
+{
+    for (unsigned i = 0; i < sim->nworkers; i++) {
+        if (!sim->workers[i].registered)
+            return false;
+    }
+    return true;
+}
+
+static bool all_joined(struct sim *sim)
+{
+    for (unsigned i = 0; i < sim->nclients; i++) {
+        if (!sim->clients[i].joined)
+            return false;
+    }
+    return true;
+}
+
+static void run_until(struct sim *sim, bool (*pred)(struct sim *), double seconds, const char *what)
+{
+    double deadline = now_s() + seconds;
+    while (!(pred && pred(sim)) && now_s() < deadline)
+        uv_run(&sim->loop, UV_RUN_ONCE);
+    if (pred && !pred(sim)) {
+        fprintf(stderr, PROG ": %s: not done after %.0f s\n", what, seconds);
+        exit(1);
+    }
+}
+
+static bool nothing_outstanding(struct sim *sim)
+{
+    return sim->outstanding == 0;
+}
+
+static void closed_cb(void *user)
+{
+    (*(unsigned *)user)--;
+}
+
+static void close_handle_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+struct probe_result {
+    bool done;
+    int status;
+    char msg[256];
+};
+
+static void probe_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    (void)reply;
+    struct probe_result *r = user;
+    r->done = true;
+    r->status = status;
+    snprintf(r->msg, sizeof r->msg, "%s", msg ? msg : "");
+}
+
+/* Time from starting the dispatcher on work_dir until it answers a client heartbeat of a client
+ * from the state it recovered. */
+static double measure_restart(const struct config *cfg, struct sec_ctx *sec, const char *work_dir,
+                              const char *token, unsigned max_conns, const struct sclient *cl)
+{
+    double t0 = now_s();
+    struct dproc p;
+    dispatcher_start(&p, cfg, work_dir, token, max_conns);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    char err[512];
+    struct rpc_client *c;
+    struct rpc_client_opts o = {.address = p.addr,
+                                .role = SLUICE__ROLE__ROLE_CLIENT,
+                                .incarnation = rpc_new_incarnation(),
+                                .sec = sec,
+                                .backoff_min_ms = 5,
+                                .backoff_max_ms = 50};
+    if (rpc_client_new(&loop, &o, &c, err, sizeof err) < 0)
+        die("restart", err);
+    struct probe_result r = {0};
+    Sluice__ClientHeartbeatRequest req = SLUICE__CLIENT_HEARTBEAT_REQUEST__INIT;
+    req.client_id = cl->client_id;
+    req.iteration_id = cl->iteration_id;
+    req.client_key.data = (uint8_t *)cl->key;
+    req.client_key.len = cl->key_len;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
+    env.client_heartbeat = &req;
+    if (rpc_call(c, &env, 30000, probe_reply, &r) < 0)
+        die("restart", "cannot call");
+    while (!r.done)
+        uv_run(&loop, UV_RUN_ONCE);
+    double t = now_s() - t0;
+    if (r.status < 0) {
+        fprintf(stderr, PROG ": restart: heartbeat refused: %s\n", r.msg);
+        t = NAN;
+    }
+    rpc_client_close(c, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    dispatcher_kill(&p, SIGKILL);
+    return t;
+}
+
+static void measure(const struct config *cfg, unsigned nworkers, unsigned nclients,
+                    const char *root, const char *tag, struct figures *fig)
+{
+    char work_dir[PATH_MAX], token_path[PATH_MAX], token[65], err[512];
+    snprintf(work_dir, sizeof work_dir, "%s/%s", root, tag);
+    snprintf(token_path, sizeof token_path, "%s/%s.token", root, tag);
+    if (mkdir(work_dir, 0700) < 0)
+        die(work_dir, strerror(errno));
+    for (int i = 0; i < 64; i++)
+        token[i] = "0123456789abcdef"[rand() % 16];
+    token[64] = '\0';
+    FILE *tf = fopen(token_path, "w");
+    if (!tf || fputs(token, tf) < 0 || fclose(tf) != 0)
+        die(token_path, strerror(errno));
+    chmod(token_path, 0600);
+
+    unsigned max_conns = nworkers + nclients + 64;
+    struct dproc p;
+    dispatcher_start(&p, cfg, work_dir, token_path, max_conns);
+    fprintf(stderr, PROG ": %s: dispatcher pid %d at %s, metrics at %s\n", tag, (int)p.pid, p.addr,
+            p.metrics);
+
+    struct sim *sim = calloc(1, sizeof *sim);
+    if (!sim)
+        die("sim", "out of memory");
+    sim->cfg = cfg;
+    sim->nworkers = nworkers;
+    sim->nclients = nclients;
+    sim->njobs = cfg->jobs < nclients ? cfg->jobs : nclients;
+    snprintf(sim->addr, sizeof sim->addr, "%s", p.addr);
+    uv_loop_init(&sim->loop);
+    struct sluice_security_options so = {.auth_token_file = token_path};
+    if (sec_ctx_new(&so, SEC_CLIENT, &sim->sec, err, sizeof err) < 0)
+        die("token", err);
+    sim->workers = calloc(nworkers, sizeof *sim->workers);
+    sim->clients = calloc(nclients, sizeof *sim->clients);
+    sim->jobs = calloc(sim->njobs + nclients, sizeof *sim->jobs);
+    if (!sim->workers || !sim->clients || !sim->jobs)
+        die("sim", "out of memory");
+    uv_timer_t tick;
+    uv_timer_init(&sim->loop, &tick);
+    uv_timer_start(&tick, keepalive, 20, 20);
+
+    for (unsigned i = 0; i < nworkers; i++) {
+        struct sworker *w = &sim->workers[i];
+        w->sim = sim;
+        w->index = i;
+        w->hb_ms = 1000;
+        for (int k = 0; k < KEY_LEN; k++)
+            w->key[k] = (uint8_t)rand();
+        snprintf(w->address, sizeof w->address, "127.0.0.1:%u", 20000 + i);
+        struct rpc_client_opts o = {.address = sim->addr,
+                                    .role = SLUICE__ROLE__ROLE_WORKER,
+                                    .incarnation = rpc_new_incarnation(),
+                                    .sec = sim->sec};
+        if (rpc_client_new(&sim->loop, &o, &w->c, err, sizeof err) < 0)
+            die("worker", err);
+        uv_timer_init(&sim->loop, &w->hb);
+        w->hb.data = w;
+        /* Spread the first heartbeats (and so the handshakes) over one interval. */
+        uv_timer_start(&w->hb, worker_heartbeat, (uint64_t)(rand() % 1000) + 1, w->hb_ms);
+    }
+    for (unsigned i = 0; i < nclients; i++) {
+        struct sclient *cl = &sim->clients[i];
+        cl->sim = sim;
+        cl->index = i;
+        struct rpc_client_opts o = {.address = sim->addr,
+                                    .role = SLUICE__ROLE__ROLE_CLIENT,
+                                    .incarnation = rpc_new_incarnation(),
+                                    .sec = sim->sec};
+        if (rpc_client_new(&sim->loop, &o, &cl->c, err, sizeof err) < 0)
+            die("client", err);
+        uv_timer_init(&sim->loop, &cl->hb);
+        cl->hb.data = cl;
+    }
+    run_until(sim, all_registered, 60, "workers registering");
+    bool registered = false;
+    register_dataset(sim, &registered);
+    while (!registered)
+        uv_run(&sim->loop, UV_RUN_ONCE);
+    for (unsigned i = 0; i < nclients; i++)
+        client_join(&sim->clients[i]);
+    run_until(sim, all_joined, 60, "clients joining");
+    /* Warm up: every worker learns its tasks and leases its first splits. */
+    run_until(sim, NULL, 3, "warm-up");
+    if (sim->errors)
+        fprintf(stderr, PROG ": %" PRIu64 " errors before the measurement\n", sim->errors);
+
+    double cpu0 = proc_cpu_s(p.pid);
+    double jb0 = scrape(p.metrics, token, "sluice_journal_bytes_total");
+    double up0 = scrape(p.metrics, token, "sluice_updates_applied_total");
+    double cs0 = scrape(p.metrics, token, "sluice_journal_commit_seconds_sum");
+    double cn0 = scrape(p.metrics, token, "sluice_journal_commit_seconds_count");
+    double self0 = self_cpu_s();
+    double t0 = now_s();
+    sim->measuring = true;
+    double deadline = t0 + cfg->seconds;
+    while (now_s() < deadline)
+        uv_run(&sim->loop, UV_RUN_ONCE);
+    double t1 = now_s();
+    double cpu1 = proc_cpu_s(p.pid);
+    double jb1 = scrape(p.metrics, token, "sluice_journal_bytes_total");
+    double up1 = scrape(p.metrics, token, "sluice_updates_applied_total");
+    double cs1 = scrape(p.metrics, token, "sluice_journal_commit_seconds_sum");
+    double cn1 = scrape(p.metrics, token, "sluice_journal_commit_seconds_count");
+    double self1 = self_cpu_s();
+    fig->rss_mb = proc_status_mb(p.pid, "VmRSS");
+    fig->hwm_mb = proc_status_mb(p.pid, "VmHWM");
+    sim->measuring = false;
+
+    /* Stop sending; every request sent must get its reply. */
+    sim->stopping = true;
+    for (unsigned i = 0; i < nworkers; i++)
+        uv_timer_stop(&sim->workers[i].hb);
+    for (unsigned i = 0; i < nclients; i++)
+        uv_timer_stop(&sim->clients[i].hb);
+    double drain = now_s() + CALL_TIMEOUT_MS / 1000.0 + 5;
+    while (!nothing_outstanding(sim) && now_s() < drain)
+        uv_run(&sim->loop, UV_RUN_ONCE);
+
+    fig->workers = nworkers;
+    fig->clients = nclients;
+    fig->jobs = sim->njobs;
+    fig->tasks = (unsigned)sim->tasks;
+    fig->seconds = t1 - t0;
+    fig->worker_hb = sim->lat[K_WORKER_HB];
+    fig->client_hb = sim->lat[K_CLIENT_HB];
+    fig->splits = sim->lat[K_SPLITS];
+    fig->errors = sim->errors;
+    fig->missing = sim->outstanding;
+    fig->skipped_hb = sim->skipped_hb;
+    fig->cpu_share = (cpu1 - cpu0) / fig->seconds;
+    fig->have_journal_bytes = !isnan(jb0) && !isnan(jb1);
+    fig->journal_bytes_per_s = (jb1 - jb0) / fig->seconds;
+    fig->updates_per_s = (up1 - up0) / fig->seconds;
+    fig->splits_per_s = (double)sim->splits_confirmed / fig->seconds;
+    fig->commits_per_s = (cn1 - cn0) / fig->seconds;
+    fig->commit_mean_ms = cn1 > cn0 ? 1000 * (cs1 - cs0) / (cn1 - cn0) : NAN;
+    fig->sim_cpu_share = (self1 - self0) / fig->seconds;
+
+    /* Restart with this state. */
+    struct sclient probe = sim->clients[0];
+    dispatcher_kill(&p, SIGKILL);
+    fig->restart_s = measure_restart(cfg, sim->sec, work_dir, token_path, max_conns, &probe);
+
+    unsigned open = nworkers + nclients;
+    for (unsigned i = 0; i < nworkers; i++) {
+        struct sworker *w = &sim->workers[i];
+        uv_close((uv_handle_t *)&w->hb, close_handle_cb);
+        for (size_t k = 0; k < w->ntasks; k++)
+            uv_close((uv_handle_t *)&w->tasks[k]->timer, close_handle_cb);
+        rpc_client_close(w->c, closed_cb, &open);
+    }
+    for (unsigned i = 0; i < nclients; i++) {
+        uv_close((uv_handle_t *)&sim->clients[i].hb, close_handle_cb);
+        rpc_client_close(sim->clients[i].c, closed_cb, &open);
+    }
+    uv_close((uv_handle_t *)&tick, close_handle_cb);
+    while (open > 0)
+        uv_run(&sim->loop, UV_RUN_ONCE);
+    uv_run(&sim->loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&sim->loop) != 0)
+        fprintf(stderr, PROG ": the loop did not close\n");
+    for (unsigned i = 0; i < nworkers; i++) {
+        struct sworker *w = &sim->workers[i];
+        for (size_t k = 0; k < w->ntasks; k++) {
+            free(w->tasks[k]->held.v);
+            free(w->tasks[k]->finished.v);
+            free(w->tasks[k]);
+        }
+        free(w->tasks);
+    }
+    for (unsigned i = 0; i < nclients; i++)
+        free(sim->clients[i].pending.v);
+    for (size_t i = 0; i < sim->njobs_known; i++) {
+        free(sim->jobs[i].clients);
+        free(sim->jobs[i].orphans.v);
+    }
+    free(sim->jobs);
+    free(sim->workers);
+    free(sim->clients);
+    sec_ctx_free(sim->sec);
+    free(sim);
+}
+
+/* ---- report --------------------------------------------------------------------------------- */
+
+static void row(const char *name, double base, double run, const char *target, bool have_base)
+{
+    if (have_base && base > 0)
+        printf("  %-34s %11.3f %11.3f %8.2fx  %s\n", name, base, run, run / base, target);
+    else if (have_base)
+        printf("  %-34s %11.3f %11.3f %9s  %s\n", name, base, run, "-", target);
+    else
+        printf("  %-34s %11s %11.3f %9s  %s\n", name, "-", run, "", target);
+}
+
+static void report(struct figures *b, struct figures *r, bool have_base)
+{
+    if (have_base)
+        printf("baseline: %u workers, %u clients, %u jobs, %u tasks, %.1f s\n", b->workers,
+               b->clients, b->jobs, b->tasks, b->seconds);
+    printf("run:      %u workers, %u clients, %u jobs, %u tasks, %.1f s\n", r->workers, r->clients,
+           r->jobs, r->tasks, r->seconds);
+    printf("  %-34s %11s %11s %9s  %s\n", "", "baseline", "run", "ratio", "target");
+    struct {
+        const char *name;
+        struct lat *b, *r;
+    } lats[] = {{"worker heartbeat", &b->worker_hb, &r->worker_hb},
+                {"client heartbeat", &b->client_hb, &r->client_hb},
+                {"split lease (GetSplits)", &b->splits, &r->splits}};
+    for (size_t i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s requests", lats[i].name);
+        row(name, (double)lats[i].b->n, (double)lats[i].r->n, "", have_base);
+        snprintf(name, sizeof name, "%s p50 ms", lats[i].name);
+        row(name, lat_q(lats[i].b, 0.5), lat_q(lats[i].r, 0.5), "", have_base);
+        snprintf(name, sizeof name, "%s p99 ms", lats[i].name);
+        row(name, lat_q(lats[i].b, 0.99), lat_q(lats[i].r, 0.99), "< 5 ms", have_base);
+        snprintf(name, sizeof name, "%s max ms", lats[i].name);
+        row(name, lat_q(lats[i].b, 1.0), lat_q(lats[i].r, 1.0), "", have_base);
+    }
+    row("heartbeats skipped (in flight)", (double)b->skipped_hb, (double)r->skipped_hb, "",
+        have_base);
+    row("splits confirmed / s", b->splits_per_s, r->splits_per_s, "", have_base);
+    row("dispatcher CPU (cores)", b->cpu_share, r->cpu_share, "", have_base);
+    row("dispatcher CPU per request us",
+        1e6 * b->cpu_share * b->seconds /
+            (double)(b->worker_hb.n + b->client_hb.n + b->splits.n
+                         ? b->worker_hb.n + b->client_hb.n + b->splits.n
+                         : 1),
+        1e6 * r->cpu_share * r->seconds /
+            (double)(r->worker_hb.n + r->client_hb.n + r->splits.n
+                         ? r->worker_hb.n + r->client_hb.n + r->splits.n
+                         : 1),
+        "", have_base);
+    row("dispatcher CPU per worker (ms/s)", 1000 * b->cpu_share / b->workers,
+        1000 * r->cpu_share / r->workers, "", have_base);
+    row("simulator CPU (cores)", b->sim_cpu_share, r->sim_cpu_share, "", have_base);
+    row("dispatcher VmRSS MB", b->rss_mb, r->rss_mb, "< 100 MB", have_base);
+    row("dispatcher VmHWM MB", b->hwm_mb, r->hwm_mb, "< 100 MB", have_base);
+    row("state updates / s", b->updates_per_s, r->updates_per_s, "", have_base);
+    row("journal commits / s", b->commits_per_s, r->commits_per_s, "", have_base);
+    row("journal commit mean ms", b->commit_mean_ms, r->commit_mean_ms, "", have_base);
+    if (r->have_journal_bytes)
+        row("journal bytes / s", b->journal_bytes_per_s, r->journal_bytes_per_s, "", have_base);
+    else
+        printf("  journal bytes / s: the dispatcher exports no sluice_journal_bytes_total\n");
+    row("restart to serving s", b->restart_s, r->restart_s, "< 1 s", have_base);
+    row("errors", (double)b->errors, (double)r->errors, "0", have_base);
+    row("requests without reply", (double)b->missing, (double)r->missing, "0", have_base);
+}
+
+static unsigned parse_uint(const char *flag, const char *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long x = v ? strtoul(v, &end, 10) : 0;
+    if (!v || errno || *end || x == 0 || x > 1000000) {
+        fprintf(stderr, PROG ": %s: expected a positive number\n", flag);
+        exit(2);
+    }
+    return (unsigned)x;
+}
+
+static void default_dispatcher(char *out, size_t len)
+{
+    char self[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(out, len, "build/bin/sluice-dispatcher");
+        return;
+    }
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash)
+        *slash = '\0';
+    snprintf(out, len, "%s/../bin/sluice-dispatcher", self);
+}
+
+int main(int argc, char **argv)
+{
+    static char dpath[PATH_MAX];
+    struct config cfg = {.seconds = 60,
+                         .workers = 1000,
+                         .clients = 100,
+                         .jobs = 10,
+                         .split_ms = 2000,
+                         .lease = 4,
+                         .split_size = 1000};
+    unsigned base_workers = 0, base_clients = 0;
+    bool baseline = true;
+    default_dispatcher(dpath, sizeof dpath);
+    cfg.dispatcher = dpath;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--no-baseline") == 0) {
+            baseline = false;
+            continue;
+        }
+        if (strcmp(a, "--help") == 0) {
+            printf("usage: " PROG " [--seconds N] [--workers N] [--clients N] [--jobs N]\n"
+                   "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
+                   "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n");
+            return 0;
+        }
+        if (strcmp(a, "--dispatcher") == 0 && v)
+            cfg.dispatcher = v;
+        else if (strcmp(a, "--seconds") == 0)
+            cfg.seconds = parse_uint(a, v);
+        else if (strcmp(a, "--workers") == 0)
+            cfg.workers = parse_uint(a, v);
+        else if (strcmp(a, "--clients") == 0)
+            cfg.clients = parse_uint(a, v);
+        else if (strcmp(a, "--jobs") == 0)
+            cfg.jobs = parse_uint(a, v);
+        else if (strcmp(a, "--split-ms") == 0)
+            cfg.split_ms = parse_uint(a, v);
+        else if (strcmp(a, "--lease") == 0)
+            cfg.lease = parse_uint(a, v);
+        else if (strcmp(a, "--split-size") == 0)
+            cfg.split_size = parse_uint(a, v);
+        else if (strcmp(a, "--baseline-workers") == 0)
+            base_workers = parse_uint(a, v);
+        else if (strcmp(a, "--baseline-clients") == 0)
+            base_clients = parse_uint(a, v);
+        else {
+            fprintf(stderr, PROG ": unknown or incomplete argument '%s' (see --help)\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (!base_workers)
+        base_workers = cfg.workers / 10 ? cfg.workers / 10 : 1;
+    if (!base_clients)
+        base_clients = cfg.clients / 10 ? cfg.clients / 10 : 1;
+    if (access(cfg.dispatcher, X_OK) != 0)
+        die(cfg.dispatcher, strerror(errno));
+    signal(SIGPIPE, SIG_IGN);
+    atexit(kill_running_dispatcher);
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+
+    /* One socket per simulated peer, and the dispatcher (which inherits the limit) needs as
+     * many. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = (rlim_t)cfg.workers + cfg.clients + 256;
+        if (rl.rlim_cur < want) {
+            rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+        getrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < (rlim_t)cfg.workers + cfg.clients + 128)
+            fprintf(stderr, PROG ": warning: the open-file limit %lu is too low for %u peers\n",
+                    (unsigned long)rl.rlim_cur, cfg.workers + cfg.clients);
+    }
+
+    char root[] = "/tmp/sluice-cp-XXXXXX";
+    if (!mkdtemp(root))
+        die("mkdtemp", strerror(errno));
+    struct figures base = {0}, run = {0};
+    if (baseline)
+        measure(&cfg, base_workers, base_clients, root, "baseline", &base);
+    measure(&cfg, cfg.workers, cfg.clients, root, "run", &run);
+    report(&base, &run, baseline);
+    bool ok = base.errors == 0 && base.missing == 0 && run.errors == 0 && run.missing == 0;
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    if (ok && system(cmd) != 0)
+        fprintf(stderr, PROG ": could not remove %s\n", root);
+    else if (!ok)
+        fprintf(stderr, PROG ": kept %s (dispatcher logs)\n", root);
+    free(base.worker_hb.v);
+    free(base.client_hb.v);
+    free(base.splits.v);
+    free(run.worker_hb.v);
+    free(run.client_hb.v);
+    free(run.splits.v);
+    return ok ? 0 : 1;
+}
