@@ -284,7 +284,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     free(finished);
     free(failed);
     dispatcher_req_init(&c->r, d, conn, env->id);
-    dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
+    dispatcher_commit_worker(d, &d->ups, c->worker_id, worker_heartbeat_done, c);
     return;
 
 refused:

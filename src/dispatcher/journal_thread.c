@@ -472,6 +472,16 @@ uint64_t journal_thread_next_seq(const struct journal_thread *jt)
     return jt->next_seq;
 }
 
+uint64_t journal_thread_durable_seq(const struct journal_thread *jt)
+{
+    return jt->durable;
+}
+
+bool journal_thread_failed(const struct journal_thread *jt)
+{
+    return jt->failed;
+}
+
 void journal_thread_get_stats(const struct journal_thread *jt, struct journal_thread_stats *out)
 {
     *out = jt->stats;

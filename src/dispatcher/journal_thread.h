@@ -93,6 +93,10 @@ int journal_thread_wait(struct journal_thread *jt, journal_thread_wait_cb cb, vo
 
 /* The sequence number the next record queued will get. */
 uint64_t journal_thread_next_seq(const struct journal_thread *jt);
+/* The sequence number of the last durable record: every record up to it is durable. */
+uint64_t journal_thread_durable_seq(const struct journal_thread *jt);
+/* Whether the journal has failed (nothing is acknowledged any more). */
+bool journal_thread_failed(const struct journal_thread *jt);
 
 void journal_thread_get_stats(const struct journal_thread *jt, struct journal_thread_stats *out);
 

@@ -256,6 +256,7 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
     int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
     struct log_lines lines = {0};
     for (size_t i = 0; rc == 0 && i < ups->n; i++) {
+        uint64_t touched = d->jt ? st_update_worker(&d->st, &ups->v[i]) : 0;
         rc = state_apply(&d->st, &ups->v[i]);
         if (rc == 0) {
             observe_applied(d->obs, &ups->v[i]);
@@ -266,6 +267,12 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
                   ups->v[i].id, sluice_strerror(rc));
         else if (d->jt)
             rc = journal_update(d, &ups->v[i]);
+        if (rc == 0 && touched) {
+            uint64_t seq = journal_thread_next_seq(d->jt) - 1;
+            dispatcher_soft_set(&d->worker_touched, touched, seq);
+            if (!dispatcher_soft_find(&d->worker_touched, touched, NULL))
+                d->touched_all = seq;
+        }
     }
     if (rc == 0 && d->jt && ups->n > 0)
         rc = maybe_snapshot(d, ups->n);
@@ -286,6 +293,28 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
     log_lines_flush(&lines, false);
     fatal(d, "journal: %s: waiting for a commit: out of memory", d->work_dir);
     cb(d, SLUICE_ERR_NOMEM, ctx);
+}
+
+void dispatcher_commit_worker(struct dispatcher *d, struct st_update_list *ups, uint64_t worker_id,
+                              commit_cb cb, void *ctx)
+{
+    if (ups->n == 0 && d->jt && !d->fatal && !journal_thread_failed(d->jt)) {
+        size_t pos;
+        struct soft *t = dispatcher_soft_find(&d->worker_touched, worker_id, &pos);
+        uint64_t durable = journal_thread_durable_seq(d->jt);
+        if (d->touched_all > durable)
+            goto wait;
+        if (t && t->t <= durable) {
+            dispatcher_soft_del(&d->worker_touched, worker_id);
+            t = NULL;
+        }
+        if (!t) {
+            cb(d, 0, ctx);
+            return;
+        }
+    }
+wait:
+    dispatcher_commit(d, ups, cb, ctx);
 }
 
 /* ---- requests and replies -------------------------------------------------------------------- */
@@ -454,6 +483,7 @@ static void dispatcher_free(struct dispatcher *d)
     state_release(&d->st);
     st_update_list_release(&d->ups);
     free(d->worker_seen.v);
+    free(d->worker_touched.v);
     free(d->client_seen.v);
     free(d->idle_since.v);
     free(d->settled_since.v);

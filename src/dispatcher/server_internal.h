@@ -81,6 +81,13 @@ struct dispatcher {
     /* Deterministic iterations: the lease bound their reader last reported (its t holds the
      * seq, not a time); see plan_get_splits_bounded. */
     struct soft_table lease_below;
+    /* Workers whose heartbeat reply changed by an update not yet durable, with the journal
+     * sequence number of the last such update in t (st_update_worker); entries found durable are
+     * dropped. */
+    struct soft_table worker_touched;
+    /* A touch that could not be recorded (out of memory) counts for every worker: until this
+     * sequence number is durable, every heartbeat waits as any commit does. */
+    uint64_t touched_all;
     struct coverage cov;  /* consumers' partial reports of unfinished splits */
     struct capcache caps; /* clients' capabilities for their tasks, as last listed */
     struct def_cache_entry *defs;
@@ -132,6 +139,11 @@ typedef void (*commit_cb)(struct dispatcher *d, int status, void *ctx);
  * state before this returns; without a journal cb runs before it returns, with one after the
  * transaction holding the last update commits, in commit order (server.c says more). */
 void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx);
+/* dispatcher_commit() for a worker's heartbeat: when ups is empty and every update that changed
+ * worker_id's heartbeat reply (st_update_worker) is durable, cb runs at once instead of after
+ * everything queued before, since the reply shows nothing a restart could lose. */
+void dispatcher_commit_worker(struct dispatcher *d, struct st_update_list *ups, uint64_t worker_id,
+                              commit_cb cb, void *ctx);
 
 /* A pending reply: takes a reference on conn (released by dispatcher_req_done). */
 void dispatcher_req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id);

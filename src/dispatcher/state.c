@@ -427,6 +427,25 @@ const struct st_worker *state_worker(const struct state *s, uint64_t id)
     return FIND(s, workers, id);
 }
 
+uint64_t st_update_worker(const struct state *s, const struct st_update *u)
+{
+    switch (u->type) {
+    case ST_TASK_CREATED:
+        return u->ref2;
+    case ST_TASK_FINISHED:
+    case ST_TASK_REMOVED: {
+        const struct st_task *t = state_task(s, u->id);
+        return t ? t->worker_id : 0;
+    }
+    case ST_WORKER_REGISTERED:
+    case ST_WORKER_REMOVED:
+    case ST_WORKER_DRAINING:
+        return u->id;
+    default:
+        return 0;
+    }
+}
+
 const struct st_worker *state_worker_by_address(const struct state *s, const char *address)
 {
     for (size_t i = 0; i < s->nworkers; i++) {

@@ -349,6 +349,15 @@ struct st_update *st_update_list_push(struct st_update_list *l, enum st_update_t
 void st_update_list_clear(struct st_update_list *l); /* releases every update; keeps capacity */
 void st_update_list_release(struct st_update_list *l);
 
+/* The worker whose heartbeat reply u changes, as u would be applied to s next (0: none). A
+ * worker's heartbeat reply shows its registration, its unfinished tasks and the tasks it no
+ * longer has: TASK_CREATED, TASK_FINISHED and TASK_REMOVED of its tasks, and WORKER_REGISTERED,
+ * WORKER_REMOVED and WORKER_DRAINING of itself change it; nothing else does (an iteration or a
+ * job reaches a worker only through a task created after it). The shell lets a heartbeat that
+ * changes nothing answer as soon as every update returned here for its worker is durable,
+ * rather than after everything queued. */
+uint64_t st_update_worker(const struct state *s, const struct st_update *u);
+
 /* ---- applying -------------------------------------------------------------------------------- */
 
 /* An empty state; every counter starts at 1, so id 0 always means "none". */

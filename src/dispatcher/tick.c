@@ -91,6 +91,16 @@ void dispatcher_on_tick(uv_timer_t *timer)
     soft_prune(&d->leased_at, &d->st, task_alive);
     soft_prune(&d->lease_below, &d->st, iteration_active);
     capcache_prune(&d->caps, client_known, &d->st);
+    if (d->jt) {
+        /* Touches that became durable: such a worker's heartbeat no longer waits for them. */
+        uint64_t durable = journal_thread_durable_seq(d->jt);
+        size_t k = 0;
+        for (size_t i = 0; i < d->worker_touched.n; i++) {
+            if (d->worker_touched.v[i].t > durable)
+                d->worker_touched.v[k++] = d->worker_touched.v[i];
+        }
+        d->worker_touched.n = k;
+    }
     for (size_t i = 0; i < d->cov.n;) {
         const struct st_iteration *it = state_iteration(&d->st, d->cov.v[i].iteration);
         if (it && it->state == ST_ITER_ACTIVE) {

@@ -2290,6 +2290,49 @@ static void test_return_story(void **unused)
     harness_release(&h);
 }
 
+/* Which worker's heartbeat reply each update changes: the shell lets a heartbeat that changes
+ * nothing answer once those are durable (st_update_worker). */
+static void test_update_worker(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, DIST8);
+    const struct st_task *t2 = state_task(&h.s, 2);
+    assert_non_null(t2);
+    uint64_t w2 = t2->worker_id;
+    assert_true(w2 != 0);
+    static const struct {
+        enum st_update_type type;
+        uint64_t id, ref, ref2;
+        bool of_task2; /* the answer is task 2's worker */
+        uint64_t want;
+    } cases[] = {
+        {ST_TASK_CREATED, 9, 1, 2, false, 2},      {ST_TASK_FINISHED, 2, 0, 0, true, 0},
+        {ST_TASK_REMOVED, 2, 1, 0, true, 0},       {ST_TASK_REMOVED, 77, 1, 0, false, 0},
+        {ST_WORKER_REGISTERED, 5, 0, 0, false, 5}, {ST_WORKER_REMOVED, 1, 0, 0, false, 1},
+        {ST_WORKER_DRAINING, 2, 0, 0, false, 2},   {ST_SPLITS_LEASED, 1, 1, 1, false, 0},
+        {ST_SPLITS_FINISHED, 0, 1, 1, false, 0},   {ST_SPLITS_RETURNED, 0, 1, 1, false, 0},
+        {ST_ITERATION_CREATED, 3, 1, 0, false, 0}, {ST_ITERATION_FINISHED, 1, 0, 0, false, 0},
+        {ST_ITERATION_GC, 1, 0, 0, false, 0},      {ST_ITERATION_FAILED, 1, 0, 0, false, 0},
+        {ST_CLIENT_ACQUIRED, 4, 1, 0, false, 0},   {ST_CLIENT_RELEASED, 4, 0, 0, false, 0},
+        {ST_JOB_CREATED, 2, 0, 0, false, 0},       {ST_DATASET_REGISTERED, 0, 0, 0, false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct st_update u;
+        memset(&u, 0, sizeof u);
+        u.type = cases[i].type;
+        u.id = cases[i].id;
+        u.ref = cases[i].ref;
+        u.ref2 = cases[i].ref2;
+        uint64_t want = cases[i].of_task2 ? w2 : cases[i].want;
+        if (st_update_worker(&h.s, &u) != want)
+            fail_msg("case %zu (%s): worker %" PRIu64 ", want %" PRIu64, i, st_update_name(u.type),
+                     st_update_worker(&h.s, &u), want);
+    }
+    harness_release(&h);
+}
+
 /* SPLITS_FINISHED with no task names splits of the pool of a distributed iteration, sorted, at
  * least one; anything else is refused and changes nothing. */
 static void test_pool_finished_apply(void **unused)
@@ -2491,6 +2534,7 @@ int main(void)
         cmocka_unit_test(test_splits_finished_mix),
         cmocka_unit_test(test_drain_story),
         cmocka_unit_test(test_return_story),
+        cmocka_unit_test(test_update_worker),
         cmocka_unit_test(test_pool_finished_apply),
         cmocka_unit_test(test_splits_finished_each),
         cmocka_unit_test(test_random_settle_replay),
