@@ -348,6 +348,11 @@ void iter_reader_stop(struct sluice_iterator *it)
     uv_mutex_unlock(&it->mu);
     if (it->tail)
         pipe_run_cancel(it->tail);
+    if (it->repeating) {
+        /* A repetition being opened gives up its dispatcher calls (its flag is this one). */
+        atomic_store(&it->interrupted, 1);
+        client_wake(it->c);
+    }
 }
 
 static void reader_release(struct sluice_iterator *it)
@@ -724,8 +729,8 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     Sluice__Envelope denv = SLUICE__ENVELOPE__INIT;
     denv.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
     denv.get_dataset = &dreq;
-    rc = client_request(c, &denv, SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY, take_dataset, it, NULL,
-                        err, errlen);
+    rc = client_request_cancellable(c, &denv, SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY,
+                                    take_dataset, it, NULL, also, err, errlen);
     if (rc)
         goto fail;
     it->det = it->det || o->deterministic;
@@ -782,8 +787,8 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
     env.get_or_create_job = &req;
-    rc = client_request(c, &env, SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY, take_job, it,
-                        &it->job_incarnation, err, errlen);
+    rc = client_request_cancellable(c, &env, SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY,
+                                    take_job, it, &it->job_incarnation, also, err, errlen);
     free(bounds);
     if (rc)
         goto fail;

@@ -132,8 +132,16 @@ int iter_repeat_waiting(struct sluice_iterator *it, char *buf, size_t len)
     } else if (it->stream) {
         rc = sluice_iterator_waiting(it->stream, buf, len);
     } else {
-        snprintf(buf, len, "opening the next repetition's job");
-        rc = 2;
+        /* Between repetitions the read waits for the dispatcher to create the next job: an
+         * unreachable dispatcher is the obstacle, anything else the ordinary wait. */
+        rc = sluice_client_waiting(it->c, buf, len);
+        size_t n = rc == 1 ? strlen(buf) : 0, tail = strlen(" to answer");
+        if (rc == 1 && n >= tail && strcmp(buf + n - tail, " to answer") != 0) {
+            rc = 1;
+        } else {
+            snprintf(buf, len, "opening the next repetition's job");
+            rc = 2;
+        }
     }
     uv_mutex_unlock(&it->mu);
     return rc;
