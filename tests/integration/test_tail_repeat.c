@@ -484,6 +484,58 @@ static void test_worker_killed(void **state)
     free(out);
 }
 
+/* ---- the dispatcher gone between repetitions ----------------------------------------------------
+ */
+
+/* Reads of take(1) | repeat() spend most of their time opening repetitions. With the dispatcher
+ * killed, the next repetition cannot be opened; closing the read (C API) and Ctrl-C (CLI) still
+ * end it at once, instead of waiting for a dispatcher that may never come back. */
+static void test_dispatcher_gone(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = NULL;
+    char err[512] = "";
+    struct sluice_client_options co = {.dispatcher = c->dispatcher.addr}; /* no timeout */
+    assert_int_equal(sluice_client_open(&co, &client, err, sizeof err), 0);
+    struct sluice_read_options ro = {.pipeline = "range(10) | map(mul, 2)",
+                                     .mode = SLUICE_PARALLEL_EPOCHS,
+                                     .local = "take(1) | repeat()"};
+    struct sluice_iterator *it = NULL;
+    if (sluice_iterator_open(client, &ro, &it, err, sizeof err) != 0)
+        fail_msg("open: %s", err);
+    const struct sluice_element *e;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 1);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(10) | map(mul, 3)", "--local",
+                                       "take(1) | repeat()", "--format", "count", NULL),
+                     0);
+    usleep(1000 * 1000);
+    assert_int_equal(proc_wait(&r, 0), -2);
+    assert_int_equal(proc_stop(&c->dispatcher, SIGKILL, WAIT_MS), 128 + SIGKILL);
+    /* Whatever the readers were doing, they now wait for the dispatcher. */
+    int rc;
+    long long t0 = now_ms();
+    while ((rc = sluice_iterator_next(it, &e, 100, err, sizeof err)) == 1 &&
+           now_ms() - t0 < WAIT_MS)
+        ;
+    assert_int_equal(rc, SLUICE_ERR_TIMEOUT);
+    usleep(500 * 1000);
+    t0 = now_ms();
+    sluice_iterator_close(it);
+    long long closed = now_ms() - t0;
+    t0 = now_ms();
+    kill(r.pid, SIGINT);
+    int status = proc_wait(&r, WAIT_MS);
+    long long interrupted = now_ms() - t0;
+    printf("    closed in %lld ms, interrupted in %lld ms\n", closed, interrupted);
+    assert_int_equal(status, 128 + SIGINT);
+    assert_true(closed < 1000);
+    assert_true(interrupted < 1000);
+    sluice_client_close(client);
+    assert_int_equal(cluster_restart_dispatcher(c, SIGTERM), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_api_repeat),
         cmocka_unit_test(test_api_refusals),
         cmocka_unit_test(test_worker_killed),
+        cmocka_unit_test(test_dispatcher_gone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
