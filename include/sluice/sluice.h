@@ -329,7 +329,14 @@ struct sluice_read_options {
     /* Requests in flight to workers at once; bounds memory to about this many replies.
      * 0 picks a default. */
     uint32_t max_outstanding_requests;
-    /* A pipeline tail ("map(add, 1) | batch(2)") applied to elements after they arrive. */
+    /* A pipeline tail ("map(add, 1) | batch(2)") applied to elements after they arrive. A
+     * repeat in it ("repeat(3)", "repeat() | batch(4)") reads the whole stream again for every
+     * pass: each repetition is a new read of the dataset with these options (a new job, which
+     * the workers produce again), one at a time; repeat() ends after a repetition that yields
+     * nothing. Such a read cannot be shared (job_name, num_consumers: SLUICE_ERR_UNSUPPORTED
+     * with the reason) nor restored from a checkpoint; a deterministic one gives each
+     * repetition in the canonical order; sluice_iterator_progress counts the elements of every
+     * repetition and no splits. */
     const char *local;
     /* With pipeline: the split size it is registered with (sluice_register_options). */
     uint64_t split_size;

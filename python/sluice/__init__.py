@@ -573,7 +573,8 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     share one job and split its elements. consumer_index/num_consumers: coordinated reads, in
     lockstep rounds (need a job_name and an infinite pipeline). max_outstanding_requests: worker
     requests in flight at once (bounds memory). local: a pipeline tail applied here to the
-    elements that arrive ("map(add, 1) | batch(2)"). plugins: plugin shared objects for local
+    elements that arrive ("map(add, 1) | batch(2)"); a repeat in it ("repeat(2)") reads the whole
+    stream again for every pass, as a new job (not with a job_name). plugins: plugin shared objects for local
     checks and tails. timeout: seconds to wait for an unreachable dispatcher. element_timeout:
     seconds next() may wait for an element before raising sluice.TimeoutError (None: no limit).
     auth_token_file, tls_cert, tls_key, tls_ca: as for DispatchServer (a wrong or missing token

@@ -57,6 +57,7 @@ static const char read_usage[] =
     "  --max-outstanding-requests N\n"
     "                      requests in flight to workers at once (default 8)\n"
     "  --local TAIL        ops applied here to the elements that arrive, e.g. 'batch(4)'\n"
+    "                      (a repeat in it reads the stream again, a new job per pass)\n"
     "  --deterministic     distributed_epoch (the mode it implies) in the canonical order:\n"
     "                      splits by sequence number, elements by position in their split,\n"
     "                      the same with any number of workers, failures and restarts\n"

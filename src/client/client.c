@@ -91,8 +91,38 @@ struct disp_call {
     char why[384]; /* the last transient failure */
     client_disp_cb cb;
     void *user;
-    struct disp_call *next; /* in c->retrying */
+    const atomic_int *cancel;           /* gives up once non-zero; NULL: never */
+    struct disp_call *next;             /* in c->retrying */
+    struct disp_call *next_cancellable; /* in c->cancellable while an attempt is under way */
 };
+
+/* A call with a cancel flag is listed while an attempt is under way, so that a wake can
+ * withdraw it. */
+static void cancellable_add(struct disp_call *dc)
+{
+    if (!dc->cancel)
+        return;
+    dc->next_cancellable = dc->c->cancellable;
+    dc->c->cancellable = dc;
+}
+
+static void cancellable_remove(struct disp_call *dc)
+{
+    if (!dc->cancel)
+        return;
+    for (struct disp_call **p = &dc->c->cancellable; *p; p = &(*p)->next_cancellable) {
+        if (*p == dc) {
+            *p = dc->next_cancellable;
+            break;
+        }
+    }
+    dc->next_cancellable = NULL;
+}
+
+static bool disp_cancelled(const struct disp_call *dc)
+{
+    return dc->cancel && atomic_load(dc->cancel);
+}
 
 static void disp_attempt(struct disp_call *dc);
 
@@ -175,6 +205,10 @@ static void disp_retry(struct disp_call *dc, const char *why)
     struct sluice_client *c = dc->c;
     if (why && *why)
         snprintf(dc->why, sizeof dc->why, "%s", why);
+    if (disp_cancelled(dc)) {
+        disp_finish(dc, SLUICE_ERR_CANCELLED, "interrupted", NULL);
+        return;
+    }
     uint64_t now = uv_now(&c->loop);
     uint64_t deadline = dc->started + dc->timeout_ms;
     if (dc->timeout_ms && now >= deadline) {
@@ -196,6 +230,11 @@ static void disp_retry(struct disp_call *dc, const char *why)
 static void on_disp_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
 {
     struct disp_call *dc = user;
+    cancellable_remove(dc);
+    if (status < 0 && disp_cancelled(dc)) {
+        disp_finish(dc, SLUICE_ERR_CANCELLED, "interrupted", NULL);
+        return;
+    }
     if (status < 0 && retry_transient(status) && msg && *msg)
         snprintf(dc->c->disp_why, sizeof dc->c->disp_why, "%s", msg);
     if (status < 0 && dc->retry && !dc->c->stopping && retry_transient(status)) {
@@ -212,6 +251,10 @@ static void disp_attempt(struct disp_call *dc)
         disp_finish(dc, SLUICE_ERR_CANCELLED, "client closed", NULL);
         return;
     }
+    if (disp_cancelled(dc)) {
+        disp_finish(dc, SLUICE_ERR_CANCELLED, "interrupted", NULL);
+        return;
+    }
     uint32_t timeout = 0;
     if (dc->timeout_ms) {
         uint64_t elapsed = uv_now(&c->loop) - dc->started;
@@ -222,16 +265,18 @@ static void disp_attempt(struct disp_call *dc)
         timeout = (uint32_t)(dc->timeout_ms - elapsed);
     }
     int rc = rpc_call(c->disp, dc->req, timeout, on_disp_reply, dc);
-    if (rc == 0)
+    if (rc == 0) {
+        cancellable_add(dc);
         return;
+    }
     if (dc->retry && rc != SLUICE_ERR_CLOSED)
         disp_retry(dc, sluice_strerror(rc));
     else
         disp_finish(dc, rc, sluice_strerror(rc), NULL);
 }
 
-int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t timeout_ms,
-                     bool retry, client_disp_cb cb, void *user)
+static int disp_call_start(struct sluice_client *c, Sluice__Envelope *req, uint32_t timeout_ms,
+                           bool retry, const atomic_int *cancel, client_disp_cb cb, void *user)
 {
     if (c->stopping)
         return SLUICE_ERR_CLOSED;
@@ -239,6 +284,7 @@ int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t ti
     if (!dc)
         return SLUICE_ERR_NOMEM;
     dc->c = c;
+    dc->cancel = cancel;
     dc->req = req;
     dc->timeout_ms = timeout_ms;
     dc->retry = retry;
@@ -247,8 +293,10 @@ int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t ti
     dc->user = user;
     c->disp_pending++;
     int rc = rpc_call(c->disp, req, timeout_ms, on_disp_reply, dc);
-    if (rc == 0)
+    if (rc == 0) {
+        cancellable_add(dc);
         return 0;
+    }
     if (retry && rc != SLUICE_ERR_CLOSED) {
         disp_retry(dc, sluice_strerror(rc));
         return 0;
@@ -256,6 +304,41 @@ int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t ti
     c->disp_pending--;
     free(dc);
     return rc;
+}
+
+int client_disp_call(struct sluice_client *c, Sluice__Envelope *req, uint32_t timeout_ms,
+                     bool retry, client_disp_cb cb, void *user)
+{
+    return disp_call_start(c, req, timeout_ms, retry, NULL, cb, user);
+}
+
+/* Ends the calls whose caller gave up (on a wake, which the caller sends after setting its
+ * flag): those waiting to be retried at once, those waiting for a connection once withdrawn
+ * (their callback then runs from a timer). A call already written waits for its answer. */
+static void disp_cancel_retries(struct sluice_client *c)
+{
+    for (struct disp_call *dc = c->cancellable; dc; dc = dc->next_cancellable)
+        if (disp_cancelled(dc))
+            rpc_client_withdraw(c->disp, on_disp_reply, dc);
+    struct disp_call *gone = NULL, **p = &c->retrying;
+    while (*p) {
+        struct disp_call *dc = *p;
+        if (disp_cancelled(dc)) {
+            *p = dc->next;
+            dc->next = gone;
+            gone = dc;
+        } else {
+            p = &dc->next;
+        }
+    }
+    if (!gone)
+        return;
+    while (gone) {
+        struct disp_call *dc = gone;
+        gone = dc->next;
+        disp_finish(dc, SLUICE_ERR_CANCELLED, "interrupted", NULL);
+    }
+    rearm_retry_timer(c);
 }
 
 /* A blocking request: the op runs the call on the loop thread and copies the answer out. */
@@ -266,6 +349,7 @@ struct request_op {
     Sluice__Envelope__BodyCase want;
     client_take_fn take;
     void *user;
+    const atomic_int *cancel;
     uint64_t incarnation;
     char *err;
     size_t errlen;
@@ -291,13 +375,21 @@ static void on_request_reply(int status, const char *msg, const Sluice__Envelope
 static void run_request(struct sluice_client *c, struct client_op *op)
 {
     struct request_op *r = (struct request_op *)op;
-    int rc = client_disp_call(c, r->req, c->timeout_ms, true, on_request_reply, r);
+    int rc = disp_call_start(c, r->req, c->timeout_ms, true, r->cancel, on_request_reply, r);
     if (rc < 0)
         client_op_done(c, op, err_set(r->err, r->errlen, rc, "%s", sluice_strerror(rc)));
 }
 
 int client_request(struct sluice_client *c, Sluice__Envelope *req, Sluice__Envelope__BodyCase want,
                    client_take_fn take, void *user, uint64_t *incarnation, char *err, size_t errlen)
+{
+    return client_request_cancellable(c, req, want, take, user, incarnation, NULL, err, errlen);
+}
+
+int client_request_cancellable(struct sluice_client *c, Sluice__Envelope *req,
+                               Sluice__Envelope__BodyCase want, client_take_fn take, void *user,
+                               uint64_t *incarnation, const atomic_int *cancel, char *err,
+                               size_t errlen)
 {
     struct request_op r = {
         .op = {.run = run_request},
@@ -306,6 +398,7 @@ int client_request(struct sluice_client *c, Sluice__Envelope *req, Sluice__Envel
         .want = want,
         .take = take,
         .user = user,
+        .cancel = cancel,
         .err = err,
         .errlen = errlen,
     };
@@ -431,6 +524,7 @@ static void on_wake(uv_async_t *a)
         next = w->next;
         w->fn(w);
     }
+    disp_cancel_retries(c);
     if (stop)
         shutdown_loop(c);
 }

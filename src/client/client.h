@@ -19,6 +19,7 @@
 
 #include "common/rpc.h"
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -78,10 +79,11 @@ struct sluice_client {
 
     /* Loop thread only. */
     struct rpc_client *disp;
-    struct client_conn *conns;   /* worker connections, shared by address */
-    struct client_waker *wakers; /* iterators to refill on wake */
-    struct disp_call *retrying;  /* dispatcher calls waiting for their next attempt */
-    uint64_t rnd;                /* jitter generator state */
+    struct client_conn *conns;     /* worker connections, shared by address */
+    struct client_waker *wakers;   /* iterators to refill on wake */
+    struct disp_call *retrying;    /* dispatcher calls waiting for their next attempt */
+    struct disp_call *cancellable; /* calls under way that their caller may give up */
+    uint64_t rnd;                  /* jitter generator state */
     bool stopping;
     unsigned disp_pending; /* dispatcher calls accepted and not yet finished */
     char disp_why[384];    /* the last transient failure of a dispatcher call; "" after a success */
@@ -122,6 +124,13 @@ typedef int (*client_take_fn)(const Sluice__Envelope *reply, void *user, char *e
 int client_request(struct sluice_client *c, Sluice__Envelope *req, Sluice__Envelope__BodyCase want,
                    client_take_fn take, void *user, uint64_t *incarnation, char *err,
                    size_t errlen);
+/* client_request() that gives up once *cancel is non-zero (cancel may be NULL: never): a
+ * retry waiting for its next attempt ends at the next client_wake() with SLUICE_ERR_CANCELLED,
+ * "interrupted"; an attempt already sent to a connected dispatcher waits for its answer. */
+int client_request_cancellable(struct sluice_client *c, Sluice__Envelope *req,
+                               Sluice__Envelope__BodyCase want, client_take_fn take, void *user,
+                               uint64_t *incarnation, const atomic_int *cancel, char *err,
+                               size_t errlen);
 
 /* ---- workers (loop thread) -------------------------------------------------------------- */
 

@@ -165,7 +165,7 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
             rc = err_set(err, errlen, it->fail_rc, "%s", it->fail_msg);
             break;
         }
-        if (atomic_load(&it->interrupted)) {
+        if (iter_interrupted(it)) {
             rc = err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
             break;
         }
@@ -250,7 +250,7 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
                     size_t errlen)
 {
     for (;;) {
-        if (atomic_load(&it->interrupted))
+        if (iter_interrupted(it))
             return err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
         if (it->reader_rc)
             return err_set(err, errlen, it->reader_rc, "%s", it->reader_msg);
@@ -332,8 +332,9 @@ static void upstream_destroy(struct pipe_iter *pi)
 static const struct pipe_iter_ops upstream_ops = {upstream_next, upstream_destroy};
 
 /* Makes a reader blocked in (or about to call) raw_next return, so a tail's prefetch thread can
- * be joined. */
-static void reader_stop(struct sluice_iterator *it)
+ * be joined. A repeating read stops its current repetition too; one it opens after this is
+ * closed at once (iterator_repeat.c checks the state under mu). */
+void iter_reader_stop(struct sluice_iterator *it)
 {
     uv_mutex_lock(&it->mu);
     if (it->state == ITER_RUNNING) {
@@ -342,15 +343,24 @@ static void reader_stop(struct sluice_iterator *it)
         snprintf(it->fail_msg, sizeof it->fail_msg, "iterator closed");
     }
     uv_cond_broadcast(&it->cond);
+    if (it->stream)
+        iter_reader_stop(it->stream);
     uv_mutex_unlock(&it->mu);
     if (it->tail)
         pipe_run_cancel(it->tail);
+    if (it->repeating) {
+        /* A repetition being opened gives up its dispatcher calls (its flag is this one). */
+        atomic_store(&it->interrupted, 1);
+        client_wake(it->c);
+    }
 }
 
 static void reader_release(struct sluice_iterator *it)
 {
     pipe_run_free(it->tail);
     it->tail = NULL;
+    if (it->repeating)
+        iter_repeat_release(it);
     pipe_spec_free(it->tail_spec);
     it->tail_spec = NULL;
     if (it->cur_blob)
@@ -365,8 +375,8 @@ static void reader_release(struct sluice_iterator *it)
 
 /* what names the tail in messages: "local tail", or the operations a dataset leaves to the
  * reader. */
-static int open_tail(struct sluice_iterator *it, const char *text, const char *what, char *err,
-                     size_t errlen)
+int iter_open_tail(struct sluice_iterator *it, const char *text, const char *what, char *err,
+                   size_t errlen)
 {
     char msg[MSG_MAX];
     int rc = pipe_parse_tail(text, &it->tail_spec, msg, sizeof msg);
@@ -380,27 +390,44 @@ static int open_tail(struct sluice_iterator *it, const char *text, const char *w
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
     it->tail_spec->ops = ops;
     ops[it->tail_spec->nops++] = (struct pipe_op){.kind = PIPE_OP_PREFETCH, .n = 1};
-    struct upstream *up = calloc(1, sizeof *up);
-    if (!up)
+    struct pipe_iter *first;
+    if (it->repeating) {
+        first = iter_repeat_upstream(it);
+    } else {
+        struct upstream *up = calloc(1, sizeof *up);
+        if (up) {
+            up->base.ops = &upstream_ops;
+            up->it = it;
+        }
+        first = up ? &up->base : NULL;
+    }
+    if (!first)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
-    up->base.ops = &upstream_ops;
-    up->it = it;
-    /* The run owns up from here, also on failure. */
-    rc = pipe_open_tail(it->tail_spec, it->c->reg, &up->base, &it->tail, msg, sizeof msg);
+    /* The run owns the upstream from here, also on failure. */
+    rc = pipe_open_tail_reopen(it->tail_spec, it->c->reg, first,
+                               it->repeating ? iter_repeat_reopen : NULL, it, &it->tail, msg,
+                               sizeof msg);
     if (rc)
         return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
                        msg);
     return 0;
 }
 
-/* Checks a local tail without opening it: it parses and names known functions. */
-static int check_local(struct sluice_iterator *it, const char *text, char *err, size_t errlen)
+/* Checks a local tail without opening it: it parses and names known functions. *repeat_column
+ * receives the column of its first repeat that re-reads the stream (pipe_spec_first_repeat), 0
+ * when it has none. */
+static int check_local(struct sluice_iterator *it, const char *text, int *repeat_column, char *err,
+                       size_t errlen)
 {
     char msg[MSG_MAX];
     struct pipe_spec *spec = NULL;
     int rc = pipe_parse_tail(text, &spec, msg, sizeof msg);
     if (rc == 0)
         rc = pipe_registry_check(it->c->reg, spec, msg, sizeof msg);
+    if (rc == 0) {
+        const struct pipe_op *rep = pipe_spec_first_repeat(spec);
+        *repeat_column = rep ? rep->column : 0;
+    }
     pipe_spec_free(spec);
     if (rc)
         return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE,
@@ -431,7 +458,7 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
     }
     if (d.cut == spec->nops) {
         if (o->local && *o->local)
-            rc = open_tail(it, o->local, "local tail", err, errlen);
+            rc = iter_open_tail(it, o->local, "local tail", err, errlen);
         goto out;
     }
     if (d.client_slices && o->job_name && *o->job_name) {
@@ -455,7 +482,7 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
     pipe_spec_format_ops(spec, d.cut, spec->nops, text, (size_t)n + 1);
     if (local)
         sprintf(text + n, " | %s", o->local);
-    rc = open_tail(it, text, "operations run in the reader", err, errlen);
+    rc = iter_open_tail(it, text, "operations run in the reader", err, errlen);
 out:
     free(text);
     pipe_spec_free(spec);
@@ -581,6 +608,12 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
 int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_options *o,
                          struct sluice_iterator **out, char *err, size_t errlen)
 {
+    return iter_open_read(c, o, NULL, out, err, errlen);
+}
+
+int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
+                   const atomic_int *also, struct sluice_iterator **out, char *err, size_t errlen)
+{
     if (out)
         *out = NULL;
     if (!c || !o || !out)
@@ -609,6 +642,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     if (!it)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
     it->c = c;
+    it->also_interrupted = also;
     it->coordinated = o->num_consumers > 0;
     it->track = o->mode == SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
     ledger_init(&it->delivered);
@@ -639,10 +673,26 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
 
     /* Everything that can be checked locally is, before the dispatcher hears of the read. The
      * tail is opened (and its thread started) only once the dataset's own part is known. */
+    int repeat_column = 0;
     if (o->local && *o->local) {
-        rc = check_local(it, o->local, err, errlen);
+        rc = check_local(it, o->local, &repeat_column, err, errlen);
         if (rc)
             goto fail;
+    }
+    if (repeat_column && job_opt && *job_opt) {
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                     "local tail: column %d: repeat reads the stream again with a new job for "
+                     "each repetition, which a shared job (job name '%s') cannot do exactly: its "
+                     "readers split each pass between them; read without a job name, or repeat "
+                     "in the dataset's pipeline",
+                     repeat_column, job_opt);
+        goto fail;
+    }
+    if (repeat_column && o->restore) {
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                     "a checkpoint cannot restore a read with operations run in the reader (a "
+                     "local tail, or a dataset whose operations run partly in the reader)");
+        goto fail;
     }
     reorder_accept_init(&it->ra);
     reorder_queue_init(&it->rq, o->reorder_bytes ? o->reorder_bytes : ITER_REORDER_BYTES);
@@ -663,6 +713,15 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     }
     strcpy(it->job_name, job_opt ? job_opt : "");
     it->mode = o->mode;
+    if (repeat_column) {
+        /* Each repetition is a read of its own; this one only runs the tail over them. */
+        rc = iter_repeat_open(it, o, err, errlen);
+        if (rc)
+            goto fail;
+        ckpt_release(&ck);
+        *out = it;
+        return 0;
+    }
 
     /* The definition, to recognize the dataset after a dispatcher restart (see verify_job). */
     Sluice__GetDatasetRequest dreq = SLUICE__GET_DATASET_REQUEST__INIT;
@@ -670,8 +729,8 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     Sluice__Envelope denv = SLUICE__ENVELOPE__INIT;
     denv.body_case = SLUICE__ENVELOPE__BODY_GET_DATASET;
     denv.get_dataset = &dreq;
-    rc = client_request(c, &denv, SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY, take_dataset, it, NULL,
-                        err, errlen);
+    rc = client_request_cancellable(c, &denv, SLUICE__ENVELOPE__BODY_GET_DATASET_REPLY,
+                                    take_dataset, it, NULL, also, err, errlen);
     if (rc)
         goto fail;
     it->det = it->det || o->deterministic;
@@ -686,7 +745,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     if (o->mode == SLUICE_DISTRIBUTED_EPOCH)
         rc = open_dataset_tail(it, o, err, errlen);
     else if (o->local && *o->local)
-        rc = open_tail(it, o->local, "local tail", err, errlen);
+        rc = iter_open_tail(it, o->local, "local tail", err, errlen);
     if (rc)
         goto fail;
     if (o->restore && it->tail) {
@@ -728,8 +787,8 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
     env.get_or_create_job = &req;
-    rc = client_request(c, &env, SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY, take_job, it,
-                        &it->job_incarnation, err, errlen);
+    rc = client_request_cancellable(c, &env, SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB_REPLY,
+                                    take_job, it, &it->job_incarnation, also, err, errlen);
     free(bounds);
     if (rc)
         goto fail;
@@ -743,7 +802,7 @@ int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_optio
 
 fail:
     ckpt_release(&ck);
-    reader_stop(it);
+    iter_reader_stop(it);
     reader_release(it);
     iter_free(it);
     return rc;
@@ -854,6 +913,10 @@ int sluice_iterator_progress(const struct sluice_iterator *it, struct sluice_rea
     if (!it || !out)
         return SLUICE_ERR_INVALID;
     memset(out, 0, sizeof *out);
+    if (it->repeating) {
+        iter_repeat_progress(it, out);
+        return 0;
+    }
     out->elements = it->taken_local;
     if (it->track) {
         /* A run not recorded yet may complete a split: counted once it is recorded. */
@@ -903,8 +966,13 @@ void sluice_iterator_close(struct sluice_iterator *it)
 {
     if (!it)
         return;
-    reader_stop(it);
+    iter_reader_stop(it);
     reader_release(it);
+    if (it->repeating) {
+        /* Its repetitions were closed with the tail; the loop never knew this one. */
+        iter_free(it);
+        return;
+    }
     struct client_op op = {.run = iter_run_close, .user = it};
     client_submit(it->c, &op);
 }

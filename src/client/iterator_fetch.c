@@ -546,7 +546,7 @@ void iter_on_wake(struct client_waker *w)
 {
     struct sluice_iterator *it =
         (struct sluice_iterator *)(void *)((char *)w - offsetof(struct sluice_iterator, waker));
-    if (atomic_load(&it->interrupted))
+    if (iter_interrupted(it))
         iter_fail(it, SLUICE_ERR_CANCELLED, "interrupted");
     pump(it);
 }

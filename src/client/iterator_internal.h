@@ -76,6 +76,16 @@ struct sluice_iterator {
     atomic_uint_fast64_t taken;
     uint64_t wait_ns; /* time the reader spent waiting on an empty buffer */
     atomic_int interrupted;
+    /* A repetition of a repeating read: the flag of the read it belongs to, which interrupts it
+     * too (set before the loop hears of the read, never changed); NULL otherwise. */
+    const atomic_int *also_interrupted;
+
+    /* A read whose local tail repeats (iterator_repeat.c) reads nothing itself: each repetition
+     * is a read of its own, opened with rep_opts, and the tail pulls from the current one. */
+    bool repeating;
+    struct sluice_read_options rep_opts;
+    struct sluice_iterator *stream; /* the current repetition (guarded by mu), NULL between */
+    uint64_t rep_taken;             /* elements of the repetitions closed so far (guarded by mu) */
 
     /* Reader. */
     struct prefetch_item cur;      /* the payload being decoded; data NULL when none */
@@ -173,6 +183,46 @@ void iter_fail(struct sluice_iterator *it, int rc, const char *fmt, ...)
 void iter_free(struct sluice_iterator *it);
 /* The shared state, read under mu. Any thread. */
 enum iter_state iter_state(struct sluice_iterator *it);
+
+/* Whether the read was interrupted, itself or through the read it is a repetition of. */
+static inline bool iter_interrupted(const struct sluice_iterator *it)
+{
+    return atomic_load(&it->interrupted) ||
+           (it->also_interrupted && atomic_load(it->also_interrupted));
+}
+/* sluice_iterator_open(), for a repetition of a repeating read: also stops when *also is set
+ * (NULL: no such flag). */
+int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
+                   const atomic_int *also, struct sluice_iterator **out, char *err, size_t errlen);
+/* Makes a reader blocked in (or about to call) next() return with "iterator closed", also the
+ * current repetition's of a repeating read. Any thread but the loop's. */
+void iter_reader_stop(struct sluice_iterator *it);
+
+/* Opens the operations of text (a tail: "map(f) | batch(2)") over the read's elements, on a
+ * thread of their own; what names the tail in messages ("local tail", or "operations run in the
+ * reader"). A repeating read's upstream is its repetitions (iterator_repeat.c). Returns 0 or a
+ * negative code with err. */
+int iter_open_tail(struct sluice_iterator *it, const char *text, const char *what, char *err,
+                   size_t errlen);
+
+/* iterator_repeat.c */
+
+/* The upstream of a repeating read's tail over its first repetition, or NULL without memory. */
+struct pipe_iter *iter_repeat_upstream(struct sluice_iterator *it);
+/* The tail's pipe_reopen_fn (user is the repeating read): opens the next repetition. */
+int iter_repeat_reopen(void *user, uint64_t pass, struct pipe_iter **out, char *err, size_t errlen);
+
+/* Opens the read of a local tail that repeats (pipe_spec_first_repeat): its first repetition,
+ * then the tail over it. it has its dataset id, mode and client; o are the caller's options.
+ * Returns 0 or a negative code with err; on failure what was opened is released by
+ * iter_repeat_release(). Not on the loop thread. */
+int iter_repeat_open(struct sluice_iterator *it, const struct sluice_read_options *o, char *err,
+                     size_t errlen);
+/* Closes the current repetition, if any (after the tail was freed). */
+void iter_repeat_release(struct sluice_iterator *it);
+/* sluice_iterator_waiting() and sluice_iterator_progress() of a repeating read. */
+int iter_repeat_waiting(struct sluice_iterator *it, char *buf, size_t len);
+void iter_repeat_progress(const struct sluice_iterator *it, struct sluice_read_progress *out);
 
 /* iterator_fetch.c */
 

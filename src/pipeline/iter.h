@@ -139,9 +139,25 @@ int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry 
  * provides; the run takes ownership of upstream, whose ctx pointer is redirected to the run's.
  * Used for --local tails applied to elements arriving from the service. Ownership of upstream
  * passes in every case: on failure it has been destroyed. repeat() other than repeat(1) cannot
- * re-open such an upstream and is SLUICE_ERR_UNSUPPORTED. */
+ * re-open such an upstream and is SLUICE_ERR_UNSUPPORTED ("column C: repeat cannot re-read
+ * elements from the service; it is not supported in a local tail"). */
 int pipe_open_tail(const struct pipe_spec *tail, const struct sluice_registry *reg,
                    struct pipe_iter *upstream, struct pipe_run **out, char *err, size_t errlen);
+
+/* How a repeat in a tail reads its upstream again: returns 0 with *out a new upstream (owned by
+ * the chain from then on) for the pass over the upstream numbered pass (1, 2, ...; the first
+ * pass, 0, is the upstream given to pipe_open_tail_reopen; nested repeats number the passes in
+ * order, as repeat.h numbers a source's), or a negative code with a message in err. Runs on the
+ * thread that runs the chain (the tail's prefetch thread when it has one), after the previous
+ * pass's upstream was destroyed. */
+typedef int (*pipe_reopen_fn)(void *user, uint64_t pass, struct pipe_iter **out, char *err,
+                              size_t errlen);
+
+/* pipe_open_tail() whose repeats read the upstream again through reopen (user is passed to it
+ * and must outlive the run). repeat() ends, as over a source, once a whole pass yields nothing. */
+int pipe_open_tail_reopen(const struct pipe_spec *tail, const struct sluice_registry *reg,
+                          struct pipe_iter *upstream, pipe_reopen_fn reopen, void *user,
+                          struct pipe_run **out, char *err, size_t errlen);
 
 /* Next element of a run: 1, 0 at end, or a negative code with the message in run->ctx.err. */
 static inline int pipe_run_next(struct pipe_run *run, struct sluice_element *out)

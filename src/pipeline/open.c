@@ -50,6 +50,8 @@ struct plan {
     struct pipe_dist dist;
     size_t nops;
     struct pipe_iter *tail_up; /* PLAN_TAIL: the caller's upstream until the chain takes it */
+    pipe_reopen_fn reopen;     /* PLAN_TAIL: how a repeat reads the upstream again, or NULL */
+    void *reopen_user;
     /* PLAN_SPLITS: the key every shuffle is seeded from (mixed with its seed when it has one),
      * derived from the first split's sequence number, so a split processed again (re-issued
      * after its worker died) yields the same elements in the same order. */
@@ -150,9 +152,16 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
     const struct pipe_src_shuffle *shuf = pl->shuffled ? &shuffle : NULL;
     int rc = 0;
     if (pl->mode == PLAN_TAIL) {
-        /* Only the first build reaches here: a tail has no repeat that could build again. */
-        *out = pl->tail_up;
-        pl->tail_up = NULL;
+        /* The first build takes the caller's upstream; only a repeat builds again, and a tail
+         * has one only when it can reopen (validate). */
+        if (pl->tail_up) {
+            *out = pl->tail_up;
+            pl->tail_up = NULL;
+        } else {
+            rc = pl->reopen(pl->reopen_user, pass, out, err, errlen);
+            if (rc)
+                return rc;
+        }
         (*out)->ctx = ctx;
         return 0;
     }
@@ -302,7 +311,7 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, uint64_t pass, str
 /* Checks what the engine relies on, so a spec from any origin (parser, wire, hand-built) either
  * opens or fails with a message: functions exist and fit, sizes are in range. */
 static int validate(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                    enum plan_mode mode, char *err, size_t errlen)
+                    enum plan_mode mode, bool reopens, char *err, size_t errlen)
 {
     int rc = pipe_registry_check(reg, spec, err, errlen);
     if (rc)
@@ -343,7 +352,7 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
                                op->column);
             break;
         case PIPE_OP_REPEAT:
-            if (mode == PLAN_TAIL && !(op->has_n && op->n == 1))
+            if (mode == PLAN_TAIL && !reopens && !(op->has_n && op->n == 1))
                 return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                                "column %d: repeat cannot re-read elements from the service; "
                                "it is not supported in a local tail",
@@ -360,11 +369,11 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
 
 /* Prepares everything but the source data; the caller adds that and builds. */
 static int run_new(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                   const struct pipe_limits *limits, enum plan_mode mode, struct run_impl **out,
-                   char *err, size_t errlen)
+                   const struct pipe_limits *limits, enum plan_mode mode, bool reopens,
+                   struct run_impl **out, char *err, size_t errlen)
 {
     *out = NULL;
-    int rc = validate(spec, reg, mode, err, errlen);
+    int rc = validate(spec, reg, mode, reopens, err, errlen);
     if (rc)
         return rc;
     struct run_impl *r = calloc(1, sizeof(*r));
@@ -435,7 +444,7 @@ int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry
 {
     struct run_impl *r;
     *out = NULL;
-    int rc = run_new(spec, reg, limits, PLAN_WHOLE, &r, err, errlen);
+    int rc = run_new(spec, reg, limits, PLAN_WHOLE, false, &r, err, errlen);
     if (rc)
         return rc;
     const struct pipe_source *src = &r->plan.spec->source;
@@ -468,7 +477,7 @@ int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_r
 {
     struct run_impl *r;
     *out = NULL;
-    int rc = run_new(spec, reg, limits, PLAN_SPLITS, &r, err, errlen);
+    int rc = run_new(spec, reg, limits, PLAN_SPLITS, false, &r, err, errlen);
     if (rc)
         return rc;
     struct plan *pl = &r->plan;
@@ -525,18 +534,27 @@ int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_r
     return finish_open(r, out, err, errlen);
 }
 
-int pipe_open_tail(const struct pipe_spec *tail, const struct sluice_registry *reg,
-                   struct pipe_iter *upstream, struct pipe_run **out, char *err, size_t errlen)
+int pipe_open_tail_reopen(const struct pipe_spec *tail, const struct sluice_registry *reg,
+                          struct pipe_iter *upstream, pipe_reopen_fn reopen, void *user,
+                          struct pipe_run **out, char *err, size_t errlen)
 {
     struct run_impl *r;
     *out = NULL;
-    int rc = run_new(tail, reg, NULL, PLAN_TAIL, &r, err, errlen);
+    int rc = run_new(tail, reg, NULL, PLAN_TAIL, reopen != NULL, &r, err, errlen);
     if (rc) {
         upstream->ops->destroy(upstream);
         return rc;
     }
     r->plan.tail_up = upstream;
+    r->plan.reopen = reopen;
+    r->plan.reopen_user = user;
     return finish_open(r, out, err, errlen);
+}
+
+int pipe_open_tail(const struct pipe_spec *tail, const struct sluice_registry *reg,
+                   struct pipe_iter *upstream, struct pipe_run **out, char *err, size_t errlen)
+{
+    return pipe_open_tail_reopen(tail, reg, upstream, NULL, NULL, out, err, errlen);
 }
 
 int pipe_limit_msg(char *buf, size_t len, const char *what, uint64_t bytes, uint64_t limit,

@@ -549,3 +549,13 @@ bool pipe_spec_endless(const struct pipe_spec *spec)
     }
     return endless;
 }
+
+const struct pipe_op *pipe_spec_first_repeat(const struct pipe_spec *spec)
+{
+    for (size_t k = 0; k < spec->nops; k++) {
+        const struct pipe_op *op = &spec->ops[k];
+        if (op->kind == PIPE_OP_REPEAT && !(op->has_n && op->n == 1))
+            return op;
+    }
+    return NULL;
+}

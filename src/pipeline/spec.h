@@ -108,6 +108,9 @@ bool pipe_spec_equal(const struct pipe_spec *a, const struct pipe_spec *b);
  * tf.data) is followed by no take(N). What comes after it otherwise keeps it endless (a filter
  * may drop elements, but none is counted as ending it). Sources are all finite. */
 bool pipe_spec_endless(const struct pipe_spec *spec);
+/* The first repeat of spec that re-reads its upstream (any but repeat(1), which changes
+ * nothing), or NULL. A local tail with one reads the service's stream again for every pass. */
+const struct pipe_op *pipe_spec_first_repeat(const struct pipe_spec *spec);
 /* Whether spec starts with global_shuffle(SEED); *seed receives its seed (seed may be NULL). */
 static inline bool pipe_spec_global_shuffle(const struct pipe_spec *spec, int64_t *seed)
 {

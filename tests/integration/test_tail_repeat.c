@@ -1,0 +1,554 @@
+/* A repeat in a local tail (`--local 'repeat(3)'`) reads the job's whole stream again, as a new
+ * job per repetition: exact multisets through the CLI and the C API, batches across
+ * repetitions, each repetition in the canonical order of a deterministic read, parallel_epochs,
+ * an empty dataset under repeat() ending, a worker killed in the middle of a repetition, and the
+ * reads it cannot serve exactly refused with their reason. Real dispatcher and workers. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "helper_cluster.h"
+
+#include "sluice/sluice.h"
+
+#include <jansson.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WAIT_MS 15000
+#define READ_MS 60000
+
+static const char *const short_timeouts[] = {"--worker-timeout-ms", "1000", "--client-timeout-ms",
+                                             "2000", NULL};
+
+static int setup(void **state)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -1;
+    c->dispatcher_args = short_timeouts;
+    if (cluster_start_dispatcher(c, 0, 0) != 0)
+        return -1;
+    for (int i = 0; i < 2; i++)
+        if (cluster_add_worker(c) < 0)
+            return -1;
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct cluster *c = *state;
+    int rc = cluster_stop(c);
+    free(c);
+    tmp_cleanup();
+    return rc;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* `sluice read PIPELINE ARGS... NULL` (at most 10 arguments): asserts exit status want_rc and
+ * returns stdout; stderr into *err when err is given. */
+static char *read_cli(struct cluster *c, int want_rc, char **err, const char *pipeline, ...)
+{
+    const char *a[11] = {NULL};
+    va_list ap;
+    va_start(ap, pipeline);
+    for (int i = 0; i < 10 && (a[i] = va_arg(ap, const char *)) != NULL; i++)
+        ;
+    va_end(ap);
+    char *out = NULL, *e = NULL;
+    int rc = cluster_cli(c, &out, &e, "read", pipeline, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
+                         a[7], a[8], a[9], NULL);
+    if (rc != want_rc)
+        fprintf(stderr, "%s: exit %d, stderr: %s\n", pipeline, rc, e);
+    assert_int_equal(rc, want_rc);
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return out;
+}
+
+static json_t *status_doc(struct cluster *c)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
+    if (rc != 0)
+        fail_msg("sluice status --json exited with %d: %s", rc, err);
+    json_error_t e;
+    json_t *doc = json_loads(out, 0, &e);
+    if (!doc)
+        fail_msg("status is not JSON (%s): %s", e.text, out);
+    free(out);
+    free(err);
+    return doc;
+}
+
+/* Whether two status values (strings or integers) are equal. */
+static bool same_value(json_t *a, json_t *b)
+{
+    if (json_is_string(a) && json_is_string(b))
+        return strcmp(json_string_value(a), json_string_value(b)) == 0;
+    if (json_is_integer(a) && json_is_integer(b))
+        return json_integer_value(a) == json_integer_value(b);
+    return false;
+}
+
+/* The jobs of the dataset registered with pipeline: how many, how many of them active, and the
+ * clients they still have. */
+struct jobs_seen {
+    int jobs, active, clients;
+    long long finished, total; /* splits of the last active one (distributed_epoch) */
+};
+
+static struct jobs_seen jobs_of(json_t *doc, const char *pipeline)
+{
+    struct jobs_seen s = {0};
+    json_t *datasets = json_object_get(doc, "datasets"), *jobs = json_object_get(doc, "jobs");
+    assert_true(json_is_array(datasets) && json_is_array(jobs));
+    json_t *id = NULL, *d, *j;
+    size_t i;
+    json_array_foreach(datasets, i, d)
+    {
+        const char *p = json_string_value(json_object_get(d, "pipeline"));
+        if (p && strcmp(p, pipeline) == 0)
+            id = json_object_get(d, "id");
+    }
+    if (!id)
+        return s;
+    json_array_foreach(jobs, i, j)
+    {
+        if (!same_value(json_object_get(j, "dataset_id"), id))
+            continue;
+        s.jobs++;
+        const char *st = json_string_value(json_object_get(j, "state"));
+        bool active = st && strcmp(st, "active") == 0;
+        s.active += active;
+        json_t *sp = json_object_get(j, "splits");
+        if (active && json_is_object(sp) && json_is_integer(json_object_get(sp, "total"))) {
+            s.finished = json_integer_value(json_object_get(sp, "finished"));
+            s.total = json_integer_value(json_object_get(sp, "total"));
+        }
+        json_t *cl = json_object_get(j, "clients");
+        s.clients += json_is_integer(cl) ? (int)json_integer_value(cl) : 0;
+    }
+    return s;
+}
+
+/* "0\n1\n...\n" for range(n), times times over in order. */
+static char *in_order(long n, int times)
+{
+    size_t cap = (size_t)n * (size_t)times * 21 + 1, len = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    s[0] = '\0';
+    for (int t = 0; t < times; t++)
+        for (long v = 0; v < n; v++)
+            len += (size_t)snprintf(s + len, cap - len, "%ld\n", v);
+    return s;
+}
+
+/* ---- the CLI ----------------------------------------------------------------------------------
+ */
+
+static void test_cli_distributed_repeat(void **state)
+{
+    struct cluster *c = *state;
+    const char *pipeline = "range(1000)";
+    char *out =
+        read_cli(c, 0, NULL, pipeline, "--mode", "distributed_epoch", "--local", "repeat(3)", NULL);
+    char *got = sorted_lines(out), *want = expected_range(1000, 3);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+    /* A job per repetition, each released by its reader. */
+    json_t *doc = status_doc(c);
+    struct jobs_seen s = jobs_of(doc, pipeline);
+    json_decref(doc);
+    assert_int_equal(s.jobs, 3);
+    assert_int_equal(s.active, 0);
+    assert_int_equal(s.clients, 0);
+}
+
+/* Batches run across the repetitions, as over the repeated stream. */
+static void test_cli_repeat_batch(void **state)
+{
+    struct cluster *c = *state;
+    char *out = read_cli(c, 0, NULL, "range(1000) | map(add, 0)", "--mode", "distributed_epoch",
+                         "--local", "repeat(2) | batch(7)", NULL);
+    /* 2000 elements: 285 batches of 7 and one of 5, holding each value exactly twice. */
+    int full = 0, last = 0, lines = 0;
+    size_t cap = 2000 * 12 + 1, len = 0;
+    char *flat = malloc(cap);
+    assert_non_null(flat);
+    flat[0] = '\0';
+    for (char *p = out; *p;) {
+        char *nl = strchr(p, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        assert_true(p[0] == '[' && nl[-1] == ']');
+        int n = 0;
+        for (char *q = p + 1; q < nl - 1;) {
+            char *end;
+            long v = strtol(q, &end, 10);
+            assert_true(end > q);
+            len += (size_t)snprintf(flat + len, cap - len, "%ld\n", v);
+            n++;
+            q = end;
+            if (*q == ',')
+                q += 2;
+        }
+        full += n == 7;
+        last = n;
+        lines++;
+        p = nl + 1;
+    }
+    assert_int_equal(lines, 286);
+    assert_int_equal(full, 285);
+    assert_int_equal(last, 5);
+    char *got = sorted_lines(flat), *want = expected_range(1000, 2);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(flat);
+    free(out);
+    /* In the canonical order the batches are exactly the local run's. */
+    out = read_cli(c, 0, NULL, "range(20)", "--mode", "distributed_epoch", "--deterministic",
+                   "--local", "repeat(2) | batch(7)", NULL);
+    assert_string_equal(out, "[0, 1, 2, 3, 4, 5, 6]\n"
+                             "[7, 8, 9, 10, 11, 12, 13]\n"
+                             "[14, 15, 16, 17, 18, 19, 0]\n"
+                             "[1, 2, 3, 4, 5, 6, 7]\n"
+                             "[8, 9, 10, 11, 12, 13, 14]\n"
+                             "[15, 16, 17, 18, 19]\n");
+    free(out);
+}
+
+/* Each repetition of a deterministic read comes in the canonical order. */
+static void test_cli_deterministic(void **state)
+{
+    struct cluster *c = *state;
+    char *out = read_cli(c, 0, NULL, "range(500)", "--mode", "distributed_epoch", "--deterministic",
+                         "--split-size", "16", "--local", "repeat(3)", NULL, NULL);
+    char *want = in_order(500, 3);
+    assert_string_equal(out, want);
+    free(want);
+    free(out);
+}
+
+/* parallel_epochs: every worker's copy, for every repetition. */
+static void test_cli_parallel_epochs(void **state)
+{
+    struct cluster *c = *state;
+    char *out = read_cli(c, 0, NULL, "range(300)", "--local", "repeat(2)", NULL, NULL, NULL, NULL,
+                         NULL, NULL);
+    char *got = sorted_lines(out), *want = expected_range(300, 4);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+    /* A take before the repeat cuts each repetition short; its job is released early. */
+    out = read_cli(c, 0, NULL, "range(300) | map(add, 1)", "--local", "take(5) | repeat(3)",
+                   "--format", "count", NULL);
+    assert_string_equal(out, "15\n");
+    free(out);
+    json_t *doc = status_doc(c);
+    struct jobs_seen s = jobs_of(doc, "range(300) | map(add, 1)");
+    json_decref(doc);
+    assert_int_equal(s.jobs, 3);
+    assert_int_equal(s.clients, 0);
+}
+
+/* repeat() of an empty stream ends, as tf.data's does, after one empty repetition. */
+static void test_cli_empty_endless(void **state)
+{
+    struct cluster *c = *state;
+    long long t0 = now_ms();
+    char *out = read_cli(c, 0, NULL, "range(0)", "--mode", "distributed_epoch", "--local",
+                         "repeat()", "--format", "count", NULL, NULL);
+    assert_string_equal(out, "0\n");
+    free(out);
+    out = read_cli(c, 0, NULL, "range(50) | filter(lt, 0)", "--local", "map(add, 1) | repeat()",
+                   "--format", "count", NULL);
+    assert_string_equal(out, "0\n");
+    free(out);
+    assert_true(now_ms() - t0 < READ_MS);
+    json_t *doc = status_doc(c);
+    struct jobs_seen s = jobs_of(doc, "range(0)");
+    json_decref(doc);
+    assert_int_equal(s.jobs, 1);
+}
+
+/* A repeat needs the whole stream for every repetition: a shared job cannot give it. */
+static void test_cli_named_job_refused(void **state)
+{
+    struct cluster *c = *state;
+    char *err = NULL;
+    char *out = read_cli(c, 1, &err, "range(10)", "--mode", "distributed_epoch", "--job-name",
+                         "shared", "--local", "map(add, 1) | repeat(2)", NULL, NULL);
+    assert_string_equal(out, "");
+    assert_string_equal(err, "sluice: read: local tail: column 15: repeat reads the stream again "
+                             "with a new job for each repetition, which a shared job (job name "
+                             "'shared') cannot do exactly: its readers split each pass between "
+                             "them; read without a job name, or repeat in the dataset's "
+                             "pipeline\n");
+    free(out);
+    free(err);
+}
+
+/* ---- the C API --------------------------------------------------------------------------------
+ */
+
+static struct sluice_client *client_for(struct cluster *c)
+{
+    char err[512] = "";
+    struct sluice_client *client = NULL;
+    struct sluice_client_options co = {.dispatcher = c->dispatcher.addr, .timeout_ms = WAIT_MS};
+    if (sluice_client_open(&co, &client, err, sizeof err) != 0)
+        fail_msg("client: %s", err);
+    return client;
+}
+
+static void test_api_repeat(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = client_for(c);
+    char err[1024] = "";
+    struct sluice_read_options ro = {.pipeline = "range(1000) | map(mul, 1)",
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .local = "repeat(3)"};
+    struct sluice_iterator *it = NULL;
+    if (sluice_iterator_open(client, &ro, &it, err, sizeof err) != 0)
+        fail_msg("open: %s", err);
+    int seen[1000] = {0};
+    long count = 0;
+    int rc;
+    const struct sluice_element *e;
+    while ((rc = sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err)) == 1) {
+        size_t nb;
+        const int64_t *v = sluice_element_data(e, 0, &nb);
+        assert_int_equal(nb, sizeof *v);
+        assert_true(*v >= 0 && *v < 1000);
+        seen[*v]++;
+        count++;
+    }
+    if (rc != 0)
+        fail_msg("next: %s", err);
+    assert_int_equal(count, 3000);
+    for (int v = 0; v < 1000; v++)
+        assert_int_equal(seen[v], 3);
+    /* After the end the read stays ended. */
+    assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 0);
+    /* Progress counts the elements of every repetition, and no splits. */
+    struct sluice_read_progress p;
+    assert_int_equal(sluice_iterator_progress(it, &p), 0);
+    assert_int_equal(p.elements, 3000);
+    assert_int_equal(p.splits_done, 0);
+    assert_int_equal(p.splits_total, 0);
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(sluice_iterator_save(it, &bytes, &len, err, sizeof err),
+                     SLUICE_ERR_UNSUPPORTED);
+    assert_string_equal(err, "a read with operations run in the reader (a local tail, or a "
+                             "dataset whose operations run partly in the reader) cannot be "
+                             "checkpointed: they hold elements its position cannot describe");
+    assert_null(bytes);
+    sluice_iterator_close(it);
+
+    /* Closing in the middle of a repetition releases it. */
+    ro.pipeline = "range(100000) | map(add, 0)";
+    ro.local = "repeat()";
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 1);
+    char why[256];
+    assert_true(sluice_iterator_waiting(it, why, sizeof why) > 0);
+    sluice_iterator_close(it);
+    sluice_client_close(client);
+    long long t0 = now_ms();
+    struct jobs_seen s;
+    for (;;) {
+        json_t *doc = status_doc(c);
+        s = jobs_of(doc, "range(100000) | map(add, 0)");
+        json_decref(doc);
+        if (s.clients == 0 || now_ms() - t0 > WAIT_MS)
+            break;
+        usleep(50 * 1000);
+    }
+    assert_int_equal(s.jobs, 1);
+    assert_int_equal(s.clients, 0);
+}
+
+static void test_api_refusals(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = client_for(c);
+    char err[1024] = "";
+    struct sluice_iterator *it = NULL;
+    struct sluice_read_options ro = {.pipeline = "range(10)",
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .job_name = "j",
+                                     .local = "repeat()"};
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err),
+                     SLUICE_ERR_UNSUPPORTED);
+    assert_null(it);
+    assert_string_equal(err, "local tail: column 1: repeat reads the stream again with a new job "
+                             "for each repetition, which a shared job (job name 'j') cannot do "
+                             "exactly: its readers split each pass between them; read without a "
+                             "job name, or repeat in the dataset's pipeline");
+    /* repeat(1) re-reads nothing and is fine in a shared job. */
+    ro.local = "repeat(1)";
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
+    const struct sluice_element *e;
+    int n = 0;
+    while (sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err) == 1)
+        n++;
+    assert_int_equal(n, 10);
+    sluice_iterator_close(it);
+    /* A checkpoint cannot restore a read with a local tail. */
+    ro.job_name = NULL;
+    ro.local = NULL;
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
+    assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 1);
+    uint8_t *ck = NULL;
+    size_t cklen = 0;
+    assert_int_equal(sluice_iterator_save(it, &ck, &cklen, err, sizeof err), 0);
+    sluice_iterator_close(it);
+    ro.local = "repeat(2)";
+    ro.restore = ck;
+    ro.restore_len = cklen;
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err),
+                     SLUICE_ERR_UNSUPPORTED);
+    assert_null(it);
+    assert_string_equal(err, "a checkpoint cannot restore a read with operations run in the "
+                             "reader (a local tail, or a dataset whose operations run partly in "
+                             "the reader)");
+    free(ck);
+    sluice_client_close(client);
+}
+
+/* ---- a worker killed in the middle of a repetition ---------------------------------------------
+ */
+
+static void test_worker_killed(void **state)
+{
+    struct cluster *c = *state;
+    int w = cluster_add_worker(c);
+    assert_true(w >= 0);
+    const char *pipeline = "range(2000) | map(sleep_us, 1000)";
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", pipeline, "--mode", "distributed_epoch",
+                                       "--local", "repeat(3)", NULL),
+                     0);
+    /* Into the second repetition, a quarter of its splits done. */
+    long long t0 = now_ms();
+    struct jobs_seen s;
+    for (;;) {
+        json_t *doc = status_doc(c);
+        s = jobs_of(doc, pipeline);
+        json_decref(doc);
+        if ((s.jobs >= 2 && s.total > 0 && 4 * s.finished >= s.total) || now_ms() - t0 > READ_MS)
+            break;
+        usleep(20 * 1000);
+    }
+    printf("    the kill lands in repetition %d with %lld of %lld splits finished\n", s.jobs,
+           s.finished, s.total);
+    fflush(stdout);
+    assert_true(s.jobs >= 2 && s.total > 0 && 4 * s.finished >= s.total);
+    assert_true(s.finished < s.total);
+    assert_int_equal(proc_wait(&r, 0), -2);
+    assert_int_equal(proc_stop(&c->workers[w], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    char *out = proc_read_all(&r, READ_MS);
+    int rc = proc_wait(&r, WAIT_MS);
+    if (rc != 0)
+        proc_stop(&r, SIGKILL, WAIT_MS);
+    assert_int_equal(rc, 0);
+    char *got = sorted_lines(out), *want = expected_range(2000, 3);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+}
+
+/* ---- the dispatcher gone between repetitions ----------------------------------------------------
+ */
+
+/* Reads of take(1) | repeat() spend most of their time opening repetitions. With the dispatcher
+ * killed, the next repetition cannot be opened; closing the read (C API) and Ctrl-C (CLI) still
+ * end it at once, instead of waiting for a dispatcher that may never come back. */
+static void test_dispatcher_gone(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = NULL;
+    char err[512] = "";
+    struct sluice_client_options co = {.dispatcher = c->dispatcher.addr}; /* no timeout */
+    assert_int_equal(sluice_client_open(&co, &client, err, sizeof err), 0);
+    struct sluice_read_options ro = {.pipeline = "range(10) | map(mul, 2)",
+                                     .mode = SLUICE_PARALLEL_EPOCHS,
+                                     .local = "take(1) | repeat()"};
+    struct sluice_iterator *it = NULL;
+    if (sluice_iterator_open(client, &ro, &it, err, sizeof err) != 0)
+        fail_msg("open: %s", err);
+    const struct sluice_element *e;
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 1);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(10) | map(mul, 3)", "--local",
+                                       "take(1) | repeat()", "--format", "count", NULL),
+                     0);
+    usleep(1000 * 1000);
+    assert_int_equal(proc_wait(&r, 0), -2);
+    assert_int_equal(proc_stop(&c->dispatcher, SIGKILL, WAIT_MS), 128 + SIGKILL);
+    /* Whatever the readers were doing, they now wait for the dispatcher. */
+    int rc;
+    long long t0 = now_ms();
+    while ((rc = sluice_iterator_next(it, &e, 100, err, sizeof err)) == 1 &&
+           now_ms() - t0 < WAIT_MS)
+        ;
+    assert_int_equal(rc, SLUICE_ERR_TIMEOUT);
+    usleep(500 * 1000);
+    t0 = now_ms();
+    sluice_iterator_close(it);
+    long long closed = now_ms() - t0;
+    t0 = now_ms();
+    kill(r.pid, SIGINT);
+    int status = proc_wait(&r, WAIT_MS);
+    long long interrupted = now_ms() - t0;
+    printf("    closed in %lld ms, interrupted in %lld ms\n", closed, interrupted);
+    assert_int_equal(status, 128 + SIGINT);
+    assert_true(closed < 1000);
+    assert_true(interrupted < 1000);
+    sluice_client_close(client);
+    assert_int_equal(cluster_restart_dispatcher(c, SIGTERM), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cli_distributed_repeat),
+        cmocka_unit_test(test_cli_repeat_batch),
+        cmocka_unit_test(test_cli_deterministic),
+        cmocka_unit_test(test_cli_parallel_epochs),
+        cmocka_unit_test(test_cli_empty_endless),
+        cmocka_unit_test(test_cli_named_job_refused),
+        cmocka_unit_test(test_api_repeat),
+        cmocka_unit_test(test_api_refusals),
+        cmocka_unit_test(test_worker_killed),
+        cmocka_unit_test(test_dispatcher_gone),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
