@@ -292,7 +292,7 @@ class DispatchServer(_Server):
 
     auth_token_file, tls_cert, tls_key, tls_ca: see below. insecure: allow a host beyond
     loopback without a token. metrics_host (None: 127.0.0.1), handshake_timeout_ms (None:
-    10000), max_connections (None: 1024) and max_handshakes (None: 64) are the flags of the
+    10000), max_connections (None: 4096) and max_handshakes (None: 256) are the flags of the
     same names; with a token, /metrics wants "Authorization: Bearer TOKEN". max_datasets
     (None: 10000), max_pipeline_bytes (None: 1048576) and max_jobs_per_client (None: 1000)
     bound what clients can make the dispatcher hold; past one, the request fails with the

@@ -54,11 +54,12 @@
 #define RPC_MAX_SEGS 128
 /* Server limits on connections that have not completed their handshake (rpc_server_opts). */
 #define RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS 10000
-#define RPC_DEFAULT_MAX_HANDSHAKES 64
+#define RPC_DEFAULT_MAX_HANDSHAKES 256
 #define RPC_HANDSHAKE_MAX_FRAME 4096
-/* The default ceiling on a server's open connections; never above the open-file limit (soft
- * RLIMIT_NOFILE) less RPC_FD_RESERVE descriptors kept for everything else. */
-#define RPC_DEFAULT_MAX_CONNECTIONS 1024
+/* The default ceiling on a server's open connections (a thousand workers and their readers fit);
+ * never above the open-file limit (soft RLIMIT_NOFILE, which a server raises towards its hard
+ * limit as far as the ceiling needs) less RPC_FD_RESERVE descriptors kept for everything else. */
+#define RPC_DEFAULT_MAX_CONNECTIONS 4096
 #define RPC_FD_RESERVE 64
 
 /* Parses "HOST:PORT" or "sluice://HOST:PORT" (HOST may be "[v6]"). host gets the host without

@@ -498,12 +498,21 @@ static void on_handle_closed(uv_handle_t *h)
     server_release(h->data);
 }
 
-/* max, lowered to what the open-file limit leaves after RPC_FD_RESERVE descriptors. */
+/* max, lowered to what the open-file limit leaves after RPC_FD_RESERVE descriptors. The soft
+ * limit is raised first, as far as max needs and the hard limit allows (a common soft limit is
+ * 1024, far below what a server with a thousand peers needs, while the hard limit is high). */
 static unsigned cap_to_fd_limit(unsigned max)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
         return max;
+    rlim_t want = (rlim_t)max + RPC_FD_RESERVE;
+    if (rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = rl;
+        raised.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0)
+            rl = raised;
+    }
     rlim_t room = rl.rlim_cur > 2 * RPC_FD_RESERVE ? rl.rlim_cur - RPC_FD_RESERVE : rl.rlim_cur / 2;
     if (room < 1)
         room = 1;
