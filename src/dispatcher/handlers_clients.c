@@ -67,9 +67,8 @@ static void client_ctx_free(struct client_ctx *c)
 static int client_view_take(struct dispatcher *d, struct client_ctx *c,
                             const struct st_iteration *it, uint64_t round, uint64_t granted)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < d->st.ntasks; i++)
-        n += d->st.tasks[i].iteration_id == it->id;
+    size_t n;
+    const struct st_task_ref *refs = state_iteration_tasks(&d->st, it->id, &n);
     c->infos = calloc(n ? n : 1, sizeof *c->infos);
     c->info_ptrs = calloc(n ? n : 1, sizeof *c->info_ptrs);
     c->info_keys = calloc(n ? n : 1, sizeof *c->info_keys);
@@ -78,9 +77,9 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
     /* An iteration's tasks were mostly created one per worker in the workers' order, so the
      * worker after the last one found is tried before a search. */
     size_t hint = 0;
-    for (size_t i = 0; i < d->st.ntasks; i++) {
-        const struct st_task *t = &d->st.tasks[i];
-        if (t->iteration_id != it->id)
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(&d->st, refs[i].task_id);
+        if (!t)
             continue;
         const struct st_worker *w = hint < d->st.nworkers && d->st.workers[hint].id == t->worker_id
                                         ? &d->st.workers[hint]

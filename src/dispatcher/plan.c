@@ -39,14 +39,16 @@ static uint32_t finished_workers(const struct state *s, const struct st_iteratio
                                  const struct st_update_list *out, size_t start)
 {
     uint32_t n = 0;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, it->id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id != it->id ||
             (!t->finished && !pending(out, start, ST_TASK_FINISHED, t->id)))
             continue;
         bool seen = false;
         for (size_t j = 0; j < i && !seen; j++) {
-            const struct st_task *u = &s->tasks[j];
+            const struct st_task *u = state_task(s, refs[j].task_id);
             seen = u->iteration_id == it->id && u->worker_id == t->worker_id &&
                    (u->finished || pending(out, start, ST_TASK_FINISHED, u->id));
         }
@@ -75,8 +77,10 @@ static bool iteration_finishes(const struct state *s, const struct st_iteration 
             finished_now += u->seqs.n;
     }
     size_t remaining = 0;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, it->id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id != it->id || pending(out, start, ST_TASK_REMOVED, t->id))
             continue;
         remaining++;
@@ -133,8 +137,10 @@ static int serving_tasks(const struct state *s, uint64_t it_id, const struct st_
                          size_t start, struct st_seq_list *l)
 {
     l->n = 0;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, it_id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id != it_id || t->finished ||
             pending(out, start, ST_TASK_REMOVED, t->id) ||
             pending(out, start, ST_TASK_FINISHED, t->id) ||
@@ -485,8 +491,10 @@ static int plan_remove_worker_updates(const struct state *s, const struct st_wor
                                       struct st_update_list *out)
 {
     struct st_update *u;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_worker_tasks(s, w->id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->worker_id != w->id)
             continue;
         if (t->leased.n > 0) {
@@ -914,8 +922,10 @@ bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t
         return it->state == ST_ITER_FINISHED;
     if (seq >= it->split_cursor || state_seq_contains(&it->pool, seq))
         return false;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id == iteration_id && state_seq_contains(&t->leased, seq))
             return false;
     }
@@ -1003,8 +1013,10 @@ int state_splits_finished_each(const struct state *s, uint64_t iteration_id, con
         free(q);
         return SLUICE_ERR_NOMEM;
     }
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id != iteration_id || t->leased.n == 0)
             continue;
         if (t->leased.n <= m) {
@@ -1052,8 +1064,10 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
         free(q);
         return NOMEM_MSG(err, errlen);
     }
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id != iteration_id || t->leased.n == 0)
             continue;
         size_t k = lease_intersect(&t->leased, q, m, both);
@@ -1140,8 +1154,10 @@ int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_
     size_t start = out->n;
     size_t made_at;
     uint64_t moved;
-    for (size_t i = 0; i < s->ntasks && nkeep > 0; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
+    for (size_t i = 0; i < nrefs && nkeep > 0; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id != iteration_id || t->leased.n == 0)
             continue;
         if (push_task_seqs(t, ST_SPLITS_RETURNED, keep, nkeep, NO_UPDATE, out, &made_at, &moved) <
@@ -1165,8 +1181,10 @@ uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_i
     uint64_t low = it->split_cursor;
     if (it->pool.n > 0 && it->pool.v[0] < low)
         low = it->pool.v[0];
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->iteration_id == iteration_id && t->leased.n > 0 && t->leased.v[0] < low)
             low = t->leased.v[0];
     }
@@ -1244,10 +1262,10 @@ int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_up
                        iteration_id, clients);
     size_t start = out->n;
     struct st_update *u;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        if (s->tasks[i].iteration_id != iteration_id)
-            continue;
-        if (!(u = push(out, ST_TASK_REMOVED, s->tasks[i].id)))
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        if (!(u = push(out, ST_TASK_REMOVED, refs[i].task_id)))
             goto nomem;
         u->ref = iteration_id;
     }

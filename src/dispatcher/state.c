@@ -382,6 +382,7 @@ void state_release(struct state *s)
     free(s->iterations);
     free(s->tasks);
     free(s->by_worker);
+    free(s->by_iteration);
     free(s->workers);
     free(s->clients);
     memset(s, 0, sizeof *s);
@@ -492,12 +493,11 @@ size_t state_iteration_clients(const struct state *s, uint64_t iteration_id)
     return n;
 }
 
-static size_t ref_lower(const struct state *s, uint64_t worker_id, uint64_t task_id);
-
 static bool worker_has_tasks(const struct state *s, uint64_t worker_id)
 {
-    size_t at = ref_lower(s, worker_id, 0);
-    return at < s->nby_worker && s->by_worker[at].worker_id == worker_id;
+    size_t n;
+    state_worker_tasks(s, worker_id, &n);
+    return n > 0;
 }
 
 /* ---- applying -------------------------------------------------------------------------------- */
@@ -651,14 +651,14 @@ bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t k
     return !w->key.set || st_key_matches(&w->key, key, key_len);
 }
 
-/* The position of (worker_id, task_id) in the index, or where it would go. */
-static size_t ref_lower(const struct state *s, uint64_t worker_id, uint64_t task_id)
+/* The position of (key, task_id) in the index v[0, n), or where it would go. */
+static size_t ref_lower(const struct st_task_ref *v, size_t n, uint64_t key, uint64_t task_id)
 {
-    size_t lo = 0, hi = s->nby_worker;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const struct st_task_ref *r = &s->by_worker[mid];
-        if (r->worker_id < worker_id || (r->worker_id == worker_id && r->task_id < task_id))
+        const struct st_task_ref *r = &v[mid];
+        if (r->key < key || (r->key == key && r->task_id < task_id))
             lo = mid + 1;
         else
             hi = mid;
@@ -666,32 +666,68 @@ static size_t ref_lower(const struct state *s, uint64_t worker_id, uint64_t task
     return lo;
 }
 
+/* The entries of key in v[0, n). */
+static const struct st_task_ref *ref_range(const struct st_task_ref *v, size_t n, uint64_t key,
+                                           size_t *count)
+{
+    size_t from = ref_lower(v, n, key, 0);
+    size_t to = key == UINT64_MAX ? n : ref_lower(v, n, key + 1, 0);
+    *count = to - from;
+    return v + from;
+}
+
+/* Inserts (key, task_id) into an index with room for one more. */
+static void ref_insert(struct st_task_ref *v, size_t *n, uint64_t key, uint64_t task_id)
+{
+    size_t at = ref_lower(v, *n, key, task_id);
+    memmove(&v[at + 1], &v[at], (*n - at) * sizeof *v);
+    v[at] = (struct st_task_ref){key, task_id};
+    (*n)++;
+}
+
+static void ref_erase(struct st_task_ref *v, size_t *n, uint64_t key, uint64_t task_id)
+{
+    size_t at = ref_lower(v, *n, key, task_id);
+    if (at < *n && v[at].key == key && v[at].task_id == task_id) {
+        memmove(&v[at], &v[at + 1], (*n - at - 1) * sizeof *v);
+        (*n)--;
+    }
+}
+
 const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t worker_id, size_t *n)
 {
-    size_t from = ref_lower(s, worker_id, 0);
-    size_t to = worker_id == UINT64_MAX ? s->nby_worker : ref_lower(s, worker_id + 1, 0);
-    *n = to - from;
-    return s->by_worker + from;
+    return ref_range(s->by_worker, s->nby_worker, worker_id, n);
+}
+
+const struct st_task_ref *state_iteration_tasks(const struct state *s, uint64_t iteration_id,
+                                                size_t *n)
+{
+    return ref_range(s->by_iteration, s->nby_iteration, iteration_id, n);
 }
 
 static int cmp_task_ref(const void *a, const void *b)
 {
     const struct st_task_ref *x = a, *y = b;
-    if (x->worker_id != y->worker_id)
-        return x->worker_id < y->worker_id ? -1 : 1;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
     return x->task_id < y->task_id ? -1 : x->task_id > y->task_id;
 }
 
 int state_reindex(struct state *s)
 {
-    s->nby_worker = 0;
-    if (grow((void **)&s->by_worker, &s->cap_by_worker, s->ntasks, sizeof *s->by_worker))
+    s->nby_worker = s->nby_iteration = 0;
+    if (grow((void **)&s->by_worker, &s->cap_by_worker, s->ntasks, sizeof *s->by_worker) ||
+        grow((void **)&s->by_iteration, &s->cap_by_iteration, s->ntasks, sizeof *s->by_iteration))
         return SLUICE_ERR_NOMEM;
-    for (size_t i = 0; i < s->ntasks; i++)
+    for (size_t i = 0; i < s->ntasks; i++) {
         s->by_worker[i] = (struct st_task_ref){s->tasks[i].worker_id, s->tasks[i].id};
-    s->nby_worker = s->ntasks;
-    if (s->nby_worker > 1)
+        s->by_iteration[i] = (struct st_task_ref){s->tasks[i].iteration_id, s->tasks[i].id};
+    }
+    s->nby_worker = s->nby_iteration = s->ntasks;
+    if (s->ntasks > 1) {
         qsort(s->by_worker, s->nby_worker, sizeof *s->by_worker, cmp_task_ref);
+        qsort(s->by_iteration, s->nby_iteration, sizeof *s->by_iteration, cmp_task_ref);
+    }
     return 0;
 }
 
@@ -709,15 +745,15 @@ static int apply_task_created(struct state *s, const struct st_update *u)
             return CORRUPT;
     }
     if (grow((void **)&s->tasks, &s->cap_tasks, s->ntasks + 1, sizeof *s->tasks) ||
-        grow((void **)&s->by_worker, &s->cap_by_worker, s->nby_worker + 1, sizeof *s->by_worker))
+        grow((void **)&s->by_worker, &s->cap_by_worker, s->nby_worker + 1, sizeof *s->by_worker) ||
+        grow((void **)&s->by_iteration, &s->cap_by_iteration, s->nby_iteration + 1,
+             sizeof *s->by_iteration))
         return SLUICE_ERR_NOMEM;
     struct st_task *t = row_insert(s->tasks, &s->ntasks, sizeof *s->tasks, u->id);
     t->iteration_id = u->ref;
     t->worker_id = u->ref2;
-    size_t at = ref_lower(s, u->ref2, u->id);
-    memmove(&s->by_worker[at + 1], &s->by_worker[at], (s->nby_worker - at) * sizeof *s->by_worker);
-    s->by_worker[at] = (struct st_task_ref){u->ref2, u->id};
-    s->nby_worker++;
+    ref_insert(s->by_worker, &s->nby_worker, u->ref2, u->id);
+    ref_insert(s->by_iteration, &s->nby_iteration, u->ref, u->id);
     s->next_task_id = max_u64(s->next_task_id, u->id + 1);
     return 0;
 }
@@ -741,12 +777,8 @@ static int apply_task_removed(struct state *s, const struct st_update *u)
         it->splits_leased -= t->leased.n;
     state_seq_release(&t->leased);
     state_seq_release(&t->granted);
-    size_t at = ref_lower(s, t->worker_id, t->id);
-    if (at < s->nby_worker && s->by_worker[at].task_id == t->id) {
-        memmove(&s->by_worker[at], &s->by_worker[at + 1],
-                (s->nby_worker - at - 1) * sizeof *s->by_worker);
-        s->nby_worker--;
-    }
+    ref_erase(s->by_worker, &s->nby_worker, t->worker_id, t->id);
+    ref_erase(s->by_iteration, &s->nby_iteration, t->iteration_id, t->id);
     row_erase(s->tasks, &s->ntasks, sizeof *s->tasks, t);
     return 0;
 }
@@ -927,10 +959,10 @@ static int apply_iteration_gc(struct state *s, const struct st_update *u)
     struct st_iteration *it = FIND(s, iterations, u->id);
     if (!it || it->state == ST_ITER_GC || state_iteration_clients(s, u->id) > 0)
         return CORRUPT;
-    for (size_t i = 0; i < s->ntasks; i++) {
-        if (s->tasks[i].iteration_id == u->id)
-            return CORRUPT;
-    }
+    size_t ntasks;
+    state_iteration_tasks(s, u->id, &ntasks);
+    if (ntasks > 0)
+        return CORRUPT;
     struct st_job *j = FIND(s, jobs, it->job_id);
     if (!j || j->iteration_id != u->id)
         return CORRUPT;

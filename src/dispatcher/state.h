@@ -217,9 +217,10 @@ struct st_limits {
  * leased splits; every task's iteration and worker exist; every client's iteration exists; a
  * task's granted seqs are empty when its last_request is 0, and all below its iteration's split
  * cursor; no update carries the id UINT64_MAX (it would wrap the counter raised past it). */
-/* One entry of the index of tasks by worker (struct state.by_worker). */
+/* One entry of an index of tasks: by worker (key = the task's worker, struct state.by_worker) or
+ * by iteration (key = its iteration, struct state.by_iteration). */
 struct st_task_ref {
-    uint64_t worker_id, task_id;
+    uint64_t key, task_id;
 };
 
 struct state {
@@ -244,6 +245,10 @@ struct state {
      * it. */
     struct st_task_ref *by_worker;
     size_t nby_worker, cap_by_worker;
+    /* The same by (iteration id, task id): an iteration's tasks (a shared job's iteration has one
+     * per worker) without a pass over every task of the cluster. */
+    struct st_task_ref *by_iteration;
+    size_t nby_iteration, cap_by_iteration;
     /* Configuration, not history: the number of fixed workers of the static sharding modes
      * (--worker-addresses). The shell sets it after recovery; planning reads it (an iteration of
      * a static mode finishes only once every fixed worker finished its shard); apply, snapshots
@@ -588,9 +593,12 @@ bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t
 /* The tasks of worker_id, by increasing task id: *n entries from the returned pointer, which is
  * valid until the state changes. */
 const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t worker_id, size_t *n);
+/* The tasks of iteration_id, by increasing task id, likewise. */
+const struct st_task_ref *state_iteration_tasks(const struct state *s, uint64_t iteration_id,
+                                                size_t *n);
 
-/* Builds s->by_worker from s->tasks (after a snapshot filled the table). Returns 0 or
- * SLUICE_ERR_NOMEM (the index is then empty). */
+/* Builds s->by_worker and s->by_iteration from s->tasks (after a snapshot filled the table).
+ * Returns 0 or SLUICE_ERR_NOMEM (the indexes are then empty). */
 int state_reindex(struct state *s);
 
 /* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]

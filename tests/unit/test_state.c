@@ -141,28 +141,56 @@ static void check_seqs(const struct st_seq_list *l)
 }
 
 /* What state.h promises always holds after a successful apply. */
-/* The index of tasks by worker lists exactly the tasks, sorted by (worker, task). */
-static void check_by_worker(const struct state *s)
+/* An index of tasks lists exactly the tasks, sorted by (key, task), key being what field()
+ * gives of the task; and each key's range holds exactly its tasks. */
+static void check_index(const struct state *s, const struct st_task_ref *v, size_t n,
+                        uint64_t (*field)(const struct st_task *),
+                        const struct st_task_ref *(*range)(const struct state *, uint64_t,
+                                                           size_t *))
 {
-    assert_int_equal(s->nby_worker, s->ntasks);
-    for (size_t i = 0; i < s->nby_worker; i++) {
-        const struct st_task_ref *r = &s->by_worker[i];
+    assert_int_equal(n, s->ntasks);
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task_ref *r = &v[i];
         const struct st_task *t = state_task(s, r->task_id);
         assert_non_null(t);
-        assert_int_equal(t->worker_id, r->worker_id);
+        assert_int_equal(field(t), r->key);
         if (i > 0)
-            assert_true(s->by_worker[i - 1].worker_id < r->worker_id ||
-                        (s->by_worker[i - 1].worker_id == r->worker_id &&
-                         s->by_worker[i - 1].task_id < r->task_id));
+            assert_true(v[i - 1].key < r->key ||
+                        (v[i - 1].key == r->key && v[i - 1].task_id < r->task_id));
     }
+    for (size_t i = 0; i < s->ntasks; i++) {
+        uint64_t key = field(&s->tasks[i]);
+        size_t m, want = 0;
+        const struct st_task_ref *mine = range(s, key, &m);
+        for (size_t k = 0; k < s->ntasks; k++)
+            want += field(&s->tasks[k]) == key;
+        assert_int_equal(m, want);
+        for (size_t k = 0; k < m; k++)
+            assert_int_equal(mine[k].key, key);
+    }
+}
+
+static uint64_t task_worker(const struct st_task *t)
+{
+    return t->worker_id;
+}
+
+static uint64_t task_iteration(const struct st_task *t)
+{
+    return t->iteration_id;
+}
+
+static void check_by_worker(const struct state *s)
+{
+    check_index(s, s->by_worker, s->nby_worker, task_worker, state_worker_tasks);
+    check_index(s, s->by_iteration, s->nby_iteration, task_iteration, state_iteration_tasks);
     for (size_t i = 0; i < s->nworkers; i++) {
-        size_t n, want = 0;
-        const struct st_task_ref *mine = state_worker_tasks(s, s->workers[i].id, &n);
+        size_t n;
+        state_worker_tasks(s, s->workers[i].id, &n);
+        size_t want = 0;
         for (size_t k = 0; k < s->ntasks; k++)
             want += s->tasks[k].worker_id == s->workers[i].id;
         assert_int_equal(n, want);
-        for (size_t k = 0; k < n; k++)
-            assert_int_equal(mine[k].worker_id, s->workers[i].id);
     }
 }
 
