@@ -85,8 +85,10 @@ struct figures {
     unsigned workers, clients, jobs, tasks;
     double seconds;
     struct lat worker_hb, client_hb, splits;
-    uint64_t errors, missing, skipped_hb;
-    double cpu_share; /* of one core */
+    uint64_t errors, missing, skipped_hb, task_lists;
+    double sim_lag_max_ms;     /* the simulator's loop: the latest a 20 ms timer fired */
+    uint64_t sim_lag_over_5ms; /* times it fired more than 5 ms late */
+    double cpu_share;          /* of one core */
     double rss_mb, hwm_mb;
     double journal_bytes_per_s, updates_per_s;
     double splits_per_s; /* finished (confirmed to clients) */
@@ -178,6 +180,7 @@ struct sclient {
     uint8_t key[KEY_LEN];
     size_t key_len;
     uint32_t hb_ms;
+    uint64_t tasks_digest; /* of the task list last received, sent back as a reader does */
     struct job *job;
     struct seqs pending; /* handed to this client, not yet confirmed finished */
 };
@@ -228,6 +231,7 @@ struct sim {
     bool measuring, stopping;
     uint64_t outstanding;
     uint64_t errors, skipped_hb, splits_confirmed, tasks;
+    uint64_t task_lists; /* client heartbeat replies that carried the task list */
     struct lat lat[3];
     int printed_errors;
 };
@@ -503,6 +507,10 @@ static void client_hb_done(struct call *call, int status, const char *msg,
         cl->hb_ms = r->heartbeat_ms;
         uv_timer_set_repeat(&cl->hb, cl->hb_ms);
     }
+    if (!r->tasks_unchanged)
+        cl->tasks_digest = r->tasks_digest;
+    if (sim->measuring)
+        sim->task_lists += !r->tasks_unchanged;
     if (r->n_finished_seqs == 0 || cl->pending.n == 0)
         return;
     uint64_t *fin = malloc(r->n_finished_seqs * sizeof *fin);
@@ -559,6 +567,7 @@ static void client_heartbeat(uv_timer_t *timer)
     req.splits = ptrs;
     req.client_key.data = cl->key;
     req.client_key.len = cl->key_len;
+    req.tasks_digest = cl->tasks_digest;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
     env.client_heartbeat = &req;
@@ -775,29 +784,32 @@ static double proc_status_mb(pid_t pid, const char *field)
 }
 
 /* The histogram bucket of journal commits up to 3.2 ms. */
+/* Seconds between the first scrape and the start of the latency measurement. */
+#define SETTLE_S 2
+
 #define SLOW_COMMIT_BUCKET "sluice_journal_commit_seconds_bucket{le=\"0.0032\"}"
 
-/* GET /metrics (with the token) and the value of the sample `name` (no labels); NAN if absent. */
-static double scrape(const char *addr, const char *token_text, const char *name)
+/* GET /metrics (with the token): the body (malloc'd), or NULL. */
+static char *fetch_metrics(const char *addr, const char *token_text)
 {
     char host[64];
     int port = 0;
     const char *colon = strrchr(addr, ':');
     if (!colon || (size_t)(colon - addr) >= sizeof host)
-        return NAN;
+        return NULL;
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
     port = atoi(colon + 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
-        return NAN;
+        return NULL;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, host, &sa.sin_addr);
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
         close(fd);
-        return NAN;
+        return NULL;
     }
     char req[1024];
     int rl = snprintf(req, sizeof req,
@@ -806,14 +818,19 @@ static double scrape(const char *addr, const char *token_text, const char *name)
                       addr, token_text);
     if (write(fd, req, (size_t)rl) != rl) {
         close(fd);
-        return NAN;
+        return NULL;
     }
     size_t cap = 1 << 16, used = 0;
     char *buf = malloc(cap);
     for (;;) {
+        if (!buf)
+            die("scrape", "out of memory");
         if (used + 4096 > cap) {
             cap *= 2;
-            buf = realloc(buf, cap);
+            char *more = realloc(buf, cap);
+            if (!more)
+                die("scrape", "out of memory");
+            buf = more;
         }
         ssize_t r = read(fd, buf + used, cap - used - 1);
         if (r <= 0)
@@ -822,23 +839,58 @@ static double scrape(const char *addr, const char *token_text, const char *name)
     }
     close(fd);
     buf[used] = '\0';
-    double v = NAN;
+    return buf;
+}
+
+/* The value of the sample `name` (labels included, as exposed) in a /metrics body; NAN if
+ * absent. */
+static double metric_value(const char *body, const char *name)
+{
     size_t nl = strlen(name);
-    for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : 0) {
-        if (strncmp(line, name, nl) == 0 && line[nl] == ' ') {
-            v = strtod(line + nl + 1, NULL);
-            break;
-        }
+    for (const char *line = body; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, name, nl) == 0 && line[nl] == ' ')
+            return strtod(line + nl + 1, NULL);
     }
-    free(buf);
-    return v;
+    return NAN;
+}
+
+/* The dispatcher's counters the figures are computed from, read in one scrape. */
+struct counters {
+    double journal_bytes, updates, commit_seconds, commits, fast_commits;
+};
+
+static void read_counters(const char *addr, const char *token, struct counters *c)
+{
+    char *body = fetch_metrics(addr, token);
+    c->journal_bytes = body ? metric_value(body, "sluice_journal_bytes_total") : NAN;
+    c->updates = body ? metric_value(body, "sluice_updates_applied_total") : NAN;
+    c->commit_seconds = body ? metric_value(body, "sluice_journal_commit_seconds_sum") : NAN;
+    c->commits = body ? metric_value(body, "sluice_journal_commit_seconds_count") : NAN;
+    c->fast_commits = body ? metric_value(body, SLOW_COMMIT_BUCKET) : NAN;
+    free(body);
 }
 
 /* ---- one measurement ------------------------------------------------------------------------ */
 
+/* The simulator's own loop lag: a 20 ms timer that fires late says the simulator, not the
+ * dispatcher, delayed the replies it measured meanwhile. */
+static uint64_t lag_last_ns;
+static double lag_max_ms;
+static uint64_t lag_over_5ms;
+static bool lag_measuring;
+
 static void keepalive(uv_timer_t *t)
 {
     (void)t;
+    uint64_t now = uv_hrtime();
+    if (lag_last_ns && lag_measuring) {
+        double late = (double)(now - lag_last_ns) / 1e6 - 20.0;
+        if (late > lag_max_ms)
+            lag_max_ms = late;
+        lag_over_5ms += late > 5.0;
+    }
+    lag_last_ns = now;
 }
 
 static bool all_registered(struct sim *sim)
@@ -1033,29 +1085,35 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     if (sim->errors)
         fprintf(stderr, PROG ": %" PRIu64 " errors before the measurement\n", sim->errors);
 
+    /* The counters are read at the edges of a window that starts SETTLE_S before latencies are
+     * measured: a scrape blocks this loop while the dispatcher renders its metrics on its own,
+     * and the requests held up behind it must not count. */
+    struct counters c0, c1;
     double cpu0 = proc_cpu_s(p.pid);
-    double jb0 = scrape(p.metrics, token, "sluice_journal_bytes_total");
-    double up0 = scrape(p.metrics, token, "sluice_updates_applied_total");
-    double cs0 = scrape(p.metrics, token, "sluice_journal_commit_seconds_sum");
-    double cn0 = scrape(p.metrics, token, "sluice_journal_commit_seconds_count");
-    double cf0 = scrape(p.metrics, token, SLOW_COMMIT_BUCKET);
+    read_counters(p.metrics, token, &c0);
     double self0 = self_cpu_s();
     double t0 = now_s();
+    run_until(sim, NULL, SETTLE_S, "settling after the scrape");
     sim->measuring = true;
-    double deadline = t0 + cfg->seconds;
+    lag_measuring = true;
+    lag_last_ns = 0;
+    lag_max_ms = 0;
+    lag_over_5ms = 0;
+    double m0 = now_s();
+    double deadline = m0 + cfg->seconds;
     while (now_s() < deadline)
         uv_run(&sim->loop, UV_RUN_ONCE);
     double t1 = now_s();
+    sim->measuring = false;
+    lag_measuring = false;
     double cpu1 = proc_cpu_s(p.pid);
-    double jb1 = scrape(p.metrics, token, "sluice_journal_bytes_total");
-    double up1 = scrape(p.metrics, token, "sluice_updates_applied_total");
-    double cs1 = scrape(p.metrics, token, "sluice_journal_commit_seconds_sum");
-    double cn1 = scrape(p.metrics, token, "sluice_journal_commit_seconds_count");
-    double cf1 = scrape(p.metrics, token, SLOW_COMMIT_BUCKET);
+    read_counters(p.metrics, token, &c1);
     double self1 = self_cpu_s();
     fig->rss_mb = proc_status_mb(p.pid, "VmRSS");
     fig->hwm_mb = proc_status_mb(p.pid, "VmHWM");
-    sim->measuring = false;
+    fig->sim_lag_max_ms = lag_max_ms;
+    fig->sim_lag_over_5ms = lag_over_5ms;
+    double window = t1 - t0; /* of the counters; latencies and request counts: t1 - m0 */
 
     /* Stop sending; every request sent must get its reply. */
     sim->stopping = true;
@@ -1071,22 +1129,26 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     fig->clients = nclients;
     fig->jobs = sim->njobs;
     fig->tasks = (unsigned)sim->tasks;
-    fig->seconds = t1 - t0;
+    fig->seconds = t1 - m0;
     fig->worker_hb = sim->lat[K_WORKER_HB];
     fig->client_hb = sim->lat[K_CLIENT_HB];
     fig->splits = sim->lat[K_SPLITS];
     fig->errors = sim->errors;
     fig->missing = sim->outstanding;
     fig->skipped_hb = sim->skipped_hb;
-    fig->cpu_share = (cpu1 - cpu0) / fig->seconds;
-    fig->have_journal_bytes = !isnan(jb0) && !isnan(jb1);
-    fig->journal_bytes_per_s = (jb1 - jb0) / fig->seconds;
-    fig->updates_per_s = (up1 - up0) / fig->seconds;
+    fig->task_lists = sim->task_lists;
+    fig->cpu_share = (cpu1 - cpu0) / window;
+    fig->have_journal_bytes = !isnan(c0.journal_bytes) && !isnan(c1.journal_bytes);
+    fig->journal_bytes_per_s = (c1.journal_bytes - c0.journal_bytes) / window;
+    fig->updates_per_s = (c1.updates - c0.updates) / window;
     fig->splits_per_s = (double)sim->splits_confirmed / fig->seconds;
-    fig->commits_per_s = (cn1 - cn0) / fig->seconds;
-    fig->commit_mean_ms = cn1 > cn0 ? 1000 * (cs1 - cs0) / (cn1 - cn0) : NAN;
-    fig->commit_slow_share = cn1 > cn0 ? 100.0 * ((cn1 - cn0) - (cf1 - cf0)) / (cn1 - cn0) : NAN;
-    fig->sim_cpu_share = (self1 - self0) / fig->seconds;
+    double commits = c1.commits - c0.commits;
+    fig->commits_per_s = commits / window;
+    fig->commit_mean_ms =
+        commits > 0 ? 1000 * (c1.commit_seconds - c0.commit_seconds) / commits : NAN;
+    fig->commit_slow_share =
+        commits > 0 ? 100.0 * (commits - (c1.fast_commits - c0.fast_commits)) / commits : NAN;
+    fig->sim_cpu_share = (self1 - self0) / window;
 
     /* Restart with this state. */
     struct sclient probe = sim->clients[0];
@@ -1170,6 +1232,8 @@ static void report(struct figures *b, struct figures *r, bool have_base)
         snprintf(name, sizeof name, "%s max ms", lats[i].name);
         row(name, lat_q(lats[i].b, 1.0), lat_q(lats[i].r, 1.0), "", have_base);
     }
+    row("client replies with the task list", (double)b->task_lists, (double)r->task_lists, "",
+        have_base);
     row("heartbeats skipped (in flight)", (double)b->skipped_hb, (double)r->skipped_hb, "",
         have_base);
     row("splits confirmed / s", b->splits_per_s, r->splits_per_s, "", have_base);
@@ -1187,6 +1251,9 @@ static void report(struct figures *b, struct figures *r, bool have_base)
     row("dispatcher CPU per worker (ms/s)", 1000 * b->cpu_share / b->workers,
         1000 * r->cpu_share / r->workers, "", have_base);
     row("simulator CPU (cores)", b->sim_cpu_share, r->sim_cpu_share, "", have_base);
+    row("simulator loop lag max ms", b->sim_lag_max_ms, r->sim_lag_max_ms, "", have_base);
+    row("simulator loop lags > 5 ms", (double)b->sim_lag_over_5ms, (double)r->sim_lag_over_5ms, "",
+        have_base);
     row("dispatcher VmRSS MB", b->rss_mb, r->rss_mb, "< 100 MB", have_base);
     row("dispatcher VmHWM MB", b->hwm_mb, r->hwm_mb, "< 100 MB", have_base);
     row("state updates / s", b->updates_per_s, r->updates_per_s, "", have_base);

@@ -306,13 +306,35 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         uv_cond_broadcast(&it->cond);
         uv_mutex_unlock(&it->mu);
     }
-    struct ct_info *infos = calloc(r->n_tasks ? r->n_tasks : 1, sizeof *infos);
-    if (!infos) {
+    /* An unchanged list is the one applied last: the listed tasks, applied again (so the
+     * finished flag and the rest of the reply take the one path). A reply that says so without
+     * this reader holding a list carries no list to apply; the next heartbeat asks for it. */
+    bool unchanged = r->tasks_unchanged && it->tasks.have_list && it->tasks_digest != 0 &&
+                     r->tasks_digest == it->tasks_digest;
+    if (r->tasks_unchanged && !unchanged) {
+        it->tasks_digest = 0;
+        return;
+    }
+    size_t cap = unchanged ? it->tasks.n : r->n_tasks;
+    struct ct_info *infos = calloc(cap ? cap : 1, sizeof *infos);
+    /* The listed entries are copied out: reconciling writes the set they would point into. */
+    struct ct_task *held = unchanged ? malloc((cap ? cap : 1) * sizeof *held) : NULL;
+    if (!infos || (unchanged && !held)) {
+        free(infos);
+        free(held);
         iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
         return;
     }
     size_t n = 0;
-    for (size_t k = 0; k < r->n_tasks; k++) {
+    for (size_t k = 0; unchanged && k < it->tasks.n; k++) {
+        if (!it->tasks.v[k].listed)
+            continue;
+        held[n] = it->tasks.v[k];
+        const struct ct_task *t = &held[n];
+        infos[n++] = (struct ct_info){t->id, t->address, t->worker_incarnation,
+                                      t->key_len ? t->key : NULL, t->key_len};
+    }
+    for (size_t k = 0; !unchanged && k < r->n_tasks; k++) {
         const Sluice__TaskInfo *t = r->tasks[k];
         if (!t || (t->iteration_id && t->iteration_id != it->iteration_id))
             continue;
@@ -325,6 +347,9 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
     }
     int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
     free(infos);
+    free(held);
+    if (rc == 0)
+        it->tasks_digest = r->tasks_digest;
     if (rc == 0 && it->coordinated)
         rc = apply_schedule(it, r);
     if (rc) {
@@ -536,6 +561,7 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.n_splits = it->cov_n;
     it->hb_req.splits = it->cov_ptrs;
     it->hb_req.round = it->coordinated ? it->tasks.round : 0;
+    it->hb_req.tasks_digest = it->tasks.have_list ? it->tasks_digest : 0;
     if (it->det && take_redo(it) == 0) {
         it->hb_req.n_redo_seqs = it->nredo;
         it->hb_req.redo_seqs = it->redo;

@@ -151,6 +151,9 @@ struct sluice_iterator {
     uint64_t *cov_bounds;
     size_t cov_n;
     Sluice__ClientHeartbeatRequest hb_req;
+    /* The digest of the task list applied last (ClientHeartbeatReply.tasks_digest), sent with
+     * each heartbeat so an unchanged list is not sent again; 0: none. */
+    uint64_t tasks_digest;
     Sluice__Envelope hb_env;
     Sluice__StatusRequest st_req;
     Sluice__Envelope st_env;

@@ -3,6 +3,7 @@
 #include "server_internal.h"
 
 #include "common/cap.h"
+#include "common/fnv.h"
 
 /* Whether a request presenting key (len bytes) may act for client cl: its iteration has no
  * secret (created before secrets existed: not checked), or key is the client's capability.
@@ -40,6 +41,8 @@ struct client_ctx {
     Sluice__TaskInfo **info_ptrs;
     uint8_t (*info_keys)[CAP_KEY_LEN]; /* each task's capability for this client */
     size_t ninfos;
+    uint64_t tasks_digest;
+    bool tasks_unchanged; /* the client holds the list: infos is empty */
     uint64_t rounds_granted;
     uint64_t finished_below; /* state_splits_finished_below when planned */
     Sluice__RoundEpoch *epochs;
@@ -62,13 +65,33 @@ static void client_ctx_free(struct client_ctx *c)
     free(c);
 }
 
-/* Copies the iteration's task list, and for a coordinated one its grant and the epochs from the
- * one holding round on, into c. Returns 0 or SLUICE_ERR_NOMEM. */
+/* The digest of the task list client_view_take lists: its tasks with a known worker, by task id
+ * and worker id (never 0). */
+static uint64_t task_list_digest(const struct state *st, const struct st_task_ref *refs, size_t n)
+{
+    uint64_t h = FNV1A_OFFSET;
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(st, refs[i].task_id);
+        if (!t || !state_worker(st, t->worker_id))
+            continue;
+        h = fnv1a_u64(fnv1a_u64(h, t->id), t->worker_id);
+    }
+    return h ? h : 1;
+}
+
+/* Copies the iteration's task list (unless the client holds one with the digest known, the
+ * request's tasks_digest), and for a coordinated one its grant and the epochs from the one
+ * holding round on, into c. Returns 0 or SLUICE_ERR_NOMEM. */
 static int client_view_take(struct dispatcher *d, struct client_ctx *c,
-                            const struct st_iteration *it, uint64_t round, uint64_t granted)
+                            const struct st_iteration *it, uint64_t known, uint64_t round,
+                            uint64_t granted)
 {
     size_t n;
     const struct st_task_ref *refs = state_iteration_tasks(&d->st, it->id, &n);
+    c->tasks_digest = task_list_digest(&d->st, refs, n);
+    c->tasks_unchanged = known != 0 && known == c->tasks_digest;
+    if (c->tasks_unchanged)
+        n = 0;
     c->infos = calloc(n ? n : 1, sizeof *c->infos);
     c->info_ptrs = calloc(n ? n : 1, sizeof *c->info_ptrs);
     c->info_keys = calloc(n ? n : 1, sizeof *c->info_keys);
@@ -169,6 +192,8 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
     body.n_tasks = c->ninfos;
     body.tasks = c->info_ptrs;
+    body.tasks_digest = c->tasks_digest;
+    body.tasks_unchanged = c->tasks_unchanged;
     body.n_finished_seqs = nfin;
     body.finished_seqs = c->reported;
     body.iteration_finished = it->state == ST_ITER_FINISHED;
@@ -321,7 +346,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     if (rc == 0)
         rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
                                    &granted, err, sizeof err);
-    if (rc == 0 && client_view_take(d, c, it, req->round, granted) < 0)
+    if (rc == 0 && client_view_take(d, c, it, req->tasks_digest, req->round, granted) < 0)
         rc = err_set(err, sizeof err, SLUICE_ERR_NOMEM, "out of memory");
     if (rc < 0) {
         st_update_list_clear(&d->ups);
