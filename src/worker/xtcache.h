@@ -31,17 +31,23 @@
 #define SLUICE_WORKER_XTCACHE_H
 
 #include "pipeline/format.h"
+#include "sluice/sluice.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 /* The default bound per task (sluice_read_options.cross_trainer_cache_bytes 0). */
-#define XTC_DEFAULT_BYTES (256ull << 20)
+#define XTC_DEFAULT_BYTES SLUICE_CROSS_TRAINER_CACHE_BYTES
 /* Trainer ids a task's cache knows at once. */
 #define XTC_MAX_TRAINERS 1024u
 /* The longest trainer id, in bytes. */
 #define XTC_TRAINER_ID_MAX 127u
+/* A trainer that has read everything the cache holds takes at most bound / XTC_PULL_PARTS bytes
+ * (at least one element) from the task's buffer at a time, so one pull evicts at most that much:
+ * a trainer less than the rest of the bound behind the tail never skips because another one
+ * pulled. */
+#define XTC_PULL_PARTS 8u
 /* What an element costs besides its record bytes: its offset in the chunk. */
 #define XTC_RECORD_OVERHEAD 4u
 
