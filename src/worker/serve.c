@@ -396,6 +396,8 @@ static bool serve_xtc(struct worker *w, struct wtask *wt, const struct waiter *q
                                  sluice_strerror(rc));
             return true;
         }
+        if (r.skipped > 0)
+            wmetrics_xtc_skipped(w->wm, r.skipped);
         if (r.count > 0) {
             wmetrics_served(w->wm, r.count, r.len);
             wt->served_elements += r.count;

@@ -541,6 +541,8 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
         struct task_progress tp;
         task_progress(wt->task, &tp);
         wmetrics_task_seen(w->wm, wt->id, &tp);
+        if (wt->has_xtc)
+            wmetrics_xtc_seen(w->wm, wt->xtc.bytes);
     }
     wmetrics_pass_end(w->wm);
     /* Authentication failures count on both sides of the worker: readers it refused, and the
