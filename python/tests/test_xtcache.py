@@ -1,5 +1,6 @@
 """Cross-trainer caches from Python: two trainers of one job read the same stream from position 0,
-a second reader with a trainer's id continues that trainer's cursor, and the refusals."""
+a second reader with a trainer's id continues that trainer's cursor, the torch dataset forwards
+the cache, and the refusals."""
 
 import itertools
 import re
@@ -77,3 +78,18 @@ def test_refusals(cluster):
             ENDLESS, "parallel_epochs", t, job_name="k",
             cross_trainer_cache=sluice.CrossTrainerCache("b", cache_bytes=4096))))
     with_cache.close()
+
+
+def test_torch_forwards_the_cache(cluster):
+    torch = pytest.importorskip("torch")
+    import sluice.torch as st
+    cluster.add_worker()
+    ds_id = sluice.register_dataset(cluster.target, ENDLESS)
+    loaders = []
+    for trainer in ("x", "y"):
+        ds = st.IterableDataset(cluster.target, dataset_id=ds_id,
+                                processing_mode="parallel_epochs", job_name="t",
+                                cross_trainer_cache=sluice.CrossTrainerCache(trainer))
+        loaders.append(iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=0)))
+    for it in loaders:
+        assert [int(x) for x in itertools.islice(it, 2000)] == list(range(2000))
