@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Cross-trainer cache benchmark: what two trainers reading at full speed cost the workers. One
 # dispatcher and one worker on this machine, a CPU-heavy endless pipeline (each element burns
-# SLUICE_BENCH_XTC_US µs of CPU in map(sleep_us, ...), then becomes 16 KiB so the task's buffer
-# holds few elements), and three cases in alternating rounds of the same run:
+# SLUICE_BENCH_XTC_US µs of its thread's CPU time in map(cpu_us, ...) of bench/plugin_cpu.c,
+# then becomes 16 KiB so the task's buffer holds few elements), and three cases in alternating
+# rounds of the same run:
 #   one     one trainer reads N elements (the baseline: one pipeline's CPU);
 #   cache   two trainers of one job with --cross-trainer-cache each read N elements at once;
 #   nocache two trainers in two separate jobs (no cache) each read N elements at once.
@@ -17,6 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 bin=${1:-build}/bin
+plugin=$(cd "${1:-build}" && pwd)/bench/plugin_cpu.so
+[ -f "$plugin" ] || { echo "needs $plugin (cmake --build ${1:-build})"; exit 1; }
 for t in awk sort getconf; do command -v $t >/dev/null || { echo "needs $t"; exit 1; }; done
 n=${SLUICE_BENCH_XTC_N:-5000}
 us=${SLUICE_BENCH_XTC_US:-200}
@@ -35,13 +38,13 @@ trap cleanup EXIT
 "$bin/sluice-dispatcher" --port 0 >"$tmp/d.out" 2>"$tmp/d.log" &
 pids+=($!)
 disp=$(wait_listen "$tmp/d.out" $!)
-"$bin/sluice-worker" --dispatcher "$disp" --port 0 >"$tmp/w.out" 2>"$tmp/w.log" &
+"$bin/sluice-worker" --dispatcher "$disp" --port 0 --plugin "$plugin" >"$tmp/w.out" 2>"$tmp/w.log" &
 worker=$!
 pids+=($worker)
 wait_listen "$tmp/w.out" $worker >/dev/null
 
-id=$("$bin/sluice" register --dispatcher "$disp" --compression none \
-     "range(1000000) | map(sleep_us, $us) | map(bytes, 16384) | repeat()")
+id=$("$bin/sluice" register --dispatcher "$disp" --compression none --plugin "$plugin" \
+     "range(1000000) | map(cpu_us, $us) | map(bytes, 16384) | repeat()")
 
 # The worker's CPU time in clock ticks.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$worker/stat"; }
@@ -65,7 +68,7 @@ read_one() {
     shift
     local got
     got=$("$bin/sluice" read --dispatcher "$disp" --dataset-id "$id" --job-name "$job" \
-          --limit "$n" --format count --quiet "$@" 2>>"$tmp/read.err")
+          --limit "$n" --format count --quiet --plugin "$plugin" "$@" 2>>"$tmp/read.err")
     [ "$got" = "$n" ] || { echo "read $got of $n elements:" >&2; cat "$tmp/read.err" >&2; exit 1; }
 }
 
