@@ -495,6 +495,12 @@ static void test_refusals(void **state)
                               "268435456, not 1048576\n");
     free(out);
     free(cerr);
+    /* The status document shows the job's bound. */
+    assert_int_equal(cluster_cli(c, &out, &cerr, "status", "--json", NULL), 0);
+    assert_non_null(strstr(out, "\"name\":\"with\""));
+    assert_non_null(strstr(out, "\"cross_trainer_cache_bytes\":268435456"));
+    free(out);
+    free(cerr);
     /* The same options join it, and read from the oldest element held: 0. */
     assert_int_equal(cluster_cli(c, &out, &cerr, "read", PIPELINE, "--job-name", "with",
                                  "--cross-trainer-cache", "--trainer-id", "t1", "--limit", "3",
