@@ -383,7 +383,28 @@ struct sluice_read_options {
      * silently starts over. */
     const uint8_t *restore;
     size_t restore_len;
+    /* A cross-trainer cache (README "Cross-trainer cache"): several trainers reading one job
+     * share the one stream each of its tasks produces, instead of splitting it. Each worker task
+     * keeps what it produced in a cache of cross_trainer_cache_bytes (0:
+     * SLUICE_CROSS_TRAINER_CACHE_BYTES) and serves every trainer from its own cursor: a trainer
+     * id seen for the first time starts at the oldest element the cache still holds, a known
+     * one continues where that id left off (two readers with one id split its stream and never
+     * get the same element), and a trainer that falls further behind than the cache holds skips
+     * ahead to the oldest element held, never holding the others back. Production follows the
+     * fastest trainer. Needs a job_name, a non-empty trainer_id (at most 127 bytes; otherwise
+     * SLUICE_ERR_INVALID) and a pipeline that never ends (repeat() with no count); refused with
+     * mode distributed_epoch, num_consumers and deterministic (SLUICE_ERR_UNSUPPORTED). The
+     * cache and its bound are part of the job's identity: joining a job with another value is
+     * SLUICE_ERR_EXISTS. trainer_id and cross_trainer_cache_bytes are ignored without
+     * cross_trainer_cache. */
+    bool cross_trainer_cache;
+    const char *trainer_id;
+    uint64_t cross_trainer_cache_bytes;
 };
+
+/* The bound of a task's cross-trainer cache when sluice_read_options.cross_trainer_cache_bytes
+ * is 0: 256 MiB. */
+#define SLUICE_CROSS_TRAINER_CACHE_BYTES (256ull << 20)
 
 /* Opens an iterator over the elements of a dataset as served by the workers. A pipeline or local
  * tail that does not parse or names an unknown function fails with SLUICE_ERR_PARSE before the
@@ -437,6 +458,14 @@ int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element 
  * SLUICE_ERR_INVALID when the read is not coordinated, has a local tail, or has returned no
  * element yet. Call it from the thread that calls sluice_iterator_next(). */
 int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uint64_t *task_id);
+
+/* Reads without a local tail: the task (one per worker of the job) that produced the element the
+ * last sluice_iterator_next() returned. With a cross-trainer cache, the elements a trainer gets
+ * from one task are that task's stream in order (with gaps where the trainer fell behind the
+ * cache), so comparing trainers is done per task. Returns 0, or SLUICE_ERR_INVALID when the read
+ * has a local tail or has returned no element yet. Call it from the thread that calls
+ * sluice_iterator_next(). */
+int sluice_iterator_task(const struct sluice_iterator *it, uint64_t *task_id);
 
 /* The position of the read after the last element sluice_iterator_next() returned, as an opaque,
  * versioned, self-checking byte string (*bytes malloc'd, the caller frees it with free(); *len

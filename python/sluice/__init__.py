@@ -49,6 +49,7 @@ __all__ = [
     "AlreadyExistsError",
     "AuthenticationError",
     "CancelledError",
+    "CrossTrainerCache",
     "Dataset",
     "DispatchServer",
     "Error",
@@ -489,6 +490,44 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
                                   _flag(deterministic, "deterministic"))
 
 
+class CrossTrainerCache:
+    """Shares one job's stream between trainers (see README "Cross-trainer cache"): pass it as
+    cross_trainer_cache= to distribute or from_dataset_id, with a job_name and a pipeline that
+    never ends (repeat() with no count), in a mode other than distributed_epoch. Each worker
+    task keeps what it produced in a cache of cache_bytes (None: 256 MiB) and serves every
+    trainer id from its own cursor: an id seen for the first time starts at the oldest element
+    cached, a known id continues where it left off (readers with one id never get the same
+    element), and a trainer that falls further behind than the cache holds skips ahead.
+
+    trainer_id: a non-empty str of at most 127 bytes naming this trainer."""
+
+    def __init__(self, trainer_id, cache_bytes=None):
+        if not isinstance(trainer_id, str):
+            raise TypeError(f"trainer_id must be a str, not {type(trainer_id).__name__}")
+        if not trainer_id:
+            raise ValueError("CrossTrainerCache needs a non-empty trainer_id")
+        if len(trainer_id.encode("utf-8")) > 127:
+            raise ValueError("trainer_id must be at most 127 bytes in UTF-8")
+        if cache_bytes is not None:
+            if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int):
+                raise TypeError(f"cache_bytes must be an int, not {type(cache_bytes).__name__}")
+            if cache_bytes < 1 or cache_bytes >= 1 << 64:
+                raise ValueError(f"cache_bytes must be between 1 and 2**64 - 1, not "
+                                 f"{cache_bytes}")
+        self.trainer_id = trainer_id
+        self.cache_bytes = cache_bytes
+
+    def __repr__(self):
+        return f"sluice.CrossTrainerCache({self.trainer_id!r}, cache_bytes={self.cache_bytes!r})"
+
+
+def _cross_trainer_cache(value):
+    if value is not None and not isinstance(value, CrossTrainerCache):
+        raise TypeError(f"cross_trainer_cache must be a sluice.CrossTrainerCache or None, not "
+                        f"{type(value).__name__}")
+    return value
+
+
 class Dataset:
     """The elements of a dataset as the service serves them. Iterating opens a new reader each
     time (a new job unless job_name names a shared one); an iterator can be closed early with
@@ -497,7 +536,7 @@ class Dataset:
     def __init__(self, conn, processing_mode, dataset_id=None, pipeline=None, job_name=None,
                  consumer_index=None, num_consumers=None, max_outstanding_requests=None,
                  local=None, element_timeout=None, split_size=None, deterministic=False,
-                 reorder_bytes=None):
+                 reorder_bytes=None, cross_trainer_cache=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -531,6 +570,9 @@ class Dataset:
         self.reorder_bytes = _count(reorder_bytes, "reorder_bytes")
         if self.reorder_bytes and not self.deterministic:
             raise ValueError("reorder_bytes goes with deterministic=True")
+        self.cross_trainer_cache = _cross_trainer_cache(cross_trainer_cache)
+        if self.cross_trainer_cache is not None and self.job_name is None:
+            raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
         self._restore = None
 
     def load_state_dict(self, state):
@@ -550,7 +592,13 @@ class Dataset:
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
-            self.reorder_bytes)
+            self.reorder_bytes, *self._xtc_args())
+
+    def _xtc_args(self):
+        x = self.cross_trainer_cache
+        if x is None:
+            return (False, None, 0)
+        return (True, x.trainer_id, x.cache_bytes or 0)
 
     def __repr__(self):
         what = f"dataset_id={self.dataset_id!r}" if self.dataset_id else \
@@ -563,7 +611,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                     timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-                    tls_worker_name=None):
+                    tls_worker_name=None, cross_trainer_cache=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -585,6 +633,9 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     reorder_bytes: with deterministic, the bytes of replies held to reorder them (None: 256 MiB).
     tls_worker_name: with tls_ca, verify every worker's certificate against this DNS name instead
     of the address the worker advertises (one certificate for all workers, e.g. pods).
+    cross_trainer_cache: a sluice.CrossTrainerCache(trainer_id): the trainers reading job_name
+    share each worker task's stream, each from its own cursor (needs a pipeline that never ends;
+    refused in distributed_epoch, with num_consumers and with deterministic).
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -595,14 +646,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, deterministic=deterministic,
-                   reorder_bytes=reorder_bytes)
+                   reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-               tls_worker_name=None):
+               tls_worker_name=None, cross_trainer_cache=None):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
     with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -613,7 +664,8 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, split_size=split_size,
-                   deterministic=deterministic, reorder_bytes=reorder_bytes)
+                   deterministic=deterministic, reorder_bytes=reorder_bytes,
+                   cross_trainer_cache=cross_trainer_cache)
 
 
 def merge_positions(states):

@@ -57,6 +57,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     deterministic and reorder_bytes (distributed_epoch in the canonical order: with
     num_workers > 1 the loader's workers share the job, each getting its share in that order). consumer_index and
     num_consumers (coordinated reads) cannot be combined with num_workers > 1.
+    cross_trainer_cache (a sluice.CrossTrainerCache, with a job_name) shares the job's stream
+    with other trainers; the loader's workers all read job_name with the one trainer id, so they
+    split this trainer's stream between them.
     """
 
     def __init__(self, service, dataset_id=None, pipeline=None,
@@ -64,7 +67,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
                  num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                  timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                  tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-                 tls_worker_name=None):
+                 tls_worker_name=None, cross_trainer_cache=None):
         super().__init__()
         if (dataset_id is None) == (pipeline is None):
             raise ValueError("exactly one of dataset_id and pipeline is required")
@@ -83,6 +86,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.element_timeout = element_timeout
         self.deterministic = sluice._flag(deterministic, "deterministic")
         self.reorder_bytes = reorder_bytes
+        self.cross_trainer_cache = sluice._cross_trainer_cache(cross_trainer_cache)
+        if self.cross_trainer_cache is not None and job_name is None:
+            raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
         self.security = dict(auth_token_file=auth_token_file, tls_cert=tls_cert, tls_key=tls_key,
                              tls_ca=tls_ca)
         self.tls_worker_name = tls_worker_name
@@ -124,7 +130,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         return self._registered[1]
 
     def _job_name(self, info):
-        if info is None or info.num_workers <= 1:
+        if info is None or info.num_workers <= 1 or self.cross_trainer_cache is not None:
             return self.job_name
         if self.num_consumers is not None:
             raise ValueError("coordinated reads (num_consumers) cannot be split over "
@@ -149,7 +155,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             max_outstanding_requests=self.max_outstanding_requests, local=self.local,
             plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
             deterministic=self.deterministic, reorder_bytes=self.reorder_bytes,
-            tls_worker_name=self.tls_worker_name, **self.security)
+            tls_worker_name=self.tls_worker_name, cross_trainer_cache=self.cross_trainer_cache,
+            **self.security)
         if restore is not None:
             ds.load_state_dict({"position": restore})
         it = iter(ds)

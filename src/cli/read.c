@@ -35,6 +35,7 @@ static const char read_usage[] =
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--deterministic [--reorder-bytes N]]\n"
+    "                   [--cross-trainer-cache --trainer-id ID [--cross-trainer-cache-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
     "                   [--tls-ca F [--tls-cert F --tls-key F] [--tls-worker-name NAME]]\n"
     "                   [--output FILE] [--checkpoint FILE [--checkpoint-every N]]\n"
@@ -62,6 +63,14 @@ static const char read_usage[] =
     "                      splits by sequence number, elements by position in their split,\n"
     "                      the same with any number of workers, failures and restarts\n"
     "  --reorder-bytes N   bytes of replies held to reorder them (default 256 MiB)\n"
+    "  --cross-trainer-cache --trainer-id ID\n"
+    "                      share the stream of the job --job-name (a pipeline that never ends)\n"
+    "                      with its other trainers: each worker task keeps what it produced in\n"
+    "                      a cache and serves every trainer id from its own cursor; a new id\n"
+    "                      starts at the oldest element cached, a known one continues its own\n"
+    "                      cursor, one that falls behind the cache skips ahead\n"
+    "  --cross-trainer-cache-bytes N\n"
+    "                      bound of each worker task's cache (default 256 MiB)\n"
     "  --limit N           stop after N elements\n"
     "  --split-size N      elements per split of the PIPELINE registered here (see\n"
     "                      'sluice register --help')\n"
@@ -211,6 +220,23 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                 return CLI_EXIT_USAGE;
             }
             a->opts.reorder_bytes = v;
+        } else if (strcmp(s, "--cross-trainer-cache") == 0) {
+            a->opts.cross_trainer_cache = true;
+        } else if (strcmp(s, "--trainer-id") == 0 && more) {
+            a->opts.trainer_id = argv[++i];
+            if (!*a->opts.trainer_id) {
+                cli_error("usage", "--trainer-id takes a non-empty id");
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(s, "--cross-trainer-cache-bytes") == 0 && more) {
+            unsigned long long v;
+            if (cli_parse_u64(argv[++i], &v) != 0 || v == 0) {
+                cli_error("usage",
+                          "--cross-trainer-cache-bytes takes a number of bytes >= 1, not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+            a->opts.cross_trainer_cache_bytes = v;
         } else if (strcmp(s, "--format") == 0 && more) {
             const char *f = argv[++i];
             a->count_only = strcmp(f, "count") == 0;
@@ -273,6 +299,19 @@ static int parse_args(int argc, char **argv, struct read_args *a)
         a->opts.mode = SLUICE_DISTRIBUTED_EPOCH;
     if (a->opts.reorder_bytes && !a->opts.deterministic) {
         cli_error("usage", "--reorder-bytes goes with --deterministic");
+        return CLI_EXIT_USAGE;
+    }
+    if ((a->opts.trainer_id || a->opts.cross_trainer_cache_bytes) && !a->opts.cross_trainer_cache) {
+        cli_error("usage", "%s goes with --cross-trainer-cache",
+                  a->opts.trainer_id ? "--trainer-id" : "--cross-trainer-cache-bytes");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->opts.cross_trainer_cache && !a->opts.job_name) {
+        cli_error("usage", "--cross-trainer-cache needs --job-name NAME");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->opts.cross_trainer_cache && !a->opts.trainer_id) {
+        cli_error("usage", "--cross-trainer-cache needs --trainer-id ID");
         return CLI_EXIT_USAGE;
     }
     if (!a->dispatcher) {

@@ -602,6 +602,19 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "deterministic reads cannot be coordinated (num_consumers): rounds already "
                        "fix which elements each consumer gets");
+    if (o->cross_trainer_cache) {
+        /* The dispatcher refuses the rest (mode, num_consumers, a pipeline that ends); the
+         * trainer id goes to the workers only. */
+        if (!o->job_name || !*o->job_name)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "cross_trainer_cache needs a job name: the trainers share one job");
+        if (!o->trainer_id || !*o->trainer_id)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "cross_trainer_cache needs a trainer id");
+        rc = name_check("trainer id", o->trainer_id, ITER_TRAINER_ID_MAX, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -762,6 +775,13 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     req.num_consumers = o->num_consumers;
     req.consumer_index = o->consumer_index;
     req.deterministic = it->det;
+    if (o->cross_trainer_cache) {
+        req.cross_trainer_cache = true;
+        req.cross_trainer_cache_bytes = o->cross_trainer_cache_bytes
+                                            ? o->cross_trainer_cache_bytes
+                                            : SLUICE_CROSS_TRAINER_CACHE_BYTES;
+        strcpy(it->trainer_id, o->trainer_id);
+    }
     uint64_t *bounds = NULL;
     if (o->restore) {
         const struct ranges *done = &ck.pos.done;
@@ -853,6 +873,15 @@ int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element 
     else if (rc == SLUICE_ERR_TIMEOUT)
         iter_append_reason(it, err, errlen);
     return rc;
+}
+
+int sluice_iterator_task(const struct sluice_iterator *it, uint64_t *task_id)
+{
+    if (!it || it->tail || !it->have_round)
+        return SLUICE_ERR_INVALID;
+    if (task_id)
+        *task_id = it->last_task;
+    return 0;
 }
 
 int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uint64_t *task_id)

@@ -443,6 +443,8 @@ static int fetch(struct sluice_iterator *it, size_t i)
     /* The worker chooses the element count (0); a coordinated round is one element per
      * consumer. */
     req.max_bytes = ITER_FETCH_MAX_BYTES;
+    if (it->trainer_id[0])
+        req.trainer_id = it->trainer_id;
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;

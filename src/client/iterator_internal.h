@@ -40,6 +40,8 @@
 
 #define DATASET_ID_MAX 256
 #define MSG_MAX 512
+/* The longest trainer id (sluice_read_options.trainer_id), in bytes: the worker's limit. */
+#define ITER_TRAINER_ID_MAX 127
 
 enum iter_state { ITER_RUNNING, ITER_ENDED, ITER_FAILED };
 
@@ -62,6 +64,8 @@ struct sluice_iterator {
     /* Deterministic reads (reorder.h): payloads go into the reorder queue, not the prefetch
      * buffer, whose slots then only count requests in flight. */
     bool det;
+    /* A cross-trainer cache: the trainer id every GetElements carries; "" without a cache. */
+    char trainer_id[ITER_TRAINER_ID_MAX + 1];
 
     /* Shared, guarded by mu. */
     uv_mutex_t mu;

@@ -72,6 +72,9 @@ uint64_t state_digest(const struct state *s)
         /* Only when set, so the digests of states without deterministic jobs do not change. */
         if (j->deterministic)
             fnv_u64(&f, 1);
+        /* Likewise only for jobs with a cross-trainer cache. */
+        if (j->xtc_bytes)
+            fnv_u64(&f, j->xtc_bytes);
     }
     fnv_u64(&f, s->niterations);
     for (size_t i = 0; i < s->niterations; i++) {

@@ -16,7 +16,8 @@ struct job_ctx {
     enum sluice_mode mode;
     uint32_t num_consumers;
     bool deterministic;
-    bool endless; /* the dataset's pipeline never ends (pipe_spec_endless) */
+    uint64_t xtc_bytes; /* the job's cross-trainer cache bound; 0: none */
+    bool endless;       /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
     uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
     /* A read restored from a checkpoint: resume_view points into resume_bounds. */
@@ -81,10 +82,11 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
 {
     char err[ERRLEN];
     size_t from = d->ups.n;
-    int rc = plan_get_or_create_job_det(
-        &d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers, c->deterministic, c->endless,
-        c->owner, have_plan ? &c->plan : NULL, c->resume ? &c->resume_view : NULL, &c->job_id,
-        &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
+    int rc = plan_get_or_create_job_xtc(&d->st, c->dataset_id, c->job_name, c->mode,
+                                        c->num_consumers, c->deterministic, c->xtc_bytes,
+                                        c->endless, c->owner, have_plan ? &c->plan : NULL,
+                                        c->resume ? &c->resume_view : NULL, &c->job_id,
+                                        &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
         struct st_update *u = &d->ups.v[i];
@@ -207,10 +209,10 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
         goto refused;
     }
 
-    /* Coordinated reads need a pipeline that never ends; the plan refuses one that does. The
-     * definition is small and decoding it touches no disk. */
+    /* Coordinated reads and cross-trainer caches need a pipeline that never ends; the plan
+     * refuses one that does. The definition is small and decoding it touches no disk. */
     bool endless = false;
-    if (req->num_consumers > 0) {
+    if (req->num_consumers > 0 || req->cross_trainer_cache) {
         struct pipe_spec *spec = NULL;
         char why[256];
         int rc = pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why);
@@ -235,6 +237,9 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     c->mode = mode;
     c->num_consumers = req->num_consumers;
     c->deterministic = req->deterministic;
+    if (req->cross_trainer_cache)
+        c->xtc_bytes = req->cross_trainer_cache_bytes ? req->cross_trainer_cache_bytes
+                                                      : SLUICE_CROSS_TRAINER_CACHE_BYTES;
     c->owner = rpc_conn_peer_incarnation(conn);
     if (req->resume) {
         c->resume = true;

@@ -72,6 +72,7 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->mode = (Sluice__ProcessingMode)job->mode;
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
+    def->cross_trainer_cache_bytes = job->xtc_bytes;
     if (it->key.set) {
         cap_task_key(it->key.b, t->id, key);
         def->task_key.data = key;

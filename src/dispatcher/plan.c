@@ -351,10 +351,51 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
                                uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen)
 {
+    return plan_get_or_create_job_xtc(s, dataset_id, job_name, mode, num_consumers, deterministic,
+                                      0, endless, owner, plan, resume, job_out, iteration_out,
+                                      client_out, out, err, errlen);
+}
+
+/* The refusals of a cross-trainer cache that do not depend on the dataset. */
+static int xtc_check(const char *job_name, enum sluice_mode mode, uint32_t num_consumers,
+                     bool deterministic, uint64_t xtc_bytes, char *err, size_t errlen)
+{
+    if (!xtc_bytes)
+        return 0;
+    if (!job_name[0])
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "cross_trainer_cache needs a job name: the trainers share one job");
+    if (mode == SLUICE_DISTRIBUTED_EPOCH)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "cross_trainer_cache cannot be used with mode distributed_epoch: its splits "
+                       "are handed out once, not shared between trainers");
+    if (num_consumers > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "cross_trainer_cache cannot be combined with num_consumers");
+    if (deterministic)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "cross_trainer_cache cannot be combined with deterministic");
+    if (xtc_bytes > ST_XTC_MAX_BYTES)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "cross_trainer_cache_bytes %" PRIu64 " is over the limit of %" PRIu64,
+                       xtc_bytes, (uint64_t)ST_XTC_MAX_BYTES);
+    return 0;
+}
+
+int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
+                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
+                               uint64_t xtc_bytes, bool endless, uint64_t owner,
+                               const struct st_split_plan *plan, const struct st_resume *resume,
+                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
+                               struct st_update_list *out, char *err, size_t errlen)
+{
     if (!job_name)
         job_name = "";
     if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
+    int xrc = xtc_check(job_name, mode, num_consumers, deterministic, xtc_bytes, err, errlen);
+    if (xrc < 0)
+        return xrc;
     if (deterministic && (mode != SLUICE_DISTRIBUTED_EPOCH || num_consumers > 0))
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "deterministic reads need mode distributed_epoch without num_consumers, "
@@ -385,6 +426,19 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
                        "num_consumers needs an infinite pipeline: dataset '%s' ends; add repeat()",
                        dataset_id);
     }
+    /* Trainers sharing a cache read from where they join: a stream that ends would end for the
+     * late ones before they had what the early ones had. */
+    if (xtc_bytes && !endless) {
+        if (ds->text && ds->text[0])
+            return err_set(
+                err, errlen, SLUICE_ERR_UNSUPPORTED,
+                "cross_trainer_cache needs an infinite pipeline: '%s' ends; add repeat()",
+                ds->text);
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "cross_trainer_cache needs an infinite pipeline: dataset '%s' ends; add "
+                       "repeat()",
+                       dataset_id);
+    }
 
     /* Jobs are identified by (dataset, name), as in tf.data service: the same name on another
      * dataset is another job. */
@@ -396,7 +450,7 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
         const struct st_iteration *last = state_iteration(s, job->iteration_id);
         if (last && last->state == ST_ITER_GC &&
             (job->mode != mode || job->num_consumers != num_consumers ||
-             job->deterministic != deterministic))
+             job->deterministic != deterministic || job->xtc_bytes != xtc_bytes))
             job = NULL;
     }
     if (job) {
@@ -411,6 +465,15 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
             return err_set(err, errlen, SLUICE_ERR_EXISTS,
                            "job '%s' exists with deterministic %s, not %s", job_name,
                            job->deterministic ? "true" : "false", deterministic ? "true" : "false");
+        if ((job->xtc_bytes != 0) != (xtc_bytes != 0))
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with cross_trainer_cache %s, not %s", job_name,
+                           job->xtc_bytes ? "on" : "off", xtc_bytes ? "on" : "off");
+        if (job->xtc_bytes != xtc_bytes)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with cross_trainer_cache_bytes %" PRIu64
+                           ", not %" PRIu64,
+                           job_name, job->xtc_bytes, xtc_bytes);
         cur = state_iteration(s, job->iteration_id);
     }
     bool new_iteration = !cur || cur->state == ST_ITER_GC;
@@ -443,6 +506,7 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
         u->mode = (int)mode;
         u->num_consumers = num_consumers;
         u->deterministic = deterministic;
+        u->xtc_bytes = xtc_bytes;
     }
     if (new_iteration) {
         if (!(u = push(out, ST_ITERATION_CREATED, iteration_id)))

@@ -571,6 +571,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     j->mode = (enum sluice_mode)u->mode;
     j->num_consumers = u->num_consumers;
     j->deterministic = u->deterministic;
+    j->xtc_bytes = u->xtc_bytes;
     j->iteration_id = 0;
     s->next_job_id = max_u64(s->next_job_id, u->id + 1);
     return 0;

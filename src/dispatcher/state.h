@@ -71,6 +71,9 @@ struct st_job {
     /* distributed_epoch read in the canonical order: its consumers reorder, and may ask for
      * splits to be produced again (plan_splits_redo). */
     bool deterministic;
+    /* Read with a cross-trainer cache of this many bytes per task (README "Cross-trainer
+     * cache"); 0: without. Sent to the workers in every TaskDef. */
+    uint64_t xtc_bytes;
 };
 
 /* The split plan of a distributed_epoch iteration, fixed when the iteration is created (file
@@ -331,6 +334,7 @@ struct st_update {
     int mode; /* job mode */
     uint32_t num_consumers;
     bool deterministic; /* JOB_CREATED */
+    uint64_t xtc_bytes; /* JOB_CREATED: the job's cross-trainer cache bound; 0: none */
     int compression;
     uint64_t split_size;
     uint8_t *def; /* dataset definition bytes (owned) */
@@ -463,6 +467,28 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
                                bool endless, uint64_t owner, const struct st_split_plan *plan,
                                const struct st_resume *resume, uint64_t *job_out,
                                uint64_t *iteration_out, uint64_t *client_out,
+                               struct st_update_list *out, char *err, size_t errlen);
+
+/* The largest cross-trainer cache a job may ask each of its tasks to keep. */
+#define ST_XTC_MAX_BYTES (64ull << 30)
+
+/* plan_get_or_create_job_det() with the job's cross-trainer cache (README "Cross-trainer
+ * cache"): xtc_bytes is the bound of each task's cache (0: the job has none; the shell resolves
+ * the default). A cache needs a job name (SLUICE_ERR_INVALID, "cross_trainer_cache needs a job
+ * name: the trainers share one job"), a mode other than distributed_epoch and no num_consumers
+ * or deterministic (SLUICE_ERR_UNSUPPORTED: "cross_trainer_cache cannot be used with mode
+ * distributed_epoch: its splits are handed out once, not shared between trainers",
+ * "cross_trainer_cache cannot be combined with num_consumers", "... with deterministic"), at
+ * most ST_XTC_MAX_BYTES (SLUICE_ERR_LIMIT), and an endless pipeline (SLUICE_ERR_UNSUPPORTED,
+ * "cross_trainer_cache needs an infinite pipeline: 'range(10)' ends; add repeat()"). The cache
+ * and its bound are part of a named job's identity: joining with the other value is
+ * SLUICE_ERR_EXISTS, "job 'j' exists with cross_trainer_cache on, not off" or "job 'j' exists
+ * with cross_trainer_cache_bytes 1048576, not 2097152" (unless its iteration was collected). */
+int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
+                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
+                               uint64_t xtc_bytes, bool endless, uint64_t owner,
+                               const struct st_split_plan *plan, const struct st_resume *resume,
+                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen);
 
 /* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair

@@ -216,6 +216,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "mode", json_string(mode_name(j->mode)));
     if (j->deterministic)
         put(b, o, "deterministic", json_true());
+    if (j->xtc_bytes)
+        put(b, o, "cross_trainer_cache_bytes", u64(j->xtc_bytes));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
     /* A failed iteration is still active for the state machine (its readers are told, it is

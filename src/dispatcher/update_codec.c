@@ -104,6 +104,7 @@ int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
     m.mode = u->mode;
     m.num_consumers = u->num_consumers;
     m.deterministic = u->deterministic;
+    m.cross_trainer_cache_bytes = u->xtc_bytes;
     m.compression = u->compression;
     m.split_size = u->split_size;
     m.def.data = u->def;
@@ -178,6 +179,7 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
     u->mode = m->mode;
     u->num_consumers = m->num_consumers;
     u->deterministic = m->deterministic;
+    u->xtc_bytes = m->cross_trainer_cache_bytes;
     u->compression = m->compression;
     u->split_size = m->split_size;
     u->distributed = m->distributed;
@@ -301,6 +303,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         js[i].num_consumers = j->num_consumers;
         js[i].iteration_id = j->iteration_id;
         js[i].deterministic = j->deterministic;
+        js[i].cross_trainer_cache_bytes = j->xtc_bytes;
         m.jobs[i] = &js[i];
     }
     m.n_jobs = s->njobs;
@@ -490,6 +493,7 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
         row->num_consumers = j->num_consumers;
         row->iteration_id = j->iteration_id;
         row->deterministic = j->deterministic;
+        row->xtc_bytes = j->cross_trainer_cache_bytes;
     }
     return 0;
 }

@@ -230,6 +230,8 @@ void worker_hb_send(struct worker *w)
             progs[i].error = (char *)(why ? why : "");
         }
         progs[i].idle_fraction = wmetrics_task_heartbeat(w->wm, wt->id, &tp, now_ns);
+        if (wt->has_xtc)
+            wmetrics_xtc_seen(w->wm, wt->xtc.bytes);
         ptrs[i] = &progs[i];
     }
     wmetrics_pass_end(w->wm);

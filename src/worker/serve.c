@@ -363,8 +363,105 @@ static void serve_rounds(struct worker *w, struct wtask *wt)
     free(seen);
 }
 
+/* ---- cross-trainer cache ---------------------------------------------------------------- */
+
+/* Answers a read of a task with a cross-trainer cache from its trainer's cursor (xtcache.h). A
+ * trainer that has read everything the cache holds takes the next elements from the task's
+ * buffer into the cache (evicting the oldest past the bound), so production follows the fastest
+ * trainer and a slow one never holds it back. Returns true when a reply went out, false when the
+ * trainer has everything and the buffer is empty (the read waits). */
+static bool serve_xtc(struct worker *w, struct wtask *wt, const struct waiter *q)
+{
+    uint64_t now = worker_now_ms();
+    for (int pass = 0;; pass++) {
+        struct xtc_read r;
+        int rc =
+            xtc_read(&wt->xtc, q->trainer, now, q->max_elements, q->max_bytes, &w->scratch, &r);
+        if (rc == SLUICE_ERR_LIMIT) {
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_LIMIT,
+                                 "task %" PRIu64 ": the cross-trainer cache serves %zu trainers "
+                                 "already; a new trainer id is refused until one is idle for "
+                                 "%u ms",
+                                 wt->id, wt->xtc.ntrainers, (unsigned)WORKER_XTC_IDLE_MS);
+            return true;
+        }
+        if (rc == SLUICE_ERR_INVALID) {
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
+                                 "task %" PRIu64 ": a trainer id is 1 to %u bytes", wt->id,
+                                 (unsigned)XTC_TRAINER_ID_MAX);
+            return true;
+        }
+        if (rc < 0) {
+            rpc_conn_reply_error(q->conn, q->id, rc, "task %" PRIu64 ": %s", wt->id,
+                                 sluice_strerror(rc));
+            return true;
+        }
+        if (r.skipped > 0)
+            wmetrics_xtc_skipped(w->wm, r.skipped);
+        if (r.count > 0) {
+            wmetrics_served(w->wm, r.count, r.len);
+            wt->served_elements += r.count;
+            wt->served_bytes += r.len;
+            reply_elements(q->conn, q->id, r.count, false, r.payload, r.len);
+            if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
+                pipe_buf_release(&w->scratch);
+            return true;
+        }
+        if (pass > 0)
+            return false; /* a take always brings at least one element: not reached */
+        struct task_take tk;
+        uint64_t pull = wt->xtc.bound / XTC_PULL_PARTS;
+        if (pull > q->max_bytes)
+            pull = q->max_bytes;
+        int st = task_take(wt->task, q->max_elements, pull ? pull : 1, &w->scratch, &tk);
+        switch (st) {
+        case TASK_TAKE_DATA:
+            rc = xtc_push(&wt->xtc, tk.wb.payload, tk.wb.len, tk.wb.count);
+            task_take_release(wt->task, &tk);
+            if (rc < 0) {
+                rpc_conn_reply_error(q->conn, q->id, rc, "task %" PRIu64 ": %s", wt->id,
+                                     sluice_strerror(rc));
+                return true;
+            }
+            continue;
+        case TASK_TAKE_EMPTY:
+            return false;
+        case TASK_TAKE_END:
+            /* A stream that never ends ends only when the worker stops the task (draining). */
+            reply_elements(q->conn, q->id, 0, true, NULL, 0);
+            worker_report_end(w, wt);
+            return true;
+        case TASK_TAKE_FAILED:
+            rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_TASK_FAILED, "%s", tk.msg);
+            return true;
+        default:
+            rpc_conn_reply_error(q->conn, q->id, st, "task %" PRIu64 ": %s", wt->id,
+                                 sluice_strerror(st));
+            return true;
+        }
+    }
+}
+
+/* Serves every waiting read of a task with a cross-trainer cache that can be served now: each
+ * trainer has its own cursor, so a trainer with elements in the cache is not held up by one
+ * waiting at the tail. A trainer's reads are answered in queue order. */
+static void serve_xtc_waiters(struct worker *w, struct wtask *wt)
+{
+    struct waiter **pp = &wt->wait_head, *prev = NULL;
+    while (*pp) {
+        struct waiter *q = *pp;
+        if (rpc_conn_is_open(q->conn) &&
+            (rpc_conn_pending_write(q->conn) >= WORKER_MAX_PENDING_BYTES || !serve_xtc(w, wt, q))) {
+            prev = q;
+            pp = &q->next;
+            continue;
+        }
+        waiter_unlink(w, wt, pp, prev);
+    }
+}
+
 /* Answers a read the way the task is read: reads in rounds only ever wait (see serve_rounds);
- * others are answered from the buffer. */
+ * others are answered from the buffer, or from the cross-trainer cache. */
 static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *q)
 {
     if (wt->rounds.n > 0)
@@ -374,6 +471,8 @@ static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *
      * a task hands out for writing stays bounded too, also with elements of many MiB. */
     if (rpc_conn_pending_write(q->conn) >= WORKER_MAX_PENDING_BYTES)
         return false;
+    if (wt->has_xtc)
+        return serve_xtc(w, wt, q);
     return serve(w, wt, q->conn, q->id, q->client_id, q->max_elements, q->max_bytes);
 }
 
@@ -434,6 +533,8 @@ void worker_serve_waiters(struct worker *w, struct wtask *wt)
 {
     if (wt->rounds.n > 0) {
         serve_rounds(w, wt);
+    } else if (wt->has_xtc) {
+        serve_xtc_waiters(w, wt);
     } else {
         while (wt->wait_head) {
             struct waiter *q = wt->wait_head;
@@ -490,7 +591,7 @@ static uint64_t hb_soon(struct worker *w)
  * bounded by WORKER_POLL_MS like any wait. */
 static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                  uint32_t max_elements, uint64_t max_bytes, uint32_t consumer, uint64_t round,
-                 uint64_t client_id, const uint8_t *key, size_t key_len)
+                 uint64_t client_id, const uint8_t *key, size_t key_len, const char *trainer)
 {
     struct waiter *q = calloc(1, sizeof *q);
     if (!q) {
@@ -509,6 +610,7 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
     q->client_key_len = key_len <= CAP_KEY_LEN ? key_len : CAP_KEY_LEN + 1;
     if (key_len == CAP_KEY_LEN)
         memcpy(q->client_key, key, CAP_KEY_LEN);
+    snprintf(q->trainer, sizeof q->trainer, "%s", trainer);
     q->deadline_ms = worker_now_ms() + WORKER_POLL_MS;
     if (w->parked_tail)
         w->parked_tail->next = q;
@@ -523,7 +625,7 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
                         uint64_t round, uint64_t client_id, const uint8_t *key, size_t key_len,
-                        bool may_park);
+                        const char *trainer, bool may_park);
 
 void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
 {
@@ -553,7 +655,7 @@ void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
             else
                 handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes,
                             q->consumer, q->round, q->client_id, q->client_key, q->client_key_len,
-                            false);
+                            q->trainer, false);
         }
         rpc_conn_unref(q->conn);
         free(q);
@@ -567,21 +669,24 @@ static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_
     uint64_t max_bytes = req->max_bytes ? req->max_bytes : WORKER_DEFAULT_MAX_BYTES;
     if (max_bytes > WORKER_MAX_REPLY_BYTES)
         max_bytes = WORKER_MAX_REPLY_BYTES;
+    /* Cut short past the limit, so that the cache refuses it (xtc_read) without copying more. */
+    char trainer[XTC_TRAINER_ID_MAX + 2];
+    snprintf(trainer, sizeof trainer, "%s", req->trainer_id ? req->trainer_id : "");
     handle_read(w, conn, id, req->task_id, max_elements, max_bytes, req->consumer_index, req->round,
-                req->client_id, req->client_key.data, req->client_key.len, true);
+                req->client_id, req->client_key.data, req->client_key.len, trainer, true);
 }
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
                         uint64_t round, uint64_t client_id, const uint8_t *key, size_t key_len,
-                        bool may_park)
+                        const char *trainer, bool may_park)
 {
     struct wtask *wt = worker_find_task(w, task_id);
     if (!wt) {
         /* Only while the dispatcher is reachable can a heartbeat bring the task. */
         if (may_park && rpc_client_connected(w->disp))
             park(w, conn, id, task_id, max_elements, max_bytes, consumer, round, client_id, key,
-                 key_len);
+                 key_len, trainer);
         else
             reply_not_found(conn, id, task_id);
         return;
@@ -598,13 +703,29 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
                              wt->job_id);
         return;
     }
-    const struct waiter rd = {.conn = conn,
-                              .id = id,
-                              .max_elements = max_elements,
-                              .max_bytes = max_bytes,
-                              .consumer = consumer,
-                              .round = round,
-                              .client_id = client_id};
+    /* A job's identity includes its cache, so its readers all send a trainer id or none. */
+    if (wt->has_xtc && !trainer[0]) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_INVALID,
+                             "task %" PRIu64 " is read with a cross-trainer cache: the request "
+                             "needs a trainer id",
+                             wt->id);
+        return;
+    }
+    if (!wt->has_xtc && trainer[0]) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_INVALID,
+                             "task %" PRIu64 " has no cross-trainer cache: the request carries a "
+                             "trainer id",
+                             wt->id);
+        return;
+    }
+    struct waiter rd = {.conn = conn,
+                        .id = id,
+                        .max_elements = max_elements,
+                        .max_bytes = max_bytes,
+                        .consumer = consumer,
+                        .round = round,
+                        .client_id = client_id};
+    snprintf(rd.trainer, sizeof rd.trainer, "%s", trainer);
     /* Earlier readers go first; a new one is served at once only when nobody waits. Reads in
      * rounds always wait with the others (serve_rounds). */
     if (!wt->wait_head && serve_read(w, wt, &rd))

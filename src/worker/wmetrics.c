@@ -19,12 +19,12 @@ struct wm_task {
 struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
-        *idle_g;
+        *idle_g, *xtc_bytes_g, *xtc_skipped_c;
     struct rpc_metrics conns;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
     size_t n, cap;
     /* The current pass. */
-    uint64_t pass_tasks, pass_buffered;
+    uint64_t pass_tasks, pass_buffered, pass_xtc_bytes;
     double pass_idle;
     size_t pass_beats;
 };
@@ -62,6 +62,15 @@ int wmetrics_create(struct wmetrics **out)
     if (rc == 0)
         rc = scalar(m->reg, false, "sluice_worker_buffered_elements",
                     "Elements waiting in the tasks' buffers for readers.", &m->buffered_g);
+    if (rc == 0)
+        rc = scalar(m->reg, false, "sluice_worker_cross_trainer_cache_bytes",
+                    "Bytes the tasks' cross-trainer caches hold (records and their offsets).",
+                    &m->xtc_bytes_g);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_cross_trainer_skipped_total",
+                    "Elements trainers skipped because the cross-trainer cache evicted them "
+                    "before they read them.",
+                    &m->xtc_skipped_c);
     if (rc == 0) {
         struct metrics_family *f;
         rc = metrics_gauge(m->reg, "sluice_worker_idle_share",
@@ -114,7 +123,7 @@ void wmetrics_pass_begin(struct wmetrics *m)
 {
     for (size_t i = 0; i < m->n; i++)
         m->tasks[i].seen = false;
-    m->pass_tasks = m->pass_buffered = 0;
+    m->pass_tasks = m->pass_buffered = m->pass_xtc_bytes = 0;
     m->pass_idle = 0;
     m->pass_beats = 0;
 }
@@ -178,6 +187,16 @@ void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_
     see(m, task_id, tp);
 }
 
+void wmetrics_xtc_seen(struct wmetrics *m, uint64_t bytes)
+{
+    m->pass_xtc_bytes += bytes;
+}
+
+void wmetrics_xtc_skipped(struct wmetrics *m, uint64_t elements)
+{
+    metrics_add_u64(m->xtc_skipped_c, elements);
+}
+
 void wmetrics_pass_end(struct wmetrics *m)
 {
     size_t k = 0;
@@ -187,6 +206,7 @@ void wmetrics_pass_end(struct wmetrics *m)
     m->n = k;
     metrics_set_u64(m->tasks_g, m->pass_tasks);
     metrics_set_u64(m->buffered_g, m->pass_buffered);
+    metrics_set_u64(m->xtc_bytes_g, m->pass_xtc_bytes);
     /* Only a heartbeat measures idleness; a scrape leaves the last heartbeat's figure. */
     if (m->pass_beats > 0 || m->pass_tasks == 0)
         metrics_set_double(m->idle_g, m->pass_beats ? m->pass_idle / (double)m->pass_beats : 0);

@@ -18,6 +18,11 @@
  *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
  *   sluice_worker_idle_share                gauge: mean idle share of the tasks at the last
  *                                           heartbeat
+ *   sluice_worker_cross_trainer_cache_bytes gauge: what the tasks' cross-trainer caches hold
+ *                                           (xtcache.h's cost: record bytes plus overhead)
+ *   sluice_worker_cross_trainer_skipped_total
+ *                                           counter: elements trainers skipped because the
+ *                                           cache evicted them before they read them
  *   sluice_auth_failures_total,             counters: of the worker's RPC server (rpc.h) and,
  *   sluice_connections_refused_total,       for authentication, its dispatcher connection too,
  *   sluice_handshake_timeouts_total         as wmetrics_connections last set them
@@ -57,7 +62,11 @@ double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struc
                                uint64_t now_ns);
 /* A scrape's view of a live task: counts and gauges only, the idle share's interval untouched. */
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp);
+/* In a pass: a task's cross-trainer cache holds bytes (its cost). */
+void wmetrics_xtc_seen(struct wmetrics *m, uint64_t bytes);
 void wmetrics_pass_end(struct wmetrics *m);
+/* A trainer skipped elements of a cross-trainer cache (they were evicted before it read them). */
+void wmetrics_xtc_skipped(struct wmetrics *m, uint64_t elements);
 
 /* Sets the connection counters of the worker's RPC server (rpc_server_auth_failures, _refused,
  * _handshake_timeouts), which the server keeps itself. */

@@ -53,6 +53,7 @@ void worker_reap(struct worker *w)
         *pp = wt->next;
         task_free(wt->task);
         rounds_free(&wt->rounds);
+        xtc_free(&wt->xtc);
         free(wt->deliveries);
         free(wt);
     }
@@ -150,6 +151,12 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
     }
     wt->counted =
         td->mode != SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH && td->num_consumers == 0;
+    if (td->cross_trainer_cache_bytes) {
+        /* Trainers each read the whole stream from their join point: nothing to count. */
+        wt->has_xtc = true;
+        wt->counted = false;
+        xtc_init(&wt->xtc, td->cross_trainer_cache_bytes, XTC_MAX_TRAINERS, WORKER_XTC_IDLE_MS);
+    }
 
     char err[512] = "";
     struct pipe_spec *spec;
@@ -331,6 +338,8 @@ void worker_on_tick(uv_timer_t *t)
                 worker_serve_waiters(w, wt);
             worker_expire_waiters(w, wt, now);
         }
+        if (wt->has_xtc)
+            xtc_expire(&wt->xtc, now);
         worker_lease_pump(w, wt);
     }
     worker_reap(w);
@@ -532,6 +541,8 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
         struct task_progress tp;
         task_progress(wt->task, &tp);
         wmetrics_task_seen(w->wm, wt->id, &tp);
+        if (wt->has_xtc)
+            wmetrics_xtc_seen(w->wm, wt->xtc.bytes);
     }
     wmetrics_pass_end(w->wm);
     /* Authentication failures count on both sides of the worker: readers it refused, and the

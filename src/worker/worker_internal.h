@@ -20,6 +20,7 @@
 #include "pipeline/split.h"
 #include "task.h"
 #include "wmetrics.h"
+#include "xtcache.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,6 +32,9 @@
 #define WORKER_TICK_SLOW_MS 50
 #define WORKER_HEARTBEAT_TIMEOUT_MS 10000
 #define WORKER_SPLITS_TIMEOUT_MS 10000
+/* A trainer id that has not read from a task's cross-trainer cache for this long is forgotten:
+ * the dispatcher's default client timeout, after which it releases a silent reader. */
+#define WORKER_XTC_IDLE_MS 30000
 
 struct waiter {
     struct waiter *next;
@@ -47,6 +51,10 @@ struct waiter {
     /* A parked read: the capability it presented, checked once its task is known. */
     uint8_t client_key[CAP_KEY_LEN];
     size_t client_key_len;
+    /* A task with a cross-trainer cache: the reading trainer's id ("" when the request had
+     * none; one longer than XTC_TRAINER_ID_MAX is cut short to XTC_TRAINER_ID_MAX + 1 bytes, and
+     * refused). */
+    char trainer[XTC_TRAINER_ID_MAX + 2];
 };
 
 /* Elements a task sent one reader (client id), for the count its end of sequence carries. */
@@ -92,6 +100,11 @@ struct wtask {
     bool counted;
     struct delivery *deliveries;
     size_t ndeliveries;
+    /* A task of a job read with a cross-trainer cache (xtcache.h): every read is served from
+     * its trainer's cursor in the cache, which takes elements from the task's buffer when a
+     * trainer has read everything it holds. */
+    bool has_xtc;
+    struct xtc xtc;
 };
 
 struct worker {

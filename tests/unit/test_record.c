@@ -150,6 +150,7 @@ static size_t sample_updates(struct st_update *u)
             x->mode = SLUICE_DISTRIBUTED_EPOCH;
             x->num_consumers = 3;
             x->deterministic = true;
+            x->xtc_bytes = 1u << 20;
             break;
         case ST_ITERATION_CREATED:
             x->distributed = true;
@@ -210,6 +211,7 @@ static void assert_updates_equal(const struct st_update *a, const struct st_upda
     assert_int_equal(a->mode, b->mode);
     assert_int_equal(a->num_consumers, b->num_consumers);
     assert_int_equal(a->deterministic, b->deterministic);
+    assert_true(a->xtc_bytes == b->xtc_bytes);
     assert_int_equal(a->compression, b->compression);
     assert_true(a->split_size == b->split_size);
     assert_int_equal(a->def_len, b->def_len);

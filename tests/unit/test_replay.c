@@ -132,9 +132,13 @@ static void random_request(struct run *r, uint64_t *x)
         struct st_split_plan plan;
         random_plan(x, &plan, paths);
         enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
-        rc = plan_get_or_create_job(s, s->datasets[pick(x, s->ndatasets)].id, names[pick(x, 4)],
-                                    mode, 0, true, (uint64_t)pick(x, 3), &plan, NULL, &a, &b, &c,
-                                    &r->ups, err, sizeof err);
+        /* Some named parallel_epochs jobs with a cross-trainer cache, which the journal and
+         * snapshots must carry. */
+        const char *name = names[pick(x, 4)];
+        uint64_t xtc = mode == SLUICE_PARALLEL_EPOCHS && name[0] && pick(x, 3) == 0 ? 4096 : 0;
+        rc = plan_get_or_create_job_xtc(s, s->datasets[pick(x, s->ndatasets)].id, name, mode, 0,
+                                        false, xtc, true, (uint64_t)pick(x, 3), &plan, NULL, &a, &b,
+                                        &c, &r->ups, err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
         for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {

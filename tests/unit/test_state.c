@@ -77,6 +77,8 @@ static void format_update(struct buf *b, const struct st_update *u)
         bprintf(b, " consumers=%" PRIu32, u->num_consumers);
     if (u->deterministic)
         bprintf(b, " det");
+    if (u->xtc_bytes)
+        bprintf(b, " xtc=%" PRIu64, u->xtc_bytes);
     if (u->compression)
         bprintf(b, " comp=%d", u->compression);
     if (u->split_size)
@@ -451,9 +453,11 @@ static const char *run(struct harness *h, const char *line)
             }
             resume.plan_fingerprint = opt(words, nw, "fpbad") ? 1 : st_split_plan_fingerprint(pp);
         }
-        rc = plan_get_or_create_job_det(&h->s, words[1], name ? name : "", mode, consumers,
-                                        opt(words, nw, "det") != NULL, endless, owner, pp, rp, &job,
-                                        &it, &client, &h->ups, err, sizeof err);
+        v = opt(words, nw, "xtc");
+        uint64_t xtc = v ? strtoull(v, NULL, 10) : 0;
+        rc = plan_get_or_create_job_xtc(&h->s, words[1], name ? name : "", mode, consumers,
+                                        opt(words, nw, "det") != NULL, xtc, endless, owner, pp, rp,
+                                        &job, &it, &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -882,6 +886,40 @@ static const struct plan_case plan_cases[] = {
      "det",
      "job 1 name=n mode=distributed_epoch det",
      "client_acquired id=2 ref=1\n=> job=1 iteration=1 client=2"},
+    /* cross-trainer caches: the flag and bound, the refusals, the job's identity */
+    {"job with a cross-trainer cache", "ds - r4\nhb a:1 1", "job 1 name=n xtc=1048576",
+     "job_created id=1 name='n' name2='1' mode=parallel_epochs xtc=1048576\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"job with a cross-trainer cache is shared", "ds - r4\njob 1 name=n xtc=4096",
+     "job 1 name=n xtc=4096", "client_acquired id=2 ref=1\n=> job=1 iteration=1 client=2"},
+    {"job with a cross-trainer cache in a static sharding mode", "ds - r4",
+     "job 1 name=n mode=data xtc=4096",
+     "job_created id=1 name='n' name2='1' mode=data xtc=4096\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "client_acquired id=1 ref=1\n"
+     "=> job=1 iteration=1 client=1"},
+    {"cross-trainer cache without a job name", "ds - r4", "job 1 xtc=4096",
+     "error INVALID: cross_trainer_cache needs a job name: the trainers share one job"},
+    {"cross-trainer cache in distributed_epoch", "ds - r4",
+     "job 1 name=n mode=distributed_epoch total=inf xtc=4096",
+     "error UNSUPPORTED: cross_trainer_cache cannot be used with mode distributed_epoch: its "
+     "splits are handed out once, not shared between trainers"},
+    {"cross-trainer cache coordinated", "ds - r4", "job 1 name=n consumers=2 xtc=4096",
+     "error UNSUPPORTED: cross_trainer_cache cannot be combined with num_consumers"},
+    {"cross-trainer cache over the limit", "ds - r4", "job 1 name=n xtc=68719476737",
+     "error LIMIT: cross_trainer_cache_bytes 68719476737 is over the limit of 68719476736"},
+    {"cross-trainer cache over a pipeline that ends", "ds - r4", "job 1 name=n xtc=4096 ends",
+     "error UNSUPPORTED: cross_trainer_cache needs an infinite pipeline: 'r4' ends; add repeat()"},
+    {"job with a cross-trainer cache joined without", "ds - r4\njob 1 name=n xtc=4096",
+     "job 1 name=n", "error EXISTS: job 'n' exists with cross_trainer_cache on, not off"},
+    {"job without a cross-trainer cache joined with", "ds - r4\njob 1 name=n",
+     "job 1 name=n xtc=4096", "error EXISTS: job 'n' exists with cross_trainer_cache off, not on"},
+    {"job with a cross-trainer cache joined with another bound", "ds - r4\njob 1 name=n xtc=4096",
+     "job 1 name=n xtc=8192",
+     "error EXISTS: job 'n' exists with cross_trainer_cache_bytes 4096, not 8192"},
     {"redo returns leased splits to the pool", DET2 "splits 1 2\nsplits 2 2", "redo 1 3,0,9,3",
      "splits_returned ref=1 ref2=1 seqs=[0]\nsplits_returned ref=1 ref2=2 seqs=[3]\n=>"},
     {"redo of splits in the pool or finished", DET2 "splits 1 2\ndone 1 1\nredo 1 0",

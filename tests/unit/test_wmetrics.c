@@ -156,12 +156,35 @@ static void test_counters(void **unused)
     wmetrics_destroy(NULL);
 }
 
+/* Cross-trainer caches: a pass sums what the caches hold; skipped elements add up. */
+static void test_xtc(void **unused)
+{
+    (void)unused;
+    struct wmetrics *m;
+    assert_int_equal(wmetrics_create(&m), 0);
+    assert_int_equal(sample(m, "sluice_worker_cross_trainer_cache_bytes"), 0);
+    assert_int_equal(sample(m, "sluice_worker_cross_trainer_skipped_total"), 0);
+    wmetrics_pass_begin(m);
+    wmetrics_xtc_seen(m, 1000);
+    wmetrics_xtc_seen(m, 234);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_cross_trainer_cache_bytes"), 1234);
+    wmetrics_pass_begin(m);
+    wmetrics_pass_end(m);
+    assert_int_equal(sample(m, "sluice_worker_cross_trainer_cache_bytes"), 0);
+    wmetrics_xtc_skipped(m, 7);
+    wmetrics_xtc_skipped(m, 5);
+    assert_int_equal(sample(m, "sluice_worker_cross_trainer_skipped_total"), 12);
+    wmetrics_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idle_share),
         cmocka_unit_test(test_passes),
         cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_xtc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
