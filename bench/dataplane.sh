@@ -10,14 +10,7 @@ cd "$(dirname "$0")/.."
 bin=${1:-build}/bin
 for t in iperf3 awk; do command -v $t >/dev/null || { echo "needs $t (scripts/deps.sh)"; exit 1; }; done
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+with_scratch
 
 now_ns() { date +%s%N; }
 

@@ -19,14 +19,7 @@ n_big=${SLUICE_BENCH_DET_BIG:-2000}
 big_split=${SLUICE_BENCH_DET_BIG_SPLIT:-4}
 rounds=${SLUICE_BENCH_DET_ROUNDS:-5}
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+with_scratch
 
 "$bin/sluice-dispatcher" --port 0 >"$tmp/d.out" 2>"$tmp/d.log" &
 pids+=($!)

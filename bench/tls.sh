@@ -37,14 +37,7 @@ if [ "${SLUICE_BENCH_TLS_PIN:-0}" = 1 ]; then
     client_on=(taskset -c "${cpus[1]}")
 fi
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+with_scratch
 
 tests/integration/make_certs.sh "$tmp/certs" >/dev/null
 tls=(--tls-cert "$tmp/certs/node.pem" --tls-key "$tmp/certs/node.key" --tls-ca "$tmp/certs/ca.pem")

@@ -26,14 +26,7 @@ us=${SLUICE_BENCH_XTC_US:-200}
 rounds=${SLUICE_BENCH_XTC_ROUNDS:-3}
 tck=$(getconf CLK_TCK)
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+with_scratch
 
 "$bin/sluice-dispatcher" --port 0 >"$tmp/d.out" 2>"$tmp/d.log" &
 pids+=($!)

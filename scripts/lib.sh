@@ -22,3 +22,11 @@ wait_listen() {
     if [ "${1%.out}" != "$1" ] && [ -f "${1%.out}.log" ]; then cat "${1%.out}.log" >&2; fi
     return 1
 }
+
+# with_scratch: sets tmp to a new temporary directory and pids to an empty list of processes,
+# and on exit kills every process in pids, waits for them and removes tmp.
+with_scratch() {
+    tmp=$(mktemp -d)
+    pids=()
+    trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
+}
