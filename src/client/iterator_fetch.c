@@ -355,11 +355,23 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         prefetch_cancel(&it->pf);
         uv_mutex_unlock(&it->mu);
         ct_on_failure(&it->tasks, (size_t)i, now);
-        snprintf(it->tasks.v[i].fail_msg, sizeof it->tasks.v[i].fail_msg, "%s",
+        struct ct_task *t = &it->tasks.v[i];
+        snprintf(t->fail_msg, sizeof t->fail_msg, "%s",
                  msg && *msg ? msg : sluice_strerror(status));
+        /* Another process answers at the task's address: its worker is gone and the port was
+         * taken again (by a worker of another cluster, say, whose own tasks and readers refuse
+         * this reader). That is the task's worker gone, which the dispatcher's list settles, not
+         * the task's failure: retried like a refused connection. */
+        uint64_t got = rpc ? rpc_client_peer_incarnation(rpc) : 0;
+        bool other = t->worker_incarnation != 0 && got != 0 && got != t->worker_incarnation;
+        if (other)
+            snprintf(t->fail_msg, sizeof t->fail_msg,
+                     "another process answers there now (incarnation %016" PRIx64
+                     ", not the task's worker %016" PRIx64 ")",
+                     got, t->worker_incarnation);
         /* A worker answers UNAVAILABLE for a task it does not run (yet), which is retried;
          * any other failure is the task's own (its pipeline failed) and ends the read. */
-        if (!retry_task(status))
+        if (!other && !retry_task(status))
             iter_fail(it, status, "%s", msg ? msg : "");
     } else {
         bool has_data = r->count > 0 || r->payload.len > 0;
