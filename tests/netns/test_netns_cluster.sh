@@ -67,6 +67,7 @@ done
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (running as uid $(id -u))"
 command -v ip >/dev/null || skip "no 'ip' command (install iproute2)"
 command -v jq >/dev/null || skip "no 'jq' command (scripts/deps.sh installs it)"
+command -v nsenter >/dev/null || skip "no 'nsenter' command (util-linux)"
 
 pfx=sl$$ # namespace names: unique per run, so parallel runs do not collide
 sw=$pfx-sw
@@ -107,18 +108,27 @@ fail() {
 now_ns() { date +%s%N; }
 since() { awk -v a="$1" -v b="$(now_ns)" 'BEGIN { printf "%.1f", (b - a) / 1e9 }'; }
 
+# in_ns NS CMD...: runs CMD in network namespace NS. nsenter enters the namespace alone; `ip netns
+# exec` and `ip -n` also remount /sys in a new mount namespace, which fails where / is not a mount
+# point (a chroot), although network namespaces themselves work there.
+in_ns() {
+    local ns=$1
+    shift
+    nsenter --net="/run/netns/$ns" "$@"
+}
+
 add_ns() { # NAME: creates namespace $pfx-NAME with its loopback up
     ip netns add "$pfx-$1" 2>"$work/ip.err" || return 1
     namespaces+=("$pfx-$1")
-    ip -n "$pfx-$1" link set lo up 2>"$work/ip.err"
+    in_ns "$pfx-$1" ip link set lo up 2>"$work/ip.err"
 }
 
 # The switch, with probes for what the test needs: where any of them fails, the machine cannot
 # run the test and it says why.
 add_ns sw || skip "cannot set up a network namespace: $(cat "$work/ip.err")"
-ip -n "$sw" link add br0 type bridge 2>"$work/ip.err" ||
+in_ns "$sw" ip link add br0 type bridge 2>"$work/ip.err" ||
     skip "cannot create a bridge: $(cat "$work/ip.err")"
-ip -n "$sw" link set br0 up
+in_ns "$sw" ip link set br0 up
 
 declare -A addr=([d]=$net.1 [w1]=$net.11 [w2]=$net.12 [w3]=$net.13 [w4]=$net.14
     [c1]=$net.21 [c2]=$net.22 [relay]=$net.30)
@@ -126,11 +136,11 @@ declare -A addr=([d]=$net.1 [w1]=$net.11 [w2]=$net.12 [w3]=$net.13 [w4]=$net.14
 add_host() { # NAME: a namespace on the bridge with address ${addr[NAME]}, its interface eth0
     local ns=$pfx-$1
     add_ns "$1" || skip "cannot set up a network namespace: $(cat "$work/ip.err")"
-    ip -n "$sw" link add "v-$1" type veth peer name eth0 netns "$ns" 2>"$work/ip.err" ||
+    in_ns "$sw" ip link add "v-$1" type veth peer name eth0 netns "$ns" 2>"$work/ip.err" ||
         skip "cannot create a veth pair: $(cat "$work/ip.err")"
-    ip -n "$sw" link set "v-$1" master br0 up
-    ip -n "$ns" addr add "${addr[$1]}/24" dev eth0
-    ip -n "$ns" link set eth0 up
+    in_ns "$sw" ip link set "v-$1" master br0 up
+    in_ns "$ns" ip addr add "${addr[$1]}/24" dev eth0
+    in_ns "$ns" ip link set eth0 up
 }
 
 # netem, probed on a throwaway veth pair in the switch namespace; without it the relay adds the
@@ -139,13 +149,13 @@ delay_by=netem
 if [ "${NETNS_DELAY:-}" = relay ]; then
     delay_by=relay
     echo "NETNS_DELAY=relay: the 20 ms delay will be added by a userspace TCP relay"
-elif ! ip -n "$sw" link add probe0 type veth peer name probe1 2>"$work/tc.err" ||
-    ! ip netns exec "$sw" tc qdisc add dev probe0 root netem delay 1ms 2>"$work/tc.err"; then
+elif ! in_ns "$sw" ip link add probe0 type veth peer name probe1 2>"$work/tc.err" ||
+    ! in_ns "$sw" tc qdisc add dev probe0 root netem delay 1ms 2>"$work/tc.err"; then
     delay_by=relay
     echo "tc netem is not available ($(head -n 1 "$work/tc.err")):" \
         "the 20 ms delay will be added by a userspace TCP relay"
 fi
-ip -n "$sw" link del probe0 2>/dev/null || true
+in_ns "$sw" ip link del probe0 2>/dev/null || true
 if [ "$delay_by" = relay ]; then
     [ -x /usr/bin/python3 ] || skip "neither tc netem nor /usr/bin/python3 (for the delay relay)"
 fi
@@ -172,7 +182,8 @@ fi
 start() { # NAME HOST CMD...: runs CMD in host's namespace; NAME.out/.log; sets started_pid
     local name=$1 host=$2
     shift 2
-    ip netns exec "$pfx-$host" "$@" >"$work/$name.out" 2>"$work/$name.log" &
+    # nsenter execs the command: $! is the server itself, for the kills below.
+    nsenter --net="/run/netns/$pfx-$host" "$@" >"$work/$name.out" 2>"$work/$name.log" &
     started_pid=$!
     running[$started_pid]=1
 }
@@ -202,7 +213,7 @@ done
 
 registered() { # how many workers the dispatcher knows, asked from client 1's namespace
     local n
-    n=$(ip netns exec "$pfx-c1" "$bin/sluice" status --dispatcher "$disp" --json \
+    n=$(in_ns "$pfx-c1" "$bin/sluice" status --dispatcher "$disp" --json \
         --timeout-ms 2000 "${sec[@]}" 2>/dev/null | jq '.workers | length' 2>/dev/null) || true
     echo "${n:-0}"
 }
@@ -219,7 +230,7 @@ echo "== dispatcher $disp, 4 workers registered (worker 4 advertised as $adverti
 # ---- partitions and delay --------------------------------------------------------------------
 
 route() { # add|del HOST PEER: the blackhole route to PEER in HOST's namespace
-    ip -n "$pfx-$2" route "$1" blackhole "${addr[$3]}/32"
+    in_ns "$pfx-$2" ip route "$1" blackhole "${addr[$3]}/32"
 }
 cut() { # A B: nothing passes between A and B, either way
     route add "$1" "$2"
@@ -232,8 +243,8 @@ heal() {
 
 delay_on() {
     if [ "$delay_by" = netem ]; then
-        ip netns exec "$pfx-w4" tc qdisc add dev eth0 root netem delay "${delay_ms}ms"
-        ip netns exec "$pfx-w4" tc qdisc show dev eth0 | grep -q "netem.*delay" ||
+        in_ns "$pfx-w4" tc qdisc add dev eth0 root netem delay "${delay_ms}ms"
+        in_ns "$pfx-w4" tc qdisc show dev eth0 | grep -q "netem.*delay" ||
             fail "no netem delay on worker 4's interface"
     else
         kill -USR1 "$relay_pid"
@@ -241,7 +252,7 @@ delay_on() {
 }
 delay_off() {
     if [ "$delay_by" = netem ]; then
-        ip netns exec "$pfx-w4" tc qdisc del dev eth0 root
+        in_ns "$pfx-w4" tc qdisc del dev eth0 root
     else
         kill -USR2 "$relay_pid"
     fi
