@@ -366,3 +366,21 @@ size_t count_lines(const char *text)
         n++;
     return n;
 }
+
+char *read_text_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    size_t cap = 1 << 16, len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        abort();
+    for (size_t n; f && (n = fread(text + len, 1, cap - len - 1, f)) > 0;) {
+        len += n;
+        if (cap - len < 2 && !(text = realloc(text, cap *= 2)))
+            abort();
+    }
+    if (f)
+        fclose(f);
+    text[len] = '\0';
+    return text;
+}

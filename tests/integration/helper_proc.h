@@ -55,5 +55,8 @@ char *sorted_lines(const char *text);
 
 /* Counts lines. */
 size_t count_lines(const char *text);
+/* The whole text of a file (a log, say), malloc'd and NUL-terminated; "" when it cannot be
+ * opened. Aborts on out of memory. */
+char *read_text_file(const char *path);
 
 #endif

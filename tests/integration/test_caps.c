@@ -262,18 +262,6 @@ static size_t worker_at(struct cluster *c, const char *address, uint64_t *id, ui
 }
 
 /* The whole of a (small) file, NUL-terminated. */
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    char *b = calloc(1, 65537);
-    assert_non_null(b);
-    size_t n = fread(b, 1, 65536, f);
-    b[n] = '\0';
-    fclose(f);
-    return b;
-}
-
 /* Reads the reader's output to its end and asserts it exited 0 with every value of range(n)
  * exactly once. */
 static void assert_read_exact(struct proc *r, long n)
@@ -281,7 +269,7 @@ static void assert_read_exact(struct proc *r, long n)
     char *out = proc_read_all(r, READ_MS);
     int rc = proc_wait(r, 5000);
     if (rc != 0) {
-        char *log = read_file(r->log);
+        char *log = read_text_file(r->log);
         fprintf(stderr, "reader exited %d: %s", rc, log);
         free(log);
     }
@@ -598,7 +586,7 @@ static void test_worker_killed_mid_copy(void **state)
     free(out);
     /* Not a silent success with part of a copy: exit 1, naming the task and its worker. */
     int rc = proc_wait(&r, 5000);
-    char *err = read_file(r.log);
+    char *err = read_text_file(r.log);
     printf("    exit %d, %zu lines printed; stderr: %s", rc, lines, err);
     assert_int_equal(rc, 1);
     char want[256];
@@ -624,7 +612,7 @@ static void test_drained_copy_is_complete(void **state)
     char *out = proc_read_all(&r, READ_MS);
     int rc = proc_wait(&r, 5000);
     if (rc != 0) {
-        char *err = read_file(r.log);
+        char *err = read_text_file(r.log);
         printf("    exit %d; stderr: %s", rc, err ? err : "");
         free(err);
     }

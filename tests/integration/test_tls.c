@@ -70,25 +70,6 @@ static int cli(char **out, char **err, const char *addr, const struct flags *ext
     return run_cmd(argv, 60000, out, err);
 }
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return strdup("");
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
-    size_t n;
-    while (text && (n = fread(text + len, 1, cap - len - 1, f)) > 0) {
-        len += n;
-        if (cap - len < 2)
-            text = realloc(text, cap *= 2);
-    }
-    fclose(f);
-    assert_non_null(text);
-    text[len] = '\0';
-    return text;
-}
-
 static void assert_contains(const char *text, const char *want)
 {
     if (strstr(text, want) == NULL)
@@ -208,7 +189,7 @@ static void test_plain_client(void **state)
     char *want = expected_range(10, 2);
     read_expect(c, want, "range(10)", "parallel_epochs");
     free(want);
-    char *log = read_file(c->dispatcher.log);
+    char *log = read_text_file(c->dispatcher.log);
     assert_contains(log, "rpc: 127.0.0.1:");
     assert_contains(log, ": tls: the peer does not speak TLS (a client without --tls-ca?)");
     free(log);
@@ -227,7 +208,7 @@ static void test_no_client_certificate(void **state)
     assert_contains(err, "tls: refused by the peer: tlsv13 alert certificate required");
     free(out);
     free(err);
-    char *log = read_file(c->dispatcher.log);
+    char *log = read_text_file(c->dispatcher.log);
     assert_contains(log, "tls: handshake failed: peer did not return a certificate");
     free(log);
 }
@@ -379,7 +360,7 @@ static void test_tls_client_plain_server(void **state)
     assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
     expect_read_fails(c.dispatcher.addr, "tls: the server does not speak TLS (is it started with "
                                          "--tls-cert and --tls-key?)");
-    char *log = read_file(c.dispatcher.log);
+    char *log = read_text_file(c.dispatcher.log);
     assert_contains(log, "tls: the peer speaks TLS and this end does not");
     free(log);
     assert_int_equal(cluster_stop(&c), 0);

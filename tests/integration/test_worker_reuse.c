@@ -20,19 +20,6 @@
 
 enum { N = 30000 };
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return strdup("");
-    char *text = calloc(1, 1 << 20);
-    size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
-    fclose(f);
-    assert_non_null(text);
-    text[n] = '\0';
-    return text;
-}
-
 static void test_port_taken_by_another_cluster(void **unused)
 {
     (void)unused;
@@ -76,8 +63,8 @@ static void test_port_taken_by_another_cluster(void **unused)
 
     char *out = proc_read_all(&reader, 90000);
     int rc = proc_wait(&reader, 10000);
-    char *err = read_file(reader.log);
-    char *log = read_file(b.workers[0].log);
+    char *err = read_text_file(reader.log);
+    char *log = read_text_file(b.workers[0].log);
     /* Everything stops before any assertion, so a failure leaves no process behind. */
     proc_stop(&reader, SIGKILL, 5000);
     proc_stop(&other, SIGKILL, 5000);
