@@ -1,0 +1,105 @@
+/* Distributed snapshots on disk (README "Snapshots"): the files a save writes and the
+ * snapshot("DIR") source reads. No libuv, no LMDB; the file functions block on disk, so call them
+ * from a producer thread, the libuv thread pool or a CLI, never from a loop thread.
+ *
+ * A snapshot directory DIR holds:
+ *   DIR/snapshot.json        written when the save starts (snap_meta_write): the format, the
+ *                            dataset id, its canonical pipeline text and the number of chunks.
+ *   DIR/chunks/chunk-NNNNNNNNNNNN
+ *                            chunk i (12 decimal digits, zero-padded) holds the elements of split
+ *                            i of the save, in order. Written to a temporary name in DIR/chunks,
+ *                            synced, renamed into place and the directory synced
+ *                            (snap_writer_commit): a chunk under its final name is complete.
+ *   DIR/manifest.json        written once every chunk is in place (snap_finalize): per chunk its
+ *                            elements, bytes and checksum, and the totals. Its presence means the
+ *                            snapshot is complete.
+ *   DIR/FAILED               written when the save fails (snap_mark_failed): the reason, one line.
+ *
+ * A chunk file is self-checking: a magic, then records (u32 length LE, u32 masked crc32c of the
+ * data, data: one element in the element codec's stored form), then a footer record with the
+ * element count, the body length and a crc32c over everything before it. A reader checks every
+ * record and the footer; a damaged or truncated chunk is SLUICE_ERR_CORRUPT whose message names
+ * the chunk file (and the offset). */
+#ifndef SLUICE_PIPELINE_SNAPSHOT_H
+#define SLUICE_PIPELINE_SNAPSHOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sluice_element;
+
+#define SNAP_FORMAT 1
+#define SNAP_META_FILE "snapshot.json"
+#define SNAP_MANIFEST_FILE "manifest.json"
+#define SNAP_FAILED_FILE "FAILED"
+#define SNAP_CHUNKS_DIR "chunks"
+
+struct snap_meta {
+    uint32_t format;     /* SNAP_FORMAT */
+    char dataset_id[128];
+    char *pipeline;      /* canonical pipeline text (malloc'd) */
+    uint64_t chunks;     /* chunks in a complete snapshot: the save's split count */
+};
+void snap_meta_release(struct snap_meta *m);
+
+/* Creates DIR and DIR/chunks when missing and writes DIR/snapshot.json atomically (temporary
+ * file, fsync, rename). Writing the same meta again is harmless; a DIR that already holds a
+ * snapshot.json of another dataset or chunk count is SLUICE_ERR_EXISTS. */
+int snap_meta_write(const char *dir, const struct snap_meta *m, char *err, size_t errlen);
+/* Reads DIR/snapshot.json. SLUICE_ERR_NOT_FOUND when DIR holds none ("DIR: not a snapshot
+ * (no snapshot.json)"), SLUICE_ERR_CORRUPT when it does not parse. */
+int snap_meta_read(const char *dir, struct snap_meta *m, char *err, size_t errlen);
+
+/* Writes "DIR/chunks/chunk-%012" PRIu64 into out (truncated to outlen). */
+void snap_chunk_path(const char *dir, uint64_t index, char *out, size_t outlen);
+
+/* A chunk being written. */
+struct snap_writer;
+/* Opens a temporary file for chunk index in DIR/chunks (unique per writer, so two writers of
+ * the same chunk never collide). */
+int snap_writer_open(const char *dir, uint64_t index, struct snap_writer **out, char *err,
+                     size_t errlen);
+/* Appends one element. */
+int snap_writer_add(struct snap_writer *w, const struct sluice_element *e, char *err,
+                    size_t errlen);
+/* Writes the footer, syncs, renames the file to the chunk's name (replacing one already there:
+ * a chunk written twice holds either whole version) and syncs the directory. Frees w in every
+ * case; on failure the temporary file is removed. */
+int snap_writer_commit(struct snap_writer *w, char *err, size_t errlen);
+/* Removes the temporary file and frees w (NULL is a no-op). */
+void snap_writer_abort(struct snap_writer *w);
+
+/* A committed chunk being read. */
+struct snap_reader;
+int snap_reader_open(const char *path, struct snap_reader **out, char *err, size_t errlen);
+/* Reads the next element into e (overwritten). Returns 1 with an element, 0 at the end (after
+ * the footer checked out), or a negative code (SLUICE_ERR_CORRUPT naming the file and offset). */
+int snap_reader_next(struct snap_reader *r, struct sluice_element *e, char *err, size_t errlen);
+void snap_reader_close(struct snap_reader *r);
+
+/* What one committed chunk holds, read from its footer after checking the whole file. */
+struct snap_chunk_info {
+    uint64_t elements, bytes;
+    uint32_t crc32c;
+};
+int snap_chunk_check(const char *path, struct snap_chunk_info *out, char *err, size_t errlen);
+
+/* Checks every chunk 0..chunks-1 (snap_chunk_check) and writes DIR/manifest.json atomically.
+ * A missing chunk is SLUICE_ERR_NOT_FOUND naming it; a damaged one its SLUICE_ERR_CORRUPT. */
+int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen);
+/* Writes DIR/FAILED with why (one line). */
+int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen);
+
+/* Where a snapshot stands on disk. */
+struct snap_disk_status {
+    bool complete;        /* manifest.json present */
+    bool failed;          /* FAILED present; why holds its line */
+    char why[512];
+    uint64_t chunks;      /* from snapshot.json */
+    uint64_t committed;   /* chunk files present under their final names */
+    uint64_t elements;    /* from the manifest when complete, else 0 */
+};
+int snap_disk_status(const char *dir, struct snap_disk_status *out, char *err, size_t errlen);
+
+#endif
