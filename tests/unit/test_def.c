@@ -443,7 +443,7 @@ static void test_sources(void **state)
     s->n_globs = 2;
     s->globs = globs;
     expect_def(s, NULL, 0,
-               "dataset definition: source range: globs belong to tfrecord, lines and tar only");
+               "dataset definition: source range: globs belong to tfrecord, lines, tar and snapshot only");
     s = src_range(0, 10, 1);
     s->kind = SLUICE__SOURCE_DEF__KIND__TFRECORD;
     expect_def(s, NULL, 0,
