@@ -280,6 +280,7 @@ static void drain_check(struct worker *w)
     req.leaving = true;
     req.worker_key.data = w->key;
     req.worker_key.len = sizeof w->key;
+    req.host_id = w->host_id;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
@@ -443,6 +444,12 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         wmetrics_destroy(w->wm);
         free(w);
         return err_set(err, errlen, krc, "worker: drawing its secret: %s", sluice_strerror(krc));
+    }
+    krc = hostid_get(w->host_id, sizeof w->host_id, err, errlen);
+    if (krc < 0) {
+        wmetrics_destroy(w->wm);
+        free(w);
+        return krc;
     }
     w->hb_fixed = opts->heartbeat_ms != 0;
     w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WORKER_DEFAULT_HEARTBEAT_MS;

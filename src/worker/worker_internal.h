@@ -10,6 +10,7 @@
 
 #include "common/ratelimit.h"
 #include "common/cap.h"
+#include "common/hostid.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -116,7 +117,8 @@ struct worker {
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;
-    uint8_t key[CAP_KEY_LEN]; /* this process's secret (cap.h); never logged */
+    uint8_t key[CAP_KEY_LEN];     /* this process's secret (cap.h); never logged */
+    char host_id[HOSTID_MAX + 1]; /* this process's host (hostid.h), sent in heartbeats */
     /* Reads refused for a wrong client key, logged at most once a minute per peer address. */
     struct ratelimit refusals;
     uint64_t disp_incarnation; /* 0 before the first handshake */
