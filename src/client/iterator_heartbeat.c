@@ -372,7 +372,7 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         if (t->conn || !t->listed)
             continue;
         char msg[MSG_MAX];
-        t->conn = client_conn_acquire(it->c, t->address, msg, sizeof msg);
+        t->conn = client_conn_acquire(it->c, t->address, t->worker_incarnation, msg, sizeof msg);
         if (!t->conn) {
             iter_fail(it, SLUICE_ERR_INVALID, "worker '%s' of task %" PRIu64 ": %s", t->address,
                       t->id, msg);

@@ -718,7 +718,7 @@ static void tls_release(struct conn *c)
 
 int conn_start(struct conn *c)
 {
-    int rc = uv_tcp_nodelay(&c->tcp, 1);
+    int rc = c->local ? 0 : uv_tcp_nodelay(&c->tcp, 1);
     if (rc != 0)
         return rc;
     if (c->peer[0] == '\0') {

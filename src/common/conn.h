@@ -129,7 +129,11 @@ struct conn {
     bool closing;       /* uv_close has been called */
     bool sniffed;       /* the first bytes read have been checked for a TLS record */
     bool tls_accepting; /* TLS: this end accepted the connection */
-    char peer[64];      /* "IP:PORT" of the peer, or the owner's name for it */
+    /* The stream is one end of an in-process socket pair (local.h), opened by the owner with
+     * uv_tcp_open: conn_start sets no TCP option and asks for no peer address (the owner names
+     * the peer). */
+    bool local;
+    char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */
     /* TLS (conn_use_tls): the session; frames written before its handshake completed; the
      * ciphertext being gathered for the next write; spare blocks for it; a buffer gathering small
      * pieces of a frame into whole records and one receiving the plaintext of small records. All

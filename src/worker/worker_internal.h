@@ -123,6 +123,14 @@ struct worker {
     struct ratelimit refusals;
     uint64_t disp_incarnation; /* 0 before the first handshake */
     uv_async_t wake;
+    /* In-process connections (worker_opts.in_process): the registry's entry, and the accepted
+     * ends handed over by readers' threads (under local_mu), adopted on the loop thread when
+     * local_async fires. */
+    struct local_entry *local;
+    uv_async_t local_async;
+    uv_mutex_t local_mu;
+    uv_os_sock_t *local_fds;
+    size_t nlocal_fds, cap_local_fds;
     uv_timer_t hb_timer;
     uv_timer_t tick_timer;
     uint64_t tick_ms;
