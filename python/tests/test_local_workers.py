@@ -119,3 +119,21 @@ def test_target_workers_is_checked():
         sluice.distribute("range(3)", "parallel_epochs", "127.0.0.1:1", target_workers="near")
     with pytest.raises(TypeError, match="target_workers must be a str, not int"):
         sluice.from_dataset_id("parallel_epochs", "127.0.0.1:1", "x", target_workers=1)
+
+
+def test_large_elements_in_process(servers):
+    # Replies of 64 KiB and more hand their payload over in memory, not through the socket.
+    d, w = servers
+    pipeline = "range(48) | map(bytes, 262144)"
+    want = sorted(sluice.run(pipeline))
+    before = metrics(w)
+    got = sorted(sluice.distribute(pipeline, "parallel_epochs", d, target_workers="local",
+                                   max_outstanding_requests=4))
+    after = metrics(w)
+    assert len(got) == 48 and all(len(x) == 262144 for x in got)
+    assert got == want
+    assert after["sluice_worker_local_elements_served_total"] - \
+        before.get("sluice_worker_local_elements_served_total", 0) == 48
+    assert after["sluice_worker_requests_total"] - before.get("sluice_worker_requests_total", 0) \
+        == after["sluice_worker_local_requests_total"] - \
+        before.get("sluice_worker_local_requests_total", 0)

@@ -2,6 +2,7 @@
 
 #include "local.h"
 
+#include "bufpool.h"
 #include "error.h"
 
 #include <errno.h>
@@ -17,6 +18,19 @@ struct local_entry {
     uint64_t incarnation;
     local_accept_cb cb;
     void *user;
+};
+
+/* A queued payload block. */
+struct link_block {
+    struct link_block *next;
+    void *block;
+    size_t cap, len;
+};
+
+struct local_link {
+    pthread_mutex_t mu;
+    unsigned refs;
+    struct link_block *head, *tail;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -78,18 +92,111 @@ bool local_has(const char *address, uint64_t incarnation)
     return found;
 }
 
-int local_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd)
+/* The blocks the process keeps for payloads: enough for the replies of a few readers in flight. */
+#define LOCAL_POOL_BYTES (256u << 20)
+#define LOCAL_POOL_MAX_BLOCK (256u << 20)
+
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static struct bufpool *pool;
+
+static void pool_create(void)
 {
+    if (bufpool_new(LOCAL_POOL_BYTES, LOCAL_POOL_MAX_BLOCK, &pool) < 0)
+        pool = NULL;
+}
+
+struct bufpool *local_pool(void)
+{
+    pthread_once(&pool_once, pool_create);
+    return pool;
+}
+
+static struct local_link *link_new(void)
+{
+    struct local_link *l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    pthread_mutex_init(&l->mu, NULL);
+    l->refs = 2; /* one per end */
+    return l;
+}
+
+void local_link_unref(struct local_link *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    bool last = --l->refs == 0;
+    pthread_mutex_unlock(&l->mu);
+    if (!last)
+        return;
+    struct bufpool *p = local_pool();
+    while (l->head) {
+        struct link_block *b = l->head;
+        l->head = b->next;
+        if (p)
+            bufpool_put(p, b->block, b->cap);
+        else
+            free(b->block);
+        free(b);
+    }
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+int local_link_push(struct local_link *l, void *block, size_t cap, size_t len)
+{
+    struct link_block *b = malloc(sizeof *b);
+    if (!b)
+        return SLUICE_ERR_NOMEM;
+    *b = (struct link_block){NULL, block, cap, len};
+    pthread_mutex_lock(&l->mu);
+    if (l->tail)
+        l->tail->next = b;
+    else
+        l->head = b;
+    l->tail = b;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
+bool local_link_pop(struct local_link *l, void **block, size_t *cap, size_t *len)
+{
+    pthread_mutex_lock(&l->mu);
+    struct link_block *b = l->head;
+    if (b) {
+        l->head = b->next;
+        if (!l->head)
+            l->tail = NULL;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (!b)
+        return false;
+    *block = b->block;
+    *cap = b->cap;
+    *len = b->len;
+    free(b);
+    return true;
+}
+
+int local_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd,
+               struct local_link **link)
+{
+    struct local_link *l = link_new();
+    if (!l)
+        return SLUICE_ERR_NOMEM;
     pthread_mutex_lock(&mu);
     struct local_entry *e = find(address, incarnation);
     if (!e) {
         pthread_mutex_unlock(&mu);
+        free(l);
         return SLUICE_ERR_NOT_FOUND;
     }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
         int rc = -errno;
         pthread_mutex_unlock(&mu);
+        free(l);
         return rc;
     }
     int size = LOCAL_SOCKET_BUFFER;
@@ -97,13 +204,16 @@ int local_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd)
         (void)setsockopt(sv[i], SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
         (void)setsockopt(sv[i], SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
     }
-    int rc = e->cb(e->user, sv[1]);
+    int rc = e->cb(e->user, sv[1], l);
     pthread_mutex_unlock(&mu);
     if (rc < 0) {
         close(sv[0]);
         close(sv[1]);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
         return rc;
     }
     *fd = sv[0];
+    *link = l;
     return 0;
 }

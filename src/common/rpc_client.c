@@ -676,11 +676,14 @@ static void connected(struct rpc_client *cl, int status)
 
 /* Connects to addr, or with addr NULL opens local_fd, one end of an in-process socket pair
  * (local.h), which the handle owns from then on. */
-static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os_sock_t local_fd)
+static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os_sock_t local_fd,
+                       struct local_link *link)
 {
     int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
-    if (rc != 0 && !addr)
+    if (rc != 0 && !addr) {
         close(local_fd);
+        local_link_unref(link);
+    }
     cl->conn.pool = cl->pool;
     /* The server's Hello and proof are small; nothing bigger is read before it proved itself. */
     if (rc == 0)
@@ -708,6 +711,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     cl->local_now = addr == NULL;
     if (!addr) {
         cl->conn.local = true;
+        cl->conn.link = link; /* the conn's from here on */
         snprintf(cl->conn.peer, sizeof cl->conn.peer, "in-process");
         rc = uv_tcp_open(&cl->conn.tcp, local_fd);
         if (rc != 0)
@@ -763,7 +767,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     struct sockaddr_storage ss;
     memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
     uv_freeaddrinfo(res);
-    connect_to(cl, (const struct sockaddr *)&ss, -1);
+    connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
 }
 
 static void on_connect_timeout(uv_timer_t *t)
@@ -786,15 +790,16 @@ static void start_attempt(struct rpc_client *cl)
     /* A server in this process is reached without the network; one that has gone (or never
      * ran here) is dialled as usual. */
     uv_os_sock_t fd;
-    if (cl->local && local_dial(cl->address, cl->local_incarnation, &fd) == 0) {
-        connect_to(cl, NULL, fd);
+    struct local_link *link;
+    if (cl->local && local_dial(cl->address, cl->local_incarnation, &fd, &link) == 0) {
+        connect_to(cl, NULL, fd, link);
         return;
     }
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     if (uv_ip4_addr(cl->host, cl->port, (struct sockaddr_in *)&ss) == 0 ||
         uv_ip6_addr(cl->host, cl->port, (struct sockaddr_in6 *)&ss) == 0) {
-        connect_to(cl, (const struct sockaddr *)&ss, -1);
+        connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
         return;
     }
     char service[8];

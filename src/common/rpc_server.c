@@ -28,6 +28,7 @@
  * handles, and is freed when that count reaches zero after rpc_server_close. */
 #include "rpc.h"
 #include "listen.h"
+#include "local.h"
 
 #include "auth.h"
 #include "conn.h"
@@ -492,29 +493,37 @@ static void on_connection(uv_stream_t *listener, int status)
     }
 }
 
-int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd)
+/* rpc_server_adopt before the connection exists: fails with code, releasing link. */
+static int adopt_refused(struct local_link *link, int code)
+{
+    local_link_unref(link);
+    return code;
+}
+
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link *link)
 {
     if (srv->closing)
-        return SLUICE_ERR_CLOSED;
+        return adopt_refused(link, SLUICE_ERR_CLOSED);
     if (srv->nconns >= srv->max_conns)
-        return SLUICE_ERR_LIMIT;
+        return adopt_refused(link, SLUICE_ERR_LIMIT);
     uint8_t nonce[AUTH_NONCE_LEN] = {0};
     struct rpc_conn *rc = calloc(1, sizeof *rc);
     if (rc == NULL)
-        return SLUICE_ERR_NOMEM;
+        return adopt_refused(link, SLUICE_ERR_NOMEM);
     if (sec_has_token(srv->opts.sec) && auth_nonce(nonce) != 0) {
         free(rc);
-        return SLUICE_ERR_NOMEM;
+        return adopt_refused(link, SLUICE_ERR_NOMEM);
     }
     int err = conn_init(&rc->conn, srv->loop, &server_conn_ops, srv->opts.max_frame,
                         srv->opts.max_pending_write);
     if (err != 0) {
         free(rc);
-        return err;
+        return adopt_refused(link, err);
     }
     /* From here the handle is open: the conn is on the list and closes through on_conn_closed,
      * which also closes fd once it is the handle's. */
     rc->conn.local = true;
+    rc->conn.link = link;
     rc->local = true;
     snprintf(rc->conn.peer, sizeof rc->conn.peer, "in-process");
     rc->srv = srv;
@@ -532,7 +541,8 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd)
     hs_append(srv, rc);
     err = uv_tcp_open(&rc->conn.tcp, fd);
     if (err != 0) {
-        /* The handle never took fd: it is still the caller's, and the conn closes empty. */
+        /* The handle never took fd: it is still the caller's, and the conn closes empty (with
+         * the link, which it owns from conn_init on). */
         conn_close(&rc->conn);
         return err;
     }

@@ -380,8 +380,10 @@ static void on_handle_closed(uv_handle_t *h)
     void *user = w->close_user;
     pipe_buf_release(&w->scratch);
     wmetrics_destroy(w->wm);
-    for (size_t i = 0; i < w->nlocal_fds; i++)
-        close(w->local_fds[i]);
+    for (size_t i = 0; i < w->nlocal_fds; i++) {
+        close(w->local_fds[i].fd);
+        local_link_unref(w->local_fds[i].link);
+    }
     free(w->local_fds);
     uv_mutex_destroy(&w->local_mu);
     free(w);
@@ -404,13 +406,13 @@ static void maybe_finish_close(struct worker *w)
 
 /* local.h's accept callback, on a reader's thread with the registry locked: queue the end for
  * the loop thread. */
-static int local_accept(void *user, uv_os_sock_t fd)
+static int local_accept(void *user, uv_os_sock_t fd, struct local_link *link)
 {
     struct worker *w = user;
     uv_mutex_lock(&w->local_mu);
     if (w->nlocal_fds == w->cap_local_fds) {
         size_t cap = w->cap_local_fds ? 2 * w->cap_local_fds : 4;
-        uv_os_sock_t *v = realloc(w->local_fds, cap * sizeof *v);
+        struct local_pending *v = realloc(w->local_fds, cap * sizeof *v);
         if (!v) {
             uv_mutex_unlock(&w->local_mu);
             return SLUICE_ERR_NOMEM;
@@ -418,7 +420,7 @@ static int local_accept(void *user, uv_os_sock_t fd)
         w->local_fds = v;
         w->cap_local_fds = cap;
     }
-    w->local_fds[w->nlocal_fds++] = fd;
+    w->local_fds[w->nlocal_fds++] = (struct local_pending){fd, link};
     uv_mutex_unlock(&w->local_mu);
     uv_async_send(&w->local_async);
     return 0;
@@ -431,14 +433,21 @@ static void on_local_async(uv_async_t *a)
     for (;;) {
         uv_mutex_lock(&w->local_mu);
         bool have = w->nlocal_fds > 0;
-        uv_os_sock_t fd = have ? w->local_fds[--w->nlocal_fds] : -1;
+        struct local_pending p =
+            have ? w->local_fds[--w->nlocal_fds] : (struct local_pending){-1, NULL};
         uv_mutex_unlock(&w->local_mu);
         if (!have)
             return;
-        int rc = w->closing || !w->srv_open ? SLUICE_ERR_CLOSED : rpc_server_adopt(w->srv, fd);
+        if (w->closing || !w->srv_open) {
+            close(p.fd);
+            local_link_unref(p.link);
+            continue;
+        }
+        /* The link is rpc_server_adopt's in any case; fd is ours again when it fails. */
+        int rc = rpc_server_adopt(w->srv, p.fd, p.link);
         if (rc < 0) {
             log_debug("in-process connection refused: %s", sluice_strerror(rc));
-            close(fd);
+            close(p.fd);
         }
     }
 }

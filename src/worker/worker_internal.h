@@ -129,7 +129,10 @@ struct worker {
     struct local_entry *local;
     uv_async_t local_async;
     uv_mutex_t local_mu;
-    uv_os_sock_t *local_fds;
+    struct local_pending {
+        uv_os_sock_t fd;
+        struct local_link *link;
+    } * local_fds;
     size_t nlocal_fds, cap_local_fds;
     uv_timer_t hb_timer;
     uv_timer_t tick_timer;
