@@ -2,13 +2,13 @@
  * over the in-process connection (README "Local workers"), against the same read over TCP.
  *
  * A dispatcher and one worker run in this process (<sluice/server.h>). The reader reads
- * `range(N) | map(bytes, SIZE)` (N elements of SIZE bytes, default 512 of 1 MiB) with
+ * `range(N) | map(bytes, SIZE)` (N elements of SIZE bytes, default 2048 of 1 MiB) with
  * target_workers local, once from a worker serving in-process readers over a socket pair and
  * once from a worker started with no_in_process_reads (TCP on 127.0.0.1), ROUNDS times each,
  * alternating. Each read is checked: N elements of SIZE bytes. Prints the best throughput of
  * each and their ratio, the baseline being TCP in the same run. Timings never fail it.
  *
- *   local_read [ROUNDS [N [SIZE]]]      default 3 512 1048576 */
+ *   local_read [ROUNDS [N [SIZE]]]      default 3 2048 1048576 */
 #include "sluice/server.h"
 #include "sluice/sluice.h"
 
@@ -104,7 +104,7 @@ static struct sluice_worker *start_worker(const char *target, bool in_process)
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
-    long n = argc > 2 ? atol(argv[2]) : 512;
+    long n = argc > 2 ? atol(argv[2]) : 2048;
     long size = argc > 3 ? atol(argv[3]) : 1048576;
     if (rounds < 1 || n < 1 || size < 1)
         die("usage", "local_read [ROUNDS [N [SIZE]]]");

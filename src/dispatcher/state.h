@@ -726,7 +726,11 @@ bool state_iteration_coordinated(const struct state *s, const struct st_iteratio
  * first epoch kept (or the iteration has none). */
 long state_round_epoch(const struct st_iteration *it, uint64_t round);
 
-/* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). */
+/* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). The last
+ * client on its host of an active iteration of a job read from local workers only takes that
+ * host's tasks of the iteration with it (their leased splits go back to the pool first, as in
+ * plan_remove_worker): only that host's readers read them. The iteration is marked finished
+ * when its remaining tasks (at least one) are all finished with every split finished. */
 int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,
                         char *err, size_t errlen);
 

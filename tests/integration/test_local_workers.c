@@ -421,6 +421,48 @@ static void test_late_worker_on_the_readers_host(void **unused)
     free(want);
 }
 
+/* A host's readers leave a shared local distributed_epoch job early: its tasks go with them and
+ * what they held is read on the other host, so the other reader still gets to the end, with
+ * nothing lost between the two. */
+static void test_a_host_leaves(void **unused)
+{
+    (void)unused;
+    wait_workers_on("a", 1);
+    wait_workers_on("b", 1);
+    const char *pipeline = "range(600) | map(sleep_us, 3000)";
+    struct proc ra;
+    host("a");
+    assert_int_equal(cluster_cli_spawn(&cl, &ra, "read", pipeline, "--mode", "distributed_epoch",
+                                       "--job-name", "de-leave", "--target-workers", "local", NULL),
+                     0);
+    host(NULL);
+    char *err = NULL;
+    char *ob = read_on("b", 0, &err, pipeline, "--mode", "distributed_epoch", "--job-name",
+                       "de-leave", "--target-workers", "local", "--limit", "5", NULL);
+    free(err);
+    char *oa = proc_read_all(&ra, 60000);
+    assert_int_equal(proc_wait(&ra, 10000), 0);
+    size_t la = strlen(oa), lb = strlen(ob);
+    char *both = malloc(la + lb + 2);
+    assert_non_null(both);
+    memcpy(both, oa, la);
+    memcpy(both + la, ob, lb + 1);
+    if (lb && ob[lb - 1] != '\n')
+        strcat(both, "\n");
+    struct tally t = tally_range(both, 600);
+    print_tally("reader on a and the one on b that left", t);
+    assert_int_equal(count_lines(ob), 5);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(oa);
+    free(ob);
+    free(both);
+    /* b's task went with its reader. */
+    char *tasks = job_task_workers("de-leave");
+    assert_string_equal(tasks, cl.workers[worker_a].addr);
+    free(tasks);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_auto_reads_everything),
         cmocka_unit_test(test_named_job_other_target),
         cmocka_unit_test(test_late_worker_on_the_readers_host),
+        cmocka_unit_test(test_a_host_leaves),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

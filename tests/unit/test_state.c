@@ -1282,6 +1282,23 @@ static const struct plan_case local_cases[] = {
      "worker_registered id=4 address='d:1' inc=1 host='hz' key=ssssssssssssssss\n"
      "task_created id=4 ref=1 ref2=4\n"
      "=> worker=4"},
+    {"the last reader of a host leaving takes the host's tasks",
+     HOSTS3 "job 1 name=j mode=distributed_epoch total=4 target=local host=ha\n"
+            "job 1 name=j mode=distributed_epoch total=4 target=local host=hb\nsplits 3 2",
+     "rel 2",
+     "client_released id=2\n"
+     "splits_returned ref=1 ref2=3 seqs=[0,1]\n"
+     "task_removed id=3 ref=1\n"
+     "=>"},
+    {"a host keeps its tasks while one of its readers remains",
+     HOSTS3 "job 1 name=j target=local host=ha\njob 1 name=j target=local host=ha", "rel 1",
+     "client_released id=1\n=>"},
+    {"a reader of an any job leaving takes nothing", HOSTS3 "job 1 name=j host=ha", "rel 1",
+     "client_released id=1\n=>"},
+    {"the rest finishes once the leaving host's unfinished task goes",
+     HOSTS3 "job 1 name=j target=local host=ha\njob 1 name=j target=local host=hb\n"
+            "hb a:1 1 host=ha fin=1\nhb b:1 1 host=ha fin=2",
+     "rel 2", "client_released id=2\ntask_removed id=3 ref=1\niteration_finished id=1\n=>"},
     {"a collected local job's name is free for another target",
      HOSTS3 "job 1 name=j target=local host=ha\nrel 1\ngc 1", "job 1 name=j host=ha",
      "job_created id=2 name='j' name2='1' mode=parallel_epochs\n"
