@@ -18,6 +18,7 @@ struct local_entry {
     uint64_t incarnation;
     local_accept_cb cb;
     void *user;
+    pid_t pid; /* the process that registered it */
 };
 
 /* A queued payload block. */
@@ -39,15 +40,36 @@ static struct local_entry *entries;
 /* Socket buffers of the pair: room for a few large replies in flight. */
 #define LOCAL_SOCKET_BUFFER (4 << 20)
 
+/* A fork while another thread holds mu would leave the child's copy locked for good: the table's
+ * lock is taken around every fork. */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&mu);
+}
+
+static void fork_done(void)
+{
+    pthread_mutex_unlock(&mu);
+}
+
+static void atfork_install(void)
+{
+    (void)pthread_atfork(fork_prepare, fork_done, fork_done);
+}
+
 int local_register(const char *address, uint64_t incarnation, local_accept_cb cb, void *user,
                    struct local_entry **out)
 {
+    pthread_once(&atfork_once, atfork_install);
     struct local_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->address = strdup(address))) {
         free(e);
         return SLUICE_ERR_NOMEM;
     }
     e->incarnation = incarnation;
+    e->pid = getpid();
     e->cb = cb;
     e->user = user;
     pthread_mutex_lock(&mu);
@@ -74,11 +96,15 @@ void local_unregister(struct local_entry *e)
     free(e);
 }
 
-/* The entry of address and incarnation (0: any); mu held. */
+/* The entry of address and incarnation (0: any); mu held. A child forked from the process that
+ * registered a server inherits the table but not the server's thread: the entries are the
+ * parent's, and the child dials that server over TCP like any other process. */
 static struct local_entry *find(const char *address, uint64_t incarnation)
 {
+    pid_t self = getpid();
     for (struct local_entry *e = entries; e; e = e->next) {
-        if (strcmp(e->address, address) == 0 && (incarnation == 0 || e->incarnation == incarnation))
+        if (e->pid == self && strcmp(e->address, address) == 0 &&
+            (incarnation == 0 || e->incarnation == incarnation))
             return e;
     }
     return NULL;

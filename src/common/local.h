@@ -14,6 +14,9 @@
  * (conn.h). Nothing but this process's own two ends ever sees the socket, so no peer can forge
  * an envelope that takes a block.
  *
+ * Only the process that registered a server finds it: a child forked from it (a DataLoader's
+ * worker process) inherits the table but not the server's threads, and dials over TCP.
+ *
  * Thread-safe: a mutex guards the registry; the accept callback runs under it, so once
  * local_unregister returns the callback never runs again. */
 #ifndef SLUICE_COMMON_LOCAL_H
