@@ -137,3 +137,21 @@ def test_large_elements_in_process(servers):
     assert after["sluice_worker_requests_total"] - before.get("sluice_worker_requests_total", 0) \
         == after["sluice_worker_local_requests_total"] - \
         before.get("sluice_worker_local_requests_total", 0)
+
+
+def test_torch_dataset_reads_local(servers):
+    torch = pytest.importorskip("torch")
+    import sluice.torch
+    d, w = servers
+    before = metrics(w)
+    data = sluice.torch.IterableDataset(d, pipeline="range(200)",
+                                        processing_mode="parallel_epochs",
+                                        target_workers="local")
+    assert data.target_workers == "local"
+    got = sorted(int(x) for x in torch.utils.data.DataLoader(data, batch_size=None))
+    assert got == list(range(200))
+    after = metrics(w)
+    assert after["sluice_worker_local_elements_served_total"] - \
+        before.get("sluice_worker_local_elements_served_total", 0) == 200
+    with pytest.raises(ValueError, match="target_workers must be 'any', 'local' or 'auto'"):
+        sluice.torch.IterableDataset(d, pipeline="range(3)", target_workers="nearby")
