@@ -698,6 +698,17 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     }
     cl->busy++;
     cl->state = CLIENT_CONNECTING;
+    cl->local_now = addr == NULL;
+    int opened = 0;
+    if (!addr) {
+        /* From here the conn owns the link, and the handle the descriptor (when it opens). */
+        cl->conn.local = true;
+        cl->conn.link = link;
+        snprintf(cl->conn.peer, sizeof cl->conn.peer, "in-process");
+        opened = uv_tcp_open(&cl->conn.tcp, local_fd);
+        if (opened != 0)
+            close(local_fd);
+    }
     if (sec_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
         char why[256];
@@ -708,15 +719,8 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
             return;
         }
     }
-    cl->local_now = addr == NULL;
     if (!addr) {
-        cl->conn.local = true;
-        cl->conn.link = link; /* the conn's from here on */
-        snprintf(cl->conn.peer, sizeof cl->conn.peer, "in-process");
-        rc = uv_tcp_open(&cl->conn.tcp, local_fd);
-        if (rc != 0)
-            close(local_fd);
-        connected(cl, rc);
+        connected(cl, opened);
         return;
     }
     cl->connect_req.data = cl;
