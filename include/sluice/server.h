@@ -256,6 +256,12 @@ struct sluice_worker_options {
     uint32_t handshake_timeout_ms;
     unsigned max_connections;
     unsigned max_handshakes;
+    /* Readers in this process (sluice_iterator_open with a client of this process) reach an
+     * embedded worker without the network: instead of a TCP connection to its address, an
+     * in-process socket pair, which no other process can reach, with the same handshake (token,
+     * TLS) and the same checks of every request (README "Local workers"). true turns that off:
+     * they connect over TCP like any other reader. */
+    bool no_in_process_reads;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

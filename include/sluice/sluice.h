@@ -309,6 +309,28 @@ enum sluice_mode {
     SLUICE_SHARD_HINT = 5
 };
 
+/* Which workers a read reads from (README "Local workers"). A host is one kernel and one network
+ * namespace (a trainer and the workers in its pod or on its machine), or what the environment
+ * variable SLUICE_HOST_ID names, in the reader's and the workers' processes alike. */
+enum sluice_target_workers {
+    /* Every worker of the job. */
+    SLUICE_TARGET_WORKERS_ANY = 0,
+    /* Only workers on the reader's host; a worker running in the reader's own process
+     * (sluice_worker_start) is read in memory, without the network. The job's tasks are created
+     * only on the hosts of its readers, so a shared distributed_epoch job hands each split to a
+     * task some reader reads. A read from a host with no worker is SLUICE_ERR_NOT_FOUND,
+     * "no local worker: ...". Refused with num_consumers and the static sharding modes
+     * (SLUICE_ERR_UNSUPPORTED). */
+    SLUICE_TARGET_WORKERS_LOCAL = 1,
+    /* Every worker, those on the reader's host first. Refused with num_consumers. */
+    SLUICE_TARGET_WORKERS_AUTO = 2
+};
+
+/* "any", "local" or "auto"; NULL for another value. */
+const char *sluice_target_workers_name(enum sluice_target_workers t);
+/* Parses "any", "local" or "auto" into *out. Returns 0 or SLUICE_ERR_INVALID. */
+int sluice_target_workers_parse(const char *name, enum sluice_target_workers *out);
+
 struct sluice_read_options {
     /* Exactly one of dataset_id and pipeline: an existing dataset, or a pipeline to register
      * first (with default register options). */
@@ -400,6 +422,9 @@ struct sluice_read_options {
     bool cross_trainer_cache;
     const char *trainer_id;
     uint64_t cross_trainer_cache_bytes;
+    /* Which workers to read from (see enum sluice_target_workers); 0 is any. Part of a named
+     * job's identity: joining a job with another value is SLUICE_ERR_EXISTS. */
+    enum sluice_target_workers target_workers;
 };
 
 /* The bound of a task's cross-trainer cache when sluice_read_options.cross_trainer_cache_bytes

@@ -423,6 +423,11 @@ class WorkerServer(_Server):
         """HOST:PORT readers use to reach this worker."""
         return self._live().address
 
+    @property
+    def metrics_address(self):
+        """HOST:PORT of the metrics server (metrics_port), or None."""
+        return self._live().metrics_address
+
     def drain(self):
         """Starts a lossless drain and returns at once; stop() waits for it."""
         self._live().drain()
@@ -529,6 +534,20 @@ def _cross_trainer_cache(value):
     return value
 
 
+_TARGET_WORKERS = ("any", "local", "auto")
+
+
+def _target_workers(value):
+    if value is None:
+        return "any"
+    if not isinstance(value, str):
+        raise TypeError(f"target_workers must be a str, not {type(value).__name__}")
+    v = value.lower()
+    if v not in _TARGET_WORKERS:
+        raise ValueError(f"target_workers must be 'any', 'local' or 'auto', not {value!r}")
+    return v
+
+
 class Dataset:
     """The elements of a dataset as the service serves them. Iterating opens a new reader each
     time (a new job unless job_name names a shared one); an iterator can be closed early with
@@ -537,7 +556,7 @@ class Dataset:
     def __init__(self, conn, processing_mode, dataset_id=None, pipeline=None, job_name=None,
                  consumer_index=None, num_consumers=None, max_outstanding_requests=None,
                  local=None, element_timeout=None, split_size=None, deterministic=False,
-                 reorder_bytes=None, cross_trainer_cache=None):
+                 reorder_bytes=None, cross_trainer_cache=None, target_workers=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -574,6 +593,7 @@ class Dataset:
         self.cross_trainer_cache = _cross_trainer_cache(cross_trainer_cache)
         if self.cross_trainer_cache is not None and self.job_name is None:
             raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
+        self.target_workers = _target_workers(target_workers)
         self._restore = None
 
     def load_state_dict(self, state):
@@ -593,7 +613,7 @@ class Dataset:
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
-            self.reorder_bytes, *self._xtc_args())
+            self.reorder_bytes, *self._xtc_args(), self.target_workers)
 
     def _xtc_args(self):
         x = self.cross_trainer_cache
@@ -612,7 +632,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                     timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-                    tls_worker_name=None, cross_trainer_cache=None):
+                    tls_worker_name=None, cross_trainer_cache=None, target_workers=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -637,6 +657,12 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     cross_trainer_cache: a sluice.CrossTrainerCache(trainer_id): the trainers reading job_name
     share each worker task's stream, each from its own cursor (needs a pipeline that never ends;
     refused in distributed_epoch, with num_consumers and with deterministic).
+    target_workers: "any" (None, the default): every worker; "local": only workers on this host
+    (one kernel and network namespace, or what SLUICE_HOST_ID names), a sluice.WorkerServer in
+    this process being read in memory, without the network; a host with no worker raises
+    NotFoundError "no local worker: ..."; "auto": every worker, those on this host first. Part of
+    a named job's identity; local and auto cannot be combined with num_consumers (README "Local
+    workers").
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -647,14 +673,15 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    consumer_index=consumer_index, num_consumers=num_consumers,
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, deterministic=deterministic,
-                   reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache)
+                   reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache,
+                   target_workers=target_workers)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-               tls_worker_name=None, cross_trainer_cache=None):
+               tls_worker_name=None, cross_trainer_cache=None, target_workers=None):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
     with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -666,7 +693,7 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, split_size=split_size,
                    deterministic=deterministic, reorder_bytes=reorder_bytes,
-                   cross_trainer_cache=cross_trainer_cache)
+                   cross_trainer_cache=cross_trainer_cache, target_workers=target_workers)
 
 
 def merge_positions(states):

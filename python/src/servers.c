@@ -373,6 +373,16 @@ static PyObject *worker_address(WorkerObject *self, void *unused)
     return PyUnicode_FromString(sluice_worker_address(self->w));
 }
 
+static PyObject *worker_metrics_address(WorkerObject *self, void *unused)
+{
+    if (!worker_live(self))
+        return NULL;
+    const char *a = sluice_worker_metrics_address(self->w);
+    if (!a)
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(a);
+}
+
 static PyObject *worker_join(WorkerObject *self, PyObject *args)
 {
     unsigned int timeout_ms = 0;
@@ -419,6 +429,8 @@ static PyMethodDef worker_methods[] = {
 
 static PyGetSetDef worker_getset[] = {
     {"address", (getter)worker_address, NULL, "HOST:PORT readers use to reach the worker", NULL},
+    {"metrics_address", (getter)worker_metrics_address, NULL,
+     "HOST:PORT of the worker's metrics server, or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -108,6 +108,9 @@ static void print_update(uint64_t seq, const struct st_update *u)
         printf(" dataset=");
         print_quoted(u->name2);
         printf(" mode=%s", mode_name((enum sluice_mode)u->mode));
+        if (u->target_workers != SLUICE_TARGET_WORKERS_ANY)
+            printf(" target_workers=%s",
+                   target_workers_name((enum sluice_target_workers)u->target_workers));
         break;
     case ST_ITERATION_CREATED:
         printf(" iteration=%" PRIu64 " job=%" PRIu64 " repetition=%" PRIu64, u->id, u->ref,
@@ -132,6 +135,10 @@ static void print_update(uint64_t seq, const struct st_update *u)
         printf(" worker=%" PRIu64 " address=", u->id);
         print_quoted(u->address);
         printf(" incarnation=%016" PRIx64, u->incarnation);
+        if (u->host_id[0]) {
+            printf(" host=");
+            print_quoted(u->host_id);
+        }
         break;
     case ST_WORKER_REMOVED:
     case ST_WORKER_DRAINING:
@@ -139,6 +146,10 @@ static void print_update(uint64_t seq, const struct st_update *u)
         break;
     case ST_CLIENT_ACQUIRED:
         printf(" client=%" PRIu64 " iteration=%" PRIu64, u->id, u->ref);
+        if (u->host_id[0]) {
+            printf(" host=");
+            print_quoted(u->host_id);
+        }
         break;
     case ST_CLIENT_RELEASED:
         printf(" client=%" PRIu64, u->id);
@@ -235,6 +246,9 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
         jset(o, "mode", json_string(mode_name((enum sluice_mode)u->mode)));
         jset(o, "num_consumers", json_integer(u->num_consumers));
         jset(o, "deterministic", json_boolean(u->deterministic));
+        if (u->target_workers != SLUICE_TARGET_WORKERS_ANY)
+            jset(o, "target_workers",
+                 json_string(target_workers_name((enum sluice_target_workers)u->target_workers)));
         break;
     case ST_ITERATION_CREATED:
         jset(o, "iteration", json_integer((json_int_t)u->id));
@@ -267,6 +281,8 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
         jset(o, "worker", json_integer((json_int_t)u->id));
         jset(o, "address", jstr(u->address));
         jset(o, "incarnation", json_string(inc));
+        if (u->host_id[0])
+            jset(o, "host_id", jstr(u->host_id));
         break;
     }
     case ST_WORKER_REMOVED:
@@ -276,6 +292,8 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
     case ST_CLIENT_ACQUIRED:
         jset(o, "client", json_integer((json_int_t)u->id));
         jset(o, "iteration", json_integer((json_int_t)u->ref));
+        if (u->host_id[0])
+            jset(o, "host_id", jstr(u->host_id));
         break;
     case ST_CLIENT_RELEASED:
         jset(o, "client", json_integer((json_int_t)u->id));

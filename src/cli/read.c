@@ -34,7 +34,7 @@ static const char read_usage[] =
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
-    "                   [--deterministic [--reorder-bytes N]]\n"
+    "                   [--deterministic [--reorder-bytes N]] [--target-workers any|local|auto]\n"
     "                   [--cross-trainer-cache --trainer-id ID [--cross-trainer-cache-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
     "                   [--tls-ca F [--tls-cert F --tls-key F] [--tls-worker-name NAME]]\n"
@@ -63,6 +63,9 @@ static const char read_usage[] =
     "                      splits by sequence number, elements by position in their split,\n"
     "                      the same with any number of workers, failures and restarts\n"
     "  --reorder-bytes N   bytes of replies held to reorder them (default 256 MiB)\n"
+    "  --target-workers T  any (default): every worker; local: only workers on this host\n"
+    "                      (one kernel and network namespace, or SLUICE_HOST_ID), an error\n"
+    "                      when it has none; auto: every worker, those on this host first\n"
     "  --cross-trainer-cache --trainer-id ID\n"
     "                      share the stream of the job --job-name (a pipeline that never ends)\n"
     "                      with its other trainers: each worker task keeps what it produced in\n"
@@ -212,6 +215,12 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             a->opts.local = argv[++i];
         } else if (strcmp(s, "--deterministic") == 0) {
             a->opts.deterministic = true;
+        } else if (strcmp(s, "--target-workers") == 0 && more) {
+            const char *t = argv[++i];
+            if (sluice_target_workers_parse(t, &a->opts.target_workers) < 0) {
+                cli_error("usage", "--target-workers takes any, local or auto, not '%s'", t);
+                return CLI_EXIT_USAGE;
+            }
         } else if (strcmp(s, "--reorder-bytes") == 0 && more) {
             unsigned long long v;
             if (cli_parse_u64(argv[++i], &v) != 0 || v == 0) {

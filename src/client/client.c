@@ -417,8 +417,8 @@ struct client_conn {
     char address[CLIENT_ADDR_MAX];
 };
 
-struct client_conn *client_conn_acquire(struct sluice_client *c, const char *address, char *err,
-                                        size_t errlen)
+struct client_conn *client_conn_acquire(struct sluice_client *c, const char *address,
+                                        uint64_t incarnation, char *err, size_t errlen)
 {
     for (struct client_conn *w = c->conns; w; w = w->next) {
         if (strcmp(w->address, address) == 0) {
@@ -444,6 +444,8 @@ struct client_conn *client_conn_acquire(struct sluice_client *c, const char *add
         .sec = c->sec,
         /* Workers only: the dispatcher is verified against the host it is dialled by. */
         .tls_name = c->sec ? c->sec->tls_worker_name : NULL,
+        .local = true,
+        .local_incarnation = incarnation,
     };
     if (rpc_client_new(&c->loop, &opts, &w->rpc, err, errlen) != 0) {
         free(w);

@@ -603,6 +603,14 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "deterministic reads cannot be coordinated (num_consumers): rounds already "
                        "fix which elements each consumer gets");
+    if (!target_workers_valid((int)o->target_workers))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown target_workers %d",
+                       (int)o->target_workers);
+    if (o->target_workers != SLUICE_TARGET_WORKERS_ANY && o->num_consumers > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "target_workers %s cannot be combined with num_consumers: coordinated "
+                       "reads need every worker",
+                       target_workers_name(o->target_workers));
     if (o->cross_trainer_cache) {
         /* The dispatcher refuses the rest (mode, num_consumers, a pipeline that ends); the
          * trainer id goes to the workers only. */
@@ -667,6 +675,9 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     pipe_elem_init(&it->elem);
     ledger_init(&it->ledger);
     ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
+    it->target = o->target_workers;
+    ct_set_target(&it->tasks, it->target == SLUICE_TARGET_WORKERS_LOCAL,
+                  it->target == SLUICE_TARGET_WORKERS_AUTO);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
         ckpt_release(&ck);
@@ -685,6 +696,9 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         err_set(err, errlen, rc, "%s", sluice_strerror(rc));
         goto fail;
     }
+    rc = hostid_get(it->host_id, sizeof it->host_id, err, errlen);
+    if (rc)
+        goto fail;
 
     /* Everything that can be checked locally is, before the dispatcher hears of the read. The
      * tail is opened (and its thread started) only once the dataset's own part is known. */
@@ -770,6 +784,8 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     req.deterministic = it->det;
     req.repetition = repetition;
     it->rep_want = repetition;
+    req.target_workers = (Sluice__TargetWorkers)it->target;
+    req.host_id = it->host_id;
     if (o->cross_trainer_cache) {
         req.cross_trainer_cache = true;
         req.cross_trainer_cache_bytes = o->cross_trainer_cache_bytes

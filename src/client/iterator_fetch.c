@@ -4,6 +4,8 @@
 
 #include "iterator_internal.h"
 
+#include "common/local.h"
+
 /* ---- loop thread: fetching elements ------------------------------------------------------- */
 
 void iter_unref(struct sluice_iterator *it)
@@ -58,7 +60,10 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
         item->block = rpc_client_take_reply(rpc, &item->block_cap);
         if (item->block) {
             item->data = r->payload.data;
-            item->pool = it->c->pool;
+            /* A block from an in-process worker goes back to the stock that worker takes its
+             * next ones from (common/local.h); any pool would accept it. */
+            struct bufpool *lp = rpc_client_local(rpc) ? local_pool() : NULL;
+            item->pool = lp ? lp : it->c->pool;
             return 0;
         }
     }

@@ -331,8 +331,9 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
             continue;
         held[n] = it->tasks.v[k];
         const struct ct_task *t = &held[n];
-        infos[n++] = (struct ct_info){t->id, t->address, t->worker_incarnation,
-                                      t->key_len ? t->key : NULL, t->key_len};
+        infos[n++] = (struct ct_info){
+            t->id,      t->address, t->worker_incarnation, t->key_len ? t->key : NULL,
+            t->key_len, t->local};
     }
     for (size_t k = 0; !unchanged && k < r->n_tasks; k++) {
         const Sluice__TaskInfo *t = r->tasks[k];
@@ -343,6 +344,8 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         infos[n].worker_incarnation = t->worker_incarnation;
         infos[n].key = t->client_key.data;
         infos[n].key_len = t->client_key.len;
+        infos[n].local = t->worker_host_id && t->worker_host_id[0] &&
+                         strcmp(t->worker_host_id, it->host_id) == 0;
         n++;
     }
     int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
@@ -369,7 +372,7 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         if (t->conn || !t->listed)
             continue;
         char msg[MSG_MAX];
-        t->conn = client_conn_acquire(it->c, t->address, msg, sizeof msg);
+        t->conn = client_conn_acquire(it->c, t->address, t->worker_incarnation, msg, sizeof msg);
         if (!t->conn) {
             iter_fail(it, SLUICE_ERR_INVALID, "worker '%s' of task %" PRIu64 ": %s", t->address,
                       t->id, msg);

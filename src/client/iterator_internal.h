@@ -18,6 +18,8 @@
 #include "tasks.h"
 
 #include "common/error.h"
+#include "common/hostid.h"
+#include "common/mode.h"
 #include "pipeline/codec.h"
 #include "pipeline/def.h"
 #include "pipeline/dist.h"
@@ -66,6 +68,10 @@ struct sluice_iterator {
     bool det;
     /* A cross-trainer cache: the trainer id every GetElements carries; "" without a cache. */
     char trainer_id[ITER_TRAINER_ID_MAX + 1];
+    /* Target workers (README "Local workers") and this process's host id, which tells the
+     * dispatcher where the reader runs and the reader which tasks are local. */
+    enum sluice_target_workers target;
+    char host_id[HOSTID_MAX + 1];
 
     /* Shared, guarded by mu. */
     uv_mutex_t mu;

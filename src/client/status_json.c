@@ -242,7 +242,7 @@ static char *kind_text(const json_t *v, enum col_kind kind)
     return cell_text(v);
 }
 
-#define MAX_COLS 12
+#define MAX_COLS 14
 
 struct column {
     const char *title;
@@ -265,9 +265,10 @@ struct section {
 
 static const struct section sections[] = {
     {"workers",
-     9,
+     10,
      {{"ADDRESS", {"address", "addr", NULL}, true, COL_TEXT, false},
       {"INCARNATION", {"incarnation", NULL}, false, COL_TEXT, false},
+      {"HOST", {"host_id", NULL}, false, COL_TEXT, true},
       {"TASKS", {"tasks", "num_tasks", NULL}, false, COL_TEXT, false},
       {"DRAINING", {"draining", NULL}, false, COL_TEXT, true},
       {"BUFFERED", {"buffered", NULL}, false, COL_TEXT, true},
@@ -279,11 +280,12 @@ static const struct section sections[] = {
      2,
      {{"ID", {"id", "dataset_id", NULL}, true}, {"PIPELINE", {"pipeline", "text", NULL}, false}}},
     {"jobs",
-     12,
+     13,
      {{"ID", {"id", "job_id", NULL}, true, COL_TEXT, false},
       {"NAME", {"name", "job_name", NULL}, false, COL_TEXT, false},
       {"DATASET", {"dataset", "dataset_id", NULL}, false, COL_TEXT, false},
       {"MODE", {"mode", NULL}, false, COL_TEXT, false},
+      {"TARGET", {"target_workers", NULL}, false, COL_TEXT, true},
       {"STATE", {"state", NULL}, false, COL_TEXT, false},
       {"CLIENTS", {"clients", "num_clients", NULL}, false, COL_TEXT, false},
       {"TASKS", {"tasks", "num_tasks", NULL}, false, COL_TEXT, false},

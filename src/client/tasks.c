@@ -75,6 +75,8 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
     for (size_t i = 0; i < s->n; i++)
         s->v[i].listed = false;
     for (size_t i = 0; i < n; i++) {
+        if (s->local_only && !infos[i].local)
+            continue;
         size_t at = lower_bound(s, infos[i].task_id);
         if (at < s->n && s->v[at].id == infos[i].task_id) {
             s->v[at].listed = true;
@@ -93,6 +95,7 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         if (infos[i].key_len)
             memcpy(t->key, infos[i].key, infos[i].key_len);
         t->key_len = infos[i].key_len;
+        t->local = infos[i].local;
         t->listed = true;
         t->listed_at = now;
     }
@@ -218,20 +221,30 @@ long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
         }
         return i;
     }
-    for (size_t k = 0; k < s->n; k++) {
-        size_t i = (start + k) % s->n;
-        const struct ct_task *t = &s->v[i];
-        if (!wanted(t) || !t->conn || t->outstanding >= s->per_task_max)
-            continue;
-        if (t->not_before > now) {
-            if (*wake_at == 0 || t->not_before < *wake_at)
-                *wake_at = t->not_before;
-            continue;
+    /* With prefer_local, a first pass over the local tasks, then one over all. */
+    for (int pass = s->prefer_local ? 0 : 1; pass < 2; pass++) {
+        for (size_t k = 0; k < s->n; k++) {
+            size_t i = (start + k) % s->n;
+            const struct ct_task *t = &s->v[i];
+            unsigned max = s->prefer_local && t->local ? 2 * s->per_task_max : s->per_task_max;
+            if ((pass == 0 && !t->local) || !wanted(t) || !t->conn || t->outstanding >= max)
+                continue;
+            if (t->not_before > now) {
+                if (*wake_at == 0 || t->not_before < *wake_at)
+                    *wake_at = t->not_before;
+                continue;
+            }
+            *wake_at = 0;
+            return (long)i;
         }
-        *wake_at = 0;
-        return (long)i;
     }
     return -1;
+}
+
+void ct_set_target(struct ct_set *s, bool local_only, bool prefer_local)
+{
+    s->local_only = local_only;
+    s->prefer_local = prefer_local;
 }
 
 void ct_sent(struct ct_set *s, size_t i)

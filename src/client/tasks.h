@@ -58,6 +58,7 @@ struct ct_task {
     bool ended;           /* a reply carried end_of_sequence */
     uint64_t not_before;  /* no request before this time */
     uint32_t empty_streak, fail_streak;
+    bool local;         /* its worker runs on this reader's host (README "Local workers") */
     uint64_t elements;  /* elements received from it */
     uint64_t listed_at; /* when it first appeared in a list */
     /* Why the last failed request failed (set by the shell, read while fail_streak > 0). */
@@ -76,6 +77,7 @@ struct ct_info {
     uint64_t worker_incarnation;
     const uint8_t *key; /* the client's capability for the task (borrowed); NULL when none */
     size_t key_len;
+    bool local; /* its worker runs on this reader's host (the shell compares host ids) */
 };
 
 /* One epoch of a coordinated read's schedule (a heartbeat reply's RoundEpoch). */
@@ -99,7 +101,10 @@ struct ct_set {
     uint64_t turn;         /* the next search starts at the first task with id >= turn */
     bool coordinated;      /* rounds, one request at a time */
     unsigned per_task_max; /* outstanding requests per task (>= 1) */
-    bool have_list;        /* a task list was applied at least once */
+    /* Target workers (ct_set_target): only local tasks are taken into the set; local tasks are
+     * asked first and may have twice per_task_max requests outstanding. */
+    bool local_only, prefer_local;
+    bool have_list; /* a task list was applied at least once */
     bool iteration_finished;
     /* Coordinated reads. */
     uint64_t round;      /* the next round to read */
@@ -116,6 +121,14 @@ struct ct_set {
 /* Initializes an empty set. per_task_max 0 means 1. Coordinated sets ignore per_task_max. */
 void ct_init(struct ct_set *s, bool coordinated, unsigned per_task_max);
 void ct_release(struct ct_set *s);
+
+/* Sets which tasks the read takes (README "Local workers"): with local_only, ct_reconcile leaves
+ * every task whose info is not local out of the set (the dispatcher creates a local job's tasks
+ * only on its readers' hosts; this guards against a list that says otherwise); with
+ * prefer_local, ct_pick asks a local task whenever one may be asked, and only then another,
+ * and a local task may have twice per_task_max requests outstanding. Call before the first
+ * ct_reconcile. Coordinated sets ignore it. */
+void ct_set_target(struct ct_set *s, bool local_only, bool prefer_local);
 
 /* Applies the dispatcher's current list, received at time now: listed tasks not in the set are
  * added (with conn NULL, for the shell to attach, and listed_at now), tasks in the set but not in

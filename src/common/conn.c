@@ -19,6 +19,7 @@
 #include "bufpool.h"
 #include "error.h"
 #include "ewire.h"
+#include "local.h"
 #include "log.h"
 #include "rpc.h"
 #include "tls.h"
@@ -111,6 +112,8 @@ static void on_close(uv_handle_t *h)
     frame_decoder_release(&c->dec);
     free_deferred(c);
     tls_release(c);
+    local_link_unref(c->link);
+    c->link = NULL;
     c->ops->on_closed(c);
 }
 
@@ -199,12 +202,40 @@ static void deliver_view(struct conn *c, const struct ewire_reply *r, bool own_b
     c->takeable = false;
 }
 
+/* An in-process connection's reply whose payload came over the link: delivered with the link's
+ * next block, which the owner may take (conn_take_frame); one it leaves goes back to the pool. */
+static void deliver_linked(struct conn *c, struct ewire_reply *r)
+{
+    void *block;
+    size_t cap, len;
+    if (!local_link_pop(c->link, &block, &cap, &len)) {
+        fail(c, SLUICE_ERR_PROTOCOL, "an in-process reply without its payload");
+        return;
+    }
+    r->payload = block;
+    r->len = len;
+    c->link_block = block;
+    c->link_cap = cap;
+    deliver_view(c, r, false);
+    if (c->link_block) {
+        struct bufpool *p = local_pool();
+        if (p)
+            bufpool_put(p, c->link_block, c->link_cap);
+        else
+            free(c->link_block);
+        c->link_block = NULL;
+    }
+}
+
 /* Unpacks and delivers one frame. Returns 0 to go on, or non-zero when the conn is closing. */
 static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
 {
     struct ewire_reply r;
     if (ewire_reply_decode(payload, len, &r)) {
-        deliver_view(c, &r, c->dec.buf != NULL && payload == c->dec.buf);
+        if (c->link && r.count > 0 && r.len == 0)
+            deliver_linked(c, &r);
+        else
+            deliver_view(c, &r, c->dec.buf != NULL && payload == c->dec.buf);
         return c->closing || c->draining ? SLUICE_ERR_CLOSED : 0;
     }
     Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
@@ -718,7 +749,7 @@ static void tls_release(struct conn *c)
 
 int conn_start(struct conn *c)
 {
-    int rc = uv_tcp_nodelay(&c->tcp, 1);
+    int rc = c->local ? 0 : uv_tcp_nodelay(&c->tcp, 1);
     if (rc != 0)
         return rc;
     if (c->peer[0] == '\0') {
@@ -843,6 +874,57 @@ int conn_send(struct conn *c, const Sluice__Envelope *env)
     return conn_write(c, f);
 }
 
+/* conn_send_elements over an in-process connection's link: the payload is gathered into a block
+ * that goes on the link, and the envelope alone, with an empty payload, on the socket. The pieces
+ * are copied before this returns; sent runs when the envelope is written, as for any frame. */
+static int send_linked(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
+                       unsigned nsegs, size_t len, conn_sent_cb sent, void *arg)
+{
+    struct conn_frame *f = malloc(sizeof *f + EWIRE_PREFIX_MAX);
+    if (f == NULL)
+        return SLUICE_ERR_NOMEM;
+    /* Before the prefix: the struct's tail padding may overlap data. */
+    *f = (struct conn_frame){.conn = c, .sent = sent, .sent_arg = arg};
+    uint64_t env_len;
+    size_t n = ewire_reply_prefix(f->data, id, count, eos, 0, &env_len);
+    if (n == 0 || env_len > c->max_frame) {
+        free(f);
+        return SLUICE_ERR_TOO_LARGE;
+    }
+    struct bufpool *p = local_pool();
+    size_t cap = len;
+    uint8_t *block = p ? bufpool_get(p, len, &cap) : malloc(len);
+    if (block == NULL) {
+        free(f);
+        return SLUICE_ERR_NOMEM;
+    }
+    size_t at = 0;
+    for (unsigned i = 0; i < nsegs; i++) {
+        memcpy(block + at, segs[i].base, segs[i].len);
+        at += segs[i].len;
+    }
+    if (local_link_push(c->link, block, cap, len) != 0) {
+        if (p)
+            bufpool_put(p, block, cap);
+        else
+            free(block);
+        free(f);
+        return SLUICE_ERR_NOMEM;
+    }
+    f->len = n;
+    uv_buf_t buf = uv_buf_init((char *)f->data, (unsigned)n);
+    /* A failed write leaves the block queued with no envelope to claim it; the owner closes the
+     * connection on a failed write (rpc.h), so no later envelope claims it either. */
+    int rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, &buf, 1, on_write);
+    if (rc != 0) {
+        free(f);
+        return rc;
+    }
+    c->pending_write += n;
+    c->writes++;
+    return 0;
+}
+
 int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
                        unsigned nsegs, conn_sent_cb sent, void *arg)
 {
@@ -853,6 +935,12 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
     size_t len = 0;
     for (unsigned i = 0; i < nsegs; i++)
         len += segs[i].len;
+    if (c->link && !c->tls && count > 0 && len >= CONN_LINK_MIN) {
+        int rc = send_linked(c, id, count, eos, segs, nsegs, len, sent, arg);
+        if (rc != SLUICE_ERR_NOMEM)
+            return rc;
+        /* Out of memory for the block: the bytes go over the socket as usual. */
+    }
     /* Under TLS, a frame held for the handshake keeps a copy of the pieces' array after its
      * prefix, aligned. */
     size_t room = c->tls ? EWIRE_PREFIX_MAX + _Alignof(uv_buf_t) + nsegs * sizeof(uv_buf_t)
@@ -912,6 +1000,12 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
 void *conn_take_frame(struct conn *c, size_t *cap)
 {
     *cap = 0;
+    if (c->link_block) {
+        void *b = c->link_block;
+        *cap = c->link_cap;
+        c->link_block = NULL;
+        return b;
+    }
     if (!c->takeable)
         return NULL;
     c->takeable = false;

@@ -61,6 +61,7 @@
 
 struct auth_hs;
 struct bufpool;
+struct local_link;
 struct conn;
 struct tls_ctx;
 struct tls_session;
@@ -81,6 +82,8 @@ struct conn_ops {
 
 /* Frames whose payload reaches at least this size are read straight into the decoder's buffer. */
 #define CONN_DIRECT_MIN (64u << 10)
+/* Element payloads of at least this size go over an in-process connection's link (conn.link). */
+#define CONN_LINK_MIN (64u << 10)
 
 /* Called once for a frame sent with conn_send_elements: status 0 when it was written, or the
  * negative code of why it was not (UV_ECANCELED when the conn closed first). */
@@ -129,7 +132,20 @@ struct conn {
     bool closing;       /* uv_close has been called */
     bool sniffed;       /* the first bytes read have been checked for a TLS record */
     bool tls_accepting; /* TLS: this end accepted the connection */
-    char peer[64];      /* "IP:PORT" of the peer, or the owner's name for it */
+    /* The stream is one end of an in-process socket pair (local.h), opened by the owner with
+     * uv_tcp_open: conn_start sets no TCP option and asks for no peer address (the owner names
+     * the peer). */
+    bool local;
+    /* With local: the pair's link (local.h), one reference owned by the conn and dropped when
+     * it closes; the owner sets it after conn_init. A GetElementsReply of at least
+     * CONN_LINK_MIN payload bytes sent with conn_send_elements puts its payload on the link and
+     * only its envelope, with an empty payload and a count above 0, on the socket; such an
+     * envelope received is delivered with the link's next block as its payload, which
+     * conn_take_frame hands over (a block of local_pool()). */
+    struct local_link *link;
+    void *link_block; /* during on_envelope: the block delivered, until taken */
+    size_t link_cap;
+    char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */
     /* TLS (conn_use_tls): the session; frames written before its handshake completed; the
      * ciphertext being gathered for the next write; spare blocks for it; a buffer gathering small
      * pieces of a frame into whole records and one receiving the plaintext of small records. All

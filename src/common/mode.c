@@ -58,3 +58,37 @@ int mode_parse(const char *text, enum sluice_mode *out)
     }
     return SLUICE_ERR_INVALID;
 }
+
+_Static_assert((int)SLUICE__TARGET_WORKERS__TARGET_WORKERS_ANY == SLUICE_TARGET_WORKERS_ANY &&
+                   (int)SLUICE__TARGET_WORKERS__TARGET_WORKERS_LOCAL ==
+                       SLUICE_TARGET_WORKERS_LOCAL &&
+                   (int)SLUICE__TARGET_WORKERS__TARGET_WORKERS_AUTO == SLUICE_TARGET_WORKERS_AUTO,
+               "the wire's target workers are sluice_target_workers' values");
+
+static const char *const target_names[TARGET_WORKERS_COUNT] = {"any", "local", "auto"};
+
+bool target_workers_valid(int t)
+{
+    return t >= 0 && t < TARGET_WORKERS_COUNT;
+}
+
+const char *target_workers_name(enum sluice_target_workers t)
+{
+    return target_workers_valid((int)t) ? target_names[t] : "unknown";
+}
+
+const char *sluice_target_workers_name(enum sluice_target_workers t)
+{
+    return target_workers_valid((int)t) ? target_names[t] : NULL;
+}
+
+int sluice_target_workers_parse(const char *name, enum sluice_target_workers *out)
+{
+    for (int i = 0; name && i < TARGET_WORKERS_COUNT; i++) {
+        if (strcmp(name, target_names[i]) == 0) {
+            *out = (enum sluice_target_workers)i;
+            return 0;
+        }
+    }
+    return SLUICE_ERR_INVALID;
+}

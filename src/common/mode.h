@@ -27,4 +27,10 @@ bool mode_static(enum sluice_mode mode);
  * (distributed_epoch). Returns 0 with *out set, or SLUICE_ERR_INVALID (*out untouched). */
 int mode_parse(const char *text, enum sluice_mode *out);
 
+/* Target workers (enum sluice_target_workers; TargetWorkers on the wire, the same values). */
+#define TARGET_WORKERS_COUNT 3
+bool target_workers_valid(int t);
+/* "any", "local", "auto", or "unknown" for a value that is not one. Static storage. */
+const char *target_workers_name(enum sluice_target_workers t);
+
 #endif

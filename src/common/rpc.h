@@ -133,6 +133,15 @@ unsigned rpc_server_max_connections(const struct rpc_server *srv);
 /* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */
 void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
 
+/* Serves fd, the accepted end of an in-process socket pair, and link, its link (local.h), as one
+ * more connection: the same handshake (token, TLS) and requests as a TCP connection, counted
+ * against max_connections. Loop thread only. Takes the reference to link in every case. Returns
+ * 0 once the connection owns fd (a failure after that closes it, and fd with it), or a negative
+ * code with fd still the caller's: SLUICE_ERR_CLOSED while the server closes, SLUICE_ERR_LIMIT
+ * at max_connections, SLUICE_ERR_NOMEM, or an error of libuv. */
+struct local_link;
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link *link);
+
 /* Packs reply (the caller keeps ownership of it), sets its id, and queues it. Returns 0, or
  * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). Also, with the
  * connection left open: SLUICE_ERR_TOO_LARGE when the reply packs to more than max_frame bytes,
@@ -155,6 +164,8 @@ int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const cha
 void rpc_conn_ref(struct rpc_conn *conn);
 void rpc_conn_unref(struct rpc_conn *conn);
 bool rpc_conn_is_open(const struct rpc_conn *conn);
+/* Whether conn is an in-process connection (rpc_server_adopt). */
+bool rpc_conn_is_local(const struct rpc_conn *conn);
 Sluice__Role rpc_conn_peer_role(const struct rpc_conn *conn);
 uint64_t rpc_conn_peer_incarnation(const struct rpc_conn *conn);
 /* "IP:PORT" of the peer, for logs. */
@@ -194,6 +205,11 @@ struct rpc_client_opts {
     /* NULL or "": verify the server's certificate against the host part of address; else against
      * this DNS name (a reader's --tls-worker-name). Copied. */
     const char *tls_name;
+    /* Dial the server in this process first when one runs at address with incarnation
+     * local_incarnation (0: any; local.h): an in-process socket pair, no TCP. Every attempt
+     * looks again, so a server that stopped is dialled over TCP as usual. */
+    bool local;
+    uint64_t local_incarnation;
 };
 
 /* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad
@@ -223,6 +239,8 @@ void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
 bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
 
 bool rpc_client_connected(const struct rpc_client *client);
+/* Whether the client is connected, over an in-process connection (rpc_client_opts.local). */
+bool rpc_client_local(const struct rpc_client *client);
 /* Why the last connection or attempt to connect failed ("connection refused", ...), or "" when
  * none failed since the last handshake. Valid until the client's loop runs again. */
 const char *rpc_client_why(const struct rpc_client *client);

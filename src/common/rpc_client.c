@@ -32,6 +32,7 @@
 #include "backoff.h"
 #include "conn.h"
 #include "error.h"
+#include "local.h"
 #include "log.h"
 #include "security.h"
 #include "tls.h"
@@ -42,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
 #define DEFAULT_BACKOFF_MIN_MS 50
@@ -103,6 +105,10 @@ struct rpc_client {
     uint32_t attempt; /* failed attempts since the last handshake */
     uint64_t rng;
     uint64_t peer_incarnation;
+    /* opts.local: dial the in-process server first (local.h); local_now: this connection is
+     * one. */
+    bool local, local_now;
+    uint64_t local_incarnation;
 
     /* Why the last attempt or connection failed; calls waiting for a connection quote it. */
     char why[256];
@@ -629,12 +635,20 @@ static const struct conn_ops client_conn_ops = {
     .on_closed = on_conn_closed,
 };
 
+static void connected(struct rpc_client *cl, int status);
+
 static void on_connected(uv_connect_t *req, int status)
 {
     struct rpc_client *cl = req->data;
     /* A close while connecting cancels the request; the close callback takes it from there. */
     if (status == UV_ECANCELED || cl->state != CLIENT_CONNECTING)
         return;
+    connected(cl, status);
+}
+
+/* The connection is made (status 0) or failed: start the handshake. */
+static void connected(struct rpc_client *cl, int status)
+{
     char why[128];
     if (status < 0) {
         text(why, sizeof why, "connect: %s", uv_strerror(status));
@@ -660,9 +674,16 @@ static void on_connected(uv_connect_t *req, int status)
     cl->state = CLIENT_HANDSHAKE;
 }
 
-static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
+/* Connects to addr, or with addr NULL opens local_fd, one end of an in-process socket pair
+ * (local.h), which the handle owns from then on. */
+static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os_sock_t local_fd,
+                       struct local_link *link)
 {
     int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
+    if (rc != 0 && !addr) {
+        close(local_fd);
+        local_link_unref(link);
+    }
     cl->conn.pool = cl->pool;
     /* The server's Hello and proof are small; nothing bigger is read before it proved itself. */
     if (rc == 0)
@@ -677,6 +698,17 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
     }
     cl->busy++;
     cl->state = CLIENT_CONNECTING;
+    cl->local_now = addr == NULL;
+    int opened = 0;
+    if (!addr) {
+        /* From here the conn owns the link, and the handle the descriptor (when it opens). */
+        cl->conn.local = true;
+        cl->conn.link = link;
+        snprintf(cl->conn.peer, sizeof cl->conn.peer, "in-process");
+        opened = uv_tcp_open(&cl->conn.tcp, local_fd);
+        if (opened != 0)
+            close(local_fd);
+    }
     if (sec_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
         char why[256];
@@ -686,6 +718,10 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr)
             lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
             return;
         }
+    }
+    if (!addr) {
+        connected(cl, opened);
+        return;
     }
     cl->connect_req.data = cl;
     rc = uv_tcp_connect(&cl->connect_req, &cl->conn.tcp, addr, on_connected);
@@ -735,7 +771,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     struct sockaddr_storage ss;
     memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
     uv_freeaddrinfo(res);
-    connect_to(cl, (const struct sockaddr *)&ss);
+    connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
 }
 
 static void on_connect_timeout(uv_timer_t *t)
@@ -755,11 +791,19 @@ static void on_connect_timeout(uv_timer_t *t)
 static void start_attempt(struct rpc_client *cl)
 {
     uv_timer_start(&cl->connect_timer, on_connect_timeout, cl->connect_timeout_ms, 0);
+    /* A server in this process is reached without the network; one that has gone (or never
+     * ran here) is dialled as usual. */
+    uv_os_sock_t fd;
+    struct local_link *link;
+    if (cl->local && local_dial(cl->address, cl->local_incarnation, &fd, &link) == 0) {
+        connect_to(cl, NULL, fd, link);
+        return;
+    }
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
     if (uv_ip4_addr(cl->host, cl->port, (struct sockaddr_in *)&ss) == 0 ||
         uv_ip6_addr(cl->host, cl->port, (struct sockaddr_in6 *)&ss) == 0) {
-        connect_to(cl, (const struct sockaddr *)&ss);
+        connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
         return;
     }
     char service[8];
@@ -843,6 +887,8 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     cl->user = opts->user;
     cl->pool = opts->pool;
     cl->sec = opts->sec;
+    cl->local = opts->local;
+    cl->local_incarnation = opts->local_incarnation;
     cl->rng = rpc_new_incarnation() ^ opts->incarnation;
     cl->next_id = 1;
     cl->state = CLIENT_IDLE;
@@ -944,6 +990,11 @@ bool rpc_client_withdraw(struct rpc_client *cl, rpc_reply_cb cb, void *user)
     call->frame = NULL;
     rearm_call_timer(cl);
     return true;
+}
+
+bool rpc_client_local(const struct rpc_client *cl)
+{
+    return cl->state == CLIENT_CONNECTED && cl->local_now;
 }
 
 bool rpc_client_connected(const struct rpc_client *cl)

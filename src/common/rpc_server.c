@@ -28,6 +28,7 @@
  * handles, and is freed when that count reaches zero after rpc_server_close. */
 #include "rpc.h"
 #include "listen.h"
+#include "local.h"
 
 #include "auth.h"
 #include "conn.h"
@@ -67,6 +68,7 @@ struct rpc_conn {
     struct auth_hs hs;
     Sluice__Role peer_role;
     uint64_t peer_incarnation;
+    bool local; /* an in-process connection (rpc_server_adopt) */
 };
 
 /* TLS failures logged per window; the rest are counted and summed up in the next line. */
@@ -489,6 +491,81 @@ static void on_connection(uv_stream_t *listener, int status)
         log_debug("rpc: accept on %s:%d: %s", srv->host, srv->port, sluice_strerror(err));
         conn_close(&rc->conn);
     }
+}
+
+/* rpc_server_adopt before the connection exists: fails with code, releasing link. */
+static int adopt_refused(struct local_link *link, int code)
+{
+    local_link_unref(link);
+    return code;
+}
+
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link *link)
+{
+    if (srv->closing)
+        return adopt_refused(link, SLUICE_ERR_CLOSED);
+    if (srv->nconns >= srv->max_conns)
+        return adopt_refused(link, SLUICE_ERR_LIMIT);
+    uint8_t nonce[AUTH_NONCE_LEN] = {0};
+    struct rpc_conn *rc = calloc(1, sizeof *rc);
+    if (rc == NULL)
+        return adopt_refused(link, SLUICE_ERR_NOMEM);
+    if (sec_has_token(srv->opts.sec) && auth_nonce(nonce) != 0) {
+        free(rc);
+        return adopt_refused(link, SLUICE_ERR_NOMEM);
+    }
+    int err = conn_init(&rc->conn, srv->loop, &server_conn_ops, srv->opts.max_frame,
+                        srv->opts.max_pending_write);
+    if (err != 0) {
+        free(rc);
+        return adopt_refused(link, err);
+    }
+    /* From here the handle is open: the conn is on the list and closes through on_conn_closed,
+     * which also closes fd once it is the handle's. */
+    rc->conn.local = true;
+    rc->conn.link = link;
+    rc->local = true;
+    snprintf(rc->conn.peer, sizeof rc->conn.peer, "in-process");
+    rc->srv = srv;
+    rc->refs = 1;
+    rc->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = rc;
+    srv->conns = rc;
+    srv->nconns++;
+    srv->handles++;
+    const struct sec_ctx *sec = srv->opts.sec;
+    auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
+                 sec ? sec->token_len : 0, nonce);
+    conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
+    hs_append(srv, rc);
+    err = uv_tcp_open(&rc->conn.tcp, fd);
+    if (err != 0) {
+        /* The handle never took fd: it is still the caller's, and the conn closes empty (with
+         * the link, which it owns from conn_init on). */
+        conn_close(&rc->conn);
+        return err;
+    }
+    if (sec_has_tls(srv->opts.sec)) {
+        char why[256];
+        err = conn_use_tls(&rc->conn, srv->opts.sec->tls, NULL, why, sizeof why);
+        if (err != 0)
+            log_warn("rpc: in-process connection: %s", why);
+    }
+    if (err == 0)
+        err = conn_start(&rc->conn);
+    if (err == 0)
+        err = conn_send_hello(&rc->conn, srv->opts.role, srv->opts.incarnation, &rc->hs);
+    if (err != 0) {
+        log_debug("rpc: in-process connection: %s", sluice_strerror(err));
+        conn_close(&rc->conn);
+    }
+    return 0;
+}
+
+bool rpc_conn_is_local(const struct rpc_conn *rc)
+{
+    return rc->local;
 }
 
 /* ---- the server ------------------------------------------------------------------------------ */

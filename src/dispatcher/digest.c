@@ -75,6 +75,9 @@ uint64_t state_digest(const struct state *s)
         /* Likewise only for jobs with a cross-trainer cache. */
         if (j->xtc_bytes)
             fnv_u64(&f, j->xtc_bytes);
+        /* Likewise only for jobs not read from any worker. */
+        if (j->target_workers != SLUICE_TARGET_WORKERS_ANY)
+            fnv_u64(&f, 0x7461726765740000ull + (uint64_t)j->target_workers);
     }
     fnv_u64(&f, s->niterations);
     for (size_t i = 0; i < s->niterations; i++) {
@@ -124,12 +127,17 @@ uint64_t state_digest(const struct state *s)
         fnv_u64(&f, w->incarnation);
         fnv_u64(&f, w->draining);
         fnv_key(&f, &w->key);
+        /* Only when known, so the digests of states without host ids do not change. */
+        if (w->host_id[0])
+            fnv_str(&f, w->host_id);
     }
     fnv_u64(&f, s->nclients);
     for (size_t i = 0; i < s->nclients; i++) {
         fnv_u64(&f, s->clients[i].id);
         fnv_u64(&f, s->clients[i].iteration_id);
         fnv_u64(&f, s->clients[i].owner);
+        if (s->clients[i].host_id[0])
+            fnv_str(&f, s->clients[i].host_id);
     }
     return f.h;
 }

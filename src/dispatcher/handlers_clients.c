@@ -52,8 +52,10 @@ struct client_ctx {
 
 static void client_ctx_free(struct client_ctx *c)
 {
-    for (size_t i = 0; i < c->ninfos; i++)
+    for (size_t i = 0; i < c->ninfos; i++) {
         free(c->infos[i].worker_address);
+        free(c->infos[i].worker_host_id);
+    }
     for (size_t i = 0; i < c->nepochs; i++)
         free(c->epochs[i].task_ids);
     free(c->infos);
@@ -115,9 +117,11 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
         ti->task_id = t->id;
         ti->iteration_id = t->iteration_id;
         ti->worker_incarnation = w->incarnation;
-        if (!(ti->worker_address = strdup(w->address)))
-            return SLUICE_ERR_NOMEM;
+        ti->worker_host_id = NULL;
         c->info_ptrs[c->ninfos++] = ti;
+        if (!(ti->worker_address = strdup(w->address)) ||
+            !(ti->worker_host_id = strdup(w->host_id)))
+            return SLUICE_ERR_NOMEM;
     }
     /* The client's capability for each task: derived once per client and task, then cached. */
     if (it->key.set && c->ninfos > 0) {

@@ -4,6 +4,7 @@
 #include "server_internal.h"
 
 #include "common/cap.h"
+#include "common/hostid.h"
 
 _Static_assert(ST_KEY_LEN == CAP_KEY_LEN, "an iteration's secret is a capability key");
 
@@ -18,7 +19,9 @@ struct job_ctx {
     bool deterministic;
     uint64_t xtc_bytes;  /* the job's cross-trainer cache bound; 0: none */
     uint64_t repetition; /* a repeating reader's next pass (plan_job_repetition); 0: none */
-    bool endless;        /* the dataset's pipeline never ends (pipe_spec_endless) */
+    enum sluice_target_workers target;
+    char host[ST_HOST_MAX]; /* the reader's host id; "" unknown */
+    bool endless;           /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
     uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
     /* A read restored from a checkpoint: resume_view points into resume_bounds. */
@@ -106,11 +109,11 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     }
     size_t from = d->ups.n;
     if (rc == 0)
-        rc = plan_get_or_create_job_xtc(&d->st, c->dataset_id, c->job_name, c->mode,
-                                        c->num_consumers, c->deterministic, c->xtc_bytes,
-                                        c->endless, c->owner, have_plan ? &c->plan : NULL,
-                                        c->resume ? &c->resume_view : NULL, &c->job_id,
-                                        &c->iteration_id, &c->client_id, &d->ups, err, sizeof err);
+        rc = plan_get_or_create_job_local(
+            &d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers, c->deterministic,
+            c->xtc_bytes, c->target, c->host, c->endless, c->owner, have_plan ? &c->plan : NULL,
+            c->resume ? &c->resume_view : NULL, &c->job_id, &c->iteration_id, &c->client_id,
+            &d->ups, err, sizeof err);
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
         struct st_update *u = &d->ups.v[i];
@@ -230,6 +233,12 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
                  req->consumer_index, req->num_consumers);
         goto refused;
     }
+    if (!target_workers_valid((int)req->target_workers)) {
+        snprintf(msg, sizeof msg, "unknown target_workers %d", (int)req->target_workers);
+        goto refused;
+    }
+    if (req->host_id[0] && hostid_check("host id", req->host_id, msg, sizeof msg) < 0)
+        goto refused;
     ds = state_dataset(&d->st, req->dataset_id);
     if (!ds) {
         code = SLUICE_ERR_NOT_FOUND;
@@ -266,6 +275,8 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     c->num_consumers = req->num_consumers;
     c->deterministic = req->deterministic;
     c->repetition = req->repetition;
+    c->target = (enum sluice_target_workers)req->target_workers;
+    memcpy(c->host, req->host_id, strlen(req->host_id) + 1);
     if (req->cross_trainer_cache)
         c->xtc_bytes = req->cross_trainer_cache_bytes ? req->cross_trainer_cache_bytes
                                                       : SLUICE_CROSS_TRAINER_CACHE_BYTES;

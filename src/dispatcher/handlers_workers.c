@@ -264,10 +264,10 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
         return;
     }
-    rc = plan_worker_heartbeat_keyed(&d->st, req->address, rpc_conn_peer_incarnation(conn),
-                                     req->worker_key.data, req->worker_key.len,
-                                     worker_replaceable(d, req->address), finished, nfinished,
-                                     req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    rc = plan_worker_heartbeat_host(
+        &d->st, req->address, rpc_conn_peer_incarnation(conn), req->worker_key.data,
+        req->worker_key.len, worker_replaceable(d, req->address), req->host_id, finished, nfinished,
+        req->draining, &c->worker_id, &d->ups, err, sizeof err);
     if (rc == SLUICE_ERR_DENIED)
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused a heartbeat: %s", err);

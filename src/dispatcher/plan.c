@@ -5,10 +5,12 @@
 
 #include "state_internal.h"
 
+#include "common/hostid.h"
 #include "common/names.h"
 
 _Static_assert(NAME_ID_MAX < ST_ID_MAX && NAME_ADDR_MAX < ST_ADDR_MAX,
                "a valid name fits its field with the NUL");
+_Static_assert(HOSTID_MAX < ST_HOST_MAX, "a valid host id fits its field with the NUL");
 
 /* ---- planning -------------------------------------------------------------------------------- */
 
@@ -280,12 +282,65 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
     return 0;
 }
 
-/* Appends TASK_CREATED for the iteration on every non-draining worker, ids from *next_task. */
+/* Whether a worker on host (its host id; "" unknown) may get a task of iteration_id of job j:
+ * always, unless the job is read from local workers only; then when one of the iteration's
+ * clients, or a client acquired by the updates appended to out since start, is on that host. */
+static bool worker_serves(const struct state *s, const struct st_job *j, uint64_t iteration_id,
+                          const char *host, const struct st_update_list *out, size_t start)
+{
+    if (!j || j->target_workers != SLUICE_TARGET_WORKERS_LOCAL)
+        return true;
+    if (!host[0])
+        return false;
+    for (size_t i = 0; i < s->nclients; i++) {
+        const struct st_client *c = &s->clients[i];
+        if (c->iteration_id == iteration_id && strcmp(c->host_id, host) == 0)
+            return true;
+    }
+    for (size_t i = start; i < out->n; i++) {
+        const struct st_update *u = &out->v[i];
+        if (u->type == ST_CLIENT_ACQUIRED && u->ref == iteration_id &&
+            strcmp(u->host_id, host) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Whether a worker that is not draining runs on host (a non-empty host id). */
+static bool host_has_worker(const struct state *s, const char *host)
+{
+    for (size_t i = 0; host[0] && i < s->nworkers; i++) {
+        if (!s->workers[i].draining && strcmp(s->workers[i].host_id, host) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Whether worker_id has a task of iteration_id. */
+static bool worker_has_task_of(const struct state *s, uint64_t worker_id, uint64_t iteration_id)
+{
+    size_t n;
+    const struct st_task_ref *refs = state_worker_tasks(s, worker_id, &n);
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
+        if (t && t->iteration_id == iteration_id)
+            return true;
+    }
+    return false;
+}
+
+/* Appends TASK_CREATED for the iteration on every non-draining worker, ids from *next_task; for
+ * a job read from local workers only (local_host non-NULL), on those of local_host that have no
+ * task of it yet. */
 static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id,
-                                    uint64_t *next_task, struct st_update_list *out)
+                                    const char *local_host, uint64_t *next_task,
+                                    struct st_update_list *out)
 {
     for (size_t i = 0; i < s->nworkers; i++) {
         if (s->workers[i].draining)
+            continue;
+        if (local_host && (strcmp(s->workers[i].host_id, local_host) != 0 ||
+                           worker_has_task_of(s, s->workers[i].id, iteration_id)))
             continue;
         struct st_update *u = push(out, ST_TASK_CREATED, (*next_task)++);
         if (!u)
@@ -356,6 +411,49 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
                                       client_out, out, err, errlen);
 }
 
+int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
+                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
+                               uint64_t xtc_bytes, bool endless, uint64_t owner,
+                               const struct st_split_plan *plan, const struct st_resume *resume,
+                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
+                               struct st_update_list *out, char *err, size_t errlen)
+{
+    return plan_get_or_create_job_local(s, dataset_id, job_name, mode, num_consumers, deterministic,
+                                        xtc_bytes, SLUICE_TARGET_WORKERS_ANY, "", endless, owner,
+                                        plan, resume, job_out, iteration_out, client_out, out, err,
+                                        errlen);
+}
+
+/* The refusals of target workers that do not depend on the state. */
+static int target_check(enum sluice_target_workers target, const char *host, enum sluice_mode mode,
+                        uint32_t num_consumers, char *err, size_t errlen)
+{
+    if (!target_workers_valid((int)target))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown target_workers %d", (int)target);
+    if (host[0]) {
+        int rc = hostid_check("host id", host, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (target == SLUICE_TARGET_WORKERS_ANY)
+        return 0;
+    /* As in tf.data service: every consumer of a round reads the same task, wherever it runs. */
+    if (num_consumers > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "target_workers %s cannot be combined with num_consumers: coordinated "
+                       "reads need every worker",
+                       target_workers_name(target));
+    if (target == SLUICE_TARGET_WORKERS_LOCAL && mode_static(mode))
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "target_workers local cannot be used with mode %s: its shards are on the "
+                       "--worker-addresses workers, wherever they run",
+                       mode_name(mode));
+    if (target == SLUICE_TARGET_WORKERS_LOCAL && !host[0])
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "target_workers local needs the reader's host id");
+    return 0;
+}
+
 /* The refusals of a cross-trainer cache that do not depend on the dataset. */
 static int xtc_check(const char *job_name, enum sluice_mode mode, uint32_t num_consumers,
                      bool deterministic, uint64_t xtc_bytes, char *err, size_t errlen)
@@ -382,18 +480,24 @@ static int xtc_check(const char *job_name, enum sluice_mode mode, uint32_t num_c
     return 0;
 }
 
-int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               uint64_t xtc_bytes, bool endless, uint64_t owner,
-                               const struct st_split_plan *plan, const struct st_resume *resume,
-                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen)
+int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
+                                 const char *job_name, enum sluice_mode mode,
+                                 uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
+                                 enum sluice_target_workers target, const char *host, bool endless,
+                                 uint64_t owner, const struct st_split_plan *plan,
+                                 const struct st_resume *resume, uint64_t *job_out,
+                                 uint64_t *iteration_out, uint64_t *client_out,
+                                 struct st_update_list *out, char *err, size_t errlen)
 {
     if (!job_name)
         job_name = "";
+    if (!host)
+        host = "";
     if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
     int xrc = xtc_check(job_name, mode, num_consumers, deterministic, xtc_bytes, err, errlen);
+    if (xrc == 0)
+        xrc = target_check(target, host, mode, num_consumers, err, errlen);
     if (xrc < 0)
         return xrc;
     if (deterministic && (mode != SLUICE_DISTRIBUTED_EPOCH || num_consumers > 0))
@@ -450,7 +554,8 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
         const struct st_iteration *last = state_iteration(s, job->iteration_id);
         if (last && last->state == ST_ITER_GC &&
             (job->mode != mode || job->num_consumers != num_consumers ||
-             job->deterministic != deterministic || job->xtc_bytes != xtc_bytes))
+             job->deterministic != deterministic || job->xtc_bytes != xtc_bytes ||
+             job->target_workers != target))
             job = NULL;
     }
     if (job) {
@@ -474,8 +579,18 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
                            "job '%s' exists with cross_trainer_cache_bytes %" PRIu64
                            ", not %" PRIu64,
                            job_name, job->xtc_bytes, xtc_bytes);
+        if (job->target_workers != target)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with target_workers %s, not %s", job_name,
+                           target_workers_name(job->target_workers), target_workers_name(target));
         cur = state_iteration(s, job->iteration_id);
     }
+    /* A local read needs a worker beside it: its tasks are created only there. */
+    if (target == SLUICE_TARGET_WORKERS_LOCAL && !host_has_worker(s, host))
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
+                       "no local worker: target_workers local needs a worker on this host (host "
+                       "id %s), and none is registered",
+                       host);
     bool new_iteration = !cur || cur->state == ST_ITER_GC;
     if (new_iteration && mode == SLUICE_DISTRIBUTED_EPOCH && !plan)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -507,6 +622,7 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
         u->num_consumers = num_consumers;
         u->deterministic = deterministic;
         u->xtc_bytes = xtc_bytes;
+        u->target_workers = (int)target;
     }
     if (new_iteration) {
         if (!(u = push(out, ST_ITERATION_CREATED, iteration_id)))
@@ -521,7 +637,9 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
             return rc;
         }
         size_t first_task = out->n;
-        if (plan_tasks_for_iteration(s, iteration_id, &next_task, out) < 0)
+        if (plan_tasks_for_iteration(s, iteration_id,
+                                     target == SLUICE_TARGET_WORKERS_LOCAL ? host : NULL,
+                                     &next_task, out) < 0)
             goto nomem;
         /* A coordinated iteration's rounds start with an epoch at round 0, of the tasks just
          * created (possibly none: consumers then wait for a worker). */
@@ -537,10 +655,15 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
             }
         }
     }
+    /* A reader joining a local job from another host brings the job to that host's workers. */
+    if (!new_iteration && target == SLUICE_TARGET_WORKERS_LOCAL && cur->state == ST_ITER_ACTIVE &&
+        !cur->error && plan_tasks_for_iteration(s, iteration_id, host, &next_task, out) < 0)
+        goto nomem;
     if (!(u = push(out, ST_CLIENT_ACQUIRED, s->next_client_id)))
         goto nomem;
     u->ref = iteration_id;
     u->incarnation = owner;
+    memcpy(u->host_id, host, strlen(host) + 1);
     *job_out = job_id;
     *iteration_out = iteration_id;
     *client_out = s->next_client_id;
@@ -682,16 +805,16 @@ int plan_tasks_failed(const struct state *s, uint64_t worker_id,
 
 static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                             bool check, const uint8_t *key, size_t key_len, bool may_replace,
-                            const uint64_t *finished, size_t nfinished, bool draining,
-                            uint64_t *worker_out, struct st_update_list *out, char *err,
-                            size_t errlen);
+                            const char *host, const uint64_t *finished, size_t nfinished,
+                            bool draining, uint64_t *worker_out, struct st_update_list *out,
+                            char *err, size_t errlen);
 
 int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                           const uint64_t *finished, size_t nfinished, bool draining,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
                           size_t errlen)
 {
-    return worker_heartbeat(s, address, incarnation, false, NULL, 0, true, finished, nfinished,
+    return worker_heartbeat(s, address, incarnation, false, NULL, 0, true, "", finished, nfinished,
                             draining, worker_out, out, err, errlen);
 }
 
@@ -701,16 +824,27 @@ int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint
                                 uint64_t *worker_out, struct st_update_list *out, char *err,
                                 size_t errlen)
 {
-    return worker_heartbeat(s, address, incarnation, true, key, key_len, may_replace, finished,
+    return worker_heartbeat(s, address, incarnation, true, key, key_len, may_replace, "", finished,
                             nfinished, draining, worker_out, out, err, errlen);
+}
+
+int plan_worker_heartbeat_host(const struct state *s, const char *address, uint64_t incarnation,
+                               const uint8_t *key, size_t key_len, bool may_replace,
+                               const char *host, const uint64_t *finished, size_t nfinished,
+                               bool draining, uint64_t *worker_out, struct st_update_list *out,
+                               char *err, size_t errlen)
+{
+    return worker_heartbeat(s, address, incarnation, true, key, key_len, may_replace,
+                            host ? host : "", finished, nfinished, draining, worker_out, out, err,
+                            errlen);
 }
 
 /* Both heartbeat plans; check says whether the worker's identity is checked. */
 static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
                             bool check, const uint8_t *key, size_t key_len, bool may_replace,
-                            const uint64_t *finished, size_t nfinished, bool draining,
-                            uint64_t *worker_out, struct st_update_list *out, char *err,
-                            size_t errlen)
+                            const char *host, const uint64_t *finished, size_t nfinished,
+                            bool draining, uint64_t *worker_out, struct st_update_list *out,
+                            char *err, size_t errlen)
 {
     if (!address || !*address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is empty");
@@ -719,6 +853,9 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
         return rc;
     const struct st_worker *w = state_worker_by_address(s, address);
     bool known = w && w->incarnation == incarnation;
+    /* The host is recorded at registration; a known worker's later heartbeats repeat it. */
+    if (!known && host[0] && (rc = hostid_check("worker host id", host, err, errlen)) < 0)
+        return rc;
     /* Identity first, before anything is planned: the incarnation is public (status lists it),
      * the secret is not. */
     if (check) {
@@ -751,6 +888,7 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
             goto nomem;
         memcpy(u->address, address, strlen(address) + 1);
         u->incarnation = incarnation;
+        memcpy(u->host_id, host, strlen(host) + 1);
         if (check && key_len == ST_KEY_LEN) {
             u->key.set = true;
             memcpy(u->key.b, key, ST_KEY_LEN);
@@ -802,6 +940,10 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
             /* Nobody reads an iteration without clients: a new worker does not start producing
              * for it (a reader that comes back brings the tasks with the next heartbeats). */
             if (state_iteration_clients(s, it->id) == 0)
+                continue;
+            /* A local job's tasks run only on its readers' hosts. */
+            if (!worker_serves(s, state_job(s, it->job_id), it->id, known ? w->host_id : host, out,
+                               start))
                 continue;
             if (!(u = push(out, ST_TASK_CREATED, next_task++)))
                 goto nomem;
@@ -1335,14 +1477,58 @@ int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t ro
     return 0;
 }
 
+/* A local job's tasks on a host serve only that host's readers: when the last of them leaves
+ * (client c, released by the updates since start), the tasks go (their leases back to the pool),
+ * so no split waits on a task nobody reads. A reader coming back brings them again. */
+static int release_local_tasks(const struct state *s, const struct st_client *c,
+                               struct st_update_list *out, size_t start)
+{
+    const struct st_iteration *it = state_iteration(s, c->iteration_id);
+    const struct st_job *j = it ? state_job(s, it->job_id) : NULL;
+    if (!j || j->target_workers != SLUICE_TARGET_WORKERS_LOCAL || it->state != ST_ITER_ACTIVE ||
+        !c->host_id[0])
+        return 0;
+    for (size_t i = 0; i < s->nclients; i++) {
+        const struct st_client *o = &s->clients[i];
+        if (o->id != c->id && o->iteration_id == it->id && strcmp(o->host_id, c->host_id) == 0)
+            return 0;
+    }
+    size_t nrefs;
+    const struct st_task_ref *refs = state_iteration_tasks(s, it->id, &nrefs);
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
+        const struct st_worker *w = t ? state_worker(s, t->worker_id) : NULL;
+        if (!w || strcmp(w->host_id, c->host_id) != 0)
+            continue;
+        struct st_update *u;
+        if (t->leased.n > 0) {
+            if (!(u = push(out, ST_SPLITS_RETURNED, 0)))
+                return SLUICE_ERR_NOMEM;
+            u->ref = t->iteration_id;
+            u->ref2 = t->id;
+            if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
+                return SLUICE_ERR_NOMEM;
+        }
+        if (!(u = push(out, ST_TASK_REMOVED, t->id)))
+            return SLUICE_ERR_NOMEM;
+        u->ref = t->iteration_id;
+    }
+    return finish_touched(s, out, start);
+}
+
 int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,
                         char *err, size_t errlen)
 {
-    if (!state_client(s, client_id))
+    const struct st_client *c = state_client(s, client_id);
+    if (!c)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "client %" PRIu64 " not found",
                        client_id);
-    if (!push(out, ST_CLIENT_RELEASED, client_id))
+    size_t start = out->n;
+    if (!push(out, ST_CLIENT_RELEASED, client_id) ||
+        release_local_tasks(s, c, out, start) < 0) {
+        state_list_truncate(out, start);
         return NOMEM_MSG(err, errlen);
+    }
     return 0;
 }
 

@@ -547,7 +547,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_job(s, u->id) || !str_fits(u->name, ST_ID_MAX) ||
         !str_fits(u->name2, ST_ID_MAX) || !state_dataset(s, u->name2) ||
-        (unsigned)u->mode >= MODE_COUNT)
+        (unsigned)u->mode >= MODE_COUNT || !target_workers_valid(u->target_workers))
         return CORRUPT;
     /* A job is identified by its dataset and name. A key whose job was garbage-collected is
      * free again: the new job replaces the old one and its collected iteration. A live job's
@@ -572,6 +572,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     j->num_consumers = u->num_consumers;
     j->deterministic = u->deterministic;
     j->xtc_bytes = u->xtc_bytes;
+    j->target_workers = (enum sluice_target_workers)u->target_workers;
     j->iteration_id = 0;
     s->next_job_id = max_u64(s->next_job_id, u->id + 1);
     return 0;
@@ -787,7 +788,8 @@ static int apply_task_removed(struct state *s, const struct st_update *u)
 static int apply_worker_registered(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_worker(s, u->id) || !str_fits(u->address, ST_ADDR_MAX) ||
-        u->address[0] == '\0' || state_worker_by_address(s, u->address))
+        u->address[0] == '\0' || state_worker_by_address(s, u->address) ||
+        !str_fits(u->host_id, ST_HOST_MAX))
         return CORRUPT;
     if (grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers))
         return SLUICE_ERR_NOMEM;
@@ -795,6 +797,7 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
     memcpy(w->address, u->address, strlen(u->address) + 1);
     w->incarnation = u->incarnation;
     w->key = u->key;
+    memcpy(w->host_id, u->host_id, strlen(u->host_id) + 1);
     s->next_worker_id = max_u64(s->next_worker_id, u->id + 1);
     return 0;
 }
@@ -820,13 +823,15 @@ static int apply_worker_draining(struct state *s, const struct st_update *u)
 static int apply_client_acquired(struct state *s, const struct st_update *u)
 {
     const struct st_iteration *it = state_iteration(s, u->ref);
-    if (u->id == 0 || state_client(s, u->id) || !it || it->state == ST_ITER_GC)
+    if (u->id == 0 || state_client(s, u->id) || !it || it->state == ST_ITER_GC ||
+        !str_fits(u->host_id, ST_HOST_MAX))
         return CORRUPT;
     if (grow((void **)&s->clients, &s->cap_clients, s->nclients + 1, sizeof *s->clients))
         return SLUICE_ERR_NOMEM;
     struct st_client *c = row_insert(s->clients, &s->nclients, sizeof *s->clients, u->id);
     c->iteration_id = u->ref;
     c->owner = u->incarnation;
+    memcpy(c->host_id, u->host_id, strlen(u->host_id) + 1);
     s->next_client_id = max_u64(s->next_client_id, u->id + 1);
     return 0;
 }

@@ -31,6 +31,8 @@
 
 #define ST_ID_MAX 128 /* dataset ids and job names, including the NUL */
 #define ST_ADDR_MAX 256
+/* Host ids (common/hostid.h), including the NUL; "" is an unknown host, local to nobody. */
+#define ST_HOST_MAX 128
 
 /* Capabilities. A secret is ST_KEY_LEN random bytes the shell draws and writes into an update
  * (the state machine never draws one); has_key false marks a row journaled before secrets
@@ -74,6 +76,9 @@ struct st_job {
     /* Read with a cross-trainer cache of this many bytes per task (README "Cross-trainer
      * cache"); 0: without. Sent to the workers in every TaskDef. */
     uint64_t xtc_bytes;
+    /* Which workers its readers read from (README "Local workers"). A local job's iterations
+     * get tasks only on workers whose host is the host of one of the iteration's clients. */
+    enum sluice_target_workers target_workers;
 };
 
 /* The split plan of a distributed_epoch iteration, fixed when the iteration is created (file
@@ -189,6 +194,7 @@ struct st_worker {
     uint64_t incarnation;
     bool draining;
     struct st_key key; /* the secret the worker registered with; not set in older journals */
+    char host_id[ST_HOST_MAX]; /* its host; "" in older journals (unknown) */
 };
 
 struct st_client {
@@ -197,6 +203,7 @@ struct st_client {
     /* The incarnation of the sluice_client that acquired it (its connection's Hello), which the
      * per-client job limit counts by; 0 when unknown (acquired before owners were recorded). */
     uint64_t owner;
+    char host_id[ST_HOST_MAX]; /* the reader's host; "" when unknown (older journals) */
 };
 
 /* Bounds on what peers may make the dispatcher hold (--max-datasets, --max-pipeline-bytes,
@@ -290,7 +297,7 @@ const char *st_update_name(enum st_update_type type);
  *   DATASET_REGISTERED  name = dataset id, id = its number when generated (0 for an explicit
  *                       id), def/def_len, compression, split_size, text
  *   JOB_CREATED         id = job, name = job name ("" when anonymous), name2 = dataset id,
- *                       mode, num_consumers, deterministic
+ *                       mode, num_consumers, deterministic, xtc_bytes, target_workers
  *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan,
  *                       key (the shell sets it after planning: planning draws no randomness);
  *                       restored from a checkpoint: start = the split cursor, seqs = the pool
@@ -298,10 +305,12 @@ const char *st_update_name(enum st_update_type type);
  *   TASK_CREATED        id = task, ref = iteration, ref2 = worker
  *   TASK_FINISHED       id = task
  *   TASK_REMOVED        id = task, ref = its iteration (informational)
- *   WORKER_REGISTERED   id = worker, address, incarnation, key (the worker's own secret)
+ *   WORKER_REGISTERED   id = worker, address, incarnation, key (the worker's own secret),
+ *                       host_id (its host; "" unknown)
  *   WORKER_REMOVED      id = worker
  *   WORKER_DRAINING     id = worker
- *   CLIENT_ACQUIRED     id = client, ref = iteration, incarnation = owner (see st_client)
+ *   CLIENT_ACQUIRED     id = client, ref = iteration, incarnation = owner (see st_client),
+ *                       host_id (the reader's host; "" unknown)
  *   CLIENT_RELEASED     id = client
  *   SPLITS_LEASED       ref = iteration, ref2 = task, seqs: pool entries first, then the next
  *                       seqs from the cursor in order; id = the worker's request number, above
@@ -345,6 +354,8 @@ struct st_update {
     struct st_seq_list seqs;   /* SPLITS_*, ROUNDS_SCHEDULED (owned) */
     struct st_key key;         /* WORKER_REGISTERED, ITERATION_CREATED */
     uint64_t start;            /* ITERATION_CREATED: the split cursor (a restored read) */
+    int target_workers;        /* JOB_CREATED: enum sluice_target_workers */
+    char host_id[ST_HOST_MAX]; /* WORKER_REGISTERED, CLIENT_ACQUIRED */
 };
 
 struct st_update_list {
@@ -469,6 +480,32 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
                                uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen);
 
+/* plan_get_or_create_job_xtc() for a reader on host (its host id, common/hostid.h; "" or NULL:
+ * unknown) reading from target workers (README "Local workers"; plan_get_or_create_job_xtc
+ * passes any). The host is recorded in the client (CLIENT_ACQUIRED). A host that is not a valid
+ * host id is SLUICE_ERR_INVALID ("host id: byte 3 is not printable ASCII without spaces"), an
+ * unknown target SLUICE_ERR_INVALID. local and auto with num_consumers, and local with a static
+ * sharding mode, are SLUICE_ERR_UNSUPPORTED ("target_workers local cannot be combined with
+ * num_consumers: coordinated reads need every worker", "target_workers local cannot be used
+ * with mode file: ..."); local needs a host (SLUICE_ERR_INVALID, "target_workers local needs
+ * the reader's host id"). target_workers is part of a named job's identity: SLUICE_ERR_EXISTS,
+ * "job 'j' exists with target_workers any, not local" (unless its iteration was collected).
+ * local with no registered, non-draining worker on host is SLUICE_ERR_NOT_FOUND, "no local
+ * worker: target_workers local needs a worker on this host (host id H), and none is
+ * registered". A local job's iterations get tasks only on workers of the hosts of their
+ * clients: a new iteration on the asking host's workers, and a reader joining an active
+ * iteration from a host whose workers have no task of it brings one to each of them
+ * (plan_worker_heartbeat_host likewise gives a worker a task only when a client of the
+ * iteration is on its host). auto creates tasks as any does; its readers prefer local tasks. */
+int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
+                                 const char *job_name, enum sluice_mode mode,
+                                 uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
+                                 enum sluice_target_workers target, const char *host, bool endless,
+                                 uint64_t owner, const struct st_split_plan *plan,
+                                 const struct st_resume *resume, uint64_t *job_out,
+                                 uint64_t *iteration_out, uint64_t *client_out,
+                                 struct st_update_list *out, char *err, size_t errlen);
+
 /* The largest cross-trainer cache a job may ask each of its tasks to keep. */
 #define ST_XTC_MAX_BYTES (64ull << 30)
 
@@ -566,6 +603,17 @@ int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint
                                 const uint64_t *finished, size_t nfinished, bool draining,
                                 uint64_t *worker_out, struct st_update_list *out, char *err,
                                 size_t errlen);
+
+/* plan_worker_heartbeat_keyed() for a worker on host (its host id, common/hostid.h; "" or
+ * NULL: unknown), which a new registration records (WORKER_REGISTERED; a known worker's host
+ * stays what it registered with). A host that is not a valid host id is SLUICE_ERR_INVALID
+ * ("worker host id: ..."). Tasks of a job read from local workers only are created for the
+ * worker only when a client of the iteration is on its host. */
+int plan_worker_heartbeat_host(const struct state *s, const char *address, uint64_t incarnation,
+                               const uint8_t *key, size_t key_len, bool may_replace,
+                               const char *host, const uint64_t *finished, size_t nfinished,
+                               bool draining, uint64_t *worker_out, struct st_update_list *out,
+                               char *err, size_t errlen);
 
 /* Whether a request that claims to come from worker w may act for it: w registered without a
  * secret (an older journal), or key (key_len bytes) is its secret. */
@@ -699,7 +747,11 @@ bool state_iteration_coordinated(const struct state *s, const struct st_iteratio
  * first epoch kept (or the iteration has none). */
 long state_round_epoch(const struct st_iteration *it, uint64_t round);
 
-/* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). */
+/* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). The last
+ * client on its host of an active iteration of a job read from local workers only takes that
+ * host's tasks of the iteration with it (their leased splits go back to the pool first, as in
+ * plan_remove_worker): only that host's readers read them. The iteration is marked finished
+ * when its remaining tasks (at least one) are all finished with every split finished. */
 int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,
                         char *err, size_t errlen);
 

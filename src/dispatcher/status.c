@@ -113,6 +113,8 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
     put(b, o, "address", text(w->address));
     put(b, o, "incarnation", json_string(inc));
     put(b, o, "draining", json_boolean(w->draining));
+    if (w->host_id[0])
+        put(b, o, "host_id", text(w->host_id));
     for (size_t i = 0; i < s->ntasks; i++) {
         if (s->tasks[i].worker_id == w->id)
             append(b, tasks, u64(s->tasks[i].id));
@@ -218,6 +220,9 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, o, "deterministic", json_true());
     if (j->xtc_bytes)
         put(b, o, "cross_trainer_cache_bytes", u64(j->xtc_bytes));
+    /* Only when not the default, so documents of clusters that do not use it stay as they were. */
+    if (j->target_workers != SLUICE_TARGET_WORKERS_ANY)
+        put(b, o, "target_workers", json_string(target_workers_name(j->target_workers)));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
     /* A failed iteration is still active for the state machine (its readers are told, it is

@@ -105,6 +105,8 @@ int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
     m.num_consumers = u->num_consumers;
     m.deterministic = u->deterministic;
     m.cross_trainer_cache_bytes = u->xtc_bytes;
+    m.target_workers = u->target_workers;
+    m.host_id = (char *)u->host_id;
     m.compression = u->compression;
     m.split_size = u->split_size;
     m.def.data = u->def;
@@ -154,6 +156,10 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
         err_set(err, errlen, rc, "%s: an address of %d bytes or more", what, ST_ADDR_MAX);
         goto out;
     }
+    if (!str_fits(m->host_id, ST_HOST_MAX)) {
+        err_set(err, errlen, rc, "%s: a host id of %d bytes or more", what, ST_HOST_MAX);
+        goto out;
+    }
     if (!m->text || (m->def.len > 0 && !m->def.data)) {
         err_set(err, errlen, rc, "%s: malformed", what);
         goto out;
@@ -180,6 +186,8 @@ int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, c
     u->num_consumers = m->num_consumers;
     u->deterministic = m->deterministic;
     u->xtc_bytes = m->cross_trainer_cache_bytes;
+    u->target_workers = m->target_workers;
+    memcpy(u->host_id, m->host_id, strlen(m->host_id) + 1);
     u->compression = m->compression;
     u->split_size = m->split_size;
     u->distributed = m->distributed;
@@ -304,6 +312,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         js[i].iteration_id = j->iteration_id;
         js[i].deterministic = j->deterministic;
         js[i].cross_trainer_cache_bytes = j->xtc_bytes;
+        js[i].target_workers = (int32_t)j->target_workers;
         m.jobs[i] = &js[i];
     }
     m.n_jobs = s->njobs;
@@ -371,6 +380,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         ws[i].address = (char *)w->address;
         ws[i].incarnation = w->incarnation;
         ws[i].draining = w->draining;
+        ws[i].host_id = (char *)w->host_id;
         if (w->key.set) {
             ws[i].key.data = (uint8_t *)w->key.b;
             ws[i].key.len = ST_KEY_LEN;
@@ -384,6 +394,7 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         cs[i].id = s->clients[i].id;
         cs[i].iteration_id = s->clients[i].iteration_id;
         cs[i].owner = s->clients[i].owner;
+        cs[i].host_id = (char *)s->clients[i].host_id;
         m.clients[i] = &cs[i];
     }
     m.n_clients = s->nclients;
@@ -481,6 +492,9 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
             return CORRUPT("job %" PRIu64 " is out of order or past the next id", j->id);
         if (!mode_valid(j->mode))
             return CORRUPT("job %" PRIu64 " has unknown mode %d", j->id, (int)j->mode);
+        if (!target_workers_valid(j->target_workers))
+            return CORRUPT("job %" PRIu64 " has unknown target_workers %d", j->id,
+                           (int)j->target_workers);
         if (!state_dataset(s, j->dataset_id))
             return CORRUPT("job %" PRIu64 " names unknown dataset '%s'", j->id, j->dataset_id);
         if (j->name[0] && state_job_by_key(s, j->dataset_id, j->name))
@@ -494,6 +508,7 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
         row->iteration_id = j->iteration_id;
         row->deterministic = j->deterministic;
         row->xtc_bytes = j->cross_trainer_cache_bytes;
+        row->target_workers = (enum sluice_target_workers)j->target_workers;
     }
     return 0;
 }
@@ -606,7 +621,8 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
     s->cap_workers = m->n_workers;
     for (size_t i = 0; i < m->n_workers; i++) {
         const Sluice__SnapshotWorker *w = m->workers[i];
-        if (!w || !str_fits(w->address, ST_ADDR_MAX) || !w->address[0])
+        if (!w || !str_fits(w->address, ST_ADDR_MAX) || !w->address[0] ||
+            !str_fits(w->host_id, ST_HOST_MAX))
             return CORRUPT("worker %zu is malformed", i);
         if (w->id == 0 || w->id >= m->next_worker_id || (i > 0 && s->workers[i - 1].id >= w->id))
             return CORRUPT("worker %" PRIu64 " is out of order or past the next id", w->id);
@@ -617,6 +633,7 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
         memcpy(row->address, w->address, strlen(w->address) + 1);
         row->incarnation = w->incarnation;
         row->draining = w->draining;
+        memcpy(row->host_id, w->host_id, strlen(w->host_id) + 1);
         if (w->key.len != 0 && (w->key.len != ST_KEY_LEN || !w->key.data))
             return CORRUPT("worker %" PRIu64 " has a key of %zu bytes", w->id, w->key.len);
         if (w->key.len == ST_KEY_LEN) {
@@ -739,7 +756,7 @@ static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err,
     s->cap_clients = m->n_clients;
     for (size_t i = 0; i < m->n_clients; i++) {
         const Sluice__SnapshotClient *c = m->clients[i];
-        if (!c)
+        if (!c || !str_fits(c->host_id, ST_HOST_MAX))
             return CORRUPT("client %zu is malformed", i);
         if (c->id == 0 || c->id >= m->next_client_id || (i > 0 && s->clients[i - 1].id >= c->id))
             return CORRUPT("client %" PRIu64 " is out of order or past the next id", c->id);
@@ -750,6 +767,7 @@ static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err,
         s->clients[s->nclients].id = c->id;
         s->clients[s->nclients].iteration_id = c->iteration_id;
         s->clients[s->nclients].owner = c->owner;
+        memcpy(s->clients[s->nclients].host_id, c->host_id, strlen(c->host_id) + 1);
         s->nclients++;
     }
     return 0;

@@ -218,6 +218,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .handshake_timeout_ms = o->handshake_timeout_ms,
         .max_connections = o->max_connections,
         .max_handshakes = o->max_handshakes,
+        .in_process = !o->no_in_process_reads,
     };
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;
     s->metrics = o->metrics;

@@ -242,6 +242,7 @@ void worker_hb_send(struct worker *w)
     req.draining = w->draining;
     req.worker_key.data = w->key;
     req.worker_key.len = sizeof w->key;
+    req.host_id = w->host_id;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;

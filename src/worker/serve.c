@@ -193,7 +193,7 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
     int st = task_take_whole(wt->task, max_elements, max_bytes, &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
-        wmetrics_served(w->wm, tk.wb.count, tk.wb.len);
+        wmetrics_served(w->wm, tk.wb.count, tk.wb.len, rpc_conn_is_local(conn));
         wt->served_elements += tk.wb.count;
         wt->served_bytes += tk.wb.len;
         /* Counted once taken for this reader: from here the elements are its own, and if the
@@ -273,7 +273,7 @@ static bool rounds_answer(struct worker *w, struct wtask *wt)
                                  "consumer index %" PRIu32 " is not below num_consumers %" PRIu32,
                                  q->consumer, r->n);
         } else if ((st = rounds_lookup(r, q->consumer, q->round, &rec, &len)) == ROUNDS_READY) {
-            wmetrics_served(w->wm, 1, len);
+            wmetrics_served(w->wm, 1, len, rpc_conn_is_local(q->conn));
             wt->served_elements++;
             wt->served_bytes += len;
             reply_elements(q->conn, q->id, 1, false, rec, len);
@@ -399,7 +399,7 @@ static bool serve_xtc(struct worker *w, struct wtask *wt, const struct waiter *q
         if (r.skipped > 0)
             wmetrics_xtc_skipped(w->wm, r.skipped);
         if (r.count > 0) {
-            wmetrics_served(w->wm, r.count, r.len);
+            wmetrics_served(w->wm, r.count, r.len, rpc_conn_is_local(q->conn));
             wt->served_elements += r.count;
             wt->served_bytes += r.len;
             reply_elements(q->conn, q->id, r.count, false, r.payload, r.len);
@@ -763,7 +763,7 @@ void worker_on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
                              "a worker answers only GetElements requests");
         return;
     }
-    wmetrics_request(w->wm);
+    wmetrics_request(w->wm, rpc_conn_is_local(conn));
     if (w->closing) {
         rpc_conn_reply_error(conn, req->id, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");
         return;

@@ -19,7 +19,7 @@ struct wm_task {
 struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
-        *idle_g, *xtc_bytes_g, *xtc_skipped_c;
+        *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c;
     struct rpc_metrics conns;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
     size_t n, cap;
@@ -56,6 +56,15 @@ int wmetrics_create(struct wmetrics **out)
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_bytes_served_total",
                     "Encoded element bytes sent to readers in GetElements replies.", &m->bytes_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_local_requests_total",
+                    "GetElements requests received from readers in this process, over in-process "
+                    "connections (no TCP).",
+                    &m->local_requests_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_local_elements_served_total",
+                    "Elements sent to readers in this process, over in-process connections.",
+                    &m->local_served_c);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_elements_produced_total",
                     "Elements the tasks' pipelines published into their buffers.", &m->produced_c);
@@ -100,15 +109,19 @@ void wmetrics_destroy(struct wmetrics *m)
     free(m);
 }
 
-void wmetrics_request(struct wmetrics *m)
+void wmetrics_request(struct wmetrics *m, bool local)
 {
     metrics_add_u64(m->requests_c, 1);
+    if (local)
+        metrics_add_u64(m->local_requests_c, 1);
 }
 
-void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes)
+void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes, bool local)
 {
     metrics_add_u64(m->served_c, elements);
     metrics_add_u64(m->bytes_c, bytes);
+    if (local)
+        metrics_add_u64(m->local_served_c, elements);
 }
 
 double wmetrics_idle_share(uint64_t blocked_ns, unsigned producers, uint64_t interval_ns)

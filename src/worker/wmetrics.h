@@ -13,6 +13,10 @@
  *   sluice_worker_requests_total            counter: GetElements requests received
  *   sluice_worker_elements_served_total     counter: elements sent in GetElements replies
  *   sluice_worker_bytes_served_total        counter: encoded element bytes in those replies
+ *   sluice_worker_local_requests_total      counter: of those requests, the ones from readers in
+ *                                           this process (in-process connections, no TCP)
+ *   sluice_worker_local_elements_served_total
+ *                                           counter: of those elements, the ones sent to them
  *   sluice_worker_elements_produced_total   counter: elements the tasks published into their
  *                                           buffers
  *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
@@ -44,10 +48,11 @@ int wmetrics_create(struct wmetrics **out);
 /* NULL is allowed. */
 void wmetrics_destroy(struct wmetrics *m);
 
-/* A GetElements request arrived. */
-void wmetrics_request(struct wmetrics *m);
-/* A reply carried elements records making up bytes bytes. */
-void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes);
+/* A GetElements request arrived; local: over an in-process connection. */
+void wmetrics_request(struct wmetrics *m, bool local);
+/* A reply carried elements records making up bytes bytes; local: over an in-process
+ * connection. */
+void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes, bool local);
 
 /* The share of an interval of interval_ns in which producers producers were blocked, given the
  * nanoseconds they spent blocked during it, summed over them: blocked_ns / (producers *

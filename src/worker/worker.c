@@ -17,6 +17,7 @@
 
 #include "worker_internal.h"
 
+#include "common/local.h"
 #include "common/mode.h"
 
 _Static_assert(WORKER_MAX_ELEMENT_BYTES_LIMIT == TASK_MAX_RECORD - (64u << 10),
@@ -280,6 +281,7 @@ static void drain_check(struct worker *w)
     req.leaving = true;
     req.worker_key.data = w->key;
     req.worker_key.len = sizeof w->key;
+    req.host_id = w->host_id;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
@@ -378,6 +380,12 @@ static void on_handle_closed(uv_handle_t *h)
     void *user = w->close_user;
     pipe_buf_release(&w->scratch);
     wmetrics_destroy(w->wm);
+    for (size_t i = 0; i < w->nlocal_fds; i++) {
+        close(w->local_fds[i].fd);
+        local_link_unref(w->local_fds[i].link);
+    }
+    free(w->local_fds);
+    uv_mutex_destroy(&w->local_mu);
     free(w);
     if (cb)
         cb(user);
@@ -393,6 +401,55 @@ static void maybe_finish_close(struct worker *w)
     uv_close((uv_handle_t *)&w->hb_timer, on_handle_closed);
     uv_close((uv_handle_t *)&w->tick_timer, on_handle_closed);
     uv_close((uv_handle_t *)&w->wake, on_handle_closed);
+    uv_close((uv_handle_t *)&w->local_async, on_handle_closed);
+}
+
+/* local.h's accept callback, on a reader's thread with the registry locked: queue the end for
+ * the loop thread. */
+static int local_accept(void *user, uv_os_sock_t fd, struct local_link *link)
+{
+    struct worker *w = user;
+    uv_mutex_lock(&w->local_mu);
+    if (w->nlocal_fds == w->cap_local_fds) {
+        size_t cap = w->cap_local_fds ? 2 * w->cap_local_fds : 4;
+        struct local_pending *v = realloc(w->local_fds, cap * sizeof *v);
+        if (!v) {
+            uv_mutex_unlock(&w->local_mu);
+            return SLUICE_ERR_NOMEM;
+        }
+        w->local_fds = v;
+        w->cap_local_fds = cap;
+    }
+    w->local_fds[w->nlocal_fds++] = (struct local_pending){fd, link};
+    uv_mutex_unlock(&w->local_mu);
+    uv_async_send(&w->local_async);
+    return 0;
+}
+
+/* The loop thread serves the ends readers in this process handed over. */
+static void on_local_async(uv_async_t *a)
+{
+    struct worker *w = a->data;
+    for (;;) {
+        uv_mutex_lock(&w->local_mu);
+        bool have = w->nlocal_fds > 0;
+        struct local_pending p =
+            have ? w->local_fds[--w->nlocal_fds] : (struct local_pending){-1, NULL};
+        uv_mutex_unlock(&w->local_mu);
+        if (!have)
+            return;
+        if (w->closing || !w->srv_open) {
+            close(p.fd);
+            local_link_unref(p.link);
+            continue;
+        }
+        /* The link is rpc_server_adopt's in any case; fd is ours again when it fails. */
+        int rc = rpc_server_adopt(w->srv, p.fd, p.link);
+        if (rc < 0) {
+            log_debug("in-process connection refused: %s", sluice_strerror(rc));
+            close(p.fd);
+        }
+    }
 }
 
 static void on_srv_closed(void *user)
@@ -444,6 +501,12 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         free(w);
         return err_set(err, errlen, krc, "worker: drawing its secret: %s", sluice_strerror(krc));
     }
+    krc = hostid_get(w->host_id, sizeof w->host_id, err, errlen);
+    if (krc < 0) {
+        wmetrics_destroy(w->wm);
+        free(w);
+        return krc;
+    }
     w->hb_fixed = opts->heartbeat_ms != 0;
     w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WORKER_DEFAULT_HEARTBEAT_MS;
     snprintf(w->disp_address, sizeof w->disp_address, "%s", opts->dispatcher);
@@ -494,10 +557,15 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
 
     /* Timers and async handles on a live loop cannot fail to initialize. */
     uv_async_init(loop, &w->wake, on_wake);
+    uv_async_init(loop, &w->local_async, on_local_async);
+    uv_mutex_init(&w->local_mu);
     uv_timer_init(loop, &w->hb_timer);
     uv_timer_init(loop, &w->tick_timer);
-    w->wake.data = w->hb_timer.data = w->tick_timer.data = w;
-    w->handles = 3;
+    w->wake.data = w->hb_timer.data = w->tick_timer.data = w->local_async.data = w;
+    w->handles = 4;
+    if (opts->in_process &&
+        local_register(w->address, w->incarnation, local_accept, w, &w->local) < 0)
+        log_warn("in-process reads: out of memory; readers in this process use TCP");
     uv_timer_start(&w->hb_timer, worker_on_hb_timer, 0, w->hb_ms);
     w->tick_ms = WORKER_TICK_SLOW_MS;
     uv_timer_start(&w->tick_timer, worker_on_tick, w->tick_ms, w->tick_ms);
@@ -562,6 +630,9 @@ void worker_close(struct worker *w, void (*cb)(void *user), void *user)
     w->closing = true;
     w->close_cb = cb;
     w->close_user = user;
+    /* No reader in this process hands over another end from here on. */
+    local_unregister(w->local);
+    w->local = NULL;
     uv_timer_stop(&w->hb_timer);
     uv_timer_stop(&w->tick_timer);
     worker_unpark(w, 0, true);

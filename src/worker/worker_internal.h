@@ -10,6 +10,7 @@
 
 #include "common/ratelimit.h"
 #include "common/cap.h"
+#include "common/hostid.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -116,11 +117,23 @@ struct worker {
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;
-    uint8_t key[CAP_KEY_LEN]; /* this process's secret (cap.h); never logged */
+    uint8_t key[CAP_KEY_LEN];     /* this process's secret (cap.h); never logged */
+    char host_id[HOSTID_MAX + 1]; /* this process's host (hostid.h), sent in heartbeats */
     /* Reads refused for a wrong client key, logged at most once a minute per peer address. */
     struct ratelimit refusals;
     uint64_t disp_incarnation; /* 0 before the first handshake */
     uv_async_t wake;
+    /* In-process connections (worker_opts.in_process): the registry's entry, and the accepted
+     * ends handed over by readers' threads (under local_mu), adopted on the loop thread when
+     * local_async fires. */
+    struct local_entry *local;
+    uv_async_t local_async;
+    uv_mutex_t local_mu;
+    struct local_pending {
+        uv_os_sock_t fd;
+        struct local_link *link;
+    } * local_fds;
+    size_t nlocal_fds, cap_local_fds;
     uv_timer_t hb_timer;
     uv_timer_t tick_timer;
     uint64_t tick_ms;

@@ -641,6 +641,73 @@ static void test_copy_accounting(void **state)
     ct_release(&s);
 }
 
+/* Target workers: a local read keeps only local tasks; an auto read asks local tasks first, up to
+ * twice per_task_max each, and the others once the local ones are full. */
+static void apply_local(struct ct_set *s, const uint64_t *ids, const bool *local, size_t n,
+                        bool finished)
+{
+    struct ct_info infos[8];
+    for (size_t i = 0; i < n; i++)
+        infos[i] = (struct ct_info){ids[i], "w:1", 7, NULL, 0, local[i]};
+    assert_int_equal(ct_reconcile(s, infos, n, finished, 0), 0);
+}
+
+static void test_target_local_keeps_local_tasks(void **state)
+{
+    (void)state;
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    ct_set_target(&s, true, false);
+    const uint64_t ids[] = {1, 2, 3};
+    const bool local[] = {false, true, false};
+    apply_local(&s, ids, local, 3, false);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.v[0].id, 2);
+    assert_true(s.v[0].local);
+    /* The others never enter, also when listed again; the end waits only for local tasks. */
+    apply_local(&s, ids, local, 3, true);
+    assert_int_equal(s.n, 1);
+    attach_all(&s, &conn_a);
+    send_to(&s, 2);
+    ct_on_reply(&s, 0, 3, true, 0);
+    assert_true(ct_done(&s));
+    ct_release(&s);
+}
+
+static void test_target_auto_prefers_local_tasks(void **state)
+{
+    (void)state;
+    struct ct_set s;
+    ct_init(&s, false, 2);
+    ct_set_target(&s, false, true);
+    const uint64_t ids[] = {1, 2, 3};
+    const bool local[] = {false, true, false};
+    apply_local(&s, ids, local, 3, false);
+    assert_int_equal(s.n, 3);
+    attach_all(&s, &conn_a);
+    /* Task 2 takes four requests (twice per_task_max) before another task gets one. */
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(picked_id(&s, 0), 2);
+        send_to(&s, 2);
+    }
+    uint64_t next = picked_id(&s, 0);
+    assert_true(next == 1 || next == 3);
+    send_to(&s, next);
+    /* A reply from task 2 frees a slot there, which it gets first again. */
+    ct_on_reply(&s, (size_t)ct_find(&s, 2), 1, false, 0);
+    assert_int_equal(picked_id(&s, 0), 2);
+    /* Without a preference, round robin with per_task_max each. */
+    struct ct_set any;
+    ct_init(&any, false, 2);
+    apply_local(&any, ids, local, 3, false);
+    attach_all(&any, &conn_b);
+    uint64_t first = picked_id(&any, 0);
+    send_to(&any, first);
+    assert_int_not_equal(picked_id(&any, 0), first);
+    ct_release(&any);
+    ct_release(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -659,6 +726,8 @@ int main(void)
         cmocka_unit_test(test_retry_classes),
         cmocka_unit_test(test_copy_accounting),
         cmocka_unit_test(test_task_keys_follow_the_list),
+        cmocka_unit_test(test_target_local_keeps_local_tasks),
+        cmocka_unit_test(test_target_auto_prefers_local_tasks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,6 +151,7 @@ static size_t sample_updates(struct st_update *u)
             x->num_consumers = 3;
             x->deterministic = true;
             x->xtc_bytes = 1u << 20;
+            x->target_workers = SLUICE_TARGET_WORKERS_LOCAL;
             break;
         case ST_ITERATION_CREATED:
             x->distributed = true;
@@ -170,6 +171,7 @@ static size_t sample_updates(struct st_update *u)
         case ST_WORKER_REGISTERED:
             snprintf(x->address, sizeof x->address, "worker-7.example:5051");
             x->incarnation = 0xfedcba9876543210ull;
+            snprintf(x->host_id, sizeof x->host_id, "node-7.example");
             break;
         case ST_SPLITS_LEASED:
             x->id = 77; /* the worker's request number */
@@ -192,6 +194,7 @@ static size_t sample_updates(struct st_update *u)
             break;
         case ST_CLIENT_ACQUIRED:
             x->incarnation = 0x0123456789abcdefull; /* the owner */
+            snprintf(x->host_id, sizeof x->host_id, "f4cbaf1a-6f93-4864-bdf3-e08c506b701e-net1");
             break;
         default:
             break;
@@ -212,6 +215,8 @@ static void assert_updates_equal(const struct st_update *a, const struct st_upda
     assert_int_equal(a->num_consumers, b->num_consumers);
     assert_int_equal(a->deterministic, b->deterministic);
     assert_true(a->xtc_bytes == b->xtc_bytes);
+    assert_int_equal(a->target_workers, b->target_workers);
+    assert_string_equal(a->host_id, b->host_id);
     assert_int_equal(a->compression, b->compression);
     assert_true(a->split_size == b->split_size);
     assert_int_equal(a->def_len, b->def_len);

@@ -136,9 +136,14 @@ static void random_request(struct run *r, uint64_t *x)
          * snapshots must carry. */
         const char *name = names[pick(x, 4)];
         uint64_t xtc = mode == SLUICE_PARALLEL_EPOCHS && name[0] && pick(x, 3) == 0 ? 4096 : 0;
-        rc = plan_get_or_create_job_xtc(s, s->datasets[pick(x, s->ndatasets)].id, name, mode, 0,
-                                        false, xtc, true, (uint64_t)pick(x, 3), &plan, NULL, &a, &b,
-                                        &c, &r->ups, err, sizeof err);
+        /* Readers on three hosts (one unknown), some reading local or auto (README "Local
+         * workers"), whose hosts and targets the journal and snapshots must carry. */
+        static const char *const hosts[] = {"", "h1", "h2"};
+        const char *host = hosts[pick(x, 3)];
+        enum sluice_target_workers target = (enum sluice_target_workers)pick(x, 3);
+        rc = plan_get_or_create_job_local(s, s->datasets[pick(x, s->ndatasets)].id, name, mode, 0,
+                                          false, xtc, target, host, true, (uint64_t)pick(x, 3),
+                                          &plan, NULL, &a, &b, &c, &r->ups, err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
         for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {
@@ -174,8 +179,11 @@ static void random_request(struct run *r, uint64_t *x)
                 key[k] = (uint8_t)(inc >> (k % 8 * 8)) ^ (uint8_t)k;
             if (pick(x, 8) == 0)
                 key[pick(x, ST_KEY_LEN)] ^= 0x80;
-            rc = plan_worker_heartbeat_keyed(s, addr, inc, key, sizeof key, pick(x, 3) != 0, fin,
-                                             nfin, pick(x, 30) == 0, &a, &r->ups, err, sizeof err);
+            /* The host follows from the address (one of two hosts, or unknown). */
+            const char *host = addr[1] == '0' ? "h1" : addr[1] == '1' ? "h2" : "";
+            rc = plan_worker_heartbeat_host(s, addr, inc, key, sizeof key, pick(x, 3) != 0, host,
+                                            fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
+                                            sizeof err);
         }
         /* Now and then the worker reports a task failed, as the handler plans it. */
         if (rc == 0 && w && w->incarnation == inc && pick(x, 12) == 0) {

@@ -79,6 +79,11 @@ static void format_update(struct buf *b, const struct st_update *u)
         bprintf(b, " det");
     if (u->xtc_bytes)
         bprintf(b, " xtc=%" PRIu64, u->xtc_bytes);
+    if (u->target_workers)
+        bprintf(b, " target=%s",
+                target_workers_name((enum sluice_target_workers)u->target_workers));
+    if (u->host_id[0])
+        bprintf(b, " host='%s'", u->host_id);
     if (u->compression)
         bprintf(b, " comp=%d", u->compression);
     if (u->split_size)
@@ -309,7 +314,9 @@ static void check_invariants(const struct state *s)
  *                                         space)
  *   limits [datasets=N] [pipeline=N] [jobs=N]
  *                                         sets the state's limits (configuration; no update)
- * job also takes [owner=N], the incarnation of the sluice_client asking (default 0).
+ * job also takes [owner=N], the incarnation of the sluice_client asking (default 0), and
+ * [target=local|auto|N] [host=H], its target workers and host; hb takes [host=H], the worker's
+ * host (it then registers with the secret 's' * 16).
  * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
 struct harness {
     struct state s;
@@ -457,9 +464,16 @@ static const char *run(struct harness *h, const char *line)
         }
         v = opt(words, nw, "xtc");
         uint64_t xtc = v ? strtoull(v, NULL, 10) : 0;
-        rc = plan_get_or_create_job_xtc(&h->s, words[1], name ? name : "", mode, consumers,
-                                        opt(words, nw, "det") != NULL, xtc, endless, owner, pp, rp,
-                                        &job, &it, &client, &h->ups, err, sizeof err);
+        enum sluice_target_workers target = SLUICE_TARGET_WORKERS_ANY;
+        if ((v = opt(words, nw, "target")))
+            target = strcmp(v, "local") == 0  ? SLUICE_TARGET_WORKERS_LOCAL
+                     : strcmp(v, "auto") == 0 ? SLUICE_TARGET_WORKERS_AUTO
+                                              : (enum sluice_target_workers)atoi(v);
+        const char *host = opt(words, nw, "host");
+        rc = plan_get_or_create_job_local(&h->s, words[1], name ? name : "", mode, consumers,
+                                          opt(words, nw, "det") != NULL, xtc, target,
+                                          host ? host : "", endless, owner, pp, rp, &job, &it,
+                                          &client, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
                  it, client);
     } else if (strcmp(cmd, "hb") == 0) {
@@ -467,7 +481,14 @@ static const char *run(struct harness *h, const char *line)
         const char *addr = strcmp(words[1], "''") == 0 ? "" : words[1];
         uint64_t inc = strtoull(words[2], NULL, 10);
         bool drain = opt(words, nw, "drain") != NULL;
-        if ((v = opt(words, nw, "key"))) {
+        const char *host = opt(words, nw, "host");
+        if (host) {
+            /* host=H: a worker on host H, registering with the secret 's' * 16. */
+            uint8_t key[ST_KEY_LEN];
+            memset(key, 's', sizeof key);
+            rc = plan_worker_heartbeat_host(&h->s, addr, inc, key, sizeof key, true, host, fin,
+                                            nfin, drain, &wid, &h->ups, err, sizeof err);
+        } else if ((v = opt(words, nw, "key"))) {
             /* key=K: the worker's secret is the letter K 16 times; key= sends none; key=KKK
              * (more than one letter) sends those bytes only. stays: the holder of the address
              * is still heartbeating (may_replace false). */
@@ -1214,6 +1235,168 @@ static const struct plan_case key_cases[] = {
     {"a journal without secrets: not checked", "hb a:1 7", "hb a:1 7 key=x drain",
      "worker_draining id=1\n=> worker=1"},
 };
+
+/* Local workers (README "Local workers"): a local job's tasks go only to workers on its
+ * readers' hosts. Workers 1 (a:1) and 2 (b:1) on host ha, 3 (c:1) on hb. */
+#define HOSTS3 "ds - r4\nhb a:1 1 host=ha\nhb b:1 1 host=ha\nhb c:1 1 host=hb\n"
+static const struct plan_case local_cases[] = {
+    {"a worker records its host", "", "hb a:1 7 host=h1",
+     "worker_registered id=1 address='a:1' inc=7 host='h1' key=ssssssssssssssss\n=> worker=1"},
+    {"a known worker's host stays", "hb a:1 7 host=h1", "hb a:1 7 host=h2", "=> worker=1"},
+    {"a worker host id with a space", "", "hb a:1 7 host=h\x01",
+     "error INVALID: worker host id: byte 1 is not printable ASCII without spaces"},
+    {"local: tasks only on the reader's host", HOSTS3, "job 1 target=local host=ha",
+     "job_created id=1 name2='1' mode=parallel_epochs target=local\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "client_acquired id=1 ref=1 host='ha'\n"
+     "=> job=1 iteration=1 client=1"},
+    {"local distributed: tasks only on the reader's host", HOSTS3,
+     "job 1 mode=distributed_epoch total=4 target=local host=hb",
+     "job_created id=1 name2='1' mode=distributed_epoch target=local\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=4,size=1,per_pass=4,passes=1)\n"
+     "task_created id=1 ref=1 ref2=3\n"
+     "client_acquired id=1 ref=1 host='hb'\n"
+     "=> job=1 iteration=1 client=1"},
+    {"auto: tasks everywhere", HOSTS3, "job 1 target=auto host=hb",
+     "job_created id=1 name2='1' mode=parallel_epochs target=auto\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "task_created id=3 ref=1 ref2=3\n"
+     "client_acquired id=1 ref=1 host='hb'\n"
+     "=> job=1 iteration=1 client=1"},
+    {"any records the reader's host", HOSTS3, "job 1 host=hb",
+     "job_created id=1 name2='1' mode=parallel_epochs\n"
+     "iteration_created id=1 ref=1 dist=0\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "task_created id=3 ref=1 ref2=3\n"
+     "client_acquired id=1 ref=1 host='hb'\n"
+     "=> job=1 iteration=1 client=1"},
+    {"local with no worker on the host", HOSTS3, "job 1 target=local host=hc",
+     "error NOT_FOUND: no local worker: target_workers local needs a worker on this host (host id "
+     "hc), and none is registered"},
+    {"local with only a draining worker on the host", HOSTS3 "hb c:1 1 host=hb drain",
+     "job 1 target=local host=hb",
+     "error NOT_FOUND: no local worker: target_workers local needs a worker on this host (host id "
+     "hb), and none is registered"},
+    {"local with workers of unknown hosts", "ds - r4\nhb a:1 1", "job 1 target=local host=ha",
+     "error NOT_FOUND: no local worker: target_workers local needs a worker on this host (host id "
+     "ha), and none is registered"},
+    {"local without a host", HOSTS3, "job 1 target=local",
+     "error INVALID: target_workers local needs the reader's host id"},
+    {"a reader's host id with a control character", HOSTS3, "job 1 host=h\x7f",
+     "error INVALID: host id: byte 1 is not printable ASCII without spaces"},
+    {"unknown target", HOSTS3, "job 1 target=7 host=ha", "error INVALID: unknown target_workers 7"},
+    {"local with num_consumers", HOSTS3 "ds e r(inf)",
+     "job e name=c consumers=2 target=local host=ha",
+     "error UNSUPPORTED: target_workers local cannot be combined with num_consumers: coordinated "
+     "reads need every worker"},
+    {"auto with num_consumers", HOSTS3 "ds e r(inf)",
+     "job e name=c consumers=2 target=auto host=ha",
+     "error UNSUPPORTED: target_workers auto cannot be combined with num_consumers: coordinated "
+     "reads need every worker"},
+    {"local with static sharding", HOSTS3, "job 1 mode=file target=local host=ha",
+     "error UNSUPPORTED: target_workers local cannot be used with mode file: its shards are on the "
+     "--worker-addresses workers, wherever they run"},
+    {"a named job joined with another target", HOSTS3 "job 1 name=j target=local host=ha",
+     "job 1 name=j host=ha", "error EXISTS: job 'j' exists with target_workers local, not any"},
+    {"a named job joined with auto", HOSTS3 "job 1 name=j host=ha",
+     "job 1 name=j target=auto host=ha",
+     "error EXISTS: job 'j' exists with target_workers any, not auto"},
+    {"a reader from another host brings tasks to its workers",
+     HOSTS3 "job 1 name=j mode=distributed_epoch total=4 target=local host=ha",
+     "job 1 name=j mode=distributed_epoch total=4 target=local host=hb",
+     "task_created id=3 ref=1 ref2=3\n"
+     "client_acquired id=2 ref=1 host='hb'\n"
+     "=> job=1 iteration=1 client=2"},
+    {"a reader from the same host brings nothing new", HOSTS3 "job 1 name=j target=local host=ha",
+     "job 1 name=j target=local host=ha",
+     "client_acquired id=2 ref=1 host='ha'\n=> job=1 iteration=1 client=2"},
+    {"a worker registering on the reader's host gets the task", HOSTS3 "job 1 target=local host=hb",
+     "hb d:1 1 host=hb",
+     "worker_registered id=4 address='d:1' inc=1 host='hb' key=ssssssssssssssss\n"
+     "task_created id=2 ref=1 ref2=4\n"
+     "=> worker=4"},
+    {"a worker registering on another host gets none", HOSTS3 "job 1 target=local host=hb",
+     "hb d:1 1 host=ha",
+     "worker_registered id=4 address='d:1' inc=1 host='ha' key=ssssssssssssssss\n"
+     "=> worker=4"},
+    {"a worker of an unknown host gets no local task", HOSTS3 "job 1 target=local host=hb",
+     "hb d:1 1", "worker_registered id=4 address='d:1' inc=1\n=> worker=4"},
+    {"a worker gets an auto job's task wherever it runs", HOSTS3 "job 1 target=auto host=hb",
+     "hb d:1 1 host=hz",
+     "worker_registered id=4 address='d:1' inc=1 host='hz' key=ssssssssssssssss\n"
+     "task_created id=4 ref=1 ref2=4\n"
+     "=> worker=4"},
+    {"the last reader of a host leaving takes the host's tasks",
+     HOSTS3 "job 1 name=j mode=distributed_epoch total=4 target=local host=ha\n"
+            "job 1 name=j mode=distributed_epoch total=4 target=local host=hb\nsplits 3 2",
+     "rel 2",
+     "client_released id=2\n"
+     "splits_returned ref=1 ref2=3 seqs=[0,1]\n"
+     "task_removed id=3 ref=1\n"
+     "=>"},
+    {"a host keeps its tasks while one of its readers remains",
+     HOSTS3 "job 1 name=j target=local host=ha\njob 1 name=j target=local host=ha", "rel 1",
+     "client_released id=1\n=>"},
+    {"a reader of an any job leaving takes nothing", HOSTS3 "job 1 name=j host=ha", "rel 1",
+     "client_released id=1\n=>"},
+    {"the rest finishes once the leaving host's unfinished task goes",
+     HOSTS3 "job 1 name=j target=local host=ha\njob 1 name=j target=local host=hb\n"
+            "hb a:1 1 host=ha fin=1\nhb b:1 1 host=ha fin=2",
+     "rel 2", "client_released id=2\ntask_removed id=3 ref=1\niteration_finished id=1\n=>"},
+    {"a collected local job's name is free for another target",
+     HOSTS3 "job 1 name=j target=local host=ha\nrel 1\ngc 1", "job 1 name=j host=ha",
+     "job_created id=2 name='j' name2='1' mode=parallel_epochs\n"
+     "iteration_created id=2 ref=2 dist=0\n"
+     "task_created id=3 ref=2 ref2=1\n"
+     "task_created id=4 ref=2 ref2=2\n"
+     "task_created id=5 ref=2 ref2=3\n"
+     "client_acquired id=2 ref=2 host='ha'\n"
+     "=> job=2 iteration=2 client=2"},
+};
+
+static void test_local_workers(void **unused)
+{
+    (void)unused;
+    run_plan_cases(local_cases, sizeof local_cases / sizeof local_cases[0]);
+    /* Hosts and targets survive the journal's encoding, replay and snapshots, and are part of
+     * the digest. */
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, HOSTS3 "job 1 name=j mode=distributed_epoch total=4 target=local host=ha\n"
+                          "job 1 name=j mode=distributed_epoch total=4 target=local host=hb\n"
+                          "job 1 target=auto host=hb\nhb d:1 1 host=hb\nsplits 1 2\nsplits 3 2");
+    replay_through_records(&h);
+    const struct st_job *j = state_job(&h.s, 1);
+    assert_int_equal(j->target_workers, SLUICE_TARGET_WORKERS_LOCAL);
+    assert_string_equal(state_worker(&h.s, 3)->host_id, "hb");
+    assert_string_equal(state_client(&h.s, 2)->host_id, "hb");
+    uint64_t before = state_digest(&h.s);
+    h.s.workers[2].host_id[1] = 'x';
+    assert_int_not_equal(state_digest(&h.s), before);
+    h.s.workers[2].host_id[1] = 'b';
+    h.s.clients[0].host_id[0] = 'x';
+    assert_int_not_equal(state_digest(&h.s), before);
+    h.s.clients[0].host_id[0] = 'h';
+    h.s.jobs[0].target_workers = SLUICE_TARGET_WORKERS_AUTO;
+    assert_int_not_equal(state_digest(&h.s), before);
+    h.s.jobs[0].target_workers = SLUICE_TARGET_WORKERS_LOCAL;
+    assert_int_equal(state_digest(&h.s), before);
+    /* Every split of the shared local job goes to a task on a reader's host. */
+    size_t n;
+    const struct st_task_ref *refs = state_iteration_tasks(&h.s, 1, &n);
+    assert_int_equal(n, 4); /* workers 1, 2 (ha), 3 and 4 (hb) */
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(&h.s, refs[i].task_id);
+        const char *host = state_worker(&h.s, t->worker_id)->host_id;
+        assert_true(strcmp(host, "ha") == 0 || strcmp(host, "hb") == 0);
+    }
+    harness_release(&h);
+}
 
 static void test_worker_keys(void **unused)
 {
@@ -2632,6 +2815,7 @@ int main(void)
         cmocka_unit_test(test_plan_cases),
         cmocka_unit_test(test_resume_cases),
         cmocka_unit_test(test_worker_keys),
+        cmocka_unit_test(test_local_workers),
         cmocka_unit_test(test_iteration_keys),
         cmocka_unit_test(test_plan_repetition),
         cmocka_unit_test(test_gc_rows),

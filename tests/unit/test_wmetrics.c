@@ -138,13 +138,16 @@ static void test_counters(void **unused)
     (void)unused;
     struct wmetrics *m;
     assert_int_equal(wmetrics_create(&m), 0);
-    wmetrics_request(m);
-    wmetrics_request(m);
-    wmetrics_served(m, 8192, 100000);
-    wmetrics_served(m, 1, 12);
+    wmetrics_request(m, false);
+    wmetrics_request(m, true);
+    wmetrics_served(m, 8192, 100000, false);
+    wmetrics_served(m, 1, 12, true);
     assert_int_equal(sample(m, "sluice_worker_requests_total"), 2);
     assert_int_equal(sample(m, "sluice_worker_elements_served_total"), 8193);
     assert_int_equal(sample(m, "sluice_worker_bytes_served_total"), 100012);
+    /* Of those, the ones over in-process connections. */
+    assert_int_equal(sample(m, "sluice_worker_local_requests_total"), 1);
+    assert_int_equal(sample(m, "sluice_worker_local_elements_served_total"), 1);
     char *body;
     size_t len;
     assert_int_equal(wmetrics_render(m, &body, &len), 0);
