@@ -120,6 +120,17 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
     case ST_ITERATION_FAILED:
         snprintf(buf, len, "iteration %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
         return LOG_WARN;
+    case ST_SAVE_STARTED:
+        snprintf(buf, len,
+                 "save %" PRIu64 " of dataset '%s' into %s started (iteration %" PRIu64 ")", u->id,
+                 u->name, u->text ? u->text : "", u->ref2);
+        return LOG_INFO;
+    case ST_SAVE_FINISHED:
+        snprintf(buf, len, "save %" PRIu64 " finished", u->id);
+        return LOG_INFO;
+    case ST_SAVE_FAILED:
+        snprintf(buf, len, "save %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
+        return LOG_WARN;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
@@ -460,6 +471,12 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
     case SLUICE__ENVELOPE__BODY_STATUS:
         on_status(d, conn, env);
         break;
+    case SLUICE__ENVELOPE__BODY_SAVE_SNAPSHOT:
+        dispatcher_on_save_snapshot(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_SNAPSHOT_STATUS:
+        dispatcher_on_snapshot_status(d, conn, env);
+        break;
     default: {
         char msg[128];
         snprintf(msg, sizeof msg, "the dispatcher does not serve message %d", (int)env->body_case);
@@ -665,6 +682,8 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     uv_timer_init(loop, &d->timer);
     d->timer.data = d;
     uv_timer_start(&d->timer, dispatcher_on_tick, interval, interval);
+    /* Saves the journal holds as running are taken up at once (their work is queued). */
+    dispatcher_saves_tick(d);
     *out = d;
     return 0;
 
@@ -702,7 +721,7 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 
 void dispatcher_maybe_finish_close(struct dispatcher *d)
 {
-    if (!d->closing || d->closing_parts > 0 || d->works || d->checks > 0)
+    if (!d->closing || d->closing_parts > 0 || d->works || d->save_works || d->checks > 0)
         return;
     void (*cb)(void *) = d->close_cb;
     void *user = d->close_user;
@@ -754,4 +773,5 @@ void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user)
         journal_thread_close(d->jt, on_journal_closed, d);
     }
     dispatcher_jobs_cancel(d);
+    dispatcher_saves_cancel(d);
 }
