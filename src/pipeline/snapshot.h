@@ -19,13 +19,31 @@
  * data, data: one element in the element codec's stored form), then a footer record with the
  * element count, the body length and a crc32c over everything before it. A reader checks every
  * record and the footer; a damaged or truncated chunk is SLUICE_ERR_CORRUPT whose message names
- * the chunk file (and the offset). */
+ * the chunk file (and the offset).
+ *
+ * The bytes of a chunk file, all integers little-endian:
+ *   magic     8 bytes "SLSNAP01"
+ *   record    u32 length (1 .. 2^30 + 2^20), u32 masked crc32c of the data, data: one element
+ *             record exactly as codec_append_elem() writes it without compression (its varint
+ *             length prefix, flags 0, the body)
+ *   footer    u32 0xffffffff (no record is that long), u64 element count, u64 body length (the
+ *             bytes before the footer: magic and records), u32 masked crc32c of every byte of
+ *             the file before this field (magic, records and the footer's first 20 bytes).
+ *             Nothing follows the footer.
+ * The mask is TFRecord's (pipe_tfrecord_mask). Messages read "snapshot chunk PATH: checksum
+ * mismatch at offset N", where N is the offset of the record or footer concerned.
+ *
+ * snapshot.json: {"chunks": N, "dataset_id": "...", "format": 1, "pipeline": "..."}.
+ * manifest.json: {"bytes": B, "chunk_count": N, "chunks": [{"bytes", "crc32c", "elements",
+ * "index"}, ...], "dataset_id": "...", "elements": E, "format": 1}, where a chunk's bytes is
+ * its file size and crc32c the (unmasked) checksum of its footer. */
 #ifndef SLUICE_PIPELINE_SNAPSHOT_H
 #define SLUICE_PIPELINE_SNAPSHOT_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct sluice_element;
 
@@ -36,10 +54,10 @@ struct sluice_element;
 #define SNAP_CHUNKS_DIR "chunks"
 
 struct snap_meta {
-    uint32_t format;     /* SNAP_FORMAT */
+    uint32_t format; /* SNAP_FORMAT */
     char dataset_id[128];
-    char *pipeline;      /* canonical pipeline text (malloc'd) */
-    uint64_t chunks;     /* chunks in a complete snapshot: the save's split count */
+    char *pipeline;  /* canonical pipeline text (malloc'd) */
+    uint64_t chunks; /* chunks in a complete snapshot: the save's split count */
 };
 void snap_meta_release(struct snap_meta *m);
 
@@ -60,7 +78,9 @@ struct snap_writer;
  * the same chunk never collide). */
 int snap_writer_open(const char *dir, uint64_t index, struct snap_writer **out, char *err,
                      size_t errlen);
-/* Appends one element. */
+/* Appends one element (streamed to the file: a writer holds one element's record in memory, never
+ * the chunk). An element whose record is over the limit is SLUICE_ERR_TOO_LARGE; a failed write
+ * is -errno (-ENOSPC when the disk is full). After a failure, abort the writer. */
 int snap_writer_add(struct snap_writer *w, const struct sluice_element *e, char *err,
                     size_t errlen);
 /* Writes the footer, syncs, renames the file to the chunk's name (replacing one already there:
@@ -72,7 +92,13 @@ void snap_writer_abort(struct snap_writer *w);
 
 /* A committed chunk being read. */
 struct snap_reader;
+/* Opens the chunk file at path. A missing file is SLUICE_ERR_NOT_FOUND ("snapshot chunk PATH:
+ * not found"); a file too short for the magic or with another magic is SLUICE_ERR_CORRUPT. */
 int snap_reader_open(const char *path, struct snap_reader **out, char *err, size_t errlen);
+/* snap_reader_open over an open stream (any seekable FILE, e.g. fmemopen), named name in
+ * messages. The reader owns f from the call on, also when it fails. */
+int snap_reader_open_file(FILE *f, const char *name, struct snap_reader **out, char *err,
+                          size_t errlen);
 /* Reads the next element into e (overwritten). Returns 1 with an element, 0 at the end (after
  * the footer checked out), or a negative code (SLUICE_ERR_CORRUPT naming the file and offset). */
 int snap_reader_next(struct snap_reader *r, struct sluice_element *e, char *err, size_t errlen);
@@ -84,21 +110,27 @@ struct snap_chunk_info {
     uint32_t crc32c;
 };
 int snap_chunk_check(const char *path, struct snap_chunk_info *out, char *err, size_t errlen);
+/* snap_chunk_check over an open stream, as snap_reader_open_file (which owns f). */
+int snap_chunk_check_file(FILE *f, const char *name, struct snap_chunk_info *out, char *err,
+                          size_t errlen);
 
 /* Checks every chunk 0..chunks-1 (snap_chunk_check) and writes DIR/manifest.json atomically.
+ * chunks must be snapshot.json's count (else SLUICE_ERR_INVALID); a DIR without snapshot.json is
+ * SLUICE_ERR_NOT_FOUND.
  * A missing chunk is SLUICE_ERR_NOT_FOUND naming it; a damaged one its SLUICE_ERR_CORRUPT. */
 int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen);
-/* Writes DIR/FAILED with why (one line). */
+/* Writes DIR/FAILED with why (one line: line breaks become spaces), atomically, creating DIR
+ * when missing. */
 int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen);
 
 /* Where a snapshot stands on disk. */
 struct snap_disk_status {
-    bool complete;        /* manifest.json present */
-    bool failed;          /* FAILED present; why holds its line */
+    bool complete; /* manifest.json present */
+    bool failed;   /* FAILED present; why holds its line */
     char why[512];
-    uint64_t chunks;      /* from snapshot.json */
-    uint64_t committed;   /* chunk files present under their final names */
-    uint64_t elements;    /* from the manifest when complete, else 0 */
+    uint64_t chunks;    /* from snapshot.json */
+    uint64_t committed; /* chunk files present under their final names */
+    uint64_t elements;  /* from the manifest when complete, else 0 */
 };
 int snap_disk_status(const char *dir, struct snap_disk_status *out, char *err, size_t errlen);
 
