@@ -92,6 +92,13 @@ struct task_config {
      * refuses one it can size before allocating it (iter.h); any other fails the task when it
      * comes out. Either way the task fails with SLUICE_ERR_LIMIT's message. */
     uint64_t max_element_bytes;
+    /* A save's task (README "Snapshots"; distributed_epoch only): the snapshot directory, or
+     * NULL. Its producers write the elements of each split into the split's chunk file there
+     * (pipeline/snapshot.h) instead of the buffer, commit the chunk, and only then mark the split
+     * finished, so what the dispatcher hears finished is on disk. A split left half-way (the task
+     * stopped or failed) has its temporary file removed. With data roots, a directory outside
+     * them fails the task. Copied by task_start. */
+    const char *snapshot_path;
 };
 
 /* Loop. Starts the producers of a task over spec, which the task takes ownership of (also on
@@ -174,6 +181,9 @@ int task_error(struct task *t, const char **msg);
 
 /* Loop. Fails the task with code and msg unless it failed already. */
 void task_fail(struct task *t, int code, const char *msg);
+
+/* Loop. The chunks this task committed (a save's task; 0 for others). */
+uint64_t task_chunks_committed(struct task *t);
 
 /* Loop. The worker drains (SIGTERM). distributed_epoch: producers finish the splits they are on
  * and take no more; the splits leased and not started are handed back with the next GetSplits
