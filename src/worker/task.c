@@ -65,7 +65,7 @@ struct task {
     uint64_t max_bytes, max_records;
     struct pipe_limits limits; /* read-only once the producers run */
     struct pipe_spec *spec;
-    char *snap_dir;           /* a save's task: the snapshot directory (owned); NULL otherwise */
+    char *snap_dir;            /* a save's task: the snapshot directory (owned); NULL otherwise */
     uint64_t chunks_committed; /* task mutex */
 
     uv_mutex_t mu;
@@ -504,8 +504,8 @@ static uint64_t now_ms(void)
 /* A save's task: writes split seq's elements into its chunk file and commits it. Returns 0 once
  * the chunk is committed, SLUICE_ERR_CANCELLED when the task stopped (the temporary file is then
  * removed), or a failure with its message. */
-static int write_chunk(struct producer *p, const struct pipe_split *split, uint64_t seq,
-                       char *err, size_t errlen)
+static int write_chunk(struct producer *p, const struct pipe_split *split, uint64_t seq, char *err,
+                       size_t errlen)
 {
     struct task *t = p->t;
     struct snap_writer *w = NULL;
@@ -613,8 +613,8 @@ static int run_splits(struct producer *p, char *err, size_t errlen)
             p->tagging = true;
             p->tag.seq = seq;
             p->tag.pos = 0;
-            rc = pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &run, err,
-                                          errlen);
+            rc =
+                pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &run, err, errlen);
             if (rc == 0) {
                 rc = produce(p, run, err, errlen);
                 pipe_run_free(run);
