@@ -3,12 +3,14 @@
 #include "server_internal.h"
 
 #include "pipeline/roots.h"
+#include "pipeline/snapshot.h"
 
 /* ---- RegisterDataset ------------------------------------------------------------------------- *
  *
  * The definition is decoded and validated on the loop. With data roots, a file source's globs are
  * then checked against them on the thread pool (the check lists directories), and the dataset is
- * planned and committed back on the loop once it passes. */
+ * planned and committed back on the loop once it passes. A snapshot source goes through the thread
+ * pool too, with or without roots: its directory must hold a snapshot.json. */
 
 struct register_ctx {
     struct req r;
@@ -76,7 +78,17 @@ static void register_plan_and_commit(struct dispatcher *d, struct register_ctx *
 static void register_check_work(uv_work_t *w)
 {
     struct register_ctx *c = w->data;
-    c->rc = pipe_roots_check_source(c->roots, &c->spec->source, c->err, sizeof c->err);
+    const struct pipe_source *src = &c->spec->source;
+    c->rc = pipe_roots_check_source(c->roots, src, c->err, sizeof c->err);
+    if (c->rc == 0 && src->kind == PIPE_SRC_SNAPSHOT) {
+        struct snap_meta m;
+        char why[ERRLEN - 16];
+        c->rc = snap_meta_read(src->globs[0], &m, why, sizeof why);
+        if (c->rc == 0)
+            snap_meta_release(&m);
+        else
+            snprintf(c->err, sizeof c->err, "snapshot %s", why);
+    }
 }
 
 static void register_check_after(uv_work_t *w, int status)
@@ -172,7 +184,8 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
     }
     free(packed);
     dispatcher_req_init(&c->r, d, conn, env->id);
-    if (!pipe_roots_active(&d->roots) || !pipe_source_reads_files(c->spec->source.kind)) {
+    if ((!pipe_roots_active(&d->roots) || !pipe_source_reads_files(c->spec->source.kind)) &&
+        c->spec->source.kind != PIPE_SRC_SNAPSHOT) {
         register_plan_and_commit(d, c);
         return;
     }

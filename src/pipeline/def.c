@@ -134,6 +134,8 @@ static Sluice__SourceDef__Kind source_kind_to_pb(enum pipe_source_kind k)
         return SLUICE__SOURCE_DEF__KIND__LINES;
     case PIPE_SRC_TAR:
         return SLUICE__SOURCE_DEF__KIND__TAR;
+    case PIPE_SRC_SNAPSHOT:
+        return SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
     }
     return SLUICE__SOURCE_DEF__KIND__RANGE;
 }
@@ -230,6 +232,7 @@ int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
         break;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
+    case PIPE_SRC_SNAPSHOT:
         src.globs = s->globs;
         src.n_globs = s->nglobs;
         break;
@@ -524,7 +527,7 @@ static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, boo
     return 0;
 }
 
-static const char *const source_names[] = {"range", "list", "tfrecord", "lines", "tar"};
+static const char *const source_names[] = {"range", "list", "tfrecord", "lines", "tar", "snapshot"};
 static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",    "take",
                                        "skip", "repeat", "shard",   "prefetch", "global_shuffle"};
 
@@ -550,7 +553,7 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     if (!pb)
         return corrupt(d, "missing source");
     snprintf(d->where, sizeof(d->where), "source");
-    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__TAR)
+    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__SNAPSHOT)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     s->kind = (enum pipe_source_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "source %s", source_names[s->kind]);
@@ -561,7 +564,7 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     if (!is_list && pb->n_values)
         return corrupt(d, "values belong to list only");
     if ((is_range || is_list) && pb->n_globs)
-        return corrupt(d, "globs belong to tfrecord, lines and tar only");
+        return corrupt(d, "globs belong to tfrecord, lines, tar and snapshot only");
     if (s->kind != PIPE_SRC_TAR && pb->n_exts)
         return corrupt(d, "exts belong to tar only");
     switch (s->kind) {
@@ -580,6 +583,12 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     case PIPE_SRC_LINES:
         if (pb->n_globs == 0)
             return corrupt(d, "expected at least one file pattern");
+        return strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
+    case PIPE_SRC_SNAPSHOT:
+        if (pb->n_globs != 1)
+            return corrupt(d, "expected one directory, found %zu", pb->n_globs);
+        if (!pb->globs[0] || !pb->globs[0][0])
+            return corrupt(d, "expected a directory, found \"\"");
         return strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
     case PIPE_SRC_TAR: {
         if (pb->n_globs == 0)

@@ -18,6 +18,7 @@
 #include "roots.h"
 #include "shuffle.h"
 #include "slice.h"
+#include "snapsrc.h"
 #include "source.h"
 #include "tar.h"
 
@@ -114,6 +115,8 @@ static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct
         return pipe_lines_open(paths, npaths, ctx, out);
     case PIPE_SRC_TAR:
         return pipe_tar_open(paths, npaths, src->exts, src->nexts, ctx, out);
+    case PIPE_SRC_SNAPSHOT:
+        return pipe_snapshot_open(src->globs[0], paths, npaths, ctx, out);
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
         break;
@@ -177,6 +180,7 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
+    case PIPE_SRC_SNAPSHOT:
         rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
                           : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;
@@ -324,6 +328,10 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "column %d: tar needs 1 to %d member extensions", spec->source.column,
                        PIPE_MAX_COMPONENTS);
+    if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_SNAPSHOT &&
+        (spec->source.nglobs != 1 || !spec->source.globs[0][0]))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "column %d: snapshot needs exactly one directory", spec->source.column);
     for (size_t k = 0; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];
         switch (op->kind) {
@@ -453,8 +461,7 @@ int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry
          * again when they open it. */
         rc = pipe_roots_check_source(pipe_registry_roots(reg), src, err, errlen);
         if (rc == 0)
-            rc = pipe_glob_expand(src->globs, src->nglobs, &r->plan.paths, &r->plan.npaths, err,
-                                  errlen);
+            rc = pipe_source_paths(src, &r->plan.paths, &r->plan.npaths, err, errlen);
     } else
         rc = prepare_list(&r->plan, err, errlen);
     if (rc) {

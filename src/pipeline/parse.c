@@ -745,6 +745,30 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
     return 0;
 }
 
+/* snapshot("DIR"); the '(' is consumed. DIR is a path, kept as the source's one glob. */
+static int parse_snapshot(struct parser *p, struct pipe_source *src)
+{
+    struct tok t;
+    peek(p, &t);
+    size_t at = t.start;
+    char *d = NULL;
+    size_t dlen = 0;
+    int rc = parse_string(p, &d, &dlen);
+    if (rc)
+        return rc;
+    if (strlen(d) != dlen || dlen == 0) {
+        free(d);
+        return fail(p, at,
+                    dlen ? "a snapshot directory cannot contain a NUL byte"
+                         : "a snapshot directory cannot be empty");
+    }
+    size_t cap = 0;
+    rc = push_str(p, &src->globs, &src->nglobs, &cap, d);
+    if (rc)
+        return rc;
+    return expect_punct(p, ')', "')'");
+}
+
 /* Parses the source into spec->source; on failure the caller frees spec, which releases
  * whatever was built so far (counts only ever cover complete entries). */
 static int parse_source(struct parser *p, struct pipe_source *src)
@@ -765,6 +789,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         src->kind = PIPE_SRC_LINES;
     else if (is_word(&t, p, "tar"))
         src->kind = PIPE_SRC_TAR;
+    else if (is_word(&t, p, "snapshot"))
+        src->kind = PIPE_SRC_SNAPSHOT;
     else {
         describe(p, &t, name);
         return fail(p, t.start, "unknown source %s", name);
@@ -783,6 +809,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         return parse_globs(p, src);
     case PIPE_SRC_TAR:
         return parse_tar(p, src);
+    case PIPE_SRC_SNAPSHOT:
+        return parse_snapshot(p, src);
     }
     return 0;
 }

@@ -97,6 +97,8 @@ const char *pipe_source_name(enum pipe_source_kind kind)
         return "lines";
     case PIPE_SRC_TAR:
         return "tar";
+    case PIPE_SRC_SNAPSHOT:
+        return "snapshot";
     }
     return "source";
 }
@@ -300,7 +302,11 @@ int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source
     for (size_t i = 0; i < src->nglobs; i++) {
         char label[PATH_MAX + 32];
         snprintf(label, sizeof label, "%s(\"%s\")", pipe_source_name(src->kind), src->globs[i]);
-        int rc = check_glob(r, label, src->globs[i], err, errlen);
+        /* A snapshot names its directory, not a pattern: the directory must lie within a root
+         * (its chunk files are checked again as they are opened). */
+        int rc = src->kind == PIPE_SRC_SNAPSHOT
+                     ? pipe_roots_check_path(r, label, src->globs[i], NULL, 0, err, errlen)
+                     : check_glob(r, label, src->globs[i], err, errlen);
         if (rc < 0)
             return rc;
     }

@@ -515,6 +515,7 @@ struct snap_reader {
     char *path;
     uint64_t size; /* of the file, at open */
     uint64_t off;  /* of the next record */
+    uint64_t last; /* of the record read last */
     uint64_t count;
     uint32_t crc;    /* over every byte before off */
     uint32_t footer; /* the footer's crc32c (unmasked), once read */
@@ -687,9 +688,15 @@ int snap_reader_next(struct snap_reader *r, struct sluice_element *e, char *err,
                            "bad element at offset %" PRIu64 ": %s", at,
                            rc < 0 ? cerr : "not one element record");
     r->crc = crc32c_extend(crc32c_extend(r->crc, head, RECORD_HEADER), r->rec.p, len);
+    r->last = at;
     r->off = at + RECORD_HEADER + len;
     r->count++;
     return 1;
+}
+
+uint64_t snap_reader_offset(const struct snap_reader *r)
+{
+    return r->last;
 }
 
 void snap_reader_close(struct snap_reader *r)

@@ -102,6 +102,8 @@ int snap_reader_open_file(FILE *f, const char *name, struct snap_reader **out, c
 /* Reads the next element into e (overwritten). Returns 1 with an element, 0 at the end (after
  * the footer checked out), or a negative code (SLUICE_ERR_CORRUPT naming the file and offset). */
 int snap_reader_next(struct snap_reader *r, struct sluice_element *e, char *err, size_t errlen);
+/* The offset in the file of the record snap_reader_next() returned last. */
+uint64_t snap_reader_offset(const struct snap_reader *r);
 void snap_reader_close(struct snap_reader *r);
 
 /* What one committed chunk holds, read from its footer after checking the whole file. */

@@ -234,6 +234,7 @@ static bool source_equal(const struct pipe_source *a, const struct pipe_source *
         return values_equal(a->values, a->nvalues, b->values, b->nvalues);
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
+    case PIPE_SRC_SNAPSHOT:
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs);
     case PIPE_SRC_TAR:
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
@@ -443,6 +444,11 @@ static void put_source(struct sink *k, const struct pipe_source *s)
             put(k, "]", 1);
         put(k, ", ", 2);
         put_strs(k, s->exts, s->nexts);
+        put(k, ")", 1);
+        return;
+    case PIPE_SRC_SNAPSHOT:
+        puts_(k, "snapshot(");
+        put_strs(k, s->globs, s->nglobs);
         put(k, ")", 1);
         return;
     }

@@ -35,7 +35,8 @@ enum pipe_source_kind {
     PIPE_SRC_LIST,
     PIPE_SRC_TFRECORD,
     PIPE_SRC_LINES,
-    PIPE_SRC_TAR /* WebDataset shards: tar("GLOB", "EXT", ...) */
+    PIPE_SRC_TAR,     /* WebDataset shards: tar("GLOB", "EXT", ...) */
+    PIPE_SRC_SNAPSHOT /* a distributed snapshot: snapshot("DIR"), one split per chunk */
 };
 
 struct pipe_source {
@@ -43,7 +44,8 @@ struct pipe_source {
     int64_t start, stop, step; /* RANGE; step != 0 */
     struct pipe_value *values; /* LIST: one value per element */
     size_t nvalues;
-    char **globs; /* TFRECORD, LINES, TAR: at least one */
+    char **globs; /* TFRECORD, LINES, TAR: at least one; SNAPSHOT: exactly one, the directory
+                     (a path, not a pattern) */
     size_t nglobs;
     char **exts; /* TAR: the member extensions that make an element, in component order; 1 to
                     PIPE_MAX_COMPONENTS of them, distinct, each passing pipe_wds_ext_problem() */
@@ -51,9 +53,18 @@ struct pipe_source {
     int column; /* 1-based column in the text it was parsed from, 0 if unknown */
 };
 
-/* Whether a source of this kind reads files named by globs, one split per file (tfrecord, lines
- * and tar): their element counts are unknown until the files are read. */
+/* Whether a source of this kind reads files, one split per file (tfrecord, lines and tar: the
+ * files its globs match; snapshot: the chunk files its snapshot.json counts): their element
+ * counts are unknown until the files are read. */
 static inline bool pipe_source_reads_files(enum pipe_source_kind kind)
+{
+    return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR ||
+           kind == PIPE_SRC_SNAPSHOT;
+}
+
+/* Whether a source of this kind names its files by glob patterns (tfrecord, lines and tar), so
+ * that a list of files can stand in for them (static file sharding). */
+static inline bool pipe_source_globs(enum pipe_source_kind kind)
 {
     return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR;
 }

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "perm.h"
+#include "snapsrc.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -58,9 +59,9 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
         return 0;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
-    case PIPE_SRC_TAR: {
-        rc = pipe_glob_expand(spec->source.globs, spec->source.nglobs, &p->paths, &p->npaths, err,
-                              errlen);
+    case PIPE_SRC_TAR:
+    case PIPE_SRC_SNAPSHOT: {
+        rc = pipe_source_paths(&spec->source, &p->paths, &p->npaths, err, errlen);
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < p->npaths; i++) {
@@ -119,6 +120,7 @@ int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
+    case PIPE_SRC_SNAPSHOT:
         out->index =
             pipe_split_file_index(p->dist.shuffled, p->dist.seed, p->npaths, repetition, k);
         snprintf(out->path, sizeof out->path, "%s", p->paths[out->index]);
@@ -134,6 +136,20 @@ uint64_t pipe_split_file_index(bool shuffled, int64_t seed, uint64_t nfiles, uin
     struct pipe_perm perm;
     pipe_perm_init(&perm, pipe_perm_key(seed, r, 0), nfiles);
     return pipe_perm_apply(&perm, k);
+}
+
+int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,
+                      size_t errlen)
+{
+    *paths = NULL;
+    *npaths = 0;
+    if (src->kind == PIPE_SRC_SNAPSHOT) {
+        if (src->nglobs != 1)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "a snapshot source names one directory, not %zu", src->nglobs);
+        return pipe_snapshot_paths(src->globs[0], paths, npaths, err, errlen);
+    }
+    return pipe_glob_expand(src->globs, src->nglobs, paths, npaths, err, errlen);
 }
 
 static int cmp_paths(const void *a, const void *b)

@@ -2,7 +2,8 @@
  *
  * A splittable source is cut into a fixed sequence of splits: chunks of positions for range()
  * and list(), one file per split for tfrecord(), lines() and tar() (files in sorted name order;
- * a tar() split is one whole shard). The
+ * a tar() split is one whole shard), one chunk per split for snapshot() (in chunk order; the
+ * chunk count comes from snapshot.json, the chunks themselves may not exist yet). The
  * operations that dist.h places on the split sequence are applied here: repeat(R) makes the
  * sequence the source's splits R times over (forever for repeat()), so the cluster as a whole
  * sees each element exactly R times, and take, skip and shard make the positions a view of the
@@ -30,7 +31,8 @@ struct pipe_split {
     uint64_t begin, end; /* RANGE, LIST: positions [begin, end) of the view (see dist.h) */
     uint64_t index;      /* which split of its pass: seq % per_pass, or for a file source under
                             global_shuffle the file's index in the sorted list */
-    char path[4096];     /* TFRECORD, LINES, TAR: the file; empty otherwise */
+    char path[4096];     /* TFRECORD, LINES, TAR: the file; SNAPSHOT: the chunk file; empty
+                            otherwise */
 };
 
 struct pipe_split_provider {
@@ -39,7 +41,8 @@ struct pipe_split_provider {
     uint64_t source_len; /* RANGE, LIST: positions per pass of the view (dist.len) */
     uint64_t split_size; /* RANGE, LIST: positions per split */
     uint64_t passes;     /* product of repeat counts; UINT64_MAX when infinite */
-    char **paths;        /* TFRECORD, LINES, TAR: sorted expanded file list (owned) */
+    char **paths;        /* TFRECORD, LINES, TAR: sorted expanded file list; SNAPSHOT: the
+                            chunk files (owned) */
     size_t npaths;
     struct pipe_dist dist; /* where each op runs in distributed_epoch */
 };
@@ -74,6 +77,13 @@ uint64_t pipe_split_count(const struct pipe_split_provider *p);
 
 /* Fills split number seq. Returns 1, or 0 when seq is past the end. */
 int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe_split *out);
+
+/* The files a file source (pipe_source_reads_files) reads, in split order: its globs expanded
+ * (pipe_glob_expand), or for snapshot("DIR") the chunk files DIR/snapshot.json counts, which
+ * need not exist yet (pipe_snapshot_paths: a DIR without snapshot.json is SLUICE_ERR_NOT_FOUND,
+ * "snapshot DIR: not a snapshot (no snapshot.json)"). Same ownership as pipe_glob_expand. */
+int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,
+                      size_t errlen);
 
 /* Expands shell globs (glob(3)) to a sorted, de-duplicated list of regular files. A pattern
  * that matches nothing is SLUICE_ERR_NOT_FOUND naming it in err. *paths (and each string) is

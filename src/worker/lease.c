@@ -35,6 +35,7 @@ int lease_plan_check(const struct lease_plan *p, char *err, size_t errlen)
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
+    case PIPE_SRC_SNAPSHOT:
         if (p->npaths != p->per_pass)
             return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                            "split plan has %" PRIu64 " splits per pass but %zu files", p->per_pass,
@@ -73,6 +74,7 @@ int lease_split_fill(const struct lease_plan *p, uint64_t seq, struct pipe_split
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
+    case PIPE_SRC_SNAPSHOT:
         out->index = pipe_split_file_index(p->shuffled, p->seed, p->npaths, out->repetition, k);
         snprintf(out->path, sizeof out->path, "%s", p->paths[out->index]);
         return 0;

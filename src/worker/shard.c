@@ -8,9 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A source whose globs a list of files can replace. A snapshot reads files too, but names its
+ * directory, so static sharding shards its data. */
 static bool is_file_source(const struct pipe_spec *spec)
 {
-    return pipe_source_reads_files(spec->source.kind);
+    return pipe_source_globs(spec->source.kind);
 }
 
 bool shard_needs_files(const struct pipe_spec *spec, enum sluice_mode mode)

@@ -5,10 +5,10 @@
  *
  *   file          keep the files whose index in the sorted list is worker_index modulo
  *                 num_workers; the source then lists exactly those files. An error for a
- *                 range/list source, or when there are fewer files than workers.
+ *                 range, list or snapshot source, or when there are fewer files than workers.
  *   data          append shard(num_workers, worker_index) as the last op.
- *   file_or_data  file for a file source with at least num_workers files, data otherwise (as
- *                 tf.data's AUTO policy falls back to data sharding).
+ *   file_or_data  file for a tfrecord, lines or tar source with at least num_workers files,
+ *                 data otherwise (as tf.data's AUTO policy falls back to data sharding).
  *   hint          replace each SHARD_HINT argument: the count by num_workers, the index by
  *                 worker_index. A pipeline without hints is left whole.
  *

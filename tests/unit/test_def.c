@@ -66,6 +66,8 @@ static const char *const texts[] = {
     ("range(10) | shard(4, 3) | shard(SHARD_HINT, SHARD_HINT) | shard(SHARD_HINT, 5) | "
      "shard(2, SHARD_HINT)"),
     "range(10) | prefetch(1)",
+    "snapshot(\"/data/snap\")",
+    "snapshot(\"/s\\xc3\\xa9\") | global_shuffle(3) | shard(2, 0) | batch(2)",
 };
 
 static void test_round_trip(void **state)
@@ -118,8 +120,8 @@ static void test_tail_round_trip(void **state)
     pipe_spec_free(b);
 }
 
-/* The wire form is pinned: definitions written before tar() existed decode as they did, and
- * tar() adds kind 4 and field 7 without changing anything else. */
+/* The wire form is pinned: definitions written before tar() existed decode as they did, tar()
+ * adds kind 4 and field 7 and snapshot() kind 5 without changing anything else. */
 static void test_pinned_bytes(void **state)
 {
     (void)state;
@@ -139,6 +141,8 @@ static void test_pinned_bytes(void **state)
          17,
          {0x0a, 0x0f, 0x08, 0x04, 0x32, 0x01, 's', 0x3a, 0x03, 'j', 'p', 'g', 0x3a, 0x03, 'c', 'l',
           's'}},
+        /* source { kind: SNAPSHOT, globs: "d" } */
+        {"snapshot(\"d\")", 7, {0x0a, 0x05, 0x08, 0x05, 0x32, 0x01, 'd'}},
     };
     for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++) {
         struct pipe_spec *a = parse_ok(pinned[i].text);
@@ -442,8 +446,9 @@ static void test_sources(void **state)
     s = src_range(0, 10, 1);
     s->n_globs = 2;
     s->globs = globs;
-    expect_def(s, NULL, 0,
-               "dataset definition: source range: globs belong to tfrecord, lines and tar only");
+    expect_def(
+        s, NULL, 0,
+        "dataset definition: source range: globs belong to tfrecord, lines, tar and snapshot only");
     s = src_range(0, 10, 1);
     s->kind = SLUICE__SOURCE_DEF__KIND__TFRECORD;
     expect_def(s, NULL, 0,
@@ -512,8 +517,32 @@ static void test_sources(void **state)
     s->exts = exts;
     expect_def(s, NULL, 0, "dataset definition: source range: exts belong to tar only");
     s = src_range(0, 0, 0);
-    s->kind = (Sluice__SourceDef__Kind)5;
-    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 5");
+    s->kind = (Sluice__SourceDef__Kind)6;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 6");
+
+    /* snapshot: exactly one non-empty directory, nothing else. */
+    char *dirs[] = {"/snap", "/other", ""};
+    s = src_tar(1, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
+    expect_def(s, NULL, 0, NULL);
+    s = src_tar(0, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
+    expect_def(s, NULL, 0, "dataset definition: source snapshot: expected one directory, found 0");
+    s = src_tar(2, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
+    expect_def(s, NULL, 0, "dataset definition: source snapshot: expected one directory, found 2");
+    s = src_tar(1, dirs + 2, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
+    expect_def(s, NULL, 0, "dataset definition: source snapshot: expected a directory, found \"\"");
+    s = src_tar(1, dirs, 1, exts);
+    s->kind = SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
+    expect_def(s, NULL, 0, "dataset definition: source snapshot: exts belong to tar only");
+    s = src_range(0, 10, 1);
+    s->kind = SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
+    s->n_globs = 1;
+    s->globs = dirs;
+    expect_def(s, NULL, 0,
+               "dataset definition: source snapshot: start, stop and step belong to range only");
 }
 
 static void test_values(void **state)

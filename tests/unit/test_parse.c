@@ -91,6 +91,10 @@ static const struct {
     {"tar([\"a.tar\", \"b\\\\[1].tar\"], \"cls\", \"jpg\", \"json\")",
      "tar([\"a.tar\", \"b\\\\[1].tar\"], \"cls\", \"jpg\", \"json\")"},
     {"tar(\"\", \"\\x41\\n\")", "tar(\"\", \"A\\n\")"},
+    {"snapshot(\"/data/snap\")", "snapshot(\"/data/snap\")"},
+    {" snapshot ( \"s*[1]\\x41\" ) ", "snapshot(\"s*[1]A\")"},
+    {"snapshot(\"/s\") | global_shuffle(7) | shard(2, 1) | take(5) | batch(2)",
+     "snapshot(\"/s\") | global_shuffle(7) | shard(2, 1) | take(5) | batch(2)"},
     {"tar(\"s.tar\", \"a.b.c\", \"a.b\", \"a\") | shuffle(10) | batch(4)",
      "tar(\"s.tar\", \"a.b.c\", \"a.b\", \"a\") | shuffle(10) | batch(4)"},
     {"range(10) | map(square) | filter(even)", "range(10) | map(square) | filter(even)"},
@@ -244,6 +248,14 @@ static void test_fields(void **state)
     assert_string_equal(s->source.exts[1], "seg.png");
     pipe_spec_free(s);
 
+    s = parse_ok("snapshot(\"/d/s*\")");
+    assert_int_equal(s->source.kind, PIPE_SRC_SNAPSHOT);
+    assert_int_equal(s->source.nglobs, 1);
+    assert_string_equal(s->source.globs[0], "/d/s*");
+    assert_true(pipe_source_reads_files(s->source.kind));
+    assert_false(pipe_source_globs(s->source.kind));
+    pipe_spec_free(s);
+
     s = parse_ok("lines(\"a*\", \"b?\")");
     assert_int_equal(s->source.kind, PIPE_SRC_LINES);
     assert_int_equal(s->source.nglobs, 2);
@@ -388,6 +400,13 @@ static const struct {
     {"tfrecord(\"a\", )", "column 15: expected a string, found ')'"},
     {"tfrecord(\"a", "column 10: unterminated string"},
     {"tar()", "column 5: expected a string, found ')'"},
+    {"snapshot()", "column 10: expected a string, found ')'"},
+    {"snapshot(1)", "column 10: expected a string, found '1'"},
+    {"snapshot(\"\")", "column 10: a snapshot directory cannot be empty"},
+    {"snapshot(\"a\\x00b\")", "column 10: a snapshot directory cannot contain a NUL byte"},
+    {"snapshot(\"a\", \"b\")", "column 13: expected ')', found ','"},
+    {"snapshot([\"a\"])", "column 10: expected a string, found '['"},
+    {"snapshot(\"a\"", "column 13: expected ')', found end of input"},
     {"tar(\"a\")", "column 8: expected ',' and a member extension, found ')'"},
     {"tar(\"a\", )", "column 10: expected a string, found ')'"},
     {"tar(\"a\" \"jpg\")", "column 9: expected ',' and a member extension, found '\"jpg\"'"},

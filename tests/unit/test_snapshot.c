@@ -11,22 +11,35 @@
 #include "common/crc32c.h"
 #include "pipeline/element.h"
 #include "pipeline/files.h"
+#include "pipeline/format.h"
+#include "pipeline/iter.h"
+#include "pipeline/parse.h"
+#include "pipeline/registry.h"
+#include "pipeline/roots.h"
 #include "pipeline/snapshot.h"
+#include "pipeline/snapsrc.h"
+#include "pipeline/split.h"
+#include "worker/shard.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 struct fixture {
     char dir[64];
     char err[512];
+    struct sluice_registry *reg;
 };
 
 static int setup(void **state)
@@ -35,6 +48,7 @@ static int setup(void **state)
     assert_non_null(f);
     snprintf(f->dir, sizeof f->dir, "/tmp/sluice-test-snapshot-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
+    assert_int_equal(pipe_registry_new(&f->reg), 0);
     *state = f;
     return 0;
 }
@@ -51,6 +65,7 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    pipe_registry_free(f->reg);
     free(f);
     return 0;
 }
@@ -485,6 +500,38 @@ static void test_missing_chunk(void **state)
     assert_string_equal(f->err, want);
 }
 
+/* The fuzzer's seeds were written by an independent encoder of the format: every one reads. */
+static void test_seed_corpus(void **state)
+{
+    struct fixture *f = *state;
+    static const struct {
+        const char *name;
+        uint64_t elements;
+    } seeds[] = {{"empty", 0}, {"int64", 3}, {"float32_matrix", 1}, {"strings", 2}, {"tuple", 1}};
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/tests/fuzz/corpus/fuzz_snapshot_chunk/%s",
+                 SLUICE_SOURCE_DIR, seeds[i].name);
+        struct snap_chunk_info info;
+        int rc = snap_chunk_check(path, &info, f->err, sizeof f->err);
+        if (rc != 0)
+            fail_msg("%s: %s", seeds[i].name, f->err);
+        assert_int_equal(info.elements, seeds[i].elements);
+    }
+    /* The int64 seed holds what a writer writes for 0, 1, 2, byte for byte. */
+    write_i64_chunk(f, 0, 0, 3);
+    size_t a, b;
+    char seed[512];
+    snprintf(seed, sizeof seed, "%s/tests/fuzz/corpus/fuzz_snapshot_chunk/int64",
+             SLUICE_SOURCE_DIR);
+    uint8_t *ours = read_whole(chunk_path(f, 0), &a);
+    uint8_t *theirs = read_whole(seed, &b);
+    assert_int_equal(a, b);
+    assert_memory_equal(ours, theirs, a);
+    free(ours);
+    free(theirs);
+}
+
 /* ---- writers ---- */
 
 /* The names in DIR/chunks, sorted, joined by spaces. */
@@ -774,6 +821,433 @@ static void test_disk_status(void **state)
     assert_string_equal(st.why, "disk full while writing chunk 2");
 }
 
+/* ---- the snapshot("DIR") source ---- */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Writes snapshot.json for n chunks and chunk i with counts[i] elements 10 * i + j (counts NULL:
+ * no chunk). */
+static void make_snapshot(struct fixture *f, const char *dir, uint64_t n, const int *counts)
+{
+    struct snap_meta m;
+    memset(&m, 0, sizeof m);
+    m.format = SNAP_FORMAT;
+    snprintf(m.dataset_id, sizeof m.dataset_id, "d1");
+    m.pipeline = "range(5)";
+    m.chunks = n;
+    assert_int_equal(snap_meta_write(dir, &m, f->err, sizeof f->err), 0);
+    for (uint64_t i = 0; counts && i < n; i++) {
+        if (counts[i] < 0)
+            continue;
+        struct snap_writer *w;
+        assert_int_equal(snap_writer_open(dir, i, &w, f->err, sizeof f->err), 0);
+        struct sluice_element e;
+        pipe_elem_init(&e);
+        for (int j = 0; j < counts[i]; j++) {
+            set_i64(&e, 10 * (int64_t)i + j);
+            assert_int_equal(snap_writer_add(w, &e, f->err, sizeof f->err), 0);
+        }
+        pipe_elem_release(&e);
+        assert_int_equal(snap_writer_commit(w, f->err, sizeof f->err), 0);
+    }
+}
+
+static struct pipe_spec *parse_text(const char *fmt, const char *dir)
+{
+    char text[512], err[256];
+    snprintf(text, sizeof text, fmt, dir);
+    struct pipe_spec *spec = NULL;
+    if (pipe_parse(text, &spec, err, sizeof err) != 0)
+        fail_msg("%s: %s", text, err);
+    return spec;
+}
+
+/* Reads run to its end (or failure) into text, one element per line; returns the final code. */
+static int drain(struct pipe_run *run, char *text, size_t len)
+{
+    struct sluice_element e;
+    struct pipe_buf b = {0};
+    pipe_elem_init(&e);
+    text[0] = '\0';
+    int rc;
+    while ((rc = pipe_run_next(run, &e)) == 1) {
+        b.len = 0;
+        assert_int_equal(pipe_format_elem(&b, &e), 0);
+        size_t l = strlen(text);
+        snprintf(text + l, len - l, "%s%s", l ? " " : "", b.p);
+    }
+    pipe_buf_release(&b);
+    pipe_elem_release(&e);
+    return rc;
+}
+
+/* Runs fmt (with %s the snapshot directory) locally and asserts its elements. */
+static void expect_run(struct fixture *f, const char *fmt, const char *dir, const char *want)
+{
+    struct pipe_spec *spec = parse_text(fmt, dir);
+    struct pipe_run *run;
+    int rc = pipe_open(spec, f->reg, &run, f->err, sizeof f->err);
+    if (rc)
+        fail_msg("%s: open: %s", fmt, f->err);
+    char got[1024];
+    rc = drain(run, got, sizeof got);
+    if (rc != 0)
+        fail_msg("%s: %s", fmt, run->ctx.err);
+    if (strcmp(got, want) != 0)
+        fail_msg("%s: got \"%s\", want \"%s\"", fmt, got, want);
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+}
+
+static void test_source_reads(void **state)
+{
+    struct fixture *f = *state;
+    static const int counts[] = {2, 0, 3, 1};
+    make_snapshot(f, f->dir, 4, counts);
+    assert_int_equal(snap_finalize(f->dir, 4, f->err, sizeof f->err), 0);
+    expect_run(f, "snapshot(\"%s\")", f->dir, "0 1 20 21 22 30");
+    expect_run(f, "snapshot(\"%s\") | take(3)", f->dir, "0 1 20");
+    expect_run(f, "snapshot(\"%s\") | skip(2) | shard(2, 1)", f->dir, "21 30");
+    expect_run(f, "snapshot(\"%s\") | repeat(2) | batch(4)", f->dir,
+               "[0, 1, 20, 21] [22, 30, 0, 1] [20, 21, 22, 30]");
+    expect_run(f, "snapshot(\"%s\") | map(add, 1) | filter(even)", f->dir, "2 22");
+
+    /* global_shuffle: each chunk's elements permuted among themselves, the same every run. */
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\") | global_shuffle(9)", f->dir);
+    char first[256] = "", again[256];
+    for (int k = 0; k < 2; k++) {
+        struct pipe_run *run;
+        assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), 0);
+        assert_int_equal(drain(run, k ? again : first, sizeof first), 0);
+        pipe_run_free(run);
+    }
+    assert_string_equal(first, again);
+    long sum = 0;
+    int n = 0;
+    for (char *tok = strtok(first, " "); tok; tok = strtok(NULL, " "), n++)
+        sum += strtol(tok, NULL, 10);
+    assert_int_equal(n, 6);
+    assert_int_equal(sum, 0 + 1 + 20 + 21 + 22 + 30);
+    pipe_spec_free(spec);
+
+    /* An empty snapshot is empty. */
+    char empty[256];
+    snprintf(empty, sizeof empty, "%s/empty", f->dir);
+    make_snapshot(f, empty, 0, NULL);
+    expect_run(f, "snapshot(\"%s\")", empty, "");
+}
+
+static void test_source_not_a_snapshot(void **state)
+{
+    struct fixture *f = *state;
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\") | take(1)", f->dir);
+    char want[512];
+    snprintf(want, sizeof want, "snapshot %s: not a snapshot (no snapshot.json)", f->dir);
+    struct pipe_run *run = NULL;
+    assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), SLUICE_ERR_NOT_FOUND);
+    assert_null(run);
+    assert_string_equal(f->err, want);
+    struct pipe_split_provider p;
+    assert_int_equal(pipe_split_provider_init(&p, spec, 0, f->err, sizeof f->err),
+                     SLUICE_ERR_NOT_FOUND);
+    assert_string_equal(f->err, want);
+    pipe_spec_free(spec);
+}
+
+static void test_source_splits(void **state)
+{
+    struct fixture *f = *state;
+    /* Only chunk 1 exists: the splits name every chunk all the same. */
+    static const int counts[] = {-1, 2, -1, -1};
+    make_snapshot(f, f->dir, 4, counts);
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\") | repeat(2) | map(add, 1)", f->dir);
+    struct pipe_split_provider p;
+    assert_int_equal(pipe_split_provider_init(&p, spec, 0, f->err, sizeof f->err), 0);
+    assert_int_equal(p.kind, PIPE_SRC_SNAPSHOT);
+    assert_int_equal(p.per_pass, 4);
+    assert_int_equal(p.npaths, 4);
+    assert_int_equal(pipe_split_count(&p), 8);
+    struct pipe_split sp[8];
+    for (uint64_t seq = 0; seq < 8; seq++) {
+        assert_int_equal(pipe_split_at(&p, seq, &sp[seq]), 1);
+        assert_int_equal(sp[seq].repetition, seq / 4);
+        assert_int_equal(sp[seq].index, seq % 4);
+        assert_string_equal(sp[seq].path, chunk_path(f, seq % 4));
+    }
+    struct pipe_split past;
+    assert_int_equal(pipe_split_at(&p, 8, &past), 0);
+    pipe_split_provider_release(&p);
+
+    /* A worker runs split 5 (chunk 1, second pass). */
+    struct pipe_run *run;
+    assert_int_equal(pipe_open_splits(spec, f->reg, &sp[5], 1, &run, f->err, sizeof f->err), 0);
+    char got[256];
+    assert_int_equal(drain(run, got, sizeof got), 0);
+    assert_string_equal(got, "11 12");
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+
+    /* Under global_shuffle a pass visits every chunk once, in a seeded order. */
+    spec = parse_text("snapshot(\"%s\") | global_shuffle(4)", f->dir);
+    assert_int_equal(pipe_split_provider_init(&p, spec, 0, f->err, sizeof f->err), 0);
+    unsigned seen = 0;
+    for (uint64_t seq = 0; seq < 4; seq++) {
+        struct pipe_split s;
+        assert_int_equal(pipe_split_at(&p, seq, &s), 1);
+        assert_string_equal(s.path, chunk_path(f, s.index));
+        seen |= 1u << s.index;
+    }
+    assert_int_equal(seen, 0xf);
+    pipe_split_provider_release(&p);
+    pipe_spec_free(spec);
+}
+
+/* What a helper thread does to a snapshot while a reader reads it. */
+struct saver {
+    struct fixture *f;
+    unsigned delay_ms;
+    enum { SAVE_COMMIT, SAVE_FAIL, SAVE_NOTHING } what;
+    struct pipe_run *run; /* cancelled when the reader is not done within 10 s */
+    atomic_int done;
+    uint64_t acted_ms;
+};
+
+static void *saver_main(void *arg)
+{
+    struct saver *s = arg;
+    sleep_ms(s->delay_ms);
+    char err[512];
+    if (s->what == SAVE_COMMIT) {
+        struct snap_writer *w;
+        if (snap_writer_open(s->f->dir, 1, &w, err, sizeof err) == 0) {
+            struct sluice_element e;
+            pipe_elem_init(&e);
+            pipe_elem_resize(&e, 1);
+            pipe_tensor_set_i64(&e.t[0], 10);
+            snap_writer_add(w, &e, err, sizeof err);
+            pipe_elem_release(&e);
+            snap_writer_commit(w, err, sizeof err);
+        }
+    } else if (s->what == SAVE_FAIL) {
+        snap_mark_failed(s->f->dir, "worker 3: disk full", err, sizeof err);
+    } else {
+        pipe_run_cancel(s->run);
+    }
+    s->acted_ms = now_ms();
+    for (int i = 0; i < 1000 && !atomic_load(&s->done); i++)
+        sleep_ms(10);
+    if (!atomic_load(&s->done))
+        pipe_run_cancel(s->run);
+    return NULL;
+}
+
+/* Opens the snapshot of f->dir (chunk 0: one element 0, chunk 1 missing), lets a thread act on it
+ * after delay_ms, and reads: returns the final code, the elements in got. */
+static int read_while(struct fixture *f, int what, unsigned delay_ms, char *got, size_t len,
+                      uint64_t *acted_ms, uint64_t *ended_ms)
+{
+    static const int counts[] = {1, -1};
+    make_snapshot(f, f->dir, 2, counts);
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", f->dir);
+    struct pipe_run *run;
+    assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), 0);
+    struct saver s = {.f = f, .delay_ms = delay_ms, .what = what, .run = run};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, saver_main, &s), 0);
+    int rc = drain(run, got, len);
+    *ended_ms = now_ms();
+    snprintf(f->err, sizeof f->err, "%s", run->ctx.err);
+    atomic_store(&s.done, 1);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    *acted_ms = s.acted_ms;
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+    return rc;
+}
+
+static void test_source_waits_for_chunk(void **state)
+{
+    struct fixture *f = *state;
+    char got[256];
+    uint64_t acted, ended, start = now_ms();
+    int rc = read_while(f, SAVE_COMMIT, 150, got, sizeof got, &acted, &ended);
+    if (rc != 0)
+        fail_msg("read: %d (%s)", rc, f->err);
+    assert_string_equal(got, "0 10");
+    assert_true(ended >= start + 150);
+    /* Found within one poll interval (and some scheduling slack) of its commit. */
+    assert_true(ended <= acted + PIPE_SNAPSHOT_POLL_MAX_MS + 500);
+}
+
+static void test_source_save_fails_while_waiting(void **state)
+{
+    struct fixture *f = *state;
+    char got[256], want[512];
+    uint64_t acted, ended;
+    int rc = read_while(f, SAVE_FAIL, 100, got, sizeof got, &acted, &ended);
+    assert_int_equal(rc, SLUICE_ERR_TASK_FAILED);
+    snprintf(want, sizeof want, "snapshot %s: the save failed: worker 3: disk full", f->dir);
+    assert_string_equal(f->err, want);
+    assert_string_equal(got, "0");
+    assert_true(ended <= acted + PIPE_SNAPSHOT_POLL_MAX_MS + 500);
+
+    /* A snapshot that failed before reading began fails at the first missing chunk. */
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", f->dir);
+    struct pipe_run *run;
+    assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), 0);
+    assert_int_equal(drain(run, got, sizeof got), SLUICE_ERR_TASK_FAILED);
+    assert_string_equal(run->ctx.err, want);
+    assert_string_equal(got, "0");
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+}
+
+static void test_source_cancel_while_waiting(void **state)
+{
+    struct fixture *f = *state;
+    char got[256], want[512];
+    uint64_t acted, ended;
+    int rc = read_while(f, SAVE_NOTHING, 100, got, sizeof got, &acted, &ended);
+    assert_int_equal(rc, SLUICE_ERR_CANCELLED);
+    snprintf(want, sizeof want,
+             "snapshot chunk %s: cancelled while waiting for the save to write it",
+             chunk_path(f, 1));
+    assert_string_equal(f->err, want);
+    assert_string_equal(got, "0");
+    /* A cancel is seen within a poll slice, not a whole backoff interval. */
+    assert_true(ended <= acted + 100);
+}
+
+static void test_source_complete_without_chunk(void **state)
+{
+    struct fixture *f = *state;
+    static const int counts[] = {2, -1};
+    make_snapshot(f, f->dir, 2, counts);
+    write_bytes(path_in(f, "manifest.json"), "{\"elements\": 2}\n", 16);
+    char want[512], got[256];
+    snprintf(want, sizeof want,
+             "snapshot chunk %s: not found (the snapshot is complete without it)",
+             chunk_path(f, 1));
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", f->dir);
+    struct pipe_run *run;
+    assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), 0);
+    assert_int_equal(drain(run, got, sizeof got), SLUICE_ERR_NOT_FOUND);
+    assert_string_equal(run->ctx.err, want);
+    assert_string_equal(got, "0 1");
+    /* The failure sticks. */
+    struct sluice_element e;
+    pipe_elem_init(&e);
+    assert_int_equal(pipe_run_next(run, &e), SLUICE_ERR_NOT_FOUND);
+    pipe_elem_release(&e);
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+}
+
+static void test_source_damaged_chunk(void **state)
+{
+    struct fixture *f = *state;
+    static const int counts[] = {1, 2};
+    make_snapshot(f, f->dir, 2, counts);
+    size_t len;
+    uint8_t *data = read_whole(chunk_path(f, 1), &len);
+    data[REC1 + 8 + 12] ^= 1;
+    write_bytes(chunk_path(f, 1), data, len);
+    free(data);
+    char want[512], got[256];
+    snprintf(want, sizeof want, "snapshot chunk %s: checksum mismatch at offset 29",
+             chunk_path(f, 1));
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", f->dir);
+    struct pipe_run *run;
+    assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), 0);
+    assert_int_equal(drain(run, got, sizeof got), SLUICE_ERR_CORRUPT);
+    assert_string_equal(run->ctx.err, want);
+    assert_string_equal(got, "0 10");
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+}
+
+static void test_source_roots(void **state)
+{
+    struct fixture *f = *state;
+    char root[256], inside[256], outside[256], link[256];
+    snprintf(root, sizeof root, "%s/root", f->dir);
+    snprintf(inside, sizeof inside, "%s/root/snap", f->dir);
+    snprintf(outside, sizeof outside, "%s/elsewhere", f->dir);
+    snprintf(link, sizeof link, "%s/root/link", f->dir);
+    assert_int_equal(mkdir(root, 0777), 0);
+    static const int counts[] = {2};
+    make_snapshot(f, inside, 1, counts);
+    make_snapshot(f, outside, 1, counts);
+    assert_int_equal(symlink(outside, link), 0);
+
+    struct pipe_roots roots;
+    const char *dirs[] = {root};
+    assert_int_equal(pipe_roots_init(&roots, dirs, 1, f->err, sizeof f->err), 0);
+    assert_int_equal(pipe_registry_confine(f->reg, &roots, NULL, 0, f->err, sizeof f->err), 0);
+    char real_root[PATH_MAX], real_out[PATH_MAX];
+    assert_non_null(realpath(root, real_root));
+    assert_non_null(realpath(outside, real_out));
+
+    expect_run(f, "snapshot(\"%s\")", inside, "0 1");
+    const char *refused[] = {outside, link};
+    for (int i = 0; i < 2; i++) {
+        struct pipe_spec *spec = parse_text("snapshot(\"%s\")", refused[i]);
+        struct pipe_run *run = NULL;
+        assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), SLUICE_ERR_DENIED);
+        char want[3 * PATH_MAX];
+        snprintf(want, sizeof want, "snapshot(\"%s\"): %s is outside the data roots (%s)",
+                 refused[i], real_out, real_root);
+        assert_string_equal(f->err, want);
+        assert_int_equal(pipe_roots_check_source(&roots, &spec->source, f->err, sizeof f->err),
+                         SLUICE_ERR_DENIED);
+        pipe_spec_free(spec);
+    }
+
+    /* A chunk a worker is handed is checked as it is opened, too. */
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", inside);
+    struct pipe_split sp = {.seq = 0};
+    snap_chunk_path(outside, 0, sp.path, sizeof sp.path);
+    struct pipe_run *run;
+    assert_int_equal(pipe_open_splits(spec, f->reg, &sp, 1, &run, f->err, sizeof f->err), 0);
+    char got[256];
+    assert_int_equal(drain(run, got, sizeof got), SLUICE_ERR_DENIED);
+    assert_non_null(strstr(run->ctx.err, "is outside the data roots"));
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+    pipe_roots_release(&roots);
+}
+
+static void test_source_static_sharding(void **state)
+{
+    (void)state;
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", "/snap");
+    struct pipe_spec *out = NULL;
+    char err[256];
+    struct shard_params file = {SLUICE_SHARD_FILE, 2, 1};
+    assert_int_equal(shard_rewrite(spec, &file, NULL, 0, &out, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_false(shard_needs_files(spec, SLUICE_SHARD_FILE_OR_DATA));
+    struct shard_params auto_ = {SLUICE_SHARD_FILE_OR_DATA, 2, 1};
+    assert_int_equal(shard_rewrite(spec, &auto_, NULL, 0, &out, err, sizeof err), 0);
+    char text[256];
+    assert_true(pipe_spec_format(out, text, sizeof text) < (int)sizeof text);
+    assert_string_equal(text, "snapshot(\"/snap\") | shard(2, 1)");
+    pipe_spec_free(out);
+    pipe_spec_free(spec);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -783,12 +1257,23 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_consistent_lies, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_missing_chunk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_seed_corpus, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unique_temp_and_replace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_creates_chunks_dir, setup, teardown),
         cmocka_unit_test_setup_teardown(test_meta, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finalize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finalize_empty, setup, teardown),
         cmocka_unit_test_setup_teardown(test_disk_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_reads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_not_a_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_splits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_waits_for_chunk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_save_fails_while_waiting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_cancel_while_waiting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_complete_without_chunk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_damaged_chunk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_roots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_static_sharding, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
