@@ -50,7 +50,7 @@ struct snap_args {
 static int parse(int argc, char **argv, bool save, struct snap_args *a)
 {
     int k;
-    for (int i = 2; i < argc; i++) {
+    for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0) {
             fputs(snapshot_usage, stdout);
@@ -179,19 +179,56 @@ static int do_status(struct sluice_client *client, const struct snap_args *a)
     return flush_stdout();
 }
 
+/* The subcommand: the first argument that is not an option or an option's value ("save" or
+ * "status"), so that `sluice snapshot --dispatcher H:P save ...` works as well. Returns its index
+ * or 0. */
+static int find_command(int argc, char **argv)
+{
+    static const char *const with_value[] = {"--dispatcher", "--dataset-id",      "--path",
+                                             "--timeout-ms", "--auth-token-file", "--tls-cert",
+                                             "--tls-key",    "--tls-ca",          NULL};
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] != '-')
+            return i;
+        for (int k = 0; with_value[k]; k++) {
+            if (strcmp(argv[i], with_value[k]) == 0) {
+                i++;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 int cli_snapshot(int argc, char **argv)
 {
-    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(snapshot_usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(snapshot_usage, stdout);
+            return CLI_EXIT_OK;
+        }
     }
-    bool save = strcmp(argv[1], "save") == 0;
-    if (!save && strcmp(argv[1], "status") != 0) {
-        cli_error("usage", "unknown snapshot command '%s' (try 'sluice snapshot --help')", argv[1]);
+    int at = find_command(argc, argv);
+    if (at == 0) {
+        cli_error("usage", "sluice snapshot save|status (try 'sluice snapshot --help')");
         return CLI_EXIT_USAGE;
     }
+    bool save = strcmp(argv[at], "save") == 0;
+    if (!save && strcmp(argv[at], "status") != 0) {
+        cli_error("usage", "unknown snapshot command '%s' (try 'sluice snapshot --help')",
+                  argv[at]);
+        return CLI_EXIT_USAGE;
+    }
+    /* The options, without the subcommand. */
+    char *args[64];
+    int n = 0;
+    for (int i = 0; i < argc && n < 63; i++) {
+        if (i != at)
+            args[n++] = argv[i];
+    }
+    args[n] = NULL;
     struct snap_args a = {.timeout_ms = CLI_DEFAULT_TIMEOUT_MS};
-    int status = parse(argc, argv, save, &a);
+    int status = parse(n, args, save, &a);
     if (status >= 0)
         return status;
     struct sluice_client *client = NULL;
