@@ -885,6 +885,7 @@ void task_progress(struct task *t, struct task_progress *out)
     out->buffered = t->buf.count;
     out->buffered_bytes = t->buf.bytes;
     out->produced = t->produced;
+    out->chunks_committed = t->chunks_committed;
     out->blocked_ns = t->blocked_ns + (uint64_t)t->nblocked * uv_hrtime() - t->blocked_since_sum;
     out->producers = t->nproducers;
     out->finished = t->done && !out->failed && t->buf.count == 0 &&
@@ -1041,14 +1042,6 @@ void task_stop(struct task *t)
     uv_cond_broadcast(&t->space_cv);
     uv_cond_broadcast(&t->work_cv);
     uv_mutex_unlock(&t->mu);
-}
-
-uint64_t task_chunks_committed(struct task *t)
-{
-    uv_mutex_lock(&t->mu);
-    uint64_t n = t->chunks_committed;
-    uv_mutex_unlock(&t->mu);
-    return n;
 }
 
 bool task_exited(struct task *t)

@@ -148,10 +148,11 @@ uint64_t task_steal(struct task *t, uint64_t now_ns);
 struct task_progress {
     bool done; /* every producer has exited */
     bool failed;
-    bool finished;           /* done, not failed, buffer empty, every finished split reported */
-    uint64_t buffered;       /* records in the buffer */
-    uint64_t buffered_bytes; /* their encoded bytes, length prefixes included */
-    uint64_t produced;       /* records ever published */
+    bool finished;             /* done, not failed, buffer empty, every finished split reported */
+    uint64_t buffered;         /* records in the buffer */
+    uint64_t buffered_bytes;   /* their encoded bytes, length prefixes included */
+    uint64_t produced;         /* records ever published (a save's task: elements written) */
+    uint64_t chunks_committed; /* a save's task: snapshot chunks committed */
     /* distributed_epoch: no split queued or in production and the buffer empty: everything
      * produced was fetched (more splits may come). */
     bool settled;
@@ -181,9 +182,6 @@ int task_error(struct task *t, const char **msg);
 
 /* Loop. Fails the task with code and msg unless it failed already. */
 void task_fail(struct task *t, int code, const char *msg);
-
-/* Loop. The chunks this task committed (a save's task; 0 for others). */
-uint64_t task_chunks_committed(struct task *t);
 
 /* Loop. The worker drains (SIGTERM). distributed_epoch: producers finish the splits they are on
  * and take no more; the splits leased and not started are handed back with the next GetSplits
