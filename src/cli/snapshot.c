@@ -138,7 +138,11 @@ static int do_save(struct sluice_client *client, const struct snap_args *a)
     rc = sluice_client_snapshot_wait(client, a->path, 0, a->timeout_ms, &st, err, sizeof err);
     cli_wait_stop(&wait);
     if (rc < 0) {
-        if (rc == SLUICE_ERR_TASK_FAILED)
+        /* The save's own failure, or the wait for it running out, say so themselves; a request
+         * that could not reach the dispatcher says what it waited for. */
+        bool own = rc == SLUICE_ERR_TASK_FAILED ||
+                   (rc == SLUICE_ERR_TIMEOUT && strncmp(err, "snapshot ", 9) == 0);
+        if (own)
             cli_error("snapshot save", "%s", err);
         else
             cli_wait_error(&wait, "snapshot save", rc, err);

@@ -309,6 +309,18 @@ static void test_save_survives_kills(void **unused)
     assert_non_null(strstr(out, ": running, "));
     free(out);
     long long t0 = now_ms();
+    /* A bounded wait that runs out says how far the save got. */
+    char *err = NULL;
+    out = cli(&c, 1, &err, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
+              "--timeout-ms", "300", NULL);
+    char prefix[700];
+    snprintf(prefix, sizeof prefix, "sluice: snapshot save: snapshot %s: still running after ",
+             dir);
+    if (strncmp(err, prefix, strlen(prefix)) != 0)
+        fail_msg("unexpected: %s", err);
+    assert_non_null(strstr(err, " chunks committed)\n"));
+    free(err);
+    free(out);
 
     /* Some chunks in, and reported: then the dispatcher dies. */
     struct save_status s = wait_committed(&c, dir, 5);
