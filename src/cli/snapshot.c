@@ -14,6 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* How often a waiting save asks where the save stands. */
+#define SNAPSHOT_POLL_MS 200
 
 static const char snapshot_usage[] =
     "usage: sluice snapshot save --dispatcher H:P --dataset-id ID --path DIR [--no-wait]\n"
@@ -134,19 +138,36 @@ static int do_save(struct sluice_client *client, const struct snap_args *a)
                st.chunks, st.save_id);
         return flush_stdout();
     }
-    cli_wait_start(&wait, client, (uint32_t)a->timeout_ms);
-    rc = sluice_client_snapshot_wait(client, a->path, 0, a->timeout_ms, &st, err, sizeof err);
-    cli_wait_stop(&wait);
-    if (rc < 0) {
-        /* The save's own failure, or the wait for it running out, say so themselves; a request
-         * that could not reach the dispatcher says what it waited for. */
-        bool own = rc == SLUICE_ERR_TASK_FAILED ||
-                   (rc == SLUICE_ERR_TIMEOUT && strncmp(err, "snapshot ", 9) == 0);
-        if (own)
-            cli_error("snapshot save", "%s", err);
-        else
+    /* Polls the save's status; each request is watched on its own, so a dispatcher out of
+     * reach (restarting) is reported while the save itself is simply waited for. */
+    uint64_t start = cli_now_ms();
+    for (;;) {
+        cli_wait_start(&wait, client, (uint32_t)a->timeout_ms);
+        rc = sluice_client_snapshot_status(client, a->path, &st, err, sizeof err);
+        cli_wait_stop(&wait);
+        if (rc < 0) {
             cli_wait_error(&wait, "snapshot save", rc, err);
-        return CLI_EXIT_FAIL;
+            return CLI_EXIT_FAIL;
+        }
+        if (strcmp(st.state, "failed") == 0) {
+            cli_error("snapshot save", "%s", st.error[0] ? st.error : "the save failed");
+            return CLI_EXIT_FAIL;
+        }
+        if (strcmp(st.state, "finished") == 0)
+            break;
+        uint64_t waited = cli_now_ms() - start;
+        if (a->timeout_ms && waited >= a->timeout_ms) {
+            cli_error("snapshot save",
+                      "snapshot %s: still running after %" PRIu64 " ms (%" PRIu64 " of %" PRIu64
+                      " chunks committed)",
+                      a->path, waited, st.chunks_committed, st.chunks);
+            return CLI_EXIT_FAIL;
+        }
+        uint64_t nap = SNAPSHOT_POLL_MS;
+        if (a->timeout_ms && a->timeout_ms - waited < nap)
+            nap = a->timeout_ms - waited;
+        struct timespec ts = {(time_t)(nap / 1000u), (long)(nap % 1000u) * 1000000L};
+        nanosleep(&ts, NULL);
     }
     print_line(a->path, &st);
     return flush_stdout();

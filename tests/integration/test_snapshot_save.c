@@ -450,6 +450,59 @@ static void test_damaged_chunk(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* A chunk damaged after it was committed, before the save is finalized: the save fails naming
+ * the chunk, and FAILED says so. */
+static void test_finalize_finds_damage(void **unused)
+{
+    (void)unused;
+    struct cluster c;
+    assert_int_equal(setup_cluster(&c, 1, 0), 0);
+    register_ds(&c, "later", "range(600) | map(sleep_us, 4000)");
+    char dir[512], chunk[700];
+    path_in_tmp(dir, sizeof dir, "snap-finalize");
+    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "later", "--path", dir,
+                    "--no-wait", NULL);
+    free(out);
+    wait_committed(&c, dir, 1);
+    /* Chunk 0 or 1 is committed first (two producers): damage one that is there. */
+    snprintf(chunk, sizeof chunk, "%s/chunks/chunk-000000000000", dir);
+    int fd = open(chunk, O_RDWR);
+    if (fd < 0) {
+        snprintf(chunk, sizeof chunk, "%s/chunks/chunk-000000000001", dir);
+        fd = open(chunk, O_RDWR);
+    }
+    assert_true(fd >= 0);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, 20), 1);
+    b ^= 0x01;
+    assert_int_equal(pwrite(fd, &b, 1, 20), 1);
+    close(fd);
+    char *err = NULL;
+    out = cli(&c, 1, &err, "snapshot", "save", "--dataset-id", "later", "--path", dir,
+              "--timeout-ms", "60000", NULL);
+    printf("    %s", err);
+    char want[900];
+    snprintf(want, sizeof want, "sluice: snapshot save: snapshot chunk %s: checksum mismatch at ",
+             chunk);
+    assert_true(strncmp(err, want, strlen(want)) == 0);
+    free(err);
+    free(out);
+    struct save_status s = save_status(&c, dir);
+    assert_string_equal(s.state, "failed");
+    snprintf(want, sizeof want, "snapshot chunk %s: checksum mismatch at ", chunk);
+    assert_true(strncmp(s.error, want, strlen(want)) == 0);
+    char failed[700];
+    snprintf(failed, sizeof failed, "%s/FAILED", dir);
+    char *text = read_text_file(failed);
+    assert_true(strncmp(text, want, strlen(want)) == 0);
+    free(text);
+    /* No manifest: the snapshot is not complete. */
+    struct stat st;
+    snprintf(failed, sizeof failed, "%s/manifest.json", dir);
+    assert_int_equal(stat(failed, &st), -1);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- (e) refusals ---- */
 
 static void expect_refusal(struct cluster *c, const char *id, const char *path, const char *msg)
@@ -541,9 +594,13 @@ static void test_outside_data_roots(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_save_reads_back_exactly), cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_damaged_chunk),           cmocka_unit_test(test_outside_data_roots),
-        cmocka_unit_test(test_read_during_save),        cmocka_unit_test(test_save_survives_kills),
+        cmocka_unit_test(test_save_reads_back_exactly),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_damaged_chunk),
+        cmocka_unit_test(test_finalize_finds_damage),
+        cmocka_unit_test(test_outside_data_roots),
+        cmocka_unit_test(test_read_during_save),
+        cmocka_unit_test(test_save_survives_kills),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
