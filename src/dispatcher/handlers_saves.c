@@ -102,12 +102,27 @@ static void save_work_run(uv_work_t *uw)
         w->rc = pipe_roots_check_source(w->roots, &spec->source, why, sizeof why);
         if (w->rc == 0)
             w->rc = pipe_split_provider_init(&p, spec, w->split_size, why, sizeof why);
-        pipe_spec_free(spec);
         if (w->rc < 0) {
+            pipe_spec_free(spec);
             err_set(w->err, sizeof w->err, w->rc, "cannot save dataset '%s': splitting it: %s",
                     w->dataset_id, why);
             return;
         }
+        /* The workers write what they produce per split: operations that distributed_epoch
+         * runs in the reader, over the merged stream, would be missing from the snapshot. */
+        if (p.dist.cut < spec->nops) {
+            char first[128];
+            pipe_spec_format_ops(spec, p.dist.cut, p.dist.cut + 1, first, sizeof first);
+            w->rc = err_set(w->err, sizeof w->err, SLUICE_ERR_UNSUPPORTED,
+                            "cannot save dataset '%s': its operations from %s on run in the "
+                            "reader, not per split (%s); save the pipeline before them and "
+                            "apply them when reading the snapshot",
+                            w->dataset_id, first, p.dist.why ? p.dist.why : "");
+            pipe_split_provider_release(&p);
+            pipe_spec_free(spec);
+            return;
+        }
+        pipe_spec_free(spec);
         struct st_split_plan view = {
             .source_len = p.source_len,
             .split_size = p.split_size,

@@ -524,6 +524,7 @@ static void test_refusals(void **unused)
     register_ds(&c, "a", "range(30)");
     register_ds(&c, "b", "range(40)");
     register_ds(&c, "forever", "range(10) | repeat()");
+    register_ds(&c, "tail", "range(100) | filter(even) | batch(4)");
     char dir[512], msg[1024];
     path_in_tmp(dir, sizeof dir, "snap-refusals");
     char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "a", "--path", dir,
@@ -538,6 +539,11 @@ static void test_refusals(void **unused)
              "sluice: snapshot save: snapshot path '%s' holds a save of dataset 'a', not 'b'\n",
              dir);
     expect_refusal(&c, "b", dir, msg);
+    expect_refusal(&c, "tail", "/tmp/sluice-never-written",
+                   "sluice: snapshot save: cannot save dataset 'tail': its operations from "
+                   "batch(4) on run in the reader, not per split (after a filter the splits' "
+                   "sizes are unknown, so a batch would end at every split's end); save the "
+                   "pipeline before them and apply them when reading the snapshot\n");
     expect_refusal(&c, "a", "relative/snap",
                    "sluice: snapshot save: snapshot path 'relative/snap' is not absolute "
                    "(dispatcher, workers and readers must see it at the same absolute path)\n");
