@@ -364,6 +364,18 @@ static void test_save_survives_kills(void **unused)
     /* The first worker was killed: its exit status is not the cluster's to report. */
     c.workers[0].pid = 0;
     assert_int_equal(cluster_stop(&c), 0);
+
+    /* The journal holds the save's start and end, as `sluice journal dump` shows them. */
+    char *argv[] = {(char *)bin_path("sluice"), "journal", "dump", "--work-dir", c.work_dir, NULL};
+    char *dump = NULL;
+    assert_int_equal(run_cmd(argv, 30000, &dump, NULL), 0);
+    char want_start[700];
+    snprintf(want_start, sizeof want_start, "dataset='slow' path='%s'\n", dir);
+    const char *line = strstr(dump, " save_started save=1 job=");
+    assert_non_null(line);
+    assert_non_null(strstr(line, want_start));
+    assert_non_null(strstr(dump, " save_finished save=1\n"));
+    free(dump);
 }
 
 /* ---- (c) reading while the save runs ---- */
