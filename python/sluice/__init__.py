@@ -10,8 +10,9 @@ and this package registers pipelines and reads the elements back, as numpy array
         print(int(x))
 
 Pipelines are text in sluice's pipeline language (see the README): a source such as
-``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")`` or ``tar("GLOB", "EXT", ...)``
-(WebDataset shards: a tuple of the bytes of each sample's members) followed by operations
+``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")``, ``tar("GLOB", "EXT", ...)``
+(WebDataset shards: a tuple of the bytes of each sample's members) or ``snapshot("DIR")`` (a
+distributed snapshot, readable while its save runs) followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
 ``prefetch``, and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and
 ``filter(py, ...)`` call a Python function on each element (numpy arrays in, the same forms
@@ -290,7 +291,7 @@ class DispatchServer(_Server):
     snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
     log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
     names. data_roots (a str or a sequence, --data-root): register_dataset refuses file
-    sources (lines, tfrecord, tar) naming files outside these directories, after ".." and
+    sources (lines, tfrecord, tar, snapshot) naming files outside these directories, after ".." and
     symbolic links are resolved; None: not confined. start=False defers the start to start().
 
     auth_token_file, tls_cert, tls_key, tls_ca: see below. insecure: allow a host beyond
@@ -372,9 +373,9 @@ class WorkerServer(_Server):
     site-packages, the program's own directory), are refused ("module 'os' is not in the
     worker's --python-path"). Pipelines run locally (sluice.run, local tails) are not confined.
 
-    data_roots (a str or a sequence, --data-root): file sources (lines, tfrecord, tar) read
-    only files within these directories, after ".." and symbolic links are resolved; None:
-    not confined. Set them on any worker that serves other users.
+    data_roots (a str or a sequence, --data-root): file sources (lines, tfrecord, tar,
+    snapshot) read only files within these directories, after ".." and symbolic links are
+    resolved; None: not confined. Set them on any worker that serves other users.
 
     stop() drains first: readers receive everything the worker holds, then it leaves. A worker
     still running when the interpreter exits is stopped at once before it finalises.

@@ -1,9 +1,8 @@
 """A repeat in a local tail (local="repeat(2)"): the job's whole stream read again, a new job per
-repetition, with exact multisets; the reads it cannot serve exactly refused with their reason."""
+repetition (a named job's next repetition), with exact multisets."""
 
 import collections
-
-import pytest
+import threading
 
 import sluice
 
@@ -40,12 +39,25 @@ def test_local_repeat_of_nothing_ends(cluster2):
                                   local="repeat()")) == []
 
 
-def test_local_repeat_in_a_shared_job_is_refused(cluster2):
-    ds = sluice.distribute("range(10)", "distributed_epoch", cluster2.target, job_name="j",
-                           local="repeat(2)")
-    with pytest.raises(sluice.InvalidArgumentError) as e:
-        list(ds)
-    assert str(e.value) == (
-        "local tail: column 1: repeat reads the stream again with a new job for each "
-        "repetition, which a shared job (job name 'j') cannot do exactly: its readers split each "
-        "pass between them; read without a job name, or repeat in the dataset's pipeline")
+def test_local_repeat_of_a_shared_job(cluster2):
+    """Two readers of one named job repeating it twice share every repetition: together they get
+    each element exactly twice, and the job ends at its repetition 1. Each reads on a thread of
+    its own: the one that finishes a repetition first waits for the other."""
+    t = cluster2.target
+    its = [iter(sluice.distribute("range(300)", "distributed_epoch", t, job_name="j",
+                                  local="repeat(2)")) for _ in range(2)]
+    results = [collections.Counter(), collections.Counter()]
+
+    def drain(k):
+        for x in its[k]:
+            results[k][int(x)] += 1
+
+    threads = [threading.Thread(target=drain, args=(k,)) for k in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+        assert not th.is_alive()
+    assert results[0] + results[1] == collections.Counter({v: 2 for v in range(300)})
+    jobs = [j for j in sluice.status(t)["jobs"] if j["name"] == "j"]
+    assert len(jobs) == 1 and jobs[0]["repetition"] == 1 and jobs[0]["clients"] == 0

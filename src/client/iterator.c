@@ -507,6 +507,7 @@ static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t
     it->heartbeat_ms = r->heartbeat_ms ? r->heartbeat_ms : ITER_DEFAULT_HEARTBEAT_MS;
     it->plan_hash = r->plan_fingerprint;
     it->split_total = r->split_total;
+    it->repetition = r->repetition;
     return 0;
 }
 
@@ -621,11 +622,12 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
 int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_options *o,
                          struct sluice_iterator **out, char *err, size_t errlen)
 {
-    return iter_open_read(c, o, NULL, out, err, errlen);
+    return iter_open_read(c, o, NULL, 0, out, err, errlen);
 }
 
 int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
-                   const atomic_int *also, struct sluice_iterator **out, char *err, size_t errlen)
+                   const atomic_int *also, uint64_t repetition, struct sluice_iterator **out,
+                   char *err, size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -691,15 +693,6 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         rc = check_local(it, o->local, &repeat_column, err, errlen);
         if (rc)
             goto fail;
-    }
-    if (repeat_column && job_opt && *job_opt) {
-        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
-                     "local tail: column %d: repeat reads the stream again with a new job for "
-                     "each repetition, which a shared job (job name '%s') cannot do exactly: its "
-                     "readers split each pass between them; read without a job name, or repeat "
-                     "in the dataset's pipeline",
-                     repeat_column, job_opt);
-        goto fail;
     }
     if (repeat_column && o->restore) {
         rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
@@ -775,6 +768,8 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     req.num_consumers = o->num_consumers;
     req.consumer_index = o->consumer_index;
     req.deterministic = it->det;
+    req.repetition = repetition;
+    it->rep_want = repetition;
     if (o->cross_trainer_cache) {
         req.cross_trainer_cache = true;
         req.cross_trainer_cache_bytes = o->cross_trainer_cache_bytes

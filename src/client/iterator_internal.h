@@ -90,6 +90,10 @@ struct sluice_iterator {
     struct sluice_read_options rep_opts;
     struct sluice_iterator *stream; /* the current repetition (guarded by mu), NULL between */
     uint64_t rep_taken;             /* elements of the repetitions closed so far (guarded by mu) */
+    /* A repeating read of a named job: the job repetition its next pass asks for (0 before the
+     * first: the job's current one). A repetition's own read: the one asked for, and the one
+     * the dispatcher gave (GetOrCreateJobReply.repetition). */
+    uint64_t rep_want, repetition;
 
     /* Reader. */
     struct prefetch_item cur;      /* the payload being decoded; data NULL when none */
@@ -198,9 +202,11 @@ static inline bool iter_interrupted(const struct sluice_iterator *it)
            (it->also_interrupted && atomic_load(it->also_interrupted));
 }
 /* sluice_iterator_open(), for a repetition of a repeating read: also stops when *also is set
- * (NULL: no such flag). */
+ * (NULL: no such flag); repetition is the named job's repetition to read
+ * (GetOrCreateJobRequest.repetition; 0: its current one). */
 int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
-                   const atomic_int *also, struct sluice_iterator **out, char *err, size_t errlen);
+                   const atomic_int *also, uint64_t repetition, struct sluice_iterator **out,
+                   char *err, size_t errlen);
 /* Makes a reader blocked in (or about to call) next() return with "iterator closed", also the
  * current repetition's of a repeating read. Any thread but the loop's. */
 void iter_reader_stop(struct sluice_iterator *it);

@@ -1,6 +1,9 @@
 /* A read whose local tail repeats (`--local 'repeat(3) | batch(4)'`): every pass of the repeat
- * reads the job's whole stream again, as a new read of the same dataset with the same options,
- * so a new job (and iteration) per repetition.
+ * reads the job's whole stream again, as a new read of the same dataset with the same options:
+ * without a job name a new job per repetition; with one, the job's next repetition (a new
+ * iteration of the job), which its readers share as they share any iteration. A named job moves
+ * to its next repetition once no reader holds the current one (plan_job_repetition), so a reader
+ * that finishes a pass first waits for the others, with their progress as its waiting reason.
  *
  * Happy path: iter_repeat_open() opens the first repetition (sluice_iterator_open with the
  * caller's options, without the pipeline, job name and local tail) and the tail over it. The
@@ -68,9 +71,13 @@ static int open_stream(struct sluice_iterator *it, char *err, size_t errlen)
     if (iter_interrupted(it))
         return err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
     struct sluice_iterator *s;
-    int rc = iter_open_read(it->c, &it->rep_opts, &it->interrupted, &s, err, errlen);
+    int rc = iter_open_read(it->c, &it->rep_opts, &it->interrupted, it->rep_want, &s, err, errlen);
     if (rc)
         return rc;
+    /* A named job's next pass is the repetition after the one this pass reads (an anonymous
+     * read gets a new job instead). */
+    if (it->rep_opts.job_name && it->rep_opts.job_name[0])
+        it->rep_want = s->repetition + 1;
     uv_mutex_lock(&it->mu);
     bool running = it->state == ITER_RUNNING;
     if (running)
@@ -107,7 +114,10 @@ int iter_repeat_open(struct sluice_iterator *it, const struct sluice_read_option
     it->rep_opts.dataset_id = it->dataset_id;
     it->rep_opts.pipeline = NULL;
     it->rep_opts.split_size = 0;
-    it->rep_opts.job_name = NULL;
+    /* A named job is read again as its next repetition, shared by its readers as each
+     * repetition is; an anonymous read gets a new job per repetition. */
+    it->rep_opts.job_name = it->job_name[0] ? it->job_name : NULL;
+    it->rep_want = 0;
     it->rep_opts.local = NULL;
     it->rep_opts.restore = NULL;
     it->rep_opts.restore_len = 0;

@@ -16,8 +16,9 @@ struct job_ctx {
     enum sluice_mode mode;
     uint32_t num_consumers;
     bool deterministic;
-    uint64_t xtc_bytes; /* the job's cross-trainer cache bound; 0: none */
-    bool endless;       /* the dataset's pipeline never ends (pipe_spec_endless) */
+    uint64_t xtc_bytes;  /* the job's cross-trainer cache bound; 0: none */
+    uint64_t repetition; /* a repeating reader's next pass (plan_job_repetition); 0: none */
+    bool endless;        /* the dataset's pipeline never ends (pipe_spec_endless) */
     uint64_t job_id, iteration_id, client_id;
     uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
     /* A read restored from a checkpoint: resume_view points into resume_bounds. */
@@ -64,6 +65,8 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
             body.client_key.data = key;
             body.client_key.len = sizeof key;
         }
+        if (it)
+            body.repetition = it->repetition;
         if (it && it->distributed) {
             body.plan_fingerprint = st_split_plan_fingerprint(&it->plan);
             body.split_total = it->split_total;
@@ -77,12 +80,33 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
     job_ctx_free(c);
 }
 
+static void repetition_collected(struct dispatcher *d, int status, void *ctx)
+{
+    /* A journal failure stops the dispatcher; the read that follows reports it. */
+    (void)d;
+    (void)status;
+    (void)ctx;
+}
+
 /* Plans with the split plan (when one was built) and commits; takes c. */
 static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool have_plan)
 {
     char err[ERRLEN];
+    /* A repeating reader's next pass: the job's previous repetition is collected first when
+     * nobody holds it any more, in its own commit, so the read below plans against it. */
+    size_t before = d->ups.n;
+    int rc = plan_job_repetition(&d->st, c->dataset_id, c->job_name, c->repetition, &d->ups, err,
+                                 sizeof err);
+    if (rc == 0 && d->ups.n > before) {
+        for (size_t i = before; i < d->ups.n; i++) {
+            if (d->ups.v[i].type == ST_ITERATION_GC)
+                dispatcher_soft_del(&d->idle_since, d->ups.v[i].id);
+        }
+        dispatcher_commit(d, &d->ups, repetition_collected, NULL);
+    }
     size_t from = d->ups.n;
-    int rc = plan_get_or_create_job_xtc(&d->st, c->dataset_id, c->job_name, c->mode,
+    if (rc == 0)
+        rc = plan_get_or_create_job_xtc(&d->st, c->dataset_id, c->job_name, c->mode,
                                         c->num_consumers, c->deterministic, c->xtc_bytes,
                                         c->endless, c->owner, have_plan ? &c->plan : NULL,
                                         c->resume ? &c->resume_view : NULL, &c->job_id,
@@ -197,6 +221,10 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
         snprintf(msg, sizeof msg, "num_consumers needs a job name");
         goto refused;
     }
+    if (req->repetition > 0 && req->job_name[0] == '\0') {
+        snprintf(msg, sizeof msg, "repetition needs a job name");
+        goto refused;
+    }
     if (req->num_consumers > 0 && req->consumer_index >= req->num_consumers) {
         snprintf(msg, sizeof msg, "consumer_index %" PRIu32 " is not below num_consumers %" PRIu32,
                  req->consumer_index, req->num_consumers);
@@ -237,6 +265,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     c->mode = mode;
     c->num_consumers = req->num_consumers;
     c->deterministic = req->deterministic;
+    c->repetition = req->repetition;
     if (req->cross_trainer_cache)
         c->xtc_bytes = req->cross_trainer_cache_bytes ? req->cross_trainer_cache_bytes
                                                       : SLUICE_CROSS_TRAINER_CACHE_BYTES;
@@ -263,7 +292,8 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     /* A split plan is needed only when a distributed_epoch iteration will be created. */
     const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
     const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
-    bool joining = cur && cur->state != ST_ITER_GC;
+    bool joining =
+        cur && cur->state != ST_ITER_GC && !(c->repetition && c->repetition == cur->repetition + 1);
     if (mode != SLUICE_DISTRIBUTED_EPOCH || joining) {
         job_plan_and_commit(d, c, false);
         return;

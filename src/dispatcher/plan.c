@@ -550,6 +550,42 @@ nomem:
     return NOMEM_MSG(err, errlen);
 }
 
+int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,
+                        uint64_t want, struct st_update_list *out, char *err, size_t errlen)
+{
+    if (want == 0 || !job_name || !job_name[0])
+        return 0;
+    const struct st_job *job = state_job_by_key(s, dataset_id, job_name);
+    const struct st_iteration *cur = job ? state_iteration(s, job->iteration_id) : NULL;
+    if (!cur)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
+                       "job '%s' of dataset '%s' not found (asked for its repetition %" PRIu64 ")",
+                       job_name, dataset_id, want);
+    bool gc = cur->state == ST_ITER_GC;
+    if (cur->repetition == want && !gc)
+        return 0;
+    if (cur->repetition + 1 != want) {
+        if (cur->repetition >= want)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "job '%s': repetition %" PRIu64
+                           " was read without this reader; the job is at repetition %" PRIu64 "%s",
+                           job_name, want, cur->repetition, gc ? " (collected)" : "");
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "job '%s': no repetition %" PRIu64 " to read next; the job is at "
+                       "repetition %" PRIu64,
+                       job_name, want, cur->repetition);
+    }
+    if (gc)
+        return 0;
+    size_t clients = state_iteration_clients(s, cur->id);
+    if (clients > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNAVAILABLE,
+                       "job '%s': repetition %" PRIu64 " is still being read by %zu reader%s; "
+                       "repetition %" PRIu64 " starts once they finish",
+                       job_name, cur->repetition, clients, clients == 1 ? "" : "s", want);
+    return plan_gc_iteration(s, cur->id, out, err, errlen);
+}
+
 /* Appends the removal of worker w: leases returned, tasks removed, the worker removed. */
 static int plan_remove_worker_updates(const struct state *s, const struct st_worker *w,
                                       struct st_update_list *out)

@@ -531,6 +531,27 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
                                uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen);
 
+/* A reader whose local tail repeats asks for repetition want (>= 1) of the named job
+ * (dataset_id, job_name): the next pass after the repetition its previous pass read. A job moves
+ * to its next repetition once no client holds the current one, so every reader of a shared job
+ * reads every repetition, and the readers of one repetition share it as they share any job:
+ *   - the current iteration is repetition want (and not collected): nothing to do, the read joins
+ *     it (plan_get_or_create_job*);
+ *   - it is repetition want - 1 and collected: nothing to do, the read creates the next one;
+ *   - it is repetition want - 1, active, and clients hold it: SLUICE_ERR_UNAVAILABLE, "job 'j':
+ *     repetition 0 is still being read by 2 readers; repetition 1 starts once they finish" (the
+ *     reader retries);
+ *   - it is repetition want - 1, active, and no client holds it: appends its collection (its
+ *     tasks removed, ITERATION_GC), which the shell applies before planning the read, which then
+ *     creates repetition want;
+ *   - otherwise the job has moved past want (SLUICE_ERR_UNAVAILABLE would never end):
+ *     SLUICE_ERR_INVALID, "job 'j': repetition 1 was read without this reader; the job is at
+ *     repetition 3", or, for a job that is not there or not at want - 1 yet, SLUICE_ERR_NOT_FOUND
+ *     / SLUICE_ERR_INVALID naming the job and repetition.
+ * want 0 (a read that does not repeat, or a first pass) and anonymous jobs append nothing. */
+int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,
+                        uint64_t want, struct st_update_list *out, char *err, size_t errlen);
+
 /* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair
  * registers a new worker (and removes any worker at the same address with another incarnation,
  * with its tasks, as plan_remove_worker does); a known one is looked up. finished lists task ids

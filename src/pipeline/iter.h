@@ -55,6 +55,11 @@ struct pipe_ctx {
 /* What a pipeline may use, for the open calls that take limits. */
 struct pipe_limits {
     uint64_t max_element_bytes; /* 0: no limit */
+    /* NULL, or a context whose cancel flag cancels the chain as well (it becomes the parent of
+     * the run's context): an owner that stops many runs at once, such as a worker's task, sets
+     * one flag, and a source waiting inside next() (a snapshot chunk not written yet) sees it.
+     * It must outlive the run. */
+    const struct pipe_ctx *cancel_parent;
 };
 
 /* Whether an element of bytes bytes goes past ctx's limit. */

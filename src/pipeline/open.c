@@ -389,6 +389,7 @@ static int run_new(const struct pipe_spec *spec, const struct sluice_registry *r
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
     r->run.ctx.reg = reg;
     r->run.ctx.max_element_bytes = limits ? limits->max_element_bytes : 0;
+    r->run.ctx.parent = limits ? limits->cancel_parent : NULL;
     atomic_init(&r->run.ctx.cancel, 0);
     /* Random functions without a seed draw from this key outside distributed_epoch, like an
      * unseeded shuffle: different in every run. */

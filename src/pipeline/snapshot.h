@@ -63,10 +63,13 @@ void snap_meta_release(struct snap_meta *m);
 
 /* Creates DIR and DIR/chunks when missing and writes DIR/snapshot.json atomically (temporary
  * file, fsync, rename). Writing the same meta again is harmless; a DIR that already holds a
- * snapshot.json of another dataset or chunk count is SLUICE_ERR_EXISTS. */
+ * snapshot.json of another dataset or chunk count is SLUICE_ERR_EXISTS (the file is left as it
+ * is). A meta without pipeline text is SLUICE_ERR_INVALID. */
 int snap_meta_write(const char *dir, const struct snap_meta *m, char *err, size_t errlen);
 /* Reads DIR/snapshot.json. SLUICE_ERR_NOT_FOUND when DIR holds none ("DIR: not a snapshot
- * (no snapshot.json)"), SLUICE_ERR_CORRUPT when it does not parse. */
+ * (no snapshot.json)"), SLUICE_ERR_CORRUPT when it does not parse, SLUICE_ERR_UNSUPPORTED when it
+ * is of a format other than SNAP_FORMAT. On success m->pipeline is the caller's
+ * (snap_meta_release). */
 int snap_meta_read(const char *dir, struct snap_meta *m, char *err, size_t errlen);
 
 /* Writes "DIR/chunks/chunk-%012" PRIu64 into out (truncated to outlen). */

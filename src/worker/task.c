@@ -94,7 +94,10 @@ struct task {
     struct lease_plan plan;
     bool have_plan;
 
-    atomic_int stop;    /* set when stopped or failed: producers finish up and exit */
+    atomic_int stop; /* set when stopped or failed: producers finish up and exit */
+    /* Its cancel flag is set with stop; it is the parent of every run's context (limits), so a
+     * pipeline blocked inside next() (a snapshot source waiting for a chunk) gives up too. */
+    struct pipe_ctx cancel;
     atomic_int waiting; /* a reader waits on an empty buffer */
 
     uint64_t *report; /* loop only: finished seqs of the GetSplits in flight */
@@ -125,6 +128,7 @@ static void fail_locked(struct task *t, int code, const char *msg)
         snprintf(t->err_msg, sizeof t->err_msg, "%s", msg && *msg ? msg : sluice_strerror(code));
     }
     atomic_store(&t->stop, 1);
+    atomic_store(&t->cancel.cancel, 1);
     uv_cond_broadcast(&t->space_cv);
     uv_cond_broadcast(&t->work_cv);
 }
@@ -723,6 +727,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : TASK_BUFFER_BYTES;
     t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
     t->limits.max_element_bytes = cfg->max_element_bytes;
+    t->limits.cancel_parent = &t->cancel;
     t->spec = spec;
     if (cfg->snapshot_path && cfg->snapshot_path[0]) {
         if (cfg->mode != SLUICE_DISTRIBUTED_EPOCH) {
@@ -1039,6 +1044,7 @@ void task_stop(struct task *t)
 {
     uv_mutex_lock(&t->mu);
     atomic_store(&t->stop, 1);
+    atomic_store(&t->cancel.cancel, 1);
     uv_cond_broadcast(&t->space_cv);
     uv_cond_broadcast(&t->work_cv);
     uv_mutex_unlock(&t->mu);

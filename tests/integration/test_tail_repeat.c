@@ -1,8 +1,9 @@
 /* A repeat in a local tail (`--local 'repeat(3)'`) reads the job's whole stream again, as a new
- * job per repetition: exact multisets through the CLI and the C API, batches across
- * repetitions, each repetition in the canonical order of a deterministic read, parallel_epochs,
- * an empty dataset under repeat() ending, a worker killed in the middle of a repetition, and the
- * reads it cannot serve exactly refused with their reason. Real dispatcher and workers. */
+ * job per repetition, or a named job's next repetition: exact multisets through the CLI and the
+ * C API, two readers sharing every repetition of a named job, batches across repetitions, each
+ * repetition in the canonical order of a deterministic read, parallel_epochs, an empty dataset
+ * under repeat() ending, a worker killed in the middle of a repetition, and the reads it cannot
+ * serve exactly refused with their reason. Real dispatcher and workers. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 
 #include <jansson.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,21 +295,34 @@ static void test_cli_empty_endless(void **state)
     assert_int_equal(s.jobs, 1);
 }
 
-/* A repeat needs the whole stream for every repetition: a shared job cannot give it. */
-static void test_cli_named_job_refused(void **state)
+/* A named job is read again as its next repetition: one job, whose iteration is its third
+ * repetition once the read is over, released by its reader. */
+static void test_cli_named_job_repeat(void **state)
 {
     struct cluster *c = *state;
-    char *err = NULL;
-    char *out = read_cli(c, 1, &err, "range(10)", "--mode", "distributed_epoch", "--job-name",
-                         "shared", "--local", "map(add, 1) | repeat(2)", NULL, NULL);
-    assert_string_equal(out, "");
-    assert_string_equal(err, "sluice: read: local tail: column 15: repeat reads the stream again "
-                             "with a new job for each repetition, which a shared job (job name "
-                             "'shared') cannot do exactly: its readers split each pass between "
-                             "them; read without a job name, or repeat in the dataset's "
-                             "pipeline\n");
+    const char *pipeline = "range(500) | map(mul, 1)";
+    char *out = read_cli(c, 0, NULL, pipeline, "--mode", "distributed_epoch", "--job-name",
+                         "shared", "--local", "map(add, 0) | repeat(3)", NULL);
+    char *got = sorted_lines(out), *want = expected_range(500, 3);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
     free(out);
-    free(err);
+    json_t *doc = status_doc(c);
+    struct jobs_seen s = jobs_of(doc, pipeline);
+    json_t *jobs = json_object_get(doc, "jobs"), *j;
+    size_t i;
+    long long repetition = -1;
+    json_array_foreach(jobs, i, j)
+    {
+        const char *name = json_string_value(json_object_get(j, "name"));
+        if (name && strcmp(name, "shared") == 0)
+            repetition = json_integer_value(json_object_get(j, "repetition"));
+    }
+    json_decref(doc);
+    assert_int_equal(s.jobs, 1);
+    assert_int_equal(s.clients, 0);
+    assert_int_equal(repetition, 2);
 }
 
 /* ---- the C API --------------------------------------------------------------------------------
@@ -393,23 +408,87 @@ static void test_api_repeat(void **state)
     assert_int_equal(s.clients, 0);
 }
 
+/* Two readers of one named job, each repeating it three times: every repetition is shared
+ * between them as one pass is, so together they get every element exactly three times, and the
+ * one that finishes a pass first waits for the other before the next begins. */
+struct shared_reader {
+    struct sluice_client *client;
+    const char *pipeline;
+    long seen[2000];
+    long count;
+    int rc;
+    bool slow; /* pauses now and then, so the other reader waits for it */
+    char err[1024];
+};
+
+static void *shared_read(void *arg)
+{
+    struct shared_reader *r = arg;
+    struct sluice_read_options ro = {.pipeline = r->pipeline,
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .job_name = "twice-shared",
+                                     .local = "repeat(3)"};
+    struct sluice_iterator *it = NULL;
+    r->rc = sluice_iterator_open(r->client, &ro, &it, r->err, sizeof r->err);
+    if (r->rc != 0)
+        return NULL;
+    const struct sluice_element *e;
+    while ((r->rc = sluice_iterator_next(it, &e, READ_MS, r->err, sizeof r->err)) == 1) {
+        size_t nb;
+        const int64_t *v = sluice_element_data(e, 0, &nb);
+        if (nb != sizeof *v || *v < 0 || *v >= 2000) {
+            r->rc = -1;
+            snprintf(r->err, sizeof r->err, "unexpected element");
+            break;
+        }
+        r->seen[*v]++;
+        r->count++;
+        if (r->slow && r->count % 50 == 0)
+            usleep(2000);
+    }
+    sluice_iterator_close(it);
+    return NULL;
+}
+
+static void test_api_shared_repeat(void **state)
+{
+    struct cluster *c = *state;
+    static struct shared_reader r[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].client = client_for(c);
+        r[i].pipeline = "range(2000) | map(add, 7) | map(add, -7)";
+        r[i].slow = i == 1;
+        assert_int_equal(pthread_create(&th[i], NULL, shared_read, &r[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        if (r[i].rc != 0)
+            fail_msg("reader %d: %d: %s", i, r[i].rc, r[i].err);
+        sluice_client_close(r[i].client);
+    }
+    assert_int_equal(r[0].count + r[1].count, 6000);
+    for (int v = 0; v < 2000; v++) {
+        if (r[0].seen[v] + r[1].seen[v] != 3)
+            fail_msg("value %d read %ld + %ld times", v, r[0].seen[v], r[1].seen[v]);
+    }
+    json_t *doc = status_doc(c);
+    struct jobs_seen s = jobs_of(doc, "range(2000) | map(add, 7) | map(add, -7)");
+    json_decref(doc);
+    assert_int_equal(s.jobs, 1);
+    assert_int_equal(s.clients, 0);
+}
+
 static void test_api_refusals(void **state)
 {
     struct cluster *c = *state;
     struct sluice_client *client = client_for(c);
     char err[1024] = "";
     struct sluice_iterator *it = NULL;
-    struct sluice_read_options ro = {.pipeline = "range(10)",
-                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
-                                     .job_name = "j",
-                                     .local = "repeat()"};
-    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err),
-                     SLUICE_ERR_UNSUPPORTED);
-    assert_null(it);
-    assert_string_equal(err, "local tail: column 1: repeat reads the stream again with a new job "
-                             "for each repetition, which a shared job (job name 'j') cannot do "
-                             "exactly: its readers split each pass between them; read without a "
-                             "job name, or repeat in the dataset's pipeline");
+    struct sluice_read_options ro = {
+        .pipeline = "range(10)", .mode = SLUICE_DISTRIBUTED_EPOCH, .job_name = "j"};
     /* repeat(1) re-reads nothing and is fine in a shared job. */
     ro.local = "repeat(1)";
     assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
@@ -539,15 +618,11 @@ static void test_dispatcher_gone(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cli_distributed_repeat),
-        cmocka_unit_test(test_cli_repeat_batch),
-        cmocka_unit_test(test_cli_deterministic),
-        cmocka_unit_test(test_cli_parallel_epochs),
-        cmocka_unit_test(test_cli_empty_endless),
-        cmocka_unit_test(test_cli_named_job_refused),
-        cmocka_unit_test(test_api_repeat),
-        cmocka_unit_test(test_api_refusals),
-        cmocka_unit_test(test_worker_killed),
+        cmocka_unit_test(test_cli_distributed_repeat), cmocka_unit_test(test_cli_repeat_batch),
+        cmocka_unit_test(test_cli_deterministic),      cmocka_unit_test(test_cli_parallel_epochs),
+        cmocka_unit_test(test_cli_empty_endless),      cmocka_unit_test(test_cli_named_job_repeat),
+        cmocka_unit_test(test_api_shared_repeat),      cmocka_unit_test(test_api_repeat),
+        cmocka_unit_test(test_api_refusals),           cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_dispatcher_gone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1229,6 +1229,40 @@ static void test_source_roots(void **state)
     pipe_roots_release(&roots);
 }
 
+/* A worker's element limit and a function's failure name the chunk and the record's offset. */
+static void test_source_limit_and_origin(void **state)
+{
+    struct fixture *f = *state;
+    static const int counts[] = {3};
+    make_snapshot(f, f->dir, 1, counts);
+    struct pipe_spec *spec = parse_text("snapshot(\"%s\")", f->dir);
+    struct pipe_limits limits = {.max_element_bytes = 4};
+    struct pipe_run *run;
+    assert_int_equal(pipe_open_limited(spec, f->reg, &limits, &run, f->err, sizeof f->err), 0);
+    char got[256], want[1024];
+    assert_int_equal(drain(run, got, sizeof got), SLUICE_ERR_LIMIT);
+    snprintf(want, sizeof want,
+             "snapshot chunk %s: offset 8: element of 8 bytes is over the worker's limit of 4 "
+             "(--max-element-bytes)",
+             chunk_path(f, 0));
+    assert_string_equal(run->ctx.err, want);
+    assert_string_equal(got, "");
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+
+    /* decode_jpeg refuses an int64: the message names the second record (at 8 + 21). */
+    spec = parse_text("snapshot(\"%s\") | skip(1) | map(decode_jpeg)", f->dir);
+    assert_int_equal(pipe_open(spec, f->reg, &run, f->err, sizeof f->err), 0);
+    int rc = drain(run, got, sizeof got);
+    assert_true(rc < 0);
+    snprintf(want, sizeof want, " (record at %s offset 29)", chunk_path(f, 0));
+    const char *msg = run->ctx.err;
+    if (strlen(msg) < strlen(want) || strcmp(msg + strlen(msg) - strlen(want), want) != 0)
+        fail_msg("%s: does not end in%s", msg, want);
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+}
+
 static void test_source_static_sharding(void **state)
 {
     (void)state;
@@ -1273,6 +1307,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_source_complete_without_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_damaged_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_roots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_source_limit_and_origin, setup, teardown),
         cmocka_unit_test_setup_teardown(test_source_static_sharding, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

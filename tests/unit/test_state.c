@@ -123,6 +123,8 @@ static const char *code_name(int rc)
         return "DENIED";
     case SLUICE_ERR_LIMIT:
         return "LIMIT";
+    case SLUICE_ERR_UNAVAILABLE:
+        return "UNAVAILABLE";
     default:
         return "OTHER";
     }
@@ -613,6 +615,9 @@ static const char *run(struct harness *h, const char *line)
         snprintf(outs, sizeof outs, "committed=%" PRIu64 " of %" PRIu64 " %s",
                  state_save_committed(&h->s, sv), sv->chunks, st_save_state_name(sv->state));
         rc = 0;
+    } else if (strcmp(cmd, "rep") == 0) {
+        rc = plan_job_repetition(&h->s, words[1], strcmp(words[2], "''") == 0 ? "" : words[2],
+                                 strtoull(words[3], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "back") == 0) {
         rc = plan_return_task_splits(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else {
@@ -1136,6 +1141,50 @@ static void run_plan_cases(const struct plan_case *cases, size_t n)
             assert_int_equal(state_digest(&h.s), before);
         harness_release(&h);
     }
+}
+
+/* A repeating reader of a named job asks for its next repetition: joined when it is there,
+ * the previous one collected once nobody holds it, a wait while readers still do, and a clear
+ * refusal once the job has moved past it. */
+static const struct plan_case repetition_cases[] = {
+    {"the current repetition is joined", "ds - r4\nhb a:1 1\njob 1 name=n", "rep 1 n 0", "=>"},
+    {"anonymous jobs have no repetitions", "ds - r4\nhb a:1 1\njob 1", "rep 1 '' 1", "=>"},
+    {"still read", "ds - r4\nhb a:1 1\njob 1 name=n\njob 1 name=n", "rep 1 n 1",
+     "error UNAVAILABLE: job 'n': repetition 0 is still being read by 2 readers; repetition 1 "
+     "starts once they finish"},
+    {"nobody holds it: collected", "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1", "rep 1 n 1",
+     "task_removed id=1 ref=1\niteration_gc id=1\n=>"},
+    {"already collected", "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\ngc 1", "rep 1 n 1", "=>"},
+    {"the next one is there", "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\ngc 1\njob 1 name=n",
+     "rep 1 n 1", "=>"},
+    {"moved past it",
+     "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\ngc 1\njob 1 name=n\nrel 2\ngc 2\njob 1 name=n",
+     "rep 1 n 1",
+     "error INVALID: job 'n': repetition 1 was read without this reader; the job is at "
+     "repetition 2"},
+    {"collected past it", "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\ngc 1\njob 1 name=n\nrel 2\ngc 2",
+     "rep 1 n 1",
+     "error INVALID: job 'n': repetition 1 was read without this reader; the job is at "
+     "repetition 1 (collected)"},
+    {"not there yet", "ds - r4\nhb a:1 1\njob 1 name=n", "rep 1 n 2",
+     "error INVALID: job 'n': no repetition 2 to read next; the job is at repetition 0"},
+    {"no such job", "ds - r4", "rep 1 n 1",
+     "error NOT_FOUND: job 'n' of dataset '1' not found (asked for its repetition 1)"},
+};
+
+static void test_plan_repetition(void **unused)
+{
+    (void)unused;
+    run_plan_cases(repetition_cases, sizeof repetition_cases / sizeof *repetition_cases);
+    /* After the collection the read creates the next repetition of the same job. */
+    struct harness h;
+    harness_init(&h);
+    run_script(&h, "ds - r4\nhb a:1 1\njob 1 name=n\nrel 1\nrep 1 n 1");
+    assert_string_equal(run(&h, "job 1 name=n"), "iteration_created id=2 ref=1 ref2=1 dist=0\n"
+                                                 "task_created id=2 ref=2 ref2=1\n"
+                                                 "client_acquired id=2 ref=2\n"
+                                                 "=> job=1 iteration=2 client=2");
+    harness_release(&h);
 }
 
 /* A read restored from a checkpoint: a new iteration starts past the splits its reader had
@@ -2718,6 +2767,7 @@ int main(void)
         cmocka_unit_test(test_save_cases),
         cmocka_unit_test(test_worker_keys),
         cmocka_unit_test(test_iteration_keys),
+        cmocka_unit_test(test_plan_repetition),
         cmocka_unit_test(test_gc_rows),
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),

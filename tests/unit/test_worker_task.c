@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "common/error.h"
@@ -18,6 +19,7 @@
 #include "pipeline/element.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
+#include "pipeline/snapshot.h"
 #include "pipeline/split.h"
 #include "pipeline/iter.h"
 #include "worker/task.h"
@@ -471,6 +473,36 @@ static void test_stop_blocked(void **state)
     finish(e, t);
 }
 
+/* A producer whose snapshot source waits for a chunk the save has not written yet gives up as
+ * soon as the task stops, rather than when the chunk appears. */
+static void test_stop_waiting_for_snapshot_chunk(void **state)
+{
+    struct env *e = *state;
+    char dir[64], err[256];
+    snprintf(dir, sizeof dir, "/tmp/sluice-test-task-snap-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    struct snap_meta m = {
+        .format = SNAP_FORMAT, .dataset_id = "d", .pipeline = "range(1)", .chunks = 1};
+    assert_int_equal(snap_meta_write(dir, &m, err, sizeof err), 0);
+    char text[128];
+    snprintf(text, sizeof text, "snapshot(\"%s\")", dir);
+    struct task *t = start(e, text, SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    uint64_t t0 = uv_hrtime();
+    while (elapsed_ms(t0) < 300)
+        uv_run(&e->loop, UV_RUN_ONCE);
+    assert_false(task_exited(t));
+    t0 = uv_hrtime();
+    task_stop(t);
+    finish(e, t);
+    assert_true(elapsed_ms(t0) < 2000);
+    char path[128];
+    snprintf(path, sizeof path, "%s/" SNAP_META_FILE, dir);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/" SNAP_CHUNKS_DIR, dir);
+    assert_int_equal(rmdir(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* ---- large elements ---------------------------------------------------------------------
  * Elements large enough to go out as external chunks (their tensor's block is taken over instead
  * of copied), with and without compression probes in between (which put some large elements
@@ -677,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_distributed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distributed_bad_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_blocked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_waiting_for_snapshot_chunk, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
