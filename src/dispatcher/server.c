@@ -266,12 +266,19 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
 {
     int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
     struct log_lines lines = {0};
+    bool saves_due = false;
     for (size_t i = 0; rc == 0 && i < ups->n; i++) {
         uint64_t touched = d->jt ? st_update_worker(&d->st, &ups->v[i]) : 0;
         rc = state_apply(&d->st, &ups->v[i]);
         if (rc == 0) {
             observe_applied(d->obs, &ups->v[i]);
             log_lines_add(&lines, &ups->v[i]);
+            /* A save's iteration that finished or failed is finished off at once, not at the
+             * next tick (the work queued never commits before this commit). */
+            enum st_update_type t = ups->v[i].type;
+            if ((t == ST_ITERATION_FINISHED || t == ST_ITERATION_FAILED) &&
+                state_save_running(&d->st, ups->v[i].id))
+                saves_due = true;
         }
         if (rc < 0)
             fatal(d, "state: applying %s %" PRIu64 ": %s", st_update_name(ups->v[i].type),
@@ -288,6 +295,8 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
     if (rc == 0 && d->jt && ups->n > 0)
         rc = maybe_snapshot(d, ups->n);
     st_update_list_clear(ups);
+    if (saves_due && rc == 0)
+        dispatcher_saves_tick(d);
     if (!d->jt || rc < 0) {
         /* In memory only, a change is as durable as it gets once applied. */
         log_lines_flush(&lines, !d->jt && rc == 0);

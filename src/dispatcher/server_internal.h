@@ -197,7 +197,9 @@ void dispatcher_on_save_snapshot(struct dispatcher *d, struct rpc_conn *conn,
 void dispatcher_on_snapshot_status(struct dispatcher *d, struct rpc_conn *conn,
                                    const Sluice__Envelope *env);
 /* Takes up running saves after a start (their meta written again) and finishes saves whose
- * iteration finished or failed, on the thread pool. Called at start and by the timer. */
+ * iteration finished or failed, on the thread pool. Called at start, by the timer, and by
+ * dispatcher_commit when a save's iteration finishes or fails. Only queues work: it never
+ * commits before it returns. */
 void dispatcher_saves_tick(struct dispatcher *d);
 /* Cancels the saves' work queued on the thread pool (at close). */
 void dispatcher_saves_cancel(struct dispatcher *d);
