@@ -132,9 +132,26 @@ static void save_work_run(uv_work_t *uw)
             .npaths = p.npaths,
         };
         w->rc = st_split_plan_copy(&w->plan, &view);
-        if (w->rc < 0)
-            err_set(w->err, sizeof w->err, w->rc, "out of memory");
         pipe_split_provider_release(&p);
+        if (w->rc < 0) {
+            err_set(w->err, sizeof w->err, w->rc, "out of memory");
+            return;
+        }
+        /* A directory that already holds another snapshot is refused before any worker is
+         * told to write into it (its chunks would be overwritten). */
+        struct snap_meta old;
+        int mrc = snap_meta_read(w->path, &old, why, sizeof why);
+        if (mrc == 0) {
+            uint64_t chunks = st_split_plan_total(&w->plan);
+            if (strcmp(old.dataset_id, w->dataset_id) != 0 || old.chunks != chunks)
+                w->rc = err_set(w->err, sizeof w->err, SLUICE_ERR_EXISTS,
+                                "snapshot path '%s' already holds a snapshot of dataset '%s' with "
+                                "%" PRIu64 " chunks, not of dataset '%s' with %" PRIu64 " chunks",
+                                w->path, old.dataset_id, old.chunks, w->dataset_id, chunks);
+            snap_meta_release(&old);
+        } else if (mrc != SLUICE_ERR_NOT_FOUND) {
+            w->rc = err_set(w->err, sizeof w->err, mrc, "snapshot path '%s': %s", w->path, why);
+        }
         return;
     }
     case SW_META: {

@@ -538,6 +538,7 @@ static void test_refusals(void **unused)
     register_ds(&c, "forever", "range(10) | repeat()");
     register_ds(&c, "tail", "range(100) | filter(even) | batch(4)");
     char dir[512], msg[1024];
+    struct stat st;
     path_in_tmp(dir, sizeof dir, "snap-refusals");
     char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "a", "--path", dir,
                     "--timeout-ms", "60000", NULL);
@@ -559,6 +560,26 @@ static void test_refusals(void **unused)
     expect_refusal(&c, "a", "relative/snap",
                    "sluice: snapshot save: snapshot path 'relative/snap' is not absolute "
                    "(dispatcher, workers and readers must see it at the same absolute path)\n");
+    /* A directory holding another snapshot (saved elsewhere) is refused before anything is
+     * written into it. */
+    char other[600], meta[700];
+    path_in_tmp(other, sizeof other, "snap-other");
+    assert_int_equal(mkdir(other, 0755), 0);
+    snprintf(meta, sizeof meta, "%s/snapshot.json", other);
+    FILE *f = fopen(meta, "w");
+    assert_non_null(f);
+    fputs("{\"chunks\": 5, \"dataset_id\": \"elsewhere\", \"format\": 1, \"pipeline\": "
+          "\"range(5)\"}\n",
+          f);
+    fclose(f);
+    snprintf(msg, sizeof msg,
+             "sluice: snapshot save: snapshot path '%s' already holds a snapshot of dataset "
+             "'elsewhere' with 5 chunks, not of dataset 'b' with 3 chunks\n",
+             other);
+    expect_refusal(&c, "b", other, msg);
+    snprintf(meta, sizeof meta, "%s/chunks", other);
+    assert_int_equal(stat(meta, &st), -1);
+
     char *err = NULL;
     out = cli(&c, 1, &err, "snapshot", "status", "--path", "/tmp/sluice-no-save-here", NULL, NULL,
               NULL, NULL);
@@ -567,7 +588,6 @@ static void test_refusals(void **unused)
     free(err);
     free(out);
     /* None of the refusals touched the disk. */
-    struct stat st;
     assert_int_equal(stat("/tmp/sluice-never-written", &st), -1);
     assert_int_equal(cluster_stop(&c), 0);
 }
