@@ -455,11 +455,31 @@ void dispatcher_on_snapshot_status(struct dispatcher *d, struct rpc_conn *conn,
 
 /* ---- after the work ---- */
 
-static void save_over_done(struct dispatcher *d, int status, void *ctx)
+static void gc_done(struct dispatcher *d, int status, void *ctx)
 {
     (void)d;
     (void)status;
     (void)ctx;
+}
+
+/* A failed save's iteration is collected at once: its tasks are removed, so workers still
+ * writing chunks for it stop (their temporary files are removed), rather than writing on until
+ * the iteration is idle for the collection timeout. */
+static void save_over_done(struct dispatcher *d, int status, void *ctx)
+{
+    uint64_t save_id = (uint64_t)(uintptr_t)ctx;
+    const struct st_save *sv = state_save(&d->st, save_id);
+    if (status < 0 || d->closing || d->fatal || !sv || sv->state != ST_SV_FAILED)
+        return;
+    const struct st_iteration *it = state_iteration(&d->st, sv->iteration_id);
+    if (!it || it->state == ST_ITER_GC || state_iteration_clients(&d->st, it->id) > 0)
+        return;
+    char err[ERRLEN];
+    if (plan_gc_iteration(&d->st, it->id, &d->ups, err, sizeof err) < 0) {
+        log_warn("save %" PRIu64 ": collecting iteration %" PRIu64 ": %s", save_id, it->id, err);
+        return;
+    }
+    dispatcher_commit(d, &d->ups, gc_done, NULL);
 }
 
 /* Journals the end of save_id: finished when why is NULL, else failed with why. */
@@ -472,7 +492,7 @@ static void save_over_commit(struct dispatcher *d, uint64_t save_id, const char 
         log_warn("save %" PRIu64 ": %s", save_id, err);
         return;
     }
-    dispatcher_commit(d, &d->ups, save_over_done, NULL);
+    dispatcher_commit(d, &d->ups, save_over_done, (void *)(uintptr_t)save_id);
 }
 
 static void save_work_after(uv_work_t *uw, int status)
