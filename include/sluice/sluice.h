@@ -524,10 +524,12 @@ struct sluice_snapshot_status {
  * write its elements once, in chunk files under path, with a manifest and checksums. path must be
  * absolute and reach the same directory on the dispatcher, every worker and every reader (a
  * shared file system). The same dataset and path again is the same save (its state is returned,
- * nothing restarts); another dataset at a path already saved to is SLUICE_ERR_EXISTS. Returns
- * once the save is recorded and path/snapshot.json written, with its state in *out (out may be
- * NULL). Refusals: SLUICE_ERR_NOT_FOUND for an unknown dataset, SLUICE_ERR_INVALID for a relative
- * path, SLUICE_ERR_UNSUPPORTED for a pipeline that never ends; err says which. */
+ * nothing restarts). Returns once the save is recorded and path/snapshot.json written, with its
+ * state in *out (out may be NULL). Refusals, with err saying which: SLUICE_ERR_NOT_FOUND for an
+ * unknown dataset; SLUICE_ERR_INVALID for a relative path; SLUICE_ERR_EXISTS for a path already
+ * saved to from another dataset, or a directory holding another snapshot; SLUICE_ERR_UNSUPPORTED
+ * for a pipeline that never ends, or whose last operations run in the reader in distributed_epoch
+ * (a batch after a filter, say). Blocks; not on a callback of the client. */
 int sluice_client_save_snapshot(struct sluice_client *client, const char *dataset_id,
                                 const char *path, struct sluice_snapshot_status *out, char *err,
                                 size_t errlen);
