@@ -221,13 +221,31 @@ static void save_work_queue(struct dispatcher *d, struct save_work *w)
     d->save_works = w;
 }
 
+/* The dataset's canonical pipeline text (malloc'd), for snapshot.json: as registered, or made
+ * from its definition when it was registered without one. NULL when out of memory. */
+static char *dataset_text(const struct st_dataset *ds)
+{
+    if (ds && ds->text && ds->text[0])
+        return strdup(ds->text);
+    struct pipe_spec *spec = NULL;
+    char why[256];
+    if (!ds || pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why) < 0)
+        return strdup("?");
+    int n = pipe_spec_format(spec, NULL, 0);
+    char *text = n < 0 ? NULL : malloc((size_t)n + 1);
+    if (text)
+        pipe_spec_format(spec, text, (size_t)n + 1);
+    pipe_spec_free(spec);
+    return text;
+}
+
 /* Queues writing the meta of save sv; req (may be NULL) is answered once it is written, and
  * moved into the work. */
 static void queue_meta(struct dispatcher *d, const struct st_save *sv, struct req *req)
 {
     const struct st_dataset *ds = state_dataset(&d->st, sv->dataset_id);
     struct save_work *w = calloc(1, sizeof *w);
-    char *text = strdup(ds && ds->text ? ds->text : "");
+    char *text = dataset_text(ds);
     if (!w || !text) {
         free(w);
         free(text);
