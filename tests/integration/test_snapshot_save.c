@@ -299,9 +299,9 @@ static void test_save_survives_kills(void **unused)
     (void)unused;
     struct cluster c;
     assert_int_equal(setup_cluster(&c, 3, 1), 0);
-    /* About 12 s of CPU in all: long enough to kill things in the middle. */
+    /* About 18 s of CPU in all: long enough to kill things in the middle, also with more cores. */
     const long n = 2000;
-    register_ds(&c, "slow", "range(2000) | map(sleep_us, 6000)");
+    register_ds(&c, "slow", "range(2000) | map(sleep_us, 9000)");
     char dir[512], src[600];
     path_in_tmp(dir, sizeof dir, "snap-slow");
     char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
