@@ -524,7 +524,8 @@ struct sluice_snapshot_status {
  * write its elements once, in chunk files under path, with a manifest and checksums. path must be
  * absolute and reach the same directory on the dispatcher, every worker and every reader (a
  * shared file system). The same dataset and path again is the same save (its state is returned,
- * nothing restarts). Returns once the save is recorded and path/snapshot.json written, with its
+ * nothing restarts), unless that save failed: it is then started again, as a new save that writes
+ * every chunk anew. Returns once the save is recorded and path/snapshot.json written, with its
  * state in *out (out may be NULL). Refusals, with err saying which: SLUICE_ERR_NOT_FOUND for an
  * unknown dataset; SLUICE_ERR_INVALID for a relative path; SLUICE_ERR_EXISTS for a path already
  * saved to from another dataset, or a directory holding another snapshot; SLUICE_ERR_UNSUPPORTED

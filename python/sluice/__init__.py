@@ -697,7 +697,8 @@ def save_snapshot(service, dataset_id, path, wait=True, timeout=None, auth_token
     the workers write its elements once, in chunk files under path, with a manifest. path must be
     absolute and the same directory for the dispatcher, the workers and the readers. With wait
     (the default) returns once the save finished; a failed save raises TaskFailedError with its
-    reason. The same dataset and path again is the same save. Returns the save's state: a dict
+    reason. The same dataset and path again is the same save (a failed one is started again).
+    Returns the save's state: a dict
     with state ("running", "finished" or "failed"), save_id, dataset_id, chunks,
     chunks_committed and error. Read the snapshot with the pipeline 'snapshot("PATH")'.
 

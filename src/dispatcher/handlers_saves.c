@@ -9,6 +9,10 @@
  * dataset as soon as the caller hears of the save. The workers write the chunks; the save's
  * iteration finishes when every split is finished, that is every chunk committed.
  *
+ * A save that failed is started again by the same request (a new save of the same dataset into
+ * the same directory, which writes every chunk again; FAILED is removed when its meta is
+ * written).
+ *
  * The timer (dispatcher_saves_tick) then finalizes a running save whose iteration finished:
  * snap_finalize on the thread pool (every chunk checked, manifest.json written), then
  * SAVE_FINISHED. A finalize that fails (a chunk missing or damaged), or an iteration that failed
@@ -22,6 +26,9 @@
 
 #include "common/cap.h"
 #include "pipeline/snapshot.h"
+
+#include <errno.h>
+#include <unistd.h>
 
 enum save_work_kind {
     SW_PLAN,     /* a SaveSnapshot request: build the split plan */
@@ -155,6 +162,16 @@ static void save_work_run(uv_work_t *uw)
         return;
     }
     case SW_META: {
+        /* A running save's directory says nothing of a failure: FAILED there is left from an
+         * earlier attempt that failed (this save starts it again), or from a failure that was
+         * not recorded before a crash (which, found again, writes it again). */
+        char failed[ST_PATH_MAX + 16];
+        snprintf(failed, sizeof failed, "%s/%s", w->path, SNAP_FAILED_FILE);
+        if (unlink(failed) != 0 && errno != ENOENT) {
+            w->rc =
+                err_set(w->err, sizeof w->err, -errno, "removing %s: %s", failed, strerror(errno));
+            return;
+        }
         struct snap_meta m = {.format = SNAP_FORMAT, .pipeline = w->text, .chunks = w->chunks};
         snprintf(m.dataset_id, sizeof m.dataset_id, "%s", w->dataset_id);
         w->rc = snap_meta_write(w->path, &m, w->err, sizeof w->err);

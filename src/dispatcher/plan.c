@@ -1408,7 +1408,9 @@ int plan_save_check(const struct state *s, const char *dataset_id, const char *p
         return err_set(err, errlen, SLUICE_ERR_EXISTS,
                        "snapshot path '%s' holds a save of dataset '%s', not '%s'", path,
                        sv->dataset_id, dataset_id);
-    if (sv) {
+    /* A failed save of the same dataset is started again (a new save): the last one into a path
+     * is the one that counts. */
+    if (sv && sv->state != ST_SV_FAILED) {
         *existing = sv->id;
         return 0;
     }

@@ -490,7 +490,8 @@ const struct st_save *state_save(const struct state *s, uint64_t id)
 
 const struct st_save *state_save_by_path(const struct state *s, const char *path)
 {
-    for (size_t i = 0; i < s->nsaves; i++) {
+    /* The newest: a failed save may have been started again into the same path. */
+    for (size_t i = s->nsaves; i-- > 0;) {
         if (strcmp(s->saves[i].path, path) == 0)
             return &s->saves[i];
     }
@@ -1084,6 +1085,13 @@ static int apply_rounds_granted(struct state *s, const struct st_update *u)
     return 0;
 }
 
+/* Whether a new save may go into path: no save did, or the last one there failed. */
+static bool save_path_free(const struct state *s, const char *path)
+{
+    const struct st_save *sv = state_save_by_path(s, path);
+    return !sv || sv->state == ST_SV_FAILED;
+}
+
 static int apply_save_started(struct state *s, const struct st_update *u)
 {
     const struct st_job *j = state_job(s, u->ref);
@@ -1092,7 +1100,7 @@ static int apply_save_started(struct state *s, const struct st_update *u)
     if (u->id != next || !j || j->name[0] || !it || it->job_id != j->id ||
         j->iteration_id != it->id || it->state != ST_ITER_ACTIVE || !it->distributed ||
         strcmp(j->dataset_id, u->name) != 0 || !str_fits(u->name, ST_ID_MAX) || !u->text ||
-        u->text[0] != '/' || strlen(u->text) >= ST_PATH_MAX || state_save_by_path(s, u->text) ||
+        u->text[0] != '/' || strlen(u->text) >= ST_PATH_MAX || !save_path_free(s, u->text) ||
         state_save_running(s, it->id))
         return CORRUPT;
     char *path = strdup(u->text);

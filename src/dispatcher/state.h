@@ -225,8 +225,9 @@ struct st_limits {
  * job over the dataset whose tasks write each split they are leased into that split's chunk file
  * (chunk i = split i) instead of serving it, and report the split finished once the chunk is
  * committed: the iteration's finished splits are the committed chunks, so a restart or a
- * worker's death leases again only chunks not yet committed. Rows are never deleted (one per
- * path ever saved to), so ids are the last row's id + 1. While a save runs, its iteration gets a
+ * worker's death leases again only chunks not yet committed. Rows are never deleted, so ids are
+ * the last row's id + 1; a path has one row, or several when a failed save was started again
+ * (every row of a path but the newest failed). While a save runs, its iteration gets a
  * task on every worker although no client holds it, and is not garbage-collected. */
 #define ST_PATH_MAX 1024 /* a snapshot path, including the NUL */
 
@@ -353,9 +354,9 @@ const char *st_update_name(enum st_update_type type);
  *                       failure, as its worker reported it)
  *   SAVE_STARTED        id = save (the last save's id + 1), ref = its job, ref2 = its iteration
  *                       (an active distributed one of an anonymous job of the dataset, created
- *                       by earlier updates), name = dataset id, text = path (absolute, unique
- *                       among saves, shorter than ST_PATH_MAX); chunks = the iteration's split
- *                       total
+ *                       by earlier updates), name = dataset id, text = path (absolute, shorter
+ *                       than ST_PATH_MAX, and no save into it or the last one there failed);
+ *                       chunks = the iteration's split total
  *   SAVE_FINISHED       id = a running save
  *   SAVE_FAILED         id = a running save, text = why */
 struct st_update {
@@ -433,6 +434,7 @@ const struct st_worker *state_worker(const struct state *s, uint64_t id);
 const struct st_worker *state_worker_by_address(const struct state *s, const char *address);
 const struct st_client *state_client(const struct state *s, uint64_t id);
 const struct st_save *state_save(const struct state *s, uint64_t id);
+/* The newest save into path (a failed one may have been followed by another), or NULL. */
 const struct st_save *state_save_by_path(const struct state *s, const char *path);
 /* The running save whose iteration is iteration_id, or NULL. */
 const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id);
@@ -756,8 +758,8 @@ int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_up
  * never ends (pipe_spec_endless). Appends JOB_CREATED (anonymous, distributed_epoch),
  * ITERATION_CREATED with plan, TASK_CREATED on every non-draining worker and SAVE_STARTED; the
  * shell draws the iteration's secret as for any new iteration. *save_out receives the save's id.
- * The same dataset and path as an existing save is that save: its id, nothing appended (whatever
- * its state). Refusals: an unknown dataset SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"); a path
+ * The same dataset and path as a save that runs or finished is that save: its id, nothing
+ * appended; one that failed is started again as a new save (the failed row stays). Refusals: an unknown dataset SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"); a path
  * that is empty, relative, not a valid name (control characters, not UTF-8) or of ST_PATH_MAX
  * bytes or more SLUICE_ERR_INVALID ("snapshot path 'x' is not absolute"); a path saved from
  * another dataset SLUICE_ERR_EXISTS ("snapshot path '/p' holds a save of dataset 'a', not 'b'");

@@ -786,8 +786,10 @@ static int decode_saves(const Sluice__Snapshot *m, struct state *s, char *err, s
             return CORRUPT("save %" PRIu64 " is out of order", sv->id);
         if (!str_fits(sv->dataset_id, ST_ID_MAX) || !state_dataset(s, sv->dataset_id))
             return CORRUPT("save %" PRIu64 " names an unknown dataset", sv->id);
+        /* A path is saved into again only after the save there failed. */
+        const struct st_save *prev = state_save_by_path(s, sv->path);
         if (sv->path[0] != '/' || strlen(sv->path) >= ST_PATH_MAX ||
-            state_save_by_path(s, sv->path))
+            (prev && prev->state != ST_SV_FAILED))
             return CORRUPT("save %" PRIu64 " has a malformed or repeated path", sv->id);
         if (sv->state < ST_SV_RUNNING || sv->state > ST_SV_FAILED)
             return CORRUPT("save %" PRIu64 " has unknown state %d", sv->id, (int)sv->state);

@@ -6,7 +6,8 @@
  *     worker kill -9: it finishes, chunks committed before the kills are not written again
  *     (same inode and modification time), and it reads back as exactly the dataset;
  *   - a distributed_epoch read started while the save runs gets every element exactly once;
- *   - a damaged chunk fails the read with an error naming the chunk;
+ *   - a damaged chunk fails the read with an error naming the chunk; one damaged before the save
+ *     is finalized fails the save, and saving again starts it anew;
  *   - the refusals, with their exact messages; a save into a directory outside a worker's data
  *     roots fails with the reason. */
 #include <stdarg.h>
@@ -463,7 +464,7 @@ static void test_damaged_chunk(void **unused)
 }
 
 /* A chunk damaged after it was committed, before the save is finalized: the save fails naming
- * the chunk, and FAILED says so. */
+ * the chunk, and FAILED says so; saving again starts it again, and it completes. */
 static void test_finalize_finds_damage(void **unused)
 {
     (void)unused;
@@ -510,8 +511,27 @@ static void test_finalize_finds_damage(void **unused)
     free(text);
     /* No manifest: the snapshot is not complete. */
     struct stat st;
-    snprintf(failed, sizeof failed, "%s/manifest.json", dir);
+    char manifest[700];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+    assert_int_equal(stat(manifest, &st), -1);
+
+    /* Saving again starts the failed save again, writing every chunk anew: it finishes, FAILED
+     * is gone, and it reads back as exactly the dataset. */
+    out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "later", "--path", dir,
+              "--timeout-ms", "60000", NULL);
+    assert_non_null(strstr(out, ": finished, "));
+    free(out);
+    s = save_status(&c, dir);
+    assert_string_equal(s.state, "finished");
+    assert_string_equal(s.error, "");
     assert_int_equal(stat(failed, &st), -1);
+    assert_int_equal(stat(manifest, &st), 0);
+    char src[600];
+    out = run_local(snapshot_pipeline(src, sizeof src, dir), 0, NULL);
+    char *expect = run_local("range(600)", 0, NULL);
+    assert_string_equal(out, expect);
+    free(expect);
+    free(out);
     assert_int_equal(cluster_stop(&c), 0);
 }
 
