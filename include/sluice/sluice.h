@@ -533,6 +533,48 @@ void sluice_iterator_close(struct sluice_iterator *it);
  * malloc'd string (*json, caller frees). */
 int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen);
 
+/* ---- snapshots (README "Snapshots") ---- */
+
+/* Where a save of a dataset into a snapshot directory stands. */
+struct sluice_snapshot_status {
+    char state[16];            /* "running", "finished" or "failed" */
+    uint64_t save_id;          /* the dispatcher's id of the save */
+    char dataset_id[128];      /* the dataset saved (sluice_client_snapshot_status only) */
+    uint64_t chunks;           /* chunk files of the complete snapshot (the dataset's splits) */
+    uint64_t chunks_committed; /* written and recorded so far (sluice_client_snapshot_status) */
+    char error[512];           /* why it failed; empty otherwise */
+};
+
+/* Starts saving dataset dataset_id (registered) into the snapshot directory path: the workers
+ * write its elements once, in chunk files under path, with a manifest and checksums. path must be
+ * absolute and reach the same directory on the dispatcher, every worker and every reader (a
+ * shared file system). The same dataset and path again is the same save (its state is returned,
+ * nothing restarts), unless that save failed: it is then started again, as a new save that writes
+ * every chunk anew. Returns once the save is recorded and path/snapshot.json written, with its
+ * state in *out (out may be NULL). Refusals, with err saying which: SLUICE_ERR_NOT_FOUND for an
+ * unknown dataset; SLUICE_ERR_INVALID for a relative path; SLUICE_ERR_EXISTS for a path already
+ * saved to from another dataset, or a directory holding another snapshot; SLUICE_ERR_UNSUPPORTED
+ * for a pipeline that never ends, or whose last operations run in the reader in distributed_epoch
+ * (a batch after a filter, say). Blocks; not on a callback of the client. */
+int sluice_client_save_snapshot(struct sluice_client *client, const char *dataset_id,
+                                const char *path, struct sluice_snapshot_status *out, char *err,
+                                size_t errlen);
+
+/* The state of the save into path. SLUICE_ERR_NOT_FOUND when the dispatcher knows no save there. */
+int sluice_client_snapshot_status(struct sluice_client *client, const char *path,
+                                  struct sluice_snapshot_status *out, char *err, size_t errlen);
+
+/* Waits until the save into path is over, asking every poll_ms milliseconds (0: 200), for at most
+ * timeout_ms (0: no limit; then SLUICE_ERR_TIMEOUT, "snapshot PATH: still running after N ms
+ * (C of T chunks committed)"). Returns 0 when it finished, SLUICE_ERR_TASK_FAILED with the
+ * save's error in err when it failed (a task's pipeline failed, a chunk is missing or damaged),
+ * or the code of a request that failed. *out (may be NULL) receives the last state seen. A
+ * dispatcher that is restarting is waited for like any request (the client's timeout per request).
+ */
+int sluice_client_snapshot_wait(struct sluice_client *client, const char *path, uint64_t poll_ms,
+                                uint64_t timeout_ms, struct sluice_snapshot_status *out, char *err,
+                                size_t errlen);
+
 /* ---- Local runs ------------------------------------------------------------------------ */
 
 /* A pipeline run in the calling process, without a service: what `sluice run` does. */

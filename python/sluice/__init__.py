@@ -64,6 +64,8 @@ __all__ = [
     "from_dataset_id",
     "register_dataset",
     "run",
+    "save_snapshot",
+    "snapshot_status",
     "status",
 ]
 
@@ -714,6 +716,39 @@ def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=N
     """The dispatcher's status (what `sluice status --json` prints) as a dict."""
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return _json.loads(conn.client().status())
+
+
+def save_snapshot(service, dataset_id, path, wait=True, timeout=None, auth_token_file=None,
+                  tls_cert=None, tls_key=None, tls_ca=None):
+    """Saves registered dataset dataset_id into the snapshot directory path (README "Snapshots"):
+    the workers write its elements once, in chunk files under path, with a manifest. path must be
+    absolute and the same directory for the dispatcher, the workers and the readers. With wait
+    (the default) returns once the save finished; a failed save raises TaskFailedError with its
+    reason. The same dataset and path again is the same save (a failed one is started again).
+    Returns the save's state: a dict
+    with state ("running", "finished" or "failed"), save_id, dataset_id, chunks,
+    chunks_committed and error. Read the snapshot with the pipeline 'snapshot("PATH")'.
+
+    timeout (seconds) bounds each request to the dispatcher and, with wait, the wait."""
+    _text(dataset_id, "dataset_id", allow_none=False)
+    path = _text(_os.fspath(path), "path", allow_none=False)
+    conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
+    client = conn.client()
+    state = client.save_snapshot(dataset_id, path)
+    if not _flag(wait, "wait") or state["state"] == "finished":
+        return state
+    if state["state"] == "failed":
+        raise TaskFailedError(state["error"] or "the save failed")
+    return client.snapshot_wait(path, _timeout_ms(timeout))
+
+
+def snapshot_status(service, path, timeout=None, auth_token_file=None, tls_cert=None,
+                    tls_key=None, tls_ca=None):
+    """Where the save into path stands: the dict save_snapshot returns. NotFoundError when the
+    dispatcher knows no save there."""
+    path = _text(_os.fspath(path), "path", allow_none=False)
+    conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
+    return conn.client().snapshot_status(path)
 
 
 class _Progress:

@@ -118,6 +118,64 @@ static PyObject *client_status(ClientObject *self, PyObject *unused)
     return s;
 }
 
+/* A save's state as a dict (struct sluice_snapshot_status). */
+static PyObject *snapshot_dict(const struct sluice_snapshot_status *st)
+{
+    return Py_BuildValue("{s:s,s:K,s:s,s:K,s:K,s:s}", "state", st->state, "save_id",
+                         (unsigned long long)st->save_id, "dataset_id", st->dataset_id, "chunks",
+                         (unsigned long long)st->chunks, "chunks_committed",
+                         (unsigned long long)st->chunks_committed, "error", st->error);
+}
+
+static PyObject *client_save_snapshot(ClientObject *self, PyObject *args)
+{
+    const char *dataset_id, *path;
+    if (!PyArg_ParseTuple(args, "ss", &dataset_id, &path) || !client_ready(self))
+        return NULL;
+    struct sluice_snapshot_status st;
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_client_save_snapshot(self->c, dataset_id, path, &st, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc)
+        return pys_raise(rc, err);
+    return snapshot_dict(&st);
+}
+
+static PyObject *client_snapshot_status(ClientObject *self, PyObject *args)
+{
+    const char *path;
+    if (!PyArg_ParseTuple(args, "s", &path) || !client_ready(self))
+        return NULL;
+    struct sluice_snapshot_status st;
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_client_snapshot_status(self->c, path, &st, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc)
+        return pys_raise(rc, err);
+    return snapshot_dict(&st);
+}
+
+static PyObject *client_snapshot_wait(ClientObject *self, PyObject *args)
+{
+    const char *path;
+    unsigned long long timeout_ms = 0;
+    if (!PyArg_ParseTuple(args, "s|K", &path, &timeout_ms) || !client_ready(self))
+        return NULL;
+    struct sluice_snapshot_status st;
+    char err[PYS_ERRLEN] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc = sluice_client_snapshot_wait(self->c, path, 0, timeout_ms, &st, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc)
+        return pys_raise(rc, err);
+    return snapshot_dict(&st);
+}
+
 static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw);
 
 static PyMethodDef client_methods[] = {
@@ -125,6 +183,12 @@ static PyMethodDef client_methods[] = {
      "register(pipeline, dataset_id=None, compression='auto', split_size=0, deterministic=False) "
      "-> dataset id"},
     {"status", (PyCFunction)client_status, METH_NOARGS, "status() -> the status JSON text"},
+    {"save_snapshot", (PyCFunction)client_save_snapshot, METH_VARARGS,
+     "save_snapshot(dataset_id, path) -> the save's state (sluice_client_save_snapshot)"},
+    {"snapshot_status", (PyCFunction)client_snapshot_status, METH_VARARGS,
+     "snapshot_status(path) -> the save's state (sluice_client_snapshot_status)"},
+    {"snapshot_wait", (PyCFunction)client_snapshot_wait, METH_VARARGS,
+     "snapshot_wait(path, timeout_ms=0) -> the final state (sluice_client_snapshot_wait)"},
     {"read", (PyCFunction)(void (*)(void))client_read, METH_VARARGS | METH_KEYWORDS,
      "read(dataset_id=None, pipeline=None, mode=0, job_name=None, consumer_index=0, "
      "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0, split_size=0, "

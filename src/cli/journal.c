@@ -178,6 +178,20 @@ static void print_update(uint64_t seq, const struct st_update *u)
         printf(" iteration=%" PRIu64 " error=", u->id);
         print_quoted(u->text ? u->text : "");
         break;
+    case ST_SAVE_STARTED:
+        printf(" save=%" PRIu64 " job=%" PRIu64 " iteration=%" PRIu64 " dataset=", u->id, u->ref,
+               u->ref2);
+        print_quoted(u->name);
+        printf(" path=");
+        print_quoted(u->text ? u->text : "");
+        break;
+    case ST_SAVE_FINISHED:
+        printf(" save=%" PRIu64, u->id);
+        break;
+    case ST_SAVE_FAILED:
+        printf(" save=%" PRIu64 " error=", u->id);
+        print_quoted(u->text ? u->text : "");
+        break;
     }
     putchar('\n');
 }
@@ -324,6 +338,20 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
         break;
     case ST_ITERATION_FAILED:
         jset(o, "iteration", json_integer((json_int_t)u->id));
+        jset(o, "error", jstr(u->text ? u->text : ""));
+        break;
+    case ST_SAVE_STARTED:
+        jset(o, "save", json_integer((json_int_t)u->id));
+        jset(o, "job", json_integer((json_int_t)u->ref));
+        jset(o, "iteration", json_integer((json_int_t)u->ref2));
+        jset(o, "dataset", jstr(u->name));
+        jset(o, "path", jstr(u->text ? u->text : ""));
+        break;
+    case ST_SAVE_FINISHED:
+        jset(o, "save", json_integer((json_int_t)u->id));
+        break;
+    case ST_SAVE_FAILED:
+        jset(o, "save", json_integer((json_int_t)u->id));
         jset(o, "error", jstr(u->text ? u->text : ""));
         break;
     }
@@ -497,11 +525,17 @@ static int dump(struct journal *j, const char *dir, bool as_json)
                 if (o)
                     json_object_update(snapshot, o);
                 json_decref(o);
+                if (s.nsaves)
+                    jset(snapshot, "saves", json_integer((json_int_t)s.nsaves));
             } else {
                 printf("snapshot %" PRIu64 " bytes=%zu applied=%" PRIu64 " datasets=%zu "
-                       "jobs=%zu iterations=%zu tasks=%zu workers=%zu clients=%zu\n",
+                       "jobs=%zu iterations=%zu tasks=%zu workers=%zu clients=%zu",
                        seq, len, s.applied, s.ndatasets, s.njobs, s.niterations, s.ntasks,
                        s.nworkers, s.nclients);
+                /* Only when there are saves: older dumps read the same as before. */
+                if (s.nsaves)
+                    printf(" saves=%zu", s.nsaves);
+                putchar('\n');
             }
             state_release(&s);
         }

@@ -26,6 +26,10 @@ static const char usage[] =
     "      read a dataset's elements from the service and print them\n"
     "  status --dispatcher H:P [--json]\n"
     "      print the dispatcher's workers, datasets and jobs\n"
+    "  snapshot save --dispatcher H:P --dataset-id ID --path DIR [--no-wait]\n"
+    "      save a dataset's elements once into chunk files under DIR (and wait)\n"
+    "  snapshot status --dispatcher H:P --path DIR [--json]\n"
+    "      print where the save into DIR stands\n"
     "  journal dump|verify|backup|restore --work-dir DIR [options]\n"
     "      print, check, back up or restore a fault-tolerant dispatcher's journal\n"
     "\n"
@@ -149,6 +153,8 @@ int main(int argc, char **argv)
         return cli_status(argc - 1, argv + 1);
     if (strcmp(cmd, "journal") == 0)
         return cli_journal(argc - 1, argv + 1);
+    if (strcmp(cmd, "snapshot") == 0)
+        return cli_snapshot(argc - 1, argv + 1);
     cli_error("usage", "unknown command '%s' (try 'sluice --help')", cmd);
     return CLI_EXIT_USAGE;
 }

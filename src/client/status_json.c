@@ -261,6 +261,8 @@ struct section {
     /* A field shown under the table, one line per entry that has it (NULL: none):
      * "  <row> <id> <what>: <text>". */
     const char *note_key, *note_row, *note_what;
+    /* Rendered only when the document has the section (a dispatcher without any says nothing). */
+    bool only_present;
 };
 
 static const struct section sections[] = {
@@ -297,6 +299,18 @@ static const struct section sections[] = {
      "error",
      "job",
      "failed"},
+    {"saves",
+     6,
+     {{"ID", {"id", "save_id", NULL}, true, COL_TEXT, false},
+      {"DATASET", {"dataset", "dataset_id", NULL}, false, COL_TEXT, false},
+      {"PATH", {"path", NULL}, false, COL_TEXT, false},
+      {"STATE", {"state", NULL}, false, COL_TEXT, false},
+      {"CHUNKS", {"chunks", NULL}, false, COL_TEXT, false},
+      {"COMMITTED", {"chunks_committed", NULL}, false, COL_TEXT, false}},
+     "error",
+     "save",
+     "failed",
+     true},
 };
 
 /* Appends one section's table. Entries that are not objects are skipped. */
@@ -452,6 +466,8 @@ int status_json_table(const char *json, char **out, char *err, size_t errlen)
         json_t *list = json_object_get(root, sections[s].name);
         if (!json_is_array(list) && !json_is_object(list))
             list = NULL;
+        if (!list && sections[s].only_present)
+            continue;
         if (b.len > 0)
             sb_str(&b, "\n");
         if (list) {

@@ -139,5 +139,19 @@ uint64_t state_digest(const struct state *s)
         if (s->clients[i].host_id[0])
             fnv_str(&f, s->clients[i].host_id);
     }
+    /* Only when there are saves, so the digests of states without any do not change. */
+    if (s->nsaves)
+        fnv_u64(&f, s->nsaves);
+    for (size_t i = 0; i < s->nsaves; i++) {
+        const struct st_save *sv = &s->saves[i];
+        fnv_u64(&f, sv->id);
+        fnv_str(&f, sv->dataset_id);
+        fnv_str(&f, sv->path);
+        fnv_u64(&f, sv->job_id);
+        fnv_u64(&f, sv->iteration_id);
+        fnv_u64(&f, sv->chunks);
+        fnv_u64(&f, sv->state);
+        fnv_str(&f, sv->error ? sv->error : "");
+    }
     return f.h;
 }

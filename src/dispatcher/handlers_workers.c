@@ -73,6 +73,10 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
     def->cross_trainer_cache_bytes = job->xtc_bytes;
+    /* A running save's task writes chunks into the snapshot directory instead of serving. */
+    const struct st_save *sv = state_save_running(&d->st, it->id);
+    if (sv)
+        def->snapshot_path = sv->path;
     if (it->key.set) {
         cap_task_key(it->key.b, t->id, key);
         def->task_key.data = key;
@@ -375,11 +379,15 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     /* The seqs a worker reports finished are splits it produced; they stay leased to its task
      * until their consumers report them received (ClientHeartbeat), so they are not passed on:
      * if the worker dies first, they are leased again and nothing is lost. */
+    /* A save's task is the exception: it has no consumers, and it reports a split finished
+     * only once the split's chunk is committed to disk, so its report finishes the split. */
+    bool saving = t && state_save_running(&d->st, t->iteration_id);
     const struct soft *bound =
         t ? dispatcher_soft_find(&d->lease_below, t->iteration_id, NULL) : NULL;
-    rc = plan_get_splits_bounded(&d->st, req->task_id, req->request_seq, NULL, 0, req->returned,
-                                 req->n_returned, max, bound ? bound->t : UINT64_MAX, &d->ups,
-                                 &c->seqs, &c->nseqs, &c->end, err, sizeof err);
+    rc = plan_get_splits_bounded(&d->st, req->task_id, req->request_seq,
+                                 saving ? req->finished : NULL, saving ? req->n_finished : 0,
+                                 req->returned, req->n_returned, max, bound ? bound->t : UINT64_MAX,
+                                 &d->ups, &c->seqs, &c->nseqs, &c->end, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);
         free(c);

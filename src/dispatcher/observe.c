@@ -77,6 +77,8 @@ struct observe {
 
     struct metrics *reg;
     struct metrics_series *workers_g, *draining_g, *datasets_g, *jobs_g, *tasks_g, *clients_g;
+    /* Saves into snapshot directories (README "Snapshots"). */
+    struct metrics_series *saves_g[3], *save_chunks_g, *save_committed_g;
     struct metrics_series *iterations_g[NSTATES];
     struct metrics_series *failed_g; /* active iterations that failed */
     struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c, *journal_bytes_c;
@@ -211,6 +213,18 @@ static int make_registry(struct observe *o)
     SCALAR(false, "sluice_tasks", "Tasks assigned to workers, finished ones included.", METRICS_U64,
            &o->tasks_g);
     SCALAR(false, "sluice_clients", "Clients reading.", METRICS_U64, &o->clients_g);
+    if (rc == 0)
+        rc = metrics_gauge(r, "sluice_saves", "Saves into snapshot directories, by state.",
+                           METRICS_U64, &f);
+    for (int i = 0; rc == 0 && i < 3; i++) {
+        struct metrics_label l = {"state", st_save_state_name((enum st_save_state)i)};
+        rc = metrics_series_get(f, &l, 1, &o->saves_g[i]);
+    }
+    SCALAR(false, "sluice_save_chunks", "Chunks of the running saves' snapshots.", METRICS_U64,
+           &o->save_chunks_g);
+    SCALAR(false, "sluice_save_chunks_committed",
+           "Chunks of the running saves written and recorded so far.", METRICS_U64,
+           &o->save_committed_g);
     SCALAR(true, "sluice_updates_applied_total", "State updates applied since the start.",
            METRICS_U64, &o->applied_c);
     SCALAR(true, "sluice_splits_leased_total", "Splits leased to tasks (distributed_epoch).",
@@ -808,6 +822,20 @@ int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, c
     for (size_t i = 0; i < st->niterations; i++)
         failed += st->iterations[i].state == ST_ITER_ACTIVE && st->iterations[i].error;
     metrics_set_u64(o->failed_g, failed);
+    uint64_t saves[3] = {0}, chunks = 0, committed = 0;
+    for (size_t i = 0; i < st->nsaves; i++) {
+        const struct st_save *sv = &st->saves[i];
+        if ((unsigned)sv->state < 3)
+            saves[sv->state]++;
+        if (sv->state == ST_SV_RUNNING) {
+            chunks += sv->chunks;
+            committed += state_save_committed(st, sv);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        metrics_set_u64(o->saves_g[k], saves[k]);
+    metrics_set_u64(o->save_chunks_g, chunks);
+    metrics_set_u64(o->save_committed_g, committed);
     metrics_set_u64(o->tasks_g, st->ntasks);
     metrics_set_u64(o->clients_g, st->nclients);
 

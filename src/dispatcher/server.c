@@ -120,6 +120,17 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
     case ST_ITERATION_FAILED:
         snprintf(buf, len, "iteration %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
         return LOG_WARN;
+    case ST_SAVE_STARTED:
+        snprintf(buf, len,
+                 "save %" PRIu64 " of dataset '%s' into %s started (iteration %" PRIu64 ")", u->id,
+                 u->name, u->text ? u->text : "", u->ref2);
+        return LOG_INFO;
+    case ST_SAVE_FINISHED:
+        snprintf(buf, len, "save %" PRIu64 " finished", u->id);
+        return LOG_INFO;
+    case ST_SAVE_FAILED:
+        snprintf(buf, len, "save %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
+        return LOG_WARN;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
@@ -255,12 +266,19 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
 {
     int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
     struct log_lines lines = {0};
+    bool saves_due = false;
     for (size_t i = 0; rc == 0 && i < ups->n; i++) {
         uint64_t touched = d->jt ? st_update_worker(&d->st, &ups->v[i]) : 0;
         rc = state_apply(&d->st, &ups->v[i]);
         if (rc == 0) {
             observe_applied(d->obs, &ups->v[i]);
             log_lines_add(&lines, &ups->v[i]);
+            /* A save's iteration that finished or failed is finished off at once, not at the
+             * next tick (the work queued never commits before this commit). */
+            enum st_update_type t = ups->v[i].type;
+            if ((t == ST_ITERATION_FINISHED || t == ST_ITERATION_FAILED) &&
+                state_save_running(&d->st, ups->v[i].id))
+                saves_due = true;
         }
         if (rc < 0)
             fatal(d, "state: applying %s %" PRIu64 ": %s", st_update_name(ups->v[i].type),
@@ -277,6 +295,8 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
     if (rc == 0 && d->jt && ups->n > 0)
         rc = maybe_snapshot(d, ups->n);
     st_update_list_clear(ups);
+    if (saves_due && rc == 0)
+        dispatcher_saves_tick(d);
     if (!d->jt || rc < 0) {
         /* In memory only, a change is as durable as it gets once applied. */
         log_lines_flush(&lines, !d->jt && rc == 0);
@@ -459,6 +479,12 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
         break;
     case SLUICE__ENVELOPE__BODY_STATUS:
         on_status(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_SAVE_SNAPSHOT:
+        dispatcher_on_save_snapshot(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_SNAPSHOT_STATUS:
+        dispatcher_on_snapshot_status(d, conn, env);
         break;
     default: {
         char msg[128];
@@ -665,6 +691,8 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     uv_timer_init(loop, &d->timer);
     d->timer.data = d;
     uv_timer_start(&d->timer, dispatcher_on_tick, interval, interval);
+    /* Saves the journal holds as running are taken up at once (their work is queued). */
+    dispatcher_saves_tick(d);
     *out = d;
     return 0;
 
@@ -702,7 +730,7 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 
 void dispatcher_maybe_finish_close(struct dispatcher *d)
 {
-    if (!d->closing || d->closing_parts > 0 || d->works || d->checks > 0)
+    if (!d->closing || d->closing_parts > 0 || d->works || d->save_works || d->checks > 0)
         return;
     void (*cb)(void *) = d->close_cb;
     void *user = d->close_user;
@@ -754,4 +782,5 @@ void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user)
         journal_thread_close(d->jt, on_journal_closed, d);
     }
     dispatcher_jobs_cancel(d);
+    dispatcher_saves_cancel(d);
 }

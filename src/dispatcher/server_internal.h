@@ -101,6 +101,9 @@ struct dispatcher {
     struct observe *obs; /* metrics and the autoscaling window (observe.h) */
 
     struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
+    struct save_work
+        *save_works;    /* snapshot saves' disk work queued or running (handlers_saves.c) */
+    bool saves_resumed; /* the running saves found at start were taken up again */
     /* Data roots (--data-root): registrations of file sources outside them are refused. None:
      * not confined. checks counts registrations being checked on the thread pool. */
     struct pipe_roots roots;
@@ -187,6 +190,19 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
 /* Cancels the split plans queued on the thread pool (at close); those already running finish
  * and their callbacks free them. */
 void dispatcher_jobs_cancel(struct dispatcher *d);
+
+/* handlers_saves.c */
+void dispatcher_on_save_snapshot(struct dispatcher *d, struct rpc_conn *conn,
+                                 const Sluice__Envelope *env);
+void dispatcher_on_snapshot_status(struct dispatcher *d, struct rpc_conn *conn,
+                                   const Sluice__Envelope *env);
+/* Takes up running saves after a start (their meta written again) and finishes saves whose
+ * iteration finished or failed, on the thread pool. Called at start, by the timer, and by
+ * dispatcher_commit when a save's iteration finishes or fails. Only queues work: it never
+ * commits before it returns. */
+void dispatcher_saves_tick(struct dispatcher *d);
+/* Cancels the saves' work queued on the thread pool (at close). */
+void dispatcher_saves_cancel(struct dispatcher *d);
 
 /* handlers_clients.c */
 void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,

@@ -14,6 +14,7 @@ _Static_assert(offsetof(struct st_iteration, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_task, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_worker, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_client, id) == 0, "row id first");
+_Static_assert(offsetof(struct st_save, id) == 0, "row id first");
 
 /* ---- names ----------------------------------------------------------------------------------- */
 
@@ -26,6 +27,19 @@ const char *st_iteration_state_name(enum st_iteration_state state)
         return "finished";
     case ST_ITER_GC:
         return "garbage_collected";
+    }
+    return "unknown";
+}
+
+const char *st_save_state_name(enum st_save_state state)
+{
+    switch (state) {
+    case ST_SV_RUNNING:
+        return "running";
+    case ST_SV_FINISHED:
+        return "finished";
+    case ST_SV_FAILED:
+        return "failed";
     }
     return "unknown";
 }
@@ -50,6 +64,9 @@ static const char *const update_names[] = {
     [ST_ROUNDS_SCHEDULED] = "rounds_scheduled",
     [ST_ROUNDS_GRANTED] = "rounds_granted",
     [ST_ITERATION_FAILED] = "iteration_failed",
+    [ST_SAVE_STARTED] = "save_started",
+    [ST_SAVE_FINISHED] = "save_finished",
+    [ST_SAVE_FAILED] = "save_failed",
 };
 
 const char *st_update_name(enum st_update_type type)
@@ -377,6 +394,11 @@ void state_release(struct state *s)
         state_seq_release(&s->tasks[i].leased);
         state_seq_release(&s->tasks[i].granted);
     }
+    for (size_t i = 0; i < s->nsaves; i++) {
+        free(s->saves[i].path);
+        free(s->saves[i].error);
+    }
+    free(s->saves);
     free(s->datasets);
     free(s->jobs);
     free(s->iterations);
@@ -459,6 +481,40 @@ const struct st_worker *state_worker_by_address(const struct state *s, const cha
 const struct st_client *state_client(const struct state *s, uint64_t id)
 {
     return FIND(s, clients, id);
+}
+
+const struct st_save *state_save(const struct state *s, uint64_t id)
+{
+    return FIND(s, saves, id);
+}
+
+const struct st_save *state_save_by_path(const struct state *s, const char *path)
+{
+    /* The newest: a failed save may have been started again into the same path. */
+    for (size_t i = s->nsaves; i-- > 0;) {
+        if (strcmp(s->saves[i].path, path) == 0)
+            return &s->saves[i];
+    }
+    return NULL;
+}
+
+const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id)
+{
+    for (size_t i = 0; iteration_id != 0 && i < s->nsaves; i++) {
+        if (s->saves[i].state == ST_SV_RUNNING && s->saves[i].iteration_id == iteration_id)
+            return &s->saves[i];
+    }
+    return NULL;
+}
+
+uint64_t state_save_committed(const struct state *s, const struct st_save *sv)
+{
+    if (sv->state == ST_SV_FINISHED)
+        return sv->chunks;
+    const struct st_iteration *it = state_iteration(s, sv->iteration_id);
+    if (!it || !it->distributed || it->state == ST_ITER_GC)
+        return 0;
+    return it->state == ST_ITER_FINISHED ? it->split_total : it->splits_finished;
 }
 
 bool state_iteration_coordinated(const struct state *s, const struct st_iteration *it)
@@ -963,7 +1019,8 @@ static int apply_iteration_failed(struct state *s, const struct st_update *u)
 static int apply_iteration_gc(struct state *s, const struct st_update *u)
 {
     struct st_iteration *it = FIND(s, iterations, u->id);
-    if (!it || it->state == ST_ITER_GC || state_iteration_clients(s, u->id) > 0)
+    if (!it || it->state == ST_ITER_GC || state_iteration_clients(s, u->id) > 0 ||
+        state_save_running(s, u->id))
         return CORRUPT;
     size_t ntasks;
     state_iteration_tasks(s, u->id, &ntasks);
@@ -1033,6 +1090,58 @@ static int apply_rounds_granted(struct state *s, const struct st_update *u)
     return 0;
 }
 
+/* Whether a new save may go into path: no save did, or the last one there failed. */
+static bool save_path_free(const struct state *s, const char *path)
+{
+    const struct st_save *sv = state_save_by_path(s, path);
+    return !sv || sv->state == ST_SV_FAILED;
+}
+
+static int apply_save_started(struct state *s, const struct st_update *u)
+{
+    const struct st_job *j = state_job(s, u->ref);
+    const struct st_iteration *it = state_iteration(s, u->ref2);
+    uint64_t next = s->nsaves ? s->saves[s->nsaves - 1].id + 1 : 1;
+    if (u->id != next || !j || j->name[0] || !it || it->job_id != j->id ||
+        j->iteration_id != it->id || it->state != ST_ITER_ACTIVE || !it->distributed ||
+        strcmp(j->dataset_id, u->name) != 0 || !str_fits(u->name, ST_ID_MAX) || !u->text ||
+        u->text[0] != '/' || strlen(u->text) >= ST_PATH_MAX || !save_path_free(s, u->text) ||
+        state_save_running(s, it->id))
+        return CORRUPT;
+    char *path = strdup(u->text);
+    if (!path || grow((void **)&s->saves, &s->cap_saves, s->nsaves + 1, sizeof *s->saves)) {
+        free(path);
+        return SLUICE_ERR_NOMEM;
+    }
+    struct st_save *sv = &s->saves[s->nsaves++];
+    memset(sv, 0, sizeof *sv);
+    sv->id = u->id;
+    memcpy(sv->dataset_id, u->name, strlen(u->name) + 1);
+    sv->path = path;
+    sv->job_id = j->id;
+    sv->iteration_id = it->id;
+    sv->chunks = it->split_total;
+    sv->state = ST_SV_RUNNING;
+    return 0;
+}
+
+static int apply_save_over(struct state *s, const struct st_update *u, bool failed)
+{
+    struct st_save *sv = FIND(s, saves, u->id);
+    if (!sv || sv->state != ST_SV_RUNNING)
+        return CORRUPT;
+    if (failed) {
+        char *why = strdup(u->text && u->text[0] ? u->text : "save failed");
+        if (!why)
+            return SLUICE_ERR_NOMEM;
+        sv->error = why;
+        sv->state = ST_SV_FAILED;
+    } else {
+        sv->state = ST_SV_FINISHED;
+    }
+    return 0;
+}
+
 int state_apply(struct state *s, const struct st_update *u)
 {
     /* Ids come from counters that state_apply() raises to id + 1: the last value would wrap
@@ -1097,6 +1206,15 @@ int state_apply(struct state *s, const struct st_update *u)
         break;
     case ST_ITERATION_FAILED:
         rc = apply_iteration_failed(s, u);
+        break;
+    case ST_SAVE_STARTED:
+        rc = apply_save_started(s, u);
+        break;
+    case ST_SAVE_FINISHED:
+        rc = apply_save_over(s, u, false);
+        break;
+    case ST_SAVE_FAILED:
+        rc = apply_save_over(s, u, true);
         break;
     default:
         rc = CORRUPT;

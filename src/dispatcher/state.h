@@ -227,6 +227,31 @@ struct st_limits {
  * leased splits; every task's iteration and worker exist; every client's iteration exists; a
  * task's granted seqs are empty when its last_request is 0, and all below its iteration's split
  * cursor; no update carries the id UINT64_MAX (it would wrap the counter raised past it). */
+/* Saves of a dataset into a snapshot directory (README "Snapshots"). "Save", because "snapshot"
+ * in the dispatcher means the journal's state snapshot. A save is an anonymous distributed_epoch
+ * job over the dataset whose tasks write each split they are leased into that split's chunk file
+ * (chunk i = split i) instead of serving it, and report the split finished once the chunk is
+ * committed: the iteration's finished splits are the committed chunks, so a restart or a
+ * worker's death leases again only chunks not yet committed. Rows are never deleted, so ids are
+ * the last row's id + 1; a path has one row, or several when a failed save was started again
+ * (every row of a path but the newest failed). While a save runs, its iteration gets a
+ * task on every worker although no client holds it, and is not garbage-collected. */
+#define ST_PATH_MAX 1024 /* a snapshot path, including the NUL */
+
+enum st_save_state { ST_SV_RUNNING = 0, ST_SV_FINISHED = 1, ST_SV_FAILED = 2 };
+/* "running", "finished" or "failed". */
+const char *st_save_state_name(enum st_save_state state);
+
+struct st_save {
+    uint64_t id;
+    char dataset_id[ST_ID_MAX];
+    char *path;                    /* absolute snapshot directory (malloc'd) */
+    uint64_t job_id, iteration_id; /* may be collected once the save is over */
+    uint64_t chunks;               /* the iteration's split total */
+    enum st_save_state state;
+    char *error; /* why it failed (malloc'd), or NULL */
+};
+
 /* One entry of an index of tasks: by worker (key = the task's worker, struct state.by_worker) or
  * by iteration (key = its iteration, struct state.by_iteration). */
 struct st_task_ref {
@@ -249,6 +274,8 @@ struct state {
     size_t nworkers, cap_workers;
     struct st_client *clients;
     size_t nclients, cap_clients;
+    struct st_save *saves;
+    size_t nsaves, cap_saves;
     /* Derived, not history: every task as (worker id, task id), sorted, so a worker's tasks are
      * found without a pass over all of them (the state has a task per worker per iteration).
      * Apply keeps it; a decoded snapshot builds it (state_reindex); snapshots and digests ignore
@@ -289,7 +316,10 @@ enum st_update_type {
     ST_WORKER_DRAINING = 16,
     ST_ROUNDS_SCHEDULED = 17,
     ST_ROUNDS_GRANTED = 18,
-    ST_ITERATION_FAILED = 19
+    ST_ITERATION_FAILED = 19,
+    ST_SAVE_STARTED = 20,
+    ST_SAVE_FINISHED = 21,
+    ST_SAVE_FAILED = 22
 };
 const char *st_update_name(enum st_update_type type);
 
@@ -330,7 +360,14 @@ const char *st_update_name(enum st_update_type type);
  *                       empty); the oldest epoch is dropped beyond ST_ROUND_EPOCHS_MAX
  *   ROUNDS_GRANTED      ref = a coordinated iteration, ref2 = its new rounds_granted (higher)
  *   ITERATION_FAILED    id = an active iteration that has not failed yet, text = why (a task's
- *                       failure, as its worker reported it) */
+ *                       failure, as its worker reported it)
+ *   SAVE_STARTED        id = save (the last save's id + 1), ref = its job, ref2 = its iteration
+ *                       (an active distributed one of an anonymous job of the dataset, created
+ *                       by earlier updates), name = dataset id, text = path (absolute, shorter
+ *                       than ST_PATH_MAX, and no save into it or the last one there failed);
+ *                       chunks = the iteration's split total
+ *   SAVE_FINISHED       id = a running save
+ *   SAVE_FAILED         id = a running save, text = why */
 struct st_update {
     enum st_update_type type;
     uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
@@ -407,6 +444,11 @@ const struct st_task *state_task(const struct state *s, uint64_t id);
 const struct st_worker *state_worker(const struct state *s, uint64_t id);
 const struct st_worker *state_worker_by_address(const struct state *s, const char *address);
 const struct st_client *state_client(const struct state *s, uint64_t id);
+const struct st_save *state_save(const struct state *s, uint64_t id);
+/* The newest save into path (a failed one may have been followed by another), or NULL. */
+const struct st_save *state_save_by_path(const struct state *s, const char *path);
+/* The running save whose iteration is iteration_id, or NULL. */
+const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id);
 
 /* ---- planning: pure decisions that append updates -------------------------------------------- */
 
@@ -556,13 +598,12 @@ int plan_job_repetition(const struct state *s, const char *dataset_id, const cha
  * ignored (a report can repeat), and a finished task's leftover leases go back to the pool
  * first. draining marks it draining, for good: a draining worker stays draining. Creates tasks
  * for every active iteration the worker has none for (unless draining), except iterations that
- * failed or that no client holds (their readers are gone; a client that joins again gets the
- * tasks on the next heartbeats). Marks iterations
- * finished when they have at least one task, all their tasks are finished (and, for distributed
- * iterations, the cursor is at the end, the pool empty and no split leased). An empty address or
- * one that is not a valid name of at most NAME_ADDR_MAX bytes (common/names.h) is
- * SLUICE_ERR_INVALID ("worker address: control character at byte 9"). *worker_out receives
- * the id. */
+ * failed or that no client holds and no running save writes (their readers are gone; a client that
+ * joins again gets the tasks on the next heartbeats). Marks iterations finished when they have at
+ * least one task, all their tasks are finished (and, for distributed iterations, the cursor is at
+ * the end, the pool empty and no split leased). An empty address or one that is not a valid name of
+ * at most NAME_ADDR_MAX bytes (common/names.h) is SLUICE_ERR_INVALID ("worker address: control
+ * character at byte 9"). *worker_out receives the id. */
 /* A task the worker reports failed, with the pipeline's message. */
 struct st_task_failure {
     uint64_t task_id;
@@ -756,10 +797,44 @@ int plan_release_client(const struct state *s, uint64_t client_id, struct st_upd
                         char *err, size_t errlen);
 
 /* Garbage-collects an iteration: removes its tasks (their leases are dropped) and marks it
- * collected (see struct state for what is deleted). An iteration with clients, or one already
- * collected, is SLUICE_ERR_INVALID; an unknown one SLUICE_ERR_NOT_FOUND. */
+ * collected (see struct state for what is deleted). An iteration with clients, one a running
+ * save writes, or one already collected, is SLUICE_ERR_INVALID; an unknown one
+ * SLUICE_ERR_NOT_FOUND. */
 int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
                       char *err, size_t errlen);
+
+/* ---- saves (README "Snapshots") ---- */
+
+/* Starts saving dataset_id into the snapshot directory path. plan is the dataset's split plan
+ * (the shell builds it; a source that cannot be split fails there), endless whether its pipeline
+ * never ends (pipe_spec_endless). Appends JOB_CREATED (anonymous, distributed_epoch),
+ * ITERATION_CREATED with plan, TASK_CREATED on every non-draining worker and SAVE_STARTED; the
+ * shell draws the iteration's secret as for any new iteration. *save_out receives the save's id.
+ * The same dataset and path as a save that runs or finished is that save: its id, nothing
+ * appended; one that failed is started again as a new save (the failed row stays). Refusals: an unknown dataset SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"); a path
+ * that is empty, relative, not a valid name (control characters, not UTF-8) or of ST_PATH_MAX
+ * bytes or more SLUICE_ERR_INVALID ("snapshot path 'x' is not absolute"); a path saved from
+ * another dataset SLUICE_ERR_EXISTS ("snapshot path '/p' holds a save of dataset 'a', not 'b'");
+ * an endless pipeline SLUICE_ERR_UNSUPPORTED ("cannot save dataset 'x': its pipeline
+ * 'range(3) | repeat()' never ends"); a missing plan SLUICE_ERR_INVALID. */
+int plan_save_start(const struct state *s, const char *dataset_id, const char *path,
+                    const struct st_split_plan *plan, bool endless, uint64_t *save_out,
+                    struct st_update_list *out, char *err, size_t errlen);
+/* The checks of plan_save_start() that need no split plan, appending nothing: 0 with *existing
+ * the id of the save of dataset_id into path when there is one (else 0: a new save needs a
+ * plan), or plan_save_start()'s refusal. */
+int plan_save_check(const struct state *s, const char *dataset_id, const char *path, bool endless,
+                    uint64_t *existing, char *err, size_t errlen);
+/* A running save's snapshot was finalized (SAVE_FINISHED) or failed (SAVE_FAILED with why,
+ * escaped and cut to ST_ERROR_MAX bytes). A save that is not running appends nothing; an
+ * unknown one is SLUICE_ERR_NOT_FOUND. */
+int plan_save_finished(const struct state *s, uint64_t save_id, struct st_update_list *out,
+                       char *err, size_t errlen);
+int plan_save_failed(const struct state *s, uint64_t save_id, const char *why,
+                     struct st_update_list *out, char *err, size_t errlen);
+/* The save's chunks committed so far: its iteration's finished splits (all of them once the
+ * save finished). */
+uint64_t state_save_committed(const struct state *s, const struct st_save *sv);
 
 /* Number of clients that the sluice_client of incarnation owner holds (0 for owner 0). */
 size_t state_owner_clients(const struct state *s, uint64_t owner);

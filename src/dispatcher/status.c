@@ -264,6 +264,26 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     return o;
 }
 
+static json_t *save_json(struct builder *b, const struct state *s, const struct st_save *sv)
+{
+    json_t *o = json_object();
+    if (!o) {
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "id", u64(sv->id));
+    put(b, o, "dataset_id", text(sv->dataset_id));
+    put(b, o, "path", text(sv->path));
+    put(b, o, "state", json_string(st_save_state_name(sv->state)));
+    put(b, o, "chunks", u64(sv->chunks));
+    put(b, o, "chunks_committed", u64(state_save_committed(s, sv)));
+    put(b, o, "job_id", u64(sv->job_id));
+    put(b, o, "iteration_id", u64(sv->iteration_id));
+    if (sv->error)
+        put(b, o, "error", text(sv->error));
+    return o;
+}
+
 static json_t *config_json(struct builder *b, const struct status_extra *x)
 {
     json_t *o = json_object();
@@ -310,6 +330,15 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
     put(&b, root, "workers", workers);
     put(&b, root, "datasets", datasets);
     put(&b, root, "jobs", jobs);
+    /* Only when there are saves, so a cluster that never saved reports what it always did. */
+    if (s->nsaves) {
+        json_t *saves = json_array();
+        if (!saves)
+            b.failed = true;
+        for (size_t i = 0; saves && i < s->nsaves; i++)
+            append(&b, saves, save_json(&b, s, &s->saves[i]));
+        put(&b, root, "saves", saves);
+    }
     char *text = b.failed ? NULL : json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!text)

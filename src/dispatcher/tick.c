@@ -63,7 +63,9 @@ static bool iteration_active(const struct state *s, uint64_t id)
 static bool iteration_idle(const struct state *s, uint64_t id)
 {
     const struct st_iteration *it = state_iteration(s, id);
-    return it && it->state != ST_ITER_GC && state_iteration_clients(s, id) == 0;
+    /* A running save's iteration has no clients, yet its tasks are busy writing chunks. */
+    return it && it->state != ST_ITER_GC && state_iteration_clients(s, id) == 0 &&
+           !state_save_running(s, id);
 }
 
 /* Room for the ids of up to n rows. The timer collects the ids it acts on before acting,
@@ -195,5 +197,6 @@ void dispatcher_on_tick(uv_timer_t *timer)
         free(ids);
     }
 
+    dispatcher_saves_tick(d);
     observe_tick(d->obs, &d->st, now);
 }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UPDATE_TYPE_MAX ST_ITERATION_FAILED
+#define UPDATE_TYPE_MAX ST_SAVE_FAILED
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -282,7 +282,9 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
     m.tasks = grab(&a, s->ntasks, sizeof *m.tasks);
     m.workers = grab(&a, s->nworkers, sizeof *m.workers);
     m.clients = grab(&a, s->nclients, sizeof *m.clients);
-    if (a.n != 15)
+    Sluice__SnapshotSave *svs = grab(&a, s->nsaves, sizeof *svs);
+    m.saves = grab(&a, s->nsaves, sizeof *m.saves);
+    if (a.n != 17)
         goto out;
     size_t e = 0;
 
@@ -398,6 +400,21 @@ int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
         m.clients[i] = &cs[i];
     }
     m.n_clients = s->nclients;
+    for (size_t i = 0; i < s->nsaves; i++) {
+        const struct st_save *sv = &s->saves[i];
+        Sluice__SnapshotSave init = SLUICE__SNAPSHOT_SAVE__INIT;
+        svs[i] = init;
+        svs[i].id = sv->id;
+        svs[i].dataset_id = (char *)sv->dataset_id;
+        svs[i].path = sv->path;
+        svs[i].job_id = sv->job_id;
+        svs[i].iteration_id = sv->iteration_id;
+        svs[i].chunks = sv->chunks;
+        svs[i].state = (int32_t)sv->state;
+        svs[i].error = sv->error ? sv->error : (char *)"";
+        m.saves[i] = &svs[i];
+    }
+    m.n_saves = s->nsaves;
 
     size_t n = sluice__snapshot__get_packed_size(&m);
     uint8_t *b = malloc(n ? n : 1);
@@ -773,6 +790,56 @@ static int decode_clients(const Sluice__Snapshot *m, struct state *s, char *err,
     return 0;
 }
 
+static int decode_saves(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    s->saves = calloc(m->n_saves ? m->n_saves : 1, sizeof *s->saves);
+    if (!s->saves)
+        return NOMEM();
+    s->cap_saves = m->n_saves;
+    for (size_t i = 0; i < m->n_saves; i++) {
+        const Sluice__SnapshotSave *sv = m->saves[i];
+        if (!sv || !sv->dataset_id || !sv->path || !sv->error)
+            return CORRUPT("save %zu is malformed", i);
+        if (sv->id == 0 || sv->id == UINT64_MAX || (i > 0 && s->saves[i - 1].id >= sv->id))
+            return CORRUPT("save %" PRIu64 " is out of order", sv->id);
+        if (!str_fits(sv->dataset_id, ST_ID_MAX) || !state_dataset(s, sv->dataset_id))
+            return CORRUPT("save %" PRIu64 " names an unknown dataset", sv->id);
+        /* A path is saved into again only after the save there failed. */
+        const struct st_save *prev = state_save_by_path(s, sv->path);
+        if (sv->path[0] != '/' || strlen(sv->path) >= ST_PATH_MAX ||
+            (prev && prev->state != ST_SV_FAILED))
+            return CORRUPT("save %" PRIu64 " has a malformed or repeated path", sv->id);
+        if (sv->state < ST_SV_RUNNING || sv->state > ST_SV_FAILED)
+            return CORRUPT("save %" PRIu64 " has unknown state %d", sv->id, (int)sv->state);
+        if (sv->state == ST_SV_RUNNING) {
+            /* A running save's iteration is never collected (plan_gc_iteration). */
+            const struct st_job *j = state_job(s, sv->job_id);
+            const struct st_iteration *it = state_iteration(s, sv->iteration_id);
+            if (!j || !it || j->iteration_id != it->id || it->job_id != j->id || !it->distributed ||
+                it->state == ST_ITER_GC || it->split_total != sv->chunks ||
+                strcmp(j->dataset_id, sv->dataset_id) != 0 ||
+                state_save_running(s, sv->iteration_id))
+                return CORRUPT("running save %" PRIu64 " does not fit its iteration", sv->id);
+        }
+        struct st_save *row = &s->saves[s->nsaves];
+        row->id = sv->id;
+        memcpy(row->dataset_id, sv->dataset_id, strlen(sv->dataset_id) + 1);
+        row->job_id = sv->job_id;
+        row->iteration_id = sv->iteration_id;
+        row->chunks = sv->chunks;
+        row->state = (enum st_save_state)sv->state;
+        if (!(row->path = strdup(sv->path)))
+            return NOMEM();
+        if (sv->error[0] && !(row->error = strdup(sv->error))) {
+            free(row->path);
+            row->path = NULL;
+            return NOMEM();
+        }
+        s->nsaves++;
+    }
+    return 0;
+}
+
 int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup, void *user,
                            struct state *out, char *err, size_t errlen)
 {
@@ -802,7 +869,8 @@ int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb
         (rc = decode_iterations(m, &s, err, errlen)) < 0 ||
         (rc = decode_workers(m, &s, err, errlen)) < 0 ||
         (rc = decode_tasks(m, &s, err, errlen)) < 0 ||
-        (rc = decode_clients(m, &s, err, errlen)) < 0)
+        (rc = decode_clients(m, &s, err, errlen)) < 0 ||
+        (rc = decode_saves(m, &s, err, errlen)) < 0)
         goto fail;
     if (state_reindex(&s) < 0) {
         rc = NOMEM();

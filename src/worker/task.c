@@ -14,7 +14,10 @@
 #include "pipeline/iter.h"
 #include "pipeline/registry.h"
 #include "pipeline/roots.h"
+#include "pipeline/snapshot.h"
 #include "shard.h"
+
+#include <limits.h>
 
 #include <assert.h>
 #include <stdatomic.h>
@@ -62,6 +65,8 @@ struct task {
     uint64_t max_bytes, max_records;
     struct pipe_limits limits; /* read-only once the producers run */
     struct pipe_spec *spec;
+    char *snap_dir;            /* a save's task: the snapshot directory (owned); NULL otherwise */
+    uint64_t chunks_committed; /* task mutex */
 
     uv_mutex_t mu;
     uv_cond_t space_cv; /* producers waiting for room in the buffer */
@@ -500,11 +505,78 @@ static uint64_t now_ms(void)
     return uv_hrtime() / 1000000u;
 }
 
+/* A save's task: writes split seq's elements into its chunk file and commits it. Returns 0 once
+ * the chunk is committed, SLUICE_ERR_CANCELLED when the task stopped (the temporary file is then
+ * removed), or a failure with its message. */
+static int write_chunk(struct producer *p, const struct pipe_split *split, uint64_t seq, char *err,
+                       size_t errlen)
+{
+    struct task *t = p->t;
+    struct snap_writer *w = NULL;
+    struct pipe_run *run = NULL;
+    uint64_t n = 0;
+    int rc = snap_writer_open(t->snap_dir, seq, &w, err, errlen);
+    if (rc < 0)
+        return rc;
+    rc = pipe_open_splits_limited(t->spec, t->reg, &t->limits, split, 1, &run, err, errlen);
+    while (rc == 0) {
+        if (atomic_load_explicit(&t->stop, memory_order_relaxed)) {
+            rc = SLUICE_ERR_CANCELLED;
+            break;
+        }
+        rc = pipe_run_next(run, &p->elem);
+        if (rc == 0)
+            break;
+        if (rc < 0) {
+            err_set(err, errlen, rc, "%s", run->ctx.err[0] ? run->ctx.err : sluice_strerror(rc));
+            break;
+        }
+        uint64_t size = t->limits.max_element_bytes ? pipe_elem_size(&p->elem) : 0;
+        if (size > t->limits.max_element_bytes) {
+            rc = pipe_limit_msg(err, errlen, "", size, t->limits.max_element_bytes, false);
+            break;
+        }
+        rc = snap_writer_add(w, &p->elem, err, errlen);
+        n++;
+    }
+    if (run)
+        pipe_run_free(run);
+    if (rc < 0) {
+        snap_writer_abort(w);
+        return rc;
+    }
+    rc = snap_writer_commit(w, err, errlen); /* frees w in every case */
+    if (rc < 0)
+        return rc;
+    uv_mutex_lock(&t->mu);
+    t->chunks_committed++;
+    t->produced += n;
+    uv_mutex_unlock(&t->mu);
+    return 0;
+}
+
+/* A save's task, before its first split: the snapshot directory must lie within the worker's
+ * data roots, when it has any. */
+static int check_snapshot_dir(struct task *t, char *err, size_t errlen)
+{
+    const struct pipe_roots *roots = pipe_registry_roots(t->reg);
+    if (!pipe_roots_active(roots))
+        return 0;
+    char resolved[PATH_MAX];
+    return pipe_roots_check_path(roots, "snapshot path", t->snap_dir, resolved, sizeof resolved,
+                                 err, errlen);
+}
+
 /* distributed_epoch: split after split from the lease queue until it is drained for good. */
 static int run_splits(struct producer *p, char *err, size_t errlen)
 {
     struct task *t = p->t;
     struct pipe_split split;
+    if (t->snap_dir) {
+        int rc = check_snapshot_dir(t, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
     for (;;) {
         uint64_t seq;
         bool ask = false;
@@ -536,20 +608,27 @@ static int run_splits(struct producer *p, char *err, size_t errlen)
         if (rc < 0)
             return rc;
 
-        struct pipe_run *run = NULL;
-        p->tagging = true;
-        p->tag.seq = seq;
-        p->tag.pos = 0;
-        rc = pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &run, err, errlen);
-        if (rc == 0) {
-            rc = produce(p, run, err, errlen);
-            pipe_run_free(run);
+        if (t->snap_dir) {
+            /* A save's split is finished once its chunk is committed: the dispatcher takes the
+             * report of it as the split's end (it has no consumers). */
+            rc = write_chunk(p, &split, seq, err, errlen);
+        } else {
+            struct pipe_run *run = NULL;
+            p->tagging = true;
+            p->tag.seq = seq;
+            p->tag.pos = 0;
+            rc =
+                pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &run, err, errlen);
+            if (rc == 0) {
+                rc = produce(p, run, err, errlen);
+                pipe_run_free(run);
+            }
+            /* The split is produced once all its elements and its end marker are in the
+             * buffer; it is finished only when a consumer has received them all (the dispatcher
+             * hears that from the consumer). */
+            if (rc == 0)
+                rc = end_split(p);
         }
-        /* The split is produced once all its elements and its end marker are in the buffer; it
-         * is finished only when a consumer has received them all (the dispatcher hears that
-         * from the consumer). */
-        if (rc == 0)
-            rc = end_split(p);
         if (rc == SLUICE_ERR_NOMEM)
             err_set(err, errlen, rc, "ending a split: %s", sluice_strerror(rc));
         uv_mutex_lock(&t->mu);
@@ -650,6 +729,17 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->limits.max_element_bytes = cfg->max_element_bytes;
     t->limits.cancel_parent = &t->cancel;
     t->spec = spec;
+    if (cfg->snapshot_path && cfg->snapshot_path[0]) {
+        if (cfg->mode != SLUICE_DISTRIBUTED_EPOCH) {
+            rc = SLUICE_ERR_INVALID;
+            goto fail;
+        }
+        t->snap_dir = strdup(cfg->snapshot_path);
+        if (!t->snap_dir) {
+            rc = SLUICE_ERR_NOMEM;
+            goto fail;
+        }
+    }
     unsigned n = 1;
     if (cfg->mode == SLUICE_DISTRIBUTED_EPOCH) {
         n = cfg->threads ? cfg->threads : 1;
@@ -800,6 +890,7 @@ void task_progress(struct task *t, struct task_progress *out)
     out->buffered = t->buf.count;
     out->buffered_bytes = t->buf.bytes;
     out->produced = t->produced;
+    out->chunks_committed = t->chunks_committed;
     out->blocked_ns = t->blocked_ns + (uint64_t)t->nblocked * uv_hrtime() - t->blocked_since_sum;
     out->producers = t->nproducers;
     out->finished = t->done && !out->failed && t->buf.count == 0 &&
@@ -994,6 +1085,7 @@ void task_free(struct task *t)
     free(t->report);
     free(t->returned);
     pipe_spec_free(t->spec);
+    free(t->snap_dir);
     uv_cond_destroy(&t->work_cv);
     uv_cond_destroy(&t->space_cv);
     uv_mutex_destroy(&t->mu);

@@ -92,6 +92,13 @@ struct task_config {
      * refuses one it can size before allocating it (iter.h); any other fails the task when it
      * comes out. Either way the task fails with SLUICE_ERR_LIMIT's message. */
     uint64_t max_element_bytes;
+    /* A save's task (README "Snapshots"; distributed_epoch only): the snapshot directory, or
+     * NULL. Its producers write the elements of each split into the split's chunk file there
+     * (pipeline/snapshot.h) instead of the buffer, commit the chunk, and only then mark the split
+     * finished, so what the dispatcher hears finished is on disk. A split left half-way (the task
+     * stopped or failed) has its temporary file removed. With data roots, a directory outside
+     * them fails the task. Copied by task_start. */
+    const char *snapshot_path;
 };
 
 /* Loop. Starts the producers of a task over spec, which the task takes ownership of (also on
@@ -141,10 +148,11 @@ uint64_t task_steal(struct task *t, uint64_t now_ns);
 struct task_progress {
     bool done; /* every producer has exited */
     bool failed;
-    bool finished;           /* done, not failed, buffer empty, every finished split reported */
-    uint64_t buffered;       /* records in the buffer */
-    uint64_t buffered_bytes; /* their encoded bytes, length prefixes included */
-    uint64_t produced;       /* records ever published */
+    bool finished;             /* done, not failed, buffer empty, every finished split reported */
+    uint64_t buffered;         /* records in the buffer */
+    uint64_t buffered_bytes;   /* their encoded bytes, length prefixes included */
+    uint64_t produced;         /* records ever published (a save's task: elements written) */
+    uint64_t chunks_committed; /* a save's task: snapshot chunks committed */
     /* distributed_epoch: no split queued or in production and the buffer empty: everything
      * produced was fetched (more splits may come). */
     bool settled;

@@ -10,6 +10,7 @@
 struct wm_task {
     uint64_t id;
     uint64_t produced;   /* as of the last pass that saw it */
+    uint64_t chunks;     /* snapshot chunks committed, likewise */
     uint64_t blocked_ns; /* as of the last heartbeat that saw it */
     uint64_t at_ns;      /* when that heartbeat was */
     bool primed;         /* a heartbeat has seen it */
@@ -19,7 +20,7 @@ struct wm_task {
 struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
-        *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c;
+        *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c;
     struct rpc_metrics conns;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
     size_t n, cap;
@@ -68,6 +69,9 @@ int wmetrics_create(struct wmetrics **out)
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_elements_produced_total",
                     "Elements the tasks' pipelines published into their buffers.", &m->produced_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_snapshot_chunks_committed_total",
+                    "Snapshot chunks the tasks of saves wrote and committed.", &m->chunks_c);
     if (rc == 0)
         rc = scalar(m->reg, false, "sluice_worker_buffered_elements",
                     "Elements waiting in the tasks' buffers for readers.", &m->buffered_g);
@@ -164,13 +168,16 @@ static struct wm_task *see(struct wmetrics *m, uint64_t task_id, const struct ta
         }
         e = &m->tasks[m->n++];
         *e = (struct wm_task){.id = task_id};
-    } else if (tp->produced < e->produced || tp->blocked_ns < e->blocked_ns) {
+    } else if (tp->produced < e->produced || tp->blocked_ns < e->blocked_ns ||
+               tp->chunks_committed < e->chunks) {
         /* Counts only grow within a task, so this is another task under a reused id (a
          * restarted dispatcher numbers from 1 again). */
         *e = (struct wm_task){.id = task_id};
     }
     metrics_add_u64(m->produced_c, tp->produced - e->produced);
     e->produced = tp->produced;
+    metrics_add_u64(m->chunks_c, tp->chunks_committed - e->chunks);
+    e->chunks = tp->chunks_committed;
     e->seen = true;
     return e;
 }

@@ -175,6 +175,7 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             .buffer_bytes = w->buffer_bytes,
             .buffer_records = w->buffer_records,
             .max_element_bytes = w->max_element_bytes,
+            .snapshot_path = td->snapshot_path,
         };
         rc = task_start(&cfg, spec, &wt->task, err, sizeof err);
     }
@@ -186,9 +187,11 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             return;
         }
     } else {
-        log_info("task %" PRIu64 " started: dataset %s, iteration %" PRIu64 ", %s", td->task_id,
+        log_info("task %" PRIu64 " started: dataset %s, iteration %" PRIu64 ", %s%s%s", td->task_id,
                  td->dataset_id ? td->dataset_id : "?", td->iteration_id,
-                 mode_name((enum sluice_mode)td->mode));
+                 mode_name((enum sluice_mode)td->mode),
+                 td->snapshot_path && td->snapshot_path[0] ? ", saving into " : "",
+                 td->snapshot_path ? td->snapshot_path : "");
     }
     rc = rounds_init(&wt->rounds, td->num_consumers);
     if (rc == SLUICE_ERR_INVALID)

@@ -125,7 +125,7 @@ static size_t sample_updates(struct st_update *u)
     static const uint64_t seqs[] = {0, 1, 2, 7, 1000000000000ull};
     static const uint8_t def[] = {0x0a, 0x00, 0x12, 0xff, 0x00};
     size_t n = 0;
-    for (int t = ST_DATASET_REGISTERED; t <= ST_ITERATION_FAILED; t++) {
+    for (int t = ST_DATASET_REGISTERED; t <= ST_SAVE_FAILED; t++) {
         struct st_update *x = &u[n++];
         memset(x, 0, sizeof *x);
         x->type = (enum st_update_type)t;
@@ -196,6 +196,17 @@ static size_t sample_updates(struct st_update *u)
             x->incarnation = 0x0123456789abcdefull; /* the owner */
             snprintf(x->host_id, sizeof x->host_id, "f4cbaf1a-6f93-4864-bdf3-e08c506b701e-net1");
             break;
+        case ST_SAVE_STARTED:
+            snprintf(x->name, sizeof x->name, "dataset-x");
+            x->text = strdup("/shared/snapshots/x 1");
+            break;
+        case ST_SAVE_FINISHED:
+            x->ref = x->ref2 = 0;
+            break;
+        case ST_SAVE_FAILED:
+            x->ref = x->ref2 = 0;
+            x->text = strdup("chunk /s/chunks/chunk-000000000003: damaged at offset 12");
+            break;
         default:
             break;
         }
@@ -242,7 +253,7 @@ static void test_update_round_trip(void **unused)
     (void)unused;
     struct st_update u[32];
     size_t n = sample_updates(u);
-    assert_int_equal(n, 19);
+    assert_int_equal(n, 22);
     for (size_t i = 0; i < n; i++) {
         uint8_t *bytes, *again;
         size_t len, len2;
@@ -303,9 +314,9 @@ static void test_update_decode_errors(void **unused)
     expect_decode_error((const uint8_t *)"", 0, "unknown update type 0");
 
     Sluice__Update m = SLUICE__UPDATE__INIT;
-    m.type = (Sluice__Update__Type)20;
+    m.type = (Sluice__Update__Type)99;
     b = pack_update(&m, &len);
-    expect_decode_error(b, len, "unknown update type 20");
+    expect_decode_error(b, len, "unknown update type 99");
     free(b);
 
     m.type = SLUICE__UPDATE__TYPE__JOB_CREATED;
@@ -407,6 +418,30 @@ static void build_state(struct state *s)
     u = push(&l, ST_ITERATION_FAILED, 2, 0, 0);
     u->text = strdup("task 3: batch: element of at least 300 bytes is over the limit");
     push(&l, ST_WORKER_DRAINING, 2, 0, 0);
+    /* Two saves of dataset 1: one running (its iteration 3 a split in), one that failed. */
+    u = push(&l, ST_JOB_CREATED, 3, 0, 0);
+    snprintf(u->name2, sizeof u->name2, "1");
+    u->mode = SLUICE_DISTRIBUTED_EPOCH;
+    u = push(&l, ST_ITERATION_CREATED, 3, 3, 0);
+    u->distributed = true;
+    u->plan = (struct st_split_plan){.source_len = 10, .split_size = 5, .per_pass = 2, .passes = 1};
+    push(&l, ST_TASK_CREATED, 4, 3, 1);
+    u = push(&l, ST_SAVE_STARTED, 1, 3, 3);
+    snprintf(u->name, sizeof u->name, "1");
+    u->text = strdup("/snap/a");
+    leases(&l, ST_SPLITS_LEASED, 3, 4, (const uint64_t[]){0, 1}, 2);
+    leases(&l, ST_SPLITS_FINISHED, 3, 4, (const uint64_t[]){0}, 1);
+    u = push(&l, ST_JOB_CREATED, 4, 0, 0);
+    snprintf(u->name2, sizeof u->name2, "1");
+    u->mode = SLUICE_DISTRIBUTED_EPOCH;
+    u = push(&l, ST_ITERATION_CREATED, 4, 4, 0);
+    u->distributed = true;
+    u->plan = (struct st_split_plan){.source_len = 10, .split_size = 5, .per_pass = 2, .passes = 1};
+    u = push(&l, ST_SAVE_STARTED, 2, 4, 4);
+    snprintf(u->name, sizeof u->name, "1");
+    u->text = strdup("/snap/b");
+    u = push(&l, ST_SAVE_FAILED, 2, 0, 0);
+    u->text = strdup("chunk 1 is damaged");
     state_init(s);
     for (size_t i = 0; i < l.n; i++)
         assert_int_equal(state_apply(s, &l.v[i]), 0);
@@ -467,6 +502,18 @@ static void test_snapshot_round_trip(void **unused)
     assert_null(back.iterations[0].error);
     assert_string_equal(back.iterations[1].error,
                         "task 3: batch: element of at least 300 bytes is over the limit");
+    /* The saves came back, with their progress. */
+    assert_int_equal(back.nsaves, 2);
+    assert_string_equal(back.saves[0].path, "/snap/a");
+    assert_string_equal(back.saves[0].dataset_id, "1");
+    assert_int_equal(back.saves[0].state, ST_SV_RUNNING);
+    assert_int_equal(back.saves[0].chunks, 2);
+    assert_int_equal(back.saves[0].iteration_id, 3);
+    assert_int_equal(state_save_committed(&back, &back.saves[0]), 1);
+    assert_ptr_equal(state_save_running(&back, 3), &back.saves[0]);
+    assert_int_equal(back.saves[1].state, ST_SV_FAILED);
+    assert_string_equal(back.saves[1].error, "chunk 1 is damaged");
+    assert_null(state_save_running(&back, 4));
     assert_int_equal(record_snapshot_encode(&back, &again, &len2), 0);
     assert_int_equal(len, len2);
     assert_memory_equal(bytes, again, len);
@@ -522,6 +569,13 @@ MUTATION(m_granted_order, m->tasks[0]->granted[1] = 0)
 MUTATION(m_granted_unnumbered, m->tasks[0]->last_request = 0)
 MUTATION(m_granted_past_cursor, m->tasks[0]->granted[2] = 5)
 MUTATION(m_last_request_max, m->tasks[1]->last_request = UINT64_MAX)
+MUTATION(m_save_order, m->saves[1]->id = 1)
+MUTATION(m_save_path, m->saves[1]->path[0] = 's')
+MUTATION(m_save_same_path, m->saves[1]->path[6] = 'a')
+MUTATION(m_save_state, m->saves[0]->state = 3)
+MUTATION(m_save_iteration, m->saves[0]->iteration_id = 2)
+MUTATION(m_save_chunks, m->saves[0]->chunks = 3)
+MUTATION(m_save_dataset, m->saves[1]->dataset_id[0] = '9')
 
 static const struct mutation mutations[] = {
     {m_task_worker, "task 1 names unknown worker 9"},
@@ -549,6 +603,13 @@ static const struct mutation mutations[] = {
     {m_granted_unnumbered, "task 1 has a malformed record of its last lease"},
     {m_granted_past_cursor, "task 1 has a malformed record of its last lease"},
     {m_last_request_max, "task 2 has a malformed record of its last lease"},
+    {m_save_order, "save 1 is out of order"},
+    {m_save_path, "save 2 has a malformed or repeated path"},
+    {m_save_same_path, "save 2 has a malformed or repeated path"},
+    {m_save_state, "save 1 has unknown state 3"},
+    {m_save_iteration, "running save 1 does not fit its iteration"},
+    {m_save_chunks, "running save 1 does not fit its iteration"},
+    {m_save_dataset, "save 2 names an unknown dataset"},
 };
 
 static void expect_snapshot_error(const uint8_t *bytes, size_t len, struct defs *defs, int code,

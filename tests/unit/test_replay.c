@@ -62,7 +62,7 @@ struct run {
     size_t nmarks;
     struct snap *snaps;
     size_t nsnaps, cap_snaps;
-    size_t leased, gcs, fails;
+    size_t leased, gcs, fails, saves, saves_over;
     size_t repeats;      /* GetSplits requests answered from a task's last lease */
     size_t repeats_held; /* those answered with splits of that lease still held */
 };
@@ -83,6 +83,8 @@ static void commit(struct run *r)
         r->leased += u->type == ST_SPLITS_LEASED;
         r->gcs += u->type == ST_ITERATION_GC;
         r->fails += u->type == ST_ITERATION_FAILED;
+        r->saves += u->type == ST_SAVE_STARTED;
+        r->saves_over += u->type == ST_SAVE_FINISHED || u->type == ST_SAVE_FAILED;
     }
     st_update_list_clear(&r->ups);
 }
@@ -131,6 +133,19 @@ static void random_request(struct run *r, uint64_t *x)
             return;
         struct st_split_plan plan;
         random_plan(x, &plan, paths);
+        if (pick(x, 5) == 0) {
+            /* A save (the shell draws its iteration's secret as for any iteration). */
+            static const char *const dirs[] = {"/snap/a", "/snap/b", "/snap/c"};
+            rc = plan_save_start(s, s->datasets[pick(x, s->ndatasets)].id, dirs[pick(x, 3)], &plan,
+                                 plan.passes == UINT64_MAX, &a, &r->ups, err, sizeof err);
+            for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {
+                if (r->ups.v[i].type == ST_ITERATION_CREATED) {
+                    r->ups.v[i].key.set = true;
+                    r->ups.v[i].key.b[0] = (uint8_t)pick(x, 256);
+                }
+            }
+            break;
+        }
         enum sluice_mode mode = pick(x, 4) ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS;
         /* Some named parallel_epochs jobs with a cross-trainer cache, which the journal and
          * snapshots must carry. */
@@ -236,6 +251,19 @@ static void random_request(struct run *r, uint64_t *x)
         rc = plan_release_client(s, s->clients[pick(x, s->nclients)].id, &r->ups, err, sizeof err);
         break;
     default:
+        /* A running save whose iteration finished is finalized (or fails), as the shell does. */
+        for (size_t i = 0; i < s->nsaves; i++) {
+            const struct st_save *sv = &s->saves[i];
+            const struct st_iteration *it = state_iteration(s, sv->iteration_id);
+            if (sv->state != ST_SV_RUNNING || !it || (it->state != ST_ITER_FINISHED && !it->error))
+                continue;
+            rc = pick(x, 4)
+                     ? plan_save_finished(s, sv->id, &r->ups, err, sizeof err)
+                     : plan_save_failed(s, sv->id, "chunk 1: damaged", &r->ups, err, sizeof err);
+            break;
+        }
+        if (r->ups.n > 0)
+            break;
         if (s->niterations == 0)
             return;
         rc = plan_gc_iteration(s, s->iterations[pick(x, s->niterations)].id, &r->ups, err,
@@ -415,6 +443,8 @@ static size_t run_one(uint64_t seed, size_t *held)
     assert_true(r.leased > 50);
     assert_true(r.gcs > 0);
     assert_true(r.fails > 0);
+    assert_true(r.saves > 0);
+    assert_true(r.saves_over > 0);
 
     for (size_t i = 0; i < r.nrecs; i++)
         free(r.recs[i].p);

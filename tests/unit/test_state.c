@@ -288,6 +288,22 @@ static void check_invariants(const struct state *s)
         assert_non_null(it);
         assert_true(it->state != ST_ITER_GC);
     }
+    /* A running save's iteration is there, distributed and not collected; of the saves into a
+     * path, all but the newest failed. */
+    SORTED(s, saves);
+    for (size_t i = 0; i < s->nsaves; i++) {
+        const struct st_save *sv = &s->saves[i];
+        assert_true(sv->path[0] == '/');
+        for (size_t k = i + 1; k < s->nsaves; k++)
+            assert_true(strcmp(sv->path, s->saves[k].path) != 0 || sv->state == ST_SV_FAILED);
+        if (sv->state != ST_SV_RUNNING)
+            continue;
+        const struct st_iteration *it = state_iteration(s, sv->iteration_id);
+        assert_non_null(it);
+        assert_true(it->distributed && it->state != ST_ITER_GC);
+        assert_int_equal(it->split_total, sv->chunks);
+        assert_true(state_save_committed(s, sv) <= sv->chunks);
+    }
 }
 
 /* ---- the script harness ---------------------------------------------------------------------- */
@@ -585,6 +601,41 @@ static const char *run(struct harness *h, const char *line)
     } else if (strcmp(cmd, "below") == 0) {
         snprintf(outs, sizeof outs, "below=%" PRIu64,
                  state_splits_finished_below(&h->s, strtoull(words[1], NULL, 10)));
+        rc = 0;
+    } else if (strcmp(cmd, "save") == 0) {
+        /* save DATASET PATH [total=N|inf] [endless]: a save with a plan of N one-element splits
+         * (none without total) of a pipeline that ends unless endless. */
+        struct st_split_plan plan = {.split_size = 1}, *pp = NULL;
+        if ((v = opt(words, nw, "total"))) {
+            pp = &plan;
+            if (strcmp(v, "inf") == 0) {
+                plan.source_len = plan.per_pass = 2;
+                plan.passes = UINT64_MAX;
+            } else {
+                plan.source_len = plan.per_pass = strtoull(v, NULL, 10);
+                plan.passes = 1;
+            }
+        }
+        uint64_t save = 0;
+        rc = plan_save_start(&h->s, words[1], strcmp(words[2], "''") == 0 ? "" : words[2], pp,
+                             opt(words, nw, "endless") != NULL, &save, &h->ups, err, sizeof err);
+        snprintf(outs, sizeof outs, "save=%" PRIu64, save);
+    } else if (strcmp(cmd, "saved") == 0) {
+        rc = plan_save_finished(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "savefail") == 0) {
+        char msg[256] = "";
+        if ((v = opt(words, nw, "msg"))) {
+            snprintf(msg, sizeof msg, "%s", v);
+            for (char *p = msg; *p; p++)
+                if (*p == '_')
+                    *p = ' ';
+        }
+        rc = plan_save_failed(&h->s, strtoull(words[1], NULL, 10), msg, &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "committed") == 0) {
+        const struct st_save *sv = state_save(&h->s, strtoull(words[1], NULL, 10));
+        assert_non_null(sv);
+        snprintf(outs, sizeof outs, "committed=%" PRIu64 " of %" PRIu64 " %s",
+                 state_save_committed(&h->s, sv), sv->chunks, st_save_state_name(sv->state));
         rc = 0;
     } else if (strcmp(cmd, "rep") == 0) {
         rc = plan_job_repetition(&h->s, words[1], strcmp(words[2], "''") == 0 ? "" : words[2],
@@ -1194,6 +1245,96 @@ static const struct plan_case resume_cases[] = {
      "error UNSUPPORTED: a checkpoint restores distributed_epoch reads only, not parallel_epochs"},
 };
 
+/* Saves (README "Snapshots"): an anonymous distributed_epoch job whose iteration has a task on
+ * every worker although nobody reads it, whose tasks report their splits finished once the
+ * chunks are committed, that is not collected while it runs; the same dataset and path is the
+ * same save; the refusals. */
+#define SAVE2 "ds - r4\nhb a:1 1\nhb b:1 1\nsave 1 /snap/x total=3\n"
+static const struct plan_case save_cases[] = {
+    {"starts a job, an iteration and a task per worker", "ds - r4\nhb a:1 1\nhb b:1 1",
+     "save 1 /snap/x total=3",
+     "job_created id=1 name2='1' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=3,size=1,per_pass=3,passes=1)\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "task_created id=2 ref=1 ref2=2\n"
+     "save_started id=1 ref=1 ref2=1 name='1' text='/snap/x'\n"
+     "=> save=1"},
+    {"no task on a draining worker", "ds - r4\nhb a:1 1\nhb b:1 1 drain", "save 1 /s total=1",
+     "job_created id=1 name2='1' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=1,size=1,per_pass=1,passes=1)\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "save_started id=1 ref=1 ref2=1 name='1' text='/s'\n"
+     "=> save=1"},
+    {"the same dataset and path is the same save", SAVE2, "save 1 /snap/x", "=> save=1"},
+    {"the same save once it finished", SAVE2 "saved 1", "save 1 /snap/x", "=> save=1"},
+    {"a second path is a second save", SAVE2, "save 1 /snap/y total=1",
+     "job_created id=2 name2='1' mode=distributed_epoch\n"
+     "iteration_created id=2 ref=2 dist=1 plan=(len=1,size=1,per_pass=1,passes=1)\n"
+     "task_created id=3 ref=2 ref2=1\n"
+     "task_created id=4 ref=2 ref2=2\n"
+     "save_started id=2 ref=2 ref2=2 name='1' text='/snap/y'\n"
+     "=> save=2"},
+    {"another dataset at the path", SAVE2 "ds other r5", "save other /snap/x total=5",
+     "error EXISTS: snapshot path '/snap/x' holds a save of dataset '1', not 'other'"},
+    {"unknown dataset", "", "save nope /snap/x total=1",
+     "error NOT_FOUND: dataset 'nope' not found"},
+    {"relative path", "ds - r4", "save 1 snap/x total=4",
+     "error INVALID: snapshot path 'snap/x' is not absolute (dispatcher, workers and readers must "
+     "see it at the same absolute path)"},
+    {"empty path", "ds - r4", "save 1 '' total=4", "error INVALID: snapshot path is empty"},
+    {"path with a control character", "ds - r4", "save 1 /a\x01 total=4",
+     "error INVALID: snapshot path: control character at byte 2"},
+    {"endless pipeline", "ds - r4", "save 1 /s total=inf endless",
+     "error UNSUPPORTED: cannot save dataset '1': its pipeline 'r4' never ends"},
+    {"endless splits", "ds - r4", "save 1 /s total=inf",
+     "error UNSUPPORTED: cannot save dataset '1': its splits never end"},
+    {"no plan", "ds - r4", "save 1 /s", "error INVALID: a save needs a split plan"},
+    {"a new worker gets a task though nobody reads", SAVE2, "hb c:1 1",
+     "worker_registered id=3 address='c:1' inc=1\n"
+     "task_created id=3 ref=1 ref2=3\n"
+     "=> worker=3"},
+    {"no task once the save is over", SAVE2 "savefail 1 msg=x", "hb c:1 1",
+     "worker_registered id=3 address='c:1' inc=1\n=> worker=3"},
+    {"not collected while it runs", SAVE2, "gc 1", "error INVALID: iteration 1 runs save 1"},
+    {"the task's report finishes its splits", SAVE2 "splits 1 2", "splits 1 2 fin=0,1",
+     "splits_finished ref=1 ref2=1 seqs=[0,1]\n"
+     "splits_leased ref=1 ref2=1 seqs=[2]\n"
+     "=> end=0 seqs=[2]"},
+    {"committed chunks are the finished splits", SAVE2 "splits 1 2\nsplits 1 0 fin=1",
+     "committed 1", "=> committed=1 of 3 running"},
+    {"the iteration finishes with the last chunk",
+     SAVE2 "splits 1 3\nsplits 1 0 fin=0,1,2\nhb a:1 1 fin=1", "hb b:1 1 fin=2",
+     "task_finished id=2\niteration_finished id=1\n=> worker=2"},
+    {"finished", SAVE2, "saved 1", "save_finished id=1\n=>"},
+    {"finished counts every chunk", SAVE2 "saved 1", "committed 1", "=> committed=3 of 3 finished"},
+    {"failed", SAVE2, "savefail 1 msg=chunk_2:_damaged",
+     "save_failed id=1 text='chunk 2: damaged'\n=>"},
+    {"failed with bad bytes escaped", SAVE2, "savefail 1 msg=a\x02",
+     "save_failed id=1 text='a\\x02'\n=>"},
+    {"over only once", SAVE2 "saved 1", "savefail 1 msg=x", "=>"},
+    {"a failed save is started again", SAVE2 "savefail 1 msg=x", "save 1 /snap/x total=3",
+     "job_created id=2 name2='1' mode=distributed_epoch\n"
+     "iteration_created id=2 ref=2 dist=1 plan=(len=3,size=1,per_pass=3,passes=1)\n"
+     "task_created id=3 ref=2 ref2=1\n"
+     "task_created id=4 ref=2 ref2=2\n"
+     "save_started id=2 ref=2 ref2=2 name='1' text='/snap/x'\n"
+     "=> save=2"},
+    {"started again, it is the path's save", SAVE2 "savefail 1 msg=x\nsave 1 /snap/x total=3",
+     "save 1 /snap/x", "=> save=2"},
+    {"another dataset at a failed save's path", SAVE2 "savefail 1 msg=x\nds other r5",
+     "save other /snap/x total=5",
+     "error EXISTS: snapshot path '/snap/x' holds a save of dataset '1', not 'other'"},
+    {"collected once over", SAVE2 "saved 1", "gc 1",
+     "task_removed id=1 ref=1\ntask_removed id=2 ref=1\niteration_gc id=1\n=>"},
+    {"unknown save", "", "saved 9", "error NOT_FOUND: save 9 not found"},
+};
+
+static void test_save_cases(void **unused)
+{
+    (void)unused;
+    run_plan_cases(save_cases, sizeof save_cases / sizeof save_cases[0]);
+}
+
 static void test_resume_cases(void **unused)
 {
     (void)unused;
@@ -1613,6 +1754,11 @@ static const struct apply_case apply_cases[] = {
      .seqs = {1}, .nseqs = 1},
     {"rounds granted to a read that is not coordinated", ST_ROUNDS_GRANTED, 0, 1, 10},
     {"rounds scheduled for an unknown iteration", ST_ROUNDS_SCHEDULED, 0, 9, 0},
+    {"save without a path", ST_SAVE_STARTED, 1, 1, 1, "1"},
+    {"save of an unknown iteration", ST_SAVE_STARTED, 1, 1, 9, "1"},
+    {"save with the wrong id", ST_SAVE_STARTED, 2, 1, 1, "1"},
+    {"save finished unknown", ST_SAVE_FINISHED, 9},
+    {"save failed unknown", ST_SAVE_FAILED, 9},
 };
 
 static void test_apply_refuses(void **unused)
@@ -2814,6 +2960,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_cases),
         cmocka_unit_test(test_resume_cases),
+        cmocka_unit_test(test_save_cases),
         cmocka_unit_test(test_worker_keys),
         cmocka_unit_test(test_local_workers),
         cmocka_unit_test(test_iteration_keys),

@@ -503,6 +503,125 @@ static void test_stop_waiting_for_snapshot_chunk(void **state)
     assert_int_equal(rmdir(dir), 0);
 }
 
+/* A save's task (task_config.snapshot_path): each split leased goes into its chunk file, a split
+ * is reported finished only once its chunk is committed, nothing goes to the buffer, and the
+ * chunks hold exactly the splits' elements in order. */
+static const char *save_dir; /* the directory the reports below are checked against */
+
+static void save_lease_step(struct task *t, struct leaser *l)
+{
+    uint32_t max;
+    const uint64_t *fin;
+    size_t nfin;
+    const uint64_t *ret;
+    size_t nret;
+    if (!task_lease_want(t, uv_hrtime() / 1000000u, &max, &fin, &nfin, &ret, &nret))
+        return;
+    for (size_t i = 0; i < nfin; i++) {
+        assert_true(fin[i] < l->count);
+        l->finished[fin[i]]++;
+        /* Reported finished: its chunk is there under its final name. */
+        char path[256];
+        snap_chunk_path(save_dir, fin[i], path, sizeof path);
+        assert_int_equal(access(path, R_OK), 0);
+    }
+    uint64_t seqs[64];
+    size_t n = 0;
+    while (n < max && n < 64 && l->cursor < l->count)
+        seqs[n++] = l->cursor++;
+    struct lease_plan *plan = calloc(1, sizeof *plan);
+    assert_non_null(plan);
+    plan->source_len = l->prov.source_len;
+    plan->split_size = l->prov.split_size;
+    plan->per_pass = l->prov.per_pass;
+    plan->passes = l->prov.passes;
+    task_lease_granted(t, plan, seqs, n, l->cursor >= l->count, uv_hrtime() / 1000000u);
+    free(plan);
+}
+
+static void test_save_task_writes_chunks(void **state)
+{
+    struct env *e = *state;
+    char dir[64], err[256];
+    snprintf(dir, sizeof dir, "/tmp/sluice-test-task-save-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    save_dir = dir;
+    const char *text = "range(500) | map(mul, 3)";
+    struct leaser l;
+    memset(&l, 0, sizeof l);
+    struct pipe_spec *spec = parse(text);
+    assert_int_equal(pipe_split_provider_init(&l.prov, spec, 16, err, sizeof err), 0);
+    pipe_spec_free(spec);
+    l.count = pipe_split_count(&l.prov);
+    assert_int_equal(l.count, 32);
+    l.finished = calloc(l.count, sizeof *l.finished);
+    assert_non_null(l.finished);
+    struct snap_meta m = {
+        .format = SNAP_FORMAT, .dataset_id = "d", .pipeline = (char *)text, .chunks = l.count};
+    assert_int_equal(snap_meta_write(dir, &m, err, sizeof err), 0);
+
+    struct task_config cfg = {
+        .id = 1,
+        .mode = SLUICE_DISTRIBUTED_EPOCH,
+        .threads = 3,
+        .reg = e->reg,
+        .wake = &e->wake,
+        .snapshot_path = dir,
+    };
+    struct task *t = NULL;
+    assert_int_equal(task_start(&cfg, parse(text), &t, err, sizeof err), 0);
+    uint64_t t0 = uv_hrtime();
+    struct task_progress tp;
+    for (;;) {
+        task_progress(t, &tp);
+        if (tp.finished || tp.failed)
+            break;
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        save_lease_step(t, &l);
+        uv_run(&e->loop, UV_RUN_ONCE);
+    }
+    assert_false(tp.failed);
+    assert_int_equal(tp.chunks_committed, l.count);
+    assert_int_equal(tp.produced, 500);
+    assert_int_equal(tp.buffered, 0);
+    for (uint64_t s = 0; s < l.count; s++)
+        assert_int_equal(l.finished[s], 1);
+    /* Nothing for readers: the task ends without data. */
+    struct task_take tk;
+    assert_int_equal(task_take(t, 100, 1u << 20, &e->scratch, &tk), TASK_TAKE_END);
+    finish(e, t);
+
+    /* Chunk i holds split i: 16 elements (the last 4), 3 * position each. */
+    struct sluice_element el;
+    pipe_elem_init(&el);
+    int64_t want = 0;
+    for (uint64_t i = 0; i < l.count; i++) {
+        char path[256];
+        snap_chunk_path(dir, i, path, sizeof path);
+        struct snap_reader *r = NULL;
+        assert_int_equal(snap_reader_open(path, &r, err, sizeof err), 0);
+        int rc;
+        while ((rc = snap_reader_next(r, &el, err, sizeof err)) == 1) {
+            assert_int_equal(*(int64_t *)(void *)el.t[0].data, want * 3);
+            want++;
+        }
+        assert_int_equal(rc, 0);
+        snap_reader_close(r);
+        assert_int_equal(unlink(path), 0);
+    }
+    assert_int_equal(want, 500);
+    pipe_elem_release(&el);
+    free(l.finished);
+    pipe_split_provider_release(&l.prov);
+    /* No temporary file was left behind. */
+    char path[128];
+    snprintf(path, sizeof path, "%s/" SNAP_META_FILE, dir);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/" SNAP_CHUNKS_DIR, dir);
+    assert_int_equal(rmdir(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
 /* ---- large elements ---------------------------------------------------------------------
  * Elements large enough to go out as external chunks (their tensor's block is taken over instead
  * of copied), with and without compression probes in between (which put some large elements
@@ -710,6 +829,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_distributed_bad_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_blocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waiting_for_snapshot_chunk, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_save_task_writes_chunks, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
