@@ -83,6 +83,24 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
     job_ctx_free(c);
 }
 
+int dispatcher_draw_iteration_keys(struct dispatcher *d, size_t from, char *err, size_t errlen)
+{
+    for (size_t i = from; i < d->ups.n; i++) {
+        struct st_update *u = &d->ups.v[i];
+        if (u->type != ST_ITERATION_CREATED)
+            continue;
+        int rc = cap_random(u->key.b);
+        if (rc < 0) {
+            err_set(err, errlen, rc, "drawing the iteration's secret: %s", sluice_strerror(rc));
+            while (d->ups.n > from)
+                st_update_release(&d->ups.v[--d->ups.n]);
+            return rc;
+        }
+        u->key.set = true;
+    }
+    return 0;
+}
+
 static void repetition_collected(struct dispatcher *d, int status, void *ctx)
 {
     /* A journal failure stops the dispatcher; the read that follows reports it. */
@@ -115,19 +133,8 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
             c->resume ? &c->resume_view : NULL, &c->job_id, &c->iteration_id, &c->client_id,
             &d->ups, err, sizeof err);
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
-    for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
-        struct st_update *u = &d->ups.v[i];
-        if (u->type != ST_ITERATION_CREATED)
-            continue;
-        rc = cap_random(u->key.b);
-        if (rc < 0) {
-            err_set(err, sizeof err, rc, "drawing the iteration's secret: %s", sluice_strerror(rc));
-            while (d->ups.n > from)
-                st_update_release(&d->ups.v[--d->ups.n]);
-            break;
-        }
-        u->key.set = true;
-    }
+    if (rc == 0)
+        rc = dispatcher_draw_iteration_keys(d, from, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(c->r.conn, c->r.id, rc, err);
         dispatcher_req_done(&c->r);
@@ -137,37 +144,56 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     dispatcher_commit(d, &d->ups, job_done, c);
 }
 
+int dispatcher_split_dataset(const uint8_t *def, size_t def_len, const struct pipe_roots *roots,
+                             uint64_t split_size, struct pipe_spec **spec,
+                             struct pipe_split_provider *p, bool *decoded, char *why, size_t whylen)
+{
+    *spec = NULL;
+    *decoded = false;
+    int rc = pipe_spec_decode(def, def_len, spec, why, whylen);
+    if (rc < 0)
+        return rc;
+    *decoded = true;
+    rc = pipe_roots_check_source(roots, &(*spec)->source, why, whylen);
+    if (rc == 0)
+        rc = pipe_split_provider_init(p, *spec, split_size, why, whylen);
+    if (rc < 0) {
+        pipe_spec_free(*spec);
+        *spec = NULL;
+    }
+    return rc;
+}
+
+int dispatcher_plan_of(const struct pipe_split_provider *p, struct st_split_plan *plan)
+{
+    struct st_split_plan view = {
+        .source_len = p->source_len,
+        .split_size = p->split_size,
+        .per_pass = p->per_pass,
+        .passes = p->passes,
+        .paths = p->paths,
+        .npaths = p->npaths,
+    };
+    return st_split_plan_copy(plan, &view);
+}
+
 /* On the thread pool: decode the definition and build the split plan. Touches only c. */
 static void job_plan_work(uv_work_t *w)
 {
     struct job_ctx *c = w->data;
-    struct pipe_spec *spec = NULL;
+    struct pipe_spec *spec;
     struct pipe_split_provider p;
+    bool decoded;
     char why[ERRLEN];
-    c->rc = pipe_spec_decode(c->def, c->def_len, &spec, why, sizeof why);
+    c->rc = dispatcher_split_dataset(c->def, c->def_len, c->roots, c->split_size, &spec, &p,
+                                     &decoded, why, sizeof why);
     if (c->rc < 0) {
-        err_set(c->err, sizeof c->err, c->rc, "dataset '%s': %s", c->dataset_id, why);
+        err_set(c->err, sizeof c->err, c->rc,
+                decoded ? "splitting dataset '%s': %s" : "dataset '%s': %s", c->dataset_id, why);
         return;
     }
-    /* The files may have changed since the dataset was registered (or it was registered
-     * before the dispatcher had data roots): nothing outside the roots is listed for workers. */
-    c->rc = pipe_roots_check_source(c->roots, &spec->source, why, sizeof why);
-    if (c->rc == 0)
-        c->rc = pipe_split_provider_init(&p, spec, c->split_size, why, sizeof why);
     pipe_spec_free(spec);
-    if (c->rc < 0) {
-        err_set(c->err, sizeof c->err, c->rc, "splitting dataset '%s': %s", c->dataset_id, why);
-        return;
-    }
-    struct st_split_plan view = {
-        .source_len = p.source_len,
-        .split_size = p.split_size,
-        .per_pass = p.per_pass,
-        .passes = p.passes,
-        .paths = p.paths,
-        .npaths = p.npaths,
-    };
-    c->rc = st_split_plan_copy(&c->plan, &view);
+    c->rc = dispatcher_plan_of(&p, &c->plan);
     if (c->rc < 0)
         err_set(c->err, sizeof c->err, c->rc, "out of memory");
     pipe_split_provider_release(&p);

@@ -99,19 +99,14 @@ static void save_work_run(uv_work_t *uw)
     char why[ERRLEN];
     switch (w->kind) {
     case SW_PLAN: {
-        struct pipe_spec *spec = NULL;
+        struct pipe_spec *spec;
         struct pipe_split_provider p;
-        w->rc = pipe_spec_decode(w->def, w->def_len, &spec, why, sizeof why);
+        bool decoded;
+        w->rc = dispatcher_split_dataset(w->def, w->def_len, w->roots, w->split_size, &spec, &p,
+                                         &decoded, why, sizeof why);
         if (w->rc < 0) {
-            err_set(w->err, sizeof w->err, w->rc, "dataset '%s': %s", w->dataset_id, why);
-            return;
-        }
-        w->rc = pipe_roots_check_source(w->roots, &spec->source, why, sizeof why);
-        if (w->rc == 0)
-            w->rc = pipe_split_provider_init(&p, spec, w->split_size, why, sizeof why);
-        if (w->rc < 0) {
-            pipe_spec_free(spec);
-            err_set(w->err, sizeof w->err, w->rc, "cannot save dataset '%s': splitting it: %s",
+            err_set(w->err, sizeof w->err, w->rc,
+                    decoded ? "cannot save dataset '%s': splitting it: %s" : "dataset '%s': %s",
                     w->dataset_id, why);
             return;
         }
@@ -130,15 +125,7 @@ static void save_work_run(uv_work_t *uw)
             return;
         }
         pipe_spec_free(spec);
-        struct st_split_plan view = {
-            .source_len = p.source_len,
-            .split_size = p.split_size,
-            .per_pass = p.per_pass,
-            .passes = p.passes,
-            .paths = p.paths,
-            .npaths = p.npaths,
-        };
-        w->rc = st_split_plan_copy(&w->plan, &view);
+        w->rc = dispatcher_plan_of(&p, &w->plan);
         pipe_split_provider_release(&p);
         if (w->rc < 0) {
             err_set(w->err, sizeof w->err, w->rc, "out of memory");
@@ -341,19 +328,8 @@ static void save_plan_and_commit(struct dispatcher *d, struct save_work *w)
     size_t from = d->ups.n;
     int rc = plan_save_start(&d->st, w->dataset_id, w->path, &w->plan, w->endless, &w->save_id,
                              &d->ups, err, sizeof err);
-    for (size_t i = from; rc == 0 && i < d->ups.n; i++) {
-        struct st_update *u = &d->ups.v[i];
-        if (u->type != ST_ITERATION_CREATED)
-            continue;
-        rc = cap_random(u->key.b);
-        if (rc < 0) {
-            err_set(err, sizeof err, rc, "drawing the iteration's secret: %s", sluice_strerror(rc));
-            while (d->ups.n > from)
-                st_update_release(&d->ups.v[--d->ups.n]);
-            break;
-        }
-        u->key.set = true;
-    }
+    if (rc == 0)
+        rc = dispatcher_draw_iteration_keys(d, from, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(w->r.conn, w->r.id, rc, err);
         dispatcher_req_done(&w->r);

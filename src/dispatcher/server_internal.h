@@ -185,6 +185,20 @@ void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
                                const Sluice__Envelope *env);
 
 /* handlers_jobs.c */
+/* On the thread pool: decodes a dataset's definition, checks its source against the data roots
+ * (the files may have changed since it was registered) and builds its split provider. Returns
+ * 0 with *spec and *p the caller's to release, or a negative code with the reason in why; then
+ * *decoded says whether the definition decoded (the failure was the splitting's). */
+int dispatcher_split_dataset(const uint8_t *def, size_t def_len, const struct pipe_roots *roots,
+                             uint64_t split_size, struct pipe_spec **spec,
+                             struct pipe_split_provider *p, bool *decoded, char *why,
+                             size_t whylen);
+/* Copies a split provider's plan (sizes and file list) into *plan. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+int dispatcher_plan_of(const struct pipe_split_provider *p, struct st_split_plan *plan);
+/* Draws the secret of every ITERATION_CREATED in d->ups from index from on. On failure the
+ * updates from there on are released and the code returned, with the reason in err. */
+int dispatcher_draw_iteration_keys(struct dispatcher *d, size_t from, char *err, size_t errlen);
 void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn,
                                      const Sluice__Envelope *env);
 /* Cancels the split plans queued on the thread pool (at close); those already running finish
