@@ -425,6 +425,25 @@ static void refuse(struct rpc_server *srv, const char *why)
     srv->refused_ever_logged = true;
 }
 
+/* Puts a new connection on the server's list (from here it closes through on_conn_closed) and
+ * starts its handshake with nonce. */
+static void conn_enlist(struct rpc_server *srv, struct rpc_conn *rc, const uint8_t *nonce)
+{
+    rc->srv = srv;
+    rc->refs = 1;
+    rc->next = srv->conns;
+    if (srv->conns)
+        srv->conns->prev = rc;
+    srv->conns = rc;
+    srv->nconns++;
+    srv->handles++;
+    const struct sec_ctx *sec = srv->opts.sec;
+    auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
+                 sec ? sec->token_len : 0, nonce);
+    conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
+    hs_append(srv, rc);
+}
+
 static void on_connection(uv_stream_t *listener, int status)
 {
     struct rpc_server *srv = (struct rpc_server *)listener; /* listener is the first member */
@@ -459,19 +478,7 @@ static void on_connection(uv_stream_t *listener, int status)
         return;
     }
     /* From here the handle is open: the conn is on the list and closes through on_conn_closed. */
-    rc->srv = srv;
-    rc->refs = 1;
-    rc->next = srv->conns;
-    if (srv->conns)
-        srv->conns->prev = rc;
-    srv->conns = rc;
-    srv->nconns++;
-    srv->handles++;
-    const struct sec_ctx *sec = srv->opts.sec;
-    auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
-                 sec ? sec->token_len : 0, nonce);
-    conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
-    hs_append(srv, rc);
+    conn_enlist(srv, rc, nonce);
 
     err = uv_accept(listener, (uv_stream_t *)&rc->conn.tcp);
     if (err == 0 && sec_has_tls(srv->opts.sec)) {
@@ -526,19 +533,7 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link 
     rc->conn.link = link;
     rc->local = true;
     snprintf(rc->conn.peer, sizeof rc->conn.peer, "in-process");
-    rc->srv = srv;
-    rc->refs = 1;
-    rc->next = srv->conns;
-    if (srv->conns)
-        srv->conns->prev = rc;
-    srv->conns = rc;
-    srv->nconns++;
-    srv->handles++;
-    const struct sec_ctx *sec = srv->opts.sec;
-    auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
-                 sec ? sec->token_len : 0, nonce);
-    conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
-    hs_append(srv, rc);
+    conn_enlist(srv, rc, nonce);
     err = uv_tcp_open(&rc->conn.tcp, fd);
     if (err != 0) {
         /* The handle never took fd: it is still the caller's, and the conn closes empty (with
