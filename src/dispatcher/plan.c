@@ -709,28 +709,36 @@ int plan_job_repetition(const struct state *s, const char *dataset_id, const cha
     return plan_gc_iteration(s, cur->id, out, err, errlen);
 }
 
+/* Appends the removal of task t: its leased splits back to the pool, the task removed. */
+static int push_task_removal(const struct st_task *t, struct st_update_list *out)
+{
+    struct st_update *u;
+    if (t->leased.n > 0) {
+        if (!(u = push(out, ST_SPLITS_RETURNED, 0)))
+            return SLUICE_ERR_NOMEM;
+        u->ref = t->iteration_id;
+        u->ref2 = t->id;
+        if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
+            return SLUICE_ERR_NOMEM;
+    }
+    if (!(u = push(out, ST_TASK_REMOVED, t->id)))
+        return SLUICE_ERR_NOMEM;
+    u->ref = t->iteration_id;
+    return 0;
+}
+
 /* Appends the removal of worker w: leases returned, tasks removed, the worker removed. */
 static int plan_remove_worker_updates(const struct state *s, const struct st_worker *w,
                                       struct st_update_list *out)
 {
-    struct st_update *u;
     size_t nrefs;
     const struct st_task_ref *refs = state_worker_tasks(s, w->id, &nrefs);
     for (size_t i = 0; i < nrefs; i++) {
         const struct st_task *t = state_task(s, refs[i].task_id);
         if (t->worker_id != w->id)
             continue;
-        if (t->leased.n > 0) {
-            if (!(u = push(out, ST_SPLITS_RETURNED, 0)))
-                return SLUICE_ERR_NOMEM;
-            u->ref = t->iteration_id;
-            u->ref2 = t->id;
-            if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
-                return SLUICE_ERR_NOMEM;
-        }
-        if (!(u = push(out, ST_TASK_REMOVED, t->id)))
+        if (push_task_removal(t, out) < 0)
             return SLUICE_ERR_NOMEM;
-        u->ref = t->iteration_id;
     }
     if (!push(out, ST_WORKER_REMOVED, w->id))
         return SLUICE_ERR_NOMEM;
@@ -1500,18 +1508,8 @@ static int release_local_tasks(const struct state *s, const struct st_client *c,
         const struct st_worker *w = t ? state_worker(s, t->worker_id) : NULL;
         if (!w || strcmp(w->host_id, c->host_id) != 0)
             continue;
-        struct st_update *u;
-        if (t->leased.n > 0) {
-            if (!(u = push(out, ST_SPLITS_RETURNED, 0)))
-                return SLUICE_ERR_NOMEM;
-            u->ref = t->iteration_id;
-            u->ref2 = t->id;
-            if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
-                return SLUICE_ERR_NOMEM;
-        }
-        if (!(u = push(out, ST_TASK_REMOVED, t->id)))
+        if (push_task_removal(t, out) < 0)
             return SLUICE_ERR_NOMEM;
-        u->ref = t->iteration_id;
     }
     return finish_touched(s, out, start);
 }
