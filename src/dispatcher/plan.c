@@ -1522,8 +1522,7 @@ int plan_release_client(const struct state *s, uint64_t client_id, struct st_upd
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "client %" PRIu64 " not found",
                        client_id);
     size_t start = out->n;
-    if (!push(out, ST_CLIENT_RELEASED, client_id) ||
-        release_local_tasks(s, c, out, start) < 0) {
+    if (!push(out, ST_CLIENT_RELEASED, client_id) || release_local_tasks(s, c, out, start) < 0) {
         state_list_truncate(out, start);
         return NOMEM_MSG(err, errlen);
     }

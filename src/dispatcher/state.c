@@ -500,11 +500,18 @@ const struct st_save *state_save_by_path(const struct state *s, const char *path
 
 const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id)
 {
-    for (size_t i = 0; iteration_id != 0 && i < s->nsaves; i++) {
-        if (s->saves[i].state == ST_SV_RUNNING && s->saves[i].iteration_id == iteration_id)
-            return &s->saves[i];
+    size_t lo = 0, hi = s->nsaves;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->saves[mid].iteration_id < iteration_id)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    return NULL;
+    if (iteration_id == 0 || lo == s->nsaves || s->saves[lo].iteration_id != iteration_id ||
+        s->saves[lo].state != ST_SV_RUNNING)
+        return NULL;
+    return &s->saves[lo];
 }
 
 uint64_t state_save_committed(const struct state *s, const struct st_save *sv)
@@ -1106,7 +1113,7 @@ static int apply_save_started(struct state *s, const struct st_update *u)
         j->iteration_id != it->id || it->state != ST_ITER_ACTIVE || !it->distributed ||
         strcmp(j->dataset_id, u->name) != 0 || !str_fits(u->name, ST_ID_MAX) || !u->text ||
         u->text[0] != '/' || strlen(u->text) >= ST_PATH_MAX || !save_path_free(s, u->text) ||
-        state_save_running(s, it->id))
+        (s->nsaves && s->saves[s->nsaves - 1].iteration_id >= it->id))
         return CORRUPT;
     char *path = strdup(u->text);
     if (!path || grow((void **)&s->saves, &s->cap_saves, s->nsaves + 1, sizeof *s->saves)) {

@@ -447,7 +447,10 @@ const struct st_client *state_client(const struct state *s, uint64_t id);
 const struct st_save *state_save(const struct state *s, uint64_t id);
 /* The newest save into path (a failed one may have been followed by another), or NULL. */
 const struct st_save *state_save_by_path(const struct state *s, const char *path);
-/* The running save whose iteration is iteration_id, or NULL. */
+/* The running save whose iteration is iteration_id, or NULL. A binary search: saves are kept in
+ * increasing order of id and of iteration id (every save starts with an iteration of its own,
+ * newer than any before it), which state_apply() and the snapshot decoder enforce. It is asked
+ * on every GetSplits and for every iteration a worker heartbeat or a tick looks at. */
 const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id);
 
 /* ---- planning: pure decisions that append updates -------------------------------------------- */
@@ -811,12 +814,13 @@ int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_up
  * ITERATION_CREATED with plan, TASK_CREATED on every non-draining worker and SAVE_STARTED; the
  * shell draws the iteration's secret as for any new iteration. *save_out receives the save's id.
  * The same dataset and path as a save that runs or finished is that save: its id, nothing
- * appended; one that failed is started again as a new save (the failed row stays). Refusals: an unknown dataset SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"); a path
- * that is empty, relative, not a valid name (control characters, not UTF-8) or of ST_PATH_MAX
- * bytes or more SLUICE_ERR_INVALID ("snapshot path 'x' is not absolute"); a path saved from
- * another dataset SLUICE_ERR_EXISTS ("snapshot path '/p' holds a save of dataset 'a', not 'b'");
- * an endless pipeline SLUICE_ERR_UNSUPPORTED ("cannot save dataset 'x': its pipeline
- * 'range(3) | repeat()' never ends"); a missing plan SLUICE_ERR_INVALID. */
+ * appended; one that failed is started again as a new save (the failed row stays). Refusals: an
+ * unknown dataset SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"); a path that is empty, relative,
+ * not a valid name (control characters, not UTF-8) or of ST_PATH_MAX bytes or more
+ * SLUICE_ERR_INVALID ("snapshot path 'x' is not absolute"); a path saved from another dataset
+ * SLUICE_ERR_EXISTS ("snapshot path '/p' holds a save of dataset 'a', not 'b'"); an endless
+ * pipeline SLUICE_ERR_UNSUPPORTED ("cannot save dataset 'x': its pipeline 'range(3) | repeat()'
+ * never ends"); a missing plan SLUICE_ERR_INVALID. */
 int plan_save_start(const struct state *s, const char *dataset_id, const char *path,
                     const struct st_split_plan *plan, bool endless, uint64_t *save_out,
                     struct st_update_list *out, char *err, size_t errlen);

@@ -800,7 +800,9 @@ static int decode_saves(const Sluice__Snapshot *m, struct state *s, char *err, s
         const Sluice__SnapshotSave *sv = m->saves[i];
         if (!sv || !sv->dataset_id || !sv->path || !sv->error)
             return CORRUPT("save %zu is malformed", i);
-        if (sv->id == 0 || sv->id == UINT64_MAX || (i > 0 && s->saves[i - 1].id >= sv->id))
+        if (sv->id == 0 || sv->id == UINT64_MAX || sv->iteration_id == 0 ||
+            (i > 0 &&
+             (s->saves[i - 1].id >= sv->id || s->saves[i - 1].iteration_id >= sv->iteration_id)))
             return CORRUPT("save %" PRIu64 " is out of order", sv->id);
         if (!str_fits(sv->dataset_id, ST_ID_MAX) || !state_dataset(s, sv->dataset_id))
             return CORRUPT("save %" PRIu64 " names an unknown dataset", sv->id);

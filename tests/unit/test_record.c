@@ -570,6 +570,7 @@ MUTATION(m_granted_unnumbered, m->tasks[0]->last_request = 0)
 MUTATION(m_granted_past_cursor, m->tasks[0]->granted[2] = 5)
 MUTATION(m_last_request_max, m->tasks[1]->last_request = UINT64_MAX)
 MUTATION(m_save_order, m->saves[1]->id = 1)
+MUTATION(m_save_iteration_order, m->saves[1]->iteration_id = 3)
 MUTATION(m_save_path, m->saves[1]->path[0] = 's')
 MUTATION(m_save_same_path, m->saves[1]->path[6] = 'a')
 MUTATION(m_save_state, m->saves[0]->state = 3)
@@ -604,6 +605,7 @@ static const struct mutation mutations[] = {
     {m_granted_past_cursor, "task 1 has a malformed record of its last lease"},
     {m_last_request_max, "task 2 has a malformed record of its last lease"},
     {m_save_order, "save 1 is out of order"},
+    {m_save_iteration_order, "save 2 is out of order"},
     {m_save_path, "save 2 has a malformed or repeated path"},
     {m_save_same_path, "save 2 has a malformed or repeated path"},
     {m_save_state, "save 1 has unknown state 3"},
