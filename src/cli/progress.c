@@ -64,7 +64,10 @@ void progress_start(struct progress *p, enum progress_mode mode, FILE *out)
     memset(p, 0, sizeof *p);
     p->mode = mode;
     p->out = out;
-    p->start_ns = p->last_ns = now_ns();
+    p->start_ns = p->last_ns = p->checked_ns = now_ns();
+    p->stride = 1;
+    p->next_check = 1;
+    p->bytes_check = PROGRESS_CHECK_BYTES;
 }
 
 static void draw(struct progress *p, uint64_t now, uint64_t done, uint64_t total, bool final)
@@ -91,8 +94,19 @@ bool progress_element(struct progress *p, uint64_t nbytes)
     p->bytes += nbytes;
     if (p->mode == PROGRESS_OFF)
         return false;
+    if (p->elements < p->next_check && p->bytes < p->bytes_check)
+        return false;
+    uint64_t now = now_ns();
+    /* Aim at a clock read every millisecond or so, whatever the element rate. */
+    if (now - p->checked_ns < 1000000u && p->stride < PROGRESS_MAX_STRIDE)
+        p->stride *= 2;
+    else if (now - p->checked_ns > 20000000u && p->stride > 1)
+        p->stride /= 2;
+    p->checked_ns = now;
+    p->next_check = p->elements + p->stride;
+    p->bytes_check = p->bytes + PROGRESS_CHECK_BYTES;
     uint64_t every = p->mode == PROGRESS_LIVE ? PROGRESS_LIVE_MS : PROGRESS_LINES_MS;
-    return now_ns() - p->last_ns >= every * 1000000u;
+    return now - p->last_ns >= every * 1000000u;
 }
 
 void progress_draw(struct progress *p, uint64_t done, uint64_t total)

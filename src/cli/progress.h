@@ -14,12 +14,17 @@ enum progress_mode {
 
 #define PROGRESS_LIVE_MS 250
 #define PROGRESS_LINES_MS 5000
+#define PROGRESS_MAX_STRIDE 4096
+#define PROGRESS_CHECK_BYTES (1u << 20)
 
 struct progress {
     enum progress_mode mode;
     FILE *out;
     uint64_t start_ns, last_ns;
     uint64_t elements, bytes;
+    /* The clock is read once every `stride` elements (or MiB), not per element: the stride
+     * grows while elements come fast and shrinks while they come slowly. */
+    uint64_t stride, next_check, bytes_check, checked_ns;
     size_t drawn; /* characters of the live line drawn last */
 };
 

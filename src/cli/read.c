@@ -435,18 +435,23 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
     if (a->checkpoint && save_checkpoint(it, a, o, 0) < 0)
         goto done_unsaved;
     uint32_t timeout = (uint32_t)a->timeout_ms;
-    uint64_t last_progress = cli_now_ms();
+    /* When the current wait for an element began (ms), 0 while elements arrive: the clock is
+     * read only while the read waits, never per element. */
+    uint64_t stalled_since = 0;
     unsigned notes = 0;
     while (!a->has_limit || n < a->limit) {
         const struct sluice_element *elem;
         /* Short waits, so that a long one is explained (wait.h) and bounded by --timeout-ms. */
-        uint64_t waited = cli_now_ms() - last_progress;
+        uint64_t waited = stalled_since ? cli_now_ms() - stalled_since : 0;
         uint32_t slice = READ_SLICE_MS;
         if (timeout && timeout > waited && timeout - waited < slice)
             slice = (uint32_t)(timeout - waited);
         int rc = sluice_iterator_next(it, &elem, slice, err, sizeof(err));
         if (rc == SLUICE_ERR_TIMEOUT && !read_signal) {
-            waited = cli_now_ms() - last_progress;
+            uint64_t now = cli_now_ms();
+            if (!stalled_since)
+                stalled_since = now > slice ? now - slice : 1; /* the wait began with the call */
+            waited = now - stalled_since;
             char why[512] = "";
             /* Notes only for an obstacle: workers that are slow to produce are no news. */
             bool obstacle = sluice_iterator_waiting(it, why, sizeof why) == 1;
@@ -462,7 +467,7 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
             }
             continue;
         }
-        last_progress = cli_now_ms();
+        stalled_since = 0;
         notes = 0;
         if (rc < 0) {
             if (read_signal && rc == SLUICE_ERR_CANCELLED) {

@@ -176,6 +176,10 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
             client_wake(it->c);
         }
         uint64_t t0 = uv_hrtime();
+        /* The call's deadline is set at its first wait, so that a call served from what is
+         * buffered reads no clock (the per-element path). */
+        if (timed && it->call_timeout_ms && !it->deadline_ns)
+            it->deadline_ns = t0 + (uint64_t)it->call_timeout_ms * 1000000u;
         if (timed && it->deadline_ns) {
             if (t0 >= it->deadline_ns) {
                 rc = err_set(err, errlen, SLUICE_ERR_TIMEOUT, "no element within %" PRIu32 " ms",
@@ -855,7 +859,7 @@ static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err,
         return rc;
     }
     it->call_timeout_ms = timeout_ms;
-    it->deadline_ns = timeout_ms ? uv_hrtime() + (uint64_t)timeout_ms * 1000000u : 0;
+    it->deadline_ns = 0; /* set at the call's first wait (wait_payload) */
     return raw_next(it, &it->elem, true, err, errlen);
 }
 

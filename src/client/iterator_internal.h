@@ -112,7 +112,8 @@ struct sluice_iterator {
     struct sluice_element elem;
     struct pipe_spec *tail_spec;
     struct pipe_run *tail;
-    uint64_t deadline_ns; /* of the current next() call; 0 without a limit */
+    uint64_t deadline_ns; /* of the current next() call; 0 before its first wait or without
+                           * a limit */
     uint32_t call_timeout_ms;
     int reader_rc; /* a decoding failure, reported once the payloads before it are read */
     char reader_msg[MSG_MAX];

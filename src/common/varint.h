@@ -38,6 +38,11 @@ static inline size_t varint_put(uint8_t *out, uint64_t v)
 static inline bool varint_get(const uint8_t *d, size_t end, size_t *pos, unsigned max,
                               uint64_t *out)
 {
+    /* One byte (a value under 128), the common case of lengths, ranks and small tags: no loop. */
+    if (*pos < end && max > 0 && d[*pos] < 0x80) {
+        *out = d[(*pos)++];
+        return true;
+    }
     uint64_t v = 0;
     for (unsigned i = 0; i < max && i < VARINT_MAX_LEN; i++) {
         if (*pos >= end)
