@@ -17,7 +17,8 @@
  *
  * It measures per request, in the simulator, the latency of worker heartbeats, client
  * heartbeats and split leases (GetSplits request to reply); the dispatcher's CPU share
- * (utime + stime from /proc/PID/stat over the measured window) and its VmRSS / VmHWM; the bytes
+ * (utime + stime from /proc/PID/stat over the measured window) and its VmRSS / VmHWM; the time
+ * one GET /metrics takes (the dispatcher renders on its loop, which stalls meanwhile); the bytes
  * it journals per second (sluice_journal_bytes_total from /metrics); and the time from a
  * SIGKILL to serving again on the same work dir (start until a client heartbeat is answered).
  *
@@ -90,6 +91,7 @@ struct figures {
     uint64_t sim_lag_over_5ms; /* times it fired more than 5 ms late */
     double cpu_share;          /* of one core */
     double rss_mb, hwm_mb;
+    double scrape_ms; /* one GET /metrics, request to the body's end: the dispatcher's render */
     double journal_bytes_per_s, updates_per_s;
     double splits_per_s; /* finished (confirmed to clients) */
     double commits_per_s, commit_mean_ms;
@@ -1107,7 +1109,9 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     sim->measuring = false;
     lag_measuring = false;
     double cpu1 = proc_cpu_s(p.pid);
+    double scrape0 = now_s();
     read_counters(p.metrics, token, &c1);
+    fig->scrape_ms = (now_s() - scrape0) * 1000;
     double self1 = self_cpu_s();
     fig->rss_mb = proc_status_mb(p.pid, "VmRSS");
     fig->hwm_mb = proc_status_mb(p.pid, "VmHWM");
@@ -1255,6 +1259,7 @@ static void report(struct figures *b, struct figures *r, bool have_base)
     row("simulator loop lags > 5 ms", (double)b->sim_lag_over_5ms, (double)r->sim_lag_over_5ms, "",
         have_base);
     row("dispatcher VmRSS MB", b->rss_mb, r->rss_mb, "< 100 MB", have_base);
+    row("metrics scrape ms", b->scrape_ms, r->scrape_ms, "", have_base);
     row("dispatcher VmHWM MB", b->hwm_mb, r->hwm_mb, "< 100 MB", have_base);
     row("state updates / s", b->updates_per_s, r->updates_per_s, "", have_base);
     row("journal commits / s", b->commits_per_s, r->commits_per_s, "", have_base);

@@ -59,6 +59,19 @@ struct task_table {
 #define JOB_GAUGES 7
 #define WORKER_GAUGES 5
 
+/* The labelled series of one job or worker (one per gauge family), found once and kept until the
+ * id is gone (drop_gone, the only place their series are removed), so that a render costs a
+ * lookup per id instead of a search through every series of every family. */
+struct labelled {
+    uint64_t id;
+    struct metrics_series *s[JOB_GAUGES > WORKER_GAUGES ? JOB_GAUGES : WORKER_GAUGES];
+};
+
+struct labelled_table {
+    struct labelled *v; /* by increasing id */
+    size_t n, cap;
+};
+
 static const enum autoscale_reason reasons[] = {AUTOSCALE_NO_DATA, AUTOSCALE_UP, AUTOSCALE_DOWN,
                                                 AUTOSCALE_HOLD};
 #define NREASONS (sizeof reasons / sizeof reasons[0])
@@ -100,6 +113,7 @@ struct observe {
     struct metrics_family *job_f[JOB_GAUGES], *worker_f[WORKER_GAUGES];
     uint64_t *job_ids, *worker_ids;
     size_t njob_ids, nworker_ids;
+    struct labelled_table job_series, worker_series;
 };
 
 /* ---- tables ---------------------------------------------------------------------------------- */
@@ -383,6 +397,8 @@ void observe_destroy(struct observe *o)
     free(o->scratch);
     free(o->job_ids);
     free(o->worker_ids);
+    free(o->job_series.v);
+    free(o->worker_series.v);
     free(o);
 }
 
@@ -710,19 +726,28 @@ void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t ref
     rpc_metrics_set(&o->conns, auth_failures, refused, handshake_timeouts);
 }
 
-/* Removes the series labelled name=id of every id in *old that is not in ids[0..n), and keeps
- * ids as the new *old (unchanged when out of memory: the removal is retried next time). */
-static void drop_gone(struct observe *o, const char *name, uint64_t **old, size_t *nold,
-                      const uint64_t *ids, size_t n)
+static int cmp_id(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Removes the series labelled name=id of every id in *old that is not in ids[0..n) (increasing),
+ * with its row of t, and keeps ids as the new *old (unchanged when out of memory: the removal is
+ * retried next time). */
+static void drop_gone(struct observe *o, const char *name, struct labelled_table *t,
+                      uint64_t **old, size_t *nold, const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < *nold; i++) {
-        bool present = false;
-        for (size_t k = 0; k < n && !present; k++)
-            present = ids[k] == (*old)[i];
-        if (!present) {
-            char v[24];
-            snprintf(v, sizeof v, "%" PRIu64, (*old)[i]);
-            metrics_remove_label(o->reg, name, v);
+        if (n > 0 && bsearch(&(*old)[i], ids, n, sizeof *ids, cmp_id))
+            continue;
+        char v[24];
+        snprintf(v, sizeof v, "%" PRIu64, (*old)[i]);
+        metrics_remove_label(o->reg, name, v);
+        size_t pos = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct labelled, id), (*old)[i]);
+        if (pos < t->n && t->v[pos].id == (*old)[i]) {
+            memmove(t->v + pos, t->v + pos + 1, (t->n - pos - 1) * sizeof *t->v);
+            t->n--;
         }
     }
     uint64_t *copy = malloc((n ? n : 1) * sizeof *copy);
@@ -735,19 +760,27 @@ static void drop_gone(struct observe *o, const char *name, uint64_t **old, size_
     *nold = n;
 }
 
-static void set_labelled(struct metrics_family *f, const char *name, uint64_t id, bool is_double,
-                         double d, uint64_t u)
+/* The series of families[0, nf) labelled name=id: from t, or made (and kept in t) the first time.
+ * NULL when out of memory. */
+static const struct labelled *labelled_of(struct labelled_table *t, struct metrics_family **families,
+                                          size_t nf, const char *name, uint64_t id)
 {
+    size_t pos = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct labelled, id), id);
+    if (pos < t->n && t->v[pos].id == id)
+        return &t->v[pos];
     char v[24];
     snprintf(v, sizeof v, "%" PRIu64, id);
     struct metrics_label l = {name, v};
-    struct metrics_series *s;
-    if (metrics_series_get(f, &l, 1, &s) < 0)
-        return;
-    if (is_double)
-        metrics_set_double(s, d);
-    else
-        metrics_set_u64(s, u);
+    struct labelled row = {.id = id};
+    for (size_t k = 0; k < nf; k++) {
+        if (metrics_series_get(families[k], &l, 1, &row.s[k]) < 0)
+            return NULL;
+    }
+    struct labelled *at = rows_insert_at((void **)&t->v, &t->n, &t->cap, sizeof *t->v, pos);
+    if (!at)
+        return NULL;
+    *at = row;
+    return at;
 }
 
 /* The figures of the jobs and workers, from the same computation as the status document. */
@@ -768,10 +801,13 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
         bool splits = it && it->distributed && it->state != ST_ITER_GC;
         uint64_t u[5] = {state_iteration_clients(st, j->iteration_id), f.tasks, f.workers,
                          splits ? it->splits_finished : 0, splits ? it->splits_leased : 0};
-        for (size_t k = 0; k < 5; k++)
-            set_labelled(o->job_f[k], "job", j->id, false, 0, u[k]);
-        set_labelled(o->job_f[5], "job", j->id, true, f.elements_per_second, 0);
-        set_labelled(o->job_f[6], "job", j->id, true, f.bytes_per_second, 0);
+        const struct labelled *l = labelled_of(&o->job_series, o->job_f, JOB_GAUGES, "job", j->id);
+        if (l) {
+            for (size_t k = 0; k < 5; k++)
+                metrics_set_u64(l->s[k], u[k]);
+            metrics_set_double(l->s[5], f.elements_per_second);
+            metrics_set_double(l->s[6], f.bytes_per_second);
+        }
         eps += f.elements_per_second;
         bps += f.bytes_per_second;
         outstanding += u[4];
@@ -779,23 +815,27 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
             ids[i] = j->id;
     }
     if (ids)
-        drop_gone(o, "job", &o->job_ids, &o->njob_ids, ids, st->njobs);
+        drop_gone(o, "job", &o->job_series, &o->job_ids, &o->njob_ids, ids, st->njobs);
     for (size_t i = 0; i < st->nworkers; i++) {
         const struct st_worker *w = &st->workers[i];
         struct status_figures f;
         status_worker_figures(st, &x, w, &f);
-        set_labelled(o->worker_f[0], "worker", w->id, false, 0, f.tasks);
-        set_labelled(o->worker_f[1], "worker", w->id, false, 0, f.buffered);
-        set_labelled(o->worker_f[2], "worker", w->id, false, 0, f.buffered_bytes);
-        set_labelled(o->worker_f[3], "worker", w->id, true, f.elements_per_second, 0);
-        set_labelled(o->worker_f[4], "worker", w->id, true, f.bytes_per_second, 0);
+        const struct labelled *l =
+            labelled_of(&o->worker_series, o->worker_f, WORKER_GAUGES, "worker", w->id);
+        if (l) {
+            metrics_set_u64(l->s[0], f.tasks);
+            metrics_set_u64(l->s[1], f.buffered);
+            metrics_set_u64(l->s[2], f.buffered_bytes);
+            metrics_set_double(l->s[3], f.elements_per_second);
+            metrics_set_double(l->s[4], f.bytes_per_second);
+        }
         buffered += f.buffered;
         buffered_bytes += f.buffered_bytes;
         if (ids)
             ids[i] = w->id;
     }
     if (ids)
-        drop_gone(o, "worker", &o->worker_ids, &o->nworker_ids, ids, st->nworkers);
+        drop_gone(o, "worker", &o->worker_series, &o->worker_ids, &o->nworker_ids, ids, st->nworkers);
     free(ids);
     metrics_set_double(o->served_eps_g, eps);
     metrics_set_double(o->served_bps_g, bps);

@@ -1172,61 +1172,7 @@ bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t
         return it->state == ST_ITER_FINISHED;
     if (seq >= it->split_cursor || state_seq_contains(&it->pool, seq))
         return false;
-    size_t nrefs;
-    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
-    for (size_t i = 0; i < nrefs; i++) {
-        const struct st_task *t = state_task(s, refs[i].task_id);
-        if (t->iteration_id == iteration_id && state_seq_contains(&t->leased, seq))
-            return false;
-    }
-    return true;
-}
-
-/* A sorted copy of v[0, n) with every value once; *m receives its length. NULL when out of
- * memory (or n is 0). */
-static uint64_t *sorted_unique(const uint64_t *v, size_t n, size_t *m)
-{
-    *m = 0;
-    uint64_t *u = n ? malloc(n * sizeof *u) : NULL;
-    if (!u)
-        return NULL;
-    memcpy(u, v, n * sizeof *u);
-    qsort(u, n, sizeof *u, cmp_u64);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (k == 0 || u[k - 1] != u[i])
-            u[k++] = u[i];
-    }
-    *m = k;
-    return u;
-}
-
-/* Whether v is in the sorted array a[0, n). */
-static bool sorted_has(const uint64_t *a, size_t n, uint64_t v)
-{
-    return bsearch(&v, a, n, sizeof *a, cmp_u64) != NULL;
-}
-
-/* Writes the seqs that are both in the task's lease l and in the sorted, unique q[0, m) into
- * out (room for min(l->n, m)), in increasing order; returns how many. Walks the shorter of the
- * two and searches the other, so a report of many seqs costs little per task holding few, and
- * the other way round. */
-static size_t lease_intersect(const struct st_seq_list *l, const uint64_t *q, size_t m,
-                              uint64_t *out)
-{
-    size_t k = 0;
-    if (l->n <= m) {
-        for (size_t i = 0; i < l->n; i++) {
-            if (sorted_has(q, m, l->v[i]))
-                out[k++] = l->v[i];
-        }
-    } else {
-        for (size_t i = 0; i < m; i++) {
-            if (state_seq_contains(l, q[i]))
-                out[k++] = q[i];
-        }
-    }
-    return k;
+    return !u64map_get(&it->held, seq, NULL);
 }
 
 int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
@@ -1239,56 +1185,24 @@ int state_splits_finished_each(const struct state *s, uint64_t iteration_id, con
             finished[i] = all;
         return 0;
     }
-    /* Below the cursor and not in the pool: finished unless some task holds it. */
-    size_t ncand = 0;
-    for (size_t i = 0; i < n; i++) {
-        finished[i] = seqs[i] < it->split_cursor && !state_seq_contains(&it->pool, seqs[i]);
-        ncand += finished[i];
-    }
-    if (ncand == 0 || it->splits_leased == 0)
-        return 0;
-    uint64_t *cand = malloc(ncand * sizeof *cand);
-    if (!cand)
-        return SLUICE_ERR_NOMEM;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (finished[i])
-            cand[k++] = seqs[i];
-    }
-    size_t m;
-    uint64_t *q = sorted_unique(cand, ncand, &m);
-    free(cand);
-    bool *held = q ? calloc(m, sizeof *held) : NULL;
-    if (!held) {
-        free(q);
-        return SLUICE_ERR_NOMEM;
-    }
-    size_t nrefs;
-    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
-    for (size_t i = 0; i < nrefs; i++) {
-        const struct st_task *t = state_task(s, refs[i].task_id);
-        if (t->iteration_id != iteration_id || t->leased.n == 0)
-            continue;
-        if (t->leased.n <= m) {
-            for (size_t j = 0; j < t->leased.n; j++) {
-                const uint64_t *hit = bsearch(&t->leased.v[j], q, m, sizeof *q, cmp_u64);
-                if (hit)
-                    held[hit - q] = true;
-            }
-        } else {
-            for (size_t j = 0; j < m; j++)
-                held[j] = held[j] || state_seq_contains(&t->leased, q[j]);
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!finished[i])
-            continue;
-        const uint64_t *hit = bsearch(&seqs[i], q, m, sizeof *q, cmp_u64);
-        finished[i] = !held[hit - q];
-    }
-    free(held);
-    free(q);
+    /* Below the cursor, not in the pool and held by no task. */
+    for (size_t i = 0; i < n; i++)
+        finished[i] = seqs[i] < it->split_cursor && !state_seq_contains(&it->pool, seqs[i]) &&
+                      !u64map_get(&it->held, seqs[i], NULL);
     return 0;
+}
+
+/* A reported split and the task holding it. */
+struct held_split {
+    uint64_t task_id, seq;
+};
+
+static int cmp_held(const void *a, const void *b)
+{
+    const struct held_split *x = a, *y = b;
+    if (x->task_id != y->task_id)
+        return x->task_id < y->task_id ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
@@ -1305,34 +1219,39 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
         return 0;
     size_t start = out->n;
     struct st_update *u;
-    /* One sorted copy of the report for every task, not one per task: a shared job's iteration
-     * has a task on every worker. */
-    size_t m;
-    uint64_t *q = sorted_unique(seqs, n, &m);
-    uint64_t *both = q ? malloc(m * sizeof *both) : NULL;
-    if (!both) {
-        free(q);
+    /* The reported splits some task holds, found by lookup (it->held), grouped by task: one
+     * SPLITS_FINISHED per task, by increasing task id, its seqs increasing. */
+    struct held_split *hs = malloc(n * sizeof *hs);
+    uint64_t *both = malloc(n * sizeof *both);
+    if (!hs || !both) {
+        free(hs);
+        free(both);
         return NOMEM_MSG(err, errlen);
     }
-    size_t nrefs;
-    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
-    for (size_t i = 0; i < nrefs; i++) {
-        const struct st_task *t = state_task(s, refs[i].task_id);
-        if (t->iteration_id != iteration_id || t->leased.n == 0)
-            continue;
-        size_t k = lease_intersect(&t->leased, q, m, both);
-        if (k == 0)
-            continue;
+    size_t nh = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t task_id;
+        if (u64map_get(&it->held, seqs[i], &task_id))
+            hs[nh++] = (struct held_split){task_id, seqs[i]};
+    }
+    qsort(hs, nh, sizeof *hs, cmp_held);
+    for (size_t i = 0; i < nh;) {
+        size_t k = 0;
+        uint64_t task_id = hs[i].task_id;
+        for (; i < nh && hs[i].task_id == task_id; i++) {
+            if (k == 0 || both[k - 1] != hs[i].seq) /* a seq reported twice counts once */
+                both[k++] = hs[i].seq;
+        }
         if (!(u = push(out, ST_SPLITS_FINISHED, 0)) || state_seq_assign(&u->seqs, both, k) < 0) {
             free(both);
-            free(q);
+            free(hs);
             goto nomem;
         }
         u->ref = iteration_id;
-        u->ref2 = t->id;
+        u->ref2 = task_id;
     }
     free(both);
-    free(q);
+    free(hs);
     /* Splits back in the pool that a consumer received in full are not leased again. */
     if (it->pool.n > 0) {
         if (!(u = push(out, ST_SPLITS_FINISHED, 0)))
@@ -1431,13 +1350,8 @@ uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_i
     uint64_t low = it->split_cursor;
     if (it->pool.n > 0 && it->pool.v[0] < low)
         low = it->pool.v[0];
-    size_t nrefs;
-    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &nrefs);
-    for (size_t i = 0; i < nrefs; i++) {
-        const struct st_task *t = state_task(s, refs[i].task_id);
-        if (t->iteration_id == iteration_id && t->leased.n > 0 && t->leased.v[0] < low)
-            low = t->leased.v[0];
-    }
+    if (it->held.n > 0 && it->held_low < low)
+        low = it->held_low;
     return low;
 }
 

@@ -8,6 +8,8 @@
 
 #include "common/fnv.h"
 
+#include <assert.h>
+
 /* Every table but the datasets is an array of rows that begin with their uint64_t id. */
 _Static_assert(offsetof(struct st_job, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_iteration, id) == 0, "row id first");
@@ -379,6 +381,7 @@ static void iteration_release(struct st_iteration *it)
     it->error = NULL;
     st_split_plan_release(&it->plan);
     state_seq_release(&it->pool);
+    u64map_release(&it->held);
     epochs_release(it);
 }
 
@@ -405,6 +408,7 @@ void state_release(struct state *s)
     free(s->tasks);
     free(s->by_worker);
     free(s->by_iteration);
+    free(s->by_address);
     free(s->workers);
     free(s->clients);
     memset(s, 0, sizeof *s);
@@ -469,11 +473,28 @@ uint64_t st_update_worker(const struct state *s, const struct st_update *u)
     }
 }
 
+/* The index in s->by_address of the first worker whose address is not below address. */
+static size_t address_lower(const struct state *s, const char *address)
+{
+    size_t lo = 0, hi = s->nby_address;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct st_worker *w = state_worker(s, s->by_address[mid]);
+        if (strcmp(w->address, address) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 const struct st_worker *state_worker_by_address(const struct state *s, const char *address)
 {
-    for (size_t i = 0; i < s->nworkers; i++) {
-        if (strcmp(s->workers[i].address, address) == 0)
-            return &s->workers[i];
+    size_t i = address_lower(s, address);
+    if (i < s->nby_address) {
+        const struct st_worker *w = state_worker(s, s->by_address[i]);
+        if (strcmp(w->address, address) == 0)
+            return w;
     }
     return NULL;
 }
@@ -778,6 +799,41 @@ static int cmp_task_ref(const void *a, const void *b)
     return x->task_id < y->task_id ? -1 : x->task_id > y->task_id;
 }
 
+/* A split of it leased to task_id: into its held index (room reserved by the caller). */
+static void held_add(struct st_iteration *it, uint64_t seq, uint64_t task_id)
+{
+    if (it->held.n == 0 || seq < it->held_low)
+        it->held_low = seq;
+    (void)u64map_put(&it->held, seq, task_id);
+}
+
+/* A split of it no longer leased. When it was the lowest, the next lowest is found by a walk up
+ * from it, a step or two as splits finish about in order, or by a scan of the index when the
+ * walk grows longer than the scan would be. */
+static void held_del(struct st_iteration *it, uint64_t seq)
+{
+    if (!u64map_del(&it->held, seq) || it->held.n == 0 || seq != it->held_low)
+        return;
+    for (uint64_t next = seq + 1, steps = 0; steps < it->held.cap; next++, steps++) {
+        if (u64map_get(&it->held, next, NULL)) {
+            it->held_low = next;
+            return;
+        }
+    }
+    (void)u64map_min(&it->held, &it->held_low);
+}
+
+uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id)
+{
+    return fnv1a_u64(fnv1a_u64(FNV1A_OFFSET, task_id), worker_id);
+}
+
+static int cmp_worker_address(const void *a, const void *b)
+{
+    const struct st_worker *const *x = a, *const *y = b;
+    return strcmp((*x)->address, (*y)->address);
+}
+
 int state_reindex(struct state *s)
 {
     s->nby_worker = s->nby_iteration = 0;
@@ -793,7 +849,45 @@ int state_reindex(struct state *s)
         qsort(s->by_worker, s->nby_worker, sizeof *s->by_worker, cmp_task_ref);
         qsort(s->by_iteration, s->nby_iteration, sizeof *s->by_iteration, cmp_task_ref);
     }
+    s->nby_address = 0;
+    if (grow((void **)&s->by_address, &s->cap_by_address, s->nworkers, sizeof *s->by_address))
+        goto nomem;
+    if (s->nworkers > 0) {
+        const struct st_worker **order = malloc(s->nworkers * sizeof *order);
+        if (!order)
+            goto nomem;
+        for (size_t i = 0; i < s->nworkers; i++)
+            order[i] = &s->workers[i];
+        qsort(order, s->nworkers, sizeof *order, cmp_worker_address);
+        for (size_t i = 0; i < s->nworkers; i++)
+            s->by_address[i] = order[i]->id;
+        free(order);
+    }
+    s->nby_address = s->nworkers;
+    for (size_t i = 0; i < s->niterations; i++) {
+        struct st_iteration *it = &s->iterations[i];
+        u64map_clear(&it->held);
+        it->tasks_sum = 0;
+        if (u64map_reserve(&it->held, it->splits_leased) < 0)
+            goto nomem;
+    }
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        struct st_iteration *it = FIND(s, iterations, t->iteration_id);
+        if (it)
+            it->tasks_sum += state_task_mix(t->id, t->worker_id);
+        for (size_t k = 0; it && k < t->leased.n; k++) {
+            if (u64map_reserve(&it->held, it->held.n + 1) < 0)
+                goto nomem;
+            held_add(it, t->leased.v[k], t->id);
+        }
+    }
     return 0;
+nomem:
+    s->nby_worker = s->nby_iteration = s->nby_address = 0;
+    for (size_t i = 0; i < s->niterations; i++)
+        u64map_clear(&s->iterations[i].held);
+    return SLUICE_ERR_NOMEM;
 }
 
 static int apply_task_created(struct state *s, const struct st_update *u)
@@ -820,6 +914,8 @@ static int apply_task_created(struct state *s, const struct st_update *u)
     ref_insert(s->by_worker, &s->nby_worker, u->ref2, u->id);
     ref_insert(s->by_iteration, &s->nby_iteration, u->ref, u->id);
     s->next_task_id = max_u64(s->next_task_id, u->id + 1);
+    struct st_iteration *it_w = FIND(s, iterations, u->ref); /* checked above */
+    it_w->tasks_sum += state_task_mix(u->id, u->ref2);
     return 0;
 }
 
@@ -838,8 +934,12 @@ static int apply_task_removed(struct state *s, const struct st_update *u)
     if (!t)
         return CORRUPT;
     struct st_iteration *it = FIND(s, iterations, t->iteration_id);
-    if (it)
+    if (it) {
+        it->tasks_sum -= state_task_mix(t->id, t->worker_id);
         it->splits_leased -= t->leased.n;
+        for (size_t i = 0; i < t->leased.n; i++)
+            held_del(it, t->leased.v[i]);
+    }
     state_seq_release(&t->leased);
     state_seq_release(&t->granted);
     ref_erase(s->by_worker, &s->nby_worker, t->worker_id, t->id);
@@ -854,8 +954,15 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
         u->address[0] == '\0' || state_worker_by_address(s, u->address) ||
         !str_fits(u->host_id, ST_HOST_MAX))
         return CORRUPT;
-    if (grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers))
+    if (grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers) ||
+        grow((void **)&s->by_address, &s->cap_by_address, s->nby_address + 1,
+             sizeof *s->by_address))
         return SLUICE_ERR_NOMEM;
+    size_t at = address_lower(s, u->address);
+    memmove(s->by_address + at + 1, s->by_address + at,
+            (s->nby_address - at) * sizeof *s->by_address);
+    s->by_address[at] = u->id;
+    s->nby_address++;
     struct st_worker *w = row_insert(s->workers, &s->nworkers, sizeof *s->workers, u->id);
     memcpy(w->address, u->address, strlen(u->address) + 1);
     w->incarnation = u->incarnation;
@@ -870,6 +977,11 @@ static int apply_worker_removed(struct state *s, const struct st_update *u)
     struct st_worker *w = FIND(s, workers, u->id);
     if (!w || worker_has_tasks(s, u->id))
         return CORRUPT;
+    size_t at = address_lower(s, w->address);
+    assert(at < s->nby_address && s->by_address[at] == u->id);
+    memmove(s->by_address + at, s->by_address + at + 1,
+            (s->nby_address - at - 1) * sizeof *s->by_address);
+    s->nby_address--;
     row_erase(s->workers, &s->nworkers, sizeof *s->workers, w);
     return 0;
 }
@@ -943,7 +1055,8 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
             next++;
         }
     }
-    if (state_seq_reserve(&t->leased, u->seqs.n) < 0)
+    if (state_seq_reserve(&t->leased, u->seqs.n) < 0 ||
+        u64map_reserve(&it->held, it->held.n + u->seqs.n) < 0)
         return SLUICE_ERR_NOMEM;
     if (u->id != 0) {
         struct st_seq_list granted = {0};
@@ -957,6 +1070,7 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
         if (u->seqs.v[i] < it->split_cursor)
             seq_remove(&it->pool, u->seqs.v[i]);
         seq_insert(&t->leased, u->seqs.v[i]);
+        held_add(it, u->seqs.v[i], t->id); /* room reserved above */
     }
     it->split_cursor = next;
     it->splits_leased += u->seqs.n;
@@ -996,6 +1110,7 @@ static int apply_splits_done(struct state *s, const struct st_update *u, bool re
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < u->seqs.n; i++) {
         seq_remove(&t->leased, u->seqs.v[i]);
+        held_del(it, u->seqs.v[i]);
         if (returned)
             seq_insert(&it->pool, u->seqs.v[i]);
     }

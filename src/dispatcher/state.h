@@ -23,6 +23,7 @@
 #ifndef SLUICE_DISPATCHER_STATE_H
 #define SLUICE_DISPATCHER_STATE_H
 
+#include "common/u64map.h"
 #include "common/mode.h"
 
 #include <stdbool.h>
@@ -159,6 +160,14 @@ struct st_iteration {
     struct st_seq_list pool; /* splits handed back, to be leased again first */
     uint64_t splits_finished;
     uint64_t splits_leased; /* leased and not finished: the sum of its tasks' leased.n */
+    /* Every split leased and not finished -> the task holding it: the tasks' leases indexed by
+     * split (derived state, kept by state_apply and rebuilt by state_reindex; never journaled),
+     * so that a consumer's report of k splits costs k lookups whatever the number of tasks. */
+    struct u64map held;
+    uint64_t held_low; /* the lowest split in held, while it holds any */
+    /* The sum of state_task_mix() over the iteration's tasks (derived like held): the digest of
+     * its task list in O(1), whatever the number of tasks. */
+    uint64_t tasks_sum;
     /* Coordinated reads only (see above): starts strictly increasing, every start at most
      * rounds_granted; freed when the iteration is garbage-collected. */
     uint64_t rounds_granted;
@@ -272,6 +281,10 @@ struct state {
     size_t ntasks, cap_tasks;
     struct st_worker *workers;
     size_t nworkers, cap_workers;
+    /* The workers' ids by increasing address (derived, like by_worker): a worker is found by
+     * its address in log time. */
+    uint64_t *by_address;
+    size_t nby_address, cap_by_address;
     struct st_client *clients;
     size_t nclients, cap_clients;
     struct st_save *saves;
@@ -736,13 +749,16 @@ const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t wor
 const struct st_task_ref *state_iteration_tasks(const struct state *s, uint64_t iteration_id,
                                                 size_t *n);
 
-/* Builds s->by_worker and s->by_iteration from s->tasks (after a snapshot filled the table).
- * Returns 0 or SLUICE_ERR_NOMEM (the indexes are then empty). */
+/* One task's share of its iteration's tasks_sum: a hash of its id and its worker's. */
+uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id);
+
+/* Builds s->by_worker, s->by_iteration and each iteration's held index from s->tasks, and
+ * s->by_address from s->workers (after a snapshot filled the tables). Returns 0 or SLUICE_ERR_NOMEM (the indexes are then empty). */
 int state_reindex(struct state *s);
 
 /* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
- * receives the answer for seqs[i]. One pass over the tasks instead of one per seq. Returns 0, or
- * SLUICE_ERR_NOMEM with finished undefined. */
+ * receives the answer for seqs[i]. One lookup per seq, whatever the number of tasks. Returns 0
+ * (SLUICE_ERR_NOMEM is kept for callers written against an allocating version). */
 int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
                                size_t n, bool *finished);
 

@@ -78,10 +78,10 @@ void status_job_figures(const struct state *s, const struct status_extra *x, con
                         struct status_figures *out)
 {
     *out = (struct status_figures){0};
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
-        if (t->iteration_id != j->iteration_id)
-            continue;
+    size_t n;
+    const struct st_task_ref *refs = state_iteration_tasks(s, j->iteration_id, &n);
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
         add_task(out, x, t);
         /* An iteration has at most one task per worker (the state machine refuses a second),
          * so its unfinished tasks count its workers. */
@@ -93,9 +93,10 @@ void status_worker_figures(const struct state *s, const struct status_extra *x,
                            const struct st_worker *w, struct status_figures *out)
 {
     *out = (struct status_figures){.workers = 1};
-    for (size_t i = 0; i < s->ntasks; i++)
-        if (s->tasks[i].worker_id == w->id)
-            add_task(out, x, &s->tasks[i]);
+    size_t n;
+    const struct st_task_ref *refs = state_worker_tasks(s, w->id, &n);
+    for (size_t i = 0; i < n; i++)
+        add_task(out, x, state_task(s, refs[i].task_id));
 }
 
 static json_t *worker_json(struct builder *b, const struct state *s, const struct status_extra *x,
@@ -115,10 +116,10 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
     put(b, o, "draining", json_boolean(w->draining));
     if (w->host_id[0])
         put(b, o, "host_id", text(w->host_id));
-    for (size_t i = 0; i < s->ntasks; i++) {
-        if (s->tasks[i].worker_id == w->id)
-            append(b, tasks, u64(s->tasks[i].id));
-    }
+    size_t ntasks;
+    const struct st_task_ref *refs = state_worker_tasks(s, w->id, &ntasks);
+    for (size_t i = 0; i < ntasks; i++)
+        append(b, tasks, u64(refs[i].task_id));
     put(b, o, "tasks", tasks);
     if (x) {
         struct status_figures f;

@@ -217,6 +217,15 @@ static void check_invariants(const struct state *s)
         assert_true(s->workers[i].id < s->next_worker_id);
         for (size_t k = i + 1; k < s->nworkers; k++)
             assert_string_not_equal(s->workers[i].address, s->workers[k].address);
+        assert_ptr_equal(state_worker_by_address(s, s->workers[i].address), &s->workers[i]);
+    }
+    /* The address index: every worker once, by increasing address. */
+    assert_int_equal(s->nby_address, s->nworkers);
+    for (size_t i = 0; i < s->nby_address; i++) {
+        assert_non_null(state_worker(s, s->by_address[i]));
+        if (i > 0)
+            assert_true(strcmp(state_worker(s, s->by_address[i - 1])->address,
+                               state_worker(s, s->by_address[i])->address) < 0);
     }
     for (size_t i = 0; i < s->njobs; i++) {
         const struct st_job *j = &s->jobs[i];
@@ -235,16 +244,35 @@ static void check_invariants(const struct state *s)
         assert_non_null(j);
         assert_int_equal(j->iteration_id, it->id);
         check_seqs(&it->pool);
-        uint64_t leased = 0;
+        uint64_t leased = 0, sum = 0;
         size_t ntasks = 0, nfinished = 0;
         for (size_t k = 0; k < s->ntasks; k++) {
             if (s->tasks[k].iteration_id == it->id) {
+                sum += state_task_mix(s->tasks[k].id, s->tasks[k].worker_id);
                 leased += s->tasks[k].leased.n;
                 ntasks++;
                 nfinished += s->tasks[k].finished;
+                /* The held index maps every leased split to its task. */
+                for (size_t q = 0; q < s->tasks[k].leased.n; q++) {
+                    uint64_t holder = 0;
+                    assert_true(u64map_get(&it->held, s->tasks[k].leased.v[q], &holder));
+                    assert_int_equal(holder, s->tasks[k].id);
+                }
             }
         }
         assert_int_equal(leased, it->splits_leased);
+        /* ... and nothing else. */
+        assert_int_equal(it->held.n, it->splits_leased);
+        assert_int_equal(it->tasks_sum, sum);
+        if (it->held.n > 0) {
+            uint64_t low = UINT64_MAX;
+            for (size_t k = 0; k < s->ntasks; k++) {
+                if (s->tasks[k].iteration_id == it->id && s->tasks[k].leased.n > 0 &&
+                    s->tasks[k].leased.v[0] < low)
+                    low = s->tasks[k].leased.v[0];
+            }
+            assert_int_equal(it->held_low, low);
+        }
         assert_true(it->split_cursor <= it->split_total || it->state == ST_ITER_GC);
         for (size_t k = 0; k < it->pool.n; k++)
             assert_true(it->pool.v[k] < it->split_cursor);
@@ -2579,7 +2607,7 @@ static void check_snapshot(const struct state *s)
     if (rc != 0)
         fail_msg("snapshot decode: %s", err);
     assert_int_equal(state_digest(&back), state_digest(s));
-    check_by_worker(&back); /* the decoded snapshot built its index */
+    check_invariants(&back); /* the decoded snapshot built its indexes */
     state_release(&back);
 }
 
