@@ -735,8 +735,8 @@ static int cmp_id(const void *a, const void *b)
 /* Removes the series labelled name=id of every id in *old that is not in ids[0..n) (increasing),
  * with its row of t, and keeps ids as the new *old (unchanged when out of memory: the removal is
  * retried next time). */
-static void drop_gone(struct observe *o, const char *name, struct labelled_table *t,
-                      uint64_t **old, size_t *nold, const uint64_t *ids, size_t n)
+static void drop_gone(struct observe *o, const char *name, struct labelled_table *t, uint64_t **old,
+                      size_t *nold, const uint64_t *ids, size_t n)
 {
     for (size_t i = 0; i < *nold; i++) {
         if (n > 0 && bsearch(&(*old)[i], ids, n, sizeof *ids, cmp_id))
@@ -762,8 +762,9 @@ static void drop_gone(struct observe *o, const char *name, struct labelled_table
 
 /* The series of families[0, nf) labelled name=id: from t, or made (and kept in t) the first time.
  * NULL when out of memory. */
-static const struct labelled *labelled_of(struct labelled_table *t, struct metrics_family **families,
-                                          size_t nf, const char *name, uint64_t id)
+static const struct labelled *labelled_of(struct labelled_table *t,
+                                          struct metrics_family **families, size_t nf,
+                                          const char *name, uint64_t id)
 {
     size_t pos = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct labelled, id), id);
     if (pos < t->n && t->v[pos].id == id)
@@ -835,7 +836,8 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
             ids[i] = w->id;
     }
     if (ids)
-        drop_gone(o, "worker", &o->worker_series, &o->worker_ids, &o->nworker_ids, ids, st->nworkers);
+        drop_gone(o, "worker", &o->worker_series, &o->worker_ids, &o->nworker_ids, ids,
+                  st->nworkers);
     free(ids);
     metrics_set_double(o->served_eps_g, eps);
     metrics_set_double(o->served_bps_g, bps);
