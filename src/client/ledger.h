@@ -1,6 +1,6 @@
 /* What a consumer received of a distributed_epoch iteration's splits, by (split, position): the
  * consumer's side of "a split is finished when its consumer has received all of its elements"
- * (DESIGN.md §4). Pure: no locks, no I/O, no clock.
+ * (docs/design.md §4). Pure: no locks, no I/O, no clock.
  *
  * Every element a worker serves in distributed_epoch carries its split's sequence number and its
  * position in the split, and after a split's last element comes an end marker with the split's

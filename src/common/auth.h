@@ -1,5 +1,5 @@
 /* Mutual authentication of the two ends of a connection with the cluster's shared token
- * (security.h), by challenge and response inside the Hello exchange (DESIGN.md §5).
+ * (security.h), by challenge and response inside the Hello exchange (docs/design.md §5, §7).
  *
  * Protocol. Each side sends a Hello with auth = whether it holds a token and, when it does, a
  * fresh nonce of AUTH_NONCE_LEN random bytes. Once a side holding a token has the peer's Hello,

@@ -1,4 +1,4 @@
-/* The frame codec of DESIGN.md §5: each frame is a u32 big-endian length, then that many bytes
+/* The frame codec of docs/design.md §5: each frame is a u32 big-endian length, then that many bytes
  * (one serialized Envelope). Pure: the decoder is fed byte chunks by the socket in production
  * and by arrays in tests and the fuzzer, through the same function.
  *

@@ -1,4 +1,4 @@
-/* The libuv connection and RPC layer (DESIGN.md §5).
+/* The libuv connection and RPC layer (docs/design.md §5).
  *
  * Happy path: a server listens; a client connects; each side sends a Hello (protocol version,
  * role, incarnation, and the auth flag and nonce of auth.h) as its first frame; when both hold

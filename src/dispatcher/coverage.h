@@ -1,6 +1,6 @@
 /* What consumers reported receiving of the splits of distributed_epoch iterations that are not
  * finished yet, merged across consumers: a split is finished once the union covers all of its
- * positions and some consumer saw its end marker (DESIGN.md §4). Pure: no clock, no I/O.
+ * positions and some consumer saw its end marker (docs/design.md §4). Pure: no clock, no I/O.
  *
  * This is soft state beside struct state: it is not journaled, because consumers repeat their
  * coverage of unfinished splits with every heartbeat until the dispatcher confirms them

@@ -1,4 +1,4 @@
-/* The dispatcher's side of the journal (DESIGN.md §6): rebuilding the state from it at start,
+/* The dispatcher's side of the journal (docs/design.md §6): rebuilding the state from it at start,
  * and the group-commit thread that writes records while the loop goes on serving.
  *
  * Group commit: the loop thread queues records (already serialized) as the server shell applies

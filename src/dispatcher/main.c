@@ -1,4 +1,4 @@
-/* sluice-dispatcher: parses the command line (DESIGN.md §2), starts the embeddable dispatcher
+/* sluice-dispatcher: parses the command line (docs/design.md §2), starts the embeddable dispatcher
  * (include/sluice/server.h), prints the "listening on" line and serves until SIGTERM or SIGINT
  * (or a failure), then stops it. Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on
  * bad usage. */

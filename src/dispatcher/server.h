@@ -5,7 +5,7 @@
  *
  * Every request goes validate -> plan (state.h, pure) -> commit -> reply, and the reply leaves
  * only from the commit's callback, so once commits are journaled no answer can get ahead of
- * its record (DESIGN.md §1).
+ * its record (docs/design.md §1).
  *
  * Threading: everything here runs on the loop thread, except the work of building a
  * distributed_epoch split plan (which expands file globs, i.e. reads directories) on the
@@ -53,7 +53,7 @@ struct dispatcher_opts {
     uint32_t handshake_timeout_ms;
     unsigned max_connections, max_handshakes;
 
-    /* Fault-tolerant mode (DESIGN.md §6) when work_dir is not NULL: the state is rebuilt from the
+    /* Fault-tolerant mode (docs/design.md §6) when work_dir is set: the state is rebuilt from the
      * journal under work_dir at start, every change is journaled before any reply that reveals
      * it, and the incarnation is kept in the journal, the same across restarts. A journal that
      * fails is fatal (on_fatal). */

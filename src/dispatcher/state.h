@@ -1,4 +1,4 @@
-/* The dispatcher's state machine (DESIGN.md §1, §4, §6). Pure: no libuv, no LMDB, no clock, no
+/* The dispatcher's state machine (docs/design.md §1, §4, §6). Pure: no libuv, no LMDB, no clock, no
  * randomness, no logging, no protobuf.
  *
  * Everything the dispatcher knows that must survive a restart lives in struct state and changes
@@ -730,7 +730,7 @@ int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t re
                             char *err, size_t errlen);
 
 /* Consumers received every element of splits seqs[0, n) of a distributed_epoch iteration (the
- * split is finished: DESIGN.md §4). Each seq leased to a task is recorded finished for that task,
+ * split is finished: docs/design.md §4). A seq leased to a task is recorded finished for that task,
  * each seq in the pool is finished there (SPLITS_FINISHED with no task); others (already
  * finished, never leased, repeated) are ignored, so a repeated report is a no-op. An iteration
  * that is not active appends nothing. An unknown iteration is SLUICE_ERR_NOT_FOUND; one that is

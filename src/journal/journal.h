@@ -1,4 +1,4 @@
-/* The journal (DESIGN.md §6): an LMDB environment under WORK_DIR/journal/ that stores bytes and
+/* The journal (docs/design.md §6): an LMDB environment under WORK_DIR/journal that stores bytes and
  * knows nothing of what they mean. It holds three named databases:
  *
  *   "log"       record sequence number (8 bytes, big-endian) -> one record's payload

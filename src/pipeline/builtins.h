@@ -1,4 +1,4 @@
-/* The built-in map and filter functions of DESIGN.md §3.
+/* The built-in map and filter functions of docs/design.md §3.
  *
  *   map:    square, add(K), mul(K), mod(K), identity, sleep_us(N), bytes(N);
  *           parse_example(SPEC, ...) (example.h); decode_jpeg([MAX_PIXELS]) (jpeg.h);

@@ -1,4 +1,4 @@
-/* The element model (DESIGN.md §3): an element is a tuple of typed tensors.
+/* The element model (docs/design.md §3): an element is a tuple of typed tensors.
  *
  * struct sluice_element is opaque in the public header; its layout is visible here to the
  * pipeline engine so operators can work on it without calls per value. Elements own their

@@ -1,4 +1,4 @@
-/* File sources: tfrecord() and lines() (DESIGN.md §3), and a TFRecord writer.
+/* File sources: tfrecord() and lines() (docs/design.md §3), and a TFRecord writer.
  *
  * Readers stream files in the given order through a fixed buffer, so memory does not grow with
  * file size (a single record or line must fit in memory). Errors name the file and byte offset:

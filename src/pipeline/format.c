@@ -1,4 +1,4 @@
-/* The text output format (DESIGN.md §3) and the shortest round-trip float text it relies on. */
+/* The text format (docs/design.md §3) and the shortest round-trip float text it relies on. */
 #include "format.h"
 
 #include "common/error.h"

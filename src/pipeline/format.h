@@ -1,4 +1,4 @@
-/* The text output format of DESIGN.md §3: one element per line. */
+/* The text output format of docs/design.md §3: one element per line. */
 #ifndef SLUICE_PIPELINE_FORMAT_H
 #define SLUICE_PIPELINE_FORMAT_H
 

@@ -1,4 +1,4 @@
-/* The pipeline expression parser (DESIGN.md §3). Pure: no I/O, no global state.
+/* The pipeline expression parser (docs/design.md §3). Pure: no I/O, no global state.
  *
  *   pipeline := source { "|" op }
  *

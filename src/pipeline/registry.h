@@ -73,7 +73,7 @@ struct sluice_fn_args {
  * SLUICE_ERR_EXISTS, SLUICE_ERR_INVALID or SLUICE_ERR_NOMEM, as sluice_register_map. */
 int pipe_registry_add(struct sluice_registry *reg, const struct pipe_fn *def);
 
-/* Creates a registry holding the built-in functions of DESIGN.md §3. Returns 0 or
+/* Creates a registry holding the built-in functions of docs/design.md §3. Returns 0 or
  * SLUICE_ERR_NOMEM. The caller owns *out and frees it with pipe_registry_free(). */
 int pipe_registry_new(struct sluice_registry **out);
 void pipe_registry_free(struct sluice_registry *reg);

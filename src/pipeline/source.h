@@ -1,4 +1,4 @@
-/* In-memory sources: range() and list() (DESIGN.md §3).
+/* In-memory sources: range() and list() (docs/design.md §3).
  *
  * Both read their source sequence through a list of index spans, so the same iterator serves a
  * whole source (one span covering everything) and the splits of distributed processing (one

@@ -1,4 +1,4 @@
-/* The parsed form of a pipeline expression: plain C structs, no protobuf (DESIGN.md §3).
+/* The parsed form of a pipeline expression: plain C structs, no protobuf (docs/design.md §3).
  *
  * A spec is produced by pipe_parse() or pipe_spec_from_def(), consumed by pipe_open() and the
  * split providers, and converted to a DatasetDef for the wire. A spec owns every string and array

@@ -1,4 +1,4 @@
-/* Split providers for distributed processing (DESIGN.md §3, §4). Pure and deterministic.
+/* Split providers for distributed processing (docs/design.md §3, §4). Pure and deterministic.
  *
  * A splittable source is cut into a fixed sequence of splits: chunks of positions for range()
  * and list(), one file per split for tfrecord(), lines() and tar() (files in sorted name order;

@@ -1,4 +1,4 @@
-/* The tar() source: WebDataset shards read with libarchive (DESIGN.md §3; grouping in wds.h).
+/* The tar() source: WebDataset shards read with libarchive (docs/design.md §3; grouping in wds.h).
  *
  * Shards are read in the given order, one at a time, streaming: libarchive's own buffers plus
  * one buffer per asked-for extension that holds the current sample's member (each grows to the

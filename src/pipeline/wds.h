@@ -1,4 +1,4 @@
-/* WebDataset sample grouping: the pure part of the tar() source (DESIGN.md §3).
+/* WebDataset sample grouping: the pure part of the tar() source (docs/design.md §3).
  *
  * A WebDataset shard is a tar archive in which the members that share a key form one sample. The
  * key of a member is its path up to the first dot of its file name, the extension the rest after

@@ -1,4 +1,4 @@
-/* Split leasing for distributed_epoch tasks (DESIGN.md §4). Pure: no locks, no rpc, no clock.
+/* Split leasing for distributed_epoch tasks (docs/design.md §4). Pure: no locks, no rpc, no clock.
  *
  * The dispatcher leases splits to a task by their position (seq) in the iteration's split
  * sequence and sends a SplitPlan once; the worker computes each split's contents from the plan

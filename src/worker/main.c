@@ -1,5 +1,5 @@
 /* sluice-worker: runs dataset pipelines for a dispatcher and serves their elements
- * (DESIGN.md §2): parses the command line and runs the embeddable worker
+ * (docs/design.md §2): parses the command line and runs the embeddable worker
  * (include/sluice/server.h) until SIGINT, or SIGTERM once drained (sluice_worker_drain). Exit
  * status: 0 after a clean shutdown, 1 on a runtime failure, 2 on bad usage. */
 #include "sluice/server.h"

@@ -1,4 +1,4 @@
-/* The rounds of a task read by coordinated consumers (DESIGN.md §4, src/dispatcher/state.h):
+/* The rounds of a task read by coordinated consumers (docs/design.md §4, src/dispatcher/state.h):
  * pure bookkeeping, no I/O, no clock; the worker's loop thread owns a table.
  *
  * Rounds are numbered as the dispatcher's schedule numbers them (global round indices: a task

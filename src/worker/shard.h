@@ -1,4 +1,4 @@
-/* Static sharding (DESIGN.md §4): the rewrite of a task's pipeline that makes a worker produce
+/* Static sharding (docs/design.md §4): the rewrite of a task's pipeline that makes a worker produce
  * only its share, given the number of workers and its index in the fixed worker list. Pure: the
  * caller expands the source's globs (pipe_glob_expand) when shard_needs_files() says so and
  * passes the sorted file list in.

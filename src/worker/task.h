@@ -1,5 +1,5 @@
 /* A task: the producer threads that run one task's pipeline and the bounded element buffer they
- * fill (DESIGN.md §1: pipelines run on threads, never on the loop thread).
+ * fill (docs/design.md §1: pipelines run on threads, never on the loop thread).
  *
  * Happy path: task_start() spawns the producers. parallel_epochs and the static sharding modes
  * run one producer over the whole (rewritten, see shard.h) pipeline; distributed_epoch runs

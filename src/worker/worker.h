@@ -1,4 +1,4 @@
-/* The worker process shell (DESIGN.md §1, §2): an rpc server that answers GetElements from the
+/* The worker process shell (docs/design.md §1, §2): an rpc server that answers GetElements from the
  * tasks' buffers, an rpc client that heartbeats the dispatcher and leases splits, and the table
  * of running tasks.
  *
@@ -106,7 +106,7 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len);
  * answered) and not leaving; else false with the reason in why. Loop thread. */
 bool worker_ready(const struct worker *w, char *why, size_t whylen);
 
-/* Drains the worker (SIGTERM, DESIGN.md §2): tells the dispatcher at once (it leases nothing
+/* Drains the worker (SIGTERM, docs/design.md §2): tells the dispatcher at once (it leases nothing
  * more to this worker and gives it no new tasks); distributed_epoch tasks hand back the splits
  * they have not started, finish the ones in progress and serve them; tasks read in coordinated
  * rounds keep producing (the dispatcher moves their consumers to other tasks at a round they have

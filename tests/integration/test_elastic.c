@@ -1,7 +1,7 @@
 /* Elastic workers, end to end: real dispatcher, worker and `sluice` processes on 127.0.0.1 while
  * workers die (SIGKILL), drain (SIGTERM), come back at the same address, and readers vanish.
  *
- * The contract under test (DESIGN.md §4): in distributed_epoch nothing is lost when workers die
+ * The contract tested (docs/design.md §4): in distributed_epoch nothing is lost when workers die
  * or drain, and a single reader sees every element exactly once (the dispatcher hands the splits
  * of a lost worker out again; the reader drops what it already has). A draining worker exits 0
  * within its drain bound and leaves the dispatcher's worker list. A worker restarted at the same
