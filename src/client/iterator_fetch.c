@@ -16,10 +16,10 @@ void iter_unref(struct sluice_iterator *it)
 
 static void pump(struct sluice_iterator *it);
 
-/* Whether the read takes whole copies, whose every element is accounted for (tasks.h,
- * ct_check_end): not in splits (the ledger accounts for those) and not in rounds (a round no
- * consumer got is skipped by design). */
-static bool whole_copies(const struct sluice_iterator *it)
+/* Whether the read takes copies, whose every element is accounted for (tasks.h, ct_check_end):
+ * not in splits (the ledger accounts for those) and not in rounds (a round no consumer got is
+ * skipped by design). */
+static bool counted_copies(const struct sluice_iterator *it)
 {
     return it->mode != SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
 }
@@ -29,15 +29,20 @@ void iter_settle(struct sluice_iterator *it)
     struct ct_task t;
     while (ct_reap(&it->tasks, &t)) {
         char msg[MSG_MAX];
-        int rc = whole_copies(it) ? ct_check_gone(&t, msg, sizeof msg) : 0;
-        if (rc < 0)
+        int rc = counted_copies(it) ? ct_check_gone(&t, msg, sizeof msg) : 0;
+        /* A copy cut short by its worker's loss: the read goes on with the part it got (a
+         * restarted worker's new task is another copy, read from its start), unless every copy
+         * must be whole. */
+        if (rc < 0 && it->whole_copies)
             iter_fail(it, rc, "%s", msg);
+        else if (rc < 0)
+            atomic_fetch_add(&it->copies_cut, 1);
         if (t.conn)
             client_conn_release(it->c, t.conn);
     }
-    /* A whole copy's task that left is judged (ct_check_gone) once its last request is back,
-     * before the read may end: that request may still bring its end of sequence. */
-    if (ct_done(&it->tasks) && !(whole_copies(it) && ct_unlisted(&it->tasks)))
+    /* A copy's task that left is judged (ct_check_gone) once its last request is back, before
+     * the read may end: that request may still bring its end of sequence. */
+    if (ct_done(&it->tasks) && !(counted_copies(it) && ct_unlisted(&it->tasks)))
         iter_end(it);
     else
         iter_hasten_heartbeat(it);
@@ -432,7 +437,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         uv_mutex_unlock(&it->mu);
         prefetch_item_free(&item);
         ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
-        if (r->end_of_sequence && r->counted && whole_copies(it) &&
+        if (r->end_of_sequence && r->counted && counted_copies(it) &&
             (rc = ct_check_end(&it->tasks.v[i], r->delivered, nmsg, sizeof nmsg)) < 0)
             iter_fail(it, rc, "%s", nmsg);
     }

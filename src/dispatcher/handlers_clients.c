@@ -331,10 +331,10 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     dispatcher_soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
-    observe_client_heartbeat(d->obs, req);
+    const struct st_iteration *it = state_iteration(&d->st, iteration_id);
+    observe_client_heartbeat(d->obs, it->job_id, req);
     c->client_id = req->client_id;
     c->iteration_id = iteration_id;
-    const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
     /* A deterministic reader lost part of these splits: they are produced again. Other jobs'
