@@ -29,13 +29,13 @@ void iter_settle(struct sluice_iterator *it)
     struct ct_task t;
     while (ct_reap(&it->tasks, &t)) {
         char msg[MSG_MAX];
-        int rc = counted_copies(it) ? ct_check_gone(&t, msg, sizeof msg) : 0;
+        int rc = counted_copies(it) ? ct_judge_gone(&t, it->whole_copies, msg, sizeof msg) : 0;
         /* A copy cut short by its worker's loss: the read goes on with the part it got (a
          * restarted worker's new task is another copy, read from its start), unless every copy
          * must be whole. */
-        if (rc < 0 && it->whole_copies)
+        if (rc < 0)
             iter_fail(it, rc, "%s", msg);
-        else if (rc < 0)
+        else if (rc == CT_CUT)
             atomic_fetch_add(&it->copies_cut, 1);
         if (t.conn)
             client_conn_release(it->c, t.conn);
