@@ -397,6 +397,10 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     c->client_id = req->client_id;
+    /* Copies cut short since the client's last heartbeat, before its figures are forgotten. */
+    const struct st_iteration *it = cl ? state_iteration(&d->st, cl->iteration_id) : NULL;
+    if (it && req->copies_cut)
+        observe_client_cut(d->obs, req->client_id, it->job_id, req->copies_cut);
     int rc = plan_release_client(&d->st, c->client_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);

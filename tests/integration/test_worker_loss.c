@@ -134,6 +134,36 @@ static uint64_t task_on(json_t *j, const char *address)
     return 0;
 }
 
+/* The value of metric name (no labels) in the dispatcher's exposition, or -1. */
+static double scrape_metric(const char *addr, const char *name)
+{
+    char *resp = NULL;
+    if (scrape_request(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                       WAIT_MS, &resp) != 0)
+        return -1;
+    double v = -1;
+    const char *body = scrape_body(resp);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = body ? strstr(body, key) : NULL;
+    if (p)
+        v = strtod(p + strlen(key), NULL);
+    free(resp);
+    return v;
+}
+
+/* The "copies_cut" of the status document's only job, or -1 when it has none. */
+static long long status_copies_cut(struct cluster *c)
+{
+    json_t *doc = status_doc(c);
+    json_t *jobs = json_object_get(doc, "jobs");
+    json_t *v =
+        json_array_size(jobs) == 1 ? json_object_get(json_array_get(jobs, 0), "copies_cut") : NULL;
+    long long n = json_is_integer(v) ? json_integer_value(v) : -1;
+    json_decref(doc);
+    return n;
+}
+
 /* ---- a read in this process ------------------------------------------------------------------ */
 
 struct reader {
@@ -351,6 +381,9 @@ static void restart_one(struct cluster *c, bool same_port)
     printf("    task %" PRIu64 " cut after %" PRId64 " elements, task %" PRIu64 " whole\n", lost,
            had, cs.v[1].task);
     reader_close(&r);
+    /* The dispatcher heard of it from the reader. */
+    assert_int_equal(scrape_metric(metrics, "sluice_client_copies_cut_total"), 1);
+    assert_int_equal(status_copies_cut(c), 1);
 }
 
 static void test_restart_same_port(void **state)
@@ -441,36 +474,6 @@ static void test_whole_copies_cli(void **state)
 #define ENDLESS_PIPELINE "range(1000) | repeat() | map(sleep_us, 2000)"
 #define ENDLESS_PERIOD 1000
 #define ROLLING_WORKERS 3
-
-/* The value of metric name (no labels) in the dispatcher's exposition, or -1. */
-static double scrape_metric(const char *addr, const char *name)
-{
-    char *resp = NULL;
-    if (scrape_request(addr, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                       WAIT_MS, &resp) != 0)
-        return -1;
-    double v = -1;
-    const char *body = scrape_body(resp);
-    char key[128];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = body ? strstr(body, key) : NULL;
-    if (p)
-        v = strtod(p + strlen(key), NULL);
-    free(resp);
-    return v;
-}
-
-/* The "copies_cut" of the status document's only job, or -1 when it has none. */
-static long long status_copies_cut(struct cluster *c)
-{
-    json_t *doc = status_doc(c);
-    json_t *jobs = json_object_get(doc, "jobs");
-    json_t *v =
-        json_array_size(jobs) == 1 ? json_object_get(json_array_get(jobs, 0), "copies_cut") : NULL;
-    long long n = json_is_integer(v) ? json_integer_value(v) : -1;
-    json_decref(doc);
-    return n;
-}
 
 static void test_rolling_restart(void **state)
 {
