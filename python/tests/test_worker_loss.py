@@ -54,3 +54,16 @@ def test_whole_copies_refused_where_it_means_nothing(cluster):
                                whole_copies=True))
     with pytest.raises(TypeError):
         sluice.distribute("range(10)", "parallel_epochs", cluster.target, whole_copies="yes")
+
+
+def test_torch_dataset_passes_whole_copies(cluster):
+    torch_sluice = pytest.importorskip("sluice.torch")
+    cluster.add_worker()
+    ds = torch_sluice.IterableDataset(cluster.target, pipeline="range(5)",
+                                      processing_mode="parallel_epochs", whole_copies=True)
+    assert [int(x) for x in ds] == [0, 1, 2, 3, 4]
+    ds = torch_sluice.IterableDataset(cluster.target, pipeline="range(5)",
+                                      processing_mode="distributed_epoch", whole_copies=True)
+    with pytest.raises(sluice.InvalidArgumentError, match="^whole_copies cannot be used with mode "
+                       "distributed_epoch"):
+        list(ds)
