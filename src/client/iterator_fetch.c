@@ -50,6 +50,7 @@ void iter_settle(struct sluice_iterator *it)
 }
 
 struct fetch {
+    struct fetch *prev, *next; /* in it->fetches */
     struct sluice_iterator *it;
     uint64_t task_id;
     uint64_t round;         /* coordinated reads: the round asked for */
@@ -328,8 +329,12 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
     struct sluice_iterator *it = f->it;
     uint64_t task_id = f->task_id, round = f->round;
     struct rpc_client *rpc = f->rpc;
-    if (it->coord_fetch == f)
-        it->coord_fetch = NULL;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        it->fetches = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
     free(f);
 
     if (it->closing) {
@@ -482,21 +487,30 @@ static int fetch(struct sluice_iterator *it, size_t i)
     }
     ct_sent(&it->tasks, i);
     it->refs++;
-    if (it->coordinated)
-        it->coord_fetch = f;
+    f->prev = NULL;
+    f->next = it->fetches;
+    if (f->next)
+        f->next->prev = f;
+    it->fetches = f;
     return 0;
 }
 
-/* Coordinated reads: a request to a task the dispatcher no longer lists, still waiting for a
- * connection to its worker (which died), is withdrawn: the worker never saw it, so this consumer
- * may skip the task's rounds at once (tasks.h) instead of waiting out the request's timeout. A
- * request already written stays: its worker may still serve the round to every consumer. */
-static void coord_withdraw(struct sluice_iterator *it)
+/* A request to a task the dispatcher no longer lists, still waiting for a connection to its
+ * worker (which died), is withdrawn: the worker never saw it, so the task may leave the set at
+ * once instead of holding a request slot until the request's timeout (a coordinated consumer
+ * then skips the task's rounds, tasks.h; another read goes on with its other tasks, the lost
+ * copy cut short). A request already written stays: its worker may still answer it (and, in
+ * coordinated reads, serve the round to every consumer). The withdrawn requests' callbacks run
+ * later, from the loop, never inside this function. */
+static void withdraw_unlisted(struct sluice_iterator *it)
 {
-    struct fetch *f = it->coord_fetch;
-    long i = f ? ct_find(&it->tasks, f->task_id) : -1;
-    if (i >= 0 && !it->tasks.v[i].listed)
-        rpc_client_withdraw(f->rpc, on_elements, f);
+    if (!ct_unlisted(&it->tasks))
+        return;
+    for (struct fetch *f = it->fetches; f; f = f->next) {
+        long i = ct_find(&it->tasks, f->task_id);
+        if (i >= 0 && !it->tasks.v[i].listed)
+            rpc_client_withdraw(f->rpc, on_elements, f);
+    }
 }
 
 static void on_pump_timer(uv_timer_t *t)
@@ -530,8 +544,8 @@ static void pump(struct sluice_iterator *it)
     if (it->closing || iter_state(it) != ITER_RUNNING)
         return;
     uint64_t now = uv_now(&it->c->loop);
+    withdraw_unlisted(it);
     if (it->coordinated) {
-        coord_withdraw(it);
         if (ct_advance(&it->tasks) == CT_ROUND_BEHIND) {
             iter_fail(it, SLUICE_ERR_INVALID,
                       "consumer %" PRIu32 " fell too far behind: it is at round %" PRIu64

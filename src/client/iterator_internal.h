@@ -137,8 +137,8 @@ struct sluice_iterator {
     /* Loop thread. */
     struct client_waker waker;
     struct ct_set tasks;
-    struct fetch *coord_fetch; /* coordinated reads: the one request under way, or NULL */
-    bool grant_stalled;        /* the last heartbeat reply left the read waiting for a grant */
+    struct fetch *fetches; /* the requests under way (iterator_fetch.c), or NULL */
+    bool grant_stalled;    /* the last heartbeat reply left the read waiting for a grant */
     uv_timer_t hb_timer, pump_timer;
     unsigned refs; /* the open iterator, its two timers, and each request under way */
     bool started, closing;

@@ -252,10 +252,11 @@ static struct copy *copies_add(struct copies *cs, uint64_t task, int64_t value, 
 
 /* ---- 4 of 5 workers killed ------------------------------------------------------------------- */
 
-/* Every element burns 5 ms of CPU: five workers on a loaded two-core machine make a few hundred
- * elements a second together, so 3000 take the survivor alone several seconds, well past the
- * dispatcher's eviction of the killed workers (--worker-timeout-ms 2000). */
-#define FIVE_PIPELINE "range(1000000) | map(sleep_us, 5000)"
+/* Every element burns 10 ms of CPU: five workers on a two-core machine make at most 200 elements
+ * a second together, so the survivor alone needs well over ten seconds for the rest of the 3000,
+ * far past the dispatcher's eviction of the killed workers (--worker-timeout-ms 2000): the read
+ * must go on through the loss of their copies. */
+#define FIVE_PIPELINE "range(1000000) | map(sleep_us, 10000)"
 
 static void test_kill_four_of_five(void **state)
 {
@@ -284,6 +285,18 @@ static void test_kill_four_of_five(void **state)
         assert_true(end != p && *end == '\n' && v >= 0 && v < 1000000);
         p = end + 1;
     }
+    /* The killed workers' copies were cut short, and said so (each that had sent the reader
+     * something: all four, unless one had not been asked yet). */
+    const char *said = strstr(err, "sluice: read: ");
+    assert_non_null(said);
+    int cut = 0;
+    char rest[128] = "";
+    assert_int_equal(sscanf(said, "sluice: read: %d cop%127[^\n]", &cut, rest), 2);
+    assert_true(cut >= 1 && cut <= 4);
+    assert_string_equal(rest, cut == 1 ? "y cut short: its worker was lost in the middle "
+                                         "(--whole-copies fails the read instead)"
+                                       : "ies cut short: their workers were lost in the middle "
+                                         "(--whole-copies fails the read instead)");
     free(err);
     free(out);
 }
