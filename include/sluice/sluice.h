@@ -425,6 +425,18 @@ struct sluice_read_options {
     /* Which workers to read from (see enum sluice_target_workers); 0 is any. Part of a named
      * job's identity: joining a job with another value is SLUICE_ERR_EXISTS. */
     enum sluice_target_workers target_workers;
+    /* parallel_epochs and the static sharding modes: every copy read whole, or the read fails.
+     * By default a read survives the loss of workers, as tf.data service's does: a worker
+     * killed, evicted or restarted in the middle of its copy leaves the part this reader got
+     * (the copy is cut short and counted, sluice_read_progress.copies_cut), a restarted worker's
+     * new task is read from its start, and a read whose every worker is gone waits for one to
+     * register. With whole_copies such a loss fails the read, naming the task
+     * (SLUICE_ERR_TRUNCATED, "task 3 on worker HOST:PORT: the worker was lost after 5120
+     * elements: its copy is incomplete"). Either way a copy's end is counted: a live worker's
+     * copy that reached this reader short fails the read. Refused with distributed_epoch (which
+     * is exactly once through any loss) and coordinated reads (which skip rounds by design):
+     * SLUICE_ERR_UNSUPPORTED. */
+    bool whole_copies;
 };
 
 /* The bound of a task's cross-trainer cache when sluice_read_options.cross_trainer_cache_bytes
@@ -519,6 +531,10 @@ struct sluice_read_progress {
     uint64_t elements;     /* handed out so far (since the start of the epoch when restored) */
     uint64_t splits_done;  /* distributed_epoch: splits handed out whole */
     uint64_t splits_total; /* distributed_epoch: splits in the epoch; 0 when not known or endless */
+    /* parallel_epochs and the static sharding modes: copies cut short so far, each a task whose
+     * worker was lost after it sent this reader part of its copy (see
+     * sluice_read_options.whole_copies); 0 in other modes. */
+    uint64_t copies_cut;
 };
 
 /* Fills out for the read so far. Returns 0, or SLUICE_ERR_INVALID for NULL arguments. Call it

@@ -558,7 +558,8 @@ class Dataset:
     def __init__(self, conn, processing_mode, dataset_id=None, pipeline=None, job_name=None,
                  consumer_index=None, num_consumers=None, max_outstanding_requests=None,
                  local=None, element_timeout=None, split_size=None, deterministic=False,
-                 reorder_bytes=None, cross_trainer_cache=None, target_workers=None):
+                 reorder_bytes=None, cross_trainer_cache=None, target_workers=None,
+                 whole_copies=False):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -596,6 +597,7 @@ class Dataset:
         if self.cross_trainer_cache is not None and self.job_name is None:
             raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
         self.target_workers = _target_workers(target_workers)
+        self.whole_copies = _flag(whole_copies, "whole_copies")
         self._restore = None
 
     def load_state_dict(self, state):
@@ -615,7 +617,7 @@ class Dataset:
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
-            self.reorder_bytes, *self._xtc_args(), self.target_workers)
+            self.reorder_bytes, *self._xtc_args(), self.target_workers, self.whole_copies)
 
     def _xtc_args(self):
         x = self.cross_trainer_cache
@@ -634,7 +636,8 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                     timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-                    tls_worker_name=None, cross_trainer_cache=None, target_workers=None):
+                    tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
+                    whole_copies=False):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -665,6 +668,11 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     NotFoundError "no local worker: ..."; "auto": every worker, those on this host first. Part of
     a named job's identity; local and auto cannot be combined with num_consumers (README "Local
     workers").
+    whole_copies: parallel_epochs and the static sharding modes: a worker lost in the middle of
+    its copy fails the read (sluice.Error naming the task). By default the read goes on without
+    the rest of that copy, as tf.data service's does (a restarted worker's new copy is read from
+    its start; the iterator's progress()["copies_cut"] counts the copies cut short). Refused in
+    distributed_epoch and with num_consumers.
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -676,14 +684,15 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, deterministic=deterministic,
                    reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache,
-                   target_workers=target_workers)
+                   target_workers=target_workers, whole_copies=whole_copies)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
                num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-               tls_worker_name=None, cross_trainer_cache=None, target_workers=None):
+               tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
+               whole_copies=False):
     """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
     with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -695,7 +704,8 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, split_size=split_size,
                    deterministic=deterministic, reorder_bytes=reorder_bytes,
-                   cross_trainer_cache=cross_trainer_cache, target_workers=target_workers)
+                   cross_trainer_cache=cross_trainer_cache, target_workers=target_workers,
+                   whole_copies=whole_copies)
 
 
 def merge_positions(states):

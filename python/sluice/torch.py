@@ -59,7 +59,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     num_consumers (coordinated reads) cannot be combined with num_workers > 1.
     cross_trainer_cache (a sluice.CrossTrainerCache, with a job_name) shares the job's stream
     with other trainers; the loader's workers all read job_name with the one trainer id, so they
-    split this trainer's stream between them. target_workers ("any", "local" or "auto") too.
+    split this trainer's stream between them. target_workers ("any", "local" or "auto") too,
+    and whole_copies (parallel_epochs: a worker lost in the middle of its copy fails the read
+    instead of cutting the copy short).
     """
 
     def __init__(self, service, dataset_id=None, pipeline=None,
@@ -67,7 +69,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                  num_consumers=None, max_outstanding_requests=None, local=None, plugins=None,
                  timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                  tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
-                 tls_worker_name=None, cross_trainer_cache=None, target_workers=None):
+                 tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
+                 whole_copies=False):
         super().__init__()
         if (dataset_id is None) == (pipeline is None):
             raise ValueError("exactly one of dataset_id and pipeline is required")
@@ -90,6 +93,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if self.cross_trainer_cache is not None and job_name is None:
             raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
         self.target_workers = sluice._target_workers(target_workers)
+        self.whole_copies = sluice._flag(whole_copies, "whole_copies")
         self.security = dict(auth_token_file=auth_token_file, tls_cert=tls_cert, tls_key=tls_key,
                              tls_ca=tls_ca)
         self.tls_worker_name = tls_worker_name
@@ -157,7 +161,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
             deterministic=self.deterministic, reorder_bytes=self.reorder_bytes,
             tls_worker_name=self.tls_worker_name, cross_trainer_cache=self.cross_trainer_cache,
-            target_workers=self.target_workers, **self.security)
+            target_workers=self.target_workers, whole_copies=self.whole_copies, **self.security)
         if restore is not None:
             ds.load_state_dict({"position": restore})
         it = iter(ds)

@@ -193,7 +193,8 @@ static PyMethodDef client_methods[] = {
      "read(dataset_id=None, pipeline=None, mode=0, job_name=None, consumer_index=0, "
      "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0, split_size=0, "
      "restore=None, deterministic=False, reorder_bytes=0, cross_trainer_cache=False, "
-     "trainer_id=None, cross_trainer_cache_bytes=0, target_workers=None) -> Iterator"},
+     "trainer_id=None, cross_trainer_cache_bytes=0, target_workers=None, whole_copies=False) "
+     "-> Iterator"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -251,17 +252,18 @@ static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
                             "trainer_id",
                             "cross_trainer_cache_bytes",
                             "target_workers",
+                            "whole_copies",
                             NULL};
     memset(rc, 0, sizeof *rc);
-    int mode = 0, deterministic = 0, xtc = 0;
+    int mode = 0, deterministic = 0, xtc = 0, whole = 0;
     unsigned int ci = 0, nc = 0, mor = 0;
     unsigned long long split_size = 0, reorder_bytes = 0, xtc_bytes = 0;
     const char *target = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIKz*pKpzKz", names, &rc->o.dataset_id,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|zzizIIIzIKz*pKpzKzp", names, &rc->o.dataset_id,
                                      &rc->o.pipeline, &mode, &rc->o.job_name, &ci, &nc, &mor,
                                      &rc->o.local, &rc->timeout_ms, &split_size, &rc->restore,
                                      &deterministic, &reorder_bytes, &xtc, &rc->o.trainer_id,
-                                     &xtc_bytes, &target))
+                                     &xtc_bytes, &target, &whole))
         return -1;
     if (target && sluice_target_workers_parse(target, &rc->o.target_workers) < 0) {
         PyBuffer_Release(&rc->restore);
@@ -270,6 +272,7 @@ static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
         return -1;
     }
     rc->o.cross_trainer_cache = xtc != 0;
+    rc->o.whole_copies = whole != 0;
     rc->o.cross_trainer_cache_bytes = xtc_bytes;
     rc->o.split_size = split_size;
     rc->o.deterministic = deterministic != 0;
@@ -448,15 +451,17 @@ static PyObject *iterator_save(IteratorObject *self, PyObject *unused)
     return out;
 }
 
-/* {"elements": n, "splits_done": d, "splits_total": t} (sluice_iterator_progress). */
+/* {"elements": n, "splits_done": d, "splits_total": t, "copies_cut": c}
+ * (sluice_iterator_progress). */
 static PyObject *iterator_progress(IteratorObject *self, PyObject *unused)
 {
     struct sluice_read_progress p = {0};
     if (self->it && !self->busy)
         sluice_iterator_progress(self->it, &p);
-    return Py_BuildValue("{s:K,s:K,s:K}", "elements", (unsigned long long)p.elements, "splits_done",
-                         (unsigned long long)p.splits_done, "splits_total",
-                         (unsigned long long)p.splits_total);
+    return Py_BuildValue("{s:K,s:K,s:K,s:K}", "elements", (unsigned long long)p.elements,
+                         "splits_done", (unsigned long long)p.splits_done, "splits_total",
+                         (unsigned long long)p.splits_total, "copies_cut",
+                         (unsigned long long)p.copies_cut);
 }
 
 static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
@@ -507,8 +512,9 @@ static PyMethodDef iterator_methods[] = {
     {"save", (PyCFunction)iterator_save, METH_NOARGS,
      "save(): the read's position after the last element returned, as bytes (distributed_epoch)."},
     {"progress", (PyCFunction)iterator_progress, METH_NOARGS,
-     "progress(): {'elements', 'splits_done', 'splits_total'} of the read so far (splits in "
-     "distributed_epoch; splits_total 0 when unknown or endless)."},
+     "progress(): {'elements', 'splits_done', 'splits_total', 'copies_cut'} of the read so far "
+     "(splits in distributed_epoch; splits_total 0 when unknown or endless; copies cut short by "
+     "lost workers in parallel_epochs)."},
     {"state_dict", (PyCFunction)iterator_state_dict, METH_NOARGS,
      "state_dict(): {'position': save()}, picklable."},
     {"load_state_dict", (PyCFunction)iterator_load_state_dict, METH_O,

@@ -33,6 +33,7 @@ static const char read_usage[] =
     "file_or_data|hint]\n"
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
+    "                   [--whole-copies]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--deterministic [--reorder-bytes N]] [--target-workers any|local|auto]\n"
     "                   [--cross-trainer-cache --trainer-id ID [--cross-trainer-cache-bytes N]]\n"
@@ -57,6 +58,9 @@ static const char read_usage[] =
     "                      pipeline that never ends: repeat() with no count)\n"
     "  --max-outstanding-requests N\n"
     "                      requests in flight to workers at once (default 8)\n"
+    "  --whole-copies      parallel_epochs and static sharding: fail the read when a worker\n"
+    "                      is lost in the middle of its copy (by default the read goes on\n"
+    "                      without the rest of that copy, and counts it cut short)\n"
     "  --local TAIL        ops applied here to the elements that arrive, e.g. 'batch(4)'\n"
     "                      (a repeat in it reads the stream again, a new job per pass)\n"
     "  --deterministic     distributed_epoch (the mode it implies) in the canonical order:\n"
@@ -213,6 +217,8 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             }
         } else if (strcmp(s, "--local") == 0 && more) {
             a->opts.local = argv[++i];
+        } else if (strcmp(s, "--whole-copies") == 0) {
+            a->opts.whole_copies = true;
         } else if (strcmp(s, "--deterministic") == 0) {
             a->opts.deterministic = true;
         } else if (strcmp(s, "--target-workers") == 0 && more) {
@@ -519,6 +525,13 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
 done:
     sluice_iterator_progress(it, &rp);
     progress_finish(&pr, rp.splits_done, rp.splits_total);
+    /* The loss is told, not failed (sluice_read_options.whole_copies). */
+    if (rp.copies_cut > 0)
+        cli_error("read",
+                  "%" PRIu64 " cop%s cut short: %s lost in the middle (--whole-copies fails "
+                  "the read instead)",
+                  rp.copies_cut, rp.copies_cut == 1 ? "y" : "ies",
+                  rp.copies_cut == 1 ? "its worker was" : "their workers were");
     /* At exit, whatever ended the read: the position of the last element printed. */
     if (a->checkpoint && save_checkpoint(it, a, o, n) < 0)
         status = CLI_EXIT_FAIL;

@@ -607,6 +607,14 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "deterministic reads cannot be coordinated (num_consumers): rounds already "
                        "fix which elements each consumer gets");
+    if (o->whole_copies && o->mode == SLUICE_DISTRIBUTED_EPOCH)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "whole_copies cannot be used with mode distributed_epoch: its elements "
+                       "arrive exactly once through any worker loss, not in copies");
+    if (o->whole_copies && o->num_consumers > 0)
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "whole_copies cannot be used with coordinated reads (num_consumers): "
+                       "they skip the rounds of a lost worker by design");
     if (!target_workers_valid((int)o->target_workers))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown target_workers %d",
                        (int)o->target_workers);
@@ -737,6 +745,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     }
     strcpy(it->job_name, job_opt ? job_opt : "");
     it->mode = o->mode;
+    it->whole_copies = o->whole_copies;
     if (repeat_column) {
         /* Each repetition is a read of its own; this one only runs the tail over them. */
         rc = iter_repeat_open(it, o, err, errlen);
@@ -962,6 +971,7 @@ int sluice_iterator_progress(const struct sluice_iterator *it, struct sluice_rea
         return 0;
     }
     out->elements = it->taken_local;
+    out->copies_cut = atomic_load(&((struct sluice_iterator *)it)->copies_cut);
     if (it->track) {
         /* A run not recorded yet may complete a split: counted once it is recorded. */
         out->splits_done = ranges_count(&it->delivered.done);

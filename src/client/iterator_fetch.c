@@ -16,10 +16,10 @@ void iter_unref(struct sluice_iterator *it)
 
 static void pump(struct sluice_iterator *it);
 
-/* Whether the read takes whole copies, whose every element is accounted for (tasks.h,
- * ct_check_end): not in splits (the ledger accounts for those) and not in rounds (a round no
- * consumer got is skipped by design). */
-static bool whole_copies(const struct sluice_iterator *it)
+/* Whether the read takes copies, whose every element is accounted for (tasks.h, ct_check_end):
+ * not in splits (the ledger accounts for those) and not in rounds (a round no consumer got is
+ * skipped by design). */
+static bool counted_copies(const struct sluice_iterator *it)
 {
     return it->mode != SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
 }
@@ -29,15 +29,20 @@ void iter_settle(struct sluice_iterator *it)
     struct ct_task t;
     while (ct_reap(&it->tasks, &t)) {
         char msg[MSG_MAX];
-        int rc = whole_copies(it) ? ct_check_gone(&t, msg, sizeof msg) : 0;
+        int rc = counted_copies(it) ? ct_judge_gone(&t, it->whole_copies, msg, sizeof msg) : 0;
+        /* A copy cut short by its worker's loss: the read goes on with the part it got (a
+         * restarted worker's new task is another copy, read from its start), unless every copy
+         * must be whole. */
         if (rc < 0)
             iter_fail(it, rc, "%s", msg);
+        else if (rc == CT_CUT)
+            atomic_fetch_add(&it->copies_cut, 1);
         if (t.conn)
             client_conn_release(it->c, t.conn);
     }
-    /* A whole copy's task that left is judged (ct_check_gone) once its last request is back,
-     * before the read may end: that request may still bring its end of sequence. */
-    if (ct_done(&it->tasks) && !(whole_copies(it) && ct_unlisted(&it->tasks)))
+    /* A copy's task that left is judged (ct_check_gone) once its last request is back, before
+     * the read may end: that request may still bring its end of sequence. */
+    if (ct_done(&it->tasks) && !(counted_copies(it) && ct_unlisted(&it->tasks)))
         iter_end(it);
     else
         iter_hasten_heartbeat(it);
@@ -45,6 +50,7 @@ void iter_settle(struct sluice_iterator *it)
 }
 
 struct fetch {
+    struct fetch *prev, *next; /* in it->fetches */
     struct sluice_iterator *it;
     uint64_t task_id;
     uint64_t round;         /* coordinated reads: the round asked for */
@@ -323,8 +329,12 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
     struct sluice_iterator *it = f->it;
     uint64_t task_id = f->task_id, round = f->round;
     struct rpc_client *rpc = f->rpc;
-    if (it->coord_fetch == f)
-        it->coord_fetch = NULL;
+    if (f->prev)
+        f->prev->next = f->next;
+    else
+        it->fetches = f->next;
+    if (f->next)
+        f->next->prev = f->prev;
     free(f);
 
     if (it->closing) {
@@ -432,7 +442,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         uv_mutex_unlock(&it->mu);
         prefetch_item_free(&item);
         ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
-        if (r->end_of_sequence && r->counted && whole_copies(it) &&
+        if (r->end_of_sequence && r->counted && counted_copies(it) &&
             (rc = ct_check_end(&it->tasks.v[i], r->delivered, nmsg, sizeof nmsg)) < 0)
             iter_fail(it, rc, "%s", nmsg);
     }
@@ -477,21 +487,30 @@ static int fetch(struct sluice_iterator *it, size_t i)
     }
     ct_sent(&it->tasks, i);
     it->refs++;
-    if (it->coordinated)
-        it->coord_fetch = f;
+    f->prev = NULL;
+    f->next = it->fetches;
+    if (f->next)
+        f->next->prev = f;
+    it->fetches = f;
     return 0;
 }
 
-/* Coordinated reads: a request to a task the dispatcher no longer lists, still waiting for a
- * connection to its worker (which died), is withdrawn: the worker never saw it, so this consumer
- * may skip the task's rounds at once (tasks.h) instead of waiting out the request's timeout. A
- * request already written stays: its worker may still serve the round to every consumer. */
-static void coord_withdraw(struct sluice_iterator *it)
+/* A request to a task the dispatcher no longer lists, still waiting for a connection to its
+ * worker (which died), is withdrawn: the worker never saw it, so the task may leave the set at
+ * once instead of holding a request slot until the request's timeout (a coordinated consumer
+ * then skips the task's rounds, tasks.h; another read goes on with its other tasks, the lost
+ * copy cut short). A request already written stays: its worker may still answer it (and, in
+ * coordinated reads, serve the round to every consumer). The withdrawn requests' callbacks run
+ * later, from the loop, never inside this function. */
+static void withdraw_unlisted(struct sluice_iterator *it)
 {
-    struct fetch *f = it->coord_fetch;
-    long i = f ? ct_find(&it->tasks, f->task_id) : -1;
-    if (i >= 0 && !it->tasks.v[i].listed)
-        rpc_client_withdraw(f->rpc, on_elements, f);
+    if (!ct_unlisted(&it->tasks))
+        return;
+    for (struct fetch *f = it->fetches; f; f = f->next) {
+        long i = ct_find(&it->tasks, f->task_id);
+        if (i >= 0 && !it->tasks.v[i].listed)
+            rpc_client_withdraw(f->rpc, on_elements, f);
+    }
 }
 
 static void on_pump_timer(uv_timer_t *t)
@@ -525,8 +544,8 @@ static void pump(struct sluice_iterator *it)
     if (it->closing || iter_state(it) != ITER_RUNNING)
         return;
     uint64_t now = uv_now(&it->c->loop);
+    withdraw_unlisted(it);
     if (it->coordinated) {
-        coord_withdraw(it);
         if (ct_advance(&it->tasks) == CT_ROUND_BEHIND) {
             iter_fail(it, SLUICE_ERR_INVALID,
                       "consumer %" PRIu32 " fell too far behind: it is at round %" PRIu64

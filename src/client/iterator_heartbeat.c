@@ -561,6 +561,7 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.finished_task_ids = it->finished;
     it->hb_req.elements_per_second = rate;
     it->hb_req.wait_fraction = waiting;
+    it->hb_req.copies_cut = atomic_load(&it->copies_cut);
     it->hb_req.n_splits = it->cov_n;
     it->hb_req.splits = it->cov_ptrs;
     it->hb_req.round = it->coordinated ? it->tasks.round : 0;
@@ -657,6 +658,7 @@ void iter_run_close(struct sluice_client *c, struct client_op *op)
     it->rel_req.client_id = it->client_id;
     it->rel_req.client_key.data = it->client_key;
     it->rel_req.client_key.len = it->client_key_len;
+    it->rel_req.copies_cut = atomic_load(&it->copies_cut);
     sluice__envelope__init(&it->rel_env);
     it->rel_env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT;
     it->rel_env.release_client = &it->rel_req;

@@ -72,6 +72,8 @@ struct sluice_iterator {
      * dispatcher where the reader runs and the reader which tasks are local. */
     enum sluice_target_workers target;
     char host_id[HOSTID_MAX + 1];
+    /* sluice_read_options.whole_copies: a copy cut short by its worker's loss fails the read. */
+    bool whole_copies;
 
     /* Shared, guarded by mu. */
     uv_mutex_t mu;
@@ -84,6 +86,9 @@ struct sluice_iterator {
     /* Elements handed to the reader so far: stored by the reader alone (relaxed, once per
      * element, no lock), read by the loop for the consumption rate. */
     atomic_uint_fast64_t taken;
+    /* Copies cut short by the loss of their worker (sluice_read_progress.copies_cut): stored by
+     * the loop, read by the reader and the heartbeats. */
+    atomic_uint_fast64_t copies_cut;
     uint64_t wait_ns; /* time the reader spent waiting on an empty buffer */
     atomic_int interrupted;
     /* A repetition of a repeating read: the flag of the read it belongs to, which interrupts it
@@ -96,6 +101,7 @@ struct sluice_iterator {
     struct sluice_read_options rep_opts;
     struct sluice_iterator *stream; /* the current repetition (guarded by mu), NULL between */
     uint64_t rep_taken;             /* elements of the repetitions closed so far (guarded by mu) */
+    uint64_t rep_cut;               /* copies they cut short (guarded by mu) */
     /* A repeating read of a named job: the job repetition its next pass asks for (0 before the
      * first: the job's current one). A repetition's own read: the one asked for, and the one
      * the dispatcher gave (GetOrCreateJobReply.repetition). */
@@ -132,8 +138,8 @@ struct sluice_iterator {
     /* Loop thread. */
     struct client_waker waker;
     struct ct_set tasks;
-    struct fetch *coord_fetch; /* coordinated reads: the one request under way, or NULL */
-    bool grant_stalled;        /* the last heartbeat reply left the read waiting for a grant */
+    struct fetch *fetches; /* the requests under way (iterator_fetch.c), or NULL */
+    bool grant_stalled;    /* the last heartbeat reply left the read waiting for a grant */
     uv_timer_t hb_timer, pump_timer;
     unsigned refs; /* the open iterator, its two timers, and each request under way */
     bool started, closing;

@@ -40,8 +40,10 @@ static void close_stream(struct sluice_iterator *it)
     uv_mutex_lock(&it->mu);
     struct sluice_iterator *s = it->stream;
     it->stream = NULL;
-    if (s)
+    if (s) {
         it->rep_taken += atomic_load(&s->taken);
+        it->rep_cut += atomic_load(&s->copies_cut);
+    }
     uv_mutex_unlock(&it->mu);
     sluice_iterator_close(s);
 }
@@ -162,5 +164,6 @@ void iter_repeat_progress(const struct sluice_iterator *it, struct sluice_read_p
     struct sluice_iterator *m = (struct sluice_iterator *)it;
     uv_mutex_lock(&m->mu);
     out->elements = m->rep_taken + (m->stream ? atomic_load(&m->stream->taken) : 0);
+    out->copies_cut = m->rep_cut + (m->stream ? atomic_load(&m->stream->copies_cut) : 0);
     uv_mutex_unlock(&m->mu);
 }

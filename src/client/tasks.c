@@ -366,6 +366,14 @@ int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t 
     return SLUICE_ERR_TRUNCATED;
 }
 
+int ct_judge_gone(const struct ct_task *t, bool whole_copies, char *msg, size_t len)
+{
+    int rc = ct_check_gone(t, msg, len);
+    if (rc == 0 || whole_copies)
+        return rc;
+    return CT_CUT;
+}
+
 int ct_check_gone(const struct ct_task *t, char *msg, size_t len)
 {
     if (t->ended || t->elements == 0)

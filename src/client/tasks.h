@@ -216,6 +216,16 @@ int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t 
  * task that sent nothing left nothing half-read and is not reported. */
 int ct_check_gone(const struct ct_task *t, char *msg, size_t len);
 
+/* ct_judge_gone(): the copy of a task that left was cut short, and the read goes on. */
+#define CT_CUT 1
+
+/* What a read does about a task that left the set (sluice_read_options.whole_copies): returns 0
+ * when it left nothing half-read (ct_check_gone), and otherwise CT_CUT (its copy is cut short,
+ * counted, and the read goes on without the rest of it: parallel_epochs promises each worker's
+ * sequence, not exactly once across failures) or, with whole_copies, ct_check_gone's
+ * SLUICE_ERR_TRUNCATED and message (the read fails). */
+int ct_judge_gone(const struct ct_task *t, bool whole_copies, char *msg, size_t len);
+
 /* Requests outstanding over all tasks. */
 unsigned ct_outstanding(const struct ct_set *s);
 

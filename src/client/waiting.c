@@ -27,6 +27,11 @@ int wait_reason(const struct wait_facts *f, char *buf, size_t len)
     } else if (!f->have_list) {
         snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher's task list", f->job_id);
         return 2;
+    } else if (f->active == 0 && f->ended == 0 && f->cut > 0) {
+        snprintf(buf, len,
+                 "job %" PRIu64 ": no worker left (%" PRIu64
+                 " cop%s cut short); waiting for a worker to register",
+                 f->job_id, f->cut, f->cut == 1 ? "y" : "ies");
     } else if (f->active == 0 && f->ended == 0) {
         snprintf(buf, len, "job %" PRIu64 ": no worker registered yet", f->job_id);
     } else if (has(f->worker)) {

@@ -27,6 +27,7 @@ struct wait_facts {
     size_t ended;       /* listed tasks that have ended */
     const char *worker; /* a listed task's worker whose last request failed */
     const char *worker_why;
+    uint64_t cut; /* copies cut short so far by the loss of their workers */
 };
 
 /* Writes the reason of the wait to buf (len bytes, NUL-terminated, truncated) and returns 1 when
@@ -36,7 +37,9 @@ struct wait_facts {
  *   the read failed:            the failure's message
  *   the dispatcher is away:     "waiting for dispatcher H:P: WHY" (WHY "connecting" when unknown)
  *   no task list yet:           "job N: waiting for the dispatcher's task list" (ordinary)
- *   no task at all:             "job N: no worker registered yet"
+ *   no task at all:             "job N: no worker registered yet", or after workers were lost
+ *                               "job N: no worker left (K copies cut short); waiting for a
+ *                               worker to register"
  *   a worker does not answer:   "waiting for worker H:P: WHY"
  *   every task ended:           "job N: waiting for the dispatcher to end the read" (ordinary)
  *   tasks run:                  "job N: waiting for elements from K worker(s)" (ordinary)

@@ -326,10 +326,10 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     dispatcher_soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
-    observe_client_heartbeat(d->obs, req);
+    const struct st_iteration *it = state_iteration(&d->st, iteration_id);
+    observe_client_heartbeat(d->obs, it->job_id, req);
     c->client_id = req->client_id;
     c->iteration_id = iteration_id;
-    const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
     /* A deterministic reader lost part of these splits: they are produced again. Other jobs'
@@ -392,6 +392,10 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     c->client_id = req->client_id;
+    /* Copies cut short since the client's last heartbeat, before its figures are forgotten. */
+    const struct st_iteration *it = cl ? state_iteration(&d->st, cl->iteration_id) : NULL;
+    if (it && req->copies_cut)
+        observe_client_cut(d->obs, req->client_id, it->job_id, req->copies_cut);
     int rc = plan_release_client(&d->st, c->client_id, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);

@@ -33,6 +33,8 @@ struct figures {
     /* The last closed window that had reports. */
     bool has_win;
     double win_rate, win_share;
+    /* A client: the copies it last said it read cut short (cumulative). */
+    uint64_t cut;
 };
 
 /* Sorted by id. */
@@ -84,6 +86,10 @@ struct observe {
     struct observe_config cfg;
     struct autoscale_params params;
     struct table workers, clients;
+    /* Copies cut short, per job: sorted by job id; a job the state no longer has is dropped
+     * (prune). */
+    struct status_job_cut *cuts;
+    size_t ncuts, cap_cuts;
     uint64_t window_end_ms;
     bool has_decision;
     uint32_t recommended;
@@ -97,7 +103,7 @@ struct observe {
     struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c, *journal_bytes_c;
     struct metrics_series *commit_h;
     struct rpc_metrics conns;
-    struct metrics_series *wait_g, *consumption_g, *production_g;
+    struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c;
     struct metrics_series *recommended_g;
     struct metrics_series *windows_c[NREASONS];
     struct metrics_series *demand_g, *capacity_g, *unmet_g, *idle_g;
@@ -268,6 +274,10 @@ static int make_registry(struct observe *o)
            "Mean over clients of the share of their last heartbeat interval spent waiting for "
            "elements.",
            METRICS_DOUBLE, &o->wait_g);
+    SCALAR(true, "sluice_client_copies_cut_total",
+           "Copies the clients read cut short (parallel_epochs and static sharding): a task whose "
+           "worker was lost after it sent part of its copy.",
+           METRICS_U64, &o->cut_c);
     SCALAR(false, "sluice_consumption_elements_per_second",
            "Elements per second the clients consumed, summed, as of their last heartbeats.",
            METRICS_DOUBLE, &o->consumption_g);
@@ -393,6 +403,7 @@ void observe_destroy(struct observe *o)
     metrics_destroy(o->reg);
     free(o->workers.v);
     free(o->clients.v);
+    free(o->cuts);
     free(o->tasks.v);
     free(o->scratch);
     free(o->job_ids);
@@ -519,9 +530,33 @@ static void forget_tasks_of(struct observe *o, uint64_t worker_id)
     o->tasks.n = k;
 }
 
-void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRequest *req)
+void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t cut)
+{
+    struct figures *f = table_get(&o->clients, client_id);
+    if (!f || cut <= f->cut)
+        return;
+    uint64_t delta = cut - f->cut;
+    size_t pos = rows_lower(o->cuts, o->ncuts, sizeof *o->cuts,
+                            offsetof(struct status_job_cut, job_id), job_id);
+    struct status_job_cut *j =
+        pos < o->ncuts && o->cuts[pos].job_id == job_id ? &o->cuts[pos] : NULL;
+    if (!j) {
+        j = rows_insert_at((void **)&o->cuts, &o->ncuts, &o->cap_cuts, sizeof *o->cuts, pos);
+        if (!j)
+            return; /* retried with the next report: the client's count is not taken yet */
+        *j = (struct status_job_cut){.job_id = job_id};
+    }
+    j->cut += delta;
+    f->cut = cut;
+    metrics_add_u64(o->cut_c, delta);
+}
+
+void observe_client_heartbeat(struct observe *o, uint64_t job_id,
+                              const Sluice__ClientHeartbeatRequest *req)
 {
     observe_client_report(o, req->client_id, req->elements_per_second, req->wait_fraction);
+    if (req->copies_cut)
+        observe_client_cut(o, req->client_id, job_id, req->copies_cut);
 }
 
 void observe_forget_worker(struct observe *o, uint64_t worker_id)
@@ -612,6 +647,11 @@ static void prune(struct observe *o, const struct state *st)
         if (state_task(st, o->tasks.v[i].id))
             o->tasks.v[k++] = o->tasks.v[i];
     o->tasks.n = k;
+    k = 0;
+    for (size_t i = 0; i < o->ncuts; i++)
+        if (state_job(st, o->cuts[i].job_id))
+            o->cuts[k++] = o->cuts[i];
+    o->ncuts = k;
 }
 
 int observe_window_close(struct observe *o, const struct state *st, uint64_t now_ms,
@@ -717,6 +757,8 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
     }
     x->tasks = o->scratch;
     x->ntasks = n;
+    x->cuts = o->cuts;
+    x->ncuts = o->ncuts;
     return 0;
 }
 

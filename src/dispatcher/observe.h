@@ -29,6 +29,8 @@
  *   sluice_journal_commit_seconds                    histogram: one group-commit transaction
  *   sluice_journal_bytes_total                       counter: bytes of committed transactions
  *   sluice_client_wait_share                         gauge: mean of the clients' last wait shares
+ *   sluice_client_copies_cut_total                   counter: copies the clients read cut short
+ *                                                    (observe_client_cut)
  *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
  *   sluice_production_elements_per_second            gauge: sum of the workers' last rates
  *   sluice_recommended_workers                       gauge: observe_recommended()
@@ -108,11 +110,19 @@ void observe_worker_report(struct observe *o, uint64_t worker_id, const struct o
 /* Records a client report: rate in elements/s, wait a share in [0, 1]. */
 void observe_client_report(struct observe *o, uint64_t client_id, double rate, double wait);
 
+/* Records that client client_id, a reader of job job_id, has read cut copies cut short so far
+ * (cumulative, as its heartbeats carry it): what it adds to the client's last count goes to
+ * sluice_client_copies_cut_total and to the job's count (observe_figures). A smaller count than
+ * the last (a report that arrived late) adds nothing. Soft state, like the rest: a restarted
+ * dispatcher counts again from the clients' next reports. */
+void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t cut);
+
 /* The same from the heartbeat messages, at the protocol's edge: worker_id is the id the heartbeat
  * was planned under (the request does not carry it). */
 void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
                               const Sluice__WorkerHeartbeatRequest *req);
-void observe_client_heartbeat(struct observe *o, const Sluice__ClientHeartbeatRequest *req);
+void observe_client_heartbeat(struct observe *o, uint64_t job_id,
+                              const Sluice__ClientHeartbeatRequest *req);
 
 /* What a worker reports of one task: cumulative served counters and its buffer now. */
 struct observe_task_counts {
@@ -176,8 +186,9 @@ uint32_t observe_current_workers(const struct state *st);
 void observe_status(const struct observe *o, const struct state *st, struct status_extra *out);
 
 /* Sets x->tasks and x->ntasks to the figures of the tasks st has, their rates over the window
- * (window_ms) ending at now_ms. The array belongs to o and stays valid until the next call into
- * o. Returns 0 or SLUICE_ERR_NOMEM (x unchanged). */
+ * (window_ms) ending at now_ms, and x->cuts and x->ncuts to the copies cut short per job. The
+ * arrays belong to o and stay valid until the next call into o. Returns 0 or SLUICE_ERR_NOMEM (x
+ * unchanged). */
 int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
                     struct status_extra *x);
 

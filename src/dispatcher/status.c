@@ -2,8 +2,10 @@
 
 #include "common/error.h"
 #include "common/names.h"
+#include "common/rows.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +205,14 @@ static json_t *rounds_json(struct builder *b, const struct st_job *j, const stru
     return o;
 }
 
+/* The copies job_id's readers reported cut short (x->cuts is sorted by job id). */
+static uint64_t job_cut(const struct status_extra *x, uint64_t job_id)
+{
+    size_t lo = rows_lower(x->cuts, x->ncuts, sizeof *x->cuts,
+                           offsetof(struct status_job_cut, job_id), job_id);
+    return lo < x->ncuts && x->cuts[lo].job_id == job_id ? x->cuts[lo].cut : 0;
+}
+
 static json_t *job_json(struct builder *b, const struct state *s, const struct status_extra *x,
                         const struct st_job *j)
 {
@@ -257,6 +267,7 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, o, "workers", u64(f.workers));
         put(b, o, "elements_per_second", json_real(f.elements_per_second));
         put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
+        put(b, o, "copies_cut", u64(job_cut(x, j->id)));
     }
     if (it && it->distributed && it->state != ST_ITER_GC)
         put(b, o, "splits", splits_json(b, it));

@@ -46,6 +46,13 @@ struct status_task_figures {
     uint64_t buffered, buffered_bytes;
 };
 
+/* Copies a job's readers read cut short, as they reported them (parallel_epochs and static
+ * sharding: a task whose worker was lost after it sent part of its copy). */
+struct status_job_cut {
+    uint64_t job_id;
+    uint64_t cut;
+};
+
 /* How long ago a worker's last heartbeat arrived. */
 struct status_worker_seen {
     uint64_t worker_id;
@@ -65,12 +72,16 @@ struct status_extra {
     size_t ntasks;
     const struct status_worker_seen *seen;
     size_t nseen;
+    /* Copies cut short per job (observe_client_cut), sorted by job id; a job missing has 0. */
+    const struct status_job_cut *cuts;
+    size_t ncuts;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"
  * object (before "workers"); in each worker "buffered", "buffered_bytes", "elements_per_second",
  * "bytes_per_second" and "heartbeat_age_ms" (null when unknown); in each job "workers",
- * "elements_per_second" and "bytes_per_second" (status_job_figures). x NULL is status_json().
+ * "elements_per_second" and "bytes_per_second" (status_job_figures) and "copies_cut" (x->cuts).
+ * x NULL is status_json().
  * Returns as status_json(). */
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out);
 

@@ -48,15 +48,21 @@ int cluster_restart_dispatcher(struct cluster *c, int sig)
 
 int cluster_add_worker(struct cluster *c)
 {
+    return cluster_add_worker_on(c, 0);
+}
+
+int cluster_add_worker_on(struct cluster *c, int port)
+{
     if (c->nworkers == CLUSTER_MAX_WORKERS)
         return -1;
-    char disp[160];
+    char disp[160], portbuf[16];
     snprintf(disp, sizeof(disp), "127.0.0.1:%d", c->port);
+    snprintf(portbuf, sizeof(portbuf), "%d", port > 0 ? port : 0);
     char *argv[48] = {(char *)bin_path("sluice-worker"),
                       "--dispatcher",
                       disp,
                       "--port",
-                      "0",
+                      portbuf,
                       "--threads",
                       "2",
                       NULL};

@@ -26,6 +26,8 @@ int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant);
 int cluster_restart_dispatcher(struct cluster *c, int sig);
 /* Starts one more worker; returns its index or -1. */
 int cluster_add_worker(struct cluster *c);
+/* Starts one more worker listening on port (0: any); returns its index or -1. */
+int cluster_add_worker_on(struct cluster *c, int port);
 /* Stops everything (SIGTERM, bounded). Returns 0 when every process exited 0. */
 int cluster_stop(struct cluster *c);
 

@@ -8,8 +8,9 @@
  *   - it cannot deregister, drain or displace a live worker with the worker's visible
  *     incarnation, nor hand back its splits: the worker stays, and the victim's read completes
  *     with the exact multiset;
- *   - a whole-copy read (parallel_epochs) whose worker is killed mid-copy exits 1 naming the task
- *     and the worker, while a drained worker's shortened copy is complete for its reader (exit 0);
+ *   - a read with --whole-copies (parallel_epochs) whose worker is killed mid-copy exits 1 naming
+ *     the task and the worker; without it the copy is cut short, counted, and the read exits 0;
+ *     a drained worker's shortened copy is complete for its reader (exit 0);
  *     a raw reader of a whole copy gets an end of sequence that counts exactly what it got; and
  *     the readers of a shared job each check exactly their own part;
  *   - capabilities survive a SIGKILL and restart of a fault-tolerant dispatcher (journal and
@@ -575,7 +576,8 @@ static void test_worker_killed_mid_copy(void **state)
     struct cluster *c = *state;
     add_workers(c, 2);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "killed", NULL), 0);
+    assert_int_equal(
+        cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "killed", "--whole-copies", NULL), 0);
     wait_mid_copy(c, "killed");
     json_t *j = wait_job(c, "killed", 2);
     uint64_t lost_task = task_on(j, c->workers[0].addr);
@@ -595,6 +597,41 @@ static void test_worker_killed_mid_copy(void **state)
     assert_non_null(strstr(err, want));
     assert_non_null(strstr(err, " elements: its copy is incomplete"));
     free(err);
+}
+
+/* Without --whole-copies the same loss cuts the copy short: the read goes on, ends with the other
+ * worker's whole copy and the part of the lost one it got, exits 0 and says what it lost. */
+static void test_worker_killed_copy_cut(void **state)
+{
+    struct cluster *c = *state;
+    add_workers(c, 2);
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "cut", NULL), 0);
+    wait_mid_copy(c, "cut");
+    assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    char *out = proc_read_all(&r, READ_MS);
+    int rc = proc_wait(&r, 5000);
+    char *err = read_text_file(r.log);
+    size_t lines = count_lines(out);
+    printf("    exit %d, %zu lines printed; stderr: %s", rc, lines, err);
+    assert_int_equal(rc, 0);
+    assert_true(lines > 4000 && lines < 8000);
+    long *seen = calloc(4000, sizeof *seen);
+    assert_non_null(seen);
+    for (const char *p = out; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        assert_true(end != p && *end == '\n' && v >= 0 && v < 4000);
+        seen[v]++;
+        p = end + 1;
+    }
+    for (long v = 0; v < 4000; v++)
+        assert_true(seen[v] >= 1 && seen[v] <= 2);
+    free(seen);
+    assert_non_null(strstr(err, "sluice: read: 1 copy cut short: its worker was lost in the "
+                                "middle (--whole-copies fails the read instead)\n"));
+    free(err);
+    free(out);
 }
 
 static void test_drained_copy_is_complete(void **state)
@@ -733,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_end_counts_what_was_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shared_copy_counts_per_reader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_worker_killed_mid_copy, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_worker_killed_copy_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drained_copy_is_complete, setup, teardown),
     };
     if (getenv("SLUICE_TEST_FILTER"))

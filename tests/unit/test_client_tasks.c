@@ -641,6 +641,36 @@ static void test_copy_accounting(void **state)
     ct_release(&s);
 }
 
+/* What a read does about a task that left: by default a copy cut short is counted and the read
+ * goes on; with whole copies it fails, naming the task; a task that ended or sent nothing left
+ * nothing half-read either way. */
+static void test_judge_gone(void **state)
+{
+    (void)state;
+    const struct {
+        uint64_t elements;
+        bool ended, whole;
+        int rc;
+        const char *msg;
+    } cases[] = {
+        {7, false, false, CT_CUT, NULL},
+        {7, false, true, SLUICE_ERR_TRUNCATED,
+         "task 5 on worker w1:1: the worker was lost after 7 elements: its copy is incomplete"},
+        {7, true, false, 0, NULL},
+        {7, true, true, 0, NULL},
+        {0, false, false, 0, NULL},
+        {0, false, true, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct ct_task t = {.id = 5, .elements = cases[i].elements, .ended = cases[i].ended};
+        strcpy(t.address, "w1:1");
+        char msg[256] = "";
+        assert_int_equal(ct_judge_gone(&t, cases[i].whole, msg, sizeof msg), cases[i].rc);
+        if (cases[i].msg)
+            assert_string_equal(msg, cases[i].msg);
+    }
+}
+
 /* Target workers: a local read keeps only local tasks; an auto read asks local tasks first, up to
  * twice per_task_max each, and the others once the local ones are full. */
 static void apply_local(struct ct_set *s, const uint64_t *ids, const bool *local, size_t n,
@@ -725,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_errors_wait_for_a_later_heartbeat),
         cmocka_unit_test(test_retry_classes),
         cmocka_unit_test(test_copy_accounting),
+        cmocka_unit_test(test_judge_gone),
         cmocka_unit_test(test_task_keys_follow_the_list),
         cmocka_unit_test(test_target_local_keeps_local_tasks),
         cmocka_unit_test(test_target_auto_prefers_local_tasks),

@@ -361,11 +361,49 @@ static void test_heartbeat_messages(void **state)
     cr.client_id = 1;
     cr.elements_per_second = 120;
     cr.wait_fraction = 0.25;
-    observe_client_heartbeat(f->o, &cr);
+    observe_client_heartbeat(f->o, 1, &cr);
     struct observe_window w = close_at(f, WINDOW_MS);
     assert_true(fabs(w.decision.capacity - 300 / 0.7) < 1e-9);
     assert_true(fabs(w.decision.served - 120) < 1e-12);
     assert_true(fabs(sample(f, "sluice_client_wait_share") - 0.25) < 1e-12);
+}
+
+/* Copies cut short: each client's count is cumulative; what it adds goes to the counter and to
+ * its job's count in the status document, and a report that arrives late (a smaller count) adds
+ * nothing. */
+static void test_copies_cut(void **state)
+{
+    struct fixture *f = *state;
+    add_client(&f->st, 1);
+    add_client(&f->st, 2);
+    assert_int_equal(sample(f, "sluice_client_copies_cut_total"), 0);
+    Sluice__ClientHeartbeatRequest cr = SLUICE__CLIENT_HEARTBEAT_REQUEST__INIT;
+    cr.client_id = 1;
+    const struct {
+        uint64_t client, cut, total;
+    } steps[] = {{1, 0, 0}, {1, 2, 2}, {1, 2, 2}, {1, 1, 2}, {1, 3, 3}, {2, 4, 7}, {2, 4, 7}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        cr.client_id = steps[i].client;
+        cr.copies_cut = steps[i].cut;
+        observe_client_heartbeat(f->o, 1, &cr);
+        assert_int_equal(sample(f, "sluice_client_copies_cut_total"), steps[i].total);
+    }
+    struct status_extra x;
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(observe_figures(f->o, &f->st, 0, &x), 0);
+    assert_int_equal(x.ncuts, 1);
+    assert_int_equal(x.cuts[0].job_id, 1);
+    assert_int_equal(x.cuts[0].cut, 7);
+    char *json;
+    assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
+    assert_non_null(strstr(json, "\"bytes_per_second\":0.0,\"copies_cut\":7}"));
+    free(json);
+    /* A job no reader reported on has none. */
+    struct status_extra none;
+    observe_status(f->o, &f->st, &none);
+    assert_int_equal(status_json_extra(&f->st, &none, &json), 0);
+    assert_non_null(strstr(json, "\"copies_cut\":0}"));
+    free(json);
 }
 
 static void test_counters(void **state)
@@ -583,6 +621,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_draining, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_heartbeat_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_copies_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_gauges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_served_figures, setup, teardown),
