@@ -27,6 +27,7 @@
 #include "common/security.h"
 #include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
+#include "task.h"
 #include "pipeline/roots.h"
 
 #include <inttypes.h>
@@ -142,7 +143,9 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
 
 static void free_object(struct sluice_worker *s)
 {
-    if (s->reg)
+    /* An abandoned task's thread may still be inside one of the registry's functions (a
+     * plugin's code included): the registry is then left to the process's end. */
+    if (s->reg && task_abandoned_count() == 0)
         pipe_registry_free(s->reg);
     sec_ctx_free(s->sec);
     free(s->metrics_host);

@@ -47,12 +47,14 @@ void worker_reap(struct worker *w)
     struct wtask **pp = &w->dying;
     while (*pp) {
         struct wtask *wt = *pp;
-        if (wt->splits_inflight || wt->replies_inflight || !task_exited(wt->task)) {
+        if (wt->splits_inflight || wt->replies_inflight ||
+            (!wt->abandoned && !task_exited(wt->task))) {
             pp = &wt->next;
             continue;
         }
         *pp = wt->next;
-        task_free(wt->task);
+        if (!wt->abandoned)
+            task_free(wt->task);
         rounds_free(&wt->rounds);
         xtc_free(&wt->xtc);
         free(wt->deliveries);
@@ -626,6 +628,24 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
     return wmetrics_render(w->wm, body, len);
 }
 
+/* WORKER_ABANDON_MS after the close began: tasks whose producers still run are abandoned, so a
+ * function that never returns cannot hold the worker's shutdown. */
+static void on_abandon_due(uv_timer_t *timer)
+{
+    struct worker *w = timer->data;
+    for (struct wtask *wt = w->dying; wt; wt = wt->next) {
+        if (wt->abandoned || task_exited(wt->task))
+            continue;
+        log_error("task %" PRIu64 ": its pipeline did not stop within %d ms of its cancellation "
+                  "(a function that neither returns nor notices cancellation); its threads are "
+                  "abandoned",
+                  wt->id, WORKER_ABANDON_MS);
+        task_abandon(wt->task);
+        wt->abandoned = true;
+    }
+    worker_reap(w);
+}
+
 void worker_close(struct worker *w, void (*cb)(void *user), void *user)
 {
     if (w->closing)
@@ -638,6 +658,7 @@ void worker_close(struct worker *w, void (*cb)(void *user), void *user)
     w->local = NULL;
     uv_timer_stop(&w->hb_timer);
     uv_timer_stop(&w->tick_timer);
+    uv_timer_start(&w->tick_timer, on_abandon_due, WORKER_ABANDON_MS, 0);
     worker_unpark(w, 0, true);
     while (w->tasks)
         worker_remove_task(w, w->tasks, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");

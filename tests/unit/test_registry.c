@@ -11,9 +11,12 @@
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define PLUGIN_PATH SLUICE_PLUGIN_DIR "/plugin_test.so"
 
@@ -150,7 +153,11 @@ static void test_check_messages(void **state)
         {"range(10) | map(mod, -2.5)", NULL},
         {"range(10) | map(add, \"x\")", "column 13: map(add): K must be a number"},
         {"range(10) | filter(lt, true)", "column 13: filter(lt): K must be a number"},
-        {"range(10) | map(sleep_us, -1)", "column 13: map(sleep_us): N must be an integer >= 0"},
+        {"range(10) | map(sleep_us, -1)",
+         "column 13: map(sleep_us): N must be an integer from 0 to 60000000"},
+        {"range(10) | map(sleep_us, 1099511627776)",
+         "column 13: map(sleep_us): N must be an integer from 0 to 60000000"},
+        {"range(10) | map(sleep_us, 60000000)", NULL},
         {"range(10) | map(bytes, 1073741825)",
          "column 13: map(bytes): N must be an integer from 0 to 1073741824"},
         {"range(10) | map(bytes, 1.5)",
@@ -207,6 +214,41 @@ static void test_fn_args(void **state)
     assert_int_equal(sluice_fn_arg_string(&args, 0, &str, &len), SLUICE_ERR_TYPE);
     assert_int_equal(sluice_fn_arg_float(&args, 2, &f), SLUICE_ERR_TYPE);
     assert_int_equal(sluice_fn_arg_int(&args, 3, &i), SLUICE_ERR_INVALID);
+}
+
+/* Cancels a run after a tenth of a second, from another thread. */
+static void *cancel_later(void *arg)
+{
+    usleep(100000);
+    pipe_run_cancel(arg);
+    return NULL;
+}
+
+/* sleep_us(N) notices the chain's cancellation: one minute of work per element gives up with
+ * "map(sleep_us): cancelled" soon after the cancel, well before its minute is up. */
+static void test_sleep_us_cancelled(void **state)
+{
+    struct sluice_registry *reg = *state;
+    char err[256] = "";
+    struct pipe_spec *spec;
+    assert_int_equal(pipe_parse("range(5) | map(sleep_us, 60000000)", &spec, err, sizeof(err)), 0);
+    struct pipe_run *run = NULL;
+    assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cancel_later, run), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct sluice_element e;
+    pipe_elem_init(&e);
+    assert_int_equal(pipe_run_next(run, &e), SLUICE_ERR_CANCELLED);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_string_equal(run->ctx.err, "map(sleep_us): cancelled");
+    assert_int_equal(pthread_join(t, NULL), 0);
+    /* Generous on a loaded machine: the element alone would take 60 s. */
+    assert_true(t1.tv_sec - t0.tv_sec < 30);
+    pipe_elem_release(&e);
+    pipe_run_free(run);
+    pipe_spec_free(spec);
 }
 
 static void test_plugin_runs(void **state)
@@ -276,6 +318,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_builtins_present, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sleep_us_cancelled, setup, teardown),
         cmocka_unit_test(test_fn_args),
         cmocka_unit_test_setup_teardown(test_plugin_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_clash_rolls_back, setup, teardown),
