@@ -17,8 +17,6 @@
 
 #include "convert.h"
 
-#include "common/error.h"
-
 #include "pipeline/iter.h"
 #include "pipeline/roots.h"
 
@@ -536,7 +534,8 @@ static int call(struct pyfn_op *op, const struct sluice_element *elem, struct sl
     if (w && watch_end(w) && (!r || (rc && PyErr_Occurred()))) {
         /* Interrupted by the watchdog (whatever the function made of it). */
         PyErr_Clear();
-        rc = err_set(err, errlen, SLUICE_ERR_CANCELLED, "cancelled");
+        snprintf(err, errlen, "cancelled");
+        rc = SLUICE_ERR_CANCELLED;
     } else if (!r || (rc && PyErr_Occurred())) {
         /* A Python failure anywhere: the call, the conversions, the truth of the result. */
         rc = pyfn_exception(err, errlen);
