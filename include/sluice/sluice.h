@@ -539,6 +539,11 @@ void sluice_iterator_close(struct sluice_iterator *it);
 /* Fetches the dispatcher's status document (the JSON `sluice status --json` prints) into a new
  * malloc'd string (*json, caller frees). */
 int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen);
+/* The document carries each pipeline's text only up to its first 256 bytes (with its length and
+ * SHA-256); this fetches one dataset's entry with the whole text, {"datasets": [{...}]}, or fails
+ * with SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). */
+int sluice_status_dataset(struct sluice_client *client, const char *dataset_id, char **json,
+                          char *err, size_t errlen);
 
 /* ---- snapshots (README "Snapshots") ---- */
 

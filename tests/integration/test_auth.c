@@ -40,8 +40,12 @@
 #include "common/error.h"
 #include "common/frame.h"
 #include "common/rpc.h"
+#include "common/sha256.h"
 #include "helper_cluster.h"
 #include "helper_scrape.h"
+#include "sluice/sluice.h"
+
+#include <jansson.h>
 
 #define WAIT_MS 10000
 #define TOKEN_TEXT "the-right-token-0123456789"
@@ -867,6 +871,22 @@ static void test_handshake_flood(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* The process's resident memory now (VmRSS), or its peak so far (VmHWM), in KiB. */
+static long status_kib(pid_t pid, const char *field)
+{
+    char path[64], line[256], fmt[32];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    snprintf(fmt, sizeof fmt, "%s: %%ld kB", field);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, fmt, &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
 static long rss_kib(pid_t pid)
 {
     char path[64], line[256];
@@ -1042,14 +1062,151 @@ static void test_pipelined_without_reading(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- status amplification ---------------------------------------------------------------- */
+
+#define AMP_DATASETS 80
+#define AMP_TEXT 1000000 /* bytes of each pipeline's text, under --max-pipeline-bytes */
+
+/* The text of dataset i: list("NNNNNaaaa...") of AMP_TEXT bytes. */
+static char *amp_pipeline(int i)
+{
+    char *p = malloc(AMP_TEXT + 1);
+    assert_non_null(p);
+    int n = snprintf(p, AMP_TEXT + 1, "list(\"%05d", i);
+    memset(p + n, 'a', AMP_TEXT - n - 2);
+    memcpy(p + AMP_TEXT - 2, "\")", 3);
+    return p;
+}
+
+/* 80 datasets of 1 MB pipeline text, and 8 authenticated connections that pipeline 3 status
+ * requests each and never read: the status document carries each text's first 256 bytes, its
+ * length and its SHA-256 (the whole text on request for one dataset), so the requests add less
+ * than 50 MB to the dispatcher's memory. Each reply used to be 80 MB: 237 to 857 MB. */
+static void test_status_amplification(void **unused)
+{
+    (void)unused;
+    struct cluster c;
+    char dm[64], wm[64];
+    start_secured(&c, dm, wm);
+    struct sluice_client_options copts = {.dispatcher = c.dispatcher.addr, .timeout_ms = 60000};
+    copts.security.auth_token_file = right_file;
+    struct sluice_client *client = NULL;
+    char err[1024];
+    if (sluice_client_open(&copts, &client, err, sizeof err) != 0)
+        fail_msg("client: %s", err);
+    char ids[AMP_DATASETS][64];
+    long long t0 = now_ms();
+    for (int i = 0; i < AMP_DATASETS; i++) {
+        char *p = amp_pipeline(i);
+        if (sluice_register(client, p, NULL, ids[i], sizeof ids[i], err, sizeof err) != 0)
+            fail_msg("register %d: %s", i, err);
+        free(p);
+    }
+    long base = status_kib(c.dispatcher.pid, "VmHWM");
+    print_message("registered %d pipelines of %d bytes in %lld ms; dispatcher peak RSS %ld KiB\n",
+                  AMP_DATASETS, AMP_TEXT, now_ms() - t0, base);
+
+    /* The document names each pipeline by its length and digest, with a preview. */
+    char *json = NULL;
+    assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
+    size_t doc = strlen(json);
+    char *p0 = amp_pipeline(0), digest[SHA256_HEX_LEN + 1], want[512];
+    sha256_hex(p0, AMP_TEXT, digest);
+    snprintf(want, sizeof want, "\"id\":\"%s\",\"pipeline\":\"list(\\\"00000aaa", ids[0]);
+    assert_non_null(strstr(json, want));
+    snprintf(want, sizeof want, "\"pipeline_bytes\":%d,\"pipeline_digest\":\"%s\"", AMP_TEXT,
+             digest);
+    assert_non_null(strstr(json, want));
+    assert_true(doc < 200 * 1024);
+    free(json);
+    /* One dataset's whole text, on request; an unknown one is refused. */
+    assert_int_equal(sluice_status_dataset(client, ids[0], &json, err, sizeof err), 0);
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    assert_non_null(root);
+    json_t *ds = json_array_get(json_object_get(root, "datasets"), 0);
+    assert_string_equal(json_string_value(json_object_get(ds, "pipeline")), p0);
+    json_decref(root);
+    free(json);
+    free(p0);
+    assert_int_equal(sluice_status_dataset(client, "nope", &json, err, sizeof err),
+                     SLUICE_ERR_NOT_FOUND);
+    assert_string_equal(err, "dataset 'nope' not found");
+    /* The same from the command line: the whole text, or the refusal. */
+    char *out = NULL, *cerr = NULL;
+    assert_int_equal(cluster_cli(&c, &out, &cerr, "status", "--dataset", ids[1],
+                                 "--auth-token-file", right_file, NULL),
+                     0);
+    char *p1 = amp_pipeline(1);
+    assert_int_equal(strlen(out), AMP_TEXT + 1);
+    assert_memory_equal(out, p1, AMP_TEXT);
+    assert_int_equal(out[AMP_TEXT], '\n');
+    free(p1);
+    free(out);
+    free(cerr);
+    assert_int_equal(cluster_cli(&c, &out, &cerr, "status", "--dataset", "nope",
+                                 "--auth-token-file", right_file, NULL),
+                     1);
+    assert_string_equal(cerr, "sluice: status: dataset 'nope' not found\n");
+    free(out);
+    free(cerr);
+
+    /* 8 connections, 3 status requests each in one write, never read. */
+    int port = port_of(c.dispatcher.addr);
+    int fds[8];
+    for (int k = 0; k < 8; k++) {
+        fds[k] = raw_client(port, TOKEN_TEXT, SLUICE__ROLE__ROLE_CLIENT);
+        uint8_t buf[256];
+        size_t len = 0;
+        for (int q = 0; q < 3; q++) {
+            Sluice__StatusRequest st = SLUICE__STATUS_REQUEST__INIT;
+            Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+            env.id = (uint64_t)(10 + q);
+            env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
+            env.status = &st;
+            struct conn_frame *f = pack(&env);
+            memcpy(buf + len, f->data, f->len);
+            len += f->len;
+            conn_frame_free(f);
+        }
+        write_all(fds[k], buf, len);
+    }
+    /* The peak RSS after 3 s of status calls, and the slowest of them. */
+    long long slowest = 0;
+    for (long long end = now_ms() + 3000; now_ms() < end;) {
+        long long s0 = now_ms();
+        assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
+        free(json);
+        slowest = now_ms() - s0 > slowest ? now_ms() - s0 : slowest;
+    }
+    long worst = status_kib(c.dispatcher.pid, "VmHWM");
+    print_message("status document %zu bytes; 8x3 unread status requests: dispatcher peak RSS "
+                  "%ld KiB (%ld before), slowest status call meanwhile %lld ms\n",
+                  doc, worst, base, slowest);
+    /* The state itself holds every definition and text (about 160 MB here): what the requests
+     * add is bounded. */
+    assert_true(worst - base < 50 * 1024);
+    for (int k = 0; k < 8; k++)
+        close(fds[k]);
+    sluice_client_close(client);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 int main(void)
 {
+    // clang-format off
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cli_tokens),         cmocka_unit_test(test_raw_refusals),
-        cmocka_unit_test(test_replayed_handshake), cmocka_unit_test(test_fake_worker),
-        cmocka_unit_test(test_fake_dispatcher),    cmocka_unit_test(test_handshake_limits),
-        cmocka_unit_test(test_handshake_flood),    cmocka_unit_test(test_pipelined_without_reading),
+        cmocka_unit_test(test_cli_tokens),
+        cmocka_unit_test(test_raw_refusals),
+        cmocka_unit_test(test_replayed_handshake),
+        cmocka_unit_test(test_fake_worker),
+        cmocka_unit_test(test_fake_dispatcher),
+        cmocka_unit_test(test_handshake_limits),
+        cmocka_unit_test(test_handshake_flood),
+        cmocka_unit_test(test_pipelined_without_reading),
+        cmocka_unit_test(test_status_amplification),
     };
+    // clang-format on
     if (getenv("SLUICE_TEST_FILTER"))
         cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, tmp_teardown);
