@@ -262,6 +262,13 @@ struct sluice_worker_options {
      * TLS) and the same checks of every request (README "Local workers"). true turns that off:
      * they connect over TCP like any other reader. */
     bool no_in_process_reads;
+    /* The most tasks the worker runs at once (--max-tasks; 1 to 100000; 0: 256), and the most
+     * bytes their buffers may hold together, counting each task's full buffer bound of 16 MiB
+     * (--max-buffer-bytes; at least 16777216; 0: 4294967296). A task past either is not started:
+     * it fails with SLUICE_ERR_TASK_FAILED and "worker HOST:PORT: task limit reached: it runs
+     * N tasks (--max-tasks)" (or "buffer limit reached: ..."), which reaches its readers. */
+    unsigned max_tasks;
+    uint64_t max_buffer_bytes;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

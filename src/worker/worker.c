@@ -134,6 +134,26 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
     return 0;
 }
 
+/* Whether one more task fits the worker's limits: 0, or SLUICE_ERR_LIMIT with the reason (for
+ * the task's readers) in err. */
+static int admit_task(struct worker *w, char *err, size_t errlen)
+{
+    unsigned running = 0;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        running += wt->running;
+    if (w->max_tasks && running >= w->max_tasks)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "worker %s: task limit reached: it runs %u tasks (--max-tasks)", w->address,
+                       running);
+    uint64_t each = w->buffer_bytes ? w->buffer_bytes : TASK_BUFFER_BYTES;
+    if (w->max_buffer_bytes && (uint64_t)(running + 1) * each > w->max_buffer_bytes)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "worker %s: buffer limit reached: %u tasks buffering up to %" PRIu64
+                       " bytes each, of --max-buffer-bytes %" PRIu64,
+                       w->address, running, each, w->max_buffer_bytes);
+    return 0;
+}
+
 void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
 {
     if (!td || worker_find_task(w, td->task_id))
@@ -163,7 +183,9 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
 
     char err[512] = "";
     struct pipe_spec *spec;
-    int rc = spec_from_taskdef(w, td, &spec, err, sizeof err);
+    int rc = admit_task(w, err, sizeof err);
+    if (rc == 0)
+        rc = spec_from_taskdef(w, td, &spec, err, sizeof err);
     if (rc == 0) {
         struct task_config cfg = {
             .id = td->task_id,
@@ -180,6 +202,7 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             .snapshot_path = td->snapshot_path,
         };
         rc = task_start(&cfg, spec, &wt->task, err, sizeof err);
+        wt->running = rc == 0;
     }
     if (rc < 0) {
         log_error("task %" PRIu64 " failed: %s", td->task_id, err);
@@ -498,6 +521,8 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->buffer_bytes = opts->buffer_bytes;
     w->buffer_records = opts->buffer_records;
     w->max_element_bytes = opts->max_element_bytes;
+    w->max_tasks = opts->max_tasks;
+    w->max_buffer_bytes = opts->max_buffer_bytes;
     w->incarnation = rpc_new_incarnation();
     ratelimit_init(&w->refusals, 60000);
     int krc = cap_random(w->key);

@@ -82,6 +82,7 @@ struct wtask {
     size_t nwait;
     bool dying;
     bool abandoned; /* its producers did not stop in time: forgotten, never freed (task_abandon) */
+    bool running;   /* its producers were started (it counts against max_tasks) */
     bool splits_inflight;
     bool failure_logged;
     bool end_reported;         /* the dispatcher was told at once that this task finished */
@@ -118,6 +119,8 @@ struct worker {
     unsigned threads;
     uint64_t buffer_bytes, buffer_records;
     uint64_t max_element_bytes;
+    unsigned max_tasks;        /* 0: no limit */
+    uint64_t max_buffer_bytes; /* 0: no limit */
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;
