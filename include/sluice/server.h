@@ -131,6 +131,10 @@ struct sluice_dispatcher_options {
      * known by the incarnation it sends when it connects; a read it closes, or that times out
      * (client_timeout_ms), frees its place. */
     uint64_t max_jobs_per_client;
+    /* Reads held at once by all the clients that connect from one address, whatever
+     * incarnations they send (--max-jobs-per-address; 0: 1000): a peer cannot escape
+     * max_jobs_per_client by reconnecting as a new client. */
+    uint64_t max_jobs_per_address;
     /* Connection limits (--handshake-timeout-ms, --max-connections, --max-handshakes): a
      * connection that has not completed its handshake (authentication included) this long after
      * it was accepted is closed (0: 10000); at most max_connections connections are open at once

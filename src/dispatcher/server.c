@@ -545,6 +545,7 @@ static void dispatcher_free(struct dispatcher *d)
     state_release(&d->st);
     st_update_list_release(&d->ups);
     free(d->worker_seen.v);
+    owners_free(&d->owners);
     free(d->worker_touched.v);
     free(d->client_seen.v);
     free(d->idle_since.v);
@@ -683,6 +684,8 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
         goto fail;
     }
+    d->max_jobs_per_address = opts->max_jobs_per_address ? opts->max_jobs_per_address
+                                                         : DISPATCHER_DEFAULT_MAX_JOBS_PER_ADDRESS;
     d->st.limits = (struct st_limits){
         .max_datasets = opts->max_datasets ? opts->max_datasets : DISPATCHER_DEFAULT_MAX_DATASETS,
         .max_pipeline_bytes = opts->max_pipeline_bytes ? opts->max_pipeline_bytes

@@ -409,6 +409,52 @@ static void test_dispatcher_limits(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Clients that connect with new incarnations cannot escape --max-jobs-per-client: the reads
+ * held from one address are bounded too (--max-jobs-per-address), with the exact message, and a
+ * read closed frees its place. Before, three connections with different incarnations got three
+ * times the per-client limit. */
+static void test_jobs_per_address(void **unused)
+{
+    (void)unused;
+    static const char *const dargs[] = {"--max-jobs-per-client", "2", "--max-jobs-per-address", "3",
+                                        NULL};
+    struct cluster c = {0};
+    c.dispatcher_args = dargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    char *out = NULL, *err = NULL;
+    assert_int_equal(cluster_cli(&c, &out, &err, "register", "range(5)", NULL), 0);
+    free(out);
+    free(err);
+    struct sluice_client *clients[3] = {NULL};
+    struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 10000};
+    char msg[512];
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(sluice_client_open(&co, &clients[i], msg, sizeof msg), 0);
+    struct sluice_read_options ro = {.dataset_id = "1"};
+    struct sluice_iterator *a1 = NULL, *a2 = NULL, *b1 = NULL, *refused = NULL;
+    assert_int_equal(sluice_iterator_open(clients[0], &ro, &a1, msg, sizeof msg), 0);
+    assert_int_equal(sluice_iterator_open(clients[0], &ro, &a2, msg, sizeof msg), 0);
+    assert_int_equal(sluice_iterator_open(clients[1], &ro, &b1, msg, sizeof msg), 0);
+    /* The second client has room of its own, the third is new: the address has none. */
+    for (int i = 1; i < 3; i++) {
+        assert_int_equal(sluice_iterator_open(clients[i], &ro, &refused, msg, sizeof msg),
+                         SLUICE_ERR_LIMIT);
+        assert_string_equal(msg, "job limit reached: clients at 127.0.0.1 hold 3 jobs "
+                                 "(--max-jobs-per-address)");
+        assert_null(refused);
+    }
+    /* A read closed frees its place for any client of the address. */
+    sluice_iterator_close(a1);
+    assert_int_equal(sluice_iterator_open(clients[2], &ro, &refused, msg, sizeof msg), 0);
+    sluice_iterator_close(refused);
+    sluice_iterator_close(a2);
+    sluice_iterator_close(b1);
+    for (int i = 0; i < 3; i++)
+        sluice_client_close(clients[i]);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- worker limits ------------------------------------------------------------------------ */
 
 static long long now_ms(void)
@@ -681,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_dead_reader),
         cmocka_unit_test(test_dispatcher_limits),
         cmocka_unit_test(test_worker_limits),
+        cmocka_unit_test(test_jobs_per_address),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_status_with_bad_names_in_old_journal),
     };
