@@ -138,8 +138,11 @@ struct sluice_dispatcher_options {
     /* Connection limits (--handshake-timeout-ms, --max-connections, --max-handshakes): a
      * connection that has not completed its handshake (authentication included) this long after
      * it was accepted is closed (0: 10000); at most max_connections connections are open at once
-     * (0: 1024; never more than the open-file limit less 64) and at most max_handshakes are in
-     * their handshake (0: 64); beyond either, a new connection is closed at once. */
+     * (0: 1024; never more than the open-file limit less 64), beyond which a new connection is
+     * closed at once; at most max_handshakes are in their handshake (0: 64), and at most 64 of
+     * them from one address: a newcomer past either closes the oldest of those that has sent
+     * nothing (else the oldest), and one that sends nothing is closed 3 s after it connected, so
+     * idle sockets cannot keep out a peer that authenticates promptly. */
     uint32_t handshake_timeout_ms;
     unsigned max_connections;
     unsigned max_handshakes;
