@@ -72,6 +72,7 @@ void worker_remove_task(struct worker *w, struct wtask *wt, int code, const char
     worker_drop_waiters(w, wt, code, why);
     task_stop(wt->task);
     wt->dying = true;
+    wt->dying_since_ms = worker_now_ms();
     wt->next = w->dying;
     w->dying = wt;
 }
@@ -373,6 +374,18 @@ void worker_on_tick(uv_timer_t *t)
         worker_lease_pump(w, wt);
     }
     worker_reap(w);
+    /* A stopped task whose producers still run holds a thread (and a core, if it spins) until
+     * the worker closes, when it is abandoned: said once, so it does not go unnoticed. */
+    for (struct wtask *wt = w->dying; wt; wt = wt->next) {
+        if (wt->stuck_logged || wt->abandoned || now < wt->dying_since_ms + WORKER_ABANDON_MS ||
+            task_exited(wt->task))
+            continue;
+        wt->stuck_logged = true;
+        log_warn("task %" PRIu64 ": its pipeline has not stopped %d ms after its cancellation (a "
+                 "function that neither returns nor notices cancellation); it keeps its thread "
+                 "until the worker stops",
+                 wt->id, WORKER_ABANDON_MS);
+    }
     drain_check(w);
     worker_tick_adjust(w);
 }

@@ -83,6 +83,8 @@ struct wtask {
     bool dying;
     bool abandoned; /* its producers did not stop in time: forgotten, never freed (task_abandon) */
     bool running;   /* its producers were started (it counts against max_tasks) */
+    bool stuck_logged;       /* said once that its producers outlive their cancellation */
+    uint64_t dying_since_ms; /* when it was removed (stopped) */
     bool splits_inflight;
     bool failure_logged;
     bool end_reported;         /* the dispatcher was told at once that this task finished */

@@ -223,6 +223,23 @@ static void test_python_loop_drained(void **state)
     drained_exits(*state, "range(4) | map(py, \"stuck:spin\")", true);
 }
 
+/* A function that cannot be interrupted keeps its thread after its job is collected: the
+ * worker says so, once, rather than let it go unnoticed. */
+static void test_python_sleep_reported(void **state)
+{
+    struct cluster *c = *state;
+    struct proc reader;
+    assert_int_equal(
+        cluster_cli_spawn(c, &reader, "read", "range(4) | map(py, \"stuck:nap\")", NULL), 0);
+    assert_true(log_has(&c->workers[0], " started: dataset ", WAIT_MS));
+    assert_int_equal(proc_stop(&reader, SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_true(log_has(&c->workers[0],
+                        ": its pipeline has not stopped 3000 ms after its cancellation (a function "
+                        "that neither returns nor notices cancellation); it keeps its thread until "
+                        "the worker stops",
+                        WAIT_MS));
+}
+
 /* time.sleep cannot be interrupted: the worker abandons the thread, says so, and exits. */
 static void test_python_sleep_abandoned(void **state)
 {
@@ -241,6 +258,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_python_loop_collected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_python_loop_drained, setup, teardown),
         cmocka_unit_test_setup_teardown(test_python_sleep_abandoned, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_python_sleep_reported, setup, teardown),
 #endif
     };
     if (getenv("SLUICE_TEST_FILTER"))
