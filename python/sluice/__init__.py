@@ -718,10 +718,14 @@ def run(pipeline, plugins=None):
     return _sluice.Local(pipeline, _plugins(plugins))
 
 
-def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None):
-    """The dispatcher's status (what `sluice status --json` prints) as a dict."""
+def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
+           dataset_id=None):
+    """The dispatcher's status (what `sluice status --json` prints) as a dict. Each dataset's
+    "pipeline" is its text's first 256 bytes ("pipeline_bytes" and "pipeline_digest" name the
+    whole); with dataset_id, only that dataset, with its whole text."""
+    _text(dataset_id, "dataset_id")
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
-    return _json.loads(conn.client().status())
+    return _json.loads(conn.client().status(dataset_id))
 
 
 def save_snapshot(service, dataset_id, path, wait=True, timeout=None, auth_token_file=None,

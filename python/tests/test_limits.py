@@ -77,3 +77,21 @@ def test_dispatcher_limit_keywords_checked(keyword):
         sluice.DispatchServer(**{keyword: 0})
     with pytest.raises(TypeError):
         sluice.DispatchServer(**{keyword: "10"})
+
+
+def test_status_carries_pipeline_previews():
+    """A long pipeline's text is in the status as its first 256 bytes, its length and its
+    SHA-256; status(dataset_id=...) has the whole text."""
+    import hashlib
+    text = "list(\"" + "x" * 1000 + "\")"
+    with sluice.DispatchServer() as d:
+        ds = sluice.register_dataset(d, text)
+        entry, = sluice.status(d)["datasets"]
+        assert (entry["pipeline"], entry["pipeline_bytes"], entry["pipeline_truncated"]) == \
+            (text[:256], len(text), True)
+        assert entry["pipeline_digest"] == hashlib.sha256(text.encode()).hexdigest()
+        whole, = sluice.status(d, dataset_id=ds)["datasets"]
+        assert (whole["pipeline"], whole["pipeline_truncated"]) == (text, False)
+        with pytest.raises(sluice.NotFoundError) as e:
+            sluice.status(d, dataset_id="nope")
+        assert "dataset 'nope' not found" in str(e.value)
