@@ -251,6 +251,88 @@ static void test_sleep_us_cancelled(void **state)
     pipe_spec_free(spec);
 }
 
+/* Writes a ustar archive at path with one member per name, each holding its name as data. */
+static void write_tar(const char *path, const char *const *names, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char h[512] = {0};
+        size_t len = strlen(names[i]);
+        memcpy(h, names[i], len);
+        memcpy(h + 100, "0000644", 7);
+        memcpy(h + 108, "0000000", 7);
+        memcpy(h + 116, "0000000", 7);
+        snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
+        memcpy(h + 136, "00000000000", 11);
+        h[156] = '0';
+        memcpy(h + 257, "ustar", 6);
+        memcpy(h + 263, "00", 2);
+        memset(h + 148, ' ', 8);
+        unsigned sum = 0;
+        for (int k = 0; k < 512; k++)
+            sum += h[k];
+        snprintf((char *)h + 148, 8, "%06o", sum);
+        h[155] = ' ';
+        unsigned char data[512] = {0};
+        memcpy(data, names[i], len);
+        assert_int_equal(fwrite(h, 1, 512, f), 512);
+        assert_int_equal(fwrite(data, 1, 512, f), 512);
+    }
+    unsigned char end[1024] = {0};
+    assert_int_equal(fwrite(end, 1, sizeof end, f), sizeof end);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* File sources notice a cancelled chain between files (lines, tfrecord) and between members
+ * (tar), where long runs can pass without an element: a run cancelled before its first element
+ * ends with "cancelled", while the same run not cancelled yields its elements. */
+static void test_file_sources_cancelled(void **state)
+{
+    struct sluice_registry *reg = *state;
+    char dir[] = "/tmp/sluice-cancel-XXXXXX", path[128], text[512], err[256] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("one\ntwo\n", f);
+    assert_int_equal(fclose(f), 0);
+    static const char *const members[] = {"k1.jpg", "k1.cls", "k2.jpg", "k2.cls"};
+    snprintf(path, sizeof path, "%s/s.tar", dir);
+    write_tar(path, members, 4);
+
+    const char *fmt[] = {"lines(\"%s/*.txt\")", "tar(\"%s/*.tar\", \"jpg\", \"cls\")"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(text, sizeof text, fmt[k], dir);
+        for (int cancel = 0; cancel < 2; cancel++) {
+            struct pipe_spec *spec;
+            assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), 0);
+            struct pipe_run *run = NULL;
+            if (pipe_open(spec, reg, &run, err, sizeof(err)) != 0)
+                fail_msg("%s: %s", text, err);
+            if (cancel)
+                pipe_run_cancel(run);
+            struct sluice_element e;
+            pipe_elem_init(&e);
+            int rc = pipe_run_next(run, &e);
+            if (cancel) {
+                assert_int_equal(rc, SLUICE_ERR_CANCELLED);
+                assert_string_equal(run->ctx.err, "cancelled");
+            } else if (rc != 1) {
+                fail_msg("%s: %d %s", text, rc, run->ctx.err);
+            }
+            pipe_elem_release(&e);
+            pipe_run_free(run);
+            pipe_spec_free(spec);
+        }
+    }
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/s.tar", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_plugin_runs(void **state)
 {
     struct sluice_registry *reg = *state;
@@ -319,6 +401,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_register_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_messages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sleep_us_cancelled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_sources_cancelled, setup, teardown),
         cmocka_unit_test(test_fn_args),
         cmocka_unit_test_setup_teardown(test_plugin_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_clash_rolls_back, setup, teardown),
