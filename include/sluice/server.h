@@ -131,11 +131,18 @@ struct sluice_dispatcher_options {
      * known by the incarnation it sends when it connects; a read it closes, or that times out
      * (client_timeout_ms), frees its place. */
     uint64_t max_jobs_per_client;
+    /* Reads held at once by all the clients that connect from one address, whatever
+     * incarnations they send (--max-jobs-per-address; 0: 1000): a peer cannot escape
+     * max_jobs_per_client by reconnecting as a new client. */
+    uint64_t max_jobs_per_address;
     /* Connection limits (--handshake-timeout-ms, --max-connections, --max-handshakes): a
      * connection that has not completed its handshake (authentication included) this long after
      * it was accepted is closed (0: 10000); at most max_connections connections are open at once
-     * (0: 1024; never more than the open-file limit less 64) and at most max_handshakes are in
-     * their handshake (0: 64); beyond either, a new connection is closed at once. */
+     * (0: 1024; never more than the open-file limit less 64), beyond which a new connection is
+     * closed at once; at most max_handshakes are in their handshake (0: 64), and at most 64 of
+     * them from one address: a newcomer past either closes the oldest of those that has sent
+     * nothing (else the oldest), and one that sends nothing is closed 3 s after it connected, so
+     * idle sockets cannot keep out a peer that authenticates promptly. */
     uint32_t handshake_timeout_ms;
     unsigned max_connections;
     unsigned max_handshakes;
@@ -262,6 +269,13 @@ struct sluice_worker_options {
      * TLS) and the same checks of every request (README "Local workers"). true turns that off:
      * they connect over TCP like any other reader. */
     bool no_in_process_reads;
+    /* The most tasks the worker runs at once (--max-tasks; 1 to 100000; 0: 256), and the most
+     * bytes their buffers may hold together, counting each task's full buffer bound of 16 MiB
+     * (--max-buffer-bytes; at least 16777216; 0: 4294967296). A task past either is not started:
+     * it fails with SLUICE_ERR_TASK_FAILED and "worker HOST:PORT: task limit reached: it runs
+     * N tasks (--max-tasks)" (or "buffer limit reached: ..."), which reaches its readers. */
+    unsigned max_tasks;
+    uint64_t max_buffer_bytes;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

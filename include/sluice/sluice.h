@@ -174,6 +174,13 @@ int sluice_fn_arg_int(const struct sluice_fn_args *args, size_t k, int64_t *out)
 int sluice_fn_arg_float(const struct sluice_fn_args *args, size_t k, double *out);
 int sluice_fn_arg_string(const struct sluice_fn_args *args, size_t k, const char **out,
                          size_t *len);
+/* 1 when the pipeline running this call was cancelled (its read was collected, the worker
+ * drains or stops), else 0. A function that can run long on one element (more than about a
+ * tenth of a second) asks now and then and, once it is 1, returns SLUICE_ERR_CANCELLED. A
+ * worker abandons the thread of a function that never returns, a few seconds after the
+ * cancellation, rather than wait for it; it is then never joined. Thread-safe, cheap (no lock,
+ * no system call). */
+int sluice_fn_cancelled(const struct sluice_fn_args *args);
 
 /* A map function transforms the element in place. A filter function sets *keep to 1 to keep the
  * element and 0 to drop it. Either returns 0, or a negative code with a one-line reason written
@@ -548,6 +555,11 @@ void sluice_iterator_close(struct sluice_iterator *it);
 /* Fetches the dispatcher's status document (the JSON `sluice status --json` prints) into a new
  * malloc'd string (*json, caller frees). */
 int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen);
+/* The document carries each pipeline's text only up to its first 256 bytes (with its length and
+ * SHA-256); this fetches one dataset's entry with the whole text, {"datasets": [{...}]}, or fails
+ * with SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). */
+int sluice_status_dataset(struct sluice_client *client, const char *dataset_id, char **json,
+                          char *err, size_t errlen);
 
 /* ---- snapshots (README "Snapshots") ---- */
 

@@ -298,8 +298,9 @@ class DispatchServer(_Server):
     loopback without a token. metrics_host (None: 127.0.0.1), handshake_timeout_ms (None:
     10000), max_connections (None: 4096) and max_handshakes (None: 256) are the flags of the
     same names; with a token, /metrics wants "Authorization: Bearer TOKEN". max_datasets
-    (None: 10000), max_pipeline_bytes (None: 1048576) and max_jobs_per_client (None: 1000)
-    bound what clients can make the dispatcher hold; past one, the request fails with the
+    (None: 10000), max_pipeline_bytes (None: 1048576), max_jobs_per_client (None: 1000) and
+    max_jobs_per_address (None: 1000: reads held by all the clients of one address, whatever
+    incarnations they send) bound what clients can make the dispatcher hold; past one, the request fails with the
     limit's name and the dispatcher serves everyone else.
 
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
@@ -315,7 +316,7 @@ class DispatchServer(_Server):
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
                  max_connections=None, max_handshakes=None, max_datasets=None,
-                 max_pipeline_bytes=None, max_jobs_per_client=None):
+                 max_pipeline_bytes=None, max_jobs_per_client=None, max_jobs_per_address=None):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -339,6 +340,7 @@ class DispatchServer(_Server):
                      max_handshakes),
             _size(max_datasets, "max_datasets"), _size(max_pipeline_bytes, "max_pipeline_bytes"),
             _size(max_jobs_per_client, "max_jobs_per_client"),
+            _size(max_jobs_per_address, "max_jobs_per_address"),
         ), start)
 
     @property
@@ -384,7 +386,9 @@ class WorkerServer(_Server):
     max_connections and max_handshakes: as for DispatchServer. With a token the worker also
     refuses a dispatcher that cannot prove it. max_element_bytes (None: 134217728): an element
     or batch over it fails its task with an error its readers get, before it is allocated
-    where its size is known in advance.
+    where its size is known in advance. max_tasks (None: 256) and max_buffer_bytes (None:
+    4294967296, each task counted at its 16 MiB bound): a task past either is not started and
+    fails with the reason, which its readers get.
     """ + _SECURITY_DOC
 
     _kind = "worker"
@@ -395,7 +399,8 @@ class WorkerServer(_Server):
                  metrics_port=None, log_level="warn", python_path=None, data_roots=None,
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
-                 max_connections=None, max_handshakes=None, max_element_bytes=None):
+                 max_connections=None, max_handshakes=None, max_element_bytes=None,
+                 max_tasks=None, max_buffer_bytes=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -408,6 +413,7 @@ class WorkerServer(_Server):
             *_limits(insecure, metrics_host, handshake_timeout_ms, max_connections,
                      max_handshakes),
             _size(max_element_bytes, "max_element_bytes"),
+            _count(max_tasks, "max_tasks"), _size(max_buffer_bytes, "max_buffer_bytes"),
         ), start)
 
     def start(self):
@@ -722,10 +728,14 @@ def run(pipeline, plugins=None):
     return _sluice.Local(pipeline, _plugins(plugins))
 
 
-def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None):
-    """The dispatcher's status (what `sluice status --json` prints) as a dict."""
+def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
+           dataset_id=None):
+    """The dispatcher's status (what `sluice status --json` prints) as a dict. Each dataset's
+    "pipeline" is its text's first 256 bytes ("pipeline_bytes" and "pipeline_digest" name the
+    whole); with dataset_id, only that dataset, with its whole text."""
+    _text(dataset_id, "dataset_id")
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
-    return _json.loads(conn.client().status())
+    return _json.loads(conn.client().status(dataset_id))
 
 
 def save_snapshot(service, dataset_id, path, wait=True, timeout=None, auth_token_file=None,

@@ -102,14 +102,16 @@ static PyObject *client_register(ClientObject *self, PyObject *args, PyObject *k
     return PyUnicode_FromString(id);
 }
 
-static PyObject *client_status(ClientObject *self, PyObject *unused)
+static PyObject *client_status(ClientObject *self, PyObject *args)
 {
-    if (!client_ready(self))
+    const char *dataset_id = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &dataset_id) || !client_ready(self))
         return NULL;
     char *json = NULL, err[PYS_ERRLEN] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
-    rc = sluice_status(self->c, &json, err, sizeof err);
+    rc = dataset_id ? sluice_status_dataset(self->c, dataset_id, &json, err, sizeof err)
+                    : sluice_status(self->c, &json, err, sizeof err);
     PyEval_RestoreThread(ts);
     if (rc)
         return pys_raise(rc, err);
@@ -182,7 +184,8 @@ static PyMethodDef client_methods[] = {
     {"register", (PyCFunction)(void (*)(void))client_register, METH_VARARGS | METH_KEYWORDS,
      "register(pipeline, dataset_id=None, compression='auto', split_size=0, deterministic=False) "
      "-> dataset id"},
-    {"status", (PyCFunction)client_status, METH_NOARGS, "status() -> the status JSON text"},
+    {"status", (PyCFunction)client_status, METH_VARARGS,
+     "status(dataset_id=None) -> the status JSON text (one dataset's, with its whole pipeline)"},
     {"save_snapshot", (PyCFunction)client_save_snapshot, METH_VARARGS,
      "save_snapshot(dataset_id, path) -> the save's state (sluice_client_save_snapshot)"},
     {"snapshot_status", (PyCFunction)client_snapshot_status, METH_VARARGS,

@@ -133,23 +133,26 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "max_datasets",
                             "max_pipeline_bytes",
                             "max_jobs_per_client",
+                            "max_jobs_per_address",
                             NULL};
     struct sluice_dispatcher_options o = {0};
     int ft = 0, metrics_port = -1, insecure = 0;
     unsigned long long snapshot_every = 0, journal_max_mb = 0;
     unsigned long long max_datasets = 0, max_pipeline_bytes = 0, max_jobs_per_client = 0;
+    unsigned long long max_jobs_per_address = 0;
     PyObject *addresses = NULL, *data_roots = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKK", names, &o.host, &o.port, &o.work_dir,
+            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKKK", names, &o.host, &o.port, &o.work_dir,
             &ft, &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
             &o.autoscale_window_ms, &snapshot_every, &journal_max_mb, &addresses, &metrics_port,
             &o.log_level, &data_roots, SERVER_TARGETS(o, insecure), &max_datasets,
-            &max_pipeline_bytes, &max_jobs_per_client))
+            &max_pipeline_bytes, &max_jobs_per_client, &max_jobs_per_address))
         return -1;
     o.security.insecure = insecure;
     o.max_datasets = max_datasets;
     o.max_pipeline_bytes = max_pipeline_bytes;
     o.max_jobs_per_client = max_jobs_per_client;
+    o.max_jobs_per_address = max_jobs_per_address;
     if (self->d) {
         PyErr_SetString(PyExc_RuntimeError, "Dispatcher already started");
         return -1;
@@ -291,21 +294,23 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
     static char *names[] = {
-        "dispatcher",  "host",       "port",          "advertise",         "heartbeat_ms",
-        "threads",     "plugins",    "metrics_port",  "drain_timeout_ms",  "log_level",
-        "python_path", "data_roots", SERVER_KEYWORDS, "max_element_bytes", NULL};
+        "dispatcher",       "host",       "port",          "advertise",         "heartbeat_ms",
+        "threads",          "plugins",    "metrics_port",  "drain_timeout_ms",  "log_level",
+        "python_path",      "data_roots", SERVER_KEYWORDS, "max_element_bytes", "max_tasks",
+        "max_buffer_bytes", NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1, insecure = 0;
-    unsigned long long max_element_bytes = 0;
+    unsigned long long max_element_bytes = 0, max_buffer_bytes = 0;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "K", names,
-                                     &o.dispatcher, &o.host, &o.port, &o.advertise, &o.heartbeat_ms,
-                                     &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
-                                     &o.log_level, &python_path, &data_roots,
-                                     SERVER_TARGETS(o, insecure), &max_element_bytes))
+    if (!PyArg_ParseTupleAndKeywords(
+            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIK", names, &o.dispatcher, &o.host, &o.port,
+            &o.advertise, &o.heartbeat_ms, &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
+            &o.log_level, &python_path, &data_roots, SERVER_TARGETS(o, insecure),
+            &max_element_bytes, &o.max_tasks, &max_buffer_bytes))
         return -1;
     o.security.insecure = insecure;
     o.max_element_bytes = max_element_bytes;
+    o.max_buffer_bytes = max_buffer_bytes;
     if (self->w) {
         PyErr_SetString(PyExc_RuntimeError, "Worker already started");
         return -1;

@@ -263,3 +263,43 @@ def test_exit_while_a_worker_runs_python(module, tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60)
     assert (done.returncode, done.stdout) == (0, "0 1\n"), done.stderr
+
+
+def test_endless_function_is_interrupted(tmp_path):
+    """A function in an endless loop is interrupted at its next bytecode boundary when its task
+    stops: the worker's stop (which drains first) returns, and the process exits, within a
+    bounded time; the function sees SluiceCancelled, a BaseException."""
+    (tmp_path / "pyfn_spin.py").write_text(textwrap.dedent("""\
+        seen = []
+
+        def spin(x):
+            try:
+                while True:
+                    pass
+            except Exception:
+                seen.append("Exception")
+                raise
+            except BaseException as e:
+                seen.append(type(e).__name__)
+                raise
+    """))
+    script = textwrap.dedent(f"""\
+        import sys, time
+        sys.path.insert(0, {str(tmp_path)!r})
+        import sluice, pyfn_spin
+        d = sluice.DispatchServer()
+        w = sluice.WorkerServer(d, threads=1, python_path={str(tmp_path)!r})
+        it = iter(sluice.distribute('range(4) | map(py, "pyfn_spin:spin")', "parallel_epochs", d,
+                                    element_timeout=1))
+        try:
+            next(it)
+        except sluice.TimeoutError:
+            pass
+        t0 = time.monotonic()
+        w.stop()
+        print(round(time.monotonic() - t0) < 20, pyfn_spin.seen[:1], flush=True)
+        d.stop()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout) == (0, "True ['SluiceCancelled']\n"), done.stderr

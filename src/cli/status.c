@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "sluice/sluice.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,6 +25,7 @@
 
 static const char status_usage[] =
     "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N] [--watch [--interval-ms N]]\n"
+    "                     [--dataset ID]\n"
     "                     [--auth-token-file F] [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
     "Prints the dispatcher's workers (address, incarnation, tasks, draining, buffered\n"
@@ -33,8 +35,10 @@ static const char status_usage[] =
     "(id, dataset, path, state, chunks, chunks committed) as tables, or with --json the\n"
     "dispatcher's status document as it is (one JSON object). Rates are over the\n"
     "dispatcher's window (--autoscale-window-ms). An unreachable dispatcher is retried (see\n"
-    "--timeout-ms).\n"
+    "--timeout-ms). The document carries each pipeline's first 256 bytes, its length and its\n"
+    "SHA-256.\n"
     "\n"
+    "  --dataset ID     print that dataset's whole pipeline text (with --json, its entry)\n"
     "  --watch          print again every --interval-ms (default 2000) until Ctrl-C (exit 0),\n"
     "                   in place on a terminal; exit 1 once the dispatcher has been\n"
     "                   unreachable for longer than --timeout-ms\n"
@@ -59,11 +63,30 @@ static void watch_sleep(unsigned long long ms)
     }
 }
 
+/* The pipeline text of the one dataset in json (from sluice_status_dataset), with a newline, into
+ * *out (malloc'd). */
+static int pipeline_of(const char *json, char **out, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    json_t *ds = root ? json_array_get(json_object_get(root, "datasets"), 0) : NULL;
+    const char *text = ds ? json_string_value(json_object_get(ds, "pipeline")) : NULL;
+    int rc = 0;
+    if (text == NULL)
+        rc = err_set(err, errlen, SLUICE_ERR_PROTOCOL, "the dispatcher's reply has no pipeline");
+    else if ((*out = malloc(strlen(text) + 2)) == NULL)
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    else
+        sprintf(*out, "%s\n", text);
+    json_decref(root);
+    return rc;
+}
+
 /* Fetches the document once and writes it (as JSON or tables) to stdout, preceded by what
  * separates it from the previous refresh of a --watch (refresh > 0). Returns an exit status. */
-static int show_once(struct sluice_client *client, bool as_json, unsigned refresh, bool watch,
-                     bool tty, const char *dispatcher, unsigned long long interval_ms,
-                     unsigned long long timeout_ms)
+static int show_once(struct sluice_client *client, bool as_json, const char *dataset,
+                     unsigned refresh, bool watch, bool tty, const char *dispatcher,
+                     unsigned long long interval_ms, unsigned long long timeout_ms)
 {
     char err[1024] = "";
     char *json = NULL, *table = NULL;
@@ -71,13 +94,19 @@ static int show_once(struct sluice_client *client, bool as_json, unsigned refres
     /* What holds the request up is said after 2 s, and a timeout names it. */
     struct cli_wait wait;
     cli_wait_start(&wait, client, (uint32_t)timeout_ms);
-    int rc = sluice_status(client, &json, err, sizeof(err));
+    int rc = dataset ? sluice_status_dataset(client, dataset, &json, err, sizeof(err))
+                     : sluice_status(client, &json, err, sizeof(err));
     cli_wait_stop(&wait);
     if (rc) {
         cli_wait_error(&wait, "status", rc, err);
         return CLI_EXIT_FAIL;
     }
-    if (!as_json && (rc = status_json_table(json, &table, err, sizeof(err))) != 0) {
+    if (!as_json && dataset && (rc = pipeline_of(json, &table, err, sizeof(err))) != 0) {
+        cli_error("status", "%s", err);
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    if (!as_json && !dataset && (rc = status_json_table(json, &table, err, sizeof(err))) != 0) {
         cli_error("status", "%s", err);
         status = CLI_EXIT_FAIL;
         goto done;
@@ -114,7 +143,7 @@ done:
 
 int cli_status(int argc, char **argv)
 {
-    const char *dispatcher = NULL;
+    const char *dispatcher = NULL, *dataset = NULL;
     bool as_json = false, watch = false;
     unsigned long long timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
     unsigned long long interval_ms = STATUS_DEFAULT_INTERVAL_MS;
@@ -130,6 +159,12 @@ int cli_status(int argc, char **argv)
             dispatcher = argv[++i];
         } else if (strcmp(a, "--json") == 0) {
             as_json = true;
+        } else if (strcmp(a, "--dataset") == 0 && i + 1 < argc) {
+            dataset = argv[++i];
+            if (dataset[0] == '\0') {
+                cli_error("usage", "--dataset takes a dataset id, not ''");
+                return CLI_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--watch") == 0) {
             watch = true;
         } else if (strcmp(a, "--interval-ms") == 0 && i + 1 < argc) {
@@ -168,7 +203,8 @@ int cli_status(int argc, char **argv)
         return status;
 
     if (!watch) {
-        status = show_once(client, as_json, 0, false, false, dispatcher, interval_ms, timeout_ms);
+        status = show_once(client, as_json, dataset, 0, false, false, dispatcher, interval_ms,
+                           timeout_ms);
         sluice_client_close(client);
         return status;
     }
@@ -184,8 +220,8 @@ int cli_status(int argc, char **argv)
     sigaction(SIGTERM, &sa, &old_term);
     bool tty = isatty(STDOUT_FILENO);
     for (unsigned refresh = 0; !watch_stop; refresh++) {
-        status =
-            show_once(client, as_json, refresh, true, tty, dispatcher, interval_ms, timeout_ms);
+        status = show_once(client, as_json, dataset, refresh, true, tty, dispatcher, interval_ms,
+                           timeout_ms);
         if (status != CLI_EXIT_OK)
             break;
         watch_sleep(interval_ms);

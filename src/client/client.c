@@ -823,6 +823,22 @@ static int take_json(const Sluice__Envelope *reply, void *user, char *err, size_
     return 0;
 }
 
+int sluice_status_dataset(struct sluice_client *client, const char *dataset_id, char **json,
+                          char *err, size_t errlen)
+{
+    if (!client || !json || !dataset_id || !dataset_id[0])
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "client, dataset_id (not empty) and json are required");
+    *json = NULL;
+    Sluice__StatusRequest req = SLUICE__STATUS_REQUEST__INIT;
+    req.dataset_id = (char *)dataset_id;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_STATUS;
+    env.status = &req;
+    return client_request(client, &env, SLUICE__ENVELOPE__BODY_STATUS_REPLY, take_json, json, NULL,
+                          err, errlen);
+}
+
 int sluice_status(struct sluice_client *client, char **json, char *err, size_t errlen)
 {
     if (!client || !json)

@@ -327,6 +327,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
             fail(c, (int)nread, nread == UV_EOF ? "closed by peer" : uv_strerror((int)nread));
         return;
     }
+    c->heard = true;
     if (c->draining)
         return;
     if (c->tls) {

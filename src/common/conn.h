@@ -131,6 +131,7 @@ struct conn {
     bool draining;      /* closes once the queued writes are done; reads nothing more */
     bool closing;       /* uv_close has been called */
     bool sniffed;       /* the first bytes read have been checked for a TLS record */
+    bool heard;         /* at least one byte has been read from the peer */
     bool tls_accepting; /* TLS: this end accepted the connection */
     /* The stream is one end of an in-process socket pair (local.h), opened by the owner with
      * uv_tcp_open: conn_start sets no TCP option and asks for no peer address (the owner names

@@ -20,10 +20,14 @@
  * peer address.
  *
  * Limits: until its handshake is done a connection may send frames of at most
- * RPC_HANDSHAKE_MAX_FRAME bytes and must finish within the handshake timeout; beyond
- * max_connections open connections, or max_handshakes connections still in their handshake, a
- * new connection is accepted and closed at once (so the listener never stalls), with a log line
- * at most every 10 s.
+ * RPC_HANDSHAKE_MAX_FRAME bytes and must finish within the handshake timeout, and one that has
+ * sent nothing at all is closed sooner (RPC_IDLE_HANDSHAKE_TIMEOUT_MS). Beyond max_connections
+ * open connections a new connection is accepted and closed at once (so the listener never
+ * stalls), with a log line at most every 10 s. Connections in their handshake never lock out a
+ * newcomer: when max_handshakes are in their handshake, or max_handshakes_per_address from the
+ * newcomer's address, the oldest of them that has sent nothing (else the oldest) is closed to
+ * make room, so strangers holding idle sockets cannot keep a peer that authenticates promptly
+ * out, and one address can only ever displace its own connections.
  *
  * Threading: every object belongs to the loop it was created on, and every function here must be
  * called on that loop's thread. Callbacks run on that thread.
@@ -55,6 +59,12 @@
 /* Server limits on connections that have not completed their handshake (rpc_server_opts). */
 #define RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS 10000
 #define RPC_DEFAULT_MAX_HANDSHAKES 256
+/* A connection that has sent no byte this long after its accept is closed (never later than the
+ * handshake timeout): every client and worker sends its Hello (or its TLS ClientHello) at once. */
+#define RPC_IDLE_HANDSHAKE_TIMEOUT_MS 3000
+/* The most connections in their handshake from one peer address; 0 in rpc_server_opts means this,
+ * never more than max_handshakes. */
+#define RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS 64
 #define RPC_HANDSHAKE_MAX_FRAME 4096
 /* The default ceiling on a server's open connections (a thousand workers and their readers fit);
  * never above the open-file limit (soft RLIMIT_NOFILE, which a server raises towards its hard
@@ -106,6 +116,8 @@ struct rpc_server_opts {
     unsigned max_connections;
     /* The most connections still in their handshake at once; 0: RPC_DEFAULT_MAX_HANDSHAKES. */
     unsigned max_handshakes;
+    /* The most of them from one peer address; 0: RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS. */
+    unsigned max_handshakes_per_address;
     rpc_request_cb on_request;
     rpc_conn_cb on_open, on_close;
     void *user;
@@ -128,6 +140,8 @@ uint64_t rpc_server_auth_failures(const struct rpc_server *srv);
  * closed because their handshake timed out. */
 uint64_t rpc_server_refused(const struct rpc_server *srv);
 uint64_t rpc_server_handshake_timeouts(const struct rpc_server *srv);
+/* Connections in their handshake closed to make room for a newer one. */
+uint64_t rpc_server_handshake_evictions(const struct rpc_server *srv);
 /* The effective max_connections. */
 unsigned rpc_server_max_connections(const struct rpc_server *srv);
 /* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */

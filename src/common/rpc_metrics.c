@@ -20,8 +20,7 @@ int rpc_metrics_create(struct metrics *reg, struct rpc_metrics *m)
                      &m->auth_failures);
     if (rc == 0)
         rc = counter(reg, "sluice_connections_refused_total",
-                     "Connections closed at accept because --max-connections or --max-handshakes "
-                     "was reached.",
+                     "Connections closed at accept because --max-connections was reached.",
                      &m->refused);
     if (rc == 0)
         rc = counter(reg, "sluice_handshake_timeouts_total",

@@ -15,8 +15,13 @@
  * the log; a failed TLS handshake (opts.sec with TLS: every accepted connection is a TLS server
  * connection, conn.h) is one of those failures. Nothing one connection does affects another.
  *
- * Limits: connections still in their handshake wait on a FIFO list (all have the same timeout,
- * so the head expires first) watched by one timer. Beyond max_connections (or max_handshakes) a
+ * Limits: connections still in their handshake wait on a list in the order of their accept,
+ * watched by one timer; one that has sent nothing is due at its accept plus the idle timeout, the
+ * others at their accept plus the handshake timeout (the list is at most max_handshakes long, so
+ * the timer scans it). A newcomer that finds max_handshakes in their handshake, or
+ * max_handshakes_per_address from its own address, closes the oldest of those that has sent
+ * nothing (else the oldest): strangers holding idle sockets cannot lock out a peer that
+ * authenticates promptly, and an address only ever displaces its own. Beyond max_connections a
  * new connection is accepted into a spare handle and closed at once: libuv stops watching the
  * listener until a pending connection is accepted, so refusing must not depend on an
  * allocation, and the listener never stalls.
@@ -46,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -62,7 +68,7 @@ struct rpc_conn {
     /* In srv's handshake list while the handshake is under way (pending). */
     struct rpc_conn *hs_prev, *hs_next;
     bool pending;
-    uint64_t deadline; /* loop time (ms) by which the handshake must be done */
+    uint64_t accepted; /* loop time (ms) of the accept, for the handshake's deadlines */
     unsigned refs;
     bool greeted; /* the handshake is done: on_open ran */
     struct auth_hs hs;
@@ -83,12 +89,12 @@ struct rpc_server {
     unsigned nconns;
     struct rpc_conn *hs_head, *hs_tail; /* connections in their handshake, oldest first */
     unsigned nhandshakes;
-    unsigned max_conns, max_handshakes;
-    uint32_t hs_timeout_ms;
+    unsigned max_conns, max_handshakes, max_handshakes_per_address;
+    uint32_t hs_timeout_ms, idle_timeout_ms;
     uv_timer_t hs_timer; /* due when the oldest handshake runs out */
     /* Refused connections are accepted into spare and closed at once (see the top). */
     struct listen_spare spare;
-    uint64_t auth_failures, refused, timeouts;
+    uint64_t auth_failures, refused, timeouts, evictions;
     uint64_t refused_unlogged; /* refused since the last line about it */
     uint64_t refused_logged_ms;
     bool refused_ever_logged;
@@ -254,10 +260,85 @@ static void hs_remove(struct rpc_server *srv, struct rpc_conn *rc)
     srv->nhandshakes--;
 }
 
-static void hs_append(struct rpc_server *srv, struct rpc_conn *rc)
+/* When rc's handshake runs out: sooner while it has sent nothing at all. */
+static uint64_t hs_deadline(const struct rpc_server *srv, const struct rpc_conn *rc)
 {
+    return rc->accepted + (rc->conn.heard ? srv->hs_timeout_ms : srv->idle_timeout_ms);
+}
+
+/* The length of the address part of a peer name "IP:PORT" ("[V6]:PORT"; a name without a port,
+ * such as "in-process", is all address). */
+static size_t peer_addr_len(const char *peer)
+{
+    const char *colon = strrchr(peer, ':');
+    return colon ? (size_t)(colon - peer) : strlen(peer);
+}
+
+static bool same_addr(const char *a, size_t alen, const char *b)
+{
+    return peer_addr_len(b) == alen && memcmp(a, b, alen) == 0;
+}
+
+/* Whether rc has sent nothing: not a byte read, and none waiting in its socket (one the loop has
+ * not read yet, in this iteration of a busy loop, counts as sent). */
+static bool hs_silent(struct rpc_conn *rc)
+{
+    if (rc->conn.heard)
+        return false;
+    uv_os_fd_t fd;
+    int unread = 0;
+    if (uv_fileno((const uv_handle_t *)&rc->conn.tcp, &fd) == 0 &&
+        ioctl(fd, FIONREAD, &unread) == 0 && unread > 0)
+        rc->conn.heard = true;
+    return !rc->conn.heard;
+}
+
+/* The oldest connection in the handshake list from address addr (alen bytes; NULL: any) that has
+ * sent nothing, else the oldest from it; NULL when there is none. */
+static struct rpc_conn *hs_oldest(struct rpc_server *srv, const char *addr, size_t alen)
+{
+    struct rpc_conn *oldest = NULL;
+    for (struct rpc_conn *rc = srv->hs_head; rc; rc = rc->hs_next) {
+        if (addr && !same_addr(addr, alen, rc->conn.peer))
+            continue;
+        if (oldest == NULL)
+            oldest = rc;
+        if (hs_silent(rc))
+            return rc;
+    }
+    return oldest;
+}
+
+/* Makes room for newcomer in the handshake list: when the list is full, or holds
+ * max_handshakes_per_address connections from newcomer's address, closes the oldest of those
+ * (the whole list's, or that address's) that has sent nothing, else the oldest of them. */
+static void hs_make_room(struct rpc_server *srv, const struct rpc_conn *newcomer)
+{
+    const char *addr = newcomer->conn.peer;
+    size_t alen = peer_addr_len(addr);
+    unsigned same = 0;
+    for (struct rpc_conn *rc = srv->hs_head; rc; rc = rc->hs_next)
+        same += same_addr(addr, alen, rc->conn.peer);
+    struct rpc_conn *victim = NULL;
+    if (same >= srv->max_handshakes_per_address)
+        victim = hs_oldest(srv, addr, alen);
+    else if (srv->nhandshakes >= srv->max_handshakes)
+        victim = hs_oldest(srv, NULL, 0);
+    if (victim == NULL)
+        return;
+    hs_remove(srv, victim);
+    srv->evictions++;
+    peer_log(srv, victim, "closed in its handshake (%s) to make room for a newer connection",
+             victim->conn.heard ? "incomplete" : "silent");
+    conn_close(&victim->conn);
+}
+
+/* Puts rc, whose peer name is set, at the end of the handshake list, making room first. */
+static void hs_admit(struct rpc_server *srv, struct rpc_conn *rc)
+{
+    hs_make_room(srv, rc);
     rc->pending = true;
-    rc->deadline = uv_now(srv->loop) + srv->hs_timeout_ms;
+    rc->accepted = uv_now(srv->loop);
     rc->hs_next = NULL;
     rc->hs_prev = srv->hs_tail;
     if (srv->hs_tail)
@@ -266,25 +347,39 @@ static void hs_append(struct rpc_server *srv, struct rpc_conn *rc)
         srv->hs_head = rc;
     srv->hs_tail = rc;
     srv->nhandshakes++;
-    /* The timer is due for the head at the latest; a later deadline needs no change. */
-    if (!uv_is_active((uv_handle_t *)&srv->hs_timer))
-        uv_timer_start(&srv->hs_timer, on_hs_timer, srv->hs_timeout_ms, 0);
+    /* rc is due at the idle timeout: the timer must be due no later. */
+    if (!uv_is_active((uv_handle_t *)&srv->hs_timer) ||
+        uv_timer_get_due_in(&srv->hs_timer) > srv->idle_timeout_ms)
+        uv_timer_start(&srv->hs_timer, on_hs_timer, srv->idle_timeout_ms, 0);
 }
 
 static void on_hs_timer(uv_timer_t *t)
 {
     struct rpc_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
-    while (srv->hs_head && srv->hs_head->deadline <= now) {
-        struct rpc_conn *rc = srv->hs_head;
-        hs_remove(srv, rc);
-        srv->timeouts++;
-        peer_log(srv, rc, "no handshake within %" PRIu32 " ms; closing the connection",
-                 srv->hs_timeout_ms);
-        conn_close(&rc->conn);
+    uint64_t next = UINT64_MAX;
+    struct rpc_conn *rc = srv->hs_head;
+    while (rc) {
+        struct rpc_conn *following = rc->hs_next;
+        uint64_t due = hs_deadline(srv, rc);
+        if (due > now) {
+            if (due < next)
+                next = due;
+        } else {
+            hs_remove(srv, rc);
+            srv->timeouts++;
+            if (rc->conn.heard)
+                peer_log(srv, rc, "no handshake within %" PRIu32 " ms; closing the connection",
+                         srv->hs_timeout_ms);
+            else
+                peer_log(srv, rc, "nothing received within %" PRIu32 " ms; closing the connection",
+                         srv->idle_timeout_ms);
+            conn_close(&rc->conn);
+        }
+        rc = following;
     }
-    if (srv->hs_head)
-        uv_timer_start(&srv->hs_timer, on_hs_timer, srv->hs_head->deadline - now, 0);
+    if (next != UINT64_MAX)
+        uv_timer_start(&srv->hs_timer, on_hs_timer, next - now, 0);
 }
 
 /* The handshake is done: the connection is open to requests. */
@@ -441,7 +536,6 @@ static void conn_enlist(struct rpc_server *srv, struct rpc_conn *rc, const uint8
     auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
                  sec ? sec->token_len : 0, nonce);
     conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
-    hs_append(srv, rc);
 }
 
 static void on_connection(uv_stream_t *listener, int status)
@@ -453,10 +547,6 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     if (srv->nconns >= srv->max_conns) {
         refuse(srv, "--max-connections reached");
-        return;
-    }
-    if (srv->nhandshakes >= srv->max_handshakes) {
-        refuse(srv, "too many connections in their handshake (--max-handshakes)");
         return;
     }
     /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
@@ -492,8 +582,10 @@ static void on_connection(uv_stream_t *listener, int status)
     }
     if (err == 0)
         err = conn_start(&rc->conn);
-    if (err == 0)
+    if (err == 0) {
+        hs_admit(srv, rc); /* the peer's address is known now */
         err = conn_send_hello(&rc->conn, srv->opts.role, srv->opts.incarnation, &rc->hs);
+    }
     if (err != 0) {
         log_debug("rpc: accept on %s:%d: %s", srv->host, srv->port, sluice_strerror(err));
         conn_close(&rc->conn);
@@ -534,6 +626,7 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link 
     rc->local = true;
     snprintf(rc->conn.peer, sizeof rc->conn.peer, "in-process");
     conn_enlist(srv, rc, nonce);
+    hs_admit(srv, rc);
     err = uv_tcp_open(&rc->conn.tcp, fd);
     if (err != 0) {
         /* The handle never took fd: it is still the caller's, and the conn closes empty (with
@@ -634,6 +727,14 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
     srv->max_conns = cap_to_fd_limit(opts->max_connections ? opts->max_connections
                                                            : RPC_DEFAULT_MAX_CONNECTIONS);
     srv->max_handshakes = opts->max_handshakes ? opts->max_handshakes : RPC_DEFAULT_MAX_HANDSHAKES;
+    srv->max_handshakes_per_address = opts->max_handshakes_per_address
+                                          ? opts->max_handshakes_per_address
+                                          : RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS;
+    if (srv->max_handshakes_per_address > srv->max_handshakes)
+        srv->max_handshakes_per_address = srv->max_handshakes;
+    srv->idle_timeout_ms = srv->hs_timeout_ms < RPC_IDLE_HANDSHAKE_TIMEOUT_MS
+                               ? srv->hs_timeout_ms
+                               : RPC_IDLE_HANDSHAKE_TIMEOUT_MS;
     ratelimit_init(&srv->peer_log, PEER_LOG_INTERVAL_MS);
     srv->port = port;
     srv->handles = 1;
@@ -687,6 +788,11 @@ uint64_t rpc_server_refused(const struct rpc_server *srv)
 uint64_t rpc_server_handshake_timeouts(const struct rpc_server *srv)
 {
     return srv->timeouts;
+}
+
+uint64_t rpc_server_handshake_evictions(const struct rpc_server *srv)
+{
+    return srv->evictions;
 }
 
 unsigned rpc_server_max_connections(const struct rpc_server *srv)

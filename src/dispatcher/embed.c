@@ -189,6 +189,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .max_datasets = o->max_datasets,
         .max_pipeline_bytes = o->max_pipeline_bytes,
         .max_jobs_per_client = o->max_jobs_per_client,
+        .max_jobs_per_address = o->max_jobs_per_address,
         .handshake_timeout_ms = o->handshake_timeout_ms,
         .max_connections = o->max_connections,
         .max_handshakes = o->max_handshakes,

@@ -271,6 +271,26 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
         snprintf(msg, sizeof msg, "dataset '%s' not found", req->dataset_id);
         goto refused;
     }
+    /* Counted by address, which a peer cannot change by reconnecting with a new incarnation
+     * (the per-client limit counts by incarnation, in the plan). */
+    char addr[OWNERS_ADDR_MAX];
+    const char *peer = rpc_conn_peer_name(conn);
+    const char *colon = strrchr(peer, ':');
+    snprintf(addr, sizeof addr, "%.*s", (int)(colon ? colon - peer : (ptrdiff_t)strlen(peer)),
+             peer);
+    if (owners_note(&d->owners, &d->st, rpc_conn_peer_incarnation(conn), addr) < 0) {
+        code = SLUICE_ERR_NOMEM;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto refused;
+    }
+    size_t held = owners_held(&d->owners, &d->st, addr);
+    if (d->max_jobs_per_address && held >= d->max_jobs_per_address) {
+        code = SLUICE_ERR_LIMIT;
+        snprintf(msg, sizeof msg,
+                 "job limit reached: clients at %s hold %zu jobs (--max-jobs-per-address)", addr,
+                 held);
+        goto refused;
+    }
 
     /* Coordinated reads and cross-trainer caches need a pipeline that never ends; the plan
      * refuses one that does. The definition is small and decoding it touches no disk. */

@@ -32,7 +32,7 @@ static const char usage[] =
     "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
     "                         [--data-root DIR]...\n"
     "                         [--max-datasets N] [--max-pipeline-bytes N]\n"
-    "                         [--max-jobs-per-client N]\n"
+    "                         [--max-jobs-per-client N] [--max-jobs-per-address N]\n"
     "                         [--auth-token-file F] [--tls-cert F --tls-key F] [--tls-ca F]\n"
     "                         [--insecure] [--metrics-host H] [--handshake-timeout-ms N]\n"
     "                         [--max-connections N] [--max-handshakes N]\n"
@@ -78,6 +78,9 @@ static const char usage[] =
     "  --max-pipeline-bytes N   refuse a pipeline whose definition or text is over N bytes\n"
     "                           (default 1048576)\n"
     "  --max-jobs-per-client N  refuse a client a read when it already holds N open\n"
+    "                           (default 1000)\n"
+    "  --max-jobs-per-address N refuse a read when the clients connecting from its address\n"
+    "                           already hold N open, whatever incarnations they send\n"
     "                           (default 1000)\n" SEC_USAGE_SERVER
     "  --help                   print this help\n"
     "  --version                print the version\n";
@@ -105,6 +108,7 @@ struct config {
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     long long autoscale_window_ms;
     long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
+    long long max_jobs_per_address;                                  /* 0: the default */
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;
@@ -230,6 +234,7 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--max-datasets",
                                             "--max-pipeline-bytes",
                                             "--max-jobs-per-client",
+                                            "--max-jobs-per-address",
                                             "--auth-token-file",
                                             "--tls-cert",
                                             "--tls-key",
@@ -306,7 +311,8 @@ static int parse_args(int argc, char **argv, struct config *c)
             c->journal_max_mb = v;
         } else if (strcmp(name, "--max-datasets") == 0 ||
                    strcmp(name, "--max-pipeline-bytes") == 0 ||
-                   strcmp(name, "--max-jobs-per-client") == 0) {
+                   strcmp(name, "--max-jobs-per-client") == 0 ||
+                   strcmp(name, "--max-jobs-per-address") == 0) {
             if (!parse_num(value, 1, LLONG_MAX, &v)) {
                 fail("usage", "%s: expected a number from 1, found '%s'", name, value);
                 return -1;
@@ -315,8 +321,10 @@ static int parse_args(int argc, char **argv, struct config *c)
                 c->max_datasets = v;
             else if (strcmp(name, "--max-pipeline-bytes") == 0)
                 c->max_pipeline_bytes = v;
-            else
+            else if (strcmp(name, "--max-jobs-per-client") == 0)
                 c->max_jobs_per_client = v;
+            else
+                c->max_jobs_per_address = v;
         } else if (strcmp(name, "--log-level") == 0) {
             if (log_level_parse(value, &c->log_level) < 0) {
                 fail("usage", "--log-level: expected debug, info, warn, error or off, found '%s'",
@@ -436,6 +444,7 @@ int main(int argc, char **argv)
         .max_datasets = (uint64_t)c.max_datasets,
         .max_pipeline_bytes = (uint64_t)c.max_pipeline_bytes,
         .max_jobs_per_client = (uint64_t)c.max_jobs_per_client,
+        .max_jobs_per_address = (uint64_t)c.max_jobs_per_address,
     };
     char err[1024];
     struct sluice_dispatcher *d;

@@ -399,10 +399,39 @@ const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const str
 
 /* ---- Status ---------------------------------------------------------------------------------- */
 
+/* A status request: the whole document, or one dataset's (dataset_id non-empty). */
+struct status_req {
+    struct req r; /* first member */
+    char dataset_id[ST_ID_MAX];
+};
+
 static void status_done(struct dispatcher *d, int status, void *ctx)
 {
     struct req *r = ctx;
+    const char *dataset_id = ((struct status_req *)ctx)->dataset_id;
     char *json = NULL;
+    int rc;
+    if (status >= 0 && dataset_id[0]) {
+        rc = status_dataset_json(&d->st, dataset_id, &json);
+        if (rc == SLUICE_ERR_NOT_FOUND) {
+            char msg[ST_ID_MAX + 64];
+            snprintf(msg, sizeof msg, "dataset '%s' not found", dataset_id);
+            dispatcher_refuse(r->conn, r->id, rc, msg);
+        } else if (rc < 0) {
+            dispatcher_refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
+        } else {
+            Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
+            body.json = json;
+            Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+            env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
+            env.status_reply = &body;
+            dispatcher_send_reply(r, &env);
+        }
+        free(json);
+        dispatcher_req_done(r);
+        free(r);
+        return;
+    }
     struct status_extra extra;
     observe_status(d->obs, &d->st, &extra);
     uint64_t now = uv_now(d->loop);
@@ -438,11 +467,18 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
 
 static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice__Envelope *env)
 {
-    struct req *r = calloc(1, sizeof *r);
-    if (!r) {
+    const char *dataset_id = env->status && env->status->dataset_id ? env->status->dataset_id : "";
+    if (strlen(dataset_id) >= ST_ID_MAX) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, "dataset id too long");
+        return;
+    }
+    struct status_req *sr = calloc(1, sizeof *sr);
+    if (!sr) {
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
         return;
     }
+    strcpy(sr->dataset_id, dataset_id);
+    struct req *r = &sr->r;
     dispatcher_req_init(r, d, conn, env->id);
     dispatcher_commit(d, &d->ups, status_done, r);
 }
@@ -509,6 +545,7 @@ static void dispatcher_free(struct dispatcher *d)
     state_release(&d->st);
     st_update_list_release(&d->ups);
     free(d->worker_seen.v);
+    owners_free(&d->owners);
     free(d->worker_touched.v);
     free(d->client_seen.v);
     free(d->idle_since.v);
@@ -647,6 +684,8 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
         goto fail;
     }
+    d->max_jobs_per_address = opts->max_jobs_per_address ? opts->max_jobs_per_address
+                                                         : DISPATCHER_DEFAULT_MAX_JOBS_PER_ADDRESS;
     d->st.limits = (struct st_limits){
         .max_datasets = opts->max_datasets ? opts->max_datasets : DISPATCHER_DEFAULT_MAX_DATASETS,
         .max_pipeline_bytes = opts->max_pipeline_bytes ? opts->max_pipeline_bytes

@@ -71,11 +71,15 @@ struct dispatcher_opts {
     uint64_t max_datasets;        /* 0: DISPATCHER_DEFAULT_MAX_DATASETS */
     uint64_t max_pipeline_bytes;  /* 0: DISPATCHER_DEFAULT_MAX_PIPELINE_BYTES */
     uint64_t max_jobs_per_client; /* 0: DISPATCHER_DEFAULT_MAX_JOBS_PER_CLIENT */
+    /* Reads held by all the clients connecting from one address (owners.h); 0:
+     * DISPATCHER_DEFAULT_MAX_JOBS_PER_ADDRESS. */
+    uint64_t max_jobs_per_address;
 };
 
 #define DISPATCHER_DEFAULT_MAX_DATASETS 10000u
 #define DISPATCHER_DEFAULT_MAX_PIPELINE_BYTES (1u << 20)
 #define DISPATCHER_DEFAULT_MAX_JOBS_PER_CLIENT 1000u
+#define DISPATCHER_DEFAULT_MAX_JOBS_PER_ADDRESS 1000u
 
 /* Recovers the state from the journal (fault-tolerant mode), binds, listens and starts the timer.
  * The Hello incarnation is the journal's in fault-tolerant mode, else a fresh random number per

@@ -12,6 +12,7 @@
 #include "capcache.h"
 #include "journal_thread.h"
 #include "observe.h"
+#include "owners.h"
 #include "update_codec.h"
 #include "common/rows.h"
 #include "coverage.h"
@@ -75,6 +76,9 @@ struct dispatcher {
     struct ratelimit refusals;
 
     struct soft_table worker_seen, client_seen, idle_since;
+    /* The peer address of each client owner, for --max-jobs-per-address (owners.h). */
+    struct owners owners;
+    uint64_t max_jobs_per_address; /* 0: no limit */
     /* distributed_epoch tasks: since when the worker reports a task settled (everything it
      * produced was fetched) while it still holds leases, and when it was last leased splits. */
     struct soft_table settled_since, leased_at;

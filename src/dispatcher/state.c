@@ -7,6 +7,7 @@
 #include "state_internal.h"
 
 #include "common/fnv.h"
+#include "common/sha256.h"
 
 #include <assert.h>
 
@@ -621,6 +622,7 @@ static int apply_dataset(struct state *s, const struct st_update *u)
     d->compression = u->compression;
     d->split_size = u->split_size;
     d->text = text;
+    sha256_hex(text, strlen(text), d->digest);
     d->generated = u->id != 0;
     if (u->id != 0)
         s->next_dataset_id = max_u64(s->next_dataset_id, u->id + 1);

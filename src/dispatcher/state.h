@@ -25,6 +25,7 @@
 
 #include "common/u64map.h"
 #include "common/mode.h"
+#include "common/sha256.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,6 +63,9 @@ struct st_dataset {
     uint64_t split_size;
     char *text;     /* canonical pipeline text */
     bool generated; /* the id was generated from next_dataset_id (a decimal counter) */
+    /* SHA-256 of text (hex), derived when the dataset enters the state (apply or snapshot), so
+     * that the status document can name a pipeline without copying it. Not journalled. */
+    char digest[SHA256_HEX_LEN + 1];
 };
 
 struct st_job {

@@ -146,15 +146,36 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
     return o;
 }
 
-static json_t *dataset_json(struct builder *b, const struct st_dataset *d)
+/* The pipeline text, whole when full or when it fits STATUS_PIPELINE_PREVIEW bytes, else its
+ * first bytes (cut at a character boundary). */
+static json_t *pipeline_text(const char *s, bool full)
+{
+    size_t len = strlen(s);
+    if (full || len <= STATUS_PIPELINE_PREVIEW)
+        return text(s);
+    size_t cut = STATUS_PIPELINE_PREVIEW;
+    while (cut > 0 && ((unsigned char)s[cut] & 0xC0) == 0x80)
+        cut--;
+    char preview[STATUS_PIPELINE_PREVIEW + 1];
+    memcpy(preview, s, cut);
+    preview[cut] = '\0';
+    return text(preview);
+}
+
+static json_t *dataset_json(struct builder *b, const struct st_dataset *d, bool full)
 {
     json_t *o = json_object();
     if (!o) {
         b->failed = true;
         return NULL;
     }
+    const char *pipeline = d->text ? d->text : "";
+    size_t len = strlen(pipeline);
     put(b, o, "id", text(d->id));
-    put(b, o, "pipeline", text(d->text ? d->text : ""));
+    put(b, o, "pipeline", pipeline_text(pipeline, full));
+    put(b, o, "pipeline_bytes", u64(len));
+    put(b, o, "pipeline_digest", json_string(d->digest));
+    put(b, o, "pipeline_truncated", json_boolean(!full && len > STATUS_PIPELINE_PREVIEW));
     put(b, o, "compression", json_string(d->compression == 1 ? "none" : "auto"));
     put(b, o, "split_size", d->split_size ? u64(d->split_size) : json_null());
     return o;
@@ -312,6 +333,21 @@ static json_t *config_json(struct builder *b, const struct status_extra *x)
     return o;
 }
 
+/* Writes root (released here) as compact JSON into *out (malloc'd). */
+static int dump(struct builder *b, json_t *root, char **out)
+{
+    char *text = b->failed ? NULL : json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    if (!text)
+        return SLUICE_ERR_NOMEM;
+    /* Hand out memory from plain malloc whatever allocator jansson was given. */
+    *out = strdup(text);
+    json_free_t jfree;
+    json_get_alloc_funcs(NULL, &jfree);
+    jfree(text);
+    return *out ? 0 : SLUICE_ERR_NOMEM;
+}
+
 int status_json(const struct state *s, char **out)
 {
     return status_json_extra(s, NULL, out);
@@ -332,7 +368,7 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
     for (size_t i = 0; i < s->nworkers; i++)
         append(&b, workers, worker_json(&b, s, x, &s->workers[i]));
     for (size_t i = 0; i < s->ndatasets; i++)
-        append(&b, datasets, dataset_json(&b, &s->datasets[i]));
+        append(&b, datasets, dataset_json(&b, &s->datasets[i], false));
     for (size_t i = 0; i < s->njobs; i++)
         append(&b, jobs, job_json(&b, s, x, &s->jobs[i]));
     if (x) {
@@ -351,14 +387,22 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
             append(&b, saves, save_json(&b, s, &s->saves[i]));
         put(&b, root, "saves", saves);
     }
-    char *text = b.failed ? NULL : json_dumps(root, JSON_COMPACT);
-    json_decref(root);
-    if (!text)
+    return dump(&b, root, out);
+}
+
+int status_dataset_json(const struct state *s, const char *dataset_id, char **out)
+{
+    const struct st_dataset *d = state_dataset(s, dataset_id);
+    if (d == NULL)
+        return SLUICE_ERR_NOT_FOUND;
+    struct builder b = {false};
+    json_t *root = json_object(), *datasets = json_array();
+    if (!root || !datasets) {
+        json_decref(datasets);
+        json_decref(root);
         return SLUICE_ERR_NOMEM;
-    /* Hand out memory from plain malloc whatever allocator jansson was given. */
-    *out = strdup(text);
-    json_free_t jfree;
-    json_get_alloc_funcs(NULL, &jfree);
-    jfree(text);
-    return *out ? 0 : SLUICE_ERR_NOMEM;
+    }
+    append(&b, datasets, dataset_json(&b, d, true));
+    put(&b, root, "datasets", datasets);
+    return dump(&b, root, out);
 }

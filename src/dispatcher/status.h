@@ -6,7 +6,9 @@
  *                   "draining": false, "tasks": [3, 4],
  *                   "buffered": 120, "buffered_bytes": 98304, "elements_per_second": 5120.5,
  *                   "bytes_per_second": 4194304.0, "heartbeat_age_ms": 310 (null: none yet)}],
- *     "datasets": [{"id": "1", "pipeline": "range(10) | map(square)", "compression": "auto"}],
+ *     "datasets": [{"id": "1", "pipeline": "range(10) | map(square)", "pipeline_bytes": 23,
+ *                   "pipeline_digest": "9f2b...c4" (SHA-256 of the text, 64 hex digits),
+ *                   "pipeline_truncated": false, "compression": "auto", "split_size": null}],
  *     "recommended_workers": 3,
  *     "config":   {"worker_timeout_ms": 10000, "client_timeout_ms": 30000,
  *                  "job_gc_timeout_ms": 60000, "worker_heartbeat_ms": 1000,
@@ -21,6 +23,11 @@
  *                              "returned": 1, "finished": 2}}]
  *   }
  *
+ * A pipeline's text is there whole only up to STATUS_PIPELINE_PREVIEW bytes; a longer one is cut
+ * to its first bytes ("pipeline_truncated": true), so the document grows with the number of
+ * datasets and not with their texts (80 datasets of 1 MB made an 80 MB reply, built again for
+ * every request); status_dataset_json() has one dataset's whole text.
+ *
  * Workers are listed by id, datasets by id, jobs by id. "splits" is present only for
  * distributed_epoch jobs whose iteration is not collected; "returned" counts splits handed back
  * by a lost worker and waiting to be leased again. The incarnation is a hex string because a
@@ -33,9 +40,16 @@
 
 #include "state.h"
 
+/* The most bytes of a pipeline's text the document carries (see above). */
+#define STATUS_PIPELINE_PREVIEW 256
+
 /* Builds the document. On success returns 0 and *out is a NUL-terminated, malloc'd string the
  * caller frees with free(). Returns SLUICE_ERR_NOMEM on allocation failure. */
 int status_json(const struct state *s, char **out);
+
+/* The document of one dataset, with its whole text: {"datasets": [{...}]}. Returns as
+ * status_json(), or SLUICE_ERR_NOT_FOUND when there is no dataset_id. */
+int status_dataset_json(const struct state *s, const char *dataset_id, char **out);
 
 /* What a task's worker last reported of it, with its rates over the dispatcher's window
  * (dispatcher/rates.h): elements and encoded bytes served to readers per second, and what its

@@ -7,6 +7,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/sha256.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -486,6 +487,7 @@ static int decode_datasets(const Sluice__Snapshot *m, struct state *s, record_de
         row->text = strdup(d->text);
         if (!row->text)
             return NOMEM();
+        sha256_hex(row->text, strlen(row->text), row->digest);
         int rc = lookup(user, d->id, &row->def, &row->def_len, err, errlen);
         if (rc < 0)
             return rc;

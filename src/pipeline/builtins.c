@@ -22,6 +22,8 @@
 
 /* The largest bytes(N): elements must fit in a frame and in memory. */
 #define BYTES_MAX ((int64_t)1 << 30)
+/* sleep_us(N): one minute of simulated work per element at most. */
+#define SLEEP_US_MAX ((int64_t)60000000)
 
 enum arith { ARITH_SQUARE, ARITH_ADD, ARITH_MUL, ARITH_MOD };
 
@@ -318,16 +320,24 @@ static int64_t mono_ns(void)
 }
 
 /* Burns CPU rather than sleeping: the point is to occupy a core the way real preprocessing
- * does, so thread counts and prefetching behave as they would under load. */
+ * does, so thread counts and prefetching behave as they would under load. N is at most
+ * SLEEP_US_MAX (check_sleep), and the chain's cancellation is noticed within about a
+ * millisecond. */
 static int fn_sleep_us(struct sluice_element *e, const struct sluice_fn_args *a, void *user,
                        char *err, size_t errlen)
 {
     int64_t us = a->v[0].i;
     if (us <= 0)
         return 0;
-    int64_t start = mono_ns();
-    int64_t deadline = us > (INT64_MAX - start) / 1000 ? INT64_MAX : start + us * 1000;
-    while (mono_ns() < deadline) {
+    int64_t now = mono_ns();
+    int64_t deadline = now + us * 1000;
+    int64_t next_check = now + 1000000;
+    while ((now = mono_ns()) < deadline) {
+        if (now >= next_check) {
+            if (sluice_fn_cancelled(a))
+                return err_set(err, errlen, SLUICE_ERR_CANCELLED, "cancelled");
+            next_check = now + 1000000;
+        }
     }
     return 0;
 }
@@ -640,8 +650,9 @@ static int check_mod(const struct sluice_fn_args *a, char *err, size_t errlen)
 static int check_sleep(const struct sluice_fn_args *a, char *err, size_t errlen)
 {
     const struct pipe_value *v = &a->v[0];
-    if (v->kind != PIPE_VAL_INT || v->i < 0)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "N must be an integer >= 0");
+    if (v->kind != PIPE_VAL_INT || v->i < 0 || v->i > SLEEP_US_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "N must be an integer from 0 to %lld",
+                       (long long)SLEEP_US_MAX);
     return 0;
 }
 

@@ -281,6 +281,10 @@ static int reader_open_next(struct file_reader *r)
 {
     if (r->next_path == r->npaths)
         return 0;
+    /* Many files (empty ones, say) can pass without an element: cancellation is seen here. */
+    if (pipe_cancelled(r->base.ctx))
+        return reader_fail(r, err_set(r->base.ctx->err, sizeof r->base.ctx->err,
+                                      SLUICE_ERR_CANCELLED, "cancelled"));
     const char *path = r->paths[r->next_path++];
     int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg),
                                   r->plain ? PIPE_SRC_TFRECORD : PIPE_SRC_LINES, path,

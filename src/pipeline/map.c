@@ -184,6 +184,7 @@ int pipe_map_open(const struct pipe_fn *fn, enum pipe_fn_kind kind, const struct
     m->args.key = pipe_salt_mix(env->key, env->salt);
     m->args.salt = env->salt;
     m->args.split_keyed = env->split_keyed;
+    m->args.ctx = ctx;
     m->origin = env->origin;
     m->base.ops = kind == PIPE_FN_MAP ? &map_ops : &filter_ops;
     m->base.ctx = ctx;

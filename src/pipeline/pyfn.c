@@ -143,14 +143,14 @@ static int py_map(struct sluice_element *e, const struct sluice_fn_args *a, void
                   size_t errlen)
 {
     struct py_op *op = user;
-    return op->rt->map(op->state, e, err, errlen);
+    return op->rt->map(op->state, e, a->ctx, err, errlen);
 }
 
 static int py_filter(const struct sluice_element *e, const struct sluice_fn_args *a, void *user,
                      int *keep, char *err, size_t errlen)
 {
     struct py_op *op = user;
-    return op->rt->filter(op->state, e, keep, err, errlen);
+    return op->rt->filter(op->state, e, a->ctx, keep, err, errlen);
 }
 
 int pipe_py_register(struct sluice_registry *reg)

@@ -39,6 +39,8 @@
  * several at once (the runtime serialises what it must: CPython's GIL). Failures return a
  * negative code with a one-line reason in err, which the op reports after its label:
  * "ModuleNotFoundError: No module named 'aug'", "ValueError: bad pixel (aug.py:7)". */
+struct pipe_ctx; /* iter.h */
+
 struct pipe_py_runtime {
     /* Imports module, resolves function in it (both NUL-terminated, validated by the check)
      * and converts the extra literal arguments args[0..nargs); returns 0 and *state, which the
@@ -55,11 +57,14 @@ struct pipe_py_runtime {
                 size_t nargs, const struct pipe_roots *dirs, void **state, char *err,
                 size_t errlen);
     /* Calls the function on elem (converted to Python) and the extra arguments, and replaces
-     * elem by what it returns. */
-    int (*map)(void *state, struct sluice_element *elem, char *err, size_t errlen);
+     * elem by what it returns. ctx (iter.h; may be NULL) is the calling chain's context: once it
+     * is cancelled (pipe_cancelled) the call is interrupted at the function's next bytecode
+     * boundary and fails with SLUICE_ERR_CANCELLED "cancelled". */
+    int (*map)(void *state, struct sluice_element *elem, const struct pipe_ctx *ctx, char *err,
+               size_t errlen);
     /* Calls the function on elem and the extra arguments; *keep is its result's truth. */
-    int (*filter)(void *state, const struct sluice_element *elem, int *keep, char *err,
-                  size_t errlen);
+    int (*filter)(void *state, const struct sluice_element *elem, const struct pipe_ctx *ctx,
+                  int *keep, char *err, size_t errlen);
     /* Frees a state from bind. */
     void (*unbind)(void *state);
     /* Puts dir at the front of the interpreter's module search path (sys.path), unless it is on

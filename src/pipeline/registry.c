@@ -7,6 +7,7 @@
 
 #include "builtins.h"
 #include "common/error.h"
+#include "iter.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -325,6 +326,11 @@ int pipe_registry_check(const struct sluice_registry *reg, const struct pipe_spe
 }
 
 /* ---- Function arguments ------------------------------------------------------------------ */
+
+int sluice_fn_cancelled(const struct sluice_fn_args *args)
+{
+    return args->ctx != NULL && pipe_cancelled(args->ctx);
+}
 
 size_t sluice_fn_args_count(const struct sluice_fn_args *args)
 {

@@ -66,6 +66,9 @@ struct sluice_fn_args {
     uint64_t key;     /* the chain's random key: from the split, or drawn when the map opened */
     uint64_t salt;    /* the repeat() pass the chain runs in (0 for the first) */
     bool split_keyed; /* key derives from the split being processed (distributed_epoch) */
+    /* The chain's context (iter.h) during a call, NULL in a check: a call that runs long asks
+     * pipe_cancelled(ctx) (sluice_fn_cancelled) now and then and gives up once it is true. */
+    const struct pipe_ctx *ctx;
 };
 
 /* Registers the function def describes (copied), with everything struct pipe_fn can say: used

@@ -237,6 +237,12 @@ static int tar_next(struct pipe_iter *it, struct sluice_element *out)
             return rc;
     }
     for (;;) {
+        /* Members skipped (another key's, a wanted extension missing) yield no element: a long
+         * run of them must still see the chain's cancellation. */
+        if (pipe_cancelled(r->base.ctx)) {
+            err_set(err, errlen, SLUICE_ERR_CANCELLED, "cancelled");
+            return fail(r, SLUICE_ERR_CANCELLED);
+        }
         if (!r->a) {
             int rc = open_next(r);
             if (rc == 0)

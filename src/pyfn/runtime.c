@@ -3,18 +3,32 @@
  * the result back into the element, release the GIL. Failure modes: an exception anywhere (the
  * import, the call, a filter result's truth) becomes its one-line text; a result of the wrong
  * kind becomes the conversion's text; an interpreter that is shutting down refuses new calls
- * rather than letting CPython end the calling thread. */
+ * rather than letting CPython end the calling thread.
+ *
+ * Cancellation: a thread's first call registers a watch (its Python thread id and the context of
+ * the chain it is calling for, set and cleared with the GIL held around each call: no lock per
+ * element). A watchdog thread looks every CANCEL_POLL_MS at the watches, without the GIL, and only
+ * when one is inside a call takes the GIL and raises SluiceCancelled (a BaseException, so that no
+ * `except Exception` swallows it) asynchronously in each thread whose chain was cancelled: the
+ * function stops at its next bytecode boundary and the call fails with SLUICE_ERR_CANCELLED. A
+ * function blocked in C code (time.sleep, a long numpy call) stops only when that returns; a
+ * worker abandons such a thread (task.h). */
 #include "runtime.h"
 
 #include "convert.h"
 
+#include "pipeline/iter.h"
 #include "pipeline/roots.h"
 
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* An op's binding: malloc'd, so that sanitizers keep checking it (they take the interpreter's own
  * allocations as its business). */
@@ -37,6 +51,144 @@ static int interpreter_gone(char *err, size_t errlen)
         return SLUICE_ERR_CANCELLED;
     }
     return 0;
+}
+
+/* ---- Cancellation ------------------------------------------------------------------------ */
+
+#define CANCEL_POLL_MS 50
+
+/* One per thread that has called a function; freed when the thread exits. */
+struct watch {
+    unsigned long ident;                  /* the thread's Python id */
+    _Atomic(const struct pipe_ctx *) ctx; /* set during a call (with the GIL held), else NULL */
+    bool raised;                          /* an async exception was set (GIL held) */
+    struct watch *prev, *next;
+};
+
+static pthread_mutex_t watch_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct watch *watches; /* guarded by watch_mu */
+static pthread_once_t watch_once = PTHREAD_ONCE_INIT;
+static pthread_key_t watch_key;
+static bool watchdog_running;    /* guarded by watch_mu */
+static PyObject *cancelled_type; /* SluiceCancelled, created with the GIL on first use */
+static _Thread_local struct watch *my_watch;
+
+static void watch_free(void *p)
+{
+    struct watch *w = p;
+    pthread_mutex_lock(&watch_mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        watches = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    pthread_mutex_unlock(&watch_mu);
+    free(w);
+}
+
+static void watch_key_init(void)
+{
+    (void)pthread_key_create(&watch_key, watch_free);
+}
+
+/* The watchdog: raises SluiceCancelled in threads whose chain was cancelled mid-call. */
+static void *watchdog_main(void *arg)
+{
+    (void)arg;
+    unsigned long idents[64];
+    for (;;) {
+        struct timespec ts = {0, CANCEL_POLL_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&watch_mu);
+        bool busy = false;
+        for (struct watch *w = watches; w && !busy; w = w->next)
+            busy = atomic_load(&w->ctx) != NULL;
+        pthread_mutex_unlock(&watch_mu);
+        char why[128];
+        if (!busy || interpreter_gone(why, sizeof why))
+            continue;
+        PyGILState_STATE g = PyGILState_Ensure();
+        /* With the GIL held, a watch's context is set only while its thread is inside a call
+         * (set and cleared under the GIL), so the context is alive while read here. */
+        size_t n = 0;
+        pthread_mutex_lock(&watch_mu);
+        for (struct watch *w = watches; w && n < sizeof idents / sizeof idents[0]; w = w->next) {
+            const struct pipe_ctx *ctx = atomic_load(&w->ctx);
+            if (ctx && !w->raised && pipe_cancelled(ctx)) {
+                w->raised = true;
+                idents[n++] = w->ident;
+            }
+        }
+        pthread_mutex_unlock(&watch_mu);
+        for (size_t i = 0; i < n; i++)
+            PyThreadState_SetAsyncExc(idents[i], cancelled_type);
+        PyGILState_Release(g);
+    }
+    return NULL;
+}
+
+/* With the GIL held: this thread's watch, registered (and the watchdog started) on first use;
+ * NULL when either cannot be had (calls then run without cancellation). */
+static struct watch *watch_get(void)
+{
+    if (my_watch)
+        return my_watch;
+    if (cancelled_type == NULL) {
+        cancelled_type = PyErr_NewExceptionWithDoc(
+            "sluice.SluiceCancelled", "The pipeline calling this function was cancelled.",
+            PyExc_BaseException, NULL);
+        if (cancelled_type == NULL) {
+            PyErr_Clear();
+            return NULL;
+        }
+    }
+    pthread_once(&watch_once, watch_key_init);
+    struct watch *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return NULL;
+    w->ident = PyThread_get_thread_ident();
+    pthread_mutex_lock(&watch_mu);
+    bool start = !watchdog_running;
+    if (start) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        /* The watchdog blocks every signal: they stay the program's. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        watchdog_running = pthread_create(&t, &attr, watchdog_main, NULL) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+    }
+    if (!watchdog_running) {
+        pthread_mutex_unlock(&watch_mu);
+        free(w);
+        return NULL;
+    }
+    w->next = watches;
+    if (watches)
+        watches->prev = w;
+    watches = w;
+    pthread_mutex_unlock(&watch_mu);
+    (void)pthread_setspecific(watch_key, w);
+    my_watch = w;
+    return w;
+}
+
+/* With the GIL held, after a call made with w's context set: clears it. Returns true when the
+ * watchdog raised in this thread meanwhile (an exception still pending is withdrawn, so it can
+ * never hit a later call). */
+static bool watch_end(struct watch *w)
+{
+    atomic_store(&w->ctx, NULL);
+    if (!w->raised)
+        return false;
+    w->raised = false;
+    PyThreadState_SetAsyncExc(w->ident, NULL);
+    return true;
 }
 
 /* ---- Exceptions as one line --------------------------------------------------------------- */
@@ -351,12 +503,15 @@ static void rt_unbind(void *state)
  * non-NULL) stores the result into out; a filter sets *keep to the result's truth. Returns 0 or
  * the failure with err. */
 static int call(struct pyfn_op *op, const struct sluice_element *elem, struct sluice_element *out,
-                int *keep, char *err, size_t errlen)
+                const struct pipe_ctx *ctx, int *keep, char *err, size_t errlen)
 {
     int rc = interpreter_gone(err, errlen);
     if (rc)
         return rc;
     PyGILState_STATE g = PyGILState_Ensure();
+    struct watch *w = ctx ? watch_get() : NULL;
+    if (w)
+        atomic_store(&w->ctx, ctx);
     /* owned NULL: the element is only read, and the call gets copies of its own. */
     PyObject *x = pyconv_from_element((struct sluice_element *)elem, NULL);
     PyObject *r = NULL;
@@ -376,23 +531,30 @@ static int call(struct pyfn_op *op, const struct sluice_element *elem, struct sl
         rc = truth < 0 ? SLUICE_ERR_FN : 0;
         *keep = truth > 0;
     }
-    /* A Python failure anywhere: the call, the conversions, the truth of the result. */
-    if (!r || (rc && PyErr_Occurred()))
+    if (w && watch_end(w) && (!r || (rc && PyErr_Occurred()))) {
+        /* Interrupted by the watchdog (whatever the function made of it). */
+        PyErr_Clear();
+        snprintf(err, errlen, "cancelled");
+        rc = SLUICE_ERR_CANCELLED;
+    } else if (!r || (rc && PyErr_Occurred())) {
+        /* A Python failure anywhere: the call, the conversions, the truth of the result. */
         rc = pyfn_exception(err, errlen);
+    }
     Py_XDECREF(r);
     PyGILState_Release(g);
     return rc;
 }
 
-static int rt_map(void *state, struct sluice_element *elem, char *err, size_t errlen)
+static int rt_map(void *state, struct sluice_element *elem, const struct pipe_ctx *ctx, char *err,
+                  size_t errlen)
 {
-    return call(state, elem, elem, NULL, err, errlen);
+    return call(state, elem, elem, ctx, NULL, err, errlen);
 }
 
-static int rt_filter(void *state, const struct sluice_element *elem, int *keep, char *err,
-                     size_t errlen)
+static int rt_filter(void *state, const struct sluice_element *elem, const struct pipe_ctx *ctx,
+                     int *keep, char *err, size_t errlen)
 {
-    return call(state, elem, NULL, keep, err, errlen);
+    return call(state, elem, NULL, ctx, keep, err, errlen);
 }
 
 int pyfn_add_path(const char *dir, char *err, size_t errlen)

@@ -27,6 +27,7 @@
 #include "common/security.h"
 #include "pipeline/pyfn.h"
 #include "pipeline/registry.h"
+#include "task.h"
 #include "pipeline/roots.h"
 
 #include <inttypes.h>
@@ -125,6 +126,14 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "max_element_bytes: expected a number from 1 to %u, got %" PRIu64,
                        (unsigned)WORKER_MAX_ELEMENT_BYTES_LIMIT, o->max_element_bytes);
+    if (o->max_tasks > WORKER_MAX_TASKS_LIMIT)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "max_tasks: expected a number from 1 to %u, got %u", WORKER_MAX_TASKS_LIMIT,
+                       o->max_tasks);
+    if (o->max_buffer_bytes && o->max_buffer_bytes < WORKER_MIN_BUFFER_BYTES)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "max_buffer_bytes: expected a number of at least %llu, got %" PRIu64,
+                       WORKER_MIN_BUFFER_BYTES, o->max_buffer_bytes);
     if (o->advertise && *o->advertise &&
         (rc = name_check("advertise", o->advertise, NAME_ADDR_MAX, err, errlen)) < 0)
         return rc;
@@ -142,7 +151,9 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
 
 static void free_object(struct sluice_worker *s)
 {
-    if (s->reg)
+    /* An abandoned task's thread may still be inside one of the registry's functions (a
+     * plugin's code included): the registry is then left to the process's end. */
+    if (s->reg && task_abandoned_count() == 0)
         pipe_registry_free(s->reg);
     sec_ctx_free(s->sec);
     free(s->metrics_host);
@@ -214,6 +225,9 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .reg = s->reg,
         .max_element_bytes =
             o->max_element_bytes ? o->max_element_bytes : WORKER_DEFAULT_MAX_ELEMENT_BYTES,
+        .max_tasks = o->max_tasks ? o->max_tasks : WORKER_DEFAULT_MAX_TASKS,
+        .max_buffer_bytes =
+            o->max_buffer_bytes ? o->max_buffer_bytes : WORKER_DEFAULT_MAX_BUFFER_BYTES,
         .sec = s->sec,
         .handshake_timeout_ms = o->handshake_timeout_ms,
         .max_connections = o->max_connections,

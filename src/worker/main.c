@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -65,6 +66,11 @@ static const char usage[] =
     "                        1 to 267317248 (default 134217728); a larger one fails its task\n"
     "                        with an error its readers get, before it is allocated where\n"
     "                        its size is known in advance\n"
+    "  --max-tasks N         the most tasks run at once, from 1 to 100000 (default 256); a\n"
+    "                        task past it fails at once with an error its readers get\n"
+    "  --max-buffer-bytes N  the most bytes the tasks' buffers hold together, counting each\n"
+    "                        at its bound of 16 MiB; at least 16777216 (default 4294967296);\n"
+    "                        a task past it fails at once with an error its readers get\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n" SEC_USAGE_SERVER
     "  --help                show this help\n"
     "  --version             print the version\n";
@@ -88,6 +94,8 @@ struct args {
     unsigned max_connections, max_handshakes;
     uint32_t drain_timeout_ms;
     uint64_t max_element_bytes; /* 0: the default */
+    unsigned max_tasks;         /* 0: the default */
+    uint64_t max_buffer_bytes;  /* 0: the default */
     enum log_level level;
     struct sluice_security_options security;
 };
@@ -148,6 +156,8 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_METRICS,
         O_DRAIN,
         O_MAX_ELEMENT,
+        O_MAX_TASKS,
+        O_MAX_BUFFER,
         O_LOG,
         O_HELP,
         O_VERSION,
@@ -174,6 +184,8 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"metrics-port", required_argument, NULL, O_METRICS},
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"max-element-bytes", required_argument, NULL, O_MAX_ELEMENT},
+        {"max-tasks", required_argument, NULL, O_MAX_TASKS},
+        {"max-buffer-bytes", required_argument, NULL, O_MAX_BUFFER},
         {"log-level", required_argument, NULL, O_LOG},
         {"help", no_argument, NULL, O_HELP},
         {"version", no_argument, NULL, O_VERSION},
@@ -277,6 +289,19 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                                    (unsigned)WORKER_MAX_ELEMENT_BYTES_LIMIT, optarg);
             a->max_element_bytes = v;
             break;
+        case O_MAX_TASKS:
+            if (parse_number(optarg, 1, WORKER_MAX_TASKS_LIMIT, &v) < 0)
+                return usage_error("--max-tasks: expected a number from 1 to %u, got '%s'",
+                                   WORKER_MAX_TASKS_LIMIT, optarg);
+            a->max_tasks = (unsigned)v;
+            break;
+        case O_MAX_BUFFER:
+            if (parse_number(optarg, WORKER_MIN_BUFFER_BYTES, ULONG_MAX, &v) < 0)
+                return usage_error("--max-buffer-bytes: expected a number of at least %llu, got "
+                                   "'%s'",
+                                   WORKER_MIN_BUFFER_BYTES, optarg);
+            a->max_buffer_bytes = v;
+            break;
         case O_LOG:
             if (log_level_parse(optarg, &a->level) < 0)
                 return usage_error("--log-level: expected debug, info, warn, error or off, got "
@@ -359,6 +384,8 @@ static int run(const struct args *a)
         .max_handshakes = a->max_handshakes,
         .drain_timeout_ms = a->drain_timeout_ms,
         .max_element_bytes = a->max_element_bytes,
+        .max_tasks = a->max_tasks,
+        .max_buffer_bytes = a->max_buffer_bytes,
         .log_level = log_level_name(a->level),
         .security = a->security,
     };

@@ -61,7 +61,7 @@ struct task {
     bool compress;
     uint32_t num_workers, worker_index;
     const struct sluice_registry *reg;
-    uv_async_t *wake;
+    _Atomic(uv_async_t *) wake; /* NULL once the task is abandoned */
     uint64_t max_bytes, max_records;
     struct pipe_limits limits; /* read-only once the producers run */
     struct pipe_spec *spec;
@@ -194,7 +194,9 @@ static void chunk_put_locked(struct task *t, struct wbuf_chunk *c)
 
 static void wake_loop(struct task *t)
 {
-    uv_async_send(t->wake);
+    uv_async_t *wake = atomic_load(&t->wake);
+    if (wake)
+        uv_async_send(wake);
 }
 
 /* Pushes c into the buffer, first waiting while the buffer is over its bounds; with refill, p's
@@ -723,7 +725,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->num_workers = cfg->num_workers;
     t->worker_index = cfg->worker_index;
     t->reg = cfg->reg;
-    t->wake = cfg->wake;
+    atomic_init(&t->wake, cfg->wake);
     t->max_bytes = cfg->buffer_bytes ? cfg->buffer_bytes : TASK_BUFFER_BYTES;
     t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
     t->limits.max_element_bytes = cfg->max_element_bytes;
@@ -1048,6 +1050,20 @@ void task_stop(struct task *t)
     uv_cond_broadcast(&t->space_cv);
     uv_cond_broadcast(&t->work_cv);
     uv_mutex_unlock(&t->mu);
+}
+
+static atomic_uint abandoned;
+
+void task_abandon(struct task *t)
+{
+    task_stop(t);
+    atomic_store(&t->wake, NULL);
+    atomic_fetch_add(&abandoned, 1);
+}
+
+unsigned task_abandoned_count(void)
+{
+    return atomic_load(&abandoned);
 }
 
 bool task_exited(struct task *t)

@@ -192,6 +192,14 @@ int task_drain(struct task *t);
 
 /* Loop. Asks the producers to stop; they exit after their current element. */
 void task_stop(struct task *t);
+/* Loop. Gives up on a stopped task whose producers do not exit (a function that never returns
+ * and never asks whether it was cancelled): it is stopped, its producers never send cfg->wake
+ * again, and the caller forgets the task without freeing it (nor what its producers may still
+ * use: the registry, its functions' code). A producer that was about to send cfg->wake when it
+ * was abandoned may still do so, so the caller keeps the loop running a few iterations. */
+void task_abandon(struct task *t);
+/* Any thread. Tasks abandoned in this process so far. */
+unsigned task_abandoned_count(void);
 /* Loop. Whether every producer has exited (after which cfg->wake is no longer sent). */
 bool task_exited(struct task *t);
 /* Loop. Joins the producers (which must have exited) and frees everything. */

@@ -47,12 +47,14 @@ void worker_reap(struct worker *w)
     struct wtask **pp = &w->dying;
     while (*pp) {
         struct wtask *wt = *pp;
-        if (wt->splits_inflight || wt->replies_inflight || !task_exited(wt->task)) {
+        if (wt->splits_inflight || wt->replies_inflight ||
+            (!wt->abandoned && !task_exited(wt->task))) {
             pp = &wt->next;
             continue;
         }
         *pp = wt->next;
-        task_free(wt->task);
+        if (!wt->abandoned)
+            task_free(wt->task);
         rounds_free(&wt->rounds);
         xtc_free(&wt->xtc);
         free(wt->deliveries);
@@ -70,6 +72,7 @@ void worker_remove_task(struct worker *w, struct wtask *wt, int code, const char
     worker_drop_waiters(w, wt, code, why);
     task_stop(wt->task);
     wt->dying = true;
+    wt->dying_since_ms = worker_now_ms();
     wt->next = w->dying;
     w->dying = wt;
 }
@@ -132,6 +135,26 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
     return 0;
 }
 
+/* Whether one more task fits the worker's limits: 0, or SLUICE_ERR_LIMIT with the reason (for
+ * the task's readers) in err. */
+static int admit_task(struct worker *w, char *err, size_t errlen)
+{
+    unsigned running = 0;
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
+        running += wt->running;
+    if (w->max_tasks && running >= w->max_tasks)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "worker %s: task limit reached: it runs %u tasks (--max-tasks)", w->address,
+                       running);
+    uint64_t each = w->buffer_bytes ? w->buffer_bytes : TASK_BUFFER_BYTES;
+    if (w->max_buffer_bytes && (uint64_t)(running + 1) * each > w->max_buffer_bytes)
+        return err_set(err, errlen, SLUICE_ERR_LIMIT,
+                       "worker %s: buffer limit reached: %u tasks buffering up to %" PRIu64
+                       " bytes each, of --max-buffer-bytes %" PRIu64,
+                       w->address, running, each, w->max_buffer_bytes);
+    return 0;
+}
+
 void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
 {
     if (!td || worker_find_task(w, td->task_id))
@@ -161,7 +184,9 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
 
     char err[512] = "";
     struct pipe_spec *spec;
-    int rc = spec_from_taskdef(w, td, &spec, err, sizeof err);
+    int rc = admit_task(w, err, sizeof err);
+    if (rc == 0)
+        rc = spec_from_taskdef(w, td, &spec, err, sizeof err);
     if (rc == 0) {
         struct task_config cfg = {
             .id = td->task_id,
@@ -178,6 +203,7 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             .snapshot_path = td->snapshot_path,
         };
         rc = task_start(&cfg, spec, &wt->task, err, sizeof err);
+        wt->running = rc == 0;
     }
     if (rc < 0) {
         log_error("task %" PRIu64 " failed: %s", td->task_id, err);
@@ -348,6 +374,18 @@ void worker_on_tick(uv_timer_t *t)
         worker_lease_pump(w, wt);
     }
     worker_reap(w);
+    /* A stopped task whose producers still run holds a thread (and a core, if it spins) until
+     * the worker closes, when it is abandoned: said once, so it does not go unnoticed. */
+    for (struct wtask *wt = w->dying; wt; wt = wt->next) {
+        if (wt->stuck_logged || wt->abandoned || now < wt->dying_since_ms + WORKER_ABANDON_MS ||
+            task_exited(wt->task))
+            continue;
+        wt->stuck_logged = true;
+        log_warn("task %" PRIu64 ": its pipeline has not stopped %d ms after its cancellation (a "
+                 "function that neither returns nor notices cancellation); it keeps its thread "
+                 "until the worker stops",
+                 wt->id, WORKER_ABANDON_MS);
+    }
     drain_check(w);
     worker_tick_adjust(w);
 }
@@ -496,6 +534,8 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->buffer_bytes = opts->buffer_bytes;
     w->buffer_records = opts->buffer_records;
     w->max_element_bytes = opts->max_element_bytes;
+    w->max_tasks = opts->max_tasks;
+    w->max_buffer_bytes = opts->max_buffer_bytes;
     w->incarnation = rpc_new_incarnation();
     ratelimit_init(&w->refusals, 60000);
     int krc = cap_random(w->key);
@@ -626,6 +666,24 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
     return wmetrics_render(w->wm, body, len);
 }
 
+/* WORKER_ABANDON_MS after the close began: tasks whose producers still run are abandoned, so a
+ * function that never returns cannot hold the worker's shutdown. */
+static void on_abandon_due(uv_timer_t *timer)
+{
+    struct worker *w = timer->data;
+    for (struct wtask *wt = w->dying; wt; wt = wt->next) {
+        if (wt->abandoned || task_exited(wt->task))
+            continue;
+        log_error("task %" PRIu64 ": its pipeline did not stop within %d ms of its cancellation "
+                  "(a function that neither returns nor notices cancellation); its threads are "
+                  "abandoned",
+                  wt->id, WORKER_ABANDON_MS);
+        task_abandon(wt->task);
+        wt->abandoned = true;
+    }
+    worker_reap(w);
+}
+
 void worker_close(struct worker *w, void (*cb)(void *user), void *user)
 {
     if (w->closing)
@@ -638,6 +696,7 @@ void worker_close(struct worker *w, void (*cb)(void *user), void *user)
     w->local = NULL;
     uv_timer_stop(&w->hb_timer);
     uv_timer_stop(&w->tick_timer);
+    uv_timer_start(&w->tick_timer, on_abandon_due, WORKER_ABANDON_MS, 0);
     worker_unpark(w, 0, true);
     while (w->tasks)
         worker_remove_task(w, w->tasks, SLUICE_ERR_UNAVAILABLE, "the worker is shutting down");

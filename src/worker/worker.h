@@ -54,6 +54,12 @@
 /* --max-element-bytes: the default, and the most it may be (an element must fit in one reply
  * frame, task.h's TASK_MAX_RECORD, with room for its encoding). */
 #define WORKER_DEFAULT_MAX_ELEMENT_BYTES (128u << 20)
+/* Tasks one worker runs at once, and the bytes their buffer bounds add up to (the defaults and
+ * the ranges of --max-tasks and --max-buffer-bytes). */
+#define WORKER_DEFAULT_MAX_TASKS 256u
+#define WORKER_MAX_TASKS_LIMIT 100000u
+#define WORKER_DEFAULT_MAX_BUFFER_BYTES (4ull << 30)
+#define WORKER_MIN_BUFFER_BYTES (16ull << 20)
 #define WORKER_MAX_ELEMENT_BYTES_LIMIT (267382784u - (64u << 10)) /* worker.c checks it */
 
 struct sluice_registry;
@@ -72,6 +78,10 @@ struct worker_opts {
     uint64_t buffer_records;
     /* The largest element a task may produce (pipe_elem_size); 0: no limit. */
     uint64_t max_element_bytes;
+    /* The most tasks running at once, and the most bytes their buffer bounds (buffer_bytes, or
+     * TASK_BUFFER_BYTES) add up to; 0: no limit. A task past either fails at its start. */
+    unsigned max_tasks;
+    uint64_t max_buffer_bytes;
     /* Authentication and TLS for both the server and the dispatcher connection
      * (common/security.h); NULL for neither. It outlives the worker. */
     const struct sec_ctx *sec;

@@ -36,6 +36,9 @@
 /* A trainer id that has not read from a task's cross-trainer cache for this long is forgotten:
  * the dispatcher's default client timeout, after which it releases a silent reader. */
 #define WORKER_XTC_IDLE_MS 30000
+/* After a close begins, how long a stopped task's producers may take to exit before they are
+ * abandoned (task_abandon). */
+#define WORKER_ABANDON_MS 3000
 
 struct waiter {
     struct waiter *next;
@@ -78,6 +81,10 @@ struct wtask {
     struct waiter *wait_head, *wait_tail; /* FIFO: readers are served in arrival order */
     size_t nwait;
     bool dying;
+    bool abandoned; /* its producers did not stop in time: forgotten, never freed (task_abandon) */
+    bool running;   /* its producers were started (it counts against max_tasks) */
+    bool stuck_logged;       /* said once that its producers outlive their cancellation */
+    uint64_t dying_since_ms; /* when it was removed (stopped) */
     bool splits_inflight;
     bool failure_logged;
     bool end_reported;         /* the dispatcher was told at once that this task finished */
@@ -114,6 +121,8 @@ struct worker {
     unsigned threads;
     uint64_t buffer_bytes, buffer_records;
     uint64_t max_element_bytes;
+    unsigned max_tasks;        /* 0: no limit */
+    uint64_t max_buffer_bytes; /* 0: no limit */
     struct rpc_server *srv;
     struct rpc_client *disp;
     uint64_t incarnation;

@@ -191,7 +191,8 @@ static void fake_unbind(void *state)
     free(state);
 }
 
-static int fake_map(void *state, struct sluice_element *e, char *err, size_t errlen)
+static int fake_map(void *state, struct sluice_element *e, const struct pipe_ctx *ctx, char *err,
+                    size_t errlen)
 {
     struct fake_state *s = state;
     int64_t *v = (int64_t *)(void *)e->t[0].data;
@@ -202,8 +203,8 @@ static int fake_map(void *state, struct sluice_element *e, char *err, size_t err
     return 0;
 }
 
-static int fake_filter(void *state, const struct sluice_element *e, int *keep, char *err,
-                       size_t errlen)
+static int fake_filter(void *state, const struct sluice_element *e, const struct pipe_ctx *ctx,
+                       int *keep, char *err, size_t errlen)
 {
     calls++;
     *keep = *(const int64_t *)(const void *)e->t[0].data % 2 == 0;

@@ -11,9 +11,12 @@
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define PLUGIN_PATH SLUICE_PLUGIN_DIR "/plugin_test.so"
 
@@ -150,7 +153,11 @@ static void test_check_messages(void **state)
         {"range(10) | map(mod, -2.5)", NULL},
         {"range(10) | map(add, \"x\")", "column 13: map(add): K must be a number"},
         {"range(10) | filter(lt, true)", "column 13: filter(lt): K must be a number"},
-        {"range(10) | map(sleep_us, -1)", "column 13: map(sleep_us): N must be an integer >= 0"},
+        {"range(10) | map(sleep_us, -1)",
+         "column 13: map(sleep_us): N must be an integer from 0 to 60000000"},
+        {"range(10) | map(sleep_us, 1099511627776)",
+         "column 13: map(sleep_us): N must be an integer from 0 to 60000000"},
+        {"range(10) | map(sleep_us, 60000000)", NULL},
         {"range(10) | map(bytes, 1073741825)",
          "column 13: map(bytes): N must be an integer from 0 to 1073741824"},
         {"range(10) | map(bytes, 1.5)",
@@ -207,6 +214,123 @@ static void test_fn_args(void **state)
     assert_int_equal(sluice_fn_arg_string(&args, 0, &str, &len), SLUICE_ERR_TYPE);
     assert_int_equal(sluice_fn_arg_float(&args, 2, &f), SLUICE_ERR_TYPE);
     assert_int_equal(sluice_fn_arg_int(&args, 3, &i), SLUICE_ERR_INVALID);
+}
+
+/* Cancels a run after a tenth of a second, from another thread. */
+static void *cancel_later(void *arg)
+{
+    usleep(100000);
+    pipe_run_cancel(arg);
+    return NULL;
+}
+
+/* sleep_us(N) notices the chain's cancellation: one minute of work per element gives up with
+ * "map(sleep_us): cancelled" soon after the cancel, well before its minute is up. */
+static void test_sleep_us_cancelled(void **state)
+{
+    struct sluice_registry *reg = *state;
+    char err[256] = "";
+    struct pipe_spec *spec;
+    assert_int_equal(pipe_parse("range(5) | map(sleep_us, 60000000)", &spec, err, sizeof(err)), 0);
+    struct pipe_run *run = NULL;
+    assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), 0);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, cancel_later, run), 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct sluice_element e;
+    pipe_elem_init(&e);
+    assert_int_equal(pipe_run_next(run, &e), SLUICE_ERR_CANCELLED);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_string_equal(run->ctx.err, "map(sleep_us): cancelled");
+    assert_int_equal(pthread_join(t, NULL), 0);
+    /* Generous on a loaded machine: the element alone would take 60 s. */
+    assert_true(t1.tv_sec - t0.tv_sec < 30);
+    pipe_elem_release(&e);
+    pipe_run_free(run);
+    pipe_spec_free(spec);
+}
+
+/* Writes a ustar archive at path with one member per name, each holding its name as data. */
+static void write_tar(const char *path, const char *const *names, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char h[512] = {0};
+        size_t len = strlen(names[i]);
+        memcpy(h, names[i], len);
+        memcpy(h + 100, "0000644", 7);
+        memcpy(h + 108, "0000000", 7);
+        memcpy(h + 116, "0000000", 7);
+        snprintf((char *)h + 124, 12, "%011o", (unsigned)len);
+        memcpy(h + 136, "00000000000", 11);
+        h[156] = '0';
+        memcpy(h + 257, "ustar", 6);
+        memcpy(h + 263, "00", 2);
+        memset(h + 148, ' ', 8);
+        unsigned sum = 0;
+        for (int k = 0; k < 512; k++)
+            sum += h[k];
+        snprintf((char *)h + 148, 8, "%06o", sum);
+        h[155] = ' ';
+        unsigned char data[512] = {0};
+        memcpy(data, names[i], len);
+        assert_int_equal(fwrite(h, 1, 512, f), 512);
+        assert_int_equal(fwrite(data, 1, 512, f), 512);
+    }
+    unsigned char end[1024] = {0};
+    assert_int_equal(fwrite(end, 1, sizeof end, f), sizeof end);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* File sources notice a cancelled chain between files (lines, tfrecord) and between members
+ * (tar), where long runs can pass without an element: a run cancelled before its first element
+ * ends with "cancelled", while the same run not cancelled yields its elements. */
+static void test_file_sources_cancelled(void **state)
+{
+    struct sluice_registry *reg = *state;
+    char dir[] = "/tmp/sluice-cancel-XXXXXX", path[128], text[512], err[256] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("one\ntwo\n", f);
+    assert_int_equal(fclose(f), 0);
+    static const char *const members[] = {"k1.jpg", "k1.cls", "k2.jpg", "k2.cls"};
+    snprintf(path, sizeof path, "%s/s.tar", dir);
+    write_tar(path, members, 4);
+
+    const char *fmt[] = {"lines(\"%s/*.txt\")", "tar(\"%s/*.tar\", \"jpg\", \"cls\")"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(text, sizeof text, fmt[k], dir);
+        for (int cancel = 0; cancel < 2; cancel++) {
+            struct pipe_spec *spec;
+            assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), 0);
+            struct pipe_run *run = NULL;
+            if (pipe_open(spec, reg, &run, err, sizeof(err)) != 0)
+                fail_msg("%s: %s", text, err);
+            if (cancel)
+                pipe_run_cancel(run);
+            struct sluice_element e;
+            pipe_elem_init(&e);
+            int rc = pipe_run_next(run, &e);
+            if (cancel) {
+                assert_int_equal(rc, SLUICE_ERR_CANCELLED);
+                assert_string_equal(run->ctx.err, "cancelled");
+            } else if (rc != 1) {
+                fail_msg("%s: %d %s", text, rc, run->ctx.err);
+            }
+            pipe_elem_release(&e);
+            pipe_run_free(run);
+            pipe_spec_free(spec);
+        }
+    }
+    snprintf(path, sizeof path, "%s/a.txt", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/s.tar", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_plugin_runs(void **state)
@@ -276,6 +400,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_builtins_present, setup, teardown),
         cmocka_unit_test_setup_teardown(test_register_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_messages, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sleep_us_cancelled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_file_sources_cancelled, setup, teardown),
         cmocka_unit_test(test_fn_args),
         cmocka_unit_test_setup_teardown(test_plugin_runs, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plugin_clash_rolls_back, setup, teardown),

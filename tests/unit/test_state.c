@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "common/sha256.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/server.h"
 #include "dispatcher/state.h"
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 
 /* ---- formatting updates ---------------------------------------------------------------------- */
 
@@ -2292,10 +2294,14 @@ static void test_status_json(void **unused)
               "\"draining\":true,\"tasks\":[]},"
               "{\"id\":3,\"address\":\"a:1\",\"incarnation\":\"00000000000000ff\","
               "\"draining\":false,\"tasks\":[3,4]}],"
-              "\"datasets\":[{\"id\":\"1\",\"pipeline\":\"r4\",\"compression\":\"auto\","
-              "\"split_size\":null},"
-              "{\"id\":\"mine\",\"pipeline\":\"r5\",\"compression\":\"none\","
-              "\"split_size\":null}],"
+              "\"datasets\":[{\"id\":\"1\",\"pipeline\":\"r4\",\"pipeline_bytes\":2,"
+              "\"pipeline_digest\":"
+              "\"a2ec8adac7fd24b4b7a8edd89d06990579f6123f5724a14b47ee4bddfb2ba572\","
+              "\"pipeline_truncated\":false,\"compression\":\"auto\",\"split_size\":null},"
+              "{\"id\":\"mine\",\"pipeline\":\"r5\",\"pipeline_bytes\":2,"
+              "\"pipeline_digest\":"
+              "\"5eb242aeb68552862913d602cff36deb4cafc18a46cfdea393b4bc1c6917a669\","
+              "\"pipeline_truncated\":false,\"compression\":\"none\",\"split_size\":null}],"
               "\"jobs\":["
               "{\"id\":1,\"name\":\"n\",\"dataset_id\":\"1\",\"mode\":\"distributed_epoch\","
               "\"iteration_id\":1,\"repetition\":0,\"state\":\"active\",\"clients\":1,"
@@ -2326,6 +2332,66 @@ static void test_status_json_rounds(void **unused)
                                  "{\"from\":0,\"tasks\":[1,2]},{\"from\":64,\"tasks\":[2]}]}"));
     free(json);
     harness_release(&h);
+}
+
+/* A long pipeline text: the document carries its first STATUS_PIPELINE_PREVIEW bytes (cut before
+ * a character that would be split), its length and its SHA-256, so the document's size does not
+ * grow with the texts; status_dataset_json has the whole text, and refuses an unknown id. */
+static void test_status_json_pipeline_preview(void **unused)
+{
+    (void)unused;
+    struct state s;
+    state_init(&s);
+    /* 255 ASCII bytes, then "é" (2 bytes) across the 256-byte mark, then more. */
+    enum { LEN = 100000 };
+    char *text = malloc(LEN + 1);
+    assert_non_null(text);
+    memset(text, 'a', LEN);
+    text[255] = (char)0xc3;
+    text[256] = (char)0xa9;
+    text[LEN] = '\0';
+    char def[] = "r4";
+    struct st_update u;
+    memset(&u, 0, sizeof u);
+    u.type = ST_DATASET_REGISTERED;
+    snprintf(u.name, sizeof u.name, "big");
+    u.def = (uint8_t *)def;
+    u.def_len = 2;
+    u.text = text;
+    assert_int_equal(state_apply(&s, &u), 0);
+    char digest[SHA256_HEX_LEN + 1], want[1024];
+    sha256_hex(text, LEN, digest);
+
+    char *json = NULL;
+    assert_int_equal(status_json(&s, &json), 0);
+    char preview[256];
+    memset(preview, 'a', 255);
+    preview[255] = '\0';
+    snprintf(want, sizeof want,
+             "\"datasets\":[{\"id\":\"big\",\"pipeline\":\"%s\",\"pipeline_bytes\":%d,"
+             "\"pipeline_digest\":\"%s\",\"pipeline_truncated\":true,",
+             preview, LEN, digest);
+    if (strstr(json, want) == NULL)
+        fail_msg("%.600s", json);
+    assert_true(strlen(json) < 1024);
+    free(json);
+
+    assert_int_equal(status_dataset_json(&s, "big", &json), 0);
+    json_error_t jerr;
+    json_t *root = json_loads(json, 0, &jerr);
+    assert_non_null(root);
+    json_t *ds = json_array_get(json_object_get(root, "datasets"), 0);
+    assert_string_equal(json_string_value(json_object_get(ds, "pipeline")), text);
+    assert_int_equal(json_integer_value(json_object_get(ds, "pipeline_bytes")), LEN);
+    assert_string_equal(json_string_value(json_object_get(ds, "pipeline_digest")), digest);
+    assert_true(json_is_false(json_object_get(ds, "pipeline_truncated")));
+    json_decref(root);
+    free(json);
+    json = NULL;
+    assert_int_equal(status_dataset_json(&s, "other", &json), SLUICE_ERR_NOT_FOUND);
+    assert_null(json);
+    free(text);
+    state_release(&s);
 }
 
 /* Names that an old journal may hold (stored before names were checked) still render: status
@@ -2997,6 +3063,7 @@ int main(void)
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),
         cmocka_unit_test(test_status_json_bad_names),
+        cmocka_unit_test(test_status_json_pipeline_preview),
         cmocka_unit_test(test_apply_refuses),
         cmocka_unit_test(test_apply_last_ids),
         cmocka_unit_test(test_lost_replies),
