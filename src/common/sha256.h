@@ -1,5 +1,6 @@
 /* SHA-256 (FIPS 180-4), for digests a peer must not be able to collide (the status document's
- * pipeline digests). Pure, no dependencies, so the dispatcher core can use it. */
+ * pipeline digests). Pure computation (OpenSSL's libcrypto underneath), so the dispatcher core
+ * can use it. */
 #ifndef SLUICE_COMMON_SHA256_H
 #define SLUICE_COMMON_SHA256_H
 
