@@ -448,7 +448,12 @@ int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_
  * reader, run on a thread of their own and carry on). After 0 or an error every later call returns
  * the same. Failures include the worker's message when a task's pipeline failed, and
  * SLUICE_ERR_RESTARTED when the dispatcher restarted without fault tolerance (`sluice-dispatcher
- * --fault-tolerant`, sluice_dispatcher_options.fault_tolerant) and the job is gone. */
+ * --fault-tolerant`, sluice_dispatcher_options.fault_tolerant) and the job is gone. A read ends
+ * (0) only once the dispatcher said every element of it was delivered: when the dispatcher is
+ * away, a read that cannot go on without it waits for it (in distributed_epoch also when every
+ * task it knew ended: a draining worker ends its task and hands its splits back), and with the
+ * client's timeout_ms fails with SLUICE_ERR_UNAVAILABLE, "dispatcher H:P unreachable for N ms:
+ * WHY", once the dispatcher has been unreachable that long. */
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen);
 
