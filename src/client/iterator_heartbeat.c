@@ -140,8 +140,8 @@ static bool progressing(const struct sluice_iterator *it)
  * other read waits for the dispatcher to confirm its end (sluice_iterator_waiting says it waits
  * for the dispatcher); with a client timeout, a read that cannot go on without the dispatcher
  * (every task ended, or its worker failing too) fails once the dispatcher has been unreachable
- * that long (SLUICE_ERR_UNAVAILABLE), and never ends with what it happens to hold. Returns true when the read ended or
- * failed, false when the caller should try again later. */
+ * that long (SLUICE_ERR_UNAVAILABLE), and never ends with what it happens to hold. Returns true
+ * when the read ended or failed, false when the caller should try again later. */
 static bool dispatcher_lost(struct sluice_iterator *it, int status, const char *msg)
 {
     if (retry_transient(status) && end_phase(it) && complete_without_dispatcher(it)) {
