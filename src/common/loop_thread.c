@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum phase { PHASE_STARTING, PHASE_RUNNING, PHASE_ENDED };
 
@@ -24,6 +25,7 @@ struct loop_thread {
     void *user;
     const char *log_part;
     enum log_level log_level;
+    pid_t pid; /* the process that started the thread */
 
     /* Guarded by mu. */
     enum phase phase;
@@ -134,6 +136,7 @@ int loop_thread_start(const struct loop_thread_ops *ops, void *user, const char 
     lt->log_part = log_part;
     lt->log_level = log_level;
     lt->phase = PHASE_STARTING;
+    lt->pid = getpid();
     int rc = uv_mutex_init(&lt->mu);
     if (rc < 0) {
         err_set(err, errlen, rc, "start: mutex: %s", uv_strerror(rc));
@@ -171,8 +174,15 @@ fail_free:
     return rc;
 }
 
+bool loop_thread_owned(const struct loop_thread *lt)
+{
+    return getpid() == lt->pid;
+}
+
 void loop_thread_stop(struct loop_thread *lt, int level)
 {
+    if (!loop_thread_owned(lt))
+        return;
     uv_mutex_lock(&lt->mu);
     if (lt->wake_open && level > lt->asked) {
         lt->asked = level;
@@ -194,6 +204,10 @@ void loop_thread_fail(struct loop_thread *lt, int code, const char *msg)
 
 int loop_thread_wait(struct loop_thread *lt, uint32_t timeout_ms, char *err, size_t errlen)
 {
+    if (!loop_thread_owned(lt))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the server runs in process %ld, not in this one (a forked child)",
+                       (long)lt->pid);
     uint64_t deadline = uv_hrtime() + (uint64_t)timeout_ms * 1000000u;
     uv_mutex_lock(&lt->mu);
     lt->waiters++;
@@ -223,6 +237,10 @@ int loop_thread_wait(struct loop_thread *lt, uint32_t timeout_ms, char *err, siz
 
 void loop_thread_free(struct loop_thread *lt)
 {
+    /* A forked child has a copy of lt but no loop thread, and a lock another thread held at
+     * the fork stays held: nothing here is the child's to touch. */
+    if (!loop_thread_owned(lt))
+        return;
     uv_mutex_lock(&lt->mu);
     while (lt->phase != PHASE_ENDED || lt->waiters > 0)
         uv_cond_wait(&lt->cond, &lt->mu);
