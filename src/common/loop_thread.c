@@ -39,8 +39,44 @@ struct loop_thread {
     int delivered; /* the highest stop level ops->stop has seen */
 };
 
+/* ---- forked children --------------------------------------------------------------------- */
+
+/* The process that first spawned a thread here. libuv's exit destructor (uv_library_shutdown)
+ * joins the threads of its work pool, which a forked child does not have: a child of a process
+ * whose pool ran (a dispatcher plans jobs there, a client resolves names there) would crash on
+ * exit. libuv resets the pool's start in the child, so one piece of work on a loop of the child's
+ * own starts a pool of the child's, which the destructor then joins. An atexit handler does that
+ * in a child; it runs before the destructors of shared libraries. */
+static pid_t spawner_pid;
+static pthread_once_t exit_guard_once = PTHREAD_ONCE_INIT;
+
+static void pool_noop(uv_work_t *w)
+{
+    (void)w;
+}
+
+static void restart_pool_in_child(void)
+{
+    if (getpid() == spawner_pid)
+        return;
+    uv_loop_t loop;
+    uv_work_t w;
+    if (uv_loop_init(&loop) != 0)
+        return;
+    if (uv_queue_work(&loop, &w, pool_noop, NULL) == 0)
+        uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+}
+
+static void exit_guard_install(void)
+{
+    spawner_pid = getpid();
+    (void)atexit(restart_pool_in_child);
+}
+
 int loop_thread_spawn(uv_thread_t *tid, void (*entry)(void *arg), void *arg)
 {
+    pthread_once(&exit_guard_once, exit_guard_install);
     sigset_t all, old;
     sigfillset(&all);
     /* A fault raised by the thread itself must reach its handler (a sanitizer's, a debugger's);
