@@ -274,8 +274,9 @@ int sluice_client_waiting(struct sluice_client *client, char *buf, size_t len);
 /* Stops the thread, releases the client's jobs on the dispatcher (best effort) and frees it.
  * Every iterator of the client must be closed first. NULL is allowed. A client belongs to the
  * process that opened it: in a child forked from that process, this and sluice_iterator_close()
- * return at once and free nothing (the child's exit releases its copy), and the calls that need
- * the client's thread fail with SLUICE_ERR_INVALID. */
+ * return at once and free nothing (the child's exit releases its copy), and calls to the
+ * dispatcher fail with SLUICE_ERR_INVALID; an iterator opened before the fork is not to be read
+ * in the child. */
 void sluice_client_close(struct sluice_client *client);
 
 enum sluice_compression { SLUICE_COMPRESSION_AUTO = 0, SLUICE_COMPRESSION_NONE = 1 };

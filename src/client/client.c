@@ -410,6 +410,10 @@ int client_request_cancellable(struct sluice_client *c, Sluice__Envelope *req,
         .err = err,
         .errlen = errlen,
     };
+    if (!client_owned(c))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the client was opened by process %ld, not this one (a forked child)",
+                       (long)c->pid);
     int rc = client_submit(c, &r.op);
     if (incarnation)
         *incarnation = r.incarnation;
