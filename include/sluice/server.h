@@ -181,7 +181,12 @@ int sluice_dispatcher_wait(struct sluice_dispatcher *d, uint32_t timeout_ms, cha
 /* Stops the dispatcher (as sluice_dispatcher_shutdown), waits until it has stopped (its journal
  * written and closed, every connection and handle closed, its threads joined) and frees d.
  * Returns in bounded time whatever the peers do. Call it exactly once per started dispatcher,
- * also after it stopped by itself; d is invalid afterwards. NULL is allowed. */
+ * also after it stopped by itself; d is invalid afterwards. NULL is allowed.
+ *
+ * Forks: a server belongs to the process that started it. In a child forked from that process
+ * the server's threads do not exist, so there sluice_dispatcher_stop and sluice_worker_stop
+ * return at once and free nothing (the child's exit releases its copy), the drain and shutdown
+ * calls do nothing, and the wait calls return SLUICE_ERR_INVALID at once. */
 void sluice_dispatcher_stop(struct sluice_dispatcher *d);
 
 /* ---- Worker ------------------------------------------------------------------------------ */
@@ -320,7 +325,8 @@ int sluice_worker_wait(struct sluice_worker *w, uint32_t timeout_ms, char *err, 
 /* Drains the worker (as sluice_worker_drain), waits until it has stopped and frees w. Returns
  * in bounded time even when its dispatcher or its readers vanished: at most about
  * options.drain_timeout_ms plus 3 s for deregistering. Call it exactly once per started worker,
- * also after it stopped by itself; w is invalid afterwards. NULL is allowed. */
+ * also after it stopped by itself; w is invalid afterwards. NULL is allowed. In a child forked
+ * from the process that started it, returns at once (see sluice_dispatcher_stop). */
 void sluice_worker_stop(struct sluice_worker *w);
 
 #ifdef __cplusplus

@@ -279,7 +279,11 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
 int sluice_client_waiting(struct sluice_client *client, char *buf, size_t len);
 
 /* Stops the thread, releases the client's jobs on the dispatcher (best effort) and frees it.
- * Every iterator of the client must be closed first. NULL is allowed. */
+ * Every iterator of the client must be closed first. NULL is allowed. A client belongs to the
+ * process that opened it: in a child forked from that process, this and sluice_iterator_close()
+ * return at once and free nothing (the child's exit releases its copy), and calls to the
+ * dispatcher fail with SLUICE_ERR_INVALID; an iterator opened before the fork is not to be read
+ * in the child. */
 void sluice_client_close(struct sluice_client *client);
 
 enum sluice_compression { SLUICE_COMPRESSION_AUTO = 0, SLUICE_COMPRESSION_NONE = 1 };
@@ -467,7 +471,12 @@ int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_
  * reader, run on a thread of their own and carry on). After 0 or an error every later call returns
  * the same. Failures include the worker's message when a task's pipeline failed, and
  * SLUICE_ERR_RESTARTED when the dispatcher restarted without fault tolerance (`sluice-dispatcher
- * --fault-tolerant`, sluice_dispatcher_options.fault_tolerant) and the job is gone. */
+ * --fault-tolerant`, sluice_dispatcher_options.fault_tolerant) and the job is gone. A read ends
+ * (0) only once the dispatcher said every element of it was delivered: when the dispatcher is
+ * away, a read that cannot go on without it waits for it (in distributed_epoch also when every
+ * task it knew ended: a draining worker ends its task and hands its splits back), and with the
+ * client's timeout_ms fails with SLUICE_ERR_UNAVAILABLE, "dispatcher H:P unreachable for N ms:
+ * WHY", once the dispatcher has been unreachable that long. */
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
                          uint32_t timeout_ms, char *err, size_t errlen);
 

@@ -717,8 +717,25 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
 def merge_positions(states):
     """One state holding what several consumers of one shared job had together, from their
     iterators' state_dict()s: restored in every consumer of a new job (all under one new
-    job_name), the epoch continues exactly once across them."""
-    return {"position": _sluice.merge_positions([st["position"] for st in states])}
+    job_name), the epoch continues exactly once across them. states that is not a non-empty
+    sequence of such dicts raises ValueError naming the entry at fault; positions of different
+    reads, or damaged ones, raise InvalidArgumentError."""
+    what = "a list of state_dict()s of sluice iterators (dicts with 'position' bytes)"
+    if isinstance(states, (str, bytes, bytearray, dict)) or not hasattr(states, "__iter__"):
+        raise ValueError(f"merge_positions(): states must be {what}, not "
+                         f"{type(states).__name__}")
+    positions = []
+    for i, st in enumerate(states):
+        pos = st.get("position") if isinstance(st, dict) else None
+        if not isinstance(pos, bytes):
+            got = ("a dict without 'position' bytes" if isinstance(st, dict)
+                   else type(st).__name__)
+            raise ValueError(f"merge_positions(): states[{i}] is not a state_dict() of a sluice "
+                             f"iterator (a dict with 'position' bytes): it is {got}")
+        positions.append(pos)
+    if not positions:
+        raise ValueError(f"merge_positions(): states is empty: it must be {what}, at least one")
+    return {"position": _sluice.merge_positions(positions)}
 
 
 def run(pipeline, plugins=None):

@@ -92,6 +92,27 @@ def test_shared_job_positions_merge(service):
     assert sorted(seen) == list(range(30000)) and set(seen.values()) == {1}
 
 
+def test_merge_positions_bad_arguments():
+    """What is not a list of state_dict()s is refused naming the argument and the cause."""
+    cases = [
+        ([b"junk"], r"^merge_positions\(\): states\[0\] is not a state_dict\(\) of a sluice "
+                    r"iterator \(a dict with 'position' bytes\): it is bytes$"),
+        ([{"position": b"x"}, {}], r"^merge_positions\(\): states\[1\] is not a state_dict\(\) "
+                                   r"of a sluice iterator \(a dict with 'position' bytes\): it "
+                                   r"is a dict without 'position' bytes$"),
+        (b"junk", r"^merge_positions\(\): states must be a list of state_dict\(\)s of sluice "
+                  r"iterators \(dicts with 'position' bytes\), not bytes$"),
+        (None, r"^merge_positions\(\): states must be .*, not NoneType$"),
+        ([], r"^merge_positions\(\): states is empty: "),
+    ]
+    for states, message in cases:
+        with pytest.raises(ValueError, match=message):
+            sluice.merge_positions(states)
+    # Well-formed but not a position: the library's refusal, naming which one.
+    with pytest.raises(sluice.InvalidArgumentError, match=r"^checkpoint 1: not a sluice checkpoint$"):
+        sluice.merge_positions([{"position": b"junk"}])
+
+
 def test_shared_job_rejoined_while_it_runs(service):
     """A consumer of a shared job restored while the job runs joins it again and never gets an
     element it had before its checkpoint; the job treats the consumer that left as any leaving

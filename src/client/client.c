@@ -22,11 +22,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the op queue ------------------------------------------------------------------------- */
 
+bool client_owned(const struct sluice_client *c)
+{
+    return getpid() == c->pid;
+}
+
 int client_submit(struct sluice_client *c, struct client_op *op)
 {
+    if (!client_owned(c))
+        return SLUICE_ERR_INVALID;
     op->done = false;
     op->next = NULL;
     uv_mutex_lock(&c->mu);
@@ -402,6 +410,10 @@ int client_request_cancellable(struct sluice_client *c, Sluice__Envelope *req,
         .err = err,
         .errlen = errlen,
     };
+    if (!client_owned(c))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the client was opened by process %ld, not this one (a forked child)",
+                       (long)c->pid);
     int rc = client_submit(c, &r.op);
     if (incarnation)
         *incarnation = r.incarnation;
@@ -562,6 +574,7 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
     strcpy(c->address, options->dispatcher);
     c->timeout_ms = options->timeout_ms;
+    c->pid = getpid();
     c->incarnation = rpc_new_incarnation();
     c->rnd = c->incarnation;
 
@@ -651,7 +664,9 @@ fail_client:
 
 void sluice_client_close(struct sluice_client *c)
 {
-    if (!c)
+    /* In a forked child the client is the parent's: its thread is not here to join, and the
+     * child's exit releases the copy. */
+    if (!c || !client_owned(c))
         return;
     uv_mutex_lock(&c->mu);
     c->stop = true;

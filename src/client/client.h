@@ -69,6 +69,7 @@ struct sluice_client {
 
     uv_loop_t loop;
     uv_thread_t thread;
+    pid_t pid; /* the process that opened the client: only it has the thread */
     uv_async_t wake;
     uv_timer_t retry_timer;
 
@@ -90,8 +91,13 @@ struct sluice_client {
 };
 
 /* Queues op, wakes the loop and waits until the loop marks it done; returns op->rc. Not on the
- * loop thread. */
+ * loop thread. In a child forked from the process that opened the client (client_owned false)
+ * the op is not run and SLUICE_ERR_INVALID is returned at once: the loop thread is not there. */
 int client_submit(struct sluice_client *c, struct client_op *op);
+
+/* Whether the calling process is the one that opened c (a forked child has a copy of c but not
+ * its thread, and a lock another thread held at the fork stays held in the copy). */
+bool client_owned(const struct sluice_client *c);
 
 /* Marks op done with result rc and wakes its submitter. Loop thread. */
 void client_op_done(struct sluice_client *c, struct client_op *op, int rc);

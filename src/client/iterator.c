@@ -1018,7 +1018,8 @@ out:
 
 void sluice_iterator_close(struct sluice_iterator *it)
 {
-    if (!it)
+    /* In a forked child the read is the parent's (see sluice_client_close). */
+    if (!it || !client_owned(it->c))
         return;
     iter_reader_stop(it);
     reader_release(it);

@@ -111,23 +111,50 @@ static uint32_t heartbeat_timeout(const struct sluice_iterator *it)
     return t;
 }
 
-/* After a dispatcher call failed with status: when every task this read knows has ended, the
- * read ends (no worker can join while the dispatcher is away, and a distributed task ends only
- * when the splits run out, so nothing is left to read and the dispatcher's confirmation is not
- * needed); otherwise, with a client timeout, a read that cannot go on without the dispatcher
- * fails once it has been unreachable that long. Returns true when the read ended or failed,
- * false when the caller should try again later. */
+/* Whether this reader can tell alone that its read is complete: only a read of whole copies
+ * (parallel_epochs and the static sharding modes, not in rounds), where each task's end of
+ * sequence says how many elements its copy held and the reader checks it received exactly that
+ * many (ct_check_end). In splits (distributed_epoch) a task's end says nothing of the epoch: a
+ * worker that drains ends its task and hands the splits it holds back to the pool, for a worker
+ * that may join later; only the dispatcher knows every split was delivered (iteration_finished).
+ * Coordinated reads follow the dispatcher's schedule, which only it can end. */
+static bool complete_without_dispatcher(const struct sluice_iterator *it)
+{
+    return it->mode != SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
+}
+
+/* Whether the read can go on without the dispatcher: some listed task has not ended and its
+ * last request to its worker did not fail. */
+static bool progressing(const struct sluice_iterator *it)
+{
+    for (size_t i = 0; i < it->tasks.n; i++) {
+        const struct ct_task *t = &it->tasks.v[i];
+        if (t->listed && !t->ended && t->fail_streak == 0)
+            return true;
+    }
+    return false;
+}
+
+/* After a dispatcher call failed with status: a read of whole copies whose every task has ended
+ * ends (no worker can join while the dispatcher is away, and each copy was accounted for). Any
+ * other read waits for the dispatcher to confirm its end (sluice_iterator_waiting says it waits
+ * for the dispatcher); with a client timeout, a read that cannot go on without the dispatcher
+ * (every task ended, or its worker failing too) fails once the dispatcher has been unreachable
+ * that long (SLUICE_ERR_UNAVAILABLE), and never ends with what it happens to hold. Returns true
+ * when the read ended or failed, false when the caller should try again later. */
 static bool dispatcher_lost(struct sluice_iterator *it, int status, const char *msg)
 {
-    if (retry_transient(status) && end_phase(it)) {
+    if (retry_transient(status) && end_phase(it) && complete_without_dispatcher(it)) {
         iter_end(it);
         return true;
     }
     uint64_t now = uv_now(&it->c->loop);
     uint32_t limit = it->c->timeout_ms;
-    if (!retry_transient(status) || !limit || now - it->last_hb_ok < limit || ct_active(&it->tasks))
+    if (!retry_transient(status) || !limit || now - it->last_hb_ok < limit || progressing(it))
         return false;
-    iter_fail(it, SLUICE_ERR_TIMEOUT, "dispatcher %s unreachable for %" PRIu32 " ms%s%s",
+    /* Not SLUICE_ERR_TIMEOUT: a caller waiting for elements in short slices takes that for its
+     * own wait running out, and would wait on. */
+    iter_fail(it, SLUICE_ERR_UNAVAILABLE, "dispatcher %s unreachable for %" PRIu32 " ms%s%s",
               it->c->address, limit, msg && *msg ? ": " : "", msg ? msg : "");
     return true;
 }

@@ -313,7 +313,11 @@ bool ct_done(const struct ct_set *s)
         return false;
     for (size_t i = 0; i < s->n; i++) {
         const struct ct_task *t = &s->v[i];
-        if (t->listed && (!t->ended || t->outstanding > 0))
+        if (t->listed && !t->ended)
+            return false;
+        /* Also a task no longer listed: its reply may still bring elements (the dispatcher
+         * counts what a worker sent as delivered). */
+        if (t->outstanding > 0)
             return false;
     }
     return true;

@@ -187,8 +187,8 @@ void ct_set_error(struct ct_set *s, size_t i, int code, const char *msg, uint64_
  * (seq > its mark), or -1. */
 long ct_confirmed_error(const struct ct_set *s, uint64_t seq);
 
-/* True when the read is over: the dispatcher said the iteration is finished, and every listed
- * task has ended with no request outstanding. */
+/* True when the read is over: the dispatcher said the iteration is finished, every listed task
+ * has ended, and no request to any task, listed or not, is outstanding. */
 bool ct_done(const struct ct_set *s);
 
 /* True when some task the dispatcher no longer lists is still in the set (a request to it is

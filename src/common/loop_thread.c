@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum phase { PHASE_STARTING, PHASE_RUNNING, PHASE_ENDED };
 
@@ -24,6 +25,7 @@ struct loop_thread {
     void *user;
     const char *log_part;
     enum log_level log_level;
+    pid_t pid; /* the process that started the thread */
 
     /* Guarded by mu. */
     enum phase phase;
@@ -37,8 +39,44 @@ struct loop_thread {
     int delivered; /* the highest stop level ops->stop has seen */
 };
 
+/* ---- forked children --------------------------------------------------------------------- */
+
+/* The process that first spawned a thread here. libuv's exit destructor (uv_library_shutdown)
+ * joins the threads of its work pool, which a forked child does not have: a child of a process
+ * whose pool ran (a dispatcher plans jobs there, a client resolves names there) would crash on
+ * exit. libuv resets the pool's start in the child, so one piece of work on a loop of the child's
+ * own starts a pool of the child's, which the destructor then joins. An atexit handler does that
+ * in a child; it runs before the destructors of shared libraries. */
+static pid_t spawner_pid;
+static pthread_once_t exit_guard_once = PTHREAD_ONCE_INIT;
+
+static void pool_noop(uv_work_t *w)
+{
+    (void)w;
+}
+
+static void restart_pool_in_child(void)
+{
+    if (getpid() == spawner_pid)
+        return;
+    uv_loop_t loop;
+    uv_work_t w;
+    if (uv_loop_init(&loop) != 0)
+        return;
+    if (uv_queue_work(&loop, &w, pool_noop, NULL) == 0)
+        uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+}
+
+static void exit_guard_install(void)
+{
+    spawner_pid = getpid();
+    (void)atexit(restart_pool_in_child);
+}
+
 int loop_thread_spawn(uv_thread_t *tid, void (*entry)(void *arg), void *arg)
 {
+    pthread_once(&exit_guard_once, exit_guard_install);
     sigset_t all, old;
     sigfillset(&all);
     /* A fault raised by the thread itself must reach its handler (a sanitizer's, a debugger's);
@@ -134,6 +172,7 @@ int loop_thread_start(const struct loop_thread_ops *ops, void *user, const char 
     lt->log_part = log_part;
     lt->log_level = log_level;
     lt->phase = PHASE_STARTING;
+    lt->pid = getpid();
     int rc = uv_mutex_init(&lt->mu);
     if (rc < 0) {
         err_set(err, errlen, rc, "start: mutex: %s", uv_strerror(rc));
@@ -171,8 +210,15 @@ fail_free:
     return rc;
 }
 
+bool loop_thread_owned(const struct loop_thread *lt)
+{
+    return getpid() == lt->pid;
+}
+
 void loop_thread_stop(struct loop_thread *lt, int level)
 {
+    if (!loop_thread_owned(lt))
+        return;
     uv_mutex_lock(&lt->mu);
     if (lt->wake_open && level > lt->asked) {
         lt->asked = level;
@@ -194,6 +240,10 @@ void loop_thread_fail(struct loop_thread *lt, int code, const char *msg)
 
 int loop_thread_wait(struct loop_thread *lt, uint32_t timeout_ms, char *err, size_t errlen)
 {
+    if (!loop_thread_owned(lt))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "the server runs in process %ld, not in this one (a forked child)",
+                       (long)lt->pid);
     uint64_t deadline = uv_hrtime() + (uint64_t)timeout_ms * 1000000u;
     uv_mutex_lock(&lt->mu);
     lt->waiters++;
@@ -223,6 +273,10 @@ int loop_thread_wait(struct loop_thread *lt, uint32_t timeout_ms, char *err, siz
 
 void loop_thread_free(struct loop_thread *lt)
 {
+    /* A forked child has a copy of lt but no loop thread, and a lock another thread held at
+     * the fork stays held: nothing here is the child's to touch. */
+    if (!loop_thread_owned(lt))
+        return;
     uv_mutex_lock(&lt->mu);
     while (lt->phase != PHASE_ENDED || lt->waiters > 0)
         uv_cond_wait(&lt->cond, &lt->mu);

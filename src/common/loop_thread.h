@@ -25,6 +25,7 @@
 
 #include "log.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -50,6 +51,13 @@ struct loop_thread_ops {
  * thread. Any thread. */
 int loop_thread_start(const struct loop_thread_ops *ops, void *user, const char *log_part,
                       enum log_level log_level, struct loop_thread **out, char *err, size_t errlen);
+
+/* Whether the calling process is the one that started lt. A child forked from it has a copy of
+ * lt but not its thread (fork copies only the forking thread): there loop_thread_stop() and
+ * loop_thread_free() do nothing (lt and what the server holds are left as they are: the child's
+ * copy of a lock another thread held at the fork stays held), and loop_thread_wait() returns
+ * SLUICE_ERR_INVALID at once. Any thread. */
+bool loop_thread_owned(const struct loop_thread *lt);
 
 /* Asks for a stop at level (1 or 2) and returns at once; ops->stop follows on the loop thread,
  * unless the loop already ended. Any thread; not after loop_thread_free. */

@@ -347,6 +347,10 @@ void sluice_dispatcher_stop(struct sluice_dispatcher *d)
 {
     if (!d)
         return;
+    /* A child forked from the process that started it: the server is the parent's (its threads
+     * are not here); its memory is left to the child's exit. */
+    if (!loop_thread_owned(d->lt))
+        return;
     loop_thread_stop(d->lt, 1);
     loop_thread_free(d->lt);
     free_object(d);

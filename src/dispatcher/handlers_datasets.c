@@ -103,7 +103,11 @@ static void register_check_after(uv_work_t *w, int status)
         return;
     }
     if (c->rc < 0) {
-        dispatcher_refuse(c->r.conn, c->r.id, c->rc, c->err);
+        /* A file the pipeline names that cannot be resolved or read (an errno) is the
+         * pipeline's fault, not the dispatcher's: refused as invalid, which a client does not
+         * retry as it retries a system error on the way to the dispatcher. */
+        int code = c->rc > SLUICE_ERR_BASE ? SLUICE_ERR_INVALID : c->rc;
+        dispatcher_refuse(c->r.conn, c->r.id, code, c->err);
         dispatcher_req_done(&c->r);
         register_ctx_free(c);
         return;

@@ -245,6 +245,8 @@ int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const c
                           char *resolved, size_t outlen, char *err, size_t errlen)
 {
     char real[PATH_MAX];
+    if (!*path)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: an empty path names no file", label);
     int rc = pipe_path_resolve(path, real, sizeof real);
     if (rc < 0)
         return err_set(err, errlen, rc, "%s: %s: %s", label, path, sluice_strerror(rc));

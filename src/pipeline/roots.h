@@ -87,8 +87,9 @@ static inline bool pipe_roots_contain(const struct pipe_roots *r, const char *re
 /* Checks one file about to be opened: resolves path and, when r is active, refuses it unless
  * it lies within a root. On success writes the resolved path into resolved (outlen >= PATH_MAX)
  * when it is non-NULL. Returns 0, or SLUICE_ERR_DENIED with
- * "LABEL: RESOLVED is outside the data roots (ROOT, ...)" in err, or the resolution's negative
- * errno with "LABEL: PATH: reason". */
+ * "LABEL: RESOLVED is outside the data roots (ROOT, ...)" in err, SLUICE_ERR_INVALID with
+ * "LABEL: an empty path names no file" for path "", or the resolution's negative errno with
+ * "LABEL: PATH: reason". */
 int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const char *path,
                           char *resolved, size_t outlen, char *err, size_t errlen);
 

@@ -397,6 +397,10 @@ void sluice_worker_stop(struct sluice_worker *w)
 {
     if (!w)
         return;
+    /* A child forked from the process that started it: the server is the parent's (its threads
+     * are not here); its memory is left to the child's exit. */
+    if (!loop_thread_owned(w->lt))
+        return;
     loop_thread_stop(w->lt, 1);
     loop_thread_free(w->lt);
     free_object(w);

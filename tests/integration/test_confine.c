@@ -370,6 +370,39 @@ static void test_registration_refused(void **state)
     cli_fails(c, "register", p, NULL, want);
 }
 
+/* A file source whose path cannot be resolved at all is refused at once with the reason, not
+ * retried as a dispatcher that cannot be reached would be (--timeout-ms bounds a retry). The
+ * message is want, or begins with it when prefix (a long one is cut to the dispatcher's bound). */
+static void register_refused_at_once(struct cluster *c, const char *pipeline, const char *want,
+                                     bool prefix)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "register", pipeline, "--timeout-ms", "20000", NULL);
+    char line[8192];
+    snprintf(line, sizeof line, "sluice: register: %s%s", want, prefix ? "" : "\n");
+    bool same = prefix ? strncmp(err, line, strlen(line)) == 0 : strcmp(err, line) == 0;
+    if (rc != 1 || !same)
+        fprintf(stderr, "register %s: status %d, stderr: %s", pipeline, rc, err);
+    assert_int_equal(rc, 1);
+    assert_true(same);
+    free(out);
+    free(err);
+}
+
+static void test_unresolvable_refused_at_once(void **state)
+{
+    struct cluster *c = *state;
+    register_refused_at_once(c, "lines(\"\")", "lines(\"\"): an empty path names no file", false);
+    /* A name longer than a file name may be: the resolution's errno, refused all the same. */
+    char path[1024], p[2048], want[2100];
+    int n = snprintf(path, sizeof path, "%s/", root);
+    memset(path + n, 'a', 300);
+    path[n + 300] = '\0';
+    snprintf(p, sizeof p, "lines(\"%s\")", path);
+    snprintf(want, sizeof want, "%s: ", p);
+    register_refused_at_once(c, p, want, true);
+}
+
 /* A link made after registration: the dispatcher checks again when it lists the files of a
  * distributed_epoch job, and the worker before it opens anything. */
 static void test_checked_again_later(void **state)
@@ -486,6 +519,7 @@ int main(void)
     const struct CMUnitTest both[] = {
         cmocka_unit_test(test_inside_reads_exactly),
         cmocka_unit_test(test_registration_refused),
+        cmocka_unit_test(test_unresolvable_refused_at_once),
         cmocka_unit_test(test_checked_again_later),
 #ifdef SLUICE_WORKER_HAS_PYTHON
         cmocka_unit_test(test_py_only_from_python_path),
