@@ -138,8 +138,8 @@ struct sluice_dispatcher_options {
     /* Connection limits (--handshake-timeout-ms, --max-connections, --max-handshakes): a
      * connection that has not completed its handshake (authentication included) this long after
      * it was accepted is closed (0: 10000); at most max_connections connections are open at once
-     * (0: 1024; never more than the open-file limit less 64), beyond which a new connection is
-     * closed at once; at most max_handshakes are in their handshake (0: 64), and at most 64 of
+     * (0: 4096; never more than the open-file limit less 64), beyond which a new connection is
+     * closed at once; at most max_handshakes are in their handshake (0: 256), and at most 64 of
      * them from one address: a newcomer past either closes the oldest of those that has sent
      * nothing (else the oldest), and one that sends nothing is closed 3 s after it connected, so
      * idle sockets cannot keep out a peer that authenticates promptly. */
@@ -264,7 +264,7 @@ struct sluice_worker_options {
      * to a dispatcher that proves the same token. */
     struct sluice_security_options security;
     /* Connection limits of the worker's port, as for the dispatcher (--handshake-timeout-ms,
-     * --max-connections, --max-handshakes; 0: 10000, 1024, 64). */
+     * --max-connections, --max-handshakes; 0: 10000, 4096, 256). */
     uint32_t handshake_timeout_ms;
     unsigned max_connections;
     unsigned max_handshakes;
