@@ -22,7 +22,7 @@ def service():
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_every_element_once_per_epoch(service, num_workers):
     ds = sluice.torch.IterableDataset(service, pipeline="range(2000) | batch(16)")
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=num_workers)
+    loader = sluice.torch.DataLoader(ds, num_workers=num_workers)
     for _ in range(2):
         seen = collections.Counter()
         for batch in loader:
