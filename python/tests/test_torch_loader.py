@@ -240,6 +240,21 @@ def test_restore_into_running_persistent_workers(service):
     assert_epoch(elements(ld))
 
 
+@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=2),
+                                     dict(num_workers=2, persistent_workers=True)],
+                         ids=config_id)
+def test_iteration_after_a_break_is_a_whole_epoch(service, options):
+    """A loop left in the middle of an epoch; the next iteration (a new epoch) is the dataset
+    whole, and its state before the first batch is {}, not the abandoned epoch's."""
+    ld = loader(dataset(service), **options)
+    for k, _ in enumerate(ld):
+        if k == 10:
+            break
+    it = iter(ld)
+    assert ld.state_dict() == {}
+    assert_epoch(elements(it))
+
+
 def test_job_name_is_a_prefix(service):
     """A job_name names the loader's jobs; every epoch still reads a job of its own (before,
     with num_workers 0 or 1 every epoch after the first joined the first's finished job)."""
