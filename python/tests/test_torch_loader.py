@@ -357,3 +357,15 @@ def test_end_of_epoch_state_starts_the_next_epoch(service):
     restored = loader(dataset(service), num_workers=2)
     restored.load_state_dict(state)
     assert_epoch(elements(restored))
+
+
+@pytest.mark.slow
+def test_spawned_workers_while_the_dataset_reads_here(service):
+    """A loader spawning its workers while the same dataset is read in this process: the copy
+    pickled for them leaves this process's read behind (it was "cannot pickle
+    '_sluice.Iterator' object")."""
+    ds = dataset(service)
+    here = iter(ds)
+    first = next(here).tolist()
+    assert_epoch(elements(loader(ds, num_workers=1, multiprocessing_context="spawn")))
+    assert_epoch(first + elements(here))
