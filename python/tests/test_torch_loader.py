@@ -47,8 +47,12 @@ def service(request):
                 c.stop()
 
 
-def dataset(service, **kw):
-    return sluice.torch.IterableDataset(service, pipeline=PIPELINE, **kw)
+# Every wait is bounded: a read that stops delivering fails with sluice.TimeoutError.
+WAIT_S = 120
+
+
+def dataset(service, pipeline=PIPELINE, **kw):
+    return sluice.torch.IterableDataset(service, pipeline=pipeline, element_timeout=WAIT_S, **kw)
 
 
 def loader(ds, **options):
@@ -315,8 +319,7 @@ def test_dataset_state_in_process_at_the_end(service):
 def test_persistent_workers_every_epoch_whole(service):
     """persistent_workers=True with num_workers=2 over range(2000): every epoch 2000 elements
     (it was [2000, 0, 0]: the workers kept their seed, and the job name came from it)."""
-    ds = sluice.torch.IterableDataset(service, pipeline="range(2000)",
-                                      processing_mode="distributed_epoch")
+    ds = dataset(service, pipeline="range(2000)", processing_mode="distributed_epoch")
     ld = sluice.torch.DataLoader(ds, num_workers=2, persistent_workers=True)
     for _ in range(3):
         assert_epoch([int(x) for x in ld], 2000)
@@ -328,7 +331,7 @@ def test_state_of_more_workers_restored_with_fewer(service, saves, restores):
     """A state taken after 60 of 200 batches with num_workers 2 or 4, restored with 0 or 1: the
     other 140 batches (it was 0: the restored read joined the checkpoint's consumed job)."""
     pipeline = "range(2000) | batch(10)"
-    first = loader(sluice.torch.IterableDataset(service, pipeline=pipeline), num_workers=saves)
+    first = loader(dataset(service, pipeline), num_workers=saves)
     before = []
     for k, batch in enumerate(first):
         before += batch.tolist()
@@ -336,8 +339,7 @@ def test_state_of_more_workers_restored_with_fewer(service, saves, restores):
             break
     state = first.state_dict()
     del first
-    second = loader(sluice.torch.IterableDataset(service, pipeline=pipeline),
-                    num_workers=restores)
+    second = loader(dataset(service, pipeline), num_workers=restores)
     second.load_state_dict(state)
     rest = list(second)
     assert len(rest) == 140
