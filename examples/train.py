@@ -11,7 +11,7 @@ with sluice.DispatchServer() as dispatcher:
 
     data = sluice.torch.IterableDataset(dispatcher, dataset_id=dataset_id,
                                         processing_mode="distributed_epoch")
-    loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2)
+    loader = sluice.torch.DataLoader(data, num_workers=2)
     model = torch.nn.Linear(1, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     for epoch in range(2):

@@ -1,24 +1,28 @@
-"""sluice for PyTorch: an IterableDataset over a sluice service.
+"""sluice for PyTorch: an IterableDataset over a sluice service, and the DataLoader to read it.
 
     ds = sluice.torch.IterableDataset(service, pipeline="range(1000) | batch(32)",
                                       processing_mode="distributed_epoch")
-    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
-    for batch in loader:
-        ...
+    loader = sluice.torch.DataLoader(ds, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        for batch in loader:
+            ...
 
 Elements arrive as torch.Tensors made from the received numpy arrays without a copy (bytes stay
 bytes, tuples stay tuples). Batch in the pipeline (batch_size=None in the DataLoader).
 
-With num_workers > 1 the loader's worker processes become the consumers of one shared job,
-named after this dataset and the loader's epoch, so in distributed_epoch every element arrives
-exactly once across them (and in parallel_epochs each worker's copy is split between them).
-With num_workers 0 or 1 each epoch is a job of its own unless job_name is given.
+Every iteration of a loader (every epoch) reads a job of its own. With num_workers > 1 the
+loader's worker processes are the consumers of one shared job, so in distributed_epoch every
+element arrives exactly once across them (and in parallel_epochs each worker's copy is split
+between them). The job's name comes from sluice.torch.DataLoader, new at every start of its
+workers, and the epochs a persistent worker has begun: a plain torch.utils.data.DataLoader
+cannot tell its workers which epoch they read, and with num_workers > 1 it raises an error that
+says so. With num_workers 0 or 1 a plain torch DataLoader works too.
 
-Checkpoints (distributed_epoch): sluice.torch.DataLoader is a torch DataLoader whose
-state_dict() is the position after the last element the training loop received, whatever
-num_workers is and however far the workers ran ahead; load_state_dict() on a new loader (in a
-new process) continues from it, so the elements received before the checkpoint and those after
-are the epoch exactly once:
+Checkpoints (distributed_epoch): sluice.torch.DataLoader's state_dict() is the position after
+the last element the training loop received, whatever num_workers is and however far the
+workers ran ahead; load_state_dict() on a new loader (in a new process) continues from it, in a
+new job, so the elements received before the checkpoint and those after are the epoch exactly
+once. A state taken after the last element of an epoch restores into the next epoch, whole:
 
     loader = sluice.torch.DataLoader(ds, num_workers=2)
     ...
@@ -61,7 +65,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     with other trainers; the loader's workers all read job_name with the one trainer id, so they
     split this trainer's stream between them. target_workers ("any", "local" or "auto") too,
     and whole_copies (parallel_epochs: a worker lost in the middle of its copy fails the read
-    instead of cutting the copy short).
+    instead of cutting the copy short). Without a cross-trainer cache or coordinated reads,
+    job_name is the prefix of the names of the jobs the loader reads (one per epoch, never shared
+    with another loader or trainer).
     """
 
     def __init__(self, service, dataset_id=None, pipeline=None,
@@ -97,33 +103,42 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self.security = dict(auth_token_file=auth_token_file, tls_cert=tls_cert, tls_key=tls_key,
                              tls_ca=tls_ca)
         self.tls_worker_name = tls_worker_name
-        # The base of the job name a loader's workers share; unique to this dataset object.
-        self._shared_base = f"torch-{uuid.uuid4().hex}"
         self._registered = None  # (pid, dataset id) of the pipeline registered here
-        self._restore = None  # the position the next iteration continues from
-        self._with_positions = False  # yield (element, worker, position): sluice.torch.DataLoader
+        self._restore = None  # the position the next iteration in this process continues from
+        # What sluice.torch.DataLoader hands the readers it starts (_LoaderStart), set only while
+        # it starts them: its worker processes keep their copy for as long as they live.
+        self._start = None
+        self._epochs = 0  # iterations begun by this copy under its _start
         self._live = None  # the read of this process, for state_dict()
         self._last = None  # its last position once it is closed
+        self._ended = False  # that read ran to the end of its epoch
 
     def state_dict(self):
         """The position after the last element this process's read yielded (iterating in this
-        process, num_workers=0), as {"position": bytes}; picklable. {} before any read."""
+        process, num_workers=0), as {"position": bytes}; picklable. {} before any read. Once that
+        read ran to its end the state also holds "end_of_epoch": True, and restoring it starts
+        the next epoch from its beginning."""
         if self._live is not None:
             return self._live.state_dict()
         pos = self._last if self._last is not None else self._restore
-        return {"position": pos} if pos is not None else {}
+        state = {"position": pos} if pos is not None else {}
+        if self._ended and self._last is not None:
+            state["end_of_epoch"] = True
+        return state
 
     def load_state_dict(self, state):
-        """The next iteration continues from state (a state_dict() of this dataset or of
-        sluice.torch.DataLoader, possibly of another process). {} starts from the beginning."""
-        if state == {}:
-            self._restore = None
-            return
-        pos = state.get("position") if isinstance(state, dict) else None
-        if not isinstance(pos, bytes):
-            raise ValueError("load_state_dict() takes a state_dict() of a sluice reader: a dict "
-                             "with 'position' bytes")
-        self._restore = pos
+        """The next iteration in this process continues from state (a state_dict() of this
+        dataset or of sluice.torch.DataLoader, possibly of another process), in a job of its own.
+        {} and a state taken at the end of an epoch start an epoch from its beginning. In a
+        torch DataLoader's worker processes use sluice.torch.DataLoader.load_state_dict."""
+        self._restore = _restore_of(state)
+        self._last, self._ended = None, False
+
+    def __getstate__(self):
+        # A copy for a loader's worker process: the read of this process stays here.
+        state = dict(self.__dict__)
+        state["_live"] = None
+        return state
 
     def _dataset_id(self):
         if self.dataset_id is not None:
@@ -134,28 +149,60 @@ class IterableDataset(torch.utils.data.IterableDataset):
             self._registered = (os.getpid(), ds_id)
         return self._registered[1]
 
-    def _job_name(self, info):
-        if info is None or info.num_workers <= 1 or self.cross_trainer_cache is not None:
+    def _job_name(self, info, restore):
+        """The job this iteration reads: None for an anonymous job of its own."""
+        num_workers = info.num_workers if info is not None else 0
+        if self.cross_trainer_cache is not None:
+            # Trainers share the job's endless stream by name; there is no epoch to end.
             return self.job_name
-        if self.num_consumers is not None:
+        if num_workers > 1 and self.num_consumers is not None:
             raise ValueError("coordinated reads (num_consumers) cannot be split over "
                              "DataLoader workers; use num_workers=0")
-        # Every worker of one epoch has seed = base_seed + id with the same base_seed, drawn anew
-        # by the loader for each epoch: the same name for the workers, a new one per epoch.
-        epoch_key = info.seed - info.id
-        base = self.job_name or self._shared_base
-        return f"{base}-{epoch_key}"
+        if self.num_consumers is not None:
+            return self.job_name  # a coordinated read: its consumers meet by name
+        base = self.job_name or "torch"
+        if num_workers > 1:
+            if self._start is None:
+                raise RuntimeError(
+                    f"sluice.torch.IterableDataset in a torch.utils.data.DataLoader with "
+                    f"num_workers={num_workers}: its worker processes cannot tell which epoch "
+                    f"they read, so they could share an earlier epoch's job and deliver nothing; "
+                    f"use sluice.torch.DataLoader(dataset, num_workers={num_workers}, ...), "
+                    f"a torch DataLoader that gives every epoch a job of its own")
+            # Every worker of one start has the same nonce and begins the same number of
+            # iterations (one per epoch, persistent or not): the same name for all of them, a new
+            # one per epoch. The nonce is new at every start, so no two starts share a job.
+            return f"{base}-{self._start.nonce}-{self._epochs}"
+        if restore is None and self.job_name is None:
+            return None
+        # A job of its own under a fresh name: never the checkpoint's job nor an earlier epoch's.
+        return f"{base}-{uuid.uuid4().hex}"
 
     def __iter__(self):
-        # Taken now: a loader with num_workers=0 runs the generator only at its first element.
-        restore, self._restore = self._restore, None
-        return self._read(restore)
-
-    def _read(self, restore):
+        # Everything is decided now, not at the first element: a loader with num_workers=0
+        # starts the generator only when it is first asked for an element.
         info = torch.utils.data.get_worker_info()
+        start = self._start
+        if start is not None:
+            restore, positions = start.restore, start.positions
+            # Persistent workers iterate their copy again for every epoch: only the first
+            # iteration of a start continues from its state.
+            self._start = start.without_restore()
+        else:
+            if info is not None and self._restore is not None:
+                raise RuntimeError(
+                    "sluice.torch.IterableDataset.load_state_dict() before a torch DataLoader "
+                    "with worker processes: they cannot tell which epoch continues from it; use "
+                    "sluice.torch.DataLoader and its load_state_dict()")
+            restore, self._restore, positions = self._restore, None, False
+        self._epochs += 1
+        job_name = self._job_name(info, restore)
+        return self._read(info, job_name, restore, positions)
+
+    def _read(self, info, job_name, restore, positions):
         ds = sluice.from_dataset_id(
             self.processing_mode, self.service, self._dataset_id(),
-            job_name=self._job_name(info), consumer_index=self.consumer_index,
+            job_name=job_name, consumer_index=self.consumer_index,
             num_consumers=self.num_consumers,
             max_outstanding_requests=self.max_outstanding_requests, local=self.local,
             plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
@@ -165,15 +212,16 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if restore is not None:
             ds.load_state_dict({"position": restore})
         it = iter(ds)
-        self._live, self._last = it, None
+        self._live, self._last, self._ended = it, None, False
         worker = info.id if info is not None else 0
         try:
-            if self._with_positions:
+            if positions:
                 for x in it:
                     yield _to_torch(x), worker, it.save()
             else:
                 for x in it:
                     yield _to_torch(x)
+            self._ended = True
         finally:
             if self.processing_mode in ("distributed_epoch", "dynamic"):
                 try:
@@ -184,51 +232,128 @@ class IterableDataset(torch.utils.data.IterableDataset):
             it.close()
 
 
+class _LoaderStart:
+    """What sluice.torch.DataLoader gives the readers it starts for an iteration (its worker
+    processes, or the dataset in this process): a nonce new at every start, the position the
+    first epoch continues from, and whether to send positions along with the elements."""
+
+    def __init__(self, restore, positions):
+        self.nonce = uuid.uuid4().hex
+        self.restore = restore
+        self.positions = positions
+
+    def without_restore(self):
+        later = _LoaderStart(None, self.positions)
+        later.nonce = self.nonce
+        return later
+
+
+def _restore_of(state):
+    """The position a state continues from: None for {} and for a state taken at the end of an
+    epoch (the next iteration reads the next epoch from its beginning)."""
+    if not isinstance(state, dict):
+        raise ValueError("load_state_dict() takes a state_dict() of a sluice reader: a dict "
+                         "with 'position' bytes")
+    end = state.get("end_of_epoch", False)
+    if not isinstance(end, bool):
+        raise ValueError("load_state_dict(): 'end_of_epoch' must be a bool")
+    if state == {} or end:
+        return None
+    pos = state.get("position")
+    if not isinstance(pos, bytes):
+        raise ValueError("load_state_dict() takes a state_dict() of a sluice reader: a dict "
+                         "with 'position' bytes")
+    return pos
+
+
 class DataLoader(torch.utils.data.DataLoader):
-    """A torch.utils.data.DataLoader over a sluice.torch.IterableDataset (distributed_epoch)
-    whose state_dict() is the position after the last element the caller received from it,
-    with any num_workers: each loader worker sends its read's position along with every element,
+    """A torch.utils.data.DataLoader over a sluice.torch.IterableDataset that gives every
+    iteration (every epoch) a job of its own, shared by its worker processes, with any
+    num_workers, persistent_workers, prefetch_factor, pin_memory or multiprocessing_context.
+    It takes the same arguments; elements come one by one as the pipeline makes them (batch in
+    the pipeline): batch_size must be None, the default here.
+
+    In distributed_epoch its state_dict() is the position after the last element the caller
+    received from it: each loader worker sends its read's position along with every element,
     and the positions of the elements received are merged (sluice.merge_positions) into one.
     load_state_dict() makes the next iteration continue from such a state, in a new job shared
-    by the loader's workers. Elements come one by one as the pipeline makes them (batch in the
-    pipeline): batch_size must be None, the default here."""
+    by the loader's workers (persistent workers are started again to take it). A state taken
+    after the last element of an epoch (or after the loop over it ended) holds
+    "end_of_epoch": True: restored, the next iteration reads the NEXT epoch, whole, as
+    torchdata's StatefulDataLoader does."""
 
     def __init__(self, dataset, *args, **kwargs):
         if not isinstance(dataset, IterableDataset):
             raise TypeError("sluice.torch.DataLoader reads a sluice.torch.IterableDataset")
-        if dataset.processing_mode not in ("distributed_epoch", "dynamic"):
-            raise ValueError("sluice.torch.DataLoader checkpoints distributed_epoch reads; "
-                             f"this dataset reads {dataset.processing_mode}")
         if kwargs.setdefault("batch_size", None) is not None:
             raise ValueError("sluice.torch.DataLoader takes batch_size=None: batch in the "
                              "pipeline")
         super().__init__(dataset, *args, **kwargs)
-        self._positions = {}
-        self._base = None
+        self._checkpoints = dataset.processing_mode in ("distributed_epoch", "dynamic")
+        self._restore = None  # the position the next iteration continues from
+        self._base = None  # the position the current iteration started from
+        self._positions = {}  # loader worker -> position after its last element received
+        self._at_end = False  # the caller received the last element of the iteration
 
     def __iter__(self):
         ds = self.dataset
-        ds._with_positions = True
-        self._positions = {}
-        self._base = ds._restore
-        # The workers start here, each with a copy of the dataset and its position.
-        it = super().__iter__()
-        ds._restore = None
-        for x, worker, position in it:
-            self._positions[worker] = position
-            yield x
+        restore, self._restore = self._restore, None
+        self._base, self._positions, self._at_end = restore, {}, False
+        # The readers started now (worker processes, or the dataset here with num_workers=0)
+        # take this start with them; persistent workers already running keep theirs.
+        ds._start = _LoaderStart(restore, self._checkpoints)
+        try:
+            it = super().__iter__()
+        finally:
+            ds._start = None
+        return self._deliver(it)
+
+    def _deliver(self, it):
+        # One element ahead: the last element of the epoch is known as such when the caller
+        # gets it, so a state taken right after it is the end of the epoch.
+        held = None
+        for item in it:
+            if held is not None:
+                yield self._hand(held[0])
+            held = (item,)
+        if held is not None:
+            self._at_end = True
+            yield self._hand(held[0])
+        self._at_end = True
+
+    def _hand(self, item):
+        if not self._checkpoints:
+            return item
+        x, worker, position = item
+        self._positions[worker] = position
+        return x
 
     def state_dict(self):
         """{"position": bytes}: what the caller received, over every loader worker ({} before
-        the first element of a fresh loader). Picklable."""
+        the first element of a fresh iteration); with "end_of_epoch": True once the caller has
+        the epoch's last element. Picklable."""
+        if not self._checkpoints:
+            raise ValueError("sluice.torch.DataLoader checkpoints distributed_epoch reads; "
+                             f"this dataset reads {self.dataset.processing_mode}")
         positions = list(self._positions.values())
-        if not positions:
-            return {"position": self._base} if self._base is not None else {}
-        return sluice.merge_positions([{"position": p} for p in positions])
+        if positions:
+            state = sluice.merge_positions([{"position": p} for p in positions])
+        else:
+            state = {"position": self._base} if self._base is not None else {}
+        if self._at_end:
+            state["end_of_epoch"] = True
+        return state
 
     def load_state_dict(self, state):
         """The next iteration continues from state (a state_dict() of a sluice loader or
-        dataset)."""
-        self.dataset.load_state_dict(state)
-        self._base = self.dataset._restore
-        self._positions = {}
+        dataset); a state taken at the end of an epoch starts the next epoch, whole."""
+        if not self._checkpoints:
+            raise ValueError("sluice.torch.DataLoader checkpoints distributed_epoch reads; "
+                             f"this dataset reads {self.dataset.processing_mode}")
+        restore = _restore_of(state)
+        if self._iterator is not None:
+            # Persistent workers hold the start they were given: new ones take this state.
+            self._iterator._shutdown_workers()
+            self._iterator = None
+        self._restore = self._base = restore
+        self._positions, self._at_end = {}, False

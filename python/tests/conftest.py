@@ -15,6 +15,10 @@ BIN_DIR = pathlib.Path(os.environ.get(
 WAIT_S = 15
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: a long case of a matrix (-m 'not slow' skips it)")
+
+
 class Server:
     """A server process and the address from its 'listening on' line."""
 

@@ -168,10 +168,13 @@ def test_torch_loader_resume_two_workers(service):
     for batch in second:
         seen.update(batch.tolist())
     assert sorted(seen) == list(range(40000)) and set(seen.values()) == {1}
-    # At the end of the epoch the state says so: nothing more to read.
+    # At the end of the epoch the state says so, and it restores into the next epoch, whole.
+    end = second.state_dict()
+    assert end["end_of_epoch"] is True
     third = loader()
-    third.load_state_dict(second.state_dict())
-    assert list(third) == []
+    third.load_state_dict(end)
+    again = collections.Counter(x for batch in third for x in batch.tolist())
+    assert sorted(again) == list(range(40000)) and set(again.values()) == {1}
 
 
 def test_torch_dataset_state_in_process(service):
