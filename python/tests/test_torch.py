@@ -22,12 +22,7 @@ def service():
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_every_element_once_per_epoch(service, num_workers):
     ds = sluice.torch.IterableDataset(service, pipeline="range(2000) | batch(16)")
-    # forkserver: in this long-lived process (earlier modules ran in-process servers and Python
-    # functions on their threads) a forked loader worker was seen to die of SIGSEGV in torch's
-    # worker start, before any sluice code ran in it; test_torch_loader covers fork in a process
-    # of its own.
-    extra = dict(multiprocessing_context="forkserver") if num_workers else {}
-    loader = sluice.torch.DataLoader(ds, num_workers=num_workers, **extra)
+    loader = sluice.torch.DataLoader(ds, num_workers=num_workers)
     for _ in range(2):
         seen = collections.Counter()
         for batch in loader:
