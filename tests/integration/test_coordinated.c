@@ -251,6 +251,29 @@ static void test_consumer_behind(void **state)
     free(err);
 }
 
+/* A consumer alone is never served (a round goes out only once every consumer asks for it),
+ * and when it gives up it says which round it waited for, from which task, and why. */
+static void test_lone_consumer_says_why(void **state)
+{
+    struct cluster *c = *state;
+    assert_true(cluster_add_worker(c) >= 0);
+    wait_registered(c);
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "read", "range(10) | repeat()", "--job-name", "alone",
+                         "--num-consumers", "2", "--consumer-index", "0", "--limit", "1",
+                         "--timeout-ms", "3000", NULL);
+    assert_int_equal(rc, 1);
+    assert_string_equal(out, "");
+    /* The waiting note may come first (after 2 s); the last line is the failure. */
+    const char *last = strstr(err, "sluice: read: ");
+    assert_non_null(last);
+    assert_string_equal(last, "sluice: read: no progress for 3000 ms: job 1: waiting for round 0 "
+                              "from task 1, which serves a round once all 2 consumers ask for "
+                              "it\n");
+    free(out);
+    free(err);
+}
+
 /* A coordinated read of a pipeline that ends is refused when the job is created, with one line
  * that says why; one that never ends is read (a filter after repeat() keeps it endless). */
 static void test_finite_pipeline_refused(void **state)
@@ -607,6 +630,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_consumer_index, setup, teardown),
         cmocka_unit_test_setup_teardown(test_finite_pipeline_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_consumer_behind, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lone_consumer_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(test_churn, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatcher_restarts, setup_ft, teardown),
     };
