@@ -618,6 +618,30 @@ static void test_fake_dispatcher(void **unused)
 
 /* ---- limits ------------------------------------------------------------------------------ */
 
+/* Waits (bounded) until the server on port holds no connection its peer closed and it has not
+ * closed yet (CLOSE_WAIT in /proc/net/tcp): it has noticed every close, and counts those
+ * connections no more. */
+static void wait_closes_noticed(int port)
+{
+    for (int attempt = 0; attempt < 300; attempt++) {
+        FILE *f = fopen("/proc/net/tcp", "r");
+        assert_non_null(f);
+        char line[512];
+        int waiting = 0;
+        while (fgets(line, sizeof line, f)) {
+            unsigned lport, state;
+            if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &state) == 2 &&
+                (int)lport == port && state == 0x08)
+                waiting++;
+        }
+        fclose(f);
+        if (waiting == 0)
+            return;
+        usleep(50000);
+    }
+    fail_msg("the server did not notice closed connections within 15 s");
+}
+
 static void test_handshake_limits(void **unused)
 {
     (void)unused;
@@ -665,7 +689,7 @@ static void test_handshake_limits(void **unused)
 
     /* One client connected and served, seven idle ones open: the ninth is closed at once, the
      * first is still served. */
-    usleep(200000); /* the server notices the closes above */
+    wait_closes_noticed(port); /* the closes above no longer count */
     int served = raw_client(port, NULL, SLUICE__ROLE__ROLE_CLIENT);
     int idle[7];
     for (int i = 0; i < 7; i++) {
