@@ -96,6 +96,8 @@ for k in $(seq 1 "$runs"); do
     log="$logs/run-$k.log"
     rm -f "$log" "$logs/run-$k-"*.log
     rc=0
+    # A run that ends without writing the list (ctest killed) must not count an earlier one's.
+    rm -f "$dir/Testing/Temporary/LastTestsFailed.log"
     ctest --test-dir "$dir" "${select[@]}" -j "$jobs" --timeout "$timeout" >/dev/null 2>&1 || rc=$?
     names=()
     if [ "$rc" != 0 ] && [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ]; then
