@@ -10,7 +10,7 @@ packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf
           liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang libclang-rt-dev
           iperf3 procps jq python3-dev python3-numpy python3-pytest python3-torch python3-yaml
           zlib1g-dev libturbojpeg0-dev libarchive-dev python3-pil gzip tar libssl-dev openssl
-          iproute2)
+          iproute2 stress-ng)
 if [ "${SLUICE_DEPS_EXTRA:-}" != "" ]; then
     read -r -a extra <<<"$SLUICE_DEPS_EXTRA"
     packages+=("${extra[@]}")

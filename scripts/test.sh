@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds, runs every test under CTest, then builds and
-# runs the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer, then runs each
-# libFuzzer target for a short smoke time. Exits non-zero if anything fails.
+# runs the suite again under AddressSanitizer + UndefinedBehaviorSanitizer (all but the drills,
+# the tests labelled drill, which the plain pass runs), then runs each libFuzzer target for a
+# short smoke time. Exits non-zero if anything fails; prints how long each step took.
 #
 #   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 10; 0 skips fuzzing)
 #   SLUICE_SKIP_ASAN=1      skip the sanitizer pass (quicker local runs)
+#   SLUICE_TEST_JOBS=J      tests (and fuzz targets) run side by side (default: the core count)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
-jobs=$(nproc)
+jobs=${SLUICE_TEST_JOBS:-$(nproc)}
+t0=$(date +%s)
+steps=""
+step_done() {
+    local now
+    now=$(date +%s)
+    steps="$steps$(printf '%-28s %4d s' "$1" $((now - t0)))\n"
+    t0=$now
+}
 echo "== build (RelWithDebInfo)"
 scripts/build.sh build -DSLUICE_WERROR=ON
+step_done "build"
 echo "== tests"
+# The longest tests start first (their COST in tests/CMakeLists.txt).
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 300
+step_done "tests"
 
 if [ "${SLUICE_SKIP_ASAN:-0}" != 1 ]; then
     echo "== build (ASan + UBSan)"
     scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug -DSLUICE_SANITIZE=ON
-    echo "== tests under ASan + UBSan"
+    step_done "build (ASan + UBSan)"
+    echo "== tests under ASan + UBSan (the drills ran in the plain pass)"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600
+        ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600 -LE drill
+    step_done "tests (ASan + UBSan)"
 fi
 
 fuzz_seconds=${SLUICE_FUZZ_SECONDS:-10}
@@ -31,23 +46,42 @@ if [ "$fuzz_seconds" != 0 ]; then
     # libraries, so the rest of the tree is built by the passes above.
     CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSLUICE_FUZZ=ON >/dev/null
     targets=$(ls tests/fuzz/fuzz_*.c | xargs -n1 basename | sed 's/\.c$//')
-    for t in $targets; do
-        cmake --build build-fuzz -j "$jobs" --target "$t" -- --no-print-directory >/dev/null
-    done
-    for f in build-fuzz/fuzz/fuzz_*; do
-        [ -x "$f" ] || continue
+    # shellcheck disable=SC2086 # one word per target
+    cmake --build build-fuzz -j "$jobs" --target $targets -- --no-print-directory >/dev/null
+    # Each target is one process on one core: $jobs of them run side by side.
+    run_fuzz() {
+        local f=$1 name corpus seeds
         name=$(basename "$f")
         corpus="build-fuzz/corpus/$name"
         mkdir -p "$corpus"
         seeds="tests/fuzz/corpus/$name"
         [ -d "$seeds" ] || seeds=""
-        if ! "$f" -max_total_time="$fuzz_seconds" -print_final_stats=0 "$corpus" $seeds \
-                >"build-fuzz/$name.log" 2>&1; then
-            echo "fuzz: $name failed" >&2
-            tail -n 40 "build-fuzz/$name.log" >&2
-            exit 1
-        fi
-        echo "fuzz: $name ok ($(grep -c . "build-fuzz/$name.log") log lines)"
+        # shellcheck disable=SC2086 # no seeds: no argument
+        "$f" -max_total_time="$fuzz_seconds" -print_final_stats=0 "$corpus" $seeds \
+            >"build-fuzz/$name.log" 2>&1
+    }
+    fuzzers=()
+    for f in build-fuzz/fuzz/fuzz_*; do
+        [ -x "$f" ] && fuzzers+=("$f")
     done
+    for ((i = 0; i < ${#fuzzers[@]}; i += jobs)); do
+        batch=("${fuzzers[@]:i:jobs}")
+        pids=()
+        for f in "${batch[@]}"; do
+            run_fuzz "$f" &
+            pids+=($!)
+        done
+        for k in "${!batch[@]}"; do
+            name=$(basename "${batch[$k]}")
+            if ! wait "${pids[$k]}"; then
+                echo "fuzz: $name failed" >&2
+                tail -n 40 "build-fuzz/$name.log" >&2
+                exit 1
+            fi
+            echo "fuzz: $name ok ($(grep -c . "build-fuzz/$name.log") log lines)"
+        done
+    done
+    step_done "fuzz smoke"
 fi
 echo "== all tests passed"
+printf '%b' "$steps"

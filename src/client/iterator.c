@@ -682,6 +682,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     it->track = o->mode == SLUICE_DISTRIBUTED_EPOCH && !it->coordinated;
     ledger_init(&it->delivered);
     it->consumer_index = o->consumer_index;
+    it->num_consumers = o->num_consumers;
     atomic_init(&it->interrupted, 0);
     atomic_init(&it->taken, 0);
     pipe_elem_init(&it->elem);

@@ -62,6 +62,7 @@ struct sluice_iterator {
     uint8_t client_key[16];
     size_t client_key_len;
     uint32_t consumer_index;
+    uint32_t num_consumers; /* coordinated reads; 0 otherwise */
     bool coordinated;
     /* Deterministic reads (reorder.h): payloads go into the reorder queue, not the prefetch
      * buffer, whose slots then only count requests in flight. */

@@ -52,6 +52,12 @@ static void run_iter_waiting(struct sluice_client *c, struct client_op *op)
             f.worker_why = t->fail_msg;
         }
     }
+    if (it->coordinated) {
+        f.consumers = it->num_consumers;
+        f.round = it->tasks.round;
+        f.round_asked = it->tasks.where == CT_ROUND_TASK;
+        f.round_task = it->tasks.round_task;
+    }
     client_op_done(c, op, wait_reason(&f, w->buf, w->len));
 }
 

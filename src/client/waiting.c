@@ -41,6 +41,18 @@ int wait_reason(const struct wait_facts *f, char *buf, size_t len)
         snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher to end the read",
                  f->job_id);
         return 2;
+    } else if (f->consumers > 0 && f->round_asked) {
+        /* A round the others never ask for (they stopped, or read one element more than this
+         * consumer) is waited for until the timeout: the line says what is needed. */
+        snprintf(buf, len,
+                 "job %" PRIu64 ": waiting for round %" PRIu64 " from task %" PRIu64
+                 ", which serves a round once all %" PRIu32 " consumers ask for it",
+                 f->job_id, f->round, f->round_task, f->consumers);
+        return 2;
+    } else if (f->consumers > 0) {
+        snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher to schedule round %" PRIu64,
+                 f->job_id, f->round);
+        return 2;
     } else {
         snprintf(buf, len, "job %" PRIu64 ": waiting for elements from %zu worker%s", f->job_id,
                  f->active, f->active == 1 ? "" : "s");

@@ -28,6 +28,12 @@ struct wait_facts {
     const char *worker; /* a listed task's worker whose last request failed */
     const char *worker_why;
     uint64_t cut; /* copies cut short so far by the loss of their workers */
+    /* Coordinated reads (consumers > 0): the round the read needs next, and whether its task is
+     * being asked for it (else the read waits for the dispatcher's grant or schedule). */
+    uint32_t consumers;
+    uint64_t round;
+    bool round_asked;
+    uint64_t round_task;
 };
 
 /* Writes the reason of the wait to buf (len bytes, NUL-terminated, truncated) and returns 1 when
@@ -42,6 +48,10 @@ struct wait_facts {
  *                               worker to register"
  *   a worker does not answer:   "waiting for worker H:P: WHY"
  *   every task ended:           "job N: waiting for the dispatcher to end the read" (ordinary)
+ *   coordinated, task asked:    "job N: waiting for round R from task T, which serves a round
+ *                               once all C consumers ask for it" (ordinary)
+ *   coordinated, no task asked: "job N: waiting for the dispatcher to schedule round R"
+ *                               (ordinary)
  *   tasks run:                  "job N: waiting for elements from K worker(s)" (ordinary)
  *   (not a read) a call is out: "waiting for dispatcher H:P to answer" */
 int wait_reason(const struct wait_facts *f, char *buf, size_t len);

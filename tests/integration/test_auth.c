@@ -626,6 +626,30 @@ static void test_fake_dispatcher(void **unused)
 
 /* ---- limits ------------------------------------------------------------------------------ */
 
+/* Waits (bounded) until the server on port holds no connection its peer closed and it has not
+ * closed yet (CLOSE_WAIT in /proc/net/tcp): it has noticed every close, and counts those
+ * connections no more. */
+static void wait_closes_noticed(int port)
+{
+    for (int attempt = 0; attempt < 300; attempt++) {
+        FILE *f = fopen("/proc/net/tcp", "r");
+        assert_non_null(f);
+        char line[512];
+        int waiting = 0;
+        while (fgets(line, sizeof line, f)) {
+            unsigned lport, state;
+            if (sscanf(line, " %*d: %*x:%x %*x:%*x %x", &lport, &state) == 2 &&
+                (int)lport == port && state == 0x08)
+                waiting++;
+        }
+        fclose(f);
+        if (waiting == 0)
+            return;
+        usleep(50000);
+    }
+    fail_msg("the server did not notice closed connections within 15 s");
+}
+
 static void test_handshake_limits(void **unused)
 {
     (void)unused;
@@ -677,7 +701,7 @@ static void test_handshake_limits(void **unused)
 
     /* One client connected and served, seven idle ones open: the ninth is closed at once, the
      * first is still served. */
-    usleep(200000); /* the server notices the closes above */
+    wait_closes_noticed(port); /* the closes above no longer count */
     int served = raw_client(port, NULL, SLUICE__ROLE__ROLE_CLIENT);
     int idle[7];
     for (int i = 0; i < 7; i++) {
@@ -951,23 +975,29 @@ static long unread_bytes(int server_port, int client_port)
     return rx;
 }
 
-/* The server has stopped reading the connection on its own: bytes wait unread on its end while
- * all its threads sleep, in every one of ten samples over half a second. A server merely slow
- * on a busy machine has a runnable thread while it has input. */
 /* What the last look found, for the failure message. */
 static long last_unread;
 static bool last_sleep;
 
+/* The server has stopped reading the connection on its own: over two seconds (forty samples),
+ * the same number of bytes waits unread on its end in every sample, and in at least five of them
+ * every thread of the server sleeps. A server merely slow on a busy machine reads some of its
+ * input in that time, and one that had it polled would not sleep with it waiting. Asleep in
+ * every sample is not asked: on a loaded machine a thread woken by a timer (the dispatcher's
+ * tick) waits long for a core, and is seen runnable though it reads nothing. */
 static bool server_stopped_reading(pid_t pid, int server_port, int client_port)
 {
-    for (int i = 0; i < 10; i++) {
+    long first = unread_bytes(server_port, client_port);
+    int asleep = 0;
+    for (int i = 0; i < 40; i++) {
         last_unread = unread_bytes(server_port, client_port);
         last_sleep = all_threads_sleep(pid);
-        if (last_unread <= 0 || !last_sleep)
+        if (last_unread <= 0 || last_unread != first)
             return false;
+        asleep += last_sleep;
         usleep(50000);
     }
-    return true;
+    return asleep >= 5;
 }
 
 /* An authenticated client pipelines status requests and never reads a reply: the dispatcher
