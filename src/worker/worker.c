@@ -136,22 +136,39 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
 }
 
 /* Whether one more task fits the worker's limits: 0, or SLUICE_ERR_LIMIT with the reason (for
- * the task's readers) in err. */
+ * the task's readers) in err. A task counts against --max-tasks while its producers run (its
+ * threads), and against --max-buffer-bytes at its buffer's bound while they run, then at what its
+ * buffer still holds: a task that produced everything and waits to be collected costs no thread,
+ * so short reads one after another (a repeating tail opens a job per pass) never pile up. */
 static int admit_task(struct worker *w, char *err, size_t errlen)
 {
     unsigned running = 0;
-    for (struct wtask *wt = w->tasks; wt; wt = wt->next)
-        running += wt->running;
+    uint64_t held = 0; /* bytes still buffered by tasks whose producers exited */
+    for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
+        if (!wt->running || !wt->task)
+            continue;
+        if (!task_exited(wt->task)) {
+            running++;
+            continue;
+        }
+        struct task_progress p;
+        task_progress(wt->task, &p);
+        held += p.buffered_bytes;
+    }
     if (w->max_tasks && running >= w->max_tasks)
         return err_set(err, errlen, SLUICE_ERR_LIMIT,
                        "worker %s: task limit reached: it runs %u tasks (--max-tasks)", w->address,
                        running);
     uint64_t each = w->buffer_bytes ? w->buffer_bytes : TASK_BUFFER_BYTES;
-    if (w->max_buffer_bytes && (uint64_t)(running + 1) * each > w->max_buffer_bytes)
+    if (w->max_buffer_bytes && (uint64_t)(running + 1) * each + held > w->max_buffer_bytes) {
+        char more[96] = "";
+        if (held)
+            snprintf(more, sizeof more, " and finished tasks holding %" PRIu64 " bytes", held);
         return err_set(err, errlen, SLUICE_ERR_LIMIT,
                        "worker %s: buffer limit reached: %u tasks buffering up to %" PRIu64
-                       " bytes each, of --max-buffer-bytes %" PRIu64,
-                       w->address, running, each, w->max_buffer_bytes);
+                       " bytes each%s, of --max-buffer-bytes %" PRIu64,
+                       w->address, running, each, more, w->max_buffer_bytes);
+    }
     return 0;
 }
 

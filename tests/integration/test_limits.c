@@ -480,6 +480,45 @@ static struct sluice_iterator *open_running(struct sluice_client *client, char *
     return it;
 }
 
+/* Reads that end take no place once their tasks produced everything, even before their jobs
+ * are collected: with --max-tasks 2, ten short reads one after another (as a repeating tail
+ * makes, a job per pass) all go through, each whole. Before, the third was refused. */
+static void test_finished_tasks_free_their_place(void **unused)
+{
+    (void)unused;
+    static const char *const wargs[] = {"--max-tasks", "2", NULL};
+    struct cluster c = {0};
+    c.worker_args = wargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    struct sluice_client *client = NULL;
+    char msg[512];
+    struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 30000};
+    assert_int_equal(sluice_client_open(&co, &client, msg, sizeof msg), 0);
+    for (int i = 0; i < 10; i++) {
+        struct sluice_read_options ro = {.pipeline = "range(3)"};
+        struct sluice_iterator *it = NULL;
+        if (sluice_iterator_open(client, &ro, &it, msg, sizeof msg) != 0)
+            fail_msg("read %d: %s", i, msg);
+        const struct sluice_element *elem;
+        int64_t want = 0;
+        int rc;
+        while ((rc = sluice_iterator_next(it, &elem, 30000, msg, sizeof msg)) == 1) {
+            size_t len = 0;
+            const int64_t *v = sluice_element_data(elem, 0, &len);
+            assert_int_equal(len, sizeof *v);
+            assert_int_equal(*v, want);
+            want++;
+        }
+        if (rc != 0)
+            fail_msg("read %d after %lld elements: %s", i, (long long)want, msg);
+        assert_int_equal(want, 3);
+        sluice_iterator_close(it);
+    }
+    sluice_client_close(client);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* A worker runs at most --max-tasks tasks and buffers at most --max-buffer-bytes: a task past
  * either fails at once with the exact reason, which its reader gets; once a read is collected
  * its place is free again. Before, 1000 reads of one client took a worker to 2.1 GB and 1005
@@ -727,6 +766,7 @@ int main(void)
         cmocka_unit_test(test_dead_reader),
         cmocka_unit_test(test_dispatcher_limits),
         cmocka_unit_test(test_worker_limits),
+        cmocka_unit_test(test_finished_tasks_free_their_place),
         cmocka_unit_test(test_jobs_per_address),
         cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_status_with_bad_names_in_old_journal),
