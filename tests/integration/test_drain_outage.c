@@ -160,7 +160,10 @@ static void test_no_restart_fails(void **state)
     assert_true(cluster_add_worker(c) >= 0);
     struct proc r;
     char *first;
-    start_paused_read(c, &r, &first, "--timeout-ms", "3000");
+    /* Longer than a client heartbeat may take (5 s), so that the reader has tried the dispatcher
+     * by the time it gives up: with less, the last thing it knew could be its task list emptied
+     * by the drain ("no worker registered yet"), the dispatcher's death not yet seen. */
+    start_paused_read(c, &r, &first, "--timeout-ms", "8000");
     drain_worker(c);
     proc_stop(&c->dispatcher, SIGKILL, 10000);
     char *out = rest_of_read(&r, first, 120000);
@@ -177,10 +180,10 @@ static void test_no_restart_fails(void **state)
      * (unreachable since its last answer) or the command's (no element since) comes first. */
     char unreachable[128], no_progress[128];
     snprintf(unreachable, sizeof unreachable,
-             "sluice: read: dispatcher 127.0.0.1:%d unreachable for 3000 ms: ", c->port);
+             "sluice: read: dispatcher 127.0.0.1:%d unreachable for 8000 ms: ", c->port);
     snprintf(
         no_progress, sizeof no_progress,
-        "sluice: read: no progress for 3000 ms: waiting for dispatcher 127.0.0.1:%d: ", c->port);
+        "sluice: read: no progress for 8000 ms: waiting for dispatcher 127.0.0.1:%d: ", c->port);
     const char *last = strstr(log, "sluice: read: ");
     if (!last || (strncmp(last, unreachable, strlen(unreachable)) != 0 &&
                   strncmp(last, no_progress, strlen(no_progress)) != 0))
