@@ -405,6 +405,17 @@ struct status_req {
     char dataset_id[ST_ID_MAX];
 };
 
+/* Replies to r with the status document json. */
+static void send_status(struct req *r, char *json)
+{
+    Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
+    body.json = json;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
+    env.status_reply = &body;
+    dispatcher_send_reply(r, &env);
+}
+
 static void status_done(struct dispatcher *d, int status, void *ctx)
 {
     struct req *r = ctx;
@@ -420,12 +431,7 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
         } else if (rc < 0) {
             dispatcher_refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
         } else {
-            Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
-            body.json = json;
-            Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-            env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
-            env.status_reply = &body;
-            dispatcher_send_reply(r, &env);
+            send_status(r, json);
         }
         free(json);
         dispatcher_req_done(r);
@@ -452,12 +458,7 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
                status_json_extra(&d->st, &extra, &json) < 0) {
         dispatcher_refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
     } else {
-        Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
-        body.json = json;
-        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-        env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
-        env.status_reply = &body;
-        dispatcher_send_reply(r, &env);
+        send_status(r, json);
     }
     free(json);
     free(seen);

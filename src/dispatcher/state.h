@@ -757,7 +757,8 @@ const struct st_task_ref *state_iteration_tasks(const struct state *s, uint64_t 
 uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id);
 
 /* Builds s->by_worker, s->by_iteration and each iteration's held index from s->tasks, and
- * s->by_address from s->workers (after a snapshot filled the tables). Returns 0 or SLUICE_ERR_NOMEM (the indexes are then empty). */
+ * s->by_address from s->workers (after a snapshot filled the tables). Returns 0 or SLUICE_ERR_NOMEM
+ * (the indexes are then empty). */
 int state_reindex(struct state *s);
 
 /* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
