@@ -106,6 +106,7 @@ struct task {
     size_t returned_cap;
 
     struct producer *producers;
+    bool started;        /* loop only: the producers were spawned, or the task ended unstarted */
     unsigned nproducers; /* producers whose mutex exists */
     unsigned nthreads;   /* producers whose thread was started (joined by task_free) */
 };
@@ -705,10 +706,48 @@ int task_new_failed(uint64_t id, int code, const char *msg, struct task **out)
     int rc = task_alloc(id, &t);
     if (rc < 0)
         return rc;
+    t->started = true;
     t->done = true;
     fail_locked(t, code, msg);
     *out = t;
     return 0;
+}
+
+/* A task nobody reads thus holds no thread, no buffered element and no lease, whatever the
+ * number of jobs a client opens. */
+void task_begin(struct task *t)
+{
+    if (t->started)
+        return;
+    t->started = true;
+    unsigned n = t->nproducers;
+    for (unsigned i = 0; i < n; i++) {
+        int rc = uv_thread_create(&t->producers[i].thread, producer_main, &t->producers[i]);
+        if (rc != 0) {
+            /* The producers already running see the failure and exit; the task stays, failed,
+             * so its readers learn why, and is reaped like any other. */
+            uv_mutex_lock(&t->mu);
+            t->alive -= n - i;
+            if (t->alive == 0)
+                t->done = true;
+            fail_locked(t, rc, "cannot start a producer thread");
+            uv_mutex_unlock(&t->mu);
+            break;
+        }
+        t->nthreads++;
+    }
+}
+
+/* Loop. A task stopped or drained before any reader asked ends without running. */
+static void end_unstarted(struct task *t)
+{
+    if (t->started)
+        return;
+    t->started = true;
+    uv_mutex_lock(&t->mu);
+    t->alive = 0;
+    t->done = true;
+    uv_mutex_unlock(&t->mu);
 }
 
 int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct task **out, char *err,
@@ -766,21 +805,9 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
         t->nproducers++;
     }
     t->alive = n;
-    for (unsigned i = 0; i < n; i++) {
-        rc = uv_thread_create(&t->producers[i].thread, producer_main, &t->producers[i]);
-        if (rc != 0) {
-            /* The producers already running see the failure and exit; the task stays, failed,
-             * so its readers learn why, and is reaped like any other. */
-            uv_mutex_lock(&t->mu);
-            t->alive -= n - i;
-            if (t->alive == 0)
-                t->done = true;
-            fail_locked(t, rc, "cannot start a producer thread");
-            uv_mutex_unlock(&t->mu);
-            break;
-        }
-        t->nthreads++;
-    }
+    /* A save's task has no reader to wait for; any other runs once a reader first asks. */
+    if (t->snap_dir)
+        task_begin(t);
     *out = t;
     return 0;
 fail:
@@ -802,6 +829,7 @@ static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struc
                 bool whole, struct task_take *out)
 {
     memset(out, 0, sizeof *out);
+    task_begin(t);
     uv_mutex_lock(&t->mu);
     int rc = 0;
     if (whole)
@@ -906,7 +934,7 @@ bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
                      const uint64_t **finished, size_t *nfinished, const uint64_t **returned,
                      size_t *nreturned)
 {
-    if (!task_is_distributed(t))
+    if (!task_is_distributed(t) || !t->started)
         return false;
     bool want = false;
     uv_mutex_lock(&t->mu);
@@ -1031,6 +1059,7 @@ void task_fail(struct task *t, int code, const char *msg)
 
 int task_drain(struct task *t)
 {
+    end_unstarted(t);
     if (!task_is_distributed(t)) {
         task_stop(t);
         return 0;
@@ -1044,6 +1073,7 @@ int task_drain(struct task *t)
 
 void task_stop(struct task *t)
 {
+    end_unstarted(t);
     uv_mutex_lock(&t->mu);
     atomic_store(&t->stop, 1);
     atomic_store(&t->cancel.cancel, 1);

@@ -1,19 +1,21 @@
 /* A task: the producer threads that run one task's pipeline and the bounded element buffer they
  * fill (docs/design.md §1: pipelines run on threads, never on the loop thread).
  *
- * Happy path: task_start() spawns the producers. parallel_epochs and the static sharding modes
- * run one producer over the whole (rewritten, see shard.h) pipeline; distributed_epoch runs
- * cfg->threads producers that take splits from the task's lease queue (lease.h) and run the
- * pipeline over one split at a time. A producer encodes each element (codec_append_elem; with
- * compress set it stops trying snappy for a while after elements in a row that it could not
- * shrink, so incompressible data costs no compression attempts) into a private chunk and publishes
- * the chunk into the buffer when it is full, when a reader has been waiting longer than a short
- * linger, or when its split or pipeline ends; it blocks while the buffer holds more than its byte
- * or element bound. An element with a tensor of TASK_EXT_MIN bytes or more (when no compression
- * is tried) is not copied at all: its chunk takes over the tensor's block (an external chunk,
- * buffer.h) and the producer's element gets a spare block back. The loop thread takes whole
- * records out with task_take() or task_take_whole() and is woken through
- * cfg->wake whenever a waiting reader can be served, a producer needs splits, or a producer exits.
+ * Happy path: task_start() prepares the producers, and the first take (a reader asked) spawns
+ * them; a save's task, which has no reader, spawns them at once. Until then a task holds no
+ * thread, buffers nothing and leases no split, and a stop or a drain ends it. parallel_epochs and
+ * the static sharding modes run one producer over the whole (rewritten, see shard.h) pipeline;
+ * distributed_epoch runs cfg->threads producers that take splits from the task's lease queue
+ * (lease.h) and run the pipeline over one split at a time. A producer encodes each element
+ * (codec_append_elem; with compress set it stops trying snappy for a while after elements in a row
+ * that it could not shrink, so incompressible data costs no compression attempts) into a private
+ * chunk and publishes the chunk into the buffer when it is full, when a reader has been waiting
+ * longer than a short linger, or when its split or pipeline ends; it blocks while the buffer holds
+ * more than its byte or element bound. An element with a tensor of TASK_EXT_MIN bytes or more (when
+ * no compression is tried) is not copied at all: its chunk takes over the tensor's block (an
+ * external chunk, buffer.h) and the producer's element gets a spare block back. The loop thread
+ * takes whole records out with task_take() or task_take_whole() and is woken through cfg->wake
+ * whenever a waiting reader can be served, a producer needs splits, or a producer exits.
  *
  * Memory: producers block before publishing while the buffer holds buffer_bytes or more (or
  * buffer_records, or TASK_BUFFER_CHUNKS), so the buffer exceeds its byte bound by at most one
@@ -101,10 +103,15 @@ struct task_config {
     const char *snapshot_path;
 };
 
-/* Loop. Starts the producers of a task over spec, which the task takes ownership of (also on
- * failure). Returns 0 and *out, or a negative code with a message in err (then nothing runs). */
+/* Loop. Prepares the producers of a task over spec, which the task takes ownership of (also on
+ * failure); they start at the first take, or at once for a save's task. Returns 0 and *out, or a
+ * negative code with a message in err (then nothing runs). */
 int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct task **out, char *err,
                size_t errlen);
+
+/* Loop. Spawns the producers of a task that has not run yet, as its first take does; nothing
+ * once they run, or once the task ended (stopped or drained before anyone asked). */
+void task_begin(struct task *t);
 
 /* Loop. A task that failed before anything could run (undecodable dataset, unknown function):
  * it has no producers and every take reports code and msg. */

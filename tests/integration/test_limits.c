@@ -455,6 +455,65 @@ static void test_jobs_per_address(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Jobs nobody reads cost a worker nothing: 40 jobs of a pipeline of 100 kB elements, created
+ * without a reader, give the worker 40 tasks but no thread and no buffered element each (before,
+ * every task spawned its producer at once and filled its 16 MiB buffer: about 650 MB and 40
+ * more threads). A read of one of them then runs its task and gets every element. */
+static void test_unread_jobs_cost_nothing(void **unused)
+{
+    (void)unused;
+    struct cluster c = {0};
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    pid_t worker = c.workers[0].pid;
+    char *out = NULL, *err = NULL;
+    assert_int_equal(
+        cluster_cli(&c, &out, &err, "register", "range(1000) | map(bytes, 100000)", NULL), 0);
+    free(out);
+    free(err);
+    long threads0 = proc_status_kb(worker, "Threads");
+    assert_true(threads0 > 0);
+    enum { JOBS = 40 };
+    for (int i = 0; i < JOBS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "unread-%d", i);
+        Sluice__GetOrCreateJobRequest req = SLUICE__GET_OR_CREATE_JOB_REQUEST__INIT;
+        req.dataset_id = "1";
+        req.job_name = name;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
+        env.get_or_create_job = &req;
+        struct raw r;
+        if (raw_call(c.dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, &env, &r) != 0)
+            fail_msg("job %d: %s", i, r.msg);
+    }
+    /* The worker learns of its tasks at its heartbeats. */
+    for (int tries = 0;; tries++) {
+        json_t *st = status_json(&c);
+        long n = worker_tasks(st, c.workers[0].addr);
+        json_decref(st);
+        if (n == JOBS)
+            break;
+        assert_true(tries < 150); /* 15 s */
+        sleep_ms(100);
+    }
+    sleep_ms(1000); /* what an eager task would make of it by now: 16 MiB of its buffer */
+    long threads = proc_status_kb(worker, "Threads"), rss = proc_status_kb(worker, "VmRSS");
+    fprintf(stderr, "worker with %d unread tasks: %ld threads (%ld before), VmRSS %ld kB\n", JOBS,
+            threads, threads0, rss);
+    assert_true(threads <= threads0 + 2);
+    assert_true(rss > 0 && rss < 96 * 1024);
+    /* Read one of them: its task starts now and delivers the whole dataset. */
+    assert_int_equal(cluster_cli(&c, &out, &err, "read", "--dataset-id", "1", "--job-name",
+                                 "unread-7", "--format", "count", NULL),
+                     0);
+    if (strcmp(out, "1000\n") != 0)
+        fail_msg("read of an unread job: got '%s', stderr '%s'", out, err);
+    free(out);
+    free(err);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- worker limits ------------------------------------------------------------------------ */
 
 static long long now_ms(void)
@@ -766,6 +825,7 @@ int main(void)
         cmocka_unit_test(test_dead_reader),
         cmocka_unit_test(test_dispatcher_limits),
         cmocka_unit_test(test_worker_limits),
+        cmocka_unit_test(test_unread_jobs_cost_nothing),
         cmocka_unit_test(test_finished_tasks_free_their_place),
         cmocka_unit_test(test_jobs_per_address),
         cmocka_unit_test(test_bad_names),

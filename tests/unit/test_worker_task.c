@@ -353,6 +353,7 @@ static void test_failure_after_elements(void **state)
 {
     struct env *e = *state;
     struct task *t = start(e, "range(10)", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    task_begin(t); /* as a first take would */
     uint64_t t0 = uv_hrtime();
     for (;;) {
         struct task_progress tp;
@@ -420,6 +421,42 @@ static void run_distributed(struct env *e, const char *text, uint64_t split_size
     finish(e, t);
 }
 
+/* A task nobody takes from runs nothing: no element is produced and no split asked for, and a
+ * stop (or a drain) ends it at once; the first take starts it. */
+static void test_runs_at_first_take(void **state)
+{
+    struct env *e = *state;
+    struct task *t = start(e, "range(10) | repeat()", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    uint64_t t0 = uv_hrtime();
+    while (elapsed_ms(t0) < 200)
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+    struct task_progress tp;
+    task_progress(t, &tp);
+    assert_int_equal(tp.produced, 0);
+    assert_false(task_exited(t));
+    task_stop(t);
+    assert_true(task_exited(t));
+    task_free(t);
+
+    t = start(e, "range(10)", SLUICE_DISTRIBUTED_EPOCH, 2, 0, 0, 0);
+    uint32_t max;
+    const uint64_t *fin, *ret;
+    size_t nfin, nret;
+    assert_false(task_lease_want(t, 0, &max, &fin, &nfin, &ret, &nret));
+    assert_int_equal(task_drain(t), 0);
+    assert_true(task_exited(t));
+    task_free(t);
+
+    /* The first take starts it, and every element comes. */
+    t = start(e, "range(10)", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    struct drained d;
+    drain(e, t, NULL, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_END);
+    assert_int_equal(d.n, 10);
+    free(d.values);
+    finish(e, t);
+}
+
 static void test_distributed(void **state)
 {
     struct env *e = *state;
@@ -454,6 +491,7 @@ static void test_stop_blocked(void **state)
 {
     struct env *e = *state;
     struct task *t = start(e, "range(10) | repeat()", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 100);
+    task_begin(t); /* as a first take would */
     uint64_t t0 = uv_hrtime();
     for (;;) {
         struct task_progress tp;
@@ -828,6 +866,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_distributed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distributed_bad_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_blocked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_runs_at_first_take, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waiting_for_snapshot_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_task_writes_chunks, setup, teardown),
     };
