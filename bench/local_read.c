@@ -1,5 +1,5 @@
 /* local_read: the throughput of a reader reading large elements from a worker in its own process
- * over the in-process connection (README "Local workers"), against the same read over TCP.
+ * over the in-process connection (docs/reading.md "Local workers"), against the same read over TCP.
  *
  * A dispatcher and one worker run in this process (<sluice/server.h>). The reader reads
  * `range(N) | map(bytes, SIZE)` (N elements of SIZE bytes, default 2048 of 1 MiB) with

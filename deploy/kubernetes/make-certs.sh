@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes the certificates the manifests mount (see README.md, "Deploying"), in DIR, with openssl.
+# Makes the certificates the manifests mount (see docs/deploying.md), in DIR, with openssl.
 # EC P-256 keys; the CA for 10 years, the others for 1 year.
 #
 #   ca.pem ca.key             the cluster's CA. ca.key goes into no Secret: keep it safe to issue

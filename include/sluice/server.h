@@ -271,8 +271,8 @@ struct sluice_worker_options {
     /* Readers in this process (sluice_iterator_open with a client of this process) reach an
      * embedded worker without the network: instead of a TCP connection to its address, an
      * in-process socket pair, which no other process can reach, with the same handshake (token,
-     * TLS) and the same checks of every request (README "Local workers"). true turns that off:
-     * they connect over TCP like any other reader. */
+     * TLS) and the same checks of every request (docs/reading.md "Local workers"). true turns that
+     * off: they connect over TCP like any other reader. */
     bool no_in_process_reads;
     /* The most tasks the worker runs at once (--max-tasks; 1 to 100000; 0: 256), and the most
      * bytes their buffers may hold together, counting each task's full buffer bound of 16 MiB

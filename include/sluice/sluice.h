@@ -213,7 +213,7 @@ int sluice_register_filter(struct sluice_registry *registry, const char *name, i
 struct sluice_client;
 struct sluice_iterator;
 
-/* Security settings, the same for every client and server (README, "Security"). A
+/* Security settings, the same for every client and server (docs/operations.md, "Security"). A
  * zero-initialised struct means: no authentication, no TLS. Strings are paths, read when the
  * client or server starts.
  *
@@ -302,7 +302,7 @@ struct sluice_register_options {
 };
 
 /* Registers a pipeline (its text in the pipeline language, e.g. "range(10) | map(square)"; the
- * README describes the language) with the dispatcher. The pipeline is
+ * docs/pipelines.md describes the language) with the dispatcher. The pipeline is
  * parsed and checked locally first (a malformed one fails with SLUICE_ERR_PARSE and the column
  * in err). On success writes the dataset id (NUL-terminated, at most idlen bytes) to id_out.
  * options may be NULL for defaults. Blocks until the dispatcher answers or the client's
@@ -320,9 +320,9 @@ enum sluice_mode {
     SLUICE_SHARD_HINT = 5
 };
 
-/* Which workers a read reads from (README "Local workers"). A host is one kernel and one network
- * namespace (a trainer and the workers in its pod or on its machine), or what the environment
- * variable SLUICE_HOST_ID names, in the reader's and the workers' processes alike. */
+/* Which workers a read reads from (docs/reading.md "Local workers"). A host is one kernel and one
+ * network namespace (a trainer and the workers in its pod or on its machine), or what the
+ * environment variable SLUICE_HOST_ID names, in the reader's and the workers' processes alike. */
 enum sluice_target_workers {
     /* Every worker of the job. */
     SLUICE_TARGET_WORKERS_ANY = 0,
@@ -416,9 +416,9 @@ struct sluice_read_options {
      * silently starts over. */
     const uint8_t *restore;
     size_t restore_len;
-    /* A cross-trainer cache (README "Cross-trainer cache"): several trainers reading one job
-     * share the one stream each of its tasks produces, instead of splitting it. Each worker task
-     * keeps what it produced in a cache of cross_trainer_cache_bytes (0:
+    /* A cross-trainer cache (docs/reading.md "Cross-trainer cache"): several trainers reading one
+     * job share the one stream each of its tasks produces, instead of splitting it. Each worker
+     * task keeps what it produced in a cache of cross_trainer_cache_bytes (0:
      * SLUICE_CROSS_TRAINER_CACHE_BYTES) and serves every trainer from its own cursor: a trainer
      * id seen for the first time starts at the oldest element the cache still holds, a known
      * one continues where that id left off (two readers with one id split its stream and never
@@ -570,7 +570,7 @@ int sluice_status(struct sluice_client *client, char **json, char *err, size_t e
 int sluice_status_dataset(struct sluice_client *client, const char *dataset_id, char **json,
                           char *err, size_t errlen);
 
-/* ---- snapshots (README "Snapshots") ---- */
+/* ---- snapshots (docs/snapshots.md) ---- */
 
 /* Where a save of a dataset into a snapshot directory stands. */
 struct sluice_snapshot_status {

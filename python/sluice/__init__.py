@@ -9,7 +9,7 @@ and this package registers pipelines and reads the elements back, as numpy array
     for x in ds:
         print(int(x))
 
-Pipelines are text in sluice's pipeline language (see the README): a source such as
+Pipelines are text in sluice's pipeline language (see docs/pipelines.md): a source such as
 ``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")``, ``tar("GLOB", "EXT", ...)``
 (WebDataset shards: a tuple of the bytes of each sample's members) or ``snapshot("DIR")`` (a
 distributed snapshot, readable while its save runs) followed by operations
@@ -505,8 +505,8 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
 
 
 class CrossTrainerCache:
-    """Shares one job's stream between trainers (see README "Cross-trainer cache"): pass it as
-    cross_trainer_cache= to distribute or from_dataset_id, with a job_name and a pipeline that
+    """Shares one job's stream between trainers (see docs/reading.md "Cross-trainer cache"): pass it
+    as cross_trainer_cache= to distribute or from_dataset_id, with a job_name and a pipeline that
     never ends (repeat() with no count), in a mode other than distributed_epoch. Each worker
     task keeps what it produced in a cache of cache_bytes (None: 256 MiB) and serves every
     trainer id from its own cursor: an id seen for the first time starts at the oldest element
@@ -672,8 +672,8 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     (one kernel and network namespace, or what SLUICE_HOST_ID names), a sluice.WorkerServer in
     this process being read in memory, without the network; a host with no worker raises
     NotFoundError "no local worker: ..."; "auto": every worker, those on this host first. Part of
-    a named job's identity; local and auto cannot be combined with num_consumers (README "Local
-    workers").
+    a named job's identity; local and auto cannot be combined with num_consumers (docs/reading.md
+    "Local workers").
     whole_copies: parallel_epochs and the static sharding modes: a worker lost in the middle of
     its copy fails the read (sluice.Error naming the task). By default the read goes on without
     the rest of that copy, as tf.data service's does (a restarted worker's new copy is read from
@@ -757,7 +757,7 @@ def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=N
 
 def save_snapshot(service, dataset_id, path, wait=True, timeout=None, auth_token_file=None,
                   tls_cert=None, tls_key=None, tls_ca=None):
-    """Saves registered dataset dataset_id into the snapshot directory path (README "Snapshots"):
+    """Saves registered dataset dataset_id into the snapshot directory path (docs/snapshots.md):
     the workers write its elements once, in chunk files under path, with a manifest. path must be
     absolute and the same directory for the dispatcher, the workers and the readers. With wait
     (the default) returns once the save finished; a failed save raises TaskFailedError with its

@@ -1,5 +1,5 @@
-"""Local workers from Python (README "Local workers"): a sluice.WorkerServer in the trainer's
-process is read without the network, target_workers="local" reads only the workers of this
+"""Local workers from Python (docs/reading.md "Local workers"): a sluice.WorkerServer in the
+trainer's process is read without the network, target_workers="local" reads only the workers of this
 host, and a host without a worker is refused with "no local worker"."""
 
 import os

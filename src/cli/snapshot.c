@@ -1,4 +1,4 @@
-/* sluice snapshot save|status (README "Snapshots"): starts a save of a registered dataset into a
+/* sluice snapshot save|status (docs/snapshots.md): starts a save of a registered dataset into a
  * snapshot directory and waits until it is over (unless --no-wait), or prints where a save
  * stands. The dispatcher journals the save; a command that was interrupted (or a dispatcher that
  * restarted) is simply run again: the same dataset and path is the same save. */

@@ -69,7 +69,7 @@ struct sluice_iterator {
     bool det;
     /* A cross-trainer cache: the trainer id every GetElements carries; "" without a cache. */
     char trainer_id[ITER_TRAINER_ID_MAX + 1];
-    /* Target workers (README "Local workers") and this process's host id, which tells the
+    /* Target workers (docs/reading.md "Local workers") and this process's host id, which tells the
      * dispatcher where the reader runs and the reader which tasks are local. */
     enum sluice_target_workers target;
     char host_id[HOSTID_MAX + 1];

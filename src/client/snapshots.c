@@ -1,4 +1,4 @@
-/* Snapshots through the client (sluice.h, README "Snapshots"): SaveSnapshot and SnapshotStatus
+/* Snapshots through the client (sluice.h, docs/snapshots.md): SaveSnapshot and SnapshotStatus
  * as blocking dispatcher calls, and a wait that polls the status until the save is over. */
 #include "client.h"
 

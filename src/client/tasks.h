@@ -58,7 +58,7 @@ struct ct_task {
     bool ended;           /* a reply carried end_of_sequence */
     uint64_t not_before;  /* no request before this time */
     uint32_t empty_streak, fail_streak;
-    bool local;         /* its worker runs on this reader's host (README "Local workers") */
+    bool local;         /* its worker is on this reader's host (docs/reading.md "Local workers") */
     uint64_t elements;  /* elements received from it */
     uint64_t listed_at; /* when it first appeared in a list */
     /* Why the last failed request failed (set by the shell, read while fail_streak > 0). */
@@ -122,9 +122,9 @@ struct ct_set {
 void ct_init(struct ct_set *s, bool coordinated, unsigned per_task_max);
 void ct_release(struct ct_set *s);
 
-/* Sets which tasks the read takes (README "Local workers"): with local_only, ct_reconcile leaves
- * every task whose info is not local out of the set (the dispatcher creates a local job's tasks
- * only on its readers' hosts; this guards against a list that says otherwise); with
+/* Sets which tasks the read takes (docs/reading.md "Local workers"): with local_only, ct_reconcile
+ * leaves every task whose info is not local out of the set (the dispatcher creates a local job's
+ * tasks only on its readers' hosts; this guards against a list that says otherwise); with
  * prefer_local, ct_pick asks a local task whenever one may be asked, and only then another,
  * and a local task may have twice per_task_max requests outstanding. Call before the first
  * ct_reconcile. Coordinated sets ignore it. */

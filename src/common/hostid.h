@@ -1,5 +1,5 @@
-/* Host identity (README "Local workers"): a string that names "this host", so a reader can tell
- * which workers run beside it. Two processes are on the same host when they share the kernel
+/* Host identity (docs/reading.md "Local workers"): a string that names "this host", so a reader can
+ * tell which workers run beside it. Two processes are on the same host when they share the kernel
  * (its boot id) and the network namespace (the inode of /proc/self/ns/net): the same machine
  * and the same view of the network, as a trainer and a worker in one pod or on one machine are.
  * Two containers with their own network namespaces on one machine are different hosts.

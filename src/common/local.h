@@ -1,9 +1,9 @@
-/* In-process connections (README "Local workers"): servers running in this process (an embedded
- * worker, sluice_worker_start) register under the address they advertise and their incarnation,
- * and a client in the same process that would dial that address gets a connected socket pair
- * instead of a TCP connection: one end is handed to the server, which serves it as one more
- * accepted connection (the same handshake, token check, TLS and request handling), the other is
- * the client's. Nothing is bound or listening, so no other process can reach it; the ends are
+/* In-process connections (docs/reading.md "Local workers"): servers running in this process (an
+ * embedded worker, sluice_worker_start) register under the address they advertise and their
+ * incarnation, and a client in the same process that would dial that address gets a connected
+ * socket pair instead of a TCP connection: one end is handed to the server, which serves it as one
+ * more accepted connection (the same handshake, token check, TLS and request handling), the other
+ * is the client's. Nothing is bound or listening, so no other process can reach it; the ends are
  * close-on-exec.
  *
  * Large payloads skip even the socket: each pair shares a link, a queue of payload blocks. The

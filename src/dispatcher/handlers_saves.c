@@ -1,4 +1,4 @@
-/* Saves of datasets into snapshot directories (README "Snapshots"): the SaveSnapshot and
+/* Saves of datasets into snapshot directories (docs/snapshots.md): the SaveSnapshot and
  * SnapshotStatus handlers, and the timer's part that finishes saves.
  *
  * Happy path of SaveSnapshot: the request is checked on the loop (names, an existing save of the

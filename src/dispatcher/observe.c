@@ -96,7 +96,7 @@ struct observe {
 
     struct metrics *reg;
     struct metrics_series *workers_g, *draining_g, *datasets_g, *jobs_g, *tasks_g, *clients_g;
-    /* Saves into snapshot directories (README "Snapshots"). */
+    /* Saves into snapshot directories (docs/snapshots.md). */
     struct metrics_series *saves_g[3], *save_chunks_g, *save_committed_g;
     struct metrics_series *iterations_g[NSTATES];
     struct metrics_series *failed_g; /* active iterations that failed */

@@ -1478,7 +1478,7 @@ nomem:
     return NOMEM_MSG(err, errlen);
 }
 
-/* ---- saves (README "Snapshots") ---- */
+/* ---- saves (docs/snapshots.md) ---- */
 
 int plan_save_check(const struct state *s, const char *dataset_id, const char *path, bool endless,
                     uint64_t *existing, char *err, size_t errlen)

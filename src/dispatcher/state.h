@@ -78,11 +78,12 @@ struct st_job {
     /* distributed_epoch read in the canonical order: its consumers reorder, and may ask for
      * splits to be produced again (plan_splits_redo). */
     bool deterministic;
-    /* Read with a cross-trainer cache of this many bytes per task (README "Cross-trainer
+    /* Read with a cross-trainer cache of this many bytes per task (docs/reading.md "Cross-trainer
      * cache"); 0: without. Sent to the workers in every TaskDef. */
     uint64_t xtc_bytes;
-    /* Which workers its readers read from (README "Local workers"). A local job's iterations
-     * get tasks only on workers whose host is the host of one of the iteration's clients. */
+    /* Which workers its readers read from (docs/reading.md "Local workers"). A local job's
+     * iterations get tasks only on workers whose host is the host of one of the iteration's
+     * clients. */
     enum sluice_target_workers target_workers;
 };
 
@@ -240,7 +241,7 @@ struct st_limits {
  * leased splits; every task's iteration and worker exist; every client's iteration exists; a
  * task's granted seqs are empty when its last_request is 0, and all below its iteration's split
  * cursor; no update carries the id UINT64_MAX (it would wrap the counter raised past it). */
-/* Saves of a dataset into a snapshot directory (README "Snapshots"). "Save", because "snapshot"
+/* Saves of a dataset into a snapshot directory (docs/snapshots.md). "Save", because "snapshot"
  * in the dispatcher means the journal's state snapshot. A save is an anonymous distributed_epoch
  * job over the dataset whose tasks write each split they are leased into that split's chunk file
  * (chunk i = split i) instead of serving it, and report the split finished once the chunk is
@@ -543,7 +544,7 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
                                struct st_update_list *out, char *err, size_t errlen);
 
 /* plan_get_or_create_job_xtc() for a reader on host (its host id, common/hostid.h; "" or NULL:
- * unknown) reading from target workers (README "Local workers"; plan_get_or_create_job_xtc
+ * unknown) reading from target workers (docs/reading.md "Local workers"; plan_get_or_create_job_xtc
  * passes any). The host is recorded in the client (CLIENT_ACQUIRED). A host that is not a valid
  * host id is SLUICE_ERR_INVALID ("host id: byte 3 is not printable ASCII without spaces"), an
  * unknown target SLUICE_ERR_INVALID. local and auto with num_consumers, and local with a static
@@ -571,7 +572,7 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
 /* The largest cross-trainer cache a job may ask each of its tasks to keep. */
 #define ST_XTC_MAX_BYTES (64ull << 30)
 
-/* plan_get_or_create_job_det() with the job's cross-trainer cache (README "Cross-trainer
+/* plan_get_or_create_job_det() with the job's cross-trainer cache (docs/reading.md "Cross-trainer
  * cache"): xtc_bytes is the bound of each task's cache (0: the job has none; the shell resolves
  * the default). A cache needs a job name (SLUICE_ERR_INVALID, "cross_trainer_cache needs a job
  * name: the trainers share one job"), a mode other than distributed_epoch and no num_consumers
@@ -827,7 +828,7 @@ int plan_release_client(const struct state *s, uint64_t client_id, struct st_upd
 int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
                       char *err, size_t errlen);
 
-/* ---- saves (README "Snapshots") ---- */
+/* ---- saves (docs/snapshots.md) ---- */
 
 /* Starts saving dataset_id into the snapshot directory path. plan is the dataset's split plan
  * (the shell builds it; a source that cannot be split fails there), endless whether its pipeline

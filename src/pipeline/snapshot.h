@@ -1,4 +1,4 @@
-/* Distributed snapshots on disk (README "Snapshots"): the files a save writes and the
+/* Distributed snapshots on disk (docs/snapshots.md): the files a save writes and the
  * snapshot("DIR") source reads. No libuv, no LMDB; the file functions block on disk, so call them
  * from a producer thread, the libuv thread pool or a CLI, never from a loop thread.
  *

@@ -94,7 +94,7 @@ struct task_config {
      * refuses one it can size before allocating it (iter.h); any other fails the task when it
      * comes out. Either way the task fails with SLUICE_ERR_LIMIT's message. */
     uint64_t max_element_bytes;
-    /* A save's task (README "Snapshots"; distributed_epoch only): the snapshot directory, or
+    /* A save's task (docs/snapshots.md; distributed_epoch only): the snapshot directory, or
      * NULL. Its producers write the elements of each split into the split's chunk file there
      * (pipeline/snapshot.h) instead of the buffer, commit the chunk, and only then mark the split
      * finished, so what the dispatcher hears finished is on disk. A split left half-way (the task

@@ -1,8 +1,8 @@
-/* The cross-trainer cache of one task (README "Cross-trainer cache"): the elements the task
- * produced, kept in order in a ring bounded by bytes, and a read cursor per trainer id. Several
- * trainers reading a job with the cache share the one stream the task produces instead of each
- * taking its own elements from it. Pure: no locks, no threads, no clock (callers pass the time);
- * the worker's loop thread owns one per task (serve.c).
+/* The cross-trainer cache of one task (docs/reading.md "Cross-trainer cache"): the elements the
+ * task produced, kept in order in a ring bounded by bytes, and a read cursor per trainer id.
+ * Several trainers reading a job with the cache share the one stream the task produces instead of
+ * each taking its own elements from it. Pure: no locks, no threads, no clock (callers pass the
+ * time); the worker's loop thread owns one per task (serve.c).
  *
  * Positions: the task's elements are numbered 0, 1, 2, ... in the order they are pushed. The
  * cache holds the positions [first, next): next is the position the next pushed element gets,

@@ -14,18 +14,19 @@ units use), then:
   client without TLS is refused; hits each probe's httpGet path on the port it names; checks the
   HPA's metric in the dispatcher's /metrics (with the bearer token), the adapter rule and the
   scrape config against the HPA and the Service, the grace period against the drain timeout;
-  runs the Job the README applies (read-check.yaml, a trainer with the client certificate)
-  against them, over TLS, once without its --tls-worker-name (which must fail on the worker's
-  address) and once as written; drains the worker with SIGTERM and checks it exits 0 within the
-  grace period. Checks that the workers advertise their pod IP, runs the README's make-certs.sh
-  command and checks with `openssl verify` that the certificate each pod mounts names what its
-  peers dial or, for the workers, the name every reader passes, and no other. Builds the
-  kustomization with `kubectl kustomize` when kubectl is installed.
+  runs the Job docs/deploying.md applies (read-check.yaml, a trainer with the client
+  certificate) against them, over TLS, once without its --tls-worker-name (which must fail on the
+  worker's address) and once as written; drains the worker with SIGTERM and checks it exits 0
+  within the grace period. Checks that the workers advertise their pod IP, runs
+  docs/deploying.md's make-certs.sh command and checks with `openssl verify` that the
+  certificate each pod mounts names what its peers dial or, for the workers, the name every
+  reader passes, and no other. Builds the kustomization with `kubectl kustomize` when kubectl is
+  installed.
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
   directive against a list of known ones (and `systemd-analyze verify` when installed).
-- Docker: runs README.md's `docker run` commands the same way (-v mounts and container names
-  mapped), reads through them and stops them within their stop timeouts.
+- Docker: runs docs/deploying.md's `docker run` commands the same way (-v mounts and container
+  names mapped), reads through them and stops them within their stop timeouts.
 - Dockerfile: checks the CMD and every binary the manifests and units name exist in the installed
   layout and run, the user is not root and matches the manifests' runAsUser, the runtime stage's
   packages provide every library the binaries link (when apt-cache works offline), and every
@@ -53,6 +54,9 @@ import yaml
 
 BUILD, SOURCE = sys.argv[1], sys.argv[2]
 DEPLOY = os.path.join(SOURCE, "deploy")
+# The guide whose commands are checked: its "## Kubernetes", "## systemd" and "## Docker"
+# sections, run as written.
+GUIDE = os.path.join("docs", "deploying.md")
 START_TIMEOUT = 20.0   # seconds for a server to print its listening line (ASan builds are slow)
 READY_TIMEOUT = 15.0
 READ_TIMEOUT = 60.0
@@ -476,11 +480,11 @@ def check_kubernetes(tmp, prefix):
     check(claims, "the dispatcher has no volumeClaimTemplate for its work dir")
     check("replicas" not in dep["spec"], "the worker Deployment sets replicas: %s, which every "
           "apply would reset the HPA's count to" % dep["spec"].get("replicas"))
-    check_readme_rollouts(docs)
+    check_guide_rollouts(docs)
 
-    # The name readers verify workers against, from the Job the README runs; the Secrets the
-    # pods mount below hold certificates for it.
-    job, job_path = readme_job(kust)
+    # The name readers verify workers against, from the Job docs/deploying.md runs; the Secrets
+    # the pods mount below hold certificates for it.
+    job, job_path = guide_job(kust)
     worker_name = tls_worker_name(job_path, job["spec"]["template"]["spec"]["containers"][0])
     make_local_certs(tmp, worker_name)
 
@@ -591,8 +595,8 @@ def check_kubernetes(tmp, prefix):
           "a client without TLS was not refused by the dispatcher: exit %d, %s"
           % (r.returncode, r.stderr.decode()))
 
-    # The README's read: the trainer Job it applies, its container run like the servers' with
-    # its Secrets (the client certificate) mounted. The worker's certificate does not name the
+    # docs/deploying.md's read: the trainer Job it applies, its container run like the servers'
+    # with its Secrets (the client certificate) mounted. The worker's certificate does not name the
     # address it advertises, so without --tls-worker-name the read fails on the worker, and with
     # it, it reads everything: the flag is what makes TLS to pods work.
     trainer = Pod("k8s-read-check", job, kust, tmp, {})
@@ -693,33 +697,35 @@ def tls_worker_name(what, container):
     return name
 
 
-def check_readme_rollouts(docs):
-    """README.md's `kubectl rollout status KIND/NAME` commands name the workloads as they are."""
+def check_guide_rollouts(docs):
+    """docs/deploying.md's `kubectl rollout status KIND/NAME` commands name the workloads as they
+    are."""
     kinds = {(d["kind"].lower(), d["metadata"]["name"]) for d in docs}
     seen = []
-    for line, words in readme_commands("Kubernetes"):
+    for line, words in guide_commands("Kubernetes"):
         if "rollout" in words and "status" in words:
             ref = words[words.index("status") + 1]
             kind, _, name = ref.partition("/")
-            check((kind, name) in kinds, "README.md: %s names no workload of the kustomization"
-                  % line.strip())
+            check((kind, name) in kinds, "%s: %s names no workload of the kustomization"
+                  % (GUIDE, line.strip()))
             seen.append(ref)
     workloads = sorted("%s/%s" % k for k in kinds if k[0] in ("deployment", "statefulset"))
-    check(sorted(seen) == workloads, "README.md waits for the rollout of %s, the kustomization "
-          "has %s" % (sorted(seen), workloads))
+    check(sorted(seen) == workloads, "%s waits for the rollout of %s, the kustomization "
+          "has %s" % (GUIDE, sorted(seen), workloads))
 
 
-def readme_job(kust):
-    """The Job README.md's Kubernetes part applies to read through the cluster, and its file."""
-    cmd = readme_command("Kubernetes", r"kubectl .*apply -f \S+\.yaml")
+def guide_job(kust):
+    """The Job docs/deploying.md's Kubernetes part applies to read through the cluster, and its
+    file."""
+    cmd = guide_command("Kubernetes", r"kubectl .*apply -f \S+\.yaml")
     path = cmd[cmd.index("-f") + 1]
     with open(os.path.join(SOURCE, path)) as f:
         docs = [d for d in yaml.safe_load_all(f) if d]
     check(len(docs) == 1 and docs[0]["kind"] == "Job", "%s is not one Job" % path)
     job = docs[0]
-    logs = readme_command("Kubernetes", r"kubectl .* logs ")
-    check("job/" + job["metadata"]["name"] in logs, "README.md shows no logs of job/%s"
-          % job["metadata"]["name"])
+    logs = guide_command("Kubernetes", r"kubectl .* logs ")
+    check("job/" + job["metadata"]["name"] in logs, "%s shows no logs of job/%s"
+          % (GUIDE, job["metadata"]["name"]))
     img = [i for i in kust.get("images", []) if i["name"] == "sluice"]
     check(img, "the kustomization names no image sluice")
     want = "%s:%s" % (img[0]["newName"], img[0]["newTag"])
@@ -749,16 +755,16 @@ def dns_names(path):
 
 
 def check_cert_names(tmp, kust, services, disp, work, trainer, worker_name):
-    """Runs README.md's certificate command as given (into a temporary directory) and checks
+    """Runs docs/deploying.md's certificate command as given (into a temporary directory) and checks
     with openssl that the certificate each pod mounts names what its peers check: the worker's
     the name every reader passes as --tls-worker-name (a DNS entry of its own, no wildcard) and
     no other name or address, the dispatcher's its Service's names, the trainer's for client use
     only; every pod trusts the one CA; each key matches its certificate."""
-    cmd = readme_command("Kubernetes", r"make-certs\.sh")
+    cmd = guide_command("Kubernetes", r"make-certs\.sh")
     script = os.path.join(SOURCE, cmd[0])
     check(os.path.normpath(cmd[1]) == os.path.join("deploy", "kubernetes"),
-          "README.md writes the certificates to %s, not next to kustomization.yaml" % cmd[1])
-    out = os.path.join(tmp, "certs-readme")
+          "%s writes the certificates to %s, not next to kustomization.yaml" % (GUIDE, cmd[1]))
+    out = os.path.join(tmp, "certs-guide")
     env = {k: v for k, v in os.environ.items() if k not in ("DISPATCHER_SAN", "WORKER_SAN")}
     r = subprocess.run([script, out] + cmd[2:], capture_output=True, timeout=60, env=env)
     check(r.returncode == 0, "%s failed: %s" % (" ".join(cmd), r.stderr.decode()))
@@ -779,19 +785,17 @@ def check_cert_names(tmp, kust, services, disp, work, trainer, worker_name):
         check(pubs[0] and pubs[0] == pubs[1], "%s: %s is not the key of %s" % (pod.name, key,
                                                                                crt))
 
-    # Every reader the README shows passes the same name: the Job's, and any trainer
+    # Every reader docs/deploying.md shows passes the same name: the Job's, and any trainer
     # instructions (--tls-worker-name NAME, tls_worker_name="NAME" in Python; a name has a dot,
     # a placeholder has not).
-    with open(os.path.join(SOURCE, "README.md")) as f:
-        text = f.read()
-    sec = re.search(r"^### Kubernetes\n(.*?)(?=^##)", text, re.S | re.M).group(1)
+    sec = guide_section("Kubernetes")
     shown = re.findall(r"--tls-worker-name\s+([\w-]+\.[\w.-]*\w)|tls_worker_name=[\"']([^\"']+)",
                        sec)
-    check(any(py for _, py in shown), "README.md's Kubernetes part shows trainers no "
-          "tls_worker_name= for Python")
+    check(any(py for _, py in shown), "%s's Kubernetes part shows trainers no "
+          "tls_worker_name= for Python" % GUIDE)
     for cli, py in shown:
-        check((cli or py) == worker_name, "README.md's Kubernetes part passes the worker name %s, "
-              "the read Job %s" % (cli or py, worker_name))
+        check((cli or py) == worker_name, "%s's Kubernetes part passes the worker name %s, "
+              "the read Job %s" % (GUIDE, cli or py, worker_name))
 
     wcrt = source(work, "--tls-cert")
     names = dns_names(os.path.join(out, wcrt))
@@ -871,30 +875,32 @@ def check_adapter_and_scrape(kdir, hpa_metrics, services, kust):
                 check(v == svc, "the HPA selects service=%s, the scrape keeps %s" % (v, svc))
 
 
-def readme_commands(subsection):
-    """The command lines in README.md's "## Deploying" / "### SUBSECTION" code blocks
-    (continuation lines joined), each as (text, words as the shell splits them)."""
-    with open(os.path.join(SOURCE, "README.md")) as f:
+def guide_section(subsection):
+    """The text of GUIDE's "## SUBSECTION" section, up to the next "## " heading."""
+    with open(os.path.join(SOURCE, GUIDE)) as f:
         text = f.read()
-    m = re.search(r"^## Deploying\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    check(m, "README.md has no '## Deploying' section")
-    sec = re.search(r"^### %s\n(.*?)(?=^### |\Z)" % re.escape(subsection), m.group(1),
-                    re.S | re.M)
-    check(sec, "README.md's Deploying has no '### %s'" % subsection)
+    sec = re.search(r"^## %s\n(.*?)(?=^## |\Z)" % re.escape(subsection), text, re.S | re.M)
+    check(sec, "%s has no '## %s'" % (GUIDE, subsection))
+    return sec.group(1)
+
+
+def guide_commands(subsection):
+    """The command lines in the code blocks of GUIDE's "## SUBSECTION" (continuation lines
+    joined), each as (text, words as the shell splits them)."""
     out = []
-    for block in re.findall(r"^```sh\n(.*?)^```", sec.group(1), re.S | re.M):
+    for block in re.findall(r"^```sh\n(.*?)^```", guide_section(subsection), re.S | re.M):
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip():
                 out.append((line, shlex.split(line, comments=True)))
     return out
 
 
-def readme_command(subsection, pattern):
-    """The first of readme_commands(subsection) matching pattern."""
-    for line, words in readme_commands(subsection):
+def guide_command(subsection, pattern):
+    """The first of guide_commands(subsection) matching pattern."""
+    for line, words in guide_commands(subsection):
         if re.search(pattern, line):
             return words
-    fail("README.md's Deploying / %s shows no command matching /%s/" % (subsection, pattern))
+    fail("%s, %s, shows no command matching /%s/" % (GUIDE, subsection, pattern))
 
 
 # ---- systemd -------------------------------------------------------------------------------------
@@ -1051,8 +1057,8 @@ def check_systemd(tmp, prefix):
     ports = {}
     env_files = {f: os.path.join(DEPLOY, "systemd", f) for f in os.listdir(
         os.path.join(DEPLOY, "systemd")) if f.endswith(".env")}
-    # The README's instance of the template.
-    start = readme_command("systemd", r"systemctl .*sluice-worker@\d+")
+    # docs/deploying.md's instance of the template.
+    start = guide_command("systemd", r"systemctl .*sluice-worker@\d+")
     inst = re.search(r"sluice-worker@(\d+)", " ".join(start)).group(1)
     du = Unit("sluice-dispatcher.service", None, tmp, prefix, ports, env_files)
     wu = Unit("sluice-worker@.service", inst, tmp, prefix, ports, env_files)
@@ -1075,16 +1081,17 @@ def check_systemd(tmp, prefix):
     m = w.wait_line(r"listening on (\S+):(\d+)$")
     check(int(m.group(2)) == ports[int(inst)], "sluice-worker@%s listens on %s" % (inst,
                                                                                  m.group(0)))
-    cmd = readme_command("systemd", r"(^|\s)sluice read ")
+    cmd = guide_command("systemd", r"(^|\s)sluice read ")
     cmd = cmd[cmd.index("sluice"):]
     argv = [os.path.join(prefix, "bin", "sluice")] + cmd[1:]
     for i in range(1, len(argv)):
         if argv[i - 1] == "--dispatcher":
             host, port = argv[i].rsplit(":", 1)
-            check(int(port) in ports, "README read: --dispatcher %s is no unit's port" % argv[i])
+            check(int(port) in ports,
+                  "deploying.md read: --dispatcher %s is no unit's port" % argv[i])
             argv[i] = "127.0.0.1:%d" % ports[int(port)]
         elif argv[i].startswith("/"):
-            check(argv[i] in TOKEN_PATHS, "README read: the path %s is not mapped" % argv[i])
+            check(argv[i] in TOKEN_PATHS, "deploying.md read: the path %s is not mapped" % argv[i])
             argv[i] = TOKEN_PATHS[argv[i]]
     read_range_1000(argv, tmp, "systemd", server_env())
     rc, took = w.stop(signal.SIGTERM, wu.timeout_stop())
@@ -1258,13 +1265,13 @@ def check_docker(tmp, prefix, k8s_uid):
          % (len(apt_packages(build)) + len(runtime_pkgs)))
 
 
-def check_docker_readme(tmp, prefix, version):
-    """Runs README.md's `docker run` commands (Deploying / Docker) without Docker: each
+def check_docker_guide(tmp, prefix, version):
+    """Runs docs/deploying.md's `docker run` commands (its Docker section) without Docker: each
     container's command from the install, its -v mounts mapped to temporary files and
     directories, container names to 127.0.0.1 and its fixed ports to free ones."""
-    cmds = readme_commands("Docker")
+    cmds = guide_commands("Docker")
     build = [w for _, w in cmds if w[:2] == ["docker", "build"]]
-    check(build and "-t" in build[0], "README.md's Docker shows no docker build -t")
+    check(build and "-t" in build[0], "%s's Docker shows no docker build -t" % GUIDE)
     image = build[0][build[0].index("-t") + 1]
     with_value = {"--name", "--network", "-v", "--volume", "--stop-timeout", "-e", "--env", "-p"}
     containers = {}     # name -> {"ports": {fixed: free}, "proc": Proc, "stop": seconds}
@@ -1278,11 +1285,12 @@ def check_docker_readme(tmp, prefix, version):
                 opts.setdefault(words[i], []).append(words[i + 1])
                 i += 2
             else:
-                check(words[i] in ("-d", "--rm"), "README docker run: option %s is not mapped"
+                check(words[i] in ("-d", "--rm"), "deploying.md docker run: option %s is not mapped"
                       % words[i])
                 opts[words[i]] = True
                 i += 1
-        check(words[i] == image, "README docker run: image %s, built as %s" % (words[i], image))
+        check(words[i] == image,
+              "deploying.md docker run: image %s, built as %s" % (words[i], image))
         raw = words[i + 1:]
         name = opts.get("--name", ["docker-%d" % ran])[0]
         ran += 1
@@ -1292,13 +1300,14 @@ def check_docker_readme(tmp, prefix, version):
             if os.path.basename(src) == "token":
                 mounts[dst] = TOKEN_PATHS["/etc/sluice/token"]
             else:
-                check("/" not in src, "README docker run: -v %s is neither the token nor a "
+                check("/" not in src, "deploying.md docker run: -v %s is neither the token nor a "
                       "named volume" % v)
                 mounts[dst] = os.path.join(tmp, "docker-volume-" + src)
                 os.makedirs(mounts[dst], exist_ok=True)
         ports = {}
         argv = [os.path.join(prefix, "bin", raw[0])]
-        check(os.access(argv[0], os.X_OK), "README docker run: %s is not in the install" % raw[0])
+        check(os.access(argv[0], os.X_OK),
+              "deploying.md docker run: %s is not in the install" % raw[0])
         for j in range(1, len(raw)):
             a, prev = raw[j], raw[j - 1]
             if prev in ("--port", "--metrics-port"):
@@ -1306,22 +1315,24 @@ def check_docker_readme(tmp, prefix, version):
             elif prev in ("--dispatcher", "--advertise"):
                 host, port = a.rsplit(":", 1)
                 if host == name:
-                    check(int(port) in ports, "README docker run %s: %s %s is not its --port"
+                    check(int(port) in ports, "deploying.md docker run %s: %s %s is not its --port"
                           % (name, prev, a))
                     a = "127.0.0.1:%d" % ports[int(port)]
                 else:
                     check(host in containers and int(port) in containers[host]["ports"],
-                          "README docker run %s: %s %s is no container's port" % (name, prev, a))
+                          "deploying.md docker run %s: %s %s is no container's port"
+                          % (name, prev, a))
                     a = "127.0.0.1:%d" % containers[host]["ports"][int(port)]
             elif a.startswith("/"):
                 best = max((d for d in mounts if a == d or a.startswith(d + "/")), key=len,
                            default=None)
-                check(best is not None, "README docker run %s: %s is on no -v mount" % (name, a))
+                check(best is not None,
+                      "deploying.md docker run %s: %s is on no -v mount" % (name, a))
                 a = mounts[best] + a[len(best):]
             argv.append(a)
         if "-d" in opts:
             check("--host" in argv and "--port" in argv,
-                  "README docker run %s: a server needs --host and a fixed --port" % name)
+                  "deploying.md docker run %s: a server needs --host and a fixed --port" % name)
             pr = Proc("docker-" + name, argv, tmp, server_env())
             pr.wait_line(r"listening on (\S+):(\d+)$")
             stop = int(opts.get("--stop-timeout", ["10"])[0])
@@ -1330,21 +1341,22 @@ def check_docker_readme(tmp, prefix, version):
             read_range_1000(argv, tmp, "docker", server_env())
         else:
             r = subprocess.run(argv, capture_output=True, timeout=10)
-            check(r.returncode == 0, "README docker run: %s exits %d" % (line, r.returncode))
+            check(r.returncode == 0, "deploying.md docker run: %s exits %d" % (line, r.returncode))
             if raw[1:] == ["--version"]:
                 check(r.stdout.decode().strip() == "sluice " + version,
-                      "README docker run: --version printed %r" % r.stdout)
-    check(containers, "README.md's Docker runs no server")
+                      "deploying.md docker run: --version printed %r" % r.stdout)
+    check(containers, "%s's Docker runs no server" % GUIDE)
     for name, c in reversed(list(containers.items())):
         if os.path.basename(c["argv"][0]) == "sluice-worker":
             a = c["argv"]
             drain = int(a[a.index("--drain-timeout-ms") + 1]) if "--drain-timeout-ms" in a \
                 else 30000
-            check(c["stop"] * 1000 >= drain + 5000, "README docker run %s: --stop-timeout %d s "
-                  "is not comfortably above the drain timeout %d ms" % (name, c["stop"], drain))
+            check(c["stop"] * 1000 >= drain + 5000,
+                  "deploying.md docker run %s: --stop-timeout %d s is not comfortably above the "
+                  "drain timeout %d ms" % (name, c["stop"], drain))
         rc, took = c["proc"].stop(signal.SIGTERM, c["stop"])
         check(rc == 0, "docker container %s exited %d after SIGTERM" % (name, rc))
-    note("README docker commands: %s ran, stopped with exit 0 within their stop timeouts"
+    note("docs/deploying.md docker commands: %s ran, stopped with exit 0 within their stop timeouts"
          % ", ".join(containers))
 
 
@@ -1393,7 +1405,7 @@ def main():
             uid = [d for d in yaml.safe_load_all(f) if d and "template" in d.get("spec", {})][
                 0]["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
         check_docker(tmp, prefix, uid)
-        check_docker_readme(tmp, prefix, version)
+        check_docker_guide(tmp, prefix, version)
     finally:
         kill_all()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,7 +4,7 @@
 # binary's --version, then builds examples/embed.c against the prefix with pkg-config (shared and
 # static) and with find_package(sluice) (shared and static), and runs each build: it starts a
 # dispatcher and two workers in-process, reads range(10) in distributed_epoch and checks 0..9
-# arrived exactly once. Also checks that the README shows that example as it is.
+# arrived exactly once. Also checks that docs/embedding.md shows that example as it is.
 #
 #   test_install.sh BUILD_DIR SOURCE_DIR C_COMPILER VERSION [EXTRA_C_FLAGS]
 #
@@ -47,11 +47,11 @@ for h in sluice/sluice.h sluice/server.h; do
         -o "$tmp/header.o" || fail "$h does not compile alone"
 done
 
-# The README shows the example as it is.
+# docs/embedding.md shows the example as it is.
 awk '/^<!-- examples\/embed.c:/ {found = 1; next} found == 1 && /^```c$/ {found = 2; next}
-     found == 2 && /^```$/ {exit} found == 2 {print}' "$src/README.md" >"$tmp/readme_example.c"
-cmp -s "$tmp/readme_example.c" "$src/examples/embed.c" \
-    || fail "README.md's example differs from examples/embed.c"
+     found == 2 && /^```$/ {exit} found == 2 {print}' "$src/docs/embedding.md" >"$tmp/doc_example.c"
+cmp -s "$tmp/doc_example.c" "$src/examples/embed.c" \
+    || fail "docs/embedding.md's example differs from examples/embed.c"
 
 expect="read 10 elements from 2 workers: 0..9, each exactly once"
 run() {

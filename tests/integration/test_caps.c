@@ -643,8 +643,8 @@ static void test_drained_copy_is_complete(void **state)
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "drained", NULL), 0);
     wait_mid_copy(c, "drained");
-    /* The drained worker's copy ends early (README, "Elastic workers"): what it sent the reader
-     * is all the reader was promised from it, and got. */
+    /* The drained worker's copy ends early (docs/operations.md, "Elastic workers"): what it sent
+     * the reader is all the reader was promised from it, and got. */
     assert_int_equal(proc_stop(&c->workers[0], SIGTERM, WAIT_MS), 0);
     char *out = proc_read_all(&r, READ_MS);
     int rc = proc_wait(&r, 5000);

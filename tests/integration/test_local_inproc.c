@@ -1,6 +1,6 @@
-/* In-process reads (README "Local workers"): a dispatcher, workers and a reader in this process
- * (<sluice/server.h>, <sluice/sluice.h>). A worker started normally serves the reader over an
- * in-process connection, large replies handed over in memory; one started with
+/* In-process reads (docs/reading.md "Local workers"): a dispatcher, workers and a reader in this
+ * process (<sluice/server.h>, <sluice/sluice.h>). A worker started normally serves the reader over
+ * an in-process connection, large replies handed over in memory; one started with
  * no_in_process_reads over TCP. Each read is checked element for element against the same
  * pipeline run locally, and the workers' metrics say which way every request and element went. */
 #include <stdarg.h>

@@ -1,6 +1,6 @@
-/* Local workers (README "Local workers"), the scenarios of tf.data service's local-workers tests
- * as exact outcomes. A real dispatcher and real workers on 127.0.0.1; hosts are simulated with
- * SLUICE_HOST_ID, set per process: workers on hosts a and b, readers on a, b and c.
+/* Local workers (docs/reading.md "Local workers"), the scenarios of tf.data service's local-workers
+ * tests as exact outcomes. A real dispatcher and real workers on 127.0.0.1; hosts are simulated
+ * with SLUICE_HOST_ID, set per process: workers on hosts a and b, readers on a, b and c.
  *
  *   - a local reader on a reads only a's worker: one copy of a parallel_epochs dataset, its
  *     job's only task on a's worker (an any reader gets both copies);

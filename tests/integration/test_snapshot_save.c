@@ -1,4 +1,4 @@
-/* Saving datasets into snapshot directories (README "Snapshots") with the real dispatcher,
+/* Saving datasets into snapshot directories (docs/snapshots.md) with the real dispatcher,
  * workers and CLI, and reading them back with the snapshot("DIR") source:
  *   - a save reads back as exactly the dataset: the same sequence through `sluice run`, the
  *     same multiset through distributed_epoch and parallel_epochs reads;

@@ -151,7 +151,7 @@ static void random_request(struct run *r, uint64_t *x)
          * snapshots must carry. */
         const char *name = names[pick(x, 4)];
         uint64_t xtc = mode == SLUICE_PARALLEL_EPOCHS && name[0] && pick(x, 3) == 0 ? 4096 : 0;
-        /* Readers on three hosts (one unknown), some reading local or auto (README "Local
+        /* Readers on three hosts (one unknown), some reading local or auto (docs/reading.md "Local
          * workers"), whose hosts and targets the journal and snapshots must carry. */
         static const char *const hosts[] = {"", "h1", "h2"};
         const char *host = hosts[pick(x, 3)];

@@ -1275,7 +1275,7 @@ static const struct plan_case resume_cases[] = {
      "error UNSUPPORTED: a checkpoint restores distributed_epoch reads only, not parallel_epochs"},
 };
 
-/* Saves (README "Snapshots"): an anonymous distributed_epoch job whose iteration has a task on
+/* Saves (docs/snapshots.md): an anonymous distributed_epoch job whose iteration has a task on
  * every worker although nobody reads it, whose tasks report their splits finished once the
  * chunks are committed, that is not collected while it runs; the same dataset and path is the
  * same save; the refusals. */
@@ -1407,7 +1407,7 @@ static const struct plan_case key_cases[] = {
      "worker_draining id=1\n=> worker=1"},
 };
 
-/* Local workers (README "Local workers"): a local job's tasks go only to workers on its
+/* Local workers (docs/reading.md "Local workers"): a local job's tasks go only to workers on its
  * readers' hosts. Workers 1 (a:1) and 2 (b:1) on host ha, 3 (c:1) on hb. */
 #define HOSTS3 "ds - r4\nhb a:1 1 host=ha\nhb b:1 1 host=ha\nhb c:1 1 host=hb\n"
 static const struct plan_case local_cases[] = {
