@@ -26,13 +26,19 @@ int rpc_metrics_create(struct metrics *reg, struct rpc_metrics *m)
         rc = counter(reg, "sluice_handshake_timeouts_total",
                      "Connections closed because their handshake did not finish in time.",
                      &m->hs_timeouts);
+    if (rc == 0)
+        rc = counter(reg, "sluice_handshake_evictions_total",
+                     "Connections still in their handshake closed to make room for a newcomer "
+                     "because --max-handshakes (or the per-address share) was full: the oldest "
+                     "that had sent nothing, else the oldest.",
+                     &m->hs_evictions);
     return rc;
 }
 
-void rpc_metrics_set(struct rpc_metrics *m, uint64_t auth_failures, uint64_t refused,
-                     uint64_t handshake_timeouts)
+void rpc_metrics_set(struct rpc_metrics *m, const struct rpc_counts *c)
 {
-    metrics_set_u64(m->auth_failures, auth_failures);
-    metrics_set_u64(m->refused, refused);
-    metrics_set_u64(m->hs_timeouts, handshake_timeouts);
+    metrics_set_u64(m->auth_failures, c->auth_failures);
+    metrics_set_u64(m->refused, c->refused);
+    metrics_set_u64(m->hs_timeouts, c->handshake_timeouts);
+    metrics_set_u64(m->hs_evictions, c->handshake_evictions);
 }

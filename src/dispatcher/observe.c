@@ -762,10 +762,9 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
     return 0;
 }
 
-void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t refused,
-                         uint64_t handshake_timeouts)
+void observe_connections(struct observe *o, const struct rpc_counts *c)
 {
-    rpc_metrics_set(&o->conns, auth_failures, refused, handshake_timeouts);
+    rpc_metrics_set(&o->conns, c);
 }
 
 static int cmp_id(const void *a, const void *b)

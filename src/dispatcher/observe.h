@@ -47,7 +47,8 @@
  *   sluice_workers_{tasks,buffered_elements,buffered_bytes,served_elements_per_second,
  *   served_bytes_per_second}{worker="ID"}            gauges: status_worker_figures() per worker
  *   sluice_auth_failures_total, sluice_connections_refused_total,
- *   sluice_handshake_timeouts_total                  counters: of the RPC server (rpc.h), as
+ *   sluice_handshake_timeouts_total,
+ *   sluice_handshake_evictions_total                 counters: of the RPC server (rpc.h), as
  *                                                    observe_connections last set them
  *
  * Served rates. Each worker heartbeat carries, per task, the elements and bytes sent to readers
@@ -73,6 +74,7 @@
 #define OBSERVE_DEFAULT_WINDOW_MS 10000
 
 struct observe;
+struct rpc_counts; /* common/rpc_metrics.h */
 
 /* The dispatcher's settings, as reported in the status document's "config". */
 struct observe_config {
@@ -192,10 +194,9 @@ void observe_status(const struct observe *o, const struct state *st, struct stat
 int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
                     struct status_extra *x);
 
-/* Sets the connection counters of the RPC server (rpc_server_auth_failures, _refused,
- * _handshake_timeouts), which the server keeps itself. */
-void observe_connections(struct observe *o, uint64_t auth_failures, uint64_t refused,
-                         uint64_t handshake_timeouts);
+/* Sets the connection counters of the RPC server (rpc_metrics.h), which the server keeps
+ * itself. */
+void observe_connections(struct observe *o, const struct rpc_counts *c);
 
 /* Refreshes the gauges from st and the figures, and renders the registry (metrics.h). Returns 0
  * with *body (malloc'd, the caller frees it) and *len, or SLUICE_ERR_NOMEM. */

@@ -24,6 +24,7 @@
  * silence it had no chance to break. */
 
 #include "server_internal.h"
+#include "common/rpc_metrics.h"
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -763,8 +764,10 @@ uint64_t dispatcher_incarnation(const struct dispatcher *d)
 
 int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 {
-    observe_connections(d->obs, rpc_server_auth_failures(d->rpc), rpc_server_refused(d->rpc),
-                        rpc_server_handshake_timeouts(d->rpc));
+    struct rpc_counts c = {rpc_server_auth_failures(d->rpc), rpc_server_refused(d->rpc),
+                           rpc_server_handshake_timeouts(d->rpc),
+                           rpc_server_handshake_evictions(d->rpc)};
+    observe_connections(d->obs, &c);
     return observe_render(d->obs, &d->st, uv_now(d->loop), body, len);
 }
 

@@ -232,10 +232,9 @@ void wmetrics_pass_end(struct wmetrics *m)
         metrics_set_double(m->idle_g, m->pass_beats ? m->pass_idle / (double)m->pass_beats : 0);
 }
 
-void wmetrics_connections(struct wmetrics *m, uint64_t auth_failures, uint64_t refused,
-                          uint64_t handshake_timeouts)
+void wmetrics_connections(struct wmetrics *m, const struct rpc_counts *c)
 {
-    rpc_metrics_set(&m->conns, auth_failures, refused, handshake_timeouts);
+    rpc_metrics_set(&m->conns, c);
 }
 
 int wmetrics_render(struct wmetrics *m, char **body, size_t *len)

@@ -29,7 +29,8 @@
  *                                           cache evicted them before they read them
  *   sluice_auth_failures_total,             counters: of the worker's RPC server (rpc.h) and,
  *   sluice_connections_refused_total,       for authentication, its dispatcher connection too,
- *   sluice_handshake_timeouts_total         as wmetrics_connections last set them
+ *   sluice_handshake_timeouts_total,        as wmetrics_connections last set them
+ *   sluice_handshake_evictions_total
  *
  * Threading: the loop thread only. Ownership: struct wmetrics owns its registry and table. */
 #ifndef SLUICE_WORKER_WMETRICS_H
@@ -73,10 +74,10 @@ void wmetrics_pass_end(struct wmetrics *m);
 /* A trainer skipped elements of a cross-trainer cache (they were evicted before it read them). */
 void wmetrics_xtc_skipped(struct wmetrics *m, uint64_t elements);
 
-/* Sets the connection counters of the worker's RPC server (rpc_server_auth_failures, _refused,
- * _handshake_timeouts), which the server keeps itself. */
-void wmetrics_connections(struct wmetrics *m, uint64_t auth_failures, uint64_t refused,
-                          uint64_t handshake_timeouts);
+/* Sets the connection counters of the worker's RPC server (rpc_metrics.h), which the server
+ * keeps itself. */
+struct rpc_counts;
+void wmetrics_connections(struct wmetrics *m, const struct rpc_counts *c);
 
 /* Renders the registry. Returns 0 with *body (malloc'd, the caller frees it) and *len, or
  * SLUICE_ERR_NOMEM. */

@@ -18,6 +18,7 @@
 #include "worker_internal.h"
 
 #include "common/local.h"
+#include "common/rpc_metrics.h"
 #include "common/mode.h"
 
 _Static_assert(WORKER_MAX_ELEMENT_BYTES_LIMIT == TASK_MAX_RECORD - (64u << 10),
@@ -675,11 +676,13 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
     wmetrics_pass_end(w->wm);
     /* Authentication failures count on both sides of the worker: readers it refused, and the
      * dispatcher it dialled that could not prove the token (or refused the worker's). */
-    if (w->srv_open)
-        wmetrics_connections(w->wm,
-                             rpc_server_auth_failures(w->srv) +
-                                 (w->disp_open ? rpc_client_auth_failures(w->disp) : 0),
-                             rpc_server_refused(w->srv), rpc_server_handshake_timeouts(w->srv));
+    if (w->srv_open) {
+        struct rpc_counts c = {rpc_server_auth_failures(w->srv) +
+                                   (w->disp_open ? rpc_client_auth_failures(w->disp) : 0),
+                               rpc_server_refused(w->srv), rpc_server_handshake_timeouts(w->srv),
+                               rpc_server_handshake_evictions(w->srv)};
+        wmetrics_connections(w->wm, &c);
+    }
     return wmetrics_render(w->wm, body, len);
 }
 

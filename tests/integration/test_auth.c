@@ -295,7 +295,8 @@ static int raw_client(int port, const char *token, Sluice__Role role)
 
 /* ---- metrics ----------------------------------------------------------------------------- */
 
-static double auth_failures(const char *metrics)
+/* The value of an unlabelled series in a server's /metrics (with the token). */
+static double metric_value(const char *metrics, const char *name)
 {
     char req[256], err[256];
     snprintf(req, sizeof req,
@@ -307,10 +308,16 @@ static double auth_failures(const char *metrics)
     if (expo_parse(scrape_body(resp), &e, err, sizeof err) != 0)
         fail_msg("%s", err);
     double v = -1;
-    assert_int_equal(expo_value(&e, "sluice_auth_failures_total", "", &v), 0);
+    if (expo_value(&e, name, "", &v) != 0)
+        fail_msg("%s: no %s", metrics, name);
     expo_free(&e);
     free(resp);
     return v;
+}
+
+static double auth_failures(const char *metrics)
+{
+    return metric_value(metrics, "sluice_auth_failures_total");
 }
 
 static int metrics_status(const char *metrics, const char *auth_line)
@@ -887,6 +894,11 @@ static void test_handshake_flood(void **unused)
     long long flooded = timed_read(&c, n);
     atomic_store(&f.stop, 1);
     assert_int_equal(pthread_join(f.thread, NULL), 0);
+    /* Both servers made room by closing idle strangers, and say so. */
+    double evicted[2] = {metric_value(dm, "sluice_handshake_evictions_total"),
+                         metric_value(wm, "sluice_handshake_evictions_total")};
+    print_message("handshake evictions: dispatcher %.0f, worker %.0f\n", evicted[0], evicted[1]);
+    assert_true(evicted[0] > 0 && evicted[1] > 0);
     print_message("range(%ld): %lld ms alone, %lld ms under a flood of %d idle sockets per port "
                   "(%ld reopened)\n",
                   n, quiet, flooded, FLOOD_PER_PORT, atomic_load(&f.reopened));
