@@ -5,8 +5,9 @@ include(CMakePackageConfigHelpers)
 
 # Every internal library, in link order; together they need nothing but the system libraries
 # named in SLUICE_PC_REQUIRES and SLUICE_PC_LIBS.
-set(SLUICE_PARTS sluice_client sluice_dispatcher sluice_worker sluice_dispatcher_core
-    sluice_journal sluice_pipeline sluice_net sluice_common sluice_proto)
+set(SLUICE_PARTS sluice_client sluice_dispatcher sluice_worker sluice_dispatcher_recovery
+    sluice_dispatcher_core sluice_journal sluice_pipeline sluice_net sluice_common sluice_base
+    sluice_proto)
 set(SLUICE_PC_REQUIRES "libuv libprotobuf-c lmdb snappy jansson zlib libturbojpeg libssl libcrypto")
 # Plugins loaded by a program call back into its sluice_* functions, so a program linking the
 # static library exports them (the shared library exports them itself). libarchive is named
