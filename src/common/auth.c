@@ -2,7 +2,6 @@
  * libcrypto), and the handshake state machine both ends of a connection run. */
 #include "auth.h"
 
-#include "conn.h"
 #include "error.h"
 
 #include <openssl/crypto.h>
@@ -110,10 +109,21 @@ static int fail(struct auth_hs *hs, int code, const char *peer_text, const char 
     return err_set(msg, msglen, code, "%s", text);
 }
 
+int auth_check_hello(const Sluice__Envelope *env, char *msg, size_t msglen)
+{
+    uint32_t version = 0;
+    if (env->body_case == SLUICE__ENVELOPE__BODY_HELLO && env->hello != NULL)
+        version = env->hello->version;
+    if (version == RPC_PROTOCOL_VERSION)
+        return 0;
+    return err_set(msg, msglen, SLUICE_ERR_VERSION, "protocol version %u, expected %d", version,
+                   RPC_PROTOCOL_VERSION);
+}
+
 static int on_hello(struct auth_hs *hs, const Sluice__Envelope *env, uint8_t mac[AUTH_MAC_LEN],
                     char *msg, size_t msglen, const char **peer_msg)
 {
-    int rc = conn_check_hello(env, msg, msglen);
+    int rc = auth_check_hello(env, msg, msglen);
     if (rc != 0) {
         hs->state = AUTH_HS_FAILED;
         if (peer_msg)

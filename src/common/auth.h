@@ -40,6 +40,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The version every Hello carries; a peer of another version is refused (auth_check_hello). */
+#define RPC_PROTOCOL_VERSION 1
+
+/* Checks that env, the first frame from the peer, is a Hello of RPC_PROTOCOL_VERSION. Returns 0,
+ * or SLUICE_ERR_VERSION with "protocol version X, expected Y" in msg (X is 0 when the frame is
+ * not a Hello at all). */
+int auth_check_hello(const Sluice__Envelope *env, char *msg, size_t msglen);
+
 #define AUTH_NONCE_LEN 32
 #define AUTH_MAC_LEN 32
 #define AUTH_LABEL_SERVER "sluice-auth-v1 server"

@@ -1060,17 +1060,6 @@ void conn_reject(struct conn *c, int code, const char *msg)
     c->draining = true;
 }
 
-int conn_check_hello(const Sluice__Envelope *env, char *msg, size_t msglen)
-{
-    uint32_t version = 0;
-    if (env->body_case == SLUICE__ENVELOPE__BODY_HELLO && env->hello != NULL)
-        version = env->hello->version;
-    if (version == RPC_PROTOCOL_VERSION)
-        return 0;
-    return err_set(msg, msglen, SLUICE_ERR_VERSION, "protocol version %u, expected %d", version,
-                   RPC_PROTOCOL_VERSION);
-}
-
 void conn_format_address(char *buf, size_t len, const char *host, int port)
 {
     if (strchr(host, ':'))

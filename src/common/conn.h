@@ -229,11 +229,6 @@ void conn_set_max_frame(struct conn *c, uint32_t max_frame);
  * once it is written; nothing more is read. */
 void conn_reject(struct conn *c, int code, const char *msg);
 
-/* Checks that env, the first frame from the peer, is a Hello of RPC_PROTOCOL_VERSION. Returns 0,
- * or SLUICE_ERR_VERSION with "protocol version X, expected Y" in msg (X is 0 when the frame is
- * not a Hello at all). */
-int conn_check_hello(const Sluice__Envelope *env, char *msg, size_t msglen);
-
 /* Closes the handle; idempotent. Pending writes are cancelled. */
 void conn_close(struct conn *c);
 

@@ -44,6 +44,7 @@
 #ifndef SLUICE_COMMON_RPC_H
 #define SLUICE_COMMON_RPC_H
 
+#include "auth.h" /* RPC_PROTOCOL_VERSION */
 #include "wire.pb-c.h"
 
 #include <stdbool.h>
@@ -51,7 +52,6 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define RPC_PROTOCOL_VERSION 1
 #define RPC_DEFAULT_MAX_FRAME (256u << 20)
 #define RPC_DEFAULT_MAX_PENDING_WRITE (64u << 20)
 /* The most pieces a reply sent with rpc_conn_reply_elements may come in. */

@@ -10,6 +10,8 @@
 #ifndef SLUICE_COMMON_SECURITY_H
 #define SLUICE_COMMON_SECURITY_H
 
+#include "tls.h" /* struct tls_ctx, enum sec_side */
+
 #include <sluice/sluice.h>
 
 #include <stdbool.h>
@@ -19,12 +21,6 @@
 #define SEC_TOKEN_MIN 16
 #define SEC_TOKEN_MAX 4096
 #define SEC_ENV_TOKEN_FILE "SLUICE_AUTH_TOKEN_FILE"
-
-struct tls_ctx; /* tls.h */
-
-/* Which ends of connections a context serves: a worker is both (it serves readers and dials
- * the dispatcher). */
-enum sec_side { SEC_CLIENT = 1, SEC_SERVER = 2 };
 
 struct sec_ctx {
     int sides; /* enum sec_side bits */

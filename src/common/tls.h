@@ -26,7 +26,7 @@
 #ifndef SLUICE_COMMON_TLS_H
 #define SLUICE_COMMON_TLS_H
 
-#include "security.h"
+#include <sluice/sluice.h>
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -34,6 +34,10 @@
 
 struct tls_ctx;
 struct tls_session;
+
+/* Which ends of connections a context serves: a worker is both (it serves readers and dials
+ * the dispatcher). */
+enum sec_side { SEC_CLIENT = 1, SEC_SERVER = 2 };
 
 /* Loads the TLS files of o for sides (enum sec_side bits). Returns 0 with *out NULL when o asks
  * for no TLS, 0 with a context, or SLUICE_ERR_INVALID (or a negative errno for a file that cannot
