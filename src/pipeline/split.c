@@ -6,7 +6,7 @@
 #include "split.h"
 
 #include "common/error.h"
-#include "perm.h"
+#include "common/perm.h"
 #include "snapsrc.h"
 
 #include <errno.h>
@@ -133,9 +133,9 @@ uint64_t pipe_split_file_index(bool shuffled, int64_t seed, uint64_t nfiles, uin
 {
     if (!shuffled)
         return k;
-    struct pipe_perm perm;
-    pipe_perm_init(&perm, pipe_perm_key(seed, r, 0), nfiles);
-    return pipe_perm_apply(&perm, k);
+    struct perm perm;
+    perm_init(&perm, perm_key(seed, r, 0), nfiles);
+    return perm_apply(&perm, k);
 }
 
 int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,
