@@ -164,17 +164,13 @@ int dispatcher_split_dataset(const uint8_t *def, size_t def_len, const struct pi
     return rc;
 }
 
-int dispatcher_plan_of(const struct pipe_split_provider *p, struct split_plan *plan)
+void dispatcher_plan_take(struct pipe_split_provider *p, struct split_plan *plan)
 {
-    struct split_plan view = {
-        .source_len = p->source_len,
-        .split_size = p->split_size,
-        .per_pass = p->per_pass,
-        .passes = p->passes,
-        .paths = p->paths,
-        .npaths = p->npaths,
-    };
-    return split_plan_copy(plan, &view);
+    *plan = p->plan;
+    memset(&p->plan, 0, sizeof p->plan);
+    plan->kind = SPLIT_UNSET;
+    plan->shuffled = false;
+    plan->seed = 0;
 }
 
 /* On the thread pool: decode the definition and build the split plan. Touches only c. */
@@ -193,9 +189,7 @@ static void job_plan_work(uv_work_t *w)
         return;
     }
     pipe_spec_free(spec);
-    c->rc = dispatcher_plan_of(&p, &c->plan);
-    if (c->rc < 0)
-        err_set(c->err, sizeof c->err, c->rc, "out of memory");
+    dispatcher_plan_take(&p, &c->plan);
     pipe_split_provider_release(&p);
 }
 

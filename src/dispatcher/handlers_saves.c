@@ -125,12 +125,8 @@ static void save_work_run(uv_work_t *uw)
             return;
         }
         pipe_spec_free(spec);
-        w->rc = dispatcher_plan_of(&p, &w->plan);
+        dispatcher_plan_take(&p, &w->plan);
         pipe_split_provider_release(&p);
-        if (w->rc < 0) {
-            err_set(w->err, sizeof w->err, w->rc, "out of memory");
-            return;
-        }
         /* A directory that already holds another snapshot is refused before any worker is
          * told to write into it (its chunks would be overwritten). */
         struct snap_meta old;
