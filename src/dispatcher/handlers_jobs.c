@@ -36,7 +36,7 @@ struct job_ctx {
     size_t def_len;
     uint64_t split_size;
     const struct pipe_roots *roots; /* d's data roots; d outlives the work (d->works) */
-    struct st_split_plan plan;
+    struct split_plan plan;
     int rc;
     char err[ERRLEN];
 };
@@ -45,7 +45,7 @@ static void job_ctx_free(struct job_ctx *c)
 {
     free(c->def);
     free(c->resume_bounds);
-    st_split_plan_release(&c->plan);
+    split_plan_release(&c->plan);
     free(c);
 }
 
@@ -71,7 +71,7 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
         if (it)
             body.repetition = it->repetition;
         if (it && it->distributed) {
-            body.plan_fingerprint = st_split_plan_fingerprint(&it->plan);
+            body.plan_fingerprint = split_plan_fingerprint(&it->plan);
             body.split_total = it->split_total;
         }
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
@@ -164,17 +164,13 @@ int dispatcher_split_dataset(const uint8_t *def, size_t def_len, const struct pi
     return rc;
 }
 
-int dispatcher_plan_of(const struct pipe_split_provider *p, struct st_split_plan *plan)
+void dispatcher_plan_take(struct pipe_split_provider *p, struct split_plan *plan)
 {
-    struct st_split_plan view = {
-        .source_len = p->source_len,
-        .split_size = p->split_size,
-        .per_pass = p->per_pass,
-        .passes = p->passes,
-        .paths = p->paths,
-        .npaths = p->npaths,
-    };
-    return st_split_plan_copy(plan, &view);
+    *plan = p->plan;
+    memset(&p->plan, 0, sizeof p->plan);
+    plan->kind = SPLIT_UNSET;
+    plan->shuffled = false;
+    plan->seed = 0;
 }
 
 /* On the thread pool: decode the definition and build the split plan. Touches only c. */
@@ -193,9 +189,7 @@ static void job_plan_work(uv_work_t *w)
         return;
     }
     pipe_spec_free(spec);
-    c->rc = dispatcher_plan_of(&p, &c->plan);
-    if (c->rc < 0)
-        err_set(c->err, sizeof c->err, c->rc, "out of memory");
+    dispatcher_plan_take(&p, &c->plan);
     pipe_split_provider_release(&p);
 }
 

@@ -53,7 +53,7 @@ struct save_work {
     uint64_t split_size;
     bool endless;
     const struct pipe_roots *roots; /* d's; d outlives the work (d->save_works) */
-    struct st_split_plan plan;
+    struct split_plan plan;
     /* SW_META */
     char *text;
     uint64_t chunks;
@@ -67,7 +67,7 @@ static void save_work_free(struct save_work *w)
 {
     free(w->def);
     free(w->text);
-    st_split_plan_release(&w->plan);
+    split_plan_release(&w->plan);
     free(w);
 }
 
@@ -125,18 +125,14 @@ static void save_work_run(uv_work_t *uw)
             return;
         }
         pipe_spec_free(spec);
-        w->rc = dispatcher_plan_of(&p, &w->plan);
+        dispatcher_plan_take(&p, &w->plan);
         pipe_split_provider_release(&p);
-        if (w->rc < 0) {
-            err_set(w->err, sizeof w->err, w->rc, "out of memory");
-            return;
-        }
         /* A directory that already holds another snapshot is refused before any worker is
          * told to write into it (its chunks would be overwritten). */
         struct snap_meta old;
         int mrc = snap_meta_read(w->path, &old, why, sizeof why);
         if (mrc == 0) {
-            uint64_t chunks = st_split_plan_total(&w->plan);
+            uint64_t chunks = split_plan_total(&w->plan);
             if (strcmp(old.dataset_id, w->dataset_id) != 0 || old.chunks != chunks)
                 w->rc = err_set(w->err, sizeof w->err, SLUICE_ERR_EXISTS,
                                 "snapshot path '%s' already holds a snapshot of dataset '%s' with "

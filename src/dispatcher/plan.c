@@ -355,7 +355,7 @@ static int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id
 static int resume_iteration(struct st_update *u, const struct st_resume *r, char *err,
                             size_t errlen)
 {
-    uint64_t total = st_split_plan_total(&u->plan);
+    uint64_t total = split_plan_total(&u->plan);
     if (r->nbounds % 2)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "checkpoint: an odd number of split bounds");
@@ -389,7 +389,7 @@ static int resume_iteration(struct st_update *u, const struct st_resume *r, char
 
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct st_split_plan *plan,
+                           uint64_t owner, const struct split_plan *plan,
                            const struct st_resume *resume, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen)
@@ -401,7 +401,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
 
 int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
                                enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               bool endless, uint64_t owner, const struct st_split_plan *plan,
+                               bool endless, uint64_t owner, const struct split_plan *plan,
                                const struct st_resume *resume, uint64_t *job_out,
                                uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen)
@@ -414,7 +414,7 @@ int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, co
 int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
                                enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
                                uint64_t xtc_bytes, bool endless, uint64_t owner,
-                               const struct st_split_plan *plan, const struct st_resume *resume,
+                               const struct split_plan *plan, const struct st_resume *resume,
                                uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen)
 {
@@ -484,7 +484,7 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
                                  const char *job_name, enum sluice_mode mode,
                                  uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
                                  enum sluice_target_workers target, const char *host, bool endless,
-                                 uint64_t owner, const struct st_split_plan *plan,
+                                 uint64_t owner, const struct split_plan *plan,
                                  const struct st_resume *resume, uint64_t *job_out,
                                  uint64_t *iteration_out, uint64_t *client_out,
                                  struct st_update_list *out, char *err, size_t errlen)
@@ -600,13 +600,13 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "a checkpoint restores distributed_epoch reads only, not %s",
                        mode_name(mode));
-    const struct st_split_plan *fit = new_iteration ? plan : &cur->plan;
-    if (resume && st_split_plan_fingerprint(fit) != resume->plan_fingerprint)
+    const struct split_plan *fit = new_iteration ? plan : &cur->plan;
+    if (resume && split_plan_fingerprint(fit) != resume->plan_fingerprint)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "the checkpoint does not fit dataset '%s': its split plan changed since "
                        "the checkpoint was taken (now %" PRIu64
                        " splits; its files, split size or pipeline differ)",
-                       dataset_id, st_split_plan_total(fit));
+                       dataset_id, split_plan_total(fit));
 
     size_t start = out->n;
     uint64_t job_id = job ? job->id : s->next_job_id;
@@ -630,7 +630,7 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
         u->ref = job_id;
         u->ref2 = cur ? cur->repetition + 1 : 0;
         u->distributed = mode == SLUICE_DISTRIBUTED_EPOCH;
-        if (u->distributed && st_split_plan_copy(&u->plan, plan) < 0)
+        if (u->distributed && split_plan_copy(&u->plan, plan) < 0)
             goto nomem;
         if (resume && (rc = resume_iteration(u, resume, err, errlen)) < 0) {
             state_list_truncate(out, start);
@@ -1523,7 +1523,7 @@ int plan_save_check(const struct state *s, const char *dataset_id, const char *p
 }
 
 int plan_save_start(const struct state *s, const char *dataset_id, const char *path,
-                    const struct st_split_plan *plan, bool endless, uint64_t *save_out,
+                    const struct split_plan *plan, bool endless, uint64_t *save_out,
                     struct st_update_list *out, char *err, size_t errlen)
 {
     uint64_t existing;
@@ -1536,7 +1536,7 @@ int plan_save_start(const struct state *s, const char *dataset_id, const char *p
     }
     if (!plan)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "a save needs a split plan");
-    if (st_split_plan_total(plan) == UINT64_MAX)
+    if (split_plan_total(plan) == UINT64_MAX)
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "cannot save dataset '%s': its splits never end", dataset_id);
 
@@ -1553,7 +1553,7 @@ int plan_save_start(const struct state *s, const char *dataset_id, const char *p
         goto nomem;
     u->ref = job_id;
     u->distributed = true;
-    if (st_split_plan_copy(&u->plan, plan) < 0)
+    if (split_plan_copy(&u->plan, plan) < 0)
         goto nomem;
     if (plan_tasks_for_iteration(s, iteration_id, NULL, &next_task, out) < 0)
         goto nomem;

@@ -197,9 +197,11 @@ int dispatcher_split_dataset(const uint8_t *def, size_t def_len, const struct pi
                              uint64_t split_size, struct pipe_spec **spec,
                              struct pipe_split_provider *p, bool *decoded, char *why,
                              size_t whylen);
-/* Copies a split provider's plan (sizes and file list) into *plan. Returns 0 or
- * SLUICE_ERR_NOMEM. */
-int dispatcher_plan_of(const struct pipe_split_provider *p, struct st_split_plan *plan);
+/* Moves a split provider's plan into *plan (overwritten, not released), keeping what the journal
+ * keeps: the numbers and the files, not how a worker reads the splits (kind, shuffled and seed
+ * are zeroed), so an iteration's plan is the same after a restart as before it. p's plan is left
+ * empty. */
+void dispatcher_plan_take(struct pipe_split_provider *p, struct split_plan *plan);
 /* Draws the secret of every ITERATION_CREATED in d->ups from index from on. On failure the
  * updates from there on are released and the code returned, with the reason in err. */
 int dispatcher_draw_iteration_keys(struct dispatcher *d, size_t from, char *err, size_t errlen);

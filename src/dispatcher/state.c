@@ -191,71 +191,13 @@ static bool seq_strictly_increasing(const struct st_seq_list *l)
     return true;
 }
 
-/* ---- split plans ----------------------------------------------------------------------------- */
-
-void st_split_plan_release(struct st_split_plan *p)
-{
-    for (size_t i = 0; i < p->npaths; i++)
-        free(p->paths[i]);
-    free(p->paths);
-    memset(p, 0, sizeof *p);
-}
-
-int st_split_plan_copy(struct st_split_plan *dst, const struct st_split_plan *src)
-{
-    memset(dst, 0, sizeof *dst);
-    dst->source_len = src->source_len;
-    dst->split_size = src->split_size;
-    dst->per_pass = src->per_pass;
-    dst->passes = src->passes;
-    if (src->npaths == 0)
-        return 0;
-    dst->paths = calloc(src->npaths, sizeof *dst->paths);
-    if (!dst->paths)
-        goto fail;
-    for (size_t i = 0; i < src->npaths; i++) {
-        dst->paths[i] = strdup(src->paths[i]);
-        if (!dst->paths[i]) {
-            dst->npaths = i;
-            goto fail;
-        }
-    }
-    dst->npaths = src->npaths;
-    return 0;
-fail:
-    st_split_plan_release(dst);
-    return SLUICE_ERR_NOMEM;
-}
-
-uint64_t st_split_plan_total(const struct st_split_plan *p)
-{
-    if (p->per_pass == 0 || p->passes == 0)
-        return 0;
-    if (p->passes == UINT64_MAX || p->passes > UINT64_MAX / p->per_pass)
-        return UINT64_MAX;
-    return p->per_pass * p->passes;
-}
-
-uint64_t st_split_plan_fingerprint(const struct st_split_plan *p)
-{
-    uint64_t h = FNV1A_OFFSET;
-    h = fnv1a_u64(h, p->source_len);
-    h = fnv1a_u64(h, p->split_size);
-    h = fnv1a_u64(h, p->per_pass);
-    h = fnv1a_u64(h, p->passes);
-    h = fnv1a_u64(h, p->npaths);
-    for (size_t i = 0; i < p->npaths; i++)
-        h = fnv1a_str(h, p->paths[i]);
-    return h;
-}
-
 /* ---- update lists ---------------------------------------------------------------------------- */
 
 void st_update_release(struct st_update *u)
 {
     free(u->def);
     free(u->text);
-    st_split_plan_release(&u->plan);
+    split_plan_release(&u->plan);
     state_seq_release(&u->seqs);
     u->def = NULL;
     u->def_len = 0;
@@ -380,7 +322,7 @@ static void iteration_release(struct st_iteration *it)
 {
     free(it->error);
     it->error = NULL;
-    st_split_plan_release(&it->plan);
+    split_plan_release(&it->plan);
     state_seq_release(&it->pool);
     u64map_release(&it->held);
     epochs_release(it);
@@ -678,22 +620,22 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     if ((j->mode == SLUICE_DISTRIBUTED_EPOCH) != u->distributed)
         return CORRUPT;
     if (u->start != 0 || u->seqs.n != 0) {
-        if (!u->distributed || u->start > st_split_plan_total(&u->plan) || u->seqs.n > u->start ||
+        if (!u->distributed || u->start > split_plan_total(&u->plan) || u->seqs.n > u->start ||
             !seq_strictly_increasing(&u->seqs) ||
             (u->seqs.n && u->seqs.v[u->seqs.n - 1] >= u->start))
             return CORRUPT;
     }
-    struct st_split_plan plan = {0};
+    struct split_plan plan = {0};
     struct st_seq_list pool = {0};
-    if (u->distributed && st_split_plan_copy(&plan, &u->plan) < 0)
+    if (u->distributed && split_plan_copy(&plan, &u->plan) < 0)
         return SLUICE_ERR_NOMEM;
     if (u->seqs.n && state_seq_assign(&pool, u->seqs.v, u->seqs.n) < 0) {
-        st_split_plan_release(&plan);
+        split_plan_release(&plan);
         return SLUICE_ERR_NOMEM;
     }
     if (grow((void **)&s->iterations, &s->cap_iterations, s->niterations + 1,
              sizeof *s->iterations)) {
-        st_split_plan_release(&plan);
+        split_plan_release(&plan);
         free(pool.v);
         return SLUICE_ERR_NOMEM;
     }
@@ -711,7 +653,7 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     it->state = ST_ITER_ACTIVE;
     it->distributed = u->distributed;
     it->plan = plan;
-    it->split_total = u->distributed ? st_split_plan_total(&plan) : 0;
+    it->split_total = u->distributed ? split_plan_total(&plan) : 0;
     it->key = u->key;
     /* A restored read starts past the splits its reader had: the cursor at start, the gaps
      * below it in the pool (checked above: increasing, below start). */

@@ -26,6 +26,7 @@
 #include "common/u64map.h"
 #include "common/mode.h"
 #include "common/sha256.h"
+#include "common/split_plan.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -87,25 +88,6 @@ struct st_job {
     enum sluice_target_workers target_workers;
 };
 
-/* The split plan of a distributed_epoch iteration, fixed when the iteration is created (file
- * lists are expanded once, then journaled with it). Mirrors struct pipe_split_provider. */
-struct st_split_plan {
-    uint64_t source_len, split_size, per_pass, passes;
-    char **paths;
-    size_t npaths;
-};
-
-/* Deep copy (dst is overwritten, not released). Returns 0 or SLUICE_ERR_NOMEM (dst then empty). */
-int st_split_plan_copy(struct st_split_plan *dst, const struct st_split_plan *src);
-void st_split_plan_release(struct st_split_plan *p); /* frees the paths; leaves p zeroed */
-/* Splits in the whole sequence: per_pass * passes, UINT64_MAX when infinite or overflowing,
- * 0 when either is 0. The same arithmetic as pipe_split_count(). */
-uint64_t st_split_plan_total(const struct st_split_plan *p);
-/* A fingerprint of the plan (FNV-1a over its numbers and paths): the same plan always gives the
- * same value, also after a restart, so a checkpoint can tell whether a new iteration cuts the
- * dataset into the same splits as the one it was taken in. */
-uint64_t st_split_plan_fingerprint(const struct st_split_plan *p);
-
 /* A read restored from a checkpoint: the splits its reader had whole (nbounds values, half-open
  * ranges begin0, end0, ...; sorted, disjoint, non-empty) and the fingerprint of the split plan
  * it was taken under. */
@@ -159,7 +141,11 @@ struct st_iteration {
     uint64_t repetition;
     enum st_iteration_state state;
     bool distributed;
-    struct st_split_plan plan;
+    /* Fixed when the iteration is created (file lists are expanded once, on the thread pool, then
+     * journaled with it). The state holds what the journal holds, the numbers and the files: kind,
+     * shuffled and seed stay zero (the dispatcher counts and fingerprints splits but never reads
+     * one), so a plan is the same after a restart as before it. */
+    struct split_plan plan;
     uint64_t split_total;    /* UINT64_MAX when infinite */
     uint64_t split_cursor;   /* next never-leased split */
     struct st_seq_list pool; /* splits handed back, to be leased again first */
@@ -405,7 +391,7 @@ struct st_update {
     size_t def_len;
     char *text; /* pipeline text (owned) */
     bool distributed;
-    struct st_split_plan plan; /* ITERATION_CREATED (owned) */
+    struct split_plan plan;    /* ITERATION_CREATED (owned) */
     struct st_seq_list seqs;   /* SPLITS_*, ROUNDS_SCHEDULED (owned) */
     struct st_key key;         /* WORKER_REGISTERED, ITERATION_CREATED */
     uint64_t start;            /* ITERATION_CREATED: the split cursor (a restored read) */
@@ -525,7 +511,7 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
  * *client_out receive the ids. */
 int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
                            enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct st_split_plan *plan,
+                           uint64_t owner, const struct split_plan *plan,
                            const struct st_resume *resume, uint64_t *job_out,
                            uint64_t *iteration_out, uint64_t *client_out,
                            struct st_update_list *out, char *err, size_t errlen);
@@ -538,7 +524,7 @@ int plan_get_or_create_job(const struct state *s, const char *dataset_id, const 
  * for the mode). */
 int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
                                enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               bool endless, uint64_t owner, const struct st_split_plan *plan,
+                               bool endless, uint64_t owner, const struct split_plan *plan,
                                const struct st_resume *resume, uint64_t *job_out,
                                uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen);
@@ -564,7 +550,7 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
                                  const char *job_name, enum sluice_mode mode,
                                  uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
                                  enum sluice_target_workers target, const char *host, bool endless,
-                                 uint64_t owner, const struct st_split_plan *plan,
+                                 uint64_t owner, const struct split_plan *plan,
                                  const struct st_resume *resume, uint64_t *job_out,
                                  uint64_t *iteration_out, uint64_t *client_out,
                                  struct st_update_list *out, char *err, size_t errlen);
@@ -587,7 +573,7 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
 int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
                                enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
                                uint64_t xtc_bytes, bool endless, uint64_t owner,
-                               const struct st_split_plan *plan, const struct st_resume *resume,
+                               const struct split_plan *plan, const struct st_resume *resume,
                                uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
                                struct st_update_list *out, char *err, size_t errlen);
 
@@ -844,7 +830,7 @@ int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_up
  * pipeline SLUICE_ERR_UNSUPPORTED ("cannot save dataset 'x': its pipeline 'range(3) | repeat()'
  * never ends"); a missing plan SLUICE_ERR_INVALID. */
 int plan_save_start(const struct state *s, const char *dataset_id, const char *path,
-                    const struct st_split_plan *plan, bool endless, uint64_t *save_out,
+                    const struct split_plan *plan, bool endless, uint64_t *save_out,
                     struct st_update_list *out, char *err, size_t errlen);
 /* The checks of plan_save_start() that need no split plan, appending nothing: 0 with *existing
  * the id of the save of dataset_id into path when there is one (else 0: a new save needs a

@@ -29,12 +29,12 @@ static uint32_t def_crc(const uint8_t *def, size_t len)
     return len ? crc32c(def, len) : 0;
 }
 
-static bool plan_empty(const struct st_split_plan *p)
+static bool plan_empty(const struct split_plan *p)
 {
     return !p->source_len && !p->split_size && !p->per_pass && !p->passes && !p->npaths;
 }
 
-static void plan_to_msg(const struct st_split_plan *p, Sluice__JournalSplitPlan *m)
+static void plan_to_msg(const struct split_plan *p, Sluice__JournalSplitPlan *m)
 {
     m->source_len = p->source_len;
     m->split_size = p->split_size;
@@ -45,7 +45,7 @@ static void plan_to_msg(const struct st_split_plan *p, Sluice__JournalSplitPlan 
 }
 
 /* Copies a plan message (m may be NULL: an empty plan). */
-static int plan_from_msg(const Sluice__JournalSplitPlan *m, struct st_split_plan *p)
+static int plan_from_msg(const Sluice__JournalSplitPlan *m, struct split_plan *p)
 {
     memset(p, 0, sizeof *p);
     if (!m)
@@ -54,7 +54,7 @@ static int plan_from_msg(const Sluice__JournalSplitPlan *m, struct st_split_plan
         if (!m->paths[i])
             return SLUICE_ERR_CORRUPT;
     }
-    struct st_split_plan view = {
+    struct split_plan view = {
         .source_len = m->source_len,
         .split_size = m->split_size,
         .per_pass = m->per_pass,
@@ -62,7 +62,7 @@ static int plan_from_msg(const Sluice__JournalSplitPlan *m, struct st_split_plan
         .paths = m->paths,
         .npaths = m->n_paths,
     };
-    return st_split_plan_copy(p, &view);
+    return split_plan_copy(p, &view);
 }
 
 static int seqs_copy(struct st_seq_list *l, const uint64_t *v, size_t n)
@@ -605,7 +605,7 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
                 return NOMEM();
         }
         uint64_t total =
-            it->distributed && row->state != ST_ITER_GC ? st_split_plan_total(&row->plan) : 0;
+            it->distributed && row->state != ST_ITER_GC ? split_plan_total(&row->plan) : 0;
         if (row->split_total != total || row->split_cursor > total)
             return CORRUPT("iteration %" PRIu64 " has a split cursor that does not fit its plan",
                            it->id);

@@ -23,8 +23,8 @@
  *
  * global_shuffle(SEED), always the first op, is placed on the split sequence. For range() and
  * list() it permutes the source: position x of pass e of the shuffled stream is source element
- * perm_e(x), perm_e the permutation of [0, source length) keyed by (SEED, e) (perm.h), so the
- * order depends on the seed and the pass only, never on the split size. The ops after it see
+ * perm_e(x), perm_e the permutation of [0, source length) keyed by (SEED, e) (common/perm.h), so
+ * the order depends on the seed and the pass only, never on the split size. The ops after it see
  * the shuffled positions exactly as they would see the source's: take, skip and shard still
  * select views, which the splits then cut; the pass of a position is pipe_dist_pass(). For
  * file sources pass e reads the files in the order perm_e over the file list and each file's

@@ -2,7 +2,7 @@
 #include "gshuffle.h"
 
 #include "common/error.h"
-#include "perm.h"
+#include "common/perm.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@ struct gfile_iter {
     struct sluice_element *recs; /* the current file's records; [pos, n) not yet yielded */
     size_t n, cap;
     uint64_t pos;
-    struct pipe_perm perm;
+    struct perm perm;
     int rc; /* sticky */
 };
 
@@ -96,7 +96,7 @@ static int load(struct gfile_iter *g)
     in->ops->destroy(in);
     if (rc < 0)
         return rc;
-    pipe_perm_init(&g->perm, pipe_perm_key(g->seed, f->pass, f->index + 1), g->n);
+    perm_init(&g->perm, perm_key(g->seed, f->pass, f->index + 1), g->n);
     return 0;
 }
 
@@ -114,7 +114,7 @@ static int gfile_next(struct pipe_iter *it, struct sluice_element *out)
             return fail(g, rc);
     }
     /* The record moves out; the slot takes the caller's old buffers, freed with the file. */
-    pipe_elem_swap(out, &g->recs[pipe_perm_apply(&g->perm, g->pos++)]);
+    pipe_elem_swap(out, &g->recs[perm_apply(&g->perm, g->pos++)]);
     return 1;
 }
 

@@ -4,7 +4,7 @@
  * The files come in the order the split sequence (or, in a local run, the pass) gives them,
  * each with its index in the sorted file list and its pass. The iterator reads one file's
  * records into memory, then yields them in the order of the permutation keyed by (seed, pass,
- * index + 1) over the file's record count (perm.h), then reads the next file. So a file's
+ * index + 1) over the file's record count (common/perm.h), then reads the next file. So a file's
  * records are shuffled among themselves, never with another file's; the files themselves are
  * shuffled by the split sequence (split.h).
  *

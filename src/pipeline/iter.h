@@ -124,7 +124,7 @@ int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry
                       const struct pipe_limits *limits, struct pipe_run **out, char *err,
                       size_t errlen);
 int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                             const struct pipe_limits *limits, const struct pipe_split *splits,
+                             const struct pipe_limits *limits, const struct split *splits,
                              size_t nsplits, struct pipe_run **out, char *err, size_t errlen);
 
 /* Builds the worker's part of the pipeline over the given splits of its source instead of the
@@ -137,8 +137,8 @@ int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_r
  * died is processed again identically, which lets a consumer drop the elements it already received
  * by position. */
 int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                     const struct pipe_split *splits, size_t nsplits, struct pipe_run **out,
-                     char *err, size_t errlen);
+                     const struct split *splits, size_t nsplits, struct pipe_run **out, char *err,
+                     size_t errlen);
 
 /* Builds only the ops of tail (from pipe_parse_tail) over an upstream iterator the caller
  * provides; the run takes ownership of upstream, whose ctx pointer is redirected to the run's.

@@ -125,7 +125,7 @@ static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct
 }
 
 /* A file source under global_shuffle: the files of the splits, or of the pass in the order
- * the split sequence gives them (pipe_split_file_index). */
+ * the split sequence gives them (split_file_index). */
 static int open_shuffled_files(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx,
                                struct pipe_iter **out)
 {
@@ -136,7 +136,7 @@ static int open_shuffled_files(struct plan *pl, uint64_t pass, struct pipe_ctx *
     if (!files)
         return SLUICE_ERR_NOMEM;
     for (size_t k = 0; k < pl->npaths; k++) {
-        uint64_t j = pipe_split_file_index(true, pl->seed, pl->npaths, pass, k);
+        uint64_t j = split_file_index(true, pl->seed, pl->npaths, pass, k);
         files[k] = (struct pipe_gshuffle_file){pl->paths[j], j, pass};
     }
     int rc = pipe_gshuffle_files_open(files, pl->npaths, pl->seed, PIPE_GSHUFFLE_FILE_BYTES,
@@ -473,14 +473,14 @@ int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry
 }
 
 int pipe_open_splits(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                     const struct pipe_split *splits, size_t nsplits, struct pipe_run **out,
-                     char *err, size_t errlen)
+                     const struct split *splits, size_t nsplits, struct pipe_run **out, char *err,
+                     size_t errlen)
 {
     return pipe_open_splits_limited(spec, reg, NULL, splits, nsplits, out, err, errlen);
 }
 
 int pipe_open_splits_limited(const struct pipe_spec *spec, const struct sluice_registry *reg,
-                             const struct pipe_limits *limits, const struct pipe_split *splits,
+                             const struct pipe_limits *limits, const struct split *splits,
                              size_t nsplits, struct pipe_run **out, char *err, size_t errlen)
 {
     struct run_impl *r;

@@ -2,7 +2,7 @@
 #include "source.h"
 
 #include "common/error.h"
-#include "perm.h"
+#include "common/perm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +38,7 @@ struct cursor {
     struct pipe_dist view;
     /* global_shuffle: the permutation of the pass perm_pass, prepared when the pass changes. */
     struct pipe_src_shuffle shuffle;
-    struct pipe_perm perm;
+    struct perm perm;
     uint64_t perm_pass;
 };
 
@@ -49,7 +49,7 @@ static int cursor_init(struct cursor *c, uint64_t len, const struct pipe_span *s
     if (shuffle) {
         c->shuffle = *shuffle;
         c->perm_pass = shuffle->pass;
-        pipe_perm_init(&c->perm, pipe_perm_key(shuffle->seed, shuffle->pass, 0), len);
+        perm_init(&c->perm, perm_key(shuffle->seed, shuffle->pass, 0), len);
     }
     c->viewed = view != NULL;
     if (view)
@@ -117,10 +117,10 @@ static bool cursor_next_shuffled(struct cursor *c, uint64_t *k)
         uint64_t pass = pipe_dist_pass(&c->view, c->pass, c->k - 1);
         if (pass != c->perm_pass) {
             c->perm_pass = pass;
-            pipe_perm_init(&c->perm, pipe_perm_key(c->shuffle.seed, pass, 0), c->len);
+            perm_init(&c->perm, perm_key(c->shuffle.seed, pass, 0), c->len);
         }
     }
-    *k = pipe_perm_apply(&c->perm, *k);
+    *k = perm_apply(&c->perm, *k);
     return true;
 }
 

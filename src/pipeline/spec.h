@@ -80,7 +80,7 @@ enum pipe_op_kind {
     PIPE_OP_SHARD,
     PIPE_OP_PREFETCH,
     /* global_shuffle(SEED): a seeded shuffle of the whole source, the same at any worker count
-     * (perm.h, dist.h). Only ever the first op; the source applies it. */
+     * (common/perm.h, dist.h). Only ever the first op; the source applies it. */
     PIPE_OP_GLOBAL_SHUFFLE
 };
 

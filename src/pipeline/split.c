@@ -1,12 +1,12 @@
 /* Split providers: the source of a pipeline cut into a numbered sequence of splits.
  *
- * Everything here is arithmetic on (source length, split size, repeat count) except the glob
- * expansion at init, so a split number always names the same split on every machine that built
- * the provider from the same spec and the same file list. */
+ * Building the plan is arithmetic on (source length, split size, repeat count) except the glob
+ * expansion at init, and reading it is split_plan_at()'s, so a split number always names the
+ * same split on every machine that built the provider from the same spec and the same file
+ * list. */
 #include "split.h"
 
 #include "common/error.h"
-#include "perm.h"
 #include "snapsrc.h"
 
 #include <errno.h>
@@ -39,40 +39,48 @@ uint64_t pipe_split_default_size(uint64_t len)
     return size;
 }
 
+void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan)
+{
+    plan->kind = pipe_source_reads_files(spec->source.kind) ? SPLIT_FILES : SPLIT_RANGES;
+    plan->seed = 0;
+    plan->shuffled = pipe_spec_global_shuffle(spec, &plan->seed);
+}
+
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
-    p->kind = spec->source.kind;
     int rc = pipe_dist_analyze(spec, &p->dist, err, errlen);
     if (rc < 0)
         return rc;
-    p->passes = p->dist.passes;
+    struct split_plan *plan = &p->plan;
+    pipe_split_plan_reads(spec, plan);
+    plan->passes = p->dist.passes;
     switch (spec->source.kind) {
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
         /* The splits cut the view's positions, not the source's indices (dist.h). */
-        p->source_len = p->dist.len;
-        p->split_size =
-            pipe_dist_split_size(&p->dist, split_size, pipe_split_default_size(p->source_len));
-        p->per_pass = p->source_len / p->split_size + (p->source_len % p->split_size != 0);
+        plan->source_len = p->dist.len;
+        plan->split_size =
+            pipe_dist_split_size(&p->dist, split_size, pipe_split_default_size(plan->source_len));
+        plan->per_pass = split_per_pass(plan->source_len, plan->split_size);
         return 0;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
     case PIPE_SRC_SNAPSHOT: {
-        rc = pipe_source_paths(&spec->source, &p->paths, &p->npaths, err, errlen);
+        rc = pipe_source_paths(&spec->source, &plan->paths, &plan->npaths, err, errlen);
         if (rc < 0)
             return rc;
-        for (size_t i = 0; i < p->npaths; i++) {
-            if (strlen(p->paths[i]) >= sizeof(((struct pipe_split *)0)->path)) {
+        for (size_t i = 0; i < plan->npaths; i++) {
+            if (strlen(plan->paths[i]) >= SPLIT_PATH_MAX) {
                 rc = err_set(err, errlen, SLUICE_ERR_TOO_LARGE, "path too long: %.64s...",
-                             p->paths[i]);
+                             plan->paths[i]);
                 pipe_split_provider_release(p);
                 return rc;
             }
         }
-        p->per_pass = p->npaths;
+        plan->per_pass = plan->npaths;
         return 0;
     }
     }
@@ -82,60 +90,7 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
 
 void pipe_split_provider_release(struct pipe_split_provider *p)
 {
-    pipe_paths_free(p->paths, p->npaths);
-    p->paths = NULL;
-    p->npaths = 0;
-}
-
-uint64_t pipe_split_count(const struct pipe_split_provider *p)
-{
-    if (p->per_pass == 0 || p->passes == 0)
-        return 0;
-    if (p->passes == UINT64_MAX || p->passes > UINT64_MAX / p->per_pass)
-        return UINT64_MAX;
-    return p->per_pass * p->passes;
-}
-
-int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe_split *out)
-{
-    if (p->per_pass == 0)
-        return 0;
-    uint64_t repetition = seq / p->per_pass;
-    uint64_t k = seq % p->per_pass;
-    if (p->passes != UINT64_MAX && repetition >= p->passes)
-        return 0;
-    out->seq = seq;
-    out->repetition = repetition;
-    out->begin = out->end = 0;
-    out->index = k;
-    out->path[0] = '\0';
-    switch (p->kind) {
-    case PIPE_SRC_RANGE:
-    case PIPE_SRC_LIST:
-        /* k < per_pass, so k * split_size < source_len: no overflow, and end stays in range. */
-        out->begin = k * p->split_size;
-        out->end =
-            p->source_len - out->begin > p->split_size ? out->begin + p->split_size : p->source_len;
-        break;
-    case PIPE_SRC_TFRECORD:
-    case PIPE_SRC_LINES:
-    case PIPE_SRC_TAR:
-    case PIPE_SRC_SNAPSHOT:
-        out->index =
-            pipe_split_file_index(p->dist.shuffled, p->dist.seed, p->npaths, repetition, k);
-        snprintf(out->path, sizeof out->path, "%s", p->paths[out->index]);
-        break;
-    }
-    return 1;
-}
-
-uint64_t pipe_split_file_index(bool shuffled, int64_t seed, uint64_t nfiles, uint64_t r, uint64_t k)
-{
-    if (!shuffled)
-        return k;
-    struct pipe_perm perm;
-    pipe_perm_init(&perm, pipe_perm_key(seed, r, 0), nfiles);
-    return pipe_perm_apply(&perm, k);
+    split_plan_release(&p->plan);
 }
 
 int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,

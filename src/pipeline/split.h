@@ -1,23 +1,25 @@
 /* Split providers for distributed processing (docs/design.md §3, §4). Pure and deterministic.
  *
- * A splittable source is cut into a fixed sequence of splits: chunks of positions for range()
- * and list(), one file per split for tfrecord(), lines() and tar() (files in sorted name order;
- * a tar() split is one whole shard), one chunk per split for snapshot() (in chunk order; the
- * chunk count comes from snapshot.json, the chunks themselves may not exist yet). The
- * operations that dist.h places on the split sequence are applied here: repeat(R) makes the
- * sequence the source's splits R times over (forever for repeat()), so the cluster as a whole
- * sees each element exactly R times, and take, skip and shard make the positions a view of the
- * source (position g is source element pipe_dist_index(&dist, g)). Split i of the sequence is a
- * pure function of (spec, split_size, i), which lets the dispatcher journal a split cursor as one
- * integer.
+ * A provider builds a dataset's split plan (common/split_plan.h, which holds the arithmetic) and
+ * analyzes where its operations run. A splittable source is cut into a fixed sequence of splits:
+ * chunks of positions for range() and list(), one file per split for tfrecord(), lines() and tar()
+ * (files in sorted name order; a tar() split is one whole shard), one chunk per split for
+ * snapshot() (in chunk order; the chunk count comes from snapshot.json, the chunks themselves may
+ * not exist yet). The operations that dist.h places on the split sequence are applied here:
+ * repeat(R) makes the sequence the source's splits R times over (forever for repeat()), so the
+ * cluster as a whole sees each element exactly R times, and take, skip and shard make the positions
+ * a view of the source (position g is source element pipe_dist_index(&dist, g)). Split i of the
+ * sequence is a pure function of (spec, split_size, i), which lets the dispatcher journal a split
+ * cursor as one integer.
  *
- * With global_shuffle(SEED), split i of a file source is file pipe_split_file_index() of the
- * sorted list: pass r = i / per_pass reads the files in the order of a permutation keyed by
+ * With global_shuffle(SEED), split i of a file source is file split_file_index() of the sorted
+ * list: pass r = i / per_pass reads the files in the order of a permutation keyed by
  * (SEED, r). Splits of range() and list() keep their positions; the source maps positions
  * through the permutation (dist.h). */
 #ifndef SLUICE_PIPELINE_SPLIT_H
 #define SLUICE_PIPELINE_SPLIT_H
 
+#include "common/split_plan.h"
 #include "dist.h"
 #include "spec.h"
 
@@ -25,26 +27,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct pipe_split {
-    uint64_t seq;        /* position in the split sequence */
-    uint64_t repetition; /* which pass over the source (0-based) */
-    uint64_t begin, end; /* RANGE, LIST: positions [begin, end) of the view (see dist.h) */
-    uint64_t index;      /* which split of its pass: seq % per_pass, or for a file source under
-                            global_shuffle the file's index in the sorted list */
-    char path[4096];     /* TFRECORD, LINES, TAR: the file; SNAPSHOT: the chunk file; empty
-                            otherwise */
-};
-
+/* A split provider: the split plan of a dataset (common/split_plan.h) and where each of its
+ * operations runs in distributed_epoch. The plan's splits are read with split_plan_at() and
+ * counted with split_plan_total(). */
 struct pipe_split_provider {
-    enum pipe_source_kind kind;
-    uint64_t per_pass;   /* splits in one pass over the source */
-    uint64_t source_len; /* RANGE, LIST: positions per pass of the view (dist.len) */
-    uint64_t split_size; /* RANGE, LIST: positions per split */
-    uint64_t passes;     /* product of repeat counts; UINT64_MAX when infinite */
-    char **paths;        /* TFRECORD, LINES, TAR: sorted expanded file list; SNAPSHOT: the
-                            chunk files (owned) */
-    size_t npaths;
-    struct pipe_dist dist; /* where each op runs in distributed_epoch */
+    struct split_plan plan; /* kind, shuffled and seed set by pipe_split_plan_reads(); FILES:
+                               the sorted expanded file list, or the snapshot's chunk files */
+    struct pipe_dist dist;  /* where each op runs in distributed_epoch */
 };
 
 /* The default number of elements per split for a range/list source of len elements: small
@@ -67,16 +56,11 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
                              uint64_t split_size, char *err, size_t errlen);
 void pipe_split_provider_release(struct pipe_split_provider *p);
 
-/* The file split k of pass r reads: k itself, or under global_shuffle(seed) (shuffled) the
- * image of k under the permutation of [0, nfiles) keyed by (seed, r, part 0) (perm.h). */
-uint64_t pipe_split_file_index(bool shuffled, int64_t seed, uint64_t nfiles, uint64_t r,
-                               uint64_t k);
-
-/* Total splits in the sequence, or UINT64_MAX when infinite. */
-uint64_t pipe_split_count(const struct pipe_split_provider *p);
-
-/* Fills split number seq. Returns 1, or 0 when seq is past the end. */
-int pipe_split_at(const struct pipe_split_provider *p, uint64_t seq, struct pipe_split *out);
+/* Sets what a split plan takes from the dataset's pipeline rather than from the dispatcher:
+ * its kind (SPLIT_FILES for a source that reads files, SPLIT_RANGES for range() and list()) and,
+ * when spec starts with global_shuffle(SEED), shuffled and seed. The provider sets them so, and
+ * a worker on every plan it receives, so both read the same split for a split number. */
+void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan);
 
 /* The files a file source (pipe_source_reads_files) reads, in split order: its globs expanded
  * (pipe_glob_expand), or for snapshot("DIR") the chunk files DIR/snapshot.json counts, which

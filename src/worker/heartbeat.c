@@ -5,8 +5,9 @@
 
 /* ---- split leasing ---------------------------------------------------------------------- */
 
-/* Copies a wire plan into a lease plan. Returns 0 or SLUICE_ERR_NOMEM. */
-static int plan_from_wire(const Sluice__SplitPlan *sp, struct lease_plan *out)
+/* Copies a wire plan's numbers and files; the rest is the task's to set from its dataset.
+ * Returns 0 or SLUICE_ERR_NOMEM. */
+static int plan_from_wire(const Sluice__SplitPlan *sp, struct split_plan *out)
 {
     memset(out, 0, sizeof *out);
     out->source_len = sp->source_len;
@@ -21,7 +22,7 @@ static int plan_from_wire(const Sluice__SplitPlan *sp, struct lease_plan *out)
     for (size_t i = 0; i < sp->n_paths; i++) {
         out->paths[i] = strdup(sp->paths[i] ? sp->paths[i] : "");
         if (!out->paths[i]) {
-            lease_plan_release(out);
+            split_plan_release(out);
             return SLUICE_ERR_NOMEM;
         }
         out->npaths++;
@@ -50,7 +51,7 @@ static void splits_done(int status, const char *msg, const Sluice__Envelope *rep
         if (wt->splits_failures && !wt->dying)
             log_info("task %" PRIu64 ": leasing splits works again", wt->id);
         wt->splits_failures = 0;
-        struct lease_plan plan;
+        struct split_plan plan;
         bool have_plan = false;
         int rc = 0;
         if (r->plan) {

@@ -1,93 +1,14 @@
-/* Split plans and lease queues: arithmetic and bookkeeping only (see lease.h). */
+/* Lease queues: bookkeeping only (see lease.h). */
 #include "lease.h"
 
 #include "common/error.h"
 
 #include <assert.h>
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define LEASE_BACKOFF_MIN_MS 100
 #define LEASE_BACKOFF_MAX_MS 1000
-
-int lease_plan_check(const struct lease_plan *p, char *err, size_t errlen)
-{
-    if (p->per_pass == 0) {
-        if (p->passes == 0 || p->source_len == 0)
-            return 0; /* an empty sequence: nothing will be leased */
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "split plan has no splits per pass");
-    }
-    switch (p->kind) {
-    case PIPE_SRC_RANGE:
-    case PIPE_SRC_LIST: {
-        if (p->split_size == 0)
-            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "split plan has split size 0");
-        uint64_t want = p->source_len / p->split_size + (p->source_len % p->split_size != 0);
-        if (want != p->per_pass)
-            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
-                           "split plan has %" PRIu64 " splits per pass, but %" PRIu64
-                           " elements in splits of %" PRIu64 " make %" PRIu64,
-                           p->per_pass, p->source_len, p->split_size, want);
-        return 0;
-    }
-    case PIPE_SRC_TFRECORD:
-    case PIPE_SRC_LINES:
-    case PIPE_SRC_TAR:
-    case PIPE_SRC_SNAPSHOT:
-        if (p->npaths != p->per_pass)
-            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
-                           "split plan has %" PRIu64 " splits per pass but %zu files", p->per_pass,
-                           p->npaths);
-        for (size_t i = 0; i < p->npaths; i++) {
-            size_t n = strlen(p->paths[i]);
-            if (n == 0 || n >= sizeof(((struct pipe_split *)0)->path))
-                return err_set(err, errlen, SLUICE_ERR_CORRUPT,
-                               "split plan has a file name of %zu bytes", n);
-        }
-        return 0;
-    }
-    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "unknown source kind %d", (int)p->kind);
-}
-
-int lease_split_fill(const struct lease_plan *p, uint64_t seq, struct pipe_split *out, char *err,
-                     size_t errlen)
-{
-    if (p->per_pass == 0 || (p->passes != UINT64_MAX && seq / p->per_pass >= p->passes))
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT,
-                       "split %" PRIu64 " is past the end of the split sequence", seq);
-    uint64_t k = seq % p->per_pass;
-    out->seq = seq;
-    out->repetition = seq / p->per_pass;
-    out->begin = out->end = 0;
-    out->index = k;
-    out->path[0] = '\0';
-    switch (p->kind) {
-    case PIPE_SRC_RANGE:
-    case PIPE_SRC_LIST:
-        /* A checked plan has k * split_size < source_len, so neither line overflows. */
-        out->begin = k * p->split_size;
-        out->end =
-            p->source_len - out->begin > p->split_size ? out->begin + p->split_size : p->source_len;
-        return 0;
-    case PIPE_SRC_TFRECORD:
-    case PIPE_SRC_LINES:
-    case PIPE_SRC_TAR:
-    case PIPE_SRC_SNAPSHOT:
-        out->index = pipe_split_file_index(p->shuffled, p->seed, p->npaths, out->repetition, k);
-        snprintf(out->path, sizeof out->path, "%s", p->paths[out->index]);
-        return 0;
-    }
-    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "unknown source kind %d", (int)p->kind);
-}
-
-void lease_plan_release(struct lease_plan *p)
-{
-    pipe_paths_free(p->paths, p->npaths);
-    p->paths = NULL;
-    p->npaths = 0;
-}
 
 int lease_queue_init(struct lease_queue *q, size_t target)
 {

@@ -1,12 +1,12 @@
 /* Split leasing for distributed_epoch tasks (docs/design.md §4). Pure: no locks, no rpc, no clock.
  *
  * The dispatcher leases splits to a task by their position (seq) in the iteration's split
- * sequence and sends a SplitPlan once; the worker computes each split's contents from the plan
- * and the source kind of its dataset (lease_split_fill). A task's lease queue holds the seqs
- * leased and not yet started, and the seqs finished and not yet reported; the worker's loop
- * thread asks it what GetSplits request to send next (lease_want) and feeds it the outcome,
- * while producer threads pop splits and report them finished. task.c guards a queue with the
- * task's mutex; every function here is called with that mutex held.
+ * sequence and sends a SplitPlan once; the worker checks it and computes each split's contents
+ * from it and the dataset's pipeline (common/split_plan.h, pipe_split_plan_reads). A task's lease
+ * queue holds the seqs leased and not yet started, and the seqs finished and not yet reported; the
+ * worker's loop thread asks it what GetSplits request to send next (lease_want) and feeds it the
+ * outcome, while producer threads pop splits and report them finished. task.c guards a queue with
+ * the task's mutex; every function here is called with that mutex held.
  *
  * Request rule: at most one GetSplits in flight per task. One is sent when the queue has fallen
  * to its low-water mark (so producers never run dry while a reply is on its way) and more may
@@ -18,43 +18,9 @@
 #ifndef SLUICE_WORKER_LEASE_H
 #define SLUICE_WORKER_LEASE_H
 
-#include "pipeline/spec.h"
-#include "pipeline/split.h"
-
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/* The plan of a split sequence, as the dispatcher sent it (wire SplitPlan). */
-struct lease_plan {
-    enum pipe_source_kind kind; /* from the task's dataset, not from the wire */
-    uint64_t source_len;        /* RANGE, LIST */
-    uint64_t split_size;        /* RANGE, LIST */
-    uint64_t per_pass;
-    uint64_t passes; /* UINT64_MAX: endless */
-    char **paths;    /* TFRECORD, LINES, TAR: owned */
-    size_t npaths;
-    /* From the task's dataset, not from the wire: it starts with global_shuffle(seed), which
-     * orders the files of each pass (pipe_split_file_index). */
-    bool shuffled;
-    int64_t seed;
-};
-
-/* Checks a plan received from the network: per_pass > 0 (unless passes is 0), for range/list
- * split_size > 0 and per_pass = ceil(source_len / split_size), for files npaths == per_pass and
- * every path shorter than struct pipe_split's path. Returns 0 or SLUICE_ERR_CORRUPT with a
- * message in err. */
-int lease_plan_check(const struct lease_plan *plan, char *err, size_t errlen);
-
-/* Fills out with split seq of a checked plan: repetition = seq / per_pass, k = seq % per_pass;
- * range/list: [k * split_size, min(that + split_size, source_len)); files: paths[k], or under
- * global_shuffle paths[pipe_split_file_index(...)]. Gives the
- * same split as pipe_split_at() on a provider with the same numbers. Returns 0, or
- * SLUICE_ERR_CORRUPT with a message when seq is past the end of the sequence. */
-int lease_split_fill(const struct lease_plan *plan, uint64_t seq, struct pipe_split *out, char *err,
-                     size_t errlen);
-
-void lease_plan_release(struct lease_plan *plan);
 
 struct lease_queue {
     uint64_t *seqs; /* ring of leased, unstarted seqs */

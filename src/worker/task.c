@@ -20,6 +20,7 @@
 #include <limits.h>
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,7 +92,7 @@ struct task {
     int err_code;
     char err_msg[512];
     struct lease_queue lease;
-    struct lease_plan plan;
+    struct split_plan plan;
     bool have_plan;
 
     atomic_int stop; /* set when stopped or failed: producers finish up and exit */
@@ -511,7 +512,7 @@ static uint64_t now_ms(void)
 /* A save's task: writes split seq's elements into its chunk file and commits it. Returns 0 once
  * the chunk is committed, SLUICE_ERR_CANCELLED when the task stopped (the temporary file is then
  * removed), or a failure with its message. */
-static int write_chunk(struct producer *p, const struct pipe_split *split, uint64_t seq, char *err,
+static int write_chunk(struct producer *p, const struct split *split, uint64_t seq, char *err,
                        size_t errlen)
 {
     struct task *t = p->t;
@@ -574,7 +575,7 @@ static int check_snapshot_dir(struct task *t, char *err, size_t errlen)
 static int run_splits(struct producer *p, char *err, size_t errlen)
 {
     struct task *t = p->t;
-    struct pipe_split split;
+    struct split split;
     if (t->snap_dir) {
         int rc = check_snapshot_dir(t, err, errlen);
         if (rc < 0)
@@ -602,9 +603,11 @@ static int run_splits(struct producer *p, char *err, size_t errlen)
                 wake_loop(t);
             uv_cond_wait(&t->work_cv, &t->mu);
         }
-        rc = lease_split_fill(&t->plan, seq, &split, err, errlen);
-        if (rc < 0)
+        if (!split_plan_at(&t->plan, seq, &split)) {
+            rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                         "split %" PRIu64 " is past the end of the split sequence", seq);
             lease_abandon(&t->lease);
+        }
         uv_mutex_unlock(&t->mu);
         if (ask)
             wake_loop(t);
@@ -982,36 +985,36 @@ void task_lease_failed(struct task *t, uint64_t now_ms)
 
 /* Checks a plan against what the task's own dataset says. For range and list sources the
  * numbers are arithmetic on the dataset; file lists are the dispatcher's to decide. */
-static int check_plan(const struct task *t, const struct lease_plan *plan, char *err, size_t errlen)
+static int check_plan(const struct task *t, const struct split_plan *plan, char *err, size_t errlen)
 {
-    int rc = lease_plan_check(plan, err, errlen);
-    if (rc < 0 || pipe_source_reads_files(plan->kind))
+    int rc = split_plan_check(plan, err, errlen);
+    if (rc < 0 || plan->kind == SPLIT_FILES)
         return rc;
     struct pipe_split_provider prov;
     rc = pipe_split_provider_init(&prov, t->spec, plan->split_size, err, errlen);
     if (rc < 0)
         return rc;
-    if (prov.source_len != plan->source_len || prov.per_pass != plan->per_pass ||
-        prov.passes != plan->passes)
+    const struct split_plan *want = &prov.plan;
+    if (want->source_len != plan->source_len || want->per_pass != plan->per_pass ||
+        want->passes != plan->passes)
         rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
                      "split plan does not match the dataset: %llu elements in %llu splits per "
                      "pass, %llu passes; the dataset gives %llu, %llu, %llu",
                      (unsigned long long)plan->source_len, (unsigned long long)plan->per_pass,
-                     (unsigned long long)plan->passes, (unsigned long long)prov.source_len,
-                     (unsigned long long)prov.per_pass, (unsigned long long)prov.passes);
+                     (unsigned long long)plan->passes, (unsigned long long)want->source_len,
+                     (unsigned long long)want->per_pass, (unsigned long long)want->passes);
     pipe_split_provider_release(&prov);
     return rc;
 }
 
-int task_lease_granted(struct task *t, struct lease_plan *plan, const uint64_t *seqs, size_t n,
+int task_lease_granted(struct task *t, struct split_plan *plan, const uint64_t *seqs, size_t n,
                        bool end_of_splits, uint64_t now_ms)
 {
     char err[512] = "";
     int rc = 0;
     bool adopt = false;
     if (plan) {
-        plan->kind = t->spec->source.kind;
-        plan->shuffled = pipe_spec_global_shuffle(t->spec, &plan->seed);
+        pipe_split_plan_reads(t->spec, plan);
         /* have_plan is written only on this thread, so reading it unlocked is safe. */
         if (!t->have_plan) {
             rc = check_plan(t, plan, err, sizeof err);
@@ -1037,7 +1040,7 @@ int task_lease_granted(struct task *t, struct lease_plan *plan, const uint64_t *
         uv_cond_broadcast(&t->work_cv);
     uv_mutex_unlock(&t->mu);
     if (plan)
-        lease_plan_release(plan);
+        split_plan_release(plan);
     return rc;
 }
 
@@ -1127,7 +1130,7 @@ void task_free(struct task *t)
     for (unsigned i = 0; i < t->nspare; i++)
         free(t->spare[i].p);
     lease_queue_release(&t->lease);
-    lease_plan_release(&t->plan);
+    split_plan_release(&t->plan);
     free(t->report);
     free(t->returned);
     pipe_spec_free(t->spec);

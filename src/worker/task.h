@@ -42,6 +42,7 @@
 #define SLUICE_WORKER_TASK_H
 
 #include "buffer.h"
+#include "common/split_plan.h"
 #include "lease.h"
 #include "pipeline/spec.h"
 #include "sluice/sluice.h"
@@ -177,10 +178,11 @@ bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
                      size_t *nreturned);
 /* Loop. The GetSplits request failed; it is retried after a backoff. */
 void task_lease_failed(struct task *t, uint64_t now_ms);
-/* Loop. The GetSplits reply. plan (may be NULL) is taken over (released here in every case);
- * the first plan received is checked against the task's dataset and kept. A bad plan, or seqs
- * before any plan, fails the task (and returns its code). */
-int task_lease_granted(struct task *t, struct lease_plan *plan, const uint64_t *seqs, size_t n,
+/* Loop. The GetSplits reply. plan (may be NULL: the wire SplitPlan's numbers and files) is
+ * taken over (released here in every case); the first plan received gets what the task's dataset
+ * says about reading it (pipe_split_plan_reads), is checked against the dataset and kept. A bad
+ * plan, or seqs before any plan, fails the task (and returns its code). */
+int task_lease_granted(struct task *t, struct split_plan *plan, const uint64_t *seqs, size_t n,
                        bool end_of_splits, uint64_t now_ms);
 
 /* Loop. The task's failure code (0 when it has not failed) and, when failed, its message in

@@ -72,7 +72,7 @@ static void small_state(struct state *s)
     u.id = 1;
     u.ref = 1;
     u.distributed = true;
-    u.plan = (struct st_split_plan){.source_len = 8, .split_size = 1, .per_pass = 8, .passes = 1};
+    u.plan = (struct split_plan){.source_len = 8, .split_size = 1, .per_pass = 8, .passes = 1};
     must_apply(s, &u);
     memset(&u, 0, sizeof u);
     u.type = ST_TASK_CREATED;

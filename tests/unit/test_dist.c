@@ -92,8 +92,8 @@ static int merged_next(struct pipe_iter *it, struct sluice_element *out)
             pipe_run_free(m->cur);
             m->cur = NULL;
         }
-        struct pipe_split split;
-        if (!pipe_split_at(m->prov, m->seq, &split))
+        struct split split;
+        if (!split_plan_at(&m->prov->plan, m->seq, &split))
             return 0;
         m->seq++;
         char err[256];
@@ -271,17 +271,17 @@ static void test_split_sizes(void **state)
     /* range(100) | batch(32): never one-element splits for a batch; multiples of 32. */
     struct pipe_spec *spec = parse("range(100) | batch(32)");
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), 0);
-    assert_int_equal(p.split_size, 32);
-    assert_int_equal(p.per_pass, 4);
+    assert_int_equal(p.plan.split_size, 32);
+    assert_int_equal(p.plan.per_pass, 4);
     pipe_split_provider_release(&p);
     assert_int_equal(pipe_split_provider_init(&p, spec, 40, err, sizeof err), 0);
-    assert_int_equal(p.split_size, 64);
+    assert_int_equal(p.plan.split_size, 64);
     pipe_split_provider_release(&p);
     pipe_spec_free(spec);
     /* A shuffle's buffer fills within a split. */
     spec = parse("range(100000) | shuffle(1000)");
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), 0);
-    assert_int_equal(p.split_size, 1000);
+    assert_int_equal(p.plan.split_size, 1000);
     pipe_split_provider_release(&p);
     pipe_spec_free(spec);
 }

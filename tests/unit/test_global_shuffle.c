@@ -322,19 +322,18 @@ static void test_files(void **state)
     /* The split sequence: each pass a permutation of the files, the two passes different. */
     struct pipe_split_provider p;
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), 0);
-    assert_int_equal(p.per_pass, NFILES);
-    assert_int_equal(pipe_split_count(&p), 2 * NFILES);
+    assert_int_equal(p.plan.per_pass, NFILES);
+    assert_int_equal(split_plan_total(&p.plan), 2 * NFILES);
     uint64_t order[2][NFILES];
     for (uint64_t seq = 0; seq < 2 * NFILES; seq++) {
-        struct pipe_split s;
-        assert_int_equal(pipe_split_at(&p, seq, &s), 1);
+        struct split s;
+        assert_int_equal(split_plan_at(&p.plan, seq, &s), 1);
         assert_int_equal(s.repetition, seq / NFILES);
         assert_true(s.index < NFILES);
         char want[128];
         snprintf(want, sizeof want, "%s/f%d.txt", f->dir, (int)s.index);
         assert_string_equal(s.path, want);
-        assert_int_equal(s.index,
-                         pipe_split_file_index(true, 3, NFILES, seq / NFILES, seq % NFILES));
+        assert_int_equal(s.index, split_file_index(true, 3, NFILES, seq / NFILES, seq % NFILES));
         order[seq / NFILES][seq % NFILES] = s.index;
     }
     for (int r = 0; r < 2; r++) {
@@ -345,7 +344,7 @@ static void test_files(void **state)
     }
     assert_true(memcmp(order[0], order[1], sizeof order[0]) != 0);
     /* Without the op the files keep their sorted order. */
-    assert_int_equal(pipe_split_file_index(false, 3, NFILES, 1, 4), 4);
+    assert_int_equal(split_file_index(false, 3, NFILES, 1, 4), 4);
 
     /* Locally: the files in the split sequence's order, each file's lines contiguous and
      * shuffled among themselves. */
@@ -382,8 +381,8 @@ static void test_files(void **state)
     char *dist = NULL;
     size_t dist_len = 0;
     for (uint64_t seq = 0; seq < 2 * NFILES; seq++) {
-        struct pipe_split s;
-        assert_int_equal(pipe_split_at(&p, seq, &s), 1);
+        struct split s;
+        assert_int_equal(split_plan_at(&p.plan, seq, &s), 1);
         assert_int_equal(pipe_open_splits(spec, f->reg, &s, 1, &run, err, sizeof err), 0);
         drain(run, &dist, &dist_len);
         pipe_run_free(run);

@@ -1151,7 +1151,7 @@ static void test_recover_ids_continue(void **unused)
     assert_int_equal(
         plan_worker_heartbeat(&live, "w1:1", 11, NULL, 0, false, &w1, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
-    struct st_split_plan plan = {.source_len = 9, .split_size = 1, .per_pass = 9, .passes = 1};
+    struct split_plan plan = {.source_len = 9, .split_size = 1, .per_pass = 9, .passes = 1};
     assert_int_equal(plan_get_or_create_job(&live, id, "j", SLUICE_DISTRIBUTED_EPOCH, 0, true, 0,
                                             &plan, NULL, &job, &it, &client, &ups, err, sizeof err),
                      0);
@@ -1361,7 +1361,7 @@ static void child_request(struct child *c)
         plan_register_dataset(s, "", (const uint8_t *)"def", 3, 0, 0, "text", id, &c->ups, err,
                               sizeof err);
         if (s->ndatasets > 0) {
-            struct st_split_plan p = {
+            struct split_plan p = {
                 .source_len = 50, .split_size = 1, .per_pass = 50, .passes = 1 + child_pick(c, 3)};
             plan_get_or_create_job(s, s->datasets[0].id, child_pick(c, 2) ? "" : "n",
                                    SLUICE_DISTRIBUTED_EPOCH, 0, true, 0, &p, NULL, &a, &b, &d,

@@ -173,7 +173,7 @@ static void test_errors(void **state)
 
 /* Runs text (opened whole, or over one split when split is non-NULL) and returns the elements'
  * text, one per line, then "ERR <message>" on a failure. */
-static char *run(const char *text, const struct pipe_split *split)
+static char *run(const char *text, const struct split *split)
 {
     struct pipe_spec *spec = NULL;
     char err[512];
@@ -261,7 +261,7 @@ static char *jpeg_list(int n, const char *tail)
 static void test_random_crop_per_split(void **state)
 {
     char *text = jpeg_list(6, "map(decode_jpeg) | map(random_crop, 16, 16)");
-    struct pipe_split s = {0};
+    struct split s = {0};
     s.seq = 3;
     s.begin = 0;
     s.end = 6;

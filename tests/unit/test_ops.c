@@ -722,7 +722,7 @@ static void test_batch_reuses_buffers(void **state)
 
 /* ---- Opening over splits and tails ------------------------------------------------------- */
 
-static char *run_splits(const char *text, const struct pipe_split *splits, size_t n)
+static char *run_splits(const char *text, const struct split *splits, size_t n)
 {
     char err[512];
     struct pipe_spec *spec = parse(text);
@@ -739,7 +739,7 @@ static char *run_splits(const char *text, const struct pipe_split *splits, size_
 
 static void test_open_splits(void **state)
 {
-    struct pipe_split sp[3];
+    struct split sp[3];
     memset(sp, 0, sizeof(sp));
     sp[0].begin = 10;
     sp[0].end = 13;
@@ -764,7 +764,7 @@ static void test_open_splits(void **state)
     assert_string_equal(s, "");
     free(s);
 
-    struct pipe_split ls[2];
+    struct split ls[2];
     memset(ls, 0, sizeof(ls));
     ls[0].begin = 2;
     ls[0].end = 3;
@@ -868,7 +868,7 @@ static void test_file_sources(void **state)
     assert_string_equal(s, "[\"one\", \"two\"];[\"three\"];[\"one\", \"two\"];[\"three\"]");
     free(s);
 
-    struct pipe_split sp[2];
+    struct split sp[2];
     memset(sp, 0, sizeof(sp));
     snprintf(sp[0].path, sizeof(sp[0].path), "%s", path[1]);
     snprintf(sp[1].path, sizeof(sp[1].path), "%s", path[0]);

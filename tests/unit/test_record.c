@@ -399,8 +399,7 @@ static void build_state(struct state *s)
     u->mode = SLUICE_DISTRIBUTED_EPOCH;
     u = push(&l, ST_ITERATION_CREATED, 1, 1, 0);
     u->distributed = true;
-    u->plan =
-        (struct st_split_plan){.source_len = 10, .split_size = 1, .per_pass = 10, .passes = 1};
+    u->plan = (struct split_plan){.source_len = 10, .split_size = 1, .per_pass = 10, .passes = 1};
     push(&l, ST_TASK_CREATED, 1, 1, 1);
     push(&l, ST_TASK_CREATED, 2, 1, 2);
     u = push(&l, ST_CLIENT_ACQUIRED, 1, 1, 0);
@@ -424,7 +423,7 @@ static void build_state(struct state *s)
     u->mode = SLUICE_DISTRIBUTED_EPOCH;
     u = push(&l, ST_ITERATION_CREATED, 3, 3, 0);
     u->distributed = true;
-    u->plan = (struct st_split_plan){.source_len = 10, .split_size = 5, .per_pass = 2, .passes = 1};
+    u->plan = (struct split_plan){.source_len = 10, .split_size = 5, .per_pass = 2, .passes = 1};
     push(&l, ST_TASK_CREATED, 4, 3, 1);
     u = push(&l, ST_SAVE_STARTED, 1, 3, 3);
     snprintf(u->name, sizeof u->name, "1");
@@ -436,7 +435,7 @@ static void build_state(struct state *s)
     u->mode = SLUICE_DISTRIBUTED_EPOCH;
     u = push(&l, ST_ITERATION_CREATED, 4, 4, 0);
     u->distributed = true;
-    u->plan = (struct st_split_plan){.source_len = 10, .split_size = 5, .per_pass = 2, .passes = 1};
+    u->plan = (struct split_plan){.source_len = 10, .split_size = 5, .per_pass = 2, .passes = 1};
     u = push(&l, ST_SAVE_STARTED, 2, 4, 4);
     snprintf(u->name, sizeof u->name, "1");
     u->text = strdup("/snap/b");

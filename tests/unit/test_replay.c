@@ -89,7 +89,7 @@ static void commit(struct run *r)
     st_update_list_clear(&r->ups);
 }
 
-static void random_plan(uint64_t *x, struct st_split_plan *p, char **paths)
+static void random_plan(uint64_t *x, struct split_plan *p, char **paths)
 {
     memset(p, 0, sizeof *p);
     p->source_len = pick(x, 12);
@@ -131,7 +131,7 @@ static void random_request(struct run *r, uint64_t *x)
     case 2: {
         if (s->ndatasets == 0)
             return;
-        struct st_split_plan plan;
+        struct split_plan plan;
         random_plan(x, &plan, paths);
         if (pick(x, 5) == 0) {
             /* A save (the shell draws its iteration's secret as for any iteration). */
@@ -366,7 +366,7 @@ static void same_decisions(const struct state *a, const struct state *b)
     }
     uint64_t ja, ia, ca, jb, ib, cb;
     if (a->ndatasets > 0) {
-        struct st_split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
+        struct split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
         assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
                                                 0, true, 0, &p, NULL, &ja, &ia, &ca, &la, err,
                                                 sizeof err),

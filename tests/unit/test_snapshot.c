@@ -975,19 +975,19 @@ static void test_source_splits(void **state)
     struct pipe_spec *spec = parse_text("snapshot(\"%s\") | repeat(2) | map(add, 1)", f->dir);
     struct pipe_split_provider p;
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, f->err, sizeof f->err), 0);
-    assert_int_equal(p.kind, PIPE_SRC_SNAPSHOT);
-    assert_int_equal(p.per_pass, 4);
-    assert_int_equal(p.npaths, 4);
-    assert_int_equal(pipe_split_count(&p), 8);
-    struct pipe_split sp[8];
+    assert_int_equal(p.plan.kind, SPLIT_FILES);
+    assert_int_equal(p.plan.per_pass, 4);
+    assert_int_equal(p.plan.npaths, 4);
+    assert_int_equal(split_plan_total(&p.plan), 8);
+    struct split sp[8];
     for (uint64_t seq = 0; seq < 8; seq++) {
-        assert_int_equal(pipe_split_at(&p, seq, &sp[seq]), 1);
+        assert_int_equal(split_plan_at(&p.plan, seq, &sp[seq]), 1);
         assert_int_equal(sp[seq].repetition, seq / 4);
         assert_int_equal(sp[seq].index, seq % 4);
         assert_string_equal(sp[seq].path, chunk_path(f, seq % 4));
     }
-    struct pipe_split past;
-    assert_int_equal(pipe_split_at(&p, 8, &past), 0);
+    struct split past;
+    assert_int_equal(split_plan_at(&p.plan, 8, &past), 0);
     pipe_split_provider_release(&p);
 
     /* A worker runs split 5 (chunk 1, second pass). */
@@ -1004,8 +1004,8 @@ static void test_source_splits(void **state)
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, f->err, sizeof f->err), 0);
     unsigned seen = 0;
     for (uint64_t seq = 0; seq < 4; seq++) {
-        struct pipe_split s;
-        assert_int_equal(pipe_split_at(&p, seq, &s), 1);
+        struct split s;
+        assert_int_equal(split_plan_at(&p.plan, seq, &s), 1);
         assert_string_equal(s.path, chunk_path(f, s.index));
         seen |= 1u << s.index;
     }
@@ -1217,7 +1217,7 @@ static void test_source_roots(void **state)
 
     /* A chunk a worker is handed is checked as it is opened, too. */
     struct pipe_spec *spec = parse_text("snapshot(\"%s\")", inside);
-    struct pipe_split sp = {.seq = 0};
+    struct split sp = {.seq = 0};
     snap_chunk_path(outside, 0, sp.path, sizeof sp.path);
     struct pipe_run *run;
     assert_int_equal(pipe_open_splits(spec, f->reg, &sp, 1, &run, f->err, sizeof f->err), 0);

@@ -66,9 +66,9 @@ static void init_ok(struct pipe_split_provider *p, const struct pipe_spec *s, ui
 static void expect_split(const struct pipe_split_provider *p, uint64_t seq, uint64_t rep,
                          uint64_t begin, uint64_t end)
 {
-    struct pipe_split s;
+    struct split s;
     memset(&s, 0xa5, sizeof s);
-    assert_int_equal(pipe_split_at(p, seq, &s), 1);
+    assert_int_equal(split_plan_at(&p->plan, seq, &s), 1);
     assert_int_equal(s.seq, seq);
     assert_int_equal(s.repetition, rep);
     assert_int_equal(s.begin, begin);
@@ -78,8 +78,8 @@ static void expect_split(const struct pipe_split_provider *p, uint64_t seq, uint
 
 static void expect_no_split(const struct pipe_split_provider *p, uint64_t seq)
 {
-    struct pipe_split s;
-    assert_int_equal(pipe_split_at(p, seq, &s), 0);
+    struct split s;
+    assert_int_equal(split_plan_at(&p->plan, seq, &s), 0);
 }
 
 static void test_default_size(void **state)
@@ -149,17 +149,18 @@ static void test_range_lengths(void **state)
         struct pipe_spec s = range_spec(table[i].start, table[i].stop, table[i].step, NULL, 0);
         struct pipe_split_provider p;
         init_ok(&p, &s, 0);
-        assert_int_equal(p.kind, PIPE_SRC_RANGE);
-        assert_int_equal(p.source_len, table[i].len);
-        assert_int_equal(p.passes, 1);
-        assert_int_equal(p.split_size, pipe_split_default_size(table[i].len));
-        uint64_t per_pass = table[i].len / p.split_size + (table[i].len % p.split_size != 0);
-        assert_int_equal(p.per_pass, per_pass);
-        assert_int_equal(pipe_split_count(&p), per_pass);
+        assert_int_equal(p.plan.kind, SPLIT_RANGES);
+        assert_int_equal(p.plan.source_len, table[i].len);
+        assert_int_equal(p.plan.passes, 1);
+        assert_int_equal(p.plan.split_size, pipe_split_default_size(table[i].len));
+        uint64_t per_pass =
+            table[i].len / p.plan.split_size + (table[i].len % p.plan.split_size != 0);
+        assert_int_equal(p.plan.per_pass, per_pass);
+        assert_int_equal(split_plan_total(&p.plan), per_pass);
         if (per_pass > 0) {
             /* The last split ends exactly at the source's end. */
-            struct pipe_split last;
-            assert_int_equal(pipe_split_at(&p, per_pass - 1, &last), 1);
+            struct split last;
+            assert_int_equal(split_plan_at(&p.plan, per_pass - 1, &last), 1);
             assert_int_equal(last.end, table[i].len);
             assert_true(last.begin < last.end);
         }
@@ -176,7 +177,7 @@ static void test_range_splits(void **state)
     /* range(10) by default: two halves. */
     struct pipe_spec s = range_spec(0, 10, 1, NULL, 0);
     init_ok(&p, &s, 0);
-    assert_int_equal(pipe_split_count(&p), 2);
+    assert_int_equal(split_plan_total(&p.plan), 2);
     expect_split(&p, 0, 0, 0, 5);
     expect_split(&p, 1, 0, 5, 10);
     expect_no_split(&p, 2);
@@ -185,8 +186,8 @@ static void test_range_splits(void **state)
 
     /* A size that does not divide the length: the last split is short. */
     init_ok(&p, &s, 3);
-    assert_int_equal(p.split_size, 3);
-    assert_int_equal(pipe_split_count(&p), 4);
+    assert_int_equal(p.plan.split_size, 3);
+    assert_int_equal(split_plan_total(&p.plan), 4);
     expect_split(&p, 0, 0, 0, 3);
     expect_split(&p, 1, 0, 3, 6);
     expect_split(&p, 2, 0, 6, 9);
@@ -197,7 +198,7 @@ static void test_range_splits(void **state)
     /* Splits are index ranges, also for a negative step: range(10, 0, -3) is 10 7 4 1. */
     s = range_spec(10, 0, -3, NULL, 0);
     init_ok(&p, &s, 3);
-    assert_int_equal(pipe_split_count(&p), 2);
+    assert_int_equal(split_plan_total(&p.plan), 2);
     expect_split(&p, 0, 0, 0, 3);
     expect_split(&p, 1, 0, 3, 4);
     expect_no_split(&p, 2);
@@ -206,7 +207,7 @@ static void test_range_splits(void **state)
     /* A split size beyond the length: one split. */
     s = range_spec(0, 10, 1, NULL, 0);
     init_ok(&p, &s, UINT64_MAX);
-    assert_int_equal(pipe_split_count(&p), 1);
+    assert_int_equal(split_plan_total(&p.plan), 1);
     expect_split(&p, 0, 0, 0, 10);
     expect_no_split(&p, 1);
     pipe_split_provider_release(&p);
@@ -214,15 +215,15 @@ static void test_range_splits(void **state)
     /* An empty range has no splits. */
     s = range_spec(3, 3, 1, NULL, 0);
     init_ok(&p, &s, 0);
-    assert_int_equal(pipe_split_count(&p), 0);
+    assert_int_equal(split_plan_total(&p.plan), 0);
     expect_no_split(&p, 0);
     pipe_split_provider_release(&p);
 
     /* A large range: splits of 16384, the last one short. */
     s = range_spec(0, 1000000000000, 1, NULL, 0);
     init_ok(&p, &s, 0);
-    assert_int_equal(p.split_size, 16384);
-    assert_int_equal(pipe_split_count(&p), 61035157);
+    assert_int_equal(p.plan.split_size, 16384);
+    assert_int_equal(split_plan_total(&p.plan), 61035157);
     expect_split(&p, 61035156, 0, 61035156ull * 16384, 1000000000000ull);
     expect_no_split(&p, 61035157);
     pipe_split_provider_release(&p);
@@ -230,7 +231,7 @@ static void test_range_splits(void **state)
     /* The whole int64 range with the largest split size still ends exactly. */
     s = range_spec(INT64_MIN, INT64_MAX, 1, NULL, 0);
     init_ok(&p, &s, UINT64_MAX / 2);
-    assert_int_equal(pipe_split_count(&p), 3);
+    assert_int_equal(split_plan_total(&p.plan), 3);
     expect_split(&p, 0, 0, 0, UINT64_MAX / 2);
     expect_split(&p, 1, 0, UINT64_MAX / 2, UINT64_MAX / 2 * 2);
     expect_split(&p, 2, 0, UINT64_MAX / 2 * 2, UINT64_MAX);
@@ -250,9 +251,9 @@ static void test_list_splits(void **state)
     struct pipe_split_provider p;
 
     init_ok(&p, &s, 2);
-    assert_int_equal(p.kind, PIPE_SRC_LIST);
-    assert_int_equal(p.source_len, 5);
-    assert_int_equal(pipe_split_count(&p), 3);
+    assert_int_equal(p.plan.kind, SPLIT_RANGES);
+    assert_int_equal(p.plan.source_len, 5);
+    assert_int_equal(split_plan_total(&p.plan), 3);
     expect_split(&p, 0, 0, 0, 2);
     expect_split(&p, 1, 0, 2, 4);
     expect_split(&p, 2, 0, 4, 5);
@@ -260,7 +261,7 @@ static void test_list_splits(void **state)
     pipe_split_provider_release(&p);
 
     init_ok(&p, &s, 0);
-    assert_int_equal(pipe_split_count(&p), 2);
+    assert_int_equal(split_plan_total(&p.plan), 2);
     expect_split(&p, 0, 0, 0, 3);
     expect_split(&p, 1, 0, 3, 5);
     pipe_split_provider_release(&p);
@@ -275,9 +276,9 @@ static void test_repeat(void **state)
     struct pipe_op ops[3] = {take_op(100), repeat_op(3), prefetch_op()};
     struct pipe_spec s = range_spec(0, 10, 1, ops, 3);
     init_ok(&p, &s, 4);
-    assert_int_equal(p.per_pass, 3);
-    assert_int_equal(p.passes, 3);
-    assert_int_equal(pipe_split_count(&p), 9);
+    assert_int_equal(p.plan.per_pass, 3);
+    assert_int_equal(p.plan.passes, 3);
+    assert_int_equal(split_plan_total(&p.plan), 9);
     for (uint64_t seq = 0; seq < 9; seq++) {
         uint64_t k = seq % 3;
         expect_split(&p, seq, seq / 3, k * 4, k == 2 ? 10 : k * 4 + 4);
@@ -289,8 +290,8 @@ static void test_repeat(void **state)
     ops[0] = repeat_op(2);
     ops[2] = repeat_op(5);
     init_ok(&p, &s, 4);
-    assert_int_equal(p.passes, 30);
-    assert_int_equal(pipe_split_count(&p), 90);
+    assert_int_equal(p.plan.passes, 30);
+    assert_int_equal(split_plan_total(&p.plan), 90);
     expect_split(&p, 89, 29, 8, 10);
     expect_no_split(&p, 90);
     pipe_split_provider_release(&p);
@@ -298,8 +299,8 @@ static void test_repeat(void **state)
     /* repeat() anywhere: endless, and split_at stays a pure function of seq. */
     ops[1] = repeat_forever();
     init_ok(&p, &s, 4);
-    assert_int_equal(p.passes, UINT64_MAX);
-    assert_int_equal(pipe_split_count(&p), UINT64_MAX);
+    assert_int_equal(p.plan.passes, UINT64_MAX);
+    assert_int_equal(split_plan_total(&p.plan), UINT64_MAX);
     expect_split(&p, 3000000000000000001ull, 1000000000000000000ull, 4, 8);
     expect_split(&p, UINT64_MAX, UINT64_MAX / 3, 0, 4);
     pipe_split_provider_release(&p);
@@ -307,8 +308,8 @@ static void test_repeat(void **state)
     /* repeat(0) anywhere, even beside repeat(): nothing at all. */
     ops[2] = repeat_op(0);
     init_ok(&p, &s, 4);
-    assert_int_equal(p.passes, 0);
-    assert_int_equal(pipe_split_count(&p), 0);
+    assert_int_equal(p.plan.passes, 0);
+    assert_int_equal(split_plan_total(&p.plan), 0);
     expect_no_split(&p, 0);
     pipe_split_provider_release(&p);
 
@@ -317,7 +318,7 @@ static void test_repeat(void **state)
     ops[1] = repeat_op(INT64_C(1) << 40);
     ops[2] = prefetch_op();
     init_ok(&p, &s, 4);
-    assert_int_equal(pipe_split_count(&p), UINT64_MAX);
+    assert_int_equal(split_plan_total(&p.plan), UINT64_MAX);
     expect_split(&p, UINT64_C(1) << 62, (UINT64_C(1) << 62) / 3, 4, 8);
     pipe_split_provider_release(&p);
 
@@ -325,15 +326,15 @@ static void test_repeat(void **state)
     ops[0] = repeat_op(INT64_MAX);
     ops[1] = prefetch_op();
     init_ok(&p, &s, 4);
-    assert_int_equal(p.passes, INT64_MAX);
-    assert_int_equal(pipe_split_count(&p), UINT64_MAX);
+    assert_int_equal(p.plan.passes, INT64_MAX);
+    assert_int_equal(split_plan_total(&p.plan), UINT64_MAX);
     pipe_split_provider_release(&p);
 
     /* An endlessly repeated empty source has no splits. */
     ops[0] = repeat_forever();
     s = range_spec(0, 0, 1, ops, 1);
     init_ok(&p, &s, 0);
-    assert_int_equal(pipe_split_count(&p), 0);
+    assert_int_equal(split_plan_total(&p.plan), 0);
     expect_no_split(&p, 0);
     pipe_split_provider_release(&p);
 }
@@ -426,19 +427,19 @@ static void test_file_splits(void **state)
     struct pipe_spec *spec = parse_ok(text);
     struct pipe_split_provider p;
     init_ok(&p, spec, 0);
-    assert_int_equal(p.kind, PIPE_SRC_LINES);
+    assert_int_equal(p.plan.kind, SPLIT_FILES);
     /* Sorted, each file once, the directory sub.txt left out. */
     static const char *names[] = {"a.txt", "b.txt", "c.txt", "d.txt"};
-    assert_int_equal(p.npaths, 4);
-    assert_int_equal(p.per_pass, 4);
-    assert_int_equal(p.passes, 2);
-    assert_int_equal(pipe_split_count(&p), 8);
+    assert_int_equal(p.plan.npaths, 4);
+    assert_int_equal(p.plan.per_pass, 4);
+    assert_int_equal(p.plan.passes, 2);
+    assert_int_equal(split_plan_total(&p.plan), 8);
     for (uint64_t seq = 0; seq < 8; seq++) {
-        struct pipe_split s;
+        struct split s;
         char want[256];
         snprintf(want, sizeof want, "%s/%s", f->dir, names[seq % 4]);
-        assert_string_equal(p.paths[seq % 4], want);
-        assert_int_equal(pipe_split_at(&p, seq, &s), 1);
+        assert_string_equal(p.plan.paths[seq % 4], want);
+        assert_int_equal(split_plan_at(&p.plan, seq, &s), 1);
         assert_int_equal(s.seq, seq);
         assert_int_equal(s.repetition, seq / 4);
         assert_string_equal(s.path, want);
@@ -450,11 +451,11 @@ static void test_file_splits(void **state)
     snprintf(text, sizeof text, "tfrecord(\"%s/r*.tfrecord\") | repeat()", f->dir);
     spec = parse_ok(text);
     init_ok(&p, spec, 0);
-    assert_int_equal(p.kind, PIPE_SRC_TFRECORD);
-    assert_int_equal(p.per_pass, 4);
-    assert_int_equal(pipe_split_count(&p), UINT64_MAX);
-    struct pipe_split s;
-    assert_int_equal(pipe_split_at(&p, 4000000000001ull, &s), 1);
+    assert_int_equal(p.plan.kind, SPLIT_FILES);
+    assert_int_equal(p.plan.per_pass, 4);
+    assert_int_equal(split_plan_total(&p.plan), UINT64_MAX);
+    struct split s;
+    assert_int_equal(split_plan_at(&p.plan, 4000000000001ull, &s), 1);
     assert_int_equal(s.repetition, 1000000000000ull);
     char want[256];
     snprintf(want, sizeof want, "%s/r1.tfrecord", f->dir);
@@ -469,7 +470,7 @@ static void test_file_splits(void **state)
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), SLUICE_ERR_NOT_FOUND);
     snprintf(want, sizeof want, "no file matches '%s/*.nope'", f->dir);
     assert_string_equal(err, want);
-    assert_null(p.paths);
+    assert_null(p.plan.paths);
     pipe_split_provider_release(&p); /* harmless after a failed init */
     pipe_spec_free(spec);
 }
@@ -593,12 +594,12 @@ static void check_property(struct fixture *f, const char *text, size_t expect_n,
 
     struct pipe_split_provider p;
     init_ok(&p, spec, split_size);
-    uint64_t count = pipe_split_count(&p);
+    uint64_t count = split_plan_total(&p.plan);
     assert_true(count < 100000);
-    struct pipe_split *splits = calloc(count + 1, sizeof *splits);
+    struct split *splits = calloc(count + 1, sizeof *splits);
     assert_non_null(splits);
     for (uint64_t seq = 0; seq < count; seq++) {
-        assert_int_equal(pipe_split_at(&p, seq, &splits[seq]), 1);
+        assert_int_equal(split_plan_at(&p.plan, seq, &splits[seq]), 1);
         rc = pipe_open_splits(spec, f->reg, &splits[seq], 1, &run, err, sizeof err);
         if (rc != 0)
             fail_msg("open split %llu of '%s': %d %s", (unsigned long long)seq, text, rc, err);

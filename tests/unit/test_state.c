@@ -41,7 +41,7 @@ static void bprintf(struct buf *b, const char *fmt, ...)
     b->n += (size_t)n;
 }
 
-static void format_plan(struct buf *b, const struct st_split_plan *p)
+static void format_plan(struct buf *b, const struct split_plan *p)
 {
     bprintf(b,
             " plan=(len=%" PRIu64 ",size=%" PRIu64 ",per_pass=%" PRIu64 ",passes=", p->source_len,
@@ -465,7 +465,7 @@ static const char *run(struct harness *h, const char *line)
         v = opt(words, nw, "consumers");
         uint32_t consumers = v ? (uint32_t)atoi(v) : 0;
         const char *name = opt(words, nw, "name");
-        struct st_split_plan plan = {0}, *pp = NULL;
+        struct split_plan plan = {0}, *pp = NULL;
         char *paths[4];
         if ((v = opt(words, nw, "total"))) {
             pp = &plan;
@@ -506,7 +506,7 @@ static const char *run(struct harness *h, const char *line)
                 if (dash)
                     bounds[resume.nbounds++] = strtoull(dash + 1, NULL, 10);
             }
-            resume.plan_fingerprint = opt(words, nw, "fpbad") ? 1 : st_split_plan_fingerprint(pp);
+            resume.plan_fingerprint = opt(words, nw, "fpbad") ? 1 : split_plan_fingerprint(pp);
         }
         v = opt(words, nw, "xtc");
         uint64_t xtc = v ? strtoull(v, NULL, 10) : 0;
@@ -635,7 +635,7 @@ static const char *run(struct harness *h, const char *line)
     } else if (strcmp(cmd, "save") == 0) {
         /* save DATASET PATH [total=N|inf] [endless]: a save with a plan of N one-element splits
          * (none without total) of a pipeline that ends unless endless. */
-        struct st_split_plan plan = {.split_size = 1}, *pp = NULL;
+        struct split_plan plan = {.split_size = 1}, *pp = NULL;
         if ((v = opt(words, nw, "total"))) {
             pp = &plan;
             if (strcmp(v, "inf") == 0) {
@@ -2259,22 +2259,6 @@ static void test_mode_names(void **unused)
     assert_string_equal(st_update_name((enum st_update_type)0), "unknown");
 }
 
-static void test_split_plan_total(void **unused)
-{
-    (void)unused;
-    struct st_split_plan p = {.per_pass = 3, .passes = 2};
-    assert_int_equal(st_split_plan_total(&p), 6);
-    p.passes = UINT64_MAX;
-    assert_true(st_split_plan_total(&p) == UINT64_MAX);
-    p.passes = UINT64_MAX / 2;
-    assert_true(st_split_plan_total(&p) == UINT64_MAX);
-    p.passes = 0;
-    assert_int_equal(st_split_plan_total(&p), 0);
-    p.per_pass = 0;
-    p.passes = UINT64_MAX;
-    assert_int_equal(st_split_plan_total(&p), 0);
-}
-
 /* ---- the status document and the shell's arithmetic ------------------------------------------ */
 
 static void test_status_json(void **unused)
@@ -3069,7 +3053,6 @@ int main(void)
         cmocka_unit_test(test_lost_replies),
         cmocka_unit_test(test_random_replay),
         cmocka_unit_test(test_mode_names),
-        cmocka_unit_test(test_split_plan_total),
         cmocka_unit_test(test_status_json),
         cmocka_unit_test(test_heartbeat_interval),
         cmocka_unit_test(test_settle_plan_cases),

@@ -1,8 +1,9 @@
-/* Split leasing on the worker (src/worker/lease.c): the split a plan names for each seq must be
- * the one pipe_split_at() names; plans from the network are checked; the lease queue asks,
- * reports, backs off, sends a failed request again as it was under its number, and ends as its
- * contract says; a draining queue hands back what it never started (also what an earlier request
- * is granted), asks for nothing, and polls until the end. */
+/* Split leasing on the worker (src/worker/lease.c): a plan as the worker holds it (the wire's
+ * numbers and files, the rest from its dataset) passes the check and names, for each seq, the
+ * split the provider's plan names; the lease queue asks, reports, backs off, sends a failed
+ * request again as it was under its number, and ends as its contract says; a draining queue
+ * hands back what it never started (also what an earlier request is granted), asks for nothing,
+ * and polls until the end. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,47 +28,45 @@ static struct pipe_spec *parse(const char *text)
     return spec;
 }
 
-/* The plan a dispatcher would send for provider p. Paths are borrowed. */
-static struct lease_plan plan_of(const struct pipe_split_provider *p)
+/* The plan a worker holds for a dataset: the numbers and files the dispatcher sends (wire
+ * SplitPlan, paths borrowed from p), and what the worker takes from the dataset itself. */
+static struct split_plan plan_from_wire(const struct pipe_split_provider *p,
+                                        const struct pipe_spec *spec)
 {
-    struct lease_plan plan = {
-        .kind = p->kind,
-        .source_len = p->source_len,
-        .split_size = p->split_size,
-        .per_pass = p->per_pass,
-        .passes = p->passes,
-        .paths = p->paths,
-        .npaths = p->npaths,
-        .shuffled = p->dist.shuffled,
-        .seed = p->dist.seed,
+    struct split_plan plan = {
+        .source_len = p->plan.source_len,
+        .split_size = p->plan.split_size,
+        .per_pass = p->plan.per_pass,
+        .passes = p->plan.passes,
+        .paths = p->plan.paths,
+        .npaths = p->plan.npaths,
     };
+    pipe_split_plan_reads(spec, &plan);
     return plan;
 }
 
-/* Every seq of the sequence (or its first 3 passes, when endless) and a few past its end give
- * the same split from the plan as from the provider. */
-static void compare_sequence(const struct pipe_split_provider *p)
+/* The worker's plan passes the check, and every seq of the sequence (or its first 3 passes,
+ * when endless) and a few past its end give the same split from it as from the provider. */
+static void compare_sequence(const struct pipe_split_provider *p, const struct pipe_spec *spec)
 {
-    struct lease_plan plan = plan_of(p);
+    struct split_plan plan = plan_from_wire(p, spec);
     char err[256];
-    assert_int_equal(lease_plan_check(&plan, err, sizeof err), 0);
-    uint64_t count = pipe_split_count(p);
-    uint64_t last = count == UINT64_MAX ? 3 * p->per_pass : count;
+    assert_int_equal(split_plan_check(&plan, err, sizeof err), 0);
+    assert_int_equal(plan.kind, p->plan.kind);
+    assert_int_equal(plan.shuffled, p->plan.shuffled);
+    assert_int_equal(plan.seed, p->plan.seed);
+    uint64_t count = split_plan_total(&p->plan);
+    assert_true(split_plan_total(&plan) == count);
+    uint64_t last = count == UINT64_MAX ? 3 * p->plan.per_pass : count;
     for (uint64_t seq = 0; seq < last + 3; seq++) {
-        struct pipe_split want, got;
+        struct split want, got;
         memset(&want, 0xa5, sizeof want);
         memset(&got, 0x5a, sizeof got);
-        int in = pipe_split_at(p, seq, &want);
-        int rc = lease_split_fill(&plan, seq, &got, err, sizeof err);
-        if (!in) {
-            assert_int_equal(rc, SLUICE_ERR_CORRUPT);
-            char msg[128];
-            snprintf(msg, sizeof msg, "split %llu is past the end of the split sequence",
-                     (unsigned long long)seq);
-            assert_string_equal(err, msg);
+        int in = split_plan_at(&p->plan, seq, &want);
+        assert_int_equal(split_plan_at(&plan, seq, &got), in);
+        assert_int_equal(in, seq < count);
+        if (!in)
             continue;
-        }
-        assert_int_equal(rc, 0);
         assert_int_equal(got.seq, want.seq);
         assert_int_equal(got.repetition, want.repetition);
         assert_int_equal(got.begin, want.begin);
@@ -77,7 +76,7 @@ static void compare_sequence(const struct pipe_split_provider *p)
     }
 }
 
-static void test_fill_matches_provider(void **state)
+static void test_wire_plan_matches_provider(void **state)
 {
     (void)state;
     static const struct {
@@ -106,74 +105,33 @@ static void test_fill_matches_provider(void **state)
         char err[256];
         assert_int_equal(pipe_split_provider_init(&p, spec, cases[i].split_size, err, sizeof err),
                          0);
-        compare_sequence(&p);
+        compare_sequence(&p, spec);
         pipe_split_provider_release(&p);
         pipe_spec_free(spec);
     }
 }
 
-/* File splits, with a provider built by hand (no disk): one file per split. */
-static void test_fill_files(void **state)
+/* File splits, with a provider built by hand (no disk): the worker takes the kind and the file
+ * order from its dataset. */
+static void test_wire_plan_files(void **state)
 {
     (void)state;
     char *paths[] = {"/data/a.rec", "/data/b.rec", "/data/c.rec"};
-    struct pipe_split_provider p = {
-        .kind = PIPE_SRC_TFRECORD, .per_pass = 3, .passes = 2, .paths = paths, .npaths = 3};
-    compare_sequence(&p);
-    p.kind = PIPE_SRC_LINES;
-    p.passes = UINT64_MAX;
-    compare_sequence(&p);
-    /* global_shuffle: each pass a permutation of the files, the same from plan and provider. */
-    p.dist.shuffled = true;
-    p.dist.seed = 11;
-    compare_sequence(&p);
-    p.dist.shuffled = false;
-
-    struct lease_plan plan = plan_of(&p);
-    struct pipe_split s;
-    char err[128];
-    assert_int_equal(lease_split_fill(&plan, 7, &s, err, sizeof err), 0);
-    assert_string_equal(s.path, "/data/b.rec");
-    assert_int_equal(s.repetition, 2);
-    assert_int_equal(s.begin, 0);
-    assert_int_equal(s.end, 0);
-}
-
-static void test_plan_check(void **state)
-{
-    (void)state;
-    char *one[] = {"/a"};
-    char *empty[] = {""};
-    static char longpath[5000];
-    memset(longpath, 'x', sizeof longpath - 1);
-    char *toolong[] = {longpath};
-    const struct {
-        struct lease_plan plan;
-        const char *want; /* NULL: accepted */
-    } cases[] = {
-        {{PIPE_SRC_RANGE, 10, 3, 4, 1, NULL, 0}, NULL},
-        {{PIPE_SRC_LIST, 10, 10, 1, UINT64_MAX, NULL, 0}, NULL},
-        {{PIPE_SRC_RANGE, 0, 1, 0, 1, NULL, 0}, NULL},  /* empty source */
-        {{PIPE_SRC_RANGE, 10, 3, 0, 0, NULL, 0}, NULL}, /* repeat(0) */
-        {{PIPE_SRC_RANGE, 10, 3, 0, 1, NULL, 0}, "split plan has no splits per pass"},
-        {{PIPE_SRC_RANGE, 10, 0, 4, 1, NULL, 0}, "split plan has split size 0"},
-        {{PIPE_SRC_RANGE, 10, 3, 3, 1, NULL, 0},
-         "split plan has 3 splits per pass, but 10 elements in splits of 3 make 4"},
-        {{PIPE_SRC_LINES, 0, 0, 1, 1, one, 1}, NULL},
-        {{PIPE_SRC_LINES, 0, 0, 2, 1, one, 1}, "split plan has 2 splits per pass but 1 files"},
-        {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, empty, 1}, "split plan has a file name of 0 bytes"},
-        {{PIPE_SRC_TFRECORD, 0, 0, 1, 1, toolong, 1}, "split plan has a file name of 4999 bytes"},
+    static const char *const texts[] = {
+        "tfrecord(\"/data/*.rec\") | repeat(2)",
+        "lines(\"/data/*.rec\") | repeat()",
+        "lines(\"/data/*.rec\") | global_shuffle(11) | repeat()",
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[256] = "";
-        int rc = lease_plan_check(&cases[i].plan, err, sizeof err);
-        if (!cases[i].want) {
-            if (rc != 0)
-                fail_msg("case %zu: %s", i, err);
-        } else {
-            assert_int_equal(rc, SLUICE_ERR_CORRUPT);
-            assert_string_equal(err, cases[i].want);
-        }
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        struct pipe_spec *spec = parse(texts[i]);
+        struct pipe_split_provider p = {
+            .plan = {
+                .per_pass = 3, .passes = i == 0 ? 2 : UINT64_MAX, .paths = paths, .npaths = 3}};
+        pipe_split_plan_reads(spec, &p.plan);
+        assert_int_equal(p.plan.kind, SPLIT_FILES);
+        assert_int_equal(p.plan.shuffled, i == 2);
+        compare_sequence(&p, spec);
+        pipe_spec_free(spec);
     }
 }
 
@@ -703,9 +661,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pop_lowest_first),
-        cmocka_unit_test(test_fill_matches_provider),
-        cmocka_unit_test(test_fill_files),
-        cmocka_unit_test(test_plan_check),
+        cmocka_unit_test(test_wire_plan_matches_provider),
+        cmocka_unit_test(test_wire_plan_files),
         cmocka_unit_test(test_queue_cycle),
         cmocka_unit_test(test_queue_backoff),
         cmocka_unit_test(test_queue_failed_report),

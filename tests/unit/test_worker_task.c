@@ -126,7 +126,7 @@ struct leaser {
     struct pipe_split_provider prov;
     uint64_t cursor, count;
     unsigned *finished;    /* times each seq was reported finished */
-    struct lease_plan bad; /* when bad.per_pass is set, sent instead of the real plan */
+    struct split_plan bad; /* when bad.per_pass is set, sent instead of the real plan */
 };
 
 static void lease_step(struct task *t, struct leaser *l)
@@ -146,16 +146,16 @@ static void lease_step(struct task *t, struct leaser *l)
     size_t n = 0;
     while (n < max && n < 64 && l->cursor < l->count)
         seqs[n++] = l->cursor++;
-    struct lease_plan *plan = malloc(sizeof *plan);
+    struct split_plan *plan = malloc(sizeof *plan);
     assert_non_null(plan);
     if (l->bad.per_pass) {
         *plan = l->bad;
     } else {
         memset(plan, 0, sizeof *plan);
-        plan->source_len = l->prov.source_len;
-        plan->split_size = l->prov.split_size;
-        plan->per_pass = l->prov.per_pass;
-        plan->passes = l->prov.passes;
+        plan->source_len = l->prov.plan.source_len;
+        plan->split_size = l->prov.plan.split_size;
+        plan->per_pass = l->prov.plan.per_pass;
+        plan->passes = l->prov.plan.passes;
     }
     task_lease_granted(t, plan, seqs, n, l->cursor >= l->count, uv_hrtime() / 1000000u);
     free(plan);
@@ -384,7 +384,7 @@ static void run_distributed(struct env *e, const char *text, uint64_t split_size
     char err[256];
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, split_size, err, sizeof err), 0);
     pipe_spec_free(spec);
-    l.count = pipe_split_count(&l.prov);
+    l.count = split_plan_total(&l.prov.plan);
     l.finished = calloc(l.count + 1, sizeof *l.finished);
     assert_non_null(l.finished);
 
@@ -412,7 +412,7 @@ static void run_distributed(struct env *e, const char *text, uint64_t split_size
     qsort(d.values, d.n, sizeof *d.values, cmp_i64);
     /* Every source element exactly as often as the repeats say (checked by the caller's
      * choice of pipeline: values 0..len-1, each want_n / len times). */
-    uint64_t reps = want_n / l.prov.source_len;
+    uint64_t reps = want_n / l.prov.plan.source_len;
     for (size_t i = 0; i < d.n; i++)
         assert_int_equal(d.values[i], (int64_t)(i / reps));
     free(d.values);
@@ -473,7 +473,7 @@ static void test_distributed_bad_plan(void **state)
     memset(&l, 0, sizeof l);
     l.count = 10;
     l.finished = calloc(l.count, sizeof *l.finished);
-    l.bad = (struct lease_plan){.source_len = 20, .split_size = 1, .per_pass = 20, .passes = 1};
+    l.bad = (struct split_plan){.source_len = 20, .split_size = 1, .per_pass = 20, .passes = 1};
     struct task *t = start(e, "range(10)", SLUICE_DISTRIBUTED_EPOCH, 2, 0, 0, 0);
     struct drained d;
     drain(e, t, &l, 100, &d);
@@ -482,6 +482,32 @@ static void test_distributed_bad_plan(void **state)
     assert_string_equal(d.msg, "split plan does not match the dataset: 20 elements in 20 splits "
                                "per pass, 1 passes; the dataset gives 10, 10, 1");
     free(l.finished);
+    finish(e, t);
+}
+
+/* A leased seq past the end of the plan's sequence fails the task, naming the seq. */
+static void test_distributed_seq_past_end(void **state)
+{
+    struct env *e = *state;
+    struct leaser l;
+    memset(&l, 0, sizeof l);
+    struct pipe_spec *spec = parse("range(10)");
+    char err[256];
+    assert_int_equal(pipe_split_provider_init(&l.prov, spec, 5, err, sizeof err), 0);
+    pipe_spec_free(spec);
+    assert_int_equal(split_plan_total(&l.prov.plan), 2);
+    l.count = 3; /* the leaser hands out seqs 0, 1 and 2 */
+    l.finished = calloc(l.count, sizeof *l.finished);
+    assert_non_null(l.finished);
+    struct task *t = start(e, "range(10)", SLUICE_DISTRIBUTED_EPOCH, 1, 0, 0, 0);
+    struct drained d;
+    drain(e, t, &l, 100, &d);
+    assert_int_equal(d.status, TASK_TAKE_FAILED);
+    assert_int_equal(d.code, SLUICE_ERR_CORRUPT);
+    assert_string_equal(d.msg, "split 2 is past the end of the split sequence");
+    free(d.values);
+    free(l.finished);
+    pipe_split_provider_release(&l.prov);
     finish(e, t);
 }
 
@@ -567,12 +593,12 @@ static void save_lease_step(struct task *t, struct leaser *l)
     size_t n = 0;
     while (n < max && n < 64 && l->cursor < l->count)
         seqs[n++] = l->cursor++;
-    struct lease_plan *plan = calloc(1, sizeof *plan);
+    struct split_plan *plan = calloc(1, sizeof *plan);
     assert_non_null(plan);
-    plan->source_len = l->prov.source_len;
-    plan->split_size = l->prov.split_size;
-    plan->per_pass = l->prov.per_pass;
-    plan->passes = l->prov.passes;
+    plan->source_len = l->prov.plan.source_len;
+    plan->split_size = l->prov.plan.split_size;
+    plan->per_pass = l->prov.plan.per_pass;
+    plan->passes = l->prov.plan.passes;
     task_lease_granted(t, plan, seqs, n, l->cursor >= l->count, uv_hrtime() / 1000000u);
     free(plan);
 }
@@ -590,7 +616,7 @@ static void test_save_task_writes_chunks(void **state)
     struct pipe_spec *spec = parse(text);
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, 16, err, sizeof err), 0);
     pipe_spec_free(spec);
-    l.count = pipe_split_count(&l.prov);
+    l.count = split_plan_total(&l.prov.plan);
     assert_int_equal(l.count, 32);
     l.finished = calloc(l.count, sizeof *l.finished);
     assert_non_null(l.finished);
@@ -865,6 +891,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_after_elements, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distributed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distributed_bad_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distributed_seq_past_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_blocked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_runs_at_first_take, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waiting_for_snapshot_chunk, setup, teardown),
