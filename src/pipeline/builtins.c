@@ -1,11 +1,23 @@
+/* The built-in map and filter functions of docs/design.md §3.
+ *
+ *   map:    square, add(K), mul(K), mod(K), identity, sleep_us(N), bytes(N);
+ *           parse_example(SPEC, ...) (example.h); decode_jpeg([MAX_PIXELS]) (jpeg.h);
+ *           resize(H, W), center_crop(H, W), random_crop(H, W[, SEED]), normalize(MEAN, STD)
+ *           (image.h)
+ *   filter: even, odd, lt(K), ge(K)
+ *   both:   py("module:function", ARG...), a user Python function (pyfn.h)
+ *
+ * Arithmetic maps apply to every numeric component elementwise and keep its dtype (integers
+ * wrap); an integer component with a float K becomes float64; mod follows Python's sign rule.
+ * Filters look at a scalar numeric first component. All functions are stateless and
+ * thread-safe; random_crop draws from the call's seed (map.h), never from shared state. */
+
 /* Built-in map and filter functions.
  *
  * Every function checks what it needs of the element and reports a one-line reason otherwise;
  * the map/filter iterator prefixes it with "map(NAME): ". The common case of a scalar int64
  * element takes a short path without the per-dtype loops. Arguments were validated by the check
  * callbacks when the pipeline was opened, so a function may read them directly. */
-#include "builtins.h"
-
 #include "common/error.h"
 #include "element.h"
 #include "example.h"

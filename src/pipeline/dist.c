@@ -2,7 +2,7 @@
 #include "dist.h"
 
 #include "common/error.h"
-#include "source.h"
+#include "spec.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -15,6 +15,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "paths.h"
 #include "registry.h"
 #include "roots.h"
 

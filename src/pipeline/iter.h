@@ -9,7 +9,7 @@
 
 #include "element.h"
 #include "spec.h"
-#include "split.h"
+#include "common/split_plan.h" /* struct split */
 
 #include <stdatomic.h>
 #include <stdbool.h>

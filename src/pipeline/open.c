@@ -9,6 +9,7 @@
 
 #include "batch.h"
 #include "common/error.h"
+#include "dist.h"
 #include "files.h"
 #include "gshuffle.h"
 #include "map.h"
@@ -19,6 +20,7 @@
 #include "shuffle.h"
 #include "slice.h"
 #include "snapsrc.h"
+#include "split.h"
 #include "source.h"
 #include "tar.h"
 

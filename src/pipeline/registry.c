@@ -5,7 +5,6 @@
  * registered before failing is removed and the library is closed. */
 #include "registry.h"
 
-#include "builtins.h"
 #include "common/error.h"
 #include "iter.h"
 

@@ -76,6 +76,12 @@ struct sluice_fn_args {
  * SLUICE_ERR_EXISTS, SLUICE_ERR_INVALID or SLUICE_ERR_NOMEM, as sluice_register_map. */
 int pipe_registry_add(struct sluice_registry *reg, const struct pipe_fn *def);
 
+/* The built-in functions of docs/design.md §3, defined in builtins.c (which reads the table of
+ * each family: maps and filters there, example.h, image.h, jpeg.h, pyfn.h): registers every one
+ * (and its argument check) through the public registration calls. Returns 0 or the first
+ * registration error. Called by pipe_registry_new(); the registry includes none of them. */
+int pipe_builtins_register(struct sluice_registry *reg);
+
 /* Creates a registry holding the built-in functions of docs/design.md §3. Returns 0 or
  * SLUICE_ERR_NOMEM. The caller owns *out and frees it with pipe_registry_free(). */
 int pipe_registry_new(struct sluice_registry **out);

@@ -11,7 +11,7 @@
 #include "registry.h"
 #include "roots.h"
 #include "snapshot.h"
-#include "split.h"
+#include "paths.h"
 
 #include <errno.h>
 #include <fcntl.h>

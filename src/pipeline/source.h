@@ -6,11 +6,12 @@
 #ifndef SLUICE_PIPELINE_SOURCE_H
 #define SLUICE_PIPELINE_SOURCE_H
 
-#include "dist.h"
 #include "iter.h"
 
 #include <stddef.h>
 #include <stdint.h>
+
+struct pipe_dist; /* dist.h */
 
 /* Element indices [begin, end) of a source sequence, or positions of a view (dist.h), of the
  * split sequence's repetition pass (which global_shuffle needs; 0 otherwise). */
@@ -28,9 +29,6 @@ struct pipe_src_shuffle {
     int64_t seed;
     uint64_t pass; /* whole sequence only */
 };
-
-/* Number of elements of range(start, stop, step); step != 0. */
-uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step);
 
 /* A source of scalar int64: element k of the sequence is start + k * step, for k < len. With
  * spans NULL the whole sequence is read; otherwise spans are copied. With view non-NULL (copied)

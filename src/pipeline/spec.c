@@ -565,3 +565,20 @@ const struct pipe_op *pipe_spec_first_repeat(const struct pipe_spec *spec)
     }
     return NULL;
 }
+
+uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step)
+{
+    /* Differences are taken in uint64_t, where stop - start cannot overflow once ordered. */
+    if (step > 0) {
+        if (stop <= start)
+            return 0;
+        return ((uint64_t)stop - (uint64_t)start - 1) / (uint64_t)step + 1;
+    }
+    if (step < 0) {
+        if (stop >= start)
+            return 0;
+        uint64_t mag = (uint64_t)0 - (uint64_t)step;
+        return ((uint64_t)start - (uint64_t)stop - 1) / mag + 1;
+    }
+    return 0;
+}

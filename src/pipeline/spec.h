@@ -56,6 +56,9 @@ struct pipe_source {
 /* Whether a source of this kind reads files, one split per file (tfrecord, lines and tar: the
  * files its globs match; snapshot: the chunk files its snapshot.json counts): their element
  * counts are unknown until the files are read. */
+/* Number of elements of range(start, stop, step); step != 0. */
+uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step);
+
 static inline bool pipe_source_reads_files(enum pipe_source_kind kind)
 {
     return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR ||

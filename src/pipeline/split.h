@@ -21,6 +21,7 @@
 
 #include "common/split_plan.h"
 #include "dist.h"
+#include "paths.h"
 #include "spec.h"
 
 #include <stdbool.h>
@@ -68,12 +69,5 @@ void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan
  * "snapshot DIR: not a snapshot (no snapshot.json)"). Same ownership as pipe_glob_expand. */
 int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,
                       size_t errlen);
-
-/* Expands shell globs (glob(3)) to a sorted, de-duplicated list of regular files. A pattern
- * that matches nothing is SLUICE_ERR_NOT_FOUND naming it in err. *paths (and each string) is
- * malloc'd; free with pipe_paths_free(). */
-int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
-                     size_t errlen);
-void pipe_paths_free(char **paths, size_t npaths);
 
 #endif

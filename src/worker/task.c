@@ -15,6 +15,7 @@
 #include "pipeline/registry.h"
 #include "pipeline/roots.h"
 #include "pipeline/snapshot.h"
+#include "pipeline/split.h"
 #include "shard.h"
 
 #include <limits.h>

@@ -1,0 +1,16 @@
+/* File lists of file sources: shell globs expanded to a sorted, de-duplicated list of regular
+ * files, and freeing such a list. Used by the split provider (the files of a pass), the file
+ * sources and snapshot sources. */
+#ifndef SLUICE_PIPELINE_PATHS_H
+#define SLUICE_PIPELINE_PATHS_H
+
+#include <stddef.h>
+
+/* Expands shell globs (glob(3)) to a sorted, de-duplicated list of regular files. A pattern
+ * that matches nothing is SLUICE_ERR_NOT_FOUND naming it in err. *paths (and each string) is
+ * malloc'd; free with pipe_paths_free(). */
+int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
+                     size_t errlen);
+void pipe_paths_free(char **paths, size_t npaths);
+
+#endif
