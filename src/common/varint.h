@@ -38,9 +38,15 @@ static inline size_t varint_put(uint8_t *out, uint64_t v)
 static inline bool varint_get(const uint8_t *d, size_t end, size_t *pos, unsigned max,
                               uint64_t *out)
 {
-    /* One byte (a value under 128), the common case of lengths, ranks and small tags: no loop. */
+    /* One byte (a value under 128), the common case of lengths, ranks and small tags, and two
+     * (under 16384: split numbers and positions within a split): no loop. */
     if (*pos < end && max > 0 && d[*pos] < 0x80) {
         *out = d[(*pos)++];
+        return true;
+    }
+    if (*pos + 1 < end && max > 1 && d[*pos + 1] < 0x80) {
+        *out = (uint64_t)(d[*pos] & 0x7f) | (uint64_t)d[*pos + 1] << 7;
+        *pos += 2;
         return true;
     }
     uint64_t v = 0;

@@ -325,8 +325,11 @@ struct record_head {
 /* Reads the head of the record at data[*pos, len) into h and *mark and advances *pos past the
  * record. Returns CODEC_NO_MORE, CODEC_ELEMENT, CODEC_SPLIT_END (whole: a marker has no body), or
  * SLUICE_ERR_CORRUPT with *why saying what is wrong. */
-static int read_head(const uint8_t *data, size_t len, size_t *pos, struct record_head *h,
-                     struct codec_mark *mark, const char **why)
+/* Inlined into both readers: it runs once per element on the reader's path. */
+static inline __attribute__((always_inline)) int read_head(const uint8_t *data, size_t len,
+                                                           size_t *pos, struct record_head *h,
+                                                           struct codec_mark *mark,
+                                                           const char **why)
 {
     mark->tagged = false;
     mark->seq = mark->pos = 0;
