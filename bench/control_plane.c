@@ -72,9 +72,14 @@
 
 /* ---- options and results --------------------------------------------------------------------- */
 
+#define MAX_DISPATCHER_ARGS 16
+
 struct config {
     unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
     const char *dispatcher;
+    /* --dispatcher-arg: more arguments for the dispatcher (e.g. --snapshot-every 100000). */
+    const char *dargs[MAX_DISPATCHER_ARGS];
+    unsigned ndargs;
 };
 
 struct lat {
@@ -691,9 +696,25 @@ static void dispatcher_start(struct dproc *p, const struct config *cfg, const ch
             dup2(fd, 2);
         close(out[0]);
         close(out[1]);
-        execl(cfg->dispatcher, cfg->dispatcher, "--fault-tolerant", "--work-dir", work_dir,
-              "--port", "0", "--metrics-port", "0", "--auth-token-file", token, "--max-connections",
-              conns, "--log-level", "warn", (char *)NULL);
+        const char *argv[32 + MAX_DISPATCHER_ARGS] = {cfg->dispatcher,
+                                                      "--fault-tolerant",
+                                                      "--work-dir",
+                                                      work_dir,
+                                                      "--port",
+                                                      "0",
+                                                      "--metrics-port",
+                                                      "0",
+                                                      "--auth-token-file",
+                                                      token,
+                                                      "--max-connections",
+                                                      conns,
+                                                      "--log-level",
+                                                      "warn"};
+        unsigned n = 14;
+        for (unsigned i = 0; i < cfg->ndargs; i++)
+            argv[n++] = cfg->dargs[i];
+        argv[n] = NULL;
+        execv(cfg->dispatcher, (char *const *)argv);
         _exit(127);
     }
     close(out[1]);
@@ -1326,13 +1347,15 @@ int main(int argc, char **argv)
             printf("usage: " PROG " [--seconds N] [--workers N] [--clients N] [--jobs N]\n"
                    "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
                    "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n"
-                   "       [--work-root DIR]\n");
+                   "       [--work-root DIR] [--dispatcher-arg ARG]...\n");
             return 0;
         }
         if (strcmp(a, "--dispatcher") == 0 && v)
             cfg.dispatcher = v;
         else if (strcmp(a, "--work-root") == 0 && v)
             work_root = v;
+        else if (strcmp(a, "--dispatcher-arg") == 0 && v && cfg.ndargs < MAX_DISPATCHER_ARGS)
+            cfg.dargs[cfg.ndargs++] = v;
         else if (strcmp(a, "--seconds") == 0)
             cfg.seconds = parse_uint(a, v);
         else if (strcmp(a, "--workers") == 0)
