@@ -387,43 +387,6 @@ static int resume_iteration(struct st_update *u, const struct st_resume *r, char
     return 0;
 }
 
-int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct split_plan *plan,
-                           const struct st_resume *resume, uint64_t *job_out,
-                           uint64_t *iteration_out, uint64_t *client_out,
-                           struct st_update_list *out, char *err, size_t errlen)
-{
-    return plan_get_or_create_job_det(s, dataset_id, job_name, mode, num_consumers, false, endless,
-                                      owner, plan, resume, job_out, iteration_out, client_out, out,
-                                      err, errlen);
-}
-
-int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               bool endless, uint64_t owner, const struct split_plan *plan,
-                               const struct st_resume *resume, uint64_t *job_out,
-                               uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen)
-{
-    return plan_get_or_create_job_xtc(s, dataset_id, job_name, mode, num_consumers, deterministic,
-                                      0, endless, owner, plan, resume, job_out, iteration_out,
-                                      client_out, out, err, errlen);
-}
-
-int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               uint64_t xtc_bytes, bool endless, uint64_t owner,
-                               const struct split_plan *plan, const struct st_resume *resume,
-                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen)
-{
-    return plan_get_or_create_job_local(s, dataset_id, job_name, mode, num_consumers, deterministic,
-                                        xtc_bytes, SLUICE_TARGET_WORKERS_ANY, "", endless, owner,
-                                        plan, resume, job_out, iteration_out, client_out, out, err,
-                                        errlen);
-}
-
 /* The refusals of target workers that do not depend on the state. */
 static int target_check(enum sluice_target_workers target, const char *host, enum sluice_mode mode,
                         uint32_t num_consumers, char *err, size_t errlen)
@@ -480,19 +443,22 @@ static int xtc_check(const char *job_name, enum sluice_mode mode, uint32_t num_c
     return 0;
 }
 
-int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
-                                 const char *job_name, enum sluice_mode mode,
-                                 uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
-                                 enum sluice_target_workers target, const char *host, bool endless,
-                                 uint64_t owner, const struct split_plan *plan,
-                                 const struct st_resume *resume, uint64_t *job_out,
-                                 uint64_t *iteration_out, uint64_t *client_out,
-                                 struct st_update_list *out, char *err, size_t errlen)
+int plan_get_or_create_job(const struct state *s, const struct plan_job_request *req,
+                           struct plan_job_result *res, struct st_update_list *out, char *err,
+                           size_t errlen)
 {
-    if (!job_name)
-        job_name = "";
-    if (!host)
-        host = "";
+    const char *dataset_id = req->dataset_id;
+    const char *job_name = req->job_name ? req->job_name : "";
+    const char *host = req->host ? req->host : "";
+    enum sluice_mode mode = req->mode;
+    uint32_t num_consumers = req->num_consumers;
+    bool deterministic = req->deterministic;
+    uint64_t xtc_bytes = req->xtc_bytes;
+    enum sluice_target_workers target = req->target;
+    const struct split_plan *plan = req->plan;
+    const struct st_resume *resume = req->resume;
+    bool endless = req->endless;
+    uint64_t owner = req->owner;
     if ((unsigned)mode >= MODE_COUNT)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown processing mode %d", (int)mode);
     int xrc = xtc_check(job_name, mode, num_consumers, deterministic, xtc_bytes, err, errlen);
@@ -664,9 +630,9 @@ int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
     u->ref = iteration_id;
     u->incarnation = owner;
     memcpy(u->host_id, host, strlen(host) + 1);
-    *job_out = job_id;
-    *iteration_out = iteration_id;
-    *client_out = s->next_client_id;
+    res->job_id = job_id;
+    res->iteration_id = iteration_id;
+    res->client_id = s->next_client_id;
     return 0;
 nomem:
     state_list_truncate(out, start);
@@ -811,71 +777,34 @@ int plan_tasks_failed(const struct state *s, uint64_t worker_id,
     return 0;
 }
 
-static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
-                            bool check, const uint8_t *key, size_t key_len, bool may_replace,
-                            const char *host, const uint64_t *finished, size_t nfinished,
-                            bool draining, uint64_t *worker_out, struct st_update_list *out,
-                            char *err, size_t errlen);
-
-int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
-                          const uint64_t *finished, size_t nfinished, bool draining,
+int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_request *req,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
                           size_t errlen)
 {
-    return worker_heartbeat(s, address, incarnation, false, NULL, 0, true, "", finished, nfinished,
-                            draining, worker_out, out, err, errlen);
-}
-
-int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint64_t incarnation,
-                                const uint8_t *key, size_t key_len, bool may_replace,
-                                const uint64_t *finished, size_t nfinished, bool draining,
-                                uint64_t *worker_out, struct st_update_list *out, char *err,
-                                size_t errlen)
-{
-    return worker_heartbeat(s, address, incarnation, true, key, key_len, may_replace, "", finished,
-                            nfinished, draining, worker_out, out, err, errlen);
-}
-
-int plan_worker_heartbeat_host(const struct state *s, const char *address, uint64_t incarnation,
-                               const uint8_t *key, size_t key_len, bool may_replace,
-                               const char *host, const uint64_t *finished, size_t nfinished,
-                               bool draining, uint64_t *worker_out, struct st_update_list *out,
-                               char *err, size_t errlen)
-{
-    return worker_heartbeat(s, address, incarnation, true, key, key_len, may_replace,
-                            host ? host : "", finished, nfinished, draining, worker_out, out, err,
-                            errlen);
-}
-
-/* Both heartbeat plans; check says whether the worker's identity is checked. */
-static int worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
-                            bool check, const uint8_t *key, size_t key_len, bool may_replace,
-                            const char *host, const uint64_t *finished, size_t nfinished,
-                            bool draining, uint64_t *worker_out, struct st_update_list *out,
-                            char *err, size_t errlen)
-{
+    const char *address = req->address;
+    const char *host = req->host ? req->host : "";
     if (!address || !*address)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "worker address is empty");
     int rc = name_check("worker address", address, NAME_ADDR_MAX, err, errlen);
     if (rc < 0)
         return rc;
     const struct st_worker *w = state_worker_by_address(s, address);
-    bool known = w && w->incarnation == incarnation;
+    bool known = w && w->incarnation == req->incarnation;
     /* The host is recorded at registration; a known worker's later heartbeats repeat it. */
     if (!known && host[0] && (rc = hostid_check("worker host id", host, err, errlen)) < 0)
         return rc;
     /* Identity first, before anything is planned: the incarnation is public (status lists it),
      * the secret is not. */
-    if (check) {
-        if (known && !state_worker_key_ok(w, key, key_len))
+    if (!req->unkeyed) {
+        if (known && !state_worker_key_ok(w, req->key, req->key_len))
             return err_set(err, errlen, SLUICE_ERR_DENIED,
                            "worker at %s: the worker key does not match its registration", address);
-        if (!known && key_len != ST_KEY_LEN)
+        if (!known && req->key_len != ST_KEY_LEN)
             return err_set(err, errlen, SLUICE_ERR_DENIED,
                            "worker at %s: a worker key of %d bytes is required to register",
                            address, ST_KEY_LEN);
     }
-    if (w && !known && !may_replace)
+    if (w && !known && !req->may_replace)
         return err_set(err, errlen, SLUICE_ERR_DENIED,
                        "address %s is held by worker %" PRIu64 ", which is still heartbeating",
                        address, w->id);
@@ -895,17 +824,17 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
         if (!(u = push(out, ST_WORKER_REGISTERED, wid)))
             goto nomem;
         memcpy(u->address, address, strlen(address) + 1);
-        u->incarnation = incarnation;
+        u->incarnation = req->incarnation;
         memcpy(u->host_id, host, strlen(host) + 1);
-        if (check && key_len == ST_KEY_LEN) {
+        if (!req->unkeyed && req->key_len == ST_KEY_LEN) {
             u->key.set = true;
-            memcpy(u->key.b, key, ST_KEY_LEN);
+            memcpy(u->key.b, req->key, ST_KEY_LEN);
         }
     }
 
     if (known) {
-        for (size_t i = 0; i < nfinished; i++) {
-            const struct st_task *t = state_task(s, finished[i]);
+        for (size_t i = 0; i < req->nfinished; i++) {
+            const struct st_task *t = state_task(s, req->finished[i]);
             if (!t || t->worker_id != wid || t->finished ||
                 pending(out, start, ST_TASK_FINISHED, t->id))
                 continue;
@@ -923,9 +852,9 @@ static int worker_heartbeat(const struct state *s, const char *address, uint64_t
     }
 
     bool was_draining = known && w->draining;
-    if (draining && !was_draining && !push(out, ST_WORKER_DRAINING, wid))
+    if (req->draining && !was_draining && !push(out, ST_WORKER_DRAINING, wid))
         goto nomem;
-    if (!draining && !was_draining) {
+    if (!req->draining && !was_draining) {
         if (known) {
             size_t nmine;
             const struct st_task_ref *mine = state_worker_tasks(s, wid, &nmine);
@@ -1048,33 +977,16 @@ static int push_task_seqs(const struct st_task *t, enum st_update_type type, con
     return 0;
 }
 
-int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                             const uint64_t *finished, size_t nfinished, uint32_t max,
-                             struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
-                             char *err, size_t errlen)
+int plan_get_splits(const struct state *s, const struct plan_splits_request *req,
+                    struct plan_splits_result *res, struct st_update_list *out, char *err,
+                    size_t errlen)
 {
-    return plan_get_splits_returning(s, task_id, request_seq, finished, nfinished, NULL, 0, max,
-                                     out, seqs, nseqs, end, err, errlen);
-}
-
-int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                              const uint64_t *finished, size_t nfinished, const uint64_t *returned,
-                              size_t nreturned, uint32_t max, struct st_update_list *out,
-                              uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen)
-{
-    return plan_get_splits_bounded(s, task_id, request_seq, finished, nfinished, returned,
-                                   nreturned, max, UINT64_MAX, out, seqs, nseqs, end, err, errlen);
-}
-
-int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                            const uint64_t *finished, size_t nfinished, const uint64_t *returned,
-                            size_t nreturned, uint32_t max, uint64_t lease_below,
-                            struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
-                            char *err, size_t errlen)
-{
-    *end = false;
-    *seqs = NULL;
-    *nseqs = 0;
+    uint64_t task_id = req->task_id, request_seq = req->request_seq;
+    uint32_t max = req->max;
+    uint64_t lease_below = req->lease_below ? req->lease_below : UINT64_MAX;
+    res->end = false;
+    res->seqs = NULL;
+    res->nseqs = 0;
     const struct st_task *t = state_task(s, task_id);
     if (!t)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found", task_id);
@@ -1091,7 +1003,7 @@ int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t re
                        request_seq);
     /* A finished task holds no leases, so nothing it reports can be recorded. */
     if (it->state != ST_ITER_ACTIVE || t->finished) {
-        *end = true;
+        res->end = true;
         return 0;
     }
     if (request_seq != 0 && request_seq < t->last_request)
@@ -1105,13 +1017,13 @@ int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t re
     uint64_t done = 0, back = 0;
     size_t finishing_at, returning_at;
     /* Keep the seqs leased to this task, sorted and once each. */
-    if (push_task_seqs(t, ST_SPLITS_FINISHED, finished, nfinished, NO_UPDATE, out, &finishing_at,
-                       &done) < 0)
+    if (push_task_seqs(t, ST_SPLITS_FINISHED, req->finished, req->nfinished, NO_UPDATE, out,
+                       &finishing_at, &done) < 0)
         goto nomem;
     /* Splits handed back go to the pool, where other tasks lease them; a seq reported both
      * finished and handed back counts as finished. */
-    if (push_task_seqs(t, ST_SPLITS_RETURNED, returned, nreturned, finishing_at, out, &returning_at,
-                       &back) < 0)
+    if (push_task_seqs(t, ST_SPLITS_RETURNED, req->returned, req->nreturned, finishing_at, out,
+                       &returning_at, &back) < 0)
         goto nomem;
     const struct st_seq_list *finishing =
         finishing_at == NO_UPDATE ? NULL : &out->v[finishing_at].seqs;
@@ -1119,15 +1031,15 @@ int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t re
         returning_at == NO_UPDATE ? NULL : &out->v[returning_at].seqs;
     uint64_t left = it->split_total - it->split_cursor;
     /* Nothing left to lease now, and nothing out that could come back to the pool. */
-    *end = it->pool.n == 0 && back == 0 && left == 0 && it->splits_leased == done;
+    res->end = it->pool.n == 0 && back == 0 && left == 0 && it->splits_leased == done;
     const struct st_worker *w = state_worker(s, t->worker_id);
     if (w && w->draining) {
         /* A draining worker takes no new splits: its task ends once it holds none. */
-        *end = t->leased.n == done + back;
+        res->end = t->leased.n == done + back;
         max = 0;
     }
     if (repeat) {
-        if (still_held(t, finishing, returning, seqs, nseqs) < 0)
+        if (still_held(t, finishing, returning, &res->seqs, &res->nseqs) < 0)
             goto nomem;
         return 0;
     }
@@ -1150,16 +1062,16 @@ int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t re
             u->seqs.v[u->seqs.n++] = it->pool.v[i];
         for (uint64_t i = 0; i < from_cursor; i++)
             u->seqs.v[u->seqs.n++] = it->split_cursor + i;
-        *seqs = malloc(u->seqs.n * sizeof **seqs);
-        if (!*seqs)
+        res->seqs = malloc(u->seqs.n * sizeof *res->seqs);
+        if (!res->seqs)
             goto nomem;
-        memcpy(*seqs, u->seqs.v, u->seqs.n * sizeof **seqs);
-        *nseqs = u->seqs.n;
+        memcpy(res->seqs, u->seqs.v, u->seqs.n * sizeof *res->seqs);
+        res->nseqs = u->seqs.n;
     }
     return 0;
 nomem:
     state_list_truncate(out, start);
-    *end = false;
+    res->end = false;
     return NOMEM_MSG(err, errlen);
 }
 
@@ -1353,18 +1265,6 @@ uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_i
     if (it->held.n > 0 && it->held_low < low)
         low = it->held_low;
     return low;
-}
-
-int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
-                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
-                    char *err, size_t errlen)
-{
-    uint64_t *seqs;
-    size_t nseqs;
-    int rc = plan_get_splits_numbered(s, task_id, 0, finished, nfinished, max, out, &seqs, &nseqs,
-                                      end, err, errlen);
-    free(seqs);
-    return rc;
 }
 
 int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t round,

@@ -39,7 +39,7 @@
 
 /* Capabilities. A secret is ST_KEY_LEN random bytes the shell draws and writes into an update
  * (the state machine never draws one); has_key false marks a row journaled before secrets
- * existed, which is not checked (see plan_worker_heartbeat_keyed and the shell's client
+ * existed, which is not checked (see plan_worker_heartbeat and the shell's client
  * checks). Secrets never appear in status, metrics or logs. */
 #define ST_KEY_LEN 16
 
@@ -481,108 +481,107 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
                           int compression, uint64_t split_size, const char *text, char *id_out,
                           struct st_update_list *out, char *err, size_t errlen);
 
-/* Finds or creates the job and its current iteration, and acquires a new client on it. A named
- * job is identified by (dataset, name): the same name on another dataset is another job. plan
- * (for distributed_epoch) is the split plan the shell computed for the dataset; it is copied
- * into a new iteration's update, and may be NULL when no new iteration is needed (a named job
- * with a live current iteration) or the mode is not distributed_epoch; a missing plan that is
- * needed is SLUICE_ERR_INVALID. endless says whether the dataset's pipeline never ends (the
- * shell decides it from the definition: pipe_spec_endless); a coordinated read (num_consumers >
- * 0) of one that ends is SLUICE_ERR_UNSUPPORTED, "num_consumers needs an infinite pipeline:
- * 'range(100)' ends; add repeat()". A named job whose mode or consumer count differs is
- * SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode parallel_epochs, not
- * distributed_epoch", "... with num_consumers 2, not 3" — unless the job's iteration was
- * garbage-collected: its key is then free, and a new job takes it (JOB_CREATED replaces the
- * collected job). An unknown dataset is SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). A named
- * job whose current iteration was garbage-collected gets a new iteration (repetition + 1); a
- * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
- * are appended too, and for a coordinated iteration its first round schedule (see "Coordinated
- * rounds" below). A job name or dataset id that is not a valid name (common/names.h) is
- * SLUICE_ERR_INVALID ("job name: control character at byte 2"). owner is the incarnation of the
- * sluice_client asking (recorded in the client; 0: unknown, never limited); when that client
- * already holds s->limits.max_jobs_per_client clients it is SLUICE_ERR_LIMIT ("job limit
- * reached: this client holds 1000 jobs (--max-jobs-per-client)"). resume (NULL: none) is a read
- * restored from a checkpoint, for distributed_epoch only: its fingerprint must be the plan's (of
- * the new iteration, or of the joined one), else SLUICE_ERR_INVALID ("the checkpoint does not
- * fit dataset 'x': its split plan changed since it was taken ..."); a new iteration then starts
- * with the split cursor at the end of the last range and the gaps below it as its pool (more
- * than ST_RESUME_POOL_MAX gaps, or ranges past the plan's end, are SLUICE_ERR_INVALID); a joined
- * iteration is joined as it is. *job_out, *iteration_out and
- * *client_out receive the ids. */
-int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct split_plan *plan,
-                           const struct st_resume *resume, uint64_t *job_out,
-                           uint64_t *iteration_out, uint64_t *client_out,
-                           struct st_update_list *out, char *err, size_t errlen);
-
-/* plan_get_or_create_job() with the job's deterministic flag (plan_get_or_create_job passes
- * false): a deterministic job needs mode distributed_epoch and no num_consumers, else
- * SLUICE_ERR_UNSUPPORTED ("deterministic reads need mode distributed_epoch without
- * num_consumers, not parallel_epochs"); a named job with the other value is SLUICE_ERR_EXISTS,
- * "job 'n' exists with deterministic false, not true" (unless its iteration was collected, as
- * for the mode). */
-int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               bool endless, uint64_t owner, const struct split_plan *plan,
-                               const struct st_resume *resume, uint64_t *job_out,
-                               uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen);
-
-/* plan_get_or_create_job_xtc() for a reader on host (its host id, common/hostid.h; "" or NULL:
- * unknown) reading from target workers (docs/reading.md "Local workers"; plan_get_or_create_job_xtc
- * passes any). The host is recorded in the client (CLIENT_ACQUIRED). A host that is not a valid
- * host id is SLUICE_ERR_INVALID ("host id: byte 3 is not printable ASCII without spaces"), an
- * unknown target SLUICE_ERR_INVALID. local and auto with num_consumers, and local with a static
- * sharding mode, are SLUICE_ERR_UNSUPPORTED ("target_workers local cannot be combined with
- * num_consumers: coordinated reads need every worker", "target_workers local cannot be used
- * with mode file: ..."); local needs a host (SLUICE_ERR_INVALID, "target_workers local needs
- * the reader's host id"). target_workers is part of a named job's identity: SLUICE_ERR_EXISTS,
- * "job 'j' exists with target_workers any, not local" (unless its iteration was collected).
- * local with no registered, non-draining worker on host is SLUICE_ERR_NOT_FOUND, "no local
- * worker: target_workers local needs a worker on this host (host id H), and none is
- * registered". A local job's iterations get tasks only on workers of the hosts of their
- * clients: a new iteration on the asking host's workers, and a reader joining an active
- * iteration from a host whose workers have no task of it brings one to each of them
- * (plan_worker_heartbeat_host likewise gives a worker a task only when a client of the
- * iteration is on its host). auto creates tasks as any does; its readers prefer local tasks. */
-int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
-                                 const char *job_name, enum sluice_mode mode,
-                                 uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
-                                 enum sluice_target_workers target, const char *host, bool endless,
-                                 uint64_t owner, const struct split_plan *plan,
-                                 const struct st_resume *resume, uint64_t *job_out,
-                                 uint64_t *iteration_out, uint64_t *client_out,
-                                 struct st_update_list *out, char *err, size_t errlen);
-
 /* The largest cross-trainer cache a job may ask each of its tasks to keep. */
 #define ST_XTC_MAX_BYTES (64ull << 30)
 
-/* plan_get_or_create_job_det() with the job's cross-trainer cache (docs/reading.md "Cross-trainer
- * cache"): xtc_bytes is the bound of each task's cache (0: the job has none; the shell resolves
- * the default). A cache needs a job name (SLUICE_ERR_INVALID, "cross_trainer_cache needs a job
- * name: the trainers share one job"), a mode other than distributed_epoch and no num_consumers
- * or deterministic (SLUICE_ERR_UNSUPPORTED: "cross_trainer_cache cannot be used with mode
- * distributed_epoch: its splits are handed out once, not shared between trainers",
- * "cross_trainer_cache cannot be combined with num_consumers", "... with deterministic"), at
- * most ST_XTC_MAX_BYTES (SLUICE_ERR_LIMIT), and an endless pipeline (SLUICE_ERR_UNSUPPORTED,
- * "cross_trainer_cache needs an infinite pipeline: 'range(10)' ends; add repeat()"). The cache
- * and its bound are part of a named job's identity: joining with the other value is
- * SLUICE_ERR_EXISTS, "job 'j' exists with cross_trainer_cache on, not off" or "job 'j' exists
- * with cross_trainer_cache_bytes 1048576, not 2097152" (unless its iteration was collected). */
-int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               uint64_t xtc_bytes, bool endless, uint64_t owner,
-                               const struct split_plan *plan, const struct st_resume *resume,
-                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen);
+/* What a read asks of plan_get_or_create_job(). Zero is the default of every field: an anonymous
+ * parallel_epochs job over a pipeline that ends, read from any worker by a reader of unknown host
+ * and owner, without a split plan and not restored from a checkpoint. */
+struct plan_job_request {
+    /* The dataset read (required). An unknown dataset is SLUICE_ERR_NOT_FOUND ("dataset 'x' not
+     * found"); an id that is not a valid name (common/names.h) SLUICE_ERR_INVALID. */
+    const char *dataset_id;
+    /* NULL or "": an anonymous job, never shared. A named job is identified by (dataset, name):
+     * the same name on another dataset is another job. A name that is not a valid name is
+     * SLUICE_ERR_INVALID ("job name: control character at byte 2"). */
+    const char *job_name;
+    /* The processing mode; 0: parallel_epochs. A value that is not a mode is SLUICE_ERR_INVALID. */
+    enum sluice_mode mode;
+    /* > 0: a coordinated read of that many consumers (rounds: see struct st_round_epoch); it needs
+     * an endless pipeline, else SLUICE_ERR_UNSUPPORTED, "num_consumers needs an infinite
+     * pipeline: 'range(100)' ends; add repeat()". */
+    uint32_t num_consumers;
+    /* A distributed_epoch read in the canonical order; it needs mode distributed_epoch and no
+     * num_consumers, else SLUICE_ERR_UNSUPPORTED ("deterministic reads need mode
+     * distributed_epoch without num_consumers, not parallel_epochs"). */
+    bool deterministic;
+    /* The bound of each task's cross-trainer cache (docs/reading.md "Cross-trainer cache"); 0:
+     * the job has none (the shell resolves the default). A cache needs a job name
+     * (SLUICE_ERR_INVALID, "cross_trainer_cache needs a job name: the trainers share one job"), a
+     * mode other than distributed_epoch and no num_consumers or deterministic
+     * (SLUICE_ERR_UNSUPPORTED: "cross_trainer_cache cannot be used with mode distributed_epoch:
+     * its splits are handed out once, not shared between trainers", "cross_trainer_cache cannot
+     * be combined with num_consumers", "... with deterministic"), at most ST_XTC_MAX_BYTES
+     * (SLUICE_ERR_LIMIT), and an endless pipeline (SLUICE_ERR_UNSUPPORTED, "cross_trainer_cache
+     * needs an infinite pipeline: 'range(10)' ends; add repeat()"). */
+    uint64_t xtc_bytes;
+    /* Which workers the reader reads from (docs/reading.md "Local workers"); 0: any. An unknown
+     * target is SLUICE_ERR_INVALID. local and auto with num_consumers, and local with a static
+     * sharding mode, are SLUICE_ERR_UNSUPPORTED ("target_workers local cannot be combined with
+     * num_consumers: coordinated reads need every worker", "target_workers local cannot be used
+     * with mode file: ..."); local needs a host (SLUICE_ERR_INVALID, "target_workers local needs
+     * the reader's host id") and a registered, non-draining worker on it (SLUICE_ERR_NOT_FOUND,
+     * "no local worker: target_workers local needs a worker on this host (host id H), and none
+     * is registered"). A local job's iterations get tasks only on workers of the hosts of their
+     * clients: a new iteration on the asking host's workers, and a reader joining an active
+     * iteration from a host whose workers have no task of it brings one to each of them
+     * (plan_worker_heartbeat likewise gives a worker a task only when a client of the iteration
+     * is on its host). auto creates tasks as any does; its readers prefer local tasks. */
+    enum sluice_target_workers target;
+    /* The reader's host id (common/hostid.h), recorded in the client (CLIENT_ACQUIRED); NULL or
+     * "": unknown. One that is not a valid host id is SLUICE_ERR_INVALID ("host id: byte 3 is
+     * not printable ASCII without spaces"). */
+    const char *host;
+    /* Whether the dataset's pipeline never ends (the shell decides it from the definition:
+     * pipe_spec_endless); false: it ends. */
+    bool endless;
+    /* The incarnation of the sluice_client asking, recorded in the client; 0: unknown, never
+     * limited. When that client already holds s->limits.max_jobs_per_client clients it is
+     * SLUICE_ERR_LIMIT ("job limit reached: this client holds 1000 jobs
+     * (--max-jobs-per-client)"). */
+    uint64_t owner;
+    /* For distributed_epoch: the split plan the shell computed for the dataset, copied into a new
+     * iteration's update. NULL when no new iteration is needed (a named job with a live current
+     * iteration) or the mode is not distributed_epoch; a missing plan that is needed is
+     * SLUICE_ERR_INVALID. */
+    const struct split_plan *plan;
+    /* NULL, or a read restored from a checkpoint, for distributed_epoch only (else
+     * SLUICE_ERR_UNSUPPORTED): its fingerprint must be the plan's (of the new iteration, or of
+     * the joined one), else SLUICE_ERR_INVALID ("the checkpoint does not fit dataset 'x': its
+     * split plan changed since it was taken ..."); a new iteration then starts with the split
+     * cursor at the end of the last range and the gaps below it as its pool (more than
+     * ST_RESUME_POOL_MAX gaps, or ranges past the plan's end, are SLUICE_ERR_INVALID); a joined
+     * iteration is joined as it is. */
+    const struct st_resume *resume;
+};
+
+/* The ids plan_get_or_create_job() gives a read. */
+struct plan_job_result {
+    uint64_t job_id, iteration_id, client_id;
+};
+
+/* Finds or creates the job and its current iteration, and acquires a new client on it (the
+ * request's fields say what each refuses). A named job whose mode, consumer count, deterministic
+ * flag, cross-trainer cache or its bound, or target workers differ is SLUICE_ERR_EXISTS naming
+ * the field: "job 'n' exists with mode parallel_epochs, not distributed_epoch", "... with
+ * num_consumers 2, not 3", "... with deterministic false, not true", "... with
+ * cross_trainer_cache on, not off", "... with cross_trainer_cache_bytes 1048576, not 2097152",
+ * "... with target_workers any, not local" — unless the job's iteration was garbage-collected:
+ * its key is then free, and a new job takes it (JOB_CREATED replaces the collected job). A named
+ * job whose current iteration was garbage-collected gets a new iteration (repetition + 1); a
+ * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
+ * are appended too, and for a coordinated iteration its first round schedule (see struct
+ * st_round_epoch). *res receives the ids. */
+int plan_get_or_create_job(const struct state *s, const struct plan_job_request *req,
+                           struct plan_job_result *res, struct st_update_list *out, char *err,
+                           size_t errlen);
 
 /* A reader whose local tail repeats asks for repetition want (>= 1) of the named job
  * (dataset_id, job_name): the next pass after the repetition its previous pass read. A job moves
  * to its next repetition once no client holds the current one, so every reader of a shared job
  * reads every repetition, and the readers of one repetition share it as they share any job:
  *   - the current iteration is repetition want (and not collected): nothing to do, the read joins
- *     it (plan_get_or_create_job*);
+ *     it (plan_get_or_create_job);
  *   - it is repetition want - 1 and collected: nothing to do, the read creates the next one;
  *   - it is repetition want - 1, active, and clients hold it: SLUICE_ERR_UNAVAILABLE, "job 'j':
  *     repetition 0 is still being read by 2 readers; repetition 1 starts once they finish" (the
@@ -598,19 +597,6 @@ int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, co
 int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,
                         uint64_t want, struct st_update_list *out, char *err, size_t errlen);
 
-/* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair
- * registers a new worker (and removes any worker at the same address with another incarnation,
- * with its tasks, as plan_remove_worker does); a known one is looked up. finished lists task ids
- * the worker reports finished; ids that are unknown, already finished or not this worker's are
- * ignored (a report can repeat), and a finished task's leftover leases go back to the pool
- * first. draining marks it draining, for good: a draining worker stays draining. Creates tasks
- * for every active iteration the worker has none for (unless draining), except iterations that
- * failed or that no client holds and no running save writes (their readers are gone; a client that
- * joins again gets the tasks on the next heartbeats). Marks iterations finished when they have at
- * least one task, all their tasks are finished (and, for distributed iterations, the cursor is at
- * the end, the pool empty and no split leased). An empty address or one that is not a valid name of
- * at most NAME_ADDR_MAX bytes (common/names.h) is SLUICE_ERR_INVALID ("worker address: control
- * character at byte 9"). *worker_out receives the id. */
 /* A task the worker reports failed, with the pipeline's message. */
 struct st_task_failure {
     uint64_t task_id;
@@ -628,40 +614,60 @@ int plan_tasks_failed(const struct state *s, uint64_t worker_id,
                       const struct st_task_failure *failed, size_t nfailed,
                       struct st_update_list *out, char *err, size_t errlen);
 
-int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
-                          const uint64_t *finished, size_t nfinished, bool draining,
+/* What a worker's heartbeat asks of plan_worker_heartbeat(). Zero is the default of every field
+ * (the incarnation and the address aside): a worker of unknown host that proves who it is with
+ * its secret, reports nothing finished, is not draining, and may not take over an address whose
+ * holder still heartbeats. */
+struct plan_heartbeat_request {
+    /* The worker's address (required): an empty one, or one that is not a valid name of at most
+     * NAME_ADDR_MAX bytes (common/names.h), is SLUICE_ERR_INVALID ("worker address: control
+     * character at byte 9"). */
+    const char *address;
+    /* The worker process's incarnation: with the address, the worker's identity. */
+    uint64_t incarnation;
+    /* The worker's secret, key_len bytes (key_len 0 when it sent none):
+     *   - a known (address, incarnation) whose worker registered with a secret must present that
+     *     secret, else SLUICE_ERR_DENIED, "worker at ADDR: the worker key does not match its
+     *     registration"; one registered without (an older journal) is not checked;
+     *   - a new pair registers with key, which must be ST_KEY_LEN bytes (else SLUICE_ERR_DENIED,
+     *     "worker at ADDR: a worker key of 16 bytes is required to register"). */
+    const uint8_t *key;
+    size_t key_len;
+    /* true: no identity is checked, and a new worker registers without a secret (for tests of
+     * the other rules; the shell never sets it). */
+    bool unkeyed;
+    /* Whether a new pair at an address another incarnation holds replaces that worker (the
+     * shell's judgement that the holder stopped heartbeating: a process restarted at the same
+     * address); false: SLUICE_ERR_DENIED, "address ADDR is held by worker N, which is still
+     * heartbeating". */
+    bool may_replace;
+    /* The worker's host id (common/hostid.h), which a new registration records
+     * (WORKER_REGISTERED; a known worker's host stays what it registered with); NULL or "":
+     * unknown. A host that is not a valid host id is SLUICE_ERR_INVALID ("worker host id: ...").
+     * Tasks of a job read from local workers only are created for the worker only when a client
+     * of the iteration is on its host. */
+    const char *host;
+    /* Task ids the worker reports finished, nfinished of them; ids that are unknown, already
+     * finished or not this worker's are ignored (a report can repeat), and a finished task's
+     * leftover leases go back to the pool first. */
+    const uint64_t *finished;
+    size_t nfinished;
+    /* Marks the worker draining, for good: a draining worker stays draining. */
+    bool draining;
+};
+
+/* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair
+ * registers a new worker (and removes any worker at the same address with another incarnation,
+ * with its tasks, as plan_remove_worker does); a known one is looked up. Creates tasks for every
+ * active iteration the worker has none for (unless draining), except iterations that failed or
+ * that no client holds and no running save writes (their readers are gone; a client that joins
+ * again gets the tasks on the next heartbeats). Marks iterations finished when they have at least
+ * one task, all their tasks are finished (and, for distributed iterations, the cursor is at the
+ * end, the pool empty and no split leased). The request's fields say what each refuses; the
+ * identity is checked before anything is planned. *worker_out receives the id. */
+int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_request *req,
                           uint64_t *worker_out, struct st_update_list *out, char *err,
                           size_t errlen);
-
-/* plan_worker_heartbeat() for a worker that proves who it is with a secret, key (key_len
- * bytes; key_len 0 when it sent none):
- *   - a known (address, incarnation) whose worker registered with a secret must present that
- *     secret, else SLUICE_ERR_DENIED, "worker at ADDR: the worker key does not match its
- *     registration"; one registered without (an older journal) is not checked;
- *   - a new pair registers with key, which must be ST_KEY_LEN bytes (else SLUICE_ERR_DENIED,
- *     "worker at ADDR: a worker key of 16 bytes is required to register");
- *   - a new pair at an address another incarnation holds replaces that worker only when
- *     may_replace (the shell's judgement that the holder stopped heartbeating: a process
- *     restarted at the same address), else SLUICE_ERR_DENIED, "address ADDR is held by worker
- *     N, which is still heartbeating".
- * plan_worker_heartbeat() is this with no key and may_replace true, for callers that do not
- * check identities (tests of the other rules). */
-int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint64_t incarnation,
-                                const uint8_t *key, size_t key_len, bool may_replace,
-                                const uint64_t *finished, size_t nfinished, bool draining,
-                                uint64_t *worker_out, struct st_update_list *out, char *err,
-                                size_t errlen);
-
-/* plan_worker_heartbeat_keyed() for a worker on host (its host id, common/hostid.h; "" or
- * NULL: unknown), which a new registration records (WORKER_REGISTERED; a known worker's host
- * stays what it registered with). A host that is not a valid host id is SLUICE_ERR_INVALID
- * ("worker host id: ..."). Tasks of a job read from local workers only are created for the
- * worker only when a client of the iteration is on its host. */
-int plan_worker_heartbeat_host(const struct state *s, const char *address, uint64_t incarnation,
-                               const uint8_t *key, size_t key_len, bool may_replace,
-                               const char *host, const uint64_t *finished, size_t nfinished,
-                               bool draining, uint64_t *worker_out, struct st_update_list *out,
-                               char *err, size_t errlen);
 
 /* Whether a request that claims to come from worker w may act for it: w registered without a
  * secret (an older journal), or key (key_len bytes) is its secret. */
@@ -674,11 +680,49 @@ bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t k
 int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_update_list *out,
                        char *err, size_t errlen);
 
-/* A task's GetSplits request number request_seq (0: unnumbered). finished lists splits the task
- * finished; they are recorded first (SPLITS_FINISHED), and seqs not leased to this task are
- * ignored: they were finished by an earlier attempt of the same report, or were never this
- * task's, so a retried report is a no-op rather than an error. Then, by request_seq against the
- * task's last_request:
+/* What a task's GetSplits asks of plan_get_splits(). Zero is the default of every field but the
+ * task: an unnumbered request reporting nothing, handing nothing back, asking for no split,
+ * with no lease bound. */
+struct plan_splits_request {
+    uint64_t task_id;
+    /* The request's number (0: unnumbered); see plan_get_splits() for how it is answered. The
+     * number UINT64_MAX (no update may carry it) is SLUICE_ERR_INVALID. */
+    uint64_t request_seq;
+    /* Splits the task finished, nfinished of them; they are recorded first (SPLITS_FINISHED),
+     * and seqs not leased to this task are ignored: they were finished by an earlier attempt of
+     * the same report, or were never this task's, so a retried report is a no-op rather than an
+     * error. */
+    const uint64_t *finished;
+    size_t nfinished;
+    /* Seqs leased to the task that it never started (a draining worker), nreturned of them,
+     * which go back to the pool (SPLITS_RETURNED; seqs not leased to the task are ignored, and a
+     * seq also in finished counts as finished). */
+    const uint64_t *returned;
+    size_t nreturned;
+    /* The most splits a new lease may hold. */
+    uint32_t max;
+    /* A deterministic reader's reorder window: no split at or above it is leased from the cursor
+     * (pool splits are leased as usual); a task refused splits by the bound gets none and end
+     * false, and asks again later. 0: no bound. */
+    uint64_t lease_below;
+};
+
+/* What plan_get_splits() answers. */
+struct plan_splits_result {
+    /* The seqs to reply with (malloc'd, the caller frees it; NULL when nseqs is 0). */
+    uint64_t *seqs;
+    size_t nseqs;
+    /* Whether the task will never get another split: the cursor is at the end, the pool is
+     * empty, and no split of the iteration is leased to any task (also when the task or its
+     * iteration is already finished, whatever the request number). While another task still
+     * holds leases, a request can get no splits and end false: those splits come back to the
+     * pool if their worker dies, so the caller asks again later rather than ending (this is what
+     * makes a worker's death lose nothing). */
+    bool end;
+};
+
+/* A task's GetSplits. The splits reported finished and handed back are recorded first (see the
+ * request's fields); then, by request_seq against the task's last_request:
  *   - newer (or 0): a new lease of up to max splits, first from the pool of returned splits
  *     (lowest first), then from the cursor; one SPLITS_LEASED carrying request_seq, none when
  *     there is nothing to lease (the number is then not recorded, and a repeat of it is planned
@@ -687,38 +731,13 @@ int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_upda
  *     the task's granted seqs that it still holds (those finished or returned since are left
  *     out), whatever max is now;
  *   - older: SLUICE_ERR_INVALID, "task 4: stale request 2 (request 3 was answered)".
- * *seqs (malloc'd, the caller frees it; NULL when *nseqs is 0) receives the seqs to reply with.
- * *end receives true when the task will never get another split: the cursor is at the end, the
- * pool is empty, and no split of the iteration is leased to any task (also when the task or its
- * iteration is already finished, whatever the request number). While another task still holds
- * leases, a request can get no splits and end false: those splits come back to the pool if their
- * worker dies, so the caller asks again later rather than ending (this is what makes a worker's
- * death lose nothing). An unknown task is SLUICE_ERR_NOT_FOUND; a task of a non-distributed
- * iteration, or request_seq UINT64_MAX (no update may carry it), is SLUICE_ERR_INVALID. */
-int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                             const uint64_t *finished, size_t nfinished, uint32_t max,
-                             struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
-                             char *err, size_t errlen);
-
-/* plan_get_splits_numbered() that first hands back returned[0, nreturned): seqs leased to the
- * task that it never started (a draining worker), which go back to the pool (SPLITS_RETURNED;
- * seqs not leased to the task are ignored, and a seq also in finished counts as finished). A
- * task of a draining worker is leased nothing new, and *end is true once it holds no split: the
- * splits it produced stay leased to it until their consumers have received them, so it keeps
- * serving them until then. */
-int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                              const uint64_t *finished, size_t nfinished, const uint64_t *returned,
-                              size_t nreturned, uint32_t max, struct st_update_list *out,
-                              uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen);
-
-/* plan_get_splits_returning() that leases no split at or above lease_below from the cursor (a
- * deterministic reader's reorder window; UINT64_MAX: no bound). Pool splits are leased as
- * usual. A task refused splits by the bound gets none and end false, and asks again later. */
-int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                            const uint64_t *finished, size_t nfinished, const uint64_t *returned,
-                            size_t nreturned, uint32_t max, uint64_t lease_below,
-                            struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
-                            char *err, size_t errlen);
+ * A task of a draining worker is leased nothing new, and its end is true once it holds no
+ * split: the splits it produced stay leased to it until their consumers have received them, so
+ * it keeps serving them until then. *res receives the reply. An unknown task is
+ * SLUICE_ERR_NOT_FOUND; a task of a non-distributed iteration SLUICE_ERR_INVALID. */
+int plan_get_splits(const struct state *s, const struct plan_splits_request *req,
+                    struct plan_splits_result *res, struct st_update_list *out, char *err,
+                    size_t errlen);
 
 /* Consumers received every element of splits seqs[0, n) of a distributed_epoch iteration (the
  * split is finished: docs/design.md §4). A seq leased to a task is recorded finished for that task,
@@ -774,12 +793,6 @@ uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_i
  * SLUICE_ERR_NOT_FOUND. */
 int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_update_list *out,
                             char *err, size_t errlen);
-
-/* An unnumbered request: plan_get_splits_numbered() with request_seq 0, the seqs to reply with
- * being those of the SPLITS_LEASED appended (if any). */
-int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
-                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
-                    char *err, size_t errlen);
 
 /* A client's heartbeat: refuses unknown clients (SLUICE_ERR_NOT_FOUND, "client 7 not found").
  * round is the next round the client reads (coordinated reads; 0 otherwise). When the client's

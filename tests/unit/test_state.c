@@ -349,7 +349,7 @@ static void check_invariants(const struct state *s)
  *   rm WORKER                             remove a worker
  *   splits TASK MAX [fin=1,2] [req=N] [ret=3,4]
  *                                         get splits (request number N; default 0, unnumbered),
- *                                         handing back ret (plan_get_splits_returning);
+ *                                         handing back ret (plan_get_splits);
  *                                         outputs end and the seqs of the reply
  *   done ITERATION [1,2]                  consumers received these splits in full
  *   back TASK                             hand every split leased to the task back
@@ -464,7 +464,6 @@ static const char *run(struct harness *h, const char *line)
             assert_int_equal(mode_parse(v, &mode), 0);
         v = opt(words, nw, "consumers");
         uint32_t consumers = v ? (uint32_t)atoi(v) : 0;
-        const char *name = opt(words, nw, "name");
         struct split_plan plan = {0}, *pp = NULL;
         char *paths[4];
         if ((v = opt(words, nw, "total"))) {
@@ -486,17 +485,23 @@ static const char *run(struct harness *h, const char *line)
                 paths[plan.npaths++] = p;
             plan.paths = paths;
         }
-        uint64_t job = 0, it = 0, client = 0;
-        bool endless = opt(words, nw, "ends") == NULL;
-        v = opt(words, nw, "owner");
-        uint64_t owner = v ? strtoull(v, NULL, 10) : 0;
+        struct plan_job_request job = {.dataset_id = words[1],
+                                       .job_name = opt(words, nw, "name"),
+                                       .mode = mode,
+                                       .num_consumers = consumers,
+                                       .deterministic = opt(words, nw, "det") != NULL,
+                                       .endless = opt(words, nw, "ends") == NULL,
+                                       .plan = pp};
+        struct plan_job_result ids = {0};
+        if ((v = opt(words, nw, "owner")))
+            job.owner = strtoull(v, NULL, 10);
         /* resume=B-E,B-E: a restored read whose reader had splits [B, E) whole; fp=bad: its
          * checkpoint was taken under another split plan. */
         uint64_t bounds[16];
-        struct st_resume resume = {.bounds = bounds}, *rp = NULL;
+        struct st_resume resume = {.bounds = bounds};
         char resumebuf[256];
         if ((v = opt(words, nw, "resume"))) {
-            rp = &resume;
+            job.resume = &resume;
             snprintf(resumebuf, sizeof resumebuf, "%s", v);
             char *s3 = NULL;
             for (char *r = strtok_r(resumebuf, ",", &s3); r && resume.nbounds < 16;
@@ -508,80 +513,73 @@ static const char *run(struct harness *h, const char *line)
             }
             resume.plan_fingerprint = opt(words, nw, "fpbad") ? 1 : split_plan_fingerprint(pp);
         }
-        v = opt(words, nw, "xtc");
-        uint64_t xtc = v ? strtoull(v, NULL, 10) : 0;
-        enum sluice_target_workers target = SLUICE_TARGET_WORKERS_ANY;
+        if ((v = opt(words, nw, "xtc")))
+            job.xtc_bytes = strtoull(v, NULL, 10);
         if ((v = opt(words, nw, "target")))
-            target = strcmp(v, "local") == 0  ? SLUICE_TARGET_WORKERS_LOCAL
-                     : strcmp(v, "auto") == 0 ? SLUICE_TARGET_WORKERS_AUTO
-                                              : (enum sluice_target_workers)atoi(v);
-        const char *host = opt(words, nw, "host");
-        rc = plan_get_or_create_job_local(&h->s, words[1], name ? name : "", mode, consumers,
-                                          opt(words, nw, "det") != NULL, xtc, target,
-                                          host ? host : "", endless, owner, pp, rp, &job, &it,
-                                          &client, &h->ups, err, sizeof err);
-        snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64, job,
-                 it, client);
+            job.target = strcmp(v, "local") == 0  ? SLUICE_TARGET_WORKERS_LOCAL
+                         : strcmp(v, "auto") == 0 ? SLUICE_TARGET_WORKERS_AUTO
+                                                  : (enum sluice_target_workers)atoi(v);
+        job.host = opt(words, nw, "host");
+        rc = plan_get_or_create_job(&h->s, &job, &ids, &h->ups, err, sizeof err);
+        snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64,
+                 ids.job_id, ids.iteration_id, ids.client_id);
     } else if (strcmp(cmd, "hb") == 0) {
         uint64_t wid = 0;
-        const char *addr = strcmp(words[1], "''") == 0 ? "" : words[1];
-        uint64_t inc = strtoull(words[2], NULL, 10);
-        bool drain = opt(words, nw, "drain") != NULL;
-        const char *host = opt(words, nw, "host");
-        if (host) {
+        uint8_t key[ST_KEY_LEN];
+        struct plan_heartbeat_request hb = {
+            .address = strcmp(words[1], "''") == 0 ? "" : words[1],
+            .incarnation = strtoull(words[2], NULL, 10),
+            .may_replace = true,
+            .host = opt(words, nw, "host"),
+            .finished = fin,
+            .nfinished = nfin,
+            .draining = opt(words, nw, "drain") != NULL,
+        };
+        if (hb.host) {
             /* host=H: a worker on host H, registering with the secret 's' * 16. */
-            uint8_t key[ST_KEY_LEN];
             memset(key, 's', sizeof key);
-            rc = plan_worker_heartbeat_host(&h->s, addr, inc, key, sizeof key, true, host, fin,
-                                            nfin, drain, &wid, &h->ups, err, sizeof err);
+            hb.key = key;
+            hb.key_len = sizeof key;
         } else if ((v = opt(words, nw, "key"))) {
             /* key=K: the worker's secret is the letter K 16 times; key= sends none; key=KKK
              * (more than one letter) sends those bytes only. stays: the holder of the address
              * is still heartbeating (may_replace false). */
-            uint8_t key[ST_KEY_LEN];
             size_t len = strlen(v) == 1 ? ST_KEY_LEN : strlen(v);
             assert_true(len <= ST_KEY_LEN);
             for (size_t k = 0; k < len; k++)
                 key[k] = (uint8_t)(strlen(v) == 1 ? v[0] : v[k]);
-            rc = plan_worker_heartbeat_keyed(&h->s, addr, inc, key, len,
-                                             opt(words, nw, "stays") == NULL, fin, nfin, drain,
-                                             &wid, &h->ups, err, sizeof err);
+            hb.key = key;
+            hb.key_len = len;
+            hb.may_replace = opt(words, nw, "stays") == NULL;
         } else {
-            rc = plan_worker_heartbeat(&h->s, addr, inc, fin, nfin, drain, &wid, &h->ups, err,
-                                       sizeof err);
+            hb.unkeyed = true;
         }
+        rc = plan_worker_heartbeat(&h->s, &hb, &wid, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "worker=%" PRIu64, wid);
     } else if (strcmp(cmd, "rm") == 0) {
         rc = plan_remove_worker(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "splits") == 0) {
-        bool end = false;
-        uint64_t *seqs = NULL;
-        size_t nseqs = 0;
-        v = opt(words, nw, "req");
-        uint64_t req = v ? strtoull(v, NULL, 10) : 0;
         uint64_t ret[64];
-        const char *rv = opt(words, nw, "ret");
-        size_t nret = rv ? parse_list(rv, ret, 64) : 0;
-        const char *below = opt(words, nw, "below");
-        if (below)
-            rc = plan_get_splits_bounded(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin, ret,
-                                         nret, (uint32_t)atoi(words[2]), strtoull(below, NULL, 10),
-                                         &h->ups, &seqs, &nseqs, &end, err, sizeof err);
-        else if (rv)
-            rc = plan_get_splits_returning(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin, ret,
-                                           nret, (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs,
-                                           &end, err, sizeof err);
-        else
-            rc = plan_get_splits_numbered(&h->s, strtoull(words[1], NULL, 10), req, fin, nfin,
-                                          (uint32_t)atoi(words[2]), &h->ups, &seqs, &nseqs, &end,
-                                          err, sizeof err);
-        int n = snprintf(outs, sizeof outs, "end=%d", end);
-        for (size_t i = 0; i < nseqs && n < 200; i++)
+        struct plan_splits_request sr = {.task_id = strtoull(words[1], NULL, 10),
+                                         .finished = fin,
+                                         .nfinished = nfin,
+                                         .returned = ret,
+                                         .max = (uint32_t)atoi(words[2])};
+        if ((v = opt(words, nw, "req")))
+            sr.request_seq = strtoull(v, NULL, 10);
+        if ((v = opt(words, nw, "ret")))
+            sr.nreturned = parse_list(v, ret, 64);
+        if ((v = opt(words, nw, "below")))
+            sr.lease_below = strtoull(v, NULL, 10);
+        struct plan_splits_result lease;
+        rc = plan_get_splits(&h->s, &sr, &lease, &h->ups, err, sizeof err);
+        int n = snprintf(outs, sizeof outs, "end=%d", lease.end);
+        for (size_t i = 0; i < lease.nseqs && n < 200; i++)
             n += snprintf(outs + n, sizeof outs - (size_t)n, "%s%" PRIu64, i ? "," : " seqs=[",
-                          seqs[i]);
-        if (nseqs)
+                          lease.seqs[i]);
+        if (lease.nseqs)
             snprintf(outs + n, sizeof outs - (size_t)n, "]");
-        free(seqs);
+        free(lease.seqs);
     } else if (strcmp(cmd, "chb") == 0) {
         v = opt(words, nw, "round");
         uint64_t round = v ? strtoull(v, NULL, 10) : 0;
@@ -1599,12 +1597,10 @@ static void test_iteration_keys(void **unused)
     struct harness h;
     harness_init(&h);
     run_script(&h, "ds - r4\nhb a:1 1");
-    uint64_t job = 0, it = 0, client = 0;
+    struct plan_job_request job = {.dataset_id = "1"};
+    struct plan_job_result ids;
     char err[256];
-    assert_int_equal(plan_get_or_create_job(&h.s, "1", "", SLUICE_PARALLEL_EPOCHS, 0, false, 0,
-                                            NULL, NULL, &job, &it, &client, &h.ups, err,
-                                            sizeof err),
-                     0);
+    assert_int_equal(plan_get_or_create_job(&h.s, &job, &ids, &h.ups, err, sizeof err), 0);
     size_t created = 0;
     for (size_t i = 0; i < h.ups.n; i++) {
         if (h.ups.v[i].type != ST_ITERATION_CREATED)
@@ -1617,7 +1613,7 @@ static void test_iteration_keys(void **unused)
     }
     assert_int_equal(created, 1);
     commit(&h);
-    const struct st_iteration *row = state_iteration(&h.s, it);
+    const struct st_iteration *row = state_iteration(&h.s, ids.iteration_id);
     assert_non_null(row);
     assert_true(row->key.set);
     assert_memory_equal(row->key.b, "iteration secret", ST_KEY_LEN);
@@ -1930,14 +1926,18 @@ static void test_lost_replies(void **unused)
             continue;
         if (!t->pending)
             t->number++;
-        uint64_t *seqs = NULL;
-        size_t nseqs = 0;
-        bool end = false;
+        struct plan_splits_request sr = {.task_id = t->id,
+                                         .request_seq = t->number,
+                                         .finished = t->fin,
+                                         .nfinished = t->nfin,
+                                         .max = 2};
+        struct plan_splits_result lease;
         char err[256];
         size_t before = h.record.n;
-        assert_int_equal(plan_get_splits_numbered(&h.s, t->id, t->number, t->fin, t->nfin, 2,
-                                                  &h.ups, &seqs, &nseqs, &end, err, sizeof err),
-                         0);
+        assert_int_equal(plan_get_splits(&h.s, &sr, &lease, &h.ups, err, sizeof err), 0);
+        uint64_t *seqs = lease.seqs;
+        size_t nseqs = lease.nseqs;
+        bool end = lease.end;
         repeats += t->pending && nseqs > 0;
         commit(&h);
         /* A repeat plans nothing new: the lease it answers with was journaled before. */
@@ -2928,13 +2928,16 @@ static void test_returning_onto_a_full_list(void **unused)
         for (size_t i = 0; i < pending; i++)
             assert_non_null(st_update_list_push(&h.ups, ST_CLIENT_RELEASED));
         const uint64_t fin[] = {0, 1}, ret[] = {1, 2};
-        uint64_t *seqs = NULL;
-        size_t nseqs = 0;
-        bool end = true;
+        struct plan_splits_request sr = {.task_id = 1,
+                                         .request_seq = 2,
+                                         .finished = fin,
+                                         .nfinished = 2,
+                                         .returned = ret,
+                                         .nreturned = 2,
+                                         .max = 4};
+        struct plan_splits_result lease = {.end = true};
         char err[256];
-        assert_int_equal(plan_get_splits_returning(&h.s, 1, 2, fin, 2, ret, 2, 4, &h.ups, &seqs,
-                                                   &nseqs, &end, err, sizeof err),
-                         0);
+        assert_int_equal(plan_get_splits(&h.s, &sr, &lease, &h.ups, err, sizeof err), 0);
         assert_int_equal(h.ups.n, pending + 2);
         struct buf b = {0};
         format_update(&b, &h.ups.v[pending]);
@@ -2942,9 +2945,9 @@ static void test_returning_onto_a_full_list(void **unused)
         if (strcmp(b.s, "splits_finished ref=1 ref2=1 seqs=[0,1]\n"
                         "splits_returned ref=1 ref2=1 seqs=[2]\n") != 0)
             fail_msg("with %zu updates pending:\n%s", pending, b.s);
-        assert_false(end); /* it still holds 3 */
-        assert_int_equal(nseqs, 0);
-        free(seqs);
+        assert_false(lease.end); /* it still holds 3 */
+        assert_int_equal(lease.nseqs, 0);
+        free(lease.seqs);
         harness_release(&h);
     }
 }
