@@ -1,6 +1,7 @@
 /* RPC handlers for jobs and iterations: GetOrCreateJob, with its split plan built on the thread
  * pool for a new distributed_epoch iteration. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "common/cap.h"
@@ -21,7 +22,7 @@ struct job_ctx {
     char host[ST_HOST_MAX]; /* the reader's host id; "" unknown */
     uint64_t repetition;    /* a repeating reader's next pass (plan_job_repetition); 0: none */
     uint64_t *resume_bounds;
-    struct st_resume resume_view;
+    struct plan_resume resume_view;
     struct plan_job_result ids; /* once planned */
 
     /* Building the split plan on the thread pool. */

@@ -1,5 +1,6 @@
 /* RPC handlers for workers: WorkerHeartbeat and GetSplits. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "common/cap.h"
@@ -201,7 +202,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     const Sluice__WorkerHeartbeatRequest *req = env->worker_heartbeat;
     char err[ERRLEN];
     uint64_t *finished = NULL;
-    struct st_task_failure *failed = NULL;
+    struct plan_task_failure *failed = NULL;
     size_t nfinished = 0, nfailed = 0;
     int rc;
     if (name_check("worker address", req->address, NAME_ADDR_MAX, err, sizeof err) < 0) {
@@ -232,7 +233,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         if (tp->finished)
             finished[nfinished++] = tp->task_id;
         if (tp->failed)
-            failed[nfailed++] = (struct st_task_failure){tp->task_id, tp->error};
+            failed[nfailed++] = (struct plan_task_failure){tp->task_id, tp->error};
         if (tp->settled) {
             if (!dispatcher_soft_find(&d->settled_since, tp->task_id, NULL))
                 dispatcher_soft_set(&d->settled_since, tp->task_id, now);

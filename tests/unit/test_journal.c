@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
 #include "dispatcher/update_codec.h"
+#include "dispatcher/plan.h"
 #include "dispatcher/state.h"
 #include "journal.pb-c.h"
 #include "journal/journal.h"

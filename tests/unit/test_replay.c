@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "dispatcher/update_codec.h"
+#include "dispatcher/plan.h"
 #include "dispatcher/state.h"
 
 #include <inttypes.h>
@@ -217,11 +218,11 @@ static void random_request(struct run *r, uint64_t *x)
         }
         /* Now and then the worker reports a task failed, as the handler plans it. */
         if (rc == 0 && w && w->incarnation == inc && pick(x, 12) == 0) {
-            struct st_task_failure f[2];
+            struct plan_task_failure f[2];
             size_t nf = 0;
             for (size_t i = 0; i < s->ntasks && nf < 2; i++) {
                 if (s->tasks[i].worker_id == w->id && pick(x, 2) == 0)
-                    f[nf++] = (struct st_task_failure){s->tasks[i].id, "map(f): failed \x01"};
+                    f[nf++] = (struct plan_task_failure){s->tasks[i].id, "map(f): failed \x01"};
             }
             rc = plan_tasks_failed(s, w->id, f, nf, &r->ups, err, sizeof err);
         }

@@ -14,6 +14,7 @@
 #include "common/sha256.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/server.h"
+#include "dispatcher/plan.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
 
@@ -498,7 +499,7 @@ static const char *run(struct harness *h, const char *line)
         /* resume=B-E,B-E: a restored read whose reader had splits [B, E) whole; fp=bad: its
          * checkpoint was taken under another split plan. */
         uint64_t bounds[16];
-        struct st_resume resume = {.bounds = bounds};
+        struct plan_resume resume = {.bounds = bounds};
         char resumebuf[256];
         if ((v = opt(words, nw, "resume"))) {
             job.resume = &resume;
@@ -600,9 +601,9 @@ static const char *run(struct harness *h, const char *line)
                 if (*p == '_')
                     *p = ' ';
         }
-        struct st_task_failure f[16];
+        struct plan_task_failure f[16];
         for (size_t i = 0; i < n; i++)
-            f[i] = (struct st_task_failure){ids[i], msg};
+            f[i] = (struct plan_task_failure){ids[i], msg};
         rc = plan_tasks_failed(&h->s, strtoull(words[1], NULL, 10), f, n, &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "limits") == 0) {
         if ((v = opt(words, nw, "datasets")))
