@@ -229,18 +229,25 @@ int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id, const
     return 0;
 }
 
+/* Appends SPLITS_RETURNED of every split leased to task t, if any. */
+int plan_push_leases_back(const struct st_task *t, struct st_update_list *out)
+{
+    if (t->leased.n == 0)
+        return 0;
+    struct st_update *u = plan_push(out, ST_SPLITS_RETURNED, 0);
+    if (!u)
+        return SLUICE_ERR_NOMEM;
+    u->ref = t->iteration_id;
+    u->ref2 = t->id;
+    return state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0 ? SLUICE_ERR_NOMEM : 0;
+}
+
 /* Appends the removal of task t: its leased splits back to the pool, the task removed. */
 int plan_push_task_removal(const struct st_task *t, struct st_update_list *out)
 {
     struct st_update *u;
-    if (t->leased.n > 0) {
-        if (!(u = plan_push(out, ST_SPLITS_RETURNED, 0)))
-            return SLUICE_ERR_NOMEM;
-        u->ref = t->iteration_id;
-        u->ref2 = t->id;
-        if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
-            return SLUICE_ERR_NOMEM;
-    }
+    if (plan_push_leases_back(t, out) < 0)
+        return SLUICE_ERR_NOMEM;
     if (!(u = plan_push(out, ST_TASK_REMOVED, t->id)))
         return SLUICE_ERR_NOMEM;
     u->ref = t->iteration_id;

@@ -43,6 +43,11 @@ int plan_round_schedules(const struct state *s, struct st_update_list *out, size
 int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id, const char *local_host,
                              uint64_t *next_task, struct st_update_list *out);
 
+/* Appends SPLITS_RETURNED moving every split leased to task t back to its iteration's pool;
+ * nothing when it holds none. Returns 0 or SLUICE_ERR_NOMEM, after which the caller truncates
+ * the list (an update may have been appended). */
+int plan_push_leases_back(const struct st_task *t, struct st_update_list *out);
+
 /* Appends the removal of task t: its leased splits back to the pool, the task removed. Returns 0
  * or SLUICE_ERR_NOMEM. */
 int plan_push_task_removal(const struct st_task *t, struct st_update_list *out);

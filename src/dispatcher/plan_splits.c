@@ -263,15 +263,8 @@ int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_u
     const struct st_task *t = state_task(s, task_id);
     if (!t)
         return err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found", task_id);
-    if (t->leased.n == 0)
-        return 0;
     size_t start = out->n;
-    struct st_update *u = plan_push(out, ST_SPLITS_RETURNED, 0);
-    if (!u)
-        return NOMEM_MSG(err, errlen);
-    u->ref = t->iteration_id;
-    u->ref2 = t->id;
-    if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0) {
+    if (plan_push_leases_back(t, out) < 0) {
         state_list_truncate(out, start);
         return NOMEM_MSG(err, errlen);
     }

@@ -169,15 +169,7 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
             if (!t || t->worker_id != wid || t->finished ||
                 plan_pending(out, start, ST_TASK_FINISHED, t->id))
                 continue;
-            if (t->leased.n > 0) {
-                if (!(u = plan_push(out, ST_SPLITS_RETURNED, 0)))
-                    goto nomem;
-                u->ref = t->iteration_id;
-                u->ref2 = t->id;
-                if (state_seq_assign(&u->seqs, t->leased.v, t->leased.n) < 0)
-                    goto nomem;
-            }
-            if (!plan_push(out, ST_TASK_FINISHED, t->id))
+            if (plan_push_leases_back(t, out) < 0 || !plan_push(out, ST_TASK_FINISHED, t->id))
                 goto nomem;
         }
     }
