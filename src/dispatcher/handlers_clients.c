@@ -1,5 +1,6 @@
 /* RPC handlers for clients: ClientHeartbeat and ReleaseClient. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "common/cap.h"

@@ -1,5 +1,6 @@
 /* RPC handlers for datasets: RegisterDataset and GetDataset. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "pipeline/roots.h"

@@ -1,6 +1,7 @@
 /* RPC handlers for jobs and iterations: GetOrCreateJob, with its split plan built on the thread
  * pool for a new distributed_epoch iteration. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "common/cap.h"
@@ -12,22 +13,17 @@ _Static_assert(ST_KEY_LEN == CAP_KEY_LEN, "an iteration's secret is a capability
 
 struct job_ctx {
     struct req r;
+    /* What is planned: its strings point into the arrays below, its resume (when the read is
+     * restored from a checkpoint) to resume_view, which points into resume_bounds; its split
+     * plan is set when planning. */
+    struct plan_job_request job;
     char dataset_id[ST_ID_MAX];
     char job_name[ST_ID_MAX];
-    enum sluice_mode mode;
-    uint32_t num_consumers;
-    bool deterministic;
-    uint64_t xtc_bytes;  /* the job's cross-trainer cache bound; 0: none */
-    uint64_t repetition; /* a repeating reader's next pass (plan_job_repetition); 0: none */
-    enum sluice_target_workers target;
     char host[ST_HOST_MAX]; /* the reader's host id; "" unknown */
-    bool endless;           /* the dataset's pipeline never ends (pipe_spec_endless) */
-    uint64_t job_id, iteration_id, client_id;
-    uint64_t owner; /* the asking sluice_client's incarnation (its Hello) */
-    /* A read restored from a checkpoint: resume_view points into resume_bounds. */
-    bool resume;
+    uint64_t repetition;    /* a repeating reader's next pass (plan_job_repetition); 0: none */
     uint64_t *resume_bounds;
-    struct st_resume resume_view;
+    struct plan_resume resume_view;
+    struct plan_job_result ids; /* once planned */
 
     /* Building the split plan on the thread pool. */
     uv_work_t work;
@@ -55,16 +51,16 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
     if (status < 0) {
         dispatcher_refuse_commit(&c->r, status);
     } else {
-        dispatcher_soft_set(&d->client_seen, c->client_id, uv_now(d->loop));
+        dispatcher_soft_set(&d->client_seen, c->ids.client_id, uv_now(d->loop));
         Sluice__GetOrCreateJobReply body = SLUICE__GET_OR_CREATE_JOB_REPLY__INIT;
-        body.job_id = c->job_id;
-        body.iteration_id = c->iteration_id;
-        body.client_id = c->client_id;
+        body.job_id = c->ids.job_id;
+        body.iteration_id = c->ids.iteration_id;
+        body.client_id = c->ids.client_id;
         body.heartbeat_ms = d->client_hb_ms;
         uint8_t key[CAP_KEY_LEN];
-        const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+        const struct st_iteration *it = state_iteration(&d->st, c->ids.iteration_id);
         if (it && it->key.set) {
-            cap_client_key(it->key.b, c->client_id, key);
+            cap_client_key(it->key.b, c->ids.client_id, key);
             body.client_key.data = key;
             body.client_key.len = sizeof key;
         }
@@ -126,12 +122,10 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
         dispatcher_commit(d, &d->ups, repetition_collected, NULL);
     }
     size_t from = d->ups.n;
-    if (rc == 0)
-        rc = plan_get_or_create_job_local(
-            &d->st, c->dataset_id, c->job_name, c->mode, c->num_consumers, c->deterministic,
-            c->xtc_bytes, c->target, c->host, c->endless, c->owner, have_plan ? &c->plan : NULL,
-            c->resume ? &c->resume_view : NULL, &c->job_id, &c->iteration_id, &c->client_id,
-            &d->ups, err, sizeof err);
+    if (rc == 0) {
+        c->job.plan = have_plan ? &c->plan : NULL;
+        rc = plan_get_or_create_job(&d->st, &c->job, &c->ids, &d->ups, err, sizeof err);
+    }
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     if (rc == 0)
         rc = dispatcher_draw_iteration_keys(d, from, err, sizeof err);
@@ -308,21 +302,26 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
         snprintf(msg, sizeof msg, "out of memory");
         goto refused;
     }
-    c->endless = endless;
     memcpy(c->dataset_id, req->dataset_id, strlen(req->dataset_id) + 1);
     memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
-    c->mode = mode;
-    c->num_consumers = req->num_consumers;
-    c->deterministic = req->deterministic;
-    c->repetition = req->repetition;
-    c->target = (enum sluice_target_workers)req->target_workers;
     memcpy(c->host, req->host_id, strlen(req->host_id) + 1);
+    c->repetition = req->repetition;
+    c->job = (struct plan_job_request){
+        .dataset_id = c->dataset_id,
+        .job_name = c->job_name,
+        .mode = mode,
+        .num_consumers = req->num_consumers,
+        .deterministic = req->deterministic,
+        .target = (enum sluice_target_workers)req->target_workers,
+        .host = c->host,
+        .endless = endless,
+        .owner = rpc_conn_peer_incarnation(conn),
+    };
     if (req->cross_trainer_cache)
-        c->xtc_bytes = req->cross_trainer_cache_bytes ? req->cross_trainer_cache_bytes
-                                                      : SLUICE_CROSS_TRAINER_CACHE_BYTES;
-    c->owner = rpc_conn_peer_incarnation(conn);
+        c->job.xtc_bytes = req->cross_trainer_cache_bytes ? req->cross_trainer_cache_bytes
+                                                          : SLUICE_CROSS_TRAINER_CACHE_BYTES;
     if (req->resume) {
-        c->resume = true;
+        c->job.resume = &c->resume_view;
         c->resume_view.plan_fingerprint = req->resume_plan;
         c->resume_view.nbounds = req->n_resume_done;
         if (req->n_resume_done) {

@@ -22,6 +22,7 @@
  * interrupted is lost. Disk work never runs on the loop; at most one piece of work per save runs
  * at a time (d->save_works). */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "common/cap.h"

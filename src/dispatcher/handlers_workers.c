@@ -1,5 +1,6 @@
 /* RPC handlers for workers: WorkerHeartbeat and GetSplits. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 #include "common/cap.h"
@@ -201,7 +202,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     const Sluice__WorkerHeartbeatRequest *req = env->worker_heartbeat;
     char err[ERRLEN];
     uint64_t *finished = NULL;
-    struct st_task_failure *failed = NULL;
+    struct plan_task_failure *failed = NULL;
     size_t nfinished = 0, nfailed = 0;
     int rc;
     if (name_check("worker address", req->address, NAME_ADDR_MAX, err, sizeof err) < 0) {
@@ -232,7 +233,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         if (tp->finished)
             finished[nfinished++] = tp->task_id;
         if (tp->failed)
-            failed[nfailed++] = (struct st_task_failure){tp->task_id, tp->error};
+            failed[nfailed++] = (struct plan_task_failure){tp->task_id, tp->error};
         if (tp->settled) {
             if (!dispatcher_soft_find(&d->settled_since, tp->task_id, NULL))
                 dispatcher_soft_set(&d->settled_since, tp->task_id, now);
@@ -268,10 +269,18 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
         return;
     }
-    rc = plan_worker_heartbeat_host(
-        &d->st, req->address, rpc_conn_peer_incarnation(conn), req->worker_key.data,
-        req->worker_key.len, worker_replaceable(d, req->address), req->host_id, finished, nfinished,
-        req->draining, &c->worker_id, &d->ups, err, sizeof err);
+    struct plan_heartbeat_request hb = {
+        .address = req->address,
+        .incarnation = rpc_conn_peer_incarnation(conn),
+        .key = req->worker_key.data,
+        .key_len = req->worker_key.len,
+        .may_replace = worker_replaceable(d, req->address),
+        .host = req->host_id,
+        .finished = finished,
+        .nfinished = nfinished,
+        .draining = req->draining,
+    };
+    rc = plan_worker_heartbeat(&d->st, &hb, &c->worker_id, &d->ups, err, sizeof err);
     if (rc == SLUICE_ERR_DENIED)
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused a heartbeat: %s", err);
@@ -306,9 +315,7 @@ refused:
 struct splits_ctx {
     struct req r;
     uint64_t iteration_id;
-    bool end;
-    uint64_t *seqs;
-    size_t nseqs;
+    struct plan_splits_result lease;
 };
 
 static void get_splits_done(struct dispatcher *d, int status, void *ctx)
@@ -320,9 +327,9 @@ static void get_splits_done(struct dispatcher *d, int status, void *ctx)
         const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
         Sluice__SplitPlan plan = SLUICE__SPLIT_PLAN__INIT;
         Sluice__GetSplitsReply body = SLUICE__GET_SPLITS_REPLY__INIT;
-        body.n_seqs = c->nseqs;
-        body.seqs = c->seqs;
-        body.end_of_splits = c->end;
+        body.n_seqs = c->lease.nseqs;
+        body.seqs = c->lease.seqs;
+        body.end_of_splits = c->lease.end;
         if (it && it->distributed && it->state != ST_ITER_GC) {
             plan.source_len = it->plan.source_len;
             plan.split_size = it->plan.split_size;
@@ -338,7 +345,7 @@ static void get_splits_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_send_reply(&c->r, &env);
     }
     dispatcher_req_done(&c->r);
-    free(c->seqs);
+    free(c->lease.seqs);
     free(c);
 }
 
@@ -384,10 +391,17 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     bool saving = t && state_save_running(&d->st, t->iteration_id);
     const struct soft *bound =
         t ? dispatcher_soft_find(&d->lease_below, t->iteration_id, NULL) : NULL;
-    rc = plan_get_splits_bounded(&d->st, req->task_id, req->request_seq,
-                                 saving ? req->finished : NULL, saving ? req->n_finished : 0,
-                                 req->returned, req->n_returned, max, bound ? bound->t : UINT64_MAX,
-                                 &d->ups, &c->seqs, &c->nseqs, &c->end, err, sizeof err);
+    struct plan_splits_request sr = {
+        .task_id = req->task_id,
+        .request_seq = req->request_seq,
+        .finished = saving ? req->finished : NULL,
+        .nfinished = saving ? req->n_finished : 0,
+        .returned = req->returned,
+        .nreturned = req->n_returned,
+        .max = max,
+        .lease_below = bound ? bound->t : 0,
+    };
+    rc = plan_get_splits(&d->st, &sr, &c->lease, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);
         free(c);
@@ -396,12 +410,12 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     if (req->request_seq != 0 && req->request_seq == t->last_request && !t->finished)
         log_info("task %" PRIu64 ": request %" PRIu64 " repeated: its lease answers it again (%zu "
                  "splits still held)",
-                 req->task_id, req->request_seq, c->nseqs);
+                 req->task_id, req->request_seq, c->lease.nseqs);
     c->iteration_id = t->iteration_id;
     if (req->n_returned > 0)
         log_info("task %" PRIu64 " handed back %zu unstarted splits", req->task_id,
                  req->n_returned);
-    if (c->nseqs > 0)
+    if (c->lease.nseqs > 0)
         dispatcher_soft_set(&d->leased_at, req->task_id, uv_now(d->loop));
     dispatcher_req_init(&c->r, d, conn, env->id);
     dispatcher_commit(d, &d->ups, get_splits_done, c);

@@ -2,7 +2,7 @@
  * live in handlers_*.c by family and the timer in tick.c; server_internal.h is what they share.
  *
  * Happy path: a request arrives on the loop thread; its handler checks what needs no state
- * (lengths, enums, the --worker-addresses list), plans against the state (state.h: pure, appends
+ * (lengths, enums, the --worker-addresses list), plans against the state (plan.h: pure, appends
  * updates to d->ups or refuses with a message), hands the updates to commit(), and replies from
  * the commit's callback while holding a reference on the connection. GetOrCreateJob for a new
  * distributed_epoch iteration first builds the split plan on the thread pool (file globs read

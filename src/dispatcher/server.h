@@ -3,7 +3,7 @@
  * and the timer that evicts silent workers, releases silent clients and garbage-collects idle
  * iterations.
  *
- * Every request goes validate -> plan (state.h, pure) -> commit -> reply, and the reply leaves
+ * Every request goes validate -> plan (plan.h, pure) -> commit -> reply, and the reply leaves
  * only from the commit's callback, so once commits are journaled no answer can get ahead of
  * its record (docs/design.md §1).
  *

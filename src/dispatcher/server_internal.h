@@ -83,7 +83,7 @@ struct dispatcher {
      * produced was fetched) while it still holds leases, and when it was last leased splits. */
     struct soft_table settled_since, leased_at;
     /* Deterministic iterations: the lease bound their reader last reported (its t holds the
-     * seq, not a time); see plan_get_splits_bounded. */
+     * seq, not a time); see plan_get_splits. */
     struct soft_table lease_below;
     /* Workers whose heartbeat reply changed by an update not yet durable, with the journal
      * sequence number of the last such update in t (st_update_worker); entries found durable are

@@ -1,5 +1,5 @@
-/* The dispatcher's state machine: tables, lookups and state_apply(); the planning functions
- * are in plan.c and state_digest() in digest.c.
+/* The dispatcher's state machine: its tables and state_apply(). The names, lookups and queries
+ * are in state_query.c, state_digest() in digest.c, the planners in plan.c and plan_*.c.
  *
  * state_apply() checks an update completely against the state, and reserves every allocation it
  * needs, before it changes anything, so a refused update (or a failed allocation) leaves the
@@ -18,78 +18,6 @@ _Static_assert(offsetof(struct st_task, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_worker, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_client, id) == 0, "row id first");
 _Static_assert(offsetof(struct st_save, id) == 0, "row id first");
-
-/* ---- names ----------------------------------------------------------------------------------- */
-
-const char *st_iteration_state_name(enum st_iteration_state state)
-{
-    switch (state) {
-    case ST_ITER_ACTIVE:
-        return "active";
-    case ST_ITER_FINISHED:
-        return "finished";
-    case ST_ITER_GC:
-        return "garbage_collected";
-    }
-    return "unknown";
-}
-
-const char *st_save_state_name(enum st_save_state state)
-{
-    switch (state) {
-    case ST_SV_RUNNING:
-        return "running";
-    case ST_SV_FINISHED:
-        return "finished";
-    case ST_SV_FAILED:
-        return "failed";
-    }
-    return "unknown";
-}
-
-static const char *const update_names[] = {
-    [ST_DATASET_REGISTERED] = "dataset_registered",
-    [ST_JOB_CREATED] = "job_created",
-    [ST_ITERATION_CREATED] = "iteration_created",
-    [ST_TASK_CREATED] = "task_created",
-    [ST_TASK_FINISHED] = "task_finished",
-    [ST_TASK_REMOVED] = "task_removed",
-    [ST_WORKER_REGISTERED] = "worker_registered",
-    [ST_WORKER_REMOVED] = "worker_removed",
-    [ST_CLIENT_ACQUIRED] = "client_acquired",
-    [ST_CLIENT_RELEASED] = "client_released",
-    [ST_SPLITS_LEASED] = "splits_leased",
-    [ST_SPLITS_FINISHED] = "splits_finished",
-    [ST_SPLITS_RETURNED] = "splits_returned",
-    [ST_ITERATION_FINISHED] = "iteration_finished",
-    [ST_ITERATION_GC] = "iteration_gc",
-    [ST_WORKER_DRAINING] = "worker_draining",
-    [ST_ROUNDS_SCHEDULED] = "rounds_scheduled",
-    [ST_ROUNDS_GRANTED] = "rounds_granted",
-    [ST_ITERATION_FAILED] = "iteration_failed",
-    [ST_SAVE_STARTED] = "save_started",
-    [ST_SAVE_FINISHED] = "save_finished",
-    [ST_SAVE_FAILED] = "save_failed",
-};
-
-const char *st_update_name(enum st_update_type type)
-{
-    if ((unsigned)type < sizeof update_names / sizeof update_names[0] && update_names[type])
-        return update_names[type];
-    return "unknown";
-}
-
-const char *state_compression_name(int compression)
-{
-    switch (compression) {
-    case 0:
-        return "auto";
-    case 1:
-        return "none";
-    default:
-        return "unknown";
-    }
-}
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -258,7 +186,7 @@ static size_t row_lower(const void *base, size_t n, size_t size, uint64_t id)
     return lo;
 }
 
-static void *row_find(const void *base, size_t n, size_t size, uint64_t id)
+void *state_row_find(const void *base, size_t n, size_t size, uint64_t id)
 {
     size_t i = row_lower(base, n, size, id);
     if (i < n && row_id(base, i, size) == id)
@@ -285,14 +213,27 @@ static void row_erase(void *base, size_t *n, size_t size, void *row)
     (*n)--;
 }
 
-#define FIND(s, table, id) row_find((s)->table, (s)->n##table, sizeof *(s)->table, (id))
-
-static size_t dataset_lower(const struct state *s, const char *id)
+size_t state_dataset_lower(const struct state *s, const char *id)
 {
     size_t lo = 0, hi = s->ndatasets;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (strcmp(s->datasets[mid].id, id) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* The index in s->by_address of the first worker whose address is not below address. */
+size_t state_address_lower(const struct state *s, const char *address)
+{
+    size_t lo = 0, hi = s->nby_address;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct st_worker *w = state_worker(s, s->by_address[mid]);
+        if (strcmp(w->address, address) < 0)
             lo = mid + 1;
         else
             hi = mid;
@@ -357,169 +298,6 @@ void state_release(struct state *s)
     memset(s, 0, sizeof *s);
 }
 
-const struct st_dataset *state_dataset(const struct state *s, const char *id)
-{
-    size_t i = dataset_lower(s, id);
-    if (i < s->ndatasets && strcmp(s->datasets[i].id, id) == 0)
-        return &s->datasets[i];
-    return NULL;
-}
-
-const struct st_job *state_job(const struct state *s, uint64_t id)
-{
-    return FIND(s, jobs, id);
-}
-
-const struct st_job *state_job_by_key(const struct state *s, const char *dataset_id,
-                                      const char *name)
-{
-    if (!name || !*name || !dataset_id)
-        return NULL;
-    for (size_t i = 0; i < s->njobs; i++) {
-        if (strcmp(s->jobs[i].name, name) == 0 && strcmp(s->jobs[i].dataset_id, dataset_id) == 0)
-            return &s->jobs[i];
-    }
-    return NULL;
-}
-
-const struct st_iteration *state_iteration(const struct state *s, uint64_t id)
-{
-    return FIND(s, iterations, id);
-}
-
-const struct st_task *state_task(const struct state *s, uint64_t id)
-{
-    return FIND(s, tasks, id);
-}
-
-const struct st_worker *state_worker(const struct state *s, uint64_t id)
-{
-    return FIND(s, workers, id);
-}
-
-uint64_t st_update_worker(const struct state *s, const struct st_update *u)
-{
-    switch (u->type) {
-    case ST_TASK_CREATED:
-        return u->ref2;
-    case ST_TASK_FINISHED:
-    case ST_TASK_REMOVED: {
-        const struct st_task *t = state_task(s, u->id);
-        return t ? t->worker_id : 0;
-    }
-    case ST_WORKER_REGISTERED:
-    case ST_WORKER_REMOVED:
-    case ST_WORKER_DRAINING:
-        return u->id;
-    default:
-        return 0;
-    }
-}
-
-/* The index in s->by_address of the first worker whose address is not below address. */
-static size_t address_lower(const struct state *s, const char *address)
-{
-    size_t lo = 0, hi = s->nby_address;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const struct st_worker *w = state_worker(s, s->by_address[mid]);
-        if (strcmp(w->address, address) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-const struct st_worker *state_worker_by_address(const struct state *s, const char *address)
-{
-    size_t i = address_lower(s, address);
-    if (i < s->nby_address) {
-        const struct st_worker *w = state_worker(s, s->by_address[i]);
-        if (strcmp(w->address, address) == 0)
-            return w;
-    }
-    return NULL;
-}
-
-const struct st_client *state_client(const struct state *s, uint64_t id)
-{
-    return FIND(s, clients, id);
-}
-
-const struct st_save *state_save(const struct state *s, uint64_t id)
-{
-    return FIND(s, saves, id);
-}
-
-const struct st_save *state_save_by_path(const struct state *s, const char *path)
-{
-    /* The newest: a failed save may have been started again into the same path. */
-    for (size_t i = s->nsaves; i-- > 0;) {
-        if (strcmp(s->saves[i].path, path) == 0)
-            return &s->saves[i];
-    }
-    return NULL;
-}
-
-const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id)
-{
-    size_t lo = 0, hi = s->nsaves;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->saves[mid].iteration_id < iteration_id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (iteration_id == 0 || lo == s->nsaves || s->saves[lo].iteration_id != iteration_id ||
-        s->saves[lo].state != ST_SV_RUNNING)
-        return NULL;
-    return &s->saves[lo];
-}
-
-uint64_t state_save_committed(const struct state *s, const struct st_save *sv)
-{
-    if (sv->state == ST_SV_FINISHED)
-        return sv->chunks;
-    const struct st_iteration *it = state_iteration(s, sv->iteration_id);
-    if (!it || !it->distributed || it->state == ST_ITER_GC)
-        return 0;
-    return it->state == ST_ITER_FINISHED ? it->split_total : it->splits_finished;
-}
-
-bool state_iteration_coordinated(const struct state *s, const struct st_iteration *it)
-{
-    const struct st_job *j = it ? state_job(s, it->job_id) : NULL;
-    return j && j->num_consumers > 0;
-}
-
-long state_round_epoch(const struct st_iteration *it, uint64_t round)
-{
-    /* Few epochs are kept: a scan from the newest is as fast as a search. */
-    for (size_t i = it->nepochs; i-- > 0;) {
-        if (it->epochs[i].start <= round)
-            return (long)i;
-    }
-    return -1;
-}
-
-size_t state_owner_clients(const struct state *s, uint64_t owner)
-{
-    size_t n = 0;
-    for (size_t i = 0; owner != 0 && i < s->nclients; i++)
-        n += s->clients[i].owner == owner;
-    return n;
-}
-
-size_t state_iteration_clients(const struct state *s, uint64_t iteration_id)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < s->nclients; i++)
-        n += s->clients[i].iteration_id == iteration_id;
-    return n;
-}
-
 static bool worker_has_tasks(const struct state *s, uint64_t worker_id)
 {
     size_t n;
@@ -541,7 +319,7 @@ static int apply_dataset(struct state *s, const struct st_update *u)
         if (strcmp(expect, u->name) != 0)
             return CORRUPT;
     }
-    size_t i = dataset_lower(s, u->name);
+    size_t i = state_dataset_lower(s, u->name);
     if (i < s->ndatasets && strcmp(s->datasets[i].id, u->name) == 0)
         return CORRUPT;
     uint8_t *def = malloc(u->def_len ? u->def_len : 1);
@@ -582,7 +360,7 @@ static int apply_job_created(struct state *s, const struct st_update *u)
      * key never is. */
     struct st_job *old =
         u->name[0] ? (struct st_job *)state_job_by_key(s, u->name2, u->name) : NULL;
-    struct st_iteration *old_it = old ? FIND(s, iterations, old->iteration_id) : NULL;
+    struct st_iteration *old_it = old ? STATE_FIND(s, iterations, old->iteration_id) : NULL;
     if (old && (!old_it || old_it->state != ST_ITER_GC))
         return CORRUPT;
     if (grow((void **)&s->jobs, &s->cap_jobs, s->njobs + 1, sizeof *s->jobs))
@@ -608,12 +386,12 @@ static int apply_job_created(struct state *s, const struct st_update *u)
 
 static int apply_iteration_created(struct state *s, const struct st_update *u)
 {
-    struct st_job *j = FIND(s, jobs, u->ref);
+    struct st_job *j = STATE_FIND(s, jobs, u->ref);
     if (u->id == 0 || state_iteration(s, u->id) || !j)
         return CORRUPT;
     struct st_iteration *old = NULL;
     if (j->iteration_id != 0) {
-        old = FIND(s, iterations, j->iteration_id);
+        old = STATE_FIND(s, iterations, j->iteration_id);
         if (!old || old->state != ST_ITER_GC)
             return CORRUPT;
     }
@@ -642,7 +420,7 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     /* A job keeps one iteration row: the collected one it replaces goes now. Growing the table
      * may have moved it. */
     if (old) {
-        old = FIND(s, iterations, j->iteration_id);
+        old = STATE_FIND(s, iterations, j->iteration_id);
         iteration_release(old);
         row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old);
     }
@@ -665,24 +443,8 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     return 0;
 }
 
-bool st_key_matches(const struct st_key *key, const uint8_t *p, size_t len)
-{
-    if (!key->set || len != ST_KEY_LEN || !p)
-        return false;
-    /* Constant time: every byte is compared whatever the first difference. */
-    volatile uint8_t diff = 0;
-    for (size_t i = 0; i < ST_KEY_LEN; i++)
-        diff |= (uint8_t)(key->b[i] ^ p[i]);
-    return diff == 0;
-}
-
-bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t key_len)
-{
-    return !w->key.set || st_key_matches(&w->key, key, key_len);
-}
-
 /* The position of (key, task_id) in the index v[0, n), or where it would go. */
-static size_t ref_lower(const struct st_task_ref *v, size_t n, uint64_t key, uint64_t task_id)
+size_t state_ref_lower(const struct st_task_ref *v, size_t n, uint64_t key, uint64_t task_id)
 {
     size_t lo = 0, hi = n;
     while (lo < hi) {
@@ -696,20 +458,10 @@ static size_t ref_lower(const struct st_task_ref *v, size_t n, uint64_t key, uin
     return lo;
 }
 
-/* The entries of key in v[0, n). */
-static const struct st_task_ref *ref_range(const struct st_task_ref *v, size_t n, uint64_t key,
-                                           size_t *count)
-{
-    size_t from = ref_lower(v, n, key, 0);
-    size_t to = key == UINT64_MAX ? n : ref_lower(v, n, key + 1, 0);
-    *count = to - from;
-    return v + from;
-}
-
 /* Inserts (key, task_id) into an index with room for one more. */
 static void ref_insert(struct st_task_ref *v, size_t *n, uint64_t key, uint64_t task_id)
 {
-    size_t at = ref_lower(v, *n, key, task_id);
+    size_t at = state_ref_lower(v, *n, key, task_id);
     memmove(&v[at + 1], &v[at], (*n - at) * sizeof *v);
     v[at] = (struct st_task_ref){key, task_id};
     (*n)++;
@@ -717,22 +469,11 @@ static void ref_insert(struct st_task_ref *v, size_t *n, uint64_t key, uint64_t 
 
 static void ref_erase(struct st_task_ref *v, size_t *n, uint64_t key, uint64_t task_id)
 {
-    size_t at = ref_lower(v, *n, key, task_id);
+    size_t at = state_ref_lower(v, *n, key, task_id);
     if (at < *n && v[at].key == key && v[at].task_id == task_id) {
         memmove(&v[at], &v[at + 1], (*n - at - 1) * sizeof *v);
         (*n)--;
     }
-}
-
-const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t worker_id, size_t *n)
-{
-    return ref_range(s->by_worker, s->nby_worker, worker_id, n);
-}
-
-const struct st_task_ref *state_iteration_tasks(const struct state *s, uint64_t iteration_id,
-                                                size_t *n)
-{
-    return ref_range(s->by_iteration, s->nby_iteration, iteration_id, n);
 }
 
 static int cmp_task_ref(const void *a, const void *b)
@@ -817,7 +558,7 @@ int state_reindex(struct state *s)
     }
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
-        struct st_iteration *it = FIND(s, iterations, t->iteration_id);
+        struct st_iteration *it = STATE_FIND(s, iterations, t->iteration_id);
         if (it)
             it->tasks_sum += state_task_mix(t->id, t->worker_id);
         for (size_t k = 0; it && k < t->leased.n; k++) {
@@ -858,14 +599,14 @@ static int apply_task_created(struct state *s, const struct st_update *u)
     ref_insert(s->by_worker, &s->nby_worker, u->ref2, u->id);
     ref_insert(s->by_iteration, &s->nby_iteration, u->ref, u->id);
     s->next_task_id = max_u64(s->next_task_id, u->id + 1);
-    struct st_iteration *it_w = FIND(s, iterations, u->ref); /* checked above */
+    struct st_iteration *it_w = STATE_FIND(s, iterations, u->ref); /* checked above */
     it_w->tasks_sum += state_task_mix(u->id, u->ref2);
     return 0;
 }
 
 static int apply_task_finished(struct state *s, const struct st_update *u)
 {
-    struct st_task *t = FIND(s, tasks, u->id);
+    struct st_task *t = STATE_FIND(s, tasks, u->id);
     if (!t || t->finished || t->leased.n > 0)
         return CORRUPT;
     t->finished = true;
@@ -874,10 +615,10 @@ static int apply_task_finished(struct state *s, const struct st_update *u)
 
 static int apply_task_removed(struct state *s, const struct st_update *u)
 {
-    struct st_task *t = FIND(s, tasks, u->id);
+    struct st_task *t = STATE_FIND(s, tasks, u->id);
     if (!t)
         return CORRUPT;
-    struct st_iteration *it = FIND(s, iterations, t->iteration_id);
+    struct st_iteration *it = STATE_FIND(s, iterations, t->iteration_id);
     if (it) {
         it->tasks_sum -= state_task_mix(t->id, t->worker_id);
         it->splits_leased -= t->leased.n;
@@ -902,7 +643,7 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
         grow((void **)&s->by_address, &s->cap_by_address, s->nby_address + 1,
              sizeof *s->by_address))
         return SLUICE_ERR_NOMEM;
-    size_t at = address_lower(s, u->address);
+    size_t at = state_address_lower(s, u->address);
     memmove(s->by_address + at + 1, s->by_address + at,
             (s->nby_address - at) * sizeof *s->by_address);
     s->by_address[at] = u->id;
@@ -918,10 +659,10 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
 
 static int apply_worker_removed(struct state *s, const struct st_update *u)
 {
-    struct st_worker *w = FIND(s, workers, u->id);
+    struct st_worker *w = STATE_FIND(s, workers, u->id);
     if (!w || worker_has_tasks(s, u->id))
         return CORRUPT;
-    size_t at = address_lower(s, w->address);
+    size_t at = state_address_lower(s, w->address);
     assert(at < s->nby_address && s->by_address[at] == u->id);
     memmove(s->by_address + at, s->by_address + at + 1,
             (s->nby_address - at - 1) * sizeof *s->by_address);
@@ -932,7 +673,7 @@ static int apply_worker_removed(struct state *s, const struct st_update *u)
 
 static int apply_worker_draining(struct state *s, const struct st_update *u)
 {
-    struct st_worker *w = FIND(s, workers, u->id);
+    struct st_worker *w = STATE_FIND(s, workers, u->id);
     if (!w || w->draining)
         return CORRUPT;
     w->draining = true;
@@ -957,7 +698,7 @@ static int apply_client_acquired(struct state *s, const struct st_update *u)
 
 static int apply_client_released(struct state *s, const struct st_update *u)
 {
-    struct st_client *c = FIND(s, clients, u->id);
+    struct st_client *c = STATE_FIND(s, clients, u->id);
     if (!c)
         return CORRUPT;
     row_erase(s->clients, &s->nclients, sizeof *s->clients, c);
@@ -968,8 +709,8 @@ static int apply_client_released(struct state *s, const struct st_update *u)
 static int split_target(struct state *s, const struct st_update *u, struct st_iteration **it,
                         struct st_task **t)
 {
-    *it = FIND(s, iterations, u->ref);
-    *t = FIND(s, tasks, u->ref2);
+    *it = STATE_FIND(s, iterations, u->ref);
+    *t = STATE_FIND(s, tasks, u->ref2);
     if (!*it || !*t || !(*it)->distributed || (*t)->iteration_id != u->ref || u->seqs.n == 0 ||
         !seq_strictly_increasing(&u->seqs))
         return CORRUPT;
@@ -1025,7 +766,7 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
  * consumer has received in full, so they are not leased again. */
 static int apply_pool_finished(struct state *s, const struct st_update *u)
 {
-    struct st_iteration *it = FIND(s, iterations, u->ref);
+    struct st_iteration *it = STATE_FIND(s, iterations, u->ref);
     if (!it || !it->distributed || u->seqs.n == 0 || !seq_strictly_increasing(&u->seqs))
         return CORRUPT;
     for (size_t i = 0; i < u->seqs.n; i++) {
@@ -1066,7 +807,7 @@ static int apply_splits_done(struct state *s, const struct st_update *u, bool re
 
 static int apply_iteration_finished(struct state *s, const struct st_update *u)
 {
-    struct st_iteration *it = FIND(s, iterations, u->id);
+    struct st_iteration *it = STATE_FIND(s, iterations, u->id);
     if (!it || it->state != ST_ITER_ACTIVE)
         return CORRUPT;
     it->state = ST_ITER_FINISHED;
@@ -1075,7 +816,7 @@ static int apply_iteration_finished(struct state *s, const struct st_update *u)
 
 static int apply_iteration_failed(struct state *s, const struct st_update *u)
 {
-    struct st_iteration *it = FIND(s, iterations, u->id);
+    struct st_iteration *it = STATE_FIND(s, iterations, u->id);
     if (!it || it->state != ST_ITER_ACTIVE || it->error)
         return CORRUPT;
     it->error = strdup(u->text && u->text[0] ? u->text : "task failed");
@@ -1084,7 +825,7 @@ static int apply_iteration_failed(struct state *s, const struct st_update *u)
 
 static int apply_iteration_gc(struct state *s, const struct st_update *u)
 {
-    struct st_iteration *it = FIND(s, iterations, u->id);
+    struct st_iteration *it = STATE_FIND(s, iterations, u->id);
     if (!it || it->state == ST_ITER_GC || state_iteration_clients(s, u->id) > 0 ||
         state_save_running(s, u->id))
         return CORRUPT;
@@ -1092,7 +833,7 @@ static int apply_iteration_gc(struct state *s, const struct st_update *u)
     state_iteration_tasks(s, u->id, &ntasks);
     if (ntasks > 0)
         return CORRUPT;
-    struct st_job *j = FIND(s, jobs, it->job_id);
+    struct st_job *j = STATE_FIND(s, jobs, it->job_id);
     if (!j || j->iteration_id != u->id)
         return CORRUPT;
     iteration_release(it);
@@ -1110,7 +851,7 @@ static int apply_iteration_gc(struct state *s, const struct st_update *u)
 
 static int apply_rounds_scheduled(struct state *s, const struct st_update *u)
 {
-    struct st_iteration *it = FIND(s, iterations, u->ref);
+    struct st_iteration *it = STATE_FIND(s, iterations, u->ref);
     if (!it || it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
         u->ref2 != it->rounds_granted || !seq_strictly_increasing(&u->seqs))
         return CORRUPT;
@@ -1148,7 +889,7 @@ static int apply_rounds_scheduled(struct state *s, const struct st_update *u)
 
 static int apply_rounds_granted(struct state *s, const struct st_update *u)
 {
-    struct st_iteration *it = FIND(s, iterations, u->ref);
+    struct st_iteration *it = STATE_FIND(s, iterations, u->ref);
     if (!it || it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
         u->ref2 <= it->rounds_granted)
         return CORRUPT;
@@ -1193,7 +934,7 @@ static int apply_save_started(struct state *s, const struct st_update *u)
 
 static int apply_save_over(struct state *s, const struct st_update *u, bool failed)
 {
-    struct st_save *sv = FIND(s, saves, u->id);
+    struct st_save *sv = STATE_FIND(s, saves, u->id);
     if (!sv || sv->state != ST_SV_RUNNING)
         return CORRUPT;
     if (failed) {

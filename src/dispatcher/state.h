@@ -3,8 +3,8 @@
  *
  * Everything the dispatcher knows that must survive a restart lives in struct state and changes
  * only through state_apply(state, update). The shell (server.c) decides what should happen —
- * it calls the pure planning functions below, which read the state and append updates to a
- * list — then applies them with state_apply() at once (so the next request, possibly planned
+ * it calls the pure planners (plan.h), which read the state and append updates to a list —
+ * then applies them with state_apply() at once (so the next request, possibly planned
  * before this one's journal write completes, plans against them), journals them (fault-tolerant
  * mode), and replies only once they are durable. A journal failure is fatal, so no reply ever
  * reveals a change that a restart could lose. Replay after a restart calls the same
@@ -19,7 +19,11 @@
  *
  * Ownership: struct state owns all its memory; an update owns its strings and arrays until
  * st_update_release(). Lookups return pointers into the state that stay valid until the next
- * state_apply(). Not thread-safe: the loop thread owns the state. */
+ * state_apply(). Not thread-safe: the loop thread owns the state.
+ *
+ * Files: state.c holds the tables and applies updates, state_query.c answers the read-only
+ * lookups and queries, digest.c computes the digest; state_internal.h is what they and the
+ * planners share. */
 #ifndef SLUICE_DISPATCHER_STATE_H
 #define SLUICE_DISPATCHER_STATE_H
 
@@ -39,7 +43,7 @@
 
 /* Capabilities. A secret is ST_KEY_LEN random bytes the shell draws and writes into an update
  * (the state machine never draws one); has_key false marks a row journaled before secrets
- * existed, which is not checked (see plan_worker_heartbeat_keyed and the shell's client
+ * existed, which is not checked (see plan_worker_heartbeat and the shell's client
  * checks). Secrets never appear in status, metrics or logs. */
 #define ST_KEY_LEN 16
 
@@ -87,18 +91,6 @@ struct st_job {
      * clients. */
     enum sluice_target_workers target_workers;
 };
-
-/* A read restored from a checkpoint: the splits its reader had whole (nbounds values, half-open
- * ranges begin0, end0, ...; sorted, disjoint, non-empty) and the fingerprint of the split plan
- * it was taken under. */
-struct st_resume {
-    const uint64_t *bounds;
-    size_t nbounds;
-    uint64_t plan_fingerprint;
-};
-/* A restored iteration's pool may hold at most this many splits (the gaps below its furthest
- * finished split: the splits that were in flight). */
-#define ST_RESUME_POOL_MAX (1u << 16)
 
 /* A list of split sequence numbers. Every list in the state and in an update is strictly
  * increasing (state_apply() refuses an update whose list is not). */
@@ -435,7 +427,15 @@ int state_apply(struct state *s, const struct st_update *u);
  * replayed and restored states. */
 uint64_t state_digest(const struct state *s);
 
-/* ---- lookups --------------------------------------------------------------------------------- */
+/* One task's share of its iteration's tasks_sum: a hash of its id and its worker's. */
+uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id);
+
+/* Builds s->by_worker, s->by_iteration and each iteration's held index from s->tasks, and
+ * s->by_address from s->workers (after a snapshot filled the tables). Returns 0 or SLUICE_ERR_NOMEM
+ * (the indexes are then empty). */
+int state_reindex(struct state *s);
+
+/* ---- lookups and queries (state_query.c): read-only ------------------------------------------ */
 
 const struct st_dataset *state_dataset(const struct state *s, const char *id);
 const struct st_job *state_job(const struct state *s, uint64_t id);
@@ -457,281 +457,23 @@ const struct st_save *state_save_by_path(const struct state *s, const char *path
  * on every GetSplits and for every iteration a worker heartbeat or a tick looks at. */
 const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id);
 
-/* ---- planning: pure decisions that append updates -------------------------------------------- */
-
-/* Each returns 0 after appending the updates that carry out the request to out (possibly none),
- * or a negative code with a one-line message in err when the request must be refused (nothing
- * appended). The shell then journals and applies the list in order. */
-
-/* Registers a dataset. An empty id asks for a generated one: the decimal string of the lowest
- * unused number from next_dataset_id on; but when a dataset with a generated id already has the
- * same definition bytes, compression and split size, its id is returned and nothing appended,
- * so readers that register the same pipeline share one dataset (and can share a named job).
- * The same explicit id with the same definition, compression and split size is accepted (no
- * update); otherwise it is SLUICE_ERR_EXISTS naming what differs ("dataset 'x' already exists
- * with a different pipeline", "... with compression none, not auto", "... with split_size 8,
- * not 16"). An id that is not a valid name (common/names.h: UTF-8 without control characters,
- * at most NAME_ID_MAX bytes) is SLUICE_ERR_INVALID ("dataset id: not valid UTF-8 at byte 3").
- * Limits (s->limits): a definition or text longer than max_pipeline_bytes is SLUICE_ERR_LIMIT
- * ("pipeline of 2000000 bytes is over the limit of 1048576 bytes (--max-pipeline-bytes)"), and
- * a new dataset when max_datasets are registered is SLUICE_ERR_LIMIT ("dataset limit reached:
- * 10000 datasets (--max-datasets)"); an existing dataset is still found. id_out (ST_ID_MAX
- * bytes) receives the dataset id. text may be NULL (stored as ""). */
-int plan_register_dataset(const struct state *s, const char *id, const uint8_t *def, size_t def_len,
-                          int compression, uint64_t split_size, const char *text, char *id_out,
-                          struct st_update_list *out, char *err, size_t errlen);
-
-/* Finds or creates the job and its current iteration, and acquires a new client on it. A named
- * job is identified by (dataset, name): the same name on another dataset is another job. plan
- * (for distributed_epoch) is the split plan the shell computed for the dataset; it is copied
- * into a new iteration's update, and may be NULL when no new iteration is needed (a named job
- * with a live current iteration) or the mode is not distributed_epoch; a missing plan that is
- * needed is SLUICE_ERR_INVALID. endless says whether the dataset's pipeline never ends (the
- * shell decides it from the definition: pipe_spec_endless); a coordinated read (num_consumers >
- * 0) of one that ends is SLUICE_ERR_UNSUPPORTED, "num_consumers needs an infinite pipeline:
- * 'range(100)' ends; add repeat()". A named job whose mode or consumer count differs is
- * SLUICE_ERR_EXISTS naming the field: "job 'n' exists with mode parallel_epochs, not
- * distributed_epoch", "... with num_consumers 2, not 3" — unless the job's iteration was
- * garbage-collected: its key is then free, and a new job takes it (JOB_CREATED replaces the
- * collected job). An unknown dataset is SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"). A named
- * job whose current iteration was garbage-collected gets a new iteration (repetition + 1); a
- * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
- * are appended too, and for a coordinated iteration its first round schedule (see "Coordinated
- * rounds" below). A job name or dataset id that is not a valid name (common/names.h) is
- * SLUICE_ERR_INVALID ("job name: control character at byte 2"). owner is the incarnation of the
- * sluice_client asking (recorded in the client; 0: unknown, never limited); when that client
- * already holds s->limits.max_jobs_per_client clients it is SLUICE_ERR_LIMIT ("job limit
- * reached: this client holds 1000 jobs (--max-jobs-per-client)"). resume (NULL: none) is a read
- * restored from a checkpoint, for distributed_epoch only: its fingerprint must be the plan's (of
- * the new iteration, or of the joined one), else SLUICE_ERR_INVALID ("the checkpoint does not
- * fit dataset 'x': its split plan changed since it was taken ..."); a new iteration then starts
- * with the split cursor at the end of the last range and the gaps below it as its pool (more
- * than ST_RESUME_POOL_MAX gaps, or ranges past the plan's end, are SLUICE_ERR_INVALID); a joined
- * iteration is joined as it is. *job_out, *iteration_out and
- * *client_out receive the ids. */
-int plan_get_or_create_job(const struct state *s, const char *dataset_id, const char *job_name,
-                           enum sluice_mode mode, uint32_t num_consumers, bool endless,
-                           uint64_t owner, const struct split_plan *plan,
-                           const struct st_resume *resume, uint64_t *job_out,
-                           uint64_t *iteration_out, uint64_t *client_out,
-                           struct st_update_list *out, char *err, size_t errlen);
-
-/* plan_get_or_create_job() with the job's deterministic flag (plan_get_or_create_job passes
- * false): a deterministic job needs mode distributed_epoch and no num_consumers, else
- * SLUICE_ERR_UNSUPPORTED ("deterministic reads need mode distributed_epoch without
- * num_consumers, not parallel_epochs"); a named job with the other value is SLUICE_ERR_EXISTS,
- * "job 'n' exists with deterministic false, not true" (unless its iteration was collected, as
- * for the mode). */
-int plan_get_or_create_job_det(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               bool endless, uint64_t owner, const struct split_plan *plan,
-                               const struct st_resume *resume, uint64_t *job_out,
-                               uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen);
-
-/* plan_get_or_create_job_xtc() for a reader on host (its host id, common/hostid.h; "" or NULL:
- * unknown) reading from target workers (docs/reading.md "Local workers"; plan_get_or_create_job_xtc
- * passes any). The host is recorded in the client (CLIENT_ACQUIRED). A host that is not a valid
- * host id is SLUICE_ERR_INVALID ("host id: byte 3 is not printable ASCII without spaces"), an
- * unknown target SLUICE_ERR_INVALID. local and auto with num_consumers, and local with a static
- * sharding mode, are SLUICE_ERR_UNSUPPORTED ("target_workers local cannot be combined with
- * num_consumers: coordinated reads need every worker", "target_workers local cannot be used
- * with mode file: ..."); local needs a host (SLUICE_ERR_INVALID, "target_workers local needs
- * the reader's host id"). target_workers is part of a named job's identity: SLUICE_ERR_EXISTS,
- * "job 'j' exists with target_workers any, not local" (unless its iteration was collected).
- * local with no registered, non-draining worker on host is SLUICE_ERR_NOT_FOUND, "no local
- * worker: target_workers local needs a worker on this host (host id H), and none is
- * registered". A local job's iterations get tasks only on workers of the hosts of their
- * clients: a new iteration on the asking host's workers, and a reader joining an active
- * iteration from a host whose workers have no task of it brings one to each of them
- * (plan_worker_heartbeat_host likewise gives a worker a task only when a client of the
- * iteration is on its host). auto creates tasks as any does; its readers prefer local tasks. */
-int plan_get_or_create_job_local(const struct state *s, const char *dataset_id,
-                                 const char *job_name, enum sluice_mode mode,
-                                 uint32_t num_consumers, bool deterministic, uint64_t xtc_bytes,
-                                 enum sluice_target_workers target, const char *host, bool endless,
-                                 uint64_t owner, const struct split_plan *plan,
-                                 const struct st_resume *resume, uint64_t *job_out,
-                                 uint64_t *iteration_out, uint64_t *client_out,
-                                 struct st_update_list *out, char *err, size_t errlen);
-
-/* The largest cross-trainer cache a job may ask each of its tasks to keep. */
-#define ST_XTC_MAX_BYTES (64ull << 30)
-
-/* plan_get_or_create_job_det() with the job's cross-trainer cache (docs/reading.md "Cross-trainer
- * cache"): xtc_bytes is the bound of each task's cache (0: the job has none; the shell resolves
- * the default). A cache needs a job name (SLUICE_ERR_INVALID, "cross_trainer_cache needs a job
- * name: the trainers share one job"), a mode other than distributed_epoch and no num_consumers
- * or deterministic (SLUICE_ERR_UNSUPPORTED: "cross_trainer_cache cannot be used with mode
- * distributed_epoch: its splits are handed out once, not shared between trainers",
- * "cross_trainer_cache cannot be combined with num_consumers", "... with deterministic"), at
- * most ST_XTC_MAX_BYTES (SLUICE_ERR_LIMIT), and an endless pipeline (SLUICE_ERR_UNSUPPORTED,
- * "cross_trainer_cache needs an infinite pipeline: 'range(10)' ends; add repeat()"). The cache
- * and its bound are part of a named job's identity: joining with the other value is
- * SLUICE_ERR_EXISTS, "job 'j' exists with cross_trainer_cache on, not off" or "job 'j' exists
- * with cross_trainer_cache_bytes 1048576, not 2097152" (unless its iteration was collected). */
-int plan_get_or_create_job_xtc(const struct state *s, const char *dataset_id, const char *job_name,
-                               enum sluice_mode mode, uint32_t num_consumers, bool deterministic,
-                               uint64_t xtc_bytes, bool endless, uint64_t owner,
-                               const struct split_plan *plan, const struct st_resume *resume,
-                               uint64_t *job_out, uint64_t *iteration_out, uint64_t *client_out,
-                               struct st_update_list *out, char *err, size_t errlen);
-
-/* A reader whose local tail repeats asks for repetition want (>= 1) of the named job
- * (dataset_id, job_name): the next pass after the repetition its previous pass read. A job moves
- * to its next repetition once no client holds the current one, so every reader of a shared job
- * reads every repetition, and the readers of one repetition share it as they share any job:
- *   - the current iteration is repetition want (and not collected): nothing to do, the read joins
- *     it (plan_get_or_create_job*);
- *   - it is repetition want - 1 and collected: nothing to do, the read creates the next one;
- *   - it is repetition want - 1, active, and clients hold it: SLUICE_ERR_UNAVAILABLE, "job 'j':
- *     repetition 0 is still being read by 2 readers; repetition 1 starts once they finish" (the
- *     reader retries);
- *   - it is repetition want - 1, active, and no client holds it: appends its collection (its
- *     tasks removed, ITERATION_GC), which the shell applies before planning the read, which then
- *     creates repetition want;
- *   - otherwise the job has moved past want (SLUICE_ERR_UNAVAILABLE would never end):
- *     SLUICE_ERR_INVALID, "job 'j': repetition 1 was read without this reader; the job is at
- *     repetition 3", or, for a job that is not there or not at want - 1 yet, SLUICE_ERR_NOT_FOUND
- *     / SLUICE_ERR_INVALID naming the job and repetition.
- * want 0 (a read that does not repeat, or a first pass) and anonymous jobs append nothing. */
-int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,
-                        uint64_t want, struct st_update_list *out, char *err, size_t errlen);
-
-/* A worker's heartbeat. The worker is identified by address and incarnation: an unknown pair
- * registers a new worker (and removes any worker at the same address with another incarnation,
- * with its tasks, as plan_remove_worker does); a known one is looked up. finished lists task ids
- * the worker reports finished; ids that are unknown, already finished or not this worker's are
- * ignored (a report can repeat), and a finished task's leftover leases go back to the pool
- * first. draining marks it draining, for good: a draining worker stays draining. Creates tasks
- * for every active iteration the worker has none for (unless draining), except iterations that
- * failed or that no client holds and no running save writes (their readers are gone; a client that
- * joins again gets the tasks on the next heartbeats). Marks iterations finished when they have at
- * least one task, all their tasks are finished (and, for distributed iterations, the cursor is at
- * the end, the pool empty and no split leased). An empty address or one that is not a valid name of
- * at most NAME_ADDR_MAX bytes (common/names.h) is SLUICE_ERR_INVALID ("worker address: control
- * character at byte 9"). *worker_out receives the id. */
-/* A task the worker reports failed, with the pipeline's message. */
-struct st_task_failure {
-    uint64_t task_id;
-    const char *msg;
-};
-
-/* The worker worker_id reports tasks failed: the first failure of each active iteration is
- * recorded (ITERATION_FAILED with "task 4: " and the message escaped (common/names.h) and cut
- * to ST_ERROR_MAX bytes). Tasks that are unknown, not this worker's, finished, or of an
- * iteration that is not active or failed already are ignored (the report repeats on every
- * heartbeat), also when updates already in out (a heartbeat's, planned just before) finish or
- * remove the task or finish, fail or collect the iteration. Returns 0 or SLUICE_ERR_NOMEM. */
-#define ST_ERROR_MAX 400
-int plan_tasks_failed(const struct state *s, uint64_t worker_id,
-                      const struct st_task_failure *failed, size_t nfailed,
-                      struct st_update_list *out, char *err, size_t errlen);
-
-int plan_worker_heartbeat(const struct state *s, const char *address, uint64_t incarnation,
-                          const uint64_t *finished, size_t nfinished, bool draining,
-                          uint64_t *worker_out, struct st_update_list *out, char *err,
-                          size_t errlen);
-
-/* plan_worker_heartbeat() for a worker that proves who it is with a secret, key (key_len
- * bytes; key_len 0 when it sent none):
- *   - a known (address, incarnation) whose worker registered with a secret must present that
- *     secret, else SLUICE_ERR_DENIED, "worker at ADDR: the worker key does not match its
- *     registration"; one registered without (an older journal) is not checked;
- *   - a new pair registers with key, which must be ST_KEY_LEN bytes (else SLUICE_ERR_DENIED,
- *     "worker at ADDR: a worker key of 16 bytes is required to register");
- *   - a new pair at an address another incarnation holds replaces that worker only when
- *     may_replace (the shell's judgement that the holder stopped heartbeating: a process
- *     restarted at the same address), else SLUICE_ERR_DENIED, "address ADDR is held by worker
- *     N, which is still heartbeating".
- * plan_worker_heartbeat() is this with no key and may_replace true, for callers that do not
- * check identities (tests of the other rules). */
-int plan_worker_heartbeat_keyed(const struct state *s, const char *address, uint64_t incarnation,
-                                const uint8_t *key, size_t key_len, bool may_replace,
-                                const uint64_t *finished, size_t nfinished, bool draining,
-                                uint64_t *worker_out, struct st_update_list *out, char *err,
-                                size_t errlen);
-
-/* plan_worker_heartbeat_keyed() for a worker on host (its host id, common/hostid.h; "" or
- * NULL: unknown), which a new registration records (WORKER_REGISTERED; a known worker's host
- * stays what it registered with). A host that is not a valid host id is SLUICE_ERR_INVALID
- * ("worker host id: ..."). Tasks of a job read from local workers only are created for the
- * worker only when a client of the iteration is on its host. */
-int plan_worker_heartbeat_host(const struct state *s, const char *address, uint64_t incarnation,
-                               const uint8_t *key, size_t key_len, bool may_replace,
-                               const char *host, const uint64_t *finished, size_t nfinished,
-                               bool draining, uint64_t *worker_out, struct st_update_list *out,
-                               char *err, size_t errlen);
-
 /* Whether a request that claims to come from worker w may act for it: w registered without a
  * secret (an older journal), or key (key_len bytes) is its secret. */
 bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t key_len);
 
-/* Removes a worker (evicted or deregistered): its tasks are removed, their leased, unfinished
- * splits first going back to their iteration's pool; an iteration whose remaining tasks (at
- * least one) are then all finished, with every split finished, is marked finished. An unknown
- * worker is SLUICE_ERR_NOT_FOUND ("worker 3 not found"). */
-int plan_remove_worker(const struct state *s, uint64_t worker_id, struct st_update_list *out,
-                       char *err, size_t errlen);
-
-/* A task's GetSplits request number request_seq (0: unnumbered). finished lists splits the task
- * finished; they are recorded first (SPLITS_FINISHED), and seqs not leased to this task are
- * ignored: they were finished by an earlier attempt of the same report, or were never this
- * task's, so a retried report is a no-op rather than an error. Then, by request_seq against the
- * task's last_request:
- *   - newer (or 0): a new lease of up to max splits, first from the pool of returned splits
- *     (lowest first), then from the cursor; one SPLITS_LEASED carrying request_seq, none when
- *     there is nothing to lease (the number is then not recorded, and a repeat of it is planned
- *     as new again, which is harmless since it was granted nothing);
- *   - equal: the retry of a request whose reply was lost: no lease is planned, and the reply is
- *     the task's granted seqs that it still holds (those finished or returned since are left
- *     out), whatever max is now;
- *   - older: SLUICE_ERR_INVALID, "task 4: stale request 2 (request 3 was answered)".
- * *seqs (malloc'd, the caller frees it; NULL when *nseqs is 0) receives the seqs to reply with.
- * *end receives true when the task will never get another split: the cursor is at the end, the
- * pool is empty, and no split of the iteration is leased to any task (also when the task or its
- * iteration is already finished, whatever the request number). While another task still holds
- * leases, a request can get no splits and end false: those splits come back to the pool if their
- * worker dies, so the caller asks again later rather than ending (this is what makes a worker's
- * death lose nothing). An unknown task is SLUICE_ERR_NOT_FOUND; a task of a non-distributed
- * iteration, or request_seq UINT64_MAX (no update may carry it), is SLUICE_ERR_INVALID. */
-int plan_get_splits_numbered(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                             const uint64_t *finished, size_t nfinished, uint32_t max,
-                             struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
-                             char *err, size_t errlen);
-
-/* plan_get_splits_numbered() that first hands back returned[0, nreturned): seqs leased to the
- * task that it never started (a draining worker), which go back to the pool (SPLITS_RETURNED;
- * seqs not leased to the task are ignored, and a seq also in finished counts as finished). A
- * task of a draining worker is leased nothing new, and *end is true once it holds no split: the
- * splits it produced stay leased to it until their consumers have received them, so it keeps
- * serving them until then. */
-int plan_get_splits_returning(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                              const uint64_t *finished, size_t nfinished, const uint64_t *returned,
-                              size_t nreturned, uint32_t max, struct st_update_list *out,
-                              uint64_t **seqs, size_t *nseqs, bool *end, char *err, size_t errlen);
-
-/* plan_get_splits_returning() that leases no split at or above lease_below from the cursor (a
- * deterministic reader's reorder window; UINT64_MAX: no bound). Pool splits are leased as
- * usual. A task refused splits by the bound gets none and end false, and asks again later. */
-int plan_get_splits_bounded(const struct state *s, uint64_t task_id, uint64_t request_seq,
-                            const uint64_t *finished, size_t nfinished, const uint64_t *returned,
-                            size_t nreturned, uint32_t max, uint64_t lease_below,
-                            struct st_update_list *out, uint64_t **seqs, size_t *nseqs, bool *end,
-                            char *err, size_t errlen);
-
-/* Consumers received every element of splits seqs[0, n) of a distributed_epoch iteration (the
- * split is finished: docs/design.md §4). A seq leased to a task is recorded finished for that task,
- * each seq in the pool is finished there (SPLITS_FINISHED with no task); others (already
- * finished, never leased, repeated) are ignored, so a repeated report is a no-op. An iteration
- * that is not active appends nothing. An unknown iteration is SLUICE_ERR_NOT_FOUND; one that is
- * not distributed SLUICE_ERR_INVALID. */
-int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
-                         size_t n, struct st_update_list *out, char *err, size_t errlen);
-
 /* Whether split seq of the iteration is finished: below the cursor, in no task's lease and not
  * in the pool (every split of a finished iteration is; none of a collected or unknown one). */
 bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq);
+
+/* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
+ * receives the answer for seqs[i]. One lookup per seq, whatever the number of tasks. Returns 0
+ * (SLUICE_ERR_NOMEM is kept for callers written against an allocating version). */
+int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                               size_t n, bool *finished);
+
+/* The lowest split of a distributed iteration that is not finished (every one below it is):
+ * split_total for a finished iteration, 0 for an unknown, collected or non-distributed one. */
+uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_id);
 
 /* The tasks of worker_id, by increasing task id: *n entries from the returned pointer, which is
  * valid until the state changes. */
@@ -740,58 +482,6 @@ const struct st_task_ref *state_worker_tasks(const struct state *s, uint64_t wor
 const struct st_task_ref *state_iteration_tasks(const struct state *s, uint64_t iteration_id,
                                                 size_t *n);
 
-/* One task's share of its iteration's tasks_sum: a hash of its id and its worker's. */
-uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id);
-
-/* Builds s->by_worker, s->by_iteration and each iteration's held index from s->tasks, and
- * s->by_address from s->workers (after a snapshot filled the tables). Returns 0 or SLUICE_ERR_NOMEM
- * (the indexes are then empty). */
-int state_reindex(struct state *s);
-
-/* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
- * receives the answer for seqs[i]. One lookup per seq, whatever the number of tasks. Returns 0
- * (SLUICE_ERR_NOMEM is kept for callers written against an allocating version). */
-int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
-                               size_t n, bool *finished);
-
-/* A consumer of a deterministic iteration lost part of splits seqs[0, n) (it had no room to keep
- * them in order, or a reply went missing) and needs them produced again: each seq leased to a
- * task goes back to the pool (SPLITS_RETURNED), to be leased first and produced from its start;
- * other seqs (in the pool already, finished, never leased, repeated) are ignored. The worker
- * that held the lease is not told: what it still serves of the split is deduplicated by the
- * consumer. An iteration that is not active appends nothing. An unknown iteration is
- * SLUICE_ERR_NOT_FOUND; one whose job is not deterministic SLUICE_ERR_INVALID. */
-int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs, size_t n,
-                     struct st_update_list *out, char *err, size_t errlen);
-
-/* The lowest split of a distributed iteration that is not finished (every one below it is):
- * split_total for a finished iteration, 0 for an unknown, collected or non-distributed one. */
-uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_id);
-
-/* Hands every split leased to the task back to the pool, to be leased again (SPLITS_RETURNED):
- * the task produced them and its consumers fetched everything, yet they were not reported
- * received, so a reply was lost on the way. Nothing when it holds none. An unknown task is
- * SLUICE_ERR_NOT_FOUND. */
-int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_update_list *out,
-                            char *err, size_t errlen);
-
-/* An unnumbered request: plan_get_splits_numbered() with request_seq 0, the seqs to reply with
- * being those of the SPLITS_LEASED appended (if any). */
-int plan_get_splits(const struct state *s, uint64_t task_id, const uint64_t *finished,
-                    size_t nfinished, uint32_t max, struct st_update_list *out, bool *end,
-                    char *err, size_t errlen);
-
-/* A client's heartbeat: refuses unknown clients (SLUICE_ERR_NOT_FOUND, "client 7 not found").
- * round is the next round the client reads (coordinated reads; 0 otherwise). When the client's
- * iteration is an active coordinated one and fewer than window / 2 granted rounds lie ahead of
- * round, it grants rounds up to round + window (ROUNDS_GRANTED); window 0 grants nothing. The
- * shell sizes window from the consumption rate, so consumers rarely wait for a grant.
- * *granted_out receives the iteration's rounds_granted once the plan is applied (0 when it is
- * not coordinated). */
-int plan_client_heartbeat(const struct state *s, uint64_t client_id, uint64_t round,
-                          uint64_t window, struct st_update_list *out, uint64_t *granted_out,
-                          char *err, size_t errlen);
-
 /* Whether the iteration is read in coordinated rounds (its job has num_consumers > 0). */
 bool state_iteration_coordinated(const struct state *s, const struct st_iteration *it);
 
@@ -799,51 +489,6 @@ bool state_iteration_coordinated(const struct state *s, const struct st_iteratio
  * first epoch kept (or the iteration has none). */
 long state_round_epoch(const struct st_iteration *it, uint64_t round);
 
-/* Releases a client. An unknown one is SLUICE_ERR_NOT_FOUND ("client 7 not found"). The last
- * client on its host of an active iteration of a job read from local workers only takes that
- * host's tasks of the iteration with it (their leased splits go back to the pool first, as in
- * plan_remove_worker): only that host's readers read them. The iteration is marked finished
- * when its remaining tasks (at least one) are all finished with every split finished. */
-int plan_release_client(const struct state *s, uint64_t client_id, struct st_update_list *out,
-                        char *err, size_t errlen);
-
-/* Garbage-collects an iteration: removes its tasks (their leases are dropped) and marks it
- * collected (see struct state for what is deleted). An iteration with clients, one a running
- * save writes, or one already collected, is SLUICE_ERR_INVALID; an unknown one
- * SLUICE_ERR_NOT_FOUND. */
-int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
-                      char *err, size_t errlen);
-
-/* ---- saves (docs/snapshots.md) ---- */
-
-/* Starts saving dataset_id into the snapshot directory path. plan is the dataset's split plan
- * (the shell builds it; a source that cannot be split fails there), endless whether its pipeline
- * never ends (pipe_spec_endless). Appends JOB_CREATED (anonymous, distributed_epoch),
- * ITERATION_CREATED with plan, TASK_CREATED on every non-draining worker and SAVE_STARTED; the
- * shell draws the iteration's secret as for any new iteration. *save_out receives the save's id.
- * The same dataset and path as a save that runs or finished is that save: its id, nothing
- * appended; one that failed is started again as a new save (the failed row stays). Refusals: an
- * unknown dataset SLUICE_ERR_NOT_FOUND ("dataset 'x' not found"); a path that is empty, relative,
- * not a valid name (control characters, not UTF-8) or of ST_PATH_MAX bytes or more
- * SLUICE_ERR_INVALID ("snapshot path 'x' is not absolute"); a path saved from another dataset
- * SLUICE_ERR_EXISTS ("snapshot path '/p' holds a save of dataset 'a', not 'b'"); an endless
- * pipeline SLUICE_ERR_UNSUPPORTED ("cannot save dataset 'x': its pipeline 'range(3) | repeat()'
- * never ends"); a missing plan SLUICE_ERR_INVALID. */
-int plan_save_start(const struct state *s, const char *dataset_id, const char *path,
-                    const struct split_plan *plan, bool endless, uint64_t *save_out,
-                    struct st_update_list *out, char *err, size_t errlen);
-/* The checks of plan_save_start() that need no split plan, appending nothing: 0 with *existing
- * the id of the save of dataset_id into path when there is one (else 0: a new save needs a
- * plan), or plan_save_start()'s refusal. */
-int plan_save_check(const struct state *s, const char *dataset_id, const char *path, bool endless,
-                    uint64_t *existing, char *err, size_t errlen);
-/* A running save's snapshot was finalized (SAVE_FINISHED) or failed (SAVE_FAILED with why,
- * escaped and cut to ST_ERROR_MAX bytes). A save that is not running appends nothing; an
- * unknown one is SLUICE_ERR_NOT_FOUND. */
-int plan_save_finished(const struct state *s, uint64_t save_id, struct st_update_list *out,
-                       char *err, size_t errlen);
-int plan_save_failed(const struct state *s, uint64_t save_id, const char *why,
-                     struct st_update_list *out, char *err, size_t errlen);
 /* The save's chunks committed so far: its iteration's finished splits (all of them once the
  * save finished). */
 uint64_t state_save_committed(const struct state *s, const struct st_save *sv);

@@ -1,6 +1,7 @@
 /* The dispatcher's timer: evictions of silent workers and clients, re-leasing of stalled
  * splits, and garbage collection of idle iterations. */
 
+#include "plan.h"
 #include "server_internal.h"
 
 /* ---- the timer: evictions and garbage collection --------------------------------------------- */

@@ -20,6 +20,7 @@
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
 #include "dispatcher/update_codec.h"
+#include "dispatcher/plan.h"
 #include "dispatcher/state.h"
 #include "journal.pb-c.h"
 #include "journal/journal.h"
@@ -1142,30 +1143,39 @@ static void test_recover_ids_continue(void **unused)
     struct state live;
     struct st_update_list ups = {0};
     state_init(&live);
-    uint64_t job, it, client, w1, w2;
-    bool end;
+    uint64_t w1, w2;
+    struct plan_splits_result lease;
     assert_int_equal(plan_register_dataset(&live, "", (const uint8_t *)"DEF", 3, 0, 0, "range(9)",
                                            id, &ups, err, sizeof err),
                      0);
     commit_to(jt, &live, &ups);
-    assert_int_equal(
-        plan_worker_heartbeat(&live, "w1:1", 11, NULL, 0, false, &w1, &ups, err, sizeof err), 0);
+    struct plan_heartbeat_request hb = {
+        .address = "w1:1", .incarnation = 11, .unkeyed = true, .may_replace = true};
+    assert_int_equal(plan_worker_heartbeat(&live, &hb, &w1, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
     struct split_plan plan = {.source_len = 9, .split_size = 1, .per_pass = 9, .passes = 1};
-    assert_int_equal(plan_get_or_create_job(&live, id, "j", SLUICE_DISTRIBUTED_EPOCH, 0, true, 0,
-                                            &plan, NULL, &job, &it, &client, &ups, err, sizeof err),
-                     0);
+    struct plan_job_request job = {.dataset_id = id,
+                                   .job_name = "j",
+                                   .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                   .endless = true,
+                                   .plan = &plan};
+    struct plan_job_result ids;
+    assert_int_equal(plan_get_or_create_job(&live, &job, &ids, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
     snapshot_to(jt, &live);
-    assert_int_equal(
-        plan_worker_heartbeat(&live, "w2:1", 22, NULL, 0, false, &w2, &ups, err, sizeof err), 0);
+    hb.address = "w2:1";
+    hb.incarnation = 22;
+    assert_int_equal(plan_worker_heartbeat(&live, &hb, &w2, &ups, err, sizeof err), 0);
     commit_to(jt, &live, &ups);
-    assert_int_equal(
-        plan_get_splits(&live, live.tasks[0].id, NULL, 0, 3, &ups, &end, err, sizeof err), 0);
+    struct plan_splits_request sr = {.task_id = live.tasks[0].id, .max = 3};
+    assert_int_equal(plan_get_splits(&live, &sr, &lease, &ups, err, sizeof err), 0);
+    free(lease.seqs);
     commit_to(jt, &live, &ups);
     uint64_t fin[] = {1};
-    assert_int_equal(
-        plan_get_splits(&live, live.tasks[0].id, fin, 1, 2, &ups, &end, err, sizeof err), 0);
+    sr = (struct plan_splits_request){
+        .task_id = live.tasks[0].id, .finished = fin, .nfinished = 1, .max = 2};
+    assert_int_equal(plan_get_splits(&live, &sr, &lease, &ups, err, sizeof err), 0);
+    free(lease.seqs);
     commit_to(jt, &live, &ups);
     close_thread(&loop, jt);
     journal_close(j);
@@ -1180,15 +1190,16 @@ static void test_recover_ids_continue(void **unused)
     assert_int_equal(info.next_seq, live.applied + 1);
     assert_int_equal(back.iterations[0].split_cursor, 5);
     /* New ids continue past every id handed out before the restart. */
-    uint64_t job2, it2, client2, w3;
-    assert_int_equal(plan_get_or_create_job(&back, id, "", SLUICE_DISTRIBUTED_EPOCH, 0, true, 0,
-                                            &plan, NULL, &job2, &it2, &client2, &ups, err,
-                                            sizeof err),
-                     0);
-    assert_true(job2 == job + 1 && it2 == it + 1 && client2 == client + 1);
+    uint64_t w3;
+    struct plan_job_result ids2;
+    job.job_name = "";
+    assert_int_equal(plan_get_or_create_job(&back, &job, &ids2, &ups, err, sizeof err), 0);
+    assert_true(ids2.job_id == ids.job_id + 1 && ids2.iteration_id == ids.iteration_id + 1 &&
+                ids2.client_id == ids.client_id + 1);
     st_update_list_clear(&ups);
-    assert_int_equal(
-        plan_worker_heartbeat(&back, "w3:1", 33, NULL, 0, false, &w3, &ups, err, sizeof err), 0);
+    hb.address = "w3:1";
+    hb.incarnation = 33;
+    assert_int_equal(plan_worker_heartbeat(&back, &hb, &w3, &ups, err, sizeof err), 0);
     assert_true(w3 == w2 + 1);
     st_update_list_release(&ups);
     state_release(&back);
@@ -1353,8 +1364,7 @@ static void child_request(struct child *c)
 {
     static const char *const addrs[] = {"w0:1", "w1:1", "w2:1"};
     char err[256], id[ST_ID_MAX];
-    uint64_t a, b, d;
-    bool end;
+    uint64_t a;
     const struct state *s = &c->s;
     switch (child_pick(c, 6)) {
     case 0:
@@ -1363,16 +1373,22 @@ static void child_request(struct child *c)
         if (s->ndatasets > 0) {
             struct split_plan p = {
                 .source_len = 50, .split_size = 1, .per_pass = 50, .passes = 1 + child_pick(c, 3)};
-            plan_get_or_create_job(s, s->datasets[0].id, child_pick(c, 2) ? "" : "n",
-                                   SLUICE_DISTRIBUTED_EPOCH, 0, true, 0, &p, NULL, &a, &b, &d,
-                                   &c->ups, err, sizeof err);
+            struct plan_job_request job = {.dataset_id = s->datasets[0].id,
+                                           .job_name = child_pick(c, 2) ? "" : "n",
+                                           .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                           .endless = true,
+                                           .plan = &p};
+            struct plan_job_result ids;
+            plan_get_or_create_job(s, &job, &ids, &c->ups, err, sizeof err);
         }
         break;
     case 1: {
         const char *addr = addrs[child_pick(c, 3)];
         const struct st_worker *w = state_worker_by_address(s, addr);
         uint64_t inc = w && child_pick(c, 8) ? w->incarnation : 1 + child_pick(c, 99);
-        plan_worker_heartbeat(s, addr, inc, NULL, 0, false, &a, &c->ups, err, sizeof err);
+        struct plan_heartbeat_request hb = {
+            .address = addr, .incarnation = inc, .unkeyed = true, .may_replace = true};
+        plan_worker_heartbeat(s, &hb, &a, &c->ups, err, sizeof err);
         break;
     }
     case 2:
@@ -1386,8 +1402,13 @@ static void child_request(struct child *c)
     default:
         if (s->ntasks > 0) {
             const struct st_task *t = &s->tasks[child_pick(c, s->ntasks)];
-            plan_get_splits(s, t->id, t->leased.v, t->leased.n, 1 + (uint32_t)child_pick(c, 3),
-                            &c->ups, &end, err, sizeof err);
+            struct plan_splits_request sr = {.task_id = t->id,
+                                             .finished = t->leased.v,
+                                             .nfinished = t->leased.n,
+                                             .max = 1 + (uint32_t)child_pick(c, 3)};
+            struct plan_splits_result lease;
+            if (plan_get_splits(s, &sr, &lease, &c->ups, err, sizeof err) == 0)
+                free(lease.seqs);
         }
         break;
     }

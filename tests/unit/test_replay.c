@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "dispatcher/update_codec.h"
+#include "dispatcher/plan.h"
 #include "dispatcher/state.h"
 
 #include <inttypes.h>
@@ -116,8 +117,7 @@ static void random_request(struct run *r, uint64_t *x)
     char *paths[] = {p0, p1};
     const struct state *s = &r->live;
     char err[256], id[ST_ID_MAX];
-    uint64_t a, b, c;
-    bool end;
+    uint64_t a;
     int rc = 0;
     switch (pick(x, 13)) {
     case 0: {
@@ -156,9 +156,18 @@ static void random_request(struct run *r, uint64_t *x)
         static const char *const hosts[] = {"", "h1", "h2"};
         const char *host = hosts[pick(x, 3)];
         enum sluice_target_workers target = (enum sluice_target_workers)pick(x, 3);
-        rc = plan_get_or_create_job_local(s, s->datasets[pick(x, s->ndatasets)].id, name, mode, 0,
-                                          false, xtc, target, host, true, (uint64_t)pick(x, 3),
-                                          &plan, NULL, &a, &b, &c, &r->ups, err, sizeof err);
+        uint64_t owner = pick(x, 3);
+        struct plan_job_request job = {.dataset_id = s->datasets[pick(x, s->ndatasets)].id,
+                                       .job_name = name,
+                                       .mode = mode,
+                                       .xtc_bytes = xtc,
+                                       .target = target,
+                                       .host = host,
+                                       .endless = true,
+                                       .owner = owner,
+                                       .plan = &plan};
+        struct plan_job_result ids;
+        rc = plan_get_or_create_job(s, &job, &ids, &r->ups, err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
         for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {
@@ -183,9 +192,13 @@ static void random_request(struct run *r, uint64_t *x)
             if (s->tasks[i].worker_id == w->id && pick(x, 3) == 0)
                 fin[nfin++] = s->tasks[i].id;
         }
+        struct plan_heartbeat_request hb = {
+            .address = addr, .incarnation = inc, .finished = fin, .nfinished = nfin};
         if (pick(x, 4) == 0) {
-            rc = plan_worker_heartbeat(s, addr, inc, fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
-                                       sizeof err);
+            hb.unkeyed = true;
+            hb.may_replace = true;
+            hb.draining = pick(x, 30) == 0;
+            rc = plan_worker_heartbeat(s, &hb, &a, &r->ups, err, sizeof err);
         } else {
             /* A worker's secret follows from its incarnation here, so most heartbeats prove
              * themselves; one in eight presents a wrong one and is refused. */
@@ -196,17 +209,20 @@ static void random_request(struct run *r, uint64_t *x)
                 key[pick(x, ST_KEY_LEN)] ^= 0x80;
             /* The host follows from the address (one of two hosts, or unknown). */
             const char *host = addr[1] == '0' ? "h1" : addr[1] == '1' ? "h2" : "";
-            rc = plan_worker_heartbeat_host(s, addr, inc, key, sizeof key, pick(x, 3) != 0, host,
-                                            fin, nfin, pick(x, 30) == 0, &a, &r->ups, err,
-                                            sizeof err);
+            hb.key = key;
+            hb.key_len = sizeof key;
+            hb.host = host;
+            hb.draining = pick(x, 30) == 0;
+            hb.may_replace = pick(x, 3) != 0;
+            rc = plan_worker_heartbeat(s, &hb, &a, &r->ups, err, sizeof err);
         }
         /* Now and then the worker reports a task failed, as the handler plans it. */
         if (rc == 0 && w && w->incarnation == inc && pick(x, 12) == 0) {
-            struct st_task_failure f[2];
+            struct plan_task_failure f[2];
             size_t nf = 0;
             for (size_t i = 0; i < s->ntasks && nf < 2; i++) {
                 if (s->tasks[i].worker_id == w->id && pick(x, 2) == 0)
-                    f[nf++] = (struct st_task_failure){s->tasks[i].id, "map(f): failed \x01"};
+                    f[nf++] = (struct plan_task_failure){s->tasks[i].id, "map(f): failed \x01"};
             }
             rc = plan_tasks_failed(s, w->id, f, nf, &r->ups, err, sizeof err);
         }
@@ -231,13 +247,16 @@ static void random_request(struct run *r, uint64_t *x)
         uint64_t req = k == 0 ? 0 : k == 1 ? t->last_request + 1 + pick(x, 2) : t->last_request;
         if (k == 2 && req != 0)
             nfin = 0;
-        uint64_t *seqs;
-        size_t nseqs;
-        rc = plan_get_splits_numbered(s, t->id, req, fin, nfin, (uint32_t)pick(x, 5), &r->ups,
-                                      &seqs, &nseqs, &end, err, sizeof err);
+        struct plan_splits_request sr = {.task_id = t->id,
+                                         .request_seq = req,
+                                         .finished = fin,
+                                         .nfinished = nfin,
+                                         .max = (uint32_t)pick(x, 5)};
+        struct plan_splits_result lease;
+        rc = plan_get_splits(s, &sr, &lease, &r->ups, err, sizeof err);
         r->repeats += rc == 0 && req != 0 && req == t->last_request;
-        r->repeats_held += nseqs > 0 && req != 0 && req == t->last_request;
-        free(seqs);
+        r->repeats_held += lease.nseqs > 0 && req != 0 && req == t->last_request;
+        free(lease.seqs);
         break;
     }
     case 10:
@@ -342,40 +361,46 @@ static void same_decisions(const struct state *a, const struct state *b)
     struct st_update_list la = {0}, lb = {0};
     struct bytes ba, bb;
     char err[256];
-    bool ea, eb;
     assert_int_equal(a->ntasks, b->ntasks);
     for (size_t i = 0; i < a->ntasks; i++) {
         const struct st_task *ta = &a->tasks[i], *tb = &b->tasks[i];
         assert_true(ta->id == tb->id && ta->last_request == tb->last_request);
         /* A retry of the last request, then a new one: the same replies. */
         for (uint64_t k = 0; k < 2; k++) {
-            uint64_t *sa, *sb;
-            size_t na, nb;
-            int ra = plan_get_splits_numbered(a, ta->id, ta->last_request + k, ta->leased.v,
-                                              ta->leased.n, 7, &la, &sa, &na, &ea, err, sizeof err);
-            int rb = plan_get_splits_numbered(b, tb->id, tb->last_request + k, tb->leased.v,
-                                              tb->leased.n, 7, &lb, &sb, &nb, &eb, err, sizeof err);
+            struct plan_splits_request qa = {.task_id = ta->id,
+                                             .request_seq = ta->last_request + k,
+                                             .finished = ta->leased.v,
+                                             .nfinished = ta->leased.n,
+                                             .max = 7},
+                                       qb = qa;
+            qb.task_id = tb->id;
+            qb.request_seq = tb->last_request + k;
+            qb.finished = tb->leased.v;
+            qb.nfinished = tb->leased.n;
+            struct plan_splits_result sa, sb;
+            int ra = plan_get_splits(a, &qa, &sa, &la, err, sizeof err);
+            int rb = plan_get_splits(b, &qb, &sb, &lb, err, sizeof err);
             assert_int_equal(ra, rb);
-            assert_int_equal(ea, eb);
-            assert_int_equal(na, nb);
-            if (na)
-                assert_memory_equal(sa, sb, na * sizeof *sa);
-            free(sa);
-            free(sb);
+            assert_int_equal(sa.end, sb.end);
+            assert_int_equal(sa.nseqs, sb.nseqs);
+            if (sa.nseqs)
+                assert_memory_equal(sa.seqs, sb.seqs, sa.nseqs * sizeof *sa.seqs);
+            free(sa.seqs);
+            free(sb.seqs);
         }
     }
-    uint64_t ja, ia, ca, jb, ib, cb;
     if (a->ndatasets > 0) {
         struct split_plan p = {.source_len = 4, .split_size = 1, .per_pass = 4, .passes = 1};
-        assert_int_equal(plan_get_or_create_job(a, a->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, 0, &p, NULL, &ja, &ia, &ca, &la, err,
-                                                sizeof err),
-                         0);
-        assert_int_equal(plan_get_or_create_job(b, b->datasets[0].id, "", SLUICE_DISTRIBUTED_EPOCH,
-                                                0, true, 0, &p, NULL, &jb, &ib, &cb, &lb, err,
-                                                sizeof err),
-                         0);
-        assert_true(ja == jb && ia == ib && ca == cb);
+        struct plan_job_request job = {.dataset_id = a->datasets[0].id,
+                                       .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                       .endless = true,
+                                       .plan = &p};
+        struct plan_job_result ia, ib;
+        assert_int_equal(plan_get_or_create_job(a, &job, &ia, &la, err, sizeof err), 0);
+        job.dataset_id = b->datasets[0].id;
+        assert_int_equal(plan_get_or_create_job(b, &job, &ib, &lb, err, sizeof err), 0);
+        assert_true(ia.job_id == ib.job_id && ia.iteration_id == ib.iteration_id &&
+                    ia.client_id == ib.client_id);
     }
     plan_bytes(&la, &ba);
     plan_bytes(&lb, &bb);

@@ -1,0 +1,58 @@
+/* What the planner files share (plan.c defines it; plan_datasets.c, plan_jobs.c, plan_workers.c,
+ * plan_splits.c, plan_clients.c and plan_saves.c use it). Pure: no I/O, no clocks, no threads.
+ *
+ * A helper that takes start (the index in out of the first update the plan being made appended)
+ * judges the state as it will be once those updates are applied: a task they finish is
+ * finished, a worker they mark draining is draining. */
+
+#ifndef SLUICE_DISPATCHER_PLAN_INTERNAL_H
+#define SLUICE_DISPATCHER_PLAN_INTERNAL_H
+
+#include "plan.h"
+#include "state_internal.h"
+
+/* Sets the refusal of a plan that ran out of memory; returns SLUICE_ERR_NOMEM. */
+#define NOMEM_MSG(err, errlen) err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory")
+
+/* Appends a zeroed update of type with its main id, or returns NULL when out of memory. */
+static inline struct st_update *plan_push(struct st_update_list *out, enum st_update_type type,
+                                          uint64_t id)
+{
+    struct st_update *u = st_update_list_push(out, type);
+    if (u)
+        u->id = id;
+    return u;
+}
+
+/* Whether the updates appended since start include one of type for id. */
+bool plan_pending(const struct st_update_list *out, size_t start, enum st_update_type type,
+                  uint64_t id);
+
+/* Appends ITERATION_FINISHED for every iteration touched by a task finished or removed since
+ * start that is now finished, in order of first mention. Returns 0 or SLUICE_ERR_NOMEM. */
+int plan_finish_touched(const struct state *s, struct st_update_list *out, size_t start);
+
+/* Appends ROUNDS_SCHEDULED for every active coordinated iteration whose serving tasks differ,
+ * once the updates appended since start are applied, from those of its latest epoch. Returns 0
+ * or SLUICE_ERR_NOMEM. */
+int plan_round_schedules(const struct state *s, struct st_update_list *out, size_t start);
+
+/* Appends TASK_CREATED for the iteration on every non-draining worker, ids from *next_task; for
+ * a job read from local workers only (local_host non-NULL), on those of local_host that have no
+ * task of it yet. Returns 0 or SLUICE_ERR_NOMEM. */
+int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id, const char *local_host,
+                             uint64_t *next_task, struct st_update_list *out);
+
+/* Appends SPLITS_RETURNED moving every split leased to task t back to its iteration's pool;
+ * nothing when it holds none. Returns 0 or SLUICE_ERR_NOMEM, after which the caller truncates
+ * the list (an update may have been appended). */
+int plan_push_leases_back(const struct st_task *t, struct st_update_list *out);
+
+/* Appends the removal of task t: its leased splits back to the pool, the task removed. Returns 0
+ * or SLUICE_ERR_NOMEM. */
+int plan_push_task_removal(const struct st_task *t, struct st_update_list *out);
+
+/* qsort() and bsearch() order of uint64_t values. */
+int plan_cmp_u64(const void *a, const void *b);
+
+#endif
