@@ -1,6 +1,6 @@
 # libsluice: the client library and the embeddable servers (include/sluice/sluice.h and
 # server.h), as one shared and one static library, and the install rules for them, the
-# binaries, the headers, sluice.pc and the CMake package (find_package(sluice)).
+# binaries, their man pages, the headers, sluice.pc and the CMake package (find_package(sluice)).
 include(CMakePackageConfigHelpers)
 
 # Every internal library, in link order; together they need nothing but the system libraries
@@ -61,6 +61,10 @@ add_custom_target(sluice_static ALL DEPENDS ${SLUICE_STATIC})
 # ---- install ----------------------------------------------------------------------------------
 
 install(TARGETS sluice sluice-dispatcher sluice-worker RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# The man pages of the binaries and of the sluice commands, generated from their --help by
+# scripts/gen-docs.py and committed (unit.docs_generated fails when they are stale).
+file(GLOB SLUICE_MAN_PAGES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/man/*.1)
+install(FILES ${SLUICE_MAN_PAGES} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 install(TARGETS sluice_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${SLUICE_STATIC} DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/include/sluice/sluice.h ${CMAKE_SOURCE_DIR}/include/sluice/server.h

@@ -17,6 +17,10 @@
 static const char usage[] =
     "usage: sluice <command> [options]\n"
     "\n"
+    "Runs sluice pipelines on this machine or with a sluice service: registers and reads\n"
+    "datasets, saves snapshots of them, shows what the dispatcher is doing, and reads, checks,\n"
+    "backs up and restores a dispatcher's journal.\n"
+    "\n"
     "commands:\n"
     "  run PIPELINE [--format text|count] [--limit N] [--plugin LIB.so]...\n"
     "      run a pipeline locally and print its elements\n"
@@ -34,7 +38,9 @@ static const char usage[] =
     "      print, check, back up or restore a fault-tolerant dispatcher's journal\n"
     "\n"
     "Run 'sluice <command> --help' for a command's options, 'sluice --version' for the\n"
-    "version.\n";
+    "version.\n"
+    "\n"
+    "Exit status: 0 on success, 1 on a runtime failure, 2 on bad usage.\n";
 
 void cli_error(const char *what, const char *fmt, ...)
 {

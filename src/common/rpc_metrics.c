@@ -16,7 +16,7 @@ int rpc_metrics_create(struct metrics *reg, struct rpc_metrics *m)
 {
     int rc = counter(reg, "sluice_auth_failures_total",
                      "Connections that failed authentication: a wrong or missing token on either "
-                     "side, or TLS.",
+                     "side, or TLS (on a worker, its connection to the dispatcher counts too).",
                      &m->auth_failures);
     if (rc == 0)
         rc = counter(reg, "sluice_connections_refused_total",
@@ -24,12 +24,13 @@ int rpc_metrics_create(struct metrics *reg, struct rpc_metrics *m)
                      &m->refused);
     if (rc == 0)
         rc = counter(reg, "sluice_handshake_timeouts_total",
-                     "Connections closed because their handshake did not finish in time.",
+                     "Connections closed because their handshake did not finish within "
+                     "--handshake-timeout-ms (or, having sent nothing, within 3 s).",
                      &m->hs_timeouts);
     if (rc == 0)
         rc = counter(reg, "sluice_handshake_evictions_total",
                      "Connections still in their handshake closed to make room for a newcomer "
-                     "because --max-handshakes (or the per-address share) was full: the oldest "
+                     "because --max-handshakes (or one address's share of 64) was full: the oldest "
                      "that had sent nothing, else the oldest.",
                      &m->hs_evictions);
     return rc;

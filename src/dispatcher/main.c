@@ -37,6 +37,10 @@ static const char usage[] =
     "                         [--insecure] [--metrics-host H] [--handshake-timeout-ms N]\n"
     "                         [--max-connections N] [--max-handshakes N]\n"
     "\n"
+    "Keeps the state of a sluice cluster and hands its work to the workers: registers workers\n"
+    "and datasets, starts jobs, assigns tasks and splits, and tells readers where to fetch\n"
+    "their elements.\n"
+    "\n"
     "  --host H                 address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port P                 port to listen on (default 5050; 0 picks a free one)\n"
     "  --work-dir DIR           where the journal lives (fault-tolerant mode)\n"
@@ -83,7 +87,10 @@ static const char usage[] =
     "                           already hold N open, whatever incarnations they send\n"
     "                           (default 1000)\n" SEC_USAGE_SERVER
     "  --help                   print this help\n"
-    "  --version                print the version\n";
+    "  --version                print the version\n"
+    "\n"
+    "Exit status: 0 after a clean stop (SIGTERM or SIGINT), 1 on a runtime failure, 2 on bad\n"
+    "usage.\n";
 
 static void fail(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(const char *what, const char *fmt, ...)

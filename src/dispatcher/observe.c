@@ -260,8 +260,8 @@ static int make_registry(struct observe *o)
         rc = metrics_exponential_buckets(COMMIT_BUCKET_START, 2, COMMIT_BUCKET_COUNT, bounds);
         if (rc == 0)
             rc = metrics_histogram(r, "sluice_journal_commit_seconds",
-                                   "Duration of one journal transaction (group commit); none "
-                                   "without --fault-tolerant.",
+                                   "Duration of one journal transaction (group commit, fsync "
+                                   "included); none without --fault-tolerant.",
                                    bounds, COMMIT_BUCKET_COUNT, &f);
         if (rc == 0)
             rc = metrics_series_get(f, NULL, 0, &o->commit_h);
@@ -276,7 +276,8 @@ static int make_registry(struct observe *o)
            METRICS_DOUBLE, &o->wait_g);
     SCALAR(true, "sluice_client_copies_cut_total",
            "Copies the clients read cut short (parallel_epochs and static sharding): a task whose "
-           "worker was lost after it sent part of its copy.",
+           "worker was lost after it sent part of its copy; from the clients' heartbeats, counted "
+           "again from the live clients' reports after a dispatcher restart.",
            METRICS_U64, &o->cut_c);
     SCALAR(false, "sluice_consumption_elements_per_second",
            "Elements per second the clients consumed, summed, as of their last heartbeats.",
@@ -333,8 +334,12 @@ static int make_registry(struct observe *o)
         {"sluice_job_clients", "Clients reading the job.", METRICS_U64},
         {"sluice_job_tasks", "Tasks of the job's current iteration.", METRICS_U64},
         {"sluice_job_workers", "Workers running an unfinished task of the job.", METRICS_U64},
-        {"sluice_job_splits_finished", "Splits of the job's iteration finished.", METRICS_U64},
-        {"sluice_job_splits_outstanding", "Splits of the job's iteration leased and not finished.",
+        {"sluice_job_splits_finished",
+         "Splits of the job's iteration finished (distributed_epoch; 0 in other modes).",
+         METRICS_U64},
+        {"sluice_job_splits_outstanding",
+         "Splits of the job's iteration leased and not finished (distributed_epoch; 0 in other "
+         "modes).",
          METRICS_U64},
         {"sluice_job_elements_per_second",
          "Elements per second served to the job's readers over the last window.", METRICS_DOUBLE},

@@ -73,7 +73,10 @@ static const char usage[] =
     "                        a task past it fails at once with an error its readers get\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n" SEC_USAGE_SERVER
     "  --help                show this help\n"
-    "  --version             print the version\n";
+    "  --version             print the version\n"
+    "\n"
+    "Exit status: 0 after a clean shutdown (SIGINT, or SIGTERM once drained), 1 on a runtime\n"
+    "failure, 2 on bad usage.\n";
 
 struct args {
     const char *dispatcher;

@@ -68,7 +68,9 @@ int wmetrics_create(struct wmetrics **out)
                     &m->local_served_c);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_elements_produced_total",
-                    "Elements the tasks' pipelines published into their buffers.", &m->produced_c);
+                    "Elements the tasks' pipelines published into their buffers (counted at each "
+                    "heartbeat and scrape).",
+                    &m->produced_c);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_snapshot_chunks_committed_total",
                     "Snapshot chunks the tasks of saves wrote and committed.", &m->chunks_c);
@@ -77,7 +79,8 @@ int wmetrics_create(struct wmetrics **out)
                     "Elements waiting in the tasks' buffers for readers.", &m->buffered_g);
     if (rc == 0)
         rc = scalar(m->reg, false, "sluice_worker_cross_trainer_cache_bytes",
-                    "Bytes the tasks' cross-trainer caches hold (records and their offsets).",
+                    "Bytes the tasks' cross-trainer caches hold: each element's record (length "
+                    "prefix included) plus 4 for its offset.",
                     &m->xtc_bytes_g);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_cross_trainer_skipped_total",

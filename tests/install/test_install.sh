@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs a build tree into a temporary prefix with `cmake --install` and uses it as a program
-# would: checks the installed files, the library's SONAME and exported symbols and every
-# binary's --version, then builds examples/embed.c against the prefix with pkg-config (shared and
-# static) and with find_package(sluice) (shared and static), and runs each build: it starts a
-# dispatcher and two workers in-process, reads range(10) in distributed_epoch and checks 0..9
-# arrived exactly once. Also checks that docs/embedding.md shows that example as it is.
+# would: checks the installed files (the man pages as docs/man has them), the library's SONAME
+# and exported symbols and every binary's --version, then builds examples/embed.c against the
+# prefix with pkg-config (shared and static) and with find_package(sluice) (shared and static),
+# and runs each build: it starts a dispatcher and two workers in-process, reads range(10) in
+# distributed_epoch and checks 0..9 arrived exactly once. Also checks that docs/embedding.md
+# shows that example as it is.
 #
 #   test_install.sh BUILD_DIR SOURCE_DIR C_COMPILER VERSION [EXTRA_C_FLAGS]
 #
@@ -25,8 +26,14 @@ for f in bin/sluice bin/sluice-dispatcher bin/sluice-worker \
          lib/libsluice.so "lib/libsluice.so.$major" "lib/libsluice.so.$version" lib/libsluice.a \
          include/sluice/sluice.h include/sluice/server.h include/sluice/version.h \
          lib/pkgconfig/sluice.pc lib/cmake/sluice/sluiceConfig.cmake \
-         lib/cmake/sluice/sluiceConfigVersion.cmake; do
+         lib/cmake/sluice/sluiceConfigVersion.cmake share/man/man1/sluice.1 \
+         share/man/man1/sluice-dispatcher.1 share/man/man1/sluice-worker.1; do
     [ -e "$prefix/$f" ] || fail "missing $f"
+done
+# Every man page, as committed in docs/man.
+for page in "$src"/docs/man/*.1; do
+    cmp -s "$page" "$prefix/share/man/man1/${page##*/}" \
+        || fail "man page ${page##*/} is not installed as docs/man has it"
 done
 soname=$(readelf -d "$prefix/lib/libsluice.so.$version" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [ "$soname" = "libsluice.so.$major" ] || fail "SONAME is '$soname', expected libsluice.so.$major"
