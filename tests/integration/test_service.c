@@ -417,7 +417,12 @@ static void read_across_restarts(struct cluster *c, const char *mode, long n, in
         assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
     }
     char *out = proc_read_all(&r, 90000);
-    assert_int_equal(proc_wait(&r, 10000), 0);
+    int rc = proc_wait(&r, 10000);
+    if (rc != 0) {
+        char *log = read_text_file(r.log);
+        fail_msg("read (%s) exited %d after %zu lines; its stderr:\n%s", mode, rc,
+                 count_lines(out ? out : ""), log ? log : "(none)");
+    }
     char *got = sorted_lines(out);
     char *want = expected_range(n, times);
     assert_string_equal(got, want);
