@@ -41,8 +41,8 @@
 #include "common/frame.h"
 #include "common/rpc.h"
 #include "common/sha256.h"
-#include "helper_cluster.h"
-#include "helper_scrape.h"
+#include "lib/cluster.h"
+#include "lib/scrape.h"
 #include "sluice/sluice.h"
 
 #include <jansson.h>

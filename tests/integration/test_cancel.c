@@ -11,7 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 
 #include <dirent.h>
 #include <errno.h>

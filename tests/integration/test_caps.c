@@ -25,8 +25,8 @@
 
 #include "common/error.h"
 #include "common/rpc.h"
-#include "helper_cluster.h"
-#include "helper_peer.h"
+#include "lib/cluster.h"
+#include "lib/peer.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -47,7 +47,7 @@ static long long now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* ---- requests of a synchronous RPC peer (helper_peer.h) ---------------------------------- */
+/* ---- requests of a synchronous RPC peer (lib/peer.h) ----------------------------------------- */
 
 /* Asserts that the call failed with code and exactly the message want. */
 static void assert_refused(const struct peer_result *r, int code, const char *want)

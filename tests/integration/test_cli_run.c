@@ -5,7 +5,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_proc.h"
+#include "lib/proc.h"
 #include "pipeline/files.h"
 
 #include <stdio.h>

@@ -13,8 +13,8 @@
 
 #include <cmocka.h>
 
-#include "helper_cluster.h"
-#include "helper_proc.h"
+#include "lib/cluster.h"
+#include "lib/proc.h"
 #include "pipeline/roots.h"
 #include "pipeline/spec.h"
 #include "sluice/sluice.h"

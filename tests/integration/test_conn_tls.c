@@ -14,7 +14,7 @@
 #include "common/ewire.h"
 #include "common/security.h"
 
-#include "helper_tls.h"
+#include "lib/tls.h"
 
 #include <signal.h>
 #include <stdio.h>

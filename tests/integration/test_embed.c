@@ -8,8 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_proc.h"
-#include "helper_scrape.h"
+#include "lib/proc.h"
+#include "lib/scrape.h"
 
 #include "sluice/server.h"
 #include "sluice/sluice.h"

@@ -15,8 +15,8 @@
 
 #include "common/error.h"
 #include "common/rpc.h"
-#include "helper_peer.h"
-#include "helper_proc.h"
+#include "lib/peer.h"
+#include "lib/proc.h"
 #include "journal/journal.h"
 #include "journal/record.h"
 
@@ -30,7 +30,7 @@
 
 #define WAIT_MS 15000
 
-/* ---- a synchronous RPC client (helper_peer.h) -------------------------------------------- */
+/* ---- a synchronous RPC client (lib/peer.h) --------------------------------------------------- */
 
 /* Sends req and waits for its answer; returns the reply copy (status 0) or NULL with r->msg.
  * A call that finds its connection gone (the dispatcher was restarted under it) is sent again,

@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 
 #include <jansson.h>
 

@@ -14,8 +14,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
-#include "helper_proc.h"
+#include "lib/cluster.h"
+#include "lib/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_scrape.h"
+#include "lib/scrape.h"
 #include "sluice/server.h"
 #include "sluice/sluice.h"
 

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "helper_cluster.h"
-#include "helper_scrape.h"
+#include "lib/cluster.h"
+#include "lib/scrape.h"
 
 #define WAIT_MS 20000
 

@@ -14,7 +14,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 #include "pipeline/files.h"
 
 #include <signal.h>

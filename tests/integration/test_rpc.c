@@ -24,7 +24,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 
-#include "helper_tls.h"
+#include "lib/tls.h"
 
 #define WAIT_MS 10000
 

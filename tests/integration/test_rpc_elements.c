@@ -22,7 +22,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 
-#include "helper_tls.h"
+#include "lib/tls.h"
 
 #define WAIT_MS 20000
 #define MAX_CALLS 64

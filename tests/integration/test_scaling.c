@@ -17,8 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "helper_cluster.h"
-#include "helper_scrape.h"
+#include "lib/cluster.h"
+#include "lib/scrape.h"
 
 /* How long the recommendation gets to move: many windows of 500 ms. */
 #define MOVE_MS 60000

@@ -6,7 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 
 #include "sluice/sluice.h"
 

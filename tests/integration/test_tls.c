@@ -12,8 +12,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
-#include "helper_tls.h"
+#include "lib/cluster.h"
+#include "lib/tls.h"
 
 #include <signal.h>
 #include <stdio.h>

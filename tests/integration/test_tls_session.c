@@ -14,7 +14,7 @@
 #include "common/security.h"
 #include "common/tls.h"
 
-#include "helper_tls.h"
+#include "lib/tls.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 
 #include "sluice/sluice.h"
 

@@ -18,8 +18,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_cluster.h"
-#include "helper_scrape.h"
+#include "lib/cluster.h"
+#include "lib/scrape.h"
 
 #include "sluice/sluice.h"
 

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 #include "sluice/sluice.h"
 
 #include <inttypes.h>

@@ -1,4 +1,4 @@
-#include "helper_cluster.h"
+#include "lib/cluster.h"
 
 #include <poll.h>
 #include <signal.h>

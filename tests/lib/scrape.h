@@ -1,8 +1,8 @@
 /* Scraping a metrics endpoint in integration tests: one HTTP request over a plain TCP socket,
  * and a strict parser of the Prometheus text format that checks what a scraper relies on. Every
  * wait is bounded. Nothing here asserts; failures come back as -1 with a message. */
-#ifndef SLUICE_TESTS_HELPER_SCRAPE_H
-#define SLUICE_TESTS_HELPER_SCRAPE_H
+#ifndef SLUICE_TESTS_LIB_SCRAPE_H
+#define SLUICE_TESTS_LIB_SCRAPE_H
 
 #include <stddef.h>
 

@@ -2,8 +2,8 @@
  * client, as a fake worker or as a stranger): an rpc_client on a loop of its own, one call at a
  * time. Failures of the harness itself (a loop that does not close, a call that cannot be
  * queued) are cmocka assertions; the outcome of a call is the caller's to check. */
-#ifndef SLUICE_TESTS_HELPER_PEER_H
-#define SLUICE_TESTS_HELPER_PEER_H
+#ifndef SLUICE_TESTS_LIB_PEER_H
+#define SLUICE_TESTS_LIB_PEER_H
 
 #include "common/rpc.h"
 

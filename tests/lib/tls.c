@@ -1,4 +1,4 @@
-#include "helper_tls.h"
+#include "lib/tls.h"
 
 #include "common/security.h"
 

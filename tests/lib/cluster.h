@@ -1,9 +1,9 @@
 /* A local cluster for integration tests: one dispatcher and some workers on 127.0.0.1, port 0,
  * plus `sluice` CLI invocations against it. */
-#ifndef SLUICE_TESTS_HELPER_CLUSTER_H
-#define SLUICE_TESTS_HELPER_CLUSTER_H
+#ifndef SLUICE_TESTS_LIB_CLUSTER_H
+#define SLUICE_TESTS_LIB_CLUSTER_H
 
-#include "helper_proc.h"
+#include "lib/proc.h"
 
 #define CLUSTER_MAX_WORKERS 8
 

@@ -1,7 +1,7 @@
 /* Process helpers for integration tests: start the real binaries, read their "listening on"
  * line, run CLI commands and capture their output. Every wait is bounded. */
-#ifndef SLUICE_TESTS_HELPER_PROC_H
-#define SLUICE_TESTS_HELPER_PROC_H
+#ifndef SLUICE_TESTS_LIB_PROC_H
+#define SLUICE_TESTS_LIB_PROC_H
 
 #include <stddef.h>
 #include <sys/types.h>

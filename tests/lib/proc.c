@@ -1,4 +1,4 @@
-#include "helper_proc.h"
+#include "lib/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

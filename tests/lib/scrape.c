@@ -1,4 +1,4 @@
-#include "helper_scrape.h"
+#include "lib/scrape.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,8 +1,8 @@
 /* TLS for integration tests: the certificates of make_certs.sh, made once per test program at run
  * time in a directory of its own (no key is kept in the repository), and security settings that
  * use them. */
-#ifndef SLUICE_TESTS_HELPER_TLS_H
-#define SLUICE_TESTS_HELPER_TLS_H
+#ifndef SLUICE_TESTS_LIB_TLS_H
+#define SLUICE_TESTS_LIB_TLS_H
 
 struct sec_ctx;
 

@@ -4,7 +4,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "helper_peer.h"
+#include "lib/peer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
