@@ -19,7 +19,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -32,7 +31,6 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/auth.h"
@@ -41,8 +39,14 @@
 #include "common/frame.h"
 #include "common/rpc.h"
 #include "common/sha256.h"
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/net.h"
+#include "lib/proc.h"
 #include "lib/scrape.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 #include "sluice/sluice.h"
 
 #include <jansson.h>
@@ -53,40 +57,18 @@
 
 static char right_file[512], wrong_file[512];
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static int setup(void **unused)
 {
     (void)unused;
     signal(SIGPIPE, SIG_IGN);
     snprintf(right_file, sizeof right_file, "%s/right.token", tmp_dir());
     snprintf(wrong_file, sizeof wrong_file, "%s/wrong.token", tmp_dir());
-    write_file(right_file, TOKEN_TEXT "\n");
-    write_file(wrong_file, WRONG_TEXT "\n");
+    file_write_text(right_file, TOKEN_TEXT "\n");
+    file_write_text(wrong_file, WRONG_TEXT "\n");
     return 0;
 }
 
 /* ---- raw sockets ------------------------------------------------------------------------- */
-
-static int port_of(const char *addr)
-{
-    const char *colon = strrchr(addr, ':');
-    assert_non_null(colon);
-    return atoi(colon + 1);
-}
 
 static int raw_connect(int port)
 {
@@ -349,24 +331,6 @@ static void start_secured(struct cluster *c, char *disp_metrics, char *worker_me
         cluster_read_address(&c->workers[0], " metrics on ", worker_metrics, 64, WAIT_MS), 0);
 }
 
-static bool log_contains(const struct proc *p, const char *text, int timeout_ms)
-{
-    long long deadline = now_ms() + timeout_ms;
-    do {
-        FILE *f = fopen(p->log, "r");
-        if (f) {
-            static char buf[1 << 16];
-            size_t n = fread(buf, 1, sizeof buf - 1, f);
-            fclose(f);
-            buf[n] = '\0';
-            if (strstr(buf, text))
-                return true;
-        }
-        usleep(50000);
-    } while (now_ms() < deadline);
-    return false;
-}
-
 static void test_cli_tokens(void **unused)
 {
     (void)unused;
@@ -424,7 +388,7 @@ static void test_raw_refusals(void **unused)
         const char *addr, *metrics;
     } ports[] = {{c.dispatcher.addr, dm}, {c.workers[0].addr, wm}};
     for (size_t i = 0; i < 2; i++) {
-        int port = port_of(ports[i].addr);
+        int port = addr_port(ports[i].addr);
         double before = auth_failures(ports[i].metrics);
         int fd = raw_client(port, WRONG_TEXT, SLUICE__ROLE__ROLE_CLIENT);
         send_status(fd, 1); /* pipelined behind the proof: never answered */
@@ -510,7 +474,7 @@ static void test_replayed_handshake(void **unused)
     proc_stop(&cli, SIGKILL, WAIT_MS);
 
     double before = auth_failures(dm);
-    fd = raw_connect(port_of(c.dispatcher.addr));
+    fd = raw_connect(addr_port(c.dispatcher.addr));
     write_all(fd, recorded, recorded_len);
     send_status(fd, 1);
     expect_rejection(fd, "authentication failed: wrong token");
@@ -538,9 +502,9 @@ static void test_fake_worker(void **unused)
                     NULL};
     struct proc w;
     assert_int_equal(proc_start(&w, argv, WAIT_MS), 0);
-    assert_true(log_contains(&w, "authentication failed: wrong token", WAIT_MS));
+    assert_true(proc_wait_log(&w, "authentication failed: wrong token", WAIT_MS) >= 0);
     /* A raw worker without a token, heartbeating. */
-    int fd = raw_client(port_of(c.dispatcher.addr), NULL, SLUICE__ROLE__ROLE_WORKER);
+    int fd = raw_client(addr_port(c.dispatcher.addr), NULL, SLUICE__ROLE__ROLE_WORKER);
     Sluice__WorkerHeartbeatRequest hb = SLUICE__WORKER_HEARTBEAT_REQUEST__INIT;
     hb.address = "127.0.0.1:1";
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
@@ -622,7 +586,7 @@ static void test_fake_dispatcher(void **unused)
         }
         assert_true(now_ms() < deadline);
         close(fd);
-        assert_true(log_contains(&w, expected[round], WAIT_MS));
+        assert_true(proc_wait_log(&w, expected[round], WAIT_MS) >= 0);
     }
     /* The worker counts the failures of its dispatcher connection. */
     double failures = auth_failures(wm);
@@ -666,7 +630,7 @@ static void test_handshake_limits(void **unused)
     memset(&c, 0, sizeof c);
     c.dispatcher_args = args;
     assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
-    int port = port_of(c.dispatcher.addr);
+    int port = addr_port(c.dispatcher.addr);
 
     /* A frame over 4 KiB before the Hello: closed before anything is answered but our Hello. */
     int fd = raw_connect(port);
@@ -865,8 +829,8 @@ static void test_handshake_flood(void **unused)
 
     static struct flood f;
     memset(&f, 0, sizeof f);
-    f.ports[0] = port_of(c.dispatcher.addr);
-    f.ports[1] = port_of(c.workers[0].addr);
+    f.ports[0] = addr_port(c.dispatcher.addr);
+    f.ports[1] = addr_port(c.workers[0].addr);
     assert_int_equal(pthread_create(&f.thread, NULL, flood_main, &f), 0);
     long long deadline = now_ms() + WAIT_MS;
     while (!atomic_load(&f.ready) && now_ms() < deadline)
@@ -907,63 +871,6 @@ static void test_handshake_flood(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
-/* The process's resident memory now (VmRSS), or its peak so far (VmHWM), in KiB. */
-static long status_kib(pid_t pid, const char *field)
-{
-    char path[64], line[256], fmt[32];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    snprintf(fmt, sizeof fmt, "%s: %%ld kB", field);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, fmt, &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
-static long rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
-/* True when every thread of the process sleeps (none runnable): it waits for nothing it has. */
-static bool all_threads_sleep(pid_t pid)
-{
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    assert_non_null(d);
-    bool sleeping = true;
-    struct dirent *e;
-    while (sleeping && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char stat[512], buf[512];
-        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
-        FILE *f = fopen(stat, "r");
-        if (!f)
-            continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        sleeping = p && p[1] == ' ' && (p[2] == 'S' || p[2] == 'D');
-    }
-    closedir(d);
-    return sleeping;
-}
-
 /* Bytes the server has not read yet on its end of the established connection from client_port
  * to server_port (IPv4 loopback), from /proc/net/tcp; -1 when the socket is not found. */
 static long unread_bytes(int server_port, int client_port)
@@ -985,6 +892,14 @@ static long unread_bytes(int server_port, int client_port)
     }
     fclose(f);
     return rx;
+}
+
+/* True when every thread of the process sleeps (none runnable): it waits for nothing it has. */
+static bool all_threads_sleep(pid_t pid)
+{
+    struct proc_threads t;
+    assert_int_equal(proc_threads(pid, &t), 0);
+    return t.sleeping == t.total;
 }
 
 /* What the last look found, for the failure message. */
@@ -1029,7 +944,7 @@ static void test_pipelined_without_reading(void **unused)
         setenv("ASAN_OPTIONS", opts, 1);
     }
     start_secured(&c, dm, wm);
-    int fd = raw_client(port_of(c.dispatcher.addr), TOKEN_TEXT, SLUICE__ROLE__ROLE_CLIENT);
+    int fd = raw_client(addr_port(c.dispatcher.addr), TOKEN_TEXT, SLUICE__ROLE__ROLE_CLIENT);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 
     /* 64 requests per write, until the server has stopped reading (server_stopped_reading, tried
@@ -1039,7 +954,7 @@ static void test_pipelined_without_reading(void **unused)
     struct sockaddr_in me;
     socklen_t melen = sizeof me;
     assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &melen), 0);
-    int server_port = port_of(c.dispatcher.addr), client_port = ntohs(me.sin_port);
+    int server_port = addr_port(c.dispatcher.addr), client_port = ntohs(me.sin_port);
     enum { BATCH = 64 };
     uint8_t buf[BATCH * 16];
     size_t sent_requests = 0;
@@ -1087,7 +1002,7 @@ static void test_pipelined_without_reading(void **unused)
         sent_requests += BATCH;
     }
     /* The server stopped reading on its own. */
-    long kib = rss_kib(c.dispatcher.pid);
+    long kib = proc_status_kb(c.dispatcher.pid, "VmRSS");
     print_message("pipelined %zu status requests unread; dispatcher RSS %ld KiB; %s (unread %ld, "
                   "asleep %d)\n",
                   sent_requests, kib, blocked ? "it stopped reading" : "it never stopped reading",
@@ -1144,7 +1059,7 @@ static void test_status_amplification(void **unused)
             fail_msg("register %d: %s", i, err);
         free(p);
     }
-    long base = status_kib(c.dispatcher.pid, "VmHWM");
+    long base = proc_status_kb(c.dispatcher.pid, "VmHWM");
     print_message("registered %d pipelines of %d bytes in %lld ms; dispatcher peak RSS %ld KiB\n",
                   AMP_DATASETS, AMP_TEXT, now_ms() - t0, base);
 
@@ -1194,7 +1109,7 @@ static void test_status_amplification(void **unused)
     free(cerr);
 
     /* 8 connections, 3 status requests each in one write, never read. */
-    int port = port_of(c.dispatcher.addr);
+    int port = addr_port(c.dispatcher.addr);
     int fds[8];
     for (int k = 0; k < 8; k++) {
         fds[k] = raw_client(port, TOKEN_TEXT, SLUICE__ROLE__ROLE_CLIENT);
@@ -1221,7 +1136,7 @@ static void test_status_amplification(void **unused)
         free(json);
         slowest = now_ms() - s0 > slowest ? now_ms() - s0 : slowest;
     }
-    long worst = status_kib(c.dispatcher.pid, "VmHWM");
+    long worst = proc_status_kb(c.dispatcher.pid, "VmHWM");
     print_message("status document %zu bytes; 8x3 unread status requests: dispatcher peak RSS "
                   "%ld KiB (%ld before), slowest status call meanwhile %lld ms\n",
                   doc, worst, base, slowest);

@@ -11,9 +11,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -21,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 30000
@@ -39,40 +41,12 @@ static const char module_text[] = "import time\n"
 
 static char mod_dir[512];
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Whether some thread of pid is running or runnable (state R): a thread spinning in a function
  * always is, whatever the machine's load. */
 static bool some_thread_runs(pid_t pid)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (d == NULL)
-        return false;
-    bool runs = false;
-    struct dirent *e;
-    while (!runs && (e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.')
-            continue;
-        char stat[512], buf[512];
-        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
-        FILE *f = fopen(stat, "r");
-        if (!f)
-            continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')');
-        runs = p && p[1] == ' ' && p[2] == 'R';
-    }
-    closedir(d);
-    return runs;
+    struct proc_threads t;
+    return proc_threads(pid, &t) == 0 && t.running > 0;
 }
 
 /* Waits up to timeout_ms until a thread of pid has been seen running in 20 samples in a row
@@ -103,51 +77,17 @@ static long long wait_quiet(pid_t pid, int timeout_ms)
     return -1;
 }
 
-static bool log_has(const struct proc *p, const char *text, int timeout_ms)
-{
-    long long deadline = now_ms() + timeout_ms;
-    do {
-        char *log = read_text_file(p->log);
-        bool found = strstr(log, text) != NULL;
-        free(log);
-        if (found)
-            return true;
-        usleep(50000);
-    } while (now_ms() < deadline);
-    return false;
-}
-
 static int setup(void **state)
 {
     snprintf(mod_dir, sizeof mod_dir, "%s/pymods", tmp_dir());
     if (mkdir(mod_dir, 0700) != 0 && errno != EEXIST)
         return -1;
-    char file[600];
-    snprintf(file, sizeof file, "%s/stuck.py", mod_dir);
-    FILE *fp = fopen(file, "w");
-    if (!fp || fputs(module_text, fp) < 0 || fclose(fp) != 0)
-        return -1;
+    file_write_in(mod_dir, "stuck.py", module_text);
     static const char *worker_args[] = {
         "--python-path", mod_dir, "--drain-timeout-ms", "2000", "--log-level", "info", NULL};
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->worker_args = worker_args;
     /* A job is collected 1 s after its last client is released (5 s after it went silent). */
     static const char *dispatcher_args[] = {"--job-gc-timeout-ms", "1000", NULL};
-    c->dispatcher_args = dispatcher_args;
-    if (cluster_start_dispatcher(c, 0, 0) != 0 || cluster_add_worker(c) < 0)
-        return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    cluster_stop(c);
-    free(c);
-    return 0;
+    return (*state = cluster_new(dispatcher_args, worker_args, 0, 1)) ? 0 : -1;
 }
 
 /* A reader of pipeline is started, the worker's function is seen spinning, the reader is
@@ -186,7 +126,7 @@ static long long drained_exits(struct cluster *c, const char *pipeline, bool spi
     if (spins)
         assert_true(wait_spinning(w->pid, WAIT_MS));
     else
-        assert_true(log_has(w, " started: dataset ", WAIT_MS));
+        assert_true(proc_wait_log(w, " started: dataset ", WAIT_MS) >= 0);
     usleep(500000); /* the function is running */
     long long t0 = now_ms();
     assert_int_equal(kill(w->pid, SIGTERM), 0);
@@ -231,13 +171,13 @@ static void test_python_sleep_reported(void **state)
     struct proc reader;
     assert_int_equal(
         cluster_cli_spawn(c, &reader, "read", "range(4) | map(py, \"stuck:nap\")", NULL), 0);
-    assert_true(log_has(&c->workers[0], " started: dataset ", WAIT_MS));
+    assert_true(proc_wait_log(&c->workers[0], " started: dataset ", WAIT_MS) >= 0);
     assert_int_equal(proc_stop(&reader, SIGKILL, WAIT_MS), 128 + SIGKILL);
-    assert_true(log_has(&c->workers[0],
-                        ": its pipeline has not stopped 3000 ms after its cancellation (a function "
-                        "that neither returns nor notices cancellation); it keeps its thread until "
-                        "the worker stops",
-                        WAIT_MS));
+    assert_true(proc_wait_log(&c->workers[0],
+                              ": its pipeline has not stopped 3000 ms after its cancellation (a "
+                              "function that neither returns nor notices cancellation); it keeps "
+                              "its thread until the worker stops",
+                              WAIT_MS) >= 0);
 }
 
 /* time.sleep cannot be interrupted: the worker abandons the thread, says so, and exits. */
@@ -245,20 +185,20 @@ static void test_python_sleep_abandoned(void **state)
 {
     struct cluster *c = *state;
     drained_exits(c, "range(4) | map(py, \"stuck:nap\")", false);
-    assert_true(log_has(&c->workers[0], "its threads are abandoned", 1000));
+    assert_true(proc_wait_log(&c->workers[0], "its threads are abandoned", 1000) >= 0);
 }
 #endif
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_sleep_us_collected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sleep_us_drained, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sleep_us_collected, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_sleep_us_drained, setup, cluster_teardown_lax),
 #ifdef SLUICE_WORKER_HAS_PYTHON
-        cmocka_unit_test_setup_teardown(test_python_loop_collected, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_python_loop_drained, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_python_sleep_abandoned, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_python_sleep_reported, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_python_loop_collected, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_python_loop_drained, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_python_sleep_abandoned, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_python_sleep_reported, setup, cluster_teardown_lax),
 #endif
     };
     if (getenv("SLUICE_TEST_FILTER"))

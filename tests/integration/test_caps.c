@@ -25,8 +25,12 @@
 
 #include "common/error.h"
 #include "common/rpc.h"
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
 #include "lib/peer.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <inttypes.h>
 #include <jansson.h>
@@ -34,18 +38,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 15000
 #define READ_MS 60000
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- requests of a synchronous RPC peer (lib/peer.h) ----------------------------------------- */
 
@@ -153,48 +149,12 @@ static const char *const short_timeouts[] = {"--worker-timeout-ms", "5000", "--l
 /* Starts a dispatcher with args (fault-tolerant or not) into *state. */
 static int start_cluster(void **state, const char *const *args, int fault_tolerant)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = args;
-    if (cluster_start_dispatcher(c, 0, fault_tolerant) != 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
+    return (*state = cluster_new(args, NULL, fault_tolerant, 0)) ? 0 : -1;
 }
 
 static int setup(void **state)
 {
     return start_cluster(state, short_timeouts, 0);
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    cluster_stop(c);
-    free(c);
-    return 0;
-}
-
-static void add_workers(struct cluster *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        assert_true(cluster_add_worker(c) >= 0);
-}
-
-static json_t *status_doc(struct cluster *c)
-{
-    char *out = NULL, *err = NULL;
-    assert_int_equal(cluster_cli(c, &out, &err, "status", "--json", NULL), 0);
-    json_error_t je;
-    json_t *doc = json_loads(out, 0, &je);
-    if (!doc)
-        fail_msg("status --json: %s", je.text);
-    free(out);
-    free(err);
-    return doc;
 }
 
 static long long int_field(json_t *o, const char *key)
@@ -204,49 +164,12 @@ static long long int_field(json_t *o, const char *key)
     return json_integer_value(v);
 }
 
-/* The job named name, once it has at least ntasks tasks (bounded wait); a new reference. */
-static json_t *wait_job(struct cluster *c, const char *name, size_t ntasks)
-{
-    long long t0 = now_ms();
-    for (;;) {
-        json_t *doc = status_doc(c);
-        json_t *jobs = json_object_get(doc, "jobs");
-        for (size_t i = 0; i < json_array_size(jobs); i++) {
-            json_t *j = json_array_get(jobs, i);
-            const char *n = json_string_value(json_object_get(j, "name"));
-            if (n && strcmp(n, name) == 0 &&
-                json_array_size(json_object_get(j, "tasks")) >= ntasks) {
-                json_incref(j);
-                json_decref(doc);
-                return j;
-            }
-        }
-        json_decref(doc);
-        if (now_ms() - t0 > WAIT_MS)
-            fail_msg("job '%s' with %zu task(s) did not appear", name, ntasks);
-        usleep(50 * 1000);
-    }
-}
-
-/* The task of job j on the worker at address. */
-static uint64_t task_on(json_t *j, const char *address)
-{
-    json_t *tasks = json_object_get(j, "tasks");
-    for (size_t i = 0; i < json_array_size(tasks); i++) {
-        json_t *t = json_array_get(tasks, i);
-        if (strcmp(json_string_value(json_object_get(t, "worker")), address) == 0)
-            return (uint64_t)int_field(t, "id");
-    }
-    fail_msg("no task on %s", address);
-    return 0;
-}
-
 /* The worker listed at address: its id, incarnation and draining flag. Returns how many workers
  * are listed in all. */
 static size_t worker_at(struct cluster *c, const char *address, uint64_t *id, uint64_t *inc,
                         bool *draining)
 {
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     json_t *ws = json_object_get(doc, "workers");
     size_t n = json_array_size(ws);
     *id = 0;
@@ -299,13 +222,13 @@ static char *register_dataset(struct cluster *c, const char *pipeline)
 static void test_guessed_ids_refused(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     struct proc victim;
     assert_int_equal(cluster_cli_spawn(c, &victim, "read", VICTIM, "--job-name", "victim", NULL),
                      0);
-    json_t *vj = wait_job(c, "victim", 1);
+    json_t *vj = cluster_wait_job(c, "victim", 1, WAIT_MS);
     uint64_t vjob = (uint64_t)int_field(vj, "id");
-    uint64_t vtask = task_on(vj, c->workers[0].addr);
+    uint64_t vtask = cluster_task_on(vj, c->workers[0].addr);
     json_decref(vj);
 
     /* The stranger joins a job of its own, on another dataset: a valid capability, for that
@@ -399,14 +322,14 @@ static void test_guessed_ids_refused(void **state)
 static void test_forged_worker_refused(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     const char *addr = c->workers[0].addr;
     struct proc victim;
     assert_int_equal(cluster_cli_spawn(c, &victim, "read", VICTIM, "--mode", "distributed_epoch",
                                        "--job-name", "dist", NULL),
                      0);
-    json_t *vj = wait_job(c, "dist", 1);
-    uint64_t vtask = task_on(vj, addr);
+    json_t *vj = cluster_wait_job(c, "dist", 1, WAIT_MS);
+    uint64_t vtask = cluster_task_on(vj, addr);
     json_decref(vj);
     uint64_t wid, inc;
     bool draining;
@@ -510,7 +433,7 @@ static uint64_t task_and_key(struct peer *d, uint64_t client, const uint8_t key[
 static void test_keys_survive_restart(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *ds = register_dataset(c, "range(10) | repeat()");
     struct peer d;
     peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
@@ -566,7 +489,7 @@ static void test_keys_survive_restart(void **state)
  * 2 ms of CPU: a copy of 4000 takes seconds). */
 static void wait_mid_copy(struct cluster *c, const char *name)
 {
-    json_t *j = wait_job(c, name, (size_t)c->nworkers);
+    json_t *j = cluster_wait_job(c, name, (size_t)c->nworkers, WAIT_MS);
     json_decref(j);
     usleep(1500 * 1000);
 }
@@ -574,13 +497,13 @@ static void wait_mid_copy(struct cluster *c, const char *name)
 static void test_worker_killed_mid_copy(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     struct proc r;
     assert_int_equal(
         cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "killed", "--whole-copies", NULL), 0);
     wait_mid_copy(c, "killed");
-    json_t *j = wait_job(c, "killed", 2);
-    uint64_t lost_task = task_on(j, c->workers[0].addr);
+    json_t *j = cluster_wait_job(c, "killed", 2, WAIT_MS);
+    uint64_t lost_task = cluster_task_on(j, c->workers[0].addr);
     json_decref(j);
     assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
     char *out = proc_read_all(&r, READ_MS);
@@ -604,7 +527,7 @@ static void test_worker_killed_mid_copy(void **state)
 static void test_worker_killed_copy_cut(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "cut", NULL), 0);
     wait_mid_copy(c, "cut");
@@ -639,7 +562,7 @@ static void test_drained_copy_is_complete(void **state)
     struct cluster *c = *state;
     static const char *const drain_flags[] = {"--drain-timeout-ms", "5000", NULL};
     c->worker_args = drain_flags;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", COPY, "--job-name", "drained", NULL), 0);
     wait_mid_copy(c, "drained");
@@ -681,7 +604,7 @@ static void test_drained_copy_is_complete(void **state)
 static void test_shared_copy_counts_per_reader(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     struct proc a, b;
     const char *pipe = "range(2000) | map(sleep_us, 1000)";
     assert_int_equal(cluster_cli_spawn(c, &a, "read", pipe, "--job-name", "shared", NULL), 0);
@@ -707,7 +630,7 @@ static void test_shared_copy_counts_per_reader(void **state)
 static void test_end_counts_what_was_sent(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *ds = register_dataset(c, "range(1000) | batch(7)");
     struct peer d;
     peer_open(&d, c->dispatcher.addr, SLUICE__ROLE__ROLE_CLIENT, 0x5eed);
@@ -764,14 +687,15 @@ static void test_end_counts_what_was_sent(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_guessed_ids_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_forged_worker_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_keys_survive_restart, setup_ft, teardown),
-        cmocka_unit_test_setup_teardown(test_end_counts_what_was_sent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_shared_copy_counts_per_reader, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed_mid_copy, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed_copy_cut, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_drained_copy_is_complete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_guessed_ids_refused, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_forged_worker_refused, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_keys_survive_restart, setup_ft, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_end_counts_what_was_sent, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_shared_copy_counts_per_reader, setup,
+                                        cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_worker_killed_mid_copy, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_worker_killed_copy_cut, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_drained_copy_is_complete, setup, cluster_teardown_lax),
     };
     if (getenv("SLUICE_TEST_FILTER"))
         cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "lib/proc.h"
+#include "lib/tmp.h"
 #include "pipeline/files.h"
 
 #include <stdio.h>

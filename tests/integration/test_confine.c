@@ -14,7 +14,9 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
 #include "lib/proc.h"
+#include "lib/tmp.h"
 #include "pipeline/roots.h"
 #include "pipeline/spec.h"
 #include "sluice/sluice.h"
@@ -36,16 +38,6 @@ static char root2[448];  /* BASE/root2 */
 static char secret[448]; /* BASE/secret.txt */
 static char mods[448];   /* BASE/mods: the worker's --python-path */
 static char root_arg[448], mods_arg[448];
-
-static void write_file(const char *dir, const char *name, const char *text)
-{
-    char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    assert_true(fputs(text, f) >= 0);
-    assert_int_equal(fclose(f), 0);
-}
 
 static void link_to(const char *target, const char *dir, const char *name)
 {
@@ -79,15 +71,15 @@ static int make_fixture(void)
     snprintf(glob_dir, sizeof glob_dir, "%s/glob", root);
     if (mkdir(root, 0700) || mkdir(root2, 0700) || mkdir(mods, 0700) || mkdir(glob_dir, 0700))
         return -1;
-    write_file(base, "secret.txt", "secret\n");
-    write_file(root, "a.txt", "alpha\nbeta\n");
+    file_write_in(base, "secret.txt", "secret\n");
+    file_write_in(root, "a.txt", "alpha\nbeta\n");
     link_to(secret, root, "link.txt");
     link_to(base, root, "up");
-    write_file(glob_dir, "x1.txt", "x1\n");
+    file_write_in(glob_dir, "x1.txt", "x1\n");
     link_to(secret, glob_dir, "x2.txt");
     link_to(glob_dir, root, "inner");
-    write_file(root2, "c.txt", "c\n");
-    write_file(mods, "confmod.py", "def double(x):\n    return int(x) * 2\n");
+    file_write_in(root2, "c.txt", "c\n");
+    file_write_in(mods, "confmod.py", "def double(x):\n    return int(x) * 2\n");
     snprintf(root_arg, sizeof root_arg, "%s", root);
     snprintf(mods_arg, sizeof mods_arg, "%s", mods);
     return 0;
@@ -248,15 +240,8 @@ static int start_cluster(void **state, bool dispatcher_confined)
 {
     if (make_fixture() != 0)
         return -1;
-    struct cluster *c = calloc(1, sizeof *c);
-    if (!c)
-        return -1;
-    c->dispatcher_args = dispatcher_confined ? dispatcher_roots : NULL;
-    c->worker_args = worker_confined;
-    if (cluster_start_dispatcher(c, 0, 0) != 0 || cluster_add_worker(c) < 0)
-        return -1;
-    *state = c;
-    return 0;
+    *state = cluster_new(dispatcher_confined ? dispatcher_roots : NULL, worker_confined, 0, 1);
+    return *state ? 0 : -1;
 }
 
 static int both_setup(void **state)
@@ -269,11 +254,9 @@ static int worker_only_setup(void **state)
     return start_cluster(state, false);
 }
 
-static int cluster_teardown(void **state)
+static int teardown(void **state)
 {
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
+    int rc = cluster_free(*state);
     tmp_cleanup();
     return rc;
 }
@@ -298,18 +281,7 @@ static void cli_fails(struct cluster *c, const char *cmd, const char *pipeline, 
 
 static void read_expect(struct cluster *c, const char *pipeline, const char *mode, const char *want)
 {
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "read", pipeline, "--mode", mode, NULL);
-    if (rc != 0)
-        fprintf(stderr, "%s: status %d: %s\n", pipeline, rc, err);
-    assert_int_equal(rc, 0);
-    char *got = sorted_lines(out);
-    char *exp = sorted_lines(want);
-    assert_string_equal(got, exp);
-    free(got);
-    free(exp);
-    free(out);
-    free(err);
+    cluster_expect_read(c, want, pipeline, "--mode", mode, NULL);
 }
 
 /* source("GLOB"): RESOLVED is outside the data roots (ROOT) */
@@ -529,8 +501,7 @@ int main(void)
         cmocka_unit_test(test_worker_refuses),
     };
     int failed = cmocka_run_group_tests_name("roots", fs, fs_setup, tmp_teardown);
-    failed += cmocka_run_group_tests_name("confined", both, both_setup, cluster_teardown);
-    failed += cmocka_run_group_tests_name("worker_only", worker_only, worker_only_setup,
-                                          cluster_teardown);
+    failed += cmocka_run_group_tests_name("confined", both, both_setup, teardown);
+    failed += cmocka_run_group_tests_name("worker_only", worker_only, worker_only_setup, teardown);
     return failed;
 }

@@ -16,7 +16,11 @@
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/net.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 #include "sluice/sluice.h"
 
 #include <inttypes.h>
@@ -26,44 +30,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define ROUNDS 20
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
-}
-
-/* Waits (bounded) until the dispatcher's status lists every worker's address. */
-static void wait_registered(struct cluster *c)
-{
-    for (int attempt = 0; attempt < 200; attempt++) {
-        char *out = NULL, *err = NULL;
-        int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-        int seen = 0;
-        for (int i = 0; rc == 0 && out && i < c->nworkers; i++)
-            seen += strstr(out, c->workers[i].addr) != NULL;
-        free(out);
-        free(err);
-        if (seen == c->nworkers)
-            return;
-        usleep(50 * 1000);
-    }
-    fail_msg("the workers did not register");
+    return (*state = cluster_new(NULL, NULL, 0, 0)) ? 0 : -1;
 }
 
 /* Parses ROUNDS lines of "ROUND TASK VALUE" (--format rounds) into rounds, tasks and v. */
@@ -91,7 +64,7 @@ static void run_two_consumers(struct cluster *c, int delay_ms)
 {
     assert_true(cluster_add_worker(c) >= 0);
     assert_true(cluster_add_worker(c) >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
 
     struct proc r0, r1;
     const char *pipeline = "range(1000000) | repeat()";
@@ -158,11 +131,7 @@ static void test_bad_consumer_index(void **state)
 
 static int setup_ft(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 1) != 0)
-        return -1;
-    *state = c;
-    return 0;
+    return (*state = cluster_new(NULL, NULL, 1, 0)) ? 0 : -1;
 }
 
 /* The schedule and the grants are journaled: three consumers read on while a fault-tolerant
@@ -173,7 +142,7 @@ static void test_dispatcher_restarts(void **state)
     struct cluster *c = *state;
     assert_true(cluster_add_worker(c) >= 0);
     assert_true(cluster_add_worker(c) >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
     enum { N = 3, LIMIT = 3000 };
     struct proc r[N];
     const char *pipeline = "range(1000000) | repeat() | map(sleep_us, 200)";
@@ -221,7 +190,7 @@ static void test_consumer_behind(void **state)
     struct cluster *c = *state;
     assert_true(cluster_add_worker(c) >= 0);
     assert_true(cluster_add_worker(c) >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
     struct proc r0, r1;
     const char *pipeline = "range(1000000) | repeat()";
     assert_int_equal(cluster_cli_spawn(c, &r0, "read", pipeline, "--job-name", "late",
@@ -257,7 +226,7 @@ static void test_lone_consumer_says_why(void **state)
 {
     struct cluster *c = *state;
     assert_true(cluster_add_worker(c) >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
     char *out = NULL, *err = NULL;
     int rc = cluster_cli(c, &out, &err, "read", "range(10) | repeat()", "--job-name", "alone",
                          "--num-consumers", "2", "--consumer-index", "0", "--limit", "1",
@@ -382,13 +351,6 @@ static void *consume(void *arg)
     return NULL;
 }
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static size_t least_read(struct consumer *k)
 {
     size_t m = SIZE_MAX;
@@ -472,7 +434,7 @@ static void test_churn(void **state)
     c->worker_args = NULL;
     int b = cluster_add_worker(c);
     assert_true(a >= 0 && b >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
     char disp[64];
     snprintf(disp, sizeof disp, "127.0.0.1:%d", c->port);
 
@@ -625,14 +587,14 @@ static void test_churn(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_two_consumers_lockstep, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consumer_ahead_waits, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_consumer_index, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_finite_pipeline_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_consumer_behind, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_lone_consumer_says_why, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_churn, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dispatcher_restarts, setup_ft, teardown),
+        cmocka_unit_test_setup_teardown(test_two_consumers_lockstep, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_ahead_waits, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_consumer_index, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_finite_pipeline_refused, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_consumer_behind, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_lone_consumer_says_why, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_churn, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_dispatcher_restarts, setup_ft, cluster_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tmp_cleanup();

@@ -15,14 +15,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 15000
@@ -43,26 +45,9 @@ static const char *const dispatcher_flags[] = {
 static const char *const worker_flags[] = {"--drain-timeout-ms", "5000", "--heartbeat-ms", "200",
                                            NULL};
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int setup_with(void **state, int fault_tolerant)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = dispatcher_flags;
-    c->worker_args = worker_flags;
-    if (cluster_start_dispatcher(c, 0, fault_tolerant) != 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
+    return (*state = cluster_new(dispatcher_flags, worker_flags, fault_tolerant, 0)) ? 0 : -1;
 }
 
 static int setup(void **state)
@@ -79,18 +64,10 @@ static struct proc reader;
 
 static int teardown(void **state)
 {
-    struct cluster *c = *state;
     proc_stop(&reader, SIGKILL, WAIT_MS);
     memset(&reader, 0, sizeof reader);
-    cluster_stop(c);
-    free(c);
+    cluster_free(*state);
     return 0;
-}
-
-static void add_workers(struct cluster *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        assert_true(cluster_add_worker(c) >= 0);
 }
 
 /* "0\n1\n4\n...": the squares of range(n), in order: the canonical order of SQUARES. */
@@ -171,7 +148,7 @@ static void test_worker_counts(void **state)
     char *shuffled = NULL;
     static const int counts[] = {1, 2, 5};
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
-        add_workers(c, counts[k] - c->nworkers);
+        cluster_add_workers(c, counts[k] - c->nworkers);
         char what[64];
         snprintf(what, sizeof what, "%s, %d workers", SQUARES, counts[k]);
         char *out = read_det(c, SQUARES, NULL);
@@ -203,7 +180,7 @@ static void test_worker_counts(void **state)
 static void test_small_reorder_bound(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     char *want = squares(N);
     /* 64 KiB hold a fraction of the 200 splits that three workers produce at once: the reader
      * drops the rest and has it produced again, yet reads the canonical order. */
@@ -252,7 +229,7 @@ static void settle(int ms)
 static void test_kill_drain_join(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     char *want = squares(SLOW_N);
     spawn_slow(c);
     settle(700);
@@ -261,7 +238,7 @@ static void test_kill_drain_join(void **state)
     /* SIGTERM drains: the worker hands back what it has not started and serves what it holds. */
     assert_int_equal(proc_stop(&c->workers[1], SIGTERM, WAIT_MS), 0);
     assert_still_reading();
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     char *out = finish_read();
     assert_same("a worker killed, one drained, two joined", out, want);
     free(out);
@@ -271,7 +248,7 @@ static void test_kill_drain_join(void **state)
 static void test_dispatcher_restart(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     char *want = squares(SLOW_N);
     spawn_slow(c);
     settle(700);
@@ -309,7 +286,7 @@ static void expect_cli_error(struct cluster *c, const char *needle, ...)
 static void test_flag(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     expect_cli_error(c, "deterministic reads need mode distributed_epoch, not parallel_epochs",
                      "read", "range(10)", "--deterministic", "--mode", "parallel_epochs", NULL);
     char *out = NULL, *err = NULL;

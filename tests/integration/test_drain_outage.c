@@ -13,7 +13,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -21,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* Large enough that the pipe, the client's buffer and the worker's hold a small part of it. */
@@ -29,13 +32,6 @@
 #define N_TEXT "range(300000)"
 /* Lines read before the consumer pauses: the read is flowing from the worker by then. */
 #define FIRST_LINES 1000
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Reads from fd until text holds at least lines newlines, at most timeout_ms. Returns the text
  * read (malloc'd; it may end in the middle of a line). */
@@ -103,14 +99,6 @@ static char *rest_of_read(struct proc *r, char *first, int timeout_ms)
     free(first);
     free(rest);
     return all;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
 }
 
 /* The dispatcher is killed while the paused reader's only task has ended and most splits are in
@@ -197,8 +185,8 @@ static void test_no_restart_fails(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_teardown(test_restart_with_new_worker, teardown),
-        cmocka_unit_test_teardown(test_no_restart_fails, teardown),
+        cmocka_unit_test_teardown(test_restart_with_new_worker, cluster_teardown),
+        cmocka_unit_test_teardown(test_no_restart_fails, cluster_teardown),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);

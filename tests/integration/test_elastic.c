@@ -16,7 +16,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/net.h"
+#include "lib/tmp.h"
 
 #include <jansson.h>
 #include <signal.h>
@@ -45,13 +49,6 @@ static const char *const short_timeouts[] = {"--worker-timeout-ms",
                                              "info",
                                              NULL};
 static const char *const worker_flags[] = {"--drain-timeout-ms", "5000", NULL};
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* A fixture: a dispatcher started with dispatcher_args (NULL: none started) and workers that
  * will get worker_flags. */
@@ -119,28 +116,7 @@ static int teardown(void **state)
     for (int i = 0; i < nreaders; i++)
         proc_stop(&readers[i], SIGKILL, WAIT_MS);
     nreaders = 0;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
-}
-
-static void add_workers(struct cluster *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        assert_true(cluster_add_worker(c) >= 0);
-}
-
-static void dump_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return;
-    char line[1024];
-    int n = 0;
-    fprintf(stderr, "---- %s ----\n", path);
-    while (fgets(line, sizeof(line), f) && n++ < 100)
-        fputs(line, stderr);
-    fclose(f);
+    return cluster_free(c);
 }
 
 /* ---- tallies --------------------------------------------------------------------------------- */
@@ -214,7 +190,7 @@ static char *finish_read(struct proc *r)
     int rc = proc_wait(r, WAIT_MS);
     if (rc != 0) {
         fprintf(stderr, "sluice read exited with %d\n", rc);
-        dump_file(r->log);
+        print_file(r->log, 100);
         proc_stop(r, SIGKILL, WAIT_MS);
     }
     assert_int_equal(rc, 0);
@@ -222,21 +198,6 @@ static char *finish_read(struct proc *r)
 }
 
 /* ---- the status document --------------------------------------------------------------------- */
-
-static json_t *status_doc(struct cluster *c)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fail_msg("sluice status --json exited with %d: %s", rc, err);
-    json_error_t e;
-    json_t *doc = json_loads(out, 0, &e);
-    if (!doc)
-        fail_msg("status is not JSON (%s): %s", e.text, out);
-    free(out);
-    free(err);
-    return doc;
-}
 
 /* The number of workers listed at addr; the incarnation of the last one goes to inc. */
 static int workers_at(json_t *doc, const char *addr, char *inc, size_t len)
@@ -310,7 +271,7 @@ static void wait_mid_epoch(struct cluster *c, struct proc *r, const char *name)
 {
     long long t0 = now_ms(), finished = 0, total = 0, leased = 0;
     for (;;) {
-        json_t *doc = status_doc(c);
+        json_t *doc = cluster_status(c);
         json_t *job = active_job(doc, name);
         json_t *splits = job ? json_object_get(job, "splits") : NULL;
         if (splits && json_is_integer(json_object_get(splits, "total"))) {
@@ -335,7 +296,7 @@ static void wait_mid_epoch(struct cluster *c, struct proc *r, const char *name)
 static void test_kill_one_worker(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     struct proc *r = new_reader();
     spawn_read(c, r, 4000, 1000, NULL);
     wait_mid_epoch(c, r, NULL);
@@ -348,7 +309,7 @@ static void test_kill_one_worker(void **state)
 static void test_kill_two_workers(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     struct proc *r = new_reader();
     spawn_read(c, r, 4000, 1000, NULL);
     wait_mid_epoch(c, r, NULL);
@@ -356,7 +317,7 @@ static void test_kill_two_workers(void **state)
     assert_int_equal(proc_stop(&c->workers[2], SIGKILL, WAIT_MS), 128 + SIGKILL);
     assert_still_reading(r);
     /* A fresh worker joins, so the work is not left to the one survivor alone. */
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = finish_read(r);
     assert_exactly_once("two workers killed, one joined", out, 4000);
 }
@@ -364,7 +325,7 @@ static void test_kill_two_workers(void **state)
 static void test_drain_worker(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     char addr[128];
     snprintf(addr, sizeof(addr), "%s", c->workers[1].addr);
     struct proc *r = new_reader();
@@ -376,13 +337,13 @@ static void test_drain_worker(void **state)
     int rc = proc_stop(&c->workers[1], SIGTERM, DRAIN_BOUND_MS);
     long long took = now_ms() - t0;
     /* Deregistered before it exited: the dispatcher no longer lists it. */
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     int listed = workers_at(doc, addr, NULL, 0);
     json_decref(doc);
     printf("    the drained worker exited with %d after %lld ms (%s), then listed %d time(s)\n", rc,
            took, rc >= 200 ? "killed at the bound" : "on its own", listed);
     if (rc != 0 && rc < 200)
-        dump_file(c->workers[1].log); /* proc_stop printed it when it had to kill */
+        print_file(c->workers[1].log, 100); /* proc_stop printed it when it had to kill */
     /* The read is finished and tallied before the verdict on the worker, so a failing drain
      * still shows what it cost the reader. */
     char *out = finish_read(r);
@@ -404,7 +365,7 @@ static void test_restart_same_address(void **state)
     snprintf(port, sizeof(port), "%d", free_port());
     static const char *const pinned[] = {"--port", port, "--drain-timeout-ms", "5000", NULL};
     c->worker_args = pinned;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char addr[128], inc[64] = "", inc2[64] = "";
     snprintf(addr, sizeof(addr), "%s", c->workers[0].addr);
 
@@ -413,19 +374,19 @@ static void test_restart_same_address(void **state)
         cluster_cli(c, &out, &err, "read", "range(100)", "--mode", "distributed_epoch", NULL), 0);
     free(err);
     assert_exactly_once("before the restart", out, 100);
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     assert_int_equal(workers_at(doc, addr, inc, sizeof(inc)), 1);
     json_decref(doc);
 
     assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
     long long t0 = now_ms();
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     assert_string_equal(c->workers[1].addr, addr);
     /* Exactly one worker at that address, the new incarnation, within a few seconds. */
     int at = -1;
     size_t total = 0;
     for (;;) {
-        doc = status_doc(c);
+        doc = cluster_status(c);
         at = workers_at(doc, addr, inc2, sizeof(inc2));
         total = json_array_size(json_object_get(doc, "workers"));
         json_decref(doc);
@@ -461,7 +422,7 @@ static long long kill_reader_until_collected(struct cluster *c, const char *name
     /* The reader holds the job: it is active with one client. */
     long long t0 = now_ms(), clients = 0, iteration = 0;
     for (;;) {
-        json_t *doc = status_doc(c);
+        json_t *doc = cluster_status(c);
         json_t *job = active_job(doc, name);
         if (job) {
             clients = int_field(job, "clients");
@@ -479,7 +440,7 @@ static long long kill_reader_until_collected(struct cluster *c, const char *name
     t0 = now_ms();
     char state[64] = "";
     for (;;) {
-        json_t *doc = status_doc(c);
+        json_t *doc = cluster_status(c);
         json_t *job = job_named(doc, name);
         assert_non_null(job);
         snprintf(state, sizeof(state), "%s", json_string_value(json_object_get(job, "state")));
@@ -496,7 +457,7 @@ static long long kill_reader_until_collected(struct cluster *c, const char *name
 static void test_killed_reader_job_collected_name_reused(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     kill_reader_until_collected(c, "gc");
     /* The collected name serves a new, finite read. */
     char *out = NULL, *err = NULL;
@@ -514,7 +475,7 @@ static void test_killed_reader_job_collected_name_reused(void **state)
 static void test_collected_job_new_iteration(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     long long collected = kill_reader_until_collected(c, "again");
     /* Asking for the name again (same pipeline) starts a new iteration from the beginning: one
      * worker in parallel_epochs serves it in order. */
@@ -527,7 +488,7 @@ static void test_collected_job_new_iteration(void **state)
                              "0\n1\n2\n3\n4\n");
     free(out);
     free(err);
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     json_t *job = job_named(doc, "again");
     assert_non_null(job);
     assert_true(int_field(job, "iteration_id") > collected);
@@ -540,7 +501,7 @@ static void test_collected_job_new_iteration(void **state)
 static void test_shared_job_worker_killed(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     struct proc *r1 = new_reader(), *r2 = new_reader();
     spawn_read(c, r1, 4000, 1000, "shared");
     spawn_read(c, r2, 4000, 1000, "shared");
@@ -573,7 +534,7 @@ static void test_shared_job_worker_killed(void **state)
 static void test_dead_reader_splits_reissued(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     struct proc *a = new_reader();
     spawn_read(c, a, 4000, 1000, "dead");
     wait_mid_epoch(c, a, "dead");
@@ -588,7 +549,7 @@ static void test_dead_reader_splits_reissued(void **state)
     assert_int_equal(t.unexpected, 0);
     assert_true(t.lines > 0);
     /* The epoch is complete: the job's iteration finished with every split finished. */
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     json_t *job = job_named(doc, "dead");
     assert_non_null(job);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "finished");
@@ -620,7 +581,7 @@ static void start_bare_dispatcher(struct cluster *c, const char *const *flags)
 static void assert_config(struct cluster *c, long long worker_timeout, long long client_timeout,
                           long long gc_timeout)
 {
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     json_t *config = json_object_get(doc, "config");
     if (!json_is_object(config))
         fail_msg("the status document has no \"config\" object");

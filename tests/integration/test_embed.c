@@ -8,14 +8,16 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
+#include "lib/net.h"
 #include "lib/proc.h"
 #include "lib/scrape.h"
+#include "lib/tmp.h"
 
 #include "sluice/server.h"
 #include "sluice/sluice.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -24,30 +26,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
 #define WAIT_MS 20000
 #define QUIET "error"
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Threads of this process, from /proc. */
 static int count_threads(void)
 {
-    DIR *d = opendir("/proc/self/task");
-    assert_non_null(d);
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
+    struct proc_threads t;
+    assert_int_equal(proc_threads(getpid(), &t), 0);
+    return t.total;
 }
 
 /* Servers join every thread of theirs before their stop returns, so the count comes back

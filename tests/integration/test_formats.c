@@ -10,6 +10,9 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 #include "pipeline/files.h"
 
 #include <inttypes.h>
@@ -37,31 +40,6 @@ static char *path_of(const char *fmt, ...)
     char *p = malloc(n);
     assert_non_null(p);
     snprintf(p, n, "%s/%s", tmp_dir(), name);
-    return p;
-}
-
-static void write_file(const char *path, const void *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    if (len)
-        assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
-static uint8_t *read_file(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    long n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    uint8_t *p = malloc((size_t)n + 1);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
     return p;
 }
 
@@ -173,8 +151,8 @@ static void test_gzip_lines(void **state)
     char *b = path_of("gz-lines/b.txt");
     char *dir = path_of("gz-lines");
     mkdir_p(dir);
-    write_file(a, "alpha\nbeta\n\ngamma", 17);
-    write_file(b, "one\ntwo\n", 8);
+    file_write(a, "alpha\nbeta\n\ngamma", 17);
+    file_write(b, "one\ntwo\n", 8);
     char *agz = gzip_file(a);
     char *bgz = gzip_file(b);
 
@@ -184,8 +162,8 @@ static void test_gzip_lines(void **state)
     free(p);
     char *renamed = path_of("gz-lines/c.data");
     size_t len;
-    uint8_t *bytes = read_file(bgz, &len);
-    write_file(renamed, bytes, len);
+    uint8_t *bytes = file_read(bgz, &len);
+    file_write(renamed, bytes, len);
     free(bytes);
     p = text_of("lines(\"%s/*\")", dir);
     /* a.txt, a.txt.gz, b.txt, b.txt.gz, c.data (gzip of b) in name order. */
@@ -196,12 +174,12 @@ static void test_gzip_lines(void **state)
     /* Several members concatenated read as one stream: a's last line runs into b's first. */
     char *multi = path_of("gz-multi.gz");
     size_t la, lb;
-    uint8_t *ga = read_file(agz, &la), *gb = read_file(bgz, &lb);
+    uint8_t *ga = file_read(agz, &la), *gb = file_read(bgz, &lb);
     uint8_t *cat = malloc(la + lb + la);
     memcpy(cat, ga, la);
     memcpy(cat + la, gb, lb);
     memcpy(cat + la + lb, ga, la);
-    write_file(multi, cat, la + lb + la);
+    file_write(multi, cat, la + lb + la);
     p = text_of("lines(\"%s\")", multi);
     expect_run(p, 0, "alpha\nbeta\n\ngammaone\ntwo\nalpha\nbeta\n\ngamma\n", "");
     free(p);
@@ -210,7 +188,7 @@ static void test_gzip_lines(void **state)
     char *bad = path_of("gz-bad-block.gz");
     memcpy(cat, gb, lb);
     cat[10] |= 0x06;
-    write_file(bad, cat, lb);
+    file_write(bad, cat, lb);
     p = text_of("lines(\"%s\")", bad);
     char *e = text_of("sluice: run: %s: offset 0: corrupt gzip stream: invalid block type\n", bad);
     expect_run(p, 1, "", e);
@@ -221,7 +199,7 @@ static void test_gzip_lines(void **state)
     char *crc = path_of("gz-bad-crc.gz");
     memcpy(cat, gb, lb);
     cat[lb - 8] ^= 0xff;
-    write_file(crc, cat, lb);
+    file_write(crc, cat, lb);
     p = text_of("lines(\"%s\")", crc);
     e = text_of("sluice: run: %s: offset 8: corrupt gzip stream: incorrect data check\n", crc);
     expect_run(p, 1, "", e);
@@ -232,7 +210,7 @@ static void test_gzip_lines(void **state)
     char *trail = path_of("gz-trailing.gz");
     memcpy(cat, gb, lb);
     memcpy(cat + lb, "garbage!", 8);
-    write_file(trail, cat, lb + 8);
+    file_write(trail, cat, lb + 8);
     p = text_of("lines(\"%s\")", trail);
     e = text_of("sluice: run: %s: offset 8: corrupt gzip stream: incorrect header check\n", trail);
     expect_run(p, 1, "one\ntwo\n", e);
@@ -264,10 +242,10 @@ static void test_gzip_lines_large_and_truncated(void **state)
     size_t tlen = strlen(text);
     assert_int_equal(tlen, nlines * 16);
     char *path = path_of("big.txt");
-    write_file(path, text, tlen);
+    file_write(path, text, tlen);
     char *gz = gzip_file(path);
     size_t glen;
-    uint8_t *g = read_file(gz, &glen);
+    uint8_t *g = file_read(gz, &glen);
     assert_true(glen > 256 * 1024); /* many refills of the 64 KiB compressed buffer */
 
     char *p = text_of("lines(\"%s\")", gz);
@@ -276,7 +254,7 @@ static void test_gzip_lines_large_and_truncated(void **state)
 
     /* Without its 8-byte trailer every line arrives, then the stream is truncated at its end. */
     char *cut = path_of("big-no-trailer.gz");
-    write_file(cut, g, glen - 8);
+    file_write(cut, g, glen - 8);
     p = text_of("lines(\"%s\")", cut);
     char *e = text_of("sluice: run: %s: offset %zu: truncated gzip stream\n", cut, tlen);
     expect_run(p, 1, text, e);
@@ -285,7 +263,7 @@ static void test_gzip_lines_large_and_truncated(void **state)
 
     /* Cut in the middle. */
     char *half = path_of("big-half.gz");
-    write_file(half, g, glen / 2);
+    file_write(half, g, glen / 2);
     p = text_of("lines(\"%s\")", half);
     char *out = NULL, *err = NULL;
     assert_int_equal(sluice_run(p, NULL, NULL, &out, &err), 1);
@@ -350,11 +328,11 @@ static void test_gzip_tfrecord(void **state)
     /* Plain and gzip files of one source, and a multi-member file. */
     char *multi = path_of("r-multi.tfrecord.gz");
     size_t glen;
-    uint8_t *g = read_file(gz, &glen);
+    uint8_t *g = file_read(gz, &glen);
     uint8_t *two = malloc(2 * glen);
     memcpy(two, g, glen);
     memcpy(two + glen, g, glen);
-    write_file(multi, two, 2 * glen);
+    file_write(multi, two, 2 * glen);
     p = text_of("tfrecord(\"%s\", \"%s\", \"%s\")", path, gz, multi);
     char *out = NULL, *err = NULL;
     assert_int_equal(sluice_run(p, "--format", "count", &out, &err), 0);
@@ -369,9 +347,9 @@ static void test_gzip_tfrecord(void **state)
     const char *three[] = {"first", "", "third record"};
     write_records(flip, three, 3);
     size_t flen;
-    uint8_t *f = read_file(flip, &flen);
+    uint8_t *f = file_read(flip, &flen);
     f[37 + 12] ^= 0x20;
-    write_file(flip, f, flen);
+    file_write(flip, f, flen);
     char *flipgz = gzip_file(flip);
     p = text_of("tfrecord(\"%s\")", flipgz);
     char *e = text_of("sluice: run: %s: offset 37: bad data checksum\n", flipgz);
@@ -381,7 +359,7 @@ static void test_gzip_tfrecord(void **state)
 
     /* A truncated gzip stream of TFRecords. */
     char *cut = path_of("r-cut.tfrecord.gz");
-    write_file(cut, g, glen - 4);
+    file_write(cut, g, glen - 4);
     p = text_of("tfrecord(\"%s\")", cut);
     e = text_of("sluice: run: %s: offset %zu: truncated gzip stream\n", cut,
                 (size_t)(5 * 16 + 5 + 12 + big_len + 4));
@@ -417,7 +395,7 @@ static void test_tfrecord_that_looks_like_gzip(void **state)
     char *path = path_of("magic.tfrecord");
     write_records(path, recs, 2);
     size_t len;
-    uint8_t *bytes = read_file(path, &len);
+    uint8_t *bytes = file_read(path, &len);
     assert_int_equal(bytes[0], 0x1f);
     assert_int_equal(bytes[1], 0x8b);
     assert_int_equal(bytes[2], 0x08);
@@ -443,16 +421,16 @@ static void write_sample(const char *dir, const char *prefix, int k, bool jpg, b
     if (jpg) {
         snprintf(name, sizeof name, "%s/%s%06d.jpg", dir, prefix, k);
         n = snprintf(data, sizeof data, "\xff\xd8jpeg-%d\n", k);
-        write_file(name, data, (size_t)n);
+        file_write(name, data, (size_t)n);
     }
     if (cls) {
         snprintf(name, sizeof name, "%s/%s%06d.cls", dir, prefix, k);
         n = snprintf(data, sizeof data, "%d", k % 3);
-        write_file(name, data, (size_t)n);
+        file_write(name, data, (size_t)n);
     }
     snprintf(name, sizeof name, "%s/%s%06d.json", dir, prefix, k);
     n = snprintf(data, sizeof data, "{\"k\": %d}", k);
-    write_file(name, data, (size_t)n);
+    file_write(name, data, (size_t)n);
 }
 
 /* The text line `sluice run` prints for sample k read as (cls, jpg). */
@@ -511,7 +489,7 @@ static void test_tar_run(void **state)
     pack_shard(s2, dir, "", 6, 9, "-z");
     pack_shard(s3, dir, "", 9, 12, NULL);
     char *empty = path_of("shards/s-4.tar");
-    write_file(empty, "", 0);
+    file_write(empty, "", 0);
 
     char want[4096] = "", line[128];
     for (int k = 0; k < 12; k++) {
@@ -540,7 +518,7 @@ static void test_tar_run(void **state)
     for (size_t i = 0; i < big_len; i++)
         data[i] = (char)('A' + i % 23);
     data[big_len] = '\0';
-    write_file(big, data, big_len);
+    file_write(big, data, big_len);
     write_sample(dir2, "a/b.c/", 2, true, true);
     char *s5 = path_of("nested.tar");
     pack_shard(s5, dir2, "a/b.c/", 1, 3, NULL);
@@ -590,14 +568,14 @@ static void test_tar_errors(void **state)
     char *whole = path_of("whole.tar");
     pack_shard(whole, dir, "", 0, 2, NULL);
     size_t len;
-    uint8_t *t = read_file(whole, &len);
+    uint8_t *t = file_read(whole, &len);
     assert_true(len >= 6144 + 1024);
     char first[128];
     sample_line(first, sizeof first, 0);
 
     /* Cut in the data of sample 1's jpg (its header at 3072): libarchive's own words follow. */
     char *cut = path_of("cut-data.tar");
-    write_file(cut, t, 3072 + 512 + 5);
+    file_write(cut, t, 3072 + 512 + 5);
     p = text_of("tar(\"%s\", \"cls\", \"jpg\")", cut);
     char *out = NULL, *err = NULL;
     assert_int_equal(sluice_run(p, NULL, NULL, &out, &err), 1);
@@ -623,7 +601,7 @@ static void test_tar_errors(void **state)
 
     /* Cut at a member boundary: no end-of-archive blocks. The last sample is never complete. */
     char *cut2 = path_of("cut-boundary.tar");
-    write_file(cut2, t, 6144);
+    file_write(cut2, t, 6144);
     p = text_of("tar(\"%s\", \"cls\", \"jpg\")", cut2);
     e = text_of("sluice: run: %s: offset 6144: truncated tar archive (no end-of-archive blocks)\n",
                 cut2);
@@ -634,7 +612,7 @@ static void test_tar_errors(void **state)
     /* A damaged header (its checksum no longer matches). */
     char *dmg = path_of("damaged.tar");
     memcpy(t + 3072, "XXXX", 4);
-    write_file(dmg, t, len);
+    file_write(dmg, t, len);
     p = text_of("tar(\"%s\", \"cls\", \"jpg\")", dmg);
     e = text_of("sluice: run: %s: offset 3072: Damaged tar archive\n", dmg);
     expect_run(p, 1, "", e);
@@ -646,7 +624,7 @@ static void test_tar_errors(void **state)
     char text[2000];
     for (size_t i = 0; i < sizeof text; i++)
         text[i] = (char)('a' + i % 26);
-    write_file(junk, text, sizeof text);
+    file_write(junk, text, sizeof text);
     p = text_of("tar(\"%s\", \"cls\")", junk);
     e = text_of("sluice: run: %s: Unrecognized archive format\n", junk);
     expect_run(p, 1, "", e);
@@ -656,8 +634,8 @@ static void test_tar_errors(void **state)
     /* A truncated .tar.gz. */
     char *tgz = path_of("t.tar.gz");
     pack_shard(tgz, dir, "", 0, 2, "-z");
-    uint8_t *z = read_file(tgz, &len);
-    write_file(tgz, z, len / 2);
+    uint8_t *z = file_read(tgz, &len);
+    file_write(tgz, z, len / 2);
     p = text_of("tar(\"%s\", \"cls\")", tgz);
     e = text_of("sluice: run: %s: truncated gzip input\n", tgz);
     expect_run(p, 1, "", e);
@@ -680,22 +658,7 @@ static void test_tar_errors(void **state)
 
 static int setup_cluster(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 1) != 0)
-        return -1;
-    for (int i = 0; i < 2; i++)
-        if (cluster_add_worker(c) < 0)
-            return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown_cluster(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
+    return (*state = cluster_new(NULL, NULL, 1, 2)) ? 0 : -1;
 }
 
 /* Four shards of five samples: "(cls, jpg)" lines, sorted, each repeated times times. */
@@ -729,17 +692,7 @@ static char *service_shards(char *glob, size_t globlen, int times)
 
 static void read_sorted(struct cluster *c, const char *want, const char *pipeline, const char *mode)
 {
-    char *out = NULL, *err = NULL;
-    int rc =
-        cluster_cli(c, &out, &err, "read", pipeline, "--mode", mode, "--timeout-ms", "60000", NULL);
-    if (rc != 0)
-        fprintf(stderr, "read failed with %d: %s\n", rc, err);
-    assert_int_equal(rc, 0);
-    char *got = sorted_lines(out);
-    assert_string_equal(got, want);
-    free(got);
-    free(out);
-    free(err);
+    cluster_expect_read(c, want, pipeline, "--mode", mode, "--timeout-ms", "60000", NULL);
 }
 
 static void test_service_tar(void **state)
@@ -823,9 +776,9 @@ int main(void)
         cmocka_unit_test(test_tfrecord_that_looks_like_gzip),
         cmocka_unit_test(test_tar_run),
         cmocka_unit_test(test_tar_errors),
-        cmocka_unit_test_setup_teardown(test_service_tar, setup_cluster, teardown_cluster),
+        cmocka_unit_test_setup_teardown(test_service_tar, setup_cluster, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_service_missing_member, setup_cluster,
-                                        teardown_cluster),
+                                        cluster_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, tmp_teardown);
     return rc;

@@ -17,6 +17,7 @@
 #include "common/rpc.h"
 #include "lib/peer.h"
 #include "lib/proc.h"
+#include "lib/tmp.h"
 #include "journal/journal.h"
 #include "journal/record.h"
 

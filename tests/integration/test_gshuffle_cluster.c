@@ -9,7 +9,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <jansson.h>
 
@@ -17,36 +20,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char *const short_timeouts[] = {"--worker-timeout-ms", "1000", NULL};
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = short_timeouts;
-    if (cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (*state = cluster_new(short_timeouts, NULL, 0, 0)) ? 0 : -1;
 }
 
 /* Adds workers until there are n, then waits (at most 10 s) until the dispatcher lists n. */
@@ -258,5 +238,5 @@ int main(void)
         cmocka_unit_test(test_distributed_reads),
         cmocka_unit_test(test_distributed_files),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, cluster_teardown);
 }

@@ -25,6 +25,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "lib/loop.h"
+
 #include "common/error.h"
 #include "common/http.h"
 #include "common/metrics.h"
@@ -738,11 +740,6 @@ static void test_render_failure(void **state)
     struct server *s = *state;
     assert_exchange(s->port, SCRAPE, error_response(500));
     assert_exchange(s->port, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n", error_response(404));
-}
-
-static void set_flag(void *user)
-{
-    *(bool *)user = true;
 }
 
 static void test_start_errors(void **state)

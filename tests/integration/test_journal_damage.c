@@ -15,7 +15,10 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/journal_raw.h"
 #include "lib/proc.h"
+#include "lib/tmp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,36 +50,6 @@
 #define PSIZE 4096
 
 /* ---- files ----------------------------------------------------------------------------------- */
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return b;
-}
-
-static void spit(const char *path, const uint8_t *data, size_t len)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-}
-
-__attribute__((unused)) static void rm_rf(const char *path)
-{
-    char *const argv[] = {"/bin/rm", "-rf", (char *)path, NULL};
-    assert_int_equal(run_cmd(argv, WAIT_MS, NULL, NULL), 0);
-}
 
 /* ---- processes ------------------------------------------------------------------------------- */
 
@@ -186,11 +159,7 @@ static void start_dispatcher(const char *wd, const char *extra, struct start *s)
         have = 0;
     }
     s->exit_code = proc_wait(&s->p, WAIT_MS);
-    size_t len;
-    s->err = (char *)slurp(s->p.log, &len);
-    assert_non_null(s->err);
-    s->err = realloc(s->err, len + 1);
-    s->err[len] = '\0';
+    s->err = (char *)file_read(s->p.log, NULL);
 }
 
 static int verify_cmd(const char *wd, char **out, char **err)
@@ -244,7 +213,7 @@ static void build_journal(struct original *o, char *wd, size_t wdlen)
     assert_int_equal(cluster_stop(&c), 0);
     char path[700];
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
-    o->data = slurp(path, &o->len);
+    o->data = file_read(path, &o->len);
     assert_non_null(o->data);
     assert_true(o->len >= 6 * PSIZE && o->len % PSIZE == 0);
 }
@@ -266,7 +235,7 @@ static void try_variant(const struct original *o, const char *wd, const uint8_t 
     snprintf(path, sizeof path, "%s/journal/lock.mdb", wd);
     unlink(path);
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
-    spit(path, data, len);
+    file_write(path, data, len);
     t->variants++;
 
     char *vout = NULL, *verr = NULL;
@@ -299,7 +268,7 @@ static void try_variant(const struct original *o, const char *wd, const uint8_t 
             fail_msg("%s: LMDB met damage the page checks let through: %s", label, dmsg);
         /* Nothing was created or rewritten in it. */
         size_t after_len;
-        uint8_t *after = slurp(path, &after_len);
+        uint8_t *after = file_read(path, &after_len);
         if (!after || after_len != len || memcmp(after, data, len) != 0)
             fail_msg("%s: the refused journal was changed", label);
         free(after);
@@ -480,7 +449,7 @@ static void test_no_whole_journal(void **unused)
     assert_int_equal(mkdir(wd, 0755), 0);
     assert_int_equal(mkdir(path, 0755), 0);
     snprintf(path, sizeof path, "%s/journal.new/data.mdb", wd);
-    spit(path, o.data, 2 * PSIZE);
+    file_write(path, o.data, 2 * PSIZE);
     expect_starts(wd);
     assert_false(exists(wd, "journal.new"));
 
@@ -488,7 +457,7 @@ static void test_no_whole_journal(void **unused)
     snprintf(wd, sizeof wd, "%s/foreign", tmp_dir());
     assert_int_equal(mkdir(wd, 0755), 0);
     snprintf(path, sizeof path, "%s/notes.txt", wd);
-    spit(path, (const uint8_t *)"x", 1);
+    file_write(path, (const uint8_t *)"x", 1);
     expect_refused(wd, "no journal here (no journal/), and the work dir is not empty: a journal is "
                        "only created in an empty or new directory");
     assert_false(exists(wd, "journal"));
@@ -502,14 +471,14 @@ static void test_no_whole_journal(void **unused)
     expect_refused(wd, "the journal's data file journal/data.mdb is missing");
     assert_false(exists(wd, "journal/data.mdb"));
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
-    spit(path, o.data, 0);
+    file_write(path, o.data, 0);
     expect_refused(wd, "journal damaged: the data file is empty (0 bytes)");
     size_t len = 1;
-    free(slurp(path, &len));
+    free(file_read(path, &len));
     assert_int_equal(len, 0);
     /* Cut after the meta pages: the first tree the check walks, the free list (or, when it is
      * empty, the main table), has its root past the end. */
-    spit(path, o.data, 2 * PSIZE);
+    file_write(path, o.data, 2 * PSIZE);
     uint64_t t0, t1, free_root;
     memcpy(&t0, o.data + 144, 8);
     memcpy(&t1, o.data + PSIZE + 144, 8);
@@ -533,14 +502,14 @@ static void test_no_whole_journal(void **unused)
     uint8_t *at = memmem(page + 16, PSIZE - 16, "log", 3);
     assert_non_null(at);
     at[1] ^= 0x08; /* "log" -> "lgg" */
-    spit(path, v, o.len);
+    file_write(path, v, o.len);
     snprintf(want, sizeof want,
              "journal damaged: main table: node 1: 'lgg' is not one of the journal's tables (at "
              "page %zu)",
              root);
     expect_refused(wd, want);
     size_t after_len;
-    uint8_t *after = slurp(path, &after_len);
+    uint8_t *after = file_read(path, &after_len);
     assert_int_equal(after_len, o.len);
     assert_memory_equal(after, v, o.len);
     free(after);
@@ -548,16 +517,16 @@ static void test_no_whole_journal(void **unused)
 
     /* A journal without its format record, and one without its log table: refused, and never
      * given a new one. */
-    spit(path, o.data, o.len);
+    file_write(path, o.data, o.len);
     snprintf(path, sizeof path, "%s/journal/lock.mdb", wd);
     unlink(path);
     lmdb_delete(wd, "meta", "format");
     expect_refused(wd, "journal damaged: no format record in the meta table");
     expect_refused(wd, "journal damaged: no format record in the meta table");
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
-    spit(path, o.data, o.len);
+    file_write(path, o.data, o.len);
     lmdb_delete(wd, "log", NULL);
-    after = slurp(path, &after_len);
+    after = file_read(path, &after_len);
     memcpy(&t0, after + 144, 8);
     memcpy(&t1, after + PSIZE + 144, 8);
     free(after);
@@ -574,50 +543,32 @@ static void test_no_whole_journal(void **unused)
  * the pages stay sound and only the journal's checksum notices). */
 static void flip_value(const char *wd, const char *table, const void *key, size_t klen)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/journal", wd);
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi;
+    struct journal_raw r;
+    journal_raw_open(&r, wd, table);
     MDB_val k = {klen, (void *)key}, v;
-    assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-    assert_int_equal(mdb_env_open(env, path, MDB_NOTLS, 0644), 0);
-    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    assert_int_equal(mdb_dbi_open(txn, table, 0, &dbi), 0);
-    assert_int_equal(mdb_get(txn, dbi, &k, &v), 0);
+    assert_int_equal(mdb_get(r.txn, r.dbi, &k, &v), 0);
     uint8_t *copy = malloc(v.mv_size);
     assert_non_null(copy);
     memcpy(copy, v.mv_data, v.mv_size);
     copy[v.mv_size - 1] ^= 0x10;
     MDB_val nv = {v.mv_size, copy};
-    assert_int_equal(mdb_put(txn, dbi, &k, &nv, 0), 0);
-    assert_int_equal(mdb_txn_commit(txn), 0);
-    mdb_env_close(env);
+    assert_int_equal(mdb_put(r.txn, r.dbi, &k, &nv, 0), 0);
+    journal_raw_close(&r);
     free(copy);
 }
 
 /* Deletes a key of a table (key NULL: the table itself) through LMDB. */
 static void lmdb_delete(const char *wd, const char *table, const char *key)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/journal", wd);
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi;
-    assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-    assert_int_equal(mdb_env_open(env, path, MDB_NOTLS, 0644), 0);
-    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    assert_int_equal(mdb_dbi_open(txn, table, 0, &dbi), 0);
+    struct journal_raw r;
+    journal_raw_open(&r, wd, table);
     if (key) {
         MDB_val k = {strlen(key), (void *)key};
-        assert_int_equal(mdb_del(txn, dbi, &k, NULL), 0);
+        assert_int_equal(mdb_del(r.txn, r.dbi, &k, NULL), 0);
     } else {
-        assert_int_equal(mdb_drop(txn, dbi, 1), 0);
+        assert_int_equal(mdb_drop(r.txn, r.dbi, 1), 0);
     }
-    assert_int_equal(mdb_txn_commit(txn), 0);
-    mdb_env_close(env);
+    journal_raw_close(&r);
 }
 
 /* One transaction that fills the meta table with entries and deletes them again: the pages it
@@ -625,28 +576,22 @@ static void lmdb_delete(const char *wd, const char *table, const char *key)
  * before the last page the transaction counts. */
 static void lmdb_loose_tail(const char *wd, uint64_t *file_size, uint64_t *counted)
 {
-    char path[700];
-    snprintf(path, sizeof path, "%s/journal", wd);
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi;
-    assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-    assert_int_equal(mdb_env_open(env, path, MDB_NOTLS, 0644), 0);
-    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    assert_int_equal(mdb_dbi_open(txn, "meta", 0, &dbi), 0);
+    struct journal_raw r;
+    journal_raw_open(&r, wd, "meta");
     /* A value on overflow pages past the end of the file, deleted in the same transaction. */
     static uint8_t value[64 * 1024];
     MDB_val k = {13, "zz-loose-tail"}, v = {sizeof value, value};
-    assert_int_equal(mdb_put(txn, dbi, &k, &v, 0), 0);
-    assert_int_equal(mdb_del(txn, dbi, &k, NULL), 0);
-    assert_int_equal(mdb_txn_commit(txn), 0);
+    assert_int_equal(mdb_put(r.txn, r.dbi, &k, &v, 0), 0);
+    assert_int_equal(mdb_del(r.txn, r.dbi, &k, NULL), 0);
+    assert_int_equal(mdb_txn_commit(r.txn), 0);
+    r.txn = NULL;
     MDB_envinfo info;
     MDB_stat st;
-    assert_int_equal(mdb_env_info(env, &info), 0);
-    assert_int_equal(mdb_env_stat(env, &st), 0);
+    assert_int_equal(mdb_env_info(r.env, &info), 0);
+    assert_int_equal(mdb_env_stat(r.env, &st), 0);
     *counted = ((uint64_t)info.me_last_pgno + 1) * st.ms_psize;
-    mdb_env_close(env);
+    journal_raw_close(&r);
+    char path[700];
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
     struct stat fst;
     assert_int_equal(stat(path, &fst), 0);
@@ -666,7 +611,7 @@ static void test_unwritten_free_pages(void **unused)
     assert_int_equal(mkdir(wd, 0755), 0);
     assert_int_equal(mkdir(path, 0755), 0);
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
-    spit(path, o.data, o.len);
+    file_write(path, o.data, o.len);
     uint64_t size, counted;
     lmdb_loose_tail(wd, &size, &counted);
     print_message("after a transaction with loose pages: %" PRIu64 " bytes, %" PRIu64 " counted\n",
@@ -730,7 +675,7 @@ static void test_recover_to_last_good(void **unused)
     char path[700];
     snprintf(path, sizeof path, "%s/journal/data.mdb", wd);
     size_t damaged_len;
-    uint8_t *damaged = slurp(path, &damaged_len);
+    uint8_t *damaged = file_read(path, &damaged_len);
 
     /* With the flag: records 6 and 7 and the datasets they registered are dropped, said so,
      * and the damaged journal is kept beside. */
@@ -744,10 +689,7 @@ static void test_recover_to_last_good(void **unused)
     assert_null(strstr(now, "d5 "));
     free(now);
     assert_int_equal(proc_stop(&s.p, SIGTERM, WAIT_MS), 0);
-    size_t loglen;
-    char *log = (char *)slurp(s.p.log, &loglen);
-    log = realloc(log, loglen + 1);
-    log[loglen] = '\0';
+    char *log = (char *)file_read(s.p.log, NULL);
     snprintf(want, sizeof want,
              "warn sluice-dispatcher: journal %s: --recover-to-last-good: dropped records 6 to 7 "
              "(2 in the log; the first damaged: journal damaged: log record: checksum mismatch "
@@ -761,7 +703,7 @@ static void test_recover_to_last_good(void **unused)
     char copy[700];
     snprintf(copy, sizeof copy, "%s/%.*s", wd, (int)strcspn(kept, "\n"), kept);
     size_t copy_len;
-    uint8_t *copy_data = slurp(copy, &copy_len);
+    uint8_t *copy_data = file_read(copy, &copy_len);
     assert_non_null(copy_data);
     assert_int_equal(copy_len, damaged_len);
     assert_memory_equal(copy_data, damaged, damaged_len);
@@ -948,9 +890,9 @@ static void test_backup_restore_under_load(void **unused)
 
     /* A damaged backup is never put in place. */
     size_t len;
-    uint8_t *data = slurp(backup, &len);
+    uint8_t *data = file_read(backup, &len);
     assert_non_null(data);
-    spit(backup, data, len - PSIZE);
+    file_write(backup, data, len - PSIZE);
     free(data);
     snprintf(restored, sizeof restored, "%s/restored-damaged", tmp_dir());
     assert_int_equal(

@@ -16,7 +16,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/proc.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include "common/error.h"
 #include "common/rpc.h"
@@ -33,52 +37,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------------- */
-
-/* A field of /proc/PID/status in kB ("VmHWM", "VmRSS"), or -1. */
-static long proc_status_kb(pid_t pid, const char *field)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    long kb = -1;
-    size_t n = strlen(field);
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, field, n) == 0 && line[n] == ':') {
-            kb = strtol(line + n + 1, NULL, 10);
-            break;
-        }
-    }
-    fclose(f);
-    return kb;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* `sluice status --json`, parsed. */
-static json_t *status_json(struct cluster *c)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fail_msg("status: exit %d: %s", rc, err);
-    json_error_t jerr;
-    json_t *root = json_loads(out, 0, &jerr);
-    if (!root)
-        fail_msg("status --json: %s: %s", jerr.text, out);
-    free(out);
-    free(err);
-    return root;
-}
 
 /* The first job named name in a status document, or NULL. */
 static json_t *status_job(json_t *root, const char *name)
@@ -92,13 +53,6 @@ static json_t *status_job(json_t *root, const char *name)
             return j;
     }
     return NULL;
-}
-
-/* Asserts that haystack holds needle, printing both when not. */
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (!haystack || !strstr(haystack, needle))
-        fail_msg("expected '%s' in: %s", needle, haystack ? haystack : "(null)");
 }
 
 /* `sluice read PIPELINE --format count --timeout-ms 30000` exits 0 and prints want. */
@@ -193,7 +147,7 @@ static void test_element_limit(void **unused)
     /* The job records the failure: status shows it, a second reader of the job gets it from
      * the dispatcher, and a worker that joins now gets no task of it. */
     sleep_ms(1500); /* the worker reports the failure with its next heartbeat */
-    json_t *st = status_json(&c);
+    json_t *st = cluster_status(&c);
     json_t *job = status_job(st, "big");
     assert_non_null(job);
     json_t *e = json_object_get(job, "error");
@@ -204,7 +158,7 @@ static void test_element_limit(void **unused)
     assert_true(cluster_add_worker(&c) >= 0);
     read_big_refused(&c);
     sleep_ms(1500);
-    st = status_json(&c);
+    st = cluster_status(&c);
     json_t *workers = json_object_get(st, "workers");
     assert_int_equal(json_array_size(workers), 2);
     size_t with_tasks = 0, i;
@@ -295,7 +249,7 @@ static void test_dead_reader(void **unused)
     /* The dispatcher releases the silent client (--client-timeout-ms 5000 in the helper). */
     json_t *st = NULL;
     for (int tries = 0;; tries++) {
-        st = status_json(&c);
+        st = cluster_status(&c);
         json_t *job = first_job(st);
         assert_non_null(job);
         if (json_integer_value(json_object_get(job, "clients")) == 0)
@@ -310,7 +264,7 @@ static void test_dead_reader(void **unused)
     int second = cluster_add_worker(&c);
     assert_true(second >= 0);
     sleep_ms(1500);
-    st = status_json(&c);
+    st = cluster_status(&c);
     /* Not collected yet (--job-gc-timeout-ms 4000 from the release on), so the check means
      * something: the first worker still has its task, the new one has none. */
     json_t *job = first_job(st);
@@ -321,7 +275,7 @@ static void test_dead_reader(void **unused)
 
     /* Once collected, the job and its task are gone everywhere. */
     for (int tries = 0;; tries++) {
-        st = status_json(&c);
+        st = cluster_status(&c);
         bool gone = json_array_size(json_object_get(st, "jobs")) == 0 &&
                     worker_tasks(st, c.workers[0].addr) == 0 &&
                     worker_tasks(st, c.workers[second].addr) == 0;
@@ -489,7 +443,7 @@ static void test_unread_jobs_cost_nothing(void **unused)
     }
     /* The worker learns of its tasks at its heartbeats. */
     for (int tries = 0;; tries++) {
-        json_t *st = status_json(&c);
+        json_t *st = cluster_status(&c);
         long n = worker_tasks(st, c.workers[0].addr);
         json_decref(st);
         if (n == JOBS)
@@ -515,13 +469,6 @@ static void test_unread_jobs_cost_nothing(void **unused)
 }
 
 /* ---- worker limits ------------------------------------------------------------------------ */
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Opens a parallel_epochs read of an endless range and takes its first element: its task on the
  * worker runs. Returns the iterator, or NULL with the read's error in msg. */
@@ -716,7 +663,7 @@ static void test_bad_names(void **unused)
     assert_string_equal(r.msg, "worker address: control character at byte 9");
 
     /* Nothing of it was stored: one worker (the real one), no dataset, no job. */
-    json_t *st = status_json(&c);
+    json_t *st = cluster_status(&c);
     assert_int_equal(json_array_size(json_object_get(st, "workers")), 1);
     assert_int_equal(json_array_size(json_object_get(st, "datasets")), 0);
     assert_int_equal(json_array_size(json_object_get(st, "jobs")), 0);
@@ -806,7 +753,7 @@ static void test_status_with_bad_names_in_old_journal(void **unused)
     free(out);
     free(err);
 
-    json_t *st = status_json(&c);
+    json_t *st = cluster_status(&c);
     json_t *ds = json_array_get(json_object_get(st, "datasets"), 0);
     assert_string_equal(json_string_value(json_object_get(ds, "id")), "bad\\xff\\x0aid");
     json_t *job = json_array_get(json_object_get(st, "jobs"), 0);

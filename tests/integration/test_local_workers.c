@@ -16,7 +16,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <jansson.h>
 
@@ -24,18 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static struct cluster cl;
 static int worker_a, worker_b; /* indexes into cl.workers */
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Sets SLUICE_HOST_ID for the processes started next; NULL unsets it. */
 static void host(const char *id)
@@ -44,22 +39,6 @@ static void host(const char *id)
         assert_int_equal(setenv("SLUICE_HOST_ID", id, 1), 0);
     else
         assert_int_equal(unsetenv("SLUICE_HOST_ID"), 0);
-}
-
-/* The dispatcher's status document (the caller frees it with json_decref). */
-static json_t *status(void)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(&cl, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fprintf(stderr, "status: exit %d: %s\n", rc, err ? err : "");
-    assert_int_equal(rc, 0);
-    json_error_t e;
-    json_t *doc = json_loads(out, 0, &e);
-    assert_non_null(doc);
-    free(out);
-    free(err);
-    return doc;
 }
 
 /* The number of registered workers whose host is host_id. */
@@ -81,7 +60,7 @@ static void wait_workers_on(const char *host_id, int n)
 {
     long long deadline = now_ms() + 10000;
     for (;;) {
-        json_t *doc = status();
+        json_t *doc = cluster_status(&cl);
         int have = workers_on(doc, host_id);
         json_decref(doc);
         if (have >= n)
@@ -95,7 +74,7 @@ static void wait_workers_on(const char *host_id, int n)
 /* Starts a worker on host_id and waits for its registration; returns its index. */
 static int add_worker_on(const char *host_id)
 {
-    json_t *doc = status();
+    json_t *doc = cluster_status(&cl);
     int before = workers_on(doc, host_id);
     json_decref(doc);
     host(host_id);
@@ -110,7 +89,7 @@ static int add_worker_on(const char *host_id)
  * (malloc'd); NULL when there is no such job. */
 static char *job_task_workers(const char *name)
 {
-    json_t *doc = status();
+    json_t *doc = cluster_status(&cl);
     size_t i;
     json_t *j;
     char *addrs[16];

@@ -16,22 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
 #include "lib/scrape.h"
+#include "lib/tmp.h"
 
 #define WAIT_MS 20000
 
 static const char *const metrics_args[] = {"--metrics-port", "0", NULL};
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Starts the dispatcher and nworkers workers, all with --metrics-port 0, and reads their metrics
  * addresses. */
@@ -81,22 +75,6 @@ static double wait_value(const char *addr, const char *name, const char *labels,
             return v;
         usleep(50000);
     }
-}
-
-/* The status document, parsed. */
-static json_t *status_json(struct cluster *c)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fail_msg("sluice status --json exited %d: %s", rc, err ? err : "");
-    json_error_t jerr;
-    json_t *doc = json_loads(out, 0, &jerr);
-    if (!doc)
-        fail_msg("status is not JSON (%s): %s", jerr.text, out);
-    free(out);
-    free(err);
-    return doc;
 }
 
 static json_int_t json_int_at(json_t *obj, const char *key)
@@ -224,7 +202,7 @@ static void test_split_counters(void **unused)
     assert_string_equal(out, "5000\n");
     free(out);
 
-    json_t *doc = status_json(&c);
+    json_t *doc = cluster_status(&c);
     json_t *splits = json_object_get(json_array_get(json_object_get(doc, "jobs"), 0), "splits");
     assert_non_null(splits);
     json_int_t total = json_int_at(splits, "total");
@@ -273,7 +251,7 @@ static void test_status_defaults(void **unused)
     const char *colon = strrchr(c.dispatcher.addr, ':');
     c.port = atoi(colon + 1);
 
-    json_t *doc = status_json(&c);
+    json_t *doc = cluster_status(&c);
     assert_int_equal(json_int_at(doc, "recommended_workers"), 1);
     json_t *cfg = json_object_get(doc, "config");
     assert_true(json_is_object(cfg));
@@ -312,7 +290,7 @@ static void test_status_cluster(void **unused)
     assert_int_equal(cluster_add_worker(&c), 1);
     assert_true(wait_value(dm, "sluice_workers", "", 2) == 2);
 
-    json_t *doc = status_json(&c);
+    json_t *doc = cluster_status(&c);
     assert_int_equal(json_int_at(doc, "recommended_workers"), 2);
     json_t *cfg = json_object_get(doc, "config");
     assert_int_equal(json_int_at(cfg, "worker_timeout_ms"), 2000);

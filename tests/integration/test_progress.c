@@ -7,7 +7,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/tmp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,38 +21,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 60000
 
 static const char *const PIPELINE = "range(300000) | map(sleep_us, 10)";
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 0) != 0 || cluster_add_worker(c) < 0 ||
-        cluster_add_worker(c) < 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
+    return (*state = cluster_new(NULL, NULL, 0, 2)) ? 0 : -1;
 }
 
 /* Runs `sluice read PIPELINE --mode distributed_epoch --format count [extra]` with standard error
@@ -197,9 +176,9 @@ static void test_plain_lines(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_live_line_on_a_terminal, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_quiet, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_plain_lines, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_live_line_on_a_terminal, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_quiet, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_plain_lines, setup, cluster_teardown),
     };
     cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);

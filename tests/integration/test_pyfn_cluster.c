@@ -10,6 +10,8 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/tmp.h"
 
 #include "sluice/server.h"
 #include "sluice/sluice.h"
@@ -67,30 +69,17 @@ static int setup(void **state)
     snprintf(mod_dir, sizeof mod_dir, "%s/pymods", tmp_dir());
     if (mkdir(mod_dir, 0700) != 0)
         return -1;
-    char file[600];
-    snprintf(file, sizeof file, "%s/fns.py", mod_dir);
-    FILE *fp = fopen(file, "w");
-    if (!fp || fputs(module_text, fp) < 0 || fclose(fp) != 0)
-        return -1;
+    file_write_in(mod_dir, "fns.py", module_text);
     /* `sluice run` and --local tails find the module through PYTHONPATH. */
     setenv("PYTHONPATH", mod_dir, 1);
     snprintf(path_arg, sizeof path_arg, "%s", mod_dir);
     static const char *worker_args[] = {"--python-path", path_arg, NULL};
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->worker_args = worker_args;
-    if (cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    *state = c;
-    return 0;
+    return (*state = cluster_new(NULL, worker_args, 0, 0)) ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
+    int rc = cluster_free(*state);
     tmp_cleanup();
     return rc;
 }
@@ -108,20 +97,7 @@ static void ensure_workers(struct cluster *c)
 static void read_expect(struct cluster *c, const char *pipeline, const char *mode, const char *x1,
                         const char *x2, const char *want_unsorted)
 {
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "read", pipeline, "--mode", mode, x1, x2, NULL);
-    if (rc != 0)
-        fprintf(stderr, "%s (%s): status %d: %s\n", pipeline, mode, rc, err);
-    assert_int_equal(rc, 0);
-    char *got = sorted_lines(out);
-    char *want = sorted_lines(want_unsorted);
-    if (strcmp(got, want) != 0)
-        fprintf(stderr, "%s (%s):\ngot:\n%s\nwant:\n%s\n", pipeline, mode, got, want);
-    assert_string_equal(got, want);
-    free(got);
-    free(want);
-    free(out);
-    free(err);
+    cluster_expect_read(c, want_unsorted, pipeline, "--mode", mode, x1, x2, NULL);
 }
 
 /* Reads and asserts the exact failure: exit status 1 and one error line. */

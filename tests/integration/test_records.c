@@ -15,6 +15,9 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/pb.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 #include "pipeline/files.h"
 
 #include <signal.h>
@@ -31,70 +34,10 @@ static const char *const short_timeouts[] = {"--worker-timeout-ms", "1000", "--c
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = short_timeouts;
-    if (cluster_start_dispatcher(c, 0, 0) != 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
-}
-
-static void add_workers(struct cluster *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        assert_true(cluster_add_worker(c) >= 0);
+    return (*state = cluster_new(short_timeouts, NULL, 0, 0)) ? 0 : -1;
 }
 
 /* ---- Examples, written byte by byte ------------------------------------------------------ */
-
-struct pb {
-    uint8_t p[1024];
-    size_t n;
-};
-
-static void pb_raw(struct pb *b, const void *d, size_t n)
-{
-    assert_true(b->n + n <= sizeof(b->p));
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void pb_varint(struct pb *b, uint64_t v)
-{
-    do {
-        uint8_t byte = (uint8_t)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
-        pb_raw(b, &byte, 1);
-        v >>= 7;
-    } while (v);
-}
-
-static void pb_len(struct pb *b, unsigned field, const void *d, size_t n)
-{
-    pb_varint(b, (uint64_t)field << 3 | 2);
-    pb_varint(b, n);
-    pb_raw(b, d, n);
-}
-
-/* Adds feature key = value (a Feature message's bytes) to a Features message. */
-static void entry(struct pb *fs, const char *key, const struct pb *feature)
-{
-    struct pb e = {0};
-    pb_len(&e, 1, key, strlen(key));
-    pb_len(&e, 2, feature->p, feature->n);
-    pb_len(fs, 1, e.p, e.n);
-}
 
 /* Example {id: int64 [id], name: bytes ["rec-<id>"], vec: float [id / 2, -id] (packed)}; without
  * id when with_id is false. */
@@ -107,7 +50,7 @@ static struct pb example(int64_t id, bool with_id)
         pb_varint(&list, 1 << 3 | 0);
         pb_varint(&list, (uint64_t)id);
         pb_len(&f, 3, list.p, list.n);
-        entry(&fs, "id", &f);
+        pb_entry(&fs, "id", &f);
     }
     char name[32];
     snprintf(name, sizeof(name), "rec-%lld", (long long)id);
@@ -115,13 +58,13 @@ static struct pb example(int64_t id, bool with_id)
     list = (struct pb){0};
     pb_len(&list, 1, name, strlen(name));
     pb_len(&f, 1, list.p, list.n);
-    entry(&fs, "name", &f);
+    pb_entry(&fs, "name", &f);
     float v[2] = {(float)id / 2, (float)-id};
     f = (struct pb){0};
     list = (struct pb){0};
     pb_len(&list, 1, v, sizeof(v)); /* little-endian floats, as the wire has them */
     pb_len(&f, 2, list.p, list.n);
-    entry(&fs, "vec", &f);
+    pb_entry(&fs, "vec", &f);
     struct pb ex = {0};
     pb_len(&ex, 1, fs.p, fs.n);
     return ex;
@@ -180,7 +123,7 @@ static char *expected_examples(int n, int times)
 static void test_parse_example(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     const char *glob = write_examples("examples", -1);
     char pipeline[1024];
     snprintf(pipeline, sizeof(pipeline),
@@ -214,7 +157,7 @@ static void test_parse_example(void **state)
 static void test_missing_feature_names_the_record(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     /* id 57 is record 7 of part-2: at offset 7 records in. */
     const char *glob = write_examples("bad", 57);
     char pipeline[1024];
@@ -286,7 +229,7 @@ static char *finish(struct proc *r)
 static void test_random_crop_survives_worker_failure(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 3);
+    cluster_add_workers(c, 3);
     const char *glob = write_jpegs();
     char pipeline[1024];
     /* 120 crops of 4 x 4 at 20 ms each: a read of about a second on three workers. */
@@ -329,9 +272,11 @@ static void test_random_crop_survives_worker_failure(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_parse_example, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_missing_feature_names_the_record, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_random_crop_survives_worker_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_parse_example, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_missing_feature_names_the_record, setup,
+                                        cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_random_crop_survives_worker_failure, setup,
+                                        cluster_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }

@@ -12,7 +12,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/tmp.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -38,34 +41,9 @@ static const char *const short_timeouts[] = {"--worker-timeout-ms",
                                              NULL};
 static const char *const worker_flags[] = {"--drain-timeout-ms", "3000", NULL};
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = short_timeouts;
-    c->worker_args = worker_flags;
-    if (cluster_start_dispatcher(c, 0, 1) != 0) {
-        free(c);
-        return -1;
-    }
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    cluster_stop(c);
-    free(c);
-    return 0;
+    return (*state = cluster_new(short_timeouts, worker_flags, 1, 0)) ? 0 : -1;
 }
 
 static void path_in_tmp(char *out, size_t len, const char *name)
@@ -79,31 +57,9 @@ static long long file_size(const char *path)
     return stat(path, &st) == 0 ? (long long)st.st_size : -1;
 }
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    assert_non_null(b);
-    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = 0;
-    fclose(f);
-    return b;
-}
-
-static void dump_file(const char *path)
-{
-    char *t = slurp(path);
-    fprintf(stderr, "---- %s ----\n%.4000s\n", path, t);
-    free(t);
-}
-
 static void assert_file_exactly_once(const char *what, const char *path, long n)
 {
-    char *text = slurp(path);
+    char *text = (char *)file_read(path, NULL);
     struct tally t = tally_range(text, n);
     free(text);
     print_tally(what, t);
@@ -137,7 +93,7 @@ static int wait_output(struct proc *r, const char *out, long long bytes)
         int rc = proc_wait(r, 0);
         if (rc != -2) {
             if (rc != 0)
-                dump_file(r->log);
+                print_file(r->log, 100);
             assert_int_equal(rc, 0);
             return 0;
         }
@@ -197,7 +153,7 @@ static void test_drill_twenty_kills(void **state)
     runs++;
     int rc = proc_wait(&r, READ_MS);
     if (rc != 0)
-        dump_file(r.log);
+        print_file(r.log, 100);
     assert_int_equal(rc, 0);
     printf("    %d runs, %d killed mid-read, %lld ms\n", runs, kills, now_ms() - t0);
     assert_true(kills >= 15);
@@ -247,10 +203,10 @@ static void test_deterministic_resume_same_sequence(void **state)
             break; /* it ended on its own: wait_output saw it exit 0 */
         int rc = proc_wait(&r, READ_MS);
         if (rc != 0)
-            dump_file(r.log);
+            print_file(r.log, 100);
         assert_int_equal(rc, 0);
     }
-    char *got = slurp(out);
+    char *got = (char *)file_read(out, NULL);
     if (strcmp(got, want) != 0)
         fail_msg("the resumed deterministic read differs from the local run (%zu and %zu bytes)",
                  strlen(got), strlen(want));
@@ -322,14 +278,6 @@ static void expect_cli_error(struct cluster *c, int status, const char *want, co
     free(e);
 }
 
-static void write_file(const char *path, const void *b, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, n, f), n);
-    fclose(f);
-}
-
 /* A checkpoint that is damaged, foreign, or of another dataset is an error, never a fresh
  * start; so are the modes a checkpoint cannot describe. */
 static void test_bad_checkpoints(void **state)
@@ -366,18 +314,18 @@ static void test_bad_checkpoints(void **state)
                      "map(square)",
                      "--checkpoint", ck, "--format", "count", NULL);
     /* Damaged: one byte flipped. */
-    char *text = slurp(ck);
+    char *text = (char *)file_read(ck, NULL);
     size_t len = (size_t)file_size(ck);
     text[len / 2] ^= 0x20;
-    write_file(bad, text, len);
+    file_write(bad, text, len);
     expect_cli_error(c, 1, "checksum mismatch", "--checkpoint", bad, "--format", "count", NULL,
                      NULL);
     /* Cut short. */
-    write_file(bad, text, len - 3);
+    file_write(bad, text, len - 3);
     expect_cli_error(c, 1, "bad.ck", "--checkpoint", bad, "--format", "count", NULL, NULL);
     free(text);
     /* Foreign. */
-    write_file(bad, "hello, world\n", 13);
+    file_write(bad, "hello, world\n", 13);
     expect_cli_error(c, 1, "not a checkpoint of 'sluice read'", "--checkpoint", bad, "--format",
                      "count", NULL, NULL);
     /* Modes without a position. */
@@ -393,10 +341,11 @@ static void test_bad_checkpoints(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_drill_twenty_kills, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deterministic_resume_same_sequence, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_resume_after_collection, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_checkpoints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drill_twenty_kills, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_deterministic_resume_same_sequence, setup,
+                                        cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_resume_after_collection, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_bad_checkpoints, setup, cluster_teardown_lax),
     };
     cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);

@@ -24,80 +24,14 @@
 #include "common/rpc.h"
 #include "common/security.h"
 
+#include "lib/loop.h"
+#include "lib/net.h"
 #include "lib/tls.h"
 
 #define WAIT_MS 10000
 
 /* NULL: plain TCP. The TLS group sets them for every server and client the fixtures make. */
 static struct sec_ctx *sec_server, *sec_client;
-
-/* ---- bounded waiting ---------------------------------------------------------------------------
- */
-
-struct deadline {
-    uv_timer_t timer;
-    bool expired, closed;
-};
-
-static void on_deadline(uv_timer_t *t)
-{
-    ((struct deadline *)t)->expired = true;
-}
-
-static void on_deadline_closed(uv_handle_t *h)
-{
-    ((struct deadline *)h)->closed = true;
-}
-
-static void deadline_start(uv_loop_t *loop, struct deadline *d, uint64_t ms)
-{
-    memset(d, 0, sizeof *d);
-    uv_timer_init(loop, &d->timer);
-    uv_timer_start(&d->timer, on_deadline, ms, 0);
-}
-
-static void deadline_stop(uv_loop_t *loop, struct deadline *d)
-{
-    uv_close((uv_handle_t *)&d->timer, on_deadline_closed);
-    while (!d->closed)
-        uv_run(loop, UV_RUN_NOWAIT);
-}
-
-/* Runs the loop until cond holds, failing the test if it does not within ms. */
-#define RUN_UNTIL(loop, cond, ms)                                                                  \
-    do {                                                                                           \
-        struct deadline d_;                                                                        \
-        deadline_start((loop), &d_, (ms));                                                         \
-        while (!(cond) && !d_.expired)                                                             \
-            uv_run((loop), UV_RUN_ONCE);                                                           \
-        deadline_stop((loop), &d_);                                                                \
-        if (!(cond))                                                                               \
-            fail_msg("%s:%d: timed out waiting for %s", __FILE__, __LINE__, #cond);                \
-    } while (0)
-
-/* Runs the loop for ms, whatever happens. */
-static void run_for(uv_loop_t *loop, uint64_t ms)
-{
-    struct deadline d;
-    deadline_start(loop, &d, ms);
-    while (!d.expired)
-        uv_run(loop, UV_RUN_ONCE);
-    deadline_stop(loop, &d);
-}
-
-static void set_flag(void *user)
-{
-    *(bool *)user = true;
-}
-
-/* Every object has been closed by now (each close waited for its callback), so nothing may be
- * left on the loop. */
-static void loop_finish(uv_loop_t *loop)
-{
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_false(uv_loop_alive(loop));
-    assert_int_equal(uv_loop_close(loop), 0);
-}
 
 /* ---- byte strings for raw sockets --------------------------------------------------------------
  */
@@ -850,21 +784,11 @@ static void test_pipelined_out_of_order(void **state)
     loop_finish(&loop);
 }
 
-/* Binds a free port, then releases it, so nothing listens there. */
-static int free_port(uv_loop_t *loop)
-{
-    struct server_fx fx;
-    fx_start(loop, &fx, 0);
-    int port = rpc_server_port(fx.srv);
-    fx_close(loop, &fx);
-    return port;
-}
-
 static void test_call_before_server(void **state)
 {
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
-    int port = free_port(&loop);
+    int port = free_port();
     struct client_fx cfx;
     cfx_new_port(&loop, &cfx, port);
 
@@ -932,7 +856,7 @@ static void test_waiting_call_timeout(void **state)
 {
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
-    int port = free_port(&loop);
+    int port = free_port();
     struct client_fx cfx;
     cfx_new_port(&loop, &cfx, port);
 
@@ -959,7 +883,7 @@ static void test_withdraw_waiting_call(void **state)
 {
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
-    int port = free_port(&loop);
+    int port = free_port();
     struct client_fx cfx;
     cfx_new_port(&loop, &cfx, port);
 
@@ -1549,7 +1473,7 @@ static void test_client_close_cancels(void **state)
     RUN_UNTIL(&loop, fx.nheld == 2, WAIT_MS);
 
     struct client_fx dead;
-    cfx_new_port(&loop, &dead, free_port(&loop));
+    cfx_new_port(&loop, &dead, free_port());
     assert_int_equal(call_status(dead.cl, 0, &r[2]), 0);
     run_for(&loop, 50);
 

@@ -22,6 +22,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 
+#include "lib/loop.h"
 #include "lib/tls.h"
 
 #define WAIT_MS 20000
@@ -31,41 +32,6 @@
 
 /* NULL in the plain run; the TLS settings of either end in the TLS run. */
 static struct sec_ctx *sec_server, *sec_client;
-
-struct deadline {
-    uv_timer_t timer;
-    bool expired, closed;
-};
-
-static void on_deadline(uv_timer_t *t)
-{
-    ((struct deadline *)t)->expired = true;
-}
-
-static void on_deadline_closed(uv_handle_t *h)
-{
-    ((struct deadline *)h)->closed = true;
-}
-
-#define RUN_UNTIL(loop, cond, ms)                                                                  \
-    do {                                                                                           \
-        struct deadline d_;                                                                        \
-        memset(&d_, 0, sizeof d_);                                                                 \
-        uv_timer_init((loop), &d_.timer);                                                          \
-        uv_timer_start(&d_.timer, on_deadline, (ms), 0);                                           \
-        while (!(cond) && !d_.expired)                                                             \
-            uv_run((loop), UV_RUN_ONCE);                                                           \
-        uv_close((uv_handle_t *)&d_.timer, on_deadline_closed);                                    \
-        while (!d_.closed)                                                                         \
-            uv_run((loop), UV_RUN_NOWAIT);                                                         \
-        if (!(cond))                                                                               \
-            fail_msg("%s:%d: timed out waiting for %s", __FILE__, __LINE__, #cond);                \
-    } while (0)
-
-static void set_flag(void *user)
-{
-    *(bool *)user = true;
-}
 
 static uint8_t *source;
 
@@ -263,13 +229,6 @@ static void client_close(uv_loop_t *loop, struct rpc_client *cl)
     bool closed = false;
     rpc_client_close(cl, set_flag, &closed);
     RUN_UNTIL(loop, closed, WAIT_MS);
-}
-
-static void loop_finish(uv_loop_t *loop)
-{
-    uv_run(loop, UV_RUN_NOWAIT);
-    assert_false(uv_loop_alive(loop));
-    assert_int_equal(uv_loop_close(loop), 0);
 }
 
 /* ---- tests -------------------------------------------------------------------------------------

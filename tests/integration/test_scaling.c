@@ -14,11 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
 #include "lib/scrape.h"
+#include "lib/tmp.h"
 
 /* How long the recommendation gets to move: many windows of 500 ms. */
 #define MOVE_MS 60000
@@ -26,32 +27,18 @@
 static const char *const dispatcher_args[] = {"--metrics-port", "0", "--autoscale-window-ms", "500",
                                               NULL};
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* recommended_workers and the number of workers from `sluice status --json`. */
 static void status(struct cluster *c, long *recommended, size_t *workers)
 {
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fail_msg("sluice status --json exited %d: %s", rc, err ? err : "");
-    json_error_t jerr;
-    json_t *doc = json_loads(out, 0, &jerr);
-    if (!doc)
-        fail_msg("status is not JSON (%s): %s", jerr.text, out);
+    json_t *doc = cluster_status(c);
     json_t *rec = json_object_get(doc, "recommended_workers");
-    if (!json_is_integer(rec))
-        fail_msg("no recommended_workers in %s", out);
+    if (!json_is_integer(rec)) {
+        char *text = json_dumps(doc, 0);
+        fail_msg("no recommended_workers in %s", text);
+    }
     *recommended = (long)json_integer_value(rec);
     *workers = json_array_size(json_object_get(doc, "workers"));
     json_decref(doc);
-    free(out);
-    free(err);
 }
 
 /* Polls the status until pred(recommended) holds (and the cluster has want_workers workers), at

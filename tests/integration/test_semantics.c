@@ -8,7 +8,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <jansson.h>
 
@@ -16,32 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char *const short_timeouts[] = {"--worker-timeout-ms", "1000", NULL};
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = short_timeouts;
-    if (cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    for (int i = 0; i < 2; i++)
-        if (cluster_add_worker(c) < 0)
-            return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
+    return (*state = cluster_new(short_timeouts, NULL, 0, 2)) ? 0 : -1;
 }
 
 /* `sluice read PIPELINE --mode distributed_epoch [EXTRA...]`: asserts exit status want_rc and
@@ -49,26 +33,13 @@ static int teardown(void **state)
 static char *read_de(struct cluster *c, const char *pipeline, int want_rc, char **err,
                      const char *extra1, const char *extra2)
 {
-    char *out = NULL, *e = NULL;
-    int rc = cluster_cli(c, &out, &e, "read", pipeline, "--mode", "distributed_epoch", extra1,
-                         extra2, NULL);
-    if (rc != want_rc)
-        fprintf(stderr, "%s: exit %d, stderr: %s\n", pipeline, rc, e);
-    assert_int_equal(rc, want_rc);
-    if (err)
-        *err = e;
-    else
-        free(e);
-    return out;
+    return cluster_run(c, want_rc, err, "read", pipeline, "--mode", "distributed_epoch", extra1,
+                       extra2, NULL);
 }
 
 static void expect_sorted(struct cluster *c, const char *pipeline, const char *want)
 {
-    char *out = read_de(c, pipeline, 0, NULL, NULL, NULL);
-    char *got = sorted_lines(out);
-    assert_string_equal(got, want);
-    free(got);
-    free(out);
+    cluster_expect_read(c, want, pipeline, "--mode", "distributed_epoch", NULL);
 }
 
 /* "a\nb\n..." for the integers lo, lo + step, ... below hi, sorted as strings. */
@@ -291,12 +262,6 @@ static void test_refused(void **state)
     free(err);
 }
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* A worker killed mid-read: re-issued splits are batched again whole, so the batches stay full
  * and every element arrives exactly once. */
 static void test_batches_survive_a_kill(void **state)
@@ -347,12 +312,12 @@ static void test_batches_survive_a_kill(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_take_skip_shard, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_full_batches, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_split_size, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stream_ops_in_reader, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_batches_survive_a_kill, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_take_skip_shard, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_full_batches, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_split_size, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_stream_ops_in_reader, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_refused, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_batches_survive_a_kill, setup, cluster_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }

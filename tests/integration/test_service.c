@@ -7,6 +7,10 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/net.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,47 +26,13 @@ static int use_ft;
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, use_ft) != 0)
-        return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
-}
-
-static void add_workers(struct cluster *c, int n)
-{
-    for (int i = 0; i < n; i++)
-        assert_true(cluster_add_worker(c) >= 0);
-}
-
-/* Reads with the CLI and asserts status 0 and the sorted output. */
-static void read_expect_sorted(struct cluster *c, const char *want, const char *a1, const char *a2,
-                               const char *a3, const char *a4, const char *a5, const char *a6)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "read", a1, a2, a3, a4, a5, a6, NULL);
-    if (rc != 0)
-        fprintf(stderr, "read failed with %d: %s\n", rc, err);
-    assert_int_equal(rc, 0);
-    char *got = sorted_lines(out);
-    assert_string_equal(got, want);
-    free(got);
-    free(out);
-    free(err);
+    return (*state = cluster_new(NULL, NULL, use_ft, 0)) ? 0 : -1;
 }
 
 static void test_one_worker_in_order(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = NULL, *err = NULL;
     assert_int_equal(cluster_cli(c, &out, &err, "read", "range(10)", NULL), 0);
     assert_string_equal(out, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
@@ -73,39 +43,38 @@ static void test_one_worker_in_order(void **state)
 static void test_parallel_epochs_two_workers(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     char *want = expected_range(100, 2);
-    read_expect_sorted(c, want, "range(100)", "--mode", "parallel_epochs", NULL, NULL, NULL);
+    cluster_expect_read(c, want, "range(100)", "--mode", "parallel_epochs", NULL);
     free(want);
 }
 
 static void test_distributed_epoch_two_workers(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     char *want = expected_range(5000, 1);
-    read_expect_sorted(c, want, "range(5000)", "--mode", "distributed_epoch", NULL, NULL, NULL);
-    read_expect_sorted(c, want, "range(5000)", "--mode", "dynamic", NULL, NULL, NULL);
+    cluster_expect_read(c, want, "range(5000)", "--mode", "distributed_epoch", NULL);
+    cluster_expect_read(c, want, "range(5000)", "--mode", "dynamic", NULL);
     free(want);
     /* repeat after a split source repeats the whole source across the cluster. */
     want = expected_range(300, 3);
-    read_expect_sorted(c, want, "range(300) | repeat(3)", "--mode", "distributed_epoch", NULL, NULL,
-                       NULL);
+    cluster_expect_read(c, want, "range(300) | repeat(3)", "--mode", "distributed_epoch", NULL);
     free(want);
 }
 
 static void test_local_tail(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
-    read_expect_sorted(c, "1\n1\n10\n10\n17\n17\n2\n2\n5\n5\n", "range(5) | map(square)", "--local",
-                       "map(add, 1)", NULL, NULL, NULL);
+    cluster_add_workers(c, 2);
+    cluster_expect_read(c, "1\n1\n10\n10\n17\n17\n2\n2\n5\n5\n", "range(5) | map(square)",
+                        "--local", "map(add, 1)", NULL);
 }
 
 static void test_shared_job(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     /* Two readers of one named distributed_epoch job split its elements: together they see
      * every element exactly once. The pipeline is slow enough (about 4 s of CPU) that both
      * take part even on a loaded machine. */
@@ -147,7 +116,7 @@ static void test_shared_job(void **state)
 static void test_shared_job_name_two_datasets(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     const char *p1 = "range(20) | map(sleep_us, 20000)";
     const char *p2 = "list(20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, "
                      "38, 39) | map(sleep_us, 20000)";
@@ -199,25 +168,25 @@ static void test_shared_job_name_two_datasets(void **state)
 static void test_different_job_names(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     char *want = expected_range(200, 1);
-    read_expect_sorted(c, want, "range(200)", "--mode", "distributed_epoch", "--job-name", "a",
-                       NULL);
-    read_expect_sorted(c, want, "range(200)", "--mode", "distributed_epoch", "--job-name", "b",
-                       NULL);
+    cluster_expect_read(c, want, "range(200)", "--mode", "distributed_epoch", "--job-name", "a",
+                        NULL);
+    cluster_expect_read(c, want, "range(200)", "--mode", "distributed_epoch", "--job-name", "b",
+                        NULL);
     free(want);
 }
 
 static void test_worker_joins_mid_read(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(1500) | map(sleep_us, 1000)", "--mode",
                                        "distributed_epoch", NULL),
                      0);
     usleep(300 * 1000);
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = proc_read_all(&r, 60000);
     assert_int_equal(proc_wait(&r, 10000), 0);
     char *got = sorted_lines(out);
@@ -244,7 +213,7 @@ static void test_client_before_dispatcher(void **state)
     assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(10)", NULL), 0);
     usleep(500 * 1000);
     assert_int_equal(cluster_start_dispatcher(c, c->port, use_ft), 0);
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = proc_read_all(&r, 30000);
     assert_int_equal(proc_wait(&r, 10000), 0);
     assert_string_equal(out, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n");
@@ -254,7 +223,7 @@ static void test_client_before_dispatcher(void **state)
 static void test_explicit_dataset_ids(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = NULL, *err = NULL;
     assert_int_equal(cluster_cli(c, &out, &err, "register", "range(3)", "--dataset-id", "ds", NULL),
                      0);
@@ -287,7 +256,7 @@ static void test_explicit_dataset_ids(void **state)
 static void test_job_name_conflict(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = NULL, *err = NULL;
     assert_int_equal(cluster_cli(c, &out, &err, "read", "range(3)", "--job-name", "j", NULL), 0);
     free(out);
@@ -317,7 +286,7 @@ static void test_bad_pipeline_and_usage(void **state)
 static void test_restart_without_fault_tolerance(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000) | map(sleep_us, 1000)", NULL),
                      0);
@@ -368,7 +337,7 @@ static void send_garbage(int port, const void *data, size_t len)
 static void test_garbage_frames(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     const char *colon = strrchr(c->workers[0].addr, ':');
     int wport = atoi(colon + 1);
     const uint8_t zero[4] = {0, 0, 0, 0};
@@ -392,7 +361,7 @@ static void test_garbage_frames(void **state)
 static void test_ft_dataset_survives_kill(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     char *out = NULL, *err = NULL;
     assert_int_equal(
         cluster_cli(c, &out, &err, "register", "range(7)", "--dataset-id", "kept", NULL), 0);
@@ -434,14 +403,14 @@ static void read_across_restarts(struct cluster *c, const char *mode, long n, in
 static void test_ft_distributed_across_restarts(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     read_across_restarts(c, "distributed_epoch", 3000, 1);
 }
 
 static void test_ft_parallel_across_restarts(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 2);
+    cluster_add_workers(c, 2);
     read_across_restarts(c, "parallel_epochs", 3000, 2);
 }
 
@@ -449,7 +418,7 @@ static void test_ft_parallel_across_restarts(void **state)
 static void test_ft_read_finishes_while_dispatcher_down(void **state)
 {
     struct cluster *c = *state;
-    add_workers(c, 1);
+    cluster_add_workers(c, 1);
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(4000) | map(sleep_us, 500)", NULL), 0);
     usleep(1500 * 1000);
@@ -469,38 +438,43 @@ static void test_ft_read_finishes_while_dispatcher_down(void **state)
     free(got);
     free(want);
     free(out);
-    /* Bring it back so the teardown sees a clean shutdown. */
+    /* Bring it back so the cluster_teardown sees a clean shutdown. */
     assert_int_equal(cluster_start_dispatcher(c, c->port, 1), 0);
 }
 
 #define COMMON_TESTS                                                                               \
-    cmocka_unit_test_setup_teardown(test_one_worker_in_order, setup, teardown),                    \
-        cmocka_unit_test_setup_teardown(test_parallel_epochs_two_workers, setup, teardown),        \
-        cmocka_unit_test_setup_teardown(test_distributed_epoch_two_workers, setup, teardown),      \
-        cmocka_unit_test_setup_teardown(test_local_tail, setup, teardown),                         \
-        cmocka_unit_test_setup_teardown(test_shared_job, setup, teardown),                         \
-        cmocka_unit_test_setup_teardown(test_shared_job_name_two_datasets, setup, teardown),       \
-        cmocka_unit_test_setup_teardown(test_different_job_names, setup, teardown),                \
-        cmocka_unit_test_setup_teardown(test_worker_joins_mid_read, setup, teardown),              \
-        cmocka_unit_test_setup_teardown(test_client_before_dispatcher, setup, teardown),           \
-        cmocka_unit_test_setup_teardown(test_explicit_dataset_ids, setup, teardown),               \
-        cmocka_unit_test_setup_teardown(test_job_name_conflict, setup, teardown),                  \
-        cmocka_unit_test_setup_teardown(test_bad_pipeline_and_usage, setup, teardown),             \
-        cmocka_unit_test_setup_teardown(test_garbage_frames, setup, teardown)
+    cmocka_unit_test_setup_teardown(test_one_worker_in_order, setup, cluster_teardown),            \
+        cmocka_unit_test_setup_teardown(test_parallel_epochs_two_workers, setup,                   \
+                                        cluster_teardown),                                         \
+        cmocka_unit_test_setup_teardown(test_distributed_epoch_two_workers, setup,                 \
+                                        cluster_teardown),                                         \
+        cmocka_unit_test_setup_teardown(test_local_tail, setup, cluster_teardown),                 \
+        cmocka_unit_test_setup_teardown(test_shared_job, setup, cluster_teardown),                 \
+        cmocka_unit_test_setup_teardown(test_shared_job_name_two_datasets, setup,                  \
+                                        cluster_teardown),                                         \
+        cmocka_unit_test_setup_teardown(test_different_job_names, setup, cluster_teardown),        \
+        cmocka_unit_test_setup_teardown(test_worker_joins_mid_read, setup, cluster_teardown),      \
+        cmocka_unit_test_setup_teardown(test_client_before_dispatcher, setup, cluster_teardown),   \
+        cmocka_unit_test_setup_teardown(test_explicit_dataset_ids, setup, cluster_teardown),       \
+        cmocka_unit_test_setup_teardown(test_job_name_conflict, setup, cluster_teardown),          \
+        cmocka_unit_test_setup_teardown(test_bad_pipeline_and_usage, setup, cluster_teardown),     \
+        cmocka_unit_test_setup_teardown(test_garbage_frames, setup, cluster_teardown)
 
 int main(void)
 {
     const struct CMUnitTest in_memory[] = {
         COMMON_TESTS,
-        cmocka_unit_test_setup_teardown(test_restart_without_fault_tolerance, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_restart_without_fault_tolerance, setup,
+                                        cluster_teardown),
     };
     const struct CMUnitTest fault_tolerant[] = {
         COMMON_TESTS,
-        cmocka_unit_test_setup_teardown(test_ft_dataset_survives_kill, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ft_distributed_across_restarts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ft_parallel_across_restarts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ft_dataset_survives_kill, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_ft_distributed_across_restarts, setup,
+                                        cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_ft_parallel_across_restarts, setup, cluster_teardown),
         cmocka_unit_test_setup_teardown(test_ft_read_finishes_while_dispatcher_down, setup,
-                                        teardown),
+                                        cluster_teardown),
     };
     signal(SIGPIPE, SIG_IGN);
     /* SLUICE_TEST_FILTER=pattern runs only the matching tests (cmocka's wildcard syntax). */

@@ -9,6 +9,9 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 #include "pipeline/element.h"
 #include "pipeline/snapshot.h"
 

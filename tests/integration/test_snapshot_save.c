@@ -16,7 +16,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <jansson.h>
 
@@ -30,19 +34,6 @@
 #include <unistd.h>
 
 #define WAIT_MS 30000
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static void path_in_tmp(char *out, size_t len, const char *name)
 {
@@ -58,30 +49,6 @@ static int setup_cluster(struct cluster *c, int workers, int fault_tolerant)
         if (cluster_add_worker(c) < 0)
             return -1;
     return 0;
-}
-
-/* `sluice CMD ARGS... NULL` (at most 10 arguments) against c: asserts the exit status and
- * returns stdout (malloc'd); stderr into *err when err is given. */
-static char *cli(struct cluster *c, int want_rc, char **err, const char *cmd, ...)
-{
-    const char *a[11] = {NULL};
-    va_list ap;
-    va_start(ap, cmd);
-    for (int i = 0; i < 10 && (a[i] = va_arg(ap, const char *)) != NULL; i++)
-        ;
-    va_end(ap);
-    char *out = NULL, *e = NULL;
-    int rc = cluster_cli(c, &out, &e, cmd, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8],
-                         a[9], NULL);
-    if (rc != want_rc)
-        fprintf(stderr, "sluice %s %s: exit %d (want %d)\nstdout: %s\nstderr: %s\n", cmd,
-                a[0] ? a[0] : "", rc, want_rc, out ? out : "", e ? e : "");
-    assert_int_equal(rc, want_rc);
-    if (err)
-        *err = e;
-    else
-        free(e);
-    return out;
 }
 
 /* `sluice run PIPELINE` (no service): its stdout. */
@@ -102,8 +69,8 @@ static char *run_local(const char *pipeline, int want_rc, char **err)
 
 static void register_ds(struct cluster *c, const char *id, const char *pipeline)
 {
-    char *out =
-        cli(c, 0, NULL, "register", pipeline, "--dataset-id", id, NULL, NULL, NULL, NULL, NULL);
+    char *out = cluster_run(c, 0, NULL, "register", pipeline, "--dataset-id", id, NULL, NULL, NULL,
+                            NULL, NULL);
     char want[256];
     snprintf(want, sizeof want, "%s\n", id);
     assert_string_equal(out, want);
@@ -126,8 +93,8 @@ struct save_status {
 static struct save_status save_status(struct cluster *c, const char *dir)
 {
     struct save_status s = {{0}};
-    char *out =
-        cli(c, 0, NULL, "snapshot", "status", "--path", dir, "--json", NULL, NULL, NULL, NULL);
+    char *out = cluster_run(c, 0, NULL, "snapshot", "status", "--path", dir, "--json", NULL, NULL,
+                            NULL, NULL);
     json_error_t je;
     json_t *o = json_loads(out, 0, &je);
     assert_non_null(o);
@@ -215,8 +182,8 @@ static void test_save_reads_back_exactly(void **unused)
     register_ds(&c, "squares", pipeline);
     char dir[512], src[600];
     path_in_tmp(dir, sizeof dir, "snap-squares");
-    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "squares", "--path", dir,
-                    "--timeout-ms", "60000", NULL);
+    char *out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "squares", "--path",
+                            dir, "--timeout-ms", "60000", NULL);
     char want[700];
     struct save_status s = save_status(&c, dir);
     assert_string_equal(s.state, "finished");
@@ -244,16 +211,16 @@ static void test_save_reads_back_exactly(void **unused)
     char *sorted_expect = sorted_lines(expect);
 
     /* distributed_epoch over the service: every element once. */
-    got = cli(&c, 0, NULL, "read", src, "--mode", "distributed_epoch", "--timeout-ms", "60000",
-              NULL, NULL, NULL);
+    got = cluster_run(&c, 0, NULL, "read", src, "--mode", "distributed_epoch", "--timeout-ms",
+                      "60000", NULL, NULL, NULL);
     char *sorted = sorted_lines(got);
     assert_string_equal(sorted, sorted_expect);
     free(sorted);
     free(got);
 
     /* parallel_epochs: each of the two workers reads all of it. */
-    got = cli(&c, 0, NULL, "read", src, "--mode", "parallel_epochs", "--timeout-ms", "60000", NULL,
-              NULL, NULL);
+    got = cluster_run(&c, 0, NULL, "read", src, "--mode", "parallel_epochs", "--timeout-ms",
+                      "60000", NULL, NULL, NULL);
     sorted = sorted_lines(got);
     char *twice = malloc(2 * strlen(expect) + 1);
     assert_non_null(twice);
@@ -267,14 +234,14 @@ static void test_save_reads_back_exactly(void **unused)
     free(got);
 
     /* Saving again is the same save: nothing is written again. */
-    out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "squares", "--path", dir, NULL, NULL,
-              NULL);
+    out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "squares", "--path", dir,
+                      NULL, NULL, NULL);
     assert_string_equal(out, want);
     free(out);
     assert_chunks_unchanged(dir, files, (size_t)s.chunks);
 
     /* sluice status lists the save. */
-    out = cli(&c, 0, NULL, "status", "--json", NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+    out = cluster_run(&c, 0, NULL, "status", "--json", NULL, NULL, NULL, NULL, NULL, NULL, NULL);
     json_error_t je;
     json_t *doc = json_loads(out, 0, &je);
     assert_non_null(doc);
@@ -305,8 +272,8 @@ static void test_save_survives_kills(void **unused)
     register_ds(&c, "slow", "range(3000) | map(sleep_us, 9000)");
     char dir[512], src[600];
     path_in_tmp(dir, sizeof dir, "snap-slow");
-    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
-                    "--no-wait", NULL, NULL, NULL);
+    char *out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
+                            "--no-wait", NULL, NULL, NULL);
     assert_non_null(strstr(out, ": running, "));
     free(out);
     long long t0 = now_ms();
@@ -317,8 +284,8 @@ static void test_save_survives_kills(void **unused)
     for (int ms = 300;; ms *= 2) {
         char bound[16];
         snprintf(bound, sizeof bound, "%d", ms);
-        out = cli(&c, 1, &err, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
-                  "--timeout-ms", bound, NULL);
+        out = cluster_run(&c, 1, &err, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
+                          "--timeout-ms", bound, NULL);
         if (ms >= 4800 || !strstr(err, " to answer\n"))
             break;
         printf("    no answer within %d ms: %s", ms, err);
@@ -352,8 +319,8 @@ static void test_save_survives_kills(void **unused)
     printf("    worker killed with %zu chunks on disk\n", nlater);
 
     /* The CLI run again waits for the same save to finish. */
-    out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
-              "--timeout-ms", "60000", NULL);
+    out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path", dir,
+                      "--timeout-ms", "60000", NULL);
     s = save_status(&c, dir);
     char want[700];
     snprintf(want, sizeof want, "snapshot %s: finished, %lld chunks\n", dir, s.chunks);
@@ -371,8 +338,8 @@ static void test_save_survives_kills(void **unused)
     assert_string_equal(out, expect);
     free(expect);
     free(out);
-    out = cli(&c, 0, NULL, "read", src, "--mode", "distributed_epoch", "--timeout-ms", "60000",
-              NULL, NULL, NULL);
+    out = cluster_run(&c, 0, NULL, "read", src, "--mode", "distributed_epoch", "--timeout-ms",
+                      "60000", NULL, NULL, NULL);
     assert_range_once("distributed_epoch read of the snapshot", out, n);
     free(out);
     /* The first worker was killed: its exit status is not the cluster's to report. */
@@ -403,8 +370,8 @@ static void test_read_during_save(void **unused)
     register_ds(&c, "during", "range(3000) | map(sleep_us, 1500)");
     char dir[512], src[600];
     path_in_tmp(dir, sizeof dir, "snap-during");
-    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "during", "--path", dir,
-                    "--no-wait", NULL, NULL, NULL);
+    char *out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "during", "--path",
+                            dir, "--no-wait", NULL, NULL, NULL);
     free(out);
     struct proc r = {0};
     assert_int_equal(cluster_cli_spawn(&c, &r, "read", snapshot_pipeline(src, sizeof src, dir),
@@ -427,8 +394,8 @@ static void test_read_during_save(void **unused)
     assert_int_equal(rc, 0);
     assert_range_once("read during the save", out, n);
     free(out);
-    out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "during", "--path", dir,
-              "--timeout-ms", "60000", NULL);
+    out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "during", "--path", dir,
+                      "--timeout-ms", "60000", NULL);
     assert_non_null(strstr(out, ": finished, "));
     free(out);
     assert_int_equal(cluster_stop(&c), 0);
@@ -444,8 +411,8 @@ static void test_damaged_chunk(void **unused)
     register_ds(&c, "small", "range(200)");
     char dir[512], src[600], chunk[700];
     path_in_tmp(dir, sizeof dir, "snap-damaged");
-    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "small", "--path", dir,
-                    "--timeout-ms", "60000", NULL);
+    char *out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "small", "--path", dir,
+                            "--timeout-ms", "60000", NULL);
     free(out);
     /* Flip a byte in the middle of chunk 3. */
     snprintf(chunk, sizeof chunk, "%s/chunks/chunk-000000000003", dir);
@@ -467,8 +434,8 @@ static void test_damaged_chunk(void **unused)
     assert_non_null(strstr(err, want));
     free(err);
     free(out);
-    out = cli(&c, 1, &err, "read", src, "--mode", "distributed_epoch", "--timeout-ms", "60000",
-              NULL, NULL, NULL);
+    out = cluster_run(&c, 1, &err, "read", src, "--mode", "distributed_epoch", "--timeout-ms",
+                      "60000", NULL, NULL, NULL);
     printf("    read: %s", err);
     assert_non_null(strstr(err, want));
     free(err);
@@ -486,8 +453,8 @@ static void test_finalize_finds_damage(void **unused)
     register_ds(&c, "later", "range(600) | map(sleep_us, 4000)");
     char dir[512], chunk[700];
     path_in_tmp(dir, sizeof dir, "snap-finalize");
-    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "later", "--path", dir,
-                    "--no-wait", NULL);
+    char *out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "later", "--path", dir,
+                            "--no-wait", NULL);
     free(out);
     wait_committed(&c, dir, 1);
     /* Chunk 0 or 1 is committed first (two producers): damage one that is there. */
@@ -504,8 +471,8 @@ static void test_finalize_finds_damage(void **unused)
     assert_int_equal(pwrite(fd, &b, 1, 20), 1);
     close(fd);
     char *err = NULL;
-    out = cli(&c, 1, &err, "snapshot", "save", "--dataset-id", "later", "--path", dir,
-              "--timeout-ms", "60000", NULL);
+    out = cluster_run(&c, 1, &err, "snapshot", "save", "--dataset-id", "later", "--path", dir,
+                      "--timeout-ms", "60000", NULL);
     printf("    %s", err);
     char want[900];
     snprintf(want, sizeof want, "sluice: snapshot save: snapshot chunk %s: checksum mismatch at ",
@@ -530,8 +497,8 @@ static void test_finalize_finds_damage(void **unused)
 
     /* Saving again starts the failed save again, writing every chunk anew: it finishes, FAILED
      * is gone, and it reads back as exactly the dataset. */
-    out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "later", "--path", dir,
-              "--timeout-ms", "60000", NULL);
+    out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "later", "--path", dir,
+                      "--timeout-ms", "60000", NULL);
     assert_non_null(strstr(out, ": finished, "));
     free(out);
     s = save_status(&c, dir);
@@ -553,8 +520,8 @@ static void test_finalize_finds_damage(void **unused)
 static void expect_refusal(struct cluster *c, const char *id, const char *path, const char *msg)
 {
     char *err = NULL;
-    char *out =
-        cli(c, 1, &err, "snapshot", "save", "--dataset-id", id, "--path", path, NULL, NULL, NULL);
+    char *out = cluster_run(c, 1, &err, "snapshot", "save", "--dataset-id", id, "--path", path,
+                            NULL, NULL, NULL);
     assert_string_equal(out, "");
     assert_string_equal(err, msg);
     free(out);
@@ -573,8 +540,8 @@ static void test_refusals(void **unused)
     char dir[512], msg[1024];
     struct stat st;
     path_in_tmp(dir, sizeof dir, "snap-refusals");
-    char *out = cli(&c, 0, NULL, "snapshot", "save", "--dataset-id", "a", "--path", dir,
-                    "--timeout-ms", "60000", NULL);
+    char *out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "a", "--path", dir,
+                            "--timeout-ms", "60000", NULL);
     free(out);
 
     expect_refusal(&c, "nope", dir, "sluice: snapshot save: dataset 'nope' not found\n");
@@ -614,8 +581,8 @@ static void test_refusals(void **unused)
     assert_int_equal(stat(meta, &st), -1);
 
     char *err = NULL;
-    out = cli(&c, 1, &err, "snapshot", "status", "--path", "/tmp/sluice-no-save-here", NULL, NULL,
-              NULL, NULL);
+    out = cluster_run(&c, 1, &err, "snapshot", "status", "--path", "/tmp/sluice-no-save-here", NULL,
+                      NULL, NULL, NULL);
     assert_string_equal(err, "sluice: snapshot status: no save into snapshot path "
                              "'/tmp/sluice-no-save-here'\n");
     free(err);
@@ -642,8 +609,8 @@ static void test_outside_data_roots(void **unused)
     assert_true(cluster_add_worker(&c) >= 0);
     register_ds(&c, "r", "range(50)");
     char *err = NULL;
-    char *out = cli(&c, 1, &err, "snapshot", "save", "--dataset-id", "r", "--path", dir,
-                    "--timeout-ms", "60000", NULL);
+    char *out = cluster_run(&c, 1, &err, "snapshot", "save", "--dataset-id", "r", "--path", dir,
+                            "--timeout-ms", "60000", NULL);
     printf("    %s", err);
     char want[1200];
     snprintf(want, sizeof want, "snapshot path: %s is outside the data roots (%s)", dir, root);

@@ -24,41 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
 #include "lib/scrape.h"
+#include "lib/tmp.h"
 
 #define WAIT_MS 20000
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static json_t *status_doc(struct cluster *c)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fail_msg("sluice status --json exited %d: %s", rc, err ? err : "");
-    json_error_t jerr;
-    json_t *doc = json_loads(out, 0, &jerr);
-    if (!doc)
-        fail_msg("status is not JSON (%s): %s", jerr.text, out);
-    free(out);
-    free(err);
-    return doc;
-}
 
 static double num(const json_t *obj, const char *key)
 {
@@ -236,7 +209,7 @@ static void test_metrics_agree_with_status(void **unused)
     long long deadline = now_ms() + WAIT_MS;
     double eps = 0, bps = 0;
     while (now_ms() < deadline) {
-        json_t *doc = status_doc(&c);
+        json_t *doc = cluster_status(&c);
         json_t *j = held_job(doc);
         if (j) {
             eps = num(j, "elements_per_second");
@@ -263,7 +236,7 @@ static void test_metrics_agree_with_status(void **unused)
         struct expo a, b;
         scrape(dm, &a);
         json_decref(doc);
-        doc = status_doc(&c);
+        doc = cluster_status(&c);
         scrape(dm, &b);
         memset(&d, 0, sizeof d);
         compare(&a, doc, &d);

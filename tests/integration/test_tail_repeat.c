@@ -10,7 +10,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include "sluice/sluice.h"
 
@@ -21,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define WAIT_MS 15000
@@ -32,71 +34,14 @@ static const char *const short_timeouts[] = {"--worker-timeout-ms", "1000", "--c
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -1;
-    c->dispatcher_args = short_timeouts;
-    if (cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    for (int i = 0; i < 2; i++)
-        if (cluster_add_worker(c) < 0)
-            return -1;
-    *state = c;
-    return 0;
+    return (*state = cluster_new(short_timeouts, NULL, 0, 2)) ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
+    int rc = cluster_free(*state);
     tmp_cleanup();
     return rc;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* `sluice read PIPELINE ARGS... NULL` (at most 10 arguments): asserts exit status want_rc and
- * returns stdout; stderr into *err when err is given. */
-static char *read_cli(struct cluster *c, int want_rc, char **err, const char *pipeline, ...)
-{
-    const char *a[11] = {NULL};
-    va_list ap;
-    va_start(ap, pipeline);
-    for (int i = 0; i < 10 && (a[i] = va_arg(ap, const char *)) != NULL; i++)
-        ;
-    va_end(ap);
-    char *out = NULL, *e = NULL;
-    int rc = cluster_cli(c, &out, &e, "read", pipeline, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
-                         a[7], a[8], a[9], NULL);
-    if (rc != want_rc)
-        fprintf(stderr, "%s: exit %d, stderr: %s\n", pipeline, rc, e);
-    assert_int_equal(rc, want_rc);
-    if (err)
-        *err = e;
-    else
-        free(e);
-    return out;
-}
-
-static json_t *status_doc(struct cluster *c)
-{
-    char *out = NULL, *err = NULL;
-    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-    if (rc != 0)
-        fail_msg("sluice status --json exited with %d: %s", rc, err);
-    json_error_t e;
-    json_t *doc = json_loads(out, 0, &e);
-    if (!doc)
-        fail_msg("status is not JSON (%s): %s", e.text, out);
-    free(out);
-    free(err);
-    return doc;
 }
 
 /* Whether two status values (strings or integers) are equal. */
@@ -170,15 +115,15 @@ static void test_cli_distributed_repeat(void **state)
 {
     struct cluster *c = *state;
     const char *pipeline = "range(1000)";
-    char *out =
-        read_cli(c, 0, NULL, pipeline, "--mode", "distributed_epoch", "--local", "repeat(3)", NULL);
+    char *out = cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch", "--local",
+                            "repeat(3)", NULL);
     char *got = sorted_lines(out), *want = expected_range(1000, 3);
     assert_string_equal(got, want);
     free(got);
     free(want);
     free(out);
     /* A job per repetition, each released by its reader. */
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     struct jobs_seen s = jobs_of(doc, pipeline);
     json_decref(doc);
     assert_int_equal(s.jobs, 3);
@@ -190,8 +135,8 @@ static void test_cli_distributed_repeat(void **state)
 static void test_cli_repeat_batch(void **state)
 {
     struct cluster *c = *state;
-    char *out = read_cli(c, 0, NULL, "range(1000) | map(add, 0)", "--mode", "distributed_epoch",
-                         "--local", "repeat(2) | batch(7)", NULL);
+    char *out = cluster_run(c, 0, NULL, "read", "range(1000) | map(add, 0)", "--mode",
+                            "distributed_epoch", "--local", "repeat(2) | batch(7)", NULL);
     /* 2000 elements: 285 batches of 7 and one of 5, holding each value exactly twice. */
     int full = 0, last = 0, lines = 0;
     size_t cap = 2000 * 12 + 1, len = 0;
@@ -229,8 +174,8 @@ static void test_cli_repeat_batch(void **state)
     free(flat);
     free(out);
     /* In the canonical order the batches are exactly the local run's. */
-    out = read_cli(c, 0, NULL, "range(20)", "--mode", "distributed_epoch", "--deterministic",
-                   "--local", "repeat(2) | batch(7)", NULL);
+    out = cluster_run(c, 0, NULL, "read", "range(20)", "--mode", "distributed_epoch",
+                      "--deterministic", "--local", "repeat(2) | batch(7)", NULL);
     assert_string_equal(out, "[0, 1, 2, 3, 4, 5, 6]\n"
                              "[7, 8, 9, 10, 11, 12, 13]\n"
                              "[14, 15, 16, 17, 18, 19, 0]\n"
@@ -244,8 +189,9 @@ static void test_cli_repeat_batch(void **state)
 static void test_cli_deterministic(void **state)
 {
     struct cluster *c = *state;
-    char *out = read_cli(c, 0, NULL, "range(500)", "--mode", "distributed_epoch", "--deterministic",
-                         "--split-size", "16", "--local", "repeat(3)", NULL, NULL);
+    char *out =
+        cluster_run(c, 0, NULL, "read", "range(500)", "--mode", "distributed_epoch",
+                    "--deterministic", "--split-size", "16", "--local", "repeat(3)", NULL, NULL);
     char *want = in_order(500, 3);
     assert_string_equal(out, want);
     free(want);
@@ -256,19 +202,19 @@ static void test_cli_deterministic(void **state)
 static void test_cli_parallel_epochs(void **state)
 {
     struct cluster *c = *state;
-    char *out = read_cli(c, 0, NULL, "range(300)", "--local", "repeat(2)", NULL, NULL, NULL, NULL,
-                         NULL, NULL);
+    char *out = cluster_run(c, 0, NULL, "read", "range(300)", "--local", "repeat(2)", NULL, NULL,
+                            NULL, NULL, NULL, NULL);
     char *got = sorted_lines(out), *want = expected_range(300, 4);
     assert_string_equal(got, want);
     free(got);
     free(want);
     free(out);
     /* A take before the repeat cuts each repetition short; its job is released early. */
-    out = read_cli(c, 0, NULL, "range(300) | map(add, 1)", "--local", "take(5) | repeat(3)",
-                   "--format", "count", NULL);
+    out = cluster_run(c, 0, NULL, "read", "range(300) | map(add, 1)", "--local",
+                      "take(5) | repeat(3)", "--format", "count", NULL);
     assert_string_equal(out, "15\n");
     free(out);
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     struct jobs_seen s = jobs_of(doc, "range(300) | map(add, 1)");
     json_decref(doc);
     assert_int_equal(s.jobs, 3);
@@ -280,16 +226,16 @@ static void test_cli_empty_endless(void **state)
 {
     struct cluster *c = *state;
     long long t0 = now_ms();
-    char *out = read_cli(c, 0, NULL, "range(0)", "--mode", "distributed_epoch", "--local",
-                         "repeat()", "--format", "count", NULL, NULL);
+    char *out = cluster_run(c, 0, NULL, "read", "range(0)", "--mode", "distributed_epoch",
+                            "--local", "repeat()", "--format", "count", NULL, NULL);
     assert_string_equal(out, "0\n");
     free(out);
-    out = read_cli(c, 0, NULL, "range(50) | filter(lt, 0)", "--local", "map(add, 1) | repeat()",
-                   "--format", "count", NULL);
+    out = cluster_run(c, 0, NULL, "read", "range(50) | filter(lt, 0)", "--local",
+                      "map(add, 1) | repeat()", "--format", "count", NULL);
     assert_string_equal(out, "0\n");
     free(out);
     assert_true(now_ms() - t0 < READ_MS);
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     struct jobs_seen s = jobs_of(doc, "range(0)");
     json_decref(doc);
     assert_int_equal(s.jobs, 1);
@@ -301,14 +247,14 @@ static void test_cli_named_job_repeat(void **state)
 {
     struct cluster *c = *state;
     const char *pipeline = "range(500) | map(mul, 1)";
-    char *out = read_cli(c, 0, NULL, pipeline, "--mode", "distributed_epoch", "--job-name",
-                         "shared", "--local", "map(add, 0) | repeat(3)", NULL);
+    char *out = cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch",
+                            "--job-name", "shared", "--local", "map(add, 0) | repeat(3)", NULL);
     char *got = sorted_lines(out), *want = expected_range(500, 3);
     assert_string_equal(got, want);
     free(got);
     free(want);
     free(out);
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     struct jobs_seen s = jobs_of(doc, pipeline);
     json_t *jobs = json_object_get(doc, "jobs"), *j;
     size_t i;
@@ -397,7 +343,7 @@ static void test_api_repeat(void **state)
     long long t0 = now_ms();
     struct jobs_seen s;
     for (;;) {
-        json_t *doc = status_doc(c);
+        json_t *doc = cluster_status(c);
         s = jobs_of(doc, "range(100000) | map(add, 0)");
         json_decref(doc);
         if (s.clients == 0 || now_ms() - t0 > WAIT_MS)
@@ -474,7 +420,7 @@ static void test_api_shared_repeat(void **state)
         if (r[0].seen[v] + r[1].seen[v] != 3)
             fail_msg("value %d read %ld + %ld times", v, r[0].seen[v], r[1].seen[v]);
     }
-    json_t *doc = status_doc(c);
+    json_t *doc = cluster_status(c);
     struct jobs_seen s = jobs_of(doc, "range(2000) | map(add, 7) | map(add, -7)");
     json_decref(doc);
     assert_int_equal(s.jobs, 1);
@@ -537,7 +483,7 @@ static void test_worker_killed(void **state)
     long long t0 = now_ms();
     struct jobs_seen s;
     for (;;) {
-        json_t *doc = status_doc(c);
+        json_t *doc = cluster_status(c);
         s = jobs_of(doc, pipeline);
         json_decref(doc);
         if ((s.jobs >= 2 && s.total > 0 && 4 * s.finished >= s.total) || now_ms() - t0 > READ_MS)

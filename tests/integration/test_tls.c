@@ -13,7 +13,10 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/text.h"
 #include "lib/tls.h"
+#include "lib/tmp.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -70,12 +73,6 @@ static int cli(char **out, char **err, const char *addr, const struct flags *ext
     return run_cmd(argv, 60000, out, err);
 }
 
-static void assert_contains(const char *text, const char *want)
-{
-    if (strstr(text, want) == NULL)
-        fail_msg("expected '%s' in:\n%s", want, text);
-}
-
 /* ---- a TLS cluster ----------------------------------------------------------------------------
  */
 
@@ -91,14 +88,6 @@ static int cluster_setup(void **state)
         return -1;
     *state = c;
     return 0;
-}
-
-static int cluster_teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
 }
 
 /* Reads with TLS and asserts status 0 and the sorted output. */

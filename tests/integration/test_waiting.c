@@ -13,48 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/net.h"
+#include "lib/tmp.h"
 
 #include "sluice/sluice.h"
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The whole content of a file (malloc'd), or "" when it cannot be read. */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char *buf = calloc(1, 1 << 16);
-    assert_non_null(buf);
-    if (f) {
-        size_t n = fread(buf, 1, (1 << 16) - 1, f);
-        buf[n] = '\0';
-        fclose(f);
-    }
-    return buf;
-}
-
-/* Waits up to timeout_ms for text in p's stderr log; returns the time it took, or -1. */
-static long long wait_log(struct proc *p, const char *text, int timeout_ms)
-{
-    long long start = now_ms();
-    while (now_ms() - start < timeout_ms) {
-        char *log = slurp(p->log);
-        bool found = strstr(log, text) != NULL;
-        free(log);
-        if (found)
-            return now_ms() - start;
-        usleep(50 * 1000);
-    }
-    return -1;
-}
 
 /* ---- a wrong port --------------------------------------------------------------------- */
 
@@ -118,9 +85,9 @@ static void test_wrong_port_no_limit(void **state)
                  "sluice: waiting for dispatcher %s: connect: connection refused (retrying; "
                  "--timeout-ms to give up)\n",
                  disp);
-        long long took = wait_log(&p, want, 3500);
+        long long took = proc_wait_log(&p, want, 3500);
         if (took < 0) {
-            char *log = slurp(p.log);
+            char *log = read_text_file(p.log);
             fprintf(stderr, "%s: no waiting line within 3.5 s; stderr:\n%s", cmds[i][0], log);
             free(log);
         }
@@ -135,19 +102,7 @@ static void test_wrong_port_no_limit(void **state)
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    cluster_stop(c);
-    free(c);
-    return 0;
+    return (*state = cluster_new(NULL, NULL, 0, 0)) ? 0 : -1;
 }
 
 /* A read of a job no worker serves says so, and gives up after its timeout; one that a worker
@@ -175,10 +130,10 @@ static void test_no_worker(void **state)
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(3)", "--timeout-ms", "20000", NULL),
                      0);
-    assert_true(wait_log(&r,
-                         "sluice: job 2: no worker registered yet (still waiting; giving up "
-                         "after 20000 ms without progress)\n",
-                         4000) >= 0);
+    assert_true(proc_wait_log(&r,
+                              "sluice: job 2: no worker registered yet (still waiting; giving up "
+                              "after 20000 ms without progress)\n",
+                              4000) >= 0);
     assert_true(cluster_add_worker(c) >= 0);
     char *got = proc_read_all(&r, 30000);
     assert_int_equal(proc_wait(&r, 5000), 0);
@@ -208,7 +163,7 @@ static void test_dispatcher_killed(void **state)
     long long t0 = now_ms();
     int rc = proc_wait(&r, 30000);
     long long took = now_ms() - t0;
-    char *log = slurp(r.log);
+    char *log = read_text_file(r.log);
     char want[512];
     snprintf(want, sizeof want,
              "sluice: read: no progress for 3000 ms: waiting for dispatcher %s: connect: "
@@ -283,7 +238,7 @@ static void test_worker_killed(void **state)
     long long t0 = now_ms();
     int rc = proc_wait(&r, 30000);
     long long took = now_ms() - t0;
-    char *log = slurp(r.log);
+    char *log = read_text_file(r.log);
     char want[1024];
     snprintf(want, sizeof want,
              "sluice: waiting for worker %s: connect: connection refused (retrying; giving up "
@@ -363,11 +318,12 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrong_port),
         cmocka_unit_test(test_wrong_port_no_limit),
-        cmocka_unit_test_setup_teardown(test_no_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dispatcher_killed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dispatcher_killed_api, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_worker_killed, setup_slow_eviction, teardown),
-        cmocka_unit_test_setup_teardown(test_missing_plugin, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_worker, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_dispatcher_killed, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_dispatcher_killed_api, setup, cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_worker_killed, setup_slow_eviction,
+                                        cluster_teardown_lax),
+        cmocka_unit_test_setup_teardown(test_missing_plugin, setup, cluster_teardown_lax),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }

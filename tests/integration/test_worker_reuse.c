@@ -11,6 +11,8 @@
 #include <cmocka.h>
 
 #include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/tmp.h"
 
 #include <signal.h>
 #include <stdio.h>

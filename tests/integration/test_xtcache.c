@@ -17,7 +17,9 @@
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/tmp.h"
 #include "sluice/sluice.h"
 
 #include <inttypes.h>
@@ -26,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define PIPELINE "range(1000000000) | repeat()"
@@ -35,44 +36,7 @@
 
 static int setup(void **state)
 {
-    struct cluster *c = calloc(1, sizeof(*c));
-    if (!c || cluster_start_dispatcher(c, 0, 0) != 0)
-        return -1;
-    *state = c;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    struct cluster *c = *state;
-    int rc = cluster_stop(c);
-    free(c);
-    return rc;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Waits (bounded) until the dispatcher's status lists every worker's address. */
-static void wait_registered(struct cluster *c)
-{
-    for (int attempt = 0; attempt < 200; attempt++) {
-        char *out = NULL, *err = NULL;
-        int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
-        int seen = 0;
-        for (int i = 0; rc == 0 && out && i < c->nworkers; i++)
-            seen += strstr(out, c->workers[i].addr) != NULL;
-        free(out);
-        free(err);
-        if (seen == c->nworkers)
-            return;
-        usleep(50 * 1000);
-    }
-    fail_msg("the workers did not register");
+    return (*state = cluster_new(NULL, NULL, 0, 0)) ? 0 : -1;
 }
 
 /* One trainer's read: the values it got and the task of each. */
@@ -266,7 +230,7 @@ static void run_shared(struct cluster *c, int nworkers)
 {
     for (int i = 0; i < nworkers; i++)
         assert_true(cluster_add_worker(c) >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
     char *ds = register_dataset(c, PIPELINE);
 
     struct trainer a, b, a2;
@@ -354,7 +318,7 @@ static void test_slow_trainer_skips(void **state)
     struct cluster *c = *state;
     assert_true(cluster_add_worker(c) >= 0);
     assert_true(cluster_add_worker(c) >= 0);
-    wait_registered(c);
+    cluster_wait_registered(c);
     char *ds = register_dataset(c, PIPELINE);
 
     struct trainer alone;
@@ -529,10 +493,10 @@ static void test_refusals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_two_trainers_one_worker, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_trainers_two_workers, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slow_trainer_skips, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_trainers_one_worker, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_two_trainers_two_workers, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_trainer_skips, setup, cluster_teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, cluster_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, tmp_teardown);
     return rc;

@@ -1,4 +1,15 @@
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
 #include "lib/cluster.h"
+
+#include "lib/clock.h"
+#include "lib/net.h"
+#include "lib/text.h"
+#include "lib/tmp.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -6,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
@@ -35,8 +45,7 @@ int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
     argv[n] = NULL;
     if (proc_start(&c->dispatcher, argv, 10000) != 0)
         return -1;
-    const char *colon = strrchr(c->dispatcher.addr, ':');
-    c->port = colon ? atoi(colon + 1) : -1;
+    c->port = addr_port(c->dispatcher.addr);
     return 0;
 }
 
@@ -98,6 +107,122 @@ int cluster_stop(struct cluster *c)
     return bad ? -1 : 0;
 }
 
+struct cluster *cluster_new(const char *const *dispatcher_args, const char *const *worker_args,
+                            int fault_tolerant, int nworkers)
+{
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->dispatcher_args = dispatcher_args;
+    c->worker_args = worker_args;
+    if (cluster_start_dispatcher(c, 0, fault_tolerant) != 0)
+        goto fail;
+    for (int i = 0; i < nworkers; i++)
+        if (cluster_add_worker(c) < 0)
+            goto fail;
+    return c;
+fail:
+    cluster_free(c);
+    return NULL;
+}
+
+int cluster_free(struct cluster *c)
+{
+    if (!c)
+        return 0;
+    int rc = cluster_stop(c);
+    free(c);
+    return rc;
+}
+
+int cluster_teardown(void **state)
+{
+    return cluster_free(*state);
+}
+
+int cluster_teardown_lax(void **state)
+{
+    cluster_free(*state);
+    return 0;
+}
+
+void cluster_add_workers(struct cluster *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        assert_true(cluster_add_worker(c) >= 0);
+}
+
+json_t *cluster_status(struct cluster *c)
+{
+    char *out = NULL, *err = NULL;
+    int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
+    if (rc != 0)
+        fail_msg("sluice status --json exited %d: %s", rc, err ? err : "");
+    json_error_t jerr;
+    json_t *doc = json_loads(out, 0, &jerr);
+    if (!doc)
+        fail_msg("status is not JSON (%s): %s", jerr.text, out);
+    free(out);
+    free(err);
+    return doc;
+}
+
+void cluster_wait_registered(struct cluster *c)
+{
+    for (int attempt = 0; attempt < 200; attempt++) {
+        char *out = NULL, *err = NULL;
+        int rc = cluster_cli(c, &out, &err, "status", "--json", NULL);
+        int seen = 0;
+        for (int i = 0; rc == 0 && out && i < c->nworkers; i++)
+            seen += strstr(out, c->workers[i].addr) != NULL;
+        free(out);
+        free(err);
+        if (seen == c->nworkers)
+            return;
+        sleep_ms(50);
+    }
+    fail_msg("the workers did not register");
+}
+
+json_t *cluster_wait_job(struct cluster *c, const char *name, size_t ntasks, int timeout_ms)
+{
+    long long t0 = now_ms();
+    for (;;) {
+        json_t *doc = cluster_status(c);
+        json_t *jobs = json_object_get(doc, "jobs");
+        for (size_t i = 0; i < json_array_size(jobs); i++) {
+            json_t *j = json_array_get(jobs, i);
+            const char *n = json_string_value(json_object_get(j, "name"));
+            if (n && strcmp(n, name) == 0 &&
+                json_array_size(json_object_get(j, "tasks")) >= ntasks) {
+                json_incref(j);
+                json_decref(doc);
+                return j;
+            }
+        }
+        json_decref(doc);
+        if (now_ms() - t0 > timeout_ms)
+            fail_msg("job '%s' with %zu task(s) did not appear", name, ntasks);
+        sleep_ms(50);
+    }
+}
+
+uint64_t cluster_task_on(json_t *job, const char *address)
+{
+    json_t *tasks = json_object_get(job, "tasks");
+    for (size_t i = 0; i < json_array_size(tasks); i++) {
+        json_t *t = json_array_get(tasks, i);
+        const char *worker = json_string_value(json_object_get(t, "worker"));
+        if (worker && strcmp(worker, address) == 0) {
+            json_t *id = json_object_get(t, "id");
+            assert_true(json_is_integer(id));
+            return (uint64_t)json_integer_value(id);
+        }
+    }
+    fail_msg("no task on %s", address);
+    return 0;
+}
+
 static int build_argv(struct cluster *c, char **argv, char *disp, size_t displen, const char *cmd,
                       va_list ap)
 {
@@ -136,16 +261,59 @@ int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...)
     return proc_spawn(p, argv);
 }
 
+/* cluster_run with the arguments after cmd in ap. */
+static char *vrun(struct cluster *c, int want_rc, char **err, const char *cmd, va_list ap)
+{
+    char *argv[32];
+    char disp[64];
+    build_argv(c, argv, disp, sizeof(disp), cmd, ap);
+    char *out = NULL, *e = NULL;
+    int rc = run_cmd(argv, 60000, &out, &e);
+    if (rc != want_rc)
+        print_error("sluice %s %s: exit %d (want %d)\nstdout: %s\nstderr: %s\n", cmd,
+                    argv[4] ? argv[4] : "", rc, want_rc, out ? out : "", e ? e : "");
+    assert_int_equal(rc, want_rc);
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return out;
+}
+
+char *cluster_run(struct cluster *c, int want_rc, char **err, const char *cmd, ...)
+{
+    va_list ap;
+    va_start(ap, cmd);
+    char *out = vrun(c, want_rc, err, cmd, ap);
+    va_end(ap);
+    return out;
+}
+
+void cluster_expect_read(struct cluster *c, const char *want, ...)
+{
+    va_list ap, args;
+    va_start(ap, want);
+    va_copy(args, ap);
+    const char *pipeline = va_arg(args, const char *);
+    va_end(args);
+    char *out = vrun(c, 0, NULL, "read", ap);
+    va_end(ap);
+    char *got = sorted_lines(out), *expected = sorted_lines(want);
+    if (strcmp(got, expected) != 0)
+        print_error("sluice read %s:\ngot:\n%swant:\n%s", pipeline ? pipeline : "", got, expected);
+    assert_string_equal(got, expected);
+    free(got);
+    free(expected);
+    free(out);
+}
+
 int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len, int timeout_ms)
 {
     char line[512];
     size_t have = 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long deadline = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + timeout_ms;
+    long long deadline = now_ms() + timeout_ms;
     for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        long long left = deadline - ((long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+        long long left = deadline - now_ms();
         if (left <= 0 || p->out_fd < 0)
             return -1;
         struct pollfd pfd = {.fd = p->out_fd, .events = POLLIN};

@@ -5,6 +5,10 @@
 
 #include "lib/proc.h"
 
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
 #define CLUSTER_MAX_WORKERS 8
 
 struct cluster {
@@ -31,10 +35,55 @@ int cluster_add_worker_on(struct cluster *c, int port);
 /* Stops everything (SIGTERM, bounded). Returns 0 when every process exited 0. */
 int cluster_stop(struct cluster *c);
 
+/* A cluster on the heap: a dispatcher (fault_tolerant as in cluster_start_dispatcher) started
+ * with dispatcher_args, then nworkers workers with worker_args (either NULL: none; both must
+ * outlive the cluster). Returns NULL, with nothing left running, when a process does not start.
+ * The usual setup of a cmocka group: `return (*state = cluster_new(...)) ? 0 : -1;`. */
+struct cluster *cluster_new(const char *const *dispatcher_args, const char *const *worker_args,
+                            int fault_tolerant, int nworkers);
+
+/* Stops c (cluster_stop) and frees it; returns what cluster_stop returned. NULL returns 0. */
+int cluster_free(struct cluster *c);
+
+/* cluster_free(*state) as a cmocka teardown: fails it unless every process exited 0. */
+int cluster_teardown(void **state);
+
+/* cluster_free(*state) as a cmocka teardown that passes whatever the processes' exit statuses,
+ * for tests that kill or cut off some of them. */
+int cluster_teardown_lax(void **state);
+
+/* Starts n more workers; fails the test when one does not start. */
+void cluster_add_workers(struct cluster *c, int n);
+
+/* The dispatcher's status document (`sluice status --json`), parsed: a new reference. Fails the
+ * test when the command fails or does not print JSON. */
+json_t *cluster_status(struct cluster *c);
+
+/* Waits until the status lists every worker's address, checking every 50 ms for up to 10 s;
+ * fails the test when they do not all appear. */
+void cluster_wait_registered(struct cluster *c);
+
+/* The job named name in the status, once it has at least ntasks tasks: a new reference. Checks
+ * every 50 ms; fails the test after timeout_ms. */
+json_t *cluster_wait_job(struct cluster *c, const char *name, size_t ntasks, int timeout_ms);
+
+/* The id of the task of job (a job of the status, as cluster_wait_job returns) on the worker at
+ * address; fails the test when it has none there. */
+uint64_t cluster_task_on(json_t *job, const char *address);
+
 /* Runs `sluice ARGS...` (NULL-terminated) with --dispatcher set, bounded by 60 s. */
 int cluster_cli(struct cluster *c, char **out, char **err, const char *cmd, ...);
 /* Starts `sluice ARGS...` in the background (read its output later with proc_read_all). */
 int cluster_cli_spawn(struct cluster *c, struct proc *p, const char *cmd, ...);
+
+/* Runs `sluice CMD ARGS...` (NULL-terminated) like cluster_cli and fails the test unless it exits
+ * with want_rc (printing its output when not). Returns its stdout (malloc'd); its stderr goes to
+ * *err (malloc'd) when err is not NULL. */
+char *cluster_run(struct cluster *c, int want_rc, char **err, const char *cmd, ...);
+
+/* Runs `sluice read ARGS...` (NULL-terminated) like cluster_cli and fails the test unless it exits
+ * 0 having printed the lines of want in any order (the two compared as sorted multisets). */
+void cluster_expect_read(struct cluster *c, const char *want, ...);
 
 /* Reads p's stdout (after proc_start has consumed the "listening on" line) up to timeout_ms for a
  * line containing marker followed by an address, e.g. " metrics on " of a server started with

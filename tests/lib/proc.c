@@ -1,50 +1,22 @@
 #include "lib/proc.h"
 
+#include "lib/clock.h"
+#include "lib/file.h"
+#include "lib/tmp.h"
+
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-static char tmp_path[256];
 static int log_counter;
-
-const char *tmp_dir(void)
-{
-    if (!tmp_path[0]) {
-        snprintf(tmp_path, sizeof(tmp_path), "/tmp/sluice-test-XXXXXX");
-        if (!mkdtemp(tmp_path)) {
-            perror("mkdtemp");
-            abort();
-        }
-    }
-    return tmp_path;
-}
-
-void tmp_cleanup(void)
-{
-    if (tmp_path[0]) {
-        char cmd[300];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp_path);
-        if (system(cmd) != 0)
-            fprintf(stderr, "cleanup of %s failed\n", tmp_path);
-        tmp_path[0] = 0;
-    }
-}
-
-int tmp_teardown(void **unused)
-{
-    (void)unused;
-    tmp_cleanup();
-    return 0;
-}
 
 const char *bin_path(const char *name)
 {
@@ -53,26 +25,6 @@ const char *bin_path(const char *name)
     char *b = bufs[next++ % 8];
     snprintf(b, 512, "%s/%s", SLUICE_BIN_DIR, name);
     return b;
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void print_log(const struct proc *p)
-{
-    FILE *f = fopen(p->log, "r");
-    if (!f)
-        return;
-    char line[1024];
-    int n = 0;
-    fprintf(stderr, "---- %s ----\n", p->log);
-    while (fgets(line, sizeof(line), f) && n++ < 200)
-        fputs(line, stderr);
-    fclose(f);
 }
 
 int proc_spawn(struct proc *p, char *const argv[])
@@ -139,7 +91,7 @@ int proc_start(struct proc *p, char *const argv[], int timeout_ms)
     }
     fprintf(stderr, "%s did not report listening in %d ms\n", argv[0], timeout_ms);
     proc_stop(p, SIGKILL, 2000);
-    print_log(p);
+    print_file(p->log, 200);
     return -1;
 }
 
@@ -187,7 +139,7 @@ int proc_stop(struct proc *p, int sig, int timeout_ms)
     if (rc == -2) {
         fprintf(stderr, "pid %d ignored signal %d for %d ms; killing\n", (int)p->pid, sig,
                 timeout_ms);
-        print_log(p);
+        print_file(p->log, 200);
         kill(p->pid, SIGKILL);
         rc = proc_wait(p, 5000);
         return rc == -2 ? -1 : 200 + rc; /* never mistaken for a clean exit */
@@ -302,85 +254,66 @@ int run_cmd(char *const argv[], int timeout_ms, char **out, char **err)
     return rc;
 }
 
-int free_port(void)
+long long proc_wait_log(const struct proc *p, const char *text, int timeout_ms)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0)
-            close(fd);
+    long long start = now_ms();
+    for (;;) {
+        char *log = read_text_file(p->log);
+        bool found = strstr(log, text) != NULL;
+        free(log);
+        if (found)
+            return now_ms() - start;
+        if (now_ms() - start >= timeout_ms)
+            return -1;
+        sleep_ms(50);
+    }
+}
+
+long proc_status_kb(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
         return -1;
+    long kb = -1;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kb = strtol(line + n + 1, NULL, 10);
+            break;
+        }
     }
-    close(fd);
-    return ntohs(a.sin_port);
+    fclose(f);
+    return kb;
 }
 
-static int cmp_str(const void *a, const void *b)
+int proc_threads(pid_t pid, struct proc_threads *out)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-char *sorted_lines(const char *text)
-{
-    size_t n = count_lines(text);
-    char *copy = strdup(text);
-    char **lines = calloc(n + 1, sizeof(char *));
-    if (!copy || !lines)
-        abort();
-    size_t k = 0;
-    for (char *s = copy; *s && k < n;) {
-        char *nl = strchr(s, '\n');
-        if (nl)
-            *nl = 0;
-        lines[k++] = s;
-        s = nl ? nl + 1 : s + strlen(s);
-    }
-    qsort(lines, k, sizeof(char *), cmp_str);
-    size_t total = strlen(text) + 2;
-    char *out = malloc(total);
-    if (!out)
-        abort();
-    out[0] = 0;
-    size_t len = 0;
-    for (size_t i = 0; i < k; i++) {
-        size_t l = strlen(lines[i]);
-        memcpy(out + len, lines[i], l);
-        len += l;
-        out[len++] = '\n';
-        out[len] = 0;
-    }
-    free(lines);
-    free(copy);
-    return out;
-}
-
-size_t count_lines(const char *text)
-{
-    size_t n = 0;
-    for (const char *s = text; *s; s++)
-        if (*s == '\n')
-            n++;
-    if (*text && text[strlen(text) - 1] != '\n')
-        n++;
-    return n;
-}
-
-char *read_text_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    size_t cap = 1 << 16, len = 0;
-    char *text = malloc(cap);
-    if (!text)
-        abort();
-    for (size_t n; f && (n = fread(text + len, 1, cap - len - 1, f)) > 0;) {
-        len += n;
-        if (cap - len < 2 && !(text = realloc(text, cap *= 2)))
-            abort();
-    }
-    if (f)
+    memset(out, 0, sizeof *out);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -1;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char stat[512], buf[512];
+        snprintf(stat, sizeof stat, "%s/%s/stat", path, e->d_name);
+        FILE *f = fopen(stat, "r");
+        if (!f)
+            continue; /* it has exited since readdir */
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
         fclose(f);
-    text[len] = '\0';
-    return text;
+        buf[n] = '\0';
+        /* "TID (COMM) STATE ...": COMM may hold anything, ')' included. */
+        const char *p = strrchr(buf, ')');
+        char state = p && p[1] == ' ' ? p[2] : '?';
+        out->total++;
+        out->running += state == 'R';
+        out->sleeping += state == 'S' || state == 'D';
+    }
+    closedir(d);
+    return 0;
 }

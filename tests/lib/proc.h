@@ -1,5 +1,5 @@
-/* Process helpers for integration tests: start the real binaries, read their "listening on"
- * line, run CLI commands and capture their output. Every wait is bounded. */
+/* Processes in tests: start the real binaries, read their "listening on" line, run CLI commands
+ * and capture their output, and read what /proc says of a process. Every wait is bounded. */
 #ifndef SLUICE_TESTS_LIB_PROC_H
 #define SLUICE_TESTS_LIB_PROC_H
 
@@ -40,23 +40,25 @@ char *proc_read_all(struct proc *p, int timeout_ms);
  * proc_stop does. */
 int run_cmd(char *const argv[], int timeout_ms, char **out, char **err);
 
-/* A directory made for this test run (removed by tmp_cleanup). */
-const char *tmp_dir(void);
-void tmp_cleanup(void);
-/* tmp_cleanup as a cmocka group teardown: cmocka_run_group_tests(tests, NULL, tmp_teardown). */
-int tmp_teardown(void **unused);
+/* Waits up to timeout_ms for text in p's stderr log (p->log), reading it every 50 ms; returns
+ * how long it took in ms, or -1. */
+long long proc_wait_log(const struct proc *p, const char *text, int timeout_ms);
 
-/* A TCP port that was free a moment ago on 127.0.0.1. */
-int free_port(void);
+/* ---- /proc/PID of a running process --------------------------------------------------------- */
 
-/* Splits text into lines, sorts them, and joins them back with '\n' (a canonical multiset). The
- * result is malloc'd. */
-char *sorted_lines(const char *text);
+/* The number in field ("VmHWM", "VmRSS", "Threads", ...) of /proc/PID/status, which gives sizes in
+ * kB; -1 when the process or the field is not there. */
+long proc_status_kb(pid_t pid, const char *field);
 
-/* Counts lines. */
-size_t count_lines(const char *text);
-/* The whole text of a file (a log, say), malloc'd and NUL-terminated; "" when it cannot be
- * opened. Aborts on out of memory. */
-char *read_text_file(const char *path);
+/* Counts of a process's threads by their state (/proc/PID/task/TID/stat). */
+struct proc_threads {
+    int total;
+    int running;  /* R: running or runnable */
+    int sleeping; /* S or D: waiting, interruptibly or not */
+};
+
+/* Counts pid's threads into *out; a thread that exits while they are read is left out. Returns 0,
+ * or -1 (with *out zero) when the process is not there. */
+int proc_threads(pid_t pid, struct proc_threads *out);
 
 #endif

@@ -1,5 +1,7 @@
 #include "lib/scrape.h"
 
+#include "lib/clock.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
@@ -11,15 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int connect_to(const char *addr)
 {

@@ -7,6 +7,8 @@
 
 #include "lib/state_harness.h"
 
+#include "lib/rng.h"
+
 #include "common/error.h"
 #include "dispatcher/update_codec.h"
 
@@ -780,14 +782,6 @@ const char *harness_places(const struct state *s, uint64_t iteration_id, char *o
         assert_true((size_t)n < len);
     }
     return out;
-}
-
-static uint64_t rng_next(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
 }
 
 uint64_t harness_pick(uint64_t *x, uint64_t n)

@@ -1,5 +1,7 @@
 #include "lib/tls.h"
 
+#include "lib/tmp.h"
+
 #include "common/security.h"
 
 #include <stdio.h>
@@ -63,9 +65,7 @@ void tls_certs_cleanup(void)
 {
     if (!certs_dir[0])
         return;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", certs_dir);
-    if (system(cmd) != 0)
+    if (tmp_remove(certs_dir) != 0)
         fprintf(stderr, "could not remove %s\n", certs_dir);
     certs_dir[0] = '\0';
 }

@@ -8,6 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "dataset.pb-c.h"
 #include "pipeline/def.h"
@@ -18,16 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static struct pipe_spec *parse_ok(const char *text)
-{
-    struct pipe_spec *spec = NULL;
-    char err[256] = "";
-    int rc = pipe_parse(text, &spec, err, sizeof(err));
-    if (rc != 0)
-        fail_msg("parse \"%s\": %d %s", text, rc, err);
-    return spec;
-}
 
 static struct pipe_spec *decode_ok(const uint8_t *data, size_t len)
 {
@@ -74,7 +66,7 @@ static void test_round_trip(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
-        struct pipe_spec *a = parse_ok(texts[i]);
+        struct pipe_spec *a = pipeline_parse(texts[i]);
         uint8_t *bytes = NULL;
         size_t len = 0;
         assert_int_equal(pipe_spec_encode(a, &bytes, &len), 0);
@@ -145,7 +137,7 @@ static void test_pinned_bytes(void **state)
         {"snapshot(\"d\")", 7, {0x0a, 0x05, 0x08, 0x05, 0x32, 0x01, 'd'}},
     };
     for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++) {
-        struct pipe_spec *a = parse_ok(pinned[i].text);
+        struct pipe_spec *a = pipeline_parse(pinned[i].text);
         uint8_t *bytes = NULL;
         size_t len = 0;
         assert_int_equal(pipe_spec_encode(a, &bytes, &len), 0);
@@ -163,8 +155,8 @@ static void test_pinned_bytes(void **state)
 static void test_encode_ignores_foreign_fields(void **state)
 {
     (void)state;
-    struct pipe_spec *a = parse_ok("range(10) | repeat() | batch(2) | shard(SHARD_HINT, 1)");
-    struct pipe_spec *b = parse_ok("range(10) | repeat() | batch(2) | shard(SHARD_HINT, 1)");
+    struct pipe_spec *a = pipeline_parse("range(10) | repeat() | batch(2) | shard(SHARD_HINT, 1)");
+    struct pipe_spec *b = pipeline_parse("range(10) | repeat() | batch(2) | shard(SHARD_HINT, 1)");
     b->ops[0].n = 99;
     b->ops[1].seed = 7;
     b->ops[1].has_seed = true;
@@ -239,9 +231,10 @@ static void test_garbage(void **state)
 static void test_truncations_and_flips(void **state)
 {
     (void)state;
-    struct pipe_spec *a = parse_ok("list((1, [\"ab\", \"c\"], 2.5), (2, [\"d\", \"\"], -1.0)) | "
-                                   "map(f, [1, 2], \"x\") | shuffle(3, 4) | batch(2, "
-                                   "drop_remainder) | shard(3, 2) | repeat(2)");
+    struct pipe_spec *a =
+        pipeline_parse("list((1, [\"ab\", \"c\"], 2.5), (2, [\"d\", \"\"], -1.0)) | "
+                       "map(f, [1, 2], \"x\") | shuffle(3, 4) | batch(2, "
+                       "drop_remainder) | shard(3, 2) | repeat(2)");
     uint8_t *bytes = NULL;
     size_t len = 0;
     assert_int_equal(pipe_spec_encode(a, &bytes, &len), 0);

@@ -7,6 +7,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/dist.h"
 #include "pipeline/format.h"
@@ -20,15 +22,6 @@
 #include <string.h>
 
 static struct sluice_registry *reg;
-
-static struct pipe_spec *parse(const char *text)
-{
-    char err[256];
-    struct pipe_spec *spec = NULL;
-    if (pipe_parse(text, &spec, err, sizeof err) != 0)
-        fail_msg("%s: %s", text, err);
-    return spec;
-}
 
 struct str {
     char *p;
@@ -61,7 +54,7 @@ static void drain(struct pipe_run *run, struct str *out)
 static char *run_local(const char *text)
 {
     char err[256];
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     if (pipe_open(spec, reg, &run, err, sizeof err) != 0)
         fail_msg("%s: %s", text, err);
@@ -116,7 +109,7 @@ static const struct pipe_iter_ops merged_ops = {merged_next, merged_destroy};
 static char *run_distributed(const char *text, uint64_t split_size)
 {
     char err[256];
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_split_provider prov;
     if (pipe_split_provider_init(&prov, spec, split_size, err, sizeof err) != 0)
         fail_msg("%s: %s", text, err);
@@ -241,7 +234,7 @@ static void test_placements(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof placements / sizeof *placements; i++) {
         const struct placement *p = &placements[i];
-        struct pipe_spec *spec = parse(p->text);
+        struct pipe_spec *spec = pipeline_parse(p->text);
         struct pipe_dist d;
         char err[256];
         if (pipe_dist_analyze(spec, &d, err, sizeof err) != 0)
@@ -269,7 +262,7 @@ static void test_split_sizes(void **state)
     char err[256];
     struct pipe_split_provider p;
     /* range(100) | batch(32): never one-element splits for a batch; multiples of 32. */
-    struct pipe_spec *spec = parse("range(100) | batch(32)");
+    struct pipe_spec *spec = pipeline_parse("range(100) | batch(32)");
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), 0);
     assert_int_equal(p.plan.split_size, 32);
     assert_int_equal(p.plan.per_pass, 4);
@@ -279,7 +272,7 @@ static void test_split_sizes(void **state)
     pipe_split_provider_release(&p);
     pipe_spec_free(spec);
     /* A shuffle's buffer fills within a split. */
-    spec = parse("range(100000) | shuffle(1000)");
+    spec = pipeline_parse("range(100000) | shuffle(1000)");
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), 0);
     assert_int_equal(p.plan.split_size, 1000);
     pipe_split_provider_release(&p);
@@ -311,7 +304,7 @@ static void test_refusals(void **state)
          "which the split sequence cannot repeat; repeat once, after it or before it"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        struct pipe_spec *spec = parse(cases[i].text);
+        struct pipe_spec *spec = pipeline_parse(cases[i].text);
         struct pipe_dist d;
         char err[512] = "";
         assert_int_equal(pipe_dist_analyze(spec, &d, err, sizeof err), SLUICE_ERR_UNSUPPORTED);

@@ -9,6 +9,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/pb.h"
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/example.h"
 #include "pipeline/files.h"
@@ -24,58 +27,8 @@
 
 static struct sluice_registry *reg;
 
-/* ---- The test's own protobuf writer ------------------------------------------------------ */
+/* ---- Feature messages, written with lib/pb.h --------------------------------------------- */
 
-struct pb {
-    uint8_t p[8192];
-    size_t n;
-};
-
-static void pb_raw(struct pb *b, const void *d, size_t n)
-{
-    assert_true(b->n + n <= sizeof(b->p));
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-
-static void pb_varint(struct pb *b, uint64_t v)
-{
-    do {
-        uint8_t byte = (uint8_t)(v & 0x7f);
-        v >>= 7;
-        if (v)
-            byte |= 0x80;
-        pb_raw(b, &byte, 1);
-    } while (v);
-}
-
-static void pb_tag(struct pb *b, unsigned field, unsigned wire_type)
-{
-    pb_varint(b, (uint64_t)field << 3 | wire_type);
-}
-
-/* A length-delimited field holding d[0, n). */
-static void pb_len(struct pb *b, unsigned field, const void *d, size_t n)
-{
-    pb_tag(b, field, 2);
-    pb_varint(b, n);
-    pb_raw(b, d, n);
-}
-
-static void pb_msg(struct pb *b, unsigned field, const struct pb *m)
-{
-    pb_len(b, field, m->p, m->n);
-}
-
-static void pb_f32(struct pb *b, float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint8_t le[4] = {(uint8_t)u, (uint8_t)(u >> 8), (uint8_t)(u >> 16), (uint8_t)(u >> 24)};
-    pb_raw(b, le, 4);
-}
-
-/* Feature messages. */
 static struct pb int64s(const int64_t *v, size_t n, bool packed)
 {
     struct pb list = {0}, f = {0};
@@ -119,15 +72,6 @@ static struct pb bytes_list(const char *const *v, size_t n)
         pb_len(&list, 1, v[i], strlen(v[i]));
     pb_msg(&f, 1, &list);
     return f;
-}
-
-/* Appends a map entry key -> feature to a Features message. */
-static void entry(struct pb *features, const char *key, const struct pb *feature)
-{
-    struct pb e = {0};
-    pb_len(&e, 1, key, strlen(key));
-    pb_msg(&e, 2, feature);
-    pb_msg(features, 1, &e);
 }
 
 static struct pb example(const struct pb *features)
@@ -224,13 +168,13 @@ static void test_literal_record(void **state)
     /* The test's writer produces the same bytes. */
     struct pb fs = {0}, f;
     f = int64s((const int64_t[]){7}, 1, false);
-    entry(&fs, "label", &f);
+    pb_entry(&fs, "label", &f);
     f = floats((const float[]){0.5f, 1.0f, -2.0f, 0.25f}, 4, true);
-    entry(&fs, "bbox", &f);
+    pb_entry(&fs, "bbox", &f);
     f = bytes_list(SPECS("abc"), 1);
-    entry(&fs, "image", &f);
+    pb_entry(&fs, "image", &f);
     f = int64s((const int64_t[]){1, 300, -1}, 3, true);
-    entry(&fs, "tokens", &f);
+    pb_entry(&fs, "tokens", &f);
     struct pb ex = example(&fs);
     assert_int_equal(ex.n, sizeof(literal));
     assert_memory_equal(ex.p, literal, sizeof(literal));
@@ -242,14 +186,14 @@ static void test_packed_and_unpacked(void **state)
 {
     struct pb fs = {0}, f;
     f = floats((const float[]){1.5f, -0.125f, 3e-7f}, 3, false);
-    entry(&fs, "unpacked_f", &f);
+    pb_entry(&fs, "unpacked_f", &f);
     f = floats((const float[]){1.5f, -0.125f, 3e-7f}, 3, true);
-    entry(&fs, "packed_f", &f);
+    pb_entry(&fs, "packed_f", &f);
     const int64_t big[] = {0, -1, INT64_MIN, INT64_MAX, 127, 128, 16383, 16384};
     f = int64s(big, 8, false);
-    entry(&fs, "unpacked_i", &f);
+    pb_entry(&fs, "unpacked_i", &f);
     f = int64s(big, 8, true);
-    entry(&fs, "packed_i", &f);
+    pb_entry(&fs, "packed_i", &f);
     /* One list mixing both encodings: 5, packed (6, 7), 8. */
     struct pb list = {0}, body = {0}, mixed = {0};
     pb_tag(&list, 1, 0);
@@ -260,7 +204,7 @@ static void test_packed_and_unpacked(void **state)
     pb_tag(&list, 1, 0);
     pb_varint(&list, 8);
     pb_msg(&mixed, 3, &list);
-    entry(&fs, "mixed_i", &mixed);
+    pb_entry(&fs, "mixed_i", &mixed);
     struct pb flist = {0}, fbody = {0}, fmixed = {0};
     pb_tag(&flist, 1, 5);
     pb_f32(&flist, 1.0f);
@@ -268,7 +212,7 @@ static void test_packed_and_unpacked(void **state)
     pb_f32(&fbody, 4.0f);
     pb_msg(&flist, 1, &fbody);
     pb_msg(&fmixed, 2, &flist);
-    entry(&fs, "mixed_f", &fmixed);
+    pb_entry(&fs, "mixed_f", &fmixed);
     struct pb ex = example(&fs);
 
     expect(DECODE(ex, "unpacked_f:float32[3]", "packed_f:float32[-1]"),
@@ -285,13 +229,13 @@ static void test_variable_length(void **state)
 {
     struct pb fs = {0}, f;
     f = int64s(NULL, 0, true);
-    entry(&fs, "empty_packed", &f);
+    pb_entry(&fs, "empty_packed", &f);
     f = int64s(NULL, 0, false);
-    entry(&fs, "empty_list", &f);
+    pb_entry(&fs, "empty_list", &f);
     f = bytes_list(SPECS("a", "", "ccc"), 3);
-    entry(&fs, "tags", &f);
+    pb_entry(&fs, "tags", &f);
     struct pb none = {0}; /* a Feature with no list set */
-    entry(&fs, "nothing", &none);
+    pb_entry(&fs, "nothing", &none);
     struct pb ex = example(&fs);
 
     expect(DECODE(ex, "empty_packed:int64[-1]", "empty_list:int64[-1]", "tags:bytes[-1]"),
@@ -313,7 +257,7 @@ static void test_defaults(void **state)
 {
     struct pb fs = {0}, f;
     f = int64s((const int64_t[]){4}, 1, false);
-    entry(&fs, "present", &f);
+    pb_entry(&fs, "present", &f);
     struct pb ex = example(&fs);
 
     expect(DECODE(ex, "present:int64=9", "label:int64=-3", "w:float32=0.25", "name:bytes=none",
@@ -328,11 +272,11 @@ static void test_missing_wrong_type_wrong_count(void **state)
 {
     struct pb fs = {0}, f;
     f = int64s((const int64_t[]){1, 2, 3}, 3, true);
-    entry(&fs, "three", &f);
+    pb_entry(&fs, "three", &f);
     f = floats((const float[]){1.0f}, 1, true);
-    entry(&fs, "score", &f);
+    pb_entry(&fs, "score", &f);
     f = bytes_list(SPECS("x", "y"), 2);
-    entry(&fs, "pair", &f);
+    pb_entry(&fs, "pair", &f);
     struct pb ex = example(&fs);
 
     expect(DECODE(ex, "score:float32", "label:int64"),
@@ -364,9 +308,9 @@ static void test_merge_rules(void **state)
     struct pb fs = {0}, f;
     /* The last entry with a key wins. */
     f = int64s((const int64_t[]){1}, 1, false);
-    entry(&fs, "dup", &f);
+    pb_entry(&fs, "dup", &f);
     f = int64s((const int64_t[]){2}, 1, false);
-    entry(&fs, "dup", &f);
+    pb_entry(&fs, "dup", &f);
     /* The last oneof member wins: int64_list, then float_list. */
     struct pb kinds = {0}, l1 = {0}, l2 = {0};
     pb_tag(&l1, 1, 0);
@@ -375,7 +319,7 @@ static void test_merge_rules(void **state)
     pb_tag(&l2, 1, 5);
     pb_f32(&l2, 2.5f);
     pb_msg(&kinds, 2, &l2);
-    entry(&fs, "kinds", &kinds);
+    pb_entry(&fs, "kinds", &kinds);
     /* The same member twice merges: int64_list [1], int64_list [2, 3]. */
     struct pb twice = {0}, a = {0}, b = {0};
     pb_tag(&a, 1, 0);
@@ -386,13 +330,13 @@ static void test_merge_rules(void **state)
     pb_tag(&b, 1, 0);
     pb_varint(&b, 3);
     pb_msg(&twice, 3, &b);
-    entry(&fs, "twice", &twice);
+    pb_entry(&fs, "twice", &twice);
     /* A member replaced by another and set again: only the last run counts. */
     struct pb back = {0};
     pb_msg(&back, 3, &a);
     pb_msg(&back, 2, &l2);
     pb_msg(&back, 3, &b);
-    entry(&fs, "back", &back);
+    pb_entry(&fs, "back", &back);
     /* An entry's value given twice merges too: two Feature messages, one list each. */
     struct pb e = {0}, v1 = int64s((const int64_t[]){10}, 1, false),
               v2 = int64s((const int64_t[]){11}, 1, true);
@@ -408,7 +352,7 @@ static void test_merge_rules(void **state)
     pb_msg(&fs, 1, &k);
     /* Example.features twice: the maps merge. */
     struct pb fs2 = {0}, g = int64s((const int64_t[]){99}, 1, false);
-    entry(&fs2, "later", &g);
+    pb_entry(&fs2, "later", &g);
     struct pb ex = example(&fs);
     pb_msg(&ex, 1, &fs2);
     /* Unknown fields anywhere are skipped: Example field 7 (varint), 8 (fixed64), 9 (fixed32). */
@@ -465,27 +409,27 @@ static void test_malformed(void **state)
     struct pb fs = {0}, f = {0}, list = {0};
     pb_len(&list, 1, "\x00\x00\x80\x3f\x00", 5); /* a packed float list of 5 bytes */
     pb_msg(&f, 2, &list);
-    entry(&fs, "bad", &f);
+    pb_entry(&fs, "bad", &f);
     struct pb g = {0}, glist = {0};
     pb_len(&glist, 1, "\x80\x80", 2); /* a packed varint that never ends */
     pb_msg(&g, 3, &glist);
-    entry(&fs, "endless", &g);
+    pb_entry(&fs, "endless", &g);
     struct pb h = {0}, hlist = {0};
     pb_tag(&hlist, 1, 1); /* an int64 value as fixed64 */
     pb_raw(&hlist, "\x01\x00\x00\x00\x00\x00\x00\x00", 8);
     pb_msg(&h, 3, &hlist);
-    entry(&fs, "fixed", &h);
+    pb_entry(&fs, "fixed", &h);
     struct pb k = {0}, klist = {0};
     pb_tag(&klist, 1, 0); /* a bytes value as a varint */
     pb_varint(&klist, 1);
     pb_msg(&k, 1, &klist);
-    entry(&fs, "str", &k);
+    pb_entry(&fs, "str", &k);
     struct pb m = {0};
     pb_tag(&m, 3, 0); /* int64_list as a varint */
     pb_varint(&m, 1);
-    entry(&fs, "notmsg", &m);
+    pb_entry(&fs, "notmsg", &m);
     struct pb fine = int64s((const int64_t[]){1}, 1, false);
-    entry(&fs, "fine", &fine);
+    pb_entry(&fs, "fine", &fine);
     ex = example(&fs);
     expect(DECODE(ex, "bad:float32[-1]"),
            errf(corrupt, "feature 'bad': malformed: a packed float list whose length is not a "
@@ -507,7 +451,7 @@ static void test_malformed(void **state)
     pb_msg(&ol, 1, &ob);
     pb_msg(&o, 3, &ol);
     struct pb ofs = {0};
-    entry(&ofs, "long", &o);
+    pb_entry(&ofs, "long", &o);
     ex = example(&ofs);
     expect(DECODE(ex, "long:int64[-1]"),
            errf(corrupt, "feature 'long': malformed: a bad varint in a packed int64 list"));
@@ -520,7 +464,7 @@ static void test_malformed(void **state)
     pb_raw(&tl, "\x80\x80\x80\x80\x80\x80\x80\x80\x80\x02", 10);
     pb_msg(&t, 3, &tl);
     struct pb tfs = {0};
-    entry(&tfs, "ten", &t);
+    pb_entry(&tfs, "ten", &t);
     ex = example(&tfs);
     expect(DECODE(ex, "ten:int64[-1]"), "[-1, 5, 0]");
 }
@@ -621,25 +565,7 @@ static char *run(const char *text)
     }
     struct pipe_run *r = NULL;
     assert_int_equal(pipe_open(spec, reg, &r, err, sizeof(err)), 0);
-    struct sluice_element e;
-    pipe_elem_init(&e);
-    char *out = strdup("");
-    while ((rc = pipe_run_next(r, &e)) == 1) {
-        struct pipe_buf b = {0};
-        assert_int_equal(pipe_format_elem(&b, &e), 0);
-        size_t n = strlen(out);
-        out = realloc(out, n + b.len + 2);
-        memcpy(out + n, b.p, b.len);
-        out[n + b.len] = '\n';
-        out[n + b.len + 1] = '\0';
-        pipe_buf_release(&b);
-    }
-    if (rc < 0) {
-        size_t n = strlen(out);
-        out = realloc(out, n + 600);
-        snprintf(out + n, 600, "ERR %s", r->ctx.err);
-    }
-    pipe_elem_release(&e);
+    char *out = pipeline_text(r, NULL);
     pipe_run_free(r);
     pipe_spec_free(spec);
     return out;
@@ -667,8 +593,8 @@ static void test_map_function(void **state)
 
     /* Empty lists into fresh components (no buffers yet). */
     struct pb fs = {0}, f1 = floats(NULL, 0, true), f2 = int64s(NULL, 0, true);
-    entry(&fs, "f", &f1);
-    entry(&fs, "i", &f2);
+    pb_entry(&fs, "f", &f1);
+    pb_entry(&fs, "i", &f2);
     struct pb empties = example(&fs);
     text = list_of(empties.p, empties.n,
                    "map(parse_example, \"f:float32[-1]\", \"i:int64[-1]\", \"b:bytes[0]=x\")");
@@ -706,7 +632,7 @@ static void test_origin_in_errors(void **state)
     /* Record 0 (offset 0) has a label; record 1 (offset 12 + 94 + 4 = 110) has none. */
     assert_int_equal(pipe_tfrecord_write(f, literal, sizeof(literal)), 0);
     struct pb fs = {0}, g = int64s((const int64_t[]){1}, 1, false);
-    entry(&fs, "other", &g);
+    pb_entry(&fs, "other", &g);
     struct pb ex = example(&fs);
     assert_int_equal(pipe_tfrecord_write(f, ex.p, ex.n), 0);
     fclose(f);

@@ -7,13 +7,15 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/file.h"
+#include "lib/tmp.h"
+
 #include "common/crc32c.h"
 #include "common/error.h"
 #include "pipeline/files.h"
 #include "pipeline/split.h"
 
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,18 +39,10 @@ static int setup(void **state)
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove(f->dir);
     pipe_elem_release(&f->elem);
     free(f);
     return 0;
@@ -60,31 +54,6 @@ static char *path_in(const struct fixture *f, const char *name)
     static int slot;
     char *p = buf[slot++ % 8];
     snprintf(p, sizeof buf[0], "%s/%s", f->dir, name);
-    return p;
-}
-
-static void write_bytes(const char *path, const void *data, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    if (len > 0)
-        assert_int_equal(fwrite(data, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
-}
-
-static uint8_t *read_whole(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
-    long n = ftell(fp);
-    assert_true(n >= 0);
-    rewind(fp);
-    uint8_t *p = malloc((size_t)n + 1);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *len = (size_t)n;
     return p;
 }
 
@@ -202,14 +171,14 @@ static void test_write_exact_bytes(void **state)
         0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x29, 0x03, 0x98, 0x07, 0xd8, 0xea, 0x82,
         0xa2};
     size_t len;
-    uint8_t *got = read_whole(path, &len);
+    uint8_t *got = file_read(path, &len);
     assert_int_equal(len, sizeof want);
     assert_memory_equal(got, want, sizeof want);
     free(got);
 
     /* A hand-framed file reads back too. */
     const char *hand = path_in(f, "hand.tfrecord");
-    write_bytes(hand, want, sizeof want);
+    file_write(hand, want, sizeof want);
     struct pipe_iter *it = open_one(f, true, hand);
     expect_str(f, it, "hello");
     expect_str(f, it, "");
@@ -267,7 +236,7 @@ static void test_tfrecord_empty_file(void **state)
 {
     struct fixture *f = *state;
     const char *path = path_in(f, "empty.tfrecord");
-    write_bytes(path, "", 0);
+    file_write(path, "", 0);
     struct pipe_iter *it = open_one(f, true, path);
     expect_end(f, it);
     it->ops->destroy(it);
@@ -285,14 +254,14 @@ static uint8_t *two_records(struct fixture *f, const char *path, size_t len, siz
     struct rec recs[] = {{"abc", 3}, {data, len}};
     write_tfrecords(path, recs, 2);
     free(data);
-    return read_whole(path, total);
+    return file_read(path, total);
 }
 
 /* Rewrites path with its first keep bytes and checks the error after the "abc" record. */
 static void check_cut(struct fixture *f, const char *path, const uint8_t *bytes, size_t keep,
                       uint64_t needs)
 {
-    write_bytes(path, bytes, keep);
+    file_write(path, bytes, keep);
     struct pipe_iter *it = open_one(f, true, path);
     expect_str(f, it, "abc");
     expect_error(f, it, SLUICE_ERR_TRUNCATED,
@@ -325,7 +294,7 @@ static void test_tfrecord_truncated(void **state)
     free(bytes);
 
     /* A file that is only a partial header. */
-    write_bytes(path, "\x05\x00\x00", 3);
+    file_write(path, "\x05\x00\x00", 3);
     struct pipe_iter *it = open_one(f, true, path);
     expect_error(f, it, SLUICE_ERR_TRUNCATED,
                  "%s: offset 0: truncated record (needs 12 bytes, 3 left)", path);
@@ -336,7 +305,7 @@ static void check_corrupt(struct fixture *f, const char *path, uint8_t *bytes, s
                           size_t flip, const char *what)
 {
     bytes[flip] ^= 0x10;
-    write_bytes(path, bytes, total);
+    file_write(path, bytes, total);
     bytes[flip] ^= 0x10;
     struct pipe_iter *it = open_one(f, true, path);
     expect_str(f, it, "abc");
@@ -371,7 +340,7 @@ static void test_tfrecord_length_over_limit(void **state)
     /* A valid header claiming 2 GiB, followed by nothing: refused before any allocation. */
     static const uint8_t header[] = {0x00, 0x00, 0x00, 0x80, 0x00, 0x00,
                                      0x00, 0x00, 0xec, 0xaf, 0x30, 0x72};
-    write_bytes(path, header, sizeof header);
+    file_write(path, header, sizeof header);
     struct pipe_iter *it = open_one(f, true, path);
     expect_error(f, it, SLUICE_ERR_TOO_LARGE, "%s: offset 0: record length 2147483648 over limit",
                  path);
@@ -397,7 +366,7 @@ static void test_tfrecord_glob_many_files(void **state)
         write_tfrecords(path_in(f, name), recs, (size_t)nrec);
     }
     assert_int_equal(mkdir(path_in(f, "part-99.tfrecord"), 0700), 0);
-    write_bytes(path_in(f, "other.txt"), "x", 1);
+    file_write(path_in(f, "other.txt"), "x", 1);
 
     char *glob = path_in(f, "part-*.tfrecord");
     char **paths = NULL;
@@ -427,9 +396,9 @@ static void test_tfrecord_glob_many_files(void **state)
 static void test_glob_expand(void **state)
 {
     struct fixture *f = *state;
-    write_bytes(path_in(f, "b1"), "", 0);
-    write_bytes(path_in(f, "a1"), "", 0);
-    write_bytes(path_in(f, "b2"), "", 0);
+    file_write(path_in(f, "b1"), "", 0);
+    file_write(path_in(f, "a1"), "", 0);
+    file_write(path_in(f, "b2"), "", 0);
     assert_int_equal(mkdir(path_in(f, "sub"), 0700), 0);
     assert_int_equal(mkdir(path_in(f, "bdir"), 0700), 0);
 
@@ -469,7 +438,7 @@ static void test_missing_file(void **state)
     const char *good = path_in(f, "good.tfrecord");
     struct rec recs[] = {{"one", 3}};
     write_tfrecords(good, recs, 1);
-    write_bytes(path_in(f, "good.txt"), "line\n", 5);
+    file_write(path_in(f, "good.txt"), "line\n", 5);
     const char *missing = path_in(f, "missing");
 
     /* Files open lazily: the error comes after the first file's elements. */
@@ -500,7 +469,7 @@ static void test_lines_basic(void **state)
     struct fixture *f = *state;
     const char *path = path_in(f, "a.txt");
 
-    write_bytes(path, "a\nbb\n\nccc", 9); /* no newline at the end */
+    file_write(path, "a\nbb\n\nccc", 9); /* no newline at the end */
     struct pipe_iter *it = open_one(f, false, path);
     expect_str(f, it, "a");
     expect_str(f, it, "bb");
@@ -509,7 +478,7 @@ static void test_lines_basic(void **state)
     expect_end(f, it);
     it->ops->destroy(it);
 
-    write_bytes(path, "\n\nx\n", 4); /* the final newline ends a line, adds none */
+    file_write(path, "\n\nx\n", 4); /* the final newline ends a line, adds none */
     it = open_one(f, false, path);
     expect_str(f, it, "");
     expect_str(f, it, "");
@@ -517,7 +486,7 @@ static void test_lines_basic(void **state)
     expect_end(f, it);
     it->ops->destroy(it);
 
-    write_bytes(path, "x\r\ny\r\n\r", 7); /* bytes stay exact: \r is kept */
+    file_write(path, "x\r\ny\r\n\r", 7); /* bytes stay exact: \r is kept */
     it = open_one(f, false, path);
     expect_str(f, it, "x\r");
     expect_str(f, it, "y\r");
@@ -525,14 +494,14 @@ static void test_lines_basic(void **state)
     expect_end(f, it);
     it->ops->destroy(it);
 
-    write_bytes(path, "n\0l\n\xff\n", 6); /* any byte but \n belongs to the line */
+    file_write(path, "n\0l\n\xff\n", 6); /* any byte but \n belongs to the line */
     it = open_one(f, false, path);
     expect_bytes(f, it, "n\0l", 3);
     expect_bytes(f, it, "\xff", 1);
     expect_end(f, it);
     it->ops->destroy(it);
 
-    write_bytes(path, "", 0);
+    file_write(path, "", 0);
     it = open_one(f, false, path);
     expect_end(f, it);
     it->ops->destroy(it);
@@ -541,10 +510,10 @@ static void test_lines_basic(void **state)
 static void test_lines_files_do_not_join(void **state)
 {
     struct fixture *f = *state;
-    write_bytes(path_in(f, "1.txt"), "a\nb", 3);
-    write_bytes(path_in(f, "2.txt"), "", 0);
-    write_bytes(path_in(f, "3.txt"), "c\n", 2);
-    write_bytes(path_in(f, "4.txt"), "\n", 1);
+    file_write(path_in(f, "1.txt"), "a\nb", 3);
+    file_write(path_in(f, "2.txt"), "", 0);
+    file_write(path_in(f, "3.txt"), "c\n", 2);
+    file_write(path_in(f, "4.txt"), "\n", 1);
     char *glob = path_in(f, "*.txt");
     char **paths = NULL;
     size_t npaths = 0;
@@ -587,7 +556,7 @@ static void test_lines_long(void **state)
         file[at++] = '\n';
     }
     const char *path = path_in(f, "long.txt");
-    write_bytes(path, file, total - 1);
+    file_write(path, file, total - 1);
     struct pipe_iter *it = open_one(f, false, path);
     for (size_t i = 0; i < N; i++)
         expect_bytes(f, it, lines[i], lens[i]);
@@ -616,7 +585,7 @@ static void test_lines_many(void **state)
         file[at++] = '\n';
     }
     const char *path = path_in(f, "many.txt");
-    write_bytes(path, file, total);
+    file_write(path, file, total);
     struct pipe_iter *it = open_one(f, false, path);
     at = 0;
     for (size_t i = 0; i < N; i++) {

@@ -9,6 +9,9 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/pipeline.h"
+#include "lib/tmp.h"
+
 #include "common/error.h"
 #include "pipeline/def.h"
 #include "pipeline/dist.h"
@@ -20,7 +23,6 @@
 #include "pipeline/registry.h"
 #include "pipeline/split.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,15 +35,6 @@ struct fixture {
     char glob[96];
     struct sluice_registry *reg;
 };
-
-static struct pipe_spec *parse(const char *text)
-{
-    char err[256];
-    struct pipe_spec *spec = NULL;
-    if (pipe_parse(text, &spec, err, sizeof err) != 0)
-        fail_msg("%s: %s", text, err);
-    return spec;
-}
 
 /* ---- Where the op may stand --------------------------------------------------------------- */
 
@@ -92,7 +85,7 @@ static void test_parse_errors(void **state)
 /* A spec built by hand (or decoded from a hostile peer) with the op out of place. */
 static struct pipe_spec *misplaced(void)
 {
-    struct pipe_spec *spec = parse("range(10) | map(square) | take(3)");
+    struct pipe_spec *spec = pipeline_parse("range(10) | map(square) | take(3)");
     spec->ops[1] = (struct pipe_op){.kind = PIPE_OP_GLOBAL_SHUFFLE, .seed = 4, .column = 0};
     return spec;
 }
@@ -100,7 +93,7 @@ static struct pipe_spec *misplaced(void)
 static void test_text_and_wire(void **state)
 {
     struct fixture *f = *state;
-    struct pipe_spec *spec = parse("range(10)|global_shuffle( -7 )|repeat(2)");
+    struct pipe_spec *spec = pipeline_parse("range(10)|global_shuffle( -7 )|repeat(2)");
     char text[128];
     assert_int_equal(pipe_spec_format(spec, text, sizeof text),
                      (int)strlen("range(10) | global_shuffle(-7) | repeat(2)"));
@@ -143,7 +136,7 @@ static void test_text_and_wire(void **state)
 /* The elements of text's local run as int64 values; *n receives their count. */
 static int64_t *run_ints(struct fixture *f, const char *text, size_t *n)
 {
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     char err[256];
     if (pipe_open(spec, f->reg, &run, err, sizeof err) != 0)
@@ -253,12 +246,6 @@ static int lines_in(int j)
     return 3 + 2 * j;
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     struct fixture *f = calloc(1, sizeof *f);
@@ -283,7 +270,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove(f->dir);
     pipe_registry_free(f->reg);
     free(f);
     return 0;
@@ -317,7 +304,7 @@ static void test_files(void **state)
     struct fixture *f = *state;
     char text[256], err[256];
     snprintf(text, sizeof text, "lines(\"%s\") | global_shuffle(3) | repeat(2)", f->glob);
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
 
     /* The split sequence: each pass a permutation of the files, the two passes different. */
     struct pipe_split_provider p;

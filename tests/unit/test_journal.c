@@ -17,6 +17,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/journal_raw.h"
+#include "lib/loop.h"
+#include "lib/tmp.h"
+
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
 #include "dispatcher/update_codec.h"
@@ -28,7 +32,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <lmdb.h>
 #include <poll.h>
@@ -47,14 +50,6 @@
 
 static char dir[256];
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int setup(void **unused)
 {
     (void)unused;
@@ -66,7 +61,7 @@ static int setup(void **unused)
 static int teardown(void **unused)
 {
     (void)unused;
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove(dir);
     return 0;
 }
 
@@ -166,20 +161,11 @@ static void expect_log(struct journal *j, uint64_t from, uint64_t last)
 static void raw_edit(const char *wd, const char *db, const void *key, size_t klen,
                      void (*edit)(MDB_txn *, MDB_dbi, MDB_val *, void *), void *arg)
 {
-    char path[600];
-    snprintf(path, sizeof path, "%s/journal", wd);
-    MDB_env *env;
-    MDB_txn *txn;
-    MDB_dbi dbi;
-    assert_int_equal(mdb_env_create(&env), 0);
-    assert_int_equal(mdb_env_set_maxdbs(env, 4), 0);
-    assert_int_equal(mdb_env_open(env, path, MDB_NOTLS, 0644), 0);
-    assert_int_equal(mdb_txn_begin(env, NULL, 0, &txn), 0);
-    assert_int_equal(mdb_dbi_open(txn, db, 0, &dbi), 0);
+    struct journal_raw r;
+    journal_raw_open(&r, wd, db);
     MDB_val k = {klen, (void *)key};
-    edit(txn, dbi, &k, arg);
-    assert_int_equal(mdb_txn_commit(txn), 0);
-    mdb_env_close(env);
+    edit(r.txn, r.dbi, &k, arg);
+    journal_raw_close(&r);
 }
 
 static void edit_flip(MDB_txn *txn, MDB_dbi dbi, MDB_val *k, void *arg)
@@ -803,35 +789,6 @@ static void test_crash_points(void **unused)
 
 /* ---- the group-commit thread ----------------------------------------------------------------- */
 
-struct deadline {
-    uv_timer_t timer;
-    bool expired, closed;
-};
-
-static void on_deadline(uv_timer_t *t)
-{
-    ((struct deadline *)t)->expired = true;
-}
-
-static void on_deadline_closed(uv_handle_t *h)
-{
-    ((struct deadline *)h)->closed = true;
-}
-
-#define RUN_UNTIL(loop, cond)                                                                      \
-    do {                                                                                           \
-        struct deadline d_ = {.expired = false};                                                   \
-        uv_timer_init((loop), &d_.timer);                                                          \
-        uv_timer_start(&d_.timer, on_deadline, 20000, 0);                                          \
-        while (!(cond) && !d_.expired)                                                             \
-            uv_run((loop), UV_RUN_ONCE);                                                           \
-        uv_close((uv_handle_t *)&d_.timer, on_deadline_closed);                                    \
-        while (!d_.closed)                                                                         \
-            uv_run((loop), UV_RUN_NOWAIT);                                                         \
-        if (!(cond))                                                                               \
-            fail_msg("%s:%d: timed out waiting for %s", __FILE__, __LINE__, #cond);                \
-    } while (0)
-
 struct waits {
     int order[64];
     int status[64];
@@ -864,11 +821,6 @@ static void on_fail(void *user, int code, const char *msg)
     snprintf(f->msg, sizeof f->msg, "%s", msg);
 }
 
-static void set_flag(void *user)
-{
-    *(bool *)user = true;
-}
-
 static uint8_t *dup_payload(uint64_t seq, size_t *len)
 {
     char buf[32];
@@ -894,7 +846,7 @@ static void close_thread(uv_loop_t *loop, struct journal_thread *jt)
 {
     bool closed = false;
     journal_thread_close(jt, set_flag, &closed);
-    RUN_UNTIL(loop, closed);
+    RUN_UNTIL(loop, closed, 20000);
 }
 
 static void test_group_commit(void **unused)
@@ -918,7 +870,7 @@ static void test_group_commit(void **unused)
     uint64_t bytes = add_n(jt, 100);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[0]), 0);
     assert_int_equal(w.n, 0);
-    RUN_UNTIL(&loop, w.n == 1);
+    RUN_UNTIL(&loop, w.n == 1, 20000);
     journal_thread_get_stats(jt, &st);
     assert_int_equal(st.transactions, 1);
     assert_int_equal(st.records, 100);
@@ -932,7 +884,7 @@ static void test_group_commit(void **unused)
     add_n(jt, 50);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[2]), 0);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[3]), 0);
-    RUN_UNTIL(&loop, w.n == 4);
+    RUN_UNTIL(&loop, w.n == 4, 20000);
     journal_thread_get_stats(jt, &st);
     assert_int_equal(st.records, 151);
     assert_true(st.transactions == 3);
@@ -967,7 +919,7 @@ static void test_one_record_per_transaction(void **unused)
     struct waiter_arg a = {&w, 0};
     add_n(jt, 10);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a), 0);
-    RUN_UNTIL(&loop, w.n == 1);
+    RUN_UNTIL(&loop, w.n == 1, 20000);
     journal_thread_get_stats(jt, &st);
     assert_int_equal(st.transactions, 10);
     assert_int_equal(st.largest, 1);
@@ -995,14 +947,14 @@ static void test_thread_snapshots(void **unused)
     assert_int_equal(journal_thread_snapshot(jt, (uint8_t *)strdup("S5"), 2), 0);
     add_n(jt, 3);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a), 0);
-    RUN_UNTIL(&loop, w.n == 1);
+    RUN_UNTIL(&loop, w.n == 1, 20000);
     assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
     assert_int_equal(info.snapshot_seq, 5);
     assert_int_equal(info.records, 3);
     expect_log(j, 6, 8);
     /* A snapshot with nothing new still reaches the disk. */
     assert_int_equal(journal_thread_snapshot(jt, (uint8_t *)strdup("S8"), 2), 0);
-    RUN_UNTIL(&loop, (journal_thread_get_stats(jt, &st), st.snapshots == 2));
+    RUN_UNTIL(&loop, (journal_thread_get_stats(jt, &st), st.snapshots == 2), 20000);
     assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
     assert_int_equal(info.snapshot_seq, 8);
     assert_int_equal(info.records, 0);
@@ -1034,14 +986,14 @@ static void test_thread_failure_is_final(void **unused)
         a[i] = (struct waiter_arg){&w, i};
     add_n(jt, 3);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[0]), 0);
-    RUN_UNTIL(&loop, w.n == 1);
+    RUN_UNTIL(&loop, w.n == 1, 20000);
     /* A batch larger than the ceiling. */
     for (int i = 0; i < 20; i++) {
         uint8_t *p = calloc(1, 32 << 10);
         assert_int_equal(journal_thread_add(jt, p, 32 << 10, NULL, NULL, 0), 0);
     }
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[1]), 0);
-    RUN_UNTIL(&loop, w.n == 2);
+    RUN_UNTIL(&loop, w.n == 2, 20000);
     assert_int_equal(w.status[0], 0);
     assert_int_equal(w.status[1], SLUICE_ERR_FULL);
     assert_int_equal(f.calls, 1);

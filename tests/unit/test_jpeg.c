@@ -9,6 +9,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/file.h"
+#include "lib/pipeline.h"
+#include "lib/tmp.h"
+
 #include "common/error.h"
 #include "pipeline/files.h"
 #include "pipeline/format.h"
@@ -17,7 +21,6 @@
 #include "pipeline/registry.h"
 #include "pipeline/split.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,20 +36,6 @@ static char *path_of(const char *name)
     static int slot;
     char *p = buf[slot++ % 4];
     snprintf(p, 256, "%s/%s", dir, name);
-    return p;
-}
-
-static uint8_t *slurp(const char *name, size_t *len)
-{
-    FILE *f = fopen(path_of(name), "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
     return p;
 }
 
@@ -66,7 +55,7 @@ static void load(struct sluice_element *e, const char *name)
     char file[64];
     snprintf(file, sizeof(file), "%s.jpg", name);
     size_t len;
-    uint8_t *jpg = slurp(file, &len);
+    uint8_t *jpg = file_read(path_of(file), &len);
     assert_int_equal(sluice_element_set_bytes(e, 0, jpg, len), 0);
     assert_int_equal(sluice_element_set_bytes(e, 1, "cls", 3), 0);
     free(jpg);
@@ -88,15 +77,13 @@ static void test_matches_pil(void **state)
             fail_msg("%s: %s", names[i], err);
         char file[64];
         snprintf(file, sizeof(file), "%s.shape", names[i]);
-        size_t slen;
-        char *shape = (char *)slurp(file, &slen);
-        shape[slen] = '\0';
+        char *shape = (char *)file_read(path_of(file), NULL);
         long h = 0, w = 0;
         assert_int_equal(sscanf(shape, "%ld %ld", &h, &w), 2);
         free(shape);
         snprintf(file, sizeof(file), "%s.rgb", names[i]);
         size_t rlen;
-        uint8_t *want = slurp(file, &rlen);
+        uint8_t *want = file_read(path_of(file), &rlen);
         assert_int_equal(rlen, (size_t)(h * w * 3));
 
         assert_int_equal(e.n, 2);
@@ -183,25 +170,7 @@ static char *run(const char *text, const struct split *split)
                    : pipe_open(spec, reg, &r, err, sizeof(err));
     if (rc)
         fail_msg("open: %s", err);
-    struct sluice_element e;
-    pipe_elem_init(&e);
-    char *out = strdup("");
-    while ((rc = pipe_run_next(r, &e)) == 1) {
-        struct pipe_buf b = {0};
-        assert_int_equal(pipe_format_elem(&b, &e), 0);
-        size_t n = strlen(out);
-        out = realloc(out, n + b.len + 2);
-        memcpy(out + n, b.p, b.len);
-        out[n + b.len] = '\n';
-        out[n + b.len + 1] = '\0';
-        pipe_buf_release(&b);
-    }
-    if (rc < 0) {
-        size_t n = strlen(out);
-        out = realloc(out, n + 700);
-        snprintf(out + n, 700, "ERR %s", r->ctx.err);
-    }
-    pipe_elem_release(&e);
+    char *out = pipeline_text(r, NULL);
     pipe_run_free(r);
     pipe_spec_free(spec);
     return out;
@@ -214,8 +183,8 @@ static void test_pipeline_origin(void **state)
     FILE *f = fopen(path, "wb");
     assert_non_null(f);
     size_t len, len2;
-    uint8_t *jpg = slurp("rgb.jpg", &len);
-    uint8_t *bad = slurp("notjpeg.jpg", &len2);
+    uint8_t *jpg = file_read(path_of("rgb.jpg"), &len);
+    uint8_t *bad = file_read(path_of("notjpeg.jpg"), &len2);
     assert_int_equal(pipe_tfrecord_write(f, jpg, len), 0);
     assert_int_equal(pipe_tfrecord_write(f, bad, len2), 0);
     fclose(f);
@@ -243,7 +212,7 @@ static void test_pipeline_origin(void **state)
 static char *jpeg_list(int n, const char *tail)
 {
     size_t len;
-    uint8_t *jpg = slurp("rgb.jpg", &len);
+    uint8_t *jpg = file_read(path_of("rgb.jpg"), &len);
     size_t cap = (size_t)n * (4 * len + 4) + strlen(tail) + 32;
     char *text = malloc(cap);
     size_t off = (size_t)snprintf(text, cap, "list(");
@@ -311,11 +280,6 @@ static void test_random_crop_per_split(void **state)
 
 /* ---- Fixtures ---------------------------------------------------------------------------- */
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    return remove(path);
-}
-
 static int setup(void **state)
 {
     snprintf(dir, sizeof(dir), "/tmp/sluice-test-jpeg-XXXXXX");
@@ -334,7 +298,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     pipe_registry_free(reg);
-    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove(dir);
     return 0;
 }
 

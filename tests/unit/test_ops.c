@@ -5,6 +5,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/iter.h"
 #include "pipeline/parse.h"
@@ -168,19 +170,10 @@ static int drain(struct pipe_run *run, size_t limit, struct str *out)
     return rc;
 }
 
-static struct pipe_spec *parse(const char *text)
-{
-    char err[256];
-    struct pipe_spec *spec = NULL;
-    if (pipe_parse(text, &spec, err, sizeof(err)) != 0)
-        fail_msg("%s: %s", text, err);
-    return spec;
-}
-
 static struct pipe_run *open_text(const char *text)
 {
     char err[512];
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     if (pipe_open(spec, reg, &run, err, sizeof(err)) != 0)
         fail_msg("%s: open: %s", text, err);
@@ -725,7 +718,7 @@ static void test_batch_reuses_buffers(void **state)
 static char *run_splits(const char *text, const struct split *splits, size_t n)
 {
     char err[512];
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     if (pipe_open_splits(spec, reg, splits, n, &run, err, sizeof(err)) != 0)
         fail_msg("%s: open: %s", text, err);
@@ -776,7 +769,7 @@ static void test_open_splits(void **state)
 
     /* A file source split must carry its path. */
     char err[256];
-    struct pipe_spec *spec = parse("lines(\"/nonexistent/*.txt\")");
+    struct pipe_spec *spec = pipeline_parse("lines(\"/nonexistent/*.txt\")");
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open_splits(spec, reg, ls, 1, &run, err, sizeof(err)),
                      SLUICE_ERR_INVALID);
@@ -822,20 +815,20 @@ static void test_open_tail(void **state)
 static void test_open_errors(void **state)
 {
     char err[512];
-    struct pipe_spec *spec = parse("lines(\"/nonexistent-sluice-dir/*.txt\") | take(3)");
+    struct pipe_spec *spec = pipeline_parse("lines(\"/nonexistent-sluice-dir/*.txt\") | take(3)");
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), SLUICE_ERR_NOT_FOUND);
     assert_null(run);
     assert_non_null(strstr(err, "/nonexistent-sluice-dir/*.txt"));
     pipe_spec_free(spec);
 
-    spec = parse("tfrecord(\"/nonexistent-sluice-dir/a.tfrecord\")");
+    spec = pipeline_parse("tfrecord(\"/nonexistent-sluice-dir/a.tfrecord\")");
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), SLUICE_ERR_NOT_FOUND);
     assert_null(run);
     pipe_spec_free(spec);
 
     /* Specs from elsewhere than the parser are validated too. */
-    spec = parse("range(10) | batch(2)");
+    spec = pipeline_parse("range(10) | batch(2)");
     spec->ops[0].n = 0;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), SLUICE_ERR_INVALID);
     assert_string_equal(err, "column 13: batch size must be >= 1");
@@ -875,7 +868,7 @@ static void test_file_sources(void **state)
     /* In distributed_epoch a batch of file records runs in the reader, and a repeat after it
      * cannot: refused with both named. */
     char err[512];
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open_splits(spec, reg, sp, 2, &run, err, sizeof(err)),
                      SLUICE_ERR_UNSUPPORTED);
@@ -890,7 +883,7 @@ static void test_file_sources(void **state)
 
     /* A split's file that vanished is a runtime error naming it. */
     assert_int_equal(remove(path[1]), 0);
-    spec = parse(text);
+    spec = pipeline_parse(text);
     assert_int_equal(pipe_open_splits(spec, reg, sp, 1, &run, err, sizeof(err)), 0);
     pipe_spec_free(spec);
     struct sluice_element e;
@@ -907,7 +900,7 @@ static void test_file_sources(void **state)
 static void test_spec_copied(void **state)
 {
     char err[256];
-    struct pipe_spec *spec = parse("list([1, 2]) | map(add, 5) | repeat(2)");
+    struct pipe_spec *spec = pipeline_parse("list([1, 2]) | map(add, 5) | repeat(2)");
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), 0);
     pipe_spec_free(spec);

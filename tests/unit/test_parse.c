@@ -7,6 +7,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
@@ -25,17 +27,6 @@ static char *format_alloc(const struct pipe_spec *spec)
     assert_int_equal(pipe_spec_format(spec, buf, (size_t)n + 1), n);
     assert_int_equal(strlen(buf), n);
     return buf;
-}
-
-static struct pipe_spec *parse_ok(const char *text)
-{
-    struct pipe_spec *spec = NULL;
-    char err[256] = "";
-    int rc = pipe_parse(text, &spec, err, sizeof(err));
-    if (rc != 0)
-        fail_msg("parse \"%s\": %d %s", text, rc, err);
-    assert_non_null(spec);
-    return spec;
 }
 
 /* ---- Valid expressions and their canonical text ------------------------------------------- */
@@ -133,7 +124,7 @@ static void test_valid_canonical(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++) {
-        struct pipe_spec *spec = parse_ok(valid[i].text);
+        struct pipe_spec *spec = pipeline_parse(valid[i].text);
         char *text = format_alloc(spec);
         if (strcmp(text, valid[i].canonical) != 0)
             fail_msg("\"%s\": canonical \"%s\", want \"%s\"", valid[i].text, text,
@@ -148,9 +139,9 @@ static void test_valid_round_trip(void **state)
 {
     (void)state;
     for (size_t i = 0; i < sizeof(valid) / sizeof(valid[0]); i++) {
-        struct pipe_spec *a = parse_ok(valid[i].text);
+        struct pipe_spec *a = pipeline_parse(valid[i].text);
         char *ta = format_alloc(a);
-        struct pipe_spec *b = parse_ok(ta);
+        struct pipe_spec *b = pipeline_parse(ta);
         char *tb = format_alloc(b);
         assert_string_equal(ta, tb);
         assert_true(pipe_spec_equal(a, b));
@@ -179,9 +170,10 @@ static void test_valid_round_trip(void **state)
 static void test_fields(void **state)
 {
     (void)state;
-    struct pipe_spec *s = parse_ok("range(-3, 9, 2) | shuffle(8, -5) | batch(3, drop_remainder) | "
-                                   "take(-1) | repeat() | repeat(4) | shard(SHARD_HINT, 2) | "
-                                   "map(add, 7, \"a\\x00b\", 2.5, false, [[1, 2], [3, 4]])");
+    struct pipe_spec *s =
+        pipeline_parse("range(-3, 9, 2) | shuffle(8, -5) | batch(3, drop_remainder) | "
+                       "take(-1) | repeat() | repeat(4) | shard(SHARD_HINT, 2) | "
+                       "map(add, 7, \"a\\x00b\", 2.5, false, [[1, 2], [3, 4]])");
     assert_int_equal(s->source.kind, PIPE_SRC_RANGE);
     assert_int_equal(s->source.start, -3);
     assert_int_equal(s->source.stop, 9);
@@ -227,7 +219,7 @@ static void test_fields(void **state)
     assert_int_equal(l->items[1].items[0].i, 3);
     pipe_spec_free(s);
 
-    s = parse_ok("list((1, [\"x\", \"y\"]), (2, [\"z\", \"w\"]))");
+    s = pipeline_parse("list((1, [\"x\", \"y\"]), (2, [\"z\", \"w\"]))");
     assert_int_equal(s->source.kind, PIPE_SRC_LIST);
     assert_int_equal(s->source.nvalues, 2);
     const struct pipe_value *t = &s->source.values[1];
@@ -237,7 +229,7 @@ static void test_fields(void **state)
     assert_string_equal(t->items[1].items[1].s, "w");
     pipe_spec_free(s);
 
-    s = parse_ok("tar([\"a*\", \"b?\"], \"jpg\", \"seg.png\")");
+    s = pipeline_parse("tar([\"a*\", \"b?\"], \"jpg\", \"seg.png\")");
     assert_int_equal(s->source.kind, PIPE_SRC_TAR);
     assert_int_equal(s->source.column, 1);
     assert_int_equal(s->source.nglobs, 2);
@@ -248,7 +240,7 @@ static void test_fields(void **state)
     assert_string_equal(s->source.exts[1], "seg.png");
     pipe_spec_free(s);
 
-    s = parse_ok("snapshot(\"/d/s*\")");
+    s = pipeline_parse("snapshot(\"/d/s*\")");
     assert_int_equal(s->source.kind, PIPE_SRC_SNAPSHOT);
     assert_int_equal(s->source.nglobs, 1);
     assert_string_equal(s->source.globs[0], "/d/s*");
@@ -256,7 +248,7 @@ static void test_fields(void **state)
     assert_false(pipe_source_globs(s->source.kind));
     pipe_spec_free(s);
 
-    s = parse_ok("lines(\"a*\", \"b?\")");
+    s = pipeline_parse("lines(\"a*\", \"b?\")");
     assert_int_equal(s->source.kind, PIPE_SRC_LINES);
     assert_int_equal(s->source.nglobs, 2);
     assert_string_equal(s->source.globs[0], "a*");
@@ -267,7 +259,7 @@ static void test_fields(void **state)
 static void test_columns(void **state)
 {
     (void)state;
-    struct pipe_spec *s = parse_ok("  range(10) | batch(2)|take(1)\n | map(f)");
+    struct pipe_spec *s = pipeline_parse("  range(10) | batch(2)|take(1)\n | map(f)");
     assert_int_equal(s->source.column, 3);
     assert_int_equal(s->nops, 3);
     assert_int_equal(s->ops[0].column, 15);
@@ -464,7 +456,7 @@ static void test_tuple_limit(void **state)
     for (int i = 1; i < 64; i++)
         o += (size_t)snprintf(text + o, sizeof(text) - o, ",%d", i % 10);
     snprintf(text + o, sizeof(text) - o, "))");
-    struct pipe_spec *spec = parse_ok(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     assert_int_equal(spec->source.values[0].nitems, 64);
     pipe_spec_free(spec);
 
@@ -486,7 +478,7 @@ static void test_tar_ext_limit(void **state)
     for (int i = 0; i < 64; i++)
         o += (size_t)snprintf(text + o, sizeof(text) - o, ", \"e%d\"", i);
     snprintf(text + o, sizeof(text) - o, ")");
-    struct pipe_spec *spec = parse_ok(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     assert_int_equal(spec->source.nexts, 64);
     assert_string_equal(spec->source.exts[63], "e63");
     char *canonical = format_alloc(spec);
@@ -530,7 +522,7 @@ static void test_large_inputs(void **state)
     o = (size_t)sprintf(text, "range(10)");
     for (size_t i = 0; i < nops; i++)
         o += (size_t)sprintf(text + o, " | take(%zu)", i);
-    spec = parse_ok(text);
+    spec = pipeline_parse(text);
     assert_int_equal(spec->nops, nops);
     assert_int_equal(spec->ops[nops - 1].n, (int64_t)nops - 1);
     char *canonical = format_alloc(spec);
@@ -546,7 +538,7 @@ static void test_large_inputs(void **state)
     for (size_t i = 0; i < nvalues; i++)
         o += (size_t)sprintf(text + o, "%s[%zu]", i ? ", " : "", i);
     strcpy(text + o, ")");
-    spec = parse_ok(text);
+    spec = pipeline_parse(text);
     assert_int_equal(spec->source.nvalues, nvalues);
     pipe_spec_free(spec);
     free(text);
@@ -592,7 +584,7 @@ static void test_tail(void **state)
 
 static bool equal_texts(const char *a, const char *b)
 {
-    struct pipe_spec *sa = parse_ok(a), *sb = parse_ok(b);
+    struct pipe_spec *sa = pipeline_parse(a), *sb = pipeline_parse(b);
     bool eq = pipe_spec_equal(sa, sb);
     assert_true(pipe_spec_equal(sb, sa) == eq);
     pipe_spec_free(sa);
@@ -632,8 +624,8 @@ static void test_equal(void **state)
     assert_false(equal_texts("tar(\"a\", \"x\")", "tar(\"b\", \"x\")"));
 
     /* Fields that do not belong to an op's kind take no part in equality. */
-    struct pipe_spec *a = parse_ok("range(10) | repeat() | batch(2)");
-    struct pipe_spec *b = parse_ok("range(10) | repeat() | batch(2)");
+    struct pipe_spec *a = pipeline_parse("range(10) | repeat() | batch(2)");
+    struct pipe_spec *b = pipeline_parse("range(10) | repeat() | batch(2)");
     b->ops[0].n = 99;
     b->ops[1].seed = 7;
     assert_true(pipe_spec_equal(a, b));
@@ -665,7 +657,7 @@ static void test_endless(void **state)
         {"lines(\"x\") | repeat()", true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct pipe_spec *spec = parse_ok(cases[i].text);
+        struct pipe_spec *spec = pipeline_parse(cases[i].text);
         if (pipe_spec_endless(spec) != cases[i].endless)
             fail_msg("'%s': expected %s", cases[i].text, cases[i].endless ? "endless" : "finite");
         pipe_spec_free(spec);
@@ -675,7 +667,7 @@ static void test_endless(void **state)
 static void test_format_truncates(void **state)
 {
     (void)state;
-    struct pipe_spec *spec = parse_ok("range(10) | batch(2)");
+    struct pipe_spec *spec = pipeline_parse("range(10) | batch(2)");
     char buf[8];
     memset(buf, 'x', sizeof(buf));
     assert_int_equal(pipe_spec_format(spec, buf, sizeof(buf)), 20);
@@ -694,12 +686,12 @@ static void test_format_truncates(void **state)
         text[o++] = (char)c;
     }
     strcpy(text + o, "\")");
-    spec = parse_ok(text);
+    spec = pipeline_parse(text);
     assert_int_equal(spec->source.values[0].slen, 255);
     char *canonical = format_alloc(spec);
     for (const char *c = canonical; *c; c++)
         assert_true(*c >= 0x20 && *c <= 0x7e);
-    struct pipe_spec *again = parse_ok(canonical);
+    struct pipe_spec *again = pipeline_parse(canonical);
     assert_true(pipe_spec_equal(spec, again));
     free(canonical);
     pipe_spec_free(again);

@@ -8,6 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/rng.h"
+
 #include "common/ranges.h"
 
 #include <inttypes.h>
@@ -192,14 +194,6 @@ static void test_top_of_range(void **unused)
 /* ---- random runs against a bitmap ------------------------------------------------------------ */
 
 #define UNIVERSE 96
-
-static uint64_t rng_next(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
 
 /* Checks every query on values base + [0, UNIVERSE] (and a little around) against the model. */
 static void check_model(const struct ranges *r, const bool *model, uint64_t base, size_t step)

@@ -16,6 +16,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/rng.h"
+
 #include "common/error.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/plan.h"
@@ -28,14 +30,6 @@
 
 #define STEPS 2500
 #define RUNS 10
-
-static uint64_t rng_next(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
 
 static uint64_t pick(uint64_t *x, uint64_t n)
 {

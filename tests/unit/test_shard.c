@@ -10,24 +10,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 #include "worker/shard.h"
 
-static struct pipe_spec *parse(const char *text)
-{
-    struct pipe_spec *spec = NULL;
-    char err[256];
-    int rc = pipe_parse(text, &spec, err, sizeof err);
-    if (rc != 0)
-        fail_msg("parse '%s': %s", text, err);
-    return spec;
-}
-
 static void expect_equal(const struct pipe_spec *got, const char *want_text)
 {
-    struct pipe_spec *want = parse(want_text);
+    struct pipe_spec *want = pipeline_parse(want_text);
     if (!pipe_spec_equal(got, want)) {
         char buf[1024];
         pipe_spec_format(got, buf, sizeof buf);
@@ -49,7 +41,7 @@ static void run_cases(const struct rewrite_case *cases, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const struct rewrite_case *c = &cases[i];
-        struct pipe_spec *in = parse(c->in);
+        struct pipe_spec *in = pipeline_parse(c->in);
         size_t nfiles = 0;
         while (c->files[nfiles])
             nfiles++;
@@ -349,7 +341,7 @@ static void test_needs_files(void **state)
         {"range(3)", SLUICE_SHARD_FILE_OR_DATA, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct pipe_spec *in = parse(cases[i].in);
+        struct pipe_spec *in = pipeline_parse(cases[i].in);
         assert_int_equal(shard_needs_files(in, cases[i].mode), cases[i].want);
         pipe_spec_free(in);
     }

@@ -8,6 +8,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
+#include "lib/file.h"
+#include "lib/pipeline.h"
+#include "lib/tmp.h"
+
 #include "common/crc32c.h"
 #include "pipeline/element.h"
 #include "pipeline/files.h"
@@ -23,7 +28,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <jansson.h>
@@ -33,7 +37,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 struct fixture {
@@ -53,18 +56,10 @@ static int setup(void **state)
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove(f->dir);
     pipe_registry_free(f->reg);
     free(f);
     return 0;
@@ -86,31 +81,6 @@ static char *chunk_path(const struct fixture *f, uint64_t i)
     char *p = buf[slot++ % 4];
     snap_chunk_path(f->dir, i, p, sizeof buf[0]);
     return p;
-}
-
-static uint8_t *read_whole(const char *path, size_t *len)
-{
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    assert_int_equal(fseek(fp, 0, SEEK_END), 0);
-    long n = ftell(fp);
-    assert_true(n >= 0);
-    rewind(fp);
-    uint8_t *p = malloc((size_t)n + 1);
-    assert_non_null(p);
-    assert_int_equal(fread(p, 1, (size_t)n, fp), (size_t)n);
-    fclose(fp);
-    *len = (size_t)n;
-    return p;
-}
-
-static void write_bytes(const char *path, const void *data, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    if (len > 0)
-        assert_int_equal(fwrite(data, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
 }
 
 static void set_i64(struct sluice_element *e, int64_t v)
@@ -288,7 +258,7 @@ static void test_round_trip(void **state)
     assert_int_equal(snap_chunk_check(chunk_path(f, 7), &info, f->err, sizeof f->err), 0);
     assert_int_equal(info.elements, 3 * NSAMPLES);
     size_t len;
-    uint8_t *data = read_whole(chunk_path(f, 7), &len);
+    uint8_t *data = file_read(chunk_path(f, 7), &len);
     assert_int_equal(info.bytes, len);
     assert_int_equal(info.crc32c, crc32c(data, len - 4));
     free(data);
@@ -303,7 +273,7 @@ static void test_empty_chunk(void **state)
     assert_int_equal(snap_writer_open(f->dir, 0, &w, f->err, sizeof f->err), 0);
     assert_int_equal(snap_writer_commit(w, f->err, sizeof f->err), 0);
     size_t len;
-    uint8_t *data = read_whole(chunk_path(f, 0), &len);
+    uint8_t *data = file_read(chunk_path(f, 0), &len);
     assert_int_equal(len, 8 + 24);
     assert_memory_equal(data, "SLSNAP01", 8);
     free(data);
@@ -329,10 +299,10 @@ static uint8_t *damaged(struct fixture *f, size_t at, uint8_t x)
 {
     write_i64_chunk(f, 0, 10, 2);
     size_t len;
-    uint8_t *data = read_whole(chunk_path(f, 0), &len);
+    uint8_t *data = file_read(chunk_path(f, 0), &len);
     assert_int_equal(len, FILE_LEN);
     data[at] ^= x;
-    write_bytes(chunk_path(f, 0), data, len);
+    file_write(chunk_path(f, 0), data, len);
     data[at] ^= x;
     return data;
 }
@@ -423,7 +393,7 @@ static void test_consistent_lies(void **state)
     data[FOOTER + 4] = 3;
     uint32_t crc = pipe_tfrecord_mask(crc32c(data, FILE_LEN - 4));
     memcpy(data + FILE_LEN - 4, &crc, 4);
-    write_bytes(chunk_path(f, 0), data, FILE_LEN);
+    file_write(chunk_path(f, 0), data, FILE_LEN);
     expect_damage(f, 2, SLUICE_ERR_CORRUPT, "footer says 3 elements, found 2 at offset 50");
 
     /* A footer with the wrong body length. */
@@ -431,7 +401,7 @@ static void test_consistent_lies(void **state)
     data[FOOTER + 12] = 49;
     crc = pipe_tfrecord_mask(crc32c(data, FILE_LEN - 4));
     memcpy(data + FILE_LEN - 4, &crc, 4);
-    write_bytes(chunk_path(f, 0), data, FILE_LEN);
+    file_write(chunk_path(f, 0), data, FILE_LEN);
     expect_damage(f, 2, SLUICE_ERR_CORRUPT, "footer says 49 body bytes, found 50 at offset 50");
     free(data);
 
@@ -440,7 +410,7 @@ static void test_consistent_lies(void **state)
     data[REC0 + 8 + 2] = 0;
     crc = pipe_tfrecord_mask(crc32c(data + REC0 + 8, 13));
     memcpy(data + REC0 + 4, &crc, 4);
-    write_bytes(chunk_path(f, 0), data, FILE_LEN);
+    file_write(chunk_path(f, 0), data, FILE_LEN);
     expect_damage(f, 0, SLUICE_ERR_CORRUPT,
                   "bad element at offset 8: element codec: offset 2: bad component count");
 
@@ -451,7 +421,7 @@ static void test_consistent_lies(void **state)
     memcpy(data + REC0 + 4, &crc, 4);
     memcpy(longer, data, FILE_LEN);
     longer[FILE_LEN] = 0;
-    write_bytes(chunk_path(f, 0), longer, sizeof longer);
+    file_write(chunk_path(f, 0), longer, sizeof longer);
     expect_damage(f, 2, SLUICE_ERR_CORRUPT, "trailing bytes after the footer at offset 74");
     free(data);
 }
@@ -461,7 +431,7 @@ static void test_truncation(void **state)
     struct fixture *f = *state;
     uint8_t *data = damaged(f, 0, 0);
     for (size_t len = 0; len < FILE_LEN; len++) {
-        write_bytes(chunk_path(f, 0), data, len);
+        file_write(chunk_path(f, 0), data, len);
         char what[128];
         size_t good;
         if (len < REC0) {
@@ -524,8 +494,8 @@ static void test_seed_corpus(void **state)
     char seed[512];
     snprintf(seed, sizeof seed, "%s/tests/fuzz/corpus/fuzz_snapshot_chunk/int64",
              SLUICE_SOURCE_DIR);
-    uint8_t *ours = read_whole(chunk_path(f, 0), &a);
-    uint8_t *theirs = read_whole(seed, &b);
+    uint8_t *ours = file_read(chunk_path(f, 0), &a);
+    uint8_t *theirs = file_read(seed, &b);
     assert_int_equal(a, b);
     assert_memory_equal(ours, theirs, a);
     free(ours);
@@ -665,18 +635,18 @@ static void test_meta(void **state)
     assert_string_equal(names, ". .. chunks snapshot.json ");
 
     /* Damaged or foreign meta files. */
-    write_bytes(path_in(f, "snap/snapshot.json"), "{\"format\": 1,", 13);
+    file_write(path_in(f, "snap/snapshot.json"), "{\"format\": 1,", 13);
     assert_int_equal(snap_meta_read(dir, &got, f->err, sizeof f->err), SLUICE_ERR_CORRUPT);
     assert_non_null(strstr(f->err, "snap/snapshot.json: line 1:"));
     const char *no_chunks = "{\"format\": 1, \"dataset_id\": \"x\", \"pipeline\": \"range(3)\"}";
-    write_bytes(path_in(f, "snap/snapshot.json"), no_chunks, strlen(no_chunks));
+    file_write(path_in(f, "snap/snapshot.json"), no_chunks, strlen(no_chunks));
     assert_int_equal(snap_meta_read(dir, &got, f->err, sizeof f->err), SLUICE_ERR_CORRUPT);
     snprintf(want, sizeof want,
              "%s/snapshot.json: missing or bad format, dataset_id, pipeline or chunks", dir);
     assert_string_equal(f->err, want);
     const char *v2 =
         "{\"format\": 2, \"dataset_id\": \"x\", \"pipeline\": \"range(3)\", \"chunks\": 1}";
-    write_bytes(path_in(f, "snap/snapshot.json"), v2, strlen(v2));
+    file_write(path_in(f, "snap/snapshot.json"), v2, strlen(v2));
     assert_int_equal(snap_meta_read(dir, &got, f->err, sizeof f->err), SLUICE_ERR_UNSUPPORTED);
     snprintf(want, sizeof want, "%s/snapshot.json: snapshot format 2 (this build reads 1)", dir);
     assert_string_equal(f->err, want);
@@ -720,7 +690,7 @@ static void test_finalize(void **state)
     assert_string_equal(f->err, want);
 
     /* A damaged chunk stops it too. */
-    write_bytes(chunk_path(f, 1), "SLSNAP01", 8);
+    file_write(chunk_path(f, 1), "SLSNAP01", 8);
     assert_int_equal(snap_finalize(f->dir, 3, f->err, sizeof f->err), SLUICE_ERR_CORRUPT);
     snprintf(want, sizeof want, "snapshot chunk %s: truncated at offset 8", chunk_path(f, 1));
     assert_string_equal(f->err, want);
@@ -795,8 +765,8 @@ static void test_disk_status(void **state)
     /* Neither a writer's temporary file nor a stray name counts. */
     struct snap_writer *w;
     assert_int_equal(snap_writer_open(f->dir, 1, &w, f->err, sizeof f->err), 0);
-    write_bytes(path_in(f, "chunks/chunk-000000000009"), "x", 1);
-    write_bytes(path_in(f, "chunks/chunk-1"), "x", 1);
+    file_write(path_in(f, "chunks/chunk-000000000009"), "x", 1);
+    file_write(path_in(f, "chunks/chunk-1"), "x", 1);
     assert_int_equal(snap_disk_status(f->dir, &st, f->err, sizeof f->err), 0);
     assert_int_equal(st.committed, 2);
     assert_false(st.complete);
@@ -812,7 +782,7 @@ static void test_disk_status(void **state)
     assert_int_equal(
         snap_mark_failed(f->dir, "disk full\nwhile writing chunk 2", f->err, sizeof f->err), 0);
     size_t len;
-    uint8_t *data = read_whole(path_in(f, "FAILED"), &len);
+    uint8_t *data = file_read(path_in(f, "FAILED"), &len);
     assert_int_equal(len, strlen("disk full while writing chunk 2\n"));
     assert_memory_equal(data, "disk full while writing chunk 2\n", len);
     free(data);
@@ -822,20 +792,6 @@ static void test_disk_status(void **state)
 }
 
 /* ---- the snapshot("DIR") source ---- */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
 
 /* Writes snapshot.json for n chunks and chunk i with counts[i] elements 10 * i + j (counts NULL:
  * no chunk). */
@@ -866,12 +822,9 @@ static void make_snapshot(struct fixture *f, const char *dir, uint64_t n, const 
 
 static struct pipe_spec *parse_text(const char *fmt, const char *dir)
 {
-    char text[512], err[256];
+    char text[512];
     snprintf(text, sizeof text, fmt, dir);
-    struct pipe_spec *spec = NULL;
-    if (pipe_parse(text, &spec, err, sizeof err) != 0)
-        fail_msg("%s: %s", text, err);
-    return spec;
+    return pipeline_parse(text);
 }
 
 /* Reads run to its end (or failure) into text, one element per line; returns the final code. */
@@ -1135,7 +1088,7 @@ static void test_source_complete_without_chunk(void **state)
     struct fixture *f = *state;
     static const int counts[] = {2, -1};
     make_snapshot(f, f->dir, 2, counts);
-    write_bytes(path_in(f, "manifest.json"), "{\"elements\": 2}\n", 16);
+    file_write(path_in(f, "manifest.json"), "{\"elements\": 2}\n", 16);
     char want[512], got[256];
     snprintf(want, sizeof want,
              "snapshot chunk %s: not found (the snapshot is complete without it)",
@@ -1161,9 +1114,9 @@ static void test_source_damaged_chunk(void **state)
     static const int counts[] = {1, 2};
     make_snapshot(f, f->dir, 2, counts);
     size_t len;
-    uint8_t *data = read_whole(chunk_path(f, 1), &len);
+    uint8_t *data = file_read(chunk_path(f, 1), &len);
     data[REC1 + 8 + 12] ^= 1;
-    write_bytes(chunk_path(f, 1), data, len);
+    file_write(chunk_path(f, 1), data, len);
     free(data);
     char want[512], got[256];
     snprintf(want, sizeof want, "snapshot chunk %s: checksum mismatch at offset 29",

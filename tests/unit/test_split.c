@@ -7,6 +7,10 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/file.h"
+#include "lib/pipeline.h"
+#include "lib/tmp.h"
+
 #include "common/error.h"
 #include "pipeline/files.h"
 #include "pipeline/iter.h"
@@ -14,7 +18,6 @@
 #include "pipeline/registry.h"
 #include "pipeline/split.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,24 +349,6 @@ struct fixture {
     struct sluice_registry *reg;
 };
 
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
-
-static void write_text(const char *dir, const char *name, const char *text)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    fputs(text, fp);
-    assert_int_equal(fclose(fp), 0);
-}
-
 static void write_records(const char *dir, const char *name, int first, int count)
 {
     char path[256];
@@ -384,10 +369,10 @@ static int setup(void **state)
     assert_non_null(f);
     snprintf(f->dir, sizeof f->dir, "/tmp/sluice-test-split-XXXXXX");
     assert_non_null(mkdtemp(f->dir));
-    write_text(f->dir, "c.txt", "c1\nc2\nc3");
-    write_text(f->dir, "a.txt", "a1\n\na3\n");
-    write_text(f->dir, "b.txt", "");
-    write_text(f->dir, "d.txt", "a1\n");
+    file_write_in(f->dir, "c.txt", "c1\nc2\nc3");
+    file_write_in(f->dir, "a.txt", "a1\n\na3\n");
+    file_write_in(f->dir, "b.txt", "");
+    file_write_in(f->dir, "d.txt", "a1\n");
     write_records(f->dir, "r2.tfrecord", 100, 7);
     write_records(f->dir, "r0.tfrecord", 0, 3);
     write_records(f->dir, "r1.tfrecord", 50, 0);
@@ -403,20 +388,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct fixture *f = *state;
-    nftw(f->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    tmp_remove(f->dir);
     pipe_registry_free(f->reg);
     free(f);
     return 0;
-}
-
-static struct pipe_spec *parse_ok(const char *text)
-{
-    struct pipe_spec *spec = NULL;
-    char err[256] = "";
-    int rc = pipe_parse(text, &spec, err, sizeof err);
-    if (rc != 0)
-        fail_msg("parse '%s': %d %s", text, rc, err);
-    return spec;
 }
 
 static void test_file_splits(void **state)
@@ -424,7 +399,7 @@ static void test_file_splits(void **state)
     struct fixture *f = *state;
     char text[512];
     snprintf(text, sizeof text, "lines(\"%s/*.txt\", \"%s/a*\") | repeat(2)", f->dir, f->dir);
-    struct pipe_spec *spec = parse_ok(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_split_provider p;
     init_ok(&p, spec, 0);
     assert_int_equal(p.plan.kind, SPLIT_FILES);
@@ -449,7 +424,7 @@ static void test_file_splits(void **state)
     pipe_spec_free(spec);
 
     snprintf(text, sizeof text, "tfrecord(\"%s/r*.tfrecord\") | repeat()", f->dir);
-    spec = parse_ok(text);
+    spec = pipeline_parse(text);
     init_ok(&p, spec, 0);
     assert_int_equal(p.plan.kind, SPLIT_FILES);
     assert_int_equal(p.plan.per_pass, 4);
@@ -465,7 +440,7 @@ static void test_file_splits(void **state)
 
     /* A glob matching nothing fails the provider, naming the glob. */
     snprintf(text, sizeof text, "tfrecord(\"%s/r*.tfrecord\", \"%s/*.nope\")", f->dir, f->dir);
-    spec = parse_ok(text);
+    spec = pipeline_parse(text);
     char err[256] = "";
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), SLUICE_ERR_NOT_FOUND);
     snprintf(want, sizeof want, "no file matches '%s/*.nope'", f->dir);
@@ -581,7 +556,7 @@ static void drain(struct pipe_run *run, struct bag *b, const char *what)
 static void check_property(struct fixture *f, const char *text, size_t expect_n,
                            uint64_t split_size)
 {
-    struct pipe_spec *spec = parse_ok(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     char err[512] = "";
     struct pipe_run *run = NULL;
     int rc = pipe_open(spec, f->reg, &run, err, sizeof err);

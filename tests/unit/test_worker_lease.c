@@ -14,19 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/parse.h"
 #include "pipeline/split.h"
 #include "worker/lease.h"
-
-static struct pipe_spec *parse(const char *text)
-{
-    struct pipe_spec *spec = NULL;
-    char err[256];
-    if (pipe_parse(text, &spec, err, sizeof err) != 0)
-        fail_msg("parse '%s': %s", text, err);
-    return spec;
-}
 
 /* The plan a worker holds for a dataset: the numbers and files the dispatcher sends (wire
  * SplitPlan, paths borrowed from p), and what the worker takes from the dataset itself. */
@@ -100,7 +93,7 @@ static void test_wire_plan_matches_provider(void **state)
         {"range(100) | global_shuffle(3) | repeat(3)", 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct pipe_spec *spec = parse(cases[i].text);
+        struct pipe_spec *spec = pipeline_parse(cases[i].text);
         struct pipe_split_provider p;
         char err[256];
         assert_int_equal(pipe_split_provider_init(&p, spec, cases[i].split_size, err, sizeof err),
@@ -123,7 +116,7 @@ static void test_wire_plan_files(void **state)
         "lines(\"/data/*.rec\") | global_shuffle(11) | repeat()",
     };
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
-        struct pipe_spec *spec = parse(texts[i]);
+        struct pipe_spec *spec = pipeline_parse(texts[i]);
         struct pipe_split_provider p = {
             .plan = {
                 .per_pass = 3, .passes = i == 0 ? 2 : UINT64_MAX, .paths = paths, .npaths = 3}};

@@ -14,6 +14,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "lib/pipeline.h"
+
 #include "common/error.h"
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
@@ -73,15 +75,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static struct pipe_spec *parse(const char *text)
-{
-    struct pipe_spec *spec = NULL;
-    char err[256];
-    if (pipe_parse(text, &spec, err, sizeof err) != 0)
-        fail_msg("parse '%s': %s", text, err);
-    return spec;
-}
-
 static struct task *start(struct env *e, const char *text, enum sluice_mode mode, unsigned threads,
                           uint32_t nw, uint32_t wi, uint64_t buffer_records)
 {
@@ -98,7 +91,7 @@ static struct task *start(struct env *e, const char *text, enum sluice_mode mode
     };
     struct task *t = NULL;
     char err[256];
-    int rc = task_start(&cfg, parse(text), &t, err, sizeof err);
+    int rc = task_start(&cfg, pipeline_parse(text), &t, err, sizeof err);
     if (rc != 0)
         fail_msg("task_start: %s", err);
     return t;
@@ -380,7 +373,7 @@ static void run_distributed(struct env *e, const char *text, uint64_t split_size
 {
     struct leaser l;
     memset(&l, 0, sizeof l);
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     char err[256];
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, split_size, err, sizeof err), 0);
     pipe_spec_free(spec);
@@ -491,7 +484,7 @@ static void test_distributed_seq_past_end(void **state)
     struct env *e = *state;
     struct leaser l;
     memset(&l, 0, sizeof l);
-    struct pipe_spec *spec = parse("range(10)");
+    struct pipe_spec *spec = pipeline_parse("range(10)");
     char err[256];
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, 5, err, sizeof err), 0);
     pipe_spec_free(spec);
@@ -613,7 +606,7 @@ static void test_save_task_writes_chunks(void **state)
     const char *text = "range(500) | map(mul, 3)";
     struct leaser l;
     memset(&l, 0, sizeof l);
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, 16, err, sizeof err), 0);
     pipe_spec_free(spec);
     l.count = split_plan_total(&l.prov.plan);
@@ -633,7 +626,7 @@ static void test_save_task_writes_chunks(void **state)
         .snapshot_path = dir,
     };
     struct task *t = NULL;
-    assert_int_equal(task_start(&cfg, parse(text), &t, err, sizeof err), 0);
+    assert_int_equal(task_start(&cfg, pipeline_parse(text), &t, err, sizeof err), 0);
     uint64_t t0 = uv_hrtime();
     struct task_progress tp;
     for (;;) {
@@ -696,7 +689,7 @@ static void test_save_task_writes_chunks(void **state)
 /* The pipeline's elements, run locally, encoded as one batch: what the task must deliver. */
 static struct pipe_buf expected(struct env *e, const char *text, size_t *count)
 {
-    struct pipe_spec *spec = parse(text);
+    struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     char err[256];
     assert_int_equal(pipe_open(spec, e->reg, &run, err, sizeof err), 0);
@@ -798,7 +791,7 @@ static void run_case(struct env *e, const char *text, bool compress, bool whole,
     };
     struct task *t = NULL;
     char err[256];
-    assert_int_equal(task_start(&cfg, parse(text), &t, err, sizeof err), 0);
+    assert_int_equal(task_start(&cfg, pipeline_parse(text), &t, err, sizeof err), 0);
     struct pipe_buf got = {0};
     struct drain_stats st;
     drain_takes(e, t, whole, max_bytes, &got, &st);
