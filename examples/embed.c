@@ -17,7 +17,7 @@
 
 int main(void)
 {
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
     int status = 1;
     struct sluice_dispatcher *dispatcher = NULL;
     struct sluice_worker *workers[NWORKERS] = {NULL};

@@ -27,9 +27,9 @@
  *
  * Errors: functions returning int return 0 or a negative code of <sluice/sluice.h>
  * (sluice_strerror), with a one-line message in err (errlen bytes, always NUL-terminated when
- * errlen > 0; err may be NULL). Options that are out of range or missing are
- * SLUICE_ERR_INVALID with a message naming the field ("port: expected a number from 0 to
- * 65535, got 70000"); a start that fails leaves nothing running and nothing to free. */
+ * errlen > 0; err may be NULL; SLUICE_ERRMSG_SIZE bytes hold it). Options that are out of range or
+ * missing are SLUICE_ERR_INVALID with a message naming the field ("port: expected a number from 0
+ * to 65535, got 70000"); a start that fails leaves nothing running and nothing to free. */
 #ifndef SLUICE_SERVER_H
 #define SLUICE_SERVER_H
 

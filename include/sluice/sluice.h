@@ -75,6 +75,20 @@ enum sluice_err {
  * Never returns NULL. Any thread. */
 const char *sluice_strerror(int code);
 
+/* Messages. A function that can fail with more to say than its code takes a buffer for the
+ * message, err and its size errlen (buf and len for the lines of sluice_client_waiting and
+ * sluice_iterator_waiting): on failure it writes one line there, NUL-terminated and cut to fit
+ * when longer (nothing when the size is 0). SLUICE_ERRMSG_SIZE is the size sluice gives every
+ * such buffer itself, inside the library and in its programs, so a buffer of that size receives
+ * a message as whole as sluice keeps it:
+ *
+ *     char err[SLUICE_ERRMSG_SIZE];
+ *     if (sluice_client_open(&options, &client, err, sizeof err) < 0)
+ *         fprintf(stderr, "client: %s\n", err);
+ *
+ * A message that quotes a long input (a path, a pipeline's text) is cut at that size. */
+#define SLUICE_ERRMSG_SIZE 1024
+
 /* ---- Elements ---------------------------------------------------------------------------- */
 
 enum sluice_dtype {

@@ -43,7 +43,7 @@ static int client_init(ClientObject *self, PyObject *args, PyObject *kw)
         .nplugins = paths.n,
         .security = sec,
     };
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_client_open(&o, &self->c, err, sizeof err);
@@ -92,7 +92,7 @@ static PyObject *client_register(ClientObject *self, PyObject *args, PyObject *k
         return PyErr_Format(PyExc_ValueError, "compression must be 'auto' or 'none', not '%s'",
                             compression);
     }
-    char id[256], err[PYS_ERRLEN] = "";
+    char id[256], err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_register(self->c, pipeline, &o, id, sizeof id, err, sizeof err);
@@ -107,7 +107,7 @@ static PyObject *client_status(ClientObject *self, PyObject *args)
     const char *dataset_id = NULL;
     if (!PyArg_ParseTuple(args, "|z", &dataset_id) || !client_ready(self))
         return NULL;
-    char *json = NULL, err[PYS_ERRLEN] = "";
+    char *json = NULL, err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = dataset_id ? sluice_status_dataset(self->c, dataset_id, &json, err, sizeof err)
@@ -135,7 +135,7 @@ static PyObject *client_save_snapshot(ClientObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "ss", &dataset_id, &path) || !client_ready(self))
         return NULL;
     struct sluice_snapshot_status st;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_client_save_snapshot(self->c, dataset_id, path, &st, err, sizeof err);
@@ -151,7 +151,7 @@ static PyObject *client_snapshot_status(ClientObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "s", &path) || !client_ready(self))
         return NULL;
     struct sluice_snapshot_status st;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_client_snapshot_status(self->c, path, &st, err, sizeof err);
@@ -168,7 +168,7 @@ static PyObject *client_snapshot_wait(ClientObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "s|K", &path, &timeout_ms) || !client_ready(self))
         return NULL;
     struct sluice_snapshot_status st;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_client_snapshot_wait(self->c, path, 0, timeout_ms, &st, err, sizeof err);
@@ -295,7 +295,7 @@ static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
 static int open_read(ClientObject *client, const struct sluice_read_options *o,
                      struct sluice_iterator **it)
 {
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_iterator_open(client->c, o, it, err, sizeof err);
     PyEval_RestoreThread(ts);
@@ -371,7 +371,7 @@ static PyObject *iterator_next(IteratorObject *self)
     }
     if (!self->elem && !(self->elem = sluice_element_new()))
         return PyErr_NoMemory();
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     uint32_t waited = 0;
     int rc;
     self->busy = true;
@@ -391,7 +391,7 @@ static PyObject *iterator_next(IteratorObject *self)
         }
         if (self->timeout_ms && waited >= self->timeout_ms) {
             /* With what the read waits for ("waiting for dispatcher H:P: ..."). */
-            char why[PYS_ERRLEN / 2] = "";
+            char why[SLUICE_ERRMSG_SIZE / 2] = "";
             ts = PyEval_SaveThread();
             sluice_iterator_waiting(self->it, why, sizeof why);
             PyEval_RestoreThread(ts);
@@ -445,7 +445,7 @@ static PyObject *iterator_save(IteratorObject *self, PyObject *unused)
     }
     uint8_t *b = NULL;
     size_t n = 0;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = sluice_iterator_save(self->it, &b, &n, err, sizeof err);
     if (rc)
         return pys_raise(rc, err);
@@ -564,7 +564,7 @@ static int local_init(LocalObject *self, PyObject *args, PyObject *kw)
     struct pys_strs paths;
     if (pys_strs_get(plugins, "plugins", &paths) < 0)
         return -1;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     PyThreadState *ts = PyEval_SaveThread();
     rc = sluice_local_open(pipeline, paths.v, paths.n, &self->run, err, sizeof err);
@@ -596,7 +596,7 @@ static PyObject *local_next(LocalObject *self)
     }
     if (!self->elem && !(self->elem = sluice_element_new()))
         return PyErr_NoMemory();
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc;
     self->busy = true;
     PyThreadState *ts = PyEval_SaveThread();

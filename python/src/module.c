@@ -116,7 +116,7 @@ static PyObject *merge_positions(PyObject *self, PyObject *seq)
     }
     uint8_t *m = NULL;
     size_t mlen = 0;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = sluice_checkpoint_merge(v, lens, (size_t)n, &m, &mlen, err, sizeof err);
     if (rc) {
         pys_raise(rc, err);

@@ -15,7 +15,6 @@
 #include "pyfn/convert.h"
 
 #define PYS_SLICE_MS 100
-#define PYS_ERRLEN 1024
 
 /* The exception classes (module.c): Error and its subclasses by code. */
 extern PyObject *pys_error;

@@ -174,7 +174,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
     o.nworker_addresses = addrs.n;
     o.data_roots = roots.v;
     o.ndata_roots = roots.n;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_dispatcher_start(&o, &self->d, err, sizeof err);
     PyEval_RestoreThread(ts);
@@ -230,7 +230,7 @@ static PyObject *dispatcher_join(DispatcherObject *self, PyObject *args)
     unsigned int timeout_ms = 0;
     if (!PyArg_ParseTuple(args, "|I", &timeout_ms) || !dispatcher_live(self))
         return NULL;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = join_loop(dispatcher_wait, self->d, timeout_ms, err, sizeof err);
     if (join_result(rc, err) < 0)
         return NULL;
@@ -335,7 +335,7 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     o.npython_path = dirs.n;
     o.data_roots = roots.v;
     o.ndata_roots = roots.n;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     /* The worker takes the GIL itself where it needs it (sys.path, py functions). */
     PyThreadState *ts = PyEval_SaveThread();
     int rc = sluice_worker_start(&o, &self->w, err, sizeof err);
@@ -393,7 +393,7 @@ static PyObject *worker_join(WorkerObject *self, PyObject *args)
     unsigned int timeout_ms = 0;
     if (!PyArg_ParseTuple(args, "|I", &timeout_ms) || !worker_live(self))
         return NULL;
-    char err[PYS_ERRLEN] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = join_loop(worker_wait, self->w, timeout_ms, err, sizeof err);
     if (join_result(rc, err) < 0)
         return NULL;

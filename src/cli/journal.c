@@ -384,11 +384,11 @@ static int dump_record(void *user, uint64_t seq, const uint8_t *payload, size_t 
 {
     struct dump *d = user;
     struct st_update u;
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
     int rc = record_update_decode(payload, len, &u, why, sizeof why);
     if (rc < 0) {
         if (d->records) {
-            char what[300];
+            char what[SLUICE_ERRMSG_SIZE];
             snprintf(what, sizeof what, "does not decode: %s", why);
             json_damage(d->records, seq, what);
         } else {
@@ -435,7 +435,7 @@ static char *definition_text(const uint8_t *data, size_t len, char *why, size_t 
 static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t len)
 {
     struct dump *d = user;
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     char *text = definition_text(data, len, why, sizeof why);
     if (d->datasets) {
         json_t *o = json_object();
@@ -460,7 +460,7 @@ static int dump_dataset(void *user, const char *id, const uint8_t *data, size_t 
 
 static int dump(struct journal *j, const char *dir, bool as_json)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct dump d = {.damaged = false};
     json_t *root = NULL, *snapshot = NULL;
     if (as_json) {
@@ -505,7 +505,7 @@ static int dump(struct journal *j, const char *dir, bool as_json)
     rc = journal_snapshot_read(j, &seq, &snap, &len, err, sizeof err);
     if (rc == 0) {
         struct state s;
-        char why[512];
+        char why[SLUICE_ERRMSG_SIZE];
         if (record_snapshot_decode(snap, len, lookup_def, j, &s, why, sizeof why) < 0) {
             if (root) {
                 jset(snapshot, "seq", json_integer((json_int_t)seq));
@@ -617,7 +617,7 @@ static int verify(const char *dir)
 static int backup(const char *dir, const char *to)
 {
     struct journal_verdict v;
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
     if (journal_backup(dir, to, journal_thread_check, NULL, &v, err, sizeof err) < 0) {
         cli_error("journal", "%s: backup: %s", dir, err);
         return CLI_EXIT_FAIL;
@@ -629,7 +629,7 @@ static int backup(const char *dir, const char *to)
 static int restore(const char *from, const char *dir, bool force)
 {
     struct journal_verdict v;
-    char err[1024], replaced[PATH_MAX];
+    char err[SLUICE_ERRMSG_SIZE], replaced[PATH_MAX];
     if (journal_restore(from, dir, force, journal_thread_check, NULL, &v, replaced, sizeof replaced,
                         err, sizeof err) < 0) {
         cli_error("journal", "%s: restore: %s", dir, err);
@@ -728,7 +728,7 @@ int cli_journal(int argc, char **argv)
     if (is_restore)
         return restore(from, dir, force);
     struct journal *j;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_opts opts = {.work_dir = dir, .read_only = true};
     int rc = journal_open(&opts, &j, err, sizeof err);
     if (rc < 0) {

@@ -44,7 +44,7 @@ static const char usage[] =
 
 void cli_error(const char *what, const char *fmt, ...)
 {
-    char why[1024];
+    char why[SLUICE_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
@@ -98,7 +98,7 @@ int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *con
                     size_t nplugins, const struct sluice_security_options *security,
                     struct sluice_client **out)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_client_options opts = {
         .dispatcher = dispatcher,
         .timeout_ms = timeout_ms,

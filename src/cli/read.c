@@ -391,7 +391,7 @@ struct read_out {
 static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a,
                            struct read_out *o, unsigned long long n)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct read_ckpt c = {0};
     int rc = sluice_iterator_save(it, &c.pos, &c.pos_len, err, sizeof err);
     if (rc < 0) {
@@ -421,7 +421,7 @@ static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a
 /* Reads and prints until the end, the limit, an error or a signal. Returns the exit status. */
 static int read_all(struct sluice_iterator *it, const struct read_args *a, struct read_out *o)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct pipe_buf out = {0};
     static char iobuf[1 << 16];
     setvbuf(o->f, iobuf, _IOFBF, sizeof(iobuf));
@@ -458,7 +458,7 @@ static int read_all(struct sluice_iterator *it, const struct read_args *a, struc
             if (!stalled_since)
                 stalled_since = now > slice ? now - slice : 1; /* the wait began with the call */
             waited = now - stalled_since;
-            char why[512] = "";
+            char why[SLUICE_ERRMSG_SIZE] = "";
             /* Notes only for an obstacle: workers that are slow to produce are no news. */
             bool obstacle = sluice_iterator_waiting(it, why, sizeof why) == 1;
             if (timeout && waited >= timeout) {
@@ -603,7 +603,7 @@ int cli_read(int argc, char **argv)
     if (status != CLI_EXIT_OK)
         return status;
 
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct read_ckpt resumed = {0};
     if (a.checkpoint) {
         int rc = read_ckpt_load(a.checkpoint, &resumed, err, sizeof err);

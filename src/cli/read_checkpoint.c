@@ -120,7 +120,7 @@ int read_ckpt_load(const char *path, struct read_ckpt *c, char *err, size_t errl
         }
         got += (size_t)r;
     }
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     rc = read_ckpt_decode(buf, n, c, why, sizeof why);
     if (rc < 0)
         err_set(err, errlen, rc, "checkpoint %s: %s", path, why);

@@ -111,7 +111,7 @@ int cli_register(int argc, char **argv)
     if (status != CLI_EXIT_OK)
         return status;
 
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     char id[256];
     struct sluice_register_options opts = {.dataset_id = dataset_id,
                                            .compression = compression,

@@ -75,7 +75,7 @@ int cli_run(int argc, char **argv)
     }
 
     int status = CLI_EXIT_FAIL;
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_registry *reg = NULL;
     struct pipe_spec *spec = NULL;
     struct pipe_run *run = NULL;

@@ -120,7 +120,7 @@ static int flush_stdout(void)
 
 static int do_save(struct sluice_client *client, const struct snap_args *a)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_snapshot_status st;
     struct cli_wait wait;
     cli_wait_start(&wait, client, (uint32_t)a->timeout_ms);
@@ -176,7 +176,7 @@ static int do_save(struct sluice_client *client, const struct snap_args *a)
 
 static int do_status(struct sluice_client *client, const struct snap_args *a)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_snapshot_status st;
     struct cli_wait wait;
     cli_wait_start(&wait, client, (uint32_t)a->timeout_ms);

@@ -88,7 +88,7 @@ static int show_once(struct sluice_client *client, bool as_json, const char *dat
                      unsigned refresh, bool watch, bool tty, const char *dispatcher,
                      unsigned long long interval_ms, unsigned long long timeout_ms)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     char *json = NULL, *table = NULL;
     int status = CLI_EXIT_OK;
     /* What holds the request up is said after 2 s, and a timeout names it. */

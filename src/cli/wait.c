@@ -44,7 +44,7 @@ static void *watch(void *arg)
         if (w->stop)
             break;
         pthread_mutex_unlock(&w->mu);
-        char why[512];
+        char why[SLUICE_ERRMSG_SIZE];
         int rc = sluice_client_waiting(w->client, why, sizeof why);
         bool due = rc == 1 && wait_note_due(cli_now_ms() - start, printed);
         if (due) {

@@ -4,6 +4,8 @@
 #ifndef SLUICE_CLI_WAIT_H
 #define SLUICE_CLI_WAIT_H
 
+#include "sluice/sluice.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -20,8 +22,8 @@ struct cli_wait {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cond;
-    bool stop;      /* guarded by mu */
-    char last[512]; /* the last reason the client gave; guarded by mu */
+    bool stop;                     /* guarded by mu */
+    char last[SLUICE_ERRMSG_SIZE]; /* the last reason the client gave; guarded by mu */
 };
 
 /* Starts watching client: from now until cli_wait_stop, the reason of a wait is printed on

@@ -96,7 +96,7 @@ struct disp_call {
     bool retry;
     uint64_t started, due; /* loop time, ms */
     uint32_t attempt;
-    char why[384]; /* the last transient failure */
+    char why[SLUICE_ERRMSG_SIZE]; /* the last transient failure */
     client_disp_cb cb;
     void *user;
     const atomic_int *cancel;           /* gives up once non-zero; NULL: never */

@@ -87,7 +87,8 @@ struct sluice_client {
     uint64_t rnd;                  /* jitter generator state */
     bool stopping;
     unsigned disp_pending; /* dispatcher calls accepted and not yet finished */
-    char disp_why[384];    /* the last transient failure of a dispatcher call; "" after a success */
+    /* The last transient failure of a dispatcher call; "" after a success. */
+    char disp_why[SLUICE_ERRMSG_SIZE];
 };
 
 /* Queues op, wakes the loop and waits until the loop marks it done; returns op->rc. Not on the

@@ -264,7 +264,7 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
                 return rc;
             continue;
         }
-        char msg[400];
+        char msg[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
         int rc;
         if (it->cur_skip < it->cur.nskip && it->cur.skip[it->cur_skip] == it->cur_decoded) {
             /* Received before, or an end marker: stepped over without decoding. */
@@ -382,7 +382,7 @@ static void reader_release(struct sluice_iterator *it)
 int iter_open_tail(struct sluice_iterator *it, const char *text, const char *what, char *err,
                    size_t errlen)
 {
-    char msg[MSG_MAX];
+    char msg[SLUICE_ERRMSG_SIZE];
     int rc = pipe_parse_tail(text, &it->tail_spec, msg, sizeof msg);
     if (rc)
         return err_set(err, errlen, rc == SLUICE_ERR_NOMEM ? rc : SLUICE_ERR_PARSE, "%s: %s", what,
@@ -423,7 +423,7 @@ int iter_open_tail(struct sluice_iterator *it, const char *text, const char *wha
 static int check_local(struct sluice_iterator *it, const char *text, int *repeat_column, char *err,
                        size_t errlen)
 {
-    char msg[MSG_MAX];
+    char msg[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = NULL;
     int rc = pipe_parse_tail(text, &spec, msg, sizeof msg);
     if (rc == 0)
@@ -448,7 +448,7 @@ static int open_dataset_tail(struct sluice_iterator *it, const struct sluice_rea
 {
     struct pipe_spec *spec = NULL;
     struct pipe_dist d;
-    char msg[MSG_MAX];
+    char msg[SLUICE_ERRMSG_SIZE];
     char *text = NULL;
     int rc = pipe_spec_decode(it->def, it->def_len, &spec, msg, sizeof msg);
     if (rc) {
@@ -992,7 +992,7 @@ int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, siz
     struct ckpt acc, one;
     ckpt_init(&acc);
     ckpt_init(&one);
-    char why[MSG_MAX];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc = ckpt_decode(ckpts[0], lens[0], &acc, why, sizeof why);
     if (rc) {
         err_set(err, errlen, rc, "checkpoint 1: %s", why);

@@ -28,7 +28,7 @@ void iter_settle(struct sluice_iterator *it)
 {
     struct ct_task t;
     while (ct_reap(&it->tasks, &t)) {
-        char msg[MSG_MAX];
+        char msg[SLUICE_ERRMSG_SIZE];
         int rc = counted_copies(it) ? ct_judge_gone(&t, it->whole_copies, msg, sizeof msg) : 0;
         /* A copy cut short by its worker's loss: the read goes on with the part it got (a
          * restarted worker's new task is another copy, read from its start), unless every copy
@@ -401,7 +401,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
             goto out;
         }
-        char nmsg[MSG_MAX];
+        char nmsg[SLUICE_ERRMSG_SIZE];
         if (it->det) {
             rc = has_data ? det_payload(it, &item, nmsg, sizeof nmsg) : 0;
             uv_mutex_lock(&it->mu);

@@ -398,7 +398,7 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         struct ct_task *t = &it->tasks.v[i];
         if (t->conn || !t->listed)
             continue;
-        char msg[MSG_MAX];
+        char msg[SLUICE_ERRMSG_SIZE];
         t->conn = client_conn_acquire(it->c, t->address, t->worker_incarnation, msg, sizeof msg);
         if (!t->conn) {
             iter_fail(it, SLUICE_ERR_INVALID, "worker '%s' of task %" PRIu64 ": %s", t->address,

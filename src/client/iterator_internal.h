@@ -41,7 +41,6 @@
 #include <string.h>
 
 #define DATASET_ID_MAX 256
-#define MSG_MAX 512
 /* The longest trainer id (sluice_read_options.trainer_id), in bytes: the worker's limit. */
 #define ITER_TRAINER_ID_MAX 127
 
@@ -83,7 +82,7 @@ struct sluice_iterator {
     struct reorder_queue rq; /* deterministic reads */
     enum iter_state state;
     int fail_rc;
-    char fail_msg[MSG_MAX];
+    char fail_msg[SLUICE_ERRMSG_SIZE];
     /* Elements handed to the reader so far: stored by the reader alone (relaxed, once per
      * element, no lock), read by the loop for the consumption rate. */
     atomic_uint_fast64_t taken;
@@ -123,7 +122,7 @@ struct sluice_iterator {
                            * a limit */
     uint32_t call_timeout_ms;
     int reader_rc; /* a decoding failure, reported once the payloads before it are read */
-    char reader_msg[MSG_MAX];
+    char reader_msg[SLUICE_ERRMSG_SIZE];
     bool have_round; /* coordinated: the round and task of the last element handed out */
     uint64_t last_round, last_task;
     /* distributed_epoch without coordination: what the reader was handed, by (split,
@@ -152,7 +151,8 @@ struct sluice_iterator {
     uint64_t job_incarnation;     /* the dispatcher incarnation known to hold the job */
     uint64_t verify_incarnation;  /* the incarnation being asked whether it holds the job */
     uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
-    char hb_why[MSG_MAX]; /* the last heartbeat's transient failure; "" after a success */
+    char
+        hb_why[SLUICE_ERRMSG_SIZE]; /* the last heartbeat's transient failure; "" after a success */
     uint64_t *finished;
     size_t finished_cap;
     /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive

@@ -16,7 +16,7 @@ static void run_iter_waiting(struct sluice_client *c, struct client_op *op)
     struct iter_waiting_op *w = (struct iter_waiting_op *)op;
     struct sluice_iterator *it = w->it;
     struct wait_facts f = {0};
-    char failed[MSG_MAX] = "";
+    char failed[SLUICE_ERRMSG_SIZE] = "";
     client_disp_facts(c, &f);
     /* The heartbeats are the read's calls: their failure is the one that counts. */
     if (rpc_client_connected(c->disp)) {
@@ -74,7 +74,7 @@ int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len)
 
 void iter_append_reason(struct sluice_iterator *it, char *err, size_t errlen)
 {
-    char why[MSG_MAX];
+    char why[SLUICE_ERRMSG_SIZE];
     if (!err || errlen == 0 || sluice_iterator_waiting(it, why, sizeof why) <= 0)
         return;
     size_t n = strlen(err);

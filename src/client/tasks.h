@@ -32,6 +32,8 @@
 #ifndef SLUICE_CLIENT_TASKS_H
 #define SLUICE_CLIENT_TASKS_H
 
+#include "sluice/sluice.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -62,12 +64,12 @@ struct ct_task {
     uint64_t elements;  /* elements received from it */
     uint64_t listed_at; /* when it first appeared in a list */
     /* Why the last failed request failed (set by the shell, read while fail_streak > 0). */
-    char fail_msg[256];
+    char fail_msg[SLUICE_ERRMSG_SIZE];
     /* A failure that ends the read unless a later heartbeat shows the task gone (see
      * ct_set_error); 0 when none. */
     int error;
     uint64_t error_mark;
-    char error_msg[256];
+    char error_msg[SLUICE_ERRMSG_SIZE];
 };
 
 /* One entry of a heartbeat reply's task list. address is borrowed for the call. */

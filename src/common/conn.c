@@ -240,7 +240,7 @@ static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
     }
     Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
     if (env == NULL) {
-        char why[96];
+        char why[SLUICE_ERRMSG_SIZE];
         snprintf(why, sizeof why, "undecodable envelope (%zu bytes)", len);
         fail(c, SLUICE_ERR_PROTOCOL, why);
         return SLUICE_ERR_CLOSED;
@@ -290,7 +290,7 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
 
 static void decoder_failed(struct conn *c, int rc)
 {
-    char why[96];
+    char why[SLUICE_ERRMSG_SIZE];
     if (rc == SLUICE_ERR_PROTOCOL)
         snprintf(why, sizeof why, "zero-length frame");
     else if (rc == SLUICE_ERR_TOO_LARGE)
@@ -383,7 +383,7 @@ static void after_write(struct conn *c, int status)
         return;
     }
     if (status < 0) {
-        char why[96];
+        char why[SLUICE_ERRMSG_SIZE];
         snprintf(why, sizeof why, "write: %s", uv_strerror(status));
         fail(c, status, why);
         return;
@@ -590,7 +590,7 @@ static void tls_fail(struct conn *c, int code, const char *why)
 /* The handshake has completed: the held frames go out, in order. */
 static int tls_release_held(struct conn *c)
 {
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     while (c->held_head && !c->closing && !c->draining) {
         struct conn_frame *f = c->held_head;
         c->held_head = f->next;
@@ -643,7 +643,7 @@ static void tls_plain_peer(struct conn *c, bool accepting)
 /* Ciphertext arrived: advance the handshake, then decrypt into the frame decoder. */
 static void tls_read(struct conn *c, const uint8_t *data, size_t n)
 {
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     if (!c->sniffed) {
         c->sniffed = true;
         if (n >= 3 && !tls_looks_like_record(data, n)) {
@@ -770,7 +770,7 @@ int conn_start(struct conn *c)
     if (rc != 0 || c->tls == NULL)
         return rc;
     /* The dialling end speaks first (its ClientHello); the accepting end waits for it. */
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     int hs = tls_session_handshake(c->tls, why, sizeof why);
     if (hs < 0) {
         tls_discard(c);
@@ -829,7 +829,7 @@ static int tls_write_frame(struct conn *c, struct conn_frame *f)
         c->held_tail = f;
         return 0;
     }
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc = tls_send(c, f, f->segs, f->nsegs, why, sizeof why);
     f->segs = NULL;
     if (rc == 0)

@@ -16,7 +16,7 @@
 static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
 static int detect_rc;
 static char detect_id[HOSTID_MAX + 1];
-static char detect_err[256];
+static char detect_err[SLUICE_ERRMSG_SIZE];
 
 static void detect(void)
 {

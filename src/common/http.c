@@ -423,7 +423,7 @@ static void conn_probe(struct http_conn *c, const struct http_request *req, bool
         conn_respond(c, 405, NULL, 0);
         return;
     }
-    char why[256] = "";
+    char why[SLUICE_ERRMSG_SIZE] = "";
     bool ok = !ready_probe || !c->srv->ready || c->srv->ready(c->srv->ready_user, why, sizeof why);
     char *body = malloc(sizeof why + 16);
     if (!body) {
@@ -624,7 +624,7 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, http_render_c
     if (port < 0 || port > 65535)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: port out of range", addr);
 
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     int fd = -1, bound = 0;
     int rc = listen_open(host, port, &fd, &bound, why, sizeof why);
     if (rc != 0)
@@ -708,7 +708,7 @@ int http_metrics_host(const struct sec_ctx *sec, const char *host, char **out, c
     if (!*out)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc = sec_check_listen(sec, *out, why, sizeof why);
     if (rc < 0)
         return err_set(err, errlen, rc, "metrics: %s", why);
@@ -719,7 +719,7 @@ int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_
                        void *user, const struct sec_ctx *sec, struct http_server **out, char *err,
                        size_t errlen)
 {
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc = http_server_start(loop, host, port, render, user, out, why, sizeof why);
     if (rc < 0)
         return err_set(err, errlen, rc, "metrics: %s", why);

@@ -33,7 +33,7 @@ struct loop_thread {
     bool wake_open; /* wake may be signalled */
     unsigned waiters;
     int status;
-    char msg[LOOP_THREAD_MSG];
+    char msg[SLUICE_ERRMSG_SIZE];
 
     /* Loop thread only. */
     int delivered; /* the highest stop level ops->stop has seen */
@@ -119,7 +119,7 @@ static void on_wake(uv_async_t *a)
 static void thread_main(void *arg)
 {
     struct loop_thread *lt = arg;
-    char msg[LOOP_THREAD_MSG] = "";
+    char msg[SLUICE_ERRMSG_SIZE] = "";
     log_thread_init(lt->log_part, lt->log_level);
     int rc = uv_loop_init(&lt->loop);
     if (rc < 0) {

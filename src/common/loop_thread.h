@@ -30,9 +30,6 @@
 #include <stdint.h>
 #include <uv.h>
 
-/* Longest message loop_thread_wait and a failed start report. */
-#define LOOP_THREAD_MSG 1024
-
 struct loop_thread;
 
 struct loop_thread_ops {

@@ -111,17 +111,17 @@ struct rpc_client {
     uint64_t local_incarnation;
 
     /* Why the last attempt or connection failed; calls waiting for a connection quote it. */
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     /* What the close callback fails calls with: lost_code for the calls written on the
      * connection, and every waiting call too when fail_waiting is set (version mismatch). */
     int lost_code;
-    char lost_msg[256];
+    char lost_msg[SLUICE_ERRMSG_SIZE];
     bool fail_waiting;
     /* The last attempt failed authentication: the next one waits for a backoff. */
     bool auth_failed;
     uint64_t auth_logged_ms, auth_unlogged, auth_failures;
     bool auth_ever_logged;
-    char auth_logged_msg[256]; /* the reason last logged */
+    char auth_logged_msg[SLUICE_ERRMSG_SIZE]; /* the reason last logged */
 
     uint64_t next_id;
     struct call **buckets;
@@ -353,7 +353,7 @@ static void on_call_timer(uv_timer_t *t)
     uint64_t now = uv_now(cl->loop);
     while (!cl->closing && cl->heap_len > 0 && cl->heap[0]->deadline <= now) {
         struct call *call = cl->heap[0];
-        char msg[400];
+        char msg[SLUICE_ERRMSG_SIZE];
         int status = SLUICE_ERR_TIMEOUT;
         if (call->withdrawn) {
             status = SLUICE_ERR_CANCELLED;
@@ -508,7 +508,7 @@ static bool send_call(struct rpc_client *cl, struct call *call)
     int rc = conn_write(&cl->conn, f);
     if (rc == 0)
         return true;
-    char why[128];
+    char why[SLUICE_ERRMSG_SIZE];
     text(why, sizeof why, "write: %s", sluice_strerror(rc));
     lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
     return false;
@@ -542,7 +542,7 @@ static int error_status(const Sluice__Error *error)
 static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
 {
     struct rpc_client *cl = (struct rpc_client *)c;
-    char msg[256];
+    char msg[SLUICE_ERRMSG_SIZE];
 
     if (cl->state == CLIENT_HANDSHAKE) {
         if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR && env->error && env->id == 0) {
@@ -649,7 +649,7 @@ static void on_connected(uv_connect_t *req, int status)
 /* The connection is made (status 0) or failed: start the handshake. */
 static void connected(struct rpc_client *cl, int status)
 {
-    char why[128];
+    char why[SLUICE_ERRMSG_SIZE];
     if (status < 0) {
         text(why, sizeof why, "connect: %s", uv_strerror(status));
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
@@ -711,7 +711,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     }
     if (sec_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
-        char why[256];
+        char why[SLUICE_ERRMSG_SIZE];
         rc = conn_use_tls(&cl->conn, cl->sec->tls, cl->tls_name[0] ? cl->tls_name : cl->host, why,
                           sizeof why);
         if (rc != 0) {
@@ -726,7 +726,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     cl->connect_req.data = cl;
     rc = uv_tcp_connect(&cl->connect_req, &cl->conn.tcp, addr, on_connected);
     if (rc != 0) {
-        char why[128];
+        char why[SLUICE_ERRMSG_SIZE];
         text(why, sizeof why, "connect: %s", uv_strerror(rc));
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
     }
@@ -753,7 +753,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         maybe_finish_close(cl);
         return;
     }
-    char why[300];
+    char why[SLUICE_ERRMSG_SIZE];
     if (status < 0 || res == NULL) {
         text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(status));
         uv_freeaddrinfo(res);
@@ -777,7 +777,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 static void on_connect_timeout(uv_timer_t *t)
 {
     struct rpc_client *cl = t->data;
-    char why[128];
+    char why[SLUICE_ERRMSG_SIZE];
     text(why, sizeof why, "connect timed out after %" PRIu32 " ms", cl->connect_timeout_ms);
     if (cl->state == CLIENT_RESOLVING) {
         /* The request cannot be reused until its callback runs; backoff waits for that. */
@@ -816,7 +816,7 @@ static void start_attempt(struct rpc_client *cl)
     cl->state = CLIENT_RESOLVING;
     int rc = uv_getaddrinfo(cl->loop, &cl->gai, on_resolved, cl->host, service, &hints);
     if (rc != 0) {
-        char why[300];
+        char why[SLUICE_ERRMSG_SIZE];
         text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(rc));
         attempt_failed(cl, why);
         return;

@@ -180,7 +180,7 @@ int rpc_conn_reply_elements(struct rpc_conn *rc, uint64_t id, uint32_t count, bo
 
 int rpc_conn_reply_error(struct rpc_conn *rc, uint64_t id, int code, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -231,7 +231,7 @@ static void protocol_error(struct rpc_conn *rc, const char *fmt, ...)
 
 static void protocol_error(struct rpc_conn *rc, const char *fmt, ...)
 {
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
@@ -410,7 +410,7 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
     struct rpc_server *srv = rc->srv;
 
     if (!rc->greeted) {
-        char msg[256];
+        char msg[SLUICE_ERRMSG_SIZE];
         const char *peer_msg = NULL;
         uint8_t mac[AUTH_MAC_LEN];
         int step = auth_hs_step(&rc->hs, env, mac, msg, sizeof msg, &peer_msg);
@@ -572,7 +572,7 @@ static void on_connection(uv_stream_t *listener, int status)
 
     err = uv_accept(listener, (uv_stream_t *)&rc->conn.tcp);
     if (err == 0 && sec_has_tls(srv->opts.sec)) {
-        char why[256];
+        char why[SLUICE_ERRMSG_SIZE];
         err = conn_use_tls(&rc->conn, srv->opts.sec->tls, NULL, why, sizeof why);
         if (err != 0) {
             log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port, why);
@@ -635,7 +635,7 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link 
         return err;
     }
     if (sec_has_tls(srv->opts.sec)) {
-        char why[256];
+        char why[SLUICE_ERRMSG_SIZE];
         err = conn_use_tls(&rc->conn, srv->opts.sec->tls, NULL, why, sizeof why);
         if (err != 0)
             log_warn("rpc: in-process connection: %s", why);
@@ -704,7 +704,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "listen on %s: TLS needs this server's --tls-cert and --tls-key", addr);
 
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     int fd = -1, port = 0;
     int rc = listen_open(host, opts->port, &fd, &port, why, sizeof why);
     if (rc != 0)

@@ -56,7 +56,7 @@ struct sluice_dispatcher {
     struct dispatcher *d;     /* NULL once closing */
     struct http_server *http; /* NULL without metrics or once closing */
     bool fatal;               /* on_fatal ran */
-    char fatal_msg[LOOP_THREAD_MSG];
+    char fatal_msg[SLUICE_ERRMSG_SIZE];
 };
 
 /* ---- options ----------------------------------------------------------------------------- */
@@ -103,7 +103,7 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
                        "worker_addresses: NULL with nworker_addresses %zu", o->nworker_addresses);
     for (size_t i = 0; i < o->nworker_addresses; i++) {
         const char *a = o->worker_addresses[i];
-        char host[256], why[256];
+        char host[256], why[SLUICE_ERRMSG_SIZE];
         int port;
         if (!a || !*a)
             return err_set(err, errlen, SLUICE_ERR_INVALID, "worker_addresses[%zu] is empty", i);

@@ -169,7 +169,7 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         goto out;
     }
     if (!it) {
-        char msg[ERRLEN];
+        char msg[SLUICE_ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "iteration %" PRIu64 " not found", c->iteration_id);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
         goto out;
@@ -295,7 +295,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env)
 {
     const Sluice__ClientHeartbeatRequest *req = env->client_heartbeat;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     const struct st_client *cl = state_client(&d->st, req->client_id);
     if (!cl) {
         snprintf(err, sizeof err, "client %" PRIu64 " not found", req->client_id);
@@ -378,7 +378,7 @@ static void release_client_done(struct dispatcher *d, int status, void *ctx)
 void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
                                   const Sluice__Envelope *env)
 {
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     const Sluice__ReleaseClientRequest *req = env->release_client;
     const struct st_client *cl = state_client(&d->st, req->client_id);
     if (cl && !client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {

@@ -29,7 +29,7 @@ struct register_ctx {
     struct pipe_spec *spec;
     const struct pipe_roots *roots; /* d's; d outlives the work (d->checks) */
     int rc;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 static void register_ctx_free(struct register_ctx *c)
@@ -63,7 +63,7 @@ static void register_done(struct dispatcher *d, int status, void *ctx)
 /* Plans the registration and commits it; takes c (its request initialised). */
 static void register_plan_and_commit(struct dispatcher *d, struct register_ctx *c)
 {
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc = plan_register_dataset(&d->st, c->requested_id, c->canon, c->canon_len, c->compression,
                                    c->split_size, c->text, c->dataset_id, &d->ups, err, sizeof err);
     if (rc < 0) {
@@ -83,7 +83,7 @@ static void register_check_work(uv_work_t *w)
     c->rc = pipe_roots_check_source(c->roots, src, c->err, sizeof c->err);
     if (c->rc == 0 && src->kind == PIPE_SRC_SNAPSHOT) {
         struct snap_meta m;
-        char why[ERRLEN - 16];
+        char why[SLUICE_ERRMSG_SIZE - 16];
         c->rc = snap_meta_read(src->globs[0], &m, why, sizeof why);
         if (c->rc == 0)
             snap_meta_release(&m);
@@ -120,7 +120,7 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env)
 {
     const Sluice__RegisterDatasetRequest *req = env->register_dataset;
-    char err[ERRLEN], why[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE], why[SLUICE_ERRMSG_SIZE];
     uint8_t *packed = NULL;
     struct register_ctx *c = NULL;
     int rc;
@@ -228,7 +228,7 @@ static void get_dataset_done(struct dispatcher *d, int status, void *ctx)
     if (status < 0) {
         dispatcher_refuse_commit(&c->r, status);
     } else if (!ds) {
-        char msg[ERRLEN];
+        char msg[SLUICE_ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "dataset '%s' not found", c->dataset_id);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
     } else if (!def) {
@@ -251,7 +251,7 @@ void dispatcher_on_get_dataset(struct dispatcher *d, struct rpc_conn *conn,
                                const Sluice__Envelope *env)
 {
     const char *id = env->get_dataset->dataset_id;
-    char msg[ERRLEN];
+    char msg[SLUICE_ERRMSG_SIZE];
     if (name_check("dataset id", id, NAME_ID_MAX, msg, sizeof msg) < 0) {
         dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, msg);
         return;

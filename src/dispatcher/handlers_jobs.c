@@ -34,7 +34,7 @@ struct job_ctx {
     const struct pipe_roots *roots; /* d's data roots; d outlives the work (d->works) */
     struct split_plan plan;
     int rc;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 static void job_ctx_free(struct job_ctx *c)
@@ -108,7 +108,7 @@ static void repetition_collected(struct dispatcher *d, int status, void *ctx)
 /* Plans with the split plan (when one was built) and commits; takes c. */
 static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool have_plan)
 {
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     /* A repeating reader's next pass: the job's previous repetition is collected first when
      * nobody holds it any more, in its own commit, so the read below plans against it. */
     size_t before = d->ups.n;
@@ -174,7 +174,7 @@ static void job_plan_work(uv_work_t *w)
     struct pipe_spec *spec;
     struct pipe_split_provider p;
     bool decoded;
-    char why[ERRLEN];
+    char why[SLUICE_ERRMSG_SIZE];
     c->rc = dispatcher_split_dataset(c->def, c->def_len, c->roots, c->split_size, &spec, &p,
                                      &decoded, why, sizeof why);
     if (c->rc < 0) {
@@ -216,7 +216,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
                                      const Sluice__Envelope *env)
 {
     const Sluice__GetOrCreateJobRequest *req = env->get_or_create_job;
-    char msg[ERRLEN];
+    char msg[SLUICE_ERRMSG_SIZE];
     int code = SLUICE_ERR_INVALID;
     const struct st_dataset *ds = NULL;
 
@@ -285,7 +285,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     bool endless = false;
     if (req->num_consumers > 0 || req->cross_trainer_cache) {
         struct pipe_spec *spec = NULL;
-        char why[256];
+        char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
         int rc = pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why);
         if (rc < 0) {
             code = rc;

@@ -59,9 +59,9 @@ struct save_work {
     char *text;
     uint64_t chunks;
     /* SW_FAIL: the reason */
-    char why[ERRLEN];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 static void save_work_free(struct save_work *w)
@@ -97,7 +97,7 @@ static void save_work_unlink(struct dispatcher *d, struct save_work *w)
 static void save_work_run(uv_work_t *uw)
 {
     struct save_work *w = uw->data;
-    char why[ERRLEN];
+    char why[SLUICE_ERRMSG_SIZE];
     switch (w->kind) {
     case SW_PLAN: {
         struct pipe_spec *spec;
@@ -208,7 +208,7 @@ static void save_work_queue(struct dispatcher *d, struct save_work *w)
     if (rc < 0) {
         log_warn("snapshot %s: queueing work: %s", w->path, uv_strerror(rc));
         if (w->has_req) {
-            char msg[ERRLEN];
+            char msg[SLUICE_ERRMSG_SIZE];
             snprintf(msg, sizeof msg, "queueing work: %s", uv_strerror(rc));
             dispatcher_refuse(w->r.conn, w->r.id, rc, msg);
             dispatcher_req_done(&w->r);
@@ -229,7 +229,7 @@ static char *dataset_text(const struct st_dataset *ds)
     if (ds && ds->text && ds->text[0])
         return strdup(ds->text);
     struct pipe_spec *spec = NULL;
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     if (!ds || pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why) < 0)
         return strdup("?");
     int n = pipe_spec_format(spec, NULL, 0);
@@ -321,7 +321,7 @@ static void save_existing(struct dispatcher *d, int status, void *ctx)
  * the iteration's secret and commits; takes w. */
 static void save_plan_and_commit(struct dispatcher *d, struct save_work *w)
 {
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     size_t from = d->ups.n;
     int rc = plan_save_start(&d->st, w->dataset_id, w->path, &w->plan, w->endless, &w->save_id,
                              &d->ups, err, sizeof err);
@@ -341,7 +341,7 @@ void dispatcher_on_save_snapshot(struct dispatcher *d, struct rpc_conn *conn,
                                  const Sluice__Envelope *env)
 {
     const Sluice__SaveSnapshotRequest *req = env->save_snapshot;
-    char msg[ERRLEN];
+    char msg[SLUICE_ERRMSG_SIZE];
     int code = SLUICE_ERR_INVALID;
     /* Bounded before anything stores or echoes them. */
     if (name_check("dataset id", req->dataset_id, NAME_ID_MAX, msg, sizeof msg) < 0 ||
@@ -355,7 +355,7 @@ void dispatcher_on_save_snapshot(struct dispatcher *d, struct rpc_conn *conn,
     bool endless = false;
     if (ds) {
         struct pipe_spec *spec = NULL;
-        char why[256];
+        char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
         int rc = pipe_spec_decode(ds->def, ds->def_len, &spec, why, sizeof why);
         if (rc < 0) {
             code = rc;
@@ -421,7 +421,7 @@ static void snapshot_status_done(struct dispatcher *d, int status, void *ctx)
     if (status < 0) {
         dispatcher_refuse_commit(&c->r, status);
     } else if (!sv) {
-        char msg[ERRLEN + ST_PATH_MAX];
+        char msg[SLUICE_ERRMSG_SIZE + ST_PATH_MAX];
         snprintf(msg, sizeof msg, "no save into snapshot path '%s'", c->path);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
     } else {
@@ -445,7 +445,7 @@ void dispatcher_on_snapshot_status(struct dispatcher *d, struct rpc_conn *conn,
                                    const Sluice__Envelope *env)
 {
     const Sluice__SnapshotStatusRequest *req = env->snapshot_status;
-    char msg[ERRLEN];
+    char msg[SLUICE_ERRMSG_SIZE];
     if (name_check("snapshot path", req->path, ST_PATH_MAX - 1, msg, sizeof msg) < 0) {
         dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, msg);
         return;
@@ -482,7 +482,7 @@ static void save_over_done(struct dispatcher *d, int status, void *ctx)
     const struct st_iteration *it = state_iteration(&d->st, sv->iteration_id);
     if (!it || it->state == ST_ITER_GC || state_iteration_clients(&d->st, it->id) > 0)
         return;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     if (plan_gc_iteration(&d->st, it->id, &d->ups, err, sizeof err) < 0) {
         log_warn("save %" PRIu64 ": collecting iteration %" PRIu64 ": %s", save_id, it->id, err);
         return;
@@ -493,7 +493,7 @@ static void save_over_done(struct dispatcher *d, int status, void *ctx)
 /* Journals the end of save_id: finished when why is NULL, else failed with why. */
 static void save_over_commit(struct dispatcher *d, uint64_t save_id, const char *why)
 {
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc = why ? plan_save_failed(&d->st, save_id, why, &d->ups, err, sizeof err)
                  : plan_save_finished(&d->st, save_id, &d->ups, err, sizeof err);
     if (rc < 0) {
@@ -532,7 +532,7 @@ static void save_work_after(uv_work_t *uw, int status)
         if (w->rc < 0) {
             /* The directory cannot hold this snapshot (another one is there, or it cannot be
              * written): the save fails, and the request hears why. */
-            char why[ERRLEN + 64];
+            char why[SLUICE_ERRMSG_SIZE + 64];
             snprintf(why, sizeof why, "writing %s: %s", SNAP_META_FILE, w->err);
             log_warn("save %" PRIu64 " into %s: %s", w->save_id, w->path, why);
             save_over_commit(d, w->save_id, why);

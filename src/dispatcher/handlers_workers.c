@@ -115,7 +115,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         goto out;
     }
     if (!w) {
-        char msg[ERRLEN];
+        char msg[SLUICE_ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "worker %" PRIu64 " not found", c->worker_id);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
         goto out;
@@ -156,7 +156,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         const struct st_task *t = fresh[k];
         int rc = fill_task_def(d, t, w->address, &defs[ndefs], keys[ndefs]);
         if (rc < 0) {
-            char msg[ERRLEN];
+            char msg[SLUICE_ERRMSG_SIZE];
             snprintf(msg, sizeof msg, "task %" PRIu64 ": %s", t->id,
                      rc == SLUICE_ERR_INVALID ? "worker address is not in --worker-addresses"
                                               : sluice_strerror(rc));
@@ -200,7 +200,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env)
 {
     const Sluice__WorkerHeartbeatRequest *req = env->worker_heartbeat;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     uint64_t *finished = NULL;
     struct plan_task_failure *failed = NULL;
     size_t nfinished = 0, nfailed = 0;
@@ -353,7 +353,7 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
                               const Sluice__Envelope *env)
 {
     const Sluice__GetSplitsRequest *req = env->get_splits;
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc;
     const struct st_task *t = state_task(&d->st, req->task_id);
     const struct st_worker *w = t ? state_worker(&d->st, t->worker_id) : NULL;

@@ -51,7 +51,7 @@ struct batch {
     bool has_snap;
     int rc;
     uint64_t write_ns; /* how long journal_append took, measured on the journal thread */
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 struct journal_thread {
@@ -250,7 +250,7 @@ static void on_async(uv_async_t *a)
         return;
     jt->inflight = false;
     if (b.rc < 0) {
-        char msg[600];
+        char msg[SLUICE_ERRMSG_SIZE];
         int rc = b.rc;
         snprintf(msg, sizeof msg, "%s", b.err);
         batch_free(&b);

@@ -95,7 +95,7 @@ static const char usage[] =
 static void fail(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(const char *what, const char *fmt, ...)
 {
-    char why[1024];
+    char why[SLUICE_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
@@ -156,7 +156,7 @@ static int parse_worker_addresses(struct config *c, const char *text)
     }
     char *p = c->worker_addresses_text;
     for (char *entry = strsep(&p, ","); entry; entry = strsep(&p, ",")) {
-        char host[256], err[256];
+        char host[256], err[SLUICE_ERRMSG_SIZE];
         int port;
         if (!*entry) {
             fail("usage", "--worker-addresses: empty entry in '%s'", text);
@@ -453,7 +453,7 @@ int main(int argc, char **argv)
         .max_jobs_per_client = (uint64_t)c.max_jobs_per_client,
         .max_jobs_per_address = (uint64_t)c.max_jobs_per_address,
     };
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher *d;
     rc = sluice_dispatcher_start(&opts, &d, err, sizeof err);
     if (rc < 0) {

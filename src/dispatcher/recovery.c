@@ -20,7 +20,7 @@
 static int lookup_def(void *user, const char *id, uint8_t **def, size_t *len, char *err,
                       size_t errlen)
 {
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc = journal_dataset_read(user, id, def, len, why, sizeof why);
     if (rc < 0)
         return err_set(err, errlen, rc == SLUICE_ERR_NOT_FOUND ? SLUICE_ERR_CORRUPT : rc, "%s",
@@ -36,7 +36,7 @@ struct replay_ctx {
     size_t errlen;
     bool bad;         /* damage was met at bad_seq ... */
     uint64_t bad_seq; /* ... and `what` says what it is, without the record's number */
-    char what[320];
+    char what[SLUICE_ERRMSG_SIZE];
 };
 
 #define REPLAY_STOP 1 /* returned by replay_one after damage: no record after it is applied */
@@ -62,7 +62,7 @@ static int replay_one(void *user, uint64_t seq, const uint8_t *payload, size_t l
 {
     struct replay_ctx *c = user;
     struct st_update u;
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
     if (c->bad)
         return REPLAY_STOP;
     int rc = record_update_decode(payload, len, &u, why, sizeof why);
@@ -101,7 +101,7 @@ static int recover_to(struct journal *j, uint64_t to, struct state *st,
     uint8_t *snap = NULL;
     size_t len = 0;
     uint64_t seq = 0, last = 0;
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     memset(info, 0, sizeof *info);
     *c = (struct replay_ctx){.st = st, .err = err, .errlen = errlen};
     state_init(st);
@@ -149,7 +149,7 @@ static int check_dataset(void *user, const char *id, const uint8_t *data, size_t
 int journal_thread_check(struct journal *j, void *user, struct journal_verdict *v)
 {
     (void)user;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_damage d;
     struct state st;
     struct journal_recovery info;

@@ -70,7 +70,7 @@ void dispatcher_soft_del(struct soft_table *t, uint64_t id)
 static void fatal(struct dispatcher *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fatal(struct dispatcher *d, const char *fmt, ...)
 {
-    char msg[ERRLEN];
+    char msg[SLUICE_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -525,7 +525,7 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
         dispatcher_on_snapshot_status(d, conn, env);
         break;
     default: {
-        char msg[128];
+        char msg[SLUICE_ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "the dispatcher does not serve message %d", (int)env->body_case);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_UNSUPPORTED, msg);
         break;
@@ -587,7 +587,7 @@ static void on_journal_commit(void *user, double seconds, size_t records, uint64
 static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *opts, char *err,
                            size_t errlen)
 {
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     struct journal_recovery info;
     uint64_t inc = 0;
     d->work_dir = strdup(opts->work_dir);

@@ -45,7 +45,6 @@
 #define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
 /* The write backlog past which a connection stops being read (rpc_server_opts). */
 #define DISPATCHER_MAX_PENDING_WRITE (4u << 20)
-#define ERRLEN 512
 
 struct soft {
     uint64_t id;

@@ -83,7 +83,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
     if (d->fatal || d->closing)
         return;
     uint64_t now = uv_now(d->loop);
-    char err[ERRLEN];
+    char err[SLUICE_ERRMSG_SIZE];
     size_t n;
     uint64_t *ids;
 

@@ -291,7 +291,7 @@ static int bad(struct walk *w, const struct tree *t, uint64_t pg, const char *fm
     __attribute__((format(printf, 4, 5)));
 static int bad(struct walk *w, const struct tree *t, uint64_t pg, const char *fmt, ...)
 {
-    char msg[200];
+    char msg[SLUICE_ERRMSG_SIZE];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

@@ -938,7 +938,7 @@ int journal_replay_to(struct journal *j, uint64_t from, uint64_t to, journal_rec
     MDB_txn *txn;
     MDB_cursor *cur = NULL;
     MDB_val k, v;
-    char why[160];
+    char why[SLUICE_ERRMSG_SIZE];
     uint64_t expect = from, seen = from - 1;
     int rc, stop = 0;
     pthread_mutex_lock(&j->mu);

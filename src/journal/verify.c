@@ -136,7 +136,7 @@ static int verify_in_child(void *user, struct journal_progress *progress, struct
     if (rc < 0)
         return v->rc = rc;
     struct journal_info info;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (journal_get_info(j, &info, err, sizeof err) == 0)
         v->last_seq = info.last_seq;
     rc = job->deep ? job->deep(j, job->user, v) : 0;

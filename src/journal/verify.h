@@ -22,6 +22,7 @@
 
 #include "check.h"
 #include "journal.h"
+#include "sluice/sluice.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,7 +30,7 @@
 /* What a verification found. */
 struct journal_verdict {
     int rc;                       /* 0: sound; SLUICE_ERR_CORRUPT: damaged; other: not checked */
-    char msg[768];                /* rc < 0: "journal damaged: ... (at page 12)", or why not */
+    char msg[SLUICE_ERRMSG_SIZE]; /* rc < 0: "journal damaged: ... (at page 12)", or why not */
     struct journal_damage damage; /* rc == SLUICE_ERR_CORRUPT: what and where */
     uint64_t last_seq;            /* the last record of the log, when known */
     char summary[768];            /* rc == 0: what the deep check found */

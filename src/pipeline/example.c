@@ -126,7 +126,7 @@ int pipe_feature_spec_parse(const char *text, size_t len, struct pipe_feature_sp
     } else if (wlen == 7 && memcmp(text + w, "float32", 7) == 0) {
         out->dtype = SLUICE_FLOAT32;
     } else {
-        char why[96];
+        char why[SLUICE_ERRMSG_SIZE];
         snprintf(why, sizeof(why), "unknown dtype '%.*s' (bytes, int64 or float32)",
                  (int)(wlen > 32 ? 32 : wlen), text + w);
         return spec_fail(err, errlen, text, len, why);
@@ -459,7 +459,7 @@ static int list_count(const uint8_t *d, size_t start, size_t end, int kind, uint
 static int feature_fail(char *err, size_t errlen, int code, const struct pipe_feature_spec *s,
                         const char *fmt, const char *detail)
 {
-    char why[200];
+    char why[SLUICE_ERRMSG_SIZE];
     snprintf(why, sizeof(why), fmt, detail);
     return err_set(err, errlen, code, "feature '%.*s': %s", (int)s->name_len, s->name, why);
 }

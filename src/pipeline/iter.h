@@ -40,7 +40,7 @@ struct pipe_origin {
  * cancelling the chain reaches the prefetch thread too. parent may be NULL. */
 struct pipe_ctx {
     const struct sluice_registry *reg;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     atomic_int cancel;
     const struct pipe_ctx *parent;
     struct pipe_origin origin;

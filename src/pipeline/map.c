@@ -17,12 +17,12 @@ struct map_iter {
     const struct pipe_fn *fn;
     enum pipe_fn_kind kind; /* what this op uses fn as: PIPE_FN_MAP or PIPE_FN_FILTER */
     struct sluice_fn_args args;
-    bool origin;   /* ctx->origin is the origin of the element in hand */
-    void *user;    /* fn->user, or the state bind returned */
-    bool bound;    /* bind succeeded: unbind on destroy */
-    int rc;        /* sticky error */
-    bool done;     /* upstream ended */
-    char why[400]; /* the function's reason for a failure */
+    bool origin;                  /* ctx->origin is the origin of the element in hand */
+    void *user;                   /* fn->user, or the state bind returned */
+    bool bound;                   /* bind succeeded: unbind on destroy */
+    int rc;                       /* sticky error */
+    bool done;                    /* upstream ended */
+    char why[SLUICE_ERRMSG_SIZE]; /* the function's reason for a failure */
 };
 
 /* Records a function's failure with the op in front of its reason: "map(NAME): why", or

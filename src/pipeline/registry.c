@@ -23,7 +23,7 @@ struct sluice_registry {
     /* While a plugin's init runs: the first registration it attempted that failed. */
     bool loading;
     int load_rc;
-    char load_err[160];
+    char load_err[SLUICE_ERRMSG_SIZE];
     /* pipe_registry_confine: data roots (none: unconfined) and, when py_confined, the
      * directories py modules must come from. */
     struct pipe_roots roots;
@@ -314,7 +314,7 @@ int pipe_registry_check(const struct sluice_registry *reg, const struct pipe_spe
         }
         if (fn->check) {
             struct sluice_fn_args args = {op->args, op->nargs};
-            char why[256] = "";
+            char why[SLUICE_ERRMSG_SIZE] = "";
             int rc = fn->check(&args, why, sizeof(why));
             if (rc)
                 return err_set(err, errlen, SLUICE_ERR_PARSE, "column %d: %s(%s): %s", op->column,

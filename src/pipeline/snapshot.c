@@ -517,10 +517,10 @@ struct snap_reader {
     uint64_t off;  /* of the next record */
     uint64_t last; /* of the record read last */
     uint64_t count;
-    uint32_t crc;    /* over every byte before off */
-    uint32_t footer; /* the footer's crc32c (unmasked), once read */
-    int state;       /* 0 reading, 1 at the end, < 0 failed */
-    char msg[512];   /* the failure, repeated by later calls */
+    uint32_t crc;                 /* over every byte before off */
+    uint32_t footer;              /* the footer's crc32c (unmasked), once read */
+    int state;                    /* 0 reading, 1 at the end, < 0 failed */
+    char msg[SLUICE_ERRMSG_SIZE]; /* the failure, repeated by later calls */
     struct pipe_buf rec, scratch;
 };
 
@@ -679,7 +679,7 @@ int snap_reader_next(struct snap_reader *r, struct sluice_element *e, char *err,
         return reader_fail(r, SLUICE_ERR_CORRUPT, err, errlen,
                            "checksum mismatch at offset %" PRIu64, at);
     size_t pos = 0;
-    char cerr[256] = "";
+    char cerr[SLUICE_ERRMSG_SIZE] = "";
     rc = codec_next_elem((const uint8_t *)r->rec.p, len, &pos, e, &r->scratch, cerr, sizeof cerr);
     if (rc == SLUICE_ERR_NOMEM)
         return reader_fail(r, rc, err, errlen, "out of memory");

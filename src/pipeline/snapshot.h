@@ -40,6 +40,8 @@
 #ifndef SLUICE_PIPELINE_SNAPSHOT_H
 #define SLUICE_PIPELINE_SNAPSHOT_H
 
+#include "sluice/sluice.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -132,7 +134,7 @@ int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen)
 struct snap_disk_status {
     bool complete; /* manifest.json present */
     bool failed;   /* FAILED present; why holds its line */
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     uint64_t chunks;    /* from snapshot.json */
     uint64_t committed; /* chunk files present under their final names */
     uint64_t elements;  /* from the manifest when complete, else 0 */

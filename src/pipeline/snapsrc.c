@@ -32,7 +32,7 @@ int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *er
     *paths = NULL;
     *npaths = 0;
     struct snap_meta m;
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     int rc = snap_meta_read(dir, &m, why, sizeof why);
     if (rc)
         return err_set(err, errlen, rc, "snapshot %s", why);
@@ -141,7 +141,7 @@ static int open_chunk(struct snap_iter *s, const char *path)
                            "snapshot chunk %s: not found (the snapshot is complete without it)",
                            path);
         if (exists_in(s->dir, SNAP_FAILED_FILE)) {
-            char why[512];
+            char why[SLUICE_ERRMSG_SIZE];
             failed_reason(s->dir, why, sizeof why);
             return err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_TASK_FAILED,
                            "snapshot %s: the save failed: %s", s->dir,

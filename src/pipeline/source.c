@@ -457,7 +457,7 @@ int pipe_list_convert(const struct pipe_value *values, size_t n, int column,
     if (!elems)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "column %d: list: out of memory", column);
     for (size_t i = 0; i < n; i++) {
-        char why[256];
+        char why[SLUICE_ERRMSG_SIZE];
         int rc = value_to_elem(&values[i], &elems[i], why, sizeof(why));
         if (rc) {
             pipe_list_elems_free(elems, n);

@@ -14,7 +14,7 @@ enum { NOT_STARTED, READY, FAILED };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int status = NOT_STARTED;
-static char failure[400];
+static char failure[SLUICE_ERRMSG_SIZE];
 /* Directories for sys.path before the start, in the order given. */
 static char **paths;
 static size_t npaths;
@@ -42,7 +42,7 @@ static int start_locked(void)
     /* This thread holds the GIL now. Each directory goes to the front in turn, so the last
      * given is inserted first and the first given ends up first. */
     int rc = 0;
-    char why[300];
+    char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
     for (size_t k = npaths; rc == 0 && k-- > 0;)
         if (pyfn_add_path(paths[k], why, sizeof why) < 0)
             rc = fail_start("sys.path", why);

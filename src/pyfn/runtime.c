@@ -105,7 +105,7 @@ static void *watchdog_main(void *arg)
         for (struct watch *w = watches; w && !busy; w = w->next)
             busy = atomic_load(&w->ctx) != NULL;
         pthread_mutex_unlock(&watch_mu);
-        char why[128];
+        char why[SLUICE_ERRMSG_SIZE];
         if (!busy || interpreter_gone(why, sizeof why))
             continue;
         PyGILState_STATE g = PyGILState_Ensure();
@@ -488,7 +488,7 @@ static int rt_bind(const char *module, const char *function, const struct pipe_v
 static void rt_unbind(void *state)
 {
     struct pyfn_op *op = state;
-    char why[64];
+    char why[SLUICE_ERRMSG_SIZE];
     /* At shutdown the references are left to the interpreter's end. */
     if (interpreter_gone(why, sizeof why) == 0) {
         PyGILState_STATE g = PyGILState_Ensure();

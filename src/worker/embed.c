@@ -96,7 +96,7 @@ static int check_paths(const char *name, const char *const *list, size_t n, char
 static int check_options(const struct sluice_worker_options *o, enum log_level *level, char *err,
                          size_t errlen)
 {
-    char host[256], why[256];
+    char host[256], why[SLUICE_ERRMSG_SIZE];
     int port, rc;
     if (!o || !o->dispatcher || !*o->dispatcher)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "dispatcher is required");
@@ -183,14 +183,14 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     if (rc < 0)
         return err_set(err, errlen, rc, "registry: %s", sluice_strerror(rc));
     for (size_t i = 0; i < o->nplugins; i++) {
-        char why[512];
+        char why[SLUICE_ERRMSG_SIZE];
         rc = pipe_registry_load_plugin(s->reg, o->plugins[i], why, sizeof why);
         if (rc < 0)
             return err_set(err, errlen, rc, "plugin %s: %s", o->plugins[i], why);
     }
     /* The first directory given ends up first: each goes to the front, the last one first. */
     for (size_t i = o->npython_path; i-- > 0;) {
-        char why[512];
+        char why[SLUICE_ERRMSG_SIZE];
         rc = pipe_py_add_path(o->python_path[i], why, sizeof why);
         if (rc < 0)
             return err_set(err, errlen, rc, "python_path: %s", why);
@@ -199,7 +199,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     struct pipe_roots roots;
     rc = pipe_roots_init(&roots, o->data_roots, o->ndata_roots, err, errlen);
     if (rc == 0) {
-        char why[512];
+        char why[SLUICE_ERRMSG_SIZE];
         rc =
             pipe_registry_confine(s->reg, &roots, o->python_path, o->npython_path, why, sizeof why);
         if (rc < 0)

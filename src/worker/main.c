@@ -338,7 +338,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         return usage_error("unexpected argument '%s'", argv[optind]);
     if (!a->dispatcher)
         return usage_error("--dispatcher is required");
-    char host[256], err[256];
+    char host[256], err[SLUICE_ERRMSG_SIZE];
     int port;
     if (rpc_parse_address(a->dispatcher, host, sizeof host, &port, err, sizeof err) < 0)
         return usage_error("--dispatcher: %s", err);
@@ -392,7 +392,7 @@ static int run(const struct args *a)
         .log_level = log_level_name(a->level),
         .security = a->security,
     };
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker *w;
     int rc = sluice_worker_start(&opts, &w, err, sizeof err);
     if (rc < 0) {

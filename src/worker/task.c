@@ -91,7 +91,7 @@ struct task {
     unsigned nblocked;
     uint64_t blocked_since_sum;
     int err_code;
-    char err_msg[512];
+    char err_msg[SLUICE_ERRMSG_SIZE];
     struct lease_queue lease;
     struct split_plan plan;
     bool have_plan;
@@ -662,7 +662,7 @@ static void producer_main(void *arg)
 {
     struct producer *p = arg;
     struct task *t = p->t;
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = t->mode == SLUICE_DISTRIBUTED_EPOCH ? run_splits(p, err, sizeof err)
                                                  : run_whole(p, err, sizeof err);
     /* Elements made before a failure are still served, ahead of the failure itself. */
@@ -1011,7 +1011,7 @@ static int check_plan(const struct task *t, const struct split_plan *plan, char 
 int task_lease_granted(struct task *t, struct split_plan *plan, const uint64_t *seqs, size_t n,
                        bool end_of_splits, uint64_t now_ms)
 {
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = 0;
     bool adopt = false;
     if (plan) {

@@ -126,7 +126,7 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
     }
     rc = pipe_registry_check(w->reg, spec, err, errlen);
     if (rc < 0) {
-        char why[512];
+        char why[SLUICE_ERRMSG_SIZE];
         snprintf(why, sizeof why, "%s", err);
         err_set(err, errlen, rc, "worker %s: %s", w->address, why);
         pipe_spec_free(spec);
@@ -200,7 +200,7 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
         xtc_init(&wt->xtc, td->cross_trainer_cache_bytes, XTC_MAX_TRAINERS, WORKER_XTC_IDLE_MS);
     }
 
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct pipe_spec *spec;
     int rc = admit_task(w, err, sizeof err);
     if (rc == 0)
@@ -605,7 +605,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         .user = w,
         .sec = opts->sec,
     };
-    char cerr[256];
+    char cerr[SLUICE_ERRMSG_SIZE];
     rc = rpc_client_new(loop, &co, &w->disp, cerr, sizeof cerr);
     if (rc < 0) {
         err_set(err, errlen, rc, "dispatcher: %s", cerr);

@@ -612,7 +612,7 @@ static void test_full_journal_is_fatal(void **unused)
     peer_open(&cl, d.addr, SLUICE__ROLE__ROLE_CLIENT, 4004);
     static struct big_req b;
     int acked = 0;
-    char refused[512] = "";
+    char refused[SLUICE_ERRMSG_SIZE] = "";
     for (int i = 0; i < 40 && !refused[0]; i++) {
         big_init(&b, i);
         struct peer_result r;

@@ -533,7 +533,7 @@ static void test_errors_wait_for_a_later_heartbeat(void **state)
     assert_int_equal(ct_confirmed_error(&s, 7), -1);
 
     /* Long messages are cut to fit. */
-    char msg[400];
+    char msg[SLUICE_ERRMSG_SIZE + 100];
     memset(msg, 'm', sizeof msg - 1);
     msg[sizeof msg - 1] = '\0';
     ct_set_error(&s, 0, SLUICE_ERR_NOT_FOUND, msg, 1);

@@ -29,7 +29,7 @@ static long run(const char *text, uint64_t limit, int *rc, char *msg, size_t msg
                 uint64_t *largest)
 {
     struct pipe_spec *spec = NULL;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     if (pipe_parse(text, &spec, err, sizeof err) != 0)
         fail_msg("%s: %s", text, err);
     struct pipe_run *r = NULL;
@@ -60,7 +60,7 @@ static long run(const char *text, uint64_t limit, int *rc, char *msg, size_t msg
 static void expect_fail(const char *text, uint64_t limit, long before, const char *want)
 {
     int rc;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     long n = run(text, limit, &rc, msg, sizeof msg, NULL);
     if (rc != SLUICE_ERR_LIMIT)
         fail_msg("%s: rc %d (%s), expected the limit", text, rc, msg);
@@ -71,7 +71,7 @@ static void expect_fail(const char *text, uint64_t limit, long before, const cha
 static void expect_ok(const char *text, uint64_t limit, long count, uint64_t largest)
 {
     int rc;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     uint64_t big;
     long n = run(text, limit, &rc, msg, sizeof msg, &big);
     if (rc != 0)
@@ -146,7 +146,7 @@ static void test_lines(void **unused)
     fclose(f);
     snprintf(text, sizeof text, "lines(\"%s\")", path);
     int rc;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     long n = run(text, 4096, &rc, msg, sizeof msg, NULL);
     assert_int_equal(rc, SLUICE_ERR_LIMIT);
     assert_int_equal(n, 1);

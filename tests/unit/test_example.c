@@ -88,7 +88,7 @@ static struct pb example(const struct pb *features)
 static char *decode(const uint8_t *rec, size_t len, const char *const *specs, size_t n)
 {
     struct pipe_feature_spec s[PIPE_MAX_COMPONENTS];
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     for (size_t i = 0; i < n; i++)
         assert_int_equal(
             pipe_feature_spec_parse(specs[i], strlen(specs[i]), &s[i], err, sizeof(err)), 0);
@@ -504,7 +504,7 @@ static void test_spec_errors(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct pipe_feature_spec s;
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc =
             pipe_feature_spec_parse(cases[i].spec, strlen(cases[i].spec), &s, err, sizeof(err));
         assert_int_equal(rc, SLUICE_ERR_INVALID);
@@ -512,7 +512,7 @@ static void test_spec_errors(void **state)
     }
     /* Names may hold anything but ':'. */
     struct pipe_feature_spec s;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     const char *ok = "image/object/bbox xmin-1.2:float32[ -1 , 4 ]";
     assert_int_equal(pipe_feature_spec_parse(ok, strlen(ok), &s, err, sizeof(err)), 0);
     assert_int_equal(s.name_len, 26);
@@ -553,14 +553,15 @@ static char *list_of(const uint8_t *rec, size_t len, const char *tail)
 static char *run(const char *text)
 {
     struct pipe_spec *spec = NULL;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc = pipe_parse(text, &spec, err, sizeof(err));
     if (rc == 0)
         rc = pipe_registry_check(reg, spec, err, sizeof(err));
     if (rc) {
         pipe_spec_free(spec);
-        char *out = malloc(600);
-        snprintf(out, 600, "ERR %s", err);
+        size_t n = strlen(err) + sizeof "ERR ";
+        char *out = malloc(n);
+        snprintf(out, n, "ERR %s", err);
         return out;
     }
     struct pipe_run *r = NULL;

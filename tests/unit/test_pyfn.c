@@ -58,7 +58,7 @@ static void test_split_target(void **state)
         {"pkg.sub_2:Flip.apply", "pkg.sub_2", "Flip.apply"},
         {"_m:_f", "_m", "_f"},
     };
-    char module[PIPE_PY_TARGET_MAX + 1], function[PIPE_PY_TARGET_MAX + 1], err[256];
+    char module[PIPE_PY_TARGET_MAX + 1], function[PIPE_PY_TARGET_MAX + 1], err[SLUICE_ERRMSG_SIZE];
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         assert_int_equal(
             pipe_py_split_target(good[i][0], strlen(good[i][0]), module, function, err, sizeof err),
@@ -112,7 +112,7 @@ static void test_check_messages(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const struct check_case *c = &cases[i];
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         struct pipe_spec *spec;
         assert_int_equal(pipe_parse(c->text, &spec, err, sizeof(err)), 0);
         int rc = pipe_registry_check(reg, spec, err, sizeof(err));
@@ -133,7 +133,7 @@ static void test_without_runtime(void **state)
     (void)state;
     sluice_python_runtime_install(NULL);
     assert_false(pipe_py_available());
-    char out[256], err[512] = "";
+    char out[256], err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(run_ints("range(3) | map(py, \"aug:flip\")", out, sizeof out, err, sizeof err),
                      SLUICE_ERR_UNSUPPORTED);
     assert_string_equal(err, "map(py, \"aug:flip\"): this worker has no Python support");
@@ -226,7 +226,7 @@ static void test_fake_runtime(void **state)
     sluice_python_runtime_install(&fake);
     assert_true(pipe_py_available());
     binds = unbinds = calls = 0;
-    char out[256], err[512] = "";
+    char out[256], err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(run_ints("range(6) | map(py, \"m:add\", 10) | filter(py, \"m:even\")", out,
                               sizeof out, err, sizeof err),
                      0);
@@ -282,7 +282,7 @@ static void test_confinement_reaches_the_runtime(void **state)
     (void)state;
     sluice_python_runtime_install(&fake);
     struct sluice_registry *reg;
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_registry_new(&reg), 0);
     assert_null(pipe_registry_py_dirs(reg));
     assert_int_equal(first_of(reg, "range(3) | map(py, \"m:add\", 1)", err, sizeof err), 1);

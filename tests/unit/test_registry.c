@@ -166,7 +166,7 @@ static void test_check_messages(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         const struct check_case *c = &cases[i];
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         struct pipe_spec *spec;
         assert_int_equal(pipe_parse(c->text, &spec, err, sizeof(err)), 0);
         int rc = pipe_registry_check(reg, spec, err, sizeof(err));
@@ -178,7 +178,7 @@ static void test_check_messages(void **state)
                 fail_msg("%s: got %d '%s', want '%s'", c->text, rc, err, c->err);
             /* pipe_open checks the same way before building anything. */
             struct pipe_run *run = NULL;
-            char err2[256] = "";
+            char err2[SLUICE_ERRMSG_SIZE] = "";
             assert_int_equal(pipe_open(spec, reg, &run, err2, sizeof(err2)), SLUICE_ERR_PARSE);
             assert_null(run);
             assert_string_equal(err2, c->err);
@@ -229,7 +229,7 @@ static void *cancel_later(void *arg)
 static void test_sleep_us_cancelled(void **state)
 {
     struct sluice_registry *reg = *state;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct pipe_spec *spec;
     assert_int_equal(pipe_parse("range(5) | map(sleep_us, 60000000)", &spec, err, sizeof(err)), 0);
     struct pipe_run *run = NULL;
@@ -290,7 +290,7 @@ static void write_tar(const char *path, const char *const *names, size_t n)
 static void test_file_sources_cancelled(void **state)
 {
     struct sluice_registry *reg = *state;
-    char dir[] = "/tmp/sluice-cancel-XXXXXX", path[128], text[512], err[256] = "";
+    char dir[] = "/tmp/sluice-cancel-XXXXXX", path[128], text[512], err[SLUICE_ERRMSG_SIZE] = "";
     assert_non_null(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/a.txt", dir);
     FILE *f = fopen(path, "w");
@@ -336,7 +336,7 @@ static void test_file_sources_cancelled(void **state)
 static void test_plugin_runs(void **state)
 {
     struct sluice_registry *reg = *state;
-    char err[512] = "", out[256];
+    char err[SLUICE_ERRMSG_SIZE] = "", out[256];
     assert_int_equal(run_ints(reg, "range(-3, 3) | filter(positive) | map(negate)", out,
                               sizeof(out), err, sizeof(err)),
                      SLUICE_ERR_PARSE);
@@ -364,7 +364,7 @@ static void test_plugin_runs(void **state)
 static void test_plugin_clash_rolls_back(void **state)
 {
     struct sluice_registry *reg = *state;
-    char err[512] = "", out[256];
+    char err[SLUICE_ERRMSG_SIZE] = "", out[256];
     assert_int_equal(pipe_registry_load_plugin(reg, PLUGIN_PATH, err, sizeof(err)), 0);
     /* Loading it again clashes on its first name; nothing of the second load remains. */
     assert_int_equal(pipe_registry_load_plugin(reg, PLUGIN_PATH, err, sizeof(err)),
@@ -378,7 +378,7 @@ static void test_plugin_clash_rolls_back(void **state)
 static void test_plugin_errors(void **state)
 {
     struct sluice_registry *reg = *state;
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     const char *missing = SLUICE_PLUGIN_DIR "/no_such_plugin.so";
     assert_int_equal(pipe_registry_load_plugin(reg, missing, err, sizeof(err)), SLUICE_ERR_PLUGIN);
     char want[1024];

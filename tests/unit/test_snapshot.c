@@ -41,7 +41,7 @@
 
 struct fixture {
     char dir[64];
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_registry *reg;
 };
 
@@ -981,7 +981,7 @@ static void *saver_main(void *arg)
 {
     struct saver *s = arg;
     sleep_ms(s->delay_ms);
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     if (s->what == SAVE_COMMIT) {
         struct snap_writer *w;
         if (snap_writer_open(s->f->dir, 1, &w, err, sizeof err) == 0) {
@@ -1221,7 +1221,7 @@ static void test_source_static_sharding(void **state)
     (void)state;
     struct pipe_spec *spec = parse_text("snapshot(\"%s\")", "/snap");
     struct pipe_spec *out = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct shard_params file = {SLUICE_SHARD_FILE, 2, 1};
     assert_int_equal(shard_rewrite(spec, &file, NULL, 0, &out, err, sizeof err),
                      SLUICE_ERR_INVALID);

@@ -89,7 +89,7 @@ static int run_tail(const char *tail, struct fake_source *src, char *got, size_t
                     size_t msglen)
 {
     struct pipe_spec *spec = NULL;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_parse_tail(tail, &spec, err, sizeof err), 0);
     struct pipe_run *run = NULL;
     int rc =
@@ -151,7 +151,7 @@ static void test_reopen_passes(void **state)
         const struct reopen_case *c = &cases[i];
         struct fake_source src = {
             .values = three, .n = 3, .empty_from = c->empty_from, .fail_at = -1};
-        char got[256], msg[512] = "";
+        char got[256], msg[SLUICE_ERRMSG_SIZE] = "";
         int rc = run_tail(c->tail, &src, got, sizeof got, msg, sizeof msg);
         if (rc != 0)
             fail_msg("%s: %d %s", c->tail, rc, msg);
@@ -167,7 +167,7 @@ static void test_reopen_fails(void **state)
 {
     (void)state;
     struct fake_source src = {.values = three, .n = 3, .empty_from = -1, .fail_at = 2};
-    char got[256], msg[512] = "";
+    char got[256], msg[SLUICE_ERRMSG_SIZE] = "";
     int rc = run_tail("repeat(5)", &src, got, sizeof got, msg, sizeof msg);
     assert_int_equal(rc, SLUICE_ERR_UNAVAILABLE);
     assert_string_equal(msg, "pass 2: no job");
@@ -181,7 +181,7 @@ static void test_no_reopen_refused(void **state)
     (void)state;
     struct fake_source src = {.values = three, .n = 3, .empty_from = -1, .fail_at = -1};
     struct pipe_spec *spec = NULL;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_parse_tail("map(add, 1) | repeat(2)", &spec, err, sizeof err), 0);
     struct pipe_run *run = NULL;
     int rc = pipe_open_tail(spec, reg, fake_new(&src, 0), &run, err, sizeof err);
@@ -212,7 +212,7 @@ static void test_first_repeat(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct pipe_spec *spec = NULL;
-        char err[512];
+        char err[SLUICE_ERRMSG_SIZE];
         assert_int_equal(pipe_parse_tail(cases[i].tail, &spec, err, sizeof err), 0);
         const struct pipe_op *op = pipe_spec_first_repeat(spec);
         int column = op ? op->column : 0;
