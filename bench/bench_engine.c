@@ -50,7 +50,7 @@ static uint64_t baseline(int64_t n)
 
 static int engine(const struct sluice_registry *reg, int64_t n, uint64_t *sum)
 {
-    char text[128], err[512];
+    char text[128], err[SLUICE_ERRMSG_SIZE];
     snprintf(text, sizeof(text), "range(%" PRId64 ") | map(add, 1) | batch(%d)", n, BATCH);
     struct pipe_spec *spec;
     if (pipe_parse(text, &spec, err, sizeof(err)) != 0) {

@@ -175,7 +175,7 @@ struct bench_case {
 static int decode_ours(const struct bench_case *c, const struct pipe_feature_spec *s,
                        struct pipe_tensor *out)
 {
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     return pipe_example_decode(c->rec, c->len, s, c->n, out, err, sizeof(err));
 }
 
@@ -280,7 +280,7 @@ int main(int argc, char **argv)
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         struct bench_case *c = &cases[k];
         struct pipe_feature_spec specs[4];
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         for (size_t i = 0; i < c->n; i++)
             if (pipe_feature_spec_parse(c->spec_text[i], strlen(c->spec_text[i]), &specs[i], err,
                                         sizeof(err)) != 0) {

@@ -175,7 +175,7 @@ struct bench {
     uint64_t stop_after; /* stop issuing once this many updates are acknowledged (0: never) */
     int waiting;         /* setup calls outstanding */
     int failed;
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
 };
 
 struct call {
@@ -275,7 +275,7 @@ static struct rpc_client *client_new(struct bench *b, const char *addr, Sluice__
                                      uint64_t inc)
 {
     struct rpc_client *c;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct rpc_client_opts o = {.address = addr, .role = role, .incarnation = inc};
     if (rpc_client_new(&b->loop, &o, &c, err, sizeof err) < 0)
         die("client: %s", err);

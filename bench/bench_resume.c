@@ -53,7 +53,7 @@ static int64_t value_of(const struct sluice_element *e)
 static void read_to(struct sluice_iterator *it, long long *taken, long long until,
                     unsigned char *seen)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     while (*taken < until) {
         const struct sluice_element *e;
         int rc = sluice_iterator_next(it, &e, 60000, err, sizeof err);
@@ -83,7 +83,7 @@ static int cmp_double(const void *a, const void *b)
 static void resume_once(struct sluice_client *c, const struct point *p, double *first,
                         double *after)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_read_options o = {
         .mode = SLUICE_DISTRIBUTED_EPOCH, .restore = p->ck, .restore_len = p->len};
     struct sluice_iterator *it;
@@ -113,7 +113,7 @@ int main(int argc, char **argv)
     char dir[] = "/tmp/bench_resume.XXXXXX";
     if (!mkdtemp(dir))
         die("mkdtemp", "failed");
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher *d;
     struct sluice_dispatcher_options dopts = {
         .fault_tolerant = true, .work_dir = dir, .log_level = "error"};

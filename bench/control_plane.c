@@ -637,7 +637,7 @@ static void register_done(struct call *call, int status, const char *msg,
 
 static void register_dataset(struct sim *sim, bool *done)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = NULL;
     uint8_t *bytes = NULL;
     size_t len = 0;
@@ -963,7 +963,7 @@ static void close_handle_cb(uv_handle_t *h)
 struct probe_result {
     bool done;
     int status;
-    char msg[256];
+    char msg[SLUICE_ERRMSG_SIZE];
 };
 
 static void probe_reply(int status, const char *msg, const Sluice__Envelope *reply, void *user)
@@ -985,7 +985,7 @@ static double measure_restart(const struct config *cfg, struct sec_ctx *sec, con
     dispatcher_start(&p, cfg, work_dir, token, max_conns);
     uv_loop_t loop;
     uv_loop_init(&loop);
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct rpc_client *c;
     struct rpc_client_opts o = {.address = p.addr,
                                 .role = SLUICE__ROLE__ROLE_CLIENT,
@@ -1023,7 +1023,7 @@ static double measure_restart(const struct config *cfg, struct sec_ctx *sec, con
 static void measure(const struct config *cfg, unsigned nworkers, unsigned nclients,
                     const char *root, const char *tag, struct figures *fig)
 {
-    char work_dir[PATH_MAX], token_path[PATH_MAX], token[65], err[512];
+    char work_dir[PATH_MAX], token_path[PATH_MAX], token[65], err[SLUICE_ERRMSG_SIZE];
     snprintf(work_dir, sizeof work_dir, "%s/%s", root, tag);
     snprintf(token_path, sizeof token_path, "%s/%s.token", root, tag);
     if (mkdir(work_dir, 0700) < 0)

@@ -34,7 +34,7 @@ static void die(const char *what, const char *err)
 /* Waits until the dispatcher lists exactly n workers. */
 static void wait_workers(struct sluice_client *c, int n)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     for (int i = 0; i < 1000; i++) {
         char *json = NULL;
         if (sluice_status(c, &json, err, sizeof err) < 0)
@@ -54,7 +54,7 @@ static void wait_workers(struct sluice_client *c, int n)
 /* One read of the dataset; returns its seconds. */
 static double read_once(struct sluice_client *c, const char *pipeline, long n, long size)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_read_options o = {
         .pipeline = pipeline,
         .mode = SLUICE_PARALLEL_EPOCHS,
@@ -87,7 +87,7 @@ static double read_once(struct sluice_client *c, const char *pipeline, long n, l
 
 static struct sluice_worker *start_worker(const char *target, bool in_process)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker_options wo = {
         .dispatcher = target,
         .threads = 2,
@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     char pipeline[128];
     snprintf(pipeline, sizeof pipeline, "range(%ld) | map(bytes, %ld)", n, size);
 
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher_options dopts = {.log_level = "warn"};
     struct sluice_dispatcher *d;
     if (sluice_dispatcher_start(&dopts, &d, err, sizeof err) < 0)

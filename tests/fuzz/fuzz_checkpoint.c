@@ -9,6 +9,7 @@
 
 #include "client/checkpoint.h"
 #include "common/crc32c.h"
+#include "sluice/sluice.h"
 
 #define CHECK(cond)                                                                                \
     do {                                                                                           \
@@ -20,7 +21,7 @@ static void one(const uint8_t *p, size_t n)
 {
     struct ckpt c;
     ckpt_init(&c);
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = ckpt_decode(p, n, &c, err, sizeof err);
     if (rc < 0) {
         CHECK(err[0] != 0);

@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     pipe_elem_init(&e);
     pipe_elem_init(&back);
     struct pipe_buf scratch = {0}, out = {0};
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     size_t pos = 0;
     while (codec_next_elem(data, len, &pos, &e, &scratch, err, sizeof(err)) == 1) {
         out.len = 0;

@@ -42,7 +42,7 @@ static void reencode(int kind, const struct sluice_element *e, const struct code
     if (rc != 0)
         return; /* out of memory: nothing to compare */
     const uint8_t *p = (const uint8_t *)out->p;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct codec_mark m1, m2;
     size_t p1 = 0, p2 = 0;
     int k1 = codec_next_record(p, out->len, &p1, back, scratch, &m1, err, sizeof err);
@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     pipe_elem_init(&e);
     pipe_elem_init(&back);
     struct pipe_buf scratch = {0}, scratch2 = {0}, out = {0};
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     bool compress = (len & 1) != 0;
 
     size_t pos = 0, elements = 0;

@@ -24,7 +24,7 @@ static void check(int ok, const char *what)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct pipe_spec *spec = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = pipe_spec_decode(data, size, &spec, err, sizeof(err));
     if (rc != 0) {
         check(rc == SLUICE_ERR_CORRUPT && spec == NULL, "unexpected failure code");

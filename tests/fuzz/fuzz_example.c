@@ -105,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const char *const names[NSPECS] = {"a", "b", "c", "ab"};
     static const char *const dtypes[4] = {"bytes", "int64", "float32", "int64"};
     struct pipe_feature_spec specs[NSPECS];
-    char text[NSPECS][32], err[512] = "";
+    char text[NSPECS][32], err[SLUICE_ERRMSG_SIZE] = "";
     for (size_t i = 0; i < NSPECS; i++) {
         int n = snprintf(text[i], sizeof(text[i]), "%s:%s[-1]", names[i],
                          dtypes[(data[0] >> (2 * i)) & 3]);
@@ -128,7 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* The reader decodes the specs in order and stops at the first failure; check each one
          * on its own so the oracle sees every result. */
         for (size_t i = 0; i < NSPECS; i++) {
-            char err1[512] = "";
+            char err1[SLUICE_ERRMSG_SIZE] = "";
             struct sluice_element one;
             pipe_elem_init(&one);
             if (pipe_elem_resize(&one, 1) != 0)

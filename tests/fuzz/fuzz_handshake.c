@@ -79,7 +79,7 @@ static void step(struct run *r, const Sluice__Envelope *env)
     if (before == AUTH_HS_HELLO && env->body_case == SLUICE__ENVELOPE__BODY_HELLO && env->hello)
         r->hello_auth = env->hello->auth;
     uint8_t mac[AUTH_MAC_LEN];
-    char msg[256];
+    char msg[SLUICE_ERRMSG_SIZE];
     const char *peer_msg = NULL;
     int rc = auth_hs_step(&r->hs, env, mac, msg, sizeof msg, &peer_msg);
     r->last = rc;
@@ -142,7 +142,7 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
     /* A failed handshake stays failed whatever comes next. */
     if (r->ended && r->last < 0) {
         uint8_t mac[AUTH_MAC_LEN];
-        char msg[64];
+        char msg[SLUICE_ERRMSG_SIZE];
         Sluice__Envelope empty = SLUICE__ENVELOPE__INIT;
         CHECK(auth_hs_step(&r->hs, &empty, mac, msg, sizeof msg, NULL) < 0);
         CHECK(r->hs.state == AUTH_HS_FAILED);

@@ -21,7 +21,7 @@ static int call(const char *name, struct sluice_element *e, const struct pipe_va
     if (!fn)
         abort();
     struct sluice_fn_args a = {args, nargs};
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = fn->map(e, &a, fn->user, err, sizeof(err));
     if (rc != 0 && err[0] == '\0') {
         fprintf(stderr, "fuzz_image: %s failed without a message\n", name);

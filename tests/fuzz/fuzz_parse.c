@@ -34,7 +34,7 @@ static char *format_alloc(const struct pipe_spec *spec)
 static void run(const char *text, int (*parse)(const char *, struct pipe_spec **, char *, size_t))
 {
     struct pipe_spec *spec = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = parse(text, &spec, err, sizeof(err));
     if (rc != 0) {
         check(rc == SLUICE_ERR_PARSE && spec == NULL, "unexpected failure code", text);

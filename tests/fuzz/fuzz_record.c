@@ -98,7 +98,7 @@ static void check_snapshot(const struct state *s)
 {
     uint8_t *b;
     size_t n;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct state back;
     if (record_snapshot_encode(s, &b, &n) < 0)
         return;
@@ -135,7 +135,7 @@ static void fuzz_frame(const uint8_t *data, size_t len)
 static void fuzz_update(const uint8_t *data, size_t len)
 {
     struct st_update u, back;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (record_update_decode(data, len, &u, err, sizeof err) < 0)
         return;
     uint8_t *b1, *b2;
@@ -167,7 +167,7 @@ static void fuzz_update(const uint8_t *data, size_t len)
 static void fuzz_snapshot(const uint8_t *data, size_t len)
 {
     struct state s;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (record_snapshot_decode(data, len, lookup, NULL, &s, err, sizeof err) < 0)
         return;
     check_snapshot(&s);

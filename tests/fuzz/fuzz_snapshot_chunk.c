@@ -32,7 +32,7 @@ static FILE *open_bytes(const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     if (size == 0)
         return 0;
     FILE *f = open_bytes(data, size);
@@ -65,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!f)
         return 0;
     struct snap_chunk_info info;
-    char err2[512];
+    char err2[SLUICE_ERRMSG_SIZE];
     int rc2 = snap_chunk_check_file(f, NAME, &info, err2, sizeof err2);
     if (rc != SLUICE_ERR_NOMEM && rc2 != SLUICE_ERR_NOMEM) {
         check(rc2 == rc, "check and read disagree", err2);

@@ -280,7 +280,7 @@ static int raw_client(int port, const char *token, Sluice__Role role)
 /* The value of an unlabelled series in a server's /metrics (with the token). */
 static double metric_value(const char *metrics, const char *name)
 {
-    char req[256], err[256];
+    char req[256], err[SLUICE_ERRMSG_SIZE];
     snprintf(req, sizeof req,
              "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN_TEXT "\r\n\r\n");
     char *resp = NULL;
@@ -1048,7 +1048,7 @@ static void test_status_amplification(void **unused)
     struct sluice_client_options copts = {.dispatcher = c.dispatcher.addr, .timeout_ms = 60000};
     copts.security.auth_token_file = right_file;
     struct sluice_client *client = NULL;
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
     if (sluice_client_open(&copts, &client, err, sizeof err) != 0)
         fail_msg("client: %s", err);
     char ids[AMP_DATASETS][64];

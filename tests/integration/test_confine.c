@@ -97,7 +97,7 @@ static void test_roots_init(void **state)
 {
     (void)state;
     struct pipe_roots r;
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
     char missing[1024], with_dots[1024], file[1024];
     snprintf(missing, sizeof missing, "%s/nowhere", base);
     const char *dirs[] = {missing};
@@ -152,7 +152,7 @@ static void test_resolve(void **state)
 static void check_glob_expect(const char *glob, const char *resolved)
 {
     struct pipe_roots r;
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     const char *dirs[] = {root};
     assert_int_equal(pipe_roots_init(&r, dirs, 1, err, sizeof err), 0);
     char *globs[] = {(char *)glob};
@@ -207,7 +207,7 @@ static void test_open_file(void **state)
 {
     (void)state;
     struct pipe_roots r;
-    char err[1024], path[1024], want[4096];
+    char err[SLUICE_ERRMSG_SIZE], path[1024], want[4096];
     const char *dirs[] = {root};
     assert_int_equal(pipe_roots_init(&r, dirs, 1, err, sizeof err), 0);
     snprintf(path, sizeof path, "%s/a.txt", root);

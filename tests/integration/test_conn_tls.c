@@ -103,7 +103,7 @@ static void on_connection(uv_stream_t *s, int status)
     l->accepted = true;
     assert_int_equal(conn_init(&e->conn, s->loop, &ops, 0, 0), 0);
     assert_int_equal(uv_accept(s, (uv_stream_t *)&e->conn.tcp), 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(conn_use_tls(&e->conn, server_sec->tls, NULL, err, sizeof err), 0);
     assert_int_equal(conn_start(&e->conn), 0);
 }
@@ -152,7 +152,7 @@ static void dial(uv_loop_t *loop, struct dial *d, struct end *client, int port)
     memset(d, 0, sizeof *d);
     d->client = client;
     assert_int_equal(conn_init(&client->conn, loop, &ops, 0, 0), 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(conn_use_tls(&client->conn, client_sec->tls, "127.0.0.1", err, sizeof err), 0);
     struct sockaddr_in sa;
     assert_int_equal(uv_ip4_addr("127.0.0.1", port, &sa), 0);

@@ -299,7 +299,7 @@ struct consumer {
     uint64_t round[CHURN_MAX], task[CHURN_MAX];
     int64_t value[CHURN_MAX];
     int rc;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 static void *consume(void *arg)

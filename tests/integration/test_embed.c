@@ -69,7 +69,7 @@ static void make_thread_pool(void)
 
 static struct sluice_dispatcher *start_dispatcher(const struct sluice_dispatcher_options *o)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_dispatcher *d = NULL;
     int rc = sluice_dispatcher_start(o, &d, err, sizeof err);
     if (rc != 0)
@@ -79,7 +79,7 @@ static struct sluice_dispatcher *start_dispatcher(const struct sluice_dispatcher
 
 static struct sluice_worker *start_worker(const char *target)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_worker *w = NULL;
     struct sluice_worker_options o = {.dispatcher = target, .threads = 1, .log_level = QUIET};
     int rc = sluice_worker_start(&o, &w, err, sizeof err);
@@ -92,7 +92,7 @@ static struct sluice_worker *start_worker(const char *target)
  * arrived exactly once. */
 static void read_range_once(const char *target, int n)
 {
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_client *c = NULL;
     struct sluice_client_options co = {.dispatcher = target, .timeout_ms = WAIT_MS};
     assert_int_equal(sluice_client_open(&co, &c, err, sizeof err), 0);
@@ -126,7 +126,7 @@ static void read_range_once(const char *target, int n)
 /* Waits (bounded) until the dispatcher at target lists a worker at address. */
 static void wait_registered(const char *target, const char *address)
 {
-    char err[256] = "", quoted[300];
+    char err[SLUICE_ERRMSG_SIZE] = "", quoted[300];
     snprintf(quoted, sizeof quoted, "\"%s\"", address);
     struct sluice_client *c = NULL;
     struct sluice_client_options co = {.dispatcher = target, .timeout_ms = WAIT_MS};
@@ -190,7 +190,7 @@ static void test_bad_dispatcher_options(void **state)
     };
     int threads = count_threads();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[512] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         struct sluice_dispatcher *d = NULL;
         int rc = sluice_dispatcher_start(&cases[i].o, &d, err, sizeof err);
         if (rc != SLUICE_ERR_INVALID || strcmp(err, cases[i].msg) != 0)
@@ -232,7 +232,7 @@ static void test_bad_worker_options(void **state)
     };
     int threads = count_threads();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[512] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         struct sluice_worker *w = NULL;
         int rc = sluice_worker_start(&cases[i].o, &w, err, sizeof err);
         if (rc != SLUICE_ERR_INVALID || strcmp(err, cases[i].msg) != 0)
@@ -240,7 +240,7 @@ static void test_bad_worker_options(void **state)
         assert_null(w);
     }
     /* No options at all is a worker without a dispatcher. */
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_worker *w = NULL;
     assert_int_equal(sluice_worker_start(NULL, &w, err, sizeof err), SLUICE_ERR_INVALID);
     assert_string_equal(err, "dispatcher is required");
@@ -271,7 +271,7 @@ static void test_failed_start_leaves_nothing(void **state)
 
     int threads = count_threads();
     int port = free_port();
-    char err[512] = "", want[512];
+    char err[SLUICE_ERRMSG_SIZE] = "", want[512];
     struct sluice_dispatcher *d = NULL;
     struct sluice_dispatcher_options o = {
         .port = port, .metrics = true, .metrics_port = taken_port, .log_level = QUIET};
@@ -343,7 +343,7 @@ struct waiter {
     struct sluice_dispatcher *d;
     struct sluice_worker *w;
     int rc;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     long long returned_ms;
 };
 
@@ -380,7 +380,7 @@ static void test_stop_and_wait_from_other_threads(void **state)
     read_range_once(sluice_dispatcher_target(d), 10);
 
     /* A bounded wait on a running server times out and changes nothing. */
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     long long t0 = now_ms();
     assert_int_equal(sluice_dispatcher_wait(d, 50, err, sizeof err), SLUICE_ERR_TIMEOUT);
     assert_true(now_ms() - t0 >= 50);
@@ -424,7 +424,7 @@ static void test_shutdown_cuts_a_drain_short(void **state)
     /* A worker that never reached its dispatcher (none listens at port 1) drains at once. */
     struct sluice_worker_options lone = {.dispatcher = "127.0.0.1:1", .log_level = QUIET};
     struct sluice_worker *l = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(sluice_worker_start(&lone, &l, err, sizeof err), 0);
     sluice_worker_shutdown(l);
     assert_int_equal(sluice_worker_wait(l, WAIT_MS, err, sizeof err), 0);
@@ -512,7 +512,7 @@ static void test_stop_bounded_when_reader_vanished(void **state)
     (void)state;
     struct sluice_dispatcher_options o = {.log_level = QUIET};
     struct sluice_dispatcher *d = start_dispatcher(&o);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker_options wo = {.dispatcher = sluice_dispatcher_target(d),
                                        .threads = 1,
                                        .drain_timeout_ms = 60000,
@@ -561,7 +561,7 @@ static void test_fault_tolerant_work_dir(void **state)
     struct sluice_dispatcher *d = start_dispatcher(&o);
 
     /* One work dir serves one dispatcher, in this process too. */
-    char err[1024] = "", want[1024];
+    char err[SLUICE_ERRMSG_SIZE] = "", want[1024];
     struct sluice_dispatcher *d2 = NULL;
     assert_int_equal(sluice_dispatcher_start(&o, &d2, err, sizeof err), SLUICE_ERR_EXISTS);
     assert_null(d2);
@@ -595,7 +595,7 @@ static void test_metrics(void **state)
     (void)state;
     struct sluice_dispatcher_options o = {.metrics = true, .log_level = QUIET};
     struct sluice_dispatcher *d = start_dispatcher(&o);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker_options wo = {
         .dispatcher = sluice_dispatcher_target(d), .metrics = true, .log_level = QUIET};
     struct sluice_worker *w = NULL;
@@ -637,7 +637,7 @@ static void test_logs_per_server(void **state)
 
     struct sluice_dispatcher_options o = {.log_level = "info"};
     struct sluice_dispatcher *d = start_dispatcher(&o);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker_options quiet = {.dispatcher = sluice_dispatcher_target(d),
                                           .log_level = "off"};
     struct sluice_worker_options chatty = {.dispatcher = sluice_dispatcher_target(d),

@@ -58,7 +58,7 @@ struct server {
     bool stopped; /* test thread only: the stop was sent and the thread joined */
     int port;
     int start_rc;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     bool close_cb_ran;
     int loop_close_rc;
 };
@@ -747,7 +747,7 @@ static void test_start_errors(void **state)
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
     struct http_server *srv = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(
         http_server_start(&loop, "127.0.0.1", 70000, render, NULL, &srv, err, sizeof err),
         SLUICE_ERR_INVALID);

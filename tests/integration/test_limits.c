@@ -85,7 +85,7 @@ static void read_big_refused(struct cluster *c)
 struct raw {
     bool done;
     int status;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     bool closed;
 };
 
@@ -110,7 +110,7 @@ static int raw_call(const char *address, Sluice__Role role, Sluice__Envelope *en
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
     struct rpc_client *cl = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct rpc_client_opts o = {.address = address, .role = role, .incarnation = 0x5eed};
     assert_int_equal(rpc_client_new(&loop, &o, &cl, err, sizeof err), 0);
     memset(r, 0, sizeof *r);
@@ -334,7 +334,7 @@ static void test_dispatcher_limits(void **unused)
     /* One client with one read open may not open a second; another client is served. */
     struct sluice_client *client = NULL;
     struct sluice_iterator *first = NULL, *second = NULL;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 10000};
     assert_int_equal(sluice_client_open(&co, &client, msg, sizeof msg), 0);
     struct sluice_read_options ro = {.dataset_id = "1"};
@@ -382,7 +382,7 @@ static void test_jobs_per_address(void **unused)
     free(err);
     struct sluice_client *clients[3] = {NULL};
     struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 10000};
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     for (int i = 0; i < 3; i++)
         assert_int_equal(sluice_client_open(&co, &clients[i], msg, sizeof msg), 0);
     struct sluice_read_options ro = {.dataset_id = "1"};
@@ -498,7 +498,7 @@ static void test_finished_tasks_free_their_place(void **unused)
     assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
     assert_true(cluster_add_worker(&c) >= 0);
     struct sluice_client *client = NULL;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 30000};
     assert_int_equal(sluice_client_open(&co, &client, msg, sizeof msg), 0);
     for (int i = 0; i < 10; i++) {
@@ -540,7 +540,7 @@ static void test_worker_limits(void **unused)
     assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
     assert_true(cluster_add_worker(&c) >= 0);
     struct sluice_client *client = NULL;
-    char msg[512], want[512];
+    char msg[SLUICE_ERRMSG_SIZE], want[512];
     struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 30000};
     assert_int_equal(sluice_client_open(&co, &client, msg, sizeof msg), 0);
     struct sluice_iterator *its[3];
@@ -682,7 +682,7 @@ static void test_bad_names(void **unused)
  * a worker whose names hold bytes that are not UTF-8 and control characters. */
 static void write_old_journal(const char *work_dir)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal *j = NULL;
     assert_int_equal(mkdir(work_dir, 0700), 0);
     struct journal_opts jo = {.work_dir = work_dir, .create = true};

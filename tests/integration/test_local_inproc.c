@@ -47,7 +47,7 @@ static struct fp fingerprint(const struct sluice_element *e)
 /* The sorted fingerprints of the pipeline run in this process (times copies of each). */
 static struct fp *expected(const char *pipeline, size_t n, int times)
 {
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_local *run;
     assert_int_equal(sluice_local_open(pipeline, NULL, 0, &run, err, sizeof err), 0);
     struct sluice_element *e = sluice_element_new();
@@ -73,7 +73,7 @@ static struct fp *expected(const char *pipeline, size_t n, int times)
  * count. */
 static struct fp *read_local(const char *pipeline, enum sluice_mode mode, size_t cap, size_t *got)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_read_options o = {
         .pipeline = pipeline,
         .mode = mode,
@@ -105,7 +105,7 @@ static struct fp *read_local(const char *pipeline, enum sluice_mode mode, size_t
 
 static struct sluice_worker *start_worker(bool in_process)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker_options wo = {
         .dispatcher = sluice_dispatcher_target(disp),
         .threads = 2,
@@ -123,7 +123,7 @@ static struct sluice_worker *start_worker(bool in_process)
 /* Waits (up to 10 s) until the dispatcher lists n workers. */
 static void wait_workers(int n)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     for (int i = 0; i < 1000; i++) {
         char *json = NULL;
         assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
@@ -142,7 +142,7 @@ static void wait_workers(int n)
 static double metric(struct sluice_worker *w, const char *name)
 {
     struct expo e;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (scrape_metrics(sluice_worker_metrics_address(w), &e, err, sizeof err) != 0)
         fail_msg("scrape: %s", err);
     double v = -1;
@@ -154,7 +154,7 @@ static double metric(struct sluice_worker *w, const char *name)
 static int setup(void **unused)
 {
     (void)unused;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher_options dopts = {.log_level = "warn"};
     if (sluice_dispatcher_start(&dopts, &disp, err, sizeof err) < 0)
         return -1;

@@ -287,7 +287,7 @@ static void test_maps(void **state)
 static void test_no_python(void **state)
 {
     (void)state;
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_dispatcher *d = NULL;
     struct sluice_dispatcher_options dopts = {.log_level = "off"};
     assert_int_equal(sluice_dispatcher_start(&dopts, &d, err, sizeof err), 0);

@@ -244,7 +244,7 @@ static void fx_start_opts(uv_loop_t *loop, struct server_fx *fx, int port, uint3
         .user = fx,
         .sec = sec_server,
     };
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc = rpc_server_start(loop, &opts, &fx->srv, err, sizeof err);
     if (rc != 0)
         fail_msg("rpc_server_start: %s", err);
@@ -314,7 +314,7 @@ static void cfx_new_timeout(uv_loop_t *loop, struct client_fx *cfx, const char *
         .user = cfx,
         .sec = sec_client,
     };
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc = rpc_client_new(loop, &opts, &cfx->cl, err, sizeof err);
     if (rc != 0)
         fail_msg("rpc_client_new: %s", err);
@@ -346,7 +346,7 @@ static void cfx_close(uv_loop_t *loop, struct client_fx *cfx)
 struct result {
     int done;
     int status;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     int body_case;
     uint32_t count;
     size_t payload_len;
@@ -442,7 +442,7 @@ struct raw {
     bool connected, written, eof, closed, decode_failed;
     int hellos;
     int error_code;
-    char error_msg[256];
+    char error_msg[SLUICE_ERRMSG_SIZE];
     uint64_t next_reply_id; /* the id the next GetElementsReply must carry */
     int replies;
     bool replies_ok;
@@ -662,7 +662,7 @@ static void test_parse_address(void **state)
         {"", SLUICE_ERR_INVALID, NULL, 0, "bad address '': expected HOST:PORT"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char host[64] = "", err[128] = "";
+        char host[64] = "", err[SLUICE_ERRMSG_SIZE] = "";
         int port = -1;
         int rc = rpc_parse_address(cases[i].text, host, sizeof host, &port, err, sizeof err);
         if (rc != cases[i].rc)
@@ -675,7 +675,7 @@ static void test_parse_address(void **state)
         }
     }
     /* A host that does not fit the caller's buffer. */
-    char small[4], err[128];
+    char small[4], err[SLUICE_ERRMSG_SIZE];
     int port;
     assert_int_equal(rpc_parse_address("abcd:1", small, sizeof small, &port, err, sizeof err),
                      SLUICE_ERR_INVALID);
@@ -1061,7 +1061,7 @@ static void test_too_large(void **state)
 
     struct rpc_client_opts opts = {.address = address, .max_frame = 4096};
     struct rpc_client *cl;
-    char err[128];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(rpc_client_new(&loop, &opts, &cl, err, sizeof err), 0);
     struct result big = {0}, small = {0};
     assert_int_equal(call_elements(cl, 2, MODE_PAYLOAD, 8192, 5000, &big), 0);
@@ -1360,7 +1360,7 @@ static void test_addresses(void **state)
                                    .on_close = fx_on_close,
                                    .user = &fx};
     memset(&fx, 0, sizeof fx);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (rpc_server_start(&loop, &opts, &fx.srv, err, sizeof err) == 0) {
         assert_string_equal(rpc_server_host(fx.srv), "::1");
         snprintf(address, sizeof address, "[::1]:%d", rpc_server_port(fx.srv));
@@ -1524,7 +1524,7 @@ static void test_server_close_from_handler(void **state)
     struct rpc_server_opts opts = {
         .on_request = close_from_handler, .user = &closed, .sec = sec_server};
     struct rpc_server *srv;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(rpc_server_start(&loop, &opts, &srv, err, sizeof err), 0);
     assert_string_equal(rpc_server_host(srv), "127.0.0.1");
     struct client_fx cfx;
@@ -1550,7 +1550,7 @@ static void test_server_start_errors(void **state)
     /* The port is taken: a clear message, and nothing left on the loop. */
     struct rpc_server_opts opts = {.port = port, .on_request = fx_on_request};
     struct rpc_server *srv = NULL;
-    char err[256], want[128];
+    char err[SLUICE_ERRMSG_SIZE], want[128];
     assert_int_equal(rpc_server_start(&loop, &opts, &srv, err, sizeof err), -EADDRINUSE);
     snprintf(want, sizeof want, "listen on 127.0.0.1:%d: Address already in use", port);
     assert_string_equal(err, want);

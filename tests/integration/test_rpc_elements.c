@@ -120,7 +120,7 @@ static void fx_start(uv_loop_t *loop, struct server_fx *fx, uint32_t max_frame)
         .user = fx,
         .sec = sec_server,
     };
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (rpc_server_start(loop, &opts, &fx->srv, err, sizeof err) != 0)
         fail_msg("rpc_server_start: %s", err);
 }
@@ -140,7 +140,7 @@ static void fx_close(uv_loop_t *loop, struct server_fx *fx)
 struct result {
     bool done;
     int status;
-    char msg[256];
+    char msg[SLUICE_ERRMSG_SIZE];
     uint64_t offset;
     size_t len;
     uint32_t count;
@@ -218,7 +218,7 @@ static struct rpc_client *client_new(uv_loop_t *loop, int port, struct bufpool *
         .sec = sec_client,
     };
     struct rpc_client *cl;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (rpc_client_new(loop, &opts, &cl, err, sizeof err) != 0)
         fail_msg("rpc_client_new: %s", err);
     return cl;

@@ -65,14 +65,14 @@ static void write_meta(struct fixture *f)
     snprintf(m.dataset_id, sizeof m.dataset_id, "42");
     m.pipeline = "range(10)";
     m.chunks = NCHUNKS;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     if (snap_meta_write(f->dir, &m, err, sizeof err) != 0)
         fail_msg("%s", err);
 }
 
 static void write_chunk(struct fixture *f, uint64_t i)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct snap_writer *w;
     if (snap_writer_open(f->dir, i, &w, err, sizeof err) != 0)
         fail_msg("%s", err);
@@ -90,7 +90,7 @@ static void write_chunk(struct fixture *f, uint64_t i)
 
 static void finalize(struct fixture *f)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     if (snap_finalize(f->dir, NCHUNKS, err, sizeof err) != 0)
         fail_msg("%s", err);
 }
@@ -215,7 +215,7 @@ static void test_failed_save(void **state)
     write_meta(f);
     write_chunk(f, 0);
     write_chunk(f, 1);
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(snap_mark_failed(f->dir, "worker 2: No space left on device", err, sizeof err),
                      0);
     char text[600], want[1024];

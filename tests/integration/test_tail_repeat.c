@@ -276,7 +276,7 @@ static void test_cli_named_job_repeat(void **state)
 
 static struct sluice_client *client_for(struct cluster *c)
 {
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_client *client = NULL;
     struct sluice_client_options co = {.dispatcher = c->dispatcher.addr, .timeout_ms = WAIT_MS};
     if (sluice_client_open(&co, &client, err, sizeof err) != 0)
@@ -288,7 +288,7 @@ static void test_api_repeat(void **state)
 {
     struct cluster *c = *state;
     struct sluice_client *client = client_for(c);
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_read_options ro = {.pipeline = "range(1000) | map(mul, 1)",
                                      .mode = SLUICE_DISTRIBUTED_EPOCH,
                                      .local = "repeat(3)"};
@@ -336,7 +336,7 @@ static void test_api_repeat(void **state)
     assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
     for (int i = 0; i < 10; i++)
         assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 1);
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     assert_true(sluice_iterator_waiting(it, why, sizeof why) > 0);
     sluice_iterator_close(it);
     sluice_client_close(client);
@@ -364,7 +364,7 @@ struct shared_reader {
     long count;
     int rc;
     bool slow; /* pauses now and then, so the other reader waits for it */
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 static void *shared_read(void *arg)
@@ -431,7 +431,7 @@ static void test_api_refusals(void **state)
 {
     struct cluster *c = *state;
     struct sluice_client *client = client_for(c);
-    char err[1024] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_iterator *it = NULL;
     struct sluice_read_options ro = {
         .pipeline = "range(10)", .mode = SLUICE_DISTRIBUTED_EPOCH, .job_name = "j"};
@@ -519,7 +519,7 @@ static void test_dispatcher_gone(void **state)
 {
     struct cluster *c = *state;
     struct sluice_client *client = NULL;
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct sluice_client_options co = {.dispatcher = c->dispatcher.addr}; /* no timeout */
     assert_int_equal(sluice_client_open(&co, &client, err, sizeof err), 0);
     struct sluice_read_options ro = {.pipeline = "range(10) | map(mul, 2)",

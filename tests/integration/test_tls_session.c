@@ -68,7 +68,7 @@ static void ends_new(struct ends *e, const char *server_cert, const char *client
     memset(e, 0, sizeof *e);
     e->server_sec = tls_test_sec(server_cert, "ca", SEC_SERVER);
     e->client_sec = tls_test_sec(client_cert, client_ca, SEC_CLIENT);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(
         tls_session_new(e->server_sec->tls, NULL, sink, &e->to_client, &e->server, err, sizeof err),
         0);
@@ -159,7 +159,7 @@ static void test_handshake_and_data(void **state)
     for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
         struct ends e;
         ends_new(&e, "node", "node", "ca", "127.0.0.1");
-        char why[256] = "";
+        char why[SLUICE_ERRMSG_SIZE] = "";
         if (handshake(&e, chunks[k], why, sizeof why) != 0)
             fail_msg("chunk %zu: %s", chunks[k], why);
         char desc[96];
@@ -198,7 +198,7 @@ static void test_tampered_record(void **state)
     (void)state;
     struct ends e;
     ends_new(&e, "node", "node", "ca", "localhost");
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     assert_int_equal(handshake(&e, 4096, why, sizeof why), 0);
     static const uint8_t hello[] = "hello";
     assert_int_equal(tls_session_write(e.client, hello, sizeof hello, why, sizeof why), 0);
@@ -243,7 +243,7 @@ static void test_verification(void **state)
         /* A server without tls_ca asks for no client certificate: the server-side cases need
          * one that does. */
         ends_new(&e, cases[i].server, cases[i].client_cert, cases[i].client_ca, cases[i].host);
-        char why[256] = "";
+        char why[SLUICE_ERRMSG_SIZE] = "";
         int rc = handshake(&e, 100000, why, sizeof why);
         assert_int_equal(rc, SLUICE_ERR_AUTH);
         if (strcmp(why, cases[i].why) != 0)
@@ -268,7 +268,7 @@ static void test_sink_out_of_memory(void **state)
     (void)state;
     struct ends e;
     ends_new(&e, "node", "node", "ca", "127.0.0.1");
-    char why[256];
+    char why[SLUICE_ERRMSG_SIZE];
     assert_int_equal(handshake(&e, 4096, why, sizeof why), 0);
     e.to_server.fail = true;
     static const uint8_t data[100] = {1};

@@ -187,7 +187,7 @@ static void test_dispatcher_killed_api(void **state)
 {
     struct cluster *c = *state;
     assert_true(cluster_add_worker(c) >= 0);
-    char disp[64], err[1024] = "";
+    char disp[64], err[SLUICE_ERRMSG_SIZE] = "";
     snprintf(disp, sizeof disp, "127.0.0.1:%d", c->port);
     struct sluice_client_options copts = {.dispatcher = disp};
     struct sluice_client *client = NULL;
@@ -199,7 +199,7 @@ static void test_dispatcher_killed_api(void **state)
     assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
     const struct sluice_element *elem;
     assert_int_equal(sluice_iterator_next(it, &elem, 10000, err, sizeof err), 1);
-    char why[512];
+    char why[SLUICE_ERRMSG_SIZE];
     assert_int_equal(sluice_iterator_waiting(it, why, sizeof why), 2);
     assert_string_equal(why, "job 1: waiting for elements from 1 worker");
     proc_stop(&c->dispatcher, SIGKILL, 5000);

@@ -101,7 +101,7 @@ static long long status_copies_cut(struct cluster *c)
 struct reader {
     struct sluice_client *client;
     struct sluice_iterator *it;
-    char err[1024];
+    char err[SLUICE_ERRMSG_SIZE];
 };
 
 static void reader_open(struct reader *r, struct cluster *c, const char *pipeline,
@@ -289,7 +289,7 @@ static void restart_one(struct cluster *c, bool same_port)
 
     /* No worker left: the read waits, and says so once the dispatcher dropped the task. */
     long long t0 = now_ms();
-    char why[512] = "";
+    char why[SLUICE_ERRMSG_SIZE] = "";
     const char *want = "no worker left (1 copy cut short); waiting for a worker to register";
     for (;;) {
         int64_t v;

@@ -57,7 +57,7 @@ struct trainer {
     unsigned pause_us;
     atomic_bool stop;
     int rc;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     double seconds;
 };
 
@@ -429,7 +429,7 @@ static void test_refusals(void **state)
 
     /* The library checks the trainer id before asking anyone. */
     struct sluice_client *client;
-    char err[512], disp[64];
+    char err[SLUICE_ERRMSG_SIZE], disp[64];
     snprintf(disp, sizeof disp, "127.0.0.1:%d", c->port);
     struct sluice_client_options co = {.dispatcher = disp, .timeout_ms = WAIT_MS};
     assert_int_equal(sluice_client_open(&co, &client, err, sizeof err), 0);

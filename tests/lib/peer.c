@@ -28,7 +28,7 @@ static void on_reply(int status, const char *msg, const Sluice__Envelope *reply,
 
 void peer_open(struct peer *p, const char *addr, Sluice__Role role, uint64_t incarnation)
 {
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(uv_loop_init(&p->loop), 0);
     struct rpc_client_opts o = {
         .address = addr, .role = role, .incarnation = incarnation, .backoff_max_ms = 200};

@@ -6,6 +6,7 @@
 #define SLUICE_TESTS_LIB_PEER_H
 
 #include "common/rpc.h"
+#include "sluice/sluice.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,7 +20,7 @@ struct peer {
 struct peer_result {
     bool done;
     int status;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     Sluice__Envelope *reply; /* a copy, freed by the caller */
 };
 

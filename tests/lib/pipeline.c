@@ -16,7 +16,7 @@
 
 struct pipe_spec *pipeline_parse(const char *text)
 {
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct pipe_spec *spec = NULL;
     int rc = pipe_parse(text, &spec, err, sizeof err);
     if (rc != 0)

@@ -421,7 +421,7 @@ const char *harness_run(struct harness *h, const char *line)
     assert_true(nw >= 2);
     h->out.n = 0;
     h->out.s[0] = '\0';
-    char err[256] = "", outs[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "", outs[256] = "";
     int rc;
     const char *cmd = words[0], *v;
     uint64_t fin[64];
@@ -564,7 +564,7 @@ const char *harness_run(struct harness *h, const char *line)
         /* failed WORKER TASK[,TASK...] [msg=WORDS_WITH_UNDERSCORES] */
         uint64_t ids[16];
         size_t n = parse_list(words[2], ids, 16);
-        char msg[256];
+        char msg[SLUICE_ERRMSG_SIZE];
         opt_msg(words, nw, msg, sizeof msg);
         struct plan_task_failure f[16];
         for (size_t i = 0; i < n; i++)
@@ -607,7 +607,7 @@ const char *harness_run(struct harness *h, const char *line)
     } else if (strcmp(cmd, "saved") == 0) {
         rc = plan_save_finished(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "savefail") == 0) {
-        char msg[256];
+        char msg[SLUICE_ERRMSG_SIZE];
         opt_msg(words, nw, msg, sizeof msg);
         rc = plan_save_failed(&h->s, strtoull(words[1], NULL, 10), msg, &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "committed") == 0) {
@@ -687,7 +687,7 @@ void harness_record_copy(const struct st_update *u, struct st_update *out)
 {
     uint8_t *b = NULL;
     size_t len = 0;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(record_update_encode(u, &b, &len), 0);
     int rc = record_update_decode(b, len, out, err, sizeof err);
     free(b);
@@ -717,7 +717,7 @@ void harness_check_snapshot(const struct state *s)
 {
     uint8_t *b = NULL;
     size_t len = 0;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(record_snapshot_encode(s, &b, &len), 0);
     struct state back;
     int rc = record_snapshot_decode(b, len, defs_of_state, (void *)s, &back, err, sizeof err);

@@ -53,7 +53,7 @@ struct sec_ctx *tls_test_sec(const char *name, const char *ca, int sides)
         .tls_ca = ca ? cafile : NULL,
     };
     struct sec_ctx *s;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     if (sec_ctx_new(&o, sides, &s, err, sizeof err) != 0) {
         fprintf(stderr, "tls_test_sec: %s\n", err);
         exit(1);

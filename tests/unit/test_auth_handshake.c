@@ -113,7 +113,7 @@ struct end {
     uint8_t mac[AUTH_MAC_LEN];
     bool has_proof;
     int result; /* AUTH_HS_OPEN, or the failure code */
-    char msg[256];
+    char msg[SLUICE_ERRMSG_SIZE];
     const char *peer_msg;
 };
 

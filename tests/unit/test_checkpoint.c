@@ -52,7 +52,7 @@ static void test_round_trip(void **state)
     size_t n = 0, n2 = 0;
     assert_int_equal(ckpt_encode(&c, &b, &n), 0);
     ckpt_init(&d);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(ckpt_decode(b, n, &d, err, sizeof err), 0);
     assert_string_equal(d.dataset_id, "ds");
     assert_string_equal(d.job_name, "");
@@ -109,7 +109,7 @@ static void expect_refused(const uint8_t *p, size_t n, int code, const char *msg
 {
     struct ckpt c;
     ckpt_init(&c);
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = ckpt_decode(p, n, &c, err, sizeof err);
     if (rc != code || !strstr(err, msg))
         fail_msg("got %d '%s', wanted %d '%s'", rc, err, code, msg);

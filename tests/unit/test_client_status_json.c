@@ -14,7 +14,7 @@
 
 static void expect_table(const char *json, const char *want)
 {
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     char *out = NULL;
     assert_int_equal(status_json_table(json, &out, err, sizeof err), 0);
     assert_non_null(out);
@@ -194,7 +194,7 @@ static void test_table_escapes_control_characters(void **state)
 
 static void test_table_rejects_non_objects(void **state)
 {
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     char *out = (char *)1;
     assert_int_equal(status_json_table("[1, 2]", &out, err, sizeof err), SLUICE_ERR_CORRUPT);
     assert_null(out);

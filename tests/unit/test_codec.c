@@ -20,7 +20,7 @@ static void roundtrip(const struct sluice_element *in, bool compress)
     struct sluice_element got;
     pipe_elem_init(&got);
     size_t pos = 0;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     for (int i = 0; i < 2; i++) {
         assert_int_equal(
             codec_next_elem((uint8_t *)out.p, out.len, &pos, &got, &scratch, err, sizeof(err)), 1);
@@ -125,7 +125,7 @@ static void test_tags_and_split_ends(void **state)
     struct sluice_element got;
     pipe_elem_init(&got);
     struct codec_mark m;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     size_t pos = 0;
     const uint8_t *p = (const uint8_t *)out.p;
     assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
@@ -177,7 +177,7 @@ static void test_corrupt_inputs(void **state)
     assert_int_equal(codec_append_elem(&out, e, false, &scratch), 0);
     struct sluice_element got;
     pipe_elem_init(&got);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
 
     /* Every truncation of a valid record is rejected. */
     for (size_t cut = 1; cut < out.len; cut++) {

@@ -57,7 +57,7 @@ static void expect_split(const struct sluice_element *e, size_t min_ext, size_t 
     struct sluice_element got;
     pipe_elem_init(&got);
     size_t pos = 0;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(codec_next_elem(joined, ref.len, &pos, &got, &scratch, err, sizeof err), 1);
     assert_int_equal(codec_next_elem(joined, ref.len, &pos, &got, &scratch, err, sizeof err), 1);
     assert_true(pipe_elem_equal(e, &got));

@@ -65,7 +65,7 @@ static void test_check(void **unused)
     (void)unused;
     for (size_t i = 0; i < sizeof check_cases / sizeof check_cases[0]; i++) {
         const struct check_case *c = &check_cases[i];
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc = coverage_check(c->seq, c->ended, c->total, c->bounds, c->nbounds, err, sizeof err);
         if (!c->expect) {
             if (rc != 0)

@@ -24,7 +24,7 @@
 static struct pipe_spec *decode_ok(const uint8_t *data, size_t len)
 {
     struct pipe_spec *spec = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = pipe_spec_decode(data, len, &spec, err, sizeof(err));
     if (rc != 0)
         fail_msg("decode: %d %s", rc, err);
@@ -100,7 +100,7 @@ static void test_tail_round_trip(void **state)
 {
     (void)state;
     struct pipe_spec *a = NULL;
-    char err[128];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_parse_tail("map(add, 1) | batch(2)", &a, err, sizeof(err)), 0);
     uint8_t *bytes = NULL;
     size_t len = 0;
@@ -197,7 +197,7 @@ static int decode_rc(const uint8_t *data, size_t len, char *err, size_t errlen)
 
 static void expect_corrupt(const uint8_t *data, size_t len, const char *want)
 {
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(decode_rc(data, len, err, sizeof(err)), SLUICE_ERR_CORRUPT);
     assert_string_equal(err, want);
 }
@@ -238,7 +238,7 @@ static void test_truncations_and_flips(void **state)
     uint8_t *bytes = NULL;
     size_t len = 0;
     assert_int_equal(pipe_spec_encode(a, &bytes, &len), 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     size_t refused = 0, accepted = 0;
     for (size_t n = 0; n < len; n++) {
         struct pipe_spec *p = NULL;
@@ -367,7 +367,7 @@ static void expect_def(Sluice__SourceDef *src, Sluice__OpDef **ops, size_t nops,
     uint8_t *buf = malloc(len + 1);
     assert_non_null(buf);
     sluice__dataset_def__pack(&def, buf);
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = decode_rc(buf, len, err, sizeof(err));
     if (want) {
         assert_int_equal(rc, SLUICE_ERR_CORRUPT);

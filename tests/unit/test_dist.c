@@ -53,7 +53,7 @@ static void drain(struct pipe_run *run, struct str *out)
 
 static char *run_local(const char *text)
 {
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     if (pipe_open(spec, reg, &run, err, sizeof err) != 0)
@@ -89,7 +89,7 @@ static int merged_next(struct pipe_iter *it, struct sluice_element *out)
         if (!split_plan_at(&m->prov->plan, m->seq, &split))
             return 0;
         m->seq++;
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         if (pipe_open_splits(m->spec, reg, &split, 1, &m->cur, err, sizeof err) != 0)
             fail_msg("open split %llu: %s", (unsigned long long)split.seq, err);
     }
@@ -108,7 +108,7 @@ static const struct pipe_iter_ops merged_ops = {merged_next, merged_destroy};
  * default. */
 static char *run_distributed(const char *text, uint64_t split_size)
 {
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_split_provider prov;
     if (pipe_split_provider_init(&prov, spec, split_size, err, sizeof err) != 0)
@@ -236,7 +236,7 @@ static void test_placements(void **state)
         const struct placement *p = &placements[i];
         struct pipe_spec *spec = pipeline_parse(p->text);
         struct pipe_dist d;
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         if (pipe_dist_analyze(spec, &d, err, sizeof err) != 0)
             fail_msg("%s: %s", p->text, err);
         assert_int_equal(spec->nops, strlen(p->where));
@@ -259,7 +259,7 @@ static void test_placements(void **state)
 static void test_split_sizes(void **state)
 {
     (void)state;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_split_provider p;
     /* range(100) | batch(32): never one-element splits for a batch; multiples of 32. */
     struct pipe_spec *spec = pipeline_parse("range(100) | batch(32)");
@@ -306,7 +306,7 @@ static void test_refusals(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct pipe_spec *spec = pipeline_parse(cases[i].text);
         struct pipe_dist d;
-        char err[512] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         assert_int_equal(pipe_dist_analyze(spec, &d, err, sizeof err), SLUICE_ERR_UNSUPPORTED);
         assert_string_equal(err, cases[i].err);
         struct pipe_split_provider p;

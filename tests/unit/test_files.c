@@ -371,7 +371,7 @@ static void test_tfrecord_glob_many_files(void **state)
     char *glob = path_in(f, "part-*.tfrecord");
     char **paths = NULL;
     size_t npaths = 0;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_glob_expand(&glob, 1, &paths, &npaths, err, sizeof err), 0);
     assert_int_equal(npaths, 12);
     for (int i = 0; i < 12; i++) {
@@ -406,7 +406,7 @@ static void test_glob_expand(void **state)
     char *globs[] = {path_in(f, "b*"), path_in(f, "*"), path_in(f, "a1")};
     char **paths = NULL;
     size_t npaths = 0;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_glob_expand(globs, 3, &paths, &npaths, err, sizeof err), 0);
     assert_int_equal(npaths, 3);
     assert_string_equal(paths[0], path_in(f, "a1"));
@@ -517,7 +517,7 @@ static void test_lines_files_do_not_join(void **state)
     char *glob = path_in(f, "*.txt");
     char **paths = NULL;
     size_t npaths = 0;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_glob_expand(&glob, 1, &paths, &npaths, err, sizeof err), 0);
     assert_int_equal(npaths, 4);
     struct pipe_iter *it = NULL;

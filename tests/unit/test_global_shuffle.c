@@ -63,7 +63,7 @@ static void test_parse_errors(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct pipe_spec *spec = NULL;
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         assert_int_equal(pipe_parse(cases[i].text, &spec, err, sizeof err), SLUICE_ERR_PARSE);
         assert_null(spec);
         if (strcmp(err, cases[i].err) != 0)
@@ -71,7 +71,7 @@ static void test_parse_errors(void **state)
     }
     /* A tail (--local) has no source to shuffle. */
     struct pipe_spec *spec = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_parse_tail("map(square) | global_shuffle(1)", &spec, err, sizeof err),
                      SLUICE_ERR_PARSE);
     assert_string_equal(err, "column 15: global_shuffle shuffles a source, and a pipeline tail "
@@ -105,7 +105,7 @@ static void test_text_and_wire(void **state)
     size_t len = 0;
     assert_int_equal(pipe_spec_encode(spec, &buf, &len), 0);
     struct pipe_spec *back = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_spec_decode(buf, len, &back, err, sizeof err), 0);
     assert_true(pipe_spec_equal(spec, back));
     back->ops[0].seed = 8;
@@ -138,7 +138,7 @@ static int64_t *run_ints(struct fixture *f, const char *text, size_t *n)
 {
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     if (pipe_open(spec, f->reg, &run, err, sizeof err) != 0)
         fail_msg("%s: %s", text, err);
     size_t cap = 64;
@@ -302,7 +302,7 @@ static void drain(struct pipe_run *run, char **out, size_t *len)
 static void test_files(void **state)
 {
     struct fixture *f = *state;
-    char text[256], err[256];
+    char text[256], err[SLUICE_ERRMSG_SIZE];
     snprintf(text, sizeof text, "lines(\"%s\") | global_shuffle(3) | repeat(2)", f->glob);
     struct pipe_spec *spec = pipeline_parse(text);
 

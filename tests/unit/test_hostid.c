@@ -44,7 +44,7 @@ static void test_check(void **unused)
         {long_id, SLUICE_ERR_INVALID, "SLUICE_HOST_ID: 128 bytes, longer than the limit of 127"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc = hostid_check("SLUICE_HOST_ID", cases[i].id, err, sizeof err);
         if (rc != cases[i].rc || strcmp(err, cases[i].msg) != 0)
             fail_msg("case %zu: got %d '%s', expected %d '%s'", i, rc, err, cases[i].rc,
@@ -85,14 +85,14 @@ static void test_compose(void **unused)
          SLUICE_ERR_INVALID, "the network namespace inode is out of range"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char out[HOSTID_MAX + 1] = "", err[256] = "";
+        char out[HOSTID_MAX + 1] = "", err[SLUICE_ERRMSG_SIZE] = "";
         int rc = hostid_compose(cases[i].boot, cases[i].netns, out, sizeof out, err, sizeof err);
         const char *got = rc == 0 ? out : err;
         if (rc != cases[i].rc || strcmp(got, cases[i].out) != 0)
             fail_msg("case %zu: got %d '%s', expected %d '%s'", i, rc, got, cases[i].rc,
                      cases[i].out);
         if (rc == 0) {
-            char why[256];
+            char why[SLUICE_ERRMSG_SIZE];
             assert_int_equal(hostid_check("host id", out, why, sizeof why), 0);
         }
     }
@@ -101,7 +101,7 @@ static void test_compose(void **unused)
 static void test_get(void **unused)
 {
     (void)unused;
-    char out[HOSTID_MAX + 1], err[256];
+    char out[HOSTID_MAX + 1], err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(setenv(HOSTID_ENV, "node-a", 1), 0);
     assert_int_equal(hostid_get(out, sizeof out, err, sizeof err), 0);
     assert_string_equal(out, "node-a");

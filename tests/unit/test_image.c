@@ -55,7 +55,7 @@ static int call(const char *name, struct sluice_element *e, const struct pipe_va
     assert_non_null(fn);
     struct sluice_fn_args a = {args, nargs};
     err[0] = '\0';
-    return fn->map(e, &a, fn->user, err, 256);
+    return fn->map(e, &a, fn->user, err, SLUICE_ERRMSG_SIZE);
 }
 
 static struct pipe_value ival(int64_t i)
@@ -106,7 +106,7 @@ static void test_resize_exact(void **state)
         uint8_t *src = malloc((size_t)(h * w * cc));
         memcpy(src, p, (size_t)(h * w * cc));
         assert_int_equal(sluice_element_set_bytes(&e, 1, "label", 5), 0);
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         struct pipe_value args[2] = {ival(oh), ival(ow)};
         assert_int_equal(call("resize", &e, args, 2, err), 0);
         assert_int_equal(e.n, 2);
@@ -143,7 +143,7 @@ static void test_resize_known_values(void **state)
     struct sluice_element e;
     pipe_elem_init(&e);
     set_image(&e, 1, 2, 0, (const uint8_t[]){0, 102});
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_value args[2] = {ival(1), ival(4)};
     assert_int_equal(call("resize", &e, args, 2, err), 0);
     assert_memory_equal(e.t[0].data, ((const uint8_t[]){0, 26, 77, 102}), 4);
@@ -185,7 +185,7 @@ static void test_center_crop_exact(void **state)
         const uint8_t *p = set_image(&e, h, w, c, NULL);
         uint8_t *src = malloc((size_t)(h * w * c));
         memcpy(src, p, (size_t)(h * w * c));
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         struct pipe_value args[2] = {ival(oh), ival(ow)};
         assert_int_equal(call("center_crop", &e, args, 2, err), 0);
         /* The window starts at the offsets rounded down: (10 - 4) / 2 = 3, (9 - 2) / 2 = 3. */
@@ -200,7 +200,7 @@ static void test_crop_errors(void **state)
     struct sluice_element e;
     pipe_elem_init(&e);
     set_image(&e, 100, 80, 3, NULL);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_value args[3] = {ival(224), ival(224), ival(1)};
     assert_int_equal(call("center_crop", &e, args, 2, err), SLUICE_ERR_TYPE);
     assert_string_equal(err, "the image is 100x80 (HxW), smaller than the crop 224x224");
@@ -395,7 +395,7 @@ static void test_normalize(void **state)
     set_image(&e, 16, 16, 3, px);
     assert_int_equal(sluice_element_set_int64(&e, 1, 9), 0);
     struct pipe_value args[2] = {list3(mean[0], mean[1], mean[2]), list3(std[0], std[1], std[2])};
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(call("normalize", &e, args, 2, err), 0);
     const struct pipe_tensor *t = &e.t[0];
     assert_int_equal(t->dtype, SLUICE_FLOAT32);
@@ -463,7 +463,7 @@ static void test_argument_checks(void **state)
         {"map(decode_jpeg, 1, 2)", "column 12: map(decode_jpeg) takes 0 to 1 arguments, got 2"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char text[256], err[512] = "";
+        char text[256], err[SLUICE_ERRMSG_SIZE] = "";
         snprintf(text, sizeof(text), "range(1) | %s", cases[i].text);
         struct pipe_spec *spec = NULL;
         int rc = pipe_parse(text, &spec, err, sizeof(err));
@@ -482,7 +482,7 @@ static void test_argument_checks(void **state)
         "map(decode_jpeg, 268435456)",
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
-        char text[256], err[512] = "";
+        char text[256], err[SLUICE_ERRMSG_SIZE] = "";
         snprintf(text, sizeof(text), "range(1) | %s", ok[i]);
         struct pipe_spec *spec = NULL;
         assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), 0);

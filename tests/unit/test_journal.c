@@ -76,7 +76,7 @@ static const char *work(const char *name)
 static struct journal *open_journal(const char *wd, size_t map_size, size_t map_max)
 {
     struct journal *j = NULL;
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct journal_opts o = {
         .work_dir = wd, .create = true, .map_size = map_size, .map_max = map_max};
     int rc = journal_open(&o, &j, err, sizeof err);
@@ -142,7 +142,7 @@ static void expect_log(struct journal *j, uint64_t from, uint64_t last)
     struct seen *s = calloc(1, sizeof *s);
     assert_non_null(s);
     s->payload_ok = true;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     uint64_t got_last = 0;
     int rc = journal_replay(j, from, on_record, NULL, s, &got_last, err, sizeof err);
     if (rc != 0)
@@ -210,7 +210,7 @@ static void test_fresh_work_dir(void **unused)
     const char *wd = work("a/b/c"); /* parents are created too */
     struct journal *j = open_journal(wd, 0, 0);
     struct journal_info info;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     uint64_t v, seq;
     uint8_t *data;
     size_t len;
@@ -252,7 +252,7 @@ static void test_append_and_replay(void **unused)
 {
     (void)unused;
     struct journal *j = open_journal(work("w"), 0, 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(append_n(j, 1, 3, NULL, err, sizeof err), 0);
     assert_int_equal(append_n(j, 4, 1, NULL, err, sizeof err), 0);
     assert_int_equal(append_n(j, 5, 20, NULL, err, sizeof err), 0);
@@ -292,7 +292,7 @@ static void test_replay_stops_on_callback(void **unused)
 {
     (void)unused;
     struct journal *j = open_journal(work("w"), 0, 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     uint64_t at = 0;
     assert_int_equal(append_n(j, 1, 5, NULL, err, sizeof err), 0);
     assert_int_equal(journal_replay(j, 1, stop_at_three, NULL, &at, NULL, err, sizeof err), -77);
@@ -304,7 +304,7 @@ static void test_snapshot_truncates(void **unused)
 {
     (void)unused;
     struct journal *j = open_journal(work("w"), 0, 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_info info;
     uint64_t seq;
     uint8_t *data;
@@ -364,7 +364,7 @@ static void test_datasets_table(void **unused)
 {
     (void)unused;
     struct journal *j = open_journal(work("w"), 0, 0);
-    char err[256], seen[256] = "";
+    char err[SLUICE_ERRMSG_SIZE], seen[256] = "";
     uint8_t *data;
     size_t len;
     struct journal_record recs[3] = {
@@ -432,7 +432,7 @@ static int read_while_written(void *arg)
 {
     (void)arg;
     struct journal *j;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_opts o = {.work_dir = work("w"), .read_only = true};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 10;
@@ -453,7 +453,7 @@ static void test_readers_and_writers(void **unused)
 {
     (void)unused;
     struct journal *j = open_journal(work("w"), 0, 0), *other;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(append_n(j, 1, 5, NULL, err, sizeof err), 0);
     /* A reader in another process reads while this one holds the journal open for writing. */
     assert_int_equal(in_child(read_while_written, NULL), 0);
@@ -479,7 +479,7 @@ static int copy_after_growth(void *arg)
 {
     struct grow_sync *g = arg;
     struct journal *j, *copy;
-    char err[256], path[600], byte = 0;
+    char err[SLUICE_ERRMSG_SIZE], path[600], byte = 0;
     struct journal_opts o = {.work_dir = work("w"), .read_only = true};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 10;
@@ -512,7 +512,7 @@ static void test_copy_while_growing(void **unused)
 {
     (void)unused;
     struct journal *j = open_journal(work("w"), 1 << 16, 0);
-    char err[256], byte;
+    char err[SLUICE_ERRMSG_SIZE], byte;
     struct grow_sync g;
     assert_int_equal(pipe(g.opened), 0);
     assert_int_equal(pipe(g.grown), 0);
@@ -541,7 +541,7 @@ static void test_damage_named(void **unused)
     (void)unused;
     const char *wd = work("w");
     struct journal *j = open_journal(wd, 0, 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(append_n(j, 1, 8, NULL, err, sizeof err), 0);
     journal_close(j);
 
@@ -602,7 +602,7 @@ static void test_map_grows_then_fills(void **unused)
     struct journal *j = open_journal(wd, 64 << 10, 1 << 20);
     static uint8_t big[16 << 10];
     memset(big, 0x5a, sizeof big);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_info info;
     uint64_t seq = 1;
     int rc;
@@ -639,7 +639,7 @@ static int fill_disk(void *arg)
 {
     (void)arg;
     struct journal *j;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_opts o = {.work_dir = work("w"), .create = true};
     if (journal_open(&o, &j, err, sizeof err) < 0)
         return 110;
@@ -687,7 +687,7 @@ static void test_disk_full(void **unused)
     /* Every acknowledged record is there, and nothing of the failed one. */
     j = open_journal(work("w"), 0, 0);
     struct journal_info info;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
     assert_int_equal(info.records, acked);
     assert_int_equal(info.last_seq, acked);
@@ -725,7 +725,7 @@ static int crash_child(void *arg)
 {
     struct crash *c = arg;
     struct journal *j;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_opts o = {
         .work_dir = work("w"), .create = true, .fault = crash_hook, .fault_user = c};
     if (journal_open(&o, &j, err, sizeof err) < 0)
@@ -768,7 +768,7 @@ static void test_crash_points(void **unused)
             assert_int_equal(acked, (uint64_t)(batch - 1) * CRASH_PER_BATCH);
             struct journal *j = open_journal(work("w"), 0, 0);
             struct journal_info info;
-            char err[256];
+            char err[SLUICE_ERRMSG_SIZE];
             assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
             uint64_t snap = committed >= CRASH_SNAPSHOT_BATCH * CRASH_PER_BATCH
                                 ? CRASH_SNAPSHOT_BATCH * CRASH_PER_BATCH
@@ -810,7 +810,7 @@ static void on_wait(void *ctx, int status)
 
 struct failure {
     int calls, code;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
 };
 
 static void on_fail(void *user, int code, const char *msg)
@@ -858,7 +858,7 @@ static void test_group_commit(void **unused)
     struct failure f = {0};
     struct journal_thread *jt;
     struct journal_thread_stats st;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_thread_opts o = {.journal = j, .next_seq = 1, .on_fail = on_fail, .user = &f};
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
@@ -912,7 +912,7 @@ static void test_one_record_per_transaction(void **unused)
     struct journal *j = open_journal(work("w"), 0, 0);
     struct journal_thread *jt;
     struct journal_thread_stats st;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_thread_opts o = {.journal = j, .next_seq = 1, .max_records = 1};
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
@@ -938,7 +938,7 @@ static void test_thread_snapshots(void **unused)
     struct journal_thread *jt;
     struct journal_thread_stats st;
     struct journal_info info;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_thread_opts o = {.journal = j, .next_seq = 1};
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
@@ -977,7 +977,7 @@ static void test_thread_failure_is_final(void **unused)
     struct journal *j = open_journal(work("w"), 64 << 10, 256 << 10);
     struct failure f = {0};
     struct journal_thread *jt;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_thread_opts o = {.journal = j, .next_seq = 1, .on_fail = on_fail, .user = &f};
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
@@ -1022,7 +1022,7 @@ static void test_close_writes_what_is_queued(void **unused)
     assert_int_equal(uv_loop_init(&loop), 0);
     struct journal *j = open_journal(work("w"), 0, 0);
     struct journal_thread *jt;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_thread_opts o = {.journal = j, .next_seq = 1};
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
@@ -1069,7 +1069,7 @@ static void test_recover_fresh(void **unused)
     struct journal *j = open_journal(work("fresh"), 0, 0);
     struct state s, empty;
     struct journal_recovery info;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     state_init(&empty);
     assert_int_equal(journal_thread_recover(j, &s, &info, err, sizeof err), 0);
     assert_true(state_digest(&s) == state_digest(&empty));
@@ -1089,7 +1089,7 @@ static void test_recover_ids_continue(void **unused)
     assert_int_equal(uv_loop_init(&loop), 0);
     struct journal *j = open_journal(work("w"), 0, 0);
     struct journal_thread *jt;
-    char err[256], id[ST_ID_MAX];
+    char err[SLUICE_ERRMSG_SIZE], id[ST_ID_MAX];
     struct journal_thread_opts o = {.journal = j, .next_seq = 1};
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct state live;
@@ -1165,7 +1165,7 @@ static void write_records(const char *wd, struct journal_record *recs, size_t n,
                           const struct journal_snapshot *snap)
 {
     struct journal *j = open_journal(wd, 0, 0);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(journal_append(j, 1, recs, n, snap, err, sizeof err), 0);
     journal_close(j);
 }
@@ -1175,7 +1175,7 @@ static void expect_recover_error(const char *wd, int code, const char *msg)
     struct journal *j = open_journal(wd, 0, 0);
     struct state s;
     struct journal_recovery info;
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(journal_thread_recover(j, &s, &info, err, sizeof err), code);
     assert_string_equal(err, msg);
     assert_int_equal(s.ndatasets + s.nworkers + s.njobs, 0);
@@ -1315,7 +1315,7 @@ static uint64_t child_pick(struct child *c, uint64_t n)
 static void child_request(struct child *c)
 {
     static const char *const addrs[] = {"w0:1", "w1:1", "w2:1"};
-    char err[256], id[ST_ID_MAX];
+    char err[SLUICE_ERRMSG_SIZE], id[ST_ID_MAX];
     uint64_t a;
     const struct state *s = &c->s;
     switch (child_pick(c, 6)) {
@@ -1389,7 +1389,7 @@ static void child_tick(uv_timer_t *h)
 static int dispatcher_child(void *arg)
 {
     struct child *c = arg;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct journal_opts jo = {.work_dir = work("kill"), .create = true};
     struct journal_recovery info;
     if (journal_open(&jo, &c->j, err, sizeof err) < 0)
@@ -1507,7 +1507,7 @@ static void test_killed_at_random(void **unused)
     struct journal *j = open_journal(work("kill"), 0, 0);
     struct state s;
     struct journal_recovery info;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(journal_thread_recover(j, &s, &info, err, sizeof err), 0);
     assert_true(s.applied >= l.acked);
     assert_true(l.digest_at[s.applied] == state_digest(&s));

@@ -183,7 +183,7 @@ static uint8_t *node0(uint8_t *img, uint64_t pg, int i)
 static void expect(const uint8_t *img, size_t len, const char *want)
 {
     struct journal_damage d;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     int rc = journal_check_pages(img, len, NULL, NULL, &d);
     if (rc == 0)
         fail_msg("accepted, expected: %s", want);
@@ -203,7 +203,7 @@ static void test_sound_image(void **unused)
     volatile uint64_t at = 0;
     int rc = journal_check_pages(img, NPAGES * PS, &at, &st, &d);
     if (rc != 0) {
-        char msg[512];
+        char msg[SLUICE_ERRMSG_SIZE];
         journal_damage_format(&d, msg, sizeof msg);
         fail_msg("%s", msg);
     }
@@ -233,7 +233,7 @@ static void test_damage_format(void **unused)
 {
     (void)unused;
     struct journal_damage d;
-    char msg[256];
+    char msg[SLUICE_ERRMSG_SIZE];
     assert_int_equal(journal_damage_set(&d, false, 0, "a %s", "thing"), SLUICE_ERR_CORRUPT);
     journal_damage_format(&d, msg, sizeof msg);
     assert_string_equal(msg, "journal damaged: a thing");
@@ -565,7 +565,7 @@ static void test_damage(void **unused)
         uint8_t *img = image();
         cases[i].damage(img);
         struct journal_damage d;
-        char msg[512];
+        char msg[SLUICE_ERRMSG_SIZE];
         int rc = journal_check_pages(img, NPAGES * PS, NULL, NULL, &d);
         journal_damage_format(&d, msg, sizeof msg);
         if (rc != SLUICE_ERR_CORRUPT || strcmp(msg, cases[i].want) != 0)

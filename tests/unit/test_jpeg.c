@@ -46,7 +46,7 @@ static int call(const char *name, struct sluice_element *e, const struct pipe_va
     assert_non_null(fn);
     struct sluice_fn_args a = {args, nargs};
     err[0] = '\0';
-    return fn->map(e, &a, fn->user, err, 256);
+    return fn->map(e, &a, fn->user, err, SLUICE_ERRMSG_SIZE);
 }
 
 /* An element (JPEG bytes of NAME.jpg, "cls"). */
@@ -71,7 +71,7 @@ static void test_matches_pil(void **state)
         struct sluice_element e;
         pipe_elem_init(&e);
         load(&e, names[i]);
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         int rc = call("decode_jpeg", &e, NULL, 0, err);
         if (rc)
             fail_msg("%s: %s", names[i], err);
@@ -118,7 +118,7 @@ static void expect_error(const char *name, const struct pipe_value *args, size_t
     struct sluice_element e;
     pipe_elem_init(&e);
     load(&e, name);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(call("decode_jpeg", &e, args, nargs, err), code);
     assert_string_equal(err, msg);
     pipe_elem_release(&e);
@@ -142,7 +142,7 @@ static void test_errors(void **state)
     struct sluice_element e;
     pipe_elem_init(&e);
     load(&e, "rgb");
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(call("decode_jpeg", &e, &limit, 1, err), 0);
     assert_int_equal(e.t[0].shape[0], 48);
 
@@ -163,7 +163,7 @@ static void test_errors(void **state)
 static char *run(const char *text, const struct split *split)
 {
     struct pipe_spec *spec = NULL;
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), 0);
     struct pipe_run *r = NULL;
     int rc = split ? pipe_open_splits(spec, reg, split, 1, &r, err, sizeof(err))

@@ -56,7 +56,7 @@ static void test_check_table(void **state)
     (void)state;
     for (size_t i = 0; i < sizeof check_cases / sizeof check_cases[0]; i++) {
         const struct check_case *c = &check_cases[i];
-        char err[128] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc = name_check("f", c->in, c->max, err, sizeof err);
         if (!c->want) {
             if (rc != 0)
@@ -73,7 +73,7 @@ static void test_check_table(void **state)
 static void test_check_field_names(void **state)
 {
     (void)state;
-    char err[128];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(name_check("job name", "abc\xff", NAME_ID_MAX, err, sizeof err),
                      SLUICE_ERR_INVALID);
     assert_string_equal(err, "job name: not valid UTF-8 at byte 3");
@@ -122,7 +122,7 @@ static void test_escape_all_bytes(void **state)
     (void)state;
     for (int b = 1; b < 256; b++) {
         char in[4] = {'a', (char)b, 'z', 0};
-        char out[16], err[64];
+        char out[16], err[SLUICE_ERRMSG_SIZE];
         name_escape(in, out, sizeof out);
         assert_int_equal(name_check("f", out, 100, err, sizeof err), 0);
     }

@@ -172,7 +172,7 @@ static int drain(struct pipe_run *run, size_t limit, struct str *out)
 
 static struct pipe_run *open_text(const char *text)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     if (pipe_open(spec, reg, &run, err, sizeof(err)) != 0)
@@ -474,7 +474,7 @@ static int call_map(const char *name, struct sluice_element *e, const struct pip
     assert_non_null(fn);
     struct sluice_fn_args a = {args, nargs};
     err[0] = '\0';
-    return fn->map(e, &a, fn->user, err, 256);
+    return fn->map(e, &a, fn->user, err, SLUICE_ERRMSG_SIZE);
 }
 
 static void set_vec(struct sluice_element *e, enum sluice_dtype dtype, const void *v, size_t n)
@@ -496,7 +496,7 @@ static void expect_text(const struct sluice_element *e, const char *want)
 static void test_builtin_dtypes(void **state)
 {
     struct sluice_element *e = sluice_element_new();
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_value k10 = {.kind = PIPE_VAL_INT, .i = 10};
     struct pipe_value km3 = {.kind = PIPE_VAL_INT, .i = -3};
     struct pipe_value kf = {.kind = PIPE_VAL_FLOAT, .f = 0.5};
@@ -717,7 +717,7 @@ static void test_batch_reuses_buffers(void **state)
 
 static char *run_splits(const char *text, const struct split *splits, size_t n)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     if (pipe_open_splits(spec, reg, splits, n, &run, err, sizeof(err)) != 0)
@@ -768,7 +768,7 @@ static void test_open_splits(void **state)
     free(s);
 
     /* A file source split must carry its path. */
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse("lines(\"/nonexistent/*.txt\")");
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open_splits(spec, reg, ls, 1, &run, err, sizeof(err)),
@@ -780,7 +780,7 @@ static void test_open_splits(void **state)
 
 static void test_open_tail(void **state)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *tail;
     assert_int_equal(pipe_parse_tail("map(add, 1) | batch(2)", &tail, err, sizeof(err)), 0);
     struct pipe_ctx tmp = {0};
@@ -814,7 +814,7 @@ static void test_open_tail(void **state)
 
 static void test_open_errors(void **state)
 {
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse("lines(\"/nonexistent-sluice-dir/*.txt\") | take(3)");
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), SLUICE_ERR_NOT_FOUND);
@@ -867,7 +867,7 @@ static void test_file_sources(void **state)
     snprintf(sp[1].path, sizeof(sp[1].path), "%s", path[0]);
     /* In distributed_epoch a batch of file records runs in the reader, and a repeat after it
      * cannot: refused with both named. */
-    char err[512];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open_splits(spec, reg, sp, 2, &run, err, sizeof(err)),
@@ -899,7 +899,7 @@ static void test_file_sources(void **state)
 /* The run owns a private copy of its spec: the caller may free it at once. */
 static void test_spec_copied(void **state)
 {
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     struct pipe_spec *spec = pipeline_parse("list([1, 2]) | map(add, 5) | repeat(2)");
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), 0);

@@ -433,7 +433,7 @@ static void test_invalid(void **state)
     int failures = 0;
     for (size_t i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++) {
         struct pipe_spec *spec = (struct pipe_spec *)1;
-        char err[256] = "unset";
+        char err[SLUICE_ERRMSG_SIZE] = "unset";
         int rc = pipe_parse(invalid[i].text, &spec, err, sizeof(err));
         if (rc != SLUICE_ERR_PARSE)
             fail_msg("\"%s\": rc %d, want SLUICE_ERR_PARSE", invalid[i].text, rc);
@@ -461,7 +461,7 @@ static void test_tuple_limit(void **state)
     pipe_spec_free(spec);
 
     snprintf(text + o, sizeof(text) - o, ",1))");
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), SLUICE_ERR_PARSE);
     char want[128];
     snprintf(want, sizeof(want),
@@ -487,7 +487,7 @@ static void test_tar_ext_limit(void **state)
     pipe_spec_free(spec);
 
     snprintf(text + o, sizeof(text) - o, ", \"e64\")");
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), SLUICE_ERR_PARSE);
     char want[128];
     snprintf(want, sizeof(want),
@@ -511,7 +511,7 @@ static void test_large_inputs(void **state)
     o += depth;
     strcpy(text + o, ")");
     struct pipe_spec *spec = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), SLUICE_ERR_PARSE);
     assert_string_equal(err, "column 14: expected a scalar (lists nest at most 8 deep), found '['");
     free(text);
@@ -550,7 +550,7 @@ static void test_tail(void **state)
 {
     (void)state;
     struct pipe_spec *spec = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_parse_tail(" map(add, 1) | batch(2)", &spec, err, sizeof(err)), 0);
     assert_int_equal(spec->source.kind, PIPE_SRC_RANGE);
     assert_int_equal(spec->source.start, 0);

@@ -466,7 +466,7 @@ static void test_iteration_keys(void **unused)
     harness_run_script(&h, "ds - r4\nhb a:1 1");
     struct plan_job_request job = {.dataset_id = "1"};
     struct plan_job_result ids;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(plan_get_or_create_job(&h.s, &job, &ids, &h.ups, err, sizeof err), 0);
     size_t created = 0;
     for (size_t i = 0; i < h.ups.n; i++) {

@@ -137,7 +137,7 @@ static void test_lost_replies(void **unused)
                                          .nfinished = t->nfin,
                                          .max = 2};
         struct plan_splits_result lease;
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         size_t before = h.record.n;
         assert_int_equal(plan_get_splits(&h.s, &sr, &lease, &h.ups, err, sizeof err), 0);
         uint64_t *seqs = lease.seqs;
@@ -474,7 +474,7 @@ static void test_returning_onto_a_full_list(void **unused)
                                          .nreturned = 2,
                                          .max = 4};
         struct plan_splits_result lease = {.end = true};
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         assert_int_equal(plan_get_splits(&h.s, &sr, &lease, &h.ups, err, sizeof err), 0);
         assert_int_equal(h.ups.n, pending + 2);
         struct harness_buf b = {0};

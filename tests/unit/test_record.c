@@ -258,7 +258,7 @@ static void test_update_round_trip(void **unused)
         uint8_t *bytes, *again;
         size_t len, len2;
         struct st_update back;
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         assert_int_equal(record_update_encode(&u[i], &bytes, &len), 0);
         assert_int_equal(record_update_decode(bytes, len, &back, err, sizeof err), 0);
         assert_string_equal(err, "");
@@ -287,7 +287,7 @@ static uint8_t *pack_update(const Sluice__Update *m, size_t *len)
 static void expect_decode_error(const uint8_t *bytes, size_t len, const char *msg)
 {
     struct st_update u;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     memset(&u, 0xab, sizeof u);
     assert_int_equal(record_update_decode(bytes, len, &u, err, sizeof err), SLUICE_ERR_CORRUPT);
     assert_string_equal(err, msg);
@@ -327,7 +327,7 @@ static void test_update_decode_errors(void **unused)
     long_name[ST_ID_MAX - 1] = '\0'; /* 127 bytes fit */
     b = pack_update(&m, &len);
     struct st_update u;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(record_update_decode(b, len, &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.name), ST_ID_MAX - 1);
     st_update_release(&u);
@@ -484,7 +484,7 @@ static void test_snapshot_round_trip(void **unused)
     struct defs defs = {.s = &s};
     uint8_t *bytes, *again;
     size_t len, len2;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(record_snapshot_encode(&s, &bytes, &len), 0);
     assert_int_equal(record_snapshot_decode(bytes, len, lookup, &defs, &back, err, sizeof err), 0);
     assert_string_equal(err, "");
@@ -617,7 +617,7 @@ static void expect_snapshot_error(const uint8_t *bytes, size_t len, struct defs 
                                   const char *msg)
 {
     struct state back;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     memset(&back, 0xab, sizeof back);
     assert_int_equal(record_snapshot_decode(bytes, len, lookup, defs, &back, err, sizeof err),
                      code);

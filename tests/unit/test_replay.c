@@ -110,7 +110,7 @@ static void random_request(struct run *r, uint64_t *x)
     static char p0[] = "/data/part-0", p1[] = "/data/part-1";
     char *paths[] = {p0, p1};
     const struct state *s = &r->live;
-    char err[256], id[ST_ID_MAX];
+    char err[SLUICE_ERRMSG_SIZE], id[ST_ID_MAX];
     uint64_t a;
     int rc = 0;
     switch (pick(x, 13)) {
@@ -305,7 +305,7 @@ static int lookup(void *user, const char *id, uint8_t **def, size_t *len, char *
 static void apply_record(struct state *s, const struct bytes *b)
 {
     struct st_update u;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(record_update_decode(b->p, b->len, &u, err, sizeof err), 0);
     assert_int_equal(state_apply(s, &u), 0);
     st_update_release(&u);
@@ -354,7 +354,7 @@ static void same_decisions(const struct state *a, const struct state *b)
 {
     struct st_update_list la = {0}, lb = {0};
     struct bytes ba, bb;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(a->ntasks, b->ntasks);
     for (size_t i = 0; i < a->ntasks; i++) {
         const struct st_task *ta = &a->tasks[i], *tb = &b->tasks[i];
@@ -446,7 +446,7 @@ static size_t run_one(uint64_t seed, size_t *held)
 
     /* Restored from each snapshot, then the tail. */
     for (size_t i = 0; i < r.nsnaps; i++) {
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         assert_int_equal(record_snapshot_decode(r.snaps[i].b.p, r.snaps[i].b.len, lookup, &r, &s,
                                                 err, sizeof err),
                          0);
@@ -503,7 +503,7 @@ static void test_snapshot_every_step(void **unused)
         random_request(&r, &x);
         struct bytes b;
         struct state s;
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         assert_int_equal(record_snapshot_encode(&r.live, &b.p, &b.len), 0);
         assert_int_equal(record_snapshot_decode(b.p, b.len, lookup, &r, &s, err, sizeof err), 0);
         if (state_digest(&s) != state_digest(&r.live))

@@ -14,7 +14,7 @@
 static void expect_refused(const struct sluice_security_options *o, int sides, const char *want)
 {
     struct sec_ctx *s = NULL;
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(sec_ctx_new(o, sides, &s, err, sizeof err), SLUICE_ERR_INVALID);
     assert_null(s);
     assert_string_equal(err, want);
@@ -41,7 +41,7 @@ static void test_worker_name_absent(void **unused)
     for (size_t i = 0; i < 2; i++) {
         struct sluice_security_options o = {.tls_worker_name = names[i]};
         struct sec_ctx *s = NULL;
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         assert_int_equal(sec_ctx_new(&o, SEC_CLIENT, &s, err, sizeof err), 0);
         assert_non_null(s);
         assert_string_equal(s->tls_worker_name, "");

@@ -47,7 +47,7 @@ static void run_cases(const struct rewrite_case *cases, size_t n)
             nfiles++;
         struct shard_params p = {c->mode, c->num_workers, c->worker_index};
         struct pipe_spec *out = (struct pipe_spec *)1;
-        char err[512] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc = shard_rewrite(in, &p, (char *const *)c->files, nfiles, &out, err, sizeof err);
         if (c->want) {
             if (rc != 0)

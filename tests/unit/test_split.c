@@ -60,7 +60,7 @@ static struct pipe_op take_op(int64_t n)
 
 static void init_ok(struct pipe_split_provider *p, const struct pipe_spec *s, uint64_t size)
 {
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     int rc = pipe_split_provider_init(p, s, size, err, sizeof err);
     if (rc != 0)
         fail_msg("provider init: %d %s", rc, err);
@@ -441,7 +441,7 @@ static void test_file_splits(void **state)
     /* A glob matching nothing fails the provider, naming the glob. */
     snprintf(text, sizeof text, "tfrecord(\"%s/r*.tfrecord\", \"%s/*.nope\")", f->dir, f->dir);
     spec = pipeline_parse(text);
-    char err[256] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof err), SLUICE_ERR_NOT_FOUND);
     snprintf(want, sizeof want, "no file matches '%s/*.nope'", f->dir);
     assert_string_equal(err, want);
@@ -557,7 +557,7 @@ static void check_property(struct fixture *f, const char *text, size_t expect_n,
                            uint64_t split_size)
 {
     struct pipe_spec *spec = pipeline_parse(text);
-    char err[512] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "";
     struct pipe_run *run = NULL;
     int rc = pipe_open(spec, f->reg, &run, err, sizeof err);
     if (rc != 0)

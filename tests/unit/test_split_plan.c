@@ -238,7 +238,7 @@ static void test_check(void **state)
         {{.source_len = 10, .split_size = 3, .per_pass = 4, .passes = 1}, "unknown source kind 0"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc = split_plan_check(&cases[i].plan, err, sizeof err);
         if (!cases[i].want) {
             if (rc != 0)

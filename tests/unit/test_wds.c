@@ -83,7 +83,7 @@ static void transcript(char *const *exts, size_t nexts, const char *const *names
     for (size_t i = 0;; i++) {
         const char *name = names[i];
         struct pipe_wds_step step;
-        char err[256] = "";
+        char err[SLUICE_ERRMSG_SIZE] = "";
         int rc = pipe_wds_feed(&g, name, &step, err, sizeof err);
         if (o)
             o += (size_t)snprintf(out + o, len - o, " ");
@@ -162,7 +162,7 @@ static void test_reset_between_shards(void **state)
     struct pipe_wds g;
     pipe_wds_init(&g, exts, 2);
     struct pipe_wds_step step;
-    char err[128];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_wds_feed(&g, "1.jpg", &step, err, sizeof err), 0);
     assert_int_equal(step.take, 0);
     pipe_wds_reset(&g);
@@ -194,7 +194,7 @@ static void test_long_keys(void **state)
     struct pipe_wds g;
     pipe_wds_init(&g, exts, 2);
     struct pipe_wds_step step;
-    char err[128];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_wds_feed(&g, a, &step, err, sizeof err), 0);
     assert_int_equal(pipe_wds_feed(&g, b, &step, err, sizeof err), 0);
     assert_false(step.done);

@@ -43,7 +43,7 @@ static struct split_plan plan_from_wire(const struct pipe_split_provider *p,
 static void compare_sequence(const struct pipe_split_provider *p, const struct pipe_spec *spec)
 {
     struct split_plan plan = plan_from_wire(p, spec);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(split_plan_check(&plan, err, sizeof err), 0);
     assert_int_equal(plan.kind, p->plan.kind);
     assert_int_equal(plan.shuffled, p->plan.shuffled);
@@ -95,7 +95,7 @@ static void test_wire_plan_matches_provider(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct pipe_spec *spec = pipeline_parse(cases[i].text);
         struct pipe_split_provider p;
-        char err[256];
+        char err[SLUICE_ERRMSG_SIZE];
         assert_int_equal(pipe_split_provider_init(&p, spec, cases[i].split_size, err, sizeof err),
                          0);
         compare_sequence(&p, spec);

@@ -90,7 +90,7 @@ static struct task *start(struct env *e, const char *text, enum sluice_mode mode
         .buffer_records = buffer_records,
     };
     struct task *t = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     int rc = task_start(&cfg, pipeline_parse(text), &t, err, sizeof err);
     if (rc != 0)
         fail_msg("task_start: %s", err);
@@ -108,7 +108,7 @@ struct drained {
     size_t n, cap;
     int status; /* TASK_TAKE_END or TASK_TAKE_FAILED */
     int code;
-    char msg[512];
+    char msg[SLUICE_ERRMSG_SIZE];
     /* distributed_epoch: the next position expected of each split, and the end markers seen. */
     uint64_t next_pos[4096];
     size_t splits_ended;
@@ -175,7 +175,7 @@ static void drain(struct env *e, struct task *t, struct leaser *l, uint32_t max_
             task_set_waiting(t, false);
             assert_true(tk.wb.count <= max_el);
             size_t pos = 0;
-            char err[256];
+            char err[SLUICE_ERRMSG_SIZE];
             uint32_t n = 0;
             int rc;
             struct codec_mark mark;
@@ -374,7 +374,7 @@ static void run_distributed(struct env *e, const char *text, uint64_t split_size
     struct leaser l;
     memset(&l, 0, sizeof l);
     struct pipe_spec *spec = pipeline_parse(text);
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, split_size, err, sizeof err), 0);
     pipe_spec_free(spec);
     l.count = split_plan_total(&l.prov.plan);
@@ -485,7 +485,7 @@ static void test_distributed_seq_past_end(void **state)
     struct leaser l;
     memset(&l, 0, sizeof l);
     struct pipe_spec *spec = pipeline_parse("range(10)");
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_split_provider_init(&l.prov, spec, 5, err, sizeof err), 0);
     pipe_spec_free(spec);
     assert_int_equal(split_plan_total(&l.prov.plan), 2);
@@ -535,7 +535,7 @@ static void test_stop_blocked(void **state)
 static void test_stop_waiting_for_snapshot_chunk(void **state)
 {
     struct env *e = *state;
-    char dir[64], err[256];
+    char dir[64], err[SLUICE_ERRMSG_SIZE];
     snprintf(dir, sizeof dir, "/tmp/sluice-test-task-snap-XXXXXX");
     assert_non_null(mkdtemp(dir));
     struct snap_meta m = {
@@ -599,7 +599,7 @@ static void save_lease_step(struct task *t, struct leaser *l)
 static void test_save_task_writes_chunks(void **state)
 {
     struct env *e = *state;
-    char dir[64], err[256];
+    char dir[64], err[SLUICE_ERRMSG_SIZE];
     snprintf(dir, sizeof dir, "/tmp/sluice-test-task-save-XXXXXX");
     assert_non_null(mkdtemp(dir));
     save_dir = dir;
@@ -691,7 +691,7 @@ static struct pipe_buf expected(struct env *e, const char *text, size_t *count)
 {
     struct pipe_spec *spec = pipeline_parse(text);
     struct pipe_run *run = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_open(spec, e->reg, &run, err, sizeof err), 0);
     struct sluice_element el;
     pipe_elem_init(&el);
@@ -790,7 +790,7 @@ static void run_case(struct env *e, const char *text, bool compress, bool whole,
         .buffer_bytes = buffer_bytes,
     };
     struct task *t = NULL;
-    char err[256];
+    char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(task_start(&cfg, pipeline_parse(text), &t, err, sizeof err), 0);
     struct pipe_buf got = {0};
     struct drain_stats st;
@@ -814,7 +814,7 @@ static void run_case(struct env *e, const char *text, bool compress, bool whole,
         pipe_elem_init(&b);
         struct pipe_buf s1 = {0}, s2 = {0};
         size_t pa = 0, pb = 0;
-        char msg[256];
+        char msg[SLUICE_ERRMSG_SIZE];
         for (size_t i = 0; i < count; i++) {
             assert_int_equal(
                 codec_next_elem((uint8_t *)got.p, got.len, &pa, &a, &s1, msg, sizeof msg), 1);
