@@ -2,7 +2,7 @@
  * without starting a server.
  *
  * verify runs the one verification a dispatcher also runs before it starts (journal_verify with
- * journal_thread_check, in a child process so that no damage can crash this one): every page is
+ * recovery_check, in a child process so that no damage can crash this one): every page is
  * checked before LMDB reads it, then every value and every record is read and the state rebuilt
  * exactly as a starting dispatcher rebuilds it. Exit 0 when the journal would start a dispatcher,
  * 1 with the same message the dispatcher would print when it would not.
@@ -385,7 +385,7 @@ static int dump_record(void *user, uint64_t seq, const uint8_t *payload, size_t 
     struct dump *d = user;
     struct st_update u;
     char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
-    int rc = record_update_decode(payload, len, &u, why, sizeof why);
+    int rc = update_codec_decode(payload, len, &u, why, sizeof why);
     if (rc < 0) {
         if (d->records) {
             char what[SLUICE_ERRMSG_SIZE];
@@ -506,7 +506,7 @@ static int dump(struct journal *j, const char *dir, bool as_json)
     if (rc == 0) {
         struct state s;
         char why[SLUICE_ERRMSG_SIZE];
-        if (record_snapshot_decode(snap, len, lookup_def, j, &s, why, sizeof why) < 0) {
+        if (update_codec_snapshot_decode(snap, len, lookup_def, j, &s, why, sizeof why) < 0) {
             if (root) {
                 jset(snapshot, "seq", json_integer((json_int_t)seq));
                 jset(snapshot, "damaged", jstr(why));
@@ -605,7 +605,7 @@ static int verify(const char *dir)
     struct journal_verdict v;
     char hint[160];
     struct journal_opts o = {.work_dir = dir, .read_only = true};
-    if (journal_verify(&o, journal_thread_check, NULL, &v) < 0) {
+    if (journal_verify(&o, recovery_check, NULL, &v) < 0) {
         tail_hint(&v, hint, sizeof hint);
         cli_error("journal", "%s: %s%s", dir, v.msg, hint);
         return CLI_EXIT_FAIL;
@@ -618,7 +618,7 @@ static int backup(const char *dir, const char *to)
 {
     struct journal_verdict v;
     char err[SLUICE_ERRMSG_SIZE];
-    if (journal_backup(dir, to, journal_thread_check, NULL, &v, err, sizeof err) < 0) {
+    if (journal_backup(dir, to, recovery_check, NULL, &v, err, sizeof err) < 0) {
         cli_error("journal", "%s: backup: %s", dir, err);
         return CLI_EXIT_FAIL;
     }
@@ -630,8 +630,8 @@ static int restore(const char *from, const char *dir, bool force)
 {
     struct journal_verdict v;
     char err[SLUICE_ERRMSG_SIZE], replaced[PATH_MAX];
-    if (journal_restore(from, dir, force, journal_thread_check, NULL, &v, replaced, sizeof replaced,
-                        err, sizeof err) < 0) {
+    if (journal_restore(from, dir, force, recovery_check, NULL, &v, replaced, sizeof replaced, err,
+                        sizeof err) < 0) {
         cli_error("journal", "%s: restore: %s", dir, err);
         return CLI_EXIT_FAIL;
     }

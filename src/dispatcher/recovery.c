@@ -65,7 +65,7 @@ static int replay_one(void *user, uint64_t seq, const uint8_t *payload, size_t l
     char why[SLUICE_ERRMSG_SIZE / 2]; /* quoted in a longer message */
     if (c->bad)
         return REPLAY_STOP;
-    int rc = record_update_decode(payload, len, &u, why, sizeof why);
+    int rc = update_codec_decode(payload, len, &u, why, sizeof why);
     if (rc < 0) {
         if (rc == SLUICE_ERR_NOMEM)
             return err_set(c->err, c->errlen, rc, "record %" PRIu64 ": out of memory", seq);
@@ -107,7 +107,7 @@ static int recover_to(struct journal *j, uint64_t to, struct state *st,
     state_init(st);
     int rc = journal_snapshot_read(j, &seq, &snap, &len, err, errlen);
     if (rc == 0) {
-        rc = record_snapshot_decode(snap, len, lookup_def, j, st, why, sizeof why);
+        rc = update_codec_snapshot_decode(snap, len, lookup_def, j, st, why, sizeof why);
         free(snap);
         if (rc < 0)
             return err_set(err, errlen, rc, "snapshot at %" PRIu64 ": %s", seq, why);
@@ -130,8 +130,8 @@ static int recover_to(struct journal *j, uint64_t to, struct state *st,
     return 0;
 }
 
-int journal_thread_recover(struct journal *j, struct state *st, struct journal_recovery *info,
-                           char *err, size_t errlen)
+int recovery_replay(struct journal *j, struct state *st, struct journal_recovery *info, char *err,
+                    size_t errlen)
 {
     struct replay_ctx c;
     return recover_to(j, UINT64_MAX, st, info, &c, err, errlen);
@@ -146,7 +146,7 @@ static int check_dataset(void *user, const char *id, const uint8_t *data, size_t
     return 0;
 }
 
-int journal_thread_check(struct journal *j, void *user, struct journal_verdict *v)
+int recovery_check(struct journal *j, void *user, struct journal_verdict *v)
 {
     (void)user;
     char err[SLUICE_ERRMSG_SIZE];
@@ -226,7 +226,7 @@ static int cut_tail(struct journal *j, const struct journal_opts *opts,
     struct journal_verdict again;
     struct journal_opts ro = *opts;
     ro.read_only = true;
-    if (journal_verify(&ro, journal_thread_check, NULL, &again) < 0) {
+    if (journal_verify(&ro, recovery_check, NULL, &again) < 0) {
         state_release(st);
         state_init(st);
         return err_set(err, errlen, again.rc, "after cutting the log back: %s", again.msg);
@@ -242,9 +242,8 @@ static int cut_tail(struct journal *j, const struct journal_opts *opts,
     return 0;
 }
 
-int journal_thread_open(const struct journal_opts *opts, bool recover_to_last_good,
-                        struct journal **out, struct state *st, struct journal_recovery *info,
-                        char *err, size_t errlen)
+int recovery_open(const struct journal_opts *opts, bool recover_to_last_good, struct journal **out,
+                  struct state *st, struct journal_recovery *info, char *err, size_t errlen)
 {
     struct journal_verdict *v = malloc(sizeof *v);
     struct journal *j = NULL;
@@ -252,10 +251,10 @@ int journal_thread_open(const struct journal_opts *opts, bool recover_to_last_go
     memset(info, 0, sizeof *info);
     if (!v)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "open: out of memory");
-    int rc = journal_open_checked(opts, journal_thread_check, NULL, recover_to_last_good, &j, v,
-                                  err, errlen);
+    int rc =
+        journal_open_checked(opts, recovery_check, NULL, recover_to_last_good, &j, v, err, errlen);
     if (rc == 0 && v->rc == 0)
-        rc = journal_thread_recover(j, st, info, err, errlen);
+        rc = recovery_replay(j, st, info, err, errlen);
     else if (rc == 0)
         rc = cut_tail(j, opts, v, st, info, err, errlen);
     free(v);

@@ -17,7 +17,7 @@ struct journal_recovery {
     uint64_t snapshot_seq; /* the last record the snapshot covered; 0 without a snapshot */
     uint64_t replayed;     /* records applied after the snapshot */
     uint64_t next_seq;     /* the sequence number the next record gets */
-    /* What --recover-to-last-good cut (journal_thread_open): records dropped_from to dropped_to
+    /* What --recover-to-last-good cut (recovery_open): records dropped_from to dropped_to
      * and dropped_datasets dataset definitions; dropped_from is 0 when nothing was cut. */
     uint64_t dropped_from, dropped_to, dropped_datasets;
 };
@@ -28,20 +28,20 @@ struct journal_recovery {
  * a negative code with a message naming what is damaged: "snapshot at 120: ...", "record 142:
  * checksum mismatch", "record 142: does not decode: unknown update type 99", "record 142: does
  * not apply: task_created 7: corrupt data", "records 7 to 9 are missing". Any thread. */
-int journal_thread_recover(struct journal *j, struct state *st, struct journal_recovery *info,
-                           char *err, size_t errlen);
+int recovery_replay(struct journal *j, struct state *st, struct journal_recovery *info, char *err,
+                    size_t errlen);
 
 /* The deep check of journal_verify() for a dispatcher's journal (a journal_deep_cb; user is not
  * used): every value of the meta and datasets tables passes its checksum, and the state is
- * rebuilt exactly as journal_thread_recover() rebuilds it, which is all a starting dispatcher
+ * rebuilt exactly as recovery_replay() rebuilds it, which is all a starting dispatcher
  * reads. Damage at a record after the snapshot is a damaged tail (v->damage.tail, seq: that
  * record). On success v->summary reads "snapshot at 150, 46 records after it (next 197), 196
  * updates in all; 31 datasets, 1 jobs, 0 tasks, 0 workers, 0 clients". */
-int journal_thread_check(struct journal *j, void *user, struct journal_verdict *v);
+int recovery_check(struct journal *j, void *user, struct journal_verdict *v);
 
 /* Opens the dispatcher's journal under opts->work_dir for writing (a new one on a first start in
  * a fresh work dir), refuses a journal that `sluice journal verify` rejects (it runs the same
- * journal_verify() with journal_thread_check), and rebuilds the state (journal_thread_recover).
+ * journal_verify() with recovery_check), and rebuilds the state (recovery_replay).
  *
  * With recover_to_last_good, a journal whose only damage is in the tail of its log is cut back
  * first: the damaged data file is copied to WORK_DIR/journal.damaged-<UTC time>.mdb, the records
@@ -55,8 +55,7 @@ int journal_thread_check(struct journal *j, void *user, struct journal_verdict *
  * and *st, or a negative code with "what: why" in err ("journal damaged:
  * log record: checksum mismatch (at record seq 42)"). Blocks; any thread, before the loop runs
  * (it forks for the verification). */
-int journal_thread_open(const struct journal_opts *opts, bool recover_to_last_good,
-                        struct journal **out, struct state *st, struct journal_recovery *info,
-                        char *err, size_t errlen);
+int recovery_open(const struct journal_opts *opts, bool recover_to_last_good, struct journal **out,
+                  struct state *st, struct journal_recovery *info, char *err, size_t errlen);
 
 #endif

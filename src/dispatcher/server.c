@@ -231,7 +231,7 @@ static int journal_update(struct dispatcher *d, const struct st_update *u)
 {
     uint8_t *bytes;
     size_t len;
-    int rc = record_update_encode(u, &bytes, &len);
+    int rc = update_codec_encode(u, &bytes, &len);
     if (rc == 0)
         rc =
             journal_thread_add(d->jt, bytes, len, u->type == ST_DATASET_REGISTERED ? u->name : NULL,
@@ -251,7 +251,7 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
         return 0;
     uint8_t *bytes;
     size_t len;
-    int rc = record_snapshot_encode(&d->st, &bytes, &len);
+    int rc = update_codec_snapshot_encode(&d->st, &bytes, &len);
     if (rc == 0)
         rc = journal_thread_snapshot(d->jt, bytes, len);
     if (rc < 0) {
@@ -597,8 +597,8 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
     struct journal_opts jo = {
         .work_dir = opts->work_dir, .create = true, .map_max = opts->journal_max_bytes};
     state_release(&d->st);
-    int rc = journal_thread_open(&jo, opts->recover_to_last_good, &d->journal, &d->st, &info, why,
-                                 sizeof why);
+    int rc =
+        recovery_open(&jo, opts->recover_to_last_good, &d->journal, &d->st, &info, why, sizeof why);
     if (rc == 0) {
         rc = journal_meta_get_u64(d->journal, META_INCARNATION, &inc, why, sizeof why);
         if (rc == SLUICE_ERR_NOT_FOUND) {

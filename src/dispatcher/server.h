@@ -64,7 +64,7 @@ struct dispatcher_opts {
      * benchmark, never for use. */
     bool journal_per_update;
     /* A journal whose only damage is in the tail of its log is cut back to the record before
-     * the damage instead of refused (journal_thread_open says what is dropped). Never the
+     * the damage instead of refused (recovery_open says what is dropped). Never the
      * default. */
     bool recover_to_last_good;
     /* Limits (state.h, struct st_limits); 0: the defaults below. */

@@ -89,7 +89,7 @@ static bool strictly_increasing(const uint64_t *v, size_t n)
 
 /* ---- updates --------------------------------------------------------------------------------- */
 
-int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
+int update_codec_encode(const struct st_update *u, uint8_t **out, size_t *len)
 {
     Sluice__Update m = SLUICE__UPDATE__INIT;
     Sluice__JournalSplitPlan plan = SLUICE__JOURNAL_SPLIT_PLAN__INIT;
@@ -135,8 +135,8 @@ int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len)
     return 0;
 }
 
-int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, char *err,
-                         size_t errlen)
+int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, char *err,
+                        size_t errlen)
 {
     memset(u, 0, sizeof *u);
     Sluice__Update *m = sluice__update__unpack(NULL, len, data);
@@ -252,7 +252,7 @@ static void allocs_free(struct allocs *a)
         free(a->p[i]);
 }
 
-int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
+int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
 {
     struct allocs a = {.n = 0};
     Sluice__Snapshot m = SLUICE__SNAPSHOT__INIT;
@@ -462,8 +462,8 @@ static bool decimal_id(const char *s, uint64_t *out)
     return true;
 }
 
-static int decode_datasets(const Sluice__Snapshot *m, struct state *s, record_def_lookup_cb lookup,
-                           void *user, char *err, size_t errlen)
+static int decode_datasets(const Sluice__Snapshot *m, struct state *s,
+                           update_codec_def_lookup_cb lookup, void *user, char *err, size_t errlen)
 {
     s->datasets = calloc(m->n_datasets ? m->n_datasets : 1, sizeof *s->datasets);
     if (!s->datasets)
@@ -844,8 +844,8 @@ static int decode_saves(const Sluice__Snapshot *m, struct state *s, char *err, s
     return 0;
 }
 
-int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup, void *user,
-                           struct state *out, char *err, size_t errlen)
+int update_codec_snapshot_decode(const uint8_t *data, size_t len, update_codec_def_lookup_cb lookup,
+                                 void *user, struct state *out, char *err, size_t errlen)
 {
     struct state s;
     state_init(&s);

@@ -18,25 +18,25 @@
 
 /* Serializes u. Returns 0 with *out (malloc'd; the caller frees it, non-NULL even for 0 bytes)
  * and *len, or SLUICE_ERR_NOMEM. */
-int record_update_encode(const struct st_update *u, uint8_t **out, size_t *len);
+int update_codec_encode(const struct st_update *u, uint8_t **out, size_t *len);
 
 /* Parses an Update into *u, which is overwritten (not released first) and owns its strings and
  * arrays afterwards (st_update_release). Returns 0; SLUICE_ERR_CORRUPT with the reason in err
  * ("not an Update message", "unknown update type 99", "name of 300 bytes"); or
  * SLUICE_ERR_NOMEM. On failure *u is left zeroed, owning nothing. */
-int record_update_decode(const uint8_t *data, size_t len, struct st_update *u, char *err,
-                         size_t errlen);
+int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, char *err,
+                        size_t errlen);
 
 /* Serializes the whole durable state. Dataset definitions are not included, only their length
  * and crc32c: the journal keeps them in its datasets table. Returns 0 with *out (malloc'd) and
  * *len, or SLUICE_ERR_NOMEM. */
-int record_snapshot_encode(const struct state *s, uint8_t **out, size_t *len);
+int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *len);
 
 /* Supplies the definition bytes of a dataset named in a snapshot: returns 0 with *def
  * (malloc'd; ownership passes to the caller of the decoder) and *len, or a negative code with a
  * message in err. */
-typedef int (*record_def_lookup_cb)(void *user, const char *dataset_id, uint8_t **def, size_t *len,
-                                    char *err, size_t errlen);
+typedef int (*update_codec_def_lookup_cb)(void *user, const char *dataset_id, uint8_t **def,
+                                          size_t *len, char *err, size_t errlen);
 
 /* Parses a snapshot into *out (overwritten, not released first), fetching each dataset's
  * definition through lookup and checking its length and crc32c against the snapshot. Returns 0
@@ -44,7 +44,7 @@ typedef int (*record_def_lookup_cb)(void *user, const char *dataset_id, uint8_t 
  * SLUICE_ERR_CORRUPT with the reason in err ("not a Snapshot message", "task 4 names unknown
  * worker 9", "dataset 'x': its definition does not match the snapshot"); or the lookup's code
  * and message; or SLUICE_ERR_NOMEM. On failure *out is an empty state (state_init). */
-int record_snapshot_decode(const uint8_t *data, size_t len, record_def_lookup_cb lookup, void *user,
-                           struct state *out, char *err, size_t errlen);
+int update_codec_snapshot_decode(const uint8_t *data, size_t len, update_codec_def_lookup_cb lookup,
+                                 void *user, struct state *out, char *err, size_t errlen);
 
 #endif

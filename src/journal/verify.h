@@ -9,7 +9,7 @@
  * signal is reported as damage at the page or record it had reached.
  *
  * There is ONE verification: journal_verify() with the dispatcher's replay as the deep check
- * (journal_thread_check). `sluice journal verify` runs it, and a dispatcher runs it before it
+ * (recovery_check). `sluice journal verify` runs it, and a dispatcher runs it before it
  * opens its journal (journal_open_checked), so a dispatcher never starts on a journal verify
  * rejects.
  *

@@ -4,7 +4,7 @@
  * First the structural checks run on the bytes in this process: they must return sound or
  * damaged, never crash or read outside the input (the sanitizers watch). Then, for a file they
  * accept, the protected verification a dispatcher runs before it starts (journal_verify with
- * journal_thread_check, in a child process) reads it through LMDB: it may find the file damaged
+ * recovery_check, in a child process) reads it through LMDB: it may find the file damaged
  * (a record's checksum, a value LMDB reads), but its child must never crash, since that would
  * mean LMDB met a page the structural checks let through.
  *
@@ -77,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         return 0;
     struct journal_opts o = {.file = path, .read_only = true};
     struct journal_verdict v;
-    rc = journal_verify(&o, journal_thread_check, NULL, &v);
+    rc = journal_verify(&o, recovery_check, NULL, &v);
     if (strstr(v.msg, "the check crashed") || strstr(v.msg, "the check stopped")) {
         fprintf(stderr, "the structural checks accepted a file LMDB cannot read: %s\n", v.msg);
         abort();

@@ -100,9 +100,9 @@ static void check_snapshot(const struct state *s)
     size_t n;
     char err[SLUICE_ERRMSG_SIZE];
     struct state back;
-    if (record_snapshot_encode(s, &b, &n) < 0)
+    if (update_codec_snapshot_encode(s, &b, &n) < 0)
         return;
-    int rc = record_snapshot_decode(b, n, lookup, (void *)s, &back, err, sizeof err);
+    int rc = update_codec_snapshot_decode(b, n, lookup, (void *)s, &back, err, sizeof err);
     if (rc == SLUICE_ERR_NOMEM) {
         free(b);
         return;
@@ -136,15 +136,15 @@ static void fuzz_update(const uint8_t *data, size_t len)
 {
     struct st_update u, back;
     char err[SLUICE_ERRMSG_SIZE];
-    if (record_update_decode(data, len, &u, err, sizeof err) < 0)
+    if (update_codec_decode(data, len, &u, err, sizeof err) < 0)
         return;
     uint8_t *b1, *b2;
     size_t n1, n2;
-    if (record_update_encode(&u, &b1, &n1) == 0) {
-        int rc = record_update_decode(b1, n1, &back, err, sizeof err);
+    if (update_codec_encode(&u, &b1, &n1) == 0) {
+        int rc = update_codec_decode(b1, n1, &back, err, sizeof err);
         assert(rc == 0 || rc == SLUICE_ERR_NOMEM);
         if (rc == 0) {
-            if (record_update_encode(&back, &b2, &n2) == 0) {
+            if (update_codec_encode(&back, &b2, &n2) == 0) {
                 assert(n1 == n2 && memcmp(b1, b2, n1) == 0);
                 free(b2);
             }
@@ -168,7 +168,7 @@ static void fuzz_snapshot(const uint8_t *data, size_t len)
 {
     struct state s;
     char err[SLUICE_ERRMSG_SIZE];
-    if (record_snapshot_decode(data, len, lookup, NULL, &s, err, sizeof err) < 0)
+    if (update_codec_snapshot_decode(data, len, lookup, NULL, &s, err, sizeof err) < 0)
         return;
     check_snapshot(&s);
     state_release(&s);

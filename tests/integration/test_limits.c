@@ -720,7 +720,7 @@ static void write_old_journal(const char *work_dir)
     uint8_t *payload[4];
     for (int i = 0; i < 4; i++) {
         size_t len;
-        assert_int_equal(record_update_encode(&u[i], &payload[i], &len), 0);
+        assert_int_equal(update_codec_encode(&u[i], &payload[i], &len), 0);
         recs[i] = (struct journal_record){.data = payload[i], .len = len};
     }
     recs[0].dataset_id = bad_id;

@@ -688,8 +688,8 @@ void harness_record_copy(const struct st_update *u, struct st_update *out)
     uint8_t *b = NULL;
     size_t len = 0;
     char err[SLUICE_ERRMSG_SIZE];
-    assert_int_equal(record_update_encode(u, &b, &len), 0);
-    int rc = record_update_decode(b, len, out, err, sizeof err);
+    assert_int_equal(update_codec_encode(u, &b, &len), 0);
+    int rc = update_codec_decode(b, len, out, err, sizeof err);
     free(b);
     if (rc != 0)
         fail_msg("decoding an encoded %s: %s", st_update_name(u->type), err);
@@ -718,9 +718,9 @@ void harness_check_snapshot(const struct state *s)
     uint8_t *b = NULL;
     size_t len = 0;
     char err[SLUICE_ERRMSG_SIZE];
-    assert_int_equal(record_snapshot_encode(s, &b, &len), 0);
+    assert_int_equal(update_codec_snapshot_encode(s, &b, &len), 0);
     struct state back;
-    int rc = record_snapshot_decode(b, len, defs_of_state, (void *)s, &back, err, sizeof err);
+    int rc = update_codec_snapshot_decode(b, len, defs_of_state, (void *)s, &back, err, sizeof err);
     free(b);
     if (rc != 0)
         fail_msg("snapshot decode: %s", err);

@@ -1046,7 +1046,7 @@ static void commit_to(struct journal_thread *jt, struct state *s, struct st_upda
         uint8_t *b;
         size_t len;
         assert_int_equal(state_apply(s, u), 0);
-        assert_int_equal(record_update_encode(u, &b, &len), 0);
+        assert_int_equal(update_codec_encode(u, &b, &len), 0);
         assert_int_equal(journal_thread_add(jt, b, len,
                                             u->type == ST_DATASET_REGISTERED ? u->name : NULL,
                                             u->def, u->def_len),
@@ -1059,7 +1059,7 @@ static void snapshot_to(struct journal_thread *jt, const struct state *s)
 {
     uint8_t *b;
     size_t len;
-    assert_int_equal(record_snapshot_encode(s, &b, &len), 0);
+    assert_int_equal(update_codec_snapshot_encode(s, &b, &len), 0);
     assert_int_equal(journal_thread_snapshot(jt, b, len), 0);
 }
 
@@ -1071,7 +1071,7 @@ static void test_recover_fresh(void **unused)
     struct journal_recovery info;
     char err[SLUICE_ERRMSG_SIZE];
     state_init(&empty);
-    assert_int_equal(journal_thread_recover(j, &s, &info, err, sizeof err), 0);
+    assert_int_equal(recovery_replay(j, &s, &info, err, sizeof err), 0);
     assert_true(state_digest(&s) == state_digest(&empty));
     assert_int_equal(info.next_seq, 1);
     assert_int_equal(info.snapshot_seq, 0);
@@ -1135,7 +1135,7 @@ static void test_recover_ids_continue(void **unused)
     j = open_journal(work("w"), 0, 0);
     struct state back;
     struct journal_recovery info;
-    assert_int_equal(journal_thread_recover(j, &back, &info, err, sizeof err), 0);
+    assert_int_equal(recovery_replay(j, &back, &info, err, sizeof err), 0);
     assert_true(state_digest(&back) == state_digest(&live));
     assert_true(info.snapshot_seq > 0);
     assert_true(info.replayed > 0);
@@ -1176,7 +1176,7 @@ static void expect_recover_error(const char *wd, int code, const char *msg)
     struct state s;
     struct journal_recovery info;
     char err[SLUICE_ERRMSG_SIZE] = "";
-    assert_int_equal(journal_thread_recover(j, &s, &info, err, sizeof err), code);
+    assert_int_equal(recovery_replay(j, &s, &info, err, sizeof err), code);
     assert_string_equal(err, msg);
     assert_int_equal(s.ndatasets + s.nworkers + s.njobs, 0);
     state_release(&s);
@@ -1187,7 +1187,7 @@ static struct journal_record encoded(const struct st_update *u)
 {
     uint8_t *b;
     size_t len;
-    assert_int_equal(record_update_encode(u, &b, &len), 0);
+    assert_int_equal(update_codec_encode(u, &b, &len), 0);
     return (struct journal_record){.data = b, .len = len};
 }
 
@@ -1249,7 +1249,7 @@ static void test_recover_damage(void **unused)
     assert_int_equal(state_apply(&s, &ds), 0);
     uint8_t *sb;
     size_t slen;
-    assert_int_equal(record_snapshot_encode(&s, &sb, &slen), 0);
+    assert_int_equal(update_codec_snapshot_encode(&s, &sb, &slen), 0);
     snap = (struct journal_snapshot){.seq = 2, .data = sb, .len = slen};
     write_records(work("nodef"), r, 2, &snap); /* no record carried the definition */
     expect_recover_error(work("nodef"), SLUICE_ERR_CORRUPT,
@@ -1394,7 +1394,7 @@ static int dispatcher_child(void *arg)
     struct journal_recovery info;
     if (journal_open(&jo, &c->j, err, sizeof err) < 0)
         return 30;
-    if (journal_thread_recover(c->j, &c->s, &info, err, sizeof err) < 0)
+    if (recovery_replay(c->j, &c->s, &info, err, sizeof err) < 0)
         return 31;
     uv_loop_init(&c->loop);
     struct journal_thread_opts o = {.journal = c->j, .next_seq = info.next_seq};
@@ -1508,7 +1508,7 @@ static void test_killed_at_random(void **unused)
     struct state s;
     struct journal_recovery info;
     char err[SLUICE_ERRMSG_SIZE];
-    assert_int_equal(journal_thread_recover(j, &s, &info, err, sizeof err), 0);
+    assert_int_equal(recovery_replay(j, &s, &info, err, sizeof err), 0);
     assert_true(s.applied >= l.acked);
     assert_true(l.digest_at[s.applied] == state_digest(&s));
     assert_true(info.replayed < 7 + 64); /* snapshots keep the tail short */

@@ -259,12 +259,12 @@ static void test_update_round_trip(void **unused)
         size_t len, len2;
         struct st_update back;
         char err[SLUICE_ERRMSG_SIZE] = "";
-        assert_int_equal(record_update_encode(&u[i], &bytes, &len), 0);
-        assert_int_equal(record_update_decode(bytes, len, &back, err, sizeof err), 0);
+        assert_int_equal(update_codec_encode(&u[i], &bytes, &len), 0);
+        assert_int_equal(update_codec_decode(bytes, len, &back, err, sizeof err), 0);
         assert_string_equal(err, "");
         assert_updates_equal(&u[i], &back);
         /* Encoding is canonical: the decoded update gives the same bytes. */
-        assert_int_equal(record_update_encode(&back, &again, &len2), 0);
+        assert_int_equal(update_codec_encode(&back, &again, &len2), 0);
         assert_int_equal(len, len2);
         assert_memory_equal(bytes, again, len);
         free(bytes);
@@ -274,7 +274,7 @@ static void test_update_round_trip(void **unused)
     }
 }
 
-/* Packs a hand-made Update message, for inputs record_update_encode() would never produce. */
+/* Packs a hand-made Update message, for inputs update_codec_encode() would never produce. */
 static uint8_t *pack_update(const Sluice__Update *m, size_t *len)
 {
     *len = sluice__update__get_packed_size(m);
@@ -289,7 +289,7 @@ static void expect_decode_error(const uint8_t *bytes, size_t len, const char *ms
     struct st_update u;
     char err[SLUICE_ERRMSG_SIZE] = "";
     memset(&u, 0xab, sizeof u);
-    assert_int_equal(record_update_decode(bytes, len, &u, err, sizeof err), SLUICE_ERR_CORRUPT);
+    assert_int_equal(update_codec_decode(bytes, len, &u, err, sizeof err), SLUICE_ERR_CORRUPT);
     assert_string_equal(err, msg);
     /* Nothing owned is left behind, and the update is empty. */
     assert_int_equal(u.type, 0);
@@ -328,7 +328,7 @@ static void test_update_decode_errors(void **unused)
     b = pack_update(&m, &len);
     struct st_update u;
     char err[SLUICE_ERRMSG_SIZE];
-    assert_int_equal(record_update_decode(b, len, &u, err, sizeof err), 0);
+    assert_int_equal(update_codec_decode(b, len, &u, err, sizeof err), 0);
     assert_int_equal(strlen(u.name), ST_ID_MAX - 1);
     st_update_release(&u);
     free(b);
@@ -485,8 +485,9 @@ static void test_snapshot_round_trip(void **unused)
     uint8_t *bytes, *again;
     size_t len, len2;
     char err[SLUICE_ERRMSG_SIZE] = "";
-    assert_int_equal(record_snapshot_encode(&s, &bytes, &len), 0);
-    assert_int_equal(record_snapshot_decode(bytes, len, lookup, &defs, &back, err, sizeof err), 0);
+    assert_int_equal(update_codec_snapshot_encode(&s, &bytes, &len), 0);
+    assert_int_equal(
+        update_codec_snapshot_decode(bytes, len, lookup, &defs, &back, err, sizeof err), 0);
     assert_string_equal(err, "");
     assert_int_equal(defs.calls, 2);
     assert_true(state_digest(&back) == state_digest(&s));
@@ -513,7 +514,7 @@ static void test_snapshot_round_trip(void **unused)
     assert_int_equal(back.saves[1].state, ST_SV_FAILED);
     assert_string_equal(back.saves[1].error, "chunk 1 is damaged");
     assert_null(state_save_running(&back, 4));
-    assert_int_equal(record_snapshot_encode(&back, &again, &len2), 0);
+    assert_int_equal(update_codec_snapshot_encode(&back, &again, &len2), 0);
     assert_int_equal(len, len2);
     assert_memory_equal(bytes, again, len);
     /* The definitions are not in the snapshot, only their length and checksum. */
@@ -524,8 +525,9 @@ static void test_snapshot_round_trip(void **unused)
     state_release(&back);
 
     /* The empty state too. */
-    assert_int_equal(record_snapshot_encode(&empty, &bytes, &len), 0);
-    assert_int_equal(record_snapshot_decode(bytes, len, lookup, &defs, &back, err, sizeof err), 0);
+    assert_int_equal(update_codec_snapshot_encode(&empty, &bytes, &len), 0);
+    assert_int_equal(
+        update_codec_snapshot_decode(bytes, len, lookup, &defs, &back, err, sizeof err), 0);
     assert_true(state_digest(&back) == state_digest(&empty));
     free(bytes);
     state_release(&back);
@@ -619,7 +621,7 @@ static void expect_snapshot_error(const uint8_t *bytes, size_t len, struct defs 
     struct state back;
     char err[SLUICE_ERRMSG_SIZE] = "";
     memset(&back, 0xab, sizeof back);
-    assert_int_equal(record_snapshot_decode(bytes, len, lookup, defs, &back, err, sizeof err),
+    assert_int_equal(update_codec_snapshot_decode(bytes, len, lookup, defs, &back, err, sizeof err),
                      code);
     assert_string_equal(err, msg);
     /* A refused snapshot leaves an empty state behind. */
@@ -638,7 +640,7 @@ static void test_snapshot_refused(void **unused)
     struct defs defs = {.s = &s};
     uint8_t *bytes;
     size_t len;
-    assert_int_equal(record_snapshot_encode(&s, &bytes, &len), 0);
+    assert_int_equal(update_codec_snapshot_encode(&s, &bytes, &len), 0);
 
     for (size_t i = 0; i < sizeof mutations / sizeof mutations[0]; i++) {
         Sluice__Snapshot *m = sluice__snapshot__unpack(NULL, len, bytes);

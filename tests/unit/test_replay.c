@@ -74,7 +74,7 @@ static void commit(struct run *r)
             assert_non_null(r->recs);
         }
         struct bytes *b = &r->recs[r->nrecs++];
-        assert_int_equal(record_update_encode(u, &b->p, &b->len), 0);
+        assert_int_equal(update_codec_encode(u, &b->p, &b->len), 0);
         r->leased += u->type == ST_SPLITS_LEASED;
         r->gcs += u->type == ST_ITERATION_GC;
         r->fails += u->type == ST_ITERATION_FAILED;
@@ -306,7 +306,7 @@ static void apply_record(struct state *s, const struct bytes *b)
 {
     struct st_update u;
     char err[SLUICE_ERRMSG_SIZE];
-    assert_int_equal(record_update_decode(b->p, b->len, &u, err, sizeof err), 0);
+    assert_int_equal(update_codec_decode(b->p, b->len, &u, err, sizeof err), 0);
     assert_int_equal(state_apply(s, &u), 0);
     st_update_release(&u);
 }
@@ -336,7 +336,7 @@ static void plan_bytes(const struct st_update_list *l, struct bytes *out)
     for (size_t i = 0; i < l->n; i++) {
         uint8_t *b;
         size_t n;
-        assert_int_equal(record_update_encode(&l->v[i], &b, &n), 0);
+        assert_int_equal(update_codec_encode(&l->v[i], &b, &n), 0);
         if (out->len + n + 8 > cap) {
             cap = (out->len + n + 8) * 2;
             out->p = realloc(out->p, cap);
@@ -431,7 +431,7 @@ static size_t run_one(uint64_t seed, size_t *held)
             }
             struct snap *sn = &r.snaps[r.nsnaps++];
             sn->at = r.nrecs;
-            assert_int_equal(record_snapshot_encode(&r.live, &sn->b.p, &sn->b.len), 0);
+            assert_int_equal(update_codec_snapshot_encode(&r.live, &sn->b.p, &sn->b.len), 0);
         }
     }
 
@@ -447,8 +447,8 @@ static size_t run_one(uint64_t seed, size_t *held)
     /* Restored from each snapshot, then the tail. */
     for (size_t i = 0; i < r.nsnaps; i++) {
         char err[SLUICE_ERRMSG_SIZE] = "";
-        assert_int_equal(record_snapshot_decode(r.snaps[i].b.p, r.snaps[i].b.len, lookup, &r, &s,
-                                                err, sizeof err),
+        assert_int_equal(update_codec_snapshot_decode(r.snaps[i].b.p, r.snaps[i].b.len, lookup, &r,
+                                                      &s, err, sizeof err),
                          0);
         assert_true(s.applied == r.snaps[i].at);
         replay_from(&r, &s, r.snaps[i].at, 25, seed, "snapshot + tail");
@@ -504,8 +504,9 @@ static void test_snapshot_every_step(void **unused)
         struct bytes b;
         struct state s;
         char err[SLUICE_ERRMSG_SIZE];
-        assert_int_equal(record_snapshot_encode(&r.live, &b.p, &b.len), 0);
-        assert_int_equal(record_snapshot_decode(b.p, b.len, lookup, &r, &s, err, sizeof err), 0);
+        assert_int_equal(update_codec_snapshot_encode(&r.live, &b.p, &b.len), 0);
+        assert_int_equal(update_codec_snapshot_decode(b.p, b.len, lookup, &r, &s, err, sizeof err),
+                         0);
         if (state_digest(&s) != state_digest(&r.live))
             fail_msg("snapshot differs after step %zu", step);
         state_release(&s);
