@@ -19,6 +19,7 @@
  * element takes a short path without the per-dtype loops. Arguments were validated by the check
  * callbacks when the pipeline was opened, so a function may read them directly. */
 #include "common/error.h"
+#include "common/perm.h"
 #include "element.h"
 #include "example.h"
 #include "image.h"
@@ -361,16 +362,6 @@ static inline uint64_t rotl64(uint64_t x, int r)
     return (x << r) | (x >> (64 - r));
 }
 
-static inline uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 static uint64_t hash_bytes(uint64_t h, const uint8_t *p, size_t len)
 {
     while (len >= 8) {
@@ -399,7 +390,7 @@ static uint64_t hash_elem(const struct sluice_element *e)
             h = hash_bytes(h, (const uint8_t *)t->offs,
                            ((size_t)pipe_tensor_num_values(t) + 1) * sizeof(uint64_t));
     }
-    return mix64(h);
+    return perm_mix64(h);
 }
 
 static inline uint64_t xorshift(uint64_t *s)
@@ -418,7 +409,7 @@ static void fill_pattern(uint8_t *p, size_t len, uint64_t seed)
 {
     uint64_t s[4];
     for (int l = 0; l < 4; l++) {
-        s[l] = mix64(seed + (uint64_t)(l + 1) * 0x9e3779b97f4a7c15ULL);
+        s[l] = perm_mix64(seed + (uint64_t)(l + 1) * 0x9e3779b97f4a7c15ULL);
         if (s[l] == 0)
             s[l] = 0x6a09e667f3bcc909ULL;
     }

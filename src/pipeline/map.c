@@ -5,6 +5,7 @@
 #include "map.h"
 
 #include "common/error.h"
+#include "common/perm.h"
 #include "shuffle.h"
 
 #include <inttypes.h>
@@ -64,20 +65,10 @@ static int bind_once(struct map_iter *m)
     return 0;
 }
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
 /* Two values into one, order-sensitive. */
 static uint64_t combine(uint64_t a, uint64_t b)
 {
-    return mix64(a ^ mix64(b + 0x9e3779b97f4a7c15ULL));
+    return perm_mix64(a ^ perm_mix64(b + 0x9e3779b97f4a7c15ULL));
 }
 
 uint64_t pipe_fn_seed(const struct sluice_fn_args *args, bool has_seed, int64_t seed)
