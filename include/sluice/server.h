@@ -65,7 +65,9 @@ struct sluice_dispatcher_options {
     bool fault_tolerant;
     const char *work_dir;
     /* With fault_tolerant: snapshot the state every this many changes, so a start replays at
-     * most that many (--snapshot-every; 1 to 10^12; 0: 10000). */
+     * most that many (--snapshot-every; 1 to 10^12). 0: the default, at least every 10000
+     * changes, and not before the changes since the last snapshot take twice its size in the
+     * journal (a start then replays changes bounded by the state's size). */
     uint64_t snapshot_every;
     /* With fault_tolerant: the most the journal may grow to, in MiB (--journal-max-mb; 1 to
      * 16777216; 0: 16384). A full journal stops the dispatcher (see sluice_dispatcher_wait). */

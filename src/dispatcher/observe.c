@@ -249,7 +249,8 @@ static int make_registry(struct observe *o)
            METRICS_U64, &o->applied_c);
     SCALAR(true, "sluice_splits_leased_total", "Splits leased to tasks (distributed_epoch).",
            METRICS_U64, &o->leased_c);
-    SCALAR(true, "sluice_splits_finished_total", "Splits reported finished by their tasks.",
+    SCALAR(true, "sluice_splits_finished_total",
+           "Splits finished: reported by their tasks, or received in full by a consumer.",
            METRICS_U64, &o->finished_c);
     SCALAR(true, "sluice_splits_returned_total",
            "Leased splits returned to the pool to be issued again (their worker was lost or "

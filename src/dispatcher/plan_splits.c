@@ -31,11 +31,13 @@ static int still_held(const struct st_task *t, const struct st_seq_list *finishi
     return 0;
 }
 
-/* Sets l to the seqs of v[0, n) that are in `in` and not in exclude (may be NULL): sorted and
- * once each, as every list of an update must be. Reports from the network may repeat seqs, name
- * seqs that were never leased, or arrive in any order. Returns 0 or SLUICE_ERR_NOMEM. */
+/* Sets l to the seqs of v[0, n) that are in `in` or keys of held (may be NULL) and not in
+ * exclude (may be NULL): sorted and once each, as every list of an update must be. Reports from
+ * the network may repeat seqs, name seqs that were never leased, or arrive in any order. Returns
+ * 0 or SLUICE_ERR_NOMEM. */
 static int seq_assign_members(struct st_seq_list *l, const uint64_t *v, size_t n,
-                              const struct st_seq_list *in, const struct st_seq_list *exclude)
+                              const struct st_seq_list *in, const struct u64map *held,
+                              const struct st_seq_list *exclude)
 {
     if (state_seq_assign(l, v, n) < 0)
         return SLUICE_ERR_NOMEM;
@@ -43,7 +45,8 @@ static int seq_assign_members(struct st_seq_list *l, const uint64_t *v, size_t n
     size_t k = 0;
     for (size_t i = 0; i < l->n; i++) {
         uint64_t seq = l->v[i];
-        if ((k > 0 && l->v[k - 1] == seq) || !state_seq_contains(in, seq) ||
+        bool member = state_seq_contains(in, seq) || (held && u64map_get(held, seq, NULL));
+        if ((k > 0 && l->v[k - 1] == seq) || !member ||
             (exclude && state_seq_contains(exclude, seq)))
             continue;
         l->v[k++] = seq;
@@ -71,7 +74,7 @@ static int push_task_seqs(const struct st_task *t, enum st_update_type type, con
     const struct st_seq_list *exclude = exclude_at == NO_UPDATE ? NULL : &out->v[exclude_at].seqs;
     u->ref = t->iteration_id;
     u->ref2 = t->id;
-    if (seq_assign_members(&u->seqs, v, n, &t->leased, exclude) < 0)
+    if (seq_assign_members(&u->seqs, v, n, &t->leased, NULL, exclude) < 0)
         return SLUICE_ERR_NOMEM;
     size_t k = u->seqs.n;
     *moved = k;
@@ -180,19 +183,6 @@ nomem:
     return NOMEM_MSG(err, errlen);
 }
 
-/* A reported split and the task holding it. */
-struct held_split {
-    uint64_t task_id, seq;
-};
-
-static int cmp_held(const void *a, const void *b)
-{
-    const struct held_split *x = a, *y = b;
-    if (x->task_id != y->task_id)
-        return x->task_id < y->task_id ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
 int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
                          size_t n, struct st_update_list *out, char *err, size_t errlen)
 {
@@ -205,56 +195,18 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
                        "iteration %" PRIu64 " is not a distributed_epoch iteration", iteration_id);
     if (it->state != ST_ITER_ACTIVE || n == 0)
         return 0;
-    size_t start = out->n;
-    struct st_update *u;
-    /* The reported splits some task holds, found by lookup (it->held), grouped by task: one
-     * SPLITS_FINISHED per task, by increasing task id, its seqs increasing. */
-    struct held_split *hs = malloc(n * sizeof *hs);
-    uint64_t *both = malloc(n * sizeof *both);
-    if (!hs || !both) {
-        free(hs);
-        free(both);
+    /* One update for all of them, whichever task holds each (found by the held index) or in the
+     * pool: a heartbeat's coverage is one journal record, not one per task. */
+    struct st_update *u = plan_push(out, ST_SPLITS_FINISHED, 0);
+    if (!u || seq_assign_members(&u->seqs, seqs, n, &it->pool, &it->held, NULL) < 0) {
+        if (u)
+            state_list_truncate(out, out->n - 1);
         return NOMEM_MSG(err, errlen);
     }
-    size_t nh = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t task_id;
-        if (u64map_get(&it->held, seqs[i], &task_id))
-            hs[nh++] = (struct held_split){task_id, seqs[i]};
-    }
-    qsort(hs, nh, sizeof *hs, cmp_held);
-    for (size_t i = 0; i < nh;) {
-        size_t k = 0;
-        uint64_t task_id = hs[i].task_id;
-        for (; i < nh && hs[i].task_id == task_id; i++) {
-            if (k == 0 || both[k - 1] != hs[i].seq) /* a seq reported twice counts once */
-                both[k++] = hs[i].seq;
-        }
-        if (!(u = plan_push(out, ST_SPLITS_FINISHED, 0)) ||
-            state_seq_assign(&u->seqs, both, k) < 0) {
-            free(both);
-            free(hs);
-            goto nomem;
-        }
-        u->ref = iteration_id;
-        u->ref2 = task_id;
-    }
-    free(both);
-    free(hs);
-    /* Splits back in the pool that a consumer received in full are not leased again. */
-    if (it->pool.n > 0) {
-        if (!(u = plan_push(out, ST_SPLITS_FINISHED, 0)))
-            goto nomem;
-        u->ref = iteration_id;
-        if (seq_assign_members(&u->seqs, seqs, n, &it->pool, NULL) < 0)
-            goto nomem;
-        if (u->seqs.n == 0)
-            state_list_truncate(out, out->n - 1);
-    }
+    u->ref = iteration_id;
+    if (u->seqs.n == 0)
+        state_list_truncate(out, out->n - 1);
     return 0;
-nomem:
-    state_list_truncate(out, start);
-    return NOMEM_MSG(err, errlen);
 }
 
 int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_update_list *out,

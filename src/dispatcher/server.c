@@ -232,6 +232,7 @@ static int journal_update(struct dispatcher *d, const struct st_update *u)
     uint8_t *bytes;
     size_t len;
     int rc = update_codec_encode(u, &bytes, &len);
+    d->since_snapshot_bytes += len;
     if (rc == 0)
         rc =
             journal_thread_add(d->jt, bytes, len, u->type == ST_DATASET_REGISTERED ? u->name : NULL,
@@ -243,11 +244,15 @@ static int journal_update(struct dispatcher *d, const struct st_update *u)
 }
 
 /* Every snapshot_every updates the whole state goes to the journal, which then drops the records
- * before it: a restart replays at most that many updates, whatever the history. */
+ * before it: a restart replays at most that many updates, whatever the history. By default (no
+ * --snapshot-every) also not before the records since the last snapshot are SNAPSHOT_GROWTH times
+ * its size, so a restart replays records bounded by the size of the state. */
 static int maybe_snapshot(struct dispatcher *d, size_t n)
 {
     d->since_snapshot += n;
     if (d->since_snapshot < d->snapshot_every)
+        return 0;
+    if (d->snapshot_by_size && d->since_snapshot_bytes / SNAPSHOT_GROWTH < d->snapshot_bytes)
         return 0;
     uint8_t *bytes;
     size_t len;
@@ -258,8 +263,11 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
         fatal(d, "journal: %s: queueing a snapshot: %s", d->work_dir, sluice_strerror(rc));
         return rc;
     }
-    log_debug("snapshot of %zu bytes after %" PRIu64 " updates", len, d->since_snapshot);
+    log_debug("snapshot of %zu bytes after %" PRIu64 " updates (%" PRIu64 " bytes)", len,
+              d->since_snapshot, d->since_snapshot_bytes);
     d->since_snapshot = 0;
+    d->since_snapshot_bytes = 0;
+    d->snapshot_bytes = len;
     return 0;
 }
 
@@ -594,6 +602,7 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
     if (!d->work_dir)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
     d->snapshot_every = opts->snapshot_every ? opts->snapshot_every : DEFAULT_SNAPSHOT_EVERY;
+    d->snapshot_by_size = opts->snapshot_every == 0;
     struct journal_opts jo = {
         .work_dir = opts->work_dir, .create = true, .map_max = opts->journal_max_bytes};
     state_release(&d->st);

@@ -58,7 +58,7 @@ struct dispatcher_opts {
      * it, and the incarnation is kept in the journal, the same across restarts. A journal that
      * fails is fatal (on_fatal). */
     const char *work_dir;
-    uint64_t snapshot_every;  /* updates between snapshots; 0: 10000 */
+    uint64_t snapshot_every;  /* updates between snapshots; 0: 10000, and see SNAPSHOT_GROWTH */
     size_t journal_max_bytes; /* the journal's size ceiling; 0: the journal's default */
     /* Commit every update in its own transaction instead of grouping: a baseline for the
      * benchmark, never for use. */

@@ -41,6 +41,11 @@
 #define DEFAULT_CLIENT_TIMEOUT_MS 30000
 #define DEFAULT_JOB_GC_TIMEOUT_MS 60000
 #define DEFAULT_SNAPSHOT_EVERY 10000
+/* Without --snapshot-every a snapshot also waits until the records since the last one take this
+ * many times its bytes: a large state is not rewritten every 10000 small changes (the snapshots
+ * would be most of the journal's writes and stall the loop while encoded), and a restart still
+ * replays records bounded by the state's size, not its history. */
+#define SNAPSHOT_GROWTH 2
 #define META_INCARNATION "incarnation"
 #define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
 /* The write backlog past which a connection stops being read (rpc_server_opts). */
@@ -117,7 +122,10 @@ struct dispatcher {
     struct journal *journal;
     struct journal_thread *jt;
     uint64_t snapshot_every; /* updates between snapshots */
+    bool snapshot_by_size;   /* no --snapshot-every: also SNAPSHOT_GROWTH (see there) */
     uint64_t since_snapshot; /* updates journaled since the last snapshot (or the start) */
+    uint64_t since_snapshot_bytes; /* their encoded bytes */
+    uint64_t snapshot_bytes;       /* the last snapshot's bytes (0: none since the start) */
 
     bool fatal;
     bool closing;

@@ -762,19 +762,36 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
     return 0;
 }
 
-/* SPLITS_FINISHED with no task: splits in the pool (returned, not leased again yet) that a
- * consumer has received in full, so they are not leased again. */
-static int apply_pool_finished(struct state *s, const struct st_update *u)
+/* SPLITS_FINISHED with no task: splits a consumer received in full, wherever they are: leased
+ * to a task of the iteration (found by the held index) or back in its pool. One update carries a
+ * whole client heartbeat's finished splits, whichever tasks hold them. */
+static int apply_finished_anywhere(struct state *s, const struct st_update *u)
 {
     struct st_iteration *it = STATE_FIND(s, iterations, u->ref);
     if (!it || !it->distributed || u->seqs.n == 0 || !seq_strictly_increasing(&u->seqs))
         return CORRUPT;
+    /* Checked whole before anything changes: a corrupt update leaves the state as it was. */
     for (size_t i = 0; i < u->seqs.n; i++) {
-        if (!state_seq_contains(&it->pool, u->seqs.v[i]))
+        uint64_t seq = u->seqs.v[i], task_id;
+        if (u64map_get(&it->held, seq, &task_id)) {
+            const struct st_task *t = STATE_FIND(s, tasks, task_id);
+            if (!t || t->iteration_id != it->id || !state_seq_contains(&t->leased, seq))
+                return CORRUPT;
+        } else if (!state_seq_contains(&it->pool, seq)) {
             return CORRUPT;
+        }
     }
-    for (size_t i = 0; i < u->seqs.n; i++)
-        seq_remove(&it->pool, u->seqs.v[i]);
+    for (size_t i = 0; i < u->seqs.n; i++) {
+        uint64_t seq = u->seqs.v[i], task_id;
+        if (u64map_get(&it->held, seq, &task_id)) {
+            struct st_task *t = STATE_FIND(s, tasks, task_id);
+            seq_remove(&t->leased, seq);
+            held_del(it, seq);
+            it->splits_leased--;
+        } else {
+            seq_remove(&it->pool, seq);
+        }
+    }
     it->splits_finished += u->seqs.n;
     return 0;
 }
@@ -784,7 +801,7 @@ static int apply_splits_done(struct state *s, const struct st_update *u, bool re
     struct st_iteration *it;
     struct st_task *t;
     if (!returned && u->ref2 == 0)
-        return apply_pool_finished(s, u);
+        return apply_finished_anywhere(s, u);
     if (split_target(s, u, &it, &t) < 0)
         return CORRUPT;
     for (size_t i = 0; i < u->seqs.n; i++) {

@@ -343,9 +343,10 @@ const char *st_update_name(enum st_update_type type);
  *                       the task's last_request (the update makes it last_request and seqs the
  *                       task's granted), or 0 for an unnumbered request (the task's record of
  *                       its last request stays as it is)
- *   SPLITS_FINISHED     ref = iteration, ref2 = task, seqs: splits leased to the task; or
- *                       ref2 = 0, seqs: splits in the iteration's pool (a consumer received
- *                       them in full before they were leased again)
+ *   SPLITS_FINISHED     ref = iteration, ref2 = task, seqs: splits leased to the task (a
+ *                       worker reported them); or ref2 = 0, seqs: splits a consumer received in
+ *                       full, each leased to some task of the iteration or in its pool
+ *                       (journals before this form held only pool seqs with ref2 = 0)
  *   SPLITS_RETURNED     ref = iteration, ref2 = task, seqs: splits leased to the task, moved
  *                       to the pool
  *   ITERATION_FINISHED  id = iteration

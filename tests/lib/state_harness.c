@@ -730,7 +730,8 @@ void harness_check_snapshot(const struct state *s)
 }
 
 /* Replays the harness's record, encoded and decoded as the journal stores it, onto a fresh
- * state: the same digest as live. Returns how many SPLITS_FINISHED with no task it held. */
+ * state: the same digest as live. Returns how many SPLITS_FINISHED with no task (a consumer's
+ * report) it held. */
 size_t harness_replay_through_records(const struct harness *h)
 {
     struct state r;

@@ -140,7 +140,7 @@ void harness_check_snapshot(const struct state *s);
 
 /* Replays h's record, encoded and decoded as the journal stores it, onto a fresh state: the same
  * digest as live; then checks a snapshot of h's state. Returns how many SPLITS_FINISHED with no
- * task the record held. */
+ * task (a consumer's report) the record held. */
 size_t harness_replay_through_records(const struct harness *h);
 
 /* The places of an iteration's splits, in one line into out ("cursor=6 finished=1 leased=3

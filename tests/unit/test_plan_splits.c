@@ -204,18 +204,15 @@ static void test_lost_replies(void **unused)
 static const struct harness_case settle_cases[] = {
     /* splits_finished */
     {"finished: a mix of places", MIX, "done 1 5,7,0,3,1,4,6,0",
-     "splits_finished ref=1 ref2=1 seqs=[0]\n"
-     "splits_finished ref=1 ref2=2 seqs=[3]\n"
-     "splits_finished ref=1 seqs=[4,5]\n"
-     "=>"},
+     "splits_finished ref=1 seqs=[0,3,4,5]\n=>"},
     {"finished: a repeated report is a no-op", MIX "done 1 5,7,0,3,1,4,6,0", "done 1 0,3,4,5,1",
      "=>"},
     {"finished: nothing", MIX, "done 1", "=>"},
     {"finished: one seq of a task holding more", DIST8 "splits 1 4\nsplits 2 2", "done 1 2,9,2,5",
-     "splits_finished ref=1 ref2=1 seqs=[2]\nsplits_finished ref=1 ref2=2 seqs=[5]\n=>"},
+     "splits_finished ref=1 seqs=[2,5]\n=>"},
     {"finished: more seqs than a task holds", DIST8 "splits 1 1\nsplits 2 3",
      "done 1 7,6,5,4,3,2,1,0,3",
-     "splits_finished ref=1 ref2=1 seqs=[0]\nsplits_finished ref=1 ref2=2 seqs=[1,2,3]\n=>"},
+     "splits_finished ref=1 seqs=[0,1,2,3]\n=>"},
     {"finished: only from the pool", MIX, "done 1 4", "splits_finished ref=1 seqs=[4]\n=>"},
     {"finished: only beyond the cursor", MIX, "done 1 6,7,100", "=>"},
     {"finished: unknown iteration", MIX, "done 9 1", "error NOT_FOUND: iteration 9 not found"},
@@ -229,7 +226,7 @@ static const struct harness_case settle_cases[] = {
      "splits_leased ref=1 ref2=2 seqs=[5,6,7]\n=> end=0 seqs=[5,6,7]"},
     {"finished: everything ends the task's requests", DIST2 "splits 1 2\nsplits 2 2",
      "done 1 3,2,1,0",
-     "splits_finished ref=1 ref2=1 seqs=[0,1]\nsplits_finished ref=1 ref2=2 seqs=[2,3]\n=>"},
+     "splits_finished ref=1 seqs=[0,1,2,3]\n=>"},
     {"finished: then a request ends", DIST2 "splits 1 2\nsplits 2 2\ndone 1 3,2,1,0", "splits 1 1",
      "=> end=1"},
     {"finished: the worker's own report is then a no-op", DIST2 "splits 1 2\ndone 1 0",
@@ -354,10 +351,7 @@ static void test_splits_finished_mix(void **unused)
     assert_false(state_split_finished(&h.s, 9, 1));
 
     assert_string_equal(harness_run(&h, "done 1 5,7,0,3,1,4,6,0"),
-                        "splits_finished ref=1 ref2=1 seqs=[0]\n"
-                        "splits_finished ref=1 ref2=2 seqs=[3]\n"
-                        "splits_finished ref=1 seqs=[4,5]\n"
-                        "=>");
+                        "splits_finished ref=1 seqs=[0,3,4,5]\n=>");
     assert_string_equal(harness_places(&h.s, 1, buf, sizeof buf),
                         "cursor=6 finished=5 leased=1 pool=[] task1=[] task2=[2]");
     assert_string_equal(finished_map(&h.s, 1, map), "11011100");
@@ -376,7 +370,7 @@ static void test_splits_finished_mix(void **unused)
     assert_int_equal(state_iteration(&h.s, 1)->state, ST_ITER_FINISHED);
     assert_string_equal(finished_map(&h.s, 1, map), "11111111");
     assert_string_equal(harness_run(&h, "done 1 0"), "=>");
-    assert_int_equal(harness_replay_through_records(&h), 1);
+    assert_int_equal(harness_replay_through_records(&h), 3);
 
     /* A parallel iteration has no splits; a collected one keeps none finished. */
     harness_run_script(&h, "job 1 name=p");
@@ -405,14 +399,14 @@ static void test_drain_story(void **unused)
                              "=> end=0 seqs=[2,3,4]"},
         {"splits 1 4 req=3", "=> end=0"},
         {"done 1 0,2",
-         "splits_finished ref=1 ref2=1 seqs=[0]\nsplits_finished ref=1 ref2=2 seqs=[2]\n=>"},
+         "splits_finished ref=1 seqs=[0,2]\n=>"},
         {"splits 1 4 req=4", "=> end=0"},
-        {"done 1 1", "splits_finished ref=1 ref2=1 seqs=[1]\n=>"},
+        {"done 1 1", "splits_finished ref=1 seqs=[1]\n=>"},
         {"splits 1 4 req=5", "=> end=1"},
         {"hb a:1 1 fin=1", "task_finished id=1\n=> worker=1"},
         {"splits 2 8 req=2", "splits_leased id=2 ref=1 ref2=2 seqs=[5,6,7]\n"
                              "=> end=0 seqs=[5,6,7]"},
-        {"done 1 3,4,5,6,7", "splits_finished ref=1 ref2=2 seqs=[3,4,5,6,7]\n=>"},
+        {"done 1 3,4,5,6,7", "splits_finished ref=1 seqs=[3,4,5,6,7]\n=>"},
         {"splits 2 8 req=3", "=> end=1"},
         {"hb b:1 1 fin=2", "task_finished id=2\niteration_finished id=1\n=> worker=2"},
     };
@@ -440,7 +434,7 @@ static void test_return_story(void **unused)
         {"splits 2 8", "splits_leased ref=1 ref2=2 seqs=[0,2,3,4,5,6,7]\n"
                        "=> end=0 seqs=[0,2,3,4,5,6,7]"},
         {"splits 1 8", "=> end=0"},
-        {"done 1 0,1,2,3,4,5,6,7", "splits_finished ref=1 ref2=2 seqs=[0,2,3,4,5,6,7]\n=>"},
+        {"done 1 0,1,2,3,4,5,6,7", "splits_finished ref=1 seqs=[0,2,3,4,5,6,7]\n=>"},
         {"splits 1 8", "=> end=1"},
     };
     struct harness h;
@@ -449,7 +443,7 @@ static void test_return_story(void **unused)
     char buf[512];
     assert_string_equal(harness_places(&h.s, 1, buf, sizeof buf),
                         "cursor=8 finished=8 leased=0 pool=[] task1=[] task2=[]");
-    assert_int_equal(harness_replay_through_records(&h), 1);
+    assert_int_equal(harness_replay_through_records(&h), 2);
     harness_release(&h);
 }
 
