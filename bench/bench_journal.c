@@ -22,7 +22,7 @@
  * Timings are what they are on the machine at hand: the baseline's rate is the disk's sync
  * latency, so the ratio is larger on slower disks. */
 #include "common/error.h"
-#include "common/rpc.h"
+#include "common/rpc_client.h"
 #include "journal/journal.h"
 
 #include <errno.h>

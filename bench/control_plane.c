@@ -37,7 +37,7 @@
  * made under --work-root (default $TMPDIR, else /tmp): put it on the disk a production
  * dispatcher journals to, since every journaled request waits for that disk's fsync (the
  * share of slow commits is printed). */
-#include "common/rpc.h"
+#include "common/rpc_client.h"
 #include "common/security.h"
 #include "pipeline/def.h"
 #include "pipeline/parse.h"

@@ -17,7 +17,7 @@
 
 #include "sluice/sluice.h"
 
-#include "common/rpc.h"
+#include "common/rpc_client.h"
 
 #include <stdatomic.h>
 #include <stdbool.h>

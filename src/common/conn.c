@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(CONN_MAX_SEGS == RPC_MAX_SEGS, "rpc.h promises what conn.h allows");
-
 struct conn_deferred {
     struct conn_deferred *next;
     size_t len;

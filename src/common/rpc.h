@@ -1,4 +1,5 @@
-/* The libuv connection and RPC layer (docs/design.md §5).
+/* The libuv connection and RPC layer (docs/design.md §5): what both sides share. The serving
+ * side is declared in rpc_server.h, the calling side in rpc_client.h.
  *
  * Happy path: a server listens; a client connects; each side sends a Hello (protocol version,
  * role, incarnation, and the auth flag and nonce of auth.h) as its first frame; when both hold
@@ -19,21 +20,8 @@
  * closes, counts the failure (rpc_server_auth_failures) and logs it at most once a minute per
  * peer address.
  *
- * Limits: until its handshake is done a connection may send frames of at most
- * RPC_HANDSHAKE_MAX_FRAME bytes and must finish within the handshake timeout, and one that has
- * sent nothing at all is closed sooner (RPC_IDLE_HANDSHAKE_TIMEOUT_MS). Beyond max_connections
- * open connections a new connection is accepted and closed at once (so the listener never
- * stalls), with a log line at most every 10 s. Connections in their handshake never lock out a
- * newcomer: when max_handshakes are in their handshake, or max_handshakes_per_address from the
- * newcomer's address, the oldest of them that has sent nothing (else the oldest) is closed to
- * make room, so strangers holding idle sockets cannot keep a peer that authenticates promptly
- * out, and one address can only ever displace its own connections.
- *
  * Threading: every object belongs to the loop it was created on, and every function here must be
  * called on that loop's thread. Callbacks run on that thread.
- *
- * Backpressure: a connection stops reading from its socket while more than max_pending_write
- * bytes of its replies wait to be written, and resumes when they drain.
  *
  * Closing: rpc_server_close / rpc_client_close close every handle they own and call their
  * callback from the last close callback, so uv_loop_close() returns 0 afterwards.
@@ -53,24 +41,8 @@
 #include <uv.h>
 
 #define RPC_DEFAULT_MAX_FRAME (256u << 20)
-#define RPC_DEFAULT_MAX_PENDING_WRITE (64u << 20)
-/* The most pieces a reply sent with rpc_conn_reply_elements may come in. */
-#define RPC_MAX_SEGS 128
-/* Server limits on connections that have not completed their handshake (rpc_server_opts). */
-#define RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS 10000
-#define RPC_DEFAULT_MAX_HANDSHAKES 256
-/* A connection that has sent no byte this long after its accept is closed (never later than the
- * handshake timeout): every client and worker sends its Hello (or its TLS ClientHello) at once. */
-#define RPC_IDLE_HANDSHAKE_TIMEOUT_MS 3000
-/* The most connections in their handshake from one peer address; 0 in rpc_server_opts means this,
- * never more than max_handshakes. */
-#define RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS 64
+/* The most bytes a frame may have until its connection's handshake is done (both sides). */
 #define RPC_HANDSHAKE_MAX_FRAME 4096
-/* The default ceiling on a server's open connections (a thousand workers and their readers fit);
- * never above the open-file limit (soft RLIMIT_NOFILE, which a server raises towards its hard
- * limit as far as the ceiling needs) less RPC_FD_RESERVE descriptors kept for everything else. */
-#define RPC_DEFAULT_MAX_CONNECTIONS 4096
-#define RPC_FD_RESERVE 64
 
 /* Parses "HOST:PORT" or "sluice://HOST:PORT" (HOST may be "[v6]"). host gets the host without
  * brackets. Returns 0 or SLUICE_ERR_INVALID with a message in err. */
@@ -83,188 +55,5 @@ void rpc_format_address(char *out, size_t len, const char *host, int port);
 
 /* A random 64-bit incarnation id for this process (never 0). */
 uint64_t rpc_new_incarnation(void);
-
-/* ---- server ---------------------------------------------------------------------------------- */
-
-struct rpc_server;
-struct rpc_conn; /* one accepted connection; reference counted */
-struct sec_ctx;
-
-/* Called for every request Envelope. req and everything it points to is valid only during the
- * call. The handler answers now or later with rpc_conn_reply*; to answer later it takes a
- * reference (rpc_conn_ref) and drops it after replying. */
-typedef void (*rpc_request_cb)(struct rpc_server *srv, struct rpc_conn *conn,
-                               const Sluice__Envelope *req, void *user);
-/* Called once when a connection has completed its handshake (authentication included), and
- * once when it closes (after which replies on it are dropped). Either may be NULL. on_close runs
- * only for connections that had on_open (a peer rejected in its handshake was never
- * announced). */
-typedef void (*rpc_conn_cb)(struct rpc_server *srv, struct rpc_conn *conn, void *user);
-
-struct rpc_server_opts {
-    const char *host; /* default "127.0.0.1" */
-    int port;         /* 0 picks a free port */
-    Sluice__Role role;
-    uint64_t incarnation;
-    uint32_t max_frame;       /* 0: RPC_DEFAULT_MAX_FRAME */
-    size_t max_pending_write; /* 0: RPC_DEFAULT_MAX_PENDING_WRITE */
-    /* A connection that has not completed its handshake this long after its accept is closed;
-     * 0: RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS. */
-    uint32_t handshake_timeout_ms;
-    /* The most connections open at once; 0: RPC_DEFAULT_MAX_CONNECTIONS. Lowered at start to
-     * what the open-file limit allows (rpc_server_max_connections tells the result). */
-    unsigned max_connections;
-    /* The most connections still in their handshake at once; 0: RPC_DEFAULT_MAX_HANDSHAKES. */
-    unsigned max_handshakes;
-    /* The most of them from one peer address; 0: RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS. */
-    unsigned max_handshakes_per_address;
-    rpc_request_cb on_request;
-    rpc_conn_cb on_open, on_close;
-    void *user;
-    /* Authentication and TLS (security.h); NULL for neither. It outlives the server. With TLS
-     * (which needs the server side of tls.h), every accepted connection speaks TLS. */
-    const struct sec_ctx *sec;
-};
-
-/* Binds and listens. On failure returns a negative code with "listen on HOST:PORT: why" in err
- * and nothing to close. */
-int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct rpc_server **out,
-                     char *err, size_t errlen);
-/* The bound port and host (useful with port 0). */
-int rpc_server_port(const struct rpc_server *srv);
-const char *rpc_server_host(const struct rpc_server *srv);
-/* Handshakes that failed authentication since start (a wrong or missing token on either side,
- * or a TLS failure). */
-uint64_t rpc_server_auth_failures(const struct rpc_server *srv);
-/* Connections refused at accept because of max_connections or max_handshakes, and connections
- * closed because their handshake timed out. */
-uint64_t rpc_server_refused(const struct rpc_server *srv);
-uint64_t rpc_server_handshake_timeouts(const struct rpc_server *srv);
-/* Connections in their handshake closed to make room for a newer one. */
-uint64_t rpc_server_handshake_evictions(const struct rpc_server *srv);
-/* The effective max_connections. */
-unsigned rpc_server_max_connections(const struct rpc_server *srv);
-/* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */
-void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
-
-/* Serves fd, the accepted end of an in-process socket pair, and link, its link (local.h), as one
- * more connection: the same handshake (token, TLS) and requests as a TCP connection, counted
- * against max_connections. Loop thread only. Takes the reference to link in every case. Returns
- * 0 once the connection owns fd (a failure after that closes it, and fd with it), or a negative
- * code with fd still the caller's: SLUICE_ERR_CLOSED while the server closes, SLUICE_ERR_LIMIT
- * at max_connections, SLUICE_ERR_NOMEM, or an error of libuv. */
-struct local_link;
-int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link *link);
-
-/* Packs reply (the caller keeps ownership of it), sets its id, and queues it. Returns 0, or
- * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). Also, with the
- * connection left open: SLUICE_ERR_TOO_LARGE when the reply packs to more than max_frame bytes,
- * SLUICE_ERR_NOMEM, or SLUICE_ERR_INVALID for an Envelope that packs to nothing. */
-int rpc_conn_reply(struct rpc_conn *conn, uint64_t id, Sluice__Envelope *reply);
-/* Replies with Envelope {id, get_elements_reply {count, eos, payload}} without copying the
- * payload, which is the concatenation of the nsegs pieces in segs (at most RPC_MAX_SEGS; the array
- * itself may go when this returns): their bytes must stay valid and unchanged until
- * sent(arg, status) runs, exactly once, on the loop thread, when they are written (status 0) or
- * cannot be (status < 0, e.g. the connection closed first). Returns 0; or, without ever calling
- * sent (the caller keeps its payload): SLUICE_ERR_CLOSED when the connection is gone, and with
- * the connection left open SLUICE_ERR_TOO_LARGE (over max_frame), SLUICE_ERR_INVALID (too many
- * pieces) or SLUICE_ERR_NOMEM. */
-int rpc_conn_reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, bool eos,
-                            const uv_buf_t *segs, unsigned nsegs,
-                            void (*sent)(void *arg, int status), void *arg);
-/* Replies with an Error body: code and a one-line message. */
-int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-void rpc_conn_ref(struct rpc_conn *conn);
-void rpc_conn_unref(struct rpc_conn *conn);
-bool rpc_conn_is_open(const struct rpc_conn *conn);
-/* Whether conn is an in-process connection (rpc_server_adopt). */
-bool rpc_conn_is_local(const struct rpc_conn *conn);
-Sluice__Role rpc_conn_peer_role(const struct rpc_conn *conn);
-uint64_t rpc_conn_peer_incarnation(const struct rpc_conn *conn);
-/* "IP:PORT" of the peer, for logs. */
-const char *rpc_conn_peer_name(const struct rpc_conn *conn);
-/* Bytes of replies queued and not yet written. */
-size_t rpc_conn_pending_write(const struct rpc_conn *conn);
-
-/* ---- client ---------------------------------------------------------------------------------- */
-
-struct rpc_client;
-struct bufpool;
-
-/* Called exactly once per accepted call. status 0: reply is the answer. status < 0: reply is
- * NULL, or, when the server answered with an Error body, that Envelope; msg is always a one-line
- * reason (for an Error body, its message). reply and msg are valid only during the call. */
-typedef void (*rpc_reply_cb)(int status, const char *msg, const Sluice__Envelope *reply,
-                             void *user);
-/* Called after every successful (re)connection handshake, with the server's incarnation. */
-typedef void (*rpc_connect_cb)(struct rpc_client *client, uint64_t peer_incarnation, void *user);
-
-struct rpc_client_opts {
-    const char *address; /* HOST:PORT or sluice://HOST:PORT */
-    Sluice__Role role;
-    uint64_t incarnation;
-    uint32_t max_frame;          /* 0: RPC_DEFAULT_MAX_FRAME */
-    uint32_t connect_timeout_ms; /* 0: 5000 */
-    uint32_t backoff_min_ms;     /* 0: 50 */
-    uint32_t backoff_max_ms;     /* 0: 2000 */
-    /* NULL, or where buffers for large replies come from; it outlives the client. */
-    struct bufpool *pool;
-    rpc_connect_cb on_connect;
-    void *user;
-    /* Authentication and TLS (security.h); NULL for neither. It outlives the client. With TLS
-     * (which needs the client side of tls.h), every connection speaks TLS and verifies the
-     * server's certificate against the host part of address, or against tls_name. */
-    const struct sec_ctx *sec;
-    /* NULL or "": verify the server's certificate against the host part of address; else against
-     * this DNS name (a reader's --tls-worker-name). Copied. */
-    const char *tls_name;
-    /* Dial the server in this process first when one runs at address with incarnation
-     * local_incarnation (0: any; local.h): an in-process socket pair, no TCP. Every attempt
-     * looks again, so a server that stopped is dialled over TCP as usual. */
-    bool local;
-    uint64_t local_incarnation;
-};
-
-/* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad
- * address with a message in err. */
-int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct rpc_client **out,
-                   char *err, size_t errlen);
-
-/* Sends req (its id is set here; the caller keeps ownership and may free it on return). If the
- * client is not connected, the call waits for a connection (retried with backoff) until its
- * timeout. Returns 0 and later calls cb exactly once; or returns a negative code synchronously
- * (SLUICE_ERR_CLOSED after close) and never calls cb. timeout_ms 0 means no timeout. */
-int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_ms, rpc_reply_cb cb,
-             void *user);
-
-/* Only from an rpc_reply_cb with status 0 whose reply is a GetElementsReply: when the reply was
- * received in a buffer of its own (large replies are), hands that buffer (a malloc'd block of
- * *cap bytes) over and returns it; the caller frees it, or gives it back to the client's pool,
- * and reply's pointers (the payload's included) stay valid until then. Returns NULL otherwise;
- * the reply is then valid only during the callback, as usual. */
-void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
-
-/* Withdraws the call made with cb and user if it has not been written yet (it waits for a
- * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the
- * loop's next timer run, never inside this function. Returns true when such a call was
- * withdrawn; false when none waits unwritten (it was written, or has completed), and then
- * nothing changes. */
-bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
-
-bool rpc_client_connected(const struct rpc_client *client);
-/* Whether the client is connected, over an in-process connection (rpc_client_opts.local). */
-bool rpc_client_local(const struct rpc_client *client);
-/* Why the last connection or attempt to connect failed ("connection refused", ...), or "" when
- * none failed since the last handshake. Valid until the client's loop runs again. */
-const char *rpc_client_why(const struct rpc_client *client);
-/* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
-uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
-const char *rpc_client_address(const struct rpc_client *client);
-/* Connections of this client that failed authentication (either side's proof, or TLS). */
-uint64_t rpc_client_auth_failures(const struct rpc_client *client);
-
-/* Fails pending calls with SLUICE_ERR_CANCELLED, closes, calls cb (may be NULL), frees. */
-void rpc_client_close(struct rpc_client *client, void (*cb)(void *user), void *user);
 
 #endif

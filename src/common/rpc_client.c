@@ -1,4 +1,4 @@
-/* The RPC client of rpc.h.
+/* The RPC client of rpc_client.h.
  *
  * Happy path: the first call finds the client idle and starts an attempt: resolve the address
  * (numeric addresses skip the resolver), connect, send our Hello, wait for the server's, and
@@ -26,7 +26,7 @@
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
  * earliest deadline of a binary min-heap, so each tick does work only for calls that expired. */
-#include "rpc.h"
+#include "rpc_client.h"
 
 #include "auth.h"
 #include "backoff.h"

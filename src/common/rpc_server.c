@@ -1,4 +1,4 @@
-/* The RPC server of rpc.h.
+/* The RPC server of rpc_server.h.
  *
  * Happy path: the listening socket is bound and listening before any libuv handle exists, so a
  * failed start leaves nothing to close. Each accepted connection sends our Hello (with the auth
@@ -31,7 +31,7 @@
  * through a reference it kept gets SLUICE_ERR_CLOSED, even after the server has been freed. The
  * server counts its listener, its timer, the spare while it closes and every connection in
  * handles, and is freed when that count reaches zero after rpc_server_close. */
-#include "rpc.h"
+#include "rpc_server.h"
 #include "listen.h"
 #include "local.h"
 
@@ -55,6 +55,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+_Static_assert(CONN_MAX_SEGS == RPC_MAX_SEGS, "rpc_server.h promises what conn.h allows");
 
 /* One line per peer address per minute about connections that failed their handshake. */
 #define PEER_LOG_INTERVAL_MS 60000

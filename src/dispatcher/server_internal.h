@@ -23,7 +23,7 @@
 #include "common/log.h"
 #include "common/names.h"
 #include "common/ratelimit.h"
-#include "common/rpc.h"
+#include "common/rpc_server.h"
 #include "journal/journal.h"
 #include "pipeline/def.h"
 #include "pipeline/roots.h"

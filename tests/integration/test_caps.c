@@ -24,7 +24,6 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "common/rpc.h"
 #include "lib/clock.h"
 #include "lib/cluster.h"
 #include "lib/file.h"

@@ -14,7 +14,7 @@
 #include <jansson.h>
 
 #include "common/error.h"
-#include "common/rpc.h"
+#include "common/rpc_client.h"
 #include "lib/peer.h"
 #include "lib/proc.h"
 #include "lib/tmp.h"

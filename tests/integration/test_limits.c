@@ -23,7 +23,7 @@
 #include "lib/tmp.h"
 
 #include "common/error.h"
-#include "common/rpc.h"
+#include "common/rpc_client.h"
 #include "dispatcher/update_codec.h"
 #include "journal/journal.h"
 #include "pipeline/def.h"

@@ -21,7 +21,8 @@
 #include "common/error.h"
 #include "common/frame.h"
 #include "common/log.h"
-#include "common/rpc.h"
+#include "common/rpc_client.h"
+#include "common/rpc_server.h"
 #include "common/security.h"
 
 #include "lib/loop.h"

@@ -19,7 +19,8 @@
 
 #include "common/bufpool.h"
 #include "common/error.h"
-#include "common/rpc.h"
+#include "common/rpc_client.h"
+#include "common/rpc_server.h"
 #include "common/security.h"
 
 #include "lib/loop.h"

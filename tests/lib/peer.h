@@ -5,7 +5,7 @@
 #ifndef SLUICE_TESTS_LIB_PEER_H
 #define SLUICE_TESTS_LIB_PEER_H
 
-#include "common/rpc.h"
+#include "common/rpc_client.h"
 #include "sluice/sluice.h"
 
 #include <stdbool.h>

@@ -1,0 +1,91 @@
+/* The calling side of the RPC layer of rpc.h (rpc_client.c): one client per server address,
+ * which connects on demand, matches replies to calls and reconnects with backoff. */
+#ifndef SLUICE_COMMON_RPC_CLIENT_H
+#define SLUICE_COMMON_RPC_CLIENT_H
+
+#include "rpc.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct rpc_client;
+struct bufpool;
+
+/* Called exactly once per accepted call. status 0: reply is the answer. status < 0: reply is
+ * NULL, or, when the server answered with an Error body, that Envelope; msg is always a one-line
+ * reason (for an Error body, its message). reply and msg are valid only during the call. */
+typedef void (*rpc_reply_cb)(int status, const char *msg, const Sluice__Envelope *reply,
+                             void *user);
+/* Called after every successful (re)connection handshake, with the server's incarnation. */
+typedef void (*rpc_connect_cb)(struct rpc_client *client, uint64_t peer_incarnation, void *user);
+
+struct rpc_client_opts {
+    const char *address; /* HOST:PORT or sluice://HOST:PORT */
+    Sluice__Role role;
+    uint64_t incarnation;
+    uint32_t max_frame;          /* 0: RPC_DEFAULT_MAX_FRAME */
+    uint32_t connect_timeout_ms; /* 0: 5000 */
+    uint32_t backoff_min_ms;     /* 0: 50 */
+    uint32_t backoff_max_ms;     /* 0: 2000 */
+    /* NULL, or where buffers for large replies come from; it outlives the client. */
+    struct bufpool *pool;
+    rpc_connect_cb on_connect;
+    void *user;
+    /* Authentication and TLS (security.h); NULL for neither. It outlives the client. With TLS
+     * (which needs the client side of tls.h), every connection speaks TLS and verifies the
+     * server's certificate against the host part of address, or against tls_name. */
+    const struct sec_ctx *sec;
+    /* NULL or "": verify the server's certificate against the host part of address; else against
+     * this DNS name (a reader's --tls-worker-name). Copied. */
+    const char *tls_name;
+    /* Dial the server in this process first when one runs at address with incarnation
+     * local_incarnation (0: any; local.h): an in-process socket pair, no TCP. Every attempt
+     * looks again, so a server that stopped is dialled over TCP as usual. */
+    bool local;
+    uint64_t local_incarnation;
+};
+
+/* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad
+ * address with a message in err. */
+int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct rpc_client **out,
+                   char *err, size_t errlen);
+
+/* Sends req (its id is set here; the caller keeps ownership and may free it on return). If the
+ * client is not connected, the call waits for a connection (retried with backoff) until its
+ * timeout. Returns 0 and later calls cb exactly once; or returns a negative code synchronously
+ * (SLUICE_ERR_CLOSED after close) and never calls cb. timeout_ms 0 means no timeout. */
+int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_ms, rpc_reply_cb cb,
+             void *user);
+
+/* Only from an rpc_reply_cb with status 0 whose reply is a GetElementsReply: when the reply was
+ * received in a buffer of its own (large replies are), hands that buffer (a malloc'd block of
+ * *cap bytes) over and returns it; the caller frees it, or gives it back to the client's pool,
+ * and reply's pointers (the payload's included) stay valid until then. Returns NULL otherwise;
+ * the reply is then valid only during the callback, as usual. */
+void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
+
+/* Withdraws the call made with cb and user if it has not been written yet (it waits for a
+ * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the
+ * loop's next timer run, never inside this function. Returns true when such a call was
+ * withdrawn; false when none waits unwritten (it was written, or has completed), and then
+ * nothing changes. */
+bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
+
+bool rpc_client_connected(const struct rpc_client *client);
+/* Whether the client is connected, over an in-process connection (rpc_client_opts.local). */
+bool rpc_client_local(const struct rpc_client *client);
+/* Why the last connection or attempt to connect failed ("connection refused", ...), or "" when
+ * none failed since the last handshake. Valid until the client's loop runs again. */
+const char *rpc_client_why(const struct rpc_client *client);
+/* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
+uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
+const char *rpc_client_address(const struct rpc_client *client);
+/* Connections of this client that failed authentication (either side's proof, or TLS). */
+uint64_t rpc_client_auth_failures(const struct rpc_client *client);
+
+/* Fails pending calls with SLUICE_ERR_CANCELLED, closes, calls cb (may be NULL), frees. */
+void rpc_client_close(struct rpc_client *client, void (*cb)(void *user), void *user);
+
+#endif
