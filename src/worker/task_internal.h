@@ -1,0 +1,111 @@
+/* What a task's files share (task.c: the buffer, the task's life, takes and leases;
+ * task_producers.c: the producer threads): the task's struct and its producers', and the buffer's
+ * helpers the producers use. The locks and the chunks' invariant are described in task.c. */
+#ifndef SLUICE_WORKER_TASK_INTERNAL_H
+#define SLUICE_WORKER_TASK_INTERNAL_H
+
+#include "task.h"
+
+#include "common/error.h"
+#include "pipeline/codec.h"
+#include "pipeline/element.h"
+#include "pipeline/iter.h"
+#include "pipeline/split.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct spare_block {
+    uint8_t *p;
+    size_t cap;
+};
+
+struct producer {
+    struct task *t;
+    uv_thread_t thread;
+    uv_mutex_t mu; /* guards chunk */
+    struct wbuf_chunk *chunk;
+    struct sluice_element elem;
+    struct pipe_buf scratch;
+    uint64_t last_ns; /* when the producer last looked at the clock while a reader waited */
+    /* Adaptive compression: after TASK_COMPRESS_PROBES elements in a row that snappy could not
+     * shrink, the next skip_len elements are stored raw without trying (skip_left counts them
+     * down); skip_len doubles while probes keep failing and resets when one pays. */
+    unsigned misses;
+    uint32_t skip_len, skip_left;
+    /* distributed_epoch: every element is tagged with the split it comes from and its position
+     * in it (codec.h), so a consumer can tell a split's elements apart when it is re-issued. */
+    bool tagging;
+    struct codec_tag tag;
+};
+
+struct task {
+    uint64_t id;
+    enum sluice_mode mode;
+    bool compress;
+    uint32_t num_workers, worker_index;
+    const struct sluice_registry *reg;
+    _Atomic(uv_async_t *) wake; /* NULL once the task is abandoned */
+    uint64_t max_bytes, max_records;
+    struct pipe_limits limits; /* read-only once the producers run */
+    struct pipe_spec *spec;
+    char *snap_dir;            /* a save's task: the snapshot directory (owned); NULL otherwise */
+    uint64_t chunks_committed; /* task mutex */
+
+    uv_mutex_t mu;
+    uv_cond_t space_cv; /* producers waiting for room in the buffer */
+    uv_cond_t work_cv;  /* producers waiting for splits */
+    struct wbuf buf;
+    struct wbuf_chunk *free_chunks;
+    unsigned nfree;
+    /* Blocks of external chunks that were written, kept (newest last) to be installed in a
+     * producer's element in place of the block the next external chunk takes away. */
+    struct spare_block spare[TASK_SPARE_BLOCKS];
+    unsigned nspare;
+    uint64_t spare_bytes; /* their total size, at most max_bytes */
+    unsigned space_waiters;
+    unsigned alive; /* producers not yet exited */
+    bool done;
+    uint64_t produced;
+    uint64_t blocked_ns; /* summed over producers: time spent waiting for room in the buffer */
+    /* Producers blocked right now, and the sum of the times they started to wait, so a long
+     * block counts while it lasts rather than all at once when it ends. */
+    unsigned nblocked;
+    uint64_t blocked_since_sum;
+    int err_code;
+    char err_msg[SLUICE_ERRMSG_SIZE];
+    struct lease_queue lease;
+    struct split_plan plan;
+    bool have_plan;
+
+    atomic_int stop; /* set when stopped or failed: producers finish up and exit */
+    /* Its cancel flag is set with stop; it is the parent of every run's context (limits), so a
+     * pipeline blocked inside next() (a snapshot source waiting for a chunk) gives up too. */
+    struct pipe_ctx cancel;
+    atomic_int waiting; /* a reader waits on an empty buffer */
+
+    uint64_t *report; /* loop only: finished seqs of the GetSplits in flight */
+    size_t report_cap;
+    uint64_t *returned; /* loop only: handed-back seqs of the GetSplits in flight */
+    size_t returned_cap;
+
+    struct producer *producers;
+    bool started;        /* loop only: the producers were spawned, or the task ended unstarted */
+    unsigned nproducers; /* producers whose mutex exists */
+    unsigned nthreads;   /* producers whose thread was started (joined by task_free) */
+};
+
+/* Whether the buffer is at one of its bounds. Task mutex held. */
+bool task_over_limit(const struct task *t);
+/* Records the first failure and stops the producers. Task mutex held. */
+void task_fail_locked(struct task *t, int code, const char *msg);
+/* Returns a spare chunk or a new empty one; NULL when out of memory. Task mutex not held. */
+struct wbuf_chunk *task_chunk_get(struct task *t);
+/* Wakes the loop thread (the task's async), unless the task is abandoned. */
+void task_wake_loop(struct task *t);
+/* A producer thread's body (arg is its struct producer): runs the task's pipeline, or its splits,
+ * into the buffer until the end, a failure or a stop. */
+void task_producer_main(void *arg);
+
+#endif
