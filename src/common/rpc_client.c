@@ -1,4 +1,5 @@
-/* The RPC client of rpc_client.h.
+/* The RPC client of rpc_client.h: its connections and the public calls (rpc_client_calls.c keeps
+ * the calls in flight).
  *
  * Happy path: the first call finds the client idle and starts an attempt: resolve the address
  * (numeric addresses skip the resolver), connect, send our Hello, wait for the server's, and
@@ -26,7 +27,7 @@
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
  * earliest deadline of a binary min-heap, so each tick does work only for calls that expired. */
-#include "rpc_client.h"
+#include "rpc_client_internal.h"
 
 #include "auth.h"
 #include "backoff.h"
@@ -49,99 +50,13 @@
 #define DEFAULT_BACKOFF_MIN_MS 50
 #define DEFAULT_BACKOFF_MAX_MS 2000
 #define INITIAL_BUCKETS 64
-#define NOT_IN_HEAP SIZE_MAX
 /* At most one line a minute about failed authentications. */
 #define AUTH_LOG_INTERVAL_MS 60000
-
-enum client_state {
-    CLIENT_IDLE,       /* no connection, no attempt under way */
-    CLIENT_BACKOFF,    /* backoff_timer runs until the next attempt */
-    CLIENT_RESOLVING,  /* uv_getaddrinfo under way */
-    CLIENT_CONNECTING, /* uv_tcp_connect under way */
-    CLIENT_HANDSHAKE,  /* connected and our Hello sent; the server's is awaited */
-    CLIENT_CONNECTED,
-    CLIENT_CLOSING, /* the TCP handle is closing; its close callback decides what is next */
-};
-
-struct call {
-    uint64_t id;
-    uint64_t deadline; /* loop time in ms, or 0 without a timeout */
-    uint32_t timeout_ms;
-    size_t heap_index;        /* position in the heap, or NOT_IN_HEAP */
-    struct call *hash_next;   /* chain in the hash bucket */
-    struct call *prev, *next; /* in the waiting or the sent list */
-    bool sent;
-    bool withdrawn;           /* rpc_client_withdraw: never to be written, failing soon */
-    struct conn_frame *frame; /* the packed request until it is written */
-    rpc_reply_cb cb;
-    void *user;
-};
-
-struct call_list {
-    struct call *head, *tail;
-};
-
-struct rpc_client {
-    struct conn conn; /* valid from CONNECTING through CLOSING */
-    uv_loop_t *loop;
-    char address[300]; /* as given */
-    char host[256];
-    char tls_name[256]; /* "": verify against host */
-    int port;
-    Sluice__Role role;
-    uint64_t incarnation;
-    uint32_t max_frame, connect_timeout_ms, backoff_min_ms, backoff_max_ms;
-    rpc_connect_cb on_connect;
-    void *user;
-    struct bufpool *pool;
-    const struct sec_ctx *sec;
-    struct auth_hs hs; /* the handshake of the current connection */
-
-    enum client_state state;
-    uv_getaddrinfo_t gai;
-    bool gai_busy; /* gai is in flight, possibly abandoned by a timeout */
-    uv_connect_t connect_req;
-    uv_timer_t connect_timer, backoff_timer, call_timer;
-    uint32_t attempt; /* failed attempts since the last handshake */
-    uint64_t rng;
-    uint64_t peer_incarnation;
-    /* opts.local: dial the in-process server first (local.h); local_now: this connection is
-     * one. */
-    bool local, local_now;
-    uint64_t local_incarnation;
-
-    /* Why the last attempt or connection failed; calls waiting for a connection quote it. */
-    char why[SLUICE_ERRMSG_SIZE];
-    /* What the close callback fails calls with: lost_code for the calls written on the
-     * connection, and every waiting call too when fail_waiting is set (version mismatch). */
-    int lost_code;
-    char lost_msg[SLUICE_ERRMSG_SIZE];
-    bool fail_waiting;
-    /* The last attempt failed authentication: the next one waits for a backoff. */
-    bool auth_failed;
-    uint64_t auth_logged_ms, auth_unlogged, auth_failures;
-    bool auth_ever_logged;
-    char auth_logged_msg[SLUICE_ERRMSG_SIZE]; /* the reason last logged */
-
-    uint64_t next_id;
-    struct call **buckets;
-    size_t nbuckets, ncalls;
-    struct call **heap;
-    size_t heap_len, heap_cap;
-    struct call_list waiting, sent, withdrawn;
-
-    unsigned busy; /* handles not yet closed and requests not yet called back */
-    bool closing;
-    void (*close_cb)(void *user);
-    void *close_user;
-};
 
 static const struct conn_ops client_conn_ops;
 
 /* snprintf for messages, where cutting a long host name short is the right outcome. */
-static void text(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void text(char *buf, size_t len, const char *fmt, ...)
+void rpc_client_text(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -149,226 +64,6 @@ static void text(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 static void on_backoff_timer(uv_timer_t *t);
-
-/* ---- calls: hash table, heap, lists ---------------------------------------------------------- */
-
-static size_t bucket_of(const struct rpc_client *cl, uint64_t id)
-{
-    /* Ids are sequential, so a multiplicative hash spreads them over all the buckets. */
-    return (size_t)((id * 0x9e3779b97f4a7c15ull) >> 32) & (cl->nbuckets - 1);
-}
-
-static int hash_insert(struct rpc_client *cl, struct call *call)
-{
-    if (cl->ncalls >= cl->nbuckets) {
-        size_t n = cl->nbuckets * 2;
-        struct call **b = calloc(n, sizeof *b);
-        if (b == NULL)
-            return SLUICE_ERR_NOMEM;
-        struct call **old = cl->buckets;
-        size_t oldn = cl->nbuckets;
-        cl->buckets = b;
-        cl->nbuckets = n;
-        for (size_t i = 0; i < oldn; i++) {
-            while (old[i]) {
-                struct call *c = old[i];
-                old[i] = c->hash_next;
-                size_t k = bucket_of(cl, c->id);
-                c->hash_next = b[k];
-                b[k] = c;
-            }
-        }
-        free(old);
-    }
-    size_t k = bucket_of(cl, call->id);
-    call->hash_next = cl->buckets[k];
-    cl->buckets[k] = call;
-    cl->ncalls++;
-    return 0;
-}
-
-static struct call *hash_find(const struct rpc_client *cl, uint64_t id)
-{
-    struct call *c = cl->buckets[bucket_of(cl, id)];
-    while (c && c->id != id)
-        c = c->hash_next;
-    return c;
-}
-
-static void hash_remove(struct rpc_client *cl, struct call *call)
-{
-    struct call **p = &cl->buckets[bucket_of(cl, call->id)];
-    while (*p != call)
-        p = &(*p)->hash_next;
-    *p = call->hash_next;
-    cl->ncalls--;
-}
-
-static bool heap_less(const struct rpc_client *cl, size_t a, size_t b)
-{
-    return cl->heap[a]->deadline < cl->heap[b]->deadline;
-}
-
-static void heap_swap(struct rpc_client *cl, size_t a, size_t b)
-{
-    struct call *t = cl->heap[a];
-    cl->heap[a] = cl->heap[b];
-    cl->heap[b] = t;
-    cl->heap[a]->heap_index = a;
-    cl->heap[b]->heap_index = b;
-}
-
-static void heap_up(struct rpc_client *cl, size_t i)
-{
-    while (i > 0 && heap_less(cl, i, (i - 1) / 2)) {
-        heap_swap(cl, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
-}
-
-static void heap_down(struct rpc_client *cl, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < cl->heap_len && heap_less(cl, l, m))
-            m = l;
-        if (r < cl->heap_len && heap_less(cl, r, m))
-            m = r;
-        if (m == i)
-            return;
-        heap_swap(cl, i, m);
-        i = m;
-    }
-}
-
-static int heap_push(struct rpc_client *cl, struct call *call)
-{
-    if (cl->heap_len == cl->heap_cap) {
-        size_t n = cl->heap_cap ? cl->heap_cap * 2 : 64;
-        struct call **h = realloc(cl->heap, n * sizeof *h);
-        if (h == NULL)
-            return SLUICE_ERR_NOMEM;
-        cl->heap = h;
-        cl->heap_cap = n;
-    }
-    call->heap_index = cl->heap_len;
-    cl->heap[cl->heap_len++] = call;
-    heap_up(cl, call->heap_index);
-    return 0;
-}
-
-static void heap_remove(struct rpc_client *cl, struct call *call)
-{
-    size_t i = call->heap_index;
-    if (i == NOT_IN_HEAP)
-        return;
-    call->heap_index = NOT_IN_HEAP;
-    size_t last = --cl->heap_len;
-    if (i == last)
-        return;
-    cl->heap[i] = cl->heap[last];
-    cl->heap[i]->heap_index = i;
-    heap_up(cl, i);
-    heap_down(cl, cl->heap[i]->heap_index);
-}
-
-static void list_append(struct call_list *l, struct call *c)
-{
-    c->next = NULL;
-    c->prev = l->tail;
-    if (l->tail)
-        l->tail->next = c;
-    else
-        l->head = c;
-    l->tail = c;
-}
-
-static void list_remove(struct call_list *l, struct call *c)
-{
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        l->head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else
-        l->tail = c->prev;
-    c->prev = c->next = NULL;
-}
-
-static void on_call_timer(uv_timer_t *t);
-
-/* Points the call timer at the earliest deadline. */
-static void rearm_call_timer(struct rpc_client *cl)
-{
-    if (cl->closing)
-        return;
-    if (cl->heap_len == 0) {
-        uv_timer_stop(&cl->call_timer);
-        return;
-    }
-    uint64_t now = uv_now(cl->loop), deadline = cl->heap[0]->deadline;
-    uv_timer_start(&cl->call_timer, on_call_timer, deadline > now ? deadline - now : 0, 0);
-}
-
-/* Takes a call out of every structure and frees its unsent frame; the caller then runs its
- * callback and frees it. */
-static void call_detach(struct rpc_client *cl, struct call *call)
-{
-    hash_remove(cl, call);
-    heap_remove(cl, call);
-    list_remove(call->sent ? &cl->sent : call->withdrawn ? &cl->withdrawn : &cl->waiting, call);
-    conn_frame_free(call->frame);
-    call->frame = NULL;
-}
-
-static void call_finish(struct call *call, int status, const char *msg,
-                        const Sluice__Envelope *reply)
-{
-    call->cb(status, msg, reply, call->user);
-    free(call);
-}
-
-/* Fails every call of list with status and msg. The list is taken over first, so callbacks that
- * issue new calls do not extend this loop. */
-static void fail_list(struct rpc_client *cl, struct call_list *list, int status, const char *msg)
-{
-    struct call *c = list->head;
-    list->head = list->tail = NULL;
-    while (c) {
-        struct call *next = c->next;
-        hash_remove(cl, c);
-        heap_remove(cl, c);
-        conn_frame_free(c->frame);
-        c->frame = NULL;
-        call_finish(c, status, msg, NULL);
-        c = next;
-    }
-    rearm_call_timer(cl);
-}
-
-static void on_call_timer(uv_timer_t *t)
-{
-    struct rpc_client *cl = t->data;
-    uint64_t now = uv_now(cl->loop);
-    while (!cl->closing && cl->heap_len > 0 && cl->heap[0]->deadline <= now) {
-        struct call *call = cl->heap[0];
-        char msg[SLUICE_ERRMSG_SIZE];
-        int status = SLUICE_ERR_TIMEOUT;
-        if (call->withdrawn) {
-            status = SLUICE_ERR_CANCELLED;
-            text(msg, sizeof msg, "withdrawn before it was sent to %s", cl->address);
-        } else if (call->sent)
-            text(msg, sizeof msg, "no reply from %s within %" PRIu32 " ms", cl->address,
-                 call->timeout_ms);
-        else
-            text(msg, sizeof msg, "no connection to %s within %" PRIu32 " ms%s%s", cl->address,
-                 call->timeout_ms, cl->why[0] ? ": " : "", cl->why);
-        call_detach(cl, call);
-        call_finish(call, status, msg, NULL);
-    }
-    rearm_call_timer(cl);
-}
 
 /* ---- connection lifecycle -------------------------------------------------------------------- */
 
@@ -413,8 +108,9 @@ static void lose_connection(struct rpc_client *cl, int code, const char *why)
     if (cl->state != CLIENT_CONNECTING && cl->state != CLIENT_HANDSHAKE &&
         cl->state != CLIENT_CONNECTED)
         return;
-    text(cl->why, sizeof cl->why, "%s", why);
-    text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s", cl->address, why);
+    rpc_client_text(cl->why, sizeof cl->why, "%s", why);
+    rpc_client_text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s", cl->address,
+                    why);
     cl->lost_code = code;
     uv_timer_stop(&cl->connect_timer);
     cl->state = CLIENT_CLOSING;
@@ -430,7 +126,7 @@ static void log_auth_failure(struct rpc_client *cl, const char *msg)
     if (cl->auth_ever_logged && now - cl->auth_logged_ms < AUTH_LOG_INTERVAL_MS &&
         strncmp(msg, cl->auth_logged_msg, sizeof cl->auth_logged_msg - 1) == 0)
         return;
-    text(cl->auth_logged_msg, sizeof cl->auth_logged_msg, "%s", msg);
+    rpc_client_text(cl->auth_logged_msg, sizeof cl->auth_logged_msg, "%s", msg);
     /* A reader's calls fail with this very message, which its program reports; a worker's
      * dispatcher connection has nobody else to say it. */
     enum log_level level = cl->role == SLUICE__ROLE__ROLE_CLIENT ? LOG_DEBUG : LOG_WARN;
@@ -462,7 +158,7 @@ static void reject_connection(struct rpc_client *cl, int code, const char *msg)
     }
     lose_connection(cl, code, msg);
     /* The message goes to the caller as the server wrote it. */
-    text(cl->lost_msg, sizeof cl->lost_msg, "%s", msg);
+    rpc_client_text(cl->lost_msg, sizeof cl->lost_msg, "%s", msg);
     cl->fail_waiting = true;
 }
 
@@ -488,9 +184,9 @@ static void on_conn_closed(struct conn *c)
     cl->fail_waiting = false;
 
     /* Calls issued from these callbacks wait for the next connection. */
-    fail_list(cl, &cl->sent, code, msg);
+    rpc_client_fail_list(cl, &cl->sent, code, msg);
     if (all && !cl->closing)
-        fail_list(cl, &cl->waiting, code, msg);
+        rpc_client_fail_list(cl, &cl->waiting, code, msg);
     if (cl->closing)
         return;
     cl->state = CLIENT_IDLE;
@@ -500,16 +196,16 @@ static void on_conn_closed(struct conn *c)
 /* Writes one waiting call. Returns false when the connection broke. */
 static bool send_call(struct rpc_client *cl, struct call *call)
 {
-    list_remove(&cl->waiting, call);
+    rpc_client_list_remove(&cl->waiting, call);
     call->sent = true;
-    list_append(&cl->sent, call);
+    rpc_client_list_append(&cl->sent, call);
     struct conn_frame *f = call->frame;
     call->frame = NULL;
     int rc = conn_write(&cl->conn, f);
     if (rc == 0)
         return true;
     char why[SLUICE_ERRMSG_SIZE];
-    text(why, sizeof why, "write: %s", sluice_strerror(rc));
+    rpc_client_text(why, sizeof why, "write: %s", sluice_strerror(rc));
     lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
     return false;
 }
@@ -557,7 +253,7 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
         } else if (step == AUTH_HS_SEND) {
             int rc = conn_send_proof(&cl->conn, mac);
             if (rc != 0) {
-                text(msg, sizeof msg, "write: %s", sluice_strerror(rc));
+                rpc_client_text(msg, sizeof msg, "write: %s", sluice_strerror(rc));
                 lose_connection(cl, SLUICE_ERR_UNAVAILABLE, msg);
             }
         } else if (step == SLUICE_ERR_PROTOCOL) {
@@ -593,24 +289,24 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
         protocol_error(cl, "reply without an id");
         return;
     }
-    struct call *call = hash_find(cl, env->id);
+    struct call *call = rpc_client_hash_find(cl, env->id);
     if (call == NULL || !call->sent) {
         if (env->id < cl->next_id && call == NULL) {
             /* Its call timed out (or was cancelled): a late reply, not a broken server. */
             log_debug("rpc: %s: dropping late reply %" PRIu64, cl->address, env->id);
             return;
         }
-        text(msg, sizeof msg, "reply id %" PRIu64 " matches no call", env->id);
+        rpc_client_text(msg, sizeof msg, "reply id %" PRIu64 " matches no call", env->id);
         protocol_error(cl, msg);
         return;
     }
-    call_detach(cl, call);
-    rearm_call_timer(cl);
+    rpc_client_call_detach(cl, call);
+    rpc_client_rearm_call_timer(cl);
     if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR) {
         const char *text = env->error && env->error->message ? env->error->message : "";
-        call_finish(call, error_status(env->error), text, env);
+        rpc_client_call_finish(call, error_status(env->error), text, env);
     } else {
-        call_finish(call, 0, "", env);
+        rpc_client_call_finish(call, 0, "", env);
     }
 }
 
@@ -651,7 +347,7 @@ static void connected(struct rpc_client *cl, int status)
 {
     char why[SLUICE_ERRMSG_SIZE];
     if (status < 0) {
-        text(why, sizeof why, "connect: %s", uv_strerror(status));
+        rpc_client_text(why, sizeof why, "connect: %s", uv_strerror(status));
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
         return;
     }
@@ -667,7 +363,7 @@ static void connected(struct rpc_client *cl, int status)
     if (rc == 0)
         rc = conn_send_hello(&cl->conn, cl->role, cl->incarnation, &cl->hs);
     if (rc != 0) {
-        text(why, sizeof why, "connect: %s", sluice_strerror(rc));
+        rpc_client_text(why, sizeof why, "connect: %s", sluice_strerror(rc));
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
         return;
     }
@@ -691,7 +387,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     if (rc != 0) {
         /* No handle was created, so there is no close callback to wait for. */
         uv_timer_stop(&cl->connect_timer);
-        text(cl->why, sizeof cl->why, "connect: %s", uv_strerror(rc));
+        rpc_client_text(cl->why, sizeof cl->why, "connect: %s", uv_strerror(rc));
         cl->state = CLIENT_IDLE;
         schedule_retry(cl);
         return;
@@ -727,7 +423,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     rc = uv_tcp_connect(&cl->connect_req, &cl->conn.tcp, addr, on_connected);
     if (rc != 0) {
         char why[SLUICE_ERRMSG_SIZE];
-        text(why, sizeof why, "connect: %s", uv_strerror(rc));
+        rpc_client_text(why, sizeof why, "connect: %s", uv_strerror(rc));
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
     }
 }
@@ -736,7 +432,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
 static void attempt_failed(struct rpc_client *cl, const char *why)
 {
     uv_timer_stop(&cl->connect_timer);
-    text(cl->why, sizeof cl->why, "%s", why);
+    rpc_client_text(cl->why, sizeof cl->why, "%s", why);
     log_debug("rpc: %s: %s", cl->address, why);
     cl->state = CLIENT_IDLE;
     schedule_retry(cl);
@@ -755,7 +451,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
     char why[SLUICE_ERRMSG_SIZE];
     if (status < 0 || res == NULL) {
-        text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(status));
+        rpc_client_text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(status));
         uv_freeaddrinfo(res);
         attempt_failed(cl, why);
         return;
@@ -778,7 +474,8 @@ static void on_connect_timeout(uv_timer_t *t)
 {
     struct rpc_client *cl = t->data;
     char why[SLUICE_ERRMSG_SIZE];
-    text(why, sizeof why, "connect timed out after %" PRIu32 " ms", cl->connect_timeout_ms);
+    rpc_client_text(why, sizeof why, "connect timed out after %" PRIu32 " ms",
+                    cl->connect_timeout_ms);
     if (cl->state == CLIENT_RESOLVING) {
         /* The request cannot be reused until its callback runs; backoff waits for that. */
         uv_cancel((uv_req_t *)&cl->gai);
@@ -807,7 +504,7 @@ static void start_attempt(struct rpc_client *cl)
         return;
     }
     char service[8];
-    text(service, sizeof service, "%d", cl->port);
+    rpc_client_text(service, sizeof service, "%d", cl->port);
     struct addrinfo hints;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -817,7 +514,7 @@ static void start_attempt(struct rpc_client *cl)
     int rc = uv_getaddrinfo(cl->loop, &cl->gai, on_resolved, cl->host, service, &hints);
     if (rc != 0) {
         char why[SLUICE_ERRMSG_SIZE];
-        text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(rc));
+        rpc_client_text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(rc));
         attempt_failed(cl, why);
         return;
     }
@@ -926,18 +623,18 @@ int rpc_call(struct rpc_client *cl, Sluice__Envelope *req, uint32_t timeout_ms, 
     call->user = user;
     call->timeout_ms = timeout_ms;
     call->heap_index = NOT_IN_HEAP;
-    rc = hash_insert(cl, call);
+    rc = rpc_client_hash_insert(cl, call);
     if (rc != 0)
         goto fail_frame;
     if (timeout_ms > 0) {
         call->deadline = uv_now(cl->loop) + timeout_ms;
-        rc = heap_push(cl, call);
+        rc = rpc_client_heap_push(cl, call);
         if (rc != 0)
             goto fail_hash;
-        rearm_call_timer(cl);
+        rpc_client_rearm_call_timer(cl);
     }
     cl->next_id++;
-    list_append(&cl->waiting, call);
+    rpc_client_list_append(&cl->waiting, call);
 
     if (cl->state == CLIENT_CONNECTED)
         send_call(cl, call);
@@ -946,7 +643,7 @@ int rpc_call(struct rpc_client *cl, Sluice__Envelope *req, uint32_t timeout_ms, 
     return 0;
 
 fail_hash:
-    hash_remove(cl, call);
+    rpc_client_hash_remove(cl, call);
 fail_frame:
     conn_frame_free(call->frame);
 fail_call:
@@ -973,22 +670,22 @@ bool rpc_client_withdraw(struct rpc_client *cl, rpc_reply_cb cb, void *user)
     if (!call)
         return false;
     /* Fail it from the call timer, due now: never inside this function. */
-    heap_remove(cl, call);
+    rpc_client_heap_remove(cl, call);
     call->deadline = uv_now(cl->loop);
-    if (heap_push(cl, call) != 0) {
+    if (rpc_client_heap_push(cl, call) != 0) {
         /* Without room in the heap it stays waiting: its own timeout fails it later. */
         if (call->timeout_ms > 0) {
             call->deadline = uv_now(cl->loop) + call->timeout_ms;
-            (void)heap_push(cl, call); /* it was in the heap before, so there is room */
+            (void)rpc_client_heap_push(cl, call); /* it was in the heap before, so there is room */
         }
         return false;
     }
-    list_remove(&cl->waiting, call);
-    list_append(&cl->withdrawn, call);
+    rpc_client_list_remove(&cl->waiting, call);
+    rpc_client_list_append(&cl->withdrawn, call);
     call->withdrawn = true;
     conn_frame_free(call->frame);
     call->frame = NULL;
-    rearm_call_timer(cl);
+    rpc_client_rearm_call_timer(cl);
     return true;
 }
 
@@ -1035,9 +732,9 @@ void rpc_client_close(struct rpc_client *cl, void (*cb)(void *user), void *user)
     cl->closing = true;
     cl->close_cb = cb;
     cl->close_user = user;
-    fail_list(cl, &cl->sent, SLUICE_ERR_CANCELLED, "client closed");
-    fail_list(cl, &cl->waiting, SLUICE_ERR_CANCELLED, "client closed");
-    fail_list(cl, &cl->withdrawn, SLUICE_ERR_CANCELLED, "client closed");
+    rpc_client_fail_list(cl, &cl->sent, SLUICE_ERR_CANCELLED, "client closed");
+    rpc_client_fail_list(cl, &cl->waiting, SLUICE_ERR_CANCELLED, "client closed");
+    rpc_client_fail_list(cl, &cl->withdrawn, SLUICE_ERR_CANCELLED, "client closed");
     uv_close((uv_handle_t *)&cl->connect_timer, on_timer_closed);
     uv_close((uv_handle_t *)&cl->backoff_timer, on_timer_closed);
     uv_close((uv_handle_t *)&cl->call_timer, on_timer_closed);
