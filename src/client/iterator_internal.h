@@ -224,6 +224,9 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
 /* Makes a reader blocked in (or about to call) next() return with "iterator closed", also the
  * current repetition's of a repeating read. Any thread but the loop's. */
 void iter_reader_stop(struct sluice_iterator *it);
+/* Frees what the reader part holds (the tail, the payload being decoded, the element handed out);
+ * the reader's thread, once it has stopped. */
+void iter_reader_release(struct sluice_iterator *it);
 
 /* Opens the operations of text (a tail: "map(f) | batch(2)") over the read's elements, on a
  * thread of their own; what names the tail in messages ("local tail", or "operations run in the
