@@ -1,5 +1,6 @@
-/* The dispatcher's state machine: its tables and state_apply(). The names, lookups and queries
- * are in state_query.c, state_digest() in digest.c, the planners in plan.c and plan_*.c.
+/* The dispatcher's state machine: its lifecycle and state_apply(). The tables' sorted lists and
+ * rows are in state_tables.c, the names, lookups and queries in state_query.c, state_digest() in
+ * digest.c, the planners in plan.c and plan_*.c.
  *
  * state_apply() checks an update completely against the state, and reserves every allocation it
  * needs, before it changes anything, so a refused update (or a failed allocation) leaves the
@@ -11,30 +12,7 @@
 
 #include <assert.h>
 
-/* Every table but the datasets is an array of rows that begin with their uint64_t id. */
-_Static_assert(offsetof(struct st_job, id) == 0, "row id first");
-_Static_assert(offsetof(struct st_iteration, id) == 0, "row id first");
-_Static_assert(offsetof(struct st_task, id) == 0, "row id first");
-_Static_assert(offsetof(struct st_worker, id) == 0, "row id first");
-_Static_assert(offsetof(struct st_client, id) == 0, "row id first");
-_Static_assert(offsetof(struct st_save, id) == 0, "row id first");
-
 /* ---- small helpers --------------------------------------------------------------------------- */
-
-static int grow(void **v, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap : 8;
-    while (c < need)
-        c *= 2;
-    void *p = realloc(*v, c * size);
-    if (!p)
-        return SLUICE_ERR_NOMEM;
-    *v = p;
-    *cap = c;
-    return 0;
-}
 
 static bool str_fits(const char *s, size_t cap)
 {
@@ -44,201 +22,6 @@ static bool str_fits(const char *s, size_t cap)
 static uint64_t max_u64(uint64_t a, uint64_t b)
 {
     return a > b ? a : b;
-}
-
-/* ---- sequence lists -------------------------------------------------------------------------- */
-
-void state_seq_release(struct st_seq_list *l)
-{
-    free(l->v);
-    l->v = NULL;
-    l->n = l->cap = 0;
-}
-
-int state_seq_reserve(struct st_seq_list *l, size_t extra)
-{
-    return grow((void **)&l->v, &l->cap, l->n + extra, sizeof *l->v);
-}
-
-/* Index of the first entry >= v. */
-static size_t seq_lower(const struct st_seq_list *l, uint64_t v)
-{
-    size_t lo = 0, hi = l->n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (l->v[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-bool state_seq_contains(const struct st_seq_list *l, uint64_t v)
-{
-    size_t i = seq_lower(l, v);
-    return i < l->n && l->v[i] == v;
-}
-
-/* Inserts v (absent) keeping the list sorted; capacity must be reserved. */
-static void seq_insert(struct st_seq_list *l, uint64_t v)
-{
-    size_t i = seq_lower(l, v);
-    memmove(l->v + i + 1, l->v + i, (l->n - i) * sizeof *l->v);
-    l->v[i] = v;
-    l->n++;
-}
-
-/* Removes v, which must be present. */
-static void seq_remove(struct st_seq_list *l, uint64_t v)
-{
-    size_t i = seq_lower(l, v);
-    memmove(l->v + i, l->v + i + 1, (l->n - i - 1) * sizeof *l->v);
-    l->n--;
-}
-
-int state_seq_assign(struct st_seq_list *dst, const uint64_t *v, size_t n)
-{
-    dst->n = 0;
-    if (n == 0)
-        return 0;
-    int rc = state_seq_reserve(dst, n);
-    if (rc < 0)
-        return rc;
-    memcpy(dst->v, v, n * sizeof *v);
-    dst->n = n;
-    return 0;
-}
-
-static bool seq_strictly_increasing(const struct st_seq_list *l)
-{
-    for (size_t i = 1; i < l->n; i++) {
-        if (l->v[i] <= l->v[i - 1])
-            return false;
-    }
-    return true;
-}
-
-/* ---- update lists ---------------------------------------------------------------------------- */
-
-void st_update_release(struct st_update *u)
-{
-    free(u->def);
-    free(u->text);
-    split_plan_release(&u->plan);
-    state_seq_release(&u->seqs);
-    u->def = NULL;
-    u->def_len = 0;
-    u->text = NULL;
-}
-
-struct st_update *st_update_list_push(struct st_update_list *l, enum st_update_type type)
-{
-    if (grow((void **)&l->v, &l->cap, l->n + 1, sizeof *l->v) < 0)
-        return NULL;
-    struct st_update *u = &l->v[l->n++];
-    memset(u, 0, sizeof *u);
-    u->type = type;
-    return u;
-}
-
-void st_update_list_clear(struct st_update_list *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        st_update_release(&l->v[i]);
-    l->n = 0;
-}
-
-void st_update_list_release(struct st_update_list *l)
-{
-    st_update_list_clear(l);
-    free(l->v);
-    l->v = NULL;
-    l->cap = 0;
-}
-
-void state_list_truncate(struct st_update_list *l, size_t start)
-{
-    while (l->n > start)
-        st_update_release(&l->v[--l->n]);
-}
-
-/* ---- id tables ------------------------------------------------------------------------------- */
-
-static uint64_t row_id(const void *base, size_t i, size_t size)
-{
-    uint64_t id;
-    memcpy(&id, (const char *)base + i * size, sizeof id);
-    return id;
-}
-
-/* Index of the first row whose id is >= id. */
-static size_t row_lower(const void *base, size_t n, size_t size, uint64_t id)
-{
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (row_id(base, mid, size) < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-void *state_row_find(const void *base, size_t n, size_t size, uint64_t id)
-{
-    size_t i = row_lower(base, n, size, id);
-    if (i < n && row_id(base, i, size) == id)
-        return (char *)base + i * size;
-    return NULL;
-}
-
-/* Opens a zeroed row for id (absent) at its sorted place; capacity must be reserved. */
-static void *row_insert(void *base, size_t *n, size_t size, uint64_t id)
-{
-    size_t i = row_lower(base, *n, size, id);
-    char *at = (char *)base + i * size;
-    memmove(at + size, at, (*n - i) * size);
-    memset(at, 0, size);
-    memcpy(at, &id, sizeof id);
-    (*n)++;
-    return at;
-}
-
-static void row_erase(void *base, size_t *n, size_t size, void *row)
-{
-    size_t i = (size_t)((char *)row - (char *)base) / size;
-    memmove(row, (char *)row + size, (*n - i - 1) * size);
-    (*n)--;
-}
-
-size_t state_dataset_lower(const struct state *s, const char *id)
-{
-    size_t lo = 0, hi = s->ndatasets;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (strcmp(s->datasets[mid].id, id) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* The index in s->by_address of the first worker whose address is not below address. */
-size_t state_address_lower(const struct state *s, const char *address)
-{
-    size_t lo = 0, hi = s->nby_address;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const struct st_worker *w = state_worker(s, s->by_address[mid]);
-        if (strcmp(w->address, address) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
 }
 
 /* ---- lifecycle and lookups ------------------------------------------------------------------- */
@@ -325,7 +108,8 @@ static int apply_dataset(struct state *s, const struct st_update *u)
     uint8_t *def = malloc(u->def_len ? u->def_len : 1);
     char *text = strdup(u->text ? u->text : "");
     if (!def || !text ||
-        grow((void **)&s->datasets, &s->cap_datasets, s->ndatasets + 1, sizeof *s->datasets)) {
+        state_grow((void **)&s->datasets, &s->cap_datasets, s->ndatasets + 1,
+                   sizeof *s->datasets)) {
         free(def);
         free(text);
         return SLUICE_ERR_NOMEM;
@@ -363,15 +147,15 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     struct st_iteration *old_it = old ? STATE_FIND(s, iterations, old->iteration_id) : NULL;
     if (old && (!old_it || old_it->state != ST_ITER_GC))
         return CORRUPT;
-    if (grow((void **)&s->jobs, &s->cap_jobs, s->njobs + 1, sizeof *s->jobs))
+    if (state_grow((void **)&s->jobs, &s->cap_jobs, s->njobs + 1, sizeof *s->jobs))
         return SLUICE_ERR_NOMEM;
     if (old) {
         iteration_release(old_it);
-        row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old_it);
+        state_row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old_it);
         old = (struct st_job *)state_job_by_key(s, u->name2, u->name);
-        row_erase(s->jobs, &s->njobs, sizeof *s->jobs, old);
+        state_row_erase(s->jobs, &s->njobs, sizeof *s->jobs, old);
     }
-    struct st_job *j = row_insert(s->jobs, &s->njobs, sizeof *s->jobs, u->id);
+    struct st_job *j = state_row_insert(s->jobs, &s->njobs, sizeof *s->jobs, u->id);
     memcpy(j->name, u->name, strlen(u->name) + 1);
     memcpy(j->dataset_id, u->name2, strlen(u->name2) + 1);
     j->mode = (enum sluice_mode)u->mode;
@@ -399,7 +183,7 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
         return CORRUPT;
     if (u->start != 0 || u->seqs.n != 0) {
         if (!u->distributed || u->start > split_plan_total(&u->plan) || u->seqs.n > u->start ||
-            !seq_strictly_increasing(&u->seqs) ||
+            !state_seq_strictly_increasing(&u->seqs) ||
             (u->seqs.n && u->seqs.v[u->seqs.n - 1] >= u->start))
             return CORRUPT;
     }
@@ -411,8 +195,8 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
         split_plan_release(&plan);
         return SLUICE_ERR_NOMEM;
     }
-    if (grow((void **)&s->iterations, &s->cap_iterations, s->niterations + 1,
-             sizeof *s->iterations)) {
+    if (state_grow((void **)&s->iterations, &s->cap_iterations, s->niterations + 1,
+                   sizeof *s->iterations)) {
         split_plan_release(&plan);
         free(pool.v);
         return SLUICE_ERR_NOMEM;
@@ -422,10 +206,10 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     if (old) {
         old = STATE_FIND(s, iterations, j->iteration_id);
         iteration_release(old);
-        row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old);
+        state_row_erase(s->iterations, &s->niterations, sizeof *s->iterations, old);
     }
     struct st_iteration *it =
-        row_insert(s->iterations, &s->niterations, sizeof *s->iterations, u->id);
+        state_row_insert(s->iterations, &s->niterations, sizeof *s->iterations, u->id);
     it->job_id = u->ref;
     it->repetition = u->ref2;
     it->state = ST_ITER_ACTIVE;
@@ -522,8 +306,9 @@ static int cmp_worker_address(const void *a, const void *b)
 int state_reindex(struct state *s)
 {
     s->nby_worker = s->nby_iteration = 0;
-    if (grow((void **)&s->by_worker, &s->cap_by_worker, s->ntasks, sizeof *s->by_worker) ||
-        grow((void **)&s->by_iteration, &s->cap_by_iteration, s->ntasks, sizeof *s->by_iteration))
+    if (state_grow((void **)&s->by_worker, &s->cap_by_worker, s->ntasks, sizeof *s->by_worker) ||
+        state_grow((void **)&s->by_iteration, &s->cap_by_iteration, s->ntasks,
+                   sizeof *s->by_iteration))
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < s->ntasks; i++) {
         s->by_worker[i] = (struct st_task_ref){s->tasks[i].worker_id, s->tasks[i].id};
@@ -535,7 +320,7 @@ int state_reindex(struct state *s)
         qsort(s->by_iteration, s->nby_iteration, sizeof *s->by_iteration, cmp_task_ref);
     }
     s->nby_address = 0;
-    if (grow((void **)&s->by_address, &s->cap_by_address, s->nworkers, sizeof *s->by_address))
+    if (state_grow((void **)&s->by_address, &s->cap_by_address, s->nworkers, sizeof *s->by_address))
         goto nomem;
     if (s->nworkers > 0) {
         const struct st_worker **order = malloc(s->nworkers * sizeof *order);
@@ -588,12 +373,13 @@ static int apply_task_created(struct state *s, const struct st_update *u)
         if (t && t->iteration_id == u->ref)
             return CORRUPT;
     }
-    if (grow((void **)&s->tasks, &s->cap_tasks, s->ntasks + 1, sizeof *s->tasks) ||
-        grow((void **)&s->by_worker, &s->cap_by_worker, s->nby_worker + 1, sizeof *s->by_worker) ||
-        grow((void **)&s->by_iteration, &s->cap_by_iteration, s->nby_iteration + 1,
-             sizeof *s->by_iteration))
+    if (state_grow((void **)&s->tasks, &s->cap_tasks, s->ntasks + 1, sizeof *s->tasks) ||
+        state_grow((void **)&s->by_worker, &s->cap_by_worker, s->nby_worker + 1,
+                   sizeof *s->by_worker) ||
+        state_grow((void **)&s->by_iteration, &s->cap_by_iteration, s->nby_iteration + 1,
+                   sizeof *s->by_iteration))
         return SLUICE_ERR_NOMEM;
-    struct st_task *t = row_insert(s->tasks, &s->ntasks, sizeof *s->tasks, u->id);
+    struct st_task *t = state_row_insert(s->tasks, &s->ntasks, sizeof *s->tasks, u->id);
     t->iteration_id = u->ref;
     t->worker_id = u->ref2;
     ref_insert(s->by_worker, &s->nby_worker, u->ref2, u->id);
@@ -629,7 +415,7 @@ static int apply_task_removed(struct state *s, const struct st_update *u)
     state_seq_release(&t->granted);
     ref_erase(s->by_worker, &s->nby_worker, t->worker_id, t->id);
     ref_erase(s->by_iteration, &s->nby_iteration, t->iteration_id, t->id);
-    row_erase(s->tasks, &s->ntasks, sizeof *s->tasks, t);
+    state_row_erase(s->tasks, &s->ntasks, sizeof *s->tasks, t);
     return 0;
 }
 
@@ -639,16 +425,16 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
         u->address[0] == '\0' || state_worker_by_address(s, u->address) ||
         !str_fits(u->host_id, ST_HOST_MAX))
         return CORRUPT;
-    if (grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers) ||
-        grow((void **)&s->by_address, &s->cap_by_address, s->nby_address + 1,
-             sizeof *s->by_address))
+    if (state_grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers) ||
+        state_grow((void **)&s->by_address, &s->cap_by_address, s->nby_address + 1,
+                   sizeof *s->by_address))
         return SLUICE_ERR_NOMEM;
     size_t at = state_address_lower(s, u->address);
     memmove(s->by_address + at + 1, s->by_address + at,
             (s->nby_address - at) * sizeof *s->by_address);
     s->by_address[at] = u->id;
     s->nby_address++;
-    struct st_worker *w = row_insert(s->workers, &s->nworkers, sizeof *s->workers, u->id);
+    struct st_worker *w = state_row_insert(s->workers, &s->nworkers, sizeof *s->workers, u->id);
     memcpy(w->address, u->address, strlen(u->address) + 1);
     w->incarnation = u->incarnation;
     w->key = u->key;
@@ -667,7 +453,7 @@ static int apply_worker_removed(struct state *s, const struct st_update *u)
     memmove(s->by_address + at, s->by_address + at + 1,
             (s->nby_address - at - 1) * sizeof *s->by_address);
     s->nby_address--;
-    row_erase(s->workers, &s->nworkers, sizeof *s->workers, w);
+    state_row_erase(s->workers, &s->nworkers, sizeof *s->workers, w);
     return 0;
 }
 
@@ -686,9 +472,9 @@ static int apply_client_acquired(struct state *s, const struct st_update *u)
     if (u->id == 0 || state_client(s, u->id) || !it || it->state == ST_ITER_GC ||
         !str_fits(u->host_id, ST_HOST_MAX))
         return CORRUPT;
-    if (grow((void **)&s->clients, &s->cap_clients, s->nclients + 1, sizeof *s->clients))
+    if (state_grow((void **)&s->clients, &s->cap_clients, s->nclients + 1, sizeof *s->clients))
         return SLUICE_ERR_NOMEM;
-    struct st_client *c = row_insert(s->clients, &s->nclients, sizeof *s->clients, u->id);
+    struct st_client *c = state_row_insert(s->clients, &s->nclients, sizeof *s->clients, u->id);
     c->iteration_id = u->ref;
     c->owner = u->incarnation;
     memcpy(c->host_id, u->host_id, strlen(u->host_id) + 1);
@@ -701,7 +487,7 @@ static int apply_client_released(struct state *s, const struct st_update *u)
     struct st_client *c = STATE_FIND(s, clients, u->id);
     if (!c)
         return CORRUPT;
-    row_erase(s->clients, &s->nclients, sizeof *s->clients, c);
+    state_row_erase(s->clients, &s->nclients, sizeof *s->clients, c);
     return 0;
 }
 
@@ -712,7 +498,7 @@ static int split_target(struct state *s, const struct st_update *u, struct st_it
     *it = STATE_FIND(s, iterations, u->ref);
     *t = STATE_FIND(s, tasks, u->ref2);
     if (!*it || !*t || !(*it)->distributed || (*t)->iteration_id != u->ref || u->seqs.n == 0 ||
-        !seq_strictly_increasing(&u->seqs))
+        !state_seq_strictly_increasing(&u->seqs))
         return CORRUPT;
     return 0;
 }
@@ -753,8 +539,8 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
     }
     for (size_t i = 0; i < u->seqs.n; i++) {
         if (u->seqs.v[i] < it->split_cursor)
-            seq_remove(&it->pool, u->seqs.v[i]);
-        seq_insert(&t->leased, u->seqs.v[i]);
+            state_seq_remove(&it->pool, u->seqs.v[i]);
+        state_seq_insert(&t->leased, u->seqs.v[i]);
         held_add(it, u->seqs.v[i], t->id); /* room reserved above */
     }
     it->split_cursor = next;
@@ -768,7 +554,7 @@ static int apply_splits_leased(struct state *s, const struct st_update *u)
 static int apply_finished_anywhere(struct state *s, const struct st_update *u)
 {
     struct st_iteration *it = STATE_FIND(s, iterations, u->ref);
-    if (!it || !it->distributed || u->seqs.n == 0 || !seq_strictly_increasing(&u->seqs))
+    if (!it || !it->distributed || u->seqs.n == 0 || !state_seq_strictly_increasing(&u->seqs))
         return CORRUPT;
     /* Checked whole before anything changes: a corrupt update leaves the state as it was. */
     for (size_t i = 0; i < u->seqs.n; i++) {
@@ -785,11 +571,11 @@ static int apply_finished_anywhere(struct state *s, const struct st_update *u)
         uint64_t seq = u->seqs.v[i], task_id;
         if (u64map_get(&it->held, seq, &task_id)) {
             struct st_task *t = STATE_FIND(s, tasks, task_id);
-            seq_remove(&t->leased, seq);
+            state_seq_remove(&t->leased, seq);
             held_del(it, seq);
             it->splits_leased--;
         } else {
-            seq_remove(&it->pool, seq);
+            state_seq_remove(&it->pool, seq);
         }
     }
     it->splits_finished += u->seqs.n;
@@ -811,10 +597,10 @@ static int apply_splits_done(struct state *s, const struct st_update *u, bool re
     if (returned && state_seq_reserve(&it->pool, u->seqs.n) < 0)
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < u->seqs.n; i++) {
-        seq_remove(&t->leased, u->seqs.v[i]);
+        state_seq_remove(&t->leased, u->seqs.v[i]);
         held_del(it, u->seqs.v[i]);
         if (returned)
-            seq_insert(&it->pool, u->seqs.v[i]);
+            state_seq_insert(&it->pool, u->seqs.v[i]);
     }
     it->splits_leased -= u->seqs.n;
     if (!returned)
@@ -856,8 +642,8 @@ static int apply_iteration_gc(struct state *s, const struct st_update *u)
     iteration_release(it);
     if (j->name[0] == '\0') {
         /* Nothing can refer to an anonymous job once its only iteration is gone. */
-        row_erase(s->iterations, &s->niterations, sizeof *s->iterations, it);
-        row_erase(s->jobs, &s->njobs, sizeof *s->jobs, j);
+        state_row_erase(s->iterations, &s->niterations, sizeof *s->iterations, it);
+        state_row_erase(s->jobs, &s->njobs, sizeof *s->jobs, j);
         return 0;
     }
     it->state = ST_ITER_GC;
@@ -870,7 +656,7 @@ static int apply_rounds_scheduled(struct state *s, const struct st_update *u)
 {
     struct st_iteration *it = STATE_FIND(s, iterations, u->ref);
     if (!it || it->state != ST_ITER_ACTIVE || !state_iteration_coordinated(s, it) ||
-        u->ref2 != it->rounds_granted || !seq_strictly_increasing(&u->seqs))
+        u->ref2 != it->rounds_granted || !state_seq_strictly_increasing(&u->seqs))
         return CORRUPT;
     for (size_t i = 0; i < u->seqs.n; i++) {
         const struct st_task *t = state_task(s, u->seqs.v[i]);
@@ -893,7 +679,7 @@ static int apply_rounds_scheduled(struct state *s, const struct st_update *u)
         it->nepochs--;
     } else {
         size_t cap = it->nepochs;
-        if (grow((void **)&it->epochs, &cap, it->nepochs + 1, sizeof *it->epochs) < 0) {
+        if (state_grow((void **)&it->epochs, &cap, it->nepochs + 1, sizeof *it->epochs) < 0) {
             state_seq_release(&tasks);
             return SLUICE_ERR_NOMEM;
         }
@@ -933,7 +719,7 @@ static int apply_save_started(struct state *s, const struct st_update *u)
         (s->nsaves && s->saves[s->nsaves - 1].iteration_id >= it->id))
         return CORRUPT;
     char *path = strdup(u->text);
-    if (!path || grow((void **)&s->saves, &s->cap_saves, s->nsaves + 1, sizeof *s->saves)) {
+    if (!path || state_grow((void **)&s->saves, &s->cap_saves, s->nsaves + 1, sizeof *s->saves)) {
         free(path);
         return SLUICE_ERR_NOMEM;
     }
