@@ -16,7 +16,7 @@ void iter_unref(struct sluice_iterator *it)
 
 static void pump(struct sluice_iterator *it);
 
-/* Whether the read takes copies, whose every element is accounted for (tasks.h, ct_check_end):
+/* Whether the read takes copies, whose every element is accounted for (tasks.h, tasks_check_end):
  * not in splits (the ledger accounts for those) and not in rounds (a round no consumer got is
  * skipped by design). */
 static bool counted_copies(const struct sluice_iterator *it)
@@ -26,23 +26,23 @@ static bool counted_copies(const struct sluice_iterator *it)
 
 void iter_settle(struct sluice_iterator *it)
 {
-    struct ct_task t;
-    while (ct_reap(&it->tasks, &t)) {
+    struct tasks_task t;
+    while (tasks_reap(&it->tasks, &t)) {
         char msg[SLUICE_ERRMSG_SIZE];
-        int rc = counted_copies(it) ? ct_judge_gone(&t, it->whole_copies, msg, sizeof msg) : 0;
+        int rc = counted_copies(it) ? tasks_judge_gone(&t, it->whole_copies, msg, sizeof msg) : 0;
         /* A copy cut short by its worker's loss: the read goes on with the part it got (a
          * restarted worker's new task is another copy, read from its start), unless every copy
          * must be whole. */
         if (rc < 0)
             iter_fail(it, rc, "%s", msg);
-        else if (rc == CT_CUT)
+        else if (rc == TASKS_CUT)
             atomic_fetch_add(&it->copies_cut, 1);
         if (t.conn)
             client_conn_release(it->c, t.conn);
     }
-    /* A copy's task that left is judged (ct_check_gone) once its last request is back, before
+    /* A copy's task that left is judged (tasks_check_gone) once its last request is back, before
      * the read may end: that request may still bring its end of sequence. */
-    if (ct_done(&it->tasks) && !(counted_copies(it) && ct_unlisted(&it->tasks)))
+    if (tasks_done(&it->tasks) && !(counted_copies(it) && tasks_unlisted(&it->tasks)))
         iter_end(it);
     else
         iter_hasten_heartbeat(it);
@@ -344,7 +344,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         iter_unref(it);
         return;
     }
-    long i = ct_find(&it->tasks, task_id);
+    long i = tasks_find(&it->tasks, task_id);
     /* A task with a request outstanding is never dropped. */
     assert(i >= 0);
     if (i < 0) {
@@ -369,8 +369,8 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         uv_mutex_lock(&it->mu);
         prefetch_cancel(&it->pf);
         uv_mutex_unlock(&it->mu);
-        ct_on_failure(&it->tasks, (size_t)i, now);
-        struct ct_task *t = &it->tasks.v[i];
+        tasks_on_failure(&it->tasks, (size_t)i, now);
+        struct tasks_task *t = &it->tasks.v[i];
         snprintf(t->fail_msg, sizeof t->fail_msg, "%s",
                  msg && *msg ? msg : sluice_strerror(status));
         /* Another process answers at the task's address: its worker is gone and the port was
@@ -397,7 +397,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             uv_mutex_lock(&it->mu);
             prefetch_cancel(&it->pf);
             uv_mutex_unlock(&it->mu);
-            ct_on_failure(&it->tasks, (size_t)i, now);
+            tasks_on_failure(&it->tasks, (size_t)i, now);
             iter_fail(it, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
             goto out;
         }
@@ -408,13 +408,13 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             prefetch_cancel(&it->pf);
             uv_mutex_unlock(&it->mu);
             if (rc < 0) {
-                ct_on_failure(&it->tasks, (size_t)i, now);
+                tasks_on_failure(&it->tasks, (size_t)i, now);
                 iter_fail(it, rc, "%s", nmsg);
                 goto out;
             }
             if (it->acks_due)
                 iter_schedule_acks(it);
-            ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
+            tasks_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
             goto out;
         }
         if (has_data && it->mode == SLUICE_DISTRIBUTED_EPOCH &&
@@ -423,7 +423,7 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
             uv_mutex_lock(&it->mu);
             prefetch_cancel(&it->pf);
             uv_mutex_unlock(&it->mu);
-            ct_on_failure(&it->tasks, (size_t)i, now);
+            tasks_on_failure(&it->tasks, (size_t)i, now);
             iter_fail(it, rc, "%s", nmsg);
             goto out;
         }
@@ -441,9 +441,9 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         }
         uv_mutex_unlock(&it->mu);
         prefetch_item_free(&item);
-        ct_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
+        tasks_on_reply(&it->tasks, (size_t)i, r->count, r->end_of_sequence, now);
         if (r->end_of_sequence && r->counted && counted_copies(it) &&
-            (rc = ct_check_end(&it->tasks.v[i], r->delivered, nmsg, sizeof nmsg)) < 0)
+            (rc = tasks_check_end(&it->tasks.v[i], r->delivered, nmsg, sizeof nmsg)) < 0)
             iter_fail(it, rc, "%s", nmsg);
     }
 out:
@@ -454,7 +454,7 @@ out:
 /* Sends a GetElements to task i. Returns 0 or the code of rpc_call. */
 static int fetch(struct sluice_iterator *it, size_t i)
 {
-    struct ct_task *t = &it->tasks.v[i];
+    struct tasks_task *t = &it->tasks.v[i];
     struct fetch *f = malloc(sizeof *f);
     if (!f)
         return SLUICE_ERR_NOMEM;
@@ -485,7 +485,7 @@ static int fetch(struct sluice_iterator *it, size_t i)
         free(f);
         return rc;
     }
-    ct_sent(&it->tasks, i);
+    tasks_sent(&it->tasks, i);
     it->refs++;
     f->prev = NULL;
     f->next = it->fetches;
@@ -504,10 +504,10 @@ static int fetch(struct sluice_iterator *it, size_t i)
  * later, from the loop, never inside this function. */
 static void withdraw_unlisted(struct sluice_iterator *it)
 {
-    if (!ct_unlisted(&it->tasks))
+    if (!tasks_unlisted(&it->tasks))
         return;
     for (struct fetch *f = it->fetches; f; f = f->next) {
-        long i = ct_find(&it->tasks, f->task_id);
+        long i = tasks_find(&it->tasks, f->task_id);
         if (i >= 0 && !it->tasks.v[i].listed)
             rpc_client_withdraw(f->rpc, on_elements, f);
     }
@@ -546,7 +546,7 @@ static void pump(struct sluice_iterator *it)
     uint64_t now = uv_now(&it->c->loop);
     withdraw_unlisted(it);
     if (it->coordinated) {
-        if (ct_advance(&it->tasks) == CT_ROUND_BEHIND) {
+        if (tasks_advance(&it->tasks) == TASKS_ROUND_BEHIND) {
             iter_fail(it, SLUICE_ERR_INVALID,
                       "consumer %" PRIu32 " fell too far behind: it is at round %" PRIu64
                       ", but the job's rounds before %" PRIu64 " are gone",
@@ -557,7 +557,7 @@ static void pump(struct sluice_iterator *it)
     }
     for (;;) {
         uint64_t wake_at;
-        long i = ct_pick(&it->tasks, now, &wake_at);
+        long i = tasks_pick(&it->tasks, now, &wake_at);
         if (i < 0) {
             if (wake_at)
                 arm_pump(it, wake_at, now);
@@ -574,8 +574,8 @@ static void pump(struct sluice_iterator *it)
             uv_mutex_lock(&it->mu);
             prefetch_cancel(&it->pf);
             uv_mutex_unlock(&it->mu);
-            ct_sent(&it->tasks, (size_t)i);
-            ct_on_failure(&it->tasks, (size_t)i, now);
+            tasks_sent(&it->tasks, (size_t)i);
+            tasks_on_failure(&it->tasks, (size_t)i, now);
         }
     }
 }

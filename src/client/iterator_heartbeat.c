@@ -19,7 +19,7 @@ void iter_schedule_heartbeat(struct sluice_iterator *it, uint64_t delay)
 /* Whether the read only waits for the dispatcher to say the iteration is finished. */
 static bool end_phase(const struct sluice_iterator *it)
 {
-    return it->tasks.have_list && !it->tasks.iteration_finished && !ct_active(&it->tasks);
+    return it->tasks.have_list && !it->tasks.iteration_finished && !tasks_active(&it->tasks);
 }
 
 /* Coordinated reads: how soon the read needs news from the dispatcher (UINT64_MAX: not
@@ -30,17 +30,17 @@ static bool end_phase(const struct sluice_iterator *it)
  * it). */
 static uint64_t coord_delay(const struct sluice_iterator *it)
 {
-    const struct ct_set *s = &it->tasks;
+    const struct tasks_set *s = &it->tasks;
     if (!it->coordinated || !s->have_schedule)
         return UINT64_MAX;
-    if (s->where == CT_ROUND_GRANT)
+    if (s->where == TASKS_ROUND_GRANT)
         return it->grant_stalled ? ITER_ROUND_POLL_MS : 0;
     uint64_t left = s->granted > s->round ? s->granted - s->round : 0;
     if (left < s->span - s->span / 2)
         return 0;
-    if (s->where == CT_ROUND_SCHEDULE)
+    if (s->where == TASKS_ROUND_SCHEDULE)
         return ITER_ROUND_POLL_MS;
-    long i = s->where == CT_ROUND_TASK ? ct_find(s, s->round_task) : -1;
+    long i = s->where == TASKS_ROUND_TASK ? tasks_find(s, s->round_task) : -1;
     if (i >= 0 && (s->v[i].fail_streak > 0 || s->v[i].error))
         return ITER_ROUND_POLL_MS;
     return UINT64_MAX;
@@ -114,7 +114,7 @@ static uint32_t heartbeat_timeout(const struct sluice_iterator *it)
 /* Whether this reader can tell alone that its read is complete: only a read of whole copies
  * (parallel_epochs and the static sharding modes, not in rounds), where each task's end of
  * sequence says how many elements its copy held and the reader checks it received exactly that
- * many (ct_check_end). In splits (distributed_epoch) a task's end says nothing of the epoch: a
+ * many (tasks_check_end). In splits (distributed_epoch) a task's end says nothing of the epoch: a
  * worker that drains ends its task and hands the splits it holds back to the pool, for a worker
  * that may join later; only the dispatcher knows every split was delivered (iteration_finished).
  * Coordinated reads follow the dispatcher's schedule, which only it can end. */
@@ -128,7 +128,7 @@ static bool complete_without_dispatcher(const struct sluice_iterator *it)
 static bool progressing(const struct sluice_iterator *it)
 {
     for (size_t i = 0; i < it->tasks.n; i++) {
-        const struct ct_task *t = &it->tasks.v[i];
+        const struct tasks_task *t = &it->tasks.v[i];
         if (t->listed && !t->ended && t->fail_streak == 0)
             return true;
     }
@@ -288,7 +288,7 @@ static void verify_job(struct sluice_iterator *it, uint64_t incarnation)
  * negative code. */
 static int apply_schedule(struct sluice_iterator *it, const Sluice__ClientHeartbeatReply *r)
 {
-    struct ct_epoch *epochs = calloc(r->n_round_epochs ? r->n_round_epochs : 1, sizeof *epochs);
+    struct tasks_epoch *epochs = calloc(r->n_round_epochs ? r->n_round_epochs : 1, sizeof *epochs);
     if (!epochs)
         return SLUICE_ERR_NOMEM;
     size_t n = 0;
@@ -302,8 +302,8 @@ static int apply_schedule(struct sluice_iterator *it, const Sluice__ClientHeartb
         n++;
     }
     uint64_t before = it->tasks.granted;
-    bool waiting = it->tasks.where == CT_ROUND_GRANT;
-    int rc = ct_schedule(&it->tasks, epochs, n, r->rounds_granted);
+    bool waiting = it->tasks.where == TASKS_ROUND_GRANT;
+    int rc = tasks_schedule(&it->tasks, epochs, n, r->rounds_granted);
     free(epochs);
     /* A reply that granted nothing to a read waiting for a grant: ask again, but not at once. */
     it->grant_stalled = rc == 0 && waiting && it->tasks.granted == before;
@@ -343,9 +343,9 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         return;
     }
     size_t cap = unchanged ? it->tasks.n : r->n_tasks;
-    struct ct_info *infos = calloc(cap ? cap : 1, sizeof *infos);
+    struct tasks_info *infos = calloc(cap ? cap : 1, sizeof *infos);
     /* The listed entries are copied out: reconciling writes the set they would point into. */
-    struct ct_task *held = unchanged ? malloc((cap ? cap : 1) * sizeof *held) : NULL;
+    struct tasks_task *held = unchanged ? malloc((cap ? cap : 1) * sizeof *held) : NULL;
     if (!infos || (unchanged && !held)) {
         free(infos);
         free(held);
@@ -357,8 +357,8 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         if (!it->tasks.v[k].listed)
             continue;
         held[n] = it->tasks.v[k];
-        const struct ct_task *t = &held[n];
-        infos[n++] = (struct ct_info){
+        const struct tasks_task *t = &held[n];
+        infos[n++] = (struct tasks_info){
             t->id,      t->address, t->worker_incarnation, t->key_len ? t->key : NULL,
             t->key_len, t->local};
     }
@@ -375,7 +375,7 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
                          strcmp(t->worker_host_id, it->host_id) == 0;
         n++;
     }
-    int rc = ct_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
+    int rc = tasks_reconcile(&it->tasks, infos, n, r->iteration_finished, now);
     free(infos);
     free(held);
     if (rc == 0)
@@ -389,13 +389,13 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         return;
     }
     /* This heartbeat went out after a worker denied knowing a task the list still holds. */
-    long bad = ct_confirmed_error(&it->tasks, it->hb_sent);
+    long bad = tasks_confirmed_error(&it->tasks, it->hb_sent);
     if (bad >= 0) {
         iter_fail(it, it->tasks.v[bad].error, "%s", it->tasks.v[bad].error_msg);
         return;
     }
     for (size_t i = 0; i < it->tasks.n; i++) {
-        struct ct_task *t = &it->tasks.v[i];
+        struct tasks_task *t = &it->tasks.v[i];
         if (t->conn || !t->listed)
             continue;
         char msg[SLUICE_ERRMSG_SIZE];
@@ -549,7 +549,7 @@ static int build_coverage(struct sluice_iterator *it)
 static void send_heartbeat(struct sluice_iterator *it)
 {
     uint64_t now = uv_now(&it->c->loop);
-    size_t n = ct_finished_ids(&it->tasks, NULL, 0);
+    size_t n = tasks_finished_ids(&it->tasks, NULL, 0);
     if (n > it->finished_cap) {
         uint64_t *v = realloc(it->finished, n * sizeof *v);
         if (!v) {
@@ -559,7 +559,7 @@ static void send_heartbeat(struct sluice_iterator *it)
         it->finished = v;
         it->finished_cap = n;
     }
-    ct_finished_ids(&it->tasks, it->finished, n);
+    tasks_finished_ids(&it->tasks, it->finished, n);
 
     uv_mutex_lock(&it->mu);
     uint64_t taken = atomic_load_explicit(&it->taken, memory_order_relaxed);

@@ -137,7 +137,7 @@ struct sluice_iterator {
 
     /* Loop thread. */
     struct client_waker waker;
-    struct ct_set tasks;
+    struct tasks_set tasks;
     struct fetch *fetches; /* the requests under way (iterator_fetch.c), or NULL */
     bool grant_stalled;    /* the last heartbeat reply left the read waiting for a grant */
     uv_timer_t hb_timer, pump_timer;

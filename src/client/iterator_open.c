@@ -278,10 +278,10 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     atomic_init(&it->taken, 0);
     pipe_elem_init(&it->elem);
     ledger_init(&it->ledger);
-    ct_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
+    tasks_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
     it->target = o->target_workers;
-    ct_set_target(&it->tasks, it->target == SLUICE_TARGET_WORKERS_LOCAL,
-                  it->target == SLUICE_TARGET_WORKERS_AUTO);
+    tasks_set_target(&it->tasks, it->target == SLUICE_TARGET_WORKERS_LOCAL,
+                     it->target == SLUICE_TARGET_WORKERS_AUTO);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
         ckpt_release(&ck);

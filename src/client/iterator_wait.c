@@ -33,7 +33,7 @@ static void run_iter_waiting(struct sluice_client *c, struct client_op *op)
     f.have_list = it->tasks.have_list;
     f.cut = atomic_load(&it->copies_cut);
     for (size_t i = 0; i < it->tasks.n; i++) {
-        const struct ct_task *t = &it->tasks.v[i];
+        const struct tasks_task *t = &it->tasks.v[i];
         if (!t->listed)
             continue;
         if (t->ended) {
@@ -55,7 +55,7 @@ static void run_iter_waiting(struct sluice_client *c, struct client_op *op)
     if (it->coordinated) {
         f.consumers = it->num_consumers;
         f.round = it->tasks.round;
-        f.round_asked = it->tasks.where == CT_ROUND_TASK;
+        f.round_asked = it->tasks.where == TASKS_ROUND_TASK;
         f.round_task = it->tasks.round_task;
     }
     client_op_done(c, op, wait_reason(&f, w->buf, w->len));

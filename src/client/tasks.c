@@ -11,22 +11,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ct_init(struct ct_set *s, bool coordinated, unsigned per_task_max)
+void tasks_init(struct tasks_set *s, bool coordinated, unsigned per_task_max)
 {
     memset(s, 0, sizeof *s);
     s->coordinated = coordinated;
     s->per_task_max = per_task_max ? per_task_max : 1;
-    s->where = CT_ROUND_SCHEDULE;
+    s->where = TASKS_ROUND_SCHEDULE;
 }
 
-static void epochs_free(struct ct_epoch *e, size_t n)
+static void epochs_free(struct tasks_epoch *e, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         free(e[i].tasks);
     free(e);
 }
 
-void ct_release(struct ct_set *s)
+void tasks_release(struct tasks_set *s)
 {
     free(s->v);
     s->v = NULL;
@@ -37,25 +37,25 @@ void ct_release(struct ct_set *s)
 }
 
 /* The index where a task with this id is or would be inserted. */
-static size_t lower_bound(const struct ct_set *s, uint64_t id)
+static size_t lower_bound(const struct tasks_set *s, uint64_t id)
 {
-    return rows_lower(s->v, s->n, sizeof *s->v, offsetof(struct ct_task, id), id);
+    return rows_lower(s->v, s->n, sizeof *s->v, offsetof(struct tasks_task, id), id);
 }
 
-long ct_find(const struct ct_set *s, uint64_t id)
+long tasks_find(const struct tasks_set *s, uint64_t id)
 {
     size_t lo = lower_bound(s, id);
     return lo < s->n && s->v[lo].id == id ? (long)lo : -1;
 }
 
-int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool iteration_finished,
-                 uint64_t now)
+int tasks_reconcile(struct tasks_set *s, const struct tasks_info *infos, size_t n,
+                    bool iteration_finished, uint64_t now)
 {
     /* Validate everything and make room before changing anything, so a refused list leaves the
      * set as it was. Lists hold one task per worker, so the quadratic duplicate check is cheap. */
     for (size_t i = 0; i < n; i++) {
-        if (!infos[i].address || strlen(infos[i].address) >= CT_ADDR_MAX ||
-            infos[i].key_len > CT_KEY_MAX || (infos[i].key_len && !infos[i].key))
+        if (!infos[i].address || strlen(infos[i].address) >= TASKS_ADDR_MAX ||
+            infos[i].key_len > TASKS_KEY_MAX || (infos[i].key_len && !infos[i].key))
             return SLUICE_ERR_INVALID;
         for (size_t j = 0; j < i; j++)
             if (infos[j].task_id == infos[i].task_id)
@@ -65,7 +65,7 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         size_t cap = s->cap ? s->cap : 4;
         while (cap < s->n + n)
             cap *= 2;
-        struct ct_task *v = realloc(s->v, cap * sizeof *v);
+        struct tasks_task *v = realloc(s->v, cap * sizeof *v);
         if (!v)
             return SLUICE_ERR_NOMEM;
         s->v = v;
@@ -87,7 +87,7 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
         }
         memmove(&s->v[at + 1], &s->v[at], (s->n - at) * sizeof *s->v);
         s->n++;
-        struct ct_task *t = &s->v[at];
+        struct tasks_task *t = &s->v[at];
         memset(t, 0, sizeof *t);
         t->id = infos[i].task_id;
         strcpy(t->address, infos[i].address);
@@ -104,7 +104,7 @@ int ct_reconcile(struct ct_set *s, const struct ct_info *infos, size_t n, bool i
     return 0;
 }
 
-bool ct_reap(struct ct_set *s, struct ct_task *out)
+bool tasks_reap(struct tasks_set *s, struct tasks_task *out)
 {
     for (size_t i = 0; i < s->n; i++) {
         if (!s->v[i].listed && s->v[i].outstanding == 0) {
@@ -119,17 +119,18 @@ bool ct_reap(struct ct_set *s, struct ct_task *out)
 
 /* Whether task t is one a request may go to, leaving aside its backoff and its count of
  * outstanding requests. */
-static bool wanted(const struct ct_task *t)
+static bool wanted(const struct tasks_task *t)
 {
     return t->listed && !t->ended;
 }
 
-int ct_schedule(struct ct_set *s, const struct ct_epoch *epochs, size_t n, uint64_t granted)
+int tasks_schedule(struct tasks_set *s, const struct tasks_epoch *epochs, size_t n,
+                   uint64_t granted)
 {
     for (size_t i = 1; i < n; i++)
         if (epochs[i].start <= epochs[i - 1].start)
             return SLUICE_ERR_INVALID;
-    struct ct_epoch *copy = calloc(n ? n : 1, sizeof *copy);
+    struct tasks_epoch *copy = calloc(n ? n : 1, sizeof *copy);
     if (!copy)
         return SLUICE_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
@@ -157,35 +158,35 @@ int ct_schedule(struct ct_set *s, const struct ct_epoch *epochs, size_t n, uint6
 
 /* Whether no round of task id can ever reach this consumer: the dispatcher no longer lists it
  * (or never did) and nothing is outstanding to it, or it ended. */
-static bool gone(const struct ct_set *s, uint64_t id)
+static bool gone(const struct tasks_set *s, uint64_t id)
 {
-    long i = ct_find(s, id);
+    long i = tasks_find(s, id);
     if (i < 0)
         return true;
-    const struct ct_task *t = &s->v[i];
+    const struct tasks_task *t = &s->v[i];
     return t->ended || (!t->listed && t->outstanding == 0);
 }
 
-enum ct_round ct_advance(struct ct_set *s)
+enum tasks_round tasks_advance(struct tasks_set *s)
 {
     for (;;) {
         if (!s->have_schedule || s->nepochs == 0)
-            return s->where = CT_ROUND_SCHEDULE;
+            return s->where = TASKS_ROUND_SCHEDULE;
         if (s->round < s->epochs[0].start)
-            return s->where = CT_ROUND_BEHIND;
+            return s->where = TASKS_ROUND_BEHIND;
         if (s->round >= s->granted)
-            return s->where = CT_ROUND_GRANT;
+            return s->where = TASKS_ROUND_GRANT;
         size_t k = s->nepochs - 1;
         while (s->epochs[k].start > s->round)
             k--;
-        const struct ct_epoch *e = &s->epochs[k];
+        const struct tasks_epoch *e = &s->epochs[k];
         bool any = false;
         for (size_t j = 0; j < e->ntasks && !any; j++)
             any = !gone(s, e->tasks[j]);
         if (!any) {
             /* Nothing in this epoch will be served: on to the next one, if decided. */
             if (k + 1 == s->nepochs)
-                return s->where = CT_ROUND_SCHEDULE;
+                return s->where = TASKS_ROUND_SCHEDULE;
             s->skipped += s->epochs[k + 1].start - s->round;
             s->round = s->epochs[k + 1].start;
             continue;
@@ -197,11 +198,11 @@ enum ct_round ct_advance(struct ct_set *s)
             continue;
         }
         s->round_task = id;
-        return s->where = CT_ROUND_TASK;
+        return s->where = TASKS_ROUND_TASK;
     }
 }
 
-long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
+long tasks_pick(const struct tasks_set *s, uint64_t now, uint64_t *wake_at)
 {
     *wake_at = 0;
     if (s->n == 0)
@@ -210,9 +211,9 @@ long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
     if (s->coordinated) {
         /* The round's task is the only one that may be asked, and only when nothing else is
          * outstanding. */
-        if (ct_outstanding(s) > 0 || s->where != CT_ROUND_TASK)
+        if (tasks_outstanding(s) > 0 || s->where != TASKS_ROUND_TASK)
             return -1;
-        long i = ct_find(s, s->round_task);
+        long i = tasks_find(s, s->round_task);
         if (i < 0 || !wanted(&s->v[i]) || !s->v[i].conn)
             return -1;
         if (s->v[i].not_before > now) {
@@ -225,7 +226,7 @@ long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
     for (int pass = s->prefer_local ? 0 : 1; pass < 2; pass++) {
         for (size_t k = 0; k < s->n; k++) {
             size_t i = (start + k) % s->n;
-            const struct ct_task *t = &s->v[i];
+            const struct tasks_task *t = &s->v[i];
             unsigned max = s->prefer_local && t->local ? 2 * s->per_task_max : s->per_task_max;
             if ((pass == 0 && !t->local) || !wanted(t) || !t->conn || t->outstanding >= max)
                 continue;
@@ -241,13 +242,13 @@ long ct_pick(const struct ct_set *s, uint64_t now, uint64_t *wake_at)
     return -1;
 }
 
-void ct_set_target(struct ct_set *s, bool local_only, bool prefer_local)
+void tasks_set_target(struct tasks_set *s, bool local_only, bool prefer_local)
 {
     s->local_only = local_only;
     s->prefer_local = prefer_local;
 }
 
-void ct_sent(struct ct_set *s, size_t i)
+void tasks_sent(struct tasks_set *s, size_t i)
 {
     assert(i < s->n);
     s->v[i].outstanding++;
@@ -255,10 +256,10 @@ void ct_sent(struct ct_set *s, size_t i)
         s->turn = s->v[i].id + 1;
 }
 
-void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t now)
+void tasks_on_reply(struct tasks_set *s, size_t i, uint32_t count, bool eos, uint64_t now)
 {
     assert(i < s->n && s->v[i].outstanding > 0);
-    struct ct_task *t = &s->v[i];
+    struct tasks_task *t = &s->v[i];
     t->outstanding--;
     t->fail_streak = 0;
     t->elements += count;
@@ -272,26 +273,27 @@ void ct_on_reply(struct ct_set *s, size_t i, uint32_t count, bool eos, uint64_t 
         if (s->coordinated)
             s->round++;
     } else if (!eos) {
-        t->not_before = now + backoff_ceiling(t->empty_streak, CT_EMPTY_BASE_MS, CT_EMPTY_MAX_MS);
+        t->not_before =
+            now + backoff_ceiling(t->empty_streak, TASKS_EMPTY_BASE_MS, TASKS_EMPTY_MAX_MS);
         if (t->empty_streak < 32)
             t->empty_streak++;
     }
 }
 
-void ct_on_failure(struct ct_set *s, size_t i, uint64_t now)
+void tasks_on_failure(struct tasks_set *s, size_t i, uint64_t now)
 {
     assert(i < s->n && s->v[i].outstanding > 0);
-    struct ct_task *t = &s->v[i];
+    struct tasks_task *t = &s->v[i];
     t->outstanding--;
-    t->not_before = now + backoff_ceiling(t->fail_streak, CT_FAIL_BASE_MS, CT_FAIL_MAX_MS);
+    t->not_before = now + backoff_ceiling(t->fail_streak, TASKS_FAIL_BASE_MS, TASKS_FAIL_MAX_MS);
     if (t->fail_streak < 32)
         t->fail_streak++;
 }
 
-void ct_set_error(struct ct_set *s, size_t i, int code, const char *msg, uint64_t mark)
+void tasks_set_error(struct tasks_set *s, size_t i, int code, const char *msg, uint64_t mark)
 {
     assert(i < s->n && code < 0);
-    struct ct_task *t = &s->v[i];
+    struct tasks_task *t = &s->v[i];
     if (t->error)
         return;
     t->error = code;
@@ -299,7 +301,7 @@ void ct_set_error(struct ct_set *s, size_t i, int code, const char *msg, uint64_
     snprintf(t->error_msg, sizeof t->error_msg, "%s", msg ? msg : "");
 }
 
-long ct_confirmed_error(const struct ct_set *s, uint64_t seq)
+long tasks_confirmed_error(const struct tasks_set *s, uint64_t seq)
 {
     for (size_t i = 0; i < s->n; i++)
         if (s->v[i].listed && s->v[i].error && seq > s->v[i].error_mark)
@@ -307,12 +309,12 @@ long ct_confirmed_error(const struct ct_set *s, uint64_t seq)
     return -1;
 }
 
-bool ct_done(const struct ct_set *s)
+bool tasks_done(const struct tasks_set *s)
 {
     if (!s->iteration_finished)
         return false;
     for (size_t i = 0; i < s->n; i++) {
-        const struct ct_task *t = &s->v[i];
+        const struct tasks_task *t = &s->v[i];
         if (t->listed && !t->ended)
             return false;
         /* Also a task no longer listed: its reply may still bring elements (the dispatcher
@@ -323,7 +325,7 @@ bool ct_done(const struct ct_set *s)
     return true;
 }
 
-bool ct_unlisted(const struct ct_set *s)
+bool tasks_unlisted(const struct tasks_set *s)
 {
     for (size_t i = 0; i < s->n; i++)
         if (!s->v[i].listed)
@@ -331,7 +333,7 @@ bool ct_unlisted(const struct ct_set *s)
     return false;
 }
 
-bool ct_active(const struct ct_set *s)
+bool tasks_active(const struct tasks_set *s)
 {
     for (size_t i = 0; i < s->n; i++)
         if (wanted(&s->v[i]))
@@ -339,7 +341,7 @@ bool ct_active(const struct ct_set *s)
     return false;
 }
 
-size_t ct_finished_ids(const struct ct_set *s, uint64_t *out, size_t max)
+size_t tasks_finished_ids(const struct tasks_set *s, uint64_t *out, size_t max)
 {
     size_t k = 0;
     for (size_t i = 0; i < s->n; i++) {
@@ -352,7 +354,7 @@ size_t ct_finished_ids(const struct ct_set *s, uint64_t *out, size_t max)
     return k;
 }
 
-unsigned ct_outstanding(const struct ct_set *s)
+unsigned tasks_outstanding(const struct tasks_set *s)
 {
     unsigned total = 0;
     for (size_t i = 0; i < s->n; i++)
@@ -360,7 +362,7 @@ unsigned ct_outstanding(const struct ct_set *s)
     return total;
 }
 
-int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t len)
+int tasks_check_end(const struct tasks_task *t, uint64_t delivered, char *msg, size_t len)
 {
     if (t->elements == delivered)
         return 0;
@@ -370,15 +372,15 @@ int ct_check_end(const struct ct_task *t, uint64_t delivered, char *msg, size_t 
     return SLUICE_ERR_TRUNCATED;
 }
 
-int ct_judge_gone(const struct ct_task *t, bool whole_copies, char *msg, size_t len)
+int tasks_judge_gone(const struct tasks_task *t, bool whole_copies, char *msg, size_t len)
 {
-    int rc = ct_check_gone(t, msg, len);
+    int rc = tasks_check_gone(t, msg, len);
     if (rc == 0 || whole_copies)
         return rc;
-    return CT_CUT;
+    return TASKS_CUT;
 }
 
-int ct_check_gone(const struct ct_task *t, char *msg, size_t len)
+int tasks_check_gone(const struct tasks_task *t, char *msg, size_t len)
 {
     if (t->ended || t->elements == 0)
         return 0;
