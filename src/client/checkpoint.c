@@ -11,19 +11,19 @@
 
 static const char MAGIC[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'C', 'K'};
 
-void ckpt_init(struct ckpt *c)
+void checkpoint_init(struct checkpoint *c)
 {
     memset(c, 0, sizeof *c);
     ledger_init(&c->pos);
 }
 
-void ckpt_release(struct ckpt *c)
+void checkpoint_release(struct checkpoint *c)
 {
     ledger_release(&c->pos);
     memset(c, 0, sizeof *c);
 }
 
-uint64_t ckpt_def_hash(const uint8_t *def, size_t len)
+uint64_t checkpoint_def_hash(const uint8_t *def, size_t len)
 {
     return fnv1a_bytes(FNV1A_OFFSET, def, len);
 }
@@ -102,11 +102,11 @@ static bool entry_holds(const struct ledger_split *s)
     return s->ended || s->got.n > 0;
 }
 
-int ckpt_encode(const struct ckpt *c, uint8_t **out, size_t *len)
+int checkpoint_encode(const struct checkpoint *c, uint8_t **out, size_t *len)
 {
     struct out o = {0};
     put_bytes(&o, MAGIC, sizeof MAGIC);
-    put_varint(&o, CKPT_VERSION);
+    put_varint(&o, CHECKPOINT_VERSION);
     put_varint(&o, c->flags);
     put_string(&o, c->dataset_id);
     put_string(&o, c->job_name);
@@ -186,10 +186,10 @@ static int get_ranges(struct in *in, struct ranges *r, uint64_t limit, const cha
     uint64_t n;
     if (!get_varint(in, &n))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: %s cut short", what);
-    if (n > CKPT_MAX_ENTRIES)
+    if (n > CHECKPOINT_MAX_ENTRIES)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "checkpoint: %s has %" PRIu64 " ranges, over the limit of %u", what, n,
-                       CKPT_MAX_ENTRIES);
+                       CHECKPOINT_MAX_ENTRIES);
     uint64_t prev = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t gap, len;
@@ -206,15 +206,15 @@ static int get_ranges(struct in *in, struct ranges *r, uint64_t limit, const cha
     return 0;
 }
 
-static int decode(struct in *in, struct ckpt *c, char *err, size_t errlen)
+static int decode(struct in *in, struct checkpoint *c, char *err, size_t errlen)
 {
     uint64_t v, flags;
     if (!get_varint(in, &v))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: no version");
-    if (v != CKPT_VERSION)
+    if (v != CHECKPOINT_VERSION)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "checkpoint: version %" PRIu64 ", this library reads version %d", v,
-                       CKPT_VERSION);
+                       CHECKPOINT_VERSION);
     if (!get_varint(in, &flags) || flags > UINT32_MAX)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: bad flags");
     c->flags = (uint32_t)flags;
@@ -231,10 +231,10 @@ static int decode(struct in *in, struct ckpt *c, char *err, size_t errlen)
     uint64_t n;
     if (!get_varint(in, &n))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: splits in flight cut short");
-    if (n > CKPT_MAX_ENTRIES)
+    if (n > CHECKPOINT_MAX_ENTRIES)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "checkpoint: %" PRIu64 " splits in flight, over the limit of %u", n,
-                       CKPT_MAX_ENTRIES);
+                       CHECKPOINT_MAX_ENTRIES);
     uint64_t next = 0;
     for (uint64_t i = 0; i < n; i++) {
         uint64_t gap, ended, total = UINT64_MAX;
@@ -272,7 +272,7 @@ static int decode(struct in *in, struct ckpt *c, char *err, size_t errlen)
     return 0;
 }
 
-int ckpt_decode(const uint8_t *p, size_t len, struct ckpt *c, char *err, size_t errlen)
+int checkpoint_decode(const uint8_t *p, size_t len, struct checkpoint *c, char *err, size_t errlen)
 {
     if (!p || len < sizeof MAGIC || memcmp(p, MAGIC, sizeof MAGIC) != 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "not a sluice checkpoint");
@@ -286,13 +286,13 @@ int ckpt_decode(const uint8_t *p, size_t len, struct ckpt *c, char *err, size_t 
     struct in in = {.p = p, .n = len - 4, .at = sizeof MAGIC};
     int rc = decode(&in, c, err, errlen);
     if (rc) {
-        ckpt_release(c);
-        ckpt_init(c);
+        checkpoint_release(c);
+        checkpoint_init(c);
     }
     return rc;
 }
 
-int ckpt_seed(struct ledger *dst, const struct ledger *src, bool as_had)
+int checkpoint_seed(struct ledger *dst, const struct ledger *src, bool as_had)
 {
     int rc = 0;
     struct ranges *done = as_had ? &dst->had : &dst->done;
@@ -308,7 +308,7 @@ int ckpt_seed(struct ledger *dst, const struct ledger *src, bool as_had)
     return rc;
 }
 
-int ckpt_merge(struct ckpt *dst, const struct ckpt *src, char *err, size_t errlen)
+int checkpoint_merge(struct checkpoint *dst, const struct checkpoint *src, char *err, size_t errlen)
 {
     if (strcmp(dst->dataset_id, src->dataset_id) != 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -320,7 +320,7 @@ int ckpt_merge(struct ckpt *dst, const struct ckpt *src, char *err, size_t errle
                        "the checkpoints are of different definitions or split plans of dataset "
                        "'%s'",
                        dst->dataset_id);
-    int rc = ckpt_seed(&dst->pos, &src->pos, false);
+    int rc = checkpoint_seed(&dst->pos, &src->pos, false);
     /* Splits now whole across the consumers join the done set. */
     for (size_t i = 0; rc == 0 && i < dst->pos.n;) {
         uint64_t seq = dst->pos.v[i].seq;

@@ -29,51 +29,52 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CKPT_VERSION 1
-#define CKPT_NAME_MAX 256 /* dataset id and job name, including the NUL */
+#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_NAME_MAX 256 /* dataset id and job name, including the NUL */
 /* The read was deterministic (its order is a function of the dataset). */
-#define CKPT_DETERMINISTIC 0x1u
+#define CHECKPOINT_DETERMINISTIC 0x1u
 /* Decoding refuses more partial splits or ranges than this: a position worth keeping never
  * has them, and a hostile or damaged file must not make the reader allocate without bound. */
-#define CKPT_MAX_ENTRIES (1u << 20)
+#define CHECKPOINT_MAX_ENTRIES (1u << 20)
 
-struct ckpt {
-    char dataset_id[CKPT_NAME_MAX];
-    char job_name[CKPT_NAME_MAX];
+struct checkpoint {
+    char dataset_id[CHECKPOINT_NAME_MAX];
+    char job_name[CHECKPOINT_NAME_MAX];
     uint32_t flags;
-    uint64_t def_hash;    /* ckpt_def_hash of the dataset's definition */
+    uint64_t def_hash;    /* checkpoint_def_hash of the dataset's definition */
     uint64_t plan_hash;   /* the dispatcher's fingerprint of the iteration's split plan */
     uint64_t split_total; /* splits in the iteration's sequence, UINT64_MAX when endless */
     uint64_t delivered;   /* elements handed to the reader */
     struct ledger pos;    /* done: splits handed out whole; v: splits handed out in part */
 };
 
-void ckpt_init(struct ckpt *c);
-void ckpt_release(struct ckpt *c);
+void checkpoint_init(struct checkpoint *c);
+void checkpoint_release(struct checkpoint *c);
 
 /* FNV-1a (64 bits) of a dataset definition as the client packs it. */
-uint64_t ckpt_def_hash(const uint8_t *def, size_t len);
+uint64_t checkpoint_def_hash(const uint8_t *def, size_t len);
 
 /* Encodes c into a new malloc'd buffer (*out, *len). Entries of c->pos that hold nothing (no
  * position and no end marker) are left out. Returns 0 or SLUICE_ERR_NOMEM. */
-int ckpt_encode(const struct ckpt *c, uint8_t **out, size_t *len);
+int checkpoint_encode(const struct checkpoint *c, uint8_t **out, size_t *len);
 
 /* Decodes len bytes at p into c (initialized by the caller; released and initialized again on
  * failure). Returns 0, or SLUICE_ERR_INVALID (not a checkpoint, another version, bad contents),
  * SLUICE_ERR_CORRUPT (checksum mismatch, truncated) or SLUICE_ERR_NOMEM, with a message. */
-int ckpt_decode(const uint8_t *p, size_t len, struct ckpt *c, char *err, size_t errlen);
+int checkpoint_decode(const uint8_t *p, size_t len, struct checkpoint *c, char *err, size_t errlen);
 
 /* Adds what src holds (done splits, positions, end markers) to dst; src's done splits go to
  * dst's had set when as_had (a restored read's own ledger: the dispatcher may not know them
  * finished), else to its done set. Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT (an end
  * marker whose count differs from dst's). */
-int ckpt_seed(struct ledger *dst, const struct ledger *src, bool as_had);
+int checkpoint_seed(struct ledger *dst, const struct ledger *src, bool as_had);
 
 /* Adds src's position to dst's (the consumers of a shared job had disjoint elements): their done
  * splits and positions joined, splits now whole moved to done, delivered summed. Both must be of
  * the same dataset, definition and split plan, else SLUICE_ERR_INVALID with the difference.
  * Returns 0, SLUICE_ERR_INVALID, SLUICE_ERR_CORRUPT (one split ended with two counts) or
  * SLUICE_ERR_NOMEM. */
-int ckpt_merge(struct ckpt *dst, const struct ckpt *src, char *err, size_t errlen);
+int checkpoint_merge(struct checkpoint *dst, const struct checkpoint *src, char *err,
+                     size_t errlen);
 
 #endif

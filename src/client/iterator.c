@@ -510,7 +510,7 @@ int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *le
         note_failure(it, rc);
         return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
     }
-    struct ckpt ck;
+    struct checkpoint ck;
     memset(&ck, 0, sizeof ck);
     snprintf(ck.dataset_id, sizeof ck.dataset_id, "%s", it->dataset_id);
     snprintf(ck.job_name, sizeof ck.job_name, "%s", it->job_name);
@@ -519,7 +519,7 @@ int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *le
     ck.split_total = it->split_total;
     ck.delivered = it->taken_local;
     ck.pos = it->delivered; /* borrowed: not released here */
-    rc = ckpt_encode(&ck, bytes, len);
+    rc = checkpoint_encode(&ck, bytes, len);
     if (rc < 0)
         return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
     return 0;
@@ -552,31 +552,31 @@ int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, siz
                        "at least one checkpoint and out and out_len are required");
     *out = NULL;
     *out_len = 0;
-    struct ckpt acc, one;
-    ckpt_init(&acc);
-    ckpt_init(&one);
+    struct checkpoint acc, one;
+    checkpoint_init(&acc);
+    checkpoint_init(&one);
     char why[SLUICE_ERRMSG_SIZE];
-    int rc = ckpt_decode(ckpts[0], lens[0], &acc, why, sizeof why);
+    int rc = checkpoint_decode(ckpts[0], lens[0], &acc, why, sizeof why);
     if (rc) {
         err_set(err, errlen, rc, "checkpoint 1: %s", why);
         goto out;
     }
     for (size_t i = 1; i < n; i++) {
-        rc = ckpt_decode(ckpts[i], lens[i], &one, why, sizeof why);
+        rc = checkpoint_decode(ckpts[i], lens[i], &one, why, sizeof why);
         if (rc == 0)
-            rc = ckpt_merge(&acc, &one, why, sizeof why);
-        ckpt_release(&one);
-        ckpt_init(&one);
+            rc = checkpoint_merge(&acc, &one, why, sizeof why);
+        checkpoint_release(&one);
+        checkpoint_init(&one);
         if (rc) {
             err_set(err, errlen, rc, "checkpoint %zu: %s", i + 1, why);
             goto out;
         }
     }
-    rc = ckpt_encode(&acc, out, out_len);
+    rc = checkpoint_encode(&acc, out, out_len);
     if (rc)
         err_set(err, errlen, rc, "%s", sluice_strerror(rc));
 out:
-    ckpt_release(&acc);
+    checkpoint_release(&acc);
     return rc;
 }
 

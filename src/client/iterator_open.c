@@ -108,7 +108,7 @@ static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t
 
 /* Checks a checkpoint against the read's options before anything is asked of the dispatcher;
  * fills in the dataset id and job name the options left out. */
-static int restore_check(const struct ckpt *ck, const struct sluice_read_options *o,
+static int restore_check(const struct checkpoint *ck, const struct sluice_read_options *o,
                          const char **dataset_id, const char **job_name, char *err, size_t errlen)
 {
     if (o->dataset_id && *o->dataset_id && strcmp(o->dataset_id, ck->dataset_id) != 0)
@@ -123,11 +123,11 @@ static int restore_check(const struct ckpt *ck, const struct sluice_read_options
 }
 
 /* The read starts where the checkpoint left off: both ledgers know what the reader had. */
-static int restore_seed(struct sluice_iterator *it, const struct ckpt *ck)
+static int restore_seed(struct sluice_iterator *it, const struct checkpoint *ck)
 {
-    int rc = ckpt_seed(&it->ledger, &ck->pos, true);
+    int rc = checkpoint_seed(&it->ledger, &ck->pos, true);
     if (rc == 0)
-        rc = ckpt_seed(&it->delivered, &ck->pos, false);
+        rc = checkpoint_seed(&it->delivered, &ck->pos, false);
     /* Deterministic: what the reader had of a split is a prefix of it (the canonical order); the
      * splits it had whole are passed over once the dispatcher says they are finished. */
     for (size_t i = 0; rc == 0 && it->det && i < ck->pos.n; i++) {
@@ -247,15 +247,15 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     int rc = check_options(o, err, errlen);
     if (rc)
         return rc;
-    struct ckpt ck;
-    ckpt_init(&ck);
+    struct checkpoint ck;
+    checkpoint_init(&ck);
     const char *dataset_opt = o->dataset_id, *job_opt = o->job_name;
     if (o->restore) {
-        rc = ckpt_decode(o->restore, o->restore_len, &ck, err, errlen);
+        rc = checkpoint_decode(o->restore, o->restore_len, &ck, err, errlen);
         if (rc == 0)
             rc = restore_check(&ck, o, &dataset_opt, &job_opt, err, errlen);
         if (rc) {
-            ckpt_release(&ck);
+            checkpoint_release(&ck);
             return rc;
         }
     }
@@ -284,14 +284,14 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
                      it->target == SLUICE_TARGET_WORKERS_AUTO);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
-        ckpt_release(&ck);
+        checkpoint_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
     }
     if (uv_cond_init(&it->cond) != 0) {
         uv_mutex_destroy(&it->mu);
         free(it);
-        ckpt_release(&ck);
+        checkpoint_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "condition variable: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
     }
@@ -343,7 +343,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         rc = iter_repeat_open(it, o, err, errlen);
         if (rc)
             goto fail;
-        ckpt_release(&ck);
+        checkpoint_release(&ck);
         *out = it;
         return 0;
     }
@@ -359,7 +359,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     if (rc)
         goto fail;
     it->det = it->det || o->deterministic;
-    it->def_hash = ckpt_def_hash(it->def, it->def_len);
+    it->def_hash = checkpoint_def_hash(it->def, it->def_len);
     if (o->restore && it->def_hash != ck.def_hash) {
         rc = err_set(err, errlen, SLUICE_ERR_INVALID,
                      "the checkpoint does not fit dataset '%s': its pipeline is not the one the "
@@ -432,12 +432,12 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     it->created_incarnation = it->job_incarnation;
     struct client_op start = {.run = iter_run_start, .user = it};
     client_submit(c, &start);
-    ckpt_release(&ck);
+    checkpoint_release(&ck);
     *out = it;
     return 0;
 
 fail:
-    ckpt_release(&ck);
+    checkpoint_release(&ck);
     iter_reader_stop(it);
     iter_reader_release(it);
     iter_free(it);

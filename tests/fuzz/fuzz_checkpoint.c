@@ -19,28 +19,28 @@
 
 static void one(const uint8_t *p, size_t n)
 {
-    struct ckpt c;
-    ckpt_init(&c);
+    struct checkpoint c;
+    checkpoint_init(&c);
     char err[SLUICE_ERRMSG_SIZE] = "";
-    int rc = ckpt_decode(p, n, &c, err, sizeof err);
+    int rc = checkpoint_decode(p, n, &c, err, sizeof err);
     if (rc < 0) {
         CHECK(err[0] != 0);
-        ckpt_release(&c);
+        checkpoint_release(&c);
         return;
     }
     uint8_t *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
-    if (ckpt_encode(&c, &a, &na) == 0) {
-        struct ckpt d;
-        ckpt_init(&d);
-        CHECK(ckpt_decode(a, na, &d, err, sizeof err) == 0);
-        CHECK(ckpt_encode(&d, &b, &nb) == 0);
+    if (checkpoint_encode(&c, &a, &na) == 0) {
+        struct checkpoint d;
+        checkpoint_init(&d);
+        CHECK(checkpoint_decode(a, na, &d, err, sizeof err) == 0);
+        CHECK(checkpoint_encode(&d, &b, &nb) == 0);
         CHECK(na == nb && memcmp(a, b, na) == 0);
-        ckpt_release(&d);
+        checkpoint_release(&d);
     }
     free(a);
     free(b);
-    ckpt_release(&c);
+    checkpoint_release(&c);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -18,12 +18,12 @@
 
 /* A position: splits [0, done_end) done, except 3 and 7 when done_end is above them, and a few
  * splits in flight above it. */
-static void make(struct ckpt *c, uint64_t done_end)
+static void make(struct checkpoint *c, uint64_t done_end)
 {
-    ckpt_init(c);
+    checkpoint_init(c);
     strcpy(c->dataset_id, "ds");
     strcpy(c->job_name, "");
-    c->flags = CKPT_DETERMINISTIC;
+    c->flags = CHECKPOINT_DETERMINISTIC;
     c->def_hash = 0x0123456789abcdefull;
     c->plan_hash = 0xfedcba9876543210ull;
     c->split_total = 100000000;
@@ -46,17 +46,17 @@ static void make(struct ckpt *c, uint64_t done_end)
 static void test_round_trip(void **state)
 {
     (void)state;
-    struct ckpt c, d;
+    struct checkpoint c, d;
     make(&c, 1000);
     uint8_t *b = NULL, *b2 = NULL;
     size_t n = 0, n2 = 0;
-    assert_int_equal(ckpt_encode(&c, &b, &n), 0);
-    ckpt_init(&d);
+    assert_int_equal(checkpoint_encode(&c, &b, &n), 0);
+    checkpoint_init(&d);
     char err[SLUICE_ERRMSG_SIZE];
-    assert_int_equal(ckpt_decode(b, n, &d, err, sizeof err), 0);
+    assert_int_equal(checkpoint_decode(b, n, &d, err, sizeof err), 0);
     assert_string_equal(d.dataset_id, "ds");
     assert_string_equal(d.job_name, "");
-    assert_int_equal(d.flags, CKPT_DETERMINISTIC);
+    assert_int_equal(d.flags, CHECKPOINT_DETERMINISTIC);
     assert_true(d.def_hash == c.def_hash && d.plan_hash == c.plan_hash);
     assert_true(d.split_total == 100000000 && d.delivered == 1000017);
     assert_int_equal(d.pos.done.n, 3);
@@ -64,34 +64,34 @@ static void test_round_trip(void **state)
     assert_int_equal(d.pos.n, 3);
     assert_true(d.pos.v[0].seq == 3 && d.pos.v[0].ended && d.pos.v[0].total == 1000);
     assert_true(d.pos.v[2].seq == 1002 && d.pos.v[2].got.n == 2 && d.pos.v[2].got.v[1].end == 9);
-    assert_int_equal(ckpt_encode(&d, &b2, &n2), 0);
+    assert_int_equal(checkpoint_encode(&d, &b2, &n2), 0);
     assert_int_equal(n, n2);
     assert_memory_equal(b, b2, n);
     free(b);
     free(b2);
-    ckpt_release(&c);
-    ckpt_release(&d);
+    checkpoint_release(&c);
+    checkpoint_release(&d);
 }
 
 /* At split 10 and at split 10,000,000 the same splits in flight take nearly the same bytes. */
 static void test_size_follows_splits_in_flight(void **state)
 {
     (void)state;
-    struct ckpt a, z;
+    struct checkpoint a, z;
     make(&a, 10);
     make(&z, 10000000);
     uint8_t *ba = NULL, *bz = NULL;
     size_t na = 0, nz = 0;
-    assert_int_equal(ckpt_encode(&a, &ba, &na), 0);
-    assert_int_equal(ckpt_encode(&z, &bz, &nz), 0);
+    assert_int_equal(checkpoint_encode(&a, &ba, &na), 0);
+    assert_int_equal(checkpoint_encode(&z, &bz, &nz), 0);
     printf("    checkpoint at split 10: %zu bytes, at split 10000000: %zu bytes\n", na, nz);
     /* Only the varints of the numbers grow (with their logarithm). */
     assert_true(nz <= na + 16);
     assert_true(nz < 100);
     free(ba);
     free(bz);
-    ckpt_release(&a);
-    ckpt_release(&z);
+    checkpoint_release(&a);
+    checkpoint_release(&z);
 }
 
 /* Re-seals body (without magic and checksum) as a checkpoint. */
@@ -107,25 +107,25 @@ static size_t seal(uint8_t *out, const uint8_t *body, size_t n)
 
 static void expect_refused(const uint8_t *p, size_t n, int code, const char *msg)
 {
-    struct ckpt c;
-    ckpt_init(&c);
+    struct checkpoint c;
+    checkpoint_init(&c);
     char err[SLUICE_ERRMSG_SIZE] = "";
-    int rc = ckpt_decode(p, n, &c, err, sizeof err);
+    int rc = checkpoint_decode(p, n, &c, err, sizeof err);
     if (rc != code || !strstr(err, msg))
         fail_msg("got %d '%s', wanted %d '%s'", rc, err, code, msg);
     assert_int_equal(c.pos.n, 0);
-    ckpt_release(&c);
+    checkpoint_release(&c);
 }
 
 static void test_refusals(void **state)
 {
     (void)state;
-    struct ckpt c;
+    struct checkpoint c;
     make(&c, 1000);
     uint8_t *b = NULL;
     size_t n = 0;
-    assert_int_equal(ckpt_encode(&c, &b, &n), 0);
-    ckpt_release(&c);
+    assert_int_equal(checkpoint_encode(&c, &b, &n), 0);
+    checkpoint_release(&c);
 
     expect_refused((const uint8_t *)"hello", 5, SLUICE_ERR_INVALID, "not a sluice checkpoint");
     expect_refused(b, 10, SLUICE_ERR_CORRUPT, "cut short");
