@@ -228,7 +228,7 @@ struct sworker {
 struct sim {
     uv_loop_t loop;
     const struct config *cfg;
-    struct sec_ctx *sec;
+    struct security_ctx *sec;
     char addr[128];
     unsigned nworkers, nclients, njobs;
     struct sworker *workers;
@@ -977,8 +977,9 @@ static void probe_reply(int status, const char *msg, const Sluice__Envelope *rep
 
 /* Time from starting the dispatcher on work_dir until it answers a client heartbeat of a client
  * from the state it recovered. */
-static double measure_restart(const struct config *cfg, struct sec_ctx *sec, const char *work_dir,
-                              const char *token, unsigned max_conns, const struct sclient *cl)
+static double measure_restart(const struct config *cfg, struct security_ctx *sec,
+                              const char *work_dir, const char *token, unsigned max_conns,
+                              const struct sclient *cl)
 {
     double t0 = now_s();
     struct dproc p;
@@ -1052,7 +1053,7 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     snprintf(sim->addr, sizeof sim->addr, "%s", p.addr);
     uv_loop_init(&sim->loop);
     struct sluice_security_options so = {.auth_token_file = token_path};
-    if (sec_ctx_new(&so, SEC_CLIENT, &sim->sec, err, sizeof err) < 0)
+    if (security_ctx_new(&so, SECURITY_CLIENT, &sim->sec, err, sizeof err) < 0)
         die("token", err);
     sim->workers = calloc(nworkers, sizeof *sim->workers);
     sim->clients = calloc(nclients, sizeof *sim->clients);
@@ -1216,7 +1217,7 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     free(sim->jobs);
     free(sim->workers);
     free(sim->clients);
-    sec_ctx_free(sim->sec);
+    security_ctx_free(sim->sec);
     free(sim);
 }
 

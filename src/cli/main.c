@@ -82,7 +82,7 @@ int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_opt
     const char *a = argv[*i];
     if (strcmp(a, "--insecure") == 0 || strncmp(a, "--", 2) != 0)
         return 0; /* --insecure is a server's */
-    int k = sec_parse_flag(sec, a, *i + 1 < argc ? argv[*i + 1] : NULL);
+    int k = security_parse_flag(sec, a, *i + 1 < argc ? argv[*i + 1] : NULL);
     if (k < 0) {
         cli_error("usage", "%s needs a %s", a,
                   strcmp(a, "--tls-worker-name") == 0 ? "name" : "file");

@@ -578,7 +578,7 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
     c->incarnation = rpc_new_incarnation();
     c->rnd = c->incarnation;
 
-    rc = sec_ctx_new(&options->security, SEC_CLIENT, &c->sec, err, errlen);
+    rc = security_ctx_new(&options->security, SECURITY_CLIENT, &c->sec, err, errlen);
     if (rc)
         goto fail_client;
     rc = bufpool_new(CLIENT_POOL_BYTES, CLIENT_POOL_MAX_BLOCK, &c->pool);
@@ -656,7 +656,7 @@ fail_registry:
 fail_pool:
     bufpool_free(c->pool);
 fail_sec:
-    sec_ctx_free(c->sec);
+    security_ctx_free(c->sec);
 fail_client:
     free(c);
     return rc;
@@ -680,7 +680,7 @@ void sluice_client_close(struct sluice_client *c)
     uv_mutex_destroy(&c->mu);
     pipe_registry_free(c->reg);
     bufpool_free(c->pool);
-    sec_ctx_free(c->sec);
+    security_ctx_free(c->sec);
     free(c);
 }
 

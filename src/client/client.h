@@ -54,7 +54,7 @@ struct client_waker {
     struct client_waker *prev, *next;
 };
 
-struct sec_ctx;
+struct security_ctx;
 
 struct sluice_client {
     char address[CLIENT_ADDR_MAX]; /* the dispatcher, as given */
@@ -65,7 +65,7 @@ struct sluice_client {
      * and given back by them when decoded. Any thread. */
     struct bufpool *pool;
     /* Authentication and TLS for every connection; read-only after open. */
-    struct sec_ctx *sec;
+    struct security_ctx *sec;
 
     uv_loop_t loop;
     uv_thread_t thread;

@@ -701,7 +701,7 @@ void http_server_close(struct http_server *srv, void (*cb)(void *user), void *us
 
 /* ---- the metrics server of an embedded dispatcher or worker -------------------------------- */
 
-int http_metrics_host(const struct sec_ctx *sec, const char *host, char **out, char *err,
+int http_metrics_host(const struct security_ctx *sec, const char *host, char **out, char *err,
                       size_t errlen)
 {
     *out = strdup(host ? host : "127.0.0.1");
@@ -709,21 +709,21 @@ int http_metrics_host(const struct sec_ctx *sec, const char *host, char **out, c
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
     char why[SLUICE_ERRMSG_SIZE];
-    int rc = sec_check_listen(sec, *out, why, sizeof why);
+    int rc = security_check_listen(sec, *out, why, sizeof why);
     if (rc < 0)
         return err_set(err, errlen, rc, "metrics: %s", why);
     return 0;
 }
 
 int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_cb render,
-                       void *user, const struct sec_ctx *sec, struct http_server **out, char *err,
-                       size_t errlen)
+                       void *user, const struct security_ctx *sec, struct http_server **out,
+                       char *err, size_t errlen)
 {
     char why[SLUICE_ERRMSG_SIZE];
     int rc = http_server_start(loop, host, port, render, user, out, why, sizeof why);
     if (rc < 0)
         return err_set(err, errlen, rc, "metrics: %s", why);
-    if (sec_has_token(sec))
+    if (security_has_token(sec))
         http_server_set_token(*out, sec->token, sec->token_len);
     return 0;
 }

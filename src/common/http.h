@@ -99,20 +99,20 @@ void http_server_close(struct http_server *srv, void (*cb)(void *user), void *us
 
 /* ---- the metrics server of an embedded dispatcher or worker -------------------------------- */
 
-struct sec_ctx; /* security.h */
+struct security_ctx; /* security.h */
 
 /* Copies host (NULL: "127.0.0.1") into *out (free it), where the metrics server will listen,
- * and applies sec's protected-by-default rule to it (sec_check_listen). Returns 0; or
+ * and applies sec's protected-by-default rule to it (security_check_listen). Returns 0; or
  * SLUICE_ERR_NOMEM with "start: why", or SLUICE_ERR_DENIED with "metrics: why", in err. After a
  * denial *out is set all the same. Runs on any thread. */
-int http_metrics_host(const struct sec_ctx *sec, const char *host, char **out, char *err,
+int http_metrics_host(const struct security_ctx *sec, const char *host, char **out, char *err,
                       size_t errlen);
 
 /* http_server_start, then, when sec (NULL allowed) has a token, http_server_set_token with it
  * (sec must outlive the server). A failure reads "metrics: why" in err. */
 int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_cb render,
-                       void *user, const struct sec_ctx *sec, struct http_server **out, char *err,
-                       size_t errlen);
+                       void *user, const struct security_ctx *sec, struct http_server **out,
+                       char *err, size_t errlen);
 
 /* ---- the request parser, pure and exposed for tests and fuzzing ---------------------------- */
 

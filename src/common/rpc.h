@@ -11,7 +11,7 @@
  * with SLUICE_ERR_UNAVAILABLE and the client reconnects on demand with exponential backoff and
  * jitter; a call that gets no reply in its timeout fails with SLUICE_ERR_TIMEOUT.
  *
- * Authentication: with a token (sec_ctx), the server hands no request to on_request and calls
+ * Authentication: with a token (security_ctx), the server hands no request to on_request and calls
  * no on_open before the peer has proved it holds the same token, and the client writes no call
  * before the server has. A failed authentication (or a TLS failure, which conn.h reports as
  * SLUICE_ERR_AUTH) is final for the calls waiting on that connection: they fail with

@@ -353,9 +353,9 @@ static void connected(struct rpc_client *cl, int status)
     }
     /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
     uint8_t nonce[AUTH_NONCE_LEN] = {0};
-    int rc = sec_has_token(cl->sec) ? auth_nonce(nonce) : 0;
+    int rc = security_has_token(cl->sec) ? auth_nonce(nonce) : 0;
     if (rc == 0) {
-        const struct sec_ctx *sec = cl->sec;
+        const struct security_ctx *sec = cl->sec;
         auth_hs_init(&cl->hs, AUTH_CLIENT, (uint32_t)cl->role, sec ? sec->token : NULL,
                      sec ? sec->token_len : 0, nonce);
         rc = conn_start(&cl->conn);
@@ -405,7 +405,7 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
         if (opened != 0)
             close(local_fd);
     }
-    if (sec_has_tls(cl->sec)) {
+    if (security_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
         char why[SLUICE_ERRMSG_SIZE];
         rc = conn_use_tls(&cl->conn, cl->sec->tls, cl->tls_name[0] ? cl->tls_name : cl->host, why,
@@ -547,7 +547,7 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     int port;
     if (opts->address == NULL)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: none given");
-    if (sec_has_tls(opts->sec) && !tls_ctx_dials(opts->sec->tls))
+    if (security_has_tls(opts->sec) && !tls_ctx_dials(opts->sec->tls))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: TLS needs --tls-ca to dial servers",
                        opts->address);
     if (strlen(opts->address) >= sizeof((struct rpc_client *)0)->address)

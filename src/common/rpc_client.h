@@ -36,7 +36,7 @@ struct rpc_client_opts {
     /* Authentication and TLS (security.h); NULL for neither. It outlives the client. With TLS
      * (which needs the client side of tls.h), every connection speaks TLS and verifies the
      * server's certificate against the host part of address, or against tls_name. */
-    const struct sec_ctx *sec;
+    const struct security_ctx *sec;
     /* NULL or "": verify the server's certificate against the host part of address; else against
      * this DNS name (a reader's --tls-worker-name). Copied. */
     const char *tls_name;

@@ -58,7 +58,7 @@ struct rpc_client {
     rpc_connect_cb on_connect;
     void *user;
     struct bufpool *pool;
-    const struct sec_ctx *sec;
+    const struct security_ctx *sec;
     struct auth_hs hs; /* the handshake of the current connection */
 
     enum client_state state;

@@ -534,7 +534,7 @@ static void conn_enlist(struct rpc_server *srv, struct rpc_conn *rc, const uint8
     srv->conns = rc;
     srv->nconns++;
     srv->handles++;
-    const struct sec_ctx *sec = srv->opts.sec;
+    const struct security_ctx *sec = srv->opts.sec;
     auth_hs_init(&rc->hs, AUTH_SERVER, (uint32_t)srv->opts.role, sec ? sec->token : NULL,
                  sec ? sec->token_len : 0, nonce);
     conn_set_max_frame(&rc->conn, RPC_HANDSHAKE_MAX_FRAME);
@@ -554,7 +554,7 @@ static void on_connection(uv_stream_t *listener, int status)
     /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
     uint8_t nonce[AUTH_NONCE_LEN] = {0};
     struct rpc_conn *rc = calloc(1, sizeof *rc);
-    if (rc == NULL || (sec_has_token(srv->opts.sec) && auth_nonce(nonce) != 0)) {
+    if (rc == NULL || (security_has_token(srv->opts.sec) && auth_nonce(nonce) != 0)) {
         log_warn("rpc: accept on %s:%d: %s", srv->host, srv->port,
                  rc ? "no random nonce" : "out of memory");
         free(rc);
@@ -573,7 +573,7 @@ static void on_connection(uv_stream_t *listener, int status)
     conn_enlist(srv, rc, nonce);
 
     err = uv_accept(listener, (uv_stream_t *)&rc->conn.tcp);
-    if (err == 0 && sec_has_tls(srv->opts.sec)) {
+    if (err == 0 && security_has_tls(srv->opts.sec)) {
         char why[SLUICE_ERRMSG_SIZE];
         err = conn_use_tls(&rc->conn, srv->opts.sec->tls, NULL, why, sizeof why);
         if (err != 0) {
@@ -611,7 +611,7 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link 
     struct rpc_conn *rc = calloc(1, sizeof *rc);
     if (rc == NULL)
         return adopt_refused(link, SLUICE_ERR_NOMEM);
-    if (sec_has_token(srv->opts.sec) && auth_nonce(nonce) != 0) {
+    if (security_has_token(srv->opts.sec) && auth_nonce(nonce) != 0) {
         free(rc);
         return adopt_refused(link, SLUICE_ERR_NOMEM);
     }
@@ -636,7 +636,7 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link 
         conn_close(&rc->conn);
         return err;
     }
-    if (sec_has_tls(srv->opts.sec)) {
+    if (security_has_tls(srv->opts.sec)) {
         char why[SLUICE_ERRMSG_SIZE];
         err = conn_use_tls(&rc->conn, srv->opts.sec->tls, NULL, why, sizeof why);
         if (err != 0)
@@ -702,7 +702,7 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: host name too long", addr);
     if (opts->port < 0 || opts->port > 65535)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "listen on %s: port out of range", addr);
-    if (sec_has_tls(opts->sec) && !tls_ctx_serves(opts->sec->tls))
+    if (security_has_tls(opts->sec) && !tls_ctx_serves(opts->sec->tls))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "listen on %s: TLS needs this server's --tls-cert and --tls-key", addr);
 

@@ -43,7 +43,7 @@
 
 struct rpc_server;
 struct rpc_conn; /* one accepted connection; reference counted */
-struct sec_ctx;
+struct security_ctx;
 
 /* Called for every request Envelope. req and everything it points to is valid only during the
  * call. The handler answers now or later with rpc_conn_reply*; to answer later it takes a
@@ -78,7 +78,7 @@ struct rpc_server_opts {
     void *user;
     /* Authentication and TLS (security.h); NULL for neither. It outlives the server. With TLS
      * (which needs the server side of tls.h), every accepted connection speaks TLS. */
-    const struct sec_ctx *sec;
+    const struct security_ctx *sec;
 };
 
 /* Binds and listens. On failure returns a negative code with "listen on HOST:PORT: why" in err

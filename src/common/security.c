@@ -14,7 +14,7 @@
 
 /* Reads the token file into s. Trailing newlines (and carriage returns) are not part of the
  * secret, so `echo secret > file` and `printf secret > file` give the same token. */
-static int load_token(struct sec_ctx *s, const char *path, char *err, size_t errlen)
+static int load_token(struct security_ctx *s, const char *path, char *err, size_t errlen)
 {
     snprintf(s->token_path, sizeof s->token_path, "%s", path);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -28,7 +28,8 @@ static int load_token(struct sec_ctx *s, const char *path, char *err, size_t err
             close(fd);
             if (more != 0)
                 return err_set(err, errlen, SLUICE_ERR_INVALID,
-                               "auth-token-file %s: longer than %d bytes", path, SEC_TOKEN_MAX);
+                               "auth-token-file %s: longer than %d bytes", path,
+                               SECURITY_TOKEN_MAX);
             break;
         }
         ssize_t r = read(fd, s->token + n, sizeof s->token - n);
@@ -47,22 +48,22 @@ static int load_token(struct sec_ctx *s, const char *path, char *err, size_t err
     }
     while (n > 0 && (s->token[n - 1] == '\n' || s->token[n - 1] == '\r'))
         n--;
-    if (n < SEC_TOKEN_MIN)
+    if (n < SECURITY_TOKEN_MIN)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "auth-token-file %s: the token has %zu bytes; at least %d are needed "
                        "(e.g. openssl rand -hex 32 > %s)",
-                       path, n, SEC_TOKEN_MIN, path);
+                       path, n, SECURITY_TOKEN_MIN, path);
     s->token_len = n;
     return 0;
 }
 
 /* tls_worker_name: a reader's, with TLS, and a name a certificate can hold (letters, digits, '-',
  * '.', a leading "*." is not one: the name is what is checked, not a pattern). */
-static int set_worker_name(struct sec_ctx *s, const char *name, char *err, size_t errlen)
+static int set_worker_name(struct security_ctx *s, const char *name, char *err, size_t errlen)
 {
     if (name == NULL || *name == '\0')
         return 0;
-    if (s->sides & SEC_SERVER)
+    if (s->sides & SECURITY_SERVER)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "tls-worker-name: only a reader verifies workers; a server takes no "
                        "--tls-worker-name");
@@ -86,20 +87,20 @@ static int set_worker_name(struct sec_ctx *s, const char *name, char *err, size_
     return 0;
 }
 
-int sec_ctx_new(const struct sluice_security_options *o, int sides, struct sec_ctx **out, char *err,
-                size_t errlen)
+int security_ctx_new(const struct sluice_security_options *o, int sides, struct security_ctx **out,
+                     char *err, size_t errlen)
 {
     static const struct sluice_security_options none;
     if (o == NULL)
         o = &none;
-    struct sec_ctx *s = calloc(1, sizeof *s);
+    struct security_ctx *s = calloc(1, sizeof *s);
     if (s == NULL)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "security: out of memory");
     s->sides = sides;
     s->insecure = o->insecure;
     const char *path = o->auth_token_file;
     if (path == NULL || *path == '\0') {
-        const char *env = getenv(SEC_ENV_TOKEN_FILE);
+        const char *env = getenv(SECURITY_ENV_TOKEN_FILE);
         path = env && *env ? env : NULL;
     }
     int rc = 0;
@@ -113,11 +114,11 @@ int sec_ctx_new(const struct sluice_security_options *o, int sides, struct sec_c
     return 0;
 
 fail:
-    sec_ctx_free(s);
+    security_ctx_free(s);
     return rc;
 }
 
-void sec_ctx_free(struct sec_ctx *s)
+void security_ctx_free(struct security_ctx *s)
 {
     if (s == NULL)
         return;
@@ -128,17 +129,17 @@ void sec_ctx_free(struct sec_ctx *s)
     free(s);
 }
 
-bool sec_has_token(const struct sec_ctx *s)
+bool security_has_token(const struct security_ctx *s)
 {
     return s != NULL && s->token_len > 0;
 }
 
-bool sec_has_tls(const struct sec_ctx *s)
+bool security_has_tls(const struct security_ctx *s)
 {
     return s != NULL && s->tls != NULL;
 }
 
-bool sec_is_loopback(const char *host)
+bool security_is_loopback(const char *host)
 {
     if (host == NULL || strcmp(host, "localhost") == 0)
         return true;
@@ -151,17 +152,17 @@ bool sec_is_loopback(const char *host)
     return false;
 }
 
-int sec_check_listen(const struct sec_ctx *s, const char *host, char *err, size_t errlen)
+int security_check_listen(const struct security_ctx *s, const char *host, char *err, size_t errlen)
 {
-    if (sec_is_loopback(host) || sec_has_token(s) || (s != NULL && s->insecure))
+    if (security_is_loopback(host) || security_has_token(s) || (s != NULL && s->insecure))
         return 0;
     return err_set(err, errlen, SLUICE_ERR_DENIED,
                    "listen on %s: refusing to serve beyond loopback without authentication: "
                    "give --auth-token-file (or set %s), or --insecure on a trusted network",
-                   host, SEC_ENV_TOKEN_FILE);
+                   host, SECURITY_ENV_TOKEN_FILE);
 }
 
-int sec_parse_flag(struct sluice_security_options *o, const char *name, const char *value)
+int security_parse_flag(struct sluice_security_options *o, const char *name, const char *value)
 {
     if (strcmp(name, "--insecure") == 0) {
         o->insecure = true;

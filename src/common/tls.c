@@ -192,10 +192,10 @@ int tls_ctx_new(const struct sluice_security_options *o, int sides, struct tls_c
     if (key && !cert)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "tls-key %s: given without --tls-cert",
                        key);
-    if ((sides & SEC_SERVER) && !cert)
+    if ((sides & SECURITY_SERVER) && !cert)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "tls-ca %s: a server needs --tls-cert and --tls-key to speak TLS", ca);
-    if ((sides & SEC_CLIENT) && !ca)
+    if ((sides & SECURITY_CLIENT) && !ca)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "tls-cert %s: TLS towards servers needs --tls-ca to verify them", cert);
     int rc;
@@ -209,7 +209,7 @@ int tls_ctx_new(const struct sluice_security_options *o, int sides, struct tls_c
     if (t == NULL)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "tls: out of memory");
     rc = SLUICE_ERR_NOMEM;
-    if (sides & SEC_SERVER) {
+    if (sides & SECURITY_SERVER) {
         if ((t->server = new_ctx(true, err, errlen)) == NULL)
             goto fail;
         if ((rc = load_identity(t->server, cert, key, err, errlen)) < 0)
@@ -217,7 +217,7 @@ int tls_ctx_new(const struct sluice_security_options *o, int sides, struct tls_c
         if (ca && (rc = load_ca(t->server, ca, true, err, errlen)) < 0)
             goto fail;
     }
-    if (sides & SEC_CLIENT) {
+    if (sides & SECURITY_CLIENT) {
         rc = SLUICE_ERR_NOMEM;
         if ((t->client = new_ctx(false, err, errlen)) == NULL)
             goto fail;

@@ -37,11 +37,11 @@ struct tls_session;
 
 /* Which ends of connections a context serves: a worker is both (it serves readers and dials
  * the dispatcher). */
-enum sec_side { SEC_CLIENT = 1, SEC_SERVER = 2 };
+enum security_side { SECURITY_CLIENT = 1, SECURITY_SERVER = 2 };
 
-/* Loads the TLS files of o for sides (enum sec_side bits). Returns 0 with *out NULL when o asks
- * for no TLS, 0 with a context, or SLUICE_ERR_INVALID (or a negative errno for a file that cannot
- * be opened) with "tls-cert PATH: why" (or tls-key, tls-ca) in err. */
+/* Loads the TLS files of o for sides (enum security_side bits). Returns 0 with *out NULL when o
+ * asks for no TLS, 0 with a context, or SLUICE_ERR_INVALID (or a negative errno for a file that
+ * cannot be opened) with "tls-cert PATH: why" (or tls-key, tls-ca) in err. */
 int tls_ctx_new(const struct sluice_security_options *o, int sides, struct tls_ctx **out, char *err,
                 size_t errlen);
 void tls_ctx_free(struct tls_ctx *t);

@@ -41,7 +41,7 @@ struct sluice_dispatcher {
     char *work_dir;
     char **worker_addresses;
     size_t nworker_addresses;
-    struct sec_ctx *sec;
+    struct security_ctx *sec;
     struct pipe_roots roots;
     struct dispatcher_opts opts;
     bool metrics;
@@ -127,7 +127,7 @@ static void free_object(struct sluice_dispatcher *s)
         free(s->worker_addresses[i]);
     free(s->worker_addresses);
     pipe_roots_release(&s->roots);
-    sec_ctx_free(s->sec);
+    security_ctx_free(s->sec);
     free(s->metrics_host);
     free(s->work_dir);
     free(s->host);
@@ -162,10 +162,10 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
             goto nomem;
         s->nworker_addresses++;
     }
-    int rc = sec_ctx_new(&o->security, SEC_SERVER, &s->sec, err, errlen);
+    int rc = security_ctx_new(&o->security, SECURITY_SERVER, &s->sec, err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = sec_check_listen(s->sec, s->host, err, errlen)) < 0)
+    if ((rc = security_check_listen(s->sec, s->host, err, errlen)) < 0)
         return rc;
     /* Resolved once, here: a missing root is a start error naming it. */
     if ((rc = pipe_roots_init(&s->roots, o->data_roots, o->ndata_roots, err, errlen)) < 0)
@@ -274,7 +274,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
         return err_set(err, errlen, SLUICE_ERR_SERVER, "%s", s->fatal_msg);
     }
     const char *host = dispatcher_host(s->d);
-    if (!pipe_roots_active(&s->roots) && !sec_is_loopback(s->host))
+    if (!pipe_roots_active(&s->roots) && !security_is_loopback(s->host))
         log_warn("serving beyond loopback without --data-root: datasets may name any file");
     rpc_format_address(s->target, sizeof s->target, host, dispatcher_port(s->d));
     if (s->http)

@@ -86,7 +86,7 @@ static const char usage[] =
     "                           (default 1000)\n"
     "  --max-jobs-per-address N refuse a read when the clients connecting from its address\n"
     "                           already hold N open, whatever incarnations they send\n"
-    "                           (default 1000)\n" SEC_USAGE_SERVER
+    "                           (default 1000)\n" SECURITY_USAGE_SERVER
     "  --help                   print this help\n"
     "  --version                print the version\n"
     "\n"
@@ -263,7 +263,7 @@ static int parse_args(int argc, char **argv, struct config *c)
             return -1;
         }
         long long v;
-        int sec = sec_parse_flag(&c->security, name, value);
+        int sec = security_parse_flag(&c->security, name, value);
         if (sec < 0) {
             fail("usage", "%s needs a value", name);
             return -1;

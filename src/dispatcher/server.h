@@ -48,7 +48,7 @@ struct dispatcher_opts {
     void *user;
     /* Authentication and TLS for the RPC port (common/security.h); NULL for neither. It
      * outlives the dispatcher. */
-    const struct sec_ctx *sec;
+    const struct security_ctx *sec;
     /* Connection limits of the RPC port (rpc_server_opts; 0: the defaults). */
     uint32_t handshake_timeout_ms;
     unsigned max_connections, max_handshakes;

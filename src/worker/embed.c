@@ -51,7 +51,7 @@ struct sluice_worker {
     char *host;
     char *advertise;
     struct sluice_registry *reg;
-    struct sec_ctx *sec;
+    struct security_ctx *sec;
     struct worker_opts opts;
     uint32_t drain_timeout_ms;
     bool metrics;
@@ -155,7 +155,7 @@ static void free_object(struct sluice_worker *s)
      * plugin's code included): the registry is then left to the process's end. */
     if (s->reg && task_abandoned_count() == 0)
         pipe_registry_free(s->reg);
-    sec_ctx_free(s->sec);
+    security_ctx_free(s->sec);
     free(s->metrics_host);
     free(s->advertise);
     free(s->host);
@@ -174,10 +174,11 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     if (!s->dispatcher || !s->host || (advertise && !s->advertise))
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "start: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
-    int rc = sec_ctx_new(&o->security, SEC_SERVER | SEC_CLIENT, &s->sec, err, errlen);
+    int rc =
+        security_ctx_new(&o->security, SECURITY_SERVER | SECURITY_CLIENT, &s->sec, err, errlen);
     if (rc < 0)
         return rc;
-    if ((rc = sec_check_listen(s->sec, s->host, err, errlen)) < 0)
+    if ((rc = security_check_listen(s->sec, s->host, err, errlen)) < 0)
         return rc;
     rc = pipe_registry_new(&s->reg);
     if (rc < 0)
@@ -311,7 +312,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
                            http_server_port(s->http));
     log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task", s->address,
              s->dispatcher, s->opts.threads);
-    if (s->unconfined_files && !sec_is_loopback(s->host))
+    if (s->unconfined_files && !security_is_loopback(s->host))
         log_warn("serving beyond loopback without --data-root: pipelines may read any file this "
                  "worker can read");
     return 0;

@@ -71,7 +71,7 @@ static const char usage[] =
     "  --max-buffer-bytes N  the most bytes the tasks' buffers hold together, counting each\n"
     "                        at its bound of 16 MiB; at least 16777216 (default 4294967296);\n"
     "                        a task past it fails at once with an error its readers get\n"
-    "  --log-level L         debug, info, warn, error or off (default info)\n" SEC_USAGE_SERVER
+    "  --log-level L         debug, info, warn, error or off (default info)\n" SECURITY_USAGE_SERVER
     "  --help                show this help\n"
     "  --version             print the version\n"
     "\n"
@@ -324,7 +324,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         case O_SEC_INSECURE: {
             char flag[32];
             snprintf(flag, sizeof flag, "--%s", longopts[li].name);
-            if (sec_parse_flag(&a->security, flag, optarg) < 0)
+            if (security_parse_flag(&a->security, flag, optarg) < 0)
                 return usage_error("%s: missing value", flag);
             break;
         }

@@ -84,7 +84,7 @@ struct worker_opts {
     uint64_t max_buffer_bytes;
     /* Authentication and TLS for both the server and the dispatcher connection
      * (common/security.h); NULL for neither. It outlives the worker. */
-    const struct sec_ctx *sec;
+    const struct security_ctx *sec;
     /* Connection limits of the RPC port (rpc_server_opts; 0: the defaults). */
     uint32_t handshake_timeout_ms;
     unsigned max_connections, max_handshakes;

@@ -23,7 +23,7 @@
 
 #define WAIT_MS 10000
 
-static struct sec_ctx *server_sec, *client_sec;
+static struct security_ctx *server_sec, *client_sec;
 
 struct end {
     struct conn conn;
@@ -300,16 +300,16 @@ static void test_held_frames_cancelled(void **state)
 static int setup(void **state)
 {
     (void)state;
-    server_sec = tls_test_sec("node", "ca", SEC_SERVER);
-    client_sec = tls_test_sec("node", "ca", SEC_CLIENT);
+    server_sec = tls_test_sec("node", "ca", SECURITY_SERVER);
+    client_sec = tls_test_sec("node", "ca", SECURITY_CLIENT);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    sec_ctx_free(server_sec);
-    sec_ctx_free(client_sec);
+    security_ctx_free(server_sec);
+    security_ctx_free(client_sec);
     tls_certs_cleanup();
     return 0;
 }

@@ -32,7 +32,7 @@
 #define WAIT_MS 10000
 
 /* NULL: plain TCP. The TLS group sets them for every server and client the fixtures make. */
-static struct sec_ctx *sec_server, *sec_client;
+static struct security_ctx *sec_server, *sec_client;
 
 /* ---- byte strings for raw sockets --------------------------------------------------------------
  */
@@ -1659,7 +1659,7 @@ static void test_tls_mismatch(void **state)
     struct server_fx fx;
     struct client_fx cfx;
 
-    struct sec_ctx *saved_server = sec_server, *saved_client = sec_client;
+    struct security_ctx *saved_server = sec_server, *saved_client = sec_client;
     sec_server = NULL;
     fx_start(&loop, &fx, 0);
     cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
@@ -1701,12 +1701,12 @@ static void test_tls_verification(void **state)
         {"node", "other", "ca", "tls: refused by the peer: "},
         {"node", NULL, "ca", "tls: refused by the peer: tlsv13 alert certificate required"},
     };
-    struct sec_ctx *saved_server = sec_server, *saved_client = sec_client;
+    struct security_ctx *saved_server = sec_server, *saved_client = sec_client;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uv_loop_t loop;
         assert_int_equal(uv_loop_init(&loop), 0);
-        sec_server = tls_test_sec(cases[i].server, "ca", SEC_SERVER);
-        sec_client = tls_test_sec(cases[i].client_cert, cases[i].client_ca, SEC_CLIENT);
+        sec_server = tls_test_sec(cases[i].server, "ca", SECURITY_SERVER);
+        sec_client = tls_test_sec(cases[i].client_cert, cases[i].client_ca, SECURITY_CLIENT);
         struct server_fx fx;
         fx_start(&loop, &fx, 0);
         struct client_fx cfx;
@@ -1716,8 +1716,8 @@ static void test_tls_verification(void **state)
         fx_close(&loop, &fx);
         assert_int_equal(fx.opens, 0);
         loop_finish(&loop);
-        sec_ctx_free(sec_server);
-        sec_ctx_free(sec_client);
+        security_ctx_free(sec_server);
+        security_ctx_free(sec_client);
     }
     sec_server = saved_server;
     sec_client = saved_client;
@@ -1742,15 +1742,15 @@ static void test_tls_dial_by_name(void **state)
 
 static int tls_group_setup(void **state)
 {
-    sec_server = tls_test_sec("node", "ca", SEC_SERVER);
-    sec_client = tls_test_sec("node", "ca", SEC_CLIENT);
+    sec_server = tls_test_sec("node", "ca", SECURITY_SERVER);
+    sec_client = tls_test_sec("node", "ca", SECURITY_CLIENT);
     return 0;
 }
 
 static int tls_group_teardown(void **state)
 {
-    sec_ctx_free(sec_server);
-    sec_ctx_free(sec_client);
+    security_ctx_free(sec_server);
+    security_ctx_free(sec_client);
     sec_server = sec_client = NULL;
     tls_certs_cleanup();
     return 0;

@@ -32,7 +32,7 @@
 #define SOURCE_BYTES (40u << 20)
 
 /* NULL in the plain run; the TLS settings of either end in the TLS run. */
-static struct sec_ctx *sec_server, *sec_client;
+static struct security_ctx *sec_server, *sec_client;
 
 static uint8_t *source;
 
@@ -433,11 +433,11 @@ int main(void)
         cmocka_unit_test(test_sent_runs_once_when_the_peer_dies),
     };
     int failed = cmocka_run_group_tests_name("plain", tests, NULL, cleanup);
-    sec_server = tls_test_sec("node", "ca", SEC_SERVER);
-    sec_client = tls_test_sec("node", "ca", SEC_CLIENT);
+    sec_server = tls_test_sec("node", "ca", SECURITY_SERVER);
+    sec_client = tls_test_sec("node", "ca", SECURITY_CLIENT);
     failed += cmocka_run_group_tests_name("tls", tests, NULL, cleanup);
-    sec_ctx_free(sec_server);
-    sec_ctx_free(sec_client);
+    security_ctx_free(sec_server);
+    security_ctx_free(sec_client);
     tls_certs_cleanup();
     return failed;
 }

@@ -57,7 +57,7 @@ static size_t largest_record(const struct pipe *p)
 }
 
 struct ends {
-    struct sec_ctx *server_sec, *client_sec;
+    struct security_ctx *server_sec, *client_sec;
     struct tls_session *server, *client;
     struct pipe to_server, to_client;
 };
@@ -66,8 +66,8 @@ static void ends_new(struct ends *e, const char *server_cert, const char *client
                      const char *client_ca, const char *host)
 {
     memset(e, 0, sizeof *e);
-    e->server_sec = tls_test_sec(server_cert, "ca", SEC_SERVER);
-    e->client_sec = tls_test_sec(client_cert, client_ca, SEC_CLIENT);
+    e->server_sec = tls_test_sec(server_cert, "ca", SECURITY_SERVER);
+    e->client_sec = tls_test_sec(client_cert, client_ca, SECURITY_CLIENT);
     char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(
         tls_session_new(e->server_sec->tls, NULL, sink, &e->to_client, &e->server, err, sizeof err),
@@ -81,8 +81,8 @@ static void ends_free(struct ends *e)
 {
     tls_session_free(e->server);
     tls_session_free(e->client);
-    sec_ctx_free(e->server_sec);
-    sec_ctx_free(e->client_sec);
+    security_ctx_free(e->server_sec);
+    security_ctx_free(e->client_sec);
     free(e->to_server.data);
     free(e->to_client.data);
 }

@@ -38,7 +38,7 @@ const char *tls_path(const char *file)
     return b;
 }
 
-struct sec_ctx *tls_test_sec(const char *name, const char *ca, int sides)
+struct security_ctx *tls_test_sec(const char *name, const char *ca, int sides)
 {
     char cert[512] = "", key[512] = "", cafile[512] = "";
     if (name) {
@@ -52,9 +52,9 @@ struct sec_ctx *tls_test_sec(const char *name, const char *ca, int sides)
         .tls_key = name ? key : NULL,
         .tls_ca = ca ? cafile : NULL,
     };
-    struct sec_ctx *s;
+    struct security_ctx *s;
     char err[SLUICE_ERRMSG_SIZE];
-    if (sec_ctx_new(&o, sides, &s, err, sizeof err) != 0) {
+    if (security_ctx_new(&o, sides, &s, err, sizeof err) != 0) {
         fprintf(stderr, "tls_test_sec: %s\n", err);
         exit(1);
     }
