@@ -4,7 +4,7 @@
 
 #include "iterator_internal.h"
 
-#include "common/local.h"
+#include "common/inproc.h"
 
 /* ---- loop thread: fetching elements ------------------------------------------------------- */
 
@@ -67,8 +67,8 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
         if (item->block) {
             item->data = r->payload.data;
             /* A block from an in-process worker goes back to the stock that worker takes its
-             * next ones from (common/local.h); any pool would accept it. */
-            struct bufpool *lp = rpc_client_local(rpc) ? local_pool() : NULL;
+             * next ones from (common/inproc.h); any pool would accept it. */
+            struct bufpool *lp = rpc_client_local(rpc) ? inproc_pool() : NULL;
             item->pool = lp ? lp : it->c->pool;
             return 0;
         }

@@ -10,7 +10,7 @@
 #include "bufpool.h"
 #include "error.h"
 #include "ewire.h"
-#include "local.h"
+#include "inproc.h"
 #include "rpc.h"
 #include "tls.h"
 
@@ -66,7 +66,7 @@ static void on_close(uv_handle_t *h)
     frame_decoder_release(&c->dec);
     free_deferred(c);
     conn_tls_release(c);
-    local_link_unref(c->link);
+    inproc_link_unref(c->link);
     c->link = NULL;
     c->ops->on_closed(c);
 }
@@ -162,7 +162,7 @@ static void deliver_linked(struct conn *c, struct ewire_reply *r)
 {
     void *block;
     size_t cap, len;
-    if (!local_link_pop(c->link, &block, &cap, &len)) {
+    if (!inproc_link_pop(c->link, &block, &cap, &len)) {
         conn_fail(c, SLUICE_ERR_PROTOCOL, "an in-process reply without its payload");
         return;
     }
@@ -172,7 +172,7 @@ static void deliver_linked(struct conn *c, struct ewire_reply *r)
     c->link_cap = cap;
     deliver_view(c, r, false);
     if (c->link_block) {
-        struct bufpool *p = local_pool();
+        struct bufpool *p = inproc_pool();
         if (p)
             bufpool_put(p, c->link_block, c->link_cap);
         else
@@ -462,7 +462,7 @@ static int send_linked(struct conn *c, uint64_t id, uint32_t count, bool eos, co
         free(f);
         return SLUICE_ERR_TOO_LARGE;
     }
-    struct bufpool *p = local_pool();
+    struct bufpool *p = inproc_pool();
     size_t cap = len;
     uint8_t *block = p ? bufpool_get(p, len, &cap) : malloc(len);
     if (block == NULL) {
@@ -474,7 +474,7 @@ static int send_linked(struct conn *c, uint64_t id, uint32_t count, bool eos, co
         memcpy(block + at, segs[i].base, segs[i].len);
         at += segs[i].len;
     }
-    if (local_link_push(c->link, block, cap, len) != 0) {
+    if (inproc_link_push(c->link, block, cap, len) != 0) {
         if (p)
             bufpool_put(p, block, cap);
         else

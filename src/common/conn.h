@@ -61,7 +61,7 @@
 
 struct auth_hs;
 struct bufpool;
-struct local_link;
+struct inproc_link;
 struct conn;
 struct tls_ctx;
 struct tls_session;
@@ -133,17 +133,17 @@ struct conn {
     bool sniffed;       /* the first bytes read have been checked for a TLS record */
     bool heard;         /* at least one byte has been read from the peer */
     bool tls_accepting; /* TLS: this end accepted the connection */
-    /* The stream is one end of an in-process socket pair (local.h), opened by the owner with
+    /* The stream is one end of an in-process socket pair (inproc.h), opened by the owner with
      * uv_tcp_open: conn_start sets no TCP option and asks for no peer address (the owner names
      * the peer). */
     bool local;
-    /* With local: the pair's link (local.h), one reference owned by the conn and dropped when
+    /* With local: the pair's link (inproc.h), one reference owned by the conn and dropped when
      * it closes; the owner sets it after conn_init. A GetElementsReply of at least
      * CONN_LINK_MIN payload bytes sent with conn_send_elements puts its payload on the link and
      * only its envelope, with an empty payload and a count above 0, on the socket; such an
      * envelope received is delivered with the link's next block as its payload, which
-     * conn_take_frame hands over (a block of local_pool()). */
-    struct local_link *link;
+     * conn_take_frame hands over (a block of inproc_pool()). */
+    struct inproc_link *link;
     void *link_block; /* during on_envelope: the block delivered, until taken */
     size_t link_cap;
     char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */

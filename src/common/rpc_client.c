@@ -33,7 +33,7 @@
 #include "backoff.h"
 #include "conn.h"
 #include "error.h"
-#include "local.h"
+#include "inproc.h"
 #include "log.h"
 #include "security.h"
 #include "tls.h"
@@ -371,14 +371,14 @@ static void connected(struct rpc_client *cl, int status)
 }
 
 /* Connects to addr, or with addr NULL opens local_fd, one end of an in-process socket pair
- * (local.h), which the handle owns from then on. */
+ * (inproc.h), which the handle owns from then on. */
 static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os_sock_t local_fd,
-                       struct local_link *link)
+                       struct inproc_link *link)
 {
     int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
     if (rc != 0 && !addr) {
         close(local_fd);
-        local_link_unref(link);
+        inproc_link_unref(link);
     }
     cl->conn.pool = cl->pool;
     /* The server's Hello and proof are small; nothing bigger is read before it proved itself. */
@@ -491,8 +491,8 @@ static void start_attempt(struct rpc_client *cl)
     /* A server in this process is reached without the network; one that has gone (or never
      * ran here) is dialled as usual. */
     uv_os_sock_t fd;
-    struct local_link *link;
-    if (cl->local && local_dial(cl->address, cl->local_incarnation, &fd, &link) == 0) {
+    struct inproc_link *link;
+    if (cl->local && inproc_dial(cl->address, cl->local_incarnation, &fd, &link) == 0) {
         connect_to(cl, NULL, fd, link);
         return;
     }

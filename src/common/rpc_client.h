@@ -41,7 +41,7 @@ struct rpc_client_opts {
      * this DNS name (a reader's --tls-worker-name). Copied. */
     const char *tls_name;
     /* Dial the server in this process first when one runs at address with incarnation
-     * local_incarnation (0: any; local.h): an in-process socket pair, no TCP. Every attempt
+     * local_incarnation (0: any; inproc.h): an in-process socket pair, no TCP. Every attempt
      * looks again, so a server that stopped is dialled over TCP as usual. */
     bool local;
     uint64_t local_incarnation;

@@ -69,7 +69,7 @@ struct rpc_client {
     uint32_t attempt; /* failed attempts since the last handshake */
     uint64_t rng;
     uint64_t peer_incarnation;
-    /* opts.local: dial the in-process server first (local.h); local_now: this connection is
+    /* opts.local: dial the in-process server first (inproc.h); local_now: this connection is
      * one. */
     bool local, local_now;
     uint64_t local_incarnation;

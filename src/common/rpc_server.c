@@ -33,7 +33,7 @@
  * handles, and is freed when that count reaches zero after rpc_server_close. */
 #include "rpc_server.h"
 #include "listen.h"
-#include "local.h"
+#include "inproc.h"
 
 #include "auth.h"
 #include "conn.h"
@@ -595,13 +595,13 @@ static void on_connection(uv_stream_t *listener, int status)
 }
 
 /* rpc_server_adopt before the connection exists: fails with code, releasing link. */
-static int adopt_refused(struct local_link *link, int code)
+static int adopt_refused(struct inproc_link *link, int code)
 {
-    local_link_unref(link);
+    inproc_link_unref(link);
     return code;
 }
 
-int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link *link)
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link *link)
 {
     if (srv->closing)
         return adopt_refused(link, SLUICE_ERR_CLOSED);

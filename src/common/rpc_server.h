@@ -102,14 +102,14 @@ unsigned rpc_server_max_connections(const struct rpc_server *srv);
 /* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */
 void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
 
-/* Serves fd, the accepted end of an in-process socket pair, and link, its link (local.h), as one
+/* Serves fd, the accepted end of an in-process socket pair, and link, its link (inproc.h), as one
  * more connection: the same handshake (token, TLS) and requests as a TCP connection, counted
  * against max_connections. Loop thread only. Takes the reference to link in every case. Returns
  * 0 once the connection owns fd (a failure after that closes it, and fd with it), or a negative
  * code with fd still the caller's: SLUICE_ERR_CLOSED while the server closes, SLUICE_ERR_LIMIT
  * at max_connections, SLUICE_ERR_NOMEM, or an error of libuv. */
-struct local_link;
-int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct local_link *link);
+struct inproc_link;
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link *link);
 
 /* Packs reply (the caller keeps ownership of it), sets its id, and queues it. Returns 0, or
  * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). Also, with the

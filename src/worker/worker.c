@@ -17,7 +17,7 @@
 
 #include "worker_internal.h"
 
-#include "common/local.h"
+#include "common/inproc.h"
 #include "common/rpc_metrics.h"
 #include "common/mode.h"
 
@@ -441,7 +441,7 @@ static void on_handle_closed(uv_handle_t *h)
     wmetrics_destroy(w->wm);
     for (size_t i = 0; i < w->nlocal_fds; i++) {
         close(w->local_fds[i].fd);
-        local_link_unref(w->local_fds[i].link);
+        inproc_link_unref(w->local_fds[i].link);
     }
     free(w->local_fds);
     uv_mutex_destroy(&w->local_mu);
@@ -463,9 +463,9 @@ static void maybe_finish_close(struct worker *w)
     uv_close((uv_handle_t *)&w->local_async, on_handle_closed);
 }
 
-/* local.h's accept callback, on a reader's thread with the registry locked: queue the end for
+/* inproc.h's accept callback, on a reader's thread with the registry locked: queue the end for
  * the loop thread. */
-static int local_accept(void *user, uv_os_sock_t fd, struct local_link *link)
+static int local_accept(void *user, uv_os_sock_t fd, struct inproc_link *link)
 {
     struct worker *w = user;
     uv_mutex_lock(&w->local_mu);
@@ -499,7 +499,7 @@ static void on_local_async(uv_async_t *a)
             return;
         if (w->closing || !w->srv_open) {
             close(p.fd);
-            local_link_unref(p.link);
+            inproc_link_unref(p.link);
             continue;
         }
         /* The link is rpc_server_adopt's in any case; fd is ours again when it fails. */
@@ -625,7 +625,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->wake.data = w->hb_timer.data = w->tick_timer.data = w->local_async.data = w;
     w->handles = 4;
     if (opts->in_process &&
-        local_register(w->address, w->incarnation, local_accept, w, &w->local) < 0)
+        inproc_register(w->address, w->incarnation, local_accept, w, &w->local) < 0)
         log_warn("in-process reads: out of memory; readers in this process use TCP");
     uv_timer_start(&w->hb_timer, worker_on_hb_timer, 0, w->hb_ms);
     w->tick_ms = WORKER_TICK_SLOW_MS;
@@ -712,7 +712,7 @@ void worker_close(struct worker *w, void (*cb)(void *user), void *user)
     w->close_cb = cb;
     w->close_user = user;
     /* No reader in this process hands over another end from here on. */
-    local_unregister(w->local);
+    inproc_unregister(w->local);
     w->local = NULL;
     uv_timer_stop(&w->hb_timer);
     uv_timer_stop(&w->tick_timer);

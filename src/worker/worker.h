@@ -88,7 +88,7 @@ struct worker_opts {
     /* Connection limits of the RPC port (rpc_server_opts; 0: the defaults). */
     uint32_t handshake_timeout_ms;
     unsigned max_connections, max_handshakes;
-    /* Serve readers in this process over in-process connections (common/local.h): the worker
+    /* Serve readers in this process over in-process connections (common/inproc.h): the worker
      * registers under its address and incarnation, and a reader in the same process that dials
      * it gets a socket pair instead of a TCP connection (an embedded worker). */
     bool in_process;

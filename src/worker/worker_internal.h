@@ -136,12 +136,12 @@ struct worker {
     /* In-process connections (worker_opts.in_process): the registry's entry, and the accepted
      * ends handed over by readers' threads (under local_mu), adopted on the loop thread when
      * local_async fires. */
-    struct local_entry *local;
+    struct inproc_entry *local;
     uv_async_t local_async;
     uv_mutex_t local_mu;
     struct local_pending {
         uv_os_sock_t fd;
-        struct local_link *link;
+        struct inproc_link *link;
     } * local_fds;
     size_t nlocal_fds, cap_local_fds;
     uv_timer_t hb_timer;

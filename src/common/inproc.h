@@ -18,57 +18,57 @@
  * worker process) inherits the table but not the server's threads, and dials over TCP.
  *
  * Thread-safe: a mutex guards the registry; the accept callback runs under it, so once
- * local_unregister returns the callback never runs again. */
-#ifndef SLUICE_COMMON_LOCAL_H
-#define SLUICE_COMMON_LOCAL_H
+ * inproc_unregister returns the callback never runs again. */
+#ifndef SLUICE_COMMON_INPROC_H
+#define SLUICE_COMMON_INPROC_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
-struct local_link;
+struct inproc_link;
 
 /* Takes one accepted end (fd) and a reference to its link on the server's behalf. Called on the
  * dialling thread with the registry's lock held: it must only hand them over (a queue and
  * uv_async_send) and return 0, or return a negative code without taking either. */
-typedef int (*local_accept_cb)(void *user, uv_os_sock_t fd, struct local_link *link);
+typedef int (*inproc_accept_cb)(void *user, uv_os_sock_t fd, struct inproc_link *link);
 
-struct local_entry;
+struct inproc_entry;
 
 /* Registers a server at address (copied) with its incarnation. Returns 0 and *out, or
  * SLUICE_ERR_NOMEM. */
-int local_register(const char *address, uint64_t incarnation, local_accept_cb cb, void *user,
-                   struct local_entry **out);
+int inproc_register(const char *address, uint64_t incarnation, inproc_accept_cb cb, void *user,
+                    struct inproc_entry **out);
 
 /* Takes the entry out of the registry and frees it; NULL is allowed. */
-void local_unregister(struct local_entry *e);
+void inproc_unregister(struct inproc_entry *e);
 
 /* Whether a server at address with that incarnation (0: any) runs in this process. */
-bool local_has(const char *address, uint64_t incarnation);
+bool inproc_has(const char *address, uint64_t incarnation);
 
 /* Dials the in-process server at address with that incarnation (0: any): makes a socket pair and
  * its link, hands one end (and a reference to the link) to the server and puts the other in *fd
  * and a reference in *link (the caller's). Returns 0, SLUICE_ERR_NOT_FOUND when no such server
  * is registered, SLUICE_ERR_NOMEM, or a negative errno. */
-int local_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd,
-               struct local_link **link);
+int inproc_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd,
+                struct inproc_link **link);
 
 /* Drops a reference to a link; the last one frees it with the blocks still queued. NULL is
  * fine. Any thread. */
-void local_link_unref(struct local_link *link);
+void inproc_link_unref(struct inproc_link *link);
 
 /* Queues a block (cap bytes allocated, the first len of them the payload); the link owns it
  * from then on. Returns 0 or SLUICE_ERR_NOMEM (the block is still the caller's). Any thread. */
-int local_link_push(struct local_link *link, void *block, size_t cap, size_t len);
+int inproc_link_push(struct inproc_link *link, void *block, size_t cap, size_t len);
 
 /* Takes the oldest queued block: returns true with the block (the caller's from then on), its
  * cap and its len, or false when none is queued. Any thread. */
-bool local_link_pop(struct local_link *link, void **block, size_t *cap, size_t *len);
+bool inproc_link_pop(struct inproc_link *link, void **block, size_t *cap, size_t *len);
 
 /* The process's stock of payload blocks (bufpool.h): the server's end takes blocks from it and
  * the reader gives them back once read, so a stream of large replies reuses the same memory.
  * Created on first use and kept for the life of the process; NULL when that failed (out of
  * memory): the ends then use malloc and free. */
-struct bufpool *local_pool(void);
+struct bufpool *inproc_pool(void);
 
 #endif

@@ -1,6 +1,6 @@
-/* The registry of in-process servers: see local.h. */
+/* The registry of in-process servers: see inproc.h. */
 
-#include "local.h"
+#include "inproc.h"
 
 #include "bufpool.h"
 #include "error.h"
@@ -12,11 +12,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-struct local_entry {
-    struct local_entry *next;
+struct inproc_entry {
+    struct inproc_entry *next;
     char *address;
     uint64_t incarnation;
-    local_accept_cb cb;
+    inproc_accept_cb cb;
     void *user;
     pid_t pid; /* the process that registered it */
 };
@@ -28,14 +28,14 @@ struct link_block {
     size_t cap, len;
 };
 
-struct local_link {
+struct inproc_link {
     pthread_mutex_t mu;
     unsigned refs;
     struct link_block *head, *tail;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct local_entry *entries;
+static struct inproc_entry *entries;
 
 /* Socket buffers of the pair: room for a few large replies in flight. */
 #define LOCAL_SOCKET_BUFFER (4 << 20)
@@ -59,11 +59,11 @@ static void atfork_install(void)
     (void)pthread_atfork(fork_prepare, fork_done, fork_done);
 }
 
-int local_register(const char *address, uint64_t incarnation, local_accept_cb cb, void *user,
-                   struct local_entry **out)
+int inproc_register(const char *address, uint64_t incarnation, inproc_accept_cb cb, void *user,
+                    struct inproc_entry **out)
 {
     pthread_once(&atfork_once, atfork_install);
-    struct local_entry *e = calloc(1, sizeof *e);
+    struct inproc_entry *e = calloc(1, sizeof *e);
     if (!e || !(e->address = strdup(address))) {
         free(e);
         return SLUICE_ERR_NOMEM;
@@ -80,12 +80,12 @@ int local_register(const char *address, uint64_t incarnation, local_accept_cb cb
     return 0;
 }
 
-void local_unregister(struct local_entry *e)
+void inproc_unregister(struct inproc_entry *e)
 {
     if (!e)
         return;
     pthread_mutex_lock(&mu);
-    for (struct local_entry **p = &entries; *p; p = &(*p)->next) {
+    for (struct inproc_entry **p = &entries; *p; p = &(*p)->next) {
         if (*p == e) {
             *p = e->next;
             break;
@@ -99,10 +99,10 @@ void local_unregister(struct local_entry *e)
 /* The entry of address and incarnation (0: any); mu held. A child forked from the process that
  * registered a server inherits the table but not the server's thread: the entries are the
  * parent's, and the child dials that server over TCP like any other process. */
-static struct local_entry *find(const char *address, uint64_t incarnation)
+static struct inproc_entry *find(const char *address, uint64_t incarnation)
 {
     pid_t self = getpid();
-    for (struct local_entry *e = entries; e; e = e->next) {
+    for (struct inproc_entry *e = entries; e; e = e->next) {
         if (e->pid == self && strcmp(e->address, address) == 0 &&
             (incarnation == 0 || e->incarnation == incarnation))
             return e;
@@ -110,7 +110,7 @@ static struct local_entry *find(const char *address, uint64_t incarnation)
     return NULL;
 }
 
-bool local_has(const char *address, uint64_t incarnation)
+bool inproc_has(const char *address, uint64_t incarnation)
 {
     pthread_mutex_lock(&mu);
     bool found = find(address, incarnation) != NULL;
@@ -131,15 +131,15 @@ static void pool_create(void)
         pool = NULL;
 }
 
-struct bufpool *local_pool(void)
+struct bufpool *inproc_pool(void)
 {
     pthread_once(&pool_once, pool_create);
     return pool;
 }
 
-static struct local_link *link_new(void)
+static struct inproc_link *link_new(void)
 {
-    struct local_link *l = calloc(1, sizeof *l);
+    struct inproc_link *l = calloc(1, sizeof *l);
     if (!l)
         return NULL;
     pthread_mutex_init(&l->mu, NULL);
@@ -147,7 +147,7 @@ static struct local_link *link_new(void)
     return l;
 }
 
-void local_link_unref(struct local_link *l)
+void inproc_link_unref(struct inproc_link *l)
 {
     if (!l)
         return;
@@ -156,7 +156,7 @@ void local_link_unref(struct local_link *l)
     pthread_mutex_unlock(&l->mu);
     if (!last)
         return;
-    struct bufpool *p = local_pool();
+    struct bufpool *p = inproc_pool();
     while (l->head) {
         struct link_block *b = l->head;
         l->head = b->next;
@@ -170,7 +170,7 @@ void local_link_unref(struct local_link *l)
     free(l);
 }
 
-int local_link_push(struct local_link *l, void *block, size_t cap, size_t len)
+int inproc_link_push(struct inproc_link *l, void *block, size_t cap, size_t len)
 {
     struct link_block *b = malloc(sizeof *b);
     if (!b)
@@ -186,7 +186,7 @@ int local_link_push(struct local_link *l, void *block, size_t cap, size_t len)
     return 0;
 }
 
-bool local_link_pop(struct local_link *l, void **block, size_t *cap, size_t *len)
+bool inproc_link_pop(struct inproc_link *l, void **block, size_t *cap, size_t *len)
 {
     pthread_mutex_lock(&l->mu);
     struct link_block *b = l->head;
@@ -205,14 +205,14 @@ bool local_link_pop(struct local_link *l, void **block, size_t *cap, size_t *len
     return true;
 }
 
-int local_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd,
-               struct local_link **link)
+int inproc_dial(const char *address, uint64_t incarnation, uv_os_sock_t *fd,
+                struct inproc_link **link)
 {
-    struct local_link *l = link_new();
+    struct inproc_link *l = link_new();
     if (!l)
         return SLUICE_ERR_NOMEM;
     pthread_mutex_lock(&mu);
-    struct local_entry *e = find(address, incarnation);
+    struct inproc_entry *e = find(address, incarnation);
     if (!e) {
         pthread_mutex_unlock(&mu);
         free(l);

@@ -1,6 +1,6 @@
 /* A pipeline run in the calling process: parse, check, open, pull. The run owns its registry
  * (with the plugins it was given), so it needs no client and no network. */
-#include "local.h"
+#include "local_run.h"
 
 #include "common/error.h"
 #include "pipeline/element.h"
