@@ -6,7 +6,7 @@
  * (a checksum of its first and last values), and the checksums must agree.
  *
  *   bench_engine [N] [ROUNDS]      defaults: N = 50000000, ROUNDS = 3 (the best round counts) */
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 

@@ -26,6 +26,7 @@
 #include "pipeline/element.h"
 #include "pipeline/format.h"
 #include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/prefetch.h"
 #include "pipeline/registry.h"
 #include "pipeline/parse.h"

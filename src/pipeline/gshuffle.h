@@ -17,6 +17,7 @@
 #define SLUICE_PIPELINE_GSHUFFLE_H
 
 #include "iter.h"
+#include "spec.h"
 
 #include <stddef.h>
 #include <stdint.h>

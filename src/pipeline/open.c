@@ -5,13 +5,14 @@
  * build() then turns (plan, first nops ops) into an iterator chain; repeat calls it again for
  * every pass, so re-opening an upstream is the same code as opening it. A prefetch splits the
  * chain: the ops below it are built under the prefetch's own context. */
-#include "iter.h"
+#include "open.h"
 
 #include "batch.h"
 #include "common/error.h"
 #include "dist.h"
 #include "files.h"
 #include "gshuffle.h"
+#include "iter.h"
 #include "map.h"
 #include "prefetch.h"
 #include "registry.h"

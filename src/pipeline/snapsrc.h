@@ -19,6 +19,7 @@
 #define SLUICE_PIPELINE_SNAPSRC_H
 
 #include "iter.h"
+#include "spec.h"
 
 #include <stddef.h>
 

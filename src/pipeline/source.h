@@ -7,6 +7,7 @@
 #define SLUICE_PIPELINE_SOURCE_H
 
 #include "iter.h"
+#include "spec.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,6 +10,7 @@
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
 #include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/split.h"
 
 #include <stdatomic.h>

@@ -7,6 +7,7 @@
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
 #include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/registry.h"
 #include "pipeline/roots.h"
 #include "pipeline/snapshot.h"

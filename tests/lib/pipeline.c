@@ -7,7 +7,7 @@
 #include "lib/pipeline.h"
 
 #include "pipeline/format.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 
 #include <stdio.h>

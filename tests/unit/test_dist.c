@@ -13,6 +13,7 @@
 #include "pipeline/dist.h"
 #include "pipeline/format.h"
 #include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 #include "pipeline/split.h"

@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "pipeline/element.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 

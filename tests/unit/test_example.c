@@ -16,7 +16,7 @@
 #include "pipeline/example.h"
 #include "pipeline/files.h"
 #include "pipeline/format.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 

@@ -19,6 +19,7 @@
 #include "pipeline/format.h"
 #include "pipeline/gshuffle.h"
 #include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 #include "pipeline/split.h"

@@ -8,7 +8,7 @@
 #include "lib/pipeline.h"
 
 #include "common/error.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 #include "pipeline/source.h"

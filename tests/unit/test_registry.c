@@ -7,7 +7,7 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 

@@ -17,7 +17,7 @@
 #include "pipeline/element.h"
 #include "pipeline/files.h"
 #include "pipeline/format.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 #include "pipeline/roots.h"

@@ -13,7 +13,7 @@
 
 #include "common/error.h"
 #include "pipeline/files.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 #include "pipeline/split.h"

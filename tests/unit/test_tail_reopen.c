@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
 #include "sluice/sluice.h"

@@ -23,7 +23,7 @@
 #include "pipeline/registry.h"
 #include "pipeline/snapshot.h"
 #include "pipeline/split.h"
-#include "pipeline/iter.h"
+#include "pipeline/open.h"
 #include "worker/task.h"
 
 #define WAIT_LIMIT_MS 20000
