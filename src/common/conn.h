@@ -48,7 +48,7 @@
 #ifndef SLUICE_COMMON_CONN_H
 #define SLUICE_COMMON_CONN_H
 
-#include "frame.h"
+#include "common/frame.h"
 #include "wire.pb-c.h"
 
 #include <stdbool.h>

@@ -23,7 +23,7 @@
 #ifndef SLUICE_COMMON_LOOP_THREAD_H
 #define SLUICE_COMMON_LOOP_THREAD_H
 
-#include "log.h"
+#include "common/log.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -23,8 +23,8 @@
 #ifndef SLUICE_DISPATCHER_JOURNAL_THREAD_H
 #define SLUICE_DISPATCHER_JOURNAL_THREAD_H
 
-#include "recovery.h"
-#include "state.h"
+#include "dispatcher/recovery.h"
+#include "dispatcher/state.h"
 
 #include "journal/journal.h"
 #include "journal/verify.h"

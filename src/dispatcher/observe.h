@@ -61,9 +61,9 @@
 #ifndef SLUICE_DISPATCHER_OBSERVE_H
 #define SLUICE_DISPATCHER_OBSERVE_H
 
-#include "autoscale.h"
-#include "state.h"
-#include "status.h"
+#include "dispatcher/autoscale.h"
+#include "dispatcher/state.h"
+#include "dispatcher/status.h"
 
 #include "wire.pb-c.h"
 

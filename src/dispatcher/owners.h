@@ -10,7 +10,7 @@
 #ifndef SLUICE_DISPATCHER_OWNERS_H
 #define SLUICE_DISPATCHER_OWNERS_H
 
-#include "state.h"
+#include "dispatcher/state.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
 #ifndef SLUICE_DISPATCHER_RECOVERY_H
 #define SLUICE_DISPATCHER_RECOVERY_H
 
-#include "state.h"
+#include "dispatcher/state.h"
 
 #include "journal/journal.h"
 #include "journal/verify.h"

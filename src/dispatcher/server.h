@@ -13,7 +13,7 @@
 #ifndef SLUICE_DISPATCHER_SERVER_H
 #define SLUICE_DISPATCHER_SERVER_H
 
-#include "intervals.h"
+#include "dispatcher/intervals.h"
 
 #include <stdbool.h>
 #include <stddef.h>
