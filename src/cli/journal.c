@@ -18,7 +18,7 @@
 #include "cli.h"
 
 #include "common/error.h"
-#include "dispatcher/journal_thread.h"
+#include "dispatcher/recovery.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal/backup.h"

@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 #include "common/sha256.h"
-#include "dispatcher/server.h"
+#include "dispatcher/intervals.h"
 #include "dispatcher/status.h"
 
 #include <inttypes.h>
