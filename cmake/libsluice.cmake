@@ -30,8 +30,7 @@ set_target_properties(sluice_shared PROPERTIES
   VERSION ${PROJECT_VERSION}
   SOVERSION ${PROJECT_VERSION_MAJOR}
   LINK_DEPENDS ${SLUICE_MAP})
-target_include_directories(sluice_shared INTERFACE ${CMAKE_SOURCE_DIR}/include
-                           ${CMAKE_BINARY_DIR}/include)
+target_include_directories(sluice_shared INTERFACE ${SLUICE_API_INCLUDE_DIRS})
 target_link_libraries(sluice_shared PRIVATE PkgConfig::UV PkgConfig::PROTOBUFC PkgConfig::LMDB
                       PkgConfig::JANSSON ${SNAPPY_LIB} PkgConfig::ZLIB PkgConfig::LIBARCHIVE
                       PkgConfig::TURBOJPEG OpenSSL::SSL OpenSSL::Crypto Threads::Threads
