@@ -8,7 +8,7 @@
 
 #include "auth.h"
 #include "conn.h"
-#include "error.h"
+#include "common/error.h"
 
 #include <stdbool.h>
 #include <stddef.h>
