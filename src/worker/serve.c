@@ -790,16 +790,16 @@ void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *u
         free(q);
     }
     for (struct wtask *wt = w->tasks; wt; wt = wt->next) {
-        struct waiter **pp = &wt->wait_head;
+        struct waiter **wpp = &wt->wait_head;
         struct waiter *prev = NULL;
-        while (*pp) {
-            struct waiter *q = *pp;
+        while (*wpp) {
+            struct waiter *q = *wpp;
             if (q->conn != conn) {
                 prev = q;
-                pp = &q->next;
+                wpp = &q->next;
                 continue;
             }
-            waiter_unlink(w, wt, pp, prev);
+            waiter_unlink(w, wt, wpp, prev);
         }
         task_set_waiting(wt->task, wt->nwait > 0);
     }

@@ -202,13 +202,13 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         if (p->skip_left)
             p->skip_left--;
         if (!compress) {
-            size_t size = 0;
-            rc = append_external(p, &size);
+            size_t encoded = 0;
+            rc = append_external(p, &encoded);
             if (rc == SLUICE_ERR_TOO_LARGE) {
                 uv_mutex_unlock(&p->mu);
                 return err_set(err, errlen, rc,
                                "an element of %zu bytes encoded is over the limit of %u bytes",
-                               size, TASK_MAX_RECORD);
+                               encoded, TASK_MAX_RECORD);
             }
             if (rc == SLUICE_ERR_CANCELLED) {
                 uv_mutex_unlock(&p->mu);
@@ -231,13 +231,13 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         if (rc == 0 && c->data.len - before > TASK_MAX_RECORD)
             rc = SLUICE_ERR_TOO_LARGE;
         if (rc < 0) {
-            size_t size = c->data.len - before;
+            size_t encoded = c->data.len - before;
             c->data.len = before;
             uv_mutex_unlock(&p->mu);
             if (rc == SLUICE_ERR_TOO_LARGE)
                 return err_set(err, errlen, rc,
                                "an element of %zu bytes encoded is over the limit of %u bytes",
-                               size, TASK_MAX_RECORD);
+                               encoded, TASK_MAX_RECORD);
             return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
         }
         p->tag.pos++;

@@ -600,10 +600,10 @@ const char *harness_run(struct harness *h, const char *line)
         /* save DATASET PATH [total=N|inf] [endless]: a save with a plan of N one-element splits
          * (none without total) of a pipeline that ends unless endless. */
         struct split_plan plan = {0}, *pp = opt_total(words, nw, &plan);
-        uint64_t save = 0;
+        uint64_t save_id = 0;
         rc = plan_save_start(&h->s, words[1], strcmp(words[2], "''") == 0 ? "" : words[2], pp,
-                             opt(words, nw, "endless") != NULL, &save, &h->ups, err, sizeof err);
-        snprintf(outs, sizeof outs, "save=%" PRIu64, save);
+                             opt(words, nw, "endless") != NULL, &save_id, &h->ups, err, sizeof err);
+        snprintf(outs, sizeof outs, "save=%" PRIu64, save_id);
     } else if (strcmp(cmd, "saved") == 0) {
         rc = plan_save_finished(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "savefail") == 0) {

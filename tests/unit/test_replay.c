@@ -160,8 +160,8 @@ static void random_request(struct run *r, uint64_t *x)
                                        .endless = true,
                                        .owner = owner,
                                        .plan = &plan};
-        struct plan_job_result ids;
-        rc = plan_get_or_create_job(s, &job, &ids, &r->ups, err, sizeof err);
+        struct plan_job_result job_ids;
+        rc = plan_get_or_create_job(s, &job, &job_ids, &r->ups, err, sizeof err);
         /* The shell's part: most new iterations get a secret (the others stand for iterations
          * of an older journal), which the journal and snapshots must carry. */
         for (size_t i = 0; rc == 0 && i < r->ups.n; i++) {
