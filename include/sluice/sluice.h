@@ -178,6 +178,10 @@ int sluice_element_set_float64(struct sluice_element *elem, size_t i, double val
  * arguments after returning. */
 struct sluice_registry;
 
+/* The plugin's entry point above: defined by each plugin, never by libsluice. Declared here so
+ * that a plugin's definition is checked against it. */
+int sluice_plugin_init(struct sluice_registry *registry);
+
 /* The literal arguments after the function name: map(fn, 1, 2.5, "x"). */
 struct sluice_fn_args;
 

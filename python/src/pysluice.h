@@ -16,6 +16,9 @@
 
 #define PYS_SLICE_MS 100
 
+/* module.c: the module's entry point, which the interpreter calls on import. */
+PyMODINIT_FUNC PyInit__sluice(void);
+
 /* The exception classes (module.c): Error and its subclasses by code. */
 extern PyObject *pys_error;
 
