@@ -457,11 +457,10 @@ static int list_count(const uint8_t *d, size_t start, size_t end, int kind, uint
 }
 
 static int feature_fail(char *err, size_t errlen, int code, const struct pipe_feature_spec *s,
-                        const char *fmt, const char *detail)
+                        const char *why)
 {
-    char why[SLUICE_ERRMSG_SIZE];
-    snprintf(why, sizeof(why), fmt, detail);
-    return err_set(err, errlen, code, "feature '%.*s': %s", (int)s->name_len, s->name, why);
+    return err_set(err, errlen, code, "feature '%.*s': malformed: %s", (int)s->name_len, s->name,
+                   why);
 }
 
 /* Finds the final kind of the entry's feature and counts its values. */
@@ -490,7 +489,7 @@ static int feature_count(const uint8_t *d, const struct entry *ent,
             if (f.num < 1 || f.num > 3)
                 continue;
             if (f.wt != WT_LEN)
-                return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, "malformed: %s",
+                return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s,
                                     "a list that is not a message");
             if ((int)f.num != run->kind) {
                 run->kind = (int)f.num;
@@ -499,14 +498,14 @@ static int feature_count(const uint8_t *d, const struct entry *ent,
                 *count = *bytes = 0;
             }
             if (list_count(d, f.start, f.start + f.len, run->kind, count, bytes, &why) < 0)
-                return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, "malformed: %s", why);
+                return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, why);
         }
         if (r2 < 0)
-            return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, "malformed: %s", why);
+            return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, why);
         occ++;
     }
     if (r < 0)
-        return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, "malformed: %s", why);
+        return feature_fail(err, errlen, SLUICE_ERR_CORRUPT, s, why);
     return 0;
 }
 

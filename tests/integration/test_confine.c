@@ -16,6 +16,7 @@
 #include "lib/cluster.h"
 #include "lib/file.h"
 #include "lib/proc.h"
+#include "lib/text.h"
 #include "lib/tmp.h"
 #include "pipeline/roots.h"
 #include "pipeline/spec.h"
@@ -321,7 +322,7 @@ static void test_registration_refused(void **state)
         if (cases[i].which == 2)
             snprintf(glob, sizeof glob, "%s", cases[i].fmt);
         else
-            snprintf(glob, sizeof glob, cases[i].fmt, from);
+            text_format(glob, sizeof glob, cases[i].fmt, from);
         const char *resolved = strcmp(cases[i].resolved_fmt, "secret") == 0 ? secret
                                : strcmp(cases[i].resolved_fmt, "glob") == 0 ? glob
                                : strcmp(cases[i].resolved_fmt, "base") == 0 ? base

@@ -11,6 +11,7 @@
 
 #include "lib/cluster.h"
 #include "lib/file.h"
+#include "lib/text.h"
 #include "lib/tmp.h"
 
 #include "sluice/server.h"
@@ -126,7 +127,7 @@ static char *lines_of(long count, int times, const char *fmt, long (*f)(long))
     text[0] = '\0';
     for (long i = 0; i < count; i++)
         for (int t = 0; t < times; t++)
-            len += (size_t)snprintf(text + len, cap - len, fmt, f(i));
+            len += (size_t)text_format(text + len, cap - len, fmt, f(i));
     return text;
 }
 

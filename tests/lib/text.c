@@ -6,8 +6,21 @@
 
 #include "lib/text.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+int text_format(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+    int n = vsnprintf(buf, len, fmt, ap);
+#pragma GCC diagnostic pop
+    va_end(ap);
+    return n;
+}
 
 static int cmp_str(const void *a, const void *b)
 {

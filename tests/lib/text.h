@@ -16,4 +16,8 @@ size_t count_lines(const char *text);
 #define assert_contains(text, want) assert_contains_at((text), (want), __FILE__, __LINE__)
 void assert_contains_at(const char *text, const char *want, const char *file, int line);
 
+/* snprintf for a format that is data, which the compiler cannot check (a table of pipeline texts
+ * with %s for a directory): the one place the tests hand printf a format that is no literal. */
+int text_format(char *buf, size_t len, const char *fmt, ...);
+
 #endif

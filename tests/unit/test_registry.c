@@ -6,6 +6,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/text.h"
+
 #include "common/error.h"
 #include "pipeline/open.h"
 #include "pipeline/parse.h"
@@ -303,7 +305,7 @@ static void test_file_sources_cancelled(void **state)
 
     const char *fmt[] = {"lines(\"%s/*.txt\")", "tar(\"%s/*.tar\", \"jpg\", \"cls\")"};
     for (int k = 0; k < 2; k++) {
-        snprintf(text, sizeof text, fmt[k], dir);
+        text_format(text, sizeof text, fmt[k], dir);
         for (int cancel = 0; cancel < 2; cancel++) {
             struct pipe_spec *spec;
             assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), 0);

@@ -11,6 +11,7 @@
 #include "lib/clock.h"
 #include "lib/file.h"
 #include "lib/pipeline.h"
+#include "lib/text.h"
 #include "lib/tmp.h"
 
 #include "common/crc32c.h"
@@ -823,7 +824,7 @@ static void make_snapshot(struct fixture *f, const char *dir, uint64_t n, const 
 static struct pipe_spec *parse_text(const char *fmt, const char *dir)
 {
     char text[512];
-    snprintf(text, sizeof text, fmt, dir);
+    text_format(text, sizeof text, fmt, dir);
     return pipeline_parse(text);
 }
 

@@ -9,6 +9,7 @@
 
 #include "lib/file.h"
 #include "lib/pipeline.h"
+#include "lib/text.h"
 #include "lib/tmp.h"
 
 #include "common/error.h"
@@ -625,7 +626,7 @@ static void test_splits_cover_pipeline(void **state)
     static const uint64_t sizes[] = {0, 1, 3, 7, 1000};
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
         char text[512];
-        snprintf(text, sizeof text, table[i].text, f->dir);
+        text_format(text, sizeof text, table[i].text, f->dir);
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
             check_property(f, text, table[i].n, sizes[k]);
     }
