@@ -194,6 +194,7 @@ static json_t *field(const json_t *obj, const char *const *names)
     return NULL;
 }
 
+static char *printed(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *printed(const char *fmt, ...)
 {
     char buf[96];
