@@ -3,6 +3,8 @@
  * the magic and a correct checksum, so the fields themselves are reached. A checkpoint that
  * decodes must encode again to bytes that decode to the same encoding (the format round-trips),
  * and a refused one must come with a message. */
+#include "fuzz.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,7 @@
 /* Feeds arbitrary bytes to the element codec as a reply payload; whatever decodes must encode
  * and decode back to an equal element. */
+#include "fuzz.h"
+
 #include "pipeline/codec.h"
 
 #include <stdint.h>

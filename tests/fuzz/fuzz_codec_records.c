@@ -7,6 +7,8 @@
  *     as the same kind, mark and element;
  *   - codec_next_elem yields exactly the elements before the first bad record, and fails there
  *     too. */
+#include "fuzz.h"
+
 #include "pipeline/codec.h"
 
 #include <stdint.h>

@@ -1,6 +1,8 @@
 /* Fuzzes the DatasetDef decoder with arbitrary bytes. It must never crash and must refuse with
  * SLUICE_ERR_CORRUPT; whatever it accepts must be a valid spec: re-encoding and decoding gives
  * an equal spec and stable bytes, and its canonical text parses back to an equal spec. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "pipeline/def.h"
 #include "pipeline/dist.h"
@@ -70,8 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 pipe_spec_free(ts);
             }
         }
-        uint64_t size = pipe_dist_split_size(&d, 0, 1);
-        check(size >= 1 && (d.quantum <= 1 || size % d.quantum == 0 || size == UINT64_MAX),
+        uint64_t split = pipe_dist_split_size(&d, 0, 1);
+        check(split >= 1 && (d.quantum <= 1 || split % d.quantum == 0 || split == UINT64_MAX),
               "split size not a multiple of the batch quantum");
         uint64_t srclen =
             spec->source.kind == PIPE_SRC_RANGE

@@ -6,6 +6,8 @@
  *   payload is the rest of the input); the hand prefix followed by the payload must equal what
  *   protobuf-c packs behind a frame header, and the hand decoder must accept that Envelope and
  *   give the fields back. */
+#include "fuzz.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -5,6 +5,8 @@
  * refuses the record the reader may still accept it (it does not look inside features it is not
  * asked for), but must not crash. The first byte picks the dtypes asked of the features "a", "b",
  * "c" and "ab" (two bits each); the rest is the record. */
+#include "fuzz.h"
+
 #include "example.pb-c.h"
 #include "common/error.h"
 #include "pipeline/element.h"

@@ -4,6 +4,8 @@
  * negative code whose message names the file, and keep returning that code. The seeds hold a
  * gzip file of lines, a TFRecord file, a tar shard and a gzip-compressed one, so mutations reach
  * the inflater and libarchive's parsers. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "pipeline/files.h"
 #include "pipeline/tar.h"

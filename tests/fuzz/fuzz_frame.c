@@ -6,6 +6,8 @@
  * - frames come in order and the total payload never exceeds the stream length;
  * - the result is the first zero or oversized header's error, or the callback's code, and every
  *   feed after a failure returns the same code. */
+#include "fuzz.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

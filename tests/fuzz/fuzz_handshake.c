@@ -10,6 +10,8 @@
  *   send (recomputed here over the nonces of the two Hellos);
  * - with a token, the handshake opens only on a proof equal to the peer's correct one; without
  *   one, only on a Hello of our version whose auth flag is false. */
+#include "fuzz.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,8 @@
 /* Feeds arbitrary bytes to the HTTP request parser. A complete head must lie inside the input,
  * its method, path and Authorization value must point into it, and parsing any prefix of the input
  * must never report a complete head ending after that prefix. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "common/http.h"
 

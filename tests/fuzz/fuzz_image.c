@@ -3,6 +3,8 @@
  * with a tensor whose dtype, shape and length agree, or fail with a message; never crash. The
  * first four bytes pick the output height and width (1..64 each) and the random seed; the rest is
  * the JPEG. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "pipeline/element.h"
 #include "pipeline/registry.h"

@@ -11,6 +11,8 @@
  * Most mutations damage the file in place, as a disk does (a few bytes of one page change, the
  * size stays): libFuzzer's own mutations of the whole input mostly shift every page and are
  * refused at once. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "dispatcher/journal_thread.h"
 #include "journal/check.h"
@@ -22,8 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-size_t LLVMFuzzerMutate(uint8_t *data, size_t size, size_t max_size);
 
 #define PAGE 4096
 #define WINDOW 64

@@ -1,6 +1,8 @@
 /* Fuzzes the pipeline parser with arbitrary text. Whatever parses must survive every conversion
  * unchanged: canonical text -> parse, encode -> decode, and clone, each giving an equal spec.
  * Whatever does not parse must be refused with SLUICE_ERR_PARSE and a "column C: ..." message. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "pipeline/def.h"
 #include "pipeline/parse.h"

@@ -6,6 +6,8 @@
  *      still holds every invariant (its snapshot decodes, to the same digest);
  *   2  a Snapshot (definitions looked up as the id's own bytes): whatever decodes must encode and
  *      decode back to the same digest. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"

@@ -4,6 +4,8 @@
  * the same. A chunk that reads to its end must agree with snap_chunk_check_file: the same element
  * count, its size as its bytes. The seeds hold an empty chunk and chunks of scalar, tensor,
  * string and tuple elements. */
+#include "fuzz.h"
+
 #include "common/error.h"
 #include "pipeline/element.h"
 #include "pipeline/snapshot.h"
