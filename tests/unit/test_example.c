@@ -98,8 +98,9 @@ static char *decode(const uint8_t *rec, size_t len, const char *const *specs, si
     int rc = pipe_example_decode(rec, len, s, n, e.t, err, sizeof(err));
     char *out;
     if (rc) {
-        out = malloc(600);
-        snprintf(out, 600, "ERR %d: %s", rc, err);
+        size_t cap = sizeof err + 32;
+        out = malloc(cap);
+        snprintf(out, cap, "ERR %d: %s", rc, err);
     } else {
         struct pipe_buf b = {0};
         assert_int_equal(pipe_format_elem(&b, &e), 0);
