@@ -228,6 +228,19 @@ static const char no_journal_foreign[] =
     "no journal here (no " ENV_DIR "/), and the work dir is not empty: a journal is only created "
     "in an empty or new directory";
 
+/* Frees what a journal handle holds besides its LMDB environment: the lock file, the mutex,
+ * the paths and the handle. */
+static void release_handle(struct journal *j)
+{
+    if (j->lock_fd >= 0)
+        close(j->lock_fd);
+    pthread_mutex_destroy(&j->mu);
+    free(j->work_dir);
+    free(j->path);
+    free(j->data_path);
+    free(j);
+}
+
 int journal_open_damage(const struct journal_opts *opts, struct journal **out,
                         struct journal_damage *d, char *err, size_t errlen)
 {
@@ -362,13 +375,7 @@ int journal_open_damage(const struct journal_opts *opts, struct journal **out,
 fail_env:
     mdb_env_close(j->env);
 fail_alloc:
-    if (j->lock_fd >= 0)
-        close(j->lock_fd);
-    pthread_mutex_destroy(&j->mu);
-    free(j->work_dir);
-    free(j->path);
-    free(j->data_path);
-    free(j);
+    release_handle(j);
     return rc;
 }
 
@@ -382,13 +389,7 @@ void journal_close(struct journal *j)
     if (!j)
         return;
     mdb_env_close(j->env);
-    if (j->lock_fd >= 0)
-        close(j->lock_fd);
-    pthread_mutex_destroy(&j->mu);
-    free(j->work_dir);
-    free(j->path);
-    free(j->data_path);
-    free(j);
+    release_handle(j);
 }
 
 const char *journal_work_dir(const struct journal *j)
