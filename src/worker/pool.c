@@ -1,0 +1,232 @@
+/* The producer pool (see pool.h): threads taking jobs from one FIFO queue under one mutex.
+ *
+ * A job's state, under the pool's mutex: idle (not queued, not running: new, or parked), queued,
+ * running, or running and woken meanwhile (queued again once its slice returns). A thread that
+ * was retired finishes its slice, hands the job back like any other thread would, and exits; it
+ * holds a reference to the pool, so a pool destroyed meanwhile is freed only by the last of
+ * them. */
+#include "pool.h"
+
+#include "common/error.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <uv.h>
+
+enum {
+    JOB_IDLE = 0,
+    JOB_QUEUED,
+    JOB_RUNNING,
+    JOB_RUNNING_WOKEN,
+};
+
+struct pool_thread {
+    struct pool_thread *next;
+    struct pool *pl;
+    uv_thread_t tid;
+    struct pool_job *job; /* the job whose slice it runs, or NULL */
+    bool retired;
+};
+
+struct pool {
+    uv_mutex_t mu;
+    uv_cond_t cv; /* idle threads wait here for a job or the stop */
+    struct pool_job *head, *tail;
+    struct pool_thread *threads; /* every thread not exited, retired ones included */
+    unsigned size;               /* threads not retired */
+    unsigned idle;               /* threads waiting on cv */
+    unsigned refs;               /* the owner's, and one per retired thread still running */
+    bool stopping;
+};
+
+static void pool_free(struct pool *pl)
+{
+    uv_cond_destroy(&pl->cv);
+    uv_mutex_destroy(&pl->mu);
+    free(pl);
+}
+
+static void push_locked(struct pool *pl, struct pool_job *job)
+{
+    job->state = JOB_QUEUED;
+    job->next = NULL;
+    if (pl->tail)
+        pl->tail->next = job;
+    else
+        pl->head = job;
+    pl->tail = job;
+}
+
+static void thread_main(void *arg)
+{
+    struct pool_thread *th = arg;
+    struct pool *pl = th->pl;
+    uv_mutex_lock(&pl->mu);
+    while (!th->retired && !pl->stopping) {
+        struct pool_job *job = pl->head;
+        if (!job) {
+            pl->idle++;
+            uv_cond_wait(&pl->cv, &pl->mu);
+            pl->idle--;
+            continue;
+        }
+        pl->head = job->next;
+        if (!pl->head)
+            pl->tail = NULL;
+        job->state = JOB_RUNNING;
+        th->job = job;
+        uv_mutex_unlock(&pl->mu);
+        enum pool_slice r = job->run(job);
+        uv_mutex_lock(&pl->mu);
+        th->job = NULL;
+        if (r == POOL_DONE)
+            continue; /* the job may be gone already */
+        if (r == POOL_YIELD || job->state == JOB_RUNNING_WOKEN) {
+            push_locked(pl, job);
+            /* This thread takes the head next; another one only if it is a different job. */
+            if (pl->idle && pl->head != job)
+                uv_cond_signal(&pl->cv);
+        } else {
+            job->state = JOB_IDLE;
+        }
+    }
+    if (!th->retired) {
+        uv_mutex_unlock(&pl->mu);
+        return; /* pool_destroy joins it and frees th */
+    }
+    /* Retired (and detached): nobody joins it; it unlinks and frees itself. */
+    struct pool_thread **pp = &pl->threads;
+    while (*pp != th)
+        pp = &(*pp)->next;
+    *pp = th->next;
+    free(th);
+    bool last = --pl->refs == 0;
+    uv_mutex_unlock(&pl->mu);
+    if (last)
+        pool_free(pl);
+}
+
+/* Starts one more thread. Pool mutex held. */
+static int spawn_locked(struct pool *pl)
+{
+    struct pool_thread *th = calloc(1, sizeof *th);
+    if (!th)
+        return SLUICE_ERR_NOMEM;
+    th->pl = pl;
+    int rc = uv_thread_create(&th->tid, thread_main, th);
+    if (rc != 0) {
+        free(th);
+        return rc;
+    }
+    th->next = pl->threads;
+    pl->threads = th;
+    pl->size++;
+    return 0;
+}
+
+int pool_create(unsigned nthreads, struct pool **out)
+{
+    if (nthreads == 0 || nthreads > POOL_MAX_THREADS)
+        return SLUICE_ERR_INVALID;
+    struct pool *pl = calloc(1, sizeof *pl);
+    if (!pl)
+        return SLUICE_ERR_NOMEM;
+    if (uv_mutex_init(&pl->mu) != 0) {
+        free(pl);
+        return SLUICE_ERR_NOMEM;
+    }
+    if (uv_cond_init(&pl->cv) != 0) {
+        uv_mutex_destroy(&pl->mu);
+        free(pl);
+        return SLUICE_ERR_NOMEM;
+    }
+    pl->refs = 1;
+    int rc = 0;
+    uv_mutex_lock(&pl->mu);
+    for (unsigned i = 0; i < nthreads && rc == 0; i++)
+        rc = spawn_locked(pl);
+    uv_mutex_unlock(&pl->mu);
+    if (rc < 0) {
+        pool_destroy(pl);
+        return rc;
+    }
+    *out = pl;
+    return 0;
+}
+
+unsigned pool_size(const struct pool *pl)
+{
+    return pl->size; /* written only by the owner's calls */
+}
+
+void pool_wake(struct pool *pl, struct pool_job *job)
+{
+    uv_mutex_lock(&pl->mu);
+    switch (job->state) {
+    case JOB_IDLE:
+        push_locked(pl, job);
+        if (pl->idle)
+            uv_cond_signal(&pl->cv);
+        break;
+    case JOB_RUNNING:
+        job->state = JOB_RUNNING_WOKEN;
+        break;
+    default: /* queued, or queued again once its slice returns */
+        break;
+    }
+    uv_mutex_unlock(&pl->mu);
+}
+
+int pool_retire(struct pool *pl, struct pool_job *job)
+{
+    int rc = 0;
+    uv_mutex_lock(&pl->mu);
+    struct pool_thread *th = pl->threads;
+    while (th && (th->retired || th->job != job))
+        th = th->next;
+    if (th) {
+        th->retired = true;
+        pl->size--;
+        pl->refs++;
+        pthread_detach(th->tid);
+        rc = spawn_locked(pl);
+        if (rc == 0)
+            rc = 1;
+    }
+    uv_mutex_unlock(&pl->mu);
+    return rc;
+}
+
+void pool_destroy(struct pool *pl)
+{
+    if (!pl)
+        return;
+    uv_mutex_lock(&pl->mu);
+    pl->stopping = true;
+    uv_cond_broadcast(&pl->cv);
+    /* The threads not retired are joined here; a retired one unlinks itself when it exits. */
+    struct pool_thread *mine = NULL, **pp = &pl->threads;
+    while (*pp) {
+        struct pool_thread *th = *pp;
+        if (th->retired) {
+            pp = &th->next;
+            continue;
+        }
+        *pp = th->next;
+        th->next = mine;
+        mine = th;
+    }
+    pl->size = 0;
+    uv_mutex_unlock(&pl->mu);
+    while (mine) {
+        struct pool_thread *th = mine;
+        mine = th->next;
+        uv_thread_join(&th->tid);
+        free(th);
+    }
+    uv_mutex_lock(&pl->mu);
+    bool last = --pl->refs == 0;
+    uv_mutex_unlock(&pl->mu);
+    if (last)
+        pool_free(pl);
+}
