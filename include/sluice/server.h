@@ -211,8 +211,11 @@ struct sluice_worker_options {
     const char *advertise;
     /* Heartbeat interval (--heartbeat-ms; at most 3600000; 0: as the dispatcher says). */
     uint32_t heartbeat_ms;
-    /* Producer threads per distributed_epoch task (--threads; at most 1024; 0: the number of
-     * cores). */
+    /* Threads that run every task's pipeline, in turns (--threads; at most 4096; 0: twice the
+     * cores this process may run on, at least 8). They start with the worker and are all it
+     * runs pipelines on, however many tasks it has (a snapshot save's task excepted: it runs on
+     * threads of its own while it lasts). A distributed_epoch task runs up to min(cores, threads)
+     * of its splits at once. */
     unsigned threads;
     /* Paths of plugin shared objects to load (--plugin, repeatable; see Plugins in
      * <sluice/sluice.h>): nplugins entries. */

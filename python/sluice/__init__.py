@@ -363,7 +363,8 @@ class WorkerServer(_Server):
 
     dispatcher_address: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer; it need not be
     up yet. port: 0 picks a free one. host, advertise (the address readers use), threads
-    (producer threads per distributed task), plugins (shared objects adding functions),
+    (the threads every task's pipeline runs on, in turns; default twice the cores, at least
+    8), plugins (shared objects adding functions),
     heartbeat_ms, drain_timeout_ms, metrics_port (None: no metrics) and log_level are the
     worker's flags of the same names. start=False defers the start to start().
 

@@ -16,6 +16,7 @@
  * (worker.h), so a stop always ends. */
 #include "sluice/server.h"
 
+#include "pool.h"
 #include "worker.h"
 
 #include "common/error.h"
@@ -41,7 +42,6 @@
 
 /* The same bounds as the command line's. */
 #define MAX_HEARTBEAT_MS 3600000u
-#define MAX_THREADS 1024u
 #define MAX_DRAIN_TIMEOUT_MS 86400000u
 
 struct sluice_worker {
@@ -115,9 +115,10 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "heartbeat_ms: expected a number from 1 to %u, got %u", MAX_HEARTBEAT_MS,
                        (unsigned)o->heartbeat_ms);
-    if (o->threads > MAX_THREADS)
+    if (o->threads > POOL_MAX_THREADS)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "threads: expected a number from 1 to %u, got %u", MAX_THREADS, o->threads);
+                       "threads: expected a number from 1 to %u, got %u", POOL_MAX_THREADS,
+                       o->threads);
     if (o->drain_timeout_ms > MAX_DRAIN_TIMEOUT_MS)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "drain_timeout_ms: expected a number from 1 to %u, got %u",
@@ -210,12 +211,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     if (rc < 0)
         return rc;
     s->unconfined_files = o->ndata_roots == 0;
-    unsigned threads = o->threads;
-    if (threads == 0) {
-        threads = uv_available_parallelism();
-        if (threads == 0)
-            threads = 1;
-    }
+    unsigned threads = o->threads ? o->threads : worker_default_threads();
     s->opts = (struct worker_opts){
         .dispatcher = s->dispatcher,
         .host = s->host,
@@ -310,8 +306,8 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
     if (s->http)
         rpc_format_address(s->metrics_address, sizeof s->metrics_address, s->metrics_host,
                            http_server_port(s->http));
-    log_info("advertising %s to dispatcher %s, %u thread(s) per distributed task", s->address,
-             s->dispatcher, s->opts.threads);
+    log_info("advertising %s to dispatcher %s, %u producer thread(s)", s->address, s->dispatcher,
+             s->opts.threads);
     if (s->unconfined_files && !security_is_loopback(s->host))
         log_warn("serving beyond loopback without --data-root: pipelines may read any file this "
                  "worker can read");

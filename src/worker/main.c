@@ -10,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/signals.h"
+#include "pool.h"
 #include "worker.h"
 
 #ifdef SLUICE_WITH_PYTHON
@@ -38,7 +39,9 @@ static const char usage[] =
     "  --advertise H:P       address readers use to reach this worker\n"
     "                        (default: the bound address, or the host name when bound to all)\n"
     "  --heartbeat-ms N      heartbeat interval (default: as the dispatcher says)\n"
-    "  --threads N           producer threads per distributed_epoch task (default: cores)\n"
+    "  --threads N           threads that run every task's pipeline, in turns (1 to 4096;\n"
+    "                        default: twice the cores, at least 8); pipelines that block\n"
+    "                        (sleeps, file reads, Python functions) want more than the cores\n"
     "  --plugin LIB.so       load pipeline functions from a plugin (repeatable)\n"
     "  --python-path DIR     a directory of modules for map(py, \"module:function\"),\n"
     "                        put on Python's sys.path (repeatable); py functions come only\n"
@@ -230,8 +233,9 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
             a->heartbeat_ms = (uint32_t)v;
             break;
         case O_THREADS:
-            if (parse_number(optarg, 1, 1024, &v) < 0)
-                return usage_error("--threads: expected a number from 1 to 1024, got '%s'", optarg);
+            if (parse_number(optarg, 1, POOL_MAX_THREADS, &v) < 0)
+                return usage_error("--threads: expected a number from 1 to %u, got '%s'",
+                                   POOL_MAX_THREADS, optarg);
             a->threads = (unsigned)v;
             break;
         case O_PLUGIN:

@@ -1,12 +1,19 @@
 /* A task's shared element buffer, its life (start, drain, stop, free), takes by the serving side
- * and split leases (see task.h); its producer threads are in task_producers.c.
+ * and split leases (see task.h); its producers' slices are in task_producers.c.
  *
  * Locks: each producer has a mutex that guards only its private chunk, held while it appends an
- * element; the task mutex guards the buffer, the chunk free list, the lease queue, the plan and
- * the task's state. The order is producer mutex, then task mutex. The loop thread takes the
- * task mutex for short, bounded sections and a producer mutex only with a try-lock, so it never
- * waits on a pipeline. Invariant: a chunk is either private to one producer (p->chunk), in the
- * buffer, in the free list, or held by a take until task_take_release. */
+ * element; the task mutex guards the buffer, the chunk free list, the lease queue, the plan, the
+ * producers' parking and the task's state. The order is producer mutex, then task mutex, then the
+ * pool's mutex (pool_wake). The loop thread takes the task mutex for short, bounded sections and
+ * a producer mutex only with a try-lock, so it never waits on a pipeline. Invariant: a chunk is
+ * either private to one producer (p->chunk, or p->ext), in the buffer, in the free list, or held
+ * by a take until task_take_release.
+ *
+ * Parking: a producer parks (p->park, under the task mutex) instead of waiting; whoever changes
+ * what it waits for queues it again on the pool under the same mutex (task_unpark_locked): a
+ * take that brings the buffer under its bound, a lease granted, a drain, a stop or a failure. A
+ * task is freed only once every producer has exited (alive) and no slice of it runs (in_slice):
+ * a queued producer has not exited, and a slice's last access to the task is its in_slice. */
 #include "task_internal.h"
 
 #include "common/error.h"
@@ -41,8 +48,29 @@ void task_fail_locked(struct task *t, int code, const char *msg)
     }
     atomic_store(&t->stop, 1);
     atomic_store(&t->cancel.cancel, 1);
-    uv_cond_broadcast(&t->space_cv);
-    uv_cond_broadcast(&t->work_cv);
+    task_unpark_locked(t, PARK_NONE);
+}
+
+void task_unpark_locked(struct task *t, enum producer_park why)
+{
+    uint64_t now = 0;
+    for (unsigned i = 0; i < t->nproducers; i++) {
+        struct producer *p = &t->producers[i];
+        if (p->park == PARK_NONE || (why != PARK_NONE && p->park != why))
+            continue;
+        if (p->park == PARK_SPACE) {
+            if (now == 0)
+                now = uv_hrtime();
+            t->space_waiters--;
+            t->nblocked--;
+            t->blocked_since_sum -= p->parked_since;
+            t->blocked_ns += now - p->parked_since;
+        } else {
+            t->lease_waiters--;
+        }
+        p->park = PARK_NONE;
+        pool_wake(t->pool, &p->job);
+    }
 }
 
 /* Returns a spare chunk or a new empty one; NULL when out of memory. Task mutex not held. */
@@ -111,9 +139,6 @@ void task_wake_loop(struct task *t)
         uv_async_send(wake);
 }
 
-/* Pushes c into the buffer, first waiting while the buffer is over its bounds; with refill, p's
- * chunk is then replaced by a spare one (or none). Producer mutex held. Returns 0, or
- * SLUICE_ERR_CANCELLED when the task stopped meanwhile (c is then not pushed). */
 static int task_alloc(uint64_t id, struct task **out)
 {
     struct task *t = calloc(1, sizeof *t);
@@ -121,21 +146,13 @@ static int task_alloc(uint64_t id, struct task **out)
         return SLUICE_ERR_NOMEM;
     t->id = id;
     wbuf_init(&t->buf);
-    if (uv_mutex_init(&t->mu) != 0)
-        goto fail;
-    if (uv_cond_init(&t->space_cv) != 0)
-        goto fail_mu;
-    if (uv_cond_init(&t->work_cv) != 0)
-        goto fail_space;
+    atomic_init(&t->in_slice, 0);
+    if (uv_mutex_init(&t->mu) != 0) {
+        free(t);
+        return SLUICE_ERR_NOMEM;
+    }
     *out = t;
     return 0;
-fail_space:
-    uv_cond_destroy(&t->space_cv);
-fail_mu:
-    uv_mutex_destroy(&t->mu);
-fail:
-    free(t);
-    return SLUICE_ERR_NOMEM;
 }
 
 int task_new_failed(uint64_t id, int code, const char *msg, struct task **out)
@@ -151,29 +168,15 @@ int task_new_failed(uint64_t id, int code, const char *msg, struct task **out)
     return 0;
 }
 
-/* A task nobody reads thus holds no thread, no buffered element and no lease, whatever the
- * number of jobs a client opens. */
+/* A task nobody reads thus takes no turn on the pool, buffers nothing and holds no lease,
+ * whatever the number of jobs a client opens. */
 void task_begin(struct task *t)
 {
     if (t->started)
         return;
     t->started = true;
-    unsigned n = t->nproducers;
-    for (unsigned i = 0; i < n; i++) {
-        int rc = uv_thread_create(&t->producers[i].thread, task_producer_main, &t->producers[i]);
-        if (rc != 0) {
-            /* The producers already running see the failure and exit; the task stays, failed,
-             * so its readers learn why, and is reaped like any other. */
-            uv_mutex_lock(&t->mu);
-            t->alive -= n - i;
-            if (t->alive == 0)
-                t->done = true;
-            task_fail_locked(t, rc, "cannot start a producer thread");
-            uv_mutex_unlock(&t->mu);
-            break;
-        }
-        t->nthreads++;
-    }
+    for (unsigned i = 0; i < t->nproducers; i++)
+        pool_wake(t->pool, &t->producers[i].job);
 }
 
 /* Loop. A task stopped or drained before any reader asked ends without running. */
@@ -221,7 +224,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     }
     unsigned n = 1;
     if (cfg->mode == SLUICE_DISTRIBUTED_EPOCH) {
-        n = cfg->threads ? cfg->threads : 1;
+        n = cfg->producers ? cfg->producers : 1;
         /* Hold two splits per producer, at least four, and ask again at half of that. */
         rc = lease_queue_init(&t->lease, 2 * (size_t)n < 4 ? 4 : 2 * (size_t)n);
         if (rc < 0)
@@ -232,9 +235,20 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
         rc = SLUICE_ERR_NOMEM;
         goto fail;
     }
+    /* A save's task runs on threads of its own: a read of the snapshot it writes waits inside
+     * the pipeline for the chunks (snapsrc.h), and reads waiting on the worker's pool must not
+     * be able to keep the save that would end their wait from running. */
+    t->pool = cfg->pool;
+    if (!t->pool || t->snap_dir) {
+        rc = pool_create(n, &t->own_pool);
+        if (rc < 0)
+            goto fail;
+        t->pool = t->own_pool;
+    }
     for (unsigned i = 0; i < n; i++) {
         struct producer *p = &t->producers[i];
         p->t = t;
+        p->job.run = task_producer_slice;
         pipe_elem_init(&p->elem);
         if (uv_mutex_init(&p->mu) != 0) {
             rc = SLUICE_ERR_NOMEM;
@@ -281,7 +295,7 @@ static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struc
     if (out->wb.count > 0) {
         rc = TASK_TAKE_DATA;
         if (t->space_waiters && !task_over_limit(t))
-            uv_cond_broadcast(&t->space_cv);
+            task_unpark_locked(t, PARK_SPACE);
     } else if (!t->done) {
         rc = TASK_TAKE_EMPTY;
     } else if (t->err_code) {
@@ -330,7 +344,9 @@ void task_set_waiting(struct task *t, bool waiting)
 uint64_t task_steal(struct task *t, uint64_t now_ns)
 {
     uint64_t n = 0;
-    for (unsigned i = 0; i < t->nthreads; i++) {
+    if (!t->started)
+        return 0;
+    for (unsigned i = 0; i < t->nproducers; i++) {
         struct producer *p = &t->producers[i];
         if (uv_mutex_trylock(&p->mu) != 0)
             continue; /* appending or publishing: it looks at the linger itself */
@@ -472,7 +488,7 @@ int task_lease_granted(struct task *t, struct split_plan *plan, const uint64_t *
     if (rc < 0)
         task_fail_locked(t, rc, err);
     else
-        uv_cond_broadcast(&t->work_cv);
+        task_unpark_locked(t, PARK_LEASE);
     uv_mutex_unlock(&t->mu);
     if (plan)
         split_plan_release(plan);
@@ -504,7 +520,7 @@ int task_drain(struct task *t)
     }
     uv_mutex_lock(&t->mu);
     int rc = lease_drain(&t->lease);
-    uv_cond_broadcast(&t->work_cv);
+    task_unpark_locked(t, PARK_LEASE);
     uv_mutex_unlock(&t->mu);
     return rc;
 }
@@ -515,17 +531,29 @@ void task_stop(struct task *t)
     uv_mutex_lock(&t->mu);
     atomic_store(&t->stop, 1);
     atomic_store(&t->cancel.cancel, 1);
-    uv_cond_broadcast(&t->space_cv);
-    uv_cond_broadcast(&t->work_cv);
+    task_unpark_locked(t, PARK_NONE);
     uv_mutex_unlock(&t->mu);
 }
 
 static atomic_uint abandoned;
 
+unsigned task_retire(struct task *t)
+{
+    /* A pool of the task's own is no use to any other task. */
+    if (!t->started || t->own_pool)
+        return 0;
+    unsigned n = 0;
+    for (unsigned i = 0; i < t->nproducers; i++)
+        if (pool_retire(t->pool, &t->producers[i].job) != 0)
+            n++;
+    return n;
+}
+
 void task_abandon(struct task *t)
 {
     task_stop(t);
     atomic_store(&t->wake, NULL);
+    task_retire(t);
     atomic_fetch_add(&abandoned, 1);
 }
 
@@ -539,17 +567,21 @@ bool task_exited(struct task *t)
     uv_mutex_lock(&t->mu);
     bool exited = t->alive == 0;
     uv_mutex_unlock(&t->mu);
-    return exited;
+    return exited && atomic_load(&t->in_slice) == 0;
 }
 
 void task_free(struct task *t)
 {
     if (!t)
         return;
-    for (unsigned i = 0; i < t->nthreads; i++)
-        uv_thread_join(&t->producers[i].thread);
+    /* Its producers have exited: its own pool's threads are idle. */
+    pool_destroy(t->own_pool);
     for (unsigned i = 0; i < t->nproducers; i++) {
         struct producer *p = &t->producers[i];
+        if (p->run)
+            pipe_run_free(p->run);
+        pipe_spec_free(p->sharded);
+        wbuf_chunk_free(p->ext);
         wbuf_chunk_free(p->chunk);
         pipe_elem_release(&p->elem);
         pipe_buf_release(&p->scratch);
@@ -570,8 +602,6 @@ void task_free(struct task *t)
     free(t->returned);
     pipe_spec_free(t->spec);
     free(t->snap_dir);
-    uv_cond_destroy(&t->work_cv);
-    uv_cond_destroy(&t->space_cv);
     uv_mutex_destroy(&t->mu);
     free(t);
 }

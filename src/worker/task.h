@@ -1,23 +1,28 @@
-/* A task: the producer threads that run one task's pipeline and the bounded element buffer they
- * fill (docs/design.md §1: pipelines run on threads, never on the loop thread).
+/* A task: the producers that run one task's pipeline on the worker's pool of threads (pool.h)
+ * and the bounded element buffer they fill (docs/design.md §1: pipelines run on the worker's
+ * producer threads, never on the loop thread).
  *
- * Happy path: task_start() prepares the producers, and the first take (a reader asked) spawns
- * them; a save's task, which has no reader, spawns them at once. Until then a task holds no
- * thread, buffers nothing and leases no split, and a stop or a drain ends it. parallel_epochs and
- * the static sharding modes run one producer over the whole (rewritten, see shard.h) pipeline;
- * distributed_epoch runs cfg->threads producers that take splits from the task's lease queue
- * (lease.h) and run the pipeline over one split at a time. A producer encodes each element
- * (codec_append_elem; with compress set it stops trying snappy for a while after elements in a row
- * that it could not shrink, so incompressible data costs no compression attempts) into a private
- * chunk and publishes the chunk into the buffer when it is full, when a reader has been waiting
- * longer than a short linger, or when its split or pipeline ends; it blocks while the buffer holds
- * more than its byte or element bound. An element with a tensor of TASK_EXT_MIN bytes or more (when
- * no compression is tried) is not copied at all: its chunk takes over the tensor's block (an
- * external chunk, buffer.h) and the producer's element gets a spare block back. The loop thread
- * takes whole records out with task_take() or task_take_whole() and is woken through cfg->wake
- * whenever a waiting reader can be served, a producer needs splits, or a producer exits.
+ * Happy path: task_start() prepares the producers, and the first take (a reader asked) queues
+ * them on the pool; a save's task, which has no reader, starts at once, on threads of its own.
+ * Until then a task takes no turn on the pool, buffers nothing and leases no split, and a stop or
+ * a drain ends it. parallel_epochs and the static sharding modes run one producer over the whole
+ * (rewritten, see shard.h) pipeline; distributed_epoch runs cfg->producers producers that take
+ * splits from the task's lease queue (lease.h) and run the pipeline over one split at a time. A
+ * producer is run in slices by the pool's threads (task_producers.c): it encodes each element
+ * (codec_append_elem; with compress set it stops trying snappy for a while after elements in a
+ * row that it could not shrink, so incompressible data costs no compression attempts) into a
+ * private chunk and publishes the chunk into the buffer when it is full, when a reader has been
+ * waiting longer than a short linger, or when its split or pipeline ends, and then yields its
+ * thread to the next producer in the pool's queue. While the buffer holds more than its byte or
+ * element bound it does not wait: it keeps the chunk and parks until a take makes room; without a
+ * leased split it parks until splits are granted. An element with a tensor of TASK_EXT_MIN bytes
+ * or more (when no compression is tried) is not copied at all: its chunk takes over the tensor's
+ * block (an external chunk, buffer.h) and the producer's element gets a spare block back. The
+ * loop thread takes whole records out with task_take() or task_take_whole() and is woken through
+ * cfg->wake whenever a waiting reader can be served, a producer needs splits, or a producer
+ * exits.
  *
- * Memory: producers block before publishing while the buffer holds buffer_bytes or more (or
+ * Memory: producers park before publishing while the buffer holds buffer_bytes or more (or
  * buffer_records, or TASK_BUFFER_CHUNKS), so the buffer exceeds its byte bound by at most one
  * chunk per producer; a chunk is at most TASK_CHUNK_BYTES plus one element, and an element at
  * most max_element_bytes (E). One element can thus be larger than the whole bound: the buffer
@@ -32,7 +37,8 @@
  * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, an
  * element over max_element_bytes, or an out-of-memory fails the task: producers stop, elements
  * published before the failure are still served, and then every take reports the failure's code and
- * message.
+ * message. A pipeline function that neither returns nor notices the task's stop keeps the pool
+ * thread it runs on: task_retire() gives that thread up and the pool starts another.
  *
  * Threading: task_start, task_free and everything marked "loop" are called on the loop thread
  * only; the task's mutex guards what producers and the loop share. The loop never waits on a
@@ -58,7 +64,7 @@
 /* While a reader waits, a producer (or the loop, by stealing) publishes a chunk whose first
  * record is older than this, trading a little latency for whole batches per reply. */
 #define TASK_LINGER_NS 500000u
-/* Default buffer bounds: producers block while the buffer holds this much. The bound on chunks
+/* Default buffer bounds: producers park while the buffer holds this much. The bound on chunks
  * caps the allocation overhead when chunks are small (tiny splits end a chunk each). The byte
  * bound is kept small enough that what a producer wrote is still in the caches when the loop
  * writes it to the socket: with elements of 1 MiB, 64 MiB cost a fifth of the transfer rate
@@ -77,16 +83,20 @@
 /* The largest encoded element a reply can carry (under the rpc frame limit). */
 #define TASK_MAX_RECORD ((255u << 20) - 4096u)
 
+struct pool;
 struct sluice_registry;
 struct task;
 
 struct task_config {
     uint64_t id;
     enum sluice_mode mode;
-    bool compress;                     /* snappy when it pays (dataset compression AUTO) */
-    uint32_t num_workers;              /* static sharding */
-    uint32_t worker_index;             /* static sharding */
-    unsigned threads;                  /* distributed_epoch producers, >= 1 */
+    bool compress;         /* snappy when it pays (dataset compression AUTO) */
+    uint32_t num_workers;  /* static sharding */
+    uint32_t worker_index; /* static sharding */
+    unsigned producers;    /* distributed_epoch producers, >= 1 */
+    /* The pool the producers run on (pool.h); it outlives the task. NULL: a pool of the task's
+     * own, one thread per producer (as a save's task always has). */
+    struct pool *pool;
     const struct sluice_registry *reg; /* read-only; outlives the task */
     uv_async_t *wake;                  /* sent by producers; outlives the task */
     uint64_t buffer_bytes;             /* 0: TASK_BUFFER_BYTES */
@@ -110,8 +120,8 @@ struct task_config {
 int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct task **out, char *err,
                size_t errlen);
 
-/* Loop. Spawns the producers of a task that has not run yet, as its first take does; nothing
- * once they run, or once the task ended (stopped or drained before anyone asked). */
+/* Loop. Queues the producers of a task that has not run yet on its pool, as its first take does;
+ * nothing once they run, or once the task ended (stopped or drained before anyone asked). */
 void task_begin(struct task *t);
 
 /* Loop. A task that failed before anything could run (undecodable dataset, unknown function):
@@ -164,7 +174,7 @@ struct task_progress {
     /* distributed_epoch: no split queued or in production and the buffer empty: everything
      * produced was fetched (more splits may come). */
     bool settled;
-    /* Summed over the producers: nanoseconds spent blocked on a full buffer (consumers not
+    /* Summed over the producers: nanoseconds spent parked on a full buffer (consumers not
      * asking). Divided by producers and by an interval, it is the task's idle share. */
     uint64_t blocked_ns;
     unsigned producers;
@@ -199,19 +209,28 @@ void task_fail(struct task *t, int code, const char *msg);
  * then the task ends: its copy of the data ends early. Returns 0 or SLUICE_ERR_NOMEM. */
 int task_drain(struct task *t);
 
-/* Loop. Asks the producers to stop; they exit after their current element. */
+/* Loop. Asks the producers to stop; they exit after their current element (parked ones are
+ * queued again to see it). */
 void task_stop(struct task *t);
+/* Loop. For a stopped task whose producers do not exit (a function that never returns and never
+ * asks whether it was cancelled): the pool threads its producers' slices run on are given up to
+ * them and the pool starts others in their place (pool_retire), so the worker's other tasks keep
+ * the whole pool. The task exits, and may be freed, once the slices return. Returns the threads
+ * given up (0 for a task on a pool of its own). */
+unsigned task_retire(struct task *t);
 /* Loop. Gives up on a stopped task whose producers do not exit (a function that never returns
  * and never asks whether it was cancelled): it is stopped, its producers never send cfg->wake
- * again, and the caller forgets the task without freeing it (nor what its producers may still
- * use: the registry, its functions' code). A producer that was about to send cfg->wake when it
- * was abandoned may still do so, so the caller keeps the loop running a few iterations. */
+ * again, the threads they run on are retired (task_retire), and the caller forgets the task
+ * without freeing it (nor what its producers may still use: the registry, its functions' code). A
+ * producer that was about to send cfg->wake when it was abandoned may still do so, so the caller
+ * keeps the loop running a few iterations. */
 void task_abandon(struct task *t);
 /* Any thread. Tasks abandoned in this process so far. */
 unsigned task_abandoned_count(void);
-/* Loop. Whether every producer has exited (after which cfg->wake is no longer sent). */
+/* Loop. Whether every producer has exited and no slice of the task runs (after which cfg->wake
+ * is no longer sent and the pool holds no reference to the task). */
 bool task_exited(struct task *t);
-/* Loop. Joins the producers (which must have exited) and frees everything. */
+/* Loop. Frees everything (its producers must have exited: task_exited). */
 void task_free(struct task *t);
 
 #endif

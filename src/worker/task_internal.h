@@ -1,10 +1,13 @@
 /* What a task's files share (task.c: the buffer, the task's life, takes and leases;
- * task_producers.c: the producer threads): the task's struct and its producers', and the buffer's
- * helpers the producers use. The locks and the chunks' invariant are described in task.c. */
+ * task_producers.c: the producers' slices): the task's struct and its producers', and the
+ * buffer's helpers the producers use. The locks and the chunks' invariant are described in
+ * task.c. */
 #ifndef SLUICE_WORKER_TASK_INTERNAL_H
 #define SLUICE_WORKER_TASK_INTERNAL_H
 
 #include "task.h"
+
+#include "pool.h"
 
 #include "common/error.h"
 #include "pipeline/codec.h"
@@ -22,10 +25,43 @@ struct spare_block {
     size_t cap;
 };
 
+/* Where a producer is between its slices (task_producers.c). */
+enum producer_phase {
+    PROD_OPEN,       /* not started: checks, sharding and the pipeline still to open */
+    PROD_RUN,        /* producing from run (the whole pipeline, or the split seq) */
+    PROD_NEXT_SPLIT, /* distributed_epoch: the next split still to take from the lease queue */
+    PROD_END_SPLIT,  /* the split's elements are out: its end marker still to append */
+    PROD_SPLIT_DONE, /* the end marker is out: the split still to mark finished */
+    PROD_FLUSH,      /* ended with rc: what it holds still to publish (unless cancelled) */
+};
+
+/* Why a producer waits between slices (task mutex). */
+enum producer_park {
+    PARK_NONE,
+    PARK_SPACE, /* the buffer was over its bound: whoever frees room wakes it */
+    PARK_LEASE, /* no split was leased: task_lease_granted (or a stop or drain) wakes it */
+};
+
+/* A producer: a resumable state machine run in slices by the pool's threads (pool.h); what
+ * lived on a producer thread's stack lives here. Only the slice that runs touches it, except
+ * chunk (producer mutex) and park, parked_since (task mutex). */
 struct producer {
+    struct pool_job job; /* first: task_producers.c turns a job into its producer */
     struct task *t;
-    uv_thread_t thread;
-    uv_mutex_t mu; /* guards chunk */
+    enum producer_phase phase;
+    int rc;                       /* PROD_FLUSH: how it ended */
+    char err[SLUICE_ERRMSG_SIZE]; /* the failure's message */
+    struct pipe_run *run;         /* the open pipeline, or NULL */
+    struct pipe_spec *sharded;    /* parallel_epochs, static modes: the rewritten spec */
+    uint64_t seq;                 /* distributed_epoch: the split in hand */
+    bool in_split;                /* seq was popped and is neither finished nor abandoned */
+    /* publish: chunk must be published before anything else happens (it was due when the
+     * buffer was full); ext: an external chunk to push right after it. */
+    bool publish;
+    struct wbuf_chunk *ext;
+    enum producer_park park;
+    uint64_t parked_since; /* PARK_SPACE: when it parked (uv_hrtime) */
+    uv_mutex_t mu;         /* guards chunk */
     struct wbuf_chunk *chunk;
     struct sluice_element elem;
     struct pipe_buf scratch;
@@ -55,8 +91,6 @@ struct task {
     uint64_t chunks_committed; /* task mutex */
 
     uv_mutex_t mu;
-    uv_cond_t space_cv; /* producers waiting for room in the buffer */
-    uv_cond_t work_cv;  /* producers waiting for splits */
     struct wbuf buf;
     struct wbuf_chunk *free_chunks;
     unsigned nfree;
@@ -64,14 +98,15 @@ struct task {
      * producer's element in place of the block the next external chunk takes away. */
     struct spare_block spare[TASK_SPARE_BLOCKS];
     unsigned nspare;
-    uint64_t spare_bytes; /* their total size, at most max_bytes */
-    unsigned space_waiters;
-    unsigned alive; /* producers not yet exited */
+    uint64_t spare_bytes;   /* their total size, at most max_bytes */
+    unsigned space_waiters; /* producers parked for space */
+    unsigned lease_waiters; /* producers parked for a lease */
+    unsigned alive;         /* producers not yet exited */
     bool done;
     uint64_t produced;
-    uint64_t blocked_ns; /* summed over producers: time spent waiting for room in the buffer */
-    /* Producers blocked right now, and the sum of the times they started to wait, so a long
-     * block counts while it lasts rather than all at once when it ends. */
+    uint64_t blocked_ns; /* summed over producers: time spent parked for room in the buffer */
+    /* Producers parked for space right now, and the sum of the times they parked, so a long
+     * wait counts while it lasts rather than all at once when it ends. */
     unsigned nblocked;
     uint64_t blocked_since_sum;
     int err_code;
@@ -92,21 +127,28 @@ struct task {
     size_t returned_cap;
 
     struct producer *producers;
-    bool started;        /* loop only: the producers were spawned, or the task ended unstarted */
-    unsigned nproducers; /* producers whose mutex exists */
-    unsigned nthreads;   /* producers whose thread was started (joined by task_free) */
+    bool started;          /* loop only: the producers were queued, or the task ended unstarted */
+    unsigned nproducers;   /* producers whose mutex exists */
+    struct pool *pool;     /* where the producers run */
+    struct pool *own_pool; /* a pool of the task's own (a save's task), or NULL */
+    /* Producers inside a slice right now. A slice's last access to the task is to decrement
+     * it, so a task with alive and in_slice both 0 is touched by no thread (task_exited). */
+    atomic_uint in_slice;
 };
 
 /* Whether the buffer is at one of its bounds. Task mutex held. */
 bool task_over_limit(const struct task *t);
 /* Records the first failure and stops the producers. Task mutex held. */
 void task_fail_locked(struct task *t, int code, const char *msg);
+/* Queues again the producers parked for why (PARK_NONE: for anything). Task mutex held. */
+void task_unpark_locked(struct task *t, enum producer_park why);
 /* Returns a spare chunk or a new empty one; NULL when out of memory. Task mutex not held. */
 struct wbuf_chunk *task_chunk_get(struct task *t);
 /* Wakes the loop thread (the task's async), unless the task is abandoned. */
 void task_wake_loop(struct task *t);
-/* A producer thread's body (arg is its struct producer): runs the task's pipeline, or its splits,
- * into the buffer until the end, a failure or a stop. */
-void task_producer_main(void *arg);
+/* One slice of a producer (its pool job; pool.h): runs the task's pipeline, or its splits, into
+ * the buffer until the buffer is full or no split is leased (POOL_PARK), its budget is spent
+ * (POOL_YIELD), or the end, a failure or a stop (POOL_DONE, once it has exited). */
+enum pool_slice task_producer_slice(struct pool_job *job);
 
 #endif

@@ -1,6 +1,15 @@
-/* A task's producer threads: each runs the pipeline (the whole of it, or one leased split at a
- * time in distributed_epoch, or a save's chunks), encodes elements into its private chunk with
- * adaptive compression, and publishes whole chunks into the task's buffer (task.c). */
+/* A task's producers, run in slices on the worker's pool (pool.h): each runs the pipeline (the
+ * whole of it, or one leased split at a time in distributed_epoch, or a save's chunks), encodes
+ * elements into its private chunk with adaptive compression, and publishes whole chunks into the
+ * task's buffer (task.c).
+ *
+ * A producer never blocks on the task: where a thread would wait, its slice returns instead.
+ * With the buffer over its bound it keeps the chunk it was to publish and parks for space (the
+ * take that makes room queues it again); with no split leased it parks for a lease (the grant,
+ * a drain or a stop queues it again); after publishing a chunk, or after PRODUCER_SLICE_NS, it
+ * yields so the tasks sharing the pool take turns. A slice still runs the pipeline's next()
+ * inline, which may block (a sleep, a file read, a Python function): that holds one of the
+ * pool's threads, not the task's lock. */
 #include "task_internal.h"
 
 #include "common/error.h"
@@ -27,26 +36,36 @@
 #define TASK_COMPRESS_SKIP_MIN 16u
 #define TASK_COMPRESS_SKIP_MAX 4096u
 
+/* What push_chunk and the steps of a slice return besides 0 and the codes of error.h. */
+#define PRODUCER_PARKED 1 /* the producer parked (p->park): its slice ends with POOL_PARK */
+#define PRODUCER_YIELD 2  /* its budget is spent: the slice ends with POOL_YIELD */
+#define PRODUCER_END 3    /* distributed_epoch: no split will come any more */
+
+/* A slice yields once it has published a chunk, or after this long. The clock is looked at
+ * every PRODUCER_CLOCK_EVERY elements, not per element. */
+#define PRODUCER_SLICE_NS 5000000u
+#define PRODUCER_CLOCK_EVERY 16u
+
+/* Pushes c into the buffer; with refill, p's chunk is then replaced by a spare one (or none).
+ * Producer mutex held. Returns 0; PRODUCER_PARKED when the buffer is over its bounds (c is not
+ * pushed and p is parked for space: whoever frees room queues it again); or SLUICE_ERR_CANCELLED
+ * when the task stopped (c is not pushed). */
 static int push_chunk(struct producer *p, struct wbuf_chunk *c, bool refill)
 {
     struct task *t = p->t;
     uv_mutex_lock(&t->mu);
-    if (!atomic_load(&t->stop) && task_over_limit(t)) {
-        uint64_t since = uv_hrtime();
-        t->nblocked++;
-        t->blocked_since_sum += since;
-        while (!atomic_load(&t->stop) && task_over_limit(t)) {
-            t->space_waiters++;
-            uv_cond_wait(&t->space_cv, &t->mu);
-            t->space_waiters--;
-        }
-        t->nblocked--;
-        t->blocked_since_sum -= since;
-        t->blocked_ns += uv_hrtime() - since;
-    }
     if (atomic_load(&t->stop)) {
         uv_mutex_unlock(&t->mu);
         return SLUICE_ERR_CANCELLED;
+    }
+    if (task_over_limit(t)) {
+        p->park = PARK_SPACE;
+        p->parked_since = uv_hrtime();
+        t->space_waiters++;
+        t->nblocked++;
+        t->blocked_since_sum += p->parked_since;
+        uv_mutex_unlock(&t->mu);
+        return PRODUCER_PARKED;
     }
     wbuf_push(&t->buf, c);
     t->produced += c->count;
@@ -64,14 +83,33 @@ static int push_chunk(struct producer *p, struct wbuf_chunk *c, bool refill)
     return 0;
 }
 
-/* Publishes p's chunk into the buffer (see push_chunk). Producer mutex held. Returns 0, or
- * SLUICE_ERR_CANCELLED when the task stopped meanwhile (the chunk then stays with p). */
+/* Publishes p's chunk into the buffer (see push_chunk). Producer mutex held. Returns 0,
+ * PRODUCER_PARKED (p->publish stays set: the chunk is published first when p resumes) or
+ * SLUICE_ERR_CANCELLED (the chunk then stays with p). */
 static int publish(struct producer *p)
 {
     struct wbuf_chunk *c = p->chunk;
-    if (!c || c->count == 0)
-        return 0;
-    return push_chunk(p, c, true);
+    int rc = c && c->count > 0 ? push_chunk(p, c, true) : 0;
+    p->publish = rc != 0;
+    return rc;
+}
+
+/* Pushes what p was due to push when the buffer was full: its chunk (p->publish), then its
+ * external chunk (p->ext). Returns 0 once both are out, PRODUCER_PARKED or
+ * SLUICE_ERR_CANCELLED. */
+static int push_pending(struct producer *p)
+{
+    int rc = 0;
+    uv_mutex_lock(&p->mu);
+    if (p->publish)
+        rc = publish(p);
+    if (rc == 0 && p->ext) {
+        rc = push_chunk(p, p->ext, false);
+        if (rc == 0)
+            p->ext = NULL;
+    }
+    uv_mutex_unlock(&p->mu);
+    return rc;
 }
 
 /* Gives tensor t, whose block an external chunk just took, the newest spare block of at least
@@ -103,9 +141,10 @@ static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
 
 /* Appends p->elem as an external chunk when one of its tensors has at least TASK_EXT_MIN value
  * bytes: the record's small parts are encoded into a chunk of its own and the tensor's block is
- * taken over by the chunk as is (no copy); the records p holds privately are published first, to
- * keep the order. Producer mutex held. Returns 1 (done), 0 (not large enough; nothing changed),
- * SLUICE_ERR_CANCELLED, SLUICE_ERR_TOO_LARGE (err gets the size) or SLUICE_ERR_NOMEM. */
+ * taken over by the chunk as is (no copy). The chunk is left in p->ext, to be pushed right after
+ * the records p holds privately (p->publish), which keeps the order (push_pending). Producer
+ * mutex held. Returns 1 (done), 0 (not large enough; nothing changed), SLUICE_ERR_TOO_LARGE (size
+ * gets the size) or SLUICE_ERR_NOMEM. */
 static int append_external(struct producer *p, size_t *size)
 {
     struct task *t = p->t;
@@ -126,11 +165,6 @@ static int append_external(struct producer *p, size_t *size)
         wbuf_chunk_free(c);
         return SLUICE_ERR_TOO_LARGE;
     }
-    rc = publish(p);
-    if (rc < 0) {
-        wbuf_chunk_free(c);
-        return rc;
-    }
     struct pipe_tensor *tensor = &p->elem.t[split.comp];
     c->ext = tensor->data;
     c->ext_cap = tensor->cap;
@@ -139,11 +173,8 @@ static int append_external(struct producer *p, size_t *size)
     c->count = 1;
     c->born_ns = uv_hrtime();
     refill_tensor(t, tensor, c->ext_cap);
-    rc = push_chunk(p, c, false);
-    if (rc < 0) {
-        wbuf_chunk_free(c);
-        return rc;
-    }
+    p->publish = p->chunk && p->chunk->count > 0;
+    p->ext = c;
     return 1;
 }
 
@@ -168,15 +199,22 @@ static void note_compression(struct producer *p, const struct wbuf_chunk *c, siz
     p->skip_left = p->skip_len;
 }
 
-/* Runs a pipeline to its end, appending every element to p's chunk and publishing chunks as
- * they fill. Returns 0 at the end of the pipeline, SLUICE_ERR_CANCELLED when the task stops, or
- * a failure with its message in err. */
-static int produce(struct producer *p, struct pipe_run *run, char *err, size_t errlen)
+/* Runs p's pipeline, appending every element to p's chunk and publishing chunks as they fill.
+ * Returns 0 at the end of the pipeline; PRODUCER_YIELD once it published a chunk or ran past
+ * deadline (uv_hrtime); PRODUCER_PARKED when a chunk was due and the buffer is full (p resumes
+ * by publishing it); SLUICE_ERR_CANCELLED when the task stops; or a failure with its message in
+ * p->err. */
+static int produce(struct producer *p, uint64_t deadline)
 {
     struct task *t = p->t;
-    for (;;) {
+    struct pipe_run *run = p->run;
+    char *err = p->err;
+    size_t errlen = sizeof p->err;
+    for (unsigned n = 1;; n++) {
         if (atomic_load_explicit(&t->stop, memory_order_relaxed))
             return SLUICE_ERR_CANCELLED;
+        if (n % PRODUCER_CLOCK_EVERY == 0 && uv_hrtime() >= deadline)
+            return PRODUCER_YIELD;
         int rc = pipe_run_next(run, &p->elem);
         if (rc == 0)
             return 0;
@@ -210,10 +248,6 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
                                "an element of %zu bytes encoded is over the limit of %u bytes",
                                encoded, TASK_MAX_RECORD);
             }
-            if (rc == SLUICE_ERR_CANCELLED) {
-                uv_mutex_unlock(&p->mu);
-                return rc;
-            }
             if (rc < 0) {
                 uv_mutex_unlock(&p->mu);
                 return err_set(err, errlen, rc, "encoding an element: %s", sluice_strerror(rc));
@@ -221,7 +255,8 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
             if (rc == 1) {
                 p->tag.pos++;
                 uv_mutex_unlock(&p->mu);
-                continue;
+                rc = push_pending(p);
+                return rc == 0 ? PRODUCER_YIELD : rc;
             }
         }
         struct wbuf_chunk *c = p->chunk;
@@ -257,22 +292,13 @@ static int produce(struct producer *p, struct pipe_run *run, char *err, size_t e
         if (flush)
             rc = publish(p);
         uv_mutex_unlock(&p->mu);
-        if (rc < 0)
-            return rc;
+        if (flush)
+            return rc == 0 ? PRODUCER_YIELD : rc;
     }
 }
 
-/* Publishes whatever p still holds. Returns 0 or SLUICE_ERR_CANCELLED. */
-static int flush_chunk(struct producer *p)
-{
-    uv_mutex_lock(&p->mu);
-    int rc = publish(p);
-    uv_mutex_unlock(&p->mu);
-    return rc;
-}
-
-/* Ends p's split: appends its end marker (the count of elements it had) and publishes
- * whatever p holds. Returns 0, SLUICE_ERR_CANCELLED or SLUICE_ERR_NOMEM. */
+/* Appends the end marker of p's split (the count of elements it had) to p's chunk, to be
+ * published before the split counts as produced. Returns 0 or SLUICE_ERR_NOMEM. */
 static int end_split(struct producer *p)
 {
     struct task *t = p->t;
@@ -285,46 +311,43 @@ static int end_split(struct producer *p)
         if (p->chunk->count == 0)
             p->chunk->born_ns = uv_hrtime();
         p->chunk->count++;
-        rc = publish(p);
+        p->publish = true;
     }
     uv_mutex_unlock(&p->mu);
+    if (rc < 0)
+        err_set(p->err, sizeof p->err, rc, "ending a split: %s", sluice_strerror(rc));
     return rc;
 }
 
-/* parallel_epochs and the static sharding modes: the whole pipeline, sharded if needed. */
-static int run_whole(struct producer *p, char *err, size_t errlen)
+/* parallel_epochs and the static sharding modes: opens the whole pipeline, sharded if needed. */
+static int open_whole(struct producer *p)
 {
     struct task *t = p->t;
-    struct pipe_spec *sharded = NULL;
-    struct pipe_run *run = NULL;
+    char *err = p->err;
+    size_t errlen = sizeof p->err;
     char **files = NULL;
     size_t nfiles = 0;
-    int rc;
 
     /* Nothing outside this worker's data roots is read, nor even listed for sharding. */
-    rc = pipe_roots_check_source(pipe_registry_roots(t->reg), &t->spec->source, err, errlen);
+    int rc = pipe_roots_check_source(pipe_registry_roots(t->reg), &t->spec->source, err, errlen);
     if (rc < 0)
-        goto out;
+        return rc;
     if (shard_needs_files(t->spec, t->mode)) {
         rc = pipe_glob_expand(t->spec->source.globs, t->spec->source.nglobs, &files, &nfiles, err,
                               errlen);
         if (rc < 0)
-            goto out;
+            return rc;
     }
     struct shard_params sp = {t->mode, t->num_workers, t->worker_index};
-    rc = shard_rewrite(t->spec, &sp, files, nfiles, &sharded, err, errlen);
-    if (rc < 0)
-        goto out;
-    rc = pipe_open_limited(sharded, t->reg, &t->limits, &run, err, errlen);
-    if (rc < 0)
-        goto out;
-    rc = produce(p, run, err, errlen);
-out:
-    if (run)
-        pipe_run_free(run);
-    pipe_spec_free(sharded);
+    rc = shard_rewrite(t->spec, &sp, files, nfiles, &p->sharded, err, errlen);
     pipe_paths_free(files, nfiles);
-    return rc;
+    if (rc < 0)
+        return rc;
+    rc = pipe_open_limited(p->sharded, t->reg, &t->limits, &p->run, err, errlen);
+    if (rc < 0)
+        return rc;
+    p->phase = PROD_RUN;
+    return 0;
 }
 
 static uint64_t now_ms(void)
@@ -335,10 +358,11 @@ static uint64_t now_ms(void)
 /* A save's task: writes split seq's elements into its chunk file and commits it. Returns 0 once
  * the chunk is committed, SLUICE_ERR_CANCELLED when the task stopped (the temporary file is then
  * removed), or a failure with its message. */
-static int write_chunk(struct producer *p, const struct split *split, uint64_t seq, char *err,
-                       size_t errlen)
+static int write_chunk(struct producer *p, const struct split *split, uint64_t seq)
 {
     struct task *t = p->t;
+    char *err = p->err;
+    size_t errlen = sizeof p->err;
     struct snap_writer *w = NULL;
     struct pipe_run *run = NULL;
     uint64_t n = 0;
@@ -394,110 +418,214 @@ static int check_snapshot_dir(struct task *t, char *err, size_t errlen)
                                  err, errlen);
 }
 
-/* distributed_epoch: split after split from the lease queue until it is drained for good. */
-static int run_splits(struct producer *p, char *err, size_t errlen)
+/* distributed_epoch: takes the next split from the lease queue and opens it (a save's task
+ * writes it whole). Returns 0 (p->phase says what comes next), PRODUCER_PARKED (no split leased
+ * yet: p is parked for a lease, and the loop is asked to lease more), PRODUCER_END (no split
+ * will come), SLUICE_ERR_CANCELLED, or a failure with its message in p->err. */
+static int next_split(struct producer *p)
 {
     struct task *t = p->t;
     struct split split;
-    if (t->snap_dir) {
-        int rc = check_snapshot_dir(t, err, errlen);
-        if (rc < 0)
-            return rc;
+    uint64_t seq;
+    int rc = 0;
+    uv_mutex_lock(&t->mu);
+    if (atomic_load(&t->stop)) {
+        uv_mutex_unlock(&t->mu);
+        return SLUICE_ERR_CANCELLED;
     }
-    for (;;) {
-        uint64_t seq;
-        bool ask = false;
-        int rc = 0;
-        uv_mutex_lock(&t->mu);
-        for (;;) {
-            if (atomic_load(&t->stop)) {
-                uv_mutex_unlock(&t->mu);
-                return SLUICE_ERR_CANCELLED;
-            }
-            if (lease_pop(&t->lease, &seq)) {
-                ask = t->lease.len <= t->lease.low && !t->lease.inflight;
-                break;
-            }
-            if (!lease_more(&t->lease)) {
-                uv_mutex_unlock(&t->mu);
-                return 0;
-            }
-            if (!t->lease.inflight)
-                task_wake_loop(t);
-            uv_cond_wait(&t->work_cv, &t->mu);
+    if (!lease_pop(&t->lease, &seq)) {
+        if (!lease_more(&t->lease)) {
+            uv_mutex_unlock(&t->mu);
+            return PRODUCER_END;
         }
-        if (!split_plan_at(&t->plan, seq, &split)) {
-            rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
-                         "split %" PRIu64 " is past the end of the split sequence", seq);
-            lease_abandon(&t->lease);
-        }
+        bool ask = !t->lease.inflight;
+        p->park = PARK_LEASE;
+        t->lease_waiters++;
         uv_mutex_unlock(&t->mu);
         if (ask)
             task_wake_loop(t);
-        if (rc < 0)
-            return rc;
-
-        if (t->snap_dir) {
-            /* A save's split is finished once its chunk is committed: the dispatcher takes the
-             * report of it as the split's end (it has no consumers). */
-            rc = write_chunk(p, &split, seq, err, errlen);
-        } else {
-            struct pipe_run *run = NULL;
-            p->tagging = true;
-            p->tag.seq = seq;
-            p->tag.pos = 0;
-            rc =
-                pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &run, err, errlen);
-            if (rc == 0) {
-                rc = produce(p, run, err, errlen);
-                pipe_run_free(run);
-            }
-            /* The split is produced once all its elements and its end marker are in the
-             * buffer; it is finished only when a consumer has received them all (the dispatcher
-             * hears that from the consumer). */
-            if (rc == 0)
-                rc = end_split(p);
-        }
-        if (rc == SLUICE_ERR_NOMEM)
-            err_set(err, errlen, rc, "ending a split: %s", sluice_strerror(rc));
-        uv_mutex_lock(&t->mu);
-        bool report = false;
-        if (rc == 0) {
-            rc = lease_finish(&t->lease, seq, now_ms());
-            if (rc < 0) {
-                lease_abandon(&t->lease);
-                err_set(err, errlen, rc, "%s", sluice_strerror(rc));
-            }
-            report = !lease_more(&t->lease) || t->lease.nfinished >= LEASE_REPORT_COUNT;
-        } else {
-            lease_abandon(&t->lease);
-        }
-        uv_mutex_unlock(&t->mu);
-        if (report)
-            task_wake_loop(t);
-        if (rc < 0)
-            return rc;
+        return PRODUCER_PARKED;
     }
+    bool ask = t->lease.len <= t->lease.low && !t->lease.inflight;
+    if (!split_plan_at(&t->plan, seq, &split)) {
+        rc = err_set(p->err, sizeof p->err, SLUICE_ERR_CORRUPT,
+                     "split %" PRIu64 " is past the end of the split sequence", seq);
+        lease_abandon(&t->lease);
+    }
+    uv_mutex_unlock(&t->mu);
+    if (ask)
+        task_wake_loop(t);
+    if (rc < 0)
+        return rc;
+    p->seq = seq;
+    p->in_split = true;
+    if (t->snap_dir) {
+        /* A save's split is finished once its chunk is committed: the dispatcher takes the
+         * report of it as the split's end (it has no consumers). */
+        rc = write_chunk(p, &split, seq);
+        if (rc == 0)
+            p->phase = PROD_SPLIT_DONE;
+        return rc;
+    }
+    p->tagging = true;
+    p->tag.seq = seq;
+    p->tag.pos = 0;
+    rc = pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &p->run, p->err,
+                                  sizeof p->err);
+    if (rc == 0)
+        p->phase = PROD_RUN;
+    return rc;
 }
 
-void task_producer_main(void *arg)
+/* The split p holds was produced: all its elements and its end marker are in the buffer (or a
+ * save's chunk is committed). It is finished only when a consumer has received them all (the
+ * dispatcher hears that from the consumer); here it leaves the lease queue's hands. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+static int split_done(struct producer *p)
 {
-    struct producer *p = arg;
     struct task *t = p->t;
-    char err[SLUICE_ERRMSG_SIZE] = "";
-    int rc = t->mode == SLUICE_DISTRIBUTED_EPOCH ? run_splits(p, err, sizeof err)
-                                                 : run_whole(p, err, sizeof err);
-    /* Elements made before a failure are still served, ahead of the failure itself. */
-    if (rc != SLUICE_ERR_CANCELLED) {
-        int frc = flush_chunk(p);
-        if (rc == 0)
-            rc = frc;
-    }
     uv_mutex_lock(&t->mu);
-    if (rc < 0 && rc != SLUICE_ERR_CANCELLED)
-        task_fail_locked(t, rc, err);
+    p->in_split = false;
+    int rc = lease_finish(&t->lease, p->seq, now_ms());
+    if (rc < 0) {
+        lease_abandon(&t->lease);
+        err_set(p->err, sizeof p->err, rc, "%s", sluice_strerror(rc));
+    }
+    bool report = rc == 0 && (!lease_more(&t->lease) || t->lease.nfinished >= LEASE_REPORT_COUNT);
+    uv_mutex_unlock(&t->mu);
+    if (report)
+        task_wake_loop(t);
+    p->phase = PROD_NEXT_SPLIT;
+    return rc;
+}
+
+/* p ends with rc (0 at the end of its pipeline or splits): it lets go of its pipeline and split
+ * and goes on to publish what it holds. */
+static void end(struct producer *p, int rc)
+{
+    struct task *t = p->t;
+    if (p->run) {
+        pipe_run_free(p->run);
+        p->run = NULL;
+    }
+    if (p->in_split) {
+        uv_mutex_lock(&t->mu);
+        lease_abandon(&t->lease);
+        uv_mutex_unlock(&t->mu);
+        p->in_split = false;
+    }
+    p->rc = rc;
+    p->phase = PROD_FLUSH;
+}
+
+/* The slice ends: its last access to the task. */
+static enum pool_slice leave(struct task *t, enum pool_slice r)
+{
+    atomic_fetch_sub(&t->in_slice, 1);
+    return r;
+}
+
+/* The last step: elements made before a failure are still served, ahead of the failure
+ * itself; then p has exited. Returns POOL_PARK while the buffer has no room for them. */
+static enum pool_slice finish(struct producer *p)
+{
+    struct task *t = p->t;
+    if (p->rc != SLUICE_ERR_CANCELLED) {
+        uv_mutex_lock(&p->mu);
+        int frc = publish(p);
+        uv_mutex_unlock(&p->mu);
+        if (frc == PRODUCER_PARKED)
+            return leave(t, POOL_PARK);
+        if (p->rc == 0)
+            p->rc = frc;
+    }
+    pipe_spec_free(p->sharded);
+    p->sharded = NULL;
+    uv_mutex_lock(&t->mu);
+    if (p->rc < 0 && p->rc != SLUICE_ERR_CANCELLED)
+        task_fail_locked(t, p->rc, p->err);
     if (--t->alive == 0)
         t->done = true;
+    uv_async_t *wake = atomic_load(&t->wake);
     uv_mutex_unlock(&t->mu);
-    task_wake_loop(t);
+    /* From here on the task may be freed: the wake handle is the worker's, and the pool's
+     * threads are joined before the worker lets go of it. */
+    atomic_fetch_sub(&t->in_slice, 1);
+    if (wake)
+        uv_async_send(wake);
+    return POOL_DONE;
+}
+
+enum pool_slice task_producer_slice(struct pool_job *job)
+{
+    struct producer *p = (struct producer *)job;
+    struct task *t = p->t;
+    atomic_fetch_add(&t->in_slice, 1);
+    uint64_t deadline = uv_hrtime() + PRODUCER_SLICE_NS;
+    for (;;) {
+        if (p->phase == PROD_FLUSH)
+            return finish(p);
+        if (atomic_load_explicit(&t->stop, memory_order_relaxed)) {
+            end(p, SLUICE_ERR_CANCELLED);
+            continue;
+        }
+        int rc = 0;
+        if (p->publish || p->ext) {
+            rc = push_pending(p);
+            if (rc == PRODUCER_PARKED)
+                return leave(t, POOL_PARK);
+            if (rc < 0) {
+                end(p, rc);
+                continue;
+            }
+        }
+        switch (p->phase) {
+        case PROD_OPEN:
+            if (t->mode == SLUICE_DISTRIBUTED_EPOCH) {
+                rc = t->snap_dir ? check_snapshot_dir(t, p->err, sizeof p->err) : 0;
+                p->phase = PROD_NEXT_SPLIT;
+            } else {
+                rc = open_whole(p);
+            }
+            break;
+        case PROD_RUN:
+            rc = produce(p, deadline);
+            if (rc == 0) {
+                pipe_run_free(p->run);
+                p->run = NULL;
+                if (t->mode != SLUICE_DISTRIBUTED_EPOCH) {
+                    end(p, 0);
+                    continue;
+                }
+                p->phase = PROD_END_SPLIT;
+            }
+            break;
+        case PROD_NEXT_SPLIT:
+            rc = next_split(p);
+            if (rc == PRODUCER_END) {
+                end(p, 0);
+                continue;
+            }
+            break;
+        case PROD_END_SPLIT:
+            rc = end_split(p);
+            if (rc == 0)
+                p->phase = PROD_SPLIT_DONE;
+            break;
+        case PROD_SPLIT_DONE:
+            rc = split_done(p);
+            /* A slice takes splits one after another until its budget is spent. */
+            if (rc == 0 && uv_hrtime() >= deadline)
+                rc = PRODUCER_YIELD;
+            break;
+        case PROD_FLUSH:
+            break;
+        }
+        if (rc == PRODUCER_PARKED)
+            return leave(t, POOL_PARK);
+        if (rc == PRODUCER_YIELD)
+            return leave(t, POOL_YIELD);
+        if (rc < 0)
+            end(p, rc);
+    }
 }

@@ -26,6 +26,14 @@ _Static_assert(WORKER_MAX_ELEMENT_BYTES_LIMIT == TASK_MAX_RECORD - (64u << 10),
 
 static void drain_check(struct worker *w);
 
+unsigned worker_default_threads(void)
+{
+    unsigned n = 2 * uv_available_parallelism();
+    if (n < WORKER_MIN_DEFAULT_THREADS)
+        n = WORKER_MIN_DEFAULT_THREADS;
+    return n > POOL_MAX_THREADS ? POOL_MAX_THREADS : n;
+}
+
 uint64_t worker_now_ms(void)
 {
     return uv_hrtime() / 1000000u;
@@ -137,10 +145,11 @@ static int spec_from_taskdef(const struct worker *w, const Sluice__TaskDef *td,
 }
 
 /* Whether one more task fits the worker's limits: 0, or SLUICE_ERR_LIMIT with the reason (for
- * the task's readers) in err. A task counts against --max-tasks while its producers run (its
- * threads), and against --max-buffer-bytes at its buffer's bound while they run, then at what its
- * buffer still holds: a task that produced everything and waits to be collected costs no thread,
- * so short reads one after another (a repeating tail opens a job per pass) never pile up. */
+ * the task's readers) in err. A task counts against --max-tasks while its producers run (their
+ * turns on the pool), and against --max-buffer-bytes at its buffer's bound while they run, then at
+ * what its buffer still holds: a task that produced everything and waits to be collected costs no
+ * thread, so short reads one after another (a repeating tail opens a job per pass) never pile up.
+ */
 static int admit_task(struct worker *w, char *err, size_t errlen)
 {
     unsigned running = 0;
@@ -212,7 +221,8 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             .compress = td->compression == SLUICE__COMPRESSION__COMPRESSION_AUTO,
             .num_workers = td->num_workers,
             .worker_index = td->worker_index,
-            .threads = w->threads,
+            .producers = w->producers,
+            .pool = w->pool,
             .reg = w->reg,
             .wake = &w->wake,
             .buffer_bytes = w->buffer_bytes,
@@ -393,16 +403,20 @@ void worker_on_tick(uv_timer_t *t)
     }
     worker_reap(w);
     /* A stopped task whose producers still run holds a thread (and a core, if it spins) until
-     * the worker closes, when it is abandoned: said once, so it does not go unnoticed. */
+     * its function returns, or the worker closes, when it is abandoned: said once, so it does
+     * not go unnoticed, and its pool thread is given up to it so the other tasks keep the
+     * whole pool. */
     for (struct wtask *wt = w->dying; wt; wt = wt->next) {
         if (wt->stuck_logged || wt->abandoned || now < wt->dying_since_ms + WORKER_ABANDON_MS ||
             task_exited(wt->task))
             continue;
         wt->stuck_logged = true;
+        unsigned retired = task_retire(wt->task);
         log_warn("task %" PRIu64 ": its pipeline has not stopped %d ms after its cancellation (a "
                  "function that neither returns nor notices cancellation); it keeps its thread "
-                 "until the worker stops",
-                 wt->id, WORKER_ABANDON_MS);
+                 "until the function returns or the worker stops%s",
+                 wt->id, WORKER_ABANDON_MS,
+                 retired ? ", and the pool starts another in its place" : "");
     }
     drain_check(w);
     worker_tick_adjust(w);
@@ -445,6 +459,8 @@ static void on_handle_closed(uv_handle_t *h)
     }
     free(w->local_fds);
     uv_mutex_destroy(&w->local_mu);
+    /* Every task was freed or abandoned: the pool's threads are idle, but for those retired. */
+    pool_destroy(w->pool);
     free(w);
     if (cb)
         cb(user);
@@ -548,7 +564,9 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     }
     w->loop = loop;
     w->reg = opts->reg;
-    w->threads = opts->threads ? opts->threads : 1;
+    unsigned threads = opts->threads ? opts->threads : worker_default_threads();
+    unsigned cores = uv_available_parallelism();
+    w->producers = cores < threads ? (cores ? cores : 1) : threads;
     w->buffer_bytes = opts->buffer_bytes;
     w->buffer_records = opts->buffer_records;
     w->max_element_bytes = opts->max_element_bytes;
@@ -567,6 +585,13 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         wmetrics_destroy(w->wm);
         free(w);
         return krc;
+    }
+    krc = pool_create(threads, &w->pool);
+    if (krc < 0) {
+        wmetrics_destroy(w->wm);
+        free(w);
+        return err_set(err, errlen, krc, "worker: starting %u producer threads: %s", threads,
+                       sluice_strerror(krc));
     }
     w->hb_fixed = opts->heartbeat_ms != 0;
     w->hb_ms = opts->heartbeat_ms ? opts->heartbeat_ms : WORKER_DEFAULT_HEARTBEAT_MS;
@@ -588,6 +613,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     };
     int rc = rpc_server_start(loop, &so, &w->srv, err, errlen);
     if (rc < 0) {
+        pool_destroy(w->pool);
         wmetrics_destroy(w->wm);
         free(w);
         return rc;
@@ -610,6 +636,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     if (rc < 0) {
         err_set(err, errlen, rc, "dispatcher: %s", cerr);
         /* The server closes in the background; the caller runs the loop to let it finish. */
+        pool_destroy(w->pool);
         wmetrics_destroy(w->wm);
         rpc_server_close(w->srv, free, w);
         return rc;

@@ -62,6 +62,13 @@
 #define WORKER_MIN_BUFFER_BYTES (16ull << 20)
 #define WORKER_MAX_ELEMENT_BYTES_LIMIT (267382784u - (64u << 10)) /* worker.c checks it */
 
+/* The default size of the producer pool: enough threads for pipelines that block (sleeps, file
+ * reads, Python functions) to keep the cores busy, and at least WORKER_MIN_DEFAULT_THREADS. */
+#define WORKER_MIN_DEFAULT_THREADS 8u
+/* The default pool size on this machine: max(WORKER_MIN_DEFAULT_THREADS, 2 x the cores this
+ * process may run on), at most POOL_MAX_THREADS. Any thread. */
+unsigned worker_default_threads(void);
+
 struct sluice_registry;
 struct worker;
 
@@ -71,7 +78,9 @@ struct worker_opts {
     int port;               /* 0: any free port */
     const char *advertise;  /* HOST:PORT readers use; NULL: derived from the bound address */
     uint32_t heartbeat_ms;  /* 0: as the dispatcher says (WORKER_DEFAULT_HEARTBEAT_MS before) */
-    unsigned threads;       /* producer threads per distributed_epoch task, >= 1 */
+    /* The producer pool's threads (pool.h), 1 to POOL_MAX_THREADS; 0: WORKER_DEFAULT_THREADS.
+     * Every task's producers run on them (a save's task excepted: it has threads of its own). */
+    unsigned threads;
     const struct sluice_registry *reg; /* read-only from now on; outlives the worker */
     /* Per-task buffer bounds; 0 for the defaults of task.h. */
     uint64_t buffer_bytes;
@@ -130,8 +139,9 @@ void worker_drain(struct worker *w, uint32_t timeout_ms, void (*cb)(void *user, 
                   void *user);
 
 /* Stops everything: answers waiting readers, stops the tasks, closes the server and the
- * dispatcher client, waits (without blocking the loop) for every producer thread to exit,
- * closes every handle and then calls cb (may be NULL) and frees w. Calling it twice is a no-op. */
+ * dispatcher client, waits (without blocking the loop) for every producer to exit, closes every
+ * handle, joins the pool's threads and then calls cb (may be NULL) and frees w. Calling it twice
+ * is a no-op. */
 void worker_close(struct worker *w, void (*cb)(void *user), void *user);
 
 #endif

@@ -16,6 +16,7 @@
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
 #include "lease.h"
+#include "pool.h"
 #include "rounds.h"
 #include "pipeline/def.h"
 #include "pipeline/registry.h"
@@ -84,7 +85,8 @@ struct wtask {
     bool dying;
     bool abandoned; /* its producers did not stop in time: forgotten, never freed (task_abandon) */
     bool running;   /* its producers were started (it counts against max_tasks) */
-    bool stuck_logged;       /* said once that its producers outlive their cancellation */
+    bool stuck_logged;       /* said once that its producers outlive their cancellation (and
+                              * their pool threads were retired, task_retire) */
     uint64_t dying_since_ms; /* when it was removed (stopped) */
     bool splits_inflight;
     bool failure_logged;
@@ -119,7 +121,8 @@ struct wtask {
 struct worker {
     uv_loop_t *loop;
     const struct sluice_registry *reg;
-    unsigned threads;
+    struct pool *pool;  /* every task's producers run here (a save's task excepted) */
+    unsigned producers; /* per distributed_epoch task: min(cores, pool size) */
     uint64_t buffer_bytes, buffer_records;
     uint64_t max_element_bytes;
     unsigned max_tasks;        /* 0: no limit */

@@ -1,13 +1,14 @@
 /* A worker task (src/worker/task.c) driven the way the worker's loop drives it, without
- * sockets: producers on threads fill the buffer, the test takes and decodes every element,
- * grants splits for distributed_epoch, and stops tasks whose producers are blocked. Every wait
- * is bounded. */
+ * sockets: producers run on a pool of two threads (src/worker/pool.c) and fill the buffer, the
+ * test takes and decodes every element, grants splits for distributed_epoch, and stops tasks
+ * whose producers are parked. Every wait is bounded. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,7 @@
 #include "pipeline/snapshot.h"
 #include "pipeline/split.h"
 #include "pipeline/open.h"
+#include "worker/pool.h"
 #include "worker/task.h"
 
 #define WAIT_LIMIT_MS 20000
@@ -35,6 +37,7 @@ struct env {
     unsigned wakes;
     struct sluice_registry *reg;
     struct pipe_buf scratch;
+    struct pool *pool; /* two threads: fewer than most tests' producers */
 };
 
 static void on_wake(uv_async_t *a)
@@ -58,6 +61,7 @@ static int setup(void **state)
     assert_int_equal(uv_timer_init(&e->loop, &e->poll), 0);
     assert_int_equal(uv_timer_start(&e->poll, on_poll, 2, 2), 0);
     assert_int_equal(pipe_registry_new(&e->reg), 0);
+    assert_int_equal(pool_create(2, &e->pool), 0);
     *state = e;
     return 0;
 }
@@ -65,6 +69,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     struct env *e = *state;
+    pool_destroy(e->pool); /* before the wake handle its slices send goes */
     uv_close((uv_handle_t *)&e->wake, NULL);
     uv_close((uv_handle_t *)&e->poll, NULL);
     uv_run(&e->loop, UV_RUN_DEFAULT);
@@ -84,7 +89,8 @@ static struct task *start(struct env *e, const char *text, enum sluice_mode mode
         .compress = true,
         .num_workers = nw,
         .worker_index = wi,
-        .threads = threads,
+        .producers = threads,
+        .pool = e->pool,
         .reg = e->reg,
         .wake = &e->wake,
         .buffer_records = buffer_records,
@@ -154,6 +160,70 @@ static void lease_step(struct task *t, struct leaser *l)
     free(plan);
 }
 
+/* One take from t, after answering its GetSplits (l, for distributed_epoch): decodes what it
+ * took into out. Returns 1 once the task ended or failed (out->status), 0 after taking
+ * elements, -1 when the buffer is empty for now (the reader then waits: steal). */
+static int drain_once(struct task *t, struct leaser *l, uint32_t max_el, struct pipe_buf *scratch,
+                      struct sluice_element *el, struct pipe_buf *dscratch, struct drained *out)
+{
+    if (l)
+        lease_step(t, l);
+    struct task_take tk;
+    int st = task_take(t, max_el, 1u << 20, scratch, &tk);
+    assert_true(st >= 0);
+    if (st == TASK_TAKE_DATA) {
+        task_set_waiting(t, false);
+        assert_true(tk.wb.count <= max_el);
+        size_t pos = 0;
+        char err[SLUICE_ERRMSG_SIZE];
+        uint32_t n = 0;
+        int rc;
+        struct codec_mark mark;
+        while ((rc = codec_next_record(tk.wb.payload, tk.wb.len, &pos, el, dscratch, &mark, err,
+                                       sizeof err)) > 0) {
+            n++;
+            if (rc == CODEC_SPLIT_END) {
+                /* A split's end marker counts the elements tagged with it before. */
+                assert_true(l != NULL);
+                assert_true(mark.seq < 4096);
+                assert_int_equal(mark.pos, out->next_pos[mark.seq]);
+                out->splits_ended++;
+                continue;
+            }
+            /* distributed_epoch elements carry their split and position in it, in order. */
+            assert_int_equal(mark.tagged, l != NULL);
+            if (mark.tagged) {
+                assert_true(mark.seq < 4096);
+                assert_int_equal(mark.pos, out->next_pos[mark.seq]);
+                out->next_pos[mark.seq]++;
+            }
+            assert_int_equal(el->n, 1);
+            assert_int_equal(el->t[0].dtype, SLUICE_INT64);
+            if (out->n == out->cap) {
+                out->cap = out->cap ? out->cap * 2 : 1024;
+                out->values = realloc(out->values, out->cap * sizeof *out->values);
+                assert_non_null(out->values);
+            }
+            out->values[out->n++] = *(int64_t *)(void *)el->t[0].data;
+        }
+        assert_int_equal(rc, 0);
+        assert_int_equal(n, tk.wb.count);
+        task_take_release(t, &tk);
+        return 0;
+    }
+    if (st == TASK_TAKE_EMPTY) {
+        task_set_waiting(t, true);
+        task_steal(t, uv_hrtime());
+        return -1;
+    }
+    out->status = st;
+    if (st == TASK_TAKE_FAILED) {
+        out->code = tk.code;
+        snprintf(out->msg, sizeof out->msg, "%s", tk.msg);
+    }
+    return 1;
+}
+
 /* Takes everything the task produces, running the loop while the buffer is empty, until the
  * task ends or fails. */
 static void drain(struct env *e, struct task *t, struct leaser *l, uint32_t max_el,
@@ -166,63 +236,11 @@ static void drain(struct env *e, struct task *t, struct leaser *l, uint32_t max_
     uint64_t t0 = uv_hrtime();
     for (;;) {
         assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
-        if (l)
-            lease_step(t, l);
-        struct task_take tk;
-        int st = task_take(t, max_el, 1u << 20, &e->scratch, &tk);
-        assert_true(st >= 0);
-        if (st == TASK_TAKE_DATA) {
-            task_set_waiting(t, false);
-            assert_true(tk.wb.count <= max_el);
-            size_t pos = 0;
-            char err[SLUICE_ERRMSG_SIZE];
-            uint32_t n = 0;
-            int rc;
-            struct codec_mark mark;
-            while ((rc = codec_next_record(tk.wb.payload, tk.wb.len, &pos, &el, &dscratch, &mark,
-                                           err, sizeof err)) > 0) {
-                n++;
-                if (rc == CODEC_SPLIT_END) {
-                    /* A split's end marker counts the elements tagged with it before. */
-                    assert_true(l != NULL);
-                    assert_true(mark.seq < 4096);
-                    assert_int_equal(mark.pos, out->next_pos[mark.seq]);
-                    out->splits_ended++;
-                    continue;
-                }
-                /* distributed_epoch elements carry their split and position in it, in order. */
-                assert_int_equal(mark.tagged, l != NULL);
-                if (mark.tagged) {
-                    assert_true(mark.seq < 4096);
-                    assert_int_equal(mark.pos, out->next_pos[mark.seq]);
-                    out->next_pos[mark.seq]++;
-                }
-                assert_int_equal(el.n, 1);
-                assert_int_equal(el.t[0].dtype, SLUICE_INT64);
-                if (out->n == out->cap) {
-                    out->cap = out->cap ? out->cap * 2 : 1024;
-                    out->values = realloc(out->values, out->cap * sizeof *out->values);
-                    assert_non_null(out->values);
-                }
-                out->values[out->n++] = *(int64_t *)(void *)el.t[0].data;
-            }
-            assert_int_equal(rc, 0);
-            assert_int_equal(n, tk.wb.count);
-            task_take_release(t, &tk);
-            continue;
-        }
-        if (st == TASK_TAKE_EMPTY) {
-            task_set_waiting(t, true);
-            task_steal(t, uv_hrtime());
+        int rc = drain_once(t, l, max_el, &e->scratch, &el, &dscratch, out);
+        if (rc > 0)
+            break;
+        if (rc < 0)
             uv_run(&e->loop, UV_RUN_ONCE);
-            continue;
-        }
-        out->status = st;
-        if (st == TASK_TAKE_FAILED) {
-            out->code = tk.code;
-            snprintf(out->msg, sizeof out->msg, "%s", tk.msg);
-        }
-        break;
     }
     pipe_elem_release(&el);
     pipe_buf_release(&dscratch);
@@ -620,7 +638,8 @@ static void test_save_task_writes_chunks(void **state)
     struct task_config cfg = {
         .id = 1,
         .mode = SLUICE_DISTRIBUTED_EPOCH,
-        .threads = 3,
+        .producers = 3,
+        .pool = e->pool, /* not used: a save's task runs on threads of its own */
         .reg = e->reg,
         .wake = &e->wake,
         .snapshot_path = dir,
@@ -784,7 +803,8 @@ static void run_case(struct env *e, const char *text, bool compress, bool whole,
         .id = 1,
         .mode = SLUICE_PARALLEL_EPOCHS,
         .compress = compress,
-        .threads = 1,
+        .producers = 1,
+        .pool = e->pool,
         .reg = e->reg,
         .wake = &e->wake,
         .buffer_bytes = buffer_bytes,
@@ -838,6 +858,268 @@ static void run_case(struct env *e, const char *text, bool compress, bool whole,
     pipe_buf_release(&want);
 }
 
+/* ---- the pool ------------------------------------------------------------------------------ */
+
+/* Many tasks on the pool of two threads each produce exactly their elements: parallel_epochs and
+ * distributed_epoch tasks with a bound of 50 records, so their producers park on a full buffer
+ * and resume many times (elements come slowly enough, 20 us apart, and splits are short enough
+ * for the chunks to be small), distributed ones parked for leases until the test grants splits.
+ * While all of them are parked, another task on the same pool still runs to its end. */
+static void test_many_tasks_share_pool(void **state)
+{
+    struct env *e = *state;
+    enum { PE = 8, DE = 8, N = PE + DE, PE_LEN = 3000, DE_LEN = 2000 };
+    struct task *t[N];
+    struct leaser *l = calloc(N, sizeof *l);
+    struct drained *d = calloc(N, sizeof *d);
+    assert_non_null(l);
+    assert_non_null(d);
+    char err[SLUICE_ERRMSG_SIZE];
+    for (int i = 0; i < N; i++) {
+        if (i < PE) {
+            t[i] = start(e, "range(3000) | map(sleep_us, 20)", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 50);
+        } else {
+            struct pipe_spec *spec = pipeline_parse("range(2000)");
+            assert_int_equal(pipe_split_provider_init(&l[i].prov, spec, 7, err, sizeof err), 0);
+            pipe_spec_free(spec);
+            l[i].count = split_plan_total(&l[i].prov.plan);
+            l[i].finished = calloc(l[i].count + 1, sizeof *l[i].finished);
+            assert_non_null(l[i].finished);
+            t[i] = start(e, "range(2000)", SLUICE_DISTRIBUTED_EPOCH, 3, 0, 0, 50);
+        }
+        /* As if a reader waited all along: producers publish small chunks (each lingering chunk,
+         * and every split's end), so they fill the buffer and park over and over. */
+        task_set_waiting(t[i], true);
+        task_begin(t[i]); /* as a first take would */
+    }
+    /* Every parallel_epochs task fills its buffer and parks; distributed ones wait for splits. */
+    uint64_t t0 = uv_hrtime();
+    for (int i = 0; i < PE; i++) {
+        for (;;) {
+            struct task_progress tp;
+            task_progress(t[i], &tp);
+            if (tp.buffered >= 50 && tp.blocked_ns > 0)
+                break;
+            assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+            uv_run(&e->loop, UV_RUN_ONCE);
+        }
+    }
+    struct task *other = start(e, "range(500)", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 0);
+    struct drained od;
+    drain(e, other, NULL, 1000, &od);
+    assert_int_equal(od.status, TASK_TAKE_END);
+    assert_int_equal(od.n, 500);
+    for (size_t k = 0; k < od.n; k++)
+        assert_int_equal(od.values[k], (int64_t)k);
+    free(od.values);
+    finish(e, other);
+
+    /* Read them all in turns, a few records per take. */
+    struct sluice_element el;
+    pipe_elem_init(&el);
+    struct pipe_buf dscratch = {0};
+    bool ended[N] = {false};
+    int left = N;
+    t0 = uv_hrtime();
+    while (left > 0) {
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        bool took = false;
+        for (int i = 0; i < N; i++) {
+            if (ended[i])
+                continue;
+            int rc = drain_once(t[i], i < PE ? NULL : &l[i], 7, &e->scratch, &el, &dscratch, &d[i]);
+            task_set_waiting(t[i], true);
+            if (rc > 0) {
+                ended[i] = true;
+                left--;
+            }
+            took |= rc == 0;
+        }
+        if (!took)
+            uv_run(&e->loop, UV_RUN_ONCE);
+    }
+    pipe_elem_release(&el);
+    pipe_buf_release(&dscratch);
+
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(d[i].status, TASK_TAKE_END);
+        struct task_progress tp;
+        task_progress(t[i], &tp);
+        if (i < PE) {
+            /* One producer: every element, in order; its time parked on the full buffer
+             * counts as blocked. */
+            assert_int_equal(d[i].n, PE_LEN);
+            for (size_t k = 0; k < d[i].n; k++)
+                assert_int_equal(d[i].values[k], (int64_t)k);
+            assert_true(tp.blocked_ns > 0);
+        } else {
+            assert_int_equal(d[i].n, DE_LEN);
+            assert_int_equal(d[i].splits_ended, l[i].count);
+            qsort(d[i].values, d[i].n, sizeof *d[i].values, cmp_i64);
+            for (size_t k = 0; k < d[i].n; k++)
+                assert_int_equal(d[i].values[k], (int64_t)k);
+            for (;;) {
+                task_progress(t[i], &tp);
+                if (tp.finished)
+                    break;
+                assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+                lease_step(t[i], &l[i]);
+                uv_run(&e->loop, UV_RUN_ONCE);
+            }
+            for (uint64_t s = 0; s < l[i].count; s++)
+                assert_int_equal(l[i].finished[s], 1);
+            free(l[i].finished);
+            pipe_split_provider_release(&l[i].prov);
+        }
+        free(d[i].values);
+        finish(e, t[i]);
+    }
+    free(d);
+    free(l);
+}
+
+/* Tasks whose producers are parked (on a full buffer, or for splits never granted) hold no
+ * thread: their parked time keeps counting as blocked, a stop ends them promptly, and the pool
+ * then runs another task to its end. */
+static void test_stop_while_parked(void **state)
+{
+    struct env *e = *state;
+    enum { FULL = 4, IDLE = 2, N = FULL + IDLE };
+    struct task *t[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = i < FULL ? start(e, "range(10) | repeat()", SLUICE_PARALLEL_EPOCHS, 1, 0, 0, 20)
+                        : start(e, "range(10)", SLUICE_DISTRIBUTED_EPOCH, 3, 0, 0, 0);
+        task_begin(t[i]);
+    }
+    uint64_t t0 = uv_hrtime();
+    for (int i = 0; i < FULL; i++) {
+        for (;;) {
+            struct task_progress tp;
+            task_progress(t[i], &tp);
+            if (tp.buffered >= 20 && tp.blocked_ns > 0)
+                break;
+            assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+            uv_run(&e->loop, UV_RUN_ONCE);
+        }
+    }
+    struct task_progress before, after;
+    task_progress(t[0], &before);
+    usleep(20000);
+    task_progress(t[0], &after);
+    assert_true(after.blocked_ns >= before.blocked_ns + 10000000u);
+    assert_int_equal(after.produced, before.produced);
+    for (int i = 0; i < N; i++) {
+        assert_false(task_exited(t[i]));
+        task_stop(t[i]);
+    }
+    for (int i = 0; i < N; i++)
+        finish(e, t[i]);
+    struct task *other = start(e, "range(100)", SLUICE_DISTRIBUTED_EPOCH, 2, 0, 0, 0);
+    struct leaser l;
+    memset(&l, 0, sizeof l);
+    struct pipe_spec *spec = pipeline_parse("range(100)");
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(pipe_split_provider_init(&l.prov, spec, 10, err, sizeof err), 0);
+    pipe_spec_free(spec);
+    l.count = split_plan_total(&l.prov.plan);
+    l.finished = calloc(l.count + 1, sizeof *l.finished);
+    assert_non_null(l.finished);
+    struct drained d;
+    drain(e, other, &l, 1000, &d);
+    assert_int_equal(d.status, TASK_TAKE_END);
+    assert_int_equal(d.n, 100);
+    qsort(d.values, d.n, sizeof *d.values, cmp_i64);
+    for (size_t k = 0; k < d.n; k++)
+        assert_int_equal(d.values[k], (int64_t)k);
+    free(d.values);
+    free(l.finished);
+    pipe_split_provider_release(&l.prov);
+    task_stop(other); /* its last splits' reports are not waited for here */
+    finish(e, other);
+}
+
+/* A job that holds its thread until released, and one that counts its slices. */
+struct stuck_job {
+    struct pool_job job;
+    atomic_int state; /* 1 running, 2 released, 3 returned */
+};
+
+static enum pool_slice stuck_run(struct pool_job *job)
+{
+    struct stuck_job *s = (struct stuck_job *)job;
+    atomic_store(&s->state, 1);
+    while (atomic_load(&s->state) != 2)
+        usleep(1000);
+    atomic_store(&s->state, 3);
+    return POOL_DONE;
+}
+
+struct count_job {
+    struct pool_job job;
+    atomic_int slices;
+    atomic_int parks; /* park this many times before finishing */
+};
+
+static enum pool_slice count_run(struct pool_job *job)
+{
+    struct count_job *c = (struct count_job *)job;
+    int n = atomic_fetch_add(&c->slices, 1) + 1;
+    if (atomic_load(&c->parks) > 0) {
+        atomic_fetch_sub(&c->parks, 1);
+        return POOL_PARK;
+    }
+    return n < 5 ? POOL_YIELD : POOL_DONE;
+}
+
+static void wait_int(atomic_int *v, int want)
+{
+    uint64_t t0 = uv_hrtime();
+    while (atomic_load(v) != want) {
+        assert_true(elapsed_ms(t0) < WAIT_LIMIT_MS);
+        usleep(1000);
+    }
+}
+
+/* A parked job runs again only when woken; a thread stuck in a slice is retired and replaced,
+ * so the pool keeps its size, and exits on its own once the slice returns. */
+static void test_pool_park_and_retire(void **state)
+{
+    (void)state;
+    struct pool *pl;
+    assert_int_equal(pool_create(1, &pl), 0);
+    assert_int_equal(pool_size(pl), 1);
+    struct count_job c = {.job = {.run = count_run}};
+    atomic_init(&c.slices, 0);
+    atomic_init(&c.parks, 1);
+    pool_wake(pl, &c.job);
+    wait_int(&c.slices, 1);
+    usleep(20000);
+    assert_int_equal(atomic_load(&c.slices), 1); /* parked: not run again */
+    pool_wake(pl, &c.job);
+    wait_int(&c.slices, 5); /* then it yields and runs in turns to its end */
+
+    struct stuck_job s = {.job = {.run = stuck_run}};
+    atomic_init(&s.state, 0);
+    struct count_job c2 = {.job = {.run = count_run}};
+    atomic_init(&c2.slices, 0);
+    atomic_init(&c2.parks, 0);
+    pool_wake(pl, &s.job);
+    wait_int(&s.state, 1);
+    pool_wake(pl, &c2.job);
+    usleep(20000);
+    assert_int_equal(atomic_load(&c2.slices), 0);  /* the only thread is stuck */
+    assert_int_equal(pool_retire(pl, &c2.job), 0); /* not running */
+    assert_int_equal(pool_retire(pl, &s.job), 1);
+    assert_int_equal(pool_size(pl), 1);
+    wait_int(&c2.slices, 5); /* on the new thread */
+    atomic_store(&s.state, 2);
+    wait_int(&s.state, 3);
+    pool_destroy(pl);
+    struct pool *bad;
+    assert_int_equal(pool_create(0, &bad), SLUICE_ERR_INVALID);
+    assert_int_equal(pool_create(POOL_MAX_THREADS + 1, &bad), SLUICE_ERR_INVALID);
+}
+
 static void test_large_elements_whole_takes(void **state)
 {
     struct env *e = *state;
@@ -889,6 +1171,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_runs_at_first_take, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_waiting_for_snapshot_chunk, setup, teardown),
         cmocka_unit_test_setup_teardown(test_save_task_writes_chunks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_many_tasks_share_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stop_while_parked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_park_and_retire, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
