@@ -3,6 +3,8 @@
  *     a batch as it grows): the reader gets the exact message, the worker's peak memory stays
  *     small, the failure is recorded on the job (status, a second reader of the job, no task on
  *     a new worker), and the worker still serves a well-behaved read;
+ *   - forty reads at once from a worker with --threads 4 each get exactly their elements while
+ *     the worker's thread count stays what it was before them (its tasks share its pool);
  *   - the dispatcher's --max-datasets, --max-pipeline-bytes and --max-jobs-per-client refuse
  *     with the exact message while other clients are still served;
  *   - a job name, dataset id or worker address that is not valid UTF-8 or holds a control
@@ -33,6 +35,7 @@
 
 #include <jansson.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +471,85 @@ static void test_unread_jobs_cost_nothing(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* Forty reads at once from one worker started with --threads 4: every read gets exactly its
+ * elements (parallel_epochs and distributed_epoch, each element taking a millisecond), while the
+ * worker's threads stay what it had after a first read (its four pool threads among them): its
+ * tasks take turns on the pool. Before, each running task had producer threads of its own (one
+ * per parallel_epochs task, --threads per distributed_epoch task): 3 threads became 102. */
+static void test_concurrent_reads_share_the_pool(void **unused)
+{
+    (void)unused;
+    static const char *const wargs[] = {"--threads", "4", NULL};
+    struct cluster c = {0};
+    c.worker_args = wargs;
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    pid_t worker = c.workers[0].pid;
+    struct sluice_client *client = NULL;
+    char msg[SLUICE_ERRMSG_SIZE];
+    struct sluice_client_options co = {.dispatcher = c.dispatcher.addr, .timeout_ms = 30000};
+    assert_int_equal(sluice_client_open(&co, &client, msg, sizeof msg), 0);
+    /* The threads of a worker that has served a read (some start only once it is registered). */
+    read_count(&c, "range(3)", "3\n");
+    long threads0 = proc_status_kb(worker, "Threads");
+    assert_true(threads0 > 0);
+
+    enum { READS = 40, LEN = 150 };
+    struct sluice_iterator *its[READS];
+    static char seen[READS][LEN];
+    memset(seen, 0, sizeof seen);
+    int got[READS] = {0};
+    bool ended[READS] = {false};
+    for (int i = 0; i < READS; i++) {
+        char text[96];
+        snprintf(text, sizeof text, "range(%d) | map(sleep_us, 1000) | map(add, %d)", LEN, i * LEN);
+        struct sluice_read_options ro = {
+            .pipeline = text,
+            .mode = i % 2 ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS,
+        };
+        if (sluice_iterator_open(client, &ro, &its[i], msg, sizeof msg) != 0)
+            fail_msg("read %d: %s", i, msg);
+    }
+    /* Every read takes an element in turn, so all forty tasks run at once. */
+    long threads_max = 0;
+    int left = READS;
+    while (left > 0) {
+        for (int i = 0; i < READS; i++) {
+            if (ended[i])
+                continue;
+            const struct sluice_element *elem;
+            int rc = sluice_iterator_next(its[i], &elem, 30000, msg, sizeof msg);
+            if (rc == 0) {
+                ended[i] = true;
+                left--;
+                sluice_iterator_close(its[i]);
+                continue;
+            }
+            if (rc != 1)
+                fail_msg("read %d after %d elements: %s", i, got[i], msg);
+            size_t len = 0;
+            const int64_t *v = sluice_element_data(elem, 0, &len);
+            assert_int_equal(len, sizeof *v);
+            int64_t k = *v - (int64_t)i * LEN;
+            if (k < 0 || k >= LEN || seen[i][k])
+                fail_msg("read %d: element %lld unexpected or seen twice", i, (long long)*v);
+            seen[i][k] = 1;
+            got[i]++;
+        }
+        long n = proc_status_kb(worker, "Threads");
+        if (n > threads_max)
+            threads_max = n;
+    }
+    for (int i = 0; i < READS; i++)
+        assert_int_equal(got[i], LEN);
+    fprintf(stderr,
+            "worker with --threads 4 and %d reads at once: at most %ld threads (%ld before)\n",
+            READS, threads_max, threads0);
+    assert_true(threads_max <= threads0);
+    sluice_client_close(client);
+    assert_int_equal(cluster_stop(&c), 0);
+}
+
 /* ---- worker limits ------------------------------------------------------------------------ */
 
 /* Opens a parallel_epochs read of an endless range and takes its first element: its task on the
@@ -773,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_dispatcher_limits),
         cmocka_unit_test(test_worker_limits),
         cmocka_unit_test(test_unread_jobs_cost_nothing),
+        cmocka_unit_test(test_concurrent_reads_share_the_pool),
         cmocka_unit_test(test_finished_tasks_free_their_place),
         cmocka_unit_test(test_jobs_per_address),
         cmocka_unit_test(test_bad_names),
