@@ -4,7 +4,11 @@
  * running, or running and woken meanwhile (queued again once its slice returns). A thread that
  * was retired finishes its slice, hands the job back like any other thread would, and exits; it
  * holds a reference to the pool, so a pool destroyed meanwhile is freed only by the last of
- * them. */
+ * them.
+ *
+ * Idle threads wait each on a condition of its own, stacked: a job that becomes runnable wakes the
+ * thread that went idle last. A producer that parks and resumes thus keeps running on the same
+ * thread (its caches and its malloc arena), and the threads the load does not need stay asleep. */
 #include "pool.h"
 
 #include "common/error.h"
@@ -24,26 +28,44 @@ struct pool_thread {
     struct pool_thread *next;
     struct pool *pl;
     uv_thread_t tid;
-    struct pool_job *job; /* the job whose slice it runs, or NULL */
+    uv_cond_t cv;                  /* it waits here while idle */
+    struct pool_thread *idle_next; /* below it on the idle stack */
+    bool idle;                     /* on the idle stack */
+    struct pool_job *job;          /* the job whose slice it runs, or NULL */
     bool retired;
 };
 
 struct pool {
     uv_mutex_t mu;
-    uv_cond_t cv; /* idle threads wait here for a job or the stop */
     struct pool_job *head, *tail;
     struct pool_thread *threads; /* every thread not exited, retired ones included */
+    struct pool_thread *idle;    /* the idle stack: the thread that went idle last first */
     unsigned size;               /* threads not retired */
-    unsigned idle;               /* threads waiting on cv */
     unsigned refs;               /* the owner's, and one per retired thread still running */
     bool stopping;
 };
 
 static void pool_free(struct pool *pl)
 {
-    uv_cond_destroy(&pl->cv);
     uv_mutex_destroy(&pl->mu);
     free(pl);
+}
+
+/* Wakes the thread that went idle last, if any. Pool mutex held. */
+static void wake_one_locked(struct pool *pl)
+{
+    struct pool_thread *th = pl->idle;
+    if (!th)
+        return;
+    pl->idle = th->idle_next;
+    th->idle = false;
+    uv_cond_signal(&th->cv);
+}
+
+static void thread_free(struct pool_thread *th)
+{
+    uv_cond_destroy(&th->cv);
+    free(th);
 }
 
 static void push_locked(struct pool *pl, struct pool_job *job)
@@ -65,9 +87,11 @@ static void thread_main(void *arg)
     while (!th->retired && !pl->stopping) {
         struct pool_job *job = pl->head;
         if (!job) {
-            pl->idle++;
-            uv_cond_wait(&pl->cv, &pl->mu);
-            pl->idle--;
+            th->idle = true;
+            th->idle_next = pl->idle;
+            pl->idle = th;
+            while (th->idle && !pl->stopping)
+                uv_cond_wait(&th->cv, &pl->mu);
             continue;
         }
         pl->head = job->next;
@@ -84,8 +108,8 @@ static void thread_main(void *arg)
         if (r == POOL_YIELD || job->state == JOB_RUNNING_WOKEN) {
             push_locked(pl, job);
             /* This thread takes the head next; another one only if it is a different job. */
-            if (pl->idle && pl->head != job)
-                uv_cond_signal(&pl->cv);
+            if (pl->head != job)
+                wake_one_locked(pl);
         } else {
             job->state = JOB_IDLE;
         }
@@ -99,7 +123,7 @@ static void thread_main(void *arg)
     while (*pp != th)
         pp = &(*pp)->next;
     *pp = th->next;
-    free(th);
+    thread_free(th);
     bool last = --pl->refs == 0;
     uv_mutex_unlock(&pl->mu);
     if (last)
@@ -113,9 +137,13 @@ static int spawn_locked(struct pool *pl)
     if (!th)
         return SLUICE_ERR_NOMEM;
     th->pl = pl;
+    if (uv_cond_init(&th->cv) != 0) {
+        free(th);
+        return SLUICE_ERR_NOMEM;
+    }
     int rc = uv_thread_create(&th->tid, thread_main, th);
     if (rc != 0) {
-        free(th);
+        thread_free(th);
         return rc;
     }
     th->next = pl->threads;
@@ -132,11 +160,6 @@ int pool_create(unsigned nthreads, struct pool **out)
     if (!pl)
         return SLUICE_ERR_NOMEM;
     if (uv_mutex_init(&pl->mu) != 0) {
-        free(pl);
-        return SLUICE_ERR_NOMEM;
-    }
-    if (uv_cond_init(&pl->cv) != 0) {
-        uv_mutex_destroy(&pl->mu);
         free(pl);
         return SLUICE_ERR_NOMEM;
     }
@@ -165,8 +188,7 @@ void pool_wake(struct pool *pl, struct pool_job *job)
     switch (job->state) {
     case JOB_IDLE:
         push_locked(pl, job);
-        if (pl->idle)
-            uv_cond_signal(&pl->cv);
+        wake_one_locked(pl);
         break;
     case JOB_RUNNING:
         job->state = JOB_RUNNING_WOKEN;
@@ -203,7 +225,9 @@ void pool_destroy(struct pool *pl)
         return;
     uv_mutex_lock(&pl->mu);
     pl->stopping = true;
-    uv_cond_broadcast(&pl->cv);
+    pl->idle = NULL; /* nobody is woken from here on: the threads below are about to go */
+    for (struct pool_thread *th = pl->threads; th; th = th->next)
+        uv_cond_signal(&th->cv);
     /* The threads not retired are joined here; a retired one unlinks itself when it exits. */
     struct pool_thread *mine = NULL, **pp = &pl->threads;
     while (*pp) {
@@ -222,7 +246,7 @@ void pool_destroy(struct pool *pl)
         struct pool_thread *th = mine;
         mine = th->next;
         uv_thread_join(&th->tid);
-        free(th);
+        thread_free(th);
     }
     uv_mutex_lock(&pl->mu);
     bool last = --pl->refs == 0;
