@@ -105,6 +105,88 @@ static void repetition_collected(struct dispatcher *d, int status, void *ctx)
     (void)ctx;
 }
 
+/* ---- readers waiting for a repetition (struct rep_waiter) ----------------------------------- */
+
+static struct rep_waiter *rep_waiter_find(struct dispatcher *d, uint64_t job_id,
+                                          uint64_t repetition, uint64_t owner)
+{
+    for (size_t i = 0; i < d->nrep_waiters; i++) {
+        struct rep_waiter *w = &d->rep_waiters[i];
+        if (w->job_id == job_id && w->repetition == repetition && w->owner == owner)
+            return w;
+    }
+    return NULL;
+}
+
+/* Notes (or refreshes) that owner waits to read repetition of job_id. */
+static void rep_waiter_note(struct dispatcher *d, uint64_t job_id, uint64_t repetition,
+                            uint64_t owner, uint64_t now)
+{
+    struct rep_waiter *w = rep_waiter_find(d, job_id, repetition, owner);
+    if (w) {
+        w->seen = now;
+        return;
+    }
+    if (d->nrep_waiters >= REP_WAITERS_MAX)
+        return;
+    if (d->nrep_waiters % 16 == 0) {
+        struct rep_waiter *v =
+            realloc(d->rep_waiters, (d->nrep_waiters + 16) * sizeof *d->rep_waiters);
+        if (!v)
+            return;
+        d->rep_waiters = v;
+    }
+    d->rep_waiters[d->nrep_waiters++] = (struct rep_waiter){job_id, repetition, owner, now};
+}
+
+static void rep_waiter_forget(struct dispatcher *d, uint64_t job_id, uint64_t repetition,
+                              uint64_t owner)
+{
+    struct rep_waiter *w = rep_waiter_find(d, job_id, repetition, owner);
+    if (w)
+        *w = d->rep_waiters[--d->nrep_waiters];
+}
+
+/* Drops the waiters that have not asked again within the client timeout (a reader that gave up
+ * or died), then counts those of job_id waiting for repetition, owner's own excepted. */
+static size_t rep_waiters_for(struct dispatcher *d, uint64_t job_id, uint64_t repetition,
+                              uint64_t owner, uint64_t now)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d->nrep_waiters;) {
+        struct rep_waiter *w = &d->rep_waiters[i];
+        if (now - w->seen > d->client_timeout_ms) {
+            *w = d->rep_waiters[--d->nrep_waiters];
+            continue;
+        }
+        n += w->job_id == job_id && w->repetition == repetition && w->owner != owner;
+        i++;
+    }
+    return n;
+}
+
+/* A repeating reader asks for repetition want of its named job, whose current repetition is
+ * want - 1: the job moves on only once every reader that asked for that current repetition
+ * while others still held the one before has joined it. Otherwise a reader waiting (with its
+ * backoff) for repetition 1 would find the job at repetition 2, read whole by a faster reader
+ * meanwhile. Returns 0, or SLUICE_ERR_UNAVAILABLE with err (the reader retries). */
+static int rep_waiters_check(struct dispatcher *d, const struct job_ctx *c, uint64_t now,
+                             char *err, size_t errlen)
+{
+    const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
+    const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
+    if (!cur || cur->repetition + 1 != c->repetition || cur->state == ST_ITER_GC)
+        return 0;
+    size_t n = rep_waiters_for(d, job->id, cur->repetition, c->job.owner, now);
+    if (n == 0)
+        return 0;
+    rep_waiter_note(d, job->id, c->repetition, c->job.owner, now);
+    return err_set(err, errlen, SLUICE_ERR_UNAVAILABLE,
+                   "job '%s': repetition %" PRIu64 " is still to be read by %zu reader%s that "
+                   "asked for it; repetition %" PRIu64 " starts once they finish",
+                   c->job_name, cur->repetition, n, n == 1 ? "" : "s", c->repetition);
+}
+
 /* Plans with the split plan (when one was built) and commits; takes c. */
 static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool have_plan)
 {
@@ -112,8 +194,17 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     /* A repeating reader's next pass: the job's previous repetition is collected first when
      * nobody holds it any more, in its own commit, so the read below plans against it. */
     size_t before = d->ups.n;
-    int rc = plan_job_repetition(&d->st, c->dataset_id, c->job_name, c->repetition, &d->ups, err,
+    uint64_t now = uv_now(d->loop);
+    int rc = c->repetition ? rep_waiters_check(d, c, now, err, sizeof err) : 0;
+    if (rc == 0)
+        rc = plan_job_repetition(&d->st, c->dataset_id, c->job_name, c->repetition, &d->ups, err,
                                  sizeof err);
+    /* Others still read the current repetition: this reader waits for the next one. */
+    if (rc == SLUICE_ERR_UNAVAILABLE && c->repetition) {
+        const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
+        if (job)
+            rep_waiter_note(d, job->id, c->repetition, c->job.owner, now);
+    }
     if (rc == 0 && d->ups.n > before) {
         for (size_t i = before; i < d->ups.n; i++) {
             if (d->ups.v[i].type == ST_ITERATION_GC)
@@ -129,6 +220,8 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     /* A new iteration's secret is drawn here, in the shell, and journaled with it. */
     if (rc == 0)
         rc = dispatcher_draw_iteration_keys(d, from, err, sizeof err);
+    if (rc == 0 && c->repetition)
+        rep_waiter_forget(d, c->ids.job_id, c->repetition, c->job.owner);
     if (rc < 0) {
         dispatcher_refuse(c->r.conn, c->r.id, rc, err);
         dispatcher_req_done(&c->r);

@@ -559,6 +559,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->worker_touched.v);
     free(d->client_seen.v);
     free(d->idle_since.v);
+    free(d->rep_waiters);
     free(d->settled_since.v);
     free(d->leased_at.v);
     free(d->lease_below.v);

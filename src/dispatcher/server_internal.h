@@ -41,6 +41,7 @@
 #define DEFAULT_CLIENT_TIMEOUT_MS 30000
 #define DEFAULT_JOB_GC_TIMEOUT_MS 60000
 #define DEFAULT_SNAPSHOT_EVERY 10000
+#define REP_WAITERS_MAX 4096
 /* Without --snapshot-every a snapshot also waits until the records since the last one take this
  * many times its bytes: a large state is not rewritten every 10000 small changes (the snapshots
  * would be most of the journal's writes and stall the loop while encoded), and a restart still
@@ -80,6 +81,14 @@ struct dispatcher {
     struct ratelimit refusals;
 
     struct soft_table worker_seen, client_seen, idle_since;
+    /* Readers of a repeating named job that asked for its next repetition while others still
+     * held the current one (handlers_jobs.c): the job does not move past the repetition they wait
+     * for before they join it, or before client_timeout_ms pass without them asking again. At
+     * most REP_WAITERS_MAX (a reader past it is not waited for, as before). */
+    struct rep_waiter {
+        uint64_t job_id, repetition, owner, seen;
+    } *rep_waiters;
+    size_t nrep_waiters;
     /* The peer address of each client owner, for --max-jobs-per-address (owners.h). */
     struct owners owners;
     uint64_t max_jobs_per_address; /* 0: no limit */

@@ -364,6 +364,8 @@ struct shared_reader {
     long count;
     int rc;
     bool slow; /* pauses now and then, so the other reader waits for it */
+    long pause_at; /* pauses 3 s once, after this many elements (0: never) */
+    const char *job_name;
     char err[SLUICE_ERRMSG_SIZE];
 };
 
@@ -372,7 +374,7 @@ static void *shared_read(void *arg)
     struct shared_reader *r = arg;
     struct sluice_read_options ro = {.pipeline = r->pipeline,
                                      .mode = SLUICE_DISTRIBUTED_EPOCH,
-                                     .job_name = "twice-shared",
+                                     .job_name = r->job_name,
                                      .local = "repeat(3)"};
     struct sluice_iterator *it = NULL;
     r->rc = sluice_iterator_open(r->client, &ro, &it, r->err, sizeof r->err);
@@ -391,6 +393,8 @@ static void *shared_read(void *arg)
         r->count++;
         if (r->slow && r->count % 50 == 0)
             usleep(2000);
+        if (r->pause_at && r->count == r->pause_at)
+            usleep(3000 * 1000);
     }
     sluice_iterator_close(it);
     return NULL;
@@ -405,6 +409,7 @@ static void test_api_shared_repeat(void **state)
         memset(&r[i], 0, sizeof r[i]);
         r[i].client = client_for(c);
         r[i].pipeline = "range(2000) | map(add, 7) | map(add, -7)";
+        r[i].job_name = "twice-shared";
         r[i].slow = i == 1;
         assert_int_equal(pthread_create(&th[i], NULL, shared_read, &r[i]), 0);
     }
@@ -425,6 +430,37 @@ static void test_api_shared_repeat(void **state)
     json_decref(doc);
     assert_int_equal(s.jobs, 1);
     assert_int_equal(s.clients, 0);
+}
+
+/* One reader holds the first repetition for 3 s while the other, done with it, waits to read the
+ * second (backing off meanwhile); the slow one then reads the whole short second repetition
+ * before the other's next try. The job must not move on to the third before the waiting reader
+ * has joined the second (it failed with "repetition 1 was read without this reader"). */
+static void test_api_shared_repeat_waiter(void **state)
+{
+    struct cluster *c = *state;
+    static struct shared_reader r[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].client = client_for(c);
+        r[i].pipeline = "range(40)";
+        r[i].job_name = "waits-for-all";
+        r[i].pause_at = i == 1 ? 5 : 0;
+        assert_int_equal(pthread_create(&th[i], NULL, shared_read, &r[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    for (int i = 0; i < 2; i++) {
+        if (r[i].rc != 0)
+            fail_msg("reader %d: %d: %s", i, r[i].rc, r[i].err);
+        sluice_client_close(r[i].client);
+    }
+    assert_int_equal(r[0].count + r[1].count, 120);
+    for (int v = 0; v < 40; v++) {
+        if (r[0].seen[v] + r[1].seen[v] != 3)
+            fail_msg("value %d read %ld + %ld times", v, r[0].seen[v], r[1].seen[v]);
+    }
 }
 
 static void test_api_refusals(void **state)
@@ -567,7 +603,8 @@ int main(void)
         cmocka_unit_test(test_cli_distributed_repeat), cmocka_unit_test(test_cli_repeat_batch),
         cmocka_unit_test(test_cli_deterministic),      cmocka_unit_test(test_cli_parallel_epochs),
         cmocka_unit_test(test_cli_empty_endless),      cmocka_unit_test(test_cli_named_job_repeat),
-        cmocka_unit_test(test_api_shared_repeat),      cmocka_unit_test(test_api_repeat),
+        cmocka_unit_test(test_api_shared_repeat),      cmocka_unit_test(test_api_shared_repeat_waiter),
+        cmocka_unit_test(test_api_repeat),
         cmocka_unit_test(test_api_refusals),           cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_dispatcher_gone),
     };
