@@ -170,8 +170,8 @@ static size_t rep_waiters_for(struct dispatcher *d, uint64_t job_id, uint64_t re
  * while others still held the one before has joined it. Otherwise a reader waiting (with its
  * backoff) for repetition 1 would find the job at repetition 2, read whole by a faster reader
  * meanwhile. Returns 0, or SLUICE_ERR_UNAVAILABLE with err (the reader retries). */
-static int rep_waiters_check(struct dispatcher *d, const struct job_ctx *c, uint64_t now,
-                             char *err, size_t errlen)
+static int rep_waiters_check(struct dispatcher *d, const struct job_ctx *c, uint64_t now, char *err,
+                             size_t errlen)
 {
     const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
     const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;

@@ -87,7 +87,7 @@ struct dispatcher {
      * most REP_WAITERS_MAX (a reader past it is not waited for, as before). */
     struct rep_waiter {
         uint64_t job_id, repetition, owner, seen;
-    } *rep_waiters;
+    } * rep_waiters;
     size_t nrep_waiters;
     /* The peer address of each client owner, for --max-jobs-per-address (owners.h). */
     struct owners owners;
@@ -130,9 +130,9 @@ struct dispatcher {
     char *work_dir;
     struct journal *journal;
     struct journal_thread *jt;
-    uint64_t snapshot_every; /* updates between snapshots */
-    bool snapshot_by_size;   /* no --snapshot-every: also SNAPSHOT_GROWTH (see there) */
-    uint64_t since_snapshot; /* updates journaled since the last snapshot (or the start) */
+    uint64_t snapshot_every;       /* updates between snapshots */
+    bool snapshot_by_size;         /* no --snapshot-every: also SNAPSHOT_GROWTH (see there) */
+    uint64_t since_snapshot;       /* updates journaled since the last snapshot (or the start) */
     uint64_t since_snapshot_bytes; /* their encoded bytes */
     uint64_t snapshot_bytes;       /* the last snapshot's bytes (0: none since the start) */
 

@@ -363,7 +363,7 @@ struct shared_reader {
     long seen[2000];
     long count;
     int rc;
-    bool slow; /* pauses now and then, so the other reader waits for it */
+    bool slow;     /* pauses now and then, so the other reader waits for it */
     long pause_at; /* pauses 3 s once, after this many elements (0: never) */
     const char *job_name;
     char err[SLUICE_ERRMSG_SIZE];
@@ -400,17 +400,21 @@ static void *shared_read(void *arg)
     return NULL;
 }
 
-static void test_api_shared_repeat(void **state)
+/* Runs two readers of job_name over range-like pipeline of n values (slow: the second pauses
+ * now and then; pause_at: the second pauses 3 s once) and checks that together they read every
+ * value exactly three times. */
+static void read_shared_thrice(struct cluster *c, const char *pipeline, long n,
+                               const char *job_name, bool slow, long pause_at)
 {
-    struct cluster *c = *state;
     static struct shared_reader r[2];
     pthread_t th[2];
     for (int i = 0; i < 2; i++) {
         memset(&r[i], 0, sizeof r[i]);
         r[i].client = client_for(c);
-        r[i].pipeline = "range(2000) | map(add, 7) | map(add, -7)";
-        r[i].job_name = "twice-shared";
-        r[i].slow = i == 1;
+        r[i].pipeline = pipeline;
+        r[i].job_name = job_name;
+        r[i].slow = slow && i == 1;
+        r[i].pause_at = i == 1 ? pause_at : 0;
         assert_int_equal(pthread_create(&th[i], NULL, shared_read, &r[i]), 0);
     }
     for (int i = 0; i < 2; i++)
@@ -420,13 +424,20 @@ static void test_api_shared_repeat(void **state)
             fail_msg("reader %d: %d: %s", i, r[i].rc, r[i].err);
         sluice_client_close(r[i].client);
     }
-    assert_int_equal(r[0].count + r[1].count, 6000);
-    for (int v = 0; v < 2000; v++) {
+    assert_int_equal(r[0].count + r[1].count, 3 * n);
+    for (long v = 0; v < n; v++) {
         if (r[0].seen[v] + r[1].seen[v] != 3)
-            fail_msg("value %d read %ld + %ld times", v, r[0].seen[v], r[1].seen[v]);
+            fail_msg("value %ld read %ld + %ld times", v, r[0].seen[v], r[1].seen[v]);
     }
+}
+
+static void test_api_shared_repeat(void **state)
+{
+    struct cluster *c = *state;
+    const char *pipeline = "range(2000) | map(add, 7) | map(add, -7)";
+    read_shared_thrice(c, pipeline, 2000, "twice-shared", true, 0);
     json_t *doc = cluster_status(c);
-    struct jobs_seen s = jobs_of(doc, "range(2000) | map(add, 7) | map(add, -7)");
+    struct jobs_seen s = jobs_of(doc, pipeline);
     json_decref(doc);
     assert_int_equal(s.jobs, 1);
     assert_int_equal(s.clients, 0);
@@ -438,29 +449,7 @@ static void test_api_shared_repeat(void **state)
  * has joined the second (it failed with "repetition 1 was read without this reader"). */
 static void test_api_shared_repeat_waiter(void **state)
 {
-    struct cluster *c = *state;
-    static struct shared_reader r[2];
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) {
-        memset(&r[i], 0, sizeof r[i]);
-        r[i].client = client_for(c);
-        r[i].pipeline = "range(40)";
-        r[i].job_name = "waits-for-all";
-        r[i].pause_at = i == 1 ? 5 : 0;
-        assert_int_equal(pthread_create(&th[i], NULL, shared_read, &r[i]), 0);
-    }
-    for (int i = 0; i < 2; i++)
-        assert_int_equal(pthread_join(th[i], NULL), 0);
-    for (int i = 0; i < 2; i++) {
-        if (r[i].rc != 0)
-            fail_msg("reader %d: %d: %s", i, r[i].rc, r[i].err);
-        sluice_client_close(r[i].client);
-    }
-    assert_int_equal(r[0].count + r[1].count, 120);
-    for (int v = 0; v < 40; v++) {
-        if (r[0].seen[v] + r[1].seen[v] != 3)
-            fail_msg("value %d read %ld + %ld times", v, r[0].seen[v], r[1].seen[v]);
-    }
+    read_shared_thrice(*state, "range(40)", 40, "waits-for-all", false, 5);
 }
 
 static void test_api_refusals(void **state)
@@ -600,12 +589,17 @@ static void test_dispatcher_gone(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cli_distributed_repeat), cmocka_unit_test(test_cli_repeat_batch),
-        cmocka_unit_test(test_cli_deterministic),      cmocka_unit_test(test_cli_parallel_epochs),
-        cmocka_unit_test(test_cli_empty_endless),      cmocka_unit_test(test_cli_named_job_repeat),
-        cmocka_unit_test(test_api_shared_repeat),      cmocka_unit_test(test_api_shared_repeat_waiter),
+        cmocka_unit_test(test_cli_distributed_repeat),
+        cmocka_unit_test(test_cli_repeat_batch),
+        cmocka_unit_test(test_cli_deterministic),
+        cmocka_unit_test(test_cli_parallel_epochs),
+        cmocka_unit_test(test_cli_empty_endless),
+        cmocka_unit_test(test_cli_named_job_repeat),
+        cmocka_unit_test(test_api_shared_repeat),
+        cmocka_unit_test(test_api_shared_repeat_waiter),
         cmocka_unit_test(test_api_repeat),
-        cmocka_unit_test(test_api_refusals),           cmocka_unit_test(test_worker_killed),
+        cmocka_unit_test(test_api_refusals),
+        cmocka_unit_test(test_worker_killed),
         cmocka_unit_test(test_dispatcher_gone),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

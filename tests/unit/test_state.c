@@ -735,7 +735,8 @@ static void test_update_worker(void **unused)
 }
 
 /* SPLITS_FINISHED with no task names splits of a distributed iteration that are in its pool or
- * leased to one of its tasks, sorted, at least one; anything else is refused and changes nothing. */
+ * leased to one of its tasks, sorted, at least one; anything else is refused and changes nothing.
+ */
 static void test_finished_anywhere_apply(void **unused)
 {
     (void)unused;
@@ -749,7 +750,12 @@ static void test_finished_anywhere_apply(void **unused)
         const char *places; /* after a successful apply */
     } cases[] = {
         {"a seq beyond the cursor", ST_SPLITS_FINISHED, 1, {7}, 1, SLUICE_ERR_CORRUPT, NULL},
-        {"one of two beyond the cursor", ST_SPLITS_FINISHED, 1, {0, 3}, 2, SLUICE_ERR_CORRUPT,
+        {"one of two beyond the cursor",
+         ST_SPLITS_FINISHED,
+         1,
+         {0, 3},
+         2,
+         SLUICE_ERR_CORRUPT,
          NULL},
         {"unsorted", ST_SPLITS_FINISHED, 1, {1, 0}, 2, SLUICE_ERR_CORRUPT, NULL},
         {"repeated", ST_SPLITS_FINISHED, 1, {0, 0}, 2, SLUICE_ERR_CORRUPT, NULL},
@@ -759,13 +765,33 @@ static void test_finished_anywhere_apply(void **unused)
         {"a parallel iteration", ST_SPLITS_FINISHED, 2, {0}, 1, SLUICE_ERR_CORRUPT, NULL},
         {"returning to no task", ST_SPLITS_RETURNED, 1, {0}, 1, SLUICE_ERR_CORRUPT, NULL},
         {"leasing to no task", ST_SPLITS_LEASED, 1, {0}, 1, SLUICE_ERR_CORRUPT, NULL},
-        {"both pool entries", ST_SPLITS_FINISHED, 1, {0, 1}, 2, 0,
+        {"both pool entries",
+         ST_SPLITS_FINISHED,
+         1,
+         {0, 1},
+         2,
+         0,
          "cursor=3 finished=2 leased=1 pool=[] task1=[] task2=[2]"},
-        {"one pool entry", ST_SPLITS_FINISHED, 1, {1}, 1, 0,
+        {"one pool entry",
+         ST_SPLITS_FINISHED,
+         1,
+         {1},
+         1,
+         0,
          "cursor=3 finished=1 leased=1 pool=[0] task1=[] task2=[2]"},
-        {"a leased seq", ST_SPLITS_FINISHED, 1, {2}, 1, 0,
+        {"a leased seq",
+         ST_SPLITS_FINISHED,
+         1,
+         {2},
+         1,
+         0,
          "cursor=3 finished=1 leased=0 pool=[0,1] task1=[] task2=[]"},
-        {"pool and leased", ST_SPLITS_FINISHED, 1, {0, 1, 2}, 3, 0,
+        {"pool and leased",
+         ST_SPLITS_FINISHED,
+         1,
+         {0, 1, 2},
+         3,
+         0,
          "cursor=3 finished=3 leased=0 pool=[] task1=[] task2=[]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
