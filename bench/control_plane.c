@@ -69,6 +69,8 @@
 #define MAX_COVERAGE_PER_HB 4096
 #define DATASET_ID "control-plane-bench"
 #define PIPELINE "range(1000000000000)"
+/* Simulated peers connect at most this many a second on average (see ramp_ms). */
+#define RAMP_PER_S 500
 
 /* ---- options and results --------------------------------------------------------------------- */
 
@@ -241,6 +243,7 @@ struct sim {
     uint64_t task_lists; /* client heartbeat replies that carried the task list */
     struct lat lat[3];
     int printed_errors;
+    uint64_t retries; /* joins retried after their connection failed while the clients connected */
 };
 
 struct call {
@@ -248,6 +251,7 @@ struct call {
     enum kind kind;
     uint64_t start_ns;
     bool measured;
+    bool retried; /* a failure is retried by done: counted in sim->retries, not an error */
     void *owner;
     void (*done)(struct call *call, int status, const char *msg, const Sluice__Envelope *reply);
 };
@@ -259,7 +263,9 @@ static void call_reply(int status, const char *msg, const Sluice__Envelope *repl
     sim->outstanding--;
     if (call->measured && sim->measuring && call->kind != K_OTHER)
         lat_add(&sim->lat[call->kind], (double)(uv_hrtime() - call->start_ns) / 1e6);
-    if (status < 0) {
+    if (status < 0 && call->retried) {
+        sim->retries++;
+    } else if (status < 0) {
         sim->errors++;
         if (sim->printed_errors++ < 5)
             fprintf(stderr, PROG ": request failed (%d): %s\n", status, msg ? msg : "");
@@ -270,12 +276,14 @@ static void call_reply(int status, const char *msg, const Sluice__Envelope *repl
 
 static int send_call(struct sim *sim, struct rpc_client *c, Sluice__Envelope *env, enum kind kind,
                      void *owner,
-                     void (*done)(struct call *, int, const char *, const Sluice__Envelope *))
+                     void (*done)(struct call *, int, const char *, const Sluice__Envelope *),
+                     bool retried)
 {
     struct call *call = calloc(1, sizeof *call);
     if (!call)
         die("call", "out of memory");
-    *call = (struct call){.sim = sim, .kind = kind, .owner = owner, .done = done};
+    *call =
+        (struct call){.sim = sim, .kind = kind, .owner = owner, .done = done, .retried = retried};
     call->start_ns = uv_hrtime();
     call->measured = sim->measuring;
     int rc = rpc_call(c, env, CALL_TIMEOUT_MS, call_reply, call);
@@ -361,7 +369,7 @@ static void task_request(struct wtask *t)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
     env.get_splits = &req;
-    if (send_call(sim, t->w->c, &env, K_SPLITS, t, task_splits_done) == 0)
+    if (send_call(sim, t->w->c, &env, K_SPLITS, t, task_splits_done, false) == 0)
         t->inflight = true;
 }
 
@@ -482,7 +490,7 @@ static void worker_heartbeat(uv_timer_t *timer)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
-    if (send_call(sim, w->c, &env, K_WORKER_HB, w, worker_hb_done) == 0)
+    if (send_call(sim, w->c, &env, K_WORKER_HB, w, worker_hb_done, !w->registered) == 0)
         w->inflight = true;
     free(progress);
     free(ptrs);
@@ -578,10 +586,17 @@ static void client_heartbeat(uv_timer_t *timer)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT;
     env.client_heartbeat = &req;
-    if (send_call(sim, cl->c, &env, K_CLIENT_HB, cl, client_hb_done) == 0)
+    if (send_call(sim, cl->c, &env, K_CLIENT_HB, cl, client_hb_done, false) == 0)
         cl->inflight = true;
     free(cov);
     free(ptrs);
+}
+
+static void client_join(struct sclient *cl);
+
+static void client_join_timer(uv_timer_t *t)
+{
+    client_join(t->data);
 }
 
 static void client_job_done(struct call *call, int status, const char *msg,
@@ -590,8 +605,12 @@ static void client_job_done(struct call *call, int status, const char *msg,
     (void)msg;
     struct sclient *cl = call->owner;
     struct sim *sim = cl->sim;
-    if (status < 0)
+    if (status < 0) {
+        /* The connection failed (from one address, a newcomer's handshake can displace this
+         * one's): join again a little later, as a reader does. */
+        uv_timer_start(&cl->hb, client_join_timer, 50 + (uint64_t)(rand() % 200), 0);
         return;
+    }
     const Sluice__GetOrCreateJobReply *r = reply->get_or_create_job_reply;
     if (!r || r->client_key.len > KEY_LEN) {
         sim->errors++;
@@ -623,7 +642,7 @@ static void client_join(struct sclient *cl)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_OR_CREATE_JOB;
     env.get_or_create_job = &req;
-    send_call(cl->sim, cl->c, &env, K_OTHER, cl, client_job_done);
+    send_call(cl->sim, cl->c, &env, K_OTHER, cl, client_job_done, true);
 }
 
 static void register_done(struct call *call, int status, const char *msg,
@@ -656,7 +675,7 @@ static void register_dataset(struct sim *sim, bool *done)
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_REGISTER_DATASET;
     env.register_dataset = &req;
-    send_call(sim, sim->clients[0].c, &env, K_OTHER, done, register_done);
+    send_call(sim, sim->clients[0].c, &env, K_OTHER, done, register_done, false);
     sluice__dataset_def__free_unpacked(def, NULL);
     free(bytes);
     pipe_spec_free(spec);
@@ -916,6 +935,13 @@ static void keepalive(uv_timer_t *t)
     lag_last_ns = now;
 }
 
+/* The window over which n peers make their first connection: one second, or n / RAMP_PER_S. */
+static unsigned ramp_ms(unsigned n)
+{
+    unsigned ms = (unsigned)((uint64_t)n * 1000 / RAMP_PER_S);
+    return ms < 1000 ? 1000 : ms;
+}
+
 static bool all_registered(struct sim *sim)
 {
     for (unsigned i = 0; i < sim->nworkers; i++) {
@@ -1080,8 +1106,12 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
             die("worker", err);
         uv_timer_init(&sim->loop, &w->hb);
         w->hb.data = w;
-        /* Spread the first heartbeats (and so the handshakes) over one interval. */
-        uv_timer_start(&w->hb, worker_heartbeat, (uint64_t)(rand() % 1000) + 1, w->hb_ms);
+        /* Spread the first heartbeats (and so the connections and handshakes) over one interval,
+         * or at RAMP_PER_S a second for a large cluster: a fleet comes up over time, and every
+         * simulated peer connects from the one loopback address, where the dispatcher admits
+         * at most RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS handshakes at once. */
+        uv_timer_start(&w->hb, worker_heartbeat, (uint64_t)(rand() % ramp_ms(nworkers)) + 1,
+                       w->hb_ms);
     }
     for (unsigned i = 0; i < nclients; i++) {
         struct sclient *cl = &sim->clients[i];
@@ -1102,8 +1132,12 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     while (!registered)
         uv_run(&sim->loop, UV_RUN_ONCE);
     for (unsigned i = 0; i < nclients; i++)
-        client_join(&sim->clients[i]);
+        uv_timer_start(&sim->clients[i].hb, client_join_timer,
+                       nclients > RAMP_PER_S / 10 ? (uint64_t)(rand() % ramp_ms(nclients)) : 0, 0);
     run_until(sim, all_joined, 60, "clients joining");
+    if (sim->retries)
+        fprintf(stderr, PROG ": %" PRIu64 " first requests retried while the cluster connected\n",
+                sim->retries);
     /* Warm up: every worker learns its tasks and leases its first splits. */
     run_until(sim, NULL, 3, "warm-up");
     if (sim->errors)

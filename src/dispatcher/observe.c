@@ -7,6 +7,7 @@
 #include "common/metrics.h"
 #include "common/rpc_metrics.h"
 #include "common/rows.h"
+#include "common/u64map.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -51,10 +52,13 @@ struct task_fig {
     struct rate_ring ring;
 };
 
-/* Sorted by id. */
+/* In no order, indexed by id (task id -> position in v): a cluster of 5,000 workers each with
+ * ten tasks reports its 50,000 tasks in the order of its heartbeats, and a row costs about
+ * 800 bytes, so keeping v sorted would move megabytes per new task. */
 struct task_table {
     struct task_fig *v;
     size_t n, cap;
+    struct u64map index;
 };
 
 /* The labelled gauges of one job or worker: the label value and the series. */
@@ -411,6 +415,7 @@ void observe_destroy(struct observe *o)
     free(o->clients.v);
     free(o->cuts);
     free(o->tasks.v);
+    u64map_release(&o->tasks.index);
     free(o->scratch);
     free(o->job_ids);
     free(o->worker_ids);
@@ -483,27 +488,64 @@ void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
         free(v);
 }
 
-static struct task_fig *task_find(struct task_table *t, uint64_t id, size_t *pos)
+static struct task_fig *task_find(struct task_table *t, uint64_t id)
 {
-    size_t lo = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct task_fig, id), id);
-    if (pos)
-        *pos = lo;
-    return lo < t->n && t->v[lo].id == id ? &t->v[lo] : NULL;
+    uint64_t pos;
+    return u64map_get(&t->index, id, &pos) ? &t->v[pos] : NULL;
+}
+
+/* A new zeroed row for id (not in t), or NULL when out of memory (t unchanged). */
+static struct task_fig *task_add(struct task_table *t, uint64_t id)
+{
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        struct task_fig *v = realloc(t->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        t->v = v;
+        t->cap = cap;
+    }
+    if (u64map_put(&t->index, id, t->n) < 0)
+        return NULL;
+    struct task_fig *f = &t->v[t->n++];
+    memset(f, 0, sizeof *f);
+    f->id = id;
+    return f;
+}
+
+/* Removes the row at pos: the last row takes its place. */
+static void task_remove_at(struct task_table *t, size_t pos)
+{
+    u64map_del(&t->index, t->v[pos].id);
+    if (pos + 1 < t->n) {
+        t->v[pos] = t->v[t->n - 1];
+        u64map_put(&t->index, t->v[pos].id, pos); /* replaces: never allocates */
+    }
+    t->n--;
+}
+
+/* Keeps the rows keep() accepts, in their order, and indexes them again. */
+static void task_keep(struct task_table *t, bool (*keep)(const struct task_fig *, const void *),
+                      const void *arg)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (keep(&t->v[i], arg))
+            t->v[k++] = t->v[i];
+    if (k == t->n)
+        return;
+    t->n = k;
+    u64map_clear(&t->index);
+    for (size_t i = 0; i < t->n; i++)
+        u64map_put(&t->index, t->v[i].id, i); /* at most as many keys as before: no allocation */
 }
 
 void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id, uint64_t now_ms,
                          const struct observe_task_counts *c)
 {
-    size_t pos;
-    struct task_fig *f = task_find(&o->tasks, task_id, &pos);
-    if (!f) {
-        f = rows_insert_at((void **)&o->tasks.v, &o->tasks.n, &o->tasks.cap, sizeof *o->tasks.v,
-                           pos);
-        if (!f)
-            return;
-        memset(f, 0, sizeof *f);
-        f->id = task_id;
-    }
+    struct task_fig *f = task_find(&o->tasks, task_id);
+    if (!f && !(f = task_add(&o->tasks, task_id)))
+        return;
     if (f->worker_id != worker_id)
         f->ring = (struct rate_ring){0}; /* another worker's counters start elsewhere */
     f->worker_id = worker_id;
@@ -527,13 +569,14 @@ void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t 
     }
 }
 
+static bool not_of_worker(const struct task_fig *f, const void *worker_id)
+{
+    return f->worker_id != *(const uint64_t *)worker_id;
+}
+
 static void forget_tasks_of(struct observe *o, uint64_t worker_id)
 {
-    size_t k = 0;
-    for (size_t i = 0; i < o->tasks.n; i++)
-        if (o->tasks.v[i].worker_id != worker_id)
-            o->tasks.v[k++] = o->tasks.v[i];
-    o->tasks.n = k;
+    task_keep(&o->tasks, not_of_worker, &worker_id);
 }
 
 void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t cut)
@@ -598,12 +641,9 @@ void observe_applied(struct observe *o, const struct st_update *u)
         observe_forget_client(o, u->id);
         break;
     case ST_TASK_REMOVED: {
-        size_t pos;
-        if (task_find(&o->tasks, u->id, &pos)) {
-            memmove(&o->tasks.v[pos], &o->tasks.v[pos + 1],
-                    (o->tasks.n - pos - 1) * sizeof *o->tasks.v);
-            o->tasks.n--;
-        }
+        const struct task_fig *f = task_find(&o->tasks, u->id);
+        if (f)
+            task_remove_at(&o->tasks, (size_t)(f - o->tasks.v));
         break;
     }
     default:
@@ -635,6 +675,11 @@ uint32_t observe_recommended(const struct observe *o, const struct state *st)
     return n ? n : 1;
 }
 
+static bool in_state(const struct task_fig *f, const void *st)
+{
+    return state_task(st, f->id) != NULL;
+}
+
 /* Drops the figures of workers and clients the state no longer has. */
 static void prune(struct observe *o, const struct state *st)
 {
@@ -648,11 +693,7 @@ static void prune(struct observe *o, const struct state *st)
         if (state_client(st, o->clients.v[i].id))
             o->clients.v[k++] = o->clients.v[i];
     o->clients.n = k;
-    k = 0;
-    for (size_t i = 0; i < o->tasks.n; i++)
-        if (state_task(st, o->tasks.v[i].id))
-            o->tasks.v[k++] = o->tasks.v[i];
-    o->tasks.n = k;
+    task_keep(&o->tasks, in_state, st);
     k = 0;
     for (size_t i = 0; i < o->ncuts; i++)
         if (state_job(st, o->cuts[i].job_id))
@@ -741,6 +782,13 @@ void observe_status(const struct observe *o, const struct state *st, struct stat
     };
 }
 
+static int cmp_task_figures(const void *a, const void *b)
+{
+    uint64_t x = ((const struct status_task_figures *)a)->task_id;
+    uint64_t y = ((const struct status_task_figures *)b)->task_id;
+    return x < y ? -1 : x > y;
+}
+
 int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
                     struct status_extra *x)
 {
@@ -761,6 +809,7 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
         o->scratch[n++] = (struct status_task_figures){
             f->id, r.elements_per_second, r.bytes_per_second, f->buffered, f->buffered_bytes};
     }
+    qsort(o->scratch, n, sizeof *o->scratch, cmp_task_figures);
     x->tasks = o->scratch;
     x->ntasks = n;
     x->cuts = o->cuts;

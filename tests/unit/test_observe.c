@@ -533,6 +533,77 @@ static void test_served_figures(void **state)
     assert_int_equal(x.ntasks, 1);
 }
 
+/* Tasks are reported in any order (a large cluster reports them in the order of its workers'
+ * heartbeats): the figures come out sorted by task id with each task's own numbers, through
+ * removals of single tasks and of workers with their tasks. */
+static void test_task_figures_any_order(void **state)
+{
+    struct fixture *f = *state;
+    enum { TASKS = 400 };
+    /* Task 1000 + t runs on worker t (one task per worker in an iteration). */
+    for (uint64_t t = 1; t <= TASKS; t++) {
+        add_worker(&f->st, t);
+        add_task(&f->st, 1000 + t, t);
+    }
+    /* Task t buffers t elements; reported in a scrambled order (a stride coprime to TASKS). */
+    for (uint64_t i = 0; i < TASKS; i++) {
+        uint64_t t = 1 + (i * 7) % TASKS;
+        struct observe_task_counts c = {0, 0, t, 10 * t};
+        observe_task_report(f->o, t, 1000 + t, 0, &c);
+    }
+    struct status_extra x;
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(observe_figures(f->o, &f->st, 0, &x), 0);
+    assert_int_equal(x.ntasks, TASKS);
+    for (size_t i = 0; i < x.ntasks; i++) {
+        assert_int_equal(x.tasks[i].task_id, 1001 + i);
+        assert_int_equal(x.tasks[i].buffered, i + 1);
+        assert_int_equal(x.tasks[i].buffered_bytes, 10 * (i + 1));
+    }
+    /* Every tenth task goes; then every fourth worker (t % 4 == 1), whose task the observer
+     * forgets with it (the state removes the task first). */
+    for (uint64_t t = 1; t <= TASKS; t++) {
+        if (t % 10 == 0 || t % 4 == 1) {
+            struct st_update rt = {.type = ST_TASK_REMOVED, .id = 1000 + t};
+            if (t % 10 == 0)
+                observe_applied(f->o, &rt);
+            apply(&f->st, &rt);
+        }
+        if (t % 4 == 1) {
+            struct st_update rm = {.type = ST_WORKER_REMOVED, .id = t};
+            observe_applied(f->o, &rm);
+            apply(&f->st, &rm);
+        }
+    }
+    /* A report for a task never made is not kept. */
+    struct observe_task_counts late = {0, 0, 99, 99};
+    observe_task_report(f->o, 1, 9999, 0, &late);
+    assert_int_equal(observe_figures(f->o, &f->st, 0, &x), 0);
+    size_t n = 0;
+    for (uint64_t t = 1; t <= TASKS; t++) {
+        if (t % 10 == 0 || t % 4 == 1)
+            continue;
+        assert_true(n < x.ntasks);
+        assert_int_equal(x.tasks[n].task_id, 1000 + t);
+        assert_int_equal(x.tasks[n].buffered, t);
+        n++;
+    }
+    assert_int_equal(x.ntasks, n);
+    /* Reported again in reverse, every remaining task takes its new figures. */
+    for (uint64_t t = TASKS; t >= 1; t--) {
+        if (t % 10 == 0 || t % 4 == 1)
+            continue;
+        struct observe_task_counts c = {0, 0, 2 * t, 0};
+        observe_task_report(f->o, t, 1000 + t, 10, &c);
+    }
+    assert_int_equal(observe_figures(f->o, &f->st, 10, &x), 0);
+    assert_int_equal(x.ntasks, n);
+    for (size_t i = 0; i < x.ntasks; i++) {
+        assert_true(i == 0 || x.tasks[i - 1].task_id < x.tasks[i].task_id);
+        assert_int_equal(x.tasks[i].buffered, 2 * (x.tasks[i].task_id - 1000));
+    }
+}
+
 static void test_journal_histogram(void **state)
 {
     struct fixture *f = *state;
@@ -625,6 +696,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_gauges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_served_figures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_task_figures_any_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_histogram, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_extra, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tick, setup, teardown),
