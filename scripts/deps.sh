@@ -10,7 +10,10 @@ packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf
           liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang libclang-rt-dev
           iperf3 procps jq python3-dev python3-numpy python3-pytest python3-torch python3-yaml
           zlib1g-dev libturbojpeg0-dev libarchive-dev python3-pil gzip tar libssl-dev openssl
-          iproute2 stress-ng)
+          iproute2 stress-ng libzstd-dev liblz4-dev libbrotli-dev nodejs)
+# npm: Debian's, unless the machine's nodejs already carries its own (a nodejs from elsewhere
+# bundles npm and conflicts with Debian's package).
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 if [ "${SLUICE_DEPS_EXTRA:-}" != "" ]; then
     read -r -a extra <<<"$SLUICE_DEPS_EXTRA"
     packages+=("${extra[@]}")
@@ -22,14 +25,23 @@ for p in "${packages[@]}"; do
         missing+=("$p")
     fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "deps: installing ${missing[*]}" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null || { echo "deps: need root to install ${missing[*]}" >&2; exit 1; }
-    sudo="sudo"
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "deps: installing ${missing[*]}" >&2
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "deps: need root to install ${missing[*]}" >&2; exit 1; }
+        sudo="sudo"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo apt-get update -q >/dev/null
+    $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -q >/dev/null
-$sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+
+# The tests' independent oracles from the npm registry (tests/npm/package.json, versions pinned
+# by its lock file): Parquet writers and a reader. The product never needs them.
+npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/npm"
+if [ ! -f "$npm_dir/node_modules/.package-lock.json" ] ||
+       [ "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]; then
+    echo "deps: installing the tests' npm packages into tests/npm" >&2
+    (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi

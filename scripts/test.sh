@@ -48,16 +48,24 @@ if [ "$fuzz_seconds" != 0 ]; then
     targets=$(ls tests/fuzz/fuzz_*.c | xargs -n1 basename | sed 's/\.c$//')
     # shellcheck disable=SC2086 # one word per target
     cmake --build build-fuzz -j "$jobs" --target $targets -- --no-print-directory >/dev/null
+    # Seeds written afresh rather than kept in tests/fuzz/corpus: fuzz_parquet's are the Parquet
+    # fixtures of tests/parquet/gen.mjs (both writers, every codec, encoding and page version),
+    # written by node (scripts/deps.sh installs it) into a temporary directory per target.
+    gen_seeds=$(mktemp -d)
+    trap 'rm -rf "$gen_seeds"' EXIT
+    node tests/parquet/gen.mjs "$gen_seeds/parquet" >/dev/null
+    mkdir -p "$gen_seeds/fuzz_parquet"
+    cp "$gen_seeds"/parquet/*.parquet "$gen_seeds/fuzz_parquet/"
     # Each target is one process on one core: $jobs of them run side by side.
     run_fuzz() {
-        local f=$1 name corpus seeds
+        local f=$1 name corpus seeds=() dir
         name=$(basename "$f")
         corpus="build-fuzz/corpus/$name"
         mkdir -p "$corpus"
-        seeds="tests/fuzz/corpus/$name"
-        [ -d "$seeds" ] || seeds=""
-        # shellcheck disable=SC2086 # no seeds: no argument
-        "$f" -max_total_time="$fuzz_seconds" -print_final_stats=0 "$corpus" $seeds \
+        for dir in "tests/fuzz/corpus/$name" "$gen_seeds/$name"; do
+            if [ -d "$dir" ]; then seeds+=("$dir"); fi
+        done
+        "$f" -max_total_time="$fuzz_seconds" -print_final_stats=0 "$corpus" "${seeds[@]}" \
             >"build-fuzz/$name.log" 2>&1
     }
     fuzzers=()

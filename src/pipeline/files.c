@@ -15,6 +15,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
+#include "common/grow.h"
 #include "paths.h"
 #include "registry.h"
 #include "roots.h"
@@ -327,17 +328,7 @@ static void reader_consume(struct file_reader *r, size_t n)
 /* Grows the record buffer to hold cap bytes, keeping its content. */
 static int reader_rec_reserve(struct file_reader *r, size_t cap)
 {
-    if (cap <= r->rec_cap)
-        return 0;
-    size_t ncap = r->rec_cap ? r->rec_cap : 4096;
-    while (ncap < cap)
-        ncap = ncap > SIZE_MAX / 2 ? cap : ncap * 2;
-    uint8_t *p = realloc(r->rec, ncap);
-    if (!p)
-        return SLUICE_ERR_NOMEM;
-    r->rec = p;
-    r->rec_cap = ncap;
-    return 0;
+    return grow_bytes(&r->rec, &r->rec_cap, cap, 4096);
 }
 
 /* Hands a record (or line) that began at file offset at to the element, and records its origin

@@ -23,6 +23,7 @@
 #include "snapsrc.h"
 #include "split.h"
 #include "source.h"
+#include "pqsrc.h"
 #include "tar.h"
 
 #include <inttypes.h>
@@ -120,6 +121,8 @@ static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct
         return pipe_tar_open(paths, npaths, src->exts, src->nexts, ctx, out);
     case PIPE_SRC_SNAPSHOT:
         return pipe_snapshot_open(src->globs[0], paths, npaths, ctx, out);
+    case PIPE_SRC_PARQUET:
+        return pipe_parquet_open(paths, npaths, src->columns, src->ncolumns, ctx, out);
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
         break;
@@ -184,6 +187,7 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
     case PIPE_SRC_SNAPSHOT:
+    case PIPE_SRC_PARQUET:
         rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
                           : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;

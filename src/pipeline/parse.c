@@ -317,9 +317,13 @@ static int parse_globs(struct parser *p, struct pipe_source *src)
     return 0;
 }
 
-/* tar(PATTERN, EXT, ...) or tar([PATTERN, ...], EXT, ...); the '(' is consumed. */
+/* tar(PATTERN, EXT, ...) or tar([PATTERN, ...], EXT, ...), and parquet(PATTERN, COLUMN, ...)
+ * or parquet([PATTERN, ...], COLUMN, ...) with no column at all allowed; the '(' is consumed. */
 static int parse_tar(struct parser *p, struct pipe_source *src)
 {
+    bool tar = src->kind == PIPE_SRC_TAR;
+    char ***strs = tar ? &src->exts : &src->columns;
+    size_t *nstrs = tar ? &src->nexts : &src->ncolumns;
     size_t cap = 0;
     struct tok t;
     pipe_parse_peek(p, &t);
@@ -345,12 +349,12 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
     cap = 0;
     for (;;) {
         pipe_parse_peek(p, &t);
-        if (src->nexts > 0 && pipe_parse_is_punct(&t, p, ')'))
+        if ((*nstrs > 0 || !tar) && pipe_parse_is_punct(&t, p, ')'))
             break;
         if (!pipe_parse_is_punct(&t, p, ','))
             return pipe_parse_expected(
-                p, &t, src->nexts > 0 ? "',' or ')'" : "',' and a member extension");
-        if (src->nexts == PIPE_MAX_COMPONENTS)
+                p, &t, *nstrs > 0 || !tar ? "',' or ')'" : "',' and a member extension");
+        if (*nstrs == PIPE_MAX_COMPONENTS)
             return pipe_parse_expected(p, &t, "')' (an element has at most 64 components)");
         pipe_parse_consume(p, &t);
         pipe_parse_peek(p, &t);
@@ -359,16 +363,23 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
         int rc = pipe_parse_string(p, &e, &elen);
         if (rc)
             return rc;
-        const char *want =
-            strlen(e) != elen ? "an extension without NUL bytes" : pipe_wds_ext_problem(e);
-        for (size_t i = 0; !want && i < src->nexts; i++)
-            if (strcmp(src->exts[i], e) == 0)
-                want = "an extension not listed before";
+        const char *want = NULL;
+        if (strlen(e) != elen)
+            want = tar ? "an extension without NUL bytes" : "a column without NUL bytes";
+        else
+            want = tar ? pipe_wds_ext_problem(e) : pipe_parquet_column_problem(e);
+        size_t nlen = tar ? strlen(e) : pipe_parquet_column_name_len(e);
+        for (size_t i = 0; !want && i < *nstrs; i++) {
+            const char *o = (*strs)[i];
+            size_t olen = tar ? strlen(o) : pipe_parquet_column_name_len(o);
+            if (olen == nlen && memcmp(o, e, nlen) == 0)
+                want = tar ? "an extension not listed before" : "a column not listed before";
+        }
         if (want) {
             free(e);
             return pipe_parse_expected(p, &t, want);
         }
-        rc = push_str(p, &src->exts, &src->nexts, &cap, e);
+        rc = push_str(p, strs, nstrs, &cap, e);
         if (rc)
             return rc;
     }
@@ -422,6 +433,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         src->kind = PIPE_SRC_TAR;
     else if (pipe_parse_is_word(&t, p, "snapshot"))
         src->kind = PIPE_SRC_SNAPSHOT;
+    else if (pipe_parse_is_word(&t, p, "parquet"))
+        src->kind = PIPE_SRC_PARQUET;
     else {
         pipe_parse_describe(p, &t, name);
         return pipe_parse_fail(p, t.start, "unknown source %s", name);
@@ -439,6 +452,7 @@ static int parse_source(struct parser *p, struct pipe_source *src)
     case PIPE_SRC_LINES:
         return parse_globs(p, src);
     case PIPE_SRC_TAR:
+    case PIPE_SRC_PARQUET:
         return parse_tar(p, src);
     case PIPE_SRC_SNAPSHOT:
         return parse_snapshot(p, src);

@@ -24,6 +24,18 @@ void pipe_paths_free(char **paths, size_t npaths)
     free(paths);
 }
 
+int pipe_paths_copy(char *const *src, size_t n, char ***out, size_t *nout)
+{
+    if (n == 0)
+        return 0;
+    if (!(*out = calloc(n, sizeof **out)))
+        return SLUICE_ERR_NOMEM;
+    for (; *nout < n; (*nout)++)
+        if (!((*out)[*nout] = strdup(src[*nout])))
+            return SLUICE_ERR_NOMEM;
+    return 0;
+}
+
 /* Appends the regular files among g's matches to *paths. Returns the number appended or
  * SLUICE_ERR_NOMEM. */
 static int collect_regular(const glob_t *g, char ***paths, size_t *n, size_t *cap)

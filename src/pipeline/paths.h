@@ -12,5 +12,9 @@
 int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
                      size_t errlen);
 void pipe_paths_free(char **paths, size_t npaths);
+/* Copies n strings into *out (malloc'd, each string too), raising *nout as each is copied, so
+ * that pipe_paths_free(*out, *nout) releases a partial copy after a failure. n == 0 leaves *out
+ * as it is. Returns 0 or SLUICE_ERR_NOMEM. */
+int pipe_paths_copy(char *const *src, size_t n, char ***out, size_t *nout);
 
 #endif

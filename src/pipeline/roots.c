@@ -99,6 +99,8 @@ const char *pipe_source_name(enum pipe_source_kind kind)
         return "tar";
     case PIPE_SRC_SNAPSHOT:
         return "snapshot";
+    case PIPE_SRC_PARQUET:
+        return "parquet";
     }
     return "source";
 }

@@ -113,7 +113,8 @@ int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source
 int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind, const char *path,
                          char *err, size_t errlen);
 
-/* The source's name as the pipeline text spells it: "lines", "tfrecord", "tar", "snapshot". */
+/* The source's name as the pipeline text spells it: "lines", "tfrecord", "tar", "snapshot",
+ * "parquet". */
 const char *pipe_source_name(enum pipe_source_kind kind);
 
 #endif

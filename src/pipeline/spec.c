@@ -49,6 +49,9 @@ void pipe_spec_free(struct pipe_spec *spec)
     for (size_t i = 0; i < spec->source.nexts; i++)
         free(spec->source.exts[i]);
     free(spec->source.exts);
+    for (size_t i = 0; i < spec->source.ncolumns; i++)
+        free(spec->source.columns[i]);
+    free(spec->source.columns);
     for (size_t i = 0; i < spec->nops; i++) {
         free(spec->ops[i].fn);
         values_free(spec->ops[i].args, spec->ops[i].nargs);
@@ -146,7 +149,8 @@ int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
         goto fail;
     cs->nvalues = ss->nvalues;
     if (strs_clone(ss->globs, ss->nglobs, &cs->globs, &cs->nglobs) < 0 ||
-        strs_clone(ss->exts, ss->nexts, &cs->exts, &cs->nexts) < 0)
+        strs_clone(ss->exts, ss->nexts, &cs->exts, &cs->nexts) < 0 ||
+        strs_clone(ss->columns, ss->ncolumns, &cs->columns, &cs->ncolumns) < 0)
         goto fail;
     if (spec->nops) {
         c->ops = calloc(spec->nops, sizeof(*c->ops));
@@ -239,6 +243,9 @@ static bool source_equal(const struct pipe_source *a, const struct pipe_source *
     case PIPE_SRC_TAR:
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
                strs_equal(a->exts, a->nexts, b->exts, b->nexts);
+    case PIPE_SRC_PARQUET:
+        return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
+               strs_equal(a->columns, a->ncolumns, b->columns, b->ncolumns);
     }
     return false;
 }
@@ -434,18 +441,22 @@ static void put_source(struct sink *k, const struct pipe_source *s)
         put(k, ")", 1);
         return;
     case PIPE_SRC_TAR:
+    case PIPE_SRC_PARQUET: {
         /* One pattern is written bare, several as a [list] (static file sharding makes those),
-         * so the extensions that follow are never mistaken for patterns. */
-        puts_(k, "tar(");
+         * so the extensions or columns that follow are never mistaken for patterns. */
+        bool tar = s->kind == PIPE_SRC_TAR;
+        puts_(k, tar ? "tar(" : "parquet(");
         if (s->nglobs != 1)
             put(k, "[", 1);
         put_strs(k, s->globs, s->nglobs);
         if (s->nglobs != 1)
             put(k, "]", 1);
-        put(k, ", ", 2);
-        put_strs(k, s->exts, s->nexts);
+        if (tar ? s->nexts : s->ncolumns)
+            put(k, ", ", 2);
+        put_strs(k, tar ? s->exts : s->columns, tar ? s->nexts : s->ncolumns);
         put(k, ")", 1);
         return;
+    }
     case PIPE_SRC_SNAPSHOT:
         puts_(k, "snapshot(");
         put_strs(k, s->globs, s->nglobs);

@@ -67,6 +67,7 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
+    case PIPE_SRC_PARQUET:
     case PIPE_SRC_SNAPSHOT: {
         rc = pipe_source_paths(&spec->source, &plan->paths, &plan->npaths, err, errlen);
         if (rc < 0)

@@ -13,6 +13,7 @@
 #include "tar.h"
 
 #include "common/error.h"
+#include "paths.h"
 #include "registry.h"
 #include "roots.h"
 #include "split.h"
@@ -328,19 +329,6 @@ static void tar_destroy(struct pipe_iter *it)
 
 static const struct pipe_iter_ops tar_ops = {.next = tar_next, .destroy = tar_destroy};
 
-/* Copies n strings into *out, raising *nout as each is copied. */
-static int copy_strs(char *const *src, size_t n, char ***out, size_t *nout)
-{
-    if (n == 0)
-        return 0;
-    if (!(*out = calloc(n, sizeof **out)))
-        return SLUICE_ERR_NOMEM;
-    for (; *nout < n; (*nout)++)
-        if (!((*out)[*nout] = strdup(src[*nout])))
-            return SLUICE_ERR_NOMEM;
-    return 0;
-}
-
 int pipe_tar_open(char *const *paths, size_t npaths, char *const *exts, size_t nexts,
                   struct pipe_ctx *ctx, struct pipe_iter **out)
 {
@@ -354,8 +342,8 @@ int pipe_tar_open(char *const *paths, size_t npaths, char *const *exts, size_t n
     r->fd = -1;
     r->pending = NONE;
     r->status = 1;
-    if (copy_strs(paths, npaths, &r->paths, &r->npaths) < 0 ||
-        copy_strs(exts, nexts, &r->exts, &r->nexts) < 0 ||
+    if (pipe_paths_copy(paths, npaths, &r->paths, &r->npaths) < 0 ||
+        pipe_paths_copy(exts, nexts, &r->exts, &r->nexts) < 0 ||
         !(r->comps = calloc(nexts, sizeof *r->comps))) {
         tar_destroy(&r->base);
         return SLUICE_ERR_NOMEM;

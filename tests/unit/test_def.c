@@ -49,6 +49,8 @@ static const char *const texts[] = {
     "lines(\"\")",
     "tar(\"/data/shard-*.tar\", \"jpg\", \"cls\", \"seg.png\")",
     "tar([\"/a/*.tar\", \"/b/x\\\\[1\\\\].tar.gz\"], \"\\xc3\\xa9\") | shuffle(4) | batch(2)",
+    "parquet(\"/data/*.parquet\")",
+    "parquet([\"a.parquet\", \"b.parquet\"], \"text\", \"label=-1\") | batch(8)",
     "range(10) | map(square) | filter(even)",
     "range(10) | map(f, 1, -2.5, \"s\", true, [[1], [2]], [\"x\"])",
     "range(10) | shuffle(100) | shuffle(5, -9223372036854775808) | shuffle(1, 0)",
@@ -135,6 +137,10 @@ static void test_pinned_bytes(void **state)
           's'}},
         /* source { kind: SNAPSHOT, globs: "d" } */
         {"snapshot(\"d\")", 7, {0x0a, 0x05, 0x08, 0x05, 0x32, 0x01, 'd'}},
+        /* source { kind: PARQUET, globs: "p", columns: "x=1" } */
+        {"parquet(\"p\", \"x=1\")",
+         12,
+         {0x0a, 0x0a, 0x08, 0x06, 0x32, 0x01, 'p', 0x42, 0x03, 'x', '=', '1'}},
     };
     for (size_t i = 0; i < sizeof(pinned) / sizeof(pinned[0]); i++) {
         struct pipe_spec *a = pipeline_parse(pinned[i].text);
@@ -441,7 +447,8 @@ static void test_sources(void **state)
     s->globs = globs;
     expect_def(
         s, NULL, 0,
-        "dataset definition: source range: globs belong to tfrecord, lines, tar and snapshot only");
+        "dataset definition: source range: globs belong to tfrecord, lines, tar, snapshot and "
+        "parquet only");
     s = src_range(0, 10, 1);
     s->kind = SLUICE__SOURCE_DEF__KIND__TFRECORD;
     expect_def(s, NULL, 0,
@@ -510,8 +517,52 @@ static void test_sources(void **state)
     s->exts = exts;
     expect_def(s, NULL, 0, "dataset definition: source range: exts belong to tar only");
     s = src_range(0, 0, 0);
-    s->kind = (Sluice__SourceDef__Kind)6;
-    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 6");
+    s->kind = (Sluice__SourceDef__Kind)7;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 7");
+
+    /* parquet: patterns, and 0 to 64 distinct columns "NAME" or "NAME=DEFAULT". */
+    char *cols[] = {"text", "label=-1", "label", "=1", "x\ny"};
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    expect_def(s, NULL, 0, NULL);
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    s->n_columns = 2;
+    s->columns = cols;
+    expect_def(s, NULL, 0, NULL);
+    s = src_tar(0, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    expect_def(s, NULL, 0,
+               "dataset definition: source parquet: expected at least one file pattern");
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    s->n_columns = 3;
+    s->columns = cols;
+    expect_def(s, NULL, 0,
+               "dataset definition: source parquet: column 3: expected a column not listed "
+               "before, found \"label\"");
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    s->n_columns = 1;
+    s->columns = &cols[3];
+    expect_def(s, NULL, 0,
+               "dataset definition: source parquet: column 1: expected a column name before any "
+               "'=', found \"=1\"");
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    s->n_columns = 1;
+    s->columns = &cols[4];
+    expect_def(s, NULL, 0,
+               "dataset definition: source parquet: column 1: expected a column without control "
+               "characters, found \"x\ny\"");
+    s = src_tar(1, globs, 1, exts);
+    s->kind = SLUICE__SOURCE_DEF__KIND__PARQUET;
+    expect_def(s, NULL, 0, "dataset definition: source parquet: exts belong to tar only");
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__TAR;
+    s->n_columns = 1;
+    s->columns = cols;
+    expect_def(s, NULL, 0, "dataset definition: source tar: columns belong to parquet only");
 
     /* snapshot: exactly one non-empty directory, nothing else. */
     char *dirs[] = {"/snap", "/other", ""};

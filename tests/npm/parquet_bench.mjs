@@ -1,0 +1,83 @@
+// The Parquet benchmark's independent side (bench/parquet.sh): writing its file with the Rust
+// Arrow/Parquet writer (parquet-wasm) and timing hyparquet reading it in Node.
+//
+//   node parquet_bench.mjs write OUT ROWS   8 numeric and 2 string columns, snappy, dictionary
+//                                           where it pays, row groups of 1,000,000 rows
+//   node parquet_bench.mjs read FILE [COLUMN...]
+//                                           reads every row of the columns (default all) with
+//                                           hyparquet; prints "ROWS SECONDS"
+import * as arrow from 'apache-arrow'
+import * as pw from 'parquet-wasm'
+import { asyncBufferFromFile, parquetMetadataAsync, parquetRead } from 'hyparquet'
+import { compressors } from 'hyparquet-compressors'
+import { openSync, writeSync, closeSync } from 'node:fs'
+
+const WORDS = Array.from({ length: 1000 }, (_, i) => `word${i}-${(i * 2654435761) % 99991}`)
+
+function batchTable(start, n) {
+  let s = (start * 2654435761 + 1) >>> 0
+  const rnd = () => {
+    s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0
+    return s
+  }
+  const a = new BigInt64Array(n), b = new Int32Array(n), c = new Float64Array(n),
+    d = new Float32Array(n), e = new BigInt64Array(n), f = new Int32Array(n),
+    g = new Float64Array(n), h = new Int32Array(n)
+  const t1 = new Array(n), t2 = new Array(n)
+  for (let i = 0; i < n; i++) {
+    const k = start + i
+    a[i] = BigInt(k)
+    b[i] = rnd() % 1000
+    c[i] = rnd() / 4294967296
+    d[i] = (rnd() % 100000) / 100
+    e[i] = BigInt(rnd()) * 1000n
+    f[i] = k % 10
+    g[i] = k * 0.5
+    h[i] = rnd() | 0
+    t1[i] = WORDS[rnd() % WORDS.length]
+    t2[i] = `${WORDS[rnd() % WORDS.length]} ${WORDS[rnd() % WORDS.length]}`
+  }
+  return arrow.tableFromArrays({ id: a, small: b, uniform: c, price: d, big: e, label: f,
+    half: g, noise: h, word: t1, pair: t2 })
+}
+
+async function write(out, rows) {
+  const props = new pw.WriterPropertiesBuilder()
+    .setCompression(pw.Compression.SNAPPY)
+    .setDictionaryEnabled(true)
+    .setMaxRowGroupSize(1000000)
+    .build()
+  // Built in slices of one row group each, then written as one file.
+  const parts = []
+  const step = 1000000
+  for (let start = 0; start < rows; start += step)
+    parts.push(batchTable(start, Math.min(step, rows - start)))
+  const table = parts.length === 1 ? parts[0] : parts[0].concat(...parts.slice(1))
+  const ipc = arrow.tableToIPC(table, 'stream')
+  const bytes = pw.writeParquet(pw.Table.fromIPCStream(ipc), props)
+  const fd = openSync(out, 'w')
+  writeSync(fd, bytes)
+  closeSync(fd)
+}
+
+async function read(file, columns) {
+  const buf = await asyncBufferFromFile(file)
+  const metadata = await parquetMetadataAsync(buf)
+  const t0 = process.hrtime.bigint()
+  let rows = 0
+  await parquetRead({
+    file: buf, metadata, compressors, columns: columns.length ? columns : undefined,
+    onChunk: () => {},
+    onComplete: (data) => { rows = data.length },
+  })
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9
+  console.log(`${rows} ${secs.toFixed(3)}`)
+}
+
+const [cmd, path, ...rest] = process.argv.slice(2)
+if (cmd === 'write' && path && Number(rest[0]) > 0) await write(path, Number(rest[0]))
+else if (cmd === 'read' && path) await read(path, rest)
+else {
+  console.error('usage: node parquet_bench.mjs write OUT ROWS | read FILE [COLUMN...]')
+  process.exit(2)
+}
