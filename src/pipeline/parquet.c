@@ -477,6 +477,9 @@ struct pq_cursor {
     const struct pqt_chunk *ch;
     size_t rg;
     uint64_t off, end; /* the next page header; the chunk's end */
+    /* Bytes of the chunk read ahead of off while reading a page header: ahead bytes at the start
+     * of hbuf hold the file's bytes from off on (0: none). */
+    size_t ahead;
     uint64_t page_off; /* the current page's header, for messages */
     uint64_t rows, rows_done;
     bool failed, data_seen, have_dict;
@@ -786,6 +789,18 @@ static int decompress(struct pq_cursor *c, const uint8_t *src, size_t slen, uint
     }
 }
 
+/* After a page of used bytes (header and body) at the start of the n bytes in hbuf: keeps the
+ * bytes beyond it as the read-ahead of the next page's header. */
+static void keep_ahead(struct pq_cursor *c, size_t n, uint64_t used)
+{
+    if (used < n) {
+        memmove(c->hbuf, c->hbuf + used, n - (size_t)used);
+        c->ahead = n - (size_t)used;
+    } else {
+        c->ahead = 0;
+    }
+}
+
 /* Reads the page header at c->off (in growing pieces) and the page's bytes after it into cbuf. */
 static int read_page(struct pq_cursor *c, struct pqt_page_header *h, bool *skip_ok,
                      uint64_t skippable, uint64_t *skipped)
@@ -797,10 +812,15 @@ static int read_page(struct pq_cursor *c, struct pqt_page_header *h, bool *skip_
     c->page_off = c->off;
     for (;;) {
         n = want < avail ? want : (size_t)avail;
+        if (n < c->ahead)
+            n = c->ahead;
         if (reserve(&c->hbuf, &c->hcap, n))
             return bad(c, "out of memory"), SLUICE_ERR_NOMEM;
-        if ((rc = io_read(io, c->hbuf, n, c->off, c->msg, sizeof(c->msg))))
+        /* What the last page's header read brought beyond that page is not asked for again. */
+        if (n > c->ahead && (rc = io_read(io, c->hbuf + c->ahead, n - c->ahead, c->off + c->ahead,
+                                          c->msg, sizeof(c->msg))))
             return rc;
+        c->ahead = n;
         char m[MSG];
         rc = pqt_read_page_header(c->hbuf, n, h, &hlen, m, sizeof(m));
         if (rc == SLUICE_ERR_TRUNCATED && n < avail && want < HEADER_MAX) {
@@ -829,6 +849,7 @@ static int read_page(struct pq_cursor *c, struct pqt_page_header *h, bool *skip_
         if (prow <= skippable) {
             *skip_ok = true;
             *skipped = prow;
+            keep_ahead(c, n, hlen + comp);
             c->off += hlen + comp;
             return 0;
         }
@@ -840,6 +861,7 @@ static int read_page(struct pq_cursor *c, struct pqt_page_header *h, bool *skip_
     if (have < comp && (rc = io_read(io, c->cbuf + have, comp - have, c->off + hlen + have, c->msg,
                                      sizeof(c->msg))))
         return rc;
+    keep_ahead(c, n, hlen + comp);
     c->off += hlen + comp;
     if (h->has_crc) {
         uint32_t crc = (uint32_t)crc32(0, c->cbuf, (uInt)0);

@@ -18,6 +18,7 @@
 #include "pipeline/parquet_thrift.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <snappy-c.h>
 #include <stdio.h>
@@ -527,6 +528,72 @@ static void test_fixture_schema(void **state)
     assert_true(pq_column(o.f, 3)->optional);
     assert_int_equal(pq_column_find(o.f, "nope"), -1);
     close_fixture(&o);
+}
+
+/* A pq_io that counts the bytes asked of the one beneath it. */
+struct counting {
+    struct pq_io inner;
+    uint64_t bytes, reads;
+};
+
+static int counting_read(void *user, void *buf, size_t len, uint64_t off, char *e, size_t elen)
+{
+    struct counting *c = user;
+    c->bytes += len;
+    c->reads++;
+    return c->inner.read(c->inner.user, buf, len, off, e, elen);
+}
+
+/* A projection reads the footer and the chunks of the columns it reads, nothing else: reading
+ * every row of one column asks for no more bytes than the footer region plus that column's
+ * chunks. */
+static void test_projection_reads_its_chunks(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"pw_snappy_v1.parquet", "pw_zstd_v2.parquet",
+                                        "hy_snappy.parquet"};
+    for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+        struct opened o;
+        open_fixture(&o, files[k]);
+        struct counting cnt = {.inner = o.io};
+        struct pq_io io = o.io;
+        io.read = counting_read;
+        io.user = &cnt;
+        struct pq_file *f = NULL;
+        if (pq_open(&io, &f, err, sizeof(err)) != 0)
+            fail_msg("%s", err);
+        uint64_t footer = cnt.bytes;
+        /* The footer is read from the end: never more than the file minus its first chunk. */
+        assert_true(footer > 8 && footer < io.size);
+        size_t ncol = pq_num_columns(f);
+        for (size_t col = 0; col < ncol; col++) {
+            if (!pq_column(f, col)->supported)
+                continue;
+            uint64_t before = cnt.bytes, chunks = 0;
+            struct pipe_tensor t = {0};
+            for (size_t rg = 0; rg < pq_num_row_groups(f); rg++) {
+                chunks += pq_chunk_bytes(f, rg, col);
+                struct pq_cursor *cur = NULL;
+                if (pq_cursor_open(f, rg, col, &cur, err, sizeof(err)) != 0)
+                    fail_msg("%s", err);
+                int rc;
+                while ((rc = pq_cursor_next(cur, &t, err, sizeof(err))) > 0)
+                    ;
+                if (rc < 0)
+                    fail_msg("%s: %s", files[k], err);
+                pq_cursor_free(cur);
+            }
+            free(t.data);
+            free(t.offs);
+            uint64_t read = cnt.bytes - before;
+            if (read > chunks)
+                fail_msg("%s: column %s: read %" PRIu64 " bytes, its chunks hold %" PRIu64,
+                         files[k], pq_column(f, col)->name, read, chunks);
+            assert_true(read > 0);
+        }
+        pq_close(f);
+        close_fixture(&o);
+    }
 }
 
 static void test_fixture_nested(void **state)
@@ -1202,14 +1269,23 @@ static void test_damaged_fixtures(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_half_floats),         cmocka_unit_test(test_rle_hybrid),
-        cmocka_unit_test(test_delta_binary_packed), cmocka_unit_test(test_delta_strings),
-        cmocka_unit_test(test_byte_stream_split),   cmocka_unit_test(test_hand_crc),
-        cmocka_unit_test(test_hand_dictionary),     cmocka_unit_test(test_hand_sizes),
-        cmocka_unit_test(test_hand_levels),         cmocka_unit_test(test_hand_repeated),
-        cmocka_unit_test(test_hand_footer),         cmocka_unit_test(test_hand_refused_types),
-        cmocka_unit_test(test_fixture_schema),      cmocka_unit_test(test_fixture_nested),
-        cmocka_unit_test(test_fixtures_read),       cmocka_unit_test(test_fixtures_skip),
+        cmocka_unit_test(test_half_floats),
+        cmocka_unit_test(test_rle_hybrid),
+        cmocka_unit_test(test_delta_binary_packed),
+        cmocka_unit_test(test_delta_strings),
+        cmocka_unit_test(test_byte_stream_split),
+        cmocka_unit_test(test_hand_crc),
+        cmocka_unit_test(test_hand_dictionary),
+        cmocka_unit_test(test_hand_sizes),
+        cmocka_unit_test(test_hand_levels),
+        cmocka_unit_test(test_hand_repeated),
+        cmocka_unit_test(test_hand_footer),
+        cmocka_unit_test(test_hand_refused_types),
+        cmocka_unit_test(test_fixture_schema),
+        cmocka_unit_test(test_projection_reads_its_chunks),
+        cmocka_unit_test(test_fixture_nested),
+        cmocka_unit_test(test_fixtures_read),
+        cmocka_unit_test(test_fixtures_skip),
         cmocka_unit_test(test_damaged_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
