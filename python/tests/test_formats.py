@@ -47,3 +47,36 @@ def test_tar_missing_member_names_shard_and_sample(tmp_path):
 def test_gzip_lines_and_members(tmp_path):
     (tmp_path / "a.txt.gz").write_bytes(gzip.compress(b"x\ny\n") + gzip.compress(b"z"))
     assert list(sluice.run(f'lines("{tmp_path}/a.txt.gz")')) == [b"x", b"y", b"z"]
+
+
+def write_parquet(tmp_path, files, groups, rows):
+    """Parquet files from an independent writer (hyparquet-writer, run by Node.js with the tests'
+    npm packages, which scripts/deps.sh installs): row k has id k, name "row-k" and score k / 4,
+    null when k % 7 == 3."""
+    import os
+    import shutil
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "..", "tests", "npm", "parquet_cluster_files.mjs")
+    node = shutil.which("node")
+    assert node, "node not found: scripts/deps.sh installs it"
+    subprocess.run([node, script, str(tmp_path), str(files), str(groups), str(rows)], check=True)
+
+
+def test_parquet_rows_as_tuples(tmp_path):
+    write_parquet(tmp_path, 2, 2, 5)
+    got = list(sluice.run(f'parquet("{tmp_path}/part-*.parquet", "name", "id", "score=-1")'))
+    want = [(f"row-{k}".encode(), k, -1.0 if k % 7 == 3 else k / 4) for k in range(20)]
+    assert [(n, int(i), float(s)) for n, i, s in got] == want
+    # One column gives its values alone.
+    assert [int(x) for x in sluice.run(f'parquet("{tmp_path}/part-00.parquet", "id")')] == \
+        list(range(10))
+
+
+def test_parquet_null_without_default_names_where(tmp_path):
+    write_parquet(tmp_path, 1, 1, 10)
+    it = sluice.run(f'parquet("{tmp_path}/part-00.parquet", "score")')
+    assert [float(next(it)) for _ in range(3)] == [0.0, 0.25, 0.5]
+    with pytest.raises(sluice.Error, match=f"{tmp_path}/part-00.parquet: row group 0: column "
+                                            "score: row 3: null"):
+        next(it)
