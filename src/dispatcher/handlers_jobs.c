@@ -243,7 +243,7 @@ int dispatcher_split_dataset(const uint8_t *def, size_t def_len, const struct pi
     *decoded = true;
     rc = pipe_roots_check_source(roots, &(*spec)->source, why, whylen);
     if (rc == 0)
-        rc = pipe_split_provider_init(p, *spec, split_size, why, whylen);
+        rc = pipe_split_provider_init_confined(p, *spec, roots, split_size, why, whylen);
     if (rc < 0) {
         pipe_spec_free(*spec);
         *spec = NULL;

@@ -469,7 +469,8 @@ int pipe_open_limited(const struct pipe_spec *spec, const struct sluice_registry
          * again when they open it. */
         rc = pipe_roots_check_source(pipe_registry_roots(reg), src, err, errlen);
         if (rc == 0)
-            rc = pipe_source_paths(src, &r->plan.paths, &r->plan.npaths, err, errlen);
+            rc = pipe_source_paths(src, pipe_registry_roots(reg), &r->plan.paths, &r->plan.npaths,
+                                   err, errlen);
     } else
         rc = prepare_list(&r->plan, err, errlen);
     if (rc) {

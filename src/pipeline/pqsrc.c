@@ -69,11 +69,12 @@ struct pq_reader {
     struct column *cols;
     size_t ncols, capcols;
     /* The current file; f NULL when none is open. */
-    const char *path;
+    char *path; /* the file's path (without a row group mark) */
     int fd;
     struct pq_io io;
     struct pq_file *f;
     size_t rg;        /* the current row group */
+    size_t rg_end;    /* the row group after the last one of the entry to read */
     bool rg_open;     /* its cursors are open */
     uint64_t rg_left; /* rows of it not yet read */
     uint64_t row;     /* the next row's number in the file */
@@ -97,6 +98,7 @@ static void close_file(struct pq_reader *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
+    free(r->path);
     r->path = NULL;
 }
 
@@ -357,32 +359,124 @@ static int resolve_columns(struct pq_reader *r)
     return 0;
 }
 
-/* Opens the next file. Returns 1 when one is open, 0 when there are no more, or an error. */
-static int open_next(struct pq_reader *r)
+bool pipe_parquet_row_group_of(const char *name, size_t *path_len, uint64_t *rg)
 {
-    if (r->next_path == r->npaths)
+    const char *mark = NULL;
+    for (const char *p = strstr(name, PIPE_PARQUET_ROW_GROUP_MARK); p;
+         p = strstr(p + 1, PIPE_PARQUET_ROW_GROUP_MARK))
+        mark = p;
+    if (!mark)
+        return false;
+    const char *num = mark + strlen(PIPE_PARQUET_ROW_GROUP_MARK);
+    if (*num < '0' || *num > '9' || (num[0] == '0' && num[1]))
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(num, &end, 10);
+    if (*end || errno == ERANGE)
+        return false;
+    *path_len = (size_t)(mark - name);
+    *rg = v;
+    return true;
+}
+
+/* Opens the file of path (plen bytes; a copy is kept), unless it is the one open. */
+static int open_file(struct pq_reader *r, const char *path, size_t plen)
+{
+    if (r->f && strlen(r->path) == plen && memcmp(r->path, path, plen) == 0)
         return 0;
-    const char *path = r->paths[r->next_path++];
+    close_file(r);
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
-    int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg), PIPE_SRC_PARQUET, path,
+    if (!(r->path = strndup(path, plen)))
+        return failf(r, SLUICE_ERR_NOMEM, "%.*s: out of memory", (int)plen, path);
+    int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg), PIPE_SRC_PARQUET, r->path,
                                   err, errlen);
     if (fd < 0)
         return fail(r, fd);
     r->fd = fd;
-    r->path = path;
-    int rc = pq_io_fd(&r->io, fd, path, err, errlen);
+    int rc = pq_io_fd(&r->io, fd, r->path, err, errlen);
     if (rc == 0)
         rc = pq_open(&r->io, &r->f, err, errlen);
     if (rc < 0)
         return fail(r, rc);
-    rc = resolve_columns(r);
+    return resolve_columns(r);
+}
+
+/* Opens the next entry: a whole file, or one row group of one. Returns 1 when one is open, 0
+ * when there are no more, or an error. */
+static int open_next(struct pq_reader *r)
+{
+    if (r->next_path == r->npaths)
+        return 0;
+    const char *name = r->paths[r->next_path++];
+    size_t plen = strlen(name);
+    uint64_t one = 0;
+    bool single = pipe_parquet_row_group_of(name, &plen, &one);
+    int rc = open_file(r, name, plen);
     if (rc < 0)
         return rc;
-    r->rg = 0;
+    size_t ngroups = pq_num_row_groups(r->f);
+    if (single && one >= ngroups)
+        return failf(r, SLUICE_ERR_INVALID,
+                     "%s: row group %" PRIu64 " asked for, the file has %zu (did it change "
+                     "after the dataset was planned?)",
+                     r->path, one, ngroups);
+    r->rg = single ? (size_t)one : 0;
+    r->rg_end = single ? (size_t)one + 1 : ngroups;
     r->row = 0;
+    for (size_t g = 0; g < r->rg; g++)
+        r->row += pq_row_group_rows(r->f, g);
     r->rg_open = false;
     return 1;
+}
+
+int pipe_parquet_row_groups(const struct pipe_roots *roots, char *const *files, size_t nfiles,
+                            char ***names, size_t *nnames, char *err, size_t errlen)
+{
+    *names = NULL;
+    *nnames = 0;
+    size_t cap = 0;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < nfiles; i++) {
+        int fd = pipe_roots_open_file(roots, PIPE_SRC_PARQUET, files[i], err, errlen);
+        if (fd < 0) {
+            rc = fd;
+            break;
+        }
+        struct pq_io io;
+        struct pq_file *f = NULL;
+        rc = pq_io_fd(&io, fd, files[i], err, errlen);
+        if (rc == 0)
+            rc = pq_open(&io, &f, err, errlen);
+        size_t n = rc == 0 ? pq_num_row_groups(f) : 0;
+        for (size_t g = 0; rc == 0 && g < n; g++) {
+            if (*nnames == cap) {
+                size_t ncap = cap ? 2 * cap : 64;
+                char **v = realloc(*names, ncap * sizeof *v);
+                if (!v) {
+                    rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+                    break;
+                }
+                *names = v;
+                cap = ncap;
+            }
+            char *name = NULL;
+            if (asprintf(&name, "%s" PIPE_PARQUET_ROW_GROUP_MARK "%zu", files[i], g) < 0) {
+                rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+                break;
+            }
+            (*names)[(*nnames)++] = name;
+        }
+        pq_close(f);
+        close(fd);
+    }
+    if (rc < 0) {
+        pipe_paths_free(*names, *nnames);
+        *names = NULL;
+        *nnames = 0;
+    }
+    return rc;
 }
 
 /* Opens the cursors of the current row group. */
@@ -460,8 +554,17 @@ static int pq_next(struct pipe_iter *it, struct sluice_element *out)
             close_cursors(r);
             r->rg++;
         }
-        if (r->rg >= pq_num_row_groups(r->f)) {
-            close_file(r);
+        if (r->rg >= r->rg_end) {
+            /* The entry is read; the next may be a row group of the same file, which stays
+             * open for it. */
+            int rc = open_next(r);
+            if (rc < 0)
+                return rc;
+            if (rc == 0) {
+                close_file(r);
+                r->status = 0;
+                return 0;
+            }
             continue;
         }
         int rc = open_row_group(r);

@@ -1,6 +1,7 @@
 /* The parquet() source: rows of Parquet files (docs/design.md §3; the decoder is parquet.h).
  *
- * Files are read in the given order, one at a time, row group by row group: one cursor per
+ * Files are read in the given order, one at a time, row group by row group (a split of
+ * distributed_epoch is one row group: pipe_parquet_row_groups names them): one cursor per
  * asked-for column, so memory follows one page (and its dictionary) per column, and only the
  * asked-for column chunks are read, plus each file's footer.
  *
@@ -19,7 +20,27 @@
 
 #include "iter.h"
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+struct pipe_roots; /* roots.h */
+
+/* A row group of a file, as split plans name it: the file's path, this mark, the row group's
+ * number (from 0) in decimal. The mark is found from the right, so any path takes it. */
+#define PIPE_PARQUET_ROW_GROUP_MARK "#row-group="
+
+/* Lists the row groups of the files (in that order, each file's in its order) as names of
+ * PIPE_PARQUET_ROW_GROUP_MARK, reading each file's footer (through roots when not NULL). A file
+ * that cannot be opened or is not valid Parquet is an error naming it; a file with no row group
+ * adds nothing. *names and each string are malloc'd (pipe_paths_free()). Returns 0 or a negative
+ * code with err set. */
+int pipe_parquet_row_groups(const struct pipe_roots *roots, char *const *files, size_t nfiles,
+                            char ***names, size_t *nnames, char *err, size_t errlen);
+
+/* Whether name ends in PIPE_PARQUET_ROW_GROUP_MARK and a row group number: then *path_len is the
+ * length of the path before the mark and *rg the number. */
+bool pipe_parquet_row_group_of(const char *name, size_t *path_len, uint64_t *rg);
 
 /* Creates a source iterator over the files (paths copied) with the column arguments (copied;
  * 0 to PIPE_MAX_COMPONENTS, each passing pipe_parquet_column_problem()). Files are opened
@@ -27,5 +48,8 @@
  * arguments); *out is owned by the caller's chain. */
 int pipe_parquet_open(char *const *paths, size_t npaths, char *const *columns, size_t ncolumns,
                       struct pipe_ctx *ctx, struct pipe_iter **out);
+/* Each path may name one row group (pipe_parquet_row_group_of): only that row group is read,
+ * its rows numbered as in the whole file; consecutive row groups of one file share one open
+ * file and footer. */
 
 #endif

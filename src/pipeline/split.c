@@ -6,6 +6,8 @@
  * list. */
 #include "split.h"
 
+#include "pqsrc.h"
+
 #include "common/error.h"
 #include "paths.h"
 #include "snapsrc.h"
@@ -48,6 +50,13 @@ void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen)
 {
+    return pipe_split_provider_init_confined(p, spec, NULL, split_size, err, errlen);
+}
+
+int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struct pipe_spec *spec,
+                                      const struct pipe_roots *roots, uint64_t split_size,
+                                      char *err, size_t errlen)
+{
     memset(p, 0, sizeof *p);
     int rc = pipe_dist_analyze(spec, &p->dist, err, errlen);
     if (rc < 0)
@@ -69,7 +78,7 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
     case PIPE_SRC_TAR:
     case PIPE_SRC_PARQUET:
     case PIPE_SRC_SNAPSHOT: {
-        rc = pipe_source_paths(&spec->source, &plan->paths, &plan->npaths, err, errlen);
+        rc = pipe_source_paths(&spec->source, roots, &plan->paths, &plan->npaths, err, errlen);
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < plan->npaths; i++) {
@@ -93,8 +102,8 @@ void pipe_split_provider_release(struct pipe_split_provider *p)
     split_plan_release(&p->plan);
 }
 
-int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,
-                      size_t errlen)
+int pipe_source_paths(const struct pipe_source *src, const struct pipe_roots *roots, char ***paths,
+                      size_t *npaths, char *err, size_t errlen)
 {
     *paths = NULL;
     *npaths = 0;
@@ -104,5 +113,14 @@ int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npat
                            "a snapshot source names one directory, not %zu", src->nglobs);
         return pipe_snapshot_paths(src->globs[0], paths, npaths, err, errlen);
     }
-    return pipe_glob_expand(src->globs, src->nglobs, paths, npaths, err, errlen);
+    int rc = pipe_glob_expand(src->globs, src->nglobs, paths, npaths, err, errlen);
+    if (rc < 0 || src->kind != PIPE_SRC_PARQUET)
+        return rc;
+    char **groups = NULL;
+    size_t ngroups = 0;
+    rc = pipe_parquet_row_groups(roots, *paths, *npaths, &groups, &ngroups, err, errlen);
+    pipe_paths_free(*paths, *npaths);
+    *paths = groups;
+    *npaths = ngroups;
+    return rc;
 }

@@ -55,6 +55,13 @@ uint64_t pipe_split_default_size(uint64_t len);
  * Returns 0, or a negative code with a message in err. */
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen);
+/* pipe_split_provider_init() for a confined registry's roots (NULL: not confined): the files a
+ * parquet() source plans from are opened through them (pipe_roots_open_file) to read their
+ * footers. */
+struct pipe_roots;
+int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struct pipe_spec *spec,
+                                      const struct pipe_roots *roots, uint64_t split_size,
+                                      char *err, size_t errlen);
 void pipe_split_provider_release(struct pipe_split_provider *p);
 
 /* Sets what a split plan takes from the dataset's pipeline rather than from the dispatcher:
@@ -66,8 +73,10 @@ void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan
 /* The files a file source (pipe_source_reads_files) reads, in split order: its globs expanded
  * (pipe_glob_expand), or for snapshot("DIR") the chunk files DIR/snapshot.json counts, which
  * need not exist yet (pipe_snapshot_paths: a DIR without snapshot.json is SLUICE_ERR_NOT_FOUND,
- * "snapshot DIR: not a snapshot (no snapshot.json)"). Same ownership as pipe_glob_expand. */
-int pipe_source_paths(const struct pipe_source *src, char ***paths, size_t *npaths, char *err,
-                      size_t errlen);
+ * "snapshot DIR: not a snapshot (no snapshot.json)"), or for parquet() the row groups of the
+ * files its globs match, each named "FILE#row-group=N" (pipe_parquet_row_groups: the files'
+ * footers are read, through roots when not NULL). Same ownership as pipe_glob_expand. */
+int pipe_source_paths(const struct pipe_source *src, const struct pipe_roots *roots, char ***paths,
+                      size_t *npaths, char *err, size_t errlen);
 
 #endif

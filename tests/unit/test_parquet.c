@@ -12,7 +12,13 @@
 #include "common/error.h"
 #include "lib/file.h"
 #include "lib/proc.h"
+#include "lib/pipeline.h"
 #include "lib/tmp.h"
+#include "pipeline/open.h"
+#include "pipeline/pqsrc.h"
+#include "pipeline/registry.h"
+#include "pipeline/spec.h"
+#include "pipeline/split.h"
 #include "pipeline/parquet.h"
 #include "pipeline/parquet_enc.h"
 #include "pipeline/parquet_thrift.h"
@@ -594,6 +600,81 @@ static void test_projection_reads_its_chunks(void **state)
         pq_close(f);
         close_fixture(&o);
     }
+}
+
+/* A split of a parquet() source is one row group: the plan names each row group of each file,
+ * and reading one split yields exactly that row group's rows of the whole file's sequence,
+ * numbered as in the file (errors), with the file opened once for consecutive row groups. */
+static void test_row_group_splits(void **state)
+{
+    (void)state;
+    char text[2048];
+    snprintf(text, sizeof text,
+             "parquet([\"%s/pw_snappy_v1.parquet\", \"%s/hy_snappy.parquet\"], "
+             "\"i64\")",
+             fixture_dir(), fixture_dir());
+    struct pipe_spec *spec = pipeline_parse(text);
+    struct pipe_split_provider p;
+    assert_int_equal(pipe_split_provider_init(&p, spec, 0, err, sizeof(err)), 0);
+    /* Each file has 3 row groups of 1000 rows. */
+    assert_int_equal(p.plan.npaths, 6);
+    assert_int_equal(p.plan.per_pass, 6);
+    size_t plen;
+    uint64_t rg;
+    assert_true(pipe_parquet_row_group_of(p.plan.paths[2], &plen, &rg));
+    assert_int_equal(rg, 2);
+    assert_int_equal(strncmp(p.plan.paths[2] + plen, "#row-group=2", 13), 0);
+    assert_true(pipe_parquet_row_group_of(p.plan.paths[3], &plen, &rg));
+    assert_int_equal(rg, 0);
+    struct sluice_registry *reg = NULL;
+    assert_int_equal(pipe_registry_new(&reg), 0);
+    struct pipe_run *run = NULL;
+    assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), 0);
+    char *whole = pipeline_text(run, NULL);
+    pipe_run_free(run);
+    /* Row groups 1 and 2 of the first file, then 1 of the second: their lines of the whole,
+     * 1000..2999 and 4000..4999. */
+    static const size_t pick[] = {1, 2, 4};
+    struct split sp[3];
+    memset(sp, 0, sizeof sp);
+    for (size_t i = 0; i < 3; i++) {
+        sp[i].seq = pick[i];
+        sp[i].index = pick[i];
+        snprintf(sp[i].path, sizeof sp[i].path, "%s", p.plan.paths[pick[i]]);
+    }
+    assert_int_equal(pipe_open_splits(spec, reg, sp, 3, &run, err, sizeof(err)), 0);
+    char *parts = pipeline_text(run, NULL);
+    pipe_run_free(run);
+    const char *a = whole;
+    for (int line = 0; line < 1000; line++)
+        a = strchr(a, '\n') + 1;
+    const char *b = a;
+    for (int line = 0; line < 2000; line++)
+        b = strchr(b, '\n') + 1;
+    const char *c = b;
+    for (int line = 0; line < 1000; line++)
+        c = strchr(c, '\n') + 1;
+    const char *d = c;
+    for (int line = 0; line < 1000; line++)
+        d = strchr(d, '\n') + 1;
+    size_t n1 = (size_t)(b - a), n2 = (size_t)(d - c);
+    assert_int_equal(strlen(parts), n1 + n2);
+    assert_memory_equal(parts, a, n1);
+    assert_memory_equal(parts + n1, c, n2);
+    free(parts);
+    free(whole);
+    /* A row group the file does not have (the file changed after planning) is an error. */
+    snprintf(sp[0].path, sizeof sp[0].path, "%s/pw_snappy_v1.parquet#row-group=3", fixture_dir());
+    assert_int_equal(pipe_open_splits(spec, reg, sp, 1, &run, err, sizeof(err)), 0);
+    int rc = 0;
+    char *bad = pipeline_text(run, &rc);
+    pipe_run_free(run);
+    assert_true(rc < 0);
+    assert_non_null(strstr(bad, "pw_snappy_v1.parquet: row group 3 asked for, the file has 3"));
+    free(bad);
+    pipe_registry_free(reg);
+    pipe_split_provider_release(&p);
+    pipe_spec_free(spec);
 }
 
 static void test_fixture_nested(void **state)
@@ -1285,6 +1366,7 @@ int main(void)
         cmocka_unit_test(test_hand_refused_types),
         cmocka_unit_test(test_fixture_schema),
         cmocka_unit_test(test_projection_reads_its_chunks),
+        cmocka_unit_test(test_row_group_splits),
         cmocka_unit_test(test_fixture_nested),
         cmocka_unit_test(test_fixtures_read),
         cmocka_unit_test(test_fixtures_skip),
