@@ -613,9 +613,16 @@ static int size_mismatch(struct pq_cursor *c, size_t got, bool more, size_t want
 
 /* Grows the output of a streaming decompressor: geometrically, and never past want + 1 bytes,
  * so memory follows what the data really produces, not what a header claims. */
-static int out_grow(struct pq_cursor *c, uint8_t **buf, size_t *cap, size_t used, size_t want,
+/* The room for a decompressor's next output at used bytes of *buf: what is left of it, up to
+ * one byte past the page's size want (so output beyond it shows), growing *buf when none is. */
+static int out_room(struct pq_cursor *c, uint8_t **buf, size_t *cap, size_t used, size_t want,
                     size_t *room)
 {
+    *room = *cap > used ? *cap - used : 0;
+    if (*room > want + 1 - used)
+        *room = want + 1 - used;
+    if (*room > 0)
+        return 0;
     size_t target = used < 65536 ? 65536 : used * 2;
     if (target > want + 1)
         target = want + 1;
@@ -639,10 +646,8 @@ static int inflate_page(struct pq_cursor *c, const uint8_t *src, size_t slen, ui
     size_t used = 0;
     int rc = 0;
     for (;;) {
-        size_t room = *cap > used ? *cap - used : 0;
-        if (room > want + 1 - used)
-            room = want + 1 - used;
-        if (room == 0 && (rc = out_grow(c, buf, cap, used, want, &room)))
+        size_t room;
+        if ((rc = out_room(c, buf, cap, used, want, &room)))
             break;
         zs.next_out = *buf + used;
         zs.avail_out = (uInt)room;
@@ -683,11 +688,9 @@ static int zstd_page(struct pq_cursor *c, const uint8_t *src, size_t slen, uint8
     ZSTD_inBuffer in = {src, slen, 0};
     size_t used = 0, ret = 1;
     while (in.pos < in.size || ret != 0) {
-        size_t room = *cap > used ? *cap - used : 0;
-        if (room > want + 1 - used)
-            room = want + 1 - used;
-        int rc;
-        if (room == 0 && (rc = out_grow(c, buf, cap, used, want, &room)))
+        size_t room;
+        int rc = out_room(c, buf, cap, used, want, &room);
+        if (rc)
             return rc;
         ZSTD_outBuffer o = {*buf + used, room, 0};
         size_t before = in.pos;
@@ -715,10 +718,8 @@ static int brotli_page(struct pq_cursor *c, const uint8_t *src, size_t slen, uin
     const uint8_t *in = src;
     int rc = 0;
     for (;;) {
-        size_t room = *cap > used ? *cap - used : 0;
-        if (room > want + 1 - used)
-            room = want + 1 - used;
-        if (room == 0 && (rc = out_grow(c, buf, cap, used, want, &room)))
+        size_t room;
+        if ((rc = out_room(c, buf, cap, used, want, &room)))
             break;
         uint8_t *o = *buf + used;
         size_t o_left = room;
