@@ -27,6 +27,14 @@ if [ ! -f "$file" ]; then
 fi
 bytes=$(stat -c %s "$file")
 echo "file: $bytes bytes"
+records=${file%.parquet}.tfrecord
+if [ ! -f "$records" ]; then
+    echo "writing the same rows to $records"
+    node tests/npm/parquet_bench.mjs tfrecord "$records" "$rows"
+fi
+echo "TFRecord file: $(stat -c %s "$records") bytes"
+example_spec='"id:int64", "small:int64", "uniform:float32", "price:float32", "big:int64",
+    "label:int64", "half:float32", "noise:int64", "word:bytes", "pair:bytes"'
 
 now() { date +%s.%N; }
 # Prints "ROWS SECONDS" of one sluice run.
@@ -44,11 +52,13 @@ for r in $(seq 1 "$rounds"); do
     echo "sluice_all $1 $2" >>"$tmp/results"
     set -- $(sluice_read "parquet(\"$file\", \"id\", \"label\")")
     echo "sluice_two $1 $2" >>"$tmp/results"
+    set -- $(sluice_read "tfrecord(\"$records\") | map(parse_example, $example_spec)")
+    echo "tfrecord_all $1 $2" >>"$tmp/results"
     set -- $(node tests/npm/parquet_bench.mjs read "$file")
     echo "hyparquet_all $1 $2" >>"$tmp/results"
     set -- $(node tests/npm/parquet_bench.mjs read "$file" id label)
     echo "hyparquet_two $1 $2" >>"$tmp/results"
-    echo "round $r (reader rows seconds): $(tail -n 4 "$tmp/results" | paste -sd ';' -)"
+    echo "round $r (reader rows seconds): $(tail -n 5 "$tmp/results" | paste -sd ';' -)"
 done
 
 awk -v bytes="$bytes" -v want="$rows" '
@@ -62,11 +72,12 @@ awk -v bytes="$bytes" -v want="$rows" '
     END {
         for (k in t) m[k] = median(t[k])
         printf "%-14s %12s %10s %10s\n", "reader", "rows/s", "MB/s", "seconds"
-        split("sluice_all sluice_two hyparquet_all hyparquet_two", order, " ")
-        for (i = 1; i <= 4; i++) { k = order[i]
+        split("sluice_all sluice_two tfrecord_all hyparquet_all hyparquet_two", order, " ")
+        for (i = 1; i <= 5; i++) { k = order[i]
             printf "%-14s %12.0f %10.1f %10.3f\n", k, want / m[k], bytes / 1e6 / m[k], m[k] }
         printf "sluice / hyparquet, all columns: %.2f (target >= 3)\n", m["hyparquet_all"] / m["sluice_all"]
         printf "sluice / hyparquet, 2 columns:   %.2f\n", m["hyparquet_two"] / m["sluice_two"]
         printf "sluice 2 columns / all:          %.2f (target >= 3)\n", m["sluice_all"] / m["sluice_two"]
+        printf "Parquet / TFRecord (all):        %.2f\n", m["tfrecord_all"] / m["sluice_all"]
         exit bad
     }' "$tmp/results"
