@@ -2,9 +2,11 @@
 # Parquet benchmark: how fast `sluice run 'parquet(...)'` reads a file of 8 numeric and 2 string
 # columns (snappy, dictionary where it pays, written by the Rust Arrow/Parquet writer through
 # parquet-wasm), all columns and 2 of the 10, on one thread, beside hyparquet (the JavaScript
-# reader) reading the same file in Node on the same machine: an independent baseline. The modes
-# alternate in each round; prints per round and the medians of rows/s and MB/s (file bytes over
-# wall time), and the ratios sluice/hyparquet and 2-columns/all.
+# reader) reading the same file in Node on the same machine (an independent baseline), and
+# beside the same rows as tf.train.Example records in a TFRecord file read with
+# tfrecord() | map(parse_example, ...) (all 10 features). The modes alternate in each round;
+# prints per round and the medians of rows/s and MB/s (the Parquet file's bytes over wall time,
+# for every reader), and the ratios sluice/hyparquet, 2-columns/all and Parquet/TFRecord.
 # Usage: bench/parquet.sh [BUILD_DIR]   (default build/; builds nothing itself)
 # Environment: SLUICE_BENCH_PQ_ROWS (rows, default 4000000: about 180 MB; 22000000 is about
 # 1 GB and needs several GB of memory for Node to write it), SLUICE_BENCH_PQ_ROUNDS (default 3),
