@@ -4,13 +4,13 @@
  * and a fixed read buffer that holds the unconsumed bytes of the current file. A record or line
  * that lies wholly inside the buffer is handed to the element straight from it; one that spans
  * refills is gathered in a reused record buffer, which grows to the largest record seen and no
- * further. A gzip-compressed file (recognised by its first bytes when a file is opened) is read
- * through zlib: reader_read() then inflates from a fixed buffer of compressed input instead of
- * reading the file, and everything above it sees the uncompressed bytes, so offsets in messages
- * count uncompressed bytes. Failure modes: a file that cannot be opened or read, a TFRecord
- * checksum mismatch, a record cut short by the end of its file, a record or line over
- * MAX_RECORD, and a corrupt or truncated gzip stream. Each is reported once in the context's
- * message and then returned by every later next(). */
+ * further. A gzip- or zstd-compressed file (recognised by its first bytes when a file is opened)
+ * is read through zlib or libzstd: reader_read() then decompresses from a fixed buffer of
+ * compressed input instead of reading the file, and everything above it sees the uncompressed
+ * bytes, so offsets in messages count uncompressed bytes. Failure modes: a file that cannot be
+ * opened or read, a TFRecord checksum mismatch, a record cut short by the end of its file, a
+ * record or line over MAX_RECORD, and a corrupt or truncated gzip or zstd stream. Each is reported
+ * once in the context's message and then returned by every later next(). */
 #include "files.h"
 
 #include "common/crc32c.h"
@@ -29,6 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
+#include <zstd_errors.h>
 
 /* The read buffer's size: large enough that a read(2) per refill is cheap against the bytes it
  * moves, small enough that many concurrent readers cost little memory. */
@@ -58,6 +60,15 @@ struct gz {
     bool between; /* a member has ended; another may follow */
 };
 
+/* The decompressor of a zstd file, made when the reader meets its first one and reused. */
+struct zst {
+    ZSTD_DStream *d;
+    uint8_t *in;       /* GZ_IN_SIZE bytes */
+    ZSTD_inBuffer src; /* the unconsumed part of in */
+    bool in_eof;       /* the file has returned end of file */
+    size_t ret;        /* ZSTD_decompressStream's last answer: 0 at a frame's end */
+};
+
 struct file_reader {
     struct pipe_iter base;
     char **paths; /* owned copies */
@@ -69,8 +80,10 @@ struct file_reader {
     /* Whether first bytes that begin with the gzip magic still belong to an uncompressed file of
      * this source (a TFRecord header whose length happens to start with them); NULL: never. */
     bool (*plain)(const uint8_t *head, size_t n);
-    bool gzip;     /* the current file is gzip-compressed */
-    struct gz *gz; /* NULL until the first gzip file */
+    bool gzip;       /* the current file is gzip-compressed */
+    struct gz *gz;   /* NULL until the first gzip file */
+    bool zstd;       /* the current file is zstd-compressed */
+    struct zst *zst; /* NULL until the first zstd file */
     /* buf[pos, end) holds unconsumed bytes of the current file; off is the file offset of
      * buf[pos]. */
     uint8_t *buf;
@@ -139,6 +152,7 @@ static void reader_close_file(struct file_reader *r)
     r->off = 0;
     r->eof = false;
     r->gzip = false;
+    r->zstd = false;
 }
 
 /* Records an error in the chain's context and makes it sticky. */
@@ -219,18 +233,80 @@ static ssize_t gz_read(struct file_reader *r, uint8_t *dst, size_t len, uint64_t
     return (ssize_t)(want - z->zs.avail_out);
 }
 
-/* Reads the next bytes the reader sees: the file's, or inflated ones from a gzip file. Returns
- * the count (0 at the end, which sets eof) or a negative code with the message set. */
+/* Decompresses up to len bytes of the current zstd file into dst; at is the uncompressed offset
+ * of dst[0]. Returns at least one byte, 0 at the end of the last frame, or a negative code with
+ * the message set. Concatenated frames read as one stream. */
+static ssize_t zst_read(struct file_reader *r, uint8_t *dst, size_t len, uint64_t at)
+{
+    struct zst *z = r->zst;
+    ZSTD_outBuffer out = {dst, len, 0};
+    while (out.pos == 0) {
+        if (z->src.pos == z->src.size && !z->in_eof) {
+            ssize_t n = raw_read(r, z->in, GZ_IN_SIZE, at);
+            if (n < 0)
+                return n;
+            z->in_eof = n == 0;
+            z->src = (ZSTD_inBuffer){z->in, (size_t)n, 0};
+        }
+        if (z->src.pos == z->src.size) {
+            if (z->ret == 0)
+                return 0;
+            return gz_fail(r, SLUICE_ERR_TRUNCATED, at, "truncated zstd stream");
+        }
+        size_t ret = ZSTD_decompressStream(z->d, &out, &z->src);
+        if (ZSTD_isError(ret)) {
+            char what[160];
+            snprintf(what, sizeof what, "corrupt zstd stream: %s", ZSTD_getErrorName(ret));
+            return gz_fail(r,
+                           ZSTD_getErrorCode(ret) == ZSTD_error_memory_allocation
+                               ? SLUICE_ERR_NOMEM
+                               : SLUICE_ERR_CORRUPT,
+                           at + out.pos, what);
+        }
+        z->ret = ret;
+    }
+    return (ssize_t)out.pos;
+}
+
+/* Reads the next bytes the reader sees: the file's, or decompressed ones from a gzip or zstd
+ * file. Returns the count (0 at the end, which sets eof) or a negative code with the message
+ * set. */
 static ssize_t reader_read(struct file_reader *r, void *dst, size_t len, uint64_t at)
 {
-    ssize_t n = r->gzip ? gz_read(r, dst, len, at) : raw_read(r, dst, len, at);
+    ssize_t n = r->gzip   ? gz_read(r, dst, len, at)
+                : r->zstd ? zst_read(r, dst, len, at)
+                          : raw_read(r, dst, len, at);
     if (n == 0)
         r->eof = true;
     return n;
 }
 
-/* Reads the first bytes of the file just opened and decides whether it is gzip. A plain file's
- * first bytes stay in the read buffer; a gzip file's go to the inflater. */
+/* Starts reading the zstd file just opened, whose first got bytes are in the read buffer. */
+static int zst_start(struct file_reader *r, size_t got)
+{
+    if (!r->zst) {
+        struct zst *z = calloc(1, sizeof *z);
+        if (z && (!(z->in = malloc(GZ_IN_SIZE)) || !(z->d = ZSTD_createDStream()))) {
+            free(z->in);
+            free(z);
+            z = NULL;
+        }
+        if (!z)
+            return gz_fail(r, SLUICE_ERR_NOMEM, 0, "zstd: out of memory");
+        r->zst = z;
+    }
+    struct zst *z = r->zst;
+    ZSTD_DCtx_reset(z->d, ZSTD_reset_session_only);
+    memcpy(z->in, r->buf, got);
+    z->src = (ZSTD_inBuffer){z->in, got, 0};
+    z->in_eof = false;
+    z->ret = 1; /* inside a frame until one ends */
+    r->zstd = true;
+    return 0;
+}
+
+/* Reads the first bytes of the file just opened and decides whether it is gzip or zstd. A plain
+ * file's first bytes stay in the read buffer; a compressed file's go to its decompressor. */
 static int reader_sniff(struct file_reader *r)
 {
     size_t got = 0;
@@ -243,8 +319,12 @@ static int reader_sniff(struct file_reader *r)
         got += (size_t)n;
     }
     const uint8_t *h = r->buf;
-    bool gzip =
-        got >= 3 && h[0] == 0x1f && h[1] == 0x8b && h[2] == 0x08 && !(r->plain && r->plain(h, got));
+    bool plain = r->plain && r->plain(h, got);
+    bool gzip = got >= 3 && h[0] == 0x1f && h[1] == 0x8b && h[2] == 0x08 && !plain;
+    /* A zstd frame's magic number, 0xFD2FB528 little-endian. */
+    bool zstd = got >= 4 && h[0] == 0x28 && h[1] == 0xb5 && h[2] == 0x2f && h[3] == 0xfd && !plain;
+    if (zstd)
+        return zst_start(r, got);
     if (!gzip) {
         r->end = got;
         r->eof = got < SNIFF_LEN;
@@ -370,6 +450,11 @@ static void reader_destroy(struct pipe_iter *it)
         inflateEnd(&r->gz->zs);
         free(r->gz->in);
         free(r->gz);
+    }
+    if (r->zst) {
+        ZSTD_freeDStream(r->zst->d);
+        free(r->zst->in);
+        free(r->zst);
     }
     pipe_paths_free(r->paths, r->npaths);
     free(r->buf);

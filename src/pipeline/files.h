@@ -5,9 +5,12 @@
  * "data.tfrecord: offset 1234: bad data checksum". A bad checksum or truncated record is an
  * error, never skipped.
  *
- * A file that begins with the gzip magic bytes 1f 8b 08 is read through zlib, whatever its name
- * (for tfrecord() unless its first 12 bytes are a valid TFRecord header, which such a file's are
- * only by a 1 in 2^32 chance). Concatenated gzip members read as one stream; offsets in messages
+ * A file that begins with the gzip magic bytes 1f 8b 08 is read through zlib, and one that
+ * begins with the zstd magic bytes 28 b5 2f fd through libzstd, whatever its name (for tfrecord()
+ * unless its first 12 bytes are a valid TFRecord header, which such a file's are only by a 1 in
+ * 2^32 chance). Concatenated zstd frames read as one stream; damage is an error at the offset
+ * where it shows ("data.txt.zst: offset 5120: corrupt zstd stream: ...", "...: truncated zstd
+ * stream"). Concatenated gzip members read as one stream; offsets in messages
  * then count uncompressed bytes, and damage is an error at the offset where it was found:
  * "data.tfrecord.gz: offset 5120: corrupt gzip stream: invalid block type", "...: truncated gzip
  * stream". The gzip checksum is checked at the end of each member, so elements before a member's
