@@ -12,7 +12,7 @@ and this package registers pipelines and reads the elements back, as numpy array
 Pipelines are text in sluice's pipeline language (see docs/pipelines.md): a source such as
 ``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")``, ``tar("GLOB", "EXT", ...)``
 (WebDataset shards: a tuple of the bytes of each sample's members), ``parquet("GLOB", "COLUMN",
-...)`` (the rows of Parquet files) or ``snapshot("DIR")`` (a distributed snapshot, readable while
+...)`` (the rows of Parquet files), ``jsonl("GLOB", "FIELD", ...)`` (JSON Lines) or ``snapshot("DIR")`` (a distributed snapshot, readable while
 its save runs) followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
 ``prefetch``, and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and

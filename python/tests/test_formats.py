@@ -80,3 +80,28 @@ def test_parquet_null_without_default_names_where(tmp_path):
     with pytest.raises(sluice.Error, match=f"{tmp_path}/part-00.parquet: row group 0: column "
                                             "score: row 3: null"):
         next(it)
+
+
+def test_jsonl_from_python_json(tmp_path):
+    import json
+    docs = [{"text": "caf\u00e9 \U0001F600", "id": k, "ids": list(range(k)), "score": k / 3,
+             "tags": ["a"] * (k % 3), "ok": k % 2 == 0} for k in range(6)]
+    with open(tmp_path / "a.jsonl", "w") as f:
+        for d in docs[:3]:
+            f.write(json.dumps(d) + "\n")
+    with gzip.open(tmp_path / "b.jsonl", "wt") as f:  # gzip, found by content
+        for d in docs[3:]:
+            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+    got = list(sluice.run(f'jsonl("{tmp_path}/*.jsonl", "text", "id", "score", "ok")'))
+    assert [(t.decode(), int(i), float(s), bool(o)) for t, i, s, o in got] == \
+        [(d["text"], d["id"], d["score"], d["ok"]) for d in docs]
+    ids = [list(x) for x in sluice.run(f'jsonl("{tmp_path}/a.jsonl", "ids")')]
+    assert ids == [[], [0], [0, 1]]
+
+
+def test_jsonl_missing_field_names_file_and_line(tmp_path):
+    (tmp_path / "c.jsonl").write_text('{"text": "a"}\n\n{"txt": "b"}\n')
+    it = sluice.run(f'jsonl("{tmp_path}/c.jsonl", "text")')
+    assert next(it) == b"a"
+    with pytest.raises(sluice.Error, match=f'{tmp_path}/c.jsonl: line 3: field "text": missing'):
+        next(it)

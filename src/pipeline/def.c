@@ -138,6 +138,8 @@ static Sluice__SourceDef__Kind source_kind_to_pb(enum pipe_source_kind k)
         return SLUICE__SOURCE_DEF__KIND__SNAPSHOT;
     case PIPE_SRC_PARQUET:
         return SLUICE__SOURCE_DEF__KIND__PARQUET;
+    case PIPE_SRC_JSONL:
+        return SLUICE__SOURCE_DEF__KIND__JSONL;
     }
     return SLUICE__SOURCE_DEF__KIND__RANGE;
 }
@@ -245,6 +247,7 @@ int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
         src.n_exts = s->nexts;
         break;
     case PIPE_SRC_PARQUET:
+    case PIPE_SRC_JSONL:
         src.globs = s->globs;
         src.n_globs = s->nglobs;
         src.columns = s->columns;
@@ -536,7 +539,7 @@ static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, boo
 }
 
 static const char *const source_names[] = {"range", "list",     "tfrecord", "lines",
-                                           "tar",   "snapshot", "parquet"};
+                                           "tar",   "snapshot", "parquet",  "jsonl"};
 static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",    "take",
                                        "skip", "repeat", "shard",   "prefetch", "global_shuffle"};
 
@@ -562,7 +565,7 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     if (!pb)
         return corrupt(d, "missing source");
     snprintf(d->where, sizeof(d->where), "source");
-    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__PARQUET)
+    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__JSONL)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     s->kind = (enum pipe_source_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "source %s", source_names[s->kind]);
@@ -573,11 +576,11 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     if (!is_list && pb->n_values)
         return corrupt(d, "values belong to list only");
     if ((is_range || is_list) && pb->n_globs)
-        return corrupt(d, "globs belong to tfrecord, lines, tar, snapshot and parquet only");
+        return corrupt(d, "globs belong to file sources only");
     if (s->kind != PIPE_SRC_TAR && pb->n_exts)
         return corrupt(d, "exts belong to tar only");
-    if (s->kind != PIPE_SRC_PARQUET && pb->n_columns)
-        return corrupt(d, "columns belong to parquet only");
+    if (s->kind != PIPE_SRC_PARQUET && s->kind != PIPE_SRC_JSONL && pb->n_columns)
+        return corrupt(d, "columns belong to parquet and jsonl only");
     switch (s->kind) {
     case PIPE_SRC_RANGE:
         if (pb->step == 0)
@@ -638,6 +641,26 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
             }
             if (want)
                 return corrupt(d, "column %zu: expected %s, found \"%.32s\"", i + 1, want, c);
+        }
+        int rc = strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
+        if (rc)
+            return rc;
+        return strs_from_pb(d, pb->columns, pb->n_columns, &s->columns, &s->ncolumns);
+    }
+    case PIPE_SRC_JSONL: {
+        if (pb->n_globs == 0)
+            return corrupt(d, "expected at least one file pattern");
+        if (pb->n_columns == 0 || pb->n_columns > PIPE_MAX_COMPONENTS)
+            return corrupt(d, "expected 1 to %d fields, found %zu", PIPE_MAX_COMPONENTS,
+                           pb->n_columns);
+        for (size_t i = 0; i < pb->n_columns; i++) {
+            const char *c = pb->columns[i] ? pb->columns[i] : "";
+            const char *want = pipe_jsonl_field_problem(c);
+            for (size_t j = 0; !want && j < i; j++)
+                if (strcmp(pb->columns[j] ? pb->columns[j] : "", c) == 0)
+                    want = "a field not listed before";
+            if (want)
+                return corrupt(d, "field %zu: expected %s, found \"%.32s\"", i + 1, want, c);
         }
         int rc = strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
         if (rc)

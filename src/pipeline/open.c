@@ -23,6 +23,7 @@
 #include "snapsrc.h"
 #include "split.h"
 #include "source.h"
+#include "jsonl.h"
 #include "pqsrc.h"
 #include "tar.h"
 
@@ -123,6 +124,8 @@ static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct
         return pipe_snapshot_open(src->globs[0], paths, npaths, ctx, out);
     case PIPE_SRC_PARQUET:
         return pipe_parquet_open(paths, npaths, src->columns, src->ncolumns, ctx, out);
+    case PIPE_SRC_JSONL:
+        return pipe_jsonl_open(paths, npaths, src->columns, src->ncolumns, ctx, out);
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
         break;
@@ -188,6 +191,7 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
     case PIPE_SRC_TAR:
     case PIPE_SRC_SNAPSHOT:
     case PIPE_SRC_PARQUET:
+    case PIPE_SRC_JSONL:
         rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
                           : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;
@@ -335,6 +339,10 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "column %d: tar needs 1 to %d member extensions", spec->source.column,
                        PIPE_MAX_COMPONENTS);
+    if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_JSONL &&
+        (spec->source.ncolumns == 0 || spec->source.ncolumns > PIPE_MAX_COMPONENTS))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "column %d: jsonl needs 1 to %d fields",
+                       spec->source.column, PIPE_MAX_COMPONENTS);
     if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_SNAPSHOT &&
         (spec->source.nglobs != 1 || !spec->source.globs[0][0]))
         return err_set(err, errlen, SLUICE_ERR_INVALID,

@@ -317,11 +317,13 @@ static int parse_globs(struct parser *p, struct pipe_source *src)
     return 0;
 }
 
-/* tar(PATTERN, EXT, ...) or tar([PATTERN, ...], EXT, ...), and parquet(PATTERN, COLUMN, ...)
- * or parquet([PATTERN, ...], COLUMN, ...) with no column at all allowed; the '(' is consumed. */
+/* tar(PATTERN, EXT, ...) or tar([PATTERN, ...], EXT, ...), parquet(PATTERN, COLUMN, ...) or
+ * parquet([PATTERN, ...], COLUMN, ...) with no column at all allowed, and jsonl(PATTERN, FIELD,
+ * ...) or jsonl([PATTERN, ...], FIELD, ...); the '(' is consumed. */
 static int parse_tar(struct parser *p, struct pipe_source *src)
 {
-    bool tar = src->kind == PIPE_SRC_TAR;
+    bool tar = src->kind == PIPE_SRC_TAR, jsonl = src->kind == PIPE_SRC_JSONL;
+    bool parquet = !tar && !jsonl;
     char ***strs = tar ? &src->exts : &src->columns;
     size_t *nstrs = tar ? &src->nexts : &src->ncolumns;
     size_t cap = 0;
@@ -349,11 +351,13 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
     cap = 0;
     for (;;) {
         pipe_parse_peek(p, &t);
-        if ((*nstrs > 0 || !tar) && pipe_parse_is_punct(&t, p, ')'))
+        if ((*nstrs > 0 || parquet) && pipe_parse_is_punct(&t, p, ')'))
             break;
         if (!pipe_parse_is_punct(&t, p, ','))
-            return pipe_parse_expected(
-                p, &t, *nstrs > 0 || !tar ? "',' or ')'" : "',' and a member extension");
+            return pipe_parse_expected(p, &t,
+                                       *nstrs > 0 || parquet ? "',' or ')'"
+                                       : tar                 ? "',' and a member extension"
+                                                             : "',' and a field");
         if (*nstrs == PIPE_MAX_COMPONENTS)
             return pipe_parse_expected(p, &t, "')' (an element has at most 64 components)");
         pipe_parse_consume(p, &t);
@@ -365,15 +369,21 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
             return rc;
         const char *want = NULL;
         if (strlen(e) != elen)
-            want = tar ? "an extension without NUL bytes" : "a column without NUL bytes";
+            want = tar     ? "an extension without NUL bytes"
+                   : jsonl ? "a field without NUL bytes"
+                           : "a column without NUL bytes";
         else
-            want = tar ? pipe_wds_ext_problem(e) : pipe_parquet_column_problem(e);
-        size_t nlen = tar ? strlen(e) : pipe_parquet_column_name_len(e);
+            want = tar     ? pipe_wds_ext_problem(e)
+                   : jsonl ? pipe_jsonl_field_problem(e)
+                           : pipe_parquet_column_problem(e);
+        size_t nlen = parquet ? pipe_parquet_column_name_len(e) : strlen(e);
         for (size_t i = 0; !want && i < *nstrs; i++) {
             const char *o = (*strs)[i];
-            size_t olen = tar ? strlen(o) : pipe_parquet_column_name_len(o);
+            size_t olen = parquet ? pipe_parquet_column_name_len(o) : strlen(o);
             if (olen == nlen && memcmp(o, e, nlen) == 0)
-                want = tar ? "an extension not listed before" : "a column not listed before";
+                want = tar     ? "an extension not listed before"
+                       : jsonl ? "a field not listed before"
+                               : "a column not listed before";
         }
         if (want) {
             free(e);
@@ -435,6 +445,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         src->kind = PIPE_SRC_SNAPSHOT;
     else if (pipe_parse_is_word(&t, p, "parquet"))
         src->kind = PIPE_SRC_PARQUET;
+    else if (pipe_parse_is_word(&t, p, "jsonl"))
+        src->kind = PIPE_SRC_JSONL;
     else {
         pipe_parse_describe(p, &t, name);
         return pipe_parse_fail(p, t.start, "unknown source %s", name);
@@ -453,6 +465,7 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         return parse_globs(p, src);
     case PIPE_SRC_TAR:
     case PIPE_SRC_PARQUET:
+    case PIPE_SRC_JSONL:
         return parse_tar(p, src);
     case PIPE_SRC_SNAPSHOT:
         return parse_snapshot(p, src);

@@ -101,6 +101,8 @@ const char *pipe_source_name(enum pipe_source_kind kind)
         return "snapshot";
     case PIPE_SRC_PARQUET:
         return "parquet";
+    case PIPE_SRC_JSONL:
+        return "jsonl";
     }
     return "source";
 }

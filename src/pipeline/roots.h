@@ -114,7 +114,7 @@ int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind,
                          char *err, size_t errlen);
 
 /* The source's name as the pipeline text spells it: "lines", "tfrecord", "tar", "snapshot",
- * "parquet". */
+ * "parquet", "jsonl". */
 const char *pipe_source_name(enum pipe_source_kind kind);
 
 #endif

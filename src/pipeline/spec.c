@@ -244,6 +244,7 @@ static bool source_equal(const struct pipe_source *a, const struct pipe_source *
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
                strs_equal(a->exts, a->nexts, b->exts, b->nexts);
     case PIPE_SRC_PARQUET:
+    case PIPE_SRC_JSONL:
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
                strs_equal(a->columns, a->ncolumns, b->columns, b->ncolumns);
     }
@@ -441,11 +442,12 @@ static void put_source(struct sink *k, const struct pipe_source *s)
         put(k, ")", 1);
         return;
     case PIPE_SRC_TAR:
-    case PIPE_SRC_PARQUET: {
+    case PIPE_SRC_PARQUET:
+    case PIPE_SRC_JSONL: {
         /* One pattern is written bare, several as a [list] (static file sharding makes those),
-         * so the extensions or columns that follow are never mistaken for patterns. */
+         * so the extensions, columns or fields that follow are never mistaken for patterns. */
         bool tar = s->kind == PIPE_SRC_TAR;
-        puts_(k, tar ? "tar(" : "parquet(");
+        puts_(k, tar ? "tar(" : s->kind == PIPE_SRC_PARQUET ? "parquet(" : "jsonl(");
         if (s->nglobs != 1)
             put(k, "[", 1);
         put_strs(k, s->globs, s->nglobs);

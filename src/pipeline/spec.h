@@ -37,7 +37,8 @@ enum pipe_source_kind {
     PIPE_SRC_LINES,
     PIPE_SRC_TAR,      /* WebDataset shards: tar("GLOB", "EXT", ...) */
     PIPE_SRC_SNAPSHOT, /* a distributed snapshot: snapshot("DIR"), one split per chunk */
-    PIPE_SRC_PARQUET   /* Parquet files: parquet("GLOB", "COLUMN", ...), one row per element */
+    PIPE_SRC_PARQUET,  /* Parquet files: parquet("GLOB", "COLUMN", ...), one row per element */
+    PIPE_SRC_JSONL     /* JSON Lines files: jsonl("GLOB", "FIELD", ...), one line per element */
 };
 
 struct pipe_source {
@@ -45,15 +46,16 @@ struct pipe_source {
     int64_t start, stop, step; /* RANGE; step != 0 */
     struct pipe_value *values; /* LIST: one value per element */
     size_t nvalues;
-    char **globs; /* TFRECORD, LINES, TAR, PARQUET: at least one; SNAPSHOT: exactly one, the
-                     directory (a path, not a pattern) */
+    char **globs; /* TFRECORD, LINES, TAR, PARQUET, JSONL: at least one; SNAPSHOT: exactly one,
+                     the directory (a path, not a pattern) */
     size_t nglobs;
     char **exts; /* TAR: the member extensions that make an element, in component order; 1 to
                     PIPE_MAX_COMPONENTS of them, distinct, each passing pipe_wds_ext_problem() */
     size_t nexts;
     char **columns; /* PARQUET: the columns of an element, in component order, each "NAME" or
                        "NAME=DEFAULT" passing pipe_parquet_column_problem(); none: every
-                       top-level column of the file */
+                       top-level column of the file. JSONL: the fields, 1 to
+                       PIPE_MAX_COMPONENTS distinct ones passing pipe_jsonl_field_problem() */
     size_t ncolumns;
     int column; /* 1-based column in the text it was parsed from, 0 if unknown */
 };
@@ -67,15 +69,15 @@ uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step);
 static inline bool pipe_source_reads_files(enum pipe_source_kind kind)
 {
     return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR ||
-           kind == PIPE_SRC_SNAPSHOT || kind == PIPE_SRC_PARQUET;
+           kind == PIPE_SRC_SNAPSHOT || kind == PIPE_SRC_PARQUET || kind == PIPE_SRC_JSONL;
 }
 
-/* Whether a source of this kind names its files by glob patterns (tfrecord, lines, tar and
- * parquet), so that a list of files can stand in for them (static file sharding). */
+/* Whether a source of this kind names its files by glob patterns (tfrecord, lines, tar, parquet
+ * and jsonl), so that a list of files can stand in for them (static file sharding). */
 static inline bool pipe_source_globs(enum pipe_source_kind kind)
 {
     return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR ||
-           kind == PIPE_SRC_PARQUET;
+           kind == PIPE_SRC_PARQUET || kind == PIPE_SRC_JSONL;
 }
 
 /* What is wrong with a parquet() column argument ("NAME" or "NAME=DEFAULT": a name of 1 to 255
@@ -84,6 +86,8 @@ static inline bool pipe_source_globs(enum pipe_source_kind kind)
 const char *pipe_parquet_column_problem(const char *arg);
 /* The length of the NAME part of a column argument. */
 size_t pipe_parquet_column_name_len(const char *arg);
+/* jsonl.h */
+const char *pipe_jsonl_field_problem(const char *field);
 
 enum pipe_op_kind {
     PIPE_OP_MAP,

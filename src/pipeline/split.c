@@ -77,6 +77,7 @@ int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struc
     case PIPE_SRC_LINES:
     case PIPE_SRC_TAR:
     case PIPE_SRC_PARQUET:
+    case PIPE_SRC_JSONL:
     case PIPE_SRC_SNAPSHOT: {
         rc = pipe_source_paths(&spec->source, roots, &plan->paths, &plan->npaths, err, errlen);
         if (rc < 0)

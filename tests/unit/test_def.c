@@ -50,6 +50,7 @@ static const char *const texts[] = {
     "tar(\"/data/shard-*.tar\", \"jpg\", \"cls\", \"seg.png\")",
     "tar([\"/a/*.tar\", \"/b/x\\\\[1\\\\].tar.gz\"], \"\\xc3\\xa9\") | shuffle(4) | batch(2)",
     "parquet(\"/data/*.parquet\")",
+    "jsonl([\"a.jsonl\", \"b.jsonl.zst\"], \"text\", \"ids\") | batch(4)",
     "parquet([\"a.parquet\", \"b.parquet\"], \"text\", \"label=-1\") | batch(8)",
     "range(10) | map(square) | filter(even)",
     "range(10) | map(f, 1, -2.5, \"s\", true, [[1], [2]], [\"x\"])",
@@ -445,10 +446,7 @@ static void test_sources(void **state)
     s = src_range(0, 10, 1);
     s->n_globs = 2;
     s->globs = globs;
-    expect_def(
-        s, NULL, 0,
-        "dataset definition: source range: globs belong to tfrecord, lines, tar, snapshot and "
-        "parquet only");
+    expect_def(s, NULL, 0, "dataset definition: source range: globs belong to file sources only");
     s = src_range(0, 10, 1);
     s->kind = SLUICE__SOURCE_DEF__KIND__TFRECORD;
     expect_def(s, NULL, 0,
@@ -517,8 +515,8 @@ static void test_sources(void **state)
     s->exts = exts;
     expect_def(s, NULL, 0, "dataset definition: source range: exts belong to tar only");
     s = src_range(0, 0, 0);
-    s->kind = (Sluice__SourceDef__Kind)7;
-    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 7");
+    s->kind = (Sluice__SourceDef__Kind)8;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 8");
 
     /* parquet: patterns, and 0 to 64 distinct columns "NAME" or "NAME=DEFAULT". */
     char *cols[] = {"text", "label=-1", "label", "=1", "x\ny"};
@@ -562,7 +560,20 @@ static void test_sources(void **state)
     s->kind = SLUICE__SOURCE_DEF__KIND__TAR;
     s->n_columns = 1;
     s->columns = cols;
-    expect_def(s, NULL, 0, "dataset definition: source tar: columns belong to parquet only");
+    expect_def(s, NULL, 0,
+               "dataset definition: source tar: columns belong to parquet and jsonl only");
+    /* jsonl: 1 to 64 distinct fields. */
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__JSONL;
+    expect_def(s, NULL, 0, "dataset definition: source jsonl: expected 1 to 64 fields, found 0");
+    char *fields[] = {"text", "text"};
+    s = src_tar(1, globs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__JSONL;
+    s->n_columns = 2;
+    s->columns = fields;
+    expect_def(s, NULL, 0,
+               "dataset definition: source jsonl: field 2: expected a field not listed before, "
+               "found \"text\"");
 
     /* snapshot: exactly one non-empty directory, nothing else. */
     char *dirs[] = {"/snap", "/other", ""};
