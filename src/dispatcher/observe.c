@@ -809,7 +809,8 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
         o->scratch[n++] = (struct status_task_figures){
             f->id, r.elements_per_second, r.bytes_per_second, f->buffered, f->buffered_bytes};
     }
-    qsort(o->scratch, n, sizeof *o->scratch, cmp_task_figures);
+    if (n > 1)
+        qsort(o->scratch, n, sizeof *o->scratch, cmp_task_figures);
     x->tasks = o->scratch;
     x->ntasks = n;
     x->cuts = o->cuts;
