@@ -11,7 +11,6 @@
 #include "common/varint.h"
 #include "dataset.pb-c.h"
 #include "element.h"
-#include "wds.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -604,68 +603,32 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
         if (!pb->globs[0] || !pb->globs[0][0])
             return corrupt(d, "expected a directory, found \"\"");
         return strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
-    case PIPE_SRC_TAR: {
-        if (pb->n_globs == 0)
-            return corrupt(d, "expected at least one file pattern");
-        if (pb->n_exts == 0 || pb->n_exts > PIPE_MAX_COMPONENTS)
-            return corrupt(d, "expected 1 to %d extensions, found %zu", PIPE_MAX_COMPONENTS,
-                           pb->n_exts);
-        for (size_t i = 0; i < pb->n_exts; i++) {
-            const char *e = pb->exts[i] ? pb->exts[i] : "";
-            const char *want = pipe_wds_ext_problem(e);
-            for (size_t j = 0; !want && j < i; j++)
-                if (strcmp(pb->exts[j] ? pb->exts[j] : "", e) == 0)
-                    want = "an extension not listed before";
-            if (want)
-                return corrupt(d, "extension %zu: expected %s, found \"%.32s\"", i + 1, want, e);
-        }
-        int rc = strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
-        if (rc)
-            return rc;
-        return strs_from_pb(d, pb->exts, pb->n_exts, &s->exts, &s->nexts);
-    }
-    case PIPE_SRC_PARQUET: {
-        if (pb->n_globs == 0)
-            return corrupt(d, "expected at least one file pattern");
-        if (pb->n_columns > PIPE_MAX_COMPONENTS)
-            return corrupt(d, "expected at most %d columns, found %zu", PIPE_MAX_COMPONENTS,
-                           pb->n_columns);
-        for (size_t i = 0; i < pb->n_columns; i++) {
-            const char *c = pb->columns[i] ? pb->columns[i] : "";
-            const char *want = pipe_parquet_column_problem(c);
-            size_t n = want ? 0 : pipe_parquet_column_name_len(c);
-            for (size_t j = 0; !want && j < i; j++) {
-                const char *o = pb->columns[j] ? pb->columns[j] : "";
-                if (pipe_parquet_column_name_len(o) == n && memcmp(o, c, n) == 0)
-                    want = "a column not listed before";
-            }
-            if (want)
-                return corrupt(d, "column %zu: expected %s, found \"%.32s\"", i + 1, want, c);
-        }
-        int rc = strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
-        if (rc)
-            return rc;
-        return strs_from_pb(d, pb->columns, pb->n_columns, &s->columns, &s->ncolumns);
-    }
+    case PIPE_SRC_TAR:
+    case PIPE_SRC_PARQUET:
     case PIPE_SRC_JSONL: {
+        /* tar: 1 to 64 member extensions; parquet: 0 to 64 columns; jsonl: 1 to 64 fields. */
+        bool tar = s->kind == PIPE_SRC_TAR;
+        char **args = tar ? pb->exts : pb->columns;
+        size_t nargs = tar ? pb->n_exts : pb->n_columns;
+        const char *what = tar ? "extension" : s->kind == PIPE_SRC_JSONL ? "field" : "column";
         if (pb->n_globs == 0)
             return corrupt(d, "expected at least one file pattern");
-        if (pb->n_columns == 0 || pb->n_columns > PIPE_MAX_COMPONENTS)
-            return corrupt(d, "expected 1 to %d fields, found %zu", PIPE_MAX_COMPONENTS,
-                           pb->n_columns);
-        for (size_t i = 0; i < pb->n_columns; i++) {
-            const char *c = pb->columns[i] ? pb->columns[i] : "";
-            const char *want = pipe_jsonl_field_problem(c);
-            for (size_t j = 0; !want && j < i; j++)
-                if (strcmp(pb->columns[j] ? pb->columns[j] : "", c) == 0)
-                    want = "a field not listed before";
+        if ((nargs == 0 && s->kind != PIPE_SRC_PARQUET) || nargs > PIPE_MAX_COMPONENTS)
+            return corrupt(d, "expected %d to %d %ss, found %zu",
+                           s->kind == PIPE_SRC_PARQUET ? 0 : 1, PIPE_MAX_COMPONENTS, what, nargs);
+        for (size_t i = 0; i < nargs; i++) {
+            if (!args[i])
+                return corrupt(d, "%s %zu: missing", what, i + 1);
+            const char *want = pipe_source_arg_problem(s->kind, args, i);
             if (want)
-                return corrupt(d, "field %zu: expected %s, found \"%.32s\"", i + 1, want, c);
+                return corrupt(d, "%s %zu: expected %s, found \"%.32s\"", what, i + 1, want,
+                               args[i]);
         }
         int rc = strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
         if (rc)
             return rc;
-        return strs_from_pb(d, pb->columns, pb->n_columns, &s->columns, &s->ncolumns);
+        return tar ? strs_from_pb(d, args, nargs, &s->exts, &s->nexts)
+                   : strs_from_pb(d, args, nargs, &s->columns, &s->ncolumns);
     }
     }
     return 0;

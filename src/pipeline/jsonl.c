@@ -8,6 +8,7 @@
 
 #include "files.h"
 #include "paths.h"
+#include "spec.h"
 
 #include "common/error.h"
 
@@ -19,21 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MAX_FIELD_NAME 255
-
-const char *pipe_jsonl_field_problem(const char *field)
-{
-    size_t n = strlen(field);
-    if (n == 0)
-        return "a non-empty field name";
-    if (n > MAX_FIELD_NAME)
-        return "a field name of at most 255 bytes";
-    for (const char *c = field; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            return "a field name without control characters";
-    return NULL;
-}
 
 struct jsonl_reader {
     struct pipe_iter base;

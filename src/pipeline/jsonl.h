@@ -18,13 +18,9 @@
 
 #include <stddef.h>
 
-/* What is wrong with a jsonl() field argument (1 to 255 bytes, no control characters), as text
- * that completes "expected ...", or NULL when it is fine. */
-const char *pipe_jsonl_field_problem(const char *field);
-
 /* Creates a source iterator over the files (paths copied) yielding the fields (copied; 1 to
- * PIPE_MAX_COMPONENTS distinct ones, each passing pipe_jsonl_field_problem()). Files are opened
- * lazily as reading reaches them. Returns 0 or SLUICE_ERR_NOMEM (SLUICE_ERR_INVALID for bad
+ * PIPE_MAX_COMPONENTS distinct ones, each passing pipe_jsonl_field_problem() of spec.h). Files are
+ * opened lazily as reading reaches them. Returns 0 or SLUICE_ERR_NOMEM (SLUICE_ERR_INVALID for bad
  * arguments); *out is owned by the caller's chain. */
 int pipe_jsonl_open(char *const *paths, size_t npaths, char *const *fields, size_t nfields,
                     struct pipe_ctx *ctx, struct pipe_iter **out);

@@ -27,7 +27,7 @@
 struct pq_io {
     int (*read)(void *user, void *buf, size_t len, uint64_t off, char *err, size_t errlen);
     void *user;
-    uint64_t size; /* bytes in the file */
+    uint64_t size;    /* bytes in the file */
     const char *name; /* for messages; borrowed for the life of the pq_file */
 };
 

@@ -20,7 +20,6 @@
 
 #include "common/error.h"
 #include "element.h"
-#include "wds.h"
 
 #include <limits.h>
 #include <math.h>
@@ -367,31 +366,22 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
         int rc = pipe_parse_string(p, &e, &elen);
         if (rc)
             return rc;
-        const char *want = NULL;
-        if (strlen(e) != elen)
-            want = tar     ? "an extension without NUL bytes"
-                   : jsonl ? "a field without NUL bytes"
-                           : "a column without NUL bytes";
-        else
-            want = tar     ? pipe_wds_ext_problem(e)
-                   : jsonl ? pipe_jsonl_field_problem(e)
-                           : pipe_parquet_column_problem(e);
-        size_t nlen = parquet ? pipe_parquet_column_name_len(e) : strlen(e);
-        for (size_t i = 0; !want && i < *nstrs; i++) {
-            const char *o = (*strs)[i];
-            size_t olen = parquet ? pipe_parquet_column_name_len(o) : strlen(o);
-            if (olen == nlen && memcmp(o, e, nlen) == 0)
-                want = tar     ? "an extension not listed before"
-                       : jsonl ? "a field not listed before"
-                               : "a column not listed before";
-        }
-        if (want) {
+        if (strlen(e) != elen) {
             free(e);
-            return pipe_parse_expected(p, &t, want);
+            return pipe_parse_expected(p, &t,
+                                       tar     ? "an extension without NUL bytes"
+                                       : jsonl ? "a field without NUL bytes"
+                                               : "a column without NUL bytes");
         }
         rc = push_str(p, strs, nstrs, &cap, e);
         if (rc)
             return rc;
+        const char *want = pipe_source_arg_problem(src->kind, *strs, *nstrs - 1);
+        if (want) {
+            (*nstrs)--;
+            free(e);
+            return pipe_parse_expected(p, &t, want);
+        }
     }
     pipe_parse_consume(p, &t);
     return 0;

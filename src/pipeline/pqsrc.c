@@ -26,27 +26,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define MAX_COLUMN_NAME 255
-
-size_t pipe_parquet_column_name_len(const char *arg)
-{
-    const char *eq = strchr(arg, '=');
-    return eq ? (size_t)(eq - arg) : strlen(arg);
-}
-
-const char *pipe_parquet_column_problem(const char *arg)
-{
-    size_t n = pipe_parquet_column_name_len(arg);
-    if (n == 0)
-        return "a column name before any '='";
-    if (n > MAX_COLUMN_NAME)
-        return "a column name of at most 255 bytes";
-    for (const char *c = arg; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            return "a column without control characters";
-    return NULL;
-}
-
 /* One asked-for column as resolved in the current file. */
 struct column {
     const char *arg;  /* the argument, "NAME" or "NAME=DEFAULT" (owned by the reader) */

@@ -5,6 +5,7 @@
  * their canonical texts are equal. Values nest at most a few levels (the parser and the decoder
  * bound list nesting by the maximum rank), so the recursion over values is bounded. */
 #include "spec.h"
+#include "wds.h"
 
 #include "common/error.h"
 #include "format.h"
@@ -594,4 +595,57 @@ uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step)
         return ((uint64_t)start - (uint64_t)stop - 1) / mag + 1;
     }
     return 0;
+}
+
+/* ---- Source arguments ---------------------------------------------------------------------- */
+
+/* A column or field name: 1 to 255 bytes without control characters ("what" names it). */
+static const char *name_problem(const char *s, size_t n, bool column)
+{
+    if (n == 0)
+        return column ? "a column name before any '='" : "a non-empty field name";
+    if (n > 255)
+        return column ? "a column name of at most 255 bytes" : "a field name of at most 255 bytes";
+    for (const char *c = s; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            return column ? "a column without control characters"
+                          : "a field name without control characters";
+    return NULL;
+}
+
+size_t pipe_parquet_column_name_len(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    return eq ? (size_t)(eq - arg) : strlen(arg);
+}
+
+const char *pipe_parquet_column_problem(const char *arg)
+{
+    return name_problem(arg, pipe_parquet_column_name_len(arg), true);
+}
+
+const char *pipe_jsonl_field_problem(const char *field)
+{
+    return name_problem(field, strlen(field), false);
+}
+
+const char *pipe_source_arg_problem(enum pipe_source_kind kind, char *const *args, size_t i)
+{
+    const char *a = args[i];
+    bool parquet = kind == PIPE_SRC_PARQUET;
+    const char *want = kind == PIPE_SRC_TAR     ? pipe_wds_ext_problem(a)
+                       : kind == PIPE_SRC_JSONL ? pipe_jsonl_field_problem(a)
+                                                : pipe_parquet_column_problem(a);
+    if (want)
+        return want;
+    /* A parquet column is one name whatever its default. */
+    size_t n = parquet ? pipe_parquet_column_name_len(a) : strlen(a);
+    for (size_t j = 0; j < i; j++) {
+        size_t m = parquet ? pipe_parquet_column_name_len(args[j]) : strlen(args[j]);
+        if (m == n && memcmp(args[j], a, n) == 0)
+            return kind == PIPE_SRC_TAR     ? "an extension not listed before"
+                   : kind == PIPE_SRC_JSONL ? "a field not listed before"
+                                            : "a column not listed before";
+    }
+    return NULL;
 }

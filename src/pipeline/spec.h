@@ -81,13 +81,17 @@ static inline bool pipe_source_globs(enum pipe_source_kind kind)
 }
 
 /* What is wrong with a parquet() column argument ("NAME" or "NAME=DEFAULT": a name of 1 to 255
- * bytes without '=' and control bytes), as text that completes "expected ...", or NULL when it
- * is fine. The default is checked against the column's type when a file is read. */
+ * bytes without control characters), as text that completes "expected ...", or NULL when it is
+ * fine. The default is checked against the column's type when a file is read. */
 const char *pipe_parquet_column_problem(const char *arg);
 /* The length of the NAME part of a column argument. */
 size_t pipe_parquet_column_name_len(const char *arg);
-/* jsonl.h */
+/* The same for a jsonl() field: 1 to 255 bytes without control characters. */
 const char *pipe_jsonl_field_problem(const char *field);
+/* What is wrong with args[i], the i-th argument after the patterns of a tar (a member extension),
+ * parquet (a column) or jsonl (a field) source, the ones before it taken as accepted: its own
+ * problem, or that it repeats an earlier one (a parquet column by its name); NULL when fine. */
+const char *pipe_source_arg_problem(enum pipe_source_kind kind, char *const *args, size_t i);
 
 enum pipe_op_kind {
     PIPE_OP_MAP,
