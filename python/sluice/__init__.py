@@ -12,10 +12,13 @@ and this package registers pipelines and reads the elements back, as numpy array
 Pipelines are text in sluice's pipeline language (see docs/pipelines.md): a source such as
 ``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")``, ``tar("GLOB", "EXT", ...)``
 (WebDataset shards: a tuple of the bytes of each sample's members), ``parquet("GLOB", "COLUMN",
-...)`` (the rows of Parquet files), ``jsonl("GLOB", "FIELD", ...)`` (JSON Lines) or ``snapshot("DIR")`` (a distributed snapshot, readable while
+...)`` (the rows of Parquet files), ``jsonl("GLOB", "FIELD", ...)`` (JSON Lines), ``megatron("PREFIX")``
+(the documents of a Megatron-LM indexed dataset, PREFIX.idx and PREFIX.bin, as int32 arrays of
+tokens) or ``snapshot("DIR")`` (a distributed snapshot, readable while
 its save runs) followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
-``prefetch``, and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and
+``prefetch``, ``pack(SEQ_LEN)`` (token documents into (tokens, segment_ids, positions)
+sequences), and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and
 ``filter(py, ...)`` call a Python function on each element (numpy arrays in, the same forms
 out); workers started here (WorkerServer), run() and local tails call it in this interpreter.
 A worker calls only functions of modules in its own python_path directories.

@@ -105,3 +105,41 @@ def test_jsonl_missing_field_names_file_and_line(tmp_path):
     assert next(it) == b"a"
     with pytest.raises(sluice.Error, match=f'{tmp_path}/c.jsonl: line 3: field "text": missing'):
         next(it)
+
+
+def load_megatron_writer():
+    """The tests' independent Megatron writer (tests/megatron/write_megatron.py), as a module."""
+    import importlib.util
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "..", "..", "tests", "megatron", "write_megatron.py")
+    spec = importlib.util.spec_from_file_location("write_megatron", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "int32"])
+def test_megatron_documents_as_int32_arrays(tmp_path, dtype):
+    import numpy as np
+    w = load_megatron_writer()
+    docs = w.documents(np.random.default_rng(5), dtype, 50)
+    w.write(str(tmp_path / "ds"), dtype, docs)
+    got = list(sluice.run(f'megatron("{tmp_path}/ds")'))
+    assert len(got) == len(docs)
+    for g, seqs in zip(got, docs):
+        assert g.dtype == np.int32 and g.ndim == 1
+        want = np.concatenate(seqs).astype(np.int64) if seqs else np.zeros(0, np.int64)
+        assert g.astype(np.int64).tolist() == want.tolist()
+    assert got[0].shape == (0,)  # the writer's first document has no sequence
+
+
+def test_megatron_sizes_disagreeing_name_file_and_offset(tmp_path):
+    import numpy as np
+    w = load_megatron_writer()
+    docs = w.documents(np.random.default_rng(6), "uint16", 5)
+    w.write(str(tmp_path / "ds"), "uint16", docs)
+    (tmp_path / "ds.bin").write_bytes((tmp_path / "ds.bin").read_bytes() + b"\0\0")
+    with pytest.raises(sluice.Error, match=f"{tmp_path}/ds.idx: offset [0-9]+: the last sequence "
+                                            r"\(.*\) does not end where .*ds.bin does"):
+        list(sluice.run(f'megatron("{tmp_path}/ds")'))

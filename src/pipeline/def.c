@@ -11,6 +11,7 @@
 #include "common/varint.h"
 #include "dataset.pb-c.h"
 #include "element.h"
+#include "pack.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -139,6 +140,8 @@ static Sluice__SourceDef__Kind source_kind_to_pb(enum pipe_source_kind k)
         return SLUICE__SOURCE_DEF__KIND__PARQUET;
     case PIPE_SRC_JSONL:
         return SLUICE__SOURCE_DEF__KIND__JSONL;
+    case PIPE_SRC_MEGATRON:
+        return SLUICE__SOURCE_DEF__KIND__MEGATRON;
     }
     return SLUICE__SOURCE_DEF__KIND__RANGE;
 }
@@ -166,6 +169,8 @@ static Sluice__OpDef__Kind op_kind_to_pb(enum pipe_op_kind k)
         return SLUICE__OP_DEF__KIND__PREFETCH;
     case PIPE_OP_GLOBAL_SHUFFLE:
         return SLUICE__OP_DEF__KIND__GLOBAL_SHUFFLE;
+    case PIPE_OP_PACK:
+        return SLUICE__OP_DEF__KIND__PACK;
     }
     return SLUICE__OP_DEF__KIND__MAP;
 }
@@ -192,6 +197,11 @@ static int op_to_pb(struct arena *a, const struct pipe_op *op, Sluice__OpDef *pb
     case PIPE_OP_BATCH:
         pb->n = op->n;
         pb->drop_remainder = op->drop_remainder;
+        return 0;
+    case PIPE_OP_PACK:
+        pb->n = op->n;
+        pb->first_fit = op->first_fit;
+        pb->window = op->window;
         return 0;
     case PIPE_OP_TAKE:
     case PIPE_OP_SKIP:
@@ -236,6 +246,7 @@ int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_SNAPSHOT:
+    case PIPE_SRC_MEGATRON:
         src.globs = s->globs;
         src.n_globs = s->nglobs;
         break;
@@ -537,10 +548,11 @@ static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, boo
     return 0;
 }
 
-static const char *const source_names[] = {"range", "list",     "tfrecord", "lines",
-                                           "tar",   "snapshot", "parquet",  "jsonl"};
-static const char *const op_names[] = {"map",  "filter", "shuffle", "batch",    "take",
-                                       "skip", "repeat", "shard",   "prefetch", "global_shuffle"};
+static const char *const source_names[] = {"range",    "list",    "tfrecord", "lines",   "tar",
+                                           "snapshot", "parquet", "jsonl",    "megatron"};
+static const char *const op_names[] = {"map",      "filter",         "shuffle", "batch",
+                                       "take",     "skip",           "repeat",  "shard",
+                                       "prefetch", "global_shuffle", "pack"};
 
 /* Copies n strings (a missing one read as "") into a new array, raising *nout as each is copied
  * so that pipe_spec_free() releases a partial copy. */
@@ -564,7 +576,7 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
     if (!pb)
         return corrupt(d, "missing source");
     snprintf(d->where, sizeof(d->where), "source");
-    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__JSONL)
+    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__MEGATRON)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     s->kind = (enum pipe_source_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "source %s", source_names[s->kind]);
@@ -602,6 +614,12 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
             return corrupt(d, "expected one directory, found %zu", pb->n_globs);
         if (!pb->globs[0] || !pb->globs[0][0])
             return corrupt(d, "expected a directory, found \"\"");
+        return strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
+    case PIPE_SRC_MEGATRON:
+        if (pb->n_globs != 1)
+            return corrupt(d, "expected one prefix, found %zu", pb->n_globs);
+        if (!pb->globs[0] || !pb->globs[0][0])
+            return corrupt(d, "expected a prefix, found \"\"");
         return strs_from_pb(d, pb->globs, pb->n_globs, &s->globs, &s->nglobs);
     case PIPE_SRC_TAR:
     case PIPE_SRC_PARQUET:
@@ -657,11 +675,14 @@ enum op_field {
     F_INDEX = 1 << 7,
     F_N_HINT = 1 << 8,
     F_INDEX_HINT = 1 << 9,
+    F_FIRST_FIT = 1 << 10,
+    F_WINDOW = 1 << 11,
 };
 
 static const char *const field_names[] = {
-    "fn",       "args",           "n",     "has_n",     "seed",
-    "has_seed", "drop_remainder", "index", "n_is_hint", "index_is_hint"};
+    "fn",        "args",           "n",     "has_n",     "seed",
+    "has_seed",  "drop_remainder", "index", "n_is_hint", "index_is_hint",
+    "first_fit", "window"};
 
 static unsigned allowed_fields(enum pipe_op_kind k)
 {
@@ -683,6 +704,8 @@ static unsigned allowed_fields(enum pipe_op_kind k)
         return F_N | F_INDEX | F_N_HINT | F_INDEX_HINT;
     case PIPE_OP_GLOBAL_SHUFFLE:
         return F_SEED;
+    case PIPE_OP_PACK:
+        return F_N | F_FIRST_FIT | F_WINDOW;
     }
     return 0;
 }
@@ -690,7 +713,7 @@ static unsigned allowed_fields(enum pipe_op_kind k)
 static int op_from_pb(struct dec *d, size_t idx, const Sluice__OpDef *pb, struct pipe_op *op)
 {
     snprintf(d->where, sizeof(d->where), "op %zu", idx + 1);
-    if ((unsigned)pb->kind > SLUICE__OP_DEF__KIND__GLOBAL_SHUFFLE)
+    if ((unsigned)pb->kind > SLUICE__OP_DEF__KIND__PACK)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     op->kind = (enum pipe_op_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "op %zu (%s)", idx + 1, op_names[op->kind]);
@@ -698,7 +721,8 @@ static int op_from_pb(struct dec *d, size_t idx, const Sluice__OpDef *pb, struct
                    (pb->n ? F_N : 0) | (pb->has_n ? F_HAS_N : 0) | (pb->seed ? F_SEED : 0) |
                    (pb->has_seed ? F_HAS_SEED : 0) | (pb->drop_remainder ? F_DROP : 0) |
                    (pb->index ? F_INDEX : 0) | (pb->n_is_hint ? F_N_HINT : 0) |
-                   (pb->index_is_hint ? F_INDEX_HINT : 0);
+                   (pb->index_is_hint ? F_INDEX_HINT : 0) | (pb->first_fit ? F_FIRST_FIT : 0) |
+                   (pb->window ? F_WINDOW : 0);
     unsigned extra = set & ~allowed_fields(op->kind);
     if (extra) {
         unsigned bit = 0;
@@ -732,6 +756,16 @@ static int op_from_pb(struct dec *d, size_t idx, const Sluice__OpDef *pb, struct
         op->n = pb->n;
         op->drop_remainder = pb->drop_remainder;
         return 0;
+    case PIPE_OP_PACK: {
+        const char *why = pipe_pack_problem(pb->n, pb->window);
+        if (why)
+            return corrupt(d, "%s (sequence length %lld, window %lld)", why, (long long)pb->n,
+                           (long long)pb->window);
+        op->n = pb->n;
+        op->first_fit = pb->first_fit;
+        op->window = pb->window;
+        return 0;
+    }
     case PIPE_OP_TAKE:
     case PIPE_OP_SKIP:
         if (pb->n < -1)

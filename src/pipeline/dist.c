@@ -49,6 +49,8 @@ static const char *op_name(enum pipe_op_kind k)
         return "prefetch";
     case PIPE_OP_GLOBAL_SHUFFLE:
         return "global_shuffle";
+    case PIPE_OP_PACK:
+        return "pack";
     }
     return "?";
 }
@@ -81,6 +83,7 @@ static bool placeable(struct walk *w, const struct pipe_op *op, const struct pip
     case PIPE_OP_SHUFFLE:
     case PIPE_OP_REPEAT:
     case PIPE_OP_GLOBAL_SHUFFLE:
+    case PIPE_OP_PACK:
         return true;
     case PIPE_OP_BATCH:
         if (op->n <= 0) {
@@ -150,6 +153,8 @@ static void apply(struct walk *w, const struct pipe_op *op, struct pipe_dist *d)
         d->seed = op->seed;
         return;
     case PIPE_OP_FILTER:
+    case PIPE_OP_PACK:
+        /* Per split, as a filter: how many sequences a split packs into is unknown. */
         w->counts_known = false;
         return;
     case PIPE_OP_SHUFFLE:

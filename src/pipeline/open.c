@@ -14,6 +14,8 @@
 #include "gshuffle.h"
 #include "iter.h"
 #include "map.h"
+#include "megatron.h"
+#include "pack.h"
 #include "prefetch.h"
 #include "registry.h"
 #include "repeat.h"
@@ -126,6 +128,8 @@ static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct
         return pipe_parquet_open(paths, npaths, src->columns, src->ncolumns, ctx, out);
     case PIPE_SRC_JSONL:
         return pipe_jsonl_open(paths, npaths, src->columns, src->ncolumns, ctx, out);
+    case PIPE_SRC_MEGATRON:
+        return pipe_megatron_open(paths, npaths, ctx, out);
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
         break;
@@ -192,6 +196,7 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
     case PIPE_SRC_SNAPSHOT:
     case PIPE_SRC_PARQUET:
     case PIPE_SRC_JSONL:
+    case PIPE_SRC_MEGATRON:
         rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
                           : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;
@@ -208,7 +213,7 @@ static bool origin_passes(const struct plan *pl, size_t k)
     for (size_t j = 0; j < k; j++) {
         enum pipe_op_kind kind = pl->spec->ops[j].kind;
         if (kind == PIPE_OP_SHUFFLE || kind == PIPE_OP_BATCH || kind == PIPE_OP_PREFETCH ||
-            kind == PIPE_OP_GLOBAL_SHUFFLE)
+            kind == PIPE_OP_GLOBAL_SHUFFLE || kind == PIPE_OP_PACK)
             return false;
     }
     return true;
@@ -243,6 +248,9 @@ static int apply_op(struct plan *pl, size_t k, size_t nops, uint64_t salt, uint6
         break;
     case PIPE_OP_BATCH:
         rc = pipe_batch_open(op->n, op->drop_remainder, up, ctx, it);
+        break;
+    case PIPE_OP_PACK:
+        rc = pipe_pack_open(op->n, op->first_fit, op->window, up, ctx, it);
         break;
     case PIPE_OP_TAKE:
         rc = pipe_take_open(op->n, up, ctx, it);
@@ -347,6 +355,10 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
         (spec->source.nglobs != 1 || !spec->source.globs[0][0]))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "column %d: snapshot needs exactly one directory", spec->source.column);
+    if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_MEGATRON &&
+        (spec->source.nglobs != 1 || !spec->source.globs[0][0]))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "column %d: megatron needs exactly one prefix", spec->source.column);
     for (size_t k = 0; k < spec->nops; k++) {
         const struct pipe_op *op = &spec->ops[k];
         switch (op->kind) {
@@ -360,6 +372,13 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
                 return err_set(err, errlen, SLUICE_ERR_INVALID,
                                "column %d: batch size must be >= 1", op->column);
             break;
+        case PIPE_OP_PACK: {
+            const char *why = pipe_pack_problem(op->n, op->window);
+            if (why)
+                return err_set(err, errlen, SLUICE_ERR_INVALID, "column %d: pack: %s", op->column,
+                               why);
+            break;
+        }
         case PIPE_OP_SHARD:
             if (op->n_is_hint || op->index_is_hint)
                 break;

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "element.h"
+#include "pack.h"
 
 #include <limits.h>
 #include <math.h>
@@ -387,11 +388,17 @@ static int parse_tar(struct parser *p, struct pipe_source *src)
     return 0;
 }
 
-/* snapshot("DIR"); the '(' is consumed. DIR is a path, kept as the source's one glob. */
+/* snapshot("DIR") or megatron("PREFIX"); the '(' is consumed. DIR or PREFIX is a path, kept as
+ * the source's one glob. */
 static int parse_snapshot(struct parser *p, struct pipe_source *src)
 {
+    bool megatron = src->kind == PIPE_SRC_MEGATRON;
     struct tok t;
     pipe_parse_peek(p, &t);
+    if (megatron && t.kind != T_STR && t.kind != T_BADSTR)
+        return pipe_parse_expected(p, &t,
+                                   "a quoted prefix (megatron(\"PREFIX\") reads "
+                                   "PREFIX.idx and PREFIX.bin)");
     size_t at = t.start;
     char *d = NULL;
     size_t dlen = 0;
@@ -400,6 +407,10 @@ static int parse_snapshot(struct parser *p, struct pipe_source *src)
         return rc;
     if (strlen(d) != dlen || dlen == 0) {
         free(d);
+        if (megatron)
+            return pipe_parse_fail(p, at,
+                                   dlen ? "a megatron prefix cannot contain a NUL byte"
+                                        : "a megatron prefix cannot be empty");
         return pipe_parse_fail(p, at,
                                dlen ? "a snapshot directory cannot contain a NUL byte"
                                     : "a snapshot directory cannot be empty");
@@ -408,7 +419,7 @@ static int parse_snapshot(struct parser *p, struct pipe_source *src)
     rc = push_str(p, &src->globs, &src->nglobs, &cap, d);
     if (rc)
         return rc;
-    return pipe_parse_expect_punct(p, ')', "')'");
+    return pipe_parse_expect_punct(p, ')', megatron ? "')' (megatron takes one prefix)" : "')'");
 }
 
 /* Parses the source into spec->source; on failure the caller frees spec, which releases
@@ -437,6 +448,8 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         src->kind = PIPE_SRC_PARQUET;
     else if (pipe_parse_is_word(&t, p, "jsonl"))
         src->kind = PIPE_SRC_JSONL;
+    else if (pipe_parse_is_word(&t, p, "megatron"))
+        src->kind = PIPE_SRC_MEGATRON;
     else {
         pipe_parse_describe(p, &t, name);
         return pipe_parse_fail(p, t.start, "unknown source %s", name);
@@ -458,6 +471,7 @@ static int parse_source(struct parser *p, struct pipe_source *src)
     case PIPE_SRC_JSONL:
         return parse_tar(p, src);
     case PIPE_SRC_SNAPSHOT:
+    case PIPE_SRC_MEGATRON:
         return parse_snapshot(p, src);
     }
     return 0;
@@ -474,6 +488,7 @@ static const struct {
     {"take", PIPE_OP_TAKE},         {"skip", PIPE_OP_SKIP},
     {"repeat", PIPE_OP_REPEAT},     {"shard", PIPE_OP_SHARD},
     {"prefetch", PIPE_OP_PREFETCH}, {"global_shuffle", PIPE_OP_GLOBAL_SHUFFLE},
+    {"pack", PIPE_OP_PACK},
 };
 
 static int parse_fn(struct parser *p, struct pipe_op *op)
@@ -530,6 +545,58 @@ static int parse_shard_arg(struct parser *p, int64_t *v, bool *hint, int64_t min
     }
     if (min == 0 && *v < 0)
         return pipe_parse_expected(p, &t, "a shard index >= 0");
+    return 0;
+}
+
+/* pack(SEQ_LEN[, "best_fit" | "first_fit"[, WINDOW]]); the policy may be written without quotes. */
+static int parse_pack(struct parser *p, struct pipe_op *op)
+{
+    struct tok t;
+    size_t at = p->pos;
+    op->window = PIPE_PACK_WINDOW_DEFAULT;
+    int rc = pipe_parse_count(p, 1, "a sequence length >= 1", &op->n);
+    if (rc)
+        return rc;
+    pipe_parse_peek(p, &t);
+    if (pipe_parse_is_punct(&t, p, ',')) {
+        pipe_parse_consume(p, &t);
+        pipe_parse_peek(p, &t);
+        char *word = NULL;
+        size_t len = 0;
+        if (t.kind == T_STR) {
+            if ((rc = pipe_parse_decode_string(p, &t, &word, &len)) != 0)
+                return rc;
+        } else if (t.kind == T_IDENT) {
+            if (!(word = strndup(p->s + t.start, t.len)))
+                return pipe_parse_nomem(p);
+            len = t.len;
+        }
+        bool best = word && len == 8 && memcmp(word, "best_fit", 8) == 0;
+        bool first = word && len == 9 && memcmp(word, "first_fit", 9) == 0;
+        free(word);
+        if (!best && !first)
+            return pipe_parse_expected(p, &t, "\"best_fit\" or \"first_fit\"");
+        op->first_fit = first;
+        pipe_parse_consume(p, &t);
+        pipe_parse_peek(p, &t);
+        if (pipe_parse_is_punct(&t, p, ',')) {
+            pipe_parse_consume(p, &t);
+            rc = pipe_parse_count(p, 1, "a window >= 1", &op->window);
+            if (rc)
+                return rc;
+            pipe_parse_peek(p, &t);
+            if (!pipe_parse_is_punct(&t, p, ')'))
+                return pipe_parse_expected(p, &t, "')'");
+        } else if (!pipe_parse_is_punct(&t, p, ')')) {
+            return pipe_parse_expected(p, &t, "',' or ')'");
+        }
+    } else if (!pipe_parse_is_punct(&t, p, ')')) {
+        return pipe_parse_expected(p, &t, "',' or ')'");
+    }
+    const char *why = pipe_pack_problem(op->n, op->window);
+    if (why)
+        return pipe_parse_fail(p, at, "%s", why);
+    pipe_parse_consume(p, &t);
     return 0;
 }
 
@@ -606,6 +673,8 @@ static int parse_op_args(struct parser *p, struct pipe_op *op)
     case PIPE_OP_GLOBAL_SHUFFLE:
         rc = pipe_parse_int(p, "a seed", &op->seed, &t);
         return rc ? rc : pipe_parse_expect_punct(p, ')', "')'");
+    case PIPE_OP_PACK:
+        return parse_pack(p, op);
     }
     return rc;
 }

@@ -103,6 +103,8 @@ const char *pipe_source_name(enum pipe_source_kind kind)
         return "parquet";
     case PIPE_SRC_JSONL:
         return "jsonl";
+    case PIPE_SRC_MEGATRON:
+        return "megatron";
     }
     return "source";
 }
@@ -300,6 +302,24 @@ static int check_glob(const struct pipe_roots *r, const char *label, const char 
     return rc;
 }
 
+/* Checks the two files of a megatron prefix as paths. */
+static int check_megatron(const struct pipe_roots *r, const char *label, const char *prefix,
+                          char *err, size_t errlen)
+{
+    static const char *const exts[] = {".idx", ".bin"};
+    for (size_t k = 0; k < 2; k++) {
+        char *path = NULL;
+        if (asprintf(&path, "%s%s", prefix, exts[k]) < 0)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: %s", label,
+                           sluice_strerror(SLUICE_ERR_NOMEM));
+        int rc = pipe_roots_check_path(r, label, path, NULL, 0, err, errlen);
+        free(path);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source *src, char *err,
                             size_t errlen)
 {
@@ -308,6 +328,14 @@ int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source
     for (size_t i = 0; i < src->nglobs; i++) {
         char label[PATH_MAX + 32];
         snprintf(label, sizeof label, "%s(\"%s\")", pipe_source_name(src->kind), src->globs[i]);
+        /* A megatron prefix names two files, PREFIX.idx and PREFIX.bin, each of which must lie
+         * within a root (checked again as they are opened). */
+        if (src->kind == PIPE_SRC_MEGATRON) {
+            int rc = check_megatron(r, label, src->globs[i], err, errlen);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
         /* A snapshot names its directory, not a pattern: the directory must lie within a root
          * (its chunk files are checked again as they are opened). */
         int rc = src->kind == PIPE_SRC_SNAPSHOT

@@ -98,8 +98,9 @@ int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const c
  * path itself), checked before the directory is listed, and every file it matches now must lie
  * within a root. A glob that matches nothing is no failure here (its directory part is still
  * checked). A snapshot source's directory is checked as a path, resolved as a file would be (a
- * link out of the roots is refused); its chunk files are checked as they are opened. Other
- * sources, and inactive roots, pass. Returns 0, or SLUICE_ERR_DENIED with
+ * link out of the roots is refused); its chunk files are checked as they are opened. A megatron
+ * source's two files, PREFIX.idx and PREFIX.bin, are checked as paths. Other sources, and
+ * inactive roots, pass. Returns 0, or SLUICE_ERR_DENIED with
  * 'lines("GLOB"): RESOLVED is outside the data roots (ROOT, ...)' in err, or a negative code
  * for an out-of-memory glob. */
 int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source *src, char *err,
@@ -114,7 +115,7 @@ int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind,
                          char *err, size_t errlen);
 
 /* The source's name as the pipeline text spells it: "lines", "tfrecord", "tar", "snapshot",
- * "parquet", "jsonl". */
+ * "parquet", "jsonl", "megatron". */
 const char *pipe_source_name(enum pipe_source_kind kind);
 
 #endif

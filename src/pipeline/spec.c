@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "format.h"
+#include "pack.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -240,6 +241,7 @@ static bool source_equal(const struct pipe_source *a, const struct pipe_source *
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_SNAPSHOT:
+    case PIPE_SRC_MEGATRON:
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs);
     case PIPE_SRC_TAR:
         return strs_equal(a->globs, a->nglobs, b->globs, b->nglobs) &&
@@ -267,6 +269,8 @@ static bool op_equal(const struct pipe_op *a, const struct pipe_op *b)
         return a->seed == b->seed;
     case PIPE_OP_BATCH:
         return a->n == b->n && a->drop_remainder == b->drop_remainder;
+    case PIPE_OP_PACK:
+        return a->n == b->n && a->first_fit == b->first_fit && a->window == b->window;
     case PIPE_OP_TAKE:
     case PIPE_OP_SKIP:
     case PIPE_OP_PREFETCH:
@@ -461,7 +465,8 @@ static void put_source(struct sink *k, const struct pipe_source *s)
         return;
     }
     case PIPE_SRC_SNAPSHOT:
-        puts_(k, "snapshot(");
+    case PIPE_SRC_MEGATRON:
+        puts_(k, s->kind == PIPE_SRC_SNAPSHOT ? "snapshot(" : "megatron(");
         put_strs(k, s->globs, s->nglobs);
         put(k, ")", 1);
         return;
@@ -494,6 +499,16 @@ static void put_op(struct sink *k, const struct pipe_op *op)
         put_i64(k, op->n);
         if (op->drop_remainder)
             puts_(k, ", drop_remainder");
+        break;
+    case PIPE_OP_PACK:
+        puts_(k, "pack(");
+        put_i64(k, op->n);
+        if (op->first_fit || op->window != PIPE_PACK_WINDOW_DEFAULT)
+            puts_(k, op->first_fit ? ", \"first_fit\"" : ", \"best_fit\"");
+        if (op->window != PIPE_PACK_WINDOW_DEFAULT) {
+            put(k, ", ", 2);
+            put_i64(k, op->window);
+        }
         break;
     case PIPE_OP_TAKE:
     case PIPE_OP_SKIP:

@@ -38,7 +38,9 @@ enum pipe_source_kind {
     PIPE_SRC_TAR,      /* WebDataset shards: tar("GLOB", "EXT", ...) */
     PIPE_SRC_SNAPSHOT, /* a distributed snapshot: snapshot("DIR"), one split per chunk */
     PIPE_SRC_PARQUET,  /* Parquet files: parquet("GLOB", "COLUMN", ...), one row per element */
-    PIPE_SRC_JSONL     /* JSON Lines files: jsonl("GLOB", "FIELD", ...), one line per element */
+    PIPE_SRC_JSONL,    /* JSON Lines files: jsonl("GLOB", "FIELD", ...), one line per element */
+    PIPE_SRC_MEGATRON  /* a Megatron-LM indexed dataset: megatron("PREFIX"), one document per
+                          element, split by runs of documents */
 };
 
 struct pipe_source {
@@ -47,7 +49,8 @@ struct pipe_source {
     struct pipe_value *values; /* LIST: one value per element */
     size_t nvalues;
     char **globs; /* TFRECORD, LINES, TAR, PARQUET, JSONL: at least one; SNAPSHOT: exactly one,
-                     the directory (a path, not a pattern) */
+                     the directory (a path, not a pattern); MEGATRON: exactly one, the prefix of
+                     PREFIX.idx and PREFIX.bin (not a pattern) */
     size_t nglobs;
     char **exts; /* TAR: the member extensions that make an element, in component order; 1 to
                     PIPE_MAX_COMPONENTS of them, distinct, each passing pipe_wds_ext_problem() */
@@ -69,7 +72,8 @@ uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step);
 static inline bool pipe_source_reads_files(enum pipe_source_kind kind)
 {
     return kind == PIPE_SRC_TFRECORD || kind == PIPE_SRC_LINES || kind == PIPE_SRC_TAR ||
-           kind == PIPE_SRC_SNAPSHOT || kind == PIPE_SRC_PARQUET || kind == PIPE_SRC_JSONL;
+           kind == PIPE_SRC_SNAPSHOT || kind == PIPE_SRC_PARQUET || kind == PIPE_SRC_JSONL ||
+           kind == PIPE_SRC_MEGATRON;
 }
 
 /* Whether a source of this kind names its files by glob patterns (tfrecord, lines, tar, parquet
@@ -105,7 +109,10 @@ enum pipe_op_kind {
     PIPE_OP_PREFETCH,
     /* global_shuffle(SEED): a seeded shuffle of the whole source, the same at any worker count
      * (common/perm.h, dist.h). Only ever the first op; the source applies it. */
-    PIPE_OP_GLOBAL_SHUFFLE
+    PIPE_OP_GLOBAL_SHUFFLE,
+    /* pack(SEQ_LEN[, "best_fit" | "first_fit"[, WINDOW]]): documents of tokens into sequences
+     * (pack.h); n is SEQ_LEN, window the open sequences, first_fit the policy. */
+    PIPE_OP_PACK
 };
 
 struct pipe_op {
@@ -120,6 +127,8 @@ struct pipe_op {
     bool drop_remainder;           /* BATCH */
     int64_t index;                 /* SHARD */
     bool n_is_hint, index_is_hint; /* SHARD(SHARD_HINT, SHARD_HINT) */
+    bool first_fit;                /* PACK */
+    int64_t window;                /* PACK */
     int column;
 };
 

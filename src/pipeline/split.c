@@ -6,6 +6,7 @@
  * list. */
 #include "split.h"
 
+#include "megatron.h"
 #include "pqsrc.h"
 
 #include "common/error.h"
@@ -53,6 +54,10 @@ int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_sp
     return pipe_split_provider_init_confined(p, spec, NULL, split_size, err, errlen);
 }
 
+static int source_entries(const struct pipe_source *src, const struct pipe_roots *roots,
+                          uint64_t split_size, char ***paths, size_t *npaths, char *err,
+                          size_t errlen);
+
 int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struct pipe_spec *spec,
                                       const struct pipe_roots *roots, uint64_t split_size,
                                       char *err, size_t errlen)
@@ -78,8 +83,10 @@ int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struc
     case PIPE_SRC_TAR:
     case PIPE_SRC_PARQUET:
     case PIPE_SRC_JSONL:
-    case PIPE_SRC_SNAPSHOT: {
-        rc = pipe_source_paths(&spec->source, roots, &plan->paths, &plan->npaths, err, errlen);
+    case PIPE_SRC_SNAPSHOT:
+    case PIPE_SRC_MEGATRON: {
+        rc = source_entries(&spec->source, roots, split_size, &plan->paths, &plan->npaths, err,
+                            errlen);
         if (rc < 0)
             return rc;
         for (size_t i = 0; i < plan->npaths; i++) {
@@ -106,8 +113,29 @@ void pipe_split_provider_release(struct pipe_split_provider *p)
 int pipe_source_paths(const struct pipe_source *src, const struct pipe_roots *roots, char ***paths,
                       size_t *npaths, char *err, size_t errlen)
 {
+    return source_entries(src, roots, 0, paths, npaths, err, errlen);
+}
+
+/* pipe_source_paths(), a megatron() source cut into runs of split_size documents (0: the
+ * default size for its document count). */
+static int source_entries(const struct pipe_source *src, const struct pipe_roots *roots,
+                          uint64_t split_size, char ***paths, size_t *npaths, char *err,
+                          size_t errlen)
+{
     *paths = NULL;
     *npaths = 0;
+    if (src->kind == PIPE_SRC_MEGATRON) {
+        if (src->nglobs != 1)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "a megatron source names one prefix, not %zu", src->nglobs);
+        uint64_t ndocs = 0;
+        int rc = pipe_megatron_count(roots, src->globs[0], &ndocs, err, errlen);
+        if (rc < 0)
+            return rc;
+        uint64_t per_split = split_size ? split_size : pipe_split_default_size(ndocs);
+        return pipe_megatron_range_names(src->globs[0], ndocs, per_split, paths, npaths, err,
+                                         errlen);
+    }
     if (src->kind == PIPE_SRC_SNAPSHOT) {
         if (src->nglobs != 1)
             return err_set(err, errlen, SLUICE_ERR_INVALID,

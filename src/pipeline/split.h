@@ -5,7 +5,9 @@
  * chunks of positions for range() and list(), one file per split for tfrecord(), lines() and tar()
  * (files in sorted name order; a tar() split is one whole shard), one chunk per split for
  * snapshot() (in chunk order; the chunk count comes from snapshot.json, the chunks themselves may
- * not exist yet). The operations that dist.h places on the split sequence are applied here:
+ * not exist yet), one row group per split for parquet(), and one run of split_size documents per
+ * split for megatron() (the pipe_split_default_size of its document count when the job gives no
+ * split size). The operations that dist.h places on the split sequence are applied here:
  * repeat(R) makes the sequence the source's splits R times over (forever for repeat()), so the
  * cluster as a whole sees each element exactly R times, and take, skip and shard make the positions
  * a view of the source (position g is source element pipe_dist_index(&dist, g)). Split i of the
@@ -56,8 +58,8 @@ uint64_t pipe_split_default_size(uint64_t len);
 int pipe_split_provider_init(struct pipe_split_provider *p, const struct pipe_spec *spec,
                              uint64_t split_size, char *err, size_t errlen);
 /* pipe_split_provider_init() for a confined registry's roots (NULL: not confined): the files a
- * parquet() source plans from are opened through them (pipe_roots_open_file) to read their
- * footers. */
+ * parquet() or megatron() source plans from are opened through them (pipe_roots_open_file) to
+ * read their footers or index. */
 struct pipe_roots;
 int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struct pipe_spec *spec,
                                       const struct pipe_roots *roots, uint64_t split_size,
@@ -75,7 +77,10 @@ void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan
  * need not exist yet (pipe_snapshot_paths: a DIR without snapshot.json is SLUICE_ERR_NOT_FOUND,
  * "snapshot DIR: not a snapshot (no snapshot.json)"), or for parquet() the row groups of the
  * files its globs match, each named "FILE#row-group=N" (pipe_parquet_row_groups: the files'
- * footers are read, through roots when not NULL). Same ownership as pipe_glob_expand. */
+ * footers are read, through roots when not NULL), or for megatron("PREFIX") runs of
+ * pipe_split_default_size(documents) documents, each named "PREFIX#docs=START+COUNT"
+ * (megatron.h: PREFIX.idx's header is read, through roots when not NULL; the provider cuts runs of
+ * the job's split size instead when it has one). Same ownership as pipe_glob_expand. */
 int pipe_source_paths(const struct pipe_source *src, const struct pipe_roots *roots, char ***paths,
                       size_t *npaths, char *err, size_t errlen);
 

@@ -63,6 +63,8 @@ static const char *const texts[] = {
     "range(10) | prefetch(1)",
     "snapshot(\"/data/snap\")",
     "snapshot(\"/s\\xc3\\xa9\") | global_shuffle(3) | shard(2, 0) | batch(2)",
+    "megatron(\"/data/c4_text_document\")",
+    "megatron(\"d/x*[1]\\xc3\\xa9\") | global_shuffle(5) | map(square) | batch(2)",
 };
 
 static void test_round_trip(void **state)
@@ -515,8 +517,8 @@ static void test_sources(void **state)
     s->exts = exts;
     expect_def(s, NULL, 0, "dataset definition: source range: exts belong to tar only");
     s = src_range(0, 0, 0);
-    s->kind = (Sluice__SourceDef__Kind)8;
-    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 8");
+    s->kind = (Sluice__SourceDef__Kind)9;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 9");
 
     /* parquet: patterns, and 0 to 64 distinct columns "NAME" or "NAME=DEFAULT". */
     char *cols[] = {"text", "label=-1", "label", "=1", "x\ny"};
@@ -598,6 +600,29 @@ static void test_sources(void **state)
     s->globs = dirs;
     expect_def(s, NULL, 0,
                "dataset definition: source snapshot: start, stop and step belong to range only");
+
+    /* megatron: exactly one non-empty prefix, nothing else. */
+    s = src_tar(1, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    expect_def(s, NULL, 0, NULL);
+    s = src_tar(0, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    expect_def(s, NULL, 0, "dataset definition: source megatron: expected one prefix, found 0");
+    s = src_tar(2, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    expect_def(s, NULL, 0, "dataset definition: source megatron: expected one prefix, found 2");
+    s = src_tar(1, dirs + 2, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    expect_def(s, NULL, 0, "dataset definition: source megatron: expected a prefix, found \"\"");
+    s = src_tar(1, dirs, 1, exts);
+    s->kind = SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    expect_def(s, NULL, 0, "dataset definition: source megatron: exts belong to tar only");
+    s = src_tar(1, dirs, 0, NULL);
+    s->kind = SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    s->n_columns = 1;
+    s->columns = dirs;
+    expect_def(s, NULL, 0,
+               "dataset definition: source megatron: columns belong to parquet and jsonl only");
 }
 
 static void test_values(void **state)

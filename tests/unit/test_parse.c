@@ -91,6 +91,9 @@ static const struct {
     {"jsonl([\"a\", \"b\"], \"x=1\", \"y\")", "jsonl([\"a\", \"b\"], \"x=1\", \"y\")"},
     {"parquet(\"a\", \"s=a=b\") | batch(2)", "parquet(\"a\", \"s=a=b\") | batch(2)"},
     {"snapshot(\"/data/snap\")", "snapshot(\"/data/snap\")"},
+    {"megatron(\"/data/c4_text_document\")", "megatron(\"/data/c4_text_document\")"},
+    {" megatron ( \"d/x*[1]\" ) | global_shuffle(3) | map(square)",
+     "megatron(\"d/x*[1]\") | global_shuffle(3) | map(square)"},
     {" snapshot ( \"s*[1]\\x41\" ) ", "snapshot(\"s*[1]A\")"},
     {"snapshot(\"/s\") | global_shuffle(7) | shard(2, 1) | take(5) | batch(2)",
      "snapshot(\"/s\") | global_shuffle(7) | shard(2, 1) | take(5) | batch(2)"},
@@ -256,6 +259,14 @@ static void test_fields(void **state)
     assert_false(pipe_source_globs(s->source.kind));
     pipe_spec_free(s);
 
+    s = pipeline_parse("megatron(\"/d/x_text_document\")");
+    assert_int_equal(s->source.kind, PIPE_SRC_MEGATRON);
+    assert_int_equal(s->source.nglobs, 1);
+    assert_string_equal(s->source.globs[0], "/d/x_text_document");
+    assert_true(pipe_source_reads_files(s->source.kind));
+    assert_false(pipe_source_globs(s->source.kind));
+    pipe_spec_free(s);
+
     s = pipeline_parse("lines(\"a*\", \"b?\")");
     assert_int_equal(s->source.kind, PIPE_SRC_LINES);
     assert_int_equal(s->source.nglobs, 2);
@@ -407,6 +418,18 @@ static const struct {
     {"snapshot(\"a\", \"b\")", "column 13: expected ')', found ','"},
     {"snapshot([\"a\"])", "column 10: expected a string, found '['"},
     {"snapshot(\"a\"", "column 13: expected ')', found end of input"},
+    {"megatron()", "column 10: expected a quoted prefix (megatron(\"PREFIX\") reads PREFIX.idx and "
+                   "PREFIX.bin), found ')'"},
+    {"megatron(1)",
+     "column 10: expected a quoted prefix (megatron(\"PREFIX\") reads PREFIX.idx and "
+     "PREFIX.bin), found '1'"},
+    {"megatron([\"a\"])", "column 10: expected a quoted prefix (megatron(\"PREFIX\") reads "
+                          "PREFIX.idx and PREFIX.bin), found '['"},
+    {"megatron(\"\")", "column 10: a megatron prefix cannot be empty"},
+    {"megatron(\"a\\x00b\")", "column 10: a megatron prefix cannot contain a NUL byte"},
+    {"megatron(\"a\", \"b\")", "column 13: expected ')' (megatron takes one prefix), found ','"},
+    {"megatron(\"a\"", "column 13: expected ')' (megatron takes one prefix), found end of input"},
+    {"megatron(\"a", "column 10: unterminated string"},
     {"tar(\"a\")", "column 8: expected ',' and a member extension, found ')'"},
     {"tar(\"a\", )", "column 10: expected a string, found ')'"},
     {"tar(\"a\" \"jpg\")", "column 9: expected ',' and a member extension, found '\"jpg\"'"},
