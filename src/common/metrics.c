@@ -24,11 +24,20 @@ struct metrics_family {
     double *bounds; /* histograms only; finite, strictly increasing */
     char *name;
     char *help;
+    /* The series indexed by their label sets: chains of hnext in index[hash & (nindex - 1)],
+     * nindex a power of two (0 until the first series), grown to keep chains short. The hash is
+     * keyed by seed, which differs between processes, so a peer that chooses label values (a
+     * worker's address) cannot prepare values that collide. */
+    struct metrics_series **index;
+    size_t nindex, nseries;
+    uint64_t seed;
 };
 
 struct metrics_series {
     struct metrics_family *family;
     struct metrics_series *prev, *next;
+    struct metrics_series *hnext; /* the family's index chain */
+    uint64_t hash;
     size_t nlabels;
     struct metrics_label *labels; /* points into the same allocation, strings too */
     union {
@@ -194,6 +203,7 @@ static void free_family(struct metrics_family *f)
         free(s);
         s = next;
     }
+    free(f->index);
     free(f->bounds);
     free(f->name);
     free(f->help);
@@ -238,6 +248,10 @@ static int add_family(struct metrics *m, enum metrics_type type, enum metrics_ki
         goto fail;
     f->type = type;
     f->kind = kind;
+    /* Address-space layout randomization makes these differ from process to process; the
+     * library stays pure (no system call). */
+    f->seed = ((uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull) ^ (uint64_t)(uintptr_t)&add_family ^
+              ((uint64_t)(uintptr_t)&f << 17);
     f->name = strdup(name);
     if (f->name == NULL)
         goto fail_family;
@@ -306,14 +320,78 @@ static bool has_label(const struct metrics_series *s, const char *name, const ch
     return false;
 }
 
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+static uint64_t str_hash(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (uint8_t)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h * 0x100000001b3ull; /* the terminator: "a" "bc" and "ab" "c" differ */
+}
+
+/* A hash of a label set that does not depend on the labels' order (a sum over the pairs). */
+static uint64_t labels_hash(const struct metrics_family *f, const struct metrics_label *labels,
+                            size_t nlabels)
+{
+    uint64_t h = mix64(f->seed ^ nlabels);
+    for (size_t i = 0; i < nlabels; i++)
+        h += mix64(str_hash(str_hash(f->seed, labels[i].name), labels[i].value));
+    return h;
+}
+
+/* Links s into f's index, doubling the index when it holds more series than slots. */
+static int index_add(struct metrics_family *f, struct metrics_series *s)
+{
+    if (f->nseries + 1 > f->nindex) {
+        size_t n = f->nindex ? f->nindex * 2 : 16;
+        struct metrics_series **tab = calloc(n, sizeof *tab);
+        if (tab == NULL)
+            return SLUICE_ERR_NOMEM;
+        for (size_t i = 0; i < f->nindex; i++)
+            for (struct metrics_series *x = f->index[i], *next; x; x = next) {
+                next = x->hnext;
+                x->hnext = tab[x->hash & (n - 1)];
+                tab[x->hash & (n - 1)] = x;
+            }
+        free(f->index);
+        f->index = tab;
+        f->nindex = n;
+    }
+    struct metrics_series **slot = &f->index[s->hash & (f->nindex - 1)];
+    s->hnext = *slot;
+    *slot = s;
+    f->nseries++;
+    return 0;
+}
+
+static void index_remove(struct metrics_family *f, struct metrics_series *s)
+{
+    struct metrics_series **p = &f->index[s->hash & (f->nindex - 1)];
+    while (*p != s)
+        p = &(*p)->hnext;
+    *p = s->hnext;
+    f->nseries--;
+}
+
 struct metrics_series *metrics_series_find(const struct metrics_family *f,
                                            const struct metrics_label *labels, size_t nlabels)
 {
-    if (!valid_labels(f, labels, nlabels))
+    if (!valid_labels(f, labels, nlabels) || f->nindex == 0)
         return NULL;
+    uint64_t h = labels_hash(f, labels, nlabels);
     /* Names are distinct on both sides, so equal counts and every pair found mean equal sets. */
-    for (struct metrics_series *s = f->head; s; s = s->next) {
-        if (s->nlabels != nlabels)
+    for (struct metrics_series *s = f->index[h & (f->nindex - 1)]; s; s = s->hnext) {
+        if (s->hash != h || s->nlabels != nlabels)
             continue;
         size_t i = 0;
         while (i < nlabels && has_label(s, labels[i].name, labels[i].value))
@@ -360,6 +438,11 @@ int metrics_series_get(struct metrics_family *f, const struct metrics_label *lab
         s->labels[i].value = p;
         p += n;
     }
+    s->hash = labels_hash(f, labels, nlabels);
+    if (index_add(f, s) != 0) {
+        free(s);
+        return SLUICE_ERR_NOMEM;
+    }
     s->prev = f->tail;
     if (f->tail)
         f->tail->next = s;
@@ -373,6 +456,7 @@ int metrics_series_get(struct metrics_family *f, const struct metrics_label *lab
 void metrics_series_remove(struct metrics_series *s)
 {
     struct metrics_family *f = s->family;
+    index_remove(f, s);
     if (s->prev)
         s->prev->next = s->next;
     else

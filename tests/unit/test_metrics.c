@@ -636,9 +636,59 @@ static void test_churn(void **state)
     metrics_destroy(m);
 }
 
+/* Many series of two labels: each found whichever order its labels are given in, a label set
+ * that differs in one value or in how its strings split is another series, and after half are
+ * removed the rest are still found and the removed ones are not. */
+static void test_many_series_lookup(void **state)
+{
+    (void)state;
+    struct metrics *m = new_registry();
+    struct metrics_family *f;
+    assert_int_equal(metrics_gauge(m, "g", "", METRICS_U64, &f), 0);
+    enum { N = 20000 };
+    static struct metrics_series *made[N];
+    for (int i = 0; i < N; i++) {
+        char w[32], j[16];
+        snprintf(w, sizeof w, "10.0.%d.%d:7000", i / 256, i % 256);
+        snprintf(j, sizeof j, "%d", i % 7);
+        struct metrics_label l[2] = {{"worker", w}, {"job", j}};
+        assert_int_equal(metrics_series_get(f, l, 2, &made[i]), 0);
+        metrics_set_u64(made[i], (uint64_t)i);
+    }
+    for (int i = 0; i < N; i++) {
+        char w[32], j[16];
+        snprintf(w, sizeof w, "10.0.%d.%d:7000", i / 256, i % 256);
+        snprintf(j, sizeof j, "%d", i % 7);
+        struct metrics_label l[2] = {{"job", j}, {"worker", w}};
+        assert_ptr_equal(metrics_series_find(f, l, 2), made[i]);
+        snprintf(j, sizeof j, "%d", i % 7 + 7);
+        assert_null(metrics_series_find(f, l, 2));
+    }
+    struct metrics_label ab[2] = {{"worker", "a"}, {"job", "bc"}};
+    struct metrics_label abc[2] = {{"worker", "ab"}, {"job", "c"}};
+    struct metrics_series *s1, *s2;
+    assert_int_equal(metrics_series_get(f, ab, 2, &s1), 0);
+    assert_int_equal(metrics_series_get(f, abc, 2, &s2), 0);
+    assert_ptr_not_equal(s1, s2);
+    for (int i = 0; i < N; i += 2)
+        metrics_series_remove(made[i]);
+    for (int i = 0; i < N; i++) {
+        char w[32], j[16];
+        snprintf(w, sizeof w, "10.0.%d.%d:7000", i / 256, i % 256);
+        snprintf(j, sizeof j, "%d", i % 7);
+        struct metrics_label l[2] = {{"worker", w}, {"job", j}};
+        if (i % 2)
+            assert_int_equal(metrics_get_u64(metrics_series_find(f, l, 2)), (uint64_t)i);
+        else
+            assert_null(metrics_series_find(f, l, 2));
+    }
+    metrics_destroy(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many_series_lookup),
         cmocka_unit_test(test_empty),
         cmocka_unit_test(test_scalars),
         cmocka_unit_test(test_labels_and_escaping),
