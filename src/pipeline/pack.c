@@ -132,26 +132,37 @@ static int take_document(struct pack_iter *p)
     return 0;
 }
 
-/* Writes the tokens of bin b (padded) as the output tuple. */
-static int emit(struct pack_iter *p, const struct bin *b, struct sluice_element *out)
+/* Shapes out as the tuple of three int32 tensors of seq_len, contents unset. */
+static int shape_output(struct pack_iter *p, struct sluice_element *out)
 {
     int rc = pipe_elem_resize(out, 3);
-    if (rc)
-        return err_set(p->base.ctx->err, sizeof p->base.ctx->err, rc, "pack: %s",
-                       sluice_strerror(rc));
-    size_t bytes = (size_t)p->seq_len * 4, fill = (size_t)b->used * 4;
-    const int32_t *src[3] = {b->tok, b->seg, b->pos};
-    for (int c = 0; c < 3; c++) {
+    size_t bytes = (size_t)p->seq_len * 4;
+    for (int c = 0; c < 3 && !rc; c++) {
         struct pipe_tensor *t = &out->t[c];
         t->dtype = SLUICE_INT32;
         if ((rc = pipe_tensor_reserve(t, bytes, 0)) != 0)
-            return err_set(p->base.ctx->err, sizeof p->base.ctx->err, rc, "pack: %s",
-                           sluice_strerror(rc));
+            break;
         t->rank = 1;
         t->shape[0] = p->seq_len;
         t->len = bytes;
-        memcpy(t->data, src[c], fill);
-        memset(t->data + fill, 0, bytes - fill);
+    }
+    if (rc)
+        return err_set(p->base.ctx->err, sizeof p->base.ctx->err, rc, "pack: %s",
+                       sluice_strerror(rc));
+    return 0;
+}
+
+/* Writes the tokens of bin b (padded) as the output tuple. */
+static int emit(struct pack_iter *p, const struct bin *b, struct sluice_element *out)
+{
+    int rc = shape_output(p, out);
+    if (rc)
+        return rc;
+    size_t bytes = (size_t)p->seq_len * 4, fill = (size_t)b->used * 4;
+    const int32_t *src[3] = {b->tok, b->seg, b->pos};
+    for (int c = 0; c < 3; c++) {
+        memcpy(out->t[c].data, src[c], fill);
+        memset(out->t[c].data + fill, 0, bytes - fill);
     }
     return 1;
 }
@@ -159,22 +170,10 @@ static int emit(struct pack_iter *p, const struct bin *b, struct sluice_element 
 /* Emits the chunk [off, off + seq_len) of the document as a sequence of its own. */
 static int emit_chunk(struct pack_iter *p, struct sluice_element *out)
 {
-    int rc = pipe_elem_resize(out, 3);
+    int rc = shape_output(p, out);
     if (rc)
-        return err_set(p->base.ctx->err, sizeof p->base.ctx->err, rc, "pack: %s",
-                       sluice_strerror(rc));
-    size_t bytes = (size_t)p->seq_len * 4;
-    for (int c = 0; c < 3; c++) {
-        struct pipe_tensor *t = &out->t[c];
-        t->dtype = SLUICE_INT32;
-        if ((rc = pipe_tensor_reserve(t, bytes, 0)) != 0)
-            return err_set(p->base.ctx->err, sizeof p->base.ctx->err, rc, "pack: %s",
-                           sluice_strerror(rc));
-        t->rank = 1;
-        t->shape[0] = p->seq_len;
-        t->len = bytes;
-    }
-    memcpy(out->t[0].data, p->doc + p->doc_off * 4, bytes);
+        return rc;
+    memcpy(out->t[0].data, p->doc + p->doc_off * 4, (size_t)p->seq_len * 4);
     int32_t *seg = (int32_t *)(void *)out->t[1].data, *pos = (int32_t *)(void *)out->t[2].data;
     for (uint32_t i = 0; i < p->seq_len; i++) {
         seg[i] = 1;

@@ -158,12 +158,6 @@ static void test_distributed(void **state)
     free(want);
 }
 
-static long long file_size_of(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 ? (long long)st.st_size : 0;
-}
-
 /* A checkpointed read killed twice mid-way and resumed delivers every document exactly once. */
 static void test_resume(void **state)
 {
@@ -173,34 +167,8 @@ static void test_resume(void **state)
     snprintf(out, sizeof out, "%s/mg.out", tmp_dir());
     char *p = pipeline_of("slow", " | map(sleep_us, 500)");
     char *want = expected("slow");
-    long long total = (long long)strlen(want);
-    for (int k = 0; k < 3; k++) {
-        struct proc r = {0};
-        if (k == 0)
-            assert_int_equal(cluster_cli_spawn(c, &r, "read", p, "--mode", "distributed_epoch",
-                                               "--split-size", "40", "--checkpoint", ck,
-                                               "--checkpoint-every", "100", "--output", out, NULL),
-                             0);
-        else
-            assert_int_equal(cluster_cli_spawn(c, &r, "read", "--checkpoint", ck,
-                                               "--checkpoint-every", "100", "--output", out, NULL),
-                             0);
-        if (k == 2) {
-            int rc = proc_wait(&r, READ_MS);
-            if (rc != 0)
-                print_file(r.log, 100);
-            assert_int_equal(rc, 0);
-            break;
-        }
-        /* Kill it once it has written a third (then two thirds) of the documents' bytes. */
-        long long at = total * (k + 1) / 3;
-        long long deadline = now_ms() + READ_MS;
-        while (file_size_of(out) < at && proc_wait(&r, 0) == -2 && now_ms() < deadline)
-            usleep(2000);
-        assert_int_equal(proc_wait(&r, 0), -2);
-        proc_stop(&r, SIGKILL, WAIT_MS);
-    }
-    char *text = read_text_file(out);
+    char *text =
+        cluster_resumed_read(c, p, "40", "100", ck, out, (long long)strlen(want), 2, READ_MS);
     assert_int_equal(count_lines(text), SLOW_DOCS);
     char *got = sorted_lines(text), *sorted = sorted_lines(want);
     assert_string_equal(got, sorted);

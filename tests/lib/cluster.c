@@ -7,6 +7,7 @@
 #include "lib/cluster.h"
 
 #include "lib/clock.h"
+#include "lib/file.h"
 #include "lib/net.h"
 #include "lib/text.h"
 #include "lib/tmp.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int cluster_start_dispatcher(struct cluster *c, int port, int fault_tolerant)
@@ -305,6 +307,53 @@ void cluster_expect_read(struct cluster *c, const char *want, ...)
     free(got);
     free(expected);
     free(out);
+}
+
+static long long size_of(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+char *cluster_resumed_read(struct cluster *c, const char *pipeline, const char *split_size,
+                           const char *every, const char *ck, const char *out, long long total,
+                           int kills, int read_ms)
+{
+    for (int k = 0; k <= kills; k++) {
+        struct proc r = {0};
+        if (k > 0)
+            assert_int_equal(cluster_cli_spawn(c, &r, "read", "--checkpoint", ck,
+                                               "--checkpoint-every", every, "--output", out, NULL),
+                             0);
+        else if (split_size)
+            assert_int_equal(cluster_cli_spawn(c, &r, "read", pipeline, "--mode",
+                                               "distributed_epoch", "--split-size", split_size,
+                                               "--checkpoint", ck, "--checkpoint-every", every,
+                                               "--output", out, NULL),
+                             0);
+        else
+            assert_int_equal(cluster_cli_spawn(c, &r, "read", pipeline, "--mode",
+                                               "distributed_epoch", "--checkpoint", ck,
+                                               "--checkpoint-every", every, "--output", out, NULL),
+                             0);
+        if (k == kills) {
+            int rc = proc_wait(&r, read_ms);
+            if (rc != 0)
+                print_file(r.log, 100);
+            assert_int_equal(rc, 0);
+            break;
+        }
+        long long at = total * (k + 1) / (kills + 1);
+        long long deadline = now_ms() + read_ms;
+        while (size_of(out) < at && proc_wait(&r, 0) == -2 && now_ms() < deadline)
+            usleep(2000);
+        if (proc_wait(&r, 0) != -2) {
+            print_file(r.log, 100);
+            fail_msg("the read ended before it was killed at %lld of %lld bytes", at, total);
+        }
+        proc_stop(&r, SIGKILL, read_ms);
+    }
+    return read_text_file(out);
 }
 
 int cluster_read_address(struct proc *p, const char *marker, char *out, size_t len, int timeout_ms)

@@ -85,6 +85,14 @@ char *cluster_run(struct cluster *c, int want_rc, char **err, const char *cmd, .
  * 0 having printed the lines of want in any order (the two compared as sorted multisets). */
 void cluster_expect_read(struct cluster *c, const char *want, ...);
 
+/* A checkpointed distributed_epoch read of pipeline into out (--checkpoint ck, --checkpoint-every
+ * every, --split-size split_size unless NULL) killed with SIGKILL `kills` times, once out holds
+ * total * (k + 1) / (kills + 1) bytes for the k-th run, and resumed from its checkpoint each time;
+ * the last run must exit 0 within read_ms (as must every wait). Returns out's text (malloc'd). */
+char *cluster_resumed_read(struct cluster *c, const char *pipeline, const char *split_size,
+                           const char *every, const char *ck, const char *out, long long total,
+                           int kills, int read_ms);
+
 /* Reads p's stdout (after proc_start has consumed the "listening on" line) up to timeout_ms for a
  * line containing marker followed by an address, e.g. " metrics on " of a server started with
  * --metrics-port, and copies the address (the rest of the line) into out. Returns 0 or -1. */
