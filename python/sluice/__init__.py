@@ -14,8 +14,9 @@ Pipelines are text in sluice's pipeline language (see docs/pipelines.md): a sour
 (WebDataset shards: a tuple of the bytes of each sample's members), ``parquet("GLOB", "COLUMN",
 ...)`` (the rows of Parquet files), ``jsonl("GLOB", "FIELD", ...)`` (JSON Lines), ``megatron("PREFIX")``
 (the documents of a Megatron-LM indexed dataset, PREFIX.idx and PREFIX.bin, as int32 arrays of
-tokens) or ``snapshot("DIR")`` (a distributed snapshot, readable while
-its save runs) followed by operations
+tokens), ``snapshot("DIR")`` (a distributed snapshot, readable while
+its save runs) or a mix of whole pipelines, ``sample_from_datasets([(P1), (P2)], [W1, W2], SEED)``
+and ``choose_from_datasets([(P1), (P2)], (CHOICE))`` as in tf.data, followed by operations
 (``map``, ``filter``, ``shuffle``, ``batch``, ``take``, ``skip``, ``repeat``, ``shard``,
 ``prefetch``, ``pack(SEQ_LEN)`` (token documents into (tokens, segment_ids, positions)
 sequences), and ``global_shuffle(SEED)`` right after the source) separated by ``|``. ``map(py, "module:function", ARG...)`` and

@@ -3,6 +3,7 @@
 
 #include "common/error.h"
 #include "pipeline/format.h"
+#include "pipeline/objstore.h"
 #include "pipeline/open.h"
 #include "pipeline/parse.h"
 #include "pipeline/registry.h"
@@ -14,10 +15,14 @@
 
 static const char run_usage[] =
     "usage: sluice run PIPELINE [--format text|count] [--limit N] [--plugin LIB.so]...\n"
+    "                  [--object-retry-ms N] [--object-range-bytes N]\n"
     "\n"
     "Runs PIPELINE on this machine and prints one element per line (--format text, the\n"
     "default) or only the number of elements (--format count). --limit N stops after N\n"
     "elements. --plugin loads a shared object that adds functions (repeatable).\n"
+    "--object-retry-ms N retries an object-store request (s3://, https://) that fails\n"
+    "transiently for up to N ms (default 60000); --object-range-bytes N reads objects in\n"
+    "ranged GETs of N bytes (4096 to 1073741824; default 8388608).\n"
     "\n"
     "example: sluice run 'range(10) | map(square) | batch(4)'\n";
 
@@ -31,6 +36,7 @@ int cli_run(int argc, char **argv)
     bool has_limit = false;
     const char *plugins[MAX_PLUGINS];
     size_t nplugins = 0;
+    uint32_t retry_ms = 0, range_bytes = 0; /* 0: the environment's, else the defaults */
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -53,6 +59,21 @@ int cli_run(int argc, char **argv)
                 return CLI_EXIT_USAGE;
             }
             has_limit = true;
+        } else if ((strcmp(a, "--object-retry-ms") == 0 ||
+                    strcmp(a, "--object-range-bytes") == 0) &&
+                   i + 1 < argc) {
+            bool retry = strcmp(a, "--object-retry-ms") == 0;
+            unsigned long long v, lo = retry ? 1 : OBJ_MIN_RANGE_BYTES,
+                                  hi = retry ? OBJ_MAX_RETRY_MS : OBJ_MAX_RANGE_BYTES;
+            if (cli_parse_u64(argv[++i], &v) != 0 || v < lo || v > hi) {
+                cli_error("usage", "%s takes a number from %llu to %llu, not '%s'", a, lo, hi,
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+            if (retry)
+                retry_ms = (uint32_t)v;
+            else
+                range_bytes = (uint32_t)v;
         } else if (strcmp(a, "--plugin") == 0 && i + 1 < argc) {
             if (nplugins == MAX_PLUGINS) {
                 cli_error("usage", "at most %d --plugin options", MAX_PLUGINS);
@@ -73,6 +94,7 @@ int cli_run(int argc, char **argv)
         fputs(run_usage, stderr);
         return CLI_EXIT_USAGE;
     }
+    obj_configure(retry_ms, range_bytes);
 
     int status = CLI_EXIT_FAIL;
     char err[SLUICE_ERRMSG_SIZE] = "";

@@ -5,13 +5,16 @@
 
 #include "pipeline/roots.h"
 #include "pipeline/snapshot.h"
+#include "pipeline/split.h"
 
 /* ---- RegisterDataset ------------------------------------------------------------------------- *
  *
  * The definition is decoded and validated on the loop. With data roots, a file source's globs are
  * then checked against them on the thread pool (the check lists directories), and the dataset is
  * planned and committed back on the loop once it passes. A snapshot source goes through the thread
- * pool too, with or without roots: its directory must hold a snapshot.json. */
+ * pool too, with or without roots: its directory must hold a snapshot.json. So does a source
+ * naming s3:// globs: they are listed there, once (pipe_source_pin), and the stored definition
+ * names the objects pinned to their sizes and ETags, which is all that workers and plans read. */
 
 struct register_ctx {
     struct req r;
@@ -89,6 +92,17 @@ static void register_check_work(uv_work_t *w)
             snap_meta_release(&m);
         else
             snprintf(c->err, sizeof c->err, "snapshot %s", why);
+    }
+    if (c->rc == 0 && pipe_source_needs_pin(src)) {
+        c->rc = pipe_source_pin(&c->spec->source, c->err, sizeof c->err);
+        if (c->rc == 0) {
+            free(c->canon);
+            c->canon = NULL;
+            c->rc = pipe_spec_encode(c->spec, &c->canon, &c->canon_len);
+            if (c->rc < 0)
+                snprintf(c->err, sizeof c->err, "encoding the dataset definition: %s",
+                         sluice_strerror(c->rc));
+        }
     }
 }
 
@@ -190,7 +204,7 @@ void dispatcher_on_register_dataset(struct dispatcher *d, struct rpc_conn *conn,
     free(packed);
     dispatcher_req_init(&c->r, d, conn, env->id);
     if ((!pipe_roots_active(&d->roots) || !pipe_source_reads_files(c->spec->source.kind)) &&
-        c->spec->source.kind != PIPE_SRC_SNAPSHOT) {
+        c->spec->source.kind != PIPE_SRC_SNAPSHOT && !pipe_source_needs_pin(&c->spec->source)) {
         register_plan_and_commit(d, c);
         return;
     }

@@ -10,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/signals.h"
+#include "pipeline/objstore.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -77,7 +78,13 @@ static const char usage[] =
     "                           snapshot directories) that name files outside DIR, after\n"
     "                           resolving '..' and symbolic links (repeatable; workers\n"
     "                           check again with their own --data-root; without any,\n"
-    "                           files are not confined)\n"
+    "                           files are not confined); an s3://BUCKET/PREFIX or\n"
+    "                           https://HOST/PREFIX root confines URLs to that prefix,\n"
+    "                           taken as a directory\n"
+    "  --object-retry-ms N      retry an object-store request (s3://, https://) that fails\n"
+    "                           transiently for up to N ms (default 60000)\n"
+    "  --object-range-bytes N   bytes per ranged GET of an object (4096 to 1073741824;\n"
+    "                           default 8388608)\n"
     "  --log-level L            debug, info, warn, error or off (default info)\n"
     "  --max-datasets N         refuse to register more than N datasets (default 10000)\n"
     "  --max-pipeline-bytes N   refuse a pipeline whose definition or text is over N bytes\n"
@@ -116,6 +123,7 @@ struct config {
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     long long autoscale_window_ms;
     long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
+    uint32_t object_retry_ms, object_range_bytes; /* 0: the environment's, else the defaults */
     long long max_jobs_per_address;                                  /* 0: the default */
     char *worker_addresses_text;
     char **worker_addresses;
@@ -239,6 +247,8 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--autoscale-window-ms",
                                             "--log-level",
                                             "--data-root",
+                                            "--object-retry-ms",
+                                            "--object-range-bytes",
                                             "--max-datasets",
                                             "--max-pipeline-bytes",
                                             "--max-jobs-per-client",
@@ -339,6 +349,20 @@ static int parse_args(int argc, char **argv, struct config *c)
                      value);
                 return -1;
             }
+        } else if (strcmp(name, "--object-retry-ms") == 0) {
+            if (!parse_num(value, 1, OBJ_MAX_RETRY_MS, &v)) {
+                fail("usage", "%s: expected a number from 1 to %u, found '%s'", name,
+                     OBJ_MAX_RETRY_MS, value);
+                return -1;
+            }
+            c->object_retry_ms = (uint32_t)v;
+        } else if (strcmp(name, "--object-range-bytes") == 0) {
+            if (!parse_num(value, OBJ_MIN_RANGE_BYTES, OBJ_MAX_RANGE_BYTES, &v)) {
+                fail("usage", "%s: expected a number from %u to %u, found '%s'", name,
+                     OBJ_MIN_RANGE_BYTES, OBJ_MAX_RANGE_BYTES, value);
+                return -1;
+            }
+            c->object_range_bytes = (uint32_t)v;
         } else if (strcmp(name, "--data-root") == 0) {
             if (!*value) {
                 fail("usage", "--data-root: expected a directory, found ''");
@@ -421,6 +445,7 @@ int main(int argc, char **argv)
         goto out_config;
     code = EXIT_RUNTIME;
     log_init(PROG, c.log_level);
+    obj_configure(c.object_retry_ms, c.object_range_bytes);
     /* A peer that vanishes mid-write must cost a write error, not the process. */
     signal(SIGPIPE, SIG_IGN);
 

@@ -3,14 +3,16 @@
  *   map:    square, add(K), mul(K), mod(K), identity, sleep_us(N), bytes(N);
  *           parse_example(SPEC, ...) (example.h); decode_jpeg([MAX_PIXELS]) (jpeg.h);
  *           resize(H, W), center_crop(H, W), random_crop(H, W[, SEED]), normalize(MEAN, STD)
- *           (image.h)
+ *           (image.h); tokenize("TOKENIZER"[, "special"][, "bos"][, "eos"]), byte-level BPE
+ *           from a tiktoken rank file or a tokenizer.json (tokenize.h, bpe.h)
  *   filter: even, odd, lt(K), ge(K)
  *   both:   py("module:function", ARG...), a user Python function (pyfn.h)
  *
  * Arithmetic maps apply to every numeric component elementwise and keep its dtype (integers
  * wrap); an integer component with a float K becomes float64; mod follows Python's sign rule.
  * Filters look at a scalar numeric first component. All functions are stateless and
- * thread-safe; random_crop draws from the call's seed (map.h), never from shared state. */
+ * thread-safe; random_crop draws from the call's seed (map.h), never from shared state.
+ * tokenize and py keep per-op state (registry.h: bind), made on the op's own thread. */
 
 /* Built-in map and filter functions.
  *
@@ -26,6 +28,7 @@
 #include "jpeg.h"
 #include "pyfn.h"
 #include "registry.h"
+#include "tokenize.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -727,6 +730,8 @@ int pipe_builtins_register(struct sluice_registry *reg)
             return rc;
     }
     int rc = pipe_registry_set_size(reg, "bytes", size_bytes);
+    if (!rc)
+        rc = pipe_tokenize_register(reg);
     if (rc)
         return rc;
     return pipe_py_register(reg);

@@ -20,7 +20,8 @@
 #include <string.h>
 
 /* Deeper than any valid definition (a tuple of lists nested SLUICE_MAX_RANK deep needs 21
- * levels), shallow enough that protobuf-c's recursion stays small. */
+ * levels, and each of the PIPE_MIX_MAX_DEPTH mixes around it 2 more), shallow enough that
+ * protobuf-c's recursion stays small. */
 #define MAX_MESSAGE_DEPTH 32
 
 /* ---- Encoding ----------------------------------------------------------------------------- */
@@ -142,6 +143,10 @@ static Sluice__SourceDef__Kind source_kind_to_pb(enum pipe_source_kind k)
         return SLUICE__SOURCE_DEF__KIND__JSONL;
     case PIPE_SRC_MEGATRON:
         return SLUICE__SOURCE_DEF__KIND__MEGATRON;
+    case PIPE_SRC_SAMPLE:
+        return SLUICE__SOURCE_DEF__KIND__SAMPLE_FROM_DATASETS;
+    case PIPE_SRC_CHOOSE:
+        return SLUICE__SOURCE_DEF__KIND__CHOOSE_FROM_DATASETS;
     }
     return SLUICE__SOURCE_DEF__KIND__RANGE;
 }
@@ -222,74 +227,117 @@ static int op_to_pb(struct arena *a, const struct pipe_op *op, Sluice__OpDef *pb
     return 0;
 }
 
-int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
+static Sluice__DatasetDef *spec_to_pb(struct arena *a, const struct pipe_spec *spec, int *rc);
+
+/* The fields of a mixing source: its input pipelines, weights, seed and choice. */
+static int mix_to_pb(struct arena *a, const struct pipe_source *s, Sluice__SourceDef *src)
 {
-    *out = NULL;
-    *len = 0;
-    struct arena a = {0};
-    Sluice__DatasetDef def = SLUICE__DATASET_DEF__INIT;
-    Sluice__SourceDef src = SLUICE__SOURCE_DEF__INIT;
-    const struct pipe_source *s = &spec->source;
     int rc = 0;
-    def.source = &src;
-    src.kind = source_kind_to_pb(s->kind);
+    if (s->ninputs) {
+        src->inputs = arena_alloc(a, s->ninputs * sizeof(*src->inputs));
+        if (!src->inputs)
+            return SLUICE_ERR_NOMEM;
+        for (size_t i = 0; i < s->ninputs; i++)
+            if (!(src->inputs[i] = spec_to_pb(a, s->inputs[i], &rc)))
+                return rc;
+        src->n_inputs = s->ninputs;
+    }
+    src->weights = s->weights;
+    src->n_weights = s->nweights;
+    src->seed = s->seed;
+    src->stop_on_empty = s->stop_on_empty;
+    if (s->choice && !(src->choice = spec_to_pb(a, s->choice, &rc)))
+        return rc;
+    return 0;
+}
+
+/* A DatasetDef of spec, every part of it allocated in a; NULL with *rc set on failure. */
+static Sluice__DatasetDef *spec_to_pb(struct arena *a, const struct pipe_spec *spec, int *rc)
+{
+    Sluice__DatasetDef *def = arena_alloc(a, sizeof(*def));
+    Sluice__SourceDef *src = arena_alloc(a, sizeof(*src));
+    *rc = SLUICE_ERR_NOMEM;
+    if (!def || !src)
+        return NULL;
+    sluice__dataset_def__init(def);
+    sluice__source_def__init(src);
+    const struct pipe_source *s = &spec->source;
+    *rc = 0;
+    def->source = src;
+    src->kind = source_kind_to_pb(s->kind);
     switch (s->kind) {
     case PIPE_SRC_RANGE:
-        src.start = s->start;
-        src.stop = s->stop;
-        src.step = s->step;
+        src->start = s->start;
+        src->stop = s->stop;
+        src->step = s->step;
         break;
     case PIPE_SRC_LIST:
-        rc = values_to_pb(&a, s->values, s->nvalues, &src.values);
-        src.n_values = s->nvalues;
+        *rc = values_to_pb(a, s->values, s->nvalues, &src->values);
+        src->n_values = s->nvalues;
         break;
     case PIPE_SRC_TFRECORD:
     case PIPE_SRC_LINES:
     case PIPE_SRC_SNAPSHOT:
     case PIPE_SRC_MEGATRON:
-        src.globs = s->globs;
-        src.n_globs = s->nglobs;
+        src->globs = s->globs;
+        src->n_globs = s->nglobs;
         break;
     case PIPE_SRC_TAR:
-        src.globs = s->globs;
-        src.n_globs = s->nglobs;
-        src.exts = s->exts;
-        src.n_exts = s->nexts;
+        src->globs = s->globs;
+        src->n_globs = s->nglobs;
+        src->exts = s->exts;
+        src->n_exts = s->nexts;
         break;
     case PIPE_SRC_PARQUET:
     case PIPE_SRC_JSONL:
-        src.globs = s->globs;
-        src.n_globs = s->nglobs;
-        src.columns = s->columns;
-        src.n_columns = s->ncolumns;
+        src->globs = s->globs;
+        src->n_globs = s->nglobs;
+        src->columns = s->columns;
+        src->n_columns = s->ncolumns;
+        break;
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
+        *rc = mix_to_pb(a, s, src);
         break;
     }
-    if (rc)
-        goto done;
+    if (*rc)
+        return NULL;
     if (spec->nops) {
-        Sluice__OpDef **ptrs = arena_alloc(&a, spec->nops * sizeof(*ptrs));
-        Sluice__OpDef *ops = arena_alloc(&a, spec->nops * sizeof(*ops));
+        Sluice__OpDef **ptrs = arena_alloc(a, spec->nops * sizeof(*ptrs));
+        Sluice__OpDef *ops = arena_alloc(a, spec->nops * sizeof(*ops));
         if (!ptrs || !ops) {
-            rc = SLUICE_ERR_NOMEM;
-            goto done;
+            *rc = SLUICE_ERR_NOMEM;
+            return NULL;
         }
-        for (size_t i = 0; i < spec->nops && rc == 0; i++) {
-            rc = op_to_pb(&a, &spec->ops[i], &ops[i]);
+        for (size_t i = 0; i < spec->nops && *rc == 0; i++) {
+            *rc = op_to_pb(a, &spec->ops[i], &ops[i]);
             ptrs[i] = &ops[i];
         }
-        if (rc)
-            goto done;
-        def.ops = ptrs;
-        def.n_ops = spec->nops;
+        if (*rc)
+            return NULL;
+        def->ops = ptrs;
+        def->n_ops = spec->nops;
     }
-    def.deterministic = spec->deterministic;
-    size_t size = sluice__dataset_def__get_packed_size(&def);
+    return def;
+}
+
+int pipe_spec_encode(const struct pipe_spec *spec, uint8_t **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    struct arena a = {0};
+    int rc = 0;
+    Sluice__DatasetDef *def = spec_to_pb(&a, spec, &rc);
+    if (!def)
+        goto done;
+    def->deterministic = spec->deterministic;
+    size_t size = sluice__dataset_def__get_packed_size(def);
     uint8_t *buf = malloc(size ? size : 1);
     if (!buf) {
         rc = SLUICE_ERR_NOMEM;
         goto done;
     }
-    *len = sluice__dataset_def__pack(&def, buf);
+    *len = sluice__dataset_def__pack(def, buf);
     *out = buf;
 done:
     arena_free(&a);
@@ -307,7 +355,7 @@ static enum msg_type sub_message(enum msg_type m, uint64_t f)
     case M_DATASET:
         return f == 1 ? M_SOURCE : f == 2 ? M_OP : M_NONE;
     case M_SOURCE:
-        return f == 5 ? M_VALUE : M_NONE;
+        return f == 5 ? M_VALUE : f == 9 || f == 13 ? M_DATASET : M_NONE;
     case M_OP:
         return f == 3 ? M_VALUE : M_NONE;
     case M_VALUE:
@@ -373,6 +421,8 @@ struct dec {
     char where[64];
     char *err;
     size_t errlen;
+    char nest[96];     /* "input 2: choice: " for the pipelines of mixes, "" at the top */
+    size_t npipelines; /* input and choice pipelines decoded so far */
 };
 
 static int corrupt(struct dec *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -380,7 +430,7 @@ static int corrupt(struct dec *d, const char *fmt, ...) __attribute__((format(pr
 static int corrupt(struct dec *d, const char *fmt, ...)
 {
     if (d->err && d->errlen > 0) {
-        int n = snprintf(d->err, d->errlen, "dataset definition: %s%s", d->where,
+        int n = snprintf(d->err, d->errlen, "dataset definition: %s%s%s", d->nest, d->where,
                          d->where[0] ? ": " : "");
         if (n >= 0 && (size_t)n < d->errlen) {
             va_list ap;
@@ -548,8 +598,17 @@ static int values_from_pb(struct dec *d, Sluice__Value *const *pb, size_t n, boo
     return 0;
 }
 
-static const char *const source_names[] = {"range",    "list",    "tfrecord", "lines",   "tar",
-                                           "snapshot", "parquet", "jsonl",    "megatron"};
+static const char *const source_names[] = {"range",
+                                           "list",
+                                           "tfrecord",
+                                           "lines",
+                                           "tar",
+                                           "snapshot",
+                                           "parquet",
+                                           "jsonl",
+                                           "megatron",
+                                           "sample_from_datasets",
+                                           "choose_from_datasets"};
 static const char *const op_names[] = {"map",      "filter",         "shuffle", "batch",
                                        "take",     "skip",           "repeat",  "shard",
                                        "prefetch", "global_shuffle", "pack"};
@@ -571,12 +630,85 @@ static int strs_from_pb(struct dec *d, char *const *pb, size_t n, char ***out, s
     return 0;
 }
 
-static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pipe_source *s)
+static int spec_from_pb(struct dec *d, const Sluice__DatasetDef *def, int depth,
+                        struct pipe_spec **out);
+
+/* Decodes one input or choice pipeline of a mix, naming it in the messages of its errors. */
+static int nested_from_pb(struct dec *d, const Sluice__DatasetDef *pb, const char *what, size_t i,
+                          int depth, struct pipe_spec **out)
+{
+    if (d->npipelines >= PIPE_MIX_MAX_PIPELINES)
+        return corrupt(d, "more than %d mixed pipelines", PIPE_MIX_MAX_PIPELINES);
+    d->npipelines++;
+    size_t prefix = strlen(d->nest);
+    if (i == SIZE_MAX)
+        snprintf(d->nest + prefix, sizeof(d->nest) - prefix, "%s: ", what);
+    else
+        snprintf(d->nest + prefix, sizeof(d->nest) - prefix, "%s %zu: ", what, i);
+    int rc = 0;
+    if (!pb)
+        rc = corrupt(d, "missing pipeline");
+    else if (pb->deterministic)
+        rc = corrupt(d, "deterministic belongs to the whole definition only");
+    else
+        rc = spec_from_pb(d, pb, depth, out);
+    if (rc == 0)
+        d->nest[prefix] = '\0';
+    return rc;
+}
+
+/* sample_from_datasets and choose_from_datasets; depth counts the mixes around this one. */
+static int mix_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pipe_source *s, int depth)
+{
+    if (depth >= PIPE_MIX_MAX_DEPTH)
+        return corrupt(d, "mixes nest deeper than %d levels", PIPE_MIX_MAX_DEPTH);
+    if (pb->n_inputs == 0 || pb->n_inputs > PIPE_MIX_MAX_INPUTS)
+        return corrupt(d, "expected 1 to %d inputs, found %zu", PIPE_MIX_MAX_INPUTS, pb->n_inputs);
+    if (s->kind == PIPE_SRC_SAMPLE && pb->n_weights != pb->n_inputs)
+        return corrupt(d, "expected %zu weights (one per input), found %zu", pb->n_inputs,
+                       pb->n_weights);
+    if (s->kind == PIPE_SRC_CHOOSE && !pb->choice)
+        return corrupt(d, "expected a choice pipeline");
+    if (pb->n_weights) {
+        if (!(s->weights = malloc(pb->n_weights * sizeof(*s->weights))))
+            return nomem(d);
+        memcpy(s->weights, pb->weights, pb->n_weights * sizeof(*s->weights));
+        s->nweights = pb->n_weights;
+        for (size_t i = 0; i < s->nweights; i++)
+            if (s->weights[i] == 0)
+                s->weights[i] = 0; /* -0.0 reads as 0, as in the text */
+    }
+    s->seed = pb->seed;
+    s->stop_on_empty = pb->stop_on_empty;
+    if (!(s->inputs = calloc(pb->n_inputs, sizeof(*s->inputs))))
+        return nomem(d);
+    char where[sizeof d->where];
+    memcpy(where, d->where, sizeof where);
+    for (; s->ninputs < pb->n_inputs; s->ninputs++) {
+        int rc = nested_from_pb(d, pb->inputs[s->ninputs], "input", s->ninputs, depth + 1,
+                                &s->inputs[s->ninputs]);
+        if (rc)
+            return rc;
+    }
+    if (pb->choice) {
+        int rc = nested_from_pb(d, pb->choice, "choice", SIZE_MAX, depth + 1, &s->choice);
+        if (rc)
+            return rc;
+    }
+    memcpy(d->where, where, sizeof where);
+    const char *want = pipe_mix_problem(s);
+    if (want)
+        return corrupt(d, "expected %s", want);
+    return 0;
+}
+
+static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pipe_source *s,
+                          int depth)
 {
     if (!pb)
         return corrupt(d, "missing source");
     snprintf(d->where, sizeof(d->where), "source");
-    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__MEGATRON)
+    if ((unsigned)pb->kind > SLUICE__SOURCE_DEF__KIND__CHOOSE_FROM_DATASETS)
         return corrupt(d, "unknown kind %d", (int)pb->kind);
     s->kind = (enum pipe_source_kind)pb->kind;
     snprintf(d->where, sizeof(d->where), "source %s", source_names[s->kind]);
@@ -592,7 +724,19 @@ static int source_from_pb(struct dec *d, const Sluice__SourceDef *pb, struct pip
         return corrupt(d, "exts belong to tar only");
     if (s->kind != PIPE_SRC_PARQUET && s->kind != PIPE_SRC_JSONL && pb->n_columns)
         return corrupt(d, "columns belong to parquet and jsonl only");
+    bool mix = pipe_source_mixes(s->kind);
+    if (mix && (pb->start || pb->stop || pb->step || pb->n_globs))
+        return corrupt(d, "start, stop, step and globs do not belong to a mix");
+    if (!mix && (pb->n_inputs || pb->stop_on_empty))
+        return corrupt(d, "inputs and stop_on_empty belong to mixes only");
+    if (s->kind != PIPE_SRC_SAMPLE && (pb->n_weights || pb->seed))
+        return corrupt(d, "weights and seed belong to sample_from_datasets only");
+    if (s->kind != PIPE_SRC_CHOOSE && pb->choice)
+        return corrupt(d, "choice belongs to choose_from_datasets only");
     switch (s->kind) {
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
+        return mix_from_pb(d, pb, s, depth);
     case PIPE_SRC_RANGE:
         if (pb->step == 0)
             return corrupt(d, "expected a nonzero step, found 0");
@@ -829,32 +973,44 @@ int pipe_spec_decode(const uint8_t *data, size_t len, struct pipe_spec **out, ch
     Sluice__DatasetDef *def = sluice__dataset_def__unpack(NULL, len, data);
     if (!def)
         return corrupt(&d, "not a valid DatasetDef message");
+    struct pipe_spec *spec = NULL;
+    int rc = spec_from_pb(&d, def, 0, &spec);
+    if (rc == 0)
+        spec->deterministic = def->deterministic;
+    sluice__dataset_def__free_unpacked(def, NULL);
+    if (rc)
+        return rc;
+    *out = spec;
+    return 0;
+}
+
+/* A spec from one DatasetDef (the whole definition at depth 0, a mix's pipeline below it). */
+static int spec_from_pb(struct dec *d, const Sluice__DatasetDef *def, int depth,
+                        struct pipe_spec **out)
+{
+    *out = NULL;
     int rc = 0;
     struct pipe_spec *spec = calloc(1, sizeof(*spec));
-    if (!spec) {
-        rc = nomem(&d);
-        goto done;
-    }
-    spec->deterministic = def->deterministic;
-    rc = source_from_pb(&d, def->source, &spec->source);
+    if (!spec)
+        return nomem(d);
+    rc = source_from_pb(d, def->source, &spec->source, depth);
     if (rc)
         goto done;
     if (def->n_ops) {
         spec->ops = calloc(def->n_ops, sizeof(*spec->ops));
         if (!spec->ops) {
-            rc = nomem(&d);
+            rc = nomem(d);
             goto done;
         }
     }
     /* Each op counts as soon as it is started, so pipe_spec_free() releases a partial one. */
     for (; spec->nops < def->n_ops;) {
         struct pipe_op *op = &spec->ops[spec->nops++];
-        rc = op_from_pb(&d, spec->nops - 1, def->ops[spec->nops - 1], op);
+        rc = op_from_pb(d, spec->nops - 1, def->ops[spec->nops - 1], op);
         if (rc)
             goto done;
     }
 done:
-    sluice__dataset_def__free_unpacked(def, NULL);
     if (rc) {
         pipe_spec_free(spec);
         return rc;

@@ -239,6 +239,14 @@ static void op_text(const struct pipe_spec *spec, size_t k, char *buf, size_t le
 
 int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char *err, size_t errlen)
 {
+    /* Phase one of mixing: the inputs of a mix would each need their own splits and ledger. */
+    if (pipe_source_mixes(spec->source.kind))
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "%s is not supported in distributed_epoch yet: read it with "
+                       "parallel_epochs (each worker runs the whole mix), or read its inputs as "
+                       "separate distributed_epoch jobs",
+                       spec->source.kind == PIPE_SRC_SAMPLE ? "sample_from_datasets"
+                                                            : "choose_from_datasets");
     uint64_t source_len = 0;
     if (spec->source.kind == PIPE_SRC_RANGE)
         source_len = pipe_range_len(spec->source.start, spec->source.stop, spec->source.step);

@@ -16,6 +16,7 @@
 #include "common/crc32c.h"
 #include "common/error.h"
 #include "common/grow.h"
+#include "objstore.h"
 #include "paths.h"
 #include "registry.h"
 #include "roots.h"
@@ -76,6 +77,7 @@ struct file_reader {
     size_t next_path; /* index of the file to open after the current one */
     const char *path; /* the current file, paths[next_path - 1]; NULL when none is open */
     int fd;           /* the current file, -1 when none is open */
+    struct obj_reader *obj; /* the current object when the file is a URL, else NULL */
     bool eof;         /* the current file's (uncompressed) bytes have ended */
     /* Whether first bytes that begin with the gzip magic still belong to an uncompressed file of
      * this source (a TFRecord header whose length happens to start with them); NULL: never. */
@@ -147,6 +149,8 @@ static void reader_close_file(struct file_reader *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
+    obj_close(r->obj);
+    r->obj = NULL;
     r->path = NULL;
     r->pos = r->end = 0;
     r->off = 0;
@@ -167,6 +171,16 @@ static int reader_fail(struct file_reader *r, int code)
  * negative errno with the message set, naming the offset at (of the bytes the reader sees). */
 static ssize_t raw_read(struct file_reader *r, void *dst, size_t len, uint64_t at)
 {
+    if (r->obj) {
+        char why[sizeof r->base.ctx->err];
+        ssize_t n = obj_read(r->obj, dst, len, why, sizeof why);
+        if (n < 0) {
+            err_set(r->base.ctx->err, sizeof r->base.ctx->err, (int)n, "%s: offset %" PRIu64 ": %s",
+                    r->path, at, why);
+            return reader_fail(r, (int)n);
+        }
+        return n;
+    }
     ssize_t n;
     do
         n = read(r->fd, dst, len);
@@ -357,6 +371,12 @@ static int reader_sniff(struct file_reader *r)
     return 0;
 }
 
+/* Whether the chain reading an object was cancelled (objstore.h's struct obj_cancel). */
+static bool ctx_cancelled(const void *ctx)
+{
+    return pipe_cancelled(ctx);
+}
+
 /* Opens the next file. Returns 1 when a file is open, 0 when there are no more files, or a
  * negative errno with the message set. */
 static int reader_open_next(struct file_reader *r)
@@ -368,6 +388,17 @@ static int reader_open_next(struct file_reader *r)
         return reader_fail(r, err_set(r->base.ctx->err, sizeof r->base.ctx->err,
                                       SLUICE_ERR_CANCELLED, "cancelled"));
     const char *path = r->paths[r->next_path++];
+    if (obj_is_url(path)) {
+        struct obj_cancel cancel = {ctx_cancelled, r->base.ctx};
+        int rc = pipe_roots_open_object(
+            pipe_registry_roots(r->base.ctx->reg), r->plain ? PIPE_SRC_TFRECORD : PIPE_SRC_LINES,
+            path, &cancel, &r->obj, r->base.ctx->err, sizeof r->base.ctx->err);
+        if (rc < 0)
+            return reader_fail(r, rc);
+        r->path = obj_url(r->obj); /* its messages name the URL without its pin */
+        rc = reader_sniff(r);
+        return rc < 0 ? rc : 1;
+    }
     int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg),
                                   r->plain ? PIPE_SRC_TFRECORD : PIPE_SRC_LINES, path,
                                   r->base.ctx->err, sizeof r->base.ctx->err);
@@ -555,7 +586,7 @@ static int tfr_next(struct pipe_iter *it, struct sluice_element *out)
     if (r->status <= 0)
         return r->status;
     for (;;) {
-        if (r->fd < 0) {
+        if (r->fd < 0 && !r->obj) {
             int rc = reader_open_next(r);
             if (rc == 0)
                 return r->status = 0;
@@ -665,7 +696,7 @@ static int lines_next(struct pipe_iter *it, struct sluice_element *out)
     r->rec_len = 0;
     uint64_t at = 0;
     for (;;) {
-        if (r->fd < 0) {
+        if (r->fd < 0 && !r->obj) {
             int rc = reader_open_next(r);
             if (rc == 0)
                 return r->status = 0;

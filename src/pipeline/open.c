@@ -15,6 +15,7 @@
 #include "iter.h"
 #include "map.h"
 #include "megatron.h"
+#include "mix.h"
 #include "pack.h"
 #include "prefetch.h"
 #include "registry.h"
@@ -132,9 +133,61 @@ static int open_file_reader(void *arg, char *const *paths, size_t npaths, struct
         return pipe_megatron_open(paths, npaths, ctx, out);
     case PIPE_SRC_RANGE:
     case PIPE_SRC_LIST:
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
         break;
     }
     return SLUICE_ERR_INVALID;
+}
+
+static void release_run(void *run)
+{
+    pipe_run_free(run);
+}
+
+/* A mixing source: each input pipeline (and the choice pipeline) opens as a run of its own under
+ * ctx, with ctx's element limit, so a cancel of the chain reaches them. */
+static int open_mix(const struct pipe_source *src, struct pipe_ctx *ctx, char *err, size_t errlen,
+                    struct pipe_iter **out)
+{
+    const char *name =
+        src->kind == PIPE_SRC_SAMPLE ? "sample_from_datasets" : "choose_from_datasets";
+    struct pipe_limits lim = {ctx->max_element_bytes, ctx};
+    struct pipe_mix_input ins[PIPE_MIX_MAX_INPUTS] = {{0}};
+    struct pipe_mix_input choice = {0};
+    char cerr[SLUICE_ERRMSG_SIZE];
+    struct pipe_run *run = NULL;
+    int rc = 0;
+    size_t n = src->ninputs;
+    if (n == 0 || n > PIPE_MIX_MAX_INPUTS)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "column %d: %s needs 1 to %d inputs",
+                       src->column, name, PIPE_MIX_MAX_INPUTS);
+    for (size_t i = 0; i < n && !rc; i++) {
+        rc = pipe_open_limited(src->inputs[i], ctx->reg, &lim, &run, cerr, sizeof cerr);
+        if (rc)
+            err_set(err, errlen, rc, "column %d: %s input %zu: %s", src->column, name, i, cerr);
+        else
+            ins[i] = (struct pipe_mix_input){run->it, run};
+    }
+    if (!rc && src->kind == PIPE_SRC_CHOOSE) {
+        rc = pipe_open_limited(src->choice, ctx->reg, &lim, &run, cerr, sizeof cerr);
+        if (rc)
+            err_set(err, errlen, rc, "column %d: %s choice: %s", src->column, name, cerr);
+        else
+            choice = (struct pipe_mix_input){run->it, run};
+    }
+    if (rc) {
+        for (size_t i = 0; i < n; i++)
+            pipe_run_free(ins[i].owner);
+        return rc;
+    }
+    struct pipe_mix_request req = {src->kind, src->weights,       n,
+                                   src->seed, src->stop_on_empty, release_run};
+    rc = pipe_mix_open(&req, ins, choice, ctx, out);
+    if (rc)
+        return err_set(err, errlen, rc, "column %d: %s: %s", src->column, name,
+                       sluice_strerror(rc));
+    return 0;
 }
 
 /* A file source under global_shuffle: the files of the splits, or of the pass in the order
@@ -200,6 +253,9 @@ static int open_source(struct plan *pl, uint64_t pass, struct pipe_ctx *ctx, cha
         rc = pl->shuffled ? open_shuffled_files(pl, pass, ctx, out)
                           : open_file_reader(pl, pl->paths, pl->npaths, ctx, out);
         break;
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
+        return open_mix(src, ctx, err, errlen, out);
     }
     if (rc)
         return err_set(err, errlen, rc, "column %d: source: %s", src->column, sluice_strerror(rc));
@@ -355,6 +411,17 @@ static int validate(const struct pipe_spec *spec, const struct sluice_registry *
         (spec->source.nglobs != 1 || !spec->source.globs[0][0]))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "column %d: snapshot needs exactly one directory", spec->source.column);
+    if (mode != PLAN_TAIL && pipe_source_mixes(spec->source.kind)) {
+        const char *want = pipe_mix_problem(&spec->source);
+        if (want)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "column %d: expected %s",
+                           spec->source.column, want);
+        if (pipe_spec_global_shuffle(spec, NULL))
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "column %d: global_shuffle permutes a source's positions, and a mix "
+                           "has none of its own; shuffle its inputs, or shuffle(N) after it",
+                           spec->ops[0].column);
+    }
     if (mode != PLAN_TAIL && spec->source.kind == PIPE_SRC_MEGATRON &&
         (spec->source.nglobs != 1 || !spec->source.globs[0][0]))
         return err_set(err, errlen, SLUICE_ERR_INVALID,

@@ -15,7 +15,11 @@
  *   - floats are finite; file patterns contain no NUL byte; function names are identifiers;
  *   - a tar() source has at least one pattern and 1..PIPE_MAX_COMPONENTS distinct extensions,
  *     each passing pipe_wds_ext_problem() and free of NUL bytes.
- * Recursion happens only over values, so its depth is bounded by the list nesting limit. */
+ *   - a mixing source has 1..PIPE_MIX_MAX_INPUTS input pipelines, each a whole pipeline in
+ *     parentheses; sample_from_datasets one finite weight >= 0 per input, not all 0;
+ *     choose_from_datasets one choice pipeline (pipe_mix_problem).
+ * Recursion happens over values, bounded by the list nesting limit, and over the pipelines of
+ * mixing sources, bounded by PIPE_MIX_MAX_DEPTH and PIPE_MIX_MAX_PIPELINES. */
 #include "parse_internal.h"
 
 #include "common/error.h"
@@ -422,6 +426,137 @@ static int parse_snapshot(struct parser *p, struct pipe_source *src)
     return pipe_parse_expect_punct(p, ')', megatron ? "')' (megatron takes one prefix)" : "')'");
 }
 
+static int parse_source(struct parser *p, struct pipe_source *src);
+static int parse_ops(struct parser *p, struct pipe_spec *spec, size_t *cap, bool tail, bool nested);
+
+/* Reads "(PIPELINE)", a mix's input or choice, into a new spec at *out. */
+static int parse_nested(struct parser *p, struct pipe_spec **out)
+{
+    struct tok t;
+    pipe_parse_peek(p, &t);
+    if (!pipe_parse_is_punct(&t, p, '('))
+        return pipe_parse_expected(p, &t, "'(' and a pipeline");
+    if (p->npipelines >= PIPE_MIX_MAX_PIPELINES)
+        return pipe_parse_fail(p, t.start, "more than %d mixed pipelines in one pipeline",
+                               PIPE_MIX_MAX_PIPELINES);
+    p->npipelines++;
+    pipe_parse_consume(p, &t);
+    struct pipe_spec *spec = calloc(1, sizeof(*spec));
+    if (!spec)
+        return pipe_parse_nomem(p);
+    size_t cap = 0;
+    int rc = parse_source(p, &spec->source);
+    if (!rc)
+        rc = parse_ops(p, spec, &cap, false, true);
+    if (!rc)
+        rc = pipe_parse_expect_punct(p, ')', "')'");
+    if (rc) {
+        pipe_spec_free(spec);
+        return rc;
+    }
+    *out = spec;
+    return 0;
+}
+
+/* sample_from_datasets([(P), ...], [W, ...], SEED[, stop_on_empty]) or
+ * choose_from_datasets([(P), ...], (CHOICE)[, stop_on_empty]); the '(' is consumed. */
+static int parse_mix(struct parser *p, struct pipe_source *src)
+{
+    bool sample = src->kind == PIPE_SRC_SAMPLE;
+    struct tok t;
+    size_t at = p->pos;
+    int rc = pipe_parse_expect_punct(p, '[', "'[' and the input pipelines, each in parentheses");
+    for (; !rc;) {
+        pipe_parse_peek(p, &t);
+        if (src->ninputs == PIPE_MIX_MAX_INPUTS)
+            return pipe_parse_expected(p, &t, "']' (a mix has at most 64 inputs)");
+        struct pipe_spec **a = realloc(src->inputs, (src->ninputs + 1) * sizeof(*a));
+        if (!a)
+            return pipe_parse_nomem(p);
+        src->inputs = a;
+        if ((rc = parse_nested(p, &src->inputs[src->ninputs])) != 0)
+            return rc;
+        src->ninputs++;
+        pipe_parse_peek(p, &t);
+        if (pipe_parse_is_punct(&t, p, ']'))
+            break;
+        if (!pipe_parse_is_punct(&t, p, ','))
+            return pipe_parse_expected(p, &t, "',' or ']'");
+        pipe_parse_consume(p, &t);
+    }
+    if (rc)
+        return rc;
+    pipe_parse_consume(p, &t);
+    if ((rc = pipe_parse_expect_punct(p, ',',
+                                      sample ? "',' and the weights"
+                                             : "',' and the "
+                                               "choice pipeline")))
+        return rc;
+    if (sample) {
+        pipe_parse_peek(p, &t);
+        size_t wat = t.start;
+        if ((rc = pipe_parse_expect_punct(p, '[', "'[' and one weight per input")))
+            return rc;
+        for (;;) {
+            pipe_parse_peek(p, &t);
+            double w;
+            enum num_class c =
+                t.kind == T_NUM ? pipe_parse_classify(p->s + t.start, t.len) : NUM_BAD;
+            int64_t iv;
+            if (c == NUM_INT && pipe_parse_to_i64(p->s + t.start, t.len, &iv))
+                w = (double)iv;
+            else if (c != NUM_FLOAT || !pipe_parse_to_f64(p->s + t.start, t.len, &w))
+                return pipe_parse_expected(p, &t, "a weight (a finite number >= 0)");
+            if (w < 0)
+                return pipe_parse_expected(p, &t, "a weight >= 0");
+            if (src->nweights == PIPE_MIX_MAX_INPUTS)
+                return pipe_parse_expected(p, &t, "']' (one weight per input)");
+            double *a = realloc(src->weights, (src->nweights + 1) * sizeof(*a));
+            if (!a)
+                return pipe_parse_nomem(p);
+            src->weights = a;
+            src->weights[src->nweights++] = w == 0 ? 0 : w; /* no -0.0 */
+            pipe_parse_consume(p, &t);
+            pipe_parse_peek(p, &t);
+            if (pipe_parse_is_punct(&t, p, ']'))
+                break;
+            if (!pipe_parse_is_punct(&t, p, ','))
+                return pipe_parse_expected(p, &t, "',' or ']'");
+            pipe_parse_consume(p, &t);
+        }
+        pipe_parse_consume(p, &t);
+        if (src->nweights != src->ninputs)
+            return pipe_parse_fail(p, wat, "expected %zu weights (one per input), found %zu",
+                                   src->ninputs, src->nweights);
+        if ((rc = pipe_parse_expect_punct(p, ',', "',' and a seed")))
+            return rc;
+        if ((rc = pipe_parse_int(p, "a seed", &src->seed, &t)))
+            return rc;
+    } else {
+        if ((rc = parse_nested(p, &src->choice)))
+            return rc;
+    }
+    src->stop_on_empty = !sample; /* tf.data's defaults */
+    pipe_parse_peek(p, &t);
+    if (pipe_parse_is_punct(&t, p, ',')) {
+        pipe_parse_consume(p, &t);
+        pipe_parse_peek(p, &t);
+        if (pipe_parse_is_word(&t, p, "stop_on_empty") || pipe_parse_is_word(&t, p, "true"))
+            src->stop_on_empty = true;
+        else if (pipe_parse_is_word(&t, p, "false"))
+            src->stop_on_empty = false;
+        else
+            return pipe_parse_expected(p, &t, "stop_on_empty, true or false");
+        pipe_parse_consume(p, &t);
+    }
+    if ((rc = pipe_parse_expect_punct(p, ')', "')'")))
+        return rc;
+    const char *want = pipe_mix_problem(src);
+    if (want)
+        return pipe_parse_fail(p, at, "expected %s", want);
+    return 0;
+}
+
 /* Parses the source into spec->source; on failure the caller frees spec, which releases
  * whatever was built so far (counts only ever cover complete entries). */
 static int parse_source(struct parser *p, struct pipe_source *src)
@@ -450,6 +585,10 @@ static int parse_source(struct parser *p, struct pipe_source *src)
         src->kind = PIPE_SRC_JSONL;
     else if (pipe_parse_is_word(&t, p, "megatron"))
         src->kind = PIPE_SRC_MEGATRON;
+    else if (pipe_parse_is_word(&t, p, "sample_from_datasets"))
+        src->kind = PIPE_SRC_SAMPLE;
+    else if (pipe_parse_is_word(&t, p, "choose_from_datasets"))
+        src->kind = PIPE_SRC_CHOOSE;
     else {
         pipe_parse_describe(p, &t, name);
         return pipe_parse_fail(p, t.start, "unknown source %s", name);
@@ -473,6 +612,14 @@ static int parse_source(struct parser *p, struct pipe_source *src)
     case PIPE_SRC_SNAPSHOT:
     case PIPE_SRC_MEGATRON:
         return parse_snapshot(p, src);
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
+        if (p->mix_depth >= PIPE_MIX_MAX_DEPTH)
+            return pipe_parse_fail(p, t.start, "mixes nest at most %d deep", PIPE_MIX_MAX_DEPTH);
+        p->mix_depth++;
+        rc = parse_mix(p, src);
+        p->mix_depth--;
+        return rc;
     }
     return 0;
 }
@@ -755,6 +902,24 @@ static int parse_op(struct parser *p, struct pipe_spec *spec, size_t *cap, bool 
     return 0;
 }
 
+/* Reads "| op" after the source (or a tail's first op) up to the end of the input, or up to the
+ * ')' that closes a nested pipeline, which is left unconsumed. */
+static int parse_ops(struct parser *p, struct pipe_spec *spec, size_t *cap, bool tail, bool nested)
+{
+    for (;;) {
+        struct tok t;
+        pipe_parse_peek(p, &t);
+        if (nested ? pipe_parse_is_punct(&t, p, ')') : t.kind == T_END)
+            return 0;
+        if (!pipe_parse_is_punct(&t, p, '|'))
+            return pipe_parse_expected(p, &t, nested ? "'|' or ')'" : "'|' or end of input");
+        pipe_parse_consume(p, &t);
+        int rc = parse_op(p, spec, cap, tail);
+        if (rc)
+            return rc;
+    }
+}
+
 /* ---- Entry points ------------------------------------------------------------------------- */
 
 static int parse_all(const char *text, bool tail, struct pipe_spec **out, char *err, size_t errlen)
@@ -775,18 +940,8 @@ static int parse_all(const char *text, bool tail, struct pipe_spec **out, char *
     } else {
         rc = parse_source(&p, &spec->source);
     }
-    while (rc == 0) {
-        struct tok t;
-        pipe_parse_peek(&p, &t);
-        if (t.kind == T_END)
-            break;
-        if (!pipe_parse_is_punct(&t, &p, '|')) {
-            rc = pipe_parse_expected(&p, &t, "'|' or end of input");
-            break;
-        }
-        pipe_parse_consume(&p, &t);
-        rc = parse_op(&p, spec, &cap, tail);
-    }
+    if (rc == 0)
+        rc = parse_ops(&p, spec, &cap, tail, false);
     if (rc) {
         pipe_spec_free(spec);
         return rc;

@@ -31,6 +31,8 @@ struct parser {
     size_t pos; /* the next byte not yet consumed */
     char *err;
     size_t errlen;
+    int mix_depth;     /* mixing sources around the pipeline being read */
+    size_t npipelines; /* input and choice pipelines read so far */
 };
 
 /* Large enough for quote_span's worst case: 32 escaped bytes, the ellipsis and the quotes. */

@@ -2,6 +2,7 @@
 #include "paths.h"
 
 #include "common/error.h"
+#include "objstore.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -10,9 +11,27 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* The length of a path, or of a URL without its pin (objurl.h). */
+static size_t unpinned_len(const char *s)
+{
+    if (!obj_is_url(s))
+        return strlen(s);
+    struct obj_pin pin;
+    obj_pin_parse(s, &pin);
+    return pin.url_len;
+}
+
+/* Paths in strcmp order, pinned URLs by their URLs, so a listing sorts alike pinned or not. */
 static int cmp_paths(const void *a, const void *b)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    const char *x = *(char *const *)a, *y = *(char *const *)b;
+    size_t lx = unpinned_len(x), ly = unpinned_len(y);
+    int c = memcmp(x, y, lx < ly ? lx : ly);
+    if (c != 0)
+        return c;
+    if (lx != ly)
+        return lx < ly ? -1 : 1;
+    return strcmp(x, y);
 }
 
 void pipe_paths_free(char **paths, size_t npaths)
@@ -33,6 +52,18 @@ int pipe_paths_copy(char *const *src, size_t n, char ***out, size_t *nout)
     for (; *nout < n; (*nout)++)
         if (!((*out)[*nout] = strdup(src[*nout])))
             return SLUICE_ERR_NOMEM;
+    return 0;
+}
+
+/* Doubles the capacity of a list. Returns 0 or SLUICE_ERR_NOMEM. */
+static int grow_list(char ***paths, size_t *cap)
+{
+    size_t ncap = *cap ? *cap * 2 : 16;
+    char **np = realloc(*paths, ncap * sizeof *np);
+    if (!np)
+        return SLUICE_ERR_NOMEM;
+    *paths = np;
+    *cap = ncap;
     return 0;
 }
 
@@ -69,6 +100,41 @@ int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *n
     size_t n = 0, cap = 0;
     int rc = 0;
     for (size_t i = 0; i < nglobs; i++) {
+        if (obj_is_url(globs[i])) {
+            /* s3:// globs by one listing; http(s) URLs and pinned URLs (already listed) as
+             * written, never globbed. */
+            struct obj_pin pin;
+            obj_pin_parse(globs[i], &pin);
+            char *bare = strndup(globs[i], pin.url_len);
+            int added = bare ? obj_url_check(bare, err, errlen)
+                             : err_set(err, errlen, SLUICE_ERR_NOMEM, "'%s': %s", globs[i],
+                                       sluice_strerror(SLUICE_ERR_NOMEM));
+            free(bare);
+            if (added == 0 && obj_url_scheme(globs[i]) == OBJ_S3 && !pin.pinned) {
+                added = obj_glob(globs[i], &out, &n, &cap, err, errlen);
+            } else if (added == 0) {
+                char *copy = strdup(globs[i]);
+                added = copy ? 1
+                             : err_set(err, errlen, SLUICE_ERR_NOMEM, "'%s': %s", globs[i],
+                                       sluice_strerror(SLUICE_ERR_NOMEM));
+                if (copy && (n < cap || grow_list(&out, &cap) == 0)) {
+                    out[n++] = copy;
+                } else if (copy) {
+                    free(copy);
+                    added = err_set(err, errlen, SLUICE_ERR_NOMEM, "'%s': %s", globs[i],
+                                    sluice_strerror(SLUICE_ERR_NOMEM));
+                }
+            }
+            if (added < 0) {
+                rc = added;
+                goto fail;
+            }
+            if (added == 0) {
+                rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no object matches '%s'", globs[i]);
+                goto fail;
+            }
+            continue;
+        }
         glob_t g;
         int grc = glob(globs[i], 0, NULL, &g);
         if (grc == GLOB_NOSPACE) {

@@ -6,9 +6,12 @@
 
 #include <stddef.h>
 
-/* Expands shell globs (glob(3)) to a sorted, de-duplicated list of regular files. A pattern
- * that matches nothing is SLUICE_ERR_NOT_FOUND naming it in err. *paths (and each string) is
- * malloc'd; free with pipe_paths_free(). */
+/* Expands shell globs (glob(3)) to a sorted, de-duplicated list of regular files. An s3:// URL
+ * is expanded by one paginated listing (obj_glob) to the URLs of the objects it matches; an
+ * http:// or https:// URL is taken as written; another URL is refused (obj_url_check). A
+ * pattern that matches nothing is SLUICE_ERR_NOT_FOUND naming it in err ("no file matches
+ * 'GLOB'", "no object matches 'URL'"). Blocks on the disk or the network. *paths (and each string)
+ * is malloc'd; free with pipe_paths_free(). */
 int pipe_glob_expand(char *const *globs, size_t nglobs, char ***paths, size_t *npaths, char *err,
                      size_t errlen);
 void pipe_paths_free(char **paths, size_t npaths);

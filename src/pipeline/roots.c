@@ -2,6 +2,7 @@
 #include "roots.h"
 
 #include "common/error.h"
+#include "objstore.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -105,6 +106,10 @@ const char *pipe_source_name(enum pipe_source_kind kind)
         return "jsonl";
     case PIPE_SRC_MEGATRON:
         return "megatron";
+    case PIPE_SRC_SAMPLE:
+        return "sample_from_datasets";
+    case PIPE_SRC_CHOOSE:
+        return "choose_from_datasets";
     }
     return "source";
 }
@@ -204,6 +209,17 @@ int pipe_roots_init(struct pipe_roots *r, const char *const *dirs, size_t n, cha
         struct stat st;
         if (!dirs[i] || !*dirs[i])
             return err_set(err, errlen, SLUICE_ERR_INVALID, "data root %zu is empty", i);
+        if (obj_is_url(dirs[i])) {
+            char why[600];
+            int rc = obj_root_normalize(dirs[i], real, sizeof real, why, sizeof why);
+            if (rc == 0)
+                rc = roots_add(r, real);
+            if (rc == SLUICE_ERR_NOMEM)
+                return err_set(err, errlen, rc, "data roots: %s", sluice_strerror(rc));
+            if (rc < 0)
+                return err_set(err, errlen, rc, "data root %s", why);
+            continue;
+        }
         if (!realpath(dirs[i], real) || stat(real, &st) < 0) {
             int code = -errno;
             return err_set(err, errlen, code, "data root %s: %s", dirs[i], sluice_strerror(code));
@@ -271,6 +287,66 @@ int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const c
     return 0;
 }
 
+int pipe_roots_check_url(const struct pipe_roots *r, const char *label, const char *url, char *err,
+                         size_t errlen)
+{
+    int rc = obj_url_check(url, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (pipe_roots_active(r) && !pipe_roots_contain(r, url)) {
+        char list[400];
+        roots_list(r, list, sizeof list);
+        return err_set(err, errlen, SLUICE_ERR_DENIED, "%s: %s is outside the data roots (%s)",
+                       label, url, list);
+    }
+    return 0;
+}
+
+int pipe_roots_open_object(const struct pipe_roots *r, enum pipe_source_kind kind, const char *url,
+                           const struct obj_cancel *cancel, struct obj_reader **out, char *err,
+                           size_t errlen)
+{
+    char label[PATH_MAX + 32];
+    snprintf(label, sizeof label, "%s(\"%s\")", pipe_source_name(kind), url);
+    *out = NULL;
+    int rc = pipe_roots_check_url(r, label, url, err, errlen);
+    return rc < 0 ? rc : obj_open(url, cancel, out, err, errlen);
+}
+
+/* Checks a URL glob: the part before its first metacharacter up to its last slash (every
+ * object the glob can match lies below it, key by key: an object store has no links), or the
+ * whole URL when it is literal; http(s) URLs are always literal. Nothing is listed. */
+static int check_url_glob(const struct pipe_roots *r, const char *label, const char *pattern,
+                          char *err, size_t errlen)
+{
+    int rc = obj_url_check(pattern, err, errlen);
+    if (rc < 0)
+        return rc;
+    size_t meta =
+        obj_url_scheme(pattern) == OBJ_S3 ? obj_glob_prefix_len(pattern) : strlen(pattern);
+    if (pattern[meta] == '\0')
+        return pipe_roots_check_url(r, label, pattern, err, errlen);
+    size_t cut = meta;
+    while (cut > 5 && pattern[cut - 1] != '/')
+        cut--;
+    /* "s3://b/x*" gives "s3://b/", judged as "s3://b". */
+    while (cut > 5 && pattern[cut - 1] == '/')
+        cut--;
+    char *dir = strndup(pattern, cut);
+    if (!dir)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: %s", label,
+                       sluice_strerror(SLUICE_ERR_NOMEM));
+    rc = pipe_roots_check_url(r, label, dir, err, errlen);
+    if (rc == SLUICE_ERR_DENIED) {
+        char list[400];
+        roots_list(r, list, sizeof list);
+        rc = err_set(err, errlen, SLUICE_ERR_DENIED, "%s: %s is outside the data roots (%s)", label,
+                     pattern, list);
+    }
+    free(dir);
+    return rc;
+}
+
 /* Checks one glob: its directory part, then its matches. */
 static int check_glob(const struct pipe_roots *r, const char *label, const char *pattern, char *err,
                       size_t errlen)
@@ -323,14 +399,27 @@ static int check_megatron(const struct pipe_roots *r, const char *label, const c
 int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source *src, char *err,
                             size_t errlen)
 {
-    if (!pipe_roots_active(r) || !pipe_source_reads_files(src->kind))
+    if (!pipe_roots_active(r))
+        return 0;
+    /* A mix's files are its input pipelines' (nesting is bounded, spec.h). */
+    for (size_t i = 0; i < src->ninputs; i++) {
+        int rc = pipe_roots_check_source(r, &src->inputs[i]->source, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (src->choice) {
+        int rc = pipe_roots_check_source(r, &src->choice->source, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    if (!pipe_source_reads_files(src->kind))
         return 0;
     for (size_t i = 0; i < src->nglobs; i++) {
         char label[PATH_MAX + 32];
         snprintf(label, sizeof label, "%s(\"%s\")", pipe_source_name(src->kind), src->globs[i]);
         /* A megatron prefix names two files, PREFIX.idx and PREFIX.bin, each of which must lie
          * within a root (checked again as they are opened). */
-        if (src->kind == PIPE_SRC_MEGATRON) {
+        if (src->kind == PIPE_SRC_MEGATRON && !obj_is_url(src->globs[i])) {
             int rc = check_megatron(r, label, src->globs[i], err, errlen);
             if (rc < 0)
                 return rc;
@@ -338,7 +427,8 @@ int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source
         }
         /* A snapshot names its directory, not a pattern: the directory must lie within a root
          * (its chunk files are checked again as they are opened). */
-        int rc = src->kind == PIPE_SRC_SNAPSHOT
+        int rc = obj_is_url(src->globs[i]) ? check_url_glob(r, label, src->globs[i], err, errlen)
+                 : src->kind == PIPE_SRC_SNAPSHOT
                      ? pipe_roots_check_path(r, label, src->globs[i], NULL, 0, err, errlen)
                      : check_glob(r, label, src->globs[i], err, errlen);
         if (rc < 0)
@@ -353,6 +443,10 @@ int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind,
     char real[PATH_MAX];
     const char *target = path;
     int flags = O_RDONLY | O_CLOEXEC;
+    if (obj_is_url(path))
+        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                       "%s(\"%s\"): URLs are read by lines, tfrecord and jsonl only",
+                       pipe_source_name(kind), path);
     if (pipe_roots_active(r)) {
         char label[PATH_MAX + 32];
         snprintf(label, sizeof label, "%s(\"%s\")", pipe_source_name(kind), path);

@@ -13,13 +13,16 @@
 #ifndef SLUICE_PIPELINE_ROOTS_H
 #define SLUICE_PIPELINE_ROOTS_H
 
+#include "objurl.h"
 #include "spec.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
-/* A set of data roots: absolute directories without symbolic links, "." or ".." components. */
+/* A set of data roots: absolute directories without symbolic links, "." or ".." components, and
+ * object URL prefixes ("s3://BUCKET/PREFIX", "https://HOST/PREFIX", in obj_root_normalize's
+ * form), which confine the URLs a source names (obj_url_within). */
 struct pipe_roots {
     char **dirs;
     size_t n;
@@ -58,7 +61,9 @@ size_t pipe_glob_dir_len(const char *glob);
  * normal form) into out, of outlen >= PATH_MAX bytes. Returns 0 or a negative errno. */
 int pipe_path_resolve(const char *path, char *out, size_t outlen);
 
-/* Resolves the n directories (realpath) into r, which the caller releases with
+/* Resolves the n directories (realpath) into r, and takes URLs among them (s3://, https://,
+ * http://) as URL roots in obj_root_normalize's form (a bad URL: SLUICE_ERR_INVALID, "data root
+ * URL: reason"), which the caller releases with
  * pipe_roots_release (also after a failure). Each must exist and be a directory; otherwise
  * returns a negative code with "data root DIR: No such file or directory" (or "...: not a
  * directory") in err. Duplicates are kept once. */
@@ -74,12 +79,24 @@ static inline bool pipe_roots_active(const struct pipe_roots *r)
     return r && r->n > 0;
 }
 
-/* Pure. Whether resolved (in normal form) lies within one of the roots. Inline, as
- * pipe_path_within. */
-static inline bool pipe_roots_contain(const struct pipe_roots *r, const char *resolved)
+/* Pure. Whether the local path resolved (in normal form) lies within one of the roots' local
+ * directories (URL roots never contain a path). Inline and self-contained, as pipe_path_within,
+ * for code linked beside libsluice.so (the py runtime's module directories). */
+static inline bool pipe_roots_contain_path(const struct pipe_roots *r, const char *resolved)
 {
     for (size_t i = 0; r && i < r->n; i++)
         if (pipe_path_within(resolved, r->dirs[i]))
+            return true;
+    return false;
+}
+
+/* Pure. Whether resolved (in normal form: a local path or a URL) lies within one of the
+ * roots. */
+static inline bool pipe_roots_contain(const struct pipe_roots *r, const char *resolved)
+{
+    bool url = obj_is_url(resolved);
+    for (size_t i = 0; r && i < r->n; i++)
+        if (url ? obj_url_within(resolved, r->dirs[i]) : pipe_path_within(resolved, r->dirs[i]))
             return true;
     return false;
 }
@@ -106,11 +123,29 @@ int pipe_roots_check_path(const struct pipe_roots *r, const char *label, const c
 int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source *src, char *err,
                             size_t errlen);
 
+/* Checks a URL a source names: obj_url_check, and with r active, that it lies within a URL root.
+ * Returns 0, SLUICE_ERR_INVALID with obj_url_check's message, or SLUICE_ERR_DENIED with
+ * "LABEL: URL is outside the data roots (ROOT, ...)". Pure. */
+int pipe_roots_check_url(const struct pipe_roots *r, const char *label, const char *url, char *err,
+                         size_t errlen);
+
+/* Opens an object a lines, tfrecord or jsonl source names by URL (objstore.h; a pinned URL is
+ * judged without its pin), checked first with pipe_roots_check_url (labelled 'lines("URL")');
+ * cancel as for obj_open. Returns 0 with *out set, or a negative code with the reason in err.
+ * Blocks on the network. */
+struct obj_reader;
+struct obj_cancel;
+int pipe_roots_open_object(const struct pipe_roots *r, enum pipe_source_kind kind, const char *url,
+                           const struct obj_cancel *cancel, struct obj_reader **out, char *err,
+                           size_t errlen);
+
 /* Opens a file of a source of this kind for reading (O_RDONLY | O_CLOEXEC, retried on EINTR).
  * With r active the file is checked first (pipe_roots_check_path, labelled 'lines("PATH")') and
  * its resolved path is opened without following a symbolic link in the last component, so a
  * file swapped for a link after the check is not followed. Returns the descriptor, or a negative
- * code with the reason in err: SLUICE_ERR_DENIED as pipe_roots_check_path, else "PATH: reason". */
+ * code with the reason in err: SLUICE_ERR_DENIED as pipe_roots_check_path, else "PATH: reason";
+ * a URL is SLUICE_ERR_UNSUPPORTED ('tar("URL"): URLs are read by lines, tfrecord and jsonl
+ * only'). */
 int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind, const char *path,
                          char *err, size_t errlen);
 

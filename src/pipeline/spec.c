@@ -13,6 +13,7 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,11 @@ void pipe_spec_free(struct pipe_spec *spec)
     for (size_t i = 0; i < spec->source.ncolumns; i++)
         free(spec->source.columns[i]);
     free(spec->source.columns);
+    for (size_t i = 0; i < spec->source.ninputs; i++)
+        pipe_spec_free(spec->source.inputs[i]);
+    free(spec->source.inputs);
+    free(spec->source.weights);
+    pipe_spec_free(spec->source.choice);
     for (size_t i = 0; i < spec->nops; i++) {
         free(spec->ops[i].fn);
         values_free(spec->ops[i].args, spec->ops[i].nargs);
@@ -147,6 +153,23 @@ int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out)
     cs->stop = ss->stop;
     cs->step = ss->step;
     cs->column = ss->column;
+    cs->seed = ss->seed;
+    cs->stop_on_empty = ss->stop_on_empty;
+    if (ss->ninputs) {
+        if (!(cs->inputs = calloc(ss->ninputs, sizeof(*cs->inputs))))
+            goto fail;
+        for (; cs->ninputs < ss->ninputs; cs->ninputs++)
+            if (pipe_spec_clone(ss->inputs[cs->ninputs], &cs->inputs[cs->ninputs]))
+                goto fail;
+    }
+    if (ss->nweights) {
+        if (!(cs->weights = malloc(ss->nweights * sizeof(*cs->weights))))
+            goto fail;
+        memcpy(cs->weights, ss->weights, ss->nweights * sizeof(*cs->weights));
+        cs->nweights = ss->nweights;
+    }
+    if (ss->choice && pipe_spec_clone(ss->choice, &cs->choice))
+        goto fail;
     if (values_clone(ss->values, ss->nvalues, &cs->values))
         goto fail;
     cs->nvalues = ss->nvalues;
@@ -229,11 +252,29 @@ static bool strs_equal(char *const *a, size_t na, char *const *b, size_t nb)
     return true;
 }
 
+static bool inputs_equal(const struct pipe_source *a, const struct pipe_source *b)
+{
+    if (a->ninputs != b->ninputs || a->stop_on_empty != b->stop_on_empty)
+        return false;
+    for (size_t i = 0; i < a->ninputs; i++)
+        if (!pipe_spec_equal(a->inputs[i], b->inputs[i]))
+            return false;
+    return true;
+}
+
 static bool source_equal(const struct pipe_source *a, const struct pipe_source *b)
 {
     if (a->kind != b->kind)
         return false;
     switch (a->kind) {
+    case PIPE_SRC_SAMPLE:
+        /* Bitwise, as floats in values: the canonical text keeps every bit. */
+        return inputs_equal(a, b) && a->seed == b->seed && a->nweights == b->nweights &&
+               (a->nweights == 0 ||
+                memcmp(a->weights, b->weights, a->nweights * sizeof(*a->weights)) == 0);
+    case PIPE_SRC_CHOOSE:
+        return inputs_equal(a, b) && (a->choice == NULL) == (b->choice == NULL) &&
+               (!a->choice || pipe_spec_equal(a->choice, b->choice));
     case PIPE_SRC_RANGE:
         return a->start == b->start && a->stop == b->stop && a->step == b->step;
     case PIPE_SRC_LIST:
@@ -419,9 +460,58 @@ static void put_strs(struct sink *k, char *const *strs, size_t n)
     }
 }
 
+static void put_source(struct sink *k, const struct pipe_source *s);
+static void put_op(struct sink *k, const struct pipe_op *op);
+
+/* A whole pipeline in parentheses, as a mix's input or choice. */
+static void put_spec(struct sink *k, const struct pipe_spec *spec)
+{
+    put(k, "(", 1);
+    put_source(k, &spec->source);
+    for (size_t i = 0; i < spec->nops; i++) {
+        put(k, " | ", 3);
+        put_op(k, &spec->ops[i]);
+    }
+    put(k, ")", 1);
+}
+
+static void put_float(struct sink *k, double f)
+{
+    struct pipe_value v = {.kind = PIPE_VAL_FLOAT, .f = f};
+    put_value(k, &v);
+}
+
 static void put_source(struct sink *k, const struct pipe_source *s)
 {
     switch (s->kind) {
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
+        puts_(k, s->kind == PIPE_SRC_SAMPLE ? "sample_from_datasets([" : "choose_from_datasets([");
+        for (size_t i = 0; i < s->ninputs; i++) {
+            if (i)
+                put(k, ", ", 2);
+            put_spec(k, s->inputs[i]);
+        }
+        put(k, "], ", 3);
+        if (s->kind == PIPE_SRC_SAMPLE) {
+            put(k, "[", 1);
+            for (size_t i = 0; i < s->nweights; i++) {
+                if (i)
+                    put(k, ", ", 2);
+                put_float(k, s->weights[i]);
+            }
+            put(k, "], ", 3);
+            put_i64(k, s->seed);
+            if (s->stop_on_empty)
+                puts_(k, ", stop_on_empty");
+        } else {
+            if (s->choice)
+                put_spec(k, s->choice);
+            if (!s->stop_on_empty)
+                puts_(k, ", false");
+        }
+        put(k, ")", 1);
+        return;
     case PIPE_SRC_RANGE:
         puts_(k, "range(");
         if (s->start != 0 || s->step != 1) {
@@ -568,9 +658,28 @@ int pipe_spec_format_ops(const struct pipe_spec *spec, size_t from, size_t to, c
     return format_ops(spec, false, from, to, buf, len);
 }
 
+/* Whether a mix never ends: sample_from_datasets while an input with a weight does (every such
+ * input, with stop_on_empty), choose_from_datasets while its choice pipeline does. */
+static bool source_endless(const struct pipe_source *s)
+{
+    if (s->kind == PIPE_SRC_CHOOSE)
+        return s->choice && pipe_spec_endless(s->choice);
+    if (s->kind != PIPE_SRC_SAMPLE)
+        return false;
+    bool any = false, all = true;
+    for (size_t i = 0; i < s->ninputs && i < s->nweights; i++) {
+        if (s->weights[i] <= 0)
+            continue;
+        bool e = pipe_spec_endless(s->inputs[i]);
+        any = any || e;
+        all = all && e;
+    }
+    return s->stop_on_empty ? all && any : any;
+}
+
 bool pipe_spec_endless(const struct pipe_spec *spec)
 {
-    bool endless = false;
+    bool endless = source_endless(&spec->source);
     for (size_t i = 0; i < spec->nops; i++) {
         const struct pipe_op *op = &spec->ops[i];
         if (op->kind == PIPE_OP_REPEAT) {
@@ -613,6 +722,26 @@ uint64_t pipe_range_len(int64_t start, int64_t stop, int64_t step)
 }
 
 /* ---- Source arguments ---------------------------------------------------------------------- */
+
+const char *pipe_mix_problem(const struct pipe_source *src)
+{
+    if (src->ninputs == 0)
+        return "at least one input pipeline";
+    if (src->ninputs > PIPE_MIX_MAX_INPUTS)
+        return "at most 64 input pipelines";
+    if (src->kind == PIPE_SRC_CHOOSE)
+        return src->choice ? NULL : "a choice pipeline";
+    if (src->nweights != src->ninputs)
+        return "one weight per input pipeline";
+    bool any = false;
+    for (size_t i = 0; i < src->nweights; i++) {
+        double w = src->weights[i];
+        if (!isfinite(w) || w < 0)
+            return "weights that are finite numbers >= 0";
+        any = any || w > 0;
+    }
+    return any ? NULL : "at least one weight above 0";
+}
 
 /* A column or field name: 1 to 255 bytes without control characters ("what" names it). */
 static const char *name_problem(const char *s, size_t n, bool column)

@@ -39,9 +39,31 @@ enum pipe_source_kind {
     PIPE_SRC_SNAPSHOT, /* a distributed snapshot: snapshot("DIR"), one split per chunk */
     PIPE_SRC_PARQUET,  /* Parquet files: parquet("GLOB", "COLUMN", ...), one row per element */
     PIPE_SRC_JSONL,    /* JSON Lines files: jsonl("GLOB", "FIELD", ...), one line per element */
-    PIPE_SRC_MEGATRON  /* a Megatron-LM indexed dataset: megatron("PREFIX"), one document per
+    PIPE_SRC_MEGATRON, /* a Megatron-LM indexed dataset: megatron("PREFIX"), one document per
                           element, split by runs of documents */
+    /* sample_from_datasets([(P1), ...], [W1, ...], SEED[, stop_on_empty]): the elements of whole
+     * input pipelines, the input of each output position drawn from (SEED, position, weights,
+     * exhausted inputs) (mix.h) */
+    PIPE_SRC_SAMPLE,
+    /* choose_from_datasets([(P1), ...], (CHOICE)[, stop_on_empty]): the input of each output
+     * position read from the int64 scalars of the choice pipeline */
+    PIPE_SRC_CHOOSE
 };
+
+struct pipe_spec;
+
+/* Bounds of mixing sources: inputs per mix, mixes nested inside inputs (a mix at top level is
+ * depth 1), and pipelines in one whole spec, every input and choice pipeline counted. */
+#define PIPE_MIX_MAX_INPUTS 64
+#define PIPE_MIX_MAX_DEPTH 4
+#define PIPE_MIX_MAX_PIPELINES 256
+
+/* Whether a source of this kind mixes input pipelines (sample_from_datasets,
+ * choose_from_datasets). */
+static inline bool pipe_source_mixes(enum pipe_source_kind kind)
+{
+    return kind == PIPE_SRC_SAMPLE || kind == PIPE_SRC_CHOOSE;
+}
 
 struct pipe_source {
     enum pipe_source_kind kind;
@@ -60,7 +82,15 @@ struct pipe_source {
                        top-level column of the file. JSONL: the fields, 1 to
                        PIPE_MAX_COMPONENTS distinct ones passing pipe_jsonl_field_problem() */
     size_t ncolumns;
-    int column; /* 1-based column in the text it was parsed from, 0 if unknown */
+    /* SAMPLE, CHOOSE: the input pipelines, 1 to PIPE_MIX_MAX_INPUTS of them, each owned */
+    struct pipe_spec **inputs;
+    size_t ninputs;
+    double *weights; /* SAMPLE: one per input, finite, >= 0, not all 0 */
+    size_t nweights;
+    int64_t seed;             /* SAMPLE */
+    struct pipe_spec *choice; /* CHOOSE: the pipeline of input indices, owned */
+    bool stop_on_empty;       /* SAMPLE (default false), CHOOSE (default true), as tf.data */
+    int column;               /* 1-based column in the text it was parsed from, 0 if unknown */
 };
 
 /* Whether a source of this kind reads files, one split per file (tfrecord, lines and tar: the
@@ -143,6 +173,11 @@ struct pipe_spec {
 
 void pipe_spec_free(struct pipe_spec *spec);   /* frees contents and the struct; NULL is fine */
 void pipe_value_release(struct pipe_value *v); /* frees what v points to, not v */
+/* What is wrong with a mixing source's own shape (1 to PIPE_MIX_MAX_INPUTS inputs; for
+ * sample_from_datasets one weight per input, each finite and >= 0, not all 0; for
+ * choose_from_datasets a choice pipeline), as text that completes "expected ...", or NULL when it
+ * is fine. Nesting bounds are the parser's and the decoder's to count. */
+const char *pipe_mix_problem(const struct pipe_source *src);
 /* Deep copy. Returns 0 or SLUICE_ERR_NOMEM (then *out is NULL). */
 int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out);
 /* Structural equality of the pipelines, ignoring columns and the deterministic flag (which the

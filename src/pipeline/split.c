@@ -10,7 +10,9 @@
 #include "pqsrc.h"
 
 #include "common/error.h"
+#include "objurl.h"
 #include "paths.h"
+#include "roots.h"
 #include "snapsrc.h"
 
 #include <inttypes.h>
@@ -100,6 +102,9 @@ int pipe_split_provider_init_confined(struct pipe_split_provider *p, const struc
         plan->per_pass = plan->npaths;
         return 0;
     }
+    case PIPE_SRC_SAMPLE:
+    case PIPE_SRC_CHOOSE:
+        break; /* pipe_dist_analyze refuses a mix */
     }
     return err_set(err, errlen, SLUICE_ERR_INVALID, "unknown source kind %d",
                    (int)spec->source.kind);
@@ -116,6 +121,68 @@ int pipe_source_paths(const struct pipe_source *src, const struct pipe_roots *ro
     return source_entries(src, roots, 0, paths, npaths, err, errlen);
 }
 
+static bool unpinned_s3(const char *glob)
+{
+    return obj_url_scheme(glob) == OBJ_S3 && !obj_is_pinned(glob);
+}
+
+bool pipe_source_needs_pin(const struct pipe_source *src)
+{
+    if (!pipe_source_globs(src->kind))
+        return false;
+    for (size_t i = 0; i < src->nglobs; i++)
+        if (unpinned_s3(src->globs[i]))
+            return true;
+    return false;
+}
+
+int pipe_source_pin(struct pipe_source *src, char *err, size_t errlen)
+{
+    if (!pipe_source_needs_pin(src))
+        return 0;
+    char **out = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < src->nglobs && rc == 0; i++) {
+        char **list = NULL, *one = NULL;
+        size_t nlist = 0;
+        if (unpinned_s3(src->globs[i])) {
+            rc = pipe_glob_expand(&src->globs[i], 1, &list, &nlist, err, errlen);
+        } else if ((one = strdup(src->globs[i]))) {
+            list = &one;
+            nlist = 1;
+        } else {
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        }
+        if (rc == 0 && n + nlist > cap) {
+            size_t ncap = (n + nlist) * 2;
+            char **grown = realloc(out, ncap * sizeof *grown);
+            if (grown) {
+                out = grown;
+                cap = ncap;
+            } else {
+                rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+            }
+        }
+        for (size_t k = 0; k < nlist; k++) {
+            if (rc == 0)
+                out[n++] = list[k];
+            else
+                free(list[k]);
+        }
+        if (list != &one)
+            free(list);
+    }
+    if (rc < 0) {
+        pipe_paths_free(out, n);
+        return rc;
+    }
+    pipe_paths_free(src->globs, src->nglobs);
+    src->globs = out;
+    src->nglobs = n;
+    return 0;
+}
+
 /* pipe_source_paths(), a megatron() source cut into runs of split_size documents (0: the
  * default size for its document count). */
 static int source_entries(const struct pipe_source *src, const struct pipe_roots *roots,
@@ -124,6 +191,12 @@ static int source_entries(const struct pipe_source *src, const struct pipe_roots
 {
     *paths = NULL;
     *npaths = 0;
+    if (src->kind == PIPE_SRC_MEGATRON || src->kind == PIPE_SRC_SNAPSHOT)
+        for (size_t i = 0; i < src->nglobs; i++)
+            if (obj_is_url(src->globs[i]))
+                return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                               "%s(\"%s\"): URLs are read by lines, tfrecord and jsonl only",
+                               pipe_source_name(src->kind), src->globs[i]);
     if (src->kind == PIPE_SRC_MEGATRON) {
         if (src->nglobs != 1)
             return err_set(err, errlen, SLUICE_ERR_INVALID,

@@ -84,4 +84,15 @@ void pipe_split_plan_reads(const struct pipe_spec *spec, struct split_plan *plan
 int pipe_source_paths(const struct pipe_source *src, const struct pipe_roots *roots, char ***paths,
                       size_t *npaths, char *err, size_t errlen);
 
+/* Whether src names objects by an s3:// URL not yet pinned to a listing (objurl.h). */
+bool pipe_source_needs_pin(const struct pipe_source *src);
+
+/* Lists src's s3:// globs once (pipe_glob_expand: one paginated ListObjectsV2 walk each) and
+ * puts the pinned URLs of the objects they match in their place, in sorted order; its other
+ * globs stay as they are. The dispatcher does this when a dataset is registered, so its stored
+ * definition names the objects with their sizes and ETags: workers and plans read those, and
+ * never list. Blocks on the network. Returns 0, or a negative code with the reason in err (src
+ * unchanged). */
+int pipe_source_pin(struct pipe_source *src, char *err, size_t errlen);
+
 #endif

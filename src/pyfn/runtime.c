@@ -322,7 +322,7 @@ static bool location_within(PyObject *loc, const struct pipe_roots *dirs)
         return false;
     }
     char real[PATH_MAX];
-    bool ok = realpath(PyBytes_AS_STRING(b), real) && pipe_roots_contain(dirs, real);
+    bool ok = realpath(PyBytes_AS_STRING(b), real) && pipe_roots_contain_path(dirs, real);
     Py_DECREF(b);
     return ok;
 }

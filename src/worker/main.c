@@ -10,6 +10,7 @@
 #include "common/rpc.h"
 #include "common/security.h"
 #include "common/signals.h"
+#include "pipeline/objstore.h"
 #include "pool.h"
 #include "worker.h"
 
@@ -50,7 +51,14 @@ static const char usage[] =
     "  --data-root DIR       file sources (lines, tfrecord, tar, snapshot chunks) read only\n"
     "                        files within DIR, and snapshot saves write only below it,\n"
     "                        after resolving '..' and symbolic links (repeatable; without\n"
-    "                        any, every file this process can read; set it in production)\n"
+    "                        any, every file this process can read; set it in production);\n"
+    "                        an s3://BUCKET/PREFIX or https://HOST/PREFIX root confines\n"
+    "                        URLs to that prefix, taken as a directory\n"
+    "  --object-retry-ms N   retry an object-store request (s3://, https://) that fails\n"
+    "                        transiently for up to N ms (default 60000)\n"
+    "  --object-range-bytes N\n"
+    "                        bytes per ranged GET of an object (4096 to 1073741824;\n"
+    "                        default 8388608)\n"
     "  --metrics-port P      serve Prometheus metrics at GET /metrics on this port\n"
     "                        (0: any free port); with a token, scrapes must send\n"
     "                        'Authorization: Bearer TOKEN'\n"
@@ -82,6 +90,7 @@ static const char usage[] =
     "failure, 2 on bad usage.\n";
 
 struct args {
+    uint32_t object_retry_ms, object_range_bytes; /* 0: the environment's, else the defaults */
     const char *dispatcher;
     const char *host;
     int port;
@@ -159,6 +168,8 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_PLUGIN,
         O_PYTHON_PATH,
         O_DATA_ROOT,
+        O_OBJ_RETRY,
+        O_OBJ_RANGE,
         O_METRICS,
         O_DRAIN,
         O_MAX_ELEMENT,
@@ -187,6 +198,8 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"plugin", required_argument, NULL, O_PLUGIN},
         {"python-path", required_argument, NULL, O_PYTHON_PATH},
         {"data-root", required_argument, NULL, O_DATA_ROOT},
+        {"object-retry-ms", required_argument, NULL, O_OBJ_RETRY},
+        {"object-range-bytes", required_argument, NULL, O_OBJ_RANGE},
         {"metrics-port", required_argument, NULL, O_METRICS},
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"max-element-bytes", required_argument, NULL, O_MAX_ELEMENT},
@@ -253,6 +266,19 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                 return usage_error("--data-root: expected a directory, got ''");
             if (append(&a->data_roots, &a->ndata_roots, optarg) < 0)
                 return 1;
+            break;
+        case O_OBJ_RETRY:
+            if (parse_number(optarg, 1, OBJ_MAX_RETRY_MS, &v) < 0)
+                return usage_error("--object-retry-ms: expected a number from 1 to %u, got '%s'",
+                                   OBJ_MAX_RETRY_MS, optarg);
+            a->object_retry_ms = (uint32_t)v;
+            break;
+        case O_OBJ_RANGE:
+            if (parse_number(optarg, OBJ_MIN_RANGE_BYTES, OBJ_MAX_RANGE_BYTES, &v) < 0)
+                return usage_error("--object-range-bytes: expected a number from %u to %u, got "
+                                   "'%s'",
+                                   OBJ_MIN_RANGE_BYTES, OBJ_MAX_RANGE_BYTES, optarg);
+            a->object_range_bytes = (uint32_t)v;
             break;
         case O_METRICS:
             if (parse_number(optarg, 0, 65535, &v) < 0)
@@ -446,6 +472,7 @@ int main(int argc, char **argv)
         return rc;
     }
     log_init(PART, a.level);
+    obj_configure(a.object_retry_ms, a.object_range_bytes);
     /* A reader that disconnects mid-reply must cost an error on that connection, not the
      * process. */
     signal(SIGPIPE, SIG_IGN);

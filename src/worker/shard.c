@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/mode.h"
+#include "pipeline/objurl.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,7 +51,8 @@ static int keep_files(struct pipe_spec *c, const struct shard_params *p, char *c
         return SLUICE_ERR_NOMEM;
     size_t k = 0;
     for (size_t i = p->worker_index; i < nfiles; i += p->num_workers) {
-        globs[k] = shard_glob_escape(files[i]);
+        /* A URL is never a pattern here: pinned (listed) or an http(s) URL, taken as written. */
+        globs[k] = obj_is_url(files[i]) ? strdup(files[i]) : shard_glob_escape(files[i]);
         if (!globs[k]) {
             for (size_t j = 0; j < k; j++)
                 free(globs[j]);
@@ -83,6 +85,12 @@ static int append_shard(struct pipe_spec *c, const struct shard_params *p)
 
 static int fill_hints(struct pipe_spec *c, const struct shard_params *p, char *err, size_t errlen)
 {
+    /* The inputs of a mix are pipelines of their own, with hints of their own. */
+    for (size_t i = 0; i < c->source.ninputs; i++) {
+        int rc = fill_hints(c->source.inputs[i], p, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
     for (size_t i = 0; i < c->nops; i++) {
         struct pipe_op *op = &c->ops[i];
         if (op->kind != PIPE_OP_SHARD || !(op->n_is_hint || op->index_is_hint))

@@ -438,8 +438,8 @@ static void test_sources(void **state)
                "dataset definition: source range: expected a nonzero step, found 0");
 
     Sluice__SourceDef *s = src_range(0, 10, 1);
-    s->kind = (Sluice__SourceDef__Kind)9;
-    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 9");
+    s->kind = (Sluice__SourceDef__Kind)11;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 11");
     s = src_range(0, 10, 1);
     s->kind = (Sluice__SourceDef__Kind)-1;
     expect_def(s, NULL, 0, "dataset definition: source: unknown kind -1");
@@ -517,8 +517,8 @@ static void test_sources(void **state)
     s->exts = exts;
     expect_def(s, NULL, 0, "dataset definition: source range: exts belong to tar only");
     s = src_range(0, 0, 0);
-    s->kind = (Sluice__SourceDef__Kind)9;
-    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 9");
+    s->kind = (Sluice__SourceDef__Kind)11;
+    expect_def(s, NULL, 0, "dataset definition: source: unknown kind 11");
 
     /* parquet: patterns, and 0 to 64 distinct columns "NAME" or "NAME=DEFAULT". */
     char *cols[] = {"text", "label=-1", "label", "=1", "x\ny"};

@@ -1,0 +1,881 @@
+/* Objects read over HTTP with libcurl (objstore.h).
+ *
+ * Happy path: obj_open() builds the request URL and credentials, fetches the first range and
+ * keeps its ETag and the size from Content-Range; obj_read() hands out the buffered range and
+ * fetches the next one (If-Match: the ETag) when it is used up. Failure modes: a transient answer
+ * or transport error is retried (fetch()) from the first byte not yet received, with a jittered
+ * exponential backoff, until the request's deadline; a 412 is an object changed since it was
+ * opened; other answers fail at once, naming the status and the server's error text. */
+#include "objstore.h"
+
+#include "common/backoff.h"
+#include "common/error.h"
+#include "common/grow.h"
+
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The largest listing page accepted (a ListObjectsV2 page of 1,000 keys is far smaller). */
+#define LIST_PAGE_MAX (64u << 20)
+/* The backoff between attempts: from 100 ms doubling to at most 5 s, fully jittered. */
+#define BACKOFF_BASE_MS 100u
+#define BACKOFF_MAX_MS 5000u
+/* How much of an error answer's body is kept for its message. */
+#define ERRBODY_MAX 4096u
+/* A connection that moves no byte for this long is given up (and the request retried). */
+#define STALL_S 20L
+/* A cancelled read notices within this long while it waits to retry. */
+#define CANCEL_SLICE_MS 50u
+
+/* ---- Settings and credentials ------------------------------------------------------------ */
+
+struct creds {
+    char key[256]; /* "" for anonymous */
+    char secret[256];
+    char token[4096];
+    char region[64];
+    char endpoint[1024]; /* "" for AWS itself */
+};
+
+static uint64_t env_u64(const char *name, uint64_t dflt, uint64_t lo, uint64_t hi)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return dflt;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return dflt;
+    return x;
+}
+
+/* The settings obj_configure gave (0: none), over the environment's and the defaults. */
+static _Atomic uint32_t cfg_retry_ms, cfg_range_bytes;
+
+void obj_configure(uint32_t retry_ms, uint32_t range_bytes)
+{
+    atomic_store(&cfg_retry_ms, retry_ms);
+    atomic_store(&cfg_range_bytes, range_bytes);
+}
+
+static uint32_t retry_ms_setting(void)
+{
+    uint32_t v = atomic_load(&cfg_retry_ms);
+    return v ? v
+             : (uint32_t)env_u64("SLUICE_OBJECT_RETRY_MS", OBJ_DEFAULT_RETRY_MS, 1,
+                                 OBJ_MAX_RETRY_MS);
+}
+
+static size_t range_setting(void)
+{
+    uint32_t v = atomic_load(&cfg_range_bytes);
+    return v ? v
+             : (size_t)env_u64("SLUICE_OBJECT_RANGE_BYTES", OBJ_DEFAULT_RANGE_BYTES,
+                               OBJ_MIN_RANGE_BYTES, OBJ_MAX_RANGE_BYTES);
+}
+
+static void copy_str(char *dst, size_t len, const char *src)
+{
+    snprintf(dst, len, "%s", src ? src : "");
+}
+
+/* Trims white space at both ends of s in place. */
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Reads the profile's keys from the shared credentials file, if there is one. */
+static void creds_from_file(struct creds *c)
+{
+    char path[1024];
+    const char *file = getenv("AWS_SHARED_CREDENTIALS_FILE");
+    if (file && *file) {
+        copy_str(path, sizeof path, file);
+    } else {
+        const char *home = getenv("HOME");
+        if (!home || !*home)
+            return;
+        snprintf(path, sizeof path, "%s/.aws/credentials", home);
+    }
+    const char *profile = getenv("AWS_PROFILE");
+    if (!profile || !*profile)
+        profile = "default";
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    char line[4096];
+    bool in = false;
+    while (fgets(line, sizeof line, f)) {
+        char *s = trim(line);
+        if (*s == '[') {
+            char *e = strchr(s, ']');
+            if (e) {
+                *e = '\0';
+                in = strcmp(trim(s + 1), profile) == 0;
+            }
+            continue;
+        }
+        char *eq = strchr(s, '=');
+        if (!in || !eq || *s == '#' || *s == ';')
+            continue;
+        *eq = '\0';
+        char *k = trim(s), *v = trim(eq + 1);
+        if (strcmp(k, "aws_access_key_id") == 0)
+            copy_str(c->key, sizeof c->key, v);
+        else if (strcmp(k, "aws_secret_access_key") == 0)
+            copy_str(c->secret, sizeof c->secret, v);
+        else if (strcmp(k, "aws_session_token") == 0)
+            copy_str(c->token, sizeof c->token, v);
+    }
+    fclose(f);
+}
+
+static void creds_load(struct creds *c)
+{
+    memset(c, 0, sizeof *c);
+    const char *k = getenv("AWS_ACCESS_KEY_ID"), *s = getenv("AWS_SECRET_ACCESS_KEY");
+    if (k && *k && s && *s) {
+        copy_str(c->key, sizeof c->key, k);
+        copy_str(c->secret, sizeof c->secret, s);
+        copy_str(c->token, sizeof c->token, getenv("AWS_SESSION_TOKEN"));
+    } else {
+        creds_from_file(c);
+    }
+    const char *region = getenv("AWS_REGION");
+    if (!region || !*region)
+        region = getenv("AWS_DEFAULT_REGION");
+    copy_str(c->region, sizeof c->region, region && *region ? region : "us-east-1");
+    const char *ep = getenv("AWS_ENDPOINT_URL_S3");
+    if (!ep || !*ep)
+        ep = getenv("AWS_ENDPOINT_URL");
+    copy_str(c->endpoint, sizeof c->endpoint, ep);
+    size_t n = strlen(c->endpoint);
+    while (n > 0 && c->endpoint[n - 1] == '/')
+        c->endpoint[--n] = '\0';
+}
+
+/* The request URL of an s3:// object's key (encoded) or, with key NULL, of its bucket. */
+static int s3_base(const struct creds *c, const char *bucket, const char *key, char *out,
+                   size_t outlen)
+{
+    int n = c->endpoint[0]
+                ? snprintf(out, outlen, "%s/%s/", c->endpoint, bucket)
+                : snprintf(out, outlen, "https://%s.s3.%s.amazonaws.com/", bucket, c->region);
+    if (n < 0 || (size_t)n >= outlen)
+        return SLUICE_ERR_TOO_LARGE;
+    return key ? obj_encode(key, strlen(key), true, out, outlen) : 0;
+}
+
+/* ---- curl handles ------------------------------------------------------------------------ */
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static pthread_key_t handle_key;
+static int global_rc;
+
+static void handle_free(void *h)
+{
+    curl_easy_cleanup(h);
+}
+
+static void global_init(void)
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+        pthread_key_create(&handle_key, handle_free) != 0)
+        global_rc = SLUICE_ERR_NOMEM;
+}
+
+/* This thread's handle, reset for a new request; its connection cache survives the reset. */
+static CURL *thread_handle(void)
+{
+    pthread_once(&global_once, global_init);
+    if (global_rc)
+        return NULL;
+    CURL *h = pthread_getspecific(handle_key);
+    if (h) {
+        curl_easy_reset(h);
+        return h;
+    }
+    h = curl_easy_init();
+    if (h && pthread_setspecific(handle_key, h) != 0) {
+        curl_easy_cleanup(h);
+        return NULL;
+    }
+    return h;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000u, (long)(ms % 1000u) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* ---- One request, with retries ------------------------------------------------------------ */
+
+struct req {
+    /* In. */
+    const struct creds *creds; /* NULL: an unsigned http(s) request */
+    const char *url;
+    bool ranged; /* fetch [off, off + want); else the whole answer (a listing) */
+    uint64_t off;
+    size_t want;
+    const char *if_match;            /* "" or NULL: none */
+    const struct obj_cancel *cancel; /* NULL: never cancelled */
+    uint8_t *dst;                    /* ranged: want bytes; else grown in body */
+    /* Out. */
+    size_t got;    /* bytes received into dst (ranged) or body */
+    uint8_t *body; /* unranged: the answer */
+    size_t body_cap;
+    long status;    /* of the last attempt */
+    bool whole;     /* a 200 to a ranged request: the whole object from offset 0 */
+    bool end;       /* 416: off lies at or after the end of the object */
+    uint64_t total; /* from Content-Range "bytes a-b/TOTAL" (or a 200's length) */
+    bool have_total;
+    char etag[256]; /* from the last answer with one */
+    /* Per attempt. */
+    CURL *h;
+    uint64_t cr_start; /* Content-Range's first byte */
+    bool have_cr;
+    bool overflow; /* more bytes than asked for */
+    char errbody[ERRBODY_MAX];
+    size_t errlen;
+};
+
+static size_t on_header(char *data, size_t size, size_t n, void *user)
+{
+    struct req *q = user;
+    size_t len = size * n;
+    char line[512];
+    size_t l = len < sizeof line - 1 ? len : sizeof line - 1;
+    memcpy(line, data, l);
+    line[l] = '\0';
+    while (l > 0 && (line[l - 1] == '\r' || line[l - 1] == '\n'))
+        line[--l] = '\0';
+    if (strncmp(line, "HTTP/", 5) == 0) {
+        /* A new answer (after a redirect, say): forget the last one's headers. */
+        q->have_cr = false;
+    } else if (strncasecmp(line, "etag:", 5) == 0) {
+        copy_str(q->etag, sizeof q->etag, trim(line + 5));
+    } else if (strncasecmp(line, "content-range:", 14) == 0) {
+        unsigned long long a, b, t;
+        if (sscanf(trim(line + 14), "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+            q->cr_start = a;
+            q->have_cr = true;
+            q->total = t;
+            q->have_total = true;
+        }
+    }
+    return len;
+}
+
+static size_t on_body(char *data, size_t size, size_t n, void *user)
+{
+    struct req *q = user;
+    size_t len = size * n;
+    /* The headers are in before the first byte of the body: the status is known. */
+    curl_easy_getinfo(q->h, CURLINFO_RESPONSE_CODE, &q->status);
+    if (q->status < 200 || q->status > 299) {
+        size_t room = sizeof q->errbody - 1 - q->errlen;
+        size_t k = len < room ? len : room;
+        memcpy(q->errbody + q->errlen, data, k);
+        q->errlen += k;
+        q->errbody[q->errlen] = '\0';
+        return len;
+    }
+    if (q->ranged) {
+        if (len > q->want - q->got) {
+            q->overflow = true;
+            return 0;
+        }
+        memcpy(q->dst + q->got, data, len);
+        q->got += len;
+        return len;
+    }
+    if (q->got + len > LIST_PAGE_MAX) {
+        q->overflow = true;
+        return 0;
+    }
+    if (grow_bytes(&q->body, &q->body_cap, q->got + len + 1, 65536) < 0)
+        return 0;
+    memcpy(q->body + q->got, data, len);
+    q->got += len;
+    q->body[q->got] = '\0';
+    return len;
+}
+
+/* Why an attempt ended: done, retry, or fail at once. */
+enum outcome { DONE, RETRY, FAIL };
+
+static bool transient_status(long s)
+{
+    return s == 429 || s == 500 || s == 502 || s == 503 || s == 504;
+}
+
+static bool transient_curl(CURLcode c)
+{
+    switch (c) {
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int status_code(long s)
+{
+    if (s == 404)
+        return SLUICE_ERR_NOT_FOUND;
+    if (s == 401 || s == 403)
+        return SLUICE_ERR_DENIED;
+    if (s == 412)
+        return SLUICE_ERR_CORRUPT;
+    return transient_status(s) ? SLUICE_ERR_UNAVAILABLE : SLUICE_ERR_PROTOCOL;
+}
+
+/* "HTTP 403: CODE: MESSAGE" of the last answer into out. */
+static void status_text(const struct req *q, char *out, size_t outlen)
+{
+    char text[512];
+    obj_error_text(q->errbody, q->errlen, text, sizeof text);
+    snprintf(out, outlen, "HTTP %ld%s%s", q->status, text[0] ? ": " : "", text);
+}
+
+static bool cancelled(const struct obj_cancel *c)
+{
+    return c && c->cancelled && c->cancelled(c->arg);
+}
+
+/* libcurl's progress callback: a cancelled read ends its transfer at once. */
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    return cancelled(((struct req *)user)->cancel) ? 1 : 0;
+}
+
+/* Sleeps ms, in slices short enough that a cancelled read stops within CANCEL_SLICE_MS. Returns
+ * false when cancelled. */
+static bool sleep_unless_cancelled(uint32_t ms, const struct obj_cancel *c)
+{
+    while (ms > 0) {
+        if (cancelled(c))
+            return false;
+        uint32_t d = ms < CANCEL_SLICE_MS ? ms : CANCEL_SLICE_MS;
+        sleep_ms(d);
+        ms -= d;
+    }
+    return !cancelled(c);
+}
+
+/* One attempt of q from q->got on. Returns its outcome; why holds the reason when it is not
+ * DONE, *code the error code for FAIL. */
+static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why, size_t whylen,
+                            int *code)
+{
+    struct curl_slist *hdrs = NULL;
+    char line[4200];
+    q->status = 0;
+    q->errlen = 0;
+    q->errbody[0] = '\0';
+    q->have_cr = false;
+    q->overflow = false;
+    if (q->ranged) {
+        snprintf(line, sizeof line, "Range: bytes=%" PRIu64 "-%" PRIu64, q->off + q->got,
+                 q->off + q->want - 1);
+        hdrs = curl_slist_append(hdrs, line);
+    } else {
+        q->got = 0;
+    }
+    if (q->if_match && q->if_match[0]) {
+        snprintf(line, sizeof line, "If-Match: %s", q->if_match);
+        hdrs = curl_slist_append(hdrs, line);
+    }
+    const char *ca = getenv("AWS_CA_BUNDLE");
+    if (!ca || !*ca)
+        ca = getenv("CURL_CA_BUNDLE");
+    curl_easy_setopt(h, CURLOPT_URL, q->url);
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, STALL_S);
+    uint64_t now = now_ms();
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(deadline > now ? deadline - now : 1));
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, q);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, q);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "sluice");
+    if (q->cancel) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
+    if (ca && *ca)
+        curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    if (q->creds && q->creds->key[0]) {
+        char sigv4[128];
+        snprintf(sigv4, sizeof sigv4, "aws:amz:%s:s3", q->creds->region);
+        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4);
+        curl_easy_setopt(h, CURLOPT_USERNAME, q->creds->key);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, q->creds->secret);
+        /* A GET has no payload: the SHA-256 of nothing. */
+        hdrs = curl_slist_append(
+            hdrs, "x-amz-content-sha256: "
+                  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        if (q->creds->token[0]) {
+            snprintf(line, sizeof line, "x-amz-security-token: %s", q->creds->token);
+            hdrs = curl_slist_append(hdrs, line);
+        }
+    }
+    if (!q->creds) {
+        /* A plain http(s) URL may redirect (to a CDN, say); a loop ends after a few hops. */
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+        curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    q->h = h;
+    size_t before = q->got;
+    CURLcode cc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &q->status);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_slist_free_all(hdrs);
+    *code = 0;
+    if (q->overflow) {
+        if (q->status == 200)
+            snprintf(why, whylen,
+                     "the server ignores Range requests (HTTP 200 with more than the %zu bytes "
+                     "asked for); an object larger than --object-range-bytes cannot be read from "
+                     "it",
+                     q->want);
+        else
+            snprintf(why, whylen, "the server sent more bytes than asked for");
+        *code = SLUICE_ERR_PROTOCOL;
+        return FAIL;
+    }
+    if (q->status >= 200 && q->status <= 299 && q->ranged) {
+        if (q->status == 200 || !q->have_cr) {
+            /* The server ignores Range: acceptable only for the whole object from offset 0. */
+            if (q->off != 0 || before != 0) {
+                snprintf(why, whylen, "the server ignored a Range request (HTTP %ld)", q->status);
+                *code = SLUICE_ERR_PROTOCOL;
+                return FAIL;
+            }
+            if (cc == CURLE_OK) {
+                q->whole = true;
+                q->total = q->got;
+                q->have_total = true;
+                return DONE;
+            }
+        } else if (q->cr_start != q->off + before) {
+            snprintf(why, whylen, "the server answered bytes from %" PRIu64 ", asked for %" PRIu64,
+                     q->cr_start, q->off + before);
+            *code = SLUICE_ERR_PROTOCOL;
+            return FAIL;
+        }
+    }
+    if (cc == CURLE_ABORTED_BY_CALLBACK) {
+        snprintf(why, whylen, "cancelled");
+        *code = SLUICE_ERR_CANCELLED;
+        return FAIL;
+    }
+    if (cc != CURLE_OK) {
+        /* The body callback stops a transfer on a full list page or out of memory. */
+        if (cc == CURLE_WRITE_ERROR) {
+            snprintf(why, whylen, "%s",
+                     q->got + 1 > LIST_PAGE_MAX ? "answer too large" : "out of memory");
+            *code = SLUICE_ERR_NOMEM;
+            return FAIL;
+        }
+        snprintf(why, whylen, "%s", curl_easy_strerror(cc));
+        if (transient_curl(cc))
+            return RETRY;
+        *code = cc == CURLE_TOO_MANY_REDIRECTS ? SLUICE_ERR_PROTOCOL : SLUICE_ERR_UNAVAILABLE;
+        return FAIL;
+    }
+    if (q->status == 416 && q->ranged) {
+        q->end = true;
+        return DONE;
+    }
+    if (q->status < 200 || q->status > 299) {
+        status_text(q, why, whylen);
+        if (transient_status(q->status))
+            return RETRY;
+        *code = status_code(q->status);
+        return FAIL;
+    }
+    if (q->ranged && q->got < q->want && q->have_total && q->off + q->got < q->total) {
+        snprintf(why, whylen, "the answer ended after %zu of its bytes", q->got - before);
+        return RETRY;
+    }
+    return DONE;
+}
+
+/* Runs q to completion, retrying transient failures until the deadline. Returns 0 or a negative
+ * code with the reason in err. */
+static int fetch(struct req *q, char *err, size_t errlen)
+{
+    CURL *h = thread_handle();
+    if (!h)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "libcurl: cannot make a handle");
+    uint32_t retry_ms = retry_ms_setting();
+    uint64_t start = now_ms(), deadline = start + retry_ms;
+    uint64_t rnd = start ^ (uint64_t)(uintptr_t)q ^ ((uint64_t)(uintptr_t)h << 17);
+    char why[600];
+    for (uint32_t n = 0;; n++) {
+        int code = 0;
+        enum outcome o = attempt(h, q, deadline, why, sizeof why, &code);
+        if (o == DONE)
+            return 0;
+        if (o == FAIL)
+            return err_set(err, errlen, code, "%s", why);
+        uint32_t delay = backoff_delay(n, BACKOFF_BASE_MS, BACKOFF_MAX_MS, backoff_random(&rnd));
+        uint64_t now = now_ms();
+        if (now + delay >= deadline)
+            return err_set(err, errlen,
+                           q->status && transient_status(q->status) ? SLUICE_ERR_UNAVAILABLE
+                                                                    : SLUICE_ERR_TIMEOUT,
+                           "%s (gave up after %u attempts in %" PRIu64 " ms)", why, n + 1,
+                           now - start);
+        if (!sleep_unless_cancelled(delay, q->cancel))
+            return err_set(err, errlen, SLUICE_ERR_CANCELLED, "cancelled");
+    }
+}
+
+/* ---- Readers ----------------------------------------------------------------------------- */
+
+struct obj_reader {
+    char *url;     /* as the source names it */
+    char *req_url; /* the request URL */
+    bool s3;
+    struct creds creds;
+    struct obj_cancel cancel; /* cancelled NULL: never */
+    size_t range;             /* bytes per GET */
+    char etag[256];           /* from the first answer; "" when the server sends none */
+    uint64_t size;
+    /* buf[0, len) holds the object's bytes from buf_off; pos is the next one to hand out. */
+    uint8_t *buf;
+    size_t len, pos;
+    uint64_t buf_off;
+};
+
+const char *obj_url(const struct obj_reader *r)
+{
+    return r->url;
+}
+
+uint64_t obj_size(const struct obj_reader *r)
+{
+    return r->size;
+}
+
+void obj_close(struct obj_reader *r)
+{
+    if (!r)
+        return;
+    free(r->url);
+    free(r->req_url);
+    free(r->buf);
+    /* The secret must not linger in freed memory. */
+    memset(&r->creds, 0, sizeof r->creds);
+    free(r);
+}
+
+static void req_init(struct req *q, struct obj_reader *r, uint64_t off, size_t want, void *dst)
+{
+    memset(q, 0, sizeof *q);
+    q->creds = r->s3 ? &r->creds : NULL;
+    q->url = r->req_url;
+    q->ranged = true;
+    q->off = off;
+    q->want = want;
+    q->dst = dst;
+    q->if_match = r->etag;
+    q->cancel = &r->cancel;
+}
+
+/* Fetches the range at off into r->buf. */
+static int fill(struct obj_reader *r, uint64_t off, char *err, size_t errlen)
+{
+    struct req q;
+    size_t want = r->range;
+    if (r->size && off < r->size && r->size - off < want)
+        want = (size_t)(r->size - off);
+    char why[1024];
+    req_init(&q, r, off, want, r->buf);
+    int rc = fetch(&q, why, sizeof why);
+    if (rc == SLUICE_ERR_CORRUPT)
+        return err_set(err, errlen, rc, "changed while being read (ETag %s at open): %s", r->etag,
+                       why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s", why);
+    r->buf_off = off;
+    r->len = q.end ? 0 : q.got;
+    r->pos = 0;
+    return 0;
+}
+
+int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader **out, char *err,
+             size_t errlen)
+{
+    *out = NULL;
+    char why[1024];
+    struct obj_pin pin;
+    obj_pin_parse(url, &pin);
+    struct obj_reader *r = calloc(1, sizeof *r);
+    if (!r || !(r->url = strndup(url, pin.url_len))) {
+        free(r);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: out of memory", url);
+    }
+    int rc = obj_url_check(r->url, err, errlen);
+    if (rc < 0) {
+        obj_close(r);
+        return rc;
+    }
+    url = r->url;
+    if (cancel)
+        r->cancel = *cancel;
+    if (pin.pinned)
+        copy_str(r->etag, sizeof r->etag, pin.etag);
+    r->range = range_setting();
+    r->s3 = obj_url_scheme(url) == OBJ_S3;
+    char req_url[8192];
+    if (r->s3) {
+        struct obj_s3_url u;
+        creds_load(&r->creds);
+        rc = obj_s3_url_parse(url, &u);
+        if (rc == 0) {
+            req_url[0] = '\0';
+            rc = s3_base(&r->creds, u.bucket, u.key, req_url, sizeof req_url);
+            obj_s3_url_free(&u);
+        }
+    } else {
+        copy_str(req_url, sizeof req_url, url);
+    }
+    if (rc == 0 && !(r->req_url = strdup(req_url)))
+        rc = SLUICE_ERR_NOMEM;
+    if (rc == 0 && !(r->buf = malloc(r->range)))
+        rc = SLUICE_ERR_NOMEM;
+    if (rc < 0) {
+        rc = err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
+        obj_close(r);
+        return rc;
+    }
+    struct req q;
+    req_init(&q, r, 0, r->range, r->buf);
+    rc = fetch(&q, why, sizeof why);
+    if (rc == SLUICE_ERR_CORRUPT && pin.pinned) {
+        rc = err_set(err, errlen, rc, "%s: changed since it was listed (ETag %s then): %s", url,
+                     r->etag, why);
+        obj_close(r);
+        return rc;
+    }
+    if (rc < 0) {
+        rc = err_set(err, errlen, rc, "%s: %s", url, why);
+        obj_close(r);
+        return rc;
+    }
+    if (!pin.pinned || !r->etag[0])
+        copy_str(r->etag, sizeof r->etag, q.etag);
+    r->len = q.end ? 0 : q.got;
+    r->size = q.end ? 0 : q.have_total ? q.total : q.got;
+    if (pin.pinned && r->size != pin.size) {
+        rc = err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                     "%s: changed since it was listed (%" PRIu64 " bytes then, %" PRIu64 " now)",
+                     url, pin.size, r->size);
+        obj_close(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+ssize_t obj_read(struct obj_reader *r, void *dst, size_t len, char *err, size_t errlen)
+{
+    if (r->pos == r->len) {
+        uint64_t next = r->buf_off + r->len;
+        if (next >= r->size || len == 0)
+            return 0;
+        int rc = fill(r, next, err, errlen);
+        if (rc < 0)
+            return rc;
+        if (r->len == 0)
+            return err_set(err, errlen, SLUICE_ERR_TRUNCATED,
+                           "the object ended at %" PRIu64 " of its %" PRIu64 " bytes", next,
+                           r->size);
+    }
+    size_t n = r->len - r->pos;
+    if (n > len)
+        n = len;
+    memcpy(dst, r->buf + r->pos, n);
+    r->pos += n;
+    return (ssize_t)n;
+}
+
+int obj_pread(struct obj_reader *r, void *dst, size_t len, uint64_t off, char *err, size_t errlen)
+{
+    if (off > r->size || r->size - off < len)
+        return err_set(err, errlen, SLUICE_ERR_TRUNCATED,
+                       "%zu bytes at offset %" PRIu64 " lie beyond the object's %" PRIu64, len, off,
+                       r->size);
+    if (len == 0)
+        return 0;
+    if (off >= r->buf_off && off + len <= r->buf_off + r->len) {
+        memcpy(dst, r->buf + (off - r->buf_off), len);
+        return 0;
+    }
+    struct req q;
+    char why[1024];
+    req_init(&q, r, off, len, dst);
+    int rc = fetch(&q, why, sizeof why);
+    if (rc == SLUICE_ERR_CORRUPT)
+        return err_set(err, errlen, rc, "changed while being read (ETag %s at open): %s", r->etag,
+                       why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s", why);
+    if (rc == 0 && q.got != len)
+        rc = err_set(err, errlen, SLUICE_ERR_TRUNCATED, "the object ended early");
+    return rc;
+}
+
+/* ---- Listing ----------------------------------------------------------------------------- */
+
+static int append_url(char ***urls, size_t *n, size_t *cap, const char *bucket,
+                      const struct obj_entry *e)
+{
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        char **nu = realloc(*urls, ncap * sizeof *nu);
+        if (!nu)
+            return SLUICE_ERR_NOMEM;
+        *urls = nu;
+        *cap = ncap;
+    }
+    char *url = NULL;
+    if (asprintf(&url, "s3://%s/%s", bucket, e->key) < 0)
+        return SLUICE_ERR_NOMEM;
+    int rc = obj_pin_format(url, e->size, e->etag, &(*urls)[*n]);
+    free(url);
+    if (rc < 0)
+        return rc;
+    (*n)++;
+    return 0;
+}
+
+int obj_glob(const char *url, char ***urls, size_t *n, size_t *cap, char *err, size_t errlen)
+{
+    int rc = obj_url_check(url, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (obj_url_scheme(url) != OBJ_S3)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: only s3:// URLs are listed", url);
+    struct obj_s3_url u;
+    if ((rc = obj_s3_url_parse(url, &u)) < 0)
+        return err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
+    struct creds *c = calloc(1, sizeof *c);
+    char *base = malloc(8192), *req_url = malloc(16384);
+    char *token = NULL, why[1024];
+    struct obj_entry *entries = NULL;
+    size_t nentries = 0, ecap = 0;
+    int added = 0;
+    if (!c || !base || !req_url) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: out of memory", url);
+        goto out;
+    }
+    creds_load(c);
+    base[0] = '\0';
+    size_t plen = obj_glob_prefix_len(u.key);
+    if ((rc = s3_base(c, u.bucket, NULL, base, 8192)) < 0) {
+        rc = err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
+        goto out;
+    }
+    /* One walk: the pages of ListObjectsV2 over the literal prefix, its query in the canonical
+     * (sorted) order that the signature covers. */
+    do {
+        struct req q = {.creds = c, .url = req_url};
+        snprintf(req_url, 16384, "%s?", base);
+        if (token) {
+            strcat(req_url, "continuation-token=");
+            rc = obj_encode(token, strlen(token), false, req_url, 16384);
+            strcat(req_url, "&");
+        }
+        strcat(req_url, "list-type=2&prefix=");
+        if (rc == 0)
+            rc = obj_encode(u.key, plen, false, req_url, 16384);
+        if (rc < 0) {
+            rc = err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
+            goto out;
+        }
+        rc = fetch(&q, why, sizeof why);
+        free(token);
+        token = NULL;
+        if (rc == 0) {
+            size_t first = nentries;
+            rc = obj_list_parse((const char *)q.body, q.got, &entries, &nentries, &ecap, &token,
+                                why, sizeof why);
+            for (size_t i = first; rc == 0 && i < nentries; i++) {
+                if (fnmatch(u.key, entries[i].key, FNM_PATHNAME) != 0)
+                    continue;
+                if ((rc = append_url(urls, n, cap, u.bucket, &entries[i])) < 0)
+                    snprintf(why, sizeof why, "out of memory");
+                else
+                    added++;
+            }
+        }
+        free(q.body);
+        if (rc < 0) {
+            rc = err_set(err, errlen, rc, "%s: %s", url, why);
+            goto out;
+        }
+        obj_entries_free(entries, nentries);
+        entries = NULL;
+        nentries = ecap = 0;
+    } while (token);
+    rc = added;
+out:
+    obj_entries_free(entries, nentries);
+    free(token);
+    free(base);
+    free(req_url);
+    if (c)
+        memset(c, 0, sizeof *c);
+    free(c);
+    obj_s3_url_free(&u);
+    return rc;
+}

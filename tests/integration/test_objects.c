@@ -1,0 +1,486 @@
+/* s3:// and https:// sources against an S3-compatible server on 127.0.0.1 (s3rver, filled by the
+ * AWS SDK for JavaScript) behind the tests' relay (tests/npm/s3_relay.mjs), which checks SigV4
+ * signatures and If-Match as S3 does, counts requests and injects faults.
+ *
+ * lines, tfrecord and jsonl over s3:// read element for element what the same files on local disk
+ * read (gzip included, global_shuffle included); distributed_epoch on 3 workers delivers each
+ * element exactly once after one listing walk; 5 % 503s, 1 % resets mid-body and a 2 s stall
+ * lose and duplicate nothing; https with the tests' CA reads the same; and the refusals are
+ * one-line errors: outside the data roots, a wrong secret key (the server's 403 text), a missing
+ * object, a bad scheme, an object replaced while it is read. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "pipeline/files.h"
+#include "lib/cluster.h"
+#include "lib/file.h"
+#include "lib/proc.h"
+#include "lib/tmp.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define LINE_FILES 6
+#define LINES 20000
+#define TOTAL_LINES (LINE_FILES * LINES + LINES) /* and one gzip file */
+#define RUN_MS 60000
+
+static char data[512], certs[600];
+static struct proc relay, relay_tls;
+static char endpoint[200], endpoint_tls[200];
+
+static const char *const dispatcher_flags[] = {
+    "--worker-timeout-ms", "1000", "--log-level", "warn", "--data-root",
+    NULL /* set below */,  NULL};
+static const char *dispatcher_args[7];
+static const char *worker_args[] = {"--data-root", NULL, NULL};
+static char root_url[] = "s3://bkt/data";
+
+static void mkdirs(const char *path)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void write_data(void)
+{
+    char dir[600], path[700], line[64];
+    snprintf(data, sizeof data, "%s/s3", tmp_dir());
+    snprintf(dir, sizeof dir, "%s/bkt/data", data);
+    mkdirs(dir);
+    for (int f = 0; f < LINE_FILES; f++) {
+        snprintf(path, sizeof path, "%s/lines-%d.txt", dir, f);
+        FILE *o = fopen(path, "w");
+        assert_non_null(o);
+        for (int i = 0; i < LINES; i++)
+            fprintf(o, "%d\n", f * LINES + i);
+        fclose(o);
+    }
+    snprintf(path, sizeof path, "%s/lines-%d.txt.gz", dir, LINE_FILES);
+    gzFile g = gzopen(path, "wb");
+    assert_non_null(g);
+    for (int i = 0; i < LINES; i++)
+        gzprintf(g, "%d\n", LINE_FILES * LINES + i);
+    gzclose(g);
+    for (int f = 0; f < 3; f++) {
+        snprintf(path, sizeof path, "%s/rec-%d.tfrecord", dir, f);
+        FILE *o = fopen(path, "wb");
+        assert_non_null(o);
+        for (int i = 0; i < 100 + f * 50; i++) {
+            int n = snprintf(line, sizeof line, "record %d.%d", f, i);
+            assert_int_equal(pipe_tfrecord_write(o, line, (size_t)n), 0);
+        }
+        fclose(o);
+        snprintf(path, sizeof path, "%s/js-%d.jsonl", dir, f);
+        o = fopen(path, "w");
+        assert_non_null(o);
+        for (int i = 0; i < 50; i++)
+            fprintf(o, "{\"id\": %d, \"text\": \"doc %d of %d\", \"v\": [%d, %d]}\n", i, i, f, i,
+                    f);
+        fclose(o);
+    }
+    /* Outside the root "s3://bkt/data", though its name begins alike. */
+    snprintf(dir, sizeof dir, "%s/bkt/dataX", data);
+    mkdirs(dir);
+    file_write_in(dir, "x.txt", "secret\n");
+    /* An object read slowly while it is replaced: 40 ranges of 4 KiB. */
+    snprintf(dir, sizeof dir, "%s/bkt/big", data);
+    mkdirs(dir);
+    snprintf(path, sizeof path, "%s/big.txt", dir);
+    FILE *o = fopen(path, "w");
+    assert_non_null(o);
+    for (int i = 0; i < 20000; i++)
+        fprintf(o, "%07d\n", i);
+    fclose(o);
+    /* An object replaced after it is listed and before it is read. */
+    snprintf(dir, sizeof dir, "%s/bkt/data/mut", data);
+    mkdirs(dir);
+    file_write_in(dir, "v.txt", "the first version\n");
+    /* A bucket anyone may read, for plain https:// URLs. */
+    snprintf(dir, sizeof dir, "%s/public", data);
+    mkdirs(dir);
+    file_write_in(dir, "p.txt", "alpha\nbeta\ngamma\n");
+}
+
+static int start_relay(struct proc *p, char *addr_out, size_t len, bool tls)
+{
+    char cert[700], key[700];
+    snprintf(cert, sizeof cert, "%s/node.pem", certs);
+    snprintf(key, sizeof key, "%s/node.key", certs);
+    char *argv[] = {SLUICE_NODE, SLUICE_SOURCE_DIR "/tests/npm/s3_relay.mjs",
+                    data,        "S3RVER",
+                    "S3RVER",    tls ? "--tls" : NULL,
+                    cert,        key,
+                    NULL};
+    if (proc_start(p, argv, 60000) < 0)
+        return -1;
+    const char *port = strrchr(p->addr, ':');
+    snprintf(addr_out, len, "%s://%s%s", tls ? "https" : "http", tls ? "localhost" : "127.0.0.1",
+             port ? port : ":0");
+    return 0;
+}
+
+static int setup(void **state)
+{
+    write_data();
+    snprintf(certs, sizeof certs, "%s/certs", tmp_dir());
+    char *mk[] = {SLUICE_SOURCE_DIR "/tests/integration/make_certs.sh", certs, NULL};
+    if (run_cmd(mk, 60000, NULL, NULL) != 0)
+        return -1;
+    if (start_relay(&relay, endpoint, sizeof endpoint, false) < 0 ||
+        start_relay(&relay_tls, endpoint_tls, sizeof endpoint_tls, true) < 0)
+        return -1;
+    char ca[700];
+    snprintf(ca, sizeof ca, "%s/ca.pem", certs);
+    setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+    setenv("AWS_REGION", "us-east-1", 1);
+    setenv("AWS_ENDPOINT_URL", endpoint, 1);
+    setenv("AWS_CA_BUNDLE", ca, 1);
+    /* Many ranges per object, so faults and resumption happen inside objects. */
+    setenv("SLUICE_OBJECT_RANGE_BYTES", "4096", 1);
+    setenv("SLUICE_OBJECT_RETRY_MS", "20000", 1);
+    memcpy(dispatcher_args, dispatcher_flags, sizeof dispatcher_flags);
+    dispatcher_args[5] = root_url;
+    worker_args[1] = root_url;
+    struct cluster *c = cluster_new(dispatcher_args, worker_args, 1, 0);
+    if (!c)
+        return -1;
+    cluster_add_workers(c, 3);
+    *state = c;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    int rc = cluster_teardown(state);
+    proc_stop(&relay, SIGTERM, 5000);
+    proc_stop(&relay_tls, SIGTERM, 5000);
+    return rc;
+}
+
+/* `sluice run PIPELINE`: stdout (malloc'd), stderr in *err when err is not NULL. */
+static char *run(const char *pipeline, int want_rc, char **err)
+{
+    char *argv[] = {(char *)bin_path("sluice"), "run", (char *)pipeline, NULL};
+    char *out = NULL, *e = NULL;
+    int rc = run_cmd(argv, RUN_MS, &out, &e);
+    if (rc != want_rc)
+        fprintf(stderr, "sluice run %s: exit %d, want %d\n%s", pipeline, rc, want_rc, e);
+    assert_int_equal(rc, want_rc);
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return out;
+}
+
+/* A relay's counters (GET /__relay/stats), or a control call. */
+static char *relay_call(const char *base, const char *what, bool post)
+{
+    char url[400];
+    snprintf(url, sizeof url, "%s/__relay/%s", base, what);
+    char *argv[] = {"/usr/bin/curl",       "-sS", "--max-time", "10", "-X",
+                    post ? "POST" : "GET", url,   NULL};
+    char *out = NULL;
+    assert_int_equal(run_cmd(argv, 15000, &out, NULL), 0);
+    return out;
+}
+
+static long stat_of(const char *json, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *at = strstr(json, key);
+    assert_non_null(at);
+    return strtol(at + strlen(key), NULL, 10);
+}
+
+/* The pipeline text fmt with its "@" replaced by where. */
+static char *pipeline(const char *fmt, const char *where)
+{
+    const char *at = strchr(fmt, '@');
+    assert_non_null(at);
+    char *p = NULL;
+    assert_true(asprintf(&p, "%.*s%s%s", (int)(at - fmt), fmt, where, at + 1) > 0);
+    return p;
+}
+
+/* The same pipeline over s3:// and over the local copy: the same text. */
+static void expect_same(const char *fmt)
+{
+    char local[700];
+    snprintf(local, sizeof local, "%s/bkt/data", data);
+    char *ps = pipeline(fmt, root_url), *pl = pipeline(fmt, local);
+    char *a = run(ps, 0, NULL), *b = run(pl, 0, NULL);
+    assert_true(strlen(b) > 0);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    free(ps);
+    free(pl);
+}
+
+static void test_same_as_local(void **state)
+{
+    (void)state;
+    expect_same("lines(\"@/lines-*\")");
+    expect_same("lines(\"@/lines-*\") | global_shuffle(7)");
+    expect_same("tfrecord(\"@/rec-*.tfrecord\")");
+    expect_same("jsonl(\"@/js-*.jsonl\", \"text\", \"id\", \"v\")");
+}
+
+/* Sorted lines of text, for comparing multisets. */
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static char *sorted(const char *text)
+{
+    char *copy = strdup(text);
+    size_t n = 0, cap = 1024;
+    char **lines = malloc(cap * sizeof *lines);
+    for (char *s = strtok(copy, "\n"); s; s = strtok(NULL, "\n")) {
+        if (n == cap)
+            lines = realloc(lines, (cap *= 2) * sizeof *lines);
+        lines[n++] = s;
+    }
+    qsort(lines, n, sizeof *lines, cmp_str);
+    size_t len = strlen(text) + 2, at = 0;
+    char *out = calloc(1, len);
+    for (size_t i = 0; i < n; i++)
+        at += (size_t)snprintf(out + at, len - at, "%s\n", lines[i]);
+    free(lines);
+    free(copy);
+    return out;
+}
+
+static void expect_distributed(struct cluster *c, const char *fmt)
+{
+    char local[700];
+    snprintf(local, sizeof local, "%s/bkt/data", data);
+    char *ps = pipeline(fmt, root_url), *pl = pipeline(fmt, local);
+    char *want = run(pl, 0, NULL);
+    char *got = cluster_run(c, 0, NULL, "read", ps, "--mode", "distributed_epoch", NULL);
+    char *a = sorted(got), *b = sorted(want);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    free(got);
+    free(want);
+    free(ps);
+    free(pl);
+}
+
+/* distributed_epoch on 3 workers: each element exactly once, one listing walk for the job. */
+static void test_distributed(void **state)
+{
+    struct cluster *c = *state;
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    char *p = pipeline("lines(\"@/lines-*\")", root_url);
+    char *out = cluster_run(c, 0, NULL, "read", p, "--mode", "distributed_epoch", NULL);
+    struct tally t = tally_range(out, TOTAL_LINES);
+    print_tally("distributed_epoch over s3://", t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(out);
+    free(p);
+    s = relay_call(endpoint, "stats", false);
+    /* One page lists the 7 files: one walk, by the dispatcher, whatever the workers. */
+    assert_int_equal(stat_of(s, "list"), 1);
+    free(s);
+    expect_distributed(c, "tfrecord(\"@/rec-*.tfrecord\")");
+    expect_distributed(c, "jsonl(\"@/js-*.jsonl\", \"id\", \"text\")");
+}
+
+/* parallel_epochs on 3 workers: each worker's copy complete, after one listing walk by the
+ * dispatcher and none by the workers. */
+static void test_parallel_listed_once(void **state)
+{
+    struct cluster *c = *state;
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    char *p = pipeline("lines(\"@/lines-*\")", root_url);
+    char *out = cluster_run(c, 0, NULL, "read", p, "--mode", "parallel_epochs", NULL);
+    char *got = sorted(out), *want = expected_range(TOTAL_LINES, 3);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+    s = relay_call(endpoint, "stats", false);
+    printf("    parallel_epochs, 3 workers: relay %s\n", s);
+    assert_int_equal(stat_of(s, "list"), 1);
+    free(s);
+    free(p);
+}
+
+/* An object replaced between the dispatcher's listing and a worker's read: an error naming it
+ * (the worker's first request carries the listed ETag). */
+static void test_changed_after_listing(void **state)
+{
+    struct cluster *c = *state;
+    char *id = NULL, *err = NULL;
+    assert_int_equal(
+        cluster_cli(c, &id, &err, "register", "lines(\"s3://bkt/data/mut/v.txt\")", NULL), 0);
+    free(err);
+    id[strcspn(id, "\n")] = '\0';
+    char *s = relay_call(endpoint, "replace?key=bkt/data/mut/v.txt", true);
+    free(s);
+    char *out = cluster_run(c, 1, &err, "read", "--dataset-id", id, NULL);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "s3://bkt/data/mut/v.txt: changed since it was listed ("));
+    assert_null(strstr(err, "#object="));
+    free(err);
+    free(out);
+    free(id);
+}
+
+/* 5 % 503s, 1 % resets mid-body and one 2 s stall: nothing lost, nothing duplicated. */
+static void test_faults(void **state)
+{
+    struct cluster *c = *state;
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    s = relay_call(endpoint, "faults?p503=0.05&preset=0.01&stall=2000&seed=11", true);
+    free(s);
+    char *p = pipeline("lines(\"@/lines-*\")", root_url);
+    char *out = cluster_run(c, 0, NULL, "read", p, "--mode", "distributed_epoch", NULL);
+    struct tally t = tally_range(out, TOTAL_LINES);
+    print_tally("with faults", t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(out);
+    free(p);
+    s = relay_call(endpoint, "stats", false);
+    printf("    relay: %s\n", s);
+    assert_int_equal(stat_of(s, "stall"), 1);
+    assert_true(stat_of(s, "s503") > 0);
+    free(s);
+    s = relay_call(endpoint, "reset", true);
+    free(s);
+}
+
+/* The message of a failed `sluice run`, its only line. */
+static void expect_error(const char *pipeline_text, const char *want)
+{
+    char *err = NULL;
+    char *out = run(pipeline_text, 1, &err);
+    if (strcmp(err, want) != 0)
+        fprintf(stderr, "got:  %swant: %s", err, want);
+    assert_string_equal(err, want);
+    free(err);
+    free(out);
+}
+
+static void test_refusals(void **state)
+{
+    struct cluster *c = *state;
+    /* Outside the cluster's data roots: refused at registration. */
+    char *err = NULL;
+    char *out = cluster_run(c, 1, &err, "read", "lines(\"s3://bkt/dataX/x.txt\")", NULL);
+    assert_non_null(strstr(err, "lines(\"s3://bkt/dataX/x.txt\"): s3://bkt/dataX/x.txt is outside "
+                                "the data roots (s3://bkt/data)"));
+    free(err);
+    free(out);
+    out = cluster_run(c, 1, &err, "read", "lines(\"s3://bkt/data*/x.txt\")", NULL);
+    assert_non_null(strstr(err, "is outside the data roots (s3://bkt/data)"));
+    free(err);
+    free(out);
+    /* A missing object, a missing bucket, a bad scheme. */
+    expect_error("lines(\"s3://bkt/data/none.txt\")",
+                 "sluice: open: no object matches 's3://bkt/data/none.txt'\n");
+    expect_error("lines(\"s3://nobucket/a*.txt\")",
+                 "sluice: open: s3://nobucket/a*.txt: HTTP 404: NoSuchBucket: The specified "
+                 "bucket does not exist\n");
+    expect_error("lines(\"ftp://bkt/data/x.txt\")",
+                 "sluice: open: ftp://bkt/data/x.txt: unsupported URL scheme 'ftp' (expected "
+                 "s3://, https:// or http://)\n");
+    /* A wrong secret key: the server's 403, in one line. */
+    setenv("AWS_SECRET_ACCESS_KEY", "wrong", 1);
+    expect_error("lines(\"s3://bkt/data/lines-0.txt\")",
+                 "sluice: open: s3://bkt/data/lines-0.txt: HTTP 403: SignatureDoesNotMatch: The "
+                 "request signature we calculated does not match the signature you provided. "
+                 "Check your key and signing method.\n");
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+}
+
+/* An object replaced while it is read: an error naming it, never a mix of versions. */
+static void test_changed(void **state)
+{
+    (void)state;
+    struct proc p;
+    char *argv[] = {(char *)bin_path("sluice"),
+                    "run",
+                    "lines(\"s3://bkt/big/big.txt\") | map(sleep_us, 200)",
+                    "--format",
+                    "count",
+                    NULL};
+    assert_int_equal(proc_spawn(&p, argv), 0);
+    usleep(500 * 1000);
+    char *s = relay_call(endpoint, "replace?key=bkt/big/big.txt", true);
+    free(s);
+    assert_int_equal(proc_wait(&p, RUN_MS), 1);
+    char *log = read_text_file(p.log);
+    printf("    %s", log);
+    assert_non_null(strstr(log, "sluice: run: s3://bkt/big/big.txt: offset "));
+    assert_non_null(strstr(log, ": changed while being read (ETag \""));
+    assert_non_null(strstr(log, "HTTP 412: PreconditionFailed: At least one of the pre-conditions "
+                                "you specified did not hold\n"));
+    free(log);
+}
+
+/* s3:// through an https endpoint whose certificate the tests' CA signed, and a plain https://
+ * URL; without the CA, the certificate is refused. */
+static void test_https(void **state)
+{
+    (void)state;
+    setenv("AWS_ENDPOINT_URL", endpoint_tls, 1);
+    expect_same("lines(\"@/lines-*\")");
+    char *p = NULL;
+    assert_true(asprintf(&p, "lines(\"%s/public/p.txt\")", endpoint_tls) > 0);
+    char *out = run(p, 0, NULL);
+    assert_string_equal(out, "alpha\nbeta\ngamma\n");
+    free(out);
+    char *ca = strdup(getenv("AWS_CA_BUNDLE"));
+    unsetenv("AWS_CA_BUNDLE");
+    char *err = NULL;
+    out = run(p, 1, &err);
+    printf("    %s", err);
+    assert_non_null(
+        strstr(err, "/public/p.txt: SSL peer certificate or SSH remote key was not OK"));
+    assert_ptr_equal(strchr(err, '\n') + 1, err + strlen(err)); /* one line */
+    free(err);
+    free(out);
+    free(p);
+    setenv("AWS_CA_BUNDLE", ca, 1);
+    free(ca);
+    setenv("AWS_ENDPOINT_URL", endpoint, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_as_local),
+        cmocka_unit_test(test_distributed),
+        cmocka_unit_test(test_parallel_listed_once),
+        cmocka_unit_test(test_changed_after_listing),
+        cmocka_unit_test(test_faults),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_changed),
+        cmocka_unit_test(test_https),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
