@@ -853,6 +853,10 @@ static int check_global_shuffle(struct parser *p, const struct pipe_spec *spec, 
         return pipe_parse_fail(p, t->start,
                                "global_shuffle must come right after the source, before any "
                                "other operation");
+    if (pipe_source_mixes(spec->source.kind))
+        return pipe_parse_fail(p, t->start,
+                               "global_shuffle permutes a source's positions, and a mix has "
+                               "none of its own; shuffle its inputs, or shuffle(N) after it");
     return 0;
 }
 

@@ -510,10 +510,21 @@ static void test_errors(void **state)
     assert_null(run);
     assert_non_null(strstr(err, "column 1: sample_from_datasets input 1: "));
     pipe_spec_free(spec);
-    /* A mix has no positions of its own to shuffle globally. */
-    spec = pipeline_parse("sample_from_datasets([(range(3))], [1], 2) | global_shuffle(1)");
+    /* A mix has no positions of its own to shuffle globally: refused by the parser, and by
+     * the opener for a definition that did not come through it. */
+    spec = NULL;
+    assert_int_equal(pipe_parse("sample_from_datasets([(range(3))], [1], 2) | global_shuffle(1)",
+                                &spec, err, sizeof err),
+                     SLUICE_ERR_PARSE);
+    assert_string_equal(err, "column 46: global_shuffle permutes a source's positions, and a mix "
+                             "has none of its own; shuffle its inputs, or shuffle(N) after it");
+    spec = pipeline_parse("sample_from_datasets([(range(3))], [1], 2)");
+    spec->ops = calloc(1, sizeof *spec->ops);
+    assert_non_null(spec->ops);
+    spec->ops[0] = (struct pipe_op){.kind = PIPE_OP_GLOBAL_SHUFFLE, .seed = 1, .column = 47};
+    spec->nops = 1;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof err), SLUICE_ERR_UNSUPPORTED);
-    assert_non_null(strstr(err, "global_shuffle permutes a source's positions"));
+    assert_non_null(strstr(err, "column 47: global_shuffle permutes a source's positions"));
     pipe_spec_free(spec);
 }
 
