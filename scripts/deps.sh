@@ -10,7 +10,7 @@ packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf
           liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang libclang-rt-dev
           iperf3 procps jq python3-dev python3-numpy python3-pytest python3-torch python3-yaml
           zlib1g-dev libturbojpeg0-dev libarchive-dev python3-pil gzip tar libssl-dev openssl
-          iproute2 stress-ng libzstd-dev liblz4-dev libbrotli-dev libpcre2-dev libcurl4-openssl-dev nodejs)
+          iproute2 stress-ng libzstd-dev liblz4-dev libbrotli-dev libpcre2-dev libcurl4-openssl-dev curl nodejs)
 # npm: Debian's, unless the machine's nodejs already carries its own (a nodejs from elsewhere
 # bundles npm and conflicts with Debian's package).
 command -v npm >/dev/null 2>&1 || packages+=(npm)

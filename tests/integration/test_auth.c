@@ -673,12 +673,20 @@ static void test_handshake_limits(void **unused)
     /* One client connected and served, seven idle ones open: the ninth is closed at once, the
      * first is still served. */
     wait_closes_noticed(port); /* the closes above no longer count */
-    int served = raw_client(port, NULL, SLUICE__ROLE__ROLE_CLIENT);
-    int idle[7];
-    for (int i = 0; i < 7; i++) {
-        idle[i] = raw_client(port, NULL, SLUICE__ROLE__ROLE_CLIENT);
+    /* Each is answered one request before the next connects: that proves the server finished
+     * its handshake, so no more than one is ever handshaking. (Connected in a burst, a loaded
+     * server may accept the later ones before it reads the earlier ones' Hellos, and with four
+     * handshakes at most it would evict the oldest, leaving a place free for the ninth.) */
+    int conns[8];
+    for (int i = 0; i < 8; i++) {
+        conns[i] = raw_client(port, NULL, SLUICE__ROLE__ROLE_CLIENT);
+        send_status(conns[i], 100 + (uint64_t)i);
+        Sluice__Envelope *r = read_env(conns[i], WAIT_MS, NULL, NULL);
+        assert_non_null(r);
+        assert_int_equal(r->id, 100 + i);
+        sluice__envelope__free_unpacked(r, NULL);
     }
-    usleep(200000);
+    int served = conns[0], *idle = conns + 1;
     /* Refused at accept: closed without the server's Hello, which every accepted connection
      * gets first (so this holds however slowly a loaded machine runs it). */
     fd = raw_connect(port);
