@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/obj_metrics.h"
 #include "common/rpc_metrics.h"
 #include "common/rows.h"
 #include "common/u64map.h"
@@ -107,6 +108,7 @@ struct observe {
     struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c, *journal_bytes_c;
     struct metrics_series *commit_h;
     struct rpc_metrics conns;
+    struct obj_metrics objects;
     struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c;
     struct metrics_series *recommended_g;
     struct metrics_series *windows_c[NREASONS];
@@ -374,6 +376,8 @@ static int make_registry(struct observe *o)
                            &o->worker_f[i]);
     if (rc == 0)
         rc = rpc_metrics_create(r, &o->conns);
+    if (rc == 0)
+        rc = obj_metrics_create(r, &o->objects);
 #undef SCALAR
     return rc;
 }
@@ -816,6 +820,11 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
     x->cuts = o->cuts;
     x->ncuts = o->ncuts;
     return 0;
+}
+
+int observe_objects(struct observe *o, const struct obj_stats *s)
+{
+    return obj_metrics_set(&o->objects, s);
 }
 
 void observe_connections(struct observe *o, const struct rpc_counts *c)

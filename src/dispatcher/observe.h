@@ -50,6 +50,10 @@
  *   sluice_handshake_timeouts_total,
  *   sluice_handshake_evictions_total                 counters: of the RPC server (rpc.h), as
  *                                                    observe_connections last set them
+ *   sluice_object_requests_total{op,code},
+ *   sluice_object_bytes_total                        counters: the process's object-store
+ *                                                    requests (listings, Parquet footers) and
+ *                                                    bytes, as observe_objects last set them
  *
  * Served rates. Each worker heartbeat carries, per task, the elements and bytes sent to readers
  * since the task started and what its buffer holds; the dispatcher samples the counters at the
@@ -197,6 +201,11 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
 /* Sets the connection counters of the RPC server (rpc_metrics.h), which the server keeps
  * itself. */
 void observe_connections(struct observe *o, const struct rpc_counts *c);
+
+/* Sets the object-store counters (obj_metrics.h) to the process's totals. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+struct obj_stats; /* common/obj_metrics.h */
+int observe_objects(struct observe *o, const struct obj_stats *s);
 
 /* Refreshes the gauges from st and the figures, and renders the registry (metrics.h). Returns 0
  * with *body (malloc'd, the caller frees it) and *len, or SLUICE_ERR_NOMEM. */

@@ -25,6 +25,7 @@
 
 #include "server_internal.h"
 #include "common/rpc_metrics.h"
+#include "pipeline/objstore.h"
 
 /* ---- small helpers --------------------------------------------------------------------------- */
 
@@ -778,6 +779,15 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
                            rpc_server_handshake_timeouts(d->rpc),
                            rpc_server_handshake_evictions(d->rpc)};
     observe_connections(d->obs, &c);
+    /* About 10 KB: on the heap, away from the loop thread's stack. */
+    struct obj_stats *os = malloc(sizeof *os);
+    if (!os)
+        return SLUICE_ERR_NOMEM;
+    obj_stats(os);
+    int rc = observe_objects(d->obs, os);
+    free(os);
+    if (rc < 0)
+        return rc;
     return observe_render(d->obs, &d->st, uv_now(d->loop), body, len);
 }
 

@@ -392,7 +392,7 @@ static int reader_open_next(struct file_reader *r)
         struct obj_cancel cancel = {ctx_cancelled, r->base.ctx};
         int rc = pipe_roots_open_object(
             pipe_registry_roots(r->base.ctx->reg), r->plain ? PIPE_SRC_TFRECORD : PIPE_SRC_LINES,
-            path, &cancel, &r->obj, r->base.ctx->err, sizeof r->base.ctx->err);
+            path, false, &cancel, &r->obj, r->base.ctx->err, sizeof r->base.ctx->err);
         if (rc < 0)
             return reader_fail(r, rc);
         r->path = obj_url(r->obj); /* its messages name the URL without its pin */

@@ -1,11 +1,14 @@
 /* Objects read over HTTP with libcurl (objstore.h).
  *
  * Happy path: obj_open() builds the request URL and credentials, fetches the first range and
- * keeps its ETag and the size from Content-Range; obj_read() hands out the buffered range and
- * fetches the next one (If-Match: the ETag) when it is used up. Failure modes: a transient answer
- * or transport error is retried (fetch()) from the first byte not yet received, with a jittered
- * exponential backoff, until the request's deadline; a 412 is an object changed since it was
- * opened; other answers fail at once, naming the status and the server's error text. */
+ * keeps its ETag and the size from Content-Range, and asks its two read-ahead threads for the
+ * next two ranges (If-Match: the ETag); obj_read() hands out the buffered range and, when it is
+ * used up, trades buffers with the thread that fetched the next one and asks that thread for the
+ * range after those in flight. obj_pread() serves Parquet's reads from a few windows. Failure
+ * modes: a transient answer or transport error is retried (fetch()) from the first byte not yet
+ * received, with a jittered exponential backoff, until the request's deadline; a 412 is an object
+ * changed since it was opened; other answers fail at once, naming the status and the server's
+ * error text; a read-ahead's failure reaches the reader when it comes to that range. */
 #include "objstore.h"
 
 #include "common/backoff.h"
@@ -34,8 +37,41 @@
 #define ERRBODY_MAX 4096u
 /* A connection that moves no byte for this long is given up (and the request retried). */
 #define STALL_S 20L
+/* Random reads (obj_pread) smaller than a window are served from up to PREAD_WINDOWS windows of
+ * at most PREAD_WINDOW_MAX bytes (and of at most one range), least recently used replaced
+ * first: a Parquet reader interleaving a few column chunks makes one request per window, not
+ * one per page header. */
+#define PREAD_WINDOWS 4u
+#define PREAD_WINDOW_MAX (1u << 20)
+/* Ranges an open object reads ahead, each by a thread of its own: with the one being consumed,
+ * AHEAD_SLOTS + 1 buffers of one range per object. */
+#define AHEAD_SLOTS 2
+/* libcurl's receive buffer. */
+#define RECV_BUFFER_BYTES (256L * 1024L)
 /* A cancelled read notices within this long while it waits to retry. */
 #define CANCEL_SLICE_MS 50u
+
+/* ---- Counters (obj_stats) ------------------------------------------------------------------ */
+
+/* Requests by operation and HTTP status (0: no answer), and body bytes received. Relaxed
+ * atomics: a total read while requests run may lag by a few. */
+static _Atomic uint64_t stat_requests[OBJ_OP_COUNT][OBJ_STATUS_SLOTS];
+static _Atomic uint64_t stat_bytes;
+
+static void count_request(enum obj_op op, long status)
+{
+    size_t slot = status >= 100 && status < (long)OBJ_STATUS_SLOTS ? (size_t)status : 0;
+    atomic_fetch_add_explicit(&stat_requests[op][slot], 1, memory_order_relaxed);
+}
+
+void obj_stats(struct obj_stats *out)
+{
+    for (size_t op = 0; op < OBJ_OP_COUNT; op++)
+        for (size_t c = 0; c < OBJ_STATUS_SLOTS; c++)
+            out->requests[op][c] =
+                atomic_load_explicit(&stat_requests[op][c], memory_order_relaxed);
+    out->bytes = atomic_load_explicit(&stat_bytes, memory_order_relaxed);
+}
 
 /* ---- Settings and credentials ------------------------------------------------------------ */
 
@@ -313,6 +349,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
         }
         memcpy(q->dst + q->got, data, len);
         q->got += len;
+        atomic_fetch_add_explicit(&stat_bytes, len, memory_order_relaxed);
         return len;
     }
     if (q->got + len > LIST_PAGE_MAX) {
@@ -324,6 +361,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
     memcpy(q->body + q->got, data, len);
     q->got += len;
     q->body[q->got] = '\0';
+    atomic_fetch_add_explicit(&stat_bytes, len, memory_order_relaxed);
     return len;
 }
 
@@ -441,6 +479,9 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, q);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "sluice");
+    /* Fewer, larger reads from the socket for a range of megabytes (libcurl's default is 16 KiB,
+     * the curl tool's 100 KiB). */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, RECV_BUFFER_BYTES);
     if (q->cancel) {
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
@@ -474,6 +515,7 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
     size_t before = q->got;
     CURLcode cc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &q->status);
+    count_request(q->ranged ? OBJ_OP_GET : OBJ_OP_LIST, q->status);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);
     *code = 0;
@@ -591,8 +633,38 @@ struct obj_reader {
     uint64_t size;
     /* buf[0, len) holds the object's bytes from buf_off; pos is the next one to hand out. */
     uint8_t *buf;
-    size_t len, pos;
+    size_t len, pos, cap; /* cap: range, or less for obj_open_random */
     uint64_t buf_off;
+    /* obj_pread's windows: win[i].buf[0, len) holds the bytes from off; used orders them. */
+    struct {
+        uint8_t *buf;
+        size_t len;
+        uint64_t off, used;
+    } win[PREAD_WINDOWS];
+    uint64_t tick;
+    /* The read-ahead (obj_read): AHEAD_SLOTS threads of the reader's own each fetch one of the
+     * ranges after buf's while buf is consumed, so that two GETs are in flight. mu guards the
+     * slots' state; ahead_next is the first offset neither in buf nor asked of a slot. */
+    int ahead_threads; /* slots started (0: no read-ahead yet, or none could start) */
+    bool ahead_failed; /* a thread could not start: no more are tried */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool ahead_quit;
+    _Atomic bool ahead_stop; /* ends the slots' requests at once (obj_close) */
+    uint64_t ahead_next;
+    struct obj_cancel ahead_cancel; /* the reader's cancel, or ahead_stop */
+    struct ahead {
+        struct obj_reader *r;
+        pthread_t th;
+        bool pending; /* [off, off + want) is asked for and not yet answered */
+        bool ready;   /* it is answered: rc, got, end, why */
+        uint64_t off;
+        size_t want, got;
+        bool end;
+        int rc;
+        uint8_t *buf; /* cap bytes */
+        char why[1024];
+    } ahead[AHEAD_SLOTS];
 };
 
 const char *obj_url(const struct obj_reader *r)
@@ -609,9 +681,26 @@ void obj_close(struct obj_reader *r)
 {
     if (!r)
         return;
+    if (r->ahead_threads > 0) {
+        pthread_mutex_lock(&r->mu);
+        r->ahead_quit = true;
+        atomic_store(&r->ahead_stop, true);
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        for (int i = 0; i < r->ahead_threads; i++)
+            pthread_join(r->ahead[i].th, NULL);
+    }
+    if (r->ahead_threads > 0 || r->ahead_failed) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+    }
+    for (int i = 0; i < AHEAD_SLOTS; i++)
+        free(r->ahead[i].buf);
     free(r->url);
     free(r->req_url);
     free(r->buf);
+    for (size_t i = 0; i < PREAD_WINDOWS; i++)
+        free(r->win[i].buf);
     /* The secret must not linger in freed memory. */
     memset(&r->creds, 0, sizeof r->creds);
     free(r);
@@ -634,7 +723,7 @@ static void req_init(struct req *q, struct obj_reader *r, uint64_t off, size_t w
 static int fill(struct obj_reader *r, uint64_t off, char *err, size_t errlen)
 {
     struct req q;
-    size_t want = r->range;
+    size_t want = r->cap;
     if (r->size && off < r->size && r->size - off < want)
         want = (size_t)(r->size - off);
     char why[1024];
@@ -651,8 +740,132 @@ static int fill(struct obj_reader *r, uint64_t off, char *err, size_t errlen)
     return 0;
 }
 
-int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader **out, char *err,
-             size_t errlen)
+/* ---- Read-ahead ---------------------------------------------------------------------------- */
+
+static bool ahead_cancelled(const void *arg)
+{
+    const struct obj_reader *r = arg;
+    return atomic_load(&r->ahead_stop) || cancelled(&r->cancel);
+}
+
+/* A read-ahead thread: fetches each range its slot is asked for, until told to quit. */
+static void *ahead_main(void *arg)
+{
+    struct ahead *a = arg;
+    struct obj_reader *r = a->r;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!a->pending && !r->ahead_quit)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->ahead_quit)
+            break;
+        uint64_t off = a->off;
+        size_t want = a->want;
+        pthread_mutex_unlock(&r->mu);
+        struct req q;
+        char why[sizeof a->why];
+        why[0] = '\0';
+        req_init(&q, r, off, want, a->buf);
+        q.cancel = &r->ahead_cancel;
+        int rc = fetch(&q, why, sizeof why);
+        pthread_mutex_lock(&r->mu);
+        a->rc = rc;
+        a->got = q.got;
+        a->end = q.end;
+        memcpy(a->why, why, sizeof why);
+        a->pending = false;
+        a->ready = true;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Starts the slots' threads, the first time. Returns how many run (0: reads stay one at a
+ * time). */
+static int ahead_start(struct obj_reader *r)
+{
+    if (r->ahead_threads > 0 || r->ahead_failed)
+        return r->ahead_threads;
+    r->ahead_cancel.cancelled = ahead_cancelled;
+    r->ahead_cancel.arg = r;
+    if (pthread_mutex_init(&r->mu, NULL) != 0)
+        return 0;
+    if (pthread_cond_init(&r->cv, NULL) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        return 0;
+    }
+    r->ahead_failed = true; /* until a thread runs: obj_close then destroys mu and cv */
+    for (int i = 0; i < AHEAD_SLOTS; i++) {
+        struct ahead *a = &r->ahead[i];
+        a->r = r;
+        if (!(a->buf = malloc(r->cap)) || pthread_create(&a->th, NULL, ahead_main, a) != 0)
+            break;
+        r->ahead_threads++;
+    }
+    r->ahead_failed = r->ahead_threads < AHEAD_SLOTS;
+    return r->ahead_threads;
+}
+
+/* Asks each idle slot for the next range not yet asked for, while the object goes on. */
+static void ahead_ask(struct obj_reader *r)
+{
+    if (r->ahead_next < r->buf_off + r->len)
+        r->ahead_next = r->buf_off + r->len;
+    if (r->ahead_next >= r->size || r->cap != r->range || ahead_start(r) == 0)
+        return;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->ahead_threads && r->ahead_next < r->size; i++) {
+        struct ahead *a = &r->ahead[i];
+        if (a->pending || a->ready)
+            continue;
+        a->off = r->ahead_next;
+        a->want = r->size - a->off < r->cap ? (size_t)(r->size - a->off) : r->cap;
+        a->pending = true;
+        r->ahead_next += a->want;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Takes the range at off from the slot asked for it into buf once it is answered (buf and the
+ * slot's buffer trade places). Returns 1 when taken, 0 when no slot holds off (the caller fetches
+ * it), or the slot's error. */
+static int ahead_take(struct obj_reader *r, uint64_t off, char *err, size_t errlen)
+{
+    if (r->ahead_threads == 0)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    struct ahead *a = NULL;
+    for (int i = 0; !a && i < r->ahead_threads; i++)
+        if ((r->ahead[i].pending || r->ahead[i].ready) && r->ahead[i].off == off)
+            a = &r->ahead[i];
+    if (!a) {
+        pthread_mutex_unlock(&r->mu);
+        return 0;
+    }
+    while (!a->ready)
+        pthread_cond_wait(&r->cv, &r->mu);
+    a->ready = false;
+    int rc = a->rc;
+    pthread_mutex_unlock(&r->mu);
+    if (rc == SLUICE_ERR_CORRUPT)
+        return err_set(err, errlen, rc, "changed while being read (ETag %s at open): %s", r->etag,
+                       a->why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s", a->why);
+    uint8_t *b = r->buf;
+    r->buf = a->buf;
+    a->buf = b;
+    r->buf_off = off;
+    r->len = a->end ? 0 : a->got;
+    r->pos = 0;
+    return 1;
+}
+
+/* obj_open and obj_open_random: the first request asks for first bytes (0: one range). */
+static int open_reader(const char *url, const struct obj_cancel *cancel, size_t first,
+                       struct obj_reader **out, char *err, size_t errlen)
 {
     *out = NULL;
     char why[1024];
@@ -690,7 +903,8 @@ int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader
     }
     if (rc == 0 && !(r->req_url = strdup(req_url)))
         rc = SLUICE_ERR_NOMEM;
-    if (rc == 0 && !(r->buf = malloc(r->range)))
+    r->cap = first && first < r->range ? first : r->range;
+    if (rc == 0 && !(r->buf = malloc(r->cap)))
         rc = SLUICE_ERR_NOMEM;
     if (rc < 0) {
         rc = err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
@@ -698,7 +912,7 @@ int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader
         return rc;
     }
     struct req q;
-    req_init(&q, r, 0, r->range, r->buf);
+    req_init(&q, r, 0, r->cap, r->buf);
     rc = fetch(&q, why, sizeof why);
     if (rc == SLUICE_ERR_CORRUPT && pin.pinned) {
         rc = err_set(err, errlen, rc, "%s: changed since it was listed (ETag %s then): %s", url,
@@ -722,8 +936,22 @@ int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader
         obj_close(r);
         return rc;
     }
+    /* The second range is on its way while the first is consumed. */
+    ahead_ask(r);
     *out = r;
     return 0;
+}
+
+int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader **out, char *err,
+             size_t errlen)
+{
+    return open_reader(url, cancel, 0, out, err, errlen);
+}
+
+int obj_open_random(const char *url, const struct obj_cancel *cancel, struct obj_reader **out,
+                    char *err, size_t errlen)
+{
+    return open_reader(url, cancel, OBJ_MIN_RANGE_BYTES, out, err, errlen);
 }
 
 ssize_t obj_read(struct obj_reader *r, void *dst, size_t len, char *err, size_t errlen)
@@ -732,13 +960,16 @@ ssize_t obj_read(struct obj_reader *r, void *dst, size_t len, char *err, size_t 
         uint64_t next = r->buf_off + r->len;
         if (next >= r->size || len == 0)
             return 0;
-        int rc = fill(r, next, err, errlen);
+        int rc = ahead_take(r, next, err, errlen);
+        if (rc == 0)
+            rc = fill(r, next, err, errlen);
         if (rc < 0)
             return rc;
         if (r->len == 0)
             return err_set(err, errlen, SLUICE_ERR_TRUNCATED,
                            "the object ended at %" PRIu64 " of its %" PRIu64 " bytes", next,
                            r->size);
+        ahead_ask(r);
     }
     size_t n = r->len - r->pos;
     if (n > len)
@@ -748,18 +979,10 @@ ssize_t obj_read(struct obj_reader *r, void *dst, size_t len, char *err, size_t 
     return (ssize_t)n;
 }
 
-int obj_pread(struct obj_reader *r, void *dst, size_t len, uint64_t off, char *err, size_t errlen)
+/* Fetches len bytes at off into dst, straight from the server. */
+static int get_range(struct obj_reader *r, void *dst, size_t len, uint64_t off, char *err,
+                     size_t errlen)
 {
-    if (off > r->size || r->size - off < len)
-        return err_set(err, errlen, SLUICE_ERR_TRUNCATED,
-                       "%zu bytes at offset %" PRIu64 " lie beyond the object's %" PRIu64, len, off,
-                       r->size);
-    if (len == 0)
-        return 0;
-    if (off >= r->buf_off && off + len <= r->buf_off + r->len) {
-        memcpy(dst, r->buf + (off - r->buf_off), len);
-        return 0;
-    }
     struct req q;
     char why[1024];
     req_init(&q, r, off, len, dst);
@@ -769,9 +992,73 @@ int obj_pread(struct obj_reader *r, void *dst, size_t len, uint64_t off, char *e
                        why);
     if (rc < 0)
         return err_set(err, errlen, rc, "%s", why);
-    if (rc == 0 && q.got != len)
-        rc = err_set(err, errlen, SLUICE_ERR_TRUNCATED, "the object ended early");
-    return rc;
+    if (q.got != len)
+        return err_set(err, errlen, SLUICE_ERR_TRUNCATED, "the object ended early");
+    return 0;
+}
+
+/* Copies what the buffer or a window holds of [off, off + len) from off on into dst. Returns
+ * the count (0: neither holds byte off). */
+static size_t from_cache(struct obj_reader *r, uint8_t *dst, size_t len, uint64_t off)
+{
+    const uint8_t *src = NULL;
+    size_t have = 0;
+    if (off >= r->buf_off && off < r->buf_off + r->len) {
+        src = r->buf + (off - r->buf_off);
+        have = (size_t)(r->buf_off + r->len - off);
+    }
+    for (size_t i = 0; !src && i < PREAD_WINDOWS; i++)
+        if (r->win[i].len && off >= r->win[i].off && off < r->win[i].off + r->win[i].len) {
+            src = r->win[i].buf + (off - r->win[i].off);
+            have = (size_t)(r->win[i].off + r->win[i].len - off);
+            r->win[i].used = ++r->tick;
+        }
+    if (!src)
+        return 0;
+    size_t n = have < len ? have : len;
+    memcpy(dst, src, n);
+    return n;
+}
+
+int obj_pread(struct obj_reader *r, void *dst, size_t len, uint64_t off, char *err, size_t errlen)
+{
+    if (off > r->size || r->size - off < len)
+        return err_set(err, errlen, SLUICE_ERR_TRUNCATED,
+                       "%zu bytes at offset %" PRIu64 " lie beyond the object's %" PRIu64, len, off,
+                       r->size);
+    size_t wsize = r->range < PREAD_WINDOW_MAX ? r->range : PREAD_WINDOW_MAX;
+    uint8_t *p = dst;
+    while (len > 0) {
+        size_t n = from_cache(r, p, len, off);
+        if (n > 0) {
+            p += n;
+            off += n;
+            len -= n;
+            continue;
+        }
+        if (len >= wsize)
+            return get_range(r, p, len, off, err, errlen);
+        /* The least recently used window takes the window around off, ending at the object's
+         * end when it would run past it (a footer and the bytes before it come in one). */
+        size_t k = 0;
+        for (size_t i = 1; i < PREAD_WINDOWS; i++)
+            if (r->win[i].used < r->win[k].used)
+                k = i;
+        if (!r->win[k].buf && !(r->win[k].buf = malloc(wsize)))
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        uint64_t start = off;
+        if (r->size - start < wsize)
+            start = r->size > wsize ? r->size - wsize : 0;
+        size_t wlen = r->size - start < wsize ? (size_t)(r->size - start) : wsize;
+        r->win[k].len = 0;
+        int rc = get_range(r, r->win[k].buf, wlen, start, err, errlen);
+        if (rc < 0)
+            return rc;
+        r->win[k].off = start;
+        r->win[k].len = wlen;
+        r->win[k].used = ++r->tick;
+    }
+    return 0;
 }
 
 /* ---- Listing ----------------------------------------------------------------------------- */

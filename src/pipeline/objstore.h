@@ -2,13 +2,14 @@
  * https:// URLs, through libcurl (docs/pipelines.md "Object stores and HTTP").
  *
  * An open object is read front to back in ranged GETs of a fixed size (SLUICE_OBJECT_RANGE_BYTES,
- * default 8 MiB). The first answer's ETag is sent as If-Match on every later range, so an object
- * replaced while it is read is an error naming it, never a mix of versions. A request that fails
- * with 429, 500, 502, 503, 504, a reset, a short body or a timeout is retried after a jittered
- * exponential backoff, resuming at the first byte not yet received, until a deadline per request
- * (SLUICE_OBJECT_RETRY_MS, default 60000 ms) runs out; 403, 404 and other answers fail at once
- * with the server's error text. Each thread keeps one curl handle, whose connections stay open
- * from one request to the next.
+ * default 8 MiB), two of them in flight: while the reader consumes one range, two threads of its
+ * own fetch the next two (three ranges of memory per reader, at most). The first answer's ETag is
+ * sent as If-Match on every later range, so an object replaced while it is read is an error naming
+ * it, never a mix of versions. A request that fails with 429, 500, 502, 503, 504, a reset, a short
+ * body or a timeout is retried after a jittered exponential backoff, resuming at the first byte not
+ * yet received, until a deadline per request (SLUICE_OBJECT_RETRY_MS, default 60000 ms) runs out;
+ * 403, 404 and other answers fail at once with the server's error text. Each thread keeps one curl
+ * handle, whose connections stay open from one request to the next.
  *
  * s3:// requests are signed (SigV4, by libcurl) with the credentials of the standard AWS
  * environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN), else of the shared
@@ -25,6 +26,8 @@
 #define SLUICE_PIPELINE_OBJSTORE_H
 
 #include "objurl.h"
+
+#include "common/obj_metrics.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,6 +69,11 @@ struct obj_reader;
 int obj_open(const char *url, const struct obj_cancel *cancel, struct obj_reader **out, char *err,
              size_t errlen);
 
+/* As obj_open, for an object read at random (obj_pread: Parquet footers and column chunks): the
+ * first request asks for only OBJ_MIN_RANGE_BYTES. */
+int obj_open_random(const char *url, const struct obj_cancel *cancel, struct obj_reader **out,
+                    char *err, size_t errlen);
+
 /* Reads up to len bytes at the reader's position into dst and advances it. Returns the count
  * (0 at the end of the object) or a negative code with the reason in err, without the URL and
  * offset, which the caller knows: SLUICE_ERR_CORRUPT for an object that changed since it was
@@ -74,7 +82,9 @@ ssize_t obj_read(struct obj_reader *r, void *dst, size_t len, char *err, size_t 
 
 /* Reads len bytes at offset off (random access, for Parquet footers and pages) into dst.
  * Returns 0, SLUICE_ERR_TRUNCATED when the object ends first, or as obj_read. Does not move the
- * reader's position. */
+ * reader's position. A read shorter than min(range, 1 MiB) is served from one of four windows of
+ * that size the reader keeps (fetched on a miss, least recently used replaced; a window near the
+ * end ends at the end), a longer one straight into dst: at most 4 MiB more per reader. */
 int obj_pread(struct obj_reader *r, void *dst, size_t len, uint64_t off, char *err, size_t errlen);
 
 /* The URL the reader reads, without a pin (objurl.h); valid until obj_close. */
@@ -82,6 +92,8 @@ const char *obj_url(const struct obj_reader *r);
 
 /* The object's size in bytes, known once it is open. */
 uint64_t obj_size(const struct obj_reader *r);
+/* Ends the reader's read-ahead (a request in flight stops at libcurl's next progress call, within
+ * about a second), joins its threads and frees r. NULL is allowed. */
 void obj_close(struct obj_reader *r);
 
 /* Expands an s3:// glob ("s3://BUCKET/PREFIX*.txt"; a literal key matches itself) by one
@@ -92,5 +104,9 @@ void obj_close(struct obj_reader *r);
  * obj_list_parse). Returns the number of objects appended (0: none matched) or a negative code
  * with "URL: reason" in err. */
 int obj_glob(const char *url, char ***urls, size_t *n, size_t *cap, char *err, size_t errlen);
+
+/* Copies what this process's requests have done so far into out (about 10 KB), for its
+ * metrics (common/obj_metrics.h). Any thread; never blocks. */
+void obj_stats(struct obj_stats *out);
 
 #endif

@@ -355,6 +355,8 @@ int obj_list_parse(const char *xml, size_t len, struct obj_entry **entries, size
         if (!k || !s)
             return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "a listing entry without Key or Size");
         uint64_t size = 0;
+        if (sl == 0)
+            return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "a listing entry's Size: ''");
         for (size_t i = 0; i < sl; i++) {
             if (!isdigit((unsigned char)s[i]) || size > (UINT64_MAX - 9) / 10)
                 return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "a listing entry's Size: '%.*s'",

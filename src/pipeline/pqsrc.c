@@ -6,6 +6,7 @@
  * recorded once in the context's message and returned by every later next(). */
 #include "pqsrc.h"
 
+#include "objstore.h"
 #include "parquet.h"
 #include "paths.h"
 #include "registry.h"
@@ -48,8 +49,10 @@ struct pq_reader {
     struct column *cols;
     size_t ncols, capcols;
     /* The current file; f NULL when none is open. */
-    char *path; /* the file's path (without a row group mark) */
+    char *key;  /* the file's name as listed (without a row group mark; a URL with its pin) */
+    char *path; /* the file's path or URL, for messages */
     int fd;
+    struct obj_reader *obj; /* the object when the file is a URL, else NULL */
     struct pq_io io;
     struct pq_file *f;
     size_t rg;        /* the current row group */
@@ -77,6 +80,10 @@ static void close_file(struct pq_reader *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
+    obj_close(r->obj);
+    r->obj = NULL;
+    free(r->key);
+    r->key = NULL;
     free(r->path);
     r->path = NULL;
 }
@@ -359,22 +366,63 @@ bool pipe_parquet_row_group_of(const char *name, size_t *path_len, uint64_t *rg)
     return true;
 }
 
+/* pq_io's read over an object. */
+static int obj_io_read(void *user, void *buf, size_t len, uint64_t off, char *err, size_t errlen)
+{
+    return obj_pread(user, buf, len, off, err, errlen);
+}
+
+/* Whether the chain reading an object was cancelled (objstore.h's struct obj_cancel). */
+static bool ctx_cancelled(const void *ctx)
+{
+    return pipe_cancelled(ctx);
+}
+
+/* Opens path as a pq_io: a local file through the data roots (*fd set), or an object (*obj set,
+ * io.name its URL without the pin). cancel may be NULL. */
+static int open_io(const struct pipe_roots *roots, const char *path,
+                   const struct obj_cancel *cancel, int *fd, struct obj_reader **obj,
+                   struct pq_io *io, char *err, size_t errlen)
+{
+    *fd = -1;
+    *obj = NULL;
+    if (obj_is_url(path)) {
+        int rc =
+            pipe_roots_open_object(roots, PIPE_SRC_PARQUET, path, true, cancel, obj, err, errlen);
+        if (rc < 0)
+            return rc;
+        io->read = obj_io_read;
+        io->user = *obj;
+        io->size = obj_size(*obj);
+        io->name = obj_url(*obj);
+        return 0;
+    }
+    *fd = pipe_roots_open_file(roots, PIPE_SRC_PARQUET, path, err, errlen);
+    if (*fd < 0)
+        return *fd;
+    return pq_io_fd(io, *fd, path, err, errlen);
+}
+
 /* Opens the file of path (plen bytes; a copy is kept), unless it is the one open. */
 static int open_file(struct pq_reader *r, const char *path, size_t plen)
 {
-    if (r->f && strlen(r->path) == plen && memcmp(r->path, path, plen) == 0)
+    if (r->f && strlen(r->key) == plen && memcmp(r->key, path, plen) == 0)
         return 0;
     close_file(r);
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
-    if (!(r->path = strndup(path, plen)))
+    if (!(r->key = strndup(path, plen)) || !(r->path = strdup(r->key)))
         return failf(r, SLUICE_ERR_NOMEM, "%.*s: out of memory", (int)plen, path);
-    int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg), PIPE_SRC_PARQUET, r->path,
-                                  err, errlen);
-    if (fd < 0)
-        return fail(r, fd);
-    r->fd = fd;
-    int rc = pq_io_fd(&r->io, fd, r->path, err, errlen);
+    struct obj_cancel cancel = {ctx_cancelled, r->base.ctx};
+    int rc = open_io(pipe_registry_roots(r->base.ctx->reg), r->key, &cancel, &r->fd, &r->obj,
+                     &r->io, err, errlen);
+    if (rc == 0 && r->obj) {
+        /* Messages name the URL without its pin. */
+        free(r->path);
+        if (!(r->path = strdup(obj_url(r->obj))))
+            return failf(r, SLUICE_ERR_NOMEM, "%.*s: out of memory", (int)plen, path);
+        r->io.name = r->path;
+    }
     if (rc == 0)
         rc = pq_open(&r->io, &r->f, err, errlen);
     if (rc < 0)
@@ -418,14 +466,11 @@ int pipe_parquet_row_groups(const struct pipe_roots *roots, char *const *files, 
     size_t cap = 0;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < nfiles; i++) {
-        int fd = pipe_roots_open_file(roots, PIPE_SRC_PARQUET, files[i], err, errlen);
-        if (fd < 0) {
-            rc = fd;
-            break;
-        }
+        int fd;
+        struct obj_reader *obj;
         struct pq_io io;
         struct pq_file *f = NULL;
-        rc = pq_io_fd(&io, fd, files[i], err, errlen);
+        rc = open_io(roots, files[i], NULL, &fd, &obj, &io, err, errlen);
         if (rc == 0)
             rc = pq_open(&io, &f, err, errlen);
         size_t n = rc == 0 ? pq_num_row_groups(f) : 0;
@@ -448,7 +493,9 @@ int pipe_parquet_row_groups(const struct pipe_roots *roots, char *const *files, 
             (*names)[(*nnames)++] = name;
         }
         pq_close(f);
-        close(fd);
+        if (fd >= 0)
+            close(fd);
+        obj_close(obj);
     }
     if (rc < 0) {
         pipe_paths_free(*names, *nnames);

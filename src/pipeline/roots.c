@@ -303,14 +303,17 @@ int pipe_roots_check_url(const struct pipe_roots *r, const char *label, const ch
 }
 
 int pipe_roots_open_object(const struct pipe_roots *r, enum pipe_source_kind kind, const char *url,
-                           const struct obj_cancel *cancel, struct obj_reader **out, char *err,
-                           size_t errlen)
+                           bool random, const struct obj_cancel *cancel, struct obj_reader **out,
+                           char *err, size_t errlen)
 {
     char label[PATH_MAX + 32];
     snprintf(label, sizeof label, "%s(\"%s\")", pipe_source_name(kind), url);
     *out = NULL;
     int rc = pipe_roots_check_url(r, label, url, err, errlen);
-    return rc < 0 ? rc : obj_open(url, cancel, out, err, errlen);
+    if (rc < 0)
+        return rc;
+    return random ? obj_open_random(url, cancel, out, err, errlen)
+                  : obj_open(url, cancel, out, err, errlen);
 }
 
 /* Checks a URL glob: the part before its first metacharacter up to its last slash (every
@@ -445,7 +448,7 @@ int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind,
     int flags = O_RDONLY | O_CLOEXEC;
     if (obj_is_url(path))
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
-                       "%s(\"%s\"): URLs are read by lines, tfrecord and jsonl only",
+                       "%s(\"%s\"): URLs are read by lines, tfrecord, jsonl, tar and parquet only",
                        pipe_source_name(kind), path);
     if (pipe_roots_active(r)) {
         char label[PATH_MAX + 32];

@@ -129,23 +129,24 @@ int pipe_roots_check_source(const struct pipe_roots *r, const struct pipe_source
 int pipe_roots_check_url(const struct pipe_roots *r, const char *label, const char *url, char *err,
                          size_t errlen);
 
-/* Opens an object a lines, tfrecord or jsonl source names by URL (objstore.h; a pinned URL is
- * judged without its pin), checked first with pipe_roots_check_url (labelled 'lines("URL")');
- * cancel as for obj_open. Returns 0 with *out set, or a negative code with the reason in err.
- * Blocks on the network. */
+/* Opens an object a lines, tfrecord, jsonl, tar or parquet source names by URL (objstore.h; a
+ * pinned URL is judged without its pin), checked first with pipe_roots_check_url (labelled
+ * 'lines("URL")'); with obj_open_random when random (for reads at random offsets), else
+ * obj_open; cancel as for obj_open. Returns 0 with *out set, or a negative code with the reason in
+ * err. Blocks on the network. */
 struct obj_reader;
 struct obj_cancel;
 int pipe_roots_open_object(const struct pipe_roots *r, enum pipe_source_kind kind, const char *url,
-                           const struct obj_cancel *cancel, struct obj_reader **out, char *err,
-                           size_t errlen);
+                           bool random, const struct obj_cancel *cancel, struct obj_reader **out,
+                           char *err, size_t errlen);
 
 /* Opens a file of a source of this kind for reading (O_RDONLY | O_CLOEXEC, retried on EINTR).
  * With r active the file is checked first (pipe_roots_check_path, labelled 'lines("PATH")') and
  * its resolved path is opened without following a symbolic link in the last component, so a
  * file swapped for a link after the check is not followed. Returns the descriptor, or a negative
  * code with the reason in err: SLUICE_ERR_DENIED as pipe_roots_check_path, else "PATH: reason";
- * a URL is SLUICE_ERR_UNSUPPORTED ('tar("URL"): URLs are read by lines, tfrecord and jsonl
- * only'). */
+ * a URL is SLUICE_ERR_UNSUPPORTED ('megatron("URL"): URLs are read by lines, tfrecord, jsonl,
+ * tar and parquet only'). */
 int pipe_roots_open_file(const struct pipe_roots *r, enum pipe_source_kind kind, const char *path,
                          char *err, size_t errlen);
 

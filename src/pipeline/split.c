@@ -194,9 +194,10 @@ static int source_entries(const struct pipe_source *src, const struct pipe_roots
     if (src->kind == PIPE_SRC_MEGATRON || src->kind == PIPE_SRC_SNAPSHOT)
         for (size_t i = 0; i < src->nglobs; i++)
             if (obj_is_url(src->globs[i]))
-                return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
-                               "%s(\"%s\"): URLs are read by lines, tfrecord and jsonl only",
-                               pipe_source_name(src->kind), src->globs[i]);
+                return err_set(
+                    err, errlen, SLUICE_ERR_UNSUPPORTED,
+                    "%s(\"%s\"): URLs are read by lines, tfrecord, jsonl, tar and parquet only",
+                    pipe_source_name(src->kind), src->globs[i]);
     if (src->kind == PIPE_SRC_MEGATRON) {
         if (src->nglobs != 1)
             return err_set(err, errlen, SLUICE_ERR_INVALID,

@@ -13,6 +13,7 @@
 #include "tar.h"
 
 #include "common/error.h"
+#include "objstore.h"
 #include "paths.h"
 #include "registry.h"
 #include "roots.h"
@@ -60,6 +61,8 @@ struct tar_reader {
     /* The current shard; a NULL archive when none is open. */
     const char *path;
     int fd;
+    struct obj_reader *obj; /* the shard when it is an object, read through obj_buf */
+    uint8_t *obj_buf;       /* TAR_BLOCK_SIZE bytes, allocated with the first object */
     struct archive *a;
     struct archive_entry *entry; /* the current member, valid until the next header */
     uint64_t entry_at;           /* the archive offset of its header */
@@ -85,6 +88,8 @@ static void close_shard(struct tar_reader *r)
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
+    obj_close(r->obj);
+    r->obj = NULL;
     r->path = NULL;
     r->entry = NULL;
     r->pending = NONE;
@@ -120,6 +125,26 @@ static int fail_member(struct tar_reader *r)
     return fail(r, code);
 }
 
+/* libarchive's read callback over an object: the next block of its bytes. */
+static la_ssize_t obj_block(struct archive *a, void *user, const void **block)
+{
+    struct tar_reader *r = user;
+    char why[512];
+    ssize_t n = obj_read(r->obj, r->obj_buf, TAR_BLOCK_SIZE, why, sizeof why);
+    if (n < 0) {
+        archive_set_error(a, n == SLUICE_ERR_NOMEM ? ENOMEM : EIO, "%s", why);
+        return -1;
+    }
+    *block = r->obj_buf;
+    return n;
+}
+
+/* Whether the chain reading an object was cancelled (objstore.h's struct obj_cancel). */
+static bool ctx_cancelled(const void *ctx)
+{
+    return pipe_cancelled(ctx);
+}
+
 /* Opens the next shard. Returns 1 when one is open, 0 when there are no more, or an error. */
 static int open_next(struct tar_reader *r)
 {
@@ -128,11 +153,26 @@ static int open_next(struct tar_reader *r)
     const char *path = r->paths[r->next_path++];
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
-    int fd = pipe_roots_open_file(pipe_registry_roots(r->base.ctx->reg), PIPE_SRC_TAR, path, err,
-                                  errlen);
-    if (fd < 0)
-        return fail(r, fd);
-    r->fd = fd;
+    const struct pipe_roots *roots = pipe_registry_roots(r->base.ctx->reg);
+    int fd = -1;
+    if (obj_is_url(path)) {
+        struct obj_cancel cancel = {ctx_cancelled, r->base.ctx};
+        if (!r->obj_buf && !(r->obj_buf = malloc(TAR_BLOCK_SIZE))) {
+            err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: %s", path,
+                    sluice_strerror(SLUICE_ERR_NOMEM));
+            return fail(r, SLUICE_ERR_NOMEM);
+        }
+        int rc =
+            pipe_roots_open_object(roots, PIPE_SRC_TAR, path, false, &cancel, &r->obj, err, errlen);
+        if (rc < 0)
+            return fail(r, rc);
+        path = obj_url(r->obj); /* messages name the URL without its pin */
+    } else {
+        fd = pipe_roots_open_file(roots, PIPE_SRC_TAR, path, err, errlen);
+        if (fd < 0)
+            return fail(r, fd);
+        r->fd = fd;
+    }
     r->path = path;
     r->a = archive_read_new();
     if (!r->a) {
@@ -144,7 +184,8 @@ static int open_next(struct tar_reader *r)
     if (archive_read_support_format_tar(r->a) != ARCHIVE_OK ||
         archive_read_support_format_empty(r->a) != ARCHIVE_OK ||
         archive_read_support_filter_gzip(r->a) != ARCHIVE_OK ||
-        archive_read_open_fd(r->a, fd, TAR_BLOCK_SIZE) != ARCHIVE_OK) {
+        (r->obj ? archive_read_open(r->a, r, NULL, obj_block, NULL)
+                : archive_read_open_fd(r->a, fd, TAR_BLOCK_SIZE)) != ARCHIVE_OK) {
         int code = archive_code(r->a);
         err_set(err, errlen, code, "%s: %s", path, archive_msg(r->a));
         return fail(r, code);
@@ -322,6 +363,7 @@ static void tar_destroy(struct pipe_iter *it)
         for (size_t i = 0; i < r->nexts; i++)
             free(r->comps[i].data);
     free(r->comps);
+    free(r->obj_buf);
     pipe_paths_free(r->paths, r->npaths);
     pipe_paths_free(r->exts, r->nexts);
     free(r);

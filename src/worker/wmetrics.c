@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/metrics.h"
+#include "common/obj_metrics.h"
 #include "common/rpc_metrics.h"
 
 #include <stdlib.h>
@@ -22,6 +23,7 @@ struct wmetrics {
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
         *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c;
     struct rpc_metrics conns;
+    struct obj_metrics objects;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
     size_t n, cap;
     /* The current pass. */
@@ -99,6 +101,9 @@ int wmetrics_create(struct wmetrics **out)
     /* The same names as the dispatcher's: they describe the RPC server both run. */
     if (rc == 0)
         rc = rpc_metrics_create(m->reg, &m->conns);
+    /* The same names as the dispatcher's: they count this process's object-store requests. */
+    if (rc == 0)
+        rc = obj_metrics_create(m->reg, &m->objects);
     if (rc < 0) {
         wmetrics_destroy(m);
         return SLUICE_ERR_NOMEM;
@@ -238,6 +243,11 @@ void wmetrics_pass_end(struct wmetrics *m)
 void wmetrics_connections(struct wmetrics *m, const struct rpc_counts *c)
 {
     rpc_metrics_set(&m->conns, c);
+}
+
+int wmetrics_objects(struct wmetrics *m, const struct obj_stats *s)
+{
+    return obj_metrics_set(&m->objects, s);
 }
 
 int wmetrics_render(struct wmetrics *m, char **body, size_t *len)

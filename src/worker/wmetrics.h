@@ -31,6 +31,9 @@
  *   sluice_connections_refused_total,       for authentication, its dispatcher connection too,
  *   sluice_handshake_timeouts_total,        as wmetrics_connections last set them
  *   sluice_handshake_evictions_total
+ *   sluice_object_requests_total{op,code},  counters: the process's object-store requests and
+ *   sluice_object_bytes_total               bytes (obj_metrics.h), as wmetrics_objects last set
+ *                                           them
  *
  * Threading: the loop thread only. Ownership: struct wmetrics owns its registry and table. */
 #ifndef SLUICE_WORKER_WMETRICS_H
@@ -78,6 +81,11 @@ void wmetrics_xtc_skipped(struct wmetrics *m, uint64_t elements);
  * keeps itself. */
 struct rpc_counts;
 void wmetrics_connections(struct wmetrics *m, const struct rpc_counts *c);
+
+/* Sets the object-store counters (obj_metrics.h) to the process's totals. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+struct obj_stats;
+int wmetrics_objects(struct wmetrics *m, const struct obj_stats *s);
 
 /* Renders the registry. Returns 0 with *body (malloc'd, the caller frees it) and *len, or
  * SLUICE_ERR_NOMEM. */

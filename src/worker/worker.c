@@ -19,6 +19,7 @@
 
 #include "common/inproc.h"
 #include "common/rpc_metrics.h"
+#include "pipeline/objstore.h"
 #include "common/mode.h"
 
 _Static_assert(WORKER_MAX_ELEMENT_BYTES_LIMIT == TASK_MAX_RECORD - (64u << 10),
@@ -710,7 +711,14 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
                                rpc_server_handshake_evictions(w->srv)};
         wmetrics_connections(w->wm, &c);
     }
-    return wmetrics_render(w->wm, body, len);
+    /* About 10 KB: on the heap, away from the loop thread's stack. */
+    struct obj_stats *os = malloc(sizeof *os);
+    if (!os)
+        return SLUICE_ERR_NOMEM;
+    obj_stats(os);
+    int rc = wmetrics_objects(w->wm, os);
+    free(os);
+    return rc < 0 ? rc : wmetrics_render(w->wm, body, len);
 }
 
 /* WORKER_ABANDON_MS after the close began: tasks whose producers still run are abandoned, so a

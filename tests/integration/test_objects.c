@@ -3,11 +3,15 @@
  * signatures and If-Match as S3 does, counts requests and injects faults.
  *
  * lines, tfrecord and jsonl over s3:// read element for element what the same files on local disk
- * read (gzip included, global_shuffle included); distributed_epoch on 3 workers delivers each
- * element exactly once after one listing walk; 5 % 503s, 1 % resets mid-body and a 2 s stall
- * lose and duplicate nothing; https with the tests' CA reads the same; and the refusals are
- * one-line errors: outside the data roots, a wrong secret key (the server's 403 text), a missing
- * object, a bad scheme, an object replaced while it is read. */
+ * read (gzip included, global_shuffle included); an object of 40 ranges is read with two GETs in
+ * flight, never more; distributed_epoch on 3 workers delivers each element exactly once after one
+ * listing walk; parquet (footers read by the dispatcher when it plans, row groups by the workers)
+ * and tar shards read the same as their local copies; a checkpointed read killed twice resumes to
+ * each element exactly once; 12 workers over 300 objects cause the listing pages of one walk and
+ * one GET per object; 5 % 503s, 1 % resets mid-body and a 2 s stall lose and duplicate nothing;
+ * https with the tests' CA reads the same; and the refusals are one-line errors: outside the data
+ * roots, a wrong secret key (the server's 403 text), a missing object, a bad scheme, an object
+ * that is not Parquet or not tar, an object replaced while it is read. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,21 +36,36 @@
 #define LINES 20000
 #define TOTAL_LINES (LINE_FILES * LINES + LINES) /* and one gzip file */
 #define RUN_MS 60000
+/* Parquet files of the independent writer (tests/npm/parquet_cluster_files.mjs). */
+#define PQ_FILES 3
+#define PQ_GROUPS 3
+#define PQ_ROWS 200
+/* Small objects for many workers; listed in pages of MANY_PAGE keys. */
+#define MANY 300
+#define MANY_PAGE 100
+#define MANY_WORKERS 12
 
 static char data[512], certs[600];
 static struct proc relay, relay_tls;
 static char endpoint[200], endpoint_tls[200];
 
-static const char *const dispatcher_flags[] = {
-    "--worker-timeout-ms", "1000", "--log-level", "warn", "--data-root",
-    NULL /* set below */,  NULL};
-static const char *dispatcher_args[7];
+/* A client killed mid-read (test_resumed) is released after 3 s. */
+static const char *const dispatcher_flags[] = {"--worker-timeout-ms",
+                                               "1000",
+                                               "--client-timeout-ms",
+                                               "3000",
+                                               "--log-level",
+                                               "warn",
+                                               "--data-root",
+                                               NULL /* set below */,
+                                               NULL};
+static const char *dispatcher_args[9];
 static const char *worker_args[] = {"--data-root", NULL, NULL};
 static char root_url[] = "s3://bkt/data";
 
 static void mkdirs(const char *path)
 {
-    char cmd[700];
+    char cmd[800];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);
     assert_int_equal(system(cmd), 0);
 }
@@ -87,6 +106,49 @@ static void write_data(void)
             fprintf(o, "{\"id\": %d, \"text\": \"doc %d of %d\", \"v\": [%d, %d]}\n", i, i, f, i,
                     f);
         fclose(o);
+    }
+    /* Parquet files of an independent writer. */
+    snprintf(dir, sizeof dir, "%s/bkt/data/pq", data);
+    char files[16], groups[16], rows[16];
+    snprintf(files, sizeof files, "%d", PQ_FILES);
+    snprintf(groups, sizeof groups, "%d", PQ_GROUPS);
+    snprintf(rows, sizeof rows, "%d", PQ_ROWS);
+    char *pq[] = {SLUICE_NODE, SLUICE_SOURCE_DIR "/tests/npm/parquet_cluster_files.mjs",
+                  dir,         files,
+                  groups,      rows,
+                  NULL};
+    assert_int_equal(run_cmd(pq, 60000, NULL, NULL), 0);
+    /* WebDataset shards packed by tar(1), one of them gzip-compressed. */
+    snprintf(dir, sizeof dir, "%s/samples", data);
+    mkdirs(dir);
+    for (int k = 0; k < 40; k++) {
+        char name[32], body[64];
+        snprintf(name, sizeof name, "s%04d.txt", k);
+        snprintf(body, sizeof body, "sample %d\n", k);
+        file_write_in(dir, name, body);
+        snprintf(name, sizeof name, "s%04d.cls", k);
+        snprintf(body, sizeof body, "%d", k % 5);
+        file_write_in(dir, name, body);
+    }
+    snprintf(path, sizeof path, "%s/bkt/data/tar", data);
+    mkdirs(path);
+    for (int s = 0; s < 4; s++) {
+        char cmd[1600];
+        int n = snprintf(cmd, sizeof cmd,
+                         "/usr/bin/tar %s -cf '%s/bkt/data/tar/shard-%d.tar%s' -C '%s'",
+                         s == 2 ? "-z" : "", data, s, s == 2 ? ".gz" : "", dir);
+        for (int k = 10 * s; k < 10 * s + 10; k++)
+            n += snprintf(cmd + n, sizeof cmd - (size_t)n, " s%04d.txt s%04d.cls", k, k);
+        assert_int_equal(system(cmd), 0);
+    }
+    /* Many small objects, for many workers. */
+    snprintf(dir, sizeof dir, "%s/bkt/data/many", data);
+    mkdirs(dir);
+    for (int k = 0; k < MANY; k++) {
+        char name[32], body[64];
+        snprintf(name, sizeof name, "o-%04d.txt", k);
+        snprintf(body, sizeof body, "%d\n%d\n", 2 * k, 2 * k + 1);
+        file_write_in(dir, name, body);
     }
     /* Outside the root "s3://bkt/data", though its name begins alike. */
     snprintf(dir, sizeof dir, "%s/bkt/dataX", data);
@@ -150,7 +212,7 @@ static int setup(void **state)
     setenv("SLUICE_OBJECT_RANGE_BYTES", "4096", 1);
     setenv("SLUICE_OBJECT_RETRY_MS", "20000", 1);
     memcpy(dispatcher_args, dispatcher_flags, sizeof dispatcher_flags);
-    dispatcher_args[5] = root_url;
+    dispatcher_args[7] = root_url;
     worker_args[1] = root_url;
     struct cluster *c = cluster_new(dispatcher_args, worker_args, 1, 0);
     if (!c)
@@ -239,6 +301,38 @@ static void test_same_as_local(void **state)
     expect_same("jsonl(\"@/js-*.jsonl\", \"text\", \"id\", \"v\")");
 }
 
+/* parquet() over s3:// (footers and column chunks read at random offsets) and tar() over s3://
+ * (libarchive fed block by block): the same elements as the local files. */
+static void test_parquet_tar_same_as_local(void **state)
+{
+    (void)state;
+    expect_same("parquet(\"@/pq/*.parquet\", \"id\", \"name\", \"score=-1\")");
+    expect_same("parquet(\"@/pq/*.parquet\", \"name\", \"score=-1\") | global_shuffle(3)");
+    expect_same("tar(\"@/tar/shard-*\", \"txt\", \"cls\")");
+    expect_same("tar(\"@/tar/shard-*\", \"cls\", \"txt\") | global_shuffle(5)");
+}
+
+/* An object of 40 ranges read front to back: the same lines as its local copy, with two GETs
+ * of it in flight at once (the read-ahead) and never more. */
+static void test_read_ahead(void **state)
+{
+    (void)state;
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    char local[700];
+    snprintf(local, sizeof local, "lines(\"%s/bkt/big/big.txt\")", data);
+    char *a = run("lines(\"s3://bkt/big/big.txt\")", 0, NULL), *b = run(local, 0, NULL);
+    assert_true(strlen(b) == 20000 * 8);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    s = relay_call(endpoint, "stats", false);
+    printf("    one object of 40 ranges: relay %s\n", s);
+    assert_int_equal(stat_of(s, "get"), 40);
+    assert_int_equal(stat_of(s, "inflight"), 2);
+    free(s);
+}
+
 /* Sorted lines of text, for comparing multisets. */
 static int cmp_str(const void *a, const void *b)
 {
@@ -303,6 +397,60 @@ static void test_distributed(void **state)
     free(s);
     expect_distributed(c, "tfrecord(\"@/rec-*.tfrecord\")");
     expect_distributed(c, "jsonl(\"@/js-*.jsonl\", \"id\", \"text\")");
+    /* A split of a parquet source is a row group: the dispatcher reads the objects' footers. */
+    expect_distributed(c, "parquet(\"@/pq/*.parquet\", \"id\", \"name\")");
+    expect_distributed(c, "tar(\"@/tar/shard-*\", \"txt\", \"cls\")");
+}
+
+/* A checkpointed distributed_epoch read over s3:// killed twice and resumed: each element
+ * exactly once. */
+static void test_resumed(void **state)
+{
+    struct cluster *c = *state;
+    char ck[600], out[600];
+    snprintf(ck, sizeof ck, "%s/objects.ck", tmp_dir());
+    snprintf(out, sizeof out, "%s/objects.out", tmp_dir());
+    char *p = pipeline("lines(\"@/lines-[012].txt\") | map(sleep_us, 60)", root_url);
+    /* The lines of 0 to 59,999 and their newlines: 348,890 bytes printed. */
+    char *text = cluster_resumed_read(c, p, NULL, "2000", ck, out, 348890, 2, 120000);
+    struct tally t = tally_range(text, 3 * LINES);
+    print_tally("resumed twice over s3://", t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(text);
+    free(p);
+}
+
+/* 12 workers over 300 objects listed in pages of 100: every element once, and the relay counts
+ * the 3 listing pages of one walk (the dispatcher's), however many workers. */
+static void test_many_workers(void **state)
+{
+    struct cluster *c = *state;
+    cluster_add_workers(c, MANY_WORKERS - 3);
+    cluster_wait_registered(c);
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    char q[64];
+    snprintf(q, sizeof q, "pagesize?n=%d", MANY_PAGE);
+    s = relay_call(endpoint, q, true);
+    free(s);
+    char *p = pipeline("lines(\"@/many/o-*.txt\")", root_url);
+    char *out = cluster_run(c, 0, NULL, "read", p, "--mode", "distributed_epoch", NULL);
+    struct tally t = tally_range(out, 2 * MANY);
+    print_tally("12 workers, 300 objects", t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(out);
+    free(p);
+    s = relay_call(endpoint, "stats", false);
+    printf("    relay: %s\n", s);
+    assert_int_equal(stat_of(s, "list"), MANY / MANY_PAGE);
+    assert_int_equal(stat_of(s, "get"), MANY);
+    free(s);
+    s = relay_call(endpoint, "reset", true);
+    free(s);
 }
 
 /* parallel_epochs on 3 workers: each worker's copy complete, after one listing walk by the
@@ -415,6 +563,11 @@ static void test_refusals(void **state)
                  "request signature we calculated does not match the signature you provided. "
                  "Check your key and signing method.\n");
     setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+    /* An object that is not Parquet, and one that is no tar archive: named without the pin. */
+    expect_error("parquet(\"s3://bkt/data/lines-0.txt\")",
+                 "sluice: open: s3://bkt/data/lines-0.txt: not a Parquet file (no PAR1 magic)\n");
+    expect_error("tar(\"s3://bkt/data/js-0.jsonl\", \"txt\")",
+                 "sluice: run: s3://bkt/data/js-0.jsonl: Unrecognized archive format\n");
 }
 
 /* An object replaced while it is read: an error naming it, never a mix of versions. */
@@ -474,13 +627,17 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_as_local),
+        cmocka_unit_test(test_read_ahead),
         cmocka_unit_test(test_distributed),
         cmocka_unit_test(test_parallel_listed_once),
         cmocka_unit_test(test_changed_after_listing),
         cmocka_unit_test(test_faults),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_parquet_tar_same_as_local),
+        cmocka_unit_test(test_resumed),
         cmocka_unit_test(test_changed),
         cmocka_unit_test(test_https),
+        cmocka_unit_test(test_many_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

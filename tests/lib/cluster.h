@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CLUSTER_MAX_WORKERS 8
+#define CLUSTER_MAX_WORKERS 16
 
 struct cluster {
     struct proc dispatcher;

@@ -5,18 +5,23 @@
 // - it verifies every request's SigV4 signature (s3rver does not) with the secret given, and
 //   refuses a wrong one with S3's 403 SignatureDoesNotMatch, an unknown key with
 //   InvalidAccessKeyId, and an unsigned request with AccessDenied, except in bucket "public";
-// - it answers If-Match against the object's current ETag (s3rver ignores it): 412;
+// - it answers If-Match against the ETag of the version a GET reads (s3rver ignores it): 412;
 // - on demand (POST /__relay/faults?p503=P&preset=P&stall=MS&seed=N) it answers a share P of
 //   object GETs with 503 SlowDown, cuts a share of answers mid-body (the connection reset),
 //   and holds the first GET after the call for MS milliseconds;
 // - POST /__relay/replace?key=BUCKET/KEY puts new content for the key (its ETag changes);
+// - POST /__relay/pagesize?n=N cuts listings into pages of at most N keys (0: s3rver's own), the
+//   relay paginating itself with continuation tokens of its own (s3rver 3.7's need a legacy
+//   cipher on Node 20);
 // - GET /__relay/stats reports the requests counted since the start (or POST /__relay/reset):
-//   {"list": N, "get": N, "other": N, "status": {"200": N, ...}, "faults": {...}}.
+//   {"list": N, "get": N, "other": N, "inflight": N, "status": {"200": N, ...}, "faults": {...}},
+//   inflight the most GETs of one object that were in flight at once.
 //
 //   node s3_relay.mjs DATADIR ACCESS_KEY SECRET [--tls CERT KEY]
 //
-// Every file under DATADIR/BUCKET/ is put as s3://BUCKET/PATH. Prints "s3_relay: listening on
-// 127.0.0.1:PORT" once the objects are in, then serves until a signal or its parent ends.
+// Every file under DATADIR/BUCKET/ is put as s3://BUCKET/PATH. Prints "s3_relay: s3rver itself on
+// http://127.0.0.1:PORT" (for benchmarks that read s3rver through no relay) and then "s3_relay:
+// listening on 127.0.0.1:PORT" once the objects are in, then serves until a signal or its parent ends.
 import S3rver from 's3rver';
 import { S3Client, CreateBucketCommand, PutObjectCommand } from '@aws-sdk/client-s3';
 import crypto from 'node:crypto';
@@ -67,10 +72,12 @@ for (const b of fs.readdirSync(dataDir, { withFileTypes: true })) {
 // ---- Counting and faults -------------------------------------------------------------------
 let stats;
 function resetStats() {
-  stats = { list: 0, get: 0, other: 0, status: {}, faults: { s503: 0, reset: 0, stall: 0 } };
+  stats = { list: 0, get: 0, other: 0, inflight: 0, status: {}, faults: { s503: 0, reset: 0, stall: 0 } };
 }
 resetStats();
 let faults = { p503: 0, preset: 0, stall: 0 };
+let pageSize = 0;
+const inflight = new Map();
 let rng = 1;
 function random() {
   // xorshift32: the same faults for the same seed.
@@ -167,11 +174,16 @@ async function control(req, res, url) {
   if (url.pathname === '/__relay/reset') {
     resetStats();
     faults = { p503: 0, preset: 0, stall: 0 };
+    pageSize = 0;
     return res.end('ok\n');
   }
   if (url.pathname === '/__relay/faults') {
     faults = { p503: Number(q.get('p503') || 0), preset: Number(q.get('preset') || 0), stall: Number(q.get('stall') || 0) };
     rng = Number(q.get('seed') || 1) >>> 0 || 1;
+    return res.end('ok\n');
+  }
+  if (url.pathname === '/__relay/pagesize') {
+    pageSize = Number(q.get('n') || 0);
     return res.end('ok\n');
   }
   if (url.pathname === '/__relay/replace') {
@@ -191,6 +203,13 @@ async function handle(req, res) {
   if (isList) stats.list++;
   else if (isGet) stats.get++;
   else stats.other++;
+  if (isGet) {
+    // The most GETs of one object in flight at once (until each answer is sent or cut).
+    const key = url.pathname;
+    inflight.set(key, (inflight.get(key) || 0) + 1);
+    stats.inflight = Math.max(stats.inflight, inflight.get(key));
+    res.on('close', () => inflight.set(key, inflight.get(key) - 1));
+  }
   const refused = verify(req);
   if (refused) return xmlError(res, ...refused);
   if (isGet && faults.stall > 0) {
@@ -206,12 +225,20 @@ async function handle(req, res) {
   const headers = {};
   for (const [k, v] of Object.entries(req.headers))
     if (k !== 'authorization' && !k.startsWith('x-amz-') && k !== 'if-match' && k !== 'host') headers[k] = v;
+  if (isList && pageSize > 0) return listPage(res, url, headers);
+  const up = await upstreamRequest(req.method, req.url, headers);
+  // If-Match is judged on the answer itself (its ETag; for one without, such as a 416, the
+  // object's ETag after it), so an object replaced between a check and the read cannot slip
+  // through, as on S3, where the two are one.
   if (isGet && req.headers['if-match']) {
-    const head = await upstreamRequest('HEAD', req.url, {});
-    if (head.status === 200 && head.headers.etag !== req.headers['if-match'])
+    let etag = up.headers.etag;
+    if (!etag) {
+      const head = await upstreamRequest('HEAD', req.url, {});
+      if (head.status === 200) etag = head.headers.etag;
+    }
+    if (etag && etag !== req.headers['if-match'])
       return xmlError(res, 412, 'PreconditionFailed', 'At least one of the pre-conditions you specified did not hold');
   }
-  const up = await upstreamRequest(req.method, req.url, headers);
   stats.status[up.status] = (stats.status[up.status] || 0) + 1;
   const out = { ...up.headers };
   delete out['transfer-encoding'];
@@ -227,6 +254,29 @@ async function handle(req, res) {
   res.end(up.body);
 }
 
+// One page of pageSize keys after the continuation token (the last key of the page before, in
+// base64url), cut from s3rver's whole listing of the prefix.
+async function listPage(res, url, headers) {
+  const up = await upstreamRequest('GET', `${url.pathname}?list-type=2&prefix=${encodeURIComponent(url.searchParams.get('prefix') || '')}`, headers);
+  stats.status[up.status] = (stats.status[up.status] || 0) + 1;
+  const xml = up.body.toString('utf8');
+  if (up.status !== 200) {
+    res.writeHead(up.status, { 'Content-Type': 'application/xml' });
+    return res.end(xml);
+  }
+  const token = url.searchParams.get('continuation-token');
+  const after = token ? Buffer.from(token, 'base64url').toString('utf8') : null;
+  const all = [...xml.matchAll(/<Contents>[\s\S]*?<\/Contents>/g)].map((m) => m[0]);
+  const keyOf = (c) => c.match(/<Key>([\s\S]*?)<\/Key>/)[1].replace(/&amp;/g, '&').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&quot;/g, '"').replace(/&apos;/g, "'");
+  const rest = after === null ? all : all.filter((c) => keyOf(c) > after);
+  const page = rest.slice(0, pageSize);
+  const more = rest.length > page.length;
+  const next = more ? `<NextContinuationToken>${Buffer.from(keyOf(page[page.length - 1])).toString('base64url')}</NextContinuationToken>` : '';
+  const body = `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><IsTruncated>${more}</IsTruncated>${page.join('')}<KeyCount>${page.length}</KeyCount><MaxKeys>${pageSize}</MaxKeys>${next}</ListBucketResult>`;
+  res.writeHead(200, { 'Content-Type': 'application/xml', 'Content-Length': Buffer.byteLength(body) });
+  res.end(body);
+}
+
 const serve = (req, res) =>
   handle(req, res).catch((e) => {
     if (!res.headersSent) xmlError(res, 500, 'InternalError', String(e.message || e).replace(/[<&]/g, ' '));
@@ -235,6 +285,7 @@ const serve = (req, res) =>
 const server = tls ? https.createServer(tls, serve) : http.createServer(serve);
 server.keepAliveTimeout = 30000;
 server.listen(0, '127.0.0.1', () => {
+  console.log(`s3_relay: s3rver itself on ${upstream}`);
   console.log(`s3_relay: listening on 127.0.0.1:${server.address().port}`);
 });
 

@@ -13,6 +13,8 @@
 
 #include "worker/wmetrics.h"
 
+#include "common/obj_metrics.h"
+
 #define MS 1000000ull
 
 static double sample(struct wmetrics *m, const char *name)
@@ -159,6 +161,41 @@ static void test_counters(void **unused)
     wmetrics_destroy(NULL);
 }
 
+/* Object-store counters: the series of get and list with status 200 from the start, one more per
+ * status counted, "error" for attempts without an answer; the bytes. */
+static void test_objects(void **unused)
+{
+    (void)unused;
+    struct wmetrics *m;
+    assert_int_equal(wmetrics_create(&m), 0);
+    char *body;
+    size_t len;
+    assert_int_equal(wmetrics_render(m, &body, &len), 0);
+    assert_non_null(strstr(body, "sluice_object_requests_total{op=\"get\",code=\"200\"} 0\n"
+                                 "sluice_object_requests_total{op=\"list\",code=\"200\"} 0\n"));
+    assert_non_null(strstr(body, "\nsluice_object_bytes_total 0\n"));
+    free(body);
+    struct obj_stats *st = calloc(1, sizeof *st);
+    assert_non_null(st);
+    st->requests[OBJ_OP_GET][206] = 40;
+    st->requests[OBJ_OP_GET][503] = 3;
+    st->requests[OBJ_OP_GET][0] = 2;
+    st->requests[OBJ_OP_LIST][200] = 3;
+    st->bytes = 163840;
+    assert_int_equal(wmetrics_objects(m, st), 0);
+    assert_int_equal(wmetrics_render(m, &body, &len), 0);
+    assert_non_null(strstr(body, "# TYPE sluice_object_requests_total counter\n"));
+    assert_non_null(strstr(body, "sluice_object_requests_total{op=\"get\",code=\"200\"} 0\n"
+                                 "sluice_object_requests_total{op=\"list\",code=\"200\"} 3\n"
+                                 "sluice_object_requests_total{op=\"get\",code=\"error\"} 2\n"
+                                 "sluice_object_requests_total{op=\"get\",code=\"206\"} 40\n"
+                                 "sluice_object_requests_total{op=\"get\",code=\"503\"} 3\n"));
+    assert_non_null(strstr(body, "\nsluice_object_bytes_total 163840\n"));
+    free(body);
+    free(st);
+    wmetrics_destroy(m);
+}
+
 /* Cross-trainer caches: a pass sums what the caches hold; skipped elements add up. */
 static void test_xtc(void **unused)
 {
@@ -184,9 +221,8 @@ static void test_xtc(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_idle_share),
-        cmocka_unit_test(test_passes),
-        cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_idle_share), cmocka_unit_test(test_objects),
+        cmocka_unit_test(test_passes),     cmocka_unit_test(test_counters),
         cmocka_unit_test(test_xtc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
