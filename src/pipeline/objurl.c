@@ -2,6 +2,7 @@
 #include "objurl.h"
 
 #include "common/error.h"
+#include "common/hex.h"
 
 #include <ctype.h>
 #include <inttypes.h>
@@ -169,17 +170,6 @@ int obj_pin_format(const char *url, uint64_t size, const char *etag, char **out)
     return 0;
 }
 
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 void obj_pin_parse(const char *s, struct obj_pin *pin)
 {
     memset(pin, 0, sizeof *pin);
@@ -204,7 +194,7 @@ void obj_pin_parse(const char *s, struct obj_pin *pin)
     for (p++; *p; p++) {
         char c = *p;
         if (c == '%') {
-            int a = hex_val(p[1]), b = a < 0 ? -1 : hex_val(p[2]);
+            int a = hex_digit_value(p[1]), b = a < 0 ? -1 : hex_digit_value(p[2]);
             if (b < 0)
                 return;
             c = (char)(a * 16 + b);

@@ -4,6 +4,7 @@
 #include "parse_internal.h"
 
 #include "common/error.h"
+#include "common/hex.h"
 
 #include <limits.h>
 #include <math.h>
@@ -280,17 +281,6 @@ int pipe_parse_count(struct parser *p, int64_t min, const char *range, int64_t *
 
 /* ---- Strings ------------------------------------------------------------------------------ */
 
-static int hex_digit(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Decodes the T_STR token t into a new NUL-terminated buffer (*out, *outlen without the NUL). */
 int pipe_parse_decode_string(struct parser *p, const struct tok *t, char **out, size_t *outlen)
 {
@@ -308,8 +298,8 @@ int pipe_parse_decode_string(struct parser *p, const struct tok *t, char **out, 
         char e = s[i + 1]; /* the lexer guarantees a byte after every backslash */
         int hi = -1, lo = -1;
         if (e == 'x' && i + 3 < n) {
-            hi = hex_digit(s[i + 2]);
-            lo = hi >= 0 ? hex_digit(s[i + 3]) : -1;
+            hi = hex_digit_value(s[i + 2]);
+            lo = hi >= 0 ? hex_digit_value(s[i + 3]) : -1;
         }
         if (e == '\\' || e == '"') {
             d[o++] = e;
