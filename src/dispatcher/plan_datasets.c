@@ -23,9 +23,20 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
     if (*id) {
         const struct st_dataset *d = state_dataset(s, id);
         if (d) {
-            if (d->def_len != def_len || (def_len && memcmp(d->def, def, def_len) != 0))
+            if (d->def_len != def_len || (def_len && memcmp(d->def, def, def_len) != 0)) {
+                /* The same text over another definition: what the text does not say differs,
+                 * the objects a URL glob listed (pinned to their sizes and ETags) or the
+                 * deterministic flag. */
+                if (text && d->text && strcmp(d->text, text) == 0)
+                    return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                                   "dataset '%s' already exists with the same pipeline but "
+                                   "another definition: the objects its URLs list changed since "
+                                   "it was registered (their sizes or ETags), or its "
+                                   "deterministic setting differs; register it under another id",
+                                   id);
                 return err_set(err, errlen, SLUICE_ERR_EXISTS,
                                "dataset '%s' already exists with a different pipeline", id);
+            }
             if (d->compression != compression)
                 return err_set(err, errlen, SLUICE_ERR_EXISTS,
                                "dataset '%s' already exists with compression %s, not %s", id,

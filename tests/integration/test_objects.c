@@ -480,16 +480,26 @@ static void test_changed_after_listing(void **state)
 {
     struct cluster *c = *state;
     char *id = NULL, *err = NULL;
-    assert_int_equal(
-        cluster_cli(c, &id, &err, "register", "lines(\"s3://bkt/data/mut/v.txt\")", NULL), 0);
+    assert_int_equal(cluster_cli(c, &id, &err, "register", "lines(\"s3://bkt/data/mut/v.txt\")",
+                                 "--dataset-id", "mutable", NULL),
+                     0);
     free(err);
     id[strcspn(id, "\n")] = '\0';
+    assert_string_equal(id, "mutable");
     char *s = relay_call(endpoint, "replace?key=bkt/data/mut/v.txt", true);
     free(s);
     char *out = cluster_run(c, 1, &err, "read", "--dataset-id", id, NULL);
     printf("    %s", err);
     assert_non_null(strstr(err, "s3://bkt/data/mut/v.txt: changed since it was listed ("));
     assert_null(strstr(err, "#object="));
+    free(err);
+    free(out);
+    /* Registered again under its id, the pipeline lists objects other than its jobs read. */
+    out = cluster_run(c, 1, &err, "register", "lines(\"s3://bkt/data/mut/v.txt\")", "--dataset-id",
+                      "mutable", NULL);
+    assert_non_null(strstr(err, "dataset 'mutable' already exists with the same pipeline but "
+                                "another definition: the objects its URLs list changed since it "
+                                "was registered (their sizes or ETags)"));
     free(err);
     free(out);
     free(id);

@@ -436,9 +436,10 @@ const char *harness_run(struct harness *h, const char *line)
         int comp = v ? atoi(v) : 0;
         v = opt(words, nw, "split");
         uint64_t split = v ? strtoull(v, NULL, 10) : 0;
+        const char *text = opt(words, nw, "text");
         rc = plan_register_dataset(&h->s, strcmp(words[1], "-") == 0 ? "" : words[1],
-                                   (const uint8_t *)def, strlen(def), comp, split, def, id_out,
-                                   &h->ups, err, sizeof err);
+                                   (const uint8_t *)def, strlen(def), comp, split,
+                                   text ? text : def, id_out, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "id=%s", id_out);
     } else if (strcmp(cmd, "job") == 0) {
         enum sluice_mode mode = SLUICE_PARALLEL_EPOCHS;
