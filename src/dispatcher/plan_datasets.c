@@ -30,9 +30,9 @@ int plan_register_dataset(const struct state *s, const char *id, const uint8_t *
                 if (text && d->text && strcmp(d->text, text) == 0)
                     return err_set(err, errlen, SLUICE_ERR_EXISTS,
                                    "dataset '%s' already exists with the same pipeline but "
-                                   "another definition: the objects its URLs list changed since "
-                                   "it was registered (their sizes or ETags), or its "
-                                   "deterministic setting differs; register it under another id",
+                                   "another definition: its deterministic setting differs, or "
+                                   "the objects its URLs list changed since it was registered "
+                                   "(their sizes or ETags); register it under another id",
                                    id);
                 return err_set(err, errlen, SLUICE_ERR_EXISTS,
                                "dataset '%s' already exists with a different pipeline", id);

@@ -329,8 +329,10 @@ static void test_flag(void **state)
     free(out);
     free(err);
     /* The flag is part of the dataset's identity: the same pipeline without it is another. */
-    expect_cli_error(c, "already exists with a different pipeline", "register", SQUARES,
-                     "--split-size", SPLIT, "--dataset-id", "det", NULL);
+    expect_cli_error(c,
+                     "already exists with the same pipeline but another definition: its "
+                     "deterministic setting differs",
+                     "register", SQUARES, "--split-size", SPLIT, "--dataset-id", "det", NULL);
 }
 
 int main(void)

@@ -498,8 +498,9 @@ static void test_changed_after_listing(void **state)
     out = cluster_run(c, 1, &err, "register", "lines(\"s3://bkt/data/mut/v.txt\")", "--dataset-id",
                       "mutable", NULL);
     assert_non_null(strstr(err, "dataset 'mutable' already exists with the same pipeline but "
-                                "another definition: the objects its URLs list changed since it "
-                                "was registered (their sizes or ETags)"));
+                                "another definition: its deterministic setting differs, or the "
+                                "objects its URLs list changed since it was registered (their "
+                                "sizes or ETags)"));
     free(err);
     free(out);
     free(id);

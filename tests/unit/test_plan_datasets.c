@@ -29,8 +29,8 @@ static const struct harness_case dataset_cases[] = {
      "error EXISTS: dataset 'mine' already exists with a different pipeline"},
     {"dataset explicit same text other definition", "ds mine r10 text=t", "ds mine r11 text=t",
      "error EXISTS: dataset 'mine' already exists with the same pipeline but another "
-     "definition: the objects its URLs list changed since it was registered (their sizes or "
-     "ETags), or its deterministic setting differs; register it under another id"},
+     "definition: its deterministic setting differs, or the objects its URLs list changed since "
+     "it was registered (their sizes or ETags); register it under another id"},
     {"dataset explicit other compression", "ds mine r10", "ds mine r10 comp=1",
      "error EXISTS: dataset 'mine' already exists with compression auto, not none"},
     {"dataset explicit other split size", "ds mine r10 split=8", "ds mine r10 split=16",
