@@ -124,7 +124,7 @@ struct config {
     long long autoscale_window_ms;
     long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
     uint32_t object_retry_ms, object_range_bytes; /* 0: the environment's, else the defaults */
-    long long max_jobs_per_address;                                  /* 0: the default */
+    long long max_jobs_per_address;               /* 0: the default */
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;

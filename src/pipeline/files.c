@@ -74,11 +74,11 @@ struct file_reader {
     struct pipe_iter base;
     char **paths; /* owned copies */
     size_t npaths;
-    size_t next_path; /* index of the file to open after the current one */
-    const char *path; /* the current file, paths[next_path - 1]; NULL when none is open */
-    int fd;           /* the current file, -1 when none is open */
+    size_t next_path;       /* index of the file to open after the current one */
+    const char *path;       /* the current file, paths[next_path - 1]; NULL when none is open */
+    int fd;                 /* the current file, -1 when none is open */
     struct obj_reader *obj; /* the current object when the file is a URL, else NULL */
-    bool eof;         /* the current file's (uncompressed) bytes have ended */
+    bool eof;               /* the current file's (uncompressed) bytes have ended */
     /* Whether first bytes that begin with the gzip magic still belong to an uncompressed file of
      * this source (a TFRecord header whose length happens to start with them); NULL: never. */
     bool (*plain)(const uint8_t *head, size_t n);
