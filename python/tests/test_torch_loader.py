@@ -371,3 +371,14 @@ def test_spawned_workers_while_the_dataset_reads_here(service):
     first = next(here).tolist()
     assert_epoch(elements(loader(ds, num_workers=1, multiprocessing_context="spawn")))
     assert_epoch(first + elements(here))
+
+
+@pytest.mark.parametrize("num_workers", [2, 4])
+def test_deterministic_shared_between_loader_workers(service, num_workers):
+    # The loader's workers share one deterministic distributed_epoch job: each split goes whole
+    # to one of them, and together they read every element once.
+    n = 6000
+    ds = dataset(service, pipeline=f"range({n}) | map(sleep_us, 20) | batch({BATCH})",
+                 processing_mode="distributed_epoch", deterministic=True)
+    for _ in range(2):
+        assert_epoch(elements(loader(ds, num_workers=num_workers, batch_size=None)), n)

@@ -293,9 +293,9 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
                 atomic_store_explicit(&it->taken, it->taken_local, memory_order_relaxed);
                 return 1;
             }
-            if (rc == CODEC_SPLIT_END) {
+            if (rc == CODEC_SPLIT_END || rc == CODEC_SPLIT_FROM) {
                 it->cur_decoded++;
-                if (it->track)
+                if (it->track && rc == CODEC_SPLIT_END)
                     handed_end(it, mark.seq, mark.pos);
                 continue;
             }

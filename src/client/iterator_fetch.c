@@ -129,6 +129,11 @@ static int note_payload(struct sluice_iterator *it, struct prefetch_item *item, 
             /* A split this consumer had before a restore: the dispatcher hears it had it. */
             if (it->ledger.had.n && (rc = ledger_note_had(&it->ledger, m.seq)) < 0)
                 break;
+        } else if (kind == CODEC_SPLIT_FROM) {
+            /* Positions others received before: nothing for this reader to record. */
+            if (run && (rc = ledger_add(&it->ledger, run_seq, run_begin, run_end)) < 0)
+                break;
+            run = false;
         } else {
             if (run && (rc = ledger_add(&it->ledger, run_seq, run_begin, run_end)) < 0)
                 break;
@@ -263,9 +268,19 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
                 goto out;
             continue;
         }
-        /* An end marker. */
         if ((rc = det_flush(it, &nops, &run, run_pos)) < 0)
             goto out;
+        if (kind == CODEC_SPLIT_FROM) {
+            /* This production of the split leaves out [0, m.pos): other readers had them, so
+             * this reader's share of it starts there. */
+            if ((rc = reorder_accept_seed(&it->ra, m.seq, m.pos)) < 0 ||
+                (rc = ledger_add(&it->ledger, m.seq, 0, m.pos)) < 0) {
+                err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+                goto out;
+            }
+            continue;
+        }
+        /* An end marker. */
         rc = ledger_end(&it->ledger, m.seq, m.pos);
         if (rc == 0) {
             rc = reorder_end(&it->ra, m.seq, m.pos);
@@ -472,6 +487,8 @@ static int fetch(struct sluice_iterator *it, size_t i)
     req.max_bytes = ITER_FETCH_MAX_BYTES;
     if (it->trainer_id[0])
         req.trainer_id = it->trainer_id;
+    /* A deterministic reader takes every split whole (it keeps only a prefix of a split). */
+    req.whole_splits = it->det;
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;

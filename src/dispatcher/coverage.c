@@ -53,8 +53,9 @@ int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bou
     return 0;
 }
 
-int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool ended, uint64_t total,
-                   const uint64_t *bounds, size_t nbounds, bool *complete)
+int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, uint64_t client,
+                   bool ended, uint64_t total, const uint64_t *bounds, size_t nbounds,
+                   bool *complete)
 {
     *complete = false;
     /* The common case, one consumer reporting a whole split, keeps no entry. */
@@ -90,8 +91,19 @@ int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool en
         if (ranges_add(&e->got, bounds[k], bounds[k + 1]) < 0)
             return SLUICE_ERR_NOMEM;
     }
+    if (nbounds > 0 && e->owner != client)
+        e->owner = e->owner == 0 ? client : COVERAGE_SHARED;
     *complete = e->ended && ranges_covers(&e->got, e->total);
     return 0;
+}
+
+const struct coverage_entry *coverage_find(const struct coverage *c, uint64_t iteration,
+                                           uint64_t seq)
+{
+    size_t i = lower(c, iteration, seq);
+    if (i < c->n && c->v[i].iteration == iteration && c->v[i].seq == seq)
+        return &c->v[i];
+    return NULL;
 }
 
 void coverage_forget(struct coverage *c, uint64_t iteration, uint64_t seq)

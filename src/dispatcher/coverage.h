@@ -20,11 +20,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* owner: the consumer (client id) that reported positions of the split, when one alone did;
+ * COVERAGE_SHARED when several did. A split produced again (its worker died, or a deterministic
+ * reader asked for it) skips what got holds and goes to its owner (docs/design.md §4). */
+#define COVERAGE_SHARED UINT64_MAX
+
 struct coverage_entry {
     uint64_t iteration, seq;
     bool ended;
     uint64_t total;
     struct ranges got;
+    uint64_t owner;
 };
 
 struct coverage {
@@ -40,12 +46,18 @@ void coverage_release(struct coverage *c);
 int coverage_check(uint64_t seq, bool ended, uint64_t total, const uint64_t *bounds, size_t nbounds,
                    char *err, size_t errlen);
 
-/* Merges a checked report of split seq of an iteration. *complete receives whether the split is
- * now fully received (some report had its end marker and the union covers [0, total)). A
- * report whose total differs from an earlier one is SLUICE_ERR_CORRUPT (the split was processed
- * differently twice). Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT. */
-int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, bool ended, uint64_t total,
-                   const uint64_t *bounds, size_t nbounds, bool *complete);
+/* Merges a checked report of split seq of an iteration from consumer client. *complete receives
+ * whether the split is now fully received (some report had its end marker and the union covers [0,
+ * total)). A report whose total differs from an earlier one is SLUICE_ERR_CORRUPT (the split was
+ * processed differently twice). Returns 0, SLUICE_ERR_NOMEM or SLUICE_ERR_CORRUPT. */
+int coverage_merge(struct coverage *c, uint64_t iteration, uint64_t seq, uint64_t client,
+                   bool ended, uint64_t total, const uint64_t *bounds, size_t nbounds,
+                   bool *complete);
+
+/* The entry of split seq of an iteration, or NULL when no consumer reported part of it (or it
+ * finished). */
+const struct coverage_entry *coverage_find(const struct coverage *c, uint64_t iteration,
+                                           uint64_t seq);
 
 void coverage_forget(struct coverage *c, uint64_t iteration, uint64_t seq);
 void coverage_forget_iteration(struct coverage *c, uint64_t iteration);

@@ -257,8 +257,8 @@ static int plan_coverage(struct dispatcher *d, const Sluice__ClientHeartbeatRequ
             continue;
         }
         bool done = false;
-        rc = coverage_merge(&d->cov, it->id, sc->seq, sc->ended, sc->total, sc->bounds,
-                            sc->n_bounds, &done);
+        rc = coverage_merge(&d->cov, it->id, sc->seq, req->client_id, sc->ended, sc->total,
+                            sc->bounds, sc->n_bounds, &done);
         if (rc == SLUICE_ERR_CORRUPT) {
             rc = err_set(err, errlen, SLUICE_ERR_INVALID,
                          "split %" PRIu64 " was reported with %" PRIu64

@@ -3,6 +3,8 @@
 #include "plan.h"
 #include "server_internal.h"
 
+#include "coverage.h"
+
 #include "common/cap.h"
 
 /* A new incarnation may take over the address of a worker silent for this long: a process
@@ -318,6 +320,66 @@ struct splits_ctx {
     struct plan_splits_result lease;
 };
 
+/* The resume entries of a lease: for each leased split some consumer received part of, what to
+ * leave out and whom to serve it (coverage.h). Fills *out (NULL when none) and returns how many,
+ * or SLUICE_ERR_NOMEM. Free with free_resume. */
+static int lease_resume(const struct dispatcher *d, uint64_t iteration_id, const uint64_t *seqs,
+                        size_t nseqs, Sluice__SplitResume ***out)
+{
+    *out = NULL;
+    size_t n = 0;
+    for (size_t i = 0; i < nseqs; i++) {
+        const struct coverage_entry *e = coverage_find(&d->cov, iteration_id, seqs[i]);
+        n += e && e->got.n > 0;
+    }
+    if (n == 0)
+        return 0;
+    Sluice__SplitResume **v = calloc(n, sizeof *v);
+    if (!v)
+        return SLUICE_ERR_NOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < nseqs && k < n; i++) {
+        const struct coverage_entry *e = coverage_find(&d->cov, iteration_id, seqs[i]);
+        if (!e || e->got.n == 0)
+            continue;
+        Sluice__SplitResume *r = malloc(sizeof *r);
+        uint64_t *covered = malloc(2 * e->got.n * sizeof *covered);
+        if (!r || !covered) {
+            free(r);
+            free(covered);
+            for (size_t j = 0; j < k; j++) {
+                free(v[j]->covered);
+                free(v[j]);
+            }
+            free(v);
+            return SLUICE_ERR_NOMEM;
+        }
+        sluice__split_resume__init(r);
+        r->seq = seqs[i];
+        for (size_t j = 0; j < e->got.n; j++) {
+            covered[2 * j] = e->got.v[j].begin;
+            covered[2 * j + 1] = e->got.v[j].end;
+        }
+        r->covered = covered;
+        r->n_covered = 2 * e->got.n;
+        /* A consumer that left gets nothing more; several owners: nobody in particular. */
+        if (e->owner != COVERAGE_SHARED && state_client(&d->st, e->owner))
+            r->owner = e->owner;
+        v[k++] = r;
+    }
+    *out = v;
+    return (int)k;
+}
+
+static void free_resume(Sluice__SplitResume **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i]->covered);
+        free(v[i]);
+    }
+    free(v);
+}
+
 static void get_splits_done(struct dispatcher *d, int status, void *ctx)
 {
     struct splits_ctx *c = ctx;
@@ -339,10 +401,19 @@ static void get_splits_done(struct dispatcher *d, int status, void *ctx)
             plan.paths = it->plan.paths;
             body.plan = &plan;
         }
-        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-        env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
-        env.get_splits_reply = &body;
-        dispatcher_send_reply(&c->r, &env);
+        Sluice__SplitResume **resume = NULL;
+        int nresume = lease_resume(d, c->iteration_id, c->lease.seqs, c->lease.nseqs, &resume);
+        if (nresume < 0) {
+            dispatcher_refuse_commit(&c->r, nresume);
+        } else {
+            body.n_resume = (size_t)nresume;
+            body.resume = resume;
+            Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+            env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
+            env.get_splits_reply = &body;
+            dispatcher_send_reply(&c->r, &env);
+            free_resume(resume, (size_t)nresume);
+        }
     }
     dispatcher_req_done(&c->r);
     free(c->lease.seqs);

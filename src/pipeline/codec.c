@@ -14,6 +14,7 @@
 #define FLAG_SNAPPY 0x01u
 #define FLAG_TAGGED 0x02u
 #define FLAG_SPLIT_END 0x04u
+#define FLAG_SPLIT_FROM 0x08u
 
 static int buf_reserve(struct pipe_buf *b, size_t extra)
 {
@@ -160,18 +161,29 @@ int codec_append_elem(struct pipe_buf *out, const struct sluice_element *e, bool
     return codec_append_tagged(out, e, compress, scratch, NULL);
 }
 
-int codec_append_split_end(struct pipe_buf *out, uint64_t seq, uint64_t count)
+/* Appends a marker record: flag, then two varints. */
+static int append_marker(struct pipe_buf *out, uint8_t flag, uint64_t seq, uint64_t n)
 {
-    size_t reclen = 1 + varint_len(seq) + varint_len(count);
+    size_t reclen = 1 + varint_len(seq) + varint_len(n);
     if (buf_reserve(out, varint_len(reclen) + reclen))
         return SLUICE_ERR_NOMEM;
     uint8_t *p = (uint8_t *)out->p + out->len;
     p += varint_put(p, reclen);
-    *p++ = FLAG_SPLIT_END;
+    *p++ = flag;
     p += varint_put(p, seq);
-    p += varint_put(p, count);
+    p += varint_put(p, n);
     out->len = (size_t)((char *)p - out->p);
     return 0;
+}
+
+int codec_append_split_end(struct pipe_buf *out, uint64_t seq, uint64_t count)
+{
+    return append_marker(out, FLAG_SPLIT_END, seq, count);
+}
+
+int codec_append_split_from(struct pipe_buf *out, uint64_t seq, uint64_t from)
+{
+    return append_marker(out, FLAG_SPLIT_FROM, seq, from);
 }
 
 /* The component with the most value bytes, if it has at least min_ext of them; else SIZE_MAX. */
@@ -323,7 +335,8 @@ struct record_head {
 };
 
 /* Reads the head of the record at data[*pos, len) into h and *mark and advances *pos past the
- * record. Returns CODEC_NO_MORE, CODEC_ELEMENT, CODEC_SPLIT_END (whole: a marker has no body), or
+ * record. Returns CODEC_NO_MORE, CODEC_ELEMENT, CODEC_SPLIT_END or CODEC_SPLIT_FROM (whole: a
+ * marker has no body), or
  * SLUICE_ERR_CORRUPT with *why saying what is wrong. */
 /* Inlined into both readers: it runs once per element on the reader's path. */
 static inline __attribute__((always_inline)) int read_head(const uint8_t *data, size_t len,
@@ -345,25 +358,27 @@ static inline __attribute__((always_inline)) int read_head(const uint8_t *data, 
     h->body = 1;
     h->flags = h->rec[0];
     *pos += reclen;
-    if (h->flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END)) {
+    if (h->flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END | FLAG_SPLIT_FROM)) {
         *why = "unknown record flags";
         return SLUICE_ERR_CORRUPT;
     }
-    bool end = h->flags & FLAG_SPLIT_END;
-    if (end && h->flags != FLAG_SPLIT_END) {
-        *why = "split end marker with other flags";
+    uint8_t marker = h->flags & (FLAG_SPLIT_END | FLAG_SPLIT_FROM);
+    if (marker && (h->flags != marker || marker == (FLAG_SPLIT_END | FLAG_SPLIT_FROM))) {
+        *why = "split marker with other flags";
         return SLUICE_ERR_CORRUPT;
     }
-    if (h->flags & (FLAG_TAGGED | FLAG_SPLIT_END)) {
+    if (h->flags & (FLAG_TAGGED | FLAG_SPLIT_END | FLAG_SPLIT_FROM)) {
         if (!varint_get(h->rec, h->len, &h->body, VARINT_MAX_LEN, &mark->seq) ||
             !varint_get(h->rec, h->len, &h->body, VARINT_MAX_LEN, &mark->pos) ||
-            (end && h->body != h->len)) {
-            *why = end ? "bad split end marker" : "bad element tag";
+            (marker && h->body != h->len)) {
+            *why = marker ? "bad split marker" : "bad element tag";
             return SLUICE_ERR_CORRUPT;
         }
         mark->tagged = true;
     }
-    return end ? CODEC_SPLIT_END : CODEC_ELEMENT;
+    if (marker)
+        return marker == FLAG_SPLIT_END ? CODEC_SPLIT_END : CODEC_SPLIT_FROM;
+    return CODEC_ELEMENT;
 }
 
 int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark)
@@ -415,7 +430,8 @@ int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_
     struct codec_mark mark;
     int rc;
     while ((rc = codec_next_record(data, len, pos, e, scratch, &mark, err, errlen)) ==
-           CODEC_SPLIT_END)
+               CODEC_SPLIT_END ||
+           rc == CODEC_SPLIT_FROM)
         ;
     return rc;
 }

@@ -49,6 +49,11 @@ int codec_append_tagged(struct pipe_buf *out, const struct sluice_element *e, bo
  * SLUICE_ERR_NOMEM. */
 int codec_append_split_end(struct pipe_buf *out, uint64_t seq, uint64_t count);
 
+/* Appends a split start marker record: this production of split seq leaves out positions
+ * [0, from), which other consumers received before (the split was produced again after its
+ * worker died, or for a deterministic reader). Returns 0 or SLUICE_ERR_NOMEM. */
+int codec_append_split_from(struct pipe_buf *out, uint64_t seq, uint64_t from);
+
 /* Where codec_append_split left out a tensor's values. */
 struct codec_split {
     size_t comp; /* the component whose values were left out */
@@ -71,10 +76,16 @@ int codec_append_split_tagged(struct pipe_buf *out, const struct sluice_element 
 /* Whether codec_append_split would split e (cheap: no encoding). */
 bool codec_can_split(const struct sluice_element *e, size_t min_ext);
 
-enum codec_record_kind { CODEC_NO_MORE = 0, CODEC_ELEMENT = 1, CODEC_SPLIT_END = 2 };
+enum codec_record_kind {
+    CODEC_NO_MORE = 0,
+    CODEC_ELEMENT = 1,
+    CODEC_SPLIT_END = 2,
+    CODEC_SPLIT_FROM = 3
+};
 
 /* What a record said besides its element: for CODEC_ELEMENT, tagged tells whether it carried a
- * tag, and seq/pos are the tag; for CODEC_SPLIT_END, seq is the split and pos its count. */
+ * tag, and seq/pos are the tag; for CODEC_SPLIT_END, seq is the split and pos its count; for
+ * CODEC_SPLIT_FROM, seq is the split and pos the first position the production sends. */
 struct codec_mark {
     bool tagged;
     uint64_t seq;
@@ -82,19 +93,19 @@ struct codec_mark {
 };
 
 /* Reads the next record of a batch at data[*pos..len) and advances *pos: CODEC_ELEMENT (into e,
- * reusing its buffers; *mark says whether it was tagged and how), CODEC_SPLIT_END (*mark holds
- * the split and its count; e is untouched), CODEC_NO_MORE (no bytes left), or
- * SLUICE_ERR_CORRUPT with a message in err. */
+ * reusing its buffers; *mark says whether it was tagged and how), CODEC_SPLIT_END or
+ * CODEC_SPLIT_FROM (*mark holds the split and its count or first position; e is untouched),
+ * CODEC_NO_MORE (no bytes left), or SLUICE_ERR_CORRUPT with a message in err. */
 int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
                       struct pipe_buf *scratch, struct codec_mark *mark, char *err, size_t errlen);
 
 /* Steps over the next record of a batch at data[*pos..len) without decoding its body: returns
- * CODEC_ELEMENT or CODEC_SPLIT_END with *mark as codec_next_record gives it, CODEC_NO_MORE, or
- * SLUICE_ERR_CORRUPT when the record's framing, flags or tag are bad (its body is checked only
- * when decoded). */
+ * CODEC_ELEMENT, CODEC_SPLIT_END or CODEC_SPLIT_FROM with *mark as codec_next_record gives it,
+ * CODEC_NO_MORE, or SLUICE_ERR_CORRUPT when the record's framing, flags or tag are bad (its body is
+ * checked only when decoded). */
 int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec_mark *mark);
 
-/* Reads the next element of a batch (split end markers are skipped, tags ignored) at
+/* Reads the next element of a batch (split markers are skipped, tags ignored) at
  * data[*pos..len) into e (reusing its buffers) and advances *pos. Returns 1 (an element), 0 (no
  * bytes left), or SLUICE_ERR_CORRUPT with a message in err. scratch is a reusable buffer for
  * decompression. Offsets in messages count from the start of data for stored records and from the

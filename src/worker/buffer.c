@@ -267,3 +267,40 @@ void wbuf_clear(struct wbuf *b)
     }
     wbuf_init(b);
 }
+
+uint64_t wbuf_front(struct wbuf *b, bool (*ok)(const struct wbuf_chunk *c, void *ctx), void *ctx,
+                    unsigned max_chunks, uint64_t max_bytes)
+{
+    struct wbuf_chunk *front = NULL, *front_last = NULL;
+    struct wbuf_chunk **pp = &b->head, *kept_last = NULL; /* the last chunk left in place */
+    uint64_t records = 0, bytes = 0;
+    unsigned n = 0;
+    while (*pp && n < max_chunks && bytes < max_bytes) {
+        struct wbuf_chunk *c = *pp;
+        if (!ok(c, ctx)) {
+            kept_last = c;
+            pp = &c->next;
+            continue;
+        }
+        *pp = c->next;
+        c->next = NULL;
+        if (front_last)
+            front_last->next = c;
+        else
+            front = c;
+        front_last = c;
+        records += c->count - c->taken;
+        bytes += c->data.len - c->pos + c->ext_len;
+        n++;
+    }
+    if (!front)
+        return 0;
+    /* Where the scan reached the end, the chunks left in place now end at kept_last. */
+    if (!*pp)
+        b->tail = kept_last;
+    front_last->next = b->head;
+    b->head = front;
+    if (!b->tail)
+        b->tail = front_last;
+    return records;
+}

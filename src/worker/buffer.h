@@ -35,6 +35,10 @@ struct wbuf_chunk {
     uint32_t count;       /* records in data */
     uint32_t taken;       /* records taken from the front */
     uint64_t born_ns;     /* monotonic time of its first record (set by the producer) */
+    /* distributed_epoch: the split whose records it holds (a producer's chunk holds one split's),
+     * and whether the split's end marker is among them. */
+    bool tagged, ends;
+    uint64_t seq;
     /* External chunks only (ext != NULL; count is 1): the block of ext_cap bytes (from malloc,
      * owned by the chunk) whose first ext_len bytes belong at offset ext_at of data. */
     uint8_t *ext;
@@ -92,6 +96,13 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
  * chunks are always taken this way. The spent chunks keep their pos. Returns 0. */
 int wbuf_take_whole(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, unsigned max_chunks,
                     struct wbuf_take *out);
+
+/* Moves to the head the queued chunks that ok accepts, scanning from the head, keeping their
+ * order and that of the others: at most max_chunks of them, and no more once they hold max_bytes
+ * bytes. ok is called once per chunk looked at, in queue order (it may note that it accepted
+ * one). Returns the number of records of the moved chunks, 0 when none was accepted. */
+uint64_t wbuf_front(struct wbuf *b, bool (*ok)(const struct wbuf_chunk *c, void *ctx), void *ctx,
+                    unsigned max_chunks, uint64_t max_bytes);
 
 /* Writes the pieces of c's bytes from c->pos on (at most three: data, the external block, the
  * rest of data; empty pieces are left out) to out and returns how many there are. */

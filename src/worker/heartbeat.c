@@ -58,9 +58,20 @@ static void splits_done(int status, const char *msg, const Sluice__Envelope *rep
             rc = plan_from_wire(r->plan, &plan);
             have_plan = rc == 0;
         }
+        /* What of the leased splits their consumers had, before a producer can start one. */
+        for (size_t i = 0; rc == 0 && i < r->n_resume; i++) {
+            const Sluice__SplitResume *sr = r->resume[i];
+            if (sr &&
+                (rc = task_lease_resume(wt->task, sr->seq, sr->covered, sr->n_covered, sr->owner)) <
+                    0 &&
+                have_plan)
+                split_plan_release(&plan);
+        }
         if (rc < 0) {
             task_lease_granted(wt->task, NULL, NULL, 0, false, now);
-            task_fail(wt->task, rc, "copying the split plan: out of memory");
+            task_fail(wt->task, rc,
+                      rc == SLUICE_ERR_INVALID ? "a bad resume entry in the lease"
+                                               : "copying the lease: out of memory");
         } else {
             task_lease_granted(wt->task, have_plan ? &plan : NULL, r->seqs, r->n_seqs,
                                r->end_of_splits, now);

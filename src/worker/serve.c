@@ -187,10 +187,11 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
  * (elements, end of sequence, or the task's failure) went out, false when the buffer is empty
  * and more may come. */
 static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uint64_t id,
-                  uint64_t client_id, uint32_t max_elements, uint64_t max_bytes)
+                  uint64_t client_id, uint32_t max_elements, uint64_t max_bytes, bool whole)
 {
     struct task_take tk;
-    int st = task_take_whole(wt->task, max_elements, max_bytes, &w->scratch, &tk);
+    int st =
+        task_take_whole(wt->task, max_elements, max_bytes, whole ? client_id : 0, &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
         wmetrics_served(w->wm, tk.wb.count, tk.wb.len, rpc_conn_is_local(conn));
@@ -236,7 +237,7 @@ static void waiter_pop(struct worker *w, struct wtask *wt);
  * code. */
 static int rounds_take_one(struct worker *w, struct wtask *wt, struct task_take *tk)
 {
-    int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, &w->scratch, tk);
+    int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, 0, &w->scratch, tk);
     if (st != TASK_TAKE_DATA)
         return st;
     size_t len;
@@ -473,7 +474,7 @@ static bool serve_read(struct worker *w, struct wtask *wt, const struct waiter *
         return false;
     if (wt->has_xtc)
         return serve_xtc(w, wt, q);
-    return serve(w, wt, q->conn, q->id, q->client_id, q->max_elements, q->max_bytes);
+    return serve(w, wt, q->conn, q->id, q->client_id, q->max_elements, q->max_bytes, q->whole);
 }
 
 static uint64_t hb_soon(struct worker *w);
@@ -536,11 +537,19 @@ void worker_serve_waiters(struct worker *w, struct wtask *wt)
     } else if (wt->has_xtc) {
         serve_xtc_waiters(w, wt);
     } else {
-        while (wt->wait_head) {
-            struct waiter *q = wt->wait_head;
-            if (rpc_conn_is_open(q->conn) && !serve_read(w, wt, q))
-                break;
-            waiter_pop(w, wt);
+        /* In queue order. A read that cannot be answered leaves the buffer empty for the ones
+         * after it, unless it takes splits whole: then others may still have theirs. */
+        struct waiter **pp = &wt->wait_head, *prev = NULL;
+        while (*pp) {
+            struct waiter *q = *pp;
+            if (rpc_conn_is_open(q->conn) && !serve_read(w, wt, q)) {
+                if (!q->whole)
+                    break;
+                prev = q;
+                pp = &q->next;
+                continue;
+            }
+            waiter_unlink(w, wt, pp, prev);
         }
     }
     task_set_waiting(wt->task, wt->nwait > 0);
@@ -591,7 +600,8 @@ static uint64_t hb_soon(struct worker *w)
  * bounded by WORKER_POLL_MS like any wait. */
 static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                  uint32_t max_elements, uint64_t max_bytes, uint32_t consumer, uint64_t round,
-                 uint64_t client_id, const uint8_t *key, size_t key_len, const char *trainer)
+                 uint64_t client_id, bool whole, const uint8_t *key, size_t key_len,
+                 const char *trainer)
 {
     struct waiter *q = calloc(1, sizeof *q);
     if (!q) {
@@ -607,6 +617,7 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
     q->consumer = consumer;
     q->round = round;
     q->client_id = client_id;
+    q->whole = whole;
     q->client_key_len = key_len <= CAP_KEY_LEN ? key_len : CAP_KEY_LEN + 1;
     if (key_len == CAP_KEY_LEN)
         memcpy(q->client_key, key, CAP_KEY_LEN);
@@ -624,8 +635,8 @@ static void park(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t 
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
-                        uint64_t round, uint64_t client_id, const uint8_t *key, size_t key_len,
-                        const char *trainer, bool may_park);
+                        uint64_t round, uint64_t client_id, bool whole, const uint8_t *key,
+                        size_t key_len, const char *trainer, bool may_park);
 
 void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
 {
@@ -654,8 +665,8 @@ void worker_unpark(struct worker *w, uint64_t hb_done, bool force)
                                      "the worker is shutting down");
             else
                 handle_read(w, q->conn, q->id, q->task_id, q->max_elements, q->max_bytes,
-                            q->consumer, q->round, q->client_id, q->client_key, q->client_key_len,
-                            q->trainer, false);
+                            q->consumer, q->round, q->client_id, q->whole, q->client_key,
+                            q->client_key_len, q->trainer, false);
         }
         rpc_conn_unref(q->conn);
         free(q);
@@ -673,20 +684,21 @@ static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_
     char trainer[XTC_TRAINER_ID_MAX + 2];
     snprintf(trainer, sizeof trainer, "%s", req->trainer_id ? req->trainer_id : "");
     handle_read(w, conn, id, req->task_id, max_elements, max_bytes, req->consumer_index, req->round,
-                req->client_id, req->client_key.data, req->client_key.len, trainer, true);
+                req->client_id, req->whole_splits, req->client_key.data, req->client_key.len,
+                trainer, true);
 }
 
 static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, uint64_t task_id,
                         uint32_t max_elements, uint64_t max_bytes, uint32_t consumer,
-                        uint64_t round, uint64_t client_id, const uint8_t *key, size_t key_len,
-                        const char *trainer, bool may_park)
+                        uint64_t round, uint64_t client_id, bool whole, const uint8_t *key,
+                        size_t key_len, const char *trainer, bool may_park)
 {
     struct wtask *wt = worker_find_task(w, task_id);
     if (!wt) {
         /* Only while the dispatcher is reachable can a heartbeat bring the task. */
         if (may_park && rpc_client_connected(w->disp))
-            park(w, conn, id, task_id, max_elements, max_bytes, consumer, round, client_id, key,
-                 key_len, trainer);
+            park(w, conn, id, task_id, max_elements, max_bytes, consumer, round, client_id, whole,
+                 key, key_len, trainer);
         else
             reply_not_found(conn, id, task_id);
         return;
@@ -724,7 +736,8 @@ static void handle_read(struct worker *w, struct rpc_conn *conn, uint64_t id, ui
                         .max_bytes = max_bytes,
                         .consumer = consumer,
                         .round = round,
-                        .client_id = client_id};
+                        .client_id = client_id,
+                        .whole = whole};
     snprintf(rd.trainer, sizeof rd.trainer, "%s", trainer);
     /* Earlier readers go first; a new one is served at once only when nobody waits. Reads in
      * rounds always wait with the others (serve_rounds). */

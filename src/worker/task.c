@@ -127,6 +127,8 @@ static void chunk_put_locked(struct task *t, struct wbuf_chunk *c)
     c->pos = 0;
     c->count = c->taken = 0;
     c->born_ns = 0;
+    c->tagged = c->ends = false;
+    c->seq = 0;
     c->next = t->free_chunks;
     t->free_chunks = c;
     t->nfree++;
@@ -146,6 +148,7 @@ static int task_alloc(uint64_t id, struct task **out)
         return SLUICE_ERR_NOMEM;
     t->id = id;
     wbuf_init(&t->buf);
+    splittab_init(&t->splits);
     atomic_init(&t->in_slice, 0);
     if (uv_mutex_init(&t->mu) != 0) {
         free(t);
@@ -277,13 +280,46 @@ bool task_is_distributed(const struct task *t)
     return t->mode == SLUICE_DISTRIBUTED_EPOCH && t->nproducers > 0;
 }
 
+struct owned_take {
+    struct split_tables *splits;
+    uint64_t client, now_ms;
+};
+
+/* wbuf_front's filter for a reader that takes splits whole: chunks of splits it owns or may
+ * take now (splitown.h). */
+static bool owned_ok(const struct wbuf_chunk *c, void *ctx)
+{
+    struct owned_take *o = ctx;
+    return !c->tagged || splittab_may_take(o->splits, c->seq, o->client, o->now_ms);
+}
+
+/* Owners end with their split's end marker. Task mutex held. */
+static void drop_owners(struct task *t, const struct wbuf_chunk *spent)
+{
+    for (const struct wbuf_chunk *c = spent; c; c = c->next)
+        if (c->tagged && c->ends)
+            splittab_owner_drop(&t->splits, c->seq);
+}
+
 static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
-                bool whole, struct task_take *out)
+                bool whole, uint64_t owner, struct task_take *out)
 {
     memset(out, 0, sizeof *out);
     task_begin(t);
     uv_mutex_lock(&t->mu);
     int rc = 0;
+    if (owner && t->buf.head) {
+        /* Only the splits this reader may have, brought to the head. */
+        struct owned_take o = {
+            .splits = &t->splits, .client = owner, .now_ms = uv_hrtime() / 1000000u};
+        uint64_t records = wbuf_front(&t->buf, owned_ok, &o, TASK_TAKE_MAX_CHUNKS, max_bytes);
+        if (records == 0) {
+            uv_mutex_unlock(&t->mu);
+            return TASK_TAKE_EMPTY;
+        }
+        if (records < max_elements)
+            max_elements = (uint32_t)records;
+    }
     if (whole)
         rc = wbuf_take_whole(&t->buf, max_elements, max_bytes, TASK_TAKE_MAX_CHUNKS, &out->wb);
     if (rc == 0 && out->wb.count == 0)
@@ -294,6 +330,7 @@ static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struc
     }
     if (out->wb.count > 0) {
         rc = TASK_TAKE_DATA;
+        drop_owners(t, out->wb.spent);
         if (t->space_waiters && !task_over_limit(t))
             task_unpark_locked(t, PARK_SPACE);
     } else if (!t->done) {
@@ -312,13 +349,22 @@ static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struc
 int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
               struct task_take *out)
 {
-    return take(t, max_elements, max_bytes, scratch, false, out);
+    return take(t, max_elements, max_bytes, scratch, false, 0, out);
 }
 
-int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes,
+int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes, uint64_t owner,
                     struct pipe_buf *scratch, struct task_take *out)
 {
-    return take(t, max_elements, max_bytes, scratch, true, out);
+    return take(t, max_elements, max_bytes, scratch, true, owner, out);
+}
+
+int task_lease_resume(struct task *t, uint64_t seq, const uint64_t *covered, size_t ncovered,
+                      uint64_t owner)
+{
+    uv_mutex_lock(&t->mu);
+    int rc = splittab_resume_put(&t->splits, seq, covered, ncovered, owner);
+    uv_mutex_unlock(&t->mu);
+    return rc;
 }
 
 void task_take_release(struct task *t, struct task_take *tk)
@@ -585,6 +631,7 @@ void task_free(struct task *t)
         wbuf_chunk_free(p->chunk);
         pipe_elem_release(&p->elem);
         pipe_buf_release(&p->scratch);
+        ranges_release(&p->skip);
         uv_mutex_destroy(&p->mu);
     }
     free(t->producers);
@@ -597,6 +644,7 @@ void task_free(struct task *t)
     for (unsigned i = 0; i < t->nspare; i++)
         free(t->spare[i].p);
     lease_queue_release(&t->lease);
+    splittab_release(&t->splits);
     split_plan_release(&t->plan);
     free(t->report);
     free(t->returned);

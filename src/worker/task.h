@@ -153,7 +153,10 @@ int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct 
  * when they fit the limits (out->wb.whole: payload is NULL and the records are the chunks in
  * out->wb.spent, see wbuf_take_whole), else what task_take takes. The chunks stay valid until
  * task_take_release, which the caller calls once the reply is written. */
-int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes,
+/* owner, when not 0, is a reader that takes splits whole (a deterministic read): it is given
+ * only records of splits it owns or may take now (splitown.h), TASK_TAKE_EMPTY when there are
+ * none. */
+int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes, uint64_t owner,
                     struct pipe_buf *scratch, struct task_take *out);
 void task_take_release(struct task *t, struct task_take *tk);
 
@@ -194,6 +197,13 @@ void task_lease_failed(struct task *t, uint64_t now_ms);
  * plan, or seqs before any plan, fails the task (and returns its code). */
 int task_lease_granted(struct task *t, struct split_plan *plan, const uint64_t *seqs, size_t n,
                        bool end_of_splits, uint64_t now_ms);
+
+/* Loop, distributed_epoch. A resume entry of the GetSplits reply (splitown.h), recorded before
+ * the seqs are granted: split seq leaves out the covered positions (ncovered values, begin/end
+ * pairs) and goes to reader owner (0: whoever asks). Returns 0, SLUICE_ERR_INVALID or
+ * SLUICE_ERR_NOMEM. */
+int task_lease_resume(struct task *t, uint64_t seq, const uint64_t *covered, size_t ncovered,
+                      uint64_t owner);
 
 /* Loop. The task's failure code (0 when it has not failed) and, when failed, its message in
  * *msg (valid while the task lives). */

@@ -8,6 +8,7 @@
 #include "task.h"
 
 #include "pool.h"
+#include "splitown.h"
 
 #include "common/error.h"
 #include "pipeline/codec.h"
@@ -75,6 +76,7 @@ struct producer {
      * in it (codec.h), so a consumer can tell a split's elements apart when it is re-issued. */
     bool tagging;
     struct codec_tag tag;
+    struct ranges skip; /* positions of the split in hand its consumers had (splitown.h) */
 };
 
 struct task {
@@ -112,6 +114,7 @@ struct task {
     int err_code;
     char err_msg[SLUICE_ERRMSG_SIZE];
     struct lease_queue lease;
+    struct split_tables splits; /* resume entries and owners of splits (splitown.h) */
     struct split_plan plan;
     bool have_plan;
 

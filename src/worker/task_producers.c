@@ -46,6 +46,14 @@
 #define PRODUCER_SLICE_NS 5000000u
 #define PRODUCER_CLOCK_EVERY 16u
 
+/* c gets its first record from p: its birth time, and the split it holds. */
+static void chunk_begin(const struct producer *p, struct wbuf_chunk *c)
+{
+    c->born_ns = uv_hrtime();
+    c->tagged = p->tagging;
+    c->seq = p->tag.seq;
+}
+
 /* Pushes c into the buffer; with refill, p's chunk is then replaced by a spare one (or none).
  * Producer mutex held. Returns 0; PRODUCER_PARKED when the buffer is over its bounds (c is not
  * pushed and p is parked for space: whoever frees room queues it again); or SLUICE_ERR_CANCELLED
@@ -171,7 +179,7 @@ static int append_external(struct producer *p, size_t *size)
     c->ext_len = split.len;
     c->ext_at = split.at;
     c->count = 1;
-    c->born_ns = uv_hrtime();
+    chunk_begin(p, c);
     refill_tensor(t, tensor, c->ext_cap);
     p->publish = p->chunk && p->chunk->count > 0;
     p->ext = c;
@@ -226,6 +234,11 @@ static int produce(struct producer *p, uint64_t deadline)
         uint64_t size = t->limits.max_element_bytes ? pipe_elem_size(&p->elem) : 0;
         if (size > t->limits.max_element_bytes)
             return pipe_limit_msg(err, errlen, "", size, t->limits.max_element_bytes, false);
+        /* A split produced again: its consumers had this position already. */
+        if (p->skip.n && ranges_contains(&p->skip, p->tag.pos)) {
+            p->tag.pos++;
+            continue;
+        }
 
         uv_mutex_lock(&p->mu);
         if (!p->chunk) {
@@ -279,7 +292,7 @@ static int produce(struct producer *p, uint64_t deadline)
         if (compress)
             note_compression(p, c, before);
         if (c->count == 0)
-            c->born_ns = uv_hrtime();
+            chunk_begin(p, c);
         c->count++;
         bool flush = c->data.len >= TASK_CHUNK_BYTES || c->count >= TASK_CHUNK_RECORDS;
         if (!flush && atomic_load_explicit(&t->waiting, memory_order_relaxed)) {
@@ -309,8 +322,9 @@ static int end_split(struct producer *p)
                       : SLUICE_ERR_NOMEM;
     if (rc == 0) {
         if (p->chunk->count == 0)
-            p->chunk->born_ns = uv_hrtime();
+            chunk_begin(p, p->chunk);
         p->chunk->count++;
+        p->chunk->ends = true;
         p->publish = true;
     }
     uv_mutex_unlock(&p->mu);
@@ -418,6 +432,26 @@ static int check_snapshot_dir(struct task *t, char *err, size_t errlen)
                                  err, errlen);
 }
 
+/* Appends the split start marker of p's split to its chunk. Returns 0 or SLUICE_ERR_NOMEM with
+ * the message in p->err. */
+static int mark_from(struct producer *p, uint64_t from)
+{
+    uv_mutex_lock(&p->mu);
+    if (!p->chunk)
+        p->chunk = task_chunk_get(p->t);
+    int rc =
+        p->chunk ? codec_append_split_from(&p->chunk->data, p->tag.seq, from) : SLUICE_ERR_NOMEM;
+    if (rc == 0) {
+        if (p->chunk->count == 0)
+            chunk_begin(p, p->chunk);
+        p->chunk->count++;
+    }
+    uv_mutex_unlock(&p->mu);
+    if (rc < 0)
+        err_set(p->err, sizeof p->err, rc, "starting a split: %s", sluice_strerror(rc));
+    return rc;
+}
+
 /* distributed_epoch: takes the next split from the lease queue and opens it (a save's task
  * writes it whole). Returns 0 (p->phase says what comes next), PRODUCER_PARKED (no split leased
  * yet: p is parked for a lease, and the loop is asked to lease more), PRODUCER_END (no split
@@ -447,7 +481,15 @@ static int next_split(struct producer *p)
         return PRODUCER_PARKED;
     }
     bool ask = t->lease.len <= t->lease.low && !t->lease.inflight;
-    if (!split_plan_at(&t->plan, seq, &split)) {
+    struct split_resume resume;
+    splittab_resume_take(&t->splits, seq, &resume);
+    ranges_release(&p->skip);
+    p->skip = resume.skip;
+    if (resume.owner && splittab_owner_set(&t->splits, seq, resume.owner, now_ms()) < 0) {
+        rc = err_set(p->err, sizeof p->err, SLUICE_ERR_NOMEM, "%s",
+                     sluice_strerror(SLUICE_ERR_NOMEM));
+        lease_abandon(&t->lease);
+    } else if (!split_plan_at(&t->plan, seq, &split)) {
         rc = err_set(p->err, sizeof p->err, SLUICE_ERR_CORRUPT,
                      "split %" PRIu64 " is past the end of the split sequence", seq);
         lease_abandon(&t->lease);
@@ -470,6 +512,10 @@ static int next_split(struct producer *p)
     p->tagging = true;
     p->tag.seq = seq;
     p->tag.pos = 0;
+    /* Positions [0, from) went to consumers before: the first record says so, so a
+     * deterministic reader that did not have them takes the rest (codec.h). */
+    if (p->skip.n && p->skip.v[0].begin == 0 && (rc = mark_from(p, p->skip.v[0].end)) < 0)
+        return rc;
     rc = pipe_open_splits_limited(t->spec, t->reg, &t->limits, &split, 1, &p->run, p->err,
                                   sizeof p->err);
     if (rc == 0)

@@ -54,6 +54,7 @@ struct waiter {
     uint32_t consumer; /* coordinated reads: the reader's consumer index */
     uint64_t round;    /* coordinated reads: the round asked for */
     uint64_t client_id;
+    bool whole; /* a deterministic reader: it takes splits whole (splitown.h) */
     /* A parked read: the capability it presented, checked once its task is known. */
     uint8_t client_key[CAP_KEY_LEN];
     size_t client_key_len;

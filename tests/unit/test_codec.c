@@ -166,6 +166,52 @@ static void test_tags_and_split_ends(void **state)
     sluice_element_free(e);
 }
 
+/* Split start markers: they come back with their split and first position, scanning steps over
+ * them, codec_next_elem skips them, and a marker with other flags is refused. */
+static void test_split_from(void **state)
+{
+    (void)state;
+    struct sluice_element *e = sluice_element_new();
+    assert_int_equal(sluice_element_set_bytes(e, 0, "abc", 3), 0);
+    struct pipe_buf out = {0}, scratch = {0};
+    struct codec_tag t = {9, 40};
+    assert_int_equal(codec_append_split_from(&out, 9, 40), 0);
+    assert_int_equal(codec_append_tagged(&out, e, false, &scratch, &t), 0);
+    assert_int_equal(codec_append_split_end(&out, 9, 41), 0);
+
+    struct sluice_element got;
+    pipe_elem_init(&got);
+    struct codec_mark m;
+    char err[SLUICE_ERRMSG_SIZE];
+    const uint8_t *p = (const uint8_t *)out.p;
+    size_t pos = 0;
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     CODEC_SPLIT_FROM);
+    assert_int_equal(m.seq, 9);
+    assert_int_equal(m.pos, 40);
+    int kinds[] = {CODEC_SPLIT_FROM, CODEC_ELEMENT, CODEC_SPLIT_END, CODEC_NO_MORE};
+    pos = 0;
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        assert_int_equal(codec_scan_record(p, out.len, &pos, &m), kinds[i]);
+    pos = 0;
+    assert_int_equal(codec_next_elem(p, out.len, &pos, &got, &scratch, err, sizeof err), 1);
+    assert_true(pipe_elem_equal(e, &got));
+    assert_int_equal(codec_next_elem(p, out.len, &pos, &got, &scratch, err, sizeof err), 0);
+
+    /* The marker's flag byte (after the one-byte length) with another flag: refused. */
+    out.p[1] |= 0x04;
+    pos = 0;
+    assert_int_equal(codec_scan_record(p, out.len, &pos, &m), SLUICE_ERR_CORRUPT);
+    pos = 0;
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+                     SLUICE_ERR_CORRUPT);
+    assert_non_null(strstr(err, "split marker with other flags"));
+    pipe_elem_release(&got);
+    pipe_buf_release(&out);
+    pipe_buf_release(&scratch);
+    sluice_element_free(e);
+}
+
 static void test_corrupt_inputs(void **state)
 {
     (void)state;
@@ -194,12 +240,12 @@ static void test_corrupt_inputs(void **state)
         {{0x03, 0x00, 0x01, 0x0c}, 4, "element codec: offset 3: truncated component header"},
         {{0x04, 0x00, 0x01, 0x0c, 0x00}, 5, "element codec: offset 3: unknown dtype"},
         {{0x04, 0x00, 0x01, 0x04, 0x09}, 5, "element codec: offset 4: rank over limit"},
-        {{0x02, 0x08, 0x00}, 3, "element codec: offset 0: unknown record flags"},
+        {{0x02, 0x10, 0x00}, 3, "element codec: offset 0: unknown record flags"},
         {{0x02, 0x02, 0x80}, 3, "element codec: offset 0: bad element tag"},
-        {{0x02, 0x04, 0x01}, 3, "element codec: offset 0: bad split end marker"},
+        {{0x02, 0x04, 0x01}, 3, "element codec: offset 0: bad split marker"},
         {{0x04, 0x05, 0x01, 0x02, 0x00},
          5,
-         "element codec: offset 0: split end marker with other flags"},
+         "element codec: offset 0: split marker with other flags"},
         {{0x00}, 1, "element codec: offset 0: bad record length"},
         {{0x05, 0x00, 0x01, 0x0b, 0x00, 0x09}, 6, "element codec: offset 6: bad string length"},
         {{0x05, 0x00, 0x00, 0x04, 0x00, 0x00}, 6, "element codec: offset 2: bad component count"},
@@ -221,9 +267,8 @@ static void test_corrupt_inputs(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_scalars_and_tensors),
-        cmocka_unit_test(test_bytes_and_compression),
-        cmocka_unit_test(test_tags_and_split_ends),
+        cmocka_unit_test(test_scalars_and_tensors), cmocka_unit_test(test_bytes_and_compression),
+        cmocka_unit_test(test_tags_and_split_ends), cmocka_unit_test(test_split_from),
         cmocka_unit_test(test_corrupt_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

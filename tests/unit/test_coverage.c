@@ -89,7 +89,7 @@ static bool merge(struct coverage *c, uint64_t it, uint64_t seq, bool ended, uin
                   const uint64_t *bounds, size_t nbounds)
 {
     bool complete = true; /* coverage_merge sets it on every path */
-    int rc = coverage_merge(c, it, seq, ended, total, bounds, nbounds, &complete);
+    int rc = coverage_merge(c, it, seq, 1, ended, total, bounds, nbounds, &complete);
     if (rc != 0)
         fail_msg("merge of %" PRIu64 "/%" PRIu64 ": rc %d", it, seq, rc);
     return complete;
@@ -184,6 +184,36 @@ static void test_two_consumers(void **unused)
     coverage_release(&c);
 }
 
+/* The owner of a split's coverage: the one consumer that reported positions of it, or
+ * COVERAGE_SHARED once another did too; reports without positions name nobody. */
+static void test_owner(void **unused)
+{
+    (void)unused;
+    struct coverage c;
+    coverage_init(&c);
+    bool complete;
+    const uint64_t a[] = {0, 3}, b[] = {3, 5};
+    assert_null(coverage_find(&c, 1, 4));
+    assert_int_equal(coverage_merge(&c, 1, 4, 11, false, 0, NULL, 0, &complete), 0);
+    assert_int_equal(coverage_find(&c, 1, 4)->owner, 0);
+    assert_int_equal(coverage_merge(&c, 1, 4, 11, false, 0, a, 2, &complete), 0);
+    assert_int_equal(coverage_find(&c, 1, 4)->owner, 11);
+    assert_int_equal(coverage_merge(&c, 1, 4, 11, false, 0, a, 2, &complete), 0);
+    assert_int_equal(coverage_find(&c, 1, 4)->owner, 11);
+    /* An end marker alone from another consumer changes nothing. */
+    assert_int_equal(coverage_merge(&c, 1, 4, 12, true, 9, NULL, 0, &complete), 0);
+    assert_int_equal(coverage_find(&c, 1, 4)->owner, 11);
+    assert_int_equal(coverage_merge(&c, 1, 4, 12, false, 0, b, 2, &complete), 0);
+    const struct coverage_entry *e = coverage_find(&c, 1, 4);
+    assert_int_equal(e->owner, COVERAGE_SHARED);
+    assert_int_equal(e->got.n, 1);
+    assert_int_equal(e->got.v[0].end, 5);
+    assert_int_equal(coverage_merge(&c, 1, 4, 11, false, 0, a, 2, &complete), 0);
+    assert_int_equal(coverage_find(&c, 1, 4)->owner, COVERAGE_SHARED);
+    assert_null(coverage_find(&c, 2, 4));
+    coverage_release(&c);
+}
+
 static void test_different_total(void **unused)
 {
     (void)unused;
@@ -192,20 +222,20 @@ static void test_different_total(void **unused)
     char buf[256];
     bool complete = true;
     const uint64_t a[] = {0, 2}, b[] = {2, 7};
-    assert_int_equal(coverage_merge(&c, 1, 9, true, 6, a, 2, &complete), 0);
+    assert_int_equal(coverage_merge(&c, 1, 9, 1, true, 6, a, 2, &complete), 0);
     assert_false(complete);
     complete = true;
-    assert_int_equal(coverage_merge(&c, 1, 9, true, 7, b, 2, &complete), SLUICE_ERR_CORRUPT);
+    assert_int_equal(coverage_merge(&c, 1, 9, 1, true, 7, b, 2, &complete), SLUICE_ERR_CORRUPT);
     assert_false(complete);
     /* The entry keeps what it had. */
     assert_string_equal(entries(&c, buf, sizeof buf), "1/9:end=6:[0,2)");
     /* A report without the end marker says nothing about the count. */
     const uint64_t mid[] = {2, 3}, rest[] = {3, 6};
-    assert_int_equal(coverage_merge(&c, 1, 9, false, 7, mid, 2, &complete), 0);
+    assert_int_equal(coverage_merge(&c, 1, 9, 1, false, 7, mid, 2, &complete), 0);
     assert_false(complete);
     assert_string_equal(entries(&c, buf, sizeof buf), "1/9:end=6:[0,3)");
     /* The same count again is fine. */
-    assert_int_equal(coverage_merge(&c, 1, 9, true, 6, rest, 2, &complete), 0);
+    assert_int_equal(coverage_merge(&c, 1, 9, 1, true, 6, rest, 2, &complete), 0);
     assert_true(complete);
     coverage_release(&c);
 }
@@ -278,7 +308,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check),         cmocka_unit_test(test_single_complete_report),
         cmocka_unit_test(test_two_consumers), cmocka_unit_test(test_different_total),
-        cmocka_unit_test(test_forget),
+        cmocka_unit_test(test_owner),         cmocka_unit_test(test_forget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
