@@ -32,6 +32,23 @@ once. A state taken after the last element of an epoch restores into the next ep
 
 The dataset has the same two methods (the shape of PyTorch's Stateful protocol); used without
 the loader class they describe a read in this process (num_workers=0).
+
+In a torch.distributed job (the default process group initialized, world size > 1) the ranks'
+loaders read one job together: every epoch's job name is agreed from rank 0, so in
+distributed_epoch each element reaches one rank, once. state_dict() is then a collective that
+every rank calls at the same step (as torch.distributed.checkpoint does): it gathers the ranks'
+positions and returns their merge on every rank, the job's position. Restored with
+load_state_dict() in a job of any world size (more ranks or fewer, any num_workers), the epoch
+continues exactly once across the new ranks:
+
+    dist.init_process_group("gloo")        # or nccl
+    loader = sluice.torch.DataLoader(ds, num_workers=2)
+    ...
+    state = loader.state_dict()            # on every rank, at the same step
+    if dist.get_rank() == 0:
+        torch.save({"data": state, ...}, "ckpt.pt")
+
+share_ranks=False keeps each rank's loader to itself (every rank reads whole epochs of its own).
 """
 
 import os
@@ -82,7 +99,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
             raise ValueError("exactly one of dataset_id and pipeline is required")
         self.service = sluice._target(service)
         self.dataset_id = dataset_id
-        self.pipeline = pipeline
+        self.pipeline = None if pipeline is None else sluice._pipeline(pipeline)
         self.processing_mode = processing_mode
         sluice._mode(processing_mode)
         self.job_name = job_name
@@ -161,6 +178,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
         if self.num_consumers is not None:
             return self.job_name  # a coordinated read: its consumers meet by name
         base = self.job_name or "torch"
+        if self._start is not None and self._start.shared:
+            # The ranks of a torch.distributed job read one job per epoch, named from rank 0.
+            return f"{base}-{self._start.nonce}-{self._epochs}"
         if num_workers > 1:
             if self._start is None:
                 raise RuntimeError(
@@ -241,10 +261,12 @@ class _LoaderStart:
         self.nonce = uuid.uuid4().hex
         self.restore = restore
         self.positions = positions
+        self.shared = False  # the ranks of a torch.distributed job read one job
 
     def without_restore(self):
         later = _LoaderStart(None, self.positions)
         later.nonce = self.nonce
+        later.shared = self.shared
         return later
 
 
@@ -282,12 +304,13 @@ class DataLoader(torch.utils.data.DataLoader):
     "end_of_epoch": True: restored, the next iteration reads the NEXT epoch, whole, as
     torchdata's StatefulDataLoader does."""
 
-    def __init__(self, dataset, *args, **kwargs):
+    def __init__(self, dataset, *args, share_ranks=True, **kwargs):
         if not isinstance(dataset, IterableDataset):
             raise TypeError("sluice.torch.DataLoader reads a sluice.torch.IterableDataset")
         if kwargs.setdefault("batch_size", None) is not None:
             raise ValueError("sluice.torch.DataLoader takes batch_size=None: batch in the "
                              "pipeline")
+        self._share_ranks = sluice._flag(share_ranks, "share_ranks")
         super().__init__(dataset, *args, **kwargs)
         self._checkpoints = dataset.processing_mode in ("distributed_epoch", "dynamic")
         self._restore = None  # the position the next iteration continues from
@@ -301,7 +324,13 @@ class DataLoader(torch.utils.data.DataLoader):
         self._base, self._positions, self._at_end = restore, {}, False
         # The readers started now (worker processes, or the dataset here with num_workers=0)
         # take this start with them; persistent workers already running keep theirs.
-        ds._start = _LoaderStart(restore, self._checkpoints)
+        start = _LoaderStart(restore, self._checkpoints)
+        if self._ranks_share():
+            # Every rank's readers join one job per epoch: the name's nonce comes from rank 0.
+            nonce = [start.nonce]
+            torch.distributed.broadcast_object_list(nonce, src=0)
+            start.nonce, start.shared = nonce[0], True
+        ds._start = start
         try:
             it = super().__iter__()
         finally:
@@ -328,19 +357,37 @@ class DataLoader(torch.utils.data.DataLoader):
         self._positions[worker] = position
         return x
 
+    def _ranks_share(self):
+        """Whether this loader reads one job with the other ranks of a torch.distributed job."""
+        ds = self.dataset
+        return (self._share_ranks and ds.cross_trainer_cache is None
+                and ds.num_consumers is None and torch.distributed.is_available()
+                and torch.distributed.is_initialized()
+                and torch.distributed.get_world_size() > 1)
+
     def state_dict(self):
         """{"position": bytes}: what the caller received, over every loader worker ({} before
         the first element of a fresh iteration); with "end_of_epoch": True once the caller has
-        the epoch's last element. Picklable."""
+        the epoch's last element. Picklable. In a torch.distributed job whose ranks share the
+        read, a collective: every rank calls it at the same step and gets the same state, the
+        merge of all ranks' positions (end_of_epoch once every rank has its last element)."""
         if not self._checkpoints:
             raise ValueError("sluice.torch.DataLoader checkpoints distributed_epoch reads; "
                              f"this dataset reads {self.dataset.processing_mode}")
         positions = list(self._positions.values())
-        if positions:
+        if not positions and self._base is not None:
+            positions = [self._base]
+        at_end = self._at_end
+        if self._ranks_share():
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, (positions, at_end))
+            positions = [p for rank_positions, _ in gathered for p in rank_positions]
+            at_end = all(end for _, end in gathered)
+        if len(positions) > 1:
             state = sluice.merge_positions([{"position": p} for p in positions])
         else:
-            state = {"position": self._base} if self._base is not None else {}
-        if self._at_end:
+            state = {"position": positions[0]} if positions else {}
+        if at_end:
             state["end_of_epoch"] = True
         return state
 

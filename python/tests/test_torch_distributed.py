@@ -1,0 +1,119 @@
+"""sluice.torch.DataLoader in a torch.distributed job (gloo, CPU): the ranks' loaders read one
+job per epoch, state_dict() gathers every rank's position into the job's, and that position
+restored in a job of another world size continues the epoch exactly once across the new ranks,
+after the old ranks were killed (-9) right after their checkpoint. Each rank is a process of
+its own, as torchrun starts them."""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+pytest.importorskip("torch")
+import torch.distributed  # noqa: E402
+
+from conftest import Cluster  # noqa: E402
+
+if not torch.distributed.is_available():
+    pytest.skip("torch.distributed is not available", allow_module_level=True)
+
+N = 6000
+PIPELINE = f"range({N}) | map(sleep_us, 20)"
+WAIT_S = 180
+
+# One rank: reads `take` elements (all of them when take < 0), takes the collective state,
+# writes what it received (rank 0 also the state), then dies as a killed trainer does.
+RANK = r"""
+import json, os, pickle, signal, sys
+import torch.distributed as dist
+import sluice, sluice.torch
+rank, world, store, target, out, take, workers, det, restore = sys.argv[1:10]
+rank, world, take, workers = int(rank), int(world), int(take), int(workers)
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
+ds = sluice.torch.IterableDataset(target, pipeline=sys.argv[10], element_timeout=120,
+                                  processing_mode="distributed_epoch", deterministic=det == "1")
+loader = sluice.torch.DataLoader(ds, num_workers=workers)
+if restore != "-":
+    with open(restore, "rb") as f:
+        loader.load_state_dict(pickle.load(f))
+got = []
+it = iter(loader)
+if take < 0:
+    got = [int(x) for x in it]
+    dist.barrier()
+else:
+    for _ in range(take):
+        got.append(int(next(it)))
+    state = loader.state_dict()
+    if rank == 0:
+        with open(os.path.join(out, "state.pkl"), "wb") as f:
+            pickle.dump(state, f)
+with open(os.path.join(out, f"got-{rank}.json"), "w") as f:
+    json.dump(got, f)
+dist.barrier()
+if take >= 0:
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="sluice-dist-") as log_dir:
+        c = Cluster(log_dir)
+        try:
+            c.add_worker()
+            c.add_worker()
+            yield c
+        finally:
+            c.stop()
+
+
+def run_ranks(tmp, name, world, target, take, workers, det, restore):
+    out = os.path.join(tmp, name)
+    os.makedirs(out)
+    script = os.path.join(tmp, "rank.py")
+    with open(script, "w") as f:
+        f.write(RANK)
+    store = os.path.join(out, "store")
+    procs = [subprocess.Popen([sys.executable, script, str(r), str(world), store, target, out,
+                               str(take), str(workers), "1" if det else "0", restore, PIPELINE],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(world)]
+    got = []
+    for r, p in enumerate(procs):
+        try:
+            _, err = p.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        # A checkpointing rank kills itself after writing what it had.
+        assert p.returncode == (-9 if take >= 0 else 0), f"rank {r}: {err[-3000:]}"
+        with open(os.path.join(out, f"got-{r}.json")) as f:
+            got.append(json.load(f))
+    return out, got
+
+
+@pytest.mark.parametrize("before,after,workers,det", [
+    (2, 3, 0, False),
+    (3, 2, 2, False),
+    (2, 3, 1, True),
+])
+def test_resume_on_another_world_size(cluster, before, after, workers, det):
+    with tempfile.TemporaryDirectory(prefix="sluice-dist-") as tmp:
+        out, pre = run_ranks(tmp, "before", before, cluster.target, 300, workers, det, "-")
+        # The ranks read one job: nobody got an element twice before the checkpoint.
+        flat = [x for rank in pre for x in rank]
+        assert len(flat) == before * 300 and len(set(flat)) == len(flat)
+        _, post = run_ranks(tmp, "after", after, cluster.target, -1, workers, det,
+                            os.path.join(out, "state.pkl"))
+        # Every new rank got a share, and the epoch is whole, each element once.
+        assert all(len(rank) > 0 for rank in post), [len(r) for r in post]
+        seen = collections.Counter(flat + [x for rank in post for x in rank])
+        assert sorted(seen) == list(range(N)), f"{len(seen)} distinct of {N}"
+        dups = sorted(x for x, c in seen.items() if c > 1)
+        assert not dups, f"{len(dups)} duplicates: {dups[:20]}"
