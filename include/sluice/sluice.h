@@ -550,6 +550,16 @@ int sluice_iterator_task(const struct sluice_iterator *it, uint64_t *task_id);
 int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char *err,
                          size_t errlen);
 
+/* Tells the dispatcher now what this distributed_epoch read has received, and waits until it
+ * has heard (at most 5 s): call it right before sluice_iterator_save when a consumer of a shared
+ * job checkpoints while the job's other consumers go on. Splits this reader held that go to
+ * other consumers afterwards (it stopped, or died) then leave out every element it had, so the
+ * merge of the consumers' positions (sluice_checkpoint_merge) holds each element once. Returns
+ * 0 (also for other modes and for a read that ended or failed), or SLUICE_ERR_TIMEOUT when the
+ * dispatcher did not answer in time (the position is valid all the same; the report then goes
+ * with the next heartbeats). Call it from the thread that calls sluice_iterator_next(). */
+int sluice_iterator_report(struct sluice_iterator *it);
+
 /* Merges the positions of several consumers of one shared job (n checkpoints from
  * sluice_iterator_save, each ckpts[i] of lens[i] bytes) into one: the elements any of them had.
  * Every consumer of a shared job gets elements no other one gets, so the merged position is

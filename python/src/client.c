@@ -469,6 +469,12 @@ static PyObject *iterator_progress(IteratorObject *self, PyObject *unused)
 
 static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
 {
+    /* A checkpoint of a consumer of a shared job: the dispatcher hears first what it received
+     * (sluice_iterator_report; a late answer leaves it to the next heartbeats). */
+    if (self->it && !self->busy) {
+        Py_BEGIN_ALLOW_THREADS sluice_iterator_report(self->it);
+        Py_END_ALLOW_THREADS
+    }
     PyObject *pos = iterator_save(self, NULL);
     if (!pos)
         return NULL;
@@ -519,7 +525,8 @@ static PyMethodDef iterator_methods[] = {
      "(splits in distributed_epoch; splits_total 0 when unknown or endless; copies cut short by "
      "lost workers in parallel_epochs)."},
     {"state_dict", (PyCFunction)iterator_state_dict, METH_NOARGS,
-     "state_dict(): {'position': save()}, picklable."},
+     "state_dict(): {'position': save()}, picklable; first tells the dispatcher what the read "
+     "received (a consumer of a shared job checkpointing while the others go on)."},
     {"load_state_dict", (PyCFunction)iterator_load_state_dict, METH_O,
      "load_state_dict(state): continues the read from a state_dict() (of this read or another "
      "process's): the iterator is opened again from that position."},

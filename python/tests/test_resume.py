@@ -137,8 +137,11 @@ def test_shared_job_rejoined_while_it_runs(service):
     assert len(set(again)) == len(again) and len(set(other)) == len(other)
     assert not set(again) & set(pre)
     everything = set(pre + post + again + other)
-    # What the closed consumer held unread: at most its two replies in flight or buffered.
-    assert len(everything) > 30000 - 2 * 1100
+    # What the closed consumer held unread: at most its two replies in flight or buffered, each
+    # at most 32 of the worker's chunks, a chunk at most one split of 100 elements. It received
+    # them (and said so), so they count as delivered to it and are not served again in this
+    # job; a restore from positions reads them again.
+    assert len(everything) >= 30000 - 2 * 32 * 100
 
 
 torch = pytest.importorskip("torch")

@@ -393,6 +393,9 @@ static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a
 {
     char err[SLUICE_ERRMSG_SIZE] = "";
     struct read_ckpt c = {0};
+    /* Consumers of a named job go on after this one stops: the dispatcher hears first. */
+    if (a->opts.job_name)
+        sluice_iterator_report(it);
     int rc = sluice_iterator_save(it, &c.pos, &c.pos_len, err, sizeof err);
     if (rc < 0) {
         cli_error("checkpoint", "%s", err);

@@ -483,6 +483,35 @@ int sluice_iterator_round(const struct sluice_iterator *it, uint64_t *round, uin
     return 0;
 }
 
+int sluice_iterator_report(struct sluice_iterator *it)
+{
+    if (!it)
+        return SLUICE_ERR_INVALID;
+    if (it->mode != SLUICE_DISTRIBUTED_EPOCH || it->repeating || !client_owned(it->c))
+        return 0;
+    uv_mutex_lock(&it->mu);
+    if (it->state != ITER_RUNNING) {
+        uv_mutex_unlock(&it->mu);
+        return 0;
+    }
+    uint64_t mine = ++it->report_wanted;
+    uv_mutex_unlock(&it->mu);
+    client_wake(it->c);
+    uint64_t deadline = uv_hrtime() + (uint64_t)ITER_REPORT_WAIT_MS * 1000000u;
+    int rc = 0;
+    uv_mutex_lock(&it->mu);
+    while (it->report_done < mine && it->state == ITER_RUNNING) {
+        uint64_t now = uv_hrtime();
+        if (now >= deadline) {
+            rc = SLUICE_ERR_TIMEOUT;
+            break;
+        }
+        uv_cond_timedwait(&it->cond, &it->mu, deadline - now);
+    }
+    uv_mutex_unlock(&it->mu);
+    return rc;
+}
+
 int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char *err,
                          size_t errlen)
 {

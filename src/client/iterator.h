@@ -82,6 +82,9 @@
 #define ITER_ROUND_POLL_MS 50
 /* A split that completed is reported to the dispatcher within this long. */
 #define ITER_ACK_MS 100
+/* sluice_iterator_save in a named job waits at most this long for the dispatcher to hear what
+ * the reader received (iter_report_check). */
+#define ITER_REPORT_WAIT_MS 5000
 /* Bound on the ReleaseClient request sent when an iterator closes. */
 #define ITER_RELEASE_TIMEOUT_MS 2000
 

@@ -205,6 +205,20 @@ static int det_flush(struct sluice_iterator *it, size_t *nops, struct det_op *ru
     return rc;
 }
 
+/* A read restored from merged positions had parts of a split after its first gap: once the
+ * judge reaches such a part it steps over it (they are never handed out again, and the worker
+ * may not send them at all). Returns 0 or SLUICE_ERR_NOMEM. */
+static int det_skip_had(struct sluice_iterator *it, uint64_t seq)
+{
+    if (!it->det_had)
+        return 0;
+    uint64_t next = reorder_next(&it->ra, seq);
+    if (next == UINT64_MAX)
+        return 0;
+    uint64_t past = ledger_first_missing(&it->ledger, seq, next);
+    return past > next ? reorder_accept_seed(&it->ra, seq, past) : 0;
+}
+
 /* Judges the records of a payload that just arrived (reorder_judge), records the accepted ones
  * in the ledger, and queues them as runs of the payload for the reader, which takes them in the
  * canonical order. Takes item (freed when none of it is kept). Returns 0, SLUICE_ERR_NOMEM or
@@ -240,6 +254,10 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
             goto out;
         }
         if (kind == CODEC_ELEMENT) {
+            if ((rc = det_skip_had(it, m.seq)) < 0) {
+                err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+                goto out;
+            }
             int v = reorder_judge(&it->ra, m.seq, m.pos, room);
             if (v < 0) {
                 rc = err_set(err, errlen, v, "%s", sluice_strerror(v));
@@ -281,7 +299,9 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
             continue;
         }
         /* An end marker. */
-        rc = ledger_end(&it->ledger, m.seq, m.pos);
+        rc = det_skip_had(it, m.seq);
+        if (rc == 0)
+            rc = ledger_end(&it->ledger, m.seq, m.pos);
         if (rc == 0) {
             rc = reorder_end(&it->ra, m.seq, m.pos);
             if (rc == 0 && !reorder_complete(&it->ra, m.seq))
@@ -603,5 +623,6 @@ void iter_on_wake(struct client_waker *w)
         (struct sluice_iterator *)(void *)((char *)w - offsetof(struct sluice_iterator, waker));
     if (iter_interrupted(it))
         iter_fail(it, SLUICE_ERR_CANCELLED, "interrupted");
+    iter_report_check(it);
     pump(it);
 }

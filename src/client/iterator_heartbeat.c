@@ -90,6 +90,31 @@ void iter_hasten_redo(struct sluice_iterator *it)
         iter_schedule_heartbeat(it, 0);
 }
 
+void iter_report_check(struct sluice_iterator *it)
+{
+    uv_mutex_lock(&it->mu);
+    uint64_t wanted = it->report_wanted;
+    uv_mutex_unlock(&it->mu);
+    if (wanted == it->report_taken)
+        return;
+    /* The next heartbeat sent carries everything received so far (the one under way may not). */
+    it->report_taken = wanted;
+    it->report_target = it->hb_sent + 1;
+    iter_hasten_redo(it);
+}
+
+/* A heartbeat (number hb_sent) was answered: the reports it carried are done. */
+static void report_answered(struct sluice_iterator *it)
+{
+    if (it->report_target == 0 || it->hb_sent < it->report_target)
+        return;
+    it->report_target = 0;
+    uv_mutex_lock(&it->mu);
+    it->report_done = it->report_taken;
+    uv_cond_broadcast(&it->cond);
+    uv_mutex_unlock(&it->mu);
+}
+
 void iter_hasten_heartbeat(struct sluice_iterator *it)
 {
     if (it->closing || it->hb_busy || !end_phase(it))
@@ -486,6 +511,7 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
     } else if (status == 0) {
         it->last_hb_ok = now;
         it->hb_why[0] = '\0';
+        report_answered(it);
         apply_heartbeat(it, r, now);
         iter_schedule_heartbeat(it, next_heartbeat(it));
     } else if (status == SLUICE_ERR_NOT_FOUND) {

@@ -147,6 +147,15 @@ struct sluice_iterator {
     bool hb_busy;     /* a heartbeat or status request is under way */
     bool hb_soon;     /* send the next heartbeat at once */
     uint64_t hb_sent; /* heartbeats sent so far; the one under way has this number */
+    /* sluice_iterator_save in a named job reports what the reader received to the dispatcher
+     * before it returns (iter_report_received): report_wanted counts its requests, and
+     * report_done the ones a heartbeat answered since (both under mu); report_target (loop only)
+     * is the first heartbeat that carries the wanted ones, and report_taken how many of them the
+     * loop has seen. */
+    uint64_t report_wanted, report_done, report_taken, report_target;
+    /* Deterministic, restored from a position where some split's positions had are not a prefix
+     * of it (a merge of shared consumers' positions): the judge steps over what it had. */
+    bool det_had;
     uint32_t heartbeat_ms;
     uint64_t created_incarnation; /* the dispatcher incarnation that created the job */
     uint64_t job_incarnation;     /* the dispatcher incarnation known to hold the job */
@@ -280,6 +289,9 @@ void iter_coord_news(struct sluice_iterator *it);
 void iter_hasten_redo(struct sluice_iterator *it);
 /* In the end phase, brings the next heartbeat forward (the last task just ended). */
 void iter_hasten_heartbeat(struct sluice_iterator *it);
+/* Loop. A save asked for a report (report_wanted): the next heartbeat goes at once, and its
+ * answer marks the report done. */
+void iter_report_check(struct sluice_iterator *it);
 /* Packs a dataset definition into a new buffer. Returns 0 or SLUICE_ERR_NOMEM. */
 int iter_pack_def(const Sluice__DatasetDef *def, uint8_t **out, size_t *len);
 /* The loop side of closing a read: stops its timers and connections and releases the client

@@ -134,6 +134,9 @@ static int restore_seed(struct sluice_iterator *it, const struct checkpoint *ck)
         const struct ledger_split *s = &ck->pos.v[i];
         if (s->got.n > 0 && s->got.v[0].begin == 0)
             rc = reorder_accept_seed(&it->ra, s->seq, s->got.v[0].end);
+        /* A merge of shared consumers' positions: later parts too (det_skip_had). */
+        if (s->got.n > 1 || (s->got.n == 1 && s->got.v[0].begin > 0))
+            it->det_had = true;
     }
     it->taken_local = ck->delivered;
     atomic_store(&it->taken, ck->delivered);

@@ -65,6 +65,15 @@ bool ledger_is_new(const struct ledger *l, uint64_t seq, uint64_t pos, uint64_t 
     return true;
 }
 
+uint64_t ledger_first_missing(const struct ledger *l, uint64_t seq, uint64_t pos)
+{
+    const struct ledger_split *s = find(l, seq);
+    if (!s || ranges_contains(&l->done, seq))
+        return pos;
+    uint64_t next = ranges_first_missing(&s->got, pos);
+    return s->ended && next > s->total && pos <= s->total ? s->total : next;
+}
+
 int ledger_add(struct ledger *l, uint64_t seq, uint64_t begin, uint64_t end)
 {
     if (begin >= end || ranges_contains(&l->done, seq))

@@ -56,6 +56,10 @@ void ledger_release(struct ledger *l);
  * caller can take pos + 1, pos + 2, ... below it as new without asking again. */
 bool ledger_is_new(const struct ledger *l, uint64_t seq, uint64_t pos, uint64_t *limit);
 
+/* The first position >= pos of split seq not received yet: pos when pos itself is new (or the
+ * split is done or unknown). */
+uint64_t ledger_first_missing(const struct ledger *l, uint64_t seq, uint64_t pos);
+
 /* Records positions [begin, end) of split seq as received (a split already done is left alone).
  * Returns 0 or SLUICE_ERR_NOMEM. */
 int ledger_add(struct ledger *l, uint64_t seq, uint64_t begin, uint64_t end);

@@ -96,6 +96,14 @@ int reorder_accept_seed(struct reorder_accept *a, uint64_t seq, uint64_t next)
     return 0;
 }
 
+uint64_t reorder_next(const struct reorder_accept *a, uint64_t seq)
+{
+    if (seq < a->need)
+        return UINT64_MAX;
+    const struct reorder_split *e = acc_find(a, seq);
+    return e ? e->next : 0;
+}
+
 bool reorder_complete(const struct reorder_accept *a, uint64_t seq)
 {
     if (seq < a->need)

@@ -84,6 +84,9 @@ int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total);
  * taken as accepted (and never handed out again). Returns 0 or SLUICE_ERR_NOMEM. */
 int reorder_accept_seed(struct reorder_accept *a, uint64_t seq, uint64_t next);
 
+/* The next position split seq expects (0 for a split not seen; UINT64_MAX below need). */
+uint64_t reorder_next(const struct reorder_accept *a, uint64_t seq);
+
 /* Whether split seq is complete (all of it accepted, or below need). */
 bool reorder_complete(const struct reorder_accept *a, uint64_t seq);
 

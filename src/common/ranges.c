@@ -65,6 +65,14 @@ uint64_t ranges_next_in(const struct ranges *r, uint64_t v)
     return r->v[lo].begin > v ? r->v[lo].begin : v;
 }
 
+uint64_t ranges_first_missing(const struct ranges *r, uint64_t v)
+{
+    if (v == UINT64_MAX)
+        return v;
+    size_t lo = first_ending_at_or_after(r, v + 1);
+    return lo < r->n && r->v[lo].begin <= v ? r->v[lo].end : v;
+}
+
 bool ranges_covers(const struct ranges *r, uint64_t total)
 {
     if (total == 0)

@@ -31,6 +31,8 @@ bool ranges_contains(const struct ranges *r, uint64_t v);
 /* The smallest value of the set that is >= v, or UINT64_MAX when there is none. */
 uint64_t ranges_next_in(const struct ranges *r, uint64_t v);
 
+/* The smallest value >= v that the set does not hold (v itself when it holds none of them). */
+uint64_t ranges_first_missing(const struct ranges *r, uint64_t v);
 /* Whether the set holds every value of [0, total) (true for total 0). */
 bool ranges_covers(const struct ranges *r, uint64_t total);
 

@@ -293,6 +293,29 @@ static void test_reissued_split_with_holes(void **unused)
     ledger_release(&l);
 }
 
+/* What a merge of two consumers' positions had of a split: a prefix and a tail. */
+static void test_first_missing(void **state)
+{
+    (void)state;
+    struct ledger l;
+    ledger_init(&l);
+    assert_int_equal(ledger_first_missing(&l, 3, 0), 0);
+    assert_int_equal(ledger_add(&l, 3, 0, 2), 0);
+    assert_int_equal(ledger_add(&l, 3, 50, 100), 0);
+    assert_int_equal(ledger_end(&l, 3, 100), 0);
+    assert_int_equal(ledger_first_missing(&l, 3, 0), 2);
+    assert_int_equal(ledger_first_missing(&l, 3, 2), 2);
+    assert_int_equal(ledger_first_missing(&l, 3, 49), 49);
+    assert_int_equal(ledger_first_missing(&l, 3, 50), 100);
+    assert_int_equal(ledger_first_missing(&l, 4, 7), 7);
+    /* A done split: nothing to step over here. */
+    uint64_t seq = 3;
+    assert_int_equal(ledger_add(&l, 3, 2, 50), 0);
+    assert_int_equal(ledger_confirmed(&l, &seq, 1), 0);
+    assert_int_equal(ledger_first_missing(&l, 3, 0), 0);
+    ledger_release(&l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_confirmed),
         cmocka_unit_test(test_reissued_split),
         cmocka_unit_test(test_reissued_split_with_holes),
+        cmocka_unit_test(test_first_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -277,6 +277,25 @@ static void test_random_against_bitmap(void **unused)
     random_run(0xa4093822299f31d0ull, UINT64_MAX - UNIVERSE, 2000);
 }
 
+/* The first value at or past v that the set lacks. */
+static void test_first_missing(void **state)
+{
+    (void)state;
+    struct ranges r = {0};
+    assert_int_equal(ranges_first_missing(&r, 5), 5);
+    assert_int_equal(ranges_add(&r, 0, 10), 0);
+    assert_int_equal(ranges_add(&r, 20, 30), 0);
+    assert_int_equal(ranges_first_missing(&r, 0), 10);
+    assert_int_equal(ranges_first_missing(&r, 9), 10);
+    assert_int_equal(ranges_first_missing(&r, 10), 10);
+    assert_int_equal(ranges_first_missing(&r, 15), 15);
+    assert_int_equal(ranges_first_missing(&r, 20), 30);
+    assert_int_equal(ranges_first_missing(&r, 29), 30);
+    assert_int_equal(ranges_first_missing(&r, 30), 30);
+    assert_int_equal(ranges_first_missing(&r, UINT64_MAX), UINT64_MAX);
+    ranges_release(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +304,7 @@ int main(void)
         cmocka_unit_test(test_queries),
         cmocka_unit_test(test_top_of_range),
         cmocka_unit_test(test_random_against_bitmap),
+        cmocka_unit_test(test_first_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

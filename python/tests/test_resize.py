@@ -1,0 +1,182 @@
+"""Resuming a shared distributed_epoch job on another number of readers: N reader processes
+share a job, each stops at a step of its own and takes its position, and is killed (-9); the
+merge of the N positions (the job's position) is restored by M reader processes of a new job,
+which together get exactly the elements no reader had before, each once. For (N, M) in
+{(1,2), (2,1), (2,3), (3,2), (4,8), (8,3)}, plain and deterministic, and with a worker killed
+during the resumed read."""
+
+import collections
+import json
+import os
+import pickle
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import sluice
+
+from conftest import Cluster
+
+N = 20000
+PIPELINE = f"range({N}) | map(sleep_us, 10)"
+WAIT_S = 180
+
+# One reader: takes `take` elements (all when take < 0) of the shared job, writes them and
+# (when it stops early) its position, then dies as a killed trainer does. Elements the other
+# readers received before they died are theirs (their positions say they did not hand them
+# out, so the resumed job reads them again): a reader may meet the epoch's end first.
+READER = r"""
+import json, os, pickle, signal, sys
+import sluice
+target, ds_id, job, take, det, restore, out = sys.argv[1:8]
+take = int(take)
+ds = sluice.from_dataset_id("distributed_epoch", target, ds_id, job_name=job,
+                            deterministic=det == "1", element_timeout=120)
+if restore != "-":
+    with open(restore, "rb") as f:
+        ds.load_state_dict(pickle.load(f))
+it = iter(ds)
+got = []
+if take < 0:
+    got = [int(x) for x in it]
+    with open(out + ".state", "wb") as f:
+        pickle.dump(it.state_dict(), f)
+else:
+    # The others' reads may take the rest of the epoch first: stop at its end then.
+    for x in it:
+        got.append(int(x))
+        if len(got) == take:
+            break
+    with open(out + ".state", "wb") as f:
+        pickle.dump(it.state_dict(), f)
+with open(out + ".json", "w") as f:
+    json.dump(got, f)
+if take >= 0:
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as log_dir:
+        c = Cluster(log_dir)
+        try:
+            for _ in range(3):
+                c.add_worker()
+            yield c
+        finally:
+            c.stop()
+
+
+def readers(tmp, script, target, ds_id, job, takes, det, restore):
+    procs = []
+    for i, take in enumerate(takes):
+        out = os.path.join(tmp, f"{job}-{i}")
+        procs.append((out, subprocess.Popen(
+            [sys.executable, script, target, ds_id, job, str(take), "1" if det else "0",
+             restore, out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    return procs
+
+
+def finish(procs, killed):
+    got, states = [], []
+    deadline = time.monotonic() + WAIT_S
+    for out, p in procs:
+        try:
+            _, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for _, q in procs:
+                q.kill()
+            raise
+        assert p.returncode == (-signal.SIGKILL if killed else 0), err[-3000:]
+        with open(out + ".json") as f:
+            got.append(json.load(f))
+        with open(out + ".state", "rb") as f:
+            states.append(pickle.load(f))
+    return got, states
+
+
+CASES = [(1, 2), (2, 1), (2, 3), (3, 2), (4, 8), (8, 3)]
+
+
+@pytest.mark.parametrize("det", [False, True], ids=["plain", "deterministic"])
+@pytest.mark.parametrize("before,after", CASES, ids=[f"{n}to{m}" for n, m in CASES])
+def test_resume_on_another_number_of_readers(cluster, before, after, det):
+    rng = random.Random(before * 100 + after * 10 + det)
+    ds_id = sluice.register_dataset(cluster.target, PIPELINE, split_size=100)
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+        script = os.path.join(tmp, "reader.py")
+        with open(script, "w") as f:
+            f.write(READER)
+        tag = f"{before}to{after}{'d' if det else ''}"
+        takes = [rng.randrange(100, 1500) for _ in range(before)]
+        pre, states = finish(readers(tmp, script, cluster.target, ds_id, f"a{tag}", takes, det,
+                                     "-"), killed=True)
+        with open(os.path.join(tmp, "job.state"), "wb") as f:
+            pickle.dump(sluice.merge_positions(states), f)
+        post, _ = finish(readers(tmp, script, cluster.target, ds_id, f"b{tag}", [-1] * after,
+                                 det, os.path.join(tmp, "job.state")), killed=False)
+        check(pre, post)
+
+
+def check(pre, post):
+    flat = [x for r in pre + post for x in r]
+    seen = collections.Counter(flat)
+    missing = N - len(seen)
+    dups = sorted(x for x, c in seen.items() if c > 1)
+    assert sorted(seen) == list(range(N)) and not dups, (
+        f"{len(flat)} elements: {missing} missing, {len(dups)} duplicated {dups[:20]}")
+
+
+def test_resume_through_a_worker_kill(cluster):
+    """The resumed read loses a worker in its middle: still every element once."""
+    ds_id = sluice.register_dataset(cluster.target, f"range({N}) | map(sleep_us, 100)",
+                                    split_size=100)
+    spare = cluster.add_worker()
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+        script = os.path.join(tmp, "reader.py")
+        with open(script, "w") as f:
+            f.write(READER)
+        pre, states = finish(readers(tmp, script, cluster.target, ds_id, "kill-a", [700, 400],
+                                     False, "-"), killed=True)
+        with open(os.path.join(tmp, "job.state"), "wb") as f:
+            pickle.dump(sluice.merge_positions(states), f)
+        procs = readers(tmp, script, cluster.target, ds_id, "kill-b", [-1] * 3, False,
+                        os.path.join(tmp, "job.state"))
+        time.sleep(0.5)
+        spare.stop(signal.SIGKILL)
+        cluster.workers.remove(spare)
+        post, _ = finish(procs, killed=False)
+        check(pre, post)
+
+
+def test_resume_merges_a_split_two_readers_shared(cluster):
+    """Deterministic: a reader dies in the middle of a split it had only part of; the job's
+    other reader gets the rest of that split later, without what the first one received. The
+    merge of their positions then has a gap inside the split (what the first received and never
+    handed out), and a reader restored from it takes exactly the gap."""
+    ds_id = sluice.register_dataset(cluster.target, "range(1000) | map(sleep_us, 1000)",
+                                    split_size=100, deterministic=True)
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+        script = os.path.join(tmp, "reader.py")
+        with open(script, "w") as f:
+            f.write(READER)
+        procs = readers(tmp, script, cluster.target, ds_id, "gap-a", [150], True, "-")
+        first, states = finish(procs, killed=True)
+        rest, more = finish(readers(tmp, script, cluster.target, ds_id, "gap-a", [-1], True,
+                                    "-"), killed=False)
+        with open(os.path.join(tmp, "job.state"), "wb") as f:
+            pickle.dump(sluice.merge_positions(states + more), f)
+        post, _ = finish(readers(tmp, script, cluster.target, ds_id, "gap-b", [-1], True,
+                                 os.path.join(tmp, "job.state")), killed=False)
+        flat = [x for r in first + rest + post for x in r]
+        seen = collections.Counter(flat)
+        dups = sorted(x for x, c in seen.items() if c > 1)
+        assert sorted(seen) == list(range(1000)) and not dups, (
+            f"{len(flat)} elements: {1000 - len(seen)} missing, {len(dups)} duplicated "
+            f"{dups[:20]}")
