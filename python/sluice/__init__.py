@@ -9,6 +9,16 @@ and this package registers pipelines and reads the elements back, as numpy array
     for x in ds:
         print(int(x))
 
+Pipelines can be built with Python calls named as tf.data's, sluice.Pipeline::
+
+    p = sluice.Pipeline.range(10).map("square").filter("even").batch(2)
+    str(p)              # 'range(10) | map(square) | filter(even) | batch(2)'
+    for x in p.distribute("distributed_epoch", "sluice://127.0.0.1:5050"):
+        ...
+
+where map() and filter() take a built-in's name or a module-level Python function, and every
+argument is checked at the call. Every call that takes a pipeline takes a Pipeline or its text.
+
 Pipelines are text in sluice's pipeline language (see docs/pipelines.md): a source such as
 ``range(N)``, ``list(...)``, ``tfrecord("GLOB")``, ``lines("GLOB")``, ``tar("GLOB", "EXT", ...)``
 (WebDataset shards: a tuple of the bytes of each sample's members), ``parquet("GLOB", "COLUMN",
@@ -49,6 +59,8 @@ from ._sluice import (
     UnavailableError,
 )
 
+from ._builder import SHARD_HINT, Pipeline
+
 __version__ = _sluice.version()
 
 __all__ = [
@@ -61,6 +73,8 @@ __all__ = [
     "Error",
     "InvalidArgumentError",
     "NotFoundError",
+    "Pipeline",
+    "SHARD_HINT",
     "TaskFailedError",
     "TimeoutError",
     "UnavailableError",
@@ -141,6 +155,15 @@ def _text(value, name, allow_none=True):
         return None
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    return value
+
+
+def _pipeline(value):
+    """The text of a pipeline given as text or as a sluice.Pipeline."""
+    if isinstance(value, Pipeline):
+        return str(value)
+    if not isinstance(value, str):
+        raise TypeError(f"pipeline must be a str or a sluice.Pipeline, not {type(value).__name__}")
     return value
 
 
@@ -309,7 +332,7 @@ class DispatchServer(_Server):
     limit's name and the dispatcher serves everyone else.
 
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
-    """ + _SECURITY_DOC
+    """
 
     _kind = "dispatcher"
     _native = _sluice.Dispatcher
@@ -362,6 +385,10 @@ class DispatchServer(_Server):
         return self.target
 
 
+# A class's docstring is a literal: the shared paragraph is added after.
+DispatchServer.__doc__ += _SECURITY_DOC
+
+
 class WorkerServer(_Server):
     """A worker running in this process, on a thread of its own (tf.data service's
     WorkerServer).
@@ -395,7 +422,7 @@ class WorkerServer(_Server):
     where its size is known in advance. max_tasks (None: 256) and max_buffer_bytes (None:
     4294967296, each task counted at its 16 MiB bound): a task past either is not started and
     fails with the reason, which its readers get.
-    """ + _SECURITY_DOC
+    """
 
     _kind = "worker"
     _native = _sluice.Worker
@@ -423,6 +450,8 @@ class WorkerServer(_Server):
         ), start)
 
     def start(self):
+        """Starts the worker (when created with start=False); raises sluice.Error when it
+        cannot (a port in use, a bad plugin...)."""
         super().start()
         _live_workers.add(self)
 
@@ -448,6 +477,9 @@ class WorkerServer(_Server):
 
     def _where(self):
         return self.address
+
+
+WorkerServer.__doc__ += _SECURITY_DOC
 
 
 # Workers running in this process. Their threads may be inside py functions, which need the
@@ -488,16 +520,16 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
     """Registers a pipeline with the dispatcher and returns its dataset id.
 
     service: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. pipeline: the pipeline
-    text. dataset_id: register under this id (the same pipeline under the same id returns it
-    again; another pipeline is refused with AlreadyExistsError); None lets the dispatcher
-    choose. compression: "auto" (snappy when it pays off) or None/"none". split_size: elements
+    text, or a sluice.Pipeline. dataset_id: register under this id (the same pipeline under the
+    same id returns it again; another pipeline is refused with AlreadyExistsError); None lets the
+    dispatcher choose. compression: "auto" (snappy when it pays off) or None/"none". split_size: elements
     per split for distributed_epoch over range()/list() sources (None: a default). plugins:
     paths of plugin shared objects whose functions the pipeline uses. timeout: seconds to wait
     for an unreachable dispatcher (None: without limit). auth_token_file, tls_cert, tls_key,
     tls_ca: as for DispatchServer. deterministic: distributed_epoch reads of the dataset are
     deterministic by default (see from_dataset_id); part of the dataset's identity.
     """
-    _text(pipeline, "pipeline", allow_none=False)
+    pipeline = _pipeline(pipeline)
     _text(dataset_id, "dataset_id")
     if compression is None:
         compression = "none"
@@ -705,10 +737,10 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                whole_copies=False):
-    """Registers pipeline and reads it from the service: register_dataset then from_dataset_id,
-    with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
+    """Registers pipeline (its text or a sluice.Pipeline) and reads it from the service:
+    register_dataset then from_dataset_id, with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
-    _text(pipeline, "pipeline", allow_none=False)
+    pipeline = _pipeline(pipeline)
     conn = _Connection(service, plugins, timeout,
                        _security(auth_token_file, tls_cert, tls_key, tls_ca), tls_worker_name)
     return Dataset(conn, processing_mode, pipeline=pipeline, job_name=job_name,
@@ -745,9 +777,10 @@ def merge_positions(states):
 
 
 def run(pipeline, plugins=None):
-    """Runs a pipeline in this process, without a service (what `sluice run` does), and returns
-    an iterator over its elements."""
-    _text(pipeline, "pipeline", allow_none=False)
+    """Runs a pipeline (its text or a sluice.Pipeline) in this process, without a service (what
+    `sluice run` does), and returns an iterator over its elements. plugins: plugin shared
+    objects whose functions the pipeline uses, loaded as the binaries' --plugin loads them."""
+    pipeline = _pipeline(pipeline)
     return _sluice.Local(pipeline, _plugins(plugins))
 
 

@@ -223,6 +223,28 @@ const struct pipe_roots *pipe_registry_py_dirs(const struct sluice_registry *reg
 
 typedef int (*plugin_init_fn)(struct sluice_registry *registry);
 
+/* A plugin is linked against nothing: it resolves the sluice_* calls it makes in the global
+ * scope of the process. A program linking libsluice has them there (libsluice.so is loaded with
+ * the program, and a program linking libsluice.a exports them with --export-dynamic). A library
+ * that was itself loaded with dlopen(RTLD_LOCAL), with libsluice.so among its dependencies or
+ * libsluice.a inside it, keeps them out of that scope: the Python extension (CPython loads
+ * extension modules RTLD_LOCAL), or libsluice.so opened by ctypes or another language's loader.
+ * So before a plugin is loaded, the object holding this code, found by the address of one of its
+ * own variables, is opened again with RTLD_NOLOAD | RTLD_GLOBAL: that loads nothing and only
+ * adds the object already loaded to the global scope, where its public API (all it exports) then
+ * serves every plugin. The handle is kept: the object stays loaded while this code runs anyway.
+ * In a program (the object is the executable) the call finds nothing and changes nothing. */
+static const char api_anchor = 0;
+
+static void export_api(void)
+{
+    Dl_info info;
+    if (dladdr(&api_anchor, &info) == 0 || !info.dli_fname || info.dli_fname[0] == '\0')
+        return;
+    (void)dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+    dlerror(); /* a failure (the executable) leaves nothing to report */
+}
+
 int pipe_registry_load_plugin(struct sluice_registry *reg, const char *path, char *err,
                               size_t errlen)
 {
@@ -234,6 +256,7 @@ int pipe_registry_load_plugin(struct sluice_registry *reg, const char *path, cha
         reg->libs = libs;
         reg->libs_cap = cap;
     }
+    export_api();
     dlerror();
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
