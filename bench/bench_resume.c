@@ -1,14 +1,14 @@
 /* bench_resume: how long a read takes to resume from a checkpoint, early and late in the epoch.
  *
  * A fault-tolerant dispatcher and two workers run in this process (<sluice/server.h>). One read
- * of `range(10^8)` in distributed_epoch saves its position after 10^3 elements and again after
+ * of `range(N)` (10^8) in distributed_epoch saves its position after 10^3 elements and again after
  * 10^7, then closes. Each checkpoint is then restored ROUNDS times in turn: the time from
  * sluice_iterator_open (with the checkpoint) to the first element, and to 10^4 elements, is
  * measured, and the first 10^4 elements after the resume are checked to lie beyond what the
  * reader had (none is one it had already). Prints the median of each and the ratio late/early,
  * the baseline being the early resume in the same run (target: ratio <= 2, both under 1 s).
  *
- *   bench_resume [ROUNDS]      default 5 */
+ *   bench_resume [ROUNDS [N LATE]]   default 5 rounds, N 10^8, LATE 10^7 */
 #include "sluice/server.h"
 #include "sluice/sluice.h"
 
@@ -19,9 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define N 100000000LL
 #define EARLY 1000LL
-#define LATE 10000000LL
+/* The dataset's size and the late point: 10^8 and 10^7 unless given (bench_resume ROUNDS N LATE).
+ */
+static long long N = 100000000LL;
+static long long LATE = 10000000LL;
 #define AFTER 10000LL
 
 static double now_s(void)
@@ -108,6 +110,14 @@ static void resume_once(struct sluice_client *c, const struct point *p, double *
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
+    if (argc > 3) {
+        N = atoll(argv[2]);
+        LATE = atoll(argv[3]);
+        if (N <= LATE || LATE <= EARLY) {
+            fprintf(stderr, "usage: bench_resume [ROUNDS [N LATE]] with N > LATE > %lld\n", EARLY);
+            return 2;
+        }
+    }
     if (rounds < 1)
         rounds = 1;
     char dir[] = "/tmp/bench_resume.XXXXXX";
@@ -137,8 +147,9 @@ int main(int argc, char **argv)
     late.seen = calloc((size_t)N, 1);
     if (!seen || !early.seen || !late.seen)
         die("memory", "out of memory");
-    struct sluice_read_options o = {.mode = SLUICE_DISTRIBUTED_EPOCH,
-                                    .pipeline = "range(100000000)"};
+    char pipeline[64];
+    snprintf(pipeline, sizeof pipeline, "range(%lld)", N);
+    struct sluice_read_options o = {.mode = SLUICE_DISTRIBUTED_EPOCH, .pipeline = pipeline};
     struct sluice_iterator *it;
     if (sluice_iterator_open(c, &o, &it, err, sizeof err) != 0)
         die("open", err);
