@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-static const char *const op_names[OBJ_OP_COUNT] = {"get", "list"};
+static const char *const op_names[OBJ_OP_COUNT] = {"get", "list", "put", "delete"};
 
 static int series(struct obj_metrics *m, size_t op, size_t slot, struct metrics_series **out)
 {
@@ -22,12 +22,13 @@ int obj_metrics_create(struct metrics *reg, struct obj_metrics *m)
 {
     struct metrics_family *bytes;
     struct metrics_series *s;
-    int rc = metrics_counter(reg, "sluice_object_requests_total",
-                             "Object-store requests (s3://, https://) this process made, retries "
-                             "included, by operation (get, list) and HTTP status (error: none "
-                             "came).",
-                             METRICS_U64, &m->requests);
-    for (size_t op = 0; rc == 0 && op < OBJ_OP_COUNT; op++)
+    int rc = metrics_counter(
+        reg, "sluice_object_requests_total",
+        "Object-store requests (s3://, https://) this process made, retries "
+        "included, by operation (get, list, put, delete) and HTTP status (error: none "
+        "came).",
+        METRICS_U64, &m->requests);
+    for (size_t op = 0; rc == 0 && op <= OBJ_OP_PUT; op++)
         rc = series(m, op, 200, &s);
     if (rc == 0)
         rc = metrics_counter(reg, "sluice_object_bytes_total",

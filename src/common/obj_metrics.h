@@ -2,7 +2,8 @@
  * same names and help text in the dispatcher's registry (its listings and Parquet footers) and
  * the worker's (its reads):
  *
- *   sluice_object_requests_total{op,code}   counter: op "get" or "list"; code the HTTP status,
+ *   sluice_object_requests_total{op,code}   counter: op "get", "list", "put" or
+ *                                           "delete"; code the HTTP status,
  *                                           or "error" for an attempt that got no answer
  *   sluice_object_bytes_total               counter: object and listing bytes received
  *
@@ -16,8 +17,9 @@ struct metrics;        /* metrics.h */
 struct metrics_family; /* metrics.h */
 struct metrics_series; /* metrics.h */
 
-/* What a request did: a ranged GET of an object's bytes, or a ListObjectsV2 page. */
-enum obj_op { OBJ_OP_GET, OBJ_OP_LIST, OBJ_OP_COUNT };
+/* What a request did: a ranged GET of an object's bytes, a ListObjectsV2 page, a PUT of an
+ * object (a snapshot saved to s3://), or a DELETE. */
+enum obj_op { OBJ_OP_GET, OBJ_OP_LIST, OBJ_OP_PUT, OBJ_OP_DELETE, OBJ_OP_COUNT };
 
 /* Statuses 100..599 have a slot each; slot 0 counts attempts that got no answer (a reset, a
  * timeout, a refused connection). */
@@ -35,9 +37,9 @@ struct obj_metrics {
     struct metrics_series *bytes;
 };
 
-/* Makes the two families in reg, with the series {op="get",code="200"}, {op="list",code="200"}
- * and the bytes' one series, so that both render before the first request. Returns 0, or a
- * negative code of metrics.h (reg may then hold some of them). */
+/* Makes the two families in reg, with the series {op="get",code="200"}, {op="list",code="200"},
+ * {op="put",code="200"} and the bytes' one series, so that both render before the first request.
+ * Returns 0, or a negative code of metrics.h (reg may then hold some of them). */
 int obj_metrics_create(struct metrics *reg, struct obj_metrics *m);
 
 /* Sets the counters to s, making the series of each op and code counted for the first time.

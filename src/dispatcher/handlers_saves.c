@@ -9,6 +9,11 @@
  * dataset as soon as the caller hears of the save. The workers write the chunks; the save's
  * iteration finishes when every split is finished, that is every chunk committed.
  *
+ * An s3:// destination (checked against the data roots on the loop) differs: SW_META deletes
+ * what an earlier save left there (snap_objects_begin) instead of writing snapshot.json, and
+ * the finalize puts snapshot.json and then manifest.json once every chunk object is checked
+ * (snap_finalize_objects), so a reader never sees a manifest naming chunks not yet there.
+ *
  * A save that failed is started again by the same request (a new save of the same dataset into
  * the same directory, which writes every chunk again; FAILED is removed when its meta is
  * written).
@@ -26,6 +31,8 @@
 #include "server_internal.h"
 
 #include "common/cap.h"
+#include "pipeline/objurl.h"
+#include "pipeline/roots.h"
 #include "pipeline/snapshot.h"
 
 #include <errno.h>
@@ -146,6 +153,14 @@ static void save_work_run(uv_work_t *uw)
         return;
     }
     case SW_META: {
+        struct snap_meta m = {.format = SNAP_FORMAT, .pipeline = w->text, .chunks = w->chunks};
+        snprintf(m.dataset_id, sizeof m.dataset_id, "%s", w->dataset_id);
+        /* An s3:// snapshot's snapshot.json is put last, with its manifest: what an earlier save
+         * left there goes, so that nothing names chunks being put. */
+        if (obj_is_url(w->path)) {
+            w->rc = snap_objects_begin(w->path, &m, w->err, sizeof w->err);
+            return;
+        }
         /* A running save's directory says nothing of a failure: FAILED there is left from an
          * earlier attempt that failed (this save starts it again), or from a failure that was
          * not recorded before a crash (which, found again, writes it again). */
@@ -156,13 +171,18 @@ static void save_work_run(uv_work_t *uw)
                 err_set(w->err, sizeof w->err, -errno, "removing %s: %s", failed, strerror(errno));
             return;
         }
-        struct snap_meta m = {.format = SNAP_FORMAT, .pipeline = w->text, .chunks = w->chunks};
-        snprintf(m.dataset_id, sizeof m.dataset_id, "%s", w->dataset_id);
         w->rc = snap_meta_write(w->path, &m, w->err, sizeof w->err);
         return;
     }
     case SW_FINALIZE:
-        w->rc = snap_finalize(w->path, w->chunks, w->err, sizeof w->err);
+        if (obj_is_url(w->path)) {
+            struct snap_meta m = {.format = SNAP_FORMAT, .pipeline = w->text, .chunks = w->chunks};
+            snprintf(m.dataset_id, sizeof m.dataset_id, "%s", w->dataset_id);
+            w->rc = w->text ? snap_finalize_objects(w->path, &m, w->err, sizeof w->err)
+                            : err_set(w->err, sizeof w->err, SLUICE_ERR_NOMEM, "out of memory");
+        } else {
+            w->rc = snap_finalize(w->path, w->chunks, w->err, sizeof w->err);
+        }
         if (w->rc < 0) {
             snprintf(w->why, sizeof w->why, "%s", w->err);
             /* The reason is journaled whether or not FAILED could be written. */
@@ -275,6 +295,12 @@ static void queue_over(struct dispatcher *d, const struct st_save *sv, enum save
     struct save_work *w = calloc(1, sizeof *w);
     if (!w)
         return; /* the next tick tries again */
+    /* An s3:// snapshot's snapshot.json is put as it is finalized. */
+    if (kind == SW_FINALIZE && obj_is_url(sv->path) &&
+        !(w->text = dataset_text(state_dataset(&d->st, sv->dataset_id)))) {
+        free(w);
+        return;
+    }
     w->kind = kind;
     w->save_id = sv->id;
     w->chunks = sv->chunks;
@@ -368,6 +394,9 @@ void dispatcher_on_save_snapshot(struct dispatcher *d, struct rpc_conn *conn,
     uint64_t existing;
     int rc =
         plan_save_check(&d->st, req->dataset_id, req->path, endless, &existing, msg, sizeof msg);
+    /* An s3:// destination lies within the data roots, as a URL a source names must. */
+    if (rc == 0 && obj_is_url(req->path))
+        rc = pipe_roots_check_url(&d->roots, "snapshot path", req->path, msg, sizeof msg);
     if (rc < 0) {
         code = rc;
         goto refused;
@@ -533,7 +562,10 @@ static void save_work_after(uv_work_t *uw, int status)
             /* The directory cannot hold this snapshot (another one is there, or it cannot be
              * written): the save fails, and the request hears why. */
             char why[SLUICE_ERRMSG_SIZE + 64];
-            snprintf(why, sizeof why, "writing %s: %s", SNAP_META_FILE, w->err);
+            if (obj_is_url(w->path)) /* the message names the object */
+                snprintf(why, sizeof why, "%s", w->err);
+            else
+                snprintf(why, sizeof why, "writing %s: %s", SNAP_META_FILE, w->err);
             log_warn("save %" PRIu64 " into %s: %s", w->save_id, w->path, why);
             save_over_commit(d, w->save_id, why);
             if (w->has_req) {

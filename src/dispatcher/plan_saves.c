@@ -16,7 +16,14 @@ int plan_save_check(const struct state *s, const char *dataset_id, const char *p
     rc = name_check("snapshot path", path, ST_PATH_MAX - 1, err, errlen);
     if (rc < 0)
         return rc;
-    if (path[0] != '/')
+    /* An s3:// URL names the same objects everywhere (the shell checks it against the data
+     * roots); other URLs are not written. */
+    bool s3 = strncmp(path, "s3://", 5) == 0;
+    if (!s3 && strstr(path, "://") && path[0] != '/')
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "snapshot path '%s': only s3:// URLs are written (or an absolute path)",
+                       path);
+    if (path[0] != '/' && !s3)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "snapshot path '%s' is not absolute (dispatcher, workers and readers must "
                        "see it at the same absolute path)",

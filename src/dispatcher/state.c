@@ -715,7 +715,8 @@ static int apply_save_started(struct state *s, const struct st_update *u)
     if (u->id != next || !j || j->name[0] || !it || it->job_id != j->id ||
         j->iteration_id != it->id || it->state != ST_ITER_ACTIVE || !it->distributed ||
         strcmp(j->dataset_id, u->name) != 0 || !str_fits(u->name, ST_ID_MAX) || !u->text ||
-        u->text[0] != '/' || strlen(u->text) >= ST_PATH_MAX || !save_path_free(s, u->text) ||
+        (u->text[0] != '/' && strncmp(u->text, "s3://", 5) != 0) ||
+        strlen(u->text) >= ST_PATH_MAX || !save_path_free(s, u->text) ||
         (s->nsaves && s->saves[s->nsaves - 1].iteration_id >= it->id))
         return CORRUPT;
     char *path = strdup(u->text);

@@ -810,8 +810,9 @@ static int decode_saves(const Sluice__Snapshot *m, struct state *s, char *err, s
             return CORRUPT("save %" PRIu64 " names an unknown dataset", sv->id);
         /* A path is saved into again only after the save there failed. */
         const struct st_save *prev = state_save_by_path(s, sv->path);
-        if (sv->path[0] != '/' || strlen(sv->path) >= ST_PATH_MAX ||
-            (prev && prev->state != ST_SV_FAILED))
+        /* An absolute path, or an s3:// prefix. */
+        if ((sv->path[0] != '/' && strncmp(sv->path, "s3://", 5) != 0) ||
+            strlen(sv->path) >= ST_PATH_MAX || (prev && prev->state != ST_SV_FAILED))
             return CORRUPT("save %" PRIu64 " has a malformed or repeated path", sv->id);
         if (sv->state < ST_SV_RUNNING || sv->state > ST_SV_FAILED)
             return CORRUPT("save %" PRIu64 " has unknown state %d", sv->id, (int)sv->state);

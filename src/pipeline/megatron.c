@@ -1,11 +1,13 @@
 /* megatron(): the documents of a Megatron-LM indexed dataset (megatron.h).
  *
- * Happy path: map PREFIX.idx and PREFIX.bin (through the data roots), check the index's header
- * against both sizes, then per document check its indices and sequences and widen its tokens
+ * Happy path: map PREFIX.idx and PREFIX.bin (through the data roots; objects of a URL prefix are
+ * opened for reads at random instead, and every number is read through them), check the index's
+ * header against both sizes, then per document check its indices and sequences and widen its tokens
  * into an int32 tensor. The first failure is recorded once in the context's message and
  * returned by every later next(). */
 #include "megatron.h"
 
+#include "objstore.h"
 #include "paths.h"
 #include "registry.h"
 #include "roots.h"
@@ -70,6 +72,37 @@ static uint64_t docs_at(const struct pipe_megatron_index *ix, uint64_t d)
     return PIPE_MEGATRON_HEADER_BYTES + 12 * ix->nseqs + 8 * d;
 }
 
+/* len bytes of the index at off (inside it) into dst: from memory, or through read_idx. */
+static int idx_get(const struct pipe_megatron_index *ix, uint64_t off, void *dst, size_t len,
+                   char *err, size_t errlen)
+{
+    if (ix->idx) {
+        memcpy(dst, ix->idx + off, len);
+        return 0;
+    }
+    return ix->read_idx(ix->read_arg, dst, len, off, err, errlen);
+}
+
+static int idx_u64(const struct pipe_megatron_index *ix, uint64_t off, uint64_t *v, char *err,
+                   size_t errlen)
+{
+    uint8_t b[8];
+    int rc = idx_get(ix, off, b, sizeof b, err, errlen);
+    *v = rc < 0 ? 0 : le64(b);
+    return rc;
+}
+
+static int idx_i32(const struct pipe_megatron_index *ix, uint64_t off, int32_t *v, char *err,
+                   size_t errlen)
+{
+    uint8_t b[4];
+    int rc = idx_get(ix, off, b, sizeof b, err, errlen);
+    *v = rc < 0 ? 0 : (int32_t)le32(b);
+    return rc;
+}
+
+static int check_header(struct pipe_megatron_index *ix, char *err, size_t errlen);
+
 int pipe_megatron_index_init(struct pipe_megatron_index *ix, const uint8_t *idx, uint64_t idx_len,
                              const uint8_t *bin, uint64_t bin_len, const char *idx_name,
                              const char *bin_name, char *err, size_t errlen)
@@ -81,8 +114,36 @@ int pipe_megatron_index_init(struct pipe_megatron_index *ix, const uint8_t *idx,
     ix->bin_len = bin_len;
     ix->idx_name = idx_name;
     ix->bin_name = bin_name;
-    const char *n = idx_name;
-    size_t have = idx_len < sizeof magic ? (size_t)idx_len : sizeof magic;
+    return check_header(ix, err, errlen);
+}
+
+int pipe_megatron_index_init_read(struct pipe_megatron_index *ix, pipe_megatron_read_fn read_idx,
+                                  pipe_megatron_read_fn read_bin, void *arg, uint64_t idx_len,
+                                  uint64_t bin_len, const char *idx_name, const char *bin_name,
+                                  char *err, size_t errlen)
+{
+    memset(ix, 0, sizeof *ix);
+    ix->read_idx = read_idx;
+    ix->read_bin = read_bin;
+    ix->read_arg = arg;
+    ix->idx_len = idx_len;
+    ix->bin_len = bin_len;
+    ix->idx_name = idx_name;
+    ix->bin_name = bin_name;
+    return check_header(ix, err, errlen);
+}
+
+static int check_header(struct pipe_megatron_index *ix, char *err, size_t errlen)
+{
+    const char *n = ix->idx_name, *bin_name = ix->bin_name;
+    uint64_t idx_len = ix->idx_len, bin_len = ix->bin_len;
+    uint8_t idx[PIPE_MEGATRON_HEADER_BYTES];
+    size_t have = idx_len < sizeof idx ? (size_t)idx_len : sizeof idx;
+    int rc = have ? idx_get(ix, 0, idx, have, err, errlen) : 0;
+    if (rc < 0)
+        return rc;
+    if (have > sizeof magic)
+        have = sizeof magic;
     if (have == 0 || memcmp(idx, magic, have) != 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset 0: not a Megatron index (bad magic)", n);
@@ -129,13 +190,18 @@ int pipe_megatron_index_init(struct pipe_megatron_index *ix, const uint8_t *idx,
     if (D == 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset 26: no document index (an index has at least the leading 0)", n);
-    int64_t first = (int64_t)le64(idx + docs_at(ix, 0));
+    uint64_t u;
+    if ((rc = idx_u64(ix, docs_at(ix, 0), &u, err, errlen)) < 0)
+        return rc;
+    int64_t first = (int64_t)u;
     if (first != 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset %" PRIu64 ": the first document index is %" PRId64
                        ", expected 0",
                        n, docs_at(ix, 0), first);
-    int64_t last = (int64_t)le64(idx + docs_at(ix, D - 1));
+    if ((rc = idx_u64(ix, docs_at(ix, D - 1), &u, err, errlen)) < 0)
+        return rc;
+    int64_t last = (int64_t)u;
     if (last < 0 || (uint64_t)last != S)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset %" PRIu64 ": the last document index is %" PRId64
@@ -151,14 +217,19 @@ int pipe_megatron_index_init(struct pipe_megatron_index *ix, const uint8_t *idx,
     }
     /* The ends: the first sequence starts the bin and the last one ends it. The ones between
      * are checked as their documents are read. */
-    int64_t p0 = (int64_t)le64(idx + pointers_at(ix, 0));
+    if ((rc = idx_u64(ix, pointers_at(ix, 0), &u, err, errlen)) < 0)
+        return rc;
+    int64_t p0 = (int64_t)u;
     if (p0 != 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset %" PRIu64 ": sequence 0 starts at byte %" PRId64
                        " of %s, expected 0",
                        n, pointers_at(ix, 0), p0, bin_name);
-    int32_t len = (int32_t)le32(idx + lengths_at(S - 1));
-    int64_t p = (int64_t)le64(idx + pointers_at(ix, S - 1));
+    int32_t len;
+    if ((rc = idx_i32(ix, lengths_at(S - 1), &len, err, errlen)) < 0 ||
+        (rc = idx_u64(ix, pointers_at(ix, S - 1), &u, err, errlen)) < 0)
+        return rc;
+    int64_t p = (int64_t)u;
     if (len < 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset %" PRIu64 ": sequence %" PRIu64 " has length %" PRId32, n,
@@ -178,8 +249,13 @@ int pipe_megatron_index_init(struct pipe_megatron_index *ix, const uint8_t *idx,
 static int sequence_span(const struct pipe_megatron_index *ix, uint64_t s, uint64_t *beg,
                          uint64_t *end, char *err, size_t errlen)
 {
-    int32_t len = (int32_t)le32(ix->idx + lengths_at(s));
-    int64_t p = (int64_t)le64(ix->idx + pointers_at(ix, s));
+    int32_t len;
+    uint64_t u;
+    int rc;
+    if ((rc = idx_i32(ix, lengths_at(s), &len, err, errlen)) < 0 ||
+        (rc = idx_u64(ix, pointers_at(ix, s), &u, err, errlen)) < 0)
+        return rc;
+    int64_t p = (int64_t)u;
     if (len < 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset %" PRIu64 ": sequence %" PRIu64 " has length %" PRId32,
@@ -207,8 +283,12 @@ int pipe_megatron_document(const struct pipe_megatron_index *ix, uint64_t d, uin
 {
     assert(d < ix->ndocs);
     const char *n = ix->idx_name;
-    int64_t a = (int64_t)le64(ix->idx + docs_at(ix, d));
-    int64_t b = (int64_t)le64(ix->idx + docs_at(ix, d + 1));
+    uint64_t ua, ub;
+    int rc;
+    if ((rc = idx_u64(ix, docs_at(ix, d), &ua, err, errlen)) < 0 ||
+        (rc = idx_u64(ix, docs_at(ix, d + 1), &ub, err, errlen)) < 0)
+        return rc;
+    int64_t a = (int64_t)ua, b = (int64_t)ub;
     if (a < 0 || (uint64_t)a > ix->nseqs)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "%s: offset %" PRIu64 ": document %" PRIu64 " starts at sequence %" PRId64
@@ -228,13 +308,13 @@ int pipe_megatron_document(const struct pipe_megatron_index *ix, uint64_t d, uin
      * tokens are one span of the bin (and every byte of the bin belongs to one sequence). */
     uint64_t at = 0, beg, end;
     if (a > 0) {
-        int rc = sequence_span(ix, (uint64_t)a - 1, &beg, &at, err, errlen);
+        rc = sequence_span(ix, (uint64_t)a - 1, &beg, &at, err, errlen);
         if (rc < 0)
             return rc;
     }
     *offset = at;
     for (uint64_t s = (uint64_t)a; s < (uint64_t)b; s++) {
-        int rc = sequence_span(ix, s, &beg, &end, err, errlen);
+        rc = sequence_span(ix, s, &beg, &end, err, errlen);
         if (rc < 0)
             return rc;
         if (beg != at) {
@@ -254,6 +334,9 @@ int pipe_megatron_document(const struct pipe_megatron_index *ix, uint64_t d, uin
     return 0;
 }
 
+static int widen(const struct pipe_megatron_index *ix, const uint8_t *p, uint64_t offset,
+                 uint64_t ntokens, int32_t *o, char *err, size_t errlen);
+
 int pipe_megatron_tokens(const struct pipe_megatron_index *ix, uint64_t offset, uint64_t ntokens,
                          struct pipe_tensor *t, char *err, size_t errlen)
 {
@@ -269,8 +352,29 @@ int pipe_megatron_tokens(const struct pipe_megatron_index *ix, uint64_t offset, 
     t->len = (size_t)ntokens * 4;
     if (ntokens == 0)
         return 0;
-    const uint8_t *p = ix->bin + offset;
-    int32_t *o = (int32_t *)(void *)t->data;
+    const uint8_t *p = ix->bin ? ix->bin + offset : NULL;
+    uint8_t *fetched = NULL;
+    if (!p) {
+        /* Read through read_bin: at most 8 bytes a token, twice the tensor's size. */
+        size_t bytes = (size_t)ntokens * ix->width;
+        if (!(fetched = malloc(bytes)))
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: out of memory", ix->bin_name);
+        rc = ix->read_bin(ix->read_arg, fetched, bytes, offset, err, errlen);
+        if (rc < 0) {
+            free(fetched);
+            return rc;
+        }
+        p = fetched;
+    }
+    rc = widen(ix, p, offset, ntokens, (int32_t *)(void *)t->data, err, errlen);
+    free(fetched);
+    return rc;
+}
+
+/* Widens ntokens tokens at p (from byte offset of the bin) into o. */
+static int widen(const struct pipe_megatron_index *ix, const uint8_t *p, uint64_t offset,
+                 uint64_t ntokens, int32_t *o, char *err, size_t errlen)
+{
     size_t k = (size_t)ntokens;
     switch (ix->code) {
     case 1:
@@ -382,10 +486,13 @@ int pipe_megatron_range_names(const char *prefix, uint64_t ndocs, uint64_t per_s
 
 /* ---- Files -------------------------------------------------------------------------------- */
 
-/* One dataset's two files, mapped. */
+/* One dataset's two files: mapped, or objects read at random (objstore.h). */
 struct mg_files {
-    char *prefix, *idx_name, *bin_name; /* NULL when none is open */
-    void *idx_map, *bin_map;            /* NULL for an empty file */
+    char *prefix;              /* the entry's prefix, with its pin if any; NULL when none is open */
+    char *name;                /* the prefix without its pin, for messages */
+    char *idx_name, *bin_name; /* the files' paths or URLs, without pins */
+    void *idx_map, *bin_map;   /* NULL for an empty file, or objects */
+    struct obj_reader *idx_obj, *bin_obj;
     uint64_t idx_len, bin_len;
     struct pipe_megatron_index ix;
 };
@@ -396,7 +503,10 @@ static void files_close(struct mg_files *f)
         munmap(f->idx_map, (size_t)f->idx_len);
     if (f->bin_map)
         munmap(f->bin_map, (size_t)f->bin_len);
+    obj_close(f->idx_obj);
+    obj_close(f->bin_obj);
     free(f->prefix);
+    free(f->name);
     free(f->idx_name);
     free(f->bin_name);
     memset(f, 0, sizeof *f);
@@ -408,6 +518,15 @@ static bool ends_with(const char *s, const char *tail)
     return n >= t && strcmp(s + n - t, tail) == 0;
 }
 
+/* A prefix given with its extension is the likely mistake behind a missing file. */
+static void hint_extension(const char *prefix, char *err, size_t errlen)
+{
+    if (ends_with(prefix, ".idx") || ends_with(prefix, ".bin")) {
+        size_t at = strlen(err);
+        snprintf(err + at, errlen - at, " (megatron() takes the prefix, without .idx or .bin)");
+    }
+}
+
 /* Opens path (through roots) and maps it whole, read-only. */
 static int map_file(const struct pipe_roots *roots, const char *path, const char *prefix,
                     void **map, uint64_t *len, char *err, size_t errlen)
@@ -416,11 +535,8 @@ static int map_file(const struct pipe_roots *roots, const char *path, const char
     *len = 0;
     int fd = pipe_roots_open_file(roots, PIPE_SRC_MEGATRON, path, err, errlen);
     if (fd < 0) {
-        /* A prefix given with its extension is the likely mistake behind a missing file. */
-        if (fd == -ENOENT && (ends_with(prefix, ".idx") || ends_with(prefix, ".bin"))) {
-            size_t at = strlen(err);
-            snprintf(err + at, errlen - at, " (megatron() takes the prefix, without .idx or .bin)");
-        }
+        if (fd == -ENOENT)
+            hint_extension(prefix, err, errlen);
         return fd;
     }
     struct stat st;
@@ -444,29 +560,120 @@ static int map_file(const struct pipe_roots *roots, const char *path, const char
     return rc;
 }
 
+/* The reads of an index over objects (pipe_megatron_read_fn). */
+static int read_object(struct obj_reader *r, const char *name, void *dst, size_t len, uint64_t off,
+                       char *err, size_t errlen)
+{
+    char why[SLUICE_ERRMSG_SIZE];
+    int rc = obj_pread(r, dst, len, off, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "%s: offset %" PRIu64 ": %s", name, off, why);
+    return 0;
+}
+
+static int read_idx_object(void *arg, void *dst, size_t len, uint64_t off, char *err, size_t errlen)
+{
+    struct mg_files *f = arg;
+    return read_object(f->idx_obj, f->idx_name, dst, len, off, err, errlen);
+}
+
+static int read_bin_object(void *arg, void *dst, size_t len, uint64_t off, char *err, size_t errlen)
+{
+    struct mg_files *f = arg;
+    return read_object(f->bin_obj, f->bin_name, dst, len, off, err, errlen);
+}
+
+/* Where the pin of a prefix (PIPE_MEGATRON_PIN_MARK) begins within its first plen bytes, or
+ * plen when it has none. */
+static size_t pin_at(const char *prefix, size_t plen)
+{
+    size_t m = strlen(PIPE_MEGATRON_PIN_MARK), at = plen;
+    for (size_t i = 0; i + m <= plen; i++)
+        if (memcmp(prefix + i, PIPE_MEGATRON_PIN_MARK, m) == 0)
+            at = i;
+    return at;
+}
+
+/* Opens the objects of a URL prefix into f (names set): PREFIX.idx and PREFIX.bin, each with
+ * its pin ("SIZE:ETAG" of pins[k]) when the prefix has one. */
+static int objects_open(struct mg_files *f, const struct pipe_roots *roots, const char *pin,
+                        size_t pinlen, const struct obj_cancel *cancel, char *err, size_t errlen)
+{
+    /* The pin: "ISIZE:IETAG:BSIZE:BETAG", the ETags percent-encoded (so without ':'). */
+    const char *parts[2] = {NULL, NULL};
+    size_t lens[2] = {0, 0};
+    if (pin) {
+        const char *p = pin, *end = pin + pinlen;
+        for (int k = 0; k < 2; k++) {
+            const char *c1 = memchr(p, ':', (size_t)(end - p));
+            const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(end - c1 - 1)) : NULL;
+            const char *stop = k == 0 ? c2 : end;
+            if (!c1 || !stop || (k == 1 && c2)) {
+                return err_set(err, errlen, SLUICE_ERR_INVALID, "megatron(\"%s\"): bad pin '%.*s'",
+                               f->name, (int)pinlen, pin);
+            }
+            parts[k] = p;
+            lens[k] = (size_t)(stop - p);
+            p = stop + 1;
+        }
+    }
+    const char *names[2] = {f->idx_name, f->bin_name};
+    struct obj_reader **objs[2] = {&f->idx_obj, &f->bin_obj};
+    for (int k = 0; k < 2; k++) {
+        char *url = NULL;
+        int n = parts[k]
+                    ? asprintf(&url, "%s" OBJ_PIN_MARK "%.*s", names[k], (int)lens[k], parts[k])
+                    : asprintf(&url, "%s", names[k]);
+        if (n < 0)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "megatron(\"%s\"): out of memory",
+                           f->name);
+        int rc = pipe_roots_open_object(roots, PIPE_SRC_MEGATRON, url, true, cancel, objs[k], err,
+                                        errlen);
+        free(url);
+        if (rc == SLUICE_ERR_NOT_FOUND)
+            hint_extension(f->name, err, errlen);
+        if (rc < 0)
+            return rc;
+    }
+    f->idx_len = obj_size(f->idx_obj);
+    f->bin_len = obj_size(f->bin_obj);
+    return pipe_megatron_index_init_read(&f->ix, read_idx_object, read_bin_object, f, f->idx_len,
+                                         f->bin_len, f->idx_name, f->bin_name, err, errlen);
+}
+
 /* Opens the dataset of the prefix's first plen bytes into f (empty before). */
 static int files_open(struct mg_files *f, const struct pipe_roots *roots, const char *prefix,
-                      size_t plen, char *err, size_t errlen)
+                      size_t plen, const struct obj_cancel *cancel, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
+    bool url = obj_is_url(prefix);
+    size_t nlen = url ? pin_at(prefix, plen) : plen;
     f->prefix = strndup(prefix, plen);
-    if (f->prefix && (asprintf(&f->idx_name, "%s.idx", f->prefix) < 0 ||
-                      asprintf(&f->bin_name, "%s.bin", f->prefix) < 0)) {
+    f->name = strndup(prefix, nlen);
+    if (f->name && (asprintf(&f->idx_name, "%s.idx", f->name) < 0 ||
+                    asprintf(&f->bin_name, "%s.bin", f->name) < 0)) {
         free(f->idx_name);
         f->idx_name = NULL;
         f->bin_name = NULL;
     }
-    if (!f->prefix || !f->idx_name || !f->bin_name) {
+    if (!f->prefix || !f->name || !f->idx_name || !f->bin_name) {
         files_close(f);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "megatron(\"%.*s\"): out of memory",
                        (int)plen, prefix);
     }
-    int rc = map_file(roots, f->idx_name, f->prefix, &f->idx_map, &f->idx_len, err, errlen);
-    if (rc == 0)
-        rc = map_file(roots, f->bin_name, f->prefix, &f->bin_map, &f->bin_len, err, errlen);
-    if (rc == 0)
-        rc = pipe_megatron_index_init(&f->ix, f->idx_map, f->idx_len, f->bin_map, f->bin_len,
-                                      f->idx_name, f->bin_name, err, errlen);
+    int rc;
+    if (url) {
+        size_t m = strlen(PIPE_MEGATRON_PIN_MARK);
+        rc = objects_open(f, roots, nlen < plen ? prefix + nlen + m : NULL,
+                          nlen < plen ? plen - nlen - m : 0, cancel, err, errlen);
+    } else {
+        rc = map_file(roots, f->idx_name, f->prefix, &f->idx_map, &f->idx_len, err, errlen);
+        if (rc == 0)
+            rc = map_file(roots, f->bin_name, f->prefix, &f->bin_map, &f->bin_len, err, errlen);
+        if (rc == 0)
+            rc = pipe_megatron_index_init(&f->ix, f->idx_map, f->idx_len, f->bin_map, f->bin_len,
+                                          f->idx_name, f->bin_name, err, errlen);
+    }
     if (rc < 0)
         files_close(f);
     return rc;
@@ -477,12 +684,57 @@ int pipe_megatron_count(const struct pipe_roots *roots, const char *prefix, uint
 {
     struct mg_files f;
     *ndocs = 0;
-    int rc = files_open(&f, roots, prefix, strlen(prefix), err, errlen);
+    int rc = files_open(&f, roots, prefix, strlen(prefix), NULL, err, errlen);
     if (rc < 0)
         return rc;
     *ndocs = f.ix.ndocs;
     files_close(&f);
     return 0;
+}
+
+/* Appends ":SIZE:ETAG" of r (the ETag percent-encoded) to out at *at. */
+static int pin_part(struct obj_reader *r, bool first, char *out, size_t outlen, size_t *at)
+{
+    int n = snprintf(out + *at, outlen - *at, "%s%" PRIu64 ":", first ? "" : ":", obj_size(r));
+    if (n < 0 || (size_t)n >= outlen - *at)
+        return SLUICE_ERR_TOO_LARGE;
+    *at += (size_t)n;
+    const char *etag = obj_etag(r);
+    int rc = obj_encode(etag, strlen(etag), false, out + *at, outlen - *at);
+    if (rc < 0)
+        return rc;
+    *at += strlen(out + *at);
+    return 0;
+}
+
+int pipe_megatron_plan(const struct pipe_roots *roots, const char *prefix, uint64_t *ndocs,
+                       char **planned, char *err, size_t errlen)
+{
+    struct mg_files f;
+    *ndocs = 0;
+    *planned = NULL;
+    int rc = files_open(&f, roots, prefix, strlen(prefix), NULL, err, errlen);
+    if (rc < 0)
+        return rc;
+    *ndocs = f.ix.ndocs;
+    if (f.idx_obj) {
+        char pin[2048];
+        size_t at = 0;
+        rc = pin_part(f.idx_obj, true, pin, sizeof pin, &at);
+        if (rc == 0)
+            rc = pin_part(f.bin_obj, false, pin, sizeof pin, &at);
+        if (rc < 0)
+            err_set(err, errlen, rc, "megatron(\"%s\"): pinning its objects: %s", f.name,
+                    sluice_strerror(rc));
+        else if (asprintf(planned, "%s" PIPE_MEGATRON_PIN_MARK "%s", f.name, pin) < 0)
+            *planned = NULL;
+    } else {
+        *planned = strdup(prefix);
+    }
+    if (rc == 0 && !*planned)
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "megatron(\"%s\"): out of memory", prefix);
+    files_close(&f);
+    return rc;
 }
 
 /* ---- The source --------------------------------------------------------------------------- */
@@ -511,6 +763,12 @@ static int fail(struct mg_reader *r, int code)
     return code;
 }
 
+/* Whether the chain reading an object was cancelled (objstore.h's struct obj_cancel). */
+static bool ctx_cancelled(const void *ctx)
+{
+    return pipe_cancelled(ctx);
+}
+
 /* Starts the next entry. Returns 1 when its run is ready, 0 when there are no more entries, or
  * an error. */
 static int next_entry(struct mg_reader *r)
@@ -525,7 +783,9 @@ static int next_entry(struct mg_reader *r)
     size_t errlen = sizeof r->base.ctx->err;
     if (!r->f.prefix || strlen(r->f.prefix) != plen || memcmp(r->f.prefix, name, plen) != 0) {
         close_files(r);
-        int rc = files_open(&r->f, pipe_registry_roots(r->base.ctx->reg), name, plen, err, errlen);
+        struct obj_cancel cancel = {ctx_cancelled, r->base.ctx};
+        int rc = files_open(&r->f, pipe_registry_roots(r->base.ctx->reg), name, plen, &cancel, err,
+                            errlen);
         if (rc < 0)
             return fail(r, rc);
     }
@@ -537,7 +797,7 @@ static int next_entry(struct mg_reader *r)
         err_set(err, errlen, SLUICE_ERR_INVALID,
                 "%s: documents [%" PRIu64 ", %" PRIu64 ") asked for, the index has %" PRIu64
                 " (did it change after the dataset was planned?)",
-                r->f.prefix, start, start + count, ndocs);
+                r->f.name, start, start + count, ndocs);
         return fail(r, SLUICE_ERR_INVALID);
     }
     r->doc = start;
@@ -567,12 +827,12 @@ static int mg_next(struct pipe_iter *it, struct sluice_element *out)
         return fail(r, rc);
     if (pipe_over_limit(ctx, 4 * ntokens)) {
         char what[80];
-        snprintf(what, sizeof what, "%s: document %" PRIu64 ": ", r->f.prefix, d);
+        snprintf(what, sizeof what, "%s: document %" PRIu64 ": ", r->f.name, d);
         return fail(r, pipe_limit_fail(ctx, what, 4 * ntokens, false));
     }
     rc = pipe_elem_resize(out, 1);
     if (rc < 0) {
-        err_set(ctx->err, sizeof ctx->err, rc, "%s: %s", r->f.prefix, sluice_strerror(rc));
+        err_set(ctx->err, sizeof ctx->err, rc, "%s: %s", r->f.name, sluice_strerror(rc));
         return fail(r, rc);
     }
     rc = pipe_megatron_tokens(&r->f.ix, offset, ntokens, &out->t[0], ctx->err, sizeof ctx->err);

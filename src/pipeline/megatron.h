@@ -45,6 +45,10 @@
  *
  * Both files are memory-mapped read-only; the files must not shrink while they are read (a
  * mapping of a truncated file faults). With data roots (roots.h) both are opened through them.
+ * A URL prefix (s3://, http(s)://) names two objects instead, read at random with ranged GETs
+ * (objstore.h: obj_pread's windows, so a reader holds a few MiB whatever the dataset's size),
+ * the messages naming the URLs; a prefix pinned to their versions (PIPE_MEGATRON_PIN_MARK)
+ * reads exactly those.
  *
  * Splits (distributed_epoch): a split is a run of documents, named "PREFIX#docs=START+COUNT"
  * in the split plan (PIPE_MEGATRON_DOCS_MARK); pipe_megatron_range_names() cuts the documents
@@ -71,10 +75,18 @@ struct pipe_roots; /* roots.h */
 
 /* ---- The index, pure ---------------------------------------------------------------------- */
 
+/* The reads of pipe_megatron_index_init_read: len bytes at off (inside the file) into dst;
+ * 0 or a negative code with "NAME: offset N: reason" in err. */
+typedef int (*pipe_megatron_read_fn)(void *arg, void *dst, size_t len, uint64_t off, char *err,
+                                     size_t errlen);
+
 /* An index checked by pipe_megatron_index_init(): views of the two files' bytes (borrowed: they
- * must outlive it) and the header's numbers. */
+ * must outlive it) and the header's numbers; or, by pipe_megatron_index_init_read(), no views
+ * (idx and bin NULL) but reads of the two files. */
 struct pipe_megatron_index {
     const uint8_t *idx, *bin;
+    pipe_megatron_read_fn read_idx, read_bin;
+    void *read_arg;
     uint64_t idx_len, bin_len;
     const char *idx_name, *bin_name; /* for messages (borrowed) */
     uint8_t code;                    /* the dtype code */
@@ -91,6 +103,16 @@ struct pipe_megatron_index {
 int pipe_megatron_index_init(struct pipe_megatron_index *ix, const uint8_t *idx, uint64_t idx_len,
                              const uint8_t *bin, uint64_t bin_len, const char *idx_name,
                              const char *bin_name, char *err, size_t errlen);
+
+/* As pipe_megatron_index_init, for files read a piece at a time (objects, objstore.h): the
+ * index's numbers are read with read_idx as they are needed, a document's tokens with read_bin,
+ * both given arg; the files' sizes are idx_len and bin_len. pipe_megatron_document and
+ * pipe_megatron_tokens then read through them, and also return their errors. Not pure: it
+ * does what the reads do. */
+int pipe_megatron_index_init_read(struct pipe_megatron_index *ix, pipe_megatron_read_fn read_idx,
+                                  pipe_megatron_read_fn read_bin, void *arg, uint64_t idx_len,
+                                  uint64_t bin_len, const char *idx_name, const char *bin_name,
+                                  char *err, size_t errlen);
 
 /* Pure. Checks document d (< ix->ndocs) as the file comment says and gives where its tokens lie
  * in the bin: *offset, the byte of its first token, and *ntokens. Returns 0, or
@@ -127,6 +149,20 @@ int pipe_megatron_range_names(const char *prefix, uint64_t ndocs, uint64_t per_s
  * one outside the roots is SLUICE_ERR_DENIED as pipe_roots_open_file says. */
 int pipe_megatron_count(const struct pipe_roots *roots, const char *prefix, uint64_t *ndocs,
                         char *err, size_t errlen);
+
+/* The mark of a URL prefix pinned to the versions of its two objects: "PREFIX#objects=ISIZE:
+ * IETAG:BSIZE:BETAG", the sizes and ETags (percent-encoded, objurl.h) of PREFIX.idx and
+ * PREFIX.bin. A reader of a pinned prefix sends the ETags as If-Match and checks the sizes, so an
+ * object replaced after the dataset was planned is an error naming it ("URL: changed since it
+ * was listed (...)"). */
+#define PIPE_MEGATRON_PIN_MARK "#objects="
+
+/* As pipe_megatron_count, and *planned (malloc'd) the prefix to plan splits with: the prefix
+ * itself for files; for a URL prefix (s3://, http(s)://; both objects read at random with ranged
+ * GETs, objstore.h), the prefix pinned to the objects' sizes and ETags as they were opened
+ * (PIPE_MEGATRON_PIN_MARK). */
+int pipe_megatron_plan(const struct pipe_roots *roots, const char *prefix, uint64_t *ndocs,
+                       char **planned, char *err, size_t errlen);
 
 /* Creates a source iterator over the entries (copied): each a prefix, every document of its
  * dataset, or a run of documents of PIPE_MEGATRON_DOCS_MARK. Files are opened, through the

@@ -14,6 +14,7 @@
 #include "common/backoff.h"
 #include "common/error.h"
 #include "common/grow.h"
+#include "common/sha256.h"
 
 #include <ctype.h>
 #include <curl/curl.h>
@@ -272,10 +273,17 @@ static void sleep_ms(uint32_t ms)
 
 /* ---- One request, with retries ------------------------------------------------------------ */
 
+/* What a request does: GET an object's bytes or a listing, PUT an object whole, DELETE one. */
+enum req_method { M_GET, M_PUT, M_DELETE };
+
 struct req {
     /* In. */
     const struct creds *creds; /* NULL: an unsigned http(s) request */
     const char *url;
+    enum req_method method;
+    const uint8_t *up; /* M_PUT: the body, up_len bytes, its SHA-256 in up_sha */
+    size_t up_len;
+    char up_sha[SHA256_HEX_LEN + 1];
     bool ranged; /* fetch [off, off + want); else the whole answer (a listing) */
     uint64_t off;
     size_t want;
@@ -297,6 +305,7 @@ struct req {
     uint64_t cr_start; /* Content-Range's first byte */
     bool have_cr;
     bool overflow; /* more bytes than asked for */
+    size_t up_pos; /* M_PUT: the next byte of up to send */
     char errbody[ERRBODY_MAX];
     size_t errlen;
 };
@@ -342,6 +351,8 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
         q->errbody[q->errlen] = '\0';
         return len;
     }
+    if (q->method != M_GET)
+        return len; /* a PUT's or DELETE's answer says nothing more */
     if (q->ranged) {
         if (len > q->want - q->got) {
             q->overflow = true;
@@ -363,6 +374,27 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
     q->body[q->got] = '\0';
     atomic_fetch_add_explicit(&stat_bytes, len, memory_order_relaxed);
     return len;
+}
+
+/* libcurl's read callback of a PUT: the next bytes of the body. */
+static size_t on_upload(char *buf, size_t size, size_t n, void *user)
+{
+    struct req *q = user;
+    size_t room = size * n, left = q->up_len - q->up_pos;
+    size_t k = left < room ? left : room;
+    memcpy(buf, q->up + q->up_pos, k);
+    q->up_pos += k;
+    return k;
+}
+
+/* libcurl's seek callback of a PUT (to send the body again). */
+static int on_upload_seek(void *user, curl_off_t off, int origin)
+{
+    struct req *q = user;
+    if (origin != SEEK_SET || off < 0 || (uint64_t)off > q->up_len)
+        return CURL_SEEKFUNC_CANTSEEK;
+    q->up_pos = (size_t)off;
+    return CURL_SEEKFUNC_OK;
 }
 
 /* Why an attempt ended: done, retry, or fail at once. */
@@ -457,6 +489,7 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
     } else {
         q->got = 0;
     }
+    q->up_pos = 0; /* a PUT sends its whole body in each attempt */
     if (q->if_match && q->if_match[0]) {
         snprintf(line, sizeof line, "If-Match: %s", q->if_match);
         hdrs = curl_slist_append(hdrs, line);
@@ -489,16 +522,31 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
     }
     if (ca && *ca)
         curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    if (q->method == M_PUT) {
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->up_len);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
+        curl_easy_setopt(h, CURLOPT_READDATA, q);
+        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_upload_seek);
+        curl_easy_setopt(h, CURLOPT_SEEKDATA, q);
+        /* The body goes at once: no round trip for "100 Continue". */
+        hdrs = curl_slist_append(hdrs, "Expect:");
+    } else if (q->method == M_DELETE) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+    }
     if (q->creds && q->creds->key[0]) {
         char sigv4[128];
         snprintf(sigv4, sizeof sigv4, "aws:amz:%s:s3", q->creds->region);
         curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4);
         curl_easy_setopt(h, CURLOPT_USERNAME, q->creds->key);
         curl_easy_setopt(h, CURLOPT_PASSWORD, q->creds->secret);
-        /* A GET has no payload: the SHA-256 of nothing. */
-        hdrs = curl_slist_append(
-            hdrs, "x-amz-content-sha256: "
-                  "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        /* A GET or DELETE has no payload: the SHA-256 of nothing; a PUT's is its body's, which
+         * the server checks. */
+        snprintf(line, sizeof line, "x-amz-content-sha256: %s",
+                 q->method == M_PUT
+                     ? q->up_sha
+                     : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        hdrs = curl_slist_append(hdrs, line);
         if (q->creds->token[0]) {
             snprintf(line, sizeof line, "x-amz-security-token: %s", q->creds->token);
             hdrs = curl_slist_append(hdrs, line);
@@ -515,7 +563,11 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
     size_t before = q->got;
     CURLcode cc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &q->status);
-    count_request(q->ranged ? OBJ_OP_GET : OBJ_OP_LIST, q->status);
+    count_request(q->method == M_PUT      ? OBJ_OP_PUT
+                  : q->method == M_DELETE ? OBJ_OP_DELETE
+                  : q->ranged             ? OBJ_OP_GET
+                                          : OBJ_OP_LIST,
+                  q->status);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_slist_free_all(hdrs);
     *code = 0;
@@ -670,6 +722,11 @@ struct obj_reader {
 const char *obj_url(const struct obj_reader *r)
 {
     return r->url;
+}
+
+const char *obj_etag(const struct obj_reader *r)
+{
+    return r->etag;
 }
 
 uint64_t obj_size(const struct obj_reader *r)
@@ -1165,4 +1222,144 @@ out:
     free(c);
     obj_s3_url_free(&u);
     return rc;
+}
+
+/* ---- Writing ----------------------------------------------------------------------------- */
+
+/* One PUT (data, len) or DELETE (data NULL) of the s3:// object url, retried as a GET is. */
+static int write_request(const char *url, enum req_method method, const void *data, size_t len,
+                         char *err, size_t errlen)
+{
+    int rc = obj_url_check(url, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (obj_url_scheme(url) != OBJ_S3)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: only s3:// objects are written", url);
+    struct obj_s3_url u;
+    if ((rc = obj_s3_url_parse(url, &u)) < 0)
+        return err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
+    if (!u.key[0]) {
+        obj_s3_url_free(&u);
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: names no object (no key)", url);
+    }
+    struct creds *c = calloc(1, sizeof *c);
+    char *req_url = malloc(8192);
+    if (!c || !req_url) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: out of memory", url);
+        goto out;
+    }
+    creds_load(c);
+    req_url[0] = '\0';
+    if ((rc = s3_base(c, u.bucket, u.key, req_url, 8192)) < 0) {
+        rc = err_set(err, errlen, rc, "%s: %s", url, sluice_strerror(rc));
+        goto out;
+    }
+    struct req q = {.creds = c, .url = req_url, .method = method, .up = data, .up_len = len};
+    if (method == M_PUT)
+        sha256_hex(data, len, q.up_sha);
+    char why[1024];
+    rc = fetch(&q, why, sizeof why);
+    free(q.body);
+    if (rc < 0)
+        rc = err_set(err, errlen, rc, "%s: %s", url, why);
+out:
+    free(req_url);
+    if (c)
+        memset(c, 0, sizeof *c);
+    free(c);
+    obj_s3_url_free(&u);
+    return rc;
+}
+
+int obj_put(const char *url, const void *data, size_t len, char *err, size_t errlen)
+{
+    static const uint8_t nothing[1];
+    return write_request(url, M_PUT, data ? data : nothing, len, err, errlen);
+}
+
+int obj_delete(const char *url, char *err, size_t errlen)
+{
+    return write_request(url, M_DELETE, NULL, 0, err, errlen);
+}
+
+/* ---- a stdio stream over an object (obj_fopen) ---- */
+
+struct obj_file {
+    struct obj_reader *r;
+    uint64_t pos;          /* the stream's position */
+    uint64_t next;         /* the reader's: the next byte obj_read gives */
+    struct obj_fail *fail; /* the caller's, which outlives the stream */
+};
+
+static ssize_t objf_read(void *cookie, char *buf, size_t size)
+{
+    struct obj_file *o = cookie;
+    struct obj_fail *fail = o->fail;
+    if (fail->code) {
+        errno = EIO;
+        return -1;
+    }
+    uint64_t total = obj_size(o->r);
+    if (o->pos >= total || size == 0)
+        return 0;
+    if (o->pos != o->next) {
+        size_t n = total - o->pos < size ? (size_t)(total - o->pos) : size;
+        int rc = obj_pread(o->r, buf, n, o->pos, fail->why, sizeof fail->why);
+        if (rc < 0) {
+            fail->code = rc;
+            fail->at = o->pos;
+            errno = EIO;
+            return -1;
+        }
+        o->pos += n;
+        return (ssize_t)n;
+    }
+    ssize_t n = obj_read(o->r, buf, size, fail->why, sizeof fail->why);
+    if (n < 0) {
+        fail->code = (int)n;
+        fail->at = o->pos;
+        errno = EIO;
+        return -1;
+    }
+    o->pos += (uint64_t)n;
+    o->next += (uint64_t)n;
+    return n;
+}
+
+static int objf_seek(void *cookie, off64_t *offset, int whence)
+{
+    struct obj_file *o = cookie;
+    int64_t base = whence == SEEK_SET   ? 0
+                   : whence == SEEK_CUR ? (int64_t)o->pos
+                   : whence == SEEK_END ? (int64_t)obj_size(o->r)
+                                        : -1;
+    if (base < 0 || (*offset < 0 && -*offset > base)) {
+        errno = EINVAL;
+        return -1;
+    }
+    o->pos = (uint64_t)(base + *offset);
+    *offset = (off64_t)o->pos;
+    return 0;
+}
+
+static int objf_close(void *cookie)
+{
+    struct obj_file *o = cookie;
+    obj_close(o->r);
+    free(o);
+    return 0;
+}
+
+FILE *obj_fopen(struct obj_reader *r, struct obj_fail *fail)
+{
+    memset(fail, 0, sizeof *fail);
+    struct obj_file *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->r = r;
+    o->fail = fail;
+    FILE *f = fopencookie(o, "rb", (cookie_io_functions_t){objf_read, NULL, objf_seek, objf_close});
+    if (!f)
+        free(o);
+    return f;
 }

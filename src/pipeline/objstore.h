@@ -27,11 +27,13 @@
 
 #include "objurl.h"
 
+#include "common/error.h"
 #include "common/obj_metrics.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 /* The defaults of the environment settings above. */
@@ -92,6 +94,12 @@ const char *obj_url(const struct obj_reader *r);
 
 /* The object's size in bytes, known once it is open. */
 uint64_t obj_size(const struct obj_reader *r);
+
+/* The object's ETag as its first answer gave it (quoted, as the server sends it), or as its pin
+ * named it; "" when the server sent none. Valid until obj_close. With obj_size and
+ * obj_pin_format it pins the version being read, for readers that open the object again. */
+const char *obj_etag(const struct obj_reader *r);
+
 /* Ends the reader's read-ahead (a request in flight stops at libcurl's next progress call, within
  * about a second), joins its threads and frees r. NULL is allowed. */
 void obj_close(struct obj_reader *r);
@@ -105,8 +113,32 @@ void obj_close(struct obj_reader *r);
  * with "URL: reason" in err. */
 int obj_glob(const char *url, char ***urls, size_t *n, size_t *cap, char *err, size_t errlen);
 
+/* Puts the s3:// object url whole: one PUT of data[0, len) with its SHA-256 (which the server
+ * checks) in x-amz-content-sha256, signed as a GET is, retried on the same answers as a GET
+ * (from its first byte) until the same deadline. An object already there is replaced. Returns 0
+ * or a negative code with "URL: reason" in err, as obj_open (a missing bucket: SLUICE_ERR_NOT_FOUND
+ * with the server's NoSuchBucket text). */
+int obj_put(const char *url, const void *data, size_t len, char *err, size_t errlen);
+
+/* Deletes the s3:// object url (one DELETE, retried as obj_put; an object that is not there is
+ * no failure). Returns 0 or a negative code with "URL: reason" in err, as obj_put. */
+int obj_delete(const char *url, char *err, size_t errlen);
+
 /* Copies what this process's requests have done so far into out (about 10 KB), for its
  * metrics (common/obj_metrics.h). Any thread; never blocks. */
 void obj_stats(struct obj_stats *out);
+
+/* Why a read through an obj_fopen stream failed (the stream itself says only EIO): its code
+ * (0 while none failed), the offset, and the reason. */
+struct obj_fail {
+    int code;
+    uint64_t at;
+    char why[SLUICE_ERRMSG_SIZE];
+};
+
+/* A read-only stdio stream over r (fopencookie): front to back it reads with obj_read (with its
+ * read-ahead), elsewhere with obj_pread; fclose closes r. A failed read records its reason in
+ * *fail, which must outlive the stream. NULL when out of memory (r is then still the caller's). */
+FILE *obj_fopen(struct obj_reader *r, struct obj_fail *fail);
 
 #endif

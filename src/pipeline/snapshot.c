@@ -13,6 +13,7 @@
 #include "element.h"
 #include "files.h"
 #include "format.h"
+#include "objstore.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -66,9 +68,20 @@ static uint64_t load_le64(const uint8_t *p)
 
 /* ---- paths, directories, atomic files ---- */
 
+/* The length of dir without the slashes that end it when it is a URL (an object's key takes
+ * "a//b" literally, a file system does not). */
+static int dir_len(const char *dir)
+{
+    size_t n = strlen(dir);
+    if (obj_is_url(dir))
+        while (n > 0 && dir[n - 1] == '/')
+            n--;
+    return (int)n;
+}
+
 void snap_chunk_path(const char *dir, uint64_t index, char *out, size_t outlen)
 {
-    snprintf(out, outlen, "%s/" SNAP_CHUNKS_DIR "/chunk-%012" PRIu64, dir, index);
+    snprintf(out, outlen, "%.*s/" SNAP_CHUNKS_DIR "/chunk-%012" PRIu64, dir_len(dir), dir, index);
 }
 
 static char *join(const char *dir, const char *name)
@@ -144,6 +157,15 @@ static int sync_dir(const char *dir, char *err, size_t errlen)
 static int write_atomic(const char *dir, const char *name, const char *data, size_t len, char *err,
                         size_t errlen)
 {
+    if (obj_is_url(dir)) {
+        /* An object appears whole when its PUT succeeds: no temporary name is needed. */
+        char *url = NULL;
+        if (asprintf(&url, "%.*s/%s", dir_len(dir), dir, name) < 0)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        int rc = obj_put(url, data, len, err, errlen);
+        free(url);
+        return rc;
+    }
     char sfx[64], tmpname[256];
     unique_suffix(sfx, sizeof sfx);
     snprintf(tmpname, sizeof tmpname, ".%s.tmp.%s", name, sfx);
@@ -194,10 +216,51 @@ out:
     return rc;
 }
 
+/* read_small of an object: DIR is a URL, DIR/NAME an object read front to back. */
+static int read_small_object(const char *dir, const char *name, char **out, size_t *outlen,
+                             char *err, size_t errlen)
+{
+    char *url = NULL;
+    if (asprintf(&url, "%.*s/%s", dir_len(dir), dir, name) < 0)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    struct obj_reader *r = NULL;
+    int rc = obj_open(url, NULL, &r, err, errlen);
+    if (rc == SLUICE_ERR_NOT_FOUND)
+        rc = -ENOENT; /* err keeps the server's answer */
+    char *buf = NULL;
+    if (rc == 0 && obj_size(r) > MAX_JSON)
+        rc = err_set(err, errlen, SLUICE_ERR_CORRUPT, "%s: larger than %zu bytes", url, MAX_JSON);
+    if (rc == 0 && !(buf = malloc((size_t)obj_size(r) + 1)))
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    size_t len = 0;
+    while (rc == 0) {
+        char why[SLUICE_ERRMSG_SIZE];
+        ssize_t n = obj_read(r, buf + len, (size_t)obj_size(r) - len, why, sizeof why);
+        if (n < 0)
+            rc = err_set(err, errlen, (int)n, "%s: offset %zu: %s", url, len, why);
+        else if (n == 0)
+            break;
+        else
+            len += (size_t)n;
+    }
+    obj_close(r);
+    if (rc == 0) {
+        buf[len] = '\0';
+        *out = buf;
+        *outlen = len;
+        buf = NULL;
+    }
+    free(buf);
+    free(url);
+    return rc;
+}
+
 /* Reads DIR/NAME whole (at most MAX_JSON bytes), NUL-terminated. -ENOENT when it is missing. */
 static int read_small(const char *dir, const char *name, char **out, size_t *outlen, char *err,
                       size_t errlen)
 {
+    if (obj_is_url(dir))
+        return read_small_object(dir, name, out, outlen, err, errlen);
     char *path = join(dir, name);
     if (!path)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
@@ -251,6 +314,14 @@ out:
     free(buf);
     free(path);
     return rc;
+}
+
+int snap_read_small(const char *dir, const char *name, char **out, size_t *len, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    *len = 0;
+    return read_small(dir, name, out, len, err, errlen);
 }
 
 /* ---- snapshot.json ---- */
@@ -309,37 +380,9 @@ out:
     return rc;
 }
 
-int snap_meta_write(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
+/* Writes m as DIR/snapshot.json (atomically), whatever is there. */
+static int meta_write_file(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
 {
-    if (!m->pipeline || memchr(m->dataset_id, '\0', sizeof m->dataset_id) == NULL ||
-        m->chunks > (uint64_t)INT64_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: bad snapshot meta", dir);
-    int rc = make_dirs(dir, err, errlen);
-    if (rc)
-        return rc;
-    char *chunks_dir = join(dir, SNAP_CHUNKS_DIR);
-    if (!chunks_dir)
-        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-    rc = make_dirs(chunks_dir, err, errlen);
-    free(chunks_dir);
-    if (rc)
-        return rc;
-
-    struct snap_meta old;
-    rc = snap_meta_read(dir, &old, err, errlen);
-    if (rc == 0) {
-        bool same = strcmp(old.dataset_id, m->dataset_id) == 0 && old.chunks == m->chunks;
-        if (!same)
-            rc = err_set(err, errlen, SLUICE_ERR_EXISTS,
-                         "%s: holds a snapshot of dataset %s with %" PRIu64
-                         " chunks, not of dataset %s with %" PRIu64 " chunks",
-                         dir, old.dataset_id, old.chunks, m->dataset_id, m->chunks);
-        snap_meta_release(&old);
-        return rc;
-    }
-    if (rc != SLUICE_ERR_NOT_FOUND)
-        return rc;
-
     json_t *root =
         json_pack("{s:i, s:s, s:s, s:I}", "format", SNAP_FORMAT, "dataset_id", m->dataset_id,
                   "pipeline", m->pipeline, "chunks", (json_int_t)m->chunks);
@@ -359,15 +402,97 @@ int snap_meta_write(const char *dir, const struct snap_meta *m, char *err, size_
     text = nl;
     text[len++] = '\n';
     text[len] = '\0';
-    rc = write_atomic(dir, SNAP_META_FILE, text, len, err, errlen);
+    int rc = write_atomic(dir, SNAP_META_FILE, text, len, err, errlen);
     free(text);
     return rc;
+}
+
+static bool meta_valid(const struct snap_meta *m)
+{
+    return m->pipeline && memchr(m->dataset_id, '\0', sizeof m->dataset_id) != NULL &&
+           m->chunks <= (uint64_t)INT64_MAX;
+}
+
+/* Whether DIR's snapshot.json, if any, is of m's dataset and chunk count: 0 (also when there is
+ * none), SLUICE_ERR_EXISTS, or the read's failure. */
+static int meta_same(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
+{
+    struct snap_meta old;
+    int rc = snap_meta_read(dir, &old, err, errlen);
+    if (rc == SLUICE_ERR_NOT_FOUND)
+        return 0;
+    if (rc)
+        return rc;
+    if (strcmp(old.dataset_id, m->dataset_id) != 0 || old.chunks != m->chunks)
+        rc = err_set(err, errlen, SLUICE_ERR_EXISTS,
+                     "%s: holds a snapshot of dataset %s with %" PRIu64
+                     " chunks, not of dataset %s with %" PRIu64 " chunks",
+                     dir, old.dataset_id, old.chunks, m->dataset_id, m->chunks);
+    snap_meta_release(&old);
+    return rc;
+}
+
+int snap_objects_begin(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
+{
+    if (!obj_is_url(dir))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: not a URL", dir);
+    if (!meta_valid(m))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: bad snapshot meta", dir);
+    int rc = meta_same(dir, m, err, errlen);
+    /* The manifest goes first: a reader never sees a manifest without the meta it belongs to. */
+    static const char *const names[] = {SNAP_MANIFEST_FILE, SNAP_META_FILE, SNAP_FAILED_FILE};
+    for (size_t i = 0; rc == 0 && i < sizeof names / sizeof names[0]; i++) {
+        char *url = NULL;
+        if (asprintf(&url, "%.*s/%s", dir_len(dir), dir, names[i]) < 0)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        rc = obj_delete(url, err, errlen);
+        free(url);
+    }
+    return rc;
+}
+
+int snap_meta_write(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
+{
+    if (!m->pipeline || memchr(m->dataset_id, '\0', sizeof m->dataset_id) == NULL ||
+        m->chunks > (uint64_t)INT64_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: bad snapshot meta", dir);
+    int rc = 0;
+    if (!obj_is_url(dir)) {
+        rc = make_dirs(dir, err, errlen);
+        if (rc)
+            return rc;
+        char *chunks_dir = join(dir, SNAP_CHUNKS_DIR);
+        if (!chunks_dir)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+        rc = make_dirs(chunks_dir, err, errlen);
+        free(chunks_dir);
+        if (rc)
+            return rc;
+    }
+
+    struct snap_meta old;
+    rc = snap_meta_read(dir, &old, err, errlen);
+    if (rc == 0) {
+        bool same = strcmp(old.dataset_id, m->dataset_id) == 0 && old.chunks == m->chunks;
+        if (!same)
+            rc = err_set(err, errlen, SLUICE_ERR_EXISTS,
+                         "%s: holds a snapshot of dataset %s with %" PRIu64
+                         " chunks, not of dataset %s with %" PRIu64 " chunks",
+                         dir, old.dataset_id, old.chunks, m->dataset_id, m->chunks);
+        snap_meta_release(&old);
+        return rc;
+    }
+    if (rc != SLUICE_ERR_NOT_FOUND)
+        return rc;
+
+    return meta_write_file(dir, m, err, errlen);
 }
 
 /* ---- chunk writer ---- */
 
 struct snap_writer {
     FILE *f;
+    bool object; /* final is a URL: f is an unnamed temporary file, put whole at commit */
     char *tmp, *final, *chunks_dir;
     uint64_t count, off;
     uint32_t crc; /* over every byte written so far */
@@ -395,6 +520,64 @@ static int writer_put(struct snap_writer *w, const void *data, size_t len, char 
     return 0;
 }
 
+/* An unnamed temporary file in TMPDIR (default /tmp), for a chunk put whole at its commit. */
+static int spool_open(char *err, size_t errlen)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    int fd = open(tmp, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0)
+        return fd;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.sluice-chunk-XXXXXX", tmp);
+    fd = mkostemp(path, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        return err_set(err, errlen, -e, "creating a temporary file in %s: %s", tmp, strerror(e));
+    }
+    unlink(path);
+    return fd;
+}
+
+/* snap_writer_open of a chunk object: spooled to a temporary file, put at commit. */
+static int writer_open_object(struct snap_writer *w, const char *dir, uint64_t index, char *err,
+                              size_t errlen)
+{
+    char final[4096];
+    snap_chunk_path(dir, index, final, sizeof final);
+    w->object = true;
+    w->final = strdup(final);
+    w->tmp = strdup(final); /* named in messages */
+    if (!w->final || !w->tmp)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    int fd = spool_open(err, errlen);
+    if (fd < 0)
+        return fd;
+    w->f = fdopen(fd, "w+b");
+    if (!w->f) {
+        int e = errno;
+        close(fd);
+        return err_set(err, errlen, -e, "fdopen: %s", strerror(e));
+    }
+    setvbuf(w->f, NULL, _IOFBF, STDIO_BUF);
+    return 0;
+}
+
+/* Puts the spooled chunk (its footer written and flushed) as its object. */
+static int writer_put_object(struct snap_writer *w, char *err, size_t errlen)
+{
+    void *map = mmap(NULL, (size_t)w->off, PROT_READ, MAP_SHARED, fileno(w->f), 0);
+    if (map == MAP_FAILED) {
+        int e = errno;
+        return err_set(err, errlen, -e, "snapshot chunk %s: mapping its temporary file: %s",
+                       w->final, strerror(e));
+    }
+    int rc = obj_put(w->final, map, (size_t)w->off, err, errlen);
+    munmap(map, (size_t)w->off);
+    return rc;
+}
+
 int snap_writer_open(const char *dir, uint64_t index, struct snap_writer **out, char *err,
                      size_t errlen)
 {
@@ -402,6 +585,17 @@ int snap_writer_open(const char *dir, uint64_t index, struct snap_writer **out, 
     struct snap_writer *w = calloc(1, sizeof *w);
     if (!w)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    if (obj_is_url(dir)) {
+        int rc = writer_open_object(w, dir, index, err, errlen);
+        if (rc == 0)
+            rc = writer_put(w, magic, MAGIC_LEN, err, errlen);
+        if (rc) {
+            snap_writer_abort(w);
+            return rc;
+        }
+        *out = w;
+        return 0;
+    }
     char final[4096], sfx[64];
     snap_chunk_path(dir, index, final, sizeof final);
     unique_suffix(sfx, sizeof sfx);
@@ -477,6 +671,14 @@ int snap_writer_commit(struct snap_writer *w, char *err, size_t errlen)
         int e = errno ? errno : EIO;
         rc = err_set(err, errlen, -e, "write %s: %s", w->tmp, strerror(e));
     }
+    if (w->object) {
+        if (rc == 0)
+            rc = writer_put_object(w, err, errlen);
+        fclose(w->f);
+        w->f = NULL;
+        writer_free(w);
+        return rc;
+    }
     if (rc == 0 && fsync(fileno(w->f)) != 0) {
         int e = errno;
         rc = err_set(err, errlen, -e, "fsync %s: %s", w->tmp, strerror(e));
@@ -504,7 +706,8 @@ void snap_writer_abort(struct snap_writer *w)
         return;
     if (w->f)
         fclose(w->f);
-    unlink(w->tmp);
+    if (!w->object && w->tmp)
+        unlink(w->tmp);
     writer_free(w);
 }
 
@@ -755,6 +958,76 @@ int snap_chunk_check_file(FILE *f, const char *name, struct snap_chunk_info *out
 
 /* ---- manifest, FAILED, status ---- */
 
+/* snap_chunk_check of a chunk file or (a URL) object. */
+static int chunk_check_any(const char *path, struct snap_chunk_info *info, char *err, size_t errlen)
+{
+    if (!obj_is_url(path))
+        return snap_chunk_check(path, info, err, errlen);
+    memset(info, 0, sizeof *info);
+    struct obj_reader *r;
+    struct obj_fail fail;
+    char why[SLUICE_ERRMSG_SIZE];
+    int rc = obj_open(path, NULL, &r, why, sizeof why);
+    if (rc == SLUICE_ERR_NOT_FOUND)
+        return err_set(err, errlen, rc, "snapshot chunk %s: not found (%s)", path, why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "snapshot chunk %s", why);
+    FILE *f = obj_fopen(r, &fail);
+    if (!f) {
+        obj_close(r);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    }
+    setvbuf(f, NULL, _IOFBF, STDIO_BUF);
+    rc = snap_chunk_check_file(f, path, info, err, errlen);
+    if (rc < 0 && fail.code)
+        rc = err_set(err, errlen, fail.code, "snapshot chunk %s: offset %" PRIu64 ": %s", path,
+                     fail.at, fail.why);
+    return rc;
+}
+
+/* Checks chunks 0..chunks-1 of DIR and makes the text of its manifest.json (malloc'd). */
+static int manifest_text(const char *dir, const char *dataset_id, uint64_t chunks, char **out,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    json_t *root = json_object();
+    json_t *list = json_array();
+    if (!root || !list) {
+        json_decref(root);
+        json_decref(list);
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    }
+    int rc = 0;
+    uint64_t elements = 0, bytes = 0;
+    for (uint64_t i = 0; i < chunks && rc == 0; i++) {
+        char path[4096];
+        snap_chunk_path(dir, i, path, sizeof path);
+        struct snap_chunk_info info;
+        rc = chunk_check_any(path, &info, err, errlen);
+        if (rc)
+            break;
+        elements += info.elements;
+        bytes += info.bytes;
+        json_t *c = json_pack("{s:I, s:I, s:I, s:I}", "index", (json_int_t)i, "elements",
+                              (json_int_t)info.elements, "bytes", (json_int_t)info.bytes, "crc32c",
+                              (json_int_t)info.crc32c);
+        if (!c || json_array_append_new(list, c) != 0)
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    }
+    if (rc == 0 && (json_object_set_new(root, "format", json_integer(SNAP_FORMAT)) ||
+                    json_object_set_new(root, "dataset_id", json_string(dataset_id)) ||
+                    json_object_set_new(root, "chunk_count", json_integer((json_int_t)chunks)) ||
+                    json_object_set_new(root, "elements", json_integer((json_int_t)elements)) ||
+                    json_object_set_new(root, "bytes", json_integer((json_int_t)bytes)) ||
+                    json_object_set(root, "chunks", list)))
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    json_decref(list);
+    if (rc == 0 && !(*out = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS)))
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    json_decref(root);
+    return rc;
+}
+
 int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen)
 {
     struct snap_meta m;
@@ -768,54 +1041,34 @@ int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen)
         snap_meta_release(&m);
         return rc;
     }
-    json_t *root = json_object();
-    json_t *list = json_array();
-    if (!root || !list) {
-        json_decref(root);
-        json_decref(list);
-        snap_meta_release(&m);
-        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-    }
-    uint64_t elements = 0, bytes = 0;
-    for (uint64_t i = 0; i < chunks && rc == 0; i++) {
-        char path[4096];
-        snap_chunk_path(dir, i, path, sizeof path);
-        struct snap_chunk_info info;
-        rc = snap_chunk_check(path, &info, err, errlen);
-        if (rc)
-            break;
-        elements += info.elements;
-        bytes += info.bytes;
-        json_t *c = json_pack("{s:I, s:I, s:I, s:I}", "index", (json_int_t)i, "elements",
-                              (json_int_t)info.elements, "bytes", (json_int_t)info.bytes, "crc32c",
-                              (json_int_t)info.crc32c);
-        if (!c || json_array_append_new(list, c) != 0)
-            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-    }
-    if (rc == 0 && (json_object_set_new(root, "format", json_integer(SNAP_FORMAT)) ||
-                    json_object_set_new(root, "dataset_id", json_string(m.dataset_id)) ||
-                    json_object_set_new(root, "chunk_count", json_integer((json_int_t)chunks)) ||
-                    json_object_set_new(root, "elements", json_integer((json_int_t)elements)) ||
-                    json_object_set_new(root, "bytes", json_integer((json_int_t)bytes)) ||
-                    json_object_set(root, "chunks", list)))
-        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-    json_decref(list);
-    snap_meta_release(&m);
     char *text = NULL;
-    if (rc == 0 && !(text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS)))
-        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-    json_decref(root);
-    if (rc == 0) {
-        size_t len = strlen(text);
-        rc = write_atomic(dir, SNAP_MANIFEST_FILE, text, len, err, errlen);
-    }
+    rc = manifest_text(dir, m.dataset_id, chunks, &text, err, errlen);
+    snap_meta_release(&m);
+    if (rc == 0)
+        rc = write_atomic(dir, SNAP_MANIFEST_FILE, text, strlen(text), err, errlen);
+    free(text);
+    return rc;
+}
+
+int snap_finalize_objects(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
+{
+    if (!obj_is_url(dir))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: not a URL", dir);
+    if (!meta_valid(m))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: bad snapshot meta", dir);
+    char *text = NULL;
+    int rc = manifest_text(dir, m->dataset_id, m->chunks, &text, err, errlen);
+    if (rc == 0)
+        rc = meta_write_file(dir, m, err, errlen);
+    if (rc == 0)
+        rc = write_atomic(dir, SNAP_MANIFEST_FILE, text, strlen(text), err, errlen);
     free(text);
     return rc;
 }
 
 int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen)
 {
-    int rc = make_dirs(dir, err, errlen);
+    int rc = obj_is_url(dir) ? 0 : make_dirs(dir, err, errlen);
     if (rc)
         return rc;
     size_t n = strlen(why);

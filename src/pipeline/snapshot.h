@@ -14,6 +14,8 @@
  *                            elements, bytes and checksum, and the totals. Its presence means the
  *                            snapshot is complete.
  *   DIR/FAILED               written when the save fails (snap_mark_failed): the reason, one line.
+ * An s3:// DIR holds the same objects under the same names, but snapshot.json is put at the
+ * end, just before manifest.json (snap_objects_begin, snap_finalize_objects below).
  *
  * A chunk file is self-checking: a magic, then records (u32 length LE, u32 masked crc32c of the
  * data, data: one element in the element codec's stored form), then a footer record with the
@@ -71,16 +73,28 @@ int snap_meta_write(const char *dir, const struct snap_meta *m, char *err, size_
 /* Reads DIR/snapshot.json. SLUICE_ERR_NOT_FOUND when DIR holds none ("DIR: not a snapshot
  * (no snapshot.json)"), SLUICE_ERR_CORRUPT when it does not parse, SLUICE_ERR_UNSUPPORTED when it
  * is of a format other than SNAP_FORMAT. On success m->pipeline is the caller's
- * (snap_meta_release). */
+ * (snap_meta_release). DIR may be a URL (snapshot.json is then an object, read as
+ * snap_read_small reads it). */
 int snap_meta_read(const char *dir, struct snap_meta *m, char *err, size_t errlen);
 
-/* Writes "DIR/chunks/chunk-%012" PRIu64 into out (truncated to outlen). */
+/* Reads DIR/NAME whole (at most 256 MiB), NUL-terminated, into *out (malloc'd) and its length
+ * into *len. DIR may be a URL (objstore.h): DIR/NAME is then an object. Returns 0, -ENOENT when
+ * it is missing (a 404 for an object, the server's answer in err), or another negative code
+ * with err set. */
+int snap_read_small(const char *dir, const char *name, char **out, size_t *len, char *err,
+                    size_t errlen);
+
+/* Writes "DIR/chunks/chunk-%012" PRIu64 into out (truncated to outlen); a URL DIR without the
+ * slashes that end it. */
 void snap_chunk_path(const char *dir, uint64_t index, char *out, size_t outlen);
 
 /* A chunk being written. */
 struct snap_writer;
 /* Opens a temporary file for chunk index in DIR/chunks (unique per writer, so two writers of
- * the same chunk never collide). */
+ * the same chunk never collide). For a URL DIR (s3://) the chunk is spooled to an unnamed
+ * temporary file in TMPDIR (default /tmp) and put whole as its object (objstore.h's obj_put)
+ * at commit: the object holds the bytes a chunk file would, under the same relative name, and
+ * appears only complete. */
 int snap_writer_open(const char *dir, uint64_t index, struct snap_writer **out, char *err,
                      size_t errlen);
 /* Appends one element (streamed to the file: a writer holds one element's record in memory, never
@@ -126,6 +140,16 @@ int snap_chunk_check_file(FILE *f, const char *name, struct snap_chunk_info *out
  * SLUICE_ERR_NOT_FOUND.
  * A missing chunk is SLUICE_ERR_NOT_FOUND naming it; a damaged one its SLUICE_ERR_CORRUPT. */
 int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen);
+/* A save into an s3:// DIR (objects, objstore.h), whose snapshot.json and manifest.json are
+ * written last, once every chunk object is there:
+ * snap_objects_begin, as the save starts: refuses a DIR whose snapshot.json is of another dataset
+ * or chunk count (SLUICE_ERR_EXISTS, as snap_meta_write), then deletes manifest.json,
+ * snapshot.json and FAILED left by an earlier save (in that order). A missing bucket is the
+ * server's 404 naming the object's URL.
+ * snap_finalize_objects, once every chunk is put: checks every chunk object (read whole, as
+ * snap_chunk_check), then puts snapshot.json (m) and last manifest.json. */
+int snap_objects_begin(const char *dir, const struct snap_meta *m, char *err, size_t errlen);
+int snap_finalize_objects(const char *dir, const struct snap_meta *m, char *err, size_t errlen);
 /* Writes DIR/FAILED with why (one line: line breaks become spaces), atomically, creating DIR
  * when missing. */
 int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen);

@@ -8,10 +8,11 @@
 #include "snapsrc.h"
 
 #include "common/error.h"
+#include "objstore.h"
+#include "paths.h"
 #include "registry.h"
 #include "roots.h"
 #include "snapshot.h"
-#include "paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,10 +23,59 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 /* How long one sleep of a wait lasts at most, so a cancel is seen promptly. */
 #define POLL_SLICE_MS 10u
+
+/* The chunks of an s3:// snapshot in paths[0, n) (their URLs, snap_chunk_path) replaced by
+ * their URLs pinned to the size and ETag of one listing of DIR/chunks/ (objurl.h), so that a
+ * chunk replaced after it was listed is an error naming it. A chunk not listed (not written yet,
+ * or missing) keeps its plain URL and is looked for when reading reaches it. */
+static int pin_chunks(const char *dir, char **paths, size_t n, char *err, size_t errlen)
+{
+    /* Chunk 0's URL, its number replaced by a '*'. */
+    char pattern[4096];
+    snap_chunk_path(dir, 0, pattern, sizeof pattern);
+    size_t plen = strlen(pattern);
+    if (plen + 1 >= sizeof pattern)
+        return err_set(err, errlen, SLUICE_ERR_TOO_LARGE, "snapshot %s: URL too long", dir);
+    pattern[plen - 12] = '*';
+    pattern[plen - 11] = '\0';
+    char **listed = NULL;
+    size_t nlisted = 0, cap = 0;
+    char why[SLUICE_ERRMSG_SIZE];
+    int rc = obj_glob(pattern, &listed, &nlisted, &cap, why, sizeof why);
+    if (rc < 0) {
+        pipe_paths_free(listed, nlisted);
+        return err_set(err, errlen, rc, "snapshot %s: listing its chunks: %s", dir, why);
+    }
+    size_t base = strlen(pattern) - 1; /* where the chunk's number begins */
+    for (size_t k = 0; k < nlisted; k++) {
+        struct obj_pin pin;
+        obj_pin_parse(listed[k], &pin);
+        if (!pin.pinned || pin.url_len != base + 12)
+            continue;
+        uint64_t index = 0;
+        bool digits = true;
+        for (size_t i = base; i < pin.url_len; i++) {
+            char c = listed[k][i];
+            digits = digits && c >= '0' && c <= '9';
+            index = index * 10 + (uint64_t)(c - '0');
+        }
+        if (!digits || index >= n || strncmp(paths[index], listed[k], pin.url_len) != 0 ||
+            paths[index][pin.url_len] != '\0')
+            continue;
+        free(paths[index]);
+        paths[index] = listed[k];
+        listed[k] = NULL;
+    }
+    for (size_t k = 0; k < nlisted; k++)
+        free(listed[k]);
+    free(listed);
+    return 0;
+}
 
 int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *err, size_t errlen)
 {
@@ -57,6 +107,13 @@ int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *er
             return err_set(err, errlen, SLUICE_ERR_NOMEM, "snapshot %s: out of memory", dir);
         }
     }
+    if (obj_url_scheme(dir) == OBJ_S3) {
+        rc = pin_chunks(dir, out, (size_t)n, err, errlen);
+        if (rc < 0) {
+            pipe_paths_free(out, (size_t)n);
+            return rc;
+        }
+    }
     *paths = out;
     *npaths = (size_t)n;
     return 0;
@@ -66,24 +123,46 @@ struct snap_iter {
     struct pipe_iter base;
     char *dir;
     char **paths;
+    char **names; /* the paths without a pin (objurl.h), for messages */
     size_t npaths;
     size_t next_path; /* the chunk to open after the current one */
     struct snap_reader *r;
-    int state; /* 0 reading, 1 at the end, < 0 failed (message in ctx->err) */
+    struct obj_fail fail; /* of the chunk object being read */
+    int state;            /* 0 reading, 1 at the end, < 0 failed (message in ctx->err) */
 };
 
-static int iter_fail(struct snap_iter *s, int code)
+static void close_chunk(struct snap_iter *s)
 {
     snap_reader_close(s->r);
     s->r = NULL;
+}
+
+static int iter_fail(struct snap_iter *s, int code)
+{
+    close_chunk(s);
     s->state = code;
     return code;
 }
 
-static bool exists_in(const char *dir, const char *name)
+/* Whether DIR/NAME exists: 1, 0, or a negative code with the message in ctx->err (an object
+ * that cannot be asked about). */
+static int exists_in(struct snap_iter *s, const char *name)
 {
+    if (obj_is_url(s->dir)) {
+        char *text = NULL;
+        size_t len = 0;
+        char why[SLUICE_ERRMSG_SIZE];
+        int rc = snap_read_small(s->dir, name, &text, &len, why, sizeof why);
+        free(text);
+        if (rc == -ENOENT)
+            return 0;
+        if (rc < 0)
+            return err_set(s->base.ctx->err, sizeof s->base.ctx->err, rc, "snapshot %s: %s", s->dir,
+                           why);
+        return 1;
+    }
     char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(path, sizeof path, "%s/%s", s->dir, name);
     struct stat st;
     return stat(path, &st) == 0;
 }
@@ -91,17 +170,13 @@ static bool exists_in(const char *dir, const char *name)
 /* The first line of DIR/FAILED into why, or "" when it cannot be read. */
 static void failed_reason(const char *dir, char *why, size_t len)
 {
-    char path[PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/" SNAP_FAILED_FILE, dir);
+    char *text = NULL;
+    size_t n = 0;
+    char err[SLUICE_ERRMSG_SIZE];
     why[0] = '\0';
-    FILE *f = fopen(path, "rbe");
-    if (!f)
-        return;
-    if (fgets(why, (int)len, f))
-        why[strcspn(why, "\r\n")] = '\0';
-    else
-        why[0] = '\0';
-    fclose(f);
+    if (snap_read_small(dir, SNAP_FAILED_FILE, &text, &n, err, sizeof err) == 0)
+        snprintf(why, len, "%.*s", (int)strcspn(text, "\r\n"), text);
+    free(text);
 }
 
 static void sleep_ms(unsigned ms)
@@ -111,56 +186,108 @@ static void sleep_ms(unsigned ms)
         ;
 }
 
-/* Opens chunk path into s->r, waiting while the save may still write it. Returns 0 or a negative
+/* Whether the chain reading an object was cancelled (objstore.h's struct obj_cancel). */
+static bool ctx_cancelled(const void *ctx)
+{
+    return pipe_cancelled(ctx);
+}
+
+/* A chunk object's read failed inside the stream: its reason, with the URL and the offset, in
+ * ctx->err instead of the stream's EIO. Returns the code to fail with. */
+static int object_failure(struct snap_iter *s, const char *name, int rc)
+{
+    struct pipe_ctx *ctx = s->base.ctx;
+    if (s->fail.code == 0)
+        return rc;
+    return err_set(ctx->err, sizeof ctx->err, s->fail.code,
+                   "snapshot chunk %s: offset %" PRIu64 ": %s", name, s->fail.at, s->fail.why);
+}
+
+/* Opens chunk path (named name) into s->r once: 0, 1 when it is not there (yet), or a negative
  * code with the message in ctx->err. */
-static int open_chunk(struct snap_iter *s, const char *path)
+static int try_open(struct snap_iter *s, const char *path, const char *name)
 {
     struct pipe_ctx *ctx = s->base.ctx;
     const struct pipe_roots *roots = pipe_registry_roots(ctx->reg);
+    if (obj_is_url(path)) {
+        struct obj_cancel cancel = {ctx_cancelled, ctx};
+        struct obj_reader *r = NULL;
+        int rc = pipe_roots_open_object(roots, PIPE_SRC_SNAPSHOT, path, false, &cancel, &r,
+                                        ctx->err, sizeof ctx->err);
+        if (rc == SLUICE_ERR_NOT_FOUND)
+            return 1;
+        if (rc < 0)
+            return rc;
+        FILE *f = obj_fopen(r, &s->fail);
+        if (!f) {
+            obj_close(r);
+            return err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_NOMEM,
+                           "snapshot chunk %s: out of memory", name);
+        }
+        setvbuf(f, NULL, _IOFBF, 256u * 1024u);
+        rc = snap_reader_open_file(f, name, &s->r, ctx->err, sizeof ctx->err);
+        return rc < 0 ? object_failure(s, name, rc) : 0;
+    }
+    int fd = pipe_roots_open_file(roots, PIPE_SRC_SNAPSHOT, path, ctx->err, sizeof ctx->err);
+    if (fd == -ENOENT)
+        return 1;
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        int e = errno;
+        close(fd);
+        return err_set(ctx->err, sizeof ctx->err, -e, "snapshot chunk %s: %s", path, strerror(e));
+    }
+    setvbuf(f, NULL, _IOFBF, 256u * 1024u);
+    return snap_reader_open_file(f, path, &s->r, ctx->err, sizeof ctx->err);
+}
+
+/* Opens chunk path into s->r, waiting while the save may still write it. Returns 0 or a negative
+ * code with the message in ctx->err. */
+static int open_chunk(struct snap_iter *s, const char *path, const char *name)
+{
+    struct pipe_ctx *ctx = s->base.ctx;
     unsigned delay = PIPE_SNAPSHOT_POLL_FIRST_MS;
     bool complete = false;
     for (;;) {
-        int fd = pipe_roots_open_file(roots, PIPE_SRC_SNAPSHOT, path, ctx->err, sizeof ctx->err);
-        if (fd >= 0) {
-            FILE *f = fdopen(fd, "rb");
-            if (!f) {
-                int e = errno;
-                close(fd);
-                return err_set(ctx->err, sizeof ctx->err, -e, "snapshot chunk %s: %s", path,
-                               strerror(e));
-            }
-            setvbuf(f, NULL, _IOFBF, 256u * 1024u);
-            return snap_reader_open_file(f, path, &s->r, ctx->err, sizeof ctx->err);
-        }
-        if (fd != -ENOENT)
-            return fd;
+        int rc = try_open(s, path, name);
+        if (rc <= 0)
+            return rc;
         /* The manifest is written after every chunk is in place, so a chunk missing once the
          * manifest was seen (and looked for again after that) is missing for good. */
         if (complete)
             return err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_NOT_FOUND,
                            "snapshot chunk %s: not found (the snapshot is complete without it)",
-                           path);
-        if (exists_in(s->dir, SNAP_FAILED_FILE)) {
+                           name);
+        if ((rc = exists_in(s, SNAP_FAILED_FILE)) != 0) {
+            if (rc < 0)
+                return rc;
             char why[SLUICE_ERRMSG_SIZE];
             failed_reason(s->dir, why, sizeof why);
             return err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_TASK_FAILED,
                            "snapshot %s: the save failed: %s", s->dir,
                            why[0] ? why : "no reason given");
         }
-        if (exists_in(s->dir, SNAP_MANIFEST_FILE)) {
+        if ((rc = exists_in(s, SNAP_MANIFEST_FILE)) != 0) {
+            if (rc < 0)
+                return rc;
             complete = true;
             continue;
         }
-        if (!exists_in(s->dir, SNAP_META_FILE))
+        if ((rc = exists_in(s, SNAP_META_FILE)) <= 0) {
+            if (rc < 0)
+                return rc;
             return err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_NOT_FOUND,
                            "snapshot %s: not a snapshot (no " SNAP_META_FILE ")", s->dir);
+        }
         /* The save is still running: wait, and give up only when the chain is cancelled. */
         for (unsigned slept = 0; slept < delay; slept += POLL_SLICE_MS) {
             if (pipe_cancelled(ctx))
                 return err_set(ctx->err, sizeof ctx->err, SLUICE_ERR_CANCELLED,
-                               "snapshot chunk %s: cancelled while waiting for the save to write "
-                               "it",
-                               path);
+                               "snapshot chunk %s: cancelled while waiting for the save to "
+                               "write it",
+                               name);
             sleep_ms(delay - slept < POLL_SLICE_MS ? delay - slept : POLL_SLICE_MS);
         }
         delay = delay * 2 > PIPE_SNAPSHOT_POLL_MAX_MS ? PIPE_SNAPSHOT_POLL_MAX_MS : delay * 2;
@@ -179,20 +306,19 @@ static int snap_iter_next(struct pipe_iter *it, struct sluice_element *out)
                 s->state = 1;
                 return 0;
             }
-            int rc = open_chunk(s, s->paths[s->next_path]);
+            int rc = open_chunk(s, s->paths[s->next_path], s->names[s->next_path]);
             if (rc)
                 return iter_fail(s, rc);
             s->next_path++;
         }
         int rc = snap_reader_next(s->r, out, ctx->err, sizeof ctx->err);
         if (rc < 0)
-            return iter_fail(s, rc);
+            return iter_fail(s, object_failure(s, s->names[s->next_path - 1], rc));
         if (rc == 0) {
-            snap_reader_close(s->r);
-            s->r = NULL;
+            close_chunk(s);
             continue;
         }
-        const char *path = s->paths[s->next_path - 1];
+        const char *path = s->names[s->next_path - 1];
         uint64_t at = snap_reader_offset(s->r);
         ctx->origin.file = path;
         ctx->origin.offset = at;
@@ -212,8 +338,9 @@ static void snap_iter_destroy(struct pipe_iter *it)
     struct snap_iter *s = (struct snap_iter *)it;
     if (it->ctx && it->ctx->origin.owner == s)
         memset(&it->ctx->origin, 0, sizeof it->ctx->origin);
-    snap_reader_close(s->r);
+    close_chunk(s);
     pipe_paths_free(s->paths, s->npaths);
+    pipe_paths_free(s->names, s->npaths);
     free(s->dir);
     free(s);
 }
@@ -231,16 +358,21 @@ int pipe_snapshot_open(const char *dir, char *const *paths, size_t npaths, struc
     s->base.ctx = ctx;
     s->dir = strdup(dir);
     s->paths = calloc(npaths ? npaths : 1, sizeof *s->paths);
-    if (!s->dir || !s->paths) {
+    s->names = calloc(npaths ? npaths : 1, sizeof *s->names);
+    if (!s->dir || !s->paths || !s->names) {
         free(s->dir);
         free(s->paths);
+        free(s->names);
         free(s);
         return SLUICE_ERR_NOMEM;
     }
     for (size_t i = 0; i < npaths; i++) {
+        struct obj_pin pin;
+        obj_pin_parse(paths[i], &pin);
         s->paths[i] = strdup(paths[i]);
-        if (!s->paths[i]) {
-            s->npaths = i;
+        s->names[i] = strndup(paths[i], pin.url_len);
+        if (!s->paths[i] || !s->names[i]) {
+            s->npaths = i + 1; /* a NULL one is freed as such */
             snap_iter_destroy(&s->base);
             return SLUICE_ERR_NOMEM;
         }

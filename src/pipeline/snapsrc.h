@@ -14,7 +14,12 @@
  *     snapshot.json)".
  * A damaged chunk is the reader's SLUICE_ERR_CORRUPT ("snapshot chunk PATH: checksum mismatch at
  * offset N"). Chunk files are opened through the registry's data roots like every file
- * source's. */
+ * source's.
+ *
+ * DIR may be a URL (s3://, http(s)://): the same layout as objects, read front to back with
+ * ranged GETs (objstore.h); snapshot.json, manifest.json and FAILED are objects too, and the
+ * messages name URLs. An s3:// snapshot's chunks are pinned to one listing (below), so a chunk
+ * replaced after it is an error naming it ("URL: changed since it was listed (...)"). */
 #ifndef SLUICE_PIPELINE_SNAPSRC_H
 #define SLUICE_PIPELINE_SNAPSRC_H
 
@@ -27,7 +32,9 @@
 #define PIPE_SNAPSHOT_POLL_MAX_MS 200u
 
 /* Reads DIR/snapshot.json and writes the paths of its chunks 0 .. chunks-1 into *paths (malloc'd,
- * each string too; free with pipe_paths_free()). Blocks on disk. Returns 0, or
+ * each string too; free with pipe_paths_free()). Blocks on disk. For an s3:// DIR, one listing
+ * of DIR/chunks/ pins each chunk present to its size and ETag ("URL#object=SIZE:ETAG",
+ * objurl.h); a chunk not listed keeps its plain URL. Returns 0, or
  * SLUICE_ERR_NOT_FOUND with "snapshot DIR: not a snapshot (no snapshot.json)" in err, or another
  * negative code with "snapshot DIR: ..." (a damaged snapshot.json, a path too long). */
 int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *err, size_t errlen);

@@ -191,24 +191,20 @@ static int source_entries(const struct pipe_source *src, const struct pipe_roots
 {
     *paths = NULL;
     *npaths = 0;
-    if (src->kind == PIPE_SRC_MEGATRON || src->kind == PIPE_SRC_SNAPSHOT)
-        for (size_t i = 0; i < src->nglobs; i++)
-            if (obj_is_url(src->globs[i]))
-                return err_set(
-                    err, errlen, SLUICE_ERR_UNSUPPORTED,
-                    "%s(\"%s\"): URLs are read by lines, tfrecord, jsonl, tar and parquet only",
-                    pipe_source_name(src->kind), src->globs[i]);
     if (src->kind == PIPE_SRC_MEGATRON) {
         if (src->nglobs != 1)
             return err_set(err, errlen, SLUICE_ERR_INVALID,
                            "a megatron source names one prefix, not %zu", src->nglobs);
+        /* A URL prefix is pinned to the versions of its objects read here. */
         uint64_t ndocs = 0;
-        int rc = pipe_megatron_count(roots, src->globs[0], &ndocs, err, errlen);
+        char *prefix = NULL;
+        int rc = pipe_megatron_plan(roots, src->globs[0], &ndocs, &prefix, err, errlen);
         if (rc < 0)
             return rc;
         uint64_t per_split = split_size ? split_size : pipe_split_default_size(ndocs);
-        return pipe_megatron_range_names(src->globs[0], ndocs, per_split, paths, npaths, err,
-                                         errlen);
+        rc = pipe_megatron_range_names(prefix, ndocs, per_split, paths, npaths, err, errlen);
+        free(prefix);
+        return rc;
     }
     if (src->kind == PIPE_SRC_SNAPSHOT) {
         if (src->nglobs != 1)

@@ -420,11 +420,13 @@ static int write_chunk(struct producer *p, const struct split *split, uint64_t s
     return 0;
 }
 
-/* A save's task, before its first split: the snapshot directory must lie within the worker's
- * data roots, when it has any. */
+/* A save's task, before its first split: the snapshot directory (or s3:// prefix) must lie
+ * within the worker's data roots, when it has any. */
 static int check_snapshot_dir(struct task *t, char *err, size_t errlen)
 {
     const struct pipe_roots *roots = pipe_registry_roots(t->reg);
+    if (obj_is_url(t->snap_dir))
+        return pipe_roots_check_url(roots, "snapshot path", t->snap_dir, err, errlen);
     if (!pipe_roots_active(roots))
         return 0;
     char resolved[PATH_MAX];

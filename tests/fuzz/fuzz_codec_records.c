@@ -1,10 +1,10 @@
 /* Feeds arbitrary bytes to the element codec's record readers as a reply payload, walking it with
  * codec_next_record and codec_scan_record side by side:
- *   - they agree on where every record ends, on its kind, and on its tag or end marker; the
+ *   - they agree on where every record ends, on its kind, and on its tag or split marker; the
  *     scanner refuses only what the decoder refuses, and the decoder refuses more only for a
  *     bad element body (which the scanner does not look at);
- *   - whatever decodes encodes again (codec_append_tagged, codec_append_split_end) and reads back
- *     as the same kind, mark and element;
+ *   - whatever decodes encodes again (codec_append_tagged, codec_append_split_end,
+ *     codec_append_split_from) and reads back as the same kind, mark and element;
  *   - codec_next_elem yields exactly the elements before the first bad record, and fails there
  *     too. */
 #include "fuzz.h"
@@ -37,6 +37,8 @@ static void reencode(int kind, const struct sluice_element *e, const struct code
     int rc;
     if (kind == CODEC_SPLIT_END) {
         rc = codec_append_split_end(out, mark->seq, mark->pos);
+    } else if (kind == CODEC_SPLIT_FROM) {
+        rc = codec_append_split_from(out, mark->seq, mark->pos);
     } else {
         struct codec_tag tag = {mark->seq, mark->pos};
         rc = codec_append_tagged(out, e, compress, scratch, mark->tagged ? &tag : NULL);
@@ -95,7 +97,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
         }
         CHECK(k1 == k2);
         same_mark(&m1, &m2);
-        if (k1 == CODEC_SPLIT_END)
+        if (k1 == CODEC_SPLIT_END || k1 == CODEC_SPLIT_FROM)
             CHECK(m1.tagged);
         if (k1 == CODEC_ELEMENT && !failed)
             elements++;

@@ -11,7 +11,14 @@
  * one GET per object; 5 % 503s, 1 % resets mid-body and a 2 s stall lose and duplicate nothing;
  * https with the tests' CA reads the same; and the refusals are one-line errors: outside the data
  * roots, a wrong secret key (the server's 403 text), a missing object, a bad scheme, an object
- * that is not Parquet or not tar, an object replaced while it is read. */
+ * that is not Parquet or not tar, an object replaced while it is read. A snapshot saved by
+ * `sluice snapshot save` and uploaded, and a Megatron dataset of the independent writer, read
+ * over s3:// what their local copies read (sluice run, distributed_epoch, parallel_epochs), and a
+ * missing chunk or .bin, a prefix outside the roots and a chunk or .bin replaced after planning
+ * are one-line errors naming the object. `sluice snapshot save` into s3:// on 2 workers puts the
+ * chunk objects, then snapshot.json and manifest.json (the relay's order of PUTs), and reads back
+ * the pipeline's elements; saves outside the data roots, into a missing bucket or of a failing
+ * pipeline are refused or fail with one-line errors (a FAILED object for the last). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +31,7 @@
 #include "lib/proc.h"
 #include "lib/tmp.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +52,10 @@
 #define MANY 300
 #define MANY_PAGE 100
 #define MANY_WORKERS 12
+/* The snapshot saved for the snapshot("s3://...") tests: the elements of range(SNAP_ELEMS). */
+#define SNAP_ELEMS 3000
+/* The Megatron dataset for the megatron("s3://...") tests. */
+#define MG_DOCS 600
 
 static char data[512], certs[600];
 static struct proc relay, relay_tls;
@@ -173,6 +185,66 @@ static void write_data(void)
     file_write_in(dir, "p.txt", "alpha\nbeta\ngamma\n");
 }
 
+/* A snapshot saved by `sluice snapshot save` (a cluster of its own, without data roots) to
+ * DIR/bkt/data/snap, uploaded with the rest, and copies of it: snapmiss without its chunk 1,
+ * snapmut whose last chunk test_snapshot_changed replaces. A Megatron dataset of the
+ * independent writer in DIR/bkt/data/mg/ds.{idx,bin}, and mgmiss/ds.idx without its .bin. */
+static void write_snapshot_megatron(void)
+{
+    char dir[700], cmd[4096];
+    snprintf(dir, sizeof dir, "%s/bkt/data/snap", data);
+    struct cluster c;
+    memset(&c, 0, sizeof c);
+    assert_int_equal(cluster_start_dispatcher(&c, 0, 0), 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    assert_true(cluster_add_worker(&c) >= 0);
+    char pl[64];
+    snprintf(pl, sizeof pl, "range(%d)", SNAP_ELEMS);
+    char *out = cluster_run(&c, 0, NULL, "register", pl, "--dataset-id", "nums", NULL);
+    free(out);
+    out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "nums", "--path", dir,
+                      "--timeout-ms", "60000", NULL);
+    printf("    %s", out);
+    free(out);
+    assert_int_equal(cluster_stop(&c), 0);
+    snprintf(cmd, sizeof cmd,
+             "cp -r '%s' '%s/bkt/data/snapmiss' && rm '%s/bkt/data/snapmiss/chunks/"
+             "chunk-000000000001' && cp -r '%s' '%s/bkt/data/snapmut'",
+             dir, data, data, dir, data);
+    assert_int_equal(system(cmd), 0);
+    snprintf(dir, sizeof dir, "%s/bkt/data/mg", data);
+    mkdirs(dir);
+    char prefix[800], docs[16];
+    snprintf(prefix, sizeof prefix, "%s/ds", dir);
+    snprintf(docs, sizeof docs, "%d", MG_DOCS);
+    char *argv[] = {"/usr/bin/python3",
+                    SLUICE_SOURCE_DIR "/tests/megatron/write_megatron.py",
+                    prefix,
+                    "uint16",
+                    docs,
+                    "5",
+                    NULL};
+    assert_int_equal(run_cmd(argv, 60000, NULL, NULL), 0);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/bkt/data/mgmiss' && cp '%s.idx' '%s/bkt/data/mgmiss/'",
+             data, prefix, data);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* The number of chunk files of the local snapshot DIR/bkt/data/snap. */
+static int snapshot_chunks(void)
+{
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/bkt/data/snap/chunks", data);
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += strncmp(e->d_name, "chunk-", 6) == 0;
+    closedir(d);
+    return n;
+}
+
 static int start_relay(struct proc *p, char *addr_out, size_t len, bool tls)
 {
     char cert[700], key[700];
@@ -194,6 +266,7 @@ static int start_relay(struct proc *p, char *addr_out, size_t len, bool tls)
 static int setup(void **state)
 {
     write_data();
+    write_snapshot_megatron();
     snprintf(certs, sizeof certs, "%s/certs", tmp_dir());
     char *mk[] = {SLUICE_SOURCE_DIR "/tests/integration/make_certs.sh", certs, NULL};
     if (run_cmd(mk, 60000, NULL, NULL) != 0)
@@ -634,6 +707,326 @@ static void test_https(void **state)
     setenv("AWS_ENDPOINT_URL", endpoint, 1);
 }
 
+/* snapshot("s3://...") of a snapshot saved by `sluice snapshot save` and uploaded: element for
+ * element what the local directory reads, in sluice run, distributed_epoch on 3 workers (exactly
+ * once) and parallel_epochs; its chunks listed in one walk. */
+static void test_snapshot(void **state)
+{
+    struct cluster *c = *state;
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    expect_same("snapshot(\"@/snap\")");
+    s = relay_call(endpoint, "stats", false);
+    printf("    snapshot over s3://, sluice run: relay %s\n", s);
+    assert_int_equal(stat_of(s, "list"), 1);
+    free(s);
+    expect_same("snapshot(\"@/snap\") | global_shuffle(5)");
+    expect_same("snapshot(\"@/snap/\") | take(10)");
+    expect_distributed(c, "snapshot(\"@/snap\")");
+    char *p = pipeline("snapshot(\"@/snap\")", root_url);
+    char *out = cluster_run(c, 0, NULL, "read", p, "--mode", "distributed_epoch", NULL);
+    struct tally t = tally_range(out, SNAP_ELEMS);
+    print_tally("snapshot over s3://, distributed_epoch", t);
+    assert_int_equal(t.lost, 0);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    free(out);
+    s = relay_call(endpoint, "reset", true);
+    free(s);
+    out = cluster_run(c, 0, NULL, "read", p, "--mode", "parallel_epochs", NULL);
+    s = relay_call(endpoint, "stats", false);
+    printf("    snapshot over s3://, parallel_epochs: relay %s\n", s);
+    free(s);
+    char *got = sorted(out), *want = expected_range(SNAP_ELEMS, 3);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+    free(out);
+    free(p);
+}
+
+/* A snapshot without one of its chunks, a prefix without a snapshot, one outside the data
+ * roots, and a chunk replaced after the chunks were listed: one-line errors naming the object. */
+static void test_snapshot_errors(void **state)
+{
+    struct cluster *c = *state;
+    char *err = NULL;
+    char *out = cluster_run(c, 1, &err, "read", "snapshot(\"s3://bkt/dataX/snap\")", NULL);
+    assert_non_null(strstr(err, "snapshot(\"s3://bkt/dataX/snap\"): s3://bkt/dataX/snap is "
+                                "outside the data roots (s3://bkt/data)"));
+    free(err);
+    free(out);
+    out = run("snapshot(\"s3://bkt/data/snapmiss\")", 1, &err);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "snapshot chunk s3://bkt/data/snapmiss/chunks/chunk-000000000001: "
+                                "not found (the snapshot is complete without it)\n"));
+    free(err);
+    free(out);
+    out = run("snapshot(\"s3://bkt/data/nosnap\")", 1, &err);
+    printf("    %s", err);
+    assert_non_null(
+        strstr(err, "snapshot s3://bkt/data/nosnap: not a snapshot (no snapshot.json)\n"));
+    free(err);
+    free(out);
+    /* The last chunk replaced while the first ones are read. */
+    int last = snapshot_chunks() - 1;
+    assert_true(last >= 1);
+    struct proc p;
+    char *argv[] = {(char *)bin_path("sluice"),
+                    "run",
+                    "snapshot(\"s3://bkt/data/snapmut\") | map(sleep_us, 2000)",
+                    "--format",
+                    "count",
+                    NULL};
+    assert_int_equal(proc_spawn(&p, argv), 0);
+    usleep(800 * 1000);
+    char q[200], want[200];
+    snprintf(q, sizeof q, "replace?key=bkt/data/snapmut/chunks/chunk-%012d", last);
+    char *s = relay_call(endpoint, q, true);
+    free(s);
+    assert_int_equal(proc_wait(&p, RUN_MS), 1);
+    char *log = read_text_file(p.log);
+    printf("    %s", log);
+    snprintf(want, sizeof want,
+             "s3://bkt/data/snapmut/chunks/chunk-%012d: changed since it was listed (", last);
+    assert_non_null(strstr(log, want));
+    assert_null(strstr(log, "#object="));
+    free(log);
+}
+
+/* The cluster of the save tests: 2 workers, data roots s3://bkt/data and s3://nobkt/snap (a
+ * bucket the server does not have). */
+static const char *const save_dispatcher_args[] = {
+    "--log-level", "warn", "--data-root", "s3://bkt/data", "--data-root", "s3://nobkt/snap", NULL};
+static const char *const save_worker_args[] = {"--data-root", "s3://bkt/data", "--data-root",
+                                               "s3://nobkt/snap", NULL};
+
+/* The PUT of key among the relay's puts (stats), or NULL. */
+static json_t *put_of(json_t *puts, const char *key)
+{
+    size_t i;
+    json_t *p;
+    json_array_foreach(puts, i, p)
+    {
+        if (strcmp(json_string_value(json_object_get(p, "key")), key) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static long long seq_of(json_t *put, const char *what)
+{
+    assert_non_null(put);
+    return json_integer_value(json_object_get(put, what));
+}
+
+/* `sluice snapshot save` into s3:// on 2 workers: the workers put each chunk object whole, and
+ * snapshot.json and then manifest.json are put only after every chunk's PUT was answered (the
+ * relay's order of events); snapshot("s3://...") then reads exactly the pipeline's elements, in
+ * sluice run and in distributed_epoch. With a third of the PUTs answered 503, a save retries
+ * them and reads back the same. */
+static void test_snapshot_save(void **state)
+{
+    (void)state;
+    struct cluster *c = cluster_new(save_dispatcher_args, save_worker_args, 1, 2);
+    assert_non_null(c);
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    const char *src = "lines(\"s3://bkt/data/lines-*\")";
+    char *out = cluster_run(c, 0, NULL, "register", src, "--dataset-id", "tosave", NULL);
+    free(out);
+    out = cluster_run(c, 0, NULL, "snapshot", "save", "--dataset-id", "tosave", "--path",
+                      "s3://bkt/data/saved", "--timeout-ms", "60000", NULL);
+    printf("    %s", out);
+    assert_non_null(strstr(out, "snapshot s3://bkt/data/saved: finished, "));
+    long chunks = strtol(strstr(out, "finished, ") + 10, NULL, 10);
+    assert_true(chunks >= 2);
+    free(out);
+
+    /* The order of the PUTs: every chunk once, answered 200, before the meta and manifest. */
+    s = relay_call(endpoint, "stats", false);
+    json_t *st = json_loads(s, 0, NULL);
+    assert_non_null(st);
+    free(s);
+    json_t *puts = json_object_get(st, "puts");
+    long long last_chunk = 0;
+    for (long i = 0; i < chunks; i++) {
+        char key[200];
+        snprintf(key, sizeof key, "bkt/data/saved/chunks/chunk-%012ld", i);
+        json_t *p = put_of(puts, key);
+        assert_non_null(p);
+        assert_int_equal(json_integer_value(json_object_get(p, "status")), 200);
+        if (seq_of(p, "end") > last_chunk)
+            last_chunk = seq_of(p, "end");
+    }
+    json_t *meta = put_of(puts, "bkt/data/saved/snapshot.json");
+    json_t *manifest = put_of(puts, "bkt/data/saved/manifest.json");
+    printf("    %ld chunk PUTs answered by event %lld; snapshot.json put at %lld, manifest.json at "
+           "%lld\n",
+           chunks, last_chunk, seq_of(meta, "begin"), seq_of(manifest, "begin"));
+    assert_true(seq_of(meta, "begin") > last_chunk);
+    assert_true(seq_of(manifest, "begin") > seq_of(meta, "end"));
+    assert_int_equal(json_integer_value(json_object_get(manifest, "status")), 200);
+    assert_null(put_of(puts, "bkt/data/saved/FAILED"));
+    json_decref(st);
+
+    /* Read back: the pipeline's own elements, as a multiset. */
+    char *want = run(src, 0, NULL);
+    char *got = run("snapshot(\"s3://bkt/data/saved\")", 0, NULL);
+    char *a = sorted(got), *b = sorted(want);
+    assert_true(strlen(b) > 0);
+    assert_string_equal(a, b);
+    free(a);
+    free(got);
+    got = cluster_run(c, 0, NULL, "read", "snapshot(\"s3://bkt/data/saved\")", "--mode",
+                      "distributed_epoch", NULL);
+    a = sorted(got);
+    assert_string_equal(a, b);
+    free(a);
+    free(got);
+
+    /* A third of the PUTs answered 503: retried, the save finishes with the same elements. */
+    s = relay_call(endpoint, "faults?pput=0.34&seed=5", true);
+    free(s);
+    out = cluster_run(c, 0, NULL, "snapshot", "save", "--dataset-id", "tosave", "--path",
+                      "s3://bkt/data/saved503", "--timeout-ms", "60000", NULL);
+    printf("    %s", out);
+    free(out);
+    s = relay_call(endpoint, "stats", false);
+    st = json_loads(s, 0, NULL);
+    free(s);
+    long long s503 = json_integer_value(json_object_get(json_object_get(st, "faults"), "s503"));
+    printf("    with PUT faults: %lld PUTs answered 503\n", s503);
+    assert_true(s503 > 0);
+    json_decref(st);
+    s = relay_call(endpoint, "reset", true);
+    free(s);
+    got = run("snapshot(\"s3://bkt/data/saved503\")", 0, NULL);
+    a = sorted(got);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    free(got);
+    free(want);
+    assert_int_equal(cluster_free(c), 0);
+}
+
+/* A save outside the data roots is refused before anything is written; one into a bucket that
+ * does not exist fails naming the URL; a save whose pipeline fails leaves a FAILED object. */
+static void test_snapshot_save_errors(void **state)
+{
+    (void)state;
+    struct cluster *c = cluster_new(save_dispatcher_args, save_worker_args, 1, 2);
+    assert_non_null(c);
+    char *out = cluster_run(c, 0, NULL, "register", "lines(\"s3://bkt/data/lines-*\")",
+                            "--dataset-id", "ok", NULL);
+    free(out);
+    char *err = NULL;
+    out = cluster_run(c, 1, &err, "snapshot", "save", "--dataset-id", "ok", "--path",
+                      "s3://bkt/dataX/saved", NULL);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "snapshot path: s3://bkt/dataX/saved is outside the data roots "
+                                "(s3://bkt/data, s3://nobkt/snap)"));
+    free(err);
+    free(out);
+    out = cluster_run(c, 1, &err, "snapshot", "save", "--dataset-id", "ok", "--path",
+                      "https://bkt/data/saved", NULL);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "only s3:// URLs are written"));
+    free(err);
+    free(out);
+    out = cluster_run(c, 1, &err, "snapshot", "save", "--dataset-id", "ok", "--path",
+                      "s3://nobkt/snap/x", "--timeout-ms", "60000", NULL);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "s3://nobkt/snap/x/"));
+    assert_non_null(strstr(err, "HTTP 404: NoSuchBucket"));
+    assert_ptr_equal(strchr(err, '\n') + 1, err + strlen(err)); /* one line */
+    free(err);
+    free(out);
+    /* A text file read as TFRecords: the workers' task fails, the save with it. */
+    out = cluster_run(c, 0, NULL, "register", "tfrecord(\"s3://bkt/data/lines-*\")", "--dataset-id",
+                      "bad", NULL);
+    free(out);
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    out = cluster_run(c, 1, &err, "snapshot", "save", "--dataset-id", "bad", "--path",
+                      "s3://bkt/data/badsave", "--timeout-ms", "60000", NULL);
+    printf("    %s", err);
+    free(err);
+    free(out);
+    s = relay_call(endpoint, "stats", false);
+    json_t *st = json_loads(s, 0, NULL);
+    free(s);
+    json_t *puts = json_object_get(st, "puts");
+    json_t *failed = put_of(puts, "bkt/data/badsave/FAILED");
+    assert_non_null(failed);
+    assert_int_equal(json_integer_value(json_object_get(failed, "status")), 200);
+    assert_null(put_of(puts, "bkt/data/badsave/manifest.json"));
+    assert_null(put_of(puts, "bkt/data/badsave/snapshot.json"));
+    json_decref(st);
+    out = run("snapshot(\"s3://bkt/data/badsave\")", 1, &err);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "not a snapshot (no snapshot.json)"));
+    free(err);
+    free(out);
+    assert_int_equal(cluster_free(c), 0);
+}
+
+/* megatron("s3://...") read with ranged GETs: element for element what the local files read, in
+ * sluice run and distributed_epoch on 3 workers. */
+static void test_megatron(void **state)
+{
+    struct cluster *c = *state;
+    expect_same("megatron(\"@/mg/ds\")");
+    expect_same("megatron(\"@/mg/ds\") | global_shuffle(9)");
+    expect_distributed(c, "megatron(\"@/mg/ds\")");
+    /* The independent writer's own rendering of the documents. */
+    char path[700];
+    snprintf(path, sizeof path, "%s/bkt/data/mg/ds.txt", data);
+    char *want = read_text_file(path);
+    char *got = run("megatron(\"s3://bkt/data/mg/ds\")", 0, NULL);
+    assert_string_equal(got, want);
+    free(got);
+    free(want);
+}
+
+/* A prefix outside the data roots, a prefix without its .bin object, and the .bin replaced
+ * while documents are read: one-line errors naming the object. */
+static void test_megatron_errors(void **state)
+{
+    struct cluster *c = *state;
+    char *err = NULL;
+    char *out = cluster_run(c, 1, &err, "read", "megatron(\"s3://bkt/dataX/ds\")", NULL);
+    assert_non_null(strstr(err, "megatron(\"s3://bkt/dataX/ds\"): s3://bkt/dataX/ds is outside "
+                                "the data roots (s3://bkt/data)"));
+    free(err);
+    free(out);
+    out = run("megatron(\"s3://bkt/data/mgmiss/ds\")", 1, &err);
+    printf("    %s", err);
+    assert_non_null(strstr(err, "s3://bkt/data/mgmiss/ds.bin: HTTP 404: "));
+    assert_ptr_equal(strchr(err, '\n') + 1, err + strlen(err)); /* one line */
+    free(err);
+    free(out);
+    struct proc p;
+    char *argv[] = {(char *)bin_path("sluice"),
+                    "run",
+                    "megatron(\"s3://bkt/data/mg/ds\") | map(sleep_us, 5000)",
+                    "--format",
+                    "count",
+                    NULL};
+    assert_int_equal(proc_spawn(&p, argv), 0);
+    usleep(800 * 1000);
+    char *s = relay_call(endpoint, "replace?key=bkt/data/mg/ds.bin", true);
+    free(s);
+    assert_int_equal(proc_wait(&p, RUN_MS), 1);
+    char *log = read_text_file(p.log);
+    printf("    %s", log);
+    assert_non_null(strstr(log, "s3://bkt/data/mg/ds.bin: "));
+    assert_non_null(strstr(log, "HTTP 412: PreconditionFailed"));
+    assert_null(strstr(log, "#object"));
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -648,6 +1041,12 @@ int main(void)
         cmocka_unit_test(test_resumed),
         cmocka_unit_test(test_changed),
         cmocka_unit_test(test_https),
+        cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_snapshot_errors),
+        cmocka_unit_test(test_snapshot_save),
+        cmocka_unit_test(test_snapshot_save_errors),
+        cmocka_unit_test(test_megatron),
+        cmocka_unit_test(test_megatron_errors),
         cmocka_unit_test(test_many_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

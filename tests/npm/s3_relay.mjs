@@ -6,16 +6,22 @@
 //   refuses a wrong one with S3's 403 SignatureDoesNotMatch, an unknown key with
 //   InvalidAccessKeyId, and an unsigned request with AccessDenied, except in bucket "public";
 // - it answers If-Match against the ETag of the version a GET reads (s3rver ignores it): 412;
-// - on demand (POST /__relay/faults?p503=P&preset=P&stall=MS&seed=N) it answers a share P of
-//   object GETs with 503 SlowDown, cuts a share of answers mid-body (the connection reset),
-//   and holds the first GET after the call for MS milliseconds;
+// - on demand (POST /__relay/faults?p503=P&preset=P&stall=MS&pput=P&seed=N) it answers a share P
+//   of object GETs with 503 SlowDown, cuts a share of answers mid-body (the connection reset),
+//   holds the first GET after the call for MS milliseconds, and answers a share of PUTs with
+//   503 SlowDown (pput);
 // - POST /__relay/replace?key=BUCKET/KEY puts new content for the key (its ETag changes);
 // - POST /__relay/pagesize?n=N cuts listings into pages of at most N keys (0: s3rver's own), the
 //   relay paginating itself with continuation tokens of its own (s3rver 3.7's need a legacy
 //   cipher on Node 20);
+// - it forwards request bodies (a PUT's object) and checks each against its signed
+//   x-amz-content-sha256, refusing a mismatch with S3's 400 XAmzContentSHA256Mismatch;
 // - GET /__relay/stats reports the requests counted since the start (or POST /__relay/reset):
-//   {"list": N, "get": N, "other": N, "inflight": N, "status": {"200": N, ...}, "faults": {...}},
-//   inflight the most GETs of one object that were in flight at once.
+//   {"list": N, "get": N, "put": N, "delete": N, "other": N, "inflight": N,
+//   "status": {"200": N, ...}, "faults": {...}, "puts": [...]}, inflight the most GETs of one
+//   object that were in flight at once, puts the PUTs in the order they came, each
+//   {"key": "BUCKET/KEY", "begin": SEQ, "end": SEQ, "status": CODE}, where SEQ numbers the
+//   events of PUTs (a PUT's arrival, its answer from the server) in the order they happened.
 //
 //   node s3_relay.mjs DATADIR ACCESS_KEY SECRET [--tls CERT KEY]
 //
@@ -71,11 +77,23 @@ for (const b of fs.readdirSync(dataDir, { withFileTypes: true })) {
 
 // ---- Counting and faults -------------------------------------------------------------------
 let stats;
+let putSeq = 0;
 function resetStats() {
-  stats = { list: 0, get: 0, other: 0, inflight: 0, status: {}, faults: { s503: 0, reset: 0, stall: 0 } };
+  stats = {
+    list: 0,
+    get: 0,
+    put: 0,
+    delete: 0,
+    other: 0,
+    inflight: 0,
+    status: {},
+    faults: { s503: 0, reset: 0, stall: 0 },
+    puts: [],
+  };
+  putSeq = 0;
 }
 resetStats();
-let faults = { p503: 0, preset: 0, stall: 0 };
+let faults = { p503: 0, preset: 0, stall: 0, pput: 0 };
 let pageSize = 0;
 const inflight = new Map();
 let rng = 1;
@@ -104,8 +122,9 @@ const enc = (s) =>
 const sha256 = (s) => crypto.createHash('sha256').update(s).digest('hex');
 const hmac = (k, s) => crypto.createHmac('sha256', k).update(s).digest();
 
-// Returns null when the request is signed correctly, else [status, code, message].
-function verify(req) {
+// Returns null when the request is signed correctly (and its body is the one signed), else
+// [status, code, message].
+function verify(req, body) {
   const auth = req.headers.authorization;
   const bucket = req.url.split('?')[0].split('/')[1];
   if (!auth) {
@@ -148,11 +167,13 @@ function verify(req) {
       'SignatureDoesNotMatch',
       'The request signature we calculated does not match the signature you provided. Check your key and signing method.',
     ];
+  if (payload !== 'UNSIGNED-PAYLOAD' && crypto.createHash('sha256').update(body).digest('hex') !== payload)
+    return [400, 'XAmzContentSHA256Mismatch', "The provided 'x-amz-content-sha256' header does not match what was computed."];
   return null;
 }
 
 // ---- Upstream --------------------------------------------------------------------------------
-function upstreamRequest(method, url, headers) {
+function upstreamRequest(method, url, headers, body) {
   return new Promise((resolve, reject) => {
     const r = http.request(upstream + url, { method, headers }, (res) => {
       const chunks = [];
@@ -161,7 +182,17 @@ function upstreamRequest(method, url, headers) {
       res.on('error', reject);
     });
     r.on('error', reject);
-    r.end();
+    r.end(body && body.length ? body : undefined);
+  });
+}
+
+// The whole body of a request (empty for a GET).
+function readBody(req) {
+  return new Promise((resolve, reject) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
   });
 }
 
@@ -173,12 +204,17 @@ async function control(req, res, url) {
   }
   if (url.pathname === '/__relay/reset') {
     resetStats();
-    faults = { p503: 0, preset: 0, stall: 0 };
+    faults = { p503: 0, preset: 0, stall: 0, pput: 0 };
     pageSize = 0;
     return res.end('ok\n');
   }
   if (url.pathname === '/__relay/faults') {
-    faults = { p503: Number(q.get('p503') || 0), preset: Number(q.get('preset') || 0), stall: Number(q.get('stall') || 0) };
+    faults = {
+      p503: Number(q.get('p503') || 0),
+      preset: Number(q.get('preset') || 0),
+      stall: Number(q.get('stall') || 0),
+      pput: Number(q.get('pput') || 0),
+    };
     rng = Number(q.get('seed') || 1) >>> 0 || 1;
     return res.end('ok\n');
   }
@@ -200,9 +236,18 @@ async function handle(req, res) {
   if (url.pathname.startsWith('/__relay/')) return control(req, res, url);
   const isList = req.method === 'GET' && url.searchParams.get('list-type') === '2';
   const isGet = req.method === 'GET' && !isList && url.pathname.split('/').length > 2;
+  const isPut = req.method === 'PUT' && url.pathname.split('/').length > 2;
   if (isList) stats.list++;
   else if (isGet) stats.get++;
+  else if (isPut) stats.put++;
+  else if (req.method === 'DELETE') stats.delete++;
   else stats.other++;
+  let put = null;
+  if (isPut) {
+    put = { key: decodeURIComponent(url.pathname.slice(1)), begin: ++putSeq, end: 0, status: 0 };
+    stats.puts.push(put);
+  }
+  const body = await readBody(req);
   if (isGet) {
     // The most GETs of one object in flight at once (until each answer is sent or cut).
     const key = url.pathname;
@@ -210,13 +255,21 @@ async function handle(req, res) {
     stats.inflight = Math.max(stats.inflight, inflight.get(key));
     res.on('close', () => inflight.set(key, inflight.get(key) - 1));
   }
-  const refused = verify(req);
-  if (refused) return xmlError(res, ...refused);
+  const refused = verify(req, body);
+  if (refused) {
+    if (put) Object.assign(put, { end: ++putSeq, status: refused[0] });
+    return xmlError(res, ...refused);
+  }
   if (isGet && faults.stall > 0) {
     const ms = faults.stall;
     faults.stall = 0;
     stats.faults.stall++;
     await new Promise((r) => setTimeout(r, ms));
+  }
+  if (put && faults.pput > 0 && random() < faults.pput) {
+    stats.faults.s503++;
+    Object.assign(put, { end: ++putSeq, status: 503 });
+    return xmlError(res, 503, 'SlowDown', 'Please reduce your request rate.');
   }
   if (isGet && faults.p503 > 0 && random() < faults.p503) {
     stats.faults.s503++;
@@ -224,9 +277,11 @@ async function handle(req, res) {
   }
   const headers = {};
   for (const [k, v] of Object.entries(req.headers))
-    if (k !== 'authorization' && !k.startsWith('x-amz-') && k !== 'if-match' && k !== 'host') headers[k] = v;
+    if (k !== 'authorization' && !k.startsWith('x-amz-') && k !== 'if-match' && k !== 'host' && k !== 'expect')
+      headers[k] = v;
   if (isList && pageSize > 0) return listPage(res, url, headers);
-  const up = await upstreamRequest(req.method, req.url, headers);
+  const up = await upstreamRequest(req.method, req.url, headers, body);
+  if (put) Object.assign(put, { end: ++putSeq, status: up.status });
   // If-Match is judged on the answer itself (its ETag; for one without, such as a 416, the
   // object's ETag after it), so an object replaced between a check and the read cannot slip
   // through, as on S3, where the two are one.

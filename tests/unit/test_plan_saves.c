@@ -45,6 +45,15 @@ static const struct harness_case save_cases[] = {
     {"relative path", "ds - r4", "save 1 snap/x total=4",
      "error INVALID: snapshot path 'snap/x' is not absolute (dispatcher, workers and readers must "
      "see it at the same absolute path)"},
+    {"an s3:// prefix", "ds - r4\nhb a:1 1", "save 1 s3://bkt/snap total=2",
+     "job_created id=1 name2='1' mode=distributed_epoch\n"
+     "iteration_created id=1 ref=1 dist=1 plan=(len=2,size=1,per_pass=2,passes=1)\n"
+     "task_created id=1 ref=1 ref2=1\n"
+     "save_started id=1 ref=1 ref2=1 name='1' text='s3://bkt/snap'\n"
+     "=> save=1"},
+    {"another URL", "ds - r4", "save 1 https://h/snap total=4",
+     "error INVALID: snapshot path 'https://h/snap': only s3:// URLs are written (or an absolute "
+     "path)"},
     {"empty path", "ds - r4", "save 1 '' total=4", "error INVALID: snapshot path is empty"},
     {"path with a control character", "ds - r4", "save 1 /a\x01 total=4",
      "error INVALID: snapshot path: control character at byte 2"},

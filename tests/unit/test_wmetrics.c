@@ -161,8 +161,8 @@ static void test_counters(void **unused)
     wmetrics_destroy(NULL);
 }
 
-/* Object-store counters: the series of get and list with status 200 from the start, one more per
- * status counted, "error" for attempts without an answer; the bytes. */
+/* Object-store counters: the series of get, list and put with status 200 from the start, one more
+ * per status counted (PUTs and DELETEs too), "error" for attempts without an answer; the bytes. */
 static void test_objects(void **unused)
 {
     (void)unused;
@@ -172,7 +172,8 @@ static void test_objects(void **unused)
     size_t len;
     assert_int_equal(wmetrics_render(m, &body, &len), 0);
     assert_non_null(strstr(body, "sluice_object_requests_total{op=\"get\",code=\"200\"} 0\n"
-                                 "sluice_object_requests_total{op=\"list\",code=\"200\"} 0\n"));
+                                 "sluice_object_requests_total{op=\"list\",code=\"200\"} 0\n"
+                                 "sluice_object_requests_total{op=\"put\",code=\"200\"} 0\n"));
     assert_non_null(strstr(body, "\nsluice_object_bytes_total 0\n"));
     free(body);
     struct obj_stats *st = calloc(1, sizeof *st);
@@ -181,15 +182,19 @@ static void test_objects(void **unused)
     st->requests[OBJ_OP_GET][503] = 3;
     st->requests[OBJ_OP_GET][0] = 2;
     st->requests[OBJ_OP_LIST][200] = 3;
+    st->requests[OBJ_OP_PUT][200] = 7;
+    st->requests[OBJ_OP_DELETE][204] = 2;
     st->bytes = 163840;
     assert_int_equal(wmetrics_objects(m, st), 0);
     assert_int_equal(wmetrics_render(m, &body, &len), 0);
     assert_non_null(strstr(body, "# TYPE sluice_object_requests_total counter\n"));
     assert_non_null(strstr(body, "sluice_object_requests_total{op=\"get\",code=\"200\"} 0\n"
                                  "sluice_object_requests_total{op=\"list\",code=\"200\"} 3\n"
+                                 "sluice_object_requests_total{op=\"put\",code=\"200\"} 7\n"
                                  "sluice_object_requests_total{op=\"get\",code=\"error\"} 2\n"
                                  "sluice_object_requests_total{op=\"get\",code=\"206\"} 40\n"
-                                 "sluice_object_requests_total{op=\"get\",code=\"503\"} 3\n"));
+                                 "sluice_object_requests_total{op=\"get\",code=\"503\"} 3\n"
+                                 "sluice_object_requests_total{op=\"delete\",code=\"204\"} 2\n"));
     assert_non_null(strstr(body, "\nsluice_object_bytes_total 163840\n"));
     free(body);
     free(st);
