@@ -264,7 +264,11 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
                 goto out;
             }
             if (v == REORDER_ACCEPT || v == REORDER_LAST) {
-                if (run.count && (run.seq != m.seq || run.end != start) &&
+                /* A run is records next to each other in the payload and in their split: a
+                 * production that leaves out positions others had (SplitResume) puts the records
+                 * on either side of them next to each other. */
+                if (run.count &&
+                    (run.seq != m.seq || run.end != start || m.pos != run_pos + run.count) &&
                     (rc = det_flush(it, &nops, &run, run_pos)) < 0)
                     goto out;
                 if (run.count == 0) {

@@ -337,9 +337,13 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
      * readers have no business asking, and are not refused a heartbeat for it. */
     const struct st_job *job = state_job(&d->st, it->job_id);
     bool det = job && job->deterministic && it->distributed;
-    if (rc == 0 && det && req->n_redo_seqs > 0)
+    if (rc == 0 && det && req->n_redo_seqs > 0) {
         rc = plan_splits_redo(&d->st, iteration_id, req->redo_seqs, req->n_redo_seqs, &d->ups, err,
                               sizeof err);
+        log_debug("client %016" PRIx64 " asks %zu split(s) of iteration %" PRIu64
+                  " to be produced again, first %" PRIu64,
+                  req->client_id, req->n_redo_seqs, iteration_id, req->redo_seqs[0]);
+    }
     c->finished_below = state_splits_finished_below(&d->st, iteration_id);
     if (rc == 0 && det && req->lease_below > 0)
         dispatcher_soft_set(&d->lease_below, iteration_id, req->lease_below);

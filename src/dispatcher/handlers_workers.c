@@ -365,6 +365,10 @@ static int lease_resume(const struct dispatcher *d, uint64_t iteration_id, const
         /* A consumer that left gets nothing more; several owners: nobody in particular. */
         if (e->owner != COVERAGE_SHARED && state_client(&d->st, e->owner))
             r->owner = e->owner;
+        log_debug("split %" PRIu64 " of iteration %" PRIu64 " leased leaving out %zu range(s) "
+                  "consumers received, the first [%" PRIu64 ", %" PRIu64
+                  "), for reader %016" PRIx64,
+                  seqs[i], iteration_id, e->got.n, covered[0], covered[1], r->owner);
         v[k++] = r;
     }
     *out = v;

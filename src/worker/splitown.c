@@ -107,6 +107,13 @@ bool splittab_may_take(struct split_tables *t, uint64_t seq, uint64_t client, ui
     return true;
 }
 
+uint64_t splittab_owner(const struct split_tables *t, uint64_t seq)
+{
+    const struct split_owner *e =
+        rows_find(t->own, t->nown, sizeof *t->own, offsetof(struct split_owner, seq), seq);
+    return e ? e->client : 0;
+}
+
 void splittab_owner_drop(struct split_tables *t, uint64_t seq)
 {
     size_t stride = sizeof *t->own;

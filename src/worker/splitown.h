@@ -70,6 +70,9 @@ int splittab_owner_set(struct split_tables *t, uint64_t seq, uint64_t client, ui
  * of less than SPLIT_OWNER_IDLE_MS ago. */
 bool splittab_may_take(struct split_tables *t, uint64_t seq, uint64_t client, uint64_t now_ms);
 
+/* The reader that owns split seq now (0: none). */
+uint64_t splittab_owner(const struct split_tables *t, uint64_t seq);
+
 /* Split seq's end marker was taken: it has no owner any more. */
 void splittab_owner_drop(struct split_tables *t, uint64_t seq);
 

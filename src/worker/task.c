@@ -17,11 +17,13 @@
 #include "task_internal.h"
 
 #include "common/error.h"
+#include "common/log.h"
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
 #include "pipeline/iter.h"
 #include "pipeline/split.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,7 +292,14 @@ struct owned_take {
 static bool owned_ok(const struct wbuf_chunk *c, void *ctx)
 {
     struct owned_take *o = ctx;
-    return !c->tagged || splittab_may_take(o->splits, c->seq, o->client, o->now_ms);
+    if (!c->tagged)
+        return true;
+    uint64_t was = splittab_owner(o->splits, c->seq);
+    bool ok = splittab_may_take(o->splits, c->seq, o->client, o->now_ms);
+    if (ok && was && was != o->client)
+        log_debug("split %" PRIu64 " goes from reader %016" PRIx64 ", idle, to reader %016" PRIx64,
+                  c->seq, was, o->client);
+    return ok;
 }
 
 /* Owners end with their split's end marker. Task mutex held. */

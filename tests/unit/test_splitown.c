@@ -91,10 +91,13 @@ static void test_owners(void **state)
     assert_true(splittab_may_take(&t, 5, 1, now + 4000));
     assert_false(splittab_may_take(&t, 5, 2, now + 4000 + SPLIT_OWNER_IDLE_MS - 1));
     /* An idle owner loses the split to the reader that asks. */
+    assert_int_equal(splittab_owner(&t, 5), 1);
     assert_true(splittab_may_take(&t, 5, 2, now + 4000 + SPLIT_OWNER_IDLE_MS));
+    assert_int_equal(splittab_owner(&t, 5), 2);
     assert_false(splittab_may_take(&t, 5, 1, now + 4000 + SPLIT_OWNER_IDLE_MS + 1));
     /* The end marker taken: the split has no owner (a new production of it starts afresh). */
     splittab_owner_drop(&t, 5);
+    assert_int_equal(splittab_owner(&t, 5), 0);
     assert_true(splittab_may_take(&t, 5, 1, now + 10000));
     /* A lease names the owner: others wait. */
     assert_int_equal(splittab_owner_set(&t, 8, 3, now), 0);
