@@ -85,3 +85,13 @@ def cluster2(cluster):
     cluster.add_worker()
     cluster.add_worker()
     return cluster
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli) of data, bit by bit: TFRecord framing and sluice's positions."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF

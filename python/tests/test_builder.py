@@ -18,7 +18,7 @@ import pytest
 import sluice
 from sluice import Pipeline as P
 
-from conftest import BIN_DIR, Server
+from conftest import BIN_DIR, Server, crc32c
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PLUGIN_DIR = pathlib.Path(os.environ.get("SLUICE_PLUGIN_DIR", ROOT / "build" / "plugins"))
@@ -233,15 +233,6 @@ def test_run_values():
         [[0, 4], [16, 36], [64]]
     assert values(P.from_list(["a\"b\\c\n\x01\u00e9", b"\xff\x00"]).run()) == \
         ["a\"b\\c\n\x01\u00e9".encode(), b"\xff\x00"]
-
-
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
 
 
 def masked(data):

@@ -20,7 +20,7 @@ import pytest
 
 import sluice
 
-from conftest import Cluster
+from conftest import Cluster, crc32c
 
 N = 20000
 PIPELINE = f"range({N}) | map(sleep_us, 10)"
@@ -185,15 +185,6 @@ def test_resume_merges_a_split_two_readers_shared(cluster):
             f"{dups[:20]}")
 
 
-def _crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
-
-
 def _varint(v):
     out = bytearray()
     while True:
@@ -243,7 +234,7 @@ def _position_with(pos, delivered, done, partial):
     for seq in sorted(partial):
         out += _varint(seq - nxt) + _varint(0) + ranges(partial[seq])
         nxt = seq + 1
-    return bytes(out + _crc32c(bytes(out)).to_bytes(4, "little"))
+    return bytes(out + crc32c(bytes(out)).to_bytes(4, "little"))
 
 
 def test_restore_parts_inside_splits(cluster):
