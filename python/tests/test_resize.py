@@ -274,3 +274,50 @@ def test_restore_parts_inside_splits(cluster):
         assert "not reported received" not in log, log[-3000:]
     finally:
         c.stop()
+
+
+@pytest.mark.parametrize("det", [False, True], ids=["plain", "deterministic"])
+def test_resume_through_a_dispatcher_restart(cluster, det):
+    """The resumed read of a shared job (2 readers killed, their merged position restored into 3)
+    loses its fault-tolerant dispatcher and a worker (kill -9) in its middle; the dispatcher
+    restarts from its journal on the same port: still every element once."""
+    import conftest
+    log_dir = tempfile.mkdtemp(prefix="sluice-restart-", dir=cluster.log_dir)
+    work = os.path.join(log_dir, "work")
+
+    def dispatcher(port):
+        return conftest.Server([str(conftest.BIN_DIR / "sluice-dispatcher"), "--port", str(port),
+                                "--fault-tolerant", "--work-dir", work,
+                                "--worker-timeout-ms", "2000"], log_dir)
+
+    c = Cluster.__new__(Cluster)
+    c.log_dir = log_dir
+    c.dispatcher = dispatcher(0)
+    c.target = "sluice://" + c.dispatcher.address
+    c.workers = []
+    port = int(c.dispatcher.address.rsplit(":", 1)[1])
+    try:
+        for _ in range(3):
+            c.add_worker()
+        ds_id = sluice.register_dataset(c.target, f"range({N}) | map(sleep_us, 300)",
+                                        split_size=100)
+        with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+            script = os.path.join(tmp, "reader.py")
+            with open(script, "w") as f:
+                f.write(READER)
+            pre, states = finish(readers(tmp, script, c.target, ds_id, "restart-a", [900, 500],
+                                         det, "-"), killed=True)
+            with open(os.path.join(tmp, "job.state"), "wb") as f:
+                pickle.dump(sluice.merge_positions(states), f)
+            procs = readers(tmp, script, c.target, ds_id, "restart-b", [-1] * 3, det,
+                            os.path.join(tmp, "job.state"))
+            time.sleep(1.0)
+            # A worker dies with it: its splits go back to the pool once the restarted dispatcher
+            # removes it, which may be before the readers' first heartbeats to it.
+            c.workers.pop(0).stop(signal.SIGKILL)
+            c.dispatcher.stop(signal.SIGKILL)
+            c.dispatcher = dispatcher(port)
+            post, _ = finish(procs, killed=False)
+        check(pre, post)
+    finally:
+        c.stop()

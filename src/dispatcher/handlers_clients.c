@@ -333,6 +333,8 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     c->iteration_id = iteration_id;
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
+    if (rc == 0)
+        dispatcher_soft_set(&d->client_reported, req->client_id, uv_now(d->loop));
     /* A deterministic reader lost part of these splits: they are produced again. Other jobs'
      * readers have no business asking, and are not refused a heartbeat for it. */
     const struct st_job *job = state_job(&d->st, it->job_id);
@@ -369,6 +371,7 @@ static void release_client_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_refuse_commit(&c->r, status);
     } else {
         dispatcher_soft_del(&d->client_seen, c->client_id);
+        dispatcher_soft_del(&d->client_reported, c->client_id);
         Sluice__ReleaseClientReply body = SLUICE__RELEASE_CLIENT_REPLY__INIT;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT_REPLY;

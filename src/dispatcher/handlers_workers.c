@@ -314,6 +314,22 @@ refused:
 
 /* ---- GetSplits ------------------------------------------------------------------------------- */
 
+/* Whether the dispatcher knows what every consumer of the iteration received (client_reported):
+ * false after a restart until each has sent a heartbeat, was released, or the re-issue grace
+ * has passed since the start. */
+static bool coverage_known(struct dispatcher *d, uint64_t iteration_id)
+{
+    if (uv_now(d->loop) - d->started_ms > dispatcher_reissue_grace_ms(d))
+        return true;
+    for (size_t i = 0; i < d->st.nclients; i++) {
+        const struct st_client *c = &d->st.clients[i];
+        if (c->iteration_id == iteration_id &&
+            !dispatcher_soft_find(&d->client_reported, c->id, NULL))
+            return false;
+    }
+    return true;
+}
+
 struct splits_ctx {
     struct req r;
     uint64_t iteration_id;
@@ -464,6 +480,7 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     /* A save's task is the exception: it has no consumers, and it reports a split finished
      * only once the split's chunk is committed to disk, so its report finishes the split. */
     bool saving = t && state_save_running(&d->st, t->iteration_id);
+    const struct st_iteration *tit = t ? state_iteration(&d->st, t->iteration_id) : NULL;
     const struct soft *bound =
         t ? dispatcher_soft_find(&d->lease_below, t->iteration_id, NULL) : NULL;
     struct plan_splits_request sr = {
@@ -475,6 +492,7 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         .nreturned = req->n_returned,
         .max = max,
         .lease_below = bound ? bound->t : 0,
+        .pool_held = tit && tit->pool.n > 0 && !coverage_known(d, tit->id),
     };
     rc = plan_get_splits(&d->st, &sr, &c->lease, &d->ups, err, sizeof err);
     if (rc < 0) {

@@ -285,6 +285,11 @@ struct plan_splits_request {
      * (pool splits are leased as usual); a task refused splits by the bound gets none and end
      * false, and asks again later. 0: no bound. */
     uint64_t lease_below;
+    /* Splits in the pool (leased before and returned) are not leased now: a consumer of the
+     * iteration may have received part of them without the dispatcher knowing yet (after a
+     * restart, before its first heartbeat). A task gets cursor splits only, or none and end
+     * false, and asks again later. */
+    bool pool_held;
 };
 
 /* What plan_get_splits() answers. */

@@ -151,7 +151,7 @@ int plan_get_splits(const struct state *s, const struct plan_splits_request *req
             goto nomem;
         return 0;
     }
-    uint64_t from_pool = it->pool.n < max ? it->pool.n : max;
+    uint64_t from_pool = req->pool_held ? 0 : it->pool.n < max ? it->pool.n : max;
     uint64_t from_cursor = max - from_pool < left ? max - from_pool : left;
     /* A deterministic reader's window: nothing from the cursor past it (the pool's splits, which
      * lie below the cursor, are leased whatever it says). */

@@ -563,6 +563,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->rep_waiters);
     free(d->settled_since.v);
     free(d->leased_at.v);
+    free(d->client_reported.v);
     free(d->lease_below.v);
     coverage_release(&d->cov);
     capcache_release(&d->caps);
@@ -740,6 +741,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         interval = 10;
     if (interval > 1000)
         interval = 1000;
+    d->started_ms = uv_now(loop);
     uv_timer_init(loop, &d->timer);
     d->timer.data = d;
     uv_timer_start(&d->timer, dispatcher_on_tick, interval, interval);

@@ -98,6 +98,14 @@ struct dispatcher {
     /* Deterministic iterations: the lease bound their reader last reported (its t holds the
      * seq, not a time); see plan_get_splits. */
     struct soft_table lease_below;
+    /* Clients whose coverage (what they received) this dispatcher knows: acquired since it
+     * started, or heard in a heartbeat since. After a restart the coverage, soft state, is empty
+     * until each client reports again: until then the splits of an iteration with a client not
+     * here yet are not leased again from the pool (pool_held), or a production of one would
+     * leave out nothing and hand another consumer what that client had; for at most the
+     * re-issue grace after the start (a client silent that long is taken for gone). */
+    struct soft_table client_reported;
+    uint64_t started_ms; /* uv_now when this dispatcher started */
     /* Workers whose heartbeat reply changed by an update not yet durable, with the journal
      * sequence number of the last such update in t (st_update_worker); entries found durable are
      * dropped. */

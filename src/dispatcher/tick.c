@@ -89,6 +89,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
 
     soft_prune(&d->worker_seen, &d->st, worker_alive);
     soft_prune(&d->client_seen, &d->st, client_alive);
+    soft_prune(&d->client_reported, &d->st, client_alive);
     soft_prune(&d->idle_since, &d->st, iteration_idle);
     soft_prune(&d->settled_since, &d->st, task_alive);
     soft_prune(&d->leased_at, &d->st, task_alive);
