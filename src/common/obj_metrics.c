@@ -37,6 +37,13 @@ int obj_metrics_create(struct metrics *reg, struct obj_metrics *m)
                              METRICS_U64, &bytes);
     if (rc == 0)
         rc = metrics_series_get(bytes, NULL, 0, &m->bytes);
+    if (rc == 0)
+        rc = metrics_counter(reg, "sluice_object_bytes_sent_total",
+                             "Bytes of objects this process sent to object stores (the chunks "
+                             "and files of a snapshot saved there), every attempt counted.",
+                             METRICS_U64, &bytes);
+    if (rc == 0)
+        rc = metrics_series_get(bytes, NULL, 0, &m->bytes_sent);
     return rc;
 }
 
@@ -53,5 +60,6 @@ int obj_metrics_set(struct obj_metrics *m, const struct obj_stats *s)
             metrics_set_u64(x, s->requests[op][slot]);
         }
     metrics_set_u64(m->bytes, s->bytes);
+    metrics_set_u64(m->bytes_sent, s->bytes_sent);
     return 0;
 }

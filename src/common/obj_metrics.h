@@ -6,6 +6,7 @@
  *                                           "delete"; code the HTTP status,
  *                                           or "error" for an attempt that got no answer
  *   sluice_object_bytes_total               counter: object and listing bytes received
+ *   sluice_object_bytes_sent_total          counter: object bytes sent (PUTs)
  *
  * Pure, like metrics.h: call on the thread that owns the registry. */
 #ifndef SLUICE_COMMON_OBJ_METRICS_H
@@ -29,16 +30,18 @@ enum obj_op { OBJ_OP_GET, OBJ_OP_LIST, OBJ_OP_PUT, OBJ_OP_DELETE, OBJ_OP_COUNT }
 struct obj_stats {
     uint64_t requests[OBJ_OP_COUNT][OBJ_STATUS_SLOTS]; /* attempts, retries included */
     uint64_t bytes;                                    /* body bytes received */
+    uint64_t bytes_sent;                               /* body bytes sent (PUTs, every attempt) */
 };
 
 /* Embedded in its owner; the family and series belong to the registry. */
 struct obj_metrics {
     struct metrics_family *requests;
-    struct metrics_series *bytes;
+    struct metrics_series *bytes, *bytes_sent;
 };
 
-/* Makes the two families in reg, with the series {op="get",code="200"}, {op="list",code="200"},
- * {op="put",code="200"} and the bytes' one series, so that both render before the first request.
+/* Makes the three families in reg, with the series {op="get",code="200"},
+ * {op="list",code="200"}, {op="put",code="200"} and the byte counters' one series each, so that
+ * all render before the first request.
  * Returns 0, or a negative code of metrics.h (reg may then hold some of them). */
 int obj_metrics_create(struct metrics *reg, struct obj_metrics *m);
 

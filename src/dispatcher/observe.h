@@ -51,9 +51,10 @@
  *   sluice_handshake_evictions_total                 counters: of the RPC server (rpc.h), as
  *                                                    observe_connections last set them
  *   sluice_object_requests_total{op,code},
- *   sluice_object_bytes_total                        counters: the process's object-store
- *                                                    requests (listings, Parquet footers) and
- *                                                    bytes, as observe_objects last set them
+ *   sluice_object_bytes_total,                       counters: the process's object-store
+ *   sluice_object_bytes_sent_total                   requests (listings, Parquet footers,
+ *                                                    a save's files) and bytes received and
+ *                                                    sent, as observe_objects last set them
  *
  * Served rates. Each worker heartbeat carries, per task, the elements and bytes sent to readers
  * since the task started and what its buffer holds; the dispatcher samples the counters at the

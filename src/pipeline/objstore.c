@@ -54,10 +54,11 @@
 
 /* ---- Counters (obj_stats) ------------------------------------------------------------------ */
 
-/* Requests by operation and HTTP status (0: no answer), and body bytes received. Relaxed
- * atomics: a total read while requests run may lag by a few. */
+/* Requests by operation and HTTP status (0: no answer), body bytes received, and body bytes
+ * handed to libcurl to send (a PUT's, once per attempt). Relaxed atomics: a total read while
+ * requests run may lag by a few. */
 static _Atomic uint64_t stat_requests[OBJ_OP_COUNT][OBJ_STATUS_SLOTS];
-static _Atomic uint64_t stat_bytes;
+static _Atomic uint64_t stat_bytes, stat_bytes_sent;
 
 static void count_request(enum obj_op op, long status)
 {
@@ -72,6 +73,7 @@ void obj_stats(struct obj_stats *out)
             out->requests[op][c] =
                 atomic_load_explicit(&stat_requests[op][c], memory_order_relaxed);
     out->bytes = atomic_load_explicit(&stat_bytes, memory_order_relaxed);
+    out->bytes_sent = atomic_load_explicit(&stat_bytes_sent, memory_order_relaxed);
 }
 
 /* ---- Settings and credentials ------------------------------------------------------------ */
@@ -384,6 +386,7 @@ static size_t on_upload(char *buf, size_t size, size_t n, void *user)
     size_t k = left < room ? left : room;
     memcpy(buf, q->up + q->up_pos, k);
     q->up_pos += k;
+    atomic_fetch_add_explicit(&stat_bytes_sent, k, memory_order_relaxed);
     return k;
 }
 

@@ -32,8 +32,8 @@
  *   sluice_handshake_timeouts_total,        as wmetrics_connections last set them
  *   sluice_handshake_evictions_total
  *   sluice_object_requests_total{op,code},  counters: the process's object-store requests and
- *   sluice_object_bytes_total               bytes (obj_metrics.h), as wmetrics_objects last set
- *                                           them
+ *   sluice_object_bytes_total,              bytes received and sent (obj_metrics.h), as
+ *   sluice_object_bytes_sent_total          wmetrics_objects last set them
  *
  * Threading: the loop thread only. Ownership: struct wmetrics owns its registry and table. */
 #ifndef SLUICE_WORKER_WMETRICS_H

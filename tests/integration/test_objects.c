@@ -29,6 +29,7 @@
 #include "lib/cluster.h"
 #include "lib/file.h"
 #include "lib/proc.h"
+#include "lib/scrape.h"
 #include "lib/tmp.h"
 
 #include <dirent.h>
@@ -798,8 +799,8 @@ static void test_snapshot_errors(void **state)
  * bucket the server does not have). */
 static const char *const save_dispatcher_args[] = {
     "--log-level", "warn", "--data-root", "s3://bkt/data", "--data-root", "s3://nobkt/snap", NULL};
-static const char *const save_worker_args[] = {"--data-root", "s3://bkt/data", "--data-root",
-                                               "s3://nobkt/snap", NULL};
+static const char *const save_worker_args[] = {
+    "--data-root", "s3://bkt/data", "--data-root", "s3://nobkt/snap", "--metrics-port", "0", NULL};
 
 /* The PUT of key among the relay's puts (stats), or NULL. */
 static json_t *put_of(json_t *puts, const char *key)
@@ -869,6 +870,26 @@ static void test_snapshot_save(void **state)
     assert_int_equal(json_integer_value(json_object_get(manifest, "status")), 200);
     assert_null(put_of(puts, "bkt/data/saved/FAILED"));
     json_decref(st);
+
+    /* The workers count the PUTs of their chunks and the bytes they sent. */
+    double puts_ok = 0, sent = 0;
+    for (int i = 0; i < c->nworkers; i++) {
+        char addr[64], err[512] = "";
+        assert_int_equal(
+            cluster_read_address(&c->workers[i], " metrics on ", addr, sizeof addr, 10000), 0);
+        struct expo e;
+        if (scrape_metrics(addr, &e, err, sizeof err) != 0)
+            fail_msg("%s", err);
+        double v = 0;
+        if (expo_value(&e, "sluice_object_requests_total", "op=\"put\",code=\"200\"", &v) == 0)
+            puts_ok += v;
+        assert_int_equal(expo_value(&e, "sluice_object_bytes_sent_total", "", &v), 0);
+        sent += v;
+        expo_free(&e);
+    }
+    printf("    workers: %.0f chunk PUTs answered 200, %.0f bytes sent\n", puts_ok, sent);
+    assert_true(puts_ok == (double)chunks);
+    assert_true(sent > 0);
 
     /* Read back: the pipeline's own elements, as a multiset. */
     char *want = run(src, 0, NULL);

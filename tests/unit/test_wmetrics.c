@@ -175,6 +175,7 @@ static void test_objects(void **unused)
                                  "sluice_object_requests_total{op=\"list\",code=\"200\"} 0\n"
                                  "sluice_object_requests_total{op=\"put\",code=\"200\"} 0\n"));
     assert_non_null(strstr(body, "\nsluice_object_bytes_total 0\n"));
+    assert_non_null(strstr(body, "\nsluice_object_bytes_sent_total 0\n"));
     free(body);
     struct obj_stats *st = calloc(1, sizeof *st);
     assert_non_null(st);
@@ -185,6 +186,7 @@ static void test_objects(void **unused)
     st->requests[OBJ_OP_PUT][200] = 7;
     st->requests[OBJ_OP_DELETE][204] = 2;
     st->bytes = 163840;
+    st->bytes_sent = 4096;
     assert_int_equal(wmetrics_objects(m, st), 0);
     assert_int_equal(wmetrics_render(m, &body, &len), 0);
     assert_non_null(strstr(body, "# TYPE sluice_object_requests_total counter\n"));
@@ -196,6 +198,7 @@ static void test_objects(void **unused)
                                  "sluice_object_requests_total{op=\"get\",code=\"503\"} 3\n"
                                  "sluice_object_requests_total{op=\"delete\",code=\"204\"} 2\n"));
     assert_non_null(strstr(body, "\nsluice_object_bytes_total 163840\n"));
+    assert_non_null(strstr(body, "\nsluice_object_bytes_sent_total 4096\n"));
     free(body);
     free(st);
     wmetrics_destroy(m);
