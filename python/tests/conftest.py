@@ -50,12 +50,20 @@ class Server:
 
 
 class Cluster:
-    def __init__(self, log_dir):
+    def __init__(self, log_dir, dispatcher_args=()):
         self.log_dir = log_dir
-        self.dispatcher = Server([str(BIN_DIR / "sluice-dispatcher"), "--port", "0",
-                                  "--worker-timeout-ms", "2000"], log_dir)
+        self.dispatcher_argv = [str(BIN_DIR / "sluice-dispatcher"), "--worker-timeout-ms", "2000",
+                                *dispatcher_args]
+        self.dispatcher = Server(self.dispatcher_argv + ["--port", "0"], log_dir)
         self.target = "sluice://" + self.dispatcher.address
         self.workers = []
+
+    def restart_dispatcher(self, sig=signal.SIGKILL):
+        """Stops the dispatcher with sig and starts it again on the same port (with
+        --fault-tolerant and --work-dir among dispatcher_args, from its journal)."""
+        port = self.dispatcher.address.rsplit(":", 1)[1]
+        self.dispatcher.stop(sig)
+        self.dispatcher = Server(self.dispatcher_argv + ["--port", port], self.log_dir)
 
     def add_worker(self):
         w = Server([str(BIN_DIR / "sluice-worker"), "--dispatcher", self.dispatcher.address,

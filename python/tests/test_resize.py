@@ -136,26 +136,37 @@ def check(pre, post):
         f"(received by {where})")
 
 
+def resume_through(target, ds_id, tag, takes, det, delay, fault):
+    """Readers of job {tag}-a stop at takes and are killed; 3 readers restore their merged
+    position in job {tag}-b, and fault() runs delay seconds into that read: every element
+    once."""
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+        script = os.path.join(tmp, "reader.py")
+        with open(script, "w") as f:
+            f.write(READER)
+        pre, states = finish(readers(tmp, script, target, ds_id, f"{tag}-a", takes, det, "-"),
+                             killed=True)
+        with open(os.path.join(tmp, "job.state"), "wb") as f:
+            pickle.dump(sluice.merge_positions(states), f)
+        procs = readers(tmp, script, target, ds_id, f"{tag}-b", [-1] * 3, det,
+                        os.path.join(tmp, "job.state"))
+        time.sleep(delay)
+        fault()
+        post, _ = finish(procs, killed=False)
+    check(pre, post)
+
+
 def test_resume_through_a_worker_kill(cluster):
     """The resumed read loses a worker in its middle: still every element once."""
     ds_id = sluice.register_dataset(cluster.target, f"range({N}) | map(sleep_us, 100)",
                                     split_size=100)
     spare = cluster.add_worker()
-    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-        script = os.path.join(tmp, "reader.py")
-        with open(script, "w") as f:
-            f.write(READER)
-        pre, states = finish(readers(tmp, script, cluster.target, ds_id, "kill-a", [700, 400],
-                                     False, "-"), killed=True)
-        with open(os.path.join(tmp, "job.state"), "wb") as f:
-            pickle.dump(sluice.merge_positions(states), f)
-        procs = readers(tmp, script, cluster.target, ds_id, "kill-b", [-1] * 3, False,
-                        os.path.join(tmp, "job.state"))
-        time.sleep(0.5)
+
+    def kill():
         spare.stop(signal.SIGKILL)
         cluster.workers.remove(spare)
-        post, _ = finish(procs, killed=False)
-        check(pre, post)
+
+    resume_through(cluster.target, ds_id, "kill", [700, 400], False, 0.5, kill)
 
 
 def test_resume_merges_a_split_two_readers_shared(cluster):
@@ -278,43 +289,20 @@ def test_resume_through_a_dispatcher_restart(cluster, det):
     """The resumed read of a shared job (2 readers killed, their merged position restored into 3)
     loses its fault-tolerant dispatcher and a worker (kill -9) in its middle; the dispatcher
     restarts from its journal on the same port: still every element once."""
-    import conftest
     log_dir = tempfile.mkdtemp(prefix="sluice-restart-", dir=cluster.log_dir)
-    work = os.path.join(log_dir, "work")
-
-    def dispatcher(port):
-        return conftest.Server([str(conftest.BIN_DIR / "sluice-dispatcher"), "--port", str(port),
-                                "--fault-tolerant", "--work-dir", work,
-                                "--worker-timeout-ms", "2000"], log_dir)
-
-    c = Cluster.__new__(Cluster)
-    c.log_dir = log_dir
-    c.dispatcher = dispatcher(0)
-    c.target = "sluice://" + c.dispatcher.address
-    c.workers = []
-    port = int(c.dispatcher.address.rsplit(":", 1)[1])
+    c = Cluster(log_dir, ["--fault-tolerant", "--work-dir", os.path.join(log_dir, "work")])
     try:
         for _ in range(3):
             c.add_worker()
         ds_id = sluice.register_dataset(c.target, f"range({N}) | map(sleep_us, 300)",
                                         split_size=100)
-        with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-            script = os.path.join(tmp, "reader.py")
-            with open(script, "w") as f:
-                f.write(READER)
-            pre, states = finish(readers(tmp, script, c.target, ds_id, "restart-a", [900, 500],
-                                         det, "-"), killed=True)
-            with open(os.path.join(tmp, "job.state"), "wb") as f:
-                pickle.dump(sluice.merge_positions(states), f)
-            procs = readers(tmp, script, c.target, ds_id, "restart-b", [-1] * 3, det,
-                            os.path.join(tmp, "job.state"))
-            time.sleep(1.0)
-            # A worker dies with it: its splits go back to the pool once the restarted dispatcher
-            # removes it, which may be before the readers' first heartbeats to it.
+
+        def restart():
+            # A worker dies with it: its splits go back to the pool once the restarted
+            # dispatcher removes it, which may be before the readers' first heartbeats to it.
             c.workers.pop(0).stop(signal.SIGKILL)
-            c.dispatcher.stop(signal.SIGKILL)
-            c.dispatcher = dispatcher(port)
-            post, _ = finish(procs, killed=False)
-        check(pre, post)
+            c.restart_dispatcher()
+
+        resume_through(c.target, ds_id, "restart", [900, 500], det, 1.0, restart)
     finally:
         c.stop()
