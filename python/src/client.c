@@ -470,10 +470,20 @@ static PyObject *iterator_progress(IteratorObject *self, PyObject *unused)
 static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
 {
     /* A checkpoint of a consumer of a shared job: the dispatcher hears first what it received
-     * (sluice_iterator_report; a late answer leaves it to the next heartbeats). */
+     * (sluice_iterator_report; a late answer leaves it to the next heartbeats, and is worth a
+     * warning: a process that stops before those lets other readers get some of it again). */
     if (self->it && !self->busy) {
-        Py_BEGIN_ALLOW_THREADS sluice_iterator_report(self->it);
-        Py_END_ALLOW_THREADS
+        PyThreadState *ts = PyEval_SaveThread();
+        int rrc = sluice_iterator_report(self->it);
+        PyEval_RestoreThread(ts);
+        if (rrc == SLUICE_ERR_TIMEOUT &&
+            PyErr_WarnEx(PyExc_RuntimeWarning,
+                         "state_dict(): the dispatcher did not confirm within 5 s what this "
+                         "reader received; the position is valid, but if this process stops "
+                         "before its next heartbeat reaches the dispatcher, other readers of a "
+                         "shared job may get some of those elements again",
+                         1) < 0)
+            return NULL;
     }
     PyObject *pos = iterator_save(self, NULL);
     if (!pos)

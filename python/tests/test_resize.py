@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import pytest
 
@@ -304,5 +305,44 @@ def test_resume_through_a_dispatcher_restart(cluster, det):
             c.restart_dispatcher()
 
         resume_through(c.target, ds_id, "restart", [900, 500], det, 1.0, restart)
+    finally:
+        c.stop()
+
+
+def test_state_dict_warns_when_the_dispatcher_does_not_confirm(cluster):
+    """state_dict() of a reader of a shared job first reports what the reader received; when the
+    dispatcher does not confirm it within 5 s (here: stopped), the position still comes back,
+    with a RuntimeWarning saying what is at stake. With the dispatcher answering, no warning."""
+    c = Cluster(tempfile.mkdtemp(prefix="sluice-warn-", dir=cluster.log_dir))
+    try:
+        c.add_worker()
+        ds_id = sluice.register_dataset(c.target, "range(100000) | map(sleep_us, 10)",
+                                        split_size=100)
+        ds = sluice.from_dataset_id("distributed_epoch", c.target, ds_id, job_name="warn-j",
+                                    element_timeout=60)
+        it = iter(ds)
+        got = [int(next(it)) for _ in range(10)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert set(it.state_dict()) == {"position"}
+        c.dispatcher.proc.send_signal(signal.SIGSTOP)
+        try:
+            # Stopped for sure (state T) before the report is asked for: one answered in the
+            # meantime is answered indeed.
+            deadline = time.monotonic() + 10
+            while (open(f"/proc/{c.dispatcher.proc.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                   != "T"):
+                assert time.monotonic() < deadline, "the dispatcher did not stop"
+                time.sleep(0.01)
+            t0 = time.monotonic()
+            with pytest.warns(RuntimeWarning, match="did not confirm within 5 s what this reader"):
+                state = it.state_dict()
+            assert time.monotonic() - t0 < 30
+        finally:
+            c.dispatcher.proc.send_signal(signal.SIGCONT)
+        assert isinstance(state["position"], bytes)
+        got.append(int(next(it)))
+        assert len(set(got)) == len(got)
+        it.close()
     finally:
         c.stop()

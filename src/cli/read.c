@@ -394,8 +394,13 @@ static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a
     char err[SLUICE_ERRMSG_SIZE] = "";
     struct read_ckpt c = {0};
     /* Consumers of a named job go on after this one stops: the dispatcher hears first. */
-    if (a->opts.job_name)
-        sluice_iterator_report(it);
+    if (a->opts.job_name && sluice_iterator_report(it) == SLUICE_ERR_TIMEOUT)
+        cli_error("checkpoint",
+                  "warning: the dispatcher did not confirm within 5 s what this reader received; "
+                  "the position is saved, but if this read stops before its next heartbeat "
+                  "reaches the dispatcher, other readers of job '%s' may get some of those "
+                  "elements again",
+                  a->opts.job_name);
     int rc = sluice_iterator_save(it, &c.pos, &c.pos_len, err, sizeof err);
     if (rc < 0) {
         cli_error("checkpoint", "%s", err);
