@@ -12,6 +12,7 @@
 
 #include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
 #include "lib/text.h"
 #include "lib/tmp.h"
 
@@ -557,11 +558,22 @@ static void test_dispatcher_gone(void **state)
     for (int i = 0; i < 5; i++)
         assert_int_equal(sluice_iterator_next(it, &e, WAIT_MS, err, sizeof err), 1);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(10) | map(mul, 3)", "--local",
+    /* Each repetition waits 20 ms for its element: a repetition is a job with a task on every
+     * worker, and a worker admits at most 256 unfinished tasks, which repetitions of a few
+     * microseconds (their jobs collected only after --job-gc-timeout-ms) would exhaust. */
+    assert_int_equal(cluster_cli_spawn(c, &r, "read",
+                                       "range(10) | map(sleep_us, 20000) | map(mul, 3)", "--local",
                                        "take(1) | repeat()", "--format", "count", NULL),
                      0);
     usleep(1000 * 1000);
-    assert_int_equal(proc_wait(&r, 0), -2);
+    int early = proc_wait(&r, 0);
+    if (early != -2) {
+        char *o = proc_read_all(&r, WAIT_MS);
+        printf("    the CLI read ended early (%d), printing: %s\n", early, o);
+        free(o);
+        print_file(r.log, 50);
+    }
+    assert_int_equal(early, -2);
     assert_int_equal(proc_stop(&c->dispatcher, SIGKILL, WAIT_MS), 128 + SIGKILL);
     /* Whatever the readers were doing, they now wait for the dispatcher. */
     int rc;
