@@ -333,7 +333,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     c->iteration_id = iteration_id;
     uint64_t granted = 0;
     int rc = plan_coverage(d, req, it, c, err, sizeof err);
-    if (rc == 0)
+    if (rc == 0 && dispatcher_coverage_settling(d))
         dispatcher_soft_set(&d->client_reported, req->client_id, uv_now(d->loop));
     /* A deterministic reader lost part of these splits: they are produced again. Other jobs'
      * readers have no business asking, and are not refused a heartbeat for it. */

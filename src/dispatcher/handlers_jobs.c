@@ -52,7 +52,8 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_refuse_commit(&c->r, status);
     } else {
         dispatcher_soft_set(&d->client_seen, c->ids.client_id, uv_now(d->loop));
-        dispatcher_soft_set(&d->client_reported, c->ids.client_id, uv_now(d->loop));
+        if (dispatcher_coverage_settling(d))
+            dispatcher_soft_set(&d->client_reported, c->ids.client_id, uv_now(d->loop));
         Sluice__GetOrCreateJobReply body = SLUICE__GET_OR_CREATE_JOB_REPLY__INIT;
         body.job_id = c->ids.job_id;
         body.iteration_id = c->ids.iteration_id;

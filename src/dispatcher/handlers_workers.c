@@ -319,7 +319,7 @@ refused:
  * has passed since the start. */
 static bool coverage_known(struct dispatcher *d, uint64_t iteration_id)
 {
-    if (uv_now(d->loop) - d->started_ms > dispatcher_reissue_grace_ms(d))
+    if (!dispatcher_coverage_settling(d))
         return true;
     for (size_t i = 0; i < d->st.nclients; i++) {
         const struct st_client *c = &d->st.clients[i];

@@ -39,6 +39,11 @@ uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d)
     return 3 * hb + 1000;
 }
 
+bool dispatcher_coverage_settling(const struct dispatcher *d)
+{
+    return uv_now(d->loop) - d->started_ms <= dispatcher_reissue_grace_ms(d);
+}
+
 struct soft *dispatcher_soft_find(struct soft_table *t, uint64_t id, size_t *pos)
 {
     size_t lo = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct soft, id), id);

@@ -103,7 +103,8 @@ struct dispatcher {
      * until each client reports again: until then the splits of an iteration with a client not
      * here yet are not leased again from the pool (pool_held), or a production of one would
      * leave out nothing and hand another consumer what that client had; for at most the
-     * re-issue grace after the start (a client silent that long is taken for gone). */
+     * re-issue grace after the start (a client silent that long is taken for gone), the only time
+     * it is recorded. */
     struct soft_table client_reported;
     uint64_t started_ms; /* uv_now when this dispatcher started */
     /* Workers whose heartbeat reply changed by an update not yet durable, with the journal
@@ -193,6 +194,9 @@ const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const str
 
 /* How long a task may sit settled with leases before they are leased again (server.c). */
 uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
+/* Whether the dispatcher started less than the re-issue grace ago: the only time
+ * client_reported is recorded and consulted. */
+bool dispatcher_coverage_settling(const struct dispatcher *d);
 
 /* The soft-state tables: find (with the insertion point in *pos when not found), set (an
  * allocation failure only loses the entry) and delete. */
