@@ -307,7 +307,7 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
         if (rc == 0)
             rc = ledger_end(&it->ledger, m.seq, m.pos);
         if (rc == 0) {
-            rc = reorder_end(&it->ra, m.seq, m.pos);
+            rc = reorder_end(&it->ra, m.seq, m.pos, blob->item.task_id, iter_clock_ms());
             if (rc == 0 && !reorder_complete(&it->ra, m.seq))
                 iter_schedule_acks(it); /* a redo to ask for */
         }

@@ -169,11 +169,13 @@ struct sluice_iterator {
      * (note_payload) and reported with heartbeats. */
     struct ledger ledger;
     /* Deterministic reads: the judge of arriving records, the runs cut from a payload before
-     * they are queued (det_ops), and the redo seqs of the heartbeat under way. */
+     * they are queued (det_ops), and the redo requests of the heartbeat under way (redo_wire:
+     * their seqs, tasks and ages as the request carries them, redo_cap of each). */
     struct reorder_accept ra;
     struct det_op *det_ops;
     size_t det_ops_cap;
-    uint64_t *redo;
+    struct reorder_redo *redo;
+    uint64_t *redo_wire;
     size_t nredo, redo_cap;
     uint64_t det_bytes, det_splits; /* bytes accepted, splits completed: the mean split size */
     uint64_t last_det_splits, last_det_ms; /* det_splits at the last heartbeat, and when */
@@ -287,6 +289,12 @@ void iter_coord_news(struct sluice_iterator *it);
 /* Deterministic reads: the split the reader needs next must be produced again; the next
  * heartbeat, which asks for it, goes at once (or right after the one under way). */
 void iter_hasten_redo(struct sluice_iterator *it);
+/* A monotonic clock in milliseconds, read when it is needed (not the loop's cached time): the
+ * ages of redo requests are measured on it. */
+static inline uint64_t iter_clock_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
 /* In the end phase, brings the next heartbeat forward (the last task just ended). */
 void iter_hasten_heartbeat(struct sluice_iterator *it);
 /* Loop. A save asked for a report (report_wanted): the next heartbeat goes at once, and its

@@ -63,7 +63,8 @@ int reorder_judge(struct reorder_accept *a, uint64_t seq, uint64_t pos, bool roo
     return REORDER_ACCEPT;
 }
 
-int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total)
+int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total, uint64_t task,
+                uint64_t now_ms)
 {
     if (seq < a->need)
         return 0;
@@ -81,6 +82,8 @@ int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total)
         return 1;
     /* The stream that brought this marker skipped positions we lack: produce it again. */
     e->redo = true;
+    e->end_task = task;
+    e->end_ms = now_ms;
     return 0;
 }
 
@@ -144,7 +147,7 @@ uint64_t reorder_accept_floor(struct reorder_accept *a, uint64_t floor)
     return reorder_advance(a);
 }
 
-size_t reorder_redo_due(struct reorder_accept *a, bool room, uint64_t *out, size_t max)
+size_t reorder_redo_due(struct reorder_accept *a, bool room, struct reorder_redo *out, size_t max)
 {
     size_t n = 0;
     for (size_t i = 0; i < a->n && n < max; i++) {
@@ -152,7 +155,7 @@ size_t reorder_redo_due(struct reorder_accept *a, bool room, uint64_t *out, size
         if (!e->redo || split_done(e) || (!room && e->seq != a->need))
             continue;
         e->redo = false;
-        out[n++] = e->seq;
+        out[n++] = (struct reorder_redo){.seq = e->seq, .task = e->end_task, .end_ms = e->end_ms};
     }
     return n;
 }
@@ -163,10 +166,10 @@ bool reorder_need_redo(const struct reorder_accept *a)
     return e && e->redo;
 }
 
-void reorder_redo_failed(struct reorder_accept *a, const uint64_t *seqs, size_t n)
+void reorder_redo_failed(struct reorder_accept *a, const struct reorder_redo *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        struct reorder_split *e = acc_find(a, seqs[i]);
+        struct reorder_split *e = acc_find(a, v[i].seq);
         if (e && !split_done(e))
             e->redo = true;
     }

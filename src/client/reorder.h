@@ -49,6 +49,18 @@ struct reorder_split {
     bool ended;     /* an end marker arrived */
     uint64_t total; /* its count, when ended */
     bool redo;      /* incomplete after an end marker: to be produced again (not asked yet) */
+    /* The production whose end marker left the split incomplete: the task that served it and
+     * when (the caller's clock, milliseconds). A redo request names it, so that the dispatcher
+     * can tell it from a production begun since (which the request must not cut short). */
+    uint64_t end_task;
+    uint64_t end_ms;
+};
+
+/* A split to be produced again, as reorder_redo_due lists it. */
+struct reorder_redo {
+    uint64_t seq;
+    uint64_t task;   /* end_task */
+    uint64_t end_ms; /* end_ms */
 };
 
 struct reorder_accept {
@@ -73,12 +85,13 @@ void reorder_accept_release(struct reorder_accept *a);
  * SLUICE_ERR_NOMEM (nothing changed). */
 int reorder_judge(struct reorder_accept *a, uint64_t seq, uint64_t pos, bool room);
 
-/* Records the end marker of split seq: it has total elements. Returns 1 when the split became
- * complete with it, 0 when it was complete already or is still incomplete (then it is marked
- * for a redo), SLUICE_ERR_CORRUPT when an earlier marker or the accepted prefix disagree with
- * total (the split was processed differently: a nondeterministic pipeline), or
- * SLUICE_ERR_NOMEM. */
-int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total);
+/* Records the end marker of split seq, served by task at now_ms: it has total elements. Returns
+ * 1 when the split became complete with it, 0 when it was complete already or is still
+ * incomplete (then it is marked for a redo of that production), SLUICE_ERR_CORRUPT when an earlier
+ * marker or the accepted prefix disagree with total (the split was processed differently: a
+ * nondeterministic pipeline), or SLUICE_ERR_NOMEM. */
+int reorder_end(struct reorder_accept *a, uint64_t seq, uint64_t total, uint64_t task,
+                uint64_t now_ms);
 
 /* A read restored from a checkpoint had positions [0, next) of split seq already: they are
  * taken as accepted (and never handed out again). Returns 0 or SLUICE_ERR_NOMEM. */
@@ -101,11 +114,11 @@ uint64_t reorder_accept_floor(struct reorder_accept *a, uint64_t floor);
 /* Writes up to max seqs of splits due for a redo (incomplete after an end marker) that the
  * dispatcher should be asked for now: need always, others only while room. Clears their redo
  * mark when taken (reorder_redo_failed sets it again). Returns how many were written. */
-size_t reorder_redo_due(struct reorder_accept *a, bool room, uint64_t *out, size_t max);
+size_t reorder_redo_due(struct reorder_accept *a, bool room, struct reorder_redo *out, size_t max);
 /* Whether need is marked for a redo not asked for yet: the read waits for it. */
 bool reorder_need_redo(const struct reorder_accept *a);
 /* The request that carried seqs was not answered: they are due again. */
-void reorder_redo_failed(struct reorder_accept *a, const uint64_t *seqs, size_t n);
+void reorder_redo_failed(struct reorder_accept *a, const struct reorder_redo *v, size_t n);
 
 /* ---- the queue (loop and reader, under the iterator's mutex) --------------------------------- */
 

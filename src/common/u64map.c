@@ -124,6 +124,28 @@ bool u64map_del(struct u64map *m, uint64_t key)
     return true;
 }
 
+int u64map_retain(struct u64map *m, bool (*keep)(uint64_t key, uint64_t value, void *ctx),
+                  void *ctx)
+{
+    if (m->n == 0)
+        return 0;
+    uint64_t *slots = calloc(m->cap, 2 * sizeof *slots);
+    if (!slots)
+        return SLUICE_ERR_NOMEM;
+    size_t n = 0;
+    for (size_t i = 0; i < m->cap; i++) {
+        uint64_t key = m->slots[2 * i] - 1, value = m->slots[2 * i + 1];
+        if (m->slots[2 * i] != 0 && keep(key, value, ctx)) {
+            place(slots, m->cap, key, value);
+            n++;
+        }
+    }
+    free(m->slots);
+    m->slots = slots;
+    m->n = n;
+    return 0;
+}
+
 void u64map_clear(struct u64map *m)
 {
     if (m->slots)

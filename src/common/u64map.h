@@ -35,6 +35,12 @@ bool u64map_min(const struct u64map *m, uint64_t *key);
 /* Removes key; returns whether it was stored. Never allocates. */
 bool u64map_del(struct u64map *m, uint64_t key);
 
+/* Keeps the keys for which keep(key, value, ctx) is true and removes the others, in one pass over
+ * the table (into a new one of the same size). Returns 0, or SLUICE_ERR_NOMEM with the map
+ * unchanged. */
+int u64map_retain(struct u64map *m, bool (*keep)(uint64_t key, uint64_t value, void *ctx),
+                  void *ctx);
+
 /* Empties the map, keeping its memory. */
 void u64map_clear(struct u64map *m);
 

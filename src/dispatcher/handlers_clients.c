@@ -291,6 +291,38 @@ static uint64_t round_window(const Sluice__ClientHeartbeatRequest *req)
     return w >= ROUND_WINDOW_MAX ? ROUND_WINDOW_MAX : (uint64_t)w;
 }
 
+/* A deterministic reader's redo requests (ClientHeartbeatRequest.redo_seqs): the splits whose
+ * production it saw end short go back to the pool. With the tasks and ages of those productions
+ * (every client that sends them), a split leased to another task since, or leased again after the
+ * reader received that end (relet.h), has a new production under way and is left alone. */
+static int redo_splits(struct dispatcher *d, const Sluice__ClientHeartbeatRequest *req,
+                       uint64_t iteration_id, char *err, size_t errlen)
+{
+    size_t n = req->n_redo_seqs;
+    bool named = req->n_redo_tasks == n && req->n_redo_ages_ms == n;
+    uint64_t *seqs = malloc(2 * n * sizeof *seqs);
+    if (!seqs)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    uint64_t *tasks = seqs + n, now = dispatcher_clock_ms();
+    size_t k = 0, stale = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (named &&
+            relet_stale(&d->relet, iteration_id, req->redo_seqs[i], now, req->redo_ages_ms[i])) {
+            stale++;
+            continue;
+        }
+        seqs[k] = req->redo_seqs[i];
+        tasks[k++] = named ? req->redo_tasks[i] : 0;
+    }
+    log_debug("client %016" PRIx64 " asks %zu split(s) of iteration %" PRIu64
+              " to be produced again, first %" PRIu64 "; %zu leased again since it saw them",
+              req->client_id, n, iteration_id, req->redo_seqs[0], stale);
+    int rc =
+        plan_splits_redo(&d->st, iteration_id, seqs, named ? tasks : NULL, k, &d->ups, err, errlen);
+    free(seqs);
+    return rc;
+}
+
 void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env)
 {
@@ -339,13 +371,8 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
      * readers have no business asking, and are not refused a heartbeat for it. */
     const struct st_job *job = state_job(&d->st, it->job_id);
     bool det = job && job->deterministic && it->distributed;
-    if (rc == 0 && det && req->n_redo_seqs > 0) {
-        rc = plan_splits_redo(&d->st, iteration_id, req->redo_seqs, req->n_redo_seqs, &d->ups, err,
-                              sizeof err);
-        log_debug("client %016" PRIx64 " asks %zu split(s) of iteration %" PRIu64
-                  " to be produced again, first %" PRIu64,
-                  req->client_id, req->n_redo_seqs, iteration_id, req->redo_seqs[0]);
-    }
+    if (rc == 0 && det && req->n_redo_seqs > 0)
+        rc = redo_splits(d, req, iteration_id, err, sizeof err);
     c->finished_below = state_splits_finished_below(&d->st, iteration_id);
     if (rc == 0 && det && req->lease_below > 0)
         dispatcher_soft_set(&d->lease_below, iteration_id, req->lease_below);

@@ -338,10 +338,14 @@ int plan_splits_finished(const struct state *s, uint64_t iteration_id, const uin
  * task goes back to the pool (SPLITS_RETURNED), to be leased first and produced from its start;
  * other seqs (in the pool already, finished, never leased, repeated) are ignored. The worker
  * that held the lease is not told: what it still serves of the split is deduplicated by the
- * consumer. An iteration that is not active appends nothing. An unknown iteration is
- * SLUICE_ERR_NOT_FOUND; one whose job is not deterministic SLUICE_ERR_INVALID. */
-int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs, size_t n,
-                     struct st_update_list *out, char *err, size_t errlen);
+ * consumer. With tasks (not NULL), tasks[k] is the task whose production of seqs[k] the
+ * consumer saw end short: a seq leased to another task now (its lease moved since, and a new
+ * production is under way that the request must not cut short) is ignored too. An iteration
+ * that is not active appends nothing. An unknown iteration is SLUICE_ERR_NOT_FOUND; one whose
+ * job is not deterministic SLUICE_ERR_INVALID. */
+int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                     const uint64_t *tasks, size_t n, struct st_update_list *out, char *err,
+                     size_t errlen);
 
 /* Hands every split leased to the task back to the pool, to be leased again (SPLITS_RETURNED):
  * the task produced them and its consumers fetched everything, yet they were not reported

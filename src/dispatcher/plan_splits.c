@@ -223,8 +223,9 @@ int plan_return_task_splits(const struct state *s, uint64_t task_id, struct st_u
     return 0;
 }
 
-int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs, size_t n,
-                     struct st_update_list *out, char *err, size_t errlen)
+int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
+                     const uint64_t *tasks, size_t n, struct st_update_list *out, char *err,
+                     size_t errlen)
 {
     const struct st_iteration *it = state_iteration(s, iteration_id);
     if (!it)
@@ -245,6 +246,9 @@ int plan_splits_redo(const struct state *s, uint64_t iteration_id, const uint64_
         return NOMEM_MSG(err, errlen);
     size_t nkeep = 0;
     for (size_t k = 0; k < n; k++) {
+        uint64_t holder;
+        if (tasks && (!u64map_get(&it->held, seqs[k], &holder) || holder != tasks[k]))
+            continue;
         bool moving = false;
         for (size_t i = 0; i < out->n && !moving; i++) {
             const struct st_update *u = &out->v[i];

@@ -567,6 +567,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->idle_since.v);
     free(d->rep_waiters);
     free(d->settled_since.v);
+    relet_release(&d->relet);
     free(d->leased_at.v);
     free(d->client_reported.v);
     free(d->lease_below.v);

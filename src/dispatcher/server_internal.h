@@ -14,6 +14,7 @@
 #include "observe.h"
 #include "owners.h"
 #include "dispatcher/coverage.h"
+#include "dispatcher/relet.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
 #include "dispatcher/update_codec.h"
@@ -98,6 +99,10 @@ struct dispatcher {
     /* Deterministic iterations: the lease bound their reader last reported (its t holds the
      * seq, not a time); see plan_get_splits. */
     struct soft_table lease_below;
+    /* Deterministic iterations: when each split taken from the pool was leased again (relet.h;
+     * dispatcher_clock_ms), so that a reader's request about an older production of it is
+     * ignored. */
+    struct relet_table relet;
     /* Clients whose coverage (what they received) this dispatcher knows: acquired since it
      * started, or heard in a heartbeat since. After a restart the coverage, soft state, is empty
      * until each client reports again: until then the splits of an iteration with a client not
@@ -194,6 +199,13 @@ const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const str
 
 /* How long a task may sit settled with leases before they are leased again (server.c). */
 uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
+/* A monotonic clock in milliseconds read when called (uv_now is the loop's cached time, which
+ * may lag by a whole loop iteration): what the ages of a reader's redo requests are taken
+ * against. */
+static inline uint64_t dispatcher_clock_ms(void)
+{
+    return uv_hrtime() / 1000000;
+}
 /* Whether the dispatcher started less than the re-issue grace ago: the only time
  * client_reported is recorded and consulted. */
 bool dispatcher_coverage_settling(const struct dispatcher *d);

@@ -466,6 +466,10 @@ bool state_worker_key_ok(const struct st_worker *w, const uint8_t *key, size_t k
  * in the pool (every split of a finished iteration is; none of a collected or unknown one). */
 bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t seq);
 
+/* Whether split seq of the iteration is in its pool: leased before and handed back, to be
+ * leased again. */
+bool state_split_pooled(const struct state *s, uint64_t iteration_id, uint64_t seq);
+
 /* state_split_finished for each of seqs[0, n) (any order, repeats allowed) at once: finished[i]
  * receives the answer for seqs[i]. One lookup per seq, whatever the number of tasks. Returns 0
  * (SLUICE_ERR_NOMEM is kept for callers written against an allocating version). */

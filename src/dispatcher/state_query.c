@@ -277,6 +277,12 @@ bool state_split_finished(const struct state *s, uint64_t iteration_id, uint64_t
     return !u64map_get(&it->held, seq, NULL);
 }
 
+bool state_split_pooled(const struct state *s, uint64_t iteration_id, uint64_t seq)
+{
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    return it && state_seq_contains(&it->pool, seq);
+}
+
 int state_splits_finished_each(const struct state *s, uint64_t iteration_id, const uint64_t *seqs,
                                size_t n, bool *finished)
 {

@@ -94,6 +94,16 @@ void dispatcher_on_tick(uv_timer_t *timer)
     soft_prune(&d->settled_since, &d->st, task_alive);
     soft_prune(&d->leased_at, &d->st, task_alive);
     soft_prune(&d->lease_below, &d->st, iteration_active);
+    for (size_t i = 0; i < d->relet.n;) {
+        uint64_t iteration = relet_iteration_at(&d->relet, i);
+        const struct st_iteration *it = state_iteration(&d->st, iteration);
+        if (!it || it->state != ST_ITER_ACTIVE) {
+            relet_forget(&d->relet, iteration);
+            continue;
+        }
+        (void)relet_prune(&d->relet, iteration, &it->held); /* out of memory: next time */
+        i++;
+    }
     capcache_prune(&d->caps, client_known, &d->st);
     if (d->jt) {
         /* Touches that became durable: such a worker's heartbeat no longer waits for them. */

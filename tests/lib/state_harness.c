@@ -590,10 +590,14 @@ const char *harness_run(struct harness *h, const char *line)
         rc = plan_splits_finished(&h->s, strtoull(words[1], NULL, 10), seqs, n, &h->ups, err,
                                   sizeof err);
     } else if (strcmp(cmd, "redo") == 0) {
-        uint64_t seqs[64];
+        /* redo ITERATION SEQS [tasks=T1,T2]: the tasks whose productions the consumer saw. */
+        uint64_t seqs[64], tasks[64];
         size_t n = nw > 2 ? parse_list(words[2], seqs, 64) : 0;
-        rc = plan_splits_redo(&h->s, strtoull(words[1], NULL, 10), seqs, n, &h->ups, err,
-                              sizeof err);
+        const char *tv = opt(words, nw, "tasks");
+        if (tv)
+            assert_int_equal(parse_list(tv, tasks, 64), n);
+        rc = plan_splits_redo(&h->s, strtoull(words[1], NULL, 10), seqs, tv ? tasks : NULL, n,
+                              &h->ups, err, sizeof err);
     } else if (strcmp(cmd, "below") == 0) {
         snprintf(outs, sizeof outs, "below=%" PRIu64,
                  state_splits_finished_below(&h->s, strtoull(words[1], NULL, 10)));

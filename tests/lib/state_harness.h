@@ -62,7 +62,8 @@ void harness_format_update(struct harness_buf *b, const struct st_update *u);
  *                                         (plan_get_splits); outputs end and the seqs of the
  *                                         reply
  *   done ITERATION [1,2]                  consumers received these splits in full
- *   redo ITERATION [1,2]                  a deterministic consumer needs these splits again
+ *   redo ITERATION [1,2] [tasks=1,2]      a deterministic consumer needs these splits again
+ *                                         (tasks: whose productions of them it saw end)
  *   below ITERATION                       outputs state_splits_finished_below
  *   back TASK                             hand every split leased to the task back
  *   chb CLIENT [round=N] [window=N]       a client heartbeat at round N asking grants of window

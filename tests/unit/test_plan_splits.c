@@ -19,6 +19,16 @@ static const struct harness_case split_cases[] = {
     /* deterministic reads: redo, the lease bound, the finished floor */
     {"redo returns leased splits to the pool", DET2 "splits 1 2\nsplits 2 2", "redo 1 3,0,9,3",
      "splits_returned ref=1 ref2=1 seqs=[0]\nsplits_returned ref=1 ref2=2 seqs=[3]\n=>"},
+    {"redo of the productions the consumer saw", DET2 "splits 1 2\nsplits 2 2",
+     "redo 1 0,1,2,3 tasks=1,2,2,2",
+     "splits_returned ref=1 ref2=1 seqs=[0]\nsplits_returned ref=1 ref2=2 seqs=[2,3]\n=>"},
+    /* Split 1 went back and was leased to task 2: a request about task 1's production of it
+     * (sent before the consumer saw the new one) leaves the new production alone. */
+    {"redo of a split leased again since is ignored",
+     DET2 "splits 1 2\nsplits 2 2\nredo 1 1 tasks=1\nsplits 2 1", "redo 1 1 tasks=1", "=>"},
+    {"redo of a split leased again since, about the new production",
+     DET2 "splits 1 2\nsplits 2 2\nredo 1 1 tasks=1\nsplits 2 1", "redo 1 1 tasks=2",
+     "splits_returned ref=1 ref2=2 seqs=[1]\n=>"},
     {"redo of splits in the pool or finished", DET2 "splits 1 2\ndone 1 1\nredo 1 0",
      "redo 1 0,1,2", "=>"},
     {"redo refused for a job that is not deterministic", DIST2, "redo 1 0",

@@ -1,8 +1,8 @@
 /* The u64 hash map (src/common/u64map.c): puts, gets and deletes answer as u64map.h says,
  * including keys that collide into one run and runs that wrap around the table's end; a map
- * reserved for n keys takes them without allocating; the minimum is the smallest key stored; and
- * long random runs against a plain array model agree exactly after every operation (deletion by
- * backward shift loses no key). */
+ * reserved for n keys takes them without allocating; the minimum is the smallest key stored;
+ * u64map_retain keeps what its predicate accepts; and long random runs against a plain array
+ * model agree exactly after every operation (deletion by backward shift loses no key). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,6 +44,39 @@ static void test_basics(void **state)
     u64map_release(&m);
     assert_null(m.slots);
     assert_int_equal(m.cap, 0);
+}
+
+static bool keep_even_values(uint64_t key, uint64_t value, void *ctx)
+{
+    (void)key;
+    (*(unsigned *)ctx)++;
+    return value % 2 == 0;
+}
+
+/* u64map_retain keeps exactly the pairs its predicate accepts, asking once per key, and the map
+ * still finds, adds and deletes afterwards. */
+static void test_retain(void **state)
+{
+    (void)state;
+    struct u64map m = {0};
+    unsigned asked = 0;
+    assert_int_equal(u64map_retain(&m, keep_even_values, &asked), 0);
+    assert_int_equal(asked, 0);
+    for (uint64_t k = 0; k < 1000; k++)
+        assert_int_equal(u64map_put(&m, k * 7, k), 1);
+    assert_int_equal(u64map_retain(&m, keep_even_values, &asked), 0);
+    assert_int_equal(asked, 1000);
+    assert_int_equal(m.n, 500);
+    for (uint64_t k = 0; k < 1000; k++) {
+        uint64_t v = 1;
+        assert_int_equal(u64map_get(&m, k * 7, &v), k % 2 == 0);
+        if (k % 2 == 0)
+            assert_int_equal(v, k);
+    }
+    assert_true(u64map_del(&m, 14));
+    assert_int_equal(u64map_put(&m, 7, 1), 1);
+    assert_int_equal(m.n, 500);
+    u64map_release(&m);
 }
 
 static void test_reserve_no_growth(void **state)
@@ -162,6 +195,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_basics),
+        cmocka_unit_test(test_retain),
         cmocka_unit_test(test_reserve_no_growth),
         cmocka_unit_test(test_wrapping_run),
         cmocka_unit_test(test_random_against_model),
