@@ -3,10 +3,13 @@
 #include "cap.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <sys/random.h>
 
 int cap_random(uint8_t out[CAP_KEY_LEN])
@@ -24,6 +27,46 @@ int cap_random(uint8_t out[CAP_KEY_LEN])
     return 0;
 }
 
+/* One HMAC-SHA256 context per thread, its digest set once and only its key changed per
+ * derivation: the one-shot HMAC() looks the MAC and the digest up in OpenSSL's provider tables
+ * (under a lock) on every call, three times the cost of a derivation, and a shared job's first
+ * heartbeats derive one capability per client and task. Freed when its thread exits. */
+static pthread_once_t mac_once = PTHREAD_ONCE_INIT;
+static pthread_key_t mac_key;
+static bool mac_key_ok;
+
+static void mac_ctx_free(void *ctx)
+{
+    EVP_MAC_CTX_free(ctx);
+}
+
+static void mac_init(void)
+{
+    mac_key_ok = pthread_key_create(&mac_key, mac_ctx_free) == 0;
+}
+
+/* This thread's context, or NULL (out of memory: the caller falls back to HMAC()). */
+static EVP_MAC_CTX *thread_mac(void)
+{
+    pthread_once(&mac_once, mac_init);
+    if (!mac_key_ok)
+        return NULL;
+    EVP_MAC_CTX *ctx = pthread_getspecific(mac_key);
+    if (ctx)
+        return ctx;
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    EVP_MAC_free(mac); /* the context holds its own reference */
+    OSSL_PARAM params[2] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_end()};
+    if (!ctx || !EVP_MAC_CTX_set_params(ctx, params) || pthread_setspecific(mac_key, ctx) != 0) {
+        EVP_MAC_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
 /* HMAC-SHA256(secret, label || be64(id)) cut to CAP_KEY_LEN bytes. label is 15 bytes; labels
  * keep the derivations of one secret apart. */
 static void derive(const uint8_t secret[CAP_KEY_LEN], const char label[15], uint64_t id,
@@ -34,8 +77,13 @@ static void derive(const uint8_t secret[CAP_KEY_LEN], const char label[15], uint
     for (int i = 0; i < 8; i++)
         msg[15 + i] = (uint8_t)(id >> (56 - 8 * i));
     uint8_t mac[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    HMAC(EVP_sha256(), secret, CAP_KEY_LEN, msg, sizeof msg, mac, &len);
+    size_t len = 0;
+    EVP_MAC_CTX *ctx = thread_mac();
+    if (!ctx || !EVP_MAC_init(ctx, secret, CAP_KEY_LEN, NULL) ||
+        !EVP_MAC_update(ctx, msg, sizeof msg) || !EVP_MAC_final(ctx, mac, &len, sizeof mac)) {
+        unsigned ulen = 0;
+        HMAC(EVP_sha256(), secret, CAP_KEY_LEN, msg, sizeof msg, mac, &ulen);
+    }
     memcpy(out, mac, CAP_KEY_LEN);
     OPENSSL_cleanse(mac, sizeof mac);
 }

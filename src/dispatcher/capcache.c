@@ -2,6 +2,8 @@
 
 #include "capcache.h"
 
+#include "common/rows.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,12 +21,82 @@ static void entry_free(struct capcache_entry *e)
     e->n = 0;
 }
 
+static void tasks_free(struct capcache_tasks *t)
+{
+    free(t->task_ids);
+    if (t->keys)
+        memset(t->keys, 0, t->cap * sizeof *t->keys);
+    free(t->keys);
+}
+
 void capcache_release(struct capcache *c)
 {
     for (size_t i = 0; i < c->n; i++)
         entry_free(&c->v[i]);
     free(c->v);
+    for (size_t i = 0; i < c->nits; i++)
+        tasks_free(&c->its[i]);
+    free(c->its);
     capcache_init(c);
+}
+
+/* The task secrets kept for iteration_id, made when missing; NULL when out of memory. */
+static struct capcache_tasks *iteration_tasks(struct capcache *c, uint64_t iteration_id)
+{
+    size_t off = offsetof(struct capcache_tasks, iteration_id);
+    size_t i = rows_lower(c->its, c->nits, sizeof *c->its, off, iteration_id);
+    if (i < c->nits && c->its[i].iteration_id == iteration_id)
+        return &c->its[i];
+    struct capcache_tasks *t =
+        rows_insert_at((void **)&c->its, &c->nits, &c->capits, sizeof *c->its, i);
+    if (t)
+        t->iteration_id = iteration_id;
+    return t;
+}
+
+/* Task task_id's secret into out: kept in t (NULL: not kept) or derived, and then kept when
+ * memory allows. Tasks are mostly asked for in increasing order, so keeping one appends. */
+static void task_key(struct capcache *c, struct capcache_tasks *t,
+                     const uint8_t iteration_key[CAP_KEY_LEN], uint64_t task_id,
+                     uint8_t out[CAP_KEY_LEN])
+{
+    size_t i = 0;
+    if (t) {
+        i = t->n > 0 && t->task_ids[t->n - 1] < task_id
+                ? t->n
+                : rows_lower(t->task_ids, t->n, sizeof *t->task_ids, 0, task_id);
+        if (i < t->n && t->task_ids[i] == task_id) {
+            memcpy(out, t->keys[i], CAP_KEY_LEN);
+            return;
+        }
+    }
+    cap_task_key(iteration_key, task_id, out);
+    c->task_derived++;
+    if (!t)
+        return;
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        uint64_t *ids = malloc(cap * sizeof *ids);
+        uint8_t(*keys)[CAP_KEY_LEN] = malloc(cap * sizeof *keys);
+        if (!ids || !keys) {
+            free(ids);
+            free(keys);
+            return;
+        }
+        if (t->n) {
+            memcpy(ids, t->task_ids, t->n * sizeof *ids);
+            memcpy(keys, t->keys, t->n * sizeof *keys);
+        }
+        tasks_free(t);
+        t->task_ids = ids;
+        t->keys = keys;
+        t->cap = cap;
+    }
+    memmove(&t->task_ids[i + 1], &t->task_ids[i], (t->n - i) * sizeof *t->task_ids);
+    memmove(&t->keys[i + 1], &t->keys[i], (t->n - i) * sizeof *t->keys);
+    t->task_ids[i] = task_id;
+    memcpy(t->keys[i], out, CAP_KEY_LEN);
+    t->n++;
 }
 
 /* The position of client_id's entry, or where it would go. */
@@ -48,12 +120,14 @@ static void drop(struct capcache *c, size_t i)
     c->n--;
 }
 
-static void derive(struct capcache *c, uint64_t client_id, const uint8_t iteration_key[CAP_KEY_LEN],
-                   uint64_t task_id, uint8_t out[CAP_KEY_LEN])
+static void derive(struct capcache *c, struct capcache_tasks *t, uint64_t client_id,
+                   const uint8_t iteration_key[CAP_KEY_LEN], uint64_t task_id,
+                   uint8_t out[CAP_KEY_LEN])
 {
-    uint8_t task_key[CAP_KEY_LEN];
-    cap_task_key(iteration_key, task_id, task_key);
-    cap_client_key(task_key, client_id, out);
+    uint8_t secret[CAP_KEY_LEN];
+    task_key(c, t, iteration_key, task_id, secret);
+    cap_client_key(secret, client_id, out);
+    memset(secret, 0, sizeof secret);
     c->derived++;
 }
 
@@ -66,14 +140,18 @@ void capcache_client_keys(struct capcache *c, uint64_t client_id, uint64_t itera
     if (e && e->iteration_id != iteration_id)
         entry_free(e); /* the client reads another iteration now: nothing carries over */
     /* Both lists increase: one merge walk finds the tasks listed before. */
+    struct capcache_tasks *t = NULL;
     size_t j = 0;
     for (size_t i = 0; i < n; i++) {
         while (e && j < e->n && e->task_ids[j] < task_ids[i])
             j++;
         if (e && j < e->n && e->task_ids[j] == task_ids[i])
             memcpy(out[i], e->keys[j], CAP_KEY_LEN);
-        else
-            derive(c, client_id, iteration_key, task_ids[i], out[i]);
+        else {
+            if (!t)
+                t = iteration_tasks(c, iteration_id);
+            derive(c, t, client_id, iteration_key, task_ids[i], out[i]);
+        }
     }
     /* Remember exactly this list. */
     uint64_t *ids = n ? malloc(n * sizeof *ids) : NULL;
@@ -110,6 +188,19 @@ void capcache_client_keys(struct capcache *c, uint64_t client_id, uint64_t itera
     e->task_ids = ids;
     e->keys = keys;
     e->n = n;
+}
+
+void capcache_prune_iterations(struct capcache *c, bool (*alive)(void *user, uint64_t iteration_id),
+                               void *user)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < c->nits; i++) {
+        if (alive(user, c->its[i].iteration_id))
+            c->its[k++] = c->its[i];
+        else
+            tasks_free(&c->its[i]);
+    }
+    c->nits = k;
 }
 
 void capcache_prune(struct capcache *c, bool (*alive)(void *user, uint64_t client_id), void *user)

@@ -5,7 +5,9 @@
  * HMACs per task. An iteration of a shared job has a task on every worker, so without this a
  * heartbeat would derive two HMACs per worker of the cluster. The capabilities never change for a
  * (client, iteration, task), so the cache keeps the last list per client and derives only those
- * of tasks it has not listed before.
+ * of tasks it has not listed before. A task's secret, the first of the two, is the same for every
+ * client: it is derived once per task and kept per iteration (capcache_prune_iterations forgets an
+ * iteration), so a shared job's first heartbeats cost one derivation per client and task.
  *
  * Soft state of the dispatcher's shell: not journaled (a restarted dispatcher derives again on
  * the first heartbeats); an entry goes when its client is released (capcache_prune). Pure: no
@@ -26,10 +28,21 @@ struct capcache_entry {
     size_t n;
 };
 
+/* The task secrets of one iteration. */
+struct capcache_tasks {
+    uint64_t iteration_id;
+    uint64_t *task_ids; /* increasing */
+    uint8_t (*keys)[CAP_KEY_LEN];
+    size_t n, cap;
+};
+
 struct capcache {
     struct capcache_entry *v; /* sorted by client_id */
     size_t n, cap;
-    uint64_t derived; /* capabilities derived (misses), for tests and curiosity */
+    struct capcache_tasks *its; /* sorted by iteration_id */
+    size_t nits, capits;
+    uint64_t derived;      /* capabilities derived (misses), for tests and curiosity */
+    uint64_t task_derived; /* task secrets derived */
 };
 
 void capcache_init(struct capcache *c);
@@ -46,5 +59,9 @@ void capcache_client_keys(struct capcache *c, uint64_t client_id, uint64_t itera
 
 /* Drops the entries of clients for which alive(user, client_id) is false. */
 void capcache_prune(struct capcache *c, bool (*alive)(void *user, uint64_t client_id), void *user);
+
+/* Drops the task secrets of iterations for which alive(user, iteration_id) is false. */
+void capcache_prune_iterations(struct capcache *c, bool (*alive)(void *user, uint64_t iteration_id),
+                               void *user);
 
 #endif

@@ -61,6 +61,11 @@ static bool iteration_active(const struct state *s, uint64_t id)
     return it && it->state == ST_ITER_ACTIVE;
 }
 
+static bool iteration_known(void *user, uint64_t id)
+{
+    return iteration_active(user, id);
+}
+
 static bool iteration_idle(const struct state *s, uint64_t id)
 {
     const struct st_iteration *it = state_iteration(s, id);
@@ -105,6 +110,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
         i++;
     }
     capcache_prune(&d->caps, client_known, &d->st);
+    capcache_prune_iterations(&d->caps, iteration_known, &d->st);
     if (d->jt) {
         /* Touches that became durable: such a worker's heartbeat no longer waits for them. */
         uint64_t durable = journal_thread_durable_seq(d->jt);

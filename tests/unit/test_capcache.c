@@ -1,5 +1,6 @@
 /* The per-client cache of task capabilities: what it lists is always what cap.h derives, it
- * derives only for tasks a client's previous list did not hold, and it forgets what it must. */
+ * derives only for tasks a client's previous list did not hold, a task's secret once for all its
+ * clients, and it forgets what it must. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,11 +99,66 @@ static void test_prune(void **unused)
     capcache_release(&c);
 }
 
+static bool not_iteration_1(void *user, uint64_t iteration)
+{
+    (void)user;
+    return iteration != 1;
+}
+
+/* A task's secret is derived once, whichever clients list the task and in whatever order the
+ * tasks come; forgetting an iteration derives its secrets again. */
+static void test_task_secrets_once(void **unused)
+{
+    (void)unused;
+    struct capcache c;
+    capcache_init(&c);
+    static const uint64_t up[] = {3, 5, 9, 12}, down[] = {1, 4, 5, 13, 14};
+    assert_int_equal(list(&c, 1, 1, secret_a, up, 4), 4);
+    assert_int_equal(c.task_derived, 4);
+    assert_int_equal(list(&c, 2, 1, secret_a, up, 4), 4); /* the client's key: its own */
+    assert_int_equal(c.task_derived, 4);                  /* the task secrets: kept */
+    assert_int_equal(list(&c, 3, 1, secret_a, down, 5), 5);
+    assert_int_equal(c.task_derived, 4 + 4); /* 1, 4, 13, 14: inserted in the middle and after */
+    assert_int_equal(list(&c, 4, 2, secret_b, up, 4), 4);
+    assert_int_equal(c.task_derived, 12);             /* another iteration, another secret */
+    for (uint64_t client = 10; client < 80; client++) /* growing past the first allocation */
+        assert_int_equal(list(&c, client, 1, secret_a, down, 5), 5);
+    assert_int_equal(c.task_derived, 12);
+    capcache_prune_iterations(&c, not_iteration_1, NULL);
+    assert_int_equal(list(&c, 90, 1, secret_a, up, 4), 4);
+    assert_int_equal(c.task_derived, 16);
+    assert_int_equal(list(&c, 91, 2, secret_b, up, 4), 4);
+    assert_int_equal(c.task_derived, 16);
+    capcache_release(&c);
+}
+
+static void test_many_tasks(void **unused)
+{
+    (void)unused;
+    struct capcache c;
+    capcache_init(&c);
+    uint64_t ids[300];
+    uint8_t keys[300][CAP_KEY_LEN];
+    for (size_t i = 0; i < 300; i++)
+        ids[i] = 1000 + 3 * i;
+    capcache_client_keys(&c, 5, 1, secret_a, ids, 300, keys);
+    capcache_client_keys(&c, 6, 1, secret_a, ids, 300, keys);
+    assert_int_equal(c.task_derived, 300);
+    for (size_t i = 0; i < 300; i++) {
+        uint8_t want[CAP_KEY_LEN];
+        expected(secret_a, 6, ids[i], want);
+        assert_memory_equal(keys[i], want, CAP_KEY_LEN);
+    }
+    capcache_release(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_derives_only_new_tasks),
         cmocka_unit_test(test_prune),
+        cmocka_unit_test(test_task_secrets_once),
+        cmocka_unit_test(test_many_tasks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
