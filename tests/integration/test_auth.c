@@ -938,6 +938,12 @@ static bool server_stopped_reading(pid_t pid, int server_port, int client_port)
     return asleep >= 5;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define PIPELINED_RSS_KB (600 * 1024)
+#else
+#define PIPELINED_RSS_KB (300 * 1024)
+#endif
+
 /* An authenticated client pipelines status requests and never reads a reply: the dispatcher
  * stops reading it once the replies back up, so its memory stays bounded, and another client
  * is served meanwhile. */
@@ -1019,7 +1025,11 @@ static void test_pipelined_without_reading(void **unused)
                   sent_requests, kib, blocked ? "it stopped reading" : "it never stopped reading",
                   last_unread, last_sleep);
     assert_true(blocked);
-    assert_true(kib > 0 && kib < 300 * 1024);
+    /* The plain build holds about 20 MiB here. Under AddressSanitizer the resident size also
+     * counts the allocator's own regions and shadow, which grow with the requests served before
+     * the server stopped reading (250-320 MiB for 450,000-740,000 of them): a looser bound there,
+     * still far below what 3 million kept replies would take. */
+    assert_true(kib > 0 && kib < PIPELINED_RSS_KB);
 
     char *out = NULL, *err = NULL;
     assert_int_equal(cluster_cli(&c, &out, &err, "status", "--auth-token-file", right_file, NULL),
