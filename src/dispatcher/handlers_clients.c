@@ -291,6 +291,12 @@ static uint64_t round_window(const Sluice__ClientHeartbeatRequest *req)
     return w >= ROUND_WINDOW_MAX ? ROUND_WINDOW_MAX : (uint64_t)w;
 }
 
+/* Acting on a redo request needs two heartbeats this recent from every consumer of the
+ * iteration: the clients heartbeat at least every second, and a worker hands a split to another
+ * reader only after its first one took nothing of it for 5 s, so such a first reader reported
+ * what it had. */
+#define REDO_HEARD_MS 3000
+
 /* A deterministic reader's redo requests (ClientHeartbeatRequest.redo_seqs): the splits whose
  * production it saw end short go back to the pool. With the tasks and ages of those productions
  * (every client that sends them), a split leased to another task since, or leased again after the
@@ -299,6 +305,20 @@ static int redo_splits(struct dispatcher *d, const Sluice__ClientHeartbeatReques
                        uint64_t iteration_id, char *err, size_t errlen)
 {
     size_t n = req->n_redo_seqs;
+    /* A split asked for is often one its first reader stopped taking for 5 s (the worker then
+     * serves it to the next reader that asks, worker/splitown.h): a first reader not heard from
+     * twice within REDO_HEARD_MS may hold positions of it it has not reported, and a production
+     * leaving out only what was reported would hand them to this reader too. Such requests are not
+     * acted on: the split stays leased, and is leased again once its task settled and every
+     * consumer was heard from since (tick.c), leaving out what the silent one reports when it
+     * wakes. */
+    if (!dispatcher_consumers_heard_since(d, iteration_id, uv_now(d->loop) - REDO_HEARD_MS)) {
+        log_debug("client %016" PRIx64 " asks %zu split(s) of iteration %" PRIu64
+                  " to be produced again, first %" PRIu64
+                  ": not now, a consumer of the iteration sent fewer than 2 heartbeats in %d ms",
+                  req->client_id, n, iteration_id, req->redo_seqs[0], REDO_HEARD_MS);
+        return 0;
+    }
     bool named = req->n_redo_tasks == n && req->n_redo_ages_ms == n;
     uint64_t *seqs = malloc(2 * n * sizeof *seqs);
     if (!seqs)
@@ -358,6 +378,9 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
         return;
     }
+    const struct soft *last = dispatcher_soft_find(&d->client_seen, req->client_id, NULL);
+    if (last)
+        dispatcher_soft_set(&d->client_seen_before, req->client_id, last->t);
     dispatcher_soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
     const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     observe_client_heartbeat(d->obs, it->job_id, req);
@@ -398,6 +421,7 @@ static void release_client_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_refuse_commit(&c->r, status);
     } else {
         dispatcher_soft_del(&d->client_seen, c->client_id);
+        dispatcher_soft_del(&d->client_seen_before, c->client_id);
         dispatcher_soft_del(&d->client_reported, c->client_id);
         Sluice__ReleaseClientReply body = SLUICE__RELEASE_CLIENT_REPLY__INIT;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;

@@ -39,6 +39,19 @@ uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d)
     return 3 * hb + 1000;
 }
 
+bool dispatcher_consumers_heard_since(struct dispatcher *d, uint64_t iteration_id, uint64_t since)
+{
+    for (size_t i = 0; i < d->st.nclients; i++) {
+        const struct st_client *c = &d->st.clients[i];
+        if (c->iteration_id != iteration_id)
+            continue;
+        const struct soft *seen = dispatcher_soft_find(&d->client_seen_before, c->id, NULL);
+        if (!seen || seen->t < since)
+            return false;
+    }
+    return true;
+}
+
 bool dispatcher_coverage_settling(const struct dispatcher *d)
 {
     return uv_now(d->loop) - d->started_ms <= dispatcher_reissue_grace_ms(d);
@@ -564,6 +577,7 @@ static void dispatcher_free(struct dispatcher *d)
     owners_free(&d->owners);
     free(d->worker_touched.v);
     free(d->client_seen.v);
+    free(d->client_seen_before.v);
     free(d->idle_since.v);
     free(d->rep_waiters);
     free(d->settled_since.v);

@@ -82,6 +82,10 @@ struct dispatcher {
     struct ratelimit refusals;
 
     struct soft_table worker_seen, client_seen, idle_since;
+    /* Each client's heartbeat before its last one (client_seen): a consumer whose process was
+     * stopped sends its first heartbeat on waking before it reads what arrived meanwhile, so it
+     * counts as heard from (dispatcher_consumers_heard_since) only with two heartbeats since. */
+    struct soft_table client_seen_before;
     /* Readers of a repeating named job that asked for its next repetition while others still
      * held the current one (handlers_jobs.c): the job does not move past the repetition they wait
      * for before they join it, or before client_timeout_ms pass without them asking again. At
@@ -199,6 +203,12 @@ const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const str
 
 /* How long a task may sit settled with leases before they are leased again (server.c). */
 uint32_t dispatcher_reissue_grace_ms(const struct dispatcher *d);
+/* Whether every consumer of the iteration sent two heartbeats at or after since (uv_now
+ * milliseconds): each then reported what it had received a little before (the first heartbeat
+ * of a process that was stopped leaves out what reached it meanwhile). One silent since (a
+ * stopped process, or a dead one not released yet) may hold elements it has not reported, so
+ * none of the splits it may hold part of is produced again meanwhile. */
+bool dispatcher_consumers_heard_since(struct dispatcher *d, uint64_t iteration_id, uint64_t since);
 /* A monotonic clock in milliseconds read when called (uv_now is the loop's cached time, which
  * may lag by a whole loop iteration): what the ages of a reader's redo requests are taken
  * against. */

@@ -74,6 +74,11 @@ static bool iteration_idle(const struct state *s, uint64_t id)
            !state_save_running(s, id);
 }
 
+/* A consumer's heartbeats this long after a task settled were sent after the task's last reply
+ * reached it (the second of two, also when its process was stopped meanwhile), so they report
+ * whatever it received of the task's splits. */
+#define CONSUMER_REPORT_MARGIN_MS 1000
+
 /* Room for the ids of up to n rows. The timer collects the ids it acts on before acting,
  * because every commit changes the tables it walks. */
 static uint64_t *id_buffer(size_t n, size_t *count)
@@ -94,6 +99,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
 
     soft_prune(&d->worker_seen, &d->st, worker_alive);
     soft_prune(&d->client_seen, &d->st, client_alive);
+    soft_prune(&d->client_seen_before, &d->st, client_alive);
     soft_prune(&d->client_reported, &d->st, client_alive);
     soft_prune(&d->idle_since, &d->st, iteration_idle);
     soft_prune(&d->settled_since, &d->st, task_alive);
@@ -133,14 +139,18 @@ void dispatcher_on_tick(uv_timer_t *timer)
     /* A task whose consumers fetched everything it produced, yet still holds splits nobody
      * reported received after a grace of several heartbeats, lost a reply on the way (a
      * connection dropped mid-reply): its splits are leased again, and consumers take only the
-     * elements they miss. */
+     * elements they miss. Only once every consumer of the iteration was heard from since: one
+     * that was not (a stopped process, or a dead one not released yet) may hold elements of
+     * those splits it has not reported, which another consumer would then get too. */
     uint32_t grace = dispatcher_reissue_grace_ms(d);
     if ((ids = id_buffer(d->settled_since.n, &n))) {
         for (size_t i = 0; i < d->settled_since.n; i++) {
             const struct soft *e = &d->settled_since.v[i];
             const struct st_task *t = state_task(&d->st, e->id);
             const struct soft *l = dispatcher_soft_find(&d->leased_at, e->id, NULL);
-            if (t && t->leased.n > 0 && now - e->t > grace && (!l || now - l->t > grace))
+            if (t && t->leased.n > 0 && now - e->t > grace && (!l || now - l->t > grace) &&
+                dispatcher_consumers_heard_since(d, t->iteration_id,
+                                                 e->t + CONSUMER_REPORT_MARGIN_MS))
                 ids[n++] = e->id;
         }
         for (size_t i = 0; i < n; i++) {
@@ -190,6 +200,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
                 continue;
             }
             dispatcher_soft_del(&d->client_seen, ids[i]);
+            dispatcher_soft_del(&d->client_seen_before, ids[i]);
             dispatcher_commit(d, &d->ups, tick_done, NULL);
         }
         free(ids);

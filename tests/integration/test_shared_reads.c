@@ -7,8 +7,9 @@
  * epoch exactly once; read deterministically, each reader gets its share in the canonical order
  * (splits by increasing sequence number, elements by position), which for range() means
  * increasing values. Checked with 2 and 3 readers, through the loss of a worker in the middle of
- * the read (with and without --deterministic), and with a reorder bound far below the data (each
- * reader drops what it has no room for and has it produced again).
+ * the read (with and without --deterministic), with a reorder bound far below the data (each
+ * reader drops what it has no room for and has it produced again), and with a reader stopped for
+ * longer than the re-issue grace.
  *
  * Each reader writes to a file of its own (--output), so no reader waits on a pipe that this
  * process is not draining. Every comparison is exact: the union of the outputs against the
@@ -48,12 +49,23 @@ static const char *const dispatcher_flags[] = {
     "--worker-timeout-ms", "1500", "--client-timeout-ms", "3000", "--log-level", "info", NULL};
 static const char *const worker_flags[] = {"--heartbeat-ms", "200", NULL};
 
+/* The same with readers released only after 30 s of silence: a reader stopped for several
+ * seconds stays a consumer of its job. */
+static const char *const patient_flags[] = {
+    "--worker-timeout-ms", "1500", "--client-timeout-ms", "30000", "--log-level", "info", NULL};
+
 static struct proc readers[MAX_READERS];
 
 static int setup(void **state)
 {
     memset(readers, 0, sizeof readers);
     return (*state = cluster_new(dispatcher_flags, worker_flags, 0, 0)) ? 0 : -1;
+}
+
+static int setup_patient(void **state)
+{
+    memset(readers, 0, sizeof readers);
+    return (*state = cluster_new(patient_flags, worker_flags, 0, 0)) ? 0 : -1;
 }
 
 /* Stops what a failed test left running; fails unless every process of the cluster that was not
@@ -320,6 +332,55 @@ static void test_det_kill_worker(void **state)
     run_kill_worker(*state, "det_kill", true);
 }
 
+/* ---- a reader stopped in the middle --------------------------------------------------------- */
+
+/* Reader 0 of two is stopped (SIGSTOP) once a tenth of the splits are finished, for 7 s (longer
+ * than the re-issue grace of about 4 s, shorter than the client timeout), then continued. It
+ * held elements it had received and not yet reported; while it is silent the splits they belong
+ * to must not be leased again (the other reader would get them too), and the read ends with
+ * every element once. */
+static void run_stopped_reader(struct cluster *c, const char *job, bool deterministic)
+{
+    const long total = 40000;
+    cluster_add_workers(c, 3);
+    cluster_wait_registered(c);
+    struct shared_read r = {.job = job,
+                            .pipeline = "range(40000) | map(sleep_us, 50)",
+                            .total = total,
+                            .n = 2,
+                            .deterministic = deterministic};
+    long long t0 = now_ms();
+    spawn_readers(c, &r);
+    long long finished;
+    while ((finished = splits_finished(c, r.job)) < 40) {
+        if (readers_running(&r) < r.n)
+            fail_msg("a reader ended before the stop (%lld splits finished)", finished);
+        if (now_ms() - t0 > WAIT_MS)
+            fail_msg("job '%s': %lld splits finished after %d ms", r.job, finished, WAIT_MS);
+        sleep_ms(20);
+    }
+    assert_int_equal(kill(readers[0].pid, SIGSTOP), 0);
+    printf("    reader 0 stopped after %lld ms, %lld of 400 splits finished\n", now_ms() - t0,
+           finished);
+    sleep_ms(7000);
+    long long during = splits_finished(c, r.job);
+    assert_int_equal(kill(readers[0].pid, SIGCONT), 0);
+    printf("    reader 0 continued: %lld splits finished meanwhile\n", during - finished);
+    wait_readers(&r);
+    printf("    read in %lld ms\n", now_ms() - t0);
+    check_outputs(&r, deterministic);
+}
+
+static void test_nondet_stopped_reader(void **state)
+{
+    run_stopped_reader(*state, "nondet_stopped", false);
+}
+
+static void test_det_stopped_reader(void **state)
+{
+    run_stopped_reader(*state, "det_stopped", true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +389,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_nondet_kill_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_det_kill_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(test_det_small_reorder_bound, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_nondet_stopped_reader, setup_patient, teardown),
+        cmocka_unit_test_setup_teardown(test_det_stopped_reader, setup_patient, teardown),
     };
     if (getenv("SLUICE_TEST_FILTER"))
         cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
