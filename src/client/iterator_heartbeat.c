@@ -82,7 +82,7 @@ void iter_schedule_acks(struct sluice_iterator *it)
 
 void iter_hasten_redo(struct sluice_iterator *it)
 {
-    if (it->closing)
+    if (it->closing || uv_now(&it->c->loop) < it->redo_calm_until)
         return;
     if (it->hb_busy)
         it->hb_soon = true;
@@ -504,7 +504,14 @@ static void on_heartbeat(int status, const char *msg, const Sluice__Envelope *re
 {
     struct sluice_iterator *it = user;
     it->hb_busy = false;
-    if (status != 0 || incarnation != it->job_incarnation)
+    /* Not answered, or not acted on for now: the splits are asked for again (a deferred request
+     * with the regular heartbeats). */
+    bool deferred = status == 0 &&
+                    reply->body_case == SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY &&
+                    reply->client_heartbeat_reply->redo_deferred;
+    if (deferred && it->nredo > 0)
+        it->redo_calm_until = uv_now(&it->c->loop) + it->heartbeat_ms;
+    if (status != 0 || incarnation != it->job_incarnation || deferred)
         redo_failed(it);
     it->nredo = 0;
     if (it->closing || iter_state(it) == ITER_FAILED) {

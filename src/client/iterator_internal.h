@@ -177,6 +177,9 @@ struct sluice_iterator {
     struct reorder_redo *redo;
     uint64_t *redo_wire;
     size_t nredo, redo_cap;
+    /* The dispatcher deferred the last redo request (ClientHeartbeatReply.redo_deferred): it is
+     * asked again with the regular heartbeats, not hastened, until this loop time. */
+    uint64_t redo_calm_until;
     uint64_t det_bytes, det_splits; /* bytes accepted, splits completed: the mean split size */
     uint64_t last_det_splits, last_det_ms; /* det_splits at the last heartbeat, and when */
     bool acks_due;              /* a split completed since the last heartbeat was built */

@@ -46,6 +46,7 @@ struct client_ctx {
     bool tasks_unchanged; /* the client holds the list: infos is empty */
     uint64_t rounds_granted;
     uint64_t finished_below; /* state_splits_finished_below when planned */
+    bool redo_deferred;      /* the request's redo seqs are to be asked for again */
     Sluice__RoundEpoch *epochs;
     Sluice__RoundEpoch **epoch_ptrs;
     size_t nepochs;
@@ -203,6 +204,7 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     body.splits_finished_below = c->finished_below;
     body.n_round_epochs = c->nepochs;
     body.round_epochs = c->epoch_ptrs;
+    body.redo_deferred = c->redo_deferred;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY;
     env.client_heartbeat_reply = &body;
@@ -302,21 +304,22 @@ static uint64_t round_window(const Sluice__ClientHeartbeatRequest *req)
  * (every client that sends them), a split leased to another task since, or leased again after the
  * reader received that end (relet.h), has a new production under way and is left alone. */
 static int redo_splits(struct dispatcher *d, const Sluice__ClientHeartbeatRequest *req,
-                       uint64_t iteration_id, char *err, size_t errlen)
+                       uint64_t iteration_id, bool *deferred, char *err, size_t errlen)
 {
     size_t n = req->n_redo_seqs;
     /* A split asked for is often one its first reader stopped taking for 5 s (the worker then
      * serves it to the next reader that asks, worker/splitown.h): a first reader not heard from
      * twice within REDO_HEARD_MS may hold positions of it it has not reported, and a production
      * leaving out only what was reported would hand them to this reader too. Such requests are not
-     * acted on: the split stays leased, and is leased again once its task settled and every
-     * consumer was heard from since (tick.c), leaving out what the silent one reports when it
-     * wakes. */
+     * acted on now: the reply says so (redo_deferred) and the reader asks again with its next
+     * heartbeat, until the silent one was heard from (its report then leaves out what it had) or
+     * released. */
     if (!dispatcher_consumers_heard_since(d, iteration_id, uv_now(d->loop) - REDO_HEARD_MS)) {
         log_debug("client %016" PRIx64 " asks %zu split(s) of iteration %" PRIu64
                   " to be produced again, first %" PRIu64
                   ": not now, a consumer of the iteration sent fewer than 2 heartbeats in %d ms",
                   req->client_id, n, iteration_id, req->redo_seqs[0], REDO_HEARD_MS);
+        *deferred = true;
         return 0;
     }
     bool named = req->n_redo_tasks == n && req->n_redo_ages_ms == n;
@@ -395,7 +398,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     const struct st_job *job = state_job(&d->st, it->job_id);
     bool det = job && job->deterministic && it->distributed;
     if (rc == 0 && det && req->n_redo_seqs > 0)
-        rc = redo_splits(d, req, iteration_id, err, sizeof err);
+        rc = redo_splits(d, req, iteration_id, &c->redo_deferred, err, sizeof err);
     c->finished_below = state_splits_finished_below(&d->st, iteration_id);
     if (rc == 0 && det && req->lease_below > 0)
         dispatcher_soft_set(&d->lease_below, iteration_id, req->lease_below);
