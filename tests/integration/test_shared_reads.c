@@ -261,7 +261,7 @@ static void test_det_small_reorder_bound(void **state)
     run_det(*state, "det_reorder", "range(20000)", 20000, 3, 2, "65536");
 }
 
-/* ---- a worker killed in the middle ----------------------------------------------------------- */
+/* ---- a fault in the middle: a worker killed, a reader stopped -------------------------------- */
 
 /* The job's "splits" object in the status: its "finished" count, or -1 while the job is not
  * there. */
@@ -282,11 +282,23 @@ static long long splits_finished(struct cluster *c, const char *job)
     return n;
 }
 
-/* 40000 elements of 50 us of CPU, 400 splits: a couple of seconds on two cores. Worker 0 is
- * SIGKILLed once the job has a task on every worker and a tenth of its splits are finished (so
- * the readers hold part of the epoch and the killed worker has splits in progress), then the
- * dispatcher evicts it and its splits are produced again by the others. */
-static void run_kill_worker(struct cluster *c, const char *job, bool deterministic)
+/* The faults a shared read goes through in the middle. */
+enum fault {
+    /* Worker 0 is SIGKILLed: the dispatcher evicts it and its splits are produced again by the
+     * others. */
+    KILL_WORKER,
+    /* Reader 0 is stopped (SIGSTOP) for 7 s (longer than the re-issue grace of about 4 s,
+     * shorter than the client timeout) and continued. It held elements it had received and not
+     * yet reported; while it is silent the splits they belong to must not be leased or produced
+     * again (the other reader would get them too). */
+    STOP_READER,
+};
+
+/* 40000 elements of 50 us of CPU, 400 splits: a couple of seconds on two cores, read by two
+ * readers over three workers. The fault comes once the job has a task on every worker and a tenth
+ * of its splits are finished (so the readers hold part of the epoch and every worker has splits
+ * in progress); the read must end with every element once. */
+static void run_with_fault(struct cluster *c, const char *job, bool deterministic, enum fault f)
 {
     const long total = 40000;
     cluster_add_workers(c, 3);
@@ -300,23 +312,28 @@ static void run_kill_worker(struct cluster *c, const char *job, bool determinist
     spawn_readers(c, &r);
     json_decref(cluster_wait_job(c, job, 3, WAIT_MS));
     long long finished;
-    for (;;) {
-        finished = splits_finished(c, job);
-        if (finished >= 40)
-            break;
+    while ((finished = splits_finished(c, job)) < 40) {
         if (readers_running(&r) < r.n)
-            fail_msg("a reader ended before the kill (%lld splits finished): make the read "
+            fail_msg("a reader ended before the fault (%lld splits finished): make the read "
                      "longer",
                      finished);
         if (now_ms() - t0 > WAIT_MS)
             fail_msg("job '%s': %lld splits finished after %d ms", job, finished, WAIT_MS);
         sleep_ms(20);
     }
-    if (readers_running(&r) < r.n)
-        fail_msg("a reader ended before the kill: make the read longer");
-    assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
-    printf("    worker 0 killed after %lld ms, %lld of 400 splits finished\n", now_ms() - t0,
-           finished);
+    if (f == KILL_WORKER) {
+        assert_int_equal(proc_stop(&c->workers[0], SIGKILL, WAIT_MS), 128 + SIGKILL);
+        printf("    worker 0 killed after %lld ms, %lld of 400 splits finished\n", now_ms() - t0,
+               finished);
+    } else {
+        assert_int_equal(kill(readers[0].pid, SIGSTOP), 0);
+        printf("    reader 0 stopped after %lld ms, %lld of 400 splits finished\n", now_ms() - t0,
+               finished);
+        sleep_ms(7000);
+        long long during = splits_finished(c, job);
+        assert_int_equal(kill(readers[0].pid, SIGCONT), 0);
+        printf("    reader 0 continued: %lld splits finished meanwhile\n", during - finished);
+    }
     wait_readers(&r);
     printf("    read in %lld ms\n", now_ms() - t0);
     check_outputs(&r, deterministic);
@@ -324,61 +341,22 @@ static void run_kill_worker(struct cluster *c, const char *job, bool determinist
 
 static void test_nondet_kill_worker(void **state)
 {
-    run_kill_worker(*state, "nondet_kill", false);
+    run_with_fault(*state, "nondet_kill", false, KILL_WORKER);
 }
 
 static void test_det_kill_worker(void **state)
 {
-    run_kill_worker(*state, "det_kill", true);
-}
-
-/* ---- a reader stopped in the middle --------------------------------------------------------- */
-
-/* Reader 0 of two is stopped (SIGSTOP) once a tenth of the splits are finished, for 7 s (longer
- * than the re-issue grace of about 4 s, shorter than the client timeout), then continued. It
- * held elements it had received and not yet reported; while it is silent the splits they belong
- * to must not be leased again (the other reader would get them too), and the read ends with
- * every element once. */
-static void run_stopped_reader(struct cluster *c, const char *job, bool deterministic)
-{
-    const long total = 40000;
-    cluster_add_workers(c, 3);
-    cluster_wait_registered(c);
-    struct shared_read r = {.job = job,
-                            .pipeline = "range(40000) | map(sleep_us, 50)",
-                            .total = total,
-                            .n = 2,
-                            .deterministic = deterministic};
-    long long t0 = now_ms();
-    spawn_readers(c, &r);
-    long long finished;
-    while ((finished = splits_finished(c, r.job)) < 40) {
-        if (readers_running(&r) < r.n)
-            fail_msg("a reader ended before the stop (%lld splits finished)", finished);
-        if (now_ms() - t0 > WAIT_MS)
-            fail_msg("job '%s': %lld splits finished after %d ms", r.job, finished, WAIT_MS);
-        sleep_ms(20);
-    }
-    assert_int_equal(kill(readers[0].pid, SIGSTOP), 0);
-    printf("    reader 0 stopped after %lld ms, %lld of 400 splits finished\n", now_ms() - t0,
-           finished);
-    sleep_ms(7000);
-    long long during = splits_finished(c, r.job);
-    assert_int_equal(kill(readers[0].pid, SIGCONT), 0);
-    printf("    reader 0 continued: %lld splits finished meanwhile\n", during - finished);
-    wait_readers(&r);
-    printf("    read in %lld ms\n", now_ms() - t0);
-    check_outputs(&r, deterministic);
+    run_with_fault(*state, "det_kill", true, KILL_WORKER);
 }
 
 static void test_nondet_stopped_reader(void **state)
 {
-    run_stopped_reader(*state, "nondet_stopped", false);
+    run_with_fault(*state, "nondet_stopped", false, STOP_READER);
 }
 
 static void test_det_stopped_reader(void **state)
 {
-    run_stopped_reader(*state, "det_stopped", true);
+    run_with_fault(*state, "det_stopped", true, STOP_READER);
 }
 
 int main(void)
