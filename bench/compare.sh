@@ -70,9 +70,13 @@ build_rev() {
         src="$cache/$key/src"
         mkdir -p "$src"
         # Tracked and untracked (not ignored) files with their times, so the build is
-        # incremental from one run to the next.
-        git ls-files -z -co --exclude-standard |
-            tar -c --null -T - --ignore-failed-read -f - 2>/dev/null | tar -x -p -C "$src" -f -
+        # incremental from one run to the next; files the tree no longer has are removed first
+        # (a stale header left there would shadow the one that replaced it).
+        git ls-files -z -co --exclude-standard | sort -z >"$cache/$key/files"
+        (cd "$src" && find . -type f -printf '%P\0' | sort -z) |
+            comm -z -23 - "$cache/$key/files" | (cd "$src" && xargs -0 -r rm -f --)
+        tar -c --null -T "$cache/$key/files" --ignore-failed-read -f - 2>/dev/null |
+            tar -x -p -C "$src" -f -
         rm -f "$cache/$key/ok"
     else
         key=$(git rev-parse --verify --quiet "$rev^{commit}") ||
