@@ -297,6 +297,15 @@ int metrics_histogram(struct metrics *m, const char *name, const char *help, con
     return add_family(m, METRICS_HISTOGRAM, METRICS_U64, name, help, bounds, nbounds, out);
 }
 
+int metrics_scalar(struct metrics *m, bool counter, const char *name, const char *help,
+                   enum metrics_kind kind, struct metrics_series **out)
+{
+    struct metrics_family *f;
+    int rc =
+        counter ? metrics_counter(m, name, help, kind, &f) : metrics_gauge(m, name, help, kind, &f);
+    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
+}
+
 int metrics_exponential_buckets(double start, double factor, size_t count, double *out)
 {
     if (!(start > 0) || !(factor > 1) || count < 1 || count > METRICS_MAX_BUCKETS ||

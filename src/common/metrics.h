@@ -36,6 +36,7 @@
 #ifndef SLUICE_COMMON_METRICS_H
 #define SLUICE_COMMON_METRICS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +73,12 @@ int metrics_gauge(struct metrics *m, const char *name, const char *help, enum me
                   struct metrics_family **out);
 int metrics_histogram(struct metrics *m, const char *name, const char *help, const double *bounds,
                       size_t nbounds, struct metrics_family **out);
+
+/* A counter (counter true) or gauge family with its one unlabelled series: metrics_counter or
+ * metrics_gauge, then metrics_series_get with no labels. Returns 0 and sets *out, or their
+ * errors. */
+int metrics_scalar(struct metrics *m, bool counter, const char *name, const char *help,
+                   enum metrics_kind kind, struct metrics_series **out);
 
 /* Fills out[0..count) with start, start*factor, start*factor^2, ... Returns 0, or
  * SLUICE_ERR_INVALID unless start > 0, factor > 1 and 1 <= count <= METRICS_MAX_BUCKETS. */

@@ -20,7 +20,6 @@ static int series(struct obj_metrics *m, size_t op, size_t slot, struct metrics_
 
 int obj_metrics_create(struct metrics *reg, struct obj_metrics *m)
 {
-    struct metrics_family *bytes;
     struct metrics_series *s;
     int rc = metrics_counter(
         reg, "sluice_object_requests_total",
@@ -31,19 +30,15 @@ int obj_metrics_create(struct metrics *reg, struct obj_metrics *m)
     for (size_t op = 0; rc == 0 && op <= OBJ_OP_PUT; op++)
         rc = series(m, op, 200, &s);
     if (rc == 0)
-        rc = metrics_counter(reg, "sluice_object_bytes_total",
-                             "Bytes of objects and listings this process received from object "
-                             "stores.",
-                             METRICS_U64, &bytes);
+        rc = metrics_scalar(reg, true, "sluice_object_bytes_total",
+                            "Bytes of objects and listings this process received from object "
+                            "stores.",
+                            METRICS_U64, &m->bytes);
     if (rc == 0)
-        rc = metrics_series_get(bytes, NULL, 0, &m->bytes);
-    if (rc == 0)
-        rc = metrics_counter(reg, "sluice_object_bytes_sent_total",
-                             "Bytes of objects this process sent to object stores (the chunks "
-                             "and files of a snapshot saved there), every attempt counted.",
-                             METRICS_U64, &bytes);
-    if (rc == 0)
-        rc = metrics_series_get(bytes, NULL, 0, &m->bytes_sent);
+        rc = metrics_scalar(reg, true, "sluice_object_bytes_sent_total",
+                            "Bytes of objects this process sent to object stores (the chunks "
+                            "and files of a snapshot saved there), every attempt counted.",
+                            METRICS_U64, &m->bytes_sent);
     return rc;
 }
 

@@ -7,9 +7,7 @@
 static int counter(struct metrics *reg, const char *name, const char *help,
                    struct metrics_series **out)
 {
-    struct metrics_family *f;
-    int rc = metrics_counter(reg, name, help, METRICS_U64, &f);
-    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
+    return metrics_scalar(reg, true, name, help, METRICS_U64, out);
 }
 
 int rpc_metrics_create(struct metrics *reg, struct rpc_metrics *m)

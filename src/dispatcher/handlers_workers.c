@@ -503,9 +503,10 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     /* Splits from the pool start new productions (relet.h); the pool is as it was before this
      * lease until the commit applies it. */
     const struct st_job *tjob = tit ? state_job(&d->st, tit->job_id) : NULL;
+    uint64_t leased_ms = dispatcher_clock_ms();
     for (size_t i = 0; tjob && tjob->deterministic && i < c->lease.nseqs; i++) {
         if (state_split_pooled(&d->st, tit->id, c->lease.seqs[i]) &&
-            relet_note(&d->relet, tit->id, c->lease.seqs[i], dispatcher_clock_ms()) < 0)
+            relet_note(&d->relet, tit->id, c->lease.seqs[i], leased_ms) < 0)
             log_warn("iteration %" PRIu64 ": out of memory noting split %" PRIu64
                      " leased again: a reader's late request may have it produced twice",
                      tit->id, c->lease.seqs[i]);

@@ -201,15 +201,6 @@ static bool is_rate(double x)
 
 /* ---- the registry ---------------------------------------------------------------------------- */
 
-static int scalar(struct metrics *reg, bool counter, const char *name, const char *help,
-                  enum metrics_kind kind, struct metrics_series **out)
-{
-    struct metrics_family *f;
-    int rc = counter ? metrics_counter(reg, name, help, kind, &f)
-                     : metrics_gauge(reg, name, help, kind, &f);
-    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
-}
-
 static int make_registry(struct observe *o)
 {
     struct metrics *r = o->reg;
@@ -218,7 +209,7 @@ static int make_registry(struct observe *o)
 #define SCALAR(counter, name, help, kind, out)                                                     \
     do {                                                                                           \
         if (rc == 0)                                                                               \
-            rc = scalar(r, counter, name, help, kind, out);                                        \
+            rc = metrics_scalar(r, counter, name, help, kind, out);                                \
     } while (0)
     SCALAR(false, "sluice_workers", "Workers registered with the dispatcher.", METRICS_U64,
            &o->workers_g);

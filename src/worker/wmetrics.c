@@ -35,10 +35,7 @@ struct wmetrics {
 static int scalar(struct metrics *reg, bool counter, const char *name, const char *help,
                   struct metrics_series **out)
 {
-    struct metrics_family *f;
-    int rc = counter ? metrics_counter(reg, name, help, METRICS_U64, &f)
-                     : metrics_gauge(reg, name, help, METRICS_U64, &f);
-    return rc < 0 ? rc : metrics_series_get(f, NULL, 0, out);
+    return metrics_scalar(reg, counter, name, help, METRICS_U64, out);
 }
 
 int wmetrics_create(struct wmetrics **out)
@@ -89,15 +86,11 @@ int wmetrics_create(struct wmetrics **out)
                     "Elements trainers skipped because the cross-trainer cache evicted them "
                     "before they read them.",
                     &m->xtc_skipped_c);
-    if (rc == 0) {
-        struct metrics_family *f;
-        rc = metrics_gauge(m->reg, "sluice_worker_idle_share",
-                           "Mean over the tasks of the share of the last heartbeat interval "
-                           "their producers waited on a full buffer.",
-                           METRICS_DOUBLE, &f);
-        if (rc == 0)
-            rc = metrics_series_get(f, NULL, 0, &m->idle_g);
-    }
+    if (rc == 0)
+        rc = metrics_scalar(m->reg, false, "sluice_worker_idle_share",
+                            "Mean over the tasks of the share of the last heartbeat interval "
+                            "their producers waited on a full buffer.",
+                            METRICS_DOUBLE, &m->idle_g);
     /* The same names as the dispatcher's: they describe the RPC server both run. */
     if (rc == 0)
         rc = rpc_metrics_create(m->reg, &m->conns);
