@@ -23,7 +23,6 @@ void iter_free(struct sluice_iterator *it)
     reorder_accept_release(&it->ra);
     free(it->det_ops);
     free(it->redo);
-    free(it->redo_wire);
     tasks_release(&it->tasks);
     ledger_release(&it->ledger);
     ledger_release(&it->delivered);

@@ -434,38 +434,27 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
     iter_settle(it);
 }
 
-/* Deterministic reads: the splits to have produced again (reorder_redo_due) into it->redo, and
- * the request's three lists into it->redo_wire: each split, the task whose production of it
- * ended short, and how long ago (now_ms, the clock of reorder_end). A heartbeat that fails gives
- * them back (redo_failed). Returns 0 or SLUICE_ERR_NOMEM. */
+/* Deterministic reads: the splits to have produced again (reorder_redo_due) into it->redo as
+ * the request's three lists: each split, the task whose production of it ended short, and how
+ * long ago (now_ms, the clock of reorder_end). A heartbeat that fails gives them back
+ * (redo_failed). Returns 0 or SLUICE_ERR_NOMEM. */
 static int take_redo(struct sluice_iterator *it, uint64_t now_ms)
 {
     it->nredo = 0;
     if (it->ra.n > it->redo_cap) {
-        struct reorder_redo *v = malloc(it->ra.n * sizeof *v);
-        uint64_t *w = malloc(3 * it->ra.n * sizeof *w);
-        if (!v || !w) {
-            free(v);
-            free(w);
+        uint64_t *v = realloc(it->redo, 3 * it->ra.n * sizeof *v);
+        if (!v)
             return SLUICE_ERR_NOMEM;
-        }
-        free(it->redo);
-        free(it->redo_wire);
         it->redo = v;
-        it->redo_wire = w;
         it->redo_cap = it->ra.n;
     }
     uv_mutex_lock(&it->mu);
     bool room = reorder_queue_room(&it->rq);
     uv_mutex_unlock(&it->mu);
-    it->nredo = reorder_redo_due(&it->ra, room, it->redo, it->redo_cap);
-    uint64_t *seqs = it->redo_wire, *tasks = seqs + it->redo_cap, *ages = tasks + it->redo_cap;
-    for (size_t i = 0; i < it->nredo; i++) {
-        const struct reorder_redo *r = &it->redo[i];
-        seqs[i] = r->seq;
-        tasks[i] = r->task;
-        ages[i] = now_ms > r->end_ms ? now_ms - r->end_ms : 0;
-    }
+    uint64_t *seqs = it->redo, *tasks = seqs + it->redo_cap, *ages = tasks + it->redo_cap;
+    it->nredo = reorder_redo_due(&it->ra, room, seqs, tasks, ages, it->redo_cap);
+    for (size_t i = 0; i < it->nredo; i++) /* end times into ages */
+        ages[i] = now_ms > ages[i] ? now_ms - ages[i] : 0;
     return 0;
 }
 
@@ -644,11 +633,11 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.tasks_digest = it->tasks.have_list ? it->tasks_digest : 0;
     if (it->det && take_redo(it, iter_clock_ms()) == 0) {
         it->hb_req.n_redo_seqs = it->nredo;
-        it->hb_req.redo_seqs = it->redo_wire;
+        it->hb_req.redo_seqs = it->redo;
         it->hb_req.n_redo_tasks = it->nredo;
-        it->hb_req.redo_tasks = it->redo_wire + it->redo_cap;
+        it->hb_req.redo_tasks = it->redo + it->redo_cap;
         it->hb_req.n_redo_ages_ms = it->nredo;
-        it->hb_req.redo_ages_ms = it->redo_wire + 2 * it->redo_cap;
+        it->hb_req.redo_ages_ms = it->redo + 2 * it->redo_cap;
     }
     if (it->det)
         it->hb_req.lease_below = lease_below(it, now);

@@ -169,13 +169,12 @@ struct sluice_iterator {
      * (note_payload) and reported with heartbeats. */
     struct ledger ledger;
     /* Deterministic reads: the judge of arriving records, the runs cut from a payload before
-     * they are queued (det_ops), and the redo requests of the heartbeat under way (redo_wire:
-     * their seqs, tasks and ages as the request carries them, redo_cap of each). */
+     * they are queued (det_ops), and the redo requests of the heartbeat under way (redo: their
+     * seqs, tasks and ages as the request carries them, redo_cap of each). */
     struct reorder_accept ra;
     struct det_op *det_ops;
     size_t det_ops_cap;
-    struct reorder_redo *redo;
-    uint64_t *redo_wire;
+    uint64_t *redo;
     size_t nredo, redo_cap;
     /* The dispatcher deferred the last redo request (ClientHeartbeatReply.redo_deferred): it is
      * asked again with the regular heartbeats, not hastened, until this loop time. */

@@ -147,7 +147,8 @@ uint64_t reorder_accept_floor(struct reorder_accept *a, uint64_t floor)
     return reorder_advance(a);
 }
 
-size_t reorder_redo_due(struct reorder_accept *a, bool room, struct reorder_redo *out, size_t max)
+size_t reorder_redo_due(struct reorder_accept *a, bool room, uint64_t *seqs, uint64_t *tasks,
+                        uint64_t *ends_ms, size_t max)
 {
     size_t n = 0;
     for (size_t i = 0; i < a->n && n < max; i++) {
@@ -155,7 +156,9 @@ size_t reorder_redo_due(struct reorder_accept *a, bool room, struct reorder_redo
         if (!e->redo || split_done(e) || (!room && e->seq != a->need))
             continue;
         e->redo = false;
-        out[n++] = (struct reorder_redo){.seq = e->seq, .task = e->end_task, .end_ms = e->end_ms};
+        seqs[n] = e->seq;
+        tasks[n] = e->end_task;
+        ends_ms[n++] = e->end_ms;
     }
     return n;
 }
@@ -166,10 +169,10 @@ bool reorder_need_redo(const struct reorder_accept *a)
     return e && e->redo;
 }
 
-void reorder_redo_failed(struct reorder_accept *a, const struct reorder_redo *v, size_t n)
+void reorder_redo_failed(struct reorder_accept *a, const uint64_t *seqs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        struct reorder_split *e = acc_find(a, v[i].seq);
+        struct reorder_split *e = acc_find(a, seqs[i]);
         if (e && !split_done(e))
             e->redo = true;
     }

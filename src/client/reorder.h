@@ -56,13 +56,6 @@ struct reorder_split {
     uint64_t end_ms;
 };
 
-/* A split to be produced again, as reorder_redo_due lists it. */
-struct reorder_redo {
-    uint64_t seq;
-    uint64_t task;   /* end_task */
-    uint64_t end_ms; /* end_ms */
-};
-
 struct reorder_accept {
     struct reorder_split *v; /* sorted by seq; every seq >= need */
     size_t n, cap;
@@ -112,13 +105,15 @@ uint64_t reorder_advance(struct reorder_accept *a);
 uint64_t reorder_accept_floor(struct reorder_accept *a, uint64_t floor);
 
 /* Writes up to max seqs of splits due for a redo (incomplete after an end marker) that the
- * dispatcher should be asked for now: need always, others only while room. Clears their redo
+ * dispatcher should be asked for now: need always, others only while room; with each, the
+ * production its request is about (tasks[k], ends_ms[k]: end_task and end_ms). Clears their redo
  * mark when taken (reorder_redo_failed sets it again). Returns how many were written. */
-size_t reorder_redo_due(struct reorder_accept *a, bool room, struct reorder_redo *out, size_t max);
+size_t reorder_redo_due(struct reorder_accept *a, bool room, uint64_t *seqs, uint64_t *tasks,
+                        uint64_t *ends_ms, size_t max);
 /* Whether need is marked for a redo not asked for yet: the read waits for it. */
 bool reorder_need_redo(const struct reorder_accept *a);
 /* The request that carried seqs was not answered: they are due again. */
-void reorder_redo_failed(struct reorder_accept *a, const struct reorder_redo *v, size_t n);
+void reorder_redo_failed(struct reorder_accept *a, const uint64_t *seqs, size_t n);
 
 /* ---- the queue (loop and reader, under the iterator's mutex) --------------------------------- */
 

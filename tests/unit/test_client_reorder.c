@@ -119,19 +119,18 @@ static void run_judge_case(const struct judge_case *c)
             fail_msg("%s, step %zu (%s): got %s need %" PRIu64 ", want %s need %" PRIu64, c->name,
                      i, s->op, got, need, s->want, s->need);
     }
-    struct reorder_redo due[16];
-    size_t n = reorder_redo_due(&a, true, due, 16);
+    uint64_t due[16], task[16], end_ms[16];
+    size_t n = reorder_redo_due(&a, true, due, task, end_ms, 16);
     char got[64] = "";
     for (size_t k = 0; k < n; k++) {
-        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRIu64, k ? " " : "",
-                 due[k].seq);
-        assert_int_equal(due[k].task, 7); /* the production whose end left it short */
-        assert_in_range(due[k].end_ms, 1000, 1000 + 16);
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%" PRIu64, k ? " " : "", due[k]);
+        assert_int_equal(task[k], 7); /* the production whose end left it short */
+        assert_in_range(end_ms[k], 1000, 1000 + 16);
     }
     if (strcmp(got, c->redo) != 0)
         fail_msg("%s: redo due '%s', want '%s'", c->name, got, c->redo);
     /* Taken once: not due again until the request fails. */
-    assert_int_equal(reorder_redo_due(&a, true, due, 16), 0);
+    assert_int_equal(reorder_redo_due(&a, true, due, task, end_ms, 16), 0);
     reorder_redo_failed(&a, due, n);
     reorder_accept_release(&a);
 }
@@ -150,27 +149,27 @@ static void test_redo_waits_for_room(void **unused)
     reorder_accept_init(&a);
     assert_int_equal(reorder_judge(&a, 1, 1, true), REORDER_DROP);
     assert_int_equal(reorder_end(&a, 1, 2, 3, 50), 0);
-    struct reorder_redo due[4];
+    uint64_t due[4], task[4], end_ms[4];
     /* No room: only need's redo is asked for, and split 1 is not need. */
-    assert_int_equal(reorder_redo_due(&a, false, due, 4), 0);
+    assert_int_equal(reorder_redo_due(&a, false, due, task, end_ms, 4), 0);
     assert_false(reorder_need_redo(&a));
     assert_int_equal(reorder_end(&a, 0, 0, 4, 60), 1);
     assert_int_equal(reorder_advance(&a), 1);
     assert_true(reorder_need_redo(&a));
-    assert_int_equal(reorder_redo_due(&a, false, due, 4), 1);
-    assert_int_equal(due[0].seq, 1);
-    assert_int_equal(due[0].task, 3);
-    assert_int_equal(due[0].end_ms, 50);
+    assert_int_equal(reorder_redo_due(&a, false, due, task, end_ms, 4), 1);
+    assert_int_equal(due[0], 1);
+    assert_int_equal(task[0], 3);
+    assert_int_equal(end_ms[0], 50);
     /* The heartbeat failed: due again, about the same production. */
     reorder_redo_failed(&a, due, 1);
-    assert_int_equal(reorder_redo_due(&a, false, due, 4), 1);
-    assert_int_equal(due[0].task, 3);
-    assert_int_equal(due[0].end_ms, 50);
+    assert_int_equal(reorder_redo_due(&a, false, due, task, end_ms, 4), 1);
+    assert_int_equal(task[0], 3);
+    assert_int_equal(end_ms[0], 50);
     /* The next production (of task 5) ends short too: the request is about that one. */
     assert_int_equal(reorder_end(&a, 1, 2, 5, 90), 0);
-    assert_int_equal(reorder_redo_due(&a, false, due, 4), 1);
-    assert_int_equal(due[0].task, 5);
-    assert_int_equal(due[0].end_ms, 90);
+    assert_int_equal(reorder_redo_due(&a, false, due, task, end_ms, 4), 1);
+    assert_int_equal(task[0], 5);
+    assert_int_equal(end_ms[0], 90);
     reorder_accept_release(&a);
 }
 
