@@ -23,10 +23,9 @@ static void entry_free(struct capcache_entry *e)
 
 static void tasks_free(struct capcache_tasks *t)
 {
-    free(t->task_ids);
-    if (t->keys)
-        memset(t->keys, 0, t->cap * sizeof *t->keys);
-    free(t->keys);
+    if (t->v)
+        memset(t->v, 0, t->cap * sizeof *t->v);
+    free(t->v);
 }
 
 void capcache_release(struct capcache *c)
@@ -55,48 +54,25 @@ static struct capcache_tasks *iteration_tasks(struct capcache *c, uint64_t itera
 }
 
 /* Task task_id's secret into out: kept in t (NULL: not kept) or derived, and then kept when
- * memory allows. Tasks are mostly asked for in increasing order, so keeping one appends. */
+ * memory allows. */
 static void task_key(struct capcache *c, struct capcache_tasks *t,
                      const uint8_t iteration_key[CAP_KEY_LEN], uint64_t task_id,
                      uint8_t out[CAP_KEY_LEN])
 {
-    size_t i = 0;
-    if (t) {
-        i = t->n > 0 && t->task_ids[t->n - 1] < task_id
-                ? t->n
-                : rows_lower(t->task_ids, t->n, sizeof *t->task_ids, 0, task_id);
-        if (i < t->n && t->task_ids[i] == task_id) {
-            memcpy(out, t->keys[i], CAP_KEY_LEN);
-            return;
-        }
+    size_t off = offsetof(struct capcache_task_key, task_id);
+    size_t i = t ? rows_lower(t->v, t->n, sizeof *t->v, off, task_id) : 0;
+    if (t && i < t->n && t->v[i].task_id == task_id) {
+        memcpy(out, t->v[i].key, CAP_KEY_LEN);
+        return;
     }
     cap_task_key(iteration_key, task_id, out);
     c->task_derived++;
-    if (!t)
-        return;
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 64;
-        uint64_t *ids = malloc(cap * sizeof *ids);
-        uint8_t(*keys)[CAP_KEY_LEN] = malloc(cap * sizeof *keys);
-        if (!ids || !keys) {
-            free(ids);
-            free(keys);
-            return;
-        }
-        if (t->n) {
-            memcpy(ids, t->task_ids, t->n * sizeof *ids);
-            memcpy(keys, t->keys, t->n * sizeof *keys);
-        }
-        tasks_free(t);
-        t->task_ids = ids;
-        t->keys = keys;
-        t->cap = cap;
+    struct capcache_task_key *k =
+        t ? rows_insert_at((void **)&t->v, &t->n, &t->cap, sizeof *t->v, i) : NULL;
+    if (k) {
+        k->task_id = task_id;
+        memcpy(k->key, out, CAP_KEY_LEN);
     }
-    memmove(&t->task_ids[i + 1], &t->task_ids[i], (t->n - i) * sizeof *t->task_ids);
-    memmove(&t->keys[i + 1], &t->keys[i], (t->n - i) * sizeof *t->keys);
-    t->task_ids[i] = task_id;
-    memcpy(t->keys[i], out, CAP_KEY_LEN);
-    t->n++;
 }
 
 /* The position of client_id's entry, or where it would go. */

@@ -29,10 +29,13 @@ struct capcache_entry {
 };
 
 /* The task secrets of one iteration. */
+struct capcache_task_key {
+    uint64_t task_id;
+    uint8_t key[CAP_KEY_LEN];
+};
 struct capcache_tasks {
     uint64_t iteration_id;
-    uint64_t *task_ids; /* increasing */
-    uint8_t (*keys)[CAP_KEY_LEN];
+    struct capcache_task_key *v; /* sorted by task_id */
     size_t n, cap;
 };
 
