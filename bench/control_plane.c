@@ -30,13 +30,21 @@
  *   control_plane [--seconds N] [--workers N] [--clients N] [--jobs N] [--split-ms N]
  *                 [--lease N] [--split-size N] [--baseline-workers N]
  *                 [--baseline-clients N] [--no-baseline] [--dispatcher PATH]
- *                 [--work-root DIR]
+ *                 [--work-root DIR] [--dispatcher-arg ARG]... [--pin]
  *
  * Defaults: 60 s, 1000 workers, 100 clients, 10 jobs, leases of 4 splits of 1000 elements
- * produced in 2000 ms; the baseline at 100 workers and 10 clients. The dispatcher's work dir is
- * made under --work-root (default $TMPDIR, else /tmp): put it on the disk a production
- * dispatcher journals to, since every journaled request waits for that disk's fsync (the
- * share of slow commits is printed). */
+ * produced in 2000 ms (each lease in 75 % to 125 % of --split-ms, uniformly); the baseline at 100
+ * workers and 10 clients. The dispatcher's work dir is made under --work-root (default $TMPDIR,
+ * else /tmp): put it on the disk a production dispatcher journals to, since every journaled request
+ * waits for that disk's fsync (the share of slow commits is printed). --dispatcher-arg passes one
+ * more argument to the dispatcher. --pin runs the dispatcher and the simulator on CPUs of their
+ * own (half each): on a machine with few cores the two otherwise queue for the same CPUs, and the
+ * latencies measure that queue as much as the dispatcher.
+ *
+ * Besides the simulator's own timings, it prints what the dispatcher measured of the same calls
+ * (sluice_request_seconds, from a request's arrival to its reply, over the counters' window),
+ * which leaves out the simulator's delays but also the time a request waits in the socket before
+ * the dispatcher's loop reads it. */
 #include "common/rpc_client.h"
 #include "common/security.h"
 #include "pipeline/def.h"
@@ -48,6 +56,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -78,6 +87,9 @@
 
 struct config {
     unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
+    /* --pin: the dispatcher runs on dispatcher_cpus, this process on the others it may use. */
+    bool pin;
+    cpu_set_t dispatcher_cpus;
     const char *dispatcher;
     /* --dispatcher-arg: more arguments for the dispatcher (e.g. --snapshot-every 100000). */
     const char *dargs[MAX_DISPATCHER_ARGS];
@@ -93,6 +105,9 @@ struct figures {
     unsigned workers, clients, jobs, tasks;
     double seconds;
     struct lat worker_hb, client_hb, splits;
+    /* The same calls timed inside the dispatcher (sluice_request_seconds, arrival to reply),
+     * over the counters' window: p50 and p99 in ms, in the order of hist_calls. */
+    double inside_p50[3], inside_p99[3];
     uint64_t errors, missing, skipped_hb, task_lists;
     double sim_lag_max_ms;     /* the simulator's loop: the latest a 20 ms timer fired */
     uint64_t sim_lag_over_5ms; /* times it fired more than 5 ms late */
@@ -349,8 +364,14 @@ static void task_splits_done(struct call *call, int status, const char *msg,
     t->end = r->end_of_splits;
     if (t->end && t->held.n == 0)
         return;
-    /* Produced split_ms after the lease arrives; an empty grant is asked again after a pause. */
-    uv_timer_start(&t->timer, task_timer, t->held.n ? t->sim->cfg->split_ms : 200, 0);
+    /* Produced split_ms (give or take a quarter, uniformly: production times vary) after the
+     * lease arrives; an empty grant is asked again after a pause. Without the spread every task
+     * whose reply came in one burst would ask again in the same millisecond, and the bursts
+     * would feed themselves: a convoy of the simulation, not of the dispatcher. */
+    unsigned ms = t->sim->cfg->split_ms;
+    if (ms >= 4)
+        ms = ms - ms / 4 + (unsigned)rand() % (ms / 2 + 1);
+    uv_timer_start(&t->timer, task_timer, t->held.n ? ms : 200, 0);
 }
 
 static void task_request(struct wtask *t)
@@ -729,6 +750,8 @@ static void dispatcher_start(struct dproc *p, const struct config *cfg, const ch
                                                       conns,
                                                       "--log-level",
                                                       "warn"};
+        if (cfg->pin && sched_setaffinity(0, sizeof cfg->dispatcher_cpus, &cfg->dispatcher_cpus))
+            fprintf(stderr, PROG ": pinning the dispatcher: %s\n", strerror(errno));
         unsigned n = 14;
         for (unsigned i = 0; i < cfg->ndargs; i++)
             argv[n++] = cfg->dargs[i];
@@ -897,9 +920,67 @@ static double metric_value(const char *body, const char *name)
     return NAN;
 }
 
+/* A histogram of the dispatcher's sluice_request_seconds for one call: its cumulative bucket
+ * counts, as exposed. */
+#define HIST_MAX 32
+struct hist {
+    double le[HIST_MAX], cum[HIST_MAX];
+    int n;
+};
+
+/* The calls the simulator times, in its order (K_WORKER_HB, K_CLIENT_HB, K_SPLITS), by their
+ * label in sluice_request_seconds. */
+static const char *const hist_calls[3] = {"worker_heartbeat", "client_heartbeat", "get_splits"};
+
+static void read_hist(const char *body, const char *call, struct hist *h)
+{
+    char prefix[128];
+    int pl =
+        snprintf(prefix, sizeof prefix, "sluice_request_seconds_bucket{call=\"%s\",le=\"", call);
+    h->n = 0;
+    for (const char *line = body; line && *line && h->n < HIST_MAX;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, prefix, (size_t)pl) != 0)
+            continue;
+        const char *le = line + pl;
+        const char *close = strstr(le, "\"} ");
+        if (!close)
+            continue;
+        h->le[h->n] = strncmp(le, "+Inf", 4) == 0 ? INFINITY : strtod(le, NULL);
+        h->cum[h->n] = strtod(close + 3, NULL);
+        h->n++;
+    }
+}
+
+/* The q-quantile in ms of what b saw beyond a (a scrape earlier), interpolated linearly inside
+ * its bucket; NAN without observations. Past the last finite bound: that bound. */
+static double hist_q_ms(const struct hist *a, const struct hist *b, double q)
+{
+    if (b->n == 0 || a->n != b->n)
+        return NAN;
+    double total = b->cum[b->n - 1] - a->cum[a->n - 1];
+    if (total <= 0)
+        return NAN;
+    double want = q * total, below = 0, lo = 0;
+    for (int i = 0; i < b->n; i++) {
+        double c = b->cum[i] - a->cum[i];
+        if (c >= want) {
+            if (isinf(b->le[i]))
+                return lo * 1000;
+            double in = c - below;
+            double frac = in > 0 ? (want - below) / in : 1;
+            return (lo + frac * (b->le[i] - lo)) * 1000;
+        }
+        below = c;
+        lo = b->le[i];
+    }
+    return lo * 1000;
+}
+
 /* The dispatcher's counters the figures are computed from, read in one scrape. */
 struct counters {
     double journal_bytes, updates, commit_seconds, commits, fast_commits;
+    struct hist requests[3];
 };
 
 static void read_counters(const char *addr, const char *token, struct counters *c)
@@ -910,6 +991,11 @@ static void read_counters(const char *addr, const char *token, struct counters *
     c->commit_seconds = body ? metric_value(body, "sluice_journal_commit_seconds_sum") : NAN;
     c->commits = body ? metric_value(body, "sluice_journal_commit_seconds_count") : NAN;
     c->fast_commits = body ? metric_value(body, SLOW_COMMIT_BUCKET) : NAN;
+    for (int i = 0; i < 3; i++) {
+        c->requests[i].n = 0;
+        if (body)
+            read_hist(body, hist_calls[i], &c->requests[i]);
+    }
     free(body);
 }
 
@@ -1190,6 +1276,10 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     fig->jobs = sim->njobs;
     fig->tasks = (unsigned)sim->tasks;
     fig->seconds = t1 - m0;
+    for (int i = 0; i < 3; i++) {
+        fig->inside_p50[i] = hist_q_ms(&c0.requests[i], &c1.requests[i], 0.5);
+        fig->inside_p99[i] = hist_q_ms(&c0.requests[i], &c1.requests[i], 0.99);
+    }
     fig->worker_hb = sim->lat[K_WORKER_HB];
     fig->client_hb = sim->lat[K_CLIENT_HB];
     fig->splits = sim->lat[K_SPLITS];
@@ -1291,6 +1381,10 @@ static void report(struct figures *b, struct figures *r, bool have_base)
         row(name, lat_q(lats[i].b, 0.99), lat_q(lats[i].r, 0.99), "< 5 ms", have_base);
         snprintf(name, sizeof name, "%s max ms", lats[i].name);
         row(name, lat_q(lats[i].b, 1.0), lat_q(lats[i].r, 1.0), "", have_base);
+        snprintf(name, sizeof name, "  inside the dispatcher p50 ms");
+        row(name, b->inside_p50[i], r->inside_p50[i], "", have_base);
+        snprintf(name, sizeof name, "  inside the dispatcher p99 ms");
+        row(name, b->inside_p99[i], r->inside_p99[i], "< 5 ms", have_base);
     }
     row("client replies with the task list", (double)b->task_lists, (double)r->task_lists, "",
         have_base);
@@ -1357,6 +1451,37 @@ static void default_dispatcher(char *out, size_t len)
     snprintf(out, len, "%s/../bin/sluice-dispatcher", self);
 }
 
+/* --pin: of the CPUs this process may run on, the first half (at least one) for the
+ * dispatcher, the rest for the simulator, so that neither measures the other's queueing for a
+ * CPU. Needs two CPUs at least; with fewer it says so and pins nothing. */
+static void pin_cpus(struct config *cfg)
+{
+    cpu_set_t all, sim;
+    if (sched_getaffinity(0, sizeof all, &all) < 0 || CPU_COUNT(&all) < 2) {
+        fprintf(stderr, PROG ": --pin needs two CPUs at least; not pinning\n");
+        cfg->pin = false;
+        return;
+    }
+    int half = CPU_COUNT(&all) / 2, seen = 0;
+    CPU_ZERO(&cfg->dispatcher_cpus);
+    CPU_ZERO(&sim);
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &all))
+            continue;
+        if (seen++ < half)
+            CPU_SET(c, &cfg->dispatcher_cpus);
+        else
+            CPU_SET(c, &sim);
+    }
+    if (sched_setaffinity(0, sizeof sim, &sim) < 0) {
+        fprintf(stderr, PROG ": pinning the simulator: %s; not pinning\n", strerror(errno));
+        cfg->pin = false;
+        return;
+    }
+    fprintf(stderr, PROG ": dispatcher on %d CPU(s), simulator on %d\n",
+            CPU_COUNT(&cfg->dispatcher_cpus), CPU_COUNT(&sim));
+}
+
 int main(int argc, char **argv)
 {
     static char dpath[PATH_MAX];
@@ -1378,11 +1503,15 @@ int main(int argc, char **argv)
             baseline = false;
             continue;
         }
+        if (strcmp(a, "--pin") == 0) {
+            cfg.pin = true;
+            continue;
+        }
         if (strcmp(a, "--help") == 0) {
             printf("usage: " PROG " [--seconds N] [--workers N] [--clients N] [--jobs N]\n"
                    "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
                    "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n"
-                   "       [--work-root DIR] [--dispatcher-arg ARG]...\n");
+                   "       [--work-root DIR] [--dispatcher-arg ARG]... [--pin]\n");
             return 0;
         }
         if (strcmp(a, "--dispatcher") == 0 && v)
@@ -1415,6 +1544,8 @@ int main(int argc, char **argv)
         }
         i++;
     }
+    if (cfg.pin)
+        pin_cpus(&cfg);
     if (!base_workers)
         base_workers = cfg.workers / 10 ? cfg.workers / 10 : 1;
     if (!base_clients)

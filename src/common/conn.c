@@ -15,6 +15,7 @@
 #include "tls.h"
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +182,96 @@ static void deliver_linked(struct conn *c, struct ewire_reply *r)
     }
 }
 
+/* ---- the unpacking arena ----------------------------------------------------------------------
+ */
+
+/* An envelope lives only during on_envelope (conn.h), so what protobuf-c allocates to unpack it
+ * comes from one arena per thread, reset after delivery: no malloc and free per field of every
+ * message received. Past its buffer the arena mallocs, and grows its buffer for next time up to
+ * UNPACK_ARENA_MAX. A delivery that nests inside another (none is known) unpacks with malloc. */
+#define UNPACK_ARENA_MIN ((size_t)16 << 10)
+#define UNPACK_ARENA_MAX ((size_t)1 << 20)
+
+struct arena_extra {
+    struct arena_extra *next;
+    max_align_t data[];
+};
+
+struct unpack_arena {
+    uint8_t *buf;
+    size_t cap, used, wanted;
+    struct arena_extra *extra;
+    bool busy;
+};
+
+static _Thread_local struct unpack_arena unpack_arena;
+
+/* The arena's buffer goes when its thread exits. */
+static pthread_key_t arena_key;
+static pthread_once_t arena_once = PTHREAD_ONCE_INIT;
+static bool arena_key_ok;
+
+static void arena_thread_exit(void *p)
+{
+    struct unpack_arena *a = p;
+    free(a->buf);
+    a->buf = NULL;
+    a->cap = 0;
+}
+
+static void arena_key_make(void)
+{
+    arena_key_ok = pthread_key_create(&arena_key, arena_thread_exit) == 0;
+}
+
+static void *arena_alloc(void *user, size_t size)
+{
+    struct unpack_arena *a = user;
+    const size_t align = sizeof(max_align_t);
+    size = (size + align - 1) / align * align;
+    a->wanted += size;
+    if (a->buf && a->cap - a->used >= size) {
+        void *p = a->buf + a->used;
+        a->used += size;
+        return p;
+    }
+    struct arena_extra *e = malloc(sizeof *e + size);
+    if (!e)
+        return NULL;
+    e->next = a->extra;
+    a->extra = e;
+    return e->data;
+}
+
+static void arena_free(void *user, void *p)
+{
+    /* Everything goes at the reset. */
+    (void)user;
+    (void)p;
+}
+
+static void arena_reset(struct unpack_arena *a)
+{
+    while (a->extra) {
+        struct arena_extra *e = a->extra;
+        a->extra = e->next;
+        free(e);
+    }
+    if (a->wanted > a->cap && a->cap < UNPACK_ARENA_MAX) {
+        size_t cap = a->cap ? a->cap : UNPACK_ARENA_MIN;
+        while (cap < a->wanted && cap < UNPACK_ARENA_MAX)
+            cap *= 2;
+        pthread_once(&arena_once, arena_key_make);
+        uint8_t *b = arena_key_ok && pthread_setspecific(arena_key, a) == 0 ? malloc(cap) : NULL;
+        if (b) {
+            free(a->buf);
+            a->buf = b;
+            a->cap = cap;
+        }
+    }
+    a->used = a->wanted = 0;
+}
+
 /* Unpacks and delivers one frame. Returns 0 to go on, or non-zero when the conn is closing. */
 static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
 {
@@ -192,15 +283,26 @@ static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
             deliver_view(c, &r, c->dec.buf != NULL && payload == c->dec.buf);
         return c->closing || c->draining ? SLUICE_ERR_CLOSED : 0;
     }
-    Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
+    struct unpack_arena *a = &unpack_arena;
+    ProtobufCAllocator alloc = {arena_alloc, arena_free, a};
+    bool arena = !a->busy;
+    a->busy = a->busy || arena;
+    Sluice__Envelope *env = sluice__envelope__unpack(arena ? &alloc : NULL, len, payload);
+    if (env != NULL) {
+        c->ops->on_envelope(c, env);
+        if (!arena)
+            sluice__envelope__free_unpacked(env, NULL);
+    }
+    if (arena) {
+        arena_reset(a);
+        a->busy = false;
+    }
     if (env == NULL) {
         char why[SLUICE_ERRMSG_SIZE];
         snprintf(why, sizeof why, "undecodable envelope (%zu bytes)", len);
         conn_fail(c, SLUICE_ERR_PROTOCOL, why);
         return SLUICE_ERR_CLOSED;
     }
-    c->ops->on_envelope(c, env);
-    sluice__envelope__free_unpacked(env, NULL);
     return c->closing || c->draining ? SLUICE_ERR_CLOSED : 0;
 }
 
@@ -410,12 +512,107 @@ void conn_frame_free(struct conn_frame *f)
     free(f);
 }
 
+/* ---- corking --------------------------------------------------------------------------------- */
+
+/* Frames per writev when writing what a conn held. */
+#define CORK_MAX_BUFS 64
+
+static _Thread_local unsigned cork_depth;
+static _Thread_local struct conn *cork_list; /* conns holding frames, via cork_next */
+
+void conn_cork(void)
+{
+    cork_depth++;
+}
+
+/* The write callback of held frames written together: f (whose req it is) and the ones chained
+ * after it. */
+static void on_write_held(uv_write_t *req, int status)
+{
+    struct conn_frame *f = (struct conn_frame *)req; /* req is the first member */
+    struct conn *c = f->conn;
+    while (f) {
+        struct conn_frame *next = f->next;
+        c->writes--;
+        conn_complete_frame(c, f, status);
+        f = next;
+    }
+    conn_after_write(c, status);
+}
+
+/* Writes the frames c holds, CORK_MAX_BUFS per writev, or drops them if c is closing. */
+static void write_held(struct conn *c)
+{
+    struct conn_frame *head = c->cork_head;
+    c->cork_head = c->cork_tail = NULL;
+    int rc = c->closing ? UV_ECANCELED : 0;
+    while (head && rc == 0) {
+        uv_buf_t bufs[CORK_MAX_BUFS];
+        unsigned n = 0;
+        struct conn_frame *f = head, *last = head;
+        for (; f && n < CORK_MAX_BUFS; f = f->next) {
+            bufs[n++] = uv_buf_init((char *)f->data, (unsigned)f->len);
+            last = f;
+        }
+        last->next = NULL;
+        rc = uv_write(&head->req, (uv_stream_t *)&c->tcp, bufs, n, on_write_held);
+        if (rc != 0)
+            last->next = f; /* dropped below with the rest */
+        else
+            head = f;
+    }
+    for (struct conn_frame *f = head, *next; f; f = next) {
+        next = f->next;
+        c->writes--;
+        conn_complete_frame(c, f, rc);
+    }
+    if (rc != 0 && rc != UV_ECANCELED) {
+        char why[SLUICE_ERRMSG_SIZE];
+        snprintf(why, sizeof why, "write: %s", uv_strerror(rc));
+        conn_fail(c, rc, why);
+    }
+}
+
+void conn_uncork(void)
+{
+    assert(cork_depth > 0);
+    if (--cork_depth > 0)
+        return;
+    while (cork_list) {
+        struct conn *c = cork_list;
+        cork_list = c->cork_next;
+        c->cork_next = NULL;
+        c->corked = false;
+        if (c->cork_head)
+            write_held(c);
+    }
+}
+
 int conn_write(struct conn *c, struct conn_frame *f)
 {
     if (c->closing || c->draining) {
         free(f);
         return SLUICE_ERR_CLOSED;
     }
+    if (cork_depth > 0 && !c->tls) {
+        f->conn = c;
+        f->next = NULL;
+        if (c->cork_tail)
+            c->cork_tail->next = f;
+        else
+            c->cork_head = f;
+        c->cork_tail = f;
+        if (!c->corked) {
+            c->corked = true;
+            c->cork_next = cork_list;
+            cork_list = c;
+        }
+        c->pending_write += f->len;
+        c->writes++;
+        return 0;
+    }
+    if (c->cork_head)
+        write_held(c);
     if (c->tls) {
         int rc = conn_tls_write_frame(c, f);
         if (rc != 0)
@@ -503,6 +700,8 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
         return SLUICE_ERR_CLOSED;
     if (nsegs > CONN_MAX_SEGS)
         return SLUICE_ERR_INVALID;
+    if (c->cork_head)
+        write_held(c);
     size_t len = 0;
     for (unsigned i = 0; i < nsegs; i++)
         len += segs[i].len;

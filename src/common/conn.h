@@ -157,6 +157,10 @@ struct conn {
     uint8_t *tls_spare;
     unsigned tls_nspare;
     uint8_t *tls_stage, *tls_plain;
+    /* Frames held while the loop thread is corked (conn_cork), and the next conn holding some. */
+    struct conn_frame *cork_head, *cork_tail;
+    struct conn *cork_next;
+    bool corked; /* on the thread's list of conns holding frames */
 };
 
 /* Initializes c and its TCP handle on loop. max_frame 0 means RPC_DEFAULT_MAX_FRAME. From here on
@@ -187,6 +191,16 @@ void conn_frame_free(struct conn_frame *f);
  * conn is closing or draining, or a negative libuv code when uv_write refuses (the owner should
  * then close the conn). */
 int conn_write(struct conn *c, struct conn_frame *f);
+
+/* Corking: between conn_cork() and the matching conn_uncork() on a thread, the frames
+ * conn_write() queues on plain (not TLS) connections are held, and conn_uncork() writes each
+ * connection's in one writev, in order: replies produced together (a group commit's waiters)
+ * cost one system call per connection instead of one each. Calls nest; the outermost uncork
+ * writes. Held frames count as pending writes (backpressure, draining) from the moment they are
+ * queued; any other write on the connection writes the held ones first. A connection closed
+ * meanwhile has its held frames dropped. Loop thread only. */
+void conn_cork(void);
+void conn_uncork(void);
 
 /* conn_frame_pack (with c's max_frame) followed by conn_write. */
 int conn_send(struct conn *c, const Sluice__Envelope *env);

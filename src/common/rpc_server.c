@@ -77,6 +77,15 @@ struct rpc_conn {
     Sluice__Role peer_role;
     uint64_t peer_incarnation;
     bool local; /* an in-process connection (rpc_server_adopt) */
+    /* With on_answered: the requests waiting for their replies, when each arrived. */
+    struct rpc_timed *timed;
+    unsigned ntimed, cap_timed;
+};
+
+struct rpc_timed {
+    uint64_t id;
+    uint64_t arrived_ns; /* uv_hrtime() */
+    int body_case;
 };
 
 /* TLS failures logged per window; the rest are counted and summed up in the next line. */
@@ -119,8 +128,41 @@ void rpc_conn_ref(struct rpc_conn *rc)
 void rpc_conn_unref(struct rpc_conn *rc)
 {
     assert(rc->refs > 0);
-    if (--rc->refs == 0)
+    if (--rc->refs == 0) {
+        free(rc->timed);
         free(rc);
+    }
+}
+
+/* Notes when request id arrived (on_answered). Past RPC_TIMED_MAX waiting on one connection, or
+ * out of memory, a request goes untimed. */
+static void timed_arrived(struct rpc_conn *rc, uint64_t id, int body_case)
+{
+    if (rc->ntimed == rc->cap_timed) {
+        if (rc->cap_timed >= RPC_TIMED_MAX)
+            return;
+        unsigned cap = rc->cap_timed ? rc->cap_timed * 2 : 4;
+        struct rpc_timed *t = realloc(rc->timed, cap * sizeof *t);
+        if (!t)
+            return;
+        rc->timed = t;
+        rc->cap_timed = cap;
+    }
+    rc->timed[rc->ntimed++] = (struct rpc_timed){id, uv_hrtime(), body_case};
+}
+
+/* Request id is answered: reports how long it took, if it was timed. */
+static void timed_answered(struct rpc_conn *rc, uint64_t id)
+{
+    for (unsigned i = 0; i < rc->ntimed; i++) {
+        if (rc->timed[i].id != id)
+            continue;
+        struct rpc_timed t = rc->timed[i];
+        rc->timed[i] = rc->timed[--rc->ntimed];
+        const struct rpc_server_opts *o = &rc->srv->opts;
+        o->on_answered(o->user, t.body_case, (double)(uv_hrtime() - t.arrived_ns) / 1e9);
+        return;
+    }
 }
 
 bool rpc_conn_is_open(const struct rpc_conn *rc)
@@ -153,6 +195,8 @@ int rpc_conn_reply(struct rpc_conn *rc, uint64_t id, Sluice__Envelope *reply)
     if (!rpc_conn_is_open(rc))
         return SLUICE_ERR_CLOSED;
     reply->id = id;
+    if (rc->ntimed)
+        timed_answered(rc, id);
     int rc_send = conn_send(&rc->conn, reply);
     if (rc_send < 0 && rc_send != SLUICE_ERR_TOO_LARGE && rc_send != SLUICE_ERR_INVALID &&
         rc_send != SLUICE_ERR_NOMEM) {
@@ -170,6 +214,8 @@ int rpc_conn_reply_elements(struct rpc_conn *rc, uint64_t id, uint32_t count, bo
 {
     if (!rpc_conn_is_open(rc))
         return SLUICE_ERR_CLOSED;
+    if (rc->ntimed)
+        timed_answered(rc, id);
     int rc_send = conn_send_elements(&rc->conn, id, count, eos, segs, nsegs, sent, arg);
     if (rc_send < 0 && rc_send != SLUICE_ERR_TOO_LARGE && rc_send != SLUICE_ERR_NOMEM &&
         rc_send != SLUICE_ERR_INVALID) {
@@ -441,6 +487,8 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
         protocol_error(rc, "request without an id");
         return;
     }
+    if (srv->opts.on_answered)
+        timed_arrived(rc, env->id, (int)env->body_case);
     srv->opts.on_request(srv, rc, env, srv->opts.user);
 }
 

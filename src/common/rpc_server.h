@@ -26,6 +26,8 @@
 #define RPC_DEFAULT_MAX_PENDING_WRITE (64u << 20)
 /* The most pieces a reply sent with rpc_conn_reply_elements may come in. */
 #define RPC_MAX_SEGS 128
+/* The most requests timed at once on one connection (rpc_server_opts.on_answered). */
+#define RPC_TIMED_MAX 64
 /* Server limits on connections that have not completed their handshake (rpc_server_opts). */
 #define RPC_DEFAULT_HANDSHAKE_TIMEOUT_MS 10000
 #define RPC_DEFAULT_MAX_HANDSHAKES 256
@@ -75,6 +77,11 @@ struct rpc_server_opts {
     unsigned max_handshakes_per_address;
     rpc_request_cb on_request;
     rpc_conn_cb on_open, on_close;
+    /* Called when a request is answered (rpc_conn_reply, _reply_elements or _reply_error), with
+     * its body case (Sluice__Envelope__BodyCase) and the seconds since it arrived (read and
+     * decoded). A request answered while RPC_TIMED_MAX others wait on its connection is not
+     * timed, nor one never answered. May be NULL: nothing is timed. */
+    void (*on_answered)(void *user, int body_case, double seconds);
     void *user;
     /* Authentication and TLS (security.h); NULL for neither. It outlives the server. With TLS
      * (which needs the server side of tls.h), every accepted connection speaks TLS. */

@@ -11,6 +11,7 @@
 
 #include "update_codec.h"
 
+#include "common/conn.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "journal/layout.h"
@@ -203,6 +204,8 @@ static void fire_waiters(struct journal_thread *jt)
     if (jt->firing)
         return;
     jt->firing = true;
+    /* The replies these waiters send go out one write per connection (conn.h, corking). */
+    conn_cork();
     while (jt->whead < jt->wn) {
         struct waiter w = jt->waiters[jt->whead];
         if (!jt->failed && w.need > jt->durable)
@@ -210,6 +213,7 @@ static void fire_waiters(struct journal_thread *jt)
         jt->whead++;
         w.cb(w.ctx, w.need > jt->durable ? jt->fail_rc : 0);
     }
+    conn_uncork();
     if (jt->whead == jt->wn)
         jt->whead = jt->wn = 0;
     jt->firing = false;
@@ -427,7 +431,14 @@ fail:
 
 int journal_thread_snapshot(struct journal_thread *jt, uint8_t *data, size_t len)
 {
+    return journal_thread_snapshot_at(jt, data, len, jt->next_seq - 1);
+}
+
+int journal_thread_snapshot_at(struct journal_thread *jt, uint8_t *data, size_t len, uint64_t seq)
+{
     int rc = refused(jt);
+    if (rc == 0 && seq >= jt->next_seq)
+        rc = SLUICE_ERR_INVALID;
     if (rc < 0) {
         free(data);
         return rc;
@@ -435,7 +446,7 @@ int journal_thread_snapshot(struct journal_thread *jt, uint8_t *data, size_t len
     free(jt->snap);
     jt->snap = data;
     jt->snap_len = len;
-    jt->snap_seq = jt->next_seq - 1;
+    jt->snap_seq = seq;
     jt->has_snap = true;
     arm(jt);
     return 0;

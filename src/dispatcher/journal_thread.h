@@ -85,6 +85,11 @@ int journal_thread_add(struct journal_thread *jt, uint8_t *payload, size_t len,
  * it covers; a newer snapshot queued before that replaces it. Returns as journal_thread_add. */
 int journal_thread_snapshot(struct journal_thread *jt, uint8_t *data, size_t len);
 
+/* The same for a snapshot of the state as it was when record seq was the last one queued (seq
+ * below journal_thread_next_seq(); it may be durable already): a snapshot taken earlier and
+ * finished since. SLUICE_ERR_INVALID (data freed) for a seq not yet queued. */
+int journal_thread_snapshot_at(struct journal_thread *jt, uint8_t *data, size_t len, uint64_t seq);
+
 /* Calls cb(ctx, status) once every record queued before this call is durable, or the journal
  * failed; callbacks run in the order of their waits. When nothing is outstanding and no earlier
  * callback is pending, cb runs before this returns. Returns 0 (cb will run exactly once), or

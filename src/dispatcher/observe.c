@@ -107,6 +107,7 @@ struct observe {
     struct metrics_series *failed_g; /* active iterations that failed */
     struct metrics_series *applied_c, *leased_c, *finished_c, *returned_c, *journal_bytes_c;
     struct metrics_series *commit_h;
+    struct metrics_series *request_h[OBSERVE_CALLS];
     struct rpc_metrics conns;
     struct obj_metrics objects;
     struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c;
@@ -199,6 +200,15 @@ static bool is_rate(double x)
     return isfinite(x) && x >= 0;
 }
 
+/* A histogram family of durations: buckets from 100 us doubling up to about 6.5 s. */
+static int seconds_histogram(struct metrics *r, const char *name, const char *help,
+                             struct metrics_family **f)
+{
+    double bounds[COMMIT_BUCKET_COUNT];
+    int rc = metrics_exponential_buckets(COMMIT_BUCKET_START, 2, COMMIT_BUCKET_COUNT, bounds);
+    return rc == 0 ? metrics_histogram(r, name, help, bounds, COMMIT_BUCKET_COUNT, f) : rc;
+}
+
 /* ---- the registry ---------------------------------------------------------------------------- */
 
 static int make_registry(struct observe *o)
@@ -253,16 +263,22 @@ static int make_registry(struct observe *o)
            "Leased splits returned to the pool to be issued again (their worker was lost or "
            "drained).",
            METRICS_U64, &o->returned_c);
-    if (rc == 0) {
-        double bounds[COMMIT_BUCKET_COUNT];
-        rc = metrics_exponential_buckets(COMMIT_BUCKET_START, 2, COMMIT_BUCKET_COUNT, bounds);
-        if (rc == 0)
-            rc = metrics_histogram(r, "sluice_journal_commit_seconds",
-                                   "Duration of one journal transaction (group commit, fsync "
-                                   "included); none without --fault-tolerant.",
-                                   bounds, COMMIT_BUCKET_COUNT, &f);
-        if (rc == 0)
-            rc = metrics_series_get(f, NULL, 0, &o->commit_h);
+    if (rc == 0)
+        rc = seconds_histogram(r, "sluice_journal_commit_seconds",
+                               "Duration of one journal transaction (group commit, fsync "
+                               "included); none without --fault-tolerant.",
+                               &f);
+    if (rc == 0)
+        rc = metrics_series_get(f, NULL, 0, &o->commit_h);
+    if (rc == 0)
+        rc = seconds_histogram(r, "sluice_request_seconds",
+                               "Time from a request's arrival (read and decoded) to its reply "
+                               "(queued to the socket), by call: worker_heartbeat, get_splits, "
+                               "client_heartbeat or other.",
+                               &f);
+    for (int i = 0; rc == 0 && i < OBSERVE_CALLS; i++) {
+        struct metrics_label l = {"call", observe_call_names[i]};
+        rc = metrics_series_get(f, &l, 1, &o->request_h[i]);
     }
     SCALAR(true, "sluice_journal_bytes_total",
            "Bytes written to the journal: update records, dataset definitions and snapshots "
@@ -644,6 +660,14 @@ void observe_applied(struct observe *o, const struct st_update *u)
     default:
         break;
     }
+}
+
+const char *const observe_call_names[OBSERVE_CALLS] = {"worker_heartbeat", "get_splits",
+                                                       "client_heartbeat", "other"};
+
+void observe_request(struct observe *o, enum observe_call call, double seconds)
+{
+    metrics_observe(o->request_h[call], seconds);
 }
 
 void observe_journal_commit(struct observe *o, double seconds, uint64_t bytes)

@@ -28,6 +28,8 @@
  *                                                    counters: seqs of applied split updates
  *   sluice_journal_commit_seconds                    histogram: one group-commit transaction
  *   sluice_journal_bytes_total                       counter: bytes of committed transactions
+ *   sluice_request_seconds{call="..."}               histogram: a request's arrival to its reply
+ *                                                    (observe_request), by enum observe_call
  *   sluice_client_wait_share                         gauge: mean of the clients' last wait shares
  *   sluice_client_copies_cut_total                   counter: copies the clients read cut short
  *                                                    (observe_client_cut)
@@ -157,6 +159,19 @@ void observe_forget_client(struct observe *o, uint64_t client_id);
  * seqs of SPLITS_LEASED, SPLITS_FINISHED and SPLITS_RETURNED in their counters; WORKER_REMOVED and
  * CLIENT_RELEASED forget the figures of their worker or client. */
 void observe_applied(struct observe *o, const struct st_update *u);
+
+/* The calls sluice_request_seconds tells apart, and their label values. */
+enum observe_call {
+    OBSERVE_CALL_WORKER_HEARTBEAT,
+    OBSERVE_CALL_GET_SPLITS,
+    OBSERVE_CALL_CLIENT_HEARTBEAT,
+    OBSERVE_CALL_OTHER,
+    OBSERVE_CALLS
+};
+extern const char *const observe_call_names[OBSERVE_CALLS];
+
+/* A request of that call answered `seconds` after it arrived (rpc_server_opts.on_answered). */
+void observe_request(struct observe *o, enum observe_call call, double seconds);
 
 /* One journal transaction committed in seconds, with bytes handed to the journal. */
 void observe_journal_commit(struct observe *o, double seconds, uint64_t bytes);

@@ -262,31 +262,94 @@ static int journal_update(struct dispatcher *d, const struct st_update *u)
     return rc;
 }
 
+/* A snapshot on its way to the journal: taken on the loop (a copy of the state), packed on the
+ * thread pool, then queued to cover the records journaled up to its take. */
+struct snapshot_work {
+    uv_work_t req;
+    struct dispatcher *d;
+    struct update_codec_snapshot *copy;
+    uint64_t seq;      /* the last record the state at the take had queued */
+    uint64_t taken_ns; /* uv_hrtime() at the take */
+    uint64_t take_ns;  /* how long the take held the loop */
+    uint8_t *bytes;
+    size_t len;
+    int rc;
+};
+
+static void snapshot_pack(uv_work_t *req)
+{
+    struct snapshot_work *w = req->data;
+    w->rc = update_codec_snapshot_pack(w->copy, &w->bytes, &w->len);
+    update_codec_snapshot_free(w->copy);
+    w->copy = NULL;
+}
+
+static void snapshot_packed(uv_work_t *req, int status)
+{
+    struct snapshot_work *w = req->data;
+    struct dispatcher *d = w->d;
+    d->snap_work = NULL;
+    int rc = status < 0 ? status : w->rc;
+    if (d->closing || !d->jt) {
+        /* Not needed: a restart replays the records it would have covered. */
+        free(w->bytes);
+    } else if (rc < 0) {
+        free(w->bytes);
+        fatal(d, "journal: %s: packing a snapshot: %s", d->work_dir, sluice_strerror(rc));
+    } else {
+        rc = journal_thread_snapshot_at(d->jt, w->bytes, w->len, w->seq);
+        if (rc < 0)
+            fatal(d, "journal: %s: queueing a snapshot: %s", d->work_dir, sluice_strerror(rc));
+        else
+            log_debug("snapshot of %zu bytes at record %" PRIu64 ": %.1f ms on the loop, packed in "
+                      "%.1f ms",
+                      w->len, w->seq, (double)w->take_ns / 1e6,
+                      (double)(uv_hrtime() - w->taken_ns) / 1e6);
+        d->snapshot_bytes = w->len;
+    }
+    update_codec_snapshot_free(w->copy);
+    free(w);
+    dispatcher_maybe_finish_close(d);
+}
+
 /* Every snapshot_every updates the whole state goes to the journal, which then drops the records
  * before it: a restart replays at most that many updates, whatever the history. By default (no
  * --snapshot-every) also not before the records since the last snapshot are SNAPSHOT_GROWTH times
- * its size, so a restart replays records bounded by the size of the state. */
+ * its size, so a restart replays records bounded by the size of the state. The loop only copies
+ * the state; the packing runs on the thread pool, and the journal thread deletes the records it
+ * covers a bounded number per transaction (journal.h), so no reply waits for either. */
 static int maybe_snapshot(struct dispatcher *d, size_t n)
 {
     d->since_snapshot += n;
-    if (d->since_snapshot < d->snapshot_every)
+    if (d->since_snapshot < d->snapshot_every || d->snap_work)
         return 0;
     if (d->snapshot_by_size && d->since_snapshot_bytes / SNAPSHOT_GROWTH < d->snapshot_bytes)
         return 0;
-    uint8_t *bytes;
-    size_t len;
-    int rc = update_codec_snapshot_encode(&d->st, &bytes, &len);
+    struct snapshot_work *w = calloc(1, sizeof *w);
+    int rc = w ? 0 : SLUICE_ERR_NOMEM;
+    uint64_t t0 = uv_hrtime();
     if (rc == 0)
-        rc = journal_thread_snapshot(d->jt, bytes, len);
+        rc = update_codec_snapshot_take(&d->st, &w->copy);
+    if (rc == 0) {
+        w->d = d;
+        w->req.data = w;
+        w->seq = journal_thread_next_seq(d->jt) - 1;
+        w->taken_ns = uv_hrtime();
+        w->take_ns = w->taken_ns - t0;
+        rc = uv_queue_work(d->loop, &w->req, snapshot_pack, snapshot_packed);
+    }
     if (rc < 0) {
-        fatal(d, "journal: %s: queueing a snapshot: %s", d->work_dir, sluice_strerror(rc));
+        if (w)
+            update_codec_snapshot_free(w->copy);
+        free(w);
+        fatal(d, "journal: %s: taking a snapshot: %s", d->work_dir, sluice_strerror(rc));
         return rc;
     }
-    log_debug("snapshot of %zu bytes after %" PRIu64 " updates (%" PRIu64 " bytes)", len,
-              d->since_snapshot, d->since_snapshot_bytes);
+    d->snap_work = w;
+    log_debug("snapshot taken after %" PRIu64 " updates (%" PRIu64 " bytes)", d->since_snapshot,
+              d->since_snapshot_bytes);
     d->since_snapshot = 0;
     d->since_snapshot_bytes = 0;
-    d->snapshot_bytes = len;
     return 0;
 }
 
@@ -514,6 +577,20 @@ static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice_
 
 /* ---- dispatching requests -------------------------------------------------------------------- */
 
+/* sluice_request_seconds: the calls that make up the control plane's load, and the rest. */
+static void on_answered(void *user, int body_case, double seconds)
+{
+    struct dispatcher *d = user;
+    enum observe_call call = OBSERVE_CALL_OTHER;
+    if (body_case == SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT)
+        call = OBSERVE_CALL_WORKER_HEARTBEAT;
+    else if (body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS)
+        call = OBSERVE_CALL_GET_SPLITS;
+    else if (body_case == SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT)
+        call = OBSERVE_CALL_CLIENT_HEARTBEAT;
+    observe_request(d->obs, call, seconds);
+}
+
 static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *env,
                        void *user)
 {
@@ -740,6 +817,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         .max_connections = opts->max_connections,
         .max_handshakes = opts->max_handshakes,
         .on_request = on_request,
+        .on_answered = on_answered,
         .user = d,
         .sec = opts->sec,
     };
@@ -815,7 +893,8 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 
 void dispatcher_maybe_finish_close(struct dispatcher *d)
 {
-    if (!d->closing || d->closing_parts > 0 || d->works || d->save_works || d->checks > 0)
+    if (!d->closing || d->closing_parts > 0 || d->works || d->save_works || d->checks > 0 ||
+        d->snap_work)
         return;
     void (*cb)(void *) = d->close_cb;
     void *user = d->close_user;

@@ -153,6 +153,8 @@ struct dispatcher {
     uint64_t since_snapshot;       /* updates journaled since the last snapshot (or the start) */
     uint64_t since_snapshot_bytes; /* their encoded bytes */
     uint64_t snapshot_bytes;       /* the last snapshot's bytes (0: none since the start) */
+    /* The snapshot being packed on the thread pool (server.c), or NULL: at most one at a time. */
+    struct snapshot_work *snap_work;
 
     bool fatal;
     bool closing;

@@ -155,9 +155,37 @@ static uint64_t row_id(const void *base, size_t i, size_t size)
 }
 
 /* Index of the first row whose id is >= id. */
+/* The first row whose id is not below id. Ids are increasing integers, and mostly dense (a
+ * table's rows are added in id order and removed in bulk), so the search starts where id would
+ * be if they were dense: the row found there bounds the range left by the distance between the
+ * ids, which is a handful of rows, or none, instead of a binary search over the whole table
+ * (tens of thousands of tasks, each step a cache miss). */
 static size_t row_lower(const void *base, size_t n, size_t size, uint64_t id)
 {
+    if (n == 0)
+        return 0;
+    uint64_t first = row_id(base, 0, size), last = row_id(base, n - 1, size);
+    if (id <= first)
+        return 0;
+    if (id > last)
+        return n;
     size_t lo = 0, hi = n;
+    size_t guess = (size_t)((double)(id - first) / (double)(last - first) * (double)(n - 1));
+    if (guess >= n)
+        guess = n - 1;
+    uint64_t at = row_id(base, guess, size);
+    if (at == id)
+        return guess;
+    if (at < id) {
+        /* Each row after guess adds at least 1 to the id. */
+        lo = guess + 1;
+        if (id - at < n - guess)
+            hi = guess + (size_t)(id - at);
+    } else {
+        hi = guess;
+        if (at - id <= guess)
+            lo = guess - (size_t)(at - id);
+    }
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (row_id(base, mid, size) < id)

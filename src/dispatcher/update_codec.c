@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,93 +233,173 @@ out:
 
 /* ---- snapshot encoding ----------------------------------------------------------------------- */
 
-/* The arrays one encoding allocates, freed together. */
-struct allocs {
-    void *p[24];
-    int n;
+/* A snapshot taken: the message, and an arena holding every array and string it points at (a
+ * copy of the state's, so the state may change while another thread packs it). */
+struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    max_align_t data[];
 };
 
-static void *grab(struct allocs *a, size_t n, size_t size)
+struct update_codec_snapshot {
+    Sluice__Snapshot m;
+    struct arena_block *blocks;
+};
+
+#define ARENA_BLOCK ((size_t)1 << 20)
+
+/* n zeroed bytes from the arena, aligned for anything; NULL when out of memory. Allocations of a
+ * block or more get a block of their own. */
+static void *arena_alloc(struct update_codec_snapshot *c, size_t n)
 {
-    void *p = calloc(n ? n : 1, size);
-    if (p)
-        a->p[a->n++] = p;
+    const size_t align = sizeof(max_align_t);
+    n = (n + align - 1) / align * align;
+    if (n == 0)
+        n = align;
+    struct arena_block *b = c->blocks;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
+        b = calloc(1, sizeof *b + cap);
+        if (!b)
+            return NULL;
+        b->cap = cap;
+        if (n >= ARENA_BLOCK && c->blocks) {
+            /* A large array: keep filling the current block afterwards. */
+            b->next = c->blocks->next;
+            c->blocks->next = b;
+        } else {
+            b->next = c->blocks;
+            c->blocks = b;
+        }
+    }
+    void *p = (char *)b->data + b->used;
+    b->used += n;
     return p;
 }
 
-static void allocs_free(struct allocs *a)
+/* Arrays of n elements (NULL when n is 0, as protobuf-c allows with a count of 0). */
+static bool arena_array(struct update_codec_snapshot *c, void **out, size_t n, size_t size)
 {
-    for (int i = 0; i < a->n; i++)
-        free(a->p[i]);
+    *out = n ? arena_alloc(c, n * size) : NULL;
+    return !n || *out;
 }
 
-int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
+static bool arena_u64s(struct update_codec_snapshot *c, uint64_t **out, const uint64_t *v, size_t n)
 {
-    struct allocs a = {.n = 0};
-    Sluice__Snapshot m = SLUICE__SNAPSHOT__INIT;
-    int rc = SLUICE_ERR_NOMEM;
-    m.next_dataset_id = s->next_dataset_id;
-    m.next_job_id = s->next_job_id;
-    m.next_iteration_id = s->next_iteration_id;
-    m.next_task_id = s->next_task_id;
-    m.next_worker_id = s->next_worker_id;
-    m.next_client_id = s->next_client_id;
-    m.applied = s->applied;
+    if (!arena_array(c, (void **)out, n, sizeof *v))
+        return false;
+    if (n)
+        memcpy(*out, v, n * sizeof *v);
+    return true;
+}
 
-    Sluice__SnapshotDataset *ds = grab(&a, s->ndatasets, sizeof *ds);
-    Sluice__SnapshotJob *js = grab(&a, s->njobs, sizeof *js);
-    Sluice__SnapshotIteration *its = grab(&a, s->niterations, sizeof *its);
-    Sluice__JournalSplitPlan *plans = grab(&a, s->niterations, sizeof *plans);
-    Sluice__SnapshotTask *ts = grab(&a, s->ntasks, sizeof *ts);
-    Sluice__SnapshotWorker *ws = grab(&a, s->nworkers, sizeof *ws);
-    Sluice__SnapshotClient *cs = grab(&a, s->nclients, sizeof *cs);
-    size_t nepochs = 0;
-    for (size_t i = 0; i < s->niterations; i++)
-        nepochs += s->iterations[i].nepochs;
-    Sluice__SnapshotRoundEpoch *eps = grab(&a, nepochs, sizeof *eps);
-    Sluice__SnapshotRoundEpoch **ep_ptrs = grab(&a, nepochs, sizeof *ep_ptrs);
-    m.datasets = grab(&a, s->ndatasets, sizeof *m.datasets);
-    m.jobs = grab(&a, s->njobs, sizeof *m.jobs);
-    m.iterations = grab(&a, s->niterations, sizeof *m.iterations);
-    m.tasks = grab(&a, s->ntasks, sizeof *m.tasks);
-    m.workers = grab(&a, s->nworkers, sizeof *m.workers);
-    m.clients = grab(&a, s->nclients, sizeof *m.clients);
-    Sluice__SnapshotSave *svs = grab(&a, s->nsaves, sizeof *svs);
-    m.saves = grab(&a, s->nsaves, sizeof *m.saves);
-    if (a.n != 17)
-        goto out;
-    size_t e = 0;
+static char *arena_str(struct update_codec_snapshot *c, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = arena_alloc(c, n);
+    if (p)
+        memcpy(p, s, n);
+    return p;
+}
 
+static bool arena_key(struct update_codec_snapshot *c, ProtobufCBinaryData *out,
+                      const struct st_key *k)
+{
+    if (!k->set)
+        return true;
+    out->data = arena_alloc(c, ST_KEY_LEN);
+    if (!out->data)
+        return false;
+    memcpy(out->data, k->b, ST_KEY_LEN);
+    out->len = ST_KEY_LEN;
+    return true;
+}
+
+void update_codec_snapshot_free(struct update_codec_snapshot *c)
+{
+    if (!c)
+        return;
+    for (struct arena_block *b = c->blocks, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(c);
+}
+
+/* Each part of the state into the message; false when out of memory. */
+static bool take_datasets(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotDataset *ds;
+    if (!arena_array(c, (void **)&ds, s->ndatasets, sizeof *ds) ||
+        !arena_array(c, (void **)&c->m.datasets, s->ndatasets, sizeof *c->m.datasets))
+        return false;
     for (size_t i = 0; i < s->ndatasets; i++) {
         const struct st_dataset *d = &s->datasets[i];
         Sluice__SnapshotDataset init = SLUICE__SNAPSHOT_DATASET__INIT;
         ds[i] = init;
-        ds[i].id = (char *)d->id;
+        ds[i].id = arena_str(c, d->id);
         ds[i].compression = d->compression;
         ds[i].split_size = d->split_size;
-        ds[i].text = d->text ? d->text : (char *)"";
+        ds[i].text = arena_str(c, d->text ? d->text : "");
         ds[i].generated = d->generated;
         ds[i].def_len = d->def_len;
         ds[i].def_crc32c = def_crc(d->def, d->def_len);
-        m.datasets[i] = &ds[i];
+        if (!ds[i].id || !ds[i].text)
+            return false;
+        c->m.datasets[i] = &ds[i];
     }
-    m.n_datasets = s->ndatasets;
+    c->m.n_datasets = s->ndatasets;
+    return true;
+}
+
+static bool take_jobs(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotJob *js;
+    if (!arena_array(c, (void **)&js, s->njobs, sizeof *js) ||
+        !arena_array(c, (void **)&c->m.jobs, s->njobs, sizeof *c->m.jobs))
+        return false;
     for (size_t i = 0; i < s->njobs; i++) {
         const struct st_job *j = &s->jobs[i];
         Sluice__SnapshotJob init = SLUICE__SNAPSHOT_JOB__INIT;
         js[i] = init;
         js[i].id = j->id;
-        js[i].name = (char *)j->name;
-        js[i].dataset_id = (char *)j->dataset_id;
+        js[i].name = arena_str(c, j->name);
+        js[i].dataset_id = arena_str(c, j->dataset_id);
         js[i].mode = (int32_t)j->mode;
         js[i].num_consumers = j->num_consumers;
         js[i].iteration_id = j->iteration_id;
         js[i].deterministic = j->deterministic;
         js[i].cross_trainer_cache_bytes = j->xtc_bytes;
         js[i].target_workers = (int32_t)j->target_workers;
-        m.jobs[i] = &js[i];
+        if (!js[i].name || !js[i].dataset_id)
+            return false;
+        c->m.jobs[i] = &js[i];
     }
-    m.n_jobs = s->njobs;
+    c->m.n_jobs = s->njobs;
+    return true;
+}
+
+static bool take_plan(struct update_codec_snapshot *c, const struct split_plan *p,
+                      Sluice__JournalSplitPlan *m)
+{
+    plan_to_msg(p, m);
+    if (!arena_array(c, (void **)&m->paths, p->npaths, sizeof *m->paths))
+        return false;
+    for (size_t k = 0; k < p->npaths; k++) {
+        if (!(m->paths[k] = arena_str(c, p->paths[k])))
+            return false;
+    }
+    return true;
+}
+
+static bool take_iterations(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotIteration *its;
+    Sluice__JournalSplitPlan *plans;
+    if (!arena_array(c, (void **)&its, s->niterations, sizeof *its) ||
+        !arena_array(c, (void **)&plans, s->niterations, sizeof *plans) ||
+        !arena_array(c, (void **)&c->m.iterations, s->niterations, sizeof *c->m.iterations))
+        return false;
     for (size_t i = 0; i < s->niterations; i++) {
         const struct st_iteration *it = &s->iterations[i];
         Sluice__SnapshotIteration init = SLUICE__SNAPSHOT_ITERATION__INIT;
@@ -331,34 +412,45 @@ int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *l
         its[i].state = (int32_t)it->state;
         its[i].distributed = it->distributed;
         if (!plan_empty(&it->plan)) {
-            plan_to_msg(&it->plan, &plans[i]);
+            if (!take_plan(c, &it->plan, &plans[i]))
+                return false;
             its[i].plan = &plans[i];
         }
         its[i].split_total = it->split_total;
         its[i].split_cursor = it->split_cursor;
         its[i].n_pool = it->pool.n;
-        its[i].pool = it->pool.v;
         its[i].splits_finished = it->splits_finished;
         its[i].splits_leased = it->splits_leased;
         its[i].rounds_granted = it->rounds_granted;
-        if (it->key.set) {
-            its[i].key.data = (uint8_t *)it->key.b;
-            its[i].key.len = ST_KEY_LEN;
-        }
-        its[i].error = it->error ? it->error : (char *)"";
+        its[i].error = arena_str(c, it->error ? it->error : "");
+        Sluice__SnapshotRoundEpoch *eps;
+        if (!arena_u64s(c, &its[i].pool, it->pool.v, it->pool.n) ||
+            !arena_key(c, &its[i].key, &it->key) || !its[i].error ||
+            !arena_array(c, (void **)&eps, it->nepochs, sizeof *eps) ||
+            !arena_array(c, (void **)&its[i].epochs, it->nepochs, sizeof *its[i].epochs))
+            return false;
         its[i].n_epochs = it->nepochs;
-        its[i].epochs = &ep_ptrs[e];
-        for (size_t k = 0; k < it->nepochs; k++, e++) {
+        for (size_t k = 0; k < it->nepochs; k++) {
             Sluice__SnapshotRoundEpoch einit = SLUICE__SNAPSHOT_ROUND_EPOCH__INIT;
-            eps[e] = einit;
-            eps[e].start = it->epochs[k].start;
-            eps[e].n_tasks = it->epochs[k].tasks.n;
-            eps[e].tasks = it->epochs[k].tasks.v;
-            ep_ptrs[e] = &eps[e];
+            eps[k] = einit;
+            eps[k].start = it->epochs[k].start;
+            eps[k].n_tasks = it->epochs[k].tasks.n;
+            if (!arena_u64s(c, &eps[k].tasks, it->epochs[k].tasks.v, it->epochs[k].tasks.n))
+                return false;
+            its[i].epochs[k] = &eps[k];
         }
-        m.iterations[i] = &its[i];
+        c->m.iterations[i] = &its[i];
     }
-    m.n_iterations = s->niterations;
+    c->m.n_iterations = s->niterations;
+    return true;
+}
+
+static bool take_tasks(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotTask *ts;
+    if (!arena_array(c, (void **)&ts, s->ntasks, sizeof *ts) ||
+        !arena_array(c, (void **)&c->m.tasks, s->ntasks, sizeof *c->m.tasks))
+        return false;
     for (size_t i = 0; i < s->ntasks; i++) {
         const struct st_task *t = &s->tasks[i];
         Sluice__SnapshotTask init = SLUICE__SNAPSHOT_TASK__INIT;
@@ -368,65 +460,124 @@ int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *l
         ts[i].worker_id = t->worker_id;
         ts[i].finished = t->finished;
         ts[i].n_leased = t->leased.n;
-        ts[i].leased = t->leased.v;
         ts[i].last_request = t->last_request;
         ts[i].n_granted = t->granted.n;
-        ts[i].granted = t->granted.v;
-        m.tasks[i] = &ts[i];
+        if (!arena_u64s(c, &ts[i].leased, t->leased.v, t->leased.n) ||
+            !arena_u64s(c, &ts[i].granted, t->granted.v, t->granted.n))
+            return false;
+        c->m.tasks[i] = &ts[i];
     }
-    m.n_tasks = s->ntasks;
+    c->m.n_tasks = s->ntasks;
+    return true;
+}
+
+static bool take_workers_clients(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotWorker *ws;
+    Sluice__SnapshotClient *cs;
+    if (!arena_array(c, (void **)&ws, s->nworkers, sizeof *ws) ||
+        !arena_array(c, (void **)&c->m.workers, s->nworkers, sizeof *c->m.workers) ||
+        !arena_array(c, (void **)&cs, s->nclients, sizeof *cs) ||
+        !arena_array(c, (void **)&c->m.clients, s->nclients, sizeof *c->m.clients))
+        return false;
     for (size_t i = 0; i < s->nworkers; i++) {
         const struct st_worker *w = &s->workers[i];
         Sluice__SnapshotWorker init = SLUICE__SNAPSHOT_WORKER__INIT;
         ws[i] = init;
         ws[i].id = w->id;
-        ws[i].address = (char *)w->address;
+        ws[i].address = arena_str(c, w->address);
         ws[i].incarnation = w->incarnation;
         ws[i].draining = w->draining;
-        ws[i].host_id = (char *)w->host_id;
-        if (w->key.set) {
-            ws[i].key.data = (uint8_t *)w->key.b;
-            ws[i].key.len = ST_KEY_LEN;
-        }
-        m.workers[i] = &ws[i];
+        ws[i].host_id = arena_str(c, w->host_id);
+        if (!ws[i].address || !ws[i].host_id || !arena_key(c, &ws[i].key, &w->key))
+            return false;
+        c->m.workers[i] = &ws[i];
     }
-    m.n_workers = s->nworkers;
+    c->m.n_workers = s->nworkers;
     for (size_t i = 0; i < s->nclients; i++) {
         Sluice__SnapshotClient init = SLUICE__SNAPSHOT_CLIENT__INIT;
         cs[i] = init;
         cs[i].id = s->clients[i].id;
         cs[i].iteration_id = s->clients[i].iteration_id;
         cs[i].owner = s->clients[i].owner;
-        cs[i].host_id = (char *)s->clients[i].host_id;
-        m.clients[i] = &cs[i];
+        cs[i].host_id = arena_str(c, s->clients[i].host_id);
+        if (!cs[i].host_id)
+            return false;
+        c->m.clients[i] = &cs[i];
     }
-    m.n_clients = s->nclients;
+    c->m.n_clients = s->nclients;
+    return true;
+}
+
+static bool take_saves(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotSave *svs;
+    if (!arena_array(c, (void **)&svs, s->nsaves, sizeof *svs) ||
+        !arena_array(c, (void **)&c->m.saves, s->nsaves, sizeof *c->m.saves))
+        return false;
     for (size_t i = 0; i < s->nsaves; i++) {
         const struct st_save *sv = &s->saves[i];
         Sluice__SnapshotSave init = SLUICE__SNAPSHOT_SAVE__INIT;
         svs[i] = init;
         svs[i].id = sv->id;
-        svs[i].dataset_id = (char *)sv->dataset_id;
-        svs[i].path = sv->path;
+        svs[i].dataset_id = arena_str(c, sv->dataset_id);
+        svs[i].path = arena_str(c, sv->path ? sv->path : "");
         svs[i].job_id = sv->job_id;
         svs[i].iteration_id = sv->iteration_id;
         svs[i].chunks = sv->chunks;
         svs[i].state = (int32_t)sv->state;
-        svs[i].error = sv->error ? sv->error : (char *)"";
-        m.saves[i] = &svs[i];
+        svs[i].error = arena_str(c, sv->error ? sv->error : "");
+        if (!svs[i].dataset_id || !svs[i].path || !svs[i].error)
+            return false;
+        c->m.saves[i] = &svs[i];
     }
-    m.n_saves = s->nsaves;
+    c->m.n_saves = s->nsaves;
+    return true;
+}
 
-    size_t n = sluice__snapshot__get_packed_size(&m);
+int update_codec_snapshot_take(const struct state *s, struct update_codec_snapshot **out)
+{
+    struct update_codec_snapshot *c = calloc(1, sizeof *c);
+    if (!c)
+        return SLUICE_ERR_NOMEM;
+    Sluice__Snapshot init = SLUICE__SNAPSHOT__INIT;
+    c->m = init;
+    c->m.next_dataset_id = s->next_dataset_id;
+    c->m.next_job_id = s->next_job_id;
+    c->m.next_iteration_id = s->next_iteration_id;
+    c->m.next_task_id = s->next_task_id;
+    c->m.next_worker_id = s->next_worker_id;
+    c->m.next_client_id = s->next_client_id;
+    c->m.applied = s->applied;
+    if (!take_datasets(c, s) || !take_jobs(c, s) || !take_iterations(c, s) || !take_tasks(c, s) ||
+        !take_workers_clients(c, s) || !take_saves(c, s)) {
+        update_codec_snapshot_free(c);
+        return SLUICE_ERR_NOMEM;
+    }
+    *out = c;
+    return 0;
+}
+
+int update_codec_snapshot_pack(const struct update_codec_snapshot *c, uint8_t **out, size_t *len)
+{
+    size_t n = sluice__snapshot__get_packed_size(&c->m);
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
-        goto out;
-    sluice__snapshot__pack(&m, b);
+        return SLUICE_ERR_NOMEM;
+    sluice__snapshot__pack(&c->m, b);
     *out = b;
     *len = n;
-    rc = 0;
-out:
-    allocs_free(&a);
+    return 0;
+}
+
+int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
+{
+    struct update_codec_snapshot *c;
+    int rc = update_codec_snapshot_take(s, &c);
+    if (rc < 0)
+        return rc;
+    rc = update_codec_snapshot_pack(c, out, len);
+    update_codec_snapshot_free(c);
     return rc;
 }
 

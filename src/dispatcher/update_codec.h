@@ -32,6 +32,17 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
  * *len, or SLUICE_ERR_NOMEM. */
 int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *len);
 
+/* The same in two steps, so the packing (the costly part) can run on another thread while the
+ * state goes on changing: update_codec_snapshot_take() copies what the snapshot holds of s
+ * (every array and string; a pass over the state without encoding anything) and
+ * update_codec_snapshot_pack() serializes that copy, from any thread, into the bytes
+ * update_codec_snapshot_encode() would have produced from s at the take. Take returns 0 with *out
+ * (free it with update_codec_snapshot_free) or SLUICE_ERR_NOMEM; pack returns as encode. */
+struct update_codec_snapshot;
+int update_codec_snapshot_take(const struct state *s, struct update_codec_snapshot **out);
+int update_codec_snapshot_pack(const struct update_codec_snapshot *c, uint8_t **out, size_t *len);
+void update_codec_snapshot_free(struct update_codec_snapshot *c);
+
 /* Supplies the definition bytes of a dataset named in a snapshot: returns 0 with *def
  * (malloc'd; ownership passes to the caller of the decoder) and *len, or a negative code with a
  * message in err. */

@@ -196,22 +196,43 @@ static int expected_seq(struct journal *j, MDB_txn *txn, uint64_t *out)
     return 0;
 }
 
-/* Deletes every record up to seq. */
-static int truncate_log(struct journal *j, MDB_txn *txn, uint64_t seq)
+/* Deletes records up to seq from the start of the log, at most limit of them; *left says whether
+ * some remain. */
+static int trim_covered(struct journal *j, MDB_txn *txn, uint64_t seq, size_t limit, bool *left)
 {
     MDB_cursor *cur;
     MDB_val k, v;
+    size_t deleted = 0;
+    *left = true;
     int rc = mdb_cursor_open(txn, j->log, &cur);
     if (rc != 0)
         return rc;
-    while ((rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) == 0) {
-        if (k.mv_size == 8 && journal_get_be64(k.mv_data) > seq)
+    while (deleted < limit && (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) == 0) {
+        if (k.mv_size == 8 && journal_get_be64(k.mv_data) > seq) {
+            *left = false;
             break;
+        }
         rc = mdb_cursor_del(cur, 0);
         if (rc != 0)
             break;
+        deleted++;
     }
     mdb_cursor_close(cur);
+    if (rc == MDB_NOTFOUND) {
+        *left = false;
+        rc = 0;
+    }
+    return rc;
+}
+
+/* The sequence number the snapshot covers up to, or 0 without one. */
+static int snapshot_seq(struct journal *j, MDB_txn *txn, uint64_t *out)
+{
+    MDB_val key = journal_str_val(JOURNAL_META_SNAPSHOT), v;
+    int rc = mdb_get(txn, j->meta, &key, &v);
+    *out = rc == 0 && v.mv_size >= JOURNAL_RECORD_HEADER + 8
+               ? journal_get_be64((const uint8_t *)v.mv_data + JOURNAL_RECORD_HEADER)
+               : 0;
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
@@ -271,6 +292,8 @@ static int append_txn(struct journal *j, uint64_t first, const struct journal_re
             }
         }
     }
+    uint64_t trim_to = j->trim_to;
+    bool trim = j->trim_left || !j->trim_known;
     if (snap) {
         uint8_t seq[8];
         journal_put_be64(seq, snap->seq);
@@ -280,7 +303,15 @@ static int append_txn(struct journal *j, uint64_t first, const struct journal_re
             snprintf(what, sizeof what, "write the snapshot");
             goto lmdb_failed;
         }
-        rc = truncate_log(j, txn, snap->seq);
+        trim_to = snap->seq;
+        trim = true;
+    } else if (!j->trim_known && (rc = snapshot_seq(j, txn, &trim_to)) != 0) {
+        snprintf(what, sizeof what, "read the snapshot's position");
+        goto lmdb_failed;
+    }
+    bool left = false;
+    if (trim && trim_to > 0) {
+        rc = trim_covered(j, txn, trim_to, JOURNAL_TRIM_MIN + 2 * n, &left);
         if (rc != 0) {
             snprintf(what, sizeof what, "delete the records the snapshot covers");
             goto lmdb_failed;
@@ -294,6 +325,9 @@ static int append_txn(struct journal *j, uint64_t first, const struct journal_re
         *map_full = rc == MDB_MAP_FULL;
         return storage_fail(j, rc, err, errlen);
     }
+    j->trim_known = true;
+    j->trim_to = trim_to;
+    j->trim_left = left;
     if (j->fault)
         j->fault(JOURNAL_FAULT_AFTER_COMMIT, j->fault_user);
     return 0;
@@ -555,7 +589,13 @@ int journal_replay_to(struct journal *j, uint64_t from, uint64_t to, journal_rec
         rc = journal_lmdb_fail(err, errlen, rc, "open a cursor");
         goto out_txn;
     }
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && !stop;
+    /* Records before `from` are covered by the snapshot and not read: the journal deletes them
+     * a bounded number per write (journal.h). */
+    uint8_t from_key[8];
+    journal_put_be64(from_key, from);
+    k.mv_size = 8;
+    k.mv_data = from_key;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE); rc == 0 && !stop;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         if (k.mv_size != 8) {
             snprintf(why, sizeof why, "a record after %" PRIu64 " has a key of %zu bytes", seen,
@@ -568,12 +608,6 @@ int journal_replay_to(struct journal *j, uint64_t from, uint64_t to, journal_rec
             break;
         if (j->progress)
             j->progress->seq = seq;
-        if (seq < from) {
-            snprintf(why, sizeof why,
-                     "record %" PRIu64 " is still in the log, but the snapshot covers it", seq);
-            stop = damage(&r, seq, why);
-            continue;
-        }
         if (seq > expect) {
             if (seq == expect + 1)
                 snprintf(why, sizeof why, "record %" PRIu64 " is missing", expect);

@@ -7,8 +7,11 @@
  *
  * Every value is framed by record.h (a crc32c over key and payload, and a format byte). The
  * snapshot is a meta value holding the sequence number of the last record it covers and the
- * caller's bytes; writing it deletes the records it covers in the same transaction, so the log
- * holds only the records after the snapshot and a restart reads a bounded amount.
+ * caller's bytes. A restart reads the snapshot and the records after it, a bounded amount. The
+ * records it covers are deleted in bounded steps, so that no one write stalls the writes behind
+ * it: the snapshot's transaction and every later one deletes up to JOURNAL_TRIM_MIN of them plus
+ * twice its own record count (so they go faster than records arrive), oldest first. Until they
+ * are gone they stay in the log, unread.
  *
  * Durability: each write is one LMDB write transaction committed with LMDB's default syncing
  * (never MDB_NOSYNC or MDB_NOMETASYNC). When journal_append() returns 0 the batch survives a crash
@@ -42,6 +45,8 @@
 #define JOURNAL_DEFAULT_MAP_SIZE ((size_t)64 << 20)
 #define JOURNAL_DEFAULT_MAP_MAX ((size_t)16 << 30)
 #define JOURNAL_ID_MAX 511 /* longest dataset id in bytes (LMDB's key size limit) */
+/* Covered records deleted per write transaction, at least (see above). */
+#define JOURNAL_TRIM_MIN 1024
 
 struct journal;
 
@@ -136,12 +141,12 @@ struct journal_snapshot {
 };
 
 /* Writes n records with sequence numbers first_seq, first_seq + 1, ..., and then, when snap is
- * not NULL, the snapshot (replacing the previous one) and the deletion of every record up to
- * snap->seq, all in ONE write transaction. first_seq must follow the last record written (or
- * the snapshot, when the log is empty; 1 in a new journal) and snap->seq must not be past the
- * last record of the batch; otherwise nothing is written and SLUICE_ERR_INVALID is returned.
- * n may be 0 (a snapshot alone). Returns 0 once the transaction is durable, or a negative code
- * with a message: SLUICE_ERR_FULL (map ceiling, or disk full), SLUICE_ERR_TOO_LARGE (a batch
+ * not NULL, the snapshot (replacing the previous one), all in ONE write transaction, which also
+ * deletes the next records the snapshot covers (see the top). first_seq must follow the last record
+ * written (or the snapshot, when the log is empty; 1 in a new journal) and snap->seq must not be
+ * past the last record of the batch; otherwise nothing is written and SLUICE_ERR_INVALID is
+ * returned. n may be 0 (a snapshot alone). Returns 0 once the transaction is durable, or a negative
+ * code with a message: SLUICE_ERR_FULL (map ceiling, or disk full), SLUICE_ERR_TOO_LARGE (a batch
  * too large for one transaction), SLUICE_ERR_INVALID (read-only, or the sequence above), others
  * from the system. After a failure the journal holds exactly what it held before the call. */
 int journal_append(struct journal *j, uint64_t first_seq, const struct journal_record *recs,
@@ -178,9 +183,9 @@ typedef int (*journal_record_cb)(void *user, uint64_t seq, const uint8_t *payloa
 typedef void (*journal_damage_cb)(void *user, uint64_t seq, const char *why);
 
 /* Replays the records from sequence number from (the snapshot's + 1, or 1) to the last, inside
- * one read transaction. The records must run without a gap from `from`, and none may come
- * before it (a snapshot deletes the records it covers in its own transaction). A record that
- * fails its check, a gap, or a record before `from` is damage: with on_damage NULL the replay
+ * one read transaction. The records must run without a gap from `from`; records before it (the
+ * ones a snapshot covers and the journal has not deleted yet) are not read. A record that fails
+ * its check, or a gap, is damage: with on_damage NULL the replay
  * stops there and returns SLUICE_ERR_CORRUPT with "record N: why" in err; otherwise on_damage
  * is called, the replay goes on with the next record, and SLUICE_ERR_CORRUPT with the first
  * damage's message is returned at the end. *last (may be NULL) receives the sequence number of

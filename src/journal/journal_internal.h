@@ -28,6 +28,11 @@ struct journal {
     pthread_mutex_t mu;
     void (*fault)(enum journal_fault point, void *user);
     void *fault_user;
+    /* Writing: records up to trim_to (the snapshot's) are deleted at most JOURNAL_TRIM_MIN plus
+     * twice the batch per transaction; trim_left says some remain. Both are known once a write
+     * committed (trim_known), and read from the journal by the first. */
+    bool trim_known, trim_left;
+    uint64_t trim_to;
 };
 
 /* Records "what: LMDB's reason" and returns LMDB's code converted to sluice's. */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/conn.h"
 #include "common/error.h"
 #include "common/frame.h"
 #include "common/log.h"
@@ -25,6 +26,7 @@
 #include "common/rpc_server.h"
 #include "common/security.h"
 
+#include "lib/clock.h"
 #include "lib/loop.h"
 #include "lib/net.h"
 #include "lib/tls.h"
@@ -129,7 +131,20 @@ struct server_fx {
     size_t nheld;
     size_t max_pending; /* the largest rpc_conn_pending_write seen right after a reply */
     bool closed;
+    /* on_answered: requests answered, of them GetElements, and the longest time one took. */
+    int answered, answered_elements;
+    double answered_max_s;
 };
+
+static void fx_on_answered(void *user, int body_case, double seconds)
+{
+    struct server_fx *fx = user;
+    fx->answered++;
+    fx->answered_elements += body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
+    assert_true(seconds >= 0 && seconds < 60);
+    if (seconds > fx->answered_max_s)
+        fx->answered_max_s = seconds;
+}
 
 static void fx_on_open(struct rpc_server *srv, struct rpc_conn *conn, void *user)
 {
@@ -242,6 +257,7 @@ static void fx_start_opts(uv_loop_t *loop, struct server_fx *fx, int port, uint3
         .on_request = fx_on_request,
         .on_open = fx_on_open,
         .on_close = fx_on_close,
+        .on_answered = fx_on_answered,
         .user = fx,
         .sec = sec_server,
     };
@@ -737,7 +753,12 @@ static void test_handshake_and_status(void **state)
     loop_finish(&loop);
 }
 
-static void test_pipelined_out_of_order(void **state)
+/* N calls held by the server, answered in a scrambled order: each reply reaches its call, in the
+ * order they were sent. Corked, the replies are queued inside conn_cork() (two, nested: only the
+ * outermost uncork writes) and go out a connection's worth per write, in the order queued. The
+ * server timed the calls from their arrival to their reply (on_answered), held ones included, up
+ * to RPC_TIMED_MAX at once on one connection. */
+static void pipelined(bool corked)
 {
     enum { N = 1000 };
     uv_loop_t loop;
@@ -759,6 +780,9 @@ static void test_pipelined_out_of_order(void **state)
     }
     RUN_UNTIL(&loop, fx.nheld == N, WAIT_MS);
     assert_int_equal(narrivals, 0);
+    int answered = fx.answered;
+    assert_int_equal(fx.answered_elements, 0);
+    sleep_ms(20); /* held a while: their time counts from their arrival */
 
     /* The server saw every request, in order; it answers in a scrambled order (7919 is prime
      * to N, so this is a permutation). */
@@ -766,7 +790,19 @@ static void test_pipelined_out_of_order(void **state)
         assert_true(fx.held[i].task == 5000 + i);
     for (size_t k = 0; k < N; k++)
         order[k] = (k * 7919 + 13) % N;
-    fx_answer_held(&fx, order, N);
+    if (corked) {
+        conn_cork();
+        fx_answer_held(&fx, order, N / 2);
+        conn_cork();
+        fx_answer_held(&fx, order + N / 2, N - N / 2);
+        conn_uncork();
+        conn_uncork();
+    } else {
+        fx_answer_held(&fx, order, N);
+    }
+    assert_int_equal(fx.answered, answered + RPC_TIMED_MAX);
+    assert_int_equal(fx.answered_elements, RPC_TIMED_MAX);
+    assert_true(fx.answered_max_s >= 0.02);
     RUN_UNTIL(&loop, narrivals == N, WAIT_MS);
 
     for (size_t k = 0; k < N; k++)
@@ -779,10 +815,22 @@ static void test_pipelined_out_of_order(void **state)
     }
     assert_int_equal(cfx.connects, 1);
     assert_int_equal(fx.opens, 1);
+    /* Nothing is left held: the next reply, uncorked, follows at once. */
+    expect_status_ok(&loop, cfx.cl);
 
     cfx_close(&loop, &cfx);
     fx_close(&loop, &fx);
     loop_finish(&loop);
+}
+
+static void test_pipelined_out_of_order(void **state)
+{
+    pipelined(false);
+}
+
+static void test_corked_replies(void **state)
+{
+    pipelined(true);
 }
 
 static void test_call_before_server(void **state)
@@ -1767,6 +1815,7 @@ int main(void)
         cmocka_unit_test(test_incarnation),
         cmocka_unit_test(test_handshake_and_status),
         cmocka_unit_test(test_pipelined_out_of_order),
+        cmocka_unit_test(test_corked_replies),
         cmocka_unit_test(test_call_before_server),
         cmocka_unit_test(test_call_timeout),
         cmocka_unit_test(test_waiting_call_timeout),
@@ -1791,6 +1840,7 @@ int main(void)
     const struct CMUnitTest tls_tests[] = {
         cmocka_unit_test(test_handshake_and_status),
         cmocka_unit_test(test_pipelined_out_of_order),
+        cmocka_unit_test(test_corked_replies),
         cmocka_unit_test(test_call_before_server),
         cmocka_unit_test(test_call_timeout),
         cmocka_unit_test(test_server_restart),

@@ -153,7 +153,7 @@ static int same(const struct expo *a, const struct expo *b)
         return 0;
     for (size_t i = 0; i < a->n; i++) {
         if (strstr(a->v[i].name, "_total") || strstr(a->v[i].name, "journal_commit") ||
-            strstr(a->v[i].name, "autoscale"))
+            strstr(a->v[i].name, "autoscale") || strstr(a->v[i].name, "request_seconds"))
             continue; /* counters of the scrapes and status requests themselves */
         double v;
         if (expo_value(b, a->v[i].name, a->v[i].labels, &v) != 0 || v != a->v[i].value)

@@ -265,13 +265,15 @@ static void test_append_and_replay(void **unused)
     assert_int_equal(append_n(j, 24, 2, NULL, err, sizeof err), SLUICE_ERR_INVALID);
     expect_log(j, 1, 24);
 
-    /* Replaying from later than the first record means records the snapshot should have
-     * deleted are still there. */
+    /* Replaying from later than the first record skips the records before it (a snapshot
+     * covers them; the journal deletes them in steps). */
     struct seen s = {.payload_ok = true};
     uint64_t last;
-    assert_int_equal(journal_replay(j, 3, on_record, NULL, &s, &last, err, sizeof err),
-                     SLUICE_ERR_CORRUPT);
-    assert_string_equal(err, "record 1 is still in the log, but the snapshot covers it");
+    assert_int_equal(journal_replay(j, 3, on_record, NULL, &s, &last, err, sizeof err), 0);
+    assert_int_equal(s.n, 22);
+    assert_int_equal(s.seqs[0], 3);
+    assert_true(s.payload_ok);
+    assert_int_equal(last, 24);
 
     /* A callback's nonzero return stops the replay and comes back. */
     journal_close(j);
@@ -349,6 +351,43 @@ static void test_snapshot_truncates(void **unused)
     assert_int_equal(append_n(j, 15, 1, &snap, err, sizeof err), SLUICE_ERR_INVALID);
     assert_string_equal(err, "append: a snapshot at 16 is past the last record 15");
     expect_log(j, 13, 14);
+    journal_close(j);
+}
+
+/* A snapshot covering more records than one transaction deletes: they go in steps of
+ * JOURNAL_TRIM_MIN plus twice each batch, oldest first, unread meanwhile, across a reopen. */
+static void test_snapshot_trims_in_steps(void **unused)
+{
+    (void)unused;
+    struct journal *j = open_journal(work("w"), 0, 0);
+    char err[SLUICE_ERRMSG_SIZE];
+    struct journal_info info;
+    const uint64_t total = 3 * JOURNAL_TRIM_MIN; /* 3072 records, 64 per batch */
+    for (uint64_t first = 1; first <= total; first += 64)
+        assert_int_equal(append_n(j, first, 64, NULL, err, sizeof err), 0);
+    /* A snapshot alone at the last record deletes the oldest JOURNAL_TRIM_MIN. */
+    struct journal_snapshot snap = {.seq = total, .data = (const uint8_t *)"S", .len = 1};
+    assert_int_equal(journal_append(j, total + 1, NULL, 0, &snap, err, sizeof err), 0);
+    assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
+    assert_int_equal(info.snapshot_seq, total);
+    assert_int_equal(info.first_seq, JOURNAL_TRIM_MIN + 1);
+    assert_int_equal(info.records, total - JOURNAL_TRIM_MIN);
+    expect_log(j, total + 1, total); /* nothing after the snapshot; the covered ones unread */
+    /* A batch of 10 deletes JOURNAL_TRIM_MIN + 20 more. */
+    assert_int_equal(append_n(j, total + 1, 10, NULL, err, sizeof err), 0);
+    assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
+    assert_int_equal(info.first_seq, 2 * JOURNAL_TRIM_MIN + 21);
+    assert_int_equal(info.last_seq, total + 10);
+    expect_log(j, total + 1, total + 10);
+    journal_close(j);
+    /* Reopened, the first write finds what is left and finishes it. */
+    j = open_journal(work("w"), 0, 0);
+    expect_log(j, total + 1, total + 10);
+    assert_int_equal(append_n(j, total + 11, 1, NULL, err, sizeof err), 0);
+    assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
+    assert_int_equal(info.first_seq, total + 1);
+    assert_int_equal(info.records, 11);
+    expect_log(j, total + 1, total + 11);
     journal_close(j);
 }
 
@@ -958,12 +997,24 @@ static void test_thread_snapshots(void **unused)
     assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
     assert_int_equal(info.snapshot_seq, 8);
     assert_int_equal(info.records, 0);
-    /* A snapshot queued and not yet written when the thread closes is written by the close. */
-    add_n(jt, 2);
-    assert_int_equal(journal_thread_snapshot(jt, (uint8_t *)strdup("S10"), 3), 0);
-    close_thread(&loop, jt);
+    /* A snapshot of an earlier state (taken at record 10, finished after 12 were queued)
+     * covers up to 10 only; one past what is queued is refused. */
+    add_n(jt, 4);
+    assert_int_equal(journal_thread_snapshot_at(jt, (uint8_t *)strdup("S13"), 3, 13),
+                     SLUICE_ERR_INVALID);
+    assert_int_equal(journal_thread_snapshot_at(jt, (uint8_t *)strdup("S10"), 3, 10), 0);
+    assert_int_equal(journal_thread_wait(jt, on_wait, &a), 0);
+    RUN_UNTIL(&loop, w.n == 2, 20000);
     assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
     assert_int_equal(info.snapshot_seq, 10);
+    assert_int_equal(info.records, 2);
+    expect_log(j, 11, 12);
+    /* A snapshot queued and not yet written when the thread closes is written by the close. */
+    add_n(jt, 2);
+    assert_int_equal(journal_thread_snapshot(jt, (uint8_t *)strdup("S14"), 3), 0);
+    close_thread(&loop, jt);
+    assert_int_equal(journal_get_info(j, &info, err, sizeof err), 0);
+    assert_int_equal(info.snapshot_seq, 14);
     assert_int_equal(info.records, 0);
     journal_close(j);
     assert_int_equal(uv_loop_close(&loop), 0);
@@ -1524,6 +1575,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_copy_while_growing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_and_replay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_replay_stops_on_callback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_trims_in_steps, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_truncates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_datasets_table, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readers_and_writers, setup, teardown),

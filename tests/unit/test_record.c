@@ -524,6 +524,20 @@ static void test_snapshot_round_trip(void **unused)
     free(bytes);
     state_release(&back);
 
+    /* Taken, then packed after the state is gone (the copy holds all it points at, so a
+     * snapshot packs on another thread while the state changes): the same bytes. */
+    assert_int_equal(update_codec_snapshot_encode(&s, &bytes, &len), 0);
+    struct update_codec_snapshot *copy;
+    assert_int_equal(update_codec_snapshot_take(&s, &copy), 0);
+    state_release(&s);
+    assert_int_equal(update_codec_snapshot_pack(copy, &again, &len2), 0);
+    update_codec_snapshot_free(copy);
+    assert_int_equal(len, len2);
+    assert_memory_equal(bytes, again, len);
+    free(again);
+    free(bytes);
+    build_state(&s);
+
     /* The empty state too. */
     assert_int_equal(update_codec_snapshot_encode(&empty, &bytes, &len), 0);
     assert_int_equal(

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/sha256.h"
 #include "dispatcher/intervals.h"
+#include "dispatcher/state_internal.h"
 #include "dispatcher/status.h"
 
 #include <inttypes.h>
@@ -910,9 +911,68 @@ static void test_random_settle_replay(void **unused)
     assert_true(from_pool >= 8);
 }
 
+/* state_row_find and state_row_insert against a linear search, on tables whose ids are dense,
+ * dense with holes, sparse, and huge: every id present is found at its row, every id absent
+ * is not, and inserting keeps the rows sorted. */
+struct row {
+    uint64_t id;
+    uint64_t pad[3];
+};
+
+static void test_row_search(void **unused)
+{
+    (void)unused;
+    srand(7);
+    enum { N = 600 };
+    struct row *rows = calloc(N + 1, sizeof *rows);
+    assert_non_null(rows);
+    for (int shape = 0; shape < 5; shape++) {
+        for (int round = 0; round < 20; round++) {
+            size_t n = 0;
+            uint64_t id = shape == 4 ? UINT64_MAX - 5 * N : (uint64_t)(rand() % 50) + 1;
+            for (size_t i = 0; i < N; i++) {
+                uint64_t step = shape == 0   ? 1                             /* dense */
+                                : shape == 1 ? (rand() % 10 == 0 ? 30 : 1)   /* holes */
+                                : shape == 2 ? (uint64_t)(rand() % 1000) + 1 /* sparse */
+                                : shape == 3 ? (i < N / 2 ? 1 : 1000000)     /* two parts */
+                                             : (uint64_t)(rand() % 3) + 1;   /* near max */
+                id += step;
+                rows[n++].id = id;
+            }
+            size_t len = (size_t)(rand() % N);
+            uint64_t top = rows[N - 1].id;
+            for (int probe = 0; probe < 400; probe++) {
+                uint64_t want = probe < 200 && len
+                                    ? rows[rand() % len].id
+                                    : (uint64_t)rand() % (top + 3 > top ? top + 3 : top);
+                if (shape == 4 && probe >= 200)
+                    want = top - (uint64_t)(rand() % (6 * N));
+                struct row *exp = NULL;
+                for (size_t i = 0; i < len; i++) {
+                    if (rows[i].id == want)
+                        exp = &rows[i];
+                }
+                assert_ptr_equal(state_row_find(rows, len, sizeof *rows, want), exp);
+            }
+            /* An insert of an absent id lands in order. */
+            uint64_t add = len ? rows[len - 1].id / 2 + 1 : 5;
+            if (!state_row_find(rows, len, sizeof *rows, add)) {
+                size_t n2 = len;
+                state_row_insert(rows, &n2, sizeof *rows, add);
+                assert_int_equal(n2, len + 1);
+                for (size_t i = 1; i < n2; i++)
+                    assert_true(rows[i - 1].id < rows[i].id);
+                assert_non_null(state_row_find(rows, n2, sizeof *rows, add));
+            }
+        }
+    }
+    free(rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_row_search),
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),
         cmocka_unit_test(test_status_json_bad_names),
