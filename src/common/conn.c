@@ -192,6 +192,24 @@ static void deliver_linked(struct conn *c, struct ewire_reply *r)
 #define UNPACK_ARENA_MIN ((size_t)16 << 10)
 #define UNPACK_ARENA_MAX ((size_t)1 << 20)
 
+/* Under AddressSanitizer the arena's free space is poisoned, so that a handler reading an
+ * envelope after its delivery is caught as it would be with malloc. */
+#if defined(__SANITIZE_ADDRESS__)
+#define ARENA_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ARENA_ASAN 1
+#endif
+#endif
+#ifdef ARENA_ASAN
+#include <sanitizer/asan_interface.h>
+#define ARENA_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define ARENA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define ARENA_POISON(p, n) ((void)(p), (void)(n))
+#define ARENA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 struct arena_extra {
     struct arena_extra *next;
     max_align_t data[];
@@ -214,6 +232,8 @@ static bool arena_key_ok;
 static void arena_thread_exit(void *p)
 {
     struct unpack_arena *a = p;
+    if (a->buf)
+        ARENA_UNPOISON(a->buf, a->cap);
     free(a->buf);
     a->buf = NULL;
     a->cap = 0;
@@ -233,6 +253,7 @@ static void *arena_alloc(void *user, size_t size)
     if (a->buf && a->cap - a->used >= size) {
         void *p = a->buf + a->used;
         a->used += size;
+        ARENA_UNPOISON(p, size);
         return p;
     }
     struct arena_extra *e = malloc(sizeof *e + size);
@@ -257,6 +278,8 @@ static void arena_reset(struct unpack_arena *a)
         a->extra = e->next;
         free(e);
     }
+    if (a->buf)
+        ARENA_POISON(a->buf, a->used);
     if (a->wanted > a->cap && a->cap < UNPACK_ARENA_MAX) {
         size_t cap = a->cap ? a->cap : UNPACK_ARENA_MIN;
         while (cap < a->wanted && cap < UNPACK_ARENA_MAX)
@@ -264,7 +287,10 @@ static void arena_reset(struct unpack_arena *a)
         pthread_once(&arena_once, arena_key_make);
         uint8_t *b = arena_key_ok && pthread_setspecific(arena_key, a) == 0 ? malloc(cap) : NULL;
         if (b) {
+            if (a->buf)
+                ARENA_UNPOISON(a->buf, a->cap);
             free(a->buf);
+            ARENA_POISON(b, cap);
             a->buf = b;
             a->cap = cap;
         }

@@ -38,10 +38,10 @@
 #define WAIT_MS 20000
 
 #if defined(__SANITIZE_ADDRESS__)
-#define FLIP_STRIDE 256
+#define FLIP_STRIDE 512
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-#define FLIP_STRIDE 256
+#define FLIP_STRIDE 512
 #endif
 #endif
 #ifndef FLIP_STRIDE
@@ -328,7 +328,7 @@ static void test_sweep(void **unused)
     try_variant(&o, wd, o.data, o.len, "the original", &t);
     assert_int_equal(t.started, 1);
 
-    /* One bit at every 64th byte, the bit rotating with the offset (every 256th under the
+    /* One bit at every 64th byte, the bit rotating with the offset (every 512th under the
      * sanitizers, whose processes start much slower). */
     for (size_t off = 0; off < o.len; off += FLIP_STRIDE) {
         memcpy(v, o.data, o.len);
