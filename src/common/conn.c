@@ -312,7 +312,7 @@ static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
     struct unpack_arena *a = &unpack_arena;
     ProtobufCAllocator alloc = {arena_alloc, arena_free, a};
     bool arena = !a->busy;
-    a->busy = a->busy || arena;
+    a->busy = true;
     Sluice__Envelope *env = sluice__envelope__unpack(arena ? &alloc : NULL, len, payload);
     if (env != NULL) {
         c->ops->on_envelope(c, env);
