@@ -10,8 +10,8 @@
  * iteration finishes when every split is finished, that is every chunk committed.
  *
  * An s3:// destination (checked against the data roots on the loop) differs: SW_META deletes
- * what an earlier save left there (snap_objects_begin) instead of writing snapshot.json, and
- * the finalize puts snapshot.json and then manifest.json once every chunk object is checked
+ * the manifest and FAILED an earlier save left there and puts snapshot.json
+ * (snap_objects_begin), and the finalize puts manifest.json once every chunk object is checked
  * (snap_finalize_objects), so a reader never sees a manifest naming chunks not yet there.
  *
  * A save that failed is started again by the same request (a new save of the same dataset into
@@ -155,8 +155,8 @@ static void save_work_run(uv_work_t *uw)
     case SW_META: {
         struct snap_meta m = {.format = SNAP_FORMAT, .pipeline = w->text, .chunks = w->chunks};
         snprintf(m.dataset_id, sizeof m.dataset_id, "%s", w->dataset_id);
-        /* An s3:// snapshot's snapshot.json is put last, with its manifest: what an earlier save
-         * left there goes, so that nothing names chunks being put. */
+        /* An s3:// snapshot: an earlier save's manifest and FAILED go, then snapshot.json is
+         * put (objects are not renamed into place: nothing else to prepare). */
         if (obj_is_url(w->path)) {
             w->rc = snap_objects_begin(w->path, &m, w->err, sizeof w->err);
             return;
@@ -295,7 +295,7 @@ static void queue_over(struct dispatcher *d, const struct st_save *sv, enum save
     struct save_work *w = calloc(1, sizeof *w);
     if (!w)
         return; /* the next tick tries again */
-    /* An s3:// snapshot's snapshot.json is put as it is finalized. */
+    /* An s3:// snapshot's snapshot.json is put again as it is finalized, with its manifest. */
     if (kind == SW_FINALIZE && obj_is_url(sv->path) &&
         !(w->text = dataset_text(state_dataset(&d->st, sv->dataset_id)))) {
         free(w);

@@ -237,6 +237,7 @@ int pipe_roots_init(struct pipe_roots *r, const char *const *dirs, size_t n, cha
 int pipe_roots_copy(struct pipe_roots *r, const struct pipe_roots *src)
 {
     memset(r, 0, sizeof(*r));
+    r->no_listing = src && src->no_listing;
     for (size_t i = 0; src && i < src->n; i++) {
         int rc = roots_add(r, src->dirs[i]);
         if (rc < 0) {

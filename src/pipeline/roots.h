@@ -26,6 +26,9 @@
 struct pipe_roots {
     char **dirs;
     size_t n;
+    /* Set on a worker's roots: objects are never listed here (what the dispatcher pinned is
+     * read; an s3:// snapshot's chunks are pinned by their first answer instead). Copied. */
+    bool no_listing;
 };
 
 /* Pure. Writes the lexical normal form of path into out: absolute (a relative path is taken

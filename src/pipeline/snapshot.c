@@ -439,8 +439,10 @@ int snap_objects_begin(const char *dir, const struct snap_meta *m, char *err, si
     if (!meta_valid(m))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: bad snapshot meta", dir);
     int rc = meta_same(dir, m, err, errlen);
-    /* The manifest goes first: a reader never sees a manifest without the meta it belongs to. */
-    static const char *const names[] = {SNAP_MANIFEST_FILE, SNAP_META_FILE, SNAP_FAILED_FILE};
+    /* An earlier save's manifest goes first (a reader never takes the chunks being put for a
+     * complete snapshot), then its FAILED; snapshot.json (of the same dataset and chunk count)
+     * is put over the old one, so a reader started now waits for the chunks. */
+    static const char *const names[] = {SNAP_MANIFEST_FILE, SNAP_FAILED_FILE};
     for (size_t i = 0; rc == 0 && i < sizeof names / sizeof names[0]; i++) {
         char *url = NULL;
         if (asprintf(&url, "%.*s/%s", dir_len(dir), dir, names[i]) < 0)
@@ -448,6 +450,8 @@ int snap_objects_begin(const char *dir, const struct snap_meta *m, char *err, si
         rc = obj_delete(url, err, errlen);
         free(url);
     }
+    if (rc == 0)
+        rc = meta_write_file(dir, m, err, errlen);
     return rc;
 }
 

@@ -77,7 +77,8 @@ static int pin_chunks(const char *dir, char **paths, size_t n, char *err, size_t
     return 0;
 }
 
-int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *err, size_t errlen)
+int pipe_snapshot_paths(const char *dir, bool list, char ***paths, size_t *npaths, char *err,
+                        size_t errlen)
 {
     *paths = NULL;
     *npaths = 0;
@@ -107,7 +108,7 @@ int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *er
             return err_set(err, errlen, SLUICE_ERR_NOMEM, "snapshot %s: out of memory", dir);
         }
     }
-    if (obj_url_scheme(dir) == OBJ_S3) {
+    if (list && obj_url_scheme(dir) == OBJ_S3) {
         rc = pin_chunks(dir, out, (size_t)n, err, errlen);
         if (rc < 0) {
             pipe_paths_free(out, (size_t)n);

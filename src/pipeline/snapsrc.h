@@ -26,18 +26,21 @@
 #include "iter.h"
 #include "spec.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define PIPE_SNAPSHOT_POLL_FIRST_MS 20u
 #define PIPE_SNAPSHOT_POLL_MAX_MS 200u
 
 /* Reads DIR/snapshot.json and writes the paths of its chunks 0 .. chunks-1 into *paths (malloc'd,
- * each string too; free with pipe_paths_free()). Blocks on disk. For an s3:// DIR, one listing
- * of DIR/chunks/ pins each chunk present to its size and ETag ("URL#object=SIZE:ETAG",
- * objurl.h); a chunk not listed keeps its plain URL. Returns 0, or
+ * each string too; free with pipe_paths_free()). Blocks on disk. For an s3:// DIR and list true,
+ * one listing of DIR/chunks/ pins each chunk present to its size and ETag
+ * ("URL#object=SIZE:ETAG", objurl.h); a chunk not listed keeps its plain URL (and is pinned to
+ * the ETag of its first answer when read). Returns 0, or
  * SLUICE_ERR_NOT_FOUND with "snapshot DIR: not a snapshot (no snapshot.json)" in err, or another
  * negative code with "snapshot DIR: ..." (a damaged snapshot.json, a path too long). */
-int pipe_snapshot_paths(const char *dir, char ***paths, size_t *npaths, char *err, size_t errlen);
+int pipe_snapshot_paths(const char *dir, bool list, char ***paths, size_t *npaths, char *err,
+                        size_t errlen);
 
 /* Creates a source iterator over the chunk files paths (copied) of the snapshot in dir (copied),
  * read in the given order and opened lazily as reading reaches them. Elements are what the save

@@ -210,7 +210,8 @@ static int source_entries(const struct pipe_source *src, const struct pipe_roots
         if (src->nglobs != 1)
             return err_set(err, errlen, SLUICE_ERR_INVALID,
                            "a snapshot source names one directory, not %zu", src->nglobs);
-        return pipe_snapshot_paths(src->globs[0], paths, npaths, err, errlen);
+        return pipe_snapshot_paths(src->globs[0], !(roots && roots->no_listing), paths, npaths, err,
+                                   errlen);
     }
     int rc = pipe_glob_expand(src->globs, src->nglobs, paths, npaths, err, errlen);
     if (rc < 0 || src->kind != PIPE_SRC_PARQUET)

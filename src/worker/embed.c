@@ -200,6 +200,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
     /* Files only from the data roots, py functions only from python_path. */
     struct pipe_roots roots;
     rc = pipe_roots_init(&roots, o->data_roots, o->ndata_roots, err, errlen);
+    roots.no_listing = true; /* the dispatcher lists; a worker reads what it pinned */
     if (rc == 0) {
         char why[SLUICE_ERRMSG_SIZE];
         rc =

@@ -33,6 +33,7 @@
 #include "lib/tmp.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -386,8 +387,9 @@ static void test_parquet_tar_same_as_local(void **state)
     expect_same("tar(\"@/tar/shard-*\", \"cls\", \"txt\") | global_shuffle(5)");
 }
 
-/* An object of 40 ranges read front to back: the same lines as its local copy, with two GETs
- * of it in flight at once (the read-ahead) and never more. */
+/* An object of 40 ranges read front to back: the same lines as its local copy, with three GETs
+ * of it in flight at once and never more (its size known from the listing, the first range is
+ * asked for with the two the read-ahead holds). */
 static void test_read_ahead(void **state)
 {
     (void)state;
@@ -403,7 +405,7 @@ static void test_read_ahead(void **state)
     s = relay_call(endpoint, "stats", false);
     printf("    one object of 40 ranges: relay %s\n", s);
     assert_int_equal(stat_of(s, "get"), 40);
-    assert_int_equal(stat_of(s, "inflight"), 2);
+    assert_int_equal(stat_of(s, "inflight"), 3);
     free(s);
 }
 
@@ -710,7 +712,7 @@ static void test_https(void **state)
 
 /* snapshot("s3://...") of a snapshot saved by `sluice snapshot save` and uploaded: element for
  * element what the local directory reads, in sluice run, distributed_epoch on 3 workers (exactly
- * once) and parallel_epochs; its chunks listed in one walk. */
+ * once) and parallel_epochs; its chunks listed in one walk, and never by a worker. */
 static void test_snapshot(void **state)
 {
     struct cluster *c = *state;
@@ -737,6 +739,7 @@ static void test_snapshot(void **state)
     out = cluster_run(c, 0, NULL, "read", p, "--mode", "parallel_epochs", NULL);
     s = relay_call(endpoint, "stats", false);
     printf("    snapshot over s3://, parallel_epochs: relay %s\n", s);
+    assert_int_equal(stat_of(s, "list"), 0); /* a worker never lists */
     free(s);
     char *got = sorted(out), *want = expected_range(SNAP_ELEMS, 3);
     assert_string_equal(got, want);
@@ -844,13 +847,14 @@ static void test_snapshot_save(void **state)
     assert_true(chunks >= 2);
     free(out);
 
-    /* The order of the PUTs: every chunk once, answered 200, before the meta and manifest. */
+    /* The order of the PUTs: snapshot.json first, then every chunk once, answered 200, then the
+     * manifest. */
     s = relay_call(endpoint, "stats", false);
     json_t *st = json_loads(s, 0, NULL);
     assert_non_null(st);
     free(s);
     json_t *puts = json_object_get(st, "puts");
-    long long last_chunk = 0;
+    long long first_chunk = LLONG_MAX, last_chunk = 0;
     for (long i = 0; i < chunks; i++) {
         char key[200];
         snprintf(key, sizeof key, "bkt/data/saved/chunks/chunk-%012ld", i);
@@ -859,14 +863,17 @@ static void test_snapshot_save(void **state)
         assert_int_equal(json_integer_value(json_object_get(p, "status")), 200);
         if (seq_of(p, "end") > last_chunk)
             last_chunk = seq_of(p, "end");
+        if (seq_of(p, "begin") < first_chunk)
+            first_chunk = seq_of(p, "begin");
     }
     json_t *meta = put_of(puts, "bkt/data/saved/snapshot.json");
     json_t *manifest = put_of(puts, "bkt/data/saved/manifest.json");
-    printf("    %ld chunk PUTs answered by event %lld; snapshot.json put at %lld, manifest.json at "
-           "%lld\n",
-           chunks, last_chunk, seq_of(meta, "begin"), seq_of(manifest, "begin"));
-    assert_true(seq_of(meta, "begin") > last_chunk);
-    assert_true(seq_of(manifest, "begin") > seq_of(meta, "end"));
+    printf("    snapshot.json put at event %lld; %ld chunk PUTs from %lld, answered by %lld; "
+           "manifest.json at %lld\n",
+           seq_of(meta, "begin"), chunks, first_chunk, last_chunk, seq_of(manifest, "begin"));
+    assert_int_equal(json_integer_value(json_object_get(meta, "status")), 200);
+    assert_true(seq_of(meta, "end") < first_chunk);
+    assert_true(seq_of(manifest, "begin") > last_chunk);
     assert_int_equal(json_integer_value(json_object_get(manifest, "status")), 200);
     assert_null(put_of(puts, "bkt/data/saved/FAILED"));
     json_decref(st);
@@ -905,6 +912,27 @@ static void test_snapshot_save(void **state)
     assert_string_equal(a, b);
     free(a);
     free(got);
+
+    /* A read started as soon as a save is (snapshot.json is there when the command returns)
+     * waits for the chunks as they are put, and reads them all. */
+    const char *slow = "lines(\"s3://bkt/data/lines-[01].txt\") | map(sleep_us, 100)";
+    out = cluster_run(c, 0, NULL, "register", slow, "--dataset-id", "slow", NULL);
+    free(out);
+    out = cluster_run(c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path",
+                      "s3://bkt/data/during", "--no-wait", NULL);
+    free(out);
+    got = run("snapshot(\"s3://bkt/data/during\")", 0, NULL);
+    char *want2 = run("lines(\"s3://bkt/data/lines-[01].txt\")", 0, NULL);
+    char *a2 = sorted(got), *b2 = sorted(want2);
+    size_t nl = 0;
+    for (const char *q = b2; (q = strchr(q, '\n')); q++)
+        nl++;
+    assert_int_equal(nl, 2 * LINES);
+    assert_string_equal(a2, b2);
+    free(a2);
+    free(b2);
+    free(got);
+    free(want2);
 
     /* A third of the PUTs answered 503: retried, the save finishes with the same elements. */
     s = relay_call(endpoint, "faults?pput=0.34&seed=5", true);
@@ -983,11 +1011,11 @@ static void test_snapshot_save_errors(void **state)
     assert_non_null(failed);
     assert_int_equal(json_integer_value(json_object_get(failed, "status")), 200);
     assert_null(put_of(puts, "bkt/data/badsave/manifest.json"));
-    assert_null(put_of(puts, "bkt/data/badsave/snapshot.json"));
+    assert_non_null(put_of(puts, "bkt/data/badsave/snapshot.json")); /* as the save started */
     json_decref(st);
     out = run("snapshot(\"s3://bkt/data/badsave\")", 1, &err);
     printf("    %s", err);
-    assert_non_null(strstr(err, "not a snapshot (no snapshot.json)"));
+    assert_non_null(strstr(err, "snapshot s3://bkt/data/badsave: the save failed: "));
     free(err);
     free(out);
     assert_int_equal(cluster_free(c), 0);
