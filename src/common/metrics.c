@@ -47,7 +47,18 @@ struct metrics_series {
     double sum;        /* histograms */
     uint64_t count;    /* histograms */
     uint64_t *buckets; /* histograms: nbounds + 1 counts, not cumulative; the last is +Inf */
+    /* Not histograms: "NAME{labels} " as rendered (malloc'd, prefix_len bytes), made once. */
+    char *prefix;
+    size_t prefix_len;
 };
+
+static void series_free(struct metrics_series *s)
+{
+    free(s->prefix);
+    free(s);
+}
+
+static char *sample_prefix(const struct metrics_series *s, size_t *len);
 
 /* ---- validation ------------------------------------------------------------------------------ */
 
@@ -200,7 +211,7 @@ static void free_family(struct metrics_family *f)
     struct metrics_series *s = f->head;
     while (s) {
         struct metrics_series *next = s->next;
-        free(s);
+        series_free(s);
         s = next;
     }
     free(f->index);
@@ -448,8 +459,9 @@ int metrics_series_get(struct metrics_family *f, const struct metrics_label *lab
         p += n;
     }
     s->hash = labels_hash(f, labels, nlabels);
-    if (index_add(f, s) != 0) {
-        free(s);
+    if ((f->type != METRICS_HISTOGRAM && !(s->prefix = sample_prefix(s, &s->prefix_len))) ||
+        index_add(f, s) != 0) {
+        series_free(s);
         return SLUICE_ERR_NOMEM;
     }
     s->prev = f->tail;
@@ -474,7 +486,7 @@ void metrics_series_remove(struct metrics_series *s)
         s->next->prev = s->prev;
     else
         f->tail = s->prev;
-    free(s);
+    series_free(s);
 }
 
 size_t metrics_remove_label(struct metrics *m, const char *name, const char *value)
@@ -643,13 +655,23 @@ static void format_double(char *out, size_t len, double v)
         snprintf(out, len, v > 0 ? "+Inf" : "-Inf");
         return;
     }
-    /* Seventeen significant digits always read back exactly, so the loop ends by then. */
-    int digits = 1;
-    for (; digits < 17; digits++) {
-        snprintf(out, len, "%.*e", digits - 1, v);
-        if (strtod(out, NULL) == v)
-            break;
+    /* Whole numbers in the plain range (counts, zero rates: most samples) need no search. */
+    if (fabs(v) < 1e6 && v == (double)(int64_t)v && !(v == 0 && signbit(v))) {
+        snprintf(out, len, "%" PRId64, (int64_t)v);
+        return;
     }
+    /* The fewest significant digits that read back exactly: seventeen always do, and if d
+     * digits do, so do more, so a binary search finds it in at most five tries. */
+    int lo = 1, hi = 17;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        snprintf(out, len, "%.*e", mid - 1, v);
+        if (strtod(out, NULL) == v)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    int digits = lo;
     snprintf(out, len, "%.*e", digits - 1, v);
     int exp = atoi(strchr(out, 'e') + 1);
     if (exp < -4 || exp >= 6)
@@ -668,8 +690,12 @@ static void buf_double(struct buf *b, double v)
 static void buf_u64(struct buf *b, uint64_t v)
 {
     char tmp[24];
-    snprintf(tmp, sizeof tmp, "%" PRIu64, v);
-    buf_str(b, tmp);
+    char *p = tmp + sizeof tmp;
+    do {
+        *--p = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    buf_put(b, p, (size_t)(tmp + sizeof tmp - p));
 }
 
 /* NAME SUFFIX{labels[,le="LE"]} and a space: everything before the value. */
@@ -697,6 +723,19 @@ static void buf_sample_name(struct buf *b, const struct metrics_series *s, const
         buf_str(b, "\"");
     }
     buf_str(b, "} ");
+}
+
+static char *sample_prefix(const struct metrics_series *s, size_t *len)
+{
+    struct buf b = {0};
+    buf_sample_name(&b, s, "", NULL);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    *len = b.len;
+    char *fit = realloc(b.p, b.len + 1); /* the buffer starts at 4 KiB */
+    return fit ? fit : b.p;
 }
 
 static void render_histogram(struct buf *b, const struct metrics_series *s)
@@ -760,7 +799,7 @@ int metrics_render(const struct metrics *m, char **out, size_t *len)
                 render_histogram(&b, s);
                 continue;
             }
-            buf_sample_name(&b, s, "", NULL);
+            buf_put(&b, s->prefix, s->prefix_len);
             if (f->kind == METRICS_U64)
                 buf_u64(&b, s->value.u);
             else

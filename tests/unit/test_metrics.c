@@ -323,6 +323,9 @@ static void test_number_format(void **state)
         {100000, "100000"},
         {123456.7, "123456.7"},
         {999999.5, "999999.5"},
+        {999999, "999999"},
+        {-999999, "-999999"},
+        {-1e6, "-1e+06"},
         {1e-5, "1e-05"},
         {0.00012, "0.00012"},
         {-2.5e-7, "-2.5e-07"},
@@ -346,6 +349,63 @@ static void test_number_format(void **state)
         assert_render(m, want);
         metrics_destroy(m);
     }
+}
+
+/* The layout by the plain definition: the fewest significant digits that read back, searched
+ * one by one. */
+static void reference_format(char *out, size_t len, double v)
+{
+    int digits = 1;
+    for (; digits < 17; digits++) {
+        snprintf(out, len, "%.*e", digits - 1, v);
+        if (strtod(out, NULL) == v)
+            break;
+    }
+    snprintf(out, len, "%.*e", digits - 1, v);
+    int exp = atoi(strchr(out, 'e') + 1);
+    if (exp < -4 || exp >= 6)
+        return;
+    int decimals = digits - 1 - exp;
+    snprintf(out, len, "%.*f", decimals > 0 ? decimals : 0, v);
+}
+
+/* Thousands of doubles of every magnitude (and whole numbers around the plain form's edge)
+ * render as the one-by-one search lays them out. */
+static void test_number_format_search(void **state)
+{
+    (void)state;
+    struct metrics *m = new_registry();
+    struct metrics_family *f;
+    assert_int_equal(metrics_gauge(m, "g", "", METRICS_DOUBLE, &f), 0);
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < 6000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        double v;
+        switch (i % 4) {
+        case 0: /* any finite bit pattern */
+            memcpy(&v, &x, sizeof v);
+            if (!isfinite(v))
+                continue;
+            break;
+        case 1: /* rates: a few digits, then noise */
+            v = (double)(x % 100000000u) / (double)(1u + x % 1000u);
+            break;
+        case 2: /* whole numbers near 10^6, both signs */
+            v = (double)((int64_t)(x % 2000001u) - 1000000) * ((x >> 40) % 2 ? 1 : -1);
+            break;
+        default: /* short decimals */
+            v = (double)(x % 100000u) / 1000.0;
+            break;
+        }
+        metrics_set_double(series0(f), v);
+        char num[64], want[128];
+        reference_format(num, sizeof num, v);
+        snprintf(want, sizeof want, "# TYPE g gauge\ng %s\n", num);
+        assert_render(m, want);
+    }
+    metrics_destroy(m);
 }
 
 struct name_case {
@@ -696,6 +756,7 @@ int main(void)
         cmocka_unit_test(test_histogram_sum_labels),
         cmocka_unit_test(test_removal),
         cmocka_unit_test(test_number_format),
+        cmocka_unit_test(test_number_format_search),
         cmocka_unit_test(test_metric_names),
         cmocka_unit_test(test_name_clashes),
         cmocka_unit_test(test_label_validation),
