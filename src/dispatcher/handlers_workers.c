@@ -493,6 +493,7 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         .max = max,
         .lease_below = bound ? bound->t : 0,
         .pool_held = tit && tit->pool.n > 0 && !coverage_known(d, tit->id),
+        .share = true,
     };
     rc = plan_get_splits(&d->st, &sr, &c->lease, &d->ups, err, sizeof err);
     if (rc < 0) {

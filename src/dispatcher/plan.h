@@ -290,6 +290,12 @@ struct plan_splits_request {
      * restart, before its first heartbeat). A task gets cursor splits only, or none and end
      * false, and asks again later. */
     bool pool_held;
+    /* Guided self-scheduling: a task of an iteration of finite splits read by several tasks
+     * holds at most its share of the splits not finished (those leased to any task, the pool
+     * unless held, and the cursor's rest, divided by the number of tasks, rounded up): it gets
+     * that share less what it holds, possibly none (end false: it asks again later), so that a
+     * few large splits are spread over the tasks rather than all going to the first to ask. */
+    bool share;
 };
 
 /* What plan_get_splits() answers. */

@@ -151,6 +151,24 @@ int plan_get_splits(const struct state *s, const struct plan_splits_request *req
             goto nomem;
         return 0;
     }
+    /* Guided self-scheduling (req->share): sixteen shards on eight workers whose lease queues
+     * hold four splits each are spread over the eight instead of going to the first four to ask,
+     * and the end of an epoch is shared the same way. */
+    size_t ntasks = 0;
+    if (req->share)
+        (void)state_iteration_tasks(s, it->id, &ntasks);
+    if (ntasks > 1 && it->split_total != UINT64_MAX) {
+        /* The splits not finished (held by any task, or still to lease) divided evenly, less
+         * what this task holds after this request's reports. */
+        uint64_t gone = done + back;
+        uint64_t holds = t->leased.n > gone ? t->leased.n - gone : 0;
+        uint64_t all = left + (req->pool_held ? 0 : it->pool.n) +
+                       (it->splits_leased > gone ? it->splits_leased - gone : 0);
+        uint64_t share = all / ntasks + (all % ntasks != 0);
+        share = share > holds ? share - holds : 0;
+        if (share < max)
+            max = (uint32_t)share;
+    }
     uint64_t from_pool = req->pool_held ? 0 : it->pool.n < max ? it->pool.n : max;
     uint64_t from_cursor = max - from_pool < left ? max - from_pool : left;
     /* A deterministic reader's window: nothing from the cursor past it (the pool's splits, which

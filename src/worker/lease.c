@@ -69,6 +69,12 @@ int lease_finish(struct lease_queue *q, uint64_t seq, uint64_t now_ms)
         q->first_finished_ms = now_ms;
     q->finished[q->nfinished++] = seq;
     q->busy--;
+    /* An empty answer backed off: with a split finished this task holds less than its share
+     * (the dispatcher's guided self-scheduling), so the next ask need not wait. */
+    if (!q->inflight && !q->resend) {
+        q->failures = 0;
+        q->retry_at_ms = 0;
+    }
     return 0;
 }
 

@@ -544,6 +544,7 @@ const char *harness_run(struct harness *h, const char *line)
         if ((v = opt(words, nw, "below")))
             sr.lease_below = strtoull(v, NULL, 10);
         sr.pool_held = opt(words, nw, "held") != NULL;
+        sr.share = opt(words, nw, "share") != NULL;
         struct plan_splits_result lease;
         rc = plan_get_splits(&h->s, &sr, &lease, &h->ups, err, sizeof err);
         int n = snprintf(outs, sizeof outs, "end=%d", lease.end);

@@ -46,6 +46,22 @@ static const struct harness_case split_cases[] = {
      "below 1", "=> below=1"},
     {"finished below: the pool counts", DET2 "splits 1 2\ndone 1 0,1\nsplits 2 1\nredo 1 2",
      "below 1", "=> below=2"},
+    /* guided self-scheduling (share): each task at most its share of what is left */
+    {"share: half of four to the first task", DIST2, "splits 1 4 share",
+     "splits_leased ref=1 ref2=1 seqs=[0,1]\n=> end=0 seqs=[0,1]"},
+    {"share: the other half to the second", DIST2 "splits 1 4 share", "splits 2 4 share",
+     "splits_leased ref=1 ref2=2 seqs=[2,3]\n=> end=0 seqs=[2,3]"},
+    {"share: none more while the task holds its share", DIST2 "splits 1 4 share",
+     "splits 1 4 share", "=> end=0"},
+    {"share: what it finished makes room", DIST2 "splits 1 4 share", "splits 1 4 share fin=0",
+     "splits_finished ref=1 ref2=1 seqs=[0]\nsplits_leased ref=1 ref2=1 seqs=[2]\n=> end=0 "
+     "seqs=[2]"},
+    {"share: the pool counts", DIST2 "splits 1 2\nsplits 1 0 ret=0,1", "splits 2 4 share",
+     "splits_leased ref=1 ref2=2 seqs=[0,1]\n=> end=0 seqs=[0,1]"},
+    {"share: a held pool does not", DIST2 "splits 1 2\nsplits 1 0 ret=0,1", "splits 2 4 share held",
+     "splits_leased ref=1 ref2=2 seqs=[2]\n=> end=0 seqs=[2]"},
+    {"share: under the share, what was asked", DIST2, "splits 1 1 share",
+     "splits_leased ref=1 ref2=1 seqs=[0]\n=> end=0 seqs=[0]"},
     /* get_splits */
     {"splits from the cursor", DIST2, "splits 1 3",
      "splits_leased ref=1 ref2=1 seqs=[0,1,2]\n=> end=0 seqs=[0,1,2]"},
