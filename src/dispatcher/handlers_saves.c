@@ -11,8 +11,8 @@
  *
  * An s3:// destination (checked against the data roots on the loop) differs: SW_META deletes
  * the manifest and FAILED an earlier save left there and puts snapshot.json
- * (snap_objects_begin), and the finalize puts manifest.json once every chunk object is checked
- * (snap_finalize_objects), so a reader never sees a manifest naming chunks not yet there.
+ * (snap_objects_begin); the finalize is the same (snap_finalize: every chunk object checked,
+ * then manifest.json put), so a reader never sees a manifest naming chunks not yet there.
  *
  * A save that failed is started again by the same request (a new save of the same dataset into
  * the same directory, which writes every chunk again; FAILED is removed when its meta is
@@ -175,14 +175,7 @@ static void save_work_run(uv_work_t *uw)
         return;
     }
     case SW_FINALIZE:
-        if (obj_is_url(w->path)) {
-            struct snap_meta m = {.format = SNAP_FORMAT, .pipeline = w->text, .chunks = w->chunks};
-            snprintf(m.dataset_id, sizeof m.dataset_id, "%s", w->dataset_id);
-            w->rc = w->text ? snap_finalize_objects(w->path, &m, w->err, sizeof w->err)
-                            : err_set(w->err, sizeof w->err, SLUICE_ERR_NOMEM, "out of memory");
-        } else {
-            w->rc = snap_finalize(w->path, w->chunks, w->err, sizeof w->err);
-        }
+        w->rc = snap_finalize(w->path, w->chunks, w->err, sizeof w->err);
         if (w->rc < 0) {
             snprintf(w->why, sizeof w->why, "%s", w->err);
             /* The reason is journaled whether or not FAILED could be written. */
@@ -295,12 +288,6 @@ static void queue_over(struct dispatcher *d, const struct st_save *sv, enum save
     struct save_work *w = calloc(1, sizeof *w);
     if (!w)
         return; /* the next tick tries again */
-    /* An s3:// snapshot's snapshot.json is put again as it is finalized, with its manifest. */
-    if (kind == SW_FINALIZE && obj_is_url(sv->path) &&
-        !(w->text = dataset_text(state_dataset(&d->st, sv->dataset_id)))) {
-        free(w);
-        return;
-    }
     w->kind = kind;
     w->save_id = sv->id;
     w->chunks = sv->chunks;

@@ -1054,22 +1054,6 @@ int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen)
     return rc;
 }
 
-int snap_finalize_objects(const char *dir, const struct snap_meta *m, char *err, size_t errlen)
-{
-    if (!obj_is_url(dir))
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: not a URL", dir);
-    if (!meta_valid(m))
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "%s: bad snapshot meta", dir);
-    char *text = NULL;
-    int rc = manifest_text(dir, m->dataset_id, m->chunks, &text, err, errlen);
-    if (rc == 0)
-        rc = meta_write_file(dir, m, err, errlen);
-    if (rc == 0)
-        rc = write_atomic(dir, SNAP_MANIFEST_FILE, text, strlen(text), err, errlen);
-    free(text);
-    return rc;
-}
-
 int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen)
 {
     int rc = obj_is_url(dir) ? 0 : make_dirs(dir, err, errlen);

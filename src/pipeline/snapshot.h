@@ -15,7 +15,7 @@
  *                            snapshot is complete.
  *   DIR/FAILED               written when the save fails (snap_mark_failed): the reason, one line.
  * An s3:// DIR holds the same objects under the same names, written by snap_objects_begin and
- * snap_finalize_objects below (chunk objects are put whole, never renamed).
+ * snap_finalize (chunk objects are put whole, never renamed).
  *
  * A chunk file is self-checking: a magic, then records (u32 length LE, u32 masked crc32c of the
  * data, data: one element in the element codec's stored form), then a footer record with the
@@ -140,16 +140,13 @@ int snap_chunk_check_file(FILE *f, const char *name, struct snap_chunk_info *out
  * SLUICE_ERR_NOT_FOUND.
  * A missing chunk is SLUICE_ERR_NOT_FOUND naming it; a damaged one its SLUICE_ERR_CORRUPT. */
 int snap_finalize(const char *dir, uint64_t chunks, char *err, size_t errlen);
-/* A save into an s3:// DIR (objects, objstore.h), whose manifest.json is written last, once
- * every chunk object is there:
- * snap_objects_begin, as the save starts: refuses a DIR whose snapshot.json is of another dataset
- * or chunk count (SLUICE_ERR_EXISTS, as snap_meta_write), deletes manifest.json and FAILED left
- * by an earlier save (in that order), then puts snapshot.json (m): from then on a reader waits
- * for the chunks as on disk. A missing bucket is the server's 404 naming the object's URL.
- * snap_finalize_objects, once every chunk is put: checks every chunk object (read whole, as
- * snap_chunk_check), then puts snapshot.json (m) again and last manifest.json. */
+/* A save into an s3:// DIR (objects, objstore.h), as the save starts instead of snap_meta_write:
+ * refuses a DIR whose snapshot.json is of another dataset or chunk count (SLUICE_ERR_EXISTS, as
+ * snap_meta_write), deletes manifest.json and FAILED left by an earlier save (in that order),
+ * then puts snapshot.json (m): from then on a reader waits for the chunks as on disk. A missing
+ * bucket is the server's 404 naming the object's URL. snap_finalize then finishes it as it
+ * finishes a directory (every chunk object read whole and checked, manifest.json put). */
 int snap_objects_begin(const char *dir, const struct snap_meta *m, char *err, size_t errlen);
-int snap_finalize_objects(const char *dir, const struct snap_meta *m, char *err, size_t errlen);
 /* Writes DIR/FAILED with why (one line: line breaks become spaces), atomically, creating DIR
  * when missing. */
 int snap_mark_failed(const char *dir, const char *why, char *err, size_t errlen);

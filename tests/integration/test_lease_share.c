@@ -69,12 +69,8 @@ static void test_both_workers_serve(void **state)
     /* Each worker served at least one whole file. */
     double total = 0;
     for (int i = 0; i < c->nworkers; i++) {
-        char addr[64], err[512] = "";
-        assert_int_equal(
-            cluster_read_address(&c->workers[i], " metrics on ", addr, sizeof addr, 10000), 0);
         struct expo e;
-        if (scrape_metrics(addr, &e, err, sizeof err) != 0)
-            fail_msg("%s", err);
+        cluster_scrape_worker(c, i, &e);
         double v = -1;
         assert_int_equal(expo_value(&e, "sluice_worker_elements_served_total", "", &v), 0);
         expo_free(&e);

@@ -881,12 +881,8 @@ static void test_snapshot_save(void **state)
     /* The workers count the PUTs of their chunks and the bytes they sent. */
     double puts_ok = 0, sent = 0;
     for (int i = 0; i < c->nworkers; i++) {
-        char addr[64], err[512] = "";
-        assert_int_equal(
-            cluster_read_address(&c->workers[i], " metrics on ", addr, sizeof addr, 10000), 0);
         struct expo e;
-        if (scrape_metrics(addr, &e, err, sizeof err) != 0)
-            fail_msg("%s", err);
+        cluster_scrape_worker(c, i, &e);
         double v = 0;
         if (expo_value(&e, "sluice_object_requests_total", "op=\"put\",code=\"200\"", &v) == 0)
             puts_ok += v;

@@ -9,6 +9,7 @@
 #include "lib/clock.h"
 #include "lib/file.h"
 #include "lib/net.h"
+#include "lib/scrape.h"
 #include "lib/text.h"
 #include "lib/tmp.h"
 
@@ -434,4 +435,13 @@ void print_tally(const char *what, struct tally t)
     printf("    %s: %ld lines, lost %ld, duplicated %ld, unexpected %ld\n", what, t.lines, t.lost,
            t.duplicated, t.unexpected);
     fflush(stdout);
+}
+
+void cluster_scrape_worker(struct cluster *c, int i, struct expo *out)
+{
+    char addr[64], err[512] = "";
+    assert_int_equal(cluster_read_address(&c->workers[i], " metrics on ", addr, sizeof addr, 10000),
+                     0);
+    if (scrape_metrics(addr, out, err, sizeof err) != 0)
+        fail_msg("worker %d: %s", i, err);
 }

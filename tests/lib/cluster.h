@@ -52,6 +52,11 @@ int cluster_teardown(void **state);
  * for tests that kill or cut off some of them. */
 int cluster_teardown_lax(void **state);
 
+struct expo;
+/* Scrapes the /metrics of worker i (started with --metrics-port) into *out (expo_free it);
+ * fails the test when its address does not appear within 10 s or the scrape fails. */
+void cluster_scrape_worker(struct cluster *c, int i, struct expo *out);
+
 /* Starts n more workers; fails the test when one does not start. */
 void cluster_add_workers(struct cluster *c, int n);
 
