@@ -96,6 +96,8 @@ resetStats();
 let faults = { p503: 0, preset: 0, stall: 0, pput: 0 };
 let pageSize = 0;
 const inflight = new Map();
+// Objects (paths) whose PUT the server is still writing -> that PUT's upstream request.
+const writing = new Map();
 let rng = 1;
 function random() {
   // xorshift32: the same faults for the same seed.
@@ -279,8 +281,24 @@ async function handle(req, res) {
   for (const [k, v] of Object.entries(req.headers))
     if (k !== 'authorization' && !k.startsWith('x-amz-') && k !== 'if-match' && k !== 'host' && k !== 'expect')
       headers[k] = v;
+  // s3rver writes an object to its file as the PUT's body arrives, so a GET or a listing during
+  // a PUT would see a partial object, which S3 never shows: they wait for the PUTs in progress
+  // (of that object; of any object for a listing), as if they came after them.
+  if (isList) await Promise.allSettled([...writing.values()]);
+  else if (!isPut && writing.has(url.pathname)) await writing.get(url.pathname).catch(() => {});
   if (isList && pageSize > 0) return listPage(res, url, headers);
-  const up = await upstreamRequest(req.method, req.url, headers, body);
+  let up;
+  if (isPut) {
+    const pending = upstreamRequest(req.method, req.url, headers, body);
+    writing.set(url.pathname, pending);
+    try {
+      up = await pending;
+    } finally {
+      if (writing.get(url.pathname) === pending) writing.delete(url.pathname);
+    }
+  } else {
+    up = await upstreamRequest(req.method, req.url, headers, body);
+  }
   if (put) Object.assign(put, { end: ++putSeq, status: up.status });
   // If-Match is judged on the answer itself (its ETag; for one without, such as a 416, the
   // object's ETag after it), so an object replaced between a check and the read cannot slip
