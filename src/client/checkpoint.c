@@ -272,10 +272,9 @@ static int decode(struct in *in, struct checkpoint *c, char *err, size_t errlen)
     return 0;
 }
 
-int checkpoint_decode(const uint8_t *p, size_t len, struct checkpoint *c, char *err, size_t errlen)
+/* The crc32c at the end of len bytes at p (len covers at least a magic). */
+static int check_sum(const uint8_t *p, size_t len, char *err, size_t errlen)
 {
-    if (!p || len < sizeof MAGIC || memcmp(p, MAGIC, sizeof MAGIC) != 0)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "not a sluice checkpoint");
     if (len < sizeof MAGIC + 4)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "checkpoint: cut short");
     uint32_t want = (uint32_t)p[len - 4] | (uint32_t)p[len - 3] << 8 | (uint32_t)p[len - 2] << 16 |
@@ -283,8 +282,18 @@ int checkpoint_decode(const uint8_t *p, size_t len, struct checkpoint *c, char *
     if (crc32c(p, len - 4) != want)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT,
                        "checkpoint: checksum mismatch (the file is damaged or cut short)");
+    return 0;
+}
+
+int checkpoint_decode(const uint8_t *p, size_t len, struct checkpoint *c, char *err, size_t errlen)
+{
+    if (!p || len < sizeof MAGIC || memcmp(p, MAGIC, sizeof MAGIC) != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "not a sluice checkpoint");
+    int rc = check_sum(p, len, err, errlen);
+    if (rc)
+        return rc;
     struct in in = {.p = p, .n = len - 4, .at = sizeof MAGIC};
-    int rc = decode(&in, c, err, errlen);
+    rc = decode(&in, c, err, errlen);
     if (rc) {
         checkpoint_release(c);
         checkpoint_init(c);
@@ -336,4 +345,112 @@ int checkpoint_merge(struct checkpoint *dst, const struct checkpoint *src, char 
     dst->delivered += src->delivered;
     dst->flags &= src->flags;
     return 0;
+}
+
+/* ---- mixed reads --------------------------------------------------------------------------- */
+
+static const char MIX_MAGIC[8] = {'S', 'L', 'U', 'I', 'C', 'E', 'M', 'X'};
+
+bool checkpoint_is_mix(const uint8_t *p, size_t len)
+{
+    return p && len >= sizeof MIX_MAGIC && memcmp(p, MIX_MAGIC, sizeof MIX_MAGIC) == 0;
+}
+
+int checkpoint_mix_encode(const struct checkpoint_mix *c, uint8_t **out, size_t *len)
+{
+    struct out o = {0};
+    put_bytes(&o, MIX_MAGIC, sizeof MIX_MAGIC);
+    put_varint(&o, CHECKPOINT_MIX_VERSION);
+    put_varint(&o, c->flags);
+    put_string(&o, c->dataset_id);
+    put_string(&o, c->job_name);
+    put_le(&o, c->def_hash, 8);
+    put_varint(&o, c->delivered);
+    put_varint(&o, c->pos);
+    put_varint(&o, c->nchoices);
+    put_varint(&o, c->pending);
+    put_varint(&o, c->ended);
+    put_varint(&o, c->ninputs);
+    for (size_t i = 0; i < c->ninputs; i++)
+        put_varint(&o, c->done[i]);
+    put_varint(&o, c->nreads);
+    for (size_t i = 0; i < c->nreads; i++) {
+        put_varint(&o, c->read_len[i]);
+        put_bytes(&o, c->read[i], c->read_len[i]);
+    }
+    uint32_t crc = o.nomem ? 0 : crc32c(o.p, o.n);
+    put_le(&o, crc, 4);
+    if (o.nomem) {
+        free(o.p);
+        return SLUICE_ERR_NOMEM;
+    }
+    *out = o.p;
+    *len = o.n;
+    return 0;
+}
+
+static int mix_decode(struct in *in, struct checkpoint_mix *c, char *err, size_t errlen)
+{
+    uint64_t v, flags, ended, n;
+    if (!get_varint(in, &v))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: no version");
+    if (v != CHECKPOINT_MIX_VERSION)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "checkpoint of a mix: version %" PRIu64 ", this library reads version %d", v,
+                       CHECKPOINT_MIX_VERSION);
+    if (!get_varint(in, &flags) || flags > UINT32_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: bad flags");
+    c->flags = (uint32_t)flags;
+    int rc = get_string(in, c->dataset_id, sizeof c->dataset_id, "dataset id", err, errlen);
+    if (rc == 0)
+        rc = get_string(in, c->job_name, sizeof c->job_name, "job name", err, errlen);
+    if (rc)
+        return rc;
+    if (!get_le(in, 8, &c->def_hash) || !get_varint(in, &c->delivered) ||
+        !get_varint(in, &c->pos) || !get_varint(in, &c->nchoices) || !get_varint(in, &c->pending) ||
+        !get_varint(in, &ended) || !get_varint(in, &n))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint of a mix: header cut short");
+    if (ended > 1 || n == 0 || n >= CHECKPOINT_MIX_MAX_READS || c->pending > n)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint of a mix: bad header");
+    c->ended = ended;
+    c->ninputs = (size_t)n;
+    for (size_t i = 0; i < c->ninputs; i++) {
+        if (!get_varint(in, &v) || v > 1)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "checkpoint of a mix: its inputs' ends are damaged");
+        c->done[i] = v;
+    }
+    if (!get_varint(in, &n) || n < c->ninputs || n > c->ninputs + 1)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "checkpoint of a mix: expected %zu or %zu positions of its inputs",
+                       c->ninputs, c->ninputs + 1);
+    c->nreads = (size_t)n;
+    for (size_t i = 0; i < c->nreads; i++) {
+        if (!get_varint(in, &v) || v > in->n - in->at)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "checkpoint of a mix: the position of input %zu is cut short", i);
+        c->read[i] = in->p + in->at;
+        c->read_len[i] = (size_t)v;
+        in->at += (size_t)v;
+    }
+    if (in->at != in->n)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: %zu bytes after its end",
+                       in->n - in->at);
+    return 0;
+}
+
+int checkpoint_mix_decode(const uint8_t *p, size_t len, struct checkpoint_mix *c, char *err,
+                          size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    if (!checkpoint_is_mix(p, len))
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "not a sluice checkpoint of a mix");
+    int rc = check_sum(p, len, err, errlen);
+    if (rc)
+        return rc;
+    struct in in = {.p = p, .n = len - 4, .at = sizeof MIX_MAGIC};
+    rc = mix_decode(&in, c, err, errlen);
+    if (rc)
+        memset(c, 0, sizeof *c);
+    return rc;
 }

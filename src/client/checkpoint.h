@@ -77,4 +77,44 @@ int checkpoint_seed(struct ledger *dst, const struct ledger *src, bool as_had);
 int checkpoint_merge(struct checkpoint *dst, const struct checkpoint *src, char *err,
                      size_t errlen);
 
+/* ---- mixed reads ----------------------------------------------------------------------------
+ *
+ * A distributed_epoch read of sample_from_datasets or choose_from_datasets reads each input (and
+ * the choice pipeline) as a read of its own (iterator_mix.c); its position is the mixer's state
+ * plus each of those reads' checkpoints, nested whole.
+ *
+ * Format: "SLUICEMX" (8 bytes), u8 version = 1, flags, dataset id, job name, def_hash (u64 LE),
+ * delivered, pos, nchoices, pending, ended (0 or 1), number of inputs, one byte per input (1: it
+ * ended), number of nested checkpoints (the inputs', then the choice pipeline's), each as length
+ * and bytes, u32 LE crc32c of everything before it. The nested checkpoints are checked when they
+ * are decoded themselves. */
+
+#define CHECKPOINT_MIX_VERSION 1
+/* Nested checkpoints: inputs of a mix plus its choice pipeline. */
+#define CHECKPOINT_MIX_MAX_READS 65
+
+struct checkpoint_mix {
+    char dataset_id[CHECKPOINT_NAME_MAX];
+    char job_name[CHECKPOINT_NAME_MAX];
+    uint32_t flags;
+    uint64_t def_hash, delivered;
+    uint64_t pos, nchoices, pending; /* struct pipe_mix_state */
+    bool ended;
+    size_t ninputs;
+    bool done[CHECKPOINT_MIX_MAX_READS];
+    size_t nreads;
+    const uint8_t *read[CHECKPOINT_MIX_MAX_READS]; /* decoded: views into the bytes decoded */
+    size_t read_len[CHECKPOINT_MIX_MAX_READS];
+};
+
+/* Whether len bytes at p start like a mixed read's checkpoint. */
+bool checkpoint_is_mix(const uint8_t *p, size_t len);
+/* Encodes c (its nested checkpoints are copied) into a new malloc'd buffer. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+int checkpoint_mix_encode(const struct checkpoint_mix *c, uint8_t **out, size_t *len);
+/* Decodes len bytes at p into c; c->read[] point into p, which must outlive their use. Returns 0,
+ * SLUICE_ERR_INVALID or SLUICE_ERR_CORRUPT with a message. */
+int checkpoint_mix_decode(const uint8_t *p, size_t len, struct checkpoint_mix *c, char *err,
+                          size_t errlen);
+
 #endif

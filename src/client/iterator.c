@@ -352,6 +352,8 @@ void iter_reader_stop(struct sluice_iterator *it)
     uv_mutex_unlock(&it->mu);
     if (it->tail)
         pipe_run_cancel(it->tail);
+    if (it->mixing)
+        iter_mix_stop(it);
     if (it->repeating) {
         /* A repetition being opened gives up its dispatcher calls (its flag is this one). */
         atomic_store(&it->interrupted, 1);
@@ -365,6 +367,8 @@ void iter_reader_release(struct sluice_iterator *it)
     it->tail = NULL;
     if (it->repeating)
         iter_repeat_release(it);
+    if (it->mixing)
+        iter_mix_release(it);
     pipe_spec_free(it->tail_spec);
     it->tail_spec = NULL;
     if (it->cur_blob)
@@ -397,6 +401,8 @@ int iter_open_tail(struct sluice_iterator *it, const char *text, const char *wha
     struct pipe_iter *first;
     if (it->repeating) {
         first = iter_repeat_upstream(it);
+    } else if (it->mixing) {
+        first = iter_mix_take(it);
     } else {
         struct upstream *up = calloc(1, sizeof *up);
         if (up) {
@@ -431,6 +437,8 @@ static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err,
                            it->tail->ctx.err[0] ? it->tail->ctx.err : sluice_strerror(rc));
         return rc;
     }
+    if (it->mixing)
+        return iter_mix_next(it, timeout_ms, err, errlen);
     it->call_timeout_ms = timeout_ms;
     it->deadline_ns = 0; /* set at the call's first wait (wait_payload) */
     return raw_next(it, &it->elem, true, err, errlen);
@@ -489,6 +497,8 @@ int sluice_iterator_report(struct sluice_iterator *it)
         return SLUICE_ERR_INVALID;
     if (it->mode != SLUICE_DISTRIBUTED_EPOCH || it->repeating || !client_owned(it->c))
         return 0;
+    if (it->mixing)
+        return iter_mix_report(it);
     uv_mutex_lock(&it->mu);
     if (it->state != ITER_RUNNING) {
         uv_mutex_unlock(&it->mu);
@@ -534,6 +544,8 @@ int sluice_iterator_save(struct sluice_iterator *it, uint8_t **bytes, size_t *le
                        "a read with operations run in the reader (a local tail, or a dataset "
                        "whose operations run partly in the reader) cannot be checkpointed: they "
                        "hold elements its position cannot describe");
+    if (it->mixing)
+        return iter_mix_save(it, bytes, len, err, errlen);
     int rc = flush_run(it);
     if (rc < 0) {
         note_failure(it, rc);
@@ -561,6 +573,10 @@ int sluice_iterator_progress(const struct sluice_iterator *it, struct sluice_rea
     memset(out, 0, sizeof *out);
     if (it->repeating) {
         iter_repeat_progress(it, out);
+        return 0;
+    }
+    if (it->mixing) {
+        iter_mix_progress(it, out);
         return 0;
     }
     out->elements = it->taken_local;
@@ -616,8 +632,8 @@ void sluice_iterator_close(struct sluice_iterator *it)
         return;
     iter_reader_stop(it);
     iter_reader_release(it);
-    if (it->repeating) {
-        /* Its repetitions were closed with the tail; the loop never knew this one. */
+    if (it->repeating || it->mixing) {
+        /* Its repetitions (inputs) were closed with the tail; the loop never knew this one. */
         iter_free(it);
         return;
     }

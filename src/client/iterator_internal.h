@@ -96,6 +96,11 @@ struct sluice_iterator {
      * too (set before the loop hears of the read, never changed); NULL otherwise. */
     const atomic_int *also_interrupted;
 
+    /* A distributed_epoch read of a mix (iterator_mix.c) reads nothing itself either: each
+     * input is a read of its own, mixed by mix. */
+    bool mixing;
+    struct iter_mix *mix;
+
     /* A read whose local tail repeats (iterator_repeat.c) reads nothing itself: each repetition
      * is a read of its own, opened with rep_opts, and the tail pulls from the current one. */
     bool repeating;
@@ -267,6 +272,33 @@ void iter_repeat_release(struct sluice_iterator *it);
 /* sluice_iterator_waiting() and sluice_iterator_progress() of a repeating read. */
 int iter_repeat_waiting(struct sluice_iterator *it, char *buf, size_t len);
 void iter_repeat_progress(const struct sluice_iterator *it, struct sluice_read_progress *out);
+
+/* iterator_mix.c */
+
+struct pipe_spec;
+struct checkpoint_mix;
+/* Opens the read of a mix whose dataset it has (spec, decoded from its definition): a read per
+ * input, the mix over them, and the operations after it that run in the reader (with the local
+ * tail of o). restore: the mix's checkpoint, or NULL. Returns 0 or a negative code with err; on
+ * failure what was opened is released by iter_reader_release(). Not on the loop thread. */
+int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
+                  const struct sluice_read_options *o, const struct checkpoint_mix *restore,
+                  char *err, size_t errlen);
+/* The mix iterator, handed to the tail that runs it (which then owns it). */
+struct pipe_iter *iter_mix_take(struct sluice_iterator *it);
+/* next() of a mix without a tail: the next element into it->elem, 1, 0 at the end, or a
+ * negative code with err (SLUICE_ERR_TIMEOUT: nothing within timeout_ms, the mix unchanged). */
+int iter_mix_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err, size_t errlen);
+/* Stops the input reads (iter_reader_stop of each). */
+void iter_mix_stop(struct sluice_iterator *it);
+/* Closes the input reads and frees the mix (after the tail was freed). */
+void iter_mix_release(struct sluice_iterator *it);
+/* sluice_iterator_save, _waiting, _progress and _report of a mixing read. */
+int iter_mix_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char *err,
+                  size_t errlen);
+int iter_mix_waiting(struct sluice_iterator *it, char *buf, size_t len);
+void iter_mix_progress(const struct sluice_iterator *it, struct sluice_read_progress *out);
+int iter_mix_report(struct sluice_iterator *it);
 
 /* iterator_fetch.c */
 

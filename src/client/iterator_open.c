@@ -84,6 +84,36 @@ out:
     return rc;
 }
 
+/* In distributed_epoch a dataset that is a mix is read as one read per input, mixed in the reader
+ * (iterator_mix.c). Returns 1 when it was (and is open), 0 when the dataset is no mix, or a
+ * negative code with err. A mix's checkpoint restores only a mix. */
+static int open_mix(struct sluice_iterator *it, const struct sluice_read_options *o,
+                    const struct checkpoint_mix *mck, char *err, size_t errlen)
+{
+    struct pipe_spec *spec = NULL;
+    char msg[SLUICE_ERRMSG_SIZE];
+    int rc = pipe_spec_decode(it->def, it->def_len, &spec, msg, sizeof msg);
+    if (rc)
+        return err_set(err, errlen, rc, "dataset '%s': %s", it->dataset_id, msg);
+    if (!pipe_source_mixes(spec->source.kind)) {
+        pipe_spec_free(spec);
+        return 0;
+    }
+    if (o->restore && !mck)
+        rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                     "the checkpoint does not fit dataset '%s': it is a mix, and the checkpoint "
+                     "is not of a read of a mix",
+                     it->dataset_id);
+    else
+        rc = iter_mix_open(it, spec, o, mck, err, errlen);
+    pipe_spec_free(spec);
+    if (rc == 0 && o->restore && it->tail)
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                     "a checkpoint cannot restore a read with operations run in the reader (a "
+                     "local tail, or a dataset whose operations run partly in the reader)");
+    return rc ? rc : 1;
+}
+
 static int take_job(const Sluice__Envelope *reply, void *user, char *err, size_t errlen)
 {
     struct sluice_iterator *it = user;
@@ -253,7 +283,24 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     struct checkpoint ck;
     checkpoint_init(&ck);
     const char *dataset_opt = o->dataset_id, *job_opt = o->job_name;
-    if (o->restore) {
+    /* A mix's checkpoint (iterator_mix.c) nests its inputs' checkpoints, checked as they open. */
+    struct checkpoint_mix *mck = NULL;
+    if (o->restore && checkpoint_is_mix(o->restore, o->restore_len)) {
+        mck = malloc(sizeof *mck);
+        if (!mck)
+            return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        rc = checkpoint_mix_decode(o->restore, o->restore_len, mck, err, errlen);
+        if (rc == 0) {
+            snprintf(ck.dataset_id, sizeof ck.dataset_id, "%s", mck->dataset_id);
+            snprintf(ck.job_name, sizeof ck.job_name, "%s", mck->job_name);
+            ck.def_hash = mck->def_hash;
+            rc = restore_check(&ck, o, &dataset_opt, &job_opt, err, errlen);
+        }
+        if (rc) {
+            free(mck);
+            return rc;
+        }
+    } else if (o->restore) {
         rc = checkpoint_decode(o->restore, o->restore_len, &ck, err, errlen);
         if (rc == 0)
             rc = restore_check(&ck, o, &dataset_opt, &job_opt, err, errlen);
@@ -268,8 +315,11 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         cap = ITER_MAX_OUTSTANDING;
 
     struct sluice_iterator *it = calloc(1, sizeof *it);
-    if (!it)
+    if (!it) {
+        free(mck);
+        checkpoint_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    }
     it->c = c;
     it->also_interrupted = also;
     it->coordinated = o->num_consumers > 0;
@@ -287,6 +337,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
                      it->target == SLUICE_TARGET_WORKERS_AUTO);
     if (uv_mutex_init(&it->mu) != 0) {
         free(it);
+        free(mck);
         checkpoint_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "mutex: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
@@ -294,6 +345,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     if (uv_cond_init(&it->cond) != 0) {
         uv_mutex_destroy(&it->mu);
         free(it);
+        free(mck);
         checkpoint_release(&ck);
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "condition variable: %s",
                        sluice_strerror(SLUICE_ERR_NOMEM));
@@ -346,6 +398,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         rc = iter_repeat_open(it, o, err, errlen);
         if (rc)
             goto fail;
+        free(mck);
         checkpoint_release(&ck);
         *out = it;
         return 0;
@@ -367,6 +420,26 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         rc = err_set(err, errlen, SLUICE_ERR_INVALID,
                      "the checkpoint does not fit dataset '%s': its pipeline is not the one the "
                      "checkpoint was taken with",
+                     it->dataset_id);
+        goto fail;
+    }
+    if (o->mode == SLUICE_DISTRIBUTED_EPOCH) {
+        int mixed = open_mix(it, o, mck, err, errlen);
+        if (mixed < 0) {
+            rc = mixed;
+            goto fail;
+        }
+        if (mixed) {
+            free(mck);
+            checkpoint_release(&ck);
+            *out = it;
+            return 0;
+        }
+    }
+    if (mck) {
+        rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                     "the checkpoint is of a read of a mix, and dataset '%s' is not one read in "
+                     "distributed_epoch",
                      it->dataset_id);
         goto fail;
     }
@@ -440,6 +513,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     return 0;
 
 fail:
+    free(mck);
     checkpoint_release(&ck);
     iter_reader_stop(it);
     iter_reader_release(it);

@@ -68,6 +68,8 @@ int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len)
     buf[0] = '\0';
     if (it->repeating)
         return iter_repeat_waiting(it, buf, len);
+    if (it->mixing)
+        return iter_mix_waiting(it, buf, len);
     struct iter_waiting_op w = {.op = {.run = run_iter_waiting}, .it = it, .buf = buf, .len = len};
     return client_submit(it->c, &w.op);
 }

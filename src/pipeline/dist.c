@@ -239,12 +239,13 @@ static void op_text(const struct pipe_spec *spec, size_t k, char *buf, size_t le
 
 int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char *err, size_t errlen)
 {
-    /* Phase one of mixing: the inputs of a mix would each need their own splits and ledger. */
+    /* A mix has no split sequence of its own: readers read each input as a job of its own and
+     * mix them (src/client/iterator_mix.c). A job of the whole mix is what an older reader asks. */
     if (pipe_source_mixes(spec->source.kind))
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
-                       "%s is not supported in distributed_epoch yet: read it with "
-                       "parallel_epochs (each worker runs the whole mix), or read its inputs as "
-                       "separate distributed_epoch jobs",
+                       "%s cannot be one distributed_epoch job: a reader reads each of its inputs "
+                       "as a job of its own and mixes them (a sluice client library that does "
+                       "is needed), or read it with parallel_epochs",
                        spec->source.kind == PIPE_SRC_SAMPLE ? "sample_from_datasets"
                                                             : "choose_from_datasets");
     uint64_t source_len = 0;

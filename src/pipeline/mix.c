@@ -67,6 +67,7 @@ struct mix_iter {
     uint64_t phase;
     uint64_t pos; /* output position: elements returned so far */
     uint64_t nchoices;
+    size_t pending; /* CHOOSE with timeouts_retry: the input a choice named, + 1; 0: none */
     /* The structure every element must have: that of the mix's first element, from input
      * ref_input; nref is 0 until then. */
     enum sluice_dtype ref[PIPE_MAX_COMPONENTS];
@@ -154,6 +155,8 @@ static int check_structure(struct mix_iter *m, size_t i, const struct sluice_ele
 static int next_choice(struct mix_iter *m, size_t *i)
 {
     int rc = pipe_next(m->choice.it, &m->pick);
+    if (rc == SLUICE_ERR_TIMEOUT && m->req.timeouts_retry)
+        return rc;
     if (rc < 0)
         return child_fail(m, &m->choice, "choice", SIZE_MAX, rc);
     if (rc == 0)
@@ -203,10 +206,15 @@ static int mix_next(struct pipe_iter *it, struct sluice_element *out)
             if (k < 0)
                 return m->state = 0;
             i = (size_t)k;
+        } else if (m->pending) {
+            i = m->pending - 1;
+            m->pending = 0;
         } else {
             if (m->left == 0)
                 return m->state = 0;
             int rc = next_choice(m, &i);
+            if (rc == SLUICE_ERR_TIMEOUT && m->req.timeouts_retry)
+                return rc;
             if (rc <= 0)
                 return rc == 0 ? (m->state = 0) : rc;
             if (m->done[i]) {
@@ -216,6 +224,11 @@ static int mix_next(struct pipe_iter *it, struct sluice_element *out)
             }
         }
         int rc = pipe_next(m->inputs[i].it, out);
+        if (rc == SLUICE_ERR_TIMEOUT && m->req.timeouts_retry) {
+            if (m->req.kind == PIPE_SRC_CHOOSE)
+                m->pending = i + 1; /* the choice is read: the next call asks input i again */
+            return rc;
+        }
         if (rc < 0)
             return child_fail(m, &m->inputs[i], "input", i, rc);
         if (rc == 0) {
@@ -248,6 +261,34 @@ static void mix_destroy(struct pipe_iter *it)
 }
 
 static const struct pipe_iter_ops mix_ops = {mix_next, mix_destroy};
+
+int pipe_mix_get_state(const struct pipe_iter *mix, struct pipe_mix_state *st)
+{
+    const struct mix_iter *m = (const struct mix_iter *)mix;
+    if (m->state < 0)
+        return m->state;
+    st->pos = m->pos;
+    st->nchoices = m->nchoices;
+    st->pending = m->pending;
+    st->ended = m->state == 0;
+    memcpy(st->done, m->done, m->req.n * sizeof(*m->done));
+    return 0;
+}
+
+void pipe_mix_set_state(struct pipe_iter *mix, const struct pipe_mix_state *st)
+{
+    struct mix_iter *m = (struct mix_iter *)mix;
+    m->pos = st->pos;
+    m->nchoices = st->nchoices;
+    m->pending = m->req.kind == PIPE_SRC_CHOOSE && st->pending <= m->req.n ? st->pending : 0;
+    m->left = 0;
+    for (size_t i = 0; i < m->req.n; i++) {
+        m->done[i] = st->done[i];
+        m->left += !st->done[i];
+    }
+    if (st->ended)
+        m->state = 0;
+}
 
 int pipe_mix_open(const struct pipe_mix_request *req, const struct pipe_mix_input *inputs,
                   struct pipe_mix_input choice, struct pipe_ctx *ctx, struct pipe_iter **out)

@@ -48,7 +48,28 @@ struct pipe_mix_request {
     int64_t seed;                 /* SAMPLE */
     bool stop_on_empty;           /* end at the first exhausted input chosen */
     void (*release)(void *owner); /* frees an input's owner (and so its chain) */
+    /* SLUICE_ERR_TIMEOUT from an input or the choice pipeline is a wait that ran out, not a
+     * failure: next() returns it with the position unchanged, and the next call asks the same
+     * input again (a choice already read is kept). A reader's inputs that are reads of their own
+     * (the client's distributed mix) set this; pipelines never do. */
+    bool timeouts_retry;
 };
+
+/* Where a mix stands, as a checkpoint keeps it: the output position, the choices read, the
+ * input a choice read already named (pending, index + 1; 0: none), whether the mix ended, and
+ * which inputs ended (done, one per input). */
+struct pipe_mix_state {
+    uint64_t pos, nchoices, pending;
+    bool ended;
+    bool *done;
+};
+
+/* Reads mix's state into st (st->done has room for the mix's inputs). Returns 0, or the mix's
+ * error (a failed mix has no position). */
+int pipe_mix_get_state(const struct pipe_iter *mix, struct pipe_mix_state *st);
+/* Puts a mix that has returned nothing yet at st (a restored read: its inputs are restored to
+ * their own positions). The inputs' structure is checked again at their next first elements. */
+void pipe_mix_set_state(struct pipe_iter *mix, const struct pipe_mix_state *st);
 
 /* Opens the mix over n inputs (and, for CHOOSE, the choice pipeline). Ownership of every input
  * passes in every case (on failure they have been released); the array inputs is the caller's.

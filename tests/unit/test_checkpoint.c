@@ -208,12 +208,101 @@ static void test_refusals(void **state)
     free(b);
 }
 
+/* A mix's checkpoint: the mixer's state and its inputs' checkpoints, nested whole, read back
+ * exactly; damage, a cut and counts that do not fit are refused. */
+static void test_mix_round_trip(void **state)
+{
+    (void)state;
+    struct checkpoint_mix m;
+    memset(&m, 0, sizeof m);
+    strcpy(m.dataset_id, "7");
+    strcpy(m.job_name, "mixed");
+    m.flags = CHECKPOINT_DETERMINISTIC;
+    m.def_hash = 0x0123456789abcdefull;
+    m.delivered = 1234;
+    m.pos = 1234;
+    m.nchoices = 1300;
+    m.pending = 2;
+    m.ended = false;
+    m.ninputs = 3;
+    m.done[1] = true;
+    m.nreads = 4;
+    struct checkpoint c;
+    make(&c, 50);
+    uint8_t *inner = NULL;
+    size_t inner_len = 0;
+    assert_int_equal(checkpoint_encode(&c, &inner, &inner_len), 0);
+    checkpoint_release(&c);
+    static const uint8_t other[] = {1, 2, 3};
+    for (size_t i = 0; i < 4; i++) {
+        m.read[i] = i == 2 ? other : inner;
+        m.read_len[i] = i == 2 ? sizeof other : inner_len;
+    }
+    uint8_t *b = NULL;
+    size_t n = 0;
+    assert_int_equal(checkpoint_mix_encode(&m, &b, &n), 0);
+    assert_true(checkpoint_is_mix(b, n));
+    assert_false(checkpoint_is_mix(inner, inner_len));
+    struct checkpoint_mix d;
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    assert_int_equal(checkpoint_mix_decode(b, n, &d, err, sizeof err), 0);
+    assert_string_equal(d.dataset_id, "7");
+    assert_string_equal(d.job_name, "mixed");
+    assert_int_equal(d.flags, CHECKPOINT_DETERMINISTIC);
+    assert_true(d.def_hash == m.def_hash);
+    assert_int_equal(d.delivered, 1234);
+    assert_int_equal(d.pos, 1234);
+    assert_int_equal(d.nchoices, 1300);
+    assert_int_equal(d.pending, 2);
+    assert_false(d.ended);
+    assert_int_equal(d.ninputs, 3);
+    assert_false(d.done[0]);
+    assert_true(d.done[1]);
+    assert_false(d.done[2]);
+    assert_int_equal(d.nreads, 4);
+    for (size_t i = 0; i < 4; i++) {
+        assert_int_equal(d.read_len[i], m.read_len[i]);
+        assert_memory_equal(d.read[i], m.read[i], m.read_len[i]);
+    }
+    /* A plain decoder refuses it, and the mix decoder a plain checkpoint. */
+    checkpoint_init(&c);
+    assert_int_equal(checkpoint_decode(b, n, &c, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "not a sluice checkpoint");
+    assert_int_equal(checkpoint_mix_decode(inner, inner_len, &d, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(err, "not a sluice checkpoint of a mix");
+    /* Every flipped byte and every cut is refused. */
+    for (size_t i = 8; i < n; i++) {
+        b[i] ^= 0x40;
+        int rc = checkpoint_mix_decode(b, n, &d, err, sizeof err);
+        assert_true(rc == SLUICE_ERR_CORRUPT || rc == SLUICE_ERR_INVALID);
+        b[i] ^= 0x40;
+    }
+    for (size_t cut = 0; cut < n; cut++)
+        assert_true(checkpoint_mix_decode(b, cut, &d, err, sizeof err) < 0);
+    free(b);
+    /* Counts that do not fit: fewer positions than inputs, a pending input past them. */
+    m.nreads = 2;
+    assert_int_equal(checkpoint_mix_encode(&m, &b, &n), 0);
+    assert_int_equal(checkpoint_mix_decode(b, n, &d, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "checkpoint of a mix: expected 3 or 4 positions of its inputs");
+    free(b);
+    m.nreads = 3;
+    m.pending = 4;
+    assert_int_equal(checkpoint_mix_encode(&m, &b, &n), 0);
+    assert_int_equal(checkpoint_mix_decode(b, n, &d, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "checkpoint of a mix: bad header");
+    free(b);
+    free(inner);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_size_follows_splits_in_flight),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_mix_round_trip),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

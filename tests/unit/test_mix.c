@@ -528,7 +528,210 @@ static void test_errors(void **state)
     pipe_spec_free(spec);
 }
 
-/* distributed_epoch refuses a mix (for now), saying what to use instead. */
+/* ---- Inputs that can wait, and the mix's state ----------------------------------------------- */
+
+/* An input of int64 scalars that answers SLUICE_ERR_TIMEOUT before the elements whose index is
+ * in stall (each once), as a reader's input read does when its elements have not arrived. */
+struct fake_in {
+    struct pipe_iter base;
+    struct pipe_ctx ctx;
+    const int64_t *v;
+    size_t n, at;
+    const size_t *stall;
+    size_t nstall, stalled;
+    size_t calls;
+};
+
+static int fake_next(struct pipe_iter *pi, struct sluice_element *out)
+{
+    struct fake_in *f = (struct fake_in *)pi;
+    f->calls++;
+    if (f->stalled < f->nstall && f->stall[f->stalled] == f->at) {
+        f->stalled++;
+        return SLUICE_ERR_TIMEOUT;
+    }
+    if (f->at == f->n)
+        return 0;
+    assert_int_equal(sluice_element_set_num_components(out, 1), 0);
+    assert_int_equal(sluice_element_set_int64(out, 0, f->v[f->at++]), 0);
+    return 1;
+}
+
+static void fake_destroy(struct pipe_iter *pi)
+{
+    (void)pi;
+}
+
+static void fake_release(void *owner)
+{
+    (void)owner;
+}
+
+static const struct pipe_iter_ops fake_ops = {fake_next, fake_destroy};
+
+static void fake_init(struct fake_in *f, const int64_t *v, size_t n, const size_t *stall,
+                      size_t nstall)
+{
+    memset(f, 0, sizeof *f);
+    f->base.ops = &fake_ops;
+    f->base.ctx = &f->ctx;
+    f->v = v;
+    f->n = n;
+    f->stall = stall;
+    f->nstall = nstall;
+}
+
+/* Runs mix to its end into out (values; at most cap), retrying every timeout; returns the count
+ * and the timeouts seen in *timeouts. */
+static size_t drain(struct pipe_iter *mix, int64_t *out, size_t cap, size_t *timeouts)
+{
+    struct sluice_element e;
+    pipe_elem_init(&e);
+    size_t n = 0, t = 0;
+    for (;;) {
+        int rc = pipe_next(mix, &e);
+        if (rc == SLUICE_ERR_TIMEOUT) {
+            t++;
+            continue;
+        }
+        assert_true(rc >= 0);
+        if (rc == 0)
+            break;
+        assert_true(n < cap);
+        memcpy(&out[n++], e.t[0].data, sizeof(int64_t));
+    }
+    pipe_elem_release(&e);
+    if (timeouts)
+        *timeouts = t;
+    return n;
+}
+
+static const int64_t in_a[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+static const int64_t in_b[] = {100, 101, 102, 103, 104};
+static const int64_t in_c[] = {200, 201, 202};
+
+/* Opens a mix of in_a, in_b and in_c (CHOOSE: the choices in choice) over fresh fakes. */
+static struct pipe_iter *open_fakes(enum pipe_source_kind kind, bool stop, struct fake_in *f,
+                                    struct fake_in *choice, struct pipe_ctx *ctx)
+{
+    static const double w[] = {0.5, 0.3, 0.2};
+    struct pipe_mix_input ins[3];
+    for (size_t i = 0; i < 3; i++)
+        ins[i] = (struct pipe_mix_input){&f[i].base, &f[i]};
+    struct pipe_mix_request req = {.kind = kind,
+                                   .weights = kind == PIPE_SRC_SAMPLE ? w : NULL,
+                                   .n = 3,
+                                   .seed = 9,
+                                   .stop_on_empty = stop,
+                                   .release = fake_release,
+                                   .timeouts_retry = true};
+    struct pipe_mix_input ch = {0};
+    if (kind == PIPE_SRC_CHOOSE)
+        ch = (struct pipe_mix_input){&choice->base, choice};
+    memset(ctx, 0, sizeof *ctx);
+    struct pipe_iter *mix = NULL;
+    assert_int_equal(pipe_mix_open(&req, ins, ch, ctx, &mix), 0);
+    return mix;
+}
+
+static const int64_t choices[] = {0, 2, 1, 1, 2, 0, 2, 2, 1, 0, 1, 1, 0};
+
+/* Inputs that wait now and then leave the sequence as it is: the mix returns the timeout with
+ * its position unchanged, asks the same input again, and a choice already read is not read
+ * again. */
+static void test_timeouts_retry(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < 2; kind++) {
+        enum pipe_source_kind k = kind ? PIPE_SRC_CHOOSE : PIPE_SRC_SAMPLE;
+        struct fake_in f[3], ch;
+        struct pipe_ctx ctx;
+        fake_init(&f[0], in_a, 12, NULL, 0);
+        fake_init(&f[1], in_b, 5, NULL, 0);
+        fake_init(&f[2], in_c, 3, NULL, 0);
+        fake_init(&ch, choices, 13, NULL, 0);
+        struct pipe_iter *mix = open_fakes(k, false, f, &ch, &ctx);
+        int64_t want[32], got[32];
+        size_t t;
+        size_t nwant = drain(mix, want, 32, &t);
+        assert_int_equal(t, 0);
+        mix->ops->destroy(mix);
+        size_t choice_calls = ch.calls;
+
+        static const size_t sa[] = {0, 3, 12}, sb[] = {1, 5}, sc[] = {2}, sch[] = {4};
+        fake_init(&f[0], in_a, 12, sa, 3);
+        fake_init(&f[1], in_b, 5, sb, 2);
+        fake_init(&f[2], in_c, 3, sc, 1);
+        fake_init(&ch, choices, 13, sch, 1);
+        mix = open_fakes(k, false, f, &ch, &ctx);
+        size_t ngot = drain(mix, got, 32, &t);
+        mix->ops->destroy(mix);
+        assert_int_equal(ngot, nwant);
+        assert_memory_equal(got, want, nwant * sizeof *want);
+        /* Every stall that was reached was retried: sample reads every input to its end. */
+        if (k == PIPE_SRC_SAMPLE)
+            assert_int_equal(t, 6);
+        else
+            assert_int_equal(ch.calls, choice_calls + 1); /* its own stall only */
+    }
+}
+
+/* A mix put at the state another mix had after k outputs (its inputs at their own positions)
+ * continues with the other's sequence, at every k, also across inputs that ended and with
+ * stop_on_empty (a mix that ended stays ended). */
+static void test_state_resume(void **state)
+{
+    (void)state;
+    for (int kind = 0; kind < 2; kind++)
+        for (int stop = 0; stop < 2; stop++) {
+            enum pipe_source_kind k = kind ? PIPE_SRC_CHOOSE : PIPE_SRC_SAMPLE;
+            struct fake_in f[3], ch;
+            struct pipe_ctx ctx;
+            fake_init(&f[0], in_a, 12, NULL, 0);
+            fake_init(&f[1], in_b, 5, NULL, 0);
+            fake_init(&f[2], in_c, 3, NULL, 0);
+            fake_init(&ch, choices, 13, NULL, 0);
+            struct pipe_iter *mix = open_fakes(k, stop, f, &ch, &ctx);
+            int64_t want[32];
+            size_t nwant = drain(mix, want, 32, NULL);
+            mix->ops->destroy(mix);
+            for (size_t at = 0; at <= nwant; at++) {
+                struct sluice_element e;
+                pipe_elem_init(&e);
+                fake_init(&f[0], in_a, 12, NULL, 0);
+                fake_init(&f[1], in_b, 5, NULL, 0);
+                fake_init(&f[2], in_c, 3, NULL, 0);
+                fake_init(&ch, choices, 13, NULL, 0);
+                mix = open_fakes(k, stop, f, &ch, &ctx);
+                for (size_t i = 0; i < at; i++)
+                    assert_int_equal(pipe_next(mix, &e), 1);
+                if (at == nwant)
+                    assert_int_equal(pipe_next(mix, &e), 0);
+                bool done[3];
+                struct pipe_mix_state st = {.done = done};
+                assert_int_equal(pipe_mix_get_state(mix, &st), 0);
+                assert_int_equal(st.pos, at);
+                mix->ops->destroy(mix);
+                /* Fresh inputs at the positions the first mix left them. */
+                size_t pos[4] = {f[0].at, f[1].at, f[2].at, ch.at};
+                fake_init(&f[0], in_a, 12, NULL, 0);
+                fake_init(&f[1], in_b, 5, NULL, 0);
+                fake_init(&f[2], in_c, 3, NULL, 0);
+                fake_init(&ch, choices, 13, NULL, 0);
+                f[0].at = pos[0], f[1].at = pos[1], f[2].at = pos[2], ch.at = pos[3];
+                mix = open_fakes(k, stop, f, &ch, &ctx);
+                pipe_mix_set_state(mix, &st);
+                int64_t rest[32];
+                size_t nrest = drain(mix, rest, 32, NULL);
+                mix->ops->destroy(mix);
+                assert_int_equal(at + nrest, nwant);
+                assert_memory_equal(rest, want + at, nrest * sizeof *rest);
+                pipe_elem_release(&e);
+            }
+        }
+}
+
+/* A job of a whole mix is refused: readers read each input as a job of its own. */
 static void test_distributed_epoch(void **state)
 {
     (void)state;
@@ -537,9 +740,10 @@ static void test_distributed_epoch(void **state)
     struct pipe_dist d;
     char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(pipe_dist_analyze(spec, &d, err, sizeof err), SLUICE_ERR_UNSUPPORTED);
-    assert_string_equal(err, "sample_from_datasets is not supported in distributed_epoch yet: "
-                             "read it with parallel_epochs (each worker runs the whole mix), or "
-                             "read its inputs as separate distributed_epoch jobs");
+    assert_string_equal(err, "sample_from_datasets cannot be one distributed_epoch job: a reader "
+                             "reads each of its inputs as a job of its own and mixes them (a "
+                             "sluice client library that does is needed), or read it with "
+                             "parallel_epochs");
     pipe_spec_free(spec);
     /* Endless: while a weighted input is (every one, with stop_on_empty); choose while its
      * choices are. */
@@ -582,7 +786,8 @@ int main(void)
         cmocka_unit_test(test_decode_errors),     cmocka_unit_test(test_draw_shares),
         cmocka_unit_test(test_draw_pure),         cmocka_unit_test(test_sample_sequences),
         cmocka_unit_test(test_choose_sequences),  cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_distributed_epoch),
+        cmocka_unit_test(test_distributed_epoch), cmocka_unit_test(test_timeouts_retry),
+        cmocka_unit_test(test_state_resume),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
