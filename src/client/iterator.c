@@ -597,6 +597,8 @@ int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, siz
                        "at least one checkpoint and out and out_len are required");
     *out = NULL;
     *out_len = 0;
+    if (checkpoint_is_mix(ckpts[0], lens[0]))
+        return iter_mix_merge(ckpts, lens, n, out, out_len, err, errlen);
     struct checkpoint acc, one;
     checkpoint_init(&acc);
     checkpoint_init(&one);

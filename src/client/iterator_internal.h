@@ -299,6 +299,9 @@ int iter_mix_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char
 int iter_mix_waiting(struct sluice_iterator *it, char *buf, size_t len);
 void iter_mix_progress(const struct sluice_iterator *it, struct sluice_read_progress *out);
 int iter_mix_report(struct sluice_iterator *it);
+/* sluice_checkpoint_merge of the checkpoints of a mix's readers (the first is one). */
+int iter_mix_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, uint8_t **out,
+                   size_t *out_len, char *err, size_t errlen);
 
 /* iterator_fetch.c */
 

@@ -391,3 +391,64 @@ int iter_mix_report(struct sluice_iterator *it)
     }
     return rc;
 }
+
+int iter_mix_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, uint8_t **out,
+                   size_t *out_len, char *err, size_t errlen)
+{
+    struct checkpoint_mix *v = calloc(n, sizeof *v);
+    const uint8_t **parts = calloc(n, sizeof *parts);
+    size_t *part_lens = calloc(n, sizeof *part_lens);
+    uint8_t *merged[CHECKPOINT_MIX_MAX_READS] = {0};
+    int rc = 0;
+    if (!v || !parts || !part_lens) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+        goto out;
+    }
+    char why[SLUICE_ERRMSG_SIZE];
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if ((rc = checkpoint_mix_decode(ckpts[i], lens[i], &v[i], why, sizeof why)) < 0)
+            err_set(err, errlen, rc, "checkpoint %zu: %s", i + 1, why);
+        else if (strcmp(v[i].dataset_id, v[0].dataset_id) != 0 || v[i].def_hash != v[0].def_hash ||
+                 v[i].ninputs != v[0].ninputs || v[i].nreads != v[0].nreads)
+            rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                         "checkpoint %zu: not of the mix of checkpoint 1 (dataset '%s', not '%s')",
+                         i + 1, v[i].dataset_id, v[0].dataset_id);
+        else if (v[i].pending)
+            rc = err_set(err, errlen, SLUICE_ERR_INVALID,
+                         "checkpoint %zu: taken with a choice read and its element not (its "
+                         "reader waited for that input); save again after the next element",
+                         i + 1);
+    }
+    /* The consumers had disjoint elements: each input's positions merge as any read's do, the
+     * mixer's counts add up, and an input ended only where it ended for all of them. */
+    struct checkpoint_mix m = v[0];
+    for (size_t i = 1; i < n && rc == 0; i++) {
+        m.delivered += v[i].delivered;
+        m.pos += v[i].pos;
+        m.nchoices += v[i].nchoices;
+        m.ended = m.ended && v[i].ended;
+        m.flags &= v[i].flags;
+        for (size_t k = 0; k < m.ninputs; k++)
+            m.done[k] = m.done[k] && v[i].done[k];
+    }
+    for (size_t k = 0; k < m.nreads && rc == 0; k++) {
+        for (size_t i = 0; i < n; i++) {
+            parts[i] = v[i].read[k];
+            part_lens[i] = v[i].read_len[k];
+        }
+        rc = sluice_checkpoint_merge(parts, part_lens, n, &merged[k], &m.read_len[k], why,
+                                     sizeof why);
+        if (rc)
+            err_set(err, errlen, rc, "input %zu: %s", k, why);
+        m.read[k] = merged[k];
+    }
+    if (rc == 0 && (rc = checkpoint_mix_encode(&m, out, out_len)) < 0)
+        err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+out:
+    for (size_t k = 0; k < CHECKPOINT_MIX_MAX_READS; k++)
+        free(merged[k]);
+    free(v);
+    free(parts);
+    free(part_lens);
+    return rc;
+}

@@ -201,6 +201,10 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     if (rc == 0)
         rc = plan_job_repetition(&d->st, c->dataset_id, c->job_name, c->repetition, &d->ups, err,
                                  sizeof err);
+    /* A restored read of a named job nobody reads now starts from its checkpoint (when the plan
+     * for a new iteration was built: a reader that left meanwhile is joined as planned). */
+    if (rc == 0 && c->job.resume && have_plan)
+        rc = plan_job_resume_fresh(&d->st, c->dataset_id, c->job_name, &d->ups, err, sizeof err);
     /* Others still read the current repetition: this reader waits for the next one. */
     if (rc == SLUICE_ERR_UNAVAILABLE && c->repetition) {
         const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
@@ -437,8 +441,9 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     /* A split plan is needed only when a distributed_epoch iteration will be created. */
     const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
     const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
-    bool joining =
-        cur && cur->state != ST_ITER_GC && !(c->repetition && c->repetition == cur->repetition + 1);
+    bool joining = cur && cur->state != ST_ITER_GC &&
+                   !(c->repetition && c->repetition == cur->repetition + 1) &&
+                   !(c->job.resume && plan_job_resume_collects(&d->st, c->dataset_id, c->job_name));
     if (mode != SLUICE_DISTRIBUTED_EPOCH || joining) {
         job_plan_and_commit(d, c, false);
         return;

@@ -170,6 +170,18 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
 int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,
                         uint64_t want, struct st_update_list *out, char *err, size_t errlen);
 
+/* A restored read (GetOrCreateJob with a resume) of named job job_name: when the job's current
+ * iteration is live and no client holds it (its readers closed or were collected), appends its
+ * collection, so the read starts a new iteration from the checkpoint rather than joining one
+ * whose progress is not the checkpoint's (what its readers received but never handed out would
+ * be lost). An iteration other readers hold is joined (a shared job), and anonymous jobs,
+ * collected iterations and iterations running a save append nothing. Returns 0 or a negative
+ * code with err. */
+int plan_job_resume_fresh(const struct state *s, const char *dataset_id, const char *job_name,
+                          struct st_update_list *out, char *err, size_t errlen);
+/* Whether plan_job_resume_fresh() would collect the job's current iteration now. */
+bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name);
+
 /* Garbage-collects an iteration: removes its tasks (their leases are dropped) and marks it
  * collected (see struct state for what is deleted). An iteration with clients, one a running
  * save writes, or one already collected, is SLUICE_ERR_INVALID; an unknown one

@@ -341,6 +341,32 @@ int plan_job_repetition(const struct state *s, const char *dataset_id, const cha
     return plan_gc_iteration(s, cur->id, out, err, errlen);
 }
 
+/* The live iteration of named job job_name that no client holds and no save runs, or NULL. */
+static const struct st_iteration *unheld_iteration(const struct state *s, const char *dataset_id,
+                                                   const char *job_name)
+{
+    if (!job_name || !job_name[0])
+        return NULL;
+    const struct st_job *job = state_job_by_key(s, dataset_id, job_name);
+    const struct st_iteration *cur = job ? state_iteration(s, job->iteration_id) : NULL;
+    if (!cur || cur->state == ST_ITER_GC || state_iteration_clients(s, cur->id) > 0 ||
+        state_save_running(s, cur->id))
+        return NULL;
+    return cur;
+}
+
+bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name)
+{
+    return unheld_iteration(s, dataset_id, job_name) != NULL;
+}
+
+int plan_job_resume_fresh(const struct state *s, const char *dataset_id, const char *job_name,
+                          struct st_update_list *out, char *err, size_t errlen)
+{
+    const struct st_iteration *cur = unheld_iteration(s, dataset_id, job_name);
+    return cur ? plan_gc_iteration(s, cur->id, out, err, errlen) : 0;
+}
+
 int plan_gc_iteration(const struct state *s, uint64_t iteration_id, struct st_update_list *out,
                       char *err, size_t errlen)
 {

@@ -1,21 +1,44 @@
-/* Mixing datasets through the service: a real dispatcher and two workers on 127.0.0.1.
+/* Mixing datasets through the service: a real dispatcher and workers on 127.0.0.1.
  *
  *   - a parallel_epochs read of a mix gets from each worker exactly the sequence `sluice run`
  *     prints (the whole mix batched into one element, so each copy's order is visible);
- *   - a distributed_epoch read of a mix is refused with the one-line message that says what to
- *     use instead. */
+ *   - a deterministic distributed_epoch read of a mix (each input a job of its own, mixed in the
+ *     reader) is exactly `sluice run`'s sequence at 2 and 4 workers and any split size, with
+ *     operations after the mix in the reader too, and its shares hold in every window;
+ *   - two readers of a shared mix job get every element of every input once between them;
+ *   - a worker killed mid-read loses and repeats nothing, in the identical sequence;
+ *   - a read saved, closed and restored at 50 random positions continues the identical sequence
+ *     (sample_from_datasets, choose_from_datasets, and a plain named job: a restored read of a
+ *     job nobody reads starts a new iteration from the checkpoint), and a killed
+ *     `sluice read --checkpoint` resumes a mix with every element once;
+ *   - the checkpoints of a shared mix job's two readers merge, and the merge restores the rest;
+ *   - stop_on_empty both ways and a finite choice pipeline behave as in `sluice run`;
+ *   - the errors: a mix's checkpoint for another dataset, a checkpoint of a read with operations
+ *     in the reader, coordinated reads. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/file.h"
 #include "lib/proc.h"
+#include "lib/tmp.h"
 
+#include "sluice/sluice.h"
+
+#include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WAIT_MS 20000
+#define READ_MS 120000
 
 /* 70 elements at most, so batch(100) makes one element of a whole copy. */
 static const char *const mix = "sample_from_datasets([(range(40)), (range(100, 120) | map(add, "
@@ -43,17 +66,455 @@ static void test_parallel_epochs_copies(void **state)
     free(err);
 }
 
-static void test_distributed_epoch_refused(void **state)
+/* `sluice run PIPELINE`'s output. */
+static char *run_local(const char *pipeline)
+{
+    char *const argv[] = {(char *)bin_path("sluice"), "run", (char *)pipeline, NULL};
+    char *out = NULL, *err = NULL;
+    if (run_cmd(argv, 60000, &out, &err) != 0)
+        fail_msg("sluice run %s: %s", pipeline, err);
+    free(err);
+    return out;
+}
+
+/* A deterministic distributed_epoch read of pipeline (extra arguments before the NULL) must
+ * print exactly want. */
+static void expect_det_read(struct cluster *c, const char *what, const char *want,
+                            const char *pipeline, const char *a1, const char *a2)
+{
+    char *out = cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch",
+                            "--deterministic", a1, a2, NULL);
+    if (strcmp(out, want) != 0)
+        fail_msg("%s: the read (%zu bytes) differs from sluice run (%zu bytes)", what, strlen(out),
+                 strlen(want));
+    printf("    %s: %zu bytes identical to sluice run\n", what, strlen(want));
+    free(out);
+}
+
+/* Inputs of 18000, 1800 and 200 elements at weights 0.9, 0.09 and 0.01: the three end
+ * together. */
+static const char *const skewed = "sample_from_datasets([(range(18000)), (range(100000, 101800)), "
+                                  "(range(200000, 200200))], [0.9, 0.09, 0.01], 11)";
+
+/* The input an element of skewed came from. */
+static int input_of(long v)
+{
+    return v >= 200000 ? 2 : v >= 100000 ? 1 : 0;
+}
+
+/* Realized shares within 1 percentage point of the weights over every window of 10,000
+ * elements (starting every 500), and each input's count exact over the run. */
+static void check_shares(const char *text)
+{
+    static int from[20000];
+    long n = 0;
+    for (const char *p = text; *p && n < 20000;) {
+        from[n++] = input_of(strtol(p, NULL, 10));
+        p = strchr(p, '\n');
+        if (!p)
+            break;
+        p++;
+    }
+    assert_int_equal(n, 20000);
+    const double w[3] = {0.9, 0.09, 0.01};
+    double worst = 0;
+    for (long start = 0; start + 10000 <= n; start += 500) {
+        long count[3] = {0};
+        for (long k = start; k < start + 10000; k++)
+            count[from[k]]++;
+        for (int i = 0; i < 3; i++) {
+            double off = count[i] / 10000.0 - w[i];
+            if (off < 0)
+                off = -off;
+            if (off > worst)
+                worst = off;
+            if (off > 0.01)
+                fail_msg("window at %ld: input %d has %ld of 10000", start, i, count[i]);
+        }
+    }
+    printf("    shares: largest deviation from the weights in a 10000-element window %.4f\n",
+           worst);
+}
+
+static void test_deterministic_any_scale(void **state)
 {
     struct cluster *c = *state;
-    char *err = NULL;
-    char *out = cluster_run(c, 1, &err, "read", mix, "--mode", "distributed_epoch", NULL);
-    if (!strstr(err, "sample_from_datasets is not supported in distributed_epoch yet: read it "
-                     "with parallel_epochs (each worker runs the whole mix), or read its inputs "
-                     "as separate distributed_epoch jobs"))
-        fail_msg("stderr: %s", err);
-    free(out);
-    free(err);
+    char *want = run_local(skewed);
+    check_shares(want);
+    char batched[512];
+    snprintf(batched, sizeof batched, "%s | map(add, 1) | batch(7)", skewed);
+    char *want_batched = run_local(batched);
+    expect_det_read(c, "2 workers", want, skewed, NULL, NULL);
+    expect_det_read(c, "2 workers, split size 7", want, skewed, "--split-size", "7");
+    expect_det_read(c, "2 workers, batch in the reader", want_batched, batched, NULL, NULL);
+    cluster_add_workers(c, 2);
+    cluster_wait_registered(c);
+    expect_det_read(c, "4 workers", want, skewed, NULL, NULL);
+    expect_det_read(c, "4 workers, split size 100", want, skewed, "--split-size", "100");
+    expect_det_read(c, "4 workers, batch in the reader", want_batched, batched, NULL, NULL);
+    /* Without --deterministic: the same multiset. */
+    cluster_expect_read(c, want, skewed, "--mode", "distributed_epoch", NULL);
+    free(want);
+    free(want_batched);
+}
+
+static void test_shared_job_exactly_once(void **state)
+{
+    struct cluster *c = *state;
+    const char *pipeline = "sample_from_datasets([(range(3000) | map(sleep_us, 300)), "
+                           "(range(100000, 101000) | map(sleep_us, 300))], [0.7, 0.3], 4)";
+    struct proc r[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(cluster_cli_spawn(c, &r[i], "read", pipeline, "--mode",
+                                           "distributed_epoch", "--job-name", "shared-mix", NULL),
+                         0);
+    char *out[2];
+    for (int i = 0; i < 2; i++) {
+        out[i] = proc_read_all(&r[i], READ_MS);
+        assert_non_null(out[i]);
+        int rc = proc_wait(&r[i], READ_MS);
+        if (rc != 0)
+            print_file(r[i].log, 50);
+        assert_int_equal(rc, 0);
+    }
+    static unsigned char seen[4000];
+    memset(seen, 0, sizeof seen);
+    long lines[2] = {0, 0};
+    for (int i = 0; i < 2; i++)
+        for (char *p = out[i]; *p;) {
+            long v = strtol(p, NULL, 10);
+            long k = v >= 100000 ? 3000 + v - 100000 : v;
+            assert_true(k >= 0 && k < 4000);
+            if (seen[k]++)
+                fail_msg("%ld delivered twice", v);
+            lines[i]++;
+            p = strchr(p, '\n');
+            assert_non_null(p);
+            p++;
+        }
+    for (long k = 0; k < 4000; k++)
+        if (!seen[k])
+            fail_msg("element %ld of the mix lost", k);
+    printf("    two readers of a shared mix job: %ld + %ld elements, each once\n", lines[0],
+           lines[1]);
+    free(out[0]);
+    free(out[1]);
+}
+
+static long long size_of(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : 0;
+}
+
+/* A worker killed while a deterministic mix is read: the sequence is still sluice run's. */
+static void test_worker_kill(void **state)
+{
+    struct cluster *c = *state;
+    int first = c->nworkers;
+    cluster_add_workers(c, 3);
+    cluster_wait_registered(c);
+    const char *pipeline = "sample_from_datasets([(range(6000) | map(sleep_us, 500)), "
+                           "(range(100000, 103000) | map(sleep_us, 500))], [2, 1], 21)";
+    char *want = run_local(pipeline);
+    char out[512];
+    snprintf(out, sizeof out, "%s/kill.out", tmp_dir());
+    struct proc r;
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", pipeline, "--mode", "distributed_epoch",
+                                       "--deterministic", "--output", out, NULL),
+                     0);
+    long long deadline = now_ms() + READ_MS;
+    while (size_of(out) < (long long)strlen(want) / 3 && proc_wait(&r, 0) == -2 &&
+           now_ms() < deadline)
+        usleep(2000);
+    bool killed = proc_wait(&r, 0) == -2;
+    if (killed)
+        proc_stop(&c->workers[first], SIGKILL, WAIT_MS);
+    int rc = proc_wait(&r, READ_MS);
+    if (rc != 0)
+        print_file(r.log, 50);
+    assert_int_equal(rc, 0);
+    char *got = read_text_file(out);
+    if (strcmp(got, want) != 0)
+        fail_msg("after a worker's loss the read (%zu bytes) differs from sluice run (%zu)",
+                 strlen(got), strlen(want));
+    printf("    worker killed mid-read (%s): %zu bytes identical to sluice run\n",
+           killed ? "yes" : "the read ended first", strlen(want));
+    assert_true(killed);
+    free(got);
+    free(want);
+}
+
+static struct sluice_client *client_for(struct cluster *c)
+{
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    struct sluice_client *client = NULL;
+    struct sluice_client_options co = {.dispatcher = c->dispatcher.addr, .timeout_ms = WAIT_MS};
+    if (sluice_client_open(&co, &client, err, sizeof err) != 0)
+        fail_msg("client: %s", err);
+    return client;
+}
+
+/* The int64 values of sluice run's lines. */
+static size_t parse_values(const char *text, int64_t *v, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = text; *p && n < cap;) {
+        v[n++] = strtoll(p, NULL, 10);
+        p = strchr(p, '\n');
+        if (!p)
+            break;
+        p++;
+    }
+    return n;
+}
+
+/* Reads pipeline deterministically in pieces: each piece opens the read (restored from the last
+ * piece's checkpoint), reads a random number of elements, saves and closes; 50 pieces, then the
+ * rest. The values must be sluice run's sequence. */
+static void resume_pieces(struct cluster *c, const char *pipeline, const char *job)
+{
+    static int64_t want[8000], got[8000];
+    char *text = run_local(pipeline);
+    size_t nwant = parse_values(text, want, 8000);
+    free(text);
+    struct sluice_client *client = client_for(c);
+    uint8_t *ck = NULL;
+    size_t ck_len = 0, n = 0;
+    unsigned seed = (unsigned)now_ms();
+    printf("    %s: seed %u\n", job, seed);
+    srand(seed);
+    for (int piece = 0; piece <= 50; piece++) {
+        char err[SLUICE_ERRMSG_SIZE] = "";
+        struct sluice_read_options ro = {.pipeline = ck ? NULL : pipeline,
+                                         .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                         .deterministic = true,
+                                         .job_name = job,
+                                         .restore = ck,
+                                         .restore_len = ck_len};
+        struct sluice_iterator *it = NULL;
+        if (sluice_iterator_open(client, &ro, &it, err, sizeof err) != 0)
+            fail_msg("piece %d: open: %s", piece, err);
+        size_t take = piece < 50 ? 1 + (size_t)rand() % (2 * nwant / 50) : SIZE_MAX;
+        const struct sluice_element *e;
+        int rc = 1;
+        for (size_t k = 0;
+             k < take && (rc = sluice_iterator_next(it, &e, READ_MS, err, sizeof err)) == 1; k++) {
+            assert_true(n < 8000);
+            int64_t v;
+            memcpy(&v, sluice_element_data(e, 0, NULL), sizeof v);
+            got[n++] = v;
+        }
+        if (rc < 0)
+            fail_msg("piece %d: next: %s", piece, err);
+        free(ck);
+        ck = NULL;
+        if (sluice_iterator_save(it, &ck, &ck_len, err, sizeof err) != 0)
+            fail_msg("piece %d: save: %s", piece, err);
+        sluice_iterator_close(it);
+        if (rc == 0)
+            break;
+    }
+    free(ck);
+    sluice_client_close(client);
+    assert_int_equal(n, nwant);
+    for (size_t k = 0; k < n; k++)
+        if (got[k] != want[k])
+            fail_msg("position %zu: got %" PRId64 ", sluice run has %" PRId64, k, got[k], want[k]);
+    printf("    %s: %zu elements over up to 51 resumed pieces, identical to sluice run\n", job, n);
+}
+
+static void test_resume_random_positions(void **state)
+{
+    struct cluster *c = *state;
+    /* Not a mix: a named job whose readers closed starts again from the checkpoint. */
+    resume_pieces(c, "range(2600)", "resume-plain");
+    resume_pieces(c,
+                  "sample_from_datasets([(range(2000)), (range(100000, 100500) | map(add, 7)), "
+                  "(range(200000, 200100))], [0.5, 0.3, 0.2], 9) | map(mul, 2)",
+                  "resume-sample");
+    resume_pieces(c,
+                  "choose_from_datasets([(range(600)), (range(100000, 100400)), "
+                  "(range(200000, 200300))], (range(2000) | map(mod, 3)), false)",
+                  "resume-choose");
+}
+
+/* `sluice read --checkpoint` of a mix killed twice and resumed: every element once. */
+static void test_cli_resume(void **state)
+{
+    struct cluster *c = *state;
+    const char *pipeline = "sample_from_datasets([(range(3000) | map(sleep_us, 1000)), "
+                           "(range(100000, 101500) | map(sleep_us, 1000))], [2, 1], 5)";
+    char *want = run_local(pipeline);
+    char ck[512], out[512];
+    snprintf(ck, sizeof ck, "%s/mix.ck", tmp_dir());
+    snprintf(out, sizeof out, "%s/mix.out", tmp_dir());
+    /* cluster_resumed_read reads without --deterministic: every element once. */
+    char *got = cluster_resumed_read(c, pipeline, NULL, "200", ck, out, (long long)strlen(want), 2,
+                                     READ_MS);
+    long lines = 0;
+    static unsigned char seen[4500];
+    memset(seen, 0, sizeof seen);
+    for (char *p = got; *p;) {
+        long v = strtol(p, NULL, 10);
+        long k = v >= 100000 ? 3000 + v - 100000 : v;
+        assert_true(k >= 0 && k < 4500);
+        if (seen[k]++)
+            fail_msg("%ld twice after a resume", v);
+        lines++;
+        p = strchr(p, '\n');
+        assert_non_null(p);
+        p++;
+    }
+    assert_int_equal(lines, 4500);
+    printf("    sluice read --checkpoint killed twice and resumed: 4500 elements, each once\n");
+    free(got);
+    free(want);
+}
+
+/* Two readers of a shared mix job read alternately, save, close; the merge of their checkpoints
+ * restored into one reader reads the rest: every element once in all. */
+static void test_merge_shared(void **state)
+{
+    struct cluster *c = *state;
+    const char *pipeline = "sample_from_datasets([(range(2000)), (range(100000, 101000))], "
+                           "[0.6, 0.4], 13)";
+    struct sluice_client *client = client_for(c);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    struct sluice_read_options ro = {
+        .pipeline = pipeline, .mode = SLUICE_DISTRIBUTED_EPOCH, .job_name = "merged-mix"};
+    struct sluice_iterator *it[2];
+    for (int i = 0; i < 2; i++)
+        if (sluice_iterator_open(client, &ro, &it[i], err, sizeof err) != 0)
+            fail_msg("open %d: %s", i, err);
+    static unsigned char seen[3000];
+    memset(seen, 0, sizeof seen);
+    long total = 0;
+    const struct sluice_element *e;
+    for (int k = 0; k < 600; k++) {
+        int rc = sluice_iterator_next(it[k % 2], &e, READ_MS, err, sizeof err);
+        if (rc != 1)
+            fail_msg("reader %d: %d %s", k % 2, rc, err);
+        int64_t v;
+        memcpy(&v, sluice_element_data(e, 0, NULL), sizeof v);
+        long idx = v >= 100000 ? 2000 + v - 100000 : v;
+        assert_true(idx >= 0 && idx < 3000);
+        assert_int_equal(seen[idx]++, 0);
+        total++;
+    }
+    uint8_t *ck[2];
+    size_t len[2];
+    for (int i = 0; i < 2; i++) {
+        if (sluice_iterator_save(it[i], &ck[i], &len[i], err, sizeof err) != 0)
+            fail_msg("save %d: %s", i, err);
+        sluice_iterator_close(it[i]);
+    }
+    uint8_t *m = NULL;
+    size_t mlen = 0;
+    const uint8_t *const parts[2] = {ck[0], ck[1]};
+    if (sluice_checkpoint_merge(parts, len, 2, &m, &mlen, err, sizeof err) != 0)
+        fail_msg("merge: %s", err);
+    struct sluice_read_options rr = {.mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .job_name = "merged-mix",
+                                     .restore = m,
+                                     .restore_len = mlen};
+    struct sluice_iterator *r;
+    if (sluice_iterator_open(client, &rr, &r, err, sizeof err) != 0)
+        fail_msg("restore: %s", err);
+    int rc;
+    while ((rc = sluice_iterator_next(r, &e, READ_MS, err, sizeof err)) == 1) {
+        int64_t v;
+        memcpy(&v, sluice_element_data(e, 0, NULL), sizeof v);
+        long idx = v >= 100000 ? 2000 + v - 100000 : v;
+        assert_true(idx >= 0 && idx < 3000);
+        if (seen[idx]++)
+            fail_msg("%" PRId64 " twice after the merged restore", v);
+        total++;
+    }
+    if (rc != 0)
+        fail_msg("restored read: %s", err);
+    sluice_iterator_close(r);
+    assert_int_equal(total, 3000);
+    printf("    two readers' checkpoints merged and restored: 3000 elements, each once\n");
+    /* A mix's checkpoint does not merge with a plain one. */
+    struct sluice_read_options po = {.pipeline = "range(10)", .mode = SLUICE_DISTRIBUTED_EPOCH};
+    assert_int_equal(sluice_iterator_open(client, &po, &r, err, sizeof err), 0);
+    uint8_t *plain;
+    size_t plain_len;
+    assert_int_equal(sluice_iterator_save(r, &plain, &plain_len, err, sizeof err), 0);
+    sluice_iterator_close(r);
+    const uint8_t *const mixed[2] = {ck[0], plain};
+    const size_t mixed_len[2] = {len[0], plain_len};
+    uint8_t *bad = NULL;
+    assert_int_equal(sluice_checkpoint_merge(mixed, mixed_len, 2, &bad, &mlen, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(err, "checkpoint 2: not a sluice checkpoint of a mix");
+    free(plain);
+    free(m);
+    free(ck[0]);
+    free(ck[1]);
+    sluice_client_close(client);
+}
+
+static void test_stop_on_empty_and_choose(void **state)
+{
+    struct cluster *c = *state;
+    static const char *const pipelines[] = {
+        "sample_from_datasets([(range(50)), (range(100, 300))], [0.5, 0.5], 3)",
+        "sample_from_datasets([(range(50)), (range(100, 300))], [0.5, 0.5], 3, stop_on_empty)",
+        "choose_from_datasets([(range(10)), (range(100, 103))], (list(0, 1, 1, 0, 1, 1, 0, 0)))",
+        "choose_from_datasets([(range(10)), (range(100, 103))], (list(0, 1, 1, 1, 1, 0)), false)",
+    };
+    for (size_t i = 0; i < sizeof pipelines / sizeof *pipelines; i++) {
+        char *want = run_local(pipelines[i]);
+        expect_det_read(c, pipelines[i], want, pipelines[i], NULL, NULL);
+        free(want);
+    }
+}
+
+static void test_errors(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = client_for(c);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    const char *pipeline = "sample_from_datasets([(range(100)), (range(200, 300))], [1, 1], 2)";
+    struct sluice_read_options ro = {.pipeline = pipeline, .mode = SLUICE_DISTRIBUTED_EPOCH};
+    struct sluice_iterator *it = NULL;
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
+    const struct sluice_element *e;
+    assert_int_equal(sluice_iterator_next(it, &e, READ_MS, err, sizeof err), 1);
+    uint8_t *ck = NULL;
+    size_t ck_len = 0;
+    assert_int_equal(sluice_iterator_save(it, &ck, &ck_len, err, sizeof err), 0);
+    sluice_iterator_close(it);
+    /* A mix's checkpoint for a dataset that is no mix. */
+    struct sluice_read_options other = {.pipeline = "range(100)",
+                                        .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                        .restore = ck,
+                                        .restore_len = ck_len};
+    assert_int_equal(sluice_iterator_open(client, &other, &it, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_non_null(strstr(err, "the checkpoint does not fit dataset"));
+    free(ck);
+    /* Operations after the mix that run in the reader: no checkpoint. */
+    ro.pipeline = "sample_from_datasets([(range(100)), (range(200, 300))], [1, 1], 2) | batch(3)";
+    assert_int_equal(sluice_iterator_open(client, &ro, &it, err, sizeof err), 0);
+    assert_int_equal(sluice_iterator_next(it, &e, READ_MS, err, sizeof err), 1);
+    assert_int_equal(sluice_iterator_save(it, &ck, &ck_len, err, sizeof err),
+                     SLUICE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "cannot be checkpointed"));
+    sluice_iterator_close(it);
+    /* Coordinated consumers. */
+    struct sluice_read_options co = {.pipeline = pipeline,
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .job_name = "coordinated-mix",
+                                     .num_consumers = 2};
+    assert_int_equal(sluice_iterator_open(client, &co, &it, err, sizeof err),
+                     SLUICE_ERR_UNSUPPORTED);
+    assert_string_equal(err, "a mix cannot be read by coordinated consumers (num_consumers) in "
+                             "distributed_epoch: each input is a job of its own, with rounds of "
+                             "its own");
+    sluice_client_close(client);
 }
 
 static int setup(void **state)
@@ -65,7 +526,14 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parallel_epochs_copies),
-        cmocka_unit_test(test_distributed_epoch_refused),
+        cmocka_unit_test(test_deterministic_any_scale),
+        cmocka_unit_test(test_stop_on_empty_and_choose),
+        cmocka_unit_test(test_shared_job_exactly_once),
+        cmocka_unit_test(test_resume_random_positions),
+        cmocka_unit_test(test_cli_resume),
+        cmocka_unit_test(test_merge_shared),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_worker_kill),
     };
-    return cmocka_run_group_tests(tests, setup, cluster_teardown);
+    return cmocka_run_group_tests(tests, setup, cluster_teardown_lax);
 }
