@@ -31,3 +31,40 @@ def test_choose_follows_the_choices():
 def test_choice_out_of_range_is_an_error():
     with pytest.raises(Exception, match=r"the choice at position 1 is 5, not an input index"):
         list(sluice.run("choose_from_datasets([(range(3))], (list(0, 5)))"))
+
+
+# ---- distributed_epoch: each input a read of its own, mixed in the reader -----------------------
+
+@pytest.fixture(scope="module")
+def service():
+    with sluice.DispatchServer() as d:
+        workers = [sluice.WorkerServer(d) for _ in range(2)]
+        yield d
+        for w in workers:
+            w.stop()
+
+
+def test_distributed_deterministic_is_the_local_sequence(service):
+    p = sluice.Pipeline.sample_from_datasets(
+        [sluice.Pipeline.range(3000), sluice.Pipeline.range(100000, 101000).map("add", 7)],
+        [0.7, 0.3], seed=5).map("mul", 2)
+    want = [int(x) for x in sluice.run(str(p))]
+    got = [int(x) for x in p.distribute("distributed_epoch", service, deterministic=True,
+                                        split_size=64)]
+    assert got == want
+    batched = [list(map(int, b)) for b in sluice.distribute(
+        str(p) + " | batch(10)", "distributed_epoch", service, deterministic=True)]
+    assert batched == [want[i:i + 10] for i in range(0, len(want), 10)]
+
+
+def test_distributed_state_dict_resumes_the_mix(service):
+    text = MIX + " | map(add, 1)"
+    want = [int(x) for x in sluice.run(text)]
+    ds = sluice.distribute(text, "distributed_epoch", service, deterministic=True)
+    it = iter(ds)
+    first = [int(next(it)) for _ in range(37)]
+    state = it.state_dict()
+    it.close()
+    again = sluice.distribute(text, "distributed_epoch", service, deterministic=True)
+    again.load_state_dict(state)
+    assert first + [int(x) for x in again] == want
