@@ -598,6 +598,21 @@ int sluice_status(struct sluice_client *client, char **json, char *err, size_t e
 int sluice_status_dataset(struct sluice_client *client, const char *dataset_id, char **json,
                           char *err, size_t errlen);
 
+/* ---- mixing (docs/pipelines.md "Mixing datasets") ---- */
+
+/* Changes the weights of the sample_from_datasets read as the named job job_name in
+ * distributed_epoch: every reader of the job draws with weights (n of them, one per input, each
+ * finite and >= 0, not all 0) from output position *from on. at > 0 asks for that position (refused
+ * when a reader may already have passed it); at 0 takes the first position no reader may have
+ * passed. dataset_id is the mix's dataset, NULL or "" when job_name names one mix read so far.
+ * The change is journaled: a resumed read replays it, and every reader switches at the same
+ * position. Refusals (err says which): SLUICE_ERR_NOT_FOUND (no mix read as job_name),
+ * SLUICE_ERR_INVALID (bad weights, their count, at already passed, a name naming several mixes),
+ * SLUICE_ERR_LIMIT (too many changes). Blocks; not on a callback of the client. from may be NULL. */
+int sluice_set_weights(struct sluice_client *client, const char *job_name, const char *dataset_id,
+                       const double *weights, size_t n, uint64_t at, uint64_t *from, char *err,
+                       size_t errlen);
+
 /* ---- snapshots (docs/snapshots.md) ---- */
 
 /* Where a save of a dataset into a snapshot directory stands. */
