@@ -192,6 +192,18 @@ static void print_update(uint64_t seq, const struct st_update *u)
         printf(" save=%" PRIu64 " error=", u->id);
         print_quoted(u->text ? u->text : "");
         break;
+    case ST_MIX_WEIGHTS:
+        printf(" job=");
+        print_quoted(u->name);
+        printf(" dataset=");
+        print_quoted(u->name2);
+        printf(" horizon=%" PRIu64, u->start);
+        if (u->nweights) {
+            printf(" from=%" PRIu64 " weights=", u->ref);
+            for (size_t i = 0; i < u->nweights; i++)
+                printf("%s%.17g", i ? "," : "", u->weights[i]);
+        }
+        break;
     }
     putchar('\n');
 }
@@ -353,6 +365,18 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
     case ST_SAVE_FAILED:
         jset(o, "save", json_integer((json_int_t)u->id));
         jset(o, "error", jstr(u->text ? u->text : ""));
+        break;
+    case ST_MIX_WEIGHTS:
+        jset(o, "job", jstr(u->name));
+        jset(o, "dataset", jstr(u->name2));
+        jset(o, "horizon", json_integer((json_int_t)u->start));
+        if (u->nweights) {
+            json_t *w = json_array();
+            for (size_t i = 0; i < u->nweights; i++)
+                json_array_append_new(w, json_real(u->weights[i]));
+            jset(o, "from", json_integer((json_int_t)u->ref));
+            jset(o, "weights", w);
+        }
         break;
     }
     return o;

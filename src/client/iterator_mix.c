@@ -47,7 +47,15 @@ struct iter_mix {
     struct pipe_ctx ctx;   /* the mix's context while it runs on the caller's thread */
     uint32_t timeout_ms;   /* of the current next() call; 0 on the tail's thread */
     size_t waiting_on;     /* the input the last wait that ran out was for, + 1 */
+    /* A named job's sample_from_datasets: where and when the weights schedule was last asked
+     * for (fetch_schedule), to ask for about two seconds of reading at a time. */
+    uint64_t sched_pos, sched_ms;
 };
+
+/* Asked for about this long of reading at a time, within these bounds (positions). */
+#define MIX_SCHEDULE_AHEAD_MS 2000
+#define MIX_SCHEDULE_MIN 1024
+#define MIX_SCHEDULE_MAX (1u << 22)
 
 static int kid_next(struct pipe_iter *pi, struct sluice_element *out)
 {
@@ -70,6 +78,78 @@ static const struct pipe_iter_ops kid_ops = {kid_next, kid_destroy};
 static void kid_release(void *owner)
 {
     (void)owner;
+}
+
+struct schedule_take {
+    struct iter_mix *m;
+    struct pipe_iter *mix;
+};
+
+/* The dispatcher's schedule: checked against the mix, then set on it. */
+static int take_schedule(const Sluice__Envelope *reply, void *user, char *err, size_t errlen)
+{
+    struct schedule_take *t = user;
+    const Sluice__GetMixScheduleReply *r = reply->get_mix_schedule_reply;
+    if (!r)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "dispatcher sent no weights schedule");
+    size_t n = r->n_changes;
+    struct pipe_mix_change *vv = malloc((n ? n : 1) * sizeof *vv);
+    if (!vv)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    int rc = 0;
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        const Sluice__MixChange *c = r->changes[k];
+        bool ok = c && c->n_weights == t->m->ninputs && (k == 0 || c->from > vv[k - 1].from);
+        bool any = false;
+        for (size_t i = 0; ok && i < c->n_weights; i++) {
+            ok = c->weights[i] >= 0 && c->weights[i] <= 1e300;
+            any = any || c->weights[i] > 0;
+        }
+        if (!ok || !any)
+            rc = err_set(err, errlen, SLUICE_ERR_PROTOCOL,
+                         "dispatcher sent a weights schedule that does not fit the mix (change "
+                         "%zu)",
+                         k);
+        else
+            vv[k] = (struct pipe_mix_change){c->from, c->weights};
+    }
+    if (rc == 0 && (rc = pipe_mix_set_schedule(t->mix, vv, n, r->horizon)) < 0)
+        err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+    free(vv);
+    return rc;
+}
+
+/* The mix's horizon callback: asks the dispatcher for the weights schedule up to about two
+ * seconds of reading past pos (journaled there before it answers). */
+static int fetch_schedule(void *user, struct pipe_iter *mix, uint64_t pos, char *err, size_t errlen)
+{
+    struct iter_mix *m = user;
+    struct sluice_iterator *it = m->it;
+    uint64_t now = iter_clock_ms();
+    uint64_t ahead = MIX_SCHEDULE_MIN;
+    if (m->sched_ms && now > m->sched_ms && pos > m->sched_pos) {
+        uint64_t rate = (pos - m->sched_pos) * MIX_SCHEDULE_AHEAD_MS / (now - m->sched_ms);
+        ahead = rate < MIX_SCHEDULE_MIN   ? MIX_SCHEDULE_MIN
+                : rate > MIX_SCHEDULE_MAX ? MIX_SCHEDULE_MAX
+                                          : rate;
+    }
+    m->sched_pos = pos;
+    m->sched_ms = now;
+    Sluice__GetMixScheduleRequest q = SLUICE__GET_MIX_SCHEDULE_REQUEST__INIT;
+    q.job_name = it->job_name;
+    q.dataset_id = it->dataset_id;
+    q.horizon = pos + ahead;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_MIX_SCHEDULE;
+    env.get_mix_schedule = &q;
+    struct schedule_take t = {m, mix};
+    const atomic_int *flag = it->also_interrupted ? it->also_interrupted : &it->interrupted;
+    char msg[SLUICE_ERRMSG_SIZE];
+    int rc = client_request_cancellable(it->c, &env, SLUICE__ENVELOPE__BODY_GET_MIX_SCHEDULE_REPLY,
+                                        take_schedule, &t, NULL, flag, msg, sizeof msg);
+    if (rc)
+        return err_set(err, errlen, rc, "the weights schedule of job '%s': %s", it->job_name, msg);
+    return 0;
 }
 
 /* "NAME.input3" or "NAME.choice" into buf; an anonymous read's inputs are anonymous too. */
@@ -217,6 +297,11 @@ int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
                                    .stop_on_empty = src->stop_on_empty,
                                    .release = kid_release,
                                    .timeouts_retry = true};
+    /* A named job's weights can change while it runs (sluice_set_weights). */
+    if (src->kind == PIPE_SRC_SAMPLE && it->job_name[0]) {
+        req.horizon = fetch_schedule;
+        req.horizon_user = m;
+    }
     m->ctx.reg = it->c->reg;
     rc = pipe_mix_open(&req, ins, choice, &m->ctx, &m->mix);
     if (rc)

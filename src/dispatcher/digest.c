@@ -153,5 +153,24 @@ uint64_t state_digest(const struct state *s)
         fnv_u64(&f, sv->state);
         fnv_str(&f, sv->error ? sv->error : "");
     }
+    /* The same for weights schedules. */
+    if (s->nmixes)
+        fnv_u64(&f, s->nmixes);
+    for (size_t i = 0; i < s->nmixes; i++) {
+        const struct st_mix *m = &s->mixes[i];
+        fnv_str(&f, m->dataset_id);
+        fnv_str(&f, m->job_name);
+        fnv_u64(&f, m->horizon);
+        fnv_u64(&f, m->nchanges);
+        for (size_t k = 0; k < m->nchanges; k++) {
+            fnv_u64(&f, m->changes[k].from);
+            fnv_u64(&f, m->changes[k].nweights);
+            for (size_t j = 0; j < m->changes[k].nweights; j++) {
+                uint64_t bits;
+                memcpy(&bits, &m->changes[k].weights[j], sizeof bits);
+                fnv_u64(&f, bits);
+            }
+        }
+    }
     return f.h;
 }

@@ -182,6 +182,27 @@ int plan_job_resume_fresh(const struct state *s, const char *dataset_id, const c
 /* Whether plan_job_resume_fresh() would collect the job's current iteration now. */
 bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name);
 
+/* ---- weights schedules of named mix jobs (struct st_mix) ---- */
+
+/* A reader of named mix job job_name (dataset_id: the mix's, registered, a
+ * sample_from_datasets; the shell checks) asks to know the weights up to position want: appends
+ * MIX_WEIGHTS raising the horizon to want when it is below (making the row), nothing otherwise.
+ * SLUICE_ERR_LIMIT past ST_MIX_MAX rows. */
+int plan_mix_horizon(const struct state *s, const char *dataset_id, const char *job_name,
+                     uint64_t want, struct st_update_list *out, char *err, size_t errlen);
+/* The dataset of the one mix read as job_name: SLUICE_ERR_NOT_FOUND when none is, and
+ * SLUICE_ERR_INVALID when several are (the caller must say which). */
+int plan_mix_find(const struct state *s, const char *job_name, const char **dataset_id, char *err,
+                  size_t errlen);
+/* Changes the weights of job_name's mix of dataset_id (of ninputs inputs) to weights (n): from
+ * position at (> 0; refused below the earliest position no reader may have drawn: the horizon,
+ * after the last change) or, for at 0, from that earliest position, into *from. Appends
+ * MIX_WEIGHTS. SLUICE_ERR_INVALID for a wrong count, bad weights or a position passed;
+ * SLUICE_ERR_LIMIT past ST_MIX_CHANGES_MAX changes or ST_MIX_MAX rows. */
+int plan_mix_set_weights(const struct state *s, const char *dataset_id, const char *job_name,
+                         size_t ninputs, const double *weights, size_t n, uint64_t at,
+                         struct st_update_list *out, uint64_t *from, char *err, size_t errlen);
+
 /* Garbage-collects an iteration: removes its tasks (their leases are dropped) and marks it
  * collected (see struct state for what is deleted). An iteration with clients, one a running
  * save writes, or one already collected, is SLUICE_ERR_INVALID; an unknown one

@@ -151,6 +151,15 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
     case ST_SAVE_FAILED:
         snprintf(buf, len, "save %" PRIu64 " failed: %s", u->id, u->text ? u->text : "");
         return LOG_WARN;
+    case ST_MIX_WEIGHTS:
+        if (!u->nweights) {
+            snprintf(buf, len, "job '%s' of mix '%s': horizon %" PRIu64, u->name, u->name2,
+                     u->start);
+            return LOG_DEBUG;
+        }
+        snprintf(buf, len, "job '%s' of mix '%s': %zu weights from position %" PRIu64, u->name,
+                 u->name2, u->nweights, u->ref);
+        return LOG_INFO;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
@@ -627,6 +636,12 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
         break;
     case SLUICE__ENVELOPE__BODY_SNAPSHOT_STATUS:
         dispatcher_on_snapshot_status(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_SET_MIX_WEIGHTS:
+        dispatcher_on_set_mix_weights(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_MIX_SCHEDULE:
+        dispatcher_on_get_mix_schedule(d, conn, env);
         break;
     default: {
         char msg[SLUICE_ERRMSG_SIZE];

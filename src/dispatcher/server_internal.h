@@ -263,6 +263,12 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
  * and their callbacks free them. */
 void dispatcher_jobs_cancel(struct dispatcher *d);
 
+/* handlers_mixes.c */
+void dispatcher_on_set_mix_weights(struct dispatcher *d, struct rpc_conn *conn,
+                                   const Sluice__Envelope *env);
+void dispatcher_on_get_mix_schedule(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+
 /* handlers_saves.c */
 void dispatcher_on_save_snapshot(struct dispatcher *d, struct rpc_conn *conn,
                                  const Sluice__Envelope *env);

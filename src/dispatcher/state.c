@@ -64,6 +64,12 @@ void state_release(struct state *s)
         state_seq_release(&s->tasks[i].leased);
         state_seq_release(&s->tasks[i].granted);
     }
+    for (size_t i = 0; i < s->nmixes; i++) {
+        for (size_t k = 0; k < s->mixes[i].nchanges; k++)
+            free(s->mixes[i].changes[k].weights);
+        free(s->mixes[i].changes);
+    }
+    free(s->mixes);
     for (size_t i = 0; i < s->nsaves; i++) {
         free(s->saves[i].path);
         free(s->saves[i].error);
@@ -753,6 +759,59 @@ static int apply_save_over(struct state *s, const struct st_update *u, bool fail
     return 0;
 }
 
+bool state_mix_weights_valid(const double *w, size_t n)
+{
+    if (n == 0 || n > ST_MIX_INPUTS_MAX)
+        return false;
+    bool any = false;
+    for (size_t i = 0; i < n; i++) {
+        if (!(w[i] >= 0) || w[i] > 1e300)
+            return false;
+        any = any || w[i] > 0;
+    }
+    return any;
+}
+
+static int apply_mix_weights(struct state *s, const struct st_update *u)
+{
+    if (!u->name[0] || !str_fits(u->name, ST_ID_MAX) || !str_fits(u->name2, ST_ID_MAX) ||
+        !state_dataset(s, u->name2))
+        return CORRUPT;
+    struct st_mix *m = (struct st_mix *)state_mix(s, u->name2, u->name);
+    uint64_t horizon = m ? m->horizon : 0;
+    if (u->start < horizon)
+        return CORRUPT;
+    if (u->nweights) {
+        if (!state_mix_weights_valid(u->weights, u->nweights) || u->ref < horizon ||
+            (m && m->nchanges && u->ref <= m->changes[m->nchanges - 1].from) ||
+            (m && m->nchanges && m->changes[0].nweights != u->nweights))
+            return CORRUPT;
+    }
+    if (!m) {
+        if (state_grow((void **)&s->mixes, &s->cap_mixes, s->nmixes + 1, sizeof *s->mixes))
+            return SLUICE_ERR_NOMEM;
+        m = &s->mixes[s->nmixes++];
+        memset(m, 0, sizeof *m);
+        memcpy(m->dataset_id, u->name2, strlen(u->name2) + 1);
+        memcpy(m->job_name, u->name, strlen(u->name) + 1);
+    }
+    if (u->nweights) {
+        double *w = malloc(u->nweights * sizeof *w);
+        struct st_mix_change *v = realloc(m->changes, (m->nchanges + 1) * sizeof *v);
+        if (v)
+            m->changes = v;
+        if (!w || !v) {
+            free(w);
+            return SLUICE_ERR_NOMEM;
+        }
+        memcpy(w, u->weights, u->nweights * sizeof *w);
+        v[m->nchanges++] = (struct st_mix_change){u->ref, w, u->nweights};
+    }
+    /* A change is known to every reader that reads up to it: none goes below it any more. */
+    m->horizon = u->nweights && u->ref > u->start ? u->ref : u->start;
+    return 0;
+}
+
 int state_apply(struct state *s, const struct st_update *u)
 {
     /* Ids come from counters that state_apply() raises to id + 1: the last value would wrap
@@ -826,6 +885,9 @@ int state_apply(struct state *s, const struct st_update *u)
         break;
     case ST_SAVE_FAILED:
         rc = apply_save_over(s, u, true);
+        break;
+    case ST_MIX_WEIGHTS:
+        rc = apply_mix_weights(s, u);
         break;
     default:
         rc = CORRUPT;

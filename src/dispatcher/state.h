@@ -244,6 +244,31 @@ struct st_save {
     char *error; /* why it failed (malloc'd), or NULL */
 };
 
+/* The weights schedule of a named job's sample_from_datasets (docs/pipelines.md "Mixing
+ * datasets"), keyed by the mix's dataset and the job name (the reader reads each input as a job
+ * "NAME.inputI" of its own; the mix itself has no job). horizon: no change may take effect below
+ * it, because readers were told so and may have read up to it; a change takes effect at the
+ * horizon or later, so every reader applies it at the same output position. Rows are never
+ * deleted; their number and their changes are bounded by the planner (ST_MIX_MAX,
+ * ST_MIX_CHANGES_MAX). */
+#define ST_MIX_MAX 1024
+#define ST_MIX_CHANGES_MAX 1024
+#define ST_MIX_INPUTS_MAX 64
+
+struct st_mix_change {
+    uint64_t from;   /* the first output position drawn with these weights */
+    double *weights; /* one per input (malloc'd) */
+    size_t nweights;
+};
+
+struct st_mix {
+    char dataset_id[ST_ID_MAX];
+    char job_name[ST_ID_MAX];
+    uint64_t horizon;
+    struct st_mix_change *changes; /* by increasing from */
+    size_t nchanges;
+};
+
 /* One entry of an index of tasks: by worker (key = the task's worker, struct state.by_worker) or
  * by iteration (key = its iteration, struct state.by_iteration). */
 struct st_task_ref {
@@ -272,6 +297,8 @@ struct state {
     size_t nclients, cap_clients;
     struct st_save *saves;
     size_t nsaves, cap_saves;
+    struct st_mix *mixes; /* in the order they were made */
+    size_t nmixes, cap_mixes;
     /* Derived, not history: every task as (worker id, task id), sorted, so a worker's tasks are
      * found without a pass over all of them (the state has a task per worker per iteration).
      * Apply keeps it; a decoded snapshot builds it (state_reindex); snapshots and digests ignore
@@ -315,7 +342,8 @@ enum st_update_type {
     ST_ITERATION_FAILED = 19,
     ST_SAVE_STARTED = 20,
     ST_SAVE_FINISHED = 21,
-    ST_SAVE_FAILED = 22
+    ST_SAVE_FAILED = 22,
+    ST_MIX_WEIGHTS = 23
 };
 const char *st_update_name(enum st_update_type type);
 
@@ -364,7 +392,13 @@ const char *st_update_name(enum st_update_type type);
  *                       than ST_PATH_MAX, and no save into it or the last one there failed);
  *                       chunks = the iteration's split total
  *   SAVE_FINISHED       id = a running save
- *   SAVE_FAILED         id = a running save, text = why */
+ *   SAVE_FAILED         id = a running save, text = why
+ *   MIX_WEIGHTS         name = job name (not empty), name2 = the mix's dataset id (registered),
+ *                       start = the horizon (not below the row's; the row is made by the first),
+ *                       weights/nweights: a change from position ref (at or above the old horizon,
+ *                       above the last change's from; 1 to ST_MIX_INPUTS_MAX finite weights >= 0,
+ *                       not all 0), or none (nweights 0: the horizon alone); the row's horizon
+ *                       becomes the larger of start and ref */
 struct st_update {
     enum st_update_type type;
     uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
@@ -390,6 +424,8 @@ struct st_update {
     uint64_t start;            /* ITERATION_CREATED: the split cursor (a restored read) */
     int target_workers;        /* JOB_CREATED: enum sluice_target_workers */
     char host_id[ST_HOST_MAX]; /* WORKER_REGISTERED, CLIENT_ACQUIRED */
+    double *weights;           /* MIX_WEIGHTS (owned) */
+    size_t nweights;
 };
 
 struct st_update_list {
@@ -457,6 +493,11 @@ const struct st_save *state_save_by_path(const struct state *s, const char *path
  * newer than any before it), which state_apply() and the snapshot decoder enforce. It is asked
  * on every GetSplits and for every iteration a worker heartbeat or a tick looks at. */
 const struct st_save *state_save_running(const struct state *s, uint64_t iteration_id);
+/* Whether w (n weights) is a valid weights vector: 1 to ST_MIX_INPUTS_MAX finite numbers >= 0,
+ * not all 0. */
+bool state_mix_weights_valid(const double *w, size_t n);
+/* The weights schedule of job_name's mix of dataset dataset_id, or NULL. */
+const struct st_mix *state_mix(const struct state *s, const char *dataset_id, const char *job_name);
 
 /* Whether a request that claims to come from worker w may act for it: w registered without a
  * secret (an older journal), or key (key_len bytes) is its secret. */

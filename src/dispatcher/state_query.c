@@ -53,6 +53,7 @@ static const char *const update_names[] = {
     [ST_SAVE_STARTED] = "save_started",
     [ST_SAVE_FINISHED] = "save_finished",
     [ST_SAVE_FAILED] = "save_failed",
+    [ST_MIX_WEIGHTS] = "mix_weights",
 };
 
 const char *st_update_name(enum st_update_type type)
@@ -313,4 +314,13 @@ uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_i
     if (it->held.n > 0 && it->held_low < low)
         low = it->held_low;
     return low;
+}
+
+const struct st_mix *state_mix(const struct state *s, const char *dataset_id, const char *job_name)
+{
+    for (size_t i = 0; i < s->nmixes; i++)
+        if (strcmp(s->mixes[i].dataset_id, dataset_id) == 0 &&
+            strcmp(s->mixes[i].job_name, job_name) == 0)
+            return &s->mixes[i];
+    return NULL;
 }

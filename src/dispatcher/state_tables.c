@@ -107,6 +107,9 @@ void st_update_release(struct st_update *u)
 {
     free(u->def);
     free(u->text);
+    free(u->weights);
+    u->weights = NULL;
+    u->nweights = 0;
     split_plan_release(&u->plan);
     state_seq_release(&u->seqs);
     u->def = NULL;

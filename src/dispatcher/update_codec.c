@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UPDATE_TYPE_MAX ST_SAVE_FAILED
+#define UPDATE_TYPE_MAX ST_MIX_WEIGHTS
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -126,6 +126,8 @@ int update_codec_encode(const struct st_update *u, uint8_t **out, size_t *len)
         m.key.data = (uint8_t *)u->key.b;
         m.key.len = ST_KEY_LEN;
     }
+    m.n_weights = u->nweights;
+    m.weights = u->weights;
     size_t n = sluice__update__get_packed_size(&m);
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
@@ -211,6 +213,20 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
         u->text = strdup(m->text);
         if (!u->text)
             goto fail;
+    }
+    if (m->n_weights > ST_MIX_INPUTS_MAX) {
+        rc = SLUICE_ERR_CORRUPT;
+        err_set(err, errlen, rc, "%s: %zu weights, more than %d", what, m->n_weights,
+                ST_MIX_INPUTS_MAX);
+        st_update_release(u);
+        memset(u, 0, sizeof *u);
+        goto out;
+    }
+    if (m->n_weights) {
+        if (!(u->weights = malloc(m->n_weights * sizeof *u->weights)))
+            goto fail;
+        memcpy(u->weights, m->weights, m->n_weights * sizeof *u->weights);
+        u->nweights = m->n_weights;
     }
     rc = plan_from_msg(m->plan, &u->plan);
     if (rc == 0)
@@ -535,6 +551,43 @@ static bool take_saves(struct update_codec_snapshot *c, const struct state *s)
     return true;
 }
 
+static bool take_mixes(struct update_codec_snapshot *c, const struct state *s)
+{
+    Sluice__SnapshotMix *ms;
+    if (!arena_array(c, (void **)&ms, s->nmixes, sizeof *ms) ||
+        !arena_array(c, (void **)&c->m.mixes, s->nmixes, sizeof *c->m.mixes))
+        return false;
+    for (size_t i = 0; i < s->nmixes; i++) {
+        const struct st_mix *mx = &s->mixes[i];
+        Sluice__SnapshotMix init = SLUICE__SNAPSHOT_MIX__INIT;
+        ms[i] = init;
+        ms[i].dataset_id = arena_str(c, mx->dataset_id);
+        ms[i].job_name = arena_str(c, mx->job_name);
+        ms[i].horizon = mx->horizon;
+        Sluice__SnapshotMixChange *ch;
+        if (!ms[i].dataset_id || !ms[i].job_name ||
+            !arena_array(c, (void **)&ch, mx->nchanges, sizeof *ch) ||
+            !arena_array(c, (void **)&ms[i].changes, mx->nchanges, sizeof *ms[i].changes))
+            return false;
+        for (size_t k = 0; k < mx->nchanges; k++) {
+            Sluice__SnapshotMixChange cinit = SLUICE__SNAPSHOT_MIX_CHANGE__INIT;
+            ch[k] = cinit;
+            ch[k].from = mx->changes[k].from;
+            double *w = arena_alloc(c, mx->changes[k].nweights * sizeof *w);
+            if (!w)
+                return false;
+            memcpy(w, mx->changes[k].weights, mx->changes[k].nweights * sizeof *w);
+            ch[k].weights = w;
+            ch[k].n_weights = mx->changes[k].nweights;
+            ms[i].changes[k] = &ch[k];
+        }
+        ms[i].n_changes = mx->nchanges;
+        c->m.mixes[i] = &ms[i];
+    }
+    c->m.n_mixes = s->nmixes;
+    return true;
+}
+
 int update_codec_snapshot_take(const struct state *s, struct update_codec_snapshot **out)
 {
     struct update_codec_snapshot *c = calloc(1, sizeof *c);
@@ -550,7 +603,7 @@ int update_codec_snapshot_take(const struct state *s, struct update_codec_snapsh
     c->m.next_client_id = s->next_client_id;
     c->m.applied = s->applied;
     if (!take_datasets(c, s) || !take_jobs(c, s) || !take_iterations(c, s) || !take_tasks(c, s) ||
-        !take_workers_clients(c, s) || !take_saves(c, s)) {
+        !take_workers_clients(c, s) || !take_saves(c, s) || !take_mixes(c, s)) {
         update_codec_snapshot_free(c);
         return SLUICE_ERR_NOMEM;
     }
@@ -996,6 +1049,41 @@ static int decode_saves(const Sluice__Snapshot *m, struct state *s, char *err, s
     return 0;
 }
 
+/* Weights schedules are checked as applying their updates checks them. */
+static int decode_mixes(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < m->n_mixes; i++) {
+        const Sluice__SnapshotMix *mx = m->mixes[i];
+        if (!mx || !mx->dataset_id || !mx->job_name || !str_fits(mx->dataset_id, ST_ID_MAX) ||
+            !str_fits(mx->job_name, ST_ID_MAX) || !mx->job_name[0] ||
+            !state_dataset(s, mx->dataset_id) || state_mix(s, mx->dataset_id, mx->job_name) ||
+            mx->n_changes > ST_MIX_CHANGES_MAX)
+            return CORRUPT("weights schedule %zu is malformed", i);
+        for (size_t k = 0; k <= mx->n_changes; k++) {
+            struct st_update u;
+            memset(&u, 0, sizeof u);
+            u.type = ST_MIX_WEIGHTS;
+            memcpy(u.name, mx->job_name, strlen(mx->job_name) + 1);
+            memcpy(u.name2, mx->dataset_id, strlen(mx->dataset_id) + 1);
+            u.start = k < mx->n_changes ? mx->changes[k]->from : mx->horizon;
+            if (k < mx->n_changes) {
+                const Sluice__SnapshotMixChange *ch = mx->changes[k];
+                if (!ch || ch->n_weights == 0)
+                    return CORRUPT("weights schedule %zu: change %zu is malformed", i, k);
+                u.ref = ch->from;
+                u.weights = ch->weights;
+                u.nweights = ch->n_weights;
+            }
+            int rc = state_apply(s, &u);
+            if (rc == SLUICE_ERR_NOMEM)
+                return NOMEM();
+            if (rc < 0)
+                return CORRUPT("weights schedule of job '%s' is malformed", mx->job_name);
+        }
+    }
+    return 0;
+}
+
 int update_codec_snapshot_decode(const uint8_t *data, size_t len, update_codec_def_lookup_cb lookup,
                                  void *user, struct state *out, char *err, size_t errlen)
 {
@@ -1028,6 +1116,11 @@ int update_codec_snapshot_decode(const uint8_t *data, size_t len, update_codec_d
         (rc = decode_clients(m, &s, err, errlen)) < 0 ||
         (rc = decode_saves(m, &s, err, errlen)) < 0)
         goto fail;
+    /* Rebuilt by applying: that counts as applied updates, which the snapshot's count holds. */
+    uint64_t applied = s.applied;
+    if ((rc = decode_mixes(m, &s, err, errlen)) < 0)
+        goto fail;
+    s.applied = applied;
     if (state_reindex(&s) < 0) {
         rc = NOMEM();
         goto fail;

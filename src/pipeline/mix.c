@@ -68,6 +68,12 @@ struct mix_iter {
     uint64_t pos; /* output position: elements returned so far */
     uint64_t nchoices;
     size_t pending; /* CHOOSE with timeouts_retry: the input a choice named, + 1; 0: none */
+    /* SAMPLE with a horizon callback: the schedule (sched_from[k], sched_w[k * n ...]) and how
+     * far it reaches. */
+    uint64_t *sched_from;
+    double *sched_w;
+    size_t nsched;
+    uint64_t sched_horizon;
     /* The structure every element must have: that of the mix's first element, from input
      * ref_input; nref is 0 until then. */
     enum sluice_dtype ref[PIPE_MAX_COMPONENTS];
@@ -200,9 +206,28 @@ static int mix_next(struct pipe_iter *it, struct sluice_element *out)
                     mix_name(m));
             return mix_fail(m, SLUICE_ERR_CANCELLED);
         }
-        size_t i;
+        size_t i = 0;
         if (m->req.kind == PIPE_SRC_SAMPLE) {
-            int k = pipe_mix_pick(m->weights, m->done, m->req.n, m->phase, m->pos);
+            if (m->req.horizon && m->pos >= m->sched_horizon) {
+                char why[SLUICE_ERRMSG_SIZE];
+                int rc = m->req.horizon(m->req.horizon_user, it, m->pos, why, sizeof why);
+                if (rc == SLUICE_ERR_TIMEOUT && m->req.timeouts_retry)
+                    return rc;
+                if (rc == 0 && m->pos >= m->sched_horizon)
+                    rc = err_set(why, sizeof why, SLUICE_ERR_PROTOCOL,
+                                 "the weights schedule does not reach position %" PRIu64, m->pos);
+                if (rc < 0) {
+                    err_set(it->ctx->err, sizeof(it->ctx->err), rc, "%s: %s", mix_name(m), why);
+                    return mix_fail(m, rc);
+                }
+            }
+            const double *w = m->weights;
+            for (size_t k = m->nsched; k-- > 0;)
+                if (m->sched_from[k] <= m->pos) {
+                    w = m->sched_w + k * m->req.n;
+                    break;
+                }
+            int k = pipe_mix_pick(w, m->done, m->req.n, m->phase, m->pos);
             if (k < 0)
                 return m->state = 0;
             i = (size_t)k;
@@ -253,6 +278,8 @@ static void mix_destroy(struct pipe_iter *it)
     if (m->choice.owner)
         m->req.release(m->choice.owner);
     pipe_elem_release(&m->pick);
+    free(m->sched_from);
+    free(m->sched_w);
     free(m->inputs);
     free(m->weights);
     free(m->done);
@@ -261,6 +288,30 @@ static void mix_destroy(struct pipe_iter *it)
 }
 
 static const struct pipe_iter_ops mix_ops = {mix_next, mix_destroy};
+
+int pipe_mix_set_schedule(struct pipe_iter *mix, const struct pipe_mix_change *v, size_t n,
+                          uint64_t horizon)
+{
+    struct mix_iter *m = (struct mix_iter *)mix;
+    uint64_t *from = malloc((n ? n : 1) * sizeof *from);
+    double *w = malloc((n ? n : 1) * m->req.n * sizeof *w);
+    if (!from || !w) {
+        free(from);
+        free(w);
+        return SLUICE_ERR_NOMEM;
+    }
+    for (size_t k = 0; k < n; k++) {
+        from[k] = v[k].from;
+        memcpy(w + k * m->req.n, v[k].weights, m->req.n * sizeof *w);
+    }
+    free(m->sched_from);
+    free(m->sched_w);
+    m->sched_from = from;
+    m->sched_w = w;
+    m->nsched = n;
+    m->sched_horizon = horizon;
+    return 0;
+}
 
 int pipe_mix_get_state(const struct pipe_iter *mix, struct pipe_mix_state *st)
 {

@@ -53,7 +53,27 @@ struct pipe_mix_request {
      * input again (a choice already read is kept). A reader's inputs that are reads of their own
      * (the client's distributed mix) set this; pipelines never do. */
     bool timeouts_retry;
+    /* SAMPLE, optional: called before the mix draws position pos at or past the schedule's
+     * horizon (pipe_mix_set_schedule; 0 until set), to set a schedule reaching past pos. Returns 0,
+     * or a negative code with the reason in err (SLUICE_ERR_TIMEOUT as above when
+     * timeouts_retry). */
+    int (*horizon)(void *user, struct pipe_iter *mix, uint64_t pos, char *err, size_t errlen);
+    void *horizon_user;
 };
+
+/* A change of a sample_from_datasets' weights: from output position from on, weights (one per
+ * input). */
+struct pipe_mix_change {
+    uint64_t from;
+    const double *weights;
+};
+
+/* Sets the weights schedule of a SAMPLE mix: the changes (n, by increasing from; copied) replace
+ * the ones set before, and the mix may draw positions below horizon without asking again. The
+ * weights of position x are the last change's with from <= x, or the pipeline's own before the
+ * first. When no input left has a weight above 0 the mix ends. Returns 0 or SLUICE_ERR_NOMEM. */
+int pipe_mix_set_schedule(struct pipe_iter *mix, const struct pipe_mix_change *v, size_t n,
+                          uint64_t horizon);
 
 /* Where a mix stands, as a checkpoint keeps it: the output position, the choices read, the
  * input a choice read already named (pending, index + 1; 0: none), whether the mix ended, and

@@ -12,6 +12,9 @@
  *     job nobody reads starts a new iteration from the checkpoint), and a killed
  *     `sluice read --checkpoint` resumes a mix with every element once;
  *   - the checkpoints of a shared mix job's two readers merge, and the merge restores the rest;
+ *   - weights changed while two readers of a shared job read: both switch at the positions the
+ *     dispatcher named, a restored reader keeps to the schedule, and a deterministic read restored
+ *     from before a change replays it identically;
  *   - stop_on_empty both ways and a finite choice pipeline behave as in `sluice run`;
  *   - the errors: a mix's checkpoint for another dataset, a checkpoint of a read with operations
  *     in the reader, coordinated reads. */
@@ -27,6 +30,7 @@
 #include "lib/proc.h"
 #include "lib/tmp.h"
 
+#include "pipeline/mix.h"
 #include "sluice/sluice.h"
 
 #include <inttypes.h>
@@ -517,6 +521,166 @@ static void test_errors(void **state)
     sluice_client_close(client);
 }
 
+/* ---- weights changed while a job runs -------------------------------------------------------- */
+
+static const double w_start[2] = {0.8, 0.2}, w_mid[2] = {0.1, 0.9}, w_late[2] = {0.5, 0.5};
+
+/* The input position x of a two-input mix with seed 5 draws, the weights changing to w_mid at
+ * from1 and to w_late at from2 (no input runs out in these reads). */
+static int expected_input(uint64_t x, uint64_t from1, uint64_t from2)
+{
+    const double *w = x >= from2 ? w_late : x >= from1 ? w_mid : w_start;
+    return pipe_mix_pick(w, NULL, 2, pipe_mix_phase(5), x);
+}
+
+static const char *const weighted =
+    "sample_from_datasets([(range(1000000) | map(sleep_us, 20)), "
+    "(range(1000000, 2000000) | map(sleep_us, 20))], [0.8, 0.2], 5)";
+
+struct wreader {
+    struct sluice_iterator *it;
+    int64_t *v;
+    size_t n, cap;
+};
+
+static void wread(struct wreader *r, size_t until)
+{
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    const struct sluice_element *e;
+    while (r->n < until) {
+        if (sluice_iterator_next(r->it, &e, READ_MS, err, sizeof err) != 1)
+            fail_msg("read at %zu: %s", r->n, err);
+        if (r->n == r->cap) {
+            r->cap = r->cap ? 2 * r->cap : 4096;
+            r->v = realloc(r->v, r->cap * sizeof *r->v);
+            assert_non_null(r->v);
+        }
+        memcpy(&r->v[r->n++], sluice_element_data(e, 0, NULL), sizeof(int64_t));
+    }
+}
+
+static void check_inputs(const char *what, const struct wreader *r, size_t from_pos, uint64_t from1,
+                         uint64_t from2)
+{
+    for (size_t x = 0; x < r->n; x++) {
+        int got = r->v[x] >= 1000000;
+        if (got != expected_input(from_pos + x, from1, from2))
+            fail_msg("%s: position %zu came from input %d, the schedule says %d", what,
+                     from_pos + x, got, expected_input(from_pos + x, from1, from2));
+    }
+}
+
+static uint64_t set_weights(struct sluice_client *client, const char *job, const double *w)
+{
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    uint64_t from = 0;
+    if (sluice_set_weights(client, job, NULL, w, 2, 0, &from, err, sizeof err) != 0)
+        fail_msg("set weights: %s", err);
+    return from;
+}
+
+/* Two readers of a shared job: the weights change twice while they read, and each reader's
+ * position x draws with the weights in force at x (the switch at exactly the position the
+ * dispatcher named, for both); a reader closed and restored from its checkpoint keeps to the
+ * schedule; a change below what readers may have drawn is refused. */
+static void test_weights_change_shared(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = client_for(c);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    struct sluice_read_options ro = {
+        .pipeline = weighted, .mode = SLUICE_DISTRIBUTED_EPOCH, .job_name = "weights-shared"};
+    struct wreader r[2] = {{0}};
+    for (int i = 0; i < 2; i++)
+        if (sluice_iterator_open(client, &ro, &r[i].it, err, sizeof err) != 0)
+            fail_msg("open %d: %s", i, err);
+    wread(&r[0], 300);
+    wread(&r[1], 300);
+    uint64_t from1 = set_weights(client, "weights-shared", w_mid);
+    assert_true(from1 >= 300);
+    wread(&r[0], from1 + 300);
+    wread(&r[1], from1 + 300);
+    uint64_t from2 = set_weights(client, "weights-shared", w_late);
+    assert_true(from2 > from1 + 300);
+    /* Below what the readers were told: refused, naming the earliest position. */
+    uint64_t at = 0;
+    assert_int_equal(
+        sluice_set_weights(client, "weights-shared", NULL, w_mid, 2, from1, &at, err, sizeof err),
+        SLUICE_ERR_INVALID);
+    assert_non_null(strstr(err, "may already be read"));
+    assert_true(from2 < 3000000);
+    wread(&r[0], from2 + 300);
+    wread(&r[1], from2 + 300);
+    check_inputs("reader 0", &r[0], 0, from1, from2);
+    check_inputs("reader 1", &r[1], 0, from1, from2);
+    printf("    weights changed at positions %" PRIu64 " and %" PRIu64
+           ": both readers switched there\n",
+           from1, from2);
+    /* Reader 0 saved and restored: its next positions keep to the schedule. */
+    uint8_t *ck;
+    size_t ck_len;
+    assert_int_equal(sluice_iterator_save(r[0].it, &ck, &ck_len, err, sizeof err), 0);
+    sluice_iterator_close(r[0].it);
+    struct sluice_read_options rr = {.mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .job_name = "weights-shared",
+                                     .restore = ck,
+                                     .restore_len = ck_len};
+    struct wreader again = {0};
+    if (sluice_iterator_open(client, &rr, &again.it, err, sizeof err) != 0)
+        fail_msg("restore: %s", err);
+    wread(&again, 500);
+    check_inputs("restored reader", &again, r[0].n, from1, from2);
+    sluice_iterator_close(again.it);
+    sluice_iterator_close(r[1].it);
+    free(ck);
+    free(r[0].v);
+    free(r[1].v);
+    free(again.v);
+    sluice_client_close(client);
+}
+
+/* A deterministic read: a checkpoint taken before the change, restored after the first reader
+ * closed, replays the identical sequence through the change. */
+static void test_weights_change_resume(void **state)
+{
+    struct cluster *c = *state;
+    struct sluice_client *client = client_for(c);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    struct sluice_read_options ro = {.pipeline = weighted,
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .deterministic = true,
+                                     .job_name = "weights-det"};
+    struct wreader r = {0};
+    if (sluice_iterator_open(client, &ro, &r.it, err, sizeof err) != 0)
+        fail_msg("open: %s", err);
+    wread(&r, 200);
+    uint8_t *ck;
+    size_t ck_len;
+    assert_int_equal(sluice_iterator_save(r.it, &ck, &ck_len, err, sizeof err), 0);
+    uint64_t from1 = set_weights(client, "weights-det", w_mid);
+    wread(&r, from1 + 1000);
+    check_inputs("deterministic reader", &r, 0, from1, UINT64_MAX);
+    sluice_iterator_close(r.it);
+    struct sluice_read_options rr = {.mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .deterministic = true,
+                                     .job_name = "weights-det",
+                                     .restore = ck,
+                                     .restore_len = ck_len};
+    struct wreader again = {0};
+    if (sluice_iterator_open(client, &rr, &again.it, err, sizeof err) != 0)
+        fail_msg("restore: %s", err);
+    wread(&again, from1 + 1000 - 200);
+    assert_memory_equal(again.v, r.v + 200, again.n * sizeof *again.v);
+    printf("    deterministic: weights changed at %" PRIu64
+           "; restored from position 200, the same %zu elements\n",
+           from1, again.n);
+    sluice_iterator_close(again.it);
+    free(ck);
+    free(r.v);
+    free(again.v);
+    sluice_client_close(client);
+}
+
 static int setup(void **state)
 {
     return (*state = cluster_new(NULL, NULL, 0, 2)) ? 0 : -1;
@@ -533,6 +697,8 @@ int main(void)
         cmocka_unit_test(test_cli_resume),
         cmocka_unit_test(test_merge_shared),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_weights_change_shared),
+        cmocka_unit_test(test_weights_change_resume),
         cmocka_unit_test(test_worker_kill),
     };
     return cmocka_run_group_tests(tests, setup, cluster_teardown_lax);
