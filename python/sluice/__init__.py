@@ -41,6 +41,8 @@ Large arrays are handed over without a copy.
 
 import atexit as _atexit
 import json as _json
+import math as _math
+import numbers as _numbers
 import os as _os
 import sys as _sys
 import time as _time
@@ -84,6 +86,7 @@ __all__ = [
     "register_dataset",
     "run",
     "save_snapshot",
+    "set_weights",
     "snapshot_status",
     "status",
 ]
@@ -825,6 +828,59 @@ def snapshot_status(service, path, timeout=None, auth_token_file=None, tls_cert=
     path = _text(_os.fspath(path), "path", allow_none=False)
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return conn.client().snapshot_status(path)
+
+
+def _weights(weights):
+    """A mix's weights: a non-empty sequence of real numbers, finite, >= 0, not all 0."""
+    if (isinstance(weights, (str, bytes, bytearray, dict)) or not hasattr(weights, "__len__")
+            or not hasattr(weights, "__getitem__")):
+        raise TypeError("weights must be a sequence of numbers (one per input of the mix), not "
+                        f"{type(weights).__name__}")
+    out = []
+    for i, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, _numbers.Real):
+            raise TypeError(f"weights[{i}] must be a real number, not {type(w).__name__}")
+        v = float(w)
+        if not _math.isfinite(v) or v < 0:
+            raise ValueError(f"weights[{i}] must be a finite number >= 0, not {w!r}")
+        out.append(v)
+    if not out:
+        raise ValueError("weights must not be empty: one weight per input of the mix")
+    if not any(out):
+        raise ValueError("weights must not all be 0")
+    return out
+
+
+def set_weights(service, job_name, weights, dataset_id=None, at=None, auth_token_file=None,
+                tls_cert=None, tls_key=None, tls_ca=None, timeout=None):
+    """Changes the weights of the sample_from_datasets mix read as the distributed_epoch job
+    job_name, while the job runs (tf.data has no equivalent: its weights are fixed when the
+    dataset is built). Returns the output position the change takes effect at.
+
+    weights: one finite number >= 0 per input of the mix, not all 0 (they need not sum to 1).
+    Every reader of the job draws with the new weights from the same output position on: at,
+    when given (an int >= 1; refused when a reader may already have passed it), else the first
+    position no reader may have passed. The change is journaled by the dispatcher, and a read
+    resumed from a checkpoint replays it at the same position. dataset_id: the mix's dataset,
+    needed only when job_name has read more than one mix.
+
+    Refusals: NotFoundError when no mix is read as job_name; InvalidArgumentError (a ValueError)
+    for a weight count other than the mix's inputs, a position already passed, or a job_name
+    naming several mixes without dataset_id; sluice.Error when the job has had too many changes.
+    timeout (seconds) bounds the request to the dispatcher."""
+    job_name = _text(job_name, "job_name", allow_none=False)
+    if not job_name:
+        raise ValueError("job_name must not be empty")
+    _text(dataset_id, "dataset_id")
+    weights = _weights(weights)
+    if at is not None:
+        if isinstance(at, bool) or not isinstance(at, int):
+            raise TypeError(f"at must be an int, not {type(at).__name__}")
+        if at < 1 or at >= 1 << 64:
+            raise ValueError(f"at must be an output position between 1 and {(1 << 64) - 1}, "
+                             f"not {at}")
+    conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
+    return conn.client().set_weights(job_name, dataset_id, weights, at or 0)
 
 
 class _Progress:

@@ -43,6 +43,7 @@ __all__ = [
     "register_dataset",
     "run",
     "save_snapshot",
+    "set_weights",
     "snapshot_status",
     "status",
 ]
@@ -234,6 +235,13 @@ def snapshot_status(service: _Service, path: _StrPath, timeout: Optional[float] 
                     auth_token_file: Optional[str] = None, tls_cert: Optional[str] = None,
                     tls_key: Optional[str] = None, tls_ca: Optional[str] = None) -> Dict[str, Any]:
     """Where the save into path stands: the dict save_snapshot returns."""
+
+def set_weights(service: _Service, job_name: str, weights: Sequence[float],
+                dataset_id: Optional[str] = None, at: Optional[int] = None,
+                auth_token_file: Optional[str] = None, tls_cert: Optional[str] = None,
+                tls_key: Optional[str] = None, tls_ca: Optional[str] = None,
+                timeout: Optional[float] = None) -> int:
+    """Changes the weights of the mix read as job job_name; the position they apply from."""
 
 class _Progress:
     """What sluice.progress returns: the iterator's elements, reporting as they come."""

@@ -178,6 +178,45 @@ static PyObject *client_snapshot_wait(ClientObject *self, PyObject *args)
     return snapshot_dict(&st);
 }
 
+/* weights: a sequence of numbers, each converted with float(); the library checks them. */
+static PyObject *client_set_weights(ClientObject *self, PyObject *args)
+{
+    const char *job_name, *dataset_id;
+    PyObject *seq;
+    unsigned long long at;
+    if (!PyArg_ParseTuple(args, "szOK", &job_name, &dataset_id, &seq, &at) || !client_ready(self))
+        return NULL;
+    PyObject *fast = PySequence_Fast(seq, "weights must be a sequence of numbers");
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    double *w = PyMem_Malloc((n > 0 ? (size_t)n : 1) * sizeof *w);
+    if (!w) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        w[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if (w[i] == -1.0 && PyErr_Occurred()) {
+            PyMem_Free(w);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    uint64_t from = 0;
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    int rc;
+    PyThreadState *ts = PyEval_SaveThread();
+    rc =
+        sluice_set_weights(self->c, job_name, dataset_id, w, (size_t)n, at, &from, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    PyMem_Free(w);
+    if (rc)
+        return pys_raise(rc, err);
+    return PyLong_FromUnsignedLongLong(from);
+}
+
 static PyObject *client_read(ClientObject *self, PyObject *args, PyObject *kw);
 
 static PyMethodDef client_methods[] = {
@@ -192,6 +231,9 @@ static PyMethodDef client_methods[] = {
      "snapshot_status(path) -> the save's state (sluice_client_snapshot_status)"},
     {"snapshot_wait", (PyCFunction)client_snapshot_wait, METH_VARARGS,
      "snapshot_wait(path, timeout_ms=0) -> the final state (sluice_client_snapshot_wait)"},
+    {"set_weights", (PyCFunction)client_set_weights, METH_VARARGS,
+     "set_weights(job_name, dataset_id, weights, at) -> the position the change applies from "
+     "(sluice_set_weights)"},
     {"read", (PyCFunction)(void (*)(void))client_read, METH_VARARGS | METH_KEYWORDS,
      "read(dataset_id=None, pipeline=None, mode=0, job_name=None, consumer_index=0, "
      "num_consumers=0, max_outstanding_requests=0, local=None, timeout_ms=0, split_size=0, "

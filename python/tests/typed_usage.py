@@ -65,6 +65,11 @@ def refused() -> str:
     return ""
 
 
+def reweigh(service: sluice.DispatchServer) -> int:
+    """Changes the weights of a running mix job; the position they apply from."""
+    return sluice.set_weights(service, "mixed", [0.5, 0.3, 0.2], at=None, timeout=5.0)
+
+
 def torch_reader(service: sluice.DispatchServer) -> sluice.torch.DataLoader:
     """The PyTorch adapter over a pipeline."""
     data = sluice.torch.IterableDataset(service, pipeline=sluice.Pipeline.range(8).batch(4),

@@ -17,6 +17,7 @@ int cli_read(int argc, char **argv);
 int cli_status(int argc, char **argv);
 int cli_journal(int argc, char **argv);
 int cli_snapshot(int argc, char **argv);
+int cli_job(int argc, char **argv);
 
 /* Most --plugin options one command takes. */
 #define CLI_MAX_PLUGINS 16

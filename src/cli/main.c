@@ -18,8 +18,8 @@ static const char usage[] =
     "usage: sluice <command> [options]\n"
     "\n"
     "Runs sluice pipelines on this machine or with a sluice service: registers and reads\n"
-    "datasets, saves snapshots of them, shows what the dispatcher is doing, and reads, checks,\n"
-    "backs up and restores a dispatcher's journal.\n"
+    "datasets, saves snapshots of them, changes the weights of a running mix, shows what the\n"
+    "dispatcher is doing, and reads, checks, backs up and restores a dispatcher's journal.\n"
     "\n"
     "commands:\n"
     "  run PIPELINE [--format text|count] [--limit N] [--plugin LIB.so]...\n"
@@ -34,6 +34,8 @@ static const char usage[] =
     "      save a dataset's elements once into chunk files under DIR (and wait)\n"
     "  snapshot status --dispatcher H:P --path DIR [--json]\n"
     "      print where the save into DIR stands\n"
+    "  job set-weights --dispatcher H:P --job NAME W1,W2,...\n"
+    "      change the weights of the mix a job reads, for all its readers at one position\n"
     "  journal dump|verify|backup|restore --work-dir DIR [options]\n"
     "      print, check, back up or restore a fault-tolerant dispatcher's journal\n"
     "\n"
@@ -161,6 +163,8 @@ int main(int argc, char **argv)
         return cli_journal(argc - 1, argv + 1);
     if (strcmp(cmd, "snapshot") == 0)
         return cli_snapshot(argc - 1, argv + 1);
+    if (strcmp(cmd, "job") == 0)
+        return cli_job(argc - 1, argv + 1);
     cli_error("usage", "unknown command '%s' (try 'sluice --help')", cmd);
     return CLI_EXIT_USAGE;
 }

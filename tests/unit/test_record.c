@@ -125,7 +125,7 @@ static size_t sample_updates(struct st_update *u)
     static const uint64_t seqs[] = {0, 1, 2, 7, 1000000000000ull};
     static const uint8_t def[] = {0x0a, 0x00, 0x12, 0xff, 0x00};
     size_t n = 0;
-    for (int t = ST_DATASET_REGISTERED; t <= ST_SAVE_FAILED; t++) {
+    for (int t = ST_DATASET_REGISTERED; t <= ST_MIX_WEIGHTS; t++) {
         struct st_update *x = &u[n++];
         memset(x, 0, sizeof *x);
         x->type = (enum st_update_type)t;
@@ -207,6 +207,18 @@ static size_t sample_updates(struct st_update *u)
             x->ref = x->ref2 = 0;
             x->text = strdup("chunk /s/chunks/chunk-000000000003: damaged at offset 12");
             break;
+        case ST_MIX_WEIGHTS:
+            x->id = x->ref2 = 0;
+            snprintf(x->name, sizeof x->name, "mixed job");
+            snprintf(x->name2, sizeof x->name2, "dataset-x");
+            x->start = 1u << 20;
+            x->weights = malloc(3 * sizeof *x->weights);
+            assert_non_null(x->weights);
+            x->weights[0] = 0.6;
+            x->weights[1] = 0;
+            x->weights[2] = 1e-9;
+            x->nweights = 3;
+            break;
         default:
             break;
         }
@@ -246,6 +258,9 @@ static void assert_updates_equal(const struct st_update *a, const struct st_upda
     assert_int_equal(a->seqs.n, b->seqs.n);
     if (a->seqs.n)
         assert_memory_equal(a->seqs.v, b->seqs.v, a->seqs.n * sizeof *a->seqs.v);
+    assert_int_equal(a->nweights, b->nweights);
+    if (a->nweights)
+        assert_memory_equal(a->weights, b->weights, a->nweights * sizeof *a->weights);
 }
 
 static void test_update_round_trip(void **unused)
@@ -253,7 +268,7 @@ static void test_update_round_trip(void **unused)
     (void)unused;
     struct st_update u[32];
     size_t n = sample_updates(u);
-    assert_int_equal(n, 22);
+    assert_int_equal(n, 23);
     for (size_t i = 0; i < n; i++) {
         uint8_t *bytes, *again;
         size_t len, len2;
@@ -441,6 +456,20 @@ static void build_state(struct state *s)
     u->text = strdup("/snap/b");
     u = push(&l, ST_SAVE_FAILED, 2, 0, 0);
     u->text = strdup("chunk 1 is damaged");
+    /* A named mix job's weights schedule: a horizon, then a change past it. */
+    u = push(&l, ST_MIX_WEIGHTS, 0, 0, 0);
+    snprintf(u->name, sizeof u->name, "mixed");
+    snprintf(u->name2, sizeof u->name2, "1");
+    u->start = 4096;
+    u = push(&l, ST_MIX_WEIGHTS, 0, 5000, 0);
+    snprintf(u->name, sizeof u->name, "mixed");
+    snprintf(u->name2, sizeof u->name2, "1");
+    u->start = 4096;
+    u->weights = malloc(2 * sizeof *u->weights);
+    assert_non_null(u->weights);
+    u->weights[0] = 0.25;
+    u->weights[1] = 0.75;
+    u->nweights = 2;
     state_init(s);
     for (size_t i = 0; i < l.n; i++)
         assert_int_equal(state_apply(s, &l.v[i]), 0);
@@ -514,6 +543,16 @@ static void test_snapshot_round_trip(void **unused)
     assert_int_equal(back.saves[1].state, ST_SV_FAILED);
     assert_string_equal(back.saves[1].error, "chunk 1 is damaged");
     assert_null(state_save_running(&back, 4));
+    /* The weights schedule came back, its horizon raised to the change. */
+    assert_int_equal(back.nmixes, 1);
+    const struct st_mix *mx = state_mix(&back, "1", "mixed");
+    assert_non_null(mx);
+    assert_int_equal(mx->horizon, 5000);
+    assert_int_equal(mx->nchanges, 1);
+    assert_int_equal(mx->changes[0].from, 5000);
+    assert_int_equal(mx->changes[0].nweights, 2);
+    assert_true(mx->changes[0].weights[1] == 0.75);
+    assert_int_equal(back.applied, s.applied);
     assert_int_equal(update_codec_snapshot_encode(&back, &again, &len2), 0);
     assert_int_equal(len, len2);
     assert_memory_equal(bytes, again, len);
