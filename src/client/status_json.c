@@ -180,7 +180,8 @@ enum col_kind {
     COL_MB,     /* bytes (or bytes per second) as megabytes (10^6), two decimals */
     COL_AGE,    /* milliseconds, with "ms" */
     COL_SPLITS, /* a "splits" object: "finished/total", the total "endless" when null */
-    COL_LEASED  /* a "splits" object: its "leased" */
+    COL_LEASED, /* a "splits" object: its "leased" */
+    COL_LIST    /* an array of numbers: "0.4, 0.6" */
 };
 
 /* The first of the NULL-terminated names present in obj, or NULL. */
@@ -237,6 +238,21 @@ static char *kind_text(const json_t *v, enum col_kind kind)
         if (json_is_object(v))
             return cell_text(json_object_get(v, "leased"));
         return strdup("-");
+    case COL_LIST:
+        if (json_is_array(v)) {
+            char buf[512];
+            size_t n = 0;
+            buf[0] = '\0';
+            for (size_t i = 0; i < json_array_size(v) && n < sizeof buf - 32; i++) {
+                char *c = cell_text(json_array_get(v, i));
+                if (!c)
+                    return NULL;
+                n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", i ? "," : "", c);
+                free(c);
+            }
+            return strdup(buf);
+        }
+        break;
     case COL_TEXT:
         break;
     }
@@ -311,6 +327,17 @@ static const struct section sections[] = {
      "error",
      "save",
      "failed",
+     true},
+    {"mixes",
+     5,
+     {{"JOB", {"job_name", NULL}, false, COL_TEXT, false},
+      {"DATASET", {"dataset_id", NULL}, false, COL_TEXT, false},
+      {"WEIGHTS", {"weights", NULL}, false, COL_LIST, false},
+      {"FROM", {"weights_from", NULL}, false, COL_TEXT, false},
+      {"HORIZON", {"horizon", NULL}, false, COL_TEXT, false}},
+     NULL,
+     NULL,
+     NULL,
      true},
 };
 

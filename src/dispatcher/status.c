@@ -317,6 +317,36 @@ static json_t *save_json(struct builder *b, const struct state *s, const struct 
     return o;
 }
 
+/* A named mix job's weights schedule: the weights in force past the horizon (null: the
+ * pipeline's own, before any change) and where they start. */
+static json_t *mix_json(struct builder *b, const struct st_mix *m)
+{
+    json_t *o = json_object();
+    if (!o) {
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "job_name", text(m->job_name));
+    put(b, o, "dataset_id", text(m->dataset_id));
+    put(b, o, "horizon", u64(m->horizon));
+    put(b, o, "changes", u64(m->nchanges));
+    if (m->nchanges) {
+        const struct st_mix_change *c = &m->changes[m->nchanges - 1];
+        json_t *w = json_array();
+        for (size_t i = 0; w && i < c->nweights; i++)
+            if (json_array_append_new(w, json_real(c->weights[i])) < 0)
+                b->failed = true;
+        if (!w)
+            b->failed = true;
+        put(b, o, "weights", w);
+        put(b, o, "weights_from", u64(c->from));
+    } else {
+        put(b, o, "weights", json_null());
+        put(b, o, "weights_from", json_null());
+    }
+    return o;
+}
+
 static json_t *config_json(struct builder *b, const struct status_extra *x)
 {
     json_t *o = json_object();
@@ -386,6 +416,15 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
         for (size_t i = 0; saves && i < s->nsaves; i++)
             append(&b, saves, save_json(&b, s, &s->saves[i]));
         put(&b, root, "saves", saves);
+    }
+    /* The same for weights schedules of named mix jobs. */
+    if (s->nmixes) {
+        json_t *mixes = json_array();
+        if (!mixes)
+            b.failed = true;
+        for (size_t i = 0; mixes && i < s->nmixes; i++)
+            append(&b, mixes, mix_json(&b, &s->mixes[i]));
+        put(&b, root, "mixes", mixes);
     }
     return dump(&b, root, out);
 }

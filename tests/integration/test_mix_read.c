@@ -613,6 +613,20 @@ static void test_weights_change_shared(void **state)
     wread(&r[1], from2 + 300);
     check_inputs("reader 0", &r[0], 0, from1, from2);
     check_inputs("reader 1", &r[1], 0, from1, from2);
+    /* The status shows the weights in force and from where. */
+    json_t *st = cluster_status(c), *mixes = json_object_get(st, "mixes"), *found = NULL;
+    for (size_t i = 0; i < json_array_size(mixes); i++)
+        if (strcmp(json_string_value(json_object_get(json_array_get(mixes, i), "job_name")),
+                   "weights-shared") == 0)
+            found = json_array_get(mixes, i);
+    assert_non_null(found);
+    assert_int_equal(json_integer_value(json_object_get(found, "weights_from")), from2);
+    assert_int_equal(json_integer_value(json_object_get(found, "changes")), 2);
+    json_t *w = json_object_get(found, "weights");
+    assert_int_equal(json_array_size(w), 2);
+    assert_true(json_real_value(json_array_get(w, 0)) == 0.5);
+    assert_true(json_integer_value(json_object_get(found, "horizon")) >= (json_int_t)from2);
+    json_decref(st);
     printf("    weights changed at positions %" PRIu64 " and %" PRIu64
            ": both readers switched there\n",
            from1, from2);
