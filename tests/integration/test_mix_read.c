@@ -15,6 +15,7 @@
  *   - weights changed while two readers of a shared job read: both switch at the positions the
  *     dispatcher named, a restored reader keeps to the schedule, and a deterministic read restored
  *     from before a change replays it identically;
+ *   - the weights schedule survives a fault-tolerant dispatcher's kill and restart mid-read;
  *   - stop_on_empty both ways and a finite choice pipeline behave as in `sluice run`;
  *   - the errors: a mix's checkpoint for another dataset, a checkpoint of a read with operations
  *     in the reader, coordinated reads. */
@@ -695,6 +696,46 @@ static void test_weights_change_resume(void **state)
     sluice_client_close(client);
 }
 
+/* A fault-tolerant dispatcher killed and restarted while a named mix job is read: the weights
+ * schedule and its horizon come back from the journal, the reader keeps to the schedule through
+ * the restart, and a change below the horizon is still refused. */
+static void test_weights_survive_restart(void **state)
+{
+    (void)state;
+    static const char *const ft_args[] = {"--snapshot-every", "50", NULL};
+    struct cluster *c = cluster_new(ft_args, NULL, 1, 2);
+    assert_non_null(c);
+    struct sluice_client *client = client_for(c);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    struct sluice_read_options ro = {.pipeline = weighted,
+                                     .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                     .job_name = "weights-ft",
+                                     .deterministic = true};
+    struct wreader r = {0};
+    if (sluice_iterator_open(client, &ro, &r.it, err, sizeof err) != 0)
+        fail_msg("open: %s", err);
+    wread(&r, 300);
+    uint64_t from1 = set_weights(client, "weights-ft", w_mid);
+    wread(&r, from1 + 200);
+    assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
+    uint64_t at = 0;
+    assert_int_equal(
+        sluice_set_weights(client, "weights-ft", NULL, w_late, 2, from1, &at, err, sizeof err),
+        SLUICE_ERR_INVALID);
+    assert_non_null(strstr(err, "may already be read"));
+    uint64_t from2 = set_weights(client, "weights-ft", w_late);
+    assert_true(from2 > from1);
+    wread(&r, from2 + 300);
+    check_inputs("reader through a dispatcher restart", &r, 0, from1, from2);
+    printf("    dispatcher killed and restarted: changes at %" PRIu64 " and %" PRIu64
+           " kept to by the reader\n",
+           from1, from2);
+    sluice_iterator_close(r.it);
+    free(r.v);
+    sluice_client_close(client);
+    cluster_free(c);
+}
+
 static int setup(void **state)
 {
     return (*state = cluster_new(NULL, NULL, 0, 2)) ? 0 : -1;
@@ -715,5 +756,8 @@ int main(void)
         cmocka_unit_test(test_weights_change_resume),
         cmocka_unit_test(test_worker_kill),
     };
-    return cmocka_run_group_tests(tests, setup, cluster_teardown_lax);
+    int failed = cmocka_run_group_tests(tests, setup, cluster_teardown_lax);
+    /* With a cluster of its own (a fault-tolerant dispatcher). */
+    const struct CMUnitTest ft[] = {cmocka_unit_test(test_weights_survive_restart)};
+    return failed + cmocka_run_group_tests(ft, NULL, tmp_teardown);
 }
