@@ -184,6 +184,10 @@ bool plan_job_resume_collects(const struct state *s, const char *dataset_id, con
 
 /* ---- weights schedules of named mix jobs (struct st_mix) ---- */
 
+/* Positions past this are refused (a reader could otherwise push the horizon to where no change
+ * fits). */
+#define PLAN_MIX_POSITION_MAX ((uint64_t)1 << 62)
+
 /* A reader of named mix job job_name (dataset_id: the mix's, registered, a
  * sample_from_datasets; the shell checks) asks to know the weights up to position want: appends
  * MIX_WEIGHTS raising the horizon to want when it is below (making the row), nothing otherwise.

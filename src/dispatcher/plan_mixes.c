@@ -10,6 +10,10 @@ int plan_mix_horizon(const struct state *s, const char *dataset_id, const char *
 {
     if (!job_name[0])
         return err_set(err, errlen, SLUICE_ERR_INVALID, "a weights schedule needs a job name");
+    if (want > PLAN_MIX_POSITION_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "position %" PRIu64 " is out of range (at most %" PRIu64 ")", want,
+                       (uint64_t)PLAN_MIX_POSITION_MAX);
     const struct st_mix *m = state_mix(s, dataset_id, job_name);
     if (m && want <= m->horizon)
         return 0;
@@ -77,6 +81,10 @@ int plan_mix_set_weights(const struct state *s, const char *dataset_id, const ch
     uint64_t first = m ? m->horizon : 0;
     if (m && m->nchanges && first <= m->changes[m->nchanges - 1].from)
         first = m->changes[m->nchanges - 1].from + 1;
+    if (at > PLAN_MIX_POSITION_MAX || first > PLAN_MIX_POSITION_MAX)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "job '%s': position %" PRIu64 " is out of range (at most %" PRIu64 ")",
+                       job_name, at > first ? at : first, (uint64_t)PLAN_MIX_POSITION_MAX);
     if (at && at < first)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "job '%s': position %" PRIu64 " may already be read (its readers know the "

@@ -149,6 +149,14 @@ static void test_plan(void **unused)
     assert_int_equal(plan_mix_find(&s, "job", &ds, err, sizeof err), SLUICE_ERR_INVALID);
     assert_string_equal(err, "job 'job' names 2 mixes (datasets 'a' and others): give the dataset "
                              "id");
+    /* Positions out of range, from a reader or a caller. */
+    assert_int_equal(plan_mix_horizon(&s, "b", "job", UINT64_MAX, &l, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_int_equal(l.n, 0);
+    assert_int_equal(
+        plan_mix_set_weights(&s, "a", "job", 2, w2, 2, UINT64_MAX - 1, &l, &from, err, sizeof err),
+        SLUICE_ERR_INVALID);
+    assert_int_equal(l.n, 0);
     /* A change before any reader: at position 0 of a new row. */
     assert_int_equal(plan_mix_set_weights(&s, "b", "new", 2, w2, 2, 0, &l, &from, err, sizeof err),
                      0);
