@@ -50,6 +50,10 @@ struct iter_mix {
     /* A named job's sample_from_datasets: where and when the weights schedule was last asked
      * for (fetch_schedule), to ask for about two seconds of reading at a time. */
     uint64_t sched_pos, sched_ms;
+    /* What this read drew from each input, reported with those requests under a random id: the
+     * realized shares `sluice status` shows. */
+    uint64_t reader;
+    uint64_t drawn[PIPE_MIX_MAX_INPUTS];
 };
 
 /* Asked for about this long of reading at a time, within these bounds (positions). */
@@ -65,6 +69,8 @@ static int kid_next(struct pipe_iter *pi, struct sluice_element *out)
         sluice_iterator_next_into(k->read, out, k->m->timeout_ms, k->ctx.err, sizeof k->ctx.err);
     if (rc == SLUICE_ERR_TIMEOUT)
         k->m->waiting_on = k->index + 1;
+    else if (rc == 1 && k->index < k->m->ninputs)
+        k->m->drawn[k->index]++;
     return rc;
 }
 
@@ -139,6 +145,9 @@ static int fetch_schedule(void *user, struct pipe_iter *mix, uint64_t pos, char 
     q.job_name = it->job_name;
     q.dataset_id = it->dataset_id;
     q.horizon = pos + ahead;
+    q.reader = m->reader;
+    q.n_drawn = m->ninputs;
+    q.drawn = m->drawn;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_MIX_SCHEDULE;
     env.get_mix_schedule = &q;
@@ -301,6 +310,9 @@ int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
     if (src->kind == PIPE_SRC_SAMPLE && it->job_name[0]) {
         req.horizon = fetch_schedule;
         req.horizon_user = m;
+        /* Any 64 bits not 0 that another read is unlikely to have. */
+        if (uv_random(NULL, NULL, &m->reader, sizeof m->reader, 0, NULL) != 0 || !m->reader)
+            m->reader = uv_hrtime() ^ (uint64_t)(uintptr_t)m;
     }
     m->ctx.reg = it->c->reg;
     rc = pipe_mix_open(&req, ins, choice, &m->ctx, &m->mix);

@@ -244,7 +244,11 @@ static char *kind_text(const json_t *v, enum col_kind kind)
             size_t n = 0;
             buf[0] = '\0';
             for (size_t i = 0; i < json_array_size(v) && n < sizeof buf - 32; i++) {
-                char *c = cell_text(json_array_get(v, i));
+                json_t *e = json_array_get(v, i);
+                /* Fractions to three places, other numbers as they are. */
+                char *c = json_is_real(e) && json_real_value(e) < 1 && json_real_value(e) > 0
+                              ? printed("%.3f", json_real_value(e))
+                              : cell_text(e);
                 if (!c)
                     return NULL;
                 n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", i ? "," : "", c);
@@ -329,12 +333,13 @@ static const struct section sections[] = {
      "failed",
      true},
     {"mixes",
-     5,
+     6,
      {{"JOB", {"job_name", NULL}, false, COL_TEXT, false},
       {"DATASET", {"dataset_id", NULL}, false, COL_TEXT, false},
       {"WEIGHTS", {"weights", NULL}, false, COL_LIST, false},
       {"FROM", {"weights_from", NULL}, false, COL_TEXT, false},
-      {"HORIZON", {"horizon", NULL}, false, COL_TEXT, false}},
+      {"HORIZON", {"horizon", NULL}, false, COL_TEXT, false},
+      {"SHARES", {"realized_shares", NULL}, false, COL_LIST, true}},
      NULL,
      NULL,
      NULL,

@@ -4,6 +4,7 @@
  * at or after every horizon granted, so every reader applies it at the same output position.
  * Both answer once their updates are durable: a horizon a restarted dispatcher forgot could let
  * a change land below a position already drawn. */
+#include "observe.h"
 #include "plan.h"
 #include "server_internal.h"
 
@@ -167,6 +168,10 @@ void dispatcher_on_get_mix_schedule(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, code, msg);
         return;
     }
+    /* What the reader drew: the realized shares of the status. */
+    if (q->n_drawn)
+        observe_mix_drawn(d->obs, q->dataset_id, q->job_name, q->reader, q->drawn, q->n_drawn,
+                          uv_now(d->loop));
     struct mix_ctx proto = {.set = false};
     memcpy(proto.dataset_id, q->dataset_id, strlen(q->dataset_id) + 1);
     memcpy(proto.job_name, q->job_name, strlen(q->job_name) + 1);

@@ -95,6 +95,13 @@ struct observe {
      * (prune). */
     struct status_job_cut *cuts;
     size_t ncuts, cap_cuts;
+    /* What the readers of named mix jobs drew from each input (observe_mix_drawn): the sums per
+     * job, and each reader's last report, bounded (the least recently heard is forgotten; what
+     * it drew stays in the sums). */
+    struct status_mix_drawn *mixes;
+    size_t nmixes, cap_mixes;
+    struct mix_reader *mix_readers;
+    size_t nmix_readers, cap_mix_readers;
     uint64_t window_end_ms;
     bool has_decision;
     uint32_t recommended;
@@ -425,6 +432,8 @@ void observe_destroy(struct observe *o)
     free(o->workers.v);
     free(o->clients.v);
     free(o->cuts);
+    free(o->mixes);
+    free(o->mix_readers);
     free(o->tasks.v);
     u64map_release(&o->tasks.index);
     free(o->scratch);
@@ -588,6 +597,66 @@ static bool not_of_worker(const struct task_fig *f, const void *worker_id)
 static void forget_tasks_of(struct observe *o, uint64_t worker_id)
 {
     task_keep(&o->tasks, not_of_worker, &worker_id);
+}
+
+struct mix_reader {
+    uint64_t reader;
+    size_t mix; /* index into o->mixes */
+    uint64_t drawn[ST_MIX_INPUTS_MAX];
+    uint64_t seen_ms;
+};
+
+void observe_mix_drawn(struct observe *o, const char *dataset_id, const char *job_name,
+                       uint64_t reader, const uint64_t *drawn, size_t n, uint64_t now_ms)
+{
+    if (n == 0 || n > ST_MIX_INPUTS_MAX || !reader)
+        return;
+    size_t mi = 0;
+    while (mi < o->nmixes && (strcmp(o->mixes[mi].dataset_id, dataset_id) != 0 ||
+                              strcmp(o->mixes[mi].job_name, job_name) != 0))
+        mi++;
+    if (mi == o->nmixes) {
+        struct status_mix_drawn *m =
+            o->nmixes < ST_MIX_MAX ? rows_insert_at((void **)&o->mixes, &o->nmixes, &o->cap_mixes,
+                                                    sizeof *o->mixes, o->nmixes)
+                                   : NULL;
+        if (!m)
+            return;
+        memset(m, 0, sizeof *m);
+        snprintf(m->dataset_id, sizeof m->dataset_id, "%s", dataset_id);
+        snprintf(m->job_name, sizeof m->job_name, "%s", job_name);
+        m->n = n;
+    }
+    struct status_mix_drawn *m = &o->mixes[mi];
+    if (m->n != n)
+        return; /* not this mix's inputs: a confused or hostile reader */
+    struct mix_reader *r = NULL;
+    for (size_t i = 0; i < o->nmix_readers && !r; i++)
+        if (o->mix_readers[i].reader == reader && o->mix_readers[i].mix == mi)
+            r = &o->mix_readers[i];
+    if (!r) {
+        if (o->nmix_readers >= OBSERVE_MIX_READERS_MAX) {
+            size_t old = 0;
+            for (size_t i = 1; i < o->nmix_readers; i++)
+                if (o->mix_readers[i].seen_ms < o->mix_readers[old].seen_ms)
+                    old = i;
+            r = &o->mix_readers[old];
+        } else if (!(r = rows_insert_at((void **)&o->mix_readers, &o->nmix_readers,
+                                        &o->cap_mix_readers, sizeof *o->mix_readers,
+                                        o->nmix_readers))) {
+            return;
+        }
+        memset(r, 0, sizeof *r);
+        r->reader = reader;
+        r->mix = mi;
+    }
+    /* Counts only grow; a smaller one (a report that arrived late) adds nothing. */
+    for (size_t i = 0; i < n; i++)
+        if (drawn[i] > r->drawn[i]) {
+            m->drawn[i] += drawn[i] - r->drawn[i];
+            r->drawn[i] = drawn[i];
+        }
+    r->seen_ms = now_ms;
 }
 
 void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t cut)
@@ -834,6 +903,8 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
     x->ntasks = n;
     x->cuts = o->cuts;
     x->ncuts = o->ncuts;
+    x->mixes = o->mixes;
+    x->nmixes = o->nmixes;
     return 0;
 }
 

@@ -125,6 +125,13 @@ void observe_client_report(struct observe *o, uint64_t client_id, double rate, d
  * the last (a report that arrived late) adds nothing. Soft state, like the rest: a restarted
  * dispatcher counts again from the clients' next reports. */
 void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t cut);
+/* A reader of named mix job job_name (of dataset_id) reports what it drew from each input since
+ * it opened (n counts; reader: its random id): the growth since its last report is added to the
+ * job's sums (status "drawn", "realized_shares"). At most OBSERVE_MIX_READERS_MAX readers are
+ * remembered; reports of a mix with another input count are ignored. Soft state. */
+#define OBSERVE_MIX_READERS_MAX 4096
+void observe_mix_drawn(struct observe *o, const char *dataset_id, const char *job_name,
+                       uint64_t reader, const uint64_t *drawn, size_t n, uint64_t now_ms);
 
 /* The same from the heartbeat messages, at the protocol's edge: worker_id is the id the heartbeat
  * was planned under (the request does not carry it). */

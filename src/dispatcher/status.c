@@ -319,7 +319,7 @@ static json_t *save_json(struct builder *b, const struct state *s, const struct 
 
 /* A named mix job's weights schedule: the weights in force past the horizon (null: the
  * pipeline's own, before any change) and where they start. */
-static json_t *mix_json(struct builder *b, const struct st_mix *m)
+static json_t *mix_json(struct builder *b, const struct status_extra *x, const struct st_mix *m)
 {
     json_t *o = json_object();
     if (!o) {
@@ -343,6 +343,28 @@ static json_t *mix_json(struct builder *b, const struct st_mix *m)
     } else {
         put(b, o, "weights", json_null());
         put(b, o, "weights_from", json_null());
+    }
+    /* What the readers drew from each input, and the shares that makes. */
+    const struct status_mix_drawn *dr = NULL;
+    for (size_t i = 0; x && i < x->nmixes && !dr; i++)
+        if (strcmp(x->mixes[i].dataset_id, m->dataset_id) == 0 &&
+            strcmp(x->mixes[i].job_name, m->job_name) == 0)
+            dr = &x->mixes[i];
+    if (dr) {
+        json_t *drawn = json_array(), *shares = json_array();
+        uint64_t total = 0;
+        for (size_t i = 0; i < dr->n; i++)
+            total += dr->drawn[i];
+        for (size_t i = 0; drawn && shares && i < dr->n; i++)
+            if (json_array_append_new(drawn, u64(dr->drawn[i])) < 0 ||
+                json_array_append_new(shares, total
+                                                  ? json_real((double)dr->drawn[i] / (double)total)
+                                                  : json_null()) < 0)
+                b->failed = true;
+        if (!drawn || !shares)
+            b->failed = true;
+        put(b, o, "drawn", drawn);
+        put(b, o, "realized_shares", shares);
     }
     return o;
 }
@@ -423,7 +445,7 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
         if (!mixes)
             b.failed = true;
         for (size_t i = 0; mixes && i < s->nmixes; i++)
-            append(&b, mixes, mix_json(&b, &s->mixes[i]));
+            append(&b, mixes, mix_json(&b, x, &s->mixes[i]));
         put(&b, root, "mixes", mixes);
     }
     return dump(&b, root, out);

@@ -67,6 +67,15 @@ struct status_job_cut {
     uint64_t cut;
 };
 
+/* The elements the readers of a named mix job drew from each of its inputs, as they last
+ * reported them (observe_mix_drawn): the realized shares. */
+struct status_mix_drawn {
+    char dataset_id[ST_ID_MAX];
+    char job_name[ST_ID_MAX];
+    uint64_t drawn[ST_MIX_INPUTS_MAX];
+    size_t n;
+};
+
 /* How long ago a worker's last heartbeat arrived. */
 struct status_worker_seen {
     uint64_t worker_id;
@@ -89,6 +98,9 @@ struct status_extra {
     /* Copies cut short per job (observe_client_cut), sorted by job id; a job missing has 0. */
     const struct status_job_cut *cuts;
     size_t ncuts;
+    /* Per named mix job, in any order. */
+    const struct status_mix_drawn *mixes;
+    size_t nmixes;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"

@@ -12,6 +12,7 @@
 #include "common/error.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -502,4 +503,22 @@ int sluice_element_set_float64(struct sluice_element *elem, size_t i, double val
 {
     int rc = reach(elem, i);
     return rc ? rc : pipe_tensor_set_scalar(&elem->t[i], SLUICE_FLOAT64, &value);
+}
+
+void pipe_dtypes_text(const enum sluice_dtype *d, size_t n, char *buf, size_t len)
+{
+    size_t pos = 0;
+    if (len == 0)
+        return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && pos < len; i++) {
+        int w = snprintf(buf + pos, len - pos, "%s%s%s", i == 0 && n > 1 ? "(" : "",
+                         sluice_dtype_name(d[i]),
+                         i + 1 < n ? ", "
+                         : n > 1   ? ")"
+                                   : "");
+        if (w < 0)
+            break;
+        pos += (size_t)w;
+    }
 }

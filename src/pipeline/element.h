@@ -42,6 +42,9 @@ void pipe_elem_release(struct sluice_element *e);
 void pipe_elem_swap(struct sluice_element *a, struct sluice_element *b);
 /* Makes dst a deep copy of src, reusing dst's buffers. Returns 0 or SLUICE_ERR_NOMEM. */
 int pipe_elem_copy(struct sluice_element *dst, const struct sluice_element *src);
+/* Writes "int64" or "(int64, bytes)" for a structure of n dtypes into buf (len bytes, always
+ * NUL-terminated when len > 0; cut to fit). */
+void pipe_dtypes_text(const enum sluice_dtype *d, size_t n, char *buf, size_t len);
 /* Deep equality (dtype, shape and values; floats bitwise). */
 bool pipe_elem_equal(const struct sluice_element *a, const struct sluice_element *b);
 

@@ -109,23 +109,6 @@ static int child_fail(struct mix_iter *m, const struct pipe_mix_input *in, const
     return mix_fail(m, rc);
 }
 
-/* Writes "(int64, bytes)" or "int64" for a structure of n dtypes. */
-static void structure_text(const enum sluice_dtype *d, size_t n, char *buf, size_t len)
-{
-    size_t pos = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < n && pos < len; i++) {
-        int w = snprintf(buf + pos, len - pos, "%s%s%s", i == 0 && n > 1 ? "(" : "",
-                         sluice_dtype_name(d[i]),
-                         i + 1 < n ? ", "
-                         : n > 1   ? ")"
-                                   : "");
-        if (w < 0)
-            break;
-        pos += (size_t)w;
-    }
-}
-
 /* The first element of input i: its structure must be the mix's. */
 static int check_structure(struct mix_iter *m, size_t i, const struct sluice_element *e)
 {
@@ -147,8 +130,8 @@ static int check_structure(struct mix_iter *m, size_t i, const struct sluice_ele
     for (size_t k = 0; k < ngot; k++)
         got[k] = e->t[k].dtype;
     char a[256], b[256];
-    structure_text(got, ngot, a, sizeof a);
-    structure_text(m->ref, m->nref, b, sizeof b);
+    pipe_dtypes_text(got, ngot, a, sizeof a);
+    pipe_dtypes_text(m->ref, m->nref, b, sizeof b);
     err_set(m->base.ctx->err, sizeof(m->base.ctx->err), SLUICE_ERR_TYPE,
             "%s: input %zu yields %s but input %zu yields %s; the inputs of a mix must yield "
             "elements of one structure",
@@ -175,7 +158,7 @@ static int next_choice(struct mix_iter *m, size_t *i)
         size_t ngot = e->n < PIPE_MAX_COMPONENTS ? e->n : PIPE_MAX_COMPONENTS;
         for (size_t k = 0; k < ngot; k++)
             got[k] = e->t[k].dtype;
-        structure_text(got, ngot, a, sizeof a);
+        pipe_dtypes_text(got, ngot, a, sizeof a);
         err_set(m->base.ctx->err, sizeof(m->base.ctx->err), SLUICE_ERR_TYPE,
                 "choose_from_datasets: choice %" PRIu64
                 " is %s%s, not an int64 scalar (an input index)",

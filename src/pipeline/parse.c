@@ -458,6 +458,34 @@ static int parse_nested(struct parser *p, struct pipe_spec **out)
     return 0;
 }
 
+/* Inputs whose structures the text tells (pipe_spec_known_dtypes) must agree, as the mix checks
+ * at each input's first element otherwise. */
+static int check_mix_structure(struct parser *p, const struct pipe_source *src, size_t at)
+{
+    enum sluice_dtype ref[PIPE_MAX_COMPONENTS], d[PIPE_MAX_COMPONENTS];
+    size_t nref = 0, n, ref_input = SIZE_MAX;
+    for (size_t i = 0; i < src->ninputs; i++) {
+        if (!pipe_spec_known_dtypes(src->inputs[i], d, &n))
+            continue;
+        if (ref_input == SIZE_MAX) {
+            memcpy(ref, d, n * sizeof *d);
+            nref = n;
+            ref_input = i;
+            continue;
+        }
+        if (n == nref && memcmp(d, ref, n * sizeof *d) == 0)
+            continue;
+        char a[128], b[128];
+        pipe_dtypes_text(d, n, a, sizeof a);
+        pipe_dtypes_text(ref, nref, b, sizeof b);
+        return pipe_parse_fail(p, at,
+                               "input %zu yields %s but input %zu yields %s; the inputs of a mix "
+                               "must yield elements of one structure",
+                               i, a, ref_input, b);
+    }
+    return 0;
+}
+
 /* sample_from_datasets([(P), ...], [W, ...], SEED[, stop_on_empty]) or
  * choose_from_datasets([(P), ...], (CHOICE)[, stop_on_empty]); the '(' is consumed. */
 static int parse_mix(struct parser *p, struct pipe_source *src)
@@ -554,7 +582,7 @@ static int parse_mix(struct parser *p, struct pipe_source *src)
     const char *want = pipe_mix_problem(src);
     if (want)
         return pipe_parse_fail(p, at, "expected %s", want);
-    return 0;
+    return check_mix_structure(p, src, at);
 }
 
 /* Parses the source into spec->source; on failure the caller frees spec, which releases

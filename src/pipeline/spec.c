@@ -793,3 +793,76 @@ const char *pipe_source_arg_problem(enum pipe_source_kind kind, char *const *arg
     }
     return NULL;
 }
+
+static bool value_dtype(const struct pipe_value *v, enum sluice_dtype *d)
+{
+    while (v->kind == PIPE_VAL_LIST) {
+        if (v->nitems == 0)
+            return false;
+        v = &v->items[0];
+    }
+    switch (v->kind) {
+    case PIPE_VAL_INT:
+        *d = SLUICE_INT64;
+        return true;
+    case PIPE_VAL_FLOAT:
+        *d = SLUICE_FLOAT64;
+        return true;
+    case PIPE_VAL_BOOL:
+        *d = SLUICE_BOOL;
+        return true;
+    case PIPE_VAL_BYTES:
+        *d = SLUICE_BYTES;
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool pipe_spec_known_dtypes(const struct pipe_spec *spec, enum sluice_dtype *d, size_t *n)
+{
+    const struct pipe_source *src = &spec->source;
+    *n = 0;
+    switch (src->kind) {
+    case PIPE_SRC_RANGE:
+        d[(*n)++] = SLUICE_INT64;
+        break;
+    case PIPE_SRC_LINES:
+    case PIPE_SRC_TFRECORD:
+        d[(*n)++] = SLUICE_BYTES;
+        break;
+    case PIPE_SRC_LIST: {
+        if (src->nvalues == 0)
+            return false;
+        const struct pipe_value *v = &src->values[0];
+        if (v->kind == PIPE_VAL_TUPLE) {
+            if (v->nitems == 0 || v->nitems > PIPE_MAX_COMPONENTS)
+                return false;
+            for (size_t i = 0; i < v->nitems; i++)
+                if (!value_dtype(&v->items[i], &d[(*n)++]))
+                    return false;
+        } else if (!value_dtype(v, &d[(*n)++])) {
+            return false;
+        }
+        break;
+    }
+    default:
+        return false;
+    }
+    for (size_t k = 0; k < spec->nops; k++) {
+        switch (spec->ops[k].kind) {
+        case PIPE_OP_FILTER:
+        case PIPE_OP_SHUFFLE:
+        case PIPE_OP_TAKE:
+        case PIPE_OP_SKIP:
+        case PIPE_OP_SHARD:
+        case PIPE_OP_REPEAT:
+        case PIPE_OP_PREFETCH:
+        case PIPE_OP_GLOBAL_SHUFFLE:
+            break;
+        default:
+            return false;
+        }
+    }
+    return true;
+}

@@ -7,6 +7,8 @@
 #ifndef SLUICE_PIPELINE_SPEC_H
 #define SLUICE_PIPELINE_SPEC_H
 
+#include "sluice/sluice.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -178,6 +180,12 @@ void pipe_value_release(struct pipe_value *v); /* frees what v points to, not v 
  * choose_from_datasets a choice pipeline), as text that completes "expected ...", or NULL when it
  * is fine. Nesting bounds are the parser's and the decoder's to count. */
 const char *pipe_mix_problem(const struct pipe_source *src);
+/* The dtypes of the components of spec's elements when the text alone tells them (range:
+ * int64; lines, tfrecord: bytes; list of scalars or tuples of them, or of lists: their kinds),
+ * through operations that keep the structure (filter, shuffle, take, skip, shard, repeat,
+ * prefetch, global_shuffle): *n components into d (PIPE_MAX_COMPONENTS room), true. false when
+ * unknown (a map, a batch, a file source of records of several fields, a mix). */
+bool pipe_spec_known_dtypes(const struct pipe_spec *spec, enum sluice_dtype *d, size_t *n);
 /* Deep copy. Returns 0 or SLUICE_ERR_NOMEM (then *out is NULL). */
 int pipe_spec_clone(const struct pipe_spec *spec, struct pipe_spec **out);
 /* Structural equality of the pipelines, ignoring columns and the deterministic flag (which the

@@ -3,7 +3,7 @@
  *   - a parallel_epochs read of a mix gets from each worker exactly the sequence `sluice run`
  *     prints (the whole mix batched into one element, so each copy's order is visible);
  *   - a deterministic distributed_epoch read of a mix (each input a job of its own, mixed in the
- *     reader) is exactly `sluice run`'s sequence at 2 and 4 workers and any split size, with
+ *     reader) is exactly `sluice run`'s sequence at 1, 2 and 4 workers and any split size, with
  *     operations after the mix in the reader too, and its shares hold in every window;
  *   - two readers of a shared mix job get every element of every input once between them;
  *   - a worker killed mid-read loses and repeats nothing, in the identical sequence;
@@ -60,11 +60,12 @@ static void test_parallel_epochs_copies(void **state)
     assert_non_null(strstr(out, "1100"));
     assert_non_null(strstr(out, "209"));
     assert_int_equal(strchr(out, '\n') - out + 1, (long)strlen(out));
-    size_t n = strlen(out);
-    char *want = malloc(2 * n + 1);
+    /* One copy from each worker. */
+    size_t n = strlen(out), copies = (size_t)c->nworkers;
+    char *want = malloc(copies * n + 1);
     assert_non_null(want);
-    memcpy(want, out, n);
-    memcpy(want + n, out, n + 1);
+    for (size_t k = 0; k < copies; k++)
+        memcpy(want + k * n, out, n + 1);
     cluster_expect_read(c, want, mix, "--mode", "parallel_epochs", NULL);
     free(want);
     free(out);
@@ -149,6 +150,10 @@ static void test_deterministic_any_scale(void **state)
     char batched[512];
     snprintf(batched, sizeof batched, "%s | map(add, 1) | batch(7)", skewed);
     char *want_batched = run_local(batched);
+    expect_det_read(c, "1 worker", want, skewed, NULL, NULL);
+    expect_det_read(c, "1 worker, split size 7", want, skewed, "--split-size", "7");
+    cluster_add_workers(c, 1);
+    cluster_wait_registered(c);
     expect_det_read(c, "2 workers", want, skewed, NULL, NULL);
     expect_det_read(c, "2 workers, split size 7", want, skewed, "--split-size", "7");
     expect_det_read(c, "2 workers, batch in the reader", want_batched, batched, NULL, NULL);
@@ -627,6 +632,17 @@ static void test_weights_change_shared(void **state)
     assert_int_equal(json_array_size(w), 2);
     assert_true(json_real_value(json_array_get(w, 0)) == 0.5);
     assert_true(json_integer_value(json_object_get(found, "horizon")) >= (json_int_t)from2);
+    /* And what the readers drew, as they last reported it: shares that add up to 1. */
+    json_t *drawn = json_object_get(found, "drawn"),
+           *shares = json_object_get(found, "realized_shares");
+    assert_int_equal(json_array_size(drawn), 2);
+    assert_int_equal(json_array_size(shares), 2);
+    json_int_t total =
+        json_integer_value(json_array_get(drawn, 0)) + json_integer_value(json_array_get(drawn, 1));
+    assert_true(total > 0 && total <= (json_int_t)(r[0].n + r[1].n));
+    double sum =
+        json_real_value(json_array_get(shares, 0)) + json_real_value(json_array_get(shares, 1));
+    assert_true(sum > 0.999999 && sum < 1.000001);
     json_decref(st);
     printf("    weights changed at positions %" PRIu64 " and %" PRIu64
            ": both readers switched there\n",
@@ -738,7 +754,7 @@ static void test_weights_survive_restart(void **state)
 
 static int setup(void **state)
 {
-    return (*state = cluster_new(NULL, NULL, 0, 2)) ? 0 : -1;
+    return (*state = cluster_new(NULL, NULL, 0, 1)) ? 0 : -1;
 }
 
 int main(void)

@@ -144,6 +144,14 @@ static void test_parse_errors(void **state)
                        "column 23: expected '(' and a pipeline, found 'range'");
     expect_parse_error("sample_from_datasets([(range(3)], [1], 7)",
                        "column 32: expected '|' or ')', found ']'");
+    /* Inputs whose structures the text tells must agree. */
+    expect_parse_error("sample_from_datasets([(range(3)), (list(\"a\"))], [1, 1], 7)",
+                       "column 22: input 1 yields bytes but input 0 yields int64; the inputs of a "
+                       "mix must yield elements of one structure");
+    expect_parse_error("choose_from_datasets([(list((1, \"x\"))), (lines(\"/f\") | take(2))], "
+                       "(list(0)))",
+                       "column 22: input 1 yields bytes but input 0 yields (int64, bytes); the "
+                       "inputs of a mix must yield elements of one structure");
     expect_parse_error("sample_from_datasets([], [1], 7)",
                        "column 23: expected '(' and a pipeline, found ']'");
     expect_parse_error("sample_from_datasets([(range(3))], [1])",
@@ -478,11 +486,13 @@ static void expect_run_error(const char *text, int want_rc, const char *want)
 static void test_errors(void **state)
 {
     (void)state;
-    expect_run_error("sample_from_datasets([(range(5)), (list(\"a\"))], [1, 1], 7)",
+    /* The text does not tell these structures (a map): found at the first element. */
+    expect_run_error("sample_from_datasets([(range(5)), (list(\"a\") | map(identity))], [1, 1], 7)",
                      SLUICE_ERR_TYPE,
                      "0\n1\nERR sample_from_datasets: input 1 yields bytes but input 0 yields "
                      "int64; the inputs of a mix must yield elements of one structure");
-    expect_run_error("choose_from_datasets([(range(5)), (list((1, \"a\")))], (list(0, 1)))",
+    expect_run_error("choose_from_datasets([(range(5)), (list((1, \"a\")) | map(identity))], "
+                     "(list(0, 1)))",
                      SLUICE_ERR_TYPE,
                      "0\nERR choose_from_datasets: input 1 yields (int64, bytes) but input 0 "
                      "yields int64; the inputs of a mix must yield elements of one structure");
