@@ -68,3 +68,25 @@ def test_distributed_state_dict_resumes_the_mix(service):
     again = sluice.distribute(text, "distributed_epoch", service, deterministic=True)
     again.load_state_dict(state)
     assert first + [int(x) for x in again] == want
+
+
+def test_set_weights_while_reading(service):
+    text = ("sample_from_datasets([(range(1000000)), (range(1000000, 2000000))], [0.5, 0.5], 3)")
+    ds = sluice.distribute(text, "distributed_epoch", service, job_name="py-weights",
+                           deterministic=True)
+    it = iter(ds)
+    got = [int(next(it)) for _ in range(300)]
+    at = sluice.set_weights(service, "py-weights", [0, 1])
+    assert at >= 300
+    while len(got) < at + 500:
+        got.append(int(next(it)))
+    it.close()
+    assert any(v < 1000000 for v in got[:at])
+    # From the position the dispatcher named on, input 0 has weight 0.
+    assert all(v >= 1000000 for v in got[at:])
+    (mix,) = [m for m in sluice.status(service)["mixes"] if m["job_name"] == "py-weights"]
+    assert mix["weights"] == [0, 1] and mix["weights_from"] == at
+    with pytest.raises(sluice.InvalidArgumentError, match="may already be read"):
+        sluice.set_weights(service, "py-weights", [1, 1], at=1)
+    with pytest.raises(sluice.InvalidArgumentError, match="the mix has 2 inputs, 3 weights given"):
+        sluice.set_weights(service, "py-weights", [1, 1, 1])
