@@ -90,3 +90,22 @@ def test_set_weights_while_reading(service):
         sluice.set_weights(service, "py-weights", [1, 1], at=1)
     with pytest.raises(sluice.InvalidArgumentError, match="the mix has 2 inputs, 3 weights given"):
         sluice.set_weights(service, "py-weights", [1, 1, 1])
+
+
+def test_torch_loader_reads_and_resumes_a_mix(service):
+    torch_sluice = pytest.importorskip("sluice.torch")
+    import collections
+    text = "sample_from_datasets([(range(3000)), (range(100000, 101000))], [0.7, 0.3], 3)"
+    ds = torch_sluice.IterableDataset(service, pipeline=text, processing_mode="distributed_epoch")
+    loader = torch_sluice.DataLoader(ds, num_workers=2)
+    want = list(range(3000)) + list(range(100000, 101000))
+    assert sorted(int(x) for x in loader) == want
+    # Two loader workers' positions merged (mix checkpoints merge) and restored: each once.
+    it = iter(loader)
+    first = [int(next(it)) for _ in range(1000)]
+    state = loader.state_dict()
+    del it
+    again = torch_sluice.DataLoader(ds, num_workers=2)
+    again.load_state_dict(state)
+    seen = collections.Counter(first + [int(x) for x in again])
+    assert sorted(seen) == want and set(seen.values()) == {1}
