@@ -608,7 +608,8 @@ int sluice_status_dataset(struct sluice_client *client, const char *dataset_id, 
  * The change is journaled: a resumed read replays it, and every reader switches at the same
  * position. Refusals (err says which): SLUICE_ERR_NOT_FOUND (no mix read as job_name),
  * SLUICE_ERR_INVALID (bad weights, their count, at already passed, a name naming several mixes),
- * SLUICE_ERR_LIMIT (too many changes). Blocks; not on a callback of the client. from may be NULL. */
+ * SLUICE_ERR_LIMIT (too many changes). Blocks; not on a callback of the client. from may be NULL.
+ */
 int sluice_set_weights(struct sluice_client *client, const char *job_name, const char *dataset_id,
                        const double *weights, size_t n, uint64_t at, uint64_t *from, char *err,
                        size_t errlen);
