@@ -279,11 +279,13 @@ struct pipe_spec;
 struct checkpoint_mix;
 /* Opens the read of a mix whose dataset it has (spec, decoded from its definition): a read per
  * input, the mix over them, and the operations after it that run in the reader (with the local
- * tail of o). restore: the mix's checkpoint, or NULL. Returns 0 or a negative code with err; on
- * failure what was opened is released by iter_reader_release(). Not on the loop thread. */
+ * tail of o). restore: the mix's checkpoint, or NULL. repetition: the named job's repetition to
+ * read (a pass of a repeating read; 0: the current one), asked of every input's job. Returns 0
+ * or a negative code with err; on failure what was opened is released by
+ * iter_reader_release(). Not on the loop thread. */
 int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
                   const struct sluice_read_options *o, const struct checkpoint_mix *restore,
-                  char *err, size_t errlen);
+                  uint64_t repetition, char *err, size_t errlen);
 /* The mix iterator, handed to the tail that runs it (which then owns it). */
 struct pipe_iter *iter_mix_take(struct sluice_iterator *it);
 /* next() of a mix without a tail: the next element into it->elem, 1, 0 at the end, or a

@@ -226,7 +226,7 @@ static void free_mix(struct iter_mix *m)
 
 int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
                   const struct sluice_read_options *o, const struct checkpoint_mix *restore,
-                  char *err, size_t errlen)
+                  uint64_t repetition, char *err, size_t errlen)
 {
     const struct pipe_source *src = &spec->source;
     if (o->num_consumers > 0)
@@ -281,7 +281,7 @@ int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
         ko.restore = restore ? restore->read[i] : NULL;
         ko.restore_len = restore ? restore->read_len[i] : 0;
         char msg[SLUICE_ERRMSG_SIZE];
-        rc = iter_open_read(it->c, &ko, flag, 0, &k->read, msg, sizeof msg);
+        rc = iter_open_read(it->c, &ko, flag, repetition, &k->read, msg, sizeof msg);
         if (rc) {
             if (i < src->ninputs)
                 err_set(err, errlen, rc, "input %zu: %s", i, msg);
@@ -292,6 +292,9 @@ int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
     m->nkids = nkids; /* the kids not opened have read NULL, which closing skips */
     if (rc)
         return rc;
+    /* A pass of a repeating read of a named job: the next pass asks for the repetition after the
+     * one the inputs' jobs gave (they move together: every reader reads every input). */
+    it->repetition = m->kids[0].read->repetition;
 
     struct pipe_mix_input ins[PIPE_MIX_MAX_INPUTS];
     for (size_t i = 0; i < src->ninputs; i++)

@@ -88,7 +88,7 @@ out:
  * (iterator_mix.c). Returns 1 when it was (and is open), 0 when the dataset is no mix, or a
  * negative code with err. A mix's checkpoint restores only a mix. */
 static int open_mix(struct sluice_iterator *it, const struct sluice_read_options *o,
-                    const struct checkpoint_mix *mck, char *err, size_t errlen)
+                    const struct checkpoint_mix *mck, uint64_t repetition, char *err, size_t errlen)
 {
     struct pipe_spec *spec = NULL;
     char msg[SLUICE_ERRMSG_SIZE];
@@ -105,7 +105,7 @@ static int open_mix(struct sluice_iterator *it, const struct sluice_read_options
                      "is not of a read of a mix",
                      it->dataset_id);
     else
-        rc = iter_mix_open(it, spec, o, mck, err, errlen);
+        rc = iter_mix_open(it, spec, o, mck, repetition, err, errlen);
     pipe_spec_free(spec);
     if (rc == 0 && o->restore && it->tail)
         rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
@@ -424,7 +424,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         goto fail;
     }
     if (o->mode == SLUICE_DISTRIBUTED_EPOCH) {
-        int mixed = open_mix(it, o, mck, err, errlen);
+        int mixed = open_mix(it, o, mck, repetition, err, errlen);
         if (mixed < 0) {
             rc = mixed;
             goto fail;
@@ -490,6 +490,8 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         req.n_resume_done = done->n * 2;
         req.resume_done = bounds;
         req.resume_plan = ck.plan_hash;
+        /* Readers restoring the same checkpoint share an iteration (plan_job_resume_fresh). */
+        req.resume_id = checkpoint_def_hash(o->restore, o->restore_len) | 1;
         if ((rc = restore_seed(it, &ck)) < 0) {
             free(bounds);
             err_set(err, errlen, rc, "%s", sluice_strerror(rc));

@@ -96,6 +96,9 @@ uint64_t state_digest(const struct state *s)
             fnv_str(&f, it->plan.paths[k]);
         fnv_u64(&f, it->split_total);
         fnv_u64(&f, it->split_cursor);
+        /* Only for restored iterations, so other digests do not change. */
+        if (it->resume_id)
+            fnv_u64(&f, it->resume_id);
         fnv_seqs(&f, &it->pool);
         fnv_u64(&f, it->splits_finished);
         fnv_u64(&f, it->splits_leased);

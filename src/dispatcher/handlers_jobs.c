@@ -204,7 +204,8 @@ static void job_plan_and_commit(struct dispatcher *d, struct job_ctx *c, bool ha
     /* A restored read of a named job nobody reads now starts from its checkpoint (when the plan
      * for a new iteration was built: a reader that left meanwhile is joined as planned). */
     if (rc == 0 && c->job.resume && have_plan)
-        rc = plan_job_resume_fresh(&d->st, c->dataset_id, c->job_name, &d->ups, err, sizeof err);
+        rc = plan_job_resume_fresh(&d->st, c->dataset_id, c->job_name, c->job.resume, &d->ups, err,
+                                   sizeof err);
     /* Others still read the current repetition: this reader waits for the next one. */
     if (rc == SLUICE_ERR_UNAVAILABLE && c->repetition) {
         const struct st_job *job = state_job_by_key(&d->st, c->dataset_id, c->job_name);
@@ -422,6 +423,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     if (req->resume) {
         c->job.resume = &c->resume_view;
         c->resume_view.plan_fingerprint = req->resume_plan;
+        c->resume_view.id = req->resume_id;
         c->resume_view.nbounds = req->n_resume_done;
         if (req->n_resume_done) {
             c->resume_bounds = malloc(req->n_resume_done * sizeof *c->resume_bounds);
@@ -443,7 +445,8 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     const struct st_iteration *cur = job ? state_iteration(&d->st, job->iteration_id) : NULL;
     bool joining = cur && cur->state != ST_ITER_GC &&
                    !(c->repetition && c->repetition == cur->repetition + 1) &&
-                   !(c->job.resume && plan_job_resume_collects(&d->st, c->dataset_id, c->job_name));
+                   !(c->job.resume &&
+                     plan_job_resume_collects(&d->st, c->dataset_id, c->job_name, c->job.resume));
     if (mode != SLUICE_DISTRIBUTED_EPOCH || joining) {
         job_plan_and_commit(d, c, false);
         return;

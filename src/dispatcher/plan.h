@@ -49,6 +49,7 @@ struct plan_resume {
     const uint64_t *bounds;
     size_t nbounds;
     uint64_t plan_fingerprint;
+    uint64_t id; /* the checkpoint's digest (0: unknown), journaled with the iteration */
 };
 /* A restored iteration's pool may hold at most this many splits (the gaps below its furthest
  * finished split: the splits that were in flight). */
@@ -170,17 +171,21 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
 int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,
                         uint64_t want, struct st_update_list *out, char *err, size_t errlen);
 
-/* A restored read (GetOrCreateJob with a resume) of named job job_name: when the job's current
- * iteration is live and no client holds it (its readers closed or were collected), appends its
- * collection, so the read starts a new iteration from the checkpoint rather than joining one
- * whose progress is not the checkpoint's (what its readers received but never handed out would
- * be lost). An iteration other readers hold is joined (a shared job), and anonymous jobs,
- * collected iterations and iterations running a save append nothing. Returns 0 or a negative
- * code with err. */
+/* A restored read (GetOrCreateJob with resume r) of named job job_name: when the job's current
+ * iteration is live, no client holds it (its readers closed or were collected) and it was not
+ * itself restored from the checkpoint r restores (r->id), appends its collection, so the read
+ * starts a new iteration from the checkpoint rather than joining one whose progress is not the
+ * checkpoint's (what its readers received but never handed out would be lost). An iteration other
+ * readers hold is joined (a shared job), and so is one restored from the same checkpoint (a late
+ * member of a group restoring one merged position joins what the others read, even once they are
+ * done); anonymous jobs, collected iterations and iterations running a save append nothing. Returns
+ * 0 or a negative code with err. */
 int plan_job_resume_fresh(const struct state *s, const char *dataset_id, const char *job_name,
-                          struct st_update_list *out, char *err, size_t errlen);
+                          const struct plan_resume *r, struct st_update_list *out, char *err,
+                          size_t errlen);
 /* Whether plan_job_resume_fresh() would collect the job's current iteration now. */
-bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name);
+bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name,
+                              const struct plan_resume *r);
 
 /* ---- weights schedules of named mix jobs (struct st_mix) ---- */
 

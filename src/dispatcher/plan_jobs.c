@@ -264,6 +264,8 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
         u->distributed = mode == SLUICE_DISTRIBUTED_EPOCH;
         if (u->distributed && split_plan_copy(&u->plan, plan) < 0)
             goto nomem;
+        if (resume)
+            u->resume_id = resume->id;
         if (resume && (rc = resume_iteration(u, resume, err, errlen)) < 0) {
             state_list_truncate(out, start);
             return rc;
@@ -341,9 +343,12 @@ int plan_job_repetition(const struct state *s, const char *dataset_id, const cha
     return plan_gc_iteration(s, cur->id, out, err, errlen);
 }
 
-/* The live iteration of named job job_name that no client holds and no save runs, or NULL. */
+/* The live iteration of named job job_name that no client holds and no save runs, and that was
+ * not restored from the checkpoint r restores (a late member of a group restoring one merged
+ * position joins what the others read), or NULL. */
 static const struct st_iteration *unheld_iteration(const struct state *s, const char *dataset_id,
-                                                   const char *job_name)
+                                                   const char *job_name,
+                                                   const struct plan_resume *r)
 {
     if (!job_name || !job_name[0])
         return NULL;
@@ -352,18 +357,22 @@ static const struct st_iteration *unheld_iteration(const struct state *s, const 
     if (!cur || cur->state == ST_ITER_GC || state_iteration_clients(s, cur->id) > 0 ||
         state_save_running(s, cur->id))
         return NULL;
+    if (r && r->id && cur->resume_id == r->id)
+        return NULL;
     return cur;
 }
 
-bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name)
+bool plan_job_resume_collects(const struct state *s, const char *dataset_id, const char *job_name,
+                              const struct plan_resume *r)
 {
-    return unheld_iteration(s, dataset_id, job_name) != NULL;
+    return unheld_iteration(s, dataset_id, job_name, r) != NULL;
 }
 
 int plan_job_resume_fresh(const struct state *s, const char *dataset_id, const char *job_name,
-                          struct st_update_list *out, char *err, size_t errlen)
+                          const struct plan_resume *r, struct st_update_list *out, char *err,
+                          size_t errlen)
 {
-    const struct st_iteration *cur = unheld_iteration(s, dataset_id, job_name);
+    const struct st_iteration *cur = unheld_iteration(s, dataset_id, job_name, r);
     return cur ? plan_gc_iteration(s, cur->id, out, err, errlen) : 0;
 }
 

@@ -223,6 +223,7 @@ static int apply_iteration_created(struct state *s, const struct st_update *u)
     it->plan = plan;
     it->split_total = u->distributed ? split_plan_total(&plan) : 0;
     it->key = u->key;
+    it->resume_id = u->resume_id;
     /* A restored read starts past the splits its reader had: the cursor at start, the gaps
      * below it in the pool (checked above: increasing, below start). */
     it->split_cursor = u->start;

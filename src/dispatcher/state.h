@@ -163,6 +163,10 @@ struct st_iteration {
     /* Why the iteration failed (malloc'd), or NULL: a task's pipeline failed (ITERATION_FAILED).
      * A failed iteration gets no new tasks, its readers get this message instead of more
      * elements, and it is garbage-collected like any other once no client holds it. */
+    /* A restored iteration: the digest of the checkpoint it was restored from (the reader's
+     * resume_id), which tells a reader restoring the same checkpoint (a late member of a group
+     * restoring one merged position) from one restoring another; 0 otherwise. */
+    uint64_t resume_id;
     char *error;
 };
 
@@ -355,7 +359,8 @@ const char *st_update_name(enum st_update_type type);
  *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan,
  *                       key (the shell sets it after planning: planning draws no randomness);
  *                       restored from a checkpoint: start = the split cursor, seqs = the pool
- *                       (every split below start not in seqs is finished)
+ *                       (every split below start not in seqs is finished), resume_id = the
+ *                       checkpoint's digest (0: unknown)
  *   TASK_CREATED        id = task, ref = iteration, ref2 = worker
  *   TASK_FINISHED       id = task
  *   TASK_REMOVED        id = task, ref = its iteration (informational)
@@ -424,6 +429,7 @@ struct st_update {
     uint64_t start;            /* ITERATION_CREATED: the split cursor (a restored read) */
     int target_workers;        /* JOB_CREATED: enum sluice_target_workers */
     char host_id[ST_HOST_MAX]; /* WORKER_REGISTERED, CLIENT_ACQUIRED */
+    uint64_t resume_id;        /* ITERATION_CREATED: a restored read's checkpoint digest */
     double *weights;           /* MIX_WEIGHTS (owned) */
     size_t nweights;
 };

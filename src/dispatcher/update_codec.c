@@ -128,6 +128,7 @@ int update_codec_encode(const struct st_update *u, uint8_t **out, size_t *len)
     }
     m.n_weights = u->nweights;
     m.weights = u->weights;
+    m.resume_id = u->resume_id;
     size_t n = sluice__update__get_packed_size(&m);
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
@@ -196,6 +197,7 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
     u->split_size = m->split_size;
     u->distributed = m->distributed;
     u->start = m->start;
+    u->resume_id = m->resume_id;
     if (m->key.len == ST_KEY_LEN) {
         u->key.set = true;
         memcpy(u->key.b, m->key.data, ST_KEY_LEN);
@@ -434,6 +436,7 @@ static bool take_iterations(struct update_codec_snapshot *c, const struct state 
         }
         its[i].split_total = it->split_total;
         its[i].split_cursor = it->split_cursor;
+        its[i].resume_id = it->resume_id;
         its[i].n_pool = it->pool.n;
         its[i].splits_finished = it->splits_finished;
         its[i].splits_leased = it->splits_leased;
@@ -800,6 +803,7 @@ static int decode_iterations(const Sluice__Snapshot *m, struct state *s, char *e
             return NOMEM();
         row->split_total = it->split_total;
         row->split_cursor = it->split_cursor;
+        row->resume_id = it->resume_id;
         row->splits_finished = it->splits_finished;
         row->splits_leased = it->splits_leased;
         if (it->error[0]) {

@@ -16,6 +16,7 @@
  *     dispatcher named, a restored reader keeps to the schedule, and a deterministic read restored
  *     from before a change replays it identically;
  *   - the weights schedule survives a fault-tolerant dispatcher's kill and restart mid-read;
+ *   - a local repeat(2) over a mix, named and anonymous: sluice run's sequence twice;
  *   - stop_on_empty both ways and a finite choice pipeline behave as in `sluice run`;
  *   - the errors: a mix's checkpoint for another dataset, a checkpoint of a read with operations
  *     in the reader, coordinated reads. */
@@ -466,6 +467,35 @@ static void test_merge_shared(void **state)
     sluice_client_close(client);
 }
 
+/* A local repeat over a mix: each pass is a mix read of its own, a named job's next repetition of
+ * every input's job (a named job) or new jobs (anonymous); deterministic, each pass is sluice
+ * run's sequence. */
+static void test_local_repeat(void **state)
+{
+    struct cluster *c = *state;
+    const char *pipeline = "sample_from_datasets([(range(300)), (range(1000, 1100))], [3, 1], 2)";
+    char *once = run_local(pipeline);
+    size_t n = strlen(once);
+    char *want = malloc(2 * n + 1);
+    assert_non_null(want);
+    memcpy(want, once, n);
+    memcpy(want + n, once, n + 1);
+    for (int named = 0; named < 2; named++) {
+        char *out = named ? cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch",
+                                        "--deterministic", "--job-name", "repeated-mix", "--local",
+                                        "repeat(2)", NULL)
+                          : cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch",
+                                        "--deterministic", "--local", "repeat(2)", NULL);
+        if (strcmp(out, want) != 0)
+            fail_msg("%s: repeat(2) of the mix (%zu bytes) is not sluice run's twice (%zu)",
+                     named ? "named" : "anonymous", strlen(out), strlen(want));
+        free(out);
+    }
+    printf("    local repeat(2) over a mix, named and anonymous: sluice run's sequence twice\n");
+    free(once);
+    free(want);
+}
+
 static void test_stop_on_empty_and_choose(void **state)
 {
     struct cluster *c = *state;
@@ -763,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_parallel_epochs_copies),
         cmocka_unit_test(test_deterministic_any_scale),
         cmocka_unit_test(test_stop_on_empty_and_choose),
+        cmocka_unit_test(test_local_repeat),
         cmocka_unit_test(test_shared_job_exactly_once),
         cmocka_unit_test(test_resume_random_positions),
         cmocka_unit_test(test_cli_resume),

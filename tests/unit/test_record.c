@@ -167,6 +167,7 @@ static size_t sample_updates(struct st_update *u)
             /* A restored read: its cursor and the splits it re-issues first. */
             x->start = 7;
             seqs_set(&x->seqs, (const uint64_t[]){2, 5}, 2);
+            x->resume_id = 0x8badf00ddeadbeefull;
             break;
         case ST_WORKER_REGISTERED:
             snprintf(x->address, sizeof x->address, "worker-7.example:5051");
@@ -258,6 +259,7 @@ static void assert_updates_equal(const struct st_update *a, const struct st_upda
     assert_int_equal(a->seqs.n, b->seqs.n);
     if (a->seqs.n)
         assert_memory_equal(a->seqs.v, b->seqs.v, a->seqs.n * sizeof *a->seqs.v);
+    assert_true(a->resume_id == b->resume_id);
     assert_int_equal(a->nweights, b->nweights);
     if (a->nweights)
         assert_memory_equal(a->weights, b->weights, a->nweights * sizeof *a->weights);
