@@ -206,21 +206,30 @@ static int get_ranges(struct in *in, struct ranges *r, uint64_t limit, const cha
     return 0;
 }
 
-static int decode(struct in *in, struct checkpoint *c, char *err, size_t errlen)
+/* The head both formats share: version (want), flags, dataset id and job name. */
+static int get_head(struct in *in, uint64_t want, const char *what, uint32_t *flags, char *dataset,
+                    char *job, char *err, size_t errlen)
 {
-    uint64_t v, flags;
+    uint64_t v, f;
     if (!get_varint(in, &v))
         return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: no version");
-    if (v != CHECKPOINT_VERSION)
+    if (v != want)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "checkpoint: version %" PRIu64 ", this library reads version %d", v,
-                       CHECKPOINT_VERSION);
-    if (!get_varint(in, &flags) || flags > UINT32_MAX)
+                       "%s: version %" PRIu64 ", this library reads version %" PRIu64, what, v,
+                       want);
+    if (!get_varint(in, &f) || f > UINT32_MAX)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: bad flags");
-    c->flags = (uint32_t)flags;
-    int rc = get_string(in, c->dataset_id, sizeof c->dataset_id, "dataset id", err, errlen);
+    *flags = (uint32_t)f;
+    int rc = get_string(in, dataset, CHECKPOINT_NAME_MAX, "dataset id", err, errlen);
     if (rc == 0)
-        rc = get_string(in, c->job_name, sizeof c->job_name, "job name", err, errlen);
+        rc = get_string(in, job, CHECKPOINT_NAME_MAX, "job name", err, errlen);
+    return rc;
+}
+
+static int decode(struct in *in, struct checkpoint *c, char *err, size_t errlen)
+{
+    int rc = get_head(in, CHECKPOINT_VERSION, "checkpoint", &c->flags, c->dataset_id, c->job_name,
+                      err, errlen);
     if (rc)
         return rc;
     if (!get_le(in, 8, &c->def_hash) || !get_le(in, 8, &c->plan_hash) ||
@@ -391,19 +400,9 @@ int checkpoint_mix_encode(const struct checkpoint_mix *c, uint8_t **out, size_t 
 
 static int mix_decode(struct in *in, struct checkpoint_mix *c, char *err, size_t errlen)
 {
-    uint64_t v, flags, ended, n;
-    if (!get_varint(in, &v))
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: no version");
-    if (v != CHECKPOINT_MIX_VERSION)
-        return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "checkpoint of a mix: version %" PRIu64 ", this library reads version %d", v,
-                       CHECKPOINT_MIX_VERSION);
-    if (!get_varint(in, &flags) || flags > UINT32_MAX)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "checkpoint: bad flags");
-    c->flags = (uint32_t)flags;
-    int rc = get_string(in, c->dataset_id, sizeof c->dataset_id, "dataset id", err, errlen);
-    if (rc == 0)
-        rc = get_string(in, c->job_name, sizeof c->job_name, "job name", err, errlen);
+    uint64_t v, ended, n;
+    int rc = get_head(in, CHECKPOINT_MIX_VERSION, "checkpoint of a mix", &c->flags, c->dataset_id,
+                      c->job_name, err, errlen);
     if (rc)
         return rc;
     if (!get_le(in, 8, &c->def_hash) || !get_varint(in, &c->delivered) ||
