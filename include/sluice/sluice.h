@@ -570,6 +570,31 @@ int sluice_iterator_report(struct sluice_iterator *it);
 int sluice_checkpoint_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n,
                             uint8_t **out, size_t *out_len, char *err, size_t errlen);
 
+/* Keeps a position of this read (len bytes from sluice_iterator_save, taken after
+ * sluice_iterator_report) with the dispatcher as the reader's position at checkpoint step `step`,
+ * so that the job's position can be taken from the dispatcher (sluice_job_checkpoint) once, for
+ * all its consumers, even after they died. step: the trainer's own step number, the same in every
+ * consumer that checkpoints at that step (1 to 2^62); 0 takes the step after the one this reader
+ * kept last (1 first), which agrees across consumers that checkpoint together. A named
+ * distributed_epoch job only (SLUICE_ERR_UNSUPPORTED otherwise). The dispatcher keeps each
+ * consumer's last 4 steps, journaled; a later iteration of the job (a restore) starts afresh.
+ * Returns 0 once it is durable, or a negative code with err (the position itself stays valid).
+ * Call it from the thread that calls sluice_iterator_next(). */
+int sluice_iterator_keep(struct sluice_iterator *it, uint64_t step, const uint8_t *bytes,
+                         size_t len, char *err, size_t errlen);
+
+/* The position of the named job job_name at a checkpoint step: the merge of the positions its
+ * consumers kept (sluice_iterator_keep), each consumer's of the latest step at or below `step`;
+ * step 0 takes the latest step every consumer has reached. Restored in any number of readers of
+ * a new job (sluice_read_options.restore, all with one job_name; the first creates the job, the
+ * others join it), the epoch continues exactly once: every element no consumer had before the
+ * cut, each once. *out is malloc'd (free()); *cut (may be NULL) is the step taken.
+ * SLUICE_ERR_NOT_FOUND when nothing is kept for the job or a consumer kept no step at or below
+ * `step` (err names the steps kept). */
+int sluice_job_checkpoint(struct sluice_client *client, const char *job_name, uint64_t step,
+                          uint8_t **out, size_t *out_len, uint64_t *cut, char *err,
+                          size_t errlen);
+
 /* How far a read has come, for progress displays. */
 struct sluice_read_progress {
     uint64_t elements;     /* handed out so far (since the start of the epoch when restored) */

@@ -83,6 +83,7 @@ __all__ = [
     "WorkerServer",
     "distribute",
     "from_dataset_id",
+    "job_state",
     "register_dataset",
     "run",
     "save_snapshot",
@@ -777,6 +778,33 @@ def merge_positions(states):
     if not positions:
         raise ValueError(f"merge_positions(): states is empty: it must be {what}, at least one")
     return {"position": _sluice.merge_positions(positions)}
+
+
+def job_state(service, job_name, step=None, timeout=None, auth_token_file=None, tls_cert=None,
+              tls_key=None, tls_ca=None):
+    """The position of the shared job job_name, taken from the dispatcher: the merge of the
+    positions its consumers kept with their state_dict() calls, each consumer's of the latest
+    step at or below `step` (None: the latest step every consumer reached; a consumer's steps
+    count its state_dict() calls unless it passed state_dict(step=...)). Works after the
+    consumers died. Returns {"position": bytes, "step": the step taken}: load_state_dict() of a
+    Dataset read by any number of consumers of one new job continues the epoch exactly once
+    across them. NotFoundError when nothing is kept for the job or a consumer kept no step at or
+    below `step`."""
+    name = _text(job_name, "job_name")
+    if not name:
+        raise ValueError("job_state(): job_name is required")
+    if step is None:
+        at = 0
+    else:
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"job_state(): step must be an int, not {type(step).__name__}")
+        if not 0 < step <= 1 << 62:
+            raise ValueError(f"job_state(): step must be between 1 and 2**62 (None: the "
+                             f"latest), not {step}")
+        at = step
+    conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
+    pos, cut = conn.client().job_position(name, at)
+    return {"position": pos, "step": cut}
 
 
 def run(pipeline, plugins=None):

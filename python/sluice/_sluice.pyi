@@ -5,7 +5,7 @@ return (Iterator, Local) or wrap (Dispatcher, Worker, Client)."""
 
 import builtins
 from types import TracebackType
-from typing import Any, Dict, Optional, Sequence, Type, final
+from typing import Any, Dict, Optional, Sequence, Tuple, Type, final
 
 from . import _Counts, _Element, _StateDict
 
@@ -56,8 +56,8 @@ class Iterator:
         """The read's position after the last element returned, as bytes (distributed_epoch)."""
     def progress(self) -> _Counts:
         """{'elements', 'splits_done', 'splits_total', 'copies_cut'} of the read so far."""
-    def state_dict(self) -> _StateDict:
-        """{'position': save()}, picklable."""
+    def state_dict(self, step: Optional[int] = None) -> _StateDict:
+        """{'position': save()}, picklable; a named job's consumer keeps it as step `step`."""
     def load_state_dict(self, state: _StateDict, /) -> None:
         """Continues the read from a state_dict() (of this read or another process's)."""
     def close(self) -> None:
@@ -81,6 +81,7 @@ class Client:
     def __init__(self, *args: Any) -> None: ...
     def register(self, *args: Any) -> str: ...
     def status(self, dataset_id: Optional[str], /) -> str: ...
+    def job_position(self, job_name: str, step: int, /) -> Tuple[bytes, int]: ...
     def save_snapshot(self, dataset_id: str, path: str, /) -> Dict[str, Any]: ...
     def snapshot_status(self, path: str, /) -> Dict[str, Any]: ...
     def snapshot_wait(self, path: str, timeout_ms: int, /) -> Dict[str, Any]: ...

@@ -120,6 +120,27 @@ static PyObject *client_status(ClientObject *self, PyObject *args)
     return s;
 }
 
+/* (position bytes, step) of a named job (sluice_job_checkpoint). */
+static PyObject *client_job_position(ClientObject *self, PyObject *args)
+{
+    const char *job_name = NULL;
+    unsigned long long step = 0;
+    if (!PyArg_ParseTuple(args, "sK", &job_name, &step) || !client_ready(self))
+        return NULL;
+    uint8_t *b = NULL;
+    size_t n = 0;
+    uint64_t cut = 0;
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    PyThreadState *ts = PyEval_SaveThread();
+    int rc = sluice_job_checkpoint(self->c, job_name, step, &b, &n, &cut, err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (rc)
+        return pys_raise(rc, err);
+    PyObject *out = Py_BuildValue("(y#K)", (const char *)b, (Py_ssize_t)n, (unsigned long long)cut);
+    free(b);
+    return out;
+}
+
 /* A save's state as a dict (struct sluice_snapshot_status). */
 static PyObject *snapshot_dict(const struct sluice_snapshot_status *st)
 {
@@ -223,6 +244,8 @@ static PyMethodDef client_methods[] = {
     {"register", (PyCFunction)(void (*)(void))client_register, METH_VARARGS | METH_KEYWORDS,
      "register(pipeline, dataset_id=None, compression='auto', split_size=0, deterministic=False) "
      "-> dataset id"},
+    {"job_position", (PyCFunction)client_job_position, METH_VARARGS,
+     "job_position(job_name, step) -> (position bytes, step) (sluice_job_checkpoint)"},
     {"status", (PyCFunction)client_status, METH_VARARGS,
      "status(dataset_id=None) -> the status JSON text (one dataset's, with its whole pipeline)"},
     {"save_snapshot", (PyCFunction)client_save_snapshot, METH_VARARGS,
@@ -509,14 +532,19 @@ static PyObject *iterator_progress(IteratorObject *self, PyObject *unused)
                          (unsigned long long)p.copies_cut);
 }
 
-static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
+static PyObject *iterator_state_dict(IteratorObject *self, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = {"step", NULL};
+    unsigned long long step = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|K:state_dict", kwlist, &step))
+        return NULL;
     /* A checkpoint of a consumer of a shared job: the dispatcher hears first what it received
      * (sluice_iterator_report; a late answer leaves it to the next heartbeats, and is worth a
      * warning: a process that stops before those lets other readers get some of it again). */
+    int rrc = 0;
     if (self->it && !self->busy) {
         PyThreadState *ts = PyEval_SaveThread();
-        int rrc = sluice_iterator_report(self->it);
+        rrc = sluice_iterator_report(self->it);
         PyEval_RestoreThread(ts);
         if (rrc == SLUICE_ERR_TIMEOUT &&
             PyErr_WarnEx(PyExc_RuntimeWarning,
@@ -530,6 +558,28 @@ static PyObject *iterator_state_dict(IteratorObject *self, PyObject *unused)
     PyObject *pos = iterator_save(self, NULL);
     if (!pos)
         return NULL;
+    /* A named job's consumer keeps the position with the dispatcher too (sluice_iterator_keep),
+     * for the job's position (sluice.job_state); reads of a job of their own have none. Not
+     * while the dispatcher does not answer (warned above): the caller's checkpoint goes on. */
+    if (rrc == SLUICE_ERR_TIMEOUT)
+        return Py_BuildValue("{s:N}", "position", pos);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    PyThreadState *ts = PyEval_SaveThread();
+    int krc = sluice_iterator_keep(self->it, step, (const uint8_t *)PyBytes_AS_STRING(pos),
+                                   (size_t)PyBytes_GET_SIZE(pos), err, sizeof err);
+    PyEval_RestoreThread(ts);
+    if (krc == SLUICE_ERR_INVALID && step) {
+        Py_DECREF(pos);
+        return pys_raise(krc, err);
+    }
+    if (krc < 0 && krc != SLUICE_ERR_UNSUPPORTED &&
+        PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "state_dict(): the dispatcher did not keep this position for the job's "
+                         "position (sluice.job_state): %s; the position is valid",
+                         err) < 0) {
+        Py_DECREF(pos);
+        return NULL;
+    }
     PyObject *d = Py_BuildValue("{s:N}", "position", pos);
     return d;
 }
@@ -576,9 +626,11 @@ static PyMethodDef iterator_methods[] = {
      "progress(): {'elements', 'splits_done', 'splits_total', 'copies_cut'} of the read so far "
      "(splits in distributed_epoch; splits_total 0 when unknown or endless; copies cut short by "
      "lost workers in parallel_epochs)."},
-    {"state_dict", (PyCFunction)iterator_state_dict, METH_NOARGS,
-     "state_dict(): {'position': save()}, picklable; first tells the dispatcher what the read "
-     "received (a consumer of a shared job checkpointing while the others go on)."},
+    {"state_dict", (PyCFunction)(void (*)(void))iterator_state_dict, METH_VARARGS | METH_KEYWORDS,
+     "state_dict(step=None): {'position': save()}, picklable; first tells the dispatcher what "
+     "the read received (a consumer of a shared job checkpointing while the others go on); a "
+     "named job's consumer also keeps the position with the dispatcher as its position at "
+     "checkpoint step `step` (default: one more than its last), for sluice.job_state()."},
     {"load_state_dict", (PyCFunction)iterator_load_state_dict, METH_O,
      "load_state_dict(state): continues the read from a state_dict() (of this read or another "
      "process's): the iterator is opened again from that position."},

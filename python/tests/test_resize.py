@@ -118,8 +118,13 @@ def test_resume_on_another_number_of_readers(cluster, before, after, det):
         takes = [rng.randrange(100, 1500) for _ in range(before)]
         pre, states = finish(readers(tmp, script, cluster.target, ds_id, f"a{tag}", takes, det,
                                      "-"), killed=True)
+        # The job's position from the dispatcher (each reader kept its own at step 1 and died)
+        # is the merge of what the readers saved.
+        kept = sluice.job_state(cluster.target, f"a{tag}")
+        assert kept["step"] == 1
+        assert kept["position"] == sluice.merge_positions(states)["position"]
         with open(os.path.join(tmp, "job.state"), "wb") as f:
-            pickle.dump(sluice.merge_positions(states), f)
+            pickle.dump({"position": kept["position"]}, f)
         post, _ = finish(readers(tmp, script, cluster.target, ds_id, f"b{tag}", [-1] * after,
                                  det, os.path.join(tmp, "job.state")), killed=False)
         check(pre, post)

@@ -204,6 +204,12 @@ static void print_update(uint64_t seq, const struct st_update *u)
                 printf("%s%.17g", i ? "," : "", u->weights[i]);
         }
         break;
+    case ST_JOB_POSITION:
+        printf(" job=");
+        print_quoted(u->name);
+        printf(" iteration=%" PRIu64 " consumer=%" PRIu64 " step=%" PRIu64 " bytes=%zu", u->ref,
+               u->id, u->start, u->def_len);
+        break;
     }
     putchar('\n');
 }
@@ -377,6 +383,13 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
             jset(o, "from", json_integer((json_int_t)u->ref));
             jset(o, "weights", w);
         }
+        break;
+    case ST_JOB_POSITION:
+        jset(o, "job", jstr(u->name));
+        jset(o, "iteration", json_integer((json_int_t)u->ref));
+        jset(o, "consumer", json_integer((json_int_t)u->id));
+        jset(o, "step", json_integer((json_int_t)u->start));
+        jset(o, "bytes", json_integer((json_int_t)u->def_len));
         break;
     }
     return o;

@@ -56,6 +56,8 @@ struct sluice_iterator {
     uint8_t *def; /* the dataset's definition as the dispatcher sent it (packed) */
     size_t def_len;
     uint64_t job_id, iteration_id, client_id;
+    /* The last step sluice_iterator_keep kept (its default is the next one). */
+    uint64_t kept_step;
     /* The capability for client_id at the dispatcher (src/common/cap.h), sent with heartbeats
      * and the release; each task's own, for its worker, is in the task set (tasks.h). Empty
      * (client_key_len 0) from a dispatcher whose iteration has no secret. */
@@ -236,10 +238,13 @@ static inline bool iter_interrupted(const struct sluice_iterator *it)
 }
 /* sluice_iterator_open(), for a repetition of a repeating read: also stops when *also is set
  * (NULL: no such flag); repetition is the named job's repetition to read
- * (GetOrCreateJobRequest.repetition; 0: its current one). */
+ * (GetOrCreateJobRequest.repetition; 0: its current one). resume_id: the digest a restored read
+ * names its checkpoint by (GetOrCreateJobRequest.resume_id; 0: that of o->restore); an input of
+ * a mix passes one of the whole mix's checkpoint, since an input's own position is the same
+ * across restores of a mix that drew nothing from it. */
 int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
-                   const atomic_int *also, uint64_t repetition, struct sluice_iterator **out,
-                   char *err, size_t errlen);
+                   const atomic_int *also, uint64_t repetition, uint64_t resume_id,
+                   struct sluice_iterator **out, char *err, size_t errlen);
 /* Makes a reader blocked in (or about to call) next() return with "iterator closed", also the
  * current repetition's of a repeating read. Any thread but the loop's. */
 void iter_reader_stop(struct sluice_iterator *it);
@@ -301,6 +306,9 @@ int iter_mix_save(struct sluice_iterator *it, uint8_t **bytes, size_t *len, char
 int iter_mix_waiting(struct sluice_iterator *it, char *buf, size_t len);
 void iter_mix_progress(const struct sluice_iterator *it, struct sluice_read_progress *out);
 int iter_mix_report(struct sluice_iterator *it);
+/* The read of the mix's first input (it keeps the mix's positions with the dispatcher), or NULL
+ * before it opened. */
+struct sluice_iterator *iter_mix_first(struct sluice_iterator *it);
 /* sluice_checkpoint_merge of the checkpoints of a mix's readers (the first is one). */
 int iter_mix_merge(const uint8_t *const *ckpts, const size_t *lens, size_t n, uint8_t **out,
                    size_t *out_len, char *err, size_t errlen);

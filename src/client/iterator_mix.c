@@ -281,7 +281,14 @@ int iter_mix_open(struct sluice_iterator *it, const struct pipe_spec *spec,
         ko.restore = restore ? restore->read[i] : NULL;
         ko.restore_len = restore ? restore->read_len[i] : 0;
         char msg[SLUICE_ERRMSG_SIZE];
-        rc = iter_open_read(it->c, &ko, flag, repetition, &k->read, msg, sizeof msg);
+        /* Restores of the same mix position share the inputs' iterations; an input's own
+         * position alone would also match a later position of the mix that drew nothing from
+         * it, whose reader held and dropped some of that input's elements. */
+        uint64_t rid = restore ? (checkpoint_def_hash(o->restore, o->restore_len) +
+                                  0x9e3779b97f4a7c15u * (i + 1)) |
+                                     1
+                               : 0;
+        rc = iter_open_read(it->c, &ko, flag, repetition, rid, &k->read, msg, sizeof msg);
         if (rc) {
             if (i < src->ninputs)
                 err_set(err, errlen, rc, "input %zu: %s", i, msg);
@@ -549,4 +556,10 @@ out:
     free(parts);
     free(part_lens);
     return rc;
+}
+
+struct sluice_iterator *iter_mix_first(struct sluice_iterator *it)
+{
+    struct iter_mix *m = it->mix;
+    return m && m->nkids ? m->kids[0].read : NULL;
 }

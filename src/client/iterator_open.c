@@ -266,12 +266,12 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
 int sluice_iterator_open(struct sluice_client *c, const struct sluice_read_options *o,
                          struct sluice_iterator **out, char *err, size_t errlen)
 {
-    return iter_open_read(c, o, NULL, 0, out, err, errlen);
+    return iter_open_read(c, o, NULL, 0, 0, out, err, errlen);
 }
 
 int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
-                   const atomic_int *also, uint64_t repetition, struct sluice_iterator **out,
-                   char *err, size_t errlen)
+                   const atomic_int *also, uint64_t repetition, uint64_t resume_id,
+                   struct sluice_iterator **out, char *err, size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -491,7 +491,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         req.resume_done = bounds;
         req.resume_plan = ck.plan_hash;
         /* Readers restoring the same checkpoint share an iteration (plan_job_resume_fresh). */
-        req.resume_id = checkpoint_def_hash(o->restore, o->restore_len) | 1;
+        req.resume_id = resume_id ? resume_id : checkpoint_def_hash(o->restore, o->restore_len) | 1;
         if ((rc = restore_seed(it, &ck)) < 0) {
             free(bounds);
             err_set(err, errlen, rc, "%s", sluice_strerror(rc));

@@ -73,7 +73,8 @@ static int open_stream(struct sluice_iterator *it, char *err, size_t errlen)
     if (iter_interrupted(it))
         return err_set(err, errlen, SLUICE_ERR_CANCELLED, "interrupted");
     struct sluice_iterator *s;
-    int rc = iter_open_read(it->c, &it->rep_opts, &it->interrupted, it->rep_want, &s, err, errlen);
+    int rc =
+        iter_open_read(it->c, &it->rep_opts, &it->interrupted, it->rep_want, 0, &s, err, errlen);
     if (rc)
         return rc;
     /* A named job's next pass is the repetition after the one this pass reads (an anonymous

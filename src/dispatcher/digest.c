@@ -175,5 +175,23 @@ uint64_t state_digest(const struct state *s)
             }
         }
     }
+    /* The same for kept job positions, in their order (which row goes first matters). */
+    if (s->njobpos)
+        fnv_u64(&f, s->njobpos);
+    for (size_t i = 0; i < s->njobpos; i++) {
+        const struct st_jobpos *r = &s->jobpos[i];
+        fnv_str(&f, r->job_name);
+        fnv_u64(&f, r->generation);
+        fnv_u64(&f, r->nconsumers);
+        for (size_t c = 0; c < r->nconsumers; c++) {
+            fnv_u64(&f, r->consumers[c].client_id);
+            fnv_u64(&f, r->consumers[c].nreports);
+            for (size_t k = 0; k < r->consumers[c].nreports; k++) {
+                fnv_u64(&f, r->consumers[c].reports[k].step);
+                fnv_u64(&f, r->consumers[c].reports[k].len);
+                fnv_bytes(&f, r->consumers[c].reports[k].bytes, r->consumers[c].reports[k].len);
+            }
+        }
+    }
     return f.h;
 }

@@ -6,11 +6,8 @@
 #include "common/cap.h"
 #include "common/fnv.h"
 
-/* Whether a request presenting key (len bytes) may act for client cl: its iteration has no
- * secret (created before secrets existed: not checked), or key is the client's capability.
- * Otherwise writes the refusal into err and returns false. */
-static bool client_key_ok(const struct dispatcher *d, const struct st_client *cl,
-                          const uint8_t *key, size_t len, char *err, size_t errlen)
+bool dispatcher_client_key_ok(const struct dispatcher *d, const struct st_client *cl,
+                              const uint8_t *key, size_t len, char *err, size_t errlen)
 {
     const struct st_iteration *it = state_iteration(&d->st, cl->iteration_id);
     if (!it || !it->key.set || cap_client_ok(it->key.b, cl->id, key, len))
@@ -357,7 +354,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
         return;
     }
-    if (!client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+    if (!dispatcher_client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused a heartbeat for client %" PRIu64 ": wrong client key",
                        req->client_id);
@@ -442,7 +439,7 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
     char err[SLUICE_ERRMSG_SIZE];
     const Sluice__ReleaseClientRequest *req = env->release_client;
     const struct st_client *cl = state_client(&d->st, req->client_id);
-    if (cl && !client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+    if (cl && !dispatcher_client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused to release client %" PRIu64 ": wrong client key", req->client_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);

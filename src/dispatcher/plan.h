@@ -212,6 +212,36 @@ int plan_mix_set_weights(const struct state *s, const char *dataset_id, const ch
                          size_t ninputs, const double *weights, size_t n, uint64_t at,
                          struct st_update_list *out, uint64_t *from, char *err, size_t errlen);
 
+/* ---- job positions (struct st_jobpos; plan_positions.c) ---- */
+
+/* A consumer keeps its position at a checkpoint step (ReportPositionRequest): appends
+ * JOB_POSITION after the checks. client_id: an existing client (the shell checked its key);
+ * job_name: the name of the client's job, or that of a mix whose input the client reads (the
+ * job "NAME.input0" keeps under NAME). SLUICE_ERR_INVALID for a name that is not the client's,
+ * an anonymous job, a step out of range or older than every step the consumer has kept, bytes
+ * that are not a position, or a report for an iteration older than the row's;
+ * SLUICE_ERR_LIMIT past ST_JOBPOS_CONSUMERS_MAX consumers, ST_JOBPOS_BYTES_MAX bytes or
+ * ST_JOBPOS_TOTAL_MAX in all. */
+int plan_jobpos_report(const struct state *s, uint64_t client_id, const char *job_name,
+                       uint64_t step, const uint8_t *pos, size_t len, struct st_update_list *out,
+                       char *err, size_t errlen);
+
+/* One consumer's part of a job position: its report of the largest step at or below the cut. */
+struct plan_jobpos_pick {
+    uint64_t client_id, step;
+    const uint8_t *bytes; /* the state's */
+    size_t len;
+};
+
+/* The reports that make job_name's position at step (0: the latest step every consumer of the
+ * row has reached, its lowest last step): for each consumer, its report of the largest step at
+ * or below it, into picks (room for ST_JOBPOS_CONSUMERS_MAX), *npicks, *cut (the step) and
+ * *generation (the iteration they read). SLUICE_ERR_NOT_FOUND when no position is kept for the
+ * job or a consumer kept none at or below the step (the message names the steps kept). */
+int plan_jobpos_cut(const struct state *s, const char *job_name, uint64_t step,
+                    struct plan_jobpos_pick *picks, size_t *npicks, uint64_t *cut,
+                    uint64_t *generation, char *err, size_t errlen);
+
 /* Garbage-collects an iteration: removes its tasks (their leases are dropped) and marks it
  * collected (see struct state for what is deleted). An iteration with clients, one a running
  * save writes, or one already collected, is SLUICE_ERR_INVALID; an unknown one

@@ -160,6 +160,12 @@ static int describe_update(const struct st_update *u, char *buf, size_t len)
         snprintf(buf, len, "job '%s' of mix '%s': %zu weights from position %" PRIu64, u->name,
                  u->name2, u->nweights, u->ref);
         return LOG_INFO;
+    case ST_JOB_POSITION:
+        snprintf(buf, len,
+                 "job '%s': consumer %" PRIu64 " kept its position at step %" PRIu64
+                 " (%zu bytes, iteration %" PRIu64 ")",
+                 u->name, u->id, u->start, u->def_len, u->ref);
+        return LOG_DEBUG;
     case ST_ROUNDS_SCHEDULED: {
         char tasks[256];
         size_t n = 0;
@@ -642,6 +648,12 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
         break;
     case SLUICE__ENVELOPE__BODY_GET_MIX_SCHEDULE:
         dispatcher_on_get_mix_schedule(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_REPORT_POSITION:
+        dispatcher_on_report_position(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_JOB_POSITION:
+        dispatcher_on_get_job_position(d, conn, env);
         break;
     default: {
         char msg[SLUICE_ERRMSG_SIZE];

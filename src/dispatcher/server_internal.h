@@ -266,6 +266,15 @@ void dispatcher_jobs_cancel(struct dispatcher *d);
 /* handlers_mixes.c */
 void dispatcher_on_set_mix_weights(struct dispatcher *d, struct rpc_conn *conn,
                                    const Sluice__Envelope *env);
+void dispatcher_on_report_position(struct dispatcher *d, struct rpc_conn *conn,
+                                   const Sluice__Envelope *env);
+void dispatcher_on_get_job_position(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
+/* Whether a request presenting key (len bytes) may act for client cl: its iteration has no
+ * secret (created before secrets existed: not checked), or key is the client's capability.
+ * Otherwise writes the refusal into err and returns false. */
+bool dispatcher_client_key_ok(const struct dispatcher *d, const struct st_client *cl,
+                              const uint8_t *key, size_t len, char *err, size_t errlen);
 void dispatcher_on_get_mix_schedule(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env);
 

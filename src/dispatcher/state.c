@@ -52,6 +52,14 @@ static void iteration_release(struct st_iteration *it)
     epochs_release(it);
 }
 
+static void jobpos_release(struct st_jobpos *r)
+{
+    for (size_t i = 0; i < r->nconsumers; i++)
+        for (size_t k = 0; k < r->consumers[i].nreports; k++)
+            free(r->consumers[i].reports[k].bytes);
+    free(r->consumers);
+}
+
 void state_release(struct state *s)
 {
     for (size_t i = 0; i < s->ndatasets; i++) {
@@ -70,6 +78,9 @@ void state_release(struct state *s)
         free(s->mixes[i].changes);
     }
     free(s->mixes);
+    for (size_t i = 0; i < s->njobpos; i++)
+        jobpos_release(&s->jobpos[i]);
+    free(s->jobpos);
     for (size_t i = 0; i < s->nsaves; i++) {
         free(s->saves[i].path);
         free(s->saves[i].error);
@@ -813,6 +824,112 @@ static int apply_mix_weights(struct state *s, const struct st_update *u)
     return 0;
 }
 
+static void jobpos_clear(struct state *s, struct st_jobpos *r)
+{
+    for (size_t i = 0; i < r->nconsumers; i++)
+        for (size_t k = 0; k < r->consumers[i].nreports; k++) {
+            s->jobpos_bytes -= r->consumers[i].reports[k].len;
+            free(r->consumers[i].reports[k].bytes);
+        }
+    free(r->consumers);
+    r->consumers = NULL;
+    r->nconsumers = 0;
+}
+
+static int apply_job_position(struct state *s, const struct st_update *u)
+{
+    if (!u->name[0] || !str_fits(u->name, ST_ID_MAX) || u->start == 0 ||
+        u->start > ST_JOBPOS_STEP_MAX || !u->def || u->def_len == 0 ||
+        u->def_len > ST_JOBPOS_BYTES_MAX)
+        return CORRUPT;
+    size_t at = s->njobpos;
+    for (size_t i = 0; i < s->njobpos; i++)
+        if (strcmp(s->jobpos[i].job_name, u->name) == 0)
+            at = i;
+    struct st_jobpos *r = at < s->njobpos ? &s->jobpos[at] : NULL;
+    if (r && u->ref < r->generation)
+        return CORRUPT;
+    bool fresh = !r || u->ref > r->generation;
+    struct st_jobpos_consumer *c = NULL;
+    for (size_t i = 0; r && !fresh && i < r->nconsumers; i++)
+        if (r->consumers[i].client_id == u->id)
+            c = &r->consumers[i];
+    /* Everything that can fail first: the state stays as it was. */
+    uint8_t *b = malloc(u->def_len);
+    if (!b)
+        return SLUICE_ERR_NOMEM;
+    memcpy(b, u->def, u->def_len);
+    if (!c) {
+        size_t n = fresh ? 0 : r->nconsumers;
+        struct st_jobpos_consumer *v =
+            fresh ? malloc(sizeof *v) : realloc(r->consumers, (n + 1) * sizeof *v);
+        if (!v || (!r && state_grow((void **)&s->jobpos, &s->cap_jobpos, s->njobpos + 1,
+                                    sizeof *s->jobpos))) {
+            if (fresh)
+                free(v);
+            else if (v)
+                r->consumers = v;
+            free(b);
+            return SLUICE_ERR_NOMEM;
+        }
+        if (!r) {
+            if (s->njobpos >= ST_JOBPOS_MAX) {
+                jobpos_clear(s, &s->jobpos[0]);
+                memmove(&s->jobpos[0], &s->jobpos[1], (s->njobpos - 1) * sizeof *s->jobpos);
+                s->njobpos--;
+            }
+            r = &s->jobpos[s->njobpos++];
+            memset(r, 0, sizeof *r);
+            memcpy(r->job_name, u->name, strlen(u->name) + 1);
+            at = s->njobpos - 1;
+        } else if (fresh) {
+            jobpos_clear(s, r);
+        }
+        if (fresh) {
+            r->consumers = v;
+            r->nconsumers = 0;
+        } else {
+            r->consumers = v;
+        }
+        r->generation = u->ref;
+        c = &r->consumers[r->nconsumers++];
+        memset(c, 0, sizeof *c);
+        c->client_id = u->id;
+    }
+    /* The report of this step replaces the one kept, or joins in order of step. */
+    size_t k = 0;
+    while (k < c->nreports && c->reports[k].step < u->start)
+        k++;
+    if (k < c->nreports && c->reports[k].step == u->start) {
+        s->jobpos_bytes -= c->reports[k].len;
+        free(c->reports[k].bytes);
+    } else {
+        if (c->nreports == ST_JOBPOS_STEPS) {
+            if (k == 0) { /* older than every step kept: it would go at once */
+                free(b);
+                goto recent;
+            }
+            s->jobpos_bytes -= c->reports[0].len;
+            free(c->reports[0].bytes);
+            memmove(&c->reports[0], &c->reports[1], (c->nreports - 1) * sizeof c->reports[0]);
+            c->nreports--;
+            k--;
+        }
+        memmove(&c->reports[k + 1], &c->reports[k], (c->nreports - k) * sizeof c->reports[0]);
+        c->nreports++;
+    }
+    c->reports[k] = (struct st_jobpos_report){u->start, b, u->def_len};
+    s->jobpos_bytes += u->def_len;
+recent:
+    /* The row becomes the most recent. */
+    if (at + 1 < s->njobpos) {
+        struct st_jobpos tmp = s->jobpos[at];
+        memmove(&s->jobpos[at], &s->jobpos[at + 1], (s->njobpos - at - 1) * sizeof tmp);
+        s->jobpos[s->njobpos - 1] = tmp;
+    }
+    return 0;
+}
+
 int state_apply(struct state *s, const struct st_update *u)
 {
     /* Ids come from counters that state_apply() raises to id + 1: the last value would wrap
@@ -889,6 +1006,9 @@ int state_apply(struct state *s, const struct st_update *u)
         break;
     case ST_MIX_WEIGHTS:
         rc = apply_mix_weights(s, u);
+        break;
+    case ST_JOB_POSITION:
+        rc = apply_job_position(s, u);
         break;
     default:
         rc = CORRUPT;

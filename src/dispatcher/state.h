@@ -273,6 +273,42 @@ struct st_mix {
     size_t nchanges;
 };
 
+/* The positions the consumers of a named job kept with the dispatcher at their checkpoint steps
+ * (docs/snapshots.md "The job's position"), keyed by the job name: the readers of a mix NAME
+ * keep theirs under NAME, which has no job of its own. A row holds one iteration's consumers
+ * (generation: the id of the iteration they read; a report of a later one replaces the row, so a
+ * job restored and read again keeps only the new positions), each with its reports of the last
+ * ST_JOBPOS_STEPS steps. A job position is the merge of one report per consumer (plan.h,
+ * plan_jobpos_cut); the dispatcher keeps the bytes without reading them. Rows are in the order
+ * they were last reported to: beyond ST_JOBPOS_MAX the first goes. Bounded by the planner:
+ * consumers per row, bytes per report and in all. */
+#define ST_JOBPOS_MAX 256
+#define ST_JOBPOS_CONSUMERS_MAX 1024
+#define ST_JOBPOS_STEPS 4
+#define ST_JOBPOS_BYTES_MAX (256u << 10)
+#define ST_JOBPOS_TOTAL_MAX (32u << 20)
+/* Steps are 1 to this (0 means "not given" on the wire). */
+#define ST_JOBPOS_STEP_MAX (UINT64_C(1) << 62)
+
+struct st_jobpos_report {
+    uint64_t step;
+    uint8_t *bytes; /* malloc'd */
+    size_t len;
+};
+
+struct st_jobpos_consumer {
+    uint64_t client_id;
+    struct st_jobpos_report reports[ST_JOBPOS_STEPS]; /* by increasing step */
+    size_t nreports;
+};
+
+struct st_jobpos {
+    char job_name[ST_ID_MAX];
+    uint64_t generation;
+    struct st_jobpos_consumer *consumers; /* in the order they first reported */
+    size_t nconsumers;
+};
+
 /* One entry of an index of tasks: by worker (key = the task's worker, struct state.by_worker) or
  * by iteration (key = its iteration, struct state.by_iteration). */
 struct st_task_ref {
@@ -303,6 +339,9 @@ struct state {
     size_t nsaves, cap_saves;
     struct st_mix *mixes; /* in the order they were made */
     size_t nmixes, cap_mixes;
+    struct st_jobpos *jobpos; /* least recently reported first */
+    size_t njobpos, cap_jobpos;
+    uint64_t jobpos_bytes; /* the reports' bytes in all (derived) */
     /* Derived, not history: every task as (worker id, task id), sorted, so a worker's tasks are
      * found without a pass over all of them (the state has a task per worker per iteration).
      * Apply keeps it; a decoded snapshot builds it (state_reindex); snapshots and digests ignore
@@ -347,7 +386,8 @@ enum st_update_type {
     ST_SAVE_STARTED = 20,
     ST_SAVE_FINISHED = 21,
     ST_SAVE_FAILED = 22,
-    ST_MIX_WEIGHTS = 23
+    ST_MIX_WEIGHTS = 23,
+    ST_JOB_POSITION = 24
 };
 const char *st_update_name(enum st_update_type type);
 
@@ -403,7 +443,14 @@ const char *st_update_name(enum st_update_type type);
  *                       weights/nweights: a change from position ref (at or above the old horizon,
  *                       above the last change's from; 1 to ST_MIX_INPUTS_MAX finite weights >= 0,
  *                       not all 0), or none (nweights 0: the horizon alone); the row's horizon
- *                       becomes the larger of start and ref */
+ *                       becomes the larger of start and ref
+ *   JOB_POSITION        name = job name (not empty), ref = the iteration the consumer reads (at
+ *                       or above the row's generation; above: the row starts again), id = the
+ *                       consumer (its client id), start = step (1 to ST_JOBPOS_STEP_MAX),
+ *                       def/def_len = the position (1 to ST_JOBPOS_BYTES_MAX bytes): replaces
+ *                       the consumer's report of that step, or joins its reports (the lowest
+ *                       step goes beyond ST_JOBPOS_STEPS); the row becomes the most recent (a
+ *                       new row beyond ST_JOBPOS_MAX drops the least recent) */
 struct st_update {
     enum st_update_type type;
     uint64_t id;           /* the main id: dataset number, job, iteration, task, worker or client */
@@ -504,6 +551,8 @@ const struct st_save *state_save_running(const struct state *s, uint64_t iterati
 bool state_mix_weights_valid(const double *w, size_t n);
 /* The weights schedule of job_name's mix of dataset dataset_id, or NULL. */
 const struct st_mix *state_mix(const struct state *s, const char *dataset_id, const char *job_name);
+/* The positions kept for job_name, or NULL. */
+const struct st_jobpos *state_jobpos(const struct state *s, const char *job_name);
 
 /* Whether a request that claims to come from worker w may act for it: w registered without a
  * secret (an older journal), or key (key_len bytes) is its secret. */

@@ -54,6 +54,7 @@ static const char *const update_names[] = {
     [ST_SAVE_FINISHED] = "save_finished",
     [ST_SAVE_FAILED] = "save_failed",
     [ST_MIX_WEIGHTS] = "mix_weights",
+    [ST_JOB_POSITION] = "job_position",
 };
 
 const char *st_update_name(enum st_update_type type)
@@ -314,6 +315,14 @@ uint64_t state_splits_finished_below(const struct state *s, uint64_t iteration_i
     if (it->held.n > 0 && it->held_low < low)
         low = it->held_low;
     return low;
+}
+
+const struct st_jobpos *state_jobpos(const struct state *s, const char *job_name)
+{
+    for (size_t i = 0; i < s->njobpos; i++)
+        if (strcmp(s->jobpos[i].job_name, job_name) == 0)
+            return &s->jobpos[i];
+    return NULL;
 }
 
 const struct st_mix *state_mix(const struct state *s, const char *dataset_id, const char *job_name)

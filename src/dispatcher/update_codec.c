@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define UPDATE_TYPE_MAX ST_MIX_WEIGHTS
+#define UPDATE_TYPE_MAX ST_JOB_POSITION
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -591,6 +591,42 @@ static bool take_mixes(struct update_codec_snapshot *c, const struct state *s)
     return true;
 }
 
+static bool take_jobpos(struct update_codec_snapshot *c, const struct state *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->njobpos; i++)
+        for (size_t k = 0; k < s->jobpos[i].nconsumers; k++)
+            n += s->jobpos[i].consumers[k].nreports;
+    Sluice__SnapshotJobPosition *ps;
+    if (!arena_array(c, (void **)&ps, n, sizeof *ps) ||
+        !arena_array(c, (void **)&c->m.job_positions, n, sizeof *c->m.job_positions))
+        return false;
+    size_t at = 0;
+    for (size_t i = 0; i < s->njobpos; i++) {
+        const struct st_jobpos *r = &s->jobpos[i];
+        for (size_t k = 0; k < r->nconsumers; k++)
+            for (size_t j = 0; j < r->consumers[k].nreports; j++) {
+                const struct st_jobpos_report *rep = &r->consumers[k].reports[j];
+                Sluice__SnapshotJobPosition init = SLUICE__SNAPSHOT_JOB_POSITION__INIT;
+                ps[at] = init;
+                ps[at].job_name = arena_str(c, r->job_name);
+                ps[at].generation = r->generation;
+                ps[at].consumer = r->consumers[k].client_id;
+                ps[at].step = rep->step;
+                uint8_t *b = arena_alloc(c, rep->len);
+                if (!ps[at].job_name || !b)
+                    return false;
+                memcpy(b, rep->bytes, rep->len);
+                ps[at].position.data = b;
+                ps[at].position.len = rep->len;
+                c->m.job_positions[at] = &ps[at];
+                at++;
+            }
+    }
+    c->m.n_job_positions = n;
+    return true;
+}
+
 int update_codec_snapshot_take(const struct state *s, struct update_codec_snapshot **out)
 {
     struct update_codec_snapshot *c = calloc(1, sizeof *c);
@@ -606,7 +642,8 @@ int update_codec_snapshot_take(const struct state *s, struct update_codec_snapsh
     c->m.next_client_id = s->next_client_id;
     c->m.applied = s->applied;
     if (!take_datasets(c, s) || !take_jobs(c, s) || !take_iterations(c, s) || !take_tasks(c, s) ||
-        !take_workers_clients(c, s) || !take_saves(c, s) || !take_mixes(c, s)) {
+        !take_workers_clients(c, s) || !take_saves(c, s) || !take_mixes(c, s) ||
+        !take_jobpos(c, s)) {
         update_codec_snapshot_free(c);
         return SLUICE_ERR_NOMEM;
     }
@@ -1088,6 +1125,31 @@ static int decode_mixes(const Sluice__Snapshot *m, struct state *s, char *err, s
     return 0;
 }
 
+/* Kept job positions are checked as applying their updates checks them. */
+static int decode_jobpos(const Sluice__Snapshot *m, struct state *s, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < m->n_job_positions; i++) {
+        const Sluice__SnapshotJobPosition *p = m->job_positions[i];
+        if (!p || !p->job_name || !str_fits(p->job_name, ST_ID_MAX))
+            return CORRUPT("job position %zu is malformed", i);
+        struct st_update u;
+        memset(&u, 0, sizeof u);
+        u.type = ST_JOB_POSITION;
+        memcpy(u.name, p->job_name, strlen(p->job_name) + 1);
+        u.ref = p->generation;
+        u.id = p->consumer;
+        u.start = p->step;
+        u.def = p->position.data;
+        u.def_len = p->position.len;
+        int rc = state_apply(s, &u);
+        if (rc == SLUICE_ERR_NOMEM)
+            return NOMEM();
+        if (rc < 0)
+            return CORRUPT("job position %zu (job '%s') is malformed", i, p->job_name);
+    }
+    return 0;
+}
+
 int update_codec_snapshot_decode(const uint8_t *data, size_t len, update_codec_def_lookup_cb lookup,
                                  void *user, struct state *out, char *err, size_t errlen)
 {
@@ -1122,7 +1184,7 @@ int update_codec_snapshot_decode(const uint8_t *data, size_t len, update_codec_d
         goto fail;
     /* Rebuilt by applying: that counts as applied updates, which the snapshot's count holds. */
     uint64_t applied = s.applied;
-    if ((rc = decode_mixes(m, &s, err, errlen)) < 0)
+    if ((rc = decode_mixes(m, &s, err, errlen)) < 0 || (rc = decode_jobpos(m, &s, err, errlen)) < 0)
         goto fail;
     s.applied = applied;
     if (state_reindex(&s) < 0) {
