@@ -588,9 +588,13 @@ int sluice_iterator_keep(struct sluice_iterator *it, uint64_t step, const uint8_
  * step 0 takes the latest step every consumer has reached. Restored in any number of readers of
  * a new job (sluice_read_options.restore, all with one job_name; the first creates the job, the
  * others join it), the epoch continues exactly once: every element no consumer had before the
- * cut, each once. *out is malloc'd (free()); *cut (may be NULL) is the step taken.
+ * cut, each once. step SLUICE_JOB_STEP_LATEST takes each consumer's latest position, for
+ * consumers that do not checkpoint in step (separate `sluice read` processes, each whose output
+ * up to its own last checkpoint is kept). *out is malloc'd (free()); *cut (may be NULL) is the
+ * step taken.
  * SLUICE_ERR_NOT_FOUND when nothing is kept for the job or a consumer kept no step at or below
  * `step` (err names the steps kept). */
+#define SLUICE_JOB_STEP_LATEST (UINT64_C(1) << 62)
 int sluice_job_checkpoint(struct sluice_client *client, const char *job_name, uint64_t step,
                           uint8_t **out, size_t *out_len, uint64_t *cut, char *err,
                           size_t errlen);

@@ -784,9 +784,10 @@ def job_state(service, job_name, step=None, timeout=None, auth_token_file=None, 
               tls_key=None, tls_ca=None):
     """The position of the shared job job_name, taken from the dispatcher: the merge of the
     positions its consumers kept with their state_dict() calls, each consumer's of the latest
-    step at or below `step` (None: the latest step every consumer reached; a consumer's steps
-    count its state_dict() calls unless it passed state_dict(step=...)). Works after the
-    consumers died. Returns {"position": bytes, "step": the step taken}: load_state_dict() of a
+    step at or below `step` (None: the latest step every consumer still reading has reached, for
+    trainers that checkpoint in step; "latest": each consumer's latest, for consumers that do
+    not; a consumer's steps count its state_dict() calls unless it passed state_dict(step=...)).
+    Works after the consumers died. Returns {"position": bytes, "step": the step taken}: load_state_dict() of a
     Dataset read by any number of consumers of one new job continues the epoch exactly once
     across them. NotFoundError when nothing is kept for the job or a consumer kept no step at or
     below `step`."""
@@ -795,12 +796,14 @@ def job_state(service, job_name, step=None, timeout=None, auth_token_file=None, 
         raise ValueError("job_state(): job_name is required")
     if step is None:
         at = 0
+    elif step == "latest":
+        at = 1 << 62
     else:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"job_state(): step must be an int, not {type(step).__name__}")
         if not 0 < step <= 1 << 62:
-            raise ValueError(f"job_state(): step must be between 1 and 2**62 (None: the "
-                             f"latest), not {step}")
+            raise ValueError(f"job_state(): step must be between 1 and 2**62, None or "
+                             f"'latest', not {step}")
         at = step
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
     pos, cut = conn.client().job_position(name, at)

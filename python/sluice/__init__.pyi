@@ -216,7 +216,7 @@ def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
 def merge_positions(states: Iterable[Mapping[str, bytes]]) -> _StateDict:
     """One state holding what several consumers of one shared job had together."""
 
-def job_state(service: _Service, job_name: str, step: Optional[int] = None,
+def job_state(service: _Service, job_name: str, step: Union[int, str, None] = None,
               timeout: Optional[float] = None, auth_token_file: Optional[str] = None,
               tls_cert: Optional[str] = None, tls_key: Optional[str] = None,
               tls_ca: Optional[str] = None) -> Dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 
 import sluice
 
-from conftest import Cluster, crc32c
+from conftest import BIN_DIR, Cluster, crc32c
 
 N = 20000
 PIPELINE = f"range({N}) | map(sleep_us, 10)"
@@ -351,3 +351,144 @@ def test_state_dict_warns_when_the_dispatcher_does_not_confirm(cluster):
         it.close()
     finally:
         c.stop()
+
+
+def _cli(*args):
+    return [str(BIN_DIR / "sluice"), *args]
+
+
+def _cut_to_checkpoint(out, ckpt):
+    """What a `sluice read --output OUT --checkpoint CKPT` killed -9 handed out for good: its
+    output up to the bytes its last checkpoint covers (a resumed read cuts the rest)."""
+    with open(ckpt, "rb") as f:
+        head = f.read(20)
+    assert head[:8] == b"SLREADCK"
+    covered = int.from_bytes(head[12:20], "little")
+    with open(out, "rb") as f:
+        return [int(x) for x in f.read()[:covered].split()]
+
+
+def test_cli_job_checkpoint_after_a_dispatcher_restart(cluster):
+    """Two `sluice read --job-name J --checkpoint` readers keep their positions with a
+    fault-tolerant dispatcher as they checkpoint; both are stopped (SIGTERM: a last checkpoint),
+    and the dispatcher is killed (-9) and restarts from its journal. `sluice job checkpoint` then takes the job's
+    position (kept through the restart), and three readers of a new job continue from copies of
+    it: with what the first two had covered, every element once."""
+    log_dir = tempfile.mkdtemp(prefix="sluice-jobckpt-", dir=cluster.log_dir)
+    c = Cluster(log_dir, ["--fault-tolerant", "--work-dir", os.path.join(log_dir, "work")])
+    try:
+        c.add_worker()
+        c.add_worker()
+        n = 6000
+        ds_id = sluice.register_dataset(c.target, f"range({n}) | map(sleep_us, 400)",
+                                        split_size=50)
+        addr = c.target[len("sluice://"):]
+        with tempfile.TemporaryDirectory(prefix="sluice-jobckpt-") as tmp:
+            pre = []
+            for i in range(2):
+                out, ck = os.path.join(tmp, f"a{i}.out"), os.path.join(tmp, f"a{i}.ck")
+                pre.append((out, ck, subprocess.Popen(
+                    _cli("read", "--dispatcher", addr, "--dataset-id", ds_id, "--job-name",
+                         "cli-a", "--output", out, "--checkpoint", ck, "--checkpoint-every",
+                         "150", "--quiet"), stderr=subprocess.PIPE, text=True)))
+            # Both have checkpointed a few times (3 or more steps kept each).
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                st = sluice.status(c.target)
+                done = sum(os.path.exists(ck) for _, ck, _ in pre)
+                if done == 2 and all(os.path.getsize(o) > 0 for o, _, _ in pre):
+                    sizes = [os.path.getsize(o) for o, _, _ in pre]
+                    if min(sizes) > 4 * 150 * 5:
+                        break
+                time.sleep(0.2)
+            for _, _, p in pre:
+                p.terminate()
+                p.wait(timeout=30)
+            c.restart_dispatcher()
+            had = [x for out, ck, _ in pre for x in _cut_to_checkpoint(out, ck)]
+            job = os.path.join(tmp, "job.ck")
+            r = subprocess.run(_cli("job", "checkpoint", "--dispatcher", addr, "--job", "cli-a",
+                                    "--step", "latest", "--output", job),
+                               capture_output=True, text=True,
+                               timeout=60)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.startswith("job cli-a: position at step "), r.stdout
+            post = []
+            for i in range(3):
+                ck = os.path.join(tmp, f"b{i}.ck")
+                with open(job, "rb") as f, open(ck, "wb") as g:
+                    g.write(f.read())
+                out = os.path.join(tmp, f"b{i}.out")
+                post.append((out, subprocess.Popen(
+                    _cli("read", "--dispatcher", addr, "--job-name", "cli-b", "--output", out,
+                         "--checkpoint", ck, "--quiet"), stderr=subprocess.PIPE, text=True)))
+            for out, p in post:
+                _, err = p.communicate(timeout=120)
+                assert p.returncode == 0, err
+            got = had + [int(x) for out, _ in post for x in open(out).read().split()]
+            seen = collections.Counter(got)
+            dups = sorted(x for x, k in seen.items() if k > 1)
+            assert sorted(seen) == list(range(n)) and not dups, (
+                f"{len(got)} elements: {n - len(seen)} missing, {len(dups)} duplicated "
+                f"{dups[:20]}")
+    finally:
+        c.stop()
+
+
+def test_job_state_steps(cluster):
+    """Steps: each state_dict() keeps the reader's position at its next step (or the step
+    given); job_state() takes the latest step every reader still reading has reached, or the
+    one asked for, merging each reader's latest at or below it; a reader that left stops
+    holding the cut back; errors name what is kept."""
+    ds_id = sluice.register_dataset(cluster.target, "range(5000) | map(sleep_us, 20)",
+                                    split_size=50)
+    mk = lambda: iter(sluice.from_dataset_id("distributed_epoch", cluster.target, ds_id,  # noqa
+                                             job_name="steps-j", element_timeout=60))
+    a, b = mk(), mk()
+    sa, sb = {}, {}
+    for step in range(1, 7):
+        for _ in range(20):
+            next(a)
+            next(b)
+        sa[step] = a.state_dict()
+        if step <= 4:
+            sb[step] = b.state_dict()
+    # b is at step 4: the cut is 4, a's position of step 4 with b's.
+    kept = sluice.job_state(cluster.target, "steps-j")
+    assert kept["step"] == 4
+    assert kept["position"] == sluice.merge_positions([sa[4], sb[4]])["position"]
+    assert sluice.job_state(cluster.target, "steps-j", step=3)["position"] == \
+        sluice.merge_positions([sa[3], sb[3]])["position"]
+    # Steps 1 and 2 of a are no longer kept (its last 4 are 3 to 6).
+    with pytest.raises(sluice.NotFoundError, match=r"steps 3 to 6"):
+        sluice.job_state(cluster.target, "steps-j", step=2)
+    # An explicit step: b jumps to 10; a step older than every step kept is refused.
+    sb[10] = b.state_dict(step=10)
+    with pytest.raises(sluice.InvalidArgumentError, match=r"older than every step"):
+        a.state_dict(step=1)
+    assert sluice.job_state(cluster.target, "steps-j")["step"] == 6
+    assert sluice.job_state(cluster.target, "steps-j", step=8)["position"] == \
+        sluice.merge_positions([sa[6], sb[4]])["position"]
+    # Each one's latest.
+    assert sluice.job_state(cluster.target, "steps-j", step="latest")["position"] == \
+        sluice.merge_positions([sa[6], sb[10]])["position"]
+    # a leaves: the cut is b's latest.
+    a.close()
+    deadline = time.monotonic() + WAIT_S
+    while sluice.job_state(cluster.target, "steps-j")["step"] != 10:
+        assert time.monotonic() < deadline, "a's leaving never moved the cut"
+        time.sleep(0.1)
+    assert sluice.job_state(cluster.target, "steps-j")["position"] == \
+        sluice.merge_positions([sa[6], sb[10]])["position"]
+    b.close()
+    with pytest.raises(sluice.NotFoundError, match=r"no position is kept for job 'nope'"):
+        sluice.job_state(cluster.target, "nope")
+    with pytest.raises(ValueError):
+        sluice.job_state(cluster.target, "steps-j", step=0)
+    # A job of its own keeps nothing, and state_dict() does not complain.
+    it = iter(sluice.from_dataset_id("distributed_epoch", cluster.target, ds_id))
+    next(it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        it.state_dict()
+    it.close()

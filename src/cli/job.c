@@ -1,8 +1,13 @@
 /* sluice job set-weights (docs/pipelines.md "Mixing datasets"): changes the weights of the mix
  * a named distributed_epoch job reads, for every reader of the job from one output position on.
  * The weights are checked here before any dispatcher is asked; the dispatcher checks their count
- * against the mix's inputs and the position, journals the change and answers where it applies. */
+ * against the mix's inputs and the position, journals the change and answers where it applies.
+ *
+ * sluice job checkpoint (docs/snapshots.md "The job's position"): takes a named job's position
+ * from the dispatcher (sluice_job_checkpoint) into a checkpoint file `sluice read --checkpoint`
+ * restores. */
 #include "cli.h"
+#include "read_checkpoint.h"
 #include "wait.h"
 
 #include "client/mixweights.h"
@@ -22,6 +27,8 @@
 static const char job_usage[] =
     "usage: sluice job set-weights --dispatcher H:P --job NAME [--dataset-id ID] [--at N]\n"
     "                              [--timeout-ms N] [security options] W1,W2,...\n"
+    "       sluice job checkpoint --dispatcher H:P --job NAME [--step N] --output FILE\n"
+    "                             [--timeout-ms N] [security options]\n"
     "\n"
     "set-weights: changes the weights of the sample_from_datasets read as the distributed_epoch\n"
     "job NAME: every reader of the job draws with W1,W2,... (one per input of the mix, each a\n"
@@ -39,11 +46,29 @@ static const char job_usage[] =
     "                    have passed.\n"
     "  --timeout-ms N    give up after N ms waiting for the dispatcher; exit 1. Default 0: no\n"
     "                    limit.\n" CLI_SECURITY_USAGE "\n"
-    "example: sluice job set-weights --dispatcher 127.0.0.1:5050 --job train 0.5,0.3,0.2\n";
+    "checkpoint: writes the position of the shared distributed_epoch job NAME to FILE: the\n"
+    "merge of the positions its readers kept with the dispatcher at their checkpoints (each\n"
+    "`sluice read --job-name NAME --checkpoint F` keeps one at every checkpoint it writes, a\n"
+    "Python reader at every state_dict()), each reader's of the latest step at or below the cut.\n"
+    "Works after the readers died. Each of any number of readers of one new job continues from\n"
+    "a copy of FILE (`sluice read --job-name NEW --checkpoint COPY`): together they read every\n"
+    "element no reader had before the cut, each once. Prints 'job NAME: position at step N of\n"
+    "K bytes written to FILE'. Nothing kept for NAME exits 1.\n"
+    "\n"
+    "  --step N|latest   the cut: each reader's latest step at or below N. Default: the latest\n"
+    "                    step every reader still reading has reached (a reader's steps count its\n"
+    "                    checkpoints), for trainers that checkpoint in step; 'latest': each\n"
+    "                    reader's latest, for readers that each keep their own output (as\n"
+    "                    separate `sluice read` processes do).\n"
+    "  --output FILE     where the checkpoint goes (replaced atomically)\n"
+    "\n"
+    "examples: sluice job set-weights --dispatcher 127.0.0.1:5050 --job train 0.5,0.3,0.2\n"
+    "          sluice job checkpoint --dispatcher 127.0.0.1:5050 --job train --output job.ckpt\n";
 
 struct job_args {
-    const char *dispatcher, *job_name, *dataset_id, *weights;
-    unsigned long long at, timeout_ms;
+    bool checkpoint; /* the checkpoint command (else set-weights) */
+    const char *dispatcher, *job_name, *dataset_id, *weights, *output;
+    unsigned long long at, step, timeout_ms;
     struct sluice_security_options security;
 };
 
@@ -60,11 +85,17 @@ static int parse(int argc, char **argv, struct job_args *a)
             a->dispatcher = argv[++i];
         } else if (strcmp(s, "--job") == 0 && i + 1 < argc) {
             a->job_name = argv[++i];
-        } else if (strcmp(s, "--dataset-id") == 0 && i + 1 < argc) {
+        } else if (strcmp(s, "--dataset-id") == 0 && i + 1 < argc && !a->checkpoint) {
             a->dataset_id = argv[++i];
-        } else if (strcmp(s, "--at") == 0 && i + 1 < argc) {
-            if (cli_parse_u64(argv[++i], &a->at) != 0 || a->at == 0) {
-                cli_error("usage", "--at takes an output position >= 1, not '%s'", argv[i]);
+        } else if (strcmp(s, "--output") == 0 && i + 1 < argc && a->checkpoint) {
+            a->output = argv[++i];
+        } else if (strcmp(s, "--step") == 0 && i + 1 < argc && a->checkpoint) {
+            if (strcmp(argv[++i], "latest") == 0) {
+                a->step = SLUICE_JOB_STEP_LATEST;
+            } else if (cli_parse_u64(argv[i], &a->step) != 0 || a->step == 0 ||
+                       a->step > SLUICE_JOB_STEP_LATEST) {
+                cli_error("usage", "--step takes a step from 1 to 2^62 or 'latest', not '%s'",
+                          argv[i]);
                 return CLI_EXIT_USAGE;
             }
         } else if (strcmp(s, "--timeout-ms") == 0 && i + 1 < argc) {
@@ -79,7 +110,7 @@ static int parse(int argc, char **argv, struct job_args *a)
         } else if (s[0] == '-' && s[1] == '-') {
             cli_error("usage", "unknown or incomplete option '%s' (try 'sluice job --help')", s);
             return CLI_EXIT_USAGE;
-        } else if (!a->weights) {
+        } else if (!a->weights && !a->checkpoint) {
             /* A negative weight ("-1,2") is the weights too; the check below refuses it. */
             a->weights = s;
         } else {
@@ -88,7 +119,12 @@ static int parse(int argc, char **argv, struct job_args *a)
             return CLI_EXIT_USAGE;
         }
     }
-    if (!a->dispatcher || !a->job_name || !a->weights) {
+    if (a->checkpoint && (!a->dispatcher || !a->job_name || !a->output)) {
+        cli_error("usage", "--dispatcher H:P, --job NAME and --output FILE are required (try "
+                           "'sluice job --help')");
+        return CLI_EXIT_USAGE;
+    }
+    if (!a->checkpoint && (!a->dispatcher || !a->job_name || !a->weights)) {
         cli_error("usage",
                   "--dispatcher H:P, --job NAME and the weights W1,W2,... are required (try "
                   "'sluice job --help')");
@@ -212,14 +248,50 @@ static int set_weights(const struct job_args *a)
     return status;
 }
 
+static int take_checkpoint(const struct job_args *a)
+{
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    if (name_check("job name", a->job_name, NAME_ID_MAX, err, sizeof err) < 0 || !a->job_name[0]) {
+        cli_error("usage", "%s", err[0] ? err : "a job name is required");
+        return CLI_EXIT_USAGE;
+    }
+    struct sluice_client *client = NULL;
+    int status =
+        cli_open_client(a->dispatcher, (uint32_t)a->timeout_ms, NULL, 0, &a->security, &client);
+    if (status != CLI_EXIT_OK)
+        return status;
+    struct read_ckpt c = {0};
+    uint64_t cut = 0;
+    struct cli_wait wait;
+    cli_wait_start(&wait, client, (uint32_t)a->timeout_ms);
+    int rc = sluice_job_checkpoint(client, a->job_name, a->step, &c.pos, &c.pos_len, &cut, err,
+                                   sizeof err);
+    cli_wait_stop(&wait);
+    if (rc < 0) {
+        cli_wait_error(&wait, "job checkpoint", rc, err);
+        status = CLI_EXIT_FAIL;
+    } else if ((rc = read_ckpt_store(a->output, &c, err, sizeof err)) < 0) {
+        cli_error("checkpoint", "%s", err);
+        status = CLI_EXIT_FAIL;
+    } else {
+        printf("job %s: position at step %llu of %zu bytes written to %s\n", a->job_name,
+               (unsigned long long)cut, c.pos_len, a->output);
+        status = flush_stdout();
+    }
+    read_ckpt_release(&c);
+    sluice_client_close(client);
+    return status;
+}
+
 /* The subcommand: the first argument that is neither an option, an option's value nor a
  * negative number (the weights), so that `sluice job --dispatcher H:P set-weights ...` works as
  * well. Returns its index or 0. */
 static int find_command(int argc, char **argv)
 {
     static const char *const with_value[] = {
-        "--dispatcher",      "--job",      "--dataset-id", "--at",     "--timeout-ms",
-        "--auth-token-file", "--tls-cert", "--tls-key",    "--tls-ca", NULL};
+        "--dispatcher", "--job",     "--dataset-id", "--at",
+        "--timeout-ms", "--step",    "--output",     "--auth-token-file",
+        "--tls-cert",   "--tls-key", "--tls-ca",     NULL};
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] != '-')
             return i;
@@ -243,10 +315,11 @@ int cli_job(int argc, char **argv)
     }
     int at = find_command(argc, argv);
     if (at == 0) {
-        cli_error("usage", "sluice job set-weights (try 'sluice job --help')");
+        cli_error("usage", "sluice job set-weights|checkpoint (try 'sluice job --help')");
         return CLI_EXIT_USAGE;
     }
-    if (strcmp(argv[at], "set-weights") != 0) {
+    bool checkpoint = strcmp(argv[at], "checkpoint") == 0;
+    if (!checkpoint && strcmp(argv[at], "set-weights") != 0) {
         cli_error("usage", "unknown job command '%s' (try 'sluice job --help')", argv[at]);
         return CLI_EXIT_USAGE;
     }
@@ -258,9 +331,9 @@ int cli_job(int argc, char **argv)
             args[n++] = argv[i];
     }
     args[n] = NULL;
-    struct job_args a = {.timeout_ms = CLI_DEFAULT_TIMEOUT_MS};
+    struct job_args a = {.timeout_ms = CLI_DEFAULT_TIMEOUT_MS, .checkpoint = checkpoint};
     int status = parse(n, args, &a);
     if (status >= 0)
         return status;
-    return set_weights(&a);
+    return checkpoint ? take_checkpoint(&a) : set_weights(&a);
 }

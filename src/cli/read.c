@@ -394,7 +394,8 @@ static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a
     char err[SLUICE_ERRMSG_SIZE] = "";
     struct read_ckpt c = {0};
     /* Consumers of a named job go on after this one stops: the dispatcher hears first. */
-    if (a->opts.job_name && sluice_iterator_report(it) == SLUICE_ERR_TIMEOUT)
+    bool heard = !a->opts.job_name || sluice_iterator_report(it) != SLUICE_ERR_TIMEOUT;
+    if (!heard)
         cli_error("checkpoint",
                   "warning: the dispatcher did not confirm within 5 s what this reader received; "
                   "the position is saved, but if this read stops before its next heartbeat "
@@ -418,11 +419,20 @@ static int save_checkpoint(struct sluice_iterator *it, const struct read_args *a
     }
     c.printed = o->printed_before + n;
     rc = read_ckpt_store(a->checkpoint, &c, err, sizeof err);
-    read_ckpt_release(&c);
     if (rc < 0) {
+        read_ckpt_release(&c);
         cli_error("checkpoint", "%s", err);
         return -1;
     }
+    /* Then keeps the position for the job's (sluice job checkpoint): after the file, which is
+     * this read's own record, so the dispatcher never holds a position the file does not. */
+    if (a->opts.job_name && heard &&
+        sluice_iterator_keep(it, 0, c.pos, c.pos_len, err, sizeof err) < 0)
+        cli_error("checkpoint",
+                  "warning: the dispatcher did not keep this position for job '%s''s position: "
+                  "%s",
+                  a->opts.job_name, err);
+    read_ckpt_release(&c);
     return 0;
 }
 

@@ -233,11 +233,14 @@ struct plan_jobpos_pick {
     size_t len;
 };
 
-/* The reports that make job_name's position at step (0: the latest step every consumer of the
- * row has reached, its lowest last step): for each consumer, its report of the largest step at
- * or below it, into picks (room for ST_JOBPOS_CONSUMERS_MAX), *npicks, *cut (the step) and
- * *generation (the iteration they read). SLUICE_ERR_NOT_FOUND when no position is kept for the
- * job or a consumer kept none at or below the step (the message names the steps kept). */
+/* The reports that make job_name's position at step (0: the latest step every consumer still
+ * reading has reached, the lowest last step of those whose client exists; when none does, the
+ * highest last step): for each consumer, its report of the largest step at or below it, into
+ * picks (room for ST_JOBPOS_CONSUMERS_MAX), *npicks, *cut (the step) and *generation (the
+ * iteration they read). A consumer whose first step kept is above the cut and that has kept
+ * fewer than ST_JOBPOS_STEPS had nothing at the cut and is left out. SLUICE_ERR_NOT_FOUND when
+ * no position is kept for the job, none is at or below the step, or a consumer's steps at or
+ * below it are no longer kept (the message names the steps kept). */
 int plan_jobpos_cut(const struct state *s, const char *job_name, uint64_t step,
                     struct plan_jobpos_pick *picks, size_t *npicks, uint64_t *cut,
                     uint64_t *generation, char *err, size_t errlen);

@@ -102,14 +102,20 @@ int plan_jobpos_cut(const struct state *s, const char *job_name, uint64_t step,
                        "no position is kept for job '%s' (its readers keep theirs as they "
                        "checkpoint)",
                        job_name);
+    /* The latest step every consumer still reading has reached; a consumer that left (its
+     * client released, or timed out) reaches no further, and stops counting. When none reads
+     * any more: the latest step any reached. */
     uint64_t at = step;
     if (at == 0) {
-        at = UINT64_MAX;
+        uint64_t live = UINT64_MAX, any = 0;
         for (size_t i = 0; i < r->nconsumers; i++) {
             const struct st_jobpos_consumer *c = &r->consumers[i];
-            if (c->nreports && c->reports[c->nreports - 1].step < at)
-                at = c->reports[c->nreports - 1].step;
+            uint64_t last = c->nreports ? c->reports[c->nreports - 1].step : 0;
+            any = last > any ? last : any;
+            if (state_client(s, c->client_id) && last < live)
+                live = last;
         }
+        at = live != UINT64_MAX ? live : any;
     }
     for (size_t i = 0; i < r->nconsumers; i++) {
         const struct st_jobpos_consumer *c = &r->consumers[i];
@@ -117,16 +123,24 @@ int plan_jobpos_cut(const struct state *s, const char *job_name, uint64_t step,
         for (size_t k = 0; k < c->nreports; k++)
             if (c->reports[k].step <= at)
                 pick = &c->reports[k];
+        /* A consumer whose first step came after the cut had nothing then. */
+        if (!pick && c->nreports < ST_JOBPOS_STEPS)
+            continue;
         if (!pick)
             return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
                            "job '%s': a consumer (client %" PRIu64 ") kept no position at or "
-                           "before step %" PRIu64 " (it kept steps %" PRIu64 " to %" PRIu64 ")",
-                           job_name, c->client_id, at, c->nreports ? c->reports[0].step : 0,
-                           c->nreports ? c->reports[c->nreports - 1].step : 0);
+                           "before step %" PRIu64 " (it keeps its last %d: steps %" PRIu64
+                           " to %" PRIu64 ")",
+                           job_name, c->client_id, at, ST_JOBPOS_STEPS, c->reports[0].step,
+                           c->reports[c->nreports - 1].step);
         picks[*npicks] =
             (struct plan_jobpos_pick){c->client_id, pick->step, pick->bytes, pick->len};
         (*npicks)++;
     }
+    if (*npicks == 0)
+        return err_set(err, errlen, SLUICE_ERR_NOT_FOUND,
+                       "job '%s': no consumer kept a position at or before step %" PRIu64, job_name,
+                       at);
     *cut = at;
     *generation = r->generation;
     return 0;
