@@ -62,8 +62,9 @@ static const char job_usage[] =
     "                    separate `sluice read` processes do).\n"
     "  --output FILE     where the checkpoint goes (replaced atomically)\n"
     "\n"
-    "examples: sluice job set-weights --dispatcher 127.0.0.1:5050 --job train 0.5,0.3,0.2\n"
-    "          sluice job checkpoint --dispatcher 127.0.0.1:5050 --job train --output job.ckpt\n";
+    "examples:\n"
+    "  sluice job set-weights --dispatcher 127.0.0.1:5050 --job train 0.5,0.3,0.2\n"
+    "  sluice job checkpoint --dispatcher 127.0.0.1:5050 --job train --output job.ckpt\n";
 
 struct job_args {
     bool checkpoint; /* the checkpoint command (else set-weights) */
