@@ -99,6 +99,11 @@ static int parse(int argc, char **argv, struct job_args *a)
                           argv[i]);
                 return CLI_EXIT_USAGE;
             }
+        } else if (strcmp(s, "--at") == 0 && i + 1 < argc && !a->checkpoint) {
+            if (cli_parse_u64(argv[++i], &a->at) != 0 || a->at == 0) {
+                cli_error("usage", "--at takes an output position >= 1, not '%s'", argv[i]);
+                return CLI_EXIT_USAGE;
+            }
         } else if (strcmp(s, "--timeout-ms") == 0 && i + 1 < argc) {
             if (cli_parse_u64(argv[++i], &a->timeout_ms) != 0 || a->timeout_ms > UINT32_MAX) {
                 cli_error("usage", "--timeout-ms takes a number of milliseconds, not '%s'",

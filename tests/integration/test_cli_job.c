@@ -95,7 +95,27 @@ static void test_refusals(void **state)
         {{"--dispatcher", NOWHERE, "reweigh", NULL},
          2,
          "sluice: usage: unknown job command 'reweigh' (try 'sluice job --help')\n"},
-        {{NULL}, 2, "sluice: usage: sluice job set-weights (try 'sluice job --help')\n"},
+        {{NULL}, 2, "sluice: usage: sluice job set-weights|checkpoint (try 'sluice job --help')\n"},
+        {{"checkpoint", "--dispatcher", NOWHERE, "--job", "train", NULL},
+         2,
+         "sluice: usage: --dispatcher H:P, --job NAME and --output FILE are required (try "
+         "'sluice job --help')\n"},
+        {{"checkpoint", "--dispatcher", NOWHERE, "--job", "train", "--step", "0", "--output", "x",
+          NULL},
+         2,
+         "sluice: usage: --step takes a step from 1 to 2^62 or 'latest', not '0'\n"},
+        {{"checkpoint", "--dispatcher", NOWHERE, "--job", "train", "--step", "4611686018427387905",
+          "--output", "x", NULL},
+         2,
+         "sluice: usage: --step takes a step from 1 to 2^62 or 'latest', not "
+         "'4611686018427387905'\n"},
+        {{"checkpoint", "--dispatcher", NOWHERE, "--job", "train", "--at", "3", "--output", "x",
+          NULL},
+         2,
+         "sluice: usage: unknown or incomplete option '--at' (try 'sluice job --help')\n"},
+        {{"checkpoint", "--dispatcher", NOWHERE, "--job", "tr\001in", "--output", "x", NULL},
+         2,
+         "sluice: usage: job name: control character at byte 2\n"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         check(&cases[i]);
