@@ -390,7 +390,7 @@ static void conn_respond_page(struct http_conn *c, int status, char *body, size_
     static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
     static const char text_type[] = "text/plain; charset=utf-8";
     if (status == 200 || body) {
-        conn_send(c, status, status == 200 && !page ? metrics_type : text_type,
+        conn_send(c, status, !page ? metrics_type : text_type,
                   page ? HTTP_PAGE_HEADERS : "", body, body ? body_len : 0, true);
         return;
     }
