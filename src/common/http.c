@@ -390,8 +390,8 @@ static void conn_respond_page(struct http_conn *c, int status, char *body, size_
     static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
     static const char text_type[] = "text/plain; charset=utf-8";
     if (status == 200 || body) {
-        conn_send(c, status, !page ? metrics_type : text_type,
-                  page ? HTTP_PAGE_HEADERS : "", body, body ? body_len : 0, true);
+        conn_send(c, status, !page ? metrics_type : text_type, page ? HTTP_PAGE_HEADERS : "", body,
+                  body ? body_len : 0, true);
         return;
     }
     int n = snprintf(c->text, sizeof c->text, "%d %s\n", status, reason_phrase(status));
@@ -479,6 +479,7 @@ static void conn_page(struct http_conn *c, const struct http_request *req)
         conn_respond_page(c, 500, NULL, 0, true);
         return;
     }
+    assert(res.content_type != NULL);
     conn_send(c, 200, res.content_type, HTTP_PAGE_HEADERS, res.body, res.body ? res.len : 0,
               res.owned);
 }

@@ -10,6 +10,10 @@
  * for the token once, keeps it in the tab's session storage and sends it as "Authorization:
  * Bearer"; it builds every element with textContent, so names from users stay text.
  *
+ * /api/status is rendered at the moment of the request, like /metrics, while the status RPC first
+ * waits for the journal's pending commits: the dashboard may show a change a moment before it is
+ * durable (a fault-tolerant dispatcher that crashed then would not have it after its restart).
+ *
  * Threading: the loop thread of the dispatcher, like the HTTP server. */
 #ifndef SLUICE_DISPATCHER_DASHBOARD_H
 #define SLUICE_DISPATCHER_DASHBOARD_H

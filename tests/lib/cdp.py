@@ -172,10 +172,14 @@ class Page:
         return r.get("result", {}).get("value")
 
     def wait_for(self, expr, timeout=15, what=None):
-        """Polls expr until it is truthy; returns its value."""
+        """Polls expr until it is truthy; returns its value. An expression that throws (the page
+        is still loading) counts as false."""
         deadline = time.monotonic() + timeout
         while True:
-            v = self.eval(expr)
+            try:
+                v = self.eval(expr)
+            except RuntimeError:
+                v = None
             if v:
                 return v
             if time.monotonic() > deadline:

@@ -64,6 +64,13 @@
     return v.toFixed(0) + ' B/s';
   }
 
+  /* A chart axis's number: short, no decimals where they add nothing. */
+  function axis(v) {
+    if (v >= 1e6) return +(v / 1e6).toFixed(1) + 'M';
+    if (v >= 1e3) return +(v / 1e3).toFixed(1) + 'k';
+    return +v.toFixed(1) + '';
+  }
+
   function mb(v) {
     return typeof v === 'number' ? (v / 1e6).toFixed(2) : '-';
   }
@@ -72,7 +79,8 @@
     if (!isFinite(s) || s < 0) return '-';
     s = Math.round(s);
     if (s < 60) return s + ' s';
-    if (s < 3600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+    if (s < 600) return Math.floor(s / 60) + ' min ' + (s % 60) + ' s';
+    if (s < 3600) return Math.round(s / 60) + ' min';
     return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
   }
 
@@ -232,7 +240,7 @@
         card('Active jobs', active + ' of ' + jobs.length, 'jobs-count'),
         card('Datasets', (st.datasets || []).length),
         card('Elements/s', rate(eps)), card('MB/s', mb(bps))),
-      charts([{title: 'Elements/s served', span: span(), format: rate,
+      charts([{title: 'Elements/s served', span: span(), format: axis,
                series: [{name: 'elements/s', points: seriesOf('total', 0, 'elements_per_second')}]},
               {title: 'Bytes/s served', span: span(), format: bytesRate,
                series: [{name: 'bytes/s', points: seriesOf('total', 0, 'bytes_per_second')}]}]),
@@ -264,7 +272,7 @@
              ['Splits', sp ? (sp.finished + ' finished, ' + sp.leased + ' leased, ' + sp.returned +
                               ' returned of ' + (sp.total === null ? 'endless' : sp.total)) : '-'],
              ['Progress', progress(j)]]),
-      charts([{title: 'Elements/s', span: span(), format: rate,
+      charts([{title: 'Elements/s', span: span(), format: axis,
                series: [{name: 'elements/s', points: seriesOf('jobs', j.id, 'elements_per_second')}]},
               {title: 'Bytes/s', span: span(), format: bytesRate,
                series: [{name: 'bytes/s', points: seriesOf('jobs', j.id, 'bytes_per_second')}]}]),
@@ -293,7 +301,7 @@
              ['Buffered', num(w.buffered) + ' elements, ' + mb(w.buffered_bytes) + ' MB'],
              ['Elements served', num(w.elements)], ['Elements/s', rate(w.elements_per_second)],
              ['MB/s', mb(w.bytes_per_second)]]),
-      charts([{title: 'Elements/s served', span: span(), format: rate,
+      charts([{title: 'Elements/s served', span: span(), format: axis,
                series: [{name: 'elements/s',
                          points: seriesOf('worker_rates', w.id, 'elements_per_second')}]},
               {title: 'Bytes/s served', span: span(), format: bytesRate,

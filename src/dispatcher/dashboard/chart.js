@@ -8,7 +8,7 @@
 
 (function () {
   const NS = 'http://www.w3.org/2000/svg';
-  const W = 600, H = 160, L = 56, R = 10, T = 10, B = 22;
+  const W = 600, H = 160, L = 74, R = 10, T = 10, B = 22;
 
   function el(name, attrs, text) {
     const e = document.createElementNS(NS, name);
