@@ -196,8 +196,7 @@ def check_http(c):
     csp = headers.get("Content-Security-Policy", "")
     if code != 200 or "script-src 'self'" not in csp or "default-src 'none'" not in csp:
         fail("GET /: %d, Content-Security-Policy %r" % (code, csp))
-    if re.search(r"<script(?![^>]*\bsrc=)[^>]*>", body) or " on" in re.sub(r"\s+", " ", body) and \
-            re.search(r"\son[a-z]+=", body):
+    if re.search(r"<script(?![^>]*\bsrc=)[^>]*>", body) or re.search(r"\son[a-z]+=", body):
         fail("GET /: inline script or handler in %r" % body)
     for path, want in (("/app.js", 405), ("/nope", 404), ("/../app.js", 404)):
         code, _, _ = get(c.metrics, path, method="POST" if want == 405 else "GET")

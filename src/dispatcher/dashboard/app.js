@@ -166,11 +166,19 @@
     return history ? history.span_ms / 1000 : 900;
   }
 
+  /* draining; late when its last heartbeat is over three intervals old; else serving. */
+  function workerState(w) {
+    if (w.draining) return 'draining';
+    const hb = status && status.config ? status.config.worker_heartbeat_ms : 0;
+    if (hb && typeof w.heartbeat_age_ms === 'number' && w.heartbeat_age_ms > 3 * hb) return 'late';
+    return 'serving';
+  }
+
   function workerRow(w) {
     return h('tr', {'data-worker-id': w.id},
              h('td', {}, link('#/worker/' + w.id, String(w.id))),
              h('td', {class: 'address'}, w.address),
-             h('td', {}, badge(w.draining ? 'draining' : 'serving')),
+             h('td', {}, badge(workerState(w))),
              h('td', {class: 'num'}, (w.tasks || []).length),
              h('td', {class: 'num'}, rate(w.elements_per_second)),
              h('td', {class: 'num'}, mb(w.bytes_per_second)),
@@ -227,14 +235,16 @@
 
   function overview(st) {
     const workers = st.workers || [], jobs = st.jobs || [];
-    const draining = workers.filter(w => w.draining).length;
+    const states = {serving: 0, draining: 0, late: 0};
+    for (const w of workers) states[workerState(w)]++;
+    const byState = ['draining', 'late'].filter(k => states[k]).map(k => states[k] + ' ' + k);
     const active = jobs.filter(j => j.state === 'active' && !j.error).length;
     const eps = jobs.reduce((a, j) => a + (j.elements_per_second || 0), 0);
     const bps = jobs.reduce((a, j) => a + (j.bytes_per_second || 0), 0);
     return [
       h('h1', {}, 'Cluster'),
       h('div', {class: 'cards'},
-        card('Workers', workers.length + (draining ? ' (' + draining + ' draining)' : ''),
+        card('Workers', workers.length + (byState.length ? ' (' + byState.join(', ') + ')' : ''),
              'workers-count'),
         card('Recommended workers', num(st.recommended_workers)),
         card('Active jobs', active + ' of ' + jobs.length, 'jobs-count'),
@@ -295,7 +305,7 @@
       for (const t of j.tasks || []) taskJob.set(t.id, [j, t]);
     return [
       h('h1', {id: 'worker-page'}, 'Worker ' + w.id + ' ', h('span', {class: 'address'}, w.address)),
-      facts([['State', badge(w.draining ? 'draining' : 'serving')], ['Address', w.address, 'address'],
+      facts([['State', badge(workerState(w))], ['Address', w.address, 'address'],
              ['Incarnation', w.incarnation], ['Host', w.host_id || '-'],
              ['Heartbeat age', typeof w.heartbeat_age_ms === 'number' ? w.heartbeat_age_ms + ' ms' : '-'],
              ['Buffered', num(w.buffered) + ' elements, ' + mb(w.buffered_bytes) + ' MB'],
