@@ -171,7 +171,7 @@ class Page:
             raise RuntimeError("%s: %s" % (expr, r["exceptionDetails"]))
         return r.get("result", {}).get("value")
 
-    def wait_for(self, expr, timeout=15, what=None):
+    def wait_for(self, expr, timeout=30, what=None):
         """Polls expr until it is truthy; returns its value. An expression that throws (the page
         is still loading) counts as false."""
         deadline = time.monotonic() + timeout

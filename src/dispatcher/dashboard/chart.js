@@ -3,7 +3,10 @@
  * textContent, so labels that come from users stay text.
  *
  * sluiceChart.draw(box, {title, span, format, series: [{name, points: [[secondsAgo, value]]}]})
- * replaces the content of box (an element) with the chart. */
+ * replaces the content of box (an element) with the chart.
+ *
+ * Written for sluice, no third-party code in it: it is under sluice's own terms, like the rest of
+ * the tree. */
 'use strict';
 
 (function () {
