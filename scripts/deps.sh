@@ -6,13 +6,15 @@ set -euo pipefail
 # Every package the scripts, tests, benchmarks and demo call, including the ones a development
 # machine tends to have already: clang alone (without recommends) lacks the sanitizer and
 # libFuzzer runtimes, which live in libclang-rt-dev. python3-venv, -pip, -setuptools and -wheel:
-# pip install --no-build-isolation . (setup.py's backend); python3-mypy: the typed API's checks.
+# pip install --no-build-isolation . (setup.py's backend); python3-mypy: the typed API's checks;
+# chromium: the dashboard's browser test (tests/dashboard), headless.
 packages=(build-essential cmake pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler
           liblmdb-dev libsnappy-dev libcmocka-dev libjansson-dev clang libclang-rt-dev
           iperf3 procps jq python3-dev python3-numpy python3-pytest python3-torch python3-yaml
           zlib1g-dev libturbojpeg0-dev libarchive-dev python3-pil gzip tar libssl-dev openssl
           iproute2 stress-ng libzstd-dev liblz4-dev libbrotli-dev libpcre2-dev libcurl4-openssl-dev curl nodejs
-          python3-venv python3-pip python3-setuptools python3-wheel python3-mypy)
+          python3-venv python3-pip python3-setuptools python3-wheel python3-mypy
+          chromium)
 # npm: Debian's, unless the machine's nodejs already carries its own (a nodejs from elsewhere
 # bundles npm and conflicts with Debian's package).
 command -v npm >/dev/null 2>&1 || packages+=(npm)

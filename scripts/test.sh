@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# deps.sh installed the browser: the dashboard's browser test must run, not skip.
+export SLUICE_REQUIRE_BROWSER=1
 
 jobs=${SLUICE_TEST_JOBS:-$(nproc)}
 t0=$(date +%s)

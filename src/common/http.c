@@ -214,9 +214,11 @@ struct http_conn {
     unsigned handles; /* open handles: 2 until closing, then counts down */
     bool peer_done;   /* the peer has closed its sending side */
     uint64_t timeout_ms;
-    char *body;     /* response body being written; owned */
-    size_t len;     /* bytes in req */
-    char head[320]; /* response head being written */
+    const char *body; /* response body being written */
+    bool body_owned;  /* body is malloc'd and freed once written */
+    size_t len;       /* bytes in req */
+    char head[1024];  /* response head being written */
+    char text[48];    /* the body of an error response: "STATUS REASON\n" */
     char req[HTTP_MAX_REQUEST];
 };
 
@@ -231,6 +233,7 @@ struct http_server {
     uint64_t unauthorized; /* 401 responses */
     http_ready_cb ready;   /* GET /readyz; NULL: always ready */
     void *ready_user;
+    struct http_pages pages; /* find NULL: none */
     unsigned max_conns;
     unsigned nconns;         /* connections in srv->conns */
     unsigned handles;        /* the listener, every conn and the spare while they are open */
@@ -262,7 +265,8 @@ static void on_conn_handle_closed(uv_handle_t *h)
     if (--c->handles > 0)
         return;
     struct http_server *srv = c->srv;
-    free(c->body);
+    if (c->body_owned)
+        free((char *)c->body);
     free(c);
     server_release(srv);
 }
@@ -308,8 +312,10 @@ static void on_shutdown(uv_shutdown_t *req, int status)
 static void on_written(uv_write_t *req, int status)
 {
     struct http_conn *c = req->data;
-    free(c->body);
+    if (c->body_owned)
+        free((char *)c->body);
     c->body = NULL;
+    c->body_owned = false;
     if (c->state == CLOSING)
         return;
     if (status < 0) {
@@ -348,48 +354,60 @@ static const char *reason_phrase(int status)
     return "Error";
 }
 
-/* Sends the one response of this connection. For a 200, body (owned, may be NULL) is the body;
- * any other status carries its status line text as body, written with the head from c->head. */
-static void conn_respond(struct http_conn *c, int status, char *body, size_t body_len)
+/* Sends the one response of this connection: its head in c->head and body[0..body_len) (owned
+ * tells whether the server frees body once written). extra is header lines, each ending in CRLF
+ * ("" for none). */
+static void conn_send(struct http_conn *c, int status, const char *content_type, const char *extra,
+                      const char *body, size_t body_len, bool owned)
 {
     assert(c->state == READING);
     c->state = WRITING;
-    const char *reason = reason_phrase(status);
-    int n;
-    if (status == 200 || body) {
-        c->body = body;
-        n = snprintf(c->head, sizeof c->head,
+    c->body = body;
+    c->body_owned = owned;
+    int n = snprintf(c->head, sizeof c->head,
                      "HTTP/1.1 %d %s\r\n"
-                     "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                     "%s"
+                     "Content-Type: %s\r\n"
                      "Content-Length: %zu\r\n"
                      "Connection: close\r\n"
                      "\r\n",
-                     status, reason, body_len);
-    } else {
-        assert(body == NULL);
-        body_len = 0;
-        /* The body is "STATUS REASON\n": the reason's length plus five. */
-        n = snprintf(c->head, sizeof c->head,
-                     "HTTP/1.1 %d %s\r\n"
-                     "%s"
-                     "Content-Type: text/plain; charset=utf-8\r\n"
-                     "Content-Length: %zu\r\n"
-                     "Connection: close\r\n"
-                     "\r\n"
-                     "%d %s\n",
-                     status, reason,
-                     status == 405   ? "Allow: GET\r\n"
-                     : status == 401 ? "WWW-Authenticate: Bearer realm=\"sluice\"\r\n"
-                                     : "",
-                     strlen(reason) + 5, status, reason);
-    }
+                     status, reason_phrase(status), extra, content_type, body_len);
     assert(n > 0 && (size_t)n < sizeof c->head);
     uv_buf_t bufs[2] = {uv_buf_init(c->head, (unsigned)n),
-                        uv_buf_init(c->body, (unsigned)body_len)};
+                        uv_buf_init((char *)c->body, (unsigned)body_len)};
     c->write_req.data = c;
     conn_arm(c);
     if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, bufs, body_len ? 2 : 1, on_written) != 0)
         conn_close(c);
+}
+
+/* Sends the one response of this connection. For a 200, body (owned, may be NULL) is the body;
+ * any other status carries its status line text as body ("STATUS REASON\n") unless body is given.
+ * page says whether it answers a dashboard page (its security headers go with it). */
+static void conn_respond_page(struct http_conn *c, int status, char *body, size_t body_len,
+                              bool page)
+{
+    static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
+    static const char text_type[] = "text/plain; charset=utf-8";
+    if (status == 200 || body) {
+        conn_send(c, status, !page ? metrics_type : text_type, page ? HTTP_PAGE_HEADERS : "", body,
+                  body ? body_len : 0, true);
+        return;
+    }
+    int n = snprintf(c->text, sizeof c->text, "%d %s\n", status, reason_phrase(status));
+    assert(n > 0 && (size_t)n < sizeof c->text);
+    char extra[sizeof HTTP_PAGE_HEADERS + 64];
+    snprintf(extra, sizeof extra, "%s%s",
+             status == 405   ? "Allow: GET\r\n"
+             : status == 401 ? "WWW-Authenticate: Bearer realm=\"sluice\"\r\n"
+                             : "",
+             page ? HTTP_PAGE_HEADERS : "");
+    conn_send(c, status, text_type, extra, c->text, (size_t)n, false);
+}
+
+static void conn_respond(struct http_conn *c, int status, char *body, size_t body_len)
+{
+    conn_respond_page(c, status, body, body_len, false);
 }
 
 static bool token_is(const char *s, size_t n, const char *want)
@@ -435,6 +453,37 @@ static void conn_probe(struct http_conn *c, const struct http_request *req, bool
     conn_respond(c, ok ? 200 : 503, body, (size_t)n);
 }
 
+/* A path of the pages (http_server_set_pages), or 404: the token checked for a private one, then
+ * the method. */
+static void conn_page(struct http_conn *c, const struct http_request *req)
+{
+    const struct http_pages *p = &c->srv->pages;
+    enum http_access access = p->find ? p->find(p->user, req->path, req->path_len) : HTTP_PAGE_NONE;
+    if (access == HTTP_PAGE_NONE) {
+        conn_respond(c, 404, NULL, 0);
+        return;
+    }
+    if (access == HTTP_PAGE_PRIVATE && !authorized(c->srv, req)) {
+        c->srv->unauthorized++;
+        conn_respond_page(c, 401, NULL, 0, true);
+        return;
+    }
+    if (!token_is(req->method, req->method_len, "GET")) {
+        conn_respond_page(c, 405, NULL, 0, true);
+        return;
+    }
+    struct http_response res = {0};
+    int rc = p->serve(p->user, req->path, req->path_len, &res);
+    if (rc != 0) {
+        log_warn("metrics: serving a page failed: %s", sluice_strerror(rc));
+        conn_respond_page(c, 500, NULL, 0, true);
+        return;
+    }
+    assert(res.content_type != NULL);
+    conn_send(c, 200, res.content_type, HTTP_PAGE_HEADERS, res.body, res.body ? res.len : 0,
+              res.owned);
+}
+
 /* Answers a complete, well-formed request. */
 static void conn_route(struct http_conn *c, const struct http_request *req)
 {
@@ -444,7 +493,7 @@ static void conn_route(struct http_conn *c, const struct http_request *req)
         return;
     }
     if (!token_is(req->path, req->path_len, "/metrics")) {
-        conn_respond(c, 404, NULL, 0);
+        conn_page(c, req);
         return;
     }
     if (!authorized(c->srv, req)) {
@@ -726,6 +775,11 @@ int http_metrics_start(uv_loop_t *loop, const char *host, int port, http_render_
     if (security_has_token(sec))
         http_server_set_token(*out, sec->token, sec->token_len);
     return 0;
+}
+
+void http_server_set_pages(struct http_server *srv, const struct http_pages *pages)
+{
+    srv->pages = pages ? *pages : (struct http_pages){0};
 }
 
 void http_server_set_ready(struct http_server *srv, http_ready_cb ready, void *user)

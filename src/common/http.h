@@ -1,5 +1,6 @@
-/* A minimal, strict HTTP/1.1 server on a libuv loop that serves GET /metrics, and the probes
- * GET /healthz and GET /readyz.
+/* A minimal, strict HTTP/1.1 server on a libuv loop that serves GET /metrics, the probes
+ * GET /healthz and GET /readyz, and the pages its owner adds (http_server_set_pages: the
+ * dispatcher's dashboard at /, its assets and its JSON endpoints /api/status and /api/history).
  *
  * Happy path: http_server_start() binds and listens; each accepted connection reads one request
  * head (request line and header fields up to the empty line) into a fixed buffer, answers it
@@ -19,7 +20,11 @@
  *   401  /metrics on a server with a token (http_server_set_token) without the field
  *        "Authorization: Bearer TOKEN" carrying it; with "WWW-Authenticate: Bearer
  *        realm="sluice""
- *   404  any path other than /metrics, /healthz and /readyz, whatever the method
+ *   200  a page (http_server_set_pages): its content type and body; every page response,
+ *        errors included, carries HTTP_PAGE_HEADERS (a strict Content-Security-Policy, nosniff,
+ *        no framing, no referrer, no caching)
+ *   401  a private page without the token, as /metrics
+ *   404  any path other than /metrics, /healthz, /readyz and the pages, whatever the method
  *   405  those paths with a method other than GET, with "Allow: GET"
  *   408  no complete request head within the timeout after the connection was accepted
  *   431  a request head longer than HTTP_MAX_REQUEST bytes
@@ -74,9 +79,9 @@ int http_server_port(const struct http_server *srv);
  * Applies to connections accepted afterwards. */
 void http_server_set_timeout(struct http_server *srv, uint64_t timeout_ms);
 
-/* Requires "Authorization: Bearer TOKEN" on GET /metrics, TOKEN being the len bytes at token
- * (compared in constant time); NULL or 0 requires nothing. token is borrowed: it must outlive
- * srv. */
+/* Requires "Authorization: Bearer TOKEN" on GET /metrics and the private pages, TOKEN being the len
+ * bytes at token (compared in constant time); NULL or 0 requires nothing. token is borrowed: it
+ * must outlive srv. */
 void http_server_set_token(struct http_server *srv, const uint8_t *token, size_t len);
 
 /* Whether the server is ready for GET /readyz; when not, a reason (one line) goes into why.
@@ -96,6 +101,49 @@ void http_server_set_max_connections(struct http_server *srv, unsigned max);
  * calls cb (may be NULL) from the last close callback and frees srv. Call it once, and do not
  * use srv afterwards; the loop must run for the closing to finish. */
 void http_server_close(struct http_server *srv, void (*cb)(void *user), void *user);
+
+/* ---- pages beyond /metrics and the probes --------------------------------------------------- */
+
+/* The headers of every page response. The policy allows scripts, styles, images and fetches from
+ * the server itself only: no inline script or style, no eval, no plugin, no framing. */
+#define HTTP_PAGE_CSP                                                                              \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "                    \
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+#define HTTP_PAGE_HEADERS                                                                          \
+    "Content-Security-Policy: " HTTP_PAGE_CSP "\r\n"                                               \
+    "X-Content-Type-Options: nosniff\r\n"                                                          \
+    "X-Frame-Options: DENY\r\n"                                                                    \
+    "Referrer-Policy: no-referrer\r\n"                                                             \
+    "Cache-Control: no-store\r\n"
+
+enum http_access {
+    HTTP_PAGE_NONE = 0, /* no such page: 404 */
+    HTTP_PAGE_PUBLIC,   /* served to anyone (the page's code and styles, which hold no data) */
+    HTTP_PAGE_PRIVATE   /* needs the token, as /metrics does */
+};
+
+/* What a page answers. */
+struct http_response {
+    const char *content_type; /* static, e.g. "text/html; charset=utf-8" */
+    const char *body;         /* len bytes */
+    size_t len;
+    bool owned; /* body is malloc'd: the server frees it once written; else it must live on */
+};
+
+/* The pages of a server. find says whether path (path_len bytes, not NUL-terminated, without
+ * the query) is a page and who may read it; it must not fail. serve, called only for a path that
+ * find accepted, with the token checked and the method GET, fills in *res and returns 0, or
+ * returns a negative code for a 500 (leaving nothing owned in *res). Both run on the loop
+ * thread. */
+struct http_pages {
+    enum http_access (*find)(void *user, const char *path, size_t path_len);
+    int (*serve)(void *user, const char *path, size_t path_len, struct http_response *res);
+    void *user;
+};
+
+/* Sets the server's pages (copied; NULL: none). Paths /metrics, /healthz and /readyz stay the
+ * server's own. */
+void http_server_set_pages(struct http_server *srv, const struct http_pages *pages);
 
 /* ---- the metrics server of an embedded dispatcher or worker -------------------------------- */
 

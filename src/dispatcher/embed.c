@@ -12,6 +12,7 @@
  * sluice_dispatcher_wait and everything is closed, as a shutdown would. */
 #include "sluice/server.h"
 
+#include "dashboard.h"
 #include "server.h"
 
 #include "common/error.h"
@@ -238,6 +239,21 @@ static int render_metrics(void *user, char **body, size_t *len)
     return dispatcher_metrics_render(s->d, body, len);
 }
 
+/* The dashboard (dashboard.h), beside /metrics. */
+static enum http_access page_find(void *user, const char *path, size_t len)
+{
+    (void)user;
+    return dashboard_access(path, len);
+}
+
+static int page_serve(void *user, const char *path, size_t len, struct http_response *res)
+{
+    struct sluice_dispatcher *s = user;
+    if (!s->d)
+        return SLUICE_ERR_CLOSED;
+    return dashboard_serve(s->d, path, len, res);
+}
+
 /* GET /readyz: the journal was recovered before the metrics server started, so a dispatcher
  * that answers is serving, unless a failure is stopping it. */
 static bool ready(void *user, char *why, size_t whylen)
@@ -268,6 +284,7 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
             return rc;
         }
         http_server_set_ready(s->http, ready, s);
+        http_server_set_pages(s->http, &(struct http_pages){page_find, page_serve, s});
     }
     if (s->fatal) {
         close_servers(s);

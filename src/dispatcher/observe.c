@@ -894,8 +894,16 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
         if (!t || t->worker_id != f->worker_id)
             continue;
         struct rate r = rate_ring_rate(&f->ring, now_ms, o->cfg.window_ms);
+        const struct rate_sample *last = f->ring.n ? &f->ring.v[f->ring.head] : NULL;
         o->scratch[n++] = (struct status_task_figures){
-            f->id, r.elements_per_second, r.bytes_per_second, f->buffered, f->buffered_bytes};
+            .task_id = f->id,
+            .elements_per_second = r.elements_per_second,
+            .bytes_per_second = r.bytes_per_second,
+            .buffered = f->buffered,
+            .buffered_bytes = f->buffered_bytes,
+            .elements = last ? last->elements : 0,
+            .bytes = last ? last->bytes : 0,
+        };
     }
     if (n > 1)
         qsort(o->scratch, n, sizeof *o->scratch, cmp_task_figures);

@@ -544,32 +544,65 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
         free(r);
         return;
     }
-    struct status_extra extra;
-    observe_status(d->obs, &d->st, &extra);
-    uint64_t now = uv_now(d->loop);
-    /* The heartbeat ages, from the soft table (sorted by worker id, as status wants). */
-    struct status_worker_seen *seen =
-        malloc((d->worker_seen.n ? d->worker_seen.n : 1) * sizeof *seen);
-    if (seen) {
-        for (size_t i = 0; i < d->worker_seen.n; i++) {
-            uint64_t t = d->worker_seen.v[i].t;
-            seen[i] = (struct status_worker_seen){d->worker_seen.v[i].id, now > t ? now - t : 0};
-        }
-        extra.seen = seen;
-        extra.nseen = d->worker_seen.n;
-    }
-    if (status < 0) {
+    if (status < 0)
         dispatcher_refuse_commit(r, status);
-    } else if (!seen || observe_figures(d->obs, &d->st, now, &extra) < 0 ||
-               status_json_extra(&d->st, &extra, &json) < 0) {
+    else if (dispatcher_status_render(d, &json) < 0)
         dispatcher_refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
-    } else {
+    else
         send_status(r, json);
-    }
     free(json);
-    free(seen);
     dispatcher_req_done(r);
     free(r);
+}
+
+/* The shell's additions to the status document (status_extra) at now; *seen is the heartbeat
+ * ages x points to, for the caller to free. */
+static int status_extra_fill(struct dispatcher *d, uint64_t now, struct status_extra *x,
+                             struct status_worker_seen **seen)
+{
+    observe_status(d->obs, &d->st, x);
+    /* The heartbeat ages, from the soft table (sorted by worker id, as status wants). */
+    *seen = malloc((d->worker_seen.n ? d->worker_seen.n : 1) * sizeof **seen);
+    if (!*seen)
+        return SLUICE_ERR_NOMEM;
+    for (size_t i = 0; i < d->worker_seen.n; i++) {
+        uint64_t t = d->worker_seen.v[i].t;
+        (*seen)[i] = (struct status_worker_seen){d->worker_seen.v[i].id, now > t ? now - t : 0};
+    }
+    x->seen = *seen;
+    x->nseen = d->worker_seen.n;
+    return observe_figures(d->obs, &d->st, now, x);
+}
+
+int dispatcher_status_render(struct dispatcher *d, char **out)
+{
+    struct status_extra extra;
+    struct status_worker_seen *seen = NULL;
+    int rc = status_extra_fill(d, uv_now(d->loop), &extra, &seen);
+    if (rc == 0)
+        rc = status_json_extra(&d->st, &extra, out);
+    free(seen);
+    return rc < 0 ? SLUICE_ERR_NOMEM : 0;
+}
+
+void dispatcher_history_sample(struct dispatcher *d)
+{
+    uint64_t now = uv_now(d->loop);
+    if (!d->history || !history_due(d->history, now))
+        return;
+    struct status_extra extra;
+    struct status_worker_seen *seen = NULL;
+    /* Out of memory: a sample with the counts only. */
+    bool figures = status_extra_fill(d, now, &extra, &seen) == 0;
+    history_take(d->history, &d->st, figures ? &extra : NULL, now);
+    free(seen);
+}
+
+int dispatcher_history_render(struct dispatcher *d, char **out)
+{
+    if (!d->history)
+        return SLUICE_ERR_NOMEM;
+    return history_json(d->history, uv_now(d->loop), out);
 }
 
 static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice__Envelope *env)
@@ -692,6 +725,7 @@ static void dispatcher_free(struct dispatcher *d)
     coverage_release(&d->cov);
     capcache_release(&d->caps);
     observe_destroy(d->obs);
+    free(d->history);
     for (size_t i = 0; i < d->ndefs; i++)
         sluice__dataset_def__free_unpacked(d->defs[i].def, NULL);
     free(d->defs);
@@ -795,6 +829,11 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     rc = observe_create(&oc, NULL, uv_now(loop), &d->obs);
     if (rc < 0) {
         err_set(err, errlen, rc, "start: out of memory");
+        goto fail;
+    }
+    d->history = calloc(1, sizeof *d->history);
+    if (!d->history) {
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
         goto fail;
     }
     if (opts->work_dir) {

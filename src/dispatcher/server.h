@@ -101,6 +101,19 @@ uint64_t dispatcher_incarnation(const struct dispatcher *d);
  * SLUICE_ERR_NOMEM. Loop thread. */
 int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len);
 
+/* The status document, as a StatusReply carries it (`sluice status --json`, and the dashboard's
+ * GET /api/status): status_json_extra() with the shell's figures at this moment. Returns 0 with
+ * *out (NUL-terminated, malloc'd; the caller frees it), or SLUICE_ERR_NOMEM. Loop thread. */
+int dispatcher_status_render(struct dispatcher *d, char **out);
+
+/* Takes a sample for the dashboard's charts when one is due (history.h); the timer calls it.
+ * Loop thread. */
+void dispatcher_history_sample(struct dispatcher *d);
+
+/* The charts' document (history_json(), GET /api/history). Returns as dispatcher_status_render().
+ * Loop thread. */
+int dispatcher_history_render(struct dispatcher *d, char **out);
+
 /* Stops serving: closes the listener, every connection and the timer, cancels queued work,
  * waits for work already running, then frees d and calls cb (may be NULL). Pending requests get
  * no reply. Call once. */

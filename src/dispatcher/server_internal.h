@@ -14,6 +14,7 @@
 #include "observe.h"
 #include "owners.h"
 #include "dispatcher/coverage.h"
+#include "dispatcher/history.h"
 #include "dispatcher/relet.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
@@ -133,7 +134,8 @@ struct dispatcher {
     uint32_t worker_timeout_ms, client_timeout_ms, gc_timeout_ms;
     uint32_t worker_hb_ms, client_hb_ms;
     uint64_t incarnation;
-    struct observe *obs; /* metrics and the autoscaling window (observe.h) */
+    struct observe *obs;     /* metrics and the autoscaling window (observe.h) */
+    struct history *history; /* the dashboard's charts (history.h) */
 
     struct job_ctx *works; /* split-plan work queued or running, for cancelling at close */
     struct save_work

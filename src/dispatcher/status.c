@@ -74,6 +74,8 @@ static void add_task(struct status_figures *out, const struct status_extra *x,
     out->bytes_per_second += f->bytes_per_second;
     out->buffered += f->buffered;
     out->buffered_bytes += f->buffered_bytes;
+    out->elements += f->elements;
+    out->bytes += f->bytes;
 }
 
 void status_job_figures(const struct state *s, const struct status_extra *x, const struct st_job *j,
@@ -130,6 +132,8 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
         put(b, o, "buffered_bytes", u64(f.buffered_bytes));
         put(b, o, "elements_per_second", json_real(f.elements_per_second));
         put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
+        put(b, o, "elements", u64(f.elements));
+        put(b, o, "bytes", u64(f.bytes));
         const struct status_worker_seen *seen = NULL;
         size_t lo = 0, hi = x->seen ? x->nseen : 0;
         while (lo < hi) {
@@ -288,6 +292,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, o, "workers", u64(f.workers));
         put(b, o, "elements_per_second", json_real(f.elements_per_second));
         put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
+        put(b, o, "elements", u64(f.elements));
+        put(b, o, "bytes", u64(f.bytes));
         put(b, o, "copies_cut", u64(job_cut(x, j->id)));
     }
     if (it && it->distributed && it->state != ST_ITER_GC)

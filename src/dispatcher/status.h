@@ -19,6 +19,7 @@
  *                   "clients": 2,
  *                   "tasks": [{"id": 3, "worker": "host:5051", "finished": false}],
  *                   "workers": 1, "elements_per_second": 5120.5, "bytes_per_second": 4194304.0,
+ *                   "elements": 81920, "bytes": 67108864,
  *                   "splits": {"total": 8 (null when endless), "cursor": 5, "leased": 2,
  *                              "returned": 1, "finished": 2}}]
  *   }
@@ -58,6 +59,7 @@ struct status_task_figures {
     uint64_t task_id;
     double elements_per_second, bytes_per_second;
     uint64_t buffered, buffered_bytes;
+    uint64_t elements, bytes; /* served to readers since the task started, as last reported */
 };
 
 /* Copies a job's readers read cut short, as they reported them (parallel_epochs and static
@@ -105,8 +107,10 @@ struct status_extra {
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"
  * object (before "workers"); in each worker "buffered", "buffered_bytes", "elements_per_second",
- * "bytes_per_second" and "heartbeat_age_ms" (null when unknown); in each job "workers",
- * "elements_per_second" and "bytes_per_second" (status_job_figures) and "copies_cut" (x->cuts).
+ * "bytes_per_second", "elements", "bytes" and "heartbeat_age_ms" (null when unknown); in each
+ * job "workers", "elements_per_second", "bytes_per_second", "elements" and "bytes"
+ * (status_job_figures: elements and encoded bytes its tasks served so far, as last reported) and
+ * "copies_cut" (x->cuts).
  * x NULL is status_json().
  * Returns as status_json(). */
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out);
@@ -117,6 +121,7 @@ struct status_figures {
     uint64_t workers; /* job: distinct workers running an unfinished task of it; worker: 1 */
     double elements_per_second, bytes_per_second;
     uint64_t buffered, buffered_bytes;
+    uint64_t elements, bytes; /* served by its tasks, as last reported */
 };
 
 /* The figures of job j (of its current iteration) and of worker w from x's task figures (x NULL:

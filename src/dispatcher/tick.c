@@ -97,6 +97,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
     size_t n;
     uint64_t *ids;
 
+    dispatcher_history_sample(d);
     soft_prune(&d->worker_seen, &d->st, worker_alive);
     soft_prune(&d->client_seen, &d->st, client_alive);
     soft_prune(&d->client_seen_before, &d->st, client_alive);

@@ -3,7 +3,8 @@
  * responses byte for byte: 200 with the rendered registry, 404, 405, 400 for many malformed
  * requests, 505, 431 at exactly one byte over the limit and for a flood, 408 for a silent or
  * trickling peer, 500 when rendering fails, the connection limit, a peer that never closes,
- * a thousand sequential scrapes, and start errors. Every test ends with the server closed and
+ * a thousand sequential scrapes, start errors, and pages (http_server_set_pages) with their
+ * headers, their token and exact paths. Every test ends with the server closed and
  * uv_loop_close() == 0. The pure request parser is checked table-driven at the end. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -41,6 +42,7 @@ struct server {
     uint64_t timeout_ms; /* 0: the default */
     unsigned max_conns;  /* 0: the default */
     bool fail_render;
+    bool pages;           /* serve the test pages below, behind the token "tok" */
     atomic_int not_ready; /* GET /readyz answers 503 while set */
 
     /* Owned by the server thread. */
@@ -108,6 +110,37 @@ static bool probe_ready(void *user, char *why, size_t whylen)
     return true;
 }
 
+/* The test pages: "/" public and static, "/api/doc" private and allocated, "/api/fail" private
+ * and failing. */
+static enum http_access page_find(void *user, const char *path, size_t len)
+{
+    (void)user;
+    if (len == 1 && path[0] == '/')
+        return HTTP_PAGE_PUBLIC;
+    if ((len == 8 && memcmp(path, "/api/doc", 8) == 0) ||
+        (len == 9 && memcmp(path, "/api/fail", 9) == 0))
+        return HTTP_PAGE_PRIVATE;
+    return HTTP_PAGE_NONE;
+}
+
+static int page_serve(void *user, const char *path, size_t len, struct http_response *res)
+{
+    (void)user;
+    if (len == 1) {
+        *res = (struct http_response){"text/html; charset=utf-8", "<p>hi</p>", 9, false};
+        return 0;
+    }
+    if (len == 9)
+        return SLUICE_ERR_NOMEM;
+    (void)path;
+    char *body = strdup("{\"n\":1}");
+    assert_non_null(body);
+    *res = (struct http_response){"application/json", body, strlen(body), true};
+    return 0;
+}
+
+static const uint8_t page_token[] = "tok";
+
 static void server_main(void *arg)
 {
     struct server *s = arg;
@@ -120,6 +153,10 @@ static void server_main(void *arg)
         http_server_set_timeout(s->srv, s->timeout_ms);
         http_server_set_max_connections(s->srv, s->max_conns);
         http_server_set_ready(s->srv, probe_ready, s);
+        if (s->pages) {
+            http_server_set_pages(s->srv, &(struct http_pages){page_find, page_serve, s});
+            http_server_set_token(s->srv, page_token, 3);
+        }
     }
     uv_mutex_lock(&s->mu);
     s->start_rc = rc;
@@ -742,6 +779,76 @@ static void test_render_failure(void **state)
     assert_exchange(s->port, "GET /x HTTP/1.1\r\nHost: h\r\n\r\n", error_response(404));
 }
 
+static struct server pages_config = {.pages = true};
+
+/* A page response: its status line, the extra header lines, then HTTP_PAGE_HEADERS and the rest. */
+static void page_response(char *out, size_t outlen, const char *status, const char *extra,
+                          const char *type, const char *body)
+{
+    snprintf(out, outlen,
+             "HTTP/1.1 %s\r\n%s" HTTP_PAGE_HEADERS "Content-Type: %s\r\n"
+             "Content-Length: %zu\r\n"
+             "Connection: close\r\n"
+             "\r\n%s",
+             status, extra, type, strlen(body), body);
+}
+
+/* Pages: a public one to anyone, private ones only with the token (401 first, then 405 for
+ * another method), a failing one a 500, every page response with the page headers; the server's
+ * own paths and the 404 of any other path are as before. */
+static void test_pages(void **state)
+{
+    struct server *s = *state;
+    char want[2048];
+    page_response(want, sizeof want, "200 OK", "", "text/html; charset=utf-8", "<p>hi</p>");
+    assert_exchange(s->port, "GET / HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    assert_exchange(s->port, "GET /?x=1 HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    page_response(want, sizeof want, "200 OK", "", "application/json", "{\"n\":1}");
+    assert_exchange(s->port,
+                    "GET /api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n", want);
+    page_response(want, sizeof want, "401 Unauthorized",
+                  "WWW-Authenticate: Bearer realm=\"sluice\"\r\n", "text/plain; charset=utf-8",
+                  "401 Unauthorized\n");
+    assert_exchange(s->port, "GET /api/doc HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    assert_exchange(s->port, "GET /api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer to\r\n\r\n",
+                    want);
+    assert_exchange(s->port, "POST /api/doc HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    page_response(want, sizeof want, "405 Method Not Allowed", "Allow: GET\r\n",
+                  "text/plain; charset=utf-8", "405 Method Not Allowed\n");
+    assert_exchange(s->port, "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", want);
+    assert_exchange(s->port, "HEAD / HTTP/1.1\r\nHost: h\r\n\r\n", want);
+    assert_exchange(
+        s->port, "DELETE /api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n", want);
+    page_response(want, sizeof want, "500 Internal Server Error", "", "text/plain; charset=utf-8",
+                  "500 Internal Server Error\n");
+    assert_exchange(s->port,
+                    "GET /api/fail HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n", want);
+    /* Not pages: exact paths only, no decoding, no traversal. */
+    static const char *const not_found[] = {
+        "GET /index.html HTTP/1.1\r\nHost: h\r\n\r\n",
+        "GET /api/doc/ HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n",
+        "GET /api/../api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n",
+        "GET /%61pi/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n",
+        "GET //api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n",
+        "GET /../etc/passwd HTTP/1.1\r\nHost: h\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof not_found / sizeof not_found[0]; i++)
+        assert_exchange(s->port, not_found[i], error_response(404));
+    /* /metrics keeps its token, the probes need none. */
+    assert_exchange(s->port, SCRAPE,
+                    "HTTP/1.1 401 Unauthorized\r\n"
+                    "WWW-Authenticate: Bearer realm=\"sluice\"\r\n"
+                    "Content-Type: text/plain; charset=utf-8\r\n"
+                    "Content-Length: 17\r\n"
+                    "Connection: close\r\n"
+                    "\r\n"
+                    "401 Unauthorized\n");
+    static const char healthz[] = "GET /healthz HTTP/1.1\r\nHost: h\r\n\r\n";
+    char *resp = exchange(s->port, healthz, strlen(healthz));
+    assert_non_null(strstr(resp, "\r\n\r\nok\n"));
+    free(resp);
+}
+
 static void test_start_errors(void **state)
 {
     uv_loop_t loop;
@@ -870,6 +977,8 @@ int main(void)
                                         server_teardown),
         cmocka_unit_test_prestate_setup_teardown(test_render_failure, server_setup, server_teardown,
                                                  &failing_config),
+        cmocka_unit_test_prestate_setup_teardown(test_pages, server_setup, server_teardown,
+                                                 &pages_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

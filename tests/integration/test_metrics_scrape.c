@@ -137,11 +137,16 @@ static void test_cluster_metrics(void **unused)
         expo_free(&e);
     }
 
-    /* Only GET /metrics is served. */
+    /* Only GET /metrics is served, and on the dispatcher its dashboard (dashboard.h). */
     const char *addrs[] = {dm, wm[0]};
+    expect_status(dm, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 200);
+    expect_status(dm, "GET /api/status HTTP/1.1\r\nHost: t\r\n\r\n", 200);
+    expect_status(dm, "GET /api/statusx HTTP/1.1\r\nHost: t\r\n\r\n", 404);
+    expect_status(dm, "POST /api/status HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n", 405);
+    expect_status(wm[0], "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 404);
+    expect_status(wm[0], "GET /api/status HTTP/1.1\r\nHost: t\r\n\r\n", 404);
     for (int i = 0; i < 2; i++) {
         expect_status(addrs[i], "GET /metrics?x=1 HTTP/1.1\r\nHost: t\r\n\r\n", 200);
-        expect_status(addrs[i], "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 404);
         expect_status(addrs[i], "GET /metricsx HTTP/1.1\r\nHost: t\r\n\r\n", 404);
         expect_status(addrs[i], "POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n",
                       405);

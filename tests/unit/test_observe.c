@@ -396,7 +396,8 @@ static void test_copies_cut(void **state)
     assert_int_equal(x.cuts[0].cut, 7);
     char *json;
     assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
-    assert_non_null(strstr(json, "\"bytes_per_second\":0.0,\"copies_cut\":7}"));
+    assert_non_null(
+        strstr(json, "\"bytes_per_second\":0.0,\"elements\":0,\"bytes\":0,\"copies_cut\":7}"));
     free(json);
     /* A job no reader reported on has none. */
     struct status_extra none;
@@ -492,14 +493,16 @@ static void test_served_figures(void **state)
     x.nseen = 1;
     char *json;
     assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
+    /* The elements and bytes served are the last counters reported: 100 and 20000 (task 10),
+     * 50 and 1000 (task 11). */
     assert_non_null(strstr(json, "\"tasks\":[10],\"buffered\":7,\"buffered_bytes\":700,"
                                  "\"elements_per_second\":100.0,\"bytes_per_second\":20000.0,"
-                                 "\"heartbeat_age_ms\":120}"));
+                                 "\"elements\":100,\"bytes\":20000,\"heartbeat_age_ms\":120}"));
     assert_non_null(strstr(json, "\"tasks\":[11],\"buffered\":3,\"buffered_bytes\":30,"
                                  "\"elements_per_second\":50.0,\"bytes_per_second\":1000.0,"
-                                 "\"heartbeat_age_ms\":null}"));
+                                 "\"elements\":50,\"bytes\":1000,\"heartbeat_age_ms\":null}"));
     assert_non_null(strstr(json, "\"workers\":2,\"elements_per_second\":150.0,"
-                                 "\"bytes_per_second\":21000.0"));
+                                 "\"bytes_per_second\":21000.0,\"elements\":150,\"bytes\":21000"));
     free(json);
 
     assert_int_equal(sample_at(f, 1000, "sluice_job_clients{job=\"1\"}"), 1);
