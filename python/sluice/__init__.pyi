@@ -40,6 +40,7 @@ __all__ = [
     "WorkerServer",
     "distribute",
     "from_dataset_id",
+    "job_state",
     "register_dataset",
     "run",
     "save_snapshot",
