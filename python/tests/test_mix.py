@@ -70,6 +70,26 @@ def test_distributed_state_dict_resumes_the_mix(service):
     assert first + [int(x) for x in again] == want
 
 
+def test_job_state_of_a_shared_mix(service):
+    """Two readers of a shared mix job keep their positions with the dispatcher under the mix's
+    name; the job's position from it is the merge of theirs, and a new job restored from it
+    reads the rest: every element once."""
+    p = "sample_from_datasets([(range(1000)), (range(5000, 5500))], [0.5, 0.5], 3)"
+    a = iter(sluice.distribute(p, "distributed_epoch", service, job_name="kept-mix"))
+    b = iter(sluice.distribute(p, "distributed_epoch", service, job_name="kept-mix"))
+    got = [int(next(a)) for _ in range(100)] + [int(next(b)) for _ in range(50)]
+    sa, sb = a.state_dict(), b.state_dict()
+    kept = sluice.job_state(service, "kept-mix")
+    assert kept["step"] == 1
+    assert kept["position"] == sluice.merge_positions([sa, sb])["position"]
+    a.close()
+    b.close()
+    ds = sluice.distribute(p, "distributed_epoch", service, job_name="kept-mix-2")
+    ds.load_state_dict(kept)
+    got += [int(x) for x in ds]
+    assert sorted(got) == list(range(1000)) + list(range(5000, 5500))
+
+
 def test_set_weights_while_reading(service):
     text = ("sample_from_datasets([(range(1000000)), (range(1000000, 2000000))], [0.5, 0.5], 3)")
     ds = sluice.distribute(text, "distributed_epoch", service, job_name="py-weights",
