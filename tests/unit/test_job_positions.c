@@ -55,7 +55,7 @@ static void must_report(struct harness *h, uint64_t client, const char *job, uin
 /* The cut at step as "STEP: client/step/tag ..." or "error: MSG". */
 static const char *cut(struct harness *h, const char *job, uint64_t step)
 {
-    static char out[1024];
+    static char out[SLUICE_ERRMSG_SIZE + 64];
     static struct plan_jobpos_pick picks[ST_JOBPOS_CONSUMERS_MAX];
     size_t n = 0;
     uint64_t at = 0, gen = 0;
