@@ -65,8 +65,10 @@ def version_of(binary):
 
 def clean_env():
     """The environment without SLUICE_* (a token file or host id of the caller's would change
-    what the servers do)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    what the servers do), in a UTF-8 locale."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env.setdefault("LC_ALL", "C.UTF-8")
+    return env
 
 
 # ---- --help text -> structure -----------------------------------------------------------------
@@ -417,15 +419,18 @@ def gen_errors():
 # ---- metrics ----------------------------------------------------------------------------------
 
 class Server:
-    """A server binary started with port 0; its stdout lines read as they come."""
+    """A server binary started with port 0; its stdout lines read as they come (also used by
+    tests/dashboard/test_dashboard.py)."""
 
     def __init__(self, argv, name, tmp):
         self.name = name
         # stderr into a file: a pipe nobody reads could fill and stop the server.
         self.errpath = os.path.join(tmp, name + ".stderr")
         with open(self.errpath, "wb") as err:
-            self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=clean_env())
+            self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=clean_env(),
+                                      stdin=subprocess.DEVNULL)
         self.lines = []
+        self.buf = b""  # the start of a line not yet whole, kept for the next wait_line
 
     def stderr(self):
         with open(self.errpath, errors="replace") as f:
@@ -434,10 +439,8 @@ class Server:
     def wait_line(self, pattern, timeout=60):
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
-        sel = selectors.DefaultSelector()
-        sel.register(self.p.stdout, selectors.EVENT_READ)
-        buf = b""
-        try:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.p.stdout, selectors.EVENT_READ)
             while True:
                 for line in self.lines:
                     m = rx.search(line)
@@ -453,11 +456,9 @@ class Server:
                         self.p.wait(timeout=10)
                         raise GenError("%s exited %s before printing /%s/: %s" % (
                             self.name, self.p.returncode, pattern, self.stderr()))
-                    buf += chunk
-                    *done, buf = buf.split(b"\n")
+                    self.buf += chunk
+                    *done, self.buf = self.buf.split(b"\n")
                     self.lines.extend(l.decode(errors="replace") for l in done)
-        finally:
-            sel.close()
 
     def stop(self):
         if self.p.poll() is None:

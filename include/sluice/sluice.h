@@ -596,8 +596,7 @@ int sluice_iterator_keep(struct sluice_iterator *it, uint64_t step, const uint8_
  * `step` (err names the steps kept). */
 #define SLUICE_JOB_STEP_LATEST (UINT64_C(1) << 62)
 int sluice_job_checkpoint(struct sluice_client *client, const char *job_name, uint64_t step,
-                          uint8_t **out, size_t *out_len, uint64_t *cut, char *err,
-                          size_t errlen);
+                          uint8_t **out, size_t *out_len, uint64_t *cut, char *err, size_t errlen);
 
 /* How far a read has come, for progress displays. */
 struct sluice_read_progress {

@@ -28,14 +28,9 @@ int sluice_iterator_keep(struct sluice_iterator *it, uint64_t step, const uint8_
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and position are required");
     if (it->mode != SLUICE_DISTRIBUTED_EPOCH || !it->job_name[0] || it->coordinated)
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
-                       "positions are kept for named jobs read in distributed_epoch (this read "
-                       "is %s%s)",
-                       it->job_name[0] ? "" : "of a job of its own, ",
-                       it->mode == SLUICE_DISTRIBUTED_EPOCH ? "distributed_epoch"
-                                                            : "not "
-                                                              "distributed_"
-                                                              "epoch");
-    if (step > (UINT64_C(1) << 62))
+                       "positions are kept for named jobs read in distributed_epoch without "
+                       "num_consumers; this read is not one");
+    if (step > SLUICE_JOB_STEP_LATEST)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "step %" PRIu64 " is above 2^62", step);
     /* A mix keeps its position through its first input's read, under the mix's name. */
     const struct sluice_iterator *by = it->mixing ? iter_mix_first(it) : it;

@@ -354,7 +354,8 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
         return;
     }
-    if (!dispatcher_client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+    if (!dispatcher_client_key_ok(d, cl, req->client_key.data, req->client_key.len, err,
+                                  sizeof err)) {
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused a heartbeat for client %" PRIu64 ": wrong client key",
                        req->client_id);
@@ -439,7 +440,8 @@ void dispatcher_on_release_client(struct dispatcher *d, struct rpc_conn *conn,
     char err[SLUICE_ERRMSG_SIZE];
     const Sluice__ReleaseClientRequest *req = env->release_client;
     const struct st_client *cl = state_client(&d->st, req->client_id);
-    if (cl && !dispatcher_client_key_ok(d, cl, req->client_key.data, req->client_key.len, err, sizeof err)) {
+    if (cl && !dispatcher_client_key_ok(d, cl, req->client_key.data, req->client_key.len, err,
+                                        sizeof err)) {
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused to release client %" PRIu64 ": wrong client key", req->client_id);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);

@@ -7,11 +7,24 @@
 #include <string.h>
 
 /* Whether a client reading job `have` may keep positions under `name`: its own job's name, or
- * the name of the mix whose input it reads ("NAME.input0", "NAME.choice"). */
+ * the name of the mix whose input it reads ("NAME.input0" ... "NAME.input63", "NAME.choice"). A
+ * job merely named "NAME.something" keeps under its own name only. */
 static bool name_is_clients(const char *name, const char *have)
 {
+    if (strcmp(name, have) == 0)
+        return true;
     size_t n = strlen(name);
-    return strcmp(name, have) == 0 || (strncmp(name, have, n) == 0 && have[n] == '.');
+    if (strncmp(name, have, n) != 0 || have[n] != '.')
+        return false;
+    const char *rest = have + n + 1;
+    if (strcmp(rest, "choice") == 0)
+        return true;
+    if (strncmp(rest, "input", 5) != 0 || !rest[5])
+        return false;
+    for (const char *p = rest + 5; *p; p++)
+        if (*p < '0' || *p > '9' || p - (rest + 5) >= 2)
+            return false;
+    return true;
 }
 
 int plan_jobpos_report(const struct state *s, uint64_t client_id, const char *job_name,

@@ -21,10 +21,10 @@ grafana: every sluice_* metric that deploy/grafana/sluice.json queries is in the
 the dispatcher or of the worker.
 """
 import http.client
+import importlib.util
 import json
 import os
 import re
-import selectors
 import shutil
 import subprocess
 import sys
@@ -44,60 +44,23 @@ def fail(msg):
     sys.exit(1)
 
 
-def clean_env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-    env.setdefault("LC_ALL", "C.UTF-8")
-    return env
+# The servers are started and read as scripts/gen-docs.py does for the metrics reference.
+_spec = importlib.util.spec_from_file_location(
+    "gen_docs", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                             "gen-docs.py"))
+gen_docs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen_docs)
+clean_env = gen_docs.clean_env
 
 
-class Proc:
+class Proc(gen_docs.Server):
     """A binary started with port 0; its stdout lines read as they come."""
 
-    def __init__(self, argv, name, tmp):
-        self.name = name
-        self.errpath = os.path.join(tmp, name + ".stderr")
-        with open(self.errpath, "wb") as err:
-            self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, env=clean_env(),
-                                      stdin=subprocess.DEVNULL)
-        self.lines = []
-        self.buf = b""
-
-    def stderr(self):
-        with open(self.errpath, errors="replace") as f:
-            return f.read()[-3000:]
-
     def wait_line(self, pattern, timeout=30):
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.p.stdout, selectors.EVENT_READ)
-            while True:
-                for line in self.lines:
-                    m = rx.search(line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    fail("%s printed no /%s/ within %d s: %s" % (self.name, pattern, timeout,
-                                                                 self.stderr()))
-                if sel.select(min(left, 0.5)):
-                    chunk = os.read(self.p.stdout.fileno(), 4096)
-                    if not chunk:
-                        self.p.wait(timeout=10)
-                        fail("%s exited %s: %s" % (self.name, self.p.returncode, self.stderr()))
-                    self.buf += chunk
-                    *done, self.buf = self.buf.split(b"\n")
-                    self.lines.extend(l.decode(errors="replace") for l in done)
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self.p.stdout.close()
+        try:
+            return super().wait_line(pattern, timeout)
+        except gen_docs.GenError as e:
+            fail(str(e))
 
 
 def get(addr, path, token=None, method="GET"):

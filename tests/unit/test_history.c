@@ -16,46 +16,7 @@
 #include "dispatcher/history.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
-
-static void apply(struct state *st, struct st_update *u)
-{
-    assert_int_equal(state_apply(st, u), 0);
-    st_update_release(u);
-}
-
-static void add_worker(struct state *st, uint64_t id)
-{
-    struct st_update u = {.type = ST_WORKER_REGISTERED, .id = id, .incarnation = id};
-    snprintf(u.address, sizeof u.address, "w%" PRIu64 ":1", id);
-    apply(st, &u);
-}
-
-static void add_dataset(struct state *st)
-{
-    struct st_update d = {.type = ST_DATASET_REGISTERED, .id = 1};
-    snprintf(d.name, sizeof d.name, "1");
-    d.def = malloc(1);
-    assert_non_null(d.def);
-    d.def_len = 1;
-    d.def[0] = 0;
-    apply(st, &d);
-}
-
-/* Job id with its iteration of the same id. */
-static void add_job(struct state *st, uint64_t id)
-{
-    struct st_update j = {.type = ST_JOB_CREATED, .id = id};
-    snprintf(j.name2, sizeof j.name2, "1");
-    apply(st, &j);
-    struct st_update it = {.type = ST_ITERATION_CREATED, .id = id, .ref = id, .ref2 = 1};
-    apply(st, &it);
-}
-
-static void add_task(struct state *st, uint64_t id, uint64_t iteration, uint64_t worker_id)
-{
-    struct st_update u = {.type = ST_TASK_CREATED, .id = id, .ref = iteration, .ref2 = worker_id};
-    apply(st, &u);
-}
+#include "lib/state_harness.h"
 
 static struct history *new_history(void)
 {
@@ -102,24 +63,20 @@ static void test_due_and_ring(void **state)
 static void test_figures(void **state)
 {
     (void)state;
-    struct state st;
-    state_init(&st);
-    add_dataset(&st);
-    add_worker(&st, 1);
-    add_worker(&st, 2);
-    add_job(&st, 1);
-    add_job(&st, 2);
-    add_task(&st, 10, 1, 1);
-    add_task(&st, 11, 1, 2);
-    add_task(&st, 12, 2, 2);
+    /* Jobs 1 and 2 with a task on each of workers 1 and 2 (tasks 1, 2 and 3, 4); task 3 has
+     * no figures. */
+    struct harness hs;
+    harness_init(&hs);
+    harness_run_script(&hs, PAR2 "job 1\n");
+    const struct state *st = &hs.s;
     const struct status_task_figures tasks[] = {
-        {.task_id = 10, .elements_per_second = 100, .bytes_per_second = 1000, .elements = 7},
-        {.task_id = 11, .elements_per_second = 50, .bytes_per_second = 500, .elements = 3},
-        {.task_id = 12, .elements_per_second = 1, .bytes_per_second = 2, .elements = 40},
+        {.task_id = 1, .elements_per_second = 100, .bytes_per_second = 1000, .elements = 7},
+        {.task_id = 2, .elements_per_second = 50, .bytes_per_second = 500, .elements = 3},
+        {.task_id = 4, .elements_per_second = 1, .bytes_per_second = 2, .elements = 40},
     };
     struct status_extra x = {.tasks = tasks, .ntasks = 3};
     struct history *h = new_history();
-    history_take(h, &st, &x, 5000);
+    history_take(h, st, &x, 5000);
     const struct history_sample *s = history_at(h, 0);
     assert_int_equal(s->workers, 2);
     assert_true(s->elements_per_second == 151);
@@ -152,7 +109,7 @@ static void test_figures(void **state)
               "{\"id\":2,\"elements_per_second\":51.0,\"bytes_per_second\":502.0}]}]}");
     free(json);
     free(h);
-    state_release(&st);
+    harness_release(&hs);
 }
 
 /* More jobs and workers than a sample keeps: the newest (highest ids) are kept, the totals still
@@ -160,21 +117,29 @@ static void test_figures(void **state)
 static void test_bounded(void **state)
 {
     (void)state;
-    struct state st;
-    state_init(&st);
-    add_dataset(&st);
+    /* n workers, then n jobs with a task on every worker (job i's are tasks (i-1)n+1 to in);
+     * each job's task on worker 1 has figures. */
+    struct harness hs;
+    harness_init(&hs);
     size_t n = HISTORY_SERIES_MAX + 5;
+    char line[64];
+    harness_run(&hs, "ds - r4");
+    for (size_t i = 1; i <= n; i++) {
+        snprintf(line, sizeof line, "hb w%zu:1 %zu", i, i);
+        harness_run(&hs, line);
+    }
     struct status_task_figures *tasks = calloc(n, sizeof *tasks);
     assert_non_null(tasks);
     for (uint64_t i = 1; i <= n; i++) {
-        add_worker(&st, i);
-        add_job(&st, i);
-        add_task(&st, i, i, i);
-        tasks[i - 1] = (struct status_task_figures){.task_id = i, .elements_per_second = 1};
+        harness_run(&hs, "job 1");
+        tasks[i - 1] =
+            (struct status_task_figures){.task_id = (i - 1) * n + 1, .elements_per_second = 1};
     }
+    const struct state *st = &hs.s;
+    assert_int_equal(st->ntasks, n * n);
     struct status_extra x = {.tasks = tasks, .ntasks = n};
     struct history *h = new_history();
-    history_take(h, &st, &x, 0);
+    history_take(h, st, &x, 0);
     const struct history_sample *s = history_at(h, 0);
     assert_int_equal(s->workers, n);
     assert_true(s->elements_per_second == (double)n);
@@ -192,7 +157,7 @@ static void test_bounded(void **state)
     free(json);
     free(h);
     free(tasks);
-    state_release(&st);
+    harness_release(&hs);
 }
 
 int main(void)

@@ -112,7 +112,8 @@ static void test_refusals(void **unused)
     (void)unused;
     struct harness h;
     harness_init(&h);
-    harness_run_script(&h, SETUP "job 1 name=m.input0 mode=distributed_epoch total=4\n");
+    harness_run_script(&h, SETUP "job 1 name=m.input0 mode=distributed_epoch total=4\n"
+                                 "job 1 name=m.evil mode=distributed_epoch total=4\n");
     char err[SLUICE_ERRMSG_SIZE];
     assert_int_equal(report(&h, 9, "j", 1, 1, 16, err), SLUICE_ERR_NOT_FOUND);
     assert_int_equal(report(&h, 1, "k", 1, 1, 16, err), SLUICE_ERR_INVALID);
@@ -131,6 +132,9 @@ static void test_refusals(void **unused)
     /* A mix's input keeps under the mix's name, not under a name it merely starts with. */
     must_report(&h, 4, "m", 1, 1);
     assert_int_equal(report(&h, 4, "m.in", 1, 1, 16, err), SLUICE_ERR_INVALID);
+    /* A job named like an input of another is not one. */
+    assert_int_equal(report(&h, 5, "m", 1, 1, 16, err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "this reader reads job 'm.evil', not 'm'");
     /* Steps older than the four kept. */
     for (uint64_t step = 5; step <= 8; step++)
         must_report(&h, 1, "j", step, 1);
