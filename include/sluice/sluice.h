@@ -68,7 +68,8 @@ enum sluice_err {
     SLUICE_ERR_AUTH = -20024,        /* authentication failed (wrong or missing token, bad peer) */
     SLUICE_ERR_DENIED = -20025,      /* not permitted (a path outside the data roots, ...) */
     SLUICE_ERR_LIMIT = -20026,       /* a configured resource limit was reached */
-    SLUICE_ERR_LAST = -20027
+    SLUICE_ERR_NOT_LEADER = -20027,  /* a dispatcher replica that is not the leader; retry there */
+    SLUICE_ERR_LAST = -20028
 };
 
 /* A static, human-readable message for any code: 0, one of sluice's own, or a negative errno.

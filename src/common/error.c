@@ -31,6 +31,7 @@ static const char *const messages[] = {
     [-(SLUICE_ERR_AUTH - SLUICE_ERR_BASE)] = "authentication failed",
     [-(SLUICE_ERR_DENIED - SLUICE_ERR_BASE)] = "permission denied",
     [-(SLUICE_ERR_LIMIT - SLUICE_ERR_BASE)] = "limit reached",
+    [-(SLUICE_ERR_NOT_LEADER - SLUICE_ERR_BASE)] = "not the leader",
 };
 
 /* Every code has its message: the table ends exactly at the last code. */
