@@ -41,6 +41,59 @@ if [ ${#missing[@]} -gt 0 ]; then
     $sudo apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# C-Raft, the dispatcher replicas' consensus engine: 0.17.1 or newer (older ones can let replicas
+# diverge under repeated leader kills). Debian 12's own suite has 0.15.0, so on bookworm it comes
+# from bookworm-backports, on the mirror the machine's own apt sources already use for bookworm.
+raft_ok() {
+    local v
+    v=$(dpkg-query -W -f='${Version}' libraft-dev 2>/dev/null) || return 1
+    dpkg-query -W -f='${Status}' libraft-dev 2>/dev/null | grep -q 'install ok installed' || return 1
+    dpkg --compare-versions "$v" ge 0.17.1
+}
+# Prints the URI of the first apt source (one-line or deb822) that serves suite $1, or nothing.
+apt_uri_of_suite() {
+    local suite=$1 f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [ -f "$f" ] || continue
+        awk -v s="$suite" '$1 == "deb" { i = 2; if ($i ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
+                            if ($(i + 1) == s) { print $i; exit } }' "$f"
+    done | head -n 1
+    for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
+        [ -f "$f" ] || continue
+        awk -v s="$suite" 'BEGIN { RS = ""; FS = "\n" }
+            { uri = ""; ok = 0; deb = 0
+              for (k = 1; k <= NF; k++) {
+                  if ($k ~ /^URIs:/) { split($k, a, /[ \t]+/); uri = a[2] }
+                  if ($k ~ /^Types:/ && $k ~ /(^|[ \t])deb([ \t]|$)/) deb = 1
+                  if ($k ~ /^Suites:/) { n = split($k, b, /[ \t]+/); for (m = 2; m <= n; m++) if (b[m] == s) ok = 1 }
+              }
+              if (ok && deb && uri != "") { print uri; exit } }' "$f"
+    done | head -n 1
+}
+if ! raft_ok; then
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        command -v sudo >/dev/null || { echo "deps: need root to install libraft-dev" >&2; exit 1; }
+        sudo="sudo"
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+    if [ "$codename" = bookworm ]; then
+        uri=$(apt_uri_of_suite bookworm || true)
+        [ -n "$uri" ] || { echo "deps: no apt source for bookworm found to take bookworm-backports from" >&2; exit 1; }
+        echo "deps: installing libraft-dev from bookworm-backports ($uri)" >&2
+        printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+            "$uri" | $sudo tee /etc/apt/sources.list.d/sluice-bookworm-backports.sources >/dev/null
+        $sudo apt-get update -q >/dev/null
+        $sudo apt-get install -y -q --no-install-recommends -t bookworm-backports libraft-dev >/dev/null
+    else
+        echo "deps: installing libraft-dev" >&2
+        $sudo apt-get update -q >/dev/null
+        $sudo apt-get install -y -q --no-install-recommends libraft-dev >/dev/null
+    fi
+    raft_ok || { echo "deps: libraft-dev 0.17.1 or newer is needed; apt installed $(dpkg-query -W -f='${Version}' libraft-dev 2>/dev/null || echo none)" >&2; exit 1; }
+fi
+
 # The tests' independent oracles from the npm registry (tests/npm/package.json, versions pinned
 # by its lock file): Parquet writers and a reader. The product never needs them.
 npm_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/npm"
