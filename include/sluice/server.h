@@ -148,6 +148,21 @@ struct sluice_dispatcher_options {
     uint32_t handshake_timeout_ms;
     unsigned max_connections;
     unsigned max_handshakes;
+    /* A replica of a group of 3 or 5 dispatchers on Raft (--raft-id, --raft-address,
+     * --raft-cluster; docs/operations.md "Dispatcher replicas") when raft_id is not 0:
+     * raft_cluster lists the group, "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT" (the Raft addresses),
+     * raft_address is this replica's (as listed). It needs work_dir (its Raft log lives in
+     * work_dir/raft) and implies fault_tolerant; the leader serves, the others answer "not the
+     * leader" with the leader's address (advertise: the RPC address this replica gives for
+     * that, --advertise; NULL: the bound host and port). raft_bind: listen for Raft there
+     * instead (--raft-bind, e.g. "0.0.0.0:7001"); raft_election_timeout_ms 0: 1000 (from 100
+     * to 60000). Stopping the leader hands leadership to a caught-up follower first. */
+    uint64_t raft_id;
+    const char *raft_address;
+    const char *raft_cluster;
+    const char *raft_bind;
+    const char *advertise;
+    uint32_t raft_election_timeout_ms;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from

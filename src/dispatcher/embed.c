@@ -40,6 +40,7 @@ struct sluice_dispatcher {
     /* Copies of the options, alive as long as the object. */
     char *host;
     char *work_dir;
+    char *raft_address, *raft_cluster, *raft_bind, *advertise;
     char **worker_addresses;
     size_t nworker_addresses;
     struct security_ctx *sec;
@@ -81,12 +82,34 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
     if (o->metrics && (rc = check_port("metrics_port", o->metrics_port, err, errlen)) < 0)
         return rc;
     bool work_dir = o->work_dir && *o->work_dir;
-    if (o->fault_tolerant && !work_dir)
+    if (o->raft_id) {
+        if (!work_dir)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "raft_id needs work_dir");
+        if (!o->raft_address || !*o->raft_address || !o->raft_cluster || !*o->raft_cluster)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "raft_id needs raft_address and raft_cluster");
+        if (o->journal_max_mb || o->journal_per_update || o->recover_to_last_good)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "journal_max_mb, journal_per_update and recover_to_last_good are for "
+                           "a single dispatcher's journal, not a replica's Raft log");
+        if (o->raft_election_timeout_ms &&
+            (o->raft_election_timeout_ms < 100 || o->raft_election_timeout_ms > 60000))
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "raft_election_timeout_ms: expected 100 to 60000, got %u",
+                           o->raft_election_timeout_ms);
+    } else if (o->raft_address || o->raft_cluster || o->raft_bind ||
+               o->raft_election_timeout_ms) {
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "raft_address, raft_cluster, raft_bind and raft_election_timeout_ms need "
+                       "raft_id");
+    }
+    bool fault_tolerant = o->fault_tolerant || o->raft_id;
+    if (fault_tolerant && !work_dir)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "fault_tolerant needs work_dir");
-    if (o->work_dir && !o->fault_tolerant)
+    if (o->work_dir && !fault_tolerant)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "work_dir is used only with fault_tolerant");
-    if (!o->fault_tolerant && (o->snapshot_every || o->journal_max_mb || o->journal_per_update ||
+    if (!fault_tolerant && (o->snapshot_every || o->journal_max_mb || o->journal_per_update ||
                                o->recover_to_last_good))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "snapshot_every, journal_max_mb, journal_per_update and "
@@ -131,6 +154,10 @@ static void free_object(struct sluice_dispatcher *s)
     security_ctx_free(s->sec);
     free(s->metrics_host);
     free(s->work_dir);
+    free(s->raft_address);
+    free(s->raft_cluster);
+    free(s->raft_bind);
+    free(s->advertise);
     free(s->host);
     free(s);
 }
@@ -144,6 +171,16 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
     s->work_dir = o->work_dir ? strdup(o->work_dir) : NULL;
     if (!s->host || (o->work_dir && !s->work_dir))
         goto nomem;
+#define COPY_OPT(f)                                                                                \
+    do {                                                                                           \
+        if (o->f && !(s->f = strdup(o->f)))                                                        \
+            goto nomem;                                                                            \
+    } while (0)
+    COPY_OPT(raft_address);
+    COPY_OPT(raft_cluster);
+    COPY_OPT(raft_bind);
+    COPY_OPT(advertise);
+#undef COPY_OPT
     if (o->nworker_addresses > 0) {
         s->worker_addresses = calloc(o->nworker_addresses, sizeof *s->worker_addresses);
         if (!s->worker_addresses)
@@ -181,7 +218,13 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .worker_addresses = (const char *const *)s->worker_addresses,
         .nworker_addresses = s->nworker_addresses,
         .roots = &s->roots,
-        .work_dir = o->fault_tolerant ? s->work_dir : NULL,
+        .work_dir = o->fault_tolerant || o->raft_id ? s->work_dir : NULL,
+        .raft_id = o->raft_id,
+        .raft_address = s->raft_address,
+        .raft_cluster = s->raft_cluster,
+        .raft_bind = s->raft_bind,
+        .advertise = s->advertise,
+        .raft_election_timeout_ms = o->raft_election_timeout_ms,
         .snapshot_every = o->snapshot_every,
         .journal_max_bytes = (size_t)o->journal_max_mb << 20,
         .journal_per_update = o->journal_per_update,
@@ -263,6 +306,11 @@ static bool ready(void *user, char *why, size_t whylen)
         snprintf(why, whylen, "%s", s->fatal ? s->fatal_msg : "stopping");
         return false;
     }
+    /* A replica is ready only while it leads and serves, so a Service routes to the leader. */
+    if (!dispatcher_serving(s->d)) {
+        snprintf(why, whylen, "not the leader");
+        return false;
+    }
     return true;
 }
 
@@ -300,9 +348,21 @@ static int on_start(struct loop_thread *lt, uv_loop_t *loop, void *user, char *e
     return 0;
 }
 
+static void handed_over(void *user)
+{
+    close_servers(user);
+}
+
 static void on_stop(void *user, int level)
 {
     (void)level; /* a dispatcher has one way to stop */
+    struct sluice_dispatcher *s = user;
+    /* A leading replica hands leadership to a caught-up follower first: a planned stop costs
+     * the group a handover, not an election. */
+    if (s->d && !s->fatal) {
+        dispatcher_handover(s->d, handed_over, s);
+        return;
+    }
     close_servers(user);
 }
 

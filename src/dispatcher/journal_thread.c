@@ -62,6 +62,8 @@ struct journal_thread {
     journal_thread_fail_cb on_fail;
     void (*on_commit)(void *user, double seconds, size_t records, uint64_t bytes);
     void *user;
+    int (*sink)(void *user, const struct journal_record *recs, size_t n);
+    uint64_t sink_start_ns; /* uv_hrtime() when the batch in flight went to sink */
 
     /* Loop thread only. pending[head..n) hold the records with seqs pending_first... */
     struct item *pending;
@@ -131,6 +133,7 @@ static void thread_main(void *arg)
     uv_mutex_unlock(&jt->mu);
 }
 
+static void fail(struct journal_thread *jt, int rc, const char *msg);
 static void on_prepare(uv_prepare_t *h);
 static void on_check(uv_check_t *h);
 
@@ -189,6 +192,24 @@ static void submit(struct journal_thread *jt)
     }
     jt->inflight = true;
     jt->inflight_last = last;
+    if (jt->sink) {
+        jt->work = b;
+        jt->submitted = true;
+        jt->done = false;
+        jt->sink_start_ns = uv_hrtime();
+        int rc = jt->sink(jt->user, jt->work.recs, jt->work.n);
+        if (rc < 0) {
+            /* Refused at once: fail here rather than through batch_done, whose close handling
+             * would re-enter a maybe_finish() that called this. */
+            batch_free(&jt->work);
+            jt->submitted = false;
+            jt->inflight = false;
+            char msg[SLUICE_ERRMSG_SIZE];
+            snprintf(msg, sizeof msg, "writing a batch: %s", sluice_strerror(rc));
+            fail(jt, rc, msg);
+        }
+        return;
+    }
     uv_mutex_lock(&jt->mu);
     jt->work = b;
     jt->submitted = true;
@@ -238,20 +259,10 @@ static void fail(struct journal_thread *jt, int rc, const char *msg)
         jt->on_fail(jt->user, rc, msg);
 }
 
-static void on_async(uv_async_t *a)
+/* A batch came back from the thread or the sink: frees it, advances durable and runs the
+ * waiters it satisfied, or fails the journal. */
+static void batch_done(struct journal_thread *jt, struct batch b)
 {
-    struct journal_thread *jt = a->data;
-    uv_mutex_lock(&jt->mu);
-    bool ready = jt->submitted && jt->done;
-    struct batch b;
-    if (ready) {
-        b = jt->work;
-        memset(&jt->work, 0, sizeof jt->work);
-        jt->submitted = jt->done = false;
-    }
-    uv_mutex_unlock(&jt->mu);
-    if (!ready)
-        return;
     jt->inflight = false;
     if (b.rc < 0) {
         char msg[SLUICE_ERRMSG_SIZE];
@@ -280,6 +291,36 @@ static void on_async(uv_async_t *a)
         maybe_finish(jt);
     else if (!jt->failed && (jt->n > jt->head || jt->has_snap))
         arm(jt);
+}
+
+static void on_async(uv_async_t *a)
+{
+    struct journal_thread *jt = a->data;
+    uv_mutex_lock(&jt->mu);
+    bool ready = jt->submitted && jt->done;
+    struct batch b;
+    if (ready) {
+        b = jt->work;
+        memset(&jt->work, 0, sizeof jt->work);
+        jt->submitted = jt->done = false;
+    }
+    uv_mutex_unlock(&jt->mu);
+    if (ready)
+        batch_done(jt, b);
+}
+
+void journal_thread_sink_done(struct journal_thread *jt, int rc, const char *msg)
+{
+    if (!jt->sink || !jt->submitted)
+        return;
+    struct batch b = jt->work;
+    memset(&jt->work, 0, sizeof jt->work);
+    jt->submitted = jt->done = false;
+    b.rc = rc;
+    if (rc < 0)
+        snprintf(b.err, sizeof b.err, "%s", msg ? msg : sluice_strerror(rc));
+    b.write_ns = uv_hrtime() - jt->sink_start_ns;
+    batch_done(jt, b);
 }
 
 /* The prepare and check callbacks: the end of a loop iteration's work. */
@@ -330,11 +371,13 @@ static void maybe_finish(struct journal_thread *jt)
     }
     jt->finishing = true;
     fire_waiters(jt);
-    uv_mutex_lock(&jt->mu);
-    jt->stop = true;
-    uv_cond_signal(&jt->cond);
-    uv_mutex_unlock(&jt->mu);
-    uv_thread_join(&jt->thread);
+    if (!jt->sink) {
+        uv_mutex_lock(&jt->mu);
+        jt->stop = true;
+        uv_cond_signal(&jt->cond);
+        uv_mutex_unlock(&jt->mu);
+        uv_thread_join(&jt->thread);
+    }
     for (size_t i = jt->head; i < jt->n; i++)
         item_free(&jt->pending[i]);
     jt->head = jt->n = 0;
@@ -355,6 +398,7 @@ int journal_thread_start(uv_loop_t *loop, const struct journal_thread_opts *opts
     jt->max_records = opts->max_records;
     jt->on_fail = opts->on_fail;
     jt->on_commit = opts->on_commit;
+    jt->sink = opts->sink;
     jt->user = opts->user;
     jt->next_seq = jt->pending_first = opts->next_seq;
     jt->durable = opts->next_seq - 1;
@@ -373,7 +417,7 @@ int journal_thread_start(uv_loop_t *loop, const struct journal_thread_opts *opts
     uv_check_init(loop, &jt->check);
     uv_async_init(loop, &jt->async, on_async);
     jt->prepare.data = jt->check.data = jt->async.data = jt;
-    rc = uv_thread_create(&jt->thread, thread_main, jt);
+    rc = jt->sink ? 0 : uv_thread_create(&jt->thread, thread_main, jt);
     if (rc < 0) {
         err_set(err, errlen, rc, "journal thread: %s", uv_strerror(rc));
         /* Closing frees jt from the last close callback; nothing else refers to it. */
@@ -437,6 +481,8 @@ int journal_thread_snapshot(struct journal_thread *jt, uint8_t *data, size_t len
 int journal_thread_snapshot_at(struct journal_thread *jt, uint8_t *data, size_t len, uint64_t seq)
 {
     int rc = refused(jt);
+    if (rc == 0 && jt->sink)
+        rc = SLUICE_ERR_UNSUPPORTED;
     if (rc == 0 && seq >= jt->next_seq)
         rc = SLUICE_ERR_INVALID;
     if (rc < 0) {

@@ -57,6 +57,13 @@ struct journal_thread_opts {
      * NULL. */
     void (*on_commit)(void *user, double seconds, size_t records, uint64_t bytes);
     void *user;
+    /* NULL: batches go to `journal` on the thread. Otherwise batches go to sink instead (a
+     * dispatcher replica's Raft log, replica.h), on the loop thread, and no thread is started:
+     * sink(user, recs, n) starts writing the batch (the records stay valid until the batch is
+     * done) and returns 0, then the owner calls journal_thread_sink_done() exactly once when it
+     * is durable or failed; or it returns a negative code at once, which fails the journal as a
+     * failed write does. Snapshots cannot be queued (SLUICE_ERR_UNSUPPORTED). */
+    int (*sink)(void *user, const struct journal_record *recs, size_t n);
 };
 
 struct journal_thread_stats {
@@ -68,6 +75,10 @@ struct journal_thread_stats {
      * definitions and snapshots (LMDB's own keys, checksums and page overhead not counted). */
     uint64_t bytes;
 };
+
+/* The end of a batch handed to opts->sink: rc 0 when it is durable, else negative with msg
+ * ("what: why"), which fails the journal (on_fail runs). Loop thread. */
+void journal_thread_sink_done(struct journal_thread *jt, int rc, const char *msg);
 
 /* Starts the thread. Returns 0 and *out, or a negative code with a message. */
 int journal_thread_start(uv_loop_t *loop, const struct journal_thread_opts *opts,

@@ -37,6 +37,9 @@ static const char usage[] =
     "                         [--auth-token-file F] [--tls-cert F --tls-key F] [--tls-ca F]\n"
     "                         [--insecure] [--metrics-host H] [--handshake-timeout-ms N]\n"
     "                         [--max-connections N] [--max-handshakes N]\n"
+    "                         [--raft-id N --raft-address H:P --raft-cluster LIST]\n"
+    "                         [--raft-bind H:P] [--advertise H:P]\n"
+    "                         [--raft-election-timeout-ms N]\n"
     "\n"
     "Keeps the state of a sluice cluster and hands its work to the workers: registers workers\n"
     "and datasets, starts jobs, assigns tasks and splits, and tells readers where to fetch\n"
@@ -92,6 +95,19 @@ static const char usage[] =
     "                           (default 1048576)\n"
     "  --max-jobs-per-client N  refuse a client a read when it already holds N open\n"
     "                           (default 1000)\n"
+    "  --raft-id N              run as replica N of a group of dispatchers on Raft (3 or 5;\n"
+    "                           needs --work-dir, which holds its Raft log; implies\n"
+    "                           --fault-tolerant). The leader serves; the others answer\n"
+    "                           'not the leader' with its address\n"
+    "  --raft-address H:P       this replica's Raft address, as in --raft-cluster\n"
+    "  --raft-cluster LIST      the group: 1=HOST:PORT,2=HOST:PORT,3=HOST:PORT (Raft\n"
+    "                           addresses; the same list on every replica)\n"
+    "  --raft-bind H:P          listen for Raft there instead (e.g. 0.0.0.0:7001)\n"
+    "  --advertise H:P          the RPC address other replicas send callers to (default: the\n"
+    "                           bound host and port)\n"
+    "  --raft-election-timeout-ms N\n"
+    "                           elect a new leader after this long without one (100 to\n"
+    "                           60000; default 1000)\n"
     "  --max-jobs-per-address N refuse a read when the clients connecting from its address\n"
     "                           already hold N open, whatever incarnations they send\n"
     "                           (default 1000)\n" SECURITY_USAGE_SERVER
@@ -126,6 +142,8 @@ struct config {
     long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
     uint32_t object_retry_ms, object_range_bytes; /* 0: the environment's, else the defaults */
     long long max_jobs_per_address;               /* 0: the default */
+    long long raft_id, raft_election_timeout_ms;
+    const char *raft_address, *raft_cluster, *raft_bind, *advertise;
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;
@@ -261,7 +279,13 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--metrics-host",
                                             "--handshake-timeout-ms",
                                             "--max-connections",
-                                            "--max-handshakes"};
+                                            "--max-handshakes",
+                                            "--raft-id",
+                                            "--raft-address",
+                                            "--raft-cluster",
+                                            "--raft-bind",
+                                            "--advertise",
+                                            "--raft-election-timeout-ms"};
         bool is_known = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             is_known |= strcmp(name, known[k]) == 0;
@@ -376,6 +400,32 @@ static int parse_args(int argc, char **argv, struct config *c)
             }
             c->data_roots = more;
             c->data_roots[c->ndata_roots++] = value;
+        } else if (strcmp(name, "--raft-id") == 0) {
+            if (!parse_num(value, 1, 1LL << 62, &v)) {
+                fail("usage", "--raft-id: expected a number from 1, found '%s'", value);
+                return -1;
+            }
+            c->raft_id = v;
+        } else if (strcmp(name, "--raft-election-timeout-ms") == 0) {
+            if (!parse_num(value, 100, 60000, &v)) {
+                fail("usage", "%s: expected a number from 100 to 60000, found '%s'", name, value);
+                return -1;
+            }
+            c->raft_election_timeout_ms = v;
+        } else if (strcmp(name, "--raft-address") == 0 || strcmp(name, "--raft-cluster") == 0 ||
+                   strcmp(name, "--raft-bind") == 0 || strcmp(name, "--advertise") == 0) {
+            if (!*value) {
+                fail("usage", "%s needs a value", name);
+                return -1;
+            }
+            if (strcmp(name, "--raft-address") == 0)
+                c->raft_address = value;
+            else if (strcmp(name, "--raft-cluster") == 0)
+                c->raft_cluster = value;
+            else if (strcmp(name, "--raft-bind") == 0)
+                c->raft_bind = value;
+            else
+                c->advertise = value;
         } else if (strcmp(name, "--worker-addresses") == 0) {
             if (c->worker_addresses) {
                 fail("usage", "--worker-addresses given twice");
@@ -400,6 +450,23 @@ static int parse_args(int argc, char **argv, struct config *c)
             else
                 c->job_gc_timeout_ms = v;
         }
+    }
+    if (c->raft_id) {
+        if (!c->raft_address || !c->raft_cluster || !c->work_dir) {
+            fail("usage", "--raft-id needs --raft-address, --raft-cluster and --work-dir");
+            return -1;
+        }
+        if (c->journal_max_mb || c->journal_per_update || c->recover_to_last_good) {
+            fail("usage", "--journal-max-mb and --recover-to-last-good are for a single "
+                          "dispatcher's journal, not a replica's Raft log");
+            return -1;
+        }
+        c->fault_tolerant = true;
+    } else if (c->raft_address || c->raft_cluster || c->raft_bind ||
+               c->raft_election_timeout_ms) {
+        fail("usage", "--raft-address, --raft-cluster, --raft-bind and "
+                      "--raft-election-timeout-ms need --raft-id");
+        return -1;
     }
     if (c->fault_tolerant && !c->work_dir) {
         fail("usage", "--fault-tolerant needs --work-dir");
@@ -479,6 +546,12 @@ int main(int argc, char **argv)
         .max_pipeline_bytes = (uint64_t)c.max_pipeline_bytes,
         .max_jobs_per_client = (uint64_t)c.max_jobs_per_client,
         .max_jobs_per_address = (uint64_t)c.max_jobs_per_address,
+        .raft_id = (uint64_t)c.raft_id,
+        .raft_address = c.raft_address,
+        .raft_cluster = c.raft_cluster,
+        .raft_bind = c.raft_bind,
+        .advertise = c.advertise,
+        .raft_election_timeout_ms = (uint32_t)c.raft_election_timeout_ms,
     };
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher *d;

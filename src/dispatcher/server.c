@@ -24,6 +24,8 @@
  * silence it had no chance to break. */
 
 #include "server_internal.h"
+#include "replica.h"
+#include "common/fnv.h"
 #include "common/rpc_metrics.h"
 #include "pipeline/objstore.h"
 
@@ -370,6 +372,13 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
 
 void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx)
 {
+    if (d->replica && (!replica_serving(d->replica) || !d->jt)) {
+        /* A replica that does not lead changes nothing: work that finishes after it stopped
+         * leading (a split plan, a save) is refused like a request would be. */
+        st_update_list_clear(ups);
+        cb(d, SLUICE_ERR_UNAVAILABLE, ctx);
+        return;
+    }
     int rc = d->fatal ? SLUICE_ERR_CLOSED : 0;
     struct log_lines lines = {0};
     bool saves_due = false;
@@ -571,6 +580,11 @@ static int status_extra_fill(struct dispatcher *d, uint64_t now, struct status_e
     }
     x->seen = *seen;
     x->nseen = d->worker_seen.n;
+    x->raft = NULL;
+    if (d->replica) {
+        replica_view(d->replica, &d->raft_view);
+        x->raft = &d->raft_view;
+    }
     return observe_figures(d->obs, &d->st, now, x);
 }
 
@@ -639,12 +653,36 @@ static void on_answered(void *user, int body_case, double seconds)
     observe_request(d->obs, call, seconds);
 }
 
+/* A replica that does not serve: the caller goes to the leader (or the next address). */
+static void reply_not_leader(struct dispatcher *d, struct rpc_conn *conn, uint64_t id)
+{
+    const char *leader = replica_leader_rpc(d->replica);
+    char msg[SLUICE_ERRMSG_SIZE];
+    if (leader[0])
+        snprintf(msg, sizeof msg, "not the leader: the leader is %s", leader);
+    else
+        snprintf(msg, sizeof msg, "not the leader: no leader is known (an election is under way)");
+    Sluice__Error error = SLUICE__ERROR__INIT;
+    error.code = SLUICE_ERR_NOT_LEADER;
+    error.message = msg;
+    error.leader = (char *)leader;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
+    env.error = &error;
+    rpc_conn_reply(conn, id, &env);
+}
+
 static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *env,
                        void *user)
 {
     struct dispatcher *d = user;
     if (d->closing)
         return;
+    if (d->replica && !replica_serving(d->replica) &&
+        env->body_case != SLUICE__ENVELOPE__BODY_STATUS) {
+        reply_not_leader(d, conn, env->id);
+        return;
+    }
     switch (env->body_case) {
     case SLUICE__ENVELOPE__BODY_REGISTER_DATASET:
         dispatcher_on_register_dataset(d, conn, env);
@@ -743,6 +781,88 @@ static void on_journal_fail(void *user, int code, const char *msg)
     fatal(d, "journal: %s: %s", d->work_dir, msg);
 }
 
+/* ---- a Raft replica's dispatcher (replica.h) ------------------------------------------------- */
+
+static void on_journal_commit(void *user, double seconds, size_t records, uint64_t bytes);
+
+/* A replica's journal thread failed: expected once it stopped leading (its batches are refused);
+ * a failure while it still serves means it can no longer commit. */
+static void on_replica_journal_fail(void *user, int code, const char *msg)
+{
+    struct dispatcher *d = user;
+    (void)code;
+    if (d->replica && replica_serving(d->replica))
+        fatal(d, "raft: %s: %s", d->work_dir, msg);
+    else
+        log_debug("raft: commits refused after leading: %s", msg);
+}
+
+static void soft_clear(struct soft_table *t)
+{
+    t->n = 0;
+}
+
+void dispatcher_replica_serve(struct dispatcher *d)
+{
+    /* As after a restart: every worker and client gets a fresh timeout, coverage and the
+     * re-issue grace start again. */
+    soft_clear(&d->worker_seen);
+    soft_clear(&d->client_seen);
+    soft_clear(&d->client_seen_before);
+    soft_clear(&d->idle_since);
+    soft_clear(&d->settled_since);
+    soft_clear(&d->leased_at);
+    soft_clear(&d->lease_below);
+    soft_clear(&d->client_reported);
+    soft_clear(&d->worker_touched);
+    d->touched_all = 0;
+    d->nrep_waiters = 0;
+    relet_release(&d->relet);
+    memset(&d->relet, 0, sizeof d->relet);
+    coverage_release(&d->cov);
+    memset(&d->cov, 0, sizeof d->cov);
+    capcache_release(&d->caps);
+    memset(&d->caps, 0, sizeof d->caps);
+    d->started_ms = uv_now(d->loop);
+    struct journal_thread_opts to = {
+        .next_seq = 1,
+        .on_fail = on_replica_journal_fail,
+        .on_commit = on_journal_commit,
+        .user = d,
+        .sink = replica_sink,
+    };
+    char why[SLUICE_ERRMSG_SIZE];
+    int rc = journal_thread_start(d->loop, &to, &d->jt, why, sizeof why);
+    if (rc < 0) {
+        fatal(d, "raft: starting to serve: %s", why);
+        return;
+    }
+    d->saves_resumed = false;
+    dispatcher_saves_tick(d);
+}
+
+static void on_replica_jt_closed(void *user)
+{
+    struct dispatcher *d = user;
+    d->closing_jts--;
+    dispatcher_maybe_finish_close(d);
+}
+
+void dispatcher_replica_unserve(struct dispatcher *d)
+{
+    if (!d->jt)
+        return;
+    struct journal_thread *jt = d->jt;
+    d->jt = NULL;
+    d->closing_jts++;
+    journal_thread_close(jt, on_replica_jt_closed, d);
+}
+
+void dispatcher_replica_fatal(struct dispatcher *d, const char *msg)
+{
+    fatal(d, "%s", msg);
+}
+
 static void on_journal_commit(void *user, double seconds, size_t records, uint64_t bytes)
 {
     struct dispatcher *d = user;
@@ -836,7 +956,29 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
         goto fail;
     }
-    if (opts->work_dir) {
+    if (opts->raft_id) {
+        /* A replica: its state comes from the Raft log once Raft runs (below); the
+         * incarnation is the group's, the same on every replica, so callers that move to
+         * another replica see the dispatcher they knew. */
+        uint64_t ids[REPLICA_MEMBERS_MAX];
+        char addrs[REPLICA_MEMBERS_MAX][256], canon[REPLICA_MEMBERS_MAX * 300];
+        size_t n;
+        rc = replica_parse_cluster(opts->raft_cluster, opts->raft_id, opts->raft_address, ids,
+                                   addrs, &n, canon, sizeof canon, err, errlen);
+        if (rc < 0)
+            goto fail;
+        if (!opts->work_dir) {
+            rc = err_set(err, errlen, SLUICE_ERR_INVALID, "raft: a replica needs a work dir");
+            goto fail;
+        }
+        d->work_dir = strdup(opts->work_dir);
+        if (!d->work_dir) {
+            rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "start: out of memory");
+            goto fail;
+        }
+        d->snapshot_every = UINT64_MAX;
+        d->incarnation = fnv1a_str(FNV1A_OFFSET, canon) | 1;
+    } else if (opts->work_dir) {
         rc = journal_recover(d, opts, err, errlen);
         if (rc < 0)
             goto fail;
@@ -890,6 +1032,21 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     rc = rpc_server_start(loop, &ro, &d->rpc, err, errlen);
     if (rc < 0)
         goto fail;
+    if (opts->raft_id) {
+        if (opts->advertise)
+            snprintf(d->advertise, sizeof d->advertise, "%s", opts->advertise);
+        else if (strchr(rpc_server_host(d->rpc), ':'))
+            snprintf(d->advertise, sizeof d->advertise, "[%s]:%d", rpc_server_host(d->rpc),
+                     rpc_server_port(d->rpc));
+        else
+            snprintf(d->advertise, sizeof d->advertise, "%s:%d", rpc_server_host(d->rpc),
+                     rpc_server_port(d->rpc));
+        struct dispatcher_opts ro2 = *opts;
+        ro2.advertise = d->advertise;
+        rc = replica_start(d, &ro2, &d->replica, err, errlen);
+        if (rc < 0)
+            goto fail;
+    }
 
     /* The timer runs often enough that no deadline is overshot by more than a quarter. */
     uint32_t shortest = d->worker_timeout_ms;
@@ -939,6 +1096,20 @@ uint64_t dispatcher_incarnation(const struct dispatcher *d)
     return d->incarnation;
 }
 
+bool dispatcher_serving(const struct dispatcher *d)
+{
+    return !d->replica || replica_serving(d->replica);
+}
+
+void dispatcher_handover(struct dispatcher *d, void (*cb)(void *user), void *user)
+{
+    if (!d->replica || d->closing) {
+        cb(user);
+        return;
+    }
+    replica_handover(d->replica, cb, user);
+}
+
 int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 {
     struct rpc_counts c = {rpc_server_auth_failures(d->rpc), rpc_server_refused(d->rpc),
@@ -960,7 +1131,7 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
 void dispatcher_maybe_finish_close(struct dispatcher *d)
 {
     if (!d->closing || d->closing_parts > 0 || d->works || d->save_works || d->checks > 0 ||
-        d->snap_work)
+        d->snap_work || d->closing_jts > 0)
         return;
     void (*cb)(void *) = d->close_cb;
     void *user = d->close_user;
@@ -992,11 +1163,31 @@ static void on_rpc_closed(void *user)
     dispatcher_maybe_finish_close(d);
 }
 
+static void on_replica_closed(void *user)
+{
+    struct dispatcher *d = user;
+    d->replica = NULL;
+    d->closing_parts--;
+    dispatcher_maybe_finish_close(d);
+}
+
 void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user)
 {
     d->closing = true;
     d->close_cb = cb;
     d->close_user = user;
+    if (d->replica) {
+        /* Its journal thread closes with the leadership; Raft cancels what is in flight. */
+        dispatcher_replica_unserve(d);
+        d->closing_parts = 3;
+        uv_timer_stop(&d->timer);
+        uv_close((uv_handle_t *)&d->timer, on_timer_closed);
+        rpc_server_close(d->rpc, on_rpc_closed, d);
+        replica_close(d->replica, on_replica_closed, d);
+        dispatcher_jobs_cancel(d);
+        dispatcher_saves_cancel(d);
+        return;
+    }
     d->closing_parts = d->jt ? 3 : 2;
     uv_timer_stop(&d->timer);
     uv_close((uv_handle_t *)&d->timer, on_timer_closed);

@@ -74,6 +74,19 @@ struct dispatcher_opts {
     /* Reads held by all the clients connecting from one address (owners.h); 0:
      * DISPATCHER_DEFAULT_MAX_JOBS_PER_ADDRESS. */
     uint64_t max_jobs_per_address;
+
+    /* A replica of a Raft group (replica.h) when raft_id is not 0: raft_address is this
+     * replica's Raft address (HOST:PORT, as in raft_cluster), raft_cluster the group
+     * "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT", raft_bind where to listen for it instead (NULL:
+     * raft_address). The Raft directory is work_dir/raft (needs work_dir); there is no LMDB
+     * journal. advertise is the RPC address other replicas redirect callers to (NULL: the bound
+     * host and port). raft_election_timeout_ms 0: 1000. */
+    uint64_t raft_id;
+    const char *raft_address;
+    const char *raft_cluster;
+    const char *raft_bind;
+    const char *advertise;
+    uint32_t raft_election_timeout_ms;
 };
 
 #define DISPATCHER_DEFAULT_MAX_DATASETS 10000u
@@ -95,6 +108,12 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
 const char *dispatcher_host(const struct dispatcher *d);
 int dispatcher_port(const struct dispatcher *d);
 uint64_t dispatcher_incarnation(const struct dispatcher *d);
+/* Whether it serves requests: always, but for a replica (replica.h) that is not the serving
+ * leader. */
+bool dispatcher_serving(const struct dispatcher *d);
+/* A leading replica hands leadership over (replica_handover), then cb runs; anything else runs
+ * cb at once. */
+void dispatcher_handover(struct dispatcher *d, void (*cb)(void *user), void *user);
 
 /* Renders the dispatcher's metrics in the Prometheus text format (observe.h lists them), for an
  * http_render_cb: returns 0 with *body (malloc'd, the caller frees it) and *len, or

@@ -146,6 +146,13 @@ struct dispatcher {
     struct pipe_roots roots;
     unsigned checks;
 
+    /* A Raft replica (replica.h), or NULL. While it leads and serves, jt is a journal thread
+     * whose batches go to its log; otherwise jt is NULL and nothing is served but status. */
+    struct replica *replica;
+    char advertise[300]; /* the RPC address a replica announces */
+    struct status_raft raft_view;
+    unsigned closing_jts; /* journal threads of a past leadership still closing */
+
     /* Fault-tolerant mode only (NULL otherwise). */
     char *work_dir;
     struct journal *journal;
@@ -233,6 +240,16 @@ void dispatcher_soft_del(struct soft_table *t, uint64_t id);
 /* Once d is closing, its handles have closed and no split plan is running: frees d and calls
  * the close callback. */
 void dispatcher_maybe_finish_close(struct dispatcher *d);
+
+/* The replica's calls into the dispatcher (replica.c). serve: it leads and its log holds every
+ * earlier entry: a journal thread with the replica's sink starts, the soft state starts afresh
+ * (as after a restart) and requests are served. unserve: it stopped leading: the journal thread
+ * is closed (what waits on it fails), and nothing is served. fatal: the state can no longer be
+ * kept. */
+void dispatcher_replica_serve(struct dispatcher *d);
+void dispatcher_replica_unserve(struct dispatcher *d);
+void dispatcher_replica_fatal(struct dispatcher *d, const char *msg);
+int replica_sink(void *user, const struct journal_record *recs, size_t n);
 
 /* ---- the RPC handlers, called by the dispatch table in server.c ---- */
 

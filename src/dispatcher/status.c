@@ -411,6 +411,42 @@ int status_json(const struct state *s, char **out)
     return status_json_extra(s, NULL, out);
 }
 
+static json_t *raft_json(struct builder *b, const struct status_raft *r)
+{
+    json_t *o = json_object(), *members = json_array();
+    if (!o || !members) {
+        json_decref(members);
+        json_decref(o);
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "id", u64(r->id));
+    put(b, o, "role", json_string(r->role));
+    put(b, o, "serving", json_boolean(r->serving));
+    put(b, o, "leader_id", r->leader_id ? u64(r->leader_id) : json_null());
+    put(b, o, "term", u64(r->term));
+    put(b, o, "commit_index", u64(r->commit_index));
+    put(b, o, "applied_index", u64(r->applied_index));
+    put(b, o, "last_index", u64(r->last_index));
+    put(b, o, "leader_changes", u64(r->leader_changes));
+    put(b, o, "state_digest", json_string(r->state_digest));
+    for (size_t i = 0; i < r->nmembers && i < STATUS_RAFT_MEMBERS_MAX; i++) {
+        json_t *m = json_object();
+        if (!m) {
+            b->failed = true;
+            continue;
+        }
+        put(b, m, "id", u64(r->members[i].id));
+        put(b, m, "raft_address", json_string(r->members[i].raft_address));
+        put(b, m, "rpc_address", r->members[i].rpc_address[0]
+                                      ? json_string(r->members[i].rpc_address)
+                                      : json_null());
+        append(b, members, m);
+    }
+    put(b, o, "members", members);
+    return o;
+}
+
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out)
 {
     struct builder b = {false};
@@ -432,6 +468,8 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
     if (x) {
         put(&b, root, "recommended_workers", u64(x->recommended_workers));
         put(&b, root, "config", config_json(&b, x));
+        if (x->raft)
+            put(&b, root, "raft", raft_json(&b, x->raft));
     }
     put(&b, root, "workers", workers);
     put(&b, root, "datasets", datasets);

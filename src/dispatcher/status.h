@@ -86,6 +86,22 @@ struct status_worker_seen {
 
 /* What the server shell adds to the document: the autoscaling recommendation and the settings
  * it runs with (the defaults filled in), and the soft figures of tasks and workers. */
+/* A dispatcher replica's own view of its Raft group (replica.h), for "raft" in the status. */
+#define STATUS_RAFT_MEMBERS_MAX 7
+struct status_raft {
+    uint64_t id, leader_id, term, commit_index, applied_index, last_index;
+    const char *role; /* "leader", "follower", "candidate", "unavailable" */
+    bool serving;     /* the leader, and its announcement is applied */
+    uint64_t leader_changes;
+    char state_digest[17]; /* of the committed state, hex */
+    size_t nmembers;
+    struct {
+        uint64_t id;
+        const char *raft_address;
+        const char *rpc_address; /* "" until it announced itself as leader */
+    } members[STATUS_RAFT_MEMBERS_MAX];
+};
+
 struct status_extra {
     uint32_t recommended_workers;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
@@ -103,6 +119,8 @@ struct status_extra {
     /* Per named mix job, in any order. */
     const struct status_mix_drawn *mixes;
     size_t nmixes;
+    /* NULL: not a replica (no "raft" in the document). */
+    const struct status_raft *raft;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"

@@ -3,6 +3,7 @@
 
 #include "plan.h"
 #include "server_internal.h"
+#include "replica.h"
 
 /* ---- the timer: evictions and garbage collection --------------------------------------------- */
 
@@ -91,6 +92,9 @@ void dispatcher_on_tick(uv_timer_t *timer)
 {
     struct dispatcher *d = timer->data;
     if (d->fatal || d->closing)
+        return;
+    /* A replica that does not lead plans nothing: the leader evicts and collects. */
+    if (d->replica && !replica_serving(d->replica))
         return;
     uint64_t now = uv_now(d->loop);
     char err[SLUICE_ERRMSG_SIZE];

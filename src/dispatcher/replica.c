@@ -1,0 +1,973 @@
+/* Dispatcher replicas on C-Raft (replica.h).
+ *
+ * Entries. Every Raft entry of ours is
+ *
+ *     "SLR1" | origin id u64 | term u64 | rpc address: u16 length, bytes | count u32 |
+ *     count x (u32 length, an update_codec record)
+ *
+ * little-endian: origin and term say which leader wrote it and in which term (a term has at most
+ * one leader), the RPC address is that leader's, and the records are one group-commit batch. An
+ * entry with no records is a leader's announcement.
+ *
+ * Snapshots of the FSM are "SLS1" | u64 snapshot length | the snapshot (update_codec) | u32
+ * datasets | per dataset: u16 id length, id, u64 definition length, definition. */
+#include "replica.h"
+
+#include "raft_transport.h"
+#include "server_internal.h"
+
+#include "common/security.h"
+
+#include <raft.h>
+#include <raft/uv.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ENTRY_MAGIC "SLR1"
+#define SNAP_MAGIC "SLS1"
+#define CLUSTER_FILE "sluice-cluster"
+#define POLL_MS 20
+/* The most records one entry carries is what one batch holds; this bounds a hostile entry. */
+#define ENTRY_RECORDS_MAX (1u << 24)
+
+struct member {
+    uint64_t id;
+    char raft[256];
+    char rpc[256]; /* learnt from its announcements; "" until then */
+};
+
+struct apply_req {
+    struct raft_apply req;
+    struct replica *r;
+    struct journal_thread *jt; /* whose batch this is; NULL for an announcement */
+    bool announce;
+};
+
+struct replica {
+    struct dispatcher *d;
+    struct raft raft;
+    struct raft_io io;
+    struct raft_uv_transport transport;
+    struct raft_fsm fsm;
+    bool raft_inited, io_inited, transport_inited, started;
+    uint64_t id;
+    char dir[4096];
+    char cluster[REPLICA_MEMBERS_MAX * 300];
+    struct member members[REPLICA_MEMBERS_MAX];
+    size_t nmembers;
+    char rpc[256]; /* this replica's RPC address */
+    struct state committed;
+    /* Leading: lead_term is the term this replica leads in, from its election until it steps
+     * down; serving once its announcement of that term is applied. */
+    uint64_t lead_term;
+    bool announcing, serving;
+    uint64_t leader_changes, last_leader;
+    uint64_t pending_applies; /* raft_apply requests not called back yet */
+    uv_timer_t poll;
+    bool poll_inited;
+    bool closing;
+    void (*close_cb)(void *);
+    void *close_user;
+    struct raft_transfer transfer;
+    bool transferring;
+    void (*handover_cb)(void *);
+    void *handover_user;
+};
+
+/* ---- little-endian helpers ------------------------------------------------------------------- */
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* ---- the cluster list ------------------------------------------------------------------------ */
+
+int replica_parse_cluster(const char *text, uint64_t self_id, const char *self_address,
+                          uint64_t ids[REPLICA_MEMBERS_MAX], char addrs[][256], size_t *n,
+                          char *canon, size_t canonlen, char *err, size_t errlen)
+{
+    *n = 0;
+    if (!text || !*text)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "raft cluster: empty");
+    const char *p = text;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (*n == REPLICA_MEMBERS_MAX)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "raft cluster: more than %d members", REPLICA_MEMBERS_MAX);
+        const char *eq = memchr(p, '=', len);
+        if (!eq || eq == p || (size_t)(eq - p) > 19)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "raft cluster: '%.*s': expected ID=HOST:PORT", (int)(len > 200 ? 200 : len),
+                           p);
+        uint64_t id = 0;
+        for (const char *q = p; q < eq; q++) {
+            if (*q < '0' || *q > '9' || id > (UINT64_C(1) << 63) / 10)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "raft cluster: '%.*s': the id must be a number from 1 to 2^63",
+                               (int)(eq - p), p);
+            id = id * 10 + (uint64_t)(*q - '0');
+        }
+        size_t alen = len - (size_t)(eq + 1 - p);
+        const char *colon = memrchr(eq + 1, ':', alen);
+        if (id == 0 || id > (UINT64_C(1) << 63))
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "raft cluster: id %" PRIu64 ": must be from 1 to 2^63", id);
+        if (alen == 0 || alen >= 256 || !colon || colon == eq + 1 || colon + 1 == eq + 1 + alen)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "raft cluster: member %" PRIu64 ": expected HOST:PORT, got '%.*s'", id,
+                           (int)(alen > 200 ? 200 : alen), eq + 1);
+        for (size_t i = 0; i < *n; i++) {
+            if (ids[i] == id)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "raft cluster: id %" PRIu64 " is listed twice", id);
+            if (strlen(addrs[i]) == alen && memcmp(addrs[i], eq + 1, alen) == 0)
+                return err_set(err, errlen, SLUICE_ERR_INVALID,
+                               "raft cluster: address %s is listed twice", addrs[i]);
+        }
+        ids[*n] = id;
+        memcpy(addrs[*n], eq + 1, alen);
+        addrs[*n][alen] = '\0';
+        (*n)++;
+        if (!end)
+            break;
+        p = end + 1;
+        if (!*p)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "raft cluster: ends with a comma");
+    }
+    /* Canonical: by id. */
+    for (size_t i = 1; i < *n; i++) {
+        for (size_t j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
+            uint64_t t = ids[j];
+            ids[j] = ids[j - 1];
+            ids[j - 1] = t;
+            char a[256];
+            memcpy(a, addrs[j], sizeof a);
+            memcpy(addrs[j], addrs[j - 1], sizeof a);
+            memcpy(addrs[j - 1], a, sizeof a);
+        }
+    }
+    size_t off = 0;
+    canon[0] = '\0';
+    for (size_t i = 0; i < *n; i++) {
+        int w = snprintf(canon + off, canonlen - off, "%s%" PRIu64 "=%s", i ? "," : "", ids[i],
+                         addrs[i]);
+        if (w < 0 || (size_t)w >= canonlen - off)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "raft cluster: too long");
+        off += (size_t)w;
+    }
+    size_t self = *n;
+    for (size_t i = 0; i < *n; i++)
+        if (ids[i] == self_id)
+            self = i;
+    if (self == *n)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "raft id %" PRIu64 " is not in the cluster %s", self_id, canon);
+    if (self_address && strcmp(addrs[self], self_address) != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "raft address %s is not member %" PRIu64 "'s address in the cluster (%s)",
+                       self_address, self_id, addrs[self]);
+    return 0;
+}
+
+/* ---- state copies ---------------------------------------------------------------------------- */
+
+static int lookup_in_state(void *user, const char *id, uint8_t **def, size_t *len, char *err,
+                           size_t errlen)
+{
+    const struct st_dataset *ds = state_dataset(user, id);
+    if (!ds)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "dataset '%s' has no definition", id);
+    *def = malloc(ds->def_len ? ds->def_len : 1);
+    if (!*def)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+    if (ds->def_len)
+        memcpy(*def, ds->def, ds->def_len);
+    *len = ds->def_len;
+    return 0;
+}
+
+/* *dst = a copy of src's durable state; dst's limits and static workers (configuration) kept. */
+static int state_copy(struct state *dst, const struct state *src, char *err, size_t errlen)
+{
+    uint8_t *bytes;
+    size_t len;
+    int rc = update_codec_snapshot_encode(src, &bytes, &len);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "copying the state: %s", sluice_strerror(rc));
+    struct st_limits limits = dst->limits;
+    uint32_t static_workers = dst->static_workers;
+    struct state fresh;
+    rc = update_codec_snapshot_decode(bytes, len, lookup_in_state, (void *)src, &fresh, err,
+                                      errlen);
+    free(bytes);
+    if (rc < 0)
+        return rc;
+    state_release(dst);
+    *dst = fresh;
+    dst->limits = limits;
+    dst->static_workers = static_workers;
+    return 0;
+}
+
+/* ---- entries --------------------------------------------------------------------------------- */
+
+/* Encodes an entry into a raft_malloc'd buffer. */
+static int entry_encode(const struct replica *r, uint64_t term, const struct journal_record *recs,
+                        size_t n, struct raft_buffer *out)
+{
+    size_t rpclen = strlen(r->rpc);
+    size_t len = 4 + 8 + 8 + 2 + rpclen + 4;
+    for (size_t i = 0; i < n; i++)
+        len += 4 + recs[i].len;
+    uint8_t *p = raft_malloc(len);
+    if (!p)
+        return SLUICE_ERR_NOMEM;
+    uint8_t *q = p;
+    memcpy(q, ENTRY_MAGIC, 4);
+    put_u64(q + 4, r->id);
+    put_u64(q + 12, term);
+    put_u16(q + 20, (uint16_t)rpclen);
+    memcpy(q + 22, r->rpc, rpclen);
+    q += 22 + rpclen;
+    put_u32(q, (uint32_t)n);
+    q += 4;
+    for (size_t i = 0; i < n; i++) {
+        put_u32(q, (uint32_t)recs[i].len);
+        memcpy(q + 4, recs[i].data, recs[i].len);
+        q += 4 + recs[i].len;
+    }
+    out->base = p;
+    out->len = len;
+    return 0;
+}
+
+struct entry_view {
+    uint64_t origin, term;
+    char rpc[256];
+    uint32_t count;
+    const uint8_t *records; /* count x (u32 length, bytes), checked */
+};
+
+static int entry_parse(const uint8_t *p, size_t len, struct entry_view *e, char *err,
+                       size_t errlen)
+{
+    if (len < 26 || memcmp(p, ENTRY_MAGIC, 4) != 0)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "not a sluice entry");
+    e->origin = get_le(p + 4, 8);
+    e->term = get_le(p + 12, 8);
+    size_t rpclen = (size_t)get_le(p + 20, 2);
+    if (rpclen >= sizeof e->rpc || 22 + rpclen + 4 > len)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bad address length");
+    memcpy(e->rpc, p + 22, rpclen);
+    e->rpc[rpclen] = '\0';
+    const uint8_t *q = p + 22 + rpclen;
+    e->count = (uint32_t)get_le(q, 4);
+    q += 4;
+    e->records = q;
+    const uint8_t *end = p + len;
+    if (e->count > ENTRY_RECORDS_MAX)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: %u records", e->count);
+    for (uint32_t i = 0; i < e->count; i++) {
+        if ((size_t)(end - q) < 4)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: record %u cut short", i);
+        size_t rl = (size_t)get_le(q, 4);
+        if ((size_t)(end - q) - 4 < rl)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: record %u cut short", i);
+        q += 4 + rl;
+    }
+    if (q != end)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bytes after the last record");
+    return 0;
+}
+
+static struct member *member_of(struct replica *r, uint64_t id)
+{
+    for (size_t i = 0; i < r->nmembers; i++)
+        if (r->members[i].id == id)
+            return &r->members[i];
+    return NULL;
+}
+
+/* ---- leading and following ------------------------------------------------------------------- */
+
+static void fatal_replica(struct replica *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void fatal_replica(struct replica *r, const char *fmt, ...)
+{
+    char msg[SLUICE_ERRMSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    dispatcher_replica_fatal(r->d, msg);
+}
+
+static void step_down(struct replica *r, const char *why)
+{
+    if (r->lead_term == 0)
+        return;
+    log_warn("raft: replica %" PRIu64 " stops leading (term %" PRIu64 "): %s", r->id, r->lead_term,
+             why);
+    r->lead_term = 0;
+    r->serving = false;
+    r->announcing = false;
+    char err[SLUICE_ERRMSG_SIZE];
+    dispatcher_replica_unserve(r->d);
+    /* What this replica applied but never committed goes with its working state. */
+    int rc = state_copy(&r->d->st, &r->committed, err, sizeof err);
+    if (rc < 0)
+        fatal_replica(r, "raft: rebuilding the state after leading: %s", err);
+}
+
+static void on_apply(struct raft_apply *req, int status, void *result)
+{
+    (void)result;
+    struct apply_req *a = req->data;
+    struct replica *r = a->r;
+    struct journal_thread *jt = a->jt;
+    bool announce = a->announce;
+    free(a);
+    r->pending_applies--;
+    if (announce) {
+        r->announcing = false;
+        if (status == 0 && r->lead_term != 0 && !r->closing) {
+            r->serving = true;
+            log_info("raft: replica %" PRIu64 " leads in term %" PRIu64 " and serves at %s",
+                     r->id, r->lead_term, r->rpc);
+            dispatcher_replica_serve(r->d);
+        } else if (status != 0) {
+            step_down(r, raft_strerror(status));
+        }
+        return;
+    }
+    /* Stepping down first: the batch's failure then finds this replica not serving, which is
+     * no fault of the dispatcher's (journal_thread's on_fail). The journal thread stays until
+     * its batch in flight is done, so jt is still valid. */
+    if (status != 0)
+        step_down(r, raft_strerror(status));
+    journal_thread_sink_done(jt, status == 0 ? 0 : SLUICE_ERR_UNAVAILABLE,
+                             status == 0 ? NULL : "raft: not committed: leadership lost");
+}
+
+static int submit(struct replica *r, struct journal_thread *jt, const struct journal_record *recs,
+                  size_t n, bool announce)
+{
+    struct apply_req *a = calloc(1, sizeof *a);
+    if (!a)
+        return SLUICE_ERR_NOMEM;
+    struct raft_buffer buf;
+    int rc = entry_encode(r, r->lead_term, recs, n, &buf);
+    if (rc < 0) {
+        free(a);
+        return rc;
+    }
+    a->r = r;
+    a->jt = jt;
+    a->announce = announce;
+    a->req.data = a;
+    rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
+    if (rc != 0) {
+        raft_free(buf.base);
+        free(a);
+        return SLUICE_ERR_UNAVAILABLE;
+    }
+    r->pending_applies++;
+    return 0;
+}
+
+/* The journal_thread's sink while leading. */
+int replica_sink(void *user, const struct journal_record *recs, size_t n)
+{
+    struct replica *r = ((struct dispatcher *)user)->replica;
+    if (!r->serving)
+        return SLUICE_ERR_UNAVAILABLE;
+    return submit(r, r->d->jt, recs, n, false);
+}
+
+static void watch(struct replica *r)
+{
+    if (r->closing || !r->started)
+        return;
+    int state = raft_state(&r->raft);
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&r->raft, &leader, &addr);
+    if (leader != r->last_leader) {
+        if (leader != 0)
+            r->leader_changes++;
+        r->last_leader = leader;
+    }
+    if (state == RAFT_LEADER && r->lead_term == 0) {
+        r->lead_term = raft_current_term(&r->raft);
+        r->announcing = true;
+        log_info("raft: replica %" PRIu64 " elected in term %" PRIu64, r->id, r->lead_term);
+        int rc = submit(r, NULL, NULL, 0, true);
+        if (rc < 0)
+            step_down(r, "announcing failed");
+    } else if (state != RAFT_LEADER && r->lead_term != 0) {
+        step_down(r, "no longer the leader");
+    } else if (state == RAFT_LEADER && raft_current_term(&r->raft) != r->lead_term) {
+        step_down(r, "a new term");
+    }
+}
+
+static void on_poll(uv_timer_t *t)
+{
+    watch(t->data);
+}
+
+/* ---- the FSM --------------------------------------------------------------------------------- */
+
+static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
+{
+    struct replica *r = fsm->data;
+    *result = NULL;
+    struct entry_view e;
+    char err[SLUICE_ERRMSG_SIZE];
+    int rc = entry_parse(buf->base, buf->len, &e, err, sizeof err);
+    if (rc < 0) {
+        fatal_replica(r, "raft: a committed entry does not decode: %s", err);
+        return RAFT_MALFORMED;
+    }
+    struct member *m = member_of(r, e.origin);
+    if (m && e.rpc[0])
+        snprintf(m->rpc, sizeof m->rpc, "%s", e.rpc);
+    /* The leader applied its own entries of its term to its working state already. */
+    bool own = r->lead_term != 0 && e.origin == r->id && e.term == r->lead_term;
+    const uint8_t *q = e.records;
+    for (uint32_t i = 0; i < e.count; i++) {
+        size_t rl = (size_t)get_le(q, 4);
+        struct st_update u;
+        char why[SLUICE_ERRMSG_SIZE / 2];
+        rc = update_codec_decode(q + 4, rl, &u, why, sizeof why);
+        q += 4 + rl;
+        if (rc < 0) {
+            fatal_replica(r, "raft: a committed record does not decode: %s", why);
+            return RAFT_MALFORMED;
+        }
+        rc = state_apply(&r->committed, &u);
+        if (rc == 0 && !own)
+            rc = state_apply(&r->d->st, &u);
+        if (rc < 0) {
+            fatal_replica(r, "raft: a committed %s %" PRIu64 " does not apply: %s",
+                          st_update_name(u.type), u.id, sluice_strerror(rc));
+            st_update_release(&u);
+            return RAFT_MALFORMED;
+        }
+        st_update_release(&u);
+    }
+    return 0;
+}
+
+static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
+{
+    struct replica *r = fsm->data;
+    uint8_t *snap;
+    size_t snaplen;
+    int rc = update_codec_snapshot_encode(&r->committed, &snap, &snaplen);
+    if (rc < 0)
+        return RAFT_NOMEM;
+    const struct state *s = &r->committed;
+    size_t len = 4 + 8 + snaplen + 4;
+    size_t nds = s->ndatasets;
+    for (size_t i = 0; i < nds; i++)
+        len += 2 + strlen(s->datasets[i].id) + 8 + s->datasets[i].def_len;
+    struct raft_buffer *b = raft_malloc(sizeof *b);
+    uint8_t *p = raft_malloc(len);
+    if (!b || !p) {
+        raft_free(b);
+        raft_free(p);
+        free(snap);
+        return RAFT_NOMEM;
+    }
+    uint8_t *q = p;
+    memcpy(q, SNAP_MAGIC, 4);
+    put_u64(q + 4, snaplen);
+    memcpy(q + 12, snap, snaplen);
+    q += 12 + snaplen;
+    free(snap);
+    put_u32(q, (uint32_t)nds);
+    q += 4;
+    for (size_t i = 0; i < nds; i++) {
+        size_t il = strlen(s->datasets[i].id);
+        put_u16(q, (uint16_t)il);
+        memcpy(q + 2, s->datasets[i].id, il);
+        q += 2 + il;
+        put_u64(q, s->datasets[i].def_len);
+        if (s->datasets[i].def_len)
+            memcpy(q + 8, s->datasets[i].def, s->datasets[i].def_len);
+        q += 8 + s->datasets[i].def_len;
+    }
+    b->base = p;
+    b->len = len;
+    *bufs = b;
+    *n_bufs = 1;
+    return 0;
+}
+
+static int fsm_snapshot_finalize(struct raft_fsm *fsm, struct raft_buffer *bufs[],
+                                 unsigned *n_bufs)
+{
+    (void)fsm;
+    if (*bufs) {
+        for (unsigned i = 0; i < *n_bufs; i++)
+            raft_free((*bufs)[i].base);
+        raft_free(*bufs);
+    }
+    *bufs = NULL;
+    *n_bufs = 0;
+    return 0;
+}
+
+struct snap_defs {
+    const uint8_t *p, *end; /* the datasets section */
+};
+
+static int lookup_in_snapshot(void *user, const char *id, uint8_t **def, size_t *len, char *err,
+                              size_t errlen)
+{
+    const struct snap_defs *sd = user;
+    const uint8_t *q = sd->p;
+    uint32_t n = (uint32_t)get_le(q, 4);
+    q += 4;
+    size_t want = strlen(id);
+    for (uint32_t i = 0; i < n; i++) {
+        size_t il = (size_t)get_le(q, 2);
+        uint64_t dl = get_le(q + 2 + il, 8);
+        const uint8_t *d = q + 2 + il + 8;
+        if (il == want && memcmp(q + 2, id, il) == 0) {
+            *def = malloc(dl ? dl : 1);
+            if (!*def)
+                return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
+            if (dl)
+                memcpy(*def, d, dl);
+            *len = dl;
+            return 0;
+        }
+        q = d + dl;
+    }
+    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "dataset '%s': no definition in the snapshot",
+                   id);
+}
+
+/* Checks the datasets section's framing. */
+static bool defs_ok(const uint8_t *p, const uint8_t *end)
+{
+    if (end - p < 4)
+        return false;
+    uint32_t n = (uint32_t)get_le(p, 4);
+    p += 4;
+    for (uint32_t i = 0; i < n; i++) {
+        if (end - p < 2)
+            return false;
+        size_t il = (size_t)get_le(p, 2);
+        if ((size_t)(end - p) < 2 + il + 8)
+            return false;
+        uint64_t dl = get_le(p + 2 + il, 8);
+        p += 2 + il + 8;
+        if ((uint64_t)(end - p) < dl)
+            return false;
+        p += dl;
+    }
+    return p == end;
+}
+
+static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
+{
+    struct replica *r = fsm->data;
+    const uint8_t *p = buf->base;
+    const uint8_t *end = p + buf->len;
+    char err[SLUICE_ERRMSG_SIZE];
+    if (buf->len < 16 || memcmp(p, SNAP_MAGIC, 4) != 0) {
+        log_error("raft: %s: a snapshot that is not sluice's", r->dir);
+        return RAFT_MALFORMED;
+    }
+    uint64_t snaplen = get_le(p + 4, 8);
+    if (snaplen > buf->len - 12 || !defs_ok(p + 12 + snaplen, end)) {
+        log_error("raft: %s: a damaged snapshot", r->dir);
+        return RAFT_MALFORMED;
+    }
+    struct snap_defs sd = {p + 12 + snaplen, end};
+    struct state fresh;
+    int rc = update_codec_snapshot_decode(p + 12, snaplen, lookup_in_snapshot, &sd, &fresh, err,
+                                          sizeof err);
+    if (rc < 0) {
+        log_error("raft: %s: snapshot: %s", r->dir, err);
+        return RAFT_MALFORMED;
+    }
+    struct st_limits limits = r->committed.limits;
+    state_release(&r->committed);
+    r->committed = fresh;
+    r->committed.limits = limits;
+    r->committed.static_workers = r->d->st.static_workers;
+    rc = state_copy(&r->d->st, &r->committed, err, sizeof err);
+    if (rc < 0) {
+        log_error("raft: %s: snapshot: %s", r->dir, err);
+        return RAFT_NOMEM;
+    }
+    raft_free(buf->base);
+    return 0;
+}
+
+/* ---- start and close ------------------------------------------------------------------------- */
+
+static void on_raft_closed(struct raft *raft);
+
+static int replica_transport_init(struct replica *r, const struct dispatcher_opts *opts, char *err,
+                                  size_t errlen)
+{
+    struct raft_transport_opts to = {
+        .sec = opts->sec,
+        .cluster = r->cluster,
+        .bind_address = opts->raft_bind,
+    };
+    return raft_transport_init(&r->transport, r->d->loop, &to, err, errlen);
+}
+
+static int mkdir_p(const char *path)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+                return -errno;
+            *p = '/';
+        }
+    }
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+/* The cluster a Raft directory belongs to is written beside it at bootstrap; a later start with
+ * another cluster is refused. Returns 1 when the directory is fresh (no file yet). */
+static int check_cluster_file(struct replica *r, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", r->dir, CLUSTER_FILE);
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        if (errno != ENOENT)
+            return err_set(err, errlen, -errno, "raft: %s: %s", path, strerror(errno));
+        /* No file: a fresh directory, unless Raft's own files are there. */
+        char meta[4200];
+        snprintf(meta, sizeof meta, "%s/metadata1", r->dir);
+        if (access(meta, F_OK) == 0)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                           "raft: %s holds a Raft log but no %s: not a sluice replica's", r->dir,
+                           CLUSTER_FILE);
+        return 1;
+    }
+    char got[sizeof r->cluster + 2];
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    fclose(f);
+    got[n] = '\0';
+    if (n > 0 && got[n - 1] == '\n')
+        got[n - 1] = '\0';
+    if (strcmp(got, r->cluster) != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "raft: %s belongs to the cluster %s, not %s (a replica's directory never "
+                       "joins another cluster; see docs/operations.md)",
+                       r->dir, got, r->cluster);
+    return 0;
+}
+
+static int write_cluster_file(struct replica *r, char *err, size_t errlen)
+{
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/%s", r->dir, CLUSTER_FILE);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return err_set(err, errlen, -errno, "raft: %s: %s", tmp, strerror(errno));
+    int ok = fprintf(f, "%s\n", r->cluster) > 0;
+    ok = (fflush(f) == 0) && ok && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0)
+        return err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: writing %s failed", path);
+    return 0;
+}
+
+int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, struct replica **out,
+                  char *err, size_t errlen)
+{
+    struct replica *r = calloc(1, sizeof *r);
+    if (!r)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "raft: out of memory");
+    r->d = d;
+    r->id = opts->raft_id;
+    state_init(&r->committed);
+    r->committed.limits = d->st.limits;
+    uint64_t ids[REPLICA_MEMBERS_MAX];
+    char addrs[REPLICA_MEMBERS_MAX][256];
+    size_t n;
+    int rc = replica_parse_cluster(opts->raft_cluster, opts->raft_id, opts->raft_address, ids,
+                                   addrs, &n, r->cluster, sizeof r->cluster, err, errlen);
+    if (rc < 0)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        r->members[i].id = ids[i];
+        snprintf(r->members[i].raft, sizeof r->members[i].raft, "%s", addrs[i]);
+    }
+    r->nmembers = n;
+    const char *self_raft = member_of(r, r->id)->raft;
+    snprintf(r->rpc, sizeof r->rpc, "%s", opts->advertise ? opts->advertise : "");
+    if (snprintf(r->dir, sizeof r->dir, "%s/raft", opts->work_dir) >= (int)sizeof r->dir) {
+        rc = err_set(err, errlen, SLUICE_ERR_INVALID, "raft: work dir too long");
+        goto fail;
+    }
+    rc = mkdir_p(r->dir);
+    if (rc < 0) {
+        err_set(err, errlen, rc, "raft: %s: %s", r->dir, strerror(-rc));
+        goto fail;
+    }
+    int fresh = check_cluster_file(r, err, errlen);
+    if (fresh < 0) {
+        rc = fresh;
+        goto fail;
+    }
+    rc = replica_transport_init(r, opts, err, errlen);
+    if (rc < 0)
+        goto fail;
+    r->transport_inited = true;
+    rc = raft_uv_init(&r->io, d->loop, r->dir, &r->transport);
+    if (rc != 0) {
+        rc = err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: %s: %s", r->dir,
+                     r->io.errmsg[0] ? r->io.errmsg : raft_strerror(rc));
+        goto fail;
+    }
+    r->io_inited = true;
+    r->fsm = (struct raft_fsm){
+        .version = 3,
+        .data = r,
+        .apply = fsm_apply,
+        .snapshot = fsm_snapshot,
+        .restore = fsm_restore,
+        .snapshot_finalize = fsm_snapshot_finalize,
+    };
+    rc = raft_init(&r->raft, &r->io, &r->fsm, r->id, self_raft);
+    if (rc != 0) {
+        rc = err_set(err, errlen, SLUICE_ERR_INVALID, "raft: %s", raft_errmsg(&r->raft));
+        goto fail;
+    }
+    r->raft_inited = true;
+    r->raft.data = r;
+    unsigned election = opts->raft_election_timeout_ms ? opts->raft_election_timeout_ms : 1000;
+    raft_set_election_timeout(&r->raft, election);
+    raft_set_heartbeat_timeout(&r->raft, election / 10 ? election / 10 : 1);
+    raft_set_pre_vote(&r->raft, true);
+    raft_set_snapshot_threshold(&r->raft,
+                                opts->snapshot_every && opts->snapshot_every < 1u << 20
+                                    ? (unsigned)opts->snapshot_every
+                                    : 1024);
+    raft_set_snapshot_trailing(&r->raft, 128);
+    if (fresh == 1) {
+        struct raft_configuration conf;
+        raft_configuration_init(&conf);
+        for (size_t i = 0; i < n && rc == 0; i++)
+            rc = raft_configuration_add(&conf, ids[i], addrs[i], RAFT_VOTER);
+        if (rc == 0)
+            rc = raft_bootstrap(&r->raft, &conf);
+        raft_configuration_close(&conf);
+        if (rc != 0 && rc != RAFT_CANTBOOTSTRAP) {
+            rc = err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: bootstrapping %s: %s", r->dir,
+                         raft_errmsg(&r->raft));
+            goto fail;
+        }
+        rc = write_cluster_file(r, err, errlen);
+        if (rc < 0)
+            goto fail;
+    }
+    rc = raft_start(&r->raft);
+    if (rc != 0) {
+        rc = err_set(err, errlen, SLUICE_ERR_CORRUPT, "raft: starting from %s: %s", r->dir,
+                     raft_errmsg(&r->raft));
+        goto fail;
+    }
+    r->started = true;
+    uv_timer_init(d->loop, &r->poll);
+    r->poll.data = r;
+    r->poll_inited = true;
+    uv_timer_start(&r->poll, on_poll, POLL_MS, POLL_MS);
+    log_info("raft: replica %" PRIu64 " of %s started from %s (%s)", r->id, r->cluster, r->dir,
+             fresh == 1 ? "bootstrapped" : "existing log");
+    *out = r;
+    return 0;
+fail:
+    log_debug("raft: start failed: %s", err);
+    /* Raft's handles close on the loop's next run, which the failed start's caller still
+     * turns; r is freed then. */
+    if (r->raft_inited) {
+        r->closing = true;
+        r->raft.data = r;
+        raft_close(&r->raft, on_raft_closed);
+    } else {
+        if (r->io_inited)
+            raft_uv_close(&r->io);
+        if (r->transport_inited)
+            raft_transport_release(&r->transport);
+        state_release(&r->committed);
+        free(r);
+    }
+    return rc < 0 ? rc : SLUICE_ERR_INVALID;
+}
+
+bool replica_serving(const struct replica *r)
+{
+    return r && r->serving && !r->closing;
+}
+
+const char *replica_leader_rpc(const struct replica *r)
+{
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader((struct raft *)&r->raft, &leader, &addr);
+    if (leader == 0)
+        return "";
+    for (size_t i = 0; i < r->nmembers; i++)
+        if (r->members[i].id == leader)
+            return r->members[i].rpc;
+    return "";
+}
+
+void replica_view(struct replica *r, struct status_raft *v)
+{
+    memset(v, 0, sizeof *v);
+    v->id = r->id;
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&r->raft, &leader, &addr);
+    v->leader_id = leader;
+    v->term = raft_current_term(&r->raft);
+    v->commit_index = raft_commit_index(&r->raft);
+    v->applied_index = raft_last_applied(&r->raft);
+    v->last_index = raft_last_index(&r->raft);
+    int st = raft_state(&r->raft);
+    v->role = st == RAFT_LEADER      ? "leader"
+              : st == RAFT_FOLLOWER  ? "follower"
+              : st == RAFT_CANDIDATE ? "candidate"
+                                     : "unavailable";
+    v->serving = replica_serving(r);
+    v->leader_changes = r->leader_changes;
+    snprintf(v->state_digest, sizeof v->state_digest, "%016" PRIx64,
+             state_digest(&r->committed));
+    v->nmembers = r->nmembers;
+    for (size_t i = 0; i < r->nmembers; i++) {
+        v->members[i].id = r->members[i].id;
+        v->members[i].raft_address = r->members[i].raft;
+        v->members[i].rpc_address = r->members[i].rpc;
+    }
+}
+
+static void on_transfer(struct raft_transfer *req)
+{
+    struct replica *r = req->data;
+    r->transferring = false;
+    raft_id leader = 0;
+    const char *addr = NULL;
+    raft_leader(&r->raft, &leader, &addr);
+    log_info("raft: leadership handed over: the leader is now %" PRIu64, (uint64_t)leader);
+    watch(r);
+    void (*cb)(void *) = r->handover_cb;
+    r->handover_cb = NULL;
+    if (cb)
+        cb(r->handover_user);
+}
+
+void replica_handover(struct replica *r, void (*cb)(void *user), void *user)
+{
+    if (r->closing || r->transferring || raft_state(&r->raft) != RAFT_LEADER ||
+        r->nmembers < 2) {
+        cb(user);
+        return;
+    }
+    r->handover_cb = cb;
+    r->handover_user = user;
+    r->transfer.data = r;
+    int rc = raft_transfer(&r->raft, &r->transfer, 0, on_transfer);
+    if (rc != 0) {
+        log_warn("raft: handing leadership over: %s", raft_strerror(rc));
+        r->handover_cb = NULL;
+        cb(user);
+        return;
+    }
+    r->transferring = true;
+    log_info("raft: handing leadership over before stopping");
+}
+
+static void on_transport_closed(struct raft_uv_transport *t)
+{
+    (void)t;
+}
+
+static void finish_close(struct replica *r)
+{
+    void (*cb)(void *) = r->close_cb;
+    void *user = r->close_user;
+    raft_uv_close(&r->io);
+    raft_transport_release(&r->transport);
+    state_release(&r->committed);
+    free(r);
+    if (cb)
+        cb(user);
+}
+
+static void on_poll_closed(uv_handle_t *h)
+{
+    struct replica *r = h->data;
+    r->poll_inited = false;
+    if (!r->raft_inited)
+        finish_close(r);
+}
+
+static void on_raft_closed(struct raft *raft)
+{
+    struct replica *r = raft->data;
+    r->raft_inited = false;
+    if (!r->poll_inited)
+        finish_close(r);
+}
+
+void replica_close(struct replica *r, void (*cb)(void *user), void *user)
+{
+    r->closing = true;
+    r->serving = false;
+    r->close_cb = cb;
+    r->close_user = user;
+    (void)on_transport_closed;
+    r->raft.data = r;
+    if (r->poll_inited) {
+        uv_timer_stop(&r->poll);
+        uv_close((uv_handle_t *)&r->poll, on_poll_closed);
+    }
+    raft_close(&r->raft, on_raft_closed);
+}

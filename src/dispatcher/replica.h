@@ -1,0 +1,67 @@
+/* Dispatcher replicas on Raft (C-Raft, docs/design.md §6): three or five dispatchers keep one
+ * state, and the leader serves while the others follow.
+ *
+ * The state machine is the dispatcher's own: Raft carries the update records the journal
+ * carries (update_codec), one Raft entry per group-commit batch (journal_thread.h with a sink),
+ * and every replica applies them with state_apply(). A reply that depends on an update leaves
+ * once the update is committed on a majority, the journal's rule with "durable" meaning "on a
+ * majority".
+ *
+ * Two states. `committed` holds exactly the committed entries on every replica (the FSM). The
+ * dispatcher's working state (d->st) is what handlers plan against: on the leader it runs ahead
+ * of `committed` by the updates not committed yet; on a follower it follows `committed` entry by
+ * entry. A replica that loses leadership throws its working state away and copies `committed`
+ * into it, so nothing a deposed leader applied but never committed survives there.
+ *
+ * Serving. A newly elected leader first commits an announcement entry (no updates; it carries
+ * the leader's RPC address, which every replica learns from it, to redirect callers): once it is
+ * applied every earlier entry is too, and the leader serves. Until then, and on followers, every
+ * request but Status is answered SLUICE_ERR_NOT_LEADER with the leader's RPC address when known.
+ *
+ * Threads: the loop thread only. */
+#ifndef SLUICE_DISPATCHER_REPLICA_H
+#define SLUICE_DISPATCHER_REPLICA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dispatcher;
+struct dispatcher_opts;
+struct replica;
+
+#define REPLICA_MEMBERS_MAX 7
+
+/* Parses --raft-cluster "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT" (ids 1 to 2^63, each once, each
+ * address once, 1 to REPLICA_MEMBERS_MAX members) and checks that self_id is a member and, when
+ * self_address is not NULL, that its address is self_address. Writes the canonical form (members
+ * by id) to canon. Returns 0, or SLUICE_ERR_INVALID with a message. Pure. */
+int replica_parse_cluster(const char *text, uint64_t self_id, const char *self_address,
+                          uint64_t ids[REPLICA_MEMBERS_MAX], char addrs[][256], size_t *n,
+                          char *canon, size_t canonlen, char *err, size_t errlen);
+
+/* Starts this dispatcher's replica: opens (or creates) the Raft directory WORK_DIR/raft, checks
+ * that it belongs to this cluster, bootstraps a fresh one, and starts Raft on d's loop. The
+ * working state stays empty until the log is applied. Returns 0, or a negative code with a
+ * message. */
+int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, struct replica **out,
+                  char *err, size_t errlen);
+
+/* Whether this replica is the leader and serves (its announcement is applied). */
+bool replica_serving(const struct replica *r);
+/* The leader's RPC address as this replica knows it, or "" when it knows none. */
+const char *replica_leader_rpc(const struct replica *r);
+
+/* This replica's view, for status and metrics. */
+struct status_raft;
+void replica_view(struct replica *r, struct status_raft *v);
+
+/* Hands leadership to a caught-up follower (SIGTERM on the leader), then calls cb once the
+ * transfer is done or given up (at most an election timeout). cb runs at once when this
+ * replica is not the leader. */
+void replica_handover(struct replica *r, void (*cb)(void *user), void *user);
+
+/* Stops Raft and frees r once everything is closed, then calls cb. */
+void replica_close(struct replica *r, void (*cb)(void *user), void *user);
+
+#endif
