@@ -63,7 +63,6 @@ struct rt_peer {
     bool done;       /* closing or handed over: nothing more happens but the frees */
     bool open;       /* the handshake succeeded; handed over once the writes are done */
     bool rejecting;  /* an Error for the peer is being written; close after it */
-    bool extra;      /* a frame arrived after the last frame of the handshake */
     int status;      /* the dialler's connect cb status */
 };
 
@@ -328,10 +327,8 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
     struct rt_peer *p = user;
     if (p->done)
         return SLUICE_ERR_CLOSED;
-    if (p->open) {
-        p->extra = true;
-        return SLUICE_ERR_PROTOCOL;
-    }
+    if (p->open)
+        return SLUICE_ERR_PROTOCOL; /* a frame after the handshake's last */
     Sluice__Envelope *env = sluice__envelope__unpack(NULL, len, payload);
     if (env == NULL) {
         peer_fail(p, "an undecodable frame during the handshake");
@@ -397,15 +394,17 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     int rc = frame_decoder_feed(&p->dec, (const uint8_t *)buf->base, (size_t)nread, on_frame, p);
     if (p->done || p->rejecting)
         return;
+    if (p->open && (rc != 0 || p->dec.header_have > 0 || p->dec.have > 0)) {
+        peer_fail(p, "bytes after the handshake");
+        return;
+    }
     if (rc == SLUICE_ERR_TOO_LARGE) {
         peer_fail(p, "a frame of more than %u bytes during the handshake",
                   RAFT_TRANSPORT_MAX_FRAME);
         return;
     }
-    if (rc != 0 || (p->open && (p->dec.header_have > 0 || p->dec.have > 0))) {
-        peer_fail(p, "%s",
-                  p->open || p->extra ? "bytes after the handshake"
-                                      : "a malformed frame during the handshake");
+    if (rc != 0) {
+        peer_fail(p, "a malformed frame during the handshake");
         return;
     }
     peer_maybe_hand_over(p);
