@@ -12,7 +12,12 @@
  * first. A peer object is freed once its handles are closed, its writes done and its resolution
  * over; a dialler's connect cb runs then, with RAFT_NOCONNECTION, or RAFT_CANCELED when close()
  * cancelled it. close() closes the listener and every peer, plus one handle of its own so that
- * its callback never runs from inside close(); the callback runs when all of them are gone. */
+ * its callback never runs from inside close(); the callback runs when all of them are gone.
+ *
+ * TLS: the session sits under the same handshake (its ciphertext is written as the session
+ * produces it, its plaintext fed to the frame decoder); our Hello goes once the TLS handshake is
+ * done. At the handover the peer object stays, as the relay between Raft's end of a socket pair
+ * and the session, until either side closes. */
 #include "dispatcher/raft_transport.h"
 
 #include "dispatcher/raft_handshake.h"
@@ -23,19 +28,28 @@
 #include "common/log.h"
 #include "common/ratelimit.h"
 #include "common/security.h"
+#include "common/tls.h"
 #include "wire.pb-c.h"
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #define PEER_LOG_INTERVAL_MS 60000
 #define READ_CHUNK 4096
+/* TLS relay: the read buffer, the plaintext block of one write to Raft's end, and the backlog of
+ * either direction beyond which the other side stops being read (resumed below half). */
+#define RELAY_CHUNK (64u << 10)
+#define RELAY_PLAIN (16u << 10)
+#define RELAY_HIGH RAFT_TRANSPORT_RELAY_HIGH
 
 struct rt;
 
@@ -50,20 +64,31 @@ struct rt_peer {
     struct raft_uv_connect *req;       /* dialler: Raft's request */
     raft_id id;                        /* dialler: the server dialled */
     char address[RAFT_HS_ADDRESS_MAX]; /* dialler: where to; for logs */
+    char host[RAFT_HS_ADDRESS_MAX];    /* dialler: the host part, which TLS verifies */
     char peer[64];                     /* "IP:PORT" for logs */
     struct raft_hs hs;
     struct frame_decoder dec;
-    uint8_t rbuf[READ_CHUNK];
-    size_t received;
-    unsigned writes; /* write requests whose callback has not run */
-    unsigned closes; /* handles whose close callback has not run */
-    bool resolving;  /* a uv_getaddrinfo request is outstanding */
-    bool connected;  /* dialler: TCP is up */
-    bool counted;    /* acceptor: counts in rt->incoming */
-    bool done;       /* closing or handed over: nothing more happens but the frees */
-    bool open;       /* the handshake succeeded; handed over once the writes are done */
-    bool rejecting;  /* an Error for the peer is being written; close after it */
-    int status;      /* the dialler's connect cb status */
+    uint8_t *rbuf; /* READ_CHUNK bytes; RELAY_CHUNK once relaying */
+    size_t rbuf_len;
+    size_t received;        /* plaintext bytes of the handshake */
+    size_t cipher_received; /* TLS: ciphertext bytes before the relay */
+    unsigned writes;        /* write requests whose callback has not run */
+    unsigned closes;        /* handles whose close callback has not run */
+    bool resolving;         /* a uv_getaddrinfo request is outstanding */
+    bool connected;         /* dialler: TCP is up */
+    bool counted;           /* acceptor: counts in rt->incoming */
+    bool done;              /* closing or handed over: nothing more happens but the frees */
+    bool open;              /* the handshake succeeded; handed over once the writes are done */
+    bool rejecting;         /* an Error for the peer is being written; close after it */
+    int status;             /* the dialler's connect cb status */
+    /* TLS: the session (NULL for plain TCP). Once the handshake is done, Raft gets one end of a
+     * socket pair and the peer relays between the other end (pipe) and the TLS connection. */
+    struct tls_session *tls;
+    bool relaying;
+    bool pipe_open;               /* pipe initialized (closed by peer_close) */
+    bool tcp_paused, pipe_paused; /* reading stopped by the other side's backlog */
+    size_t tcp_pending, pipe_pending;
+    uv_pipe_t pipe;
 };
 
 struct rt {
@@ -95,6 +120,8 @@ struct rt {
 struct rt_write {
     uv_write_t req;
     struct rt_peer *p;
+    size_t len;
+    bool to_pipe; /* a relayed write to Raft's end, not to the TCP connection */
     uint8_t data[];
 };
 
@@ -121,7 +148,7 @@ static void rt_maybe_closed(struct rt *rt)
 
 static void peer_maybe_free(struct rt_peer *p)
 {
-    if (p->closes > 0 || p->writes > 0 || p->resolving)
+    if (p->closes > 0 || p->writes > 0 || p->resolving || p->relaying)
         return;
     struct rt *rt = p->rt;
     if (p->prev)
@@ -136,6 +163,9 @@ static void peer_maybe_free(struct rt_peer *p)
         req->cb(req, NULL, p->status);
     }
     frame_decoder_release(&p->dec);
+    if (p->tls)
+        tls_session_free(p->tls);
+    free(p->rbuf);
     free(p);
     rt_maybe_closed(rt);
 }
@@ -148,7 +178,7 @@ static void on_tcp_closed(uv_handle_t *h)
     peer_maybe_free(p);
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
     struct rt_peer *p = h->data;
     p->closes--;
@@ -163,11 +193,14 @@ static void peer_uncount(struct rt_peer *p)
     }
 }
 
-/* Closes everything p holds; the connect cb (a dialler's) runs with status once it is all gone. */
+/* Closes everything p holds; the connect cb (a dialler's) runs with status once it is all gone.
+ * A relay closes both its ends: Raft then reads EOF on its own. */
 static void peer_close(struct rt_peer *p, int status)
 {
-    if (p->done)
+    if (p->done && !p->relaying)
         return;
+    bool relay = p->relaying;
+    p->relaying = false;
     p->done = true;
     p->status = status;
     peer_uncount(p);
@@ -178,8 +211,15 @@ static void peer_close(struct rt_peer *p, int status)
         p->tcp = NULL;
         p->closes++;
     }
-    uv_close((uv_handle_t *)&p->timer, on_timer_closed);
-    p->closes++;
+    if (p->pipe_open) {
+        p->pipe_open = false;
+        uv_close((uv_handle_t *)&p->pipe, on_handle_closed);
+        p->closes++;
+    }
+    if (!relay) { /* a relay's timer closed at its handover */
+        uv_close((uv_handle_t *)&p->timer, on_handle_closed);
+        p->closes++;
+    }
     if (p->resolving)
         (void)uv_cancel((uv_req_t *)&p->gai);
     peer_maybe_free(p);
@@ -206,13 +246,28 @@ static void peer_fail(struct rt_peer *p, const char *fmt, ...)
 /* ---- writing ------------------------------------------------------------------------------ */
 
 static void peer_maybe_hand_over(struct rt_peer *p);
+static void relay_resume(struct rt_peer *p);
 
 static void on_write(uv_write_t *req, int status)
 {
     struct rt_write *w = (struct rt_write *)req;
     struct rt_peer *p = w->p;
+    bool to_pipe = w->to_pipe;
+    if (to_pipe)
+        p->pipe_pending -= w->len;
+    else
+        p->tcp_pending -= w->len;
     free(w);
     p->writes--;
+    if (p->relaying) {
+        if (status < 0) {
+            log_debug("raft: %s: relay: write: %s", p->peer, uv_strerror(status));
+            peer_close(p, RAFT_NOCONNECTION);
+        } else {
+            relay_resume(p);
+        }
+        return;
+    }
     if (p->done) {
         peer_maybe_free(p);
         return;
@@ -229,25 +284,65 @@ static void on_write(uv_write_t *req, int status)
     peer_maybe_hand_over(p);
 }
 
-static int peer_send(struct rt_peer *p, const Sluice__Envelope *env)
+/* Writes len bytes of data (copied) to the TCP connection, or to the pipe. */
+static int peer_write(struct rt_peer *p, const uint8_t *data, size_t len, bool to_pipe)
 {
-    size_t len = sluice__envelope__get_packed_size(env);
-    if (len == 0 || len > RAFT_TRANSPORT_MAX_FRAME)
-        return SLUICE_ERR_TOO_LARGE;
-    struct rt_write *w = malloc(sizeof *w + FRAME_HEADER_SIZE + len);
+    uv_stream_t *s = to_pipe ? (uv_stream_t *)&p->pipe : (uv_stream_t *)p->tcp;
+    if (s == NULL || (to_pipe && !p->pipe_open))
+        return SLUICE_ERR_CLOSED;
+    struct rt_write *w = malloc(sizeof *w + len);
     if (w == NULL)
         return SLUICE_ERR_NOMEM;
     w->p = p;
-    frame_write_header(w->data, (uint32_t)len);
-    sluice__envelope__pack(env, w->data + FRAME_HEADER_SIZE);
-    uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)(FRAME_HEADER_SIZE + len));
-    int rc = uv_write(&w->req, (uv_stream_t *)p->tcp, &buf, 1, on_write);
+    w->len = len;
+    w->to_pipe = to_pipe;
+    memcpy(w->data, data, len);
+    uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)len);
+    int rc = uv_write(&w->req, s, &buf, 1, on_write);
     if (rc != 0) {
         free(w);
         return rc;
     }
     p->writes++;
+    if (to_pipe)
+        p->pipe_pending += len;
+    else
+        p->tcp_pending += len;
     return 0;
+}
+
+/* TLS: the session's ciphertext goes to the TCP connection as it is produced. */
+static int tls_sink(void *arg, const uint8_t *data, size_t len)
+{
+    struct rt_peer *p = arg;
+    if (p->tcp == NULL)
+        return 0; /* closing: nobody will read it */
+    int rc = peer_write(p, data, len, false);
+    return rc == SLUICE_ERR_NOMEM ? -1 : 0; /* a refused write shows in the write's callback */
+}
+
+/* Writes bytes of this side's protocol (plaintext), through TLS when there is a session. */
+static int peer_write_plain(struct rt_peer *p, const uint8_t *data, size_t len)
+{
+    if (p->tls == NULL)
+        return peer_write(p, data, len, false);
+    char why[256];
+    return tls_session_write(p->tls, data, len, why, sizeof why);
+}
+
+static int peer_send(struct rt_peer *p, const Sluice__Envelope *env)
+{
+    size_t len = sluice__envelope__get_packed_size(env);
+    if (len == 0 || len > RAFT_TRANSPORT_MAX_FRAME)
+        return SLUICE_ERR_TOO_LARGE;
+    uint8_t *frame = malloc(FRAME_HEADER_SIZE + len);
+    if (frame == NULL)
+        return SLUICE_ERR_NOMEM;
+    frame_write_header(frame, (uint32_t)len);
+    sluice__envelope__pack(env, frame + FRAME_HEADER_SIZE);
+    int rc = peer_write_plain(p, frame, FRAME_HEADER_SIZE + len);
+    free(frame);
+    return rc;
 }
 
 /* Writes what a handshake step asks, in order. */
@@ -293,21 +388,153 @@ static int peer_send_out(struct rt_peer *p, const struct raft_hs_out *out)
     return rc;
 }
 
+/* ---- the TLS relay ------------------------------------------------------------------------ */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Plaintext from Raft's end: encrypt it for the peer. */
+static void on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct rt_peer *p = s->data;
+    if (nread == 0 || !p->relaying)
+        return;
+    if (nread < 0) {
+        log_debug("raft: %s: relay: Raft's end: %s", p->peer, uv_strerror((int)nread));
+        peer_close(p, RAFT_NOCONNECTION);
+        return;
+    }
+    char why[256];
+    if (tls_session_write(p->tls, (const uint8_t *)buf->base, (size_t)nread, why, sizeof why) !=
+        0) {
+        log_warn("raft: %s: relay: %s", p->peer, why);
+        peer_close(p, RAFT_NOCONNECTION);
+        return;
+    }
+    if (p->relaying && p->tcp_pending > RELAY_HIGH && !p->pipe_paused) {
+        p->pipe_paused = true;
+        uv_read_stop((uv_stream_t *)&p->pipe);
+    }
+}
+
+static void relay_resume(struct rt_peer *p)
+{
+    if (p->pipe_paused && p->tcp_pending <= RELAY_HIGH / 2) {
+        p->pipe_paused = false;
+        if (uv_read_start((uv_stream_t *)&p->pipe, on_alloc, on_pipe_read) != 0)
+            peer_close(p, RAFT_NOCONNECTION);
+    }
+    if (p->relaying && p->tcp_paused && p->pipe_pending <= RELAY_HIGH / 2) {
+        p->tcp_paused = false;
+        if (uv_read_start((uv_stream_t *)p->tcp, on_alloc, on_read) != 0)
+            peer_close(p, RAFT_NOCONNECTION);
+    }
+}
+
+/* Decrypted bytes from the peer, once relaying: to Raft's end. Returns 0 or a code (close). */
+static int relay_from_peer(struct rt_peer *p)
+{
+    for (;;) {
+        uint8_t plain[RELAY_PLAIN];
+        char why[256];
+        long n = tls_session_read(p->tls, plain, sizeof plain, why, sizeof why);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            if (n != UV_EOF)
+                log_warn("raft: %s: relay: %s", p->peer, why);
+            return (int)n;
+        }
+        int rc = peer_write(p, plain, (size_t)n, true);
+        if (rc != 0)
+            return rc;
+    }
+    if (p->pipe_pending > RELAY_HIGH && !p->tcp_paused) {
+        p->tcp_paused = true;
+        uv_read_stop((uv_stream_t *)p->tcp);
+    }
+    return 0;
+}
+
+static void on_raft_end_closed(uv_handle_t *h)
+{
+    raft_free(h);
+}
+
+/* TLS: gives Raft one end of a socket pair and relays between the other end and the session.
+ * Returns the stream for Raft, or NULL (the peer is then failed). */
+static uv_stream_t *relay_start(struct rt_peer *p)
+{
+    int fds[2];
+    uv_pipe_t *raft_end = raft_malloc(sizeof *raft_end);
+    uint8_t *big = malloc(RELAY_CHUNK);
+    if (raft_end == NULL || big == NULL) {
+        raft_free(raft_end);
+        free(big);
+        peer_fail(p, "relay: out of memory");
+        return NULL;
+    }
+    free(p->rbuf);
+    p->rbuf = big;
+    p->rbuf_len = RELAY_CHUNK;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+        raft_free(raft_end);
+        peer_fail(p, "relay: socketpair: %s", strerror(errno));
+        return NULL;
+    }
+    (void)uv_pipe_init(p->rt->loop, &p->pipe, 0);
+    p->pipe.data = p;
+    p->pipe_open = true;
+    (void)uv_pipe_init(p->rt->loop, raft_end, 0);
+    int rc = uv_pipe_open(&p->pipe, fds[1]);
+    if (rc != 0) {
+        close(fds[1]);
+        close(fds[0]);
+        uv_close((uv_handle_t *)raft_end, on_raft_end_closed);
+        peer_fail(p, "relay: %s", uv_strerror(rc));
+        return NULL;
+    }
+    rc = uv_pipe_open(raft_end, fds[0]);
+    if (rc != 0) {
+        close(fds[0]);
+        uv_close((uv_handle_t *)raft_end, on_raft_end_closed);
+        peer_fail(p, "relay: %s", uv_strerror(rc));
+        return NULL;
+    }
+    rc = uv_read_start((uv_stream_t *)&p->pipe, on_alloc, on_pipe_read);
+    if (rc == 0)
+        rc = uv_read_start((uv_stream_t *)p->tcp, on_alloc, on_read);
+    if (rc != 0) {
+        uv_close((uv_handle_t *)raft_end, on_raft_end_closed);
+        peer_fail(p, "relay: %s", uv_strerror(rc));
+        return NULL;
+    }
+    p->relaying = true;
+    return (uv_stream_t *)raft_end;
+}
+
 /* ---- the handshake ------------------------------------------------------------------------ */
 
 static void peer_maybe_hand_over(struct rt_peer *p)
 {
-    if (!p->open || p->done || p->writes > 0)
+    if (!p->open || p->done || p->relaying || p->writes > 0)
         return;
     struct rt *rt = p->rt;
-    uv_stream_t *stream = (uv_stream_t *)p->tcp;
-    uv_read_stop(stream);
-    stream->data = NULL;
-    p->tcp = NULL;
-    p->done = true;
+    uv_stream_t *stream;
+    if (p->tls) {
+        stream = relay_start(p);
+        if (stream == NULL)
+            return;
+    } else {
+        stream = (uv_stream_t *)p->tcp;
+        uv_read_stop(stream);
+        stream->data = NULL;
+        p->tcp = NULL;
+        p->done = true;
+    }
     p->status = 0;
     peer_uncount(p);
-    uv_close((uv_handle_t *)&p->timer, on_timer_closed);
+    uv_close((uv_handle_t *)&p->timer, on_handle_closed);
     p->closes++;
     if (p->dialler) {
         struct raft_uv_connect *req = p->req;
@@ -342,7 +569,7 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
     if (rc < 0) {
         p->rt->refused++;
         peer_log(p, "%s; closing the connection", msg);
-        if ((out.send & RAFT_HS_SEND_ERROR) && wrc == 0) {
+        if ((out.send & RAFT_HS_SEND_ERROR) && wrc == 0 && p->writes > 0) {
             p->rejecting = true;
             uv_read_stop((uv_stream_t *)p->tcp);
         } else {
@@ -355,7 +582,8 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
         return wrc;
     }
     if (out.open) {
-        /* Whatever follows belongs to Raft; the kernel keeps it until Raft reads. */
+        /* Whatever follows belongs to Raft; the kernel keeps it until Raft (or the relay)
+         * reads. */
         p->open = true;
         uv_read_stop((uv_stream_t *)p->tcp);
     }
@@ -366,32 +594,27 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
     struct rt_peer *p = h->data;
-    *buf = uv_buf_init((char *)p->rbuf, sizeof p->rbuf);
+    *buf = uv_buf_init((char *)p->rbuf, (unsigned)p->rbuf_len);
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Handshake bytes (plaintext) from the peer. */
+static void on_plain(struct rt_peer *p, const uint8_t *data, size_t len)
 {
-    struct rt_peer *p = s->data;
-    if (nread == 0 || p->done || p->rejecting)
-        return;
-    if (nread < 0) {
-        if (nread == UV_EOF)
-            peer_fail(p, "the peer closed the connection during the handshake");
-        else
-            peer_fail(p, "read: %s", uv_strerror((int)nread));
-        return;
-    }
     if (p->open) {
         peer_fail(p, "bytes after the handshake");
         return;
     }
-    p->received += (size_t)nread;
+    p->received += len;
     if (p->received > RAFT_TRANSPORT_MAX_HANDSHAKE_BYTES) {
         peer_fail(p, "more than %u bytes before the handshake ended",
                   RAFT_TRANSPORT_MAX_HANDSHAKE_BYTES);
         return;
     }
-    int rc = frame_decoder_feed(&p->dec, (const uint8_t *)buf->base, (size_t)nread, on_frame, p);
+    if (p->received == len && p->tls == NULL && len >= 3 && tls_looks_like_record(data, len)) {
+        peer_fail(p, "the peer speaks TLS and this Raft port does not");
+        return;
+    }
+    int rc = frame_decoder_feed(&p->dec, data, len, on_frame, p);
     if (p->done || p->rejecting)
         return;
     if (p->open && (rc != 0 || p->dec.header_have > 0 || p->dec.have > 0)) {
@@ -403,11 +626,95 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
                   RAFT_TRANSPORT_MAX_FRAME);
         return;
     }
-    if (rc != 0) {
+    if (rc != 0)
         peer_fail(p, "a malformed frame during the handshake");
+}
+
+/* The TCP handshake is up (either end), and the TLS one when there is TLS: send our Hello. */
+static void peer_hello(struct rt_peer *p)
+{
+    Sluice__Hello hello = SLUICE__HELLO__INIT;
+    raft_hs_hello(&p->hs, &hello, p->rt->incarnation);
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_HELLO;
+    env.hello = &hello;
+    int rc = peer_send(p, &env);
+    if (rc != 0)
+        peer_fail(p, "sending the Hello: %s", sluice_strerror(rc));
+}
+
+/* Ciphertext from the peer: the TLS handshake, then plaintext for the handshake or the relay. */
+static void on_cipher(struct rt_peer *p, const uint8_t *data, size_t len)
+{
+    char why[256];
+    bool first = p->cipher_received == 0;
+    p->cipher_received += len;
+    if (first && !p->dialler && len >= 3 && !tls_looks_like_record(data, len)) {
+        peer_fail(p, "the peer does not speak TLS and this Raft port requires it");
         return;
     }
-    peer_maybe_hand_over(p);
+    if (!p->relaying && p->cipher_received > 2 * RAFT_TRANSPORT_MAX_HANDSHAKE_BYTES) {
+        peer_fail(p, "more than %u bytes before the handshake ended",
+                  2 * RAFT_TRANSPORT_MAX_HANDSHAKE_BYTES);
+        return;
+    }
+    tls_session_feed(p->tls, data, len);
+    if (!tls_session_done(p->tls)) {
+        int rc = tls_session_handshake(p->tls, why, sizeof why);
+        if (rc < 0) {
+            peer_fail(p, "%s", why);
+            return;
+        }
+        if (rc == 0)
+            return;
+        peer_hello(p);
+        if (p->done)
+            return;
+    }
+    if (p->relaying) {
+        int rc = relay_from_peer(p);
+        if (rc != 0)
+            peer_close(p, RAFT_NOCONNECTION);
+        return;
+    }
+    for (;;) {
+        uint8_t plain[READ_CHUNK];
+        long n = tls_session_read(p->tls, plain, sizeof plain, why, sizeof why);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            peer_fail(p, "%s",
+                      n == UV_EOF ? "the peer closed the connection during the handshake" : why);
+            return;
+        }
+        on_plain(p, plain, (size_t)n);
+        if (p->done || p->rejecting)
+            return;
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct rt_peer *p = s->data;
+    if (nread == 0 || (p->done && !p->relaying) || p->rejecting)
+        return;
+    if (nread < 0) {
+        if (p->relaying) {
+            log_debug("raft: %s: relay: %s", p->peer, uv_strerror((int)nread));
+            peer_close(p, RAFT_NOCONNECTION);
+        } else if (nread == UV_EOF) {
+            peer_fail(p, "the peer closed the connection during the handshake");
+        } else {
+            peer_fail(p, "read: %s", uv_strerror((int)nread));
+        }
+        return;
+    }
+    if (p->tls)
+        on_cipher(p, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        on_plain(p, (const uint8_t *)buf->base, (size_t)nread);
+    if (!p->done && !p->rejecting)
+        peer_maybe_hand_over(p);
 }
 
 static void on_timeout(uv_timer_t *timer)
@@ -420,7 +727,7 @@ static void on_timeout(uv_timer_t *timer)
         peer_fail(p, "no handshake within %" PRIu32 " ms", p->rt->timeout_ms);
 }
 
-/* The TCP connection is up (either end): send our Hello and read. */
+/* The TCP connection is up (either end): start TLS, or send our Hello, and read. */
 static void peer_start(struct rt_peer *p)
 {
     struct rt *rt = p->rt;
@@ -449,26 +756,43 @@ static void peer_start(struct rt_peer *p)
             snprintf(p->peer, sizeof p->peer, "%s:%d", ip, port);
         }
     }
-    Sluice__Hello hello = SLUICE__HELLO__INIT;
-    raft_hs_hello(&p->hs, &hello, rt->incarnation);
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_HELLO;
-    env.hello = &hello;
-    int rc = peer_send(p, &env);
-    if (rc == 0)
-        rc = uv_read_start((uv_stream_t *)p->tcp, on_alloc, on_read);
-    if (rc != 0)
-        peer_fail(p, "starting the handshake: %s", sluice_strerror(rc));
+    int rc = uv_read_start((uv_stream_t *)p->tcp, on_alloc, on_read);
+    if (rc != 0) {
+        peer_fail(p, "read: %s", uv_strerror(rc));
+        return;
+    }
+    if (security_has_tls(rt->sec)) {
+        char err[256];
+        rc = tls_session_new(rt->sec->tls, p->dialler ? p->host : NULL, tls_sink, p, &p->tls, err,
+                             sizeof err);
+        if (rc != 0) {
+            peer_fail(p, "%s", err);
+            return;
+        }
+        if (p->dialler) { /* the ClientHello */
+            rc = tls_session_handshake(p->tls, err, sizeof err);
+            if (rc < 0)
+                peer_fail(p, "%s", err);
+        }
+        return;
+    }
+    peer_hello(p);
 }
 
 /* A new peer object with its deadline timer running, on rt's list. */
 static struct rt_peer *peer_new(struct rt *rt, bool dialler)
 {
     struct rt_peer *p = calloc(1, sizeof *p);
-    if (p == NULL)
+    uint8_t *rbuf = malloc(READ_CHUNK);
+    if (p == NULL || rbuf == NULL) {
+        free(p);
+        free(rbuf);
         return NULL;
+    }
     p->rt = rt;
     p->dialler = dialler;
+    p->rbuf = rbuf;
+    p->rbuf_len = READ_CHUNK;
     frame_decoder_init(&p->dec, RAFT_TRANSPORT_MAX_FRAME);
     (void)uv_timer_init(rt->loop, &p->timer);
     p->timer.data = p;
@@ -479,8 +803,6 @@ static struct rt_peer *peer_new(struct rt *rt, bool dialler)
     rt->peers = p;
     return p;
 }
-
-/* ---- accepting ---------------------------------------------------------------------------- */
 
 static void on_connection(uv_stream_t *listener, int status);
 
@@ -614,6 +936,7 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, 
     req->cb = cb;
     p->req = req;
     p->id = id;
+    snprintf(p->host, sizeof p->host, "%s", host);
     snprintf(p->address, sizeof p->address, "%s", address);
     snprintf(p->peer, sizeof p->peer, "%s", address);
     struct sockaddr_in6 sa6;
@@ -718,9 +1041,10 @@ int raft_transport_init(struct raft_uv_transport *t, uv_loop_t *loop,
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "raft transport: a cluster string of %zu bytes (at most %d)",
                        strlen(o->cluster), RAFT_HS_CLUSTER_MAX - 1);
-    if (security_has_tls(o->sec))
-        return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
-                       "TLS on the Raft port is not supported yet");
+    if (security_has_tls(o->sec) && !(tls_ctx_serves(o->sec->tls) && tls_ctx_dials(o->sec->tls)))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "TLS on the Raft port needs both a certificate and key (to accept) and a "
+                       "CA (to dial)");
     char host[RAFT_HS_ADDRESS_MAX];
     int port;
     if (o->bind_address &&

@@ -29,7 +29,15 @@
  * handshake not done within handshake_timeout_ms. Beyond max_handshakes incoming handshakes in
  * progress, a new connection is accepted and closed at once.
  *
- * TLS: not supported yet; init refuses a security context with TLS.
+ * TLS: with security_has_tls(opts.sec), every connection on the Raft port is TLS (the context of
+ * tls.h: this side's certificate to accept, the CA to verify the acceptor's certificate against
+ * the host dialled). The handshake above runs inside the TLS session; Raft then gets one end of
+ * a socket pair (a uv_pipe_t from raft_malloc) and the transport relays between the other end and
+ * the session, with backpressure both ways (a direction stops being read while more than
+ * RAFT_TRANSPORT_RELAY_HIGH bytes wait to be written the other way). Raft closing its end closes
+ * the TCP connection, and the peer closing the connection ends Raft's stream; close() closes the
+ * relays too. A plain peer on a TLS port (or the other way round) is refused with a line that
+ * says so.
  *
  * Threading: everything on the loop's thread. */
 #ifndef SLUICE_DISPATCHER_RAFT_TRANSPORT_H
@@ -49,10 +57,11 @@ struct security_ctx;
 #define RAFT_TRANSPORT_MAX_HANDSHAKE_BYTES (128u << 10)
 #define RAFT_TRANSPORT_DEFAULT_TIMEOUT_MS 5000
 #define RAFT_TRANSPORT_DEFAULT_MAX_HANDSHAKES 64
+#define RAFT_TRANSPORT_RELAY_HIGH (1u << 20)
 
 struct raft_transport_opts {
-    /* The token (and TLS settings) of the cluster, borrowed for the transport's life; NULL: no
-     * token and no TLS. */
+    /* The token and TLS settings of the cluster, borrowed for the transport's life; NULL: no
+     * token and no TLS. With TLS it must hold both sides (SECURITY_CLIENT | SECURITY_SERVER). */
     const struct security_ctx *sec;
     /* The cluster's configuration as a string, e.g. "1=127.0.0.1:7001,2=127.0.0.1:7002"; copied.
      * Both ends of a connection must hold the same one. Required (may be ""). */
@@ -68,9 +77,9 @@ struct raft_transport_opts {
 };
 
 /* Fills t (version 1, data untouched) with a transport on loop. Returns 0; or SLUICE_ERR_INVALID
- * (no cluster string, one over RAFT_HS_CLUSTER_MAX - 1 bytes, a malformed bind_address),
- * SLUICE_ERR_UNSUPPORTED ("TLS on the Raft port is not supported yet") or SLUICE_ERR_NOMEM, with
- * the reason in err; then nothing needs releasing. */
+ * (no cluster string, one over RAFT_HS_CLUSTER_MAX - 1 bytes, a malformed bind_address, TLS
+ * settings that cannot both accept and dial) or SLUICE_ERR_NOMEM, with the reason in err; then
+ * nothing needs releasing. */
 int raft_transport_init(struct raft_uv_transport *t, uv_loop_t *loop,
                         const struct raft_transport_opts *o, char *err, size_t errlen);
 

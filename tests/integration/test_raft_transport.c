@@ -19,6 +19,7 @@
 #include "dispatcher/raft_transport.h"
 #include "lib/loop.h"
 #include "lib/net.h"
+#include "lib/tls.h"
 #include "lib/tmp.h"
 
 #include <stdio.h>
@@ -40,6 +41,25 @@ static struct security_ctx *sec_new(const char *token)
         memcpy(s->token, token, s->token_len);
     }
     return s;
+}
+
+/* TLS settings for both ends (node.pem, verified against ca.pem), with token (NULL: none). */
+static struct security_ctx *tls_sec_new(const char *token)
+{
+    struct security_ctx *s = tls_test_sec("node", "ca", SECURITY_CLIENT | SECURITY_SERVER);
+    if (token) {
+        s->token_len = strlen(token);
+        memcpy(s->token, token, s->token_len);
+    }
+    return s;
+}
+
+static void sec_free(struct security_ctx *s)
+{
+    if (s && s->tls)
+        security_ctx_free(s);
+    else
+        free(s);
 }
 
 /* One transport and what its callbacks saw. */
@@ -142,10 +162,17 @@ static void close_stream(uv_stream_t *s)
 
 /* ---- bytes over the handed-over streams ---------------------------------------------------- */
 
+/* Byte i of a test stream. */
+static uint8_t pattern(size_t i)
+{
+    return (uint8_t)(i * 7 % 251);
+}
+
+/* Reads a stream and checks it against pattern(). */
 struct sink {
-    char buf[256];
     size_t len;
-    char scratch[256];
+    bool mismatch, ended;
+    char scratch[65536];
 };
 
 static void sink_alloc(uv_handle_t *h, size_t n, uv_buf_t *buf)
@@ -158,10 +185,15 @@ static void sink_alloc(uv_handle_t *h, size_t n, uv_buf_t *buf)
 static void sink_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct sink *k = s->data;
-    if (nread > 0 && k->len + (size_t)nread <= sizeof k->buf) {
-        memcpy(k->buf + k->len, buf->base, (size_t)nread);
-        k->len += (size_t)nread;
+    if (nread < 0) {
+        k->ended = true;
+        uv_read_stop(s);
+        return;
     }
+    for (ssize_t i = 0; i < nread; i++)
+        if ((uint8_t)buf->base[i] != pattern(k->len + (size_t)i))
+            k->mismatch = true;
+    k->len += (size_t)nread;
 }
 
 static void on_write_done(uv_write_t *w, int status)
@@ -170,12 +202,11 @@ static void on_write_done(uv_write_t *w, int status)
 }
 
 /* (1) Same token and cluster: accept_cb gets the dialler's id and address and a stream that
- * carries what the dialler writes on its own. */
-static void check_connects(const char *token)
+ * carries what the dialler writes on its own (bulk bytes, in one write). */
+static void check_connects(struct security_ctx *sec, size_t bulk)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    struct security_ctx *sec = sec_new(token);
     struct side a, d;
     side_init(&a, &loop, sec, CLUSTER, 2000, 1, "127.0.0.1:0");
     side_init(&d, &loop, sec, CLUSTER, 2000, 2, "127.0.0.1:7002");
@@ -193,47 +224,71 @@ static void check_connects(const char *token)
     assert_int_equal(raft_transport_refused(&a.t), 0);
     assert_int_equal(raft_transport_refused(&d.t), 0);
 
-    struct sink k = {0};
-    a.accept_stream->data = &k;
+    struct sink *k = calloc(1, sizeof *k);
+    a.accept_stream->data = k;
     assert_int_equal(uv_read_start(a.accept_stream, sink_alloc, sink_read), 0);
-    static const char msg[] = "raft bytes after the welcome";
+    uint8_t *data = malloc(bulk);
+    for (size_t i = 0; i < bulk; i++)
+        data[i] = pattern(i);
     uv_write_t w;
     int wdone = 0;
     w.data = &wdone;
-    uv_buf_t b = uv_buf_init((char *)msg, sizeof msg - 1);
+    uv_buf_t b = uv_buf_init((char *)data, (unsigned)bulk);
     assert_int_equal(uv_write(&w, dl.stream, &b, 1, on_write_done), 0);
-    RUN_UNTIL(&loop, wdone != 0 && k.len == sizeof msg - 1, WAIT_MS);
+    RUN_UNTIL(&loop, wdone != 0 && k->len >= bulk, 30000);
     assert_int_equal(wdone, 1);
-    assert_memory_equal(k.buf, msg, sizeof msg - 1);
+    assert_int_equal(k->len, bulk);
+    assert_false(k->mismatch);
 
-    close_stream(a.accept_stream);
+    /* The dialler's end closing shows as the end of the acceptor's stream. */
     close_stream(dl.stream);
+    RUN_UNTIL(&loop, k->ended, WAIT_MS);
+    close_stream(a.accept_stream);
     side_close(&loop, &a);
     side_close(&loop, &d);
     loop_finish(&loop);
-    free(sec);
+    free(data);
+    free(k);
 }
 
 static void test_connects_with_token(void **unused)
 {
     (void)unused;
-    check_connects(TOKEN_A);
+    struct security_ctx *sec = sec_new(TOKEN_A);
+    check_connects(sec, 64);
+    check_connects(sec, 3u << 20);
+    sec_free(sec);
 }
 
 static void test_connects_without_token(void **unused)
 {
     (void)unused;
-    check_connects(NULL);
+    struct security_ctx *sec = sec_new(NULL);
+    check_connects(sec, 64);
+    sec_free(sec);
+}
+
+/* TLS: the stream Raft gets is one end of a socket pair relayed through the session; 3 MiB in
+ * one write exercise the relay's backpressure. */
+static void test_tls_connects(void **unused)
+{
+    (void)unused;
+    struct security_ctx *sec = tls_sec_new(TOKEN_A);
+    check_connects(sec, 64);
+    check_connects(sec, 3u << 20);
+    sec_free(sec);
+    sec = tls_sec_new(NULL);
+    check_connects(sec, 1000);
+    sec_free(sec);
 }
 
 /* (2)-(4) A refused pairing: the dialler's cb fails, the acceptor's accept_cb never runs, and
  * both count a refusal. */
-static void check_refused(const char *dtoken, const char *atoken, const char *dcluster,
-                          const char *acluster)
+static void check_refused_sec(struct security_ctx *dsec, struct security_ctx *asec,
+                              const char *dcluster, const char *acluster)
 {
     uv_loop_t loop;
     uv_loop_init(&loop);
-    struct security_ctx *dsec = sec_new(dtoken), *asec = sec_new(atoken);
     struct side a, d;
     side_init(&a, &loop, asec, acluster, 2000, 1, "127.0.0.1:0");
     side_init(&d, &loop, dsec, dcluster, 2000, 2, "127.0.0.1:7002");
@@ -252,8 +307,15 @@ static void check_refused(const char *dtoken, const char *atoken, const char *dc
     side_close(&loop, &a);
     side_close(&loop, &d);
     loop_finish(&loop);
-    free(dsec);
-    free(asec);
+}
+
+static void check_refused(const char *dtoken, const char *atoken, const char *dcluster,
+                          const char *acluster)
+{
+    struct security_ctx *dsec = sec_new(dtoken), *asec = sec_new(atoken);
+    check_refused_sec(dsec, asec, dcluster, acluster);
+    sec_free(dsec);
+    sec_free(asec);
 }
 
 static void test_wrong_token(void **unused)
@@ -267,6 +329,21 @@ static void test_no_token_on_one_side(void **unused)
     (void)unused;
     check_refused(NULL, TOKEN_A, CLUSTER, CLUSTER);
     check_refused(TOKEN_A, NULL, CLUSTER, CLUSTER);
+}
+
+/* Under TLS the same refusals, and TLS on one side only. */
+static void test_tls_refused(void **unused)
+{
+    (void)unused;
+    struct security_ctx *a = tls_sec_new(TOKEN_A), *b = tls_sec_new(TOKEN_B);
+    struct security_ctx *plain = sec_new(TOKEN_A);
+    check_refused_sec(b, a, CLUSTER, CLUSTER);
+    check_refused_sec(a, a, "1=x:1", CLUSTER);
+    check_refused_sec(plain, a, CLUSTER, CLUSTER);
+    check_refused_sec(a, plain, CLUSTER, CLUSTER);
+    sec_free(a);
+    sec_free(b);
+    sec_free(plain);
 }
 
 static void test_cluster_mismatch(void **unused)
@@ -585,14 +662,14 @@ static void test_init_refusals(void **unused)
     o.bind_address = "nowhere";
     assert_int_equal(raft_transport_init(&t, &loop, &o, err, sizeof err), SLUICE_ERR_INVALID);
     assert_string_equal(err, "raft transport: bind address nowhere: expected HOST:PORT");
-    /* A context with TLS (the pointer is only tested for NULL). */
-    struct security_ctx *sec = sec_new(TOKEN_A);
-    sec->tls = (struct tls_ctx *)sec;
+    /* TLS that can accept but not dial (no CA). */
+    struct security_ctx *sec = tls_test_sec("node", NULL, SECURITY_SERVER);
     o.bind_address = NULL;
     o.sec = sec;
-    assert_int_equal(raft_transport_init(&t, &loop, &o, err, sizeof err), SLUICE_ERR_UNSUPPORTED);
-    assert_string_equal(err, "TLS on the Raft port is not supported yet");
-    free(sec);
+    assert_int_equal(raft_transport_init(&t, &loop, &o, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_string_equal(err, "TLS on the Raft port needs both a certificate and key (to accept) "
+                             "and a CA (to dial)");
+    security_ctx_free(sec);
     loop_finish(&loop);
 }
 
@@ -646,12 +723,11 @@ static struct node *leader_of(struct node *nodes, int count)
     return NULL;
 }
 
-static void test_three_node_cluster(void **unused)
+static void check_three_node_cluster(bool tls)
 {
-    (void)unused;
     uv_loop_t loop;
     uv_loop_init(&loop);
-    struct security_ctx *sec = sec_new(TOKEN_A);
+    struct security_ctx *sec = tls ? tls_sec_new(TOKEN_A) : sec_new(TOKEN_A);
     struct node nodes[3];
     memset(nodes, 0, sizeof nodes);
     char cluster[256] = "";
@@ -670,7 +746,7 @@ static void test_three_node_cluster(void **unused)
             raft_configuration_add(&conf, (raft_id)(i + 1), nodes[i].address, RAFT_VOTER), 0);
     for (int i = 0; i < 3; i++) {
         struct node *n = &nodes[i];
-        snprintf(n->dir, sizeof n->dir, "%s/node%d", tmp_dir(), i + 1);
+        snprintf(n->dir, sizeof n->dir, "%s/%snode%d", tmp_dir(), tls ? "tls-" : "", i + 1);
         assert_int_equal(mkdir(n->dir, 0700), 0);
         struct raft_transport_opts o = {
             .sec = sec, .cluster = cluster, .handshake_timeout_ms = 2000};
@@ -709,7 +785,7 @@ static void test_three_node_cluster(void **unused)
     /* A stranger transport with a wrong token (and the right cluster) dials node 1 and is
      * refused; the cluster goes on. */
     uint64_t before = raft_transport_refused(&nodes[0].side.t);
-    struct security_ctx *wrong = sec_new(TOKEN_B);
+    struct security_ctx *wrong = tls ? tls_sec_new(TOKEN_B) : sec_new(TOKEN_B);
     struct side s;
     side_init(&s, &loop, wrong, cluster, 2000, 4, "127.0.0.1:7999");
     struct dial dl;
@@ -718,7 +794,7 @@ static void test_three_node_cluster(void **unused)
     assert_int_equal(dl.status, RAFT_NOCONNECTION);
     assert_int_equal(raft_transport_refused(&nodes[0].side.t), before + 1);
     side_close(&loop, &s);
-    free(wrong);
+    sec_free(wrong);
 
     struct apply_req ar2 = {0};
     ar2.req.data = &ar2;
@@ -740,7 +816,25 @@ static void test_three_node_cluster(void **unused)
         raft_transport_release(&nodes[i].side.t);
     }
     loop_finish(&loop);
-    free(sec);
+    sec_free(sec);
+}
+
+static void test_three_node_cluster(void **unused)
+{
+    (void)unused;
+    check_three_node_cluster(false);
+}
+
+static void test_three_node_cluster_tls(void **unused)
+{
+    (void)unused;
+    check_three_node_cluster(true);
+}
+
+static int teardown(void **unused)
+{
+    tls_certs_cleanup();
+    return tmp_teardown(unused);
 }
 
 int main(void)
@@ -751,12 +845,15 @@ int main(void)
         cmocka_unit_test(test_wrong_token),
         cmocka_unit_test(test_no_token_on_one_side),
         cmocka_unit_test(test_cluster_mismatch),
+        cmocka_unit_test(test_tls_connects),
+        cmocka_unit_test(test_tls_refused),
         cmocka_unit_test(test_strangers),
         cmocka_unit_test(test_handshake_bound),
         cmocka_unit_test(test_close_with_pending_connects),
         cmocka_unit_test(test_connect_failures),
         cmocka_unit_test(test_init_refusals),
         cmocka_unit_test(test_three_node_cluster),
+        cmocka_unit_test(test_three_node_cluster_tls),
     };
-    return cmocka_run_group_tests(tests, NULL, tmp_teardown);
+    return cmocka_run_group_tests(tests, NULL, teardown);
 }
