@@ -744,7 +744,7 @@ static void peer_start(struct rt_peer *p)
     struct sockaddr_storage ss;
     int sslen = sizeof ss;
     if (uv_tcp_getpeername(p->tcp, (struct sockaddr *)&ss, &sslen) == 0) {
-        char ip[64] = "";
+        char ip[INET6_ADDRSTRLEN] = "";
         int port = 0;
         if (ss.ss_family == AF_INET6) {
             uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof ip);

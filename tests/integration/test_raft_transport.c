@@ -468,7 +468,7 @@ static void test_strangers(void **unused)
     uv_loop_t loop;
     uv_loop_init(&loop);
     struct side a;
-    side_init(&a, &loop, NULL, CLUSTER, 300, 1, "127.0.0.1:0");
+    side_init(&a, &loop, NULL, CLUSTER, 1000, 1, "127.0.0.1:0");
     int port = side_listen(&a);
 
     static const char http[] = "GET / HTTP/1.0\r\n\r\n"; /* "GET " is a 1.2 GB frame length */
@@ -484,14 +484,14 @@ static void test_strangers(void **unused)
     assert_int_equal(a.accepts, 0);
     assert_int_equal(raft_transport_refused(&a.t), 4);
     /* Each got the acceptor's Hello (a frame) first; the ones with garbage went at once, the
-     * silent one after the 300 ms timeout. */
+     * silent one after the 1000 ms timeout. */
     assert_true(big.got > FRAME_HEADER_SIZE && bad.got > FRAME_HEADER_SIZE);
-    assert_true(big.t_ended - big.t_connected < 250);
-    assert_true(bad.t_ended - bad.t_connected < 250);
-    assert_true(extra.t_ended - extra.t_connected < 250);
+    assert_true(big.t_ended - big.t_connected < 800);
+    assert_true(bad.t_ended - bad.t_connected < 800);
+    assert_true(extra.t_ended - extra.t_connected < 800);
     uint64_t waited = silent.t_ended - silent.t_connected;
     print_message("the silent stranger was closed after %llu ms\n", (unsigned long long)waited);
-    assert_true(waited >= 250 && waited < 3000);
+    assert_true(waited >= 950 && waited < 5000);
 
     /* The same handshake without the extra bytes is accepted: the refusal above was theirs. */
     uint8_t ok[512];
