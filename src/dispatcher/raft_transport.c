@@ -60,6 +60,7 @@ struct rt_peer {
     uv_tcp_t *tcp; /* raft_malloc'd; NULL before connecting and once handed over */
     uv_timer_t timer;
     uv_getaddrinfo_t gai;
+    struct addrinfo *ai, *ai_next; /* dialler: the addresses resolved, and the next to try */
     uv_connect_t connect;
     struct raft_uv_connect *req;       /* dialler: Raft's request */
     raft_id id;                        /* dialler: the server dialled */
@@ -163,6 +164,8 @@ static void peer_maybe_free(struct rt_peer *p)
         req->cb(req, NULL, p->status);
     }
     frame_decoder_release(&p->dec);
+    if (p->ai)
+        uv_freeaddrinfo(p->ai);
     if (p->tls)
         tls_session_free(p->tls);
     free(p->rbuf);
@@ -317,8 +320,9 @@ static int tls_sink(void *arg, const uint8_t *data, size_t len)
     struct rt_peer *p = arg;
     if (p->tcp == NULL)
         return 0; /* closing: nobody will read it */
-    int rc = peer_write(p, data, len, false);
-    return rc == SLUICE_ERR_NOMEM ? -1 : 0; /* a refused write shows in the write's callback */
+    /* A write refused here has no callback: the session's output would have a hole, so the call
+     * that produced it fails and the peer closes. */
+    return peer_write(p, data, len, false) == 0 ? 0 : -1;
 }
 
 /* Writes bytes of this side's protocol (plaintext), through TLS when there is a session. */
@@ -871,11 +875,24 @@ static void on_connection(uv_stream_t *listener, int status)
 
 /* ---- dialling ----------------------------------------------------------------------------- */
 
+static void start_connect(struct rt_peer *p, const struct sockaddr *sa);
+
 static void on_connected(uv_connect_t *req, int status)
 {
     struct rt_peer *p = req->data;
     if (p->done)
         return;
+    if (status < 0 && p->ai_next != NULL) {
+        /* The name has more addresses (an IPv6 one first, say, where the peer listens on IPv4):
+         * try the next with a fresh handle. */
+        const struct sockaddr *sa = p->ai_next->ai_addr;
+        p->ai_next = p->ai_next->ai_next;
+        uv_close((uv_handle_t *)p->tcp, on_tcp_closed);
+        p->tcp = NULL;
+        p->closes++;
+        start_connect(p, sa);
+        return;
+    }
     if (status < 0) {
         peer_fail(p, "connect to %s: %s", p->address, uv_strerror(status));
         return;
@@ -914,8 +931,9 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
         peer_fail(p, "resolve %s: %s", p->address, uv_strerror(status));
         return;
     }
+    p->ai = res; /* freed with the peer */
+    p->ai_next = res->ai_next;
     start_connect(p, res->ai_addr);
-    uv_freeaddrinfo(res);
 }
 
 static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, raft_id id,

@@ -39,6 +39,9 @@
  * relays too. A plain peer on a TLS port (or the other way round) is refused with a line that
  * says so.
  *
+ * Signals: libuv writes with plain write(2) (the relay to Raft's end of the socket pair too), so
+ * SIGPIPE must not reach its default action (rpc.h): the dispatcher ignores it.
+ *
  * Threading: everything on the loop's thread. */
 #ifndef SLUICE_DISPATCHER_RAFT_TRANSPORT_H
 #define SLUICE_DISPATCHER_RAFT_TRANSPORT_H

@@ -22,6 +22,7 @@
 #include "lib/tls.h"
 #include "lib/tmp.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -648,6 +649,44 @@ static void test_connect_failures(void **unused)
     loop_finish(&loop);
 }
 
+/* bind_address overrides the address given to init; dialling works by host name (resolved) and
+ * by bracketed IPv6 address. */
+static void check_dial(const char *bind, const char *dial_host)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct side a, d;
+    memset(&a, 0, sizeof a);
+    struct raft_transport_opts o = {.cluster = CLUSTER, .bind_address = bind};
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(raft_transport_init(&a.t, &loop, &o, err, sizeof err), 0);
+    a.t.data = &a;
+    /* An address this machine does not have: only bind_address can be listened on. */
+    assert_int_equal(a.t.init(&a.t, 1, "192.0.2.1:7001"), 0);
+    int port = side_listen(&a);
+    side_init(&d, &loop, NULL, CLUSTER, 2000, 2, "127.0.0.1:7002");
+    char addr[96];
+    snprintf(addr, sizeof addr, "%s:%d", dial_host, port);
+    struct dial dl;
+    dial(&d, &dl, 1, addr);
+    RUN_UNTIL(&loop, dl.done && a.accepts == 1, WAIT_MS);
+    assert_int_equal(dl.status, 0);
+    assert_int_equal(a.accept_id, 2);
+    close_stream(dl.stream);
+    close_stream(a.accept_stream);
+    side_close(&loop, &a);
+    side_close(&loop, &d);
+    loop_finish(&loop);
+}
+
+static void test_addresses(void **unused)
+{
+    (void)unused;
+    check_dial("127.0.0.1:0", "127.0.0.1");
+    check_dial("127.0.0.1:0", "localhost");
+    check_dial("[::1]:0", "[::1]");
+}
+
 static void test_init_refusals(void **unused)
 {
     (void)unused;
@@ -839,6 +878,7 @@ static int teardown(void **unused)
 
 int main(void)
 {
+    signal(SIGPIPE, SIG_IGN); /* as the dispatcher does (raft_transport.h) */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_connects_with_token),
         cmocka_unit_test(test_connects_without_token),
@@ -851,6 +891,7 @@ int main(void)
         cmocka_unit_test(test_handshake_bound),
         cmocka_unit_test(test_close_with_pending_connects),
         cmocka_unit_test(test_connect_failures),
+        cmocka_unit_test(test_addresses),
         cmocka_unit_test(test_init_refusals),
         cmocka_unit_test(test_three_node_cluster),
         cmocka_unit_test(test_three_node_cluster_tls),
