@@ -88,6 +88,7 @@ struct rt_peer {
     bool relaying;
     bool pipe_open;               /* pipe initialized (closed by peer_close) */
     bool tcp_paused, pipe_paused; /* reading stopped by the other side's backlog */
+    bool draining;                /* one side ended: close once the writes to both are done */
     size_t tcp_pending, pipe_pending;
     uv_pipe_t pipe;
 };
@@ -266,6 +267,9 @@ static void on_write(uv_write_t *req, int status)
         if (status < 0) {
             log_debug("raft: %s: relay: write: %s", p->peer, uv_strerror(status));
             peer_close(p, RAFT_NOCONNECTION);
+        } else if (p->draining) {
+            if (p->tcp_pending == 0 && p->pipe_pending == 0)
+                peer_close(p, RAFT_NOCONNECTION);
         } else {
             relay_resume(p);
         }
@@ -397,6 +401,19 @@ static int peer_send_out(struct rt_peer *p, const struct raft_hs_out *out)
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
+/* One side ended (EOF): what was read from either side before still goes out to the other, then
+ * both close. */
+static void relay_end(struct rt_peer *p)
+{
+    if (p->tcp_pending == 0 && p->pipe_pending == 0) {
+        peer_close(p, RAFT_NOCONNECTION);
+        return;
+    }
+    p->draining = true;
+    uv_read_stop((uv_stream_t *)&p->pipe);
+    uv_read_stop((uv_stream_t *)p->tcp);
+}
+
 /* Plaintext from Raft's end: encrypt it for the peer. */
 static void on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
@@ -405,7 +422,10 @@ static void on_pipe_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread < 0) {
         log_debug("raft: %s: relay: Raft's end: %s", p->peer, uv_strerror((int)nread));
-        peer_close(p, RAFT_NOCONNECTION);
+        if (nread == UV_EOF)
+            relay_end(p);
+        else
+            peer_close(p, RAFT_NOCONNECTION);
         return;
     }
     char why[256];
@@ -677,7 +697,9 @@ static void on_cipher(struct rt_peer *p, const uint8_t *data, size_t len)
     }
     if (p->relaying) {
         int rc = relay_from_peer(p);
-        if (rc != 0)
+        if (rc == UV_EOF)
+            relay_end(p);
+        else if (rc != 0)
             peer_close(p, RAFT_NOCONNECTION);
         return;
     }
@@ -705,7 +727,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread < 0) {
         if (p->relaying) {
             log_debug("raft: %s: relay: %s", p->peer, uv_strerror((int)nread));
-            peer_close(p, RAFT_NOCONNECTION);
+            if (nread == UV_EOF)
+                relay_end(p);
+            else
+                peer_close(p, RAFT_NOCONNECTION);
         } else if (nread == UV_EOF) {
             peer_fail(p, "the peer closed the connection during the handshake");
         } else {
