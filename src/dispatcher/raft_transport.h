@@ -34,10 +34,11 @@
  * the host dialled). The handshake above runs inside the TLS session; Raft then gets one end of
  * a socket pair (a uv_pipe_t from raft_malloc) and the transport relays between the other end and
  * the session, with backpressure both ways (a direction stops being read while more than
- * RAFT_TRANSPORT_RELAY_HIGH bytes wait to be written the other way). Raft closing its end closes
- * the TCP connection, and the peer closing the connection ends Raft's stream; close() closes the
- * relays too. A plain peer on a TLS port (or the other way round) is refused with a line that
- * says so.
+ * RAFT_TRANSPORT_RELAY_HIGH bytes wait to be written the other way). When either side ends (Raft
+ * closes its end, or the peer its connection), what was already read from either side is
+ * delivered to the other, then both close, so Raft reads the end of its stream; a write error
+ * closes both at once. close() closes the relays too. A plain peer on a TLS port (or the other way
+ * round) is refused with a line that says so.
  *
  * Signals: libuv writes with plain write(2) (the relay to Raft's end of the socket pair too), so
  * SIGPIPE must not reach its default action (rpc.h): the dispatcher ignores it.
