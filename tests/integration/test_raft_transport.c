@@ -1,10 +1,12 @@
-/* The Raft transport (dispatcher/raft_transport.h) on 127.0.0.1: two transports that share the
- * token and cluster connect and hand Raft a working stream; a wrong token, a missing token on
- * either side and a different cluster are refused on both ends; raw TCP strangers (garbage, a
- * frame too large, silence, bytes after the handshake) are closed within the handshake timeout
- * and never reach Raft; the bound on handshakes in progress; close() with connects pending; and
- * a real three-node C-Raft cluster over the transport, which elects a leader and applies an entry
- * on all three nodes, and refuses a fourth transport holding a wrong token. */
+/* The Raft transport (dispatcher/raft_transport.h) on loopback: two transports that share the
+ * token and cluster connect and hand Raft a working stream, plain and under TLS (where the stream
+ * is relayed, with backpressure, and what was written before a close still arrives); a wrong
+ * token, a missing token on either side, a different cluster and TLS on one side only are refused
+ * on both ends; raw TCP strangers (garbage, a frame too large, silence, bytes after the
+ * handshake) are closed within the handshake timeout and never reach Raft; the bound on
+ * handshakes in progress; close() with connects pending; bind_address, host names and IPv6; and a
+ * real three-node C-Raft cluster over the transport, plain and under TLS, which elects a leader
+ * and applies entries on all three nodes, and refuses a fourth transport holding a wrong token. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
