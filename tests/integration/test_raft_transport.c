@@ -28,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define TOKEN_A "0123456789abcdef0123456789abcdef"
 #define TOKEN_B "fedcba9876543210fedcba9876543210"
@@ -480,14 +482,38 @@ static void test_strangers(void **unused)
     static const uint8_t junk[] = {0, 0, 0, 5, 0xff, 0xff, 0xff, 0xff, 0xff}; /* undecodable */
     uint8_t late[512];
     size_t late_len = handshake_then_garbage(late, sizeof late, CLUSTER);
+    /* The log, to count its lines: a port scanner must not fill it. */
+    char log_path[512];
+    snprintf(log_path, sizeof log_path, "%s/strangers.log", tmp_dir());
+    fflush(stderr);
+    int saved_stderr = dup(2);
+    int log_fd = open(log_path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    assert_true(saved_stderr >= 0 && log_fd >= 0);
+    dup2(log_fd, 2);
+    close(log_fd);
     struct stranger big, bad, silent, extra;
     stranger_start(&loop, &big, port, http, sizeof http - 1);
     stranger_start(&loop, &bad, port, junk, sizeof junk);
     stranger_start(&loop, &silent, port, NULL, 0);
     stranger_start(&loop, &extra, port, late, late_len);
     RUN_UNTIL(&loop, big.closed && bad.closed && silent.closed && extra.closed, WAIT_MS);
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
     assert_int_equal(a.accepts, 0);
     assert_int_equal(raft_transport_refused(&a.t), 4);
+    /* Four refusals from one host: one warning line (the first), the rest held back. */
+    FILE *f = fopen(log_path, "r");
+    assert_non_null(f);
+    char line[1024];
+    int warnings = 0;
+    while (fgets(line, sizeof line, f)) {
+        print_message("log: %s", line);
+        if (strstr(line, "warn") && strstr(line, "raft: 127.0.0.1:"))
+            warnings++;
+    }
+    fclose(f);
+    assert_int_equal(warnings, 1);
     /* Each got the acceptor's Hello (a frame) first; the ones with garbage went at once, the
      * silent one after the 1000 ms timeout. */
     assert_true(big.got > FRAME_HEADER_SIZE && bad.got > FRAME_HEADER_SIZE);
