@@ -94,8 +94,9 @@ void raft_transport_release(struct raft_uv_transport *t);
 /* The port listen() bound (useful with port 0), or 0 when not listening. */
 int raft_transport_port(const struct raft_uv_transport *t);
 
-/* Connections refused so far: handshakes that failed or timed out, in both directions, and
- * connections turned away beyond max_handshakes. */
+/* Connections that never reached Raft so far, in both directions: failed or timed-out
+ * handshakes (TLS included), failed connects and resolutions, and connections turned away beyond
+ * max_handshakes. Connects cancelled by close() do not count. */
 uint64_t raft_transport_refused(const struct raft_uv_transport *t);
 
 #endif
