@@ -9,7 +9,7 @@ set(SLUICE_PARTS sluice_client sluice_dispatcher sluice_worker sluice_dispatcher
     sluice_dispatcher_core sluice_journal sluice_pipeline sluice_net sluice_common sluice_base
     sluice_proto)
 set(SLUICE_PC_REQUIRES
-    "libuv libprotobuf-c lmdb snappy jansson zlib libturbojpeg libssl libcrypto libzstd liblz4 libbrotlidec libpcre2-8")
+    "libuv libprotobuf-c lmdb snappy jansson zlib libturbojpeg libssl libcrypto libzstd liblz4 libbrotlidec libpcre2-8 raft")
 # Plugins loaded by a program call back into its sluice_* functions, so a program linking the
 # static library exports them (the shared library exports them itself). libarchive is named
 # here rather than required: its own .pc lists static libraries (acl, zstd, lz4, ...) whose
@@ -36,7 +36,7 @@ target_include_directories(sluice_shared INTERFACE ${SLUICE_API_INCLUDE_DIRS})
 target_link_libraries(sluice_shared PRIVATE PkgConfig::UV PkgConfig::PROTOBUFC PkgConfig::LMDB
                       PkgConfig::JANSSON ${SNAPPY_LIB} PkgConfig::ZLIB PkgConfig::LIBARCHIVE
                       PkgConfig::TURBOJPEG PkgConfig::ZSTD PkgConfig::LZ4 PkgConfig::BROTLIDEC
-                      PkgConfig::PCRE2 PkgConfig::CURL
+                      PkgConfig::PCRE2 PkgConfig::CURL PkgConfig::RAFT
                       OpenSSL::SSL OpenSSL::Crypto Threads::Threads ${CMAKE_DL_LIBS} m)
 target_link_options(sluice_shared PRIVATE
   -Wl,--version-script=${SLUICE_MAP} -Wl,--no-undefined)
