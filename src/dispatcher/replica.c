@@ -5,7 +5,7 @@
  *     "SLR1" | origin id u64 | term u64 | rpc address: u16 length, bytes | count u32 |
  *     count x (u32 length, an update_codec record)
  *
- * little-endian: origin and term say which leader wrote it and in which term (a term has at most
+ * then zeros up to a multiple of 8 bytes (C-Raft's rule for entries), all little-endian: origin and term say which leader wrote it and in which term (a term has at most
  * one leader), the RPC address is that leader's, and the records are one group-commit batch. An
  * entry with no records is a leader's announcement.
  *
@@ -246,9 +246,12 @@ static int entry_encode(const struct replica *r, uint64_t term, const struct jou
     size_t len = 4 + 8 + 8 + 2 + rpclen + 4;
     for (size_t i = 0; i < n; i++)
         len += 4 + recs[i].len;
-    uint8_t *p = raft_malloc(len);
+    /* C-Raft takes entries whose length is a multiple of 8: zeros pad the end. */
+    size_t padded = (len + 7) & ~(size_t)7;
+    uint8_t *p = raft_malloc(padded);
     if (!p)
         return SLUICE_ERR_NOMEM;
+    memset(p + len, 0, padded - len);
     uint8_t *q = p;
     memcpy(q, ENTRY_MAGIC, 4);
     put_u64(q + 4, r->id);
@@ -264,7 +267,7 @@ static int entry_encode(const struct replica *r, uint64_t term, const struct jou
         q += 4 + recs[i].len;
     }
     out->base = p;
-    out->len = len;
+    out->len = padded;
     return 0;
 }
 
@@ -302,8 +305,11 @@ static int entry_parse(const uint8_t *p, size_t len, struct entry_view *e, char 
             return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: record %u cut short", i);
         q += 4 + rl;
     }
-    if (q != end)
+    if (end - q > 7)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bytes after the last record");
+    for (; q < end; q++)
+        if (*q != 0)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bytes after the last record");
     return 0;
 }
 
@@ -394,7 +400,8 @@ static int submit(struct replica *r, struct journal_thread *jt, const struct jou
     a->req.data = a;
     rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
     if (rc != 0) {
-        raft_free(buf.base);
+        /* raft_apply() frees the entry's buffer when it refuses it. */
+        log_debug("raft: appending an entry: %s", raft_strerror(rc));
         free(a);
         return SLUICE_ERR_UNAVAILABLE;
     }
