@@ -30,8 +30,10 @@
  * did nothing with the call: the call goes back to the waiting calls (its request was kept), no
  * further call is written on that connection, and once the calls written on it are answered it
  * closes and the next attempt goes to the leader the replica named (at once), or with none named
- * to the next address of the list (after backoff_min). A call redirected more than
- * RPC_MAX_REDIRECTS times fails with SLUICE_ERR_UNAVAILABLE; its timeout runs throughout.
+ * to the next address of the list (after backoff_min); a call written before the answer and
+ * still unanswered after the connect timeout fails as on a lost connection. A call redirected
+ * more than RPC_MAX_REDIRECTS times fails with SLUICE_ERR_UNAVAILABLE; its timeout runs
+ * throughout. Only calls to a dispatcher (the role in its Hello) keep their request for this.
  *
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
@@ -250,6 +252,14 @@ void rpc_client_follow_done(struct rpc_client *cl)
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, cl->follow_why);
 }
 
+static void on_follow_timeout(uv_timer_t *t)
+{
+    struct rpc_client *cl = t->data;
+    /* A call written before the NOT_LEADER answer is still unanswered: it may or may not have
+     * been acted on, so it fails as on any lost connection. */
+    lose_connection(cl, SLUICE_ERR_UNAVAILABLE, cl->follow_why);
+}
+
 /* The replica at the current address is not the leader (reason says so, "ADDRESS: message"):
  * stop writing calls on this connection and decide where the next attempt goes. leader is the
  * leader it named, or NULL or "". redirects is how many times the call that got this answer has
@@ -282,6 +292,9 @@ static void follow_leader(struct rpc_client *cl, const char *leader, const char 
             rpc_client_text(cl->follow_why, sizeof cl->follow_why, "%s", reason);
         }
         log_debug("rpc: %s; next: %s", reason, cl->follow_to.text);
+        /* Calls written before the answer get connect_timeout_ms to be answered. */
+        if (cl->state == CLIENT_CONNECTED)
+            uv_timer_start(&cl->connect_timer, on_follow_timeout, cl->connect_timeout_ms, 0);
     }
     rpc_client_follow_done(cl);
 }
@@ -294,9 +307,10 @@ static bool send_call(struct rpc_client *cl, struct call *call)
     rpc_client_list_append(&cl->sent, call);
     struct conn_frame *f = call->frame;
     call->frame = NULL;
-    /* Kept until the reply, for a replica that answers NOT_LEADER; without room the call is
-     * simply not re-sent. */
-    if (call->copy == NULL && conn_frame_copy(f, &call->copy) != 0)
+    /* Kept until the reply, for a dispatcher replica that answers NOT_LEADER (no other server
+     * does, and the calls to workers are the many); without room the call is not re-sent. */
+    if (call->copy == NULL && cl->hs.peer_role == SLUICE__ROLE__ROLE_DISPATCHER &&
+        conn_frame_copy(f, &call->copy) != 0)
         call->copy = NULL;
     int rc = conn_write(&cl->conn, f);
     if (rc == 0)

@@ -1618,6 +1618,67 @@ static void test_follow_named_leader(void **state)
     loop_finish(&loop);
 }
 
+/* A replica that steps down with a call in hand: the client writes nothing more to it and waits
+ * for that call's answer before it goes to the leader; a call still unanswered after the connect
+ * timeout fails as on a lost connection. */
+static void test_follow_waits_for_written_calls(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a, b;
+    fx_start(&loop, &a, 0);
+    fx_start(&loop, &b, 0);
+    int pa = rpc_server_port(a.srv), pb = rpc_server_port(b.srv);
+    char address[128];
+    snprintf(address, sizeof address, "127.0.0.1:%d,127.0.0.1:%d", pa, pb);
+    for (int answered = 1; answered >= 0; answered--) {
+        a.follower = false;
+        a.nheld = 0;
+        a.requests = b.requests = 0;
+        struct client_fx cfx;
+        cfx_new(&loop, &cfx, address);
+        struct result held = {.loop = &loop}, later = {.loop = &loop};
+        assert_int_equal(call_elements(cfx.cl, 1, MODE_HOLD, 0, 10000, &held), 0);
+        RUN_UNTIL(&loop, a.nheld == 1, WAIT_MS);
+        fx_follow(&a, &b);
+        uint64_t start = uv_now(&loop);
+        assert_int_equal(call_elements(cfx.cl, 2, MODE_ANSWER, 0, 10000, &later), 0);
+        RUN_UNTIL(&loop, a.requests == 2, WAIT_MS);
+        run_for(&loop, 100);
+        /* Declined, and waiting for the held call: nothing reached B yet. */
+        assert_int_equal(later.done, 0);
+        assert_int_equal(b.requests, 0);
+        assert_false(rpc_client_connected(cfx.cl));
+        if (answered)
+            fx_answer_held(&a, NULL, 1);
+        RUN_UNTIL(&loop, held.done && later.done, WAIT_MS);
+        if (answered) {
+            assert_int_equal(held.status, 0);
+            assert_int_equal(held.count, 1);
+            assert_true(later.done_at - start < 1000);
+        } else {
+            char want[160];
+            snprintf(want, sizeof want,
+                     "connection to 127.0.0.1:%d lost: 127.0.0.1:%d: not the leader; following "
+                     "127.0.0.1:%d",
+                     pa, pa, pb);
+            assert_int_equal(held.status, SLUICE_ERR_UNAVAILABLE);
+            assert_string_equal(held.msg, want);
+            /* The connect timeout of the fixture's clients, 2000 ms. */
+            assert_true(later.done_at - start >= 1900);
+            rpc_conn_unref(a.held[0].conn);
+        }
+        assert_int_equal(later.status, 0);
+        assert_int_equal(later.count, 2);
+        assert_int_equal(b.requests, 1);
+        expect_current(cfx.cl, &b);
+        cfx_close(&loop, &cfx);
+    }
+    fx_close(&loop, &a);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
 /* (b) The first address of the list is a closed port: the call succeeds on the second. */
 static void test_list_dead_first(void **state)
 {
@@ -2195,6 +2256,7 @@ int main(void)
         cmocka_unit_test(test_server_start_errors),
         cmocka_unit_test(test_reply_not_leader),
         cmocka_unit_test(test_follow_named_leader),
+        cmocka_unit_test(test_follow_waits_for_written_calls),
         cmocka_unit_test(test_list_dead_first),
         cmocka_unit_test(test_list_no_leader_named),
         cmocka_unit_test(test_list_no_leader_anywhere),
