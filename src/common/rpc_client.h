@@ -88,8 +88,10 @@ void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
 bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
 
 /* Whether the client is connected to a server that serves its calls: false from a NOT_LEADER
- * answer until the next handshake. on_connect runs after every handshake, so a switch to another
- * replica (another process, with another incarnation) reads like a restart of the server. */
+ * answer until the next handshake. on_connect runs after every handshake, a follower's too, so a
+ * switch to another replica (another process) reads like a restart of the server, with the
+ * incarnation its Hello carries. A replica that sends an Error NOT_LEADER (id 0) in place of its
+ * Hello is followed without a handshake, and without on_connect. */
 bool rpc_client_connected(const struct rpc_client *client);
 /* Whether the client is connected, over an in-process connection (rpc_client_opts.local). */
 bool rpc_client_local(const struct rpc_client *client);

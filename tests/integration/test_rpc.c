@@ -1679,6 +1679,43 @@ static void test_follow_waits_for_written_calls(void **state)
     loop_finish(&loop);
 }
 
+/* A replica may refuse a connection outright, with an Error NOT_LEADER (id 0) in place of its
+ * Hello: the client follows it without a handshake there, so on_connect runs only for B. */
+static void test_follow_at_handshake(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx b;
+    fx_start(&loop, &b, 0);
+    char leader[64];
+    snprintf(leader, sizeof leader, "127.0.0.1:%d", rpc_server_port(b.srv));
+    struct fake_server f = {0};
+    Sluice__Error error = SLUICE__ERROR__INIT;
+    error.code = SLUICE_ERR_NOT_LEADER;
+    error.message = "not the leader";
+    error.leader = leader;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
+    env.error = &error;
+    bytes_put_envelope(&f.script, &env);
+    fake_start(&loop, &f);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, f.port);
+    struct result r = {0};
+    assert_int_equal(call_elements(cfx.cl, 9, MODE_ANSWER, 0, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.count, 9);
+    assert_int_equal(cfx.connects, 1);
+    assert_true(cfx.last_peer_incarnation == b.incarnation);
+    assert_string_equal(rpc_client_current_address(cfx.cl), leader);
+    RUN_UNTIL(&loop, f.peer_closed, WAIT_MS);
+    cfx_close(&loop, &cfx);
+    fake_close(&loop, &f);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
 /* (b) The first address of the list is a closed port: the call succeeds on the second. */
 static void test_list_dead_first(void **state)
 {
@@ -2257,6 +2294,7 @@ int main(void)
         cmocka_unit_test(test_reply_not_leader),
         cmocka_unit_test(test_follow_named_leader),
         cmocka_unit_test(test_follow_waits_for_written_calls),
+        cmocka_unit_test(test_follow_at_handshake),
         cmocka_unit_test(test_list_dead_first),
         cmocka_unit_test(test_list_no_leader_named),
         cmocka_unit_test(test_list_no_leader_anywhere),
