@@ -879,7 +879,9 @@ bool rpc_client_connected(const struct rpc_client *cl)
 
 const char *rpc_client_why(const struct rpc_client *cl)
 {
-    return cl->state == CLIENT_CONNECTED ? "" : cl->why;
+    if (cl->state == CLIENT_CONNECTED)
+        return cl->following ? cl->follow_why : "";
+    return cl->why;
 }
 
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *cl)

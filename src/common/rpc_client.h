@@ -96,7 +96,8 @@ bool rpc_client_connected(const struct rpc_client *client);
 /* Whether the client is connected, over an in-process connection (rpc_client_opts.local). */
 bool rpc_client_local(const struct rpc_client *client);
 /* Why the last connection or attempt to connect failed ("connection refused", ...), or "" when
- * none failed since the last handshake. Valid until the client's loop runs again. */
+ * none failed since the last handshake; while a replica's NOT_LEADER is being followed, that
+ * answer ("HOST:PORT: message[; following LEADER]"). Valid until the client's loop runs again. */
 const char *rpc_client_why(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
