@@ -10,8 +10,8 @@
 # the dispatcher counts it. Each action is logged as one line on stderr. SIGINT or SIGTERM drains
 # every worker it started, then exits 0. Workers started by anything else are never touched.
 #
-# Usage: scripts/autoscale.sh --dispatcher H:P [--bin-dir DIR] [--interval-s N] [--min N]
-#                             [--max N] [--worker-args "..."]
+# Usage: scripts/autoscale.sh --dispatcher H:P[,H:P...] [--bin-dir DIR] [--interval-s N]
+#                             [--min N] [--max N] [--worker-args "..."]
 #   --bin-dir DIR      where sluice and sluice-worker are (default: build/bin of this checkout)
 #   --interval-s N     seconds between polls (default 10)
 #   --min N            workers to keep running at least (default 1)

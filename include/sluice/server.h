@@ -214,8 +214,9 @@ struct sluice_worker;
 /* Every field of the `sluice-worker` command line has one here; a zero-initialised struct gives
  * the defaults, except for dispatcher, which is required. Strings and lists are copied. */
 struct sluice_worker_options {
-    /* The dispatcher, "HOST:PORT" or "sluice://HOST:PORT" (--dispatcher); required. It need
-     * not be up yet: the worker retries until it is. */
+    /* The dispatcher, "HOST:PORT" or "sluice://HOST:PORT", or the replicas of a dispatcher
+     * group as a comma-separated list "H1:P,H2:P,H3:P" of which the worker finds the leader
+     * (--dispatcher); required. It need not be up yet: the worker retries until it is. */
     const char *dispatcher;
     /* Address to listen on (--host); NULL: "127.0.0.1". */
     const char *host;

@@ -266,7 +266,11 @@ struct sluice_security_options {
 };
 
 struct sluice_client_options {
-    /* "HOST:PORT" or "sluice://HOST:PORT". Required. */
+    /* "HOST:PORT" or "sluice://HOST:PORT"; or the replicas of a dispatcher group as a
+     * comma-separated list, "H1:P,H2:P,H3:P" (at most 16, each once; "sluice://" at most once,
+     * before the list). The client talks to the leader: it tries the replicas in turn, follows a
+     * replica that names the leader, and re-sends a call a replica declined, so a failover is not
+     * an error. Required. */
     const char *dispatcher;
     /* How long a call may wait for an unreachable dispatcher before failing with
      * SLUICE_ERR_TIMEOUT. 0 waits forever (a dispatcher may be restarting). A read's waits for

@@ -107,18 +107,42 @@ _MODES = {
 _U32_MAX = 2**32 - 1
 
 
-def _target(service, name="service"):
-    """HOST:PORT of a service given as "sluice://HOST:PORT", "HOST:PORT" or a server object."""
+_MAX_REPLICAS = 16
+
+
+def _target(service, name="service", replicas=True):
+    """HOST:PORT of a service given as "sluice://HOST:PORT", "HOST:PORT" or a server object.
+
+    With replicas, also the replicas of a dispatcher group as a comma-separated list,
+    "sluice://H1:P,H2:P,H3:P" or "H1:P,H2:P,H3:P" (at most 16, each once), returned as
+    "H1:P,H2:P,H3:P": the client finds the leader among them."""
     target = getattr(service, "target", service)
     if not isinstance(target, str):
         raise TypeError(f"{name} must be a 'sluice://HOST:PORT' string or a DispatchServer, "
                         f"not {type(service).__name__}")
     if target.startswith("sluice://"):
         target = target[len("sluice://"):]
-    host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{name} must look like 'sluice://HOST:PORT', not {service!r}")
-    return target
+    shape = "'sluice://HOST:PORT'"
+    if replicas:
+        shape += " or a list of replicas 'sluice://H1:P,H2:P,H3:P'"
+    elements = [e.strip() for e in target.split(",")] if replicas else [target]
+    if len(elements) > _MAX_REPLICAS:
+        raise ValueError(f"{name} lists more than {_MAX_REPLICAS} addresses: {service!r}")
+    seen = set()
+    for i, element in enumerate(elements):
+        if not element and len(elements) > 1:
+            raise ValueError(f"{name}: address {i + 1} of {service!r} is empty")
+        if element.startswith("sluice://") and len(elements) > 1:
+            raise ValueError(f"{name}: address {i + 1} of {service!r}: sluice:// goes once, "
+                             "before the list")
+        host, sep, port = element.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{name} must look like {shape}, not {service!r}")
+        key = (host.lower(), int(port))
+        if key in seen:
+            raise ValueError(f"{name}: {element} is listed twice in {service!r}")
+        seen.add(key)
+    return ",".join(elements)
 
 
 def _mode(processing_mode):
@@ -362,7 +386,7 @@ class DispatchServer(_Server):
             _ms(autoscale_window_ms, "autoscale_window_ms"),
             0 if snapshot_every is None else snapshot_every,
             0 if journal_max_mb is None else journal_max_mb,
-            None if worker_addresses is None else [_target(a, "worker_addresses")
+            None if worker_addresses is None else [_target(a, "worker_addresses", replicas=False)
                                                    for a in worker_addresses],
             -1 if metrics_port is None else _port(metrics_port, "metrics_port"),
             _text(log_level, "log_level"),
@@ -397,8 +421,9 @@ class WorkerServer(_Server):
     """A worker running in this process, on a thread of its own (tf.data service's
     WorkerServer).
 
-    dispatcher_address: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer; it need not be
-    up yet. port: 0 picks a free one. host, advertise (the address readers use), threads
+    dispatcher_address: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer, or the replicas
+    of a dispatcher group as "sluice://H1:P,H2:P,H3:P" (the worker finds the leader); it need
+    not be up yet. port: 0 picks a free one. host, advertise (the address readers use), threads
     (the threads every task's pipeline runs on, in turns; default twice the cores, at least
     8), plugins (shared objects adding functions),
     heartbeat_ms, drain_timeout_ms, metrics_port (None: no metrics) and log_level are the
@@ -523,7 +548,8 @@ def register_dataset(service, pipeline, dataset_id=None, compression="auto", spl
                      tls_ca=None, deterministic=False):
     """Registers a pipeline with the dispatcher and returns its dataset id.
 
-    service: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. pipeline: the pipeline
+    service: "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer, or the replicas of a
+    dispatcher group as "sluice://H1:P,H2:P,H3:P" (the leader is found). pipeline: the pipeline
     text, or a sluice.Pipeline. dataset_id: register under this id (the same pipeline under the
     same id returns it again; another pipeline is refused with AlreadyExistsError); None lets the
     dispatcher choose. compression: "auto" (snappy when it pays off) or None/"none". split_size: elements
@@ -691,7 +717,9 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
     "distributed_epoch" (workers split the source: every element exactly once; alias
     "dynamic"), or "file", "data", "file_or_data", "hint" (static sharding). service:
-    "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer. job_name: readers with the same name
+    "sluice://HOST:PORT", "HOST:PORT" or a DispatchServer, or the replicas of a dispatcher group
+    as "sluice://H1:P,H2:P,H3:P" (the leader is found, and followed through a failover).
+    job_name: readers with the same name
     share one job and split its elements. consumer_index/num_consumers: coordinated reads, in
     lockstep rounds (need a job_name and an infinite pipeline). max_outstanding_requests: worker
     requests in flight at once (bounds memory). local: a pipeline tail applied here to the

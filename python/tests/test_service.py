@@ -141,6 +141,37 @@ def test_arguments_are_checked_before_the_network(call, exc, text):
         call("sluice://127.0.0.1:1")
 
 
+@pytest.mark.parametrize("service, want", [
+    ("sluice://h1:5050", "h1:5050"),
+    ("h1:5050", "h1:5050"),
+    ("sluice://h1:5050,h2:5050,h3:5050", "h1:5050,h2:5050,h3:5050"),
+    ("h1:5050, h2:5050 ,[::1]:5050", "h1:5050,h2:5050,[::1]:5050"),
+])
+def test_service_replica_lists(service, want):
+    assert sluice._target(service) == want
+
+
+@pytest.mark.parametrize("service, text", [
+    ("sluice://h1:5050,,h2:5050", "service: address 2 of 'sluice://h1:5050,,h2:5050' is empty"),
+    ("h1:5050,h1:5050", "service: h1:5050 is listed twice in 'h1:5050,h1:5050'"),
+    ("h1:5050,sluice://h2:5050",
+     "service: address 2 of 'h1:5050,sluice://h2:5050': sluice:// goes once, before the list"),
+    ("h1:5050,h2", "service must look like 'sluice://HOST:PORT' or a list of replicas"),
+    (",".join(f"h{i}:1" for i in range(17)), "service lists more than 16 addresses"),
+])
+def test_service_replica_lists_refused(service, text):
+    with pytest.raises(ValueError) as e:
+        sluice._target(service)
+    assert str(e.value).startswith(text)
+
+
+def test_read_through_a_list_of_replicas(cluster2):
+    # The first address is a closed port: the client moves on to the next of the list.
+    t = "sluice://127.0.0.1:1," + cluster2.target[len("sluice://"):]
+    assert ints(sluice.distribute("range(50)", "distributed_epoch", t)) == list(range(50))
+    assert sluice.status(t)["workers"]
+
+
 def test_unknown_dataset(cluster2):
     with pytest.raises(sluice.NotFoundError, match="dataset 'nope' not found"):
         iter(sluice.from_dataset_id("parallel_epochs", cluster2.target, "nope"))

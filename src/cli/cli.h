@@ -38,6 +38,11 @@ int cli_open_client(const char *dispatcher, uint32_t timeout_ms, const char *con
 int cli_parse_security(int argc, char **argv, int *i, struct sluice_security_options *sec);
 
 /* The usage lines of those flags. */
+/* The usage lines of --dispatcher, for every command that talks to one. */
+#define CLI_DISPATCHER_USAGE                                                                       \
+    "  --dispatcher H:P    the dispatcher, HOST:PORT (or sluice://HOST:PORT); or its replicas,\n"  \
+    "                      a comma-separated list H1:P,H2:P,H3:P, of which the command finds\n"    \
+    "                      the leader (and follows it when another replica takes over)\n"
 #define CLI_SECURITY_USAGE                                                                         \
     "  --auth-token-file F the cluster's shared secret (default: $SLUICE_AUTH_TOKEN_FILE)\n"       \
     "  --tls-ca F          speak TLS, verifying servers against this CA (PEM)\n"                   \

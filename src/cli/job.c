@@ -45,7 +45,7 @@ static const char job_usage[] =
     "                    already have passed it. Default: the first position no reader may\n"
     "                    have passed.\n"
     "  --timeout-ms N    give up after N ms waiting for the dispatcher; exit 1. Default 0: no\n"
-    "                    limit.\n" CLI_SECURITY_USAGE "\n"
+    "                    limit.\n" CLI_DISPATCHER_USAGE CLI_SECURITY_USAGE "\n"
     "checkpoint: writes the position of the shared distributed_epoch job NAME to FILE: the\n"
     "merge of the positions its readers kept with the dispatcher at their checkpoints (each\n"
     "`sluice read --job-name NAME --checkpoint F` keeps one at every checkpoint it writes, a\n"

@@ -100,7 +100,7 @@ static const char read_usage[] =
     "  --quiet             no progress display\n"
     "  --checkpoint-every N\n"
     "                      elements between checkpoints (default 100000)\n" CLI_TIMEOUT_USAGE
-        CLI_SECURITY_USAGE "  --tls-worker-name NAME\n"
+        CLI_DISPATCHER_USAGE CLI_SECURITY_USAGE "  --tls-worker-name NAME\n"
     "                      verify workers' certificates against NAME instead of the address\n"
     "                      each worker advertises (one certificate for every worker, e.g.\n"
     "                      pods whose IPs are assigned at start)\n"

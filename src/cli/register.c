@@ -27,7 +27,7 @@ static const char register_usage[] =
     "makes distributed_epoch reads of the dataset deterministic by default (see 'sluice read\n"
     "--help'); it is part of the dataset's identity. --plugin loads a\n"
     "shared object whose functions the pipeline uses (workers need it too).\n"
-    "\n" CLI_TIMEOUT_USAGE CLI_SECURITY_USAGE "\n"
+    "\n" CLI_TIMEOUT_USAGE CLI_DISPATCHER_USAGE CLI_SECURITY_USAGE "\n"
     "example: sluice register --dispatcher 127.0.0.1:5050 'range(100) | map(square)'\n";
 
 int cli_register(int argc, char **argv)

@@ -45,7 +45,8 @@ static const char snapshot_usage[] =
     "\n"
     "  --no-wait         return once the save has started (DIR/snapshot.json written)\n"
     "  --timeout-ms N    give up after N ms: waiting for the dispatcher, and (save) for the\n"
-    "                    save to finish; exit 1. Default 0: no limit.\n" CLI_SECURITY_USAGE;
+    "                    save to finish; exit 1. Default 0: no limit.\n" CLI_DISPATCHER_USAGE
+        CLI_SECURITY_USAGE;
 
 struct snap_args {
     const char *dispatcher, *dataset_id, *path;

@@ -44,7 +44,7 @@ static const char status_usage[] =
     "  --watch          print again every --interval-ms (default 2000) until Ctrl-C (exit 0),\n"
     "                   in place on a terminal; exit 1 once the dispatcher has been\n"
     "                   unreachable for longer than --timeout-ms\n"
-    "\n" CLI_TIMEOUT_USAGE CLI_SECURITY_USAGE;
+    "\n" CLI_TIMEOUT_USAGE CLI_DISPATCHER_USAGE CLI_SECURITY_USAGE;
 
 static volatile sig_atomic_t watch_stop;
 

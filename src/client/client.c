@@ -555,13 +555,15 @@ int sluice_client_open(const struct sluice_client_options *options, struct sluic
                        char *err, size_t errlen)
 {
     int rc;
-    char host[256];
-    int port;
+    struct rpc_address replicas[RPC_MAX_ADDRESSES];
+    size_t nreplicas;
     if (out)
         *out = NULL;
     if (!options || !out || !options->dispatcher || !*options->dispatcher)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "a dispatcher address is required");
-    rc = rpc_parse_address(options->dispatcher, host, sizeof host, &port, err, errlen);
+    /* One address, or the replicas' (rpc_client.h finds the leader among them). */
+    rc = rpc_parse_address_list(options->dispatcher, replicas, RPC_MAX_ADDRESSES, &nreplicas, err,
+                                errlen);
     if (rc)
         return rc;
     if (strlen(options->dispatcher) >= CLIENT_ADDR_MAX)

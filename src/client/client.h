@@ -25,7 +25,8 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define CLIENT_ADDR_MAX 512
+/* A dispatcher address, or the list of its replicas (rpc.h); or a worker address. */
+#define CLIENT_ADDR_MAX RPC_ADDRESS_LIST_MAX
 /* Bounds of the reply buffer pool: what it keeps for reuse, and the largest block it keeps. */
 #define CLIENT_POOL_BYTES (64u << 20)
 #define CLIENT_POOL_MAX_BLOCK (64u << 20)

@@ -538,6 +538,19 @@ void conn_frame_free(struct conn_frame *f)
     free(f);
 }
 
+int conn_frame_copy(const struct conn_frame *f, struct conn_frame **out)
+{
+    assert(f->ext == NULL && f->segs == NULL);
+    struct conn_frame *c = malloc(sizeof *c + f->len);
+    if (c == NULL)
+        return SLUICE_ERR_NOMEM;
+    memset(c, 0, sizeof *c);
+    c->len = f->len;
+    memcpy(c->data, f->data, f->len);
+    *out = c;
+    return 0;
+}
+
 /* ---- corking --------------------------------------------------------------------------------- */
 
 /* Frames per writev when writing what a conn held. */

@@ -186,6 +186,9 @@ int conn_start(struct conn *c);
  * max_frame bytes, or SLUICE_ERR_NOMEM. The caller owns *out. */
 int conn_frame_pack(const Sluice__Envelope *env, uint32_t max_frame, struct conn_frame **out);
 void conn_frame_free(struct conn_frame *f);
+/* Copies f, a frame of conn_frame_pack not yet written, into *out (the caller's). Returns 0 or
+ * SLUICE_ERR_NOMEM. */
+int conn_frame_copy(const struct conn_frame *f, struct conn_frame **out);
 
 /* Queues f for writing and always takes ownership of it. Returns 0, SLUICE_ERR_CLOSED when the
  * conn is closing or draining, or a negative libuv code when uv_write refuses (the owner should

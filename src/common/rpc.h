@@ -53,6 +53,38 @@ int rpc_parse_address(const char *text, char *host, size_t hostlen, int *port, c
  * IPv6 host in brackets. */
 void rpc_format_address(char *out, size_t len, const char *host, int port);
 
+/* The most addresses a list may hold (a group of dispatcher replicas is 3 or 5), and the most
+ * characters its text may have. */
+#define RPC_MAX_ADDRESSES 16
+#define RPC_ADDRESS_LIST_MAX 2048
+
+/* One address of a list: host without brackets, port, and "HOST:PORT" as rpc_format_address
+ * writes it. */
+struct rpc_address {
+    char host[256];
+    int port;
+    char text[264];
+};
+
+/* Parses a comma-separated list of addresses, "HOST:PORT,HOST:PORT,..." with an optional
+ * "sluice://" once before the list (HOST may be "[v6]"; blanks around an element are ignored).
+ * A single address is what rpc_parse_address accepts, with its messages. Writes the addresses,
+ * in order, to out (room for max, at most RPC_MAX_ADDRESSES) and their number to *n. Returns 0,
+ * or SLUICE_ERR_INVALID with one of these messages in err (LIST is text as given):
+ *   "bad address: none given" (text NULL or "")
+ *   "bad address list: longer than 2047 characters"
+ *   "bad address list 'LIST': more than 16 addresses"
+ *   "bad address list 'LIST': address N is empty" (N counts from 1)
+ *   "bad address list 'LIST': address N: sluice:// goes once, before the list"
+ *   "bad address list 'LIST': HOST:PORT is listed twice"
+ *   "bad address list 'LIST': " followed by rpc_parse_address's message for the element. */
+int rpc_parse_address_list(const char *text, struct rpc_address *out, size_t max, size_t *n,
+                           char *err, size_t errlen);
+
+/* Writes the addresses of list, "HOST:PORT,HOST:PORT,...", into out (len bytes, NUL-terminated
+ * when len > 0; cut short when it does not fit). */
+void rpc_format_address_list(char *out, size_t len, const struct rpc_address *list, size_t n);
+
 /* A random 64-bit incarnation id for this process (never 0). */
 uint64_t rpc_new_incarnation(void);
 

@@ -24,6 +24,17 @@
  * server's certificate against the host part of the address, as given (a name or an IP address);
  * a TLS failure is logged as a warning and, like any lost connection, retried.
  *
+ * Replicas (a list of addresses, the replicas of a dispatcher): the client talks to one current
+ * address at a time. A failed attempt or a lost connection sends the next attempt to the next
+ * address of the list, round robin. A reply Error of code SLUICE_ERR_NOT_LEADER means the replica
+ * did nothing with the call: the call goes back to the waiting calls (its request was kept), no
+ * further call is written on that connection, and once the calls written on it are answered it
+ * closes and the next attempt goes to the leader the replica named (at once), or with none named
+ * to the next address of the list (after backoff_min); a call written before the answer and
+ * still unanswered after the connect timeout fails as on a lost connection. A call redirected
+ * more than RPC_MAX_REDIRECTS times fails with SLUICE_ERR_UNAVAILABLE; its timeout runs
+ * throughout. Only calls to a dispatcher (the role in its Hello) keep their request for this.
+ *
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
  * earliest deadline of a binary min-heap, so each tick does work only for calls that expired. */
@@ -44,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
@@ -52,6 +64,8 @@
 #define INITIAL_BUCKETS 64
 /* At most one line a minute about failed authentications. */
 #define AUTH_LOG_INTERVAL_MS 60000
+/* The most NOT_LEADER answers one call follows before it fails. */
+#define RPC_MAX_REDIRECTS 20
 
 static const struct conn_ops client_conn_ops;
 
@@ -64,6 +78,30 @@ void rpc_client_text(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 static void on_backoff_timer(uv_timer_t *t);
+
+/* Makes a the current address: its place in the list, or off the list (a leader named by a
+ * replica). */
+static void go_to(struct rpc_client *cl, const struct rpc_address *a)
+{
+    for (size_t i = 0; i < cl->naddrs; i++) {
+        if (cl->addrs[i].port == a->port && strcasecmp(cl->addrs[i].host, a->host) == 0) {
+            cl->index = i;
+            cl->off_list = false;
+            cl->current = cl->addrs[i];
+            return;
+        }
+    }
+    cl->off_list = true;
+    cl->current = *a;
+}
+
+/* The next attempt goes to the address after the current one's place in the list. */
+static void next_address(struct rpc_client *cl)
+{
+    cl->index = (cl->index + 1) % cl->naddrs;
+    cl->off_list = false;
+    cl->current = cl->addrs[cl->index];
+}
 
 /* ---- connection lifecycle -------------------------------------------------------------------- */
 
@@ -86,6 +124,7 @@ static void schedule_retry(struct rpc_client *cl)
 {
     if (cl->closing)
         return;
+    next_address(cl);
     /* After a failed authentication the backoff runs even with no call waiting, so calls made
      * meanwhile wait for it instead of hammering the server. */
     if (cl->waiting.head == NULL && !cl->auth_failed) {
@@ -109,8 +148,8 @@ static void lose_connection(struct rpc_client *cl, int code, const char *why)
         cl->state != CLIENT_CONNECTED)
         return;
     rpc_client_text(cl->why, sizeof cl->why, "%s", why);
-    rpc_client_text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s", cl->address,
-                    why);
+    rpc_client_text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s",
+                    rpc_client_current_address(cl), why);
     cl->lost_code = code;
     uv_timer_stop(&cl->connect_timer);
     cl->state = CLIENT_CLOSING;
@@ -134,9 +173,9 @@ static void log_auth_failure(struct rpc_client *cl, const char *msg)
         log_write(level,
                   "rpc: %s: %s (%" PRIu64 " failures since the last line; at most one line a "
                   "minute)",
-                  cl->address, msg, cl->auth_unlogged);
+                  rpc_client_current_address(cl), msg, cl->auth_unlogged);
     else
-        log_write(level, "rpc: %s: %s", cl->address, msg);
+        log_write(level, "rpc: %s: %s", rpc_client_current_address(cl), msg);
     cl->auth_unlogged = 0;
     cl->auth_logged_ms = now;
     cl->auth_ever_logged = true;
@@ -154,7 +193,7 @@ static void reject_connection(struct rpc_client *cl, int code, const char *msg)
         log_auth_failure(cl, msg);
         cl->auth_failed = true;
     } else {
-        log_warn("rpc: %s: %s", cl->address, msg);
+        log_warn("rpc: %s: %s", rpc_client_current_address(cl), msg);
     }
     lose_connection(cl, code, msg);
     /* The message goes to the caller as the server wrote it. */
@@ -164,7 +203,7 @@ static void reject_connection(struct rpc_client *cl, int code, const char *msg)
 
 static void protocol_error(struct rpc_client *cl, const char *why)
 {
-    log_warn("rpc: %s: %s; closing the connection", cl->address, why);
+    log_warn("rpc: %s: %s; closing the connection", rpc_client_current_address(cl), why);
     lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
 }
 
@@ -181,7 +220,9 @@ static void on_conn_closed(struct conn *c)
     memcpy(msg, cl->lost_msg, sizeof msg);
     int code = cl->lost_code;
     bool all = cl->fail_waiting;
+    bool following = cl->following;
     cl->fail_waiting = false;
+    cl->following = false;
 
     /* Calls issued from these callbacks wait for the next connection. */
     rpc_client_fail_list(cl, &cl->sent, code, msg);
@@ -190,7 +231,72 @@ static void on_conn_closed(struct conn *c)
     if (cl->closing)
         return;
     cl->state = CLIENT_IDLE;
+    if (following && !all) {
+        /* Not a failure: the next attempt goes where the replica pointed. */
+        go_to(cl, &cl->follow_to);
+        if (cl->waiting.head == NULL)
+            return;
+        cl->state = CLIENT_BACKOFF;
+        uv_timer_start(&cl->backoff_timer, on_backoff_timer, cl->follow_delay_ms, 0);
+        return;
+    }
     schedule_retry(cl);
+}
+
+/* Closes a connection that follows a leader once no call written on it waits for its reply. */
+void rpc_client_follow_done(struct rpc_client *cl)
+{
+    if (cl->closing || !cl->following || cl->sent.head != NULL)
+        return;
+    if (cl->state == CLIENT_CONNECTED || cl->state == CLIENT_HANDSHAKE)
+        lose_connection(cl, SLUICE_ERR_UNAVAILABLE, cl->follow_why);
+}
+
+static void on_follow_timeout(uv_timer_t *t)
+{
+    struct rpc_client *cl = t->data;
+    /* A call written before the NOT_LEADER answer is still unanswered: it may or may not have
+     * been acted on, so it fails as on any lost connection. */
+    lose_connection(cl, SLUICE_ERR_UNAVAILABLE, cl->follow_why);
+}
+
+/* The replica at the current address is not the leader (reason says so, "ADDRESS: message"):
+ * stop writing calls on this connection and decide where the next attempt goes. leader is the
+ * leader it named, or NULL or "". redirects is how many times the call that got this answer has
+ * been redirected (0 for a complaint about the connection): past the length of the list, a named
+ * leader is tried after backoff_min too, so two replicas that name each other are not dialled in
+ * a tight loop. */
+static void follow_leader(struct rpc_client *cl, const char *leader, const char *reason,
+                          unsigned redirects)
+{
+    if (!cl->following) {
+        struct rpc_address to;
+        char why[SLUICE_ERRMSG_SIZE];
+        bool named =
+            leader && *leader &&
+            rpc_parse_address(leader, to.host, sizeof to.host, &to.port, why, sizeof why) == 0 &&
+            !(to.port == cl->current.port && strcasecmp(to.host, cl->current.host) == 0);
+        cl->following = true;
+        if (named) {
+            rpc_format_address(to.text, sizeof to.text, to.host, to.port);
+            cl->follow_to = to;
+            cl->follow_delay_ms = redirects > cl->naddrs ? cl->backoff_min_ms : 0;
+            rpc_client_text(cl->follow_why, sizeof cl->follow_why, "%s; following %s", reason,
+                            to.text);
+        } else {
+            if (leader && *leader)
+                log_debug("rpc: %s: ignoring the leader it names, '%s'",
+                          rpc_client_current_address(cl), leader);
+            cl->follow_to = cl->addrs[(cl->index + 1) % cl->naddrs];
+            cl->follow_delay_ms = cl->backoff_min_ms;
+            rpc_client_text(cl->follow_why, sizeof cl->follow_why, "%s", reason);
+        }
+        log_debug("rpc: %s; next: %s", reason, cl->follow_to.text);
+        /* Calls written before the answer get connect_timeout_ms to be answered. */
+        if (cl->state == CLIENT_CONNECTED)
+            uv_timer_start(&cl->connect_timer, on_follow_timeout, cl->connect_timeout_ms, 0);
+    }
+    rpc_client_follow_done(cl);
 }
 
 /* Writes one waiting call. Returns false when the connection broke. */
@@ -201,6 +307,11 @@ static bool send_call(struct rpc_client *cl, struct call *call)
     rpc_client_list_append(&cl->sent, call);
     struct conn_frame *f = call->frame;
     call->frame = NULL;
+    /* Kept until the reply, for a dispatcher replica that answers NOT_LEADER (no other server
+     * does, and the calls to workers are the many); without room the call is not re-sent. */
+    if (call->copy == NULL && cl->hs.peer_role == SLUICE__ROLE__ROLE_DISPATCHER &&
+        conn_frame_copy(f, &call->copy) != 0)
+        call->copy = NULL;
     int rc = conn_write(&cl->conn, f);
     if (rc == 0)
         return true;
@@ -218,7 +329,7 @@ static void handshake_done(struct rpc_client *cl)
     cl->why[0] = '\0';
     cl->peer_incarnation = cl->hs.peer_incarnation;
     conn_set_max_frame(&cl->conn, 0);
-    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", cl->address,
+    log_debug("rpc: connected to %s (incarnation %016" PRIx64 ")", rpc_client_current_address(cl),
               cl->peer_incarnation);
     /* Waiting calls go out in the order they were made. Calls made by on_connect follow. */
     while (cl->state == CLIENT_CONNECTED && cl->waiting.head) {
@@ -235,6 +346,51 @@ static int error_status(const Sluice__Error *error)
     return error && error->code < 0 ? error->code : SLUICE_ERR_PROTOCOL;
 }
 
+/* A call's reply says the replica is not the leader: the call goes back to the waiting calls,
+ * in the order they were made, to be written again where the client goes next; or, past
+ * RPC_MAX_REDIRECTS (or without its request kept), fails with SLUICE_ERR_UNAVAILABLE. */
+static void not_leader_reply(struct rpc_client *cl, struct call *call, const Sluice__Error *error)
+{
+    char reason[SLUICE_ERRMSG_SIZE], msg[SLUICE_ERRMSG_SIZE];
+    rpc_client_text(reason, sizeof reason, "%s: %s", rpc_client_current_address(cl),
+                    error->message ? error->message : "");
+    call->redirects++;
+    if (call->redirects > RPC_MAX_REDIRECTS || call->copy == NULL) {
+        rpc_client_call_detach(cl, call);
+        rpc_client_rearm_call_timer(cl);
+        follow_leader(cl, error->leader, reason, call->redirects);
+        rpc_client_text(msg, sizeof msg, "no dispatcher leader among %s: %s", cl->list_text,
+                        reason);
+        rpc_client_call_finish(call, SLUICE_ERR_UNAVAILABLE, msg, NULL);
+        return;
+    }
+    rpc_client_list_remove(&cl->sent, call);
+    call->sent = false;
+    call->frame = call->copy;
+    call->copy = NULL;
+    struct call *after = cl->waiting.tail;
+    while (after && after->id > call->id)
+        after = after->prev;
+    if (after == NULL) {
+        call->prev = NULL;
+        call->next = cl->waiting.head;
+        if (cl->waiting.head)
+            cl->waiting.head->prev = call;
+        else
+            cl->waiting.tail = call;
+        cl->waiting.head = call;
+    } else {
+        call->prev = after;
+        call->next = after->next;
+        if (after->next)
+            after->next->prev = call;
+        else
+            cl->waiting.tail = call;
+        after->next = call;
+    }
+    follow_leader(cl, error->leader, reason, call->redirects);
+}
+
 static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
 {
     struct rpc_client *cl = (struct rpc_client *)c;
@@ -243,6 +399,11 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
     if (cl->state == CLIENT_HANDSHAKE) {
         if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR && env->error && env->id == 0) {
             const char *text = env->error->message ? env->error->message : "";
+            if (env->error->code == SLUICE_ERR_NOT_LEADER) {
+                rpc_client_text(msg, sizeof msg, "%s: %s", rpc_client_current_address(cl), text);
+                follow_leader(cl, env->error->leader, msg, 0);
+                return;
+            }
             reject_connection(cl, error_status(env->error), text);
             return;
         }
@@ -282,7 +443,12 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
                 reject_connection(cl, SLUICE_ERR_AUTH, text);
                 return;
             }
-            log_warn("rpc: %s: %s", cl->address, text);
+            if (env->error->code == SLUICE_ERR_NOT_LEADER) {
+                rpc_client_text(msg, sizeof msg, "%s: %s", rpc_client_current_address(cl), text);
+                follow_leader(cl, env->error->leader, msg, 0);
+                return;
+            }
+            log_warn("rpc: %s: %s", rpc_client_current_address(cl), text);
             lose_connection(cl, error_status(env->error), text);
             return;
         }
@@ -293,11 +459,17 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
     if (call == NULL || !call->sent) {
         if (env->id < cl->next_id && call == NULL) {
             /* Its call timed out (or was cancelled): a late reply, not a broken server. */
-            log_debug("rpc: %s: dropping late reply %" PRIu64, cl->address, env->id);
+            log_debug("rpc: %s: dropping late reply %" PRIu64, rpc_client_current_address(cl),
+                      env->id);
             return;
         }
         rpc_client_text(msg, sizeof msg, "reply id %" PRIu64 " matches no call", env->id);
         protocol_error(cl, msg);
+        return;
+    }
+    if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR && env->error &&
+        env->error->code == SLUICE_ERR_NOT_LEADER) {
+        not_leader_reply(cl, call, env->error);
         return;
     }
     rpc_client_call_detach(cl, call);
@@ -308,6 +480,8 @@ static void on_conn_envelope(struct conn *c, const Sluice__Envelope *env)
     } else {
         rpc_client_call_finish(call, 0, "", env);
     }
+    /* The reply a connection that follows a leader waited for. */
+    rpc_client_follow_done(cl);
 }
 
 static void on_conn_error(struct conn *c, int code, const char *why)
@@ -319,9 +493,9 @@ static void on_conn_error(struct conn *c, int code, const char *why)
         return;
     }
     if (code == SLUICE_ERR_PROTOCOL || code == SLUICE_ERR_TOO_LARGE)
-        log_warn("rpc: %s: %s; closing the connection", cl->address, why);
+        log_warn("rpc: %s: %s; closing the connection", rpc_client_current_address(cl), why);
     else
-        log_debug("rpc: %s: %s", cl->address, why);
+        log_debug("rpc: %s: %s", rpc_client_current_address(cl), why);
     lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
 }
 
@@ -408,8 +582,8 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     if (security_has_tls(cl->sec)) {
         /* The server's certificate must name the host as it was dialled. */
         char why[SLUICE_ERRMSG_SIZE];
-        rc = conn_use_tls(&cl->conn, cl->sec->tls, cl->tls_name[0] ? cl->tls_name : cl->host, why,
-                          sizeof why);
+        rc = conn_use_tls(&cl->conn, cl->sec->tls,
+                          cl->tls_name[0] ? cl->tls_name : cl->current.host, why, sizeof why);
         if (rc != 0) {
             lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
             return;
@@ -433,7 +607,7 @@ static void attempt_failed(struct rpc_client *cl, const char *why)
 {
     uv_timer_stop(&cl->connect_timer);
     rpc_client_text(cl->why, sizeof cl->why, "%s", why);
-    log_debug("rpc: %s: %s", cl->address, why);
+    log_debug("rpc: %s: %s", rpc_client_current_address(cl), why);
     cl->state = CLIENT_IDLE;
     schedule_retry(cl);
 }
@@ -451,7 +625,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     }
     char why[SLUICE_ERRMSG_SIZE];
     if (status < 0 || res == NULL) {
-        rpc_client_text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(status));
+        rpc_client_text(why, sizeof why, "resolve %s: %s", cl->current.host, uv_strerror(status));
         uv_freeaddrinfo(res);
         attempt_failed(cl, why);
         return;
@@ -492,29 +666,32 @@ static void start_attempt(struct rpc_client *cl)
      * ran here) is dialled as usual. */
     uv_os_sock_t fd;
     struct inproc_link *link;
-    if (cl->local && inproc_dial(cl->address, cl->local_incarnation, &fd, &link) == 0) {
+    if (cl->local &&
+        inproc_dial(rpc_client_current_address(cl), cl->local_incarnation, &fd, &link) == 0) {
         connect_to(cl, NULL, fd, link);
         return;
     }
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    if (uv_ip4_addr(cl->host, cl->port, (struct sockaddr_in *)&ss) == 0 ||
-        uv_ip6_addr(cl->host, cl->port, (struct sockaddr_in6 *)&ss) == 0) {
+    const char *host = cl->current.host;
+    int port = cl->current.port;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) == 0 ||
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) == 0) {
         connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
         return;
     }
     char service[8];
-    rpc_client_text(service, sizeof service, "%d", cl->port);
+    rpc_client_text(service, sizeof service, "%d", port);
     struct addrinfo hints;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     cl->gai.data = cl;
     cl->state = CLIENT_RESOLVING;
-    int rc = uv_getaddrinfo(cl->loop, &cl->gai, on_resolved, cl->host, service, &hints);
+    int rc = uv_getaddrinfo(cl->loop, &cl->gai, on_resolved, host, service, &hints);
     if (rc != 0) {
         char why[SLUICE_ERRMSG_SIZE];
-        rpc_client_text(why, sizeof why, "resolve %s: %s", cl->host, uv_strerror(rc));
+        rpc_client_text(why, sizeof why, "resolve %s: %s", host, uv_strerror(rc));
         attempt_failed(cl, why);
         return;
     }
@@ -543,8 +720,6 @@ static void on_backoff_timer(uv_timer_t *t)
 int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct rpc_client **out,
                    char *err, size_t errlen)
 {
-    char host[256];
-    int port;
     if (opts->address == NULL)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: none given");
     if (security_has_tls(opts->sec) && !tls_ctx_dials(opts->sec->tls))
@@ -554,23 +729,26 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
         return err_set(err, errlen, SLUICE_ERR_INVALID, "bad address: too long");
     if (opts->tls_name && strlen(opts->tls_name) >= sizeof((struct rpc_client *)0)->tls_name)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "tls name: too long");
-    int rc = rpc_parse_address(opts->address, host, sizeof host, &port, err, errlen);
-    if (rc != 0)
-        return rc;
 
     struct rpc_client *cl = calloc(1, sizeof *cl);
     if (cl == NULL)
         goto fail;
+    int rc = rpc_parse_address_list(opts->address, cl->addrs, RPC_MAX_ADDRESSES, &cl->naddrs, err,
+                                    errlen);
+    if (rc != 0) {
+        free(cl);
+        return rc;
+    }
     cl->buckets = calloc(INITIAL_BUCKETS, sizeof *cl->buckets);
     if (cl->buckets == NULL)
         goto fail_client;
     cl->nbuckets = INITIAL_BUCKETS;
     cl->loop = loop;
     strcpy(cl->address, opts->address);
-    strcpy(cl->host, host);
+    rpc_format_address_list(cl->list_text, sizeof cl->list_text, cl->addrs, cl->naddrs);
+    cl->current = cl->addrs[0];
     if (opts->tls_name)
         strcpy(cl->tls_name, opts->tls_name);
-    cl->port = port;
     cl->role = opts->role;
     cl->incarnation = opts->incarnation;
     cl->max_frame = opts->max_frame ? opts->max_frame : RPC_DEFAULT_MAX_FRAME;
@@ -636,7 +814,7 @@ int rpc_call(struct rpc_client *cl, Sluice__Envelope *req, uint32_t timeout_ms, 
     cl->next_id++;
     rpc_client_list_append(&cl->waiting, call);
 
-    if (cl->state == CLIENT_CONNECTED)
+    if (cl->state == CLIENT_CONNECTED && !cl->following)
         send_call(cl, call);
     else if (cl->state == CLIENT_IDLE)
         start_attempt(cl);
@@ -696,12 +874,14 @@ bool rpc_client_local(const struct rpc_client *cl)
 
 bool rpc_client_connected(const struct rpc_client *cl)
 {
-    return cl->state == CLIENT_CONNECTED;
+    return cl->state == CLIENT_CONNECTED && !cl->following;
 }
 
 const char *rpc_client_why(const struct rpc_client *cl)
 {
-    return cl->state == CLIENT_CONNECTED ? "" : cl->why;
+    if (cl->state == CLIENT_CONNECTED)
+        return cl->following ? cl->follow_why : "";
+    return cl->why;
 }
 
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *cl)
@@ -717,6 +897,14 @@ uint64_t rpc_client_auth_failures(const struct rpc_client *cl)
 const char *rpc_client_address(const struct rpc_client *cl)
 {
     return cl->address;
+}
+
+const char *rpc_client_current_address(const struct rpc_client *cl)
+{
+    /* A single address reads as it was given, as it always has. */
+    if (cl->naddrs == 1 && !cl->off_list)
+        return cl->address;
+    return cl->current.text;
 }
 
 static void on_timer_closed(uv_handle_t *h)

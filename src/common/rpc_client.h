@@ -1,5 +1,6 @@
-/* The calling side of the RPC layer of rpc.h (rpc_client.c): one client per server address,
- * which connects on demand, matches replies to calls and reconnects with backoff. */
+/* The calling side of the RPC layer of rpc.h (rpc_client.c): one client per server (or per group
+ * of replicas of one server, given as a list of addresses), which connects on demand, matches
+ * replies to calls, reconnects with backoff, and finds the replica that serves (the leader). */
 #ifndef SLUICE_COMMON_RPC_CLIENT_H
 #define SLUICE_COMMON_RPC_CLIENT_H
 
@@ -22,7 +23,17 @@ typedef void (*rpc_reply_cb)(int status, const char *msg, const Sluice__Envelope
 typedef void (*rpc_connect_cb)(struct rpc_client *client, uint64_t peer_incarnation, void *user);
 
 struct rpc_client_opts {
-    const char *address; /* HOST:PORT or sluice://HOST:PORT */
+    /* HOST:PORT, or a comma-separated list of them, the replicas of one server (at most
+     * RPC_MAX_ADDRESSES, each once), with an optional sluice:// before it: rpc_parse_address_list.
+     * The client talks to one current address at a time: after a failed attempt or a lost
+     * connection it tries the next of the list (round robin, with backoff); when a reply is an
+     * Error of code SLUICE_ERR_NOT_LEADER it re-sends that call, unchanged, to the leader the
+     * replica named in Error.leader (which need not be in the list), or with none named to the
+     * next address of the list after backoff_min_ms. The caller never sees NOT_LEADER: a call
+     * redirected more than 20 times fails with SLUICE_ERR_UNAVAILABLE and "no dispatcher leader
+     * among HOST:PORT,...: ADDRESS: REASON" (the last replica's answer), and its timeout runs
+     * throughout. */
+    const char *address;
     Sluice__Role role;
     uint64_t incarnation;
     uint32_t max_frame;          /* 0: RPC_DEFAULT_MAX_FRAME */
@@ -35,20 +46,23 @@ struct rpc_client_opts {
     void *user;
     /* Authentication and TLS (security.h); NULL for neither. It outlives the client. With TLS
      * (which needs the client side of tls.h), every connection speaks TLS and verifies the
-     * server's certificate against the host part of address, or against tls_name. */
+     * server's certificate against the host part of the current address (each of a list, and
+     * a leader a replica names, alike), or against tls_name. */
     const struct security_ctx *sec;
     /* NULL or "": verify the server's certificate against the host part of address; else against
      * this DNS name (a reader's --tls-worker-name). Copied. */
     const char *tls_name;
-    /* Dial the server in this process first when one runs at address with incarnation
+    /* Dial the server in this process first when one runs at the current address (for a single
+     * address, as given) with incarnation
      * local_incarnation (0: any; inproc.h): an in-process socket pair, no TCP. Every attempt
      * looks again, so a server that stopped is dialled over TCP as usual. */
     bool local;
     uint64_t local_incarnation;
 };
 
-/* Creates a client; it connects on the first call. Returns 0, or SLUICE_ERR_INVALID for a bad
- * address with a message in err. */
+/* Creates a client; it connects on the first call, to the first address of the list. Returns 0,
+ * or SLUICE_ERR_INVALID for a bad address or list with a message in err (rpc_parse_address_list's
+ * messages), or SLUICE_ERR_NOMEM. */
 int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct rpc_client **out,
                    char *err, size_t errlen);
 
@@ -73,15 +87,26 @@ void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
  * nothing changes. */
 bool rpc_client_withdraw(struct rpc_client *client, rpc_reply_cb cb, void *user);
 
+/* Whether the client is connected to a server that serves its calls: false from a NOT_LEADER
+ * answer until the next handshake. on_connect runs after every handshake, a follower's too, so a
+ * switch to another replica (another process) reads like a restart of the server, with the
+ * incarnation its Hello carries. A replica that sends an Error NOT_LEADER (id 0) in place of its
+ * Hello is followed without a handshake, and without on_connect. */
 bool rpc_client_connected(const struct rpc_client *client);
 /* Whether the client is connected, over an in-process connection (rpc_client_opts.local). */
 bool rpc_client_local(const struct rpc_client *client);
 /* Why the last connection or attempt to connect failed ("connection refused", ...), or "" when
- * none failed since the last handshake. Valid until the client's loop runs again. */
+ * none failed since the last handshake; while a replica's NOT_LEADER is being followed, that
+ * answer ("HOST:PORT: message[; following LEADER]"). Valid until the client's loop runs again. */
 const char *rpc_client_why(const struct rpc_client *client);
 /* The incarnation the server sent in its last Hello, or 0 before the first handshake. */
 uint64_t rpc_client_peer_incarnation(const struct rpc_client *client);
+/* The address or list as given to rpc_client_new. */
 const char *rpc_client_address(const struct rpc_client *client);
+/* The address the client talks to, or tries next: for a single address, as given; otherwise
+ * "HOST:PORT" of the current element of the list, or of the leader a replica named. Valid until
+ * the client's loop runs again. */
+const char *rpc_client_current_address(const struct rpc_client *client);
 /* Connections of this client that failed authentication (either side's proof, or TLS). */
 uint64_t rpc_client_auth_failures(const struct rpc_client *client);
 

@@ -179,6 +179,8 @@ void rpc_client_call_detach(struct rpc_client *cl, struct call *call)
                            call);
     conn_frame_free(call->frame);
     call->frame = NULL;
+    conn_frame_free(call->copy);
+    call->copy = NULL;
 }
 
 void rpc_client_call_finish(struct call *call, int status, const char *msg,
@@ -201,6 +203,8 @@ void rpc_client_fail_list(struct rpc_client *cl, struct call_list *list, int sta
         rpc_client_heap_remove(cl, c);
         conn_frame_free(c->frame);
         c->frame = NULL;
+        conn_frame_free(c->copy);
+        c->copy = NULL;
         rpc_client_call_finish(c, status, msg, NULL);
         c = next;
     }
@@ -219,8 +223,8 @@ static void on_call_timer(uv_timer_t *t)
             status = SLUICE_ERR_CANCELLED;
             rpc_client_text(msg, sizeof msg, "withdrawn before it was sent to %s", cl->address);
         } else if (call->sent)
-            rpc_client_text(msg, sizeof msg, "no reply from %s within %" PRIu32 " ms", cl->address,
-                            call->timeout_ms);
+            rpc_client_text(msg, sizeof msg, "no reply from %s within %" PRIu32 " ms",
+                            rpc_client_current_address(cl), call->timeout_ms);
         else
             rpc_client_text(msg, sizeof msg, "no connection to %s within %" PRIu32 " ms%s%s",
                             cl->address, call->timeout_ms, cl->why[0] ? ": " : "", cl->why);
@@ -228,4 +232,6 @@ static void on_call_timer(uv_timer_t *t)
         rpc_client_call_finish(call, status, msg, NULL);
     }
     rpc_client_rearm_call_timer(cl);
+    if (!cl->closing)
+        rpc_client_follow_done(cl);
 }

@@ -37,6 +37,10 @@ struct call {
     bool sent;
     bool withdrawn;           /* rpc_client_withdraw: never to be written, failing soon */
     struct conn_frame *frame; /* the packed request until it is written */
+    /* A copy of the request while it is written and unanswered, so a replica that is not the
+     * leader (SLUICE_ERR_NOT_LEADER) has it re-sent elsewhere unchanged. */
+    struct conn_frame *copy;
+    unsigned redirects; /* NOT_LEADER answers it had */
     rpc_reply_cb cb;
     void *user;
 };
@@ -48,10 +52,15 @@ struct call_list {
 struct rpc_client {
     struct conn conn; /* valid from CONNECTING through CLOSING */
     uv_loop_t *loop;
-    char address[300]; /* as given */
-    char host[256];
-    char tls_name[256]; /* "": verify against host */
-    int port;
+    char address[RPC_ADDRESS_LIST_MAX]; /* as given */
+    /* The addresses of the list, "HOST:PORT,..." of them for messages, and the one attempts go
+     * to: addrs[index], or a leader named by a replica (which need not be in the list). */
+    struct rpc_address addrs[RPC_MAX_ADDRESSES];
+    size_t naddrs, index;
+    bool off_list; /* current is a leader named by a replica, not addrs[index] */
+    char list_text[RPC_ADDRESS_LIST_MAX];
+    struct rpc_address current;
+    char tls_name[256]; /* "": verify against current.host */
     Sluice__Role role;
     uint64_t incarnation;
     uint32_t max_frame, connect_timeout_ms, backoff_min_ms, backoff_max_ms;
@@ -86,6 +95,14 @@ struct rpc_client {
     uint64_t auth_logged_ms, auth_unlogged, auth_failures;
     bool auth_ever_logged;
     char auth_logged_msg[SLUICE_ERRMSG_SIZE]; /* the reason last logged */
+
+    /* A replica answered NOT_LEADER: no call is written on this connection any more, and once
+     * the calls written on it are answered it closes and the next attempt goes to follow_to
+     * after follow_delay_ms. */
+    bool following;
+    struct rpc_address follow_to;
+    uint32_t follow_delay_ms;
+    char follow_why[SLUICE_ERRMSG_SIZE]; /* "ADDRESS: message[; following LEADER]" */
 
     uint64_t next_id;
     struct call **buckets;
@@ -124,6 +141,8 @@ void rpc_client_call_detach(struct rpc_client *cl, struct call *call);
 /* Runs the call's callback and frees it. */
 void rpc_client_call_finish(struct call *call, int status, const char *msg,
                             const Sluice__Envelope *reply);
+/* Closes a connection that follows a leader once no call written on it waits for its reply. */
+void rpc_client_follow_done(struct rpc_client *cl);
 /* Fails every call of list with status and msg, then rearms the call timer. */
 void rpc_client_fail_list(struct rpc_client *cl, struct call_list *list, int status,
                           const char *msg);

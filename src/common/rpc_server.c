@@ -226,13 +226,13 @@ int rpc_conn_reply_elements(struct rpc_conn *rc, uint64_t id, uint32_t count, bo
     return rc_send;
 }
 
-int rpc_conn_reply_error(struct rpc_conn *rc, uint64_t id, int code, const char *fmt, ...)
+/* The Error reply of rpc_conn_reply_error and rpc_conn_reply_not_leader; leader NULL leaves
+ * Error.leader unset. */
+static int reply_error_v(struct rpc_conn *rc, uint64_t id, int code, const char *leader,
+                         const char *fmt, va_list ap)
 {
     char msg[SLUICE_ERRMSG_SIZE];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     /* The message is documented as one line; a newline from some nested reason must not break
      * the logs that print it. */
     for (char *p = msg; *p; p++) {
@@ -242,10 +242,31 @@ int rpc_conn_reply_error(struct rpc_conn *rc, uint64_t id, int code, const char 
     Sluice__Error error = SLUICE__ERROR__INIT;
     error.code = code;
     error.message = msg;
+    if (leader)
+        error.leader = (char *)leader;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
     env.error = &error;
     return rpc_conn_reply(rc, id, &env);
+}
+
+int rpc_conn_reply_error(struct rpc_conn *rc, uint64_t id, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc_send = reply_error_v(rc, id, code, NULL, fmt, ap);
+    va_end(ap);
+    return rc_send;
+}
+
+int rpc_conn_reply_not_leader(struct rpc_conn *rc, uint64_t id, const char *leader, const char *fmt,
+                              ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc_send = reply_error_v(rc, id, SLUICE_ERR_NOT_LEADER, leader ? leader : "", fmt, ap);
+    va_end(ap);
+    return rc_send;
 }
 
 /* ---- connections ----------------------------------------------------------------------------- */

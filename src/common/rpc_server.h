@@ -137,6 +137,13 @@ int rpc_conn_reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, 
 /* Replies with an Error body: code and a one-line message. */
 int rpc_conn_reply_error(struct rpc_conn *conn, uint64_t id, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* Replies with an Error of code SLUICE_ERR_NOT_LEADER (this replica of the dispatcher does not
+ * serve), the one-line message, and Error.leader: leader, the RPC address HOST:PORT of the
+ * leader as this replica knows it, or NULL or "" when it knows none (an election is under way).
+ * A client (rpc_client.h) then re-sends the request to the leader, or to its next address.
+ * Returns as rpc_conn_reply. */
+int rpc_conn_reply_not_leader(struct rpc_conn *conn, uint64_t id, const char *leader,
+                              const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void rpc_conn_ref(struct rpc_conn *conn);
 void rpc_conn_unref(struct rpc_conn *conn);
 bool rpc_conn_is_open(const struct rpc_conn *conn);

@@ -100,7 +100,10 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
     int port, rc;
     if (!o || !o->dispatcher || !*o->dispatcher)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "dispatcher is required");
-    if (rpc_parse_address(o->dispatcher, host, sizeof host, &port, why, sizeof why) < 0)
+    struct rpc_address replicas[RPC_MAX_ADDRESSES];
+    size_t nreplicas;
+    if (rpc_parse_address_list(o->dispatcher, replicas, RPC_MAX_ADDRESSES, &nreplicas, why,
+                               sizeof why) < 0)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "dispatcher: %s", why);
     if (o->host && !*o->host)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "host is empty");

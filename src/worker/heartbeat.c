@@ -285,7 +285,7 @@ void worker_on_connect(struct rpc_client *client, uint64_t incarnation, void *us
             n++;
         log_warn("dispatcher %s restarted without its state (incarnation %016" PRIx64
                  ", was %016" PRIx64 "): dropping %zu task(s)",
-                 w->disp_address, incarnation, w->disp_incarnation, n);
+                 rpc_client_current_address(client), incarnation, w->disp_incarnation, n);
         while (w->tasks)
             worker_remove_task(w, w->tasks, SLUICE_ERR_NOT_FOUND, NULL);
         worker_reap(w);

@@ -30,11 +30,13 @@
 #define PART "sluice-worker"
 
 static const char usage[] =
-    "usage: sluice-worker --dispatcher HOST:PORT [options]\n"
+    "usage: sluice-worker --dispatcher HOST:PORT[,HOST:PORT...] [options]\n"
     "\n"
     "Runs dataset pipelines assigned by a sluice dispatcher and serves their elements.\n"
     "\n"
-    "  --dispatcher H:P      the dispatcher (HOST:PORT or sluice://HOST:PORT); required\n"
+    "  --dispatcher H:P      the dispatcher (HOST:PORT or sluice://HOST:PORT), or its replicas\n"
+    "                        as a comma-separated list (H1:P,H2:P,H3:P), of which the\n"
+    "                        worker finds the leader; required\n"
     "  --host H              address to listen on (default 127.0.0.1; 0.0.0.0 for all)\n"
     "  --port P              port to listen on (default 0: any free port)\n"
     "  --advertise H:P       address readers use to reach this worker\n"
@@ -370,7 +372,10 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         return usage_error("--dispatcher is required");
     char host[256], err[SLUICE_ERRMSG_SIZE];
     int port;
-    if (rpc_parse_address(a->dispatcher, host, sizeof host, &port, err, sizeof err) < 0)
+    struct rpc_address replicas[RPC_MAX_ADDRESSES];
+    size_t nreplicas;
+    if (rpc_parse_address_list(a->dispatcher, replicas, RPC_MAX_ADDRESSES, &nreplicas, err,
+                               sizeof err) < 0)
         return usage_error("--dispatcher: %s", err);
     if (a->advertise &&
         rpc_parse_address(a->advertise, host, sizeof host, &port, err, sizeof err) < 0)

@@ -167,7 +167,7 @@ struct worker {
     char host[256];
     int port;
     char address[512];
-    char disp_address[512];
+    char disp_address[RPC_ADDRESS_LIST_MAX]; /* as given: one address, or the replicas' */
     struct pipe_buf scratch;
     struct wmetrics *wm; /* owned; see wmetrics.h */
 

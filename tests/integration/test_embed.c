@@ -212,6 +212,10 @@ static void test_bad_worker_options(void **state)
         {{.dispatcher = NULL}, "dispatcher is required"},
         {{.dispatcher = ""}, "dispatcher is required"},
         {{.dispatcher = "nohost"}, "dispatcher: bad address 'nohost': expected HOST:PORT"},
+        {{.dispatcher = "127.0.0.1:1,,127.0.0.1:2"},
+         "dispatcher: bad address list '127.0.0.1:1,,127.0.0.1:2': address 2 is empty"},
+        {{.dispatcher = "127.0.0.1:1,127.0.0.1:1"},
+         "dispatcher: bad address list '127.0.0.1:1,127.0.0.1:1': 127.0.0.1:1 is listed twice"},
         {{.dispatcher = "127.0.0.1:1", .port = 65536},
          "port: expected a number from 0 to 65535, got 65536"},
         {{.dispatcher = "127.0.0.1:1", .metrics = true, .metrics_port = -5},
@@ -334,6 +338,40 @@ static void test_two_clusters_in_one_process(void **state)
     for (int j = 0; j < 2; j++)
         sluice_worker_stop(w[1][j]);
     sluice_dispatcher_stop(d[1]);
+    expect_threads(threads);
+}
+
+/* ---- a list of dispatcher addresses ------------------------------------------------------- */
+
+/* Workers and a reader given a list whose first address is a closed port find the dispatcher at
+ * the second; a malformed list is refused before anything starts. */
+static void test_dispatcher_list(void **state)
+{
+    (void)state;
+    int threads = count_threads();
+    struct sluice_dispatcher_options o = {.log_level = QUIET};
+    struct sluice_dispatcher *d = start_dispatcher(&o);
+    char list[128];
+    snprintf(list, sizeof list, "sluice://127.0.0.1:%d,%s", free_port(),
+             sluice_dispatcher_target(d));
+    struct sluice_worker *w[2];
+    for (int j = 0; j < 2; j++)
+        w[j] = start_worker(list);
+    for (int j = 0; j < 2; j++)
+        wait_registered(list, sluice_worker_address(w[j]));
+    read_range_once(list, 100);
+
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    struct sluice_client *c = NULL;
+    struct sluice_client_options co = {.dispatcher = "127.0.0.1:1,sluice://127.0.0.1:2"};
+    assert_int_equal(sluice_client_open(&co, &c, err, sizeof err), SLUICE_ERR_INVALID);
+    assert_null(c);
+    assert_string_equal(err, "bad address list '127.0.0.1:1,sluice://127.0.0.1:2': address 2: "
+                             "sluice:// goes once, before the list");
+
+    for (int j = 0; j < 2; j++)
+        sluice_worker_stop(w[j]);
+    sluice_dispatcher_stop(d);
     expect_threads(threads);
 }
 
@@ -704,6 +742,7 @@ int main(void)
         cmocka_unit_test(test_bad_worker_options),
         cmocka_unit_test(test_failed_start_leaves_nothing),
         cmocka_unit_test(test_two_clusters_in_one_process),
+        cmocka_unit_test(test_dispatcher_list),
         cmocka_unit_test(test_stop_and_wait_from_other_threads),
         cmocka_unit_test(test_shutdown_cuts_a_drain_short),
         cmocka_unit_test(test_stop_bounded_when_peers_vanished),

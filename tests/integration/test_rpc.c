@@ -134,6 +134,10 @@ struct server_fx {
     /* on_answered: requests answered, of them GetElements, and the longest time one took. */
     int answered, answered_elements;
     double answered_max_s;
+    /* A replica that is not the leader: every request is answered NOT_LEADER naming leader
+     * ("" for none). */
+    bool follower;
+    char leader[64];
 };
 
 static void fx_on_answered(void *user, int body_case, double seconds)
@@ -180,6 +184,10 @@ static void fx_on_request(struct rpc_server *srv, struct rpc_conn *conn,
     struct server_fx *fx = user;
     fx->requests++;
     assert_ptr_equal(srv, fx->srv);
+    if (fx->follower) {
+        assert_int_equal(rpc_conn_reply_not_leader(conn, req->id, fx->leader, "not the leader"), 0);
+        return;
+    }
     if (req->body_case == SLUICE__ENVELOPE__BODY_STATUS) {
         Sluice__StatusReply body = SLUICE__STATUS_REPLY__INIT;
         body.json = "{\"ok\":true}";
@@ -460,6 +468,7 @@ struct raw {
     int hellos;
     int error_code;
     char error_msg[SLUICE_ERRMSG_SIZE];
+    char error_leader[64];
     uint64_t next_reply_id; /* the id the next GetElementsReply must carry */
     int replies;
     bool replies_ok;
@@ -479,6 +488,7 @@ static int raw_on_frame(void *user, const uint8_t *payload, size_t len)
     } else if (env->body_case == SLUICE__ENVELOPE__BODY_ERROR) {
         r->error_code = env->error->code;
         snprintf(r->error_msg, sizeof r->error_msg, "%s", env->error->message);
+        snprintf(r->error_leader, sizeof r->error_leader, "%s", env->error->leader);
         if (env->id != 0)
             r->replies_ok = false;
     } else if (env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY) {
@@ -699,6 +709,96 @@ static void test_parse_address(void **state)
     assert_string_equal(err, "bad address 'abcd:1': host too long");
     assert_int_equal(rpc_parse_address("abc:1", small, sizeof small, &port, err, sizeof err), 0);
     assert_string_equal(small, "abc");
+}
+
+static void test_parse_address_list(void **state)
+{
+    static const struct {
+        const char *text;
+        size_t n;
+        const char *list; /* rpc_format_address_list of the result */
+        const char *err;
+    } cases[] = {
+        {"127.0.0.1:5000", 1, "127.0.0.1:5000", NULL},
+        {"sluice://h1:5050", 1, "h1:5050", NULL},
+        {"h1:5050,h2:5050,h3:5050", 3, "h1:5050,h2:5050,h3:5050", NULL},
+        {"sluice://h1:5050,h2:5050,h3:5050", 3, "h1:5050,h2:5050,h3:5050", NULL},
+        {"h1:5050, h2:5050 ,\th3:5050", 3, "h1:5050,h2:5050,h3:5050", NULL},
+        {"[::1]:7000,127.0.0.1:7000,[fe80::1]:7000", 3, "[::1]:7000,127.0.0.1:7000,[fe80::1]:7000",
+         NULL},
+        {"h1:5050,h1:5051", 2, "h1:5050,h1:5051", NULL},
+        {"a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1", 16,
+         "a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1", NULL},
+        {"", 0, NULL, "bad address: none given"},
+        {"h1", 0, NULL, "bad address 'h1': expected HOST:PORT"},
+        {"sluice://h1:0", 0, NULL,
+         "bad address 'sluice://h1:0': port must be a number from 1 to 65535"},
+        {"h1:5050,,h2:5050", 0, NULL, "bad address list 'h1:5050,,h2:5050': address 2 is empty"},
+        {",h1:5050", 0, NULL, "bad address list ',h1:5050': address 1 is empty"},
+        {"h1:5050,", 0, NULL, "bad address list 'h1:5050,': address 2 is empty"},
+        {"h1:5050, ,h2:5050", 0, NULL, "bad address list 'h1:5050, ,h2:5050': address 2 is empty"},
+        {"sluice://", 0, NULL, "bad address 'sluice://': expected HOST:PORT"},
+        {"sluice://,h1:5050", 0, NULL, "bad address list 'sluice://,h1:5050': address 1 is empty"},
+        {"h1:5050,h2:5050,h1:5050", 0, NULL,
+         "bad address list 'h1:5050,h2:5050,h1:5050': h1:5050 is listed twice"},
+        {"H1:5050,h1:5050", 0, NULL, "bad address list 'H1:5050,h1:5050': h1:5050 is listed twice"},
+        {"[::1]:7000,[::1]:7000", 0, NULL,
+         "bad address list '[::1]:7000,[::1]:7000': [::1]:7000 is listed twice"},
+        {"h1:5050,h2", 0, NULL,
+         "bad address list 'h1:5050,h2': bad address 'h2': expected HOST:PORT"},
+        {"h1:5050,::1:7000", 0, NULL,
+         "bad address list 'h1:5050,::1:7000': bad address '::1:7000': an IPv6 host must be in "
+         "brackets"},
+        {"h1:5050,sluice://h2:5050", 0, NULL,
+         "bad address list 'h1:5050,sluice://h2:5050': address 2: sluice:// goes once, before the "
+         "list"},
+        {"a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1,q:1", 0, NULL,
+         "bad address list 'a:1,b:1,c:1,d:1,e:1,f:1,g:1,h:1,i:1,j:1,k:1,l:1,m:1,n:1,o:1,p:1,q:1': "
+         "more than 16 addresses"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct rpc_address list[RPC_MAX_ADDRESSES];
+        char err[SLUICE_ERRMSG_SIZE] = "", text[RPC_ADDRESS_LIST_MAX];
+        size_t n = 99;
+        int rc =
+            rpc_parse_address_list(cases[i].text, list, RPC_MAX_ADDRESSES, &n, err, sizeof err);
+        if (cases[i].err) {
+            if (rc != SLUICE_ERR_INVALID)
+                fail_msg("'%s': rc %d, want SLUICE_ERR_INVALID", cases[i].text, rc);
+            assert_string_equal(err, cases[i].err);
+            assert_int_equal(n, 0);
+            continue;
+        }
+        if (rc != 0)
+            fail_msg("'%s': rc %d (%s)", cases[i].text, rc, err);
+        assert_int_equal(n, cases[i].n);
+        rpc_format_address_list(text, sizeof text, list, n);
+        assert_string_equal(text, cases[i].list);
+    }
+    /* NULL, and a text longer than the bound. */
+    struct rpc_address list[RPC_MAX_ADDRESSES];
+    char err[SLUICE_ERRMSG_SIZE], big[RPC_ADDRESS_LIST_MAX + 8];
+    size_t n;
+    assert_int_equal(rpc_parse_address_list(NULL, list, RPC_MAX_ADDRESSES, &n, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(err, "bad address: none given");
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(rpc_parse_address_list(big, list, RPC_MAX_ADDRESSES, &n, err, sizeof err),
+                     SLUICE_ERR_INVALID);
+    assert_string_equal(err, "bad address list: longer than 2047 characters");
+    /* The parts of an address. */
+    assert_int_equal(rpc_parse_address_list("sluice://h1:1,[::1]:2", list, 2, &n, err, sizeof err),
+                     0);
+    assert_string_equal(list[0].host, "h1");
+    assert_int_equal(list[0].port, 1);
+    assert_string_equal(list[1].host, "::1");
+    assert_int_equal(list[1].port, 2);
+    assert_string_equal(list[1].text, "[::1]:2");
+    /* A list cut short when the output is small. */
+    char small[6];
+    rpc_format_address_list(small, sizeof small, list, n);
+    assert_string_equal(small, "h1:1,");
 }
 
 static void test_incarnation(void **state)
@@ -1424,6 +1524,361 @@ static void test_addresses(void **state)
     loop_finish(&loop);
 }
 
+/* ---- replicas: a list of addresses, and the leader ---------------------------------------------
+ */
+
+static void fx_follow(struct server_fx *fx, const struct server_fx *leader)
+{
+    fx->follower = true;
+    if (leader)
+        snprintf(fx->leader, sizeof fx->leader, "127.0.0.1:%d", rpc_server_port(leader->srv));
+    else
+        fx->leader[0] = '\0';
+}
+
+static void expect_current(const struct rpc_client *cl, const struct server_fx *fx)
+{
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d", rpc_server_port(fx->srv));
+    assert_string_equal(rpc_client_current_address(cl), want);
+}
+
+/* The wire: a follower's answer is an Error NOT_LEADER that names the leader, or none. */
+static void test_reply_not_leader(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a;
+    fx_start(&loop, &a, 0);
+    a.follower = true;
+    snprintf(a.leader, sizeof a.leader, "10.0.0.7:5050");
+    for (int named = 1; named >= 0; named--) {
+        if (!named)
+            a.leader[0] = '\0';
+        struct raw r = {0};
+        bytes_put_hello(&r.out, RPC_PROTOCOL_VERSION);
+        bytes_put_get_elements(&r.out, 1, 1, MODE_ANSWER, 0);
+        raw_connect(&loop, &r, rpc_server_port(a.srv), true, 0);
+        RUN_UNTIL(&loop, r.error_code != 0, WAIT_MS);
+        assert_int_equal(r.hellos, 1);
+        assert_int_equal(r.error_code, SLUICE_ERR_NOT_LEADER);
+        assert_string_equal(r.error_msg, "not the leader");
+        assert_string_equal(r.error_leader, named ? "10.0.0.7:5050" : "");
+        raw_close(&loop, &r);
+    }
+    fx_close(&loop, &a);
+    loop_finish(&loop);
+}
+
+/* (a) A names B: a client given only A ends at B, with B's answers, in the order made. */
+static void test_follow_named_leader(void **state)
+{
+    enum { N = 5 };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a, b;
+    fx_start(&loop, &a, 0);
+    fx_start(&loop, &b, 0);
+    fx_follow(&a, &b);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(a.srv));
+
+    /* Pipelined calls, all written to A, all answered NOT_LEADER, all re-sent to B. */
+    struct result r[N];
+    size_t arrivals[N], narrivals = 0;
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++) {
+        r[i].arrivals = arrivals;
+        r[i].narrivals = &narrivals;
+        r[i].index = (size_t)i;
+        assert_int_equal(call_elements(cfx.cl, (uint64_t)(100 + i), MODE_ANSWER, 0, 5000, &r[i]),
+                         0);
+    }
+    RUN_UNTIL(&loop, narrivals == N, WAIT_MS);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(r[i].done, 1);
+        assert_int_equal(r[i].status, 0);
+        assert_int_equal(r[i].count, 100 + i);
+        assert_int_equal(arrivals[i], i);
+    }
+    assert_int_equal(a.requests, N);
+    assert_int_equal(b.requests, N);
+    expect_current(cfx.cl, &b);
+    assert_true(rpc_client_connected(cfx.cl));
+    /* A handshake with each: the switch to B reads like a restart of the server. */
+    assert_int_equal(cfx.connects, 2);
+    assert_true(cfx.last_peer_incarnation == b.incarnation);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(a.requests, N);
+    assert_int_equal(b.requests, N + 1);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &a);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+/* A replica that steps down with a call in hand: the client writes nothing more to it and waits
+ * for that call's answer before it goes to the leader; a call still unanswered after the connect
+ * timeout fails as on a lost connection. */
+static void test_follow_waits_for_written_calls(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a, b;
+    fx_start(&loop, &a, 0);
+    fx_start(&loop, &b, 0);
+    int pa = rpc_server_port(a.srv), pb = rpc_server_port(b.srv);
+    char address[128];
+    snprintf(address, sizeof address, "127.0.0.1:%d,127.0.0.1:%d", pa, pb);
+    for (int answered = 1; answered >= 0; answered--) {
+        a.follower = false;
+        a.nheld = 0;
+        a.requests = b.requests = 0;
+        struct client_fx cfx;
+        cfx_new(&loop, &cfx, address);
+        struct result held = {.loop = &loop}, later = {.loop = &loop};
+        assert_int_equal(call_elements(cfx.cl, 1, MODE_HOLD, 0, 10000, &held), 0);
+        RUN_UNTIL(&loop, a.nheld == 1, WAIT_MS);
+        fx_follow(&a, &b);
+        uint64_t start = uv_now(&loop);
+        assert_int_equal(call_elements(cfx.cl, 2, MODE_ANSWER, 0, 10000, &later), 0);
+        RUN_UNTIL(&loop, a.requests == 2, WAIT_MS);
+        run_for(&loop, 100);
+        /* Declined, and waiting for the held call: nothing reached B yet. */
+        assert_int_equal(later.done, 0);
+        assert_int_equal(b.requests, 0);
+        assert_false(rpc_client_connected(cfx.cl));
+        if (answered)
+            fx_answer_held(&a, NULL, 1);
+        RUN_UNTIL(&loop, held.done && later.done, WAIT_MS);
+        if (answered) {
+            assert_int_equal(held.status, 0);
+            assert_int_equal(held.count, 1);
+            assert_true(later.done_at - start < 1000);
+        } else {
+            char want[160];
+            snprintf(want, sizeof want,
+                     "connection to 127.0.0.1:%d lost: 127.0.0.1:%d: not the leader; following "
+                     "127.0.0.1:%d",
+                     pa, pa, pb);
+            assert_int_equal(held.status, SLUICE_ERR_UNAVAILABLE);
+            assert_string_equal(held.msg, want);
+            /* The connect timeout of the fixture's clients, 2000 ms. */
+            assert_true(later.done_at - start >= 1900);
+            rpc_conn_unref(a.held[0].conn);
+        }
+        assert_int_equal(later.status, 0);
+        assert_int_equal(later.count, 2);
+        assert_int_equal(b.requests, 1);
+        expect_current(cfx.cl, &b);
+        cfx_close(&loop, &cfx);
+    }
+    fx_close(&loop, &a);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+/* A replica may refuse a connection outright, with an Error NOT_LEADER (id 0) in place of its
+ * Hello: the client follows it without a handshake there, so on_connect runs only for B. */
+static void test_follow_at_handshake(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx b;
+    fx_start(&loop, &b, 0);
+    char leader[64];
+    snprintf(leader, sizeof leader, "127.0.0.1:%d", rpc_server_port(b.srv));
+    struct fake_server f = {0};
+    Sluice__Error error = SLUICE__ERROR__INIT;
+    error.code = SLUICE_ERR_NOT_LEADER;
+    error.message = "not the leader";
+    error.leader = leader;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
+    env.error = &error;
+    bytes_put_envelope(&f.script, &env);
+    fake_start(&loop, &f);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, f.port);
+    struct result r = {0};
+    assert_int_equal(call_elements(cfx.cl, 9, MODE_ANSWER, 0, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.count, 9);
+    assert_int_equal(cfx.connects, 1);
+    assert_true(cfx.last_peer_incarnation == b.incarnation);
+    assert_string_equal(rpc_client_current_address(cfx.cl), leader);
+    RUN_UNTIL(&loop, f.peer_closed, WAIT_MS);
+    cfx_close(&loop, &cfx);
+    fake_close(&loop, &f);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+/* (b) The first address of the list is a closed port: the call succeeds on the second. */
+static void test_list_dead_first(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx b;
+    fx_start(&loop, &b, 0);
+    char address[128];
+    snprintf(address, sizeof address, "127.0.0.1:%d,127.0.0.1:%d", free_port(),
+             rpc_server_port(b.srv));
+    struct client_fx cfx;
+    cfx_new(&loop, &cfx, address);
+    expect_status_ok(&loop, cfx.cl);
+    expect_current(cfx.cl, &b);
+    assert_int_equal(cfx.connects, 1);
+    assert_int_equal(b.requests, 1);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+/* (c) A knows no leader: the client moves on to the next address of the list. */
+static void test_list_no_leader_named(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a, b;
+    fx_start(&loop, &a, 0);
+    fx_start(&loop, &b, 0);
+    fx_follow(&a, NULL);
+    char address[128];
+    snprintf(address, sizeof address, "sluice://127.0.0.1:%d,127.0.0.1:%d", rpc_server_port(a.srv),
+             rpc_server_port(b.srv));
+    struct client_fx cfx;
+    cfx_new(&loop, &cfx, address);
+    struct result r = {0};
+    assert_int_equal(call_elements(cfx.cl, 7, MODE_ANSWER, 0, 5000, &r), 0);
+    RUN_UNTIL(&loop, r.done, WAIT_MS);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.count, 7);
+    assert_int_equal(a.requests, 1);
+    assert_int_equal(b.requests, 1);
+    expect_current(cfx.cl, &b);
+    assert_true(cfx.last_peer_incarnation == b.incarnation);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &a);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+/* (d) Nobody leads: the call fails with SLUICE_ERR_UNAVAILABLE naming the list, after 20
+ * redirects and well within its timeout; and so does a call between two replicas that name each
+ * other. */
+static void test_list_no_leader_anywhere(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx a, b;
+    fx_start(&loop, &a, 0);
+    fx_start(&loop, &b, 0);
+    int pa = rpc_server_port(a.srv), pb = rpc_server_port(b.srv);
+    for (int named = 0; named <= 1; named++) {
+        fx_follow(&a, named ? &b : NULL);
+        fx_follow(&b, named ? &a : NULL);
+        a.requests = b.requests = 0;
+        char address[128];
+        snprintf(address, sizeof address, "127.0.0.1:%d,127.0.0.1:%d", pa, pb);
+        struct client_fx cfx;
+        cfx_new(&loop, &cfx, address);
+        struct result r = {.loop = &loop};
+        uint64_t start = uv_now(&loop);
+        assert_int_equal(call_status(cfx.cl, 8000, &r), 0);
+        RUN_UNTIL(&loop, r.done, WAIT_MS);
+        assert_int_equal(r.status, SLUICE_ERR_UNAVAILABLE);
+        assert_true(r.done_at - start < 8000);
+        /* 21 answers, alternating from A: the 21st, from A, is the last reason. */
+        assert_int_equal(a.requests, 11);
+        assert_int_equal(b.requests, 10);
+        char want[256];
+        snprintf(want, sizeof want,
+                 "no dispatcher leader among 127.0.0.1:%d,127.0.0.1:%d: 127.0.0.1:%d: not the "
+                 "leader",
+                 pa, pb, pa);
+        assert_string_equal(r.msg, want);
+        assert_false(rpc_client_connected(cfx.cl));
+        cfx_close(&loop, &cfx);
+    }
+    fx_close(&loop, &a);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
+/* (e) Lists rpc_client_new refuses, with the parser's messages. */
+static void test_list_refused(void **state)
+{
+    static const struct {
+        const char *address, *err;
+    } cases[] = {
+        {"127.0.0.1:1,,127.0.0.1:2",
+         "bad address list '127.0.0.1:1,,127.0.0.1:2': address 2 is empty"},
+        {"127.0.0.1:1,127.0.0.1:1",
+         "bad address list '127.0.0.1:1,127.0.0.1:1': 127.0.0.1:1 is listed twice"},
+        {"127.0.0.1:1,127.0.0.1", "bad address list '127.0.0.1:1,127.0.0.1': bad address "
+                                  "'127.0.0.1': expected HOST:PORT"},
+        {"127.0.0.1:1,sluice://127.0.0.1:2", "bad address list '127.0.0.1:1,sluice://127.0.0.1:2': "
+                                             "address 2: sluice:// goes once, before the list"},
+        {"", "bad address: none given"},
+    };
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct rpc_client_opts opts = {.address = cases[i].address,
+                                       .role = SLUICE__ROLE__ROLE_CLIENT};
+        struct rpc_client *cl = NULL;
+        char err[SLUICE_ERRMSG_SIZE] = "";
+        assert_int_equal(rpc_client_new(&loop, &opts, &cl, err, sizeof err), SLUICE_ERR_INVALID);
+        assert_null(cl);
+        assert_string_equal(err, cases[i].err);
+    }
+    loop_finish(&loop);
+}
+
+/* (f) B serves, then goes away: C, next in the list, takes over, and later calls reach it. */
+static void test_list_failover(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx b, c;
+    fx_start(&loop, &b, 0);
+    fx_start(&loop, &c, 0);
+    char address[128];
+    snprintf(address, sizeof address, "127.0.0.1:%d,127.0.0.1:%d", rpc_server_port(b.srv),
+             rpc_server_port(c.srv));
+    struct client_fx cfx;
+    cfx_new(&loop, &cfx, address);
+    for (int i = 0; i < 3; i++)
+        expect_status_ok(&loop, cfx.cl);
+    expect_current(cfx.cl, &b);
+    assert_int_equal(b.requests, 3);
+
+    /* A call in flight when B goes fails (B may have acted on it); later calls reach C. */
+    struct result held = {0};
+    assert_int_equal(call_elements(cfx.cl, 1, MODE_HOLD, 0, 5000, &held), 0);
+    RUN_UNTIL(&loop, b.nheld == 1, WAIT_MS);
+    int pc = rpc_server_port(c.srv);
+    fx_close(&loop, &b);
+    rpc_conn_unref(b.held[0].conn);
+    RUN_UNTIL(&loop, held.done, WAIT_MS);
+    assert_int_equal(held.status, SLUICE_ERR_UNAVAILABLE);
+    for (int i = 0; i < 3; i++)
+        expect_status_ok(&loop, cfx.cl);
+    char want[64];
+    snprintf(want, sizeof want, "127.0.0.1:%d", pc);
+    assert_string_equal(rpc_client_current_address(cfx.cl), want);
+    assert_int_equal(c.requests, 3);
+    assert_int_equal(cfx.connects, 2);
+    assert_true(cfx.last_peer_incarnation == c.incarnation);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &c);
+    loop_finish(&loop);
+}
+
 /* A peer that accepts the connection but never says Hello: each attempt ends at the connect
  * timeout and is retried until the call's own timeout. */
 static void test_handshake_timeout(void **state)
@@ -1812,6 +2267,7 @@ int main(void)
     log_init("test_rpc", LOG_WARN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_address),
+        cmocka_unit_test(test_parse_address_list),
         cmocka_unit_test(test_incarnation),
         cmocka_unit_test(test_handshake_and_status),
         cmocka_unit_test(test_pipelined_out_of_order),
@@ -1835,6 +2291,15 @@ int main(void)
         cmocka_unit_test(test_client_close_cancels),
         cmocka_unit_test(test_server_close_from_handler),
         cmocka_unit_test(test_server_start_errors),
+        cmocka_unit_test(test_reply_not_leader),
+        cmocka_unit_test(test_follow_named_leader),
+        cmocka_unit_test(test_follow_waits_for_written_calls),
+        cmocka_unit_test(test_follow_at_handshake),
+        cmocka_unit_test(test_list_dead_first),
+        cmocka_unit_test(test_list_no_leader_named),
+        cmocka_unit_test(test_list_no_leader_anywhere),
+        cmocka_unit_test(test_list_refused),
+        cmocka_unit_test(test_list_failover),
     };
     /* The same over mutual TLS, where they apply (raw sockets speak plain frames). */
     const struct CMUnitTest tls_tests[] = {
@@ -1852,6 +2317,8 @@ int main(void)
         cmocka_unit_test(test_tls_mismatch),
         cmocka_unit_test(test_tls_verification),
         cmocka_unit_test(test_tls_dial_by_name),
+        cmocka_unit_test(test_follow_named_leader),
+        cmocka_unit_test(test_list_failover),
     };
     int failed = cmocka_run_group_tests_name("plain", tests, NULL, NULL);
     failed += cmocka_run_group_tests_name("tls", tls_tests, tls_group_setup, tls_group_teardown);
