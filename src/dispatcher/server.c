@@ -634,6 +634,12 @@ static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice_
     strcpy(sr->dataset_id, dataset_id);
     struct req *r = &sr->r;
     dispatcher_req_init(r, d, conn, env->id);
+    /* A replica that does not serve reports its own view at once: its state is what it
+     * applied of the committed log. */
+    if (d->replica && !dispatcher_serving(d)) {
+        status_done(d, 0, r);
+        return;
+    }
     dispatcher_commit(d, &d->ups, status_done, r);
 }
 
@@ -657,19 +663,11 @@ static void on_answered(void *user, int body_case, double seconds)
 static void reply_not_leader(struct dispatcher *d, struct rpc_conn *conn, uint64_t id)
 {
     const char *leader = replica_leader_rpc(d->replica);
-    char msg[SLUICE_ERRMSG_SIZE];
     if (leader[0])
-        snprintf(msg, sizeof msg, "not the leader: the leader is %s", leader);
+        rpc_conn_reply_not_leader(conn, id, leader, "not the leader: the leader is %s", leader);
     else
-        snprintf(msg, sizeof msg, "not the leader: no leader is known (an election is under way)");
-    Sluice__Error error = SLUICE__ERROR__INIT;
-    error.code = SLUICE_ERR_NOT_LEADER;
-    error.message = msg;
-    error.leader = (char *)leader;
-    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-    env.body_case = SLUICE__ENVELOPE__BODY_ERROR;
-    env.error = &error;
-    rpc_conn_reply(conn, id, &env);
+        rpc_conn_reply_not_leader(conn, id, "",
+                                  "not the leader: no leader is known (an election is under way)");
 }
 
 static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Sluice__Envelope *env,
