@@ -97,8 +97,7 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
             return err_set(err, errlen, SLUICE_ERR_INVALID,
                            "raft_election_timeout_ms: expected 100 to 60000, got %u",
                            o->raft_election_timeout_ms);
-    } else if (o->raft_address || o->raft_cluster || o->raft_bind ||
-               o->raft_election_timeout_ms) {
+    } else if (o->raft_address || o->raft_cluster || o->raft_bind || o->raft_election_timeout_ms) {
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "raft_address, raft_cluster, raft_bind and raft_election_timeout_ms need "
                        "raft_id");
@@ -110,7 +109,7 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "work_dir is used only with fault_tolerant");
     if (!fault_tolerant && (o->snapshot_every || o->journal_max_mb || o->journal_per_update ||
-                               o->recover_to_last_good))
+                            o->recover_to_last_good))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "snapshot_every, journal_max_mb, journal_per_update and "
                        "recover_to_last_good need fault_tolerant");

@@ -462,8 +462,7 @@ static int parse_args(int argc, char **argv, struct config *c)
             return -1;
         }
         c->fault_tolerant = true;
-    } else if (c->raft_address || c->raft_cluster || c->raft_bind ||
-               c->raft_election_timeout_ms) {
+    } else if (c->raft_address || c->raft_cluster || c->raft_bind || c->raft_election_timeout_ms) {
         fail("usage", "--raft-address, --raft-cluster, --raft-bind and "
                       "--raft-election-timeout-ms need --raft-id");
         return -1;

@@ -1,19 +1,9 @@
-/* Dispatcher replicas on C-Raft (replica.h).
- *
- * Entries. Every Raft entry of ours is
- *
- *     "SLR1" | origin id u64 | term u64 | rpc address: u16 length, bytes | count u32 |
- *     count x (u32 length, an update_codec record)
- *
- * then zeros up to a multiple of 8 bytes (C-Raft's rule for entries), all little-endian: origin and term say which leader wrote it and in which term (a term has at most
- * one leader), the RPC address is that leader's, and the records are one group-commit batch. An
- * entry with no records is a leader's announcement.
- *
- * Snapshots of the FSM are "SLS1" | u64 snapshot length | the snapshot (update_codec) | u32
- * datasets | per dataset: u16 id length, id, u64 definition length, definition. */
+/* Dispatcher replicas on C-Raft (replica.h): Raft's FSM over the entries and snapshots of
+ * replica_codec.h, leading and following, start and close. */
 #include "replica.h"
 
 #include "raft_transport.h"
+#include "replica_codec.h"
 #include "server_internal.h"
 
 #include "common/security.h"
@@ -26,12 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ENTRY_MAGIC "SLR1"
-#define SNAP_MAGIC "SLS1"
 #define CLUSTER_FILE "sluice-cluster"
 #define POLL_MS 20
-/* The most records one entry carries is what one batch holds; this bounds a hostile entry. */
-#define ENTRY_RECORDS_MAX (1u << 24)
 
 struct member {
     uint64_t id;
@@ -77,242 +63,6 @@ struct replica {
     void *handover_user;
 };
 
-/* ---- little-endian helpers ------------------------------------------------------------------- */
-
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-/* ---- the cluster list ------------------------------------------------------------------------ */
-
-int replica_parse_cluster(const char *text, uint64_t self_id, const char *self_address,
-                          uint64_t ids[REPLICA_MEMBERS_MAX], char addrs[][256], size_t *n,
-                          char *canon, size_t canonlen, char *err, size_t errlen)
-{
-    *n = 0;
-    if (!text || !*text)
-        return err_set(err, errlen, SLUICE_ERR_INVALID, "raft cluster: empty");
-    const char *p = text;
-    while (*p) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (*n == REPLICA_MEMBERS_MAX)
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "raft cluster: more than %d members", REPLICA_MEMBERS_MAX);
-        const char *eq = memchr(p, '=', len);
-        if (!eq || eq == p || (size_t)(eq - p) > 19)
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "raft cluster: '%.*s': expected ID=HOST:PORT", (int)(len > 200 ? 200 : len),
-                           p);
-        uint64_t id = 0;
-        for (const char *q = p; q < eq; q++) {
-            if (*q < '0' || *q > '9' || id > (UINT64_C(1) << 63) / 10)
-                return err_set(err, errlen, SLUICE_ERR_INVALID,
-                               "raft cluster: '%.*s': the id must be a number from 1 to 2^63",
-                               (int)(eq - p), p);
-            id = id * 10 + (uint64_t)(*q - '0');
-        }
-        size_t alen = len - (size_t)(eq + 1 - p);
-        const char *colon = memrchr(eq + 1, ':', alen);
-        if (id == 0 || id > (UINT64_C(1) << 63))
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "raft cluster: id %" PRIu64 ": must be from 1 to 2^63", id);
-        if (alen == 0 || alen >= 256 || !colon || colon == eq + 1 || colon + 1 == eq + 1 + alen)
-            return err_set(err, errlen, SLUICE_ERR_INVALID,
-                           "raft cluster: member %" PRIu64 ": expected HOST:PORT, got '%.*s'", id,
-                           (int)(alen > 200 ? 200 : alen), eq + 1);
-        for (size_t i = 0; i < *n; i++) {
-            if (ids[i] == id)
-                return err_set(err, errlen, SLUICE_ERR_INVALID,
-                               "raft cluster: id %" PRIu64 " is listed twice", id);
-            if (strlen(addrs[i]) == alen && memcmp(addrs[i], eq + 1, alen) == 0)
-                return err_set(err, errlen, SLUICE_ERR_INVALID,
-                               "raft cluster: address %s is listed twice", addrs[i]);
-        }
-        ids[*n] = id;
-        memcpy(addrs[*n], eq + 1, alen);
-        addrs[*n][alen] = '\0';
-        (*n)++;
-        if (!end)
-            break;
-        p = end + 1;
-        if (!*p)
-            return err_set(err, errlen, SLUICE_ERR_INVALID, "raft cluster: ends with a comma");
-    }
-    /* Canonical: by id. */
-    for (size_t i = 1; i < *n; i++) {
-        for (size_t j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
-            uint64_t t = ids[j];
-            ids[j] = ids[j - 1];
-            ids[j - 1] = t;
-            char a[256];
-            memcpy(a, addrs[j], sizeof a);
-            memcpy(addrs[j], addrs[j - 1], sizeof a);
-            memcpy(addrs[j - 1], a, sizeof a);
-        }
-    }
-    size_t off = 0;
-    canon[0] = '\0';
-    for (size_t i = 0; i < *n; i++) {
-        int w = snprintf(canon + off, canonlen - off, "%s%" PRIu64 "=%s", i ? "," : "", ids[i],
-                         addrs[i]);
-        if (w < 0 || (size_t)w >= canonlen - off)
-            return err_set(err, errlen, SLUICE_ERR_INVALID, "raft cluster: too long");
-        off += (size_t)w;
-    }
-    size_t self = *n;
-    for (size_t i = 0; i < *n; i++)
-        if (ids[i] == self_id)
-            self = i;
-    if (self == *n)
-        return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "raft id %" PRIu64 " is not in the cluster %s", self_id, canon);
-    if (self_address && strcmp(addrs[self], self_address) != 0)
-        return err_set(err, errlen, SLUICE_ERR_INVALID,
-                       "raft address %s is not member %" PRIu64 "'s address in the cluster (%s)",
-                       self_address, self_id, addrs[self]);
-    return 0;
-}
-
-/* ---- state copies ---------------------------------------------------------------------------- */
-
-static int lookup_in_state(void *user, const char *id, uint8_t **def, size_t *len, char *err,
-                           size_t errlen)
-{
-    const struct st_dataset *ds = state_dataset(user, id);
-    if (!ds)
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "dataset '%s' has no definition", id);
-    *def = malloc(ds->def_len ? ds->def_len : 1);
-    if (!*def)
-        return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-    if (ds->def_len)
-        memcpy(*def, ds->def, ds->def_len);
-    *len = ds->def_len;
-    return 0;
-}
-
-/* *dst = a copy of src's durable state; dst's limits and static workers (configuration) kept. */
-static int state_copy(struct state *dst, const struct state *src, char *err, size_t errlen)
-{
-    uint8_t *bytes;
-    size_t len;
-    int rc = update_codec_snapshot_encode(src, &bytes, &len);
-    if (rc < 0)
-        return err_set(err, errlen, rc, "copying the state: %s", sluice_strerror(rc));
-    struct st_limits limits = dst->limits;
-    uint32_t static_workers = dst->static_workers;
-    struct state fresh;
-    rc = update_codec_snapshot_decode(bytes, len, lookup_in_state, (void *)src, &fresh, err,
-                                      errlen);
-    free(bytes);
-    if (rc < 0)
-        return rc;
-    state_release(dst);
-    *dst = fresh;
-    dst->limits = limits;
-    dst->static_workers = static_workers;
-    return 0;
-}
-
-/* ---- entries --------------------------------------------------------------------------------- */
-
-/* Encodes an entry into a raft_malloc'd buffer. */
-static int entry_encode(const struct replica *r, uint64_t term, const struct journal_record *recs,
-                        size_t n, struct raft_buffer *out)
-{
-    size_t rpclen = strlen(r->rpc);
-    size_t len = 4 + 8 + 8 + 2 + rpclen + 4;
-    for (size_t i = 0; i < n; i++)
-        len += 4 + recs[i].len;
-    /* C-Raft takes entries whose length is a multiple of 8: zeros pad the end. */
-    size_t padded = (len + 7) & ~(size_t)7;
-    uint8_t *p = raft_malloc(padded);
-    if (!p)
-        return SLUICE_ERR_NOMEM;
-    memset(p + len, 0, padded - len);
-    uint8_t *q = p;
-    memcpy(q, ENTRY_MAGIC, 4);
-    put_u64(q + 4, r->id);
-    put_u64(q + 12, term);
-    put_u16(q + 20, (uint16_t)rpclen);
-    memcpy(q + 22, r->rpc, rpclen);
-    q += 22 + rpclen;
-    put_u32(q, (uint32_t)n);
-    q += 4;
-    for (size_t i = 0; i < n; i++) {
-        put_u32(q, (uint32_t)recs[i].len);
-        memcpy(q + 4, recs[i].data, recs[i].len);
-        q += 4 + recs[i].len;
-    }
-    out->base = p;
-    out->len = padded;
-    return 0;
-}
-
-struct entry_view {
-    uint64_t origin, term;
-    char rpc[256];
-    uint32_t count;
-    const uint8_t *records; /* count x (u32 length, bytes), checked */
-};
-
-static int entry_parse(const uint8_t *p, size_t len, struct entry_view *e, char *err,
-                       size_t errlen)
-{
-    if (len < 26 || memcmp(p, ENTRY_MAGIC, 4) != 0)
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "not a sluice entry");
-    e->origin = get_le(p + 4, 8);
-    e->term = get_le(p + 12, 8);
-    size_t rpclen = (size_t)get_le(p + 20, 2);
-    if (rpclen >= sizeof e->rpc || 22 + rpclen + 4 > len)
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bad address length");
-    memcpy(e->rpc, p + 22, rpclen);
-    e->rpc[rpclen] = '\0';
-    const uint8_t *q = p + 22 + rpclen;
-    e->count = (uint32_t)get_le(q, 4);
-    q += 4;
-    e->records = q;
-    const uint8_t *end = p + len;
-    if (e->count > ENTRY_RECORDS_MAX)
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: %u records", e->count);
-    for (uint32_t i = 0; i < e->count; i++) {
-        if ((size_t)(end - q) < 4)
-            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: record %u cut short", i);
-        size_t rl = (size_t)get_le(q, 4);
-        if ((size_t)(end - q) - 4 < rl)
-            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: record %u cut short", i);
-        q += 4 + rl;
-    }
-    if (end - q > 7)
-        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bytes after the last record");
-    for (; q < end; q++)
-        if (*q != 0)
-            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: bytes after the last record");
-    return 0;
-}
-
 static struct member *member_of(struct replica *r, uint64_t id)
 {
     for (size_t i = 0; i < r->nmembers; i++)
@@ -347,7 +97,7 @@ static void step_down(struct replica *r, const char *why)
     char err[SLUICE_ERRMSG_SIZE];
     dispatcher_replica_unserve(r->d);
     /* What this replica applied but never committed goes with its working state. */
-    int rc = state_copy(&r->d->st, &r->committed, err, sizeof err);
+    int rc = replica_state_copy(&r->d->st, &r->committed, err, sizeof err);
     if (rc < 0)
         fatal_replica(r, "raft: rebuilding the state after leading: %s", err);
 }
@@ -365,8 +115,8 @@ static void on_apply(struct raft_apply *req, int status, void *result)
         r->announcing = false;
         if (status == 0 && r->lead_term != 0 && !r->closing) {
             r->serving = true;
-            log_info("raft: replica %" PRIu64 " leads in term %" PRIu64 " and serves at %s",
-                     r->id, r->lead_term, r->rpc);
+            log_info("raft: replica %" PRIu64 " leads in term %" PRIu64 " and serves at %s", r->id,
+                     r->lead_term, r->rpc);
             dispatcher_replica_serve(r->d);
         } else if (status != 0) {
             step_down(r, raft_strerror(status));
@@ -386,14 +136,23 @@ static int submit(struct replica *r, struct journal_thread *jt, const struct jou
                   size_t n, bool announce)
 {
     struct apply_req *a = calloc(1, sizeof *a);
-    if (!a)
+    struct replica_record *rr = malloc((n ? n : 1) * sizeof *rr);
+    if (!a || !rr) {
+        free(a);
+        free(rr);
         return SLUICE_ERR_NOMEM;
-    struct raft_buffer buf;
-    int rc = entry_encode(r, r->lead_term, recs, n, &buf);
+    }
+    for (size_t i = 0; i < n; i++)
+        rr[i] = (struct replica_record){recs[i].data, recs[i].len};
+    uint8_t *p;
+    size_t len;
+    int rc = replica_entry_encode(r->id, r->lead_term, r->rpc, rr, n, raft_malloc, &p, &len);
+    free(rr);
     if (rc < 0) {
         free(a);
         return rc;
     }
+    struct raft_buffer buf = {p, len};
     a->r = r;
     a->jt = jt;
     a->announce = announce;
@@ -456,9 +215,9 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
 {
     struct replica *r = fsm->data;
     *result = NULL;
-    struct entry_view e;
+    struct replica_entry e;
     char err[SLUICE_ERRMSG_SIZE];
-    int rc = entry_parse(buf->base, buf->len, &e, err, sizeof err);
+    int rc = replica_entry_parse(buf->base, buf->len, &e, err, sizeof err);
     if (rc < 0) {
         fatal_replica(r, "raft: a committed entry does not decode: %s", err);
         return RAFT_MALFORMED;
@@ -468,27 +227,11 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
         snprintf(m->rpc, sizeof m->rpc, "%s", e.rpc);
     /* The leader applied its own entries of its term to its working state already. */
     bool own = r->lead_term != 0 && e.origin == r->id && e.term == r->lead_term;
-    const uint8_t *q = e.records;
-    for (uint32_t i = 0; i < e.count; i++) {
-        size_t rl = (size_t)get_le(q, 4);
-        struct st_update u;
-        char why[SLUICE_ERRMSG_SIZE / 2];
-        rc = update_codec_decode(q + 4, rl, &u, why, sizeof why);
-        q += 4 + rl;
-        if (rc < 0) {
-            fatal_replica(r, "raft: a committed record does not decode: %s", why);
-            return RAFT_MALFORMED;
-        }
-        rc = state_apply(&r->committed, &u);
-        if (rc == 0 && !own)
-            rc = state_apply(&r->d->st, &u);
-        if (rc < 0) {
-            fatal_replica(r, "raft: a committed %s %" PRIu64 " does not apply: %s",
-                          st_update_name(u.type), u.id, sluice_strerror(rc));
-            st_update_release(&u);
-            return RAFT_MALFORMED;
-        }
-        st_update_release(&u);
+    struct state *states[2] = {&r->committed, own ? NULL : &r->d->st};
+    rc = replica_entry_apply(&e, states, 2, err, sizeof err);
+    if (rc < 0) {
+        fatal_replica(r, "raft: a committed entry does not apply: %s", err);
+        return RAFT_MALFORMED;
     }
     return 0;
 }
@@ -496,41 +239,14 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
 static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
 {
     struct replica *r = fsm->data;
-    uint8_t *snap;
-    size_t snaplen;
-    int rc = update_codec_snapshot_encode(&r->committed, &snap, &snaplen);
-    if (rc < 0)
-        return RAFT_NOMEM;
-    const struct state *s = &r->committed;
-    size_t len = 4 + 8 + snaplen + 4;
-    size_t nds = s->ndatasets;
-    for (size_t i = 0; i < nds; i++)
-        len += 2 + strlen(s->datasets[i].id) + 8 + s->datasets[i].def_len;
     struct raft_buffer *b = raft_malloc(sizeof *b);
-    uint8_t *p = raft_malloc(len);
-    if (!b || !p) {
-        raft_free(b);
-        raft_free(p);
-        free(snap);
+    if (!b)
         return RAFT_NOMEM;
-    }
-    uint8_t *q = p;
-    memcpy(q, SNAP_MAGIC, 4);
-    put_u64(q + 4, snaplen);
-    memcpy(q + 12, snap, snaplen);
-    q += 12 + snaplen;
-    free(snap);
-    put_u32(q, (uint32_t)nds);
-    q += 4;
-    for (size_t i = 0; i < nds; i++) {
-        size_t il = strlen(s->datasets[i].id);
-        put_u16(q, (uint16_t)il);
-        memcpy(q + 2, s->datasets[i].id, il);
-        q += 2 + il;
-        put_u64(q, s->datasets[i].def_len);
-        if (s->datasets[i].def_len)
-            memcpy(q + 8, s->datasets[i].def, s->datasets[i].def_len);
-        q += 8 + s->datasets[i].def_len;
+    uint8_t *p;
+    size_t len;
+    if (replica_snapshot_encode(&r->committed, raft_malloc, &p, &len) < 0) {
+        raft_free(b);
+        return RAFT_NOMEM;
     }
     b->base = p;
     b->len = len;
@@ -539,8 +255,7 @@ static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsign
     return 0;
 }
 
-static int fsm_snapshot_finalize(struct raft_fsm *fsm, struct raft_buffer *bufs[],
-                                 unsigned *n_bufs)
+static int fsm_snapshot_finalize(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
 {
     (void)fsm;
     if (*bufs) {
@@ -553,88 +268,21 @@ static int fsm_snapshot_finalize(struct raft_fsm *fsm, struct raft_buffer *bufs[
     return 0;
 }
 
-struct snap_defs {
-    const uint8_t *p, *end; /* the datasets section */
-};
-
-static int lookup_in_snapshot(void *user, const char *id, uint8_t **def, size_t *len, char *err,
-                              size_t errlen)
-{
-    const struct snap_defs *sd = user;
-    const uint8_t *q = sd->p;
-    uint32_t n = (uint32_t)get_le(q, 4);
-    q += 4;
-    size_t want = strlen(id);
-    for (uint32_t i = 0; i < n; i++) {
-        size_t il = (size_t)get_le(q, 2);
-        uint64_t dl = get_le(q + 2 + il, 8);
-        const uint8_t *d = q + 2 + il + 8;
-        if (il == want && memcmp(q + 2, id, il) == 0) {
-            *def = malloc(dl ? dl : 1);
-            if (!*def)
-                return err_set(err, errlen, SLUICE_ERR_NOMEM, "out of memory");
-            if (dl)
-                memcpy(*def, d, dl);
-            *len = dl;
-            return 0;
-        }
-        q = d + dl;
-    }
-    return err_set(err, errlen, SLUICE_ERR_CORRUPT, "dataset '%s': no definition in the snapshot",
-                   id);
-}
-
-/* Checks the datasets section's framing. */
-static bool defs_ok(const uint8_t *p, const uint8_t *end)
-{
-    if (end - p < 4)
-        return false;
-    uint32_t n = (uint32_t)get_le(p, 4);
-    p += 4;
-    for (uint32_t i = 0; i < n; i++) {
-        if (end - p < 2)
-            return false;
-        size_t il = (size_t)get_le(p, 2);
-        if ((size_t)(end - p) < 2 + il + 8)
-            return false;
-        uint64_t dl = get_le(p + 2 + il, 8);
-        p += 2 + il + 8;
-        if ((uint64_t)(end - p) < dl)
-            return false;
-        p += dl;
-    }
-    return p == end;
-}
-
 static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 {
     struct replica *r = fsm->data;
-    const uint8_t *p = buf->base;
-    const uint8_t *end = p + buf->len;
     char err[SLUICE_ERRMSG_SIZE];
-    if (buf->len < 16 || memcmp(p, SNAP_MAGIC, 4) != 0) {
-        log_error("raft: %s: a snapshot that is not sluice's", r->dir);
-        return RAFT_MALFORMED;
-    }
-    uint64_t snaplen = get_le(p + 4, 8);
-    if (snaplen > buf->len - 12 || !defs_ok(p + 12 + snaplen, end)) {
-        log_error("raft: %s: a damaged snapshot", r->dir);
-        return RAFT_MALFORMED;
-    }
-    struct snap_defs sd = {p + 12 + snaplen, end};
     struct state fresh;
-    int rc = update_codec_snapshot_decode(p + 12, snaplen, lookup_in_snapshot, &sd, &fresh, err,
-                                          sizeof err);
+    int rc = replica_snapshot_decode(buf->base, buf->len, &fresh, err, sizeof err);
     if (rc < 0) {
         log_error("raft: %s: snapshot: %s", r->dir, err);
-        return RAFT_MALFORMED;
+        return rc == SLUICE_ERR_NOMEM ? RAFT_NOMEM : RAFT_MALFORMED;
     }
-    struct st_limits limits = r->committed.limits;
+    fresh.limits = r->committed.limits;
+    fresh.static_workers = r->committed.static_workers;
     state_release(&r->committed);
     r->committed = fresh;
-    r->committed.limits = limits;
-    r->committed.static_workers = r->d->st.static_workers;
-    rc = state_copy(&r->d->st, &r->committed, err, sizeof err);
+    rc = replica_state_copy(&r->d->st, &r->committed, err, sizeof err);
     if (rc < 0) {
         log_error("raft: %s: snapshot: %s", r->dir, err);
         return RAFT_NOMEM;
@@ -735,7 +383,7 @@ int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, stru
     state_init(&r->committed);
     r->committed.limits = d->st.limits;
     uint64_t ids[REPLICA_MEMBERS_MAX];
-    char addrs[REPLICA_MEMBERS_MAX][256];
+    char addrs[REPLICA_MEMBERS_MAX][REPLICA_ADDR_MAX];
     size_t n;
     int rc = replica_parse_cluster(opts->raft_cluster, opts->raft_id, opts->raft_address, ids,
                                    addrs, &n, r->cluster, sizeof r->cluster, err, errlen);
@@ -792,10 +440,9 @@ int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, stru
     raft_set_election_timeout(&r->raft, election);
     raft_set_heartbeat_timeout(&r->raft, election / 10 ? election / 10 : 1);
     raft_set_pre_vote(&r->raft, true);
-    raft_set_snapshot_threshold(&r->raft,
-                                opts->snapshot_every && opts->snapshot_every < 1u << 20
-                                    ? (unsigned)opts->snapshot_every
-                                    : 1024);
+    raft_set_snapshot_threshold(&r->raft, opts->snapshot_every && opts->snapshot_every < 1u << 20
+                                              ? (unsigned)opts->snapshot_every
+                                              : 1024);
     raft_set_snapshot_trailing(&r->raft, 128);
     if (fresh == 1) {
         struct raft_configuration conf;
@@ -885,8 +532,7 @@ void replica_view(struct replica *r, struct status_raft *v)
                                      : "unavailable";
     v->serving = replica_serving(r);
     v->leader_changes = r->leader_changes;
-    snprintf(v->state_digest, sizeof v->state_digest, "%016" PRIx64,
-             state_digest(&r->committed));
+    snprintf(v->state_digest, sizeof v->state_digest, "%016" PRIx64, state_digest(&r->committed));
     v->nmembers = r->nmembers;
     for (size_t i = 0; i < r->nmembers; i++) {
         v->members[i].id = r->members[i].id;
@@ -912,8 +558,7 @@ static void on_transfer(struct raft_transfer *req)
 
 void replica_handover(struct replica *r, void (*cb)(void *user), void *user)
 {
-    if (r->closing || r->transferring || raft_state(&r->raft) != RAFT_LEADER ||
-        r->nmembers < 2) {
+    if (r->closing || r->transferring || raft_state(&r->raft) != RAFT_LEADER || r->nmembers < 2) {
         cb(user);
         return;
     }

@@ -26,19 +26,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "replica_codec.h"
+
 struct dispatcher;
 struct dispatcher_opts;
 struct replica;
-
-#define REPLICA_MEMBERS_MAX 7
-
-/* Parses --raft-cluster "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT" (ids 1 to 2^63, each once, each
- * address once, 1 to REPLICA_MEMBERS_MAX members) and checks that self_id is a member and, when
- * self_address is not NULL, that its address is self_address. Writes the canonical form (members
- * by id) to canon. Returns 0, or SLUICE_ERR_INVALID with a message. Pure. */
-int replica_parse_cluster(const char *text, uint64_t self_id, const char *self_address,
-                          uint64_t ids[REPLICA_MEMBERS_MAX], char addrs[][256], size_t *n,
-                          char *canon, size_t canonlen, char *err, size_t errlen);
 
 /* Starts this dispatcher's replica: opens (or creates) the Raft directory WORK_DIR/raft, checks
  * that it belongs to this cluster, bootstraps a fresh one, and starts Raft on d's loop. The

@@ -959,7 +959,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
          * incarnation is the group's, the same on every replica, so callers that move to
          * another replica see the dispatcher they knew. */
         uint64_t ids[REPLICA_MEMBERS_MAX];
-        char addrs[REPLICA_MEMBERS_MAX][256], canon[REPLICA_MEMBERS_MAX * 300];
+        char addrs[REPLICA_MEMBERS_MAX][REPLICA_ADDR_MAX], canon[REPLICA_MEMBERS_MAX * 300];
         size_t n;
         rc = replica_parse_cluster(opts->raft_cluster, opts->raft_id, opts->raft_address, ids,
                                    addrs, &n, canon, sizeof canon, err, errlen);

@@ -438,9 +438,8 @@ static json_t *raft_json(struct builder *b, const struct status_raft *r)
         }
         put(b, m, "id", u64(r->members[i].id));
         put(b, m, "raft_address", json_string(r->members[i].raft_address));
-        put(b, m, "rpc_address", r->members[i].rpc_address[0]
-                                      ? json_string(r->members[i].rpc_address)
-                                      : json_null());
+        put(b, m, "rpc_address",
+            r->members[i].rpc_address[0] ? json_string(r->members[i].rpc_address) : json_null());
         append(b, members, m);
     }
     put(b, o, "members", members);

@@ -1,0 +1,90 @@
+/* What dispatcher replicas write into Raft (replica.h), as pure functions: the cluster list,
+ * entries, snapshots of the state and copies of it. No Raft, no libuv: the FSM of replica.c, the
+ * deterministic multi-replica test and the fuzzer use the same code.
+ *
+ * An entry is
+ *
+ *     "SLR1" | origin id u64 | term u64 | rpc address: u16 length, bytes | count u32 |
+ *     count x (u32 length, an update_codec record)
+ *
+ * then zeros up to a multiple of 8 bytes (C-Raft's rule for entries), all little-endian: origin
+ * and term say which leader wrote it and in which term (a term has at most one leader), the RPC
+ * address is that leader's, and the records are one group-commit batch. An entry with no
+ * records is a leader's announcement.
+ *
+ * A snapshot is "SLS1" | u64 length | the state's snapshot (update_codec) | u32 datasets | per
+ * dataset: u16 id length, id, u64 definition length, definition. */
+#ifndef SLUICE_DISPATCHER_REPLICA_CODEC_H
+#define SLUICE_DISPATCHER_REPLICA_CODEC_H
+
+#include "dispatcher/state.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define REPLICA_MEMBERS_MAX 7
+#define REPLICA_ADDR_MAX 256
+/* The most records one entry may carry: bounds a hostile or damaged entry. */
+#define REPLICA_ENTRY_RECORDS_MAX (1u << 24)
+
+/* Parses a cluster list "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT" (ids 1 to 2^63, each once, each
+ * address once, 1 to REPLICA_MEMBERS_MAX members) and checks that self_id is a member and, when
+ * self_address is not NULL, that its address is self_address. Fills ids/addrs by id and writes
+ * the canonical form (members by id) to canon. Returns 0, or SLUICE_ERR_INVALID with a
+ * message. */
+int replica_parse_cluster(const char *text, uint64_t self_id, const char *self_address,
+                          uint64_t ids[REPLICA_MEMBERS_MAX], char addrs[][REPLICA_ADDR_MAX],
+                          size_t *n, char *canon, size_t canonlen, char *err, size_t errlen);
+
+struct replica_record {
+    const uint8_t *data;
+    size_t len;
+};
+
+/* Encodes an entry into memory from alloc (NULL: malloc). Returns 0 with *out and *len (a
+ * multiple of 8), or SLUICE_ERR_NOMEM, or SLUICE_ERR_INVALID for an address of
+ * REPLICA_ADDR_MAX bytes or more. */
+int replica_entry_encode(uint64_t origin, uint64_t term, const char *rpc,
+                         const struct replica_record *recs, size_t n, void *(*alloc)(size_t),
+                         uint8_t **out, size_t *len);
+
+struct replica_entry {
+    uint64_t origin, term;
+    char rpc[REPLICA_ADDR_MAX];
+    uint32_t count;
+    const uint8_t *records; /* count x (u32 length, bytes), checked */
+};
+
+/* Parses and checks an entry (every record's framing, the padding). Returns 0, or
+ * SLUICE_ERR_CORRUPT with the reason. */
+int replica_entry_parse(const uint8_t *p, size_t len, struct replica_entry *e, char *err,
+                        size_t errlen);
+
+/* Steps through a parsed entry's records: *cursor starts at 0. Returns true with the next record
+ * in *data and *len, false after the last. */
+bool replica_entry_next(const struct replica_entry *e, uint64_t *cursor, const uint8_t **data,
+                        size_t *len);
+
+/* Decodes every record of a parsed entry and applies it to each of the n states (a state NULL is
+ * skipped), in order. Returns 0, or SLUICE_ERR_CORRUPT / SLUICE_ERR_NOMEM with the reason
+ * ("record 3 does not decode: ...", "task_created 7 does not apply: corrupt data"); the states
+ * may then hold the records before it. */
+int replica_entry_apply(const struct replica_entry *e, struct state *const *states, size_t n,
+                        char *err, size_t errlen);
+
+/* Encodes a snapshot of s (with its datasets' definitions) into memory from alloc (NULL:
+ * malloc). Returns 0, or SLUICE_ERR_NOMEM. */
+int replica_snapshot_encode(const struct state *s, void *(*alloc)(size_t), uint8_t **out,
+                            size_t *len);
+
+/* Decodes a snapshot into *out (overwritten, not released first; an empty state on failure).
+ * Returns 0, or SLUICE_ERR_CORRUPT / SLUICE_ERR_NOMEM with the reason. */
+int replica_snapshot_decode(const uint8_t *p, size_t len, struct state *out, char *err,
+                            size_t errlen);
+
+/* *dst = a copy of src's durable state (snapshot and back); dst's limits and static workers
+ * (configuration, not state) are kept. On failure dst is unchanged. */
+int replica_state_copy(struct state *dst, const struct state *src, char *err, size_t errlen);
+
+#endif
