@@ -62,7 +62,9 @@ struct journal_thread {
     journal_thread_fail_cb on_fail;
     void (*on_commit)(void *user, double seconds, size_t records, uint64_t bytes);
     void *user;
-    int (*sink)(void *user, const struct journal_record *recs, size_t n);
+    int (*sink)(void *sink_user, struct journal_thread *jt, const struct journal_record *recs,
+                size_t n);
+    void *sink_user;
     uint64_t sink_start_ns; /* uv_hrtime() when the batch in flight went to sink */
 
     /* Loop thread only. pending[head..n) hold the records with seqs pending_first... */
@@ -197,7 +199,7 @@ static void submit(struct journal_thread *jt)
         jt->submitted = true;
         jt->done = false;
         jt->sink_start_ns = uv_hrtime();
-        int rc = jt->sink(jt->user, jt->work.recs, jt->work.n);
+        int rc = jt->sink(jt->sink_user, jt, jt->work.recs, jt->work.n);
         if (rc < 0) {
             /* Refused at once: fail here rather than through batch_done, whose close handling
              * would re-enter a maybe_finish() that called this. */
@@ -399,6 +401,7 @@ int journal_thread_start(uv_loop_t *loop, const struct journal_thread_opts *opts
     jt->on_fail = opts->on_fail;
     jt->on_commit = opts->on_commit;
     jt->sink = opts->sink;
+    jt->sink_user = opts->sink_user;
     jt->user = opts->user;
     jt->next_seq = jt->pending_first = opts->next_seq;
     jt->durable = opts->next_seq - 1;

@@ -59,11 +59,14 @@ struct journal_thread_opts {
     void *user;
     /* NULL: batches go to `journal` on the thread. Otherwise batches go to sink instead (a
      * dispatcher replica's Raft log, replica.h), on the loop thread, and no thread is started:
-     * sink(user, recs, n) starts writing the batch (the records stay valid until the batch is
-     * done) and returns 0, then the owner calls journal_thread_sink_done() exactly once when it
-     * is durable or failed; or it returns a negative code at once, which fails the journal as a
-     * failed write does. Snapshots cannot be queued (SLUICE_ERR_UNSUPPORTED). */
-    int (*sink)(void *user, const struct journal_record *recs, size_t n);
+     * sink(sink_user, jt, recs, n) starts writing the batch (the records stay valid until the
+     * batch is done) and returns 0, then the owner calls journal_thread_sink_done(jt, ...)
+     * exactly once when it is durable or failed; or it returns a negative code at once, which
+     * fails the journal as a failed write does. Snapshots cannot be queued
+     * (SLUICE_ERR_UNSUPPORTED). */
+    int (*sink)(void *sink_user, struct journal_thread *jt, const struct journal_record *recs,
+                size_t n);
+    void *sink_user;
 };
 
 struct journal_thread_stats {

@@ -4,7 +4,12 @@
 
 #include "raft_transport.h"
 #include "replica_codec.h"
-#include "server_internal.h"
+#include "journal_thread.h"
+#include "dispatcher/state.h"
+#include "dispatcher/status.h"
+
+#include "common/error.h"
+#include "common/log.h"
 
 #include "common/security.h"
 
@@ -12,6 +17,11 @@
 #include <raft/uv.h>
 
 #include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -33,7 +43,8 @@ struct apply_req {
 };
 
 struct replica {
-    struct dispatcher *d;
+    struct replica_opts o; /* the strings are not kept */
+    struct state *work;
     struct raft raft;
     struct raft_io io;
     struct raft_uv_transport transport;
@@ -82,7 +93,7 @@ static void fatal_replica(struct replica *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    dispatcher_replica_fatal(r->d, msg);
+    r->o.fatal(r->o.user, msg);
 }
 
 static void step_down(struct replica *r, const char *why)
@@ -95,9 +106,9 @@ static void step_down(struct replica *r, const char *why)
     r->serving = false;
     r->announcing = false;
     char err[SLUICE_ERRMSG_SIZE];
-    dispatcher_replica_unserve(r->d);
+    r->o.unserve(r->o.user);
     /* What this replica applied but never committed goes with its working state. */
-    int rc = replica_state_copy(&r->d->st, &r->committed, err, sizeof err);
+    int rc = replica_state_copy(r->work, &r->committed, err, sizeof err);
     if (rc < 0)
         fatal_replica(r, "raft: rebuilding the state after leading: %s", err);
 }
@@ -117,7 +128,7 @@ static void on_apply(struct raft_apply *req, int status, void *result)
             r->serving = true;
             log_info("raft: replica %" PRIu64 " leads in term %" PRIu64 " and serves at %s", r->id,
                      r->lead_term, r->rpc);
-            dispatcher_replica_serve(r->d);
+            r->o.serve(r->o.user);
         } else if (status != 0) {
             step_down(r, raft_strerror(status));
         }
@@ -169,12 +180,12 @@ static int submit(struct replica *r, struct journal_thread *jt, const struct jou
 }
 
 /* The journal_thread's sink while leading. */
-int replica_sink(void *user, const struct journal_record *recs, size_t n)
+int replica_sink(void *user, struct journal_thread *jt, const struct journal_record *recs, size_t n)
 {
-    struct replica *r = ((struct dispatcher *)user)->replica;
+    struct replica *r = user;
     if (!r->serving)
         return SLUICE_ERR_UNAVAILABLE;
-    return submit(r, r->d->jt, recs, n, false);
+    return submit(r, jt, recs, n, false);
 }
 
 static void watch(struct replica *r)
@@ -227,7 +238,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
         snprintf(m->rpc, sizeof m->rpc, "%s", e.rpc);
     /* The leader applied its own entries of its term to its working state already. */
     bool own = r->lead_term != 0 && e.origin == r->id && e.term == r->lead_term;
-    struct state *states[2] = {&r->committed, own ? NULL : &r->d->st};
+    struct state *states[2] = {&r->committed, own ? NULL : r->work};
     rc = replica_entry_apply(&e, states, 2, err, sizeof err);
     if (rc < 0) {
         fatal_replica(r, "raft: a committed entry does not apply: %s", err);
@@ -282,7 +293,7 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     fresh.static_workers = r->committed.static_workers;
     state_release(&r->committed);
     r->committed = fresh;
-    rc = replica_state_copy(&r->d->st, &r->committed, err, sizeof err);
+    rc = replica_state_copy(r->work, &r->committed, err, sizeof err);
     if (rc < 0) {
         log_error("raft: %s: snapshot: %s", r->dir, err);
         return RAFT_NOMEM;
@@ -295,15 +306,15 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 
 static void on_raft_closed(struct raft *raft);
 
-static int replica_transport_init(struct replica *r, const struct dispatcher_opts *opts, char *err,
+static int replica_transport_init(struct replica *r, const struct replica_opts *opts, char *err,
                                   size_t errlen)
 {
     struct raft_transport_opts to = {
         .sec = opts->sec,
         .cluster = r->cluster,
-        .bind_address = opts->raft_bind,
+        .bind_address = opts->bind,
     };
-    return raft_transport_init(&r->transport, r->d->loop, &to, err, errlen);
+    return raft_transport_init(&r->transport, r->o.loop, &to, err, errlen);
 }
 
 static int mkdir_p(const char *path)
@@ -372,21 +383,23 @@ static int write_cluster_file(struct replica *r, char *err, size_t errlen)
     return 0;
 }
 
-int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, struct replica **out,
-                  char *err, size_t errlen)
+int replica_start(const struct replica_opts *opts, struct replica **out, char *err, size_t errlen)
 {
     struct replica *r = calloc(1, sizeof *r);
     if (!r)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "raft: out of memory");
-    r->d = d;
-    r->id = opts->raft_id;
+    r->o = *opts;
+    r->o.address = r->o.cluster = r->o.bind = r->o.rpc = r->o.work_dir = NULL;
+    r->work = opts->work;
+    r->id = opts->id;
     state_init(&r->committed);
-    r->committed.limits = d->st.limits;
+    r->committed.limits = opts->work->limits;
+    r->committed.static_workers = opts->work->static_workers;
     uint64_t ids[REPLICA_MEMBERS_MAX];
     char addrs[REPLICA_MEMBERS_MAX][REPLICA_ADDR_MAX];
     size_t n;
-    int rc = replica_parse_cluster(opts->raft_cluster, opts->raft_id, opts->raft_address, ids,
-                                   addrs, &n, r->cluster, sizeof r->cluster, err, errlen);
+    int rc = replica_parse_cluster(opts->cluster, opts->id, opts->address, ids, addrs, &n,
+                                   r->cluster, sizeof r->cluster, err, errlen);
     if (rc < 0)
         goto fail;
     for (size_t i = 0; i < n; i++) {
@@ -395,7 +408,7 @@ int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, stru
     }
     r->nmembers = n;
     const char *self_raft = member_of(r, r->id)->raft;
-    snprintf(r->rpc, sizeof r->rpc, "%s", opts->advertise ? opts->advertise : "");
+    snprintf(r->rpc, sizeof r->rpc, "%s", opts->rpc ? opts->rpc : "");
     if (snprintf(r->dir, sizeof r->dir, "%s/raft", opts->work_dir) >= (int)sizeof r->dir) {
         rc = err_set(err, errlen, SLUICE_ERR_INVALID, "raft: work dir too long");
         goto fail;
@@ -414,7 +427,7 @@ int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, stru
     if (rc < 0)
         goto fail;
     r->transport_inited = true;
-    rc = raft_uv_init(&r->io, d->loop, r->dir, &r->transport);
+    rc = raft_uv_init(&r->io, opts->loop, r->dir, &r->transport);
     if (rc != 0) {
         rc = err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: %s: %s", r->dir,
                      r->io.errmsg[0] ? r->io.errmsg : raft_strerror(rc));
@@ -436,13 +449,14 @@ int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, stru
     }
     r->raft_inited = true;
     r->raft.data = r;
-    unsigned election = opts->raft_election_timeout_ms ? opts->raft_election_timeout_ms : 1000;
+    unsigned election = opts->election_timeout_ms ? opts->election_timeout_ms : 1000;
     raft_set_election_timeout(&r->raft, election);
     raft_set_heartbeat_timeout(&r->raft, election / 10 ? election / 10 : 1);
     raft_set_pre_vote(&r->raft, true);
-    raft_set_snapshot_threshold(&r->raft, opts->snapshot_every && opts->snapshot_every < 1u << 20
-                                              ? (unsigned)opts->snapshot_every
-                                              : 1024);
+    raft_set_snapshot_threshold(&r->raft,
+                                opts->snapshot_threshold && opts->snapshot_threshold < 1u << 20
+                                    ? (unsigned)opts->snapshot_threshold
+                                    : 1024);
     raft_set_snapshot_trailing(&r->raft, 128);
     if (fresh == 1) {
         struct raft_configuration conf;
@@ -468,7 +482,7 @@ int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, stru
         goto fail;
     }
     r->started = true;
-    uv_timer_init(d->loop, &r->poll);
+    uv_timer_init(opts->loop, &r->poll);
     r->poll.data = r;
     r->poll_inited = true;
     uv_timer_start(&r->poll, on_poll, POLL_MS, POLL_MS);

@@ -32,12 +32,43 @@ struct dispatcher;
 struct dispatcher_opts;
 struct replica;
 
-/* Starts this dispatcher's replica: opens (or creates) the Raft directory WORK_DIR/raft, checks
- * that it belongs to this cluster, bootstraps a fresh one, and starts Raft on d's loop. The
- * working state stays empty until the log is applied. Returns 0, or a negative code with a
- * message. */
-int replica_start(struct dispatcher *d, const struct dispatcher_opts *opts, struct replica **out,
-                  char *err, size_t errlen);
+struct journal_thread;
+struct journal_record;
+struct security_ctx;
+struct state;
+struct uv_loop_s;
+
+/* What a replica needs from its dispatcher. */
+struct replica_opts {
+    struct uv_loop_s *loop;
+    uint64_t id;
+    const char *address; /* this replica's Raft address, as in cluster */
+    const char *cluster; /* "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT" */
+    const char *bind;    /* NULL: address */
+    const char *rpc;     /* the RPC address it announces when it leads */
+    const char *work_dir;
+    uint32_t election_timeout_ms;   /* 0: 1000 */
+    uint64_t snapshot_threshold;    /* entries between snapshots; 0: 1024 */
+    const struct security_ctx *sec; /* NULL: no token, no TLS */
+    /* The dispatcher's working state (replica.h's first paragraph), which the replica copies
+     * committed state into and follows on; its limits are configuration. */
+    struct state *work;
+    /* serve: it leads and its log holds every earlier entry; unserve: it stopped leading;
+     * fatal: the state can no longer be kept (msg: "what: why"). */
+    void (*serve)(void *user);
+    void (*unserve)(void *user);
+    void (*fatal)(void *user, const char *msg);
+    void *user;
+};
+
+/* Starts a replica: opens (or creates) the Raft directory WORK_DIR/raft, checks that it belongs
+ * to this cluster, bootstraps a fresh one, and starts Raft on the loop. The working state stays
+ * as it is (empty) until the log is applied. Returns 0, or a negative code with a message. */
+int replica_start(const struct replica_opts *opts, struct replica **out, char *err, size_t errlen);
+
+/* journal_thread_opts.sink while it serves (user: the replica): one batch, one entry. */
+int replica_sink(void *user, struct journal_thread *jt, const struct journal_record *recs,
+                 size_t n);
 
 /* Whether this replica is the leader and serves (its announcement is applied). */
 bool replica_serving(const struct replica *r);

@@ -800,8 +800,13 @@ static void soft_clear(struct soft_table *t)
     t->n = 0;
 }
 
-void dispatcher_replica_serve(struct dispatcher *d)
+/* The replica's calls (replica_opts). serve: it leads and its log holds every earlier entry: a
+ * journal thread with the replica's sink starts, the soft state starts afresh (as after a
+ * restart) and requests are served. unserve: it stopped leading: the journal thread is closed
+ * (what waits on it fails), and nothing is served. */
+static void replica_serve(void *user)
 {
+    struct dispatcher *d = user;
     /* As after a restart: every worker and client gets a fresh timeout, coverage and the
      * re-issue grace start again. */
     soft_clear(&d->worker_seen);
@@ -828,6 +833,7 @@ void dispatcher_replica_serve(struct dispatcher *d)
         .on_commit = on_journal_commit,
         .user = d,
         .sink = replica_sink,
+        .sink_user = d->replica,
     };
     char why[SLUICE_ERRMSG_SIZE];
     int rc = journal_thread_start(d->loop, &to, &d->jt, why, sizeof why);
@@ -846,8 +852,9 @@ static void on_replica_jt_closed(void *user)
     dispatcher_maybe_finish_close(d);
 }
 
-void dispatcher_replica_unserve(struct dispatcher *d)
+static void replica_unserve(void *user)
 {
+    struct dispatcher *d = user;
     if (!d->jt)
         return;
     struct journal_thread *jt = d->jt;
@@ -856,9 +863,9 @@ void dispatcher_replica_unserve(struct dispatcher *d)
     journal_thread_close(jt, on_replica_jt_closed, d);
 }
 
-void dispatcher_replica_fatal(struct dispatcher *d, const char *msg)
+static void replica_fatal(void *user, const char *msg)
 {
-    fatal(d, "%s", msg);
+    fatal(user, "%s", msg);
 }
 
 static void on_journal_commit(void *user, double seconds, size_t records, uint64_t bytes)
@@ -1039,9 +1046,24 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         else
             snprintf(d->advertise, sizeof d->advertise, "%s:%d", rpc_server_host(d->rpc),
                      rpc_server_port(d->rpc));
-        struct dispatcher_opts ro2 = *opts;
-        ro2.advertise = d->advertise;
-        rc = replica_start(d, &ro2, &d->replica, err, errlen);
+        struct replica_opts ro2 = {
+            .loop = loop,
+            .id = opts->raft_id,
+            .address = opts->raft_address,
+            .cluster = opts->raft_cluster,
+            .bind = opts->raft_bind,
+            .rpc = d->advertise,
+            .work_dir = opts->work_dir,
+            .election_timeout_ms = opts->raft_election_timeout_ms,
+            .snapshot_threshold = opts->snapshot_every,
+            .sec = opts->sec,
+            .work = &d->st,
+            .serve = replica_serve,
+            .unserve = replica_unserve,
+            .fatal = replica_fatal,
+            .user = d,
+        };
+        rc = replica_start(&ro2, &d->replica, err, errlen);
         if (rc < 0)
             goto fail;
     }
@@ -1176,7 +1198,7 @@ void dispatcher_close(struct dispatcher *d, void (*cb)(void *user), void *user)
     d->close_user = user;
     if (d->replica) {
         /* Its journal thread closes with the leadership; Raft cancels what is in flight. */
-        dispatcher_replica_unserve(d);
+        replica_unserve(d);
         d->closing_parts = 3;
         uv_timer_stop(&d->timer);
         uv_close((uv_handle_t *)&d->timer, on_timer_closed);

@@ -241,16 +241,6 @@ void dispatcher_soft_del(struct soft_table *t, uint64_t id);
  * the close callback. */
 void dispatcher_maybe_finish_close(struct dispatcher *d);
 
-/* The replica's calls into the dispatcher (replica.c). serve: it leads and its log holds every
- * earlier entry: a journal thread with the replica's sink starts, the soft state starts afresh
- * (as after a restart) and requests are served. unserve: it stopped leading: the journal thread
- * is closed (what waits on it fails), and nothing is served. fatal: the state can no longer be
- * kept. */
-void dispatcher_replica_serve(struct dispatcher *d);
-void dispatcher_replica_unserve(struct dispatcher *d);
-void dispatcher_replica_fatal(struct dispatcher *d, const char *msg);
-int replica_sink(void *user, const struct journal_record *recs, size_t n);
-
 /* ---- the RPC handlers, called by the dispatch table in server.c ---- */
 
 /* handlers_datasets.c */
