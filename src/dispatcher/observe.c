@@ -107,6 +107,10 @@ struct observe {
     uint32_t recommended;
 
     struct metrics *reg;
+    /* A replica's Raft figures (observe_raft): registered on the first call. */
+    struct metrics_series *raft_role_g, *raft_term_g, *raft_commit_g, *raft_applied_g,
+        *raft_changes_c;
+    bool raft_made;
     struct metrics_series *workers_g, *draining_g, *datasets_g, *jobs_g, *tasks_g, *clients_g;
     /* Saves into snapshot directories (docs/snapshots.md). */
     struct metrics_series *saves_g[3], *save_chunks_g, *save_committed_g;
@@ -217,6 +221,12 @@ static int seconds_histogram(struct metrics *r, const char *name, const char *he
 }
 
 /* ---- the registry ---------------------------------------------------------------------------- */
+
+#define SCALAR_RC(counter, name, help, kind, out)                                                  \
+    do {                                                                                           \
+        if (rc == 0)                                                                               \
+            rc = metrics_scalar(r, counter, name, help, kind, out);                                \
+    } while (0)
 
 static int make_registry(struct observe *o)
 {
@@ -919,6 +929,39 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
 int observe_objects(struct observe *o, const struct obj_stats *s)
 {
     return obj_metrics_set(&o->objects, s);
+}
+
+int observe_raft(struct observe *o, const struct status_raft *v)
+{
+    if (!o->raft_made) {
+        struct metrics *r = o->reg;
+        int rc = 0;
+        SCALAR_RC(false, "sluice_raft_role",
+                  "This dispatcher replica's Raft role: 2 leader (serving), 1 candidate, 0 "
+                  "follower.",
+                  METRICS_U64, &o->raft_role_g);
+        SCALAR_RC(false, "sluice_raft_term", "This replica's current Raft term.", METRICS_U64,
+                  &o->raft_term_g);
+        SCALAR_RC(false, "sluice_raft_commit_index",
+                  "The index of the last Raft entry this replica knows is committed.",
+                  METRICS_U64, &o->raft_commit_g);
+        SCALAR_RC(false, "sluice_raft_applied_index",
+                  "The index of the last Raft entry this replica applied to its state.",
+                  METRICS_U64, &o->raft_applied_g);
+        SCALAR_RC(true, "sluice_raft_leader_changes_total",
+                  "Times this replica saw the group's leader change.", METRICS_U64,
+                  &o->raft_changes_c);
+        if (rc < 0)
+            return rc;
+        o->raft_made = true;
+    }
+    uint64_t role = strcmp(v->role, "leader") == 0 ? 2 : strcmp(v->role, "candidate") == 0;
+    metrics_set_u64(o->raft_role_g, role);
+    metrics_set_u64(o->raft_term_g, v->term);
+    metrics_set_u64(o->raft_commit_g, v->commit_index);
+    metrics_set_u64(o->raft_applied_g, v->applied_index);
+    metrics_set_u64(o->raft_changes_c, v->leader_changes);
+    return 0;
 }
 
 void observe_connections(struct observe *o, const struct rpc_counts *c)

@@ -223,6 +223,11 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
 
 /* Sets the connection counters of the RPC server (rpc_metrics.h), which the server keeps
  * itself. */
+/* A replica's Raft figures (replica.h) for /metrics: sluice_raft_role, _term, _commit_index,
+ * _applied_index, _leader_changes_total. Returns 0 or SLUICE_ERR_NOMEM. */
+struct status_raft;
+int observe_raft(struct observe *o, const struct status_raft *v);
+
 void observe_connections(struct observe *o, const struct rpc_counts *c);
 
 /* Sets the object-store counters (obj_metrics.h) to the process's totals. Returns 0 or

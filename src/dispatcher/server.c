@@ -1136,6 +1136,11 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
                            rpc_server_handshake_timeouts(d->rpc),
                            rpc_server_handshake_evictions(d->rpc)};
     observe_connections(d->obs, &c);
+    if (d->replica) {
+        replica_view(d->replica, &d->raft_view);
+        if (observe_raft(d->obs, &d->raft_view) < 0)
+            return SLUICE_ERR_NOMEM;
+    }
     /* About 10 KB: on the heap, away from the loop thread's stack. */
     struct obj_stats *os = malloc(sizeof *os);
     if (!os)
