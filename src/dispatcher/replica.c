@@ -40,6 +40,7 @@ struct apply_req {
     struct replica *r;
     struct journal_thread *jt; /* whose batch this is; NULL for an announcement */
     bool announce;
+    bool confirm; /* a leader that stalled confirms it still leads */
 };
 
 struct replica {
@@ -65,6 +66,11 @@ struct replica {
     uint64_t pending_applies; /* raft_apply requests not called back yet */
     uv_timer_t poll;
     bool poll_inited;
+    /* A leader whose loop stalled longer than stall_ns (a SIGSTOP, a swap storm) may have been
+     * deposed meanwhile without knowing: it serves nothing until an entry of its term commits
+     * again (suspect, confirming). */
+    uint64_t last_tick_ns, stall_ns;
+    bool suspect, confirming;
     bool closing;
     void (*close_cb)(void *);
     void *close_user;
@@ -105,6 +111,7 @@ static void step_down(struct replica *r, const char *why)
     r->lead_term = 0;
     r->serving = false;
     r->announcing = false;
+    r->suspect = false;
     char err[SLUICE_ERRMSG_SIZE];
     r->o.unserve(r->o.user);
     /* What this replica applied but never committed goes with its working state. */
@@ -120,8 +127,20 @@ static void on_apply(struct raft_apply *req, int status, void *result)
     struct replica *r = a->r;
     struct journal_thread *jt = a->jt;
     bool announce = a->announce;
+    bool confirm = a->confirm;
     free(a);
     r->pending_applies--;
+    if (confirm) {
+        r->confirming = false;
+        if (status == 0 && r->lead_term != 0) {
+            if (r->suspect)
+                log_info("raft: replica %" PRIu64 " still leads after a stall", r->id);
+            r->suspect = false;
+        } else if (status != 0) {
+            step_down(r, raft_strerror(status));
+        }
+        return;
+    }
     if (announce) {
         r->announcing = false;
         if (status == 0 && r->lead_term != 0 && !r->closing) {
@@ -144,7 +163,7 @@ static void on_apply(struct raft_apply *req, int status, void *result)
 }
 
 static int submit(struct replica *r, struct journal_thread *jt, const struct journal_record *recs,
-                  size_t n, bool announce)
+                  size_t n, bool announce, bool confirm)
 {
     struct apply_req *a = calloc(1, sizeof *a);
     struct replica_record *rr = malloc((n ? n : 1) * sizeof *rr);
@@ -167,6 +186,7 @@ static int submit(struct replica *r, struct journal_thread *jt, const struct jou
     a->r = r;
     a->jt = jt;
     a->announce = announce;
+    a->confirm = confirm;
     a->req.data = a;
     rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
     if (rc != 0) {
@@ -185,7 +205,7 @@ int replica_sink(void *user, struct journal_thread *jt, const struct journal_rec
     struct replica *r = user;
     if (!r->serving)
         return SLUICE_ERR_UNAVAILABLE;
-    return submit(r, jt, recs, n, false);
+    return submit(r, jt, recs, n, false, false);
 }
 
 static void watch(struct replica *r)
@@ -205,7 +225,7 @@ static void watch(struct replica *r)
         r->lead_term = raft_current_term(&r->raft);
         r->announcing = true;
         log_info("raft: replica %" PRIu64 " elected in term %" PRIu64, r->id, r->lead_term);
-        int rc = submit(r, NULL, NULL, 0, true);
+        int rc = submit(r, NULL, NULL, 0, true, false);
         if (rc < 0)
             step_down(r, "announcing failed");
     } else if (state != RAFT_LEADER && r->lead_term != 0) {
@@ -215,9 +235,31 @@ static void watch(struct replica *r)
     }
 }
 
+/* Whether the loop stalled since the last poll; marks a leader suspect when it did. */
+static bool stalled(struct replica *r)
+{
+    if (r->lead_term != 0 && !r->suspect && uv_hrtime() - r->last_tick_ns > r->stall_ns) {
+        r->suspect = true;
+        log_warn("raft: replica %" PRIu64 " stalled for %" PRIu64
+                 " ms while leading: serving nothing until it knows it still leads",
+                 r->id, (uv_hrtime() - r->last_tick_ns) / 1000000);
+    }
+    return r->suspect;
+}
+
 static void on_poll(uv_timer_t *t)
 {
-    watch(t->data);
+    struct replica *r = t->data;
+    stalled(r);
+    r->last_tick_ns = uv_hrtime();
+    watch(r);
+    if (r->suspect && r->serving && !r->confirming && r->lead_term != 0) {
+        r->confirming = true;
+        if (submit(r, NULL, NULL, 0, false, true) < 0) {
+            r->confirming = false;
+            step_down(r, "confirming leadership failed");
+        }
+    }
 }
 
 /* ---- the FSM --------------------------------------------------------------------------------- */
@@ -482,6 +524,8 @@ int replica_start(const struct replica_opts *opts, struct replica **out, char *e
         goto fail;
     }
     r->started = true;
+    r->stall_ns = (uint64_t)election * 1000000 / 2;
+    r->last_tick_ns = uv_hrtime();
     uv_timer_init(opts->loop, &r->poll);
     r->poll.data = r;
     r->poll_inited = true;
@@ -509,9 +553,11 @@ fail:
     return rc < 0 ? rc : SLUICE_ERR_INVALID;
 }
 
-bool replica_serving(const struct replica *r)
+bool replica_serving(struct replica *r)
 {
-    return r && r->serving && !r->closing;
+    /* A request read after a stall (a SIGCONT) is seen before the poll timer runs: the clock
+     * is checked here too, so not one reply leaves a leader that may have been deposed. */
+    return r && r->serving && !r->closing && !stalled(r);
 }
 
 const char *replica_leader_rpc(const struct replica *r)

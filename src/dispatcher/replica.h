@@ -71,7 +71,7 @@ int replica_sink(void *user, struct journal_thread *jt, const struct journal_rec
                  size_t n);
 
 /* Whether this replica is the leader and serves (its announcement is applied). */
-bool replica_serving(const struct replica *r);
+bool replica_serving(struct replica *r);
 /* The leader's RPC address as this replica knows it, or "" when it knows none. */
 const char *replica_leader_rpc(const struct replica *r);
 
