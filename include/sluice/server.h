@@ -163,6 +163,11 @@ struct sluice_dispatcher_options {
     const char *raft_bind;
     const char *advertise;
     uint32_t raft_election_timeout_ms;
+    /* With raft_id (--raft-seed-journal DIR): a single fault-tolerant dispatcher's work dir
+     * (stopped, or a copy) whose journal a NEW group starts from: the first leader commits its
+     * state before serving, so every replica has it. Read, never changed; ignored by a replica
+     * whose Raft directory exists already. */
+    const char *raft_seed_journal;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from

@@ -40,7 +40,7 @@ struct sluice_dispatcher {
     /* Copies of the options, alive as long as the object. */
     char *host;
     char *work_dir;
-    char *raft_address, *raft_cluster, *raft_bind, *advertise;
+    char *raft_address, *raft_cluster, *raft_bind, *advertise, *raft_seed_journal;
     char **worker_addresses;
     size_t nworker_addresses;
     struct security_ctx *sec;
@@ -157,6 +157,7 @@ static void free_object(struct sluice_dispatcher *s)
     free(s->raft_cluster);
     free(s->raft_bind);
     free(s->advertise);
+    free(s->raft_seed_journal);
     free(s->host);
     free(s);
 }
@@ -179,6 +180,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
     COPY_OPT(raft_cluster);
     COPY_OPT(raft_bind);
     COPY_OPT(advertise);
+    COPY_OPT(raft_seed_journal);
 #undef COPY_OPT
     if (o->nworker_addresses > 0) {
         s->worker_addresses = calloc(o->nworker_addresses, sizeof *s->worker_addresses);
@@ -224,6 +226,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .raft_bind = s->raft_bind,
         .advertise = s->advertise,
         .raft_election_timeout_ms = o->raft_election_timeout_ms,
+        .raft_seed_journal = s->raft_seed_journal,
         .snapshot_every = o->snapshot_every,
         .journal_max_bytes = (size_t)o->journal_max_mb << 20,
         .journal_per_update = o->journal_per_update,

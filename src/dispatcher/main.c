@@ -39,7 +39,7 @@ static const char usage[] =
     "                         [--max-connections N] [--max-handshakes N]\n"
     "                         [--raft-id N --raft-address H:P --raft-cluster LIST]\n"
     "                         [--raft-bind H:P] [--advertise H:P]\n"
-    "                         [--raft-election-timeout-ms N]\n"
+    "                         [--raft-election-timeout-ms N] [--raft-seed-journal DIR]\n"
     "\n"
     "Keeps the state of a sluice cluster and hands its work to the workers: registers workers\n"
     "and datasets, starts jobs, assigns tasks and splits, and tells readers where to fetch\n"
@@ -108,6 +108,8 @@ static const char usage[] =
     "  --raft-election-timeout-ms N\n"
     "                           elect a new leader after this long without one (100 to\n"
     "                           60000; default 1000)\n"
+    "  --raft-seed-journal DIR  start a NEW group from the journal of a single fault-tolerant\n"
+    "                           dispatcher's work dir DIR (stopped, or a copy; only read)\n"
     "  --max-jobs-per-address N refuse a read when the clients connecting from its address\n"
     "                           already hold N open, whatever incarnations they send\n"
     "                           (default 1000)\n" SECURITY_USAGE_SERVER
@@ -143,7 +145,7 @@ struct config {
     uint32_t object_retry_ms, object_range_bytes; /* 0: the environment's, else the defaults */
     long long max_jobs_per_address;               /* 0: the default */
     long long raft_id, raft_election_timeout_ms;
-    const char *raft_address, *raft_cluster, *raft_bind, *advertise;
+    const char *raft_address, *raft_cluster, *raft_bind, *advertise, *raft_seed_journal;
     char *worker_addresses_text;
     char **worker_addresses;
     size_t nworker_addresses;
@@ -285,7 +287,8 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--raft-cluster",
                                             "--raft-bind",
                                             "--advertise",
-                                            "--raft-election-timeout-ms"};
+                                            "--raft-election-timeout-ms",
+                                            "--raft-seed-journal"};
         bool is_known = false;
         for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
             is_known |= strcmp(name, known[k]) == 0;
@@ -413,7 +416,8 @@ static int parse_args(int argc, char **argv, struct config *c)
             }
             c->raft_election_timeout_ms = v;
         } else if (strcmp(name, "--raft-address") == 0 || strcmp(name, "--raft-cluster") == 0 ||
-                   strcmp(name, "--raft-bind") == 0 || strcmp(name, "--advertise") == 0) {
+                   strcmp(name, "--raft-bind") == 0 || strcmp(name, "--advertise") == 0 ||
+                   strcmp(name, "--raft-seed-journal") == 0) {
             if (!*value) {
                 fail("usage", "%s needs a value", name);
                 return -1;
@@ -424,6 +428,8 @@ static int parse_args(int argc, char **argv, struct config *c)
                 c->raft_cluster = value;
             else if (strcmp(name, "--raft-bind") == 0)
                 c->raft_bind = value;
+            else if (strcmp(name, "--raft-seed-journal") == 0)
+                c->raft_seed_journal = value;
             else
                 c->advertise = value;
         } else if (strcmp(name, "--worker-addresses") == 0) {
@@ -551,6 +557,7 @@ int main(int argc, char **argv)
         .raft_bind = c.raft_bind,
         .advertise = c.advertise,
         .raft_election_timeout_ms = (uint32_t)c.raft_election_timeout_ms,
+        .raft_seed_journal = c.raft_seed_journal,
     };
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher *d;

@@ -41,6 +41,7 @@ struct apply_req {
     struct journal_thread *jt; /* whose batch this is; NULL for an announcement */
     bool announce;
     bool confirm; /* a leader that stalled confirms it still leads */
+    bool seed;    /* the seed entry */
 };
 
 struct replica {
@@ -71,6 +72,7 @@ struct replica {
      * again (suspect, confirming). */
     uint64_t last_tick_ns, stall_ns;
     bool suspect, confirming;
+    struct state *seed; /* opts.seed while it may still be committed */
     bool closing;
     void (*close_cb)(void *);
     void *close_user;
@@ -128,8 +130,19 @@ static void on_apply(struct raft_apply *req, int status, void *result)
     struct journal_thread *jt = a->jt;
     bool announce = a->announce;
     bool confirm = a->confirm;
+    bool seed = a->seed;
     free(a);
     r->pending_applies--;
+    if (seed) {
+        if (status == 0) {
+            state_release(r->seed);
+            free(r->seed);
+            r->seed = NULL;
+        } else {
+            step_down(r, raft_strerror(status));
+        }
+        return;
+    }
     if (confirm) {
         r->confirming = false;
         if (status == 0 && r->lead_term != 0) {
@@ -199,6 +212,40 @@ static int submit(struct replica *r, struct journal_thread *jt, const struct jou
     return 0;
 }
 
+/* Commits the seed state (opts.seed) as the group's first state. */
+static int submit_seed(struct replica *r)
+{
+    uint8_t *snap, *p;
+    size_t snaplen, len;
+    int rc = replica_snapshot_encode(r->seed, NULL, &snap, &snaplen);
+    if (rc < 0)
+        return rc;
+    rc = replica_entry_encode_seed(r->id, r->lead_term, r->rpc, snap, snaplen, raft_malloc, &p,
+                                   &len);
+    free(snap);
+    if (rc < 0)
+        return rc;
+    struct apply_req *a = calloc(1, sizeof *a);
+    if (!a) {
+        raft_free(p);
+        return SLUICE_ERR_NOMEM;
+    }
+    struct raft_buffer buf = {p, len};
+    a->r = r;
+    a->seed = true;
+    a->req.data = a;
+    rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
+    if (rc != 0) {
+        log_warn("raft: committing the seed state: %s", raft_strerror(rc));
+        free(a);
+        return SLUICE_ERR_UNAVAILABLE;
+    }
+    r->pending_applies++;
+    log_info("raft: replica %" PRIu64 " commits the seed state (%zu bytes) before serving", r->id,
+             snaplen);
+    return 0;
+}
+
 /* The journal_thread's sink while leading. */
 int replica_sink(void *user, struct journal_thread *jt, const struct journal_record *recs, size_t n)
 {
@@ -225,7 +272,12 @@ static void watch(struct replica *r)
         r->lead_term = raft_current_term(&r->raft);
         r->announcing = true;
         log_info("raft: replica %" PRIu64 " elected in term %" PRIu64, r->id, r->lead_term);
-        int rc = submit(r, NULL, NULL, 0, true, false);
+        int rc = 0;
+        if (r->seed && r->committed.applied == 0 && r->committed.ndatasets == 0 &&
+            r->committed.njobs == 0 && r->committed.nworkers == 0)
+            rc = submit_seed(r);
+        if (rc == 0)
+            rc = submit(r, NULL, NULL, 0, true, false);
         if (rc < 0)
             step_down(r, "announcing failed");
     } else if (state != RAFT_LEADER && r->lead_term != 0) {
@@ -279,9 +331,14 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     if (m && e.rpc[0])
         snprintf(m->rpc, sizeof m->rpc, "%s", e.rpc);
     /* The leader applied its own entries of its term to its working state already. */
-    bool own = r->lead_term != 0 && e.origin == r->id && e.term == r->lead_term;
+    bool own = r->lead_term != 0 && e.origin == r->id && e.term == r->lead_term && !e.seed;
     struct state *states[2] = {&r->committed, own ? NULL : r->work};
-    rc = replica_entry_apply(&e, states, 2, err, sizeof err);
+    size_t seeded = 0;
+    rc = replica_entry_apply(&e, states, 2, &seeded, err, sizeof err);
+    if (rc == 0 && e.seed)
+        log_info("raft: the group starts from a seed state (%zu datasets, %zu jobs, %zu workers)%s",
+                 r->committed.ndatasets, r->committed.njobs, r->committed.nworkers,
+                 seeded ? "" : "; this replica had a state already and keeps it");
     if (rc < 0) {
         fatal_replica(r, "raft: a committed entry does not apply: %s", err);
         return RAFT_MALFORMED;
@@ -428,12 +485,19 @@ static int write_cluster_file(struct replica *r, char *err, size_t errlen)
 int replica_start(const struct replica_opts *opts, struct replica **out, char *err, size_t errlen)
 {
     struct replica *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r) {
+        if (opts->seed) {
+            state_release(opts->seed);
+            free(opts->seed);
+        }
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "raft: out of memory");
+    }
     r->o = *opts;
     r->o.address = r->o.cluster = r->o.bind = r->o.rpc = r->o.work_dir = NULL;
     r->work = opts->work;
     r->id = opts->id;
+    r->seed = opts->seed; /* the replica's from now on, whatever happens */
+    r->o.seed = NULL;
     state_init(&r->committed);
     r->committed.limits = opts->work->limits;
     r->committed.static_workers = opts->work->static_workers;
@@ -500,6 +564,12 @@ int replica_start(const struct replica_opts *opts, struct replica **out, char *e
                                     ? (unsigned)opts->snapshot_threshold
                                     : 1024);
     raft_set_snapshot_trailing(&r->raft, 128);
+    if (r->seed && fresh != 1) {
+        log_info("raft: %s was bootstrapped before: the seed journal is not used", r->dir);
+        state_release(r->seed);
+        free(r->seed);
+        r->seed = NULL;
+    }
     if (fresh == 1) {
         struct raft_configuration conf;
         raft_configuration_init(&conf);
@@ -548,6 +618,10 @@ fail:
         if (r->transport_inited)
             raft_transport_release(&r->transport);
         state_release(&r->committed);
+        if (r->seed) {
+            state_release(r->seed);
+            free(r->seed);
+        }
         free(r);
     }
     return rc < 0 ? rc : SLUICE_ERR_INVALID;
@@ -648,6 +722,10 @@ static void finish_close(struct replica *r)
     raft_uv_close(&r->io);
     raft_transport_release(&r->transport);
     state_release(&r->committed);
+    if (r->seed) {
+        state_release(r->seed);
+        free(r->seed);
+    }
     free(r);
     if (cb)
         cb(user);

@@ -50,6 +50,11 @@ struct replica_opts {
     uint32_t election_timeout_ms;   /* 0: 1000 */
     uint64_t snapshot_threshold;    /* entries between snapshots; 0: 1024 */
     const struct security_ctx *sec; /* NULL: no token, no TLS */
+    /* A state to start a new group from (a single dispatcher's journal, --raft-seed-journal),
+     * or NULL; it passes to the replica (released by it). Used only when this replica's Raft
+     * directory is bootstrapped now: the first leader of the group whose state is still empty
+     * commits it as a seed entry (replica_codec.h) before it serves. */
+    struct state *seed;
     /* The dispatcher's working state (replica.h's first paragraph), which the replica copies
      * committed state into and follows on; its limits are configuration. */
     struct state *work;

@@ -185,7 +185,23 @@ int replica_entry_parse(const uint8_t *p, size_t len, struct replica_entry *e, c
     e->count = (uint32_t)get_le(q, 4);
     q += 4;
     e->records = q;
+    e->seed = NULL;
+    e->seed_len = 0;
     const uint8_t *end = p + len;
+    if (e->count == REPLICA_ENTRY_SEED) {
+        if (end - q < 8 || get_le(q, 8) > (uint64_t)(end - q - 8))
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "seed entry: bad length");
+        e->seed_len = (size_t)get_le(q, 8);
+        e->seed = q + 8;
+        e->count = 0;
+        q += 8 + e->seed_len;
+        if (end - q > 7)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT, "seed entry: bytes after the seed");
+        for (; q < end; q++)
+            if (*q != 0)
+                return err_set(err, errlen, SLUICE_ERR_CORRUPT, "seed entry: bytes after the seed");
+        return 0;
+    }
     if (e->count > REPLICA_ENTRY_RECORDS_MAX)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: %u records", e->count);
     for (uint32_t i = 0; i < e->count; i++) {
@@ -219,9 +235,29 @@ bool replica_entry_next(const struct replica_entry *e, uint64_t *cursor, const u
     return true;
 }
 
-int replica_entry_apply(const struct replica_entry *e, struct state *const *states, size_t n,
-                        char *err, size_t errlen)
+static bool state_empty(const struct state *s)
 {
+    return s->applied == 0 && s->ndatasets == 0 && s->njobs == 0 && s->nworkers == 0;
+}
+
+int replica_entry_apply(const struct replica_entry *e, struct state *const *states, size_t n,
+                        size_t *seeded, char *err, size_t errlen)
+{
+    if (seeded)
+        *seeded = 0;
+    if (e->seed) {
+        struct state seed;
+        int rc = replica_snapshot_decode(e->seed, e->seed_len, &seed, err, errlen);
+        for (size_t k = 0; rc == 0 && k < n; k++) {
+            if (states[k] && state_empty(states[k])) {
+                rc = replica_state_copy(states[k], &seed, err, errlen);
+                if (rc == 0 && seeded)
+                    (*seeded)++;
+            }
+        }
+        state_release(&seed);
+        return rc;
+    }
     uint64_t cursor = 0;
     const uint8_t *data;
     size_t len;
@@ -387,4 +423,31 @@ int replica_snapshot_decode(const uint8_t *p, size_t len, struct state *out, cha
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "snapshot: damaged framing");
     struct snap_defs sd = {p + 12 + snaplen};
     return update_codec_snapshot_decode(p + 12, snaplen, lookup_in_snapshot, &sd, out, err, errlen);
+}
+
+int replica_entry_encode_seed(uint64_t origin, uint64_t term, const char *rpc,
+                              const uint8_t *snapshot, size_t len, void *(*alloc)(size_t),
+                              uint8_t **out, size_t *outlen)
+{
+    size_t rpclen = strlen(rpc);
+    if (rpclen >= REPLICA_ADDR_MAX)
+        return SLUICE_ERR_INVALID;
+    size_t total = 4 + 8 + 8 + 2 + rpclen + 4 + 8 + len;
+    size_t padded = (total + 7) & ~(size_t)7;
+    uint8_t *p = (alloc ? alloc : malloc)(padded);
+    if (!p)
+        return SLUICE_ERR_NOMEM;
+    memset(p + total, 0, padded - total);
+    memcpy(p, ENTRY_MAGIC, 4);
+    put_u64(p + 4, origin);
+    put_u64(p + 12, term);
+    put_u16(p + 20, (uint16_t)rpclen);
+    memcpy(p + 22, rpc, rpclen);
+    uint8_t *q = p + 22 + rpclen;
+    put_u32(q, REPLICA_ENTRY_SEED);
+    put_u64(q + 4, len);
+    memcpy(q + 12, snapshot, len);
+    *out = p;
+    *outlen = padded;
+    return 0;
 }

@@ -49,12 +49,25 @@ int replica_entry_encode(uint64_t origin, uint64_t term, const char *rpc,
                          const struct replica_record *recs, size_t n, void *(*alloc)(size_t),
                          uint8_t **out, size_t *len);
 
+/* A seed entry (count REPLICA_ENTRY_SEED) carries, instead of records, a u64 length and a
+ * snapshot of replica_snapshot_encode: the state of a single dispatcher's journal that a new
+ * group starts from (`--raft-seed-journal`). */
+#define REPLICA_ENTRY_SEED UINT32_MAX
+
 struct replica_entry {
     uint64_t origin, term;
     char rpc[REPLICA_ADDR_MAX];
     uint32_t count;
     const uint8_t *records; /* count x (u32 length, bytes), checked */
+    const uint8_t *seed;    /* a seed entry's snapshot, or NULL */
+    size_t seed_len;
 };
+
+/* Encodes a seed entry holding snapshot (replica_snapshot_encode's bytes), as
+ * replica_entry_encode. */
+int replica_entry_encode_seed(uint64_t origin, uint64_t term, const char *rpc,
+                              const uint8_t *snapshot, size_t len, void *(*alloc)(size_t),
+                              uint8_t **out, size_t *outlen);
 
 /* Parses and checks an entry (every record's framing, the padding). Returns 0, or
  * SLUICE_ERR_CORRUPT with the reason. */
@@ -67,11 +80,14 @@ bool replica_entry_next(const struct replica_entry *e, uint64_t *cursor, const u
                         size_t *len);
 
 /* Decodes every record of a parsed entry and applies it to each of the n states (a state NULL is
- * skipped), in order. Returns 0, or SLUICE_ERR_CORRUPT / SLUICE_ERR_NOMEM with the reason
+ * skipped), in order. A seed entry replaces each state that is still empty (nothing applied,
+ * no dataset) with the seed's, keeping its limits; a state that is not empty keeps what it has
+ * (*seeded counts the states replaced; may be NULL). Returns 0, or SLUICE_ERR_CORRUPT /
+ * SLUICE_ERR_NOMEM with the reason
  * ("record 3 does not decode: ...", "task_created 7 does not apply: corrupt data"); the states
  * may then hold the records before it. */
 int replica_entry_apply(const struct replica_entry *e, struct state *const *states, size_t n,
-                        char *err, size_t errlen);
+                        size_t *seeded, char *err, size_t errlen);
 
 /* Encodes a snapshot of s (with its datasets' definitions) into memory from alloc (NULL:
  * malloc). Returns 0, or SLUICE_ERR_NOMEM. */

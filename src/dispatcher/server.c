@@ -922,6 +922,34 @@ static int journal_recover(struct dispatcher *d, const struct dispatcher_opts *o
     return 0;
 }
 
+/* The state of a single dispatcher's journal (read only), for a new group of replicas to start
+ * from; limits and static workers from cfg. */
+static int seed_from_journal(const char *work_dir, const struct state *cfg, struct state **out,
+                             char *err, size_t errlen)
+{
+    struct journal *j;
+    char why[SLUICE_ERRMSG_SIZE];
+    struct journal_opts jo = {.work_dir = work_dir, .read_only = true};
+    int rc = journal_open(&jo, &j, why, sizeof why);
+    if (rc < 0)
+        return err_set(err, errlen, rc, "raft seed journal: %s: %s", work_dir, why);
+    struct state *s = malloc(sizeof *s);
+    struct journal_recovery info;
+    rc = s ? recovery_replay(j, s, &info, why, sizeof why) : SLUICE_ERR_NOMEM;
+    journal_close(j);
+    if (rc < 0) {
+        free(s);
+        return err_set(err, errlen, rc, "raft seed journal: %s: %s", work_dir,
+                       rc == SLUICE_ERR_NOMEM ? "out of memory" : why);
+    }
+    s->limits = cfg->limits;
+    s->static_workers = cfg->static_workers;
+    log_info("raft: seed journal %s: %" PRIu64 " updates, %zu datasets, %zu jobs", work_dir,
+             s->applied, s->ndatasets, s->njobs);
+    *out = s;
+    return 0;
+}
+
 int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct dispatcher **out,
                      char *err, size_t errlen)
 {
@@ -1046,6 +1074,12 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         else
             snprintf(d->advertise, sizeof d->advertise, "%s:%d", rpc_server_host(d->rpc),
                      rpc_server_port(d->rpc));
+        struct state *seed = NULL;
+        if (opts->raft_seed_journal) {
+            rc = seed_from_journal(opts->raft_seed_journal, &d->st, &seed, err, errlen);
+            if (rc < 0)
+                goto fail;
+        }
         struct replica_opts ro2 = {
             .loop = loop,
             .id = opts->raft_id,
@@ -1058,6 +1092,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
             .snapshot_threshold = opts->snapshot_every,
             .sec = opts->sec,
             .work = &d->st,
+            .seed = seed,
             .serve = replica_serve,
             .unserve = replica_unserve,
             .fatal = replica_fatal,

@@ -87,6 +87,9 @@ struct dispatcher_opts {
     const char *raft_bind;
     const char *advertise;
     uint32_t raft_election_timeout_ms;
+    /* A single dispatcher's work dir whose journal a new group starts from (replica.h's seed):
+     * read, not changed; used only when this replica's Raft directory is bootstrapped now. */
+    const char *raft_seed_journal;
 };
 
 #define DISPATCHER_DEFAULT_MAX_DATASETS 10000u
