@@ -56,7 +56,8 @@ struct replica_entry {
     const uint8_t *records; /* count x (u32 length, bytes), checked */
 };
 
-/* Parses and checks an entry (every record's framing, the padding). Returns 0, or
+/* Parses and checks an entry (its length a multiple of 8, every record's framing, the padding
+ * zeros). Returns 0, or
  * SLUICE_ERR_CORRUPT with the reason. */
 int replica_entry_parse(const uint8_t *p, size_t len, struct replica_entry *e, char *err,
                         size_t errlen);
