@@ -174,6 +174,10 @@ int replica_entry_parse(const uint8_t *p, size_t len, struct replica_entry *e, c
 {
     if (len < 26 || memcmp(p, ENTRY_MAGIC, 4) != 0)
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "not a sluice entry");
+    /* Every entry is padded to a multiple of 8: one cut inside its padding is damaged too. */
+    if (len % 8 != 0)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "entry: length %zu is not a multiple of 8",
+                       len);
     e->origin = get_le(p + 4, 8);
     e->term = get_le(p + 12, 8);
     size_t rpclen = (size_t)get_le(p + 20, 2);

@@ -69,7 +69,8 @@ int replica_entry_encode_seed(uint64_t origin, uint64_t term, const char *rpc,
                               const uint8_t *snapshot, size_t len, void *(*alloc)(size_t),
                               uint8_t **out, size_t *outlen);
 
-/* Parses and checks an entry (every record's framing, the padding). Returns 0, or
+/* Parses and checks an entry (its length a multiple of 8, every record's framing, the padding
+ * zeros). Returns 0, or
  * SLUICE_ERR_CORRUPT with the reason. */
 int replica_entry_parse(const uint8_t *p, size_t len, struct replica_entry *e, char *err,
                         size_t errlen);
