@@ -6,7 +6,8 @@
   docs/errors.md   the error codes of the public API, from include/sluice/sluice.h (the enum
                    and the comments beside it) and src/common/error.c (sluice_strerror's texts)
   docs/metrics.md  the metric families of both servers, from the /metrics of a running
-                   sluice-dispatcher (fault-tolerant, so the journal's metrics exist) and
+                   sluice-dispatcher (a group of one replica, so the journal's and the
+                   replicas' metrics exist) and
                    sluice-worker after a small read (so the per-job and per-worker ones exist)
 
     gen-docs.py [--build DIR] [--only man,errors,metrics] [--check]
@@ -31,6 +32,7 @@ import os
 import re
 import selectors
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -559,10 +561,16 @@ def gen_metrics(bindir):
     tmp = tempfile.mkdtemp(prefix="sluice-gen-docs-")
     servers = []
     try:
+        # A group of one replica (it elects itself at once): the journal's metrics and the
+        # replicas' (sluice_raft_*) both exist.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            raft = "127.0.0.1:%d" % s.getsockname()[1]
         d = Server([os.path.join(bindir, "sluice-dispatcher"), "--port", "0",
-                    "--metrics-port", "0", "--fault-tolerant", "--work-dir",
-                    os.path.join(tmp, "work"), "--job-gc-timeout-ms", "600000",
-                    "--log-level", "warn"], "sluice-dispatcher", tmp)
+                    "--metrics-port", "0", "--work-dir", os.path.join(tmp, "work"),
+                    "--raft-id", "1", "--raft-address", raft, "--raft-cluster", "1=" + raft,
+                    "--job-gc-timeout-ms", "600000", "--log-level", "warn"],
+                   "sluice-dispatcher", tmp)
         servers.append(d)
         daddr = d.wait_line(r" listening on (\S+)$").group(1)
         dmetrics = d.wait_line(r" metrics on (\S+)$").group(1)
