@@ -22,6 +22,13 @@ units use), then:
   certificate each pod mounts names what its peers dial or, for the workers, the name every
   reader passes, and no other. Builds the kustomization with `kubectl kustomize` when kubectl is
   installed.
+- Kubernetes, three dispatcher replicas (dispatcher-replicas.yaml in dispatcher.yaml's place):
+  the three pods' commands the same way (the shell that computes --raft-id run as written, each
+  pod's DNS name mapped to 127.0.0.1 and its containerPorts to free ports of its own, the client
+  Service to the three pods' RPC ports); waits for /healthz on all and /readyz on exactly one,
+  reads range(1000) through a worker with the read Job's command, stops the leader with SIGTERM,
+  waits for another pod to be the ready one and reads again; checks the certificate names the
+  pods; runs docs/deploying.md's switch of the kustomization and builds it with kubectl.
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
   directive against a list of known ones (and `systemd-analyze verify` when installed).
@@ -923,6 +930,40 @@ def check_kubernetes_replicas(tmp, prefix):
     for i in alive:
         rc, _ = procs_[i].stop(signal.SIGTERM, grace)
         check(rc == 0, "%s exited %d after SIGTERM" % (disps[i].pod_name, rc))
+
+    # docs/deploying.md's switch, run on a copy of the kustomization and built by kubectl.
+    sec = "Kubernetes: three dispatcher replicas"
+    swap = guide_command(sec, r"^sed -i .*kustomization\.yaml")
+    kubectl = shutil.which("kubectl")
+    copy = os.path.join(tmp, "kustomize-replicas")
+    shutil.copytree(kdir, copy)
+    r = subprocess.run(swap[:-1] + [os.path.join(copy, "kustomization.yaml")],
+                       capture_output=True, timeout=10)
+    check(r.returncode == 0, "%s: %s" % (shlex.join(swap), r.stderr.decode()))
+    with open(os.path.join(copy, "kustomization.yaml")) as f:
+        res = yaml.safe_load(f)["resources"]
+    check("dispatcher-replicas.yaml" in res and "dispatcher.yaml" not in res,
+          "%s's switch leaves the resources %s" % (GUIDE, res))
+    if not kubectl:
+        note("kubectl is not installed: the switched kustomization was not built")
+        return
+    with open(os.path.join(copy, "token"), "w") as f:
+        f.write(TOKEN + "\n")
+    for g in kust["secretGenerator"]:
+        for src in secret_files(g).values():
+            if src != "token":
+                shutil.copy(SECRET_FILES[src], os.path.join(copy, src))
+    r = subprocess.run([kubectl, "kustomize", copy], capture_output=True, timeout=30)
+    check(r.returncode == 0, "kubectl kustomize (replicas) failed: %s" % r.stderr.decode())
+    built = [x for x in yaml.safe_load_all(r.stdout) if x]
+    ssets = [x for x in built if x["kind"] == "StatefulSet"]
+    check(len(ssets) == 1 and ssets[0]["spec"]["replicas"] == 3 and
+          sorted(x["metadata"]["name"] for x in built if x["kind"] == "Service") ==
+          ["sluice-dispatcher", "sluice-dispatcher-raft"],
+          "kubectl kustomize (replicas) built %s" % sorted((x["kind"], x["metadata"]["name"])
+                                                         for x in built))
+    note("kubectl kustomize builds the replicas' kustomization: %s"
+         % ", ".join(sorted(x["kind"] for x in built)))
 
 
 def check_worker_advertise(wl, pod):
