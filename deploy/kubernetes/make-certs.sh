@@ -4,8 +4,12 @@
 #
 #   ca.pem ca.key             the cluster's CA. ca.key goes into no Secret: keep it safe to issue
 #                             more certificates; a second run with it in DIR reuses the CA
-#   dispatcher.pem .key       serverAuth; DNS:sluice-dispatcher, sluice-dispatcher.NS.svc and
-#                             sluice-dispatcher.NS.svc.DOMAIN (the names the Service answers to)
+#   dispatcher.pem .key       serverAuth and clientAuth (a replica dials its peers' Raft port);
+#                             DNS:sluice-dispatcher, sluice-dispatcher.NS.svc and
+#                             sluice-dispatcher.NS.svc.DOMAIN (the names the Service answers to),
+#                             and for the three replicas of dispatcher-replicas.yaml each pod's
+#                             sluice-dispatcher-N.sluice-dispatcher-raft.NS.svc (and .DOMAIN):
+#                             peers dial those, and followers send callers there
 #   worker.pem .key           serverAuth and clientAuth (a worker dials its dispatcher);
 #                             DNS:sluice-worker.NS.svc, the one name every worker pod presents
 #                             (pods advertise their IPs, which are assigned only at start);
@@ -20,7 +24,12 @@ set -euo pipefail
 dir=${1:?usage: make-certs.sh DIR [NAMESPACE [CLUSTER_DOMAIN]]}
 ns=${2:-sluice}
 domain=${3:-cluster.local}
-dispatcher_san=${DISPATCHER_SAN:-DNS:sluice-dispatcher,DNS:sluice-dispatcher.$ns.svc,DNS:sluice-dispatcher.$ns.svc.$domain}
+replica_san=""
+for i in 0 1 2; do
+    replica_san="$replica_san,DNS:sluice-dispatcher-$i.sluice-dispatcher-raft.$ns.svc"
+    replica_san="$replica_san,DNS:sluice-dispatcher-$i.sluice-dispatcher-raft.$ns.svc.$domain"
+done
+dispatcher_san=${DISPATCHER_SAN:-DNS:sluice-dispatcher,DNS:sluice-dispatcher.$ns.svc,DNS:sluice-dispatcher.$ns.svc.$domain$replica_san}
 worker_san=${WORKER_SAN:-DNS:sluice-worker.$ns.svc}
 
 mkdir -p "$dir"
@@ -55,7 +64,7 @@ leaf() { # NAME EXTENDED-KEY-USAGE [SUBJECT-ALT-NAMES]
         -days 365 -sha256 -extfile "$ext" -out "$1.pem" 2>/dev/null
 }
 
-leaf dispatcher serverAuth "$dispatcher_san"
+leaf dispatcher serverAuth,clientAuth "$dispatcher_san"
 leaf worker serverAuth,clientAuth "$worker_san"
 leaf client clientAuth
 chmod 644 ca.pem dispatcher.pem worker.pem client.pem

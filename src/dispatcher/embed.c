@@ -201,7 +201,9 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
             goto nomem;
         s->nworker_addresses++;
     }
-    int rc = security_ctx_new(&o->security, SECURITY_SERVER, &s->sec, err, errlen);
+    /* A replica also dials its peers' Raft ports, with the same certificate and CA. */
+    int sides = o->raft_id ? SECURITY_SERVER | SECURITY_CLIENT : SECURITY_SERVER;
+    int rc = security_ctx_new(&o->security, sides, &s->sec, err, errlen);
     if (rc < 0)
         return rc;
     if ((rc = security_check_listen(s->sec, s->host, err, errlen)) < 0)

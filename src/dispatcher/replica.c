@@ -120,6 +120,13 @@ static void step_down(struct replica *r, const char *why)
     int rc = replica_state_copy(r->work, &r->committed, err, sizeof err);
     if (rc < 0)
         fatal_replica(r, "raft: rebuilding the state after leading: %s", err);
+    /* A leader that loses its leadership while handing it over (no peer left to take it) has
+     * nothing left to hand over: the stop goes on. C-Raft may still end the transfer request
+     * later; on_transfer then finds no callback. */
+    void (*cb)(void *) = r->handover_cb;
+    r->handover_cb = NULL;
+    if (cb)
+        cb(r->handover_user);
 }
 
 static void on_apply(struct raft_apply *req, int status, void *result)

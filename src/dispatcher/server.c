@@ -1132,6 +1132,12 @@ fail:
         journal_thread_close(d->jt, NULL, NULL);
         d->jt = NULL;
     }
+    if (d->rpc) {
+        /* Started before the replica (which failed): its listener would keep the loop running.
+         * No connection was accepted yet, so no callback reaches d. */
+        rpc_server_close(d->rpc, NULL, NULL);
+        d->rpc = NULL;
+    }
     dispatcher_free(d);
     return rc;
 }

@@ -22,6 +22,13 @@ units use), then:
   certificate each pod mounts names what its peers dial or, for the workers, the name every
   reader passes, and no other. Builds the kustomization with `kubectl kustomize` when kubectl is
   installed.
+- Kubernetes, three dispatcher replicas (dispatcher-replicas.yaml in dispatcher.yaml's place):
+  the three pods' commands the same way (the shell that computes --raft-id run as written, each
+  pod's DNS name mapped to 127.0.0.1 and its containerPorts to free ports of its own, the client
+  Service to the three pods' RPC ports); waits for /healthz on all and /readyz on exactly one,
+  reads range(1000) through a worker with the read Job's command, stops the leader with SIGTERM,
+  waits for another pod to be the ready one and reads again; checks the certificate names the
+  pods; runs docs/deploying.md's switch of the kustomization and builds it with kubectl.
 - systemd: runs ExecStart of both units with specifiers, ${STATE_DIRECTORY},
   ${CREDENTIALS_DIRECTORY} and the example EnvironmentFile substituted, the same way; checks every
   directive against a list of known ones (and `systemd-analyze verify` when installed).
@@ -227,6 +234,12 @@ def check_spelled_out(argv, what):
     """Every --flag in argv appears as such in the binary's --help (or the subcommand's):
     getopt_long takes unambiguous abbreviations, which would hide a misspelling and break
     when a longer flag arrives."""
+    if is_shell_exec(argv):
+        # The flags of the exec'd binary: in the script and after $0.
+        binary = shutil.which(shell_exec_binary(argv[2]), path=os.path.join(PREFIX[0], "bin"))
+        check(binary, "%s: the shell runs %s, which is not installed" % (what, argv[2]))
+        check_spelled_out([binary] + shlex.split(argv[2])[2:] + argv[4:], what)
+        return
     key = tuple(argv[:2]) if os.path.basename(argv[0]) == "sluice" else (argv[0],)
     if key not in HELP:
         r = subprocess.run(list(key) + ["--help"], capture_output=True, timeout=10)
@@ -235,6 +248,25 @@ def check_spelled_out(argv, what):
         if a.startswith("--"):
             check(a in HELP[key], "%s: %s is not a flag of %s --help" % (what, a,
                                                                       " ".join(key)))
+
+
+def is_shell_exec(argv):
+    """Whether argv is ["/bin/sh", "-c", "exec BIN ARGS \"$@\"", "BIN", ...]: a wrapper that
+    computes an argument and replaces itself by BIN (which keeps BIN the process signalled)."""
+    if len(argv) < 4 or os.path.basename(argv[0]) != "sh" or argv[1] != "-c":
+        return False
+    words = shlex.split(argv[2])
+    check(len(words) >= 2 and words[0] == "exec" and words[-1] == "$@" and
+          argv[3] == words[1], "a shell command that is not `exec BIN ... \"$@\"` with $0 BIN: %s"
+          % shlex.join(argv[:4]))
+    return True
+
+
+def shell_exec_binary(script):
+    return shlex.split(script)[1]
+
+
+PREFIX = [None]     # the install's prefix, once made
 
 
 def server_env():
@@ -284,7 +316,7 @@ def find(docs, kind, name=None):
 class Pod:
     """One pod template's single container, run as a local process."""
 
-    def __init__(self, name, workload, kust, tmp, pods, claims=()):
+    def __init__(self, name, workload, kust, tmp, pods, claims=(), ordinal=0):
         self.name, self.tmp = name, tmp
         spec = workload["spec"]["template"]["spec"]
         self.spec = spec
@@ -292,8 +324,8 @@ class Pod:
         # NAME-TEMPLATEHASH-RANDOM, a Job's NAME-RANDOM.
         wname = workload["metadata"]["name"]
         self.namespace = kust.get("namespace", "default")
-        self.pod_name = wname + {"StatefulSet": "-0", "Deployment": "-6f9c8d7b5-x2kqz"}.get(
-            workload["kind"], "-x2kqz")
+        self.pod_name = wname + {"StatefulSet": "-%d" % ordinal,
+                                 "Deployment": "-6f9c8d7b5-x2kqz"}.get(workload["kind"], "-x2kqz")
         self.secret_of_mount = {}
         check(len(spec["containers"]) == 1, "%s: expected one container" % name)
         self.c = c = spec["containers"][0]
@@ -358,27 +390,65 @@ class Pod:
                     best = mp
         return arg if best is None else self.mounts[best] + arg[len(best):]
 
-    def argv(self, prefix, services, pods):
+    def argv(self, prefix, services, pods, addr_map=None):
+        """The container's command and args as a local argv. addr_map maps HOST:PORT values
+        (after $(VAR) substitution) of the address flags to local ones; the rest is mapped as
+        described in the docstring at the top. A command of ["/bin/sh", "-c", "exec BIN ...",
+        ...] runs as written: the shell from this machine, BIN from the install's bin/ (the
+        image's PATH, see env())."""
         c = self.c
         check(c.get("command"), "%s: no command (the image's entrypoint is tini)" % self.name)
         raw = list(c["command"]) + [str(a) for a in c.get("args", [])]
+        addr_map = addr_map or {}
 
         def subst(s):
+            # Kubernetes' expansion: $$ is a literal $, $(NAME) the variable.
             def var(m):
+                if m.group(0) == "$$":
+                    return "$"
                 check(m.group(1) in self.env, "%s: $(%s) is not defined in env"
                       % (self.name, m.group(1)))
                 return self.env[m.group(1)]
-            return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", var, s)
+            return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)", var, s)
 
+        def map_addr(a, what):
+            check(a in addr_map, "%s: %s %s is not an address of the pods" % (self.name, what, a))
+            return addr_map[a]
+
+        shell = is_shell_exec(raw)
         out = []
         for i, a in enumerate(raw):
             a = subst(a)
             prev = raw[i - 1] if i else ""
+            if shell and i < 4:
+                if i == 0:
+                    check(os.access(a, os.X_OK), "%s: %s is not a shell here" % (self.name, a))
+                elif i == 2:
+                    binary = shell_exec_binary(a)
+                    check(os.access(os.path.join(prefix, "bin", binary), os.X_OK),
+                          "%s: the shell runs %s, which is not in the install's bin/"
+                          % (self.name, binary))
+                    for w in shlex.split(a):
+                        check(not w.startswith("/"), "%s: the shell command names the path %s"
+                              % (self.name, w))
+                out.append(a)
+                continue
             if i == 0:
                 path = os.path.join(prefix, "bin", a)
                 check(os.access(path, os.X_OK), "%s: command %s is not in the install's bin/"
                       % (self.name, a))
                 a = path
+            elif prev in ("--raft-address", "--raft-bind") or \
+                    (prev in ("--dispatcher", "--advertise") and a in addr_map):
+                a = map_addr(a, prev)
+            elif prev == "--raft-cluster":
+                members = []
+                for m in a.split(","):
+                    rid, eq, addr = m.partition("=")
+                    check(eq and rid.isdigit(), "%s: --raft-cluster member %r is not ID=HOST:PORT"
+                          % (self.name, m))
+                    members.append("%s=%s" % (rid, map_addr(addr, "--raft-cluster member")))
+                a = ",".join(members)
             elif prev in ("--port", "--metrics-port"):
                 check(int(a) in self.port_map, "%s: %s %s is not a containerPort"
                       % (self.name, prev, a))
@@ -405,6 +475,15 @@ class Pod:
                       "%s: the path %s is on no mounted volume" % (self.name, raw[i]))
             out.append(a)
         return out
+
+    def process_env(self, prefix):
+        """The environment the container's process sees: the container's env, the install's
+        bin/ first on PATH (the image's /usr/local/bin), HOSTNAME the pod's name."""
+        env = server_env()
+        env.update(self.env)
+        env["PATH"] = os.path.join(prefix, "bin") + ":" + env.get("PATH", "/usr/bin:/bin")
+        env["HOSTNAME"] = self.pod_name
+        return env
 
     def tls_files(self, argv_raw):
         """{flag: (Secret name, key)} for the --tls-* flags of the unmapped argv."""
@@ -665,6 +744,226 @@ def check_kubernetes(tmp, prefix):
         note("kubectl kustomize builds: %s" % ", ".join(kinds))
     else:
         note("kubectl is not installed: the kustomization was not built")
+
+
+def check_kubernetes_replicas(tmp, prefix):
+    """dispatcher-replicas.yaml, the three-replica alternative to dispatcher.yaml, with the
+    kustomization's other resources (worker.yaml) and the read Job: its three pods run as local
+    processes like the single dispatcher's, each pod's DNS name (NAME-N.SERVICE.NAMESPACE.svc)
+    mapped to 127.0.0.1 and each pod's containerPorts to free ports of its own. The client
+    Service sluice-dispatcher, which routes to the one ready pod, is mapped to the list of the
+    three pods' RPC ports, so callers find the leader as through the Service after a leader
+    change: a follower sends them on. Checks that exactly one pod is ready and all are live,
+    reads range(1000) through a worker, stops the leader with SIGTERM within its grace period,
+    checks another pod becomes the ready one, and reads again."""
+    kdir, kust, docs = load_kustomization()
+    check("dispatcher-replicas.yaml" not in kust["resources"],
+          "kustomization.yaml has dispatcher-replicas.yaml: it replaces dispatcher.yaml, it does "
+          "not go beside it")
+    with open(os.path.join(kdir, "dispatcher-replicas.yaml")) as f:
+        rdocs = [d for d in yaml.safe_load_all(f) if d]
+    # The kustomization as docs/deploying.md has it used: dispatcher.yaml's documents replaced.
+    with open(os.path.join(kdir, "dispatcher.yaml")) as f:
+        single = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(f) if d}
+    docs = [d for d in docs if (d["kind"], d["metadata"]["name"]) not in single] + rdocs
+    sts = find(docs, "StatefulSet", "sluice-dispatcher")
+    dep = find(docs, "Deployment", "sluice-worker")
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    spec = sts["spec"]
+    n = spec["replicas"]
+    check(n == 3, "dispatcher-replicas.yaml: %s replicas, wanted 3" % n)
+    check(spec.get("podManagementPolicy") == "Parallel", "the replicas are not started in "
+          "parallel (podManagementPolicy: Parallel): OrderedReady waits for pod 0 to be ready, "
+          "which needs a leader, which needs a majority")
+    raft_svc = services.get(spec["serviceName"])
+    check(raft_svc is not None, "the StatefulSet's serviceName %s names no Service"
+          % spec["serviceName"])
+    check(raft_svc["spec"].get("clusterIP") == "None" and
+          raft_svc["spec"].get("publishNotReadyAddresses") is True,
+          "Service %s is not headless with publishNotReadyAddresses: true (peers must find "
+          "each other before any is ready)" % spec["serviceName"])
+    claims = [t["metadata"]["name"] for t in spec.get("volumeClaimTemplates", [])]
+    ns = kust.get("namespace", "default")
+    grace = spec["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    check(grace >= 10, "terminationGracePeriodSeconds %d leaves no time for a leadership "
+          "handover" % grace)
+
+    pods = {}
+    disps = [Pod("k8s-replica-%d" % i, sts, kust, tmp, pods, claims, ordinal=i) for i in range(n)]
+    work = Pod("k8s-replicas-worker", dep, kust, tmp, pods)
+    job, job_path = guide_job(kust)
+    trainer = Pod("k8s-replicas-read-check", job, kust, tmp, {})
+    probes = dict(disps[0].probes())
+    check(probes.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz" and
+          probes.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz",
+          "the replicas' readiness is not /readyz or their liveness not /healthz")
+
+    # Every name the pods are known by: NAME-N.SERVICE.NAMESPACE.svc[.cluster.local] on each
+    # containerPort, the client Service's names, and the --raft-bind wildcard.
+    addr_map = {}
+    for d in disps:
+        for cport, local in d.port_map.items():
+            for suffix in ("", ".cluster.local"):
+                addr_map["%s.%s.%s.svc%s:%d" % (d.pod_name, spec["serviceName"], ns, suffix,
+                                                cport)] = "127.0.0.1:%d" % local
+    client_svc = [nm for nm, sv in services.items() if nm != spec["serviceName"] and
+                  all(disps[0].labels.get(k) == v for k, v in sv["spec"]["selector"].items())]
+    check(client_svc == ["sluice-dispatcher"], "the replicas' client Services are %s, wanted "
+          "sluice-dispatcher (the name worker.yaml and read-check.yaml dial)" % client_svc)
+    for p in services["sluice-dispatcher"]["spec"]["ports"]:
+        local = ",".join("127.0.0.1:%d" % d.local_port(p["targetPort"]) for d in disps)
+        for host in ("sluice-dispatcher", "sluice-dispatcher.%s.svc" % ns,
+                     "sluice-dispatcher.%s.svc.cluster.local" % ns):
+            addr_map["%s:%d" % (host, p["port"])] = local
+
+    argvs = []
+    for d in disps:
+        amap = dict(addr_map)
+        amap["0.0.0.0:%d" % d.port_by_name["raft"]] = "0.0.0.0:%d" % d.local_port("raft")
+        a = d.argv(prefix, services, pods, amap)
+        check(is_shell_exec(a), "%s: the command is not a shell computing --raft-id" % d.name)
+        argvs.append(a)
+        raw = d.raw_args()
+        adv = raw[raw.index("--advertise") + 1]
+        check(adv.startswith("$(POD_NAME).%s.$(POD_NAMESPACE).svc:" % spec["serviceName"]) and
+              d.env_field.get("POD_NAME") == "metadata.name" and
+              d.env_field.get("POD_NAMESPACE") == "metadata.namespace",
+              "%s: --advertise %s is not the pod's own DNS name" % (d.name, adv))
+        wd = a[a.index("--work-dir") + 1]
+        check(wd in d.claim_dirs, "%s: --work-dir is not a volumeClaimTemplate's mount" % d.name)
+        tls = d.tls_files(raw)
+        check(sorted(tls) == ["--tls-ca", "--tls-cert", "--tls-key"],
+              "%s: not all of --tls-cert, --tls-key and --tls-ca" % d.name)
+        check(token_of(a) and open(token_of(a)).read().strip() == TOKEN,
+              "%s: --auth-token-file is not the mounted Secret's token" % d.name)
+    clusters = {d.raw_args()[d.raw_args().index("--raft-cluster") + 1] for d in disps}
+    check(len(clusters) == 1, "the pods' --raft-cluster differ")
+    # Each pod's Raft address is its own entry of the cluster list, under the id the shell
+    # computes from its ordinal.
+    for i, d in enumerate(disps):
+        script = shlex.split(argvs[i][2])
+        check("--raft-id" in script, "%s: the shell passes no --raft-id" % d.name)
+        r = subprocess.run(["/bin/sh", "-c", 'echo "%s"' % script[script.index("--raft-id") + 1]],
+                           capture_output=True, timeout=10, env=d.process_env(prefix))
+        rid = r.stdout.decode().strip()
+        check(rid == str(i + 1), "%s: the shell computes --raft-id %r, wanted %d" % (d.name, rid,
+                                                                                  i + 1))
+        a = argvs[i]
+        members = dict(m.split("=", 1) for m in a[a.index("--raft-cluster") + 1].split(","))
+        check(members.get(rid) == a[a.index("--raft-address") + 1],
+              "%s: --raft-address is not member %s of --raft-cluster" % (d.name, rid))
+
+    # The certificate the guide's make-certs.sh makes names every pod's name the peers dial and
+    # redirected callers verify, and serves as a client certificate (a replica dials its peers).
+    cmd = guide_command("Kubernetes", r"make-certs\.sh")
+    out = os.path.join(tmp, "certs-replicas")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPATCHER_SAN", "WORKER_SAN")}
+    r = subprocess.run([os.path.join(SOURCE, cmd[0]), out] + cmd[2:], capture_output=True,
+                       timeout=60, env=env)
+    check(r.returncode == 0, "make-certs.sh: %s" % r.stderr.decode())
+    names = sorted({h.rsplit(":", 1)[0] for h in addr_map if ".svc" in h})
+    for h in names:
+        check(openssl_verify(out, "dispatcher.pem", "sslserver", h),
+              "the dispatcher certificate does not verify for %s" % h)
+    check(openssl_verify(out, "dispatcher.pem", "sslclient"),
+          "the dispatcher certificate is not for client use (a replica dials its peers)")
+    note("dispatcher certificate: verifies for the replicas' %s, and as a client"
+         % ", ".join(names))
+
+    procs_ = []
+    for d, a in zip(disps, argvs):
+        pr = Proc(d.name, a, tmp, d.process_env(prefix))
+        procs_.append(pr)
+    metrics = []
+    for d, pr in zip(disps, procs_):
+        m = pr.wait_line(r"listening on (\S+):(\d+)$")
+        check(int(m.group(2)) == d.local_port("rpc"), "%s listens on %s, not on its "
+              "containerPort" % (d.name, m.group(0)))
+        metrics.append(d.local_port(probes["readinessProbe"]["httpGet"]["port"]))
+
+    def ready_set(alive, timeout):
+        """Waits until every live pod answers /healthz 200 and exactly one /readyz 200; returns
+        its index."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            states = []
+            for i in alive:
+                try:
+                    states.append((i, http_get(metrics[i], "/healthz")[0],
+                                   http_get(metrics[i], "/readyz")[0]))
+                except OSError as e:
+                    states.append((i, None, str(e)))
+            last = states
+            ready = [i for i, h, r in states if r == 200]
+            if all(h == 200 for _, h, _ in states) and len(ready) == 1:
+                return ready[0]
+            time.sleep(0.1)
+        fail("the replicas %s: wanted /healthz 200 on all and /readyz 200 on exactly one within "
+             "%.0f s; last (pod, /healthz, /readyz): %s" % (alive, timeout, last))
+
+    leader = ready_set(range(n), READY_TIMEOUT + 15)
+    note("replicas: %s is the one ready (the leader); /healthz 200 on all" % disps[leader].pod_name)
+
+    wargv = work.argv(prefix, services, pods, addr_map)
+    w = Proc("k8s-replicas-worker", wargv, tmp, server_env())
+    w.wait_line(r"listening on (\S+):(\d+)$")
+    wm = w.wait_line(r"metrics on (\S+):(\d+)$")
+    wait_status(int(wm.group(2)), "/readyz", 200)
+    targv = trainer.argv(prefix, services, pods, addr_map)
+    read_range_1000(targv, tmp, "replicas (%s)" % job_path, server_env())
+
+    rc, took = procs_[leader].stop(signal.SIGTERM, grace)
+    check(rc == 0, "the leader %s exited %d after SIGTERM" % (disps[leader].pod_name, rc))
+    note("leader %s exited 0 in %.1f s of SIGTERM (grace period %d s)"
+         % (disps[leader].pod_name, took, grace))
+    alive = [i for i in range(n) if i != leader]
+    t0 = time.monotonic()
+    new = ready_set(alive, 15.0)
+    note("replicas: %s is ready %.1f s later" % (disps[new].pod_name, time.monotonic() - t0))
+    wait_status(int(wm.group(2)), "/readyz", 200)
+    read_range_1000(targv, tmp, "replicas after the leader's SIGTERM (%s)" % job_path,
+                    server_env())
+    rc, _ = w.stop(signal.SIGTERM, dep["spec"]["template"]["spec"].get(
+        "terminationGracePeriodSeconds", 30))
+    check(rc == 0, "the worker exited %d after SIGTERM" % rc)
+    for i in alive:
+        rc, _ = procs_[i].stop(signal.SIGTERM, grace)
+        check(rc == 0, "%s exited %d after SIGTERM" % (disps[i].pod_name, rc))
+
+    # docs/deploying.md's switch, run on a copy of the kustomization and built by kubectl.
+    sec = "Kubernetes: three dispatcher replicas"
+    swap = guide_command(sec, r"^sed -i .*kustomization\.yaml")
+    kubectl = shutil.which("kubectl")
+    copy = os.path.join(tmp, "kustomize-replicas")
+    shutil.copytree(kdir, copy)
+    r = subprocess.run(swap[:-1] + [os.path.join(copy, "kustomization.yaml")],
+                       capture_output=True, timeout=10)
+    check(r.returncode == 0, "%s: %s" % (shlex.join(swap), r.stderr.decode()))
+    with open(os.path.join(copy, "kustomization.yaml")) as f:
+        res = yaml.safe_load(f)["resources"]
+    check("dispatcher-replicas.yaml" in res and "dispatcher.yaml" not in res,
+          "%s's switch leaves the resources %s" % (GUIDE, res))
+    if not kubectl:
+        note("kubectl is not installed: the switched kustomization was not built")
+        return
+    with open(os.path.join(copy, "token"), "w") as f:
+        f.write(TOKEN + "\n")
+    for g in kust["secretGenerator"]:
+        for src in secret_files(g).values():
+            if src != "token":
+                shutil.copy(SECRET_FILES[src], os.path.join(copy, src))
+    r = subprocess.run([kubectl, "kustomize", copy], capture_output=True, timeout=30)
+    check(r.returncode == 0, "kubectl kustomize (replicas) failed: %s" % r.stderr.decode())
+    built = [x for x in yaml.safe_load_all(r.stdout) if x]
+    ssets = [x for x in built if x["kind"] == "StatefulSet"]
+    check(len(ssets) == 1 and ssets[0]["spec"]["replicas"] == 3 and
+          sorted(x["metadata"]["name"] for x in built if x["kind"] == "Service") ==
+          ["sluice-dispatcher", "sluice-dispatcher-raft"],
+          "kubectl kustomize (replicas) built %s" % sorted((x["kind"], x["metadata"]["name"])
+                                                         for x in built))
+    note("kubectl kustomize builds the replicas' kustomization: %s"
+         % ", ".join(sorted(x["kind"] for x in built)))
 
 
 def check_worker_advertise(wl, pod):
@@ -1151,13 +1450,25 @@ def parse_dockerfile(path):
 
 
 def apt_packages(stage):
+    """The packages a stage's apt-get install commands name, as written: NAME, or NAME/SUITE for
+    one taken from another suite (bookworm-backports)."""
     pkgs = []
     for run in stage["run"]:
         for cmd in run.split("&&"):
             words = cmd.split()
             if "apt-get" in words and "install" in words:
-                pkgs += [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+                args = words[words.index("install") + 1:]
+                check("-t" not in args and "--target-release" not in args,
+                      "Dockerfile: apt-get install -t: name the suite per package (NAME/SUITE)")
+                pkgs += [w for w in args if not w.startswith("-")]
     return pkgs
+
+
+def apt_suites_added(stage):
+    """The suites a stage's RUN commands add an apt source for (a deb822 Suites: line written
+    by printf), which NAME/SUITE packages may name."""
+    return set(w for run in stage["run"] for m in re.finditer(r"Suites: ([\w -]+?)\\n", run)
+               for w in m.group(1).split())
 
 
 def apt_cache_works():
@@ -1179,8 +1490,18 @@ def check_docker(tmp, prefix, k8s_uid):
     with open(os.path.join(SOURCE, "scripts", "deps.sh")) as f:
         m = re.search(r"^packages=\((.*?)\)", f.read(), re.S | re.M)
     deps = set(m.group(1).split())
+    # C-Raft: deps.sh installs libraft-dev outside the list, from bookworm-backports on Debian 12.
+    with open(os.path.join(SOURCE, "scripts", "deps.sh")) as f:
+        for m in re.finditer(r"apt-get install .*-t (\S+) (\S+)", f.read()):
+            deps.add("%s/%s" % (m.group(2), m.group(1)))
     strays = [p for p in apt_packages(build) if p not in deps]
-    check(not strays, "the build stage installs %s, which scripts/deps.sh does not" % strays)
+    check(not strays, "the build stage installs %s, which scripts/deps.sh does not (from that "
+          "suite)" % strays)
+    for st in (build, run):
+        for p in apt_packages(st):
+            if "/" in p:
+                check(p.split("/", 1)[1] in apt_suites_added(st),
+                      "Dockerfile: %s: the stage adds no apt source for that suite" % p)
     build_cmds = " ".join(build["run"])
     check("cmake --build" in build_cmds and "-DCMAKE_BUILD_TYPE=Release" in build_cmds,
           "the build stage does not build a Release with cmake")
@@ -1203,11 +1524,12 @@ def check_docker(tmp, prefix, k8s_uid):
           "and the image's PATH look" % inst_prefix)
 
     runtime_pkgs = apt_packages(run)
+    runtime_names = [p.split("/")[0] for p in runtime_pkgs]
     entry = run["entrypoint"] or []
     cmd = run["cmd"] or []
     for binary in entry[:1]:
         name = os.path.basename(binary)
-        check(name in runtime_pkgs or os.path.exists(os.path.join(prefix, "bin", name)),
+        check(name in runtime_names or os.path.exists(os.path.join(prefix, "bin", name)),
               "ENTRYPOINT %s comes from neither the install nor a runtime package" % binary)
     check(cmd, "the image has no CMD")
     path = os.path.join(prefix, "bin", os.path.basename(cmd[0]))
@@ -1224,14 +1546,14 @@ def check_docker(tmp, prefix, k8s_uid):
     r = subprocess.run(["apt-cache", "show", "--no-all-versions"] + names, capture_output=True,
                        timeout=60)
     known = set(re.findall(r"^Package: (\S+)$", r.stdout.decode(), re.M))
-    missing = [n for n in names if n not in known]
+    missing = [n for n in names if n.split("/")[0] not in known]
     check(not missing, "Dockerfile: apt-cache knows no package %s" % ", ".join(missing))
     # Every library the installed binaries link comes from a runtime package or one of its
     # dependencies (the sanitizer runtimes of an ASan build excepted).
     r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
                         "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"]
                        + runtime_pkgs, capture_output=True, timeout=60)
-    closure = set(runtime_pkgs)
+    closure = set(runtime_names)
     for line in r.stdout.decode().splitlines():
         m = re.match(r"\s*(?:\|?(?:Pre)?Depends: )?<?([a-z0-9][a-z0-9+.-]+)>?$", line.strip())
         if m:
@@ -1398,8 +1720,10 @@ def main():
             f.write(TOKEN + "\n")
         TOKEN_PATHS["/etc/sluice/token"] = token_file
         prefix, version = install(tmp)
+        PREFIX[0] = prefix
         note("installed sluice %s into %s" % (version, prefix))
         check_kubernetes(tmp, prefix)
+        check_kubernetes_replicas(tmp, prefix)
         check_systemd(tmp, prefix)
         with open(os.path.join(DEPLOY, "kubernetes", "worker.yaml")) as f:
             uid = [d for d in yaml.safe_load_all(f) if d and "template" in d.get("spec", {})][
