@@ -400,20 +400,26 @@ def test_rolling_restart(group_factory):
     g.wait_converged()
 
 
+@pytest.mark.xfail(strict=True, reason="a replica started again with the same id on an emptied "
+                   "work dir installs the leader's snapshot (applied_index 1 -> 160) but never "
+                   "gets the entries after it (stays at 160 while the others are at 162; nothing "
+                   "logged); with a log short enough to need no snapshot it stays at 1")
 @dumps_logs
 def test_wiped_follower_catches_up_by_snapshot(group_factory):
     g = group_factory(extra=["--snapshot-every", "16"])
     leader = g.wait_leader()
     follower = next(i for i in g.ids if i != leader)
-    for k in range(50):
+    # C-Raft keeps 128 entries behind a snapshot: past 16 + 128 changes the log is compacted.
+    for k in range(160):
         r = g.cli("register", "--dispatcher", g.target, f"range({k + 1})")
         assert r.returncode == 0, r.stderr
     before = g.wait_converged()[leader]
+    assert before["last_index"] > 16 + 128, before
     assert g.kill(follower, signal.SIGTERM) == 0
     shutil.rmtree(g.work_dir(follower))
     g.start(follower)
     seen = []
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         v = g.status(follower)
         if v:
@@ -421,13 +427,14 @@ def test_wiped_follower_catches_up_by_snapshot(group_factory):
             if v["applied_index"] >= before["applied_index"]:
                 break
         time.sleep(0.05)
-    views = g.wait_converged()
+    views = g.wait_converged(timeout=10)
     print(f"wiped replica {follower}: applied_index seen {seen[:10]}... "
           f"(the leader's was {before['applied_index']})")
     assert views[follower]["state_digest"] == before["state_digest"]
     # The log was compacted every 16 entries: a copy of the state, not the log from entry 1,
-    # brought the wiped replica's applied_index from 0 straight past the snapshot's index.
-    assert all(a == 0 or a >= 16 for a in seen), seen
+    # brought the wiped replica's applied_index from its fresh bootstrap (entry 1) straight past
+    # the snapshot's index.
+    assert all(a <= 1 or a >= 16 for a in seen), seen
     # The group still serves, and the wiped replica's state is in it.
     r = g.cli("register", "--dispatcher", g.target, "range(1000)")
     assert r.returncode == 0, r.stderr
