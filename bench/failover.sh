@@ -155,3 +155,8 @@ echo "SIGTERM of the leader (handover), $handovers times: unavailability" \
 total=$(grep -c . "$tmp/counts" || true)
 exact=$(grep -cx "$n" "$tmp/counts" || true)
 echo "reads finished meanwhile: $total, of which exact ($n elements): $exact"
+# What went wrong in the replicas, if anything (their logs go with the scratch directory).
+if grep -h -i "assert\|abort\|error \|fatal" "$tmp"/d*.log >"$tmp/trouble"; then
+    echo "replica logs:"
+    sed 's/^/  /' "$tmp/trouble"
+fi
