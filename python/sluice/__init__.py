@@ -359,6 +359,17 @@ class DispatchServer(_Server):
     incarnations they send) bound what clients can make the dispatcher hold; past one, the request fails with the
     limit's name and the dispatcher serves everyone else.
 
+    Replicas (docs/operations.md "Dispatcher replicas"): raft_id (1, 2, ...) makes this
+    dispatcher one of a group of 3 or 5 on Raft; raft_cluster lists the group's Raft addresses
+    ("1=HOST:PORT,2=HOST:PORT,3=HOST:PORT"), raft_address is this one's as listed, and work_dir
+    holds its Raft log (it implies fault_tolerant_mode). The leader serves; the others refuse
+    with the leader's address, which callers given the list of targets follow. raft_bind
+    listens for Raft elsewhere ("0.0.0.0:7001"), advertise is the RPC address the others give
+    for this one (None: the bound host and port), raft_election_timeout_ms (None: 1000) is
+    Raft's election timeout. These are the flags --raft-id, --raft-address, --raft-cluster,
+    --raft-bind, --advertise and --raft-election-timeout-ms; a bad combination raises
+    sluice.InvalidArgumentError with the dispatcher's message.
+
     Use it as a context manager, or call stop(); target is "sluice://HOST:PORT".
     """
 
@@ -372,7 +383,9 @@ class DispatchServer(_Server):
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
                  max_connections=None, max_handshakes=None, max_datasets=None,
-                 max_pipeline_bytes=None, max_jobs_per_client=None, max_jobs_per_address=None):
+                 max_pipeline_bytes=None, max_jobs_per_client=None, max_jobs_per_address=None,
+                 raft_id=None, raft_address=None, raft_cluster=None, raft_bind=None,
+                 advertise=None, raft_election_timeout_ms=None):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -397,6 +410,10 @@ class DispatchServer(_Server):
             _size(max_datasets, "max_datasets"), _size(max_pipeline_bytes, "max_pipeline_bytes"),
             _size(max_jobs_per_client, "max_jobs_per_client"),
             _size(max_jobs_per_address, "max_jobs_per_address"),
+            _size(raft_id, "raft_id"), _text(raft_address, "raft_address"),
+            _text(raft_cluster, "raft_cluster"), _text(raft_bind, "raft_bind"),
+            _text(advertise, "advertise"),
+            _ms(raft_election_timeout_ms, "raft_election_timeout_ms"),
         ), start)
 
     @property

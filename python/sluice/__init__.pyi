@@ -108,7 +108,10 @@ class DispatchServer(_Server):
                  max_connections: Optional[int] = None, max_handshakes: Optional[int] = None,
                  max_datasets: Optional[int] = None, max_pipeline_bytes: Optional[int] = None,
                  max_jobs_per_client: Optional[int] = None,
-                 max_jobs_per_address: Optional[int] = None) -> None: ...
+                 max_jobs_per_address: Optional[int] = None, raft_id: Optional[int] = None,
+                 raft_address: Optional[str] = None, raft_cluster: Optional[str] = None,
+                 raft_bind: Optional[str] = None, advertise: Optional[str] = None,
+                 raft_election_timeout_ms: Optional[int] = None) -> None: ...
     @property
     def target(self) -> str:
         """"sluice://HOST:PORT", what workers and readers are given."""
