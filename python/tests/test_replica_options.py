@@ -74,10 +74,6 @@ def test_group_of_three_embedded(tmp_path):
     assert out["got"] == list(range(100))
 
 
-@pytest.mark.xfail(strict=True, raises=subprocess.TimeoutExpired,
-                   reason="stopping the last replica left, a leader whose peers are gone, never "
-                   "returns: it logs 'handing leadership over before stopping' and 'stops "
-                   "leading', then waits forever (the binary ignores SIGTERM the same way)")
 def test_last_replica_stops(tmp_path):
     r = run_group(tmp_path, "stop", 60)
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == "stopped", r.stderr

@@ -318,10 +318,6 @@ def test_leader_killed_ten_times(group_factory):
     print("converged:", {i: (v["applied_index"], v["state_digest"]) for i, v in views.items()})
 
 
-@pytest.mark.xfail(strict=True, reason="the woken old leader exits ('raft: DIR: writing a batch: "
-                   "unavailable', status 1) instead of following: replica_sink's raft_apply is "
-                   "refused at once (no longer leader) before the replica stepped down, and the "
-                   "journal thread takes that synchronous refusal as a journal failure")
 @dumps_logs
 def test_leader_stopped_past_election_timeout(group_factory):
     timeout_ms = 500
@@ -359,11 +355,6 @@ def test_leader_stopped_past_election_timeout(group_factory):
     g.wait_converged()
 
 
-# Not strict: the abort is intermittent (about one SIGTERM of a leader in three here), so the
-# case passes when it does not happen.
-@pytest.mark.xfail(strict=False, reason="SIGTERM of the leader sometimes aborts the dispatcher "
-                   "after 'leadership handed over: the leader is now 0': libuv's uv_close: "
-                   "Assertion `!uv__is_closing(handle)' failed (exit -6)")
 @dumps_logs
 def test_rolling_restart(group_factory):
     g = group_factory()
@@ -458,9 +449,6 @@ def start_refused(argv, timeout=20):
     return r.returncode, lines
 
 
-@pytest.mark.xfail(strict=True, reason="a replica refused for another --raft-cluster than its "
-                   "raft dir's logs the reason at debug level only and then hangs in "
-                   "loop_thread_start (src/common/loop_thread.c) instead of exiting")
 def test_refused_other_cluster(tmp_path):
     d = str(BIN_DIR / "sluice-dispatcher")
     p = [free_port() for _ in range(5)]

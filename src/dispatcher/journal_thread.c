@@ -136,6 +136,7 @@ static void thread_main(void *arg)
 }
 
 static void fail(struct journal_thread *jt, int rc, const char *msg);
+static void maybe_finish(struct journal_thread *jt);
 static void on_prepare(uv_prepare_t *h);
 static void on_check(uv_check_t *h);
 
@@ -209,6 +210,9 @@ static void submit(struct journal_thread *jt)
             char msg[SLUICE_ERRMSG_SIZE];
             snprintf(msg, sizeof msg, "writing a batch: %s", sluice_strerror(rc));
             fail(jt, rc, msg);
+            /* The sink may have closed jt meanwhile (a replica that stepped down). */
+            if (jt->closing)
+                maybe_finish(jt);
         }
         return;
     }
@@ -368,7 +372,7 @@ static void maybe_finish(struct journal_thread *jt)
         return;
     if (!jt->failed && (jt->n > jt->head || jt->has_snap)) {
         submit(jt);
-        if (jt->inflight)
+        if (jt->inflight || jt->finishing)
             return;
     }
     jt->finishing = true;

@@ -79,6 +79,7 @@ struct replica {
     struct raft_transfer transfer;
     bool transferring;
     void (*handover_cb)(void *);
+    bool handover_due; /* the handover ended: handover_finish at the next poll */
     void *handover_user;
 };
 
@@ -123,6 +124,15 @@ static void step_down(struct replica *r, const char *why)
     /* A leader that loses its leadership while handing it over (no peer left to take it) has
      * nothing left to hand over: the stop goes on. C-Raft may still end the transfer request
      * later; on_transfer then finds no callback. */
+    if (r->handover_cb)
+        r->handover_due = true;
+}
+
+/* Runs the handover's callback (the stop going on) from the poll timer, never from inside one
+ * of Raft's callbacks: the stop closes Raft, which must not happen under Raft's own feet. */
+static void handover_finish(struct replica *r)
+{
+    r->handover_due = false;
     void (*cb)(void *) = r->handover_cb;
     r->handover_cb = NULL;
     if (cb)
@@ -259,7 +269,13 @@ int replica_sink(void *user, struct journal_thread *jt, const struct journal_rec
     struct replica *r = user;
     if (!r->serving)
         return SLUICE_ERR_UNAVAILABLE;
-    return submit(r, jt, recs, n, false, false);
+    int rc = submit(r, jt, recs, n, false, false);
+    /* Refused at once: Raft no longer takes entries from this replica (it was deposed and
+     * has not been told in a poll yet). It stops serving first, so the journal thread's failure
+     * that follows is no fault of the dispatcher's. */
+    if (rc < 0)
+        step_down(r, "Raft refused an entry");
+    return rc;
 }
 
 static void watch(struct replica *r)
@@ -312,6 +328,10 @@ static void on_poll(uv_timer_t *t)
     stalled(r);
     r->last_tick_ns = uv_hrtime();
     watch(r);
+    if (r->handover_due) {
+        handover_finish(r);
+        return;
+    }
     if (r->suspect && r->serving && !r->confirming && r->lead_term != 0) {
         r->confirming = true;
         if (submit(r, NULL, NULL, 0, false, true) < 0) {
@@ -690,11 +710,8 @@ static void on_transfer(struct raft_transfer *req)
     const char *addr = NULL;
     raft_leader(&r->raft, &leader, &addr);
     log_info("raft: leadership handed over: the leader is now %" PRIu64, (uint64_t)leader);
-    watch(r);
-    void (*cb)(void *) = r->handover_cb;
-    r->handover_cb = NULL;
-    if (cb)
-        cb(r->handover_user);
+    if (r->handover_cb)
+        r->handover_due = true;
 }
 
 void replica_handover(struct replica *r, void (*cb)(void *user), void *user)
