@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 bin=${1:-build}/bin
-for t in awk sort date curl python3; do command -v $t >/dev/null || { echo "needs $t"; exit 1; }; done
+for t in awk sort date curl /usr/bin/python3; do command -v $t >/dev/null || { echo "needs $t"; exit 1; }; done
 kills=${SLUICE_BENCH_FAILOVER_KILLS:-20}
 handovers=${SLUICE_BENCH_FAILOVER_HANDOVERS:-5}
 timeout_ms=${SLUICE_BENCH_FAILOVER_TIMEOUT_MS:-1000}
@@ -29,7 +29,7 @@ tmp=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
-read -r -a ports <<<"$(python3 -c '
+read -r -a ports <<<"$(/usr/bin/python3 -c '
 import socket
 ss = [socket.socket() for _ in range(9)]
 for s in ss: s.bind(("127.0.0.1", 0))
