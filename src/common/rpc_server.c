@@ -229,6 +229,8 @@ int rpc_conn_reply_elements(struct rpc_conn *rc, uint64_t id, uint32_t count, bo
 /* The Error reply of rpc_conn_reply_error and rpc_conn_reply_not_leader; leader NULL leaves
  * Error.leader unset. */
 static int reply_error_v(struct rpc_conn *rc, uint64_t id, int code, const char *leader,
+                         const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+static int reply_error_v(struct rpc_conn *rc, uint64_t id, int code, const char *leader,
                          const char *fmt, va_list ap)
 {
     char msg[SLUICE_ERRMSG_SIZE];
