@@ -495,6 +495,34 @@ int status_json_table(const char *json, char **out, char *err, size_t errlen)
         sb_str(&b, "\n");
         free(text);
     }
+    /* A dispatcher replica's own view of its group (the "raft" object), on one line. */
+    json_t *raft = json_object_get(root, "raft");
+    if (json_is_object(raft)) {
+        static const char *const keys[] = {"role",         "serving",       "leader_id",   "term",
+                                           "commit_index", "applied_index", "state_digest"};
+        char *id = cell_text(json_object_get(raft, "id"));
+        sb_str(&b, "replica: ");
+        sb_str(&b, id ? id : "?");
+        free(id);
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            json_t *kv = json_object_get(raft, keys[k]);
+            if (!kv)
+                continue;
+            char *text = cell_text(kv);
+            if (!text) {
+                b.failed = true;
+                break;
+            }
+            sb_str(&b, k == 0 ? " " : ", ");
+            if (k > 0) {
+                sb_str(&b, keys[k]);
+                sb_str(&b, " ");
+            }
+            sb_str(&b, text);
+            free(text);
+        }
+        sb_str(&b, "\n");
+    }
     for (size_t s = 0; s < sizeof sections / sizeof sections[0]; s++) {
         json_t *list = json_object_get(root, sections[s].name);
         if (!json_is_array(list) && !json_is_object(list))

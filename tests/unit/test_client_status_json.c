@@ -50,6 +50,29 @@ static void test_table_full_document(void **state)
                  "  1   -     d1       parallel_epochs  active  2        2\n");
 }
 
+static void test_table_replica(void **state)
+{
+    (void)state;
+    expect_table("{\"incarnation\": 42,"
+                 " \"raft\": {\"id\": 2, \"role\": \"follower\", \"serving\": false,"
+                 "            \"leader_id\": 3, \"term\": 7, \"commit_index\": 74,"
+                 "            \"applied_index\": 74, \"last_index\": 74, \"leader_changes\": 4,"
+                 "            \"state_digest\": \"45e31cdf67bfd1c9\", \"members\": []},"
+                 " \"workers\": [], \"datasets\": [], \"jobs\": []}",
+                 "incarnation: 42\n"
+                 "replica: 2 follower, serving false, leader_id 3, term 7, commit_index 74, "
+                 "applied_index 74, state_digest 45e31cdf67bfd1c9\n"
+                 "\n"
+                 "workers (0)\n"
+                 "  none\n"
+                 "\n"
+                 "datasets (0)\n"
+                 "  none\n"
+                 "\n"
+                 "jobs (0)\n"
+                 "  none\n");
+}
+
 static void test_table_figures(void **state)
 {
     (void)state;
@@ -262,6 +285,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_full_document),
+        cmocka_unit_test(test_table_replica),
         cmocka_unit_test(test_table_figures),
         cmocka_unit_test(test_table_failed_job),
         cmocka_unit_test(test_table_sections_keyed_or_missing),
