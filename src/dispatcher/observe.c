@@ -943,8 +943,8 @@ int observe_raft(struct observe *o, const struct status_raft *v)
         SCALAR_RC(false, "sluice_raft_term", "This replica's current Raft term.", METRICS_U64,
                   &o->raft_term_g);
         SCALAR_RC(false, "sluice_raft_commit_index",
-                  "The index of the last Raft entry this replica knows is committed.",
-                  METRICS_U64, &o->raft_commit_g);
+                  "The index of the last Raft entry this replica knows is committed.", METRICS_U64,
+                  &o->raft_commit_g);
         SCALAR_RC(false, "sluice_raft_applied_index",
                   "The index of the last Raft entry this replica applied to its state.",
                   METRICS_U64, &o->raft_applied_g);

@@ -192,6 +192,24 @@ static void on_apply(struct raft_apply *req, int status, void *result)
                              status == 0 ? NULL : "raft: not committed: leadership lost");
 }
 
+/* Hands an encoded entry (p, len: from raft_malloc) to Raft with a's callback; a's kind fields
+ * are set by the caller. p is Raft's whatever happens, a too once this returns 0. */
+static int append(struct replica *r, struct apply_req *a, uint8_t *p, size_t len)
+{
+    struct raft_buffer buf = {p, len};
+    a->r = r;
+    a->req.data = a;
+    int rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
+    if (rc != 0) {
+        /* raft_apply() frees the entry's buffer when it refuses it. */
+        log_debug("raft: appending an entry: %s", raft_strerror(rc));
+        free(a);
+        return SLUICE_ERR_UNAVAILABLE;
+    }
+    r->pending_applies++;
+    return 0;
+}
+
 static int submit(struct replica *r, struct journal_thread *jt, const struct journal_record *recs,
                   size_t n, bool announce, bool confirm)
 {
@@ -212,21 +230,10 @@ static int submit(struct replica *r, struct journal_thread *jt, const struct jou
         free(a);
         return rc;
     }
-    struct raft_buffer buf = {p, len};
-    a->r = r;
     a->jt = jt;
     a->announce = announce;
     a->confirm = confirm;
-    a->req.data = a;
-    rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
-    if (rc != 0) {
-        /* raft_apply() frees the entry's buffer when it refuses it. */
-        log_debug("raft: appending an entry: %s", raft_strerror(rc));
-        free(a);
-        return SLUICE_ERR_UNAVAILABLE;
-    }
-    r->pending_applies++;
-    return 0;
+    return append(r, a, p, len);
 }
 
 /* Commits the seed state (opts.seed) as the group's first state. */
@@ -247,20 +254,12 @@ static int submit_seed(struct replica *r)
         raft_free(p);
         return SLUICE_ERR_NOMEM;
     }
-    struct raft_buffer buf = {p, len};
-    a->r = r;
     a->seed = true;
-    a->req.data = a;
-    rc = raft_apply(&r->raft, &a->req, &buf, 1, on_apply);
-    if (rc != 0) {
-        log_warn("raft: committing the seed state: %s", raft_strerror(rc));
-        free(a);
-        return SLUICE_ERR_UNAVAILABLE;
-    }
-    r->pending_applies++;
-    log_info("raft: replica %" PRIu64 " commits the seed state (%zu bytes) before serving", r->id,
-             snaplen);
-    return 0;
+    rc = append(r, a, p, len);
+    if (rc == 0)
+        log_info("raft: replica %" PRIu64 " commits the seed state (%zu bytes) before serving",
+                 r->id, snaplen);
+    return rc;
 }
 
 /* The journal_thread's sink while leading. */

@@ -129,10 +129,10 @@ static void fuzz_entry(const uint8_t *data, size_t len)
     if (strlen(e.rpc) == (size_t)(buf[20] | buf[21] << 8)) {
         uint8_t *again;
         size_t alen;
-        int re = e.seed ? replica_entry_encode_seed(e.origin, e.term, e.rpc, e.seed, e.seed_len,
-                                                    NULL, &again, &alen)
-                        : replica_entry_encode(e.origin, e.term, e.rpc, recs, n, NULL, &again,
-                                               &alen);
+        int re = e.seed
+                     ? replica_entry_encode_seed(e.origin, e.term, e.rpc, e.seed, e.seed_len, NULL,
+                                                 &again, &alen)
+                     : replica_entry_encode(e.origin, e.term, e.rpc, recs, n, NULL, &again, &alen);
         if (re == 0) {
             assert(alen == len && memcmp(again, buf, len) == 0);
             free(again);
