@@ -48,8 +48,9 @@ struct iter_mix {
     uint32_t timeout_ms;   /* of the current next() call; 0 on the tail's thread */
     size_t waiting_on;     /* the input the last wait that ran out was for, + 1 */
     /* A named job's sample_from_datasets: where and when the weights schedule was last asked
-     * for (fetch_schedule), to ask for about two seconds of reading at a time. */
-    uint64_t sched_pos, sched_ms;
+     * for (fetch_schedule), and how far ahead, to ask for about two seconds of reading at a
+     * time. */
+    uint64_t sched_pos, sched_ms, sched_ahead;
     /* What this read drew from each input, reported with those requests under a random id: the
      * realized shares `sluice status` shows. */
     uint64_t reader;
@@ -126,21 +127,26 @@ static int take_schedule(const Sluice__Envelope *reply, void *user, char *err, s
 }
 
 /* The mix's horizon callback: asks the dispatcher for the weights schedule up to about two
- * seconds of reading past pos (journaled there before it answers). */
+ * seconds of reading past pos (journaled there before it answers). The rate is measured since
+ * the last request, and the lookahead at most doubles from one request to the next: a burst of
+ * prefetched elements read in a few milliseconds would otherwise promise hundreds of
+ * thousands of positions, and a weight change would wait for all of them. */
 static int fetch_schedule(void *user, struct pipe_iter *mix, uint64_t pos, char *err, size_t errlen)
 {
     struct iter_mix *m = user;
     struct sluice_iterator *it = m->it;
     uint64_t now = iter_clock_ms();
     uint64_t ahead = MIX_SCHEDULE_MIN;
-    if (m->sched_ms && now > m->sched_ms && pos > m->sched_pos) {
-        uint64_t rate = (pos - m->sched_pos) * MIX_SCHEDULE_AHEAD_MS / (now - m->sched_ms);
-        ahead = rate < MIX_SCHEDULE_MIN   ? MIX_SCHEDULE_MIN
-                : rate > MIX_SCHEDULE_MAX ? MIX_SCHEDULE_MAX
-                                          : rate;
+    if (m->sched_ms && pos > m->sched_pos) {
+        uint64_t ms = now > m->sched_ms ? now - m->sched_ms : 1;
+        uint64_t rate = (pos - m->sched_pos) * MIX_SCHEDULE_AHEAD_MS / ms;
+        uint64_t most = 2 * m->sched_ahead < MIX_SCHEDULE_MAX ? 2 * m->sched_ahead
+                                                              : MIX_SCHEDULE_MAX;
+        ahead = rate < MIX_SCHEDULE_MIN ? MIX_SCHEDULE_MIN : rate > most ? most : rate;
     }
     m->sched_pos = pos;
     m->sched_ms = now;
+    m->sched_ahead = ahead;
     Sluice__GetMixScheduleRequest q = SLUICE__GET_MIX_SCHEDULE_REQUEST__INIT;
     q.job_name = it->job_name;
     q.dataset_id = it->dataset_id;
