@@ -498,8 +498,8 @@ int status_json_table(const char *json, char **out, char *err, size_t errlen)
     /* A dispatcher replica's own view of its group (the "raft" object), on one line. */
     json_t *raft = json_object_get(root, "raft");
     if (json_is_object(raft)) {
-        static const char *const keys[] = {"role",         "serving",       "leader_id",   "term",
-                                           "commit_index", "applied_index", "state_digest"};
+        static const char *const keys[] = {"role", "membership",   "serving",       "leader_id",
+                                           "term", "commit_index", "applied_index", "state_digest"};
         char *id = cell_text(json_object_get(raft, "id"));
         sb_str(&b, "replica: ");
         sb_str(&b, id ? id : "?");

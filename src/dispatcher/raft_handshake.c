@@ -127,9 +127,12 @@ int raft_hs_step(struct raft_hs *hs, const Sluice__Envelope *env, struct raft_hs
         }
         hs->peer_id = env->raft_peer_hello->id;
         snprintf(hs->peer_address, sizeof hs->peer_address, "%s", env->raft_peer_hello->address);
+        hs->probe = env->raft_peer_hello->probe;
+        hs->rejoin = env->raft_peer_hello->rejoin && !hs->probe;
         hs->state = RAFT_HS_DONE;
         out->send |= RAFT_HS_SEND_WELCOME;
-        out->open = true;
+        out->open = !hs->probe;
+        out->answered = hs->probe;
         return 0;
     }
     case RAFT_HS_WELCOME:
@@ -137,7 +140,12 @@ int raft_hs_step(struct raft_hs *hs, const Sluice__Envelope *env, struct raft_hs
             return fail(hs, out, SLUICE_ERR_PROTOCOL, NULL, msg, msglen,
                         "expected a RaftPeerWelcome after the RaftPeerHello");
         hs->state = RAFT_HS_DONE;
-        out->open = true;
+        if (hs->probe) {
+            hs->last_index = env->raft_peer_welcome ? env->raft_peer_welcome->last_index : 0;
+            out->answered = true;
+        } else {
+            out->open = true;
+        }
         return 0;
     case RAFT_HS_DONE:
     case RAFT_HS_FAILED:

@@ -15,6 +15,12 @@
  * After the welcome the connection carries Raft's own bytes, from the dialler to the acceptor
  * only; nothing of the handshake follows.
  *
+ * Two flags of RaftPeerHello change that. probe: the dialler only asks; the acceptor answers
+ * RaftPeerWelcome { last_index } (hs.last_index, set by the caller before the step) and both
+ * ends close (raft_hs_out.answered), nothing reaching Raft. rejoin: the dialler's Raft
+ * directory is new and it joins a group that has a log; the acceptor records it (hs.rejoin)
+ * and the connection opens as any other.
+ *
  * Threading: any thread; nothing here is shared. */
 #ifndef SLUICE_DISPATCHER_RAFT_HANDSHAKE_H
 #define SLUICE_DISPATCHER_RAFT_HANDSHAKE_H
@@ -45,13 +51,20 @@ struct raft_hs {
     /* Acceptor: the dialler's identity from its RaftPeerHello, once state is RAFT_HS_DONE. */
     uint64_t peer_id;
     char peer_address[RAFT_HS_ADDRESS_MAX];
+    /* Dialler: what its RaftPeerHello asks (set after raft_hs_init). Acceptor: what the
+     * dialler's said, once state is RAFT_HS_DONE. */
+    bool probe, rejoin;
+    /* Acceptor: the answer to a probe (set by the caller). Dialler of a probe: the answer, once
+     * state is RAFT_HS_DONE. */
+    uint64_t last_index;
 };
 
 /* What the caller must send, in this order, after a step (bits of raft_hs_out.send). */
 enum raft_hs_send {
     RAFT_HS_SEND_PROOF = 1,      /* AuthProof { mac } with raft_hs_out.mac */
-    RAFT_HS_SEND_PEER_HELLO = 2, /* RaftPeerHello { own id, own address, cluster } */
-    RAFT_HS_SEND_WELCOME = 4,    /* RaftPeerWelcome {} */
+    RAFT_HS_SEND_PEER_HELLO = 2, /* RaftPeerHello { own id, own address, cluster, probe,
+                                    rejoin } */
+    RAFT_HS_SEND_WELCOME = 4,    /* RaftPeerWelcome { last_index: hs.last_index } */
     RAFT_HS_SEND_ERROR = 8,      /* Error { code, error_msg } with id 0, then close */
 };
 
@@ -63,6 +76,8 @@ struct raft_hs_out {
     char error_msg[512];
     /* The handshake is done (after sending what send asks): hand the stream over. */
     bool open;
+    /* A probe is done (after sending what send asks): close; nothing reaches Raft. */
+    bool answered;
 };
 
 /* Starts the handshake of one connection. side: AUTH_SERVER for the end that accepted, else

@@ -62,7 +62,11 @@ struct rt_peer {
     uv_getaddrinfo_t gai;
     struct addrinfo *ai, *ai_next; /* dialler: the addresses resolved, and the next to try */
     uv_connect_t connect;
-    struct raft_uv_connect *req;       /* dialler: Raft's request */
+    struct raft_uv_connect *req; /* dialler: Raft's request */
+    /* Dialler of a probe (raft_transport_probe): its callback, run once from peer_maybe_free. */
+    raft_transport_probe_cb probe_cb;
+    void *probe_user;
+    bool probe;
     raft_id id;                        /* dialler: the server dialled */
     char address[RAFT_HS_ADDRESS_MAX]; /* dialler: where to; for logs */
     char host[RAFT_HS_ADDRESS_MAX];    /* dialler: the host part, which TLS verifies */
@@ -108,7 +112,11 @@ struct rt {
     bool listening; /* listener initialized (and counted in handles) */
     int port;
     struct listen_spare spare;
-    raft_uv_accept_cb accept_cb;
+    raft_uv_accept_cb accept_cb; /* NULL while listening early, before Raft started */
+    void *user;
+    uint64_t (*last_index)(void *user);
+    bool (*rejoining)(void *user);
+    void (*rejoin)(void *user, uint64_t id);
     struct rt_peer *peers;
     unsigned incoming; /* acceptor handshakes in progress */
     unsigned handles;  /* listener, spare while busy, closer */
@@ -163,6 +171,11 @@ static void peer_maybe_free(struct rt_peer *p)
         struct raft_uv_connect *req = p->req;
         p->req = NULL;
         req->cb(req, NULL, p->status);
+    }
+    if (p->probe_cb) {
+        raft_transport_probe_cb cb = p->probe_cb;
+        p->probe_cb = NULL;
+        cb(p->probe_user, (uint64_t)p->id, p->status, p->hs.last_index);
     }
     frame_decoder_release(&p->dec);
     if (p->ai)
@@ -372,6 +385,8 @@ static int peer_send_out(struct rt_peer *p, const struct raft_hs_out *out)
         hello.id = rt->id;
         hello.address = rt->address;
         hello.cluster = rt->cluster;
+        hello.probe = p->hs.probe;
+        hello.rejoin = p->hs.rejoin;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_RAFT_PEER_HELLO;
         env.raft_peer_hello = &hello;
@@ -379,6 +394,7 @@ static int peer_send_out(struct rt_peer *p, const struct raft_hs_out *out)
     }
     if (rc == 0 && (out->send & RAFT_HS_SEND_WELCOME)) {
         Sluice__RaftPeerWelcome welcome = SLUICE__RAFT_PEER_WELCOME__INIT;
+        welcome.last_index = p->hs.last_index;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_RAFT_PEER_WELCOME;
         env.raft_peer_welcome = &welcome;
@@ -544,6 +560,16 @@ static void peer_maybe_hand_over(struct rt_peer *p)
     if (!p->open || p->done || p->relaying || p->writes > 0)
         return;
     struct rt *rt = p->rt;
+    if (!p->dialler && rt->accept_cb == NULL) {
+        /* Listening early (raft_transport_listen): Raft has not started and takes no stream
+         * yet; the dialler tries again. */
+        log_debug("raft: %s: server %" PRIu64 " connected before Raft started; closing", p->peer,
+                  p->hs.peer_id);
+        peer_close(p, RAFT_NOCONNECTION);
+        return;
+    }
+    if (!p->dialler && p->hs.rejoin && rt->rejoin)
+        rt->rejoin(rt->user, p->hs.peer_id);
     uv_stream_t *stream;
     if (p->tls) {
         stream = relay_start(p);
@@ -610,6 +636,15 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
          * reads. */
         p->open = true;
         uv_read_stop((uv_stream_t *)p->tcp);
+    }
+    if (out.answered) {
+        /* A probe: the dialler has its answer; the acceptor closes once it is written. */
+        uv_read_stop((uv_stream_t *)p->tcp);
+        if (p->dialler || p->writes == 0)
+            peer_close(p, 0);
+        else
+            p->rejecting = true;
+        return SLUICE_ERR_CLOSED;
     }
     return 0;
 }
@@ -768,6 +803,12 @@ static void peer_start(struct rt_peer *p)
     }
     raft_hs_init(&p->hs, p->dialler ? AUTH_CLIENT : AUTH_SERVER, token ? rt->sec->token : NULL,
                  token ? rt->sec->token_len : 0, rt->cluster, nonce);
+    if (p->dialler) {
+        p->hs.probe = p->probe;
+        p->hs.rejoin = !p->probe && rt->rejoining && rt->rejoining(rt->user);
+    } else {
+        p->hs.last_index = rt->last_index ? rt->last_index(rt->user) : 0;
+    }
     p->tcp->data = p;
     (void)uv_tcp_nodelay(p->tcp, 1);
     struct sockaddr_storage ss;
@@ -961,6 +1002,8 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     start_connect(p, res->ai_addr);
 }
 
+static void dial(struct rt_peer *p, raft_id id, const char *host, int port, const char *address);
+
 static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, raft_id id,
                       const char *address, raft_uv_connect_cb cb)
 {
@@ -978,6 +1021,14 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, 
         return RAFT_NOMEM;
     req->cb = cb;
     p->req = req;
+    dial(p, id, host, port, address);
+    return 0;
+}
+
+/* Resolves and connects a dialler to server id at address (host, port split from it). */
+static void dial(struct rt_peer *p, raft_id id, const char *host, int port, const char *address)
+{
+    struct rt *rt = p->rt;
     p->id = id;
     snprintf(p->host, sizeof p->host, "%s", host);
     snprintf(p->address, sizeof p->address, "%s", address);
@@ -999,7 +1050,6 @@ static int rt_connect(struct raft_uv_transport *t, struct raft_uv_connect *req, 
         else
             peer_fail(p, "resolve %s: %s", address, uv_strerror(rc));
     }
-    return 0;
 }
 
 /* ---- the transport's other methods -------------------------------------------------------- */
@@ -1016,14 +1066,13 @@ static int rt_init(struct raft_uv_transport *t, raft_id id, const char *address)
     return 0;
 }
 
-static int rt_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
+/* Binds the listener (bind_address, else the transport's address). */
+static int listen_now(struct raft_uv_transport *t)
 {
     struct rt *rt = t->impl;
     const char *addr = rt->bind_address ? rt->bind_address : rt->address;
     char host[RAFT_HS_ADDRESS_MAX], why[256];
     int port = 0, fd = -1, bound = 0, inited = 0;
-    if (rt->listening || rt->closing)
-        return RAFT_INVALID;
     if (raft_hs_split_address(addr, host, sizeof host, &port, true) != 0) {
         snprintf(t->errmsg, sizeof t->errmsg, "malformed address %.200s (HOST:PORT)", addr);
         return RAFT_INVALID;
@@ -1047,8 +1096,56 @@ static int rt_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
     rt->listening = true;
     rt->handles++;
     rt->port = bound;
-    rt->accept_cb = cb;
     log_info("raft: listening on %s (port %d)", addr, bound);
+    return 0;
+}
+
+static int rt_listen(struct raft_uv_transport *t, raft_uv_accept_cb cb)
+{
+    struct rt *rt = t->impl;
+    if (rt->closing || rt->accept_cb)
+        return RAFT_INVALID;
+    if (!rt->listening) {
+        int rc = listen_now(t);
+        if (rc != 0)
+            return rc;
+    }
+    rt->accept_cb = cb;
+    return 0;
+}
+
+int raft_transport_listen(struct raft_uv_transport *t, const char *address, char *err,
+                          size_t errlen)
+{
+    struct rt *rt = t->impl;
+    if (rt->listening)
+        return 0;
+    if (address == NULL || strlen(address) >= sizeof rt->address)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "raft: address too long");
+    snprintf(rt->address, sizeof rt->address, "%s", address);
+    if (listen_now(t) != 0)
+        return err_set(err, errlen, SLUICE_ERR_UNAVAILABLE, "raft: %s", t->errmsg);
+    return 0;
+}
+
+int raft_transport_probe(struct raft_uv_transport *t, uint64_t id, const char *address,
+                         raft_transport_probe_cb cb, void *user)
+{
+    struct rt *rt = t->impl;
+    char host[RAFT_HS_ADDRESS_MAX];
+    int port = 0;
+    if (rt->closing)
+        return SLUICE_ERR_CLOSED;
+    if (raft_hs_split_address(address, host, sizeof host, &port, false) != 0)
+        return SLUICE_ERR_INVALID;
+    struct rt_peer *p = peer_new(rt, true);
+    if (p == NULL)
+        return SLUICE_ERR_NOMEM;
+    p->probe = true;
+    p->probe_cb = cb;
+    p->probe_user = user;
+    p->status = RAFT_NOCONNECTION;
+    dial(p, id, host, port, address);
     return 0;
 }
 
@@ -1111,6 +1208,10 @@ int raft_transport_init(struct raft_uv_transport *t, uv_loop_t *loop,
     rt->t = t;
     rt->loop = loop;
     rt->sec = o->sec;
+    rt->user = o->user;
+    rt->last_index = o->last_index;
+    rt->rejoining = o->rejoining;
+    rt->rejoin = o->rejoin;
     rt->timeout_ms =
         o->handshake_timeout_ms ? o->handshake_timeout_ms : RAFT_TRANSPORT_DEFAULT_TIMEOUT_MS;
     rt->max_handshakes =

@@ -50,6 +50,7 @@
 #include <raft.h>
 #include <raft/uv.h>
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -78,7 +79,20 @@ struct raft_transport_opts {
     uint32_t handshake_timeout_ms;
     /* Incoming handshakes in progress at most. 0: RAFT_TRANSPORT_DEFAULT_MAX_HANDSHAKES. */
     unsigned max_handshakes;
+    /* Membership (replica.c), each optional, called on the loop's thread with user:
+     * last_index: the answer to a peer's probe (this server's last Raft log index, 0 while its
+     * directory is new); rejoining: whether a connection dialled now says rejoin (this server's
+     * directory was new and it is not a voter yet); rejoin: a peer that says so connected (its
+     * id, authenticated by the handshake). */
+    void *user;
+    uint64_t (*last_index)(void *user);
+    bool (*rejoining)(void *user);
+    void (*rejoin)(void *user, uint64_t id);
 };
+
+/* A probe's answer: status 0 with the peer's last index, else a RAFT_* code (RAFT_NOCONNECTION:
+ * unreachable, refused or timed out; RAFT_CANCELED: the transport closed first). */
+typedef void (*raft_transport_probe_cb)(void *user, uint64_t id, int status, uint64_t last_index);
 
 /* Fills t (version 1, data untouched) with a transport on loop. Returns 0; or SLUICE_ERR_INVALID
  * (no cluster string, one over RAFT_HS_CLUSTER_MAX - 1 bytes, a malformed bind_address, TLS
@@ -90,6 +104,20 @@ int raft_transport_init(struct raft_uv_transport *t, uv_loop_t *loop,
 /* Frees what raft_transport_init allocated: after close's callback has run, or when neither
  * listen nor connect was ever called. */
 void raft_transport_release(struct raft_uv_transport *t);
+
+/* Listens on opts.bind_address, else address, before Raft starts (Raft's listen() then only
+ * takes the accept callback): peers' probes are answered at once, and a peer that connects for
+ * Raft before Raft started is closed (it tries again). Returns 0 or a negative code with the
+ * reason in err. */
+int raft_transport_listen(struct raft_uv_transport *t, const char *address, char *err,
+                          size_t errlen);
+
+/* Asks server id at address for its last log index (RaftPeerHello.probe) through the same
+ * authenticated handshake; cb runs exactly once, never from inside this call. Returns 0, or a
+ * negative code (a malformed address, the transport closing, out of memory) and cb never
+ * runs. */
+int raft_transport_probe(struct raft_uv_transport *t, uint64_t id, const char *address,
+                         raft_transport_probe_cb cb, void *user);
 
 /* The port listen() bound (useful with port 0), or 0 when not listening. */
 int raft_transport_port(const struct raft_uv_transport *t);

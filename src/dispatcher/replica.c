@@ -27,12 +27,25 @@
 #include <unistd.h>
 
 #define CLUSTER_FILE "sluice-cluster"
+/* Present while a replica that started from a new directory joins the group (replica.h). */
+#define JOINING_FILE "sluice-joining"
 #define POLL_MS 20
+/* A new directory asks its peers this often until it can decide (replica_join_decide). */
+#define PROBE_MS 250
+#define PROBE_LOG_MS 5000
+/* A membership change refused or failed is tried again after this long. */
+#define CHANGE_RETRY_MS 500
 
 struct member {
     uint64_t id;
     char raft[256];
     char rpc[256]; /* learnt from its announcements; "" until then */
+    /* It said rejoin when it connected (its directory was new): the leader removes it and adds
+     * it back while it is a voter; cleared once it is not. */
+    bool rejoin;
+    /* A new directory's probe of it: in flight, and its last answer (REPLICA_UNKNOWN: none). */
+    bool probing;
+    uint64_t answer;
 };
 
 struct apply_req {
@@ -81,6 +94,16 @@ struct replica {
     void (*handover_cb)(void *);
     bool handover_due; /* the handover ended: handover_finish at the next poll */
     void *handover_user;
+    /* A new directory: deciding (asking the peers, Raft not started), then joining (started
+     * without bootstrapping, until its own configuration makes it a voter). */
+    bool deciding, joining;
+    uv_timer_t probe_timer;
+    bool probe_inited;
+    uint64_t deciding_since, last_probe_log; /* uv_now */
+    /* The leader's membership change in flight (reconcile), and when the next may start. */
+    struct raft_change change;
+    bool changing;
+    uint64_t change_after; /* uv_now */
 };
 
 static struct member *member_of(struct replica *r, uint64_t id)
@@ -321,12 +344,109 @@ static bool stalled(struct replica *r)
     return r->suspect;
 }
 
+/* ---- membership ------------------------------------------------------------------------------ */
+
+/* The configuration is the cluster list, every member a voter (a group never changes its
+ * members). A replica that started from a new directory (lost its disk, or came after the
+ * group formed) says rejoin when it connects: it may have acknowledged entries before, so the
+ * leader removes it and adds it back, which resets what the leader believes it holds; it then
+ * catches up (by snapshot) as a spare and becomes a voter again. Until then it never votes. */
+
+static const struct raft_server *config_server(const struct replica *r, uint64_t id)
+{
+    const struct raft_configuration *c = &r->raft.configuration;
+    for (unsigned i = 0; i < c->n; i++)
+        if (c->servers[i].id == id)
+            return &c->servers[i];
+    return NULL;
+}
+
+static bool is_voter(const struct replica *r, uint64_t id)
+{
+    const struct raft_server *s = config_server(r, id);
+    return s && s->role == RAFT_VOTER;
+}
+
+static void joining_path(const struct replica *r, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s", r->dir, JOINING_FILE);
+}
+
+static void on_change(struct raft_change *req, int status)
+{
+    struct replica *r = req->data;
+    r->changing = false;
+    if (status != 0) {
+        log_warn("raft: a membership change failed: %s", raft_strerror(status));
+        r->change_after = uv_now(r->o.loop) + CHANGE_RETRY_MS;
+    }
+}
+
+/* The leader's side: one change at a time towards the cluster list, all voters. */
+static void reconcile(struct replica *r)
+{
+    if (!r->serving || r->changing || r->closing || uv_now(r->o.loop) < r->change_after)
+        return;
+    for (size_t i = 0; i < r->nmembers; i++) {
+        struct member *m = &r->members[i];
+        if (m->id == r->id)
+            continue;
+        const struct raft_server *srv = config_server(r, m->id);
+        const char *what;
+        int rc;
+        r->change.data = r;
+        if (m->rejoin && srv && srv->role == RAFT_VOTER) {
+            what = "removes it, to add it back";
+            rc = raft_remove(&r->raft, &r->change, m->id, on_change);
+        } else if (!srv) {
+            what = "adds it back as a spare";
+            rc = raft_add(&r->raft, &r->change, m->id, m->raft, on_change);
+        } else if (srv->role != RAFT_VOTER) {
+            what = "makes it a voter once it has caught up";
+            rc = raft_assign(&r->raft, &r->change, m->id, RAFT_VOTER, on_change);
+        } else {
+            continue;
+        }
+        if (rc == 0) {
+            r->changing = true;
+            log_info("raft: replica %" PRIu64 " started from a new directory: the leader %s", m->id,
+                     what);
+        } else {
+            log_warn("raft: replica %" PRIu64 ": the leader %s: %s", m->id, what,
+                     raft_strerror(rc));
+            r->change_after = uv_now(r->o.loop) + CHANGE_RETRY_MS;
+        }
+        return;
+    }
+}
+
+static void membership_poll(struct replica *r)
+{
+    if (!r->started || r->closing)
+        return;
+    for (size_t i = 0; i < r->nmembers; i++)
+        if (r->members[i].rejoin && !is_voter(r, r->members[i].id))
+            r->members[i].rejoin = false; /* removed (or not yet a voter again): done */
+    if (r->joining && is_voter(r, r->id)) {
+        r->joining = false;
+        char path[4200];
+        joining_path(r, path, sizeof path);
+        if (unlink(path) != 0 && errno != ENOENT)
+            log_warn("raft: %s: %s", path, strerror(errno));
+        log_info("raft: replica %" PRIu64 " is a voter of the group again (applied index %" PRIu64
+                 ")",
+                 r->id, (uint64_t)raft_last_applied(&r->raft));
+    }
+    reconcile(r);
+}
+
 static void on_poll(uv_timer_t *t)
 {
     struct replica *r = t->data;
     stalled(r);
     r->last_tick_ns = uv_hrtime();
     watch(r);
+    membership_poll(r);
     if (r->handover_due) {
         handover_finish(r);
         return;
@@ -431,6 +551,28 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 
 static void on_raft_closed(struct raft *raft);
 
+/* Transport callbacks (raft_transport_opts). */
+static uint64_t transport_last_index(void *user)
+{
+    struct replica *r = user;
+    return r->started ? (uint64_t)raft_last_index(&r->raft) : 0;
+}
+
+static bool transport_rejoining(void *user)
+{
+    return ((struct replica *)user)->joining;
+}
+
+static void transport_rejoin(void *user, uint64_t id)
+{
+    struct replica *r = user;
+    struct member *m = member_of(r, id);
+    if (m && !m->rejoin) {
+        m->rejoin = true;
+        log_info("raft: replica %" PRIu64 " connected from a new directory (it rejoins)", id);
+    }
+}
+
 static int replica_transport_init(struct replica *r, const struct replica_opts *opts, char *err,
                                   size_t errlen)
 {
@@ -438,6 +580,10 @@ static int replica_transport_init(struct replica *r, const struct replica_opts *
         .sec = opts->sec,
         .cluster = r->cluster,
         .bind_address = opts->bind,
+        .user = r,
+        .last_index = transport_last_index,
+        .rejoining = transport_rejoining,
+        .rejoin = transport_rejoin,
     };
     return raft_transport_init(&r->transport, r->o.loop, &to, err, errlen);
 }
@@ -505,6 +651,160 @@ static int write_cluster_file(struct replica *r, char *err, size_t errlen)
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0)
         return err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: writing %s failed", path);
+    return 0;
+}
+
+enum start_mode {
+    START_LOG,       /* the directory holds the group's log */
+    START_BOOTSTRAP, /* a new directory, and a new group: bootstrap it */
+    START_JOIN,      /* a new directory in a group that runs: join it without bootstrapping */
+};
+
+/* Starts Raft: bootstraps a new group, or marks a joining replica, first. */
+static int begin(struct replica *r, enum start_mode mode, char *err, size_t errlen)
+{
+    int rc = 0;
+    if (r->seed && mode != START_BOOTSTRAP) {
+        log_info("raft: %s %s: the seed journal is not used", r->dir,
+                 mode == START_JOIN ? "joins a group that runs" : "was bootstrapped before");
+        state_release(r->seed);
+        free(r->seed);
+        r->seed = NULL;
+    }
+    if (mode == START_BOOTSTRAP) {
+        struct raft_configuration conf;
+        raft_configuration_init(&conf);
+        for (size_t i = 0; i < r->nmembers && rc == 0; i++)
+            rc = raft_configuration_add(&conf, r->members[i].id, r->members[i].raft, RAFT_VOTER);
+        if (rc == 0)
+            rc = raft_bootstrap(&r->raft, &conf);
+        raft_configuration_close(&conf);
+        if (rc != 0 && rc != RAFT_CANTBOOTSTRAP)
+            return err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: bootstrapping %s: %s", r->dir,
+                           raft_errmsg(&r->raft));
+    }
+    if (mode == START_JOIN && !r->joining) {
+        /* Marked before anything else is written: a replica that stops while it joins says
+         * rejoin again when it starts. */
+        char path[4200];
+        joining_path(r, path, sizeof path);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        if (fd < 0 || fsync(fd) != 0) {
+            rc = err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: %s: %s", path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return rc;
+        }
+        close(fd);
+    }
+    r->joining = mode == START_JOIN;
+    if (mode != START_LOG && (rc = write_cluster_file(r, err, errlen)) < 0)
+        return rc;
+    rc = raft_start(&r->raft);
+    if (rc != 0)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "raft: starting from %s: %s", r->dir,
+                       raft_errmsg(&r->raft));
+    r->started = true;
+    r->last_tick_ns = uv_hrtime();
+    uv_timer_init(r->o.loop, &r->poll);
+    r->poll.data = r;
+    r->poll_inited = true;
+    uv_timer_start(&r->poll, on_poll, POLL_MS, POLL_MS);
+    log_info("raft: replica %" PRIu64 " of %s started from %s (%s)", r->id, r->cluster, r->dir,
+             mode == START_BOOTSTRAP ? "bootstrapped"
+             : mode == START_JOIN    ? "joining: a voter once the leader has added it back"
+                                     : "existing log");
+    return 0;
+}
+
+/* ---- a new directory: bootstrap or join ------------------------------------------------------ */
+
+static void probe_all(struct replica *r);
+
+static void decide(struct replica *r)
+{
+    uint64_t answers[REPLICA_MEMBERS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < r->nmembers; i++)
+        if (r->members[i].id != r->id)
+            answers[n++] = r->members[i].answer;
+    enum replica_join d = replica_join_decide(answers, n);
+    uint64_t now = uv_now(r->o.loop);
+    if (d == REPLICA_WAIT) {
+        if (now - r->last_probe_log >= PROBE_LOG_MS) {
+            r->last_probe_log = now;
+            char who[512] = "";
+            size_t len = 0;
+            for (size_t i = 0; i < r->nmembers && len < sizeof who - 64; i++)
+                if (r->members[i].id != r->id && r->members[i].answer == REPLICA_UNKNOWN)
+                    len += (size_t)snprintf(who + len, sizeof who - len, "%s%" PRIu64 " (%s)",
+                                            len ? ", " : "", r->members[i].id, r->members[i].raft);
+            log_warn("raft: replica %" PRIu64 " has a new directory and waits %" PRIu64
+                     " s for its peers before it bootstraps or joins; not heard from: %s",
+                     r->id, (now - r->deciding_since) / 1000, who);
+        }
+        return;
+    }
+    r->deciding = false;
+    uv_timer_stop(&r->probe_timer);
+    if (d == REPLICA_JOIN)
+        log_info("raft: replica %" PRIu64 " has a new directory and the group has a log: it "
+                 "joins without bootstrapping",
+                 r->id);
+    char err[SLUICE_ERRMSG_SIZE];
+    if (begin(r, d == REPLICA_JOIN ? START_JOIN : START_BOOTSTRAP, err, sizeof err) < 0)
+        fatal_replica(r, "%s", err);
+}
+
+static void on_probe(void *user, uint64_t id, int status, uint64_t last_index)
+{
+    struct replica *r = user;
+    struct member *m = member_of(r, id);
+    if (!m)
+        return;
+    m->probing = false;
+    if (r->closing || !r->deciding)
+        return;
+    m->answer = status == 0 ? last_index : REPLICA_UNKNOWN;
+    if (status == 0)
+        log_debug("raft: replica %" PRIu64 " answered: last index %" PRIu64, id, last_index);
+    decide(r);
+}
+
+static void probe_all(struct replica *r)
+{
+    for (size_t i = 0; i < r->nmembers; i++) {
+        struct member *m = &r->members[i];
+        if (m->id == r->id || m->probing)
+            continue;
+        if (raft_transport_probe(&r->transport, m->id, m->raft, on_probe, r) == 0)
+            m->probing = true;
+    }
+}
+
+static void on_probe_timer(uv_timer_t *t)
+{
+    struct replica *r = t->data;
+    if (r->deciding && !r->closing)
+        probe_all(r);
+}
+
+static int begin_deciding(struct replica *r, char *err, size_t errlen)
+{
+    int rc = raft_transport_listen(&r->transport, member_of(r, r->id)->raft, err, errlen);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < r->nmembers; i++)
+        r->members[i].answer = REPLICA_UNKNOWN;
+    r->deciding = true;
+    r->deciding_since = r->last_probe_log = uv_now(r->o.loop);
+    uv_timer_init(r->o.loop, &r->probe_timer);
+    r->probe_timer.data = r;
+    r->probe_inited = true;
+    uv_timer_start(&r->probe_timer, on_probe_timer, 0, PROBE_MS);
+    log_info("raft: replica %" PRIu64 " has a new directory %s: asking its peers whether the "
+             "group runs",
+             r->id, r->dir);
     return 0;
 }
 
@@ -590,44 +890,25 @@ int replica_start(const struct replica_opts *opts, struct replica **out, char *e
                                     ? (unsigned)opts->snapshot_threshold
                                     : 1024);
     raft_set_snapshot_trailing(&r->raft, 128);
-    if (r->seed && fresh != 1) {
-        log_info("raft: %s was bootstrapped before: the seed journal is not used", r->dir);
-        state_release(r->seed);
-        free(r->seed);
-        r->seed = NULL;
-    }
-    if (fresh == 1) {
-        struct raft_configuration conf;
-        raft_configuration_init(&conf);
-        for (size_t i = 0; i < n && rc == 0; i++)
-            rc = raft_configuration_add(&conf, ids[i], addrs[i], RAFT_VOTER);
-        if (rc == 0)
-            rc = raft_bootstrap(&r->raft, &conf);
-        raft_configuration_close(&conf);
-        if (rc != 0 && rc != RAFT_CANTBOOTSTRAP) {
-            rc = err_set(err, errlen, SLUICE_ERR_JOURNAL, "raft: bootstrapping %s: %s", r->dir,
-                         raft_errmsg(&r->raft));
-            goto fail;
-        }
-        rc = write_cluster_file(r, err, errlen);
+    r->stall_ns = (uint64_t)election * 1000000 / 2;
+    if (fresh == 1 && r->nmembers > 1) {
+        /* A new directory: the peers tell whether the group runs (join it) or forms now
+         * (bootstrap it); Raft starts once that is known. */
+        rc = begin_deciding(r, err, errlen);
         if (rc < 0)
             goto fail;
+        *out = r;
+        return 0;
     }
-    rc = raft_start(&r->raft);
-    if (rc != 0) {
-        rc = err_set(err, errlen, SLUICE_ERR_CORRUPT, "raft: starting from %s: %s", r->dir,
-                     raft_errmsg(&r->raft));
+    char path[4200];
+    joining_path(r, path, sizeof path);
+    rc = begin(r,
+               fresh == 1                ? START_BOOTSTRAP
+               : access(path, F_OK) == 0 ? START_JOIN
+                                         : START_LOG,
+               err, errlen);
+    if (rc < 0)
         goto fail;
-    }
-    r->started = true;
-    r->stall_ns = (uint64_t)election * 1000000 / 2;
-    r->last_tick_ns = uv_hrtime();
-    uv_timer_init(opts->loop, &r->poll);
-    r->poll.data = r;
-    r->poll_inited = true;
-    uv_timer_start(&r->poll, on_poll, POLL_MS, POLL_MS);
-    log_info("raft: replica %" PRIu64 " of %s started from %s (%s)", r->id, r->cluster, r->dir,
-             fresh == 1 ? "bootstrapped" : "existing log");
     *out = r;
     return 0;
 fail:
@@ -662,6 +943,8 @@ bool replica_serving(struct replica *r)
 
 const char *replica_leader_rpc(const struct replica *r)
 {
+    if (!r->started)
+        return "";
     raft_id leader = 0;
     const char *addr = NULL;
     raft_leader((struct raft *)&r->raft, &leader, &addr);
@@ -677,6 +960,7 @@ void replica_view(struct replica *r, struct status_raft *v)
 {
     memset(v, 0, sizeof *v);
     v->id = r->id;
+    v->membership = r->deciding ? "new" : r->joining ? "joining" : "voter";
     raft_id leader = 0;
     const char *addr = NULL;
     raft_leader(&r->raft, &leader, &addr);
@@ -686,7 +970,8 @@ void replica_view(struct replica *r, struct status_raft *v)
     v->applied_index = raft_last_applied(&r->raft);
     v->last_index = raft_last_index(&r->raft);
     int st = raft_state(&r->raft);
-    v->role = st == RAFT_LEADER      ? "leader"
+    v->role = !r->started            ? "unavailable"
+              : st == RAFT_LEADER    ? "leader"
               : st == RAFT_FOLLOWER  ? "follower"
               : st == RAFT_CANDIDATE ? "candidate"
                                      : "unavailable";
@@ -754,20 +1039,31 @@ static void finish_close(struct replica *r)
         cb(user);
 }
 
+static void maybe_finish_close(struct replica *r)
+{
+    if (!r->raft_inited && !r->poll_inited && !r->probe_inited)
+        finish_close(r);
+}
+
 static void on_poll_closed(uv_handle_t *h)
 {
     struct replica *r = h->data;
     r->poll_inited = false;
-    if (!r->raft_inited)
-        finish_close(r);
+    maybe_finish_close(r);
+}
+
+static void on_probe_timer_closed(uv_handle_t *h)
+{
+    struct replica *r = h->data;
+    r->probe_inited = false;
+    maybe_finish_close(r);
 }
 
 static void on_raft_closed(struct raft *raft)
 {
     struct replica *r = raft->data;
     r->raft_inited = false;
-    if (!r->poll_inited)
-        finish_close(r);
+    maybe_finish_close(r);
 }
 
 void replica_close(struct replica *r, void (*cb)(void *user), void *user)
@@ -781,6 +1077,10 @@ void replica_close(struct replica *r, void (*cb)(void *user), void *user)
     if (r->poll_inited) {
         uv_timer_stop(&r->poll);
         uv_close((uv_handle_t *)&r->poll, on_poll_closed);
+    }
+    if (r->probe_inited) {
+        uv_timer_stop(&r->probe_timer);
+        uv_close((uv_handle_t *)&r->probe_timer, on_probe_timer_closed);
     }
     raft_close(&r->raft, on_raft_closed);
 }

@@ -455,3 +455,15 @@ int replica_entry_encode_seed(uint64_t origin, uint64_t term, const char *rpc,
     *outlen = padded;
     return 0;
 }
+
+enum replica_join replica_join_decide(const uint64_t *answers, size_t npeers)
+{
+    bool all = true;
+    for (size_t i = 0; i < npeers; i++) {
+        if (answers[i] == REPLICA_UNKNOWN)
+            all = false;
+        else if (answers[i] > 1)
+            return REPLICA_JOIN;
+    }
+    return all ? REPLICA_BOOTSTRAP : REPLICA_WAIT;
+}

@@ -37,6 +37,20 @@ int replica_parse_cluster(const char *text, uint64_t self_id, const char *self_a
                           uint64_t ids[REPLICA_MEMBERS_MAX], char addrs[][REPLICA_ADDR_MAX],
                           size_t *n, char *canon, size_t canonlen, char *err, size_t errlen);
 
+/* A replica whose Raft directory is new asks every other member for the last index of its log
+ * (a probe) before it either bootstraps the group or joins it. answers[i] is peer i's last
+ * index, or REPLICA_UNKNOWN (not answered: unreachable, refused, not asked yet).
+ *   REPLICA_JOIN       some peer's log has more than the bootstrap entry (index 1): the group
+ *                      runs, and this replica may have acknowledged entries before it lost its
+ *                      directory, so it must not vote until the leader has added it back;
+ *   REPLICA_BOOTSTRAP  every peer answered, none past index 1: nothing was ever committed
+ *                      beyond the bootstrap, so this replica bootstraps with the others (also
+ *                      with no peers: a group of one);
+ *   REPLICA_WAIT       otherwise: asks again later. Pure. */
+#define REPLICA_UNKNOWN UINT64_MAX
+enum replica_join { REPLICA_WAIT, REPLICA_BOOTSTRAP, REPLICA_JOIN };
+enum replica_join replica_join_decide(const uint64_t *answers, size_t npeers);
+
 struct replica_record {
     const uint8_t *data;
     size_t len;

@@ -423,6 +423,7 @@ static json_t *raft_json(struct builder *b, const struct status_raft *r)
     put(b, o, "id", u64(r->id));
     put(b, o, "role", json_string(r->role));
     put(b, o, "serving", json_boolean(r->serving));
+    put(b, o, "membership", json_string(r->membership ? r->membership : "voter"));
     put(b, o, "leader_id", r->leader_id ? u64(r->leader_id) : json_null());
     put(b, o, "term", u64(r->term));
     put(b, o, "commit_index", u64(r->commit_index));

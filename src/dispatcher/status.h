@@ -92,6 +92,9 @@ struct status_raft {
     uint64_t id, leader_id, term, commit_index, applied_index, last_index;
     const char *role; /* "leader", "follower", "candidate", "unavailable" */
     bool serving;     /* the leader, and its announcement is applied */
+    /* "voter"; "new" (its directory is new and it asks its peers whether to bootstrap or
+     * join); "joining" (it joins a group that runs, and votes once the leader added it back) */
+    const char *membership;
     uint64_t leader_changes;
     char state_digest[17]; /* of the committed state, hex */
     size_t nmembers;

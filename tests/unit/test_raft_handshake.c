@@ -61,7 +61,7 @@ struct end {
     struct wire *out;
     int rc; /* the failing step's code, or 0 */
     char msg[SLUICE_ERRMSG_SIZE];
-    bool open, closed;
+    bool open, closed, answered;
     int sent_error; /* the code of the Error sent, or 0 */
     char sent_msg[512];
 };
@@ -114,6 +114,8 @@ static void end_feed(struct end *e, const Sluice__Envelope *in)
         h.id = e->id;
         h.address = (char *)e->address;
         h.cluster = (char *)e->cluster;
+        h.probe = e->hs.probe;
+        h.rejoin = e->hs.rejoin;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_RAFT_PEER_HELLO;
         env.raft_peer_hello = &h;
@@ -121,6 +123,7 @@ static void end_feed(struct end *e, const Sluice__Envelope *in)
     }
     if (out.send & RAFT_HS_SEND_WELCOME) {
         Sluice__RaftPeerWelcome w = SLUICE__RAFT_PEER_WELCOME__INIT;
+        w.last_index = e->hs.last_index;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_RAFT_PEER_WELCOME;
         env.raft_peer_welcome = &w;
@@ -144,6 +147,8 @@ static void end_feed(struct end *e, const Sluice__Envelope *in)
     }
     if (out.open)
         e->open = true;
+    if (out.answered)
+        e->answered = true;
 }
 
 /* Runs the exchange until both ends are quiet: dialler d, acceptor a. */
@@ -154,12 +159,12 @@ static void run(struct end *d, struct end *a, struct wire *to_a, struct wire *to
     for (int round = 0; round < 20; round++) {
         bool moved = false;
         Sluice__Envelope *env;
-        while (!a->closed && !a->open && (env = wire_get(to_a)) != NULL) {
+        while (!a->closed && !a->open && !a->answered && (env = wire_get(to_a)) != NULL) {
             end_feed(a, env);
             sluice__envelope__free_unpacked(env, NULL);
             moved = true;
         }
-        while (!d->closed && !d->open && (env = wire_get(to_d)) != NULL) {
+        while (!d->closed && !d->open && !d->answered && (env = wire_get(to_d)) != NULL) {
             end_feed(d, env);
             sluice__envelope__free_unpacked(env, NULL);
             moved = true;
@@ -237,6 +242,50 @@ static void test_pairings(void **unused)
             assert_string_equal(a.hs.peer_address, "127.0.0.1:7002");
         }
     }
+}
+
+/* A probe: the acceptor answers its last index and neither end opens; a rejoin: the acceptor
+ * learns it and the connection opens; a probe that also says rejoin is only a probe. */
+static void test_probe_and_rejoin(void **unused)
+{
+    (void)unused;
+    for (int k = 0; k < 3; k++) {
+        struct wire to_a = {0}, to_d = {0};
+        struct end d, a;
+        end_init(&d, AUTH_CLIENT, TOKEN, CLUSTER, 0x11, &to_a);
+        end_init(&a, AUTH_SERVER, TOKEN, CLUSTER, 0x22, &to_d);
+        d.hs.probe = k != 1;
+        d.hs.rejoin = k >= 1;
+        a.hs.last_index = 4711;
+        run(&d, &a, &to_a, &to_d);
+        assert_int_equal(d.rc, 0);
+        assert_int_equal(a.rc, 0);
+        assert_int_equal(a.hs.state, RAFT_HS_DONE);
+        assert_int_equal(d.hs.state, RAFT_HS_DONE);
+        assert_int_equal(a.hs.peer_id, 2);
+        if (k != 1) {
+            assert_true(d.answered && a.answered);
+            assert_false(d.open || a.open);
+            assert_true(a.hs.probe);
+            assert_false(a.hs.rejoin);
+            assert_int_equal(d.hs.last_index, 4711);
+        } else {
+            assert_true(d.open && a.open);
+            assert_false(d.answered || a.answered);
+            assert_false(a.hs.probe);
+            assert_true(a.hs.rejoin);
+            assert_int_equal(d.hs.last_index, 0);
+        }
+    }
+    /* A probe refused (another cluster) fails like any handshake. */
+    struct wire to_a = {0}, to_d = {0};
+    struct end d, a;
+    end_init(&d, AUTH_CLIENT, TOKEN, "1=a:1,2=b:2", 0x11, &to_a);
+    end_init(&a, AUTH_SERVER, TOKEN, CLUSTER, 0x22, &to_d);
+    d.hs.probe = true;
+    run(&d, &a, &to_a, &to_d);
+    assert_int_equal(d.rc, SLUICE_ERR_INVALID);
+    assert_false(d.answered);
 }
 
 /* A Hello of another version, and frames out of order, at each state. */
@@ -404,9 +453,8 @@ static void test_split_address(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pairings),
-        cmocka_unit_test(test_out_of_order),
-        cmocka_unit_test(test_check_peer_hello),
+        cmocka_unit_test(test_pairings),      cmocka_unit_test(test_probe_and_rejoin),
+        cmocka_unit_test(test_out_of_order),  cmocka_unit_test(test_check_peer_hello),
         cmocka_unit_test(test_split_address),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

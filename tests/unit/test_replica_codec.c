@@ -663,14 +663,44 @@ static void test_state_copy(void **unused)
     harness_release(&h);
 }
 
+/* A new directory's decision from its peers' answers. */
+static void test_join_decide(void **unused)
+{
+    (void)unused;
+    const uint64_t U = REPLICA_UNKNOWN;
+    struct {
+        uint64_t a[4];
+        size_t n;
+        enum replica_join want;
+    } cases[] = {
+        {{0}, 0, REPLICA_BOOTSTRAP},    /* a group of one */
+        {{0, 0}, 2, REPLICA_BOOTSTRAP}, /* every peer new too */
+        {{1, 0}, 2, REPLICA_BOOTSTRAP}, /* a peer bootstrapped, nothing past it */
+        {{1, 1, 0, 1}, 4, REPLICA_BOOTSTRAP},
+        {{0, U}, 2, REPLICA_WAIT}, /* one peer not heard from */
+        {{U, U}, 2, REPLICA_WAIT},
+        {{2, U}, 2, REPLICA_JOIN}, /* a log past the bootstrap: the group runs */
+        {{U, 57}, 2, REPLICA_JOIN},
+        {{0, 1, U, 3}, 4, REPLICA_JOIN},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(replica_join_decide(cases[i].a, cases[i].n), cases[i].want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cluster_cases),    cmocka_unit_test(test_cluster_canon_too_long),
-        cmocka_unit_test(test_entry_round_trip), cmocka_unit_test(test_entry_encode_refusals),
-        cmocka_unit_test(test_entry_damage),     cmocka_unit_test(test_entry_flips),
-        cmocka_unit_test(test_entry_apply),      cmocka_unit_test(test_snapshot_round_trip),
-        cmocka_unit_test(test_snapshot_refused), cmocka_unit_test(test_state_copy),
+        cmocka_unit_test(test_join_decide),
+        cmocka_unit_test(test_cluster_cases),
+        cmocka_unit_test(test_cluster_canon_too_long),
+        cmocka_unit_test(test_entry_round_trip),
+        cmocka_unit_test(test_entry_encode_refusals),
+        cmocka_unit_test(test_entry_damage),
+        cmocka_unit_test(test_entry_flips),
+        cmocka_unit_test(test_entry_apply),
+        cmocka_unit_test(test_snapshot_round_trip),
+        cmocka_unit_test(test_snapshot_refused),
+        cmocka_unit_test(test_state_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
