@@ -125,6 +125,8 @@ int raft_hs_step(struct raft_hs *hs, const Sluice__Envelope *env, struct raft_hs
             snprintf(text, sizeof text, "%s", msg);
             return fail(hs, out, rc, NULL, msg, msglen, text);
         }
+        if (hs->not_started && !env->raft_peer_hello->probe)
+            return fail(hs, out, SLUICE_ERR_UNAVAILABLE, NULL, msg, msglen, RAFT_HS_NOT_STARTED);
         hs->peer_id = env->raft_peer_hello->id;
         snprintf(hs->peer_address, sizeof hs->peer_address, "%s", env->raft_peer_hello->address);
         hs->probe = env->raft_peer_hello->probe;

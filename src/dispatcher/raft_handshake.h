@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define RAFT_HS_NOT_STARTED "this replica has not started Raft yet (its directory is new)"
+
 /* The longest Raft address (HOST:PORT) and cluster string accepted, NUL included. */
 #define RAFT_HS_ADDRESS_MAX 256
 #define RAFT_HS_CLUSTER_MAX 4096
@@ -57,6 +59,10 @@ struct raft_hs {
     /* Acceptor: the answer to a probe (set by the caller). Dialler of a probe: the answer, once
      * state is RAFT_HS_DONE. */
     uint64_t last_index;
+    /* Acceptor: Raft has not started on this side (set by the caller): a RaftPeerHello that is
+     * no probe is refused with SLUICE_ERR_UNAVAILABLE (RAFT_HS_NOT_STARTED); probes are
+     * answered. */
+    bool not_started;
 };
 
 /* What the caller must send, in this order, after a step (bits of raft_hs_out.send). */

@@ -562,7 +562,7 @@ static void peer_maybe_hand_over(struct rt_peer *p)
     struct rt *rt = p->rt;
     if (!p->dialler && rt->accept_cb == NULL) {
         /* Listening early (raft_transport_listen): Raft has not started and takes no stream
-         * yet; the dialler tries again. */
+         * yet (the handshake refuses such a peer first; this only guards it). */
         log_debug("raft: %s: server %" PRIu64 " connected before Raft started; closing", p->peer,
                   p->hs.peer_id);
         peer_close(p, RAFT_NOCONNECTION);
@@ -613,6 +613,7 @@ static int on_frame(void *user, const uint8_t *payload, size_t len)
     }
     struct raft_hs_out out;
     char msg[SLUICE_ERRMSG_SIZE];
+    p->hs.not_started = p->rt->accept_cb == NULL;
     int rc = raft_hs_step(&p->hs, env, &out, msg, sizeof msg);
     sluice__envelope__free_unpacked(env, NULL);
     int wrc = peer_send_out(p, &out);

@@ -4,7 +4,8 @@
  * token, a missing token on either side, a different cluster and TLS on one side only are refused
  * on both ends; raw TCP strangers (garbage, a frame too large, silence, bytes after the
  * handshake) are closed within the handshake timeout and never reach Raft; the bound on
- * handshakes in progress; close() with connects pending; bind_address, host names and IPv6; and a
+ * handshakes in progress; close() with connects pending; probes and rejoins (a transport that
+ * listens before Raft starts); bind_address, host names and IPv6; and a
  * real three-node C-Raft cluster over the transport, plain and under TLS, which elects a leader
  * and applies entries on all three nodes, and refuses a fourth transport holding a wrong token. */
 #include <stdarg.h>
@@ -639,6 +640,188 @@ static void test_close_with_pending_connects(void **unused)
     loop_finish(&loop);
 }
 
+/* ---- probes and rejoins (a replica on a new directory) -------------------------------------- */
+
+struct member_view {
+    uint64_t last_index; /* what this side answers a probe with */
+    bool rejoining;      /* what this side's dialled connections say */
+    int rejoins;         /* peers that said rejoin */
+    uint64_t rejoin_id;
+};
+
+static uint64_t mv_last_index(void *user)
+{
+    return ((struct member_view *)user)->last_index;
+}
+
+static bool mv_rejoining(void *user)
+{
+    return ((struct member_view *)user)->rejoining;
+}
+
+static void mv_rejoin(void *user, uint64_t id)
+{
+    struct member_view *m = user;
+    m->rejoins++;
+    m->rejoin_id = id;
+}
+
+struct probe {
+    bool done;
+    int status;
+    uint64_t id, last_index;
+};
+
+static void on_probed(void *user, uint64_t id, int status, uint64_t last_index)
+{
+    struct probe *p = user;
+    assert_false(p->done);
+    p->done = true;
+    p->id = id;
+    p->status = status;
+    p->last_index = last_index;
+}
+
+static void member_init(struct side *s, uv_loop_t *loop, const struct security_ctx *sec,
+                        struct member_view *m, raft_id id, const char *address)
+{
+    memset(s, 0, sizeof *s);
+    struct raft_transport_opts o = {.sec = sec,
+                                    .cluster = CLUSTER,
+                                    .handshake_timeout_ms = 2000,
+                                    .user = m,
+                                    .last_index = mv_last_index,
+                                    .rejoining = mv_rejoining,
+                                    .rejoin = mv_rejoin};
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(raft_transport_init(&s->t, loop, &o, err, sizeof err), 0);
+    s->t.data = s;
+    assert_int_equal(s->t.init(&s->t, id, address), 0);
+}
+
+/* A listener that leaves its connections in the backlog: a dialler's handshake never starts. */
+static void never_accept(uv_stream_t *listener, int status)
+{
+    (void)listener;
+    (void)status;
+}
+
+static void probe(struct side *s, struct probe *p, uint64_t id, const char *address)
+{
+    memset(p, 0, sizeof *p);
+    assert_int_equal(raft_transport_probe(&s->t, id, address, on_probed, p), 0);
+    assert_false(p->done); /* never from inside the call */
+}
+
+/* A transport listening before Raft starts answers probes with its last index and closes a
+ * connection for Raft (the dialler's connect fails; it tries again later); once Raft listens, a
+ * connection that says rejoin reaches Raft and the acceptor hears of it; probes of a port
+ * nobody listens on, and of a transport with another token, fail; close() ends a probe in
+ * flight. */
+static void check_probe_and_rejoin(struct security_ctx *sec, struct security_ctx *wrong)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct member_view ma = {0}, md = {0}, mw = {0};
+    struct side a, d, w;
+    member_init(&a, &loop, sec, &ma, 1, "127.0.0.1:0");
+    member_init(&d, &loop, sec, &md, 2, "127.0.0.1:7002");
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(raft_transport_listen(&a.t, "127.0.0.1:0", err, sizeof err), 0);
+    int port = raft_transport_port(&a.t);
+    assert_true(port > 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    struct probe p;
+    probe(&d, &p, 1, addr);
+    RUN_UNTIL(&loop, p.done, WAIT_MS);
+    assert_int_equal(p.status, 0);
+    assert_int_equal(p.id, 1);
+    assert_int_equal(p.last_index, 0);
+    /* Before Raft listens: a connection for Raft is closed, nothing accepted. */
+    struct dial dl;
+    dial(&d, &dl, 1, addr);
+    RUN_UNTIL(&loop, dl.done, WAIT_MS);
+    assert_int_equal(dl.status, RAFT_NOCONNECTION);
+    assert_int_equal(a.accepts, 0);
+    /* Raft listens on the same port; the answer follows the log. */
+    assert_int_equal(a.t.listen(&a.t, on_accept), 0);
+    assert_int_equal(raft_transport_port(&a.t), port);
+    ma.last_index = 57;
+    probe(&d, &p, 1, addr);
+    RUN_UNTIL(&loop, p.done, WAIT_MS);
+    assert_int_equal(p.status, 0);
+    assert_int_equal(p.last_index, 57);
+    assert_int_equal(a.accepts, 0); /* a probe never reaches Raft */
+    /* A plain connection, then one that says rejoin. */
+    dial(&d, &dl, 1, addr);
+    RUN_UNTIL(&loop, dl.done && a.accepts == 1, WAIT_MS);
+    assert_int_equal(dl.status, 0);
+    assert_int_equal(ma.rejoins, 0);
+    close_stream(dl.stream);
+    close_stream(a.accept_stream);
+    a.accept_stream = NULL;
+    md.rejoining = true;
+    dial(&d, &dl, 1, addr);
+    RUN_UNTIL(&loop, dl.done && a.accepts == 2, WAIT_MS);
+    assert_int_equal(dl.status, 0);
+    assert_int_equal(ma.rejoins, 1);
+    assert_int_equal(ma.rejoin_id, 2);
+    close_stream(dl.stream);
+    close_stream(a.accept_stream);
+    a.accept_stream = NULL;
+    /* Refusals: another token, a port nobody listens on, a malformed address. */
+    member_init(&w, &loop, wrong, &mw, 3, "127.0.0.1:7003");
+    probe(&w, &p, 1, addr);
+    RUN_UNTIL(&loop, p.done, WAIT_MS);
+    assert_int_equal(p.status, RAFT_NOCONNECTION);
+    assert_int_equal(ma.rejoins, 1);
+    side_close(&loop, &a);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    probe(&d, &p, 1, addr);
+    RUN_UNTIL(&loop, p.done, WAIT_MS);
+    assert_int_equal(p.status, RAFT_NOCONNECTION);
+    assert_int_equal(raft_transport_probe(&d.t, 1, "no-port", on_probed, &p), SLUICE_ERR_INVALID);
+    /* close() with a probe in flight (to a listener that never answers): cancelled. */
+    uv_tcp_t mute;
+    assert_int_equal(uv_tcp_init(&loop, &mute), 0);
+    struct sockaddr_in sa;
+    uv_ip4_addr("127.0.0.1", 0, &sa);
+    assert_int_equal(uv_tcp_bind(&mute, (struct sockaddr *)&sa, 0), 0);
+    assert_int_equal(uv_listen((uv_stream_t *)&mute, 8, never_accept), 0);
+    struct sockaddr_storage ss;
+    int sslen = sizeof ss;
+    uv_tcp_getsockname(&mute, (struct sockaddr *)&ss, &sslen);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(((struct sockaddr_in *)&ss)->sin_port));
+    probe(&d, &p, 1, addr);
+    run_for(&loop, 100);
+    assert_false(p.done);
+    side_close(&loop, &d);
+    assert_true(p.done);
+    assert_int_equal(p.status, RAFT_CANCELED);
+    side_close(&loop, &w);
+    uv_close((uv_handle_t *)&mute, NULL);
+    loop_finish(&loop);
+}
+
+static void test_probe_and_rejoin(void **unused)
+{
+    (void)unused;
+    struct security_ctx *sec = sec_new(TOKEN_A), *wrong = sec_new(TOKEN_B);
+    check_probe_and_rejoin(sec, wrong);
+    sec_free(sec);
+    sec_free(wrong);
+}
+
+static void test_probe_and_rejoin_tls(void **unused)
+{
+    (void)unused;
+    struct security_ctx *sec = tls_sec_new(TOKEN_A), *wrong = tls_sec_new(TOKEN_B);
+    check_probe_and_rejoin(sec, wrong);
+    sec_free(sec);
+    sec_free(wrong);
+}
+
 /* A port nobody listens on, and a connect that times out in its handshake. */
 static void test_connect_failures(void **unused)
 {
@@ -920,6 +1103,8 @@ int main(void)
         cmocka_unit_test(test_strangers),
         cmocka_unit_test(test_handshake_bound),
         cmocka_unit_test(test_close_with_pending_connects),
+        cmocka_unit_test(test_probe_and_rejoin),
+        cmocka_unit_test(test_probe_and_rejoin_tls),
         cmocka_unit_test(test_connect_failures),
         cmocka_unit_test(test_addresses),
         cmocka_unit_test(test_init_refusals),

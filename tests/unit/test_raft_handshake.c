@@ -277,6 +277,26 @@ static void test_probe_and_rejoin(void **unused)
             assert_int_equal(d.hs.last_index, 0);
         }
     }
+    /* An acceptor that has not started Raft answers probes and refuses the rest. */
+    for (int k = 0; k < 2; k++) {
+        struct wire to_a = {0}, to_d = {0};
+        struct end d, a;
+        end_init(&d, AUTH_CLIENT, TOKEN, CLUSTER, 0x11, &to_a);
+        end_init(&a, AUTH_SERVER, TOKEN, CLUSTER, 0x22, &to_d);
+        d.hs.probe = k == 0;
+        a.hs.not_started = true;
+        run(&d, &a, &to_a, &to_d);
+        if (k == 0) {
+            assert_true(d.answered && a.answered);
+            assert_int_equal(d.rc, 0);
+        } else {
+            assert_int_equal(a.rc, SLUICE_ERR_UNAVAILABLE);
+            assert_int_equal(d.rc, SLUICE_ERR_UNAVAILABLE);
+            assert_string_equal(a.msg, RAFT_HS_NOT_STARTED);
+            assert_string_equal(d.msg, "refused by the peer: " RAFT_HS_NOT_STARTED);
+            assert_false(d.open || a.open);
+        }
+    }
     /* A probe refused (another cluster) fails like any handshake. */
     struct wire to_a = {0}, to_d = {0};
     struct end d, a;
