@@ -480,10 +480,12 @@ static void test_replica_dir(void **state)
     free(after);
 
     /* Damaged copies. */
-    char cut[600], flipped[600];
+    char cut[600], garbled[600], flipped[600];
     snprintf(cut, sizeof cut, "%s/cut", tmp_dir());
+    snprintf(garbled, sizeof garbled, "%s/garbled", tmp_dir());
     snprintf(flipped, sizeof flipped, "%s/flipped", tmp_dir());
     copy_dir(g.raft_dir, cut);
+    copy_dir(g.raft_dir, garbled);
     copy_dir(g.raft_dir, flipped);
     char *segment = last_file(cut, false);
     assert_non_null(segment);
@@ -495,13 +497,26 @@ static void test_replica_dir(void **state)
     snprintf(want, sizeof want, "sluice: journal: %s: load closed segment %s: ", cut, segment);
     expect_damage("verify", cut, want);
     expect_damage("dump", cut, want);
+    /* The same segment with its last byte flipped: a batch whose checksum does not match. */
+    snprintf(path, sizeof path, "%s/%s", garbled, segment);
+    size_t n;
+    uint8_t *bytes = file_read(path, &n);
+    bytes[n - 1] ^= 0x01;
+    file_write(path, bytes, n);
+    free(bytes);
+    snprintf(want, sizeof want, "sluice: journal: %s: load closed segment %s: ", garbled, segment);
+    expect_damage("verify", garbled, want);
+    out = err = NULL;
+    journal("verify", garbled, NULL, NULL, &out, &err);
+    assert_non_null(strstr(err, "checksum mismatch"));
+    free(out);
+    free(err);
     free(segment);
 
     char *snapshot = last_file(flipped, true);
     assert_non_null(snapshot);
     snprintf(path, sizeof path, "%s/%s", flipped, snapshot);
-    size_t n;
-    uint8_t *bytes = file_read(path, &n);
+    bytes = file_read(path, &n);
     bytes[0] ^= 0xff;
     file_write(path, bytes, n);
     free(bytes);
