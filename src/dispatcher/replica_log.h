@@ -8,7 +8,7 @@
  * into a private temporary directory, loads the copy and removes it. A copy taken while the
  * replica writes can catch a file mid-rename (an open segment closed, a snapshot taken, old
  * segments removed): when the directory's listing changed during the copy, or the load failed
- * and the directory changed since the copy began, it copies again (a few times). A batch being
+ * and the directory changed since the copy began, it copies again (up to 20 times). A batch being
  * written at the end of an open segment is what C-Raft finds after a crash, and loads as the
  * log up to it.
  *
