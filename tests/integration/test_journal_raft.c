@@ -9,6 +9,7 @@
  *     same digest from verify and dump, and the directory's files (names, sizes, modification
  *     times and contents) exactly as they were before the commands;
  *   - backup and restore refuse the directory (exit 2, what to do instead);
+ *   - no command leaves its private copy behind in $TMPDIR;
  *   - copies of the directory damaged on disk (a closed segment cut short, the snapshot's first
  *     byte flipped) give exit 1 and one line naming the damaged file, from verify and dump.
  * Then a group of three: once the replicas have converged, verify on each one's work dir gives
@@ -159,6 +160,30 @@ static bool has_open_segment(const char *dir)
     return found;
 }
 
+/* Where the commands make their copies ($TMPDIR): set once per program, empty after each. */
+static const char *copies_dir(void)
+{
+    static char dir[600];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "%s/copies", tmp_dir());
+        assert_int_equal(mkdir(dir, 0700), 0);
+        assert_int_equal(setenv("TMPDIR", dir, 1), 0);
+    }
+    return dir;
+}
+
+static void expect_no_copy_left(void)
+{
+    DIR *d = opendir(copies_dir());
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            fail_msg("%s/%s was left behind", copies_dir(), de->d_name);
+    }
+    closedir(d);
+}
+
 /* ---- the replica and the commands ---------------------------------------------------------- */
 
 struct group {
@@ -239,7 +264,10 @@ static int journal(const char *action, const char *dir, const char *extra, const
                     (char *)extra,
                     (char *)extra2,
                     NULL};
-    return run_cmd(argv, WAIT_MS, out, err);
+    copies_dir();
+    int rc = run_cmd(argv, WAIT_MS, out, err);
+    expect_no_copy_left();
+    return rc;
 }
 
 /* The digest at the end of verify's line or of dump's last line; fails the test when there is
