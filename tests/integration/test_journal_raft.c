@@ -363,7 +363,7 @@ static void expect_damage(const char *action, const char *dir, const char *want)
  * records, numbered on from the snapshot's applied count without a gap up to the state's. */
 static void check_dump(const char *out, const char *cluster)
 {
-    char want[200];
+    char want[400];
     const char *snap = strstr(out, "\nsnapshot index=");
     assert_non_null(snap);
     const char *eol = strchr(snap + 1, '\n');
@@ -405,52 +405,73 @@ static void check_dump(const char *out, const char *cluster)
 
 /* ---- the test ------------------------------------------------------------------------------ */
 
+/* The processes of the tests, stopped after each test whatever its outcome. */
+static struct group one;
+static struct cluster three[3];
+
+static void stop_cluster(struct cluster *c)
+{
+    for (int i = 0; i < c->nworkers; i++)
+        proc_stop(&c->workers[i], SIGKILL, 10000);
+    proc_stop(&c->dispatcher, SIGKILL, 10000);
+    memset(c, 0, sizeof *c);
+}
+
+static int stop_all(void **state)
+{
+    (void)state;
+    stop_cluster(&one.c);
+    for (int i = 0; i < 3; i++)
+        stop_cluster(&three[i]);
+    return 0;
+}
+
 static void test_replica_dir(void **state)
 {
     (void)state;
-    struct group g;
-    start_group(&g);
-    wait_serving(&g);
-    assert_true(cluster_add_worker(&g.c) >= 0);
-    cluster_wait_registered(&g.c);
-    free(cluster_run(&g.c, 0, NULL, "register", "range(10)", NULL));
-    char *out = cluster_run(&g.c, 0, NULL, "read", "range(300)", "--mode", "distributed_epoch",
+    struct group *g = &one;
+    start_group(g);
+    wait_serving(g);
+    assert_true(cluster_add_worker(&g->c) >= 0);
+    cluster_wait_registered(&g->c);
+    free(cluster_run(&g->c, 0, NULL, "register", "range(10)", NULL));
+    char *out = cluster_run(&g->c, 0, NULL, "read", "range(300)", "--mode", "distributed_epoch",
                             "--format", "count", NULL);
     assert_string_equal(out, "300\n");
     free(out);
 
     /* Running, quiet: verify and dump give the replica's digest. */
-    check_live(&g, "verify");
-    check_live(&g, "dump");
+    check_live(g, "verify");
+    check_live(g, "dump");
     char *err = NULL;
     out = NULL;
-    assert_int_equal(journal("dump", g.raft_dir, NULL, NULL, &out, &err), 0);
+    assert_int_equal(journal("dump", g->raft_dir, NULL, NULL, &out, &err), 0);
     assert_string_equal(err, "");
     char head[1400];
-    snprintf(head, sizeof head, "raft log %s: cluster %s, term ", g.raft_dir, g.cluster);
+    snprintf(head, sizeof head, "raft log %s: cluster %s, term ", g->raft_dir, g->cluster);
     assert_true(strncmp(out, head, strlen(head)) == 0);
-    check_dump(out, g.cluster);
+    check_dump(out, g->cluster);
     free(out);
     free(err);
 
     /* Running and writing: each copy loads (taken again when files moved during it). */
     struct proc reader;
-    assert_int_equal(cluster_cli_spawn(&g.c, &reader, "read", "range(4000) | map(sleep_us, 500)",
+    assert_int_equal(cluster_cli_spawn(&g->c, &reader, "read", "range(4000) | map(sleep_us, 500)",
                                        "--mode", "distributed_epoch", "--format", "count", NULL),
                      0);
     for (int i = 0; i < 12; i++)
-        free(verify_ok(&g, g.work_dir));
+        free(verify_ok(g, g->work_dir));
     out = proc_read_all(&reader, 60000);
     assert_int_equal(proc_wait(&reader, 5000), 0);
     assert_string_equal(out, "4000\n");
     free(out);
 
     /* Killed: the state it had, from a directory left as a crash leaves it. */
-    proc_stop(&g.c.workers[0], SIGTERM, 10000);
-    g.c.nworkers = 0;
+    proc_stop(&g->c.workers[0], SIGTERM, 10000);
+    g->c.nworkers = 0;
     long long t0 = now_ms();
     for (;;) {
-        json_t *st = cluster_status(&g.c);
+        json_t *st = cluster_status(&g->c);
         size_t workers = json_array_size(json_object_get(st, "workers"));
         json_decref(st);
         if (workers == 0)
@@ -459,23 +480,23 @@ static void test_replica_dir(void **state)
         sleep_ms(50);
     }
     sleep_ms(300);
-    char *digest = status_digest(&g);
-    assert_int_equal(proc_stop(&g.c.dispatcher, SIGKILL, 10000), 128 + SIGKILL);
-    assert_true(has_open_segment(g.raft_dir));
-    char *before = fingerprint(g.raft_dir);
-    char *got = verify_ok(&g, g.work_dir);
+    char *digest = status_digest(g);
+    assert_int_equal(proc_stop(&g->c.dispatcher, SIGKILL, 10000), 128 + SIGKILL);
+    assert_true(has_open_segment(g->raft_dir));
+    char *before = fingerprint(g->raft_dir);
+    char *got = verify_ok(g, g->work_dir);
     assert_string_equal(got, digest);
     free(got);
     out = err = NULL;
-    assert_int_equal(journal("dump", g.work_dir, NULL, NULL, &out, &err), 0);
+    assert_int_equal(journal("dump", g->work_dir, NULL, NULL, &out, &err), 0);
     assert_string_equal(err, "");
-    check_dump(out, g.cluster);
+    check_dump(out, g->cluster);
     got = digest_in(out);
     assert_string_equal(got, digest);
     free(got);
     free(out);
     free(err);
-    char *after = fingerprint(g.raft_dir);
+    char *after = fingerprint(g->raft_dir);
     assert_string_equal(after, before);
     free(after);
 
@@ -484,26 +505,26 @@ static void test_replica_dir(void **state)
     out = err = NULL;
     char to[600];
     snprintf(to, sizeof to, "%s/backup.mdb", tmp_dir());
-    assert_int_equal(journal("backup", g.work_dir, "--to", to, &out, &err), 2);
+    assert_int_equal(journal("backup", g->work_dir, "--to", to, &out, &err), 2);
     snprintf(want, sizeof want,
              "sluice: usage: %s is a dispatcher replica's Raft directory: journal backup is for "
              "a single dispatcher's journal. Back a replica up by copying its whole work dir "
              "while it is stopped",
-             g.raft_dir);
+             g->raft_dir);
     assert_true(strncmp(err, want, strlen(want)) == 0);
     assert_int_equal(access(to, F_OK), -1);
     free(out);
     free(err);
     out = err = NULL;
-    assert_int_equal(journal("restore", g.work_dir, "--from", to, &out, &err), 2);
+    assert_int_equal(journal("restore", g->work_dir, "--from", to, &out, &err), 2);
     snprintf(want, sizeof want,
              "sluice: usage: %s is a dispatcher replica's Raft directory: journal restore is "
              "for a single dispatcher's journal. ",
-             g.raft_dir);
+             g->raft_dir);
     assert_true(strncmp(err, want, strlen(want)) == 0);
     free(out);
     free(err);
-    after = fingerprint(g.raft_dir);
+    after = fingerprint(g->raft_dir);
     assert_string_equal(after, before);
     free(after);
 
@@ -512,9 +533,9 @@ static void test_replica_dir(void **state)
     snprintf(cut, sizeof cut, "%s/cut", tmp_dir());
     snprintf(garbled, sizeof garbled, "%s/garbled", tmp_dir());
     snprintf(flipped, sizeof flipped, "%s/flipped", tmp_dir());
-    copy_dir(g.raft_dir, cut);
-    copy_dir(g.raft_dir, garbled);
-    copy_dir(g.raft_dir, flipped);
+    copy_dir(g->raft_dir, cut);
+    copy_dir(g->raft_dir, garbled);
+    copy_dir(g->raft_dir, flipped);
     char *segment = last_file(cut, false);
     assert_non_null(segment);
     char path[1200];
@@ -566,10 +587,10 @@ static void test_replica_dir(void **state)
 static void test_three_replicas(void **state)
 {
     (void)state;
-    struct cluster c[3];
+    struct cluster *c = three;
     char raft[3][64], list[256] = "", rpc[256] = "", ids[3][4];
     const char *args[3][8];
-    memset(c, 0, sizeof c);
+
     for (int i = 0; i < 3; i++) {
         snprintf(raft[i], sizeof raft[i], "127.0.0.1:%d", free_port());
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d=%s", i ? "," : "", i + 1,
@@ -619,15 +640,13 @@ static void test_three_replicas(void **state)
         free(out);
         free(err);
     }
-    for (int i = 0; i < 3; i++)
-        proc_stop(&c[i].dispatcher, SIGKILL, 10000);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_replica_dir),
-        cmocka_unit_test(test_three_replicas),
+        cmocka_unit_test_teardown(test_replica_dir, stop_all),
+        cmocka_unit_test_teardown(test_three_replicas, stop_all),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
