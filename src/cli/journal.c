@@ -14,11 +14,18 @@
  * backup writes a verified, compacted copy to a file; restore puts one in place (backup.h).
  *
  * dump, verify and backup only read, and are safe on a journal a running dispatcher uses: they
- * see the last committed state as of their read. restore refuses to run beside a dispatcher. */
+ * see the last committed state as of their read. restore refuses to run beside a dispatcher.
+ *
+ * A dispatcher replica's work dir (WORK_DIR/raft, or the Raft directory itself) is read through
+ * replica_log.h: C-Raft loads a private copy of the directory, and the state is rebuilt as the
+ * replica's FSM rebuilds it. dump prints the snapshot, every entry (a batch with its records, as
+ * for a journal), the resulting state and its digest (`sluice status --json`'s
+ * raft.state_digest); verify prints one line. backup and restore refuse a Raft directory. */
 #include "cli.h"
 
 #include "common/error.h"
 #include "dispatcher/recovery.h"
+#include "dispatcher/replica_log.h"
 #include "dispatcher/update_codec.h"
 #include "dispatcher/state.h"
 #include "journal/backup.h"
@@ -53,7 +60,13 @@ static const char usage[] =
     "            that is there unless --force (which keeps the old one beside it), and never\n"
     "            runs beside a dispatcher\n"
     "\n"
-    "dump, verify and backup only read, and are safe on a journal a running dispatcher uses.\n";
+    "dump, verify and backup only read, and are safe on a journal a running dispatcher uses.\n"
+    "\n"
+    "On a dispatcher replica's work dir (DIR/raft, or the Raft directory itself), dump and\n"
+    "verify read a private copy of the Raft log with C-Raft's own code and never change DIR:\n"
+    "dump prints the snapshot, every entry and the resulting state with its state_digest (as\n"
+    "`sluice status --json` reports it in raft.state_digest); verify checks that the log loads\n"
+    "and replays. backup and restore are for a single dispatcher's journal only.\n";
 
 /* Prints s quoted, with bytes outside printable ASCII (and the quote and backslash) escaped. */
 static void print_quoted(const char *s)
@@ -678,6 +691,170 @@ static int restore(const char *from, const char *dir, bool force)
     return CLI_EXIT_OK;
 }
 
+/* ---- a replica's Raft directory ---------------------------------------------------------- */
+
+static void print_state(const char *what, const struct state *s)
+{
+    printf("%s applied=%" PRIu64 " datasets=%zu jobs=%zu iterations=%zu tasks=%zu workers=%zu "
+           "clients=%zu",
+           what, s->applied, s->ndatasets, s->njobs, s->niterations, s->ntasks, s->nworkers,
+           s->nclients);
+    if (s->nsaves)
+        printf(" saves=%zu", s->nsaves);
+}
+
+static void print_configuration(const struct raft_configuration *c)
+{
+    for (unsigned i = 0; i < c->n; i++) {
+        const struct raft_server *m = &c->servers[i];
+        printf("%s%llu=%s%s", i ? "," : "", (unsigned long long)m->id, m->address,
+               m->role == RAFT_VOTER     ? ""
+               : m->role == RAFT_STANDBY ? "(standby)"
+                                         : "(spare)");
+    }
+}
+
+static int raft_dump_snapshot(void *user, const struct replica_log *log, const struct state *st)
+{
+    (void)user;
+    const struct raft_snapshot *s = log->snapshot;
+    printf("snapshot index=%llu term=%llu bytes=%zu file=%s ", (unsigned long long)s->index,
+           (unsigned long long)s->term, s->bufs[0].len, log->snapshot_file);
+    print_state("state", st);
+    printf(" configuration=");
+    print_configuration(&s->configuration);
+    putchar('\n');
+    return 0;
+}
+
+static int raft_dump_entry(void *user, uint64_t index, const struct raft_entry *raw,
+                           const struct replica_entry *e, bool replayed)
+{
+    (void)user;
+    printf("entry %" PRIu64 " term=%llu ", index, (unsigned long long)raw->term);
+    if (raw->type == RAFT_CHANGE) {
+        struct raft_configuration c;
+        raft_configuration_init(&c);
+        if (raft_configuration_decode(&raw->buf, &c) == 0) {
+            printf("configuration ");
+            print_configuration(&c);
+        } else {
+            printf("configuration unreadable bytes=%zu", raw->buf.len);
+        }
+        raft_configuration_close(&c);
+    } else if (raw->type == RAFT_BARRIER) {
+        printf("barrier");
+    } else if (!e) {
+        printf("type=%d bytes=%zu", (int)raw->type, raw->buf.len);
+    } else if (e->seed) {
+        printf("seed origin=%" PRIu64 " bytes=%zu", e->origin, e->seed_len);
+    } else if (e->count == 0) {
+        printf("announcement origin=%" PRIu64 " rpc=", e->origin);
+        print_quoted(e->rpc);
+    } else {
+        printf("batch origin=%" PRIu64 " records=%" PRIu32, e->origin, e->count);
+    }
+    if (!replayed)
+        printf(" (in the snapshot)");
+    putchar('\n');
+    return 0;
+}
+
+static int raft_dump_record(void *user, uint64_t seq, const struct st_update *u)
+{
+    (void)user;
+    printf("  ");
+    print_update(seq, u);
+    return 0;
+}
+
+/* Loads and replays the Raft directory raft_dir into *st; prints it when dump. Returns a CLI
+ * exit code: after CLI_EXIT_OK the caller releases *log and *st; on failure the one-line reason
+ * is printed and nothing is left to release. */
+static int raft_replay(const char *raft_dir, bool dump, struct replica_log *log, struct state *st)
+{
+    char err[SLUICE_ERRMSG_SIZE];
+    int rc = replica_log_load(raft_dir, log, err, sizeof err);
+    if (rc < 0) {
+        cli_error("journal", "%s", err);
+        return CLI_EXIT_FAIL;
+    }
+    state_init(st);
+    if (dump) {
+        uint64_t last = log->n          ? log->start_index + log->n - 1
+                        : log->snapshot ? log->snapshot->index
+                                        : 0;
+        printf("raft log %s: cluster %s, term %" PRIu64 ", voted for %" PRIu64 ", ", raft_dir,
+               log->cluster[0] ? log->cluster : "(no sluice-cluster file)", log->term,
+               log->voted_for);
+        if (log->n)
+            printf("entries %" PRIu64 " to %" PRIu64 "\n", log->start_index, last);
+        else
+            printf("no entries\n");
+    }
+    struct replica_log_visit visit = {
+        .snapshot = raft_dump_snapshot,
+        .entry = raft_dump_entry,
+        .record = raft_dump_record,
+    };
+    rc = replica_log_replay(log, st, dump ? &visit : NULL, err, sizeof err);
+    if (rc < 0) {
+        fflush(stdout);
+        cli_error("journal", "%s: %s", raft_dir, err);
+        replica_log_release(log);
+        state_release(st);
+        return CLI_EXIT_FAIL;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int raft_dump(const char *raft_dir)
+{
+    struct replica_log log;
+    struct state st;
+    int code = raft_replay(raft_dir, true, &log, &st);
+    if (code != CLI_EXIT_OK)
+        return code;
+    print_state("state", &st);
+    putchar('\n');
+    struct dump d = {.damaged = false};
+    for (size_t i = 0; i < st.ndatasets; i++)
+        dump_dataset(&d, st.datasets[i].id, st.datasets[i].def, st.datasets[i].def_len);
+    printf("state_digest %016" PRIx64 "\n", state_digest(&st));
+    state_release(&st);
+    replica_log_release(&log);
+    return CLI_EXIT_OK;
+}
+
+static int raft_verify(const char *raft_dir)
+{
+    struct replica_log log;
+    struct state st;
+    int code = raft_replay(raft_dir, false, &log, &st);
+    if (code != CLI_EXIT_OK)
+        return code;
+    uint64_t last = 0, last_term = 0;
+    if (log.n) {
+        last = log.start_index + log.n - 1;
+        last_term = log.entries[log.n - 1].term;
+    } else if (log.snapshot) {
+        last = log.snapshot->index;
+        last_term = log.snapshot->term;
+    }
+    char snap[64] = "no snapshot";
+    if (log.snapshot)
+        snprintf(snap, sizeof snap, "snapshot at %llu (term %llu)",
+                 (unsigned long long)log.snapshot->index, (unsigned long long)log.snapshot->term);
+    printf("raft log %s: ok: %zu entries, %s, last index %" PRIu64 " (term %" PRIu64 "), %" PRIu64
+           " updates applied; %zu datasets, %zu jobs, %zu workers, %zu clients; "
+           "state_digest %016" PRIx64 "\n",
+           raft_dir, log.n, snap, last, last_term, st.applied, st.ndatasets, st.njobs, st.nworkers,
+           st.nclients, state_digest(&st));
+    state_release(&st);
+    replica_log_release(&log);
+    return CLI_EXIT_OK;
+}
+
 /* Takes the value of --name VALUE or --name=VALUE at argv[*i]; NULL after a usage error. */
 static const char *option_value(int argc, char **argv, int *i, const char *name)
 {
@@ -758,6 +935,34 @@ int cli_journal(int argc, char **argv)
         cli_error("usage", "--json is for journal dump");
         return CLI_EXIT_USAGE;
     }
+    char raft_dir[PATH_MAX], err[SLUICE_ERRMSG_SIZE];
+    int is_raft = replica_log_find(dir, raft_dir, sizeof raft_dir, err, sizeof err);
+    if (is_raft < 0) {
+        cli_error("journal", "%s", err);
+        return CLI_EXIT_FAIL;
+    }
+    if (is_raft && (is_backup || is_restore)) {
+        cli_error("usage",
+                  "%s is a dispatcher replica's Raft directory: journal %s is for a single "
+                  "dispatcher's journal. %s (see 'Dispatcher replicas' in docs/operations.md)",
+                  raft_dir, action,
+                  is_backup ? "Back a replica up by copying its whole work dir while it is "
+                              "stopped (the other replicas keep serving); check the copy with "
+                              "'sluice journal verify --work-dir COPY'"
+                            : "Put a copy of a stopped replica's work dir back in place while "
+                              "the replica is stopped, or start a new group from a journal "
+                              "backup restored into an empty work dir with --raft-seed-journal");
+        return CLI_EXIT_USAGE;
+    }
+    if (is_raft && json) {
+        cli_error("usage",
+                  "%s is a dispatcher replica's Raft directory: its dump is text only "
+                  "(--json is for a single dispatcher's journal)",
+                  raft_dir);
+        return CLI_EXIT_USAGE;
+    }
+    if (is_raft)
+        return strcmp(action, "verify") == 0 ? raft_verify(raft_dir) : raft_dump(raft_dir);
     if (strcmp(action, "verify") == 0)
         return verify(dir);
     if (is_backup)
@@ -765,7 +970,6 @@ int cli_journal(int argc, char **argv)
     if (is_restore)
         return restore(from, dir, force);
     struct journal *j;
-    char err[SLUICE_ERRMSG_SIZE];
     struct journal_opts opts = {.work_dir = dir, .read_only = true};
     int rc = journal_open(&opts, &j, err, sizeof err);
     if (rc < 0) {

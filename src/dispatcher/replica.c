@@ -528,16 +528,11 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 {
     struct replica *r = fsm->data;
     char err[SLUICE_ERRMSG_SIZE];
-    struct state fresh;
-    int rc = replica_snapshot_decode(buf->base, buf->len, &fresh, err, sizeof err);
+    int rc = replica_state_restore(&r->committed, buf->base, buf->len, err, sizeof err);
     if (rc < 0) {
         log_error("raft: %s: snapshot: %s", r->dir, err);
         return rc == SLUICE_ERR_NOMEM ? RAFT_NOMEM : RAFT_MALFORMED;
     }
-    fresh.limits = r->committed.limits;
-    fresh.static_workers = r->committed.static_workers;
-    state_release(&r->committed);
-    r->committed = fresh;
     rc = replica_state_copy(r->work, &r->committed, err, sizeof err);
     if (rc < 0) {
         log_error("raft: %s: snapshot: %s", r->dir, err);

@@ -429,6 +429,21 @@ int replica_snapshot_decode(const uint8_t *p, size_t len, struct state *out, cha
     return update_codec_snapshot_decode(p + 12, snaplen, lookup_in_snapshot, &sd, out, err, errlen);
 }
 
+int replica_state_restore(struct state *s, const uint8_t *p, size_t len, char *err, size_t errlen)
+{
+    struct state fresh;
+    int rc = replica_snapshot_decode(p, len, &fresh, err, errlen);
+    if (rc < 0) {
+        state_release(&fresh);
+        return rc;
+    }
+    fresh.limits = s->limits;
+    fresh.static_workers = s->static_workers;
+    state_release(s);
+    *s = fresh;
+    return 0;
+}
+
 int replica_entry_encode_seed(uint64_t origin, uint64_t term, const char *rpc,
                               const uint8_t *snapshot, size_t len, void *(*alloc)(size_t),
                               uint8_t **out, size_t *outlen)

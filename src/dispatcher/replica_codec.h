@@ -114,6 +114,13 @@ int replica_snapshot_encode(const struct state *s, void *(*alloc)(size_t), uint8
 int replica_snapshot_decode(const uint8_t *p, size_t len, struct state *out, char *err,
                             size_t errlen);
 
+/* Restores a snapshot (replica_snapshot_decode's bytes) into *s, as Raft's FSM restore does on a
+ * replica and `sluice journal` does on a copy of its Raft directory: *s is replaced by the
+ * snapshot's state (its old contents released) but keeps its limits and static workers
+ * (configuration, not state). On failure *s is unchanged. Returns 0, or SLUICE_ERR_CORRUPT /
+ * SLUICE_ERR_NOMEM with the reason. */
+int replica_state_restore(struct state *s, const uint8_t *p, size_t len, char *err, size_t errlen);
+
 /* *dst = a copy of src's durable state (snapshot and back); dst's limits and static workers
  * (configuration, not state) are kept. On failure dst is unchanged. */
 int replica_state_copy(struct state *dst, const struct state *src, char *err, size_t errlen);

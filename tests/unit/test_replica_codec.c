@@ -687,6 +687,50 @@ static void test_join_decide(void **unused)
         assert_int_equal(replica_join_decide(cases[i].a, cases[i].n), cases[i].want);
 }
 
+/* replica_state_restore: what Raft's FSM restore and `sluice journal` run on a snapshot. */
+static void test_state_restore(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    rich_state(&h);
+    uint8_t *p;
+    size_t len;
+    assert_int_equal(replica_snapshot_encode(&h.s, NULL, &p, &len), 0);
+    struct state s;
+    state_init(&s);
+    s.limits = (struct st_limits){.max_datasets = 7, .max_jobs_per_client = 2};
+    s.static_workers = 3;
+    struct st_update u = {.type = ST_DATASET_REGISTERED, .id = 0};
+    snprintf(u.name, sizeof u.name, "old");
+    u.def = (uint8_t *)"x";
+    u.def_len = 1;
+    assert_int_equal(state_apply(&s, &u), 0);
+    uint64_t before = state_digest(&s);
+    char err[SLUICE_ERRMSG_SIZE] = "";
+    /* Refused: the state is left as it was, with the decoder's reason. */
+    uint8_t *t = malloc(len);
+    memcpy(t, p, len);
+    t[0] = 'X';
+    assert_int_equal(replica_state_restore(&s, t, len, err, sizeof err), SLUICE_ERR_CORRUPT);
+    assert_string_equal(err, "not a sluice snapshot");
+    assert_int_equal(replica_state_restore(&s, p, len - 1, err, sizeof err), SLUICE_ERR_CORRUPT);
+    assert_string_equal(err, "snapshot: damaged framing");
+    assert_int_equal(state_digest(&s), before);
+    assert_non_null(state_dataset(&s, "old"));
+    /* Restored: the snapshot's state, with the limits and static workers kept. */
+    assert_int_equal(replica_state_restore(&s, p, len, err, sizeof err), 0);
+    assert_int_equal(state_digest(&s), state_digest(&h.s));
+    assert_null(state_dataset(&s, "old"));
+    assert_int_equal(s.limits.max_datasets, 7);
+    assert_int_equal(s.limits.max_jobs_per_client, 2);
+    assert_int_equal(s.static_workers, 3);
+    harness_check_invariants(&s);
+    free(t);
+    free(p);
+    state_release(&s);
+    harness_release(&h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -701,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_snapshot_round_trip),
         cmocka_unit_test(test_snapshot_refused),
         cmocka_unit_test(test_state_copy),
+        cmocka_unit_test(test_state_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
