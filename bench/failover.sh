@@ -12,7 +12,7 @@
 # ratio p50 / election timeout says what the failover adds to it.
 # Usage: bench/failover.sh [BUILD_DIR]   (default build/; builds nothing itself)
 # Environment: SLUICE_BENCH_FAILOVER_KILLS (default 20), SLUICE_BENCH_FAILOVER_HANDOVERS
-# (default 5), SLUICE_BENCH_FAILOVER_TIMEOUT_MS (the election timeout, default 1000),
+# (default 5), SLUICE_BENCH_FAILOVER_TIMEOUT_MS (the election timeout, default 600, the dispatcher's),
 # SLUICE_BENCH_FAILOVER_N (elements per read, default 100000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +21,7 @@ bin=${1:-build}/bin
 for t in awk sort date curl /usr/bin/python3; do command -v $t >/dev/null || { echo "needs $t"; exit 1; }; done
 kills=${SLUICE_BENCH_FAILOVER_KILLS:-20}
 handovers=${SLUICE_BENCH_FAILOVER_HANDOVERS:-5}
-timeout_ms=${SLUICE_BENCH_FAILOVER_TIMEOUT_MS:-1000}
+timeout_ms=${SLUICE_BENCH_FAILOVER_TIMEOUT_MS:-600} # the dispatcher's default
 n=${SLUICE_BENCH_FAILOVER_N:-100000}
 
 # The processes are killed with -9 at the end: a leader left alone may not finish a SIGTERM.

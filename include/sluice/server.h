@@ -155,7 +155,7 @@ struct sluice_dispatcher_options {
      * work_dir/raft) and implies fault_tolerant; the leader serves, the others answer "not the
      * leader" with the leader's address (advertise: the RPC address this replica gives for
      * that, --advertise; NULL: the bound host and port). raft_bind: listen for Raft there
-     * instead (--raft-bind, e.g. "0.0.0.0:7001"); raft_election_timeout_ms 0: 1000 (from 100
+     * instead (--raft-bind, e.g. "0.0.0.0:7001"); raft_election_timeout_ms 0: 600 (from 100
      * to 60000). Stopping the leader hands leadership to a caught-up follower first. */
     uint64_t raft_id;
     const char *raft_address;

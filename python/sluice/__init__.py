@@ -365,7 +365,7 @@ class DispatchServer(_Server):
     holds its Raft log (it implies fault_tolerant_mode). The leader serves; the others refuse
     with the leader's address, which callers given the list of targets follow. raft_bind
     listens for Raft elsewhere ("0.0.0.0:7001"), advertise is the RPC address the others give
-    for this one (None: the bound host and port), raft_election_timeout_ms (None: 1000) is
+    for this one (None: the bound host and port), raft_election_timeout_ms (None: 600) is
     Raft's election timeout. These are the flags --raft-id, --raft-address, --raft-cluster,
     --raft-bind, --advertise and --raft-election-timeout-ms; a bad combination raises
     sluice.InvalidArgumentError with the dispatcher's message.

@@ -107,7 +107,7 @@ static const char usage[] =
     "                           bound host and port)\n"
     "  --raft-election-timeout-ms N\n"
     "                           elect a new leader after this long without one (100 to\n"
-    "                           60000; default 1000)\n"
+    "                           60000; default 600)\n"
     "  --raft-seed-journal DIR  start a NEW group from the journal of a single fault-tolerant\n"
     "                           dispatcher's work dir DIR (stopped, or a copy; only read)\n"
     "  --max-jobs-per-address N refuse a read when the clients connecting from its address\n"

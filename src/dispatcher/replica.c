@@ -876,7 +876,8 @@ int replica_start(const struct replica_opts *opts, struct replica **out, char *e
     }
     r->raft_inited = true;
     r->raft.data = r;
-    unsigned election = opts->election_timeout_ms ? opts->election_timeout_ms : 1000;
+    unsigned election =
+        opts->election_timeout_ms ? opts->election_timeout_ms : REPLICA_ELECTION_TIMEOUT_MS;
     raft_set_election_timeout(&r->raft, election);
     raft_set_heartbeat_timeout(&r->raft, election / 10 ? election / 10 : 1);
     raft_set_pre_vote(&r->raft, true);

@@ -38,6 +38,11 @@ struct security_ctx;
 struct state;
 struct uv_loop_s;
 
+/* The default election timeout: C-Raft waits a random 1 to 2 times it without a leader before
+ * it asks for votes, so a leader's crash costs at most about twice this (heartbeats go every
+ * tenth of it). */
+#define REPLICA_ELECTION_TIMEOUT_MS 600
+
 /* What a replica needs from its dispatcher. */
 struct replica_opts {
     struct uv_loop_s *loop;
@@ -47,7 +52,7 @@ struct replica_opts {
     const char *bind;    /* NULL: address */
     const char *rpc;     /* the RPC address it announces when it leads */
     const char *work_dir;
-    uint32_t election_timeout_ms;   /* 0: 1000 */
+    uint32_t election_timeout_ms;   /* 0: REPLICA_ELECTION_TIMEOUT_MS */
     uint64_t snapshot_threshold;    /* entries between snapshots; 0: 1024 */
     const struct security_ctx *sec; /* NULL: no token, no TLS */
     /* A state to start a new group from (a single dispatcher's journal, --raft-seed-journal),

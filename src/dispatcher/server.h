@@ -80,7 +80,7 @@ struct dispatcher_opts {
      * "1=HOST:PORT,2=HOST:PORT,3=HOST:PORT", raft_bind where to listen for it instead (NULL:
      * raft_address). The Raft directory is work_dir/raft (needs work_dir); there is no LMDB
      * journal. advertise is the RPC address other replicas redirect callers to (NULL: the bound
-     * host and port). raft_election_timeout_ms 0: 1000. */
+     * host and port). raft_election_timeout_ms 0: 600. */
     uint64_t raft_id;
     const char *raft_address;
     const char *raft_cluster;
