@@ -34,6 +34,8 @@
  * still unanswered after the connect timeout fails as on a lost connection. A call redirected
  * more than RPC_MAX_REDIRECTS times fails with SLUICE_ERR_UNAVAILABLE; its timeout runs
  * throughout. Only calls to a dispatcher (the role in its Hello) keep their request for this.
+ * A connection to a replica whose peer's TCP acknowledges nothing for RPC_REPLICA_SILENCE_MS is
+ * lost (a leader cut off from the network), so the calls move on too.
  *
  * Calls fail from the TCP handle's close callback rather than when the loss is noticed, so no
  * call's callback ever runs inside rpc_call. Timeouts use one timer per client set to the
@@ -50,12 +52,16 @@
 #include "tls.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define DEFAULT_CONNECT_TIMEOUT_MS 5000
@@ -516,6 +522,40 @@ static void on_connected(uv_connect_t *req, int status)
     connected(cl, status);
 }
 
+/* A connection to a replica is lost once its peer's TCP acknowledges nothing for
+ * RPC_REPLICA_SILENCE_MS (rpc_client.h). Without it a leader cut off from the network holds
+ * every call sent to it: TCP retransmits what was written for many minutes, and a call written
+ * before the cut waits for a reply on a connection with nothing left to send, which TCP never
+ * questions; each call's timeout fails only that call, and its retry goes out on the same
+ * connection, while the other replicas elected a new leader within seconds. TCP_USER_TIMEOUT
+ * bounds the first case, and keepalive probes after a second without traffic turn the second
+ * into the first (with the user timeout set, the kernel drops a connection whose probes go
+ * unanswered for that long). A single address keeps TCP's own bounds: there is nowhere else to
+ * go. Best effort: a socket that refuses an option keeps TCP's bound for that case. */
+static void limit_silence(struct rpc_client *cl)
+{
+#if defined(TCP_USER_TIMEOUT) && defined(TCP_KEEPIDLE) && defined(TCP_KEEPINTVL)
+    static const struct {
+        int level, name, value;
+        const char *text;
+    } opts[] = {
+        {IPPROTO_TCP, TCP_USER_TIMEOUT, RPC_REPLICA_SILENCE_MS, "TCP_USER_TIMEOUT"},
+        {SOL_SOCKET, SO_KEEPALIVE, 1, "SO_KEEPALIVE"},
+        {IPPROTO_TCP, TCP_KEEPIDLE, 1, "TCP_KEEPIDLE"},
+        {IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL"},
+    };
+    uv_os_fd_t fd;
+    if (cl->local_now || (cl->naddrs < 2 && !cl->off_list) ||
+        uv_fileno((const uv_handle_t *)&cl->conn.tcp, &fd) != 0)
+        return;
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if (setsockopt(fd, opts[i].level, opts[i].name, &opts[i].value, sizeof opts[i].value) != 0)
+            log_debug("rpc: %s: %s: %s", cl->current.text, opts[i].text, strerror(errno));
+#else
+    (void)cl;
+#endif
+}
+
 /* The connection is made (status 0) or failed: start the handshake. */
 static void connected(struct rpc_client *cl, int status)
 {
@@ -525,6 +565,7 @@ static void connected(struct rpc_client *cl, int status)
         lose_connection(cl, SLUICE_ERR_UNAVAILABLE, why);
         return;
     }
+    limit_silence(cl);
     /* Without a token the nonce is never sent, and OpenSSL's generator need not be woken. */
     uint8_t nonce[AUTH_NONCE_LEN] = {0};
     int rc = security_has_token(cl->sec) ? auth_nonce(nonce) : 0;

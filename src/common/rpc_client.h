@@ -14,6 +14,13 @@
 struct rpc_client;
 struct bufpool;
 
+/* How long a connection to a dispatcher replica may stay silent (the peer's TCP acknowledges
+ * nothing: neither what was written nor the keepalive probes sent after a second without
+ * traffic) before it counts as lost: longer than a busy network's retransmissions take, as short
+ * as a Raft election of the default timeout (1 s) and a little more, so a caller stuck on a
+ * cut-off leader moves on about when the others have a new one. */
+#define RPC_REPLICA_SILENCE_MS 3000
+
 /* Called exactly once per accepted call. status 0: reply is the answer. status < 0: reply is
  * NULL, or, when the server answered with an Error body, that Envelope; msg is always a one-line
  * reason (for an Error body, its message). reply and msg are valid only during the call. */
@@ -32,7 +39,11 @@ struct rpc_client_opts {
      * next address of the list after backoff_min_ms. The caller never sees NOT_LEADER: a call
      * redirected more than 20 times fails with SLUICE_ERR_UNAVAILABLE and "no dispatcher leader
      * among HOST:PORT,...: ADDRESS: REASON" (the last replica's answer), and its timeout runs
-     * throughout. */
+     * throughout. A connection to a replica (an address of a list of two or more, or a leader a
+     * replica named) whose peer's TCP acknowledges nothing for RPC_REPLICA_SILENCE_MS is lost
+     * (on Linux: TCP_USER_TIMEOUT, and keepalive probes after 1 s idle, so a call waiting for
+     * its reply is covered as well as one being written): a replica cut off from the network
+     * holds no call longer, and the next attempt goes to another replica. */
     const char *address;
     Sluice__Role role;
     uint64_t incarnation;

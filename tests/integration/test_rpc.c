@@ -13,10 +13,13 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "common/conn.h"
 #include "common/error.h"
@@ -1879,6 +1882,66 @@ static void test_list_failover(void **state)
     loop_finish(&loop);
 }
 
+/* The options that bound the silence of this process's one socket connected to
+ * 127.0.0.1:port (a client's: the server's own sockets have port on their side): TCP_USER_TIMEOUT
+ * in *user_ms, SO_KEEPALIVE in *keepalive and TCP_KEEPIDLE in *idle_s. Fails when there is no such
+ * socket or more than one. */
+static void silence_towards(int port, int *user_ms, int *keepalive, int *idle_s)
+{
+    int found = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        struct sockaddr_in peer;
+        socklen_t len = sizeof peer;
+        if (getpeername(fd, (struct sockaddr *)&peer, &len) != 0 || peer.sin_family != AF_INET ||
+            ntohs(peer.sin_port) != port)
+            continue;
+        found++;
+        len = sizeof *user_ms;
+        assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, user_ms, &len), 0);
+        len = sizeof *keepalive;
+        assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, keepalive, &len), 0);
+        len = sizeof *idle_s;
+        assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, idle_s, &len), 0);
+    }
+    assert_int_equal(found, 1);
+}
+
+/* (g) A connection to a replica of a list counts as lost once the peer's TCP acknowledges
+ * nothing for RPC_REPLICA_SILENCE_MS, written data or keepalive probes (sent after 1 s idle), so
+ * a leader cut off from the network holds no call longer; a single address keeps TCP's own
+ * bounds (no user timeout, no keepalive). Making a peer's TCP fall silent takes a network
+ * namespace (tests/netns/test_netns_replicas.sh cuts a leader off that way); here the options
+ * on the socket are checked. */
+static void test_list_silence_bound(void **state)
+{
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx b;
+    fx_start(&loop, &b, 0);
+    int pb = rpc_server_port(b.srv);
+    char address[128];
+    snprintf(address, sizeof address, "127.0.0.1:%d,127.0.0.1:%d", free_port(), pb);
+    struct client_fx cfx;
+    cfx_new(&loop, &cfx, address);
+    expect_status_ok(&loop, cfx.cl);
+    expect_current(cfx.cl, &b);
+    int user_ms = -1, keepalive = -1, idle_s = -1;
+    silence_towards(pb, &user_ms, &keepalive, &idle_s);
+    assert_int_equal(user_ms, RPC_REPLICA_SILENCE_MS);
+    assert_int_equal(keepalive, 1);
+    assert_int_equal(idle_s, 1);
+    cfx_close(&loop, &cfx);
+
+    cfx_new_port(&loop, &cfx, pb);
+    expect_status_ok(&loop, cfx.cl);
+    silence_towards(pb, &user_ms, &keepalive, &idle_s);
+    assert_int_equal(user_ms, 0);
+    assert_int_equal(keepalive, 0);
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &b);
+    loop_finish(&loop);
+}
+
 /* A peer that accepts the connection but never says Hello: each attempt ends at the connect
  * timeout and is retried until the call's own timeout. */
 static void test_handshake_timeout(void **state)
@@ -2300,6 +2363,7 @@ int main(void)
         cmocka_unit_test(test_list_no_leader_anywhere),
         cmocka_unit_test(test_list_refused),
         cmocka_unit_test(test_list_failover),
+        cmocka_unit_test(test_list_silence_bound),
     };
     /* The same over mutual TLS, where they apply (raw sockets speak plain frames). */
     const struct CMUnitTest tls_tests[] = {
