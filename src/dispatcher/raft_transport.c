@@ -255,8 +255,13 @@ static void peer_fail(struct rt_peer *p, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    p->rt->refused++;
-    peer_log(p, "%s; closing the connection", why);
+    if (p->probe) {
+        /* A peer that does not answer a probe yet is expected while a group starts. */
+        log_debug("raft: probe of %s: %s", p->address, why);
+    } else {
+        p->rt->refused++;
+        peer_log(p, "%s; closing the connection", why);
+    }
     peer_close(p, RAFT_NOCONNECTION);
 }
 
