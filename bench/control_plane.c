@@ -27,10 +27,23 @@
  * it prints both, their ratios, and the targets. Exits 1 on any protocol error or on a request
  * that got no reply; timings never make it fail.
  *
+ * With --raft it measures instead what Raft costs: the same load at full size first against the
+ * single dispatcher (LMDB journal; the baseline) and then against a group of 3 replicas on
+ * 127.0.0.1 (--raft-id, free Raft ports, the same token and arguments), started together; the
+ * load starts once one of them answers GET /readyz with 200, and the simulated peers call the
+ * list of the replicas' addresses with that leader first, so a leader change mid-run is followed
+ * (and reported) rather than failed. The CPU, memory and counters are the leader's; the other
+ * replicas' CPU is printed beside them. It prints both, their ratios, and a summary: split
+ * leases per second, lease p50/p99, worker heartbeat p99, the leader's CPU and RSS, and whether
+ * the group leases at least half as many a second as the single dispatcher. In place of the
+ * restart it times the leader's failover: SIGKILL of the leader until another replica's
+ * GET /readyz answers 200. Every dispatcher it starts dies with it, however it ends.
+ *
  *   control_plane [--seconds N] [--workers N] [--clients N] [--jobs N] [--split-ms N]
  *                 [--lease N] [--split-size N] [--baseline-workers N]
  *                 [--baseline-clients N] [--no-baseline] [--dispatcher PATH]
  *                 [--work-root DIR] [--dispatcher-arg ARG]... [--pin]
+ *                 [--raft] [--replica-arg ARG]...
  *
  * Defaults: 60 s, 1000 workers, 100 clients, 10 jobs, leases of 4 splits of 1000 elements
  * produced in 2000 ms (each lease in 75 % to 125 % of --split-ms, uniformly); the baseline at 100
@@ -39,7 +52,9 @@
  * waits for that disk's fsync (the share of slow commits is printed). --dispatcher-arg passes one
  * more argument to the dispatcher. --pin runs the dispatcher and the simulator on CPUs of their
  * own (half each): on a machine with few cores the two otherwise queue for the same CPUs, and the
- * latencies measure that queue as much as the dispatcher.
+ * latencies measure that queue as much as the dispatcher (with --raft, the replicas share the
+ * dispatcher's half). --replica-arg passes one more argument to the replicas only (e.g.
+ * --raft-election-timeout-ms 500); --dispatcher-arg goes to every dispatcher, replicas included.
  *
  * Besides the simulator's own timings, it prints what the dispatcher measured of the same calls
  * (sluice_request_seconds, from a request's arrival to its reply, over the counters' window),
@@ -52,6 +67,7 @@
 #include "pipeline/spec.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -64,6 +80,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -84,6 +101,9 @@
 /* ---- options and results --------------------------------------------------------------------- */
 
 #define MAX_DISPATCHER_ARGS 16
+/* --raft: the replicas of the group, on 127.0.0.1. */
+#define RAFT_REPLICAS 3
+#define RAFT_REPLICAS_TEXT "3"
 
 struct config {
     unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
@@ -91,9 +111,15 @@ struct config {
     bool pin;
     cpu_set_t dispatcher_cpus;
     const char *dispatcher;
-    /* --dispatcher-arg: more arguments for the dispatcher (e.g. --snapshot-every 100000). */
+    /* --dispatcher-arg: more arguments for the dispatcher (e.g. --snapshot-every 100000), for
+     * each replica too. */
     const char *dargs[MAX_DISPATCHER_ARGS];
     unsigned ndargs;
+    /* --raft: the same load against the single dispatcher and a group of RAFT_REPLICAS. */
+    bool raft;
+    /* --replica-arg: more arguments for the replicas only (e.g. --raft-election-timeout-ms). */
+    const char *rargs[MAX_DISPATCHER_ARGS];
+    unsigned nrargs;
 };
 
 struct lat {
@@ -119,20 +145,62 @@ struct figures {
     double commits_per_s, commit_mean_ms;
     double commit_slow_share; /* commits over 3.2 ms (a histogram bucket bound) */
     double sim_cpu_share;     /* this process, the simulator */
-    double restart_s;
+    double restart_s;         /* a single dispatcher: its restart; a group: the leader's failover */
     bool have_journal_bytes;
+    /* A group of replicas: the CPU share of the replicas other than the leader, together; the
+     * Raft entries the leader committed per second; and the leader changes its replicas saw
+     * during the measurement (the figures of one leader need none). */
+    bool raft;
+    double followers_cpu_share;
+    double raft_entries_per_s;
+    double leader_changes;
 };
 
-/* The dispatcher running now, killed if the bench exits early (die, a failed wait). */
-static pid_t running_dispatcher;
+/* The dispatchers running now (one, or the replicas of a group), killed if the bench exits
+ * early: die or a failed wait (atexit), SIGINT, SIGTERM or SIGHUP (on_signal). A bench killed
+ * outright leaves none behind either: each dies with it (PR_SET_PDEATHSIG). */
+static volatile pid_t running[RAFT_REPLICAS];
 
-static void kill_running_dispatcher(void)
+static void running_add(pid_t pid)
 {
-    if (running_dispatcher > 0) {
-        kill(running_dispatcher, SIGKILL);
-        waitpid(running_dispatcher, NULL, 0);
-        running_dispatcher = 0;
+    for (int i = 0; i < RAFT_REPLICAS; i++) {
+        if (running[i] <= 0) {
+            running[i] = pid;
+            return;
+        }
     }
+    assert(!"more dispatchers than RAFT_REPLICAS");
+}
+
+static void running_remove(pid_t pid)
+{
+    for (int i = 0; i < RAFT_REPLICAS; i++) {
+        if (running[i] == pid)
+            running[i] = 0;
+    }
+}
+
+static void kill_running_dispatchers(void)
+{
+    for (int i = 0; i < RAFT_REPLICAS; i++) {
+        pid_t pid = running[i];
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            running[i] = 0;
+        }
+    }
+}
+
+/* Only kill(2) and raise(2) here: both are async-signal-safe. */
+static void on_signal(int sig)
+{
+    for (int i = 0; i < RAFT_REPLICAS; i++) {
+        if (running[i] > 0)
+            kill(running[i], SIGKILL);
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
 }
 
 static void die(const char *what, const char *why)
@@ -246,7 +314,7 @@ struct sim {
     uv_loop_t loop;
     const struct config *cfg;
     struct security_ctx *sec;
-    char addr[128];
+    char addr[RAFT_REPLICAS * 64]; /* one address, or the replicas' list */
     unsigned nworkers, nclients, njobs;
     struct sworker *workers;
     struct sclient *clients;
@@ -706,7 +774,20 @@ static void register_dataset(struct sim *sim, bool *done)
 
 struct dproc {
     pid_t pid;
+    int out; /* the read end of its stdout until its lines are read */
     char addr[128], metrics[128];
+    char log[PATH_MAX + 16];
+};
+
+/* How to start one dispatcher process. */
+struct dstart {
+    const char *work_dir; /* its --work-dir; its stderr goes to WORK_DIR.log */
+    const char *token;    /* the token file */
+    unsigned max_conns;
+    /* A replica: its id, its Raft address and the group's --raft-cluster list; 0 and NULL: a
+     * single fault-tolerant dispatcher. */
+    unsigned raft_id;
+    const char *raft_address, *raft_cluster;
 };
 
 static double now_s(void)
@@ -716,43 +797,58 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Starts the dispatcher on work_dir and waits for its "listening on" and "metrics on" lines. */
-static void dispatcher_start(struct dproc *p, const struct config *cfg, const char *work_dir,
-                             const char *token, unsigned max_conns)
+/* Forks and execs the dispatcher; its lines are read by dispatcher_wait_lines. */
+static void dispatcher_spawn(struct dproc *p, const struct config *cfg, const struct dstart *ds)
 {
-    char log[PATH_MAX + 16], conns[32];
-    snprintf(log, sizeof log, "%s.log", work_dir);
-    snprintf(conns, sizeof conns, "%u", max_conns);
+    char conns[32], id[32];
+    snprintf(p->log, sizeof p->log, "%s.log", ds->work_dir);
+    snprintf(conns, sizeof conns, "%u", ds->max_conns);
+    snprintf(id, sizeof id, "%u", ds->raft_id);
     int out[2];
     if (pipe(out) < 0)
         die("pipe", strerror(errno));
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0)
         die("fork", strerror(errno));
     if (pid == 0) {
+        /* Dies with the bench, however the bench ends. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(1);
         dup2(out[1], 1);
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0)
             dup2(fd, 2);
         close(out[0]);
         close(out[1]);
-        const char *argv[32 + MAX_DISPATCHER_ARGS] = {cfg->dispatcher,
-                                                      "--fault-tolerant",
-                                                      "--work-dir",
-                                                      work_dir,
-                                                      "--port",
-                                                      "0",
-                                                      "--metrics-port",
-                                                      "0",
-                                                      "--auth-token-file",
-                                                      token,
-                                                      "--max-connections",
-                                                      conns,
-                                                      "--log-level",
-                                                      "warn"};
+        const char *argv[32 + 2 * MAX_DISPATCHER_ARGS] = {cfg->dispatcher,
+                                                          "--fault-tolerant",
+                                                          "--work-dir",
+                                                          ds->work_dir,
+                                                          "--port",
+                                                          "0",
+                                                          "--metrics-port",
+                                                          "0",
+                                                          "--auth-token-file",
+                                                          ds->token,
+                                                          "--max-connections",
+                                                          conns,
+                                                          "--log-level",
+                                                          "warn"};
         if (cfg->pin && sched_setaffinity(0, sizeof cfg->dispatcher_cpus, &cfg->dispatcher_cpus))
             fprintf(stderr, PROG ": pinning the dispatcher: %s\n", strerror(errno));
         unsigned n = 14;
+        if (ds->raft_id) {
+            argv[n++] = "--raft-id";
+            argv[n++] = id;
+            argv[n++] = "--raft-address";
+            argv[n++] = ds->raft_address;
+            argv[n++] = "--raft-cluster";
+            argv[n++] = ds->raft_cluster;
+            for (unsigned i = 0; i < cfg->nrargs; i++)
+                argv[n++] = cfg->rargs[i];
+        }
         for (unsigned i = 0; i < cfg->ndargs; i++)
             argv[n++] = cfg->dargs[i];
         argv[n] = NULL;
@@ -761,13 +857,20 @@ static void dispatcher_start(struct dproc *p, const struct config *cfg, const ch
     }
     close(out[1]);
     p->pid = pid;
-    running_dispatcher = pid;
+    p->out = out[0];
+    running_add(pid);
     p->addr[0] = p->metrics[0] = '\0';
+}
+
+/* Waits for the "listening on" and "metrics on" lines of a spawned dispatcher; exits (killing
+ * every dispatcher) if they do not come within 30 s. */
+static void dispatcher_wait_lines(struct dproc *p)
+{
     char buf[1024];
     size_t used = 0;
     double deadline = now_s() + 30;
-    while ((!p->addr[0] || !p->metrics[0]) && now_s() < deadline) {
-        ssize_t r = read(out[0], buf + used, sizeof buf - 1 - used);
+    while ((!p->addr[0] || !p->metrics[0]) && now_s() < deadline && used < sizeof buf - 1) {
+        ssize_t r = read(p->out, buf + used, sizeof buf - 1 - used);
         if (r <= 0)
             break;
         used += (size_t)r;
@@ -779,13 +882,19 @@ static void dispatcher_start(struct dproc *p, const struct config *cfg, const ch
         if (m && strchr(m, '\n'))
             sscanf(m + 11, "%127s", p->metrics);
     }
-    close(out[0]);
+    close(p->out);
+    p->out = -1;
     if (!p->addr[0] || !p->metrics[0]) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        fprintf(stderr, PROG ": dispatcher did not start; its log is %s\n", log);
+        fprintf(stderr, PROG ": dispatcher did not start; its log is %s\n", p->log);
         exit(1);
     }
+}
+
+/* Starts the dispatcher and waits for its "listening on" and "metrics on" lines. */
+static void dispatcher_start(struct dproc *p, const struct config *cfg, const struct dstart *ds)
+{
+    dispatcher_spawn(p, cfg, ds);
+    dispatcher_wait_lines(p);
 }
 
 static void dispatcher_kill(struct dproc *p, int sig)
@@ -794,9 +903,196 @@ static void dispatcher_kill(struct dproc *p, int sig)
         return;
     kill(p->pid, sig);
     waitpid(p->pid, NULL, 0);
-    if (running_dispatcher == p->pid)
-        running_dispatcher = 0;
+    running_remove(p->pid);
     p->pid = 0;
+}
+
+/* GET path from the HTTP server at addr ("HOST:PORT"), with the token when token_text is not
+ * NULL: the body (malloc'd) and the status in *status, or NULL when no reply came (within 10 s,
+ * or timeout_ms when not 0). */
+static char *http_get(const char *addr, const char *path, const char *token_text, int timeout_ms,
+                      int *status)
+{
+    char host[64];
+    int port = 0;
+    *status = 0;
+    const char *colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= sizeof host)
+        return NULL;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    port = atoi(colon + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    struct timeval tv = {.tv_sec = timeout_ms ? timeout_ms / 1000 : 10,
+                         .tv_usec = timeout_ms ? (timeout_ms % 1000) * 1000 : 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return NULL;
+    }
+    char req[1024], auth[256] = "";
+    if (token_text)
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token_text);
+    int rl = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: %s\r\n%sConnection: close\r\n\r\n",
+                      path, addr, auth);
+    if (write(fd, req, (size_t)rl) != rl) {
+        close(fd);
+        return NULL;
+    }
+    size_t cap = 1 << 16, used = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf)
+            die("http", "out of memory");
+        if (used + 4096 > cap) {
+            cap *= 2;
+            char *more = realloc(buf, cap);
+            if (!more)
+                die("http", "out of memory");
+            buf = more;
+        }
+        ssize_t r = read(fd, buf + used, cap - used - 1);
+        if (r <= 0)
+            break;
+        used += (size_t)r;
+    }
+    close(fd);
+    buf[used] = '\0';
+    if (sscanf(buf, "HTTP/%*s %d", status) != 1) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Whether the replica's GET /readyz answers 200: it leads and serves. */
+static bool replica_ready(const struct dproc *p)
+{
+    int status;
+    char *body = http_get(p->metrics, "/readyz", NULL, 500, &status);
+    free(body);
+    return body && status == 200;
+}
+
+/* The dispatchers of one measurement: one single dispatcher, or RAFT_REPLICAS replicas of which
+ * procs[leader] served when the load started. */
+struct group {
+    struct dproc procs[RAFT_REPLICAS];
+    int n, leader;
+    /* The address the simulated peers call: the dispatcher's, or the replicas' list with the
+     * leader first (rpc_client follows a "not the leader" to the leader it names). */
+    char addr[RAFT_REPLICAS * 64];
+};
+
+/* Free TCP ports on 127.0.0.1 for the replicas' Raft addresses: bound to port 0 together (so
+ * they differ) and released. Another process may take one meanwhile; a replica then fails to
+ * start and says so in its log. */
+static void free_ports(int *ports, int n)
+{
+    int fds[RAFT_REPLICAS];
+    for (int i = 0; i < n; i++) {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        socklen_t len = sizeof sa;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) < 0 ||
+            getsockname(fds[i], (struct sockaddr *)&sa, &len) < 0)
+            die("free port", strerror(errno));
+        ports[i] = ntohs(sa.sin_port);
+    }
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Starts the single dispatcher on WORK_ROOT/TAG, or with raft the replicas on WORK_ROOT/TAG-N,
+ * and with raft waits (at most 60 s) until one of them serves. */
+static void group_start(struct group *g, const struct config *cfg, bool raft, const char *root,
+                        const char *tag, const char *token, unsigned max_conns)
+{
+    char dirs[RAFT_REPLICAS][PATH_MAX], addrs[RAFT_REPLICAS][64], cluster[RAFT_REPLICAS * 80];
+    memset(g, 0, sizeof *g);
+    g->n = raft ? RAFT_REPLICAS : 1;
+    int ports[RAFT_REPLICAS];
+    size_t cl = 0;
+    if (raft) {
+        free_ports(ports, g->n);
+        for (int i = 0; i < g->n; i++) {
+            snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", ports[i]);
+            cl += (size_t)snprintf(cluster + cl, sizeof cluster - cl, "%s%d=%s", i ? "," : "",
+                                   i + 1, addrs[i]);
+        }
+    }
+    for (int i = 0; i < g->n; i++) {
+        if (raft)
+            snprintf(dirs[i], sizeof dirs[i], "%s/%s-%d", root, tag, i + 1);
+        else
+            snprintf(dirs[i], sizeof dirs[i], "%s/%s", root, tag);
+        if (mkdir(dirs[i], 0700) < 0)
+            die(dirs[i], strerror(errno));
+        struct dstart ds = {.work_dir = dirs[i], .token = token, .max_conns = max_conns};
+        if (raft) {
+            ds.raft_id = (unsigned)i + 1;
+            ds.raft_address = addrs[i];
+            ds.raft_cluster = cluster;
+        }
+        /* All before any is waited for: a new replica waits for its peers before it starts. */
+        dispatcher_spawn(&g->procs[i], cfg, &ds);
+    }
+    for (int i = 0; i < g->n; i++)
+        dispatcher_wait_lines(&g->procs[i]);
+    if (!raft) {
+        snprintf(g->addr, sizeof g->addr, "%s", g->procs[0].addr);
+        return;
+    }
+    g->leader = -1;
+    double deadline = now_s() + 60;
+    while (g->leader < 0 && now_s() < deadline) {
+        for (int i = 0; i < g->n && g->leader < 0; i++) {
+            if (replica_ready(&g->procs[i]))
+                g->leader = i;
+        }
+        if (g->leader < 0)
+            usleep(50000);
+    }
+    if (g->leader < 0) {
+        fprintf(stderr, PROG ": %s: no replica serves after 60 s; their logs are %s.log\n", tag,
+                dirs[0]);
+        exit(1);
+    }
+    size_t al = (size_t)snprintf(g->addr, sizeof g->addr, "%s", g->procs[g->leader].addr);
+    for (int i = 0; i < g->n; i++) {
+        if (i != g->leader)
+            al += (size_t)snprintf(g->addr + al, sizeof g->addr - al, ",%s", g->procs[i].addr);
+    }
+}
+
+/* The time from a SIGKILL of the leader until another replica's GET /readyz answers 200;
+ * NAN if none does within 30 s. */
+static double measure_failover(struct group *g)
+{
+    struct dproc *old = &g->procs[g->leader];
+    double t0 = now_s();
+    dispatcher_kill(old, SIGKILL);
+    while (now_s() - t0 < 30) {
+        for (int i = 0; i < g->n; i++) {
+            if (i != g->leader && replica_ready(&g->procs[i]))
+                return now_s() - t0;
+        }
+        usleep(10000);
+    }
+    fprintf(stderr, PROG ": failover: no replica serves 30 s after the leader was killed\n");
+    return NAN;
+}
+
+static void group_kill(struct group *g)
+{
+    for (int i = 0; i < g->n; i++)
+        dispatcher_kill(&g->procs[i], SIGKILL);
 }
 
 /* utime + stime of pid in seconds. */
@@ -857,54 +1153,13 @@ static double proc_status_mb(pid_t pid, const char *field)
 /* GET /metrics (with the token): the body (malloc'd), or NULL. */
 static char *fetch_metrics(const char *addr, const char *token_text)
 {
-    char host[64];
-    int port = 0;
-    const char *colon = strrchr(addr, ':');
-    if (!colon || (size_t)(colon - addr) >= sizeof host)
-        return NULL;
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = '\0';
-    port = atoi(colon + 1);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return NULL;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, host, &sa.sin_addr);
-    struct timeval tv = {.tv_sec = 10};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        close(fd);
+    int status;
+    char *body = http_get(addr, "/metrics", token_text, 0, &status);
+    if (body && status != 200) {
+        free(body);
         return NULL;
     }
-    char req[1024];
-    int rl = snprintf(req, sizeof req,
-                      "GET /metrics HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
-                      "Connection: close\r\n\r\n",
-                      addr, token_text);
-    if (write(fd, req, (size_t)rl) != rl) {
-        close(fd);
-        return NULL;
-    }
-    size_t cap = 1 << 16, used = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (!buf)
-            die("scrape", "out of memory");
-        if (used + 4096 > cap) {
-            cap *= 2;
-            char *more = realloc(buf, cap);
-            if (!more)
-                die("scrape", "out of memory");
-            buf = more;
-        }
-        ssize_t r = read(fd, buf + used, cap - used - 1);
-        if (r <= 0)
-            break;
-        used += (size_t)r;
-    }
-    close(fd);
-    buf[used] = '\0';
-    return buf;
+    return body;
 }
 
 /* The value of the sample `name` (labels included, as exposed) in a /metrics body; NAN if
@@ -980,6 +1235,7 @@ static double hist_q_ms(const struct hist *a, const struct hist *b, double q)
 /* The dispatcher's counters the figures are computed from, read in one scrape. */
 struct counters {
     double journal_bytes, updates, commit_seconds, commits, fast_commits;
+    double raft_commit_index, leader_changes; /* NAN for a single dispatcher */
     struct hist requests[3];
 };
 
@@ -991,6 +1247,8 @@ static void read_counters(const char *addr, const char *token, struct counters *
     c->commit_seconds = body ? metric_value(body, "sluice_journal_commit_seconds_sum") : NAN;
     c->commits = body ? metric_value(body, "sluice_journal_commit_seconds_count") : NAN;
     c->fast_commits = body ? metric_value(body, SLOW_COMMIT_BUCKET) : NAN;
+    c->raft_commit_index = body ? metric_value(body, "sluice_raft_commit_index") : NAN;
+    c->leader_changes = body ? metric_value(body, "sluice_raft_leader_changes_total") : NAN;
     for (int i = 0; i < 3; i++) {
         c->requests[i].n = 0;
         if (body)
@@ -1095,7 +1353,8 @@ static double measure_restart(const struct config *cfg, struct security_ctx *sec
 {
     double t0 = now_s();
     struct dproc p;
-    dispatcher_start(&p, cfg, work_dir, token, max_conns);
+    struct dstart ds = {.work_dir = work_dir, .token = token, .max_conns = max_conns};
+    dispatcher_start(&p, cfg, &ds);
     uv_loop_t loop;
     uv_loop_init(&loop);
     char err[SLUICE_ERRMSG_SIZE];
@@ -1133,14 +1392,14 @@ static double measure_restart(const struct config *cfg, struct security_ctx *sec
     return t;
 }
 
-static void measure(const struct config *cfg, unsigned nworkers, unsigned nclients,
+/* One measurement of nworkers and nclients against a single dispatcher, or with raft against a
+ * group of RAFT_REPLICAS, started for it on ROOT/TAG and killed at its end. */
+static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsigned nclients,
                     const char *root, const char *tag, struct figures *fig)
 {
     char work_dir[PATH_MAX], token_path[PATH_MAX], token[65], err[SLUICE_ERRMSG_SIZE];
     snprintf(work_dir, sizeof work_dir, "%s/%s", root, tag);
     snprintf(token_path, sizeof token_path, "%s/%s.token", root, tag);
-    if (mkdir(work_dir, 0700) < 0)
-        die(work_dir, strerror(errno));
     for (int i = 0; i < 64; i++)
         token[i] = "0123456789abcdef"[rand() % 16];
     token[64] = '\0';
@@ -1150,10 +1409,16 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     chmod(token_path, 0600);
 
     unsigned max_conns = nworkers + nclients + 64;
-    struct dproc p;
-    dispatcher_start(&p, cfg, work_dir, token_path, max_conns);
-    fprintf(stderr, PROG ": %s: dispatcher pid %d at %s, metrics at %s\n", tag, (int)p.pid, p.addr,
-            p.metrics);
+    struct group g;
+    group_start(&g, cfg, raft, root, tag, token_path, max_conns);
+    /* The figures of one process are the leader's (the single dispatcher is its own). */
+    struct dproc *leader = &g.procs[g.leader];
+    for (int i = 0; i < g.n; i++)
+        fprintf(stderr, PROG ": %s: %s pid %d at %s, metrics at %s\n", tag,
+                !raft           ? "dispatcher"
+                : i == g.leader ? "leader"
+                                : "replica",
+                (int)g.procs[i].pid, g.procs[i].addr, g.procs[i].metrics);
 
     struct sim *sim = calloc(1, sizeof *sim);
     if (!sim)
@@ -1162,7 +1427,7 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     sim->nworkers = nworkers;
     sim->nclients = nclients;
     sim->njobs = cfg->jobs < nclients ? cfg->jobs : nclients;
-    snprintf(sim->addr, sizeof sim->addr, "%s", p.addr);
+    snprintf(sim->addr, sizeof sim->addr, "%s", g.addr);
     uv_loop_init(&sim->loop);
     struct sluice_security_options so = {.auth_token_file = token_path};
     if (security_ctx_new(&so, SECURITY_CLIENT, &sim->sec, err, sizeof err) < 0)
@@ -1233,8 +1498,10 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
      * measured: a scrape blocks this loop while the dispatcher renders its metrics on its own,
      * and the requests held up behind it must not count. */
     struct counters c0, c1;
-    double cpu0 = proc_cpu_s(p.pid);
-    read_counters(p.metrics, token, &c0);
+    double cpu0 = proc_cpu_s(leader->pid), others0 = 0;
+    for (int i = 0; i < g.n; i++)
+        others0 += i == g.leader ? 0 : proc_cpu_s(g.procs[i].pid);
+    read_counters(leader->metrics, token, &c0);
     double self0 = self_cpu_s();
     double t0 = now_s();
     run_until(sim, NULL, SETTLE_S, "settling after the scrape");
@@ -1250,13 +1517,15 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     double t1 = now_s();
     sim->measuring = false;
     lag_measuring = false;
-    double cpu1 = proc_cpu_s(p.pid);
+    double cpu1 = proc_cpu_s(leader->pid), others1 = 0;
+    for (int i = 0; i < g.n; i++)
+        others1 += i == g.leader ? 0 : proc_cpu_s(g.procs[i].pid);
     double scrape0 = now_s();
-    read_counters(p.metrics, token, &c1);
+    read_counters(leader->metrics, token, &c1);
     fig->scrape_ms = (now_s() - scrape0) * 1000;
     double self1 = self_cpu_s();
-    fig->rss_mb = proc_status_mb(p.pid, "VmRSS");
-    fig->hwm_mb = proc_status_mb(p.pid, "VmHWM");
+    fig->rss_mb = proc_status_mb(leader->pid, "VmRSS");
+    fig->hwm_mb = proc_status_mb(leader->pid, "VmHWM");
     fig->sim_lag_max_ms = lag_max_ms;
     fig->sim_lag_over_5ms = lag_over_5ms;
     double window = t1 - t0; /* of the counters; latencies and request counts: t1 - m0 */
@@ -1299,11 +1568,25 @@ static void measure(const struct config *cfg, unsigned nworkers, unsigned nclien
     fig->commit_slow_share =
         commits > 0 ? 100.0 * (commits - (c1.fast_commits - c0.fast_commits)) / commits : NAN;
     fig->sim_cpu_share = (self1 - self0) / window;
+    fig->raft = raft;
+    fig->followers_cpu_share = (others1 - others0) / window;
+    fig->raft_entries_per_s = (c1.raft_commit_index - c0.raft_commit_index) / window;
+    fig->leader_changes = c1.leader_changes - c0.leader_changes;
+    if (raft && fig->leader_changes != 0)
+        fprintf(stderr,
+                PROG ": %s: the leader changed during the measurement: its CPU and memory figures "
+                     "are of the first leader only\n",
+                tag);
 
-    /* Restart with this state. */
+    /* Restart with this state; a group: fail over to another replica. */
     struct sclient probe = sim->clients[0];
-    dispatcher_kill(&p, SIGKILL);
-    fig->restart_s = measure_restart(cfg, sim->sec, work_dir, token_path, max_conns, &probe);
+    if (raft) {
+        fig->restart_s = measure_failover(&g);
+        group_kill(&g);
+    } else {
+        group_kill(&g);
+        fig->restart_s = measure_restart(cfg, sim->sec, work_dir, token_path, max_conns, &probe);
+    }
 
     unsigned open = nworkers + nclients;
     for (unsigned i = 0; i < nworkers; i++) {
@@ -1357,14 +1640,19 @@ static void row(const char *name, double base, double run, const char *target, b
         printf("  %-34s %11s %11.3f %9s  %s\n", name, "-", run, "", target);
 }
 
+/* Prints every figure of the baseline b and the run r side by side, with r / b; with --raft
+ * the baseline is the single dispatcher and the run the group of replicas. */
 static void report(struct figures *b, struct figures *r, bool have_base)
 {
+    const char *bname = r->raft ? "single" : "baseline", *rname = r->raft ? "raft" : "run";
     if (have_base)
-        printf("baseline: %u workers, %u clients, %u jobs, %u tasks, %.1f s\n", b->workers,
-               b->clients, b->jobs, b->tasks, b->seconds);
-    printf("run:      %u workers, %u clients, %u jobs, %u tasks, %.1f s\n", r->workers, r->clients,
-           r->jobs, r->tasks, r->seconds);
-    printf("  %-34s %11s %11s %9s  %s\n", "", "baseline", "run", "ratio", "target");
+        printf("%-9s %u workers, %u clients, %u jobs, %u tasks, %.1f s%s\n",
+               r->raft ? "single:" : "baseline:", b->workers, b->clients, b->jobs, b->tasks,
+               b->seconds, r->raft ? " (one dispatcher, LMDB journal)" : "");
+    printf("%-9s %u workers, %u clients, %u jobs, %u tasks, %.1f s%s\n",
+           r->raft ? "raft:" : "run:", r->workers, r->clients, r->jobs, r->tasks, r->seconds,
+           r->raft ? " (" RAFT_REPLICAS_TEXT " replicas on Raft; the leader's figures)" : "");
+    printf("  %-34s %11s %11s %9s  %s\n", "", bname, rname, "ratio", "target");
     struct {
         const char *name;
         struct lat *b, *r;
@@ -1392,6 +1680,9 @@ static void report(struct figures *b, struct figures *r, bool have_base)
         have_base);
     row("splits confirmed / s", b->splits_per_s, r->splits_per_s, "", have_base);
     row("dispatcher CPU (cores)", b->cpu_share, r->cpu_share, "", have_base);
+    if (r->raft)
+        row("  the other replicas' CPU (cores)", b->followers_cpu_share, r->followers_cpu_share, "",
+            have_base);
     row("dispatcher CPU per request us",
         1e6 * b->cpu_share * b->seconds /
             (double)(b->worker_hb.n + b->client_hb.n + b->splits.n
@@ -1419,9 +1710,41 @@ static void report(struct figures *b, struct figures *r, bool have_base)
         row("journal bytes / s", b->journal_bytes_per_s, r->journal_bytes_per_s, "", have_base);
     else
         printf("  journal bytes / s: the dispatcher exports no sluice_journal_bytes_total\n");
-    row("restart to serving s", b->restart_s, r->restart_s, "< 1 s", have_base);
+    if (r->raft) {
+        /* Of the group only: no column for the single dispatcher. */
+        row("raft entries committed / s", NAN, r->raft_entries_per_s, "", false);
+        row("leader changes while measured", NAN, r->leader_changes, "0", false);
+        row("killed to serving again s", b->restart_s, r->restart_s, "", have_base);
+        printf("  (single: SIGKILL, then a restart on the same work dir until a client heartbeat\n"
+               "   is answered; raft: SIGKILL of the leader until another replica's GET /readyz\n"
+               "   answers 200, which waits for the election timeout first)\n");
+    } else {
+        row("restart to serving s", b->restart_s, r->restart_s, "< 1 s", have_base);
+    }
     row("errors", (double)b->errors, (double)r->errors, "0", have_base);
     row("requests without reply", (double)b->missing, (double)r->missing, "0", have_base);
+}
+
+/* --raft: what Raft costs against the single dispatcher's LMDB journal under the same load. */
+static void report_raft(struct figures *s, struct figures *r)
+{
+    double s_leases = (double)s->splits.n / s->seconds, r_leases = (double)r->splits.n / r->seconds;
+    printf("\nRaft (" RAFT_REPLICAS_TEXT " replicas) against the single dispatcher (LMDB "
+           "journal), %u workers, %u clients:\n",
+           r->workers, r->clients);
+    printf("  %-34s %11s %11s %9s\n", "", "single", "raft", "raft/single");
+    row("split leases / s", s_leases, r_leases, "", true);
+    row("split lease p50 ms", lat_q(&s->splits, 0.5), lat_q(&r->splits, 0.5), "", true);
+    row("split lease p99 ms", lat_q(&s->splits, 0.99), lat_q(&r->splits, 0.99), "", true);
+    row("worker heartbeat p99 ms", lat_q(&s->worker_hb, 0.99), lat_q(&r->worker_hb, 0.99), "",
+        true);
+    row("leader CPU (cores)", s->cpu_share, r->cpu_share, "", true);
+    row("leader VmRSS MB", s->rss_mb, r->rss_mb, "", true);
+    printf("  leases per second >= 0.5x of the single dispatcher's: %s (%.2fx)\n",
+           s_leases > 0 && r_leases >= 0.5 * s_leases ? "met" : "not met",
+           s_leases > 0 ? r_leases / s_leases : NAN);
+    printf("  (each task asks for its next lease --split-ms after the last: the offered rate is\n"
+           "   fixed, and leases / s falls below it only where replies are late)\n");
 }
 
 static unsigned parse_uint(const char *flag, const char *v)
@@ -1507,11 +1830,16 @@ int main(int argc, char **argv)
             cfg.pin = true;
             continue;
         }
+        if (strcmp(a, "--raft") == 0) {
+            cfg.raft = true;
+            continue;
+        }
         if (strcmp(a, "--help") == 0) {
             printf("usage: " PROG " [--seconds N] [--workers N] [--clients N] [--jobs N]\n"
                    "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
                    "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n"
-                   "       [--work-root DIR] [--dispatcher-arg ARG]... [--pin]\n");
+                   "       [--work-root DIR] [--dispatcher-arg ARG]... [--pin]\n"
+                   "       [--raft] [--replica-arg ARG]...\n");
             return 0;
         }
         if (strcmp(a, "--dispatcher") == 0 && v)
@@ -1520,6 +1848,8 @@ int main(int argc, char **argv)
             work_root = v;
         else if (strcmp(a, "--dispatcher-arg") == 0 && v && cfg.ndargs < MAX_DISPATCHER_ARGS)
             cfg.dargs[cfg.ndargs++] = v;
+        else if (strcmp(a, "--replica-arg") == 0 && v && cfg.nrargs < MAX_DISPATCHER_ARGS)
+            cfg.rargs[cfg.nrargs++] = v;
         else if (strcmp(a, "--seconds") == 0)
             cfg.seconds = parse_uint(a, v);
         else if (strcmp(a, "--workers") == 0)
@@ -1544,6 +1874,10 @@ int main(int argc, char **argv)
         }
         i++;
     }
+    if (cfg.raft && (!baseline || base_workers || base_clients))
+        fprintf(stderr,
+                PROG ": --raft: the baseline is the single dispatcher at the same size; "
+                     "--no-baseline, --baseline-workers and --baseline-clients do not apply\n");
     if (cfg.pin)
         pin_cpus(&cfg);
     if (!base_workers)
@@ -1553,7 +1887,10 @@ int main(int argc, char **argv)
     if (access(cfg.dispatcher, X_OK) != 0)
         die(cfg.dispatcher, strerror(errno));
     signal(SIGPIPE, SIG_IGN);
-    atexit(kill_running_dispatcher);
+    atexit(kill_running_dispatchers);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
 
     /* One socket per simulated peer, and the dispatcher (which inherits the limit) needs as
@@ -1576,10 +1913,17 @@ int main(int argc, char **argv)
     if (!mkdtemp(root))
         die("mkdtemp", strerror(errno));
     struct figures base = {0}, run = {0};
-    if (baseline)
-        measure(&cfg, base_workers, base_clients, root, "baseline", &base);
-    measure(&cfg, cfg.workers, cfg.clients, root, "run", &run);
-    report(&base, &run, baseline);
+    if (cfg.raft) {
+        measure(&cfg, false, cfg.workers, cfg.clients, root, "single", &base);
+        measure(&cfg, true, cfg.workers, cfg.clients, root, "raft", &run);
+        report(&base, &run, true);
+        report_raft(&base, &run);
+    } else {
+        if (baseline)
+            measure(&cfg, false, base_workers, base_clients, root, "baseline", &base);
+        measure(&cfg, false, cfg.workers, cfg.clients, root, "run", &run);
+        report(&base, &run, baseline);
+    }
     bool ok = base.errors == 0 && base.missing == 0 && run.errors == 0 && run.missing == 0;
     char cmd[PATH_MAX + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
