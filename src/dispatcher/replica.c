@@ -884,7 +884,7 @@ int replica_start(const struct replica_opts *opts, struct replica **out, char *e
     raft_set_snapshot_threshold(&r->raft,
                                 opts->snapshot_threshold && opts->snapshot_threshold < 1u << 20
                                     ? (unsigned)opts->snapshot_threshold
-                                    : 1024);
+                                    : REPLICA_SNAPSHOT_ENTRIES);
     raft_set_snapshot_trailing(&r->raft, 128);
     r->stall_ns = (uint64_t)election * 1000000 / 2;
     if (fresh == 1 && r->nmembers > 1) {

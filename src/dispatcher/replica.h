@@ -43,6 +43,12 @@ struct uv_loop_s;
  * tenth of it). */
 #define REPLICA_ELECTION_TIMEOUT_MS 600
 
+/* Entries between snapshots by default. A snapshot encodes the whole state on the loop's
+ * thread (tens of milliseconds for 10,000 tasks, during which nothing is answered), so it must
+ * be rare under load: 1024 entries came every ~1.2 s at 5,000 leases/s and raised the lease p99
+ * sevenfold; Raft keeps the entries since the last snapshot in memory (a few KiB each). */
+#define REPLICA_SNAPSHOT_ENTRIES 8192
+
 /* What a replica needs from its dispatcher. */
 struct replica_opts {
     struct uv_loop_s *loop;
@@ -53,7 +59,7 @@ struct replica_opts {
     const char *rpc;     /* the RPC address it announces when it leads */
     const char *work_dir;
     uint32_t election_timeout_ms;   /* 0: REPLICA_ELECTION_TIMEOUT_MS */
-    uint64_t snapshot_threshold;    /* entries between snapshots; 0: 1024 */
+    uint64_t snapshot_threshold;    /* entries between snapshots; 0: REPLICA_SNAPSHOT_ENTRIES */
     const struct security_ctx *sec; /* NULL: no token, no TLS */
     /* A state to start a new group from (a single dispatcher's journal, --raft-seed-journal),
      * or NULL; it passes to the replica (released by it). Used only when this replica's Raft
