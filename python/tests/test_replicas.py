@@ -2,7 +2,7 @@
 (-9) again and again, stopped (SIGSTOP) past its election timeout, every replica restarted in
 turn (SIGTERM: the leader hands over), a follower's work dir wiped (it joins again, catches up
 from a snapshot or the log, and votes again), a new group that waits for its last member, and
-the replicas' refusals at start. Reads go through the list of the three RPC
+the replicas' refusals at start (damaged Raft logs and snapshots among them). Reads go through the list of the three RPC
 addresses during the drills, and each one must get every element exactly once; at the end the
 three replicas hold the same state (state_digest and applied_index of `sluice status --json`).
 
@@ -488,6 +488,55 @@ def test_new_group_waits_for_every_member(group_factory):
     assert all(v["membership"] == "voter" for v in views.values()), views
     for i in g.ids:
         assert log_lines(g, i, "(bootstrapped)"), i
+
+
+@dumps_logs
+def test_damaged_raft_directory_refused(group_factory):
+    # A replica whose Raft log or snapshot was damaged while it was stopped does not start: it
+    # says what is damaged, and never drops the damaged part to start from what is left.
+    g = group_factory(extra=["--snapshot-every", "16"])
+    leader = g.wait_leader()
+    follower = next(i for i in g.ids if i != leader)
+    for k in range(200):
+        r = g.cli("register", "--dispatcher", g.target, f"range({k + 1})")
+        assert r.returncode == 0, r.stderr
+    g.wait_converged()
+    assert g.kill(follower, signal.SIGTERM) == 0
+    raft = os.path.join(g.work_dir(follower), "raft")
+    pristine = os.path.join(g.tmp, "pristine")
+    shutil.copytree(raft, pristine)
+    names = sorted(os.listdir(raft))
+    segments = [n for n in names if n[0].isdigit() and "-" in n]
+    snapshots = [n for n in names if n.startswith("snapshot-") and not n.endswith(".meta")]
+    assert segments and snapshots, names
+
+    def damaged(name, how):
+        shutil.rmtree(raft)
+        shutil.copytree(pristine, raft)
+        path = os.path.join(raft, name)
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            if how == "flip":
+                f.seek(size // 2)
+                b = f.read(1)
+                f.seek(size // 2)
+                f.write(bytes([b[0] ^ 0xFF]))
+            else:
+                f.truncate(size // 2)
+        rc, lines = start_refused(g.argv(follower), timeout=20)
+        print(f"{name} ({how}): rc {rc}: {lines[-1:] if lines else lines}")
+        assert rc not in (0, None), (name, how, rc, lines)
+        assert lines and lines[-1].startswith("sluice-dispatcher: raft: starting from "), lines
+        return lines[-1]
+
+    assert "checksum mismatch" in damaged(segments[-1], "flip")
+    assert "short read" in damaged(segments[-1], "truncate")
+    assert "the snapshot does not restore: " in damaged(snapshots[-1], "flip")
+    # Put back as it was, it starts and catches up.
+    shutil.rmtree(raft)
+    shutil.copytree(pristine, raft)
+    g.start(follower)
+    g.wait_converged()
 
 
 def start_refused(argv, timeout=20):

@@ -103,7 +103,8 @@ struct replica {
     /* The leader's membership change in flight (reconcile), and when the next may start. */
     struct raft_change change;
     bool changing;
-    uint64_t change_after; /* uv_now */
+    uint64_t change_after;                /* uv_now */
+    char restore_err[SLUICE_ERRMSG_SIZE]; /* why the last snapshot did not restore */
 };
 
 static struct member *member_of(struct replica *r, uint64_t id)
@@ -530,6 +531,8 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     char err[SLUICE_ERRMSG_SIZE];
     int rc = replica_state_restore(&r->committed, buf->base, buf->len, err, sizeof err);
     if (rc < 0) {
+        snprintf(r->restore_err, sizeof r->restore_err, "the snapshot does not restore: %.900s",
+                 err);
         log_error("raft: %s: snapshot: %s", r->dir, err);
         return rc == SLUICE_ERR_NOMEM ? RAFT_NOMEM : RAFT_MALFORMED;
     }
@@ -696,9 +699,13 @@ static int begin(struct replica *r, enum start_mode mode, char *err, size_t errl
     if (mode != START_LOG && (rc = write_cluster_file(r, err, errlen)) < 0)
         return rc;
     rc = raft_start(&r->raft);
-    if (rc != 0)
+    if (rc != 0) {
+        const char *why = raft_errmsg(&r->raft);
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "raft: starting from %s: %s", r->dir,
-                       raft_errmsg(&r->raft));
+                       why && why[0]       ? why
+                       : r->restore_err[0] ? r->restore_err
+                                           : raft_strerror(rc));
+    }
     r->started = true;
     r->last_tick_ns = uv_hrtime();
     uv_timer_init(r->o.loop, &r->poll);
@@ -861,6 +868,10 @@ int replica_start(const struct replica_opts *opts, struct replica **out, char *e
         goto fail;
     }
     r->io_inited = true;
+    /* A damaged log or snapshot stops the start with its reason; C-Raft would otherwise drop
+     * the damaged part and start from what is left (a torn write at the very end, as a crash
+     * leaves, is cut off either way). */
+    raft_uv_set_auto_recovery(&r->io, false);
     r->fsm = (struct raft_fsm){
         .version = 3,
         .data = r,
