@@ -140,8 +140,8 @@ static int fetch_schedule(void *user, struct pipe_iter *mix, uint64_t pos, char 
     if (m->sched_ms && pos > m->sched_pos) {
         uint64_t ms = now > m->sched_ms ? now - m->sched_ms : 1;
         uint64_t rate = (pos - m->sched_pos) * MIX_SCHEDULE_AHEAD_MS / ms;
-        uint64_t most = 2 * m->sched_ahead < MIX_SCHEDULE_MAX ? 2 * m->sched_ahead
-                                                              : MIX_SCHEDULE_MAX;
+        uint64_t most =
+            2 * m->sched_ahead < MIX_SCHEDULE_MAX ? 2 * m->sched_ahead : MIX_SCHEDULE_MAX;
         ahead = rate < MIX_SCHEDULE_MIN ? MIX_SCHEDULE_MIN : rate > most ? most : rate;
     }
     m->sched_pos = pos;
