@@ -239,6 +239,46 @@ bool replica_entry_next(const struct replica_entry *e, uint64_t *cursor, const u
     return true;
 }
 
+int replica_entry_updates(const struct replica_entry *e, replica_update_fn fn, void *user,
+                          char *err, size_t errlen)
+{
+    uint64_t cursor = 0;
+    const uint8_t *data;
+    size_t len;
+    for (uint32_t i = 0; replica_entry_next(e, &cursor, &data, &len); i++) {
+        struct st_update u;
+        char why[SLUICE_ERRMSG_SIZE / 2];
+        int rc = update_codec_decode(data, len, &u, why, sizeof why);
+        if (rc < 0)
+            return err_set(err, errlen, rc, "record %u does not decode: %s", i, why);
+        rc = fn(user, i, &u, err, errlen);
+        st_update_release(&u);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+struct apply_to {
+    struct state *const *states;
+    size_t n;
+};
+
+static int apply_one(void *user, uint32_t i, const struct st_update *u, char *err, size_t errlen)
+{
+    (void)i;
+    const struct apply_to *to = user;
+    int rc = 0;
+    for (size_t k = 0; k < to->n && rc == 0; k++) {
+        if (to->states[k])
+            rc = state_apply(to->states[k], u);
+    }
+    if (rc < 0)
+        err_set(err, errlen, rc, "%s %" PRIu64 " does not apply: %s", st_update_name(u->type),
+                u->id, sluice_strerror(rc));
+    return rc;
+}
+
 static bool state_empty(const struct state *s)
 {
     return s->applied == 0 && s->ndatasets == 0 && s->njobs == 0 && s->nworkers == 0;
@@ -262,28 +302,8 @@ int replica_entry_apply(const struct replica_entry *e, struct state *const *stat
         state_release(&seed);
         return rc;
     }
-    uint64_t cursor = 0;
-    const uint8_t *data;
-    size_t len;
-    for (uint32_t i = 0; replica_entry_next(e, &cursor, &data, &len); i++) {
-        struct st_update u;
-        char why[SLUICE_ERRMSG_SIZE / 2];
-        int rc = update_codec_decode(data, len, &u, why, sizeof why);
-        if (rc < 0)
-            return err_set(err, errlen, rc, "record %u does not decode: %s", i, why);
-        for (size_t k = 0; k < n && rc == 0; k++) {
-            if (states[k])
-                rc = state_apply(states[k], &u);
-        }
-        if (rc < 0) {
-            err_set(err, errlen, rc, "%s %" PRIu64 " does not apply: %s", st_update_name(u.type),
-                    u.id, sluice_strerror(rc));
-            st_update_release(&u);
-            return rc;
-        }
-        st_update_release(&u);
-    }
-    return 0;
+    struct apply_to to = {states, n};
+    return replica_entry_updates(e, apply_one, &to, err, errlen);
 }
 
 /* ---- snapshots and copies -------------------------------------------------------------------- */

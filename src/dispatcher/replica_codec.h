@@ -94,6 +94,15 @@ int replica_entry_parse(const uint8_t *p, size_t len, struct replica_entry *e, c
 bool replica_entry_next(const struct replica_entry *e, uint64_t *cursor, const uint8_t **data,
                         size_t *len);
 
+/* Decodes each update record of e in order and calls fn with its index and the update (released
+ * after the call). Stops at the first record that does not decode (SLUICE_ERR_CORRUPT and the
+ * like, "record I does not decode: ...") or the first non-zero return of fn, and returns that.
+ * Pure. */
+typedef int (*replica_update_fn)(void *user, uint32_t i, const struct st_update *u, char *err,
+                                 size_t errlen);
+int replica_entry_updates(const struct replica_entry *e, replica_update_fn fn, void *user,
+                          char *err, size_t errlen);
+
 /* Decodes every record of a parsed entry and applies it to each of the n states (a state NULL is
  * skipped), in order. A seed entry replaces each state that is still empty (nothing applied,
  * no dataset) with the seed's, keeping its limits; a state that is not empty keeps what it has

@@ -548,26 +548,30 @@ void replica_log_release(struct replica_log *log)
 
 /* ---- replaying it --------------------------------------------------------------------------- */
 
-/* Decodes each record of a batch for visit->record, with the numbers they get when applied. */
+/* Each record of a batch for visit->record, with the numbers they get when applied. */
+struct record_visit {
+    const struct replica_log_visit *visit;
+    uint64_t first; /* the number of the batch's first record */
+};
+
+static int visit_record(void *user, uint32_t i, const struct st_update *u, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    const struct record_visit *rv = user;
+    return rv->visit->record(rv->visit->user, rv->first + i, u);
+}
+
 static int visit_records(const struct replica_entry *e, const struct state *st,
                          const struct replica_log_visit *visit, char *err, size_t errlen,
                          const char *where)
 {
-    uint64_t cursor = 0;
-    const uint8_t *data;
-    size_t len;
-    for (uint32_t i = 0; replica_entry_next(e, &cursor, &data, &len); i++) {
-        struct st_update u;
-        char why[SLUICE_ERRMSG_SIZE / 2];
-        int rc = update_codec_decode(data, len, &u, why, sizeof why);
-        if (rc < 0)
-            return err_set(err, errlen, rc, "%s: record %u does not decode: %s", where, i, why);
-        rc = visit->record(visit->user, st->applied + 1 + i, &u);
-        st_update_release(&u);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
+    struct record_visit rv = {visit, st->applied + 1};
+    char why[SLUICE_ERRMSG_SIZE / 2] = "";
+    int rc = replica_entry_updates(e, visit_record, &rv, why, sizeof why);
+    if (rc < 0 && why[0])
+        return err_set(err, errlen, rc, "%s: %s", where, why);
+    return rc;
 }
 
 int replica_log_replay(const struct replica_log *log, struct state *st,

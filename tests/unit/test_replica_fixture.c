@@ -151,15 +151,12 @@ static int fsm_snapshot_finalize(struct raft_fsm *fsm, struct raft_buffer *bufs[
 static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 {
     struct server *s = fsm->data;
-    struct state fresh;
     char err[SLUICE_ERRMSG_SIZE];
-    if (replica_snapshot_decode(buf->base, buf->len, &fresh, err, sizeof err) != 0) {
+    if (replica_state_restore(&s->st, buf->base, buf->len, err, sizeof err) != 0) {
         if (!s->failure[0])
             snprintf(s->failure, sizeof s->failure, "restore: %.900s", err);
         return RAFT_MALFORMED;
     }
-    state_release(&s->st);
-    s->st = fresh;
     s->restores++;
     raft_free(buf->base);
     return 0;
