@@ -6,10 +6,11 @@
 //   refuses a wrong one with S3's 403 SignatureDoesNotMatch, an unknown key with
 //   InvalidAccessKeyId, and an unsigned request with AccessDenied, except in bucket "public";
 // - it answers If-Match against the ETag of the version a GET reads (s3rver ignores it): 412;
-// - on demand (POST /__relay/faults?p503=P&preset=P&stall=MS&pput=P&seed=N) it answers a share P
-//   of object GETs with 503 SlowDown, cuts a share of answers mid-body (the connection reset),
-//   holds the first GET after the call for MS milliseconds, and answers a share of PUTs with
-//   503 SlowDown (pput);
+// - on demand (POST /__relay/faults?p503=P&preset=P&stall=MS&pput=P&latency=MS&seed=N) it answers
+//   a share P of object GETs with 503 SlowDown, cuts a share of answers mid-body (the connection
+//   reset), holds the first GET after the call for MS milliseconds, answers a share of PUTs with
+//   503 SlowDown (pput), and holds every object GET for latency milliseconds (a distant store:
+//   requests meant to overlap do, however slowly the client runs);
 // - POST /__relay/replace?key=BUCKET/KEY puts new content for the key (its ETag changes);
 // - POST /__relay/pagesize?n=N cuts listings into pages of at most N keys (0: s3rver's own), the
 //   relay paginating itself with continuation tokens of its own (s3rver 3.7's need a legacy
@@ -93,7 +94,7 @@ function resetStats() {
   putSeq = 0;
 }
 resetStats();
-let faults = { p503: 0, preset: 0, stall: 0, pput: 0 };
+let faults = { p503: 0, preset: 0, stall: 0, pput: 0, latency: 0 };
 let pageSize = 0;
 const inflight = new Map();
 // Objects (paths) whose PUT the server is still writing -> that PUT's upstream request.
@@ -206,7 +207,7 @@ async function control(req, res, url) {
   }
   if (url.pathname === '/__relay/reset') {
     resetStats();
-    faults = { p503: 0, preset: 0, stall: 0, pput: 0 };
+    faults = { p503: 0, preset: 0, stall: 0, pput: 0, latency: 0 };
     pageSize = 0;
     return res.end('ok\n');
   }
@@ -216,6 +217,7 @@ async function control(req, res, url) {
       preset: Number(q.get('preset') || 0),
       stall: Number(q.get('stall') || 0),
       pput: Number(q.get('pput') || 0),
+      latency: Number(q.get('latency') || 0),
     };
     rng = Number(q.get('seed') || 1) >>> 0 || 1;
     return res.end('ok\n');
@@ -268,6 +270,7 @@ async function handle(req, res) {
     stats.faults.stall++;
     await new Promise((r) => setTimeout(r, ms));
   }
+  if (isGet && faults.latency > 0) await new Promise((r) => setTimeout(r, faults.latency));
   if (put && faults.pput > 0 && random() < faults.pput) {
     stats.faults.s503++;
     Object.assign(put, { end: ++putSeq, status: 503 });
