@@ -80,6 +80,7 @@ struct rt_peer {
     unsigned writes;        /* write requests whose callback has not run */
     unsigned closes;        /* handles whose close callback has not run */
     bool resolving;         /* a uv_getaddrinfo request is outstanding */
+    bool connecting;        /* a uv_tcp_connect request is outstanding */
     bool connected;         /* dialler: TCP is up */
     bool counted;           /* acceptor: counts in rt->incoming */
     bool done;              /* closing or handed over: nothing more happens but the frees */
@@ -158,7 +159,7 @@ static void rt_maybe_closed(struct rt *rt)
 
 static void peer_maybe_free(struct rt_peer *p)
 {
-    if (p->closes > 0 || p->writes > 0 || p->resolving || p->relaying)
+    if (p->closes > 0 || p->writes > 0 || p->resolving || p->connecting || p->relaying)
         return;
     struct rt *rt = p->rt;
     if (p->prev)
@@ -952,8 +953,11 @@ static void start_connect(struct rt_peer *p, const struct sockaddr *sa);
 static void on_connected(uv_connect_t *req, int status)
 {
     struct rt_peer *p = req->data;
-    if (p->done)
+    p->connecting = false;
+    if (p->done) { /* cancelled by peer_close (its handle closed) */
+        peer_maybe_free(p);
         return;
+    }
     if (status < 0 && p->ai_next != NULL) {
         /* The name has more addresses (an IPv6 one first, say, where the peer listens on IPv4):
          * try the next with a fresh handle. */
@@ -987,6 +991,8 @@ static void start_connect(struct rt_peer *p, const struct sockaddr *sa)
     int rc = uv_tcp_connect(&p->connect, tcp, sa, on_connected);
     if (rc != 0)
         peer_fail(p, "connect to %s: %s", p->address, uv_strerror(rc));
+    else
+        p->connecting = true; /* the peer lives until on_connected, whatever closes meanwhile */
 }
 
 static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
