@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "pipeline/files.h"
+#include "lib/clock.h"
 #include "lib/cluster.h"
 #include "lib/file.h"
 #include "lib/proc.h"
@@ -662,6 +663,29 @@ static void test_refusals(void **state)
                  "sluice: run: s3://bkt/data/js-0.jsonl: Unrecognized archive format\n");
 }
 
+/* Starts argv (a slow read of an object) and replaces BUCKET/KEY key once the relay has
+ * answered gets object GETs since the start: the reader has listed what it reads and is reading
+ * it, however slowly this machine started the process, and has seconds of reading left. */
+static void spawn_then_replace(struct proc *p, char **argv, long gets, const char *key)
+{
+    char *s = relay_call(endpoint, "reset", true);
+    free(s);
+    assert_int_equal(proc_spawn(p, argv), 0);
+    long long until = now_ms() + RUN_MS;
+    long seen = 0;
+    while (seen < gets && now_ms() < until) {
+        usleep(20 * 1000);
+        s = relay_call(endpoint, "stats", false);
+        seen = stat_of(s, "get");
+        free(s);
+    }
+    assert_true(seen >= gets);
+    char q[300];
+    snprintf(q, sizeof q, "replace?key=%s", key);
+    s = relay_call(endpoint, q, true);
+    free(s);
+}
+
 /* An object replaced while it is read: an error naming it, never a mix of versions. */
 static void test_changed(void **state)
 {
@@ -673,10 +697,7 @@ static void test_changed(void **state)
                     "--format",
                     "count",
                     NULL};
-    assert_int_equal(proc_spawn(&p, argv), 0);
-    usleep(500 * 1000);
-    char *s = relay_call(endpoint, "replace?key=bkt/big/big.txt", true);
-    free(s);
+    spawn_then_replace(&p, argv, 1, "bkt/big/big.txt");
     assert_int_equal(proc_wait(&p, RUN_MS), 1);
     char *log = read_text_file(p.log);
     printf("    %s", log);
@@ -787,12 +808,9 @@ static void test_snapshot_errors(void **state)
                     "--format",
                     "count",
                     NULL};
-    assert_int_equal(proc_spawn(&p, argv), 0);
-    usleep(800 * 1000);
-    char q[200], want[200];
-    snprintf(q, sizeof q, "replace?key=bkt/data/snapmut/chunks/chunk-%012d", last);
-    char *s = relay_call(endpoint, q, true);
-    free(s);
+    char key[200], want[200];
+    snprintf(key, sizeof key, "bkt/data/snapmut/chunks/chunk-%012d", last);
+    spawn_then_replace(&p, argv, 3, key); /* snapshot.json, the manifest, the first chunk */
     assert_int_equal(proc_wait(&p, RUN_MS), 1);
     char *log = read_text_file(p.log);
     printf("    %s", log);
@@ -1064,10 +1082,7 @@ static void test_megatron_errors(void **state)
                     "--format",
                     "count",
                     NULL};
-    assert_int_equal(proc_spawn(&p, argv), 0);
-    usleep(800 * 1000);
-    char *s = relay_call(endpoint, "replace?key=bkt/data/mg/ds.bin", true);
-    free(s);
+    spawn_then_replace(&p, argv, 1, "bkt/data/mg/ds.bin");
     assert_int_equal(proc_wait(&p, RUN_MS), 1);
     char *log = read_text_file(p.log);
     printf("    %s", log);
