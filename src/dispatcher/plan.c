@@ -235,8 +235,7 @@ bool plan_place_allows(const struct state *s, const struct plan_place *pl,
     const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &n);
     for (size_t i = 0; i < n; i++) {
         const struct st_task *t = state_task(s, refs[i].task_id);
-        if (t && !t->finished && !plan_pending(out, start, ST_TASK_FINISHED, t->id) &&
-            !plan_pending(out, start, ST_TASK_REMOVED, t->id))
+        if (t && !plan_pending(out, start, ST_TASK_REMOVED, t->id))
             busy++;
     }
     for (size_t i = start; i < out->n; i++)

@@ -49,7 +49,8 @@ struct plan_place {
 void plan_place_of(const struct st_job *j, struct plan_place *pl);
 
 /* Whether worker w may get a task of iteration_id under pl: its labels match, and the
- * iteration's unfinished tasks (with those created by the updates in out since start) are fewer
+ * iteration's tasks (finished ones too: a parallel_epochs worker that finished its copy still
+ * counts; not those the updates in out since start remove, with those they create) are fewer
  * than max_workers. */
 bool plan_place_allows(const struct state *s, const struct plan_place *pl,
                        const struct st_worker *w, uint64_t iteration_id,

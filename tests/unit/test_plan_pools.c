@@ -12,6 +12,9 @@
 
 #include "lib/state_harness.h"
 
+#include "dispatcher/update_codec.h"
+
+#include <stdlib.h>
 #include <string.h>
 
 /* Workers 1 (a:1, pool=a), 2 (b:1, pool=b, zone=x) and 3 (c:1, no labels). */
@@ -103,6 +106,8 @@ static const struct harness_case pool_cases[] = {
      "worker_registered id=4 address='d:1' inc=1\n=> worker=4"},
     {"a lost worker's place goes to another", POOLS "job 1 max=2\nrm 1", "hb c:1 1",
      "task_created id=3 ref=1 ref2=3\n=> worker=3"},
+    {"a finished task keeps its place", POOLS "job 1 max=2\nhb a:1 1 fin=1", "hb c:1 1",
+     "=> worker=3"},
     {"max_workers with a selector", POOLS "hb d:1 1 labels=pool=b", "job 1 sel=pool=b max=1",
      "job_created id=1 name2='1' mode=parallel_epochs selector='pool=b' max=1\n"
      "iteration_created id=1 ref=1 dist=0\n"
@@ -189,6 +194,41 @@ static void test_pools_apply_checks(void **unused)
     assert_int_equal(state_apply(&s, &u), SLUICE_ERR_CORRUPT);
     u.labels = "pool=b,zone=a";
     assert_int_equal(state_apply(&s, &u), 0);
+    /* A job and a worker as older journals hold them (no selector, weight, bounds or labels,
+     * encoded and decoded as the journal stores them): every worker, weight 1, no bounds. */
+    struct st_update ds = {.type = ST_DATASET_REGISTERED, .id = 1};
+    strcpy(ds.name, "1");
+    ds.def = (uint8_t *)"r4";
+    ds.def_len = 2;
+    ds.text = "r4";
+    assert_int_equal(state_apply(&s, &ds), 0);
+    struct st_update old = {.type = ST_JOB_CREATED, .id = 1};
+    strcpy(old.name2, "1");
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(update_codec_encode(&old, &bytes, &len), 0);
+    struct st_update back;
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(update_codec_decode(bytes, len, &back, err, sizeof err), 0);
+    free(bytes);
+    assert_null(back.selector);
+    assert_true(back.job_weight == 0);
+    assert_int_equal(state_apply(&s, &back), 0);
+    st_update_release(&back);
+    const struct st_job *j = state_job(&s, 1);
+    assert_string_equal(j->selector, "");
+    assert_true(j->weight == 1);
+    assert_int_equal(j->min_workers + j->max_workers, 0);
+    /* Bounds that planning never writes are refused. */
+    struct st_update bad = {.type = ST_JOB_CREATED, .id = 2, .min_workers = 3, .max_workers = 2};
+    strcpy(bad.name2, "1");
+    assert_int_equal(state_apply(&s, &bad), SLUICE_ERR_CORRUPT);
+    bad.min_workers = 0;
+    bad.job_weight = -1;
+    assert_int_equal(state_apply(&s, &bad), SLUICE_ERR_CORRUPT);
+    bad.job_weight = 1;
+    bad.selector = "pool in (b,a),x";
+    assert_int_equal(state_apply(&s, &bad), 0);
     assert_false(state_selector_valid("pool = b"));
     assert_false(state_selector_valid("pool==b"));
     assert_true(state_selector_valid("pool="));
