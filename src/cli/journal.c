@@ -128,7 +128,7 @@ static void print_update(uint64_t seq, const struct st_update *u)
             printf(" worker_selector=");
             print_quoted(u->selector);
         }
-        if (u->job_weight)
+        if (u->job_weight && u->job_weight != 1)
             printf(" weight=%g", u->job_weight);
         if (u->min_workers)
             printf(" min_workers=%" PRIu32, u->min_workers);
@@ -310,7 +310,7 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
                  json_string(target_workers_name((enum sluice_target_workers)u->target_workers)));
         if (u->selector)
             jset(o, "worker_selector", jstr(u->selector));
-        if (u->job_weight)
+        if (u->job_weight && u->job_weight != 1)
             jset(o, "weight", json_real(u->job_weight));
         if (u->min_workers)
             jset(o, "min_workers", json_integer(u->min_workers));
