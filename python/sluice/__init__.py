@@ -246,6 +246,22 @@ def _dirs(dirs, name):
     return out
 
 
+def _labels(labels):
+    """A worker's labels: a mapping {key: value} or a sequence of "KEY=VALUE" (None: none)."""
+    if labels is None:
+        return []
+    if isinstance(labels, str):
+        raise TypeError("labels must be a mapping or a sequence of 'KEY=VALUE' strings, not str")
+    if hasattr(labels, "items"):
+        items = [f"{k}={v}" for k, v in labels.items()]
+    else:
+        items = list(labels)
+    for kv in items:
+        if not isinstance(kv, str):
+            raise TypeError(f"labels must hold str, not {type(kv).__name__}")
+    return items
+
+
 def _ms(value, name):
     """An optional non-negative number of milliseconds (None: the server's default, 0)."""
     return _count(value, name)
@@ -467,7 +483,10 @@ class WorkerServer(_Server):
     or batch over it fails its task with an error its readers get, before it is allocated
     where its size is known in advance. max_tasks (None: 256) and max_buffer_bytes (None:
     4294967296, each task counted at its 16 MiB bound): a task past either is not started and
-    fails with the reason, which its readers get.
+    fails with the reason, which its readers get. labels (--label): the worker's labels, a
+    mapping {"pool": "bigmem"} or a sequence of "pool=bigmem" strings, which jobs' worker
+    selectors match (docs/operations.md "Pools and selectors"); a bad one raises
+    InvalidArgumentError ("labels: label 1: expected KEY=VALUE").
     """
 
     _kind = "worker"
@@ -479,7 +498,7 @@ class WorkerServer(_Server):
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
                  max_connections=None, max_handshakes=None, max_element_bytes=None,
-                 max_tasks=None, max_buffer_bytes=None):
+                 max_tasks=None, max_buffer_bytes=None, labels=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -493,6 +512,7 @@ class WorkerServer(_Server):
                      max_handshakes),
             _size(max_element_bytes, "max_element_bytes"),
             _count(max_tasks, "max_tasks"), _size(max_buffer_bytes, "max_buffer_bytes"),
+            _labels(labels),
         ), start)
 
     def start(self):

@@ -134,7 +134,8 @@ class WorkerServer(_Server):
                  handshake_timeout_ms: Optional[int] = None,
                  max_connections: Optional[int] = None, max_handshakes: Optional[int] = None,
                  max_element_bytes: Optional[int] = None, max_tasks: Optional[int] = None,
-                 max_buffer_bytes: Optional[int] = None) -> None: ...
+                 max_buffer_bytes: Optional[int] = None,
+                 labels: Union[Mapping[str, str], Sequence[str], None] = None) -> None: ...
     @property
     def address(self) -> str:
         """HOST:PORT readers use to reach this worker."""

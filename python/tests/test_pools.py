@@ -74,3 +74,22 @@ def test_bad_values(pools):
         sluice.distribute("range(3)", "parallel_epochs", d, weight=-1)
     with pytest.raises(ValueError, match=r"^min_workers 3 is above max_workers 2$"):
         sluice.distribute("range(3)", "parallel_epochs", d, min_workers=3, max_workers=2)
+
+
+def test_worker_server_labels():
+    d = sluice.DispatchServer(log_level="warn")
+    try:
+        w = sluice.WorkerServer(d, heartbeat_ms=100, labels={"pool": "inproc", "zone": "x"})
+        try:
+            wait_workers(d, 1)
+            assert [x["labels"] for x in sluice.status(d)["workers"]] == ["pool=inproc,zone=x"]
+            got = sorted(int(x) for x in sluice.distribute(
+                "range(20)", "parallel_epochs", d, worker_selector="pool in (inproc)"))
+            assert got == list(range(20))
+        finally:
+            w.stop()
+        with pytest.raises(sluice.InvalidArgumentError,
+                           match=r"^labels: label 1: expected KEY=VALUE$"):
+            sluice.WorkerServer(d, labels=["pool"])
+    finally:
+        d.stop()
