@@ -261,6 +261,13 @@ struct sluice_worker_options {
      * worker's --python-path". */
     const char *const *data_roots;
     size_t ndata_roots;
+    /* The worker's labels (--label, repeatable), nlabels entries of "KEY=VALUE": at most 16 with
+     * distinct keys, keys of 1 to 63 bytes and values of 0 to 63, UTF-8 without control
+     * characters, white space or any of = ! , ( ) (else SLUICE_ERR_INVALID, "labels: label 2:
+     * key: ' ' is not allowed at byte 2"). Sent when the worker registers; a job read with a
+     * worker_selector (struct sluice_read_options) runs only on workers whose labels match. */
+    const char *const *labels;
+    size_t nlabels;
     /* Serve Prometheus metrics at GET /metrics on metrics_host, port metrics_port (0 to 65535, 0
      * picks a free one) when metrics is true (--metrics-port, --metrics-host). metrics_host NULL:
      * "127.0.0.1"; beyond loopback it follows the same rule as host (a token, or insecure). With

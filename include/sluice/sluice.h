@@ -471,6 +471,23 @@ struct sluice_read_options {
      * is exactly once through any loss) and coordinated reads (which skip rounds by design):
      * SLUICE_ERR_UNSUPPORTED. */
     bool whole_copies;
+    /* Which workers run the job's tasks (docs/operations.md "Pools and selectors"): a label
+     * selector over the labels workers registered with (`sluice-worker --label KEY=VALUE`):
+     * comma-separated requirements that all hold, each "key=value", "key!=value",
+     * "key in (a,b)", "key notin (a,b)", "key" (the label is there) or "!key" (it is not); NULL
+     * or "": every worker. A malformed one is SLUICE_ERR_INVALID ("worker selector: expected ','
+     * at byte 7"). A job whose selector matches no registered worker waits for one to register
+     * (sluice_iterator_waiting: "job N: waiting for a worker matching pool=bigmem (none of 3
+     * workers match)"). Part of a named job's identity, as are the three fields below. */
+    const char *worker_selector;
+    /* The job's weight against other jobs (0: 1; otherwise above 0, finite and at most 1e6,
+     * else SLUICE_ERR_INVALID "weight must be a number above 0 and at most 1000000, not -1"),
+     * and the bounds on the number of workers that run its tasks (0: none): at most max_workers
+     * of the matching workers get a task; min_workers is recorded and shown by status (without
+     * max_workers every matching worker gets a task). min_workers above max_workers is
+     * SLUICE_ERR_INVALID ("min_workers 3 is above max_workers 2"). */
+    double weight;
+    uint32_t min_workers, max_workers;
 };
 
 /* The bound of a task's cross-trainer cache when sluice_read_options.cross_trainer_cache_bytes
@@ -511,7 +528,9 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
  *   the read failed:                 its error message
  *   the dispatcher is away:          "waiting for dispatcher H:P: WHY" (e.g. connection refused)
  *   no task list from it yet:        "job N: waiting for the dispatcher's task list" (ordinary)
- *   the job has no task:             "job N: no worker registered yet"
+ *   the job has no task:             "job N: no worker registered yet", or "job N: waiting for
+ *                                    a worker matching SEL (none of K workers match)" when its
+ *                                    worker selector is why
  *   a worker cannot be reached:      "waiting for worker H:P: WHY"
  *   every task ended:                "job N: waiting for the dispatcher to end the read"
  *                                    (ordinary)

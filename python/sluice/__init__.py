@@ -246,6 +246,22 @@ def _dirs(dirs, name):
     return out
 
 
+def _labels(labels):
+    """A worker's labels: a mapping {key: value} or a sequence of "KEY=VALUE" (None: none)."""
+    if labels is None:
+        return []
+    if isinstance(labels, str):
+        raise TypeError("labels must be a mapping or a sequence of 'KEY=VALUE' strings, not str")
+    if hasattr(labels, "items"):
+        items = [f"{k}={v}" for k, v in labels.items()]
+    else:
+        items = list(labels)
+    for kv in items:
+        if not isinstance(kv, str):
+            raise TypeError(f"labels must hold str, not {type(kv).__name__}")
+    return items
+
+
 def _ms(value, name):
     """An optional non-negative number of milliseconds (None: the server's default, 0)."""
     return _count(value, name)
@@ -467,7 +483,10 @@ class WorkerServer(_Server):
     or batch over it fails its task with an error its readers get, before it is allocated
     where its size is known in advance. max_tasks (None: 256) and max_buffer_bytes (None:
     4294967296, each task counted at its 16 MiB bound): a task past either is not started and
-    fails with the reason, which its readers get.
+    fails with the reason, which its readers get. labels (--label): the worker's labels, a
+    mapping {"pool": "bigmem"} or a sequence of "pool=bigmem" strings, which jobs' worker
+    selectors match (docs/operations.md "Pools and selectors"); a bad one raises
+    InvalidArgumentError ("labels: label 1: expected KEY=VALUE").
     """
 
     _kind = "worker"
@@ -479,7 +498,7 @@ class WorkerServer(_Server):
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
                  max_connections=None, max_handshakes=None, max_element_bytes=None,
-                 max_tasks=None, max_buffer_bytes=None):
+                 max_tasks=None, max_buffer_bytes=None, labels=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -493,6 +512,7 @@ class WorkerServer(_Server):
                      max_handshakes),
             _size(max_element_bytes, "max_element_bytes"),
             _count(max_tasks, "max_tasks"), _size(max_buffer_bytes, "max_buffer_bytes"),
+            _labels(labels),
         ), start)
 
     def start(self):
@@ -641,6 +661,17 @@ def _target_workers(value):
     return v
 
 
+def _weight(value):
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"weight must be a number, not {type(value).__name__}")
+    v = float(value)
+    if not (0 < v <= 1e6):
+        raise ValueError(f"weight must be a number above 0 and at most 1000000, not {value!r}")
+    return v
+
+
 class Dataset:
     """The elements of a dataset as the service serves them. Iterating opens a new reader each
     time (a new job unless job_name names a shared one); an iterator can be closed early with
@@ -650,7 +681,8 @@ class Dataset:
                  consumer_index=None, num_consumers=None, max_outstanding_requests=None,
                  local=None, element_timeout=None, split_size=None, deterministic=False,
                  reorder_bytes=None, cross_trainer_cache=None, target_workers=None,
-                 whole_copies=False):
+                 whole_copies=False, worker_selector=None, weight=None, min_workers=None,
+                 max_workers=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -689,6 +721,13 @@ class Dataset:
             raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
         self.target_workers = _target_workers(target_workers)
         self.whole_copies = _flag(whole_copies, "whole_copies")
+        self.worker_selector = _text(worker_selector, "worker_selector")
+        self.weight = _weight(weight)
+        self.min_workers = _count(min_workers, "min_workers")
+        self.max_workers = _count(max_workers, "max_workers")
+        if self.min_workers and self.max_workers and self.min_workers > self.max_workers:
+            raise ValueError(f"min_workers {self.min_workers} is above max_workers "
+                             f"{self.max_workers}")
         self._restore = None
 
     def load_state_dict(self, state):
@@ -708,7 +747,8 @@ class Dataset:
             self.dataset_id, self.pipeline, self._mode, self.job_name, self.consumer_index,
             self.num_consumers, self.max_outstanding_requests, self.local,
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
-            self.reorder_bytes, *self._xtc_args(), self.target_workers, self.whole_copies)
+            self.reorder_bytes, *self._xtc_args(), self.target_workers, self.whole_copies,
+            self.worker_selector, self.weight, self.min_workers, self.max_workers)
 
     def _xtc_args(self):
         x = self.cross_trainer_cache
@@ -728,7 +768,8 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                     tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
-                    whole_copies=False):
+                    whole_copies=False, worker_selector=None, weight=None, min_workers=None,
+                    max_workers=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -766,6 +807,13 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     the rest of that copy, as tf.data service's does (a restarted worker's new copy is read from
     its start; the iterator's progress()["copies_cut"] counts the copies cut short). Refused in
     distributed_epoch and with num_consumers.
+    worker_selector: run the job's tasks only on workers whose labels (sluice-worker --label)
+    match this label selector: "pool=bigmem", "zone in (a,b),!gpu" (key=value, key!=value,
+    key in (...), key notin (...), key, !key; all must hold). A job whose selector matches no
+    worker waits for one to register. A malformed one raises InvalidArgumentError.
+    weight (default 1; above 0), min_workers, max_workers (default none): the job's weight and
+    the bounds on the number of workers running its tasks. Like target_workers, these four are
+    part of a named job's identity (docs/operations.md "Pools and selectors").
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -777,7 +825,9 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    max_outstanding_requests=max_outstanding_requests, local=local,
                    element_timeout=element_timeout, deterministic=deterministic,
                    reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache,
-                   target_workers=target_workers, whole_copies=whole_copies)
+                   target_workers=target_workers, whole_copies=whole_copies,
+                   worker_selector=worker_selector, weight=weight, min_workers=min_workers,
+                   max_workers=max_workers)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
@@ -785,7 +835,8 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                timeout=None, element_timeout=None, split_size=None, auth_token_file=None,
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
-               whole_copies=False):
+               whole_copies=False, worker_selector=None, weight=None, min_workers=None,
+               max_workers=None):
     """Registers pipeline (its text or a sluice.Pipeline) and reads it from the service:
     register_dataset then from_dataset_id, with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -798,7 +849,8 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    element_timeout=element_timeout, split_size=split_size,
                    deterministic=deterministic, reorder_bytes=reorder_bytes,
                    cross_trainer_cache=cross_trainer_cache, target_workers=target_workers,
-                   whole_copies=whole_copies)
+                   whole_copies=whole_copies, worker_selector=worker_selector, weight=weight,
+                   min_workers=min_workers, max_workers=max_workers)
 
 
 def merge_positions(states):

@@ -134,7 +134,8 @@ class WorkerServer(_Server):
                  handshake_timeout_ms: Optional[int] = None,
                  max_connections: Optional[int] = None, max_handshakes: Optional[int] = None,
                  max_element_bytes: Optional[int] = None, max_tasks: Optional[int] = None,
-                 max_buffer_bytes: Optional[int] = None) -> None: ...
+                 max_buffer_bytes: Optional[int] = None,
+                 labels: Union[Mapping[str, str], Sequence[str], None] = None) -> None: ...
     @property
     def address(self) -> str:
         """HOST:PORT readers use to reach this worker."""
@@ -168,6 +169,10 @@ class Dataset:
     cross_trainer_cache: Optional[CrossTrainerCache]
     target_workers: str
     whole_copies: bool
+    worker_selector: Optional[str]
+    weight: float
+    min_workers: int
+    max_workers: int
     def __init__(self, conn: Any, processing_mode: str, dataset_id: Optional[str] = None,
                  pipeline: Optional[str] = None, job_name: Optional[str] = None,
                  consumer_index: Optional[int] = None, num_consumers: Optional[int] = None,
@@ -175,7 +180,10 @@ class Dataset:
                  element_timeout: Optional[float] = None, split_size: Optional[int] = None,
                  deterministic: bool = False, reorder_bytes: Optional[int] = None,
                  cross_trainer_cache: Optional[CrossTrainerCache] = None,
-                 target_workers: Optional[str] = None, whole_copies: bool = False) -> None:
+                 target_workers: Optional[str] = None, whole_copies: bool = False,
+                 worker_selector: Optional[str] = None, weight: Optional[float] = None,
+                 min_workers: Optional[int] = None,
+                 max_workers: Optional[int] = None) -> None:
         """Made by distribute() and from_dataset_id()."""
     def load_state_dict(self, state: Mapping[str, bytes]) -> None:
         """Makes the next iteration continue from state, an iterator's state_dict()."""
@@ -200,7 +208,10 @@ def from_dataset_id(processing_mode: str, service: _Service, dataset_id: str,
                     deterministic: bool = False, reorder_bytes: Optional[int] = None,
                     tls_worker_name: Optional[str] = None,
                     cross_trainer_cache: Optional[CrossTrainerCache] = None,
-                    target_workers: Optional[str] = None, whole_copies: bool = False) -> Dataset:
+                    target_workers: Optional[str] = None, whole_copies: bool = False,
+                    worker_selector: Optional[str] = None, weight: Optional[float] = None,
+                    min_workers: Optional[int] = None,
+                    max_workers: Optional[int] = None) -> Dataset:
     """Reads a registered dataset from the service; returns an iterable Dataset."""
 
 def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
@@ -214,7 +225,9 @@ def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
                deterministic: bool = False, reorder_bytes: Optional[int] = None,
                tls_worker_name: Optional[str] = None,
                cross_trainer_cache: Optional[CrossTrainerCache] = None,
-               target_workers: Optional[str] = None, whole_copies: bool = False) -> Dataset:
+               target_workers: Optional[str] = None, whole_copies: bool = False,
+               worker_selector: Optional[str] = None, weight: Optional[float] = None,
+               min_workers: Optional[int] = None, max_workers: Optional[int] = None) -> Dataset:
     """Registers pipeline and reads it from the service (register_dataset, from_dataset_id)."""
 
 def merge_positions(states: Iterable[Mapping[str, bytes]]) -> _StateDict:

@@ -302,20 +302,33 @@ static int worker_wait(void *w, uint32_t ms, char *err, size_t errlen)
 
 static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
 {
-    static char *names[] = {
-        "dispatcher",       "host",       "port",          "advertise",         "heartbeat_ms",
-        "threads",          "plugins",    "metrics_port",  "drain_timeout_ms",  "log_level",
-        "python_path",      "data_roots", SERVER_KEYWORDS, "max_element_bytes", "max_tasks",
-        "max_buffer_bytes", NULL};
+    static char *names[] = {"dispatcher",
+                            "host",
+                            "port",
+                            "advertise",
+                            "heartbeat_ms",
+                            "threads",
+                            "plugins",
+                            "metrics_port",
+                            "drain_timeout_ms",
+                            "log_level",
+                            "python_path",
+                            "data_roots",
+                            SERVER_KEYWORDS,
+                            "max_element_bytes",
+                            "max_tasks",
+                            "max_buffer_bytes",
+                            "labels",
+                            NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1, insecure = 0;
     unsigned long long max_element_bytes = 0, max_buffer_bytes = 0;
-    PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL;
+    PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL, *labels = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIK", names, &o.dispatcher, &o.host, &o.port,
+            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIKO", names, &o.dispatcher, &o.host, &o.port,
             &o.advertise, &o.heartbeat_ms, &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
             &o.log_level, &python_path, &data_roots, SERVER_TARGETS(o, insecure),
-            &max_element_bytes, &o.max_tasks, &max_buffer_bytes))
+            &max_element_bytes, &o.max_tasks, &max_buffer_bytes, &labels))
         return -1;
     o.security.insecure = insecure;
     o.max_element_bytes = max_element_bytes;
@@ -326,18 +339,26 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     }
     o.metrics = metrics_port >= 0;
     o.metrics_port = metrics_port >= 0 ? metrics_port : 0;
-    struct pys_strs paths, dirs, roots;
-    if (pys_strs_get(plugins, "plugins", &paths) < 0)
+    struct pys_strs paths, dirs, roots, kvs;
+    if (pys_strs_get(labels, "labels", &kvs) < 0)
         return -1;
+    if (pys_strs_get(plugins, "plugins", &paths) < 0) {
+        pys_strs_release(&kvs);
+        return -1;
+    }
     if (pys_strs_get(python_path, "python_path", &dirs) < 0) {
         pys_strs_release(&paths);
+        pys_strs_release(&kvs);
         return -1;
     }
     if (pys_strs_get(data_roots, "data_roots", &roots) < 0) {
         pys_strs_release(&dirs);
         pys_strs_release(&paths);
+        pys_strs_release(&kvs);
         return -1;
     }
+    o.labels = kvs.v;
+    o.nlabels = kvs.n;
     o.plugins = paths.v;
     o.nplugins = paths.n;
     o.python_path = dirs.v;
@@ -352,6 +373,7 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
     pys_strs_release(&roots);
     pys_strs_release(&dirs);
     pys_strs_release(&paths);
+    pys_strs_release(&kvs);
     return pys_started(rc, err);
 }
 

@@ -70,5 +70,12 @@ int cli_parse_u64(const char *text, unsigned long long *out);
 /* Parses the value of --split-size (a count of elements, at least 1); prints the usage error
  * and returns -1 when it is not one. */
 int cli_parse_split_size(const char *text, uint64_t *out);
+/* Parses the value of --weight (a finite number above 0 and at most 1000000); prints the usage
+ * error ("--weight takes a number above 0 and at most 1000000, not '-1'") and returns -1 when it
+ * is not one. */
+int cli_parse_weight(const char *text, double *out);
+/* Checks the value of --worker-selector (common/labels.h); prints the usage error
+ * ("--worker-selector: expected ',' at byte 7") and returns -1 when it does not parse. */
+int cli_check_selector(const char *text);
 
 #endif

@@ -124,6 +124,16 @@ static void print_update(uint64_t seq, const struct st_update *u)
         if (u->target_workers != SLUICE_TARGET_WORKERS_ANY)
             printf(" target_workers=%s",
                    target_workers_name((enum sluice_target_workers)u->target_workers));
+        if (u->selector) {
+            printf(" worker_selector=");
+            print_quoted(u->selector);
+        }
+        if (u->job_weight && u->job_weight != 1)
+            printf(" weight=%g", u->job_weight);
+        if (u->min_workers)
+            printf(" min_workers=%" PRIu32, u->min_workers);
+        if (u->max_workers)
+            printf(" max_workers=%" PRIu32, u->max_workers);
         break;
     case ST_ITERATION_CREATED:
         printf(" iteration=%" PRIu64 " job=%" PRIu64 " repetition=%" PRIu64, u->id, u->ref,
@@ -151,6 +161,10 @@ static void print_update(uint64_t seq, const struct st_update *u)
         if (u->host_id[0]) {
             printf(" host=");
             print_quoted(u->host_id);
+        }
+        if (u->labels) {
+            printf(" labels=");
+            print_quoted(u->labels);
         }
         break;
     case ST_WORKER_REMOVED:
@@ -294,6 +308,14 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
         if (u->target_workers != SLUICE_TARGET_WORKERS_ANY)
             jset(o, "target_workers",
                  json_string(target_workers_name((enum sluice_target_workers)u->target_workers)));
+        if (u->selector)
+            jset(o, "worker_selector", jstr(u->selector));
+        if (u->job_weight && u->job_weight != 1)
+            jset(o, "weight", json_real(u->job_weight));
+        if (u->min_workers)
+            jset(o, "min_workers", json_integer(u->min_workers));
+        if (u->max_workers)
+            jset(o, "max_workers", json_integer(u->max_workers));
         break;
     case ST_ITERATION_CREATED:
         jset(o, "iteration", json_integer((json_int_t)u->id));
@@ -328,6 +350,8 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
         jset(o, "incarnation", json_string(inc));
         if (u->host_id[0])
             jset(o, "host_id", jstr(u->host_id));
+        if (u->labels)
+            jset(o, "labels", jstr(u->labels));
         break;
     }
     case ST_WORKER_REMOVED:

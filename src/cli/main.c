@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include "common/error.h"
+#include "common/labels.h"
 #include "common/security.h"
 #include "sluice/sluice.h"
 
@@ -79,6 +80,31 @@ int cli_parse_split_size(const char *text, uint64_t *out)
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int cli_parse_weight(const char *text, double *out)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = text && *text ? strtod(text, &end) : 0;
+    if (!text || !*text || errno || *end || !(v > 0 && v <= 1e6)) {
+        cli_error("usage", "--weight takes a number above 0 and at most 1000000, not '%s'",
+                  text ? text : "");
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_check_selector(const char *text)
+{
+    struct selector sel;
+    char why[SLUICE_ERRMSG_SIZE];
+    if (selector_parse(text, &sel, why, sizeof why) < 0) {
+        cli_error("usage", "--worker-selector: %s", why);
+        return -1;
+    }
     return 0;
 }
 

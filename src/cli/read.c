@@ -36,6 +36,7 @@ static const char read_usage[] =
     "                   [--whole-copies]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--deterministic [--reorder-bytes N]] [--target-workers any|local|auto]\n"
+    "                   [--worker-selector SEL] [--weight W] [--min-workers N] [--max-workers N]\n"
     "                   [--cross-trainer-cache --trainer-id ID [--cross-trainer-cache-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
     "                   [--tls-ca F [--tls-cert F --tls-key F] [--tls-worker-name NAME]]\n"
@@ -70,6 +71,16 @@ static const char read_usage[] =
     "  --target-workers T  any (default): every worker; local: only workers on this host\n"
     "                      (one kernel and network namespace, or SLUICE_HOST_ID), an error\n"
     "                      when it has none; auto: every worker, those on this host first\n"
+    "  --worker-selector SEL\n"
+    "                      run the job's tasks only on workers whose labels (sluice-worker\n"
+    "                      --label) match SEL: comma-separated requirements that all hold,\n"
+    "                      each key=value, key!=value, 'key in (a,b)', 'key notin (a,b)', key\n"
+    "                      (the label is there) or !key; with none matching, the job waits for\n"
+    "                      a matching worker to register\n"
+    "  --weight W          the job's weight against other jobs (default 1; above 0)\n"
+    "  --min-workers N --max-workers N\n"
+    "                      bounds on the number of workers that run the job's tasks (default\n"
+    "                      none: every matching worker)\n"
     "  --cross-trainer-cache --trainer-id ID\n"
     "                      share the stream of the job --job-name (a pipeline that never ends)\n"
     "                      with its other trainers: each worker task keeps what it produced in\n"
@@ -227,6 +238,19 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                 cli_error("usage", "--target-workers takes any, local or auto, not '%s'", t);
                 return CLI_EXIT_USAGE;
             }
+        } else if (strcmp(s, "--worker-selector") == 0 && more) {
+            if (cli_check_selector(argv[++i]) != 0)
+                return CLI_EXIT_USAGE;
+            a->opts.worker_selector = argv[i];
+        } else if (strcmp(s, "--weight") == 0 && more) {
+            if (cli_parse_weight(argv[++i], &a->opts.weight) != 0)
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(s, "--min-workers") == 0 && more) {
+            if (parse_u32(s, argv[++i], &a->opts.min_workers) != 0)
+                return CLI_EXIT_USAGE;
+        } else if (strcmp(s, "--max-workers") == 0 && more) {
+            if (parse_u32(s, argv[++i], &a->opts.max_workers) != 0)
+                return CLI_EXIT_USAGE;
         } else if (strcmp(s, "--reorder-bytes") == 0 && more) {
             unsigned long long v;
             if (cli_parse_u64(argv[++i], &v) != 0 || v == 0) {
@@ -359,6 +383,11 @@ static int parse_args(int argc, char **argv, struct read_args *a)
     }
     if (a->rounds && (!has_count || a->opts.local)) {
         cli_error("usage", "--format rounds needs --num-consumers and no --local tail");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->opts.min_workers && a->opts.max_workers && a->opts.min_workers > a->opts.max_workers) {
+        cli_error("usage", "--min-workers %" PRIu32 " is above --max-workers %" PRIu32,
+                  a->opts.min_workers, a->opts.max_workers);
         return CLI_EXIT_USAGE;
     }
     if (has_index != has_count) {

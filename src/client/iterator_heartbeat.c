@@ -340,6 +340,7 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
 {
     if (r->heartbeat_ms)
         it->heartbeat_ms = r->heartbeat_ms;
+    snprintf(it->sel_waiting, sizeof it->sel_waiting, "%s", r->waiting ? r->waiting : "");
     /* A task's pipeline failed: the read ends with its message (after what is buffered), as
      * when the worker itself answers with the failure. */
     if (r->iteration_error && r->iteration_error[0]) {

@@ -19,6 +19,7 @@
 
 #include "common/error.h"
 #include "common/hostid.h"
+#include "common/labels.h"
 #include "common/mode.h"
 #include "pipeline/codec.h"
 #include "pipeline/def.h"
@@ -107,6 +108,7 @@ struct sluice_iterator {
      * is a read of its own, opened with rep_opts, and the tail pulls from the current one. */
     bool repeating;
     struct sluice_read_options rep_opts;
+    char rep_selector[SELECTOR_TEXT_MAX + 1]; /* rep_opts.worker_selector */
     struct sluice_iterator *stream; /* the current repetition (guarded by mu), NULL between */
     uint64_t rep_taken;             /* elements of the repetitions closed so far (guarded by mu) */
     uint64_t rep_cut;               /* copies they cut short (guarded by mu) */
@@ -170,6 +172,9 @@ struct sluice_iterator {
     uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
     char
         hb_why[SLUICE_ERRMSG_SIZE]; /* the last heartbeat's transient failure; "" after a success */
+    /* The dispatcher's word on why the job has no task (ClientHeartbeatReply.waiting): its
+     * worker selector matches no worker. Loop thread. */
+    char sel_waiting[SELECTOR_TEXT_MAX + 128];
     uint64_t *finished;
     size_t finished_cap;
     /* distributed_epoch: the splits received, by (split, position), recorded as replies arrive

@@ -5,6 +5,7 @@
 
 #include "checkpoint.h"
 
+#include "common/labels.h"
 #include "common/mode.h"
 #include "common/names.h"
 
@@ -247,6 +248,20 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
                        "target_workers %s cannot be combined with num_consumers: coordinated "
                        "reads need every worker",
                        target_workers_name(o->target_workers));
+    if (o->worker_selector && o->worker_selector[0]) {
+        struct selector sel;
+        char why[SLUICE_ERRMSG_SIZE / 2];
+        if (selector_parse(o->worker_selector, &sel, why, sizeof why) < 0)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "worker selector: %s", why);
+    }
+    double weight = o->weight == 0 ? 1 : o->weight;
+    if (!(weight > 0 && weight <= 1e6))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "weight must be a number above 0 and at most 1000000, not %g", o->weight);
+    if (o->min_workers && o->max_workers && o->min_workers > o->max_workers)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "min_workers %" PRIu32 " is above max_workers %" PRIu32, o->min_workers,
+                       o->max_workers);
     if (o->cross_trainer_cache) {
         /* The dispatcher refuses the rest (mode, num_consumers, a pipeline that ends); the
          * trainer id goes to the workers only. */
@@ -467,6 +482,10 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     it->rep_want = repetition;
     req.target_workers = (Sluice__TargetWorkers)it->target;
     req.host_id = it->host_id;
+    req.worker_selector = (char *)(o->worker_selector ? o->worker_selector : "");
+    req.weight = o->weight;
+    req.min_workers = o->min_workers;
+    req.max_workers = o->max_workers;
     if (o->cross_trainer_cache) {
         req.cross_trainer_cache = true;
         req.cross_trainer_cache_bytes = o->cross_trainer_cache_bytes

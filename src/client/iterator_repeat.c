@@ -124,6 +124,10 @@ int iter_repeat_open(struct sluice_iterator *it, const struct sluice_read_option
     it->rep_opts.local = NULL;
     it->rep_opts.restore = NULL;
     it->rep_opts.restore_len = 0;
+    /* The caller's selector need not outlive the open: the next repetitions read the copy. */
+    snprintf(it->rep_selector, sizeof it->rep_selector, "%s",
+             o->worker_selector ? o->worker_selector : "");
+    it->rep_opts.worker_selector = it->rep_selector;
     int rc = open_stream(it, err, errlen);
     if (rc == 0)
         rc = iter_open_tail(it, o->local, "local tail", err, errlen);

@@ -31,6 +31,7 @@ static void run_iter_waiting(struct sluice_client *c, struct client_op *op)
     uv_mutex_unlock(&it->mu);
     f.failed = failed;
     f.have_list = it->tasks.have_list;
+    f.no_worker_why = it->sel_waiting;
     f.cut = atomic_load(&it->copies_cut);
     for (size_t i = 0; i < it->tasks.n; i++) {
         const struct tasks_task *t = &it->tasks.v[i];

@@ -27,6 +27,8 @@ int wait_reason(const struct wait_facts *f, char *buf, size_t len)
     } else if (!f->have_list) {
         snprintf(buf, len, "job %" PRIu64 ": waiting for the dispatcher's task list", f->job_id);
         return 2;
+    } else if (f->active == 0 && f->ended == 0 && has(f->no_worker_why)) {
+        snprintf(buf, len, "job %" PRIu64 ": %s", f->job_id, f->no_worker_why);
     } else if (f->active == 0 && f->ended == 0 && f->cut > 0) {
         snprintf(buf, len,
                  "job %" PRIu64 ": no worker left (%" PRIu64

@@ -28,6 +28,8 @@ struct wait_facts {
     const char *worker; /* a listed task's worker whose last request failed */
     const char *worker_why;
     uint64_t cut; /* copies cut short so far by the loss of their workers */
+    /* The dispatcher's reason the job has no task (its worker selector matches no worker). */
+    const char *no_worker_why;
     /* Coordinated reads (consumers > 0): the round the read needs next, and whether its task is
      * being asked for it (else the read waits for the dispatcher's grant or schedule). */
     uint32_t consumers;
@@ -43,6 +45,8 @@ struct wait_facts {
  *   the read failed:            the failure's message
  *   the dispatcher is away:     "waiting for dispatcher H:P: WHY" (WHY "connecting" when unknown)
  *   no task list yet:           "job N: waiting for the dispatcher's task list" (ordinary)
+ *   no task, and the dispatcher says why: "job N: " and its reason ("waiting for a worker
+ *                               matching pool=bigmem (none of 3 workers match)")
  *   no task at all:             "job N: no worker registered yet", or after workers were lost
  *                               "job N: no worker left (K copies cut short); waiting for a
  *                               worker to register"

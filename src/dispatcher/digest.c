@@ -78,6 +78,16 @@ uint64_t state_digest(const struct state *s)
         /* Likewise only for jobs not read from any worker. */
         if (j->target_workers != SLUICE_TARGET_WORKERS_ANY)
             fnv_u64(&f, 0x7461726765740000ull + (uint64_t)j->target_workers);
+        /* Likewise only for jobs with a selector, a weight other than 1, or bounds. */
+        if (j->selector[0])
+            fnv_str(&f, j->selector);
+        if (j->weight != 1) {
+            uint64_t bits;
+            memcpy(&bits, &j->weight, sizeof bits);
+            fnv_u64(&f, bits);
+        }
+        if (j->min_workers || j->max_workers)
+            fnv_u64(&f, ((uint64_t)j->min_workers << 32) | j->max_workers);
     }
     fnv_u64(&f, s->niterations);
     for (size_t i = 0; i < s->niterations; i++) {
@@ -133,6 +143,8 @@ uint64_t state_digest(const struct state *s)
         /* Only when known, so the digests of states without host ids do not change. */
         if (w->host_id[0])
             fnv_str(&f, w->host_id);
+        if (w->labels[0])
+            fnv_str(&f, w->labels);
     }
     fnv_u64(&f, s->nclients);
     for (size_t i = 0; i < s->nclients; i++) {

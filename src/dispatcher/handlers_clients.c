@@ -202,6 +202,12 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
     body.n_round_epochs = c->nepochs;
     body.round_epochs = c->epoch_ptrs;
     body.redo_deferred = c->redo_deferred;
+    char waiting[SLUICE_ERRMSG_SIZE] = "";
+    size_t ntasks;
+    state_iteration_tasks(&d->st, it->id, &ntasks);
+    if (ntasks == 0)
+        plan_iteration_waiting(&d->st, it->id, waiting, sizeof waiting);
+    body.waiting = waiting;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT_REPLY;
     env.client_heartbeat_reply = &body;

@@ -19,8 +19,9 @@ struct job_ctx {
     struct plan_job_request job;
     char dataset_id[ST_ID_MAX];
     char job_name[ST_ID_MAX];
-    char host[ST_HOST_MAX]; /* the reader's host id; "" unknown */
-    uint64_t repetition;    /* a repeating reader's next pass (plan_job_repetition); 0: none */
+    char host[ST_HOST_MAX];         /* the reader's host id; "" unknown */
+    char selector[ST_SELECTOR_MAX]; /* the job's worker selector, canonical; "" every worker */
+    uint64_t repetition; /* a repeating reader's next pass (plan_job_repetition); 0: none */
     uint64_t *resume_bounds;
     struct plan_resume resume_view;
     struct plan_job_result ids; /* once planned */
@@ -353,6 +354,18 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     }
     if (req->host_id[0] && hostid_check("host id", req->host_id, msg, sizeof msg) < 0)
         goto refused;
+    /* The selector is parsed here, where the request's text lives, and kept as canonical text
+     * (at most SELECTOR_TEXT_MAX bytes), which the plan parses again. */
+    char selector[ST_SELECTOR_MAX] = "";
+    if (req->worker_selector[0]) {
+        struct selector sel;
+        char why[SLUICE_ERRMSG_SIZE / 2];
+        if (selector_parse(req->worker_selector, &sel, why, sizeof why) < 0) {
+            snprintf(msg, sizeof msg, "worker selector: %s", why);
+            goto refused;
+        }
+        selector_format(&sel, selector, sizeof selector);
+    }
     ds = state_dataset(&d->st, req->dataset_id);
     if (!ds) {
         code = SLUICE_ERR_NOT_FOUND;
@@ -405,6 +418,7 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
     memcpy(c->dataset_id, req->dataset_id, strlen(req->dataset_id) + 1);
     memcpy(c->job_name, req->job_name, strlen(req->job_name) + 1);
     memcpy(c->host, req->host_id, strlen(req->host_id) + 1);
+    memcpy(c->selector, selector, sizeof selector);
     c->repetition = req->repetition;
     c->job = (struct plan_job_request){
         .dataset_id = c->dataset_id,
@@ -416,6 +430,10 @@ void dispatcher_on_get_or_create_job(struct dispatcher *d, struct rpc_conn *conn
         .host = c->host,
         .endless = endless,
         .owner = rpc_conn_peer_incarnation(conn),
+        .selector = c->selector,
+        .weight = req->weight,
+        .min_workers = req->min_workers,
+        .max_workers = req->max_workers,
     };
     if (req->cross_trainer_cache)
         c->job.xtc_bytes = req->cross_trainer_cache_bytes ? req->cross_trainer_cache_bytes

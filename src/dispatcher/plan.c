@@ -208,17 +208,56 @@ static bool worker_has_task_of(const struct state *s, uint64_t worker_id, uint64
     return false;
 }
 
-/* Appends TASK_CREATED for the iteration on every non-draining worker, ids from *next_task; for
- * a job read from local workers only (local_host non-NULL), on those of local_host that have no
- * task of it yet. */
-int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id, const char *local_host,
-                             uint64_t *next_task, struct st_update_list *out)
+void plan_place_of(const struct st_job *j, struct plan_place *pl)
 {
+    memset(pl, 0, sizeof *pl);
+    if (!j)
+        return;
+    pl->max_workers = j->max_workers;
+    char err[128];
+    if (j->selector[0] && selector_parse(j->selector, &pl->sel, err, sizeof err) < 0) {
+        /* Unreachable with a state that apply or a snapshot checked: "!x,x" matches nothing. */
+        selector_parse("!x,x", &pl->sel, err, sizeof err);
+    }
+}
+
+bool plan_place_allows(const struct state *s, const struct plan_place *pl,
+                       const struct st_worker *w, uint64_t iteration_id,
+                       const struct st_update_list *out, size_t start)
+{
+    if (!pl)
+        return true;
+    if (pl->sel.n && !selector_matches(&pl->sel, w->labels))
+        return false;
+    if (!pl->max_workers)
+        return true;
+    size_t n, busy = 0;
+    const struct st_task_ref *refs = state_iteration_tasks(s, iteration_id, &n);
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
+        if (t && !plan_pending(out, start, ST_TASK_REMOVED, t->id))
+            busy++;
+    }
+    for (size_t i = start; i < out->n; i++)
+        busy += out->v[i].type == ST_TASK_CREATED && out->v[i].ref == iteration_id;
+    return busy < pl->max_workers;
+}
+
+/* Appends TASK_CREATED for the iteration on every non-draining worker that pl allows, ids from
+ * *next_task; for a job read from local workers only (local_host non-NULL), on those of
+ * local_host that have no task of it yet. */
+int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id, const char *local_host,
+                             const struct plan_place *pl, uint64_t *next_task,
+                             struct st_update_list *out)
+{
+    size_t start = out->n;
     for (size_t i = 0; i < s->nworkers; i++) {
         if (s->workers[i].draining)
             continue;
         if (local_host && (strcmp(s->workers[i].host_id, local_host) != 0 ||
                            worker_has_task_of(s, s->workers[i].id, iteration_id)))
+            continue;
+        if (!plan_place_allows(s, pl, &s->workers[i], iteration_id, out, start))
             continue;
         struct st_update *u = plan_push(out, ST_TASK_CREATED, (*next_task)++);
         if (!u)

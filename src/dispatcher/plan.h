@@ -127,6 +127,20 @@ struct plan_job_request {
      * PLAN_RESUME_POOL_MAX gaps, or ranges past the plan's end, are SLUICE_ERR_INVALID); a joined
      * iteration is joined as it is. */
     const struct plan_resume *resume;
+    /* Which workers get the job's tasks (docs/operations.md "Pools and selectors"): a label
+     * selector (common/labels.h); NULL or "": every worker. A malformed one is
+     * SLUICE_ERR_INVALID, "worker selector: expected ',' at byte 7". A job whose selector matches
+     * no worker gets no task until a matching worker registers (plan_worker_heartbeat); its
+     * readers are told why (plan_iteration_waiting). */
+    const char *selector;
+    /* The job's weight: 0 is 1; otherwise above 0, finite and at most ST_WEIGHT_MAX, else
+     * SLUICE_ERR_INVALID ("weight must be a number above 0 and at most 1000000, not -1"). */
+    double weight;
+    /* The bounds on the number of workers with a task of the job's iteration (0: none): at most
+     * max_workers workers get one; min_workers is recorded (every matching worker gets a task
+     * when there is no max). min above max is SLUICE_ERR_INVALID ("min_workers 3 is above
+     * max_workers 2"). */
+    uint32_t min_workers, max_workers;
 };
 
 /* The ids plan_get_or_create_job() gives a read. */
@@ -146,6 +160,12 @@ struct plan_job_result {
  * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
  * are appended too, and for a coordinated iteration its first round schedule (see struct
  * st_round_epoch). *res receives the ids. */
+/* Why the iteration has no task yet when its job's selector is the reason, into buf (len
+ * bytes): "waiting for a worker matching pool=bigmem (none of 3 workers match)" when no
+ * registered worker that is not draining matches it; otherwise "" (and the return is 0). Returns
+ * the length written. */
+size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char *buf, size_t len);
+
 int plan_get_or_create_job(const struct state *s, const struct plan_job_request *req,
                            struct plan_job_result *res, struct st_update_list *out, char *err,
                            size_t errlen);
@@ -287,6 +307,14 @@ struct plan_heartbeat_request {
      * Tasks of a job read from local workers only are created for the worker only when a client
      * of the iteration is on its host. */
     const char *host;
+    /* The worker's labels, nlabels of them, each "KEY=VALUE" (common/labels.h), which a new
+     * registration records (WORKER_REGISTERED, as their canonical text; a known worker's labels
+     * stay what it registered with). Labels that labels_canonical refuses are
+     * SLUICE_ERR_INVALID ("worker at ADDR: labels: label 2: expected KEY=VALUE"). A worker gets
+     * a task of an iteration only when the job's selector matches its labels and the job's
+     * max_workers leaves room. */
+    const char *const *labels;
+    size_t nlabels;
     /* Task ids the worker reports finished, nfinished of them; ids that are unknown, already
      * finished or not this worker's are ignored (a report can repeat), and a finished task's
      * leftover leases go back to the pool first. */

@@ -37,11 +37,32 @@ int plan_finish_touched(const struct state *s, struct st_update_list *out, size_
  * or SLUICE_ERR_NOMEM. */
 int plan_round_schedules(const struct state *s, struct st_update_list *out, size_t start);
 
-/* Appends TASK_CREATED for the iteration on every non-draining worker, ids from *next_task; for
- * a job read from local workers only (local_host non-NULL), on those of local_host that have no
- * task of it yet. Returns 0 or SLUICE_ERR_NOMEM. */
+/* Where a job's tasks may go: the workers its selector matches, at most max_workers of them
+ * (0: no bound). A zeroed struct places anywhere. */
+struct plan_place {
+    struct selector sel;
+    uint32_t max_workers;
+};
+
+/* The placement of job j (NULL: anywhere). A selector that does not parse (the state holds only
+ * parsed ones) matches nothing. */
+void plan_place_of(const struct st_job *j, struct plan_place *pl);
+
+/* Whether worker w may get a task of iteration_id under pl: its labels match, and the
+ * iteration's tasks (finished ones too: a parallel_epochs worker that finished its copy still
+ * counts; not those the updates in out since start remove, with those they create) are fewer
+ * than max_workers. */
+bool plan_place_allows(const struct state *s, const struct plan_place *pl,
+                       const struct st_worker *w, uint64_t iteration_id,
+                       const struct st_update_list *out, size_t start);
+
+/* Appends TASK_CREATED for the iteration on every non-draining worker that pl allows (NULL:
+ * every one), ids from *next_task; for a job read from local workers only (local_host
+ * non-NULL), on those of local_host that have no task of it yet. Returns 0 or
+ * SLUICE_ERR_NOMEM. */
 int plan_tasks_for_iteration(const struct state *s, uint64_t iteration_id, const char *local_host,
-                             uint64_t *next_task, struct st_update_list *out);
+                             const struct plan_place *pl, uint64_t *next_task,
+                             struct st_update_list *out);
 
 /* Appends SPLITS_RETURNED moving every split leased to task t back to its iteration's pool;
  * nothing when it holds none. Returns 0 or SLUICE_ERR_NOMEM, after which the caller truncates

@@ -142,6 +142,23 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
         rc = name_check("dataset id", dataset_id, NAME_ID_MAX, err, errlen);
     if (rc < 0)
         return rc;
+    /* The selector as the state keeps it: its canonical text. */
+    char selector[ST_SELECTOR_MAX] = "";
+    if (req->selector && req->selector[0]) {
+        struct selector sel;
+        char why[SLUICE_ERRMSG_SIZE];
+        if (selector_parse(req->selector, &sel, why, sizeof why) < 0)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "worker selector: %s", why);
+        selector_format(&sel, selector, sizeof selector);
+    }
+    double weight = req->weight == 0 ? 1 : req->weight;
+    if (!(weight > 0 && weight <= ST_WEIGHT_MAX))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "weight must be a number above 0 and at most 1000000, not %g", req->weight);
+    if (req->min_workers && req->max_workers && req->min_workers > req->max_workers)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "min_workers %" PRIu32 " is above max_workers %" PRIu32, req->min_workers,
+                       req->max_workers);
     uint64_t max_jobs = s->limits.max_jobs_per_client;
     size_t held = state_owner_clients(s, owner);
     if (max_jobs && held >= max_jobs)
@@ -187,7 +204,9 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
         if (last && last->state == ST_ITER_GC &&
             (job->mode != mode || job->num_consumers != num_consumers ||
              job->deterministic != deterministic || job->xtc_bytes != xtc_bytes ||
-             job->target_workers != target))
+             job->target_workers != target || strcmp(job->selector, selector) != 0 ||
+             job->weight != weight || job->min_workers != req->min_workers ||
+             job->max_workers != req->max_workers))
             job = NULL;
     }
     if (job) {
@@ -215,6 +234,17 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
             return err_set(err, errlen, SLUICE_ERR_EXISTS,
                            "job '%s' exists with target_workers %s, not %s", job_name,
                            target_workers_name(job->target_workers), target_workers_name(target));
+        if (strcmp(job->selector, selector) != 0)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with worker selector '%s', not '%s'", job_name,
+                           job->selector, selector);
+        if (job->weight != weight || job->min_workers != req->min_workers ||
+            job->max_workers != req->max_workers)
+            return err_set(err, errlen, SLUICE_ERR_EXISTS,
+                           "job '%s' exists with weight %g, min_workers %" PRIu32
+                           ", max_workers %" PRIu32 ", not %g, %" PRIu32 ", %" PRIu32,
+                           job_name, job->weight, job->min_workers, job->max_workers, weight,
+                           req->min_workers, req->max_workers);
         cur = state_iteration(s, job->iteration_id);
     }
     /* A local read needs a worker beside it: its tasks are created only there. */
@@ -255,7 +285,21 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
         u->deterministic = deterministic;
         u->xtc_bytes = xtc_bytes;
         u->target_workers = (int)target;
+        if (selector[0] && !(u->selector = strdup(selector)))
+            goto nomem;
+        u->job_weight = weight;
+        u->min_workers = req->min_workers;
+        u->max_workers = req->max_workers;
     }
+    /* Where the tasks go: the job's selector and bounds, as JOB_CREATED records them. */
+    static const struct st_job none;
+    struct st_job place_job = job ? *job : none;
+    if (!job) {
+        memcpy(place_job.selector, selector, sizeof selector);
+        place_job.max_workers = req->max_workers;
+    }
+    struct plan_place place;
+    plan_place_of(&place_job, &place);
     if (new_iteration) {
         if (!(u = plan_push(out, ST_ITERATION_CREATED, iteration_id)))
             goto nomem;
@@ -272,7 +316,7 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
         }
         size_t first_task = out->n;
         if (plan_tasks_for_iteration(s, iteration_id,
-                                     target == SLUICE_TARGET_WORKERS_LOCAL ? host : NULL,
+                                     target == SLUICE_TARGET_WORKERS_LOCAL ? host : NULL, &place,
                                      &next_task, out) < 0)
             goto nomem;
         /* A coordinated iteration's rounds start with an epoch at round 0, of the tasks just
@@ -291,7 +335,7 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
     }
     /* A reader joining a local job from another host brings the job to that host's workers. */
     if (!new_iteration && target == SLUICE_TARGET_WORKERS_LOCAL && cur->state == ST_ITER_ACTIVE &&
-        !cur->error && plan_tasks_for_iteration(s, iteration_id, host, &next_task, out) < 0)
+        !cur->error && plan_tasks_for_iteration(s, iteration_id, host, &place, &next_task, out) < 0)
         goto nomem;
     if (!(u = plan_push(out, ST_CLIENT_ACQUIRED, s->next_client_id)))
         goto nomem;
@@ -305,6 +349,26 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
 nomem:
     state_list_truncate(out, start);
     return NOMEM_MSG(err, errlen);
+}
+
+size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char *buf, size_t len)
+{
+    if (len)
+        buf[0] = '\0';
+    const struct st_iteration *it = state_iteration(s, iteration_id);
+    const struct st_job *j = it ? state_job(s, it->job_id) : NULL;
+    if (!j || !j->selector[0] || it->state != ST_ITER_ACTIVE)
+        return 0;
+    struct plan_place place;
+    plan_place_of(j, &place);
+    for (size_t i = 0; i < s->nworkers; i++) {
+        if (!s->workers[i].draining && selector_matches(&place.sel, s->workers[i].labels))
+            return 0;
+    }
+    int n = snprintf(buf, len, "waiting for a worker matching %s (none of %zu worker%s match%s)",
+                     j->selector, s->nworkers, s->nworkers == 1 ? "" : "s",
+                     s->nworkers == 1 ? "es" : "");
+    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len ? len - 1 : 0;
 }
 
 int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,

@@ -86,7 +86,7 @@ int plan_save_start(const struct state *s, const char *dataset_id, const char *p
     u->distributed = true;
     if (split_plan_copy(&u->plan, plan) < 0)
         goto nomem;
-    if (plan_tasks_for_iteration(s, iteration_id, NULL, &next_task, out) < 0)
+    if (plan_tasks_for_iteration(s, iteration_id, NULL, NULL, &next_task, out) < 0)
         goto nomem;
     if (!(u = plan_push(out, ST_SAVE_STARTED, save_id)))
         goto nomem;

@@ -124,6 +124,19 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
     /* The host is recorded at registration; a known worker's later heartbeats repeat it. */
     if (!known && host[0] && (rc = hostid_check("worker host id", host, err, errlen)) < 0)
         return rc;
+    /* The worker as its tasks are placed: its row, or the row its registration will make. */
+    static const struct st_worker blank;
+    struct st_worker me = blank;
+    if (known) {
+        me = *w;
+    } else {
+        char why[SLUICE_ERRMSG_SIZE];
+        if (labels_canonical(req->labels, req->nlabels, me.labels, sizeof me.labels, why,
+                             sizeof why) < 0)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "worker at %s: labels: %s", address,
+                           why);
+    }
+    struct plan_place place;
     /* Identity first, before anything is planned: the incarnation is public (status lists it),
      * the secret is not. */
     if (!req->unkeyed) {
@@ -157,6 +170,8 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
         memcpy(u->address, address, strlen(address) + 1);
         u->incarnation = req->incarnation;
         memcpy(u->host_id, host, strlen(host) + 1);
+        if (me.labels[0] && !(u->labels = strdup(me.labels)))
+            goto nomem;
         if (!req->unkeyed && req->key_len == ST_KEY_LEN) {
             u->key.set = true;
             memcpy(u->key.b, req->key, ST_KEY_LEN);
@@ -202,9 +217,15 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
             if (state_iteration_clients(s, it->id) == 0 && !state_save_running(s, it->id))
                 continue;
             /* A local job's tasks run only on its readers' hosts. */
-            if (!worker_serves(s, state_job(s, it->job_id), it->id, known ? w->host_id : host, out,
-                               start))
+            const struct st_job *j = state_job(s, it->job_id);
+            if (!worker_serves(s, j, it->id, known ? w->host_id : host, out, start))
                 continue;
+            /* Only the workers the job's selector matches, and at most max_workers of them. */
+            if (j && (j->selector[0] || j->max_workers)) {
+                plan_place_of(j, &place);
+                if (!plan_place_allows(s, &place, &me, it->id, out, start))
+                    continue;
+            }
             if (!(u = plan_push(out, ST_TASK_CREATED, next_task++)))
                 goto nomem;
             u->ref = it->id;

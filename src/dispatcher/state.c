@@ -150,11 +150,22 @@ static int apply_dataset(struct state *s, const struct st_update *u)
     return 0;
 }
 
+/* Whether a JOB_CREATED's selector, weight and bounds are what planning writes. */
+static bool job_bounds_valid(const struct st_update *u)
+{
+    if (u->selector && !state_selector_valid(u->selector))
+        return false;
+    if (!(u->job_weight >= 0 && u->job_weight <= ST_WEIGHT_MAX))
+        return false;
+    return !(u->min_workers && u->max_workers && u->min_workers > u->max_workers);
+}
+
 static int apply_job_created(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_job(s, u->id) || !str_fits(u->name, ST_ID_MAX) ||
         !str_fits(u->name2, ST_ID_MAX) || !state_dataset(s, u->name2) ||
-        (unsigned)u->mode >= MODE_COUNT || !target_workers_valid(u->target_workers))
+        (unsigned)u->mode >= MODE_COUNT || !target_workers_valid(u->target_workers) ||
+        !job_bounds_valid(u))
         return CORRUPT;
     /* A job is identified by its dataset and name. A key whose job was garbage-collected is
      * free again: the new job replaces the old one and its collected iteration. A live job's
@@ -180,6 +191,13 @@ static int apply_job_created(struct state *s, const struct st_update *u)
     j->deterministic = u->deterministic;
     j->xtc_bytes = u->xtc_bytes;
     j->target_workers = (enum sluice_target_workers)u->target_workers;
+    if (u->selector)
+        memcpy(j->selector, u->selector, strlen(u->selector) + 1);
+    else
+        j->selector[0] = '\0';
+    j->weight = u->job_weight > 0 ? u->job_weight : 1;
+    j->min_workers = u->min_workers;
+    j->max_workers = u->max_workers;
     j->iteration_id = 0;
     s->next_job_id = max_u64(s->next_job_id, u->id + 1);
     return 0;
@@ -441,7 +459,7 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_worker(s, u->id) || !str_fits(u->address, ST_ADDR_MAX) ||
         u->address[0] == '\0' || state_worker_by_address(s, u->address) ||
-        !str_fits(u->host_id, ST_HOST_MAX))
+        !str_fits(u->host_id, ST_HOST_MAX) || (u->labels && !state_labels_valid(u->labels)))
         return CORRUPT;
     if (state_grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers) ||
         state_grow((void **)&s->by_address, &s->cap_by_address, s->nby_address + 1,
@@ -457,6 +475,10 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
     w->incarnation = u->incarnation;
     w->key = u->key;
     memcpy(w->host_id, u->host_id, strlen(u->host_id) + 1);
+    if (u->labels)
+        memcpy(w->labels, u->labels, strlen(u->labels) + 1);
+    else
+        w->labels[0] = '\0';
     s->next_worker_id = max_u64(s->next_worker_id, u->id + 1);
     return 0;
 }
@@ -769,6 +791,38 @@ static int apply_save_over(struct state *s, const struct st_update *u, bool fail
         sv->state = ST_SV_FINISHED;
     }
     return 0;
+}
+
+bool state_labels_valid(const char *labels)
+{
+    size_t len = strlen(labels);
+    if (len >= ST_LABELS_MAX)
+        return false;
+    if (len == 0)
+        return true;
+    char copy[ST_LABELS_MAX], canon[ST_LABELS_MAX], err[128];
+    const char *items[LABELS_MAX + 1];
+    size_t n = 0;
+    memcpy(copy, labels, len + 1);
+    for (char *p = copy; p && n <= LABELS_MAX;) {
+        items[n++] = p;
+        p = strchr(p, ',');
+        if (p)
+            *p++ = '\0';
+    }
+    return n <= LABELS_MAX &&
+           labels_canonical(items, n, canon, sizeof canon, err, sizeof err) == 0 &&
+           strcmp(canon, labels) == 0;
+}
+
+bool state_selector_valid(const char *selector)
+{
+    struct selector sel;
+    char canon[ST_SELECTOR_MAX], err[128];
+    if (strlen(selector) >= ST_SELECTOR_MAX || selector_parse(selector, &sel, err, sizeof err) < 0)
+        return false;
+    selector_format(&sel, canon, sizeof canon);
+    return strcmp(canon, selector) == 0;
 }
 
 bool state_mix_weights_valid(const double *w, size_t n)

@@ -28,6 +28,7 @@
 #define SLUICE_DISPATCHER_STATE_H
 
 #include "common/u64map.h"
+#include "common/labels.h"
 #include "common/mode.h"
 #include "common/sha256.h"
 #include "common/split_plan.h"
@@ -40,6 +41,10 @@
 #define ST_ADDR_MAX 256
 /* Host ids (common/hostid.h), including the NUL; "" is an unknown host, local to nobody. */
 #define ST_HOST_MAX 128
+/* A worker's labels (their canonical text, common/labels.h) and a job's worker selector (its
+ * canonical text), including the NUL; "" is none (older journals too). */
+#define ST_LABELS_MAX (LABELS_TEXT_MAX + 1)
+#define ST_SELECTOR_MAX (SELECTOR_TEXT_MAX + 1)
 
 /* Capabilities. A secret is ST_KEY_LEN random bytes the shell draws and writes into an update
  * (the state machine never draws one); has_key false marks a row journaled before secrets
@@ -90,6 +95,13 @@ struct st_job {
      * iterations get tasks only on workers whose host is the host of one of the iteration's
      * clients. */
     enum sluice_target_workers target_workers;
+    /* Which workers get its tasks (docs/operations.md "Pools and selectors"): the canonical text
+     * of a label selector that a worker's labels must match; "" selects every worker. */
+    char selector[ST_SELECTOR_MAX];
+    /* Its share of the workers against other jobs (> 0 and finite; 1 in older journals), and the
+     * bounds on the number of workers with a task of its current iteration (0: none). */
+    double weight;
+    uint32_t min_workers, max_workers;
 };
 
 /* A list of split sequence numbers. Every list in the state and in an update is strictly
@@ -190,7 +202,8 @@ struct st_worker {
     uint64_t incarnation;
     bool draining;
     struct st_key key; /* the secret the worker registered with; not set in older journals */
-    char host_id[ST_HOST_MAX]; /* its host; "" in older journals (unknown) */
+    char host_id[ST_HOST_MAX];  /* its host; "" in older journals (unknown) */
+    char labels[ST_LABELS_MAX]; /* its labels' canonical text; "" none (older journals too) */
 };
 
 struct st_client {
@@ -395,7 +408,10 @@ const char *st_update_name(enum st_update_type type);
  *   DATASET_REGISTERED  name = dataset id, id = its number when generated (0 for an explicit
  *                       id), def/def_len, compression, split_size, text
  *   JOB_CREATED         id = job, name = job name ("" when anonymous), name2 = dataset id,
- *                       mode, num_consumers, deterministic, xtc_bytes, target_workers
+ *                       mode, num_consumers, deterministic, xtc_bytes, target_workers,
+ *                       selector (a canonical selector text or NULL), job_weight (> 0 and
+ *                       finite; 0 in older journals: 1), min_workers, max_workers (0: no bound;
+ *                       min at most max when both are set)
  *   ITERATION_CREATED   id = iteration, ref = job, ref2 = repetition, distributed, plan,
  *                       key (the shell sets it after planning: planning draws no randomness);
  *                       restored from a checkpoint: start = the split cursor, seqs = the pool
@@ -405,7 +421,8 @@ const char *st_update_name(enum st_update_type type);
  *   TASK_FINISHED       id = task
  *   TASK_REMOVED        id = task, ref = its iteration (informational)
  *   WORKER_REGISTERED   id = worker, address, incarnation, key (the worker's own secret),
- *                       host_id (its host; "" unknown)
+ *                       host_id (its host; "" unknown), labels (a canonical label text or
+ *                       NULL)
  *   WORKER_REMOVED      id = worker
  *   WORKER_DRAINING     id = worker
  *   CLIENT_ACQUIRED     id = client, ref = iteration, incarnation = owner (see st_client),
@@ -479,6 +496,10 @@ struct st_update {
     uint64_t resume_id;        /* ITERATION_CREATED: a restored read's checkpoint digest */
     double *weights;           /* MIX_WEIGHTS (owned) */
     size_t nweights;
+    char *labels;                      /* WORKER_REGISTERED (owned; NULL: none) */
+    char *selector;                    /* JOB_CREATED (owned; NULL: none) */
+    double job_weight;                 /* JOB_CREATED; 0: 1 */
+    uint32_t min_workers, max_workers; /* JOB_CREATED; 0: no bound */
 };
 
 struct st_update_list {
@@ -549,6 +570,13 @@ const struct st_save *state_save_running(const struct state *s, uint64_t iterati
 /* Whether w (n weights) is a valid weights vector: 1 to ST_MIX_INPUTS_MAX finite numbers >= 0,
  * not all 0. */
 bool state_mix_weights_valid(const double *w, size_t n);
+/* Whether labels is a canonical label text (common/labels.h) of at most ST_LABELS_MAX - 1 bytes
+ * ("" is), and selector a canonical selector text ("" is): what WORKER_REGISTERED and
+ * JOB_CREATED may carry. */
+bool state_labels_valid(const char *labels);
+bool state_selector_valid(const char *selector);
+/* The largest job weight. */
+#define ST_WEIGHT_MAX 1e6
 /* The weights schedule of job_name's mix of dataset dataset_id, or NULL. */
 const struct st_mix *state_mix(const struct state *s, const char *dataset_id, const char *job_name);
 /* The positions kept for job_name, or NULL. */

@@ -108,6 +108,10 @@ void st_update_release(struct st_update *u)
     free(u->def);
     free(u->text);
     free(u->weights);
+    free(u->labels);
+    free(u->selector);
+    u->labels = NULL;
+    u->selector = NULL;
     u->weights = NULL;
     u->nweights = 0;
     split_plan_release(&u->plan);

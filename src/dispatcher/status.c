@@ -1,5 +1,7 @@
 #include "status.h"
 
+#include "plan.h"
+
 #include "common/error.h"
 #include "common/names.h"
 #include "common/rows.h"
@@ -120,6 +122,8 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
     put(b, o, "draining", json_boolean(w->draining));
     if (w->host_id[0])
         put(b, o, "host_id", text(w->host_id));
+    if (w->labels[0])
+        put(b, o, "labels", text(w->labels));
     size_t ntasks;
     const struct st_task_ref *refs = state_worker_tasks(s, w->id, &ntasks);
     for (size_t i = 0; i < ntasks; i++)
@@ -259,6 +263,18 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     /* Only when not the default, so documents of clusters that do not use it stay as they were. */
     if (j->target_workers != SLUICE_TARGET_WORKERS_ANY)
         put(b, o, "target_workers", json_string(target_workers_name(j->target_workers)));
+    if (j->selector[0])
+        put(b, o, "worker_selector", text(j->selector));
+    put(b, o, "weight", json_real(j->weight));
+    put(b, o, "min_workers", u64(j->min_workers));
+    put(b, o, "max_workers", u64(j->max_workers));
+    /* Why a job with a selector has no task (plan_iteration_waiting), as its readers hear it. */
+    size_t nit = 0;
+    if (it)
+        state_iteration_tasks(s, it->id, &nit);
+    char why[SELECTOR_TEXT_MAX + 128];
+    if (it && nit == 0 && plan_iteration_waiting(s, it->id, why, sizeof why) > 0)
+        put(b, o, "waiting", text(why));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
     /* A failed iteration is still active for the state machine (its readers are told, it is

@@ -129,6 +129,11 @@ int update_codec_encode(const struct st_update *u, uint8_t **out, size_t *len)
     m.n_weights = u->nweights;
     m.weights = u->weights;
     m.resume_id = u->resume_id;
+    m.labels = u->labels ? u->labels : (char *)"";
+    m.worker_selector = u->selector ? u->selector : (char *)"";
+    m.job_weight = u->job_weight;
+    m.min_workers = u->min_workers;
+    m.max_workers = u->max_workers;
     size_t n = sluice__update__get_packed_size(&m);
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
@@ -165,6 +170,10 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
         err_set(err, errlen, rc, "%s: a host id of %d bytes or more", what, ST_HOST_MAX);
         goto out;
     }
+    if (!str_fits(m->labels, ST_LABELS_MAX) || !str_fits(m->worker_selector, ST_SELECTOR_MAX)) {
+        err_set(err, errlen, rc, "%s: labels or a selector too long", what);
+        goto out;
+    }
     if (!m->text || (m->def.len > 0 && !m->def.data)) {
         err_set(err, errlen, rc, "%s: malformed", what);
         goto out;
@@ -198,6 +207,9 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
     u->distributed = m->distributed;
     u->start = m->start;
     u->resume_id = m->resume_id;
+    u->job_weight = m->job_weight;
+    u->min_workers = m->min_workers;
+    u->max_workers = m->max_workers;
     if (m->key.len == ST_KEY_LEN) {
         u->key.set = true;
         memcpy(u->key.b, m->key.data, ST_KEY_LEN);
@@ -216,6 +228,10 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
         if (!u->text)
             goto fail;
     }
+    if (m->labels[0] && !(u->labels = strdup(m->labels)))
+        goto fail;
+    if (m->worker_selector[0] && !(u->selector = strdup(m->worker_selector)))
+        goto fail;
     if (m->n_weights > ST_MIX_INPUTS_MAX) {
         rc = SLUICE_ERR_CORRUPT;
         err_set(err, errlen, rc, "%s: %zu weights, more than %d", what, m->n_weights,
@@ -389,7 +405,11 @@ static bool take_jobs(struct update_codec_snapshot *c, const struct state *s)
         js[i].deterministic = j->deterministic;
         js[i].cross_trainer_cache_bytes = j->xtc_bytes;
         js[i].target_workers = (int32_t)j->target_workers;
-        if (!js[i].name || !js[i].dataset_id)
+        js[i].worker_selector = arena_str(c, j->selector);
+        js[i].weight = j->weight;
+        js[i].min_workers = j->min_workers;
+        js[i].max_workers = j->max_workers;
+        if (!js[i].name || !js[i].dataset_id || !js[i].worker_selector)
             return false;
         c->m.jobs[i] = &js[i];
     }
@@ -508,7 +528,8 @@ static bool take_workers_clients(struct update_codec_snapshot *c, const struct s
         ws[i].incarnation = w->incarnation;
         ws[i].draining = w->draining;
         ws[i].host_id = arena_str(c, w->host_id);
-        if (!ws[i].address || !ws[i].host_id || !arena_key(c, &ws[i].key, &w->key))
+        ws[i].labels = arena_str(c, w->labels);
+        if (!ws[i].address || !ws[i].host_id || !ws[i].labels || !arena_key(c, &ws[i].key, &w->key))
             return false;
         c->m.workers[i] = &ws[i];
     }
@@ -749,7 +770,11 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
     s->cap_jobs = m->n_jobs;
     for (size_t i = 0; i < m->n_jobs; i++) {
         const Sluice__SnapshotJob *j = m->jobs[i];
-        if (!j || !str_fits(j->name, ST_ID_MAX) || !str_fits(j->dataset_id, ST_ID_MAX))
+        if (!j || !str_fits(j->name, ST_ID_MAX) || !str_fits(j->dataset_id, ST_ID_MAX) ||
+            !str_fits(j->worker_selector, ST_SELECTOR_MAX) ||
+            !state_selector_valid(j->worker_selector) || !(j->weight >= 0) ||
+            j->weight > ST_WEIGHT_MAX ||
+            (j->min_workers && j->max_workers && j->min_workers > j->max_workers))
             return CORRUPT("job %zu is malformed", i);
         if (j->id == 0 || j->id >= m->next_job_id || (i > 0 && s->jobs[i - 1].id >= j->id))
             return CORRUPT("job %" PRIu64 " is out of order or past the next id", j->id);
@@ -772,6 +797,10 @@ static int decode_jobs(const Sluice__Snapshot *m, struct state *s, char *err, si
         row->deterministic = j->deterministic;
         row->xtc_bytes = j->cross_trainer_cache_bytes;
         row->target_workers = (enum sluice_target_workers)j->target_workers;
+        memcpy(row->selector, j->worker_selector, strlen(j->worker_selector) + 1);
+        row->weight = j->weight > 0 ? j->weight : 1;
+        row->min_workers = j->min_workers;
+        row->max_workers = j->max_workers;
     }
     return 0;
 }
@@ -886,7 +915,8 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
     for (size_t i = 0; i < m->n_workers; i++) {
         const Sluice__SnapshotWorker *w = m->workers[i];
         if (!w || !str_fits(w->address, ST_ADDR_MAX) || !w->address[0] ||
-            !str_fits(w->host_id, ST_HOST_MAX))
+            !str_fits(w->host_id, ST_HOST_MAX) || !str_fits(w->labels, ST_LABELS_MAX) ||
+            !state_labels_valid(w->labels))
             return CORRUPT("worker %zu is malformed", i);
         if (w->id == 0 || w->id >= m->next_worker_id || (i > 0 && s->workers[i - 1].id >= w->id))
             return CORRUPT("worker %" PRIu64 " is out of order or past the next id", w->id);
@@ -898,6 +928,7 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
         row->incarnation = w->incarnation;
         row->draining = w->draining;
         memcpy(row->host_id, w->host_id, strlen(w->host_id) + 1);
+        memcpy(row->labels, w->labels, strlen(w->labels) + 1);
         if (w->key.len != 0 && (w->key.len != ST_KEY_LEN || !w->key.data))
             return CORRUPT("worker %" PRIu64 " has a key of %zu bytes", w->id, w->key.len);
         if (w->key.len == ST_KEY_LEN) {

@@ -21,6 +21,7 @@
 
 #include "common/error.h"
 #include "common/http.h"
+#include "common/labels.h"
 #include "common/log.h"
 #include "common/names.h"
 #include "common/loop_thread.h"
@@ -56,7 +57,8 @@ struct sluice_worker {
     uint32_t drain_timeout_ms;
     bool metrics;
     int metrics_port;
-    bool unconfined_files; /* no data roots */
+    bool unconfined_files;            /* no data roots */
+    char labels[LABELS_TEXT_MAX + 1]; /* the options' labels, canonical (opts.labels) */
     char *metrics_host;
 
     /* Written on the loop thread while starting, read-only once the start returned. */
@@ -141,6 +143,9 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
     if (o->advertise && *o->advertise &&
         (rc = name_check("advertise", o->advertise, NAME_ADDR_MAX, err, errlen)) < 0)
         return rc;
+    char lwhy[SLUICE_ERRMSG_SIZE / 2], canon[LABELS_TEXT_MAX + 1];
+    if (labels_canonical(o->labels, o->nlabels, canon, sizeof canon, lwhy, sizeof lwhy) < 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "labels: %s", lwhy);
     if ((rc = check_paths("plugins", o->plugins, o->nplugins, err, errlen)) < 0 ||
         (rc = check_paths("python_path", o->python_path, o->npython_path, err, errlen)) < 0 ||
         (rc = check_paths("data_roots", o->data_roots, o->ndata_roots, err, errlen)) < 0)
@@ -234,7 +239,10 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .max_connections = o->max_connections,
         .max_handshakes = o->max_handshakes,
         .in_process = !o->no_in_process_reads,
+        .labels = s->labels,
     };
+    /* Checked by check_options. */
+    labels_canonical(o->labels, o->nlabels, s->labels, sizeof s->labels, NULL, 0);
     s->drain_timeout_ms = o->drain_timeout_ms ? o->drain_timeout_ms : WORKER_DRAIN_TIMEOUT_MS;
     s->metrics = o->metrics;
     s->metrics_port = o->metrics_port;

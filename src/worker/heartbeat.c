@@ -255,6 +255,8 @@ void worker_hb_send(struct worker *w)
     req.worker_key.data = w->key;
     req.worker_key.len = sizeof w->key;
     req.host_id = w->host_id;
+    req.n_labels = w->nlabels;
+    req.labels = w->label_v;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;

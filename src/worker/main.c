@@ -6,6 +6,7 @@
 #include "sluice/sluice.h"
 
 #include "common/error.h"
+#include "common/labels.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -56,6 +57,11 @@ static const char usage[] =
     "                        any, every file this process can read; set it in production);\n"
     "                        an s3://BUCKET/PREFIX or https://HOST/PREFIX root confines\n"
     "                        URLs to that prefix, taken as a directory\n"
+    "  --label KEY=VALUE     a label of this worker (repeatable, at most 16, distinct keys):\n"
+    "                        jobs read with --worker-selector run only on the workers\n"
+    "                        whose labels match, e.g. --label pool=bigmem --label zone=a;\n"
+    "                        keys 1 to 63 bytes, values 0 to 63, UTF-8 without control\n"
+    "                        characters, spaces or any of = ! , ( )\n"
     "  --object-retry-ms N   retry an object-store request (s3://, https://) that fails\n"
     "                        transiently for up to N ms (default 60000)\n"
     "  --object-range-bytes N\n"
@@ -105,6 +111,8 @@ struct args {
     size_t npython_path;
     const char **data_roots;
     size_t ndata_roots;
+    const char **labels; /* --label KEY=VALUE */
+    size_t nlabels;
     int metrics_port; /* -1: no metrics server */
     const char *metrics_host;
     uint32_t handshake_timeout_ms;
@@ -170,6 +178,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_PLUGIN,
         O_PYTHON_PATH,
         O_DATA_ROOT,
+        O_LABEL,
         O_OBJ_RETRY,
         O_OBJ_RANGE,
         O_METRICS,
@@ -200,6 +209,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"plugin", required_argument, NULL, O_PLUGIN},
         {"python-path", required_argument, NULL, O_PYTHON_PATH},
         {"data-root", required_argument, NULL, O_DATA_ROOT},
+        {"label", required_argument, NULL, O_LABEL},
         {"object-retry-ms", required_argument, NULL, O_OBJ_RETRY},
         {"object-range-bytes", required_argument, NULL, O_OBJ_RANGE},
         {"metrics-port", required_argument, NULL, O_METRICS},
@@ -263,6 +273,16 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
             if (append(&a->python_path, &a->npython_path, optarg) < 0)
                 return 1;
             break;
+        case O_LABEL: {
+            char why[SLUICE_ERRMSG_SIZE];
+            if (label_check(optarg, why, sizeof why) < 0)
+                return usage_error("--label %s: %s", optarg, why);
+            if (a->nlabels == LABELS_MAX)
+                return usage_error("--label: at most %d labels", LABELS_MAX);
+            if (append(&a->labels, &a->nlabels, optarg) < 0)
+                return 1;
+            break;
+        }
         case O_DATA_ROOT:
             if (!*optarg)
                 return usage_error("--data-root: expected a directory, got ''");
@@ -414,6 +434,8 @@ static int run(const struct args *a)
         .npython_path = a->npython_path,
         .data_roots = a->data_roots,
         .ndata_roots = a->ndata_roots,
+        .labels = a->labels,
+        .nlabels = a->nlabels,
         .metrics = a->metrics_port >= 0,
         .metrics_port = a->metrics_port >= 0 ? a->metrics_port : 0,
         .metrics_host = a->metrics_host,
@@ -474,6 +496,7 @@ int main(int argc, char **argv)
         free(a.plugins);
         free(a.python_path);
         free(a.data_roots);
+        free(a.labels);
         return rc;
     }
     log_init(PART, a.level);
@@ -489,5 +512,6 @@ int main(int argc, char **argv)
     free(a.plugins);
     free(a.python_path);
     free(a.data_roots);
+    free(a.labels);
     return rc;
 }

@@ -340,6 +340,8 @@ static void drain_check(struct worker *w)
     req.worker_key.data = w->key;
     req.worker_key.len = sizeof w->key;
     req.host_id = w->host_id;
+    req.n_labels = w->nlabels;
+    req.labels = w->label_v;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
@@ -580,6 +582,14 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         wmetrics_destroy(w->wm);
         free(w);
         return err_set(err, errlen, krc, "worker: drawing its secret: %s", sluice_strerror(krc));
+    }
+    snprintf(w->label_buf, sizeof w->label_buf, "%s", opts->labels ? opts->labels : "");
+    for (char *p = w->label_buf; *p && w->nlabels < LABELS_MAX;) {
+        w->label_v[w->nlabels++] = p;
+        p = strchr(p, ',');
+        if (!p)
+            break;
+        *p++ = '\0';
     }
     krc = hostid_get(w->host_id, sizeof w->host_id, err, errlen);
     if (krc < 0) {

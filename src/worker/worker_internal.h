@@ -8,6 +8,7 @@
 
 #include "worker.h"
 
+#include "common/labels.h"
 #include "common/ratelimit.h"
 #include "common/cap.h"
 #include "common/hostid.h"
@@ -133,6 +134,10 @@ struct worker {
     uint64_t incarnation;
     uint8_t key[CAP_KEY_LEN];     /* this process's secret (cap.h); never logged */
     char host_id[HOSTID_MAX + 1]; /* this process's host (hostid.h), sent in heartbeats */
+    /* Its labels (worker_opts.labels), sent in heartbeats: nlabels strings in label_buf. */
+    char label_buf[LABELS_TEXT_MAX + 1];
+    char *label_v[LABELS_MAX];
+    size_t nlabels;
     /* Reads refused for a wrong client key, logged at most once a minute per peer address. */
     struct ratelimit refusals;
     uint64_t disp_incarnation; /* 0 before the first handshake */

@@ -369,6 +369,9 @@ class Pod:
                 field = e["valueFrom"]["fieldRef"]["fieldPath"]
                 fields = {"status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1",
                           "metadata.name": self.pod_name, "metadata.namespace": self.namespace}
+                # A pod label, as the pod template sets it.
+                fields.update({"metadata.labels['%s']" % k: str(v)
+                               for k, v in self.labels.items()})
                 check(field in fields, "%s: env %s from %s is not mapped" % (name, e["name"],
                                                                               field))
                 self.env[e["name"]] = fields[field]

@@ -73,6 +73,16 @@ void harness_format_update(struct harness_buf *b, const struct st_update *u)
                        target_workers_name((enum sluice_target_workers)u->target_workers));
     if (u->host_id[0])
         harness_printf(b, " host='%s'", u->host_id);
+    if (u->labels)
+        harness_printf(b, " labels='%s'", u->labels);
+    if (u->selector)
+        harness_printf(b, " selector='%s'", u->selector);
+    if (u->job_weight && u->job_weight != 1)
+        harness_printf(b, " weight=%g", u->job_weight);
+    if (u->min_workers)
+        harness_printf(b, " min=%" PRIu32, u->min_workers);
+    if (u->max_workers)
+        harness_printf(b, " max=%" PRIu32, u->max_workers);
     if (u->compression)
         harness_printf(b, " comp=%d", u->compression);
     if (u->split_size)
@@ -492,6 +502,21 @@ const char *harness_run(struct harness *h, const char *line)
                          : strcmp(v, "auto") == 0 ? SLUICE_TARGET_WORKERS_AUTO
                                                   : (enum sluice_target_workers)atoi(v);
         job.host = opt(words, nw, "host");
+        /* sel=S: the worker selector ('_' is a space); weight=W, min=N, max=N. */
+        char selbuf[256];
+        if ((v = opt(words, nw, "sel"))) {
+            snprintf(selbuf, sizeof selbuf, "%s", v);
+            for (char *p = selbuf; *p; p++)
+                if (*p == '_')
+                    *p = ' ';
+            job.selector = selbuf;
+        }
+        if ((v = opt(words, nw, "weight")))
+            job.weight = strtod(v, NULL);
+        if ((v = opt(words, nw, "min")))
+            job.min_workers = (uint32_t)strtoul(v, NULL, 10);
+        if ((v = opt(words, nw, "max")))
+            job.max_workers = (uint32_t)strtoul(v, NULL, 10);
         rc = plan_get_or_create_job(&h->s, &job, &ids, &h->ups, err, sizeof err);
         snprintf(outs, sizeof outs, "job=%" PRIu64 " iteration=%" PRIu64 " client=%" PRIu64,
                  ids.job_id, ids.iteration_id, ids.client_id);
@@ -507,6 +532,17 @@ const char *harness_run(struct harness *h, const char *line)
             .nfinished = nfin,
             .draining = opt(words, nw, "drain") != NULL,
         };
+        /* labels=K=V;K=V: the worker's labels. */
+        char labelbuf[512];
+        const char *labels[LABELS_MAX + 2];
+        if ((v = opt(words, nw, "labels"))) {
+            snprintf(labelbuf, sizeof labelbuf, "%s", v);
+            char *s4 = NULL;
+            for (char *l = strtok_r(labelbuf, ";", &s4); l && hb.nlabels < LABELS_MAX + 2;
+                 l = strtok_r(NULL, ";", &s4))
+                labels[hb.nlabels++] = l;
+            hb.labels = labels;
+        }
         if (hb.host) {
             /* host=H: a worker on host H, registering with the secret 's' * 16. */
             memset(key, 's', sizeof key);
@@ -626,6 +662,13 @@ const char *harness_run(struct harness *h, const char *line)
     } else if (strcmp(cmd, "rep") == 0) {
         rc = plan_job_repetition(&h->s, words[1], strcmp(words[2], "''") == 0 ? "" : words[2],
                                  strtoull(words[3], NULL, 10), &h->ups, err, sizeof err);
+    } else if (strcmp(cmd, "waiting") == 0) {
+        /* waiting ITERATION: why its tasks wait, as its readers hear it (plan_iteration_waiting).
+         */
+        char why[200];
+        plan_iteration_waiting(&h->s, strtoull(words[1], NULL, 10), why, sizeof why);
+        snprintf(outs, sizeof outs, "waiting='%s'", why);
+        rc = 0;
     } else if (strcmp(cmd, "back") == 0) {
         rc = plan_return_task_splits(&h->s, strtoull(words[1], NULL, 10), &h->ups, err, sizeof err);
     } else {

@@ -75,13 +75,16 @@ void harness_format_update(struct harness_buf *b, const struct st_update *u);
  *   save DATASET PATH [total=N|inf] [endless]
  *                                         start a save; saved SAVE, savefail SAVE [msg=A_B]
  *                                         finish or fail it; committed SAVE outputs its chunks
+ *   waiting ITERATION                     outputs plan_iteration_waiting
  *   limits [datasets=N] [pipeline=N] [jobs=N]
  *                                         sets the state's limits (configuration; no update)
  * job also takes [owner=N], the incarnation of the sluice_client asking (default 0),
  * [target=local|auto|N] [host=H], its target workers and host, [det], [xtc=N] and
- * [resume=B-E,... [fpbad]]; hb takes [host=H], the worker's host (it then registers with the
- * secret 's' * 16), or [key=K [stays]], its secret (see harness_run). An argument '' is empty.
- * A command prints its updates, one per line, then "=> " and its outputs; or "error CODE: msg". */
+ * [resume=B-E,... [fpbad]], [sel=S] (a worker selector, '_' a space), [weight=W], [min=N] and
+ * [max=N]; hb takes [labels=K=V;K=V] (the worker's labels), [host=H], the worker's host (it then
+ * registers with the secret 's' * 16), or [key=K [stays]], its secret (see harness_run). An
+ * argument '' is empty. A command prints its updates, one per line, then "=> " and its outputs; or
+ * "error CODE: msg". */
 struct harness {
     struct state s;
     struct st_update_list ups;

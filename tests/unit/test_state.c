@@ -545,14 +545,17 @@ static void test_status_json(void **unused)
               "\"pipeline_truncated\":false,\"compression\":\"none\",\"split_size\":null}],"
               "\"jobs\":["
               "{\"id\":1,\"name\":\"n\",\"dataset_id\":\"1\",\"mode\":\"distributed_epoch\","
+              "\"weight\":1.0,\"min_workers\":0,\"max_workers\":0,"
               "\"iteration_id\":1,\"repetition\":0,\"state\":\"active\",\"clients\":1,"
               "\"tasks\":[{\"id\":3,\"worker\":\"a:1\",\"finished\":false}],"
               "\"splits\":{\"total\":4,\"size\":1,\"cursor\":3,\"leased\":0,\"returned\":2,"
               "\"finished\":1}},"
               "{\"id\":2,\"name\":null,\"dataset_id\":\"mine\",\"mode\":\"parallel_epochs\","
+              "\"weight\":1.0,\"min_workers\":0,\"max_workers\":0,"
               "\"iteration_id\":2,\"repetition\":0,\"state\":\"active\",\"clients\":1,"
               "\"tasks\":[{\"id\":4,\"worker\":\"a:1\",\"finished\":false}]},"
               "{\"id\":4,\"name\":\"z\",\"dataset_id\":\"1\",\"mode\":\"parallel_epochs\","
+              "\"weight\":1.0,\"min_workers\":0,\"max_workers\":0,"
               "\"iteration_id\":4,\"repetition\":0,\"state\":\"garbage_collected\","
               "\"clients\":0,\"tasks\":[]}]}");
     free(json);

@@ -1,0 +1,95 @@
+"""Worker pools from Python (docs/operations.md "Pools and selectors"): worker_selector places a
+job's tasks only on the workers whose labels match; weight, min_workers and max_workers are
+recorded and shown by status; bad values are refused with their messages."""
+
+import subprocess
+import time
+
+import pytest
+
+import sluice
+
+from conftest import BIN_DIR
+
+
+def wait_workers(d, n):
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if len(sluice.status(d)["workers"]) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{n} workers did not register within 15 s")
+
+
+@pytest.fixture
+def pools():
+    d = sluice.DispatchServer(log_level="warn")
+    procs = []
+    try:
+        for pool in ("a", "b"):
+            argv = [str(BIN_DIR / "sluice-worker"), "--dispatcher", d.target, "--port", "0",
+                    "--heartbeat-ms", "100", "--label", f"pool={pool}"]
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+            procs.append(p)
+            line = p.stdout.readline()
+            assert " listening on " in line, line
+        wait_workers(d, 2)
+        yield d
+    finally:
+        for p in procs:
+            p.terminate()
+            p.wait(15)
+            p.stdout.close()
+        d.stop()
+
+
+def test_selector_reads_one_pool(pools):
+    d = pools
+    # parallel_epochs: every worker with a task produces the whole range, so one copy means
+    # one worker.
+    got = sorted(int(x) for x in sluice.distribute("range(200)", "parallel_epochs", d,
+                                                  job_name="onb", worker_selector="pool=b",
+                                                  weight=2, min_workers=1, max_workers=1))
+    assert got == list(range(200))
+    st = sluice.status(d)
+    job = [j for j in st["jobs"] if j["name"] == "onb"][0]
+    assert job["worker_selector"] == "pool=b"
+    assert job["weight"] == 2.0
+    assert (job["min_workers"], job["max_workers"]) == (1, 1)
+    labels = sorted(w["labels"] for w in st["workers"])
+    assert labels == ["pool=a", "pool=b"]
+    # Without a selector both workers serve.
+    got = sorted(int(x) for x in sluice.distribute("range(50)", "parallel_epochs", d))
+    assert got == sorted(list(range(50)) * 2)
+
+
+def test_bad_values(pools):
+    d = pools
+    with pytest.raises(sluice.InvalidArgumentError,
+                       match=r"^worker selector: expected ',' at byte 7$"):
+        list(sluice.distribute("range(3)", "parallel_epochs", d, worker_selector="pool=a b"))
+    with pytest.raises(ValueError,
+                       match=r"^weight must be a number above 0 and at most 1000000, not -1$"):
+        sluice.distribute("range(3)", "parallel_epochs", d, weight=-1)
+    with pytest.raises(ValueError, match=r"^min_workers 3 is above max_workers 2$"):
+        sluice.distribute("range(3)", "parallel_epochs", d, min_workers=3, max_workers=2)
+
+
+def test_worker_server_labels():
+    d = sluice.DispatchServer(log_level="warn")
+    try:
+        w = sluice.WorkerServer(d, heartbeat_ms=100, labels={"pool": "inproc", "zone": "x"})
+        try:
+            wait_workers(d, 1)
+            assert [x["labels"] for x in sluice.status(d)["workers"]] == ["pool=inproc,zone=x"]
+            got = sorted(int(x) for x in sluice.distribute(
+                "range(20)", "parallel_epochs", d, worker_selector="pool in (inproc)"))
+            assert got == list(range(20))
+        finally:
+            w.stop()
+        with pytest.raises(sluice.InvalidArgumentError,
+                           match=r"^labels: label 1: expected KEY=VALUE$"):
+            sluice.WorkerServer(d, labels=["pool"])
+    finally:
+        d.stop()
