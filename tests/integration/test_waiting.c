@@ -64,7 +64,8 @@ static void test_wrong_port(void **state)
     }
 }
 
-/* Without --timeout-ms the wait has no limit, and says so within about 3 s. */
+/* Without --timeout-ms the wait has no limit, and says so (after 2 s: WAIT_NOTE_FIRST_MS; the
+ * window allows for a slow start on a loaded machine). */
 static void test_wrong_port_no_limit(void **state)
 {
     (void)state;
@@ -85,10 +86,10 @@ static void test_wrong_port_no_limit(void **state)
                  "sluice: waiting for dispatcher %s: connect: connection refused (retrying; "
                  "--timeout-ms to give up)\n",
                  disp);
-        long long took = proc_wait_log(&p, want, 3500);
+        long long took = proc_wait_log(&p, want, 10000);
         if (took < 0) {
             char *log = read_text_file(p.log);
-            fprintf(stderr, "%s: no waiting line within 3.5 s; stderr:\n%s", cmds[i][0], log);
+            fprintf(stderr, "%s: no waiting line within 10 s; stderr:\n%s", cmds[i][0], log);
             free(log);
         }
         assert_true(took >= 0);
