@@ -40,6 +40,7 @@
 #define SLUICE_DISPATCHER_STATUS_H
 
 #include "state.h"
+#include "why.h" /* struct status_stage, struct status_consumer */
 
 /* The most bytes of a pipeline's text the document carries (see above). */
 #define STATUS_PIPELINE_PREVIEW 256
@@ -60,6 +61,8 @@ struct status_task_figures {
     double elements_per_second, bytes_per_second;
     uint64_t buffered, buffered_bytes;
     uint64_t elements, bytes; /* served to readers since the task started, as last reported */
+    const struct status_stage *stages; /* borrowed, nstages of them */
+    size_t nstages;
 };
 
 /* Copies a job's readers read cut short, as they reported them (parallel_epochs and static
@@ -124,6 +127,9 @@ struct status_extra {
     size_t nmixes;
     /* NULL: not a replica (no "raft" in the document). */
     const struct status_raft *raft;
+    /* The consumers' waits, sorted by client id. */
+    const struct status_consumer *consumers;
+    size_t nconsumers;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"

@@ -5,23 +5,27 @@
 #include "common/obj_metrics.h"
 #include "common/rpc_metrics.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* What the passes remember of one task. */
 struct wm_task {
     uint64_t id;
-    uint64_t produced;   /* as of the last pass that saw it */
-    uint64_t chunks;     /* snapshot chunks committed, likewise */
-    uint64_t blocked_ns; /* as of the last heartbeat that saw it */
-    uint64_t at_ns;      /* when that heartbeat was */
-    bool primed;         /* a heartbeat has seen it */
-    bool seen;           /* seen in the current pass */
+    uint64_t produced;                  /* as of the last pass that saw it */
+    uint64_t chunks;                    /* snapshot chunks committed, likewise */
+    uint64_t blocked_ns;                /* as of the last heartbeat that saw it */
+    uint64_t at_ns;                     /* when that heartbeat was */
+    bool primed;                        /* a heartbeat has seen it */
+    uint64_t stage_ns[TASK_STAGES_MAX]; /* as of the last pass that saw it */
+    bool seen;                          /* seen in the current pass */
 };
 
 struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
         *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c;
+    struct metrics_family *stages_f;
     struct rpc_metrics conns;
     struct obj_metrics objects;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
@@ -91,6 +95,14 @@ int wmetrics_create(struct wmetrics **out)
                             "Mean over the tasks of the share of the last heartbeat interval "
                             "their producers waited on a full buffer.",
                             METRICS_DOUBLE, &m->idle_g);
+    if (rc == 0)
+        rc = metrics_counter(m->reg, "sluice_worker_stage_seconds_total",
+                             "Seconds the tasks of a job spent in each stage on this worker: "
+                             "the pipeline's source and operations (by name and position, "
+                             "estimated by sampling one call in 64), buffer_wait (producers "
+                             "waiting for room in a full buffer) and send (replies being "
+                             "written).",
+                             METRICS_DOUBLE, &m->stages_f);
     /* The same names as the dispatcher's: they describe the RPC server both run. */
     if (rc == 0)
         rc = rpc_metrics_create(m->reg, &m->conns);
@@ -201,6 +213,32 @@ double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struc
     m->pass_idle += idle;
     m->pass_beats++;
     return idle;
+}
+
+void wmetrics_task_stages(struct wmetrics *m, uint64_t job_id, uint64_t task_id,
+                          const struct task_stage *st)
+{
+    struct wm_task *e = NULL;
+    for (size_t i = 0; i < m->n && !e; i++)
+        if (m->tasks[i].id == task_id)
+            e = &m->tasks[i];
+    if (!e)
+        return;
+    char job[24];
+    snprintf(job, sizeof job, "%" PRIu64, job_id);
+    for (size_t k = 0; k < TASK_STAGES_MAX; k++) {
+        if (!st[k].name[0] || st[k].ns <= e->stage_ns[k]) {
+            if (st[k].ns < e->stage_ns[k])
+                e->stage_ns[k] = st[k].ns; /* another task under a reused id */
+            continue;
+        }
+        struct metrics_label labels[2] = {{"job", job}, {"stage", st[k].name}};
+        struct metrics_series *s;
+        if (metrics_series_get(m->stages_f, labels, 2, &s) != 0)
+            continue; /* counted at the next pass */
+        metrics_add_double(s, (double)(st[k].ns - e->stage_ns[k]) / 1e9);
+        e->stage_ns[k] = st[k].ns;
+    }
 }
 
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp)
