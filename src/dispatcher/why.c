@@ -113,9 +113,15 @@ void why_attribute(const struct why_input *in, struct why_result *out)
             }
             double med = median(rates, in->nworkers);
             free(rates);
-            out->has_worker = true;
-            out->slowest_worker = slow->address;
-            out->worker_ratio = med > 0 ? slow->rate / med : 0;
+            /* While most workers served nothing over the window there is no straggler to tell
+             * apart (a job starting, or one whose readers stopped). */
+            if (med > 0) {
+                out->has_worker = true;
+                out->slowest_worker = slow->address;
+                out->worker_ratio = slow->rate / med;
+            } else {
+                slow = NULL;
+            }
         }
     }
     /* The dominant stage: the slowest worker's, else the job's. */

@@ -7,7 +7,8 @@
  *   - the slowest consumer: the one that consumed the fewest elements per second (named when
  *     the job has two or more consumers with figures);
  *   - the slowest worker: of the workers serving the job, the one with the lowest rate, and its
- *     rate against the median of the job's workers (named when there are two or more);
+ *     rate against the median of the job's workers (named when there are two or more and the
+ *     median is above 0);
  *   - the dominant stage: where the slowest worker's tasks of the job spent most of their time
  *     (the stages of TaskProgress), or the job's stages summed over its workers when there is one
  *     worker or the slowest reported none.
@@ -79,7 +80,7 @@ struct why_result {
     double consumer_rate;
     bool has_worker;            /* slowest_worker is set (two or more workers with rates) */
     const char *slowest_worker; /* points into the input */
-    double worker_ratio;        /* its rate / the median rate (0 when the median is 0) */
+    double worker_ratio;        /* its rate / the median rate */
     bool has_stage;
     char stage[STATUS_STAGE_NAME_MAX];
     double stage_share; /* of the stages' total time */

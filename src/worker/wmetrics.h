@@ -25,7 +25,8 @@
  *   sluice_worker_stage_seconds_total{job,stage}
  *                                           counter: seconds the tasks of the job spent in
  *                                           each stage (task_stages: the pipeline's source
- *                                           and operations, buffer_wait, send)
+ *                                           and operations, buffer_wait, send); a job's
+ *                                           series go once no pass sees a task of it
  *   sluice_worker_cross_trainer_cache_bytes gauge: what the tasks' cross-trainer caches hold
  *                                           (xtcache.h's cost: record bytes plus overhead)
  *   sluice_worker_cross_trainer_skipped_total

@@ -125,6 +125,17 @@ static void test_no_reports(void **state)
     expect_text(&none, "job 5: no trainer has reported its wait yet.", &r);
 }
 
+/* Workers that all served nothing over the window: no straggler is named. */
+static void test_idle_workers(void **state)
+{
+    (void)state;
+    struct why_worker ws[] = {{"x:1", 0, NULL, 0}, {"y:1", 0, NULL, 0}, {"z:1", 5, NULL, 0}};
+    struct why_input in = {7, "", NULL, 0, ws, 3};
+    struct why_result r;
+    expect_text(&in, "job 7: no trainer has reported its wait yet.", &r);
+    assert_false(r.has_worker);
+}
+
 /* The slowest worker reported no stages: the workers' stages, summed by name, decide. */
 static void test_stages_of_job(void **state)
 {
@@ -154,6 +165,7 @@ int main(void)
         cmocka_unit_test(test_one_worker),
         cmocka_unit_test(test_no_reports),
         cmocka_unit_test(test_stages_of_job),
+        cmocka_unit_test(test_idle_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
