@@ -25,7 +25,7 @@
 
 static const char status_usage[] =
     "usage: sluice status --dispatcher H:P [--json] [--timeout-ms N] [--watch [--interval-ms N]]\n"
-    "                     [--dataset ID]\n"
+    "                     [--dataset ID | --why JOB]\n"
     "                     [--auth-token-file F] [--tls-ca F [--tls-cert F --tls-key F]]\n"
     "\n"
     "Prints the dispatcher's workers (address, incarnation, tasks, draining, buffered\n"
@@ -33,14 +33,20 @@ static const char status_usage[] =
     "and jobs (id, name, dataset, mode, state, clients, tasks, workers, splits finished/total,\n"
     "splits leased, elements/s and MB/s served), once a snapshot was saved the saves\n"
     "(id, dataset, path, state, chunks, chunks committed), and once a named mix job was read\n"
-    "its weights (job, dataset, weights in force, from which position, horizon, shares drawn)\n"
-    "as tables, or with --json the dispatcher's status document as it is (one JSON object).\n"
-    "Rates are over the\n"
-    "dispatcher's window (--autoscale-window-ms). An unreachable dispatcher is retried (see\n"
-    "--timeout-ms). The document carries each pipeline's first 256 bytes, its length and its\n"
-    "SHA-256.\n"
+    "its weights (job, dataset, weights in force, from which position, horizon, shares drawn),\n"
+    "and the consumers of the jobs (job, client id, seconds their caller spent blocked waiting\n"
+    "for elements, the share of the last minute it waited, elements/s consumed) as tables,\n"
+    "or with --json the dispatcher's status document as it is (one JSON object). Rates are\n"
+    "over the dispatcher's window (--autoscale-window-ms). An unreachable dispatcher is\n"
+    "retried (see --timeout-ms). The document carries each pipeline's first 256 bytes, its\n"
+    "length and its SHA-256.\n"
     "\n"
     "  --dataset ID     print that dataset's whole pipeline text (with --json, its entry)\n"
+    "  --why JOB        say why job JOB (an id, or a name: its newest job) waits, in one\n"
+    "                   paragraph: whether it is input-bound (its trainers spent 10 % or more\n"
+    "                   of the last minute blocked waiting for elements), its slowest consumer,\n"
+    "                   its slowest worker against the median of its workers, and the stage\n"
+    "                   its time goes to (with --json, the job's \"why\" object)\n"
     "  --watch          print again every --interval-ms (default 2000) until Ctrl-C (exit 0),\n"
     "                   in place on a terminal; exit 1 once the dispatcher has been\n"
     "                   unreachable for longer than --timeout-ms\n"
@@ -87,8 +93,9 @@ static int pipeline_of(const char *json, char **out, char *err, size_t errlen)
 /* Fetches the document once and writes it (as JSON or tables) to stdout, preceded by what
  * separates it from the previous refresh of a --watch (refresh > 0). Returns an exit status. */
 static int show_once(struct sluice_client *client, bool as_json, const char *dataset,
-                     unsigned refresh, bool watch, bool tty, const char *dispatcher,
-                     unsigned long long interval_ms, unsigned long long timeout_ms)
+                     const char *why, unsigned refresh, bool watch, bool tty,
+                     const char *dispatcher, unsigned long long interval_ms,
+                     unsigned long long timeout_ms)
 {
     char err[SLUICE_ERRMSG_SIZE] = "";
     char *json = NULL, *table = NULL;
@@ -108,7 +115,13 @@ static int show_once(struct sluice_client *client, bool as_json, const char *dat
         status = CLI_EXIT_FAIL;
         goto done;
     }
-    if (!as_json && !dataset && (rc = status_json_table(json, &table, err, sizeof(err))) != 0) {
+    if (why && (rc = status_json_why(json, why, as_json, &table, err, sizeof(err))) != 0) {
+        cli_error("status", "%s", err);
+        status = CLI_EXIT_FAIL;
+        goto done;
+    }
+    if (!as_json && !dataset && !why &&
+        (rc = status_json_table(json, &table, err, sizeof(err))) != 0) {
         cli_error("status", "%s", err);
         status = CLI_EXIT_FAIL;
         goto done;
@@ -125,7 +138,10 @@ static int show_once(struct sluice_client *client, bool as_json, const char *dat
     } else if (refresh > 0) {
         fputc('\n', stdout);
     }
-    if (as_json) {
+    if (why && as_json) {
+        fputs(table, stdout);
+        fputc('\n', stdout);
+    } else if (as_json) {
         size_t len = strlen(json);
         fputs(json, stdout);
         if (len == 0 || json[len - 1] != '\n')
@@ -145,7 +161,7 @@ done:
 
 int cli_status(int argc, char **argv)
 {
-    const char *dispatcher = NULL, *dataset = NULL;
+    const char *dispatcher = NULL, *dataset = NULL, *why = NULL;
     bool as_json = false, watch = false;
     unsigned long long timeout_ms = CLI_DEFAULT_TIMEOUT_MS;
     unsigned long long interval_ms = STATUS_DEFAULT_INTERVAL_MS;
@@ -165,6 +181,12 @@ int cli_status(int argc, char **argv)
             dataset = argv[++i];
             if (dataset[0] == '\0') {
                 cli_error("usage", "--dataset takes a dataset id, not ''");
+                return CLI_EXIT_USAGE;
+            }
+        } else if (strcmp(a, "--why") == 0 && i + 1 < argc) {
+            why = argv[++i];
+            if (why[0] == '\0') {
+                cli_error("usage", "--why takes a job id or name, not ''");
                 return CLI_EXIT_USAGE;
             }
         } else if (strcmp(a, "--watch") == 0) {
@@ -198,6 +220,10 @@ int cli_status(int argc, char **argv)
         cli_error("usage", "--dispatcher H:P is required (try 'sluice status --help')");
         return CLI_EXIT_USAGE;
     }
+    if (why && dataset) {
+        cli_error("usage", "--why and --dataset do not go together (try 'sluice status --help')");
+        return CLI_EXIT_USAGE;
+    }
 
     struct sluice_client *client = NULL;
     int status = cli_open_client(dispatcher, (uint32_t)timeout_ms, NULL, 0, &security, &client);
@@ -205,7 +231,7 @@ int cli_status(int argc, char **argv)
         return status;
 
     if (!watch) {
-        status = show_once(client, as_json, dataset, 0, false, false, dispatcher, interval_ms,
+        status = show_once(client, as_json, dataset, why, 0, false, false, dispatcher, interval_ms,
                            timeout_ms);
         sluice_client_close(client);
         return status;
@@ -222,8 +248,8 @@ int cli_status(int argc, char **argv)
     sigaction(SIGTERM, &sa, &old_term);
     bool tty = isatty(STDOUT_FILENO);
     for (unsigned refresh = 0; !watch_stop; refresh++) {
-        status = show_once(client, as_json, dataset, refresh, true, tty, dispatcher, interval_ms,
-                           timeout_ms);
+        status = show_once(client, as_json, dataset, why, refresh, true, tty, dispatcher,
+                           interval_ms, timeout_ms);
         if (status != CLI_EXIT_OK)
             break;
         watch_sleep(interval_ms);

@@ -627,6 +627,7 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.finished_task_ids = it->finished;
     it->hb_req.elements_per_second = rate;
     it->hb_req.wait_fraction = waiting;
+    it->hb_req.exposed_wait_us = wait_ns / 1000u;
     it->hb_req.copies_cut = atomic_load(&it->copies_cut);
     it->hb_req.n_splits = it->cov_n;
     it->hb_req.splits = it->cov_ptrs;

@@ -181,7 +181,9 @@ enum col_kind {
     COL_AGE,    /* milliseconds, with "ms" */
     COL_SPLITS, /* a "splits" object: "finished/total", the total "endless" when null */
     COL_LEASED, /* a "splits" object: its "leased" */
-    COL_LIST    /* an array of numbers: "0.4, 0.6" */
+    COL_LIST,   /* an array of numbers: "0.4, 0.6" */
+    COL_SHARE,  /* a share in [0, 1] as a percentage: "41 %" */
+    COL_SECONDS /* seconds, one decimal, with "s" */
 };
 
 /* The first of the NULL-terminated names present in obj, or NULL. */
@@ -256,6 +258,14 @@ static char *kind_text(const json_t *v, enum col_kind kind)
             }
             return strdup(buf);
         }
+        break;
+    case COL_SHARE:
+        if (json_is_number(v))
+            return printed("%.0f %%", json_number_value(v) * 100.0);
+        break;
+    case COL_SECONDS:
+        if (json_is_number(v))
+            return printed("%.1fs", json_number_value(v));
         break;
     case COL_TEXT:
         break;
@@ -347,6 +357,17 @@ static const struct section sections[] = {
      NULL,
      true},
 };
+
+/* The consumers of every job, one row each, from the jobs' "consumers" arrays (the table
+ * status_json_table() adds after the sections when some job has consumers). */
+static const struct section consumers_section = {
+    "consumers",
+    5,
+    {{"JOB", {"job", NULL}, false, COL_TEXT, false},
+     {"CONSUMER", {"id", NULL}, false, COL_TEXT, false},
+     {"WAITED", {"exposed_wait_seconds", NULL}, false, COL_SECONDS, false},
+     {"WAIT_1M", {"wait_share", NULL}, false, COL_SHARE, false},
+     {"ELEM/S", {"elements_per_second", NULL}, false, COL_RATE, false}}};
 
 /* Appends one section's table. Entries that are not objects are skipped. */
 static void render_section(struct sb *b, const struct section *sec, json_t *list)
@@ -540,6 +561,31 @@ int status_json_table(const char *json, char **out, char *err, size_t errlen)
             sb_str(&b, " (0)\n  none\n");
         }
     }
+    /* The consumers of the jobs, when any reported its wait. */
+    json_t *rows = json_array();
+    json_t *jobs = json_object_get(root, "jobs");
+    for (size_t i = 0; rows && json_is_array(jobs) && i < json_array_size(jobs); i++) {
+        json_t *job = json_array_get(jobs, i);
+        json_t *cs = json_is_object(job) ? json_object_get(job, "consumers") : NULL;
+        for (size_t k = 0; json_is_array(cs) && k < json_array_size(cs); k++) {
+            json_t *c = json_array_get(cs, k);
+            json_t *row = json_is_object(c) ? json_deep_copy(c) : NULL;
+            if (!row)
+                continue;
+            json_t *id = json_object_get(job, "id");
+            if (id && json_object_set(row, "job", id) != 0)
+                b.failed = true;
+            if (json_array_append_new(rows, row) != 0)
+                b.failed = true;
+        }
+    }
+    if (!rows)
+        b.failed = true;
+    else if (json_array_size(rows) > 0) {
+        sb_str(&b, "\n");
+        render_section(&b, &consumers_section, rows);
+    }
+    json_decref(rows);
     json_decref(root);
     if (b.failed) {
         free(b.p);
@@ -645,4 +691,44 @@ enum status_job_verdict status_json_job(const char *json, const struct status_jo
     }
     json_decref(root);
     return verdict;
+}
+
+int status_json_why(const char *json, const char *job, bool as_json, char **out, char *err,
+                    size_t errlen)
+{
+    *out = NULL;
+    json_t *root = load(json, err, errlen);
+    if (!root)
+        return SLUICE_ERR_CORRUPT;
+    json_t *jobs = json_object_get(root, "jobs"), *found = NULL;
+    uint64_t want = 0;
+    size_t len = strlen(job);
+    bool by_id = len > 0 && len <= 19 && strspn(job, "0123456789") == len;
+    if (by_id)
+        want = strtoull(job, NULL, 10);
+    for (size_t i = 0; json_is_array(jobs) && i < json_array_size(jobs); i++) {
+        json_t *j = json_array_get(jobs, i);
+        uint64_t id;
+        const char *name = json_string_value(json_object_get(j, "name"));
+        /* A name matches its newest job (the highest id); an id matches itself. */
+        if ((by_id && id_value(json_object_get(j, "id"), &id) && id == want) ||
+            (name && strcmp(name, job) == 0))
+            found = j;
+    }
+    int rc = 0;
+    json_t *why = found ? json_object_get(found, "why") : NULL;
+    const char *text = json_string_value(json_object_get(why, "text"));
+    if (!found)
+        rc = err_set(err, errlen, SLUICE_ERR_NOT_FOUND, "no job '%s'", job);
+    else if (!json_is_object(why) || !text)
+        rc = err_set(err, errlen, SLUICE_ERR_PROTOCOL,
+                     "the dispatcher's status has no attribution for job '%s'", job);
+    else if (as_json)
+        *out = json_dumps(why, JSON_COMPACT);
+    else if ((*out = malloc(strlen(text) + 2)) != NULL)
+        sprintf(*out, "%s\n", text);
+    if (rc == 0 && !*out)
+        rc = err_set(err, errlen, SLUICE_ERR_NOMEM, "%s", sluice_strerror(SLUICE_ERR_NOMEM));
+    json_decref(root);
+    return rc;
 }

@@ -11,6 +11,7 @@
 #ifndef SLUICE_CLIENT_STATUS_JSON_H
 #define SLUICE_CLIENT_STATUS_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,15 @@
  * SLUICE_ERR_CORRUPT with a message in err when json is not a JSON object, or
  * SLUICE_ERR_NOMEM. */
 int status_json_table(const char *json, char **out, char *err, size_t errlen);
+
+/* The attribution of one job (its "why" object, dispatcher/why.h) for `sluice status --why`:
+ * job is a job id (decimal digits) or a job name (the newest job of that name). With as_json,
+ * *out is the "why" object as compact JSON; otherwise its text with a newline. *out is malloc'd;
+ * the caller frees it. Returns 0, SLUICE_ERR_CORRUPT (not a JSON object), SLUICE_ERR_NOT_FOUND
+ * ("no job 'JOB'"), SLUICE_ERR_PROTOCOL (the job has no attribution: an older dispatcher) or
+ * SLUICE_ERR_NOMEM, with a message in err. */
+int status_json_why(const char *json, const char *job, bool as_json, char **out, char *err,
+                    size_t errlen);
 
 enum status_job_verdict {
     STATUS_JOB_UNKNOWN = -1, /* the document has no jobs section to tell from */

@@ -391,6 +391,8 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     dispatcher_soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
     const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     observe_client_heartbeat(d->obs, it->job_id, req);
+    observe_client_exposed(d->obs, req->client_id, it->job_id, uv_now(d->loop),
+                           req->exposed_wait_us);
     c->client_id = req->client_id;
     c->iteration_id = iteration_id;
     uint64_t granted = 0;

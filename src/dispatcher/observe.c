@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/names.h"
 #include "common/obj_metrics.h"
 #include "common/rpc_metrics.h"
 #include "common/rows.h"
@@ -22,6 +23,12 @@
 #define COMMIT_BUCKET_START 0.0001
 #define COMMIT_BUCKET_COUNT 17
 
+/* A client's exposed wait is measured over EXPOSED_WINDOW_MS from samples EXPOSED_SPACING_MS
+ * apart: the ring reaches back EXPOSED_SAMPLES * EXPOSED_SPACING_MS. */
+#define EXPOSED_WINDOW_MS 60000
+#define EXPOSED_SPACING_MS 4000
+#define EXPOSED_SAMPLES 16
+
 /* The figures of one worker (rate = summed task rates, share = idle) or one client (rate =
  * consumption, share = wait). */
 struct figures {
@@ -37,6 +44,13 @@ struct figures {
     double win_rate, win_share;
     /* A client: the copies it last said it read cut short (cumulative). */
     uint64_t cut;
+    /* A client: its job and its exposed wait (observe_client_exposed): the last report, and
+     * samples at least EXPOSED_SPACING_MS apart to measure the share over the last minute. */
+    uint64_t job_id;
+    bool has_exposed;
+    uint64_t ex_last_ms, ex_last_us;
+    uint64_t ex_ms[EXPOSED_SAMPLES], ex_us[EXPOSED_SAMPLES];
+    unsigned ex_head, ex_n; /* ex_head: the newest sample when ex_n > 0 */
 };
 
 /* Sorted by id. */
@@ -51,6 +65,9 @@ struct task_fig {
     uint64_t worker_id;
     uint64_t buffered, buffered_bytes;
     struct rate_ring ring;
+    /* Its stages as last reported (validated; NULL until a report has some). */
+    struct status_stage *stages;
+    size_t nstages;
 };
 
 /* In no order, indexed by id (task id -> position in v): a cluster of 5,000 workers each with
@@ -122,6 +139,9 @@ struct observe {
     struct rpc_metrics conns;
     struct obj_metrics objects;
     struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c;
+    struct metrics_family *exposed_f;  /* sluice_client_exposed_wait_seconds_total{job,consumer} */
+    struct status_consumer *consumers; /* observe_figures' scratch */
+    size_t cap_consumers;
     struct metrics_series *recommended_g;
     struct metrics_series *windows_c[NREASONS];
     struct metrics_series *demand_g, *capacity_g, *unmet_g, *idle_g;
@@ -305,6 +325,12 @@ static int make_registry(struct observe *o)
            "Mean over clients of the share of their last heartbeat interval spent waiting for "
            "elements.",
            METRICS_DOUBLE, &o->wait_g);
+    if (rc == 0)
+        rc = metrics_counter(r, "sluice_client_exposed_wait_seconds_total",
+                             "Seconds a consumer's caller spent blocked in get-next waiting for "
+                             "an element (the wait its trainer sees), as its heartbeats last "
+                             "reported it; by job and consumer (client id).",
+                             METRICS_DOUBLE, &o->exposed_f);
     SCALAR(true, "sluice_client_copies_cut_total",
            "Copies the clients read cut short (parallel_epochs and static sharding): a task whose "
            "worker was lost after it sent part of its copy; from the clients' heartbeats, counted "
@@ -444,8 +470,11 @@ void observe_destroy(struct observe *o)
     free(o->cuts);
     free(o->mixes);
     free(o->mix_readers);
+    for (size_t i = 0; i < o->tasks.n; i++)
+        free(o->tasks.v[i].stages);
     free(o->tasks.v);
     u64map_release(&o->tasks.index);
+    free(o->consumers);
     free(o->scratch);
     free(o->job_ids);
     free(o->worker_ids);
@@ -547,6 +576,7 @@ static struct task_fig *task_add(struct task_table *t, uint64_t id)
 static void task_remove_at(struct task_table *t, size_t pos)
 {
     u64map_del(&t->index, t->v[pos].id);
+    free(t->v[pos].stages);
     if (pos + 1 < t->n) {
         t->v[pos] = t->v[t->n - 1];
         u64map_put(&t->index, t->v[pos].id, pos); /* replaces: never allocates */
@@ -559,9 +589,12 @@ static void task_keep(struct task_table *t, bool (*keep)(const struct task_fig *
                       const void *arg)
 {
     size_t k = 0;
-    for (size_t i = 0; i < t->n; i++)
+    for (size_t i = 0; i < t->n; i++) {
         if (keep(&t->v[i], arg))
             t->v[k++] = t->v[i];
+        else
+            free(t->v[i].stages);
+    }
     if (k == t->n)
         return;
     t->n = k;
@@ -576,8 +609,10 @@ void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id
     struct task_fig *f = task_find(&o->tasks, task_id);
     if (!f && !(f = task_add(&o->tasks, task_id)))
         return;
-    if (f->worker_id != worker_id)
+    if (f->worker_id != worker_id) {
         f->ring = (struct rate_ring){0}; /* another worker's counters start elsewhere */
+        f->nstages = 0;
+    }
     f->worker_id = worker_id;
     f->buffered = c->buffered;
     f->buffered_bytes = c->buffered_bytes;
@@ -596,7 +631,42 @@ void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t 
         struct observe_task_counts c = {p->served_elements, p->served_bytes, p->buffered,
                                         p->buffered_bytes};
         observe_task_report(o, worker_id, p->task_id, now_ms, &c);
+        if (p->n_stages > 0) {
+            struct status_stage v[STATUS_STAGES_MAX];
+            size_t k = 0;
+            for (size_t s = 0; s < p->n_stages && k < STATUS_STAGES_MAX; s++) {
+                const Sluice__StageTime *tm = p->stages[s];
+                if (tm && tm->name)
+                    k += observe_stage_valid(tm->name, tm->seconds, &v[k]);
+            }
+            observe_task_stages(o, p->task_id, v, k);
+        }
     }
+}
+
+int observe_stage_valid(const char *name, double seconds, struct status_stage *out)
+{
+    size_t len = strlen(name);
+    if (len == 0 || len >= STATUS_STAGE_NAME_MAX || name_needs_escape(name) || !isfinite(seconds) ||
+        seconds < 0)
+        return 0;
+    memcpy(out->name, name, len + 1);
+    out->seconds = seconds;
+    return 1;
+}
+
+void observe_task_stages(struct observe *o, uint64_t task_id, const struct status_stage *v,
+                         size_t n)
+{
+    struct task_fig *f = task_find(&o->tasks, task_id);
+    if (!f)
+        return;
+    if (n > STATUS_STAGES_MAX)
+        n = STATUS_STAGES_MAX;
+    if (!f->stages && !(f->stages = malloc(STATUS_STAGES_MAX * sizeof *f->stages)))
+        return;
+    memcpy(f->stages, v, n * sizeof *v);
+    f->nstages = n;
 }
 
 static bool not_of_worker(const struct task_fig *f, const void *worker_id)
@@ -707,6 +777,59 @@ void observe_forget_worker(struct observe *o, uint64_t worker_id)
 void observe_forget_client(struct observe *o, uint64_t client_id)
 {
     table_del(&o->clients, client_id);
+}
+
+void observe_client_exposed(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t now_ms,
+                            uint64_t wait_us)
+{
+    struct figures *f = table_get(&o->clients, client_id);
+    if (!f)
+        return;
+    /* A count that went back (or another job under the id) starts the samples over. */
+    if (!f->has_exposed || wait_us < f->ex_last_us || now_ms < f->ex_last_ms || f->job_id != job_id)
+        f->ex_n = 0;
+    f->has_exposed = true;
+    f->job_id = job_id;
+    f->ex_last_ms = now_ms;
+    f->ex_last_us = wait_us;
+    /* The series outlives the client: it goes with its job (drop_gone removes every series
+     * labelled with the job), so a consumer's total stays readable once it left. */
+    char job[24], consumer[24];
+    snprintf(job, sizeof job, "%" PRIu64, job_id);
+    snprintf(consumer, sizeof consumer, "%" PRIu64, client_id);
+    struct metrics_label l[2] = {{"job", job}, {"consumer", consumer}};
+    struct metrics_series *s;
+    if (metrics_series_get(o->exposed_f, l, 2, &s) == 0)
+        metrics_set_double(s, (double)wait_us / 1e6);
+    if (f->ex_n > 0 && now_ms - f->ex_ms[f->ex_head] < EXPOSED_SPACING_MS)
+        return;
+    f->ex_head = f->ex_n > 0 ? (f->ex_head + 1) % EXPOSED_SAMPLES : 0;
+    f->ex_ms[f->ex_head] = now_ms;
+    f->ex_us[f->ex_head] = wait_us;
+    if (f->ex_n < EXPOSED_SAMPLES)
+        f->ex_n++;
+}
+
+/* The share of wall time f waited over the last EXPOSED_WINDOW_MS before its last report: from
+ * the newest sample at or before the window's start (or the oldest kept) to the last report. */
+static bool exposed_share(const struct figures *f, double *share)
+{
+    if (!f->has_exposed || f->ex_n == 0)
+        return false;
+    unsigned base = (f->ex_head + EXPOSED_SAMPLES - (f->ex_n - 1)) % EXPOSED_SAMPLES;
+    for (unsigned k = 0; k < f->ex_n; k++) {
+        unsigned i = (f->ex_head + EXPOSED_SAMPLES - k) % EXPOSED_SAMPLES;
+        if (f->ex_last_ms - f->ex_ms[i] >= EXPOSED_WINDOW_MS) {
+            base = i;
+            break;
+        }
+    }
+    if (f->ex_last_ms <= f->ex_ms[base])
+        return false;
+    double s = (double)(f->ex_last_us - f->ex_us[base]) / 1000.0 /
+               (double)(f->ex_last_ms - f->ex_ms[base]);
+    *share = s > 1 ? 1 : s;
+    return true;
 }
 
 /* ---- events ---------------------------------------------------------------------------------- */
@@ -913,6 +1036,8 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
             .buffered_bytes = f->buffered_bytes,
             .elements = last ? last->elements : 0,
             .bytes = last ? last->bytes : 0,
+            .stages = f->stages,
+            .nstages = f->nstages,
         };
     }
     if (n > 1)
@@ -923,6 +1048,27 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
     x->ncuts = o->ncuts;
     x->mixes = o->mixes;
     x->nmixes = o->nmixes;
+    if (o->clients.n > o->cap_consumers) {
+        struct status_consumer *v = realloc(o->consumers, o->clients.n * sizeof *v);
+        if (!v)
+            return SLUICE_ERR_NOMEM;
+        o->consumers = v;
+        o->cap_consumers = o->clients.n;
+    }
+    size_t nc = 0;
+    for (size_t i = 0; i < o->clients.n; i++) {
+        const struct figures *f = &o->clients.v[i];
+        if (!f->has_exposed || !state_client(st, f->id))
+            continue;
+        struct status_consumer *c = &o->consumers[nc++];
+        *c = (struct status_consumer){.client_id = f->id,
+                                      .job_id = f->job_id,
+                                      .exposed_wait_seconds = (double)f->ex_last_us / 1e6,
+                                      .elements_per_second = f->has_last ? f->last_rate : 0};
+        c->has_share = exposed_share(f, &c->wait_share);
+    }
+    x->consumers = o->consumers;
+    x->nconsumers = nc;
     return 0;
 }
 

@@ -31,6 +31,10 @@
  *   sluice_request_seconds{call="..."}               histogram: a request's arrival to its reply
  *                                                    (observe_request), by enum observe_call
  *   sluice_client_wait_share                         gauge: mean of the clients' last wait shares
+ *   sluice_client_exposed_wait_seconds_total{job,consumer}
+ *                                                    counter: seconds each consumer's caller
+ *                                                    was blocked in get-next
+ *                                                    (observe_client_exposed)
  *   sluice_client_copies_cut_total                   counter: copies the clients read cut short
  *                                                    (observe_client_cut)
  *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
@@ -154,6 +158,22 @@ void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id
  * any other task id is ignored, so a worker cannot fill the table with ids of its choosing). */
 void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t worker_id,
                             uint64_t now_ms, const Sluice__WorkerHeartbeatRequest *req);
+
+/* Records that client client_id, a reader of job job_id, has been blocked in get-next for
+ * wait_us microseconds in all (ClientHeartbeatRequest.exposed_wait_us) at now_ms: the status
+ * document's "consumers" of the job (its share of wall time over the last minute) and
+ * sluice_client_exposed_wait_seconds_total{job,consumer}. Soft state, like the rest. */
+void observe_client_exposed(struct observe *o, uint64_t client_id, uint64_t job_id, uint64_t now_ms,
+                            uint64_t wait_us);
+
+/* Copies one reported stage into *out when it is valid (status_stage: a name of 1 to
+ * STATUS_STAGE_NAME_MAX - 1 bytes that needs no escaping, seconds finite and >= 0): returns 1,
+ * else 0. */
+int observe_stage_valid(const char *name, double seconds, struct status_stage *out);
+/* Records the stages v[0..n) (valid, at most STATUS_STAGES_MAX are kept) of a task
+ * observe_task_report() knows; any other task id is ignored. */
+void observe_task_stages(struct observe *o, uint64_t task_id, const struct status_stage *v,
+                         size_t n);
 
 /* Forgets a worker's or client's figures (also done by observe_applied and at each window for ids
  * the state no longer has). */

@@ -242,6 +242,99 @@ static uint64_t job_cut(const struct status_extra *x, uint64_t job_id)
     return lo < x->ncuts && x->cuts[lo].job_id == job_id ? x->cuts[lo].cut : 0;
 }
 
+static json_t *stages_json(struct builder *b, const struct status_stage *v, size_t n)
+{
+    json_t *a = json_array();
+    if (!a) {
+        b->failed = true;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_object();
+        if (!e) {
+            b->failed = true;
+            continue;
+        }
+        put(b, e, "name", text(v[i].name));
+        put(b, e, "seconds", json_real(v[i].seconds));
+        append(b, a, e);
+    }
+    return a;
+}
+
+static json_t *consumers_json(struct builder *b, const struct status_extra *x, uint64_t job_id)
+{
+    json_t *a = json_array();
+    if (!a) {
+        b->failed = true;
+        return NULL;
+    }
+    for (size_t i = 0; i < x->nconsumers; i++) {
+        const struct status_consumer *c = &x->consumers[i];
+        if (c->job_id != job_id)
+            continue;
+        json_t *e = json_object();
+        if (!e) {
+            b->failed = true;
+            continue;
+        }
+        put(b, e, "id", u64(c->client_id));
+        put(b, e, "exposed_wait_seconds", json_real(c->exposed_wait_seconds));
+        put(b, e, "wait_share", c->has_share ? json_real(c->wait_share) : json_null());
+        put(b, e, "elements_per_second", json_real(c->elements_per_second));
+        append(b, a, e);
+    }
+    return a;
+}
+
+/* The attribution of job j (why.h) from x's figures. */
+static json_t *why_json(struct builder *b, const struct state *s, const struct status_extra *x,
+                        const struct st_job *j)
+{
+    size_t nc = 0, nrefs = 0;
+    for (size_t i = 0; i < x->nconsumers; i++)
+        nc += x->consumers[i].job_id == j->id;
+    const struct st_task_ref *refs = state_iteration_tasks(s, j->iteration_id, &nrefs);
+    struct status_consumer *cs = malloc((nc ? nc : 1) * sizeof *cs);
+    struct why_worker *ws = malloc((nrefs ? nrefs : 1) * sizeof *ws);
+    struct why_result *r = malloc(sizeof *r);
+    json_t *o = json_object();
+    if (!cs || !ws || !r || !o) {
+        b->failed = true;
+        goto done;
+    }
+    nc = 0;
+    for (size_t i = 0; i < x->nconsumers; i++)
+        if (x->consumers[i].job_id == j->id)
+            cs[nc++] = x->consumers[i];
+    size_t nw = 0;
+    for (size_t i = 0; i < nrefs; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
+        const struct st_worker *w = t ? state_worker(s, t->worker_id) : NULL;
+        const struct status_task_figures *tf = t ? task_figures(x, t->id) : NULL;
+        if (!w || !tf || t->finished)
+            continue;
+        ws[nw++] =
+            (struct why_worker){w->address, tf->elements_per_second, tf->stages, tf->nstages};
+    }
+    struct why_input in = {j->id, j->name, cs, nc, ws, nw};
+    why_attribute(&in, r);
+    put(b, o, "input_bound", r->has_wait ? json_boolean(r->input_bound) : json_null());
+    put(b, o, "wait_share", r->has_wait ? json_real(r->wait_share) : json_null());
+    put(b, o, "threshold", json_real(WHY_INPUT_BOUND_SHARE));
+    put(b, o, "slowest_consumer", r->has_consumer ? u64(r->slowest_consumer) : json_null());
+    put(b, o, "slowest_worker", r->has_worker ? text(r->slowest_worker) : json_null());
+    put(b, o, "worker_rate_vs_median", r->has_worker ? json_real(r->worker_ratio) : json_null());
+    put(b, o, "dominant_stage", r->has_stage ? text(r->stage) : json_null());
+    put(b, o, "stage_share", r->has_stage ? json_real(r->stage_share) : json_null());
+    put(b, o, "text", text(r->text));
+done:
+    free(cs);
+    free(ws);
+    free(r);
+    return o;
+}
+
 static json_t *job_json(struct builder *b, const struct state *s, const struct status_extra *x,
                         const struct st_job *j)
 {
@@ -299,6 +392,9 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, to, "id", u64(t->id));
         put(b, to, "worker", text(w ? w->address : ""));
         put(b, to, "finished", json_boolean(t->finished));
+        const struct status_task_figures *tf = task_figures(x, t->id);
+        if (tf && tf->nstages > 0)
+            put(b, to, "stages", stages_json(b, tf->stages, tf->nstages));
         append(b, tasks, to);
     }
     put(b, o, "tasks", tasks);
@@ -311,6 +407,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, o, "elements", u64(f.elements));
         put(b, o, "bytes", u64(f.bytes));
         put(b, o, "copies_cut", u64(job_cut(x, j->id)));
+        put(b, o, "consumers", consumers_json(b, x, j->id));
+        put(b, o, "why", why_json(b, s, x, j));
     }
     if (it && it->distributed && it->state != ST_ITER_GC)
         put(b, o, "splits", splits_json(b, it));

@@ -40,6 +40,7 @@
 #define SLUICE_DISPATCHER_STATUS_H
 
 #include "state.h"
+#include "why.h" /* struct status_stage, struct status_consumer */
 
 /* The most bytes of a pipeline's text the document carries (see above). */
 #define STATUS_PIPELINE_PREVIEW 256
@@ -60,6 +61,8 @@ struct status_task_figures {
     double elements_per_second, bytes_per_second;
     uint64_t buffered, buffered_bytes;
     uint64_t elements, bytes; /* served to readers since the task started, as last reported */
+    const struct status_stage *stages; /* borrowed, nstages of them */
+    size_t nstages;
 };
 
 /* Copies a job's readers read cut short, as they reported them (parallel_epochs and static
@@ -124,6 +127,9 @@ struct status_extra {
     size_t nmixes;
     /* NULL: not a replica (no "raft" in the document). */
     const struct status_raft *raft;
+    /* The consumers' waits, sorted by client id. */
+    const struct status_consumer *consumers;
+    size_t nconsumers;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"
@@ -131,7 +137,12 @@ struct status_extra {
  * "bytes_per_second", "elements", "bytes" and "heartbeat_age_ms" (null when unknown); in each
  * job "workers", "elements_per_second", "bytes_per_second", "elements" and "bytes"
  * (status_job_figures: elements and encoded bytes its tasks served so far, as last reported) and
- * "copies_cut" (x->cuts).
+ * "copies_cut" (x->cuts), "consumers" (x->consumers of the job: [{"id": CLIENT,
+ * "exposed_wait_seconds": 12.5, "wait_share": 0.41 (null: not measured yet),
+ * "elements_per_second": 96.0}]) and "why" (why.h: {"input_bound", "wait_share", "threshold",
+ * "slowest_consumer", "slowest_worker", "worker_rate_vs_median", "dominant_stage",
+ * "stage_share", "text"}, null where unknown); in each task of a job that has them, "stages"
+ * ([{"name": "map(decode_jpeg)#1", "seconds": 7.8}], as its worker last reported them).
  * x NULL is status_json().
  * Returns as status_json(). */
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out);

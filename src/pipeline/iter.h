@@ -49,6 +49,12 @@ struct pipe_ctx {
      * allocating it (bytes(N), batch as it grows, record readers from the record's header)
      * refuse it then, with pipe_limit_fail. */
     uint64_t max_element_bytes;
+    /* Where the chain's time goes (prof.h), or NULL: set before the chain is built, read-only
+     * afterwards; a prefetch's context copies it. The other prof_ fields are the sampling state
+     * of the chain's timing iterators, touched only by the thread running the chain. */
+    struct pipe_prof *prof;
+    bool prof_on;
+    uint64_t prof_below, prof_weight;
 };
 
 /* Whether an element of bytes bytes goes past ctx's limit. */

@@ -18,6 +18,7 @@
 #include "mix.h"
 #include "pack.h"
 #include "prefetch.h"
+#include "prof.h"
 #include "registry.h"
 #include "repeat.h"
 #include "roots.h"
@@ -341,6 +342,15 @@ static int apply_op(struct plan *pl, size_t k, size_t nops, uint64_t salt, uint6
     return 0;
 }
 
+/* Wraps *it, stage `stage` of a chain under ctx, in a timing iterator when ctx is profiled
+ * (prof.h) and the stage is one that is timed. On failure *it is unchanged. */
+static int prof_wrap(struct pipe_ctx *ctx, size_t stage, struct pipe_iter **it)
+{
+    if (!ctx->prof || stage >= PIPE_PROF_STAGES)
+        return 0;
+    return pipe_prof_wrap(ctx->prof, (unsigned)stage, it);
+}
+
 /* Builds the source and ops [0, nops) of the plan into a chain reporting into ctx. Failure
  * messages go to err. A prefetch at index p makes ops [0, p) a chain of their own, built under
  * the prefetch's context and run by its thread. */
@@ -355,6 +365,10 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, uint64_t pass, str
     int rc;
     if (lo == 0) {
         rc = open_source(pl, inner_pass(pl, 0, nops, pass), ctx, err, errlen, &it);
+        if (!rc && (rc = prof_wrap(ctx, 0, &it)) != 0) {
+            it->ops->destroy(it);
+            return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+        }
     } else {
         const struct pipe_op *op = &pl->spec->ops[lo - 1];
         struct pipe_ctx *uctx;
@@ -364,6 +378,7 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, uint64_t pass, str
             return err_set(err, errlen, rc, "column %d: %s", op->column, sluice_strerror(rc));
         rc = build(pl, lo - 1, salt, inner_pass(pl, lo, nops, pass), uctx, err, errlen, &up);
         if (!rc) {
+            pipe_prof_mark_top(up);
             rc = pipe_prefetch_start(it, up);
             if (rc)
                 err_set(err, errlen, rc, "column %d: prefetch: cannot start a thread: %s",
@@ -377,9 +392,14 @@ static int build(struct plan *pl, size_t nops, uint64_t salt, uint64_t pass, str
     if (rc)
         return rc;
     for (size_t k = lo; k < nops; k++) {
+        struct pipe_iter *before = it;
         rc = apply_op(pl, k, nops, salt, pass, ctx, err, errlen, &it);
         if (rc)
             return rc;
+        if (it != before && (rc = prof_wrap(ctx, k + 1, &it)) != 0) {
+            it->ops->destroy(it);
+            return err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+        }
     }
     *out = it;
     return 0;
@@ -491,6 +511,7 @@ static int run_new(const struct pipe_spec *spec, const struct sluice_registry *r
     r->run.ctx.reg = reg;
     r->run.ctx.max_element_bytes = limits ? limits->max_element_bytes : 0;
     r->run.ctx.parent = limits ? limits->cancel_parent : NULL;
+    r->run.ctx.prof = limits ? limits->prof : NULL;
     atomic_init(&r->run.ctx.cancel, 0);
     /* Random functions without a seed draw from this key outside distributed_epoch, like an
      * unseeded shuffle: different in every run. */
@@ -538,6 +559,7 @@ static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, siz
         pipe_run_free(&r->run);
         return rc;
     }
+    pipe_prof_mark_top(r->run.it);
     *out = &r->run;
     return 0;
 }

@@ -24,6 +24,9 @@ struct pipe_limits {
      * one flag, and a source waiting inside next() (a snapshot chunk not written yet) sees it.
      * It must outlive the run. */
     const struct pipe_ctx *cancel_parent;
+    /* NULL, or where the run adds the time of its source and operations (prof.h); it must
+     * outlive the run. */
+    struct pipe_prof *prof;
 };
 
 /* A running pipeline: the chain plus the context it reports errors into. */

@@ -183,6 +183,7 @@ int pipe_prefetch_new(int64_t n, struct pipe_ctx *ctx, struct pipe_iter **out,
     p->base.ctx = ctx;
     p->uctx.reg = ctx->reg;
     p->uctx.max_element_bytes = ctx->max_element_bytes;
+    p->uctx.prof = ctx->prof;
     p->uctx.parent = ctx;
     atomic_init(&p->uctx.cancel, 0);
     *out = &p->base;

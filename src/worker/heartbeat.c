@@ -207,9 +207,15 @@ void worker_hb_send(struct worker *w)
         n++;
     Sluice__TaskProgress *progs = calloc(n ? n : 1, sizeof *progs);
     Sluice__TaskProgress **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-    if (!progs || !ptrs) {
+    struct task_stage *stages = calloc((n ? n : 1) * TASK_STAGES_MAX, sizeof *stages);
+    Sluice__StageTime *times = calloc((n ? n : 1) * TASK_STAGES_MAX, sizeof *times);
+    Sluice__StageTime **tptrs = calloc((n ? n : 1) * TASK_STAGES_MAX, sizeof *tptrs);
+    if (!progs || !ptrs || !stages || !times || !tptrs) {
         free(progs);
         free(ptrs);
+        free(stages);
+        free(times);
+        free(tptrs);
         return; /* the next tick tries again */
     }
     uint64_t now = worker_now_ms();
@@ -242,6 +248,20 @@ void worker_hb_send(struct worker *w)
             progs[i].error = (char *)(why ? why : "");
         }
         progs[i].idle_fraction = wmetrics_task_heartbeat(w->wm, wt->id, &tp, now_ns);
+        /* Where the task's time went, the stages that took any (at most TASK_STAGES_MAX). */
+        struct task_stage *st = stages + i * TASK_STAGES_MAX;
+        task_stages(wt->task, &tp, wt->send_ns, st);
+        wmetrics_task_stages(w->wm, wt->job_id, wt->id, st);
+        progs[i].stages = tptrs + i * TASK_STAGES_MAX;
+        for (size_t k = 0; k < TASK_STAGES_MAX; k++) {
+            if (!st[k].name[0] || st[k].ns == 0)
+                continue;
+            Sluice__StageTime *tm = times + i * TASK_STAGES_MAX + k;
+            sluice__stage_time__init(tm);
+            tm->name = st[k].name;
+            tm->seconds = (double)st[k].ns / 1e9;
+            progs[i].stages[progs[i].n_stages++] = tm;
+        }
         if (wt->has_xtc)
             wmetrics_xtc_seen(w->wm, wt->xtc.bytes);
         ptrs[i] = &progs[i];
@@ -263,6 +283,9 @@ void worker_hb_send(struct worker *w)
     int rc = rpc_call(w->disp, &env, WORKER_HEARTBEAT_TIMEOUT_MS, hb_done, w);
     free(progs);
     free(ptrs);
+    free(stages);
+    free(times);
+    free(tptrs);
     if (rc < 0) {
         log_warn("heartbeat: %s", sluice_strerror(rc));
         return;

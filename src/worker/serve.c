@@ -77,6 +77,7 @@ static void reply_not_found(struct rpc_conn *conn, uint64_t id, uint64_t task_id
 struct sent_reply {
     struct wtask *wt;
     struct task_take tk;
+    uint64_t t0; /* when the reply was begun (uv_hrtime): its time counts as the task's sending */
 };
 
 static void on_reply_sent(void *arg, int status)
@@ -84,6 +85,7 @@ static void on_reply_sent(void *arg, int status)
     struct sent_reply *sr = arg;
     struct wtask *wt = sr->wt;
     task_take_release(wt->task, &sr->tk);
+    wt->send_ns += uv_hrtime() - sr->t0;
     free(sr);
     wt->replies_inflight--;
     if (wt->dying) {
@@ -154,12 +156,14 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
                        struct task_take *tk)
 {
     uv_buf_t segs[RPC_MAX_SEGS];
+    uint64_t t0 = uv_hrtime();
     unsigned nsegs = take_pieces(tk, segs);
     if (nsegs > 0) {
         struct sent_reply *sr = malloc(sizeof *sr);
         if (sr) {
             sr->wt = wt;
             sr->tk = *tk;
+            sr->t0 = t0;
             int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, segs, nsegs,
                                              on_reply_sent, sr);
             if (rc == 0) {
@@ -181,6 +185,7 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
         rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "task %" PRIu64 ": %s", wt->id,
                              sluice_strerror(SLUICE_ERR_NOMEM));
     task_take_release(wt->task, tk);
+    wt->send_ns += uv_hrtime() - t0;
 }
 
 /* Answers a read from the task's buffer if it can be answered now. Returns true when a reply

@@ -215,6 +215,7 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
     t->max_records = cfg->buffer_records ? cfg->buffer_records : TASK_BUFFER_RECORDS;
     t->limits.max_element_bytes = cfg->max_element_bytes;
     t->limits.cancel_parent = &t->cancel;
+    t->limits.prof = &t->prof;
     t->spec = spec;
     if (cfg->snapshot_path && cfg->snapshot_path[0]) {
         if (cfg->mode != SLUICE_DISTRIBUTED_EPOCH) {
@@ -432,6 +433,8 @@ void task_progress(struct task *t, struct task_progress *out)
     out->chunks_committed = t->chunks_committed;
     out->blocked_ns = t->blocked_ns + (uint64_t)t->nblocked * uv_hrtime() - t->blocked_since_sum;
     out->producers = t->nproducers;
+    for (size_t i = 0; i < PIPE_PROF_STAGES; i++)
+        out->stage_ns[i] = atomic_load_explicit(&t->prof.ns[i], memory_order_relaxed);
     out->finished = t->done && !out->failed && t->buf.count == 0 &&
                     (t->mode != SLUICE_DISTRIBUTED_EPOCH || lease_settled(&t->lease));
     out->settled = t->mode == SLUICE_DISTRIBUTED_EPOCH && !out->failed && t->buf.count == 0 &&
@@ -661,4 +664,19 @@ void task_free(struct task *t)
     free(t->snap_dir);
     uv_mutex_destroy(&t->mu);
     free(t);
+}
+
+void task_stages(const struct task *t, const struct task_progress *tp, uint64_t send_ns,
+                 struct task_stage *out)
+{
+    for (unsigned i = 0; i < PIPE_PROF_STAGES; i++) {
+        out[i].name[0] = '\0';
+        if (t->spec)
+            pipe_prof_stage_name(t->spec, i, out[i].name, sizeof out[i].name);
+        out[i].ns = out[i].name[0] ? tp->stage_ns[i] : 0;
+    }
+    snprintf(out[TASK_STAGE_BUFFER_WAIT].name, sizeof out[0].name, "buffer_wait");
+    out[TASK_STAGE_BUFFER_WAIT].ns = tp->blocked_ns;
+    snprintf(out[TASK_STAGE_SEND].name, sizeof out[0].name, "send");
+    out[TASK_STAGE_SEND].ns = send_ns;
 }

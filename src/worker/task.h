@@ -50,6 +50,7 @@
 #include "buffer.h"
 #include "common/split_plan.h"
 #include "lease.h"
+#include "pipeline/prof.h"
 #include "pipeline/spec.h"
 #include "sluice/sluice.h"
 
@@ -181,8 +182,25 @@ struct task_progress {
      * asking). Divided by producers and by an interval, it is the task's idle share. */
     uint64_t blocked_ns;
     unsigned producers;
+    /* Summed over the producers: nanoseconds in each stage of the pipeline (pipeline/prof.h:
+     * 0 the source, k + 1 operation k), estimated by sampling. */
+    uint64_t stage_ns[PIPE_PROF_STAGES];
 };
 void task_progress(struct task *t, struct task_progress *out);
+
+/* The stages a task reports (TaskProgress.stages): the pipeline's (PIPE_PROF_STAGES of them),
+ * then waiting for buffer space, then sending. */
+#define TASK_STAGE_BUFFER_WAIT PIPE_PROF_STAGES
+#define TASK_STAGE_SEND (PIPE_PROF_STAGES + 1)
+#define TASK_STAGES_MAX (PIPE_PROF_STAGES + 2)
+struct task_stage {
+    char name[PIPE_PROF_NAME_MAX]; /* "" when the pipeline has no such stage */
+    uint64_t ns;
+};
+/* Loop. Fills out[0..TASK_STAGES_MAX) from tp (task_progress of t) and send_ns (nanoseconds
+ * the worker spent sending the task's replies): every stage has its fixed index, named or "". */
+void task_stages(const struct task *t, const struct task_progress *tp, uint64_t send_ns,
+                 struct task_stage *out);
 
 /* Loop, distributed_epoch. Whether to send GetSplits now (see lease_want); when true, *finished
  * (valid until the next call) holds *nfinished seqs to report and the request counts as sent. */

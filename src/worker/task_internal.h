@@ -88,6 +88,7 @@ struct task {
     _Atomic(uv_async_t *) wake; /* NULL once the task is abandoned */
     uint64_t max_bytes, max_records;
     struct pipe_limits limits; /* read-only once the producers run */
+    struct pipe_prof prof;     /* limits.prof: where the producers' pipelines spend their time */
     struct pipe_spec *spec;
     char *snap_dir;            /* a save's task: the snapshot directory (owned); NULL otherwise */
     uint64_t chunks_committed; /* task mutex */

@@ -5,23 +5,32 @@
 #include "common/obj_metrics.h"
 #include "common/rpc_metrics.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* What the passes remember of one task. */
 struct wm_task {
     uint64_t id;
-    uint64_t produced;   /* as of the last pass that saw it */
-    uint64_t chunks;     /* snapshot chunks committed, likewise */
-    uint64_t blocked_ns; /* as of the last heartbeat that saw it */
-    uint64_t at_ns;      /* when that heartbeat was */
-    bool primed;         /* a heartbeat has seen it */
-    bool seen;           /* seen in the current pass */
+    uint64_t produced;                  /* as of the last pass that saw it */
+    uint64_t chunks;                    /* snapshot chunks committed, likewise */
+    uint64_t blocked_ns;                /* as of the last heartbeat that saw it */
+    uint64_t at_ns;                     /* when that heartbeat was */
+    bool primed;                        /* a heartbeat has seen it */
+    uint64_t stage_ns[TASK_STAGES_MAX]; /* as of the last pass that saw it */
+    bool seen;                          /* seen in the current pass */
 };
 
 struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
         *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c;
+    struct metrics_family *stages_f;
+    /* Jobs with stage series: those of the last pass, and those the current pass saw (the
+     * series of a job no pass sees any more are removed at the pass's end). */
+    uint64_t *jobs, *pass_jobs;
+    size_t njobs, npass_jobs, cap_jobs;
     struct rpc_metrics conns;
     struct obj_metrics objects;
     struct wm_task *tasks; /* unordered; a worker runs a handful of tasks */
@@ -91,6 +100,14 @@ int wmetrics_create(struct wmetrics **out)
                             "Mean over the tasks of the share of the last heartbeat interval "
                             "their producers waited on a full buffer.",
                             METRICS_DOUBLE, &m->idle_g);
+    if (rc == 0)
+        rc = metrics_counter(m->reg, "sluice_worker_stage_seconds_total",
+                             "Seconds the tasks of a job spent in each stage on this worker: "
+                             "the pipeline's source and operations (by name and position, "
+                             "estimated by sampling one call in 64), buffer_wait (producers "
+                             "waiting for room in a full buffer) and send (replies being "
+                             "written).",
+                             METRICS_DOUBLE, &m->stages_f);
     /* The same names as the dispatcher's: they describe the RPC server both run. */
     if (rc == 0)
         rc = rpc_metrics_create(m->reg, &m->conns);
@@ -111,6 +128,8 @@ void wmetrics_destroy(struct wmetrics *m)
         return;
     metrics_destroy(m->reg);
     free(m->tasks);
+    free(m->jobs);
+    free(m->pass_jobs);
     free(m);
 }
 
@@ -141,6 +160,7 @@ void wmetrics_pass_begin(struct wmetrics *m)
 {
     for (size_t i = 0; i < m->n; i++)
         m->tasks[i].seen = false;
+    m->npass_jobs = 0;
     m->pass_tasks = m->pass_buffered = m->pass_xtc_bytes = 0;
     m->pass_idle = 0;
     m->pass_beats = 0;
@@ -203,6 +223,54 @@ double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struc
     return idle;
 }
 
+/* Records that the current pass saw a task of job_id (out of memory: its series may be removed
+ * and made again at the next pass). */
+static void note_job(struct wmetrics *m, uint64_t job_id)
+{
+    for (size_t i = 0; i < m->npass_jobs; i++)
+        if (m->pass_jobs[i] == job_id)
+            return;
+    if (m->npass_jobs == m->cap_jobs) {
+        size_t cap = m->cap_jobs ? 2 * m->cap_jobs : 8;
+        uint64_t *a = realloc(m->jobs, cap * sizeof *a);
+        if (a)
+            m->jobs = a;
+        uint64_t *b = a ? realloc(m->pass_jobs, cap * sizeof *b) : NULL;
+        if (!b)
+            return;
+        m->pass_jobs = b;
+        m->cap_jobs = cap;
+    }
+    m->pass_jobs[m->npass_jobs++] = job_id;
+}
+
+void wmetrics_task_stages(struct wmetrics *m, uint64_t job_id, uint64_t task_id,
+                          const struct task_stage *st)
+{
+    struct wm_task *e = NULL;
+    for (size_t i = 0; i < m->n && !e; i++)
+        if (m->tasks[i].id == task_id)
+            e = &m->tasks[i];
+    if (!e)
+        return;
+    note_job(m, job_id);
+    char job[24];
+    snprintf(job, sizeof job, "%" PRIu64, job_id);
+    for (size_t k = 0; k < TASK_STAGES_MAX; k++) {
+        if (!st[k].name[0] || st[k].ns <= e->stage_ns[k]) {
+            if (st[k].ns < e->stage_ns[k])
+                e->stage_ns[k] = st[k].ns; /* another task under a reused id */
+            continue;
+        }
+        struct metrics_label labels[2] = {{"job", job}, {"stage", st[k].name}};
+        struct metrics_series *s;
+        if (metrics_series_get(m->stages_f, labels, 2, &s) != 0)
+            continue; /* counted at the next pass */
+        metrics_add_double(s, (double)(st[k].ns - e->stage_ns[k]) / 1e9);
+        e->stage_ns[k] = st[k].ns;
+    }
+}
+
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp)
 {
     see(m, task_id, tp);
@@ -220,6 +288,19 @@ void wmetrics_xtc_skipped(struct wmetrics *m, uint64_t elements)
 
 void wmetrics_pass_end(struct wmetrics *m)
 {
+    for (size_t i = 0; i < m->njobs; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < m->npass_jobs && !seen; k++)
+            seen = m->pass_jobs[k] == m->jobs[i];
+        if (!seen) {
+            char job[24];
+            snprintf(job, sizeof job, "%" PRIu64, m->jobs[i]);
+            metrics_remove_label(m->reg, "job", job);
+        }
+    }
+    if (m->npass_jobs > 0)
+        memcpy(m->jobs, m->pass_jobs, m->npass_jobs * sizeof *m->jobs);
+    m->njobs = m->npass_jobs;
     size_t k = 0;
     for (size_t i = 0; i < m->n; i++)
         if (m->tasks[i].seen)

@@ -22,6 +22,11 @@
  *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
  *   sluice_worker_idle_share                gauge: mean idle share of the tasks at the last
  *                                           heartbeat
+ *   sluice_worker_stage_seconds_total{job,stage}
+ *                                           counter: seconds the tasks of the job spent in
+ *                                           each stage (task_stages: the pipeline's source
+ *                                           and operations, buffer_wait, send); a job's
+ *                                           series go once no pass sees a task of it
  *   sluice_worker_cross_trainer_cache_bytes gauge: what the tasks' cross-trainer caches hold
  *                                           (xtcache.h's cost: record bytes plus overhead)
  *   sluice_worker_cross_trainer_skipped_total
@@ -69,6 +74,11 @@ void wmetrics_pass_begin(struct wmetrics *m);
  * first time; 1 once every producer has exited (done), since the task then has nothing to do. */
 double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp,
                                uint64_t now_ns);
+/* In a pass, after the task's wmetrics_task_heartbeat or wmetrics_task_seen: the task of job
+ * job_id spent st[0..TASK_STAGES_MAX)'s nanoseconds in its stages so far (task_stages); what
+ * each grew since the last pass goes to sluice_worker_stage_seconds_total{job,stage}. */
+void wmetrics_task_stages(struct wmetrics *m, uint64_t job_id, uint64_t task_id,
+                          const struct task_stage *st);
 /* A scrape's view of a live task: counts and gauges only, the idle share's interval untouched. */
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp);
 /* In a pass: a task's cross-trainer cache holds bytes (its cost). */

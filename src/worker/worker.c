@@ -708,6 +708,9 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
         struct task_progress tp;
         task_progress(wt->task, &tp);
         wmetrics_task_seen(w->wm, wt->id, &tp);
+        struct task_stage st[TASK_STAGES_MAX];
+        task_stages(wt->task, &tp, wt->send_ns, st);
+        wmetrics_task_stages(w->wm, wt->job_id, wt->id, st);
         if (wt->has_xtc)
             wmetrics_xtc_seen(w->wm, wt->xtc.bytes);
     }

@@ -102,6 +102,9 @@ struct wtask {
     double rate;
     /* Elements and encoded bytes sent to readers, reported in every heartbeat. */
     uint64_t served_elements, served_bytes;
+    /* Nanoseconds spent sending the task's replies: from the take to the reply's bytes being
+     * written (summed over replies; a stage of TaskProgress.stages). */
+    uint64_t send_ns;
     struct rounds rounds; /* coordinated reads (rounds.h); n 0 for other tasks */
     uint64_t job_id;
     /* The task's secret: only requests with the capability derived from it for their client id
