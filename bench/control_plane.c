@@ -66,6 +66,8 @@
 #include "pipeline/parse.h"
 #include "pipeline/spec.h"
 
+#include "lib/net.h"
+
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
@@ -989,26 +991,6 @@ struct group {
     char addr[RAFT_REPLICAS * 64];
 };
 
-/* Free TCP ports on 127.0.0.1 for the replicas' Raft addresses: bound to port 0 together (so
- * they differ) and released. Another process may take one meanwhile; a replica then fails to
- * start and says so in its log. */
-static void free_ports(int *ports, int n)
-{
-    int fds[RAFT_REPLICAS];
-    for (int i = 0; i < n; i++) {
-        struct sockaddr_in sa = {.sin_family = AF_INET};
-        socklen_t len = sizeof sa;
-        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) < 0 ||
-            getsockname(fds[i], (struct sockaddr *)&sa, &len) < 0)
-            die("free port", strerror(errno));
-        ports[i] = ntohs(sa.sin_port);
-    }
-    for (int i = 0; i < n; i++)
-        close(fds[i]);
-}
-
 /* Starts the single dispatcher on WORK_ROOT/TAG, or with raft the replicas on WORK_ROOT/TAG-N,
  * and with raft waits (at most 60 s) until one of them serves. */
 static void group_start(struct group *g, const struct config *cfg, bool raft, const char *root,
@@ -1020,7 +1002,9 @@ static void group_start(struct group *g, const struct config *cfg, bool raft, co
     int ports[RAFT_REPLICAS];
     size_t cl = 0;
     if (raft) {
-        free_ports(ports, g->n);
+        /* Below the ephemeral range (tests/lib/net.h), so no connection takes one meanwhile. */
+        if (free_ports(ports, g->n) != 0)
+            die("free ports", "none found below the ephemeral range");
         for (int i = 0; i < g->n; i++) {
             snprintf(addrs[i], sizeof addrs[i], "127.0.0.1:%d", ports[i]);
             cl += (size_t)snprintf(cluster + cl, sizeof cluster - cl, "%s%d=%s", i ? "," : "",

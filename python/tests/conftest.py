@@ -15,6 +15,39 @@ BIN_DIR = pathlib.Path(os.environ.get(
 WAIT_S = 15
 
 
+def free_ports(n):
+    """n distinct TCP ports free a moment ago on 127.0.0.1, for addresses that must be known
+    before their servers start (Raft's cluster list): taken below the kernel's ephemeral range,
+    where no outgoing connection of another process can take one before the server binds it (as
+    it can take a port that bind(0) handed out and released). As tests/lib/net.h."""
+    import random
+    import socket
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        high = 32768
+    low = 10000 if high - 10000 >= 1000 else 1024
+    held = []
+    try:
+        for _ in range(1000):
+            if len(held) == n:
+                break
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", random.randrange(low, high)))
+            except OSError:
+                s.close()
+                continue
+            held.append(s)
+        if len(held) != n:
+            raise RuntimeError(f"no {n} free ports below {high}")
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long case of a matrix (-m 'not slow' skips it)")
 

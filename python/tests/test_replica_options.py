@@ -10,22 +10,20 @@ import sys
 import pytest
 
 import sluice
+from conftest import free_ports
 
 
 # The group runs in a child interpreter: three embedded replicas, a leader found through each
 # one's status, a read through the list of the three; the child prints what it saw as JSON and
 # leaves with os._exit, without stopping the replicas (see test_last_replica_stops).
 GROUP = r"""
-import json, os, socket, sys, time
+import json, os, sys, time
 import sluice
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 tmp, stop_all = sys.argv[1], sys.argv[2] == "stop"
 ids = (1, 2, 3)
-rpc = {i: free_port() for i in ids}
-raft = {i: free_port() for i in ids}
+ports = [int(p) for p in sys.argv[3].split(",")]  # conftest.free_ports, from the test
+rpc = {i: ports[i - 1] for i in ids}
+raft = {i: ports[i + 2] for i in ids}
 cluster = ",".join(f"{i}=127.0.0.1:{raft[i]}" for i in ids)
 servers = [sluice.DispatchServer(
     port=rpc[i], work_dir=os.path.join(tmp, f"d{i}"), raft_id=i,
@@ -53,8 +51,9 @@ os._exit(0)
 
 
 def run_group(tmp_path, mode, timeout):
-    return subprocess.run([sys.executable, "-c", GROUP, str(tmp_path), mode], capture_output=True,
-                          text=True, timeout=timeout)
+    ports = ",".join(str(p) for p in free_ports(6))
+    return subprocess.run([sys.executable, "-c", GROUP, str(tmp_path), mode, ports],
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_group_of_three_embedded(tmp_path):

@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BIN_DIR
+from conftest import BIN_DIR, free_ports
 
 N = 200000
 # Slow enough that the reads last through a drill (about a minute with 3 workers).
@@ -34,9 +34,7 @@ READ_S = 300  # the bound on one drill's reads
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class Group:
@@ -46,9 +44,10 @@ class Group:
     def __init__(self, tmp, extra=(), n=3, later=()):
         self.tmp = str(tmp)
         self.ids = list(range(1, n + 1))
-        self.rpc = {i: free_port() for i in self.ids}
-        self.raft = {i: free_port() for i in self.ids}
-        self.metrics = {i: free_port() for i in self.ids}
+        ports = iter(free_ports(3 * n))
+        self.rpc = {i: next(ports) for i in self.ids}
+        self.raft = {i: next(ports) for i in self.ids}
+        self.metrics = {i: next(ports) for i in self.ids}
         self.cluster = ",".join(f"{i}=127.0.0.1:{self.raft[i]}" for i in self.ids)
         self.target = ",".join(f"127.0.0.1:{self.rpc[i]}" for i in self.ids)
         self.extra = list(extra)
@@ -553,7 +552,7 @@ def start_refused(argv, timeout=20):
 
 def test_refused_other_cluster(tmp_path):
     d = str(BIN_DIR / "sluice-dispatcher")
-    p = [free_port() for _ in range(5)]
+    p = free_ports(5)
     cl = f"1=127.0.0.1:{p[0]},2=127.0.0.1:{p[1]},3=127.0.0.1:{p[2]}"
     base = [d, "--port", str(free_port()), "--work-dir", str(tmp_path / "w"), "--raft-id", "1",
             "--raft-address", f"127.0.0.1:{p[0]}"]
@@ -585,7 +584,7 @@ def test_refused_other_cluster(tmp_path):
 
 def test_refusals_at_start(tmp_path):
     d = str(BIN_DIR / "sluice-dispatcher")
-    p = [free_port() for _ in range(3)]
+    p = free_ports(3)
     cl = f"1=127.0.0.1:{p[0]},2=127.0.0.1:{p[1]},3=127.0.0.1:{p[2]}"
     cases = {
         "id not listed": (["--raft-id", "4", "--raft-address", f"127.0.0.1:{p[0]}",

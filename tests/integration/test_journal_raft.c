@@ -198,7 +198,9 @@ static void start_group(struct group *g)
     memset(g, 0, sizeof *g);
     snprintf(g->work_dir, sizeof g->work_dir, "%s/replica-1", tmp_dir());
     snprintf(g->raft_dir, sizeof g->raft_dir, "%s/raft", g->work_dir);
-    snprintf(g->raft_addr, sizeof g->raft_addr, "127.0.0.1:%d", free_port());
+    int rport = 0;
+    assert_int_equal(free_ports(&rport, 1), 0);
+    snprintf(g->raft_addr, sizeof g->raft_addr, "127.0.0.1:%d", rport);
     snprintf(g->cluster, sizeof g->cluster, "1=%s", g->raft_addr);
     const char *args[] = {"--raft-id",
                           "1",
@@ -591,8 +593,10 @@ static void test_three_replicas(void **state)
     char raft[3][64], list[256] = "", rpc[256] = "", ids[3][4];
     const char *args[3][8];
 
+    int rports[3];
+    assert_int_equal(free_ports(rports, 3), 0);
     for (int i = 0; i < 3; i++) {
-        snprintf(raft[i], sizeof raft[i], "127.0.0.1:%d", free_port());
+        snprintf(raft[i], sizeof raft[i], "127.0.0.1:%d", rports[i]);
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d=%s", i ? "," : "", i + 1,
                  raft[i]);
         snprintf(ids[i], sizeof ids[i], "%d", i + 1);
