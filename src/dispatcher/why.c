@@ -7,6 +7,8 @@
 #include <string.h>
 
 /* Appends to out's paragraph; what does not fit is cut. */
+static void say(struct why_result *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 static void say(struct why_result *out, const char *fmt, ...)
 {
     size_t n = strlen(out->text);
