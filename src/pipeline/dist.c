@@ -26,35 +26,6 @@ static uint64_t gcd(uint64_t a, uint64_t b)
     return a;
 }
 
-static const char *op_name(enum pipe_op_kind k)
-{
-    switch (k) {
-    case PIPE_OP_MAP:
-        return "map";
-    case PIPE_OP_FILTER:
-        return "filter";
-    case PIPE_OP_SHUFFLE:
-        return "shuffle";
-    case PIPE_OP_BATCH:
-        return "batch";
-    case PIPE_OP_TAKE:
-        return "take";
-    case PIPE_OP_SKIP:
-        return "skip";
-    case PIPE_OP_REPEAT:
-        return "repeat";
-    case PIPE_OP_SHARD:
-        return "shard";
-    case PIPE_OP_PREFETCH:
-        return "prefetch";
-    case PIPE_OP_GLOBAL_SHUFFLE:
-        return "global_shuffle";
-    case PIPE_OP_PACK:
-        return "pack";
-    }
-    return "?";
-}
-
 static bool is_hint_shard(const struct pipe_op *op)
 {
     return op->kind == PIPE_OP_SHARD && (op->n_is_hint || op->index_is_hint);
@@ -278,7 +249,7 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
                            "%s after %s cannot mean the same in distributed_epoch: %s joins the "
                            "passes of the repeat before it into one stream, which the split "
                            "sequence cannot repeat; repeat once, after it or before it",
-                           a, b, op_name(spec->ops[w.joined_at].kind));
+                           a, b, pipe_op_name(spec->ops[w.joined_at].kind));
         }
         if (!placeable(&w, op, &d)) {
             d.cut = k;
@@ -299,7 +270,7 @@ int pipe_dist_analyze(const struct pipe_spec *spec, struct pipe_dist *out, char 
                            "%s after %s cannot mean the same in distributed_epoch: %s runs in "
                            "the reader (%s), which cannot read the stream again; move the repeat "
                            "before it",
-                           a, b, op_name(spec->ops[d.cut].kind),
+                           a, b, pipe_op_name(spec->ops[d.cut].kind),
                            w.why ? w.why : "it needs the whole stream");
         }
         if ((op->kind == PIPE_OP_TAKE || op->kind == PIPE_OP_SKIP || op->kind == PIPE_OP_SHARD) &&

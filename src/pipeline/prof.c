@@ -116,35 +116,6 @@ void pipe_prof_mark_top(struct pipe_iter *it)
         ((struct prof_iter *)it)->top = true;
 }
 
-static const char *op_kind_name(enum pipe_op_kind k)
-{
-    switch (k) {
-    case PIPE_OP_MAP:
-        return "map";
-    case PIPE_OP_FILTER:
-        return "filter";
-    case PIPE_OP_SHUFFLE:
-        return "shuffle";
-    case PIPE_OP_BATCH:
-        return "batch";
-    case PIPE_OP_TAKE:
-        return "take";
-    case PIPE_OP_SKIP:
-        return "skip";
-    case PIPE_OP_REPEAT:
-        return "repeat";
-    case PIPE_OP_SHARD:
-        return "shard";
-    case PIPE_OP_PREFETCH:
-        return "prefetch";
-    case PIPE_OP_GLOBAL_SHUFFLE:
-        return "global_shuffle";
-    case PIPE_OP_PACK:
-        return "pack";
-    }
-    return "op";
-}
-
 void pipe_prof_stage_name(const struct pipe_spec *spec, unsigned stage, char *buf, size_t len)
 {
     if (len == 0)
@@ -158,7 +129,7 @@ void pipe_prof_stage_name(const struct pipe_spec *spec, unsigned stage, char *bu
         return;
     const struct pipe_op *op = &spec->ops[stage - 1];
     if (op->kind == PIPE_OP_MAP || op->kind == PIPE_OP_FILTER)
-        snprintf(buf, len, "%s(%s)#%u", op_kind_name(op->kind), op->fn ? op->fn : "", stage);
+        snprintf(buf, len, "%s(%s)#%u", pipe_op_name(op->kind), op->fn ? op->fn : "", stage);
     else
-        snprintf(buf, len, "%s#%u", op_kind_name(op->kind), stage);
+        snprintf(buf, len, "%s#%u", pipe_op_name(op->kind), stage);
 }

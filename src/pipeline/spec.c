@@ -866,3 +866,32 @@ bool pipe_spec_known_dtypes(const struct pipe_spec *spec, enum sluice_dtype *d, 
     }
     return true;
 }
+
+const char *pipe_op_name(enum pipe_op_kind k)
+{
+    switch (k) {
+    case PIPE_OP_MAP:
+        return "map";
+    case PIPE_OP_FILTER:
+        return "filter";
+    case PIPE_OP_SHUFFLE:
+        return "shuffle";
+    case PIPE_OP_BATCH:
+        return "batch";
+    case PIPE_OP_TAKE:
+        return "take";
+    case PIPE_OP_SKIP:
+        return "skip";
+    case PIPE_OP_REPEAT:
+        return "repeat";
+    case PIPE_OP_SHARD:
+        return "shard";
+    case PIPE_OP_PREFETCH:
+        return "prefetch";
+    case PIPE_OP_GLOBAL_SHUFFLE:
+        return "global_shuffle";
+    case PIPE_OP_PACK:
+        return "pack";
+    }
+    return "?";
+}

@@ -216,4 +216,7 @@ int pipe_spec_format(const struct pipe_spec *spec, char *buf, size_t len);
 int pipe_spec_format_ops(const struct pipe_spec *spec, size_t from, size_t to, char *buf,
                          size_t len);
 
+/* An operation's name in the pipeline text ("map", "global_shuffle", ...). */
+const char *pipe_op_name(enum pipe_op_kind kind);
+
 #endif
