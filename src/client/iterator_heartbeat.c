@@ -161,15 +161,17 @@ static bool progressing(const struct sluice_iterator *it)
 }
 
 /* After a dispatcher call failed with status: a read of whole copies whose every task has ended
- * ends (no worker can join while the dispatcher is away, and each copy was accounted for). Any
- * other read waits for the dispatcher to confirm its end (sluice_iterator_waiting says it waits
- * for the dispatcher); with a client timeout, a read that cannot go on without the dispatcher
- * (every task ended, or its worker failing too) fails once the dispatcher has been unreachable
- * that long (SLUICE_ERR_UNAVAILABLE), and never ends with what it happens to hold. Returns true
- * when the read ended or failed, false when the caller should try again later. */
+ * (and that has a task: a job still waiting for its first worker has read nothing) ends (no worker
+ * can join while the dispatcher is away, and each copy was accounted for). Any other read waits for
+ * the dispatcher to confirm its end (sluice_iterator_waiting says it waits for the dispatcher);
+ * with a client timeout, a read that cannot go on without the dispatcher (every task ended, or its
+ * worker failing too) fails once the dispatcher has been unreachable that long
+ * (SLUICE_ERR_UNAVAILABLE), and never ends with what it happens to hold. Returns true when the read
+ * ended or failed, false when the caller should try again later. */
 static bool dispatcher_lost(struct sluice_iterator *it, int status, const char *msg)
 {
-    if (retry_transient(status) && end_phase(it) && complete_without_dispatcher(it)) {
+    if (retry_transient(status) && end_phase(it) && complete_without_dispatcher(it) &&
+        tasks_all_ended(&it->tasks)) {
         iter_end(it);
         return true;
     }

@@ -341,6 +341,19 @@ bool tasks_active(const struct tasks_set *s)
     return false;
 }
 
+bool tasks_all_ended(const struct tasks_set *s)
+{
+    size_t listed = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->v[i].listed)
+            continue;
+        if (!s->v[i].ended)
+            return false;
+        listed++;
+    }
+    return listed > 0;
+}
+
 size_t tasks_finished_ids(const struct tasks_set *s, uint64_t *out, size_t max)
 {
     size_t k = 0;

@@ -202,6 +202,11 @@ bool tasks_unlisted(const struct tasks_set *s);
 /* True when some listed task has not ended (the read can progress without the dispatcher). */
 bool tasks_active(const struct tasks_set *s);
 
+/* True when at least one task is listed and every listed task has ended: what a read of whole
+ * copies can take for its end while the dispatcher is away. An empty list (a job still waiting
+ * for a worker) is not an end. */
+bool tasks_all_ended(const struct tasks_set *s);
+
 /* Writes the ids of the ended tasks (at most max) to out and returns how many there are (which
  * may exceed max). */
 size_t tasks_finished_ids(const struct tasks_set *s, uint64_t *out, size_t max);

@@ -163,8 +163,13 @@ static void test_waits_then_starts(void **state)
     assert_string_equal(json_string_value(json_object_get(job, "waiting")), why);
     json_decref(doc);
 
-    /* The selector, the weight and the labels survive a restart of the dispatcher. */
-    assert_int_equal(cluster_restart_dispatcher(c, SIGTERM), 0);
+    /* The selector, the weight and the labels survive a restart of the dispatcher. It stays
+     * away longer than a heartbeat's timeout: the reader, whose task list is empty, must wait for
+     * it rather than take the empty list for the end of the read. */
+    assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, 10000), 0);
+    sleep_ms(6000);                         /* past the reader's heartbeat timeout (5 s) */
+    assert_int_equal(proc_wait(&r, 0), -2); /* still reading */
+    assert_int_equal(cluster_start_dispatcher(c, c->port, 1), 0);
     doc = cluster_status(c);
     job = find(doc, "jobs", "name", "onc");
     assert_non_null(job);

@@ -408,6 +408,10 @@ static void test_done_and_active(void **state)
     tasks_init(&s, false, 2);
     assert_false(tasks_done(&s));
     assert_false(tasks_active(&s));
+    /* No task listed yet (a job waiting for its first worker): nothing has ended. */
+    assert_int_equal(tasks_reconcile(&s, NULL, 0, false, 0), 0);
+    assert_false(tasks_active(&s));
+    assert_false(tasks_all_ended(&s));
     /* A finished iteration with no tasks is done. */
     assert_int_equal(tasks_reconcile(&s, NULL, 0, true, 0), 0);
     assert_true(tasks_done(&s));
@@ -422,6 +426,7 @@ static void test_done_and_active(void **state)
     send_to(&s, 2);
     tasks_on_reply(&s, 1, 2, true, 0);
     assert_false(tasks_active(&s));
+    assert_true(tasks_all_ended(&s));
     /* Both ended, but the dispatcher has not said the iteration is finished. */
     assert_false(tasks_done(&s));
     apply(&s, ids, 2, true);
@@ -434,6 +439,7 @@ static void test_done_and_active(void **state)
     const uint64_t with3[] = {1, 2, 3};
     apply(&s, with3, 3, false);
     assert_true(tasks_active(&s));
+    assert_false(tasks_all_ended(&s));
     apply(&s, ids, 2, true);
     assert_false(tasks_active(&s));
     assert_true(tasks_done(&s));
