@@ -3,6 +3,7 @@
 #include "error.h"
 
 #include <assert.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -660,18 +661,39 @@ static void format_double(char *out, size_t len, double v)
         snprintf(out, len, "%" PRId64, (int64_t)v);
         return;
     }
-    /* The fewest significant digits that read back exactly: seventeen always do, and if d
-     * digits do, so do more, so a binary search finds it in at most five tries. */
-    int lo = 1, hi = 17;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        snprintf(out, len, "%.*e", mid - 1, v);
-        if (strtod(out, NULL) == v)
-            hi = mid;
-        else
-            lo = mid + 1;
+    /* The fewest significant digits that read back exactly. A normal double carries every
+     * decimal of at most 15 significant digits (DBL_DIG): such a decimal is what its nearest
+     * double prints as at 15 digits. So when 15 digits read back, the shortest form is those
+     * digits without their trailing zeros; else 16 digits may do, and 17 always do: at most three
+     * tries. Subnormals carry fewer digits: a binary search (if d digits read back, so do more). */
+    int digits;
+    if (fabs(v) >= DBL_MIN) {
+        digits = 15;
+        snprintf(out, len, "%.*e", digits - 1, v);
+        if (strtod(out, NULL) == v) {
+            const char *last = strchr(out, 'e') - 1; /* the last digit of the mantissa */
+            while (digits > 1 && *last == '0') {
+                digits--;
+                last--;
+            }
+        } else {
+            digits = 16;
+            snprintf(out, len, "%.*e", digits - 1, v);
+            if (strtod(out, NULL) != v)
+                digits = 17;
+        }
+    } else {
+        int lo = 1, hi = 17;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            snprintf(out, len, "%.*e", mid - 1, v);
+            if (strtod(out, NULL) == v)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        digits = lo;
     }
-    int digits = lo;
     snprintf(out, len, "%.*e", digits - 1, v);
     int exp = atoi(strchr(out, 'e') + 1);
     if (exp < -4 || exp >= 6)

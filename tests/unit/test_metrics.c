@@ -383,7 +383,7 @@ static void test_number_format_search(void **state)
         x ^= x >> 7;
         x ^= x << 17;
         double v;
-        switch (i % 4) {
+        switch (i % 5) {
         case 0: /* any finite bit pattern */
             memcpy(&v, &x, sizeof v);
             if (!isfinite(v))
@@ -395,8 +395,11 @@ static void test_number_format_search(void **state)
         case 2: /* whole numbers near 10^6, both signs */
             v = (double)((int64_t)(x % 2000001u) - 1000000) * ((x >> 40) % 2 ? 1 : -1);
             break;
-        default: /* short decimals */
+        case 3: /* short decimals */
             v = (double)(x % 100000u) / 1000.0;
+            break;
+        default: /* subnormals and the smallest normals (fewer digits than 15 read back) */
+            v = ldexp((double)(x % 10000000u), -1074 + (int)((x >> 40) % 60));
             break;
         }
         metrics_set_double(series0(f), v);
