@@ -90,6 +90,7 @@ __all__ = [
     "set_weights",
     "snapshot_status",
     "status",
+    "why",
 ]
 
 # The processing modes, by the names the command line takes.
@@ -923,6 +924,33 @@ def status(service, timeout=None, auth_token_file=None, tls_cert=None, tls_key=N
     _text(dataset_id, "dataset_id")
     conn = _Connection(service, None, timeout, _security(auth_token_file, tls_cert, tls_key, tls_ca))
     return _json.loads(conn.client().status(dataset_id))
+
+
+def why(service, job, timeout=None, auth_token_file=None, tls_cert=None, tls_key=None,
+        tls_ca=None):
+    """Why job `job` waits, as `sluice status --why JOB --json` prints it: a dict with "text"
+    (the paragraph `sluice status --why` prints), "input_bound" and "wait_share" (None while the
+    job's consumers have not reported), "slowest_consumer", "slowest_worker" with
+    "worker_rate_vs_median", "dominant_stage" with "stage_share" (None when unknown) and
+    "threshold". job is a job id (an int, or its digits) or a name (its newest job).
+    NotFoundError when no job matches."""
+    if isinstance(job, bool) or not isinstance(job, (int, str)):
+        raise TypeError(f"why(): job must be a job id or name, not {type(job).__name__}")
+    key = str(job)
+    if not key:
+        raise ValueError("why(): job must not be empty")
+    by_id = key.isascii() and key.isdigit() and len(key) <= 19
+    found = None
+    for j in status(service, timeout, auth_token_file, tls_cert, tls_key, tls_ca).get("jobs", []):
+        # A name matches its newest job (the status lists jobs by increasing id).
+        if (by_id and j.get("id") == int(key)) or j.get("name") == key:
+            found = j
+    if found is None:
+        raise NotFoundError(f"no job '{key}'")
+    attribution = found.get("why")
+    if not isinstance(attribution, dict) or "text" not in attribution:
+        raise RuntimeError(f"the dispatcher's status has no attribution for job '{key}'")
+    return attribution
 
 
 def save_snapshot(service, dataset_id, path, wait=True, timeout=None, auth_token_file=None,

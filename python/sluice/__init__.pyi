@@ -47,6 +47,7 @@ __all__ = [
     "set_weights",
     "snapshot_status",
     "status",
+    "why",
 ]
 
 _Element: TypeAlias = Any
@@ -247,6 +248,13 @@ def status(service: _Service, timeout: Optional[float] = None,
            tls_key: Optional[str] = None, tls_ca: Optional[str] = None,
            dataset_id: Optional[str] = None) -> Dict[str, Any]:
     """The dispatcher's status (what `sluice status --json` prints) as a dict."""
+
+
+def why(service: _Service, job: Union[int, str], timeout: Optional[float] = None,
+        auth_token_file: Optional[str] = None, tls_cert: Optional[str] = None,
+        tls_key: Optional[str] = None, tls_ca: Optional[str] = None) -> Dict[str, Any]:
+    """Why job `job` (an id or a name: its newest job) waits: the attribution `sluice status
+    --why JOB --json` prints."""
 
 def save_snapshot(service: _Service, dataset_id: str, path: _StrPath, wait: bool = True,
                   timeout: Optional[float] = None, auth_token_file: Optional[str] = None,
