@@ -796,38 +796,121 @@ static const char *type_name(enum metrics_type type)
     return "untyped";
 }
 
-int metrics_render(const struct metrics *m, char **out, size_t *len)
+/* One piece of a frozen registry: text[off, off + len), then, unless kind is NONE, a number and a
+ * newline. */
+enum piece_kind { PIECE_NONE, PIECE_U64, PIECE_DOUBLE };
+
+struct piece {
+    size_t off, len;
+    enum piece_kind kind;
+    union {
+        uint64_t u;
+        double d;
+    } v;
+};
+
+struct metrics_frozen {
+    struct buf text;
+    struct piece *v;
+    size_t n, cap;
+    bool failed;
+};
+
+/* Ends a piece at the text's current end: the text since the last piece, and the number. */
+static void frozen_piece(struct metrics_frozen *f, enum piece_kind kind, uint64_t u, double d)
 {
-    struct buf b = {0};
-    /* An empty registry still yields an allocated, NUL-terminated string. */
-    buf_put(&b, "", 0);
-    for (const struct metrics_family *f = m->head; f; f = f->next) {
-        if (f->head == NULL)
-            continue;
-        if (f->help[0]) {
-            buf_str(&b, "# HELP ");
-            buf_str(&b, f->name);
-            buf_str(&b, " ");
-            buf_escaped(&b, f->help, false);
-            buf_str(&b, "\n");
+    if (f->failed || f->text.failed) {
+        f->failed = true;
+        return;
+    }
+    size_t start = f->n ? f->v[f->n - 1].off + f->v[f->n - 1].len : 0;
+    if (kind == PIECE_NONE && f->n && f->v[f->n - 1].kind == PIECE_NONE) {
+        f->v[f->n - 1].len = f->text.len - f->v[f->n - 1].off; /* text after text: one piece */
+        return;
+    }
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 256;
+        struct piece *v = realloc(f->v, cap * sizeof *v);
+        if (!v) {
+            f->failed = true;
+            return;
         }
-        buf_str(&b, "# TYPE ");
-        buf_str(&b, f->name);
-        buf_str(&b, " ");
-        buf_str(&b, type_name(f->type));
-        buf_str(&b, "\n");
-        for (const struct metrics_series *s = f->head; s; s = s->next) {
-            if (f->type == METRICS_HISTOGRAM) {
-                render_histogram(&b, s);
+        f->v = v;
+        f->cap = cap;
+    }
+    struct piece *p = &f->v[f->n++];
+    *p = (struct piece){.off = start, .len = f->text.len - start, .kind = kind};
+    if (kind == PIECE_U64)
+        p->v.u = u;
+    else
+        p->v.d = d;
+}
+
+int metrics_freeze(const struct metrics *m, struct metrics_frozen **out)
+{
+    struct metrics_frozen *f = calloc(1, sizeof *f);
+    if (!f)
+        return SLUICE_ERR_NOMEM;
+    struct buf *b = &f->text;
+    buf_put(b, "", 0);
+    for (const struct metrics_family *fam = m->head; fam; fam = fam->next) {
+        if (fam->head == NULL)
+            continue;
+        if (fam->help[0]) {
+            buf_str(b, "# HELP ");
+            buf_str(b, fam->name);
+            buf_str(b, " ");
+            buf_escaped(b, fam->help, false);
+            buf_str(b, "\n");
+        }
+        buf_str(b, "# TYPE ");
+        buf_str(b, fam->name);
+        buf_str(b, " ");
+        buf_str(b, type_name(fam->type));
+        buf_str(b, "\n");
+        frozen_piece(f, PIECE_NONE, 0, 0);
+        for (const struct metrics_series *s = fam->head; s; s = s->next) {
+            /* Histograms are few: rendered whole now. */
+            if (fam->type == METRICS_HISTOGRAM) {
+                render_histogram(b, s);
+                frozen_piece(f, PIECE_NONE, 0, 0);
                 continue;
             }
-            buf_put(&b, s->prefix, s->prefix_len);
-            if (f->kind == METRICS_U64)
-                buf_u64(&b, s->value.u);
+            buf_put(b, s->prefix, s->prefix_len);
+            if (fam->kind == METRICS_U64)
+                frozen_piece(f, PIECE_U64, s->value.u, 0);
             else
-                buf_double(&b, s->value.d);
-            buf_str(&b, "\n");
+                frozen_piece(f, PIECE_DOUBLE, 0, s->value.d);
         }
+    }
+    if (f->failed) {
+        metrics_frozen_free(f);
+        return SLUICE_ERR_NOMEM;
+    }
+    *out = f;
+    return 0;
+}
+
+int metrics_frozen_render(const struct metrics_frozen *f, char **out, size_t *len)
+{
+    struct buf b = {0};
+    /* The text and about 12 bytes a number: one allocation for most renders. */
+    size_t want = f->text.len + 12 * f->n + 1;
+    b.p = malloc(want);
+    if (!b.p)
+        return SLUICE_ERR_NOMEM;
+    b.cap = want;
+    buf_put(&b, "", 0);
+    for (size_t i = 0; i < f->n; i++) {
+        const struct piece *p = &f->v[i];
+        buf_put(&b, f->text.p + p->off, p->len);
+        if (p->kind == PIECE_NONE)
+            continue;
+        if (p->kind == PIECE_U64)
+            buf_u64(&b, p->v.u);
+        else
+            buf_double(&b, p->v.d);
+        buf_str(&b, "\n");
     }
     if (b.failed) {
         free(b.p);
@@ -836,4 +919,24 @@ int metrics_render(const struct metrics *m, char **out, size_t *len)
     *out = b.p;
     *len = b.len;
     return 0;
+}
+
+void metrics_frozen_free(struct metrics_frozen *f)
+{
+    if (!f)
+        return;
+    free(f->text.p);
+    free(f->v);
+    free(f);
+}
+
+int metrics_render(const struct metrics *m, char **out, size_t *len)
+{
+    struct metrics_frozen *f;
+    int rc = metrics_freeze(m, &f);
+    if (rc < 0)
+        return rc;
+    rc = metrics_frozen_render(f, out, len);
+    metrics_frozen_free(f);
+    return rc;
 }

@@ -130,4 +130,16 @@ double metrics_get_double(const struct metrics_series *s);
  * SLUICE_ERR_NOMEM with *out untouched. An empty registry renders as "". */
 int metrics_render(const struct metrics *m, char **out, size_t *len);
 
+/* A registry's samples as they are now, to be rendered elsewhere: the text of every line copied,
+ * its number kept unformatted (formatting the numbers is most of a render's time). A frozen copy
+ * shares nothing with its registry, so it may be rendered on another thread while the registry
+ * changes. metrics_freeze returns 0 and sets *out (free it with metrics_frozen_free), or
+ * SLUICE_ERR_NOMEM. metrics_frozen_render renders it exactly as metrics_render rendered the
+ * registry at the freeze (metrics_render is the two in a row); it may run on any thread, one at a
+ * time per frozen copy, and returns as metrics_render. */
+struct metrics_frozen;
+int metrics_freeze(const struct metrics *m, struct metrics_frozen **out);
+int metrics_frozen_render(const struct metrics_frozen *f, char **out, size_t *len);
+void metrics_frozen_free(struct metrics_frozen *f);
+
 #endif

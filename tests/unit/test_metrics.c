@@ -411,6 +411,69 @@ static void test_number_format_search(void **state)
     metrics_destroy(m);
 }
 
+/* A frozen copy renders the registry as it was at the freeze, whatever happens to the registry
+ * afterwards (values changed, series removed and added, the registry destroyed). */
+static void test_frozen(void **state)
+{
+    (void)state;
+    struct metrics *m = new_registry();
+    struct metrics_family *c, *g, *h;
+    assert_int_equal(metrics_counter(m, "c_total", "Counted \\ things.", METRICS_U64, &c), 0);
+    assert_int_equal(metrics_gauge(m, "g", "", METRICS_DOUBLE, &g), 0);
+    const double bounds[] = {0.5, 1e6};
+    assert_int_equal(metrics_histogram(m, "h_seconds", "H.", bounds, 2, &h), 0);
+    metrics_set_u64(series1(c, "worker", "1"), 7);
+    metrics_set_u64(series1(c, "worker", "2"), 18446744073709551615u);
+    metrics_set_double(series1(g, "job", "a\"b"), 0.1);
+    metrics_set_double(series1(g, "job", "c"), -2.5e-7);
+    metrics_observe(series0(h), 0.25);
+    metrics_observe(series0(h), 3);
+    const char *want = "# HELP c_total Counted \\\\ things.\n"
+                       "# TYPE c_total counter\n"
+                       "c_total{worker=\"1\"} 7\n"
+                       "c_total{worker=\"2\"} 18446744073709551615\n"
+                       "# TYPE g gauge\n"
+                       "g{job=\"a\\\"b\"} 0.1\n"
+                       "g{job=\"c\"} -2.5e-07\n"
+                       "# HELP h_seconds H.\n"
+                       "# TYPE h_seconds histogram\n"
+                       "h_seconds_bucket{le=\"0.5\"} 1\n"
+                       "h_seconds_bucket{le=\"1e+06\"} 2\n"
+                       "h_seconds_bucket{le=\"+Inf\"} 2\n"
+                       "h_seconds_sum 3.25\n"
+                       "h_seconds_count 2\n";
+    assert_render(m, want);
+    struct metrics_frozen *f = NULL;
+    assert_int_equal(metrics_freeze(m, &f), 0);
+    metrics_set_u64(series1(c, "worker", "1"), 8);
+    assert_int_equal(metrics_remove_label(m, "worker", "2"), 1);
+    metrics_set_double(series1(g, "job", "d"), 1);
+    metrics_observe(series0(h), 0.1);
+    for (int round = 0; round < 2; round++) {
+        char *text = NULL;
+        size_t len = 0;
+        assert_int_equal(metrics_frozen_render(f, &text, &len), 0);
+        assert_int_equal(len, strlen(text));
+        assert_string_equal(text, want);
+        free(text);
+        metrics_destroy(m); /* the copy shares nothing with the registry */
+        m = NULL;
+    }
+    metrics_frozen_free(f);
+    metrics_frozen_free(NULL);
+    /* An empty registry freezes and renders as "". */
+    m = new_registry();
+    assert_int_equal(metrics_freeze(m, &f), 0);
+    char *text = NULL;
+    size_t len = 1;
+    assert_int_equal(metrics_frozen_render(f, &text, &len), 0);
+    assert_string_equal(text, "");
+    assert_int_equal(len, 0);
+    free(text);
+    metrics_frozen_free(f);
+    metrics_destroy(m);
+}
+
 struct name_case {
     const char *name;
     int want;
@@ -760,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_removal),
         cmocka_unit_test(test_number_format),
         cmocka_unit_test(test_number_format_search),
+        cmocka_unit_test(test_frozen),
         cmocka_unit_test(test_metric_names),
         cmocka_unit_test(test_name_clashes),
         cmocka_unit_test(test_label_validation),
