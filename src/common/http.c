@@ -9,6 +9,8 @@
  *
  * States of a connection, each bounded by its timer:
  *   READING    collecting the head; the timer answers 408 when it fires
+ *   WAITING    the head is answered later (http_defer); input is discarded; the timer answers
+ *              503 when it fires, and the reply given afterwards is dropped
  *   WRITING    response queued; input is discarded; the timer closes the connection
  *   LINGERING  response written and FIN sent; input is discarded until end of stream; the timer
  *              closes the connection
@@ -201,7 +203,13 @@ int http_parse_request(const char *buf, size_t len, struct http_request *req)
 
 /* ---- the server ------------------------------------------------------------------------------ */
 
-enum conn_state { READING, WRITING, LINGERING, CLOSING };
+enum conn_state { READING, WAITING, WRITING, LINGERING, CLOSING };
+
+/* A response given later (http_defer): c is NULL once its connection is gone. */
+struct http_reply {
+    struct http_conn *c;
+    bool page; /* answers a page (its headers go with it), else GET /metrics */
+};
 
 struct http_conn {
     uv_tcp_t tcp;
@@ -214,11 +222,12 @@ struct http_conn {
     unsigned handles; /* open handles: 2 until closing, then counts down */
     bool peer_done;   /* the peer has closed its sending side */
     uint64_t timeout_ms;
-    const char *body; /* response body being written */
-    bool body_owned;  /* body is malloc'd and freed once written */
-    size_t len;       /* bytes in req */
-    char head[1024];  /* response head being written */
-    char text[48];    /* the body of an error response: "STATUS REASON\n" */
+    struct http_reply *reply; /* WAITING: the deferred reply */
+    const char *body;         /* response body being written */
+    bool body_owned;          /* body is malloc'd and freed once written */
+    size_t len;               /* bytes in req */
+    char head[1024];          /* response head being written */
+    char text[48];            /* the body of an error response: "STATUS REASON\n" */
     char req[HTTP_MAX_REQUEST];
 };
 
@@ -235,9 +244,11 @@ struct http_server {
     void *ready_user;
     struct http_pages pages; /* find NULL: none */
     unsigned max_conns;
-    unsigned nconns;         /* connections in srv->conns */
-    unsigned handles;        /* the listener, every conn and the spare while they are open */
-    struct http_conn *conns; /* open connections, newest first */
+    unsigned nconns;           /* connections in srv->conns */
+    unsigned handles;          /* the listener, every conn and the spare while they are open */
+    struct http_conn *conns;   /* open connections, newest first */
+    struct http_conn *serving; /* during a render or serve call: its connection (http_defer) */
+    bool serving_page;
     int port;
     bool closing;
     /* A connection that cannot be served (over the limit, or out of memory) is accepted into the
@@ -276,6 +287,10 @@ static void conn_close(struct http_conn *c)
     if (c->state == CLOSING)
         return;
     c->state = CLOSING;
+    if (c->reply) {
+        c->reply->c = NULL; /* its owner's http_reply_send frees it */
+        c->reply = NULL;
+    }
     struct http_server *srv = c->srv;
     if (c->prev)
         c->prev->next = c->next;
@@ -360,7 +375,7 @@ static const char *reason_phrase(int status)
 static void conn_send(struct http_conn *c, int status, const char *content_type, const char *extra,
                       const char *body, size_t body_len, bool owned)
 {
-    assert(c->state == READING);
+    assert(c->state == READING || c->state == WAITING);
     c->state = WRITING;
     c->body = body;
     c->body_owned = owned;
@@ -473,7 +488,12 @@ static void conn_page(struct http_conn *c, const struct http_request *req)
         return;
     }
     struct http_response res = {0};
+    c->srv->serving = c;
+    c->srv->serving_page = true;
     int rc = p->serve(p->user, req->path, req->path_len, &res);
+    c->srv->serving = NULL;
+    if (rc == HTTP_DEFERRED && c->reply)
+        return;
     if (rc != 0) {
         log_warn("metrics: serving a page failed: %s", sluice_strerror(rc));
         conn_respond_page(c, 500, NULL, 0, true);
@@ -507,7 +527,12 @@ static void conn_route(struct http_conn *c, const struct http_request *req)
     }
     char *body = NULL;
     size_t len = 0;
+    c->srv->serving = c;
+    c->srv->serving_page = false;
     int rc = c->srv->render(c->srv->user, &body, &len);
+    c->srv->serving = NULL;
+    if (rc == HTTP_DEFERRED && c->reply)
+        return;
     if (rc != 0) {
         log_warn("metrics: rendering failed: %s", sluice_strerror(rc));
         conn_respond(c, 500, NULL, 0);
@@ -562,7 +587,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread < 0) {
         /* Before a response there is nobody to answer; while writing, the peer may only have
          * closed its sending side, so the response still goes out; afterwards we are done. */
-        if (c->state == WRITING && nread == UV_EOF) {
+        if ((c->state == WRITING || c->state == WAITING) && nread == UV_EOF) {
             c->peer_done = true;
             uv_read_stop(stream);
             return;
@@ -579,10 +604,57 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 static void on_timeout(uv_timer_t *t)
 {
     struct http_conn *c = t->data;
-    if (c->state == READING)
+    if (c->state == READING) {
         conn_respond(c, 408, NULL, 0);
-    else
+    } else if (c->state == WAITING) {
+        bool page = c->reply->page;
+        c->reply->c = NULL;
+        c->reply = NULL;
+        conn_respond_page(c, 503, NULL, 0, page);
+    } else {
         conn_close(c);
+    }
+}
+
+struct http_reply *http_defer(struct http_server *srv)
+{
+    struct http_conn *c = srv->serving;
+    assert(c != NULL && c->state == READING && c->reply == NULL);
+    struct http_reply *r = malloc(sizeof *r);
+    if (!r)
+        return NULL;
+    *r = (struct http_reply){c, srv->serving_page};
+    c->reply = r;
+    c->state = WAITING;
+    conn_arm(c);
+    return r;
+}
+
+void http_reply_send(struct http_reply *r, int rc, const struct http_response *res)
+{
+    struct http_conn *c = r->c;
+    bool owned = rc == 0 && res && res->owned;
+    if (!c) {
+        if (owned)
+            free((char *)res->body);
+        free(r);
+        return;
+    }
+    assert(c->state == WAITING && c->reply == r);
+    c->reply = NULL;
+    bool page = r->page;
+    free(r);
+    if (rc != 0) {
+        log_warn("metrics: %s failed: %s", page ? "serving a page" : "rendering",
+                 sluice_strerror(rc));
+        conn_respond_page(c, 500, NULL, 0, page);
+        return;
+    }
+    size_t len = res->body ? res->len : 0;
+    if (page)
+        conn_send(c, 200, res->content_type, HTTP_PAGE_HEADERS, res->body, len, res->owned);
+    else
+        conn_respond(c, 200, (char *)res->body, len);
 }
 
 static void on_connection(uv_stream_t *listener, int status);

@@ -6,7 +6,8 @@
  * head (request line and header fields up to the empty line) into a fixed buffer, answers it
  * with exactly one response carrying "Connection: close", half-closes its side, and closes once
  * the peer has closed too. For GET /metrics the render callback builds the body on the loop
- * thread, at the moment of the request.
+ * thread, at the moment of the request, or has it built elsewhere and answers later
+ * (http_defer).
  *
  * Responses (the body of every error response is its status line text and a newline):
  *   200  GET /metrics (a query string is ignored); Content-Type: text/plain; version=0.0.4;
@@ -61,7 +62,8 @@ struct http_server;
 
 /* Builds the body for GET /metrics. On success returns 0 and sets *body to a malloc'ed buffer of
  * *len bytes (NULL with 0 is an empty body), which the server then owns and frees. Any negative
- * code makes the response a 500, and *body must then be left unset. Runs on the loop thread. */
+ * code makes the response a 500, and *body must then be left unset; HTTP_DEFERRED after
+ * http_defer answers later (below). Runs on the loop thread. */
 typedef int (*http_render_cb)(void *user, char **body, size_t *len);
 
 /* Binds host:port (port 0 picks a free port; host is numeric or resolved, which may block) and
@@ -133,13 +135,28 @@ struct http_response {
 /* The pages of a server. find says whether path (path_len bytes, not NUL-terminated, without
  * the query) is a page and who may read it; it must not fail. serve, called only for a path that
  * find accepted, with the token checked and the method GET, fills in *res and returns 0, or
- * returns a negative code for a 500 (leaving nothing owned in *res). Both run on the loop
- * thread. */
+ * returns a negative code for a 500 (leaving nothing owned in *res), or HTTP_DEFERRED after
+ * http_defer (below). Both run on the loop thread. */
 struct http_pages {
     enum http_access (*find)(void *user, const char *path, size_t path_len);
     int (*serve)(void *user, const char *path, size_t path_len, struct http_response *res);
     void *user;
 };
+
+/* ---- answering later ------------------------------------------------------------------------ */
+
+/* A render or serve callback that builds its answer elsewhere (on another thread, say) calls
+ * http_defer(srv) during the callback and returns HTTP_DEFERRED; the server waits for the answer
+ * (discarding input, within the connection's timeout: a 503 when it runs out), which the owner
+ * gives exactly once with http_reply_send(r, rc, res) on the loop thread: rc 0 with res (as serve
+ * fills it; for GET /metrics the content type is the server's own), or a negative code for a 500.
+ * A reply outlives its connection and the server: when the peer went away, the timeout answered
+ * or the server closed, http_reply_send only frees r (and res's body when owned). http_defer
+ * returns NULL when out of memory (then answer at once). */
+#define HTTP_DEFERRED 1
+struct http_reply;
+struct http_reply *http_defer(struct http_server *srv);
+void http_reply_send(struct http_reply *r, int rc, const struct http_response *res);
 
 /* Sets the server's pages (copied; NULL: none). Paths /metrics, /healthz and /readyz stay the
  * server's own. */

@@ -43,6 +43,7 @@ struct server {
     unsigned max_conns;  /* 0: the default */
     bool fail_render;
     bool pages;           /* serve the test pages below, behind the token "tok" */
+    unsigned defer_ms;    /* answer /metrics and /api/doc that much later, from a thread */
     atomic_int not_ready; /* GET /readyz answers 503 while set */
 
     /* Owned by the server thread. */
@@ -65,12 +66,79 @@ struct server {
     int loop_close_rc;
 };
 
+/* A deferred answer: the registry frozen at the request, rendered on libuv's thread pool once
+ * the timer fires, answered from the work's completion on the loop. */
+struct later {
+    uv_timer_t timer;
+    uv_work_t work;
+    struct server *s;
+    struct http_reply *reply;
+    struct metrics_frozen *frozen; /* NULL: the page's JSON */
+    char *body;
+    size_t len;
+    int rc;
+};
+
+static void on_later_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void later_render(uv_work_t *w)
+{
+    struct later *l = w->data;
+    if (l->frozen) {
+        l->rc = metrics_frozen_render(l->frozen, &l->body, &l->len);
+    } else {
+        l->body = strdup("{\"n\":2}");
+        l->len = l->body ? strlen(l->body) : 0;
+        l->rc = l->body ? 0 : SLUICE_ERR_NOMEM;
+    }
+}
+
+static void later_done(uv_work_t *w, int status)
+{
+    struct later *l = w->data;
+    struct http_response res = {l->frozen ? NULL : "application/json", l->body, l->len, true};
+    http_reply_send(l->reply, status < 0 ? SLUICE_ERR_CANCELLED : l->rc, &res);
+    if (status < 0 || l->rc < 0)
+        free(l->body);
+    metrics_frozen_free(l->frozen);
+    uv_close((uv_handle_t *)&l->timer, on_later_closed);
+}
+
+static void on_later(uv_timer_t *t)
+{
+    struct later *l = t->data;
+    l->work.data = l;
+    assert_int_equal(uv_queue_work(&l->s->loop, &l->work, later_render, later_done), 0);
+}
+
+/* Defers the answer of the request being served by s->defer_ms (the frozen registry, or the
+ * page's JSON when frozen is false). */
+static int answer_later(struct server *s, bool frozen)
+{
+    struct later *l = calloc(1, sizeof *l);
+    assert_non_null(l);
+    l->s = s;
+    if (frozen)
+        assert_int_equal(metrics_freeze(s->reg, &l->frozen), 0);
+    l->reply = http_defer(s->srv);
+    assert_non_null(l->reply);
+    uv_timer_init(&s->loop, &l->timer);
+    l->timer.data = l;
+    uv_timer_start(&l->timer, on_later, s->defer_ms, 0);
+    return HTTP_DEFERRED;
+}
+
 static int render(void *user, char **body, size_t *len)
 {
     struct server *s = user;
     if (s->fail_render)
         return SLUICE_ERR_NOMEM;
     metrics_add_u64(s->scrapes, 1);
+    if (s->defer_ms)
+        return answer_later(s, true);
     return metrics_render(s->reg, body, len);
 }
 
@@ -125,7 +193,6 @@ static enum http_access page_find(void *user, const char *path, size_t len)
 
 static int page_serve(void *user, const char *path, size_t len, struct http_response *res)
 {
-    (void)user;
     if (len == 1) {
         *res = (struct http_response){"text/html; charset=utf-8", "<p>hi</p>", 9, false};
         return 0;
@@ -133,6 +200,9 @@ static int page_serve(void *user, const char *path, size_t len, struct http_resp
     if (len == 9)
         return SLUICE_ERR_NOMEM;
     (void)path;
+    struct server *s = user;
+    if (s->defer_ms)
+        return answer_later(s, false);
     char *body = strdup("{\"n\":1}");
     assert_non_null(body);
     *res = (struct http_response){"application/json", body, strlen(body), true};
@@ -849,6 +919,89 @@ static void test_pages(void **state)
     free(resp);
 }
 
+static struct server deferred_config = {.timeout_ms = 2000, .defer_ms = 100, .pages = true};
+
+/* Answers given later, from another thread: the same bytes as at once (the registry as it was
+ * at the request), many at once, a page; a peer gone before the answer, and one that stopped
+ * sending, change nothing for the others. */
+static void test_deferred(void **state)
+{
+    struct server *s = *state;
+    static const char scrape[] =
+        "GET /metrics HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n";
+    assert_scrape(s->port, scrape, 1);
+    /* Eight at once: each its own count (the registry frozen when its request came). */
+    int fds[8];
+    for (int i = 0; i < 8; i++) {
+        fds[i] = client_connect(s->port);
+        send_all(fds[i], scrape, strlen(scrape));
+        usleep(20 * 1000); /* in order */
+    }
+    for (int i = 0; i < 8; i++) {
+        char *resp = read_to_close(fds[i], NULL);
+        close(fds[i]);
+        char want[1024];
+        ok_response(want, sizeof want, 2 + (unsigned)i);
+        assert_text(resp, want);
+        free(resp);
+    }
+    char want[2048];
+    page_response(want, sizeof want, "200 OK", "", "application/json", "{\"n\":2}");
+    assert_exchange(s->port,
+                    "GET /api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n", want);
+    /* Stopped sending: still answered. */
+    int fd = client_connect(s->port);
+    send_all(fd, scrape, strlen(scrape));
+    assert_int_equal(shutdown(fd, SHUT_WR), 0);
+    char *resp = read_to_close(fd, NULL);
+    close(fd);
+    ok_response(want, sizeof want, 10);
+    assert_text(resp, want);
+    free(resp);
+    /* Gone before the answer: a close, and a reset (whether the server read the request first
+     * or not; so the scrape count is not checked after these). */
+    fd = client_connect(s->port);
+    send_all(fd, scrape, strlen(scrape));
+    close(fd);
+    fd = client_connect(s->port);
+    send_all(fd, scrape, strlen(scrape));
+    struct linger lg = {1, 0};
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    close(fd);
+    usleep(300 * 1000); /* the dropped answers came and went */
+    page_response(want, sizeof want, "200 OK", "", "application/json", "{\"n\":2}");
+    assert_exchange(s->port,
+                    "GET /api/doc HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer tok\r\n\r\n", want);
+}
+
+static struct server deferred_late_config = {.timeout_ms = 200, .defer_ms = 600};
+
+/* An answer later than the connection's timeout: 503 at the timeout, the answer dropped when it
+ * comes; the server closes with answers still to come. */
+static void test_deferred_timeout(void **state)
+{
+    struct server *s = *state;
+    uint64_t start = uv_hrtime();
+    char *resp = exchange(s->port, SCRAPE, strlen(SCRAPE));
+    double ms = ms_since(start);
+    assert_text(resp, "HTTP/1.1 503 Service Unavailable\r\n"
+                      "Content-Type: text/plain; charset=utf-8\r\n"
+                      "Content-Length: 24\r\n"
+                      "Connection: close\r\n"
+                      "\r\n"
+                      "503 Service Unavailable\n");
+    free(resp);
+    if (ms < 150 || ms > 3000)
+        fail_msg("answered after %.0f ms, want about 200", ms);
+    usleep(600 * 1000);
+    /* A request still waiting when the server stops (the teardown stops it now). */
+    int fd = client_connect(s->port);
+    send_all(fd, SCRAPE, strlen(SCRAPE));
+    usleep(50 * 1000);
+    server_stop(s);
+    close(fd);
+}
+
 static void test_start_errors(void **state)
 {
     uv_loop_t loop;
@@ -975,6 +1128,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_scrapes, server_setup, server_teardown),
         cmocka_unit_test_setup_teardown(test_close_with_open_connections, server_setup,
                                         server_teardown),
+        cmocka_unit_test_prestate_setup_teardown(test_deferred, server_setup, server_teardown,
+                                                 &deferred_config),
+        cmocka_unit_test_prestate_setup_teardown(test_deferred_timeout, server_setup,
+                                                 server_teardown, &deferred_late_config),
         cmocka_unit_test_prestate_setup_teardown(test_render_failure, server_setup, server_teardown,
                                                  &failing_config),
         cmocka_unit_test_prestate_setup_teardown(test_pages, server_setup, server_teardown,
