@@ -248,6 +248,7 @@ struct http_server {
     unsigned handles;          /* the listener, every conn and the spare while they are open */
     struct http_conn *conns;   /* open connections, newest first */
     struct http_conn *serving; /* during a render or serve call: its connection (http_defer) */
+    unsigned pool_answers;     /* http_answer_from_pool: produced on the pool now */
     bool serving_page;
     int port;
     bool closing;
@@ -492,7 +493,9 @@ static void conn_page(struct http_conn *c, const struct http_request *req)
     c->srv->serving_page = true;
     int rc = p->serve(p->user, req->path, req->path_len, &res);
     c->srv->serving = NULL;
-    if (rc == HTTP_DEFERRED && c->reply)
+    /* Deferred: answered meanwhile or later (a callback that did not call http_defer leaves the
+     * connection reading: a 500). */
+    if (rc == HTTP_DEFERRED && c->state != READING)
         return;
     if (rc != 0) {
         log_warn("metrics: serving a page failed: %s", sluice_strerror(rc));
@@ -531,7 +534,9 @@ static void conn_route(struct http_conn *c, const struct http_request *req)
     c->srv->serving_page = false;
     int rc = c->srv->render(c->srv->user, &body, &len);
     c->srv->serving = NULL;
-    if (rc == HTTP_DEFERRED && c->reply)
+    /* Deferred: answered meanwhile or later (a callback that did not call http_defer leaves the
+     * connection reading: a 500). */
+    if (rc == HTTP_DEFERRED && c->state != READING)
         return;
     if (rc != 0) {
         log_warn("metrics: rendering failed: %s", sluice_strerror(rc));
@@ -655,6 +660,69 @@ void http_reply_send(struct http_reply *r, int rc, const struct http_response *r
         conn_send(c, 200, res->content_type, HTTP_PAGE_HEADERS, res->body, len, res->owned);
     else
         conn_respond(c, 200, (char *)res->body, len);
+}
+
+struct pool_answer {
+    uv_work_t work;
+    struct http_server *srv; /* held (srv->handles) until the answer is given */
+    struct http_reply *reply;
+    int (*produce)(void *arg, struct http_response *res);
+    void (*release)(void *arg);
+    void *arg;
+    struct http_response res;
+    int rc;
+};
+
+static void pool_produce(uv_work_t *w)
+{
+    struct pool_answer *a = w->data;
+    a->rc = a->produce(a->arg, &a->res);
+}
+
+static void pool_answered(uv_work_t *w, int status)
+{
+    struct pool_answer *a = w->data;
+    if (status < 0 && a->rc == 0) {
+        a->rc = SLUICE_ERR_CANCELLED; /* never ran */
+    }
+    http_reply_send(a->reply, a->rc, &a->res);
+    if (a->release)
+        a->release(a->arg);
+    struct http_server *srv = a->srv;
+    free(a);
+    if (srv) {
+        srv->pool_answers--;
+        server_release(srv);
+    }
+}
+
+int http_answer_from_pool(struct http_server *srv,
+                          int (*produce)(void *arg, struct http_response *res),
+                          void (*release)(void *arg), void *arg)
+{
+    struct pool_answer *a = calloc(1, sizeof *a);
+    struct http_reply *r = a ? http_defer(srv) : NULL;
+    if (!r) {
+        free(a);
+        if (release)
+            release(arg);
+        return SLUICE_ERR_NOMEM;
+    }
+    *a = (struct pool_answer){
+        .reply = r, .produce = produce, .release = release, .arg = arg, .rc = 0};
+    a->work.data = a;
+    /* At most HTTP_POOL_ANSWERS in flight: beyond that (a flood of scrapes) each is answered on
+     * the loop as before, so the copies held and the pool's threads taken stay bounded. */
+    if (srv->pool_answers < HTTP_POOL_ANSWERS &&
+        uv_queue_work(srv->loop, &a->work, pool_produce, pool_answered) == 0) {
+        a->srv = srv;
+        srv->pool_answers++;
+        srv->handles++;
+        return HTTP_DEFERRED;
+    }
+    a->rc = produce(arg, &a->res);
+    pool_answered(&a->work, 0);
+    return HTTP_DEFERRED;
 }
 
 static void on_connection(uv_stream_t *listener, int status);

@@ -158,6 +158,20 @@ struct http_reply;
 struct http_reply *http_defer(struct http_server *srv);
 void http_reply_send(struct http_reply *r, int rc, const struct http_response *res);
 
+/* Answers the request being served (from its render or serve callback, which then returns what
+ * this returns) with what produce(arg, res) makes on libuv's thread pool, off the loop thread:
+ * produce fills in *res and returns 0 (the body owned, or static), or returns a negative code
+ * for a 500; release(arg) (may be NULL) then runs on the loop thread, whatever happened to the
+ * connection meanwhile. arg must hold everything produce reads: nothing the loop thread changes.
+ * At most HTTP_POOL_ANSWERS are produced on the pool at once; beyond that produce runs on the
+ * loop thread at once (bounded memory and pool threads however many requests come). The server
+ * is freed only after the last answer (its close callback waits for them). Returns
+ * HTTP_DEFERRED, or SLUICE_ERR_NOMEM after calling release (answer 500). */
+#define HTTP_POOL_ANSWERS 2
+int http_answer_from_pool(struct http_server *srv,
+                          int (*produce)(void *arg, struct http_response *res),
+                          void (*release)(void *arg), void *arg);
+
 /* Sets the server's pages (copied; NULL: none). Paths /metrics, /healthz and /readyz stay the
  * server's own. */
 void http_server_set_pages(struct http_server *srv, const struct http_pages *pages);

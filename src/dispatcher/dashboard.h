@@ -54,7 +54,9 @@ enum http_access dashboard_access(const char *path, size_t len);
 
 /* Answers path (one dashboard_access accepted) for dispatcher d: an asset's bytes (static), or
  * the JSON document (malloc'd, owned by *res). Returns 0, SLUICE_ERR_NOT_FOUND for a path that is
- * not the dashboard's, or SLUICE_ERR_NOMEM. */
-int dashboard_serve(struct dispatcher *d, const char *path, size_t len, struct http_response *res);
+ * not the dashboard's, or SLUICE_ERR_NOMEM. With srv (the server whose page callback this is),
+ * the status document is written out off the loop and answered later: HTTP_DEFERRED. */
+int dashboard_serve(struct dispatcher *d, struct http_server *srv, const char *path, size_t len,
+                    struct http_response *res);
 
 #endif

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/http.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/loop_thread.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -278,12 +279,34 @@ static void on_fatal(void *user, const char *msg)
     close_servers(s);
 }
 
+/* Formats a frozen registry on libuv's pool (http_answer_from_pool). */
+static int metrics_produce(void *arg, struct http_response *res)
+{
+    char *body;
+    size_t len;
+    int rc = metrics_frozen_render(arg, &body, &len);
+    if (rc == 0)
+        *res = (struct http_response){NULL, body, len, true};
+    return rc;
+}
+
+static void metrics_release(void *arg)
+{
+    metrics_frozen_free(arg);
+}
+
+/* GET /metrics: the gauges are refreshed and the registry frozen on the loop; formatting its
+ * numbers, most of a scrape at thousands of workers, happens off the loop. */
 static int render_metrics(void *user, char **body, size_t *len)
 {
+    (void)body;
+    (void)len;
     struct sluice_dispatcher *s = user;
     if (!s->d)
         return SLUICE_ERR_CLOSED;
-    return dispatcher_metrics_render(s->d, body, len);
+    struct metrics_frozen *f;
+    int rc = dispatcher_metrics_freeze(s->d, &f);
+    return rc < 0 ? rc : http_answer_from_pool(s->http, metrics_produce, metrics_release, f);
 }
 
 /* The dashboard (dashboard.h), beside /metrics. */
@@ -298,7 +321,7 @@ static int page_serve(void *user, const char *path, size_t len, struct http_resp
     struct sluice_dispatcher *s = user;
     if (!s->d)
         return SLUICE_ERR_CLOSED;
-    return dashboard_serve(s->d, path, len, res);
+    return dashboard_serve(s->d, s->http, path, len, res);
 }
 
 /* GET /readyz: the journal was recovered before the metrics server started, so a dispatcher

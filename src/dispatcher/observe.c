@@ -1183,11 +1183,22 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
     uint64_t buffered = 0, buffered_bytes = 0, outstanding = 0;
     uint64_t *ids =
         malloc((st->njobs > st->nworkers ? st->njobs : st->nworkers) * sizeof *ids + sizeof *ids);
+    /* Every job's and worker's figures in one pass (status_all_figures); one by one when out of
+     * memory. */
+    struct status_figures *jf = malloc((st->njobs + st->nworkers + 1) * sizeof *jf);
+    struct status_figures *wf = jf ? jf + st->njobs : NULL;
+    if (jf && status_all_figures(st, &x, jf, wf) < 0) {
+        free(jf);
+        jf = wf = NULL;
+    }
     for (size_t i = 0; i < st->njobs; i++) {
         const struct st_job *j = &st->jobs[i];
         const struct st_iteration *it = state_iteration(st, j->iteration_id);
         struct status_figures f;
-        status_job_figures(st, &x, j, &f);
+        if (jf)
+            f = jf[i];
+        else
+            status_job_figures(st, &x, j, &f);
         bool splits = it && it->distributed && it->state != ST_ITER_GC;
         uint64_t u[5] = {state_iteration_clients(st, j->iteration_id), f.tasks, f.workers,
                          splits ? it->splits_finished : 0, splits ? it->splits_leased : 0};
@@ -1209,7 +1220,10 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
     for (size_t i = 0; i < st->nworkers; i++) {
         const struct st_worker *w = &st->workers[i];
         struct status_figures f;
-        status_worker_figures(st, &x, w, &f);
+        if (wf)
+            f = wf[i];
+        else
+            status_worker_figures(st, &x, w, &f);
         const struct labelled *l =
             labelled_of(&o->worker_series, o->worker_f, WORKER_GAUGES, "worker", w->id);
         if (l) {
@@ -1228,6 +1242,7 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
         drop_gone(o, "worker", &o->worker_series, &o->worker_ids, &o->nworker_ids, ids,
                   st->nworkers);
     free(ids);
+    free(jf);
     metrics_set_double(o->served_eps_g, eps);
     metrics_set_double(o->served_bps_g, bps);
     metrics_set_u64(o->buffered_g, buffered);
@@ -1235,8 +1250,8 @@ static void render_figures(struct observe *o, const struct state *st, uint64_t n
     metrics_set_u64(o->splits_outstanding_g, outstanding);
 }
 
-int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, char **body,
-                   size_t *len)
+/* Sets every gauge computed from the state and the figures at now_ms. */
+static void observe_update(struct observe *o, const struct state *st, uint64_t now_ms)
 {
     render_figures(o, st, now_ms);
     metrics_set_u64(o->workers_g, st->nworkers);
@@ -1289,5 +1304,18 @@ int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, c
     metrics_set_double(o->consumption_g, consumption);
     metrics_set_double(o->production_g, production);
     metrics_set_u64(o->recommended_g, observe_recommended(o, st));
+}
+
+int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, char **body,
+                   size_t *len)
+{
+    observe_update(o, st, now_ms);
     return metrics_render(o->reg, body, len);
+}
+
+int observe_freeze(struct observe *o, const struct state *st, uint64_t now_ms,
+                   struct metrics_frozen **out)
+{
+    observe_update(o, st, now_ms);
+    return metrics_freeze(o->reg, out);
 }

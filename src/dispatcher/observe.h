@@ -260,4 +260,11 @@ int observe_objects(struct observe *o, const struct obj_stats *s);
 int observe_render(struct observe *o, const struct state *st, uint64_t now_ms, char **body,
                    size_t *len);
 
+/* Refreshes the gauges as observe_render does and freezes the registry (metrics_freeze) for a
+ * render elsewhere: off the loop thread, a scrape costs the loop the figures and a copy of the
+ * lines' text, not the formatting of every number. Returns 0 with *out, or SLUICE_ERR_NOMEM. */
+struct metrics_frozen;
+int observe_freeze(struct observe *o, const struct state *st, uint64_t now_ms,
+                   struct metrics_frozen **out);
+
 #endif

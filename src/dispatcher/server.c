@@ -588,6 +588,17 @@ static int status_extra_fill(struct dispatcher *d, uint64_t now, struct status_e
     return observe_figures(d->obs, &d->st, now, x);
 }
 
+int dispatcher_status_tree(struct dispatcher *d, struct json_t **out)
+{
+    struct status_extra extra;
+    struct status_worker_seen *seen = NULL;
+    int rc = status_extra_fill(d, uv_now(d->loop), &extra, &seen);
+    if (rc == 0)
+        rc = status_json_tree(&d->st, &extra, out);
+    free(seen);
+    return rc < 0 ? SLUICE_ERR_NOMEM : 0;
+}
+
 int dispatcher_status_render(struct dispatcher *d, char **out)
 {
     struct status_extra extra;
@@ -1171,7 +1182,8 @@ void dispatcher_handover(struct dispatcher *d, void (*cb)(void *user), void *use
     replica_handover(d->replica, cb, user);
 }
 
-int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
+/* Sets the gauges the shell feeds observe (connections, Raft, object stores) before a scrape. */
+static int metrics_feed(struct dispatcher *d)
 {
     struct rpc_counts c = {rpc_server_auth_failures(d->rpc), rpc_server_refused(d->rpc),
                            rpc_server_handshake_timeouts(d->rpc),
@@ -1189,9 +1201,19 @@ int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
     obj_stats(os);
     int rc = observe_objects(d->obs, os);
     free(os);
-    if (rc < 0)
-        return rc;
-    return observe_render(d->obs, &d->st, uv_now(d->loop), body, len);
+    return rc;
+}
+
+int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len)
+{
+    int rc = metrics_feed(d);
+    return rc < 0 ? rc : observe_render(d->obs, &d->st, uv_now(d->loop), body, len);
+}
+
+int dispatcher_metrics_freeze(struct dispatcher *d, struct metrics_frozen **out)
+{
+    int rc = metrics_feed(d);
+    return rc < 0 ? rc : observe_freeze(d->obs, &d->st, uv_now(d->loop), out);
 }
 
 void dispatcher_maybe_finish_close(struct dispatcher *d)

@@ -123,10 +123,20 @@ void dispatcher_handover(struct dispatcher *d, void (*cb)(void *user), void *use
  * SLUICE_ERR_NOMEM. Loop thread. */
 int dispatcher_metrics_render(struct dispatcher *d, char **body, size_t *len);
 
+/* The same metrics frozen for a render elsewhere (observe_freeze): the loop pays the figures and
+ * a copy of the text, not the formatting. Returns 0 with *out, or SLUICE_ERR_NOMEM. Loop thread. */
+struct metrics_frozen;
+int dispatcher_metrics_freeze(struct dispatcher *d, struct metrics_frozen **out);
+
 /* The status document, as a StatusReply carries it (`sluice status --json`, and the dashboard's
  * GET /api/status): status_json_extra() with the shell's figures at this moment. Returns 0 with
  * *out (NUL-terminated, malloc'd; the caller frees it), or SLUICE_ERR_NOMEM. Loop thread. */
 int dispatcher_status_render(struct dispatcher *d, char **out);
+
+/* The same document as a tree (status_json_tree), to be written out elsewhere
+ * (status_json_dump, on any thread). Returns 0 with *out, or SLUICE_ERR_NOMEM. Loop thread. */
+struct json_t;
+int dispatcher_status_tree(struct dispatcher *d, struct json_t **out);
 
 /* Takes a sample for the dashboard's charts when one is due (history.h); the timer calls it.
  * Loop thread. */

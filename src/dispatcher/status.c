@@ -65,11 +65,10 @@ static const struct status_task_figures *task_figures(const struct status_extra 
     return lo < x->ntasks && x->tasks[lo].task_id == id ? &x->tasks[lo] : NULL;
 }
 
-static void add_task(struct status_figures *out, const struct status_extra *x,
-                     const struct st_task *t)
+/* Adds task t's figures f (NULL: it has none) to out. */
+static void add_figures(struct status_figures *out, const struct status_task_figures *f)
 {
     out->tasks++;
-    const struct status_task_figures *f = task_figures(x, t->id);
     if (!f)
         return;
     out->elements_per_second += f->elements_per_second;
@@ -78,6 +77,70 @@ static void add_task(struct status_figures *out, const struct status_extra *x,
     out->buffered_bytes += f->buffered_bytes;
     out->elements += f->elements;
     out->bytes += f->bytes;
+}
+
+static void add_task(struct status_figures *out, const struct status_extra *x,
+                     const struct st_task *t)
+{
+    add_figures(out, task_figures(x, t->id));
+}
+
+struct iteration_job {
+    uint64_t iteration_id;
+    size_t job; /* index in s->jobs */
+};
+
+static int cmp_iteration_job(const void *a, const void *b)
+{
+    uint64_t x = ((const struct iteration_job *)a)->iteration_id;
+    uint64_t y = ((const struct iteration_job *)b)->iteration_id;
+    return x < y ? -1 : x > y;
+}
+
+int status_all_figures(const struct state *s, const struct status_extra *x,
+                       struct status_figures *jobs, struct status_figures *workers)
+{
+    /* The jobs by their current iteration (a job with none, 0, takes no task). */
+    struct iteration_job *by_it = malloc((s->njobs ? s->njobs : 1) * sizeof *by_it);
+    if (!by_it)
+        return SLUICE_ERR_NOMEM;
+    size_t nby = 0;
+    for (size_t i = 0; i < s->njobs; i++) {
+        jobs[i] = (struct status_figures){0};
+        if (s->jobs[i].iteration_id)
+            by_it[nby++] = (struct iteration_job){s->jobs[i].iteration_id, i};
+    }
+    qsort(by_it, nby, sizeof *by_it, cmp_iteration_job);
+    for (size_t i = 0; i < s->nworkers; i++)
+        workers[i] = (struct status_figures){.workers = 1};
+    const struct status_task_figures *f = x && x->tasks ? x->tasks : NULL;
+    size_t nf = f ? x->ntasks : 0, k = 0;
+    for (size_t i = 0; i < s->ntasks; i++) {
+        const struct st_task *t = &s->tasks[i];
+        while (k < nf && f[k].task_id < t->id)
+            k++;
+        const struct status_task_figures *tf = k < nf && f[k].task_id == t->id ? &f[k] : NULL;
+        size_t lo = 0, hi = s->nworkers;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (s->workers[mid].id < t->worker_id)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < s->nworkers && s->workers[lo].id == t->worker_id)
+            add_figures(&workers[lo], tf);
+        struct iteration_job key = {t->iteration_id, 0};
+        const struct iteration_job *ij =
+            nby ? bsearch(&key, by_it, nby, sizeof *by_it, cmp_iteration_job) : NULL;
+        if (ij) {
+            add_figures(&jobs[ij->job], tf);
+            /* An iteration has at most one task per worker: its unfinished tasks count them. */
+            jobs[ij->job].workers += !t->finished;
+        }
+    }
+    free(by_it);
+    return 0;
 }
 
 void status_job_figures(const struct state *s, const struct status_extra *x, const struct st_job *j,
@@ -561,7 +624,7 @@ static json_t *raft_json(struct builder *b, const struct status_raft *r)
     return o;
 }
 
-int status_json_extra(const struct state *s, const struct status_extra *x, char **out)
+int status_json_tree(const struct state *s, const struct status_extra *x, json_t **out)
 {
     struct builder b = {false};
     json_t *root = json_object(), *workers = json_array(), *datasets = json_array(),
@@ -606,7 +669,25 @@ int status_json_extra(const struct state *s, const struct status_extra *x, char 
             append(&b, mixes, mix_json(&b, x, &s->mixes[i]));
         put(&b, root, "mixes", mixes);
     }
+    if (b.failed) {
+        json_decref(root);
+        return SLUICE_ERR_NOMEM;
+    }
+    *out = root;
+    return 0;
+}
+
+int status_json_dump(json_t *root, char **out)
+{
+    struct builder b = {false};
     return dump(&b, root, out);
+}
+
+int status_json_extra(const struct state *s, const struct status_extra *x, char **out)
+{
+    json_t *root;
+    int rc = status_json_tree(s, x, &root);
+    return rc < 0 ? rc : status_json_dump(root, out);
 }
 
 int status_dataset_json(const struct state *s, const char *dataset_id, char **out)

@@ -147,6 +147,13 @@ struct status_extra {
  * Returns as status_json(). */
 int status_json_extra(const struct state *s, const struct status_extra *x, char **out);
 
+/* status_json_extra in two steps: the document as a tree (0 with *out, the caller's, or
+ * SLUICE_ERR_NOMEM), built where the state is; then written out and freed by status_json_dump
+ * (returns as status_json), which reads nothing but the tree and may run on any thread. */
+struct json_t;
+int status_json_tree(const struct state *s, const struct status_extra *x, struct json_t **out);
+int status_json_dump(struct json_t *root, char **out);
+
 /* The figures of a job or a worker, summed over its tasks. */
 struct status_figures {
     uint64_t tasks;   /* job: tasks of its current iteration; worker: tasks it runs */
@@ -163,5 +170,13 @@ void status_job_figures(const struct state *s, const struct status_extra *x, con
                         struct status_figures *out);
 void status_worker_figures(const struct state *s, const struct status_extra *x,
                            const struct st_worker *w, struct status_figures *out);
+
+/* The figures of every job and every worker at once, in one pass over the tasks (both tables
+ * sorted by task id, so no task is looked up): jobs[i] of s->jobs[i] and workers[i] of
+ * s->workers[i], equal to what status_job_figures and status_worker_figures give one by one. At
+ * thousands of workers the one-by-one lookups are most of a scrape. Returns 0, or
+ * SLUICE_ERR_NOMEM (nothing set). */
+int status_all_figures(const struct state *s, const struct status_extra *x,
+                       struct status_figures *jobs, struct status_figures *workers);
 
 #endif

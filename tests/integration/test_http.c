@@ -73,7 +73,7 @@ struct later {
     uv_work_t work;
     struct server *s;
     struct http_reply *reply;
-    struct metrics_frozen *frozen; /* NULL: the page's JSON */
+    struct metrics_frozen *frozen;
     char *body;
     size_t len;
     int rc;
@@ -87,19 +87,13 @@ static void on_later_closed(uv_handle_t *h)
 static void later_render(uv_work_t *w)
 {
     struct later *l = w->data;
-    if (l->frozen) {
-        l->rc = metrics_frozen_render(l->frozen, &l->body, &l->len);
-    } else {
-        l->body = strdup("{\"n\":2}");
-        l->len = l->body ? strlen(l->body) : 0;
-        l->rc = l->body ? 0 : SLUICE_ERR_NOMEM;
-    }
+    l->rc = metrics_frozen_render(l->frozen, &l->body, &l->len);
 }
 
 static void later_done(uv_work_t *w, int status)
 {
     struct later *l = w->data;
-    struct http_response res = {l->frozen ? NULL : "application/json", l->body, l->len, true};
+    struct http_response res = {NULL, l->body, l->len, true};
     http_reply_send(l->reply, status < 0 ? SLUICE_ERR_CANCELLED : l->rc, &res);
     if (status < 0 || l->rc < 0)
         free(l->body);
@@ -114,15 +108,13 @@ static void on_later(uv_timer_t *t)
     assert_int_equal(uv_queue_work(&l->s->loop, &l->work, later_render, later_done), 0);
 }
 
-/* Defers the answer of the request being served by s->defer_ms (the frozen registry, or the
- * page's JSON when frozen is false). */
-static int answer_later(struct server *s, bool frozen)
+/* Defers the answer of the request being served by s->defer_ms: the registry as it is now. */
+static int answer_later(struct server *s)
 {
     struct later *l = calloc(1, sizeof *l);
     assert_non_null(l);
     l->s = s;
-    if (frozen)
-        assert_int_equal(metrics_freeze(s->reg, &l->frozen), 0);
+    assert_int_equal(metrics_freeze(s->reg, &l->frozen), 0);
     l->reply = http_defer(s->srv);
     assert_non_null(l->reply);
     uv_timer_init(&s->loop, &l->timer);
@@ -138,7 +130,7 @@ static int render(void *user, char **body, size_t *len)
         return SLUICE_ERR_NOMEM;
     metrics_add_u64(s->scrapes, 1);
     if (s->defer_ms)
-        return answer_later(s, true);
+        return answer_later(s);
     return metrics_render(s->reg, body, len);
 }
 
@@ -191,6 +183,21 @@ static enum http_access page_find(void *user, const char *path, size_t len)
     return HTTP_PAGE_NONE;
 }
 
+/* The deferred page: its text written on libuv's pool (http_answer_from_pool). */
+static int page_produce(void *arg, struct http_response *res)
+{
+    char *body = strdup(arg);
+    if (!body)
+        return SLUICE_ERR_NOMEM;
+    *res = (struct http_response){"application/json", body, strlen(body), true};
+    return 0;
+}
+
+static void page_release(void *arg)
+{
+    free(arg);
+}
+
 static int page_serve(void *user, const char *path, size_t len, struct http_response *res)
 {
     if (len == 1) {
@@ -202,7 +209,7 @@ static int page_serve(void *user, const char *path, size_t len, struct http_resp
     (void)path;
     struct server *s = user;
     if (s->defer_ms)
-        return answer_later(s, false);
+        return http_answer_from_pool(s->srv, page_produce, page_release, strdup("{\"n\":2}"));
     char *body = strdup("{\"n\":1}");
     assert_non_null(body);
     *res = (struct http_response){"application/json", body, strlen(body), true};

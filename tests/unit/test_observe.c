@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "dispatcher/observe.h"
 #include "dispatcher/state.h"
+#include "dispatcher/status.h"
 
 #define WINDOW_MS 1000
 
@@ -537,6 +538,67 @@ static void test_served_figures(void **state)
     assert_int_equal(x.ntasks, 1);
 }
 
+/* The figures of every job and worker at once equal those one by one: three jobs, tasks on
+ * seven workers (not every worker has a task of every job), some finished, some without figures;
+ * and the counts alone without figures. */
+static void test_all_figures(void **state)
+{
+    struct fixture *f = *state;
+    /* Jobs 2 and 3 with iterations 2 and 3 (job 1, iteration 1 come with the fixture). */
+    for (uint64_t j = 2; j <= 3; j++) {
+        struct st_update u = {.type = ST_JOB_CREATED, .id = j};
+        snprintf(u.name, sizeof u.name, "j%" PRIu64, j);
+        snprintf(u.name2, sizeof u.name2, "1");
+        apply(&f->st, &u);
+        struct st_update it = {.type = ST_ITERATION_CREATED, .id = j, .ref = j, .ref2 = 1};
+        apply(&f->st, &it);
+    }
+    for (uint64_t w = 1; w <= 7; w++)
+        add_worker(&f->st, w * 3);
+    uint64_t id = 100;
+    for (uint64_t w = 1; w <= 7; w++) {
+        for (uint64_t it = 1; it <= 3; it++) {
+            if ((w + it) % 4 == 0)
+                continue; /* not every worker has a task of every job */
+            struct st_update u = {.type = ST_TASK_CREATED, .id = id, .ref = it, .ref2 = w * 3};
+            apply(&f->st, &u);
+            if (id % 3 == 0) {
+                struct st_update fin = {.type = ST_TASK_FINISHED, .id = id};
+                apply(&f->st, &fin);
+            }
+            if (id % 5 != 0) {
+                for (uint64_t t = 0; t <= 1000; t += 500) {
+                    struct observe_task_counts c = {t * id / 100, t * id, id % 7, id * 11};
+                    observe_task_report(f->o, w * 3, id, t, &c);
+                }
+            }
+            id += 1 + id % 2;
+        }
+    }
+    struct status_extra x;
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(observe_figures(f->o, &f->st, 1000, &x), 0);
+    assert_true(x.ntasks > 0);
+    struct status_figures jobs[3], workers[7], one;
+    assert_int_equal(status_all_figures(&f->st, &x, jobs, workers), 0);
+    assert_int_equal(f->st.njobs, 3);
+    assert_int_equal(f->st.nworkers, 7);
+    for (size_t i = 0; i < 3; i++) {
+        status_job_figures(&f->st, &x, &f->st.jobs[i], &one);
+        assert_memory_equal(&one, &jobs[i], sizeof one);
+        assert_true(one.tasks > 0);
+    }
+    for (size_t i = 0; i < 7; i++) {
+        status_worker_figures(&f->st, &x, &f->st.workers[i], &one);
+        assert_memory_equal(&one, &workers[i], sizeof one);
+    }
+    /* Without figures: the counts only. */
+    assert_int_equal(status_all_figures(&f->st, NULL, jobs, workers), 0);
+    status_job_figures(&f->st, NULL, &f->st.jobs[1], &one);
+    assert_memory_equal(&one, &jobs[1], sizeof one);
+    assert_true(jobs[1].elements_per_second == 0 && jobs[1].tasks > 0);
+}
+
 /* Tasks are reported in any order (a large cluster reports them in the order of its workers'
  * heartbeats): the figures come out sorted by task id with each task's own numbers, through
  * removals of single tasks and of workers with their tasks. */
@@ -700,6 +762,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_counters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_gauges, setup, teardown),
         cmocka_unit_test_setup_teardown(test_served_figures, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_all_figures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_task_figures_any_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_histogram, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_extra, setup, teardown),
