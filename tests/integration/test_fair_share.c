@@ -34,8 +34,13 @@ static int setup(void **state)
     return (*state = cluster_new(NULL, worker_args, 1, NWORKERS)) ? 0 : -1;
 }
 
+/* The two readers: stopped by the teardown when a failed assertion left them running. */
+static struct proc readers[2];
+
 static int teardown(void **state)
 {
+    for (int i = 0; i < 2; i++)
+        proc_stop(&readers[i], SIGTERM, 5000);
     int rc = cluster_teardown(state);
     tmp_cleanup();
     return rc;
@@ -133,11 +138,11 @@ static void test_weights_share_threads(void **state)
 {
     struct cluster *c = *state;
     cluster_wait_registered(c);
-    struct proc heavy, light;
-    assert_int_equal(cluster_cli_spawn(c, &heavy, "read", PIPELINE, "--mode", "distributed_epoch",
+    struct proc *heavy = &readers[0], *light = &readers[1];
+    assert_int_equal(cluster_cli_spawn(c, heavy, "read", PIPELINE, "--mode", "distributed_epoch",
                                        "--job-name", "heavy", "--weight", "2", NULL),
                      0);
-    assert_int_equal(cluster_cli_spawn(c, &light, "read", PIPELINE, "--mode", "distributed_epoch",
+    assert_int_equal(cluster_cli_spawn(c, light, "read", PIPELINE, "--mode", "distributed_epoch",
                                        "--job-name", "light", NULL),
                      0);
     json_t *jh = cluster_wait_job(c, "heavy", NWORKERS, 30000);
@@ -151,16 +156,16 @@ static void test_weights_share_threads(void **state)
     /* Both jobs want more for about 15 s (the heavy one ends first): one window of 4 s after
      * the tasks started, another after the dispatcher restarted. */
     sleep_ms(1500);
-    measure(c, h, l, &heavy, &light, "before the restart");
+    measure(c, h, l, heavy, light, "before the restart");
     assert_int_equal(cluster_restart_dispatcher(c, SIGTERM), 0);
     sleep_ms(1500);
     json_t *doc = cluster_status(c);
     assert_true(json_real_value(json_object_get(job_named(doc, "heavy"), "weight")) == 2.0);
     json_decref(doc);
-    measure(c, h, l, &heavy, &light, "after the restart");
+    measure(c, h, l, heavy, light, "after the restart");
 
-    expect_every_element_once(&heavy, "heavy (weight 2) read");
-    expect_every_element_once(&light, "light (weight 1) read");
+    expect_every_element_once(heavy, "heavy (weight 2) read");
+    expect_every_element_once(light, "light (weight 1) read");
 }
 
 int main(void)
