@@ -9,6 +9,8 @@
 
 #include "dispatcher/rates.h"
 
+#include <math.h>
+
 static void expect_rate(const struct rate_ring *r, uint64_t now, uint32_t window, double eps,
                         double bps, uint64_t span)
 {
@@ -27,6 +29,24 @@ static void test_empty_and_single(void **state)
     expect_rate(&r, 1000, 1000, 0, 0, 0);
     rate_ring_add(&r, &(struct rate_sample){1000, 50, 500});
     expect_rate(&r, 1000, 1000, 0, 0, 0);
+}
+
+/* Thread time measures seconds of it per second over the same window, and going back starts the
+ * ring over like the other counters. */
+static void test_busy(void **state)
+{
+    (void)state;
+    struct rate_ring r = {0};
+    for (uint64_t t = 0; t <= 2000; t += 500)
+        rate_ring_add(&r, &(struct rate_sample){t, t, t, t * 1500000}); /* 1.5 s/s */
+    struct rate got = rate_ring_rate(&r, 2000, 1000);
+    assert_int_equal(got.span_ms, 1000);
+    assert_true(fabs(got.busy_per_second - 1.5) < 1e-12);
+    assert_true(fabs(got.elements_per_second - 1000) < 1e-9);
+    rate_ring_add(&r, &(struct rate_sample){2500, 2500, 2500, 0});
+    got = rate_ring_rate(&r, 2500, 1000);
+    assert_int_equal(got.span_ms, 0);
+    assert_true(got.busy_per_second == 0);
 }
 
 static void test_window_picks_base(void **state)
@@ -103,7 +123,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_and_single),      cmocka_unit_test(test_window_picks_base),
         cmocka_unit_test(test_idle_and_silent),       cmocka_unit_test(test_restart_and_same_time),
-        cmocka_unit_test(test_ring_keeps_the_newest),
+        cmocka_unit_test(test_ring_keeps_the_newest), cmocka_unit_test(test_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
