@@ -76,6 +76,7 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     def->compression = (Sluice__Compression)ds->compression;
     def->num_consumers = job->num_consumers;
     def->cross_trainer_cache_bytes = job->xtc_bytes;
+    def->weight = job->weight;
     /* A running save's task writes chunks into the snapshot directory instead of serving. */
     const struct st_save *sv = state_save_running(&d->st, it->id);
     if (sv)

@@ -616,7 +616,8 @@ void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id
     f->worker_id = worker_id;
     f->buffered = c->buffered;
     f->buffered_bytes = c->buffered_bytes;
-    rate_ring_add(&f->ring, now_ms, c->served_elements, c->served_bytes);
+    rate_ring_add(&f->ring,
+                  &(struct rate_sample){now_ms, c->served_elements, c->served_bytes, c->busy_ns});
 }
 
 void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t worker_id,
@@ -629,7 +630,7 @@ void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t 
         if (!t || t->worker_id != worker_id)
             continue;
         struct observe_task_counts c = {p->served_elements, p->served_bytes, p->buffered,
-                                        p->buffered_bytes};
+                                        p->buffered_bytes, p->busy_ns};
         observe_task_report(o, worker_id, p->task_id, now_ms, &c);
         if (p->n_stages > 0) {
             struct status_stage v[STATUS_STAGES_MAX];
@@ -1032,6 +1033,7 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
             .task_id = f->id,
             .elements_per_second = r.elements_per_second,
             .bytes_per_second = r.bytes_per_second,
+            .busy_per_second = r.busy_per_second,
             .buffered = f->buffered,
             .buffered_bytes = f->buffered_bytes,
             .elements = last ? last->elements : 0,

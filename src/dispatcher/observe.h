@@ -144,10 +144,12 @@ void observe_worker_heartbeat(struct observe *o, uint64_t worker_id,
 void observe_client_heartbeat(struct observe *o, uint64_t job_id,
                               const Sluice__ClientHeartbeatRequest *req);
 
-/* What a worker reports of one task: cumulative served counters and its buffer now. */
+/* What a worker reports of one task: cumulative served counters, the thread time its slices
+ * took, and its buffer now. */
 struct observe_task_counts {
     uint64_t served_elements, served_bytes;
     uint64_t buffered, buffered_bytes;
+    uint64_t busy_ns;
 };
 
 /* Records one task's report received at now_ms (a sample of its rate ring, rates.h). A task

@@ -6,27 +6,27 @@ static const struct rate_sample *nth_newest(const struct rate_ring *r, unsigned 
     return &r->v[(r->head + RATE_SAMPLES - k) % RATE_SAMPLES];
 }
 
-void rate_ring_add(struct rate_ring *r, uint64_t t_ms, uint64_t elements, uint64_t bytes)
+void rate_ring_add(struct rate_ring *r, const struct rate_sample *s)
 {
-    struct rate_sample s = {t_ms, elements, bytes};
     if (r->n > 0) {
         const struct rate_sample *last = nth_newest(r, 0);
-        if (t_ms < last->t_ms || elements < last->elements || bytes < last->bytes) {
+        if (s->t_ms < last->t_ms || s->elements < last->elements || s->bytes < last->bytes ||
+            s->busy_ns < last->busy_ns) {
             r->n = 0;
-        } else if (t_ms == last->t_ms) {
-            r->v[r->head] = s;
+        } else if (s->t_ms == last->t_ms) {
+            r->v[r->head] = *s;
             return;
         }
     }
     r->head = r->n == 0 ? 0 : (r->head + 1) % RATE_SAMPLES;
-    r->v[r->head] = s;
+    r->v[r->head] = *s;
     if (r->n < RATE_SAMPLES)
         r->n++;
 }
 
 struct rate rate_ring_rate(const struct rate_ring *r, uint64_t now_ms, uint32_t window_ms)
 {
-    struct rate out = {0, 0, 0};
+    struct rate out = {0};
     if (r->n < 2)
         return out;
     uint64_t start = now_ms > window_ms ? now_ms - window_ms : 0;
@@ -42,5 +42,6 @@ struct rate rate_ring_rate(const struct rate_ring *r, uint64_t now_ms, uint32_t 
     double secs = (double)out.span_ms / 1000.0;
     out.elements_per_second = (double)(last->elements - base->elements) / secs;
     out.bytes_per_second = (double)(last->bytes - base->bytes) / secs;
+    out.busy_per_second = (double)(last->busy_ns - base->busy_ns) / 1e9 / secs;
     return out;
 }

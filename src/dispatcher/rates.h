@@ -1,7 +1,8 @@
 /* Rates over a window from cumulative counters: what a task's worker reports in each heartbeat
- * (elements and bytes served since the task started) becomes elements/s and bytes/s over the
- * dispatcher's observation window. Pure: times are passed in (milliseconds of any monotonic
- * clock), nothing is allocated; any thread may call these on a ring it owns.
+ * (elements and bytes served since the task started, thread time its slices took) becomes
+ * elements/s and bytes/s over the dispatcher's observation window. Pure: times are passed in
+ * (milliseconds of any monotonic clock), nothing is allocated; any thread may call these on a ring
+ * it owns.
  *
  * A ring keeps the last RATE_SAMPLES samples. The rate at now is measured from a base sample to
  * the newest one: the base is the newest sample taken at or before now - window, so the span
@@ -20,6 +21,7 @@
 struct rate_sample {
     uint64_t t_ms;
     uint64_t elements, bytes;
+    uint64_t busy_ns; /* worker thread time */
 };
 
 /* Zero-initialised is empty. */
@@ -31,13 +33,14 @@ struct rate_ring {
 
 struct rate {
     double elements_per_second, bytes_per_second;
-    uint64_t span_ms; /* what the figures are measured over; 0: nothing to measure, both 0 */
+    double busy_per_second; /* seconds of worker thread time per second */
+    uint64_t span_ms;       /* what the figures are measured over; 0: nothing to measure, both 0 */
 };
 
 /* Records a sample. A sample at the newest sample's time replaces it; one before it (a clock
  * that went back) or with a smaller counter starts the ring over. The oldest sample is dropped
  * once RATE_SAMPLES are kept. */
-void rate_ring_add(struct rate_ring *r, uint64_t t_ms, uint64_t elements, uint64_t bytes);
+void rate_ring_add(struct rate_ring *r, const struct rate_sample *s);
 
 /* The rates at now_ms over window_ms (see above). */
 struct rate rate_ring_rate(const struct rate_ring *r, uint64_t now_ms, uint32_t window_ms);

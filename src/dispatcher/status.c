@@ -65,6 +65,15 @@ static const struct status_task_figures *task_figures(const struct status_extra 
     return lo < x->ntasks && x->tasks[lo].task_id == id ? &x->tasks[lo] : NULL;
 }
 
+/* Worker thread seconds per second over every task reported: what "worker_time_share" divides. */
+static double busy_total(const struct status_extra *x)
+{
+    double sum = 0;
+    for (size_t i = 0; x->tasks && i < x->ntasks; i++)
+        sum += x->tasks[i].busy_per_second;
+    return sum;
+}
+
 /* Adds task t's figures f (NULL: it has none) to out. */
 static void add_figures(struct status_figures *out, const struct status_task_figures *f)
 {
@@ -73,6 +82,7 @@ static void add_figures(struct status_figures *out, const struct status_task_fig
         return;
     out->elements_per_second += f->elements_per_second;
     out->bytes_per_second += f->bytes_per_second;
+    out->busy_per_second += f->busy_per_second;
     out->buffered += f->buffered;
     out->buffered_bytes += f->buffered_bytes;
     out->elements += f->elements;
@@ -469,6 +479,8 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
         put(b, o, "elements", u64(f.elements));
         put(b, o, "bytes", u64(f.bytes));
+        double all = busy_total(x);
+        put(b, o, "worker_time_share", all > 0 ? json_real(f.busy_per_second / all) : json_null());
         put(b, o, "copies_cut", u64(job_cut(x, j->id)));
         put(b, o, "consumers", consumers_json(b, x, j->id));
         put(b, o, "why", why_json(b, s, x, j));

@@ -59,6 +59,7 @@ int status_dataset_json(const struct state *s, const char *dataset_id, char **ou
 struct status_task_figures {
     uint64_t task_id;
     double elements_per_second, bytes_per_second;
+    double busy_per_second; /* seconds of its worker's thread time per second */
     uint64_t buffered, buffered_bytes;
     uint64_t elements, bytes; /* served to readers since the task started, as last reported */
     const struct status_stage *stages; /* borrowed, nstages of them */
@@ -137,7 +138,9 @@ struct status_extra {
  * "bytes_per_second", "elements", "bytes" and "heartbeat_age_ms" (null when unknown); in each
  * job "workers", "elements_per_second", "bytes_per_second", "elements" and "bytes"
  * (status_job_figures: elements and encoded bytes its tasks served so far, as last reported) and
- * "copies_cut" (x->cuts), "consumers" (x->consumers of the job: [{"id": CLIENT,
+ * "worker_time_share" (its tasks' share of the worker thread time every task took over the
+ * window, from the workers' TaskProgress.busy_ns; null when none was measured), "copies_cut"
+ * (x->cuts), "consumers" (x->consumers of the job: [{"id": CLIENT,
  * "exposed_wait_seconds": 12.5, "wait_share": 0.41 (null: not measured yet),
  * "elements_per_second": 96.0}]) and "why" (why.h: {"input_bound", "wait_share", "threshold",
  * "slowest_consumer", "slowest_worker", "worker_rate_vs_median", "dominant_stage",
@@ -159,6 +162,7 @@ struct status_figures {
     uint64_t tasks;   /* job: tasks of its current iteration; worker: tasks it runs */
     uint64_t workers; /* job: distinct workers running an unfinished task of it; worker: 1 */
     double elements_per_second, bytes_per_second;
+    double busy_per_second; /* worker thread seconds per second its tasks took */
     uint64_t buffered, buffered_bytes;
     uint64_t elements, bytes; /* served by its tasks, as last reported */
 };

@@ -239,6 +239,7 @@ void worker_hb_send(struct worker *w)
         progs[i].buffered_bytes = tp.buffered_bytes;
         progs[i].served_elements = wt->served_elements;
         progs[i].served_bytes = wt->served_bytes;
+        progs[i].busy_ns = tp.busy_ns;
         progs[i].settled = tp.settled;
         /* A failed task is reported, so the dispatcher records the failure for its readers
          * and hands its iteration to no other worker. */
@@ -252,6 +253,7 @@ void worker_hb_send(struct worker *w)
         struct task_stage *st = stages + i * TASK_STAGES_MAX;
         task_stages(wt->task, &tp, wt->send_ns, st);
         wmetrics_task_stages(w->wm, wt->job_id, wt->id, st);
+        wmetrics_task_busy(w->wm, wt->job_id, wt->id, tp.busy_ns);
         progs[i].stages = tptrs + i * TASK_STAGES_MAX;
         for (size_t k = 0; k < TASK_STAGES_MAX; k++) {
             if (!st[k].name[0] || st[k].ns == 0)

@@ -1,4 +1,5 @@
-/* The producer pool (see pool.h): threads taking jobs from one FIFO queue under one mutex.
+/* The producer pool (see pool.h): threads taking jobs from one queue under one mutex, the job of
+ * the share with the least virtual time first (fair.h), the oldest among equals.
  *
  * A job's state, under the pool's mutex: idle (not queued, not running: new, or parked), queued,
  * running, or running and woken meanwhile (queued again once its slice returns). A thread that
@@ -38,6 +39,7 @@ struct pool_thread {
 struct pool {
     uv_mutex_t mu;
     struct pool_job *head, *tail;
+    struct fair_clock clock;
     struct pool_thread *threads; /* every thread not exited, retired ones included */
     struct pool_thread *idle;    /* the idle stack: the thread that went idle last first */
     unsigned size;               /* threads not retired */
@@ -77,6 +79,30 @@ static void push_locked(struct pool *pl, struct pool_job *job)
     else
         pl->head = job;
     pl->tail = job;
+    fair_enter(job->share, &pl->clock);
+}
+
+/* Takes the queued job to run next off the queue: the first of those whose share goes first
+ * (fair_before). A queue holds a few jobs per task, so the scan is short. Pool mutex held. */
+static struct pool_job *take_locked(struct pool *pl)
+{
+    struct pool_job *best = pl->head, *best_prev = NULL;
+    for (struct pool_job *prev = pl->head, *j = prev->next; j; prev = j, j = j->next) {
+        if (j->share != best->share && fair_before(j->share, best->share)) {
+            best = j;
+            best_prev = prev;
+        }
+    }
+    if (best_prev)
+        best_prev->next = best->next;
+    else
+        pl->head = best->next;
+    if (pl->tail == best)
+        pl->tail = best_prev;
+    best->next = NULL;
+    if (best->share)
+        fair_picked(best->share, &pl->clock);
+    return best;
 }
 
 static void thread_main(void *arg)
@@ -94,25 +120,27 @@ static void thread_main(void *arg)
                 uv_cond_wait(&th->cv, &pl->mu);
             continue;
         }
-        pl->head = job->next;
-        if (!pl->head)
-            pl->tail = NULL;
+        job = take_locked(pl);
         job->state = JOB_RUNNING;
         th->job = job;
         uv_mutex_unlock(&pl->mu);
+        uint64_t start = uv_hrtime();
         enum pool_slice r = job->run(job);
+        uint64_t took = r == POOL_DONE ? 0 : uv_hrtime() - start;
         uv_mutex_lock(&pl->mu);
         th->job = NULL;
         if (r == POOL_DONE)
-            continue; /* the job may be gone already */
+            continue; /* the job, and its share, may be gone already */
         if (r == POOL_YIELD || job->state == JOB_RUNNING_WOKEN) {
+            /* Queued again before it is charged, so its share stays active throughout. */
             push_locked(pl, job);
-            /* This thread takes the head next; another one only if it is a different job. */
+            /* This thread takes a job next; another one only if another is queued. */
             if (pl->head != job)
                 wake_one_locked(pl);
         } else {
             job->state = JOB_IDLE;
         }
+        fair_charge(job->share, took);
     }
     if (!th->retired) {
         uv_mutex_unlock(&pl->mu);
@@ -197,6 +225,14 @@ void pool_wake(struct pool *pl, struct pool_job *job)
         break;
     }
     uv_mutex_unlock(&pl->mu);
+}
+
+uint64_t pool_share_busy_ns(struct pool *pl, const struct fair_share *share)
+{
+    uv_mutex_lock(&pl->mu);
+    uint64_t ns = share->busy_ns;
+    uv_mutex_unlock(&pl->mu);
+    return ns;
 }
 
 int pool_retire(struct pool *pl, struct pool_job *job)

@@ -1,8 +1,8 @@
 /* A worker's producer pool: a fixed number of threads that run jobs (a task's producers, task.h)
- * in slices, taking them from one FIFO run queue (docs/design.md §4: a worker's threads).
+ * in slices, taking them from one run queue (docs/design.md §4: a worker's threads).
  *
  * Happy path: pool_create() starts the threads. A job is made runnable with pool_wake(); a free
- * thread takes the oldest runnable job and calls job->run, which does a bounded amount of work
+ * thread takes a runnable job and calls job->run, which does a bounded amount of work
  * (a slice) and says what comes next: POOL_YIELD (runnable again: queued at the tail, so jobs
  * share the threads in turn), POOL_PARK (it waits for something, and whoever provides it calls
  * pool_wake; a wake that comes while the slice still runs queues the job again as soon as the
@@ -23,7 +23,10 @@
 #ifndef SLUICE_WORKER_POOL_H
 #define SLUICE_WORKER_POOL_H
 
+#include "fair.h"
+
 #include <stdbool.h>
+#include <stdint.h>
 
 /* The most threads a pool may have (--threads). */
 #define POOL_MAX_THREADS 4096u
@@ -41,6 +44,10 @@ enum pool_slice {
 struct pool_job {
     /* One slice of the job, on one of the pool's threads. */
     enum pool_slice (*run)(struct pool_job *job);
+    /* The share its slices' thread time is charged to (fair.h), set before its first pool_wake
+     * and outliving every slice of the job but one that returns POOL_DONE; NULL: none (it goes
+     * before every job of a share). */
+    struct fair_share *share;
     /* The pool's, under its mutex. */
     struct pool_job *next;
     unsigned state;
@@ -57,6 +64,10 @@ unsigned pool_size(const struct pool *pl);
  * its slice is running, queued again once that slice returns (even if it parks); nothing when it
  * is queued already. Never call it for a job whose run has returned POOL_DONE. */
 void pool_wake(struct pool *pl, struct pool_job *job);
+
+/* Any thread. The thread time the slices of share's jobs took so far (fair_share.busy_ns, read
+ * under the pool's mutex). */
+uint64_t pool_share_busy_ns(struct pool *pl, const struct fair_share *share);
 
 /* Owner. When job's slice is running, its thread is given up to it: detached, it exits once the
  * slice returns, and a new thread takes its place in the pool. Returns 1 when a thread was

@@ -251,10 +251,12 @@ int task_start(const struct task_config *cfg, struct pipe_spec *spec, struct tas
             goto fail;
         t->pool = t->own_pool;
     }
+    fair_share_init(&t->share, cfg->weight);
     for (unsigned i = 0; i < n; i++) {
         struct producer *p = &t->producers[i];
         p->t = t;
         p->job.run = task_producer_slice;
+        p->job.share = &t->share;
         pipe_elem_init(&p->elem);
         if (uv_mutex_init(&p->mu) != 0) {
             rc = SLUICE_ERR_NOMEM;
@@ -424,6 +426,7 @@ uint64_t task_steal(struct task *t, uint64_t now_ns)
 
 void task_progress(struct task *t, struct task_progress *out)
 {
+    out->busy_ns = t->pool ? pool_share_busy_ns(t->pool, &t->share) : 0;
     uv_mutex_lock(&t->mu);
     out->done = t->done;
     out->failed = t->err_code != 0;

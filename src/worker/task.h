@@ -113,6 +113,9 @@ struct task_config {
      * stopped or failed) has its temporary file removed. With data roots, a directory outside
      * them fails the task. Copied by task_start. */
     const char *snapshot_path;
+    /* The weight of the task's job (its --weight): the task's share of the pool's threads
+     * against the other tasks' when they all want more (fair.h). 0 (or not finite): 1. */
+    double weight;
 };
 
 /* Loop. Prepares the producers of a task over spec, which the task takes ownership of (also on
@@ -185,6 +188,9 @@ struct task_progress {
     /* Summed over the producers: nanoseconds in each stage of the pipeline (pipeline/prof.h:
      * 0 the source, k + 1 operation k), estimated by sampling. */
     uint64_t stage_ns[PIPE_PROF_STAGES];
+    /* Thread time the producers' slices took on the pool (fair.h: the task's share), in
+     * nanoseconds, but for each producer's last slice. */
+    uint64_t busy_ns;
 };
 void task_progress(struct task *t, struct task_progress *out);
 

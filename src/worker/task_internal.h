@@ -131,10 +131,11 @@ struct task {
     size_t returned_cap;
 
     struct producer *producers;
-    bool started;          /* loop only: the producers were queued, or the task ended unstarted */
-    unsigned nproducers;   /* producers whose mutex exists */
-    struct pool *pool;     /* where the producers run */
-    struct pool *own_pool; /* a pool of the task's own (a save's task), or NULL */
+    bool started;            /* loop only: the producers were queued, or the task ended unstarted */
+    unsigned nproducers;     /* producers whose mutex exists */
+    struct pool *pool;       /* where the producers run */
+    struct pool *own_pool;   /* a pool of the task's own (a save's task), or NULL */
+    struct fair_share share; /* the producers' share of the pool's threads (the pool's) */
     /* Producers inside a slice right now. A slice's last access to the task is to decrement
      * it, so a task with alive and in_slice both 0 is touched by no thread (task_exited). */
     atomic_uint in_slice;

@@ -19,6 +19,7 @@ struct wm_task {
     uint64_t at_ns;                     /* when that heartbeat was */
     bool primed;                        /* a heartbeat has seen it */
     uint64_t stage_ns[TASK_STAGES_MAX]; /* as of the last pass that saw it */
+    uint64_t busy_ns;                   /* likewise */
     bool seen;                          /* seen in the current pass */
 };
 
@@ -26,7 +27,7 @@ struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
         *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c;
-    struct metrics_family *stages_f;
+    struct metrics_family *stages_f, *busy_f;
     /* Jobs with stage series: those of the last pass, and those the current pass saw (the
      * series of a job no pass sees any more are removed at the pass's end). */
     uint64_t *jobs, *pass_jobs;
@@ -108,6 +109,12 @@ int wmetrics_create(struct wmetrics **out)
                              "waiting for room in a full buffer) and send (replies being "
                              "written).",
                              METRICS_DOUBLE, &m->stages_f);
+    if (rc == 0)
+        rc = metrics_counter(m->reg, "sluice_worker_job_cpu_seconds_total",
+                             "Seconds of thread time the tasks of a job took on this worker's "
+                             "threads (waits inside the pipeline's functions included): what "
+                             "the threads are shared by, in proportion to the jobs' weights.",
+                             METRICS_DOUBLE, &m->busy_f);
     /* The same names as the dispatcher's: they describe the RPC server both run. */
     if (rc == 0)
         rc = rpc_metrics_create(m->reg, &m->conns);
@@ -244,13 +251,19 @@ static void note_job(struct wmetrics *m, uint64_t job_id)
     m->pass_jobs[m->npass_jobs++] = job_id;
 }
 
+/* The entry of task_id that the current pass saw, or NULL. */
+static struct wm_task *find_task(struct wmetrics *m, uint64_t task_id)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->tasks[i].id == task_id)
+            return &m->tasks[i];
+    return NULL;
+}
+
 void wmetrics_task_stages(struct wmetrics *m, uint64_t job_id, uint64_t task_id,
                           const struct task_stage *st)
 {
-    struct wm_task *e = NULL;
-    for (size_t i = 0; i < m->n && !e; i++)
-        if (m->tasks[i].id == task_id)
-            e = &m->tasks[i];
+    struct wm_task *e = find_task(m, task_id);
     if (!e)
         return;
     note_job(m, job_id);
@@ -269,6 +282,24 @@ void wmetrics_task_stages(struct wmetrics *m, uint64_t job_id, uint64_t task_id,
         metrics_add_double(s, (double)(st[k].ns - e->stage_ns[k]) / 1e9);
         e->stage_ns[k] = st[k].ns;
     }
+}
+
+void wmetrics_task_busy(struct wmetrics *m, uint64_t job_id, uint64_t task_id, uint64_t busy_ns)
+{
+    struct wm_task *e = find_task(m, task_id);
+    if (!e)
+        return;
+    note_job(m, job_id);
+    if (busy_ns < e->busy_ns)
+        e->busy_ns = busy_ns; /* another task under a reused id */
+    char job[24];
+    snprintf(job, sizeof job, "%" PRIu64, job_id);
+    struct metrics_label label = {"job", job};
+    struct metrics_series *s;
+    if (metrics_series_get(m->busy_f, &label, 1, &s) != 0)
+        return; /* counted at the next pass */
+    metrics_add_double(s, (double)(busy_ns - e->busy_ns) / 1e9);
+    e->busy_ns = busy_ns;
 }
 
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp)

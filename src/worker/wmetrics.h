@@ -27,6 +27,11 @@
  *                                           each stage (task_stages: the pipeline's source
  *                                           and operations, buffer_wait, send); a job's
  *                                           series go once no pass sees a task of it
+ *   sluice_worker_job_cpu_seconds_total{job}
+ *                                           counter: seconds of thread time the slices of the
+ *                                           job's tasks took on the worker's threads (fair.h;
+ *                                           waits inside the pipeline included): what weighted
+ *                                           sharing divides; gone with the job's stage series
  *   sluice_worker_cross_trainer_cache_bytes gauge: what the tasks' cross-trainer caches hold
  *                                           (xtcache.h's cost: record bytes plus overhead)
  *   sluice_worker_cross_trainer_skipped_total
@@ -79,6 +84,10 @@ double wmetrics_task_heartbeat(struct wmetrics *m, uint64_t task_id, const struc
  * each grew since the last pass goes to sluice_worker_stage_seconds_total{job,stage}. */
 void wmetrics_task_stages(struct wmetrics *m, uint64_t job_id, uint64_t task_id,
                           const struct task_stage *st);
+/* In a pass, like wmetrics_task_stages: the task of job job_id took busy_ns of thread time so
+ * far (task_progress); its growth since the last pass goes to
+ * sluice_worker_job_cpu_seconds_total{job}. */
+void wmetrics_task_busy(struct wmetrics *m, uint64_t job_id, uint64_t task_id, uint64_t busy_ns);
 /* A scrape's view of a live task: counts and gauges only, the idle share's interval untouched. */
 void wmetrics_task_seen(struct wmetrics *m, uint64_t task_id, const struct task_progress *tp);
 /* In a pass: a task's cross-trainer cache holds bytes (its cost). */

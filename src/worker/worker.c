@@ -230,6 +230,7 @@ void worker_add_task(struct worker *w, const Sluice__TaskDef *td)
             .buffer_records = w->buffer_records,
             .max_element_bytes = w->max_element_bytes,
             .snapshot_path = td->snapshot_path,
+            .weight = td->weight,
         };
         rc = task_start(&cfg, spec, &wt->task, err, sizeof err);
         wt->running = rc == 0;
@@ -711,6 +712,7 @@ int worker_metrics_render(struct worker *w, char **body, size_t *len)
         struct task_stage st[TASK_STAGES_MAX];
         task_stages(wt->task, &tp, wt->send_ns, st);
         wmetrics_task_stages(w->wm, wt->job_id, wt->id, st);
+        wmetrics_task_busy(w->wm, wt->job_id, wt->id, tp.busy_ns);
         if (wt->has_xtc)
             wmetrics_xtc_seen(w->wm, wt->xtc.bytes);
     }

@@ -136,7 +136,7 @@ class Cluster:
 # Figures that move from one moment to the next; the rest of the document must be equal.
 VOLATILE = {"elements_per_second", "bytes_per_second", "elements", "bytes", "buffered",
             "buffered_bytes", "heartbeat_age_ms", "recommended_workers", "clients", "splits",
-            "copies_cut", "rounds"}
+            "copies_cut", "rounds", "worker_time_share"}
 
 
 def stable(doc):

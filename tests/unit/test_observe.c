@@ -397,9 +397,9 @@ static void test_copies_cut(void **state)
     assert_int_equal(x.cuts[0].cut, 7);
     char *json;
     assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
-    assert_non_null(strstr(json,
-                           "\"bytes_per_second\":0.0,\"elements\":0,\"bytes\":0,\"copies_cut\":7,"
-                           "\"consumers\":[],\"why\":{\"input_bound\":null,"));
+    assert_non_null(strstr(json, "\"bytes_per_second\":0.0,\"elements\":0,\"bytes\":0,"
+                                 "\"worker_time_share\":null,\"copies_cut\":7,"
+                                 "\"consumers\":[],\"why\":{\"input_bound\":null,"));
     free(json);
     /* A job no reader reported on has none. */
     struct status_extra none;

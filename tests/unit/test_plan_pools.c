@@ -131,6 +131,17 @@ static const struct harness_case pool_cases[] = {
      "error INVALID: weight must be a number above 0 and at most 1000000, not nan"},
     {"min above max is refused", POOLS, "job 1 min=3 max=2",
      "error INVALID: min_workers 3 is above max_workers 2"},
+    /* Workers are shared, not handed out: a heavier job that arrives takes no task from a job
+     * with min_workers, and gets its own on every worker. */
+    {"a heavier job leaves a min_workers job its workers", POOLS "job 1 name=light min=2",
+     "job 1 name=heavy weight=5",
+     "job_created id=2 name='heavy' name2='1' mode=parallel_epochs weight=5\n"
+     "iteration_created id=2 ref=2 dist=0\n"
+     "task_created id=4 ref=2 ref2=1\n"
+     "task_created id=5 ref=2 ref2=2\n"
+     "task_created id=6 ref=2 ref2=3\n"
+     "client_acquired id=2 ref=2\n"
+     "=> job=2 iteration=2 client=2"},
     {"a named job joined with another weight is refused", POOLS "job 1 name=n weight=2",
      "job 1 name=n",
      "error EXISTS: job 'n' exists with weight 2, min_workers 0, max_workers 0, not 1, 0, 0"},

@@ -9,6 +9,8 @@
 
 #include "dispatcher/rates.h"
 
+#include <math.h>
+
 static void expect_rate(const struct rate_ring *r, uint64_t now, uint32_t window, double eps,
                         double bps, uint64_t span)
 {
@@ -25,8 +27,26 @@ static void test_empty_and_single(void **state)
     (void)state;
     struct rate_ring r = {0};
     expect_rate(&r, 1000, 1000, 0, 0, 0);
-    rate_ring_add(&r, 1000, 50, 500);
+    rate_ring_add(&r, &(struct rate_sample){1000, 50, 500});
     expect_rate(&r, 1000, 1000, 0, 0, 0);
+}
+
+/* Thread time measures seconds of it per second over the same window, and going back starts the
+ * ring over like the other counters. */
+static void test_busy(void **state)
+{
+    (void)state;
+    struct rate_ring r = {0};
+    for (uint64_t t = 0; t <= 2000; t += 500)
+        rate_ring_add(&r, &(struct rate_sample){t, t, t, t * 1500000}); /* 1.5 s/s */
+    struct rate got = rate_ring_rate(&r, 2000, 1000);
+    assert_int_equal(got.span_ms, 1000);
+    assert_true(fabs(got.busy_per_second - 1.5) < 1e-12);
+    assert_true(fabs(got.elements_per_second - 1000) < 1e-9);
+    rate_ring_add(&r, &(struct rate_sample){2500, 2500, 2500, 0});
+    got = rate_ring_rate(&r, 2500, 1000);
+    assert_int_equal(got.span_ms, 0);
+    assert_true(got.busy_per_second == 0);
 }
 
 static void test_window_picks_base(void **state)
@@ -35,7 +55,7 @@ static void test_window_picks_base(void **state)
     /* A sample every 100 ms; 10 elements and 1000 bytes between samples until t = 1000. */
     struct rate_ring r = {0};
     for (uint64_t t = 100; t <= 1000; t += 100)
-        rate_ring_add(&r, t, t / 10, t * 10);
+        rate_ring_add(&r, &(struct rate_sample){t, t / 10, t * 10});
     /* Window 500 at now 1000: base is the sample at 500 (at the window's start). */
     expect_rate(&r, 1000, 500, 100, 10000, 500);
     /* Window 450 at now 1000: base is the newest at or before 550, the sample at 500. */
@@ -50,12 +70,12 @@ static void test_idle_and_silent(void **state)
 {
     (void)state;
     struct rate_ring r = {0};
-    rate_ring_add(&r, 0, 0, 0);
-    rate_ring_add(&r, 1000, 1000, 4000);
+    rate_ring_add(&r, &(struct rate_sample){0, 0, 0});
+    rate_ring_add(&r, &(struct rate_sample){1000, 1000, 4000});
     /* Serving stops: the counters stay. Within the window the old progress still counts. */
-    rate_ring_add(&r, 2000, 1000, 4000);
+    rate_ring_add(&r, &(struct rate_sample){2000, 1000, 4000});
     expect_rate(&r, 2000, 1500, 500, 2000, 2000);
-    rate_ring_add(&r, 3000, 1000, 4000);
+    rate_ring_add(&r, &(struct rate_sample){3000, 1000, 4000});
     /* Once the window lies after the last progress, the rate is exactly 0. */
     expect_rate(&r, 3000, 1000, 0, 0, 1000);
     /* Silent: nothing reported during the window. */
@@ -67,18 +87,18 @@ static void test_restart_and_same_time(void **state)
 {
     (void)state;
     struct rate_ring r = {0};
-    rate_ring_add(&r, 0, 100, 100);
-    rate_ring_add(&r, 1000, 200, 300);
+    rate_ring_add(&r, &(struct rate_sample){0, 100, 100});
+    rate_ring_add(&r, &(struct rate_sample){1000, 200, 300});
     /* The worker restarted: its counters begin again and the old samples are dropped. */
-    rate_ring_add(&r, 2000, 5, 5);
+    rate_ring_add(&r, &(struct rate_sample){2000, 5, 5});
     expect_rate(&r, 2000, 10000, 0, 0, 0);
-    rate_ring_add(&r, 3000, 105, 1005);
+    rate_ring_add(&r, &(struct rate_sample){3000, 105, 1005});
     expect_rate(&r, 3000, 10000, 100, 1000, 1000);
     /* A second report at the same time replaces the first. */
-    rate_ring_add(&r, 3000, 205, 2005);
+    rate_ring_add(&r, &(struct rate_sample){3000, 205, 2005});
     expect_rate(&r, 3000, 10000, 200, 2000, 1000);
     /* A clock that went back starts over too. */
-    rate_ring_add(&r, 2500, 300, 3000);
+    rate_ring_add(&r, &(struct rate_sample){2500, 300, 3000});
     expect_rate(&r, 2500, 10000, 0, 0, 0);
 }
 
@@ -89,7 +109,7 @@ static void test_ring_keeps_the_newest(void **state)
     /* Twice as many samples as the ring holds; the first half counted 2 per ms, the rest 1. */
     uint64_t e = 0;
     for (uint64_t t = 0; t < 2 * RATE_SAMPLES; t++) {
-        rate_ring_add(&r, t * 10, e, e);
+        rate_ring_add(&r, &(struct rate_sample){t * 10, e, e});
         e += t < RATE_SAMPLES ? 20 : 10;
     }
     assert_int_equal(r.n, RATE_SAMPLES);
@@ -103,7 +123,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_and_single),      cmocka_unit_test(test_window_picks_base),
         cmocka_unit_test(test_idle_and_silent),       cmocka_unit_test(test_restart_and_same_time),
-        cmocka_unit_test(test_ring_keeps_the_newest),
+        cmocka_unit_test(test_ring_keeps_the_newest), cmocka_unit_test(test_busy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,6 +135,42 @@ static void test_passes(void **unused)
     wmetrics_destroy(m);
 }
 
+/* sluice_worker_job_cpu_seconds_total{job}: the growth of each task's thread time, summed per
+ * job; a reused task id counts from its new value; a job no pass sees loses its series. */
+static void test_job_busy(void **unused)
+{
+    (void)unused;
+    struct wmetrics *m;
+    assert_int_equal(wmetrics_create(&m), 0);
+    struct task_progress tp = {.producers = 1};
+    wmetrics_pass_begin(m);
+    wmetrics_task_seen(m, 1, &tp);
+    wmetrics_task_busy(m, 5, 1, 1500 * MS);
+    wmetrics_task_seen(m, 2, &tp);
+    wmetrics_task_busy(m, 5, 2, 500 * MS);
+    wmetrics_task_seen(m, 3, &tp);
+    wmetrics_task_busy(m, 6, 3, 0);
+    wmetrics_pass_end(m);
+    assert_true(sample(m, "sluice_worker_job_cpu_seconds_total{job=\"5\"}") == 2.0);
+    assert_true(sample(m, "sluice_worker_job_cpu_seconds_total{job=\"6\"}") == 0.0);
+    /* Task 1 grows by 250 ms; task 2 is another task under a reused id (below its old value):
+     * it counts from there; job 6 is gone. */
+    wmetrics_pass_begin(m);
+    wmetrics_task_seen(m, 1, &tp);
+    wmetrics_task_busy(m, 5, 1, 1750 * MS);
+    wmetrics_task_seen(m, 2, &tp);
+    wmetrics_task_busy(m, 5, 2, 100 * MS);
+    wmetrics_pass_end(m);
+    assert_true(fabs(sample(m, "sluice_worker_job_cpu_seconds_total{job=\"5\"}") - 2.25) < 1e-9);
+    assert_true(isnan(sample(m, "sluice_worker_job_cpu_seconds_total{job=\"6\"}")));
+    wmetrics_pass_begin(m);
+    wmetrics_task_seen(m, 2, &tp);
+    wmetrics_task_busy(m, 5, 2, 400 * MS);
+    wmetrics_pass_end(m);
+    assert_true(fabs(sample(m, "sluice_worker_job_cpu_seconds_total{job=\"5\"}") - 2.55) < 1e-9);
+    wmetrics_destroy(m);
+}
+
 static void test_counters(void **unused)
 {
     (void)unused;
@@ -230,8 +266,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idle_share), cmocka_unit_test(test_objects),
-        cmocka_unit_test(test_passes),     cmocka_unit_test(test_counters),
-        cmocka_unit_test(test_xtc),
+        cmocka_unit_test(test_passes),     cmocka_unit_test(test_job_busy),
+        cmocka_unit_test(test_counters),   cmocka_unit_test(test_xtc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
