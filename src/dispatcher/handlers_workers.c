@@ -336,6 +336,8 @@ struct splits_ctx {
     struct req r;
     uint64_t iteration_id;
     struct plan_splits_result lease;
+    uint64_t dropped[HEDGE_PICK_MAX]; /* GetSplitsReply.dropped (hedge_take_drops) */
+    size_t ndropped;
 };
 
 /* The resume entries of a lease: for each leased split some consumer received part of, what to
@@ -413,7 +415,7 @@ static int add_hedges(struct dispatcher *d, const struct st_task *t, struct plan
     l->seqs = v;
     memcpy(v + l->nseqs, hedges, n * sizeof *v);
     l->nseqs += n;
-    if (hedge_leased(&d->hedge, t->iteration_id, t->id, hedges, n) < 0)
+    if (hedge_leased(&d->hedge, state_iteration(&d->st, t->iteration_id), t->id, hedges, n) < 0)
         log_warn("task %" PRIu64 ": out of memory noting hedged splits", t->id);
     observe_hedged(d->obs, n);
     log_info("task %" PRIu64 ": leased copies of %zu slow splits (from %" PRIu64 ")", t->id, n,
@@ -433,6 +435,8 @@ static void get_splits_done(struct dispatcher *d, int status, void *ctx)
         body.n_seqs = c->lease.nseqs;
         body.seqs = c->lease.seqs;
         body.end_of_splits = c->lease.end;
+        body.n_dropped = c->ndropped;
+        body.dropped = c->dropped;
         if (it && it->distributed && it->state != ST_ITER_GC) {
             plan.source_len = it->plan.source_len;
             plan.split_size = it->plan.split_size;
@@ -535,6 +539,7 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     if (nhedges > 0 && !c->lease.end && add_hedges(d, t, &c->lease, hedges, nhedges) < 0)
         log_warn("task %" PRIu64 ": out of memory leasing hedged splits: none this time",
                  req->task_id);
+    c->ndropped = hedge_take_drops(&d->hedge, t->iteration_id, t->id, c->dropped, HEDGE_PICK_MAX);
     /* Splits from the pool start new productions (relet.h); the pool is as it was before this
      * lease until the commit applies it. */
     const struct st_job *tjob = tit ? state_job(&d->st, tit->job_id) : NULL;

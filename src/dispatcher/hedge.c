@@ -22,6 +22,42 @@ static void row_release(struct hedge_iter *r)
 {
     u64map_release(&r->since);
     u64map_release(&r->copies);
+    u64map_release(&r->primaries);
+    free(r->drops);
+    r->drops = NULL;
+    r->ndrops = r->capdrops = 0;
+}
+
+static void drop_push(struct hedge_iter *r, uint64_t task_id, uint64_t seq)
+{
+    if (r->ndrops == r->capdrops) {
+        if (r->capdrops >= HEDGE_DROPS_MAX)
+            return;
+        size_t cap = r->capdrops ? 2 * r->capdrops : 16;
+        struct hedge_drop *v = realloc(r->drops, cap * sizeof *v);
+        if (!v)
+            return;
+        r->drops = v;
+        r->capdrops = cap;
+    }
+    r->drops[r->ndrops++] = (struct hedge_drop){task_id, seq};
+}
+
+/* Removes the drops of task_id, taking up to max of their seqs into out (NULL: all are
+ * forgotten). Returns how many were taken. */
+static size_t drops_take(struct hedge_iter *r, uint64_t task_id, uint64_t *out, size_t max)
+{
+    size_t k = 0, taken = 0;
+    for (size_t i = 0; i < r->ndrops; i++) {
+        if (r->drops[i].task_id == task_id && (out == NULL || taken < max)) {
+            if (out)
+                out[taken++] = r->drops[i].seq;
+            continue;
+        }
+        r->drops[k++] = r->drops[i];
+    }
+    r->ndrops = k;
+    return taken;
 }
 
 static void row_remove(struct hedge *h, uint64_t iteration_id)
@@ -158,14 +194,27 @@ void hedge_applied(struct hedge *h, const struct st_update *u, uint64_t now_ms)
             }
             if (timed)
                 (void)u64map_del(&r->since, u->seqs.v[i]);
-            (void)u64map_del(&r->copies, u->seqs.v[i]);
+            uint64_t copy, primary;
+            if (u64map_get(&r->copies, u->seqs.v[i], &copy)) {
+                /* Whichever production won, the other holder need not start it. */
+                if (u->type == ST_SPLITS_FINISHED) {
+                    drop_push(r, copy, u->seqs.v[i]);
+                    if (u64map_get(&r->primaries, u->seqs.v[i], &primary))
+                        drop_push(r, primary, u->seqs.v[i]);
+                }
+                (void)u64map_del(&r->copies, u->seqs.v[i]);
+                (void)u64map_del(&r->primaries, u->seqs.v[i]);
+            }
         }
         if (timed_n > 0)
             r->median = hedge_quantile_ms(r, 0.5);
         return;
     case ST_TASK_REMOVED:
-        if ((r = row_find(h, u->ref, NULL)) && r->copies.n > 0)
+        if (!(r = row_find(h, u->ref, NULL)))
+            return;
+        if (r->copies.n > 0)
             (void)u64map_retain(&r->copies, keep_other_holders, (void *)&u->id);
+        (void)drops_take(r, u->id, NULL, 0);
         return;
     case ST_ITERATION_FINISHED:
     case ST_ITERATION_FAILED:
@@ -173,6 +222,7 @@ void hedge_applied(struct hedge *h, const struct st_update *u, uint64_t now_ms)
         if ((r = row_find(h, u->id, NULL))) {
             u64map_release(&r->since);
             u64map_release(&r->copies);
+            u64map_release(&r->primaries);
             r->factor = 0;
         }
         return;
@@ -224,18 +274,30 @@ size_t hedge_pick(const struct hedge_iter *r, const struct st_iteration *it, uin
     return n;
 }
 
-int hedge_leased(struct hedge *h, uint64_t iteration_id, uint64_t task_id, const uint64_t *seqs,
-                 size_t n)
+int hedge_leased(struct hedge *h, const struct st_iteration *it, uint64_t task_id,
+                 const uint64_t *seqs, size_t n)
 {
-    struct hedge_iter *r = row_find(h, iteration_id, NULL);
+    struct hedge_iter *r = row_find(h, it->id, NULL);
     if (!r || n == 0)
         return 0;
     r->hedged += n;
     h->total += n;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        uint64_t primary;
         if (u64map_put(&r->copies, seqs[i], task_id) < 0)
             return SLUICE_ERR_NOMEM;
+        if (u64map_get(&it->held, seqs[i], &primary) &&
+            u64map_put(&r->primaries, seqs[i], primary) < 0)
+            return SLUICE_ERR_NOMEM;
+    }
     return 0;
+}
+
+size_t hedge_take_drops(struct hedge *h, uint64_t iteration_id, uint64_t task_id, uint64_t *out,
+                        size_t max)
+{
+    struct hedge_iter *r = row_find(h, iteration_id, NULL);
+    return r && max > 0 ? drops_take(r, task_id, out, max) : 0;
 }
 
 uint64_t hedge_count(const struct hedge *h, uint64_t iteration_id)

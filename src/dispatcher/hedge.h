@@ -42,15 +42,29 @@
 /* No split is hedged before it was leased this long, whatever the median (a median of a few
  * milliseconds would otherwise hedge splits delayed by a heartbeat's interval). */
 #define HEDGE_MIN_MS 50
-/* At most this many copies go with one lease (the shell's bound on hedge_pick's room). */
+/* At most this many copies go with one lease (the shell's bound on hedge_pick's room), and at
+ * most this many drops with one reply. */
 #define HEDGE_PICK_MAX 16
+/* Drops waiting for their task's next GetSplits, per iteration; past it a finished copy's
+ * other holder is not told (it produces the split for nothing, which the ledger drops). */
+#define HEDGE_DROPS_MAX 4096
+
+/* A split a task holds (leased, or a copy) that finished with the other production: the task
+ * is told with its next GetSplits reply (GetSplitsReply.dropped) and leaves it out if it has not
+ * started it. */
+struct hedge_drop {
+    uint64_t task_id, seq;
+};
 
 /* One iteration that hedges. */
 struct hedge_iter {
     uint64_t iteration_id;
-    double factor;              /* > 0 */
-    struct u64map since;        /* split leased and not finished -> the time of its lease (ms) */
-    struct u64map copies;       /* split with a copy out -> the task holding the copy */
+    double factor;            /* > 0 */
+    struct u64map since;      /* split leased and not finished -> the time of its lease (ms) */
+    struct u64map copies;     /* split with a copy out -> the task holding the copy */
+    struct u64map primaries;  /* split with a copy out -> the task it was leased to */
+    struct hedge_drop *drops; /* in the order the splits finished */
+    size_t ndrops, capdrops;
     uint64_t ms[HEDGE_SAMPLES]; /* split times, a ring */
     size_t nms, next;
     uint64_t median; /* hedge_quantile_ms(r, 0.5), kept as the ring changes */
@@ -91,10 +105,11 @@ uint64_t hedge_median_ms(const struct hedge_iter *r);
 uint64_t hedge_quantile_ms(const struct hedge_iter *r, double q);
 
 /* Follows an update state_apply() just applied, at now_ms: SPLITS_LEASED times its splits,
- * SPLITS_FINISHED adds their times to the ring and forgets them and their copies,
- * SPLITS_RETURNED forgets them and their copies, TASK_REMOVED forgets the copies its task held,
- * ITERATION_FINISHED, ITERATION_FAILED and ITERATION_GC forget the row. Out of memory, a split
- * goes untimed (never hedged). */
+ * SPLITS_FINISHED adds their times to the ring, forgets them and their copies, and queues a drop
+ * for both holders of each that had a copy out, SPLITS_RETURNED forgets them and their copies,
+ * TASK_REMOVED forgets the copies and drops of its task, ITERATION_FINISHED and ITERATION_FAILED
+ * stop the row's hedging (its count, times and drops stay), ITERATION_GC forgets the row. Out of
+ * memory, a split goes untimed (never hedged), or a drop is not queued. */
 void hedge_applied(struct hedge *h, const struct st_update *u, uint64_t now_ms);
 
 /* The decision, pure: which splits task_id (of iteration it, its worker asking for up to room
@@ -104,10 +119,16 @@ void hedge_applied(struct hedge *h, const struct st_update *u, uint64_t now_ms);
 size_t hedge_pick(const struct hedge_iter *r, const struct st_iteration *it, uint64_t task_id,
                   uint64_t now_ms, size_t room, uint64_t *out);
 
-/* Records that task_id holds copies of seqs[0, n) (hedge_pick's choice, sent), and counts them.
- * Returns 0 or SLUICE_ERR_NOMEM (a copy not recorded may be hedged again). */
-int hedge_leased(struct hedge *h, uint64_t iteration_id, uint64_t task_id, const uint64_t *seqs,
-                 size_t n);
+/* Records that task_id holds copies of seqs[0, n) (hedge_pick's choice, sent) of iteration it,
+ * beside the tasks holding their leases (it->held), and counts them. Returns 0 or
+ * SLUICE_ERR_NOMEM (a copy not recorded may be hedged again). */
+int hedge_leased(struct hedge *h, const struct st_iteration *it, uint64_t task_id,
+                 const uint64_t *seqs, size_t n);
+
+/* Takes up to max of the drops queued for task_id of the iteration into out, oldest first, and
+ * forgets them. Returns how many. */
+size_t hedge_take_drops(struct hedge *h, uint64_t iteration_id, uint64_t task_id, uint64_t *out,
+                        size_t max);
 
 /* Copies leased in the iteration so far (0 when it does not hedge). */
 uint64_t hedge_count(const struct hedge *h, uint64_t iteration_id);

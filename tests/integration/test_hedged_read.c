@@ -34,7 +34,7 @@
 #include "lib/cluster.h"
 
 #define READ_MS 60000
-#define STOP_MS 6000
+#define STOP_MS 8000
 
 /* Stops a worker for stop_ms of every period (stop_ms + run_ms) until told to stop. */
 struct burster {

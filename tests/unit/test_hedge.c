@@ -108,7 +108,7 @@ static void test_pick(void **unused)
     assert_int_equal(out[0], 6);
     assert_int_equal(pick(&f, 1, 0, out), 0);
     /* A copy out is not copied again, by anyone. */
-    assert_int_equal(hedge_leased(&f.hg, 1, 2, (uint64_t[]){4}, 1), 0);
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 2, (uint64_t[]){4}, 1), 0);
     assert_int_equal(pick(&f, 2, 8, out), 1);
     assert_int_equal(out[0], 5);
     assert_int_equal(hedge_count(&f.hg, 1), 1);
@@ -243,7 +243,7 @@ static void test_first_finish_wins(void **unused)
     uint64_t out[8];
     assert_int_equal(pick(&f, 2, 1, out), 1);
     assert_int_equal(out[0], 4);
-    assert_int_equal(hedge_leased(&f.hg, 1, 2, out, 1), 0);
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 2, out, 1), 0);
     char places[256];
     /* The copy is no lease: 4 stays task 1's alone. */
     assert_string_equal(harness_places(&f.h.s, 1, places, sizeof places),
@@ -256,6 +256,16 @@ static void test_first_finish_wins(void **unused)
     const struct hedge_iter *r = hedge_find(&f.hg, 1);
     assert_false(u64map_get(&r->copies, 4, NULL));
     assert_false(u64map_get(&r->since, 4, NULL));
+    /* Both holders are told with their next reply (the one that won has started it: a no-op
+     * there), once. */
+    uint64_t drops[4];
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 2, drops, 4), 1);
+    assert_int_equal(drops[0], 4);
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 2, drops, 4), 0);
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 1, drops, 0), 0);
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 1, drops, 4), 1);
+    assert_int_equal(drops[0], 4);
+    assert_int_equal(hedge_take_drops(&f.hg, 9, 1, drops, 4), 0);
     /* The other production ending later: a report again, or the copy's holder handing it back
      * (draining) or reporting it: nothing moves. */
     assert_string_equal(run(&f, "done 1 4"), "=>");
@@ -265,11 +275,15 @@ static void test_first_finish_wins(void **unused)
     /* Had the straggler finished first, the same: one report, one finish. */
     assert_int_equal(pick(&f, 2, 1, out), 1);
     assert_int_equal(out[0], 5);
-    assert_int_equal(hedge_leased(&f.hg, 1, 2, out, 1), 0);
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 2, out, 1), 0);
     assert_string_equal(run(&f, "done 1 5,5"), "splits_finished ref=1 seqs=[5]\n=>");
     assert_false(u64map_get(&r->copies, 5, NULL));
+    /* A split finished without a copy out drops nothing. */
+    assert_string_equal(run(&f, "done 1 6"), "splits_finished ref=1 seqs=[6]\n=>");
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 2, drops, 4), 1);
+    assert_int_equal(drops[0], 5);
     /* Replay of the record: the same state (the copies left no trace in it). */
-    assert_int_equal(harness_replay_through_records(&f.h), 3);
+    assert_int_equal(harness_replay_through_records(&f.h), 4);
     teardown(&f);
 }
 
@@ -285,32 +299,38 @@ static void test_holder_loss(void **unused)
     f.now = 2400;
     uint64_t out[8];
     assert_int_equal(pick(&f, 2, 2, out), 2); /* 4 and 5, task 1's */
-    assert_int_equal(hedge_leased(&f.hg, 1, 2, out, 2), 0);
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 2, out, 2), 0);
     assert_int_equal(pick(&f, 3, 8, out), 2); /* 6 and 7: 4 and 5 have copies out */
     assert_int_equal(out[0], 6);
-    /* The copy holder goes: its copies are forgotten, task 3 may take them. */
+    /* The copy holder goes: its copies are forgotten, task 3 may take them; so are the drops
+     * queued for it. */
+    assert_string_equal(run(&f, "done 1 4"), "splits_finished ref=1 seqs=[4]\n=>");
     (void)run(&f, "rm 2");
+    uint64_t drops[4];
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 2, drops, 4), 0);
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 1, drops, 4), 1);
     const struct hedge_iter *r = hedge_find(&f.hg, 1);
     assert_int_equal(r->copies.n, 0);
-    assert_int_equal(pick(&f, 3, 8, out), 2);
-    assert_int_equal(out[0], 4);
-    assert_int_equal(out[1], 5);
-    assert_int_equal(hedge_leased(&f.hg, 1, 3, out, 1), 0);
+    assert_int_equal(pick(&f, 3, 8, out), 1);
+    assert_int_equal(out[0], 5);
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 3, out, 1), 0);
     /* The primary goes: its splits go to the pool, their copies and times are forgotten. */
     char places[256];
     (void)run(&f, "rm 1");
     assert_string_equal(harness_places(&f.h.s, 1, places, sizeof places),
-                        "cursor=8 finished=4 leased=0 pool=[4,5,6,7] task3=[]");
+                        "cursor=8 finished=5 leased=0 pool=[5,6,7] task3=[]");
     assert_int_equal(r->copies.n, 0);
     assert_int_equal(r->since.n, 0);
     /* Leased again from the pool (to task 3, which may already produce a copy of 4: its reader's
      * ledger drops what arrives twice): timed afresh, not copied before the limit. */
     f.now = 3000;
     assert_string_equal(run(&f, "splits 3 4"),
-                        "splits_leased ref=1 ref2=3 seqs=[4,5,6,7]\n=> end=0 seqs=[4,5,6,7]");
-    assert_true(u64map_get(&r->since, 4, NULL));
+                        "splits_leased ref=1 ref2=3 seqs=[5,6,7,8]\n=> end=0 seqs=[5,6,7,8]");
+    assert_true(u64map_get(&r->since, 5, NULL));
     assert_int_equal(pick(&f, 4, 8, out), 0);
-    assert_int_equal(harness_replay_through_records(&f.h), 1);
+    /* The primary's return drops nothing (the split was not finished). */
+    assert_int_equal(hedge_take_drops(&f.hg, 1, 3, drops, 4), 0);
+    assert_int_equal(harness_replay_through_records(&f.h), 2);
     teardown(&f);
 }
 
@@ -323,7 +343,7 @@ static void test_end(void **unused)
     f.now = 2400;
     uint64_t out[8];
     assert_int_equal(pick(&f, 2, 1, out), 1);
-    assert_int_equal(hedge_leased(&f.hg, 1, 2, out, 1), 0);
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 2, out, 1), 0);
     (void)run(&f, "splits 1 8");
     (void)run(&f, "splits 2 8");
     (void)run(&f, "done 1 4,5,6,7,8,9,10,11");
