@@ -15,7 +15,7 @@ from conftest import BIN_DIR, Cluster
 
 # Ten-element splits of 20 ms elements (no CPU): the stopped worker's splits are copied once they
 # have been out three median split times.
-PIPELINE = "range(300) | map(sleep_us, 20000)"
+PIPELINE = "range(600) | map(sleep_us, 20000)"
 
 
 def test_hedge_values(cluster):
@@ -33,12 +33,24 @@ def test_hedge_values(cluster):
         sluice.distribute("range(10)", "distributed_epoch", cluster.target, hedge="yes")
 
 
-def hedged(cluster):
+def status(cluster):
     out = subprocess.run([str(BIN_DIR / "sluice"), "status",
                           "--dispatcher", cluster.target, "--json"], capture_output=True,
                          text=True, timeout=30, check=True).stdout
-    jobs = json.loads(out)["jobs"]
+    return json.loads(out)
+
+
+def hedged(cluster):
+    jobs = status(cluster)["jobs"]
     return max(jobs, key=lambda j: j["id"])["splits"]
+
+
+def served(cluster, worker):
+    """The elements the worker served so far, as the dispatcher last heard."""
+    for w in status(cluster)["workers"]:
+        if w["address"] == worker.address:
+            return w.get("elements", 0)
+    return 0
 
 
 @pytest.fixture
@@ -60,7 +72,13 @@ def test_hedged_read_exactly_once(patient_cluster):
     ds = sluice.distribute(PIPELINE, "distributed_epoch", cluster.target, split_size=10,
                            element_timeout=60, hedge=True)
     it = iter(ds)
-    got = [int(next(it)) for _ in range(30)]
+    got = []
+    # Once the straggler has served elements it holds splits (its queue is two per producer; 60
+    # splits go to three workers): then it stops.
+    deadline = time.monotonic() + 30
+    while served(cluster, cluster.workers[2]) == 0:
+        assert time.monotonic() < deadline
+        got.append(int(next(it)))
     straggler = cluster.workers[2].proc
     straggler.send_signal(signal.SIGSTOP)
     try:
@@ -72,5 +90,5 @@ def test_hedged_read_exactly_once(patient_cluster):
         straggler.send_signal(signal.SIGCONT)
     got += [int(x) for x in it]
     it.close()
-    assert sorted(got) == list(range(300))
+    assert sorted(got) == list(range(600))
     assert hedged(cluster)["hedged"] > 0
