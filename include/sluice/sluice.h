@@ -488,7 +488,22 @@ struct sluice_read_options {
      * SLUICE_ERR_INVALID ("min_workers 3 is above max_workers 2"). */
     double weight;
     uint32_t min_workers, max_workers;
+    /* distributed_epoch: hedged splits against stragglers (docs/design.md "Hedged splits"). A
+     * split leased longer than hedge_factor times the job's median split time is leased again,
+     * as a copy, to a worker with room for more splits; the first production this reader
+     * receives whole finishes the split, and its ledger drops what the other production sends,
+     * so every element still arrives exactly once. 0: off (the default). Above 0 and at most
+     * 1000, else SLUICE_ERR_INVALID ("hedge_factor must be 0 (off) or above 0 and at most 1000,
+     * not -1"); SLUICE_HEDGE_FACTOR_DEFAULT is the usual choice. Only a read of its own
+     * hedges (no job_name: both productions must reach this reader's ledger), and not a
+     * deterministic one; elsewhere the field is accepted and does nothing. The copies are
+     * counted in sluice_hedged_splits_total and in the status document's job "splits"
+     * ("hedged"). */
+    double hedge_factor;
 };
+
+/* The usual hedge factor (sluice_read_options.hedge_factor; `sluice read --hedge`). */
+#define SLUICE_HEDGE_FACTOR_DEFAULT 3.0
 
 /* The bound of a task's cross-trainer cache when sluice_read_options.cross_trainer_cache_bytes
  * is 0: 256 MiB. */

@@ -673,6 +673,21 @@ def _weight(value):
     return v
 
 
+def _hedge(value):
+    """hedge= as a factor: None or False 0 (off), True the default 3, or a number in (0, 1000]."""
+    if value is None or value is False:
+        return 0.0
+    if value is True:
+        return 3.0
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"hedge must be a bool or a number, not {type(value).__name__}")
+    v = float(value)
+    if not (0 < v <= 1000):
+        raise ValueError(f"hedge must be True, False or a factor above 0 and at most 1000, not "
+                         f"{value!r}")
+    return v
+
+
 class Dataset:
     """The elements of a dataset as the service serves them. Iterating opens a new reader each
     time (a new job unless job_name names a shared one); an iterator can be closed early with
@@ -683,7 +698,7 @@ class Dataset:
                  local=None, element_timeout=None, split_size=None, deterministic=False,
                  reorder_bytes=None, cross_trainer_cache=None, target_workers=None,
                  whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-                 max_workers=None):
+                 max_workers=None, hedge=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -729,6 +744,7 @@ class Dataset:
         if self.min_workers and self.max_workers and self.min_workers > self.max_workers:
             raise ValueError(f"min_workers {self.min_workers} is above max_workers "
                              f"{self.max_workers}")
+        self.hedge = _hedge(hedge)
         self._restore = None
 
     def load_state_dict(self, state):
@@ -749,7 +765,7 @@ class Dataset:
             self.num_consumers, self.max_outstanding_requests, self.local,
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
             self.reorder_bytes, *self._xtc_args(), self.target_workers, self.whole_copies,
-            self.worker_selector, self.weight, self.min_workers, self.max_workers)
+            self.worker_selector, self.weight, self.min_workers, self.max_workers, self.hedge)
 
     def _xtc_args(self):
         x = self.cross_trainer_cache
@@ -770,7 +786,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                     tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                     whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-                    max_workers=None):
+                    max_workers=None, hedge=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -815,6 +831,11 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     weight (default 1; above 0), min_workers, max_workers (default none): the job's weight and
     the bounds on the number of workers running its tasks. Like target_workers, these four are
     part of a named job's identity (docs/operations.md "Pools and selectors").
+    hedge: distributed_epoch: True (factor 3) or a factor K: a split leased longer than K times
+    the job's median split time is leased again to a worker with room for it; the first copy
+    received wins and the other's elements are dropped, so every element still arrives exactly
+    once. Only a read of its own hedges (not with job_name or deterministic). None or False (the
+    default): off (docs/operations.md "Stragglers: hedged splits").
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -828,7 +849,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache,
                    target_workers=target_workers, whole_copies=whole_copies,
                    worker_selector=worker_selector, weight=weight, min_workers=min_workers,
-                   max_workers=max_workers)
+                   max_workers=max_workers, hedge=hedge)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
@@ -837,7 +858,7 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-               max_workers=None):
+               max_workers=None, hedge=None):
     """Registers pipeline (its text or a sluice.Pipeline) and reads it from the service:
     register_dataset then from_dataset_id, with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -851,7 +872,7 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    deterministic=deterministic, reorder_bytes=reorder_bytes,
                    cross_trainer_cache=cross_trainer_cache, target_workers=target_workers,
                    whole_copies=whole_copies, worker_selector=worker_selector, weight=weight,
-                   min_workers=min_workers, max_workers=max_workers)
+                   min_workers=min_workers, max_workers=max_workers, hedge=hedge)
 
 
 def merge_positions(states):

@@ -174,6 +174,7 @@ class Dataset:
     weight: float
     min_workers: int
     max_workers: int
+    hedge: float
     def __init__(self, conn: Any, processing_mode: str, dataset_id: Optional[str] = None,
                  pipeline: Optional[str] = None, job_name: Optional[str] = None,
                  consumer_index: Optional[int] = None, num_consumers: Optional[int] = None,
@@ -184,7 +185,8 @@ class Dataset:
                  target_workers: Optional[str] = None, whole_copies: bool = False,
                  worker_selector: Optional[str] = None, weight: Optional[float] = None,
                  min_workers: Optional[int] = None,
-                 max_workers: Optional[int] = None) -> None:
+                 max_workers: Optional[int] = None,
+                 hedge: Union[bool, float, None] = None) -> None:
         """Made by distribute() and from_dataset_id()."""
     def load_state_dict(self, state: Mapping[str, bytes]) -> None:
         """Makes the next iteration continue from state, an iterator's state_dict()."""
@@ -212,7 +214,8 @@ def from_dataset_id(processing_mode: str, service: _Service, dataset_id: str,
                     target_workers: Optional[str] = None, whole_copies: bool = False,
                     worker_selector: Optional[str] = None, weight: Optional[float] = None,
                     min_workers: Optional[int] = None,
-                    max_workers: Optional[int] = None) -> Dataset:
+                    max_workers: Optional[int] = None,
+                    hedge: Union[bool, float, None] = None) -> Dataset:
     """Reads a registered dataset from the service; returns an iterable Dataset."""
 
 def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
@@ -228,7 +231,8 @@ def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
                cross_trainer_cache: Optional[CrossTrainerCache] = None,
                target_workers: Optional[str] = None, whole_copies: bool = False,
                worker_selector: Optional[str] = None, weight: Optional[float] = None,
-               min_workers: Optional[int] = None, max_workers: Optional[int] = None) -> Dataset:
+               min_workers: Optional[int] = None, max_workers: Optional[int] = None,
+               hedge: Union[bool, float, None] = None) -> Dataset:
     """Registers pipeline and reads it from the service (register_dataset, from_dataset_id)."""
 
 def merge_positions(states: Iterable[Mapping[str, bytes]]) -> _StateDict:

@@ -33,7 +33,7 @@ static const char read_usage[] =
     "file_or_data|hint]\n"
     "                   [--job-name NAME] [--consumer-index I --num-consumers N]\n"
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
-    "                   [--whole-copies]\n"
+    "                   [--whole-copies] [--hedge [--hedge-factor K] | --no-hedge]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--deterministic [--reorder-bytes N]] [--target-workers any|local|auto]\n"
     "                   [--worker-selector SEL] [--weight W] [--min-workers N] [--max-workers N]\n"
@@ -62,6 +62,13 @@ static const char read_usage[] =
     "  --whole-copies      parallel_epochs and static sharding: fail the read when a worker\n"
     "                      is lost in the middle of its copy (by default the read goes on\n"
     "                      without the rest of that copy, and counts it cut short)\n"
+    "  --hedge             distributed_epoch: a split leased longer than K times the job's\n"
+    "                      median split time is leased again to a worker with room for it;\n"
+    "                      the first copy received wins and the other's elements are\n"
+    "                      dropped, so every element still arrives once (a read of its own,\n"
+    "                      not --job-name or --deterministic; off by default)\n"
+    "  --hedge-factor K    the K of --hedge (default 3; implies --hedge)\n"
+    "  --no-hedge          no hedged splits (the default)\n"
     "  --local TAIL        ops applied here to the elements that arrive, e.g. 'batch(4)'\n"
     "                      (a repeat in it reads the stream again, a new job per pass)\n"
     "  --deterministic     distributed_epoch (the mode it implies) in the canonical order:\n"
@@ -156,6 +163,8 @@ struct read_args {
     const char *plugins[CLI_MAX_PLUGINS];
     size_t nplugins;
     bool has_mode;
+    int hedge;              /* --hedge 1, --no-hedge 0, neither -1 */
+    double hedge_factor;    /* --hedge-factor; 0: the default */
     bool progress, quiet;   /* --progress, --quiet */
     const char *output;     /* --output */
     const char *checkpoint; /* --checkpoint */
@@ -230,6 +239,24 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             a->opts.local = argv[++i];
         } else if (strcmp(s, "--whole-copies") == 0) {
             a->opts.whole_copies = true;
+        } else if (strcmp(s, "--hedge") == 0) {
+            a->hedge = 1;
+        } else if (strcmp(s, "--no-hedge") == 0) {
+            a->hedge = 0;
+        } else if (strcmp(s, "--hedge-factor") == 0 && more) {
+            char *end;
+            const char *t = argv[++i];
+            double factor = strtod(t, &end);
+            if (end == t || *end || !(factor > 0 && factor <= 1000)) {
+                cli_error("usage",
+                          "--hedge-factor takes a number above 0 and at most 1000, not "
+                          "'%s'",
+                          t);
+                return CLI_EXIT_USAGE;
+            }
+            a->hedge_factor = factor;
+            if (a->hedge < 0)
+                a->hedge = 1;
         } else if (strcmp(s, "--deterministic") == 0) {
             a->opts.deterministic = true;
         } else if (strcmp(s, "--target-workers") == 0 && more) {
@@ -336,6 +363,9 @@ static int parse_args(int argc, char **argv, struct read_args *a)
     /* --deterministic alone means distributed_epoch; with another mode the library refuses. */
     if (a->opts.deterministic && !has_mode)
         a->opts.mode = SLUICE_DISTRIBUTED_EPOCH;
+    /* Hedging is off unless asked for (docs/design.md "Hedged splits" says why). */
+    if (a->hedge == 1)
+        a->opts.hedge_factor = a->hedge_factor > 0 ? a->hedge_factor : SLUICE_HEDGE_FACTOR_DEFAULT;
     if (a->opts.reorder_bytes && !a->opts.deterministic) {
         cli_error("usage", "--reorder-bytes goes with --deterministic");
         return CLI_EXIT_USAGE;
@@ -632,6 +662,7 @@ int cli_read(int argc, char **argv)
     struct read_args a;
     memset(&a, 0, sizeof(a));
     a.opts.mode = SLUICE_PARALLEL_EPOCHS;
+    a.hedge = -1;
     int status = parse_args(argc, argv, &a);
     if (status >= 0)
         return status;

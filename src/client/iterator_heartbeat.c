@@ -631,6 +631,7 @@ static void send_heartbeat(struct sluice_iterator *it)
     it->hb_req.wait_fraction = waiting;
     it->hb_req.exposed_wait_us = wait_ns / 1000u;
     it->hb_req.copies_cut = atomic_load(&it->copies_cut);
+    it->hb_req.hedge_factor = it->det ? 0 : it->hedge_factor;
     it->hb_req.n_splits = it->cov_n;
     it->hb_req.splits = it->cov_ptrs;
     it->hb_req.round = it->coordinated ? it->tasks.round : 0;

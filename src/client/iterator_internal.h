@@ -78,6 +78,9 @@ struct sluice_iterator {
     char host_id[HOSTID_MAX + 1];
     /* sluice_read_options.whole_copies: a copy cut short by its worker's loss fails the read. */
     bool whole_copies;
+    /* sluice_read_options.hedge_factor (0 outside distributed_epoch), sent with every
+     * heartbeat. */
+    double hedge_factor;
 
     /* Shared, guarded by mu. */
     uv_mutex_t mu;

@@ -254,6 +254,10 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
         if (selector_parse(o->worker_selector, &sel, why, sizeof why) < 0)
             return err_set(err, errlen, SLUICE_ERR_INVALID, "worker selector: %s", why);
     }
+    if (!(o->hedge_factor == 0 || (o->hedge_factor > 0 && o->hedge_factor <= 1000)))
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "hedge_factor must be 0 (off) or above 0 and at most 1000, not %g",
+                       o->hedge_factor);
     double weight = o->weight == 0 ? 1 : o->weight;
     if (!(weight > 0 && weight <= 1e6))
         return err_set(err, errlen, SLUICE_ERR_INVALID,
@@ -408,6 +412,7 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     strcpy(it->job_name, job_opt ? job_opt : "");
     it->mode = o->mode;
     it->whole_copies = o->whole_copies;
+    it->hedge_factor = o->mode == SLUICE_DISTRIBUTED_EPOCH ? o->hedge_factor : 0;
     if (repeat_column) {
         /* Each repetition is a read of its own; this one only runs the tail over them. */
         rc = iter_repeat_open(it, o, err, errlen);

@@ -408,6 +408,10 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     c->finished_below = state_splits_finished_below(&d->st, iteration_id);
     if (rc == 0 && det && req->lease_below > 0)
         dispatcher_soft_set(&d->lease_below, iteration_id, req->lease_below);
+    /* Out of memory the iteration only goes without hedging until the next heartbeat. */
+    if (rc == 0 && it->distributed &&
+        hedge_set(&d->hedge, &d->st, iteration_id, req->hedge_factor, dispatcher_clock_ms()) < 0)
+        log_warn("iteration %" PRIu64 ": out of memory: no hedged splits for now", iteration_id);
     if (rc == 0)
         rc = plan_client_heartbeat(&d->st, req->client_id, req->round, round_window(req), &d->ups,
                                    &granted, err, sizeof err);

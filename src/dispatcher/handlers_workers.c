@@ -337,6 +337,8 @@ struct splits_ctx {
     struct req r;
     uint64_t iteration_id;
     struct plan_splits_result lease;
+    uint64_t dropped[HEDGE_PICK_MAX]; /* GetSplitsReply.dropped (hedge_take_drops) */
+    size_t ndropped;
 };
 
 /* The resume entries of a lease: for each leased split some consumer received part of, what to
@@ -403,6 +405,25 @@ static void free_resume(Sluice__SplitResume **v, size_t n)
     free(v);
 }
 
+/* Appends the copies hedge_pick() chose to the lease the plan made (none of them is in it: the
+ * plan leases splits no task holds) and records them. */
+static int add_hedges(struct dispatcher *d, const struct st_task *t, struct plan_splits_result *l,
+                      const uint64_t *hedges, size_t n)
+{
+    uint64_t *v = realloc(l->seqs, (l->nseqs + n) * sizeof *v);
+    if (!v)
+        return SLUICE_ERR_NOMEM;
+    l->seqs = v;
+    memcpy(v + l->nseqs, hedges, n * sizeof *v);
+    l->nseqs += n;
+    if (hedge_leased(&d->hedge, state_iteration(&d->st, t->iteration_id), t->id, hedges, n) < 0)
+        log_warn("task %" PRIu64 ": out of memory noting hedged splits", t->id);
+    observe_hedged(d->obs, n);
+    log_info("task %" PRIu64 ": leased copies of %zu slow splits (from %" PRIu64 ")", t->id, n,
+             hedges[0]);
+    return 0;
+}
+
 static void get_splits_done(struct dispatcher *d, int status, void *ctx)
 {
     struct splits_ctx *c = ctx;
@@ -415,6 +436,8 @@ static void get_splits_done(struct dispatcher *d, int status, void *ctx)
         body.n_seqs = c->lease.nseqs;
         body.seqs = c->lease.seqs;
         body.end_of_splits = c->lease.end;
+        body.n_dropped = c->ndropped;
+        body.dropped = c->dropped;
         if (it && it->distributed && it->state != ST_ITER_GC) {
             plan.source_len = it->plan.source_len;
             plan.split_size = it->plan.split_size;
@@ -486,6 +509,16 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     const struct st_iteration *tit = t ? state_iteration(&d->st, t->iteration_id) : NULL;
     const struct soft *bound =
         t ? dispatcher_soft_find(&d->lease_below, t->iteration_id, NULL) : NULL;
+    /* Hedged splits (hedge.h) go first, so that a straggler's splits are copied during the
+     * epoch, not only once the cursor runs out; the rest of the room is leased as usual. A
+     * repeated request, a finished task and a draining worker get none. */
+    uint64_t hedges[HEDGE_PICK_MAX];
+    size_t nhedges = 0;
+    const struct hedge_iter *hr = tit ? hedge_find(&d->hedge, tit->id) : NULL;
+    if (hr && !saving && !t->finished && !(w && w->draining) &&
+        !(req->request_seq != 0 && req->request_seq <= t->last_request))
+        nhedges = hedge_pick(hr, tit, t->id, dispatcher_clock_ms(),
+                             max < HEDGE_PICK_MAX ? max : HEDGE_PICK_MAX, hedges);
     struct plan_splits_request sr = {
         .task_id = req->task_id,
         .request_seq = req->request_seq,
@@ -493,7 +526,7 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         .nfinished = saving ? req->n_finished : 0,
         .returned = req->returned,
         .nreturned = req->n_returned,
-        .max = max,
+        .max = max - (uint32_t)nhedges,
         .lease_below = bound ? bound->t : 0,
         .pool_held = tit && tit->pool.n > 0 && !coverage_known(d, tit->id),
         .share = true,
@@ -504,6 +537,10 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         free(c);
         return;
     }
+    if (nhedges > 0 && !c->lease.end && add_hedges(d, t, &c->lease, hedges, nhedges) < 0)
+        log_warn("task %" PRIu64 ": out of memory leasing hedged splits: none this time",
+                 req->task_id);
+    c->ndropped = hedge_take_drops(&d->hedge, t->iteration_id, t->id, c->dropped, HEDGE_PICK_MAX);
     /* Splits from the pool start new productions (relet.h); the pool is as it was before this
      * lease until the commit applies it. */
     const struct st_job *tjob = tit ? state_job(&d->st, tit->job_id) : NULL;

@@ -138,7 +138,7 @@ struct observe {
     struct metrics_series *request_h[OBSERVE_CALLS];
     struct rpc_metrics conns;
     struct obj_metrics objects;
-    struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c;
+    struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c, *hedged_c;
     struct metrics_family *exposed_f;  /* sluice_client_exposed_wait_seconds_total{job,consumer} */
     struct status_consumer *consumers; /* observe_figures' scratch */
     size_t cap_consumers;
@@ -336,6 +336,11 @@ static int make_registry(struct observe *o)
            "worker was lost after it sent part of its copy; from the clients' heartbeats, counted "
            "again from the live clients' reports after a dispatcher restart.",
            METRICS_U64, &o->cut_c);
+    SCALAR(true, "sluice_hedged_splits_total",
+           "Hedged splits: copies of a split leased longer than its reader's hedge factor times "
+           "the median split time, leased again to a second task (soft state: counted again "
+           "from 0 after a dispatcher restart).",
+           METRICS_U64, &o->hedged_c);
     SCALAR(false, "sluice_consumption_elements_per_second",
            "Elements per second the clients consumed, summed, as of their last heartbeats.",
            METRICS_DOUBLE, &o->consumption_g);
@@ -759,6 +764,11 @@ void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, 
     j->cut += delta;
     f->cut = cut;
     metrics_add_u64(o->cut_c, delta);
+}
+
+void observe_hedged(struct observe *o, uint64_t n)
+{
+    metrics_add_u64(o->hedged_c, n);
 }
 
 void observe_client_heartbeat(struct observe *o, uint64_t job_id,

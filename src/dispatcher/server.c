@@ -387,6 +387,7 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
         rc = state_apply(&d->st, &ups->v[i]);
         if (rc == 0) {
             observe_applied(d->obs, &ups->v[i]);
+            hedge_applied(&d->hedge, &ups->v[i], dispatcher_clock_ms());
             log_lines_add(&lines, &ups->v[i]);
             /* A save's iteration that finished or failed is finished off at once, not at the
              * next tick (the work queued never commits before this commit). */
@@ -581,6 +582,7 @@ static int status_extra_fill(struct dispatcher *d, uint64_t now, struct status_e
     x->seen = *seen;
     x->nseen = d->worker_seen.n;
     x->raft = NULL;
+    x->hedge = &d->hedge;
     if (d->replica) {
         replica_view(d->replica, &d->raft_view);
         x->raft = &d->raft_view;
@@ -766,6 +768,7 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->rep_waiters);
     free(d->settled_since.v);
     relet_release(&d->relet);
+    hedge_release(&d->hedge);
     free(d->leased_at.v);
     free(d->client_reported.v);
     free(d->lease_below.v);
@@ -833,6 +836,7 @@ static void replica_serve(void *user)
     d->nrep_waiters = 0;
     relet_release(&d->relet);
     memset(&d->relet, 0, sizeof d->relet);
+    hedge_release(&d->hedge);
     coverage_release(&d->cov);
     memset(&d->cov, 0, sizeof d->cov);
     capcache_release(&d->caps);

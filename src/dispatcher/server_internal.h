@@ -15,6 +15,7 @@
 #include "owners.h"
 #include "dispatcher/coverage.h"
 #include "dispatcher/history.h"
+#include "dispatcher/hedge.h"
 #include "dispatcher/relet.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
@@ -108,6 +109,9 @@ struct dispatcher {
      * dispatcher_clock_ms), so that a reader's request about an older production of it is
      * ignored. */
     struct relet_table relet;
+    /* distributed_epoch iterations whose reader asked for hedged splits: lease times, split
+     * times and the copies out (hedge.h; dispatcher_clock_ms). */
+    struct hedge hedge;
     /* Clients whose coverage (what they received) this dispatcher knows: acquired since it
      * started, or heard in a heartbeat since. After a restart the coverage, soft state, is empty
      * until each client reports again: until then the splits of an iteration with a client not

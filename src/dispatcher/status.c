@@ -1,5 +1,6 @@
 #include "status.h"
 
+#include "hedge.h"
 #include "plan.h"
 
 #include "common/error.h"
@@ -262,7 +263,8 @@ static json_t *dataset_json(struct builder *b, const struct st_dataset *d, bool 
     return o;
 }
 
-static json_t *splits_json(struct builder *b, const struct st_iteration *it)
+static json_t *splits_json(struct builder *b, const struct st_iteration *it,
+                           const struct status_extra *x)
 {
     json_t *o = json_object();
     if (!o) {
@@ -275,6 +277,19 @@ static json_t *splits_json(struct builder *b, const struct st_iteration *it)
     put(b, o, "leased", u64(it->splits_leased));
     put(b, o, "returned", u64(it->pool.n));
     put(b, o, "finished", u64(it->splits_finished));
+    const struct hedge_iter *r = x && x->hedge ? hedge_find(x->hedge, it->id) : NULL;
+    if (x && x->hedge)
+        put(b, o, "hedged", u64(hedge_count(x->hedge, it->id)));
+    if (r && r->nms > 0) {
+        json_t *t = json_object();
+        if (!t)
+            b->failed = true;
+        put(b, t, "median", u64(hedge_quantile_ms(r, 0.5)));
+        put(b, t, "p99", u64(hedge_quantile_ms(r, 0.99)));
+        put(b, t, "max", u64(hedge_quantile_ms(r, 1)));
+        put(b, t, "samples", u64(r->nms));
+        put(b, o, "time_ms", t);
+    }
     return o;
 }
 
@@ -486,7 +501,7 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
         put(b, o, "why", why_json(b, s, x, j));
     }
     if (it && it->distributed && it->state != ST_ITER_GC)
-        put(b, o, "splits", splits_json(b, it));
+        put(b, o, "splits", splits_json(b, it, x));
     if (it && j->num_consumers > 0 && it->state != ST_ITER_GC)
         put(b, o, "rounds", rounds_json(b, j, it));
     return o;

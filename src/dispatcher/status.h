@@ -42,6 +42,8 @@
 #include "state.h"
 #include "why.h" /* struct status_stage, struct status_consumer */
 
+struct hedge;
+
 /* The most bytes of a pipeline's text the document carries (see above). */
 #define STATUS_PIPELINE_PREVIEW 256
 
@@ -131,6 +133,11 @@ struct status_extra {
     /* The consumers' waits, sorted by client id. */
     const struct status_consumer *consumers;
     size_t nconsumers;
+    /* The hedged splits (hedge.h): each distributed job's "splits" gets "hedged", the copies
+     * leased in its iteration (0 once the dispatcher restarted), and, for an iteration timed,
+     * "time_ms": {"median", "p99", "max", "samples"}, its split times over the last
+     * HEDGE_SAMPLES splits finished. NULL: none. */
+    const struct hedge *hedge;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"
@@ -140,8 +147,8 @@ struct status_extra {
  * (status_job_figures: elements and encoded bytes its tasks served so far, as last reported) and
  * "worker_time_share" (its tasks' share of the worker thread time every task took over the
  * window, from the workers' TaskProgress.busy_ns; null when none was measured), "copies_cut"
- * (x->cuts), "consumers" (x->consumers of the job: [{"id": CLIENT,
- * "exposed_wait_seconds": 12.5, "wait_share": 0.41 (null: not measured yet),
+ * (x->cuts), in "splits" "hedged" (x->hedge), "consumers" (x->consumers of the job:
+ * [{"id": CLIENT, "exposed_wait_seconds": 12.5, "wait_share": 0.41 (null: not measured yet),
  * "elements_per_second": 96.0}]) and "why" (why.h: {"input_bound", "wait_share", "threshold",
  * "slowest_consumer", "slowest_worker", "worker_rate_vs_median", "dominant_stage",
  * "stage_share", "text"}, null where unknown); in each task of a job that has them, "stages"

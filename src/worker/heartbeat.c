@@ -75,6 +75,12 @@ static void splits_done(int status, const char *msg, const Sluice__Envelope *rep
         } else {
             task_lease_granted(wt->task, have_plan ? &plan : NULL, r->seqs, r->n_seqs,
                                r->end_of_splits, now);
+            /* Splits another task's copy finished first: not produced (again) here. */
+            size_t dropped = r->n_dropped ? task_lease_drop(wt->task, r->dropped, r->n_dropped) : 0;
+            if (dropped > 0)
+                log_info("task %" PRIu64 ": %zu queued splits finished elsewhere (hedged): left "
+                         "out",
+                         wt->id, dropped);
         }
         worker_log_failure(wt);
     }

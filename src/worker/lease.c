@@ -84,6 +84,23 @@ void lease_abandon(struct lease_queue *q)
     q->busy--;
 }
 
+size_t lease_drop(struct lease_queue *q, const uint64_t *seqs, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < q->len; i++) {
+        uint64_t s = q->seqs[(q->head + i) % q->cap];
+        bool drop = false;
+        for (size_t k = 0; k < n && !drop; k++)
+            drop = seqs[k] == s;
+        /* Compacted in place: kept <= i, so nothing unread is overwritten. */
+        if (!drop)
+            q->seqs[(q->head + kept++) % q->cap] = s;
+    }
+    size_t dropped = q->len - kept;
+    q->len = kept;
+    return dropped;
+}
+
 bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
                 size_t *nfinished)
 {

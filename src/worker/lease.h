@@ -61,6 +61,10 @@ int lease_pop(struct lease_queue *q, uint64_t *seq);
 int lease_finish(struct lease_queue *q, uint64_t seq, uint64_t now_ms);
 /* A producer gave up on a popped seq without finishing it (task stopped or failed). */
 void lease_abandon(struct lease_queue *q);
+/* The dispatcher says these seqs (n of them) finished elsewhere (hedged splits: another task's
+ * production of them reached the reader first): those still queued, unstarted, are removed
+ * (never produced, never reported); started ones go on. Returns how many were removed. */
+size_t lease_drop(struct lease_queue *q, const uint64_t *seqs, size_t n);
 
 /* Whether a GetSplits request should go out now. When true, *max_splits is how many seqs to
  * ask for (0 when only reporting) and the first *nfinished seqs of q->finished are to be sent

@@ -370,6 +370,14 @@ int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes, u
     return take(t, max_elements, max_bytes, scratch, true, owner, out);
 }
 
+size_t task_lease_drop(struct task *t, const uint64_t *seqs, size_t n)
+{
+    uv_mutex_lock(&t->mu);
+    size_t dropped = lease_drop(&t->lease, seqs, n);
+    uv_mutex_unlock(&t->mu);
+    return dropped;
+}
+
 int task_lease_resume(struct task *t, uint64_t seq, const uint64_t *covered, size_t ncovered,
                       uint64_t owner)
 {

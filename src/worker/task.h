@@ -222,6 +222,10 @@ void task_lease_failed(struct task *t, uint64_t now_ms);
 int task_lease_granted(struct task *t, struct split_plan *plan, const uint64_t *seqs, size_t n,
                        bool end_of_splits, uint64_t now_ms);
 
+/* Loop, distributed_epoch. Seqs of the GetSplits reply's dropped list (lease_drop): those
+ * queued and unstarted are never produced. Returns how many were removed. */
+size_t task_lease_drop(struct task *t, const uint64_t *seqs, size_t n);
+
 /* Loop, distributed_epoch. A resume entry of the GetSplits reply (splitown.h), recorded before
  * the seqs are granted: split seq leaves out the covered positions (ncovered values, begin/end
  * pairs) and goes to reader owner (0: whoever asks). Returns 0, SLUICE_ERR_INVALID or

@@ -206,6 +206,43 @@ static void test_queue_cycle(void **state)
     lease_queue_release(&q);
 }
 
+/* Hedged splits finished elsewhere (GetSplitsReply.dropped): the queued, unstarted ones go, in
+ * order, across the ring's wrap; started ones and unknown seqs are left alone; the queue asks for
+ * more once below its low mark. */
+static void test_queue_drop(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    assert_int_equal(lease_queue_init(&q, 4), 0);
+    expect_want(&q, 1000, 4, 0);
+    lease_sent(&q, 4, 0);
+    uint64_t s1[] = {10, 11, 12, 13};
+    assert_int_equal(lease_granted(&q, s1, 4, false, 1001), 0);
+    uint64_t seq;
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(seq, 10);
+    assert_int_equal(lease_finish(&q, 10, 1002), 0);
+    assert_int_equal(lease_pop(&q, &seq), 1); /* 11 started */
+    expect_want(&q, 1003, 2, 1);
+    lease_sent(&q, 2, 1);
+    uint64_t s2[] = {14, 15};
+    assert_int_equal(lease_granted(&q, s2, 2, false, 1004), 0); /* 12 13 14 15, wrapped */
+    uint64_t drop[] = {11, 14, 99, 12};
+    assert_int_equal(lease_drop(&q, drop, 4), 2);
+    assert_int_equal(q.len, 2);
+    assert_int_equal(lease_drop(&q, drop, 4), 0);
+    expect_want(&q, 1005, 2, 0); /* at the low mark again */
+    uint64_t want_order[] = {13, 15};
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(lease_pop(&q, &seq), 1);
+        assert_int_equal(seq, want_order[i]);
+    }
+    assert_int_equal(lease_pop(&q, &seq), 0);
+    assert_int_equal(q.busy, 3); /* 11, 13, 15: dropping a started seq changes nothing */
+    assert_int_equal(lease_drop(&q, drop, 0), 0);
+    lease_queue_release(&q);
+}
+
 static void test_queue_backoff(void **state)
 {
     (void)state;
@@ -664,6 +701,7 @@ int main(void)
         cmocka_unit_test(test_queue_grows),
         cmocka_unit_test(test_drain_hands_back_queued),
         cmocka_unit_test(test_drain_failed_request_resent),
+        cmocka_unit_test(test_queue_drop),
         cmocka_unit_test(test_drain_with_request_in_flight),
         cmocka_unit_test(test_drain_polls_until_end),
         cmocka_unit_test(test_drain_end_with_seqs_to_return),
