@@ -82,7 +82,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
     with other trainers; the loader's workers all read job_name with the one trainer id, so they
     split this trainer's stream between them. target_workers ("any", "local" or "auto") too,
     and whole_copies (parallel_epochs: a worker lost in the middle of its copy fails the read
-    instead of cutting the copy short). Without a cross-trainer cache or coordinated reads,
+    instead of cutting the copy short), and worker_selector, weight, min_workers and max_workers
+    (the jobs' pool and share of the workers; docs/operations.md "Pools and selectors"). Without a cross-trainer cache or coordinated reads,
     job_name is the prefix of the names of the jobs the loader reads (one per epoch, never shared
     with another loader or trainer).
     """
@@ -93,7 +94,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                  timeout=None, element_timeout=None, auth_token_file=None, tls_cert=None,
                  tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                  tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
-                 whole_copies=False):
+                 whole_copies=False, worker_selector=None, weight=None, min_workers=None,
+                 max_workers=None):
         super().__init__()
         if (dataset_id is None) == (pipeline is None):
             raise ValueError("exactly one of dataset_id and pipeline is required")
@@ -117,6 +119,14 @@ class IterableDataset(torch.utils.data.IterableDataset):
             raise ValueError("cross_trainer_cache requires a job_name: the trainers share one job")
         self.target_workers = sluice._target_workers(target_workers)
         self.whole_copies = sluice._flag(whole_copies, "whole_copies")
+        # Checked here, in the trainer, rather than in each loader worker's first read.
+        sluice._text(worker_selector, "worker_selector")
+        sluice._weight(weight)
+        lo, hi = sluice._count(min_workers, "min_workers"), sluice._count(max_workers, "max_workers")
+        if lo and hi and lo > hi:
+            raise ValueError(f"min_workers {lo} is above max_workers {hi}")
+        self.pools = dict(worker_selector=worker_selector, weight=weight, min_workers=min_workers,
+                          max_workers=max_workers)
         self.security = dict(auth_token_file=auth_token_file, tls_cert=tls_cert, tls_key=tls_key,
                              tls_ca=tls_ca)
         self.tls_worker_name = tls_worker_name
@@ -228,7 +238,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
             deterministic=self.deterministic, reorder_bytes=self.reorder_bytes,
             tls_worker_name=self.tls_worker_name, cross_trainer_cache=self.cross_trainer_cache,
-            target_workers=self.target_workers, whole_copies=self.whole_copies, **self.security)
+            target_workers=self.target_workers, whole_copies=self.whole_copies, **self.pools,
+            **self.security)
         if restore is not None:
             ds.load_state_dict({"position": restore})
         it = iter(ds)

@@ -27,7 +27,10 @@ class IterableDataset(torch.utils.data.IterableDataset[Any]):
                  deterministic: bool = False, reorder_bytes: Optional[int] = None,
                  tls_worker_name: Optional[str] = None,
                  cross_trainer_cache: Optional[CrossTrainerCache] = None,
-                 target_workers: Optional[str] = None, whole_copies: bool = False) -> None: ...
+                 target_workers: Optional[str] = None, whole_copies: bool = False,
+                 worker_selector: Optional[str] = None, weight: Optional[float] = None,
+                 min_workers: Optional[int] = None,
+                 max_workers: Optional[int] = None) -> None: ...
     def state_dict(self) -> Dict[str, Any]:
         """The position after the last element this process's read yielded."""
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

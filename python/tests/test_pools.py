@@ -93,3 +93,27 @@ def test_worker_server_labels():
             sluice.WorkerServer(d, labels=["pool"])
     finally:
         d.stop()
+
+
+def test_torch_loader_pool(pools):
+    """sluice.torch reads on one pool too: every epoch's job carries the selector and weight,
+    with the loader's worker processes sharing it; bad values are refused in the trainer."""
+    torch = pytest.importorskip("torch")
+    import sluice.torch as st
+    d = pools
+    ds = st.IterableDataset(d, pipeline="range(120)", processing_mode="distributed_epoch",
+                            worker_selector="pool=b", weight=3, min_workers=1, max_workers=1)
+    loader = st.DataLoader(ds, num_workers=2, batch_size=None)
+    for _ in range(2):
+        got = sorted(int(x) for x in loader)
+        assert got == list(range(120))
+    jobs = [j for j in sluice.status(d)["jobs"] if j["worker_selector"] == "pool=b"]
+    assert len(jobs) == 2  # one per epoch
+    assert all(j["weight"] == 3.0 and (j["min_workers"], j["max_workers"]) == (1, 1)
+               for j in jobs)
+    with pytest.raises(ValueError, match=r"^min_workers 2 is above max_workers 1$"):
+        st.IterableDataset(d, pipeline="range(3)", min_workers=2, max_workers=1)
+    with pytest.raises(TypeError, match=r"^weight must be a number, not str$"):
+        st.IterableDataset(d, pipeline="range(3)", weight="2")
+    assert torch.is_tensor(next(iter(st.DataLoader(
+        st.IterableDataset(d, pipeline="range(3)", worker_selector="pool=a"), batch_size=None))))
