@@ -18,6 +18,10 @@
  * funnels both into one flag so the document is either complete or refused. */
 struct builder {
     bool failed;
+    /* With figures: every job's and worker's (status_all_figures; NULL when out of memory: one
+     * by one) and the thread time of all tasks (busy_total), computed once per document. */
+    const struct status_figures *jobs, *workers;
+    double busy_all;
 };
 
 static void put(struct builder *b, json_t *obj, const char *key, json_t *value)
@@ -205,7 +209,10 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
     put(b, o, "tasks", tasks);
     if (x) {
         struct status_figures f;
-        status_worker_figures(s, x, w, &f);
+        if (b->workers)
+            f = b->workers[w - s->workers];
+        else
+            status_worker_figures(s, x, w, &f);
         put(b, o, "buffered", u64(f.buffered));
         put(b, o, "buffered_bytes", u64(f.buffered_bytes));
         put(b, o, "elements_per_second", json_real(f.elements_per_second));
@@ -467,9 +474,15 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "clients", u64(state_iteration_clients(s, j->iteration_id)));
     if (it && it->error)
         put(b, o, "error", text(it->error));
-    for (size_t i = 0; i < s->ntasks; i++) {
-        const struct st_task *t = &s->tasks[i];
-        if (t->iteration_id != j->iteration_id)
+    /* The iteration's tasks, by increasing id (the index is sorted by iteration, then task). */
+    size_t ntasks;
+    const struct st_task_ref *refs =
+        j->iteration_id ? state_iteration_tasks(s, j->iteration_id, &ntasks) : NULL;
+    if (!refs)
+        ntasks = 0;
+    for (size_t i = 0; i < ntasks; i++) {
+        const struct st_task *t = state_task(s, refs[i].task_id);
+        if (!t)
             continue;
         const struct st_worker *w = state_worker(s, t->worker_id);
         json_t *to = json_object();
@@ -488,13 +501,16 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "tasks", tasks);
     if (x) {
         struct status_figures f;
-        status_job_figures(s, x, j, &f);
+        if (b->jobs)
+            f = b->jobs[j - s->jobs];
+        else
+            status_job_figures(s, x, j, &f);
         put(b, o, "workers", u64(f.workers));
         put(b, o, "elements_per_second", json_real(f.elements_per_second));
         put(b, o, "bytes_per_second", json_real(f.bytes_per_second));
         put(b, o, "elements", u64(f.elements));
         put(b, o, "bytes", u64(f.bytes));
-        double all = busy_total(x);
+        double all = b->busy_all;
         put(b, o, "worker_time_share", all > 0 ? json_real(f.busy_per_second / all) : json_null());
         put(b, o, "copies_cut", u64(job_cut(x, j->id)));
         put(b, o, "consumers", consumers_json(b, x, j->id));
@@ -663,6 +679,15 @@ int status_json_tree(const struct state *s, const struct status_extra *x, json_t
         json_decref(root);
         return SLUICE_ERR_NOMEM;
     }
+    struct status_figures *figs = NULL;
+    if (x) {
+        b.busy_all = busy_total(x);
+        figs = malloc((s->njobs + s->nworkers + 1) * sizeof *figs);
+        if (figs && status_all_figures(s, x, figs, figs + s->njobs) == 0) {
+            b.jobs = figs;
+            b.workers = figs + s->njobs;
+        }
+    }
     for (size_t i = 0; i < s->nworkers; i++)
         append(&b, workers, worker_json(&b, s, x, &s->workers[i]));
     for (size_t i = 0; i < s->ndatasets; i++)
@@ -696,6 +721,7 @@ int status_json_tree(const struct state *s, const struct status_extra *x, json_t
             append(&b, mixes, mix_json(&b, x, &s->mixes[i]));
         put(&b, root, "mixes", mixes);
     }
+    free(figs);
     if (b.failed) {
         json_decref(root);
         return SLUICE_ERR_NOMEM;
