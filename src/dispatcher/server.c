@@ -29,6 +29,8 @@
 #include "common/rpc_metrics.h"
 #include "pipeline/objstore.h"
 
+#include <jansson.h>
+
 /* ---- small helpers --------------------------------------------------------------------------- */
 
 /* How long a task may sit settled with leases before they are leased again: a client reports a
@@ -519,7 +521,16 @@ const Sluice__DatasetDef *dispatcher_dataset_def(struct dispatcher *d, const str
 struct status_req {
     struct req r; /* first member */
     char dataset_id[ST_ID_MAX];
+    /* The whole document: its tree, built on the loop, written out on the pool. */
+    uv_work_t work;
+    struct json_t *tree;
+    char *json;
+    int rc;
 };
+
+/* At most this many status documents are written out on the pool at once; past it (a flood of
+ * status requests) each is written on the loop as before, so the trees held stay bounded. */
+#define STATUS_POOL_WORKS 2
 
 /* Replies to r with the status document json. */
 static void send_status(struct req *r, char *json)
@@ -530,6 +541,41 @@ static void send_status(struct req *r, char *json)
     env.body_case = SLUICE__ENVELOPE__BODY_STATUS_REPLY;
     env.status_reply = &body;
     dispatcher_send_reply(r, &env);
+}
+
+/* On the pool: writes the tree out (and frees it). */
+static void status_write(uv_work_t *w)
+{
+    struct status_req *sr = w->data;
+    sr->rc = status_json_dump(sr->tree, &sr->json);
+    sr->tree = NULL;
+}
+
+/* Replies with the written document, or the error that stopped it. */
+static void status_answer(struct status_req *sr)
+{
+    if (sr->rc < 0 || !sr->json)
+        dispatcher_refuse(sr->r.conn, sr->r.id, SLUICE_ERR_NOMEM, "out of memory");
+    else
+        send_status(&sr->r, sr->json);
+    free(sr->json);
+    sr->json = NULL;
+}
+
+static void status_written(uv_work_t *w, int status)
+{
+    struct status_req *sr = w->data;
+    struct dispatcher *d = sr->r.d;
+    d->status_works--;
+    if (status < 0) {
+        /* Cancelled before it ran: the tree is still ours. */
+        json_decref(sr->tree);
+        sr->rc = SLUICE_ERR_CANCELLED;
+    }
+    status_answer(sr);
+    dispatcher_req_done(&sr->r);
+    free(sr);
+    dispatcher_maybe_finish_close(d);
 }
 
 static void status_done(struct dispatcher *d, int status, void *ctx)
@@ -550,6 +596,25 @@ static void status_done(struct dispatcher *d, int status, void *ctx)
             send_status(r, json);
         }
         free(json);
+        dispatcher_req_done(r);
+        free(r);
+        return;
+    }
+    struct status_req *sr = ctx;
+    if (status >= 0 && d->status_works < STATUS_POOL_WORKS && !d->closing) {
+        /* The tree is built where the state is; writing it out (most of the time at thousands
+         * of workers) goes to the pool, so the loop serves heartbeats meanwhile. */
+        if (dispatcher_status_tree(d, &sr->tree) < 0) {
+            dispatcher_refuse(r->conn, r->id, SLUICE_ERR_NOMEM, "out of memory");
+        } else {
+            sr->work.data = sr;
+            if (uv_queue_work(d->loop, &sr->work, status_write, status_written) == 0) {
+                d->status_works++;
+                return;
+            }
+            status_write(&sr->work);
+            status_answer(sr);
+        }
         dispatcher_req_done(r);
         free(r);
         return;
@@ -1223,7 +1288,7 @@ int dispatcher_metrics_freeze(struct dispatcher *d, struct metrics_frozen **out)
 void dispatcher_maybe_finish_close(struct dispatcher *d)
 {
     if (!d->closing || d->closing_parts > 0 || d->works || d->save_works || d->checks > 0 ||
-        d->snap_work || d->closing_jts > 0)
+        d->status_works > 0 || d->snap_work || d->closing_jts > 0)
         return;
     void (*cb)(void *) = d->close_cb;
     void *user = d->close_user;

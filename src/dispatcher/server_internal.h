@@ -149,6 +149,8 @@ struct dispatcher {
      * not confined. checks counts registrations being checked on the thread pool. */
     struct pipe_roots roots;
     unsigned checks;
+    /* Status documents being written out on the thread pool (status_done). */
+    unsigned status_works;
 
     /* A Raft replica (replica.h), or NULL. While it leads and serves, jt is a journal thread
      * whose batches go to its log; otherwise jt is NULL and nothing is served but status. */
