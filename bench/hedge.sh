@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Hedged splits (sluice read --hedge): three workers, the same distributed_epoch read without and
 # with hedging in alternating rounds, in two settings:
-#   straggler  one worker stopped 400 ms of every 500 (SIGSTOP), `range(1500) | map(sleep_us,
-#              20000)` in ten-element splits: the read's wall time and the split time p99 the
+#   straggler  one worker stopped 400 ms of every 500 (SIGSTOP), `range(6000) | map(sleep_us,
+#              5000)` in ten-element splits (600): the read's wall time and the split time p99 the
 #              dispatcher measured (status: splits.time_ms), and the copies made;
 #   healthy    no straggler, `range(10000000)` counted: the read's wall time and the copies made
 #              (the cost of hedging where there is nothing to hedge).
@@ -30,7 +30,7 @@ for i in 1 2 3; do
 done
 sleep 1
 
-# read MODE FLAG N PIPELINE...: prints "SECONDS P99_MS COPIES" of one read.
+# read MODE FLAG N PIPELINE...: prints "SECONDS P99_MS COPIES MEDIAN_MS MAX_MS" of one read.
 read_once() {
     local flag=$1 n=$2
     shift 2
@@ -49,7 +49,8 @@ else:
     assert sorted(map(int, lines)) == list(range(n)), "not every element exactly once"
 job = max(json.load(open(st))["jobs"], key=lambda j: j["id"])
 sp = job["splits"]
-print(f"{t1 - t0:.2f} {sp.get('time_ms', {}).get('p99', 0)} {sp.get('hedged', 0)}")
+tm = sp.get('time_ms', {})
+print(f"{t1 - t0:.2f} {tm.get('p99', 0)} {sp.get('hedged', 0)} {tm.get('median', 0)} {tm.get('max', 0)}")
 PY
 }
 
@@ -72,7 +73,7 @@ for r in $(seq 1 "$rounds"); do
     order="--no-hedge --hedge"
     [ $((r % 2)) = 0 ] && order="--hedge --no-hedge"
     for f in $order; do
-        echo "straggler $f $(read_once "$f" 1500 'range(1500) | map(sleep_us, 20000)' \
+        echo "straggler $f $(read_once "$f" 6000 'range(6000) | map(sleep_us, 5000)' \
             --split-size 10)" | tee -a "$tmp/straggler"
     done
 done

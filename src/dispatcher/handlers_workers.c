@@ -531,6 +531,10 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
         .pool_held = tit && tit->pool.n > 0 && !coverage_known(d, tit->id),
         .share = true,
     };
+    /* A task's report of splits produced times its own production (hedge_produced). */
+    if (hr && !saving && req->n_finished > 0)
+        hedge_produced(&d->hedge, tit->id, t->id, req->finished, req->n_finished,
+                       dispatcher_clock_ms());
     rc = plan_get_splits(&d->st, &sr, &c->lease, &d->ups, err, sizeof err);
     if (rc < 0) {
         dispatcher_refuse(conn, env->id, rc, err);

@@ -17,10 +17,23 @@
  *
  * Split time: from the commit of a split's lease to the commit of its finish, in dispatcher
  * milliseconds, over the last HEDGE_SAMPLES splits finished in the iteration (a ring); no split
- * is hedged before HEDGE_MIN_SAMPLES finished. Every iteration that may hedge is timed from its
- * reader's first heartbeat, hedging or not (factor 0), so that status shows its split times
- * (median and p99) either way. Memory per such iteration: one entry per split leased and not
- * finished, one per copy out, and the ring.
+ * is hedged before HEDGE_MIN_SAMPLES finished.
+ *
+ * A slow task's splits are copied without waiting for each to grow old: a task is slow when the
+ * median of its own last HEDGE_TASK_SAMPLES production times (from a split's lease to its
+ * worker's report of it produced, hedge_produced; at least HEDGE_TASK_MIN_SAMPLES of them) is
+ * more than factor / 2 times its peers' (the lower median of the medians of the tasks with that
+ * many times), and at least HEDGE_MIN_MS. A production time includes the worker's queue, which
+ * every task has, so a task five times slower than the rest shows times only two to four times
+ * theirs; measured against its peers rather than against every split, a cluster that slows
+ * down as a whole (a loaded host) has no slow task. A straggler holds a queue of splits, each
+ * of which would otherwise wait the limit before its copy starts: this way the wait is paid
+ * for its first splits, not for every split it holds.
+ *
+ * Every iteration that may hedge is timed from its reader's first heartbeat, hedging or not
+ * (factor 0), so that status shows its split times (median and p99) either way. Memory per such
+ * iteration: two entries per split leased and not finished, one per copy out, the ring, and
+ * HEDGE_TASK_SAMPLES times per task that reported a split produced.
  *
  * Pure: no clock (the shell passes now_ms), no I/O, no locks. Loop thread only, like the state. */
 #ifndef SLUICE_DISPATCHER_HEDGE_H
@@ -56,13 +69,28 @@ struct hedge_drop {
     uint64_t task_id, seq;
 };
 
+/* Production times kept per task, for telling a slow task (hedge_pick). */
+#define HEDGE_TASK_SAMPLES 8
+/* A task is judged on its own production times once this many are known. */
+#define HEDGE_TASK_MIN_SAMPLES 2
+
+/* A task's last production times, a ring. */
+struct hedge_task {
+    uint64_t task_id;
+    uint64_t ms[HEDGE_TASK_SAMPLES];
+    uint8_t n, next;
+};
+
 /* One iteration that hedges. */
 struct hedge_iter {
     uint64_t iteration_id;
-    double factor;            /* > 0 */
-    struct u64map since;      /* split leased and not finished -> the time of its lease (ms) */
-    struct u64map copies;     /* split with a copy out -> the task holding the copy */
-    struct u64map primaries;  /* split with a copy out -> the task it was leased to */
+    double factor;           /* > 0 */
+    struct u64map since;     /* split leased and not finished -> the time of its lease (ms) */
+    struct u64map copies;    /* split with a copy out -> the task holding the copy */
+    struct u64map primaries; /* split with a copy out -> the task it was leased to */
+    struct u64map holders;   /* split leased, not finished, not yet reported produced -> its task */
+    struct hedge_task *tasks; /* sorted by task id: tasks with a split time known */
+    size_t ntasks, captasks;
     struct hedge_drop *drops; /* in the order the splits finished */
     size_t ndrops, capdrops;
     uint64_t ms[HEDGE_SAMPLES]; /* split times, a ring */
@@ -114,10 +142,18 @@ void hedge_applied(struct hedge *h, const struct st_update *u, uint64_t now_ms);
 
 /* The decision, pure: which splits task_id (of iteration it, its worker asking for up to room
  * splits) gets copies of at now_ms, oldest lease first, into out (room entries): splits held by
- * another task (it->held) for longer than factor times the median split time (and at least
- * HEDGE_MIN_MS), without a copy out yet. Returns how many. */
+ * another task (it->held), without a copy out yet, and either held longer than the limit (factor
+ * times the median split time, at least HEDGE_MIN_MS) or held at least HEDGE_MIN_MS by a slow
+ * task (see above). Returns how many. */
 size_t hedge_pick(const struct hedge_iter *r, const struct st_iteration *it, uint64_t task_id,
                   uint64_t now_ms, size_t room, uint64_t *out);
+
+/* task_id reports seqs[0, n) of the iteration produced (GetSplitsRequest.finished): each it
+ * holds the lease of, reported for the first time, adds the time from its lease to now_ms to
+ * the task's own split times. A copy's production and a split its reader finished first add
+ * nothing: a straggler whose splits were won by copies is judged on what it produced itself. */
+void hedge_produced(struct hedge *h, uint64_t iteration_id, uint64_t task_id, const uint64_t *seqs,
+                    size_t n, uint64_t now_ms);
 
 /* Records that task_id holds copies of seqs[0, n) (hedge_pick's choice, sent) of iteration it,
  * beside the tasks holding their leases (it->held), and counts them. Returns 0 or
@@ -129,6 +165,9 @@ int hedge_leased(struct hedge *h, const struct st_iteration *it, uint64_t task_i
  * forgets them. Returns how many. */
 size_t hedge_take_drops(struct hedge *h, uint64_t iteration_id, uint64_t task_id, uint64_t *out,
                         size_t max);
+
+/* Whether task_id's own production times say it is slow against its peers' (see above). */
+bool hedge_task_slow(const struct hedge_iter *r, uint64_t task_id);
 
 /* Copies leased in the iteration so far (0 when it does not hedge). */
 uint64_t hedge_count(const struct hedge *h, uint64_t iteration_id);

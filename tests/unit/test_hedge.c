@@ -149,6 +149,79 @@ static void test_oldest_first(void **unused)
     teardown(&f);
 }
 
+static void produced(struct fixture *f, uint64_t task, const uint64_t *seqs, size_t n)
+{
+    hedge_produced(&f->hg, 1, task, seqs, n, f->now);
+}
+
+/* A slow task, told by its own production times against its peers': its splits are copied from
+ * HEDGE_MIN_MS on, long before the limit; a cluster slow as a whole has none; what a task did
+ * not produce itself (a copy, a split held by another) and a report repeated add nothing. */
+static void test_slow_task(void **unused)
+{
+    (void)unused;
+    struct fixture f;
+    /* Three tasks with two splits each, leased at 1000; hedging on, factor 3. */
+    setup(&f, "ds - r4\nhb a:1 1\nhb b:1 1\nhb c:1 1\njob 1 mode=distributed_epoch total=40\n"
+              "splits 1 2\nsplits 2 2\nsplits 3 2\n");
+    assert_int_equal(hedge_set(&f.hg, &f.h.s, 1, 3, f.now), 0);
+    const struct hedge_iter *r = hedge_find(&f.hg, 1);
+    /* Tasks 1 and 2 produce theirs in 100 ms, task 3 in 400: 400 > 3 / 2 x 100. A repeated
+     * report, and a report of another task's split, change nothing. */
+    f.now = 1100;
+    produced(&f, 1, (uint64_t[]){0, 1}, 2);
+    produced(&f, 2, (uint64_t[]){2, 3, 4}, 3);
+    (void)run(&f, "done 1 0,1,2,3");
+    assert_false(hedge_task_slow(r, 3));
+    f.now = 1400;
+    produced(&f, 3, (uint64_t[]){4, 5}, 2);
+    produced(&f, 1, (uint64_t[]){0, 1}, 2); /* again, later: not timed twice */
+    (void)run(&f, "done 1 4,5");
+    assert_int_equal(hedge_median_ms(r), 100);
+    assert_true(hedge_task_slow(r, 3));
+    assert_false(hedge_task_slow(r, 1));
+    assert_false(hedge_task_slow(r, 2));
+    /* New leases at 2000; at 2050 (past HEDGE_MIN_MS, far below the limit of 300) task 1 gets
+     * task 3's splits and not task 2's; at 2049 nothing. */
+    f.now = 2000;
+    (void)run(&f, "splits 2 2");
+    (void)run(&f, "splits 3 2");
+    uint64_t out[8];
+    f.now = 2049;
+    assert_int_equal(pick(&f, 1, 8, out), 0);
+    f.now = 2050;
+    assert_int_equal(pick(&f, 1, 8, out), 2);
+    assert_int_equal(out[0], 8);
+    assert_int_equal(out[1], 9);
+    /* Task 3 itself is offered nothing of task 2's yet. */
+    assert_int_equal(pick(&f, 3, 8, out), 0);
+    /* Task 1 produces a copy of 8: its times do not change, and task 3 stays slow. */
+    assert_int_equal(hedge_leased(&f.hg, state_iteration(&f.h.s, 1), 1, (uint64_t[]){8}, 1), 0);
+    f.now = 2060;
+    produced(&f, 1, (uint64_t[]){8}, 1);
+    assert_string_equal(run(&f, "done 1 8"), "splits_finished ref=1 seqs=[8]\n=>");
+    assert_true(hedge_task_slow(r, 3));
+    /* Task 3's late report of 8 (finished by the copy) adds nothing either. */
+    produced(&f, 3, (uint64_t[]){8}, 1);
+    assert_true(hedge_task_slow(r, 3));
+    teardown(&f);
+
+    /* All three equally slow (a loaded host): none is slow. */
+    setup(&f, "ds - r4\nhb a:1 1\nhb b:1 1\nhb c:1 1\njob 1 mode=distributed_epoch total=40\n"
+              "splits 1 2\nsplits 2 2\nsplits 3 2\n");
+    assert_int_equal(hedge_set(&f.hg, &f.h.s, 1, 3, f.now), 0);
+    r = hedge_find(&f.hg, 1);
+    f.now = 1900;
+    produced(&f, 1, (uint64_t[]){0, 1}, 2);
+    produced(&f, 2, (uint64_t[]){2, 3}, 2);
+    produced(&f, 3, (uint64_t[]){4, 5}, 2);
+    for (uint64_t t = 1; t <= 3; t++)
+        assert_false(hedge_task_slow(r, t));
+    /* One task alone with times has no peers to be slow against. */
+    assert_int_equal(r->ntasks, 3);
+    teardown(&f);
+}
+
 static void test_median_ring(void **unused)
 {
     (void)unused;
@@ -369,13 +442,10 @@ static void test_end(void **unused)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pick),
-        cmocka_unit_test(test_oldest_first),
-        cmocka_unit_test(test_median_ring),
-        cmocka_unit_test(test_allowed),
-        cmocka_unit_test(test_first_finish_wins),
-        cmocka_unit_test(test_holder_loss),
-        cmocka_unit_test(test_end),
+        cmocka_unit_test(test_pick),        cmocka_unit_test(test_oldest_first),
+        cmocka_unit_test(test_slow_task),   cmocka_unit_test(test_median_ring),
+        cmocka_unit_test(test_allowed),     cmocka_unit_test(test_first_finish_wins),
+        cmocka_unit_test(test_holder_loss), cmocka_unit_test(test_end),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
