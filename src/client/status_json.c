@@ -181,6 +181,7 @@ enum col_kind {
     COL_AGE,    /* milliseconds, with "ms" */
     COL_SPLITS, /* a "splits" object: "finished/total", the total "endless" when null */
     COL_LEASED, /* a "splits" object: its "leased" */
+    COL_HEDGED, /* a "splits" object: its "hedged" (copies leased, sluice read --hedge) */
     COL_LIST,   /* an array of numbers: "0.4, 0.6" */
     COL_SHARE,  /* a share in [0, 1] as a percentage: "41 %" */
     COL_SECONDS /* seconds, one decimal, with "s" */
@@ -237,8 +238,9 @@ static char *kind_text(const json_t *v, enum col_kind kind)
         }
         break;
     case COL_LEASED:
-        if (json_is_object(v))
-            return cell_text(json_object_get(v, "leased"));
+    case COL_HEDGED:
+        if (json_is_object(v) && json_object_get(v, kind == COL_LEASED ? "leased" : "hedged"))
+            return cell_text(json_object_get(v, kind == COL_LEASED ? "leased" : "hedged"));
         return strdup("-");
     case COL_LIST:
         if (json_is_array(v)) {
@@ -273,7 +275,7 @@ static char *kind_text(const json_t *v, enum col_kind kind)
     return cell_text(v);
 }
 
-#define MAX_COLS 14
+#define MAX_COLS 15
 
 struct column {
     const char *title;
@@ -281,7 +283,8 @@ struct column {
     bool is_id;           /* falls back to the entry's key in a section keyed by id */
     enum col_kind kind;
     /* Shown only when some entry of the section has the field, so a document from a dispatcher
-     * that does not report it renders as before. */
+     * that does not report it renders as before (COL_HEDGED: only when some entry's count is
+     * above 0, so reads that never hedge render as before too). */
     bool optional;
 };
 
@@ -314,7 +317,7 @@ static const struct section sections[] = {
      2,
      {{"ID", {"id", "dataset_id", NULL}, true}, {"PIPELINE", {"pipeline", "text", NULL}, false}}},
     {"jobs",
-     14,
+     15,
      {{"ID", {"id", "job_id", NULL}, true, COL_TEXT, false},
       {"NAME", {"name", "job_name", NULL}, false, COL_TEXT, false},
       {"DATASET", {"dataset", "dataset_id", NULL}, false, COL_TEXT, false},
@@ -327,6 +330,7 @@ static const struct section sections[] = {
       {"WORKERS", {"workers", "num_workers", NULL}, false, COL_TEXT, true},
       {"SPLITS", {"splits", NULL}, false, COL_SPLITS, true},
       {"LEASED", {"splits", NULL}, false, COL_LEASED, true},
+      {"HEDGED", {"splits", NULL}, false, COL_HEDGED, true},
       {"ELEM/S", {"elements_per_second", NULL}, false, COL_RATE, true},
       {"MB/S", {"bytes_per_second", NULL}, false, COL_MB, true}},
      "error",
@@ -391,7 +395,12 @@ static void render_section(struct sb *b, const struct section *sec, json_t *list
                     it = json_object_iter_next(list, it);
                 e = it ? json_object_iter_value(it) : NULL;
             }
-            shown = json_is_object(e) && field(e, sec->cols[c].names) != NULL;
+            json_t *v = json_is_object(e) ? field(e, sec->cols[c].names) : NULL;
+            shown = v != NULL;
+            if (v && sec->cols[c].kind == COL_HEDGED) {
+                json_t *h = json_is_object(v) ? json_object_get(v, "hedged") : NULL;
+                shown = json_is_number(h) && json_number_value(h) > 0;
+            }
         }
         if (shown)
             vis[nvis++] = c;

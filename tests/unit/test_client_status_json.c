@@ -120,6 +120,32 @@ static void test_table_figures(void **state)
         "   -       0.0     0.00\n");
 }
 
+/* Two jobs, the first's "hedged" count spliced in. */
+#define HEDGED_DOC(N)                                                                              \
+    "{\"jobs\": [{\"id\": 1, \"dataset_id\": \"1\", \"mode\": \"distributed_epoch\","              \
+    " \"state\": \"active\", \"clients\": 1, \"tasks\": 3,"                                        \
+    " \"splits\": {\"total\": 600, \"finished\": 80, \"leased\": 9, \"hedged\": " N "}},"          \
+    " {\"id\": 2, \"dataset_id\": \"1\", \"mode\": \"parallel_epochs\","                           \
+    " \"state\": \"active\", \"clients\": 1, \"tasks\": 3}]}"
+#define HEDGED_HEAD "workers (0)\n  none\n\ndatasets (0)\n  none\n\njobs (2)\n"
+
+static void test_table_hedged(void **state)
+{
+    (void)state;
+    /* HEDGED shows once some job made copies; "-" for a job without the figure. */
+    expect_table(HEDGED_DOC("17"), HEDGED_HEAD
+                 "  ID  NAME  DATASET  MODE               STATE   CLIENTS  TASKS  SPLITS  LEASED"
+                 "  HEDGED\n"
+                 "  1   -     1        distributed_epoch  active  1        3      80/600  9     "
+                 "  17\n"
+                 "  2   -     1        parallel_epochs    active  1        3      -       -     "
+                 "  -\n");
+    expect_table(HEDGED_DOC("0"), HEDGED_HEAD
+                 "  ID  NAME  DATASET  MODE               STATE   CLIENTS  TASKS  SPLITS  LEASED\n"
+                 "  1   -     1        distributed_epoch  active  1        3      80/600  9\n"
+                 "  2   -     1        parallel_epochs    active  1        3      -       -\n");
+}
+
 static void test_table_failed_job(void **state)
 {
     (void)state;
@@ -287,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_table_full_document),
         cmocka_unit_test(test_table_replica),
         cmocka_unit_test(test_table_figures),
+        cmocka_unit_test(test_table_hedged),
         cmocka_unit_test(test_table_failed_job),
         cmocka_unit_test(test_table_sections_keyed_or_missing),
         cmocka_unit_test(test_table_values),
