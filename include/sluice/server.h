@@ -314,6 +314,13 @@ struct sluice_worker_options {
      * N tasks (--max-tasks)" (or "buffer limit reached: ..."), which reaches its readers. */
     unsigned max_tasks;
     uint64_t max_buffer_bytes;
+    /* How many tasks the dispatcher places on this worker at once (--task-slots; 0: no limit,
+     * every job whose selector matches gets a task here; at most max_tasks, else
+     * SLUICE_ERR_INVALID, "task_slots: expected a number from 0 to 256 (max_tasks), got 300").
+     * Sent when the worker registers. With slots, jobs take the free ones heaviest first, a task
+     * is never taken away, and a job that gets none waits with the reason (docs/operations.md
+     * "Task slots"). */
+    unsigned task_slots;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

@@ -487,7 +487,10 @@ class WorkerServer(_Server):
     fails with the reason, which its readers get. labels (--label): the worker's labels, a
     mapping {"pool": "bigmem"} or a sequence of "pool=bigmem" strings, which jobs' worker
     selectors match (docs/operations.md "Pools and selectors"); a bad one raises
-    InvalidArgumentError ("labels: label 1: expected KEY=VALUE").
+    InvalidArgumentError ("labels: label 1: expected KEY=VALUE"). task_slots (--task-slots;
+    None: no limit): how many tasks the dispatcher places on this worker at once, at most
+    max_tasks; jobs take free slots heaviest first and a task is never taken away
+    (docs/operations.md "Task slots").
     """
 
     _kind = "worker"
@@ -499,7 +502,7 @@ class WorkerServer(_Server):
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
                  max_connections=None, max_handshakes=None, max_element_bytes=None,
-                 max_tasks=None, max_buffer_bytes=None, labels=None):
+                 max_tasks=None, max_buffer_bytes=None, labels=None, task_slots=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -513,7 +516,7 @@ class WorkerServer(_Server):
                      max_handshakes),
             _size(max_element_bytes, "max_element_bytes"),
             _count(max_tasks, "max_tasks"), _size(max_buffer_bytes, "max_buffer_bytes"),
-            _labels(labels),
+            _labels(labels), _count(task_slots, "task_slots"),
         ), start)
 
     def start(self):

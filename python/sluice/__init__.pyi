@@ -136,7 +136,8 @@ class WorkerServer(_Server):
                  max_connections: Optional[int] = None, max_handshakes: Optional[int] = None,
                  max_element_bytes: Optional[int] = None, max_tasks: Optional[int] = None,
                  max_buffer_bytes: Optional[int] = None,
-                 labels: Union[Mapping[str, str], Sequence[str], None] = None) -> None: ...
+                 labels: Union[Mapping[str, str], Sequence[str], None] = None,
+                 task_slots: Optional[int] = None) -> None: ...
     @property
     def address(self) -> str:
         """HOST:PORT readers use to reach this worker."""

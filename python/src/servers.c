@@ -319,16 +319,17 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
                             "max_tasks",
                             "max_buffer_bytes",
                             "labels",
+                            "task_slots",
                             NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1, insecure = 0;
     unsigned long long max_element_bytes = 0, max_buffer_bytes = 0;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL, *labels = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIKO", names, &o.dispatcher, &o.host, &o.port,
+            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIKOI", names, &o.dispatcher, &o.host, &o.port,
             &o.advertise, &o.heartbeat_ms, &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
             &o.log_level, &python_path, &data_roots, SERVER_TARGETS(o, insecure),
-            &max_element_bytes, &o.max_tasks, &max_buffer_bytes, &labels))
+            &max_element_bytes, &o.max_tasks, &max_buffer_bytes, &labels, &o.task_slots))
         return -1;
     o.security.insecure = insecure;
     o.max_element_bytes = max_element_bytes;

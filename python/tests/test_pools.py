@@ -95,6 +95,29 @@ def test_worker_server_labels():
         d.stop()
 
 
+def test_worker_server_task_slots():
+    """WorkerServer(task_slots=1): the slot is registered and shown in the status, a read goes
+    through it; task_slots above max_tasks or negative is refused."""
+    d = sluice.DispatchServer(log_level="warn")
+    try:
+        w = sluice.WorkerServer(d, heartbeat_ms=100, task_slots=1)
+        try:
+            wait_workers(d, 1)
+            assert [x.get("task_slots") for x in sluice.status(d)["workers"]] == [1]
+            got = sorted(int(x) for x in sluice.distribute("range(20)", "parallel_epochs", d))
+            assert got == list(range(20))
+        finally:
+            w.stop()
+        with pytest.raises(sluice.InvalidArgumentError,
+                           match=r"^task_slots: expected a number from 0 to 4 \(max_tasks\), "
+                                 r"got 5$"):
+            sluice.WorkerServer(d, max_tasks=4, task_slots=5)
+        with pytest.raises(ValueError, match=r"^task_slots must be between 0 and"):
+            sluice.WorkerServer(d, task_slots=-1)
+    finally:
+        d.stop()
+
+
 def test_torch_loader_pool(pools):
     """sluice.torch reads on one pool too: every epoch's job carries the selector and weight,
     with the loader's worker processes sharing it; bad values are refused in the trainer."""

@@ -202,6 +202,9 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
         put(b, o, "host_id", text(w->host_id));
     if (w->labels[0])
         put(b, o, "labels", text(w->labels));
+    /* Only for workers with a slot limit, so other documents stay as they were. */
+    if (w->task_slots)
+        put(b, o, "task_slots", u64(w->task_slots));
     size_t ntasks;
     const struct st_task_ref *refs = state_worker_tasks(s, w->id, &ntasks);
     for (size_t i = 0; i < ntasks; i++)
