@@ -86,6 +86,11 @@ struct sluice_dispatcher_options {
     /* How often the recommended number of workers is recomputed (--autoscale-window-ms;
      * 0: 10000). */
     uint32_t autoscale_window_ms;
+    /* The label key whose value names a worker's pool for the per-pool recommendations
+     * (--autoscale-pool-label; NULL or "": "pool"); workers without it form the pool "". A key
+     * that is not a valid label key is SLUICE_ERR_INVALID ("autoscale_pool_label: key: ' ' is
+     * not allowed at byte 2"). */
+    const char *autoscale_pool_label;
     /* The fixed workers of the static sharding modes (--worker-addresses): nworker_addresses
      * entries "HOST:PORT" (or "sluice://HOST:PORT"), each listed once. */
     const char *const *worker_addresses;

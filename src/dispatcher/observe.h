@@ -92,6 +92,8 @@ struct rpc_counts; /* common/rpc_metrics.h */
 /* The dispatcher's settings, as reported in the status document's "config". */
 struct observe_config {
     uint32_t window_ms; /* 0: OBSERVE_DEFAULT_WINDOW_MS */
+    /* The label key naming a worker's pool (autoscale_pools.h; NULL or "": "pool"), copied. */
+    const char *pool_label;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     uint32_t worker_heartbeat_ms, client_heartbeat_ms;
 };

@@ -1,6 +1,7 @@
 #include "status.h"
 
 #include "hedge.h"
+#include "autoscale_pools.h"
 #include "plan.h"
 
 #include "common/error.h"
@@ -614,6 +615,39 @@ static json_t *config_json(struct builder *b, const struct status_extra *x)
     return o;
 }
 
+static json_t *autoscale_json(struct builder *b, const struct status_extra *x)
+{
+    json_t *o = json_object(), *pools = json_array();
+    if (!o || !pools) {
+        json_decref(o);
+        json_decref(pools);
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "pool_label", text(x->pool_label));
+    for (size_t i = 0; i < x->npools; i++) {
+        const struct autoscale_pool *p = &x->pools[i];
+        json_t *e = json_object();
+        if (!e) {
+            b->failed = true;
+            break;
+        }
+        put(b, e, "pool", text(p->name));
+        put(b, e, "workers", u64(p->current));
+        put(b, e, "recommended_workers", u64(p->recommended));
+        put(b, e, "reason", json_string(autoscale_reason_name(p->decision.reason)));
+        put(b, e, "clients", json_real(p->clients));
+        put(b, e, "demand", json_real(p->decision.demand));
+        put(b, e, "served", json_real(p->decision.served));
+        put(b, e, "unmet", json_real(p->decision.unmet));
+        put(b, e, "capacity", json_real(p->decision.capacity));
+        put(b, e, "idle", json_real(p->decision.idle));
+        append(b, pools, e);
+    }
+    put(b, o, "pools", pools);
+    return o;
+}
+
 /* Writes root (released here) as compact JSON into *out (malloc'd). */
 static int dump(struct builder *b, json_t *root, char **out)
 {
@@ -700,6 +734,8 @@ int status_json_tree(const struct state *s, const struct status_extra *x, json_t
     if (x) {
         put(&b, root, "recommended_workers", u64(x->recommended_workers));
         put(&b, root, "config", config_json(&b, x));
+        if (x->pool_label)
+            put(&b, root, "autoscale", autoscale_json(&b, x));
         if (x->raft)
             put(&b, root, "raft", raft_json(&b, x->raft));
     }
