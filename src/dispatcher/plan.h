@@ -137,8 +137,9 @@ struct plan_job_request {
      * SLUICE_ERR_INVALID ("weight must be a number above 0 and at most 1000000, not -1"). */
     double weight;
     /* The bounds on the number of workers with a task of the job's iteration (0: none): at most
-     * max_workers workers get one; min_workers is recorded (every matching worker gets a task
-     * when there is no max). min above max is SLUICE_ERR_INVALID ("min_workers 3 is above
+     * max_workers workers get one; while it has fewer than min_workers, its iterations rank
+     * first for workers' free task slots (plan_place.c; every matching worker without a slot
+     * limit gets a task anyway). min above max is SLUICE_ERR_INVALID ("min_workers 3 is above
      * max_workers 2"). */
     uint32_t min_workers, max_workers;
 };

@@ -245,6 +245,10 @@ int plan_fill_worker(const struct state *s, const struct st_worker *w, uint64_t 
                      const char *host, const uint64_t *have, size_t nhave, uint64_t *next_task,
                      struct st_update_list *out, size_t start)
 {
+    /* A full worker takes nothing: no need to look for candidates. */
+    uint32_t used = w->task_slots ? plan_worker_slots_used(s, worker_id, out, start) : 0;
+    if (w->task_slots && used >= w->task_slots)
+        return 0;
     struct slot_candidate *cand = malloc((s->niterations ? s->niterations : 1) * sizeof *cand);
     if (!cand)
         return SLUICE_ERR_NOMEM;
@@ -260,11 +264,8 @@ int plan_fill_worker(const struct state *s, const struct st_worker *w, uint64_t 
         cand[ncand++].rank = r;
     }
     /* Without slots every candidate gets a task, in the state's order, as before slots. */
-    uint32_t used = 0;
-    if (w->task_slots) {
+    if (w->task_slots)
         qsort(cand, ncand, sizeof *cand, candidate_cmp);
-        used = plan_worker_slots_used(s, worker_id, out, start);
-    }
     for (size_t i = 0; i < ncand; i++) {
         if (w->task_slots && used >= w->task_slots)
             break;

@@ -242,6 +242,22 @@ static const struct harness_case slot_cases[] = {
      "iteration_created id=3 ref=3 dist=0\n"
      "client_acquired id=3 ref=3\n"
      "=> job=3 iteration=3 client=3"},
+    {"a new job short of min_workers takes a free slot a heavier waiting job wants",
+     SLOTS1 "job 1 name=heavy weight=2\nfailed 1 1 msg=x", "job 1 name=needy min=1",
+     "job_created id=3 name='needy' name2='1' mode=parallel_epochs min=1\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "task_created id=2 ref=3 ref2=1\n"
+     "client_acquired id=3 ref=3\n"
+     "=> job=3 iteration=3 client=3"},
+    {"a new heavier job takes a free slot a lighter waiting job wants",
+     SLOTS1 "job 1 name=light\nfailed 1 1 msg=x", "job 1 name=heavy weight=2",
+     "job_created id=3 name='heavy' name2='1' mode=parallel_epochs weight=2\n"
+     "iteration_created id=3 ref=3 dist=0\n"
+     "task_created id=2 ref=3 ref2=1\n"
+     "client_acquired id=3 ref=3\n"
+     "=> job=3 iteration=3 client=3"},
+    {"a full worker's heartbeat places nothing",
+     SLOTS1 "job 1 name=heavy weight=9\njob 1 name=needy min=1", "hb a:1 1", "=> worker=1"},
     {"a failed iteration's slot is free", SLOTS1 "job 1 name=heavy weight=2\nfailed 1 1 msg=x",
      "hb a:1 1",
      "task_created id=2 ref=2 ref2=1\n"
