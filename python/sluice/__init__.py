@@ -363,9 +363,11 @@ class DispatchServer(_Server):
     worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms, autoscale_window_ms,
     snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
     log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
-    names. data_roots (a str or a sequence, --data-root): register_dataset refuses file
-    sources (lines, tfrecord, tar, snapshot) naming files outside these directories, after ".." and
-    symbolic links are resolved; None: not confined. start=False defers the start to start().
+    names. autoscale_pool_label (--autoscale-pool-label; None: "pool"): the worker label whose
+    value names a worker's pool, for the recommendation per pool (docs/operations.md
+    "Autoscaling by pool"). data_roots (a str or a sequence, --data-root): register_dataset
+    refuses file sources (lines, tfrecord, tar, snapshot) naming files outside these
+    directories, after ".." and symbolic links are resolved; None: not confined. start=False defers the start to start().
 
     auth_token_file, tls_cert, tls_key, tls_ca: see below. insecure: allow a host beyond
     loopback without a token. metrics_host (None: 127.0.0.1), handshake_timeout_ms (None:
@@ -402,7 +404,7 @@ class DispatchServer(_Server):
                  max_connections=None, max_handshakes=None, max_datasets=None,
                  max_pipeline_bytes=None, max_jobs_per_client=None, max_jobs_per_address=None,
                  raft_id=None, raft_address=None, raft_cluster=None, raft_bind=None,
-                 advertise=None, raft_election_timeout_ms=None):
+                 advertise=None, raft_election_timeout_ms=None, autoscale_pool_label=None):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -431,6 +433,7 @@ class DispatchServer(_Server):
             _text(raft_cluster, "raft_cluster"), _text(raft_bind, "raft_bind"),
             _text(advertise, "advertise"),
             _ms(raft_election_timeout_ms, "raft_election_timeout_ms"),
+            _text(autoscale_pool_label, "autoscale_pool_label"),
         ), start)
 
     @property

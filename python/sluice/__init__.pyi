@@ -112,7 +112,8 @@ class DispatchServer(_Server):
                  max_jobs_per_address: Optional[int] = None, raft_id: Optional[int] = None,
                  raft_address: Optional[str] = None, raft_cluster: Optional[str] = None,
                  raft_bind: Optional[str] = None, advertise: Optional[str] = None,
-                 raft_election_timeout_ms: Optional[int] = None) -> None: ...
+                 raft_election_timeout_ms: Optional[int] = None,
+                 autoscale_pool_label: Optional[str] = None) -> None: ...
     @property
     def target(self) -> str:
         """"sluice://HOST:PORT", what workers and readers are given."""

@@ -118,6 +118,32 @@ def test_worker_server_task_slots():
         d.stop()
 
 
+def test_dispatch_server_pool_label():
+    """DispatchServer(autoscale_pool_label=...): the recommendation per pool groups the workers
+    by that label (shown in the status once a window closed); a bad key raises."""
+    d = sluice.DispatchServer(log_level="warn", autoscale_window_ms=100,
+                              autoscale_pool_label="team")
+    try:
+        w = sluice.WorkerServer(d, heartbeat_ms=100, labels={"team": "prod", "pool": "x"})
+        try:
+            wait_workers(d, 1)
+            deadline = time.monotonic() + 10
+            while True:
+                auto = sluice.status(d)["autoscale"]
+                if auto["pools"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert auto["pool_label"] == "team"
+            assert [(p["pool"], p["workers"]) for p in auto["pools"]] == [("prod", 1)]
+        finally:
+            w.stop()
+    finally:
+        d.stop()
+    with pytest.raises(sluice.InvalidArgumentError,
+                       match=r"^autoscale_pool_label: key: ' ' is not allowed at byte 2$"):
+        sluice.DispatchServer(autoscale_pool_label="te am")
+
+
 def test_torch_loader_pool(pools):
     """sluice.torch reads on one pool too: every epoch's job carries the selector and weight,
     with the loader's worker processes sharing it; bad values are refused in the trainer."""
