@@ -169,8 +169,14 @@ struct plan_job_result {
  *     "waiting for a worker: ..." without a selector) when every matching worker has task slots
  *     and all are taken; the holders are "heavier jobs", "jobs that started earlier" (tasks are
  *     never taken away), or "heavier jobs (2) and jobs that started earlier";
- * otherwise "" (and the return is 0): no worker at all without a selector, or a matching worker
- * that places the task with its next heartbeat. Returns the length written. */
+ *   - for an iteration with tasks, but fewer than its job's min_workers, the same about the
+ *     matching workers that have none of its tasks, with what it has: "waiting for a worker
+ *     matching pool=a (1 of 2 minimum workers): 3 of 3 task slots taken by heavier jobs", or
+ *     "... (1 of 2 minimum workers): no other worker matches";
+ * otherwise "" (and the return is 0): no worker at all without a selector, a matching worker that
+ * places the task with its next heartbeat, or a job with tasks and no shortfall. Returns the
+ * length written. Readers are told only while the iteration has no task
+ * (ClientHeartbeatReply.waiting); sluice status shows it in both cases. */
 size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char *buf, size_t len);
 
 int plan_get_or_create_job(const struct state *s, const struct plan_job_request *req,

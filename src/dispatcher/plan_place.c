@@ -306,13 +306,19 @@ size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char
     if (!j || it->state != ST_ITER_ACTIVE || it->error)
         return 0;
     static const struct st_update_list none;
+    /* A job with tasks is waiting only while it has fewer than its minimum, for the workers
+     * that have none of its tasks. */
+    size_t have = plan_iteration_ntasks(s, iteration_id, &none, 0);
+    if (have > 0 && !(j->min_workers && have < j->min_workers))
+        return 0;
     struct plan_place place;
     plan_place_of(j, &place);
     size_t nmatch = 0;
     uint32_t slots = 0, taken = 0, heavier = 0;
     for (size_t i = 0; i < s->nworkers; i++) {
         const struct st_worker *w = &s->workers[i];
-        if (w->draining || (place.sel.n && !selector_matches(&place.sel, w->labels)))
+        if (w->draining || (place.sel.n && !selector_matches(&place.sel, w->labels)) ||
+            (have > 0 && worker_has_task_of(s, w->id, iteration_id, &none, 0)))
             continue;
         nmatch++;
         /* A matching worker without a limit, or with a free slot, places the job's task with
@@ -339,18 +345,29 @@ size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char
         heavier += heavy < w->task_slots ? heavy : w->task_slots;
     }
     size_t at = 0;
-    if (nmatch == 0) {
+    if (have > 0) {
+        /* Short of its minimum. */
+        if (j->selector[0])
+            append(buf, len, &at, "waiting for a worker matching %s", j->selector);
+        else
+            append(buf, len, &at, "waiting for a worker");
+        append(buf, len, &at, " (%zu of %" PRIu32 " minimum workers): ", have, j->min_workers);
+        if (nmatch == 0) {
+            append(buf, len, &at, "no other worker matches");
+            return at;
+        }
+    } else if (nmatch == 0) {
         /* Without a selector, no worker at all: readers say so themselves. */
         if (!j->selector[0])
             return 0;
         append(buf, len, &at, "waiting for a worker matching %s (none of %zu worker%s match%s)",
                j->selector, s->nworkers, s->nworkers == 1 ? "" : "s", s->nworkers == 1 ? "es" : "");
         return at;
-    }
-    if (j->selector[0])
+    } else if (j->selector[0]) {
         append(buf, len, &at, "waiting for a worker matching %s: ", j->selector);
-    else
+    } else {
         append(buf, len, &at, "waiting for a worker: ");
+    }
     append(buf, len, &at, "%" PRIu32 " of %" PRIu32 " task slot%s taken by ", taken, slots,
            slots == 1 ? "" : "s");
     if (heavier == taken)

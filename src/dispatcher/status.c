@@ -460,12 +460,10 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "weight", json_real(j->weight));
     put(b, o, "min_workers", u64(j->min_workers));
     put(b, o, "max_workers", u64(j->max_workers));
-    /* Why a job with a selector has no task (plan_iteration_waiting), as its readers hear it. */
-    size_t nit = 0;
-    if (it)
-        state_iteration_tasks(s, it->id, &nit);
-    char why[SELECTOR_TEXT_MAX + 128];
-    if (it && nit == 0 && plan_iteration_waiting(s, it->id, why, sizeof why) > 0)
+    /* Why the job has no task, as its readers hear it, or fewer than its minimum
+     * (plan_iteration_waiting). */
+    char why[SELECTOR_TEXT_MAX + 160];
+    if (it && plan_iteration_waiting(s, it->id, why, sizeof why) > 0)
         put(b, o, "waiting", text(why));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));

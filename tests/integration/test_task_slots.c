@@ -125,9 +125,13 @@ static void test_min_workers_keep_their_slots(void **state)
                      0);
     const char *why = "waiting for a worker: 2 of 2 task slots taken by jobs that started earlier";
     wait_reason(c, "heavy", why, 20000);
-    /* The light job keeps both workers, the heavy one has none. */
+    /* The light job keeps both workers, the heavy one has none; the light one, at its minimum,
+     * does not wait. */
     assert_int_equal(ntasks(c, "light"), 2);
     assert_int_equal(ntasks(c, "heavy"), 0);
+    doc = cluster_status(c);
+    assert_null(json_object_get(job_named(doc, "light"), "waiting"));
+    json_decref(doc);
     /* Its reader says why (its first note comes after 2 s without progress). */
     doc = cluster_status(c);
     long long heavy_id = json_integer_value(json_object_get(job_named(doc, "heavy"), "id"));

@@ -258,6 +258,15 @@ static const struct harness_case slot_cases[] = {
      "=> job=3 iteration=3 client=3"},
     {"a full worker's heartbeat places nothing",
      SLOTS1 "job 1 name=heavy weight=9\njob 1 name=needy min=1", "hb a:1 1", "=> worker=1"},
+    {"a job short of its minimum says so",
+     SLOTS3 "job 1 name=heavy weight=5 max=2\njob 1 name=needy min=2", "waiting 2",
+     "=> waiting='waiting for a worker (1 of 2 minimum workers): 2 of 2 task slots taken by "
+     "heavier jobs'"},
+    {"a minimum beyond the pool", "ds - r4\nhb a:1 1 labels=pool=a\njob 1 sel=pool=a min=2",
+     "waiting 1",
+     "=> waiting='waiting for a worker matching pool=a (1 of 2 minimum workers): no other worker "
+     "matches'"},
+    {"a job at its minimum does not wait", SLOTS3 "job 1 min=2", "waiting 1", "=> waiting=''"},
     {"a failed iteration's slot is free", SLOTS1 "job 1 name=heavy weight=2\nfailed 1 1 msg=x",
      "hb a:1 1",
      "task_created id=2 ref=2 ref2=1\n"
