@@ -42,6 +42,9 @@
  *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
  *   sluice_production_elements_per_second            gauge: sum of the workers' last rates
  *   sluice_recommended_workers                       gauge: observe_recommended()
+ *   sluice_autoscale_recommended_workers{pool="..."} gauge: each pool's recommendation at the
+ *                                                    last window (autoscale_pools.h); a pool
+ *                                                    gone loses its series
  *   sluice_autoscale_windows_total{reason="..."}     counter: windows closed, by decision reason
  *   sluice_autoscale_demand_elements_per_second, sluice_autoscale_capacity_elements_per_second,
  *   sluice_autoscale_unmet_share, sluice_autoscale_idle_share
