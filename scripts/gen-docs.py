@@ -569,7 +569,8 @@ def gen_metrics(bindir):
         d = Server([os.path.join(bindir, "sluice-dispatcher"), "--port", "0",
                     "--metrics-port", "0", "--work-dir", os.path.join(tmp, "work"),
                     "--raft-id", "1", "--raft-address", raft, "--raft-cluster", "1=" + raft,
-                    "--job-gc-timeout-ms", "600000", "--log-level", "warn"],
+                    "--job-gc-timeout-ms", "600000", "--autoscale-window-ms", "200",
+                    "--log-level", "warn"],
                    "sluice-dispatcher", tmp)
         servers.append(d)
         daddr = d.wait_line(r" listening on (\S+)$").group(1)
@@ -588,7 +589,15 @@ def gen_metrics(bindir):
         if r.returncode != 0 or r.stdout.strip() != "10":
             raise GenError("sluice read range(10) printed %r, exit %d: %s" % (
                 r.stdout, r.returncode, r.stderr))
-        dfams = parse_exposition(scrape(dmetrics), "sluice-dispatcher /metrics")
+        # The per-pool recommendation has series once a window closed (200 ms here).
+        deadline = time.monotonic() + 10
+        while True:
+            dfams = parse_exposition(scrape(dmetrics), "sluice-dispatcher /metrics")
+            if any(f["name"] == "sluice_autoscale_recommended_workers" for f in dfams):
+                break
+            if time.monotonic() > deadline:
+                raise GenError("no autoscaling window closed within 10 s")
+            time.sleep(0.1)
         wfams = parse_exposition(scrape(wmetrics), "sluice-worker /metrics")
     finally:
         for s in reversed(servers):

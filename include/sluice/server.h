@@ -86,6 +86,11 @@ struct sluice_dispatcher_options {
     /* How often the recommended number of workers is recomputed (--autoscale-window-ms;
      * 0: 10000). */
     uint32_t autoscale_window_ms;
+    /* The label key whose value names a worker's pool for the per-pool recommendations
+     * (--autoscale-pool-label; NULL or "": "pool"); workers without it form the pool "". A key
+     * that is not a valid label key is SLUICE_ERR_INVALID ("autoscale_pool_label: key: ' ' is
+     * not allowed at byte 2"). */
+    const char *autoscale_pool_label;
     /* The fixed workers of the static sharding modes (--worker-addresses): nworker_addresses
      * entries "HOST:PORT" (or "sluice://HOST:PORT"), each listed once. */
     const char *const *worker_addresses;
@@ -314,6 +319,13 @@ struct sluice_worker_options {
      * N tasks (--max-tasks)" (or "buffer limit reached: ..."), which reaches its readers. */
     unsigned max_tasks;
     uint64_t max_buffer_bytes;
+    /* How many tasks the dispatcher places on this worker at once (--task-slots; 0: no limit,
+     * every job whose selector matches gets a task here; at most max_tasks, else
+     * SLUICE_ERR_INVALID, "task_slots: expected a number from 0 to 256 (max_tasks), got 300").
+     * Sent when the worker registers. With slots, jobs take the free ones heaviest first, a task
+     * is never taken away, and a job that gets none waits with the reason (docs/operations.md
+     * "Task slots"). */
+    unsigned task_slots;
 };
 
 /* Starts a worker on a thread of its own: validates the options, loads the plugins, puts the

@@ -363,9 +363,11 @@ class DispatchServer(_Server):
     worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms, autoscale_window_ms,
     snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
     log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
-    names. data_roots (a str or a sequence, --data-root): register_dataset refuses file
-    sources (lines, tfrecord, tar, snapshot) naming files outside these directories, after ".." and
-    symbolic links are resolved; None: not confined. start=False defers the start to start().
+    names. autoscale_pool_label (--autoscale-pool-label; None: "pool"): the worker label whose
+    value names a worker's pool, for the recommendation per pool (docs/operations.md
+    "Autoscaling by pool"). data_roots (a str or a sequence, --data-root): register_dataset
+    refuses file sources (lines, tfrecord, tar, snapshot) naming files outside these
+    directories, after ".." and symbolic links are resolved; None: not confined. start=False defers the start to start().
 
     auth_token_file, tls_cert, tls_key, tls_ca: see below. insecure: allow a host beyond
     loopback without a token. metrics_host (None: 127.0.0.1), handshake_timeout_ms (None:
@@ -402,7 +404,7 @@ class DispatchServer(_Server):
                  max_connections=None, max_handshakes=None, max_datasets=None,
                  max_pipeline_bytes=None, max_jobs_per_client=None, max_jobs_per_address=None,
                  raft_id=None, raft_address=None, raft_cluster=None, raft_bind=None,
-                 advertise=None, raft_election_timeout_ms=None):
+                 advertise=None, raft_election_timeout_ms=None, autoscale_pool_label=None):
         _port(port, "port")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -431,6 +433,7 @@ class DispatchServer(_Server):
             _text(raft_cluster, "raft_cluster"), _text(raft_bind, "raft_bind"),
             _text(advertise, "advertise"),
             _ms(raft_election_timeout_ms, "raft_election_timeout_ms"),
+            _text(autoscale_pool_label, "autoscale_pool_label"),
         ), start)
 
     @property
@@ -487,7 +490,10 @@ class WorkerServer(_Server):
     fails with the reason, which its readers get. labels (--label): the worker's labels, a
     mapping {"pool": "bigmem"} or a sequence of "pool=bigmem" strings, which jobs' worker
     selectors match (docs/operations.md "Pools and selectors"); a bad one raises
-    InvalidArgumentError ("labels: label 1: expected KEY=VALUE").
+    InvalidArgumentError ("labels: label 1: expected KEY=VALUE"). task_slots (--task-slots;
+    None: no limit): how many tasks the dispatcher places on this worker at once, at most
+    max_tasks; jobs take free slots heaviest first and a task is never taken away
+    (docs/operations.md "Task slots").
     """
 
     _kind = "worker"
@@ -499,7 +505,7 @@ class WorkerServer(_Server):
                  start=True, auth_token_file=None, tls_cert=None, tls_key=None, tls_ca=None,
                  insecure=False, metrics_host=None, handshake_timeout_ms=None,
                  max_connections=None, max_handshakes=None, max_element_bytes=None,
-                 max_tasks=None, max_buffer_bytes=None, labels=None):
+                 max_tasks=None, max_buffer_bytes=None, labels=None, task_slots=None):
         super().__init__((
             _target(dispatcher_address, "dispatcher_address"), _text(host, "host"),
             _port(port, "port"), _text(advertise, "advertise"),
@@ -513,7 +519,7 @@ class WorkerServer(_Server):
                      max_handshakes),
             _size(max_element_bytes, "max_element_bytes"),
             _count(max_tasks, "max_tasks"), _size(max_buffer_bytes, "max_buffer_bytes"),
-            _labels(labels),
+            _labels(labels), _count(task_slots, "task_slots"),
         ), start)
 
     def start(self):

@@ -112,7 +112,8 @@ class DispatchServer(_Server):
                  max_jobs_per_address: Optional[int] = None, raft_id: Optional[int] = None,
                  raft_address: Optional[str] = None, raft_cluster: Optional[str] = None,
                  raft_bind: Optional[str] = None, advertise: Optional[str] = None,
-                 raft_election_timeout_ms: Optional[int] = None) -> None: ...
+                 raft_election_timeout_ms: Optional[int] = None,
+                 autoscale_pool_label: Optional[str] = None) -> None: ...
     @property
     def target(self) -> str:
         """"sluice://HOST:PORT", what workers and readers are given."""
@@ -136,7 +137,8 @@ class WorkerServer(_Server):
                  max_connections: Optional[int] = None, max_handshakes: Optional[int] = None,
                  max_element_bytes: Optional[int] = None, max_tasks: Optional[int] = None,
                  max_buffer_bytes: Optional[int] = None,
-                 labels: Union[Mapping[str, str], Sequence[str], None] = None) -> None: ...
+                 labels: Union[Mapping[str, str], Sequence[str], None] = None,
+                 task_slots: Optional[int] = None) -> None: ...
     @property
     def address(self) -> str:
         """HOST:PORT readers use to reach this worker."""

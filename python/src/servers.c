@@ -140,6 +140,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "raft_bind",
                             "advertise",
                             "raft_election_timeout_ms",
+                            "autoscale_pool_label",
                             NULL};
     struct sluice_dispatcher_options o = {0};
     int ft = 0, metrics_port = -1, insecure = 0;
@@ -148,13 +149,13 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
     unsigned long long max_jobs_per_address = 0, raft_id = 0;
     PyObject *addresses = NULL, *data_roots = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKKKKzzzzI", names, &o.host, &o.port,
+            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKKKKzzzzIz", names, &o.host, &o.port,
             &o.work_dir, &ft, &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
             &o.autoscale_window_ms, &snapshot_every, &journal_max_mb, &addresses, &metrics_port,
             &o.log_level, &data_roots, SERVER_TARGETS(o, insecure), &max_datasets,
             &max_pipeline_bytes, &max_jobs_per_client, &max_jobs_per_address, &raft_id,
             &o.raft_address, &o.raft_cluster, &o.raft_bind, &o.advertise,
-            &o.raft_election_timeout_ms))
+            &o.raft_election_timeout_ms, &o.autoscale_pool_label))
         return -1;
     o.raft_id = raft_id;
     o.security.insecure = insecure;
@@ -319,16 +320,17 @@ static int worker_init(WorkerObject *self, PyObject *args, PyObject *kw)
                             "max_tasks",
                             "max_buffer_bytes",
                             "labels",
+                            "task_slots",
                             NULL};
     struct sluice_worker_options o = {0};
     int metrics_port = -1, insecure = 0;
     unsigned long long max_element_bytes = 0, max_buffer_bytes = 0;
     PyObject *plugins = NULL, *python_path = NULL, *data_roots = NULL, *labels = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIKO", names, &o.dispatcher, &o.host, &o.port,
+            args, kw, "s|zizIIOiIzOO" SERVER_FORMAT "KIKOI", names, &o.dispatcher, &o.host, &o.port,
             &o.advertise, &o.heartbeat_ms, &o.threads, &plugins, &metrics_port, &o.drain_timeout_ms,
             &o.log_level, &python_path, &data_roots, SERVER_TARGETS(o, insecure),
-            &max_element_bytes, &o.max_tasks, &max_buffer_bytes, &labels))
+            &max_element_bytes, &o.max_tasks, &max_buffer_bytes, &labels, &o.task_slots))
         return -1;
     o.security.insecure = insecure;
     o.max_element_bytes = max_element_bytes;

@@ -95,6 +95,55 @@ def test_worker_server_labels():
         d.stop()
 
 
+def test_worker_server_task_slots():
+    """WorkerServer(task_slots=1): the slot is registered and shown in the status, a read goes
+    through it; task_slots above max_tasks or negative is refused."""
+    d = sluice.DispatchServer(log_level="warn")
+    try:
+        w = sluice.WorkerServer(d, heartbeat_ms=100, task_slots=1)
+        try:
+            wait_workers(d, 1)
+            assert [x.get("task_slots") for x in sluice.status(d)["workers"]] == [1]
+            got = sorted(int(x) for x in sluice.distribute("range(20)", "parallel_epochs", d))
+            assert got == list(range(20))
+        finally:
+            w.stop()
+        with pytest.raises(sluice.InvalidArgumentError,
+                           match=r"^task_slots: expected a number from 0 to 4 \(max_tasks\), "
+                                 r"got 5$"):
+            sluice.WorkerServer(d, max_tasks=4, task_slots=5)
+        with pytest.raises(ValueError, match=r"^task_slots must be between 0 and"):
+            sluice.WorkerServer(d, task_slots=-1)
+    finally:
+        d.stop()
+
+
+def test_dispatch_server_pool_label():
+    """DispatchServer(autoscale_pool_label=...): the recommendation per pool groups the workers
+    by that label (shown in the status once a window closed); a bad key raises."""
+    d = sluice.DispatchServer(log_level="warn", autoscale_window_ms=100,
+                              autoscale_pool_label="team")
+    try:
+        w = sluice.WorkerServer(d, heartbeat_ms=100, labels={"team": "prod", "pool": "x"})
+        try:
+            wait_workers(d, 1)
+            deadline = time.monotonic() + 10
+            while True:
+                auto = sluice.status(d)["autoscale"]
+                if auto["pools"] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert auto["pool_label"] == "team"
+            assert [(p["pool"], p["workers"]) for p in auto["pools"]] == [("prod", 1)]
+        finally:
+            w.stop()
+    finally:
+        d.stop()
+    with pytest.raises(sluice.InvalidArgumentError,
+                       match=r"^autoscale_pool_label: key: ' ' is not allowed at byte 2$"):
+        sluice.DispatchServer(autoscale_pool_label="te am")
+
+
 def test_torch_loader_pool(pools):
     """sluice.torch reads on one pool too: every epoch's job carries the selector and weight,
     with the loader's worker processes sharing it; bad values are refused in the trainer."""

@@ -166,6 +166,8 @@ static void print_update(uint64_t seq, const struct st_update *u)
             printf(" labels=");
             print_quoted(u->labels);
         }
+        if (u->task_slots)
+            printf(" task_slots=%" PRIu32, u->task_slots);
         break;
     case ST_WORKER_REMOVED:
     case ST_WORKER_DRAINING:
@@ -352,6 +354,8 @@ static json_t *update_json(uint64_t seq, const struct st_update *u)
             jset(o, "host_id", jstr(u->host_id));
         if (u->labels)
             jset(o, "labels", jstr(u->labels));
+        if (u->task_slots)
+            jset(o, "task_slots", json_integer(u->task_slots));
         break;
     }
     case ST_WORKER_REMOVED:

@@ -301,11 +301,12 @@ struct section {
 
 static const struct section sections[] = {
     {"workers",
-     11,
+     12,
      {{"ADDRESS", {"address", "addr", NULL}, true, COL_TEXT, false},
       {"INCARNATION", {"incarnation", NULL}, false, COL_TEXT, false},
       {"HOST", {"host_id", NULL}, false, COL_TEXT, true},
       {"LABELS", {"labels", NULL}, false, COL_TEXT, true},
+      {"SLOTS", {"task_slots", NULL}, false, COL_TEXT, true},
       {"TASKS", {"tasks", "num_tasks", NULL}, false, COL_TEXT, false},
       {"DRAINING", {"draining", NULL}, false, COL_TEXT, true},
       {"BUFFERED", {"buffered", NULL}, false, COL_TEXT, true},

@@ -145,6 +145,9 @@ uint64_t state_digest(const struct state *s)
             fnv_str(&f, w->host_id);
         if (w->labels[0])
             fnv_str(&f, w->labels);
+        /* Likewise only for workers with a slot limit. */
+        if (w->task_slots)
+            fnv_u64(&f, 0x736c6f7400000000ull + w->task_slots);
     }
     fnv_u64(&f, s->nclients);
     for (size_t i = 0; i < s->nclients; i++) {

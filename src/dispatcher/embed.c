@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/http.h"
+#include "common/labels.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/loop_thread.h"
@@ -50,6 +51,7 @@ struct sluice_dispatcher {
     bool metrics;
     int metrics_port;
     char *metrics_host;
+    char pool_label[LABEL_KEY_MAX + 1]; /* opts.autoscale_pool_label; "" the default */
 
     /* Written on the loop thread while starting, read-only once the start returned. */
     char target[ADDRESS_MAX];
@@ -134,6 +136,22 @@ static int check_options(const struct sluice_dispatcher_options *o, enum log_lev
         if (rpc_parse_address(a, host, sizeof host, &port, why, sizeof why) < 0)
             return err_set(err, errlen, SLUICE_ERR_INVALID, "worker_addresses[%zu]: %s", i, why);
     }
+    const char *key = o->autoscale_pool_label;
+    if (key && key[0]) {
+        char kv[LABEL_KEY_MAX + 3], why[SLUICE_ERRMSG_SIZE / 2];
+        const char *eq = strchr(key, '=');
+        if (eq)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "autoscale_pool_label: key: '=' is not allowed at byte %zu",
+                           (size_t)(eq - key));
+        if (strlen(key) > LABEL_KEY_MAX)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "autoscale_pool_label: key: %zu bytes, longer than the limit of %d",
+                           strlen(key), LABEL_KEY_MAX);
+        snprintf(kv, sizeof kv, "%s=", key);
+        if (label_check(kv, why, sizeof why) < 0)
+            return err_set(err, errlen, SLUICE_ERR_INVALID, "autoscale_pool_label: %s", why);
+    }
     if (o->ndata_roots > 0 && !o->data_roots)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "data_roots: NULL with ndata_roots %zu",
                        o->ndata_roots);
@@ -212,6 +230,9 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
     /* Resolved once, here: a missing root is a start error naming it. */
     if ((rc = pipe_roots_init(&s->roots, o->data_roots, o->ndata_roots, err, errlen)) < 0)
         return rc;
+    /* Checked by check_options. */
+    snprintf(s->pool_label, sizeof s->pool_label, "%s",
+             o->autoscale_pool_label ? o->autoscale_pool_label : "");
     s->opts = (struct dispatcher_opts){
         .host = s->host,
         .port = o->port,
@@ -219,6 +240,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .client_timeout_ms = o->client_timeout_ms,
         .job_gc_timeout_ms = o->job_gc_timeout_ms,
         .autoscale_window_ms = o->autoscale_window_ms,
+        .autoscale_pool_label = s->pool_label,
         .worker_addresses = (const char *const *)s->worker_addresses,
         .nworker_addresses = s->nworker_addresses,
         .roots = &s->roots,

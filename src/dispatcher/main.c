@@ -6,6 +6,7 @@
 #include "sluice/sluice.h"
 
 #include "common/error.h"
+#include "common/labels.h"
 #include "common/log.h"
 #include "common/rpc.h"
 #include "common/security.h"
@@ -78,6 +79,11 @@ static const char usage[] =
     "                           (sluice status, sluice_recommended_workers) from the\n"
     "                           figures workers and clients reported meanwhile\n"
     "                           (default 10000)\n"
+    "  --autoscale-pool-label KEY\n"
+    "                           the worker label whose value names a worker's pool: a\n"
+    "                           recommendation per pool (sluice status, autoscale.pools;\n"
+    "                           sluice_autoscale_recommended_workers{pool}); workers\n"
+    "                           without it form the pool \"\" (default pool)\n"
     "  --data-root DIR          refuse to register file sources (lines, tfrecord, tar, and\n"
     "                           snapshot directories) that name files outside DIR, after\n"
     "                           resolving '..' and symbolic links (repeatable; workers\n"
@@ -141,6 +147,7 @@ struct config {
     bool recover_to_last_good;
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     long long autoscale_window_ms;
+    const char *autoscale_pool_label;                                /* NULL: the default */
     long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
     uint32_t object_retry_ms, object_range_bytes; /* 0: the environment's, else the defaults */
     long long max_jobs_per_address;               /* 0: the default */
@@ -266,6 +273,7 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--worker-addresses",
                                             "--metrics-port",
                                             "--autoscale-window-ms",
+                                            "--autoscale-pool-label",
                                             "--log-level",
                                             "--data-root",
                                             "--object-retry-ms",
@@ -391,6 +399,22 @@ static int parse_args(int argc, char **argv, struct config *c)
                 return -1;
             }
             c->object_range_bytes = (uint32_t)v;
+        } else if (strcmp(name, "--autoscale-pool-label") == 0) {
+            char kv[LABEL_KEY_MAX + 3], why[SLUICE_ERRMSG_SIZE];
+            if (!*value) {
+                fail("usage", "--autoscale-pool-label: expected a label key, found ''");
+                return -1;
+            }
+            snprintf(kv, sizeof kv, "%.*s=", LABEL_KEY_MAX + 1, value);
+            if (strchr(value, '=') || strlen(value) > LABEL_KEY_MAX ||
+                label_check(kv, why, sizeof why) < 0) {
+                fail("usage",
+                     "--autoscale-pool-label: '%s' is not a label key (1 to %d bytes, "
+                     "no white space or any of = ! , ( ))",
+                     value, LABEL_KEY_MAX);
+                return -1;
+            }
+            c->autoscale_pool_label = value;
         } else if (strcmp(name, "--data-root") == 0) {
             if (!*value) {
                 fail("usage", "--data-root: expected a directory, found ''");
@@ -534,6 +558,7 @@ int main(int argc, char **argv)
         .client_timeout_ms = (uint32_t)c.client_timeout_ms,
         .job_gc_timeout_ms = (uint32_t)c.job_gc_timeout_ms,
         .autoscale_window_ms = (uint32_t)c.autoscale_window_ms,
+        .autoscale_pool_label = c.autoscale_pool_label,
         .worker_addresses = (const char *const *)c.worker_addresses,
         .nworker_addresses = c.nworker_addresses,
         .data_roots = c.data_roots,

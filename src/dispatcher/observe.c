@@ -1,5 +1,6 @@
 #include "observe.h"
 
+#include "autoscale_pools.h"
 #include "rates.h"
 
 #include "common/error.h"
@@ -143,6 +144,12 @@ struct observe {
     struct status_consumer *consumers; /* observe_figures' scratch */
     size_t cap_consumers;
     struct metrics_series *recommended_g;
+    /* The recommendation per pool (autoscale_pools.h) at the last window, sorted by name, and
+     * sluice_autoscale_recommended_workers{pool}, whose series follow the pools. */
+    char pool_key[LABEL_KEY_MAX + 1];
+    struct autoscale_pool *pools;
+    size_t npools;
+    struct metrics_family *pool_f;
     struct metrics_series *windows_c[NREASONS];
     struct metrics_series *demand_g, *capacity_g, *unmet_g, *idle_g;
 
@@ -353,6 +360,13 @@ static int make_registry(struct observe *o)
            "window).",
            METRICS_U64, &o->recommended_g);
     if (rc == 0)
+        rc = metrics_gauge(r, "sluice_autoscale_recommended_workers",
+                           "Workers the autoscaling policy recommends for each pool (the workers' "
+                           "label --autoscale-pool-label, \"\" for those without it) from that "
+                           "pool's own jobs' demand, at the last window; no series before the "
+                           "first window.",
+                           METRICS_U64, &o->pool_f);
+    if (rc == 0)
         rc = metrics_counter(r, "sluice_autoscale_windows_total",
                              "Autoscaling windows closed, by the reason of their decision.",
                              METRICS_U64, &f);
@@ -453,7 +467,11 @@ int observe_create(const struct observe_config *cfg, const struct autoscale_para
     else
         autoscale_params_default(&o->params);
     o->window_end_ms = now_ms + o->cfg.window_ms;
-    int rc = metrics_create(&o->reg);
+    snprintf(o->pool_key, sizeof o->pool_key, "%s",
+             cfg->pool_label && cfg->pool_label[0] ? cfg->pool_label : "pool");
+    o->cfg.pool_label = o->pool_key;
+    o->pools = calloc(AUTOSCALE_POOLS_MAX, sizeof *o->pools);
+    int rc = o->pools ? metrics_create(&o->reg) : SLUICE_ERR_NOMEM;
     if (rc == 0)
         rc = make_registry(o);
     if (rc < 0) {
@@ -470,6 +488,7 @@ void observe_destroy(struct observe *o)
     if (!o)
         return;
     metrics_destroy(o->reg);
+    free(o->pools);
     free(o->workers.v);
     free(o->clients.v);
     free(o->cuts);
@@ -933,6 +952,86 @@ static void prune(struct observe *o, const struct state *st)
     o->ncuts = k;
 }
 
+/* The recommendation per pool: the workers' and clients' window figures (closed by the caller)
+ * with their labels and their jobs' selectors, the pools' previous answers, and the gauges of
+ * sluice_autoscale_recommended_workers{pool} set (those of pools gone removed). */
+static int pools_close(struct observe *o, const struct state *st)
+{
+    struct autoscale_pool_worker *ws = calloc(st->nworkers ? st->nworkers : 1, sizeof *ws);
+    struct autoscale_pool_client *cs = calloc(st->nclients ? st->nclients : 1, sizeof *cs);
+    struct autoscale_pool_previous *prev = calloc(o->npools ? o->npools : 1, sizeof *prev);
+    struct autoscale_pool *now = calloc(AUTOSCALE_POOLS_MAX, sizeof *now);
+    if (!ws || !cs || !prev || !now) {
+        free(ws);
+        free(cs);
+        free(prev);
+        free(now);
+        return SLUICE_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < st->nworkers; i++) {
+        const struct st_worker *w = &st->workers[i];
+        const struct figures *f = table_find(&o->workers, w->id, NULL);
+        ws[i] = (struct autoscale_pool_worker){
+            .labels = w->labels,
+            .draining = w->draining,
+            .measured = f && f->has_win,
+            .rate = f ? f->win_rate : 0,
+            .idle = f ? f->win_share : 0,
+        };
+    }
+    for (size_t i = 0; i < st->nclients; i++) {
+        const struct st_client *c = &st->clients[i];
+        const struct st_iteration *it = state_iteration(st, c->iteration_id);
+        const struct st_job *j = it ? state_job(st, it->job_id) : NULL;
+        const struct figures *f = table_find(&o->clients, c->id, NULL);
+        cs[i] = (struct autoscale_pool_client){
+            .selector = j ? j->selector : "",
+            .measured = f && f->has_win,
+            .rate = f ? f->win_rate : 0,
+            .wait = f ? f->win_share : 0,
+        };
+    }
+    for (size_t i = 0; i < o->npools; i++)
+        prev[i] = (struct autoscale_pool_previous){o->pools[i].name, o->pools[i].recommended};
+    struct autoscale_pools_input in = {
+        .key = o->pool_key,
+        .workers = ws,
+        .nworkers = st->nworkers,
+        .clients = cs,
+        .nclients = st->nclients,
+        .previous = prev,
+        .nprevious = o->npools,
+    };
+    size_t n = 0;
+    int rc = autoscale_pools_recommend(&o->params, &in, now, AUTOSCALE_POOLS_MAX, &n);
+    if (rc == 0) {
+        /* The series of pools gone go; then every pool's is set. */
+        for (size_t i = 0; i < o->npools; i++) {
+            bool kept = false;
+            for (size_t k = 0; k < n && !kept; k++)
+                kept = strcmp(now[k].name, o->pools[i].name) == 0;
+            struct metrics_label l = {"pool", o->pools[i].name};
+            struct metrics_series *s = kept ? NULL : metrics_series_find(o->pool_f, &l, 1);
+            if (s)
+                metrics_series_remove(s);
+        }
+        memcpy(o->pools, now, n * sizeof *now);
+        o->npools = n;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            struct metrics_label l = {"pool", o->pools[i].name};
+            struct metrics_series *s;
+            rc = metrics_series_get(o->pool_f, &l, 1, &s);
+            if (rc == 0)
+                metrics_set_u64(s, o->pools[i].recommended);
+        }
+    }
+    free(ws);
+    free(cs);
+    free(prev);
+    free(now);
+    return rc;
+}
+
 int observe_window_close(struct observe *o, const struct state *st, uint64_t now_ms,
                          struct observe_window *out)
 {
@@ -968,6 +1067,7 @@ int observe_window_close(struct observe *o, const struct state *st, uint64_t now
     in.previous = o->has_decision ? o->recommended : 0;
     o->recommended = autoscale_recommend(&o->params, &in, &out->decision);
     o->has_decision = true;
+    int prc = pools_close(o, st);
     o->window_end_ms = now_ms + o->cfg.window_ms;
     free(ws);
     free(cs);
@@ -980,7 +1080,7 @@ int observe_window_close(struct observe *o, const struct state *st, uint64_t now
     metrics_set_double(o->capacity_g, d->capacity);
     metrics_set_double(o->unmet_g, d->unmet);
     metrics_set_double(o->idle_g, d->idle);
-    return 1;
+    return prc < 0 ? prc : 1;
 }
 
 void observe_tick(struct observe *o, const struct state *st, uint64_t now_ms)
@@ -1011,6 +1111,9 @@ void observe_status(const struct observe *o, const struct state *st, struct stat
         .worker_heartbeat_ms = o->cfg.worker_heartbeat_ms,
         .client_heartbeat_ms = o->cfg.client_heartbeat_ms,
         .autoscale_window_ms = o->cfg.window_ms,
+        .pools = o->pools,
+        .npools = o->npools,
+        .pool_label = o->pool_key,
     };
 }
 

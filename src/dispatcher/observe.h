@@ -42,6 +42,9 @@
  *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
  *   sluice_production_elements_per_second            gauge: sum of the workers' last rates
  *   sluice_recommended_workers                       gauge: observe_recommended()
+ *   sluice_autoscale_recommended_workers{pool="..."} gauge: each pool's recommendation at the
+ *                                                    last window (autoscale_pools.h); a pool
+ *                                                    gone loses its series
  *   sluice_autoscale_windows_total{reason="..."}     counter: windows closed, by decision reason
  *   sluice_autoscale_demand_elements_per_second, sluice_autoscale_capacity_elements_per_second,
  *   sluice_autoscale_unmet_share, sluice_autoscale_idle_share
@@ -92,6 +95,8 @@ struct rpc_counts; /* common/rpc_metrics.h */
 /* The dispatcher's settings, as reported in the status document's "config". */
 struct observe_config {
     uint32_t window_ms; /* 0: OBSERVE_DEFAULT_WINDOW_MS */
+    /* The label key naming a worker's pool (autoscale_pools.h; NULL or "": "pool"), copied. */
+    const char *pool_label;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     uint32_t worker_heartbeat_ms, client_heartbeat_ms;
 };

@@ -137,8 +137,9 @@ struct plan_job_request {
      * SLUICE_ERR_INVALID ("weight must be a number above 0 and at most 1000000, not -1"). */
     double weight;
     /* The bounds on the number of workers with a task of the job's iteration (0: none): at most
-     * max_workers workers get one; min_workers is recorded (every matching worker gets a task
-     * when there is no max). min above max is SLUICE_ERR_INVALID ("min_workers 3 is above
+     * max_workers workers get one; while it has fewer than min_workers, its iterations rank
+     * first for workers' free task slots (plan_place.c; every matching worker without a slot
+     * limit gets a task anyway). min above max is SLUICE_ERR_INVALID ("min_workers 3 is above
      * max_workers 2"). */
     uint32_t min_workers, max_workers;
 };
@@ -160,10 +161,22 @@ struct plan_job_result {
  * finished one is joined as it is. Tasks for a new iteration on every live, non-draining worker
  * are appended too, and for a coordinated iteration its first round schedule (see struct
  * st_round_epoch). *res receives the ids. */
-/* Why the iteration has no task yet when its job's selector is the reason, into buf (len
- * bytes): "waiting for a worker matching pool=bigmem (none of 3 workers match)" when no
- * registered worker that is not draining matches it; otherwise "" (and the return is 0). Returns
- * the length written. */
+/* Why the iteration has no task yet, into buf (len bytes), when its job's selector or the
+ * workers' task slots are the reason (plan_place.c):
+ *   - "waiting for a worker matching pool=bigmem (none of 3 workers match)" when no registered
+ *     worker that is not draining matches its selector;
+ *   - "waiting for a worker matching pool=bigmem: 3 of 3 task slots taken by heavier jobs" (or
+ *     "waiting for a worker: ..." without a selector) when every matching worker has task slots
+ *     and all are taken; the holders are "heavier jobs", "jobs that started earlier" (tasks are
+ *     never taken away), or "heavier jobs (2) and jobs that started earlier";
+ *   - for an iteration with tasks, but fewer than its job's min_workers, the same about the
+ *     matching workers that have none of its tasks, with what it has: "waiting for a worker
+ *     matching pool=a (1 of 2 minimum workers): 3 of 3 task slots taken by heavier jobs", or
+ *     "... (1 of 2 minimum workers): no other worker matches";
+ * otherwise "" (and the return is 0): no worker at all without a selector, a matching worker that
+ * places the task with its next heartbeat, or a job with tasks and no shortfall. Returns the
+ * length written. Readers are told only while the iteration has no task
+ * (ClientHeartbeatReply.waiting); sluice status shows it in both cases. */
 size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char *buf, size_t len);
 
 int plan_get_or_create_job(const struct state *s, const struct plan_job_request *req,
@@ -315,6 +328,12 @@ struct plan_heartbeat_request {
      * max_workers leaves room. */
     const char *const *labels;
     size_t nlabels;
+    /* How many tasks may be placed on the worker at once (sluice-worker --task-slots), which a
+     * new registration records (WORKER_REGISTERED; a known worker keeps what it registered
+     * with); 0: no limit. Above ST_TASK_SLOTS_MAX is SLUICE_ERR_INVALID ("worker at ADDR:
+     * 100001 task slots, more than 100000"). Its free slots go to the iterations that want one
+     * heaviest first (docs/operations.md "Task slots"); a task is never taken away. */
+    uint32_t task_slots;
     /* Task ids the worker reports finished, nfinished of them; ids that are unknown, already
      * finished or not this worker's are ignored (a report can repeat), and a finished task's
      * leftover leases go back to the pool first. */

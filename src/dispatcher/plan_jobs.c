@@ -296,6 +296,9 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
     struct st_job place_job = job ? *job : none;
     if (!job) {
         memcpy(place_job.selector, selector, sizeof selector);
+        place_job.id = job_id;
+        place_job.weight = weight;
+        place_job.min_workers = req->min_workers;
         place_job.max_workers = req->max_workers;
     }
     struct plan_place place;
@@ -349,26 +352,6 @@ int plan_get_or_create_job(const struct state *s, const struct plan_job_request 
 nomem:
     state_list_truncate(out, start);
     return NOMEM_MSG(err, errlen);
-}
-
-size_t plan_iteration_waiting(const struct state *s, uint64_t iteration_id, char *buf, size_t len)
-{
-    if (len)
-        buf[0] = '\0';
-    const struct st_iteration *it = state_iteration(s, iteration_id);
-    const struct st_job *j = it ? state_job(s, it->job_id) : NULL;
-    if (!j || !j->selector[0] || it->state != ST_ITER_ACTIVE)
-        return 0;
-    struct plan_place place;
-    plan_place_of(j, &place);
-    for (size_t i = 0; i < s->nworkers; i++) {
-        if (!s->workers[i].draining && selector_matches(&place.sel, s->workers[i].labels))
-            return 0;
-    }
-    int n = snprintf(buf, len, "waiting for a worker matching %s (none of %zu worker%s match%s)",
-                     j->selector, s->nworkers, s->nworkers == 1 ? "" : "s",
-                     s->nworkers == 1 ? "es" : "");
-    return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len ? len - 1 : 0;
 }
 
 int plan_job_repetition(const struct state *s, const char *dataset_id, const char *job_name,

@@ -6,30 +6,6 @@
 #include "common/hostid.h"
 #include "common/names.h"
 
-/* Whether a worker on host (its host id; "" unknown) may get a task of iteration_id of job j:
- * always, unless the job is read from local workers only; then when one of the iteration's
- * clients, or a client acquired by the updates appended to out since start, is on that host. */
-static bool worker_serves(const struct state *s, const struct st_job *j, uint64_t iteration_id,
-                          const char *host, const struct st_update_list *out, size_t start)
-{
-    if (!j || j->target_workers != SLUICE_TARGET_WORKERS_LOCAL)
-        return true;
-    if (!host[0])
-        return false;
-    for (size_t i = 0; i < s->nclients; i++) {
-        const struct st_client *c = &s->clients[i];
-        if (c->iteration_id == iteration_id && strcmp(c->host_id, host) == 0)
-            return true;
-    }
-    for (size_t i = start; i < out->n; i++) {
-        const struct st_update *u = &out->v[i];
-        if (u->type == ST_CLIENT_ACQUIRED && u->ref == iteration_id &&
-            strcmp(u->host_id, host) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* Appends the removal of worker w: leases returned, tasks removed, the worker removed. */
 static int plan_remove_worker_updates(const struct state *s, const struct st_worker *w,
                                       struct st_update_list *out)
@@ -135,8 +111,12 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
                              sizeof why) < 0)
             return err_set(err, errlen, SLUICE_ERR_INVALID, "worker at %s: labels: %s", address,
                            why);
+        if (req->task_slots > ST_TASK_SLOTS_MAX)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "worker at %s: %" PRIu32 " task slots, more than %d", address,
+                           req->task_slots, ST_TASK_SLOTS_MAX);
+        me.task_slots = req->task_slots;
     }
-    struct plan_place place;
     /* Identity first, before anything is planned: the incarnation is public (status lists it),
      * the secret is not. */
     if (!req->unkeyed) {
@@ -172,6 +152,7 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
         memcpy(u->host_id, host, strlen(host) + 1);
         if (me.labels[0] && !(u->labels = strdup(me.labels)))
             goto nomem;
+        u->task_slots = me.task_slots;
         if (!req->unkeyed && req->key_len == ST_KEY_LEN) {
             u->key.set = true;
             memcpy(u->key.b, req->key, ST_KEY_LEN);
@@ -207,30 +188,9 @@ int plan_worker_heartbeat(const struct state *s, const struct plan_heartbeat_req
             qsort(have, nhave, sizeof *have, plan_cmp_u64);
         }
         uint64_t next_task = s->next_task_id;
-        for (size_t i = 0; i < s->niterations; i++) {
-            const struct st_iteration *it = &s->iterations[i];
-            if (it->state != ST_ITER_ACTIVE || it->error ||
-                (nhave > 0 && bsearch(&it->id, have, nhave, sizeof *have, plan_cmp_u64)))
-                continue;
-            /* Nobody reads an iteration without clients: a new worker does not start producing
-             * for it (a reader that comes back brings the tasks with the next heartbeats). */
-            if (state_iteration_clients(s, it->id) == 0 && !state_save_running(s, it->id))
-                continue;
-            /* A local job's tasks run only on its readers' hosts. */
-            const struct st_job *j = state_job(s, it->job_id);
-            if (!worker_serves(s, j, it->id, known ? w->host_id : host, out, start))
-                continue;
-            /* Only the workers the job's selector matches, and at most max_workers of them. */
-            if (j && (j->selector[0] || j->max_workers)) {
-                plan_place_of(j, &place);
-                if (!plan_place_allows(s, &place, &me, it->id, out, start))
-                    continue;
-            }
-            if (!(u = plan_push(out, ST_TASK_CREATED, next_task++)))
-                goto nomem;
-            u->ref = it->id;
-            u->ref2 = wid;
-        }
+        if (plan_fill_worker(s, &me, wid, known ? w->host_id : host, have, nhave, &next_task, out,
+                             start) < 0)
+            goto nomem;
     }
     if (plan_finish_touched(s, out, start) < 0 || plan_round_schedules(s, out, start) < 0)
         goto nomem;

@@ -1053,6 +1053,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     ratelimit_init(&d->refusals, 60000);
     struct observe_config oc = {
         .window_ms = opts->autoscale_window_ms,
+        .pool_label = opts->autoscale_pool_label,
         .worker_timeout_ms = d->worker_timeout_ms,
         .client_timeout_ms = d->client_timeout_ms,
         .job_gc_timeout_ms = d->gc_timeout_ms,

@@ -32,6 +32,9 @@ struct dispatcher_opts {
     uint32_t job_gc_timeout_ms; /* 0: 60000 */
     /* How often the autoscaling recommendation is made (observe.h); 0: 10000. */
     uint32_t autoscale_window_ms;
+    /* The label key naming a worker's pool for the per-pool recommendations; NULL or "":
+     * "pool". */
+    const char *autoscale_pool_label;
     /* The fixed worker list of static sharding (--worker-addresses), copied at start. When it
      * is not empty, only workers whose heartbeat address is in it are accepted, and a task's
      * worker_index is the position of its worker's address. */

@@ -459,7 +459,8 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
 {
     if (u->id == 0 || state_worker(s, u->id) || !str_fits(u->address, ST_ADDR_MAX) ||
         u->address[0] == '\0' || state_worker_by_address(s, u->address) ||
-        !str_fits(u->host_id, ST_HOST_MAX) || (u->labels && !state_labels_valid(u->labels)))
+        !str_fits(u->host_id, ST_HOST_MAX) || (u->labels && !state_labels_valid(u->labels)) ||
+        u->task_slots > ST_TASK_SLOTS_MAX)
         return CORRUPT;
     if (state_grow((void **)&s->workers, &s->cap_workers, s->nworkers + 1, sizeof *s->workers) ||
         state_grow((void **)&s->by_address, &s->cap_by_address, s->nby_address + 1,
@@ -479,6 +480,7 @@ static int apply_worker_registered(struct state *s, const struct st_update *u)
         memcpy(w->labels, u->labels, strlen(u->labels) + 1);
     else
         w->labels[0] = '\0';
+    w->task_slots = u->task_slots;
     s->next_worker_id = max_u64(s->next_worker_id, u->id + 1);
     return 0;
 }

@@ -204,6 +204,9 @@ struct st_worker {
     struct st_key key; /* the secret the worker registered with; not set in older journals */
     char host_id[ST_HOST_MAX];  /* its host; "" in older journals (unknown) */
     char labels[ST_LABELS_MAX]; /* its labels' canonical text; "" none (older journals too) */
+    /* How many unfinished tasks of active iterations planning places on it at once
+     * (sluice-worker --task-slots); 0: no limit (older journals too). */
+    uint32_t task_slots;
 };
 
 struct st_client {
@@ -422,7 +425,7 @@ const char *st_update_name(enum st_update_type type);
  *   TASK_REMOVED        id = task, ref = its iteration (informational)
  *   WORKER_REGISTERED   id = worker, address, incarnation, key (the worker's own secret),
  *                       host_id (its host; "" unknown), labels (a canonical label text or
- *                       NULL)
+ *                       NULL), task_slots (0: no limit)
  *   WORKER_REMOVED      id = worker
  *   WORKER_DRAINING     id = worker
  *   CLIENT_ACQUIRED     id = client, ref = iteration, incarnation = owner (see st_client),
@@ -500,6 +503,7 @@ struct st_update {
     char *selector;                    /* JOB_CREATED (owned; NULL: none) */
     double job_weight;                 /* JOB_CREATED; 0: 1 */
     uint32_t min_workers, max_workers; /* JOB_CREATED; 0: no bound */
+    uint32_t task_slots;               /* WORKER_REGISTERED; 0: no limit */
 };
 
 struct st_update_list {
@@ -577,6 +581,8 @@ bool state_labels_valid(const char *labels);
 bool state_selector_valid(const char *selector);
 /* The largest job weight. */
 #define ST_WEIGHT_MAX 1e6
+/* The most task slots a worker may register with (sluice-worker --task-slots). */
+#define ST_TASK_SLOTS_MAX 100000
 /* The weights schedule of job_name's mix of dataset dataset_id, or NULL. */
 const struct st_mix *state_mix(const struct state *s, const char *dataset_id, const char *job_name);
 /* The positions kept for job_name, or NULL. */

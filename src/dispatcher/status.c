@@ -1,6 +1,7 @@
 #include "status.h"
 
 #include "hedge.h"
+#include "autoscale_pools.h"
 #include "plan.h"
 
 #include "common/error.h"
@@ -202,6 +203,9 @@ static json_t *worker_json(struct builder *b, const struct state *s, const struc
         put(b, o, "host_id", text(w->host_id));
     if (w->labels[0])
         put(b, o, "labels", text(w->labels));
+    /* Only for workers with a slot limit, so other documents stay as they were. */
+    if (w->task_slots)
+        put(b, o, "task_slots", u64(w->task_slots));
     size_t ntasks;
     const struct st_task_ref *refs = state_worker_tasks(s, w->id, &ntasks);
     for (size_t i = 0; i < ntasks; i++)
@@ -456,12 +460,10 @@ static json_t *job_json(struct builder *b, const struct state *s, const struct s
     put(b, o, "weight", json_real(j->weight));
     put(b, o, "min_workers", u64(j->min_workers));
     put(b, o, "max_workers", u64(j->max_workers));
-    /* Why a job with a selector has no task (plan_iteration_waiting), as its readers hear it. */
-    size_t nit = 0;
-    if (it)
-        state_iteration_tasks(s, it->id, &nit);
-    char why[SELECTOR_TEXT_MAX + 128];
-    if (it && nit == 0 && plan_iteration_waiting(s, it->id, why, sizeof why) > 0)
+    /* Why the job has no task, as its readers hear it, or fewer than its minimum
+     * (plan_iteration_waiting). */
+    char why[SELECTOR_TEXT_MAX + 160];
+    if (it && plan_iteration_waiting(s, it->id, why, sizeof why) > 0)
         put(b, o, "waiting", text(why));
     put(b, o, "iteration_id", u64(j->iteration_id));
     put(b, o, "repetition", u64(it ? it->repetition : 0));
@@ -611,6 +613,39 @@ static json_t *config_json(struct builder *b, const struct status_extra *x)
     return o;
 }
 
+static json_t *autoscale_json(struct builder *b, const struct status_extra *x)
+{
+    json_t *o = json_object(), *pools = json_array();
+    if (!o || !pools) {
+        json_decref(o);
+        json_decref(pools);
+        b->failed = true;
+        return NULL;
+    }
+    put(b, o, "pool_label", text(x->pool_label));
+    for (size_t i = 0; i < x->npools; i++) {
+        const struct autoscale_pool *p = &x->pools[i];
+        json_t *e = json_object();
+        if (!e) {
+            b->failed = true;
+            break;
+        }
+        put(b, e, "pool", text(p->name));
+        put(b, e, "workers", u64(p->current));
+        put(b, e, "recommended_workers", u64(p->recommended));
+        put(b, e, "reason", json_string(autoscale_reason_name(p->decision.reason)));
+        put(b, e, "clients", json_real(p->clients));
+        put(b, e, "demand", json_real(p->decision.demand));
+        put(b, e, "served", json_real(p->decision.served));
+        put(b, e, "unmet", json_real(p->decision.unmet));
+        put(b, e, "capacity", json_real(p->decision.capacity));
+        put(b, e, "idle", json_real(p->decision.idle));
+        append(b, pools, e);
+    }
+    put(b, o, "pools", pools);
+    return o;
+}
+
 /* Writes root (released here) as compact JSON into *out (malloc'd). */
 static int dump(struct builder *b, json_t *root, char **out)
 {
@@ -697,6 +732,8 @@ int status_json_tree(const struct state *s, const struct status_extra *x, json_t
     if (x) {
         put(&b, root, "recommended_workers", u64(x->recommended_workers));
         put(&b, root, "config", config_json(&b, x));
+        if (x->pool_label)
+            put(&b, root, "autoscale", autoscale_json(&b, x));
         if (x->raft)
             put(&b, root, "raft", raft_json(&b, x->raft));
     }

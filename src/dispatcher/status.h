@@ -111,6 +111,8 @@ struct status_raft {
     } members[STATUS_RAFT_MEMBERS_MAX];
 };
 
+struct autoscale_pool;
+
 struct status_extra {
     uint32_t recommended_workers;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
@@ -138,6 +140,14 @@ struct status_extra {
      * "time_ms": {"median", "p99", "max", "samples"}, its split times over the last
      * HEDGE_SAMPLES splits finished. NULL: none. */
     const struct hedge *hedge;
+    /* The recommendation per pool at the last window (autoscale_pools.h), sorted by name, and
+     * the label key naming the pools: the top-level "autoscale" object, {"pool_label": "pool",
+     * "pools": [{"pool": "bigmem", "workers": 2, "recommended_workers": 3, "reason": "up",
+     * "clients": 1.5, "demand": 900.0, "served": 450.0, "unmet": 0.5, "capacity": 300.0,
+     * "idle": 0.0}]} ("pools" empty before the first window). pool_label NULL: no "autoscale". */
+    const struct autoscale_pool *pools;
+    size_t npools;
+    const char *pool_label;
 };
 
 /* status_json() with x's fields added: at the top level "recommended_workers" and the "config"

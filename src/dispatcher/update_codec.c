@@ -134,6 +134,7 @@ int update_codec_encode(const struct st_update *u, uint8_t **out, size_t *len)
     m.job_weight = u->job_weight;
     m.min_workers = u->min_workers;
     m.max_workers = u->max_workers;
+    m.task_slots = u->task_slots;
     size_t n = sluice__update__get_packed_size(&m);
     uint8_t *b = malloc(n ? n : 1);
     if (!b)
@@ -210,6 +211,7 @@ int update_codec_decode(const uint8_t *data, size_t len, struct st_update *u, ch
     u->job_weight = m->job_weight;
     u->min_workers = m->min_workers;
     u->max_workers = m->max_workers;
+    u->task_slots = m->task_slots;
     if (m->key.len == ST_KEY_LEN) {
         u->key.set = true;
         memcpy(u->key.b, m->key.data, ST_KEY_LEN);
@@ -529,6 +531,7 @@ static bool take_workers_clients(struct update_codec_snapshot *c, const struct s
         ws[i].draining = w->draining;
         ws[i].host_id = arena_str(c, w->host_id);
         ws[i].labels = arena_str(c, w->labels);
+        ws[i].task_slots = w->task_slots;
         if (!ws[i].address || !ws[i].host_id || !ws[i].labels || !arena_key(c, &ws[i].key, &w->key))
             return false;
         c->m.workers[i] = &ws[i];
@@ -916,7 +919,7 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
         const Sluice__SnapshotWorker *w = m->workers[i];
         if (!w || !str_fits(w->address, ST_ADDR_MAX) || !w->address[0] ||
             !str_fits(w->host_id, ST_HOST_MAX) || !str_fits(w->labels, ST_LABELS_MAX) ||
-            !state_labels_valid(w->labels))
+            !state_labels_valid(w->labels) || w->task_slots > ST_TASK_SLOTS_MAX)
             return CORRUPT("worker %zu is malformed", i);
         if (w->id == 0 || w->id >= m->next_worker_id || (i > 0 && s->workers[i - 1].id >= w->id))
             return CORRUPT("worker %" PRIu64 " is out of order or past the next id", w->id);
@@ -929,6 +932,7 @@ static int decode_workers(const Sluice__Snapshot *m, struct state *s, char *err,
         row->draining = w->draining;
         memcpy(row->host_id, w->host_id, strlen(w->host_id) + 1);
         memcpy(row->labels, w->labels, strlen(w->labels) + 1);
+        row->task_slots = w->task_slots;
         if (w->key.len != 0 && (w->key.len != ST_KEY_LEN || !w->key.data))
             return CORRUPT("worker %" PRIu64 " has a key of %zu bytes", w->id, w->key.len);
         if (w->key.len == ST_KEY_LEN) {

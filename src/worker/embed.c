@@ -136,6 +136,11 @@ static int check_options(const struct sluice_worker_options *o, enum log_level *
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "max_tasks: expected a number from 1 to %u, got %u", WORKER_MAX_TASKS_LIMIT,
                        o->max_tasks);
+    unsigned max_tasks = o->max_tasks ? o->max_tasks : WORKER_DEFAULT_MAX_TASKS;
+    if (o->task_slots > max_tasks)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "task_slots: expected a number from 0 to %u (max_tasks), got %u", max_tasks,
+                       o->task_slots);
     if (o->max_buffer_bytes && o->max_buffer_bytes < WORKER_MIN_BUFFER_BYTES)
         return err_set(err, errlen, SLUICE_ERR_INVALID,
                        "max_buffer_bytes: expected a number of at least %llu, got %" PRIu64,
@@ -232,6 +237,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .max_element_bytes =
             o->max_element_bytes ? o->max_element_bytes : WORKER_DEFAULT_MAX_ELEMENT_BYTES,
         .max_tasks = o->max_tasks ? o->max_tasks : WORKER_DEFAULT_MAX_TASKS,
+        .task_slots = o->task_slots,
         .max_buffer_bytes =
             o->max_buffer_bytes ? o->max_buffer_bytes : WORKER_DEFAULT_MAX_BUFFER_BYTES,
         .sec = s->sec,

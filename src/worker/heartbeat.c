@@ -285,6 +285,7 @@ void worker_hb_send(struct worker *w)
     req.host_id = w->host_id;
     req.n_labels = w->nlabels;
     req.labels = w->label_v;
+    req.task_slots = w->task_slots;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;

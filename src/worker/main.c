@@ -87,6 +87,11 @@ static const char usage[] =
     "                        its size is known in advance\n"
     "  --max-tasks N         the most tasks run at once, from 1 to 100000 (default 256); a\n"
     "                        task past it fails at once with an error its readers get\n"
+    "  --task-slots N        how many tasks the dispatcher places on this worker at once,\n"
+    "                        from 0 to --max-tasks (default 0: no limit, every job gets a\n"
+    "                        task here); jobs take free slots heaviest first, a task is\n"
+    "                        never taken away, and a job that gets none waits with the\n"
+    "                        reason\n"
     "  --max-buffer-bytes N  the most bytes the tasks' buffers hold together, counting each\n"
     "                        at its bound of 16 MiB; at least 16777216 (default 4294967296);\n"
     "                        a task past it fails at once with an error its readers get\n"
@@ -120,6 +125,7 @@ struct args {
     uint32_t drain_timeout_ms;
     uint64_t max_element_bytes; /* 0: the default */
     unsigned max_tasks;         /* 0: the default */
+    unsigned task_slots;        /* --task-slots; 0: no limit */
     uint64_t max_buffer_bytes;  /* 0: the default */
     enum log_level level;
     struct sluice_security_options security;
@@ -185,6 +191,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_DRAIN,
         O_MAX_ELEMENT,
         O_MAX_TASKS,
+        O_TASK_SLOTS,
         O_MAX_BUFFER,
         O_LOG,
         O_HELP,
@@ -216,6 +223,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"drain-timeout-ms", required_argument, NULL, O_DRAIN},
         {"max-element-bytes", required_argument, NULL, O_MAX_ELEMENT},
         {"max-tasks", required_argument, NULL, O_MAX_TASKS},
+        {"task-slots", required_argument, NULL, O_TASK_SLOTS},
         {"max-buffer-bytes", required_argument, NULL, O_MAX_BUFFER},
         {"log-level", required_argument, NULL, O_LOG},
         {"help", no_argument, NULL, O_HELP},
@@ -350,6 +358,12 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                                    WORKER_MAX_TASKS_LIMIT, optarg);
             a->max_tasks = (unsigned)v;
             break;
+        case O_TASK_SLOTS:
+            if (parse_number(optarg, 0, WORKER_MAX_TASKS_LIMIT, &v) < 0)
+                return usage_error("--task-slots: expected a number from 0 to %u, got '%s'",
+                                   WORKER_MAX_TASKS_LIMIT, optarg);
+            a->task_slots = (unsigned)v;
+            break;
         case O_MAX_BUFFER:
             if (parse_number(optarg, WORKER_MIN_BUFFER_BYTES, ULONG_MAX, &v) < 0)
                 return usage_error("--max-buffer-bytes: expected a number of at least %llu, got "
@@ -388,6 +402,11 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
     }
     if (optind < argc)
         return usage_error("unexpected argument '%s'", argv[optind]);
+    unsigned max_tasks = a->max_tasks ? a->max_tasks : WORKER_DEFAULT_MAX_TASKS;
+    if (a->task_slots > max_tasks)
+        return usage_error("--task-slots %u is above --max-tasks %u: the worker would refuse the "
+                           "tasks past it",
+                           a->task_slots, max_tasks);
     if (!a->dispatcher)
         return usage_error("--dispatcher is required");
     char host[256], err[SLUICE_ERRMSG_SIZE];
@@ -445,6 +464,7 @@ static int run(const struct args *a)
         .drain_timeout_ms = a->drain_timeout_ms,
         .max_element_bytes = a->max_element_bytes,
         .max_tasks = a->max_tasks,
+        .task_slots = a->task_slots,
         .max_buffer_bytes = a->max_buffer_bytes,
         .log_level = log_level_name(a->level),
         .security = a->security,

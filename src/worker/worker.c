@@ -343,6 +343,7 @@ static void drain_check(struct worker *w)
     req.host_id = w->host_id;
     req.n_labels = w->nlabels;
     req.labels = w->label_v;
+    req.task_slots = w->task_slots;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT;
     env.worker_heartbeat = &req;
@@ -575,6 +576,7 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     w->buffer_records = opts->buffer_records;
     w->max_element_bytes = opts->max_element_bytes;
     w->max_tasks = opts->max_tasks;
+    w->task_slots = opts->task_slots;
     w->max_buffer_bytes = opts->max_buffer_bytes;
     w->incarnation = rpc_new_incarnation();
     ratelimit_init(&w->refusals, 60000);

@@ -91,6 +91,9 @@ struct worker_opts {
      * TASK_BUFFER_BYTES) add up to; 0: no limit. A task past either fails at its start. */
     unsigned max_tasks;
     uint64_t max_buffer_bytes;
+    /* How many tasks the dispatcher may place here at once, sent in every heartbeat (the
+     * dispatcher records it at registration); 0: no limit. */
+    unsigned task_slots;
     /* The worker's labels, their canonical text (common/labels.h; NULL or "": none), sent in
      * every heartbeat (the dispatcher records them at registration). Copied. */
     const char *labels;

@@ -131,6 +131,7 @@ struct worker {
     uint64_t buffer_bytes, buffer_records;
     uint64_t max_element_bytes;
     unsigned max_tasks;        /* 0: no limit */
+    unsigned task_slots;       /* sent in heartbeats; 0: no limit */
     uint64_t max_buffer_bytes; /* 0: no limit */
     struct rpc_server *srv;
     struct rpc_client *disp;

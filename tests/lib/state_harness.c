@@ -75,6 +75,8 @@ void harness_format_update(struct harness_buf *b, const struct st_update *u)
         harness_printf(b, " host='%s'", u->host_id);
     if (u->labels)
         harness_printf(b, " labels='%s'", u->labels);
+    if (u->task_slots)
+        harness_printf(b, " slots=%" PRIu32, u->task_slots);
     if (u->selector)
         harness_printf(b, " selector='%s'", u->selector);
     if (u->job_weight && u->job_weight != 1)
@@ -532,6 +534,9 @@ const char *harness_run(struct harness *h, const char *line)
             .nfinished = nfin,
             .draining = opt(words, nw, "drain") != NULL,
         };
+        /* slots=N: the worker's task slots. */
+        if ((v = opt(words, nw, "slots")))
+            hb.task_slots = (uint32_t)strtoul(v, NULL, 10);
         /* labels=K=V;K=V: the worker's labels. */
         char labelbuf[512];
         const char *labels[LABELS_MAX + 2];

@@ -81,10 +81,10 @@ void harness_format_update(struct harness_buf *b, const struct st_update *u);
  * job also takes [owner=N], the incarnation of the sluice_client asking (default 0),
  * [target=local|auto|N] [host=H], its target workers and host, [det], [xtc=N] and
  * [resume=B-E,... [fpbad]], [sel=S] (a worker selector, '_' a space), [weight=W], [min=N] and
- * [max=N]; hb takes [labels=K=V;K=V] (the worker's labels), [host=H], the worker's host (it then
- * registers with the secret 's' * 16), or [key=K [stays]], its secret (see harness_run). An
- * argument '' is empty. A command prints its updates, one per line, then "=> " and its outputs; or
- * "error CODE: msg". */
+ * [max=N]; hb takes [labels=K=V;K=V] (the worker's labels), [slots=N] (its task slots), [host=H],
+ * the worker's host (it then registers with the secret 's' * 16), or [key=K [stays]], its secret
+ * (see harness_run). An argument '' is empty. A command prints its updates, one per line, then "=>
+ * " and its outputs; or "error CODE: msg". */
 struct harness {
     struct state s;
     struct st_update_list ups;

@@ -146,6 +146,26 @@ static void test_table_hedged(void **state)
                  "  2   -     1        parallel_epochs    active  1        3      -       -\n");
 }
 
+/* Labels and task slots: columns shown when a worker has them, "-" for one without. */
+static void test_table_labels_and_slots(void **state)
+{
+    (void)state;
+    expect_table("{\"workers\": [{\"address\": \"a:1\", \"incarnation\": \"01\", \"tasks\": [1],"
+                 "  \"labels\": \"pool=bigmem\", \"task_slots\": 2},"
+                 " {\"address\": \"b:2\", \"incarnation\": \"02\", \"tasks\": []}],"
+                 " \"jobs\": []}",
+                 "workers (2)\n"
+                 "  ADDRESS  INCARNATION  LABELS       SLOTS  TASKS\n"
+                 "  a:1      01           pool=bigmem  2      1\n"
+                 "  b:2      02           -            -      0\n"
+                 "\n"
+                 "datasets (0)\n"
+                 "  none\n"
+                 "\n"
+                 "jobs (0)\n"
+                 "  none\n");
+}
+
 static void test_table_failed_job(void **state)
 {
     (void)state;
@@ -314,6 +334,7 @@ int main(void)
         cmocka_unit_test(test_table_replica),
         cmocka_unit_test(test_table_figures),
         cmocka_unit_test(test_table_hedged),
+        cmocka_unit_test(test_table_labels_and_slots),
         cmocka_unit_test(test_table_failed_job),
         cmocka_unit_test(test_table_sections_keyed_or_missing),
         cmocka_unit_test(test_table_values),

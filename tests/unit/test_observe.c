@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "dispatcher/autoscale_pools.h"
 #include "dispatcher/observe.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
@@ -686,6 +687,60 @@ static void test_journal_histogram(void **state)
     assert_true(fabs(sample(f, "sluice_journal_commit_seconds_sum") - 100.00305) < 1e-9);
 }
 
+static void add_labelled_worker(struct state *st, uint64_t id, const char *labels)
+{
+    struct st_update u = {.type = ST_WORKER_REGISTERED, .id = id, .incarnation = id};
+    snprintf(u.address, sizeof u.address, "w%" PRIu64 ":1", id);
+    u.labels = strdup(labels);
+    apply(st, &u);
+}
+
+/* The recommendation per pool: a reader of a job without a selector is split over pools a and
+ * b (one worker each); both are busy and the reader starves, so each pool grows by one step;
+ * the gauges and the status say so, and a pool whose last worker left loses its series. */
+static void test_pools_window(void **state)
+{
+    struct fixture *f = *state;
+    add_labelled_worker(&f->st, 1, "pool=a");
+    add_labelled_worker(&f->st, 2, "pool=b,zone=x");
+    add_client(&f->st, 1);
+    report_worker(f, 1, 500, 0);
+    report_worker(f, 2, 500, 0);
+    observe_client_report(f->o, 1, 500, 0.99);
+    struct observe_window w = close_at(f, WINDOW_MS);
+    assert_int_equal(w.decision.reason, AUTOSCALE_UP);
+    assert_int_equal(w.decision.workers, 3);
+    assert_int_equal(sample(f, "sluice_autoscale_recommended_workers{pool=\"a\"}"), 2);
+    assert_int_equal(sample(f, "sluice_autoscale_recommended_workers{pool=\"b\"}"), 2);
+    assert_int_equal(sample(f, "sluice_recommended_workers"), 3);
+    struct status_extra x;
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(x.npools, 2);
+    assert_string_equal(x.pool_label, "pool");
+    assert_string_equal(x.pools[0].name, "a");
+    assert_true(fabs(x.pools[0].clients - 0.5) < 1e-12);
+    /* Half the reader's demand, 500 / (1 - 0.9) / 2, on each pool. */
+    assert_true(fabs(x.pools[1].decision.demand - 2500) < 1e-6);
+    char *json;
+    assert_int_equal(status_json_extra(&f->st, &x, &json), 0);
+    assert_non_null(strstr(json, "\"autoscale\":{\"pool_label\":\"pool\",\"pools\":[{\"pool\":"
+                                 "\"a\",\"workers\":1,\"recommended_workers\":2,\"reason\":"
+                                 "\"up\",\"clients\":0.5,"));
+    free(json);
+    /* Worker 2 leaves: pool b is gone, pool a has the whole reader. */
+    struct st_update rm = {.type = ST_WORKER_REMOVED, .id = 2};
+    apply(&f->st, &rm);
+    report_worker(f, 1, 500, 0);
+    observe_client_report(f->o, 1, 500, 0.99);
+    close_at(f, 2 * WINDOW_MS);
+    assert_true(isnan(sample(f, "sluice_autoscale_recommended_workers{pool=\"b\"}")));
+    /* Its previous answer was 2: up by one step from 1, and no further. */
+    assert_int_equal(sample(f, "sluice_autoscale_recommended_workers{pool=\"a\"}"), 2);
+    observe_status(f->o, &f->st, &x);
+    assert_int_equal(x.npools, 1);
+    assert_true(fabs(x.pools[0].clients - 1) < 1e-12);
+}
+
 static void test_status_extra(void **state)
 {
     struct fixture *f = *state;
@@ -705,7 +760,8 @@ static void test_status_extra(void **state)
     assert_non_null(strstr(json, "\"recommended_workers\":2,\"config\":{\"worker_timeout_ms\":2000,"
                                  "\"client_timeout_ms\":5000,\"job_gc_timeout_ms\":60000,"
                                  "\"worker_heartbeat_ms\":400,\"client_heartbeat_ms\":1000,"
-                                 "\"autoscale_window_ms\":1000},\"workers\":["));
+                                 "\"autoscale_window_ms\":1000},\"autoscale\":{\"pool_label\":"
+                                 "\"pool\",\"pools\":[]},\"workers\":["));
     free(json);
     /* Without the extra, the document is what it was. */
     assert_int_equal(status_json(&f->st, &json), 0);
@@ -765,6 +821,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_all_figures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_task_figures_any_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_journal_histogram, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pools_window, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_extra, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tick, setup, teardown),
     };
