@@ -1,5 +1,5 @@
 /* Weighted fair sharing of the workers' threads end to end (docs/operations.md "Sharing the
- * workers"): two saturating jobs (every element sleeps 500 us on a worker thread) weighted 2:1
+ * workers"): two saturating jobs (every element sleeps 2 ms on a worker thread) weighted 2:1
  * share three workers of one thread each; over a window while both run, the workers' per-job
  * thread time (sluice_worker_job_cpu_seconds_total{job}) is about 2:1 and the dispatcher's
  * worker_time_share agrees; the same holds over a second window after the dispatcher restarted
@@ -23,9 +23,12 @@
 #include "lib/tmp.h"
 
 #define NWORKERS 3
-/* Elements per job: at 500 us each, the heavy job's two thirds of 3 threads take 15 s. */
-#define NELEMS 60000
-#define PIPELINE "range(60000) | map(sleep_us, 500)"
+/* Elements per job: at 2 ms each, the heavy job's two thirds of 3 threads take 15 s. Few,
+ * costly elements keep the readers' share of the machine small: a reader starved of CPU by a
+ * loaded host lets its job's buffer fill, its producer parks, and the other job takes the
+ * thread (work-conserving, and not what this test measures). */
+#define NELEMS 15000
+#define PIPELINE "range(15000) | map(sleep_us, 2000)"
 
 static const char *const worker_args[] = {"--metrics-port", "0", "--threads", "1", NULL};
 
@@ -120,8 +123,8 @@ static void measure(struct cluster *c, uint64_t h, uint64_t l, struct proc *heav
            when, secs, dh, dl, ratio);
     /* The threads were busy: most of their time is accounted. */
     assert_true(dh + dl > 0.5 * NWORKERS * secs);
-    /* 2:1 within 15 %: 1:1 (no weighting) and 3:1 both fail. */
-    assert_true(ratio > 1.7 && ratio < 2.3);
+    /* 2:1 within 20 %: 1:1 (no weighting) and 3:1 both fail. */
+    assert_true(ratio > 1.6 && ratio < 2.4);
     /* The dispatcher's window (10 s of heartbeat samples) agrees, more loosely. */
     json_t *doc = cluster_status(c);
     json_t *sh = json_object_get(job_named(doc, "heavy"), "worker_time_share");
