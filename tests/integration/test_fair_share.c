@@ -123,8 +123,9 @@ static void measure(struct cluster *c, uint64_t h, uint64_t l, struct proc *heav
            when, secs, dh, dl, ratio);
     /* The threads were busy: most of their time is accounted. */
     assert_true(dh + dl > 0.5 * NWORKERS * secs);
-    /* 2:1 within 20 %: 1:1 (no weighting) and 3:1 both fail. */
-    assert_true(ratio > 1.6 && ratio < 2.4);
+    /* 2:1 within 5 % (measured 1.99 to 2.02 beside CPU hogs at load 11 to 14): 1:1 (no
+     * weighting) and 3:1 both fail. */
+    assert_true(ratio > 1.9 && ratio < 2.1);
     /* The dispatcher's window (10 s of heartbeat samples) agrees, more loosely. */
     json_t *doc = cluster_status(c);
     json_t *sh = json_object_get(job_named(doc, "heavy"), "worker_time_share");
