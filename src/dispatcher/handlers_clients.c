@@ -356,7 +356,12 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     char err[SLUICE_ERRMSG_SIZE];
     const struct st_client *cl = state_client(&d->st, req->client_id);
     if (!cl) {
-        snprintf(err, sizeof err, "client %" PRIu64 " not found", req->client_id);
+        /* Most often a reader that was silent (stopped, starved of CPU, cut off) longer than
+         * the client timeout: say so, since its read cannot go on. */
+        snprintf(err, sizeof err,
+                 "client %" PRIu64 " not found: released after %" PRIu32
+                 " ms without a heartbeat (--client-timeout-ms), or never registered",
+                 req->client_id, d->client_timeout_ms);
         dispatcher_refuse(conn, env->id, SLUICE_ERR_NOT_FOUND, err);
         return;
     }
