@@ -82,6 +82,9 @@ struct rpc_client {
      * one. */
     bool local, local_now;
     uint64_t local_incarnation;
+    /* opts.shm_bytes; shm_now: this connection is a shared-memory one. */
+    uint64_t shm_bytes;
+    bool shm_now;
 
     /* Why the last attempt or connection failed; calls waiting for a connection quote it. */
     char why[SLUICE_ERRMSG_SIZE];

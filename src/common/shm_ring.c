@@ -17,6 +17,13 @@ int shm_ring_check_size(uint64_t size)
     return 0;
 }
 
+uint64_t shm_ring_choose(bool same_host, bool off, uint64_t asked, uint64_t default_size)
+{
+    if (!same_host || off)
+        return 0;
+    return asked ? asked : default_size;
+}
+
 bool shm_ring_head_ok(uint64_t wpos, uint64_t prev, uint64_t head)
 {
     return head >= prev && head <= wpos;

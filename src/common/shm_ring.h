@@ -39,6 +39,10 @@ enum { SHM_RING_DATA = 1, SHM_RING_PAD = 2 };
  * or SLUICE_ERR_INVALID. */
 int shm_ring_check_size(uint64_t size);
 
+/* The ring size a reader asks of a worker: 0 (TCP) when the worker is not on the reader's host
+ * or shared memory is turned off, else asked, or default_size when asked is 0. */
+uint64_t shm_ring_choose(bool same_host, bool off, uint64_t asked, uint64_t default_size);
+
 /* Where the writer puts the next block. */
 struct shm_ring_place {
     uint64_t pad;   /* bytes of the pad block before it (0: none), at wpos's offset */

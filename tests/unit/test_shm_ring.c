@@ -24,6 +24,22 @@ static void test_check_size(void **state)
     assert_int_equal(shm_ring_check_size(SHM_RING_MAX * 2), SLUICE_ERR_INVALID);
 }
 
+static void test_choose(void **state)
+{
+    (void)state;
+    const struct {
+        bool same_host, off;
+        uint64_t asked, want;
+    } cases[] = {
+        {true, false, 0, 1000}, {true, false, 4 * MIB, 4 * MIB},
+        {true, true, 0, 0},     {true, true, 4 * MIB, 0},
+        {false, false, 0, 0},   {false, false, 4 * MIB, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(shm_ring_choose(cases[i].same_host, cases[i].off, cases[i].asked, 1000),
+                         cases[i].want);
+}
+
 static void test_place_table(void **state)
 {
     (void)state;
@@ -198,6 +214,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_check_size),
+        cmocka_unit_test(test_choose),
         cmocka_unit_test(test_place_table),
         cmocka_unit_test(test_head_ok),
         cmocka_unit_test(test_write_then_read_laps),
