@@ -207,6 +207,31 @@ static void deliver_shm(struct conn *c, struct ewire_reply *r)
     }
 }
 
+/* The same for a reply in the general shape (an end of sequence that says how many elements the
+ * worker sent, with the last of them): its payload is the ring's next block. */
+static void deliver_shm_env(struct conn *c, Sluice__Envelope *env, Sluice__GetElementsReply *g)
+{
+    uint8_t *data;
+    uint64_t len, pos;
+    if (shm_region_take(c->shm, &data, &len, &pos) != 0) {
+        conn_fail(c, SLUICE_ERR_PROTOCOL, "shared memory: no valid block for a reply's payload");
+        return;
+    }
+    g->payload.data = data;
+    g->payload.len = len;
+    c->shm_block = true;
+    c->shm_pos = pos;
+    struct shm_region *region = c->shm;
+    c->ops->on_envelope(c, env);
+    /* The payload is not the unpacker's to free. */
+    g->payload.data = NULL;
+    g->payload.len = 0;
+    if (c->shm_block) {
+        c->shm_block = false;
+        shm_region_release(region, pos);
+    }
+}
+
 /* ---- the unpacking arena ----------------------------------------------------------------------
  */
 
@@ -342,7 +367,13 @@ static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
     a->busy = true;
     Sluice__Envelope *env = sluice__envelope__unpack(arena ? &alloc : NULL, len, payload);
     if (env != NULL) {
-        c->ops->on_envelope(c, env);
+        Sluice__GetElementsReply *g = env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY
+                                          ? env->get_elements_reply
+                                          : NULL;
+        if (c->shm && g && g->count > 0 && g->payload.len == 0)
+            deliver_shm_env(c, env, g);
+        else
+            c->ops->on_envelope(c, env);
         if (!arena)
             sluice__envelope__free_unpacked(env, NULL);
     }
@@ -700,6 +731,33 @@ int conn_write(struct conn *c, struct conn_frame *f)
 static int send_shm(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
                     unsigned nsegs, size_t len, conn_sent_cb sent, void *arg);
 
+/* A reply of the general shape (counted, delivered) on a shared-memory connection: its payload
+ * goes into the ring and the Envelope, packed with an empty payload, on the socket. Returns
+ * SLUICE_ERR_LIMIT when the ring has no room now (nothing was sent). */
+static int send_shm_env(struct conn *c, const Sluice__Envelope *env,
+                        const Sluice__GetElementsReply *r)
+{
+    Sluice__GetElementsReply body = *r;
+    body.payload.data = NULL;
+    body.payload.len = 0;
+    Sluice__Envelope e = *env;
+    e.get_elements_reply = &body;
+    struct conn_frame *f;
+    int rc = conn_frame_pack(&e, c->max_frame, &f);
+    if (rc != 0)
+        return rc;
+    struct iovec iov = {r->payload.data, r->payload.len};
+    rc = shm_region_write(c->shm, &iov, 1, r->payload.len);
+    if (rc != 0) {
+        conn_frame_free(f);
+        return rc == SLUICE_ERR_TOO_LARGE ? SLUICE_ERR_LIMIT : rc;
+    }
+    c->shm_sent += r->count;
+    c->shm_sent_bytes += r->payload.len;
+    /* Queued at once, behind every frame written before it, as send_shm's are. */
+    return conn_write(c, f);
+}
+
 int conn_send(struct conn *c, const Sluice__Envelope *env)
 {
     if (c->closing || c->draining)
@@ -710,13 +768,15 @@ int conn_send(struct conn *c, const Sluice__Envelope *env)
     const Sluice__GetElementsReply *r = env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY
                                             ? env->get_elements_reply
                                             : NULL;
-    if (c->shm && !c->tls && r && r->count > 0 && !r->counted && r->delivered == 0 &&
-        r->payload.len >= CONN_LINK_MIN) {
+    if (c->shm && !c->tls && r && r->count > 0 && r->payload.len >= CONN_LINK_MIN) {
         if (c->cork_head)
             write_held(c);
         uv_buf_t seg = uv_buf_init((char *)r->payload.data, (unsigned)r->payload.len);
-        rc =
-            send_shm(c, env->id, r->count, r->end_of_sequence, &seg, 1, r->payload.len, NULL, NULL);
+        if (!r->counted && r->delivered == 0)
+            rc = send_shm(c, env->id, r->count, r->end_of_sequence, &seg, 1, r->payload.len, NULL,
+                          NULL);
+        else
+            rc = send_shm_env(c, env, r);
         if (rc != SLUICE_ERR_LIMIT && rc != SLUICE_ERR_NOMEM)
             return rc;
     }

@@ -159,6 +159,10 @@ static void lose_connection(struct rpc_client *cl, int code, const char *why)
     rpc_client_text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s",
                     rpc_client_current_address(cl), why);
     cl->lost_code = code;
+    /* A shared-memory connection that failed before its handshake completed (refused by the
+     * worker, say): the next attempt dials TCP, so such a failure cannot keep the client off. */
+    if (cl->shm_now && cl->state != CLIENT_CONNECTED)
+        cl->shm_skip = true;
     uv_timer_stop(&cl->connect_timer);
     cl->state = CLIENT_CLOSING;
     conn_close(&cl->conn);
@@ -332,6 +336,7 @@ static bool send_call(struct rpc_client *cl, struct call *call)
 static void handshake_done(struct rpc_client *cl)
 {
     uv_timer_stop(&cl->connect_timer);
+    cl->shm_skip = false;
     cl->state = CLIENT_CONNECTED;
     cl->attempt = 0;
     cl->why[0] = '\0';
@@ -721,7 +726,8 @@ static void start_attempt(struct rpc_client *cl)
     /* A worker process on this host is reached over its Unix socket with a shared region
      * (shm_sock.h); one that does not answer there is dialled over TCP. */
     struct shm_region *region;
-    if (cl->local && cl->local_incarnation && cl->shm_bytes && !security_has_tls(cl->sec)) {
+    if (cl->local && cl->local_incarnation && cl->shm_bytes && !cl->shm_skip &&
+        !security_has_tls(cl->sec)) {
         int rc = shm_sock_dial(cl->local_incarnation, cl->shm_bytes, &fd, &region);
         if (rc == 0) {
             connect_to(cl, NULL, fd, NULL, region);

@@ -73,7 +73,8 @@ struct rpc_client_opts {
     /* With local and a local_incarnation, above 0: when no server of that incarnation runs in
      * this process, dial its shared-memory socket on this host (shm_sock.h) with a region whose
      * ring holds shm_bytes bytes, before TCP; not under TLS. Every attempt tries again, and one
-     * that fails dials TCP. 0: never. */
+     * that fails dials TCP; after a shared-memory connection that failed before its handshake
+     * completed, the next attempt dials TCP. 0: never. */
     uint64_t shm_bytes;
 };
 

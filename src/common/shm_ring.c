@@ -39,11 +39,8 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
     uint64_t need = round_up(SHM_RING_HDR + len);
     uint64_t off = wpos % size;
     uint64_t room = size - (wpos - head);
-    uint64_t pad = 0;
-    if (off + need > size)
-        pad = size - off; /* does not fit before the end: start over at 0 */
-    else if (head == wpos && off != 0 && need <= off)
-        pad = size - off; /* empty: back to the pages used last */
+    /* A block that does not fit before the end starts over at 0. */
+    uint64_t pad = off + need > size ? size - off : 0;
     if (pad + need > room)
         return SLUICE_ERR_LIMIT;
     *out = (struct shm_ring_place){.pad = pad, .off = pad ? 0 : off, .total = pad + need};

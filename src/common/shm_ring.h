@@ -11,9 +11,9 @@
  *
  * A block is a SHM_RING_HDR-byte header followed by its payload, padded to SHM_RING_ALIGN bytes;
  * it never wraps: when it does not fit before the end of the ring, a pad header fills the rest
- * and the block starts at offset 0. When the ring is empty (head == wpos) and the block fits
- * before the current offset, the writer pads to the end too, so a reader that keeps up reuses
- * the same few pages instead of sweeping the whole region.
+ * and the block starts at offset 0. (Padding back to offset 0 whenever the ring is empty, to keep
+ * reusing the same pages, would let one held block and its pad fill the whole ring; so the writer
+ * sweeps the ring, and the pages a region ever touches are at most its size.)
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */

@@ -11,7 +11,8 @@
  *     and afterwards nothing of a region is left mapped or open in this process, and no entry of
  *     ours in /dev/shm;
  *   - kill -9 of a reader process (`sluice read`) in the middle: the worker unmaps its region,
- *     holds no memfd and serves the next reader. */
+ *     holds no memfd and serves the next reader;
+ *   - a worker whose shared-memory socket refuses the reader is read over TCP. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,8 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,6 +332,9 @@ static void expect_read_via(const struct read_spec *s, size_t n, bool shm)
     double bytes1 = metric(0, "sluice_worker_shm_bytes_total");
     assert_true(served1 - served0 >= (double)n);
     if (shm) {
+        if (shm1 - shm0 != served1 - served0)
+            print_message("through the region: %.0f of %.0f records served\n", shm1 - shm0,
+                          served1 - served0);
         assert_true(shm1 - shm0 == served1 - served0);
         assert_true(bytes1 - bytes0 > (double)n * 300000.0);
     } else {
@@ -461,9 +467,45 @@ static void test_reader_killed(void **unused)
     /* The worker serves the next reader as before. */
     struct read_spec s = {.pipeline = "range(30) | map(bytes, 300000)",
                           .mode = SLUICE_PARALLEL_EPOCHS};
-    double before = metric(0, "sluice_worker_shm_elements_total");
-    expect_read(&s, 30);
-    assert_true(metric(0, "sluice_worker_shm_elements_total") == before + 30);
+    expect_read_via(&s, 30, true);
+    stop_worker(0, SIGINT);
+}
+
+/* A worker whose shared-memory socket refuses the reader (as many sockets of this process as it
+ * lets wait for their hello already wait there): whether the refusal reaches the reader while it
+ * dials or during the handshake, it then dials TCP, and the read goes through. Once they are
+ * gone, the next read uses shared memory again. */
+static void test_refused_falls_back(void **unused)
+{
+    (void)unused;
+    start_worker(0);
+    wait_workers(1);
+    char err[SLUICE_ERRMSG_SIZE], *json = NULL;
+    assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
+    const char *p = strstr(json, "\"incarnation\"");
+    assert_non_null(p);
+    p = strchr(p + strlen("\"incarnation\""), '"');
+    assert_non_null(p);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "sluice-worker-%.16s", p + 1);
+    free(json);
+    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    int fds[16];
+    for (int i = 0; i < 16; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, salen), 0);
+    }
+    usleep(300000); /* the worker accepts them all */
+    struct read_spec s = {.pipeline = "range(30) | map(bytes, 300000)",
+                          .mode = SLUICE_PARALLEL_EPOCHS};
+    expect_read_via(&s, 30, false);
+    for (int i = 0; i < 16; i++)
+        close(fds[i]);
+    usleep(300000);
+    expect_read_via(&s, 30, true);
     stop_worker(0, SIGINT);
 }
 
@@ -474,6 +516,7 @@ int main(void)
         cmocka_unit_test_teardown(test_region_bound, stop_workers),
         cmocka_unit_test_teardown(test_worker_killed, stop_workers),
         cmocka_unit_test_teardown(test_reader_killed, stop_workers),
+        cmocka_unit_test_teardown(test_refused_falls_back, stop_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -65,10 +65,12 @@ static void test_place_table(void **state)
         {S - 128, S - 256, 100, 0, 128, 0, 128 + 192},
         /* Same, but the space at the start is still held. */
         {S - 128, 64, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
-        /* Empty ring mid-way and the block fits before the current offset: back to 0. */
-        {4096, 4096, 100, 0, S - 4096, 0, S - 4096 + 192},
-        /* Empty ring mid-way, block larger than what lies before: placed where it is. */
+        /* An empty ring mid-way: the block goes where the writer is, whatever its size, so that
+         * the space after it stays free for the next ones. */
+        {4096, 4096, 100, 0, 0, 4096, 192},
         {4096, 4096, 8192, 0, 0, 4096, 8256},
+        /* A held block and the next: room for both. */
+        {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
         /* A head the reader cannot have. */
         {128, 192, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
         {S + 128, 64, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
