@@ -11,9 +11,12 @@
  *
  * A block is a SHM_RING_HDR-byte header followed by its payload, padded to SHM_RING_ALIGN bytes;
  * it never wraps: when it does not fit before the end of the ring, a pad header fills the rest
- * and the block starts at offset 0. (Padding back to offset 0 whenever the ring is empty, to keep
- * reusing the same pages, would let one held block and its pad fill the whole ring; so the writer
- * sweeps the ring, and the pages a region ever touches are at most its size.)
+ * and the block starts at offset 0. When the ring is empty and at least SHM_RING_RESET blocks of
+ * the new one's size fit before the writer's offset, the writer pads to the end too, so a reader
+ * that keeps up reuses the same few pages instead of sweeping (and faulting in) the whole region;
+ * the pad then counts as held until the block after it is released, which still leaves room for
+ * SHM_RING_RESET - 1 more such blocks. (Padding back whenever the ring is empty would let one held
+ * block and its pad take the whole ring.)
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */
@@ -30,6 +33,9 @@
 /* The smallest and largest ring a region may hold. */
 #define SHM_RING_MIN ((uint64_t)1 << 20)
 #define SHM_RING_MAX ((uint64_t)1 << 40)
+/* An empty ring starts over at 0 once this many blocks of the next one's size fit before the
+ * writer. */
+#define SHM_RING_RESET 4u
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
 #define SHM_RING_MAGIC 0x534c5348u /* "SLSH" */

@@ -65,12 +65,19 @@ static void test_place_table(void **state)
         {S - 128, S - 256, 100, 0, 128, 0, 128 + 192},
         /* Same, but the space at the start is still held. */
         {S - 128, 64, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
-        /* An empty ring mid-way: the block goes where the writer is, whatever its size, so that
-         * the space after it stays free for the next ones. */
-        {4096, 4096, 100, 0, 0, 4096, 192},
+        /* An empty ring mid-way, 4 blocks of the size fitting before the writer: back to 0,
+         * the pad counting as held. */
+        {4096, 4096, 100, 0, S - 4096, 0, S - 4096 + 192},
+        {768, 768, 100, 0, S - 768, 0, S - 768 + 192},
+        /* Fewer than 4 fit before it: the block goes where the writer is, so that one held block
+         * and its pad cannot take the ring. */
+        {704, 704, 100, 0, 0, 704, 192},
         {4096, 4096, 8192, 0, 0, 4096, 8256},
-        /* A held block and the next: room for both. */
+        /* Not empty: where the writer is. */
         {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
+        /* After a reset, 3 more blocks of the size fit behind the held one, not a 4th. */
+        {S + 192 * 3, 768, 100, 0, 0, 576, 192},
+        {S + 192 * 4, 768, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
         /* A head the reader cannot have. */
         {128, 192, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
         {S + 128, 64, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
@@ -80,6 +87,8 @@ static void test_place_table(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct shm_ring_place p = {0};
         int rc = shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, &p);
+        if (rc != cases[i].rc)
+            print_message("case %zu\n", i);
         assert_int_equal(rc, cases[i].rc);
         if (rc != 0)
             continue;
