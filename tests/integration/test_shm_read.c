@@ -7,11 +7,11 @@
  *     no_shm (TCP), the shared-memory counters moving only for the former;
  *   - a region of 2 MiB bounds what the worker maps (its /proc/PID/maps) while a consumer that
  *     stops holding an element reads 30 MB, the replies that do not fit going over the socket;
- *   - kill -9 of a worker in the middle of a distributed_epoch read: every element exactly once,
- *     and afterwards nothing of a region is left mapped or open in this process, and no entry of
- *     ours in /dev/shm;
- *   - kill -9 of a reader process (`sluice read`) in the middle: the worker unmaps its region,
- *     holds no memfd and serves the next reader;
+ *   - kill -9 of a worker at a random point of a distributed_epoch read, 3 times: every element
+ *     exactly once, and afterwards nothing of a region is left mapped or open in this process,
+ *     and no entry of ours in /dev/shm;
+ *   - kill -9 of a reader process (`sluice read`) at a random point, 8 times: the worker unmaps
+ *     its region, holds no memfd and serves the next reader;
  *   - a worker whose shared-memory socket refuses the reader is read over TCP. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -412,22 +412,30 @@ static void kill_worker1(void)
     assert_int_equal(proc_stop(&workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
 }
 
-/* kill -9 of a worker in the middle of a distributed_epoch read: exactly once, nothing left. */
+/* kill -9 of a worker in the middle of a distributed_epoch read, at a random element, several
+ * times: exactly once every time, nothing left. */
 static void test_worker_killed(void **unused)
 {
     (void)unused;
+    unsigned seed = (unsigned)now_ms();
+    print_message("worker kills: seed %u\n", seed);
+    srand(seed);
     start_worker(0);
-    start_worker(1);
-    wait_workers(2);
-    struct read_spec s = {.pipeline = "range(400) | map(bytes, 100000)",
-                          .mode = SLUICE_DISTRIBUTED_EPOCH,
-                          .at = 50,
-                          .hook = kill_worker1};
-    expect_read(&s, 400);
-    assert_true(metric(0, "sluice_worker_shm_elements_total") > 0);
-    wait_unmapped(0);
-    assert_int_equal(region_fds(0), 0);
-    assert_int_equal(dev_shm_entries(), 0);
+    for (int round = 0; round < 3; round++) {
+        start_worker(1);
+        wait_workers(2);
+        double shm0 = metric(0, "sluice_worker_shm_elements_total");
+        struct read_spec s = {.pipeline = "range(400) | map(bytes, 100000)",
+                              .mode = SLUICE_DISTRIBUTED_EPOCH,
+                              .at = 1 + (size_t)(rand() % 300),
+                              .hook = kill_worker1};
+        expect_read(&s, 400);
+        assert_true(metric(0, "sluice_worker_shm_elements_total") > shm0);
+        wait_unmapped(0);
+        assert_int_equal(region_fds(0), 0);
+        assert_int_equal(dev_shm_entries(), 0);
+        wait_workers(1);
+    }
     stop_worker(0, SIGINT);
 }
 
@@ -437,7 +445,10 @@ static void test_reader_killed(void **unused)
     (void)unused;
     start_worker(0);
     wait_workers(1);
-    for (int round = 0; round < 3; round++) {
+    unsigned seed = (unsigned)now_ms();
+    print_message("reader kills: seed %u\n", seed);
+    srand(seed);
+    for (int round = 0; round < 8; round++) {
         struct proc r;
         char *argv[] = {(char *)bin_path("sluice"),
                         "read",
@@ -458,7 +469,7 @@ static void test_reader_killed(void **unused)
                 fail_msg("the reader did not read over shared memory within %d ms", WAIT_MS);
             usleep(20000);
         }
-        usleep((useconds_t)(round * 37000));
+        usleep((useconds_t)(rand() % 200000));
         assert_int_equal(proc_stop(&r, SIGKILL, WAIT_MS), 128 + SIGKILL);
         wait_unmapped(workers[0].pid);
         assert_int_equal(region_fds(workers[0].pid), 0);
