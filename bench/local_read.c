@@ -1,22 +1,39 @@
-/* local_read: the throughput of a reader reading large elements from a worker in its own process
- * over the in-process connection (docs/reading.md "Local workers"), against the same read over TCP.
+/* local_read: the throughput of a reader reading large elements from a worker on its own host
+ * (docs/reading.md "Local workers"), each way against the others and against memcpy in one run.
  *
- * A dispatcher and one worker run in this process (<sluice/server.h>). The reader reads
- * `range(N) | map(bytes, SIZE)` (N elements of SIZE bytes, default 2048 of 1 MiB) with
- * target_workers local, once from a worker serving in-process readers over a socket pair and
- * once from a worker started with no_in_process_reads (TCP on 127.0.0.1), ROUNDS times each,
- * alternating. Each read is checked: N elements of SIZE bytes. Prints the best throughput of
- * each and their ratio, the baseline being TCP in the same run. Timings never fail it.
+ * A dispatcher runs in this process (<sluice/server.h>). The reader reads `range(N) | map(bytes,
+ * SIZE)` with target_workers local:
+ *   - in-process: from a worker in this process, over an in-process connection;
+ *   - shm:        from a sluice-worker process, over shared memory (the default on one host);
+ *   - tcp:        from the same worker process with no_shm, over TCP on 127.0.0.1;
+ * and memcpy copies the same bytes, SIZE at a time, from one buffer into another. Each read is
+ * checked: N elements of SIZE bytes. The reader only looks at each element's length, as a
+ * consumer that hands the bytes on would; it does not read them. Prints the best throughput of
+ * each way over ROUNDS rounds, the CPU seconds per GiB of the reader's process and the worker's
+ * process together (for in-process, the one process) and of the reader's alone, and the ratios
+ * against tcp and memcpy measured in the same run. The worker's share includes producing the
+ * elements (map(bytes) fills each and its buffer copies it once), the same work every way.
+ * Timings never fail it.
  *
- *   local_read [ROUNDS [N [SIZE]]]      default 3 2048 1048576 */
+ *   local_read [ROUNDS [N SIZE]]    default: 3 rounds of 64 x 32 MiB and 2048 x 1 MiB
+ *
+ * The worker process is WORKER (default: bin/sluice-worker beside this program's bench/). */
 #include "sluice/server.h"
 #include "sluice/sluice.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+extern char **environ;
 
 static double now_s(void)
 {
@@ -29,6 +46,36 @@ static void die(const char *what, const char *err)
 {
     fprintf(stderr, "local_read: %s: %s\n", what, err);
     exit(1);
+}
+
+/* CPU seconds (user and system) of this process so far. */
+static double self_cpu(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* CPU seconds of process pid so far (0 for none), from /proc/PID/stat. */
+static double proc_cpu(pid_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields after the command's closing parenthesis: state is the 3rd, utime the 14th. */
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 /* Waits until the dispatcher lists exactly n workers. */
@@ -48,17 +95,19 @@ static void wait_workers(struct sluice_client *c, int n)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    die("workers", "the worker did not register within 10 s");
+    die("workers", "the worker did not register or leave within 10 s");
 }
 
 /* One read of the dataset; returns its seconds. */
-static double read_once(struct sluice_client *c, const char *pipeline, long n, long size)
+static double read_once(struct sluice_client *c, const char *pipeline, long n, long size,
+                        bool no_shm)
 {
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_read_options o = {
         .pipeline = pipeline,
         .mode = SLUICE_PARALLEL_EPOCHS,
         .target_workers = SLUICE_TARGET_WORKERS_LOCAL,
+        .no_shm = no_shm,
     };
     struct sluice_iterator *it;
     double t0 = now_s();
@@ -85,7 +134,7 @@ static double read_once(struct sluice_client *c, const char *pipeline, long n, l
     return dt;
 }
 
-static struct sluice_worker *start_worker(const char *target, bool in_process)
+static struct sluice_worker *start_embedded(const char *target)
 {
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker_options wo = {
@@ -93,7 +142,6 @@ static struct sluice_worker *start_worker(const char *target, bool in_process)
         .threads = 2,
         .heartbeat_ms = 100,
         .log_level = "warn",
-        .no_in_process_reads = !in_process,
     };
     struct sluice_worker *w;
     if (sluice_worker_start(&wo, &w, err, sizeof err) < 0)
@@ -101,15 +149,136 @@ static struct sluice_worker *start_worker(const char *target, bool in_process)
     return w;
 }
 
+static pid_t start_process(const char *bin, const char *target)
+{
+    char *argv[] = {(char *)bin,      "--dispatcher", (char *)target, "--threads", "2",
+                    "--heartbeat-ms", "100",          "--log-level",  "warn",      NULL};
+    /* Its "listening on" line is not the benchmark's output. */
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawn(&pid, bin, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        die("worker process", bin);
+    return pid;
+}
+
+static void stop_process(pid_t pid)
+{
+    kill(pid, SIGTERM); /* drains, then deregisters */
+    int st;
+    waitpid(pid, &st, 0);
+}
+
+/* The best seconds of memcpy'ing n blocks of size bytes (a source buffer of one block, copied
+ * into a destination of the same size n times, as the reader gets n elements). */
+static double memcpy_once(long n, long size)
+{
+    char *src = malloc((size_t)size), *dst = malloc((size_t)size);
+    if (!src || !dst)
+        die("memcpy", "out of memory");
+    memset(src, 0x5a, (size_t)size);
+    memset(dst, 0, (size_t)size);
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        src[0] = (char)i;
+        memcpy(dst, src, (size_t)size);
+    }
+    double dt = now_s() - t0;
+    if (dst[0] != (char)(n - 1))
+        die("memcpy", "copied wrong");
+    free(src);
+    free(dst);
+    return dt;
+}
+
+enum { WAY_INPROC, WAY_SHM, WAY_TCP, WAY_MEMCPY, NWAYS };
+static const char *const way_names[NWAYS] = {"in-process", "shm", "tcp", "memcpy"};
+
+static void run_size(struct sluice_client *c, const char *target, const char *bin, int rounds,
+                     long n, long size)
+{
+    char pipeline[128];
+    snprintf(pipeline, sizeof pipeline, "range(%ld) | map(bytes, %ld)", n, size);
+    /* cpu: both processes; rcpu: the reader's process alone (for in-process and memcpy, the
+     * same). */
+    double best[NWAYS], cpu[NWAYS], rcpu[NWAYS];
+    for (int k = 0; k < NWAYS; k++)
+        best[k] = 1e30, cpu[k] = rcpu[k] = 0;
+    for (int r = 0; r < rounds; r++) {
+        double c0 = self_cpu();
+        double dt = memcpy_once(n, size);
+        if (dt < best[WAY_MEMCPY]) {
+            best[WAY_MEMCPY] = dt;
+            cpu[WAY_MEMCPY] = rcpu[WAY_MEMCPY] = self_cpu() - c0;
+        }
+
+        struct sluice_worker *w = start_embedded(target);
+        wait_workers(c, 1);
+        c0 = self_cpu();
+        dt = read_once(c, pipeline, n, size, false);
+        if (dt < best[WAY_INPROC]) {
+            best[WAY_INPROC] = dt;
+            cpu[WAY_INPROC] = rcpu[WAY_INPROC] = self_cpu() - c0;
+        }
+        sluice_worker_stop(w);
+        wait_workers(c, 0);
+
+        pid_t pid = start_process(bin, target);
+        wait_workers(c, 1);
+        for (int k = WAY_SHM; k <= WAY_TCP; k++) {
+            double r0 = self_cpu(), w0 = proc_cpu(pid);
+            dt = read_once(c, pipeline, n, size, k == WAY_TCP);
+            if (dt < best[k]) {
+                best[k] = dt;
+                rcpu[k] = self_cpu() - r0;
+                cpu[k] = rcpu[k] + proc_cpu(pid) - w0;
+            }
+        }
+        stop_process(pid);
+        wait_workers(c, 0);
+    }
+    double bytes = (double)n * (double)size, gib = bytes / (double)(1u << 30);
+    printf("local_read: %ld elements of %ld bytes, best of %d\n", n, size, rounds);
+    printf("  %-11s %8s %9s  %s\n", "", "MB/s", "s", "CPU s/GiB: both (reader)");
+    for (int k = 0; k < NWAYS; k++)
+        printf("  %-11s %8.1f %9.3f  %.3f (%.3f)\n", way_names[k], bytes / 1e6 / best[k], best[k],
+               cpu[k] / gib, rcpu[k] / gib);
+    printf("  throughput shm/tcp: %.2f   shm/memcpy: %.2f   in-process/tcp: %.2f\n",
+           best[WAY_TCP] / best[WAY_SHM], best[WAY_MEMCPY] / best[WAY_SHM],
+           best[WAY_TCP] / best[WAY_INPROC]);
+    printf("  CPU per GiB shm/tcp: both %.2f, reader %.2f\n", cpu[WAY_SHM] / cpu[WAY_TCP],
+           rcpu[WAY_SHM] / rcpu[WAY_TCP]);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     int rounds = argc > 1 ? atoi(argv[1]) : 3;
-    long n = argc > 2 ? atol(argv[2]) : 2048;
-    long size = argc > 3 ? atol(argv[3]) : 1048576;
-    if (rounds < 1 || n < 1 || size < 1)
-        die("usage", "local_read [ROUNDS [N [SIZE]]]");
-    char pipeline[128];
-    snprintf(pipeline, sizeof pipeline, "range(%ld) | map(bytes, %ld)", n, size);
+    long n = argc > 3 ? atol(argv[2]) : 0;
+    long size = argc > 3 ? atol(argv[3]) : 0;
+    if (rounds < 1 || argc == 3 || (argc > 3 && (n < 1 || size < 1)))
+        die("usage", "local_read [ROUNDS [N SIZE]]");
+
+    /* bin/sluice-worker beside this program's bench/ directory, unless WORKER says. */
+    char bin[4096];
+    const char *env = getenv("WORKER");
+    if (env && *env) {
+        snprintf(bin, sizeof bin, "%s", env);
+    } else {
+        snprintf(bin, sizeof bin, "%s", argv[0]);
+        char *slash = strrchr(bin, '/');
+        if (slash)
+            *slash = '\0';
+        else
+            snprintf(bin, sizeof bin, ".");
+        size_t len = strlen(bin);
+        snprintf(bin + len, sizeof bin - len, "/../bin/sluice-worker");
+    }
+    if (access(bin, X_OK) != 0)
+        die("worker process", "no sluice-worker there; set WORKER");
 
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_dispatcher_options dopts = {.log_level = "warn"};
@@ -122,23 +291,12 @@ int main(int argc, char **argv)
     if (sluice_client_open(&copts, &c, err, sizeof err) < 0)
         die("client", err);
 
-    double best[2] = {1e30, 1e30}; /* [0] in-process, [1] TCP */
-    for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < 2; k++) {
-            struct sluice_worker *w = start_worker(target, k == 0);
-            wait_workers(c, 1);
-            double dt = read_once(c, pipeline, n, size);
-            if (dt < best[k])
-                best[k] = dt;
-            sluice_worker_stop(w);
-            wait_workers(c, 0);
-        }
+    if (n > 0) {
+        run_size(c, target, bin, rounds, n, size);
+    } else {
+        run_size(c, target, bin, rounds, 64, 32l << 20);
+        run_size(c, target, bin, rounds, 2048, 1l << 20);
     }
-    double mb = (double)n * (double)size / 1e6;
-    printf("local_read: %ld elements of %ld bytes, best of %d\n", n, size, rounds);
-    printf("  in-process: %8.1f MB/s (%.3f s)\n", mb / best[0], best[0]);
-    printf("  tcp:        %8.1f MB/s (%.3f s)\n", mb / best[1], best[1]);
-    printf("  ratio in-process/tcp: %.2f\n", best[1] / best[0]);
     sluice_client_close(c);
     sluice_dispatcher_stop(d);
     return 0;

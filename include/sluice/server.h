@@ -312,6 +312,11 @@ struct sluice_worker_options {
      * TLS) and the same checks of every request (docs/reading.md "Local workers"). true turns that
      * off: they connect over TCP like any other reader. */
     bool no_in_process_reads;
+    /* Readers in other processes on this host (the same host id) reach the worker over a Unix
+     * socket of its own and take element payloads from a memory region they share with it,
+     * written once by the worker and never copied through a socket (docs/reading.md "Local
+     * workers"). true turns that off: they connect over TCP (--no-shm). */
+    bool no_shm;
     /* The most tasks the worker runs at once (--max-tasks; 1 to 100000; 0: 256), and the most
      * bytes their buffers may hold together, counting each task's full buffer bound of 16 MiB
      * (--max-buffer-bytes; at least 16777216; 0: 4294967296). A task past either is not started:

@@ -459,6 +459,15 @@ struct sluice_read_options {
     /* Which workers to read from (see enum sluice_target_workers); 0 is any. Part of a named
      * job's identity: joining a job with another value is SLUICE_ERR_EXISTS. */
     enum sluice_target_workers target_workers;
+    /* A worker process on the reader's host (the same host id) is read over shared memory: a
+     * Unix socket carries the requests and a memory region this reader creates and shares with
+     * that worker alone carries the element payloads, written once by the worker and read where
+     * they lie (docs/reading.md "Local workers"). no_shm turns that off (TCP, as for any worker;
+     * --no-shm). shm_bytes bounds each such region (--shm-bytes; a multiple of 64 from 1 MiB to
+     * 1 TiB, else SLUICE_ERR_INVALID; 0: 1 GiB): a worker never writes past what the reader has
+     * released, and sends a payload that does not fit now over the socket instead. */
+    bool no_shm;
+    uint64_t shm_bytes;
     /* parallel_epochs and the static sharding modes: every copy read whole, or the read fails.
      * By default a read survives the loss of workers, as tf.data service's does: a worker
      * killed, evicted or restarted in the middle of its copy leaves the part this reader got

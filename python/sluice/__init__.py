@@ -704,7 +704,7 @@ class Dataset:
                  local=None, element_timeout=None, split_size=None, deterministic=False,
                  reorder_bytes=None, cross_trainer_cache=None, target_workers=None,
                  whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-                 max_workers=None, hedge=None):
+                 max_workers=None, hedge=None, shm=True, shm_bytes=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -751,6 +751,8 @@ class Dataset:
             raise ValueError(f"min_workers {self.min_workers} is above max_workers "
                              f"{self.max_workers}")
         self.hedge = _hedge(hedge)
+        self.shm = _flag(shm, "shm")
+        self.shm_bytes = _count(shm_bytes, "shm_bytes")
         self._restore = None
 
     def load_state_dict(self, state):
@@ -771,7 +773,8 @@ class Dataset:
             self.num_consumers, self.max_outstanding_requests, self.local,
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
             self.reorder_bytes, *self._xtc_args(), self.target_workers, self.whole_copies,
-            self.worker_selector, self.weight, self.min_workers, self.max_workers, self.hedge)
+            self.worker_selector, self.weight, self.min_workers, self.max_workers, self.hedge,
+            self.shm, self.shm_bytes)
 
     def _xtc_args(self):
         x = self.cross_trainer_cache
@@ -792,7 +795,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                     tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                     whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-                    max_workers=None, hedge=None):
+                    max_workers=None, hedge=None, shm=True, shm_bytes=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -842,6 +845,10 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     received wins and the other's elements are dropped, so every element still arrives exactly
     once. Only a read of its own hedges (not with job_name or deterministic). None or False (the
     default): off (docs/operations.md "Stragglers: hedged splits").
+    shm: a worker process on this host (the same host id) is read over shared memory: its element
+    payloads come through a memory region this reader shares with it alone, written once by the
+    worker (docs/reading.md "Local workers"). False: over TCP, as any worker. shm_bytes: the
+    size of each such region (a multiple of 64 from 1 MiB to 1 TiB; None: 1 GiB).
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -855,7 +862,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache,
                    target_workers=target_workers, whole_copies=whole_copies,
                    worker_selector=worker_selector, weight=weight, min_workers=min_workers,
-                   max_workers=max_workers, hedge=hedge)
+                   max_workers=max_workers, hedge=hedge, shm=shm, shm_bytes=shm_bytes)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
@@ -864,7 +871,7 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-               max_workers=None, hedge=None):
+               max_workers=None, hedge=None, shm=True, shm_bytes=None):
     """Registers pipeline (its text or a sluice.Pipeline) and reads it from the service:
     register_dataset then from_dataset_id, with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -878,7 +885,8 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    deterministic=deterministic, reorder_bytes=reorder_bytes,
                    cross_trainer_cache=cross_trainer_cache, target_workers=target_workers,
                    whole_copies=whole_copies, worker_selector=worker_selector, weight=weight,
-                   min_workers=min_workers, max_workers=max_workers, hedge=hedge)
+                   min_workers=min_workers, max_workers=max_workers, hedge=hedge, shm=shm,
+                   shm_bytes=shm_bytes)
 
 
 def merge_positions(states):

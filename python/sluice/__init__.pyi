@@ -177,6 +177,8 @@ class Dataset:
     min_workers: int
     max_workers: int
     hedge: float
+    shm: bool
+    shm_bytes: int
     def __init__(self, conn: Any, processing_mode: str, dataset_id: Optional[str] = None,
                  pipeline: Optional[str] = None, job_name: Optional[str] = None,
                  consumer_index: Optional[int] = None, num_consumers: Optional[int] = None,
@@ -188,7 +190,8 @@ class Dataset:
                  worker_selector: Optional[str] = None, weight: Optional[float] = None,
                  min_workers: Optional[int] = None,
                  max_workers: Optional[int] = None,
-                 hedge: Union[bool, float, None] = None) -> None:
+                 hedge: Union[bool, float, None] = None, shm: bool = True,
+                 shm_bytes: Optional[int] = None) -> None:
         """Made by distribute() and from_dataset_id()."""
     def load_state_dict(self, state: Mapping[str, bytes]) -> None:
         """Makes the next iteration continue from state, an iterator's state_dict()."""
@@ -217,7 +220,8 @@ def from_dataset_id(processing_mode: str, service: _Service, dataset_id: str,
                     worker_selector: Optional[str] = None, weight: Optional[float] = None,
                     min_workers: Optional[int] = None,
                     max_workers: Optional[int] = None,
-                    hedge: Union[bool, float, None] = None) -> Dataset:
+                    hedge: Union[bool, float, None] = None, shm: bool = True,
+                    shm_bytes: Optional[int] = None) -> Dataset:
     """Reads a registered dataset from the service; returns an iterable Dataset."""
 
 def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
@@ -234,7 +238,8 @@ def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
                target_workers: Optional[str] = None, whole_copies: bool = False,
                worker_selector: Optional[str] = None, weight: Optional[float] = None,
                min_workers: Optional[int] = None, max_workers: Optional[int] = None,
-               hedge: Union[bool, float, None] = None) -> Dataset:
+               hedge: Union[bool, float, None] = None, shm: bool = True,
+               shm_bytes: Optional[int] = None) -> Dataset:
     """Registers pipeline and reads it from the service (register_dataset, from_dataset_id)."""
 
 def merge_positions(states: Iterable[Mapping[str, bytes]]) -> _StateDict:

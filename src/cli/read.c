@@ -13,6 +13,7 @@
 #include "client/waiting.h"
 #include "common/error.h"
 #include "common/mode.h"
+#include "common/shm_ring.h"
 #include "pipeline/format.h"
 #include "sluice/sluice.h"
 
@@ -36,6 +37,7 @@ static const char read_usage[] =
     "                   [--whole-copies] [--hedge [--hedge-factor K] | --no-hedge]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
     "                   [--deterministic [--reorder-bytes N]] [--target-workers any|local|auto]\n"
+    "                   [--no-shm] [--shm-bytes N]\n"
     "                   [--worker-selector SEL] [--weight W] [--min-workers N] [--max-workers N]\n"
     "                   [--cross-trainer-cache --trainer-id ID [--cross-trainer-cache-bytes N]]\n"
     "                   [--split-size N] [--plugin LIB.so]... [--auth-token-file F]\n"
@@ -78,6 +80,10 @@ static const char read_usage[] =
     "  --target-workers T  any (default): every worker; local: only workers on this host\n"
     "                      (one kernel and network namespace, or SLUICE_HOST_ID), an error\n"
     "                      when it has none; auto: every worker, those on this host first\n"
+    "  --no-shm            read workers on this host over TCP too (by default their element\n"
+    "                      payloads come through a memory region shared with each of them)\n"
+    "  --shm-bytes N       the size of each such region, a multiple of 64 from 1 MiB to 1 TiB\n"
+    "                      (default 1 GiB); a worker never writes more than it holds\n"
     "  --worker-selector SEL\n"
     "                      run the job's tasks only on workers whose labels (sluice-worker\n"
     "                      --label) match SEL: comma-separated requirements that all hold,\n"
@@ -265,6 +271,18 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                 cli_error("usage", "--target-workers takes any, local or auto, not '%s'", t);
                 return CLI_EXIT_USAGE;
             }
+        } else if (strcmp(s, "--no-shm") == 0) {
+            a->opts.no_shm = true;
+        } else if (strcmp(s, "--shm-bytes") == 0 && more) {
+            unsigned long long v;
+            if (cli_parse_u64(argv[++i], &v) != 0 || shm_ring_check_size(v) != 0) {
+                cli_error("usage",
+                          "--shm-bytes takes a multiple of 64 from 1048576 to 1099511627776, "
+                          "not '%s'",
+                          argv[i]);
+                return CLI_EXIT_USAGE;
+            }
+            a->opts.shm_bytes = v;
         } else if (strcmp(s, "--worker-selector") == 0 && more) {
             if (cli_check_selector(argv[++i]) != 0)
                 return CLI_EXIT_USAGE;

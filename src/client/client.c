@@ -426,14 +426,16 @@ struct client_conn {
     struct client_conn *next;
     struct rpc_client *rpc;
     unsigned refs;
+    uint64_t shm_bytes;
     char address[CLIENT_ADDR_MAX];
 };
 
 struct client_conn *client_conn_acquire(struct sluice_client *c, const char *address,
-                                        uint64_t incarnation, char *err, size_t errlen)
+                                        uint64_t incarnation, uint64_t shm_bytes, char *err,
+                                        size_t errlen)
 {
     for (struct client_conn *w = c->conns; w; w = w->next) {
-        if (strcmp(w->address, address) == 0) {
+        if (strcmp(w->address, address) == 0 && w->shm_bytes == shm_bytes) {
             w->refs++;
             return w;
         }
@@ -448,6 +450,7 @@ struct client_conn *client_conn_acquire(struct sluice_client *c, const char *add
         return NULL;
     }
     strcpy(w->address, address);
+    w->shm_bytes = shm_bytes;
     struct rpc_client_opts opts = {
         .address = address,
         .role = SLUICE__ROLE__ROLE_CLIENT,
@@ -458,6 +461,7 @@ struct client_conn *client_conn_acquire(struct sluice_client *c, const char *add
         .tls_name = c->sec ? c->sec->tls_worker_name : NULL,
         .local = true,
         .local_incarnation = incarnation,
+        .shm_bytes = shm_bytes,
     };
     if (rpc_client_new(&c->loop, &opts, &w->rpc, err, errlen) != 0) {
         free(w);

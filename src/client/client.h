@@ -145,9 +145,12 @@ int client_request_cancellable(struct sluice_client *c, Sluice__Envelope *req,
 /* A connection to the worker at address, shared by every task there: returns it with one more
  * reference, creating it on first use. NULL with a message in err for a bad address or no
  * memory. A worker of that incarnation (0: any) running in this process is reached over an
- * in-process connection (common/inproc.h) rather than TCP. */
+ * in-process connection (common/inproc.h) rather than TCP; with shm_bytes above 0, a worker
+ * process of that incarnation on this host over shared memory (rpc_client_opts.shm_bytes).
+ * Reads asking for different shm_bytes get connections of their own. */
 struct client_conn *client_conn_acquire(struct sluice_client *c, const char *address,
-                                        uint64_t incarnation, char *err, size_t errlen);
+                                        uint64_t incarnation, uint64_t shm_bytes, char *err,
+                                        size_t errlen);
 /* Drops a reference; the last one closes the connection, which fails its pending calls with
  * SLUICE_ERR_CANCELLED. */
 void client_conn_release(struct sluice_client *c, struct client_conn *conn);

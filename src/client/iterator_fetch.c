@@ -63,6 +63,12 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
                            const Sluice__GetElementsReply *r, struct prefetch_item *item)
 {
     if (r->payload.len) {
+        /* A payload in a worker's shared region stays where it lies until the reader is done. */
+        item->shm = rpc_client_take_shm(rpc, &item->shm_pos);
+        if (item->shm) {
+            item->data = r->payload.data;
+            return 0;
+        }
         item->block = rpc_client_take_reply(rpc, &item->block_cap);
         if (item->block) {
             item->data = r->payload.data;

@@ -4,6 +4,9 @@
 
 #include "iterator_internal.h"
 
+#include "common/shm_region.h"
+#include "common/shm_ring.h"
+
 #include "common/mode.h"
 
 /* ---- loop thread: heartbeats -------------------------------------------------------------- */
@@ -427,7 +430,9 @@ static void apply_heartbeat(struct sluice_iterator *it, const Sluice__ClientHear
         if (t->conn || !t->listed)
             continue;
         char msg[SLUICE_ERRMSG_SIZE];
-        t->conn = client_conn_acquire(it->c, t->address, t->worker_incarnation, msg, sizeof msg);
+        uint64_t shm = shm_ring_choose(t->local, it->no_shm, it->shm_bytes, SHM_REGION_DEFAULT);
+        t->conn =
+            client_conn_acquire(it->c, t->address, t->worker_incarnation, shm, msg, sizeof msg);
         if (!t->conn) {
             iter_fail(it, SLUICE_ERR_INVALID, "worker '%s' of task %" PRIu64 ": %s", t->address,
                       t->id, msg);

@@ -76,6 +76,9 @@ struct sluice_iterator {
      * dispatcher where the reader runs and the reader which tasks are local. */
     enum sluice_target_workers target;
     char host_id[HOSTID_MAX + 1];
+    /* sluice_read_options.no_shm and shm_bytes: how workers on this host are read. */
+    bool no_shm;
+    uint64_t shm_bytes;
     /* sluice_read_options.whole_copies: a copy cut short by its worker's loss fails the read. */
     bool whole_copies;
     /* sluice_read_options.hedge_factor (0 outside distributed_epoch), sent with every

@@ -3,6 +3,8 @@
  * reader-side operations opened, and the loop thread's part started. */
 #include "iterator_internal.h"
 
+#include "common/shm_ring.h"
+
 #include "checkpoint.h"
 
 #include "common/labels.h"
@@ -189,6 +191,11 @@ static int take_dataset(const Sluice__Envelope *reply, void *user, char *err, si
 
 static int check_options(const struct sluice_read_options *o, char *err, size_t errlen)
 {
+    if (o->shm_bytes && shm_ring_check_size(o->shm_bytes) != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID,
+                       "shm_bytes: expected a multiple of 64 from %llu to %llu, got %llu",
+                       (unsigned long long)SHM_RING_MIN, (unsigned long long)SHM_RING_MAX,
+                       (unsigned long long)o->shm_bytes);
     bool has_dataset = o->dataset_id && *o->dataset_id;
     bool has_pipeline = o->pipeline && *o->pipeline;
     if (has_dataset && has_pipeline)
@@ -352,6 +359,8 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
     ledger_init(&it->ledger);
     tasks_init(&it->tasks, it->coordinated, ITER_PER_TASK_MAX);
     it->target = o->target_workers;
+    it->no_shm = o->no_shm;
+    it->shm_bytes = o->shm_bytes;
     tasks_set_target(&it->tasks, it->target == SLUICE_TARGET_WORKERS_LOCAL,
                      it->target == SLUICE_TARGET_WORKERS_AUTO);
     if (uv_mutex_init(&it->mu) != 0) {

@@ -1,6 +1,7 @@
 #include "prefetch.h"
 
 #include "common/bufpool.h"
+#include "common/shm_region.h"
 #include "common/error.h"
 
 #include <assert.h>
@@ -20,7 +21,9 @@ int prefetch_init(struct prefetch *p, unsigned cap)
 
 void prefetch_item_free(struct prefetch_item *item)
 {
-    if (item->block && item->pool)
+    if (item->shm)
+        shm_region_release(item->shm, item->shm_pos);
+    else if (item->block && item->pool)
         bufpool_put(item->pool, item->block, item->block_cap);
     else
         free(item->block ? item->block : item->data);

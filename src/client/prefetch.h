@@ -19,11 +19,12 @@
 #include <stdint.h>
 
 struct bufpool;
+struct shm_region;
 
 /* One reply payload: count element records in the element codec's batch format. The bytes are
- * in one malloc'd block: block when it is set (data then points into it: a received frame taken
- * over whole), else data itself. Whoever holds the item owns the block; prefetch_item_free
- * gives it back to pool (when both are set) or frees it. */
+ * in a shared region (shm), or in one malloc'd block: block when it is set (data then points into
+ * it: a received frame taken over whole), else data itself. Whoever holds the item owns the block;
+ * prefetch_item_free gives it back to pool (when both are set) or frees it. */
 struct prefetch_item {
     uint8_t *data;
     size_t len;
@@ -33,6 +34,10 @@ struct prefetch_item {
     void *block;
     size_t block_cap;
     struct bufpool *pool; /* outlives the item */
+    /* Or, when shm is set: the bytes lie in that shared region (common/shm_region.h) as the
+     * block taken at shm_pos, released there by prefetch_item_free (block and pool are unset). */
+    struct shm_region *shm;
+    uint64_t shm_pos;
     /* Indices (ascending) of records in data the reader skips: elements received before, and
      * split end markers (distributed_epoch). Owned. */
     uint32_t *skip;

@@ -12,6 +12,7 @@
 #include "ewire.h"
 #include "inproc.h"
 #include "rpc.h"
+#include "shm_region.h"
 #include "tls.h"
 
 #include <assert.h>
@@ -69,6 +70,8 @@ static void on_close(uv_handle_t *h)
     conn_tls_release(c);
     inproc_link_unref(c->link);
     c->link = NULL;
+    shm_region_unref(c->shm);
+    c->shm = NULL;
     c->ops->on_closed(c);
 }
 
@@ -179,6 +182,53 @@ static void deliver_linked(struct conn *c, struct ewire_reply *r)
         else
             free(c->link_block);
         c->link_block = NULL;
+    }
+}
+
+/* A shared-memory connection's reply whose payload lies in the region: delivered with the ring's
+ * next block, which the owner may take (conn_take_shm); one it leaves is released at once. */
+static void deliver_shm(struct conn *c, struct ewire_reply *r)
+{
+    uint8_t *data;
+    uint64_t len, pos;
+    if (shm_region_take(c->shm, &data, &len, &pos) != 0) {
+        conn_fail(c, SLUICE_ERR_PROTOCOL, "shared memory: no valid block for a reply's payload");
+        return;
+    }
+    r->payload = data;
+    r->len = len;
+    c->shm_block = true;
+    c->shm_pos = pos;
+    struct shm_region *region = c->shm;
+    deliver_view(c, r, false);
+    if (c->shm_block) {
+        c->shm_block = false;
+        shm_region_release(region, pos);
+    }
+}
+
+/* The same for a reply in the general shape (an end of sequence that says how many elements the
+ * worker sent, with the last of them): its payload is the ring's next block. */
+static void deliver_shm_env(struct conn *c, Sluice__Envelope *env, Sluice__GetElementsReply *g)
+{
+    uint8_t *data;
+    uint64_t len, pos;
+    if (shm_region_take(c->shm, &data, &len, &pos) != 0) {
+        conn_fail(c, SLUICE_ERR_PROTOCOL, "shared memory: no valid block for a reply's payload");
+        return;
+    }
+    g->payload.data = data;
+    g->payload.len = len;
+    c->shm_block = true;
+    c->shm_pos = pos;
+    struct shm_region *region = c->shm;
+    c->ops->on_envelope(c, env);
+    /* The payload is not the unpacker's to free. */
+    g->payload.data = NULL;
+    g->payload.len = 0;
+    if (c->shm_block) {
+        c->shm_block = false;
+        shm_region_release(region, pos);
     }
 }
 
@@ -305,6 +355,8 @@ static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
     if (ewire_reply_decode(payload, len, &r)) {
         if (c->link && r.count > 0 && r.len == 0)
             deliver_linked(c, &r);
+        else if (c->shm && r.count > 0 && r.len == 0)
+            deliver_shm(c, &r);
         else
             deliver_view(c, &r, c->dec.buf != NULL && payload == c->dec.buf);
         return c->closing || c->draining ? SLUICE_ERR_CLOSED : 0;
@@ -315,7 +367,13 @@ static int dispatch(struct conn *c, const uint8_t *payload, size_t len)
     a->busy = true;
     Sluice__Envelope *env = sluice__envelope__unpack(arena ? &alloc : NULL, len, payload);
     if (env != NULL) {
-        c->ops->on_envelope(c, env);
+        Sluice__GetElementsReply *g = env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY
+                                          ? env->get_elements_reply
+                                          : NULL;
+        if (c->shm && g && g->count > 0 && g->payload.len == 0)
+            deliver_shm_env(c, env, g);
+        else
+            c->ops->on_envelope(c, env);
         if (!arena)
             sluice__envelope__free_unpacked(env, NULL);
     }
@@ -670,12 +728,60 @@ int conn_write(struct conn *c, struct conn_frame *f)
     return 0;
 }
 
+static int send_shm(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
+                    unsigned nsegs, size_t len, conn_sent_cb sent, void *arg);
+
+/* A reply of the general shape (counted, delivered) on a shared-memory connection: its payload
+ * goes into the ring and the Envelope, packed with an empty payload, on the socket. Returns
+ * SLUICE_ERR_LIMIT when the ring has no room now (nothing was sent). */
+static int send_shm_env(struct conn *c, const Sluice__Envelope *env,
+                        const Sluice__GetElementsReply *r)
+{
+    Sluice__GetElementsReply body = *r;
+    body.payload.data = NULL;
+    body.payload.len = 0;
+    Sluice__Envelope e = *env;
+    e.get_elements_reply = &body;
+    struct conn_frame *f;
+    int rc = conn_frame_pack(&e, c->max_frame, &f);
+    if (rc != 0)
+        return rc;
+    struct iovec iov = {r->payload.data, r->payload.len};
+    rc = shm_region_write(c->shm, &iov, 1, r->payload.len);
+    if (rc != 0) {
+        conn_frame_free(f);
+        return rc == SLUICE_ERR_TOO_LARGE ? SLUICE_ERR_LIMIT : rc;
+    }
+    c->shm_sent += r->count;
+    c->shm_sent_bytes += r->payload.len;
+    /* Queued at once, behind every frame written before it, as send_shm's are. */
+    return conn_write(c, f);
+}
+
 int conn_send(struct conn *c, const Sluice__Envelope *env)
 {
     if (c->closing || c->draining)
         return SLUICE_ERR_CLOSED;
+    int rc;
+    /* A large GetElementsReply in the plain shape of ewire.h on a shared-memory connection: its
+     * payload is copied into the region now, as conn_send_elements would. */
+    const Sluice__GetElementsReply *r = env->body_case == SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY
+                                            ? env->get_elements_reply
+                                            : NULL;
+    if (c->shm && !c->tls && r && r->count > 0 && r->payload.len >= CONN_LINK_MIN) {
+        if (c->cork_head)
+            write_held(c);
+        uv_buf_t seg = uv_buf_init((char *)r->payload.data, (unsigned)r->payload.len);
+        if (!r->counted && r->delivered == 0)
+            rc = send_shm(c, env->id, r->count, r->end_of_sequence, &seg, 1, r->payload.len, NULL,
+                          NULL);
+        else
+            rc = send_shm_env(c, env, r);
+        if (rc != SLUICE_ERR_LIMIT && rc != SLUICE_ERR_NOMEM)
+            return rc;
+    }
     struct conn_frame *f;
-    int rc = conn_frame_pack(env, c->max_frame, &f);
+    rc = conn_frame_pack(env, c->max_frame, &f);
     if (rc != 0)
         return rc;
     return conn_write(c, f);
@@ -732,6 +838,48 @@ static int send_linked(struct conn *c, uint64_t id, uint32_t count, bool eos, co
     return 0;
 }
 
+/* conn_send_elements over a shared-memory connection: the payload is copied into the region's
+ * ring and the envelope alone, with an empty payload, goes on the socket. Returns
+ * SLUICE_ERR_LIMIT when the ring has no room now (nothing was sent; the caller sends over the
+ * socket). */
+static int send_shm(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
+                    unsigned nsegs, size_t len, conn_sent_cb sent, void *arg)
+{
+    struct conn_frame *f = malloc(sizeof *f + EWIRE_PREFIX_MAX);
+    if (f == NULL)
+        return SLUICE_ERR_NOMEM;
+    *f = (struct conn_frame){.conn = c, .sent = sent, .sent_arg = arg};
+    uint64_t env_len;
+    size_t n = ewire_reply_prefix(f->data, id, count, eos, 0, &env_len);
+    if (n == 0 || env_len > c->max_frame) {
+        free(f);
+        return SLUICE_ERR_TOO_LARGE;
+    }
+    struct iovec iov[CONN_MAX_SEGS];
+    for (unsigned i = 0; i < nsegs; i++)
+        iov[i] = (struct iovec){segs[i].base, segs[i].len};
+    int rc = shm_region_write(c->shm, iov, nsegs, len);
+    if (rc != 0) {
+        free(f);
+        /* No room now, or never: the socket carries it. */
+        return rc == SLUICE_ERR_TOO_LARGE ? SLUICE_ERR_LIMIT : rc;
+    }
+    f->len = n;
+    uv_buf_t buf = uv_buf_init((char *)f->data, (unsigned)n);
+    /* A failed write leaves a block in the ring no envelope announces; the owner closes the
+     * connection on a failed write, and the reader never reads past what was announced. */
+    rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, &buf, 1, conn_on_write);
+    if (rc != 0) {
+        free(f);
+        return rc;
+    }
+    c->pending_write += n;
+    c->writes++;
+    c->shm_sent += count;
+    c->shm_sent_bytes += len;
+    return 0;
+}
+
 int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, const uv_buf_t *segs,
                        unsigned nsegs, conn_sent_cb sent, void *arg)
 {
@@ -749,6 +897,11 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
         if (rc != SLUICE_ERR_NOMEM)
             return rc;
         /* Out of memory for the block: the bytes go over the socket as usual. */
+    }
+    if (c->shm && !c->tls && count > 0 && len >= CONN_LINK_MIN) {
+        int rc = send_shm(c, id, count, eos, segs, nsegs, len, sent, arg);
+        if (rc != SLUICE_ERR_LIMIT && rc != SLUICE_ERR_NOMEM)
+            return rc;
     }
     /* Under TLS, a frame held for the handshake keeps a copy of the pieces' array after its
      * prefix, aligned. */
@@ -791,6 +944,16 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
     c->pending_write += n + len;
     c->writes++;
     return 0;
+}
+
+struct shm_region *conn_take_shm(struct conn *c, uint64_t *pos)
+{
+    if (!c->shm_block)
+        return NULL;
+    c->shm_block = false;
+    *pos = c->shm_pos;
+    /* The block's own reference (shm_region_take) goes with it. */
+    return c->shm;
 }
 
 void *conn_take_frame(struct conn *c, size_t *cap)

@@ -62,6 +62,7 @@
 struct auth_hs;
 struct bufpool;
 struct inproc_link;
+struct shm_region;
 struct conn;
 struct tls_ctx;
 struct tls_session;
@@ -146,6 +147,19 @@ struct conn {
     struct inproc_link *link;
     void *link_block; /* during on_envelope: the block delivered, until taken */
     size_t link_cap;
+    /* With local: the connection's shared region (shm_region.h, docs/design.md "Shared-memory
+     * reads"), one reference owned by the conn and dropped when it closes; the owner sets it
+     * after conn_init. It works as link does, across processes: a GetElementsReply of at least
+     * CONN_LINK_MIN payload bytes sent with conn_send_elements goes into the region's ring when
+     * it fits (else over the socket, as usual) and only its envelope on the socket; such an
+     * envelope received is delivered with the ring's next block as its payload, which
+     * conn_take_shm hands over. A ring that holds no valid block there fails the conn with
+     * SLUICE_ERR_PROTOCOL. */
+    struct shm_region *shm;
+    bool shm_block;    /* during on_envelope: a block of the ring delivered, until taken */
+    uint64_t shm_pos;  /* its position */
+    uint64_t shm_sent; /* the writer's side: elements and bytes that went through the region */
+    uint64_t shm_sent_bytes;
     char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */
     /* TLS (conn_use_tls): the session; frames written before its handshake completed; the
      * ciphertext being gathered for the next write; spare blocks for it; a buffer gathering small
@@ -228,6 +242,12 @@ int conn_send_elements(struct conn *c, uint64_t id, uint32_t count, bool eos, co
  * frees it, or gives it back to c->pool. Returns NULL otherwise (the payload is then valid only
  * during the call, as usual). */
 void *conn_take_frame(struct conn *c, size_t *cap);
+
+/* Only from ops->on_envelope, for a GetElementsReply whose payload came through c->shm: hands
+ * the block over and returns the region with one reference for it, and its position in *pos;
+ * the caller gives it back with shm_region_release(region, pos) from any thread, and env's
+ * payload stays valid until then. Returns NULL otherwise. */
+struct shm_region *conn_take_shm(struct conn *c, uint64_t *pos);
 
 /* Sends a Hello with RPC_PROTOCOL_VERSION, role and incarnation, and hs's auth flag and nonce
  * (auth.h) when hs is not NULL. */

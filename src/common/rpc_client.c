@@ -47,6 +47,8 @@
 #include "conn.h"
 #include "error.h"
 #include "inproc.h"
+#include "shm_region.h"
+#include "shm_sock.h"
 #include "log.h"
 #include "security.h"
 #include "tls.h"
@@ -157,6 +159,10 @@ static void lose_connection(struct rpc_client *cl, int code, const char *why)
     rpc_client_text(cl->lost_msg, sizeof cl->lost_msg, "connection to %s lost: %s",
                     rpc_client_current_address(cl), why);
     cl->lost_code = code;
+    /* A shared-memory connection that failed before its handshake completed (refused by the
+     * worker, say): the next attempt dials TCP, so such a failure cannot keep the client off. */
+    if (cl->shm_now && cl->state != CLIENT_CONNECTED)
+        cl->shm_skip = true;
     uv_timer_stop(&cl->connect_timer);
     cl->state = CLIENT_CLOSING;
     conn_close(&cl->conn);
@@ -330,6 +336,7 @@ static bool send_call(struct rpc_client *cl, struct call *call)
 static void handshake_done(struct rpc_client *cl)
 {
     uv_timer_stop(&cl->connect_timer);
+    cl->shm_skip = false;
     cl->state = CLIENT_CONNECTED;
     cl->attempt = 0;
     cl->why[0] = '\0';
@@ -545,7 +552,7 @@ static void limit_silence(struct rpc_client *cl)
         {IPPROTO_TCP, TCP_KEEPINTVL, 1, "TCP_KEEPINTVL"},
     };
     uv_os_fd_t fd;
-    if (cl->local_now || (cl->naddrs < 2 && !cl->off_list) ||
+    if (cl->local_now || cl->shm_now || (cl->naddrs < 2 && !cl->off_list) ||
         uv_fileno((const uv_handle_t *)&cl->conn.tcp, &fd) != 0)
         return;
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
@@ -588,12 +595,13 @@ static void connected(struct rpc_client *cl, int status)
 /* Connects to addr, or with addr NULL opens local_fd, one end of an in-process socket pair
  * (inproc.h), which the handle owns from then on. */
 static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os_sock_t local_fd,
-                       struct inproc_link *link)
+                       struct inproc_link *link, struct shm_region *shm)
 {
     int rc = conn_init(&cl->conn, cl->loop, &client_conn_ops, cl->max_frame, 0);
     if (rc != 0 && !addr) {
         close(local_fd);
         inproc_link_unref(link);
+        shm_region_unref(shm);
     }
     cl->conn.pool = cl->pool;
     /* The server's Hello and proof are small; nothing bigger is read before it proved itself. */
@@ -609,13 +617,16 @@ static void connect_to(struct rpc_client *cl, const struct sockaddr *addr, uv_os
     }
     cl->busy++;
     cl->state = CLIENT_CONNECTING;
-    cl->local_now = addr == NULL;
+    cl->local_now = addr == NULL && shm == NULL;
+    cl->shm_now = shm != NULL;
     int opened = 0;
     if (!addr) {
-        /* From here the conn owns the link, and the handle the descriptor (when it opens). */
+        /* From here the conn owns the link or region, and the handle the descriptor (when it
+         * opens). */
         cl->conn.local = true;
         cl->conn.link = link;
-        snprintf(cl->conn.peer, sizeof cl->conn.peer, "in-process");
+        cl->conn.shm = shm;
+        snprintf(cl->conn.peer, sizeof cl->conn.peer, "%s", shm ? "shared memory" : "in-process");
         opened = uv_tcp_open(&cl->conn.tcp, local_fd);
         if (opened != 0)
             close(local_fd);
@@ -682,7 +693,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     struct sockaddr_storage ss;
     memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
     uv_freeaddrinfo(res);
-    connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
+    connect_to(cl, (const struct sockaddr *)&ss, -1, NULL, NULL);
 }
 
 static void on_connect_timeout(uv_timer_t *t)
@@ -709,8 +720,21 @@ static void start_attempt(struct rpc_client *cl)
     struct inproc_link *link;
     if (cl->local &&
         inproc_dial(rpc_client_current_address(cl), cl->local_incarnation, &fd, &link) == 0) {
-        connect_to(cl, NULL, fd, link);
+        connect_to(cl, NULL, fd, link, NULL);
         return;
+    }
+    /* A worker process on this host is reached over its Unix socket with a shared region
+     * (shm_sock.h); one that does not answer there is dialled over TCP. */
+    struct shm_region *region;
+    if (cl->local && cl->local_incarnation && cl->shm_bytes && !cl->shm_skip &&
+        !security_has_tls(cl->sec)) {
+        int rc = shm_sock_dial(cl->local_incarnation, cl->shm_bytes, &fd, &region);
+        if (rc == 0) {
+            connect_to(cl, NULL, fd, NULL, region);
+            return;
+        }
+        log_debug("rpc: %s: shared memory: %s; dialling TCP", rpc_client_current_address(cl),
+                  sluice_strerror(rc));
     }
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -718,7 +742,7 @@ static void start_attempt(struct rpc_client *cl)
     int port = cl->current.port;
     if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) == 0 ||
         uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) == 0) {
-        connect_to(cl, (const struct sockaddr *)&ss, -1, NULL);
+        connect_to(cl, (const struct sockaddr *)&ss, -1, NULL, NULL);
         return;
     }
     char service[8];
@@ -805,6 +829,7 @@ int rpc_client_new(uv_loop_t *loop, const struct rpc_client_opts *opts, struct r
     cl->sec = opts->sec;
     cl->local = opts->local;
     cl->local_incarnation = opts->local_incarnation;
+    cl->shm_bytes = opts->shm_bytes;
     cl->rng = rpc_new_incarnation() ^ opts->incarnation;
     cl->next_id = 1;
     cl->state = CLIENT_IDLE;
@@ -906,6 +931,18 @@ bool rpc_client_withdraw(struct rpc_client *cl, rpc_reply_cb cb, void *user)
     call->frame = NULL;
     rpc_client_rearm_call_timer(cl);
     return true;
+}
+
+struct shm_region *rpc_client_take_shm(struct rpc_client *cl, uint64_t *pos)
+{
+    if (cl->state != CLIENT_CONNECTED)
+        return NULL;
+    return conn_take_shm(&cl->conn, pos);
+}
+
+bool rpc_client_shm(const struct rpc_client *cl)
+{
+    return cl->state == CLIENT_CONNECTED && cl->shm_now;
 }
 
 bool rpc_client_local(const struct rpc_client *cl)

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 struct rpc_client;
+struct shm_region;
 struct bufpool;
 
 /* How long a connection to a dispatcher replica may stay silent (the peer's TCP acknowledges
@@ -69,6 +70,12 @@ struct rpc_client_opts {
      * looks again, so a server that stopped is dialled over TCP as usual. */
     bool local;
     uint64_t local_incarnation;
+    /* With local and a local_incarnation, above 0: when no server of that incarnation runs in
+     * this process, dial its shared-memory socket on this host (shm_sock.h) with a region whose
+     * ring holds shm_bytes bytes, before TCP; not under TLS. Every attempt tries again, and one
+     * that fails dials TCP; after a shared-memory connection that failed before its handshake
+     * completed, the next attempt dials TCP. 0: never. */
+    uint64_t shm_bytes;
 };
 
 /* Creates a client; it connects on the first call, to the first address of the list. Returns 0,
@@ -90,6 +97,14 @@ int rpc_call(struct rpc_client *client, Sluice__Envelope *req, uint32_t timeout_
  * and reply's pointers (the payload's included) stay valid until then. Returns NULL otherwise;
  * the reply is then valid only during the callback, as usual. */
 void *rpc_client_take_reply(struct rpc_client *client, size_t *cap);
+
+/* Like rpc_client_take_reply, for a reply whose payload came through the connection's shared
+ * region: returns the region (the block's reference) and the block's position in *pos, which the
+ * caller hands back with shm_region_release; NULL otherwise. */
+struct shm_region *rpc_client_take_shm(struct rpc_client *client, uint64_t *pos);
+
+/* Whether the client is connected over a shared-memory connection (rpc_client_opts.shm_bytes). */
+bool rpc_client_shm(const struct rpc_client *client);
 
 /* Withdraws the call made with cb and user if it has not been written yet (it waits for a
  * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the

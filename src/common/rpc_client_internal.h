@@ -82,6 +82,11 @@ struct rpc_client {
      * one. */
     bool local, local_now;
     uint64_t local_incarnation;
+    /* opts.shm_bytes; shm_now: this connection is a shared-memory one; shm_skip: the last
+     * shared-memory attempt failed before its handshake, so the next dials TCP (cleared by any
+     * completed handshake). */
+    uint64_t shm_bytes;
+    bool shm_now, shm_skip;
 
     /* Why the last attempt or connection failed; calls waiting for a connection quote it. */
     char why[SLUICE_ERRMSG_SIZE];

@@ -34,6 +34,7 @@
 #include "rpc_server.h"
 #include "listen.h"
 #include "inproc.h"
+#include "shm_region.h"
 
 #include "auth.h"
 #include "conn.h"
@@ -665,39 +666,42 @@ static void on_connection(uv_stream_t *listener, int status)
     }
 }
 
-/* rpc_server_adopt before the connection exists: fails with code, releasing link. */
-static int adopt_refused(struct inproc_link *link, int code)
+/* rpc_server_adopt before the connection exists: fails with code, releasing link and shm. */
+static int adopt_refused(struct inproc_link *link, struct shm_region *shm, int code)
 {
     inproc_link_unref(link);
+    shm_region_unref(shm);
     return code;
 }
 
-int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link *link)
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link *link,
+                     struct shm_region *shm)
 {
     if (srv->closing)
-        return adopt_refused(link, SLUICE_ERR_CLOSED);
+        return adopt_refused(link, shm, SLUICE_ERR_CLOSED);
     if (srv->nconns >= srv->max_conns)
-        return adopt_refused(link, SLUICE_ERR_LIMIT);
+        return adopt_refused(link, shm, SLUICE_ERR_LIMIT);
     uint8_t nonce[AUTH_NONCE_LEN] = {0};
     struct rpc_conn *rc = calloc(1, sizeof *rc);
     if (rc == NULL)
-        return adopt_refused(link, SLUICE_ERR_NOMEM);
+        return adopt_refused(link, shm, SLUICE_ERR_NOMEM);
     if (security_has_token(srv->opts.sec) && auth_nonce(nonce) != 0) {
         free(rc);
-        return adopt_refused(link, SLUICE_ERR_NOMEM);
+        return adopt_refused(link, shm, SLUICE_ERR_NOMEM);
     }
     int err = conn_init(&rc->conn, srv->loop, &server_conn_ops, srv->opts.max_frame,
                         srv->opts.max_pending_write);
     if (err != 0) {
         free(rc);
-        return adopt_refused(link, err);
+        return adopt_refused(link, shm, err);
     }
     /* From here the handle is open: the conn is on the list and closes through on_conn_closed,
      * which also closes fd once it is the handle's. */
     rc->conn.local = true;
     rc->conn.link = link;
-    rc->local = true;
-    snprintf(rc->conn.peer, sizeof rc->conn.peer, "in-process");
+    rc->conn.shm = shm;
+    rc->local = shm == NULL;
+    snprintf(rc->conn.peer, sizeof rc->conn.peer, "%s", shm ? "shared memory" : "in-process");
     conn_enlist(srv, rc, nonce);
     hs_admit(srv, rc);
     err = uv_tcp_open(&rc->conn.tcp, fd);
@@ -727,6 +731,12 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link
 bool rpc_conn_is_local(const struct rpc_conn *rc)
 {
     return rc->local;
+}
+
+void rpc_conn_shm_sent(const struct rpc_conn *rc, uint64_t *elements, uint64_t *bytes)
+{
+    *elements = rc->conn.shm_sent;
+    *bytes = rc->conn.shm_sent_bytes;
 }
 
 /* ---- the server ------------------------------------------------------------------------------ */

@@ -109,14 +109,17 @@ unsigned rpc_server_max_connections(const struct rpc_server *srv);
 /* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */
 void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user);
 
-/* Serves fd, the accepted end of an in-process socket pair, and link, its link (inproc.h), as one
- * more connection: the same handshake (token, TLS) and requests as a TCP connection, counted
- * against max_connections. Loop thread only. Takes the reference to link in every case. Returns
- * 0 once the connection owns fd (a failure after that closes it, and fd with it), or a negative
- * code with fd still the caller's: SLUICE_ERR_CLOSED while the server closes, SLUICE_ERR_LIMIT
- * at max_connections, SLUICE_ERR_NOMEM, or an error of libuv. */
+/* Serves fd, the accepted end of an in-process socket pair with its link (inproc.h), or of a
+ * shared-memory socket with its region (shm_sock.h; link NULL), as one more connection: the same
+ * handshake (token, TLS) and requests as a TCP connection, counted against max_connections. Loop
+ * thread only. Takes the reference to link and to shm in every case. Returns 0 once the
+ * connection owns fd (a failure after that closes it, and fd with it), or a negative code with fd
+ * still the caller's: SLUICE_ERR_CLOSED while the server closes, SLUICE_ERR_LIMIT at
+ * max_connections, SLUICE_ERR_NOMEM, or an error of libuv. */
 struct inproc_link;
-int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link *link);
+struct shm_region;
+int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link *link,
+                     struct shm_region *shm);
 
 /* Packs reply (the caller keeps ownership of it), sets its id, and queues it. Returns 0, or
  * SLUICE_ERR_CLOSED when the connection is gone (the reply is dropped). Also, with the
@@ -147,8 +150,11 @@ int rpc_conn_reply_not_leader(struct rpc_conn *conn, uint64_t id, const char *le
 void rpc_conn_ref(struct rpc_conn *conn);
 void rpc_conn_unref(struct rpc_conn *conn);
 bool rpc_conn_is_open(const struct rpc_conn *conn);
-/* Whether conn is an in-process connection (rpc_server_adopt). */
+/* Whether conn is an in-process connection (rpc_server_adopt with a link). */
 bool rpc_conn_is_local(const struct rpc_conn *conn);
+/* The elements and payload bytes conn has sent through its shared region so far (0 for any other
+ * connection). */
+void rpc_conn_shm_sent(const struct rpc_conn *conn, uint64_t *elements, uint64_t *bytes);
 Sluice__Role rpc_conn_peer_role(const struct rpc_conn *conn);
 uint64_t rpc_conn_peer_incarnation(const struct rpc_conn *conn);
 /* "IP:PORT" of the peer, for logs. */

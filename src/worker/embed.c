@@ -245,6 +245,7 @@ static int copy_options(struct sluice_worker *s, const struct sluice_worker_opti
         .max_connections = o->max_connections,
         .max_handshakes = o->max_handshakes,
         .in_process = !o->no_in_process_reads,
+        .shm = !o->no_shm,
         .labels = s->labels,
     };
     /* Checked by check_options. */

@@ -24,6 +24,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,9 @@ static const char usage[] =
     "  --max-buffer-bytes N  the most bytes the tasks' buffers hold together, counting each\n"
     "                        at its bound of 16 MiB; at least 16777216 (default 4294967296);\n"
     "                        a task past it fails at once with an error its readers get\n"
+    "  --no-shm              serve readers on this host over TCP only: no shared-memory\n"
+    "                        socket (by default a reader on the same host gets element\n"
+    "                        payloads through a memory region it shares with this worker)\n"
     "  --log-level L         debug, info, warn, error or off (default info)\n" SECURITY_USAGE_SERVER
     "  --help                show this help\n"
     "  --version             print the version\n"
@@ -128,6 +132,7 @@ struct args {
     unsigned task_slots;        /* --task-slots; 0: no limit */
     uint64_t max_buffer_bytes;  /* 0: the default */
     enum log_level level;
+    bool no_shm;
     struct sluice_security_options security;
 };
 
@@ -205,6 +210,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         O_HS_TIMEOUT,
         O_MAX_CONNS,
         O_MAX_HS,
+        O_NO_SHM,
     };
     static const struct option longopts[] = {
         {"dispatcher", required_argument, NULL, O_DISPATCHER},
@@ -237,6 +243,7 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
         {"handshake-timeout-ms", required_argument, NULL, O_HS_TIMEOUT},
         {"max-connections", required_argument, NULL, O_MAX_CONNS},
         {"max-handshakes", required_argument, NULL, O_MAX_HS},
+        {"no-shm", no_argument, NULL, O_NO_SHM},
         {NULL, 0, NULL, 0},
     };
     unsigned long v;
@@ -377,6 +384,9 @@ static int parse_args(int argc, char **argv, struct args *a, int *help)
                                    "'%s'",
                                    optarg);
             break;
+        case O_NO_SHM:
+            a->no_shm = true;
+            break;
         case O_HELP:
             *help = 1;
             return 0;
@@ -468,6 +478,7 @@ static int run(const struct args *a)
         .max_buffer_bytes = a->max_buffer_bytes,
         .log_level = log_level_name(a->level),
         .security = a->security,
+        .no_shm = a->no_shm,
     };
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_worker *w;

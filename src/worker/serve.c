@@ -5,8 +5,10 @@
 
 /* ---- replies and waiting readers -------------------------------------------------------- */
 
-static void reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, bool eos,
-                           const uint8_t *payload, size_t len)
+/* Replies with elements packed in one frame; one that goes through a shared region (conn.h) is
+ * counted there. */
+static void reply_elements(struct worker *w, struct rpc_conn *conn, uint64_t id, uint32_t count,
+                           bool eos, const uint8_t *payload, size_t len)
 {
     Sluice__GetElementsReply r = SLUICE__GET_ELEMENTS_REPLY__INIT;
     r.count = count;
@@ -16,7 +18,12 @@ static void reply_elements(struct rpc_conn *conn, uint64_t id, uint32_t count, b
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
     env.get_elements_reply = &r;
-    rpc_conn_reply(conn, id, &env);
+    uint64_t e0, b0, e1, b1;
+    rpc_conn_shm_sent(conn, &e0, &b0);
+    if (rpc_conn_reply(conn, id, &env) == 0) {
+        rpc_conn_shm_sent(conn, &e1, &b1);
+        wmetrics_shm(w->wm, e1 - e0, b1 - b0);
+    }
 }
 
 /* The entry of client_id in wt's counts, added when missing; NULL when the table is full or
@@ -164,9 +171,13 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
             sr->wt = wt;
             sr->tk = *tk;
             sr->t0 = t0;
+            uint64_t e0, b0, e1, b1;
+            rpc_conn_shm_sent(conn, &e0, &b0);
             int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, segs, nsegs,
                                              on_reply_sent, sr);
             if (rc == 0) {
+                rpc_conn_shm_sent(conn, &e1, &b1);
+                wmetrics_shm(w->wm, e1 - e0, b1 - b0);
                 wt->replies_inflight++;
                 return;
             }
@@ -180,7 +191,7 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
     size_t len;
     const uint8_t *payload = take_payload(w, tk, &len);
     if (payload || len == 0)
-        reply_elements(conn, id, tk->wb.count, false, payload, len);
+        reply_elements(w, conn, id, tk->wb.count, false, payload, len);
     else
         rpc_conn_reply_error(conn, id, SLUICE_ERR_NOMEM, "task %" PRIu64 ": %s", wt->id,
                              sluice_strerror(SLUICE_ERR_NOMEM));
@@ -282,7 +293,7 @@ static bool rounds_answer(struct worker *w, struct wtask *wt)
             wmetrics_served(w->wm, 1, len, rpc_conn_is_local(q->conn));
             wt->served_elements++;
             wt->served_bytes += len;
-            reply_elements(q->conn, q->id, 1, false, rec, len);
+            reply_elements(w, q->conn, q->id, 1, false, rec, len);
         } else if (st == ROUNDS_GONE) {
             rpc_conn_reply_error(q->conn, q->id, SLUICE_ERR_INVALID,
                                  "consumer %" PRIu32 " fell too far behind: round %" PRIu64
@@ -290,7 +301,7 @@ static bool rounds_answer(struct worker *w, struct wtask *wt)
                                  " was served to the other consumers and is gone",
                                  q->consumer, q->round, wt->id);
         } else if (r->ended) {
-            reply_elements(q->conn, q->id, 0, true, NULL, 0);
+            reply_elements(w, q->conn, q->id, 0, true, NULL, 0);
         } else {
             prev = q;
             pp = &q->next;
@@ -408,7 +419,7 @@ static bool serve_xtc(struct worker *w, struct wtask *wt, const struct waiter *q
             wmetrics_served(w->wm, r.count, r.len, rpc_conn_is_local(q->conn));
             wt->served_elements += r.count;
             wt->served_bytes += r.len;
-            reply_elements(q->conn, q->id, r.count, false, r.payload, r.len);
+            reply_elements(w, q->conn, q->id, r.count, false, r.payload, r.len);
             if (w->scratch.cap > WORKER_DEFAULT_MAX_BYTES)
                 pipe_buf_release(&w->scratch);
             return true;
@@ -434,7 +445,7 @@ static bool serve_xtc(struct worker *w, struct wtask *wt, const struct waiter *q
             return false;
         case TASK_TAKE_END:
             /* A stream that never ends ends only when the worker stops the task (draining). */
-            reply_elements(q->conn, q->id, 0, true, NULL, 0);
+            reply_elements(w, q->conn, q->id, 0, true, NULL, 0);
             worker_report_end(w, wt);
             return true;
         case TASK_TAKE_FAILED:
@@ -566,7 +577,7 @@ void worker_expire_waiters(struct worker *w, struct wtask *wt, uint64_t now)
     while (wt->wait_head && wt->wait_head->deadline_ms <= now) {
         struct waiter *q = wt->wait_head;
         if (rpc_conn_is_open(q->conn))
-            reply_elements(q->conn, q->id, 0, false, NULL, 0);
+            reply_elements(w, q->conn, q->id, 0, false, NULL, 0);
         waiter_pop(w, wt);
     }
     task_set_waiting(wt->task, wt->nwait > 0);

@@ -26,7 +26,8 @@ struct wm_task {
 struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
-        *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c;
+        *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c,
+        *shm_bytes_c, *shm_elements_c;
     struct metrics_family *stages_f, *busy_f;
     /* Jobs with stage series: those of the last pass, and those the current pass saw (the
      * series of a job no pass sees any more are removed at the pass's end). */
@@ -75,6 +76,15 @@ int wmetrics_create(struct wmetrics **out)
         rc = scalar(m->reg, true, "sluice_worker_local_elements_served_total",
                     "Elements sent to readers in this process, over in-process connections.",
                     &m->local_served_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_shm_elements_total",
+                    "Elements sent to readers on this host through a shared-memory region.",
+                    &m->shm_elements_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_shm_bytes_total",
+                    "Encoded element bytes written into shared-memory regions of readers on this "
+                    "host.",
+                    &m->shm_bytes_c);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_elements_produced_total",
                     "Elements the tasks' pipelines published into their buffers (counted at each "
@@ -153,6 +163,14 @@ void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes, bool
     metrics_add_u64(m->bytes_c, bytes);
     if (local)
         metrics_add_u64(m->local_served_c, elements);
+}
+
+void wmetrics_shm(struct wmetrics *m, uint64_t elements, uint64_t bytes)
+{
+    if (elements)
+        metrics_add_u64(m->shm_elements_c, elements);
+    if (bytes)
+        metrics_add_u64(m->shm_bytes_c, bytes);
 }
 
 double wmetrics_idle_share(uint64_t blocked_ns, unsigned producers, uint64_t interval_ns)

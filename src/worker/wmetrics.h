@@ -17,6 +17,9 @@
  *                                           this process (in-process connections, no TCP)
  *   sluice_worker_local_elements_served_total
  *                                           counter: of those elements, the ones sent to them
+ *   sluice_worker_shm_elements_total        counter: of the elements served, the ones written
+ *                                           into a shared-memory region of a reader on this host
+ *   sluice_worker_shm_bytes_total           counter: the bytes of those
  *   sluice_worker_elements_produced_total   counter: elements the tasks published into their
  *                                           buffers
  *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
@@ -67,6 +70,8 @@ void wmetrics_request(struct wmetrics *m, bool local);
 /* A reply carried elements records making up bytes bytes; local: over an in-process
  * connection. */
 void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes, bool local);
+/* Of those, elements and bytes that went through a reader's shared-memory region. */
+void wmetrics_shm(struct wmetrics *m, uint64_t elements, uint64_t bytes);
 
 /* The share of an interval of interval_ns in which producers producers were blocked, given the
  * nanoseconds they spent blocked during it, summed over them: blocked_ns / (producers *

@@ -18,6 +18,7 @@
 #include "worker_internal.h"
 
 #include "common/inproc.h"
+#include "common/shm_region.h"
 #include "common/rpc_metrics.h"
 #include "pipeline/objstore.h"
 #include "common/mode.h"
@@ -524,12 +525,35 @@ static void on_local_async(uv_async_t *a)
             continue;
         }
         /* The link is rpc_server_adopt's in any case; fd is ours again when it fails. */
-        int rc = rpc_server_adopt(w->srv, p.fd, p.link);
+        int rc = rpc_server_adopt(w->srv, p.fd, p.link, NULL);
         if (rc < 0) {
             log_debug("in-process connection refused: %s", sluice_strerror(rc));
             close(p.fd);
         }
     }
+}
+
+/* shm_sock.h's accept callback, on the loop thread: a reader of this host with its region. */
+static void on_shm_accept(void *user, uv_os_sock_t fd, struct shm_region *region)
+{
+    struct worker *w = user;
+    if (w->closing || !w->srv_open) {
+        close(fd);
+        shm_region_unref(region);
+        return;
+    }
+    int rc = rpc_server_adopt(w->srv, fd, NULL, region);
+    if (rc < 0) {
+        log_debug("shared-memory connection refused: %s", sluice_strerror(rc));
+        close(fd);
+    }
+}
+
+/* The shared-memory listener has closed: one handle fewer to wait for. */
+static void on_shm_closed(void *user)
+{
+    struct worker *w = user;
+    on_handle_closed((uv_handle_t *)&w->wake);
 }
 
 static void on_srv_closed(void *user)
@@ -668,6 +692,13 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
     if (opts->in_process &&
         inproc_register(w->address, w->incarnation, local_accept, w, &w->local) < 0)
         log_warn("in-process reads: out of memory; readers in this process use TCP");
+    if (opts->shm) {
+        char why[SLUICE_ERRMSG_SIZE];
+        if (shm_sock_listen(loop, w->incarnation, on_shm_accept, w, &w->shm, why, sizeof why) == 0)
+            w->handles++;
+        else
+            log_warn("%s; readers on this host use TCP", why);
+    }
     uv_timer_start(&w->hb_timer, worker_on_hb_timer, 0, w->hb_ms);
     w->tick_ms = WORKER_TICK_SLOW_MS;
     uv_timer_start(&w->tick_timer, worker_on_tick, w->tick_ms, w->tick_ms);
@@ -766,6 +797,11 @@ void worker_close(struct worker *w, void (*cb)(void *user), void *user)
     /* No reader in this process hands over another end from here on. */
     inproc_unregister(w->local);
     w->local = NULL;
+    /* Nor does a reader on this host connect over shared memory. */
+    if (w->shm) {
+        shm_sock_close(w->shm, on_shm_closed, w);
+        w->shm = NULL;
+    }
     uv_timer_stop(&w->hb_timer);
     uv_timer_stop(&w->tick_timer);
     uv_timer_start(&w->tick_timer, on_abandon_due, WORKER_ABANDON_MS, 0);

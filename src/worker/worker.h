@@ -107,6 +107,9 @@ struct worker_opts {
      * registers under its address and incarnation, and a reader in the same process that dials
      * it gets a socket pair instead of a TCP connection (an embedded worker). */
     bool in_process;
+    /* Serve readers in other processes on this host over the shared-memory socket
+     * (common/shm_sock.h, docs/design.md "Shared-memory reads"). */
+    bool shm;
 };
 
 /* Listens and starts heartbeating. Returns 0 and *out, or a negative code with a message in err

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/rpc_client.h"
 #include "common/rpc_server.h"
+#include "common/shm_sock.h"
 #include "lease.h"
 #include "pool.h"
 #include "rounds.h"
@@ -150,6 +151,8 @@ struct worker {
      * ends handed over by readers' threads (under local_mu), adopted on the loop thread when
      * local_async fires. */
     struct inproc_entry *local;
+    /* The shared-memory socket (worker_opts.shm), NULL when off or closed. */
+    struct shm_listener *shm;
     uv_async_t local_async;
     uv_mutex_t local_mu;
     struct local_pending {

@@ -1,0 +1,202 @@
+#include "shm_region.h"
+
+#include "common/error.h"
+#include "common/shm_ring.h"
+#include "sluice/sluice.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The control page: the writer never writes it; the reader publishes head there. */
+struct shm_control {
+    uint64_t magic;
+    uint64_t size;
+    uint8_t pad[48];
+    _Atomic uint64_t head; /* its own cache line */
+};
+
+#define CONTROL_MAGIC 0x534c554943455348ull
+
+struct shm_region {
+    _Atomic unsigned refs;
+    uint8_t *map;
+    size_t map_len;
+    struct shm_control *ctl;
+    uint8_t *ring;
+    uint64_t size;
+    /* The writer's side. */
+    uint64_t wpos, seen_head;
+    /* The reader's side, under mu (releases come from any thread). */
+    pthread_mutex_t mu;
+    uint64_t rpos;
+    struct shm_tracker held;
+};
+
+static int region_new(uint64_t size, uint8_t *map, struct shm_region **out)
+{
+    struct shm_region *r = calloc(1, sizeof *r);
+    if (!r)
+        return SLUICE_ERR_NOMEM;
+    atomic_init(&r->refs, 1);
+    r->map = map;
+    r->map_len = SHM_REGION_CONTROL + size;
+    r->ctl = (struct shm_control *)map;
+    r->ring = map + SHM_REGION_CONTROL;
+    r->size = size;
+    pthread_mutex_init(&r->mu, NULL);
+    shm_tracker_init(&r->held);
+    *out = r;
+    return 0;
+}
+
+int shm_region_create(uint64_t size, struct shm_region **out, int *fd)
+{
+    if (shm_ring_check_size(size) != 0)
+        return SLUICE_ERR_INVALID;
+    int rc;
+    int f = memfd_create("sluice-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (f < 0)
+        return -errno;
+    if (ftruncate(f, (off_t)(SHM_REGION_CONTROL + size)) != 0 ||
+        fcntl(f, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+        rc = -errno;
+        goto fail_fd;
+    }
+    uint8_t *map = mmap(NULL, SHM_REGION_CONTROL + size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+    if (map == MAP_FAILED) {
+        rc = -errno;
+        goto fail_fd;
+    }
+    if ((rc = region_new(size, map, out)) != 0)
+        goto fail_map;
+    struct shm_control *ctl = (*out)->ctl;
+    ctl->magic = CONTROL_MAGIC;
+    ctl->size = size;
+    atomic_store_explicit(&ctl->head, 0, memory_order_release);
+    *fd = f;
+    return 0;
+fail_map:
+    munmap(map, SHM_REGION_CONTROL + size);
+fail_fd:
+    close(f);
+    return rc;
+}
+
+int shm_region_attach(int fd, uint64_t size, struct shm_region **out, char *err, size_t errlen)
+{
+    if (shm_ring_check_size(size) != 0)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL, "shm: a ring of %llu bytes",
+                       (unsigned long long)size);
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL,
+                       "shm: the region is not sealed against resizing");
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return err_set(err, errlen, -errno, "shm: fstat: %s", strerror(errno));
+    if ((uint64_t)st.st_size != SHM_REGION_CONTROL + size)
+        return err_set(err, errlen, SLUICE_ERR_PROTOCOL,
+                       "shm: the region has %lld bytes, not the %llu announced",
+                       (long long)st.st_size, (unsigned long long)(SHM_REGION_CONTROL + size));
+    uint8_t *map = mmap(NULL, SHM_REGION_CONTROL + size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED)
+        return err_set(err, errlen, -errno, "shm: mmap: %s", strerror(errno));
+    int rc = region_new(size, map, out);
+    if (rc != 0) {
+        munmap(map, SHM_REGION_CONTROL + size);
+        return err_set(err, errlen, rc, "shm: %s", sluice_strerror(rc));
+    }
+    return 0;
+}
+
+void shm_region_ref(struct shm_region *r)
+{
+    atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+}
+
+void shm_region_unref(struct shm_region *r)
+{
+    if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    munmap(r->map, r->map_len);
+    pthread_mutex_destroy(&r->mu);
+    shm_tracker_release_all(&r->held);
+    free(r);
+}
+
+int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned n, size_t len)
+{
+    uint64_t head = atomic_load_explicit(&r->ctl->head, memory_order_acquire);
+    if (!shm_ring_head_ok(r->wpos, r->seen_head, head))
+        return SLUICE_ERR_PROTOCOL;
+    r->seen_head = head;
+    struct shm_ring_place p;
+    int rc = shm_ring_place(r->size, r->wpos, head, len, &p);
+    if (rc != 0)
+        return rc;
+    if (p.pad)
+        shm_ring_put_header(r->ring + r->wpos % r->size, SHM_RING_PAD, p.pad);
+    shm_ring_put_header(r->ring + p.off, SHM_RING_DATA, len);
+    uint8_t *dst = r->ring + p.off + SHM_RING_HDR;
+    for (unsigned i = 0; i < n; i++) {
+        memcpy(dst, pieces[i].iov_base, pieces[i].iov_len);
+        dst += pieces[i].iov_len;
+    }
+    r->wpos += p.total;
+    /* The envelope that announces the block is written after this. */
+    atomic_thread_fence(memory_order_release);
+    return 0;
+}
+
+int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_t *pos)
+{
+    atomic_thread_fence(memory_order_acquire);
+    pthread_mutex_lock(&r->mu);
+    struct shm_ring_block b;
+    int rc = shm_ring_read(r->ring, r->size, r->rpos, r->held.head, &b);
+    if (rc == 0)
+        rc = shm_tracker_add(&r->held, b.start, b.next, r->size / SHM_RING_ALIGN);
+    if (rc == 0)
+        r->rpos = b.next;
+    pthread_mutex_unlock(&r->mu);
+    if (rc != 0)
+        return rc;
+    shm_region_ref(r);
+    *data = r->ring + b.off;
+    *len = b.len;
+    *pos = b.start;
+    return 0;
+}
+
+void shm_region_release(struct shm_region *r, uint64_t pos)
+{
+    pthread_mutex_lock(&r->mu);
+    int rc = shm_tracker_release(&r->held, pos);
+    assert(rc == 0);
+    (void)rc;
+    atomic_store_explicit(&r->ctl->head, r->held.head, memory_order_release);
+    pthread_mutex_unlock(&r->mu);
+    shm_region_unref(r);
+}
+
+uint64_t shm_region_size(const struct shm_region *r)
+{
+    return r->size;
+}
+
+uint64_t shm_region_held(struct shm_region *r)
+{
+    pthread_mutex_lock(&r->mu);
+    uint64_t n = r->held.tail - r->held.head;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}

@@ -1,0 +1,63 @@
+/* A memory region one reader and one worker share (docs/design.md "Shared-memory reads"): a
+ * sealed memfd, one page of control (the reader's head) followed by the ring of shm_ring.h.
+ *
+ * The reader creates it (shm_region_create) and sends the descriptor to the worker, which checks
+ * and maps it (shm_region_attach). The worker writes blocks (shm_region_write) and the reader
+ * takes them in the same order (shm_region_take), then releases each, in any order and from any
+ * thread, when its elements are freed (shm_region_release), which moves the shared head.
+ *
+ * No name exists in any file system: the memory goes when the last mapping does, so a killed
+ * process leaks nothing. The descriptor returned by create is close-on-exec.
+ *
+ * References: create and attach return one reference; every block taken holds one more until
+ * released; the last shm_region_unref unmaps. Threads: write is for one thread (the worker's
+ * loop); take for one thread (the reader's loop); release and unref from any thread. */
+#ifndef SLUICE_COMMON_SHM_REGION_H
+#define SLUICE_COMMON_SHM_REGION_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* The default ring size of a reader's region (--shm-bytes). */
+#define SHM_REGION_DEFAULT ((uint64_t)1 << 30)
+/* The control page before the ring. */
+#define SHM_REGION_CONTROL 4096u
+
+struct shm_region;
+
+/* Creates a region whose ring holds size bytes (shm_ring_check_size), mapped here. Returns 0 with
+ * *out (one reference) and *fd (the caller sends and closes it), SLUICE_ERR_INVALID for a bad
+ * size, or a negative errno. */
+int shm_region_create(uint64_t size, struct shm_region **out, int *fd);
+
+/* Maps a region received from a reader that announced a ring of size bytes: checks that fd is
+ * sealed against shrinking and growing and has exactly that size. Does not take fd (the caller
+ * closes it). Returns 0 and *out, SLUICE_ERR_PROTOCOL with the reason in err for a descriptor that
+ * is not such a region, or a negative errno. */
+int shm_region_attach(int fd, uint64_t size, struct shm_region **out, char *err, size_t errlen);
+
+void shm_region_ref(struct shm_region *r);
+/* Drops a reference; the last unmaps. NULL is fine. */
+void shm_region_unref(struct shm_region *r);
+
+/* The worker's side: copies the n pieces (len bytes together) into the ring as one block.
+ * Returns 0; SLUICE_ERR_LIMIT when the reader has not released enough space for it now (nothing
+ * was written); SLUICE_ERR_TOO_LARGE when it can never fit; SLUICE_ERR_PROTOCOL when the reader's
+ * head is impossible (the connection must end). */
+int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned n, size_t len);
+
+/* The reader's side: takes the next block. Returns 0 with *data (len bytes in the mapping) and
+ * *pos (the block's position, for shm_region_release), adding a reference; or
+ * SLUICE_ERR_PROTOCOL when the ring does not hold a valid block there, SLUICE_ERR_NOMEM. */
+int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_t *pos);
+
+/* Releases the block taken at pos and drops its reference. A position never taken or released
+ * twice is a programmer error (asserted) since only this process's own reader calls it. */
+void shm_region_release(struct shm_region *r, uint64_t pos);
+
+/* The ring's size, and (the reader's side) the bytes taken and not yet released. */
+uint64_t shm_region_size(const struct shm_region *r);
+uint64_t shm_region_held(struct shm_region *r);
+
+#endif

@@ -1,0 +1,325 @@
+/* Happy path: the worker's loop polls its listening socket, accepts a dialler of its own user,
+ * polls that socket until the hello and its descriptor arrive, maps the region, closes the poll
+ * handle and, from its close callback, hands socket and region over. Failure modes: see the
+ * header; each ends with the socket closed and nothing mapped. */
+#include "shm_sock.h"
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/shm_region.h"
+#include "sluice/sluice.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define HELLO_MAGIC 0x314d48535348534cull /* "LSHSSHM1" */
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static socklen_t sock_name(uint64_t incarnation, struct sockaddr_un *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    /* Abstract: the first byte of the path is 0 and the name is not terminated. */
+    int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "sluice-worker-%016" PRIx64,
+                     incarnation);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/* Whether the process at the other end of fd runs as this process's user. */
+static bool same_user(int fd)
+{
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 && cr.uid == getuid();
+}
+
+int shm_sock_dial(uint64_t incarnation, uint64_t size, uv_os_sock_t *fd, struct shm_region **region)
+{
+    int rc;
+    int s = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -errno;
+    struct sockaddr_un sa;
+    socklen_t salen = sock_name(incarnation, &sa);
+    if (connect(s, (struct sockaddr *)&sa, salen) != 0) {
+        rc = -errno;
+        goto fail_sock;
+    }
+    if (!same_user(s)) {
+        rc = SLUICE_ERR_DENIED;
+        goto fail_sock;
+    }
+    int mfd;
+    struct shm_region *r;
+    if ((rc = shm_region_create(size, &r, &mfd)) != 0)
+        goto fail_sock;
+    uint8_t hello[SHM_SOCK_HELLO_LEN];
+    put_u64(hello, HELLO_MAGIC);
+    put_u64(hello + 8, size);
+    struct iovec iov = {hello, sizeof hello};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &mfd, sizeof mfd);
+    /* A fresh socket's buffer is empty: the hello goes whole or not at all. */
+    ssize_t n = sendmsg(s, &msg, MSG_NOSIGNAL);
+    rc = n == (ssize_t)sizeof hello ? 0 : n < 0 ? -errno : SLUICE_ERR_PROTOCOL;
+    close(mfd);
+    if (rc != 0)
+        goto fail_region;
+    *fd = s;
+    *region = r;
+    return 0;
+fail_region:
+    shm_region_unref(r);
+fail_sock:
+    close(s);
+    return rc;
+}
+
+/* ---- the listener ---------------------------------------------------------------------------- */
+
+struct pending {
+    uv_poll_t poll;
+    struct shm_listener *l;
+    int fd;
+    struct shm_region *region; /* set once the hello was received */
+    struct pending *prev, *next;
+};
+
+struct shm_listener {
+    uv_poll_t poll;
+    int fd;
+    shm_sock_accept_cb cb;
+    void *user;
+    struct pending *pending;
+    unsigned npending;
+    unsigned handles; /* open poll handles, the listener's own included */
+    bool closing;
+    void (*done)(void *);
+    void *done_user;
+};
+
+static void maybe_free(struct shm_listener *l)
+{
+    if (l->handles > 0)
+        return;
+    void (*done)(void *) = l->done;
+    void *user = l->done_user;
+    free(l);
+    if (done)
+        done(user);
+}
+
+static void on_pending_closed(uv_handle_t *h)
+{
+    struct pending *p = h->data;
+    struct shm_listener *l = p->l;
+    if (p->region && !l->closing) {
+        l->cb(l->user, p->fd, p->region);
+    } else {
+        close(p->fd);
+        shm_region_unref(p->region);
+    }
+    free(p);
+    l->handles--;
+    maybe_free(l);
+}
+
+static void pending_end(struct pending *p)
+{
+    struct shm_listener *l = p->l;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        l->pending = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    l->npending--;
+    uv_close((uv_handle_t *)&p->poll, on_pending_closed);
+}
+
+/* Receives the hello and the descriptor; returns 0 with p->region set, SLUICE_ERR_UNAVAILABLE
+ * when nothing has arrived yet, or another negative code (logged). */
+static int receive_hello(struct pending *p)
+{
+    uint8_t hello[SHM_SOCK_HELLO_LEN];
+    struct iovec iov = {hello, sizeof hello};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+    } ctl;
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t n = recvmsg(p->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return SLUICE_ERR_UNAVAILABLE;
+    int rc = n < 0 ? -errno : 0;
+    /* Every descriptor received is closed below, however many came. */
+    int mfd = -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); n >= 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int f;
+            memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof f);
+            if (mfd < 0)
+                mfd = f;
+            else {
+                close(f);
+                rc = rc ? rc : SLUICE_ERR_PROTOCOL;
+            }
+        }
+    }
+    char why[SLUICE_ERRMSG_SIZE] = "";
+    if (rc == 0 && (n != (ssize_t)sizeof hello || (msg.msg_flags & MSG_CTRUNC) ||
+                    get_u64(hello) != HELLO_MAGIC || mfd < 0))
+        rc = err_set(why, sizeof why, SLUICE_ERR_PROTOCOL, "shm: not a hello with a region");
+    if (rc == 0)
+        rc = shm_region_attach(mfd, get_u64(hello + 8), &p->region, why, sizeof why);
+    if (mfd >= 0)
+        close(mfd);
+    if (rc != 0)
+        log_debug("shm: connection refused: %s", why[0] ? why : sluice_strerror(rc));
+    return rc;
+}
+
+static void on_pending_readable(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    struct pending *p = h->data;
+    int rc = status < 0 ? status : receive_hello(p);
+    if (rc == SLUICE_ERR_UNAVAILABLE)
+        return;
+    uv_poll_stop(&p->poll);
+    pending_end(p);
+}
+
+static void accept_one(struct shm_listener *l, int s)
+{
+    if (!same_user(s)) {
+        log_debug("shm: connection of another user refused");
+        close(s);
+        return;
+    }
+    if (l->npending >= SHM_SOCK_PENDING) {
+        log_debug("shm: %u connections wait for their hello; one more refused", l->npending);
+        close(s);
+        return;
+    }
+    struct pending *p = calloc(1, sizeof *p);
+    if (!p || uv_poll_init(l->poll.loop, &p->poll, s) != 0) {
+        free(p);
+        close(s);
+        return;
+    }
+    p->poll.data = p;
+    p->l = l;
+    p->fd = s;
+    p->next = l->pending;
+    if (l->pending)
+        l->pending->prev = p;
+    l->pending = p;
+    l->npending++;
+    l->handles++;
+    if (uv_poll_start(&p->poll, UV_READABLE, on_pending_readable) != 0)
+        pending_end(p);
+}
+
+static void on_listen_readable(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    struct shm_listener *l = h->data;
+    if (status < 0)
+        return;
+    for (;;) {
+        int s = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (s < 0)
+            return; /* EAGAIN, or a connection that went before it was accepted */
+        accept_one(l, s);
+    }
+}
+
+int shm_sock_listen(uv_loop_t *loop, uint64_t incarnation, shm_sock_accept_cb cb, void *user,
+                    struct shm_listener **out, char *err, size_t errlen)
+{
+    int rc;
+    struct shm_listener *l = calloc(1, sizeof *l);
+    if (!l)
+        return err_set(err, errlen, SLUICE_ERR_NOMEM, "shm: out of memory");
+    l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        rc = err_set(err, errlen, -errno, "shm: socket: %s", strerror(errno));
+        goto fail;
+    }
+    struct sockaddr_un sa;
+    socklen_t salen = sock_name(incarnation, &sa);
+    if (bind(l->fd, (struct sockaddr *)&sa, salen) != 0 || listen(l->fd, 64) != 0) {
+        rc = err_set(err, errlen, -errno, "shm: listen on @%s: %s", sa.sun_path + 1,
+                     strerror(errno));
+        goto fail_fd;
+    }
+    if ((rc = uv_poll_init(loop, &l->poll, l->fd)) != 0) {
+        err_set(err, errlen, rc, "shm: poll: %s", uv_strerror(rc));
+        goto fail_fd;
+    }
+    l->poll.data = l;
+    l->cb = cb;
+    l->user = user;
+    l->handles = 1;
+    uv_poll_start(&l->poll, UV_READABLE, on_listen_readable);
+    *out = l;
+    return 0;
+fail_fd:
+    close(l->fd);
+fail:
+    free(l);
+    return rc;
+}
+
+static void on_listen_closed(uv_handle_t *h)
+{
+    struct shm_listener *l = h->data;
+    close(l->fd);
+    l->handles--;
+    maybe_free(l);
+}
+
+void shm_sock_close(struct shm_listener *l, void (*done)(void *user), void *user)
+{
+    l->closing = true;
+    l->done = done;
+    l->done_user = user;
+    while (l->pending)
+        pending_end(l->pending);
+    uv_close((uv_handle_t *)&l->poll, on_listen_closed);
+}

@@ -1,0 +1,533 @@
+/* Shared-memory reads (docs/design.md "Shared-memory reads"): a dispatcher and a reader in this
+ * process, workers as real sluice-worker processes on the same host. Every read is checked
+ * element for element against the same pipeline run locally, and the workers' metrics say which
+ * way the elements went:
+ *
+ *   - parallel_epochs and distributed_epoch give the same elements over shared memory and with
+ *     no_shm (TCP), the shared-memory counters moving only for the former;
+ *   - a region of 2 MiB bounds what the worker maps (its /proc/PID/maps) while a consumer that
+ *     stops holding an element reads 30 MB, the replies that do not fit going over the socket;
+ *   - kill -9 of a worker at a random point of a distributed_epoch read, 3 times: every element
+ *     exactly once, and afterwards nothing of a region is left mapped or open in this process,
+ *     and no entry of ours in /dev/shm;
+ *   - kill -9 of a reader process (`sluice read`) at a random point, 8 times: the worker unmaps
+ *     its region, holds no memfd and serves the next reader;
+ *   - a worker whose shared-memory socket refuses the reader is read over TCP. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "lib/clock.h"
+#include "lib/cluster.h"
+#include "lib/proc.h"
+#include "lib/scrape.h"
+#include "sluice/server.h"
+#include "sluice/sluice.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WAIT_MS 20000
+#define MAX_WORKERS 4
+
+static struct sluice_dispatcher *disp;
+static struct sluice_client *client;
+static struct proc workers[MAX_WORKERS];
+static char metrics_addr[MAX_WORKERS][64];
+
+/* One element as the test compares them: its bytes' FNV-1a hash and length. */
+struct fp {
+    uint64_t hash, len;
+};
+
+static int cmp_fp(const void *a, const void *b)
+{
+    const struct fp *x = a, *y = b;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+static struct fp fingerprint(const struct sluice_element *e)
+{
+    size_t len = 0;
+    const uint8_t *p = sluice_element_data(e, 0, &len);
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return (struct fp){h, len};
+}
+
+/* The sorted fingerprints of the pipeline run in this process. */
+static struct fp *expected(const char *pipeline, size_t n)
+{
+    char err[SLUICE_ERRMSG_SIZE];
+    struct sluice_local *run;
+    assert_int_equal(sluice_local_open(pipeline, NULL, 0, &run, err, sizeof err), 0);
+    struct sluice_element *e = sluice_element_new();
+    struct fp *v = calloc(n, sizeof *v);
+    assert_non_null(v);
+    size_t k = 0;
+    int rc;
+    while ((rc = sluice_local_next(run, e, err, sizeof err)) == 1) {
+        assert_true(k < n);
+        v[k++] = fingerprint(e);
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(k, n);
+    sluice_element_free(e);
+    sluice_local_close(run);
+    qsort(v, n, sizeof *v, cmp_fp);
+    return v;
+}
+
+/* Counts the mappings of shared regions in /proc/PID/maps (pid 0: this process), and adds up
+ * their sizes into *bytes when not NULL. */
+static int regions_mapped(pid_t pid, uint64_t *bytes)
+{
+    char path[64];
+    if (pid)
+        snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    else
+        snprintf(path, sizeof path, "/proc/self/maps");
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char line[512];
+    int n = 0;
+    if (bytes)
+        *bytes = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (!strstr(line, "memfd:sluice-shm"))
+            continue;
+        unsigned long lo, hi;
+        assert_int_equal(sscanf(line, "%lx-%lx", &lo, &hi), 2);
+        if (bytes)
+            *bytes += hi - lo;
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Counts the descriptors of process pid (0: this one) that are shared regions. */
+static int region_fds(pid_t pid)
+{
+    char dir[64];
+    if (pid)
+        snprintf(dir, sizeof dir, "/proc/%d/fd", (int)pid);
+    else
+        snprintf(dir, sizeof dir, "/proc/self/fd");
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[600], target[256];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        ssize_t k = readlink(path, target, sizeof target - 1);
+        if (k <= 0)
+            continue;
+        target[k] = '\0';
+        n += strstr(target, "memfd:sluice-shm") != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The number of entries of this project in /dev/shm (0 where there is none); other tests running
+ * beside this one may add their own. */
+static int dev_shm_entries(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        n += strstr(de->d_name, "sluice") != NULL;
+    closedir(d);
+    return n;
+}
+
+/* Waits (bounded) until pid (0: this process) maps no region. */
+static void wait_unmapped(pid_t pid)
+{
+    long long deadline = now_ms() + WAIT_MS;
+    while (regions_mapped(pid, NULL) > 0) {
+        if (now_ms() > deadline)
+            fail_msg("process %d still maps a shared region after %d ms", (int)pid, WAIT_MS);
+        usleep(20000);
+    }
+}
+
+static double metric(int w, const char *name)
+{
+    struct expo e;
+    char err[SLUICE_ERRMSG_SIZE];
+    if (scrape_metrics(metrics_addr[w], &e, err, sizeof err) != 0)
+        fail_msg("scrape: %s", err);
+    double v = -1;
+    assert_int_equal(expo_value(&e, name, "", &v), 0);
+    expo_free(&e);
+    return v;
+}
+
+/* Waits (up to 10 s) until the dispatcher lists n workers. */
+static void wait_workers(int n)
+{
+    char err[SLUICE_ERRMSG_SIZE];
+    long long deadline = now_ms() + 10000;
+    for (;;) {
+        char *json = NULL;
+        assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
+        int have = 0;
+        for (const char *p = json; (p = strstr(p, "\"incarnation\"")); p++)
+            have++;
+        free(json);
+        if (have == n)
+            return;
+        if (now_ms() > deadline)
+            fail_msg("%d workers registered within 10 s, not %d", have, n);
+        usleep(20000);
+    }
+}
+
+static void start_worker(int i)
+{
+    char *argv[] = {(char *)bin_path("sluice-worker"),
+                    "--dispatcher",
+                    (char *)sluice_dispatcher_target(disp),
+                    "--threads",
+                    "2",
+                    "--heartbeat-ms",
+                    "100",
+                    "--metrics-port",
+                    "0",
+                    "--log-level",
+                    "warn",
+                    NULL};
+    assert_int_equal(proc_start(&workers[i], argv, 10000), 0);
+    assert_int_equal(cluster_read_address(&workers[i], " metrics on ", metrics_addr[i],
+                                          sizeof metrics_addr[i], 10000),
+                     0);
+}
+
+/* Stops worker i cleanly (SIGINT: at once, no drain). */
+static void stop_worker(int i, int sig)
+{
+    int st = proc_stop(&workers[i], sig, WAIT_MS);
+    assert_int_equal(st, 0);
+}
+
+struct read_spec {
+    const char *pipeline;
+    enum sluice_mode mode;
+    bool no_shm;
+    uint64_t shm_bytes;
+    /* Called once after this many elements (0: never). */
+    size_t at;
+    void (*hook)(void);
+};
+
+/* Reads with target_workers local and returns the sorted fingerprints; *got the count. */
+static struct fp *read_all(const struct read_spec *s, size_t cap, size_t *got)
+{
+    char err[SLUICE_ERRMSG_SIZE];
+    struct sluice_read_options o = {
+        .pipeline = s->pipeline,
+        .mode = s->mode,
+        .target_workers = SLUICE_TARGET_WORKERS_LOCAL,
+        .max_outstanding_requests = 4,
+        .no_shm = s->no_shm,
+        .shm_bytes = s->shm_bytes,
+    };
+    struct sluice_iterator *it;
+    int rc = sluice_iterator_open(client, &o, &it, err, sizeof err);
+    if (rc < 0)
+        fail_msg("open: %s", err);
+    struct fp *v = calloc(cap, sizeof *v);
+    assert_non_null(v);
+    size_t n = 0;
+    for (;;) {
+        const struct sluice_element *e;
+        rc = sluice_iterator_next(it, &e, 60000, err, sizeof err);
+        if (rc < 0)
+            fail_msg("next: %s", err);
+        if (rc == 0)
+            break;
+        assert_true(n < cap);
+        v[n++] = fingerprint(e);
+        if (s->hook && n == s->at)
+            s->hook();
+    }
+    sluice_iterator_close(it);
+    qsort(v, n, sizeof *v, cmp_fp);
+    *got = n;
+    return v;
+}
+
+static void expect_read(const struct read_spec *s, size_t n)
+{
+    struct fp *want = expected(s->pipeline, n);
+    size_t got;
+    struct fp *v = read_all(s, 2 * n, &got);
+    assert_int_equal(got, n);
+    assert_memory_equal(v, want, n * sizeof *v);
+    free(v);
+    free(want);
+}
+
+static int setup(void **unused)
+{
+    (void)unused;
+    char err[SLUICE_ERRMSG_SIZE];
+    struct sluice_dispatcher_options dopts = {
+        .log_level = "warn", .worker_timeout_ms = 2000, .client_timeout_ms = 5000};
+    if (sluice_dispatcher_start(&dopts, &disp, err, sizeof err) < 0)
+        return -1;
+    struct sluice_client_options copts = {.dispatcher = sluice_dispatcher_target(disp),
+                                          .timeout_ms = 30000};
+    return sluice_client_open(&copts, &client, err, sizeof err);
+}
+
+/* After each test: no worker left running, whatever the test's outcome. */
+static int stop_workers(void **unused)
+{
+    (void)unused;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        proc_stop(&workers[i], SIGKILL, WAIT_MS);
+    wait_workers(0);
+    return 0;
+}
+
+static int teardown(void **unused)
+{
+    (void)unused;
+    for (int i = 0; i < MAX_WORKERS; i++)
+        proc_stop(&workers[i], SIGTERM, WAIT_MS);
+    sluice_client_close(client);
+    sluice_dispatcher_stop(disp);
+    return 0;
+}
+
+/* Reads s (n elements) and checks which way they went: with shm, every record served (the
+ * split end markers of distributed_epoch included) through the region; else none. */
+static void expect_read_via(const struct read_spec *s, size_t n, bool shm)
+{
+    double shm0 = metric(0, "sluice_worker_shm_elements_total");
+    double served0 = metric(0, "sluice_worker_elements_served_total");
+    double bytes0 = metric(0, "sluice_worker_shm_bytes_total");
+    expect_read(s, n);
+    double shm1 = metric(0, "sluice_worker_shm_elements_total");
+    double served1 = metric(0, "sluice_worker_elements_served_total");
+    double bytes1 = metric(0, "sluice_worker_shm_bytes_total");
+    assert_true(served1 - served0 >= (double)n);
+    if (shm) {
+        if (shm1 - shm0 != served1 - served0)
+            print_message("through the region: %.0f of %.0f records served\n", shm1 - shm0,
+                          served1 - served0);
+        assert_true(shm1 - shm0 == served1 - served0);
+        assert_true(bytes1 - bytes0 > (double)n * 300000.0);
+    } else {
+        assert_true(shm1 == shm0);
+        assert_true(bytes1 == bytes0);
+    }
+}
+
+/* The same elements both ways, in both modes; the counters say which way they went. */
+static void test_shm_and_tcp_agree(void **unused)
+{
+    (void)unused;
+    start_worker(0);
+    wait_workers(1);
+    const char *big = "range(60) | map(bytes, 300000)";
+    enum sluice_mode modes[] = {SLUICE_PARALLEL_EPOCHS, SLUICE_DISTRIBUTED_EPOCH};
+    for (int m = 0; m < 2; m++) {
+        struct read_spec s = {.pipeline = big, .mode = modes[m]};
+        expect_read_via(&s, 60, true);
+        s.no_shm = true;
+        expect_read_via(&s, 60, false);
+    }
+    /* Small replies never use the region; they arrive as well. */
+    double shm0 = metric(0, "sluice_worker_shm_elements_total");
+    struct read_spec s = {.pipeline = "range(300) | map(bytes, 16)",
+                          .mode = SLUICE_PARALLEL_EPOCHS};
+    expect_read(&s, 300);
+    assert_true(metric(0, "sluice_worker_shm_elements_total") == shm0);
+    /* Nothing of the regions outlives the reads here. */
+    wait_unmapped(0);
+    wait_unmapped(workers[0].pid);
+    assert_int_equal(region_fds(0), 0);
+    assert_int_equal(region_fds(workers[0].pid), 0);
+    stop_worker(0, SIGINT);
+}
+
+static uint64_t bound_seen;
+
+/* The consumer stops for a while holding an element: the requests in flight are answered
+ * meanwhile, and what the region cannot take goes over the socket. */
+static void check_bound(void)
+{
+    usleep(300000);
+    uint64_t bytes;
+    assert_int_equal(regions_mapped(workers[0].pid, &bytes), 1);
+    bound_seen = bytes;
+}
+
+/* A region of 2 MiB and elements of 1.5 MB, one per reply (a reply holds at most 2 MiB): the
+ * region holds one at a time; the worker's mapping is the region's size and no more, the replies
+ * that do not fit go over the socket, and every element arrives exact. */
+static void test_region_bound(void **unused)
+{
+    (void)unused;
+    start_worker(0);
+    wait_workers(1);
+    struct read_spec s = {.pipeline = "range(20) | map(bytes, 1500000)",
+                          .mode = SLUICE_PARALLEL_EPOCHS,
+                          .shm_bytes = 2 << 20,
+                          .at = 3,
+                          .hook = check_bound};
+    expect_read(&s, 20);
+    assert_int_equal(bound_seen, (2 << 20) + 4096);
+    double shm = metric(0, "sluice_worker_shm_elements_total");
+    print_message("region bound: %.0f of 20 elements through the region\n", shm);
+    /* The first reply always fits an empty region; while the consumer held one, the others
+     * could not. */
+    assert_true(shm >= 1 && shm < 20);
+    assert_true(metric(0, "sluice_worker_elements_served_total") == 20);
+    stop_worker(0, SIGINT);
+}
+
+static void kill_worker1(void)
+{
+    assert_int_equal(proc_stop(&workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
+}
+
+/* kill -9 of a worker in the middle of a distributed_epoch read, at a random element, several
+ * times: exactly once every time, nothing left. */
+static void test_worker_killed(void **unused)
+{
+    (void)unused;
+    unsigned seed = (unsigned)now_ms();
+    print_message("worker kills: seed %u\n", seed);
+    srand(seed);
+    start_worker(0);
+    for (int round = 0; round < 3; round++) {
+        start_worker(1);
+        wait_workers(2);
+        double shm0 = metric(0, "sluice_worker_shm_elements_total");
+        struct read_spec s = {.pipeline = "range(400) | map(bytes, 100000)",
+                              .mode = SLUICE_DISTRIBUTED_EPOCH,
+                              .at = 1 + (size_t)(rand() % 300),
+                              .hook = kill_worker1};
+        expect_read(&s, 400);
+        assert_true(metric(0, "sluice_worker_shm_elements_total") > shm0);
+        wait_unmapped(0);
+        assert_int_equal(region_fds(0), 0);
+        assert_int_equal(dev_shm_entries(), 0);
+        wait_workers(1);
+    }
+    stop_worker(0, SIGINT);
+}
+
+/* kill -9 of a reader process in the middle of its read: the worker lets its region go. */
+static void test_reader_killed(void **unused)
+{
+    (void)unused;
+    start_worker(0);
+    wait_workers(1);
+    unsigned seed = (unsigned)now_ms();
+    print_message("reader kills: seed %u\n", seed);
+    srand(seed);
+    for (int round = 0; round < 8; round++) {
+        struct proc r;
+        char *argv[] = {(char *)bin_path("sluice"),
+                        "read",
+                        "--dispatcher",
+                        (char *)sluice_dispatcher_target(disp),
+                        "--target-workers",
+                        "local",
+                        "--format",
+                        "count",
+                        "range(100000) | map(bytes, 200000)",
+                        NULL};
+        assert_int_equal(proc_spawn(&r, argv), 0);
+        /* Killed once the worker has mapped its region and sent some elements through it. */
+        long long deadline = now_ms() + WAIT_MS;
+        while (regions_mapped(workers[0].pid, NULL) == 0 ||
+               metric(0, "sluice_worker_shm_elements_total") < 20.0 * (round + 1)) {
+            if (now_ms() > deadline)
+                fail_msg("the reader did not read over shared memory within %d ms", WAIT_MS);
+            usleep(20000);
+        }
+        usleep((useconds_t)(rand() % 200000));
+        assert_int_equal(proc_stop(&r, SIGKILL, WAIT_MS), 128 + SIGKILL);
+        wait_unmapped(workers[0].pid);
+        assert_int_equal(region_fds(workers[0].pid), 0);
+        assert_int_equal(dev_shm_entries(), 0);
+    }
+    /* The worker serves the next reader as before. */
+    struct read_spec s = {.pipeline = "range(30) | map(bytes, 300000)",
+                          .mode = SLUICE_PARALLEL_EPOCHS};
+    expect_read_via(&s, 30, true);
+    stop_worker(0, SIGINT);
+}
+
+/* A worker whose shared-memory socket refuses the reader (as many sockets of this process as it
+ * lets wait for their hello already wait there): whether the refusal reaches the reader while it
+ * dials or during the handshake, it then dials TCP, and the read goes through. Once they are
+ * gone, the next read uses shared memory again. */
+static void test_refused_falls_back(void **unused)
+{
+    (void)unused;
+    start_worker(0);
+    wait_workers(1);
+    char err[SLUICE_ERRMSG_SIZE], *json = NULL;
+    assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
+    const char *p = strstr(json, "\"incarnation\"");
+    assert_non_null(p);
+    p = strchr(p + strlen("\"incarnation\""), '"');
+    assert_non_null(p);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "sluice-worker-%.16s", p + 1);
+    free(json);
+    socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    int fds[16];
+    for (int i = 0; i < 16; i++) {
+        fds[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, salen), 0);
+    }
+    usleep(300000); /* the worker accepts them all */
+    struct read_spec s = {.pipeline = "range(30) | map(bytes, 300000)",
+                          .mode = SLUICE_PARALLEL_EPOCHS};
+    expect_read_via(&s, 30, false);
+    for (int i = 0; i < 16; i++)
+        close(fds[i]);
+    usleep(300000);
+    expect_read_via(&s, 30, true);
+    stop_worker(0, SIGINT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_shm_and_tcp_agree, stop_workers),
+        cmocka_unit_test_teardown(test_region_bound, stop_workers),
+        cmocka_unit_test_teardown(test_worker_killed, stop_workers),
+        cmocka_unit_test_teardown(test_reader_killed, stop_workers),
+        cmocka_unit_test_teardown(test_refused_falls_back, stop_workers),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

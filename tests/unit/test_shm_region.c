@@ -1,0 +1,173 @@
+/* The shared region's shell (common/shm_region.h), both sides in this process: a worker's writes
+ * come out whole and in order on the reader's side and space comes back as blocks are released;
+ * what a worker refuses to map (a descriptor not sealed against resizing, a size other than the
+ * one announced); and a reader's head that moved backwards or past what was written, which the
+ * worker refuses with SLUICE_ERR_PROTOCOL instead of writing over held blocks. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "common/shm_region.h"
+#include "common/shm_ring.h"
+#include "sluice/sluice.h"
+
+#define MIB ((uint64_t)1 << 20)
+
+/* A reader's region and the worker's mapping of it. */
+static void pair(uint64_t size, struct shm_region **reader, struct shm_region **worker)
+{
+    int fd;
+    assert_int_equal(shm_region_create(size, reader, &fd), 0);
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(shm_region_attach(fd, size, worker, err, sizeof err), 0);
+    close(fd);
+}
+
+static int write_fill(struct shm_region *w, size_t len, uint8_t fill)
+{
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    memset(buf, fill, len);
+    /* Two pieces, as a reply of several chunks comes. */
+    struct iovec iov[2] = {{buf, len / 2}, {buf + len / 2, len - len / 2}};
+    int rc = shm_region_write(w, iov, 2, len);
+    free(buf);
+    return rc;
+}
+
+static void test_write_take_release(void **state)
+{
+    (void)state;
+    struct shm_region *r, *w;
+    pair(MIB, &r, &w);
+    assert_int_equal(shm_region_size(r), MIB);
+    uint64_t pos[3];
+    uint8_t *data;
+    uint64_t len;
+    /* Three blocks of 300 kB fill the ring; a fourth does not fit until one is released. */
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(write_fill(w, 300000, (uint8_t)(i + 1)), 0);
+    assert_int_equal(write_fill(w, 300000, 9), SLUICE_ERR_LIMIT);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(shm_region_take(r, &data, &len, &pos[i]), 0);
+        assert_int_equal(len, 300000);
+        assert_int_equal(data[0], i + 1);
+        assert_int_equal(data[len - 1], i + 1);
+    }
+    assert_true(shm_region_held(r) >= 900000);
+    /* Released out of order: the space comes back once the first goes. */
+    shm_region_release(r, pos[1]);
+    assert_int_equal(write_fill(w, 300000, 4), SLUICE_ERR_LIMIT);
+    shm_region_release(r, pos[0]);
+    assert_int_equal(write_fill(w, 300000, 4), 0);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos[0]), 0);
+    assert_int_equal(data[0], 4);
+    shm_region_release(r, pos[2]);
+    shm_region_release(r, pos[0]);
+    assert_int_equal(shm_region_held(r), 0);
+    /* Larger than the ring: never. */
+    assert_int_equal(write_fill(w, MIB, 1), SLUICE_ERR_TOO_LARGE);
+    shm_region_unref(w);
+    shm_region_unref(r);
+}
+
+/* A block taken keeps the mapping alive after the region's own reference is gone. */
+static void test_block_outlives_region(void **state)
+{
+    (void)state;
+    struct shm_region *r, *w;
+    pair(MIB, &r, &w);
+    /* Nothing written yet: a fresh ring holds no valid block. */
+    uint8_t *data;
+    uint64_t len, pos;
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), SLUICE_ERR_PROTOCOL);
+    assert_int_equal(write_fill(w, 100000, 7), 0);
+    shm_region_unref(w);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), 0);
+    shm_region_unref(r);
+    assert_int_equal(data[99999], 7);
+    shm_region_release(r, pos);
+}
+
+static void test_attach_refuses(void **state)
+{
+    (void)state;
+    char err[SLUICE_ERRMSG_SIZE];
+    struct shm_region *w;
+    /* Not sealed: the reader could shrink it under the worker. */
+    int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, SHM_REGION_CONTROL + MIB), 0);
+    assert_int_equal(shm_region_attach(fd, MIB, &w, err, sizeof err), SLUICE_ERR_PROTOCOL);
+    assert_string_equal(err, "shm: the region is not sealed against resizing");
+    /* Sealed, but not the size announced. */
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
+    assert_int_equal(shm_region_attach(fd, 2 * MIB, &w, err, sizeof err), SLUICE_ERR_PROTOCOL);
+    assert_string_equal(err, "shm: the region has 1052672 bytes, not the 2101248 announced");
+    /* A size no ring may have. */
+    assert_int_equal(shm_region_attach(fd, 1000, &w, err, sizeof err), SLUICE_ERR_PROTOCOL);
+    assert_string_equal(err, "shm: a ring of 1000 bytes");
+    /* The right one. */
+    assert_int_equal(shm_region_attach(fd, MIB, &w, err, sizeof err), 0);
+    shm_region_unref(w);
+    close(fd);
+    /* Not a memfd at all. */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(shm_region_attach(p[0], MIB, &w, err, sizeof err), SLUICE_ERR_PROTOCOL);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* A hostile reader writes an impossible head into the control page: the worker refuses. */
+static void test_bad_head_refused(void **state)
+{
+    (void)state;
+    int fd;
+    struct shm_region *r, *w;
+    assert_int_equal(shm_region_create(MIB, &r, &fd), 0);
+    char err[SLUICE_ERRMSG_SIZE];
+    assert_int_equal(shm_region_attach(fd, MIB, &w, err, sizeof err), 0);
+    /* The reader's own view of the control page, as a hostile reader would write it. */
+    uint8_t *ctl = mmap(NULL, SHM_REGION_CONTROL, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(ctl != MAP_FAILED);
+    close(fd);
+    _Atomic uint64_t *head = (_Atomic uint64_t *)(ctl + 64);
+    assert_int_equal(write_fill(w, 100000, 1), 0);
+    /* Past what was written. */
+    atomic_store(head, 1u << 30);
+    assert_int_equal(write_fill(w, 100000, 1), SLUICE_ERR_PROTOCOL);
+    /* Backwards, after a real release moved it. */
+    uint8_t *data;
+    uint64_t len, pos;
+    atomic_store(head, 0);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), 0);
+    shm_region_release(r, pos);
+    assert_true(atomic_load(head) > 0);
+    assert_int_equal(write_fill(w, 100000, 2), 0);
+    atomic_store(head, 0);
+    assert_int_equal(write_fill(w, 100000, 3), SLUICE_ERR_PROTOCOL);
+    munmap(ctl, SHM_REGION_CONTROL);
+    shm_region_unref(w);
+    shm_region_unref(r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_write_take_release),
+        cmocka_unit_test(test_block_outlives_region),
+        cmocka_unit_test(test_attach_refuses),
+        cmocka_unit_test(test_bad_head_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,237 @@
+/* The shared-memory ring (common/shm_ring.h): where blocks go, the bound the writer keeps, what
+ * the reader accepts from the headers it finds, and releases in any order. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/shm_ring.h"
+#include "sluice/sluice.h"
+
+#define MIB ((uint64_t)1 << 20)
+
+static void test_check_size(void **state)
+{
+    (void)state;
+    assert_int_equal(shm_ring_check_size(MIB), 0);
+    assert_int_equal(shm_ring_check_size((uint64_t)1 << 30), 0);
+    assert_int_equal(shm_ring_check_size(MIB - 64), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_ring_check_size(MIB + 1), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_ring_check_size(SHM_RING_MAX * 2), SLUICE_ERR_INVALID);
+}
+
+static void test_choose(void **state)
+{
+    (void)state;
+    const struct {
+        bool same_host, off;
+        uint64_t asked, want;
+    } cases[] = {
+        {true, false, 0, 1000}, {true, false, 4 * MIB, 4 * MIB},
+        {true, true, 0, 0},     {true, true, 4 * MIB, 0},
+        {false, false, 0, 0},   {false, false, 4 * MIB, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        assert_int_equal(shm_ring_choose(cases[i].same_host, cases[i].off, cases[i].asked, 1000),
+                         cases[i].want);
+}
+
+static void test_place_table(void **state)
+{
+    (void)state;
+    const uint64_t S = MIB;
+    const struct {
+        uint64_t wpos, head, len;
+        int rc;
+        uint64_t pad, off, total;
+    } cases[] = {
+        /* An empty ring at 0: header and payload rounded up to 64. */
+        {0, 0, 1, 0, 0, 0, 128},
+        {0, 0, 64, 0, 0, 0, 128},
+        {0, 0, 65, 0, 0, 0, 192},
+        /* The largest block fills the ring. */
+        {0, 0, S - 64, 0, 0, 0, S},
+        {0, 0, S - 63, SLUICE_ERR_TOO_LARGE, 0, 0, 0},
+        {0, 0, 0, SLUICE_ERR_TOO_LARGE, 0, 0, 0},
+        /* Behind a held block. */
+        {128, 0, 100, 0, 0, 128, 192},
+        /* Full: the held space leaves too little. */
+        {S - 64, 0, 1, SLUICE_ERR_LIMIT, 0, 0, 0},
+        /* Does not fit before the end: pad to the end, start at 0 (space before head is free). */
+        {S - 128, S - 256, 100, 0, 128, 0, 128 + 192},
+        /* Same, but the space at the start is still held. */
+        {S - 128, 64, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
+        /* An empty ring mid-way, 4 blocks of the size fitting before the writer: back to 0,
+         * the pad counting as held. */
+        {4096, 4096, 100, 0, S - 4096, 0, S - 4096 + 192},
+        {768, 768, 100, 0, S - 768, 0, S - 768 + 192},
+        /* Fewer than 4 fit before it: the block goes where the writer is, so that one held block
+         * and its pad cannot take the ring. */
+        {704, 704, 100, 0, 0, 704, 192},
+        {4096, 4096, 8192, 0, 0, 4096, 8256},
+        /* Not empty: where the writer is. */
+        {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
+        /* After a reset, 3 more blocks of the size fit behind the held one, not a 4th. */
+        {S + 192 * 3, 768, 100, 0, 0, 576, 192},
+        {S + 192 * 4, 768, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
+        /* A head the reader cannot have. */
+        {128, 192, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
+        {S + 128, 64, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
+        /* Positions past the first lap. */
+        {5 * S + 64, 5 * S, 10, 0, 0, 64, 128},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct shm_ring_place p = {0};
+        int rc = shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, &p);
+        if (rc != cases[i].rc)
+            print_message("case %zu\n", i);
+        assert_int_equal(rc, cases[i].rc);
+        if (rc != 0)
+            continue;
+        assert_int_equal(p.pad, cases[i].pad);
+        assert_int_equal(p.off, cases[i].off);
+        assert_int_equal(p.total, cases[i].total);
+    }
+}
+
+static void test_head_ok(void **state)
+{
+    (void)state;
+    assert_true(shm_ring_head_ok(100, 0, 0));
+    assert_true(shm_ring_head_ok(100, 50, 100));
+    assert_false(shm_ring_head_ok(100, 50, 40));
+    assert_false(shm_ring_head_ok(100, 0, 101));
+}
+
+/* Writes a block as the writer does: pad header, block header, payload. */
+static uint64_t write_block(uint8_t *ring, uint64_t size, uint64_t wpos, uint64_t head,
+                            uint64_t len, uint8_t fill)
+{
+    struct shm_ring_place p;
+    assert_int_equal(shm_ring_place(size, wpos, head, len, &p), 0);
+    if (p.pad)
+        shm_ring_put_header(ring + wpos % size, SHM_RING_PAD, p.pad);
+    shm_ring_put_header(ring + p.off, SHM_RING_DATA, len);
+    memset(ring + p.off + SHM_RING_HDR, fill, len);
+    return wpos + p.total;
+}
+
+static void test_write_then_read_laps(void **state)
+{
+    (void)state;
+    const uint64_t S = MIB;
+    uint8_t *ring = calloc(1, S);
+    assert_non_null(ring);
+    uint64_t wpos = 0, rpos = 0, head = 0;
+    /* Many laps of blocks of varied sizes, each read back and released at once. */
+    for (unsigned i = 0; i < 200; i++) {
+        uint64_t len = 1 + (i * 7919u) % (300u << 10);
+        uint64_t next = write_block(ring, S, wpos, head, len, (uint8_t)i);
+        struct shm_ring_block b;
+        assert_int_equal(shm_ring_read(ring, S, rpos, head, &b), 0);
+        assert_int_equal(b.start, rpos);
+        assert_int_equal(b.len, len);
+        assert_int_equal(b.next, next);
+        assert_int_equal(ring[b.off], (uint8_t)i);
+        assert_int_equal(ring[b.off + len - 1], (uint8_t)i);
+        assert_int_equal(b.off % SHM_RING_ALIGN, 0);
+        rpos = wpos = head = next;
+    }
+    free(ring);
+}
+
+static void test_read_rejects_bad_headers(void **state)
+{
+    (void)state;
+    const uint64_t S = MIB;
+    uint8_t *ring = calloc(1, S);
+    assert_non_null(ring);
+    struct shm_ring_block b;
+    /* Nothing written: no magic. */
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), SLUICE_ERR_PROTOCOL);
+    /* A length past the end of the ring. */
+    shm_ring_put_header(ring, SHM_RING_DATA, S);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), SLUICE_ERR_PROTOCOL);
+    shm_ring_put_header(ring + 4096, SHM_RING_DATA, S - 4096);
+    assert_int_equal(shm_ring_read(ring, S, 4096, 4096, &b), SLUICE_ERR_PROTOCOL);
+    /* Zero length, unknown kind. */
+    shm_ring_put_header(ring, SHM_RING_DATA, 0);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), SLUICE_ERR_PROTOCOL);
+    shm_ring_put_header(ring, 9, 10);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), SLUICE_ERR_PROTOCOL);
+    /* A pad that does not reach the end, and a pad at offset 0. */
+    shm_ring_put_header(ring + 4096, SHM_RING_PAD, 64);
+    assert_int_equal(shm_ring_read(ring, S, 4096, 4096, &b), SLUICE_ERR_PROTOCOL);
+    shm_ring_put_header(ring, SHM_RING_PAD, S);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), SLUICE_ERR_PROTOCOL);
+    /* A block overlapping space the reader still holds (head far behind). */
+    shm_ring_put_header(ring + 8192, SHM_RING_DATA, 8192);
+    assert_int_equal(shm_ring_read(ring, S, S + 8192, 8192 + 4096, &b), SLUICE_ERR_PROTOCOL);
+    assert_int_equal(shm_ring_read(ring, S, S + 8192, 16448, &b), 0);
+    /* A position before head or misaligned. */
+    assert_int_equal(shm_ring_read(ring, S, 8192, 16384, &b), SLUICE_ERR_PROTOCOL);
+    assert_int_equal(shm_ring_read(ring, S, 8193, 0, &b), SLUICE_ERR_PROTOCOL);
+    free(ring);
+}
+
+static void test_tracker_out_of_order(void **state)
+{
+    (void)state;
+    struct shm_tracker t;
+    shm_tracker_init(&t);
+    /* 40 blocks of 128 bytes (past the first growth of the entry ring). */
+    for (uint64_t i = 0; i < 40; i++)
+        assert_int_equal(shm_tracker_add(&t, i * 128, (i + 1) * 128, 1000), 0);
+    /* A block that does not follow the tail. */
+    assert_int_equal(shm_tracker_add(&t, 40 * 128 + 64, 42 * 128, 1000), SLUICE_ERR_PROTOCOL);
+    /* Releasing the second leaves head where it is; the first then moves it past both. */
+    assert_int_equal(shm_tracker_release(&t, 128), 0);
+    assert_int_equal(t.head, 0);
+    assert_int_equal(shm_tracker_release(&t, 128), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_tracker_release(&t, 0), 0);
+    assert_int_equal(t.head, 256);
+    /* Never handed out. */
+    assert_int_equal(shm_tracker_release(&t, 64), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_tracker_release(&t, 1 << 20), SLUICE_ERR_INVALID);
+    /* Backwards from the last. */
+    for (uint64_t i = 39; i >= 2; i--) {
+        assert_int_equal(shm_tracker_release(&t, i * 128), 0);
+        assert_int_equal(t.head, i == 2 ? 40 * 128 : 256);
+    }
+    assert_int_equal(t.n, 0);
+    /* Adding after wrapping around the entry ring. */
+    assert_int_equal(shm_tracker_add(&t, 40 * 128, 41 * 128, 1000), 0);
+    assert_int_equal(shm_tracker_release(&t, 40 * 128), 0);
+    assert_int_equal(t.head, 41 * 128);
+    shm_tracker_release_all(&t);
+}
+
+static void test_tracker_bound(void **state)
+{
+    (void)state;
+    struct shm_tracker t;
+    shm_tracker_init(&t);
+    for (uint64_t i = 0; i < 4; i++)
+        assert_int_equal(shm_tracker_add(&t, i * 64, (i + 1) * 64, 4), 0);
+    assert_int_equal(shm_tracker_add(&t, 256, 320, 4), SLUICE_ERR_PROTOCOL);
+    shm_tracker_release_all(&t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_check_size),
+        cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_place_table),
+        cmocka_unit_test(test_head_ok),
+        cmocka_unit_test(test_write_then_read_laps),
+        cmocka_unit_test(test_read_rejects_bad_headers),
+        cmocka_unit_test(test_tracker_out_of_order),
+        cmocka_unit_test(test_tracker_bound),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
