@@ -907,6 +907,7 @@ static void replica_serve(void *user)
     capcache_release(&d->caps);
     memset(&d->caps, 0, sizeof d->caps);
     d->started_ms = uv_now(d->loop);
+    d->last_tick_ms = 0;
     struct journal_thread_opts to = {
         .next_seq = 1,
         .on_fail = on_replica_journal_fail,

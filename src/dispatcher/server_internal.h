@@ -84,6 +84,8 @@ struct dispatcher {
     struct ratelimit refusals;
 
     struct soft_table worker_seen, client_seen, idle_since;
+    /* When the last tick ran (uv_now), to tell the dispatcher's own absence (tick.c). */
+    uint64_t last_tick_ms;
     /* Each client's heartbeat before its last one (client_seen): a consumer whose process was
      * stopped sends its first heartbeat on waking before it reads what arrived meanwhile, so it
      * counts as heard from (dispatcher_consumers_heard_since) only with two heartbeats since. */

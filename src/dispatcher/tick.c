@@ -88,6 +88,37 @@ static uint64_t *id_buffer(size_t n, size_t *count)
     return malloc((n ? n : 1) * sizeof(uint64_t));
 }
 
+/* A tick later than this past its interval means the dispatcher itself was away. */
+#define TICK_ABSENCE_MS 500
+
+/* Adds away to every time in t (a peer's last heartbeat, an iteration's idle start), up to now. */
+static void credit_absence(struct soft_table *t, uint64_t away, uint64_t now)
+{
+    for (size_t i = 0; i < t->n; i++)
+        t->v[i].t = t->v[i].t + away < now ? t->v[i].t + away : now;
+}
+
+/* The dispatcher's own absence: when its loop did not run the tick for much longer than the
+ * interval (its process stopped or starved of CPU, a long stretch of work on the loop), the
+ * heartbeats peers sent meanwhile still wait unread in its sockets, and this tick, which runs
+ * before they are read, would find every peer silent. The time it was away is credited to every
+ * age it times out on, so nobody is evicted, released or collected for the dispatcher's own
+ * silence; a peer that is really gone is found out that much later. */
+static void note_absence(struct dispatcher *d, uint64_t now, uint64_t interval)
+{
+    uint64_t last = d->last_tick_ms;
+    d->last_tick_ms = now;
+    if (last == 0 || now <= last + interval + TICK_ABSENCE_MS)
+        return;
+    uint64_t away = now - last - interval;
+    log_warn("the dispatcher did not run for %" PRIu64 " ms (stopped, or starved of CPU): "
+             "workers' and clients' silence meanwhile is not counted against them",
+             away);
+    credit_absence(&d->worker_seen, away, now);
+    credit_absence(&d->client_seen, away, now);
+    credit_absence(&d->idle_since, away, now);
+}
+
 void dispatcher_on_tick(uv_timer_t *timer)
 {
     struct dispatcher *d = timer->data;
@@ -97,6 +128,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
     if (d->replica && !replica_serving(d->replica))
         return;
     uint64_t now = uv_now(d->loop);
+    note_absence(d, now, uv_timer_get_repeat(timer));
     char err[SLUICE_ERRMSG_SIZE];
     size_t n;
     uint64_t *ids;

@@ -558,6 +558,41 @@ static void test_dead_reader_splits_reissued(void **state)
     json_decref(doc);
 }
 
+/* The dispatcher itself stopped (SIGSTOP) for twice the client timeout and four times the
+ * worker timeout, in the middle of a read: the heartbeats sent meanwhile wait unread in its
+ * sockets, and it must not take its own silence for theirs. The worker keeps its id and task, the
+ * reader is not released, the read ends with every element once, and the dispatcher says it was
+ * away. */
+static void test_dispatcher_paused(void **state)
+{
+    struct cluster *c = *state;
+    cluster_add_workers(c, 1);
+    json_t *doc = cluster_status(c);
+    json_t *w0 = json_array_get(json_object_get(doc, "workers"), 0);
+    assert_non_null(w0);
+    long long worker_id = int_field(w0, "id");
+    json_decref(doc);
+    struct proc *r = new_reader();
+    spawn_read(c, r, 2000, 4000, NULL);
+    wait_mid_epoch(c, r, NULL);
+    assert_int_equal(kill(c->dispatcher.pid, SIGSTOP), 0);
+    usleep(4000 * 1000);
+    assert_int_equal(kill(c->dispatcher.pid, SIGCONT), 0);
+    assert_exactly_once("read through the pause", finish_read(r), 2000);
+    doc = cluster_status(c);
+    json_t *workers = json_object_get(doc, "workers");
+    assert_int_equal(json_array_size(workers), 1);
+    assert_int_equal(int_field(json_array_get(workers, 0), "id"), worker_id);
+    json_decref(doc);
+    char *log = read_text_file(c->dispatcher.log);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "(stopped, or starved of CPU): workers' and clients' silence "
+                                "meanwhile is not counted against them"));
+    assert_null(strstr(log, "releasing it"));
+    assert_null(strstr(log, ": removing it"));
+    free(log);
+}
+
 /* ---- the timeouts and heartbeats the dispatcher runs with ------------------------------------ */
 
 /* Starts c's dispatcher with exactly the flags given (cluster_start_dispatcher adds timeouts of
@@ -633,6 +668,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_collected_job_new_iteration, setup_gc, teardown),
         cmocka_unit_test_setup_teardown(test_shared_job_worker_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_reader_splits_reissued, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dispatcher_paused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_defaults, setup_no_dispatcher, teardown),
     };
     signal(SIGPIPE, SIG_IGN);
