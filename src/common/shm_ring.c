@@ -52,13 +52,13 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
     return 0;
 }
 
-static void put_u64(uint8_t *p, uint64_t v)
+void shm_put_u64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint64_t get_u64(const uint8_t *p)
+uint64_t shm_get_u64(const uint8_t *p)
 {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++)
@@ -69,8 +69,8 @@ static uint64_t get_u64(const uint8_t *p)
 void shm_ring_put_header(uint8_t *hdr, unsigned kind, uint64_t len)
 {
     memset(hdr, 0, SHM_RING_HDR);
-    put_u64(hdr, (uint64_t)SHM_RING_MAGIC << 32 | kind);
-    put_u64(hdr + 8, len);
+    shm_put_u64(hdr, (uint64_t)SHM_RING_MAGIC << 32 | kind);
+    shm_put_u64(hdr + 8, len);
 }
 
 /* Copies the header at off out of the ring and splits it; false when the magic is wrong. */
@@ -78,11 +78,11 @@ static bool get_header(const uint8_t *ring, uint64_t off, unsigned *kind, uint64
 {
     uint8_t h[16];
     memcpy(h, ring + off, sizeof h);
-    uint64_t w = get_u64(h);
+    uint64_t w = shm_get_u64(h);
     if (w >> 32 != SHM_RING_MAGIC)
         return false;
     *kind = (unsigned)(w & 0xffffffffu);
-    *len = get_u64(h + 8);
+    *len = shm_get_u64(h + 8);
     return true;
 }
 

@@ -113,4 +113,9 @@ int shm_tracker_add(struct shm_tracker *t, uint64_t start, uint64_t end, size_t 
  * released already). */
 int shm_tracker_release(struct shm_tracker *t, uint64_t start);
 
+/* The 8 bytes at p as a little-endian integer, and back: the layout of the ring's headers and of
+ * the socket's hello (shm_sock.h). */
+uint64_t shm_get_u64(const uint8_t *p);
+void shm_put_u64(uint8_t *p, uint64_t v);
+
 #endif

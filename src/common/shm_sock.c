@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/shm_region.h"
+#include "common/shm_ring.h"
 #include "sluice/sluice.h"
 
 #include <errno.h>
@@ -20,20 +21,6 @@
 #include <unistd.h>
 
 #define HELLO_MAGIC 0x314d48535348534cull /* "LSHSSHM1" */
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 static socklen_t sock_name(uint64_t incarnation, struct sockaddr_un *sa)
 {
@@ -74,8 +61,8 @@ int shm_sock_dial(uint64_t incarnation, uint64_t size, uv_os_sock_t *fd, struct 
     if ((rc = shm_region_create(size, &r, &mfd)) != 0)
         goto fail_sock;
     uint8_t hello[SHM_SOCK_HELLO_LEN];
-    put_u64(hello, HELLO_MAGIC);
-    put_u64(hello + 8, size);
+    shm_put_u64(hello, HELLO_MAGIC);
+    shm_put_u64(hello + 8, size);
     struct iovec iov = {hello, sizeof hello};
     union {
         struct cmsghdr h;
@@ -202,10 +189,10 @@ static int receive_hello(struct pending *p)
     }
     char why[SLUICE_ERRMSG_SIZE] = "";
     if (rc == 0 && (n != (ssize_t)sizeof hello || (msg.msg_flags & MSG_CTRUNC) ||
-                    get_u64(hello) != HELLO_MAGIC || mfd < 0))
+                    shm_get_u64(hello) != HELLO_MAGIC || mfd < 0))
         rc = err_set(why, sizeof why, SLUICE_ERR_PROTOCOL, "shm: not a hello with a region");
     if (rc == 0)
-        rc = shm_region_attach(mfd, get_u64(hello + 8), &p->region, why, sizeof why);
+        rc = shm_region_attach(mfd, shm_get_u64(hello + 8), &p->region, why, sizeof why);
     if (mfd >= 0)
         close(mfd);
     if (rc != 0)
