@@ -141,6 +141,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "advertise",
                             "raft_election_timeout_ms",
                             "autoscale_pool_label",
+                            "client_disconnect_grace_ms",
                             NULL};
     struct sluice_dispatcher_options o = {0};
     int ft = 0, metrics_port = -1, insecure = 0;
@@ -149,13 +150,14 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
     unsigned long long max_jobs_per_address = 0, raft_id = 0;
     PyObject *addresses = NULL, *data_roots = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKKKKzzzzIz", names, &o.host, &o.port,
+            args, kw, "|zizpIIIIKKOizO" SERVER_FORMAT "KKKKKzzzzIzI", names, &o.host, &o.port,
             &o.work_dir, &ft, &o.worker_timeout_ms, &o.client_timeout_ms, &o.job_gc_timeout_ms,
             &o.autoscale_window_ms, &snapshot_every, &journal_max_mb, &addresses, &metrics_port,
             &o.log_level, &data_roots, SERVER_TARGETS(o, insecure), &max_datasets,
             &max_pipeline_bytes, &max_jobs_per_client, &max_jobs_per_address, &raft_id,
             &o.raft_address, &o.raft_cluster, &o.raft_bind, &o.advertise,
-            &o.raft_election_timeout_ms, &o.autoscale_pool_label))
+            &o.raft_election_timeout_ms, &o.autoscale_pool_label,
+            &o.client_disconnect_grace_ms))
         return -1;
     o.raft_id = raft_id;
     o.security.insecure = insecure;

@@ -77,7 +77,8 @@ struct rpc_conn {
     struct auth_hs hs;
     Sluice__Role peer_role;
     uint64_t peer_incarnation;
-    bool local; /* an in-process connection (rpc_server_adopt) */
+    bool local;      /* an in-process connection (rpc_server_adopt) */
+    uint64_t serial; /* the server's count of connections when this one was enlisted */
     /* With on_answered: the requests waiting for their replies, when each arrived. */
     struct rpc_timed *timed;
     unsigned ntimed, cap_timed;
@@ -107,6 +108,7 @@ struct rpc_server {
     /* Refused connections are accepted into spare and closed at once (see the top). */
     struct listen_spare spare;
     uint64_t auth_failures, refused, timeouts, evictions;
+    uint64_t serials;          /* connections enlisted so far */
     uint64_t refused_unlogged; /* refused since the last line about it */
     uint64_t refused_logged_ms;
     bool refused_ever_logged;
@@ -174,6 +176,11 @@ bool rpc_conn_is_open(const struct rpc_conn *rc)
 Sluice__Role rpc_conn_peer_role(const struct rpc_conn *rc)
 {
     return rc->peer_role;
+}
+
+uint64_t rpc_conn_serial(const struct rpc_conn *rc)
+{
+    return rc->serial;
 }
 
 uint64_t rpc_conn_peer_incarnation(const struct rpc_conn *rc)
@@ -600,6 +607,7 @@ static void conn_enlist(struct rpc_server *srv, struct rpc_conn *rc, const uint8
 {
     rc->srv = srv;
     rc->refs = 1;
+    rc->serial = ++srv->serials;
     rc->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = rc;

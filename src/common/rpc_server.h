@@ -156,6 +156,9 @@ bool rpc_conn_is_local(const struct rpc_conn *conn);
  * connection). */
 void rpc_conn_shm_sent(const struct rpc_conn *conn, uint64_t *elements, uint64_t *bytes);
 Sluice__Role rpc_conn_peer_role(const struct rpc_conn *conn);
+/* A number no other connection of the same server had or will have (from 1): it names the
+ * connection after it is gone, where its pointer may be reused. */
+uint64_t rpc_conn_serial(const struct rpc_conn *conn);
 uint64_t rpc_conn_peer_incarnation(const struct rpc_conn *conn);
 /* "IP:PORT" of the peer, for logs. */
 const char *rpc_conn_peer_name(const struct rpc_conn *conn);

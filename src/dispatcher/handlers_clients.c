@@ -394,6 +394,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     if (last)
         dispatcher_soft_set(&d->client_seen_before, req->client_id, last->t);
     dispatcher_soft_set(&d->client_seen, req->client_id, uv_now(d->loop));
+    dispatcher_client_heard(d, req->client_id, conn);
     const struct st_iteration *it = state_iteration(&d->st, iteration_id);
     observe_client_heartbeat(d->obs, it->job_id, req);
     observe_client_exposed(d->obs, req->client_id, it->job_id, uv_now(d->loop),
@@ -441,6 +442,8 @@ static void release_client_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_soft_del(&d->client_seen, c->client_id);
         dispatcher_soft_del(&d->client_seen_before, c->client_id);
         dispatcher_soft_del(&d->client_reported, c->client_id);
+        dispatcher_soft_del(&d->client_conn, c->client_id);
+        dispatcher_soft_del(&d->client_gone, c->client_id);
         Sluice__ReleaseClientReply body = SLUICE__RELEASE_CLIENT_REPLY__INIT;
         Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
         env.body_case = SLUICE__ENVELOPE__BODY_RELEASE_CLIENT_REPLY;

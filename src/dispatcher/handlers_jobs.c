@@ -53,6 +53,7 @@ static void job_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_refuse_commit(&c->r, status);
     } else {
         dispatcher_soft_set(&d->client_seen, c->ids.client_id, uv_now(d->loop));
+        dispatcher_client_heard(d, c->ids.client_id, c->r.conn);
         if (dispatcher_coverage_settling(d))
             dispatcher_soft_set(&d->client_reported, c->ids.client_id, uv_now(d->loop));
         Sluice__GetOrCreateJobReply body = SLUICE__GET_OR_CREATE_JOB_REPLY__INIT;

@@ -90,6 +90,21 @@ void dispatcher_soft_del(struct soft_table *t, uint64_t id)
     }
 }
 
+void dispatcher_client_heard(struct dispatcher *d, uint64_t id, const struct rpc_conn *conn)
+{
+    if (d->client_grace_ms == UINT32_MAX)
+        return;
+    if (!rpc_conn_is_open(conn)) {
+        /* It closed while the request was planned or committed: on_conn_closed has run. */
+        dispatcher_soft_del(&d->client_conn, id);
+        if (!dispatcher_soft_find(&d->client_gone, id, NULL))
+            dispatcher_soft_set(&d->client_gone, id, uv_now(d->loop));
+        return;
+    }
+    dispatcher_soft_set(&d->client_conn, id, rpc_conn_serial(conn));
+    dispatcher_soft_del(&d->client_gone, id);
+}
+
 static void fatal(struct dispatcher *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fatal(struct dispatcher *d, const char *fmt, ...)
 {
@@ -723,6 +738,25 @@ static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice_
 
 /* ---- dispatching requests -------------------------------------------------------------------- */
 
+/* A connection closed: the clients whose last heartbeat came over it are gone from now, unless
+ * they heartbeat again (over a new connection) within the grace (tick.c). */
+static void on_conn_closed(struct rpc_server *srv, struct rpc_conn *conn, void *user)
+{
+    (void)srv;
+    struct dispatcher *d = user;
+    if (d->closing || d->client_grace_ms == UINT32_MAX)
+        return;
+    uint64_t serial = rpc_conn_serial(conn), now = uv_now(d->loop);
+    for (size_t i = 0; i < d->client_conn.n;) {
+        if (d->client_conn.v[i].t != serial) {
+            i++;
+            continue;
+        }
+        dispatcher_soft_set(&d->client_gone, d->client_conn.v[i].id, now);
+        dispatcher_soft_del(&d->client_conn, d->client_conn.v[i].id);
+    }
+}
+
 /* sluice_request_seconds: the calls that make up the control plane's load, and the rest. */
 static void on_answered(void *user, int body_case, double seconds)
 {
@@ -829,6 +863,8 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->worker_touched.v);
     free(d->client_seen.v);
     free(d->client_seen_before.v);
+    free(d->client_conn.v);
+    free(d->client_gone.v);
     free(d->idle_since.v);
     free(d->rep_waiters);
     free(d->settled_since.v);
@@ -891,6 +927,8 @@ static void replica_serve(void *user)
     soft_clear(&d->worker_seen);
     soft_clear(&d->client_seen);
     soft_clear(&d->client_seen_before);
+    soft_clear(&d->client_conn);
+    soft_clear(&d->client_gone);
     soft_clear(&d->idle_since);
     soft_clear(&d->settled_since);
     soft_clear(&d->leased_at);
@@ -1048,6 +1086,8 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         opts->job_gc_timeout_ms ? opts->job_gc_timeout_ms : DEFAULT_JOB_GC_TIMEOUT_MS;
     d->worker_hb_ms = dispatcher_heartbeat_ms(d->worker_timeout_ms);
     d->client_hb_ms = dispatcher_heartbeat_ms(d->client_timeout_ms);
+    d->client_grace_ms =
+        dispatcher_disconnect_grace_ms(opts->client_disconnect_grace_ms, d->client_timeout_ms);
     d->on_fatal = opts->on_fatal;
     d->user = opts->user;
     d->incarnation = rpc_new_incarnation();
@@ -1060,6 +1100,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         .job_gc_timeout_ms = d->gc_timeout_ms,
         .worker_heartbeat_ms = d->worker_hb_ms,
         .client_heartbeat_ms = d->client_hb_ms,
+        .client_disconnect_grace_ms = d->client_grace_ms == UINT32_MAX ? 0 : d->client_grace_ms,
     };
     rc = observe_create(&oc, NULL, uv_now(loop), &d->obs);
     if (rc < 0) {
@@ -1140,6 +1181,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         .max_connections = opts->max_connections,
         .max_handshakes = opts->max_handshakes,
         .on_request = on_request,
+        .on_close = on_conn_closed,
         .on_answered = on_answered,
         .user = d,
         .sec = opts->sec,

@@ -116,6 +116,7 @@ static void note_absence(struct dispatcher *d, uint64_t now, uint64_t interval)
              away);
     credit_absence(&d->worker_seen, away, now);
     credit_absence(&d->client_seen, away, now);
+    credit_absence(&d->client_gone, away, now);
     credit_absence(&d->idle_since, away, now);
 }
 
@@ -137,6 +138,8 @@ void dispatcher_on_tick(uv_timer_t *timer)
     soft_prune(&d->worker_seen, &d->st, worker_alive);
     soft_prune(&d->client_seen, &d->st, client_alive);
     soft_prune(&d->client_seen_before, &d->st, client_alive);
+    soft_prune(&d->client_conn, &d->st, client_alive);
+    soft_prune(&d->client_gone, &d->st, client_alive);
     soft_prune(&d->client_reported, &d->st, client_alive);
     soft_prune(&d->idle_since, &d->st, iteration_idle);
     soft_prune(&d->settled_since, &d->st, task_alive);
@@ -224,20 +227,33 @@ void dispatcher_on_tick(uv_timer_t *timer)
         free(ids);
     }
 
+    /* Clients silent past their timeout, and clients whose connection closed (their process
+     * died, or closed it) that have not come back within the grace. */
     if ((ids = id_buffer(d->st.nclients, &n))) {
         for (size_t i = 0; i < d->st.nclients; i++) {
-            if (expired(&d->client_seen, d->st.clients[i].id, now, d->client_timeout_ms))
-                ids[n++] = d->st.clients[i].id;
+            uint64_t id = d->st.clients[i].id;
+            if (expired(&d->client_seen, id, now, d->client_timeout_ms) ||
+                (d->client_grace_ms != UINT32_MAX &&
+                 dispatcher_soft_find(&d->client_gone, id, NULL) &&
+                 expired(&d->client_gone, id, now, d->client_grace_ms)))
+                ids[n++] = id;
         }
         for (size_t i = 0; i < n; i++) {
-            log_info("client %" PRIu64 " sent no heartbeat for %" PRIu32 " ms: releasing it",
-                     ids[i], d->client_timeout_ms);
+            if (expired(&d->client_seen, ids[i], now, d->client_timeout_ms))
+                log_info("client %" PRIu64 " sent no heartbeat for %" PRIu32 " ms: releasing it",
+                         ids[i], d->client_timeout_ms);
+            else
+                log_info("client %" PRIu64 ": its connection closed and it sent no heartbeat for "
+                         "%" PRIu32 " ms since: releasing it",
+                         ids[i], d->client_grace_ms);
             if (plan_release_client(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
                 log_warn("releasing client %" PRIu64 ": %s", ids[i], err);
                 continue;
             }
             dispatcher_soft_del(&d->client_seen, ids[i]);
             dispatcher_soft_del(&d->client_seen_before, ids[i]);
+            dispatcher_soft_del(&d->client_conn, ids[i]);
+            dispatcher_soft_del(&d->client_gone, ids[i]);
             dispatcher_commit(d, &d->ups, tick_done, NULL);
         }
         free(ids);

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +71,38 @@ static int setup_with(void **state, const char *const *dispatcher_args)
 static int setup(void **state)
 {
     return setup_with(state, short_timeouts);
+}
+
+/* A client timeout of two minutes: a killed reader is released because its connection closed,
+ * two seconds later (two heartbeat intervals, the least a grace may be), or a read waiting on its
+ * splits fails at READ_MS. */
+static int setup_grace(void **state)
+{
+    static const char *const args[] = {"--worker-timeout-ms",
+                                       "1000",
+                                       "--client-timeout-ms",
+                                       "120000",
+                                       "--client-disconnect-grace-ms",
+                                       "2000",
+                                       "--log-level",
+                                       "info",
+                                       NULL};
+    return setup_with(state, args);
+}
+
+/* The same with the grace off: only the (3 s) client timeout releases a killed reader. */
+static int setup_no_grace(void **state)
+{
+    static const char *const args[] = {"--worker-timeout-ms",
+                                       "1000",
+                                       "--client-timeout-ms",
+                                       "3000",
+                                       "--client-disconnect-grace-ms",
+                                       "0",
+                                       "--log-level",
+                                       "info",
+                                       NULL};
+    return setup_with(state, args);
 }
 
 static int setup_long_worker_timeout(void **state)
@@ -558,6 +591,61 @@ static void test_dead_reader_splits_reissued(void **state)
     json_decref(doc);
 }
 
+/* A reader killed (-9) in the middle of a shared epoch: its process's connections close with
+ * it, so the dispatcher releases it one grace (--client-disconnect-grace-ms) after, not at its
+ * timeout (two minutes here), and the next reader of the job gets the dead one's splits: the
+ * epoch completes, nothing twice, and the log says why the client went. With the grace off, the
+ * timeout releases it. */
+static void killed_reader_released(struct cluster *c, bool grace)
+{
+    cluster_add_workers(c, 2);
+    struct proc *a = new_reader();
+    spawn_read(c, a, 4000, 1000, "gone");
+    wait_mid_epoch(c, a, "gone");
+    assert_int_equal(proc_stop(a, SIGKILL, WAIT_MS), 128 + SIGKILL);
+    struct proc *b = new_reader();
+    spawn_read(c, b, 4000, 1000, "gone");
+    char *out = finish_read(b);
+    struct tally t = tally_range(out, 4000);
+    free(out);
+    print_tally("the next reader", t);
+    assert_int_equal(t.duplicated, 0);
+    assert_int_equal(t.unexpected, 0);
+    assert_true(t.lines > 0);
+    json_t *doc = cluster_status(c);
+    json_t *job = job_named(doc, "gone");
+    assert_non_null(job);
+    assert_string_equal(json_string_value(json_object_get(job, "state")), "finished");
+    json_t *splits = json_object_get(job, "splits");
+    assert_int_equal(int_field(splits, "finished"), int_field(splits, "total"));
+    assert_int_equal(int_field(json_object_get(doc, "config"), "client_disconnect_grace_ms"),
+                     grace ? 2000 : 0);
+    json_decref(doc);
+    char *log = read_text_file(c->dispatcher.log);
+    assert_non_null(log);
+    const char *closed = ": its connection closed and it sent no heartbeat for 2000 ms since: "
+                         "releasing it";
+    const char *silent = " sent no heartbeat for 3000 ms: releasing it";
+    if (grace) {
+        assert_non_null(strstr(log, closed));
+        assert_null(strstr(log, "sent no heartbeat for 120000 ms"));
+    } else {
+        assert_non_null(strstr(log, silent));
+        assert_null(strstr(log, "its connection closed"));
+    }
+    free(log);
+}
+
+static void test_killed_reader_released_on_close(void **state)
+{
+    killed_reader_released(*state, true);
+}
+
+static void test_killed_reader_released_at_timeout(void **state)
+{
+    killed_reader_released(*state, false);
+}
+
 /* The dispatcher itself stopped (SIGSTOP) for twice the client timeout and four times the
  * worker timeout, in the middle of a read: the heartbeats sent meanwhile wait unread in its
  * sockets, and it must not take its own silence for theirs. The worker keeps its id and task, the
@@ -614,7 +702,7 @@ static void start_bare_dispatcher(struct cluster *c, const char *const *flags)
 }
 
 static void assert_config(struct cluster *c, long long worker_timeout, long long client_timeout,
-                          long long gc_timeout)
+                          long long gc_timeout, long long grace)
 {
     json_t *doc = cluster_status(c);
     json_t *config = json_object_get(doc, "config");
@@ -623,6 +711,7 @@ static void assert_config(struct cluster *c, long long worker_timeout, long long
     assert_int_equal(int_field(config, "worker_timeout_ms"), worker_timeout);
     assert_int_equal(int_field(config, "client_timeout_ms"), client_timeout);
     assert_int_equal(int_field(config, "job_gc_timeout_ms"), gc_timeout);
+    assert_int_equal(int_field(config, "client_disconnect_grace_ms"), grace);
     long long worker_hb = int_field(config, "worker_heartbeat_ms");
     long long client_hb = int_field(config, "client_heartbeat_ms");
     printf("    timeouts %lld/%lld/%lld ms: heartbeats worker %lld ms, client %lld ms\n",
@@ -638,7 +727,7 @@ static void test_defaults(void **state)
     struct cluster *c = *state;
     static const char *const quiet[] = {"--log-level", "warn", NULL};
     start_bare_dispatcher(c, quiet);
-    assert_config(c, 10000, 30000, 60000);
+    assert_config(c, 10000, 30000, 60000, 5000);
     assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, WAIT_MS), 0);
 
     static const char *const small[] = {"--worker-timeout-ms",
@@ -651,7 +740,8 @@ static void test_defaults(void **state)
                                         "warn",
                                         NULL};
     start_bare_dispatcher(c, small);
-    assert_config(c, 600, 900, 1200);
+    /* The grace is never longer than the client timeout. */
+    assert_config(c, 600, 900, 1200, 900);
     assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, WAIT_MS), 0);
 }
 
@@ -669,6 +759,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shared_job_worker_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_reader_splits_reissued, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatcher_paused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_killed_reader_released_on_close, setup_grace,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_killed_reader_released_at_timeout, setup_no_grace,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_defaults, setup_no_dispatcher, teardown),
     };
     signal(SIGPIPE, SIG_IGN);

@@ -691,6 +691,15 @@ static void test_heartbeat_interval(void **unused)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         assert_int_equal(dispatcher_heartbeat_ms(cases[i][0]), cases[i][1]);
+    /* The grace after a client's connection closed: {option, client timeout, grace}. The
+     * default is 5 s, never past the timeout, never under two heartbeat intervals. */
+    static const uint32_t grace[][3] = {
+        {0, 30000, 5000},      {0, 2000, 2000},      {0, 900, 900},
+        {1000, 30000, 2000},   {2000, 120000, 2000}, {7000, 30000, 7000},
+        {60000, 30000, 30000}, {1, 250, 100},        {UINT32_MAX, 30000, UINT32_MAX},
+    };
+    for (size_t i = 0; i < sizeof grace / sizeof grace[0]; i++)
+        assert_int_equal(dispatcher_disconnect_grace_ms(grace[i][0], grace[i][1]), grace[i][2]);
 }
 
 /* ---- which worker an update concerns, pool finishes ----------------------------------------- */
