@@ -173,12 +173,12 @@ struct sluice_dispatcher_options {
      * state before serving, so every replica has it. Read, never changed; ignored by a replica
      * whose Raft directory exists already. */
     const char *raft_seed_journal;
-    /* A client whose connection closed (its process died or closed it) and that sent no
-     * heartbeat since is released this long after the close, without waiting out
-     * client_timeout_ms: a killed trainer's splits go to the other readers within seconds
-     * (--client-disconnect-grace-ms; 0: 5000, never more than client_timeout_ms nor less than
-     * two client heartbeat intervals; UINT32_MAX: off, only the timeout releases). */
-    uint32_t client_disconnect_grace_ms;
+    /* A client or worker whose connection closed (its process died, or closed it) and that sent
+     * no heartbeat since is released (removed) this long after the close, without waiting out
+     * client_timeout_ms (worker_timeout_ms): a killed trainer's or worker's splits go to others
+     * within seconds (--disconnect-grace-ms; 0: 5000; for each kind never more than its timeout
+     * nor less than two of its heartbeat intervals; UINT32_MAX: off, only the timeouts). */
+    uint32_t disconnect_grace_ms;
 };
 
 /* Starts a dispatcher on a thread of its own: validates the options, recovers the state from

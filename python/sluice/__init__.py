@@ -363,9 +363,9 @@ class DispatchServer(_Server):
     worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms, autoscale_window_ms,
     snapshot_every, journal_max_mb, worker_addresses, metrics_port (None: no metrics) and
     log_level ("debug", "info", "warn", "error", "off") are the dispatcher's flags of the same
-    names. client_disconnect_grace_ms (--client-disconnect-grace-ms; None: 5000, 0: off):
-    how long after its connection closed a client that sent no heartbeat since is released (a
-    killed trainer's splits go to the other readers then, not at client_timeout_ms).
+    names. disconnect_grace_ms (--disconnect-grace-ms; None: 5000, 0: off): how long after its
+    connection closed a client (worker) that sent no heartbeat since is released (removed): a
+    killed trainer's or worker's splits go to others then, not at its timeout.
     autoscale_pool_label (--autoscale-pool-label; None: "pool"): the worker label whose
     value names a worker's pool, for the recommendation per pool (docs/operations.md
     "Autoscaling by pool"). data_roots (a str or a sequence, --data-root): register_dataset
@@ -408,11 +408,11 @@ class DispatchServer(_Server):
                  max_pipeline_bytes=None, max_jobs_per_client=None, max_jobs_per_address=None,
                  raft_id=None, raft_address=None, raft_cluster=None, raft_bind=None,
                  advertise=None, raft_election_timeout_ms=None, autoscale_pool_label=None,
-                 client_disconnect_grace_ms=None):
+                 disconnect_grace_ms=None):
         _port(port, "port")
-        grace = _count(client_disconnect_grace_ms, "client_disconnect_grace_ms")
-        if client_disconnect_grace_ms is not None and grace == _U32_MAX:
-            raise ValueError(f"client_disconnect_grace_ms must be between 0 and {_U32_MAX - 1}, "
+        grace = _count(disconnect_grace_ms, "disconnect_grace_ms")
+        if disconnect_grace_ms is not None and grace == _U32_MAX:
+            raise ValueError(f"disconnect_grace_ms must be between 0 and {_U32_MAX - 1}, "
                              f"not {grace}")
         _text(host, "host", allow_none=False)
         _text(work_dir, "work_dir")
@@ -443,7 +443,7 @@ class DispatchServer(_Server):
             _ms(raft_election_timeout_ms, "raft_election_timeout_ms"),
             _text(autoscale_pool_label, "autoscale_pool_label"),
             # The C option: 0 the default, UINT32_MAX off.
-            0 if client_disconnect_grace_ms is None else grace if grace else _U32_MAX,
+            0 if disconnect_grace_ms is None else grace if grace else _U32_MAX,
         ), start)
 
     @property

@@ -114,7 +114,7 @@ class DispatchServer(_Server):
                  raft_bind: Optional[str] = None, advertise: Optional[str] = None,
                  raft_election_timeout_ms: Optional[int] = None,
                  autoscale_pool_label: Optional[str] = None,
-                 client_disconnect_grace_ms: Optional[int] = None) -> None: ...
+                 disconnect_grace_ms: Optional[int] = None) -> None: ...
     @property
     def target(self) -> str:
         """"sluice://HOST:PORT", what workers and readers are given."""

@@ -141,7 +141,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
                             "advertise",
                             "raft_election_timeout_ms",
                             "autoscale_pool_label",
-                            "client_disconnect_grace_ms",
+                            "disconnect_grace_ms",
                             NULL};
     struct sluice_dispatcher_options o = {0};
     int ft = 0, metrics_port = -1, insecure = 0;
@@ -157,7 +157,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
             &max_pipeline_bytes, &max_jobs_per_client, &max_jobs_per_address, &raft_id,
             &o.raft_address, &o.raft_cluster, &o.raft_bind, &o.advertise,
             &o.raft_election_timeout_ms, &o.autoscale_pool_label,
-            &o.client_disconnect_grace_ms))
+            &o.disconnect_grace_ms))
         return -1;
     o.raft_id = raft_id;
     o.security.insecure = insecure;

@@ -46,17 +46,19 @@ def test_fault_tolerant_restart_mid_read():
         d.stop()
 
 
-@pytest.mark.parametrize("kw,timeout,grace", [
-    ({}, None, 5000),
-    ({"client_disconnect_grace_ms": 0}, None, 0),
-    ({"client_disconnect_grace_ms": 7000}, None, 7000),
-    ({"client_disconnect_grace_ms": 7000}, 4000, 4000),
+@pytest.mark.parametrize("kw,timeout,grace,worker_grace", [
+    ({}, None, 5000, 5000),
+    ({"disconnect_grace_ms": 0}, None, 0, 0),
+    ({"disconnect_grace_ms": 7000}, None, 7000, 7000),
+    ({"disconnect_grace_ms": 7000}, 4000, 4000, 7000),
 ])
-def test_client_disconnect_grace(kw, timeout, grace):
-    """client_disconnect_grace_ms reaches the dispatcher (its status config): the default, off,
-    a value, and a value capped by the client timeout."""
+def test_disconnect_grace(kw, timeout, grace, worker_grace):
+    """disconnect_grace_ms reaches the dispatcher (its status config, per kind of peer): the
+    default, off, a value, and a value capped by the client timeout."""
     with sluice.DispatchServer(client_timeout_ms=timeout, **kw) as d:
-        assert sluice.status(d)["config"]["client_disconnect_grace_ms"] == grace
+        config = sluice.status(d)["config"]
+        assert config["client_disconnect_grace_ms"] == grace
+        assert config["worker_disconnect_grace_ms"] == worker_grace
 
 
 def test_join_returns_once_stopped_elsewhere():
@@ -75,10 +77,10 @@ def test_bad_arguments():
         sluice.DispatchServer(port=70000)
     with pytest.raises(ValueError, match="dispatcher_address"):
         sluice.WorkerServer("nowhere")
-    with pytest.raises(ValueError, match="client_disconnect_grace_ms must be between 0 and"):
-        sluice.DispatchServer(client_disconnect_grace_ms=-1)
-    with pytest.raises(ValueError, match="client_disconnect_grace_ms must be between 0 and"):
-        sluice.DispatchServer(client_disconnect_grace_ms=2**32 - 1)
+    with pytest.raises(ValueError, match="disconnect_grace_ms must be between 0 and"):
+        sluice.DispatchServer(disconnect_grace_ms=-1)
+    with pytest.raises(ValueError, match="disconnect_grace_ms must be between 0 and"):
+        sluice.DispatchServer(disconnect_grace_ms=2**32 - 1)
     with sluice.DispatchServer() as d:
         port = int(d.target.rsplit(":", 1)[1])
         with pytest.raises(sluice.Error, match="Address already in use"):

@@ -238,7 +238,7 @@ static int copy_options(struct sluice_dispatcher *s, const struct sluice_dispatc
         .port = o->port,
         .worker_timeout_ms = o->worker_timeout_ms,
         .client_timeout_ms = o->client_timeout_ms,
-        .client_disconnect_grace_ms = o->client_disconnect_grace_ms,
+        .disconnect_grace_ms = o->disconnect_grace_ms,
         .job_gc_timeout_ms = o->job_gc_timeout_ms,
         .autoscale_window_ms = o->autoscale_window_ms,
         .autoscale_pool_label = s->pool_label,

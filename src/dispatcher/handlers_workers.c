@@ -124,6 +124,7 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         goto out;
     }
     dispatcher_soft_set(&d->worker_seen, w->id, uv_now(d->loop));
+    dispatcher_worker_heard(d, w->id, c->r.conn);
     /* New: assigned, unfinished, and not yet known to the worker. The worker's own tasks are
      * looked at, not every task of the cluster. */
     size_t nmine;
@@ -265,6 +266,8 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
             if (rc < 0)
                 goto refused;
             dispatcher_soft_del(&d->worker_seen, lw->id);
+            dispatcher_soft_del(&d->worker_conn, lw->id);
+            dispatcher_soft_del(&d->worker_gone, lw->id);
         }
         free(finished);
         free(failed);

@@ -10,13 +10,13 @@ uint32_t dispatcher_heartbeat_ms(uint32_t timeout_ms)
     return ms;
 }
 
-uint32_t dispatcher_disconnect_grace_ms(uint32_t option_ms, uint32_t client_timeout_ms)
+uint32_t dispatcher_disconnect_grace_ms(uint32_t option_ms, uint32_t timeout_ms)
 {
     if (option_ms == UINT32_MAX)
         return UINT32_MAX;
     uint32_t ms = option_ms ? option_ms : 5000u;
-    uint32_t floor = 2 * dispatcher_heartbeat_ms(client_timeout_ms);
+    uint32_t floor = 2 * dispatcher_heartbeat_ms(timeout_ms);
     if (ms < floor)
         ms = floor;
-    return ms < client_timeout_ms ? ms : client_timeout_ms;
+    return ms < timeout_ms ? ms : timeout_ms;
 }

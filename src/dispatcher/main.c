@@ -30,7 +30,7 @@ static const char usage[] =
     "usage: sluice-dispatcher [--host H] [--port P] [--work-dir DIR] [--fault-tolerant]\n"
     "                         [--snapshot-every N] [--journal-max-mb N] [--recover-to-last-good]\n"
     "                         [--worker-timeout-ms N] [--client-timeout-ms N]\n"
-    "                         [--client-disconnect-grace-ms N]\n"
+    "                         [--disconnect-grace-ms N]\n"
     "                         [--job-gc-timeout-ms N] [--worker-addresses H:P,...]\n"
     "                         [--metrics-port P] [--autoscale-window-ms N] [--log-level L]\n"
     "                         [--data-root DIR]...\n"
@@ -62,9 +62,9 @@ static const char usage[] =
     "                           it a damaged journal is always refused\n"
     "  --worker-timeout-ms N    remove a worker silent this long (default 10000)\n"
     "  --client-timeout-ms N    release a client silent this long (default 30000)\n"
-    "  --client-disconnect-grace-ms N\n"
-    "                           release a client this long after its connection closed, when\n"
-    "                           it sent no heartbeat since (default 5000; 0: only the timeout)\n"
+    "  --disconnect-grace-ms N  release a client (remove a worker) this long after its\n"
+    "                           connection closed, when it sent no heartbeat since (default\n"
+    "                           5000, at most its timeout; 0: only the timeouts)\n"
     "  --job-gc-timeout-ms N    collect an iteration without clients this long (default 60000)\n"
     "  --worker-addresses LIST  the fixed workers of static sharding, comma-separated\n"
     "  --metrics-port P         serve Prometheus metrics at GET /metrics, and the web\n"
@@ -150,7 +150,7 @@ struct config {
     bool journal_per_update; /* hidden: the benchmark's baseline */
     bool recover_to_last_good;
     long long worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
-    long long client_grace_ms; /* -1: the default; 0: off */
+    long long grace_ms; /* -1: the default; 0: off */
     long long autoscale_window_ms;
     const char *autoscale_pool_label;                                /* NULL: the default */
     long long max_datasets, max_pipeline_bytes, max_jobs_per_client; /* 0: the defaults */
@@ -274,7 +274,7 @@ static int parse_args(int argc, char **argv, struct config *c)
                                             "--journal-max-mb",
                                             "--worker-timeout-ms",
                                             "--client-timeout-ms",
-                                            "--client-disconnect-grace-ms",
+                                            "--disconnect-grace-ms",
                                             "--job-gc-timeout-ms",
                                             "--worker-addresses",
                                             "--metrics-port",
@@ -439,14 +439,14 @@ static int parse_args(int argc, char **argv, struct config *c)
                 return -1;
             }
             c->raft_id = v;
-        } else if (strcmp(name, "--client-disconnect-grace-ms") == 0) {
+        } else if (strcmp(name, "--disconnect-grace-ms") == 0) {
             if (!parse_num(value, 0, UINT32_MAX - 1, &v)) {
                 fail("usage",
                      "%s: expected a number of milliseconds from 0 (off) to %u, found '%s'", name,
                      UINT32_MAX - 1, value);
                 return -1;
             }
-            c->client_grace_ms = v;
+            c->grace_ms = v;
         } else if (strcmp(name, "--raft-election-timeout-ms") == 0) {
             if (!parse_num(value, 100, 60000, &v)) {
                 fail("usage", "%s: expected a number from 100 to 60000, found '%s'", name, value);
@@ -549,7 +549,7 @@ int main(int argc, char **argv)
         .port = 5050,
         .metrics_port = -1,
         .log_level = LOG_INFO,
-        .client_grace_ms = -1,
+        .grace_ms = -1,
     };
     int rc = parse_args(argc, argv, &c);
     int code = rc > 0 ? 0 : EXIT_USAGE;
@@ -571,9 +571,9 @@ int main(int argc, char **argv)
         .journal_per_update = c.journal_per_update,
         .worker_timeout_ms = (uint32_t)c.worker_timeout_ms,
         .client_timeout_ms = (uint32_t)c.client_timeout_ms,
-        .client_disconnect_grace_ms = c.client_grace_ms < 0    ? 0
-                                      : c.client_grace_ms == 0 ? UINT32_MAX
-                                                               : (uint32_t)c.client_grace_ms,
+        .disconnect_grace_ms = c.grace_ms < 0    ? 0
+                               : c.grace_ms == 0 ? UINT32_MAX
+                                                 : (uint32_t)c.grace_ms,
         .job_gc_timeout_ms = (uint32_t)c.job_gc_timeout_ms,
         .autoscale_window_ms = (uint32_t)c.autoscale_window_ms,
         .autoscale_pool_label = c.autoscale_pool_label,

@@ -1111,6 +1111,7 @@ void observe_status(const struct observe *o, const struct state *st, struct stat
         .worker_heartbeat_ms = o->cfg.worker_heartbeat_ms,
         .client_heartbeat_ms = o->cfg.client_heartbeat_ms,
         .client_disconnect_grace_ms = o->cfg.client_disconnect_grace_ms,
+        .worker_disconnect_grace_ms = o->cfg.worker_disconnect_grace_ms,
         .autoscale_window_ms = o->cfg.window_ms,
         .pools = o->pools,
         .npools = o->npools,

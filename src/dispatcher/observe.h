@@ -99,7 +99,7 @@ struct observe_config {
     const char *pool_label;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     uint32_t worker_heartbeat_ms, client_heartbeat_ms;
-    uint32_t client_disconnect_grace_ms; /* 0: off */
+    uint32_t client_disconnect_grace_ms, worker_disconnect_grace_ms; /* 0: off */
 };
 
 /* Makes the registry and empty tables; the first window ends window_ms after now_ms. params NULL

@@ -90,19 +90,31 @@ void dispatcher_soft_del(struct soft_table *t, uint64_t id)
     }
 }
 
-void dispatcher_client_heard(struct dispatcher *d, uint64_t id, const struct rpc_conn *conn)
+/* id was heard over conn now (dispatcher_client_heard, dispatcher_worker_heard). */
+static void peer_heard(struct dispatcher *d, struct soft_table *conns, struct soft_table *gone,
+                       uint64_t id, const struct rpc_conn *conn)
 {
-    if (d->client_grace_ms == UINT32_MAX)
-        return;
     if (!rpc_conn_is_open(conn)) {
         /* It closed while the request was planned or committed: on_conn_closed has run. */
-        dispatcher_soft_del(&d->client_conn, id);
-        if (!dispatcher_soft_find(&d->client_gone, id, NULL))
-            dispatcher_soft_set(&d->client_gone, id, uv_now(d->loop));
+        dispatcher_soft_del(conns, id);
+        if (!dispatcher_soft_find(gone, id, NULL))
+            dispatcher_soft_set(gone, id, uv_now(d->loop));
         return;
     }
-    dispatcher_soft_set(&d->client_conn, id, rpc_conn_serial(conn));
-    dispatcher_soft_del(&d->client_gone, id);
+    dispatcher_soft_set(conns, id, rpc_conn_serial(conn));
+    dispatcher_soft_del(gone, id);
+}
+
+void dispatcher_client_heard(struct dispatcher *d, uint64_t id, const struct rpc_conn *conn)
+{
+    if (d->client_grace_ms != UINT32_MAX)
+        peer_heard(d, &d->client_conn, &d->client_gone, id, conn);
+}
+
+void dispatcher_worker_heard(struct dispatcher *d, uint64_t id, const struct rpc_conn *conn)
+{
+    if (d->worker_grace_ms != UINT32_MAX)
+        peer_heard(d, &d->worker_conn, &d->worker_gone, id, conn);
 }
 
 static void fatal(struct dispatcher *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -738,23 +750,31 @@ static void on_status(struct dispatcher *d, struct rpc_conn *conn, const Sluice_
 
 /* ---- dispatching requests -------------------------------------------------------------------- */
 
-/* A connection closed: the clients whose last heartbeat came over it are gone from now, unless
- * they heartbeat again (over a new connection) within the grace (tick.c). */
+/* Every peer of conns whose connection was serial is gone from now. */
+static void mark_gone(struct soft_table *conns, struct soft_table *gone, uint64_t serial,
+                      uint64_t now)
+{
+    for (size_t i = 0; i < conns->n;) {
+        if (conns->v[i].t != serial) {
+            i++;
+            continue;
+        }
+        dispatcher_soft_set(gone, conns->v[i].id, now);
+        dispatcher_soft_del(conns, conns->v[i].id);
+    }
+}
+
+/* A connection closed: the clients and workers whose last heartbeat came over it are gone from
+ * now, unless they heartbeat again (over a new connection) within the grace (tick.c). */
 static void on_conn_closed(struct rpc_server *srv, struct rpc_conn *conn, void *user)
 {
     (void)srv;
     struct dispatcher *d = user;
-    if (d->closing || d->client_grace_ms == UINT32_MAX)
+    if (d->closing)
         return;
     uint64_t serial = rpc_conn_serial(conn), now = uv_now(d->loop);
-    for (size_t i = 0; i < d->client_conn.n;) {
-        if (d->client_conn.v[i].t != serial) {
-            i++;
-            continue;
-        }
-        dispatcher_soft_set(&d->client_gone, d->client_conn.v[i].id, now);
-        dispatcher_soft_del(&d->client_conn, d->client_conn.v[i].id);
-    }
+    mark_gone(&d->client_conn, &d->client_gone, serial, now);
+    mark_gone(&d->worker_conn, &d->worker_gone, serial, now);
 }
 
 /* sluice_request_seconds: the calls that make up the control plane's load, and the rest. */
@@ -865,6 +885,8 @@ static void dispatcher_free(struct dispatcher *d)
     free(d->client_seen_before.v);
     free(d->client_conn.v);
     free(d->client_gone.v);
+    free(d->worker_conn.v);
+    free(d->worker_gone.v);
     free(d->idle_since.v);
     free(d->rep_waiters);
     free(d->settled_since.v);
@@ -929,6 +951,8 @@ static void replica_serve(void *user)
     soft_clear(&d->client_seen_before);
     soft_clear(&d->client_conn);
     soft_clear(&d->client_gone);
+    soft_clear(&d->worker_conn);
+    soft_clear(&d->worker_gone);
     soft_clear(&d->idle_since);
     soft_clear(&d->settled_since);
     soft_clear(&d->leased_at);
@@ -1087,7 +1111,9 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
     d->worker_hb_ms = dispatcher_heartbeat_ms(d->worker_timeout_ms);
     d->client_hb_ms = dispatcher_heartbeat_ms(d->client_timeout_ms);
     d->client_grace_ms =
-        dispatcher_disconnect_grace_ms(opts->client_disconnect_grace_ms, d->client_timeout_ms);
+        dispatcher_disconnect_grace_ms(opts->disconnect_grace_ms, d->client_timeout_ms);
+    d->worker_grace_ms =
+        dispatcher_disconnect_grace_ms(opts->disconnect_grace_ms, d->worker_timeout_ms);
     d->on_fatal = opts->on_fatal;
     d->user = opts->user;
     d->incarnation = rpc_new_incarnation();
@@ -1101,6 +1127,7 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
         .worker_heartbeat_ms = d->worker_hb_ms,
         .client_heartbeat_ms = d->client_hb_ms,
         .client_disconnect_grace_ms = d->client_grace_ms == UINT32_MAX ? 0 : d->client_grace_ms,
+        .worker_disconnect_grace_ms = d->worker_grace_ms == UINT32_MAX ? 0 : d->worker_grace_ms,
     };
     rc = observe_create(&oc, NULL, uv_now(loop), &d->obs);
     if (rc < 0) {

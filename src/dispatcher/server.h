@@ -29,10 +29,10 @@ struct dispatcher_opts {
     int port;                   /* 0 picks a free port */
     uint32_t worker_timeout_ms; /* 0: 10000 */
     uint32_t client_timeout_ms; /* 0: 30000 */
-    /* A client whose connection closed (its process died, or it closed it) and that sent no
-     * heartbeat since is released this long after the close; 0: 5000, at most client_timeout_ms;
-     * UINT32_MAX: only the timeout releases clients. */
-    uint32_t client_disconnect_grace_ms;
+    /* A client (worker) whose connection closed (its process died, or it closed it) and that
+     * sent no heartbeat since is released (removed) this long after the close; 0: 5000, at most
+     * the kind's timeout (intervals.h); UINT32_MAX: only the timeouts. */
+    uint32_t disconnect_grace_ms;
     uint32_t job_gc_timeout_ms; /* 0: 60000 */
     /* How often the autoscaling recommendation is made (observe.h); 0: 10000. */
     uint32_t autoscale_window_ms;

@@ -90,11 +90,12 @@ struct dispatcher {
      * stopped sends its first heartbeat on waking before it reads what arrived meanwhile, so it
      * counts as heard from (dispatcher_consumers_heard_since) only with two heartbeats since. */
     struct soft_table client_seen_before;
-    /* The connection each client's last heartbeat came over (its t holds rpc_conn_serial), and
-     * since when the clients whose connection closed have not come back: a client gone that
-     * long past client_grace_ms is released (tick.c) without waiting out its timeout. A live
-     * reader reconnects with its next heartbeat; a killed one's kernel closed its sockets. */
-    struct soft_table client_conn, client_gone;
+    /* The connection each client's (worker's) last heartbeat came over (its t holds
+     * rpc_conn_serial), and since when those whose connection closed have not come back: one
+     * gone longer than client_grace_ms (worker_grace_ms) is released (removed) by the tick
+     * without waiting out its timeout. A live peer reconnects with its next heartbeat; a killed
+     * one's kernel closed its sockets. */
+    struct soft_table client_conn, client_gone, worker_conn, worker_gone;
     /* Readers of a repeating named job that asked for its next repetition while others still
      * held the current one (handlers_jobs.c): the job does not move past the repetition they wait
      * for before they join it, or before client_timeout_ms pass without them asking again. At
@@ -144,7 +145,8 @@ struct dispatcher {
     size_t nworker_addresses;
     uint32_t worker_timeout_ms, client_timeout_ms, gc_timeout_ms;
     uint32_t worker_hb_ms, client_hb_ms;
-    uint32_t client_grace_ms; /* UINT32_MAX: a closed connection does not release a client */
+    /* UINT32_MAX: a closed connection releases no client (removes no worker) */
+    uint32_t client_grace_ms, worker_grace_ms;
     uint64_t incarnation;
     struct observe *obs;     /* metrics and the autoscaling window (observe.h) */
     struct history *history; /* the dashboard's charts (history.h) */
@@ -251,9 +253,10 @@ struct soft *dispatcher_soft_find(struct soft_table *t, uint64_t id, size_t *pos
 void dispatcher_soft_set(struct soft_table *t, uint64_t id, uint64_t when);
 void dispatcher_soft_del(struct soft_table *t, uint64_t id);
 
-/* Client id was heard over conn now: its connection is that one, and it is not gone (or gone
- * from now, when conn has closed already). */
+/* Client (worker) id was heard over conn now: its connection is that one, and it is not gone
+ * (or gone from now, when conn has closed already). */
 void dispatcher_client_heard(struct dispatcher *d, uint64_t id, const struct rpc_conn *conn);
+void dispatcher_worker_heard(struct dispatcher *d, uint64_t id, const struct rpc_conn *conn);
 
 /* Once d is closing, its handles have closed and no split plan is running: frees d and calls
  * the close callback. */

@@ -610,6 +610,7 @@ static json_t *config_json(struct builder *b, const struct status_extra *x)
     put(b, o, "worker_heartbeat_ms", u64(x->worker_heartbeat_ms));
     put(b, o, "client_heartbeat_ms", u64(x->client_heartbeat_ms));
     put(b, o, "client_disconnect_grace_ms", u64(x->client_disconnect_grace_ms));
+    put(b, o, "worker_disconnect_grace_ms", u64(x->worker_disconnect_grace_ms));
     put(b, o, "autoscale_window_ms", u64(x->autoscale_window_ms));
     return o;
 }

@@ -13,6 +13,7 @@
  *     "config":   {"worker_timeout_ms": 10000, "client_timeout_ms": 30000,
  *                  "job_gc_timeout_ms": 60000, "worker_heartbeat_ms": 1000,
  *                  "client_heartbeat_ms": 1000, "client_disconnect_grace_ms": 5000 (0: off),
+ *                  "worker_disconnect_grace_ms": 5000 (0: off),
  *                  "autoscale_window_ms": 10000},
  *     "jobs":     [{"id": 1, "name": "shared" (or null when anonymous), "dataset_id": "1",
  *                   "mode": "distributed_epoch", "iteration_id": 2, "repetition": 1,
@@ -118,7 +119,7 @@ struct status_extra {
     uint32_t recommended_workers;
     uint32_t worker_timeout_ms, client_timeout_ms, job_gc_timeout_ms;
     uint32_t worker_heartbeat_ms, client_heartbeat_ms;
-    uint32_t client_disconnect_grace_ms; /* 0: off */
+    uint32_t client_disconnect_grace_ms, worker_disconnect_grace_ms; /* 0: off */
     uint32_t autoscale_window_ms;
     /* Sorted by task id (by worker id); a task or worker missing has no figures (zeros, and a
      * heartbeat age of null). Borrowed: only read during the call. */

@@ -24,6 +24,14 @@ static bool expired(struct soft_table *t, uint64_t id, uint64_t now, uint32_t ti
     return now - e->t > timeout;
 }
 
+/* Whether id's connection closed more than grace ms ago (UINT32_MAX: never) with no heartbeat
+ * since. */
+static bool gone_past(struct soft_table *gone, uint64_t id, uint64_t now, uint32_t grace)
+{
+    const struct soft *e = grace == UINT32_MAX ? NULL : dispatcher_soft_find(gone, id, NULL);
+    return e && now - e->t > grace;
+}
+
 /* Deletes soft entries whose id the state no longer knows. */
 static void soft_prune(struct soft_table *t, const struct state *s,
                        bool (*alive)(const struct state *, uint64_t))
@@ -115,6 +123,7 @@ static void note_absence(struct dispatcher *d, uint64_t now, uint64_t interval)
              "workers' and clients' silence meanwhile is not counted against them",
              away);
     credit_absence(&d->worker_seen, away, now);
+    credit_absence(&d->worker_gone, away, now);
     credit_absence(&d->client_seen, away, now);
     credit_absence(&d->client_gone, away, now);
     credit_absence(&d->idle_since, away, now);
@@ -136,6 +145,8 @@ void dispatcher_on_tick(uv_timer_t *timer)
 
     dispatcher_history_sample(d);
     soft_prune(&d->worker_seen, &d->st, worker_alive);
+    soft_prune(&d->worker_conn, &d->st, worker_alive);
+    soft_prune(&d->worker_gone, &d->st, worker_alive);
     soft_prune(&d->client_seen, &d->st, client_alive);
     soft_prune(&d->client_seen_before, &d->st, client_alive);
     soft_prune(&d->client_conn, &d->st, client_alive);
@@ -208,20 +219,32 @@ void dispatcher_on_tick(uv_timer_t *timer)
         free(ids);
     }
 
+    /* Workers silent past their timeout, and workers whose connection closed (their process
+     * died) that have not come back within the grace. */
     if ((ids = id_buffer(d->st.nworkers, &n))) {
         for (size_t i = 0; i < d->st.nworkers; i++) {
-            if (expired(&d->worker_seen, d->st.workers[i].id, now, d->worker_timeout_ms))
-                ids[n++] = d->st.workers[i].id;
+            uint64_t id = d->st.workers[i].id;
+            if (expired(&d->worker_seen, id, now, d->worker_timeout_ms) ||
+                gone_past(&d->worker_gone, id, now, d->worker_grace_ms))
+                ids[n++] = id;
         }
         for (size_t i = 0; i < n; i++) {
             const struct st_worker *w = state_worker(&d->st, ids[i]);
-            log_warn("worker %" PRIu64 " at %s sent no heartbeat for %" PRIu32 " ms: removing it",
-                     ids[i], w ? w->address : "?", d->worker_timeout_ms);
+            if (expired(&d->worker_seen, ids[i], now, d->worker_timeout_ms))
+                log_warn("worker %" PRIu64 " at %s sent no heartbeat for %" PRIu32
+                         " ms: removing it",
+                         ids[i], w ? w->address : "?", d->worker_timeout_ms);
+            else
+                log_warn("worker %" PRIu64 " at %s: its connection closed and it sent no "
+                         "heartbeat for %" PRIu32 " ms since: removing it",
+                         ids[i], w ? w->address : "?", d->worker_grace_ms);
             if (plan_remove_worker(&d->st, ids[i], &d->ups, err, sizeof err) < 0) {
                 log_warn("removing worker %" PRIu64 ": %s", ids[i], err);
                 continue;
             }
             dispatcher_soft_del(&d->worker_seen, ids[i]);
+            dispatcher_soft_del(&d->worker_conn, ids[i]);
+            dispatcher_soft_del(&d->worker_gone, ids[i]);
             dispatcher_commit(d, &d->ups, tick_done, NULL);
         }
         free(ids);
@@ -233,9 +256,7 @@ void dispatcher_on_tick(uv_timer_t *timer)
         for (size_t i = 0; i < d->st.nclients; i++) {
             uint64_t id = d->st.clients[i].id;
             if (expired(&d->client_seen, id, now, d->client_timeout_ms) ||
-                (d->client_grace_ms != UINT32_MAX &&
-                 dispatcher_soft_find(&d->client_gone, id, NULL) &&
-                 expired(&d->client_gone, id, now, d->client_grace_ms)))
+                gone_past(&d->client_gone, id, now, d->client_grace_ms))
                 ids[n++] = id;
         }
         for (size_t i = 0; i < n; i++) {

@@ -22,8 +22,14 @@
 #include "lib/net.h"
 #include "lib/tmp.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +57,10 @@ static const char *const short_timeouts[] = {"--worker-timeout-ms",
                                              NULL};
 static const char *const worker_flags[] = {"--drain-timeout-ms", "5000", NULL};
 
+/* The relay of test_reader_reconnects_not_released while it runs (0: none), killed by teardown
+ * when the test fails before it does. */
+static pid_t relay_pid;
+
 /* A fixture: a dispatcher started with dispatcher_args (NULL: none started) and workers that
  * will get worker_flags. */
 static int setup_with(void **state, const char *const *dispatcher_args)
@@ -73,16 +83,16 @@ static int setup(void **state)
     return setup_with(state, short_timeouts);
 }
 
-/* A client timeout of two minutes: a killed reader is released because its connection closed,
- * two seconds later (two heartbeat intervals, the least a grace may be), or a read waiting on its
- * splits fails at READ_MS. */
+/* Client and worker timeouts of two minutes: a killed reader (worker) is released (removed)
+ * because its connection closed, two seconds later (two heartbeat intervals, the least a grace
+ * may be), or a read waiting on its splits fails at READ_MS. */
 static int setup_grace(void **state)
 {
     static const char *const args[] = {"--worker-timeout-ms",
-                                       "1000",
+                                       "120000",
                                        "--client-timeout-ms",
                                        "120000",
-                                       "--client-disconnect-grace-ms",
+                                       "--disconnect-grace-ms",
                                        "2000",
                                        "--log-level",
                                        "info",
@@ -97,7 +107,7 @@ static int setup_no_grace(void **state)
                                        "1000",
                                        "--client-timeout-ms",
                                        "3000",
-                                       "--client-disconnect-grace-ms",
+                                       "--disconnect-grace-ms",
                                        "0",
                                        "--log-level",
                                        "info",
@@ -146,6 +156,11 @@ static struct proc *new_reader(void)
 static int teardown(void **state)
 {
     struct cluster *c = *state;
+    if (relay_pid > 0) {
+        kill(relay_pid, SIGKILL);
+        waitpid(relay_pid, NULL, 0);
+        relay_pid = 0;
+    }
     for (int i = 0; i < nreaders; i++)
         proc_stop(&readers[i], SIGKILL, WAIT_MS);
     nreaders = 0;
@@ -592,7 +607,7 @@ static void test_dead_reader_splits_reissued(void **state)
 }
 
 /* A reader killed (-9) in the middle of a shared epoch: its process's connections close with
- * it, so the dispatcher releases it one grace (--client-disconnect-grace-ms) after, not at its
+ * it, so the dispatcher releases it one grace (--disconnect-grace-ms) after, not at its
  * timeout (two minutes here), and the next reader of the job gets the dead one's splits: the
  * epoch completes, nothing twice, and the log says why the client went. With the grace off, the
  * timeout releases it. */
@@ -634,6 +649,164 @@ static void killed_reader_released(struct cluster *c, bool grace)
         assert_null(strstr(log, "its connection closed"));
     }
     free(log);
+}
+
+/* ---- a relay whose death closes a live reader's connection to the dispatcher ---------------- */
+
+#define RELAY_PAIRS 16
+
+/* The relay's loop (in its own process): every connection accepted on ls is joined to a new
+ * one to 127.0.0.1:to; when either end closes, both do. Each accept appends a line to log. */
+static void relay_run(int ls, int to, const char *log)
+{
+    int a[RELAY_PAIRS], b[RELAY_PAIRS], n = 0;
+    char buf[65536];
+    for (;;) {
+        struct pollfd p[1 + 2 * RELAY_PAIRS];
+        p[0] = (struct pollfd){.fd = ls, .events = POLLIN};
+        for (int i = 0; i < n; i++) {
+            p[1 + 2 * i] = (struct pollfd){.fd = a[i], .events = POLLIN};
+            p[2 + 2 * i] = (struct pollfd){.fd = b[i], .events = POLLIN};
+        }
+        if (poll(p, (nfds_t)(1 + 2 * n), -1) < 0)
+            continue;
+        int gone = -1;
+        for (int k = 1; k < 1 + 2 * n && gone < 0; k++) {
+            if (!p[k].revents)
+                continue;
+            int i = (k - 1) / 2, from = p[k].fd, dst = from == a[i] ? b[i] : a[i];
+            ssize_t got = read(from, buf, sizeof buf), put = 0;
+            while (got > 0 && put < got) {
+                ssize_t w = write(dst, buf + put, (size_t)(got - put));
+                if (w <= 0)
+                    break;
+                put += w;
+            }
+            if (got <= 0 || put < got)
+                gone = i;
+        }
+        if (gone >= 0) {
+            close(a[gone]);
+            close(b[gone]);
+            a[gone] = a[n - 1];
+            b[gone] = b[n - 1];
+            n--;
+            continue;
+        }
+        if (p[0].revents && n < RELAY_PAIRS) {
+            int in = accept(ls, NULL, NULL);
+            int out = socket(AF_INET, SOCK_STREAM, 0);
+            struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)to)};
+            sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (in >= 0 && out >= 0 && connect(out, (struct sockaddr *)&sa, sizeof sa) == 0) {
+                a[n] = in;
+                b[n++] = out;
+                FILE *f = fopen(log, "a");
+                if (f) {
+                    fputs("accepted\n", f);
+                    fclose(f);
+                }
+            } else {
+                if (in >= 0)
+                    close(in);
+                if (out >= 0)
+                    close(out);
+            }
+        }
+    }
+}
+
+/* Starts the relay on 127.0.0.1:port (listening before this returns) to 127.0.0.1:to, logging
+ * its accepts to log. Returns its pid. */
+static pid_t relay_start(int port, int to, const char *log)
+{
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(ls >= 0);
+    int one = 1;
+    assert_int_equal(setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one), 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(ls, 16), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        relay_run(ls, to, log);
+        _exit(0);
+    }
+    close(ls);
+    relay_pid = pid;
+    return pid;
+}
+
+static void relay_kill(pid_t pid)
+{
+    relay_pid = 0;
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+}
+
+/* A live reader whose connection to the dispatcher breaks (the relay it reads the dispatcher
+ * through is killed twice in the middle of its read, and started again at once) reconnects with
+ * its next heartbeat, through the new relay, and is not released: the read ends with every
+ * element once, and the dispatcher released nobody. */
+static void test_reader_reconnects_not_released(void **state)
+{
+    struct cluster *c = *state;
+    cluster_add_workers(c, 2);
+    int port = free_port(), disp = c->port;
+    char log[2][600];
+    for (int i = 0; i < 2; i++)
+        snprintf(log[i], sizeof log[i], "%s/relay%d.log", tmp_dir(), i);
+    pid_t relay = relay_start(port, disp, log[0]);
+    struct proc *r = new_reader();
+    c->port = port; /* the reader's --dispatcher: the relay */
+    spawn_read(c, r, 3000, 6000, "relayed");
+    c->port = disp;
+    wait_mid_epoch(c, r, "relayed");
+    relay_kill(relay);
+    relay = relay_start(port, disp, log[1]);
+    /* Past the grace (2 s) and the next tick: a reader that did not come back is released by
+     * now, and its read fails. */
+    usleep(3500 * 1000);
+    assert_still_reading(r);
+    relay_kill(relay);
+    relay = relay_start(port, disp, log[1]);
+    assert_exactly_once("read through a broken connection", finish_read(r), 3000);
+    relay_kill(relay);
+    /* The reader did reconnect through the relays started again. */
+    char *accepts = read_text_file(log[1]);
+    assert_non_null(accepts);
+    assert_non_null(strstr(accepts, "accepted"));
+    free(accepts);
+    char *text = read_text_file(c->dispatcher.log);
+    assert_non_null(text);
+    assert_null(strstr(text, "releasing it"));
+    free(text);
+}
+
+/* A worker killed (-9) in the middle of a read: its connection to the dispatcher closes with
+ * it, so it is removed one grace after, not at its timeout (two minutes here), and its splits go
+ * to the other worker: every element once. */
+static void test_killed_worker_removed_on_close(void **state)
+{
+    struct cluster *c = *state;
+    cluster_add_workers(c, 2);
+    struct proc *r = new_reader();
+    spawn_read(c, r, 4000, 1000, NULL);
+    wait_mid_epoch(c, r, NULL);
+    assert_int_equal(proc_stop(&c->workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
+    assert_exactly_once("one worker killed", finish_read(r), 4000);
+    char *log = read_text_file(c->dispatcher.log);
+    assert_non_null(log);
+    assert_non_null(strstr(log, ": its connection closed and it sent no heartbeat for 2000 ms "
+                                "since: removing it"));
+    assert_null(strstr(log, "sent no heartbeat for 120000 ms"));
+    free(log);
+    json_t *doc = cluster_status(c);
+    assert_int_equal(json_array_size(json_object_get(doc, "workers")), 1);
+    assert_int_equal(int_field(json_object_get(doc, "config"), "worker_disconnect_grace_ms"), 2000);
+    json_decref(doc);
 }
 
 static void test_killed_reader_released_on_close(void **state)
@@ -702,7 +875,7 @@ static void start_bare_dispatcher(struct cluster *c, const char *const *flags)
 }
 
 static void assert_config(struct cluster *c, long long worker_timeout, long long client_timeout,
-                          long long gc_timeout, long long grace)
+                          long long gc_timeout, long long grace, long long worker_grace)
 {
     json_t *doc = cluster_status(c);
     json_t *config = json_object_get(doc, "config");
@@ -712,6 +885,7 @@ static void assert_config(struct cluster *c, long long worker_timeout, long long
     assert_int_equal(int_field(config, "client_timeout_ms"), client_timeout);
     assert_int_equal(int_field(config, "job_gc_timeout_ms"), gc_timeout);
     assert_int_equal(int_field(config, "client_disconnect_grace_ms"), grace);
+    assert_int_equal(int_field(config, "worker_disconnect_grace_ms"), worker_grace);
     long long worker_hb = int_field(config, "worker_heartbeat_ms");
     long long client_hb = int_field(config, "client_heartbeat_ms");
     printf("    timeouts %lld/%lld/%lld ms: heartbeats worker %lld ms, client %lld ms\n",
@@ -727,7 +901,7 @@ static void test_defaults(void **state)
     struct cluster *c = *state;
     static const char *const quiet[] = {"--log-level", "warn", NULL};
     start_bare_dispatcher(c, quiet);
-    assert_config(c, 10000, 30000, 60000, 5000);
+    assert_config(c, 10000, 30000, 60000, 5000, 5000);
     assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, WAIT_MS), 0);
 
     static const char *const small[] = {"--worker-timeout-ms",
@@ -740,8 +914,8 @@ static void test_defaults(void **state)
                                         "warn",
                                         NULL};
     start_bare_dispatcher(c, small);
-    /* The grace is never longer than the client timeout. */
-    assert_config(c, 600, 900, 1200, 900);
+    /* The grace is never longer than a timeout. */
+    assert_config(c, 600, 900, 1200, 900, 600);
     assert_int_equal(proc_stop(&c->dispatcher, SIGTERM, WAIT_MS), 0);
 }
 
@@ -761,8 +935,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dispatcher_paused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_killed_reader_released_on_close, setup_grace,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_killed_worker_removed_on_close, setup_grace, teardown),
         cmocka_unit_test_setup_teardown(test_killed_reader_released_at_timeout, setup_no_grace,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_reader_reconnects_not_released, setup_grace, teardown),
         cmocka_unit_test_setup_teardown(test_defaults, setup_no_dispatcher, teardown),
     };
     signal(SIGPIPE, SIG_IGN);

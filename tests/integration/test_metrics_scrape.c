@@ -266,7 +266,9 @@ static void test_status_defaults(void **unused)
     assert_int_equal(json_int_at(cfg, "worker_heartbeat_ms"), 1000);
     assert_int_equal(json_int_at(cfg, "client_heartbeat_ms"), 1000);
     assert_int_equal(json_int_at(cfg, "autoscale_window_ms"), 10000);
-    assert_int_equal(json_object_size(cfg), 6);
+    assert_int_equal(json_int_at(cfg, "client_disconnect_grace_ms"), 5000);
+    assert_int_equal(json_int_at(cfg, "worker_disconnect_grace_ms"), 5000);
+    assert_int_equal(json_object_size(cfg), 8);
     json_decref(doc);
 
     char *out = NULL;
@@ -303,6 +305,9 @@ static void test_status_cluster(void **unused)
     assert_int_equal(json_int_at(cfg, "worker_heartbeat_ms"), 400);
     assert_int_equal(json_int_at(cfg, "client_heartbeat_ms"), 1000);
     assert_int_equal(json_int_at(cfg, "autoscale_window_ms"), 60000);
+    /* The 5 s disconnect grace, capped by the worker timeout. */
+    assert_int_equal(json_int_at(cfg, "client_disconnect_grace_ms"), 5000);
+    assert_int_equal(json_int_at(cfg, "worker_disconnect_grace_ms"), 2000);
     json_decref(doc);
 
     char *out = NULL;

@@ -76,6 +76,8 @@ static int setup(void **state)
         .job_gc_timeout_ms = 60000,
         .worker_heartbeat_ms = 400,
         .client_heartbeat_ms = 1000,
+        .client_disconnect_grace_ms = 5000,
+        .worker_disconnect_grace_ms = 2000,
     };
     assert_int_equal(observe_create(&cfg, NULL, 0, &f->o), 0);
     *state = f;
@@ -760,6 +762,8 @@ static void test_status_extra(void **state)
     assert_non_null(strstr(json, "\"recommended_workers\":2,\"config\":{\"worker_timeout_ms\":2000,"
                                  "\"client_timeout_ms\":5000,\"job_gc_timeout_ms\":60000,"
                                  "\"worker_heartbeat_ms\":400,\"client_heartbeat_ms\":1000,"
+                                 "\"client_disconnect_grace_ms\":5000,"
+                                 "\"worker_disconnect_grace_ms\":2000,"
                                  "\"autoscale_window_ms\":1000},\"autoscale\":{\"pool_label\":"
                                  "\"pool\",\"pools\":[]},\"workers\":["));
     free(json);
