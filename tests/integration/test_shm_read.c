@@ -12,7 +12,8 @@
  *     and no entry of ours in /dev/shm;
  *   - kill -9 of a reader process (`sluice read`) at a random point, 8 times: the worker unmaps
  *     its region, holds no memfd and serves the next reader;
- *   - a worker whose shared-memory socket refuses the reader is read over TCP. */
+ *   - silent connections to the worker's shared-memory socket, more than may wait for their
+ *     hello, lock no reader out and are closed when their hello is overdue. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,7 @@
 #include "sluice/sluice.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -201,7 +203,8 @@ static void wait_workers(int n)
     }
 }
 
-static void start_worker(int i)
+/* Starts worker i; hs_timeout_ms: its --handshake-timeout-ms (NULL: the default). */
+static void start_worker(int i, const char *hs_timeout_ms)
 {
     char *argv[] = {(char *)bin_path("sluice-worker"),
                     "--dispatcher",
@@ -214,6 +217,8 @@ static void start_worker(int i)
                     "0",
                     "--log-level",
                     "warn",
+                    hs_timeout_ms ? "--handshake-timeout-ms" : NULL,
+                    (char *)hs_timeout_ms,
                     NULL};
     assert_int_equal(proc_start(&workers[i], argv, 10000), 0);
     assert_int_equal(cluster_read_address(&workers[i], " metrics on ", metrics_addr[i],
@@ -347,7 +352,7 @@ static void expect_read_via(const struct read_spec *s, size_t n, bool shm)
 static void test_shm_and_tcp_agree(void **unused)
 {
     (void)unused;
-    start_worker(0);
+    start_worker(0, NULL);
     wait_workers(1);
     const char *big = "range(60) | map(bytes, 300000)";
     enum sluice_mode modes[] = {SLUICE_PARALLEL_EPOCHS, SLUICE_DISTRIBUTED_EPOCH};
@@ -389,7 +394,7 @@ static void check_bound(void)
 static void test_region_bound(void **unused)
 {
     (void)unused;
-    start_worker(0);
+    start_worker(0, NULL);
     wait_workers(1);
     struct read_spec s = {.pipeline = "range(20) | map(bytes, 1500000)",
                           .mode = SLUICE_PARALLEL_EPOCHS,
@@ -420,9 +425,9 @@ static void test_worker_killed(void **unused)
     unsigned seed = (unsigned)now_ms();
     print_message("worker kills: seed %u\n", seed);
     srand(seed);
-    start_worker(0);
+    start_worker(0, NULL);
     for (int round = 0; round < 3; round++) {
-        start_worker(1);
+        start_worker(1, NULL);
         wait_workers(2);
         double shm0 = metric(0, "sluice_worker_shm_elements_total");
         struct read_spec s = {.pipeline = "range(400) | map(bytes, 100000)",
@@ -443,7 +448,7 @@ static void test_worker_killed(void **unused)
 static void test_reader_killed(void **unused)
 {
     (void)unused;
-    start_worker(0);
+    start_worker(0, NULL);
     wait_workers(1);
     unsigned seed = (unsigned)now_ms();
     print_message("reader kills: seed %u\n", seed);
@@ -482,14 +487,15 @@ static void test_reader_killed(void **unused)
     stop_worker(0, SIGINT);
 }
 
-/* A worker whose shared-memory socket refuses the reader (as many sockets of this process as it
- * lets wait for their hello already wait there): whether the refusal reaches the reader while it
- * dials or during the handshake, it then dials TCP, and the read goes through. Once they are
- * gone, the next read uses shared memory again. */
-static void test_refused_falls_back(void **unused)
+/* Processes of the reader's user that connect to the worker's shared-memory socket and say
+ * nothing (more of them than may wait for their hello) lock no reader out: each newcomer closes
+ * the oldest silent one, so a reader that dials after them reads over shared memory at once, and
+ * the rest are closed when their hello is overdue (the worker's --handshake-timeout-ms). */
+static void test_silent_connections(void **unused)
 {
     (void)unused;
-    start_worker(0);
+    enum { SILENT = 20, PENDING = 16, TIMEOUT_MS = 1500 };
+    start_worker(0, "1500");
     wait_workers(1);
     char err[SLUICE_ERRMSG_SIZE], *json = NULL;
     assert_int_equal(sluice_status(client, &json, err, sizeof err), 0);
@@ -503,19 +509,45 @@ static void test_refused_falls_back(void **unused)
     int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "sluice-worker-%.16s", p + 1);
     free(json);
     socklen_t salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-    int fds[16];
-    for (int i = 0; i < 16; i++) {
-        fds[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        assert_true(fds[i] >= 0);
-        assert_int_equal(connect(fds[i], (struct sockaddr *)&sa, salen), 0);
+    struct pollfd fds[SILENT];
+    long long connected[SILENT], closed[SILENT];
+    for (int i = 0; i < SILENT; i++) {
+        fds[i].fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        fds[i].events = POLLIN;
+        assert_true(fds[i].fd >= 0);
+        assert_int_equal(connect(fds[i].fd, (struct sockaddr *)&sa, salen), 0);
+        connected[i] = now_ms();
+        closed[i] = 0;
     }
-    usleep(300000); /* the worker accepts them all */
     struct read_spec s = {.pipeline = "range(30) | map(bytes, 300000)",
                           .mode = SLUICE_PARALLEL_EPOCHS};
-    expect_read_via(&s, 30, false);
-    for (int i = 0; i < 16; i++)
-        close(fds[i]);
-    usleep(300000);
+    expect_read_via(&s, 30, true);
+    /* Every silent socket is closed by the worker (end of file), within a bounded wait. */
+    long long deadline = now_ms() + WAIT_MS;
+    int left = SILENT;
+    while (left > 0) {
+        if (now_ms() > deadline)
+            fail_msg("%d silent connections still open after %d ms", left, WAIT_MS);
+        assert_true(poll(fds, SILENT, 100) >= 0);
+        for (int i = 0; i < SILENT; i++) {
+            char c;
+            if (closed[i] || !(fds[i].revents & (POLLIN | POLLHUP)))
+                continue;
+            assert_int_equal(recv(fds[i].fd, &c, 1, MSG_DONTWAIT), 0);
+            closed[i] = now_ms();
+            fds[i].events = 0;
+            left--;
+        }
+    }
+    /* Only those that made room (for the silent ones beyond PENDING and for the reader) may go
+     * before their timeout; the others went because of it. */
+    int early = 0;
+    for (int i = 0; i < SILENT; i++) {
+        early += closed[i] - connected[i] < TIMEOUT_MS;
+        close(fds[i].fd);
+    }
+    print_message("silent connections: %d of %d closed to make room\n", early, SILENT);
+    assert_true(early <= SILENT - PENDING + 1);
     expect_read_via(&s, 30, true);
     stop_worker(0, SIGINT);
 }
@@ -527,7 +559,7 @@ int main(void)
         cmocka_unit_test_teardown(test_region_bound, stop_workers),
         cmocka_unit_test_teardown(test_worker_killed, stop_workers),
         cmocka_unit_test_teardown(test_reader_killed, stop_workers),
-        cmocka_unit_test_teardown(test_refused_falls_back, stop_workers),
+        cmocka_unit_test_teardown(test_silent_connections, stop_workers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
