@@ -110,7 +110,6 @@ struct shm_listener {
     int fd;
     shm_sock_accept_cb cb;
     void *user;
-    uint32_t timeout_ms;
     struct waitlist waiting; /* the sockets waiting for their hello, oldest first */
     unsigned handles;        /* open handles: the poll handles, the listener's own, the timer */
     bool closing;
