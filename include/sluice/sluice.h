@@ -566,7 +566,11 @@ int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len);
 
 /* Like sluice_iterator_next(), but moves the element into elem (from sluice_element_new()),
  * whose previous buffers the iterator keeps for reuse: the caller owns the element's buffers
- * from then on, e.g. to hand them to another library without a copy. */
+ * from then on, e.g. to hand them to another library without a copy. An element read over
+ * shared memory from a worker on this host may leave a fixed-width component of 4 KiB or more,
+ * aligned to its dtype, in the shared region instead of copying it (docs/reading.md "Local
+ * workers"): its values stay valid, and that part of the region taken, until the element is
+ * freed or changes that component, also after the iterator and the client are closed. */
 int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
                               uint32_t timeout_ms, char *err, size_t errlen);
 

@@ -11,6 +11,7 @@
 #include "iterator_internal.h"
 
 #include "checkpoint.h"
+#include "shm_block.h"
 
 #include "common/mode.h"
 
@@ -249,9 +250,11 @@ static void handed_end(struct sluice_iterator *it, uint64_t seq, uint64_t total)
         note_failure(it, rc);
 }
 
-/* The next element as the service delivers it: 1, 0 at the end, or a negative code. */
-static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool timed, char *err,
-                    size_t errlen)
+/* The next element as the service delivers it: 1, 0 at the end, or a negative code. lend: a
+ * large tensor of a payload in a shared region may stay there (codec_next_record), for an
+ * element that leaves the library (sluice_iterator_next_into). */
+static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool timed, bool lend,
+                    char *err, size_t errlen)
 {
     for (;;) {
         if (iter_interrupted(it))
@@ -280,8 +283,9 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             snprintf(msg, sizeof msg, "a damaged record");
         } else {
             struct codec_mark mark;
+            struct pipe_lender *lender = lend && it->cur.shm ? &it->cur.shm->lender : NULL;
             rc = codec_next_record(it->cur.data, it->cur.len, &it->cur_pos, out, &it->scratch,
-                                   &mark, msg, sizeof msg);
+                                   lender, &mark, msg, sizeof msg);
             if (rc == CODEC_ELEMENT) {
                 it->cur_decoded++;
                 it->taken_local++;
@@ -325,7 +329,7 @@ struct upstream {
 static int upstream_next(struct pipe_iter *pi, struct sluice_element *out)
 {
     struct upstream *up = (struct upstream *)pi;
-    return raw_next(up->it, out, false, pi->ctx->err, sizeof pi->ctx->err);
+    return raw_next(up->it, out, false, false, pi->ctx->err, sizeof pi->ctx->err);
 }
 
 static void upstream_destroy(struct pipe_iter *pi)
@@ -423,7 +427,8 @@ int iter_open_tail(struct sluice_iterator *it, const char *text, const char *wha
     return 0;
 }
 
-static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err, size_t errlen)
+static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, bool lend, char *err,
+                     size_t errlen)
 {
     int rc;
     if (it->tail) {
@@ -441,7 +446,7 @@ static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, char *err,
         return iter_mix_next(it, timeout_ms, err, errlen);
     it->call_timeout_ms = timeout_ms;
     it->deadline_ns = 0; /* set at the call's first wait (wait_payload) */
-    return raw_next(it, &it->elem, true, err, errlen);
+    return raw_next(it, &it->elem, true, lend, err, errlen);
 }
 
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,
@@ -450,7 +455,7 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
     if (!it || !elem)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
     *elem = NULL;
-    int rc = iter_next(it, timeout_ms, err, errlen);
+    int rc = iter_next(it, timeout_ms, false, err, errlen);
     if (rc == 1)
         *elem = &it->elem;
     else if (rc == SLUICE_ERR_TIMEOUT)
@@ -458,17 +463,26 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
     return rc;
 }
 
-int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
-                              uint32_t timeout_ms, char *err, size_t errlen)
+int iter_next_into(struct sluice_iterator *it, struct sluice_element *elem, uint32_t timeout_ms,
+                   bool lend, char *err, size_t errlen)
 {
     if (!it || !elem)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
-    int rc = iter_next(it, timeout_ms, err, errlen);
-    if (rc == 1)
+    int rc = iter_next(it, timeout_ms, lend, err, errlen);
+    if (rc == 1) {
         pipe_elem_swap(elem, &it->elem);
-    else if (rc == SLUICE_ERR_TIMEOUT)
+        /* The caller's old buffers stay for reuse; what they borrowed from a shared region goes
+         * back now rather than at the next element. */
+        pipe_elem_unlend(&it->elem);
+    } else if (rc == SLUICE_ERR_TIMEOUT)
         iter_append_reason(it, err, errlen);
     return rc;
+}
+
+int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
+                              uint32_t timeout_ms, char *err, size_t errlen)
+{
+    return iter_next_into(it, elem, timeout_ms, true, err, errlen);
 }
 
 int sluice_iterator_task(const struct sluice_iterator *it, uint64_t *task_id)

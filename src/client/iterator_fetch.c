@@ -5,6 +5,8 @@
 #include "iterator_internal.h"
 
 #include "common/inproc.h"
+#include "common/shm_region.h"
+#include "shm_block.h"
 
 /* ---- loop thread: fetching elements ------------------------------------------------------- */
 
@@ -64,8 +66,14 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
 {
     if (r->payload.len) {
         /* A payload in a worker's shared region stays where it lies until the reader is done. */
-        item->shm = rpc_client_take_shm(rpc, &item->shm_pos);
-        if (item->shm) {
+        uint64_t pos;
+        struct shm_region *region = rpc_client_take_shm(rpc, &pos);
+        if (region) {
+            item->shm = shm_block_new(region, pos);
+            if (!item->shm) {
+                shm_region_release(region, pos);
+                return SLUICE_ERR_NOMEM;
+            }
             item->data = r->payload.data;
             return 0;
         }

@@ -259,6 +259,11 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
 /* Makes a reader blocked in (or about to call) next() return with "iterator closed", also the
  * current repetition's of a repeating read. Any thread but the loop's. */
 void iter_reader_stop(struct sluice_iterator *it);
+/* sluice_iterator_next_into; lend: large tensors may stay in a shared region (as the public call
+ * allows), which is for elements that leave the library, never for those a pipeline operator of
+ * this library gets next (a repetition's or a mix's input). */
+int iter_next_into(struct sluice_iterator *it, struct sluice_element *elem, uint32_t timeout_ms,
+                   bool lend, char *err, size_t errlen);
 /* Frees what the reader part holds (the tail, the payload being decoded, the element handed out);
  * the reader's thread, once it has stopped. */
 void iter_reader_release(struct sluice_iterator *it);

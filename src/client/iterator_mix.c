@@ -66,8 +66,7 @@ static int kid_next(struct pipe_iter *pi, struct sluice_element *out)
 {
     struct mix_kid *k = (struct mix_kid *)pi;
     k->ctx.err[0] = '\0';
-    int rc =
-        sluice_iterator_next_into(k->read, out, k->m->timeout_ms, k->ctx.err, sizeof k->ctx.err);
+    int rc = iter_next_into(k->read, out, k->m->timeout_ms, false, k->ctx.err, sizeof k->ctx.err);
     if (rc == SLUICE_ERR_TIMEOUT)
         k->m->waiting_on = k->index + 1;
     else if (rc == 1 && k->index < k->m->ninputs)

@@ -30,7 +30,7 @@ static int rep_next(struct pipe_iter *pi, struct sluice_element *out)
     struct rep_upstream *up = (struct rep_upstream *)pi;
     struct sluice_iterator *it = up->it;
     /* Only this thread changes it->stream; mu keeps its readers on other threads apart. */
-    return sluice_iterator_next_into(it->stream, out, 0, pi->ctx->err, sizeof pi->ctx->err);
+    return iter_next_into(it->stream, out, 0, false, pi->ctx->err, sizeof pi->ctx->err);
 }
 
 /* Closes the current repetition: unpublished under mu first, so a caller of waiting or

@@ -1,7 +1,7 @@
 #include "prefetch.h"
 
 #include "common/bufpool.h"
-#include "common/shm_region.h"
+#include "shm_block.h"
 #include "common/error.h"
 
 #include <assert.h>
@@ -22,7 +22,7 @@ int prefetch_init(struct prefetch *p, unsigned cap)
 void prefetch_item_free(struct prefetch_item *item)
 {
     if (item->shm)
-        shm_region_release(item->shm, item->shm_pos);
+        shm_block_unref(item->shm);
     else if (item->block && item->pool)
         bufpool_put(item->pool, item->block, item->block_cap);
     else

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 struct bufpool;
-struct shm_region;
+struct shm_block;
 
 /* One reply payload: count element records in the element codec's batch format. The bytes are
  * in a shared region (shm), or in one malloc'd block: block when it is set (data then points into
@@ -34,10 +34,10 @@ struct prefetch_item {
     void *block;
     size_t block_cap;
     struct bufpool *pool; /* outlives the item */
-    /* Or, when shm is set: the bytes lie in that shared region (common/shm_region.h) as the
-     * block taken at shm_pos, released there by prefetch_item_free (block and pool are unset). */
-    struct shm_region *shm;
-    uint64_t shm_pos;
+    /* Or, when shm is set: the bytes lie in that block of a shared region (shm_block.h), of
+     * which the item holds one reference, dropped by prefetch_item_free (block and pool are
+     * unset); tensors decoded from it may hold more. */
+    struct shm_block *shm;
     /* Indices (ascending) of records in data the reader skips: elements received before, and
      * split end markers (distributed_epoch). Owned. */
     uint32_t *skip;

@@ -43,6 +43,7 @@
 #include "ratelimit.h"
 #include "security.h"
 #include "tls.h"
+#include "waitlist.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -68,10 +69,8 @@ struct rpc_conn {
     struct conn conn;       /* first member: a struct conn * is a struct rpc_conn * */
     struct rpc_server *srv; /* NULL once the handle has closed */
     struct rpc_conn *prev, *next;
-    /* In srv's handshake list while the handshake is under way (pending). */
-    struct rpc_conn *hs_prev, *hs_next;
-    bool pending;
-    uint64_t accepted; /* loop time (ms) of the accept, for the handshake's deadlines */
+    /* In srv's handshake list while the handshake is under way; since: the accept. */
+    struct waitlist_item wait;
     unsigned refs;
     bool greeted; /* the handshake is done: on_open ran */
     struct auth_hs hs;
@@ -100,11 +99,10 @@ struct rpc_server {
     int port;
     struct rpc_conn *conns; /* every connection whose handle is open, newest first */
     unsigned nconns;
-    struct rpc_conn *hs_head, *hs_tail; /* connections in their handshake, oldest first */
-    unsigned nhandshakes;
+    /* Connections in their handshake, oldest first; its timer is due when the first runs out. */
+    struct waitlist hs;
     unsigned max_conns, max_handshakes, max_handshakes_per_address;
     uint32_t hs_timeout_ms, idle_timeout_ms;
-    uv_timer_t hs_timer; /* due when the oldest handshake runs out */
     /* Refused connections are accepted into spare and closed at once (see the top). */
     struct listen_spare spare;
     uint64_t auth_failures, refused, timeouts, evictions;
@@ -319,30 +317,24 @@ static void protocol_error(struct rpc_conn *rc, const char *fmt, ...)
     conn_close(&rc->conn);
 }
 
-static void on_hs_timer(uv_timer_t *t);
+static struct rpc_conn *waiting_conn(const struct waitlist_item *w)
+{
+    return (struct rpc_conn *)((char *)w - offsetof(struct rpc_conn, wait));
+}
 
 /* Takes rc off the handshake list. */
 static void hs_remove(struct rpc_server *srv, struct rpc_conn *rc)
 {
-    if (!rc->pending)
-        return;
-    rc->pending = false;
-    if (rc->hs_prev)
-        rc->hs_prev->hs_next = rc->hs_next;
-    else
-        srv->hs_head = rc->hs_next;
-    if (rc->hs_next)
-        rc->hs_next->hs_prev = rc->hs_prev;
-    else
-        srv->hs_tail = rc->hs_prev;
-    rc->hs_prev = rc->hs_next = NULL;
-    srv->nhandshakes--;
+    waitlist_remove(&srv->hs, &rc->wait);
 }
 
-/* When rc's handshake runs out: sooner while it has sent nothing at all. */
-static uint64_t hs_deadline(const struct rpc_server *srv, const struct rpc_conn *rc)
+/* When a connection's handshake runs out: sooner while it has sent nothing at all. */
+static uint64_t hs_deadline(struct waitlist *wl, const struct waitlist_item *w)
 {
-    return rc->accepted + (rc->conn.heard ? srv->hs_timeout_ms : srv->idle_timeout_ms);
+    const struct rpc_server *srv =
+        (const struct rpc_server *)((char *)wl - offsetof(struct rpc_server, hs));
+    const struct rpc_conn *rc = waiting_conn(w);
+    return w->since + (rc->conn.heard ? srv->hs_timeout_ms : srv->idle_timeout_ms);
 }
 
 /* The length of the address part of a peer name "IP:PORT" ("[V6]:PORT"; a name without a port,
@@ -377,7 +369,8 @@ static bool hs_silent(struct rpc_conn *rc)
 static struct rpc_conn *hs_oldest(struct rpc_server *srv, const char *addr, size_t alen)
 {
     struct rpc_conn *oldest = NULL;
-    for (struct rpc_conn *rc = srv->hs_head; rc; rc = rc->hs_next) {
+    for (struct waitlist_item *w = srv->hs.head; w; w = w->next) {
+        struct rpc_conn *rc = waiting_conn(w);
         if (addr && !same_addr(addr, alen, rc->conn.peer))
             continue;
         if (oldest == NULL)
@@ -396,12 +389,12 @@ static void hs_make_room(struct rpc_server *srv, const struct rpc_conn *newcomer
     const char *addr = newcomer->conn.peer;
     size_t alen = peer_addr_len(addr);
     unsigned same = 0;
-    for (struct rpc_conn *rc = srv->hs_head; rc; rc = rc->hs_next)
-        same += same_addr(addr, alen, rc->conn.peer);
+    for (struct waitlist_item *w = srv->hs.head; w; w = w->next)
+        same += same_addr(addr, alen, waiting_conn(w)->conn.peer);
     struct rpc_conn *victim = NULL;
     if (same >= srv->max_handshakes_per_address)
         victim = hs_oldest(srv, addr, alen);
-    else if (srv->nhandshakes >= srv->max_handshakes)
+    else if (srv->hs.n >= srv->max_handshakes)
         victim = hs_oldest(srv, NULL, 0);
     if (victim == NULL)
         return;
@@ -416,49 +409,22 @@ static void hs_make_room(struct rpc_server *srv, const struct rpc_conn *newcomer
 static void hs_admit(struct rpc_server *srv, struct rpc_conn *rc)
 {
     hs_make_room(srv, rc);
-    rc->pending = true;
-    rc->accepted = uv_now(srv->loop);
-    rc->hs_next = NULL;
-    rc->hs_prev = srv->hs_tail;
-    if (srv->hs_tail)
-        srv->hs_tail->hs_next = rc;
-    else
-        srv->hs_head = rc;
-    srv->hs_tail = rc;
-    srv->nhandshakes++;
-    /* rc is due at the idle timeout: the timer must be due no later. */
-    if (!uv_is_active((uv_handle_t *)&srv->hs_timer) ||
-        uv_timer_get_due_in(&srv->hs_timer) > srv->idle_timeout_ms)
-        uv_timer_start(&srv->hs_timer, on_hs_timer, srv->idle_timeout_ms, 0);
+    waitlist_add(&srv->hs, &rc->wait);
 }
 
-static void on_hs_timer(uv_timer_t *t)
+/* A connection's handshake ran out (it is off the list already). */
+static void hs_expired(struct waitlist *wl, struct waitlist_item *w)
 {
-    struct rpc_server *srv = t->data;
-    uint64_t now = uv_now(srv->loop);
-    uint64_t next = UINT64_MAX;
-    struct rpc_conn *rc = srv->hs_head;
-    while (rc) {
-        struct rpc_conn *following = rc->hs_next;
-        uint64_t due = hs_deadline(srv, rc);
-        if (due > now) {
-            if (due < next)
-                next = due;
-        } else {
-            hs_remove(srv, rc);
-            srv->timeouts++;
-            if (rc->conn.heard)
-                peer_log(srv, rc, "no handshake within %" PRIu32 " ms; closing the connection",
-                         srv->hs_timeout_ms);
-            else
-                peer_log(srv, rc, "nothing received within %" PRIu32 " ms; closing the connection",
-                         srv->idle_timeout_ms);
-            conn_close(&rc->conn);
-        }
-        rc = following;
-    }
-    if (next != UINT64_MAX)
-        uv_timer_start(&srv->hs_timer, on_hs_timer, next - now, 0);
+    struct rpc_server *srv = (struct rpc_server *)((char *)wl - offsetof(struct rpc_server, hs));
+    struct rpc_conn *rc = waiting_conn(w);
+    srv->timeouts++;
+    if (rc->conn.heard)
+        peer_log(srv, rc, "no handshake within %" PRIu32 " ms; closing the connection",
+                 srv->hs_timeout_ms);
+    else
+        peer_log(srv, rc, "nothing received within %" PRIu32 " ms; closing the connection",
+                 srv->idle_timeout_ms);
+    conn_close(&rc->conn);
 }
 
 /* The handshake is done: the connection is open to requests. */
@@ -595,7 +561,7 @@ static void refuse(struct rpc_server *srv, const char *why)
     if (srv->refused_ever_logged && now - srv->refused_logged_ms < REFUSED_LOG_INTERVAL_MS)
         return;
     log_warn("rpc: %s:%d: refused %" PRIu64 " connection(s): %s (open: %u, in handshake: %u)",
-             srv->host, srv->port, srv->refused_unlogged, why, srv->nconns, srv->nhandshakes);
+             srv->host, srv->port, srv->refused_unlogged, why, srv->nconns, srv->hs.n);
     srv->refused_unlogged = 0;
     srv->refused_logged_ms = now;
     srv->refused_ever_logged = true;
@@ -843,9 +809,8 @@ int rpc_server_start(uv_loop_t *loop, const struct rpc_server_opts *opts, struct
         uv_close((uv_handle_t *)&srv->listener, on_handle_closed);
         return err_set(err, errlen, rc, "listen on %s: %s", addr, uv_strerror(rc));
     }
-    /* A timer on a live loop cannot fail to initialize. */
-    uv_timer_init(loop, &srv->hs_timer);
-    srv->hs_timer.data = srv;
+    waitlist_init(loop, &srv->hs, srv->idle_timeout_ms, hs_deadline, hs_expired);
+    srv->hs.timer.data = srv;
     srv->handles++;
     *out = srv;
     return 0;
@@ -886,6 +851,11 @@ uint64_t rpc_server_handshake_evictions(const struct rpc_server *srv)
     return srv->evictions;
 }
 
+uint32_t rpc_server_idle_timeout_ms(const struct rpc_server *srv)
+{
+    return srv->idle_timeout_ms;
+}
+
 unsigned rpc_server_max_connections(const struct rpc_server *srv)
 {
     return srv->max_conns;
@@ -898,7 +868,7 @@ void rpc_server_close(struct rpc_server *srv, void (*cb)(void *user), void *user
     srv->close_cb = cb;
     srv->close_user = user;
     uv_close((uv_handle_t *)&srv->listener, on_handle_closed);
-    uv_close((uv_handle_t *)&srv->hs_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&srv->hs.timer, on_handle_closed);
     for (struct rpc_conn *rc = srv->conns; rc; rc = rc->next)
         conn_close(&rc->conn);
 }

@@ -104,6 +104,9 @@ uint64_t rpc_server_refused(const struct rpc_server *srv);
 uint64_t rpc_server_handshake_timeouts(const struct rpc_server *srv);
 /* Connections in their handshake closed to make room for a newer one. */
 uint64_t rpc_server_handshake_evictions(const struct rpc_server *srv);
+/* How long a connection that sends nothing may wait before it is closed: the handshake timeout,
+ * at most RPC_IDLE_HANDSHAKE_TIMEOUT_MS. */
+uint32_t rpc_server_idle_timeout_ms(const struct rpc_server *srv);
 /* The effective max_connections. */
 unsigned rpc_server_max_connections(const struct rpc_server *srv);
 /* Stops listening, closes every connection, then calls cb (may be NULL) and frees srv. */

@@ -39,6 +39,9 @@ struct shm_region {
     pthread_mutex_t mu;
     uint64_t rpos;
     struct shm_tracker held;
+    /* The process that mapped it: a forked child shares the mapping, and a release there (a
+     * view the child inherited, freed) must not move the head the parent's blocks depend on. */
+    pid_t pid;
 };
 
 static int region_new(uint64_t size, uint8_t *map, struct shm_region **out)
@@ -54,6 +57,7 @@ static int region_new(uint64_t size, uint8_t *map, struct shm_region **out)
     r->size = size;
     pthread_mutex_init(&r->mu, NULL);
     shm_tracker_init(&r->held);
+    r->pid = getpid();
     *out = r;
     return 0;
 }
@@ -179,6 +183,10 @@ int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_
 
 void shm_region_release(struct shm_region *r, uint64_t pos)
 {
+    if (getpid() != r->pid) {
+        shm_region_unref(r);
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     int rc = shm_tracker_release(&r->held, pos);
     assert(rc == 0);

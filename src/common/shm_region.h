@@ -53,7 +53,9 @@ int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned 
 int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_t *pos);
 
 /* Releases the block taken at pos and drops its reference. A position never taken or released
- * twice is a programmer error (asserted) since only this process's own reader calls it. */
+ * twice is a programmer error (asserted) since only this process's own reader calls it. In a
+ * forked child (a view of the parent's inherited and freed there) it only drops the reference:
+ * the space is the parent's to release. */
 void shm_region_release(struct shm_region *r, uint64_t pos);
 
 /* The ring's size, and (the reader's side) the bytes taken and not yet released. */

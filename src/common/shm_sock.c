@@ -1,13 +1,15 @@
 /* Happy path: the worker's loop polls its listening socket, accepts a dialler of its own user,
  * polls that socket until the hello and its descriptor arrive, maps the region, closes the poll
- * handle and, from its close callback, hands socket and region over. Failure modes: see the
- * header; each ends with the socket closed and nothing mapped. */
+ * handle and, from its close callback, hands socket and region over. Sockets waiting for their
+ * hello are on a waitlist (waitlist.h), as the rpc server's connections in their handshake are.
+ * Failure modes: see the header; each ends with the socket closed and nothing mapped. */
 #include "shm_sock.h"
 
 #include "common/error.h"
 #include "common/log.h"
 #include "common/shm_region.h"
 #include "common/shm_ring.h"
+#include "common/waitlist.h"
 #include "sluice/sluice.h"
 
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -99,7 +102,7 @@ struct pending {
     struct shm_listener *l;
     int fd;
     struct shm_region *region; /* set once the hello was received */
-    struct pending *prev, *next;
+    struct waitlist_item wait; /* on l->waiting until the hello came or the socket is dropped */
 };
 
 struct shm_listener {
@@ -107,9 +110,8 @@ struct shm_listener {
     int fd;
     shm_sock_accept_cb cb;
     void *user;
-    struct pending *pending;
-    unsigned npending;
-    unsigned handles; /* open poll handles, the listener's own included */
+    struct waitlist waiting; /* the sockets waiting for their hello, oldest first */
+    unsigned handles;        /* open handles: the poll handles, the listener's own, the timer */
     bool closing;
     void (*done)(void *);
     void *done_user;
@@ -141,17 +143,34 @@ static void on_pending_closed(uv_handle_t *h)
     maybe_free(l);
 }
 
+static struct pending *waiting_pending(const struct waitlist_item *w)
+{
+    return (struct pending *)((char *)w - offsetof(struct pending, wait));
+}
+
 static void pending_end(struct pending *p)
 {
-    struct shm_listener *l = p->l;
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        l->pending = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    l->npending--;
+    waitlist_remove(&p->l->waiting, &p->wait);
     uv_close((uv_handle_t *)&p->poll, on_pending_closed);
+}
+
+/* A socket's hello is due this long after its accept: a reader sends it with its connect. */
+static uint64_t hello_deadline(struct waitlist *wl, const struct waitlist_item *w)
+{
+    return w->since + wl->first_ms;
+}
+
+static void hello_expired(struct waitlist *wl, struct waitlist_item *w)
+{
+    log_debug("shm: no hello within %" PRIu32 " ms; closing the connection", wl->first_ms);
+    pending_end(waiting_pending(w));
+}
+
+/* Whether p's socket holds nothing to read (its hello has not come). */
+static bool silent(const struct pending *p)
+{
+    int unread = 0;
+    return ioctl(p->fd, FIONREAD, &unread) == 0 && unread == 0;
 }
 
 /* Receives the hello and the descriptor; returns 0 with p->region set, SLUICE_ERR_UNAVAILABLE
@@ -218,10 +237,19 @@ static void accept_one(struct shm_listener *l, int s)
         close(s);
         return;
     }
-    if (l->npending >= SHM_SOCK_PENDING) {
-        log_debug("shm: %u connections wait for their hello; one more refused", l->npending);
-        close(s);
-        return;
+    if (l->waiting.n >= SHM_SOCK_PENDING) {
+        /* As the rpc server does with connections in their handshake: the oldest socket that
+         * has sent nothing makes room, so silent ones cannot lock a reader out. */
+        struct waitlist_item *w = l->waiting.head;
+        while (w && !silent(waiting_pending(w)))
+            w = w->next;
+        if (!w) {
+            log_debug("shm: %u connections wait for their hello; one more refused", l->waiting.n);
+            close(s);
+            return;
+        }
+        log_debug("shm: a silent connection closed to make room for a newer one");
+        pending_end(waiting_pending(w));
     }
     struct pending *p = calloc(1, sizeof *p);
     if (!p || uv_poll_init(l->poll.loop, &p->poll, s) != 0) {
@@ -232,11 +260,7 @@ static void accept_one(struct shm_listener *l, int s)
     p->poll.data = p;
     p->l = l;
     p->fd = s;
-    p->next = l->pending;
-    if (l->pending)
-        l->pending->prev = p;
-    l->pending = p;
-    l->npending++;
+    waitlist_add(&l->waiting, &p->wait);
     l->handles++;
     if (uv_poll_start(&p->poll, UV_READABLE, on_pending_readable) != 0)
         pending_end(p);
@@ -256,8 +280,9 @@ static void on_listen_readable(uv_poll_t *h, int status, int events)
     }
 }
 
-int shm_sock_listen(uv_loop_t *loop, uint64_t incarnation, shm_sock_accept_cb cb, void *user,
-                    struct shm_listener **out, char *err, size_t errlen)
+int shm_sock_listen(uv_loop_t *loop, uint64_t incarnation, uint32_t timeout_ms,
+                    shm_sock_accept_cb cb, void *user, struct shm_listener **out, char *err,
+                    size_t errlen)
 {
     int rc;
     struct shm_listener *l = calloc(1, sizeof *l);
@@ -282,7 +307,9 @@ int shm_sock_listen(uv_loop_t *loop, uint64_t incarnation, shm_sock_accept_cb cb
     l->poll.data = l;
     l->cb = cb;
     l->user = user;
-    l->handles = 1;
+    waitlist_init(loop, &l->waiting, timeout_ms, hello_deadline, hello_expired);
+    l->waiting.timer.data = l;
+    l->handles = 2;
     uv_poll_start(&l->poll, UV_READABLE, on_listen_readable);
     *out = l;
     return 0;
@@ -296,7 +323,8 @@ fail:
 static void on_listen_closed(uv_handle_t *h)
 {
     struct shm_listener *l = h->data;
-    close(l->fd);
+    if (h == (uv_handle_t *)&l->poll)
+        close(l->fd);
     l->handles--;
     maybe_free(l);
 }
@@ -306,7 +334,8 @@ void shm_sock_close(struct shm_listener *l, void (*done)(void *user), void *user
     l->closing = true;
     l->done = done;
     l->done_user = user;
-    while (l->pending)
-        pending_end(l->pending);
+    while (l->waiting.head)
+        pending_end(waiting_pending(l->waiting.head));
     uv_close((uv_handle_t *)&l->poll, on_listen_closed);
+    uv_close((uv_handle_t *)&l->waiting.timer, on_listen_closed);
 }

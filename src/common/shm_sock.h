@@ -8,7 +8,11 @@
  *
  * Failure modes: a dialler of another user, a hello that is not one, a descriptor that is not a
  * sealed region of the size announced: the listener closes that socket and logs why at debug
- * level. At most SHM_SOCK_PENDING sockets wait for their hello; more are closed at once. A dial
+ * level. A socket that has not sent its hello within the listener's timeout (the rpc server's
+ * timeout for a connection that sends nothing, rpc_server_idle_timeout_ms) is closed; at most
+ * SHM_SOCK_PENDING sockets wait for their hello, and a newcomer beyond that closes the oldest one
+ * that has sent nothing (none: the newcomer is closed), so silent sockets cannot lock readers
+ * out, as with TCP (rpc_server.h). A dial
  * that fails for any reason leaves nothing behind; the reader then dials TCP.
  *
  * Threading: shm_sock_dial on any thread (it does not block: connect on a Unix socket completes
@@ -38,10 +42,12 @@ typedef void (*shm_sock_accept_cb)(void *user, uv_os_sock_t fd, struct shm_regio
 
 struct shm_listener;
 
-/* Listens on the worker's abstract name. Returns 0 and *out, or a negative errno with a message in
- * err (-EADDRINUSE: another process listens there). */
-int shm_sock_listen(uv_loop_t *loop, uint64_t incarnation, shm_sock_accept_cb cb, void *user,
-                    struct shm_listener **out, char *err, size_t errlen);
+/* Listens on the worker's abstract name; a socket whose hello has not come timeout_ms (>= 1) after
+ * its accept is closed. Returns 0 and *out, or a negative errno with a message in err
+ * (-EADDRINUSE: another process listens there). */
+int shm_sock_listen(uv_loop_t *loop, uint64_t incarnation, uint32_t timeout_ms,
+                    shm_sock_accept_cb cb, void *user, struct shm_listener **out, char *err,
+                    size_t errlen);
 
 /* Stops listening, drops the sockets still waiting for their hello, and calls done(user) once
  * every handle has closed, after which the listener is freed. The accept callback does not run

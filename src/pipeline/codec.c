@@ -242,8 +242,9 @@ static int corrupt(char *err, size_t errlen, size_t at, const char *what)
     return err_set(err, errlen, SLUICE_ERR_CORRUPT, "element codec: offset %zu: %s", at, what);
 }
 
-static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, size_t base, char *err,
-                     size_t errlen)
+/* lender: see codec_next_record (NULL for a body decompressed into scratch). */
+static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, size_t base,
+                     struct pipe_lender *lender, char *err, size_t errlen)
 {
     size_t pos = 0;
     if (len < 1)
@@ -307,14 +308,19 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             t->len = total;
             pos += total;
         } else {
-            uint64_t nbytes = nv * sluice_dtype_size((enum sluice_dtype)dtype);
+            size_t width = sluice_dtype_size((enum sluice_dtype)dtype);
+            uint64_t nbytes = nv * width;
             if (nbytes > len - pos)
                 return corrupt(err, errlen, base + pos, "truncated values");
             t->dtype = (enum sluice_dtype)dtype;
-            if (pipe_tensor_reserve(t, nbytes, nv))
-                return SLUICE_ERR_NOMEM;
-            memcpy(t->data, d + pos, nbytes);
-            t->len = nbytes;
+            if (lender && nbytes >= CODEC_LEND_MIN && (uintptr_t)(d + pos) % width == 0) {
+                pipe_tensor_lend(t, d + pos, nbytes, lender);
+            } else {
+                if (pipe_tensor_reserve(t, nbytes, nv))
+                    return SLUICE_ERR_NOMEM;
+                memcpy(t->data, d + pos, nbytes);
+                t->len = nbytes;
+            }
             pos += nbytes;
         }
         t->dtype = (enum sluice_dtype)dtype;
@@ -389,7 +395,8 @@ int codec_scan_record(const uint8_t *data, size_t len, size_t *pos, struct codec
 }
 
 int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
-                      struct pipe_buf *scratch, struct codec_mark *mark, char *err, size_t errlen)
+                      struct pipe_buf *scratch, struct pipe_lender *lender, struct codec_mark *mark,
+                      char *err, size_t errlen)
 {
     size_t at = *pos;
     struct record_head h;
@@ -403,8 +410,8 @@ int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluic
     size_t reclen = h.len, recpos = h.body;
     uint8_t flags = h.flags;
     if (!(flags & FLAG_SNAPPY)) {
-        int rc =
-            read_body(rec + recpos, reclen - recpos, e, (size_t)(rec + recpos - data), err, errlen);
+        int rc = read_body(rec + recpos, reclen - recpos, e, (size_t)(rec + recpos - data), lender,
+                           err, errlen);
         return rc ? rc : CODEC_ELEMENT;
     }
     uint64_t raw;
@@ -420,7 +427,7 @@ int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluic
         return SLUICE_ERR_NOMEM;
     if (snappy_uncompress(cdata, clen, scratch->p, &ulen) != SNAPPY_OK || ulen != raw)
         return corrupt(err, errlen, at, "bad compressed record");
-    int rc = read_body((const uint8_t *)scratch->p, raw, e, at, err, errlen);
+    int rc = read_body((const uint8_t *)scratch->p, raw, e, at, NULL, err, errlen);
     return rc ? rc : CODEC_ELEMENT;
 }
 
@@ -429,7 +436,7 @@ int codec_next_elem(const uint8_t *data, size_t len, size_t *pos, struct sluice_
 {
     struct codec_mark mark;
     int rc;
-    while ((rc = codec_next_record(data, len, pos, e, scratch, &mark, err, errlen)) ==
+    while ((rc = codec_next_record(data, len, pos, e, scratch, NULL, &mark, err, errlen)) ==
                CODEC_SPLIT_END ||
            rc == CODEC_SPLIT_FROM)
         ;

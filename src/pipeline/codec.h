@@ -92,12 +92,20 @@ struct codec_mark {
     uint64_t pos;
 };
 
+/* The fewest value bytes a component needs to be lent rather than copied (codec_next_record). */
+#define CODEC_LEND_MIN 4096
+
 /* Reads the next record of a batch at data[*pos..len) and advances *pos: CODEC_ELEMENT (into e,
  * reusing its buffers; *mark says whether it was tagged and how), CODEC_SPLIT_END or
  * CODEC_SPLIT_FROM (*mark holds the split and its count or first position; e is untouched),
- * CODEC_NO_MORE (no bytes left), or SLUICE_ERR_CORRUPT with a message in err. */
+ * CODEC_NO_MORE (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
+ *
+ * lender (NULL: every value is copied) is the memory data lies in: a fixed-width component of an
+ * uncompressed record with at least CODEC_LEND_MIN value bytes, aligned in data to its dtype's
+ * size, is then left where it lies (pipe_tensor_lend) instead of copied. */
 int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
-                      struct pipe_buf *scratch, struct codec_mark *mark, char *err, size_t errlen);
+                      struct pipe_buf *scratch, struct pipe_lender *lender, struct codec_mark *mark,
+                      char *err, size_t errlen);
 
 /* Steps over the next record of a batch at data[*pos..len) without decoding its body: returns
  * CODEC_ELEMENT, CODEC_SPLIT_END or CODEC_SPLIT_FROM with *mark as codec_next_record gives it,

@@ -112,9 +112,43 @@ static size_t grow_cap(size_t cap, size_t need)
     return c;
 }
 
+/* Gives back lent values (pipe_tensor_lend), leaving t with no data buffer. */
+static void tensor_unlend(struct pipe_tensor *t)
+{
+    t->lender->release(t->lender);
+    t->lender = NULL;
+    t->data = NULL;
+    t->cap = 0;
+}
+
+void pipe_tensor_lend(struct pipe_tensor *t, const uint8_t *data, size_t len,
+                      struct pipe_lender *lender)
+{
+    lender->hold(lender);
+    if (t->lender)
+        tensor_unlend(t);
+    free(t->data);
+    /* Never written through: a lent tensor has cap 0, so any writer reserves (and copies) first. */
+    t->data = (uint8_t *)data;
+    t->len = len;
+    t->cap = 0;
+    t->lender = lender;
+}
+
 /* Makes room for len data bytes and noffs offsets; on failure the tensor is unchanged. */
 static int tensor_reserve(struct pipe_tensor *t, size_t len, size_t noffs)
 {
+    if (t->lender) {
+        /* Lent values become the tensor's own, as far as its length (the contract of reserve). */
+        size_t keep = t->len < len ? t->len : len;
+        uint8_t *p = malloc(grow_cap(0, len));
+        if (!p)
+            return SLUICE_ERR_NOMEM;
+        memcpy(p, t->data, keep);
+        tensor_unlend(t);
+        t->data = p;
+        t->cap = grow_cap(0, len);
+    }
     if (len > t->cap) {
         size_t cap = grow_cap(t->cap, len);
         uint8_t *p = realloc(t->data, cap);
@@ -225,11 +259,20 @@ void pipe_elem_init(struct sluice_element *e)
 void pipe_elem_release(struct sluice_element *e)
 {
     for (size_t i = 0; i < e->cap; i++) {
+        if (e->t[i].lender)
+            tensor_unlend(&e->t[i]);
         free(e->t[i].data);
         free(e->t[i].offs);
     }
     free(e->t);
     pipe_elem_init(e);
+}
+
+void pipe_elem_unlend(struct sluice_element *e)
+{
+    for (size_t i = 0; i < e->cap; i++)
+        if (e->t[i].lender)
+            tensor_unlend(&e->t[i]);
 }
 
 void pipe_elem_swap(struct sluice_element *a, struct sluice_element *b)

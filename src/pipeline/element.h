@@ -16,6 +16,14 @@
 
 #define PIPE_MAX_COMPONENTS 64
 
+/* Memory that a tensor's values may lie in without being copied (codec_next_record with a
+ * lender: a received block of a shared region). hold adds one reference, release drops one; the
+ * lender keeps the memory valid and unchanged while any is held. Both may run on any thread. */
+struct pipe_lender {
+    void (*hold)(struct pipe_lender *l);
+    void (*release)(struct pipe_lender *l);
+};
+
 struct pipe_tensor {
     enum sluice_dtype dtype;
     int rank;
@@ -26,6 +34,10 @@ struct pipe_tensor {
     size_t len, cap;
     uint64_t *offs; /* SLUICE_BYTES only: num_values + 1 entries */
     size_t offs_cap;
+    /* Set when data is lent (pipe_tensor_lend): it lies in lender's memory, read-only to the
+     * pipeline and held by one reference, cap is 0, and the first change of the tensor's size
+     * (pipe_tensor_reserve) or pipe_elem_release gives it back. */
+    struct pipe_lender *lender;
 };
 
 struct sluice_element {
@@ -47,6 +59,9 @@ int pipe_elem_copy(struct sluice_element *dst, const struct sluice_element *src)
 void pipe_dtypes_text(const enum sluice_dtype *d, size_t n, char *buf, size_t len);
 /* Deep equality (dtype, shape and values; floats bitwise). */
 bool pipe_elem_equal(const struct sluice_element *a, const struct sluice_element *b);
+
+/* Gives back every lent tensor of e (pipe_tensor_lend), spare slots included. */
+void pipe_elem_unlend(struct sluice_element *e);
 
 /* Sets the number of components, keeping existing buffers. Returns 0 or SLUICE_ERR_NOMEM. */
 int pipe_elem_resize(struct sluice_element *e, size_t n);
@@ -79,6 +94,11 @@ uint64_t pipe_elem_size(const struct sluice_element *e);
  * already SLUICE_BYTES when this is called: to turn another tensor into a bytes tensor, set its
  * dtype first (or start from pipe_tensor_set_bytes(t, NULL, 0)), then reserve. */
 int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues);
+/* Makes t's values the len bytes at data, which lie in lender's memory, without copying them:
+ * holds one reference of lender (giving back what t held before). The caller sets dtype, rank
+ * and shape. */
+void pipe_tensor_lend(struct pipe_tensor *t, const uint8_t *data, size_t len,
+                      struct pipe_lender *lender);
 /* Sets t to a scalar of a fixed-width dtype holding the given value bytes (size of dtype). */
 int pipe_tensor_set_scalar(struct pipe_tensor *t, enum sluice_dtype dtype, const void *value);
 /* Sets t to a scalar int64 without any branch on capacity after the first call. */

@@ -694,7 +694,8 @@ int worker_start(uv_loop_t *loop, const struct worker_opts *opts, struct worker 
         log_warn("in-process reads: out of memory; readers in this process use TCP");
     if (opts->shm) {
         char why[SLUICE_ERRMSG_SIZE];
-        if (shm_sock_listen(loop, w->incarnation, on_shm_accept, w, &w->shm, why, sizeof why) == 0)
+        if (shm_sock_listen(loop, w->incarnation, rpc_server_idle_timeout_ms(w->srv), on_shm_accept,
+                            w, &w->shm, why, sizeof why) == 0)
             w->handles++;
         else
             log_warn("%s; readers on this host use TCP", why);

@@ -49,7 +49,7 @@ static void reencode(int kind, const struct sluice_element *e, const struct code
     char err[SLUICE_ERRMSG_SIZE];
     struct codec_mark m1, m2;
     size_t p1 = 0, p2 = 0;
-    int k1 = codec_next_record(p, out->len, &p1, back, scratch, &m1, err, sizeof err);
+    int k1 = codec_next_record(p, out->len, &p1, back, scratch, NULL, &m1, err, sizeof err);
     int k2 = codec_scan_record(p, out->len, &p2, &m2);
     CHECK(k1 == kind && k2 == kind);
     CHECK(p1 == out->len && p2 == out->len);
@@ -73,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     for (;;) {
         size_t p1 = pos, p2 = pos;
         struct codec_mark m1, m2;
-        int k1 = codec_next_record(data, len, &p1, &e, &scratch, &m1, err, sizeof err);
+        int k1 = codec_next_record(data, len, &p1, &e, &scratch, NULL, &m1, err, sizeof err);
         int k2 = codec_scan_record(data, len, &p2, &m2);
         if (k1 == CODEC_NO_MORE) {
             CHECK(k2 == CODEC_NO_MORE);

@@ -1,5 +1,5 @@
 /* The element codec: round trips for every dtype and shape, compression chosen only when it
- * pays, and rejection of damaged batches. */
+ * pays, rejection of damaged batches, and values lent rather than copied (a lender given). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -128,25 +128,25 @@ static void test_tags_and_split_ends(void **state)
     char err[SLUICE_ERRMSG_SIZE];
     size_t pos = 0;
     const uint8_t *p = (const uint8_t *)out.p;
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      CODEC_ELEMENT);
     assert_true(m.tagged);
     assert_int_equal(m.seq, 7);
     assert_int_equal(m.pos, 0);
     assert_true(pipe_elem_equal(e, &got));
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      CODEC_ELEMENT);
     assert_int_equal(m.seq, 300);
     assert_int_equal(m.pos, 1u << 20);
     assert_true(pipe_elem_equal(e, &got));
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      CODEC_SPLIT_END);
     assert_int_equal(m.seq, 7);
     assert_int_equal(m.pos, 1);
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      CODEC_ELEMENT);
     assert_false(m.tagged);
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      CODEC_NO_MORE);
 
     int kinds[] = {CODEC_ELEMENT, CODEC_ELEMENT, CODEC_SPLIT_END, CODEC_ELEMENT, CODEC_NO_MORE};
@@ -185,7 +185,7 @@ static void test_split_from(void **state)
     char err[SLUICE_ERRMSG_SIZE];
     const uint8_t *p = (const uint8_t *)out.p;
     size_t pos = 0;
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      CODEC_SPLIT_FROM);
     assert_int_equal(m.seq, 9);
     assert_int_equal(m.pos, 40);
@@ -203,7 +203,7 @@ static void test_split_from(void **state)
     pos = 0;
     assert_int_equal(codec_scan_record(p, out.len, &pos, &m), SLUICE_ERR_CORRUPT);
     pos = 0;
-    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, &m, err, sizeof err),
+    assert_int_equal(codec_next_record(p, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
                      SLUICE_ERR_CORRUPT);
     assert_non_null(strstr(err, "split marker with other flags"));
     pipe_elem_release(&got);
@@ -264,12 +264,101 @@ static void test_corrupt_inputs(void **state)
     sluice_element_free(e);
 }
 
+/* A lender that counts its references. */
+struct counting_lender {
+    struct pipe_lender base;
+    int refs;
+};
+
+static void count_hold(struct pipe_lender *l)
+{
+    ((struct counting_lender *)l)->refs++;
+}
+
+static void count_release(struct pipe_lender *l)
+{
+    ((struct counting_lender *)l)->refs--;
+}
+
+/* One component of n values of dtype dt (value k: k * 37 % 251), encoded (compressed when asked)
+ * and decoded with a lender from a buffer at each of 8 offsets: the values are lent exactly
+ * when the record is stored, they are at least CODEC_LEND_MIN bytes and they lie aligned to
+ * their dtype; they equal the input either way; a lent tensor holds one reference until it is
+ * changed (a reserve copies what it keeps) or released. */
+static void test_lent_values(void **state)
+{
+    (void)state;
+    static const struct {
+        enum sluice_dtype dt;
+        size_t n;
+        bool compress;
+        int lent; /* of the 8 offsets */
+    } cases[] = {
+        {SLUICE_UINT8, 8192, false, 8},
+        {SLUICE_UINT8, CODEC_LEND_MIN, false, 8},
+        {SLUICE_UINT8, CODEC_LEND_MIN - 1, false, 0},
+        {SLUICE_INT64, 1024, false, 1},
+        {SLUICE_FLOAT32, 2048, false, 2},
+        {SLUICE_UINT8, 8192, true, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t w = sluice_dtype_size(cases[c].dt), nbytes = cases[c].n * w;
+        uint8_t *vals = malloc(nbytes);
+        assert_non_null(vals);
+        for (size_t k = 0; k < nbytes; k++)
+            vals[k] = (uint8_t)(cases[c].compress ? 0 : k * 37 % 251);
+        struct sluice_element *in = sluice_element_new();
+        int64_t shape[1] = {(int64_t)cases[c].n};
+        assert_int_equal(sluice_element_set_tensor(in, 0, cases[c].dt, 1, shape, vals, nbytes), 0);
+        struct pipe_buf out = {0}, scratch = {0};
+        assert_int_equal(codec_append_elem(&out, in, cases[c].compress, &scratch), 0);
+        /* C11: the size a multiple of the alignment. */
+        uint8_t *buf = aligned_alloc(64, (out.len + 127) / 64 * 64);
+        assert_non_null(buf);
+        int lent = 0;
+        for (size_t off = 0; off < 8; off++) {
+            memcpy(buf + off, out.p, out.len);
+            struct counting_lender l = {{count_hold, count_release}, 0};
+            struct sluice_element got;
+            pipe_elem_init(&got);
+            struct codec_mark m;
+            size_t pos = 0;
+            char err[SLUICE_ERRMSG_SIZE];
+            assert_int_equal(codec_next_record(buf + off, out.len, &pos, &got, &scratch, &l.base,
+                                               &m, err, sizeof err),
+                             CODEC_ELEMENT);
+            assert_true(pipe_elem_equal(in, &got));
+            const uint8_t *d = got.t[0].data;
+            bool inside = d >= buf + off && d + nbytes <= buf + off + out.len;
+            assert_int_equal(l.refs, inside ? 1 : 0);
+            assert_true(got.t[0].lender == (inside ? &l.base : NULL));
+            lent += inside;
+            if (inside && off % 2 == 0) {
+                /* Made the tensor's own: the values kept, the reference given back. */
+                assert_int_equal(pipe_tensor_reserve(&got.t[0], nbytes + 1, cases[c].n + 1), 0);
+                assert_int_equal(l.refs, 0);
+                assert_true(got.t[0].data < buf ||
+                            got.t[0].data >= buf + (out.len + 127) / 64 * 64);
+                assert_true(pipe_elem_equal(in, &got));
+            }
+            pipe_elem_release(&got);
+            assert_int_equal(l.refs, 0);
+        }
+        assert_int_equal(lent, cases[c].lent);
+        free(buf);
+        free(vals);
+        sluice_element_free(in);
+        pipe_buf_release(&out);
+        pipe_buf_release(&scratch);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars_and_tensors), cmocka_unit_test(test_bytes_and_compression),
         cmocka_unit_test(test_tags_and_split_ends), cmocka_unit_test(test_split_from),
-        cmocka_unit_test(test_corrupt_inputs),
+        cmocka_unit_test(test_corrupt_inputs),      cmocka_unit_test(test_lent_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

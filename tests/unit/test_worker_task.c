@@ -179,8 +179,8 @@ static int drain_once(struct task *t, struct leaser *l, uint32_t max_el, struct 
         uint32_t n = 0;
         int rc;
         struct codec_mark mark;
-        while ((rc = codec_next_record(tk.wb.payload, tk.wb.len, &pos, el, dscratch, &mark, err,
-                                       sizeof err)) > 0) {
+        while ((rc = codec_next_record(tk.wb.payload, tk.wb.len, &pos, el, dscratch, NULL, &mark,
+                                       err, sizeof err)) > 0) {
             n++;
             if (rc == CODEC_SPLIT_END) {
                 /* A split's end marker counts the elements tagged with it before. */
