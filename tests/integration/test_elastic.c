@@ -574,21 +574,18 @@ static void test_shared_job_worker_killed(void **state)
     assert_int_equal(t.unexpected, 0);
 }
 
-/* A reader of a named job is killed mid-epoch, with splits it received only in part. Nobody
- * reports those splits received, so once their workers have handed out everything they produced
- * (settled) the dispatcher leases them again, and the next reader of the job finishes the epoch
- * instead of waiting forever: it ends, exits 0, and never sees a value twice. (The killed reader
- * took, and acknowledged, values it never printed, so the union is not checked here.) */
-static void test_dead_reader_splits_reissued(void **state)
+/* A reader of job name killed (-9) in the middle of its epoch, then a second reader of the job
+ * reading to the end: it ends, with nothing twice, and the job's iteration finished with every
+ * split finished. Returns the status document at the end (the caller frees it). */
+static json_t *kill_reader_then_finish(struct cluster *c, const char *name)
 {
-    struct cluster *c = *state;
     cluster_add_workers(c, 2);
     struct proc *a = new_reader();
-    spawn_read(c, a, 4000, 1000, "dead");
-    wait_mid_epoch(c, a, "dead");
+    spawn_read(c, a, 4000, 1000, name);
+    wait_mid_epoch(c, a, name);
     assert_int_equal(proc_stop(a, SIGKILL, WAIT_MS), 128 + SIGKILL);
     struct proc *b = new_reader();
-    spawn_read(c, b, 4000, 1000, "dead");
+    spawn_read(c, b, 4000, 1000, name);
     char *out = finish_read(b);
     struct tally t = tally_range(out, 4000);
     free(out);
@@ -596,14 +593,23 @@ static void test_dead_reader_splits_reissued(void **state)
     assert_int_equal(t.duplicated, 0);
     assert_int_equal(t.unexpected, 0);
     assert_true(t.lines > 0);
-    /* The epoch is complete: the job's iteration finished with every split finished. */
     json_t *doc = cluster_status(c);
-    json_t *job = job_named(doc, "dead");
+    json_t *job = job_named(doc, name);
     assert_non_null(job);
     assert_string_equal(json_string_value(json_object_get(job, "state")), "finished");
     json_t *splits = json_object_get(job, "splits");
     assert_int_equal(int_field(splits, "finished"), int_field(splits, "total"));
-    json_decref(doc);
+    return doc;
+}
+
+/* A reader of a named job is killed mid-epoch, with splits it received only in part. Nobody
+ * reports those splits received, so once their workers have handed out everything they produced
+ * (settled) the dispatcher leases them again, and the next reader of the job finishes the epoch
+ * instead of waiting forever: it ends, exits 0, and never sees a value twice. (The killed reader
+ * took, and acknowledged, values it never printed, so the union is not checked here.) */
+static void test_dead_reader_splits_reissued(void **state)
+{
+    json_decref(kill_reader_then_finish(*state, "dead"));
 }
 
 /* A reader killed (-9) in the middle of a shared epoch: its process's connections close with
@@ -613,26 +619,7 @@ static void test_dead_reader_splits_reissued(void **state)
  * timeout releases it. */
 static void killed_reader_released(struct cluster *c, bool grace)
 {
-    cluster_add_workers(c, 2);
-    struct proc *a = new_reader();
-    spawn_read(c, a, 4000, 1000, "gone");
-    wait_mid_epoch(c, a, "gone");
-    assert_int_equal(proc_stop(a, SIGKILL, WAIT_MS), 128 + SIGKILL);
-    struct proc *b = new_reader();
-    spawn_read(c, b, 4000, 1000, "gone");
-    char *out = finish_read(b);
-    struct tally t = tally_range(out, 4000);
-    free(out);
-    print_tally("the next reader", t);
-    assert_int_equal(t.duplicated, 0);
-    assert_int_equal(t.unexpected, 0);
-    assert_true(t.lines > 0);
-    json_t *doc = cluster_status(c);
-    json_t *job = job_named(doc, "gone");
-    assert_non_null(job);
-    assert_string_equal(json_string_value(json_object_get(job, "state")), "finished");
-    json_t *splits = json_object_get(job, "splits");
-    assert_int_equal(int_field(splits, "finished"), int_field(splits, "total"));
+    json_t *doc = kill_reader_then_finish(c, "gone");
     assert_int_equal(int_field(json_object_get(doc, "config"), "client_disconnect_grace_ms"),
                      grace ? 2000 : 0);
     json_decref(doc);
