@@ -100,6 +100,23 @@ static int setup_grace(void **state)
     return setup_with(state, args);
 }
 
+/* For a live reader whose connection breaks: a grace of 4 s (several of the reader's 1 s
+ * heartbeats, so a reader slowed by a loaded machine still comes back in time), timeouts of two
+ * minutes. */
+static int setup_reconnect(void **state)
+{
+    static const char *const args[] = {"--worker-timeout-ms",
+                                       "120000",
+                                       "--client-timeout-ms",
+                                       "120000",
+                                       "--disconnect-grace-ms",
+                                       "4000",
+                                       "--log-level",
+                                       "info",
+                                       NULL};
+    return setup_with(state, args);
+}
+
 /* The same with the grace off: only the (3 s) client timeout releases a killed reader. */
 static int setup_no_grace(void **state)
 {
@@ -748,18 +765,18 @@ static void test_reader_reconnects_not_released(void **state)
     pid_t relay = relay_start(port, disp, log[0]);
     struct proc *r = new_reader();
     c->port = port; /* the reader's --dispatcher: the relay */
-    spawn_read(c, r, 3000, 6000, "relayed");
+    spawn_read(c, r, 6000, 10000, "relayed");
     c->port = disp;
     wait_mid_epoch(c, r, "relayed");
     relay_kill(relay);
     relay = relay_start(port, disp, log[1]);
-    /* Past the grace (2 s) and the next tick: a reader that did not come back is released by
+    /* Past the grace (4 s) and the next tick: a reader that did not come back is released by
      * now, and its read fails. */
-    usleep(3500 * 1000);
+    usleep(5500 * 1000);
     assert_still_reading(r);
     relay_kill(relay);
     relay = relay_start(port, disp, log[1]);
-    assert_exactly_once("read through a broken connection", finish_read(r), 3000);
+    assert_exactly_once("read through a broken connection", finish_read(r), 6000);
     relay_kill(relay);
     /* The reader did reconnect through the relays started again. */
     char *accepts = read_text_file(log[1]);
@@ -925,7 +942,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_killed_worker_removed_on_close, setup_grace, teardown),
         cmocka_unit_test_setup_teardown(test_killed_reader_released_at_timeout, setup_no_grace,
                                         teardown),
-        cmocka_unit_test_setup_teardown(test_reader_reconnects_not_released, setup_grace, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_reconnects_not_released, setup_reconnect,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_defaults, setup_no_dispatcher, teardown),
     };
     signal(SIGPIPE, SIG_IGN);
