@@ -301,8 +301,12 @@ static int setup(void **unused)
 {
     (void)unused;
     char err[SLUICE_ERRMSG_SIZE];
-    struct sluice_dispatcher_options dopts = {
-        .log_level = "warn", .worker_timeout_ms = 2000, .client_timeout_ms = 5000};
+    /* The shortest disconnect grace (two heartbeat intervals: 800 ms for workers, 2 s for
+     * clients): a killed worker's or reader's splits move on sooner than at its timeout. */
+    struct sluice_dispatcher_options dopts = {.log_level = "warn",
+                                              .worker_timeout_ms = 2000,
+                                              .client_timeout_ms = 5000,
+                                              .disconnect_grace_ms = 1};
     if (sluice_dispatcher_start(&dopts, &disp, err, sizeof err) < 0)
         return -1;
     struct sluice_client_options copts = {.dispatcher = sluice_dispatcher_target(disp),
