@@ -28,6 +28,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <stdio.h>
@@ -735,6 +736,8 @@ static pid_t relay_start(int port, int to, const char *log)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* It dies with the test, even one that crashes, rather than hold its output open. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         relay_run(ls, to, log);
         _exit(0);
     }
