@@ -156,8 +156,7 @@ static int dispatcher_init(DispatcherObject *self, PyObject *args, PyObject *kw)
             &o.log_level, &data_roots, SERVER_TARGETS(o, insecure), &max_datasets,
             &max_pipeline_bytes, &max_jobs_per_client, &max_jobs_per_address, &raft_id,
             &o.raft_address, &o.raft_cluster, &o.raft_bind, &o.advertise,
-            &o.raft_election_timeout_ms, &o.autoscale_pool_label,
-            &o.disconnect_grace_ms))
+            &o.raft_election_timeout_ms, &o.autoscale_pool_label, &o.disconnect_grace_ms))
         return -1;
     o.raft_id = raft_id;
     o.security.insecure = insecure;
