@@ -6,8 +6,10 @@ is closed; shm_bytes out of range is refused.
 Zero copies: a numpy array of a large fixed-width tensor read over shared memory is a view of the
 reader's region (its address lies in the region's mapping, /proc/self/maps), equal to what TCP
 gives; it stays valid after its iterator and client are gone, and the region stays mapped until
-the last view is; a consumer that keeps its views fills the region and no more: the worker writes
-no block over a held one (every kept view keeps its values) and sends the rest over the socket."""
+the last view is; a consumer that holds batches of views makes the worker wait (every element a
+view, none over the socket); one that keeps every view fills the region and no more: the worker
+writes no block over a held one (every kept view keeps its values), and after 3 s the rest comes
+over the socket."""
 
 import gc
 import os
@@ -195,9 +197,34 @@ def rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def test_slow_consumer_makes_the_worker_wait(cluster, tensor_worker):
+    """A consumer that holds batches of 32 views (10 MB) for a while before it drops them, in a
+    region of 16 MiB: the reader asks for more only when the region has room for the reply, so the
+    worker waits while the batch is held and every element arrives as a view of the region, none
+    over the socket."""
+    ds, it = read_tensors(cluster.target, 256, shm_bytes=16 << 20)
+    labels, copies, batch = [], 0, []
+    for pixels, floats, label in it:
+        labels.append(int(label))
+        if in_region(pixels, mapped_regions()):
+            batch.append((int(label), pixels))
+        else:
+            copies += 1
+        if len(batch) == 32:
+            time.sleep(0.2)
+            for x, p in batch:
+                assert np.array_equal(p, expected(x)[0]), f"view of element {x} was overwritten"
+            batch.clear()
+    it.close()
+    assert sorted(labels) == list(range(256))
+    assert copies == 0
+
+
 def test_held_views_fill_the_region_and_no_more(cluster, tensor_worker):
-    """A consumer that keeps every view and drops the copies: the region (4 MiB) fills, the worker
-    then sends over the socket, every kept view keeps its values, and memory stays bounded."""
+    """A consumer that keeps every view and drops the copies: the region (4 MiB) fills; the reader
+    waits 3 s for room, then reads on and the worker sends the rest over the socket (a consumer
+    that keeps everything, as list() does, never stalls for good); every kept view keeps its
+    values, and memory stays bounded."""
     region = 4 << 20
     ds, it = read_tensors(cluster.target, 8, shm_bytes=region)
     for e in it:  # warm up: the interpreter and numpy allocate what they keep
@@ -208,6 +235,7 @@ def test_held_views_fill_the_region_and_no_more(cluster, tensor_worker):
     rss0 = rss_bytes()
     ds, it = read_tensors(cluster.target, 300, shm_bytes=region)
     views, copies, labels = [], 0, []
+    start = time.monotonic()
     for pixels, floats, label in it:
         labels.append(int(label))
         if in_region(pixels, mapped_regions()):
@@ -216,9 +244,11 @@ def test_held_views_fill_the_region_and_no_more(cluster, tensor_worker):
             copies += 1
             assert np.array_equal(pixels, expected(int(label))[0])
     grown = rss_bytes() - rss0
+    elapsed = time.monotonic() - start
     it.close()
     assert sorted(labels) == list(range(300))
     assert views and copies
+    assert elapsed >= 3.0
     assert len(views) * 300000 <= region
     for x, pixels in views:
         assert np.array_equal(pixels, expected(x)[0]), f"view of element {x} was overwritten"

@@ -69,6 +69,8 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
         uint64_t pos;
         struct shm_region *region = rpc_client_take_shm(rpc, &pos);
         if (region) {
+            if (r->payload.len > it->shm_largest)
+                it->shm_largest = r->payload.len;
             item->shm = shm_block_new(region, pos);
             if (!item->shm) {
                 shm_region_release(region, pos);
@@ -593,6 +595,38 @@ static bool det_may_fetch(struct sluice_iterator *it)
     return !reorder_queue_ahead(&it->rq, (uint64_t)it->pf.cap * ITER_FETCH_MAX_BYTES);
 }
 
+/* Shared-memory reads: whether a request to task i waits for room in its worker's region. A
+ * request may bring a reply of ITER_FETCH_MAX_BYTES (or one element larger than that: the largest
+ * seen); it goes out when the region has room for it, the requests in flight on that connection
+ * and the padding a block may leave at the ring's end, besides what the consumer holds. Only
+ * after ITER_SHM_WAIT_MS without room does it go anyway (the reply then comes over the socket).
+ * A reply that could never fit does not wait. */
+static bool shm_full(struct sluice_iterator *it, size_t i, uint64_t now)
+{
+    const struct tasks_task *t = &it->tasks.v[i];
+    struct rpc_client *rpc = t->conn ? client_conn_rpc(t->conn) : NULL;
+    uint64_t size, held;
+    if (!rpc || !rpc_client_shm_usage(rpc, &size, &held))
+        return false;
+    uint64_t each = it->shm_largest > ITER_FETCH_MAX_BYTES ? it->shm_largest : ITER_FETCH_MAX_BYTES;
+    uint64_t coming = 0;
+    for (const struct fetch *f = it->fetches; f; f = f->next)
+        if (f->rpc == rpc)
+            coming += each;
+    /* An empty ring takes any reply that fits at all; else room for this reply, those coming
+     * and the padding one may leave at the ring's end. */
+    bool room = held == 0 && coming == 0 ? true : held + coming + 2 * each <= size;
+    if (each > size || room) {
+        it->shm_full = false;
+        return false;
+    }
+    if (!it->shm_full) {
+        it->shm_full = true;
+        it->shm_full_since = now;
+    }
+    return now - it->shm_full_since < ITER_SHM_WAIT_MS;
+}
+
 /* Sends requests while slots are free and some task may be asked. */
 static void pump(struct sluice_iterator *it)
 {
@@ -616,6 +650,10 @@ static void pump(struct sluice_iterator *it)
         if (i < 0) {
             if (wake_at)
                 arm_pump(it, wake_at, now);
+            return;
+        }
+        if (shm_full(it, (size_t)i, now)) {
+            arm_pump(it, now + ITER_SHM_POLL_MS, now);
             return;
         }
         uv_mutex_lock(&it->mu);

@@ -79,6 +79,11 @@ struct sluice_iterator {
     /* sluice_read_options.no_shm and shm_bytes: how workers on this host are read. */
     bool no_shm;
     uint64_t shm_bytes;
+    /* Loop thread: the largest payload received through a shared region, and since when (loop
+     * ms) requests have waited for room in one (shm_full, iterator_fetch.c). */
+    uint64_t shm_largest;
+    uint64_t shm_full_since;
+    bool shm_full;
     /* sluice_read_options.whole_copies: a copy cut short by its worker's loss fails the read. */
     bool whole_copies;
     /* sluice_read_options.hedge_factor (0 outside distributed_epoch), sent with every

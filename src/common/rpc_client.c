@@ -945,6 +945,25 @@ bool rpc_client_shm(const struct rpc_client *cl)
     return cl->state == CLIENT_CONNECTED && cl->shm_now;
 }
 
+bool rpc_client_shm_usage(struct rpc_client *cl, uint64_t *size, uint64_t *held)
+{
+    if (cl->state != CLIENT_CONNECTED) {
+        /* Not connected yet: the next attempt dials shared memory first (start_attempt), into
+         * an empty region of shm_bytes. */
+        if (!cl->local || !cl->local_incarnation || !cl->shm_bytes || cl->shm_skip ||
+            security_has_tls(cl->sec))
+            return false;
+        *size = cl->shm_bytes;
+        *held = 0;
+        return true;
+    }
+    if (!cl->shm_now || cl->conn.shm == NULL)
+        return false;
+    *size = shm_region_size(cl->conn.shm);
+    *held = shm_region_held(cl->conn.shm);
+    return true;
+}
+
 bool rpc_client_local(const struct rpc_client *cl)
 {
     return cl->state == CLIENT_CONNECTED && cl->local_now;

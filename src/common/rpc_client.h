@@ -106,6 +106,11 @@ struct shm_region *rpc_client_take_shm(struct rpc_client *client, uint64_t *pos)
 /* Whether the client is connected over a shared-memory connection (rpc_client_opts.shm_bytes). */
 bool rpc_client_shm(const struct rpc_client *client);
 
+/* Over a shared-memory connection: the ring's size in *size and the bytes of it the reader holds
+ * (taken and not yet released) in *held, and true; not connected yet, but about to dial shared
+ * memory first: shm_bytes and 0, and true; false otherwise. */
+bool rpc_client_shm_usage(struct rpc_client *client, uint64_t *size, uint64_t *held);
+
 /* Withdraws the call made with cb and user if it has not been written yet (it waits for a
  * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the
  * loop's next timer run, never inside this function. Returns true when such a call was

@@ -93,14 +93,15 @@ struct wbuf_chunk *task_chunk_get(struct task *t)
 /* Keeps the block of a written external chunk for reuse, or frees it. Task mutex held. */
 static void spare_put_locked(struct task *t, uint8_t *block, size_t cap)
 {
-    /* Idle memory stays within the buffer's own byte bound. */
-    if (cap > t->max_bytes) {
+    /* Idle memory stays within the buffer's own byte bound, or TASK_SPARE_BYTES when that is
+     * larger, so that elements larger than the buffer (32 MiB against 16) still reuse blocks. */
+    uint64_t limit = t->max_bytes > TASK_SPARE_BYTES ? t->max_bytes : TASK_SPARE_BYTES;
+    if (cap > limit) {
         free(block);
         return;
     }
     /* The oldest go first: the newest are likelier to be in the caches. */
-    while (t->nspare > 0 &&
-           (t->nspare == TASK_SPARE_BLOCKS || t->spare_bytes + cap > t->max_bytes)) {
+    while (t->nspare > 0 && (t->nspare == TASK_SPARE_BLOCKS || t->spare_bytes + cap > limit)) {
         free(t->spare[0].p);
         t->spare_bytes -= t->spare[0].cap;
         memmove(&t->spare[0], &t->spare[1], (t->nspare - 1) * sizeof t->spare[0]);

@@ -29,10 +29,11 @@
  * then holds that one element. Beyond the buffer a task holds, per producer, its private chunk
  * (up to TASK_CHUNK_BYTES + E), the element in hand and what its operators hold (a batch being
  * built: up to about E; a shuffle or prefetch buffer: their counts of elements), plus spare
- * blocks of at most buffer_bytes. What was taken for a reply is held until written; the worker
- * answers a read only while its connection has less than WORKER_MAX_PENDING_BYTES queued
- * (serve.c). Measured with elements of 100 MB and a reader that stopped reading: about 400 MB
- * (one element written, one buffered, one in hand, one in the producer's next step).
+ * blocks of at most max(buffer_bytes, TASK_SPARE_BYTES). What was taken for a reply is held until
+ * written; the worker answers a read only while its connection has less than
+ * WORKER_MAX_PENDING_BYTES queued (serve.c). Measured with elements of 100 MB and a reader that
+ * stopped reading: about 400 MB (one element written, one buffered, one in hand, one in the
+ * producer's next step).
  *
  * Failure modes: a pipeline that cannot be built or fails on an element, a bad split plan, an
  * element over max_element_bytes, or an out-of-memory fails the task: producers stop, elements
@@ -76,9 +77,12 @@
 /* An element with a tensor of at least this many value bytes (and no compression attempted) is
  * not copied into a chunk: it goes out as an external chunk (buffer.h) written from the block
  * the pipeline produced it in. Up to TASK_SPARE_BLOCKS such blocks (together no larger than the
- * buffer's byte bound) are kept once written, to be handed back to the pipeline. */
+ * buffer's byte bound or TASK_SPARE_BYTES, whichever is larger) are kept once written, to be
+ * handed back to the pipeline: a block taken from the allocator for each element of tens of MiB
+ * costs more in page faults than producing and sending it. */
 #define TASK_EXT_MIN (256u << 10)
 #define TASK_SPARE_BLOCKS 8u
+#define TASK_SPARE_BYTES (64u << 20)
 /* A take of whole chunks (written without copying) spans at most this many chunks. */
 #define TASK_TAKE_MAX_CHUNKS 32u
 /* The largest encoded element a reply can carry (under the rpc frame limit). */

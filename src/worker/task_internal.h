@@ -101,7 +101,7 @@ struct task {
      * producer's element in place of the block the next external chunk takes away. */
     struct spare_block spare[TASK_SPARE_BLOCKS];
     unsigned nspare;
-    uint64_t spare_bytes;   /* their total size, at most max_bytes */
+    uint64_t spare_bytes;   /* their total size (task.c spare_put_locked) */
     unsigned space_waiters; /* producers parked for space */
     unsigned lease_waiters; /* producers parked for a lease */
     unsigned alive;         /* producers not yet exited */
