@@ -8,8 +8,8 @@ reader's region (its address lies in the region's mapping, /proc/self/maps), equ
 gives; it stays valid after its iterator and client are gone, and the region stays mapped until
 the last view is; a consumer that holds batches of views makes the worker wait (every element a
 view, none over the socket); one that keeps every view fills the region and no more: the worker
-writes no block over a held one (every kept view keeps its values), and after 3 s the rest comes
-over the socket."""
+writes no block over a held one (every kept view keeps its values), and once the reader waits
+with the region full the rest comes over the socket."""
 
 import gc
 import os
@@ -221,10 +221,10 @@ def test_slow_consumer_makes_the_worker_wait(cluster, tensor_worker):
 
 
 def test_held_views_fill_the_region_and_no_more(cluster, tensor_worker):
-    """A consumer that keeps every view and drops the copies: the region (4 MiB) fills; the reader
-    waits 3 s for room, then reads on and the worker sends the rest over the socket (a consumer
-    that keeps everything, as list() does, never stalls for good); every kept view keeps its
-    values, and memory stays bounded."""
+    """A consumer that keeps every view and drops the copies: the region (4 MiB) fills; once the
+    reader waits for an element with the region full of what it keeps, the worker sends the rest
+    over the socket (a consumer that keeps everything, as list() does, never stalls); every kept
+    view keeps its values, and memory stays bounded."""
     region = 4 << 20
     ds, it = read_tensors(cluster.target, 8, shm_bytes=region)
     for e in it:  # warm up: the interpreter and numpy allocate what they keep
@@ -235,7 +235,6 @@ def test_held_views_fill_the_region_and_no_more(cluster, tensor_worker):
     rss0 = rss_bytes()
     ds, it = read_tensors(cluster.target, 300, shm_bytes=region)
     views, copies, labels = [], 0, []
-    start = time.monotonic()
     for pixels, floats, label in it:
         labels.append(int(label))
         if in_region(pixels, mapped_regions()):
@@ -244,11 +243,9 @@ def test_held_views_fill_the_region_and_no_more(cluster, tensor_worker):
             copies += 1
             assert np.array_equal(pixels, expected(int(label))[0])
     grown = rss_bytes() - rss0
-    elapsed = time.monotonic() - start
     it.close()
     assert sorted(labels) == list(range(300))
     assert views and copies
-    assert elapsed >= 3.0
     assert len(views) * 300000 <= region
     for x, pixels in views:
         assert np.array_equal(pixels, expected(x)[0]), f"view of element {x} was overwritten"

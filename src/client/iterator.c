@@ -171,8 +171,10 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
             break;
         }
         /* Deterministic: the loop fetches past its reorder bound only while the reader has
-         * nothing to read, which it learns here. */
-        if (it->det && !woke) {
+         * nothing to read, which it learns here; so does a request held back for room in a
+         * shared region (iterator_fetch.c shm_full). */
+        atomic_store(&it->starving, true);
+        if ((it->det && !woke) || atomic_load(&it->shm_waiting)) {
             woke = true;
             client_wake(it->c);
         }
@@ -193,6 +195,7 @@ static int wait_payload(struct sluice_iterator *it, bool timed, char *err, size_
         }
         it->wait_ns += uv_hrtime() - t0;
     }
+    atomic_store(&it->starving, false);
     uv_mutex_unlock(&it->mu);
     return rc;
 }

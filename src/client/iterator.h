@@ -60,13 +60,10 @@
  * caches; larger ones measured markedly slower with elements of 1 MiB, and smaller elements
  * gain nothing from more (a reply carries at most a few thousand of them). */
 #define ITER_FETCH_MAX_BYTES (2u << 20)
-/* Shared-memory reads: while a worker's region has no room for one more reply (the consumer still
- * holds the elements in it), requests to that worker wait, the pump looking again every
- * ITER_SHM_POLL_MS; after ITER_SHM_WAIT_MS without room they go out anyway and the worker answers
- * over the socket what does not fit (a consumer that keeps every element, as a list does, reads
- * on). */
+/* Shared-memory reads: while a worker's region has no room for one more reply and the reader has
+ * something to read, requests to that worker wait (iterator_fetch.c shm_full), the pump looking
+ * again every ITER_SHM_POLL_MS. */
 #define ITER_SHM_POLL_MS 2
-#define ITER_SHM_WAIT_MS 3000
 /* Bound on one GetElements request, covering a worker's long poll (WORKER_POLL_MS) with room to
  * spare: a worker answers every read before its reader gives up on it, which coordinated reads
  * rely on (tasks.h). */

@@ -362,6 +362,8 @@ out:
                 pushed += qrc == 0;
             }
         }
+        /* It may have something to read now; if not, it says so again (shm_full). */
+        atomic_store(&it->starving, false);
         uv_cond_broadcast(&it->cond);
         uv_mutex_unlock(&it->mu);
         if (qrc < 0 && rc == 0)
@@ -490,6 +492,8 @@ static void on_elements(int status, const char *msg, const Sluice__Envelope *rep
         if (has_data && it->state == ITER_RUNNING) {
             prefetch_fill(&it->pf, item);
             memset(&item, 0, sizeof item);
+            /* The reader has something to read now, though it has not woken yet (shm_full). */
+            atomic_store(&it->starving, false);
             uv_cond_broadcast(&it->cond);
         } else {
             prefetch_cancel(&it->pf);
@@ -598,10 +602,13 @@ static bool det_may_fetch(struct sluice_iterator *it)
 /* Shared-memory reads: whether a request to task i waits for room in its worker's region. A
  * request may bring a reply of ITER_FETCH_MAX_BYTES (or one element larger than that: the largest
  * seen); it goes out when the region has room for it, the requests in flight on that connection
- * and the padding a block may leave at the ring's end, besides what the consumer holds. Only
- * after ITER_SHM_WAIT_MS without room does it go anyway (the reply then comes over the socket).
- * A reply that could never fit does not wait. */
-static bool shm_full(struct sluice_iterator *it, size_t i, uint64_t now)
+ * and the padding a block may leave at the ring's end, besides what the consumer holds. Without
+ * room it waits, and the worker with it, as long as the reader has something to read or a reply
+ * on its way from that worker; once the reader waits for an element with the region full of what
+ * it holds (it keeps every element, as a list does, or a deterministic read's reordering holds
+ * them) and nothing coming, only a reply can help it: the request goes, and the worker sends what
+ * does not fit over the socket. A reply that could never fit does not wait. */
+static bool shm_full(struct sluice_iterator *it, size_t i)
 {
     const struct tasks_task *t = &it->tasks.v[i];
     struct rpc_client *rpc = t->conn ? client_conn_rpc(t->conn) : NULL;
@@ -616,15 +623,10 @@ static bool shm_full(struct sluice_iterator *it, size_t i, uint64_t now)
     /* An empty ring takes any reply that fits at all; else room for this reply, those coming
      * and the padding one may leave at the ring's end. */
     bool room = held == 0 && coming == 0 ? true : held + coming + 2 * each <= size;
-    if (each > size || room) {
-        it->shm_full = false;
-        return false;
-    }
-    if (!it->shm_full) {
-        it->shm_full = true;
-        it->shm_full_since = now;
-    }
-    return now - it->shm_full_since < ITER_SHM_WAIT_MS;
+    bool wait = !room && each <= size;
+    atomic_store(&it->shm_waiting, wait);
+    /* A starving reader with a reply on its way from this worker gets that one first. */
+    return wait && (coming > 0 || !atomic_load(&it->starving));
 }
 
 /* Sends requests while slots are free and some task may be asked. */
@@ -652,7 +654,7 @@ static void pump(struct sluice_iterator *it)
                 arm_pump(it, wake_at, now);
             return;
         }
-        if (shm_full(it, (size_t)i, now)) {
+        if (shm_full(it, (size_t)i)) {
             arm_pump(it, now + ITER_SHM_POLL_MS, now);
             return;
         }

@@ -79,11 +79,15 @@ struct sluice_iterator {
     /* sluice_read_options.no_shm and shm_bytes: how workers on this host are read. */
     bool no_shm;
     uint64_t shm_bytes;
-    /* Loop thread: the largest payload received through a shared region, and since when (loop
-     * ms) requests have waited for room in one (shm_full, iterator_fetch.c). */
+    /* Loop thread: the largest payload received through a shared region (shm_full,
+     * iterator_fetch.c). */
     uint64_t shm_largest;
-    uint64_t shm_full_since;
-    bool shm_full;
+    /* starving: the reader waits in wait_payload with nothing to read; shm_waiting: the loop
+     * holds a request back for room in a shared region. Each side stores its own and reads the
+     * other's (seq_cst), so a request held back while the reader starves is sent: either the
+     * loop sees starving, or the reader sees shm_waiting and wakes the loop. */
+    atomic_bool starving;
+    atomic_bool shm_waiting;
     /* sluice_read_options.whole_copies: a copy cut short by its worker's loss fails the read. */
     bool whole_copies;
     /* sluice_read_options.hedge_factor (0 outside distributed_epoch), sent with every
