@@ -8,6 +8,8 @@
  *   - a region of 2 MiB bounds what the worker maps (its /proc/PID/maps) while a consumer that
  *     stops holding an element reads 30 MB: the worker waits for room (serves nothing while the
  *     consumer holds the region), and every element goes through the region;
+ *   - a deterministic read from two workers into a region of 2 MiB, whose reordering holds the
+ *     region while the reader waits for the lowest split: every element in the canonical order;
  *   - kill -9 of a worker at a random point of a distributed_epoch read, WORKER_KILLS times: every
  *     element exactly once, and afterwards nothing of a region is left mapped or open in this
  *     process or the surviving worker, and no entry of ours in /dev/shm;
@@ -431,6 +433,62 @@ static void test_region_bound(void **unused)
     stop_worker(0, SIGINT);
 }
 
+/* A deterministic read from two workers into a region of 2 MiB: payloads that arrive ahead of
+ * their turn wait in the reorder queue, holding the region, while the reader waits for the lowest
+ * split. The held-back requests go out then (the worker answers over the socket what does not
+ * fit), so the read neither stalls nor loses its order: the elements come in the canonical
+ * order, each once. */
+static void test_deterministic_small_region(void **unused)
+{
+    (void)unused;
+    start_worker(0, NULL);
+    start_worker(1, NULL);
+    wait_workers(2);
+    const char *pipeline = "range(120) | map(bytes, 300000)";
+    char err[SLUICE_ERRMSG_SIZE];
+    struct sluice_local *run;
+    assert_int_equal(sluice_local_open(pipeline, NULL, 0, &run, err, sizeof err), 0);
+    struct sluice_element *e = sluice_element_new();
+    struct fp want[120];
+    size_t k = 0;
+    while (sluice_local_next(run, e, err, sizeof err) == 1 && k < 120)
+        want[k++] = fingerprint(e);
+    assert_int_equal(k, 120);
+    sluice_element_free(e);
+    sluice_local_close(run);
+    struct sluice_read_options o = {.pipeline = pipeline,
+                                    .mode = SLUICE_DISTRIBUTED_EPOCH,
+                                    .deterministic = true,
+                                    .split_size = 10,
+                                    .target_workers = SLUICE_TARGET_WORKERS_LOCAL,
+                                    .shm_bytes = 2 << 20};
+    struct sluice_iterator *it;
+    if (sluice_iterator_open(client, &o, &it, err, sizeof err) < 0)
+        fail_msg("open: %s", err);
+    long long t0 = now_ms();
+    size_t n = 0;
+    for (;;) {
+        const struct sluice_element *got;
+        int rc = sluice_iterator_next(it, &got, 30000, err, sizeof err);
+        if (rc < 0)
+            fail_msg("next %zu: %s", n, err);
+        if (rc == 0)
+            break;
+        assert_true(n < 120);
+        struct fp f = fingerprint(got);
+        assert_memory_equal(&f, &want[n], sizeof f);
+        n++;
+    }
+    sluice_iterator_close(it);
+    assert_int_equal(n, 120);
+    print_message("deterministic, 2 MiB region: 120 elements in order in %lld ms, %.0f + "
+                  "%.0f through the regions\n",
+                  now_ms() - t0, metric(0, "sluice_worker_shm_elements_total"),
+                  metric(1, "sluice_worker_shm_elements_total"));
+    stop_worker(0, SIGINT);
+    stop_worker(1, SIGINT);
+}
+
 static void kill_worker1(void)
 {
     assert_int_equal(proc_stop(&workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
@@ -589,6 +647,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_shm_and_tcp_agree, stop_workers),
         cmocka_unit_test_teardown(test_region_bound, stop_workers),
+        cmocka_unit_test_teardown(test_deterministic_small_region, stop_workers),
         cmocka_unit_test_teardown(test_worker_killed, stop_workers),
         cmocka_unit_test_teardown(test_reader_killed, stop_workers),
         cmocka_unit_test_teardown(test_silent_connections, stop_workers),
