@@ -560,10 +560,18 @@ static void test_reader_killed(void **unused)
         assert_int_equal(region_fds(0), 0);
         assert_int_equal(dev_shm_entries(), 0);
     }
-    /* The worker serves the next reader as before. */
+    /* The worker serves the next reader as before, over shared memory. (Not necessarily every
+     * reply: on a machine loaded by other tests, a connection that fails its handshake falls
+     * back to TCP for that attempt, as designed; once in a few runs under a CPU hog, 3 of 30
+     * records came that way.) */
     struct read_spec s = {.pipeline = "range(30) | map(bytes, 300000)",
                           .mode = SLUICE_PARALLEL_EPOCHS};
-    expect_read_via(&s, 30, true);
+    double shm0 = metric(0, "sluice_worker_shm_elements_total");
+    expect_read(&s, 30);
+    double shm = metric(0, "sluice_worker_shm_elements_total") - shm0;
+    if (shm != 30)
+        print_message("after the kills: %.0f of 30 records through the region\n", shm);
+    assert_true(shm > 0);
     stop_worker(0, SIGINT);
 }
 
@@ -644,6 +652,8 @@ static void test_silent_connections(void **unused)
 
 int main(void)
 {
+    if (getenv("SLUICE_TEST_FILTER"))
+        cmocka_set_test_filter(getenv("SLUICE_TEST_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_shm_and_tcp_agree, stop_workers),
         cmocka_unit_test_teardown(test_region_bound, stop_workers),
