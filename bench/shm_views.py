@@ -15,6 +15,7 @@ are printed. A benchmark, not a test: it never fails on timing.
 """
 
 import argparse
+import contextlib
 import os
 import pathlib
 import resource
@@ -41,6 +42,31 @@ def cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
+@contextlib.contextmanager
+def array_worker(size, prefix):
+    """A dispatcher and one sluice-worker process whose map(py, "viewmod:block") returns uint8
+    arrays of size bytes; yields the service's target once the worker has registered, and stops
+    both after."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as mod_dir:
+        pathlib.Path(mod_dir, "viewmod.py").write_text(MODULE.replace("SIZE", str(size)))
+        dispatcher = Server([str(BIN / "sluice-dispatcher"), "--port", "0",
+                             "--log-level", "error"])
+        worker = None
+        try:
+            target = "sluice://" + dispatcher.address
+            worker = Server([str(BIN / "sluice-worker"), "--dispatcher", dispatcher.address,
+                             "--port", "0", "--python-path", mod_dir, "--log-level", "error"])
+            deadline = time.monotonic() + 30
+            while not sluice.status(target)["workers"]:
+                assert time.monotonic() < deadline, "the worker did not register"
+                time.sleep(0.05)
+            yield target
+        finally:
+            if worker:
+                worker.stop()
+            dispatcher.stop()
+
+
 def measure(target, elements, size, shm):
     """One read of elements arrays; returns (bytes/s, reader CPU seconds per GiB)."""
     ds = sluice.distribute(f'range({elements}) | map(py, "viewmod:block")', "parallel_epochs",
@@ -65,27 +91,13 @@ def main():
     rate = {name: [] for name, _ in ways}
     cpu = {name: [] for name, _ in ways}
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="sluice-views-bench-") as mod_dir:
-        pathlib.Path(mod_dir, "viewmod.py").write_text(MODULE.replace("SIZE", str(args.size)))
-        dispatcher = Server([str(BIN / "sluice-dispatcher"), "--port", "0",
-                             "--log-level", "error"])
-        target = "sluice://" + dispatcher.address
-        worker = Server([str(BIN / "sluice-worker"), "--dispatcher", dispatcher.address,
-                         "--port", "0", "--python-path", mod_dir, "--log-level", "error"])
-        try:
-            deadline = time.monotonic() + 30
-            while not sluice.status(target)["workers"]:
-                assert time.monotonic() < deadline, "the worker did not register"
-                time.sleep(0.05)
-            measure(target, 16, args.size, True)  # warm-up: numpy imported in the worker
-            for r in range(args.rounds):
-                for name, shm in ways[r % 2:] + ways[:r % 2]:
-                    got = measure(target, args.elements, args.size, shm)
-                    rate[name].append(got[0])
-                    cpu[name].append(got[1])
-        finally:
-            worker.stop()
-            dispatcher.stop()
+    with array_worker(args.size, "sluice-views-bench-") as target:
+        measure(target, 16, args.size, True)  # warm-up: numpy imported in the worker
+        for r in range(args.rounds):
+            for name, shm in ways[r % 2:] + ways[:r % 2]:
+                got = measure(target, args.elements, args.size, shm)
+                rate[name].append(got[0])
+                cpu[name].append(got[1])
 
     print(f"{args.elements} x {args.size} bytes (uint8), parallel_epochs, one worker process, "
           f"{os.cpu_count()} cores, medians of {args.rounds} rounds, load average "

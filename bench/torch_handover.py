@@ -22,30 +22,12 @@ build/bin). A benchmark, not a test: it never fails on timing.
 
 import argparse
 import os
-import pathlib
-import resource
 import statistics
-import tempfile
 import time
 
 import sluice
 import sluice.torch
-from pyfn import BIN, Server
-
-MODULE = '''\
-import numpy as np
-
-_ARRAYS = [np.random.default_rng(i).integers(0, 256, SIZE, dtype=np.uint8) for i in range(8)]
-
-
-def block(x):
-    return _ARRAYS[int(x) % 8]
-'''
-
-
-def own_cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+from shm_views import array_worker, cpu_seconds as own_cpu
 
 
 def machine_cpu():
@@ -58,7 +40,7 @@ def machine_cpu():
 
 def measure(target, elements, size, workers, batch):
     """One epoch; returns (bytes/s, training process CPU s/GiB, machine CPU s/GiB)."""
-    pipeline = f'range({elements}) | map(py, "hmod:block")'
+    pipeline = f'range({elements}) | map(py, "viewmod:block")'
     if batch:
         pipeline += f" | batch({batch})"
     ds = sluice.torch.IterableDataset(target, pipeline=pipeline, processing_mode="parallel_epochs",
@@ -91,26 +73,12 @@ def main():
             (f"num_workers=2, batch({args.batch})", 2, args.batch)]
     got = {name: [] for name, _, _ in ways}
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory(prefix="sluice-handover-bench-") as mod_dir:
-        pathlib.Path(mod_dir, "hmod.py").write_text(MODULE.replace("SIZE", str(args.size)))
-        dispatcher = Server([str(BIN / "sluice-dispatcher"), "--port", "0",
-                             "--log-level", "error"])
-        target = "sluice://" + dispatcher.address
-        worker = Server([str(BIN / "sluice-worker"), "--dispatcher", dispatcher.address,
-                         "--port", "0", "--python-path", mod_dir, "--log-level", "error"])
-        try:
-            deadline = time.monotonic() + 30
-            while not sluice.status(target)["workers"]:
-                assert time.monotonic() < deadline, "the worker did not register"
-                time.sleep(0.05)
-            measure(target, 64, args.size, 0, None)  # warm-up: numpy imported in the worker
-            for r in range(args.rounds):
-                k = r % len(ways)
-                for name, workers, batch in ways[k:] + ways[:k]:
-                    got[name].append(measure(target, args.elements, args.size, workers, batch))
-        finally:
-            worker.stop()
-            dispatcher.stop()
+    with array_worker(args.size, "sluice-handover-bench-") as target:
+        measure(target, 64, args.size, 0, None)  # warm-up: numpy imported in the worker
+        for r in range(args.rounds):
+            k = r % len(ways)
+            for name, workers, batch in ways[k:] + ways[:k]:
+                got[name].append(measure(target, args.elements, args.size, workers, batch))
 
     print(f"{args.elements} x {args.size} bytes (uint8), one sluice-worker process on this host, "
           f"{os.cpu_count()} cores, medians of {args.rounds} rounds, load average "
