@@ -664,22 +664,32 @@ static void test_refusals(void **state)
 }
 
 /* Starts argv (a slow read of an object) and replaces BUCKET/KEY key once the relay has
- * answered gets object GETs since the start: the reader has listed what it reads and is reading
- * it, however slowly this machine started the process, and has seconds of reading left. */
-static void spawn_then_replace(struct proc *p, char **argv, long gets, const char *key)
+ * counted gets object GETs since the start and, with read, answered one GET of key itself whole:
+ * the reader has listed what it reads and is reading it (key's ETag pinned by that answer),
+ * however slowly this machine started the process, and has seconds of reading left. */
+static void spawn_then_replace(struct proc *p, char **argv, long gets, const char *key, bool read)
 {
     char *s = relay_call(endpoint, "reset", true);
     free(s);
     assert_int_equal(proc_spawn(p, argv), 0);
     long long until = now_ms() + RUN_MS;
-    long seen = 0;
-    while (seen < gets && now_ms() < until) {
+    long seen = 0, answered = 0;
+    /* With read, key must have been read from once (its ETag pinned), or the reader could take
+     * the new version, whole or half written, for the one it opens. */
+    char answered_key[300];
+    snprintf(answered_key, sizeof answered_key, "\"/%s\":", key);
+    while ((seen < gets || (read && answered < 1)) && now_ms() < until) {
         usleep(20 * 1000);
         s = relay_call(endpoint, "stats", false);
         seen = stat_of(s, "get");
+        const char *at = strstr(s, "\"answered\":");
+        assert_non_null(at);
+        at = strstr(at, answered_key);
+        answered = at ? strtol(at + strlen(answered_key), NULL, 10) : 0;
         free(s);
     }
     assert_true(seen >= gets);
+    assert_true(!read || answered >= 1);
     char q[300];
     snprintf(q, sizeof q, "replace?key=%s", key);
     s = relay_call(endpoint, q, true);
@@ -697,7 +707,7 @@ static void test_changed(void **state)
                     "--format",
                     "count",
                     NULL};
-    spawn_then_replace(&p, argv, 1, "bkt/big/big.txt");
+    spawn_then_replace(&p, argv, 1, "bkt/big/big.txt", true);
     assert_int_equal(proc_wait(&p, RUN_MS), 1);
     char *log = read_text_file(p.log);
     printf("    %s", log);
@@ -810,7 +820,8 @@ static void test_snapshot_errors(void **state)
                     NULL};
     char key[200], want[200];
     snprintf(key, sizeof key, "bkt/data/snapmut/chunks/chunk-%012d", last);
-    spawn_then_replace(&p, argv, 3, key); /* snapshot.json, the manifest, the first chunk */
+    /* snapshot.json, the manifest, the first chunk; the replaced chunk not yet read */
+    spawn_then_replace(&p, argv, 3, key, false);
     assert_int_equal(proc_wait(&p, RUN_MS), 1);
     char *log = read_text_file(p.log);
     printf("    %s", log);
@@ -1082,7 +1093,7 @@ static void test_megatron_errors(void **state)
                     "--format",
                     "count",
                     NULL};
-    spawn_then_replace(&p, argv, 1, "bkt/data/mg/ds.bin");
+    spawn_then_replace(&p, argv, 1, "bkt/data/mg/ds.bin", true);
     assert_int_equal(proc_wait(&p, RUN_MS), 1);
     char *log = read_text_file(p.log);
     printf("    %s", log);

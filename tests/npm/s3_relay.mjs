@@ -22,7 +22,8 @@
 //   "status": {"200": N, ...}, "faults": {...}, "puts": [...]}, inflight the most GETs of one
 //   object that were in flight at once, puts the PUTs in the order they came, each
 //   {"key": "BUCKET/KEY", "begin": SEQ, "end": SEQ, "status": CODE}, where SEQ numbers the
-//   events of PUTs (a PUT's arrival, its answer from the server) in the order they happened.
+//   events of PUTs (a PUT's arrival, its answer from the server) in the order they happened;
+//   "answered": {"/BUCKET/KEY": N} counts each object's GETs whose answer was sent whole;
 //
 //   node s3_relay.mjs DATADIR ACCESS_KEY SECRET [--tls CERT KEY]
 //
@@ -90,6 +91,7 @@ function resetStats() {
     status: {},
     faults: { s503: 0, reset: 0, stall: 0 },
     puts: [],
+    answered: {},
   };
   putSeq = 0;
 }
@@ -258,6 +260,7 @@ async function handle(req, res) {
     inflight.set(key, (inflight.get(key) || 0) + 1);
     stats.inflight = Math.max(stats.inflight, inflight.get(key));
     res.on('close', () => inflight.set(key, inflight.get(key) - 1));
+    res.on('finish', () => { stats.answered[key] = (stats.answered[key] || 0) + 1; });
   }
   const refused = verify(req, body);
   if (refused) {
