@@ -61,8 +61,8 @@
  * gain nothing from more (a reply carries at most a few thousand of them). */
 #define ITER_FETCH_MAX_BYTES (2u << 20)
 /* Shared-memory reads: while a worker's region has no room for one more reply and the reader has
- * something to read, requests to that worker wait (iterator_fetch.c shm_full), the pump looking
- * again every ITER_SHM_POLL_MS. */
+ * something to read, requests to that worker wait (iterator_fetch.c shm_full; tasks_defer), the
+ * pump looking again every ITER_SHM_POLL_MS; other workers are asked meanwhile. */
 #define ITER_SHM_POLL_MS 2
 /* Bound on one GetElements request, covering a worker's long poll (WORKER_POLL_MS) with room to
  * spare: a worker answers every read before its reader gives up on it, which coordinated reads

@@ -655,8 +655,9 @@ static void pump(struct sluice_iterator *it)
             return;
         }
         if (shm_full(it, (size_t)i)) {
-            arm_pump(it, now + ITER_SHM_POLL_MS, now);
-            return;
+            /* The other tasks may still be asked; tasks_pick arms the look again. */
+            tasks_defer(&it->tasks, (size_t)i, now + ITER_SHM_POLL_MS);
+            continue;
         }
         uv_mutex_lock(&it->mu);
         bool reserved = it->state == ITER_RUNNING && (!it->det || det_may_fetch(it)) &&

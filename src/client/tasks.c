@@ -280,6 +280,13 @@ void tasks_on_reply(struct tasks_set *s, size_t i, uint32_t count, bool eos, uin
     }
 }
 
+void tasks_defer(struct tasks_set *s, size_t i, uint64_t until)
+{
+    assert(i < s->n);
+    if (s->v[i].not_before < until)
+        s->v[i].not_before = until;
+}
+
 void tasks_on_failure(struct tasks_set *s, size_t i, uint64_t now)
 {
     assert(i < s->n && s->v[i].outstanding > 0);

@@ -180,6 +180,11 @@ void tasks_on_reply(struct tasks_set *s, size_t i, uint32_t count, bool eos, uin
  * backs off, longer with every consecutive failure, and is asked again later. */
 void tasks_on_failure(struct tasks_set *s, size_t i, uint64_t now);
 
+/* Holds task i back until time until for a reason of the shell's (its worker's shared region has
+ * no room for a reply yet): tasks_pick skips it meanwhile, picks the others, and reports until in
+ * wake_at when nothing else may be asked. Its failure and empty-reply streaks are untouched. */
+void tasks_defer(struct tasks_set *s, size_t i, uint64_t until);
+
 /* Records a failure of task i that should end the read only if the dispatcher still lists the
  * task afterwards: a worker answering that it does not know a task may have restarted, or the
  * dispatcher may have dropped the task, and the next task list tells. mark identifies the

@@ -236,6 +236,40 @@ static void test_pick_skips_what_cannot_be_asked(void **state)
     tasks_release(&s);
 }
 
+/* A deferred task is skipped until its time while the others are picked; the deferral never
+ * shortens a backoff, and a reply with elements clears it. */
+static void test_defer(void **state)
+{
+    (void)state;
+    struct tasks_set s;
+    tasks_init(&s, false, 2);
+    const uint64_t ids[] = {1, 2};
+    apply(&s, ids, 2, false);
+    attach_all(&s, &conn_a);
+    uint64_t wake = 99;
+    tasks_defer(&s, 0, 12);
+    assert_int_equal(picked_id(&s, 10), 2);
+    send_to(&s, 2);
+    send_to(&s, 2);
+    assert_int_equal(tasks_pick(&s, 10, &wake), -1);
+    assert_int_equal(wake, 12);
+    assert_int_equal(tasks_pick(&s, 12, &wake), 0);
+    assert_int_equal(wake, 0);
+    /* A failure's backoff is not cut short by a shorter deferral. */
+    send_to(&s, 1);
+    tasks_on_failure(&s, 0, 20);
+    uint64_t backoff = s.v[0].not_before;
+    assert_true(backoff > 22);
+    tasks_defer(&s, 0, 22);
+    assert_int_equal(s.v[0].not_before, backoff);
+    /* Elements from the task clear it. */
+    tasks_defer(&s, 0, 1000);
+    send_to(&s, 1);
+    tasks_on_reply(&s, 0, 3, false, 40);
+    assert_int_equal(tasks_pick(&s, 40, &wake), 0);
+    tasks_release(&s);
+}
+
 static void test_backoff_grows_and_resets(void **state)
 {
     struct tasks_set s;
@@ -774,6 +808,7 @@ int main(void)
         cmocka_unit_test(test_retry_classes),
         cmocka_unit_test(test_copy_accounting),
         cmocka_unit_test(test_judge_gone),
+        cmocka_unit_test(test_defer),
         cmocka_unit_test(test_task_keys_follow_the_list),
         cmocka_unit_test(test_target_local_keeps_local_tasks),
         cmocka_unit_test(test_target_auto_prefers_local_tasks),
