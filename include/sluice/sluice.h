@@ -527,7 +527,9 @@ int sluice_iterator_open(struct sluice_client *client, const struct sluice_read_
                          struct sluice_iterator **out, char *err, size_t errlen);
 
 /* Waits for the next element. Returns 1 and sets *elem (owned by the iterator, valid until the
- * next call on this iterator), 0 at the end of the data, or a negative code with a one-line
+ * next call on this iterator; read over shared memory from a worker on this host, its large
+ * values may lie in the shared region, not copied, for that long), 0 at the end of the data, or a
+ * negative code with a one-line
  * message in err. timeout_ms 0 waits without limit; when it runs out the result is
  * SLUICE_ERR_TIMEOUT with "no element within N ms: REASON" (REASON as sluice_iterator_waiting
  * gives it, e.g. when the dispatcher died and does not come back) and the iterator stays usable
@@ -567,10 +569,12 @@ int sluice_iterator_waiting(struct sluice_iterator *it, char *buf, size_t len);
 /* Like sluice_iterator_next(), but moves the element into elem (from sluice_element_new()),
  * whose previous buffers the iterator keeps for reuse: the caller owns the element's buffers
  * from then on, e.g. to hand them to another library without a copy. An element read over
- * shared memory from a worker on this host may leave a fixed-width component of 4 KiB or more,
- * aligned to its dtype, in the shared region instead of copying it (docs/reading.md "Local
- * workers"): its values stay valid, and that part of the region taken, until the element is
- * freed or changes that component, also after the iterator and the client are closed. */
+ * shared memory from a worker on this host may leave a component of 4 KiB or more (a
+ * fixed-width one aligned to its dtype, or the strings of a bytes one) in the shared region
+ * instead of copying it (docs/reading.md "Local workers"): its values stay valid, and that part
+ * of the region taken, until the element is freed, changes that component or is passed to this
+ * call again (what elem held in the region goes back when the call begins), also after the
+ * iterator and the client are closed. */
 int sluice_iterator_next_into(struct sluice_iterator *it, struct sluice_element *elem,
                               uint32_t timeout_ms, char *err, size_t errlen);
 

@@ -89,6 +89,22 @@ def make(x):
     x = int(x)
     pixels = np.random.default_rng(x).integers(0, 256, 300000, dtype=np.uint8)
     return pixels, np.linspace(0, 1, 3000, dtype=np.float32) + x, np.int64(x)
+
+
+def wide(x, dtype):
+    return np.arange(100000, dtype=dtype) * 3 + int(x)
+
+
+def wide_int64(x):
+    return wide(x, np.int64)
+
+
+def wide_float32(x):
+    return wide(x, np.float32)
+
+
+def wide_float64(x):
+    return wide(x, np.float64)
 """
 
 
@@ -165,6 +181,33 @@ def test_views_of_the_region_equal_tcp(cluster, tensor_worker):
     t = torch.from_numpy(shm[0][0])
     assert t.data_ptr() == shm[0][0].__array_interface__["data"][0]
     assert torch.equal(t, torch.from_numpy(expected(int(shm[0][2]))[0]))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "float32", "float64"])
+def test_wide_dtypes_are_views_too(cluster, tensor_worker, dtype):
+    """The worker aligns a large tensor's values where they land in the region (a pad record
+    before its record), so arrays of 8-byte and 4-byte dtypes are views of it as uint8 ones
+    are, every one of them, and equal what TCP brings."""
+    # Without compression: snappy shrinks these regular values, and a compressed record is
+    # decoded into memory of the element's own.
+    ds_id = sluice.register_dataset(cluster.target, f'range(30) | map(py, "tensors:wide_{dtype}")',
+                                    compression=None)
+    ds = sluice.from_dataset_id("parallel_epochs", cluster.target, ds_id, target_workers="local")
+    it = iter(ds)
+    shm = list(it)
+    ranges = mapped_regions()
+    it.close()
+    tcp = list(sluice.from_dataset_id("parallel_epochs", cluster.target, ds_id,
+                                      target_workers="local", shm=False))
+    base = np.arange(100000, dtype=dtype) * 3
+    for got in (shm, tcp):
+        assert sorted(int(a[0]) for a in got) == list(range(30))
+        for a in got:
+            assert a.dtype == np.dtype(dtype) and np.array_equal(a, base + int(a[0]))
+    views = [in_region(a, ranges) and not a.flags.owndata for a in shm]
+    assert views == [True] * 30
+    assert all(a.__array_interface__["data"][0] % 64 == 0 for a in shm)
+    assert not any(in_region(a, ranges) for a in tcp)
 
 
 def test_view_outlives_its_iterator_and_client(cluster, tensor_worker):

@@ -458,7 +458,11 @@ int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element
     if (!it || !elem)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
     *elem = NULL;
-    int rc = iter_next(it, timeout_ms, false, err, errlen);
+    /* Large values read over shared memory stay in the region until the next call, as long as
+     * the element is valid anyway: no copy. The last element's go back now, before this call
+     * waits, so that the region has room for what it waits for. */
+    pipe_elem_unlend(&it->elem);
+    int rc = iter_next(it, timeout_ms, true, err, errlen);
     if (rc == 1)
         *elem = &it->elem;
     else if (rc == SLUICE_ERR_TIMEOUT)
@@ -471,6 +475,9 @@ int iter_next_into(struct sluice_iterator *it, struct sluice_element *elem, uint
 {
     if (!it || !elem)
         return err_set(err, errlen, SLUICE_ERR_INVALID, "iterator and elem are required");
+    /* elem's values are about to be replaced: what it borrowed from a shared region goes back
+     * before this call waits, so that the region has room for what it waits for. */
+    pipe_elem_unlend(elem);
     int rc = iter_next(it, timeout_ms, lend, err, errlen);
     if (rc == 1) {
         pipe_elem_swap(elem, &it->elem);

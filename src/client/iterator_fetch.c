@@ -533,6 +533,9 @@ static int fetch(struct sluice_iterator *it, size_t i)
         req.trainer_id = it->trainer_id;
     /* A deterministic reader takes every split whole (it keeps only a prefix of a split). */
     req.whole_splits = it->det;
+    /* This reader steps over pad records: a worker that serves it over shared memory may align
+     * the large values it leaves there as views (TCP connections ignore it). */
+    req.align_values = true;
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;

@@ -77,6 +77,7 @@ struct rpc_conn {
     Sluice__Role peer_role;
     uint64_t peer_incarnation;
     bool local;      /* an in-process connection (rpc_server_adopt) */
+    bool aligned;    /* the peer asked for aligned values (rpc_conn_set_aligned) */
     uint64_t serial; /* the server's count of connections when this one was enlisted */
     /* With on_answered: the requests waiting for their replies, when each arrived. */
     struct rpc_timed *timed;
@@ -705,6 +706,21 @@ int rpc_server_adopt(struct rpc_server *srv, uv_os_sock_t fd, struct inproc_link
 bool rpc_conn_is_local(const struct rpc_conn *rc)
 {
     return rc->local;
+}
+
+bool rpc_conn_is_shm(const struct rpc_conn *rc)
+{
+    return rc->conn.shm != NULL;
+}
+
+void rpc_conn_set_aligned(struct rpc_conn *rc)
+{
+    rc->aligned = true;
+}
+
+bool rpc_conn_aligned(const struct rpc_conn *rc)
+{
+    return rc->aligned;
 }
 
 void rpc_conn_shm_sent(const struct rpc_conn *rc, uint64_t *elements, uint64_t *bytes)

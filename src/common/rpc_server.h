@@ -155,6 +155,11 @@ void rpc_conn_unref(struct rpc_conn *conn);
 bool rpc_conn_is_open(const struct rpc_conn *conn);
 /* Whether conn is an in-process connection (rpc_server_adopt with a link). */
 bool rpc_conn_is_local(const struct rpc_conn *conn);
+/* Whether conn is a shared-memory connection, and whether its peer asked for aligned values
+ * (GetElementsRequest.align_values; set once, kept for the connection's life). */
+bool rpc_conn_is_shm(const struct rpc_conn *conn);
+void rpc_conn_set_aligned(struct rpc_conn *conn);
+bool rpc_conn_aligned(const struct rpc_conn *conn);
 /* The elements and payload bytes conn has sent through its shared region so far (0 for any other
  * connection). */
 void rpc_conn_shm_sent(const struct rpc_conn *conn, uint64_t *elements, uint64_t *bytes);

@@ -15,6 +15,33 @@
 #define FLAG_TAGGED 0x02u
 #define FLAG_SPLIT_END 0x04u
 #define FLAG_SPLIT_FROM 0x08u
+#define FLAG_PAD 0x10u
+
+/* Pad records of 2 to CODEC_PAD_MAX bytes, length prefix included: row n is the one of n bytes
+ * (its length, n - 1, fits the one-byte varint; what follows the flags is zeros). */
+#define PAD_ROW(n)                                                                                 \
+    {                                                                                              \
+        (uint8_t)((n)-1), FLAG_PAD                                                                 \
+    }
+#define PAD_ROWS8(n)                                                                               \
+    PAD_ROW(n), PAD_ROW((n) + 1), PAD_ROW((n) + 2), PAD_ROW((n) + 3), PAD_ROW((n) + 4),            \
+        PAD_ROW((n) + 5), PAD_ROW((n) + 6), PAD_ROW((n) + 7)
+static const uint8_t pad_rows[CODEC_PAD_MAX + 1][CODEC_PAD_MAX] = {
+    {0},           {0},           PAD_ROWS8(2),  PAD_ROWS8(10), PAD_ROWS8(18),
+    PAD_ROWS8(26), PAD_ROWS8(34), PAD_ROWS8(42), PAD_ROWS8(50), PAD_ROWS8(58),
+};
+_Static_assert(CODEC_PAD_MAX == 65, "pad_rows holds rows 2 to 65");
+
+size_t codec_pad_len(uint64_t at, uint64_t skip)
+{
+    uint64_t n = (CODEC_ALIGN - (at + skip) % CODEC_ALIGN) % CODEC_ALIGN;
+    return (size_t)(n == 1 ? n + CODEC_ALIGN : n);
+}
+
+const uint8_t *codec_pad_record(size_t n)
+{
+    return n >= 2 && n <= CODEC_PAD_MAX ? pad_rows[n] : NULL;
+}
 
 static int buf_reserve(struct pipe_buf *b, size_t extra)
 {
@@ -207,6 +234,24 @@ bool codec_can_split(const struct sluice_element *e, size_t min_ext)
     return split_component(e, min_ext, &len) != SIZE_MAX;
 }
 
+bool codec_sample_compresses(const struct sluice_element *e, size_t min_ext, size_t sample,
+                             struct pipe_buf *scratch)
+{
+    size_t len;
+    size_t c = split_component(e, min_ext, &len);
+    if (c == SIZE_MAX || sample == 0 || len < 2 * sample)
+        return true;
+    /* The middle: a file's header or a tensor's leading zeros say little about the rest. */
+    const char *v = (const char *)e->t[c].data + (len - sample) / 2;
+    size_t max = snappy_max_compressed_length(sample);
+    scratch->len = 0;
+    if (buf_reserve(scratch, max))
+        return true;
+    size_t clen = max;
+    return snappy_compress(v, sample, scratch->p, &clen) == SNAPPY_OK &&
+           clen <= sample - sample / 8;
+}
+
 int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
                        struct codec_split *split)
 {
@@ -252,6 +297,9 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
     size_t ncomp = d[pos++];
     if (ncomp < 1 || ncomp > PIPE_MAX_COMPONENTS)
         return corrupt(err, errlen, base, "bad component count");
+    /* What the previous element left lent goes back first: its values are about to be replaced,
+     * and reserving over them would copy them. */
+    pipe_elem_unlend(e);
     if (pipe_elem_resize(e, ncomp))
         return SLUICE_ERR_NOMEM;
     for (size_t c = 0; c < ncomp; c++) {
@@ -294,7 +342,8 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             if (total > len - pos)
                 return corrupt(err, errlen, base + pos, "truncated strings");
             t->dtype = SLUICE_BYTES; /* so that reserve makes room for offsets */
-            if (pipe_tensor_reserve(t, total, nv))
+            bool lend = lender && total >= CODEC_LEND_MIN;
+            if (pipe_tensor_reserve(t, lend ? 0 : total, nv))
                 return SLUICE_ERR_NOMEM;
             size_t lp = lens_at;
             t->offs[0] = 0;
@@ -304,8 +353,12 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
                 (void)varint_get(d, len, &lp, VARINT_MAX_LEN, &sl);
                 t->offs[k + 1] = t->offs[k] + sl;
             }
-            memcpy(t->data, d + pos, total);
-            t->len = total;
+            if (lend) {
+                pipe_tensor_lend(t, d + pos, total, lender);
+            } else {
+                memcpy(t->data, d + pos, total);
+                t->len = total;
+            }
             pos += total;
         } else {
             size_t width = sluice_dtype_size((enum sluice_dtype)dtype);
@@ -352,18 +405,22 @@ static inline __attribute__((always_inline)) int read_head(const uint8_t *data, 
 {
     mark->tagged = false;
     mark->seq = mark->pos = 0;
-    if (*pos >= len)
-        return CODEC_NO_MORE;
-    uint64_t reclen;
-    if (!varint_get(data, len, pos, VARINT_MAX_LEN, &reclen) || reclen > len - *pos || reclen < 1) {
-        *why = "bad record length";
-        return SLUICE_ERR_CORRUPT;
-    }
-    h->rec = data + *pos;
-    h->len = reclen;
-    h->body = 1;
-    h->flags = h->rec[0];
-    *pos += reclen;
+    do {
+        if (*pos >= len)
+            return CODEC_NO_MORE;
+        uint64_t reclen;
+        if (!varint_get(data, len, pos, VARINT_MAX_LEN, &reclen) || reclen > len - *pos ||
+            reclen < 1) {
+            *why = "bad record length";
+            return SLUICE_ERR_CORRUPT;
+        }
+        h->rec = data + *pos;
+        h->len = reclen;
+        h->body = 1;
+        h->flags = h->rec[0];
+        *pos += reclen;
+        /* A pad (codec_pad_record) is stepped over, whatever it holds. */
+    } while (h->flags == FLAG_PAD);
     if (h->flags & ~(FLAG_SNAPPY | FLAG_TAGGED | FLAG_SPLIT_END | FLAG_SPLIT_FROM)) {
         *why = "unknown record flags";
         return SLUICE_ERR_CORRUPT;

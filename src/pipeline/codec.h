@@ -75,6 +75,13 @@ int codec_append_split_tagged(struct pipe_buf *out, const struct sluice_element 
                               const struct codec_tag *tag, struct codec_split *split);
 /* Whether codec_append_split would split e (cheap: no encoding). */
 bool codec_can_split(const struct sluice_element *e, size_t min_ext);
+/* Whether snappy saves at least an eighth on a sample of e's largest component (the one
+ * codec_append_split would leave out): sample bytes from its middle, compressed into scratch.
+ * True without trying when no component has min_ext bytes or the component is shorter than twice
+ * the sample, so only large elements are judged by a sample; what codec_append_elem would then
+ * make of the whole element is likely but not certain to agree. */
+bool codec_sample_compresses(const struct sluice_element *e, size_t min_ext, size_t sample,
+                             struct pipe_buf *scratch);
 
 enum codec_record_kind {
     CODEC_NO_MORE = 0,
@@ -92,6 +99,21 @@ struct codec_mark {
     uint64_t pos;
 };
 
+/* Pad records: a record whose flags byte is a pad's is stepped over by every reader
+ * (codec_next_record, codec_scan_record), whatever follows, and counts as no record. A writer
+ * puts one before a record to move where that record's values land (a worker aligning a large
+ * value in a shared region, GetElementsRequest.align_values). CODEC_ALIGN: the alignment it
+ * aims for; CODEC_PAD_MAX: the longest pad made. */
+#define CODEC_ALIGN 64u
+#define CODEC_PAD_MAX 65u
+/* The bytes of pad to put at offset at of a payload so that the byte skip bytes after the
+ * padded position lands on a multiple of CODEC_ALIGN: 0 (already there) or 2 to CODEC_PAD_MAX
+ * (a pad has at least 2 bytes). */
+size_t codec_pad_len(uint64_t at, uint64_t skip);
+/* A pad record of exactly n bytes, length prefix included (2 <= n <= CODEC_PAD_MAX), in static
+ * memory; NULL for another n. */
+const uint8_t *codec_pad_record(size_t n);
+
 /* The fewest value bytes a component needs to be lent rather than copied (codec_next_record). */
 #define CODEC_LEND_MIN 4096
 
@@ -100,9 +122,11 @@ struct codec_mark {
  * CODEC_SPLIT_FROM (*mark holds the split and its count or first position; e is untouched),
  * CODEC_NO_MORE (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
  *
- * lender (NULL: every value is copied) is the memory data lies in: a fixed-width component of an
- * uncompressed record with at least CODEC_LEND_MIN value bytes, aligned in data to its dtype's
- * size, is then left where it lies (pipe_tensor_lend) instead of copied. */
+ * lender (NULL: every value is copied) is the memory data lies in: a component of an
+ * uncompressed record with at least CODEC_LEND_MIN value bytes (the strings of a bytes tensor,
+ * whose offsets are e's own; a fixed-width tensor's values when aligned in data to its dtype's
+ * size) is then left where it lies (pipe_tensor_lend) instead of copied. Whatever e had lent
+ * before is given back first, lender or not. */
 int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
                       struct pipe_buf *scratch, struct pipe_lender *lender, struct codec_mark *mark,
                       char *err, size_t errlen);

@@ -3,6 +3,8 @@
 
 #include "worker_internal.h"
 
+#include "pipeline/codec.h"
+
 /* ---- replies and waiting readers -------------------------------------------------------- */
 
 /* Replies with elements packed in one frame; one that goes through a shared region (conn.h) is
@@ -105,20 +107,31 @@ static void on_reply_sent(void *arg, int status)
 }
 
 /* Describes the payload of a take that is written in place: the pieces of whole chunks, or
- * the head chunk's records when the take used that chunk up. Returns the number of pieces, or 0
- * when the payload must be copied (it lies in scratch, or in a chunk still in the buffer, which
- * a later take may recycle before the write completes). */
-static unsigned take_pieces(const struct task_take *tk, uv_buf_t segs[RPC_MAX_SEGS])
+ * the head chunk's records when the take used that chunk up. With align, a pad record goes
+ * before each external chunk's record so that the values written from its block start at a
+ * multiple of CODEC_ALIGN bytes of the payload (a reader of a shared region then finds them
+ * aligned to any dtype). Returns the number of pieces, or 0 when the payload must be copied (it
+ * lies in scratch, or in a chunk still in the buffer, which a later take may recycle before the
+ * write completes). */
+static unsigned take_pieces(const struct task_take *tk, bool align, uv_buf_t segs[RPC_MAX_SEGS])
 {
     if (tk->wb.whole) {
         unsigned n = 0;
+        uint64_t at = 0;
         for (const struct wbuf_chunk *c = tk->wb.spent; c; c = c->next) {
             struct wbuf_piece pieces[3];
             unsigned k = wbuf_chunk_pieces(c, pieces);
-            if (n + k > RPC_MAX_SEGS)
+            size_t pad = align && c->ext && c->pos == 0 ? codec_pad_len(at, c->ext_at) : 0;
+            if (n + k + (pad > 0) > RPC_MAX_SEGS)
                 return 0;
-            for (unsigned i = 0; i < k; i++)
+            if (pad) {
+                segs[n++] = uv_buf_init((char *)codec_pad_record(pad), (unsigned)pad);
+                at += pad;
+            }
+            for (unsigned i = 0; i < k; i++) {
                 segs[n++] = uv_buf_init((char *)pieces[i].p, (unsigned)pieces[i].len);
+                at += pieces[i].len;
+            }
         }
         return n;
     }
@@ -164,7 +177,7 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
 {
     uv_buf_t segs[RPC_MAX_SEGS];
     uint64_t t0 = uv_hrtime();
-    unsigned nsegs = take_pieces(tk, segs);
+    unsigned nsegs = take_pieces(tk, rpc_conn_is_shm(conn) && rpc_conn_aligned(conn), segs);
     if (nsegs > 0) {
         struct sent_reply *sr = malloc(sizeof *sr);
         if (sr) {
@@ -696,6 +709,8 @@ static void handle_get_elements(struct worker *w, struct rpc_conn *conn, uint64_
     uint64_t max_bytes = req->max_bytes ? req->max_bytes : WORKER_DEFAULT_MAX_BYTES;
     if (max_bytes > WORKER_MAX_REPLY_BYTES)
         max_bytes = WORKER_MAX_REPLY_BYTES;
+    if (req->align_values)
+        rpc_conn_set_aligned(conn);
     /* Cut short past the limit, so that the cache refuses it (xtc_read) without copying more. */
     char trainer[XTC_TRAINER_ID_MAX + 2];
     snprintf(trainer, sizeof trainer, "%s", req->trainer_id ? req->trainer_id : "");

@@ -82,7 +82,7 @@
  * costs more in page faults than producing and sending it. */
 #define TASK_EXT_MIN (256u << 10)
 #define TASK_SPARE_BLOCKS 8u
-#define TASK_SPARE_BYTES (64u << 20)
+#define TASK_SPARE_BYTES (160u << 20)
 /* A take of whole chunks (written without copying) spans at most this many chunks. */
 #define TASK_TAKE_MAX_CHUNKS 32u
 /* The largest encoded element a reply can carry (under the rpc frame limit). */

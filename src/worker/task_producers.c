@@ -35,6 +35,8 @@
 #define TASK_COMPRESS_PROBES 4u
 #define TASK_COMPRESS_SKIP_MIN 16u
 #define TASK_COMPRESS_SKIP_MAX 4096u
+/* The bytes of a large element's sample that decide whether it is worth compressing. */
+#define TASK_COMPRESS_SAMPLE (64u << 10)
 
 /* What push_chunk and the steps of a slice return besides 0 and the codes of error.h. */
 #define PRODUCER_PARKED 1 /* the producer parked (p->park): its slice ends with POOL_PARK */
@@ -186,14 +188,10 @@ static int append_external(struct producer *p, size_t *size)
     return 1;
 }
 
-/* Notes whether the record just appended at offset at of c came out compressed (bit 0 of the
- * flags byte after its length prefix, pipeline/codec.h) and adapts p's compression skipping. */
-static void note_compression(struct producer *p, const struct wbuf_chunk *c, size_t at)
+/* Adapts p's compression skipping to whether the last element tried compressed. */
+static void note_compressed(struct producer *p, bool compressed)
 {
-    const uint8_t *rec = (const uint8_t *)c->data.p + at;
-    uint64_t len;
-    size_t h = wbuf_read_varint(rec, c->data.len - at, &len);
-    if (h && len > 0 && (rec[h] & 1)) {
+    if (compressed) {
         p->misses = 0;
         p->skip_len = 0;
         return;
@@ -205,6 +203,16 @@ static void note_compression(struct producer *p, const struct wbuf_chunk *c, siz
     if (p->skip_len > TASK_COMPRESS_SKIP_MAX)
         p->skip_len = TASK_COMPRESS_SKIP_MAX;
     p->skip_left = p->skip_len;
+}
+
+/* Notes whether the record just appended at offset at of c came out compressed (bit 0 of the
+ * flags byte after its length prefix, pipeline/codec.h). */
+static void note_compression(struct producer *p, const struct wbuf_chunk *c, size_t at)
+{
+    const uint8_t *rec = (const uint8_t *)c->data.p + at;
+    uint64_t len;
+    size_t h = wbuf_read_varint(rec, c->data.len - at, &len);
+    note_compressed(p, h && len > 0 && (rec[h] & 1));
 }
 
 /* Runs p's pipeline, appending every element to p's chunk and publishing chunks as they fill.
@@ -252,6 +260,13 @@ static int produce(struct producer *p, uint64_t deadline)
         bool compress = t->compress && p->skip_left == 0;
         if (p->skip_left)
             p->skip_left--;
+        /* A large element is judged by a sample first: trying snappy on all of an
+         * incompressible one costs more than producing it, and two copies. */
+        if (compress &&
+            !codec_sample_compresses(&p->elem, TASK_EXT_MIN, TASK_COMPRESS_SAMPLE, &p->scratch)) {
+            compress = false;
+            note_compressed(p, false);
+        }
         if (!compress) {
             size_t encoded = 0;
             rc = append_external(p, &encoded);

@@ -240,7 +240,8 @@ static void test_corrupt_inputs(void **state)
         {{0x03, 0x00, 0x01, 0x0c}, 4, "element codec: offset 3: truncated component header"},
         {{0x04, 0x00, 0x01, 0x0c, 0x00}, 5, "element codec: offset 3: unknown dtype"},
         {{0x04, 0x00, 0x01, 0x04, 0x09}, 5, "element codec: offset 4: rank over limit"},
-        {{0x02, 0x10, 0x00}, 3, "element codec: offset 0: unknown record flags"},
+        {{0x02, 0x20, 0x00}, 3, "element codec: offset 0: unknown record flags"},
+        {{0x02, 0x30, 0x00}, 3, "element codec: offset 0: unknown record flags"},
         {{0x02, 0x02, 0x80}, 3, "element codec: offset 0: bad element tag"},
         {{0x02, 0x04, 0x01}, 3, "element codec: offset 0: bad split marker"},
         {{0x04, 0x05, 0x01, 0x02, 0x00},
@@ -353,12 +354,191 @@ static void test_lent_values(void **state)
     }
 }
 
+/* A bytes tensor's strings are lent whole (any offset: strings have no alignment) once they
+ * total CODEC_LEND_MIN bytes, its offsets staying the element's own; decoding the next record
+ * into the same element gives back what the previous one had lent; setting the strings anew
+ * copies and gives back the reference. */
+static void test_lent_strings(void **state)
+{
+    (void)state;
+    static const size_t totals[] = {CODEC_LEND_MIN, CODEC_LEND_MIN - 1, 100000};
+    for (size_t c = 0; c < sizeof totals / sizeof totals[0]; c++) {
+        size_t total = totals[c];
+        uint8_t *text = malloc(total);
+        assert_non_null(text);
+        for (size_t k = 0; k < total; k++)
+            text[k] = (uint8_t)(k * 37 % 251);
+        /* Three strings of a 1-d tensor, then a scalar of the whole text. */
+        const void *values[3] = {text, text + total / 3, text + 2 * (total / 3)};
+        size_t lens[3] = {total / 3, total / 3, total - 2 * (total / 3)};
+        int64_t shape[1] = {3};
+        struct sluice_element *a = sluice_element_new(), *b = sluice_element_new();
+        assert_int_equal(sluice_element_set_bytes_tensor(a, 0, 1, shape, values, lens), 0);
+        assert_int_equal(sluice_element_set_bytes(b, 0, text, total), 0);
+        struct pipe_buf out = {0}, scratch = {0};
+        assert_int_equal(codec_append_elem(&out, a, false, &scratch), 0);
+        assert_int_equal(codec_append_elem(&out, b, false, &scratch), 0);
+        bool lends = total >= CODEC_LEND_MIN;
+        for (size_t off = 0; off < 3; off++) {
+            uint8_t *buf = malloc(out.len + off);
+            assert_non_null(buf);
+            memcpy(buf + off, out.p, out.len);
+            struct counting_lender l = {{count_hold, count_release}, 0};
+            struct sluice_element got;
+            pipe_elem_init(&got);
+            struct codec_mark m;
+            size_t pos = 0;
+            char err[SLUICE_ERRMSG_SIZE];
+            assert_int_equal(codec_next_record(buf + off, out.len, &pos, &got, &scratch, &l.base,
+                                               &m, err, sizeof err),
+                             CODEC_ELEMENT);
+            assert_true(pipe_elem_equal(a, &got));
+            assert_int_equal(l.refs, lends ? 1 : 0);
+            assert_true(lends == (got.t[0].data > buf && got.t[0].data < buf + off + out.len));
+            assert_int_equal(codec_next_record(buf + off, out.len, &pos, &got, &scratch, &l.base,
+                                               &m, err, sizeof err),
+                             CODEC_ELEMENT);
+            assert_true(pipe_elem_equal(b, &got));
+            assert_int_equal(l.refs, lends ? 1 : 0);
+            /* Set anew: the element's own strings, the reference given back. */
+            assert_int_equal(pipe_tensor_set_bytes(&got.t[0], "xyz", 3), 0);
+            assert_int_equal(l.refs, 0);
+            const void *s;
+            size_t len;
+            assert_int_equal(sluice_element_bytes_at(&got, 0, 0, &s, &len), 0);
+            assert_int_equal(len, 3);
+            assert_memory_equal(s, "xyz", 3);
+            pipe_elem_release(&got);
+            assert_int_equal(l.refs, 0);
+            free(buf);
+        }
+        pipe_buf_release(&out);
+        pipe_buf_release(&scratch);
+        sluice_element_free(a);
+        sluice_element_free(b);
+        free(text);
+    }
+}
+
+/* A large element is judged by a sample of its largest component: random bytes are not worth
+ * compressing, repeated ones are; an element too small to sample always says yes. */
+static void test_sample_compresses(void **state)
+{
+    (void)state;
+    size_t n = 1 << 20;
+    uint8_t *v = malloc(n);
+    assert_non_null(v);
+    uint64_t x = 88172645463325252ull;
+    for (size_t k = 0; k < n; k++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        v[k] = (uint8_t)x;
+    }
+    struct sluice_element *e = sluice_element_new();
+    int64_t shape[1] = {(int64_t)n};
+    assert_int_equal(sluice_element_set_tensor(e, 0, SLUICE_UINT8, 1, shape, v, n), 0);
+    struct pipe_buf scratch = {0};
+    assert_false(codec_sample_compresses(e, 256 << 10, 64 << 10, &scratch));
+    /* Below min_ext, or shorter than two samples: not judged. */
+    assert_true(codec_sample_compresses(e, 2 << 20, 64 << 10, &scratch));
+    assert_true(codec_sample_compresses(e, 256 << 10, 1 << 20, &scratch));
+    memset(v, 'a', n);
+    assert_int_equal(sluice_element_set_bytes(e, 0, v, n), 0);
+    assert_true(codec_sample_compresses(e, 256 << 10, 64 << 10, &scratch));
+    pipe_buf_release(&scratch);
+    sluice_element_free(e);
+    free(v);
+}
+
+/* Appends n bytes to b. */
+static void buf_add(struct pipe_buf *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+}
+
+/* Pad records of every length from 2 to CODEC_PAD_MAX, put before, between and after two
+ * records, are stepped over by both readers and count as nothing; codec_pad_len always lands
+ * the byte it aims at on a multiple of CODEC_ALIGN; a pad with other flags is damage. */
+static void test_pad_records(void **state)
+{
+    (void)state;
+    for (uint64_t at = 0; at < 200; at++) {
+        for (uint64_t skip = 0; skip < 140; skip++) {
+            size_t n = codec_pad_len(at, skip);
+            assert_true(n == 0 || (n >= 2 && n <= CODEC_PAD_MAX));
+            assert_int_equal((at + n + skip) % CODEC_ALIGN, 0);
+        }
+    }
+    assert_null(codec_pad_record(0));
+    assert_null(codec_pad_record(1));
+    assert_null(codec_pad_record(CODEC_PAD_MAX + 1));
+    struct sluice_element *a = sluice_element_new(), *b = sluice_element_new();
+    assert_int_equal(sluice_element_set_int64(a, 0, 7), 0);
+    assert_int_equal(sluice_element_set_bytes(b, 0, "pad", 3), 0);
+    struct pipe_buf scratch = {0};
+    for (size_t n = 2; n <= CODEC_PAD_MAX; n++) {
+        const uint8_t *pad = codec_pad_record(n);
+        assert_non_null(pad);
+        struct pipe_buf out = {0};
+        buf_add(&out, pad, n);
+        assert_int_equal(codec_append_elem(&out, a, false, &scratch), 0);
+        buf_add(&out, pad, n);
+        buf_add(&out, pad, n);
+        assert_int_equal(codec_append_split_end(&out, 3, 1), 0);
+        assert_int_equal(codec_append_elem(&out, b, false, &scratch), 0);
+        buf_add(&out, pad, n);
+        struct sluice_element got;
+        pipe_elem_init(&got);
+        struct codec_mark m;
+        char err[SLUICE_ERRMSG_SIZE];
+        size_t pos = 0;
+        const uint8_t *d = (const uint8_t *)out.p;
+        assert_int_equal(
+            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
+            CODEC_ELEMENT);
+        assert_true(pipe_elem_equal(a, &got));
+        assert_int_equal(
+            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
+            CODEC_SPLIT_END);
+        assert_int_equal(
+            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
+            CODEC_ELEMENT);
+        assert_true(pipe_elem_equal(b, &got));
+        assert_int_equal(
+            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
+            CODEC_NO_MORE);
+        assert_int_equal(pos, out.len);
+        pos = 0;
+        assert_int_equal(codec_scan_record(d, out.len, &pos, &m), CODEC_ELEMENT);
+        assert_int_equal(codec_scan_record(d, out.len, &pos, &m), CODEC_SPLIT_END);
+        assert_int_equal(m.seq, 3);
+        assert_int_equal(codec_scan_record(d, out.len, &pos, &m), CODEC_ELEMENT);
+        assert_int_equal(codec_scan_record(d, out.len, &pos, &m), CODEC_NO_MORE);
+        /* A pad's flags byte with another flag is no pad. */
+        ((uint8_t *)out.p)[1] |= 0x02;
+        pos = 0;
+        assert_int_equal(codec_scan_record(d, out.len, &pos, &m), SLUICE_ERR_CORRUPT);
+        pipe_elem_release(&got);
+        pipe_buf_release(&out);
+    }
+    pipe_buf_release(&scratch);
+    sluice_element_free(a);
+    sluice_element_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_scalars_and_tensors), cmocka_unit_test(test_bytes_and_compression),
         cmocka_unit_test(test_tags_and_split_ends), cmocka_unit_test(test_split_from),
         cmocka_unit_test(test_corrupt_inputs),      cmocka_unit_test(test_lent_values),
+        cmocka_unit_test(test_lent_strings),        cmocka_unit_test(test_sample_compresses),
+        cmocka_unit_test(test_pad_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
