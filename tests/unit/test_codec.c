@@ -281,6 +281,15 @@ static void count_release(struct pipe_lender *l)
     ((struct counting_lender *)l)->refs--;
 }
 
+/* codec_next_record at *pos of data (len bytes) into got, lending from l (NULL: none). */
+static int next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *got,
+                       struct pipe_buf *scratch, struct pipe_lender *l)
+{
+    struct codec_mark m;
+    char err[SLUICE_ERRMSG_SIZE];
+    return codec_next_record(data, len, pos, got, scratch, l, &m, err, sizeof err);
+}
+
 /* One component of n values of dtype dt (value k: k * 37 % 251), encoded (compressed when asked)
  * and decoded with a lender from a buffer at each of 8 offsets: the values are lent exactly
  * when the record is stored, they are at least CODEC_LEND_MIN bytes and they lie aligned to
@@ -322,11 +331,8 @@ static void test_lent_values(void **state)
             struct counting_lender l = {{count_hold, count_release}, 0};
             struct sluice_element got;
             pipe_elem_init(&got);
-            struct codec_mark m;
             size_t pos = 0;
-            char err[SLUICE_ERRMSG_SIZE];
-            assert_int_equal(codec_next_record(buf + off, out.len, &pos, &got, &scratch, &l.base,
-                                               &m, err, sizeof err),
+            assert_int_equal(next_record(buf + off, out.len, &pos, &got, &scratch, &l.base),
                              CODEC_ELEMENT);
             assert_true(pipe_elem_equal(in, &got));
             const uint8_t *d = got.t[0].data;
@@ -386,17 +392,13 @@ static void test_lent_strings(void **state)
             struct counting_lender l = {{count_hold, count_release}, 0};
             struct sluice_element got;
             pipe_elem_init(&got);
-            struct codec_mark m;
             size_t pos = 0;
-            char err[SLUICE_ERRMSG_SIZE];
-            assert_int_equal(codec_next_record(buf + off, out.len, &pos, &got, &scratch, &l.base,
-                                               &m, err, sizeof err),
+            assert_int_equal(next_record(buf + off, out.len, &pos, &got, &scratch, &l.base),
                              CODEC_ELEMENT);
             assert_true(pipe_elem_equal(a, &got));
             assert_int_equal(l.refs, lends ? 1 : 0);
             assert_true(lends == (got.t[0].data > buf && got.t[0].data < buf + off + out.len));
-            assert_int_equal(codec_next_record(buf + off, out.len, &pos, &got, &scratch, &l.base,
-                                               &m, err, sizeof err),
+            assert_int_equal(next_record(buf + off, out.len, &pos, &got, &scratch, &l.base),
                              CODEC_ELEMENT);
             assert_true(pipe_elem_equal(b, &got));
             assert_int_equal(l.refs, lends ? 1 : 0);
@@ -495,23 +497,14 @@ static void test_pad_records(void **state)
         struct sluice_element got;
         pipe_elem_init(&got);
         struct codec_mark m;
-        char err[SLUICE_ERRMSG_SIZE];
         size_t pos = 0;
         const uint8_t *d = (const uint8_t *)out.p;
-        assert_int_equal(
-            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
-            CODEC_ELEMENT);
+        assert_int_equal(next_record(d, out.len, &pos, &got, &scratch, NULL), CODEC_ELEMENT);
         assert_true(pipe_elem_equal(a, &got));
-        assert_int_equal(
-            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
-            CODEC_SPLIT_END);
-        assert_int_equal(
-            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
-            CODEC_ELEMENT);
+        assert_int_equal(next_record(d, out.len, &pos, &got, &scratch, NULL), CODEC_SPLIT_END);
+        assert_int_equal(next_record(d, out.len, &pos, &got, &scratch, NULL), CODEC_ELEMENT);
         assert_true(pipe_elem_equal(b, &got));
-        assert_int_equal(
-            codec_next_record(d, out.len, &pos, &got, &scratch, NULL, &m, err, sizeof err),
-            CODEC_NO_MORE);
+        assert_int_equal(next_record(d, out.len, &pos, &got, &scratch, NULL), CODEC_NO_MORE);
         assert_int_equal(pos, out.len);
         pos = 0;
         assert_int_equal(codec_scan_record(d, out.len, &pos, &m), CODEC_ELEMENT);
