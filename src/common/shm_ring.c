@@ -39,13 +39,12 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
     uint64_t need = round_up(SHM_RING_HDR + len);
     uint64_t off = wpos % size;
     uint64_t room = size - (wpos - head);
-    /* A block that does not fit before the end starts over at 0. So does one written while the
-     * reader has released at least SHM_RING_RESET blocks of its size at the start of the
-     * writer's lap (head lies in that lap, that far along): a reader that keeps up keeps reusing
-     * the same pages, whatever is on its way to it, and at least SHM_RING_RESET - 1 more such
-     * blocks fit behind it before the reader releases any. */
-    uint64_t pad = 0, lap = wpos - off;
-    if (off + need > size || (head >= lap && head - lap >= SHM_RING_RESET * need))
+    /* A block that does not fit before the end starts over at 0. So does one written into an
+     * empty ring that far enough along (SHM_RING_RESET blocks of its size fit before the
+     * writer): a reader that keeps up keeps reusing the same pages, and at least
+     * SHM_RING_RESET - 1 more such blocks fit behind it before the reader releases any. */
+    uint64_t pad = 0;
+    if (off + need > size || (head == wpos && off >= SHM_RING_RESET * need))
         pad = size - off;
     if (pad + need > room)
         return SLUICE_ERR_LIMIT;

@@ -11,11 +11,9 @@
  *
  * A block is a SHM_RING_HDR-byte header followed by its payload, padded to SHM_RING_ALIGN bytes;
  * it never wraps: when it does not fit before the end of the ring, a pad header fills the rest
- * and the block starts at offset 0. When the reader has released at least SHM_RING_RESET blocks
- * of the new one's size from the start of the writer's lap (the ring empty and the writer that
- * far along, or blocks still on their way behind such a stretch), the writer pads to the end
- * too, so a reader that keeps up reuses the same few pages instead of sweeping (and faulting in)
- * the whole region;
+ * and the block starts at offset 0. When the ring is empty and at least SHM_RING_RESET blocks of
+ * the new one's size fit before the writer's offset, the writer pads to the end too, so a reader
+ * that keeps up reuses the same few pages instead of sweeping (and faulting in) the whole region;
  * the pad then counts as held until the block after it is released, which still leaves room for
  * SHM_RING_RESET - 1 more such blocks. (Padding back whenever the ring is empty would let one held
  * block and its pad take the whole ring.)
@@ -35,8 +33,8 @@
 /* The smallest and largest ring a region may hold. */
 #define SHM_RING_MIN ((uint64_t)1 << 20)
 #define SHM_RING_MAX ((uint64_t)1 << 40)
-/* The writer starts over at 0 once this many blocks of the next one's size were released from the
- * start of its lap. */
+/* An empty ring starts over at 0 once this many blocks of the next one's size fit before the
+ * writer. */
 #define SHM_RING_RESET 4u
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
