@@ -9,6 +9,8 @@
  * - RaftPeerHello is asked of the dialler only, once its peer is authenticated and is a Raft peer;
  *   RaftPeerWelcome of the acceptor only, together with the opening, after a RaftPeerHello whose
  *   id is above 0, whose address fits and whose cluster string is exactly ours;
+ * - a RaftPeerWelcome to a probe (RaftPeerHello.probe) answers it and opens nothing; the
+ *   connection then ends as after an opening;
  * - the dialler opens only on a RaftPeerWelcome; nothing opens twice. */
 #include "fuzz.h"
 
@@ -62,9 +64,11 @@ static void check_step(struct run *r, const Sluice__Envelope *env, enum raft_hs_
         CHECK(!acceptor && r->hs.state == RAFT_HS_WELCOME);
         CHECK(r->hs.auth.peer_role == SLUICE__ROLE__ROLE_RAFT_PEER);
     }
+    /* A WELCOME either opens the connection or answers a probe (which then closes). */
     if (out->send & RAFT_HS_SEND_WELCOME)
-        CHECK(acceptor && out->open);
-    if (out->open) {
+        CHECK(acceptor && out->open != out->answered);
+    CHECK(!(out->open && out->answered));
+    if (out->open || out->answered) {
         CHECK(!r->opened);
         r->opened = r->ended = true;
         CHECK(r->hs.state == RAFT_HS_DONE);
@@ -73,6 +77,8 @@ static void check_step(struct run *r, const Sluice__Envelope *env, enum raft_hs_
             CHECK(env->body_case == SLUICE__ENVELOPE__BODY_RAFT_PEER_HELLO);
             const Sluice__RaftPeerHello *h = env->raft_peer_hello;
             CHECK(h != NULL && h->id > 0 && h->id == r->hs.peer_id);
+            CHECK(out->answered == h->probe && r->hs.probe == h->probe);
+            CHECK(!r->hs.rejoin || !h->probe);
             CHECK(h->cluster != NULL && strcmp(h->cluster, CLUSTER) == 0);
             size_t n = strlen(r->hs.peer_address);
             CHECK(n > 0 && n < RAFT_HS_ADDRESS_MAX && strcmp(h->address, r->hs.peer_address) == 0);
