@@ -226,7 +226,8 @@ def _read_varint(p, i):
 def _position_with(pos, delivered, done, partial):
     """A position (the documented format, src/client/checkpoint.h) with the header of pos (its
     dataset, job and plan) and the given content: done, [(begin, end)] of split numbers;
-    partial, {seq: [(begin, end)]} of positions handed out of splits had in part."""
+    partial, {seq: [(begin, end)]} of positions handed out of splits had in part, or
+    {seq: (total, [(begin, end)])} for a split whose end (its count) the reader had seen."""
     assert pos[:8] == b"SLUICECK"
     i = 8
     for _ in range(2):  # version, flags
@@ -249,7 +250,9 @@ def _position_with(pos, delivered, done, partial):
     out += ranges(done) + _varint(len(partial))
     nxt = 0
     for seq in sorted(partial):
-        out += _varint(seq - nxt) + _varint(0) + ranges(partial[seq])
+        part = partial[seq]
+        ended = _varint(1) + _varint(part[0]) if isinstance(part, tuple) else _varint(0)
+        out += _varint(seq - nxt) + ended + ranges(part[1] if isinstance(part, tuple) else part)
         nxt = seq + 1
     return bytes(out + crc32c(bytes(out)).to_bytes(4, "little"))
 
@@ -288,6 +291,38 @@ def test_restore_parts_inside_splits(cluster):
             f"{len(got)} elements, {len(set(got))} distinct, expected {len(want)}")
     finally:
         c.stop()
+
+
+def test_restore_the_ends_of_splits_had(cluster):
+    """Deterministic: the position holds the end of each split (a reader that took splits over
+    from one that died had their ends and their counts) and not its start. The restored reader
+    takes each split's start; that completes the split, which the dispatcher then confirms, and
+    the ends must still be stepped over when the worker's later replies bring them (they were
+    handed out once the confirmation came first: duplicates). Elements are slow here so that it
+    does, for nearly every split."""
+    ds_id = sluice.register_dataset(cluster.target, "range(40) | map(sleep_us, 150000)",
+                                    split_size=4, deterministic=True)
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+        script = os.path.join(tmp, "reader.py")
+        with open(script, "w") as f:
+            f.write(READER)
+        _, states = finish(readers(tmp, script, cluster.target, ds_id, "ends-a", [-1], True,
+                                   "-"), killed=False)
+    pos = _position_with(states[0]["position"], 30, [], {s: (4, [(1, 4)]) for s in range(10)})
+    for det in (True, False):
+        ds = sluice.from_dataset_id("distributed_epoch", cluster.target, ds_id,
+                                    job_name=f"ends-b{int(det)}", deterministic=det,
+                                    element_timeout=60)
+        ds.load_state_dict({"position": pos})
+        it = iter(ds)
+        got = [int(x) for x in it]
+        assert got == list(range(0, 40, 4)) if det else sorted(got) == list(range(0, 40, 4)), got
+        # The position after it holds the whole epoch: a reader restored from it gets nothing.
+        again = sluice.from_dataset_id("distributed_epoch", cluster.target, ds_id,
+                                       job_name=f"ends-c{int(det)}", deterministic=det,
+                                       element_timeout=60)
+        again.load_state_dict(it.state_dict())
+        assert [int(x) for x in again] == []
 
 
 @pytest.mark.parametrize("det", [False, True], ids=["plain", "deterministic"])

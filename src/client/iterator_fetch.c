@@ -204,8 +204,42 @@ static int det_op_push(struct sluice_iterator *it, size_t *n, struct det_op op)
     return 0;
 }
 
-/* Ends the run being cut (if any): records its positions in the ledger and queues it as an op.
- * Returns 0 or SLUICE_ERR_NOMEM. */
+/* A read restored from merged positions had parts of a split after its first gap: once the
+ * judge reaches such a part it steps over it (they are never handed out again, and the worker
+ * may not send them at all). It must step over as soon as it reaches the part, in the same pass
+ * that accepted what lies before it: that acceptance can complete the split in the ledger, whose
+ * entry goes once the dispatcher confirms it (ledger_confirmed), and from then on the ledger no
+ * longer tells what was had; a later payload bringing the had positions would have them handed
+ * out again. A split whose end came before (a production that left it incomplete) is complete
+ * once stepped over to its end: that is queued as an op. Returns 0 or SLUICE_ERR_NOMEM. */
+/* The position det_skip_had would step split seq over to, or 0 when there is nothing to step
+ * over. */
+static uint64_t det_had_past(const struct sluice_iterator *it, uint64_t seq)
+{
+    if (!it->det_had)
+        return 0;
+    uint64_t next = reorder_next(&it->ra, seq);
+    if (next == UINT64_MAX)
+        return 0;
+    uint64_t past = ledger_first_missing(&it->ledger, seq, next);
+    return past > next ? past : 0;
+}
+
+static int det_skip_had(struct sluice_iterator *it, size_t *nops, uint64_t seq)
+{
+    uint64_t past = det_had_past(it, seq);
+    if (past == 0)
+        return 0;
+    bool was = reorder_complete(&it->ra, seq);
+    int rc = reorder_accept_seed(&it->ra, seq, past);
+    if (rc == 0 && !was && reorder_complete(&it->ra, seq))
+        rc = det_op_push(it, nops, (struct det_op){.seq = seq, .complete = true, .total = past});
+    return rc;
+}
+
+/* Ends the run being cut (if any): records its positions in the ledger, queues it as an op and
+ * steps the judge over what the reader had right after it (det_skip_had). Returns 0 or
+ * SLUICE_ERR_NOMEM. */
 static int det_flush(struct sluice_iterator *it, size_t *nops, struct det_op *run,
                      uint64_t first_pos)
 {
@@ -215,24 +249,12 @@ static int det_flush(struct sluice_iterator *it, size_t *nops, struct det_op *ru
     int rc = ledger_add(&it->ledger, run->seq, first_pos, first_pos + run->count);
     if (rc == 0)
         rc = det_op_push(it, nops, *run);
+    if (rc == 0)
+        rc = det_skip_had(it, nops, run->seq);
     if (rc == 0 && ledger_complete(&it->ledger, run->seq))
         it->acks_due = true;
     run->count = 0;
     return rc;
-}
-
-/* A read restored from merged positions had parts of a split after its first gap: once the
- * judge reaches such a part it steps over it (they are never handed out again, and the worker
- * may not send them at all). Returns 0 or SLUICE_ERR_NOMEM. */
-static int det_skip_had(struct sluice_iterator *it, uint64_t seq)
-{
-    if (!it->det_had)
-        return 0;
-    uint64_t next = reorder_next(&it->ra, seq);
-    if (next == UINT64_MAX)
-        return 0;
-    uint64_t past = ledger_first_missing(&it->ledger, seq, next);
-    return past > next ? reorder_accept_seed(&it->ra, seq, past) : 0;
 }
 
 /* Judges the records of a payload that just arrived (reorder_judge), records the accepted ones
@@ -270,7 +292,14 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
             goto out;
         }
         if (kind == CODEC_ELEMENT) {
-            if ((rc = det_skip_had(it, m.seq)) < 0) {
+            /* The run being cut goes first when the split is stepped over here: a completion
+             * that queues must follow its records. */
+            if (run.count && run.seq == m.seq && det_had_past(it, m.seq) &&
+                (rc = det_flush(it, &nops, &run, run_pos)) < 0) {
+                err_set(err, errlen, rc, "%s", sluice_strerror(rc));
+                goto out;
+            }
+            if ((rc = det_skip_had(it, &nops, m.seq)) < 0) {
                 err_set(err, errlen, rc, "%s", sluice_strerror(rc));
                 goto out;
             }
@@ -312,14 +341,15 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
             /* This production of the split leaves out [0, m.pos): other readers had them, so
              * this reader's share of it starts there. */
             if ((rc = reorder_accept_seed(&it->ra, m.seq, m.pos)) < 0 ||
-                (rc = ledger_add(&it->ledger, m.seq, 0, m.pos)) < 0) {
+                (rc = ledger_add(&it->ledger, m.seq, 0, m.pos)) < 0 ||
+                (rc = det_skip_had(it, &nops, m.seq)) < 0) {
                 err_set(err, errlen, rc, "%s", sluice_strerror(rc));
                 goto out;
             }
             continue;
         }
         /* An end marker. */
-        rc = det_skip_had(it, m.seq);
+        rc = det_skip_had(it, &nops, m.seq);
         if (rc == 0)
             rc = ledger_end(&it->ledger, m.seq, m.pos);
         if (rc == 0) {
