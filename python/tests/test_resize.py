@@ -74,6 +74,14 @@ def cluster():
             c.stop()
 
 
+def reader_script(tmp):
+    """READER, written into tmp: its path."""
+    script = os.path.join(tmp, "reader.py")
+    with open(script, "w") as f:
+        f.write(READER)
+    return script
+
+
 def readers(tmp, script, target, ds_id, job, takes, det, restore):
     procs = []
     for i, take in enumerate(takes):
@@ -111,9 +119,7 @@ def test_resume_on_another_number_of_readers(cluster, before, after, det):
     rng = random.Random(before * 100 + after * 10 + det)
     ds_id = sluice.register_dataset(cluster.target, PIPELINE, split_size=100)
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-        script = os.path.join(tmp, "reader.py")
-        with open(script, "w") as f:
-            f.write(READER)
+        script = reader_script(tmp)
         tag = f"{before}to{after}{'d' if det else ''}"
         takes = [rng.randrange(100, 1500) for _ in range(before)]
         pre, states = finish(readers(tmp, script, cluster.target, ds_id, f"a{tag}", takes, det,
@@ -147,9 +153,7 @@ def resume_through(target, ds_id, tag, takes, det, delay, fault):
     position in job {tag}-b, and fault() runs delay seconds into that read: every element
     once."""
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-        script = os.path.join(tmp, "reader.py")
-        with open(script, "w") as f:
-            f.write(READER)
+        script = reader_script(tmp)
         pre, states = finish(readers(tmp, script, target, ds_id, f"{tag}-a", takes, det, "-"),
                              killed=True)
         with open(os.path.join(tmp, "job.state"), "wb") as f:
@@ -183,9 +187,7 @@ def test_resume_merges_a_split_two_readers_shared(cluster):
     ds_id = sluice.register_dataset(cluster.target, "range(1000) | map(sleep_us, 1000)",
                                     split_size=100, deterministic=True)
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-        script = os.path.join(tmp, "reader.py")
-        with open(script, "w") as f:
-            f.write(READER)
+        script = reader_script(tmp)
         procs = readers(tmp, script, cluster.target, ds_id, "gap-a", [150], True, "-")
         first, states = finish(procs, killed=True)
         rest, more = finish(readers(tmp, script, cluster.target, ds_id, "gap-a", [-1], True,
@@ -272,9 +274,7 @@ def test_restore_parts_inside_splits(cluster):
         ds_id = sluice.register_dataset(c.target, "range(20000) | map(sleep_us, 100)",
                                         split_size=100, deterministic=True)
         with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-            script = os.path.join(tmp, "reader.py")
-            with open(script, "w") as f:
-                f.write(READER)
+            script = reader_script(tmp)
             # A read of the whole job gives a position with the dataset's header.
             _, states = finish(readers(tmp, script, c.target, ds_id, "island-a", [-1], True, "-"),
                                killed=False)
@@ -303,9 +303,7 @@ def test_restore_the_ends_of_splits_had(cluster):
     ds_id = sluice.register_dataset(cluster.target, "range(40) | map(sleep_us, 150000)",
                                     split_size=4, deterministic=True)
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
-        script = os.path.join(tmp, "reader.py")
-        with open(script, "w") as f:
-            f.write(READER)
+        script = reader_script(tmp)
         _, states = finish(readers(tmp, script, cluster.target, ds_id, "ends-a", [-1], True,
                                    "-"), killed=False)
     pos = _position_with(states[0]["position"], 30, [], {s: (4, [(1, 4)]) for s in range(10)})

@@ -295,12 +295,10 @@ static size_t count_lines(const char *s)
     return n;
 }
 
-/* verify on dir: exit 0, nothing on stderr, one line "raft log RAFT_DIR: ok: ..."; returns its
- * digest. */
-static char *verify_ok(struct group *g, const char *dir)
+/* A verify that ran on dir (rc, out and err, freed here): exit 0, nothing on stderr, one line
+ * "raft log RAFT_DIR: ok: ..."; returns its digest. */
+static char *verify_out_ok(struct group *g, const char *dir, int rc, char *out, char *err)
 {
-    char *out = NULL, *err = NULL;
-    int rc = journal("verify", dir, NULL, NULL, &out, &err);
     if (rc != 0)
         print_error("verify %s: exit %d\n%s%s", dir, rc, out, err);
     assert_int_equal(rc, 0);
@@ -313,6 +311,37 @@ static char *verify_ok(struct group *g, const char *dir)
     free(out);
     free(err);
     return d;
+}
+
+/* verify on dir, as verify_out_ok checks it. */
+static char *verify_ok(struct group *g, const char *dir)
+{
+    char *out = NULL, *err = NULL;
+    int rc = journal("verify", dir, NULL, NULL, &out, &err);
+    return verify_out_ok(g, dir, rc, out, err);
+}
+
+/* verify on a replica that keeps writing: 1 when it loaded a copy (as verify_ok), 0 when its
+ * files changed during every copy, which it must say in one line on stderr and exit 1. */
+static int verify_ok_or_busy(struct group *g, const char *dir)
+{
+    char *out = NULL, *err = NULL;
+    int rc = journal("verify", dir, NULL, NULL, &out, &err);
+    if (rc == 0) {
+        free(verify_out_ok(g, dir, rc, out, err));
+        return 1;
+    }
+    free(out);
+    char want[1400];
+    snprintf(want, sizeof want, "sluice: journal: %s: its files changed during each of ",
+             g->raft_dir);
+    if (rc != 1 || strncmp(err, want, strlen(want)) != 0 || count_lines(err) != 1)
+        print_error("verify %s: exit %d\n%s", dir, rc, err);
+    assert_int_equal(rc, 1);
+    assert_true(strncmp(err, want, strlen(want)) == 0);
+    assert_int_equal(count_lines(err), 1);
+    free(err);
+    return 0;
 }
 
 /* Runs verify (or dump) against the running replica until the replica's digest was the same
@@ -461,8 +490,14 @@ static void test_replica_dir(void **state)
     assert_int_equal(cluster_cli_spawn(&g->c, &reader, "read", "range(4000) | map(sleep_us, 500)",
                                        "--mode", "distributed_epoch", "--format", "count", NULL),
                      0);
+    /* With a snapshot every 4 entries the names change every few milliseconds; on a loaded
+     * machine a whole copy can overlap a change every time, and verify then gives up with that
+     * said in one line (and the advice to try again). Most of them load. */
+    int loaded = 0;
     for (int i = 0; i < 12; i++)
-        free(verify_ok(g, g->work_dir));
+        loaded += verify_ok_or_busy(g, g->work_dir);
+    print_message("running and writing: %d of 12 verifies loaded a copy\n", loaded);
+    assert_true(loaded > 0);
     out = proc_read_all(&reader, 60000);
     assert_int_equal(proc_wait(&reader, 5000), 0);
     assert_string_equal(out, "4000\n");
