@@ -509,6 +509,23 @@ struct sluice_read_options {
      * counted in sluice_hedged_splits_total and in the status document's job "splits"
      * ("hedged"). */
     double hedge_factor;
+    /* Deterministic reads only (deterministic here or registered so): a shard of the canonical
+     * order. With shard_count above 0 the reader hands out only the elements at places i of the
+     * canonical order with i % shard_count == shard_index, counting from the read's start (or
+     * from the position it was restored from). shard_count readers with indexes 0 to
+     * shard_count - 1 together get the canonical order, each element once, and reading them
+     * in turn (one element from each, by index) gives it back in order, whatever the number of
+     * workers: the global order a trainer of shard_count ranks with a constant global batch
+     * needs (docs/reading.md "Sharded deterministic reads"). Each such reader reads a job of
+     * its own, the whole epoch: the service produces it once per reader. A position
+     * (sluice_iterator_save) covers what the reader passed, its own elements and the others';
+     * the merge of all readers' positions taken after the same number of elements each is the
+     * canonical order up to the last element handed out, and restoring it into any number of
+     * sharded readers continues the order from there. shard_index must be below shard_count
+     * (SLUICE_ERR_INVALID); with shard_count 0 it must be 0. Refused with another mode, a job
+     * name, num_consumers, a cross-trainer cache, operations run in the reader or a read that
+     * is not deterministic (SLUICE_ERR_UNSUPPORTED, with the reason). */
+    uint32_t shard_index, shard_count;
 };
 
 /* The usual hedge factor (sluice_read_options.hedge_factor; `sluice read --hedge`). */

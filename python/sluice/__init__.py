@@ -704,6 +704,18 @@ def _hedge(value):
     return v
 
 
+def _shard(value):
+    if value is None:
+        return None
+    if (not isinstance(value, tuple) or len(value) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        raise ValueError(f"shard must be (index, count) with integers, not {value!r}")
+    index, count = value
+    if not 0 < count < 2 ** 32 or not 0 <= index < count:
+        raise ValueError(f"shard (index, count) needs 0 <= index < count, not {value!r}")
+    return (index, count)
+
+
 class Dataset:
     """The elements of a dataset as the service serves them. Iterating opens a new reader each
     time (a new job unless job_name names a shared one); an iterator can be closed early with
@@ -714,7 +726,7 @@ class Dataset:
                  local=None, element_timeout=None, split_size=None, deterministic=False,
                  reorder_bytes=None, cross_trainer_cache=None, target_workers=None,
                  whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-                 max_workers=None, hedge=None, shm=True, shm_bytes=None):
+                 max_workers=None, hedge=None, shm=True, shm_bytes=None, shard=None):
         self._conn = conn
         self.processing_mode = processing_mode
         self._mode = _mode(processing_mode)
@@ -763,6 +775,9 @@ class Dataset:
         self.hedge = _hedge(hedge)
         self.shm = _flag(shm, "shm")
         self.shm_bytes = _count(shm_bytes, "shm_bytes")
+        self.shard = _shard(shard)
+        if self.shard is not None and self.job_name is not None:
+            raise ValueError("a sharded read reads a job of its own: job_name must be None")
         self._restore = None
 
     def load_state_dict(self, state):
@@ -784,7 +799,7 @@ class Dataset:
             self._element_timeout_ms, self._split_size, restore, self.deterministic,
             self.reorder_bytes, *self._xtc_args(), self.target_workers, self.whole_copies,
             self.worker_selector, self.weight, self.min_workers, self.max_workers, self.hedge,
-            self.shm, self.shm_bytes)
+            self.shm, self.shm_bytes, *(self.shard or (0, 0)))
 
     def _xtc_args(self):
         x = self.cross_trainer_cache
@@ -805,7 +820,7 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                     tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                     tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                     whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-                    max_workers=None, hedge=None, shm=True, shm_bytes=None):
+                    max_workers=None, hedge=None, shm=True, shm_bytes=None, shard=None):
     """Reads a registered dataset from the service.
 
     processing_mode: "parallel_epochs" (every worker runs the whole pipeline; alias "off"),
@@ -859,6 +874,14 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     payloads come through a memory region this reader shares with it alone, written once by the
     worker (docs/reading.md "Local workers"). False: over TCP, as any worker. shm_bytes: the
     size of each such region (a multiple of 64 from 1 MiB to 1 TiB; None: 1 GiB).
+    shard: (index, count), in a deterministic read (deterministic=True, or a dataset registered
+    so; otherwise InvalidArgumentError): this reader takes the elements at places i of the
+    canonical order with i % count == index (from the start, or from the restored position), in
+    a job of its own (not with job_name). count readers with indexes 0 to count - 1 together get
+    the canonical order, and taking one element from each in turn gives it back in order: the
+    global order of count trainer ranks with a constant global batch. Each reads the whole
+    epoch, so the service produces it once per reader (docs/reading.md "Sharded deterministic
+    reads").
 
     Returns an iterable Dataset; every iteration opens a reader.
     """
@@ -872,7 +895,8 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
                    reorder_bytes=reorder_bytes, cross_trainer_cache=cross_trainer_cache,
                    target_workers=target_workers, whole_copies=whole_copies,
                    worker_selector=worker_selector, weight=weight, min_workers=min_workers,
-                   max_workers=max_workers, hedge=hedge, shm=shm, shm_bytes=shm_bytes)
+                   max_workers=max_workers, hedge=hedge, shm=shm, shm_bytes=shm_bytes,
+                   shard=shard)
 
 
 def distribute(pipeline, processing_mode, service, job_name=None, consumer_index=None,
@@ -881,7 +905,7 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                tls_cert=None, tls_key=None, tls_ca=None, deterministic=False, reorder_bytes=None,
                tls_worker_name=None, cross_trainer_cache=None, target_workers=None,
                whole_copies=False, worker_selector=None, weight=None, min_workers=None,
-               max_workers=None, hedge=None, shm=True, shm_bytes=None):
+               max_workers=None, hedge=None, shm=True, shm_bytes=None, shard=None):
     """Registers pipeline (its text or a sluice.Pipeline) and reads it from the service:
     register_dataset then from_dataset_id, with the same arguments (split_size as in register_dataset). The pipeline is checked here first (a malformed one raises
     InvalidArgumentError with the column) before the dispatcher hears of it."""
@@ -896,7 +920,7 @@ def distribute(pipeline, processing_mode, service, job_name=None, consumer_index
                    cross_trainer_cache=cross_trainer_cache, target_workers=target_workers,
                    whole_copies=whole_copies, worker_selector=worker_selector, weight=weight,
                    min_workers=min_workers, max_workers=max_workers, hedge=hedge, shm=shm,
-                   shm_bytes=shm_bytes)
+                   shm_bytes=shm_bytes, shard=shard)
 
 
 def merge_positions(states):

@@ -180,6 +180,7 @@ class Dataset:
     hedge: float
     shm: bool
     shm_bytes: int
+    shard: Optional[Tuple[int, int]]
     def __init__(self, conn: Any, processing_mode: str, dataset_id: Optional[str] = None,
                  pipeline: Optional[str] = None, job_name: Optional[str] = None,
                  consumer_index: Optional[int] = None, num_consumers: Optional[int] = None,
@@ -192,7 +193,8 @@ class Dataset:
                  min_workers: Optional[int] = None,
                  max_workers: Optional[int] = None,
                  hedge: Union[bool, float, None] = None, shm: bool = True,
-                 shm_bytes: Optional[int] = None) -> None:
+                 shm_bytes: Optional[int] = None,
+                 shard: Optional[Tuple[int, int]] = None) -> None:
         """Made by distribute() and from_dataset_id()."""
     def load_state_dict(self, state: Mapping[str, bytes]) -> None:
         """Makes the next iteration continue from state, an iterator's state_dict()."""
@@ -222,7 +224,8 @@ def from_dataset_id(processing_mode: str, service: _Service, dataset_id: str,
                     min_workers: Optional[int] = None,
                     max_workers: Optional[int] = None,
                     hedge: Union[bool, float, None] = None, shm: bool = True,
-                    shm_bytes: Optional[int] = None) -> Dataset:
+                    shm_bytes: Optional[int] = None,
+                    shard: Optional[Tuple[int, int]] = None) -> Dataset:
     """Reads a registered dataset from the service; returns an iterable Dataset."""
 
 def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
@@ -240,7 +243,8 @@ def distribute(pipeline: _PipelineLike, processing_mode: str, service: _Service,
                worker_selector: Optional[str] = None, weight: Optional[float] = None,
                min_workers: Optional[int] = None, max_workers: Optional[int] = None,
                hedge: Union[bool, float, None] = None, shm: bool = True,
-               shm_bytes: Optional[int] = None) -> Dataset:
+               shm_bytes: Optional[int] = None,
+               shard: Optional[Tuple[int, int]] = None) -> Dataset:
     """Registers pipeline and reads it from the service (register_dataset, from_dataset_id)."""
 
 def merge_positions(states: Iterable[Mapping[str, bytes]]) -> _StateDict:

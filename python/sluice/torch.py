@@ -49,6 +49,12 @@ continues exactly once across the new ranks:
         torch.save({"data": state, ...}, "ckpt.pt")
 
 share_ranks=False keeps each rank's loader to itself (every rank reads whole epochs of its own).
+
+global_order=True (with deterministic=True): step j of the ranks, in rank order, is places j*M to
+j*M + M - 1 of the canonical order (M ranks), with any num_workers, before and after a restore
+into another world size. Each loader worker of each rank reads a shard of the whole epoch in a
+job of its own (sluice.from_dataset_id's shard=), so the service produces the dataset once per
+reader (docs/reading.md "Sharded deterministic reads").
 """
 
 import os
@@ -187,6 +193,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
                              "DataLoader workers; use num_workers=0")
         if self.num_consumers is not None:
             return self.job_name  # a coordinated read: its consumers meet by name
+        if self._start is not None and self._start.shard is not None:
+            return None  # global order: every reader reads the whole epoch, in a job of its own
         base = self.job_name or "torch"
         if self._start is not None and self._start.shared:
             # The ranks of a torch.distributed job read one job per epoch, named from rank 0.
@@ -227,9 +235,22 @@ class IterableDataset(torch.utils.data.IterableDataset):
             restore, self._restore, positions = self._restore, None, False
         self._epochs += 1
         job_name = self._job_name(info, restore)
-        return self._read(info, job_name, restore, positions)
+        return self._read(info, job_name, restore, positions, self._shard(info))
 
-    def _read(self, info, job_name, restore, positions):
+    def _shard(self, info):
+        """The shard this iteration reads with global order, or None."""
+        if self._start is None or self._start.shard is None:
+            return None
+        # Reader (rank r, loader worker w) of M ranks with W workers each takes places
+        # i = w*M + r (mod M*W) of the canonical order: the loader takes its workers' elements in
+        # turn, so rank r's j-th element is place j*M + r, and step j of the ranks, in rank
+        # order, is places j*M to j*M + M - 1.
+        rank, world = self._start.shard
+        workers = info.num_workers if info is not None else 1
+        worker = info.id if info is not None else 0
+        return (worker * world + rank, world * workers)
+
+    def _read(self, info, job_name, restore, positions, shard):
         ds = sluice.from_dataset_id(
             self.processing_mode, self.service, self._dataset_id(),
             job_name=job_name, consumer_index=self.consumer_index,
@@ -238,8 +259,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             plugins=self.plugins, timeout=self.timeout, element_timeout=self.element_timeout,
             deterministic=self.deterministic, reorder_bytes=self.reorder_bytes,
             tls_worker_name=self.tls_worker_name, cross_trainer_cache=self.cross_trainer_cache,
-            target_workers=self.target_workers, whole_copies=self.whole_copies, **self.pools,
-            **self.security)
+            target_workers=self.target_workers, whole_copies=self.whole_copies, shard=shard,
+            **self.pools, **self.security)
         if restore is not None:
             ds.load_state_dict({"position": restore})
         it = iter(ds)
@@ -273,11 +294,13 @@ class _LoaderStart:
         self.restore = restore
         self.positions = positions
         self.shared = False  # the ranks of a torch.distributed job read one job
+        self.shard = None  # global order: (rank, world size); each reader a shard of its own
 
     def without_restore(self):
         later = _LoaderStart(None, self.positions)
         later.nonce = self.nonce
         later.shared = self.shared
+        later.shard = self.shard
         return later
 
 
@@ -315,9 +338,18 @@ class DataLoader(torch.utils.data.DataLoader):
     "end_of_epoch": True: restored, the next iteration reads the NEXT epoch, whole, as
     torchdata's StatefulDataLoader does."""
 
-    def __init__(self, dataset, *args, share_ranks=True, **kwargs):
+    def __init__(self, dataset, *args, share_ranks=True, global_order=False, **kwargs):
         if not isinstance(dataset, IterableDataset):
             raise TypeError("sluice.torch.DataLoader reads a sluice.torch.IterableDataset")
+        self._global_order = sluice._flag(global_order, "global_order")
+        if self._global_order:
+            if not dataset.deterministic or dataset.processing_mode not in (
+                    "distributed_epoch", "dynamic"):
+                raise ValueError("global_order=True needs a deterministic distributed_epoch "
+                                 "dataset (sluice.torch.IterableDataset(..., deterministic=True))")
+            if dataset.cross_trainer_cache is not None or dataset.num_consumers is not None:
+                raise ValueError("global_order=True cannot be combined with cross_trainer_cache "
+                                 "or num_consumers")
         if kwargs.setdefault("batch_size", None) is not None:
             raise ValueError("sluice.torch.DataLoader takes batch_size=None: batch in the "
                              "pipeline")
@@ -336,7 +368,11 @@ class DataLoader(torch.utils.data.DataLoader):
         # The readers started now (worker processes, or the dataset here with num_workers=0)
         # take this start with them; persistent workers already running keep theirs.
         start = _LoaderStart(restore, self._checkpoints)
-        if self._ranks_share():
+        if self._global_order:
+            shares = self._ranks_share()
+            start.shard = (torch.distributed.get_rank() if shares else 0,
+                           torch.distributed.get_world_size() if shares else 1)
+        elif self._ranks_share():
             # Every rank's readers join one job per epoch: the name's nonce comes from rank 0.
             nonce = [start.nonce]
             torch.distributed.broadcast_object_list(nonce, src=0)

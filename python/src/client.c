@@ -263,7 +263,7 @@ static PyMethodDef client_methods[] = {
      "restore=None, deterministic=False, reorder_bytes=0, cross_trainer_cache=False, "
      "trainer_id=None, cross_trainer_cache_bytes=0, target_workers=None, whole_copies=False, "
      "worker_selector=None, weight=0, min_workers=0, max_workers=0, hedge_factor=0, shm=True, "
-     "shm_bytes=0) -> Iterator"},
+     "shm_bytes=0, shard_index=0, shard_count=0) -> Iterator"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -329,20 +329,23 @@ static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
                             "hedge_factor",
                             "shm",
                             "shm_bytes",
+                            "shard_index",
+                            "shard_count",
                             NULL};
     memset(rc, 0, sizeof *rc);
     int mode = 0, deterministic = 0, xtc = 0, whole = 0, shm = 1;
     unsigned long long shm_bytes = 0;
     unsigned int ci = 0, nc = 0, mor = 0, min_workers = 0, max_workers = 0;
+    unsigned int shard_index = 0, shard_count = 0;
     double weight = 0, hedge_factor = 0;
     unsigned long long split_size = 0, reorder_bytes = 0, xtc_bytes = 0;
     const char *target = NULL;
     if (!PyArg_ParseTupleAndKeywords(
-            args, kw, "|zzizIIIzIKz*pKpzKzpzdIIdpK", names, &rc->o.dataset_id, &rc->o.pipeline,
+            args, kw, "|zzizIIIzIKz*pKpzKzpzdIIdpKII", names, &rc->o.dataset_id, &rc->o.pipeline,
             &mode, &rc->o.job_name, &ci, &nc, &mor, &rc->o.local, &rc->timeout_ms, &split_size,
             &rc->restore, &deterministic, &reorder_bytes, &xtc, &rc->o.trainer_id, &xtc_bytes,
             &target, &whole, &rc->o.worker_selector, &weight, &min_workers, &max_workers,
-            &hedge_factor, &shm, &shm_bytes))
+            &hedge_factor, &shm, &shm_bytes, &shard_index, &shard_count))
         return -1;
     if (target && sluice_target_workers_parse(target, &rc->o.target_workers) < 0) {
         PyBuffer_Release(&rc->restore);
@@ -354,6 +357,8 @@ static int parse_read(PyObject *args, PyObject *kw, struct read_call *rc)
     rc->o.hedge_factor = hedge_factor;
     rc->o.no_shm = !shm;
     rc->o.shm_bytes = shm_bytes;
+    rc->o.shard_index = shard_index;
+    rc->o.shard_count = shard_count;
     rc->o.min_workers = min_workers;
     rc->o.max_workers = max_workers;
     rc->o.cross_trainer_cache = xtc != 0;

@@ -1,8 +1,9 @@
 """sluice.torch.DataLoader in a torch.distributed job (gloo, CPU): the ranks' loaders read one
 job per epoch, state_dict() gathers every rank's position into the job's, and that position
 restored in a job of another world size continues the epoch exactly once across the new ranks,
-after the old ranks were killed (-9) right after their checkpoint. Each rank is a process of
-its own, as torchrun starts them."""
+after the old ranks were killed (-9) right after their checkpoint. With global_order the ranks'
+elements, step by step in rank order, are the canonical order, before and after the resume.
+Each rank is a process of its own, as torchrun starts them."""
 
 import collections
 import json
@@ -39,7 +40,7 @@ rank, world, take, workers = int(rank), int(world), int(take), int(workers)
 dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
 ds = sluice.torch.IterableDataset(target, pipeline=sys.argv[10], element_timeout=120,
                                   processing_mode="distributed_epoch", deterministic=det == "1")
-loader = sluice.torch.DataLoader(ds, num_workers=workers)
+loader = sluice.torch.DataLoader(ds, num_workers=workers, global_order=sys.argv[11] == "global")
 if restore != "-":
     with open(restore, "rb") as f:
         loader.load_state_dict(pickle.load(f))
@@ -75,7 +76,7 @@ def cluster():
             c.stop()
 
 
-def run_ranks(tmp, name, world, target, take, workers, det, restore):
+def run_ranks(tmp, name, world, target, take, workers, det, restore, order="shared"):
     out = os.path.join(tmp, name)
     os.makedirs(out)
     script = os.path.join(tmp, "rank.py")
@@ -83,7 +84,8 @@ def run_ranks(tmp, name, world, target, take, workers, det, restore):
         f.write(RANK)
     store = os.path.join(out, "store")
     procs = [subprocess.Popen([sys.executable, script, str(r), str(world), store, target, out,
-                               str(take), str(workers), "1" if det else "0", restore, PIPELINE],
+                               str(take), str(workers), "1" if det else "0", restore, PIPELINE,
+                               order],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(world)]
     got = []
@@ -120,3 +122,25 @@ def test_resume_on_another_world_size(cluster, before, after, workers, det):
         assert sorted(seen) == list(range(N)), f"{len(seen)} distinct of {N}"
         dups = sorted(x for x, c in seen.items() if c > 1)
         assert not dups, f"{len(dups)} duplicates: {dups[:20]}"
+
+
+@pytest.mark.parametrize("before,after,workers", [(2, 3, 2), (3, 2, 0)])
+def test_global_order_on_another_world_size(cluster, before, after, workers):
+    """Deterministic, global_order=True: step j of the ranks, in rank order, is places
+    j*world .. j*world + world - 1 of the canonical order (range(N) here), with any num_workers;
+    the state after 300 steps restored into another world size continues that order from place
+    300 * before, each element once."""
+    def interleaved(ranks):
+        steps = max(len(r) for r in ranks)
+        return [r[j] for j in range(steps) for r in ranks if j < len(r)]
+
+    with tempfile.TemporaryDirectory(prefix="sluice-dist-") as tmp:
+        out, pre = run_ranks(tmp, "before", before, cluster.target, 300, workers, True, "-",
+                             "global")
+        assert interleaved(pre) == list(range(300 * before))
+        _, post = run_ranks(tmp, "after", after, cluster.target, -1, workers, True,
+                            os.path.join(out, "state.pkl"), "global")
+        got = interleaved(post)
+        assert got == list(range(300 * before, N)), (
+            f"{len(got)} elements; first places out of order: "
+            f"{[(i, x) for i, x in enumerate(got, 300 * before) if i != x][:5]}")

@@ -382,3 +382,31 @@ def test_deterministic_shared_between_loader_workers(service, num_workers):
                  processing_mode="distributed_epoch", deterministic=True)
     for _ in range(2):
         assert_epoch(elements(loader(ds, num_workers=num_workers, batch_size=None)), n)
+
+
+@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=3),
+                                     dict(num_workers=2, persistent_workers=True,
+                                          prefetch_factor=1)],
+                         ids=["workers=0", "workers=3", "workers=2-persistent"])
+def test_global_order(service, options):
+    # global_order=True: the loop gets the canonical order (range(N) here) with any num_workers,
+    # every epoch; a state taken mid-epoch, restored with another num_workers, continues it.
+    ds = dataset(service, processing_mode="distributed_epoch", deterministic=True)
+    ld = loader(ds, global_order=True, **options)
+    for _ in range(2):
+        assert elements(ld) == list(range(N))
+    it = iter(ld)
+    head = elements(next(it) for _ in range(BATCHES // 3))
+    state = ld.state_dict()
+    assert head == list(range(len(head)))
+    other = loader(dataset(service, processing_mode="distributed_epoch", deterministic=True),
+                   global_order=True, num_workers=2 if options["num_workers"] != 2 else 3)
+    other.load_state_dict(state)
+    assert elements(other) == list(range(len(head), N))
+
+
+def test_global_order_refused_without_a_deterministic_dataset(service):
+    with pytest.raises(ValueError, match="global_order=True needs a deterministic "
+                                         "distributed_epoch dataset"):
+        sluice.torch.DataLoader(dataset(service, processing_mode="distributed_epoch"),
+                                global_order=True)

@@ -36,7 +36,8 @@ static const char read_usage[] =
     "                   [--max-outstanding-requests N] [--local PIPELINE_TAIL]\n"
     "                   [--whole-copies] [--hedge [--hedge-factor K] | --no-hedge]\n"
     "                   [--format text|count|rounds] [--limit N] [--timeout-ms N]\n"
-    "                   [--deterministic [--reorder-bytes N]] [--target-workers any|local|auto]\n"
+    "                   [--deterministic [--reorder-bytes N] [--shard I/N]]\n"
+    "                   [--target-workers any|local|auto]\n"
     "                   [--no-shm] [--shm-bytes N]\n"
     "                   [--worker-selector SEL] [--weight W] [--min-workers N] [--max-workers N]\n"
     "                   [--cross-trainer-cache --trainer-id ID [--cross-trainer-cache-bytes N]]\n"
@@ -77,6 +78,9 @@ static const char read_usage[] =
     "                      splits by sequence number, elements by position in their split,\n"
     "                      the same with any number of workers, failures and restarts\n"
     "  --reorder-bytes N   bytes of replies held to reorder them (default 256 MiB)\n"
+    "  --shard I/N         with --deterministic: only the elements at places I, I+N, I+2N,\n"
+    "                      ... of the canonical order; N such reads (I = 0..N-1), each a job\n"
+    "                      of its own, read one element each in turn give the canonical order\n"
     "  --target-workers T  any (default): every worker; local: only workers on this host\n"
     "                      (one kernel and network namespace, or SLUICE_HOST_ID), an error\n"
     "                      when it has none; auto: every worker, those on this host first\n"
@@ -304,6 +308,22 @@ static int parse_args(int argc, char **argv, struct read_args *a)
                 return CLI_EXIT_USAGE;
             }
             a->opts.reorder_bytes = v;
+        } else if (strcmp(s, "--shard") == 0 && more) {
+            unsigned idx, cnt;
+            int end = 0;
+            const char *t = argv[++i];
+            /* Digits, one slash, digits: sscanf alone would take signs and spaces. */
+            size_t digits = strspn(t, "0123456789");
+            if (digits == 0 || digits > 9 || t[digits] != '/' ||
+                strspn(t + digits + 1, "0123456789") != strlen(t + digits + 1) ||
+                strlen(t + digits + 1) == 0 || strlen(t + digits + 1) > 9 ||
+                sscanf(t, "%u/%u%n", &idx, &cnt, &end) != 2 || t[end] != '\0' || cnt == 0 ||
+                idx >= cnt) {
+                cli_error("usage", "--shard takes I/N with 0 <= I < N, not '%s'", t);
+                return CLI_EXIT_USAGE;
+            }
+            a->opts.shard_index = idx;
+            a->opts.shard_count = cnt;
         } else if (strcmp(s, "--cross-trainer-cache") == 0) {
             a->opts.cross_trainer_cache = true;
         } else if (strcmp(s, "--trainer-id") == 0 && more) {
@@ -386,6 +406,10 @@ static int parse_args(int argc, char **argv, struct read_args *a)
         a->opts.hedge_factor = a->hedge_factor > 0 ? a->hedge_factor : SLUICE_HEDGE_FACTOR_DEFAULT;
     if (a->opts.reorder_bytes && !a->opts.deterministic) {
         cli_error("usage", "--reorder-bytes goes with --deterministic");
+        return CLI_EXIT_USAGE;
+    }
+    if (a->opts.shard_count && !a->opts.deterministic) {
+        cli_error("usage", "--shard goes with --deterministic");
         return CLI_EXIT_USAGE;
     }
     if ((a->opts.trainer_id || a->opts.cross_trainer_cache_bytes) && !a->opts.cross_trainer_cache) {

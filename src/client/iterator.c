@@ -449,7 +449,16 @@ static int iter_next(struct sluice_iterator *it, uint32_t timeout_ms, bool lend,
         return iter_mix_next(it, timeout_ms, err, errlen);
     it->call_timeout_ms = timeout_ms;
     it->deadline_ns = 0; /* set at the call's first wait (wait_payload) */
-    return raw_next(it, &it->elem, true, lend, err, errlen);
+    for (;;) {
+        rc = raw_next(it, &it->elem, true, lend, err, errlen);
+        if (rc != 1 || it->shard_count == 0 ||
+            it->shard_seen++ % it->shard_count == it->shard_index)
+            return rc;
+        /* Another shard's element: passed (the position covers it), not handed out. */
+        it->taken_local--;
+        atomic_store_explicit(&it->taken, it->taken_local, memory_order_relaxed);
+        pipe_elem_unlend(&it->elem);
+    }
 }
 
 int sluice_iterator_next(struct sluice_iterator *it, const struct sluice_element **elem,

@@ -157,6 +157,10 @@ struct sluice_iterator {
     struct ledger delivered;
     bool run;
     uint64_t run_seq, run_begin, run_end;
+    /* A sharded deterministic read (sluice_read_options.shard_*): shard_seen counts the
+     * elements of the canonical order passed so far, handed out or not. Reader only. */
+    uint32_t shard_index, shard_count;
+    uint64_t shard_seen;
     /* What a checkpoint records besides the position. */
     uint64_t def_hash, plan_hash, split_total;
 

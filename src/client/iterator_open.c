@@ -107,6 +107,11 @@ static int open_mix(struct sluice_iterator *it, const struct sluice_read_options
                      "the checkpoint does not fit dataset '%s': it is a mix, and the checkpoint "
                      "is not of a read of a mix",
                      it->dataset_id);
+    else if (o->shard_count > 0)
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                     "dataset '%s' is a mix: a sharded read needs a deterministic read's canonical "
+                     "order, and a mix has its schedule instead",
+                     it->dataset_id);
     else
         rc = iter_mix_open(it, spec, o, mck, repetition, err, errlen);
     pipe_spec_free(spec);
@@ -150,7 +155,8 @@ static int restore_check(const struct checkpoint *ck, const struct sluice_read_o
                        o->dataset_id);
     if (!(o->pipeline && *o->pipeline))
         *dataset_id = ck->dataset_id;
-    if (!(o->job_name && *o->job_name))
+    /* A sharded read reads a job of its own, whichever job the position was taken in. */
+    if (!(o->job_name && *o->job_name) && o->shard_count == 0)
         *job_name = ck->job_name;
     return 0;
 }
@@ -239,6 +245,28 @@ static int check_options(const struct sluice_read_options *o, char *err, size_t 
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "deterministic reads cannot be coordinated (num_consumers): rounds already "
                        "fix which elements each consumer gets");
+    if (o->shard_count == 0 && o->shard_index != 0)
+        return err_set(err, errlen, SLUICE_ERR_INVALID, "a shard index needs a shard count");
+    if (o->shard_count > 0) {
+        if (o->shard_index >= o->shard_count)
+            return err_set(err, errlen, SLUICE_ERR_INVALID,
+                           "shard index %" PRIu32 " is not below the shard count %" PRIu32,
+                           o->shard_index, o->shard_count);
+        if (o->mode != SLUICE_DISTRIBUTED_EPOCH)
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "sharded reads need mode distributed_epoch, not %s", mode_name(o->mode));
+        if (o->num_consumers > 0)
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "a sharded read cannot be coordinated (num_consumers)");
+        if (o->job_name && *o->job_name)
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "a sharded read reads a job of its own, not job '%s': readers sharing "
+                           "a job divide its splits, so none would pass the whole canonical order",
+                           o->job_name);
+        if (o->cross_trainer_cache)
+            return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
+                           "a sharded read cannot use a cross-trainer cache");
+    }
     if (o->whole_copies && o->mode == SLUICE_DISTRIBUTED_EPOCH)
         return err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                        "whole_copies cannot be used with mode distributed_epoch: its elements "
@@ -478,6 +506,16 @@ int iter_open_read(struct sluice_client *c, const struct sluice_read_options *o,
         rc = iter_open_tail(it, o->local, "local tail", err, errlen);
     if (rc)
         goto fail;
+    if (o->shard_count > 0 && (!it->det || it->tail)) {
+        rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED, "a sharded read needs %s",
+                     !it->det ? "a deterministic read (deterministic, or a dataset registered "
+                                "deterministic): only the canonical order can be sharded"
+                              : "the dataset's operations to run on the workers, not partly in the "
+                                "reader");
+        goto fail;
+    }
+    it->shard_index = o->shard_index;
+    it->shard_count = o->shard_count;
     if (o->restore && it->tail) {
         rc = err_set(err, errlen, SLUICE_ERR_UNSUPPORTED,
                      "a checkpoint cannot restore a read with operations run in the reader (a "

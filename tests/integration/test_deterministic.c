@@ -8,7 +8,8 @@
  * restarted in the middle of the read. Every comparison is of the whole output, byte for byte.
  * Also: a reorder bound far below the data (the reader drops what it has no room for and asks
  * for it again), the refusals (other modes, a named job joined with another value), and a
- * dataset registered deterministic reading so by default. Every wait is bounded. */
+ * dataset registered deterministic reading so by default; sharded reads (--shard I/N), one
+ * line of each in turn, are the canonical order too. Every wait is bounded. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -335,6 +336,54 @@ static void test_flag(void **state)
                      "register", SQUARES, "--split-size", SPLIT, "--dataset-id", "det", NULL);
 }
 
+/* ---- sharded reads --------------------------------------------------------------------------- */
+
+/* Three reads with --shard 0/3, 1/3 and 2/3 (each a job of its own): taken one line from each in
+ * turn they are the canonical order, byte for byte. Then what a sharded read refuses. */
+static void test_shards(void **state)
+{
+    struct cluster *c = *state;
+    cluster_add_workers(c, 2);
+    char *part[3];
+    const char *lines[3];
+    for (int k = 0; k < 3; k++) {
+        char arg[8];
+        snprintf(arg, sizeof arg, "%d/3", k);
+        part[k] = read_det(c, SQUARES, "--shard", arg, NULL);
+        lines[k] = part[k];
+    }
+    size_t cap = 0;
+    for (int k = 0; k < 3; k++)
+        cap += strlen(part[k]);
+    char *joined = malloc(cap + 1), *at = joined;
+    assert_non_null(joined);
+    for (long i = 0; i < N; i++) {
+        const char **p = &lines[i % 3];
+        const char *nl = strchr(*p, '\n');
+        if (!nl)
+            fail_msg("shard %ld/3 ended before place %ld", i % 3, i);
+        memcpy(at, *p, (size_t)(nl - *p + 1));
+        at += nl - *p + 1;
+        *p = nl + 1;
+    }
+    *at = '\0';
+    for (int k = 0; k < 3; k++)
+        assert_string_equal(lines[k], "");
+    char *want = squares(N);
+    assert_same("3 shards, one line of each in turn", joined, want);
+    free(want);
+    free(joined);
+    for (int k = 0; k < 3; k++)
+        free(part[k]);
+
+    expect_cli_error(c, "a sharded read reads a job of its own, not job 'j'", "read", "range(10)",
+                     "--deterministic", "--shard", "0/2", "--job-name", "j", NULL);
+    expect_cli_error(c, "--shard goes with --deterministic", "read", "range(10)", "--shard", "0/2",
+                     NULL);
+    expect_cli_error(c, "--shard takes I/N with 0 <= I < N, not '2/2'", "read", "range(10)",
+                     "--deterministic", "--shard", "2/2", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -343,6 +392,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill_drain_join, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dispatcher_restart, setup_ft, teardown),
         cmocka_unit_test_setup_teardown(test_flag, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shards, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, tmp_teardown);
 }
