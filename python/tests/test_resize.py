@@ -3,7 +3,8 @@ share a job, each stops at a step of its own and takes its position, and is kill
 merge of the N positions (the job's position) is restored by M reader processes of a new job,
 which together get exactly the elements no reader had before, each once. For (N, M) in
 {(1,2), (2,1), (2,3), (3,2), (4,8), (8,3)}, plain and deterministic, and with a worker killed
-during the resumed read."""
+during the resumed read; and with deterministic shards, the global order kept across the
+resume."""
 
 import collections
 import json
@@ -36,7 +37,10 @@ import json, os, pickle, signal, sys
 import sluice
 target, ds_id, job, take, det, restore, out = sys.argv[1:8]
 take = int(take)
-ds = sluice.from_dataset_id("distributed_epoch", target, ds_id, job_name=job,
+# A shard "I/N" of the canonical order reads a job of its own.
+shard = tuple(int(v) for v in sys.argv[8].split("/")) if len(sys.argv) > 8 else None
+ds = sluice.from_dataset_id("distributed_epoch", target, ds_id,
+                            job_name=None if shard else job, shard=shard,
                             deterministic=det == "1", element_timeout=120)
 if restore != "-":
     with open(restore, "rb") as f:
@@ -82,13 +86,15 @@ def reader_script(tmp):
     return script
 
 
-def readers(tmp, script, target, ds_id, job, takes, det, restore):
+def readers(tmp, script, target, ds_id, job, takes, det, restore, sharded=False):
+    """One reader process per take; sharded: reader i of n is shard i/n of the canonical order."""
     procs = []
     for i, take in enumerate(takes):
         out = os.path.join(tmp, f"{job}-{i}")
+        shard = [f"{i}/{len(takes)}"] if sharded else []
         procs.append((out, subprocess.Popen(
             [sys.executable, script, target, ds_id, job, str(take), "1" if det else "0",
-             restore, out], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+             restore, out] + shard, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
     return procs
 
 
@@ -136,6 +142,41 @@ def test_resume_on_another_number_of_readers(cluster, before, after, det):
         check(pre, post)
 
 
+GLOBAL_N = 3000
+
+
+@pytest.mark.parametrize("before,after", CASES, ids=[f"{n}to{m}" for n, m in CASES])
+def test_resume_keeps_the_global_order(cluster, before, after):
+    """Deterministic shards (one per reader, a constant batch of one element): N readers each
+    take the same number of elements (one training step each), checkpoint and are killed; the
+    merge of their positions restored into M shards continues the canonical order, so the
+    readers' elements step by step in reader order are the uninterrupted sequence, before and
+    after the resume."""
+    ds_id = sluice.register_dataset(cluster.target, f"range({GLOBAL_N}) | map(sleep_us, 10)",
+                                    split_size=100, deterministic=True)
+    take = random.Random(before * 10 + after).randrange(50, GLOBAL_N // (2 * before))
+    with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
+        script = reader_script(tmp)
+        tag = f"g{before}to{after}"
+        pre, states = finish(readers(tmp, script, cluster.target, ds_id, f"{tag}a",
+                                     [take] * before, True, "-", sharded=True), killed=True)
+        assert interleaved(pre) == list(range(take * before))
+        with open(os.path.join(tmp, "job.state"), "wb") as f:
+            pickle.dump(sluice.merge_positions(states), f)
+        post, _ = finish(readers(tmp, script, cluster.target, ds_id, f"{tag}b", [-1] * after,
+                                 True, os.path.join(tmp, "job.state"), sharded=True),
+                         killed=False)
+        got = interleaved(post)
+        assert got == list(range(take * before, GLOBAL_N)), (
+            f"{len(got)} elements after the resume; first out of place: "
+            f"{[(i, x) for i, x in enumerate(got, take * before) if i != x][:5]}")
+
+
+def interleaved(shards):
+    """One element of each reader in turn, in reader order."""
+    return [r[j] for j in range(max(map(len, shards))) for r in shards if j < len(r)]
+
+
 def check(pre, post):
     flat = [x for r in pre + post for x in r]
     seen = collections.Counter(flat)
@@ -148,22 +189,32 @@ def check(pre, post):
         f"(received by {where})")
 
 
-def resume_through(target, ds_id, tag, takes, det, delay, fault):
+def resume_through(target, ds_id, tag, takes, det, delay, fault, n=N):
     """Readers of job {tag}-a stop at takes and are killed; 3 readers restore their merged
-    position in job {tag}-b, and fault() runs delay seconds into that read: every element
-    once."""
+    position in job {tag}-b, and fault() runs delay seconds into that read: every element of
+    range(n) once. det "global": the readers are deterministic shards (equal takes), and the
+    order is the canonical one before and after."""
+    sharded = det == "global"
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
         script = reader_script(tmp)
-        pre, states = finish(readers(tmp, script, target, ds_id, f"{tag}-a", takes, det, "-"),
-                             killed=True)
+        pre, states = finish(readers(tmp, script, target, ds_id, f"{tag}-a", takes, bool(det),
+                                     "-", sharded), killed=True)
         with open(os.path.join(tmp, "job.state"), "wb") as f:
             pickle.dump(sluice.merge_positions(states), f)
-        procs = readers(tmp, script, target, ds_id, f"{tag}-b", [-1] * 3, det,
-                        os.path.join(tmp, "job.state"))
+        procs = readers(tmp, script, target, ds_id, f"{tag}-b", [-1] * 3, bool(det),
+                        os.path.join(tmp, "job.state"), sharded)
         time.sleep(delay)
+        assert all(p.poll() is None for _, p in procs), "the read ended before the fault"
         fault()
         post, _ = finish(procs, killed=False)
-    check(pre, post)
+    if sharded:
+        assert interleaved(pre) == list(range(sum(takes)))
+        got = interleaved(post)
+        assert got == list(range(sum(takes), n)), (
+            f"{len(got)} elements after the resume; first out of place: "
+            f"{[(i, x) for i, x in enumerate(got, sum(takes)) if i != x][:5]}")
+    else:
+        check(pre, post)
 
 
 def test_resume_through_a_worker_kill(cluster):
@@ -323,17 +374,21 @@ def test_restore_the_ends_of_splits_had(cluster):
         assert [int(x) for x in again] == []
 
 
-@pytest.mark.parametrize("det", [False, True], ids=["plain", "deterministic"])
+@pytest.mark.parametrize("det", [False, True, "global"], ids=["plain", "deterministic", "global"])
 def test_resume_through_a_dispatcher_restart(cluster, det):
     """The resumed read of a shared job (2 readers killed, their merged position restored into 3)
     loses its fault-tolerant dispatcher and a worker (kill -9) in its middle; the dispatcher
-    restarts from its journal on the same port: still every element once."""
+    restarts from its journal on the same port: still every element once. "global": 2 shards
+    resumed into 3 keep the canonical order through it."""
     log_dir = tempfile.mkdtemp(prefix="sluice-restart-", dir=cluster.log_dir)
     c = Cluster(log_dir, ["--fault-tolerant", "--work-dir", os.path.join(log_dir, "work")])
     try:
         for _ in range(3):
             c.add_worker()
-        ds_id = sluice.register_dataset(c.target, f"range({N}) | map(sleep_us, 300)",
+        # Each shard reads the whole epoch: its elements are slower, so that the read is still
+        # under way when the fault comes.
+        n, us = (GLOBAL_N, 3000) if det == "global" else (N, 300)
+        ds_id = sluice.register_dataset(c.target, f"range({n}) | map(sleep_us, {us})",
                                         split_size=100)
 
         def restart():
@@ -342,7 +397,8 @@ def test_resume_through_a_dispatcher_restart(cluster, det):
             c.workers.pop(0).stop(signal.SIGKILL)
             c.restart_dispatcher()
 
-        resume_through(c.target, ds_id, "restart", [900, 500], det, 1.0, restart)
+        takes = [300, 300] if det == "global" else [900, 500]
+        resume_through(c.target, ds_id, "restart", takes, det, 1.0, restart, n)
     finally:
         c.stop()
 
