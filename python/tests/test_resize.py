@@ -219,7 +219,7 @@ def resume_through(target, ds_id, tag, takes, det, delay, fault, n=N):
 
 def test_resume_through_a_worker_kill(cluster):
     """The resumed read loses a worker in its middle: still every element once."""
-    ds_id = sluice.register_dataset(cluster.target, f"range({N}) | map(sleep_us, 100)",
+    ds_id = sluice.register_dataset(cluster.target, f"range({N}) | map(sleep_us, 250)",
                                     split_size=100)
     spare = cluster.add_worker()
 
