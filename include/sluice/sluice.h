@@ -521,7 +521,8 @@ struct sluice_read_options {
      * (sluice_iterator_save) covers what the reader passed, its own elements and the others';
      * the merge of all readers' positions taken after the same number of elements each is the
      * canonical order up to the last element handed out, and restoring it into any number of
-     * sharded readers continues the order from there. shard_index must be below shard_count
+     * sharded readers continues the order from there (one reader's position alone is no such
+     * cut: restore the merge). shard_index must be below shard_count
      * (SLUICE_ERR_INVALID); with shard_count 0 it must be 0. Refused with another mode, a job
      * name, num_consumers, a cross-trainer cache, operations run in the reader or a read that
      * is not deterministic (SLUICE_ERR_UNSUPPORTED, with the reason). */

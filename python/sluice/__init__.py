@@ -879,9 +879,10 @@ def from_dataset_id(processing_mode, service, dataset_id, job_name=None, consume
     canonical order with i % count == index (from the start, or from the restored position), in
     a job of its own (not with job_name). count readers with indexes 0 to count - 1 together get
     the canonical order, and taking one element from each in turn gives it back in order: the
-    global order of count trainer ranks with a constant global batch. Each reads the whole
-    epoch, so the service produces it once per reader (docs/reading.md "Sharded deterministic
-    reads").
+    global order of count trainer ranks with a constant global batch. Restore sharded readers
+    from sluice.merge_positions of every shard's state_dict() at one step, not from one
+    shard's own. Each reads the whole epoch, so the service produces it once per reader
+    (docs/reading.md "Sharded deterministic reads").
 
     Returns an iterable Dataset; every iteration opens a reader.
     """

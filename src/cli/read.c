@@ -433,6 +433,14 @@ static int parse_args(int argc, char **argv, struct read_args *a)
         cli_error("usage", "--progress and --quiet exclude each other");
         return CLI_EXIT_USAGE;
     }
+    /* A shard's own position is not a cut of the canonical order: only the merge of every
+     * shard's position at one step is (docs/reading.md "Sharded deterministic reads"). */
+    if (a->checkpoint && a->opts.shard_count > 0) {
+        cli_error("usage", "--checkpoint cannot keep a sharded read's position: a shard resumes "
+                           "from the merge of every shard's position at one step, not from its "
+                           "own (sluice.merge_positions)");
+        return CLI_EXIT_USAGE;
+    }
     if (a->checkpoint && a->has_mode && a->opts.mode != SLUICE_DISTRIBUTED_EPOCH) {
         cli_error("usage", "--checkpoint needs --mode distributed_epoch, not %s",
                   mode_name(a->opts.mode));

@@ -380,6 +380,8 @@ static void test_shards(void **state)
                      "--deterministic", "--shard", "0/2", "--job-name", "j", NULL);
     expect_cli_error(c, "--shard goes with --deterministic", "read", "range(10)", "--shard", "0/2",
                      NULL);
+    expect_cli_error(c, "--checkpoint cannot keep a sharded read's position", "read", "range(10)",
+                     "--deterministic", "--shard", "0/2", "--checkpoint", "ck", NULL);
     expect_cli_error(c, "--shard takes I/N with 0 <= I < N, not '2/2'", "read", "range(10)",
                      "--deterministic", "--shard", "2/2", NULL);
 }
