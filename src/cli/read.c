@@ -194,6 +194,28 @@ static int parse_u32(const char *opt, const char *text, uint32_t *out)
 }
 
 /* Returns -1 to go on reading, or the exit status. */
+/* --shard I/N: two numbers as cli_parse_u64 takes them, 0 <= I < N. */
+static int parse_shard(const char *text, struct sluice_read_options *o)
+{
+    unsigned long long index, count;
+    char head[24];
+    const char *slash = strchr(text, '/');
+    size_t n = slash ? (size_t)(slash - text) : 0;
+    if (!slash || n >= sizeof head)
+        goto bad;
+    memcpy(head, text, n);
+    head[n] = '\0';
+    if (cli_parse_u64(head, &index) != 0 || cli_parse_u64(slash + 1, &count) != 0 || count == 0 ||
+        count > UINT32_MAX || index >= count)
+        goto bad;
+    o->shard_index = (uint32_t)index;
+    o->shard_count = (uint32_t)count;
+    return 0;
+bad:
+    cli_error("usage", "--shard takes I/N with 0 <= I < N, not '%s'", text);
+    return -1;
+}
+
 static int parse_args(int argc, char **argv, struct read_args *a)
 {
     bool has_mode = false;
@@ -309,21 +331,8 @@ static int parse_args(int argc, char **argv, struct read_args *a)
             }
             a->opts.reorder_bytes = v;
         } else if (strcmp(s, "--shard") == 0 && more) {
-            unsigned idx, cnt;
-            int end = 0;
-            const char *t = argv[++i];
-            /* Digits, one slash, digits: sscanf alone would take signs and spaces. */
-            size_t digits = strspn(t, "0123456789");
-            if (digits == 0 || digits > 9 || t[digits] != '/' ||
-                strspn(t + digits + 1, "0123456789") != strlen(t + digits + 1) ||
-                strlen(t + digits + 1) == 0 || strlen(t + digits + 1) > 9 ||
-                sscanf(t, "%u/%u%n", &idx, &cnt, &end) != 2 || t[end] != '\0' || cnt == 0 ||
-                idx >= cnt) {
-                cli_error("usage", "--shard takes I/N with 0 <= I < N, not '%s'", t);
+            if (parse_shard(argv[++i], &a->opts) != 0)
                 return CLI_EXIT_USAGE;
-            }
-            a->opts.shard_index = idx;
-            a->opts.shard_count = cnt;
         } else if (strcmp(s, "--cross-trainer-cache") == 0) {
             a->opts.cross_trainer_cache = true;
         } else if (strcmp(s, "--trainer-id") == 0 && more) {

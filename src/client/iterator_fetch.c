@@ -204,14 +204,6 @@ static int det_op_push(struct sluice_iterator *it, size_t *n, struct det_op op)
     return 0;
 }
 
-/* A read restored from merged positions had parts of a split after its first gap: once the
- * judge reaches such a part it steps over it (they are never handed out again, and the worker
- * may not send them at all). It must step over as soon as it reaches the part, in the same pass
- * that accepted what lies before it: that acceptance can complete the split in the ledger, whose
- * entry goes once the dispatcher confirms it (ledger_confirmed), and from then on the ledger no
- * longer tells what was had; a later payload bringing the had positions would have them handed
- * out again. A split whose end came before (a production that left it incomplete) is complete
- * once stepped over to its end: that is queued as an op. Returns 0 or SLUICE_ERR_NOMEM. */
 /* The position det_skip_had would step split seq over to, or 0 when there is nothing to step
  * over. */
 static uint64_t det_had_past(const struct sluice_iterator *it, uint64_t seq)
@@ -225,6 +217,14 @@ static uint64_t det_had_past(const struct sluice_iterator *it, uint64_t seq)
     return past > next ? past : 0;
 }
 
+/* A read restored from merged positions had parts of a split after its first gap: once the
+ * judge reaches such a part it steps over it (they are never handed out again, and the worker
+ * may not send them at all). It must step over as soon as it reaches the part, in the same pass
+ * that accepted what lies before it: that acceptance can complete the split in the ledger, whose
+ * entry goes once the dispatcher confirms it (ledger_confirmed), and from then on the ledger no
+ * longer tells what was had; a later payload bringing the had positions would have them handed
+ * out again. A split whose end came before (a production that left it incomplete) is complete
+ * once stepped over to its end: that is queued as an op. Returns 0 or SLUICE_ERR_NOMEM. */
 static int det_skip_had(struct sluice_iterator *it, size_t *nops, uint64_t seq)
 {
     uint64_t past = det_had_past(it, seq);
@@ -292,14 +292,11 @@ static int det_payload(struct sluice_iterator *it, struct prefetch_item *item, c
             goto out;
         }
         if (kind == CODEC_ELEMENT) {
-            /* The run being cut goes first when the split is stepped over here: a completion
-             * that queues must follow its records. */
-            if (run.count && run.seq == m.seq && det_had_past(it, m.seq) &&
-                (rc = det_flush(it, &nops, &run, run_pos)) < 0) {
-                err_set(err, errlen, rc, "%s", sluice_strerror(rc));
-                goto out;
-            }
-            if ((rc = det_skip_had(it, &nops, m.seq)) < 0) {
+            /* The judge reached a part this reader had: the run being cut is queued first (a
+             * completion the step queues must follow its records; a run of another split ends
+             * at this record anyway), then the split is stepped over. */
+            if (det_had_past(it, m.seq) && ((rc = det_flush(it, &nops, &run, run_pos)) < 0 ||
+                                            (rc = det_skip_had(it, &nops, m.seq)) < 0)) {
                 err_set(err, errlen, rc, "%s", sluice_strerror(rc));
                 goto out;
             }
