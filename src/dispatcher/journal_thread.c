@@ -4,8 +4,9 @@
  * something is queued and nothing is in flight, hand everything queued to the thread as one
  * batch (`work`); the thread writes it with journal_append() and signals the async handle; the
  * loop frees the batch, advances `durable`, runs the satisfied waiters in order, and re-arms if
- * more was queued meanwhile. Failure: the first failed batch fails the whole journal (see the
- * header). Closing: what is queued is written first, then the thread is stopped and joined
+ * more was queued meanwhile; journal_thread_poll does the same between two requests, without
+ * waiting for the end of the iteration. Failure: the first failed batch fails the whole journal
+ * (see the header). Closing: what is queued is written first, then the thread is stopped and joined
  * (it is idle by then, so the join does not wait) and the handles closed. */
 #include "journal_thread.h"
 
@@ -25,6 +26,11 @@
 #include <time.h>
 
 /* ---- the group-commit thread ----------------------------------------------------------------- */
+
+/* journal_thread_poll hands what is queued to the thread before the end of the loop iteration
+ * once this many records wait, or the oldest has waited this long. */
+#define JOURNAL_POLL_RECORDS 64
+#define JOURNAL_POLL_AGE_NS 500000u
 
 struct item {
     uint8_t *payload;
@@ -71,6 +77,7 @@ struct journal_thread {
     struct item *pending;
     size_t head, n, cap;
     uint64_t pending_first, next_seq, durable, inflight_last;
+    uint64_t queued_ns; /* uv_hrtime() when pending last went from empty to not */
     uint8_t *snap;
     size_t snap_len;
     uint64_t snap_seq;
@@ -315,6 +322,34 @@ static void on_async(uv_async_t *a)
         batch_done(jt, b);
 }
 
+void journal_thread_poll(struct journal_thread *jt)
+{
+    if (jt->sink || jt->firing || jt->closing || jt->failed)
+        return;
+    if (jt->inflight) {
+        uv_mutex_lock(&jt->mu);
+        bool ready = jt->submitted && jt->done;
+        struct batch b;
+        if (ready) {
+            b = jt->work;
+            memset(&jt->work, 0, sizeof jt->work);
+            jt->submitted = jt->done = false;
+        }
+        uv_mutex_unlock(&jt->mu);
+        /* The thread's async send stays pending; on_async then finds nothing (or the next
+         * batch, done by then) to take. */
+        if (!ready)
+            return;
+        batch_done(jt, b);
+        if (jt->inflight || jt->closing || jt->failed)
+            return;
+    }
+    size_t queued = jt->n - jt->head;
+    if (queued >= JOURNAL_POLL_RECORDS ||
+        (queued > 0 && uv_hrtime() - jt->queued_ns >= JOURNAL_POLL_AGE_NS))
+        submit(jt);
+}
+
 void journal_thread_sink_done(struct journal_thread *jt, int rc, const char *msg)
 {
     if (!jt->sink || !jt->submitted)
@@ -471,6 +506,8 @@ int journal_thread_add(struct journal_thread *jt, uint8_t *payload, size_t len,
         jt->pending = v;
         jt->cap = cap;
     }
+    if (jt->n == jt->head)
+        jt->queued_ns = uv_hrtime();
     jt->pending[jt->n++] = it;
     jt->next_seq++;
     arm(jt);

@@ -7,7 +7,9 @@
  * queued is handed to a dedicated thread as ONE batch, which journal_append() writes in ONE
  * transaction. Exactly one batch is in flight: records queued while it is written wait, and all
  * of them form the next batch as soon as it is done, so the busier the dispatcher the larger the
- * batches. The loop thread never waits for the disk.
+ * batches. The loop thread never waits for the disk. Between two requests (journal_thread_poll)
+ * a finished batch is taken and the next handed over without waiting for the end of the
+ * iteration, which under load reads thousands of requests in one go.
  *
  * Waiting: journal_thread_wait() registers a callback that runs on the loop thread once every
  * record queued before it is durable. Callbacks run in the order they were registered, which is
@@ -82,6 +84,15 @@ struct journal_thread_stats {
 /* The end of a batch handed to opts->sink: rc 0 when it is durable, else negative with msg
  * ("what: why"), which fails the journal (on_fail runs). Loop thread. */
 void journal_thread_sink_done(struct journal_thread *jt, int rc, const char *msg);
+
+/* A point between two requests, where the loop thread may run anything (the dispatcher calls it
+ * after each request). A batch the thread has finished is taken here, and its waiters run, rather
+ * than after the rest of this loop iteration's I/O; and when no batch is in flight, what is
+ * queued goes to the thread now if it is 64 records or more, or its oldest record waited 0.5 ms
+ * or more. A busy loop iteration (thousands of requests read in one go) then overlaps commits
+ * with its work, and a request waits about one commit rather than one loop iteration or two.
+ * Does nothing with a sink, once failed or closing, or while waiters run. */
+void journal_thread_poll(struct journal_thread *jt);
 
 /* Starts the thread. Returns 0 and *out, or a negative code with a message. */
 int journal_thread_start(uv_loop_t *loop, const struct journal_thread_opts *opts,

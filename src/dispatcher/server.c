@@ -868,6 +868,8 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
         st_update_list_clear(&d->ups);
         fatal(d, "state: a handler left planned updates uncommitted");
     }
+    if (d->jt && !d->closing && !d->fatal)
+        journal_thread_poll(d->jt);
 }
 
 /* ---- start and close ------------------------------------------------------------------------- */

@@ -943,6 +943,73 @@ static void test_group_commit(void **unused)
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Polls jt (without running the loop) until w has n waiters run; fails after 20 s. */
+static void poll_until(struct journal_thread *jt, const struct waits *w, int n)
+{
+    for (int i = 0; i < 20000 && w->n < n; i++) {
+        journal_thread_poll(jt);
+        if (w->n < n)
+            usleep(1000);
+    }
+    assert_int_equal(w->n, n);
+}
+
+/* journal_thread_poll, between two requests: hands 64 queued records to the thread at once, and
+ * fewer once the oldest waited 0.5 ms, then runs the waiters of the finished batch, all without
+ * the loop running; the async wake-up left behind finds nothing to take. */
+static void test_poll_between_requests(void **unused)
+{
+    (void)unused;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct journal *j = open_journal(work("w"), 0, 0);
+    struct failure f = {0};
+    struct journal_thread *jt;
+    struct journal_thread_stats st;
+    char err[SLUICE_ERRMSG_SIZE];
+    struct journal_thread_opts o = {.journal = j, .next_seq = 1, .on_fail = on_fail, .user = &f};
+    assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
+    struct waits w = {.n = 0};
+    struct waiter_arg a[4];
+    for (int i = 0; i < 4; i++)
+        a[i] = (struct waiter_arg){&w, i};
+
+    add_n(jt, 64);
+    assert_int_equal(journal_thread_wait(jt, on_wait, &a[0]), 0);
+    poll_until(jt, &w, 1);
+    journal_thread_get_stats(jt, &st);
+    assert_int_equal(st.transactions, 1);
+    assert_int_equal(st.records, 64);
+    assert_int_equal(journal_thread_durable_seq(jt), 64);
+
+    /* Two records and a wait: they leave once 0.5 ms old. */
+    add_n(jt, 2);
+    assert_int_equal(journal_thread_wait(jt, on_wait, &a[1]), 0);
+    usleep(2000);
+    poll_until(jt, &w, 2);
+    journal_thread_get_stats(jt, &st);
+    assert_int_equal(st.transactions, 2);
+    assert_int_equal(st.records, 66);
+
+    /* The loop then runs as usual: the stale wake-up takes nothing, and what is queued next
+     * leaves at the end of the iteration. */
+    add_n(jt, 3);
+    assert_int_equal(journal_thread_wait(jt, on_wait, &a[2]), 0);
+    RUN_UNTIL(&loop, w.n == 3, 20000);
+    journal_thread_get_stats(jt, &st);
+    assert_int_equal(st.transactions, 3);
+    assert_int_equal(st.records, 69);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(w.order[i], i);
+        assert_int_equal(w.status[i], 0);
+    }
+    close_thread(&loop, jt);
+    assert_int_equal(f.calls, 0);
+    expect_log(j, 1, 69);
+    journal_close(j);
+    assert_int_equal(uv_loop_close(&loop), 0);
+}
+
 static void test_one_record_per_transaction(void **unused)
 {
     (void)unused;
@@ -1585,6 +1652,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crash_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_group_commit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_record_per_transaction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_poll_between_requests, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thread_snapshots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_thread_failure_is_final, setup, teardown),
         cmocka_unit_test_setup_teardown(test_close_writes_what_is_queued, setup, teardown),
