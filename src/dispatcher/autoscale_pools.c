@@ -45,13 +45,32 @@ static long pool_add(struct autoscale_pool *pools, size_t *n, size_t max, const 
 }
 
 /* A client's placement: its parsed selector (any: none) and how many workers in pools it
- * matches. */
+ * matches. Clients with the same selector text share the first one's (rep): a cluster's
+ * clients mostly have one of a few selectors, and matching each against every worker would
+ * cost clients x workers (500 x 5,000 every window). */
 struct client_place {
+    size_t rep; /* the first client with the same selector text: its fields below serve */
     bool any;
     struct selector sel;
     size_t matched;
-    size_t named; /* pools its selector names for the key, that exist */
+    size_t here;  /* of the pool in hand, the workers it matches (reps only) */
+    size_t named; /* pools its selector names for the key, that exist (every client) */
 };
+
+static const char *selector_text(const struct autoscale_pools_input *in, size_t c)
+{
+    const char *t = in->clients[c].selector;
+    return t ? t : "";
+}
+
+/* Orders client indexes by selector text, then by index: the first of each run is its rep. */
+static int cmp_by_selector(const void *a, const void *b, void *arg)
+{
+    const struct autoscale_pools_input *in = arg;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcmp(selector_text(in, x), selector_text(in, y));
+    return c ? c : (x > y) - (x < y);
+}
 
 /* Whether sel names pool for key (key=pool, key==pool, key in (..., pool, ...)). */
 static bool names_pool(const struct selector *sel, const char *key, const char *pool)
@@ -119,28 +138,48 @@ int autoscale_pools_recommend(const struct autoscale_params *params,
         if (!w->draining)
             pool_add(out, &n, max, wpool[i]);
     }
-    /* What each client's selector matches; the pools named by those that match no worker. */
+    /* Each client's rep: the first client with its selector text. */
+    size_t *order = malloc((nc ? nc : 1) * sizeof *order);
+    if (!order) {
+        free(cps);
+        free(ws);
+        free(cs);
+        free(wpool);
+        return SLUICE_ERR_NOMEM;
+    }
+    for (size_t c = 0; c < nc; c++)
+        order[c] = c;
+    qsort_r(order, nc, sizeof *order, cmp_by_selector, (void *)in);
+    for (size_t k = 0; k < nc; k++) {
+        bool same =
+            k > 0 && strcmp(selector_text(in, order[k]), selector_text(in, order[k - 1])) == 0;
+        cps[order[k]].rep = same ? cps[order[k - 1]].rep : order[k];
+    }
+    free(order);
+    /* What each selector matches; the pools named by those that match no worker. */
     bool homeless = false;
     for (size_t c = 0; c < nc; c++) {
         struct client_place *cp = &cps[c];
-        const char *text = in->clients[c].selector;
+        if (cp->rep != c)
+            continue;
+        const char *text = selector_text(in, c);
         char err[128];
-        cp->any = !text || !text[0] || selector_parse(text, &cp->sel, err, sizeof err) < 0;
+        cp->any = !text[0] || selector_parse(text, &cp->sel, err, sizeof err) < 0;
         for (size_t i = 0; i < nw; i++)
             cp->matched += !in->workers[i].draining && matches(cp, in->workers[i].labels);
         if (cp->matched == 0 && !cp->any)
             add_named_pools(&cp->sel, key, out, &n, max);
     }
     for (size_t c = 0; c < nc; c++) {
-        struct client_place *cp = &cps[c];
-        if (cp->matched || cp->any)
+        const struct client_place *r = &cps[cps[c].rep];
+        if (r->matched || r->any)
             continue;
         for (size_t p = 0; p < n; p++)
-            cp->named += names_pool(&cp->sel, key, out[p].name);
-        homeless |= cp->named == 0;
+            cps[c].named += names_pool(&r->sel, key, out[p].name);
+        homeless |= cps[c].named == 0;
     }
     for (size_t c = 0; c < nc && n == 0; c++)
-        homeless |= cps[c].matched == 0;
+        homeless |= cps[cps[c].rep].matched == 0;
     if (homeless && n == 0)
         pool_add(out, &n, max, "");
 
@@ -156,16 +195,21 @@ int autoscale_pools_recommend(const struct autoscale_params *params,
                 ws[ai.nworkers++] = (struct autoscale_worker){&w->rate, 1, w->idle};
         }
         for (size_t c = 0; c < nc; c++) {
-            const struct client_place *cp = &cps[c];
-            double share = 0;
-            if (cp->matched) {
-                size_t here = 0;
-                for (size_t i = 0; i < nw; i++)
-                    here += !in->workers[i].draining && strcmp(wpool[i], pool->name) == 0 &&
+            struct client_place *cp = &cps[c];
+            if (cp->rep != c || !cp->matched)
+                continue;
+            cp->here = 0;
+            for (size_t i = 0; i < nw; i++)
+                cp->here += !in->workers[i].draining && strcmp(wpool[i], pool->name) == 0 &&
                             matches(cp, in->workers[i].labels);
-                share = (double)here / (double)cp->matched;
+        }
+        for (size_t c = 0; c < nc; c++) {
+            const struct client_place *cp = &cps[c], *r = &cps[cp->rep];
+            double share = 0;
+            if (r->matched) {
+                share = (double)r->here / (double)r->matched;
             } else if (cp->named) {
-                share = names_pool(&cp->sel, key, pool->name) ? 1.0 / (double)cp->named : 0;
+                share = names_pool(&r->sel, key, pool->name) ? 1.0 / (double)cp->named : 0;
             } else {
                 share = 1.0 / (double)n;
             }

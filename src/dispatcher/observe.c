@@ -1157,7 +1157,11 @@ int observe_figures(struct observe *o, const struct state *st, uint64_t now_ms,
             .nstages = f->nstages,
         };
     }
-    if (n > 1)
+    /* Tasks are mostly added in id order: sorted already, unless one was re-added. */
+    bool sorted = true;
+    for (size_t i = 1; i < n && sorted; i++)
+        sorted = o->scratch[i - 1].task_id < o->scratch[i].task_id;
+    if (!sorted)
         qsort(o->scratch, n, sizeof *o->scratch, cmp_task_figures);
     x->tasks = o->scratch;
     x->ntasks = n;

@@ -172,12 +172,47 @@ static void test_unmatched_jobs(void **unused)
     assert_int_equal(n, 0);
 }
 
+/* Readers with the same selector, in any order, NULL and "" alike: each still counts on its
+ * own (the selector is matched against the workers once per distinct text). */
+static void test_shared_selectors(void **unused)
+{
+    (void)unused;
+    const struct autoscale_pool_client readers[] = {
+        {"pool=a", true, 200, 0.5},
+        {"", true, 80, 0},
+        {"pool=bigmem", false, 0, 0},
+        {"pool=a", true, 100, 0},
+        {NULL, true, 20, 0},
+        {"zone=x", true, 30, 0},
+        {"pool in (c,d),gpu", true, 10, 0},
+        {"pool=bigmem", false, 0, 0},
+        {"pool in (c,d),gpu", true, 10, 0},
+    };
+    struct autoscale_pools_input in = {
+        .workers = fleet, .nworkers = NFLEET, .clients = readers, .nclients = 9};
+    struct autoscale_pool out[8];
+    size_t n = 0;
+    assert_int_equal(autoscale_pools_recommend(NULL, &in, out, 8, &n), 0);
+    assert_int_equal(n, 6);
+    /* a: 200 / (1 - 0.5) + 100 + (80 + 20) * 3/5 + 30; b and "": (80 + 20) / 5 each. */
+    assert_true(near(find(out, n, "a")->decision.demand, 400 + 100 + 60 + 30));
+    assert_true(near(find(out, n, "a")->clients, 2 + 2 * 0.6 + 1));
+    assert_true(near(find(out, n, "b")->decision.demand, 20));
+    assert_true(near(find(out, n, "")->decision.demand, 20));
+    assert_true(near(find(out, n, "b")->clients, 0.4));
+    assert_true(near(find(out, n, "bigmem")->clients, 2));
+    assert_true(near(find(out, n, "c")->clients, 1));
+    assert_true(near(find(out, n, "d")->clients, 1));
+    assert_true(near(find(out, n, "c")->decision.demand, 10));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouping),
         cmocka_unit_test(test_demand_split),
         cmocka_unit_test(test_unmatched_jobs),
+        cmocka_unit_test(test_shared_selectors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
