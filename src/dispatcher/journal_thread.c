@@ -306,19 +306,26 @@ static void batch_done(struct journal_thread *jt, struct batch b)
         arm(jt);
 }
 
-static void on_async(uv_async_t *a)
+/* Takes the batch the thread finished into *b, if it has; false while it is still writing (or
+ * nothing was handed to it). */
+static bool take_finished(struct journal_thread *jt, struct batch *b)
 {
-    struct journal_thread *jt = a->data;
     uv_mutex_lock(&jt->mu);
     bool ready = jt->submitted && jt->done;
-    struct batch b;
     if (ready) {
-        b = jt->work;
+        *b = jt->work;
         memset(&jt->work, 0, sizeof jt->work);
         jt->submitted = jt->done = false;
     }
     uv_mutex_unlock(&jt->mu);
-    if (ready)
+    return ready;
+}
+
+static void on_async(uv_async_t *a)
+{
+    struct journal_thread *jt = a->data;
+    struct batch b;
+    if (take_finished(jt, &b))
         batch_done(jt, b);
 }
 
@@ -327,18 +334,10 @@ void journal_thread_poll(struct journal_thread *jt)
     if (jt->sink || jt->firing || jt->closing || jt->failed)
         return;
     if (jt->inflight) {
-        uv_mutex_lock(&jt->mu);
-        bool ready = jt->submitted && jt->done;
-        struct batch b;
-        if (ready) {
-            b = jt->work;
-            memset(&jt->work, 0, sizeof jt->work);
-            jt->submitted = jt->done = false;
-        }
-        uv_mutex_unlock(&jt->mu);
         /* The thread's async send stays pending; on_async then finds nothing (or the next
          * batch, done by then) to take. */
-        if (!ready)
+        struct batch b;
+        if (!take_finished(jt, &b))
             return;
         batch_done(jt, b);
         if (jt->inflight || jt->closing || jt->failed)

@@ -888,6 +888,23 @@ static void close_thread(uv_loop_t *loop, struct journal_thread *jt)
     RUN_UNTIL(loop, closed, 20000);
 }
 
+/* a[i] notes waiter i in w. */
+static void waiter_args(struct waits *w, struct waiter_arg *a, int n)
+{
+    for (int i = 0; i < n; i++)
+        a[i] = (struct waiter_arg){w, i};
+}
+
+/* A journal thread on j from record 1 whose failures land in f. */
+static struct journal_thread *start_thread(uv_loop_t *loop, struct journal *j, struct failure *f)
+{
+    struct journal_thread *jt;
+    char err[SLUICE_ERRMSG_SIZE];
+    struct journal_thread_opts o = {.journal = j, .next_seq = 1, .on_fail = on_fail, .user = f};
+    assert_int_equal(journal_thread_start(loop, &o, &jt, err, sizeof err), 0);
+    return jt;
+}
+
 static void test_group_commit(void **unused)
 {
     (void)unused;
@@ -895,15 +912,11 @@ static void test_group_commit(void **unused)
     assert_int_equal(uv_loop_init(&loop), 0);
     struct journal *j = open_journal(work("w"), 0, 0);
     struct failure f = {0};
-    struct journal_thread *jt;
+    struct journal_thread *jt = start_thread(&loop, j, &f);
     struct journal_thread_stats st;
-    char err[SLUICE_ERRMSG_SIZE];
-    struct journal_thread_opts o = {.journal = j, .next_seq = 1, .on_fail = on_fail, .user = &f};
-    assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
     struct waiter_arg a[8];
-    for (int i = 0; i < 8; i++)
-        a[i] = (struct waiter_arg){&w, i};
+    waiter_args(&w, a, 8);
 
     /* Everything queued in one loop iteration is one transaction. */
     uint64_t bytes = add_n(jt, 100);
@@ -964,15 +977,11 @@ static void test_poll_between_requests(void **unused)
     assert_int_equal(uv_loop_init(&loop), 0);
     struct journal *j = open_journal(work("w"), 0, 0);
     struct failure f = {0};
-    struct journal_thread *jt;
+    struct journal_thread *jt = start_thread(&loop, j, &f);
     struct journal_thread_stats st;
-    char err[SLUICE_ERRMSG_SIZE];
-    struct journal_thread_opts o = {.journal = j, .next_seq = 1, .on_fail = on_fail, .user = &f};
-    assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
     struct waiter_arg a[4];
-    for (int i = 0; i < 4; i++)
-        a[i] = (struct waiter_arg){&w, i};
+    waiter_args(&w, a, 4);
 
     add_n(jt, 64);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[0]), 0);
@@ -1100,8 +1109,7 @@ static void test_thread_failure_is_final(void **unused)
     assert_int_equal(journal_thread_start(&loop, &o, &jt, err, sizeof err), 0);
     struct waits w = {.n = 0};
     struct waiter_arg a[4];
-    for (int i = 0; i < 4; i++)
-        a[i] = (struct waiter_arg){&w, i};
+    waiter_args(&w, a, 4);
     add_n(jt, 3);
     assert_int_equal(journal_thread_wait(jt, on_wait, &a[0]), 0);
     RUN_UNTIL(&loop, w.n == 1, 20000);
