@@ -193,7 +193,6 @@ static int parse_u32(const char *opt, const char *text, uint32_t *out)
     return 0;
 }
 
-/* Returns -1 to go on reading, or the exit status. */
 /* --shard I/N: two numbers as cli_parse_u64 takes them, 0 <= I < N. */
 static int parse_shard(const char *text, struct sluice_read_options *o)
 {
@@ -216,6 +215,7 @@ bad:
     return -1;
 }
 
+/* Returns -1 to go on reading, or the exit status. */
 static int parse_args(int argc, char **argv, struct read_args *a)
 {
     bool has_mode = false;

@@ -123,11 +123,13 @@ int autoscale_pools_recommend(const struct autoscale_params *params,
     struct autoscale_worker *ws = malloc((nw ? nw : 1) * sizeof *ws);
     struct autoscale_client *cs = malloc((nc ? nc : 1) * sizeof *cs);
     char(*wpool)[LABEL_VALUE_MAX + 1] = malloc((nw ? nw : 1) * sizeof *wpool);
-    if (!cps || !ws || !cs || !wpool) {
+    size_t *order = malloc((nc ? nc : 1) * sizeof *order);
+    if (!cps || !ws || !cs || !wpool || !order) {
         free(cps);
         free(ws);
         free(cs);
         free(wpool);
+        free(order);
         return SLUICE_ERR_NOMEM;
     }
     size_t n = 0;
@@ -139,14 +141,6 @@ int autoscale_pools_recommend(const struct autoscale_params *params,
             pool_add(out, &n, max, wpool[i]);
     }
     /* Each client's rep: the first client with its selector text. */
-    size_t *order = malloc((nc ? nc : 1) * sizeof *order);
-    if (!order) {
-        free(cps);
-        free(ws);
-        free(cs);
-        free(wpool);
-        return SLUICE_ERR_NOMEM;
-    }
     for (size_t c = 0; c < nc; c++)
         order[c] = c;
     qsort_r(order, nc, sizeof *order, cmp_by_selector, (void *)in);

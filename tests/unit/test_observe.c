@@ -671,6 +671,17 @@ static void test_task_figures_any_order(void **state)
         assert_true(i == 0 || x.tasks[i - 1].task_id < x.tasks[i].task_id);
         assert_int_equal(x.tasks[i].buffered, 2 * (x.tasks[i].task_id - 1000));
     }
+    /* A task added after that (a new worker's) is listed too, in its place. */
+    add_worker(&f->st, TASKS + 1);
+    add_task(&f->st, 2000, TASKS + 1);
+    struct observe_task_counts c = {0, 0, 5, 0};
+    observe_task_report(f->o, TASKS + 1, 2000, 20, &c);
+    assert_int_equal(observe_figures(f->o, &f->st, 20, &x), 0);
+    assert_int_equal(x.ntasks, n + 1);
+    for (size_t i = 1; i < x.ntasks; i++)
+        assert_true(x.tasks[i - 1].task_id < x.tasks[i].task_id);
+    assert_int_equal(x.tasks[n].task_id, 2000);
+    assert_int_equal(x.tasks[n].buffered, 5);
 }
 
 static void test_journal_histogram(void **state)
