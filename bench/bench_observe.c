@@ -5,16 +5,20 @@
  * heartbeats carry for a few windows, then times, R times each: observe_render() (the whole
  * scrape as the loop runs it), observe_figures() alone (the per-task figures it starts from)
  * and the status document's additions (status_extra, as GET /api/status and the dashboard's
- * history build them). Prints milliseconds per call (the median of R) for the small cluster
+ * history build them), a sample of the dashboard's history, and the copy of the state a
+ * snapshot starts from. Prints milliseconds per call (the median of R) for the small cluster
  * (W/10 workers, the baseline) and the full one, and their ratio.
  *
- *   bench_observe [W] [J] [C] [R] [render|figures|status]        defaults: 5000 10 500 9
+ *   bench_observe [W] [J] [C] [R] [render|figures|status|freeze|tree|history|snapshot]
+ *                                                         defaults: 5000 10 500 9
  *
  * With a last argument, only that call is timed, at full size (for a profiler). */
 #include "common/error.h"
+#include "dispatcher/history.h"
 #include "dispatcher/observe.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
+#include "dispatcher/update_codec.h"
 #include "common/metrics.h"
 
 #include <jansson.h>
@@ -53,6 +57,8 @@ struct cluster {
     struct state st;
     struct observe *o;
     uint64_t now;
+    struct history *history;
+    uint64_t samples;
 };
 
 static void build(struct cluster *c, uint64_t workers, uint64_t jobs, uint64_t clients)
@@ -66,7 +72,8 @@ static void build(struct cluster *c, uint64_t workers, uint64_t jobs, uint64_t c
         .worker_heartbeat_ms = 1000,
         .client_heartbeat_ms = 1000,
     };
-    if (observe_create(&cfg, NULL, 0, &c->o) < 0)
+    c->history = calloc(1, sizeof *c->history);
+    if (!c->history || observe_create(&cfg, NULL, 0, &c->o) < 0)
         exit(1);
     struct st_update d = {.type = ST_DATASET_REGISTERED, .id = 1};
     snprintf(d.name, sizeof d.name, "1");
@@ -106,7 +113,7 @@ static void build(struct cluster *c, uint64_t workers, uint64_t jobs, uint64_t c
             observe_worker_report(c->o, w, &t, 1);
             for (uint64_t j = 1; j <= jobs; j++, task++) {
                 struct observe_task_counts n = {c->now * task / 100, c->now * task, 7, 7000};
-                observe_task_report(c->o, w, task, c->now, &n);
+                observe_task_report(c->o, w, task, j, c->now, &n);
             }
         }
         for (uint64_t k = 1; k <= clients; k++)
@@ -120,10 +127,11 @@ static void build(struct cluster *c, uint64_t workers, uint64_t jobs, uint64_t c
 static void destroy(struct cluster *c)
 {
     observe_destroy(c->o);
+    free(c->history);
     state_release(&c->st);
 }
 
-enum what { RENDER, FIGURES, STATUS, FREEZE, TREE, NWHAT };
+enum what { RENDER, FIGURES, STATUS, FREEZE, TREE, HISTORY, SNAPSHOT, NWHAT };
 
 /* Milliseconds of one call; for FREEZE and TREE, only the part the loop thread runs (the
  * formatting and the writing out happen elsewhere). */
@@ -143,6 +151,21 @@ static double time_one(struct cluster *c, enum what w, size_t *bytes)
         if (observe_figures(c->o, &c->st, c->now, &x) < 0)
             exit(1);
         *bytes = x.ntasks;
+    } else if (w == HISTORY) {
+        /* A sample of the dashboard's history, as the loop takes it every HISTORY_INTERVAL_MS
+         * (the ring is kept from one call to the next, like the dispatcher's). */
+        struct history_served served;
+        observe_served(c->o, &c->st, &served);
+        history_take(c->history, &c->st, &served, c->now + HISTORY_INTERVAL_MS * ++c->samples);
+        *bytes = history_count(c->history);
+    } else if (w == SNAPSHOT) {
+        /* The loop's part of a snapshot: the copy of the state the pool then packs. */
+        struct update_codec_snapshot *copy;
+        if (update_codec_snapshot_take(&c->st, &copy) < 0)
+            exit(1);
+        t1 = now_s();
+        update_codec_snapshot_free(copy);
+        *bytes = 0;
     } else if (w == FREEZE) {
         struct metrics_frozen *f;
         if (observe_freeze(c->o, &c->st, c->now, &f) < 0)
@@ -193,7 +216,8 @@ int main(int argc, char **argv)
         return 2;
     }
     if (argc > 5) {
-        static const char *only[] = {"render", "figures", "status", "freeze", "tree"};
+        static const char *only[] = {"render", "figures", "status", "freeze",
+                                     "tree",   "history", "snapshot"};
         for (int i = 0; i < NWHAT; i++) {
             if (strcmp(argv[5], only[i]) != 0)
                 continue;
@@ -206,13 +230,16 @@ int main(int argc, char **argv)
             return 0;
         }
         fprintf(stderr,
-                "bench_observe: unknown call '%s' (render, figures, status, freeze, tree)\n",
+                "bench_observe: unknown call '%s' (render, figures, status, freeze, tree, "
+                "history, snapshot)\n",
                 argv[5]);
         return 2;
     }
     static const char *names[] = {"GET /metrics, all of it", "  task figures alone",
                                   "status document, all of it", "GET /metrics, on the loop",
-                                  "status document, on the loop"};
+                                  "status document, on the loop",
+                                  "history sample (every 5 s)",
+                                  "snapshot copy, on the loop"};
     double ms[2][NWHAT];
     size_t out[2][NWHAT];
     for (int k = 0; k < 2; k++) {

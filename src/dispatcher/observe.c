@@ -110,6 +110,11 @@ static const enum st_iteration_state iteration_states[] = {ST_ITER_ACTIVE, ST_IT
                                                            ST_ITER_GC};
 #define NSTATES (sizeof iteration_states / sizeof iteration_states[0])
 
+struct served_table {
+    struct history_count *v; /* by increasing id */
+    size_t n, cap;
+};
+
 struct observe {
     struct observe_config cfg;
     struct autoscale_params params;
@@ -162,6 +167,10 @@ struct observe {
      * figures as labelled gauges; the ids exported at the last render, whose series are removed
      * once they are gone. */
     struct task_table tasks;
+    /* What the tasks served, summed over their reports: per iteration and per worker (by
+     * increasing id) and in all, for the dashboard's history (observe_served). */
+    struct served_table served_iterations, served_workers;
+    uint64_t served_elements, served_bytes;
     struct status_task_figures *scratch;
     size_t cap_scratch;
     struct metrics_series *served_eps_g, *served_bps_g, *buffered_g, *buffered_bytes_g;
@@ -199,6 +208,27 @@ static void table_del(struct table *t, uint64_t id)
 {
     size_t pos;
     if (table_find(t, id, &pos)) {
+        memmove(&t->v[pos], &t->v[pos + 1], (t->n - pos - 1) * sizeof *t->v);
+        t->n--;
+    }
+}
+
+static void served_add(struct served_table *t, uint64_t id, uint64_t elements, uint64_t bytes)
+{
+    size_t pos = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct history_count, id), id);
+    struct history_count *c = pos < t->n && t->v[pos].id == id ? &t->v[pos] : NULL;
+    if (!c && (c = rows_insert_at((void **)&t->v, &t->n, &t->cap, sizeof *t->v, pos)) != NULL)
+        c->id = id;
+    if (c) {
+        c->elements += elements;
+        c->bytes += bytes;
+    }
+}
+
+static void served_del(struct served_table *t, uint64_t id)
+{
+    size_t pos = rows_lower(t->v, t->n, sizeof *t->v, offsetof(struct history_count, id), id);
+    if (pos < t->n && t->v[pos].id == id) {
         memmove(&t->v[pos], &t->v[pos + 1], (t->n - pos - 1) * sizeof *t->v);
         t->n--;
     }
@@ -503,6 +533,8 @@ void observe_destroy(struct observe *o)
         free(o->tasks.v[i].stages);
     free(o->tasks.v);
     free(o->tasks.order);
+    free(o->served_iterations.v);
+    free(o->served_workers.v);
     u64map_release(&o->tasks.index);
     free(o->consumers);
     free(o->scratch);
@@ -636,7 +668,8 @@ static void task_keep(struct task_table *t, bool (*keep)(const struct task_fig *
         u64map_put(&t->index, t->v[i].id, i); /* at most as many keys as before: no allocation */
 }
 
-void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id, uint64_t now_ms,
+void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id,
+                         uint64_t iteration_id, uint64_t now_ms,
                          const struct observe_task_counts *c)
 {
     struct task_fig *f = task_find(&o->tasks, task_id);
@@ -647,6 +680,20 @@ void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id
         f->nstages = 0;
     }
     f->worker_id = worker_id;
+    /* What it served since its last report: the difference from its newest sample, or all of it
+     * when it has none or its counters went back (a worker that came back starts from 0). */
+    uint64_t elements = c->served_elements, bytes = c->served_bytes;
+    const struct rate_sample *last = f->ring.n ? &f->ring.v[f->ring.head] : NULL;
+    if (last && last->elements <= elements && last->bytes <= bytes) {
+        elements -= last->elements;
+        bytes -= last->bytes;
+    }
+    if (elements || bytes) {
+        served_add(&o->served_iterations, iteration_id, elements, bytes);
+        served_add(&o->served_workers, worker_id, elements, bytes);
+        o->served_elements += elements;
+        o->served_bytes += bytes;
+    }
     f->buffered = c->buffered;
     f->buffered_bytes = c->buffered_bytes;
     rate_ring_add(&f->ring,
@@ -664,7 +711,7 @@ void observe_task_heartbeat(struct observe *o, const struct state *st, uint64_t 
             continue;
         struct observe_task_counts c = {p->served_elements, p->served_bytes, p->buffered,
                                         p->buffered_bytes, p->busy_ns};
-        observe_task_report(o, worker_id, p->task_id, now_ms, &c);
+        observe_task_report(o, worker_id, p->task_id, t->iteration_id, now_ms, &c);
         if (p->n_stages > 0) {
             struct status_stage v[STATUS_STAGES_MAX];
             size_t k = 0;
@@ -811,6 +858,43 @@ void observe_forget_worker(struct observe *o, uint64_t worker_id)
 {
     table_del(&o->workers, worker_id);
     forget_tasks_of(o, worker_id);
+    served_del(&o->served_workers, worker_id);
+}
+
+/* Keeps the rows of t whose id has(st, id). */
+static void served_prune(struct served_table *t, const struct state *st,
+                         bool (*has)(const struct state *, uint64_t))
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (has(st, t->v[i].id))
+            t->v[k++] = t->v[i];
+    t->n = k;
+}
+
+static bool has_iteration(const struct state *st, uint64_t id)
+{
+    return state_iteration(st, id) != NULL;
+}
+
+static bool has_worker(const struct state *st, uint64_t id)
+{
+    return state_worker(st, id) != NULL;
+}
+
+void observe_served(struct observe *o, const struct state *st, struct history_served *out)
+{
+    /* Removals drop their rows as they apply; this catches one that raced a report. */
+    served_prune(&o->served_iterations, st, has_iteration);
+    served_prune(&o->served_workers, st, has_worker);
+    *out = (struct history_served){
+        .elements = o->served_elements,
+        .bytes = o->served_bytes,
+        .iterations = o->served_iterations.v,
+        .niterations = o->served_iterations.n,
+        .workers = o->served_workers.v,
+        .nworkers = o->served_workers.n,
+    };
 }
 
 void observe_forget_client(struct observe *o, uint64_t client_id)
@@ -891,6 +975,9 @@ void observe_applied(struct observe *o, const struct st_update *u)
         break;
     case ST_CLIENT_RELEASED:
         observe_forget_client(o, u->id);
+        break;
+    case ST_ITERATION_GC:
+        served_del(&o->served_iterations, u->id);
         break;
     case ST_TASK_REMOVED: {
         const struct task_fig *f = task_find(&o->tasks, u->id);

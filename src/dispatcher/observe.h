@@ -78,6 +78,7 @@
 #define SLUICE_DISPATCHER_OBSERVE_H
 
 #include "dispatcher/autoscale.h"
+#include "dispatcher/history.h"
 #include "dispatcher/state.h"
 #include "dispatcher/status.h"
 
@@ -163,9 +164,13 @@ struct observe_task_counts {
     uint64_t busy_ns;
 };
 
-/* Records one task's report received at now_ms (a sample of its rate ring, rates.h). A task
- * reported by another worker than before starts its samples over. Out of memory loses it. */
-void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id, uint64_t now_ms,
+/* Records one task's report received at now_ms (a sample of its rate ring, rates.h), the task
+ * being one of iteration iteration_id. A task reported by another worker than before starts its
+ * samples over. What it served since its previous report (all it reports, the first time or when
+ * its counters went back) is added to the served counts of its iteration, of its worker and of
+ * the cluster (observe_served). Out of memory loses it. */
+void observe_task_report(struct observe *o, uint64_t worker_id, uint64_t task_id,
+                         uint64_t iteration_id, uint64_t now_ms,
                          const struct observe_task_counts *c);
 /* observe_task_report() for every task of a heartbeat that st assigns to worker_id (a report of
  * any other task id is ignored, so a worker cannot fill the table with ids of its choosing). */
@@ -188,6 +193,10 @@ int observe_stage_valid(const char *name, double seconds, struct status_stage *o
 void observe_task_stages(struct observe *o, uint64_t task_id, const struct status_stage *v,
                          size_t n);
 
+/* The served counts the dashboard's history takes its samples from (history.h), after dropping
+ * those of iterations and workers st no longer has. Valid until the next call into o. */
+void observe_served(struct observe *o, const struct state *st, struct history_served *out);
+
 /* Forgets a worker's or client's figures (also done by observe_applied and at each window for ids
  * the state no longer has). */
 void observe_forget_worker(struct observe *o, uint64_t worker_id);
@@ -197,7 +206,7 @@ void observe_forget_client(struct observe *o, uint64_t client_id);
 
 /* Counts an update that state_apply() accepted: every update in sluice_updates_applied_total, the
  * seqs of SPLITS_LEASED, SPLITS_FINISHED and SPLITS_RETURNED in their counters; WORKER_REMOVED and
- * CLIENT_RELEASED forget the figures of their worker or client. */
+ * CLIENT_RELEASED forget the figures of their worker or client, ITERATION_GC its served counts. */
 void observe_applied(struct observe *o, const struct st_update *u);
 
 /* The calls sluice_request_seconds tells apart, and their label values. */

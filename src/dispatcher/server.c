@@ -709,12 +709,9 @@ void dispatcher_history_sample(struct dispatcher *d)
     uint64_t now = uv_now(d->loop);
     if (!d->history || !history_due(d->history, now))
         return;
-    struct status_extra extra;
-    struct status_worker_seen *seen = NULL;
-    /* Out of memory: a sample with the counts only. */
-    bool figures = status_extra_fill(d, now, &extra, &seen) == 0;
-    history_take(d->history, &d->st, figures ? &extra : NULL, now);
-    free(seen);
+    struct history_served served;
+    observe_served(d->obs, &d->st, &served);
+    history_take(d->history, &d->st, &served, now);
 }
 
 int dispatcher_history_render(struct dispatcher *d, char **out)

@@ -481,8 +481,8 @@ static void test_served_figures(void **state)
     for (uint64_t t = 0; t <= 1000; t += 250) {
         struct observe_task_counts a = {t / 10, t * 20, 7, 700};
         struct observe_task_counts b = {t / 20, t, 3, 30};
-        observe_task_report(f->o, 1, 10, t, &a);
-        observe_task_report(f->o, 2, 11, t, &b);
+        observe_task_report(f->o, 1, 10, 1, t, &a);
+        observe_task_report(f->o, 2, 11, 1, t, &b);
     }
     struct status_extra x;
     observe_status(f->o, &f->st, &x);
@@ -521,11 +521,28 @@ static void test_served_figures(void **state)
     assert_int_equal(sample_at(f, 1000, "sluice_workers_tasks{worker=\"2\"}"), 1);
     assert_int_equal(sample_at(f, 1000, "sluice_workers_served_bytes_per_second{worker=\"1\"}"),
                      20000);
-    /* A window later with no progress: the rates are 0. */
+    /* The served counts the history takes its rates from: per iteration, per worker, in all. */
+    struct history_served sv;
+    observe_served(f->o, &f->st, &sv);
+    assert_int_equal(sv.elements, 150);
+    assert_int_equal(sv.bytes, 21000);
+    assert_int_equal(sv.niterations, 1);
+    assert_int_equal(sv.iterations[0].id, 1);
+    assert_int_equal(sv.iterations[0].elements, 150);
+    assert_int_equal(sv.iterations[0].bytes, 21000);
+    assert_int_equal(sv.nworkers, 2);
+    assert_int_equal(sv.workers[0].id, 1);
+    assert_int_equal(sv.workers[0].elements, 100);
+    assert_int_equal(sv.workers[1].id, 2);
+    assert_int_equal(sv.workers[1].bytes, 1000);
+    /* A window later with no progress: the rates are 0, the counts stay. */
     for (uint64_t t = 1250; t <= 2250; t += 250) {
         struct observe_task_counts a = {100, 20000, 0, 0};
-        observe_task_report(f->o, 1, 10, t, &a);
+        observe_task_report(f->o, 1, 10, 1, t, &a);
     }
+    observe_served(f->o, &f->st, &sv);
+    assert_int_equal(sv.elements, 150);
+    assert_int_equal(sv.workers[0].elements, 100);
     assert_int_equal(sample_at(f, 2250, "sluice_workers_served_elements_per_second{worker=\"1\"}"),
                      0);
     /* Worker 2's task is removed, then the worker: their figures and series go. */
@@ -539,6 +556,24 @@ static void test_served_figures(void **state)
     assert_int_equal(sample_at(f, 2250, "sluice_workers_tasks{worker=\"1\"}"), 1);
     assert_int_equal(observe_figures(f->o, &f->st, 2250, &x), 0);
     assert_int_equal(x.ntasks, 1);
+    /* Worker 2's counts went with it; the iteration's and the cluster's keep what it served. A
+     * task whose counters went back (its worker came back) counts from 0 again: 30 more. */
+    struct observe_task_counts back = {30, 600, 0, 0};
+    observe_task_report(f->o, 1, 10, 1, 2500, &back);
+    observe_served(f->o, &f->st, &sv);
+    assert_int_equal(sv.nworkers, 1);
+    assert_int_equal(sv.workers[0].id, 1);
+    assert_int_equal(sv.workers[0].elements, 130);
+    assert_int_equal(sv.workers[0].bytes, 20600);
+    assert_int_equal(sv.iterations[0].elements, 180);
+    assert_int_equal(sv.elements, 180);
+    assert_int_equal(sv.bytes, 21600);
+    /* A collected iteration's counts go. */
+    struct st_update gc = {.type = ST_ITERATION_GC, .id = 1};
+    observe_applied(f->o, &gc);
+    observe_served(f->o, &f->st, &sv);
+    assert_int_equal(sv.niterations, 0);
+    assert_int_equal(sv.elements, 180);
 }
 
 /* The figures of every job and worker at once equal those one by one: three jobs, tasks on
@@ -572,7 +607,7 @@ static void test_all_figures(void **state)
             if (id % 5 != 0) {
                 for (uint64_t t = 0; t <= 1000; t += 500) {
                     struct observe_task_counts c = {t * id / 100, t * id, id % 7, id * 11};
-                    observe_task_report(f->o, w * 3, id, t, &c);
+                    observe_task_report(f->o, w * 3, id, it, t, &c);
                 }
             }
             id += 1 + id % 2;
@@ -618,7 +653,7 @@ static void test_task_figures_any_order(void **state)
     for (uint64_t i = 0; i < TASKS; i++) {
         uint64_t t = 1 + (i * 7) % TASKS;
         struct observe_task_counts c = {0, 0, t, 10 * t};
-        observe_task_report(f->o, t, 1000 + t, 0, &c);
+        observe_task_report(f->o, t, 1000 + t, 1, 0, &c);
     }
     struct status_extra x;
     observe_status(f->o, &f->st, &x);
@@ -646,7 +681,7 @@ static void test_task_figures_any_order(void **state)
     }
     /* A report for a task never made is not kept. */
     struct observe_task_counts late = {0, 0, 99, 99};
-    observe_task_report(f->o, 1, 9999, 0, &late);
+    observe_task_report(f->o, 1, 9999, 1, 0, &late);
     assert_int_equal(observe_figures(f->o, &f->st, 0, &x), 0);
     size_t n = 0;
     for (uint64_t t = 1; t <= TASKS; t++) {
@@ -663,7 +698,7 @@ static void test_task_figures_any_order(void **state)
         if (t % 10 == 0 || t % 4 == 1)
             continue;
         struct observe_task_counts c = {0, 0, 2 * t, 0};
-        observe_task_report(f->o, t, 1000 + t, 10, &c);
+        observe_task_report(f->o, t, 1000 + t, 1, 10, &c);
     }
     assert_int_equal(observe_figures(f->o, &f->st, 10, &x), 0);
     assert_int_equal(x.ntasks, n);
@@ -675,7 +710,7 @@ static void test_task_figures_any_order(void **state)
     add_worker(&f->st, TASKS + 1);
     add_task(&f->st, 2000, TASKS + 1);
     struct observe_task_counts c = {0, 0, 5, 0};
-    observe_task_report(f->o, TASKS + 1, 2000, 20, &c);
+    observe_task_report(f->o, TASKS + 1, 2000, 1, 20, &c);
     assert_int_equal(observe_figures(f->o, &f->st, 20, &x), 0);
     assert_int_equal(x.ntasks, n + 1);
     for (size_t i = 1; i < x.ntasks; i++)
