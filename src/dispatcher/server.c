@@ -326,8 +326,6 @@ static void snapshot_pack(uv_work_t *req)
 {
     struct snapshot_work *w = req->data;
     w->rc = update_codec_snapshot_pack(w->copy, &w->bytes, &w->len);
-    update_codec_snapshot_free(w->copy);
-    w->copy = NULL;
 }
 
 static void snapshot_packed(uv_work_t *req, int status)
@@ -353,7 +351,8 @@ static void snapshot_packed(uv_work_t *req, int status)
                       (double)(uv_hrtime() - w->taken_ns) / 1e6);
         d->snapshot_bytes = w->len;
     }
-    update_codec_snapshot_free(w->copy);
+    /* Its memory is kept for the next copy (snap_spare). */
+    update_codec_snapshot_free(w->copy, &d->snap_spare);
     free(w);
     dispatcher_maybe_finish_close(d);
 }
@@ -375,7 +374,7 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
     int rc = w ? 0 : SLUICE_ERR_NOMEM;
     uint64_t t0 = uv_hrtime();
     if (rc == 0)
-        rc = update_codec_snapshot_take(&d->st, &w->copy);
+        rc = update_codec_snapshot_take(&d->st, &d->snap_spare, &w->copy);
     if (rc == 0) {
         w->d = d;
         w->req.data = w;
@@ -386,7 +385,7 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
     }
     if (rc < 0) {
         if (w)
-            update_codec_snapshot_free(w->copy);
+            update_codec_snapshot_free(w->copy, &d->snap_spare);
         free(w);
         fatal(d, "journal: %s: taking a snapshot: %s", d->work_dir, sluice_strerror(rc));
         return rc;
@@ -876,6 +875,7 @@ static void dispatcher_free(struct dispatcher *d)
     journal_close(d->journal);
     free(d->work_dir);
     state_release(&d->st);
+    update_codec_spare_release(&d->snap_spare);
     st_update_list_release(&d->ups);
     free(d->worker_seen.v);
     owners_free(&d->owners);

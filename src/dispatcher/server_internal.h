@@ -18,6 +18,7 @@
 #include "dispatcher/hedge.h"
 #include "dispatcher/relet.h"
 #include "dispatcher/state.h"
+#include "dispatcher/update_codec.h"
 #include "dispatcher/status.h"
 #include "dispatcher/update_codec.h"
 #include "common/rows.h"
@@ -180,6 +181,7 @@ struct dispatcher {
     uint64_t snapshot_bytes;       /* the last snapshot's bytes (0: none since the start) */
     /* The snapshot being packed on the thread pool (server.c), or NULL: at most one at a time. */
     struct snapshot_work *snap_work;
+    struct update_codec_spare snap_spare; /* the last copy's memory, for the next */
 
     bool fatal;
     bool closing;

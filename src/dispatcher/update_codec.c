@@ -280,12 +280,39 @@ struct arena_block {
 struct update_codec_snapshot {
     Sluice__Snapshot m;
     struct arena_block *blocks;
+    struct update_codec_spare *spare; /* during the take: where blocks come from first */
 };
 
 #define ARENA_BLOCK ((size_t)1 << 20)
 
-/* n zeroed bytes from the arena, aligned for anything; NULL when out of memory. Allocations of a
- * block or more get a block of their own. */
+/* A block of cap bytes: the smallest spare one that holds them (a standard block only for a
+ * standard one), else a new one. */
+static struct arena_block *block_get(struct update_codec_snapshot *c, size_t cap)
+{
+    struct arena_block **best = NULL;
+    for (struct arena_block **p = c->spare ? &c->spare->blocks : NULL; p && *p; p = &(*p)->next) {
+        size_t have = (*p)->cap;
+        if (have >= cap && (cap > ARENA_BLOCK || have == ARENA_BLOCK) &&
+            (!best || have < (*best)->cap))
+            best = p;
+    }
+    struct arena_block *b;
+    if (best) {
+        b = *best;
+        *best = b->next;
+    } else {
+        b = malloc(sizeof *b + cap);
+        if (!b)
+            return NULL;
+        b->cap = cap;
+    }
+    b->next = NULL;
+    b->used = 0;
+    return b;
+}
+
+/* n bytes from the arena, aligned for anything, not zeroed (every caller writes all it asks
+ * for); NULL when out of memory. Allocations of a block or more get a block of their own. */
 static void *arena_alloc(struct update_codec_snapshot *c, size_t n)
 {
     const size_t align = sizeof(max_align_t);
@@ -294,11 +321,9 @@ static void *arena_alloc(struct update_codec_snapshot *c, size_t n)
         n = align;
     struct arena_block *b = c->blocks;
     if (!b || b->cap - b->used < n) {
-        size_t cap = n > ARENA_BLOCK ? n : ARENA_BLOCK;
-        b = calloc(1, sizeof *b + cap);
+        b = block_get(c, n > ARENA_BLOCK ? n : ARENA_BLOCK);
         if (!b)
             return NULL;
-        b->cap = cap;
         if (n >= ARENA_BLOCK && c->blocks) {
             /* A large array: keep filling the current block afterwards. */
             b->next = c->blocks->next;
@@ -351,15 +376,34 @@ static bool arena_key(struct update_codec_snapshot *c, ProtobufCBinaryData *out,
     return true;
 }
 
-void update_codec_snapshot_free(struct update_codec_snapshot *c)
+static void blocks_free(struct arena_block *b)
 {
-    if (!c)
-        return;
-    for (struct arena_block *b = c->blocks, *next; b; b = next) {
+    for (struct arena_block *next; b; b = next) {
         next = b->next;
         free(b);
     }
+}
+
+void update_codec_snapshot_free(struct update_codec_snapshot *c, struct update_codec_spare *spare)
+{
+    if (!c)
+        return;
+    if (spare) {
+        for (struct arena_block *b = c->blocks, *next; b; b = next) {
+            next = b->next;
+            b->next = spare->blocks;
+            spare->blocks = b;
+        }
+    } else {
+        blocks_free(c->blocks);
+    }
     free(c);
+}
+
+void update_codec_spare_release(struct update_codec_spare *spare)
+{
+    blocks_free(spare->blocks);
+    spare->blocks = NULL;
 }
 
 /* Each part of the state into the message; false when out of memory. */
@@ -651,11 +695,13 @@ static bool take_jobpos(struct update_codec_snapshot *c, const struct state *s)
     return true;
 }
 
-int update_codec_snapshot_take(const struct state *s, struct update_codec_snapshot **out)
+int update_codec_snapshot_take(const struct state *s, struct update_codec_spare *spare,
+                               struct update_codec_snapshot **out)
 {
     struct update_codec_snapshot *c = calloc(1, sizeof *c);
     if (!c)
         return SLUICE_ERR_NOMEM;
+    c->spare = spare;
     Sluice__Snapshot init = SLUICE__SNAPSHOT__INIT;
     c->m = init;
     c->m.next_dataset_id = s->next_dataset_id;
@@ -668,9 +714,13 @@ int update_codec_snapshot_take(const struct state *s, struct update_codec_snapsh
     if (!take_datasets(c, s) || !take_jobs(c, s) || !take_iterations(c, s) || !take_tasks(c, s) ||
         !take_workers_clients(c, s) || !take_saves(c, s) || !take_mixes(c, s) ||
         !take_jobpos(c, s)) {
-        update_codec_snapshot_free(c);
+        update_codec_snapshot_free(c, spare);
         return SLUICE_ERR_NOMEM;
     }
+    /* What this copy did not need (the state shrank) goes back to the allocator. */
+    if (spare)
+        update_codec_spare_release(spare);
+    c->spare = NULL;
     *out = c;
     return 0;
 }
@@ -690,11 +740,11 @@ int update_codec_snapshot_pack(const struct update_codec_snapshot *c, uint8_t **
 int update_codec_snapshot_encode(const struct state *s, uint8_t **out, size_t *len)
 {
     struct update_codec_snapshot *c;
-    int rc = update_codec_snapshot_take(s, &c);
+    int rc = update_codec_snapshot_take(s, NULL, &c);
     if (rc < 0)
         return rc;
     rc = update_codec_snapshot_pack(c, out, len);
-    update_codec_snapshot_free(c);
+    update_codec_snapshot_free(c, NULL);
     return rc;
 }
 

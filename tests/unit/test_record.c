@@ -569,15 +569,34 @@ static void test_snapshot_round_trip(void **unused)
      * snapshot packs on another thread while the state changes): the same bytes. */
     assert_int_equal(update_codec_snapshot_encode(&s, &bytes, &len), 0);
     struct update_codec_snapshot *copy;
-    assert_int_equal(update_codec_snapshot_take(&s, &copy), 0);
+    assert_int_equal(update_codec_snapshot_take(&s, NULL, &copy), 0);
     state_release(&s);
     assert_int_equal(update_codec_snapshot_pack(copy, &again, &len2), 0);
-    update_codec_snapshot_free(copy);
+    update_codec_snapshot_free(copy, NULL);
     assert_int_equal(len, len2);
     assert_memory_equal(bytes, again, len);
     free(again);
     free(bytes);
     build_state(&s);
+
+    /* Copies taken with the memory of earlier ones (struct update_codec_spare), which still holds
+     * their bytes: each packs to what its own state encodes to (the full state, the empty one,
+     * the full one twice: the last in the memory of the one before). */
+    struct update_codec_spare spare = {0};
+    const struct state *order[] = {&s, &empty, &s, &s};
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
+        assert_int_equal(update_codec_snapshot_encode(order[k], &bytes, &len), 0);
+        assert_int_equal(update_codec_snapshot_take(order[k], &spare, &copy), 0);
+        assert_int_equal(update_codec_snapshot_pack(copy, &again, &len2), 0);
+        update_codec_snapshot_free(copy, &spare);
+        assert_int_equal(len, len2);
+        assert_memory_equal(bytes, again, len);
+        free(again);
+        free(bytes);
+    }
+    assert_non_null(spare.blocks);
+    update_codec_spare_release(&spare);
+    assert_null(spare.blocks);
 
     /* The empty state too. */
     assert_int_equal(update_codec_snapshot_encode(&empty, &bytes, &len), 0);
