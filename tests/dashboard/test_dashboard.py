@@ -12,10 +12,11 @@ browser: /api/status answers 401 without the token and, with it, the document `s
 --json` prints; a headless Chromium (Debian's `chromium`, over the DevTools protocol) shows the
 login without the token, then, signed in through it, loads the page without console errors,
 shows the slow job with an element count that grows across two refreshes, its name as text (no
-script ran, no element was made of it), the failed job's message, and a worker's page. A
-screenshot of the overview goes to BUILD_DIR/dashboard-overview.png. Without a browser the part
-is skipped (exit 77) with a message saying so, unless SLUICE_REQUIRE_BROWSER is set (as
-scripts/test.sh does after installing it), which makes that a failure.
+script ran, no element was made of it), the failed job's message, and a worker's page; then
+/api/history shows the slow job serving at a rate above 0 within a few samples. A screenshot
+of the overview goes to BUILD_DIR/dashboard-overview.png. Without a browser the part is skipped
+(exit 77) with a message saying so, unless SLUICE_REQUIRE_BROWSER is set (as scripts/test.sh
+does after installing it), which makes that a failure.
 
 grafana: every sluice_* metric that deploy/grafana/sluice.json queries is in the /metrics of
 the dispatcher or of the worker.
@@ -182,6 +183,31 @@ def check_http(c):
     print("ok: /api/status and /api/history need the token; /api/status is sluice status --json")
 
 
+def check_history(c):
+    """The charts' rates are differences of what the heartbeats reported served, between two
+    samples (5 s apart): within a few samples of the slow job's start, one shows it serving, the
+    cluster at least as fast, and a worker serving."""
+    slow = next(j for j in c.status()["jobs"] if j.get("name") == SLOW_NAME)
+    deadline = time.time() + 30
+    while True:
+        code, _, body = get(c.metrics, "/api/history", TOKEN)
+        if code != 200:
+            fail("GET /api/history: %d %s" % (code, body[:300]))
+        samples = json.loads(body)["samples"]
+        for s in samples:
+            job = next((j for j in s["jobs"] if j["id"] == slow["id"]), None)
+            if (job and job["elements_per_second"] > 0 and job["elements"] > 0
+                    and s["elements_per_second"] >= job["elements_per_second"] - 1e-6
+                    and any(w["elements_per_second"] > 0 for w in s["worker_rates"])):
+                print("ok: /api/history shows the slow job at %.0f elements/s (%d samples)"
+                      % (job["elements_per_second"], len(samples)))
+                return
+        if time.time() > deadline:
+            fail("no sample of /api/history shows the slow job serving after 30 s: %s"
+                 % body[:600])
+        time.sleep(0.5)
+
+
 def js_str(s):
     return json.dumps(s)
 
@@ -340,6 +366,7 @@ def main():
         if part == "browser":
             check_http(c)
             check_browser(c, build, tmp)
+            check_history(c)
         else:
             check_grafana(c, src)
     finally:
