@@ -609,6 +609,34 @@ int conn_frame_copy(const struct conn_frame *f, struct conn_frame **out)
     return 0;
 }
 
+/* ---- writing now ----------------------------------------------------------------------------- */
+
+/* Writes bufs[0..n) on c's socket at once when nothing is queued before them (uv_try_write),
+ * and returns how many of their bytes went; it then advances bufs past them (*first: the first
+ * buffer with bytes left). A write request left to libuv costs an epoll_ctl to re-arm the
+ * socket and a pass through the loop for its callback, for every reply; most replies fit in the
+ * socket's buffer at once. Not while reading is paused: the callback of a queued write resumes
+ * it. */
+static size_t write_now(struct conn *c, uv_buf_t *bufs, unsigned n, unsigned *first)
+{
+    *first = 0;
+    if (c->paused || c->tls)
+        return 0;
+    int rc = uv_try_write((uv_stream_t *)&c->tcp, bufs, n);
+    if (rc <= 0)
+        return 0; /* UV_EAGAIN, or an error the write request then reports */
+    size_t left = (size_t)rc;
+    while (*first < n && left >= bufs[*first].len) {
+        left -= bufs[*first].len;
+        (*first)++;
+    }
+    if (*first < n) {
+        bufs[*first].base += left;
+        bufs[*first].len -= (unsigned)left;
+    }
+    return (size_t)rc;
+}
+
 /* ---- corking --------------------------------------------------------------------------------- */
 
 /* Frames per writev when writing what a conn held. */
@@ -646,13 +674,27 @@ static void write_held(struct conn *c)
     while (head && rc == 0) {
         uv_buf_t bufs[CORK_MAX_BUFS];
         unsigned n = 0;
+        bool callbacks = false;
         struct conn_frame *f = head, *last = head;
         for (; f && n < CORK_MAX_BUFS; f = f->next) {
             bufs[n++] = uv_buf_init((char *)f->data, (unsigned)f->len);
+            callbacks = callbacks || f->sent;
             last = f;
         }
         last->next = NULL;
-        rc = uv_write(&head->req, (uv_stream_t *)&c->tcp, bufs, n, on_write_held);
+        /* Frames without a sent callback, written whole at once, are done here. */
+        unsigned first = 0;
+        if (!callbacks && write_now(c, bufs, n, &first) > 0 && first == n) {
+            for (struct conn_frame *g = head, *next; g; g = next) {
+                next = g->next;
+                c->writes--;
+                conn_complete_frame(c, g, 0);
+            }
+            head = f;
+            continue;
+        }
+        rc = uv_write(&head->req, (uv_stream_t *)&c->tcp, bufs + first, n - first,
+                      on_write_held);
         if (rc != 0)
             last->next = f; /* dropped below with the rest */
         else
@@ -718,6 +760,12 @@ int conn_write(struct conn *c, struct conn_frame *f)
     }
     f->conn = c;
     uv_buf_t buf = uv_buf_init((char *)f->data, (unsigned)f->len);
+    /* Written whole at once, a frame without a sent callback is done. */
+    unsigned first = 0;
+    if (!f->sent && write_now(c, &buf, 1, &first) > 0 && first == 1) {
+        free(f);
+        return 0;
+    }
     int rc = uv_write(&f->req, (uv_stream_t *)&c->tcp, &buf, 1, conn_on_write);
     if (rc != 0) {
         free(f);
@@ -1016,6 +1064,9 @@ void conn_reject(struct conn *c, int code, const char *msg)
     }
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->draining = true;
+    /* Written at once (conn_write): nothing is left to wait for. */
+    if (c->writes == 0)
+        conn_close(c);
 }
 
 void conn_format_address(char *buf, size_t len, const char *host, int port)
