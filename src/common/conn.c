@@ -3,7 +3,8 @@
  * buffer; each frame is unpacked (or, for a plain GetElementsReply, viewed) and handed to the
  * owner. Writes are counted (requests and bytes) from uv_write to their callback; libuv runs
  * every write callback, cancelled or not, before the close callback, so on_closed is the last
- * thing that touches the conn. Under TLS the bytes on the socket go through conn_tls.c. */
+ * thing that touches the conn. A frame the socket takes whole at once (write_now) is never
+ * counted: it needs no request. Under TLS the bytes on the socket go through conn_tls.c. */
 #include "conn_internal.h"
 
 #include "auth.h"

@@ -204,18 +204,22 @@ void conn_frame_free(struct conn_frame *f);
  * SLUICE_ERR_NOMEM. */
 int conn_frame_copy(const struct conn_frame *f, struct conn_frame **out);
 
-/* Queues f for writing and always takes ownership of it. Returns 0, SLUICE_ERR_CLOSED when the
- * conn is closing or draining, or a negative libuv code when uv_write refuses (the owner should
- * then close the conn). */
+/* Queues f for writing and always takes ownership of it. A frame without a sent callback, on a
+ * plain connection with nothing queued before it and reading not paused, is written at once
+ * (uv_try_write) and freed before this returns when the socket took all of it; any other goes
+ * through a write request (uv_write), counted until its callback. Returns 0, SLUICE_ERR_CLOSED
+ * when the conn is closing or draining, or a negative libuv code when uv_write refuses (the
+ * owner should then close the conn). */
 int conn_write(struct conn *c, struct conn_frame *f);
 
 /* Corking: between conn_cork() and the matching conn_uncork() on a thread, the frames
  * conn_write() queues on plain (not TLS) connections are held, and conn_uncork() writes each
  * connection's in one writev, in order: replies produced together (a group commit's waiters)
  * cost one system call per connection instead of one each. Calls nest; the outermost uncork
- * writes. Held frames count as pending writes (backpressure, draining) from the moment they are
- * queued; any other write on the connection writes the held ones first. A connection closed
- * meanwhile has its held frames dropped. Loop thread only. */
+ * writes (at once, as conn_write does, when none has a sent callback). Held frames count as
+ * pending writes (backpressure, draining) from the moment they are queued; any other write on
+ * the connection writes the held ones first. A connection closed meanwhile has its held frames
+ * dropped. Loop thread only. */
 void conn_cork(void);
 void conn_uncork(void);
 
