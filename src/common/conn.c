@@ -691,6 +691,11 @@ static void write_held(struct conn *c)
                 c->writes--;
                 conn_complete_frame(c, g, 0);
             }
+            /* A draining conn whose last frames these were closes, as conn_after_write does. */
+            if (c->draining && c->writes == 0) {
+                conn_close(c);
+                rc = UV_ECANCELED; /* nothing more to write */
+            }
             head = f;
             continue;
         }
