@@ -232,7 +232,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (argc > 5) {
-        static const char *only[] = {"render", "figures", "status", "freeze",
+        static const char *only[] = {"render", "figures", "status",  "freeze",
                                      "tree",   "history", "snapshot"};
         for (int i = 0; i < NWHAT; i++) {
             if (strcmp(argv[5], only[i]) != 0)
@@ -251,10 +251,9 @@ int main(int argc, char **argv)
                 argv[5]);
         return 2;
     }
-    static const char *names[] = {"GET /metrics, all of it", "  task figures alone",
-                                  "status document, all of it", "GET /metrics, on the loop",
-                                  "status document, on the loop",
-                                  "history sample (every 5 s)",
+    static const char *names[] = {"GET /metrics, all of it",      "  task figures alone",
+                                  "status document, all of it",   "GET /metrics, on the loop",
+                                  "status document, on the loop", "history sample (every 5 s)",
                                   "snapshot copy, on the loop"};
     double ms[2][NWHAT];
     size_t out[2][NWHAT];

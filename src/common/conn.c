@@ -699,8 +699,7 @@ static void write_held(struct conn *c)
             head = f;
             continue;
         }
-        rc = uv_write(&head->req, (uv_stream_t *)&c->tcp, bufs + first, n - first,
-                      on_write_held);
+        rc = uv_write(&head->req, (uv_stream_t *)&c->tcp, bufs + first, n - first, on_write_held);
         if (rc != 0)
             last->next = f; /* dropped below with the rest */
         else

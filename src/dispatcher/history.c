@@ -28,8 +28,7 @@ const struct history_sample *history_at(const struct history *h, size_t i)
     return &h->v[idx];
 }
 
-static const struct history_count *count_find(const struct history_count *v, size_t n,
-                                              uint64_t id)
+static const struct history_count *count_find(const struct history_count *v, size_t n, uint64_t id)
 {
     return rows_find(v, n, sizeof *v, offsetof(struct history_count, id), id);
 }

@@ -68,7 +68,7 @@ struct history_count {
 
 /* The served counts a sample is taken from. */
 struct history_served {
-    uint64_t elements, bytes; /* by every task */
+    uint64_t elements, bytes;               /* by every task */
     const struct history_count *iterations; /* by increasing iteration id */
     size_t niterations;
     const struct history_count *workers; /* by increasing worker id */
