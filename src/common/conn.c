@@ -691,11 +691,10 @@ static void write_held(struct conn *c)
                 c->writes--;
                 conn_complete_frame(c, g, 0);
             }
-            /* A draining conn whose last frames these were closes, as conn_after_write does. */
-            if (c->draining && c->writes == 0) {
-                conn_close(c);
+            /* What a write callback does after them (a draining conn's close). */
+            conn_after_write(c, 0);
+            if (c->closing)
                 rc = UV_ECANCELED; /* nothing more to write */
-            }
             head = f;
             continue;
         }
@@ -1071,7 +1070,7 @@ void conn_reject(struct conn *c, int code, const char *msg)
     c->draining = true;
     /* Written at once (conn_write): nothing is left to wait for. */
     if (c->writes == 0)
-        conn_close(c);
+        conn_after_write(c, 0);
 }
 
 void conn_format_address(char *buf, size_t len, const char *host, int port)
