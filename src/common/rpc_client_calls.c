@@ -154,17 +154,28 @@ void rpc_client_list_remove(struct call_list *l, struct call *c)
 
 static void on_call_timer(uv_timer_t *t);
 
-/* Points the call timer at the earliest deadline. */
+/* Makes the call timer fire no later than the earliest deadline. A timer already due by then is
+ * left as it is: it may fire early, find nothing due and point itself at the next deadline. So a
+ * call and its reply cost no timer operation in the usual case, where each new call's deadline
+ * comes after those before it (a loop with thousands of clients and timers paid two heap updates
+ * of the loop's timers a request). With no call left the timer stays but no longer keeps the loop
+ * running (uv_unref). */
 void rpc_client_rearm_call_timer(struct rpc_client *cl)
 {
     if (cl->closing)
         return;
     if (cl->heap_len == 0) {
-        uv_timer_stop(&cl->call_timer);
+        uv_unref((uv_handle_t *)&cl->call_timer);
         return;
     }
+    uv_ref((uv_handle_t *)&cl->call_timer);
     uint64_t now = uv_now(cl->loop), deadline = cl->heap[0]->deadline;
-    uv_timer_start(&cl->call_timer, on_call_timer, deadline > now ? deadline - now : 0, 0);
+    if (deadline < now)
+        deadline = now;
+    if (uv_is_active((uv_handle_t *)&cl->call_timer) && cl->call_timer_at <= deadline)
+        return;
+    cl->call_timer_at = deadline;
+    uv_timer_start(&cl->call_timer, on_call_timer, deadline - now, 0);
 }
 
 /* Takes a call out of every structure and frees its unsent frame; the caller then runs its

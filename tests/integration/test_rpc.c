@@ -1004,6 +1004,63 @@ static void test_call_timeout(void **state)
     loop_finish(&loop);
 }
 
+/* The call timer is left where answered calls put it (rpc_client_rearm_call_timer): a call made
+ * while it is still due for an earlier, answered call times out at its own deadline, neither at
+ * the earlier one nor later; and a call with a shorter timeout than those before it, at its own. */
+static void test_call_timeout_after_answers(void **state)
+{
+    (void)state;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct server_fx fx;
+    fx_start(&loop, &fx, 0);
+    struct client_fx cfx;
+    cfx_new_port(&loop, &cfx, rpc_server_port(fx.srv));
+    expect_status_ok(&loop, cfx.cl);
+
+    for (int i = 0; i < 3; i++) {
+        struct result quick = {0};
+        assert_int_equal(call_status(cfx.cl, 300, &quick), 0);
+        RUN_UNTIL(&loop, quick.done, WAIT_MS);
+        assert_int_equal(quick.status, 0);
+    }
+    /* The timer is still due at the first quick call's deadline, about 300 ms from now. */
+    run_for(&loop, 100);
+    struct result slow = {.loop = &loop}, short_one = {.loop = &loop};
+    uv_update_time(&loop);
+    uint64_t start = uv_now(&loop);
+    assert_int_equal(call_elements(cfx.cl, 1, MODE_HOLD, 0, 400, &slow), 0);
+    RUN_UNTIL(&loop, slow.done, WAIT_MS);
+    assert_int_equal(slow.status, SLUICE_ERR_TIMEOUT);
+    assert_true(slow.done_at - start >= 400 && slow.done_at - start < 3000);
+
+    /* Armed for a long call, then a short one: the short one times out first, at its own time. */
+    struct result long_one = {.loop = &loop};
+    uv_update_time(&loop);
+    start = uv_now(&loop);
+    assert_int_equal(call_elements(cfx.cl, 2, MODE_HOLD, 0, 20000, &long_one), 0);
+    assert_int_equal(call_elements(cfx.cl, 3, MODE_HOLD, 0, 150, &short_one), 0);
+    RUN_UNTIL(&loop, short_one.done, WAIT_MS);
+    assert_int_equal(short_one.status, SLUICE_ERR_TIMEOUT);
+    assert_true(short_one.done_at - start >= 150 && short_one.done_at - start < 3000);
+    assert_int_equal(long_one.done, 0);
+
+    /* The held requests answered: the late replies dropped, the long call's delivered. */
+    assert_int_equal(fx.nheld, 3);
+    fx_answer_held(&fx, NULL, 3);
+    RUN_UNTIL(&loop, long_one.done, WAIT_MS);
+    assert_int_equal(long_one.status, 0);
+    assert_int_equal(long_one.count, 2);
+    expect_status_ok(&loop, cfx.cl);
+    assert_int_equal(slow.done, 1);
+    assert_int_equal(short_one.done, 1);
+    assert_int_equal(cfx.connects, 1);
+
+    cfx_close(&loop, &cfx);
+    fx_close(&loop, &fx);
+    loop_finish(&loop);
+}
+
 static void test_waiting_call_timeout(void **state)
 {
     uv_loop_t loop;
@@ -2337,6 +2394,7 @@ int main(void)
         cmocka_unit_test(test_corked_replies),
         cmocka_unit_test(test_call_before_server),
         cmocka_unit_test(test_call_timeout),
+        cmocka_unit_test(test_call_timeout_after_answers),
         cmocka_unit_test(test_waiting_call_timeout),
         cmocka_unit_test(test_withdraw_waiting_call),
         cmocka_unit_test(test_server_restart),
