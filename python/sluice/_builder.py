@@ -37,9 +37,9 @@ SHARD_HINT = _ShardHint()
 # The built-in functions (docs/pipelines.md, "Functions"): name -> (min args, max args).
 _MAP_BUILTINS = {
     "square": (0, 0), "add": (1, 1), "mul": (1, 1), "mod": (1, 1), "identity": (0, 0),
-    "sleep_us": (1, 1), "bytes": (1, 1), "parse_example": (1, 64), "decode_jpeg": (0, 1),
-    "resize": (2, 2), "center_crop": (2, 2), "random_crop": (2, 3), "normalize": (2, 2),
-    "tokenize": (1, 4), "py": (1, 17),
+    "sleep_us": (1, 1), "wait_us": (1, 1), "bytes": (1, 1), "parse_example": (1, 64),
+    "decode_jpeg": (0, 1), "resize": (2, 2), "center_crop": (2, 2), "random_crop": (2, 3),
+    "normalize": (2, 2), "tokenize": (1, 4), "py": (1, 17),
 }
 _FILTER_BUILTINS = {"even": (0, 0), "odd": (0, 0), "lt": (1, 1), "ge": (1, 1), "py": (1, 17)}
 _BUILTINS = {"map": _MAP_BUILTINS, "filter": _FILTER_BUILTINS}

@@ -59,7 +59,7 @@ def test_shards(cluster2):
     of their positions after 10 elements each, restored into 2 shards, continues it from place
     30, each element once; a dataset registered deterministic shards without the flag."""
     t = cluster2.target
-    ds_id = sluice.register_dataset(t, "range(200) | map(sleep_us, 100)", split_size=7,
+    ds_id = sluice.register_dataset(t, "range(200) | map(wait_us, 100)", split_size=7,
                                     deterministic=True)
 
     def shard(i, n, **kw):

@@ -15,7 +15,7 @@ from conftest import BIN_DIR, Cluster
 
 # Ten-element splits of 20 ms elements (no CPU): the stopped worker's splits are copied once they
 # have been out three median split times.
-PIPELINE = "range(600) | map(sleep_us, 20000)"
+PIPELINE = "range(600) | map(wait_us, 20000)"
 
 
 def test_hedge_values(cluster):

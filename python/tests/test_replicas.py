@@ -28,8 +28,9 @@ import pytest
 from conftest import BIN_DIR, free_ports
 
 N = 200000
-# Slow enough that the reads last through a drill (about a minute with 3 workers).
-PIPELINE = f"range({N}) | map(sleep_us, 250)"
+# Slow enough that the reads last through a drill (about a minute with 3 workers of 2 threads;
+# waits, not CPU, so the same on a machine of any size).
+PIPELINE = f"range({N}) | map(wait_us, 1000)"
 READ_S = 300  # the bound on one drill's reads
 
 
@@ -154,7 +155,8 @@ class Group:
         for w in range(n):
             with self.log(f"w{len(self.others)}") as log:
                 p = subprocess.Popen([str(BIN_DIR / "sluice-worker"), "--dispatcher", self.target,
-                                      "--port", "0"], stdout=log, stderr=subprocess.STDOUT)
+                                      "--port", "0", "--threads", "2"],
+                                     stdout=log, stderr=subprocess.STDOUT)
             self.others.append(("worker", p))
 
     def readers(self, n=2, job="j", pipeline=PIPELINE):

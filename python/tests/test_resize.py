@@ -25,7 +25,7 @@ import sluice
 from conftest import BIN_DIR, Cluster, crc32c
 
 N = 20000
-PIPELINE = f"range({N}) | map(sleep_us, 10)"
+PIPELINE = f"range({N}) | map(wait_us, 10)"
 WAIT_S = 180
 
 # One reader: takes `take` elements (all when take < 0) of the shared job, writes them and
@@ -152,7 +152,7 @@ def test_resume_keeps_the_global_order(cluster, before, after):
     merge of their positions restored into M shards continues the canonical order, so the
     readers' elements step by step in reader order are the uninterrupted sequence, before and
     after the resume."""
-    ds_id = sluice.register_dataset(cluster.target, f"range({GLOBAL_N}) | map(sleep_us, 10)",
+    ds_id = sluice.register_dataset(cluster.target, f"range({GLOBAL_N}) | map(wait_us, 10)",
                                     split_size=100, deterministic=True)
     take = random.Random(before * 10 + after).randrange(50, GLOBAL_N // (2 * before))
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
@@ -219,7 +219,7 @@ def resume_through(target, ds_id, tag, takes, det, delay, fault, n=N):
 
 def test_resume_through_a_worker_kill(cluster):
     """The resumed read loses a worker in its middle: still every element once."""
-    ds_id = sluice.register_dataset(cluster.target, f"range({N}) | map(sleep_us, 250)",
+    ds_id = sluice.register_dataset(cluster.target, f"range({N}) | map(wait_us, 250)",
                                     split_size=100)
     spare = cluster.add_worker()
 
@@ -235,7 +235,7 @@ def test_resume_merges_a_split_two_readers_shared(cluster):
     other reader gets the rest of that split later, without what the first one received. The
     merge of their positions then has a gap inside the split (what the first received and never
     handed out), and a reader restored from it takes exactly the gap."""
-    ds_id = sluice.register_dataset(cluster.target, "range(1000) | map(sleep_us, 1000)",
+    ds_id = sluice.register_dataset(cluster.target, "range(1000) | map(wait_us, 1000)",
                                     split_size=100, deterministic=True)
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
         script = reader_script(tmp)
@@ -322,7 +322,7 @@ def test_restore_parts_inside_splits(cluster):
     c = Cluster(tempfile.mkdtemp(prefix="sluice-island-", dir=cluster.log_dir))
     try:
         c.add_worker()
-        ds_id = sluice.register_dataset(c.target, "range(20000) | map(sleep_us, 100)",
+        ds_id = sluice.register_dataset(c.target, "range(20000) | map(wait_us, 100)",
                                         split_size=100, deterministic=True)
         with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
             script = reader_script(tmp)
@@ -351,7 +351,7 @@ def test_restore_the_ends_of_splits_had(cluster):
     the ends must still be stepped over when the worker's later replies bring them (they were
     handed out once the confirmation came first: duplicates). Elements are slow here so that it
     does, for nearly every split."""
-    ds_id = sluice.register_dataset(cluster.target, "range(40) | map(sleep_us, 150000)",
+    ds_id = sluice.register_dataset(cluster.target, "range(40) | map(wait_us, 150000)",
                                     split_size=4, deterministic=True)
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as tmp:
         script = reader_script(tmp)
@@ -388,7 +388,7 @@ def test_resume_through_a_dispatcher_restart(cluster, det):
         # Each shard reads the whole epoch: its elements are slower, so that the read is still
         # under way when the fault comes.
         n, us = (GLOBAL_N, 3000) if det == "global" else (N, 300)
-        ds_id = sluice.register_dataset(c.target, f"range({n}) | map(sleep_us, {us})",
+        ds_id = sluice.register_dataset(c.target, f"range({n}) | map(wait_us, {us})",
                                         split_size=100)
 
         def restart():
@@ -410,7 +410,7 @@ def test_state_dict_warns_when_the_dispatcher_does_not_confirm(cluster):
     c = Cluster(tempfile.mkdtemp(prefix="sluice-warn-", dir=cluster.log_dir))
     try:
         c.add_worker()
-        ds_id = sluice.register_dataset(c.target, "range(100000) | map(sleep_us, 10)",
+        ds_id = sluice.register_dataset(c.target, "range(100000) | map(wait_us, 10)",
                                         split_size=100)
         ds = sluice.from_dataset_id("distributed_epoch", c.target, ds_id, job_name="warn-j",
                                     element_timeout=60)
@@ -469,7 +469,7 @@ def test_cli_job_checkpoint_after_a_dispatcher_restart(cluster):
         c.add_worker()
         c.add_worker()
         n = 6000
-        ds_id = sluice.register_dataset(c.target, f"range({n}) | map(sleep_us, 400)",
+        ds_id = sluice.register_dataset(c.target, f"range({n}) | map(wait_us, 400)",
                                         split_size=50)
         addr = c.target[len("sluice://"):]
         with tempfile.TemporaryDirectory(prefix="sluice-jobckpt-") as tmp:
@@ -529,7 +529,7 @@ def test_job_state_steps(cluster):
     given); job_state() takes the latest step every reader still reading has reached, or the
     one asked for, merging each reader's latest at or below it; a reader that left stops
     holding the cut back; errors name what is kept."""
-    ds_id = sluice.register_dataset(cluster.target, "range(5000) | map(sleep_us, 20)",
+    ds_id = sluice.register_dataset(cluster.target, "range(5000) | map(wait_us, 20)",
                                     split_size=50)
     mk = lambda: iter(sluice.from_dataset_id("distributed_epoch", cluster.target, ds_id,  # noqa
                                              job_name="steps-j", element_timeout=60))

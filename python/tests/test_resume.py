@@ -198,7 +198,7 @@ def test_progress_reports(service):
     """sluice.progress reports increasing counts while reading and the whole epoch at its end;
     without a callback (and without tqdm) it prints lines on standard error."""
     reports = []
-    ds = sluice.distribute("range(200000) | map(sleep_us, 5)", "distributed_epoch", service,
+    ds = sluice.distribute("range(200000) | map(wait_us, 5)", "distributed_epoch", service,
                            split_size=1000)
     it = sluice.progress(ds, reports.append, every=0.05)
     n = sum(1 for _ in it)

@@ -34,7 +34,7 @@ def test_fault_tolerant_restart_mid_read():
         d = sluice.DispatchServer(work_dir=work_dir, fault_tolerant_mode=True)
         port = int(d.target.rsplit(":", 1)[1])
         workers = [sluice.WorkerServer(d) for _ in range(2)]
-        ds = sluice.distribute("range(3000) | map(sleep_us, 500)", "distributed_epoch", d)
+        ds = sluice.distribute("range(3000) | map(wait_us, 500)", "distributed_epoch", d)
         it = iter(ds)
         got = [int(next(it)) for _ in range(200)]
         d.stop()

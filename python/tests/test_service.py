@@ -88,7 +88,7 @@ def test_local_tail(cluster2):
 
 
 def test_shared_job_from_two_iterators(cluster2):
-    ds = sluice.distribute("range(2000) | map(sleep_us, 500)", "distributed_epoch",
+    ds = sluice.distribute("range(2000) | map(wait_us, 500)", "distributed_epoch",
                            cluster2.target, job_name="shared")
     a, b = iter(ds), iter(ds)
     got = collections.Counter()
@@ -224,7 +224,7 @@ def test_ctrl_c_interrupts_a_blocked_next(cluster):
 
 
 def test_server_lost_mid_read(cluster2):
-    it = iter(sluice.distribute("range(1000000) | map(sleep_us, 200)", "parallel_epochs",
+    it = iter(sluice.distribute("range(1000000) | map(wait_us, 200)", "parallel_epochs",
                                 cluster2.target, timeout=3, element_timeout=3))
     next(it)
     for w in cluster2.workers:

@@ -42,7 +42,7 @@ def test_save_and_read_back(cluster2, tmp_path):
 
 def test_save_without_waiting(cluster2, tmp_path):
     t = cluster2.target
-    ds = sluice.register_dataset(t, "range(2000) | map(sleep_us, 1000)")
+    ds = sluice.register_dataset(t, "range(2000) | map(wait_us, 1000)")
     path = str(tmp_path / "slow")
     state = sluice.save_snapshot(t, ds, path, wait=False)
     assert state["state"] == "running"

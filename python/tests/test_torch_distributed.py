@@ -26,7 +26,7 @@ N = 6000
 # Slow enough that the epoch outlasts the ranks' start-up skew: at 20 us an element the first rank
 # to read (its loader prefetching) drained the epoch before another had joined, about one run in
 # three on a loaded machine (a rank with nothing, or StopIteration before its 300 elements).
-PIPELINE = f"range({N}) | map(sleep_us, 300)"
+PIPELINE = f"range({N}) | map(wait_us, 300)"
 WAIT_S = 180
 
 # One rank: reads `take` elements (all of them when take < 0), takes the collective state,

@@ -380,7 +380,7 @@ def test_deterministic_shared_between_loader_workers(service, num_workers):
     # The loader's workers share one deterministic distributed_epoch job: each split goes whole
     # to one of them, and together they read every element once.
     n = 6000
-    ds = dataset(service, pipeline=f"range({n}) | map(sleep_us, 20) | batch({BATCH})",
+    ds = dataset(service, pipeline=f"range({n}) | map(wait_us, 20) | batch({BATCH})",
                  processing_mode="distributed_epoch", deterministic=True)
     for _ in range(2):
         assert_epoch(elements(loader(ds, num_workers=num_workers, batch_size=None)), n)

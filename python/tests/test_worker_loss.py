@@ -8,8 +8,9 @@ import pytest
 
 import sluice
 
-# range(400) at 10 ms of CPU an element: a copy takes seconds, so the worker dies in the middle.
-PIPELINE = "range(400) | map(sleep_us, 10000)"
+# range(400) at 10 ms an element (a wait, no CPU): a copy takes seconds, so the worker dies in the
+# middle.
+PIPELINE = "range(400) | map(wait_us, 10000)"
 
 
 def test_lost_copy_is_cut_short(cluster):

@@ -1,6 +1,6 @@
 /* The built-in map and filter functions of docs/design.md §3.
  *
- *   map:    square, add(K), mul(K), mod(K), identity, sleep_us(N), bytes(N);
+ *   map:    square, add(K), mul(K), mod(K), identity, sleep_us(N), wait_us(N), bytes(N);
  *           parse_example(SPEC, ...) (example.h); decode_jpeg([MAX_PIXELS]) (jpeg.h);
  *           resize(H, W), center_crop(H, W), random_crop(H, W[, SEED]), normalize(MEAN, STD)
  *           (image.h); tokenize("TOKENIZER"[, "special"][, "bos"][, "eos"]), byte-level BPE
@@ -38,7 +38,7 @@
 
 /* The largest bytes(N): elements must fit in a frame and in memory. */
 #define BYTES_MAX ((int64_t)1 << 30)
-/* sleep_us(N): one minute of simulated work per element at most. */
+/* sleep_us(N), wait_us(N): one minute of simulated work per element at most. */
 #define SLEEP_US_MAX ((int64_t)60000000)
 
 enum arith { ARITH_SQUARE, ARITH_ADD, ARITH_MUL, ARITH_MOD };
@@ -355,6 +355,43 @@ static int fn_sleep_us(struct sluice_element *e, const struct sluice_fn_args *a,
             next_check = now + 1000000;
         }
     }
+    return 0;
+}
+
+/* wait_us(N) waits N µs an element without occupying a core, as work bound by I/O does (a fetch
+ * from a remote store), where sleep_us burns the core. A thread's sleep overshoots by tens of
+ * microseconds, so waits are added up per thread and slept a millisecond or more at a time, the
+ * overshoot counted as paid: each thread gives about one element per N µs, those of short waits
+ * in bursts of a millisecond. The chain's cancellation is noticed within about a millisecond. */
+#define WAIT_SLICE_NS ((int64_t)1000000)
+
+static _Thread_local int64_t wait_owed_ns;
+
+static int fn_wait_us(struct sluice_element *e, const struct sluice_fn_args *a, void *user,
+                      char *err, size_t errlen)
+{
+    (void)e;
+    (void)user;
+    int64_t us = a->v[0].i;
+    if (us <= 0)
+        return 0;
+    wait_owed_ns += us * 1000;
+    if (wait_owed_ns < WAIT_SLICE_NS)
+        return 0;
+    int64_t now = mono_ns();
+    int64_t deadline = now + wait_owed_ns;
+    while (now < deadline) {
+        if (sluice_fn_cancelled(a)) {
+            wait_owed_ns = 0;
+            return err_set(err, errlen, SLUICE_ERR_CANCELLED, "cancelled");
+        }
+        int64_t step = deadline - now < WAIT_SLICE_NS ? deadline - now : WAIT_SLICE_NS;
+        struct timespec ts = {.tv_sec = step / 1000000000, .tv_nsec = step % 1000000000};
+        nanosleep(&ts, NULL);
+        now = mono_ns();
+    }
+    /* Overslept: the next elements' waits are paid up to a slice. */
+    wait_owed_ns = deadline - now < -WAIT_SLICE_NS ? -WAIT_SLICE_NS : deadline - now;
     return 0;
 }
 
@@ -694,6 +731,7 @@ static const struct map_def maps[] = {
     {"mod", 1, 1, fn_mod, check_mod},
     {"identity", 0, 0, fn_identity, NULL},
     {"sleep_us", 1, 1, fn_sleep_us, check_sleep},
+    {"wait_us", 1, 1, fn_wait_us, check_sleep},
     {"bytes", 1, 1, fn_bytes, check_bytes},
     /* Records and images: example.c, jpeg.c, image.c. */
     {"parse_example", 1, PIPE_MAX_COMPONENTS, pipe_fn_parse_example, pipe_check_parse_example},

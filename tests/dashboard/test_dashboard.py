@@ -105,7 +105,7 @@ class Cluster:
             fail("the failing read exited %d: %s" % (r.returncode, r.stderr))
         # About 500 elements/s for minutes: running all along the checks.
         slow = Proc(self.sluice("read", "--job-name", SLOW_NAME,
-                                "range(1000000) | map(sleep_us, 2000)", "--mode", "distributed_epoch",
+                                "range(1000000) | map(wait_us, 2000)", "--mode", "distributed_epoch",
                                 "--format", "count"),
                     "sluice-read", self.tmp)
         self.procs.append(slow)

@@ -216,7 +216,7 @@ static char *register_dataset(struct cluster *c, const char *pipeline)
 
 /* ---- a stranger guessing client and task ids ------------------------------------------------- */
 
-#define VICTIM "range(3000) | map(sleep_us, 1000)"
+#define VICTIM "range(3000) | map(wait_us, 1000)"
 
 static void test_guessed_ids_refused(void **state)
 {
@@ -481,11 +481,11 @@ static void test_keys_survive_restart(void **state)
 
 /* ---- whole copies: exact accounting ---------------------------------------------------------- */
 
-#define COPY "range(4000) | map(sleep_us, 2000)"
+#define COPY "range(4000) | map(wait_us, 2000)"
 
 /* Waits until the reader's job has a task on each worker, then long enough for both to have
- * served part of their copy, and well before either has made all of it (every element burns
- * 2 ms of CPU: a copy of 4000 takes seconds). */
+ * served part of their copy, and well before either has made all of it (every element waits
+ * 2 ms: a copy of 4000 takes seconds). */
 static void wait_mid_copy(struct cluster *c, const char *name)
 {
     json_t *j = cluster_wait_job(c, name, (size_t)c->nworkers, WAIT_MS);
@@ -605,7 +605,7 @@ static void test_shared_copy_counts_per_reader(void **state)
     struct cluster *c = *state;
     cluster_add_workers(c, 1);
     struct proc a, b;
-    const char *pipe = "range(2000) | map(sleep_us, 1000)";
+    const char *pipe = "range(2000) | map(wait_us, 1000)";
     assert_int_equal(cluster_cli_spawn(c, &a, "read", pipe, "--job-name", "shared", NULL), 0);
     assert_int_equal(cluster_cli_spawn(c, &b, "read", pipe, "--job-name", "shared", NULL), 0);
     char *oa = proc_read_all(&a, READ_MS), *ob = proc_read_all(&b, READ_MS);

@@ -145,7 +145,7 @@ static void test_dispatcher_restarts(void **state)
     cluster_wait_registered(c);
     enum { N = 3, LIMIT = 3000 };
     struct proc r[N];
-    const char *pipeline = "range(1000000) | repeat() | map(sleep_us, 200)";
+    const char *pipeline = "range(1000000) | repeat() | map(wait_us, 200)";
     for (int i = 0; i < N; i++) {
         char index[8];
         snprintf(index, sizeof index, "%d", i);
@@ -284,7 +284,7 @@ static void test_finite_pipeline_refused(void **state)
 #define CHURN_MAX 100000 /* elements a consumer may record */
 #define CHURN_STEP 300   /* elements read between two changes of the cluster */
 #define CHURN_WAIT_MS 30000
-#define CHURN_PIPELINE "range(1000000) | repeat() | map(sleep_us, 200)"
+#define CHURN_PIPELINE "range(1000000) | repeat() | map(wait_us, 200)"
 
 struct consumer {
     pthread_t thread;

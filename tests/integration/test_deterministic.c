@@ -36,10 +36,12 @@
 #define SPLIT "100"
 #define SQUARES "range(20000) | map(square)"
 #define SHUFFLED "range(20000) | shuffle(64, 5)"
-/* A read slow enough for faults to land in its middle: 4000 elements of 1 ms of CPU each, 40
- * splits of 100. Its output (squares below 16e6) fits in a pipe until the end. */
+/* A read slow enough for faults to land in its middle: 4000 elements that wait 4 ms each (no
+ * CPU: the read takes its time on a machine of any size), 40 splits of 100, a second or more on
+ * each of two workers' four threads. Its output (squares below 16e6) fits in a pipe until the
+ * end. */
 #define SLOW_N 4000
-#define SLOW "range(4000) | map(sleep_us, 1000) | map(square)"
+#define SLOW "range(4000) | map(wait_us, 4000) | map(square)"
 
 static const char *const dispatcher_flags[] = {
     "--worker-timeout-ms", "1000", "--client-timeout-ms", "3000", "--log-level", "info", NULL};
@@ -220,7 +222,7 @@ static char *finish_read(void)
     return out;
 }
 
-/* Waits until the read has run a while (its splits are a second of CPU or more each) */
+/* Waits until the read has run a while (its splits take 0.4 s each) */
 static void settle(int ms)
 {
     usleep((useconds_t)ms * 1000);

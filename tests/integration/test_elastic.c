@@ -221,13 +221,12 @@ static char *concat(char *a, char *b)
 
 /* ---- reads ----------------------------------------------------------------------------------- */
 
-/* Starts `sluice read` of range(n) slowed by sleep_us of CPU per element, in distributed_epoch,
- * under job_name when not NULL. */
-static void spawn_read(struct cluster *c, struct proc *r, long n, int sleep_us,
-                       const char *job_name)
+/* Starts `sluice read` of range(n) slowed by wait_us microseconds per element, in
+ * distributed_epoch, under job_name when not NULL. */
+static void spawn_read(struct cluster *c, struct proc *r, long n, int wait_us, const char *job_name)
 {
     char pipeline[128];
-    snprintf(pipeline, sizeof(pipeline), "range(%ld) | map(sleep_us, %d)", n, sleep_us);
+    snprintf(pipeline, sizeof(pipeline), "range(%ld) | map(wait_us, %d)", n, wait_us);
     if (job_name)
         assert_int_equal(cluster_cli_spawn(c, r, "read", pipeline, "--mode", "distributed_epoch",
                                            "--job-name", job_name, NULL),
@@ -476,7 +475,7 @@ static void test_restart_same_address(void **state)
 
 /* Twice the client and collection timeouts of setup_gc. */
 #define GC_BOUND_MS (2 * (1000 + 1000))
-#define ENDLESS "range(10) | repeat() | map(sleep_us, 200)"
+#define ENDLESS "range(10) | repeat() | map(wait_us, 200)"
 
 /* SIGKILLs a reader of the endless pipeline under job name and asserts its iteration is
  * garbage_collected within twice the client and collection timeouts. Returns the collected

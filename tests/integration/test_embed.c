@@ -566,7 +566,7 @@ static void test_stop_bounded_when_reader_vanished(void **state)
                           disp,
                           "--mode",
                           "distributed_epoch",
-                          "range(100000000) | map(sleep_us, 100)",
+                          "range(100000000) | map(wait_us, 100)",
                           NULL};
     struct proc reader;
     assert_int_equal(proc_spawn(&reader, argv), 0);

@@ -28,7 +28,7 @@
  * loaded host lets its job's buffer fill, its producer parks, and the other job takes the
  * thread (work-conserving, and not what this test measures). */
 #define NELEMS 15000
-#define PIPELINE "range(15000) | map(sleep_us, 2000)"
+#define PIPELINE "range(15000) | map(wait_us, 2000)"
 
 static const char *const worker_args[] = {"--metrics-port", "0", "--threads", "1", NULL};
 

@@ -700,7 +700,7 @@ static void test_service_tar(void **state)
     struct cluster *c = *state;
     char glob[600];
     char *once = service_shards(glob, sizeof glob, 1);
-    char *p = text_of("tar(\"%s\", \"cls\", \"jpg\") | map(sleep_us, 20000)", glob);
+    char *p = text_of("tar(\"%s\", \"cls\", \"jpg\") | map(wait_us, 20000)", glob);
 
     /* distributed_epoch: the shards are the splits; every sample exactly once. */
     read_sorted(c, once, p, "distributed_epoch");

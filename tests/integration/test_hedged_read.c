@@ -15,7 +15,7 @@
  *     (the dispatcher's default test timeout, 2 s, removes it and its leases go back to the
  *     pool, while copies of them may be out): exactly once.
  *
- * Elements sleep in map(sleep_us) (no CPU: a loaded machine slows all workers alike), 20 ms
+ * Elements sleep in map(wait_us) (no CPU: a loaded machine slows all workers alike), 20 ms
  * each but in the bursts case, splits are ten elements. Every wait is bounded. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,7 +124,7 @@ static long long num(const json_t *o, const char *a, const char *b)
 static json_t *read_range(struct cluster *c, long n, long us, const char *flag, long long *ms)
 {
     char pipeline[64];
-    snprintf(pipeline, sizeof pipeline, "range(%ld) | map(sleep_us, %ld)", n, us);
+    snprintf(pipeline, sizeof pipeline, "range(%ld) | map(wait_us, %ld)", n, us);
     long long t0 = now_ms();
     char *out = cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch",
                             "--split-size", "10", flag, NULL);
@@ -181,7 +181,7 @@ static void test_straggler_stopped(void **unused)
     cluster_wait_registered(c);
     const long n = 600;
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(600) | map(sleep_us, 20000)", "--mode",
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(600) | map(wait_us, 20000)", "--mode",
                                        "distributed_epoch", "--split-size", "10", "--hedge", NULL),
                      0);
     /* Once the straggler's task holds splits: it has served elements (of a split leased to it;
@@ -242,7 +242,7 @@ static void test_kill_with_hedging(void **unused)
     burst_start(&b, c->workers[2].pid);
     const long n = 900;
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(900) | map(sleep_us, 20000)", "--mode",
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(900) | map(wait_us, 20000)", "--mode",
                                        "distributed_epoch", "--split-size", "10", "--hedge", NULL),
                      0);
     /* In the middle: a third of the splits finished. */

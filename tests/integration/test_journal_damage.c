@@ -785,7 +785,7 @@ static void test_backup_restore_under_load(void **unused)
     struct proc reader;
     /* Paced by sleeps rather than work, so that it outlasts the backups under the sanitizers
      * too (at 40 us an element it ended before the fourth there). */
-    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(20000) | map(sleep_us, 1000)",
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(20000) | map(wait_us, 1000)",
                                        "--mode", "distributed_epoch", "--job-name", "load",
                                        "--format", "count", NULL),
                      0);

@@ -487,7 +487,7 @@ static void test_replica_dir(void **state)
 
     /* Running and writing: each copy loads (taken again when files moved during it). */
     struct proc reader;
-    assert_int_equal(cluster_cli_spawn(&g->c, &reader, "read", "range(4000) | map(sleep_us, 500)",
+    assert_int_equal(cluster_cli_spawn(&g->c, &reader, "read", "range(4000) | map(wait_us, 500)",
                                        "--mode", "distributed_epoch", "--format", "count", NULL),
                      0);
     /* With a snapshot every 4 entries the names change every few milliseconds; on a loaded

@@ -50,7 +50,7 @@ static void test_both_workers_serve(void **state)
     char pipeline[800];
     /* Paced, so that a worker holding all four files would still be reading when the other
      * asks. */
-    snprintf(pipeline, sizeof pipeline, "lines(\"%s/share-*.txt\") | map(sleep_us, 1000)",
+    snprintf(pipeline, sizeof pipeline, "lines(\"%s/share-*.txt\") | map(wait_us, 1000)",
              tmp_dir());
     char *out = cluster_run(c, 0, NULL, "read", pipeline, "--mode", "distributed_epoch", NULL);
     /* Every line once. */

@@ -512,7 +512,7 @@ static void test_concurrent_reads_share_the_pool(void **unused)
     bool ended[READS] = {false};
     for (int i = 0; i < READS; i++) {
         char text[96];
-        snprintf(text, sizeof text, "range(%d) | map(sleep_us, 1000) | map(add, %d)", LEN, i * LEN);
+        snprintf(text, sizeof text, "range(%d) | map(wait_us, 1000) | map(add, %d)", LEN, i * LEN);
         struct sluice_read_options ro = {
             .pipeline = text,
             .mode = i % 2 ? SLUICE_DISTRIBUTED_EPOCH : SLUICE_PARALLEL_EPOCHS,

@@ -241,7 +241,7 @@ static void test_local_distributed_two_hosts(void **unused)
     wait_workers_on("a", 1);
     wait_workers_on("b", 1);
     /* Slow enough (about a second of production) that both readers are in before it ends. */
-    const char *pipeline = "range(600) | map(sleep_us, 3000)";
+    const char *pipeline = "range(600) | map(wait_us, 3000)";
     struct proc ra, rb;
     host("a");
     assert_int_equal(cluster_cli_spawn(&cl, &ra, "read", pipeline, "--mode", "distributed_epoch",
@@ -359,8 +359,8 @@ static void test_late_worker_on_the_readers_host(void **unused)
     int d0 = add_worker_on("d");
     struct proc r;
     host("d");
-    assert_int_equal(cluster_cli_spawn(&cl, &r, "read", "range(400) | map(sleep_us, 5000)",
-                                       "--mode", "distributed_epoch", "--job-name", "late",
+    assert_int_equal(cluster_cli_spawn(&cl, &r, "read", "range(400) | map(wait_us, 5000)", "--mode",
+                                       "distributed_epoch", "--job-name", "late",
                                        "--target-workers", "local", NULL),
                      0);
     host(NULL);
@@ -408,7 +408,7 @@ static void test_a_host_leaves(void **unused)
     (void)unused;
     wait_workers_on("a", 1);
     wait_workers_on("b", 1);
-    const char *pipeline = "range(600) | map(sleep_us, 3000)";
+    const char *pipeline = "range(600) | map(wait_us, 3000)";
     struct proc ra;
     host("a");
     assert_int_equal(cluster_cli_spawn(&cl, &ra, "read", pipeline, "--mode", "distributed_epoch",

@@ -165,7 +165,7 @@ static void test_resume(void **state)
     char ck[600], out[600];
     snprintf(ck, sizeof ck, "%s/mg.ck", tmp_dir());
     snprintf(out, sizeof out, "%s/mg.out", tmp_dir());
-    char *p = pipeline_of("slow", " | map(sleep_us, 500)");
+    char *p = pipeline_of("slow", " | map(wait_us, 500)");
     char *want = expected("slow");
     char *text =
         cluster_resumed_read(c, p, "40", "100", ck, out, (long long)strlen(want), 2, READ_MS);

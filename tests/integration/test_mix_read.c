@@ -172,8 +172,8 @@ static void test_deterministic_any_scale(void **state)
 static void test_shared_job_exactly_once(void **state)
 {
     struct cluster *c = *state;
-    const char *pipeline = "sample_from_datasets([(range(3000) | map(sleep_us, 300)), "
-                           "(range(100000, 101000) | map(sleep_us, 300))], [0.7, 0.3], 4)";
+    const char *pipeline = "sample_from_datasets([(range(3000) | map(wait_us, 300)), "
+                           "(range(100000, 101000) | map(wait_us, 300))], [0.7, 0.3], 4)";
     struct proc r[2];
     for (int i = 0; i < 2; i++)
         assert_int_equal(cluster_cli_spawn(c, &r[i], "read", pipeline, "--mode",
@@ -227,8 +227,8 @@ static void test_worker_kill(void **state)
     cluster_wait_registered(c);
     /* About 9 s of sleeps over three workers: the kill lands well inside the read. The sleeps
      * change no element, so the local run that gives the expected sequence goes without them. */
-    const char *pipeline = "sample_from_datasets([(range(6000) | map(sleep_us, 3000)), "
-                           "(range(100000, 103000) | map(sleep_us, 3000))], [2, 1], 21)";
+    const char *pipeline = "sample_from_datasets([(range(6000) | map(wait_us, 3000)), "
+                           "(range(100000, 103000) | map(wait_us, 3000))], [2, 1], 21)";
     char *want = run_local("sample_from_datasets([(range(6000)), (range(100000, 103000))], "
                            "[2, 1], 21)");
     char out[512];
@@ -360,8 +360,8 @@ static void test_resume_random_positions(void **state)
 static void test_cli_resume(void **state)
 {
     struct cluster *c = *state;
-    const char *pipeline = "sample_from_datasets([(range(3000) | map(sleep_us, 1000)), "
-                           "(range(100000, 101500) | map(sleep_us, 1000))], [2, 1], 5)";
+    const char *pipeline = "sample_from_datasets([(range(3000) | map(wait_us, 1000)), "
+                           "(range(100000, 101500) | map(wait_us, 1000))], [2, 1], 5)";
     char *want = run_local(pipeline);
     char ck[512], out[512];
     snprintf(ck, sizeof ck, "%s/mix.ck", tmp_dir());
@@ -575,9 +575,8 @@ static int expected_input(uint64_t x, uint64_t from1, uint64_t from2)
     return pipe_mix_pick(w, NULL, 2, pipe_mix_phase(5), x);
 }
 
-static const char *const weighted =
-    "sample_from_datasets([(range(1000000) | map(sleep_us, 20)), "
-    "(range(1000000, 2000000) | map(sleep_us, 20))], [0.8, 0.2], 5)";
+static const char *const weighted = "sample_from_datasets([(range(1000000) | map(wait_us, 20)), "
+                                    "(range(1000000, 2000000) | map(wait_us, 20))], [0.8, 0.2], 5)";
 
 struct wreader {
     struct sluice_iterator *it;

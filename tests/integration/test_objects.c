@@ -492,7 +492,7 @@ static void test_resumed(void **state)
     char ck[600], out[600];
     snprintf(ck, sizeof ck, "%s/objects.ck", tmp_dir());
     snprintf(out, sizeof out, "%s/objects.out", tmp_dir());
-    char *p = pipeline("lines(\"@/lines-[012].txt\") | map(sleep_us, 60)", root_url);
+    char *p = pipeline("lines(\"@/lines-[012].txt\") | map(wait_us, 60)", root_url);
     /* The lines of 0 to 59,999 and their newlines: 348,890 bytes printed. */
     char *text = cluster_resumed_read(c, p, NULL, "2000", ck, out, 348890, 2, 120000);
     struct tally t = tally_range(text, 3 * LINES);
@@ -703,7 +703,7 @@ static void test_changed(void **state)
     struct proc p;
     char *argv[] = {(char *)bin_path("sluice"),
                     "run",
-                    "lines(\"s3://bkt/big/big.txt\") | map(sleep_us, 200)",
+                    "lines(\"s3://bkt/big/big.txt\") | map(wait_us, 200)",
                     "--format",
                     "count",
                     NULL};
@@ -814,7 +814,7 @@ static void test_snapshot_errors(void **state)
     struct proc p;
     char *argv[] = {(char *)bin_path("sluice"),
                     "run",
-                    "snapshot(\"s3://bkt/data/snapmut\") | map(sleep_us, 2000)",
+                    "snapshot(\"s3://bkt/data/snapmut\") | map(wait_us, 2000)",
                     "--format",
                     "count",
                     NULL};
@@ -945,7 +945,7 @@ static void test_snapshot_save(void **state)
 
     /* A read started as soon as a save is (snapshot.json is there when the command returns)
      * waits for the chunks as they are put, and reads them all. */
-    const char *slow = "lines(\"s3://bkt/data/lines-[01].txt\") | map(sleep_us, 100)";
+    const char *slow = "lines(\"s3://bkt/data/lines-[01].txt\") | map(wait_us, 100)";
     out = cluster_run(c, 0, NULL, "register", slow, "--dataset-id", "slow", NULL);
     free(out);
     out = cluster_run(c, 0, NULL, "snapshot", "save", "--dataset-id", "slow", "--path",
@@ -1089,7 +1089,7 @@ static void test_megatron_errors(void **state)
     struct proc p;
     char *argv[] = {(char *)bin_path("sluice"),
                     "run",
-                    "megatron(\"s3://bkt/data/mg/ds\") | map(sleep_us, 5000)",
+                    "megatron(\"s3://bkt/data/mg/ds\") | map(wait_us, 5000)",
                     "--format",
                     "count",
                     NULL};

@@ -165,7 +165,7 @@ static void test_resume(void **state)
     snprintf(out, sizeof out, "%s/pq.out", tmp_dir());
     char *p = NULL;
     assert_true(
-        asprintf(&p, "parquet(\"%s/part-*.parquet\", \"id\") | map(sleep_us, 100)", data_dir) > 0);
+        asprintf(&p, "parquet(\"%s/part-*.parquet\", \"id\") | map(wait_us, 100)", data_dir) > 0);
     /* Each row prints as its id and a newline: 5 bytes on average. */
     char *text = cluster_resumed_read(c, p, NULL, "500", ck, out, (long long)TOTAL * 5, 2, READ_MS);
     assert_exactly_once("resumed twice", text, TOTAL);

@@ -105,9 +105,8 @@ static void test_pool_recommendations(void **state)
     char dm[64];
     assert_int_equal(cluster_read_address(&c->dispatcher, " metrics on ", dm, sizeof dm, 10000), 0);
     /* A reader of pool a, and one waiting for pool bigmem. */
-    assert_int_equal(cluster_cli_spawn(c, &readers[0], "read",
-                                       "range(1000000) | map(sleep_us, 200)", "--worker-selector",
-                                       "pool=a", "--job-name", "on_a", NULL),
+    assert_int_equal(cluster_cli_spawn(c, &readers[0], "read", "range(1000000) | map(wait_us, 200)",
+                                       "--worker-selector", "pool=a", "--job-name", "on_a", NULL),
                      0);
     assert_int_equal(cluster_cli_spawn(c, &readers[1], "read", "range(10)", "--worker-selector",
                                        "pool=bigmem", "--job-name", "on_bigmem", NULL),

@@ -25,7 +25,7 @@
 
 #define WAIT_MS 60000
 
-static const char *const PIPELINE = "range(300000) | map(sleep_us, 10)";
+static const char *const PIPELINE = "range(300000) | map(wait_us, 10)";
 
 static int setup(void **state)
 {

@@ -234,7 +234,7 @@ static void test_random_crop_survives_worker_failure(void **state)
     char pipeline[1024];
     /* 120 crops of 4 x 4 at 20 ms each: a read of about a second on three workers. */
     snprintf(pipeline, sizeof(pipeline),
-             "tfrecord(\"%s\") | map(decode_jpeg) | map(random_crop, 4, 4) | map(sleep_us, 20000)",
+             "tfrecord(\"%s\") | map(decode_jpeg) | map(random_crop, 4, 4) | map(wait_us, 20000)",
              glob);
 
     struct proc r;

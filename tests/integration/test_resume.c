@@ -127,8 +127,7 @@ static void test_drill_twenty_kills(void **state)
     long long t0 = now_ms();
     for (int k = 0; k < 20; k++) {
         struct proc r = {0};
-        spawn_resumable(c, &r, k == 0 ? "range(1000000) | map(sleep_us, 3)" : NULL, ck, out,
-                        "5000");
+        spawn_resumable(c, &r, k == 0 ? "range(1000000) | map(wait_us, 3)" : NULL, ck, out, "5000");
         runs++;
         /* A random point in the k-th twenty-second of the output (the output may run ahead of
          * the checkpoint, and a resume cuts it back). */
@@ -172,7 +171,7 @@ static void test_deterministic_resume_same_sequence(void **state)
     char ck[512], out[512], slow[128];
     path_in_tmp(ck, sizeof ck, "det.ck");
     path_in_tmp(out, sizeof out, "det.out");
-    snprintf(slow, sizeof slow, "%s | map(sleep_us, 3)", pipeline);
+    snprintf(slow, sizeof slow, "%s | map(wait_us, 3)", pipeline);
     char *want = NULL, *e = NULL;
     char *argv[] = {(char *)bin_path("sluice"), "run", (char *)pipeline, NULL};
     assert_int_equal(run_cmd(argv, WAIT_MS, &want, &e), 0);

@@ -145,9 +145,8 @@ static void test_rising(void **unused)
     start(&c, maddr);
     add_workers(&c, 1);
     struct proc reader;
-    assert_int_equal(cluster_cli_spawn(&c, &reader, "read",
-                                       "range(100000000) | map(sleep_us, 2000)", "--format",
-                                       "count", NULL),
+    assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(100000000) | map(wait_us, 2000)",
+                                       "--format", "count", NULL),
                      0);
     long rec = wait_for(&c, 1, above, 1, MOVE_MS);
     proc_stop(&reader, SIGKILL, 5000);
@@ -174,7 +173,7 @@ static void test_falling(void **unused)
     start(&c, maddr);
     struct proc reader;
     assert_int_equal(cluster_cli_spawn(&c, &reader, "read", "range(100000000) | map(bytes, 65536)",
-                                       "--local", "map(sleep_us, 2000)", "--format", "count", NULL),
+                                       "--local", "map(wait_us, 2000)", "--format", "count", NULL),
                      0);
     wait_reader(&c);
     add_workers(&c, 3);

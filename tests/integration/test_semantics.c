@@ -269,7 +269,7 @@ static void test_batches_survive_a_kill(void **state)
     struct cluster *c = *state;
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read",
-                                       "range(8192) | map(sleep_us, 1000) | batch(32)", "--mode",
+                                       "range(8192) | map(wait_us, 1000) | batch(32)", "--mode",
                                        "distributed_epoch", NULL),
                      0);
     sleep_ms(1200);

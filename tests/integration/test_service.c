@@ -76,10 +76,10 @@ static void test_shared_job(void **state)
     struct cluster *c = *state;
     cluster_add_workers(c, 2);
     /* Two readers of one named distributed_epoch job split its elements: together they see
-     * every element exactly once. The pipeline is slow enough (about 4 s of CPU) that both
-     * take part even on a loaded machine. */
+     * every element exactly once. The pipeline is slow enough (12 s of waits, 3 s on two
+     * workers' four threads) that both take part even on a loaded machine. */
     struct proc r1, r2;
-    const char *p = "range(1000) | map(sleep_us, 4000)";
+    const char *p = "range(1000) | map(wait_us, 12000)";
     assert_int_equal(cluster_cli_spawn(c, &r1, "read", p, "--mode", "distributed_epoch",
                                        "--job-name", "shared", NULL),
                      0);
@@ -117,9 +117,9 @@ static void test_shared_job_name_two_datasets(void **state)
 {
     struct cluster *c = *state;
     cluster_add_workers(c, 2);
-    const char *p1 = "range(20) | map(sleep_us, 20000)";
+    const char *p1 = "range(20) | map(wait_us, 20000)";
     const char *p2 = "list(20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, "
-                     "38, 39) | map(sleep_us, 20000)";
+                     "38, 39) | map(wait_us, 20000)";
     struct proc r[4];
     for (int i = 0; i < 4; i++)
         assert_int_equal(cluster_cli_spawn(c, &r[i], "read", i % 2 ? p2 : p1, "--mode",
@@ -182,7 +182,7 @@ static void test_worker_joins_mid_read(void **state)
     struct cluster *c = *state;
     cluster_add_workers(c, 1);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(1500) | map(sleep_us, 1000)", "--mode",
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(1500) | map(wait_us, 1000)", "--mode",
                                        "distributed_epoch", NULL),
                      0);
     usleep(300 * 1000);
@@ -288,7 +288,7 @@ static void test_restart_without_fault_tolerance(void **state)
     struct cluster *c = *state;
     cluster_add_workers(c, 1);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000) | map(sleep_us, 1000)", NULL),
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000) | map(wait_us, 1000)", NULL),
                      0);
     usleep(800 * 1000);
     assert_int_equal(cluster_restart_dispatcher(c, SIGKILL), 0);
@@ -379,7 +379,7 @@ static void read_across_restarts(struct cluster *c, const char *mode, long n, in
 {
     struct proc r;
     assert_int_equal(
-        cluster_cli_spawn(c, &r, "read", "range(3000) | map(sleep_us, 1000)", "--mode", mode, NULL),
+        cluster_cli_spawn(c, &r, "read", "range(3000) | map(wait_us, 1000)", "--mode", mode, NULL),
         0);
     for (int k = 0; k < 2; k++) {
         usleep(500 * 1000);
@@ -420,7 +420,7 @@ static void test_ft_read_finishes_while_dispatcher_down(void **state)
     struct cluster *c = *state;
     cluster_add_workers(c, 1);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(4000) | map(sleep_us, 500)", NULL), 0);
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(4000) | map(wait_us, 500)", NULL), 0);
     usleep(1500 * 1000);
     proc_stop(&c->dispatcher, SIGKILL, 10000);
     char *out = proc_read_all(&r, 60000);

@@ -244,12 +244,12 @@ static void run_det(struct cluster *c, const char *job, const char *pipeline, lo
 
 static void test_det_two_readers(void **state)
 {
-    run_det(*state, "det2", "range(20000) | map(sleep_us, 20)", 20000, 2, 2, NULL);
+    run_det(*state, "det2", "range(20000) | map(wait_us, 20)", 20000, 2, 2, NULL);
 }
 
 static void test_det_three_readers(void **state)
 {
-    run_det(*state, "det3", "range(30000) | map(sleep_us, 20)", 30000, 3, 3, NULL);
+    run_det(*state, "det3", "range(30000) | map(wait_us, 20)", 30000, 3, 3, NULL);
 }
 
 /* As test_small_reorder_bound in test_deterministic.c: 64 KiB hold a fraction of the 200 splits
@@ -304,7 +304,7 @@ static void run_with_fault(struct cluster *c, const char *job, bool deterministi
     cluster_add_workers(c, 3);
     cluster_wait_registered(c);
     struct shared_read r = {.job = job,
-                            .pipeline = "range(40000) | map(sleep_us, 50)",
+                            .pipeline = "range(40000) | map(wait_us, 50)",
                             .total = total,
                             .n = 2,
                             .deterministic = deterministic};

@@ -500,7 +500,7 @@ static void test_worker_killed(void **state)
     struct cluster *c = *state;
     int w = cluster_add_worker(c);
     assert_true(w >= 0);
-    const char *pipeline = "range(2000) | map(sleep_us, 1000)";
+    const char *pipeline = "range(2000) | map(wait_us, 1000)";
     struct proc r;
     assert_int_equal(cluster_cli_spawn(c, &r, "read", pipeline, "--mode", "distributed_epoch",
                                        "--local", "repeat(3)", NULL),
@@ -562,7 +562,7 @@ static void test_dispatcher_gone(void **state)
      * worker, and a worker admits at most 256 unfinished tasks, which repetitions of a few
      * microseconds (their jobs collected only after --job-gc-timeout-ms) would exhaust. */
     assert_int_equal(cluster_cli_spawn(c, &r, "read",
-                                       "range(10) | map(sleep_us, 20000) | map(mul, 3)", "--local",
+                                       "range(10) | map(wait_us, 20000) | map(mul, 3)", "--local",
                                        "take(1) | repeat()", "--format", "count", NULL),
                      0);
     usleep(1000 * 1000);

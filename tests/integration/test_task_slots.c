@@ -96,7 +96,7 @@ static void expect_every_element_once(struct proc *r, long n, const char *what)
  * on the two workers, long enough for the heavy job to arrive and the dispatcher to restart. */
 static const char *const slot_workers[] = {"--threads", "1", "--task-slots", "1", NULL};
 #define LIGHT_ELEMS 24000
-#define LIGHT "range(24000) | map(sleep_us, 500)"
+#define LIGHT "range(24000) | map(wait_us, 500)"
 #define HEAVY_ELEMS 2000
 
 static int setup_slots(void **state)
@@ -155,7 +155,7 @@ static void test_min_workers_keep_their_slots(void **state)
 /* Workers without slots, one thread each, heartbeating every HB_MS. */
 #define HB_MS 1000
 static const char *const hb_workers[] = {"--threads", "1", "--heartbeat-ms", "1000", NULL};
-#define SATURATING "range(100000000) | map(sleep_us, 500)"
+#define SATURATING "range(100000000) | map(wait_us, 500)"
 
 static int setup_hb(void **state)
 {

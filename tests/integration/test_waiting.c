@@ -152,7 +152,7 @@ static void test_dispatcher_killed(void **state)
     struct cluster *c = *state;
     assert_true(cluster_add_worker(c) >= 0);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000000) | map(sleep_us, 1000)",
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000000) | map(wait_us, 1000)",
                                        "--mode", "distributed_epoch", "--split-size", "16",
                                        "--timeout-ms", "3000", "--format", "count", NULL),
                      0);
@@ -193,7 +193,7 @@ static void test_dispatcher_killed_api(void **state)
     struct sluice_client_options copts = {.dispatcher = disp};
     struct sluice_client *client = NULL;
     assert_int_equal(sluice_client_open(&copts, &client, err, sizeof err), 0);
-    struct sluice_read_options ro = {.pipeline = "range(100000000) | map(sleep_us, 1000)",
+    struct sluice_read_options ro = {.pipeline = "range(100000000) | map(wait_us, 1000)",
                                      .mode = SLUICE_DISTRIBUTED_EPOCH,
                                      .split_size = 16};
     struct sluice_iterator *it = NULL;
@@ -231,7 +231,7 @@ static void test_worker_killed(void **state)
     char waddr[128];
     snprintf(waddr, sizeof waddr, "%s", c->workers[w].addr);
     struct proc r;
-    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000000) | map(sleep_us, 1000)",
+    assert_int_equal(cluster_cli_spawn(c, &r, "read", "range(100000000) | map(wait_us, 1000)",
                                        "--timeout-ms", "4000", "--format", "count", NULL),
                      0);
     usleep(1500 * 1000);

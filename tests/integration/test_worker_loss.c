@@ -188,7 +188,7 @@ static struct copy *copies_add(struct copies *cs, uint64_t task, int64_t value, 
  * a second together, so the survivor alone needs well over ten seconds for the rest of the 3000,
  * far past the dispatcher's eviction of the killed workers (--worker-timeout-ms 2000): the read
  * must go on through the loss of their copies. */
-#define FIVE_PIPELINE "range(1000000) | map(sleep_us, 10000)"
+#define FIVE_PIPELINE "range(1000000) | map(wait_us, 10000)"
 
 static void test_kill_four_of_five(void **state)
 {
@@ -235,9 +235,9 @@ static void test_kill_four_of_five(void **state)
 
 /* ---- a worker restarted ---------------------------------------------------------------------- */
 
-/* range(400) at 10 ms of CPU an element: a copy takes seconds, so the worker is killed in the
- * middle of it. */
-#define COPY_PIPELINE "range(400) | map(sleep_us, 10000)"
+/* range(400) at 10 ms an element (a wait, no CPU): a copy takes seconds, so the worker is killed
+ * in the middle of it. */
+#define COPY_PIPELINE "range(400) | map(wait_us, 10000)"
 #define COPY_N 400
 
 /* Reads until the reader has k elements, all from one task, 0 .. k-1. Returns that task. */
@@ -416,7 +416,7 @@ static void test_whole_copies_cli(void **state)
 
 /* ---- an endless read through a rolling restart ----------------------------------------------- */
 
-#define ENDLESS_PIPELINE "range(1000) | repeat() | map(sleep_us, 2000)"
+#define ENDLESS_PIPELINE "range(1000) | repeat() | map(wait_us, 2000)"
 #define ENDLESS_PERIOD 1000
 #define ROLLING_WORKERS 3
 

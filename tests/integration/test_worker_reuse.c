@@ -41,7 +41,7 @@ static void test_port_taken_by_another_cluster(void **unused)
 
     struct proc reader;
     char pipeline[64];
-    snprintf(pipeline, sizeof pipeline, "range(%d) | map(sleep_us, 200)", N);
+    snprintf(pipeline, sizeof pipeline, "range(%d) | map(wait_us, 200)", N);
     assert_int_equal(cluster_cli_spawn(&a, &reader, "read", pipeline, "--mode", "distributed_epoch",
                                        "--timeout-ms", "60000", NULL),
                      0);
@@ -54,7 +54,7 @@ static void test_port_taken_by_another_cluster(void **unused)
     b.worker_args = b_args;
     assert_true(cluster_add_worker(&b) >= 0);
     struct proc other;
-    assert_int_equal(cluster_cli_spawn(&b, &other, "read", "range(100000000) | map(sleep_us, 1000)",
+    assert_int_equal(cluster_cli_spawn(&b, &other, "read", "range(100000000) | map(wait_us, 1000)",
                                        "--mode", "distributed_epoch", "--timeout-ms", "60000",
                                        NULL),
                      0);

@@ -627,6 +627,37 @@ static void test_sleep_us(void **state)
     assert_true(elapsed >= 10 * 1000 * 1000);
 }
 
+static int64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* wait_us takes its time without a core: long waits one by one, short ones added up. */
+static void test_wait_us(void **state)
+{
+    int64_t t0 = now_ns(), c0 = cpu_ns();
+    char *s = run_all("range(5) | map(wait_us, 4000)");
+    int64_t elapsed = now_ns() - t0, cpu = cpu_ns() - c0;
+    assert_string_equal(s, "0;1;2;3;4");
+    free(s);
+    assert_true(elapsed >= 20 * 1000 * 1000);
+    assert_true(cpu < elapsed / 2);
+
+    /* 2,000 waits of 10 us: 20 ms in all, up to a slice (1 ms) paid ahead by an overshoot. */
+    t0 = now_ns();
+    s = run_all("range(2000) | map(wait_us, 10) | filter(ge, 1997)");
+    elapsed = now_ns() - t0;
+    assert_string_equal(s, "1997;1998;1999");
+    free(s);
+    assert_true(elapsed >= 19 * 1000 * 1000);
+
+    s = run_all("range(3) | map(wait_us, 0)");
+    assert_string_equal(s, "0;1;2");
+    free(s);
+}
+
 /* ---- Prefetch and cancellation ----------------------------------------------------------- */
 
 static void test_prefetch_destroy_early(void **state)
@@ -926,12 +957,19 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sequences),      cmocka_unit_test(test_shuffle),
-        cmocka_unit_test(test_builtin_dtypes), cmocka_unit_test(test_bytes_fn),
-        cmocka_unit_test(test_sleep_us),       cmocka_unit_test(test_prefetch_destroy_early),
-        cmocka_unit_test(test_cancel),         cmocka_unit_test(test_batch_reuses_buffers),
-        cmocka_unit_test(test_open_splits),    cmocka_unit_test(test_open_tail),
-        cmocka_unit_test(test_open_errors),    cmocka_unit_test(test_file_sources),
+        cmocka_unit_test(test_sequences),
+        cmocka_unit_test(test_shuffle),
+        cmocka_unit_test(test_builtin_dtypes),
+        cmocka_unit_test(test_bytes_fn),
+        cmocka_unit_test(test_sleep_us),
+        cmocka_unit_test(test_wait_us),
+        cmocka_unit_test(test_prefetch_destroy_early),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_batch_reuses_buffers),
+        cmocka_unit_test(test_open_splits),
+        cmocka_unit_test(test_open_tail),
+        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_file_sources),
         cmocka_unit_test(test_spec_copied),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

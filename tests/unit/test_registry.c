@@ -84,8 +84,8 @@ static int run_ints(const struct sluice_registry *reg, const char *text, char *o
 static void test_builtins_present(void **state)
 {
     const struct sluice_registry *reg = *state;
-    static const char *const maps[] = {"square",   "add",      "mul",  "mod",
-                                       "identity", "sleep_us", "bytes"};
+    static const char *const maps[] = {"square",   "add",      "mul",     "mod",
+                                       "identity", "sleep_us", "wait_us", "bytes"};
     static const char *const filters[] = {"even", "odd", "lt", "ge"};
     for (size_t i = 0; i < sizeof(maps) / sizeof(maps[0]); i++) {
         const struct pipe_fn *fn = pipe_registry_find(reg, maps[i]);
@@ -160,6 +160,9 @@ static void test_check_messages(void **state)
         {"range(10) | map(sleep_us, 1099511627776)",
          "column 13: map(sleep_us): N must be an integer from 0 to 60000000"},
         {"range(10) | map(sleep_us, 60000000)", NULL},
+        {"range(10) | map(wait_us, -1)",
+         "column 13: map(wait_us): N must be an integer from 0 to 60000000"},
+        {"range(10) | map(wait_us, 60000000)", NULL},
         {"range(10) | map(bytes, 1073741825)",
          "column 13: map(bytes): N must be an integer from 0 to 1073741824"},
         {"range(10) | map(bytes, 1.5)",
@@ -226,14 +229,15 @@ static void *cancel_later(void *arg)
     return NULL;
 }
 
-/* sleep_us(N) notices the chain's cancellation: one minute of work per element gives up with
- * "map(sleep_us): cancelled" soon after the cancel, well before its minute is up. */
-static void test_sleep_us_cancelled(void **state)
+/* sleep_us(N) and wait_us(N) notice the chain's cancellation: one minute of work per element
+ * gives up with "map(NAME): cancelled" soon after the cancel, well before its minute is up. */
+static void check_cancelled(struct sluice_registry *reg, const char *name)
 {
-    struct sluice_registry *reg = *state;
-    char err[SLUICE_ERRMSG_SIZE] = "";
+    char err[SLUICE_ERRMSG_SIZE] = "", text[128], want[64];
+    snprintf(text, sizeof text, "range(5) | map(%s, 60000000)", name);
+    snprintf(want, sizeof want, "map(%s): cancelled", name);
     struct pipe_spec *spec;
-    assert_int_equal(pipe_parse("range(5) | map(sleep_us, 60000000)", &spec, err, sizeof(err)), 0);
+    assert_int_equal(pipe_parse(text, &spec, err, sizeof(err)), 0);
     struct pipe_run *run = NULL;
     assert_int_equal(pipe_open(spec, reg, &run, err, sizeof(err)), 0);
     pthread_t t;
@@ -244,13 +248,19 @@ static void test_sleep_us_cancelled(void **state)
     pipe_elem_init(&e);
     assert_int_equal(pipe_run_next(run, &e), SLUICE_ERR_CANCELLED);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    assert_string_equal(run->ctx.err, "map(sleep_us): cancelled");
+    assert_string_equal(run->ctx.err, want);
     assert_int_equal(pthread_join(t, NULL), 0);
     /* Generous on a loaded machine: the element alone would take 60 s. */
     assert_true(t1.tv_sec - t0.tv_sec < 30);
     pipe_elem_release(&e);
     pipe_run_free(run);
     pipe_spec_free(spec);
+}
+
+static void test_sleep_us_cancelled(void **state)
+{
+    check_cancelled(*state, "sleep_us");
+    check_cancelled(*state, "wait_us");
 }
 
 /* Writes a ustar archive at path with one member per name, each holding its name as data. */
