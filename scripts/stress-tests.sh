@@ -12,7 +12,7 @@
 #   -L LABEL   the tests with this CTest label (default: integration without the drills;
 #              -L drill for the drills alone)
 #
-#   STRESS_JOBS=J      tests run side by side (default: the core count, as scripts/test.sh)
+#   STRESS_JOBS=J      tests run side by side (default: one more than the cores, as scripts/test.sh)
 #   STRESS_HOG=K       CPU hog processes (default: one per core; 0: no hog)
 #   STRESS_LOGS=DIR    where the logs of failed runs go (default stress-logs/ in the build dir)
 #
@@ -58,7 +58,7 @@ else
     [ -f "$dir/CTestTestfile.cmake" ] || scripts/build.sh "$dir"
     timeout=300
 fi
-jobs=${STRESS_JOBS:-$(nproc)}
+jobs=${STRESS_JOBS:-$(($(nproc) + 1))}
 logs=${STRESS_LOGS:-$dir/stress-logs}
 mkdir -p "$logs"
 

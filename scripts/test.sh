@@ -6,14 +6,17 @@
 #
 #   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 10; 0 skips fuzzing)
 #   SLUICE_SKIP_ASAN=1      skip the sanitizer pass (quicker local runs)
-#   SLUICE_TEST_JOBS=J      tests (and fuzz targets) run side by side (default: the core count)
+#   SLUICE_TEST_JOBS=J      tests (and fuzz targets) run side by side (default: one test more
+#                           than the cores, as most tests spend much of their time waiting on
+#                           their clusters; one fuzz target per core, as each keeps one busy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 # deps.sh installed the browser: the dashboard's browser test must run, not skip.
 export SLUICE_REQUIRE_BROWSER=1
 
-jobs=${SLUICE_TEST_JOBS:-$(nproc)}
+jobs=${SLUICE_TEST_JOBS:-$(($(nproc) + 1))}
+fuzz_jobs=${SLUICE_TEST_JOBS:-$(nproc)}
 t0=$(date +%s)
 steps=""
 step_done() {
@@ -49,7 +52,7 @@ if [ "$fuzz_seconds" != 0 ]; then
     CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DSLUICE_FUZZ=ON >/dev/null
     targets=$(ls tests/fuzz/fuzz_*.c | xargs -n1 basename | sed 's/\.c$//')
     # shellcheck disable=SC2086 # one word per target
-    cmake --build build-fuzz -j "$jobs" --target $targets -- --no-print-directory >/dev/null
+    cmake --build build-fuzz -j "$fuzz_jobs" --target $targets -- --no-print-directory >/dev/null
     # Seeds written afresh rather than kept in tests/fuzz/corpus: fuzz_parquet's are the Parquet
     # fixtures of tests/parquet/gen.mjs (both writers, every codec, encoding and page version),
     # written by node (scripts/deps.sh installs it) into a temporary directory per target.
@@ -58,7 +61,7 @@ if [ "$fuzz_seconds" != 0 ]; then
     node tests/parquet/gen.mjs "$gen_seeds/parquet" >/dev/null
     mkdir -p "$gen_seeds/fuzz_parquet"
     cp "$gen_seeds"/parquet/*.parquet "$gen_seeds/fuzz_parquet/"
-    # Each target is one process on one core: $jobs of them run side by side.
+    # Each target is one process on one core: $fuzz_jobs of them run side by side.
     run_fuzz() {
         local f=$1 name corpus seeds=() dir
         name=$(basename "$f")
@@ -74,8 +77,8 @@ if [ "$fuzz_seconds" != 0 ]; then
     for f in build-fuzz/fuzz/fuzz_*; do
         [ -x "$f" ] && fuzzers+=("$f")
     done
-    for ((i = 0; i < ${#fuzzers[@]}; i += jobs)); do
-        batch=("${fuzzers[@]:i:jobs}")
+    for ((i = 0; i < ${#fuzzers[@]}; i += fuzz_jobs)); do
+        batch=("${fuzzers[@]:i:fuzz_jobs}")
         pids=()
         for f in "${batch[@]}"; do
             run_fuzz "$f" &
