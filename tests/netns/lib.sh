@@ -22,7 +22,6 @@
 # shellcheck source=scripts/lib.sh
 . "$src/scripts/lib.sh"
 bin=$build/bin
-plugin=$build/plugins/plugin_nap.so
 use_tls=${NETNS_TLS:-1}
 read_timeout_ms=${read_timeout_ms:-30000} # a read that gets nothing for this long fails
 read_bound_s=${read_bound_s:-60}          # and no read runs longer than this, whatever happens
@@ -82,7 +81,7 @@ add_ns() { # NAME: creates namespace $pfx-NAME with its loopback up
 # holding bridge br0), work (the work dir), and the exit trap.
 netns_begin() {
     local f
-    for f in "$bin/sluice" "$bin/sluice-dispatcher" "$bin/sluice-worker" "$plugin"; do
+    for f in "$bin/sluice" "$bin/sluice-dispatcher" "$bin/sluice-worker"; do
         [ -e "$f" ] || { echo "netns: $f is missing: build $build first" >&2; exit 1; }
     done
     [ "$(id -u)" -eq 0 ] || skip "network namespaces need root (running as uid $(id -u))"
@@ -191,7 +190,7 @@ start_reads() { # two reads at once, one from each client; sets reads to their n
         n=$next_read
         next_read=$((next_read + 1))
         start "read$n" "c$c" "$bin/sluice" read \
-            --dispatcher "$disp" "$pipeline" --mode distributed_epoch --plugin "$plugin" \
+            --dispatcher "$disp" "$pipeline" --mode distributed_epoch \
             --timeout-ms "$read_timeout_ms" --quiet --output "$work/read$n.txt" "${sec[@]}"
         read_pid[$n]=$started_pid
         read_started[$n]=$(now_ns)

@@ -4,7 +4,7 @@
 # joined to every host by a veth pair). Servers bind their namespace's address, workers advertise
 # it, and everything authenticates with a token made here (and speaks mutual TLS, with
 # certificates naming those addresses, when openssl is at hand). Two clients read
-# `range(N) | map(nap_us, U)` in distributed_epoch mode at the same time: once on a healthy
+# `range(N) | map(wait_us, U)` in distributed_epoch mode at the same time: once on a healthy
 # network, for the time it takes, then in three phases while the network breaks under them:
 #   1. worker 1 is cut off from the dispatcher (not from the clients) for longer than the
 #      dispatcher's --worker-timeout-ms, then healed;
@@ -20,7 +20,7 @@
 #
 #   tests/netns/test_netns_cluster.sh BUILD_DIR
 #   NETNS_ELEMENTS=N   elements per read (default 30000)
-#   NETNS_NAP_US=U     microseconds each element sleeps on its worker (default 1000)
+#   NETNS_WAIT_US=U    microseconds each element waits on its worker (default 1000)
 #   NETNS_TLS=0        token only, no TLS
 #   NETNS_KEEP=1       keep the work dir (logs, what was read) even when the test passes
 #   NETNS_DELAY=relay  add the delay with the relay even where tc netem works
@@ -40,7 +40,7 @@ build=$(cd "${1:?usage: test_netns_cluster.sh BUILD_DIR}" && pwd)
 # shellcheck source=tests/netns/lib.sh
 . "$src/tests/netns/lib.sh"
 elements=${NETNS_ELEMENTS:-30000}
-nap_us=${NETNS_NAP_US:-1000}
+wait_us=${NETNS_WAIT_US:-1000}
 worker_timeout_ms=3000
 partition_s=5
 delay_ms=20
@@ -92,7 +92,7 @@ for i in 1 2 3 4; do
     advertise=${addr[w$i]}:6000
     [ "$i" -eq 4 ] && [ "$delay_by" = relay ] && advertise=${addr[relay]}:6000
     start "worker$i" "w$i" "$bin/sluice-worker" --dispatcher "$disp" --host "${addr[w$i]}" \
-        --port 6000 --advertise "$advertise" --threads 1 --plugin "$plugin" --data-root "$work" \
+        --port 6000 --advertise "$advertise" --threads 1 --data-root "$work" \
         "${sec[@]}"
     worker_pid[$i]=$started_pid
     wait_listen "$work/worker$i.out" "$started_pid" >/dev/null || fail "worker $i did not start"
@@ -135,11 +135,11 @@ delay_off() {
 
 # ---- reads -----------------------------------------------------------------------------------
 
-pipeline="range($elements) | map(nap_us, $nap_us)"
+pipeline="range($elements) | map(wait_us, $wait_us)"
 
 settle() { # lets the reads get going before a fault, and makes sure they are still at it
     sleep 2
-    reading || fail "a read ended before the fault; raise NETNS_ELEMENTS or NETNS_NAP_US"
+    reading || fail "a read ended before the fault; raise NETNS_ELEMENTS or NETNS_WAIT_US"
 }
 
 removals() { # how often the dispatcher has removed a worker at ADDRESS (any, without one)
@@ -186,7 +186,7 @@ finish_reads
 echo "== phase 3: ${delay_ms} ms of delay on worker 4's link to its readers (by $delay_by)"
 start_reads
 sleep 1
-reading || fail "a read ended before the delay; raise NETNS_ELEMENTS or NETNS_NAP_US"
+reading || fail "a read ended before the delay; raise NETNS_ELEMENTS or NETNS_WAIT_US"
 delay_on
 finish_reads
 delay_off

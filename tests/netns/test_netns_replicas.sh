@@ -4,7 +4,7 @@
 # helpers of tests/netns/lib.sh, as test_netns_cluster.sh). Everything authenticates with a token
 # made here (and speaks mutual TLS, Raft traffic included, when openssl is at hand); workers and
 # readers take the list of the three RPC addresses. Two clients read
-# `range(N) | map(nap_us, U)` in distributed_epoch mode at the same time, and while they read:
+# `range(N) | map(wait_us, U)` in distributed_epoch mode at the same time, and while they read:
 #   1. the leader is cut off from the other two replicas only (workers and clients still reach
 #      it) for 10 s, then healed;
 #   2. the leader of then (a new one) is cut off from everyone for 10 s, then healed.
@@ -27,7 +27,7 @@
 #
 #   tests/netns/test_netns_replicas.sh BUILD_DIR
 #   NETNS_ELEMENTS=N   elements per read (default 60000: about 55 s with 3 workers)
-#   NETNS_NAP_US=U     microseconds each element sleeps on its worker (default 1000)
+#   NETNS_WAIT_US=U    microseconds each element waits on its worker (default 1000)
 #   NETNS_TLS=0        token only, no TLS
 #   NETNS_KEEP=1       keep the work dir (logs, what was read) even when the test passes
 set -euo pipefail
@@ -38,7 +38,7 @@ read_bound_s=120
 # shellcheck source=tests/netns/lib.sh
 . "$src/tests/netns/lib.sh"
 elements=${NETNS_ELEMENTS:-60000}
-nap_us=${NETNS_NAP_US:-1000}
+wait_us=${NETNS_WAIT_US:-1000}
 election_ms=1000
 partition_s=10
 # The first split finished through the new leader comes at most this long after the cut: the
@@ -157,7 +157,7 @@ echo "== replica $leader leads in term $(field "$leader" term)"
 declare -A worker_pid=()
 for i in 1 2 3; do
     start "worker$i" "w$i" "$bin/sluice-worker" --dispatcher "$disp" --host "${addr[w$i]}" \
-        --port 6000 --threads 1 --plugin "$plugin" --data-root "$work" "${sec[@]}"
+        --port 6000 --threads 1 --data-root "$work" "${sec[@]}"
     worker_pid[$i]=$started_pid
     wait_listen "$work/worker$i.out" "$started_pid" >/dev/null || fail "worker $i did not start"
 done
@@ -186,7 +186,7 @@ phase() {
     views
     local old_term baseline
     old_term=$(field "$old" term)
-    reading || fail "a read ended before phase $n; raise NETNS_ELEMENTS or NETNS_NAP_US"
+    reading || fail "a read ended before phase $n; raise NETNS_ELEMENTS or NETNS_WAIT_US"
     echo "== phase $n: replica $old (leader in term $old_term) cut off from $what" \
         "for $partition_s s"
 
@@ -255,7 +255,7 @@ phase() {
     leader=$now_leader
 }
 
-pipeline="range($elements) | map(nap_us, $nap_us)"
+pipeline="range($elements) | map(wait_us, $wait_us)"
 reads_started=$(now_ns)
 start_reads
 sleep 2
