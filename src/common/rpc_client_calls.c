@@ -172,9 +172,9 @@ void rpc_client_rearm_call_timer(struct rpc_client *cl)
     uint64_t now = uv_now(cl->loop), deadline = cl->heap[0]->deadline;
     if (deadline < now)
         deadline = now;
-    if (uv_is_active((uv_handle_t *)&cl->call_timer) && cl->call_timer_at <= deadline)
+    if (uv_is_active((uv_handle_t *)&cl->call_timer) &&
+        now + uv_timer_get_due_in(&cl->call_timer) <= deadline)
         return;
-    cl->call_timer_at = deadline;
     uv_timer_start(&cl->call_timer, on_call_timer, deadline - now, 0);
 }
 

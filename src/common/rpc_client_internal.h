@@ -75,8 +75,7 @@ struct rpc_client {
     bool gai_busy; /* gai is in flight, possibly abandoned by a timeout */
     uv_connect_t connect_req;
     uv_timer_t connect_timer, backoff_timer, call_timer;
-    uint64_t call_timer_at; /* when call_timer fires (uv_now), while it is active */
-    uint32_t attempt;       /* failed attempts since the last handshake */
+    uint32_t attempt; /* failed attempts since the last handshake */
     uint64_t rng;
     uint64_t peer_incarnation;
     /* opts.local: dial the in-process server first (inproc.h); local_now: this connection is
