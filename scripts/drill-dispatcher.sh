@@ -11,6 +11,8 @@
 #   DRILL_RESTARTS=K   dispatcher kills (default 5)
 #   DRILL_ELEMENTS=N   elements in the pipeline (default 40000)
 #   DRILL_SLEEP_US=U   simulated preprocessing per element in microseconds (default 300)
+#   DRILL_OP=OP        the builtin that simulates it: sleep_us keeps a core busy for the time,
+#                      wait_us waits without one (default sleep_us; the CTest drill waits)
 #   DRILL_SEED=S       seed of the kill times (default: the time)
 #   DRILL_LOG_LEVEL=L  log level of the dispatcher and the workers (default warn)
 #   DRILL_READ_TIMEOUT_S=T  how long the read may take after the last restart (default 120)
@@ -25,6 +27,14 @@ bin=$build/bin
 restarts=${DRILL_RESTARTS:-5}
 elements=${DRILL_ELEMENTS:-40000}
 sleep_us=${DRILL_SLEEP_US:-300}
+op=${DRILL_OP:-sleep_us}
+case $op in
+sleep_us | wait_us) ;;
+*)
+    echo "drill: DRILL_OP must be sleep_us or wait_us, not '$op'" >&2
+    exit 2
+    ;;
+esac
 log_level=${DRILL_LOG_LEVEL:-warn}
 read_timeout=${DRILL_READ_TIMEOUT_S:-120}
 RANDOM=${DRILL_SEED:-$(date +%s)}
@@ -69,7 +79,7 @@ for w in 1 2; do
     echo "worker $w at $(wait_listen "$work/worker$w.out")"
 done
 
-pipeline="range($elements) | map(sleep_us, $sleep_us)"
+pipeline="range($elements) | map($op, $sleep_us)"
 echo "== reading '$pipeline' in distributed_epoch mode while the dispatcher is killed $restarts times"
 "$bin/sluice" read --dispatcher "$disp" "$pipeline" --mode distributed_epoch --job-name drill \
     >"$work/read.txt" 2>"$work/read.log" &

@@ -12,6 +12,9 @@
 #   scripts/drill-workers.sh [BUILD_DIR]           default: build (built if missing)
 #   DRILL_ELEMENTS=N       elements in the pipeline range(N) (default 200000)
 #   DRILL_SLEEP_US=U       simulated preprocessing per element in microseconds (default 100)
+#   DRILL_OP=OP            the builtin that simulates it: sleep_us keeps a core busy for the
+#                          time, wait_us waits without one (default sleep_us; the CTest drill
+#                          waits)
 #   DRILL_WORKERS=W        workers at the start (default 3)
 #   DRILL_MAX_WORKERS=M    joins stop at this many live workers (default 2 W)
 #   DRILL_THREADS=T        producer threads per worker (default 1)
@@ -34,6 +37,14 @@ fi
 bin=$build/bin
 elements=${DRILL_ELEMENTS:-200000}
 sleep_us=${DRILL_SLEEP_US:-100}
+op=${DRILL_OP:-sleep_us}
+case $op in
+sleep_us | wait_us) ;;
+*)
+    echo "drill: DRILL_OP must be sleep_us or wait_us, not '$op'" >&2
+    exit 2
+    ;;
+esac
 nworkers=${DRILL_WORKERS:-3}
 max_workers=${DRILL_MAX_WORKERS:-$((2 * nworkers))}
 threads=${DRILL_THREADS:-1}
@@ -205,7 +216,7 @@ for _ in $(seq 1 "$nworkers"); do
     start_worker
 done
 
-pipeline="range($elements) | map(sleep_us, $sleep_us)"
+pipeline="range($elements) | map($op, $sleep_us)"
 echo "== reading '$pipeline' in distributed_epoch mode"
 "$bin/sluice" read --dispatcher "$disp" "$pipeline" --mode distributed_epoch --format text \
     >"$work/read.txt" 2>"$work/read.log" &

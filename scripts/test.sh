@@ -4,7 +4,7 @@
 # the tests labelled drill, which the plain pass runs), then runs each libFuzzer target for a
 # short smoke time. Exits non-zero if anything fails; prints how long each step took.
 #
-#   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 10; 0 skips fuzzing)
+#   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 5; 0 skips fuzzing)
 #   SLUICE_SKIP_ASAN=1      skip the sanitizer pass (quicker local runs)
 #   SLUICE_TEST_JOBS=J      tests (and fuzz targets) run side by side (default: one test more
 #                           than the cores, as most tests spend much of their time waiting on
@@ -43,7 +43,7 @@ if [ "${SLUICE_SKIP_ASAN:-0}" != 1 ]; then
     step_done "tests (ASan + UBSan)"
 fi
 
-fuzz_seconds=${SLUICE_FUZZ_SECONDS:-10}
+fuzz_seconds=${SLUICE_FUZZ_SECONDS:-5}
 if [ "$fuzz_seconds" != 0 ]; then
     command -v clang >/dev/null || { echo "fuzz: clang not found (scripts/deps.sh installs it)" >&2; exit 1; }
     echo "== fuzz smoke (${fuzz_seconds}s per target)"
