@@ -1,8 +1,9 @@
 /* control_plane: the dispatcher's control plane under a large simulated cluster.
  *
  * One real fault-tolerant dispatcher process (build/bin/sluice-dispatcher, with an auth token,
- * so every connection does the real handshake) is driven from this process, on one libuv loop,
- * by simulated workers and clients that speak the real protocol over real TCP connections:
+ * so every connection does the real handshake) is driven by simulated workers and clients that
+ * speak the real protocol over real TCP connections, on one libuv loop in each of --sim-procs
+ * simulator processes (default 1; see struct part):
  *
  *   - each worker heartbeats at the interval the dispatcher tells it (WorkerHeartbeatReply
  *     .heartbeat_ms) with its worker_key and the progress of its tasks, takes the tasks the
@@ -43,7 +44,7 @@
  *                 [--lease N] [--split-size N] [--baseline-workers N]
  *                 [--baseline-clients N] [--no-baseline] [--dispatcher PATH]
  *                 [--work-root DIR] [--dispatcher-arg ARG]... [--pin]
- *                 [--raft] [--replica-arg ARG]...
+ *                 [--raft] [--replica-arg ARG]... [--sim-procs N]
  *
  * Defaults: 60 s, 1000 workers, 100 clients, 10 jobs, leases of 4 splits of 1000 elements
  * produced in 2000 ms (each lease in 75 % to 125 % of --split-ms, uniformly); the baseline at 100
@@ -55,6 +56,9 @@
  * latencies measure that queue as much as the dispatcher (with --raft, the replicas share the
  * dispatcher's half). --replica-arg passes one more argument to the replicas only (e.g.
  * --raft-election-timeout-ms 500); --dispatcher-arg goes to every dispatcher, replicas included.
+ * --sim-procs N splits the simulated peers over N processes (at most one per client of every job,
+ * so that each has readers of every job): one loop simulating thousands of peers falls behind
+ * (its lag is printed), and the latencies it measures then include its own delays.
  *
  * Besides the simulator's own timings, it prints what the dispatcher measured of the same calls
  * (sluice_request_seconds, from a request's arrival to its reply, over the counters' window),
@@ -103,12 +107,15 @@
 /* ---- options and results --------------------------------------------------------------------- */
 
 #define MAX_DISPATCHER_ARGS 16
+/* --sim-procs: at most this many simulator processes. */
+#define MAX_SIM_PROCS 16
 /* --raft: the replicas of the group, on 127.0.0.1. */
 #define RAFT_REPLICAS 3
 #define RAFT_REPLICAS_TEXT "3"
 
 struct config {
     unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
+    unsigned sim_procs; /* --sim-procs: processes the simulated peers are split over */
     /* --pin: the dispatcher runs on dispatcher_cpus, this process on the others it may use. */
     bool pin;
     cpu_set_t dispatcher_cpus;
@@ -162,6 +169,8 @@ struct figures {
  * early: die or a failed wait (atexit), SIGINT, SIGTERM or SIGHUP (on_signal). A bench killed
  * outright leaves none behind either: each dies with it (PR_SET_PDEATHSIG). */
 static volatile pid_t running[RAFT_REPLICAS];
+/* Set in a simulator process (see struct part): its exit leaves the dispatchers to the parent. */
+static volatile bool in_part;
 
 static void running_add(pid_t pid)
 {
@@ -184,6 +193,8 @@ static void running_remove(pid_t pid)
 
 static void kill_running_dispatchers(void)
 {
+    if (in_part)
+        return;
     for (int i = 0; i < RAFT_REPLICAS; i++) {
         pid_t pid = running[i];
         if (pid > 0) {
@@ -197,7 +208,7 @@ static void kill_running_dispatchers(void)
 /* Only kill(2) and raise(2) here: both are async-signal-safe. */
 static void on_signal(int sig)
 {
-    for (int i = 0; i < RAFT_REPLICAS; i++) {
+    for (int i = 0; i < RAFT_REPLICAS && !in_part; i++) {
         if (running[i] > 0)
             kill(running[i], SIGKILL);
     }
@@ -1376,48 +1387,113 @@ static double measure_restart(const struct config *cfg, struct security_ctx *sec
     return t;
 }
 
-/* One measurement of nworkers and nclients against a single dispatcher, or with raft against a
- * group of RAFT_REPLICAS, started for it on ROOT/TAG and killed at its end. */
-static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsigned nclients,
-                    const char *root, const char *tag, struct figures *fig)
+/* ---- the simulator's processes -------------------------------------------------------------- */
+
+/* The simulated peers run in --sim-procs processes (parts), each on a loop of its own with a share
+ * of the workers and of the clients; the parent starts the dispatchers, steps the parts through
+ * the phases of a measurement (one byte each way per step, over pipes), reads the dispatcher's
+ * counters between them, and merges what the parts measured. A part keeps its loop running while
+ * it waits for the next step. Every part has clients of every job, so the splits its workers
+ * produce go to readers of the same part, as in one process. */
+struct part {
+    unsigned index;
+    unsigned w0, w1, c0, c1; /* its workers [w0, w1) and clients [c0, c1) of the whole */
+    pid_t pid;
+    int to, from; /* the parent's ends: steps to the part, steps done from it */
+};
+
+/* What a part sends back after the measurement, followed by its latencies (nlat[i] doubles each,
+ * in the order of enum kind). */
+struct part_result {
+    uint64_t errors, skipped_hb, splits_confirmed, tasks, task_lists, outstanding, retries;
+    uint64_t lag_over_5ms, nlat[3];
+    double lag_max_ms, cpu_s, seconds;
+    /* Part 0's first client, which probes the restarted dispatcher. */
+    uint64_t client_id, iteration_id;
+    uint8_t key[KEY_LEN];
+    uint32_t key_len;
+};
+
+static void write_full(int fd, const void *buf, size_t len, const char *what)
 {
-    char work_dir[PATH_MAX], token_path[PATH_MAX], token[65], err[SLUICE_ERRMSG_SIZE];
-    snprintf(work_dir, sizeof work_dir, "%s/%s", root, tag);
-    snprintf(token_path, sizeof token_path, "%s/%s.token", root, tag);
-    for (int i = 0; i < 64; i++)
-        token[i] = "0123456789abcdef"[rand() % 16];
-    token[64] = '\0';
-    FILE *tf = fopen(token_path, "w");
-    if (!tf || fputs(token, tf) < 0 || fclose(tf) != 0)
-        die(token_path, strerror(errno));
-    chmod(token_path, 0600);
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            die(what, n < 0 ? strerror(errno) : "short write");
+        p += n;
+        len -= (size_t)n;
+    }
+}
 
-    unsigned max_conns = nworkers + nclients + 64;
-    struct group g;
-    group_start(&g, cfg, raft, root, tag, token_path, max_conns);
-    /* The figures of one process are the leader's (the single dispatcher is its own). */
-    struct dproc *leader = &g.procs[g.leader];
-    for (int i = 0; i < g.n; i++)
-        fprintf(stderr, PROG ": %s: %s pid %d at %s, metrics at %s\n", tag,
-                !raft           ? "dispatcher"
-                : i == g.leader ? "leader"
-                                : "replica",
-                (int)g.procs[i].pid, g.procs[i].addr, g.procs[i].metrics);
+static void read_full(int fd, void *buf, size_t len, const char *what)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            die(what, n < 0 ? strerror(errno) : "a simulator process ended early");
+        p += n;
+        len -= (size_t)n;
+    }
+}
 
+/* In a part: the parent's next step has come (the pipe is non-blocking; run_until asks twice). */
+static int part_in_fd = -1;
+static bool step_ready;
+static bool step_came(struct sim *sim)
+{
+    (void)sim;
+    uint8_t b;
+    ssize_t n = step_ready ? 0 : read(part_in_fd, &b, 1);
+    if (n == 1)
+        step_ready = true;
+    else if (n == 0 && !step_ready)
+        die("simulator process", "the parent went away");
+    return step_ready;
+}
+
+/* In a part: runs the loop until the next step comes. */
+static void part_wait_step(struct sim *sim, const char *what)
+{
+    step_ready = false;
+    run_until(sim, step_came, 3600, what);
+}
+
+/* In a part: says the step is done and runs the loop until the next one comes. */
+static void part_step(struct sim *sim, int out)
+{
+    uint8_t b = 1;
+    write_full(out, &b, 1, "simulator process");
+    part_wait_step(sim, "waiting for the next step");
+}
+
+/* One part of the simulation: its workers and clients against the dispatcher at addr. */
+static void part_run(const struct config *cfg, const char *addr, const char *token_path,
+                     unsigned nworkers_all, unsigned nclients_all, unsigned njobs,
+                     const struct part *pt, int in, int out)
+{
+    char err[SLUICE_ERRMSG_SIZE];
+    part_in_fd = in;
     struct sim *sim = calloc(1, sizeof *sim);
     if (!sim)
         die("sim", "out of memory");
+    unsigned nworkers = pt->w1 - pt->w0, nclients = pt->c1 - pt->c0;
     sim->cfg = cfg;
     sim->nworkers = nworkers;
     sim->nclients = nclients;
-    sim->njobs = cfg->jobs < nclients ? cfg->jobs : nclients;
-    snprintf(sim->addr, sizeof sim->addr, "%s", g.addr);
+    sim->njobs = njobs;
+    snprintf(sim->addr, sizeof sim->addr, "%s", addr);
     uv_loop_init(&sim->loop);
     struct sluice_security_options so = {.auth_token_file = token_path};
     if (security_ctx_new(&so, SECURITY_CLIENT, &sim->sec, err, sizeof err) < 0)
         die("token", err);
-    sim->workers = calloc(nworkers, sizeof *sim->workers);
-    sim->clients = calloc(nclients, sizeof *sim->clients);
+    sim->workers = calloc(nworkers ? nworkers : 1, sizeof *sim->workers);
+    sim->clients = calloc(nclients ? nclients : 1, sizeof *sim->clients);
     sim->jobs = calloc(sim->njobs + nclients, sizeof *sim->jobs);
     if (!sim->workers || !sim->clients || !sim->jobs)
         die("sim", "out of memory");
@@ -1428,11 +1504,11 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
     for (unsigned i = 0; i < nworkers; i++) {
         struct sworker *w = &sim->workers[i];
         w->sim = sim;
-        w->index = i;
+        w->index = pt->w0 + i;
         w->hb_ms = 1000;
         for (int k = 0; k < KEY_LEN; k++)
             w->key[k] = (uint8_t)rand();
-        snprintf(w->address, sizeof w->address, "127.0.0.1:%u", 20000 + i);
+        snprintf(w->address, sizeof w->address, "127.0.0.1:%u", 20000 + w->index);
         struct rpc_client_opts o = {.address = sim->addr,
                                     .role = SLUICE__ROLE__ROLE_WORKER,
                                     .incarnation = rpc_new_incarnation(),
@@ -1442,16 +1518,16 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
         uv_timer_init(&sim->loop, &w->hb);
         w->hb.data = w;
         /* Spread the first heartbeats (and so the connections and handshakes) over one interval,
-         * or at RAMP_PER_S a second for a large cluster: a fleet comes up over time, and every
-         * simulated peer connects from the one loopback address, where the dispatcher admits
-         * at most RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS handshakes at once. */
-        uv_timer_start(&w->hb, worker_heartbeat, (uint64_t)(rand() % ramp_ms(nworkers)) + 1,
+         * or at RAMP_PER_S a second for a large cluster (over all parts): a fleet comes up over
+         * time, and every simulated peer connects from the one loopback address, where the
+         * dispatcher admits at most RPC_DEFAULT_MAX_HANDSHAKES_PER_ADDRESS handshakes at once. */
+        uv_timer_start(&w->hb, worker_heartbeat, (uint64_t)(rand() % ramp_ms(nworkers_all)) + 1,
                        w->hb_ms);
     }
     for (unsigned i = 0; i < nclients; i++) {
         struct sclient *cl = &sim->clients[i];
         cl->sim = sim;
-        cl->index = i;
+        cl->index = pt->c0 + i;
         struct rpc_client_opts o = {.address = sim->addr,
                                     .role = SLUICE__ROLE__ROLE_CLIENT,
                                     .incarnation = rpc_new_incarnation(),
@@ -1462,32 +1538,32 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
         cl->hb.data = cl;
     }
     run_until(sim, all_registered, 60, "workers registering");
-    bool registered = false;
-    register_dataset(sim, &registered);
-    while (!registered)
-        uv_run(&sim->loop, UV_RUN_ONCE);
+    part_step(sim, out);
+    if (pt->index == 0) {
+        bool registered = false;
+        register_dataset(sim, &registered);
+        while (!registered)
+            uv_run(&sim->loop, UV_RUN_ONCE);
+    }
+    part_step(sim, out);
     for (unsigned i = 0; i < nclients; i++)
-        uv_timer_start(&sim->clients[i].hb, client_join_timer,
-                       nclients > RAMP_PER_S / 10 ? (uint64_t)(rand() % ramp_ms(nclients)) : 0, 0);
+        uv_timer_start(
+            &sim->clients[i].hb, client_join_timer,
+            nclients_all > RAMP_PER_S / 10 ? (uint64_t)(rand() % ramp_ms(nclients_all)) : 0, 0);
     run_until(sim, all_joined, 60, "clients joining");
     if (sim->retries)
         fprintf(stderr, PROG ": %" PRIu64 " first requests retried while the cluster connected\n",
                 sim->retries);
+    part_step(sim, out);
     /* Warm up: every worker learns its tasks and leases its first splits. */
     run_until(sim, NULL, 3, "warm-up");
     if (sim->errors)
         fprintf(stderr, PROG ": %" PRIu64 " errors before the measurement\n", sim->errors);
+    part_step(sim, out);
 
-    /* The counters are read at the edges of a window that starts SETTLE_S before latencies are
-     * measured: a scrape blocks this loop while the dispatcher renders its metrics on its own,
-     * and the requests held up behind it must not count. */
-    struct counters c0, c1;
-    double cpu0 = proc_cpu_s(leader->pid), others0 = 0;
-    for (int i = 0; i < g.n; i++)
-        others0 += i == g.leader ? 0 : proc_cpu_s(g.procs[i].pid);
-    read_counters(leader->metrics, token, &c0);
+    /* The parent has read the counters at the start of their window, which starts SETTLE_S
+     * before latencies are measured. */
     double self0 = self_cpu_s();
-    double t0 = now_s();
     run_until(sim, NULL, SETTLE_S, "settling after the scrape");
     sim->measuring = true;
     lag_measuring = true;
@@ -1498,21 +1574,13 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
     double deadline = m0 + cfg->seconds;
     while (now_s() < deadline)
         uv_run(&sim->loop, UV_RUN_ONCE);
-    double t1 = now_s();
     sim->measuring = false;
     lag_measuring = false;
-    double cpu1 = proc_cpu_s(leader->pid), others1 = 0;
-    for (int i = 0; i < g.n; i++)
-        others1 += i == g.leader ? 0 : proc_cpu_s(g.procs[i].pid);
-    double scrape0 = now_s();
-    read_counters(leader->metrics, token, &c1);
-    fig->scrape_ms = (now_s() - scrape0) * 1000;
-    double self1 = self_cpu_s();
-    fig->rss_mb = proc_status_mb(leader->pid, "VmRSS");
-    fig->hwm_mb = proc_status_mb(leader->pid, "VmHWM");
-    fig->sim_lag_max_ms = lag_max_ms;
-    fig->sim_lag_over_5ms = lag_over_5ms;
-    double window = t1 - t0; /* of the counters; latencies and request counts: t1 - m0 */
+    struct part_result res = {.seconds = now_s() - m0,
+                              .cpu_s = self_cpu_s() - self0,
+                              .lag_max_ms = lag_max_ms,
+                              .lag_over_5ms = lag_over_5ms};
+    part_step(sim, out);
 
     /* Stop sending; every request sent must get its reply. */
     sim->stopping = true;
@@ -1523,54 +1591,29 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
     double drain = now_s() + CALL_TIMEOUT_MS / 1000.0 + 5;
     while (!nothing_outstanding(sim) && now_s() < drain)
         uv_run(&sim->loop, UV_RUN_ONCE);
-
-    fig->workers = nworkers;
-    fig->clients = nclients;
-    fig->jobs = sim->njobs;
-    fig->tasks = (unsigned)sim->tasks;
-    fig->seconds = t1 - m0;
+    res.errors = sim->errors;
+    res.skipped_hb = sim->skipped_hb;
+    res.splits_confirmed = sim->splits_confirmed;
+    res.tasks = sim->tasks;
+    res.task_lists = sim->task_lists;
+    res.outstanding = sim->outstanding;
+    res.retries = sim->retries;
+    for (int i = 0; i < 3; i++)
+        res.nlat[i] = sim->lat[i].n;
+    if (nclients > 0) {
+        res.client_id = sim->clients[0].client_id;
+        res.iteration_id = sim->clients[0].iteration_id;
+        memcpy(res.key, sim->clients[0].key, KEY_LEN);
+        res.key_len = (uint32_t)sim->clients[0].key_len;
+    }
+    write_full(out, &res, sizeof res, "simulator process");
     for (int i = 0; i < 3; i++) {
-        fig->inside_p50[i] = hist_q_ms(&c0.requests[i], &c1.requests[i], 0.5);
-        fig->inside_p99[i] = hist_q_ms(&c0.requests[i], &c1.requests[i], 0.99);
+        if (sim->lat[i].n)
+            write_full(out, sim->lat[i].v, sim->lat[i].n * sizeof(double), "simulator process");
+        free(sim->lat[i].v);
     }
-    fig->worker_hb = sim->lat[K_WORKER_HB];
-    fig->client_hb = sim->lat[K_CLIENT_HB];
-    fig->splits = sim->lat[K_SPLITS];
-    fig->errors = sim->errors;
-    fig->missing = sim->outstanding;
-    fig->skipped_hb = sim->skipped_hb;
-    fig->task_lists = sim->task_lists;
-    fig->cpu_share = (cpu1 - cpu0) / window;
-    fig->have_journal_bytes = !isnan(c0.journal_bytes) && !isnan(c1.journal_bytes);
-    fig->journal_bytes_per_s = (c1.journal_bytes - c0.journal_bytes) / window;
-    fig->updates_per_s = (c1.updates - c0.updates) / window;
-    fig->splits_per_s = (double)sim->splits_confirmed / fig->seconds;
-    double commits = c1.commits - c0.commits;
-    fig->commits_per_s = commits / window;
-    fig->commit_mean_ms =
-        commits > 0 ? 1000 * (c1.commit_seconds - c0.commit_seconds) / commits : NAN;
-    fig->commit_slow_share =
-        commits > 0 ? 100.0 * (commits - (c1.fast_commits - c0.fast_commits)) / commits : NAN;
-    fig->sim_cpu_share = (self1 - self0) / window;
-    fig->raft = raft;
-    fig->followers_cpu_share = (others1 - others0) / window;
-    fig->raft_entries_per_s = (c1.raft_commit_index - c0.raft_commit_index) / window;
-    fig->leader_changes = c1.leader_changes - c0.leader_changes;
-    if (raft && fig->leader_changes != 0)
-        fprintf(stderr,
-                PROG ": %s: the leader changed during the measurement: its CPU and memory figures "
-                     "are of the first leader only\n",
-                tag);
-
-    /* Restart with this state; a group: fail over to another replica. */
-    struct sclient probe = sim->clients[0];
-    if (raft) {
-        fig->restart_s = measure_failover(&g);
-        group_kill(&g);
-    } else {
-        group_kill(&g);
-        fig->restart_s = measure_restart(cfg, sim->sec, work_dir, token_path, max_conns, &probe);
-    }
+    /* The parent restarts the dispatcher (or fails the group over) before the last step. */
+    part_wait_step(sim, "waiting for the end");
 
     unsigned open = nworkers + nclients;
     for (unsigned i = 0; i < nworkers; i++) {
@@ -1610,6 +1653,238 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
     free(sim->clients);
     security_ctx_free(sim->sec);
     free(sim);
+}
+
+/* Starts the parts; each is a child that runs part_run and exits. */
+static void parts_start(struct part *parts, unsigned n, const struct config *cfg, const char *addr,
+                        const char *token_path, unsigned nworkers, unsigned nclients,
+                        unsigned njobs)
+{
+    fflush(NULL);
+    for (unsigned k = 0; k < n; k++) {
+        struct part *pt = &parts[k];
+        pt->index = k;
+        pt->w0 = (unsigned)((uint64_t)nworkers * k / n);
+        pt->w1 = (unsigned)((uint64_t)nworkers * (k + 1) / n);
+        pt->c0 = (unsigned)((uint64_t)nclients * k / n);
+        pt->c1 = (unsigned)((uint64_t)nclients * (k + 1) / n);
+        int down[2], up[2];
+        if (pipe(down) < 0 || pipe(up) < 0)
+            die("pipe", strerror(errno));
+        unsigned seed = (unsigned)rand();
+        pid_t pid = fork();
+        if (pid < 0)
+            die("fork", strerror(errno));
+        if (pid == 0) {
+            in_part = true;
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            for (unsigned j = 0; j < k; j++) {
+                close(parts[j].to);
+                close(parts[j].from);
+            }
+            close(down[1]);
+            close(up[0]);
+            fcntl(down[0], F_SETFL, fcntl(down[0], F_GETFL) | O_NONBLOCK);
+            srand(seed);
+            part_run(cfg, addr, token_path, nworkers, nclients, njobs, pt, down[0], up[1]);
+            close(down[0]);
+            close(up[1]);
+            exit(0);
+        }
+        close(down[0]);
+        close(up[1]);
+        pt->pid = pid;
+        pt->to = down[1];
+        pt->from = up[0];
+    }
+}
+
+/* Waits until every part has done its step. */
+static void parts_wait(struct part *parts, unsigned n)
+{
+    for (unsigned k = 0; k < n; k++) {
+        uint8_t b;
+        read_full(parts[k].from, &b, 1, "simulator process");
+    }
+}
+
+/* Starts every part's next step. */
+static void parts_go(struct part *parts, unsigned n)
+{
+    uint8_t b = 1;
+    for (unsigned k = 0; k < n; k++)
+        write_full(parts[k].to, &b, 1, "simulator process");
+}
+
+/* One measurement of nworkers and nclients against a single dispatcher, or with raft against a
+ * group of RAFT_REPLICAS, started for it on ROOT/TAG and killed at its end. */
+static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsigned nclients,
+                    const char *root, const char *tag, struct figures *fig)
+{
+    char work_dir[PATH_MAX], token_path[PATH_MAX], token[65], err[SLUICE_ERRMSG_SIZE];
+    snprintf(work_dir, sizeof work_dir, "%s/%s", root, tag);
+    snprintf(token_path, sizeof token_path, "%s/%s.token", root, tag);
+    for (int i = 0; i < 64; i++)
+        token[i] = "0123456789abcdef"[rand() % 16];
+    token[64] = '\0';
+    FILE *tf = fopen(token_path, "w");
+    if (!tf || fputs(token, tf) < 0 || fclose(tf) != 0)
+        die(token_path, strerror(errno));
+    chmod(token_path, 0600);
+
+    unsigned max_conns = nworkers + nclients + 64;
+    struct group g;
+    group_start(&g, cfg, raft, root, tag, token_path, max_conns);
+    /* The figures of one process are the leader's (the single dispatcher is its own). */
+    struct dproc *leader = &g.procs[g.leader];
+    for (int i = 0; i < g.n; i++)
+        fprintf(stderr, PROG ": %s: %s pid %d at %s, metrics at %s\n", tag,
+                !raft           ? "dispatcher"
+                : i == g.leader ? "leader"
+                                : "replica",
+                (int)g.procs[i].pid, g.procs[i].addr, g.procs[i].metrics);
+
+    unsigned njobs = cfg->jobs < nclients ? cfg->jobs : nclients;
+    /* Every part has a client of every job, and a worker. */
+    unsigned nparts = cfg->sim_procs;
+    if (nparts > nclients / njobs)
+        nparts = nclients / njobs;
+    if (nparts > nworkers)
+        nparts = nworkers;
+    if (nparts == 0)
+        nparts = 1;
+    if (nparts != cfg->sim_procs)
+        fprintf(stderr, PROG ": %s: %u simulator process%s (each needs a client of every job)\n",
+                tag, nparts, nparts == 1 ? "" : "es");
+    struct part parts[MAX_SIM_PROCS];
+    parts_start(parts, nparts, cfg, g.addr, token_path, nworkers, nclients, njobs);
+    parts_wait(parts, nparts); /* workers registered */
+    parts_go(parts, nparts);
+    parts_wait(parts, nparts); /* the dataset registered */
+    parts_go(parts, nparts);
+    parts_wait(parts, nparts); /* clients joined */
+    parts_go(parts, nparts);
+    parts_wait(parts, nparts); /* warmed up */
+
+    /* The counters are read at the edges of a window that starts SETTLE_S before latencies are
+     * measured: the requests held up behind a scrape (the dispatcher renders its metrics on its
+     * loop) must not count. */
+    struct counters c0, c1;
+    double cpu0 = proc_cpu_s(leader->pid), others0 = 0;
+    for (int i = 0; i < g.n; i++)
+        others0 += i == g.leader ? 0 : proc_cpu_s(g.procs[i].pid);
+    read_counters(leader->metrics, token, &c0);
+    double t0 = now_s();
+    parts_go(parts, nparts);
+    parts_wait(parts, nparts); /* measured */
+    double t1 = now_s();
+    double cpu1 = proc_cpu_s(leader->pid), others1 = 0;
+    for (int i = 0; i < g.n; i++)
+        others1 += i == g.leader ? 0 : proc_cpu_s(g.procs[i].pid);
+    double scrape0 = now_s();
+    read_counters(leader->metrics, token, &c1);
+    fig->scrape_ms = (now_s() - scrape0) * 1000;
+    fig->rss_mb = proc_status_mb(leader->pid, "VmRSS");
+    fig->hwm_mb = proc_status_mb(leader->pid, "VmHWM");
+    double window = t1 - t0; /* of the counters; latencies and request counts: the parts' */
+    parts_go(parts, nparts);
+
+    /* What the parts measured, merged. */
+    memset(&fig->worker_hb, 0, sizeof fig->worker_hb);
+    memset(&fig->client_hb, 0, sizeof fig->client_hb);
+    memset(&fig->splits, 0, sizeof fig->splits);
+    struct lat *lats[3] = {&fig->worker_hb, &fig->client_hb, &fig->splits};
+    struct part_result sum = {0}, probe_res = {0};
+    double sim_cpu = 0;
+    fig->seconds = 0;
+    fig->sim_lag_max_ms = 0;
+    for (unsigned k = 0; k < nparts; k++) {
+        struct part_result r;
+        read_full(parts[k].from, &r, sizeof r, "simulator process");
+        for (int i = 0; i < 3; i++) {
+            for (uint64_t x = 0; x < r.nlat[i]; x++) {
+                double v;
+                read_full(parts[k].from, &v, sizeof v, "simulator process");
+                lat_add(lats[i], v);
+            }
+        }
+        if (k == 0)
+            probe_res = r;
+        sum.errors += r.errors;
+        sum.skipped_hb += r.skipped_hb;
+        sum.splits_confirmed += r.splits_confirmed;
+        sum.tasks += r.tasks;
+        sum.task_lists += r.task_lists;
+        sum.outstanding += r.outstanding;
+        sum.lag_over_5ms += r.lag_over_5ms;
+        sim_cpu += r.cpu_s;
+        if (r.seconds > fig->seconds)
+            fig->seconds = r.seconds;
+        if (r.lag_max_ms > fig->sim_lag_max_ms)
+            fig->sim_lag_max_ms = r.lag_max_ms;
+    }
+    fig->sim_lag_over_5ms = sum.lag_over_5ms;
+
+    fig->workers = nworkers;
+    fig->clients = nclients;
+    fig->jobs = njobs;
+    fig->tasks = (unsigned)sum.tasks;
+    for (int i = 0; i < 3; i++) {
+        fig->inside_p50[i] = hist_q_ms(&c0.requests[i], &c1.requests[i], 0.5);
+        fig->inside_p99[i] = hist_q_ms(&c0.requests[i], &c1.requests[i], 0.99);
+    }
+    fig->errors = sum.errors;
+    fig->missing = sum.outstanding;
+    fig->skipped_hb = sum.skipped_hb;
+    fig->task_lists = sum.task_lists;
+    fig->cpu_share = (cpu1 - cpu0) / window;
+    fig->have_journal_bytes = !isnan(c0.journal_bytes) && !isnan(c1.journal_bytes);
+    fig->journal_bytes_per_s = (c1.journal_bytes - c0.journal_bytes) / window;
+    fig->updates_per_s = (c1.updates - c0.updates) / window;
+    fig->splits_per_s = (double)sum.splits_confirmed / fig->seconds;
+    double commits = c1.commits - c0.commits;
+    fig->commits_per_s = commits / window;
+    fig->commit_mean_ms =
+        commits > 0 ? 1000 * (c1.commit_seconds - c0.commit_seconds) / commits : NAN;
+    fig->commit_slow_share =
+        commits > 0 ? 100.0 * (commits - (c1.fast_commits - c0.fast_commits)) / commits : NAN;
+    fig->sim_cpu_share = sim_cpu / window;
+    fig->raft = raft;
+    fig->followers_cpu_share = (others1 - others0) / window;
+    fig->raft_entries_per_s = (c1.raft_commit_index - c0.raft_commit_index) / window;
+    fig->leader_changes = c1.leader_changes - c0.leader_changes;
+    if (raft && fig->leader_changes != 0)
+        fprintf(stderr,
+                PROG ": %s: the leader changed during the measurement: its CPU and memory figures "
+                     "are of the first leader only\n",
+                tag);
+
+    /* Restart with this state; a group: fail over to another replica. */
+    if (raft) {
+        fig->restart_s = measure_failover(&g);
+        group_kill(&g);
+    } else {
+        group_kill(&g);
+        struct sluice_security_options so = {.auth_token_file = token_path};
+        struct security_ctx *sec;
+        if (security_ctx_new(&so, SECURITY_CLIENT, &sec, err, sizeof err) < 0)
+            die("token", err);
+        struct sclient probe = {.client_id = probe_res.client_id,
+                                .iteration_id = probe_res.iteration_id,
+                                .key_len = probe_res.key_len};
+        memcpy(probe.key, probe_res.key, KEY_LEN);
+        fig->restart_s = measure_restart(cfg, sec, work_dir, token_path, max_conns, &probe);
+        security_ctx_free(sec);
+    }
+
+    parts_go(parts, nparts); /* the parts close their connections and exit */
+    for (unsigned k = 0; k < nparts; k++) {
+        int status;
+        close(parts[k].to);
+        close(parts[k].from);
+        if (waitpid(parts[k].pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            die("simulator process", "did not exit 0");
+    }
 }
 
 /* ---- report --------------------------------------------------------------------------------- */
@@ -1798,7 +2073,8 @@ int main(int argc, char **argv)
                          .jobs = 10,
                          .split_ms = 2000,
                          .lease = 4,
-                         .split_size = 1000};
+                         .split_size = 1000,
+                         .sim_procs = 1};
     unsigned base_workers = 0, base_clients = 0;
     bool baseline = true;
     const char *work_root = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -1823,7 +2099,7 @@ int main(int argc, char **argv)
                    "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
                    "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n"
                    "       [--work-root DIR] [--dispatcher-arg ARG]... [--pin]\n"
-                   "       [--raft] [--replica-arg ARG]...\n");
+                   "       [--raft] [--replica-arg ARG]... [--sim-procs N]\n");
             return 0;
         }
         if (strcmp(a, "--dispatcher") == 0 && v)
@@ -1848,7 +2124,13 @@ int main(int argc, char **argv)
             cfg.lease = parse_uint(a, v);
         else if (strcmp(a, "--split-size") == 0)
             cfg.split_size = parse_uint(a, v);
-        else if (strcmp(a, "--baseline-workers") == 0)
+        else if (strcmp(a, "--sim-procs") == 0) {
+            cfg.sim_procs = parse_uint(a, v);
+            if (cfg.sim_procs > MAX_SIM_PROCS) {
+                fprintf(stderr, PROG ": --sim-procs: at most %d\n", MAX_SIM_PROCS);
+                return 2;
+            }
+        } else if (strcmp(a, "--baseline-workers") == 0)
             base_workers = parse_uint(a, v);
         else if (strcmp(a, "--baseline-clients") == 0)
             base_clients = parse_uint(a, v);
