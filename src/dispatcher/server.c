@@ -1253,12 +1253,18 @@ int dispatcher_start(uv_loop_t *loop, const struct dispatcher_opts *opts, struct
             goto fail;
     }
 
-    /* The timer runs often enough that no deadline is overshot by more than a quarter. */
+    /* The timer runs often enough that no deadline is overshot by more than a quarter: the
+     * timeouts' and the disconnect graces' (UINT32_MAX when off; never longer than their
+     * timeouts). */
     uint32_t shortest = d->worker_timeout_ms;
     if (d->client_timeout_ms < shortest)
         shortest = d->client_timeout_ms;
     if (d->gc_timeout_ms < shortest)
         shortest = d->gc_timeout_ms;
+    if (d->client_grace_ms < shortest)
+        shortest = d->client_grace_ms;
+    if (d->worker_grace_ms < shortest)
+        shortest = d->worker_grace_ms;
     uint64_t interval = shortest / 4;
     /* The autoscaling window closes on the first tick at or after its end. */
     if (interval > observe_window_ms(d->obs))

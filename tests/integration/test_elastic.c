@@ -118,13 +118,13 @@ static int setup_reconnect(void **state)
     return setup_with(state, args);
 }
 
-/* The same with the grace off: only the (3 s) client timeout releases a killed reader. */
+/* The same with the grace off: only the (2 s) client timeout releases a killed reader. */
 static int setup_no_grace(void **state)
 {
     static const char *const args[] = {"--worker-timeout-ms",
                                        "1000",
                                        "--client-timeout-ms",
-                                       "3000",
+                                       "2000",
                                        "--disconnect-grace-ms",
                                        "0",
                                        "--log-level",
@@ -644,7 +644,7 @@ static void killed_reader_released(struct cluster *c, bool grace)
     assert_non_null(log);
     const char *closed = ": its connection closed and it sent no heartbeat for 2000 ms since: "
                          "releasing it";
-    const char *silent = " sent no heartbeat for 3000 ms: releasing it";
+    const char *silent = " sent no heartbeat for 2000 ms: releasing it";
     if (grace) {
         assert_non_null(strstr(log, closed));
         assert_null(strstr(log, "sent no heartbeat for 120000 ms"));
@@ -767,18 +767,21 @@ static void test_reader_reconnects_not_released(void **state)
     pid_t relay = relay_start(port, disp, log[0]);
     struct proc *r = new_reader();
     c->port = port; /* the reader's --dispatcher: the relay */
-    spawn_read(c, r, 6000, 10000, "relayed");
+    /* 5000 elements of 10 ms on two workers of two threads each: about 12 s, paced by sleeps, so
+     * a loaded machine only makes it longer. A quarter of it goes before the first cut, the
+     * grace and a tick after it, and some 3 s are left to read after the second. */
+    spawn_read(c, r, 5000, 10000, "relayed");
     c->port = disp;
     wait_mid_epoch(c, r, "relayed");
     relay_kill(relay);
     relay = relay_start(port, disp, log[1]);
-    /* Past the grace (4 s) and the next tick: a reader that did not come back is released by
-     * now, and its read fails. */
+    /* Past the grace (4 s) and the next tick (a quarter of the grace, 1 s): a reader that did not
+     * come back is released by now, and its read fails. */
     usleep(5500 * 1000);
     assert_still_reading(r);
     relay_kill(relay);
     relay = relay_start(port, disp, log[1]);
-    assert_exactly_once("read through a broken connection", finish_read(r), 6000);
+    assert_exactly_once("read through a broken connection", finish_read(r), 5000);
     relay_kill(relay);
     /* The reader did reconnect through the relays started again. */
     char *accepts = read_text_file(log[1]);
@@ -840,12 +843,15 @@ static void test_dispatcher_paused(void **state)
     long long worker_id = int_field(w0, "id");
     json_decref(doc);
     struct proc *r = new_reader();
-    spawn_read(c, r, 2000, 4000, NULL);
+    /* About 2 s of reading on the worker's two threads, three quarters of it after the pause
+     * begins: the worker serves what it has leased meanwhile, and needs the dispatcher again for
+     * the rest once it is back. */
+    spawn_read(c, r, 1000, 4000, NULL);
     wait_mid_epoch(c, r, NULL);
     assert_int_equal(kill(c->dispatcher.pid, SIGSTOP), 0);
     usleep(4000 * 1000);
     assert_int_equal(kill(c->dispatcher.pid, SIGCONT), 0);
-    assert_exactly_once("read through the pause", finish_read(r), 2000);
+    assert_exactly_once("read through the pause", finish_read(r), 1000);
     doc = cluster_status(c);
     json_t *workers = json_object_get(doc, "workers");
     assert_int_equal(json_array_size(workers), 1);
