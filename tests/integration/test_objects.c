@@ -55,8 +55,11 @@
 #define MANY 300
 #define MANY_PAGE 100
 #define MANY_WORKERS 12
-/* The snapshot saved for the snapshot("s3://...") tests: the elements of range(SNAP_ELEMS). */
+/* The snapshot saved for the snapshot("s3://...") tests: the elements of range(SNAP_ELEMS), in
+ * chunks of SNAP_SPLIT (19 chunks; the default split of a range this small, 16 elements, would make
+ * 188, and the relays put every object of the three copies one by one at their start). */
 #define SNAP_ELEMS 3000
+#define SNAP_SPLIT "160"
 /* The Megatron dataset for the megatron("s3://...") tests. */
 #define MG_DOCS 600
 
@@ -203,7 +206,8 @@ static void write_snapshot_megatron(void)
     assert_true(cluster_add_worker(&c) >= 0);
     char pl[64];
     snprintf(pl, sizeof pl, "range(%d)", SNAP_ELEMS);
-    char *out = cluster_run(&c, 0, NULL, "register", pl, "--dataset-id", "nums", NULL);
+    char *out = cluster_run(&c, 0, NULL, "register", pl, "--dataset-id", "nums", "--split-size",
+                            SNAP_SPLIT, NULL);
     free(out);
     out = cluster_run(&c, 0, NULL, "snapshot", "save", "--dataset-id", "nums", "--path", dir,
                       "--timeout-ms", "60000", NULL);
@@ -248,7 +252,9 @@ static int snapshot_chunks(void)
     return n;
 }
 
-static int start_relay(struct proc *p, char *addr_out, size_t len, bool tls)
+/* Spawns a relay; await_relay waits for it. Each puts every object of the data dir into its own
+ * s3rver before it listens (seconds), so the two are started together. */
+static int spawn_relay(struct proc *p, bool tls)
 {
     char cert[700], key[700];
     snprintf(cert, sizeof cert, "%s/node.pem", certs);
@@ -258,7 +264,12 @@ static int start_relay(struct proc *p, char *addr_out, size_t len, bool tls)
                     "S3RVER",    tls ? "--tls" : NULL,
                     cert,        key,
                     NULL};
-    if (proc_start(p, argv, 60000) < 0)
+    return proc_spawn(p, argv);
+}
+
+static int await_relay(struct proc *p, char *addr_out, size_t len, bool tls)
+{
+    if (proc_await_listening(p, 60000) < 0)
         return -1;
     const char *port = strrchr(p->addr, ':');
     snprintf(addr_out, len, "%s://%s%s", tls ? "https" : "http", tls ? "localhost" : "127.0.0.1",
@@ -274,9 +285,13 @@ static int setup(void **state)
     char *mk[] = {SLUICE_SOURCE_DIR "/tests/integration/make_certs.sh", certs, NULL};
     if (run_cmd(mk, 60000, NULL, NULL) != 0)
         return -1;
-    if (start_relay(&relay, endpoint, sizeof endpoint, false) < 0 ||
-        start_relay(&relay_tls, endpoint_tls, sizeof endpoint_tls, true) < 0)
+    if (spawn_relay(&relay, false) < 0 || spawn_relay(&relay_tls, true) < 0 ||
+        await_relay(&relay, endpoint, sizeof endpoint, false) < 0 ||
+        await_relay(&relay_tls, endpoint_tls, sizeof endpoint_tls, true) < 0) {
+        proc_stop(&relay, SIGKILL, 5000);
+        proc_stop(&relay_tls, SIGKILL, 5000);
         return -1;
+    }
     char ca[700];
     snprintf(ca, sizeof ca, "%s/ca.pem", certs);
     setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
@@ -808,13 +823,15 @@ static void test_snapshot_errors(void **state)
         strstr(err, "snapshot s3://bkt/data/nosnap: not a snapshot (no snapshot.json)\n"));
     free(err);
     free(out);
-    /* The last chunk replaced while the first ones are read. */
+    /* The last chunk replaced while the first ones are read: paced at 1 ms an element, the read
+     * reaches it some 2.9 s after its first chunk (all the chunks before it), and the replace
+     * follows that chunk's GET within a poll of the relay's counters. */
     int last = snapshot_chunks() - 1;
     assert_true(last >= 1);
     struct proc p;
     char *argv[] = {(char *)bin_path("sluice"),
                     "run",
-                    "snapshot(\"s3://bkt/data/snapmut\") | map(wait_us, 2000)",
+                    "snapshot(\"s3://bkt/data/snapmut\") | map(wait_us, 1000)",
                     "--format",
                     "count",
                     NULL};
@@ -835,7 +852,11 @@ static void test_snapshot_errors(void **state)
 /* The cluster of the save tests: 2 workers, data roots s3://bkt/data and s3://nobkt/snap (a
  * bucket the server does not have). */
 static const char *const save_dispatcher_args[] = {
-    "--log-level", "warn", "--data-root", "s3://bkt/data", "--data-root", "s3://nobkt/snap", NULL};
+    "--log-level", "warn", "--data-root", "s3://bkt/data", "--data-root", "s3://nobkt/snap",
+    /* A worker timeout of 1 s, not the helper's 2 s: heartbeats every 200 ms and the timer every
+     * 250 ms, so a save's end (its workers' reports, then the timer's finalize) is seen twice as
+     * soon. */
+    "--worker-timeout-ms", "1000", NULL};
 static const char *const save_worker_args[] = {
     "--data-root", "s3://bkt/data", "--data-root", "s3://nobkt/snap", "--metrics-port", "0", NULL};
 

@@ -59,10 +59,9 @@ int proc_spawn(struct proc *p, char *const argv[])
     return 0;
 }
 
-int proc_start(struct proc *p, char *const argv[], int timeout_ms)
+/* proc_await_listening, calling the process name when it complains. */
+static int await_listening(struct proc *p, const char *name, int timeout_ms)
 {
-    if (proc_spawn(p, argv) != 0)
-        return -1;
     char line[512];
     size_t have = 0;
     long long deadline = now_ms() + timeout_ms;
@@ -89,10 +88,24 @@ int proc_start(struct proc *p, char *const argv[], int timeout_ms)
             have++;
         }
     }
-    fprintf(stderr, "%s did not report listening in %d ms\n", argv[0], timeout_ms);
+    fprintf(stderr, "%s did not report listening in %d ms\n", name, timeout_ms);
     proc_stop(p, SIGKILL, 2000);
     print_file(p->log, 200);
     return -1;
+}
+
+int proc_await_listening(struct proc *p, int timeout_ms)
+{
+    char name[32];
+    snprintf(name, sizeof name, "pid %d", (int)p->pid);
+    return await_listening(p, name, timeout_ms);
+}
+
+int proc_start(struct proc *p, char *const argv[], int timeout_ms)
+{
+    if (proc_spawn(p, argv) != 0)
+        return -1;
+    return await_listening(p, argv[0], timeout_ms);
 }
 
 static int decode_status(int status)

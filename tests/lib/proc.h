@@ -24,6 +24,11 @@ int proc_start(struct proc *p, char *const argv[], int timeout_ms);
 /* Starts argv without waiting for a listening line (stdout kept in p->out_fd). */
 int proc_spawn(struct proc *p, char *const argv[]);
 
+/* Waits up to timeout_ms for the "listening on" line of p, started with proc_spawn, as
+ * proc_start does (proc_start is proc_spawn and this): servers slow to start can be spawned
+ * together and then awaited. Returns 0, or -1 (the process is killed and its log printed). */
+int proc_await_listening(struct proc *p, int timeout_ms);
+
 /* Sends sig and waits up to timeout_ms; then SIGKILLs. Returns the exit status (0..255), 128+N
  * for a signal, or -1. Safe on a proc that was never started or already stopped. */
 int proc_stop(struct proc *p, int sig, int timeout_ms);
