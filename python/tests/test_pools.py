@@ -28,7 +28,10 @@ def pools():
     try:
         for pool in ("a", "b"):
             argv = [str(BIN_DIR / "sluice-worker"), "--dispatcher", d.target, "--port", "0",
-                    "--heartbeat-ms", "100", "--label", f"pool={pool}"]
+                    "--heartbeat-ms", "100", "--label", f"pool={pool}",
+                    # A case may leave elements unread: the drain at the end waits for no
+                    # reader that is gone (test_drain_outage.py tests that wait).
+                    "--drain-timeout-ms", "200"]
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                  text=True)
             procs.append(p)
@@ -39,6 +42,7 @@ def pools():
     finally:
         for p in procs:
             p.terminate()
+        for p in procs:
             p.wait(15)
             p.stdout.close()
         d.stop()

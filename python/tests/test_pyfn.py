@@ -86,10 +86,12 @@ def module(tmp_path, monkeypatch):
 
 @pytest.fixture
 def cluster(tmp_path):
-    """Two in-process workers whose python_path is the directory of the test's module."""
+    """Two in-process workers whose python_path is the directory of the test's module.
+    A case may leave elements unread (a read that failed): the workers' drain at the end waits
+    for no reader that is gone (test_drain_outage.py tests that wait)."""
     with sluice.DispatchServer() as d, \
-            sluice.WorkerServer(d, threads=2, python_path=tmp_path), \
-            sluice.WorkerServer(d, threads=2, python_path=tmp_path):
+            sluice.WorkerServer(d, threads=2, python_path=tmp_path, drain_timeout_ms=200), \
+            sluice.WorkerServer(d, threads=2, python_path=tmp_path, drain_timeout_ms=200):
         yield d
 
 

@@ -25,13 +25,23 @@ import urllib.request
 
 import pytest
 
+import sluice
 from conftest import BIN_DIR, free_ports
 
-N = 200000
-# Slow enough that the reads last through a drill (about a minute with 3 workers of 2 threads;
-# waits, not CPU, so the same on a machine of any size).
-PIPELINE = f"range({N}) | map(wait_us, 1000)"
+# The reads' elements wait 1 ms each (waits, not CPU, so the same on a machine of any size):
+# with 3 workers of 2 threads about 5000 a second. Each drill reads as many as last through it
+# with a margin (about twice its own length where it asserts the reads ran through it all).
+WAIT_US = 1000
 READ_S = 300  # the bound on one drill's reads
+# The replicas' Raft election timeout (the flag's default is 600 ms): a kill or a stop is
+# noticed sooner, so each drill round is shorter. Raft's heartbeats go out every tenth of it;
+# 300 ms leaves a loaded machine's scheduling delays far behind (test_replica_options.py runs
+# its group with it too).
+ELECTION_MS = 300
+
+
+def pipeline(n):
+    return f"range({n}) | map(wait_us, {WAIT_US})"
 
 
 def free_port():
@@ -42,7 +52,7 @@ class Group:
     """Three sluice-dispatcher replicas (ids 1 to 3) on 127.0.0.1, their work dirs and logs
     under tmp, with the workers and readers that use them."""
 
-    def __init__(self, tmp, extra=(), n=3, later=()):
+    def __init__(self, tmp, extra=(), n=3, later=(), election_ms=ELECTION_MS):
         self.tmp = str(tmp)
         self.ids = list(range(1, n + 1))
         ports = iter(free_ports(3 * n))
@@ -51,7 +61,8 @@ class Group:
         self.metrics = {i: next(ports) for i in self.ids}
         self.cluster = ",".join(f"{i}=127.0.0.1:{self.raft[i]}" for i in self.ids)
         self.target = ",".join(f"127.0.0.1:{self.rpc[i]}" for i in self.ids)
-        self.extra = list(extra)
+        self.election_ms = election_ms
+        self.extra = ["--raft-election-timeout-ms", str(election_ms), *extra]
         self.procs = {}
         self.others = []  # workers and readers: (name, Popen)
         self.logs = []
@@ -159,16 +170,17 @@ class Group:
                                      stdout=log, stderr=subprocess.STDOUT)
             self.others.append(("worker", p))
 
-    def readers(self, n=2, job="j", pipeline=PIPELINE):
-        """Starts n `sluice read` processes sharing job in distributed_epoch; returns their
-        (Popen, output path)."""
+    def readers(self, elements, n=2, job="j"):
+        """Starts n `sluice read` processes sharing job in distributed_epoch, of range(elements);
+        returns their (Popen, output path)."""
         out = []
         for r in range(n):
             path = os.path.join(self.tmp, f"{job}-out{r}.txt")
             with self.log(f"{job}-read{r}") as log:
                 p = subprocess.Popen([str(BIN_DIR / "sluice"), "read", "--dispatcher", self.target,
-                                      "--job-name", job, "--mode", "distributed_epoch", pipeline,
-                                      "--output", path], stdout=log, stderr=subprocess.STDOUT)
+                                      "--job-name", job, "--mode", "distributed_epoch",
+                                      pipeline(elements), "--output", path],
+                                     stdout=log, stderr=subprocess.STDOUT)
             self.others.append(("reader", p))
             out.append((p, path))
         return out
@@ -240,7 +252,7 @@ def ask_alone(port, wait_s=3):
     return got
 
 
-def check_reads(readers, n=N):
+def check_reads(readers, n):
     """Waits for the readers (bounded) and asserts they exited 0 and got range(n) exactly."""
     deadline = time.monotonic() + READ_S
     for p, _ in readers:
@@ -295,25 +307,49 @@ def figures(name, values):
           + f" s; p50 {p50:.3f} s, max {values[-1]:.3f} s")
 
 
+def wait_answers(g, i, timeout=30):
+    """Waits (bounded) until replica i, just started, answers a status request."""
+    deadline = time.monotonic() + timeout
+    while g.status(i) is None:
+        assert time.monotonic() < deadline, f"replica {i} does not answer {timeout} s after start"
+        time.sleep(0.05)
+
+
+def drill_done(readers, t0):
+    print(f"the drill took {time.monotonic() - t0:.1f} s; "
+          f"reads still running: {sum(p.poll() is None for p, _ in readers)}")
+
+
 @dumps_logs
 def test_leader_killed_ten_times(group_factory):
     g = group_factory()
     g.wait_leader()
     g.add_workers(3)
-    readers = g.readers(2)
+    # The drill takes about 15 s (more on a loaded machine).
+    readers = g.readers(100000)
     times = []
     during = 0
+    t_drill = time.monotonic()
+    restarted = None
     for k in range(10):
-        time.sleep(1)
+        if restarted is not None:
+            # The replica killed last is back before the next kill, so that the kill-to-reply
+            # figures measure an election among two live replicas, not a restart.
+            wait_answers(g, restarted)
+        # The reads go on under this leader for a while.
+        time.sleep(0.3)
         leader = g.wait_leader()
         during += all(p.poll() is None for p, _ in readers)
         t0 = time.monotonic()
         g.kill(leader)
         g.wait_leader(exclude=(leader,))
         times.append(time.monotonic() - t0)
-        time.sleep(2)
+        # The two others serve alone for a while.
+        time.sleep(0.7)
         g.start(leader)
-    check_reads(readers)
+        restarted = leader
+    drill_done(readers, t_drill)
+    check_reads(readers, 100000)
     print(f"{during} of the 10 kills while both reads ran")
     assert during >= 5, "the reads ended too early for the drill"
     figures("kill -9 of the leader to the next leader's first reply", times)
@@ -323,13 +359,15 @@ def test_leader_killed_ten_times(group_factory):
 
 @dumps_logs
 def test_leader_stopped_past_election_timeout(group_factory):
-    timeout_ms = 500
-    g = group_factory(extra=["--raft-election-timeout-ms", str(timeout_ms)])
+    g = group_factory()
+    timeout_ms = g.election_ms
     g.wait_leader()
     g.add_workers(3)
-    readers = g.readers(2)
+    # The drill takes about 5 s (more on a loaded machine); the reads must outlast it.
+    readers = g.readers(55000)
+    t_drill = time.monotonic()
     for cycle in range(3):
-        time.sleep(1)
+        time.sleep(0.5)
         old = g.wait_leader()
         g.send(old, signal.SIGSTOP)
         t0 = time.monotonic()
@@ -354,7 +392,8 @@ def test_leader_stopped_past_election_timeout(group_factory):
         assert g.readyz(old) != 200
         answer = ask_alone(g.rpc[old])
         assert f"not the leader: the leader is 127.0.0.1:{g.rpc[new]}".encode() in answer, answer
-    check_reads(readers)
+    drill_done(readers, t_drill)
+    check_reads(readers, 55000)
     g.wait_converged()
 
 
@@ -363,10 +402,13 @@ def test_rolling_restart(group_factory):
     g = group_factory()
     g.wait_leader()
     g.add_workers(3)
-    readers = g.readers(2)
+    # The drill takes about 2 s (more on a loaded machine); the reads must outlast it.
+    readers = g.readers(30000)
     gaps = []
+    t_drill = time.monotonic()
     for i in g.ids:
-        time.sleep(1)
+        time.sleep(0.5)
+        assert all(p.poll() is None for p, _ in readers), "the reads ended before the drill"
         was_leader = g.readyz(i) == 200
         # The time without any serving replica, from SIGTERM until replica i is back and
         # some replica serves.
@@ -394,7 +436,8 @@ def test_rolling_restart(group_factory):
         gaps.append(down)
         print(f"restart of replica {i} ({'leader' if was_leader else 'follower'}): "
               f"{down:.3f} s without a serving replica")
-    check_reads(readers)
+    drill_done(readers, t_drill)
+    check_reads(readers, 30000)
     figures("unavailability per restart", gaps)
     g.wait_converged()
 
@@ -404,15 +447,21 @@ def log_lines(g, i, text):
         return [line for line in f if text in line]
 
 
+def register_many(g, count):
+    """Registers count datasets (a Raft entry each) through the list of replicas, from this
+    process: the same requests as `sluice register`, without a process start for each (the
+    command's own registration, following the leader, is checked in wipe_and_rejoin)."""
+    for k in range(count):
+        assert sluice.register_dataset("sluice://" + g.target, f"range({k + 1})", timeout=30)
+
+
 def wipe_and_rejoin(g, registrations):
     """Stops a follower, empties its work dir and starts it again after registrations changes:
     it must join without bootstrapping, the leader must add it back, and it must reach the
     group's state and vote again. Returns the applied indexes it went through."""
     leader = g.wait_leader()
     follower = next(i for i in g.ids if i != leader)
-    for k in range(registrations):
-        r = g.cli("register", "--dispatcher", g.target, f"range({k + 1})")
-        assert r.returncode == 0, r.stderr
+    register_many(g, registrations)
     before = g.wait_converged()[leader]
     assert g.kill(follower, signal.SIGTERM) == 0
     shutil.rmtree(g.work_dir(follower))
@@ -477,7 +526,11 @@ def test_new_group_waits_for_every_member(group_factory):
     # A new group forms once every member has answered (none of them past the bootstrap):
     # two of three wait, serve nothing and say what they wait for.
     g = group_factory(later=(3,))
-    time.sleep(6)
+    # They say so once they have waited 5 s (and every 5 s after).
+    deadline = time.monotonic() + 30
+    while not all(log_lines(g, i, "not heard from: 3 (") for i in (1, 2)):
+        assert time.monotonic() < deadline, "replicas 1 and 2 did not say what they wait for"
+        time.sleep(0.1)
     for i in (1, 2):
         v = g.status(i)
         assert v and v["membership"] == "new" and v["role"] == "unavailable", v
@@ -498,9 +551,7 @@ def test_damaged_raft_directory_refused(group_factory):
     g = group_factory(extra=["--snapshot-every", "16"])
     leader = g.wait_leader()
     follower = next(i for i in g.ids if i != leader)
-    for k in range(200):
-        r = g.cli("register", "--dispatcher", g.target, f"range({k + 1})")
-        assert r.returncode == 0, r.stderr
+    register_many(g, 200)
     g.wait_converged()
     assert g.kill(follower, signal.SIGTERM) == 0
     raft = os.path.join(g.work_dir(follower), "raft")

@@ -127,10 +127,17 @@ def test_static_sharding_waits_for_every_fixed_worker():
         first = sluice.WorkerServer(d, port=ports[0])
         it = iter(sluice.distribute("range(20)", "data", d, element_timeout=0.2))
         got = []
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
+        # The read goes on for 1 s after the first worker's first element (its shard of 20 is
+        # served in milliseconds): a read that ends with the workers registered so far ends
+        # then. The whole wait is bounded.
+        start = time.monotonic()
+        deadline = start + 30
+        first_at = None
+        while first_at is None or time.monotonic() < first_at + 1:
+            assert time.monotonic() < deadline, "no element of the registered worker in 30 s"
             try:
                 got.append(int(next(it)))
+                first_at = first_at or time.monotonic()
             except sluice.TimeoutError:
                 pass
             except StopIteration:

@@ -254,7 +254,7 @@ def test_slow_consumer_makes_the_worker_wait(cluster, tensor_worker):
         else:
             copies += 1
         if len(batch) == 32:
-            time.sleep(0.2)
+            time.sleep(0.1)
             for x, p in batch:
                 assert np.array_equal(p, expected(x)[0]), f"view of element {x} was overwritten"
             batch.clear()

@@ -8,9 +8,11 @@ Each rank is a process of its own, as torchrun starts them."""
 import collections
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -83,23 +85,43 @@ def run_ranks(tmp, name, world, target, take, workers, det, restore, order="shar
     with open(script, "w") as f:
         f.write(RANK)
     store = os.path.join(out, "store")
-    procs = [subprocess.Popen([sys.executable, script, str(r), str(world), store, target, out,
-                               str(take), str(workers), "1" if det else "0", restore, PIPELINE,
-                               order],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(world)]
+    # Each rank leads a session of its own, with its DataLoader's worker processes in it: once
+    # the rank has exited, what is left of its session is killed, as a scheduler ends a killed
+    # trainer's pod or job step. (Left alone, the workers of a rank killed with -9 would notice
+    # only at their next check of the parent, up to 5 s later.) The output goes to files, which
+    # no leftover process holds open past the wait.
+    procs, errs = [], []
+    for r in range(world):
+        err = open(os.path.join(out, f"stderr-{r}.txt"), "w+")
+        errs.append(err)
+        procs.append(subprocess.Popen(
+            [sys.executable, script, str(r), str(world), store, target, out, str(take),
+             str(workers), "1" if det else "0", restore, PIPELINE, order],
+            stdout=err, stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    deadline = time.monotonic() + WAIT_S
     got = []
-    for r, p in enumerate(procs):
-        try:
-            _, err = p.communicate(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        # A checkpointing rank kills itself after writing what it had.
-        assert p.returncode == (-9 if take >= 0 else 0), f"rank {r}: {err[-3000:]}"
-        with open(os.path.join(out, f"got-{r}.json")) as f:
-            got.append(json.load(f))
+    try:
+        for r, p in enumerate(procs):
+            # Waited for without reaping it: until it is reaped its pid, the id of its
+            # session's process group, cannot go to another process.
+            while not os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                assert time.monotonic() < deadline, f"rank {r} still runs after {WAIT_S} s"
+                time.sleep(0.02)
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            errs[r].seek(0)
+            err = errs[r].read()
+            # A checkpointing rank kills itself after writing what it had.
+            assert p.returncode == (-9 if take >= 0 else 0), f"rank {r}: {err[-3000:]}"
+            with open(os.path.join(out, f"got-{r}.json")) as f:
+                got.append(json.load(f))
+    finally:
+        for p in procs:
+            if p.returncode is None:  # not reaped yet: its process group is still its own
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for err in errs:
+            err.close()
     return out, got
 
 

@@ -3,14 +3,31 @@ copy is the prefix it got, counted in progress()["copies_cut"], and a new worker
 from its start); with whole_copies=True the read fails naming the lost task."""
 
 import signal
+import tempfile
 
 import pytest
 
 import sluice
 
-# range(400) at 10 ms an element (a wait, no CPU): a copy takes seconds, so the worker dies in the
-# middle.
-PIPELINE = "range(400) | map(wait_us, 10000)"
+from conftest import Cluster
+
+# range(200) at 10 ms an element (a wait, no CPU): a copy takes 2 s, so the worker dies in the
+# middle (after 20 elements).
+N = 200
+PIPELINE = f"range({N}) | map(wait_us, 10000)"
+
+
+@pytest.fixture
+def cluster():
+    """conftest's cluster, whose dispatcher removes a worker 300 ms after its connection closed
+    (not its 2 s timeout): a killed worker is found lost sooner. A live worker's connection
+    stays open, so no live worker is removed by it, however loaded the machine."""
+    with tempfile.TemporaryDirectory(prefix="sluice-py-") as d:
+        c = Cluster(d, dispatcher_args=("--disconnect-grace-ms", "300"))
+        try:
+            yield c
+        finally:
+            c.stop()
 
 
 def test_lost_copy_is_cut_short(cluster):
@@ -24,9 +41,9 @@ def test_lost_copy_is_cut_short(cluster):
     cluster.add_worker()
     got += [int(x) for x in it]
     # The lost worker's prefix, then the new worker's whole copy, in order.
-    k = len(got) - 400
-    assert 20 <= k < 400
-    assert got == list(range(k)) + list(range(400))
+    k = len(got) - N
+    assert 20 <= k < N
+    assert got == list(range(k)) + list(range(N))
     assert it.progress()["copies_cut"] == 1
     it.close()
 
