@@ -66,10 +66,20 @@ if take >= 0:
 """
 
 
+# The readers here die (-9) holding elements they received and did not hand out, and the
+# others wait for them: a dead reader is released two client heartbeats after its connection
+# closed (the least --disconnect-grace-ms; 5 s by default), and splits produced and fetched but
+# not reported received are leased again after the re-issue grace, three heartbeats and a
+# second. Clients heartbeat at a fifth of --client-timeout-ms (1 s by default): a 3 s timeout
+# makes it every 600 ms, those waits 1.2 s and 2.8 s instead of 5 s and 4 s, and a live reader
+# is still released only after five heartbeats missed.
+FAST_RELEASE = ["--client-timeout-ms", "3000", "--disconnect-grace-ms", "1200"]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with tempfile.TemporaryDirectory(prefix="sluice-resize-") as log_dir:
-        c = Cluster(log_dir)
+        c = Cluster(log_dir, FAST_RELEASE)
         try:
             for _ in range(3):
                 c.add_worker()

@@ -1,8 +1,19 @@
 """sluice.torch.DataLoader over the DataLoader options a training script sets: every epoch is
 the dataset exactly once, a state taken at any boundary (before the first batch, mid-epoch,
 after the last batch, after the loop ended) restores exactly (with another num_workers too),
-and two loaders over one dataset at once each read whole epochs. Each test runs against
-workers in this process (sluice.WorkerServer) and against sluice-worker processes.
+and two loaders over one dataset at once each read whole epochs.
+
+Each case runs against workers in this process (sluice.WorkerServer), and a representative
+subset against sluice-worker processes. The loader's logic does not depend on where the sluice
+workers run: it only reaches them over sockets. Where the kind of worker does matter is a loader
+that forks its workers from a process whose sluice worker and dispatcher threads do not follow
+into the child, which only workers in this process exercise; so the whole matrix runs against
+those. Against sluice-worker processes (workers that register late, over real sockets between
+processes) run: each test without a matrix, and from each matrix a case of every kind of reader
+it has (in this process, forked workers started every epoch, persistent ones) and of every
+boundary a state is taken at. Spawned and forkserver loader workers start as new processes
+that inherit nothing from this one, so the kind of sluice worker makes no difference to them:
+they run against workers in this process only.
 
 Then the three ways the loader lost data before it named each epoch's job itself: empty epochs
 with persistent workers, a lost epoch when num_workers changes on resume, and an empty epoch
@@ -28,17 +39,40 @@ BATCHES = N // BATCH
 PIPELINE = f"range({N}) | batch({BATCH})"
 
 
+# Shorter intervals than the defaults, the same for both kinds of worker. A loader that goes
+# away mid-epoch (a break, a state taken and the loader dropped, persistent workers started
+# again) stops its workers while one may be waiting for an element that another one fetched
+# and will never hand out: torch waits up to 5 s for each such worker to exit, and the splits
+# come back to the job only after the re-issue grace, three heartbeats (the longer of a worker's
+# and a client's) and a second. Heartbeats at a fifth of the timeouts (workers every 400 ms, as
+# the conftest Cluster's 2 s worker timeout gives, readers every 600 ms) make that 2.8 s, not 4 s;
+# a live reader is still released only after 3 s without a heartbeat (five missed), a closed one
+# after two heartbeats (the least grace). In-process workers leave without waiting long for
+# readers to fetch what they hold: their stop at the end drains them, which nothing here checks.
+WORKER_TIMEOUT_MS = 2000
+CLIENT_TIMEOUT_MS = 3000
+DISCONNECT_GRACE_MS = 1200
+DRAIN_TIMEOUT_MS = 500
+
+
 @pytest.fixture(scope="module", params=["in_process", "out_of_process"])
 def service(request):
+    """The target of a dispatcher and two workers, in this process or sluice-worker processes.
+    A case that runs against workers in this process only parametrizes it with IN_PROCESS."""
     if request.param == "in_process":
-        with sluice.DispatchServer() as d:
-            workers = [sluice.WorkerServer(d) for _ in range(2)]
+        with sluice.DispatchServer(worker_timeout_ms=WORKER_TIMEOUT_MS,
+                                   client_timeout_ms=CLIENT_TIMEOUT_MS,
+                                   disconnect_grace_ms=DISCONNECT_GRACE_MS) as d:
+            workers = [sluice.WorkerServer(d, drain_timeout_ms=DRAIN_TIMEOUT_MS)
+                       for _ in range(2)]
             yield d.target
             for w in workers:
                 w.stop()
     else:
         with tempfile.TemporaryDirectory(prefix="sluice-torch-") as log_dir:
-            c = Cluster(log_dir)
+            c = Cluster(log_dir, ["--worker-timeout-ms", str(WORKER_TIMEOUT_MS),
+                                  "--client-timeout-ms", str(CLIENT_TIMEOUT_MS),
+                                  "--disconnect-grace-ms", str(DISCONNECT_GRACE_MS)])
             try:
                 c.add_worker()
                 c.add_worker()
@@ -46,6 +80,9 @@ def service(request):
             finally:
                 c.stop()
 
+
+# parametrize("service", IN_PROCESS, indirect=True): a case against workers in this process only.
+IN_PROCESS = ["in_process"]
 
 # Every wait is bounded: a read that stops delivering fails with sluice.TimeoutError.
 WAIT_S = 120
@@ -75,16 +112,21 @@ def assert_epoch(got, n=N):
 # Each option of torch's DataLoader a training script sets, in the combinations that change
 # how the loader starts its readers: in this process, one worker, several (fork, spawn and
 # forkserver), persistent or started again every epoch, with a shallow and a deep prefetch.
+# CONFIGS runs against both kinds of sluice worker: one of each kind of reader (in this process,
+# forked workers started every epoch, persistent ones, with pinned memory); the rest of the
+# matrix, MORE_CONFIGS, against workers in this process only.
 CONFIGS = [
     dict(num_workers=0),
+    dict(num_workers=2),
+    dict(num_workers=4, persistent_workers=True, pin_memory=True),
+]
+MORE_CONFIGS = [
     dict(num_workers=0, pin_memory=True),
     dict(num_workers=1),
     dict(num_workers=1, persistent_workers=True, prefetch_factor=1),
-    dict(num_workers=2),
     dict(num_workers=2, persistent_workers=True),
     dict(num_workers=2, persistent_workers=True, prefetch_factor=1, pin_memory=True),
     dict(num_workers=4, prefetch_factor=4),
-    dict(num_workers=4, persistent_workers=True, pin_memory=True),
     # The slowest: every start of a worker imports torch again (-m "not slow" leaves them out).
     pytest.param(dict(num_workers=2, multiprocessing_context="spawn"), marks=pytest.mark.slow),
     pytest.param(dict(num_workers=2, multiprocessing_context="spawn", persistent_workers=True),
@@ -100,10 +142,7 @@ def config_id(c):
     return "-".join(f"{k}={v}" for k, v in c.items())
 
 
-CONFIG_IDS = [config_id(c if isinstance(c, dict) else c.values[0]) for c in CONFIGS]
-
-
-@pytest.mark.parametrize("options", CONFIGS, ids=CONFIG_IDS)
+@pytest.mark.parametrize("options", CONFIGS, ids=config_id)
 def test_epochs_and_boundary_states(service, options):
     """Three epochs, each the dataset exactly once; the state before the first batch is {},
     mid-epoch a position, after the last batch and after the loop an end of epoch."""
@@ -124,6 +163,13 @@ def test_epochs_and_boundary_states(service, options):
         assert ld.state_dict().get("end_of_epoch") is True
 
 
+@pytest.mark.parametrize("options", MORE_CONFIGS, ids=config_id)
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_epochs_and_boundary_states_more_options(service, options):
+    """test_epochs_and_boundary_states over MORE_CONFIGS."""
+    test_epochs_and_boundary_states(service, options)
+
+
 # (num_workers of the loader that saves, num_workers of the one that restores, options of
 # both): fewer workers, more, the same, persistent ones.
 RESTORES = [
@@ -136,11 +182,21 @@ RESTORES = [
     (0, 1, dict(persistent_workers=True)),
 ]
 BOUNDARIES = ["before_first", "mid", "after_last", "after_loop"]
+# Against both kinds of sluice worker: every boundary once, each with a restore of its own
+# (more workers, fewer, the same persistent ones, persistent ones into none); every other
+# combination of RESTORES and BOUNDARIES against workers in this process only.
+BOTH_KINDS_RESTORES = [(0, 2, "before_first"), (4, 1, "mid"), (2, 2, "after_last"),
+                       (4, 0, "after_loop")]
 
 
-@pytest.mark.parametrize("boundary", BOUNDARIES)
-@pytest.mark.parametrize("saves,restores,options", RESTORES,
-                         ids=[f"{a}to{b}{'-persistent' if o else ''}" for a, b, o in RESTORES])
+def restore_params(both_kinds):
+    return [pytest.param(saves, restores, options, boundary,
+                         id=f"{saves}to{restores}{'-persistent' if options else ''}-{boundary}")
+            for saves, restores, options in RESTORES for boundary in BOUNDARIES
+            if ((saves, restores, boundary) in BOTH_KINDS_RESTORES) == both_kinds]
+
+
+@pytest.mark.parametrize("saves,restores,options,boundary", restore_params(True))
 def test_restore_at_every_boundary(service, saves, restores, options, boundary):
     """A state taken at a boundary, restored into a new dataset and loader with another
     num_workers: mid-epoch the rest of the epoch exactly, at either end of the epoch the next
@@ -171,8 +227,16 @@ def test_restore_at_every_boundary(service, saves, restores, options, boundary):
     assert_epoch(elements(second))
 
 
-@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=2),
-                                     dict(num_workers=2, persistent_workers=True)],
+@pytest.mark.parametrize("saves,restores,options,boundary", restore_params(False))
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_restore_at_every_boundary_more_restores(service, saves, restores, options, boundary):
+    """test_restore_at_every_boundary over the rest of RESTORES and BOUNDARIES."""
+    test_restore_at_every_boundary(service, saves, restores, options, boundary)
+
+
+# Against both kinds of sluice worker with persistent workers; with none and with workers
+# started every epoch, against workers in this process only.
+@pytest.mark.parametrize("options", [dict(num_workers=2, persistent_workers=True)],
                          ids=config_id)
 def test_two_loaders_over_one_dataset_at_once(service, options):
     """Two loaders over the same dataset object, with generators seeded alike, read in turn,
@@ -189,6 +253,14 @@ def test_two_loaders_over_one_dataset_at_once(service, options):
         got_b += elements(ib)
         assert_epoch(got_a)
         assert_epoch(got_b)
+
+
+@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=2)], ids=config_id)
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_two_loaders_over_one_dataset_at_once_more_options(service, options):
+    """test_two_loaders_over_one_dataset_at_once without workers and with workers started every
+    epoch."""
+    test_two_loaders_over_one_dataset_at_once(service, options)
 
 
 def test_restore_belongs_to_its_loader(service):
@@ -244,9 +316,9 @@ def test_restore_into_running_persistent_workers(service):
     assert_epoch(elements(ld))
 
 
-@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=2),
-                                     dict(num_workers=2, persistent_workers=True)],
-                         ids=config_id)
+# Against both kinds of sluice worker: workers started every epoch; with none and with
+# persistent ones, against workers in this process only.
+@pytest.mark.parametrize("options", [dict(num_workers=2)], ids=config_id)
 def test_iteration_after_a_break_is_a_whole_epoch(service, options):
     """A loop left in the middle of an epoch; the next iteration (a new epoch) is the dataset
     whole, and its state before the first batch is {}, not the abandoned epoch's."""
@@ -257,6 +329,15 @@ def test_iteration_after_a_break_is_a_whole_epoch(service, options):
     it = iter(ld)
     assert ld.state_dict() == {}
     assert_epoch(elements(it))
+
+
+@pytest.mark.parametrize("options", [dict(num_workers=0),
+                                     dict(num_workers=2, persistent_workers=True)],
+                         ids=config_id)
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_iteration_after_a_break_is_a_whole_epoch_more_options(service, options):
+    """test_iteration_after_a_break_is_a_whole_epoch without workers and with persistent ones."""
+    test_iteration_after_a_break_is_a_whole_epoch(service, options)
 
 
 def test_job_name_is_a_prefix(service):
@@ -280,22 +361,33 @@ def test_plain_torch_loader(service):
         for _ in range(2):
             assert_epoch(elements(ld))
     ld = torch.utils.data.DataLoader(dataset(service), batch_size=None, num_workers=2)
-    with pytest.raises(RuntimeError, match=re.escape(
-            "sluice.torch.IterableDataset in a torch.utils.data.DataLoader with num_workers=2: "
-            "its worker processes cannot tell which epoch they read, so they could share an "
-            "earlier epoch's job and deliver nothing; use sluice.torch.DataLoader(dataset, "
-            "num_workers=2, ...), a torch DataLoader that gives every epoch a job of its own")):
-        next(iter(ld))
+    assert_refused(ld, "sluice.torch.IterableDataset in a torch.utils.data.DataLoader with "
+                   "num_workers=2: its worker processes cannot tell which epoch they read, so "
+                   "they could share an earlier epoch's job and deliver nothing; use "
+                   "sluice.torch.DataLoader(dataset, num_workers=2, ...), a torch DataLoader "
+                   "that gives every epoch a job of its own")
     # A dataset-level restore cannot reach a plain loader's workers only once.
     first = loader(dataset(service))
     next(iter(first))
     ds = dataset(service)
     ds.load_state_dict(first.state_dict())
-    with pytest.raises(RuntimeError, match=re.escape(
-            "sluice.torch.IterableDataset.load_state_dict() before a torch DataLoader with "
-            "worker processes: they cannot tell which epoch continues from it; use "
-            "sluice.torch.DataLoader and its load_state_dict()")):
-        next(iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1)))
+    assert_refused(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=1),
+                   "sluice.torch.IterableDataset.load_state_dict() before a torch DataLoader "
+                   "with worker processes: they cannot tell which epoch continues from it; use "
+                   "sluice.torch.DataLoader and its load_state_dict()")
+
+
+def assert_refused(ld, message):
+    """The first element of ld raises, from its loader workers, a RuntimeError with message
+    (exactly). The exception's traceback holds torch's iterator in a reference cycle: left to the
+    garbage collector, the iterator stops its workers after the queues to them were closed, and
+    waits 5 s for each before killing it (torch 1.13, with any IterableDataset that raises).
+    Without the traceback the iterator goes at once, and its workers with it."""
+    it = iter(ld)
+    with pytest.raises(RuntimeError, match=re.escape(message)) as refused:
+        next(it)
+    refused.value.__traceback__ = None
+    del refused, it
 
 
 def test_dataset_state_in_process_at_the_end(service):
@@ -327,8 +419,9 @@ def test_persistent_workers_every_epoch_whole(service):
         assert_epoch(elements(ld), 2000)
 
 
-@pytest.mark.parametrize("saves", [2, 4])
-@pytest.mark.parametrize("restores", [0, 1])
+# Against both kinds of sluice worker: 4 restored with 0; 2 with 0 or 1 and 4 with 1 against
+# workers in this process only.
+@pytest.mark.parametrize("restores,saves", [(0, 4)], ids=["0-4"])
 def test_state_of_more_workers_restored_with_fewer(service, saves, restores):
     """A state taken after 60 of 200 batches with num_workers 2 or 4, restored with 0 or 1: the
     other 140 batches (it was 0: the restored read joined the checkpoint's consumed job)."""
@@ -348,6 +441,13 @@ def test_state_of_more_workers_restored_with_fewer(service, saves, restores):
     assert_epoch(before + elements(rest), 2000)
 
 
+@pytest.mark.parametrize("restores,saves", [(0, 2), (1, 2), (1, 4)], ids=["0-2", "1-2", "1-4"])
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_state_of_more_workers_restored_with_fewer_more_workers(service, saves, restores):
+    """test_state_of_more_workers_restored_with_fewer from 2 workers, and from 4 into 1."""
+    test_state_of_more_workers_restored_with_fewer(service, saves, restores)
+
+
 def test_end_of_epoch_state_starts_the_next_epoch(service):
     """A trainer saves after the last batch of an epoch, restores, and runs its next epoch: the
     whole epoch, not zero batches."""
@@ -364,6 +464,7 @@ def test_end_of_epoch_state_starts_the_next_epoch(service):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)  # spawned: the module docstring
 def test_spawned_workers_while_the_dataset_reads_here(service):
     """A loader spawning its workers while the same dataset is read in this process: the copy
     pickled for them leaves this process's read behind (it was "cannot pickle
@@ -375,7 +476,9 @@ def test_spawned_workers_while_the_dataset_reads_here(service):
     assert_epoch(first + elements(here))
 
 
-@pytest.mark.parametrize("num_workers", [2, 4])
+# Against both kinds of sluice worker with 2 loader workers; with 4 against workers in this
+# process only.
+@pytest.mark.parametrize("num_workers", [2])
 def test_deterministic_shared_between_loader_workers(service, num_workers):
     # The loader's workers share one deterministic distributed_epoch job: each split goes whole
     # to one of them, and together they read every element once.
@@ -386,10 +489,18 @@ def test_deterministic_shared_between_loader_workers(service, num_workers):
         assert_epoch(elements(loader(ds, num_workers=num_workers, batch_size=None)), n)
 
 
-@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=3),
-                                     dict(num_workers=2, persistent_workers=True,
+@pytest.mark.parametrize("num_workers", [4])
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_deterministic_shared_between_loader_workers_more_workers(service, num_workers):
+    """test_deterministic_shared_between_loader_workers with 4 loader workers."""
+    test_deterministic_shared_between_loader_workers(service, num_workers)
+
+
+# Against both kinds of sluice worker with persistent workers; with none and with 3 started
+# every epoch against workers in this process only.
+@pytest.mark.parametrize("options", [dict(num_workers=2, persistent_workers=True,
                                           prefetch_factor=1)],
-                         ids=["workers=0", "workers=3", "workers=2-persistent"])
+                         ids=["workers=2-persistent"])
 def test_global_order(service, options):
     # global_order=True: the loop gets the canonical order (range(N) here) with any num_workers,
     # every epoch; a state taken mid-epoch, restored with another num_workers, continues it.
@@ -405,6 +516,14 @@ def test_global_order(service, options):
                    global_order=True, num_workers=2 if options["num_workers"] != 2 else 3)
     other.load_state_dict(state)
     assert elements(other) == list(range(len(head), N))
+
+
+@pytest.mark.parametrize("options", [dict(num_workers=0), dict(num_workers=3)],
+                         ids=["workers=0", "workers=3"])
+@pytest.mark.parametrize("service", IN_PROCESS, indirect=True)
+def test_global_order_more_options(service, options):
+    """test_global_order without loader workers and with 3 started every epoch."""
+    test_global_order(service, options)
 
 
 def test_global_order_refused_without_a_deterministic_dataset(service):
