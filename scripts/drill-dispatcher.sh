@@ -27,14 +27,7 @@ bin=$build/bin
 restarts=${DRILL_RESTARTS:-5}
 elements=${DRILL_ELEMENTS:-40000}
 sleep_us=${DRILL_SLEEP_US:-300}
-op=${DRILL_OP:-sleep_us}
-case $op in
-sleep_us | wait_us) ;;
-*)
-    echo "drill: DRILL_OP must be sleep_us or wait_us, not '$op'" >&2
-    exit 2
-    ;;
-esac
+op=$(drill_op "${DRILL_OP:-sleep_us}")
 log_level=${DRILL_LOG_LEVEL:-warn}
 read_timeout=${DRILL_READ_TIMEOUT_S:-120}
 RANDOM=${DRILL_SEED:-$(date +%s)}

@@ -37,14 +37,7 @@ fi
 bin=$build/bin
 elements=${DRILL_ELEMENTS:-200000}
 sleep_us=${DRILL_SLEEP_US:-100}
-op=${DRILL_OP:-sleep_us}
-case $op in
-sleep_us | wait_us) ;;
-*)
-    echo "drill: DRILL_OP must be sleep_us or wait_us, not '$op'" >&2
-    exit 2
-    ;;
-esac
+op=$(drill_op "${DRILL_OP:-sleep_us}")
 nworkers=${DRILL_WORKERS:-3}
 max_workers=${DRILL_MAX_WORKERS:-$((2 * nworkers))}
 threads=${DRILL_THREADS:-1}

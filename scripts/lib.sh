@@ -23,6 +23,19 @@ wait_listen() {
     return 1
 }
 
+# drill_op OP: prints OP if it is a builtin a drill may simulate an element's work with (sleep_us,
+# which keeps a core busy for the time, or wait_us, which waits without one); else says so on
+# stderr and returns 2.
+drill_op() {
+    case $1 in
+    sleep_us | wait_us) echo "$1" ;;
+    *)
+        echo "drill: DRILL_OP must be sleep_us or wait_us, not '$1'" >&2
+        return 2
+        ;;
+    esac
+}
+
 # with_scratch: sets tmp to a new temporary directory and pids to an empty list of processes,
 # and on exit kills every process in pids, waits for them and removes tmp.
 with_scratch() {
