@@ -1,6 +1,7 @@
 """Fixtures: a local cluster of the real sluice-dispatcher and sluice-worker binaries on
 127.0.0.1, port 0. SLUICE_BIN_DIR names the directory of the binaries (CTest sets it)."""
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -110,14 +111,22 @@ class Cluster:
         self.dispatcher.stop()
 
 
-@pytest.fixture
-def cluster():
+@contextlib.contextmanager
+def running_cluster(dispatcher_args=()):
+    """A Cluster (dispatcher started with dispatcher_args) in a temporary log directory, stopped
+    at the end."""
     with tempfile.TemporaryDirectory(prefix="sluice-py-") as d:
-        c = Cluster(d)
+        c = Cluster(d, dispatcher_args=dispatcher_args)
         try:
             yield c
         finally:
             c.stop()
+
+
+@pytest.fixture
+def cluster():
+    with running_cluster() as c:
+        yield c
 
 
 @pytest.fixture

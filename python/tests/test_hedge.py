@@ -5,13 +5,12 @@ that gets every element exactly once while the dispatcher copies the stopped wor
 import json
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
 import sluice
-from conftest import BIN_DIR, Cluster
+from conftest import BIN_DIR, running_cluster
 
 # Ten-element splits of 20 ms elements (no CPU): the stopped worker's splits are copied once they
 # have been out three median split times.
@@ -57,12 +56,8 @@ def served(cluster, worker):
 def patient_cluster():
     """A cluster whose dispatcher removes a silent worker only after 30 s: nothing but hedging
     moves the splits of a worker stopped for less."""
-    with tempfile.TemporaryDirectory(prefix="sluice-py-") as d:
-        c = Cluster(d, dispatcher_args=("--worker-timeout-ms", "30000"))
-        try:
-            yield c
-        finally:
-            c.stop()
+    with running_cluster(("--worker-timeout-ms", "30000")) as c:
+        yield c
 
 
 def test_hedged_read_exactly_once(patient_cluster):

@@ -3,13 +3,12 @@ copy is the prefix it got, counted in progress()["copies_cut"], and a new worker
 from its start); with whole_copies=True the read fails naming the lost task."""
 
 import signal
-import tempfile
 
 import pytest
 
 import sluice
 
-from conftest import Cluster
+from conftest import running_cluster
 
 # range(200) at 10 ms an element (a wait, no CPU): a copy takes 2 s, so the worker dies in the
 # middle (after 20 elements).
@@ -22,12 +21,8 @@ def cluster():
     """conftest's cluster, whose dispatcher removes a worker 300 ms after its connection closed
     (not its 2 s timeout): a killed worker is found lost sooner. A live worker's connection
     stays open, so no live worker is removed by it, however loaded the machine."""
-    with tempfile.TemporaryDirectory(prefix="sluice-py-") as d:
-        c = Cluster(d, dispatcher_args=("--disconnect-grace-ms", "300"))
-        try:
-            yield c
-        finally:
-            c.stop()
+    with running_cluster(("--disconnect-grace-ms", "300")) as c:
+        yield c
 
 
 def test_lost_copy_is_cut_short(cluster):
