@@ -11,11 +11,10 @@ set(SLUICE_PARTS sluice_client sluice_dispatcher sluice_worker sluice_dispatcher
 set(SLUICE_PC_REQUIRES
     "libuv libprotobuf-c lmdb snappy jansson zlib libturbojpeg libssl libcrypto libzstd liblz4 libbrotlidec libpcre2-8 raft")
 # Plugins loaded by a program call back into its sluice_* functions, so a program linking the
-# static library exports them (the shared library exports them itself). libarchive is named
-# here rather than required: its own .pc lists static libraries (acl, zstd, lz4, ...) whose
-# development files a program linking libarchive.so does not need; so is libcurl (nghttp2, ssh2,
-# rtmp, psl, gssapi, ldap, ...).
-set(SLUICE_PC_LIBS "-larchive -lcurl -pthread -ldl -lm -Wl,--export-dynamic")
+# static library exports them (the shared library exports them itself). libcurl and
+# libarchive are not linked: they are opened on first use (common/dynlib.h), as libcurl.so.4
+# and libarchive.so.13.
+set(SLUICE_PC_LIBS "-pthread -ldl -lm -Wl,--export-dynamic")
 
 set(SLUICE_OBJECTS)
 foreach(part ${SLUICE_PARTS})
@@ -34,9 +33,9 @@ set_target_properties(sluice_shared PROPERTIES
   LINK_DEPENDS ${SLUICE_MAP})
 target_include_directories(sluice_shared INTERFACE ${SLUICE_API_INCLUDE_DIRS})
 target_link_libraries(sluice_shared PRIVATE PkgConfig::UV PkgConfig::PROTOBUFC PkgConfig::LMDB
-                      PkgConfig::JANSSON ${SNAPPY_LIB} PkgConfig::ZLIB PkgConfig::LIBARCHIVE
+                      PkgConfig::JANSSON ${SNAPPY_LIB} PkgConfig::ZLIB
                       PkgConfig::TURBOJPEG PkgConfig::ZSTD PkgConfig::LZ4 PkgConfig::BROTLIDEC
-                      PkgConfig::PCRE2 PkgConfig::CURL PkgConfig::RAFT
+                      PkgConfig::PCRE2 PkgConfig::RAFT
                       OpenSSL::SSL OpenSSL::Crypto Threads::Threads ${CMAKE_DL_LIBS} m)
 target_link_options(sluice_shared PRIVATE
   -Wl,--version-script=${SLUICE_MAP} -Wl,--no-undefined)

@@ -8,10 +8,16 @@
  * modes: a transient answer or transport error is retried (fetch()) from the first byte not yet
  * received, with a jittered exponential backoff, until the request's deadline; a 412 is an object
  * changed since it was opened; other answers fail at once, naming the status and the server's
- * error text; a read-ahead's failure reaches the reader when it comes to that range. */
+ * error text; a read-ahead's failure reaches the reader when it comes to that range.
+ *
+ * libcurl is opened on first use (dlopen of libcurl.so.4), not linked: it brings some thirty
+ * libraries (TLS, Kerberos, LDAP, IDN, ...) whose loading cost every start of every program
+ * about 5 ms of CPU, and most starts never read an object over HTTP. A missing libcurl fails
+ * the first such read with a one-line error. */
 #include "objstore.h"
 
 #include "common/backoff.h"
+#include "common/dynlib.h"
 #include "common/error.h"
 #include "common/grow.h"
 #include "common/sha256.h"
@@ -274,6 +280,21 @@ static int s3_base(const struct creds *c, const char *bucket, const char *key, c
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
 static pthread_key_t handle_key;
 static int global_rc;
+static char global_err[512]; /* why global_rc is not 0 */
+
+/* The libcurl functions used, resolved once by global_init() (typed as curl.h declares them). */
+static struct curl_api {
+    __typeof__(curl_global_init) *global_init;
+    __typeof__(curl_easy_init) *easy_init;
+    __typeof__(curl_easy_setopt) *easy_setopt;
+    __typeof__(curl_easy_perform) *easy_perform;
+    __typeof__(curl_easy_getinfo) *easy_getinfo;
+    __typeof__(curl_easy_reset) *easy_reset;
+    __typeof__(curl_easy_cleanup) *easy_cleanup;
+    __typeof__(curl_easy_strerror) *easy_strerror;
+    __typeof__(curl_slist_append) *slist_append;
+    __typeof__(curl_slist_free_all) *slist_free_all;
+} cu;
 
 /* Handles of threads that ended, kept with their connections for the threads to come (an
  * object's read-ahead threads end with it: the next object's reuse the connections, which on
@@ -292,14 +313,31 @@ static void handle_free(void *h)
     }
     pthread_mutex_unlock(&handles_mu);
     if (h)
-        curl_easy_cleanup(h);
+        cu.easy_cleanup(h);
 }
 
 static void global_init(void)
 {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
+    static const struct dynlib_fn fns[] = {
+        DYNLIB_FN(struct curl_api, global_init, curl_global_init),
+        DYNLIB_FN(struct curl_api, easy_init, curl_easy_init),
+        DYNLIB_FN(struct curl_api, easy_setopt, curl_easy_setopt),
+        DYNLIB_FN(struct curl_api, easy_perform, curl_easy_perform),
+        DYNLIB_FN(struct curl_api, easy_getinfo, curl_easy_getinfo),
+        DYNLIB_FN(struct curl_api, easy_reset, curl_easy_reset),
+        DYNLIB_FN(struct curl_api, easy_cleanup, curl_easy_cleanup),
+        DYNLIB_FN(struct curl_api, easy_strerror, curl_easy_strerror),
+        DYNLIB_FN(struct curl_api, slist_append, curl_slist_append),
+        DYNLIB_FN(struct curl_api, slist_free_all, curl_slist_free_all),
+    };
+    global_rc = dynlib_open("libcurl.so.4", "objects over HTTP", fns, sizeof fns / sizeof fns[0],
+                            &cu, global_err, sizeof global_err);
+    if (global_rc)
+        return;
+    if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||
         pthread_key_create(&handle_key, handle_free) != 0)
-        global_rc = SLUICE_ERR_NOMEM;
+        global_rc =
+            err_set(global_err, sizeof global_err, SLUICE_ERR_NOMEM, "libcurl: cannot start");
 }
 
 /* This thread's handle, reset for a new request; its connection cache survives the reset. */
@@ -310,18 +348,18 @@ static CURL *thread_handle(void)
         return NULL;
     CURL *h = pthread_getspecific(handle_key);
     if (h) {
-        curl_easy_reset(h);
+        cu.easy_reset(h);
         return h;
     }
     pthread_mutex_lock(&handles_mu);
     h = nhandles > 0 ? handles[--nhandles] : NULL;
     pthread_mutex_unlock(&handles_mu);
     if (h)
-        curl_easy_reset(h);
+        cu.easy_reset(h);
     else
-        h = curl_easy_init();
+        h = cu.easy_init();
     if (h && pthread_setspecific(handle_key, h) != 0) {
-        curl_easy_cleanup(h);
+        cu.easy_cleanup(h);
         return NULL;
     }
     return h;
@@ -412,7 +450,7 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
     struct req *q = user;
     size_t len = size * n;
     /* The headers are in before the first byte of the body: the status is known. */
-    curl_easy_getinfo(q->h, CURLINFO_RESPONSE_CODE, &q->status);
+    cu.easy_getinfo(q->h, CURLINFO_RESPONSE_CODE, &q->status);
     if (q->status < 200 || q->status > 299) {
         size_t room = sizeof q->errbody - 1 - q->errlen;
         size_t k = len < room ? len : room;
@@ -556,91 +594,91 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
     if (q->ranged) {
         snprintf(line, sizeof line, "Range: bytes=%" PRIu64 "-%" PRIu64, q->off + q->got,
                  q->off + q->want - 1);
-        hdrs = curl_slist_append(hdrs, line);
+        hdrs = cu.slist_append(hdrs, line);
     } else {
         q->got = 0;
     }
     q->up_pos = 0; /* a PUT sends its whole body in each attempt */
     if (q->if_match && q->if_match[0]) {
         snprintf(line, sizeof line, "If-Match: %s", q->if_match);
-        hdrs = curl_slist_append(hdrs, line);
+        hdrs = cu.slist_append(hdrs, line);
     }
     const char *ca = getenv("AWS_CA_BUNDLE");
     if (!ca || !*ca)
         ca = getenv("CURL_CA_BUNDLE");
-    curl_easy_setopt(h, CURLOPT_URL, q->url);
-    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, STALL_S);
+    cu.easy_setopt(h, CURLOPT_URL, q->url);
+    cu.easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
+    cu.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    cu.easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    cu.easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    cu.easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    cu.easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    cu.easy_setopt(h, CURLOPT_LOW_SPEED_TIME, STALL_S);
     uint64_t now = now_ms();
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(deadline > now ? deadline - now : 1));
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, q);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, q);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "sluice");
+    cu.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(deadline > now ? deadline - now : 1));
+    cu.easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    cu.easy_setopt(h, CURLOPT_HEADERDATA, q);
+    cu.easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    cu.easy_setopt(h, CURLOPT_WRITEDATA, q);
+    cu.easy_setopt(h, CURLOPT_USERAGENT, "sluice");
     /* Fewer, larger reads from the socket for a range of megabytes (libcurl's default is 16 KiB,
      * the curl tool's 100 KiB). */
-    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, RECV_BUFFER_BYTES);
+    cu.easy_setopt(h, CURLOPT_BUFFERSIZE, RECV_BUFFER_BYTES);
     if (q->cancel) {
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, q);
-        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        cu.easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        cu.easy_setopt(h, CURLOPT_XFERINFODATA, q);
+        cu.easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     }
     if (ca && *ca)
-        curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+        cu.easy_setopt(h, CURLOPT_CAINFO, ca);
     if (q->method == M_PUT) {
-        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->up_len);
-        curl_easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
-        curl_easy_setopt(h, CURLOPT_READDATA, q);
-        curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_upload_seek);
-        curl_easy_setopt(h, CURLOPT_SEEKDATA, q);
+        cu.easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        cu.easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)q->up_len);
+        cu.easy_setopt(h, CURLOPT_READFUNCTION, on_upload);
+        cu.easy_setopt(h, CURLOPT_READDATA, q);
+        cu.easy_setopt(h, CURLOPT_SEEKFUNCTION, on_upload_seek);
+        cu.easy_setopt(h, CURLOPT_SEEKDATA, q);
         /* The body goes at once: no round trip for "100 Continue". */
-        hdrs = curl_slist_append(hdrs, "Expect:");
+        hdrs = cu.slist_append(hdrs, "Expect:");
     } else if (q->method == M_DELETE) {
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
+        cu.easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
     }
     if (q->creds && q->creds->key[0]) {
         char sigv4[128];
         snprintf(sigv4, sizeof sigv4, "aws:amz:%s:s3", q->creds->region);
-        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4);
-        curl_easy_setopt(h, CURLOPT_USERNAME, q->creds->key);
-        curl_easy_setopt(h, CURLOPT_PASSWORD, q->creds->secret);
+        cu.easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4);
+        cu.easy_setopt(h, CURLOPT_USERNAME, q->creds->key);
+        cu.easy_setopt(h, CURLOPT_PASSWORD, q->creds->secret);
         /* A GET or DELETE has no payload: the SHA-256 of nothing; a PUT's is its body's, which
          * the server checks. */
         snprintf(line, sizeof line, "x-amz-content-sha256: %s",
                  q->method == M_PUT
                      ? q->up_sha
                      : "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-        hdrs = curl_slist_append(hdrs, line);
+        hdrs = cu.slist_append(hdrs, line);
         if (q->creds->token[0]) {
             snprintf(line, sizeof line, "x-amz-security-token: %s", q->creds->token);
-            hdrs = curl_slist_append(hdrs, line);
+            hdrs = cu.slist_append(hdrs, line);
         }
     }
     if (!q->creds) {
         /* A plain http(s) URL may redirect (to a CDN, say); a loop ends after a few hops. */
-        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-        curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
-        curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+        cu.easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        cu.easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+        cu.easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     }
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    cu.easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     q->h = h;
     size_t before = q->got;
-    CURLcode cc = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &q->status);
+    CURLcode cc = cu.easy_perform(h);
+    cu.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &q->status);
     count_request(q->method == M_PUT      ? OBJ_OP_PUT
                   : q->method == M_DELETE ? OBJ_OP_DELETE
                   : q->ranged             ? OBJ_OP_GET
                                           : OBJ_OP_LIST,
                   q->status);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    curl_slist_free_all(hdrs);
+    cu.easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    cu.slist_free_all(hdrs);
     *code = 0;
     if (q->overflow) {
         if (q->status == 200)
@@ -688,7 +726,7 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
             *code = SLUICE_ERR_NOMEM;
             return FAIL;
         }
-        snprintf(why, whylen, "%s", curl_easy_strerror(cc));
+        snprintf(why, whylen, "%s", cu.easy_strerror(cc));
         if (transient_curl(cc))
             return RETRY;
         *code = cc == CURLE_TOO_MANY_REDIRECTS ? SLUICE_ERR_PROTOCOL : SLUICE_ERR_UNAVAILABLE;
@@ -717,6 +755,8 @@ static enum outcome attempt(CURL *h, struct req *q, uint64_t deadline, char *why
 static int fetch(struct req *q, char *err, size_t errlen)
 {
     CURL *h = thread_handle();
+    if (!h && global_rc)
+        return err_set(err, errlen, global_rc, "%s", global_err);
     if (!h)
         return err_set(err, errlen, SLUICE_ERR_NOMEM, "libcurl: cannot make a handle");
     uint32_t retry_ms = retry_ms_setting();

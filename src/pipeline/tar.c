@@ -9,9 +9,13 @@
  * the archive position after the last member is known: libarchive accepts an archive that simply
  * stops at a member boundary, and only the end-of-archive blocks it then does not consume tell such
  * a truncated shard from a whole one. Every failure is recorded once in the context's message and
- * returned by every later next(). */
+ * returned by every later next().
+ *
+ * libarchive is opened on first use (dlopen of libarchive.so.13, common/dynlib.h), not linked:
+ * with libxml2 and ICU it is a dozen libraries every start of every program would load. */
 #include "tar.h"
 
+#include "common/dynlib.h"
 #include "common/error.h"
 #include "objstore.h"
 #include "paths.h"
@@ -25,6 +29,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,16 +79,78 @@ struct tar_reader {
     int status;
 };
 
+/* The libarchive functions used, resolved once by load_archive() (typed as archive.h and
+ * archive_entry.h declare them). */
+static struct archive_api {
+    __typeof__(archive_read_new) *read_new;
+    __typeof__(archive_read_free) *read_free;
+    __typeof__(archive_read_support_format_tar) *read_support_format_tar;
+    __typeof__(archive_read_support_format_empty) *read_support_format_empty;
+    __typeof__(archive_read_support_filter_gzip) *read_support_filter_gzip;
+    __typeof__(archive_read_open) *read_open;
+    __typeof__(archive_read_open_fd) *read_open_fd;
+    __typeof__(archive_read_next_header) *read_next_header;
+    __typeof__(archive_read_data) *read_data;
+    __typeof__(archive_read_data_skip) *read_data_skip;
+    __typeof__(archive_filter_bytes) *filter_bytes;
+    __typeof__(archive_errno) *errnum;
+    __typeof__(archive_error_string) *error_string;
+    __typeof__(archive_set_error) *set_error;
+    __typeof__(archive_entry_pathname) *entry_pathname;
+    __typeof__(archive_entry_pathname_utf8) *entry_pathname_utf8;
+    __typeof__(archive_entry_size) *entry_size;
+    __typeof__(archive_entry_filetype) *entry_filetype;
+    __typeof__(archive_entry_hardlink) *entry_hardlink;
+} ar;
+
+static pthread_once_t ar_once = PTHREAD_ONCE_INIT;
+static int ar_rc;
+static char ar_err[512]; /* why ar_rc is not 0 */
+
+static void ar_load(void)
+{
+    static const struct dynlib_fn fns[] = {
+        DYNLIB_FN(struct archive_api, read_new, archive_read_new),
+        DYNLIB_FN(struct archive_api, read_free, archive_read_free),
+        DYNLIB_FN(struct archive_api, read_support_format_tar, archive_read_support_format_tar),
+        DYNLIB_FN(struct archive_api, read_support_format_empty, archive_read_support_format_empty),
+        DYNLIB_FN(struct archive_api, read_support_filter_gzip, archive_read_support_filter_gzip),
+        DYNLIB_FN(struct archive_api, read_open, archive_read_open),
+        DYNLIB_FN(struct archive_api, read_open_fd, archive_read_open_fd),
+        DYNLIB_FN(struct archive_api, read_next_header, archive_read_next_header),
+        DYNLIB_FN(struct archive_api, read_data, archive_read_data),
+        DYNLIB_FN(struct archive_api, read_data_skip, archive_read_data_skip),
+        DYNLIB_FN(struct archive_api, filter_bytes, archive_filter_bytes),
+        DYNLIB_FN(struct archive_api, errnum, archive_errno),
+        DYNLIB_FN(struct archive_api, error_string, archive_error_string),
+        DYNLIB_FN(struct archive_api, set_error, archive_set_error),
+        DYNLIB_FN(struct archive_api, entry_pathname, archive_entry_pathname),
+        DYNLIB_FN(struct archive_api, entry_pathname_utf8, archive_entry_pathname_utf8),
+        DYNLIB_FN(struct archive_api, entry_size, archive_entry_size),
+        DYNLIB_FN(struct archive_api, entry_filetype, archive_entry_filetype),
+        DYNLIB_FN(struct archive_api, entry_hardlink, archive_entry_hardlink),
+    };
+    ar_rc = dynlib_open("libarchive.so.13", "tar shards", fns, sizeof fns / sizeof fns[0], &ar,
+                        ar_err, sizeof ar_err);
+}
+
+/* Opens libarchive once; returns 0, or a negative code with the reason in err. */
+static int load_archive(char *err, size_t errlen)
+{
+    pthread_once(&ar_once, ar_load);
+    return ar_rc ? err_set(err, errlen, ar_rc, "%s", ar_err) : 0;
+}
+
 static const char *entry_name(struct archive_entry *e)
 {
-    const char *n = archive_entry_pathname_utf8(e);
-    return n ? n : archive_entry_pathname(e);
+    const char *n = ar.entry_pathname_utf8(e);
+    return n ? n : ar.entry_pathname(e);
 }
 
 static void close_shard(struct tar_reader *r)
 {
     if (r->a)
-        archive_read_free(r->a);
+        ar.read_free(r->a);
     r->a = NULL;
     if (r->fd >= 0)
         close(r->fd);
@@ -105,12 +172,12 @@ static int fail(struct tar_reader *r, int code)
 /* The code for libarchive's current error. */
 static int archive_code(struct archive *a)
 {
-    return archive_errno(a) == ENOMEM ? SLUICE_ERR_NOMEM : SLUICE_ERR_CORRUPT;
+    return ar.errnum(a) == ENOMEM ? SLUICE_ERR_NOMEM : SLUICE_ERR_CORRUPT;
 }
 
 static const char *archive_msg(struct archive *a)
 {
-    const char *m = archive_error_string(a);
+    const char *m = ar.error_string(a);
     return m ? m : "damaged tar archive";
 }
 
@@ -132,7 +199,7 @@ static la_ssize_t obj_block(struct archive *a, void *user, const void **block)
     char why[512];
     ssize_t n = obj_read(r->obj, r->obj_buf, TAR_BLOCK_SIZE, why, sizeof why);
     if (n < 0) {
-        archive_set_error(a, n == SLUICE_ERR_NOMEM ? ENOMEM : EIO, "%s", why);
+        ar.set_error(a, n == SLUICE_ERR_NOMEM ? ENOMEM : EIO, "%s", why);
         return -1;
     }
     *block = r->obj_buf;
@@ -153,6 +220,9 @@ static int open_next(struct tar_reader *r)
     const char *path = r->paths[r->next_path++];
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
+    int lrc = load_archive(err, errlen);
+    if (lrc < 0)
+        return fail(r, lrc);
     const struct pipe_roots *roots = pipe_registry_roots(r->base.ctx->reg);
     int fd = -1;
     if (obj_is_url(path)) {
@@ -174,18 +244,18 @@ static int open_next(struct tar_reader *r)
         r->fd = fd;
     }
     r->path = path;
-    r->a = archive_read_new();
+    r->a = ar.read_new();
     if (!r->a) {
         err_set(err, errlen, SLUICE_ERR_NOMEM, "%s: %s", path, sluice_strerror(SLUICE_ERR_NOMEM));
         return fail(r, SLUICE_ERR_NOMEM);
     }
     /* Plain tar (ustar, pax, GNU), optionally gzip-compressed; an empty file is an empty shard.
      * Nothing that would run an external program. */
-    if (archive_read_support_format_tar(r->a) != ARCHIVE_OK ||
-        archive_read_support_format_empty(r->a) != ARCHIVE_OK ||
-        archive_read_support_filter_gzip(r->a) != ARCHIVE_OK ||
-        (r->obj ? archive_read_open(r->a, r, NULL, obj_block, NULL)
-                : archive_read_open_fd(r->a, fd, TAR_BLOCK_SIZE)) != ARCHIVE_OK) {
+    if (ar.read_support_format_tar(r->a) != ARCHIVE_OK ||
+        ar.read_support_format_empty(r->a) != ARCHIVE_OK ||
+        ar.read_support_filter_gzip(r->a) != ARCHIVE_OK ||
+        (r->obj ? ar.read_open(r->a, r, NULL, obj_block, NULL)
+                : ar.read_open_fd(r->a, fd, TAR_BLOCK_SIZE)) != ARCHIVE_OK) {
         int code = archive_code(r->a);
         err_set(err, errlen, code, "%s: %s", path, archive_msg(r->a));
         return fail(r, code);
@@ -215,7 +285,7 @@ static int reserve(struct component *c, size_t cap)
 /* Skips the current member's data. */
 static int skip_member(struct tar_reader *r)
 {
-    return archive_read_data_skip(r->a) < ARCHIVE_WARN ? fail_member(r) : 0;
+    return ar.read_data_skip(r->a) < ARCHIVE_WARN ? fail_member(r) : 0;
 }
 
 /* Reads the current member's data into component k. */
@@ -225,7 +295,7 @@ static int read_member(struct tar_reader *r, int k)
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
     c->len = 0;
-    int64_t size = archive_entry_size(r->entry);
+    int64_t size = ar.entry_size(r->entry);
     if (size < 0 || (uint64_t)size > MAX_MEMBER) {
         err_set(err, errlen, SLUICE_ERR_TOO_LARGE,
                 "%s: offset %" PRIu64 ": member %s: size %" PRId64 " over limit", r->path,
@@ -241,7 +311,7 @@ static int read_member(struct tar_reader *r, int k)
                     entry_name(r->entry), sluice_strerror(rc));
             return fail(r, rc);
         }
-        la_ssize_t n = archive_read_data(r->a, c->data + c->len, c->cap - c->len);
+        la_ssize_t n = ar.read_data(r->a, c->data + c->len, c->cap - c->len);
         if (n < 0)
             return fail_member(r);
         if (n == 0)
@@ -292,13 +362,13 @@ static int tar_next(struct pipe_iter *it, struct sluice_element *out)
             if (rc < 0)
                 return rc;
         }
-        uint64_t at = (uint64_t)archive_filter_bytes(r->a, 0);
+        uint64_t at = (uint64_t)ar.filter_bytes(r->a, 0);
         struct archive_entry *e = NULL;
-        int arc = archive_read_next_header(r->a, &e);
+        int arc = ar.read_next_header(r->a, &e);
         const char *name = NULL;
         r->entry = NULL;
         if (arc == ARCHIVE_EOF) {
-            if (r->any_entry && (uint64_t)archive_filter_bytes(r->a, 0) == at) {
+            if (r->any_entry && (uint64_t)ar.filter_bytes(r->a, 0) == at) {
                 err_set(err, errlen, SLUICE_ERR_TRUNCATED,
                         "%s: offset %" PRIu64 ": truncated tar archive (no end-of-archive blocks)",
                         r->path, at);
@@ -309,7 +379,7 @@ static int tar_next(struct pipe_iter *it, struct sluice_element *out)
             r->any_entry = true;
             r->entry = e;
             r->entry_at = at;
-            if (archive_entry_filetype(e) != AE_IFREG || archive_entry_hardlink(e)) {
+            if (ar.entry_filetype(e) != AE_IFREG || ar.entry_hardlink(e)) {
                 int rc = skip_member(r);
                 if (rc < 0)
                     return rc;
