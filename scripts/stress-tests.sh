@@ -12,7 +12,8 @@
 #   -L LABEL   the tests with this CTest label (default: integration without the drills;
 #              -L drill for the drills alone)
 #
-#   STRESS_JOBS=J      tests run side by side (default: one more than the cores, as scripts/test.sh)
+#   STRESS_JOBS=J      tests run side by side (default as scripts/test.sh: two more than the
+#                      cores, one more with --asan)
 #   STRESS_HOG=K       CPU hog processes (default: one per core; 0: no hog)
 #   STRESS_LOGS=DIR    where the logs of failed runs go (default stress-logs/ in the build dir)
 #
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --asan) asan=1 ;;
     -R) regex=${2:?-R needs a regular expression}; shift ;;
     -L) label=${2:?-L needs a label}; shift ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *)
         if [[ "$1" =~ ^[0-9]+$ ]] && [ "$1" -gt 0 ]; then
             runs=$1
@@ -58,7 +59,8 @@ else
     [ -f "$dir/CTestTestfile.cmake" ] || scripts/build.sh "$dir"
     timeout=300
 fi
-jobs=${STRESS_JOBS:-$(($(nproc) + 1))}
+# As scripts/test.sh: two tests more than the cores in the plain pass, one more under ASan.
+jobs=${STRESS_JOBS:-$(($(nproc) + 2 - asan))}
 logs=${STRESS_LOGS:-$dir/stress-logs}
 mkdir -p "$logs"
 

@@ -6,16 +6,18 @@
 #
 #   SLUICE_FUZZ_SECONDS=N   seconds per fuzz target (default 5; 0 skips fuzzing)
 #   SLUICE_SKIP_ASAN=1      skip the sanitizer pass (quicker local runs)
-#   SLUICE_TEST_JOBS=J      tests (and fuzz targets) run side by side (default: one test more
-#                           than the cores, as most tests spend much of their time waiting on
-#                           their clusters; one fuzz target per core, as each keeps one busy)
+#   SLUICE_TEST_JOBS=J      tests (and fuzz targets) run side by side (default: two tests more
+#                           than the cores in the plain pass and one more under the sanitizers,
+#                           as most tests spend much of their time waiting on their clusters;
+#                           one fuzz target per core, as each keeps one busy)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 # deps.sh installed the browser: the dashboard's browser test must run, not skip.
 export SLUICE_REQUIRE_BROWSER=1
 
-jobs=${SLUICE_TEST_JOBS:-$(($(nproc) + 1))}
+jobs=${SLUICE_TEST_JOBS:-$(($(nproc) + 2))}
+asan_jobs=${SLUICE_TEST_JOBS:-$(($(nproc) + 1))}
 fuzz_jobs=${SLUICE_TEST_JOBS:-$(nproc)}
 t0=$(date +%s)
 steps=""
@@ -101,7 +103,7 @@ fi
 
 if [ "${SLUICE_SKIP_ASAN:-0}" != 1 ]; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --test-dir build-asan --output-on-failure -j "$jobs" --timeout 600 -LE 'drill|nosan'
+        ctest --test-dir build-asan --output-on-failure -j "$asan_jobs" --timeout 600 -LE 'drill|nosan'
     step_done "tests (ASan + UBSan)"
 fi
 
