@@ -101,17 +101,24 @@ def test_mypy_strict_accepts_the_examples(mypy):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_mypy_strict_refuses_a_wrong_call(mypy):
-    wrong = mypy.work / "wrong_call.py"
-    wrong.write_text(WRONG)
-    out = mypy(wrong)
+def _assert_mypy_errors(mypy, name, text, want):
+    """mypy --strict on text (saved as name) fails with exactly the errors of want (a pattern for
+    each, after "NAME:"), in order."""
+    path = mypy.work / name
+    path.write_text(text)
+    out = mypy(path)
     assert out.returncode == 1, out.stdout + out.stderr
     errors = [line for line in out.stdout.splitlines() if ": error: " in line]
-    assert len(errors) == 2, out.stdout
-    assert re.search(r'wrong_call\.py:2: error: Argument 1 to "run" has incompatible type "int"',
-                     errors[0]), errors[0]
-    assert re.search(r'wrong_call\.py:3: error: Argument 1 to "batch" of "Pipeline" has '
-                     r'incompatible type "str"; expected "int"', errors[1]), errors[1]
+    assert len(errors) == len(want), out.stdout
+    for line, pattern in zip(errors, want):
+        assert re.search(re.escape(name) + pattern, line), line
+
+
+def test_mypy_strict_refuses_a_wrong_call(mypy):
+    _assert_mypy_errors(mypy, "wrong_call.py", WRONG, [
+        r':2: error: Argument 1 to "run" has incompatible type "int"',
+        r':3: error: Argument 1 to "batch" of "Pipeline" has incompatible type "str"; expected '
+        r'"int"'])
 
 
 # Wrong calls into torch beside sluice.torch: torch's own types are still checked with the
@@ -128,18 +135,11 @@ def size(loader: sluice.torch.DataLoader) -> str:
 
 
 def test_mypy_strict_checks_torch_calls(mypy):
-    wrong = mypy.work / "wrong_torch.py"
-    wrong.write_text(WRONG_TORCH)
-    out = mypy(wrong)
-    assert out.returncode == 1, out.stdout + out.stderr
-    errors = [line for line in out.stdout.splitlines() if ": error: " in line]
-    want = [r':3: error: Argument 1 to "Linear" has incompatible type "str"; expected "int"',
-            r':4: error: Argument "lr" to "SGD" has incompatible type "str"; expected "float"',
-            r':6: error: "Tensor" has no attribute "no_such_method"',
-            r':8: error: Incompatible return value type \(got "Optional\[int\]", expected "str"\)']
-    assert len(errors) == len(want), out.stdout
-    for line, pattern in zip(errors, want):
-        assert re.search(r"wrong_torch\.py" + pattern, line), line
+    _assert_mypy_errors(mypy, "wrong_torch.py", WRONG_TORCH, [
+        r':3: error: Argument 1 to "Linear" has incompatible type "str"; expected "int"',
+        r':4: error: Argument "lr" to "SGD" has incompatible type "str"; expected "float"',
+        r':6: error: "Tensor" has no attribute "no_such_method"',
+        r':8: error: Incompatible return value type \(got "Optional\[int\]", expected "str"\)'])
 
 
 def test_typed_usage_runs():
