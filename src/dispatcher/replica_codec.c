@@ -3,6 +3,7 @@
 
 #include "update_codec.h"
 
+#include "common/crc32c.h"
 #include "common/error.h"
 
 #include <inttypes.h>
@@ -12,7 +13,16 @@
 #include <string.h>
 
 #define ENTRY_MAGIC "SLR1"
-#define SNAP_MAGIC "SLS1"
+/* A snapshot: SNAP_MAGIC, the CRC32C of every byte after the first 8, then the body: the state's
+ * length (8 bytes), the state (update_codec's snapshot), the count of datasets (4) and each
+ * one's id (2-byte length and bytes) and definition (8-byte length and bytes). Raft stores it as
+ * it is, without a checksum of its own, so the CRC is what tells a damaged file from a state
+ * that happens to decode. SNAP_MAGIC_V1 is the same body without the CRC, as versions before it
+ * wrote: still read. */
+#define SNAP_MAGIC "SLS2"
+#define SNAP_MAGIC_V1 "SLS1"
+#define SNAP_HEAD 8u
+#define SNAP_HEAD_V1 4u
 
 static void put_u16(uint8_t *p, uint16_t v)
 {
@@ -353,7 +363,7 @@ int replica_snapshot_encode(const struct state *s, void *(*alloc)(size_t), uint8
     int rc = update_codec_snapshot_encode(s, &snap, &snaplen);
     if (rc < 0)
         return rc;
-    size_t len = 4 + 8 + snaplen + 4;
+    size_t len = SNAP_HEAD + 8 + snaplen + 4;
     for (size_t i = 0; i < s->ndatasets; i++)
         len += 2 + strlen(s->datasets[i].id) + 8 + s->datasets[i].def_len;
     uint8_t *p = (alloc ? alloc : malloc)(len);
@@ -361,11 +371,11 @@ int replica_snapshot_encode(const struct state *s, void *(*alloc)(size_t), uint8
         free(snap);
         return SLUICE_ERR_NOMEM;
     }
-    uint8_t *q = p;
-    memcpy(q, SNAP_MAGIC, 4);
-    put_u64(q + 4, snaplen);
-    memcpy(q + 12, snap, snaplen);
-    q += 12 + snaplen;
+    memcpy(p, SNAP_MAGIC, 4);
+    uint8_t *q = p + SNAP_HEAD;
+    put_u64(q, snaplen);
+    memcpy(q + 8, snap, snaplen);
+    q += 8 + snaplen;
     free(snap);
     put_u32(q, (uint32_t)s->ndatasets);
     q += 4;
@@ -379,6 +389,7 @@ int replica_snapshot_encode(const struct state *s, void *(*alloc)(size_t), uint8
             memcpy(q + 8, s->datasets[i].def, s->datasets[i].def_len);
         q += 8 + s->datasets[i].def_len;
     }
+    put_u32(p + 4, crc32c(p + SNAP_HEAD, len - SNAP_HEAD));
     *out = p;
     *outlen = len;
     return 0;
@@ -440,13 +451,31 @@ int replica_snapshot_decode(const uint8_t *p, size_t len, struct state *out, cha
                             size_t errlen)
 {
     state_init(out);
-    if (len < 16 || memcmp(p, SNAP_MAGIC, 4) != 0)
+    size_t head;
+    if (len >= 4 && memcmp(p, SNAP_MAGIC, 4) == 0)
+        head = SNAP_HEAD;
+    else if (len >= 4 && memcmp(p, SNAP_MAGIC_V1, 4) == 0)
+        head = SNAP_HEAD_V1;
+    else
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "not a sluice snapshot");
-    uint64_t snaplen = get_le(p + 4, 8);
-    if (snaplen > len - 12 || !defs_ok(p + 12 + snaplen, p + len))
+    if (len < head + 12)
+        return err_set(err, errlen, SLUICE_ERR_CORRUPT, "not a sluice snapshot");
+    if (head == SNAP_HEAD) {
+        uint32_t stored = (uint32_t)get_le(p + 4, 4);
+        uint32_t computed = crc32c(p + SNAP_HEAD, len - SNAP_HEAD);
+        if (stored != computed)
+            return err_set(err, errlen, SLUICE_ERR_CORRUPT,
+                           "snapshot: checksum mismatch (stored %08" PRIx32 ", computed %08" PRIx32
+                           ")",
+                           stored, computed);
+    }
+    const uint8_t *body = p + head;
+    uint64_t snaplen = get_le(body, 8);
+    if (snaplen > len - head - 8 || !defs_ok(body + 8 + snaplen, p + len))
         return err_set(err, errlen, SLUICE_ERR_CORRUPT, "snapshot: damaged framing");
-    struct snap_defs sd = {p + 12 + snaplen};
-    return update_codec_snapshot_decode(p + 12, snaplen, lookup_in_snapshot, &sd, out, err, errlen);
+    struct snap_defs sd = {body + 8 + snaplen};
+    return update_codec_snapshot_decode(body + 8, snaplen, lookup_in_snapshot, &sd, out, err,
+                                        errlen);
 }
 
 int replica_state_restore(struct state *s, const uint8_t *p, size_t len, char *err, size_t errlen)

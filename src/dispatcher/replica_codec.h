@@ -119,7 +119,8 @@ int replica_snapshot_encode(const struct state *s, void *(*alloc)(size_t), uint8
                             size_t *len);
 
 /* Decodes a snapshot into *out (overwritten, not released first; an empty state on failure).
- * Returns 0, or SLUICE_ERR_CORRUPT / SLUICE_ERR_NOMEM with the reason. */
+ * Its CRC is checked first ("snapshot: checksum mismatch (stored X, computed Y)"). Returns 0,
+ * or SLUICE_ERR_CORRUPT / SLUICE_ERR_NOMEM with the reason. */
 int replica_snapshot_decode(const uint8_t *p, size_t len, struct state *out, char *err,
                             size_t errlen);
 

@@ -13,6 +13,7 @@
 
 #include "lib/state_harness.h"
 
+#include "common/crc32c.h"
 #include "common/error.h"
 #include "dispatcher/replica_codec.h"
 #include "dispatcher/state.h"
@@ -563,6 +564,13 @@ static void expect_snapshot_refused(const uint8_t *p, size_t len, const char *wh
     free(t);
 }
 
+/* A snapshot's CRC (bytes 4 to 8, over every byte after the first 8) made right again after a
+ * change, so that the checks behind it are reached. */
+static void reseal(uint8_t *t, size_t len)
+{
+    put_le(t + 4, crc32c(t + 8, len - 8), 4);
+}
+
 static void test_snapshot_refused(void **unused)
 {
     (void)unused;
@@ -571,18 +579,32 @@ static void test_snapshot_refused(void **unused)
     uint8_t *p;
     size_t len;
     assert_int_equal(replica_snapshot_encode(&h.s, NULL, &p, &len), 0);
+    assert_memory_equal(p, "SLS2", 4);
     /* Every truncation. */
     for (size_t cut = 0; cut < len; cut++)
         expect_snapshot_refused(p, cut, NULL);
-    expect_snapshot_refused(p, 15, "not a sluice snapshot");
-    expect_snapshot_refused(p, len - 1, "snapshot: damaged framing");
-    /* Damaged framing: the magic, the state's length, the count of datasets, an id's length, a
-     * definition's length, bytes after the last definition. */
+    expect_snapshot_refused(p, 19, "not a sluice snapshot");
     uint8_t *t = malloc(len + 1);
+    /* Every byte flipped, the CRC's own included: a checksum mismatch, whatever the byte. */
+    for (size_t at = 4; at < len; at++) {
+        memcpy(t, p, len);
+        t[at] ^= (uint8_t)(1u << (at % 8));
+        struct state s;
+        char err[SLUICE_ERRMSG_SIZE] = "";
+        assert_int_equal(replica_snapshot_decode(t, len, &s, err, sizeof err), SLUICE_ERR_CORRUPT);
+        if (strncmp(err, "snapshot: checksum mismatch (stored ", 36) != 0)
+            fail_msg("byte %zu flipped: '%s'", at, err);
+        state_release(&s);
+    }
+    memcpy(t, p, len);
+    reseal(t, len - 1);
+    expect_snapshot_refused(t, len - 1, "snapshot: damaged framing");
+    /* Damaged framing behind a right CRC: the magic, the state's length, the count of datasets,
+     * an id's length, a definition's length, bytes after the last definition. */
     uint64_t snaplen = 0;
     for (int i = 0; i < 8; i++)
-        snaplen |= (uint64_t)p[4 + i] << (8 * i);
-    size_t defs = 12 + (size_t)snaplen;
+        snaplen |= (uint64_t)p[8 + i] << (8 * i);
+    size_t defs = 16 + (size_t)snaplen;
     struct {
         size_t at;
         uint64_t v;
@@ -590,9 +612,9 @@ static void test_snapshot_refused(void **unused)
         const char *why;
     } damage[] = {
         {0, 'X', 1, "not a sluice snapshot"},
-        {4, snaplen + 1, 8, "snapshot: damaged framing"},
-        {4, UINT64_MAX, 8, "snapshot: damaged framing"},
-        {4, len - 12, 8, "snapshot: damaged framing"},
+        {8, snaplen + 1, 8, "snapshot: damaged framing"},
+        {8, UINT64_MAX, 8, "snapshot: damaged framing"},
+        {8, len - 16, 8, "snapshot: damaged framing"},
         {defs, 3, 4, "snapshot: damaged framing"},
         {defs, 1, 4, "snapshot: damaged framing"},
         {defs, UINT32_MAX, 4, "snapshot: damaged framing"},
@@ -603,10 +625,12 @@ static void test_snapshot_refused(void **unused)
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
         memcpy(t, p, len);
         put_le(t + damage[i].at, damage[i].v, damage[i].n);
+        reseal(t, len);
         expect_snapshot_refused(t, len, damage[i].why);
     }
     memcpy(t, p, len);
     t[len] = 0;
+    reseal(t, len + 1);
     expect_snapshot_refused(t, len + 1, "snapshot: damaged framing");
     /* A definition that is not the one the state names (first dataset "1", definition "r4"). */
     memcpy(t, p, len);
@@ -614,15 +638,32 @@ static void test_snapshot_refused(void **unused)
     assert_int_equal(t[defs + 6], '1');
     assert_int_equal(t[defs + 7], 2);
     t[defs + 15] ^= 1;
+    reseal(t, len);
     expect_snapshot_refused(t, len, NULL);
     /* A definition missing: the id renamed. */
     memcpy(t, p, len);
     t[defs + 6] = '9';
+    reseal(t, len);
     expect_snapshot_refused(t, len, "dataset '1': no definition in the snapshot");
     /* The state's bytes damaged. */
     memcpy(t, p, len);
-    t[12] ^= 0xff;
+    t[16] ^= 0xff;
+    reseal(t, len);
     expect_snapshot_refused(t, len, NULL);
+
+    /* A snapshot of the format before the CRC ("SLS1": the same body after a 4-byte magic), as
+     * older versions left in their Raft directories, still restores. */
+    memcpy(t, "SLS1", 4);
+    memcpy(t + 4, p + 8, len - 8);
+    struct state back;
+    char err[SLUICE_ERRMSG_SIZE];
+    if (replica_snapshot_decode(t, len - 4, &back, err, sizeof err) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(state_digest(&back), state_digest(&h.s));
+    state_release(&back);
+    expect_snapshot_refused(t, 15, "not a sluice snapshot");
+    put_le(t + 4, len, 8);
+    expect_snapshot_refused(t, len - 4, "snapshot: damaged framing");
     free(t);
     free(p);
     harness_release(&h);
@@ -714,7 +755,7 @@ static void test_state_restore(void **unused)
     assert_int_equal(replica_state_restore(&s, t, len, err, sizeof err), SLUICE_ERR_CORRUPT);
     assert_string_equal(err, "not a sluice snapshot");
     assert_int_equal(replica_state_restore(&s, p, len - 1, err, sizeof err), SLUICE_ERR_CORRUPT);
-    assert_string_equal(err, "snapshot: damaged framing");
+    assert_true(strncmp(err, "snapshot: checksum mismatch (stored ", 36) == 0);
     assert_int_equal(state_digest(&s), before);
     assert_non_null(state_dataset(&s, "old"));
     /* Restored: the snapshot's state, with the limits and static workers kept. */
