@@ -27,7 +27,8 @@ if not torch.distributed.is_available():
 N = 6000
 # Slow enough that the epoch outlasts the ranks' start-up skew: at 20 us an element the first rank
 # to read (its loader prefetching) drained the epoch before another had joined, about one run in
-# three on a loaded machine (a rank with nothing, or StopIteration before its 300 elements).
+# three on a loaded machine (a rank with nothing, or StopIteration before its 300 elements). The
+# ranks also meet at a barrier once each has its iterator, before reading.
 PIPELINE = f"range({N}) | map(wait_us, 300)"
 WAIT_S = 180
 
@@ -48,6 +49,9 @@ if restore != "-":
         loader.load_state_dict(pickle.load(f))
 got = []
 it = iter(loader)
+# Every rank has its reader before any consumes: a rank slow to start (its imports, its loader's
+# worker processes, on a loaded machine) must not find the epoch drained by the others.
+dist.barrier()
 if take < 0:
     got = [int(x) for x in it]
     dist.barrier()
