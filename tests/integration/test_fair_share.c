@@ -23,14 +23,14 @@
 #include "lib/tmp.h"
 
 #define NWORKERS 3
-/* Elements per job: at 2 ms each, the heavy job's two thirds of 3 threads take 15 s. Few,
+/* Elements per job: at 2 ms each, the heavy job's two thirds of 3 threads take 20 s. Few,
  * costly elements keep the readers' share of the machine small: a reader starved of CPU by a
  * loaded host lets its job's buffer fill, its producer parks, and the other job takes the
  * thread (work-conserving, and not what this test measures). For the same reason the elements
  * spin (sleep_us) rather than wait (wait_us): spinning workers slow down with their readers on a
  * loaded machine, where waiting ones outran them (ratio 1.56 beside CPU hogs). */
-#define NELEMS 15000
-#define PIPELINE "range(15000) | map(sleep_us, 2000)"
+#define NELEMS 20000
+#define PIPELINE "range(20000) | map(sleep_us, 2000)"
 
 static const char *const worker_args[] = {"--metrics-port", "0", "--threads", "1", NULL};
 
@@ -159,9 +159,11 @@ static void test_weights_share_threads(void **state)
     json_decref(jh);
     json_decref(jl);
 
-    /* Both jobs want more for about 15 s (the heavy one ends first): one window of 4 s after
-     * the tasks started, another after the dispatcher restarted. */
-    sleep_ms(1500);
+    /* Both jobs want more for about 20 s (the heavy one ends first): one window of 4 s once the
+     * tasks have run 3 s (on a loaded machine a reader's first requests can come late, and
+     * until both jobs ask on every worker the threads go to whichever does: work-conserving,
+     * not the weights), another after the dispatcher restarted. */
+    sleep_ms(3000);
     measure(c, h, l, heavy, light, "before the restart");
     assert_int_equal(cluster_restart_dispatcher(c, SIGTERM), 0);
     sleep_ms(1500);
