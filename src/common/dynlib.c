@@ -3,6 +3,7 @@
 #include "common/error.h"
 
 #include <dlfcn.h>
+#include <stdio.h>
 #include <string.h>
 
 int dynlib_open(const char *soname, const char *what, const struct dynlib_fn *fns, size_t n,
@@ -23,4 +24,18 @@ int dynlib_open(const char *soname, const char *what, const struct dynlib_fn *fn
         memcpy((char *)table + fns[i].offset, &f, sizeof f);
     }
     return 0;
+}
+
+int dynlib_load(struct dynlib *d, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&d->mu);
+    if (!d->tried) {
+        d->rc = dynlib_open(d->soname, d->what, d->fns, d->n, d->table, d->err, sizeof d->err);
+        d->tried = true;
+    }
+    int rc = d->rc;
+    if (rc && err && errlen)
+        snprintf(err, errlen, "%s", d->err);
+    pthread_mutex_unlock(&d->mu);
+    return rc;
 }

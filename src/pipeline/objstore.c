@@ -296,6 +296,21 @@ static struct curl_api {
     __typeof__(curl_slist_free_all) *slist_free_all;
 } cu;
 
+static const struct dynlib_fn curl_fns[] = {
+    DYNLIB_FN(struct curl_api, global_init, curl_global_init),
+    DYNLIB_FN(struct curl_api, easy_init, curl_easy_init),
+    DYNLIB_FN(struct curl_api, easy_setopt, curl_easy_setopt),
+    DYNLIB_FN(struct curl_api, easy_perform, curl_easy_perform),
+    DYNLIB_FN(struct curl_api, easy_getinfo, curl_easy_getinfo),
+    DYNLIB_FN(struct curl_api, easy_reset, curl_easy_reset),
+    DYNLIB_FN(struct curl_api, easy_cleanup, curl_easy_cleanup),
+    DYNLIB_FN(struct curl_api, easy_strerror, curl_easy_strerror),
+    DYNLIB_FN(struct curl_api, slist_append, curl_slist_append),
+    DYNLIB_FN(struct curl_api, slist_free_all, curl_slist_free_all),
+};
+
+static struct dynlib curl_lib = DYNLIB_INIT("libcurl.so.4", "objects over HTTP", curl_fns, &cu);
+
 /* Handles of threads that ended, kept with their connections for the threads to come (an
  * object's read-ahead threads end with it: the next object's reuse the connections, which on
  * real S3 saves a TLS handshake per object and thread). */
@@ -318,20 +333,7 @@ static void handle_free(void *h)
 
 static void global_init(void)
 {
-    static const struct dynlib_fn fns[] = {
-        DYNLIB_FN(struct curl_api, global_init, curl_global_init),
-        DYNLIB_FN(struct curl_api, easy_init, curl_easy_init),
-        DYNLIB_FN(struct curl_api, easy_setopt, curl_easy_setopt),
-        DYNLIB_FN(struct curl_api, easy_perform, curl_easy_perform),
-        DYNLIB_FN(struct curl_api, easy_getinfo, curl_easy_getinfo),
-        DYNLIB_FN(struct curl_api, easy_reset, curl_easy_reset),
-        DYNLIB_FN(struct curl_api, easy_cleanup, curl_easy_cleanup),
-        DYNLIB_FN(struct curl_api, easy_strerror, curl_easy_strerror),
-        DYNLIB_FN(struct curl_api, slist_append, curl_slist_append),
-        DYNLIB_FN(struct curl_api, slist_free_all, curl_slist_free_all),
-    };
-    global_rc = dynlib_open("libcurl.so.4", "objects over HTTP", fns, sizeof fns / sizeof fns[0],
-                            &cu, global_err, sizeof global_err);
+    global_rc = dynlib_load(&curl_lib, global_err, sizeof global_err);
     if (global_rc)
         return;
     if (cu.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK ||

@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -103,43 +102,29 @@ static struct archive_api {
     __typeof__(archive_entry_hardlink) *entry_hardlink;
 } ar;
 
-static pthread_once_t ar_once = PTHREAD_ONCE_INIT;
-static int ar_rc;
-static char ar_err[512]; /* why ar_rc is not 0 */
+static const struct dynlib_fn ar_fns[] = {
+    DYNLIB_FN(struct archive_api, read_new, archive_read_new),
+    DYNLIB_FN(struct archive_api, read_free, archive_read_free),
+    DYNLIB_FN(struct archive_api, read_support_format_tar, archive_read_support_format_tar),
+    DYNLIB_FN(struct archive_api, read_support_format_empty, archive_read_support_format_empty),
+    DYNLIB_FN(struct archive_api, read_support_filter_gzip, archive_read_support_filter_gzip),
+    DYNLIB_FN(struct archive_api, read_open, archive_read_open),
+    DYNLIB_FN(struct archive_api, read_open_fd, archive_read_open_fd),
+    DYNLIB_FN(struct archive_api, read_next_header, archive_read_next_header),
+    DYNLIB_FN(struct archive_api, read_data, archive_read_data),
+    DYNLIB_FN(struct archive_api, read_data_skip, archive_read_data_skip),
+    DYNLIB_FN(struct archive_api, filter_bytes, archive_filter_bytes),
+    DYNLIB_FN(struct archive_api, errnum, archive_errno),
+    DYNLIB_FN(struct archive_api, error_string, archive_error_string),
+    DYNLIB_FN(struct archive_api, set_error, archive_set_error),
+    DYNLIB_FN(struct archive_api, entry_pathname, archive_entry_pathname),
+    DYNLIB_FN(struct archive_api, entry_pathname_utf8, archive_entry_pathname_utf8),
+    DYNLIB_FN(struct archive_api, entry_size, archive_entry_size),
+    DYNLIB_FN(struct archive_api, entry_filetype, archive_entry_filetype),
+    DYNLIB_FN(struct archive_api, entry_hardlink, archive_entry_hardlink),
+};
 
-static void ar_load(void)
-{
-    static const struct dynlib_fn fns[] = {
-        DYNLIB_FN(struct archive_api, read_new, archive_read_new),
-        DYNLIB_FN(struct archive_api, read_free, archive_read_free),
-        DYNLIB_FN(struct archive_api, read_support_format_tar, archive_read_support_format_tar),
-        DYNLIB_FN(struct archive_api, read_support_format_empty, archive_read_support_format_empty),
-        DYNLIB_FN(struct archive_api, read_support_filter_gzip, archive_read_support_filter_gzip),
-        DYNLIB_FN(struct archive_api, read_open, archive_read_open),
-        DYNLIB_FN(struct archive_api, read_open_fd, archive_read_open_fd),
-        DYNLIB_FN(struct archive_api, read_next_header, archive_read_next_header),
-        DYNLIB_FN(struct archive_api, read_data, archive_read_data),
-        DYNLIB_FN(struct archive_api, read_data_skip, archive_read_data_skip),
-        DYNLIB_FN(struct archive_api, filter_bytes, archive_filter_bytes),
-        DYNLIB_FN(struct archive_api, errnum, archive_errno),
-        DYNLIB_FN(struct archive_api, error_string, archive_error_string),
-        DYNLIB_FN(struct archive_api, set_error, archive_set_error),
-        DYNLIB_FN(struct archive_api, entry_pathname, archive_entry_pathname),
-        DYNLIB_FN(struct archive_api, entry_pathname_utf8, archive_entry_pathname_utf8),
-        DYNLIB_FN(struct archive_api, entry_size, archive_entry_size),
-        DYNLIB_FN(struct archive_api, entry_filetype, archive_entry_filetype),
-        DYNLIB_FN(struct archive_api, entry_hardlink, archive_entry_hardlink),
-    };
-    ar_rc = dynlib_open("libarchive.so.13", "tar shards", fns, sizeof fns / sizeof fns[0], &ar,
-                        ar_err, sizeof ar_err);
-}
-
-/* Opens libarchive once; returns 0, or a negative code with the reason in err. */
-static int load_archive(char *err, size_t errlen)
-{
-    pthread_once(&ar_once, ar_load);
-    return ar_rc ? err_set(err, errlen, ar_rc, "%s", ar_err) : 0;
-}
+static struct dynlib ar_lib = DYNLIB_INIT("libarchive.so.13", "tar shards", ar_fns, &ar);
 
 static const char *entry_name(struct archive_entry *e)
 {
@@ -220,7 +205,7 @@ static int open_next(struct tar_reader *r)
     const char *path = r->paths[r->next_path++];
     char *err = r->base.ctx->err;
     size_t errlen = sizeof r->base.ctx->err;
-    int lrc = load_archive(err, errlen);
+    int lrc = dynlib_load(&ar_lib, err, errlen);
     if (lrc < 0)
         return fail(r, lrc);
     const struct pipe_roots *roots = pipe_registry_roots(r->base.ctx->reg);
