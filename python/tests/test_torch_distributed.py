@@ -142,8 +142,10 @@ def test_resume_on_another_world_size(cluster, before, after, workers, det):
         assert len(flat) == before * 300 and len(set(flat)) == len(flat)
         _, post = run_ranks(tmp, "after", after, cluster.target, -1, workers, det,
                             os.path.join(out, "state.pkl"))
-        # Every new rank got a share, and the epoch is whole, each element once.
-        assert all(len(rank) > 0 for rank in post), [len(r) for r in post]
+        # The epoch is whole, each element once. (Not that every new rank got a share:
+        # distributed_epoch hands elements to whoever asks first, and a rank slow to start can
+        # find the rest fetched by the others.)
+        print("after the resume, elements per rank:", [len(r) for r in post])
         seen = collections.Counter(flat + [x for rank in post for x in rank])
         assert sorted(seen) == list(range(N)), f"{len(seen)} distinct of {N}"
         dups = sorted(x for x, c in seen.items() if c > 1)
