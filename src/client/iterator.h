@@ -60,6 +60,16 @@
  * caches; larger ones measured markedly slower with elements of 1 MiB, and smaller elements
  * gain nothing from more (a reply carries at most a few thousand of them). */
 #define ITER_FETCH_MAX_BYTES (2u << 20)
+/* distributed_epoch reads ask each request for prefetch_pace() elements (prefetch.h): their
+ * requests together about ITER_PACE_HORIZON_MS of the elements the reader consumed a second over
+ * the last ITER_PACE_WINDOW_MS or more, at least ITER_PACE_MIN and at most ITER_PACE_MAX (the
+ * worker's own bound on a reply) each. A reader's first requests, before it has consumed
+ * anything, ask for ITER_PACE_MIN; one that consumes millions a second reaches ITER_PACE_MAX
+ * after its first window. */
+#define ITER_PACE_HORIZON_MS 250u
+#define ITER_PACE_WINDOW_MS 50u
+#define ITER_PACE_MIN 64u
+#define ITER_PACE_MAX 8192u
 /* Shared-memory reads: while a worker's region has no room for one more reply and the reader has
  * something to read, requests to that worker wait (iterator_fetch.c shm_full; tasks_defer), the
  * pump looking again every ITER_SHM_POLL_MS; other workers are asked meanwhile. */

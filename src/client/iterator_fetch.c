@@ -563,6 +563,10 @@ static int fetch(struct sluice_iterator *it, size_t i)
     /* This reader steps over pad records: a worker that serves it over shared memory may align
      * the large values it leaves there as views (TCP connections ignore it). */
     req.align_values = true;
+    /* distributed_epoch: about what the reader consumes (pace_update), so that a reader does
+     * not take more of the job's elements than it uses while others wait for them. */
+    if (it->track)
+        req.max_elements = it->pace_max;
     if (it->coordinated) {
         req.max_elements = 1;
         req.consumer_index = it->consumer_index;
@@ -659,12 +663,36 @@ static bool shm_full(struct sluice_iterator *it, size_t i)
     return wait && (coming > 0 || !atomic_load(&it->starving));
 }
 
+/* distributed_epoch: measures the reader's consumption over windows of at least
+ * ITER_PACE_WINDOW_MS and sets the element count its requests ask for (iterator.h). */
+static void pace_update(struct sluice_iterator *it, uint64_t now)
+{
+    if (!it->track)
+        return;
+    uint64_t taken = atomic_load_explicit(&it->taken, memory_order_relaxed);
+    if (!it->pace_max) {
+        it->pace_max = ITER_PACE_MIN;
+        it->pace_ms = now;
+        it->pace_taken = taken;
+        return;
+    }
+    uint64_t dt = now - it->pace_ms;
+    if (dt < ITER_PACE_WINDOW_MS)
+        return;
+    uint64_t rate = taken > it->pace_taken ? (taken - it->pace_taken) * 1000 / dt : 0;
+    it->pace_max =
+        prefetch_pace(rate, it->pf.cap, ITER_PACE_HORIZON_MS, ITER_PACE_MIN, ITER_PACE_MAX);
+    it->pace_ms = now;
+    it->pace_taken = taken;
+}
+
 /* Sends requests while slots are free and some task may be asked. */
 static void pump(struct sluice_iterator *it)
 {
     if (it->closing || iter_state(it) != ITER_RUNNING)
         return;
     uint64_t now = uv_now(&it->c->loop);
+    pace_update(it, now);
     withdraw_unlisted(it);
     if (it->coordinated) {
         if (tasks_advance(&it->tasks) == TASKS_ROUND_BEHIND) {

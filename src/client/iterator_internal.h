@@ -189,6 +189,10 @@ struct sluice_iterator {
     uint64_t job_incarnation;     /* the dispatcher incarnation known to hold the job */
     uint64_t verify_incarnation;  /* the incarnation being asked whether it holds the job */
     uint64_t last_hb_ok, last_stats_ms, last_taken, last_wait_ns;
+    /* distributed_epoch (track): the element count each request asks for (prefetch_pace), and
+     * when and at which count of taken elements the window it was measured over began. */
+    uint32_t pace_max;
+    uint64_t pace_ms, pace_taken;
     char
         hb_why[SLUICE_ERRMSG_SIZE]; /* the last heartbeat's transient failure; "" after a success */
     /* The dispatcher's word on why the job has no task (ClientHeartbeatReply.waiting): its

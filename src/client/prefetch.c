@@ -85,3 +85,13 @@ void prefetch_done(struct prefetch *p)
     assert(p->held > 0);
     p->held--;
 }
+
+uint32_t prefetch_pace(uint64_t rate, unsigned cap, uint32_t horizon_ms, uint32_t min, uint32_t max)
+{
+    assert(cap >= 1 && min <= max);
+    /* rate * horizon_ms / 1000 / cap without overflow: rates beyond 2^44 a second are clamped. */
+    if (rate > ((uint64_t)1 << 44))
+        rate = (uint64_t)1 << 44;
+    uint64_t each = rate * horizon_ms / 1000 / cap;
+    return each < min ? min : each > max ? max : (uint32_t)each;
+}

@@ -76,4 +76,13 @@ bool prefetch_take(struct prefetch *p, struct prefetch_item *out);
 /* The caller finished with a taken payload: frees its slot (not its data). */
 void prefetch_done(struct prefetch *p);
 
+/* distributed_epoch: the element count one request of a read asks for (GetElementsRequest
+ * .max_elements). A job's workers hand its elements to whichever reader asks first, so a reader
+ * that fetched by bytes alone would take thousands of small elements a request, far more than it
+ * consumes, and leave nothing to the job's other readers (a trainer rank slow to start would find
+ * the epoch gone). The cap requests of a read together ask for about horizon_ms of what it
+ * consumed lately (rate, elements a second): at least min each, at most max. Pure. */
+uint32_t prefetch_pace(uint64_t rate, unsigned cap, uint32_t horizon_ms, uint32_t min,
+                       uint32_t max);
+
 #endif

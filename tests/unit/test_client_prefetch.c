@@ -156,12 +156,32 @@ static void test_random_against_model(void **state)
     prefetch_release(&p);
 }
 
+/* distributed_epoch's request size: cap requests ask for horizon_ms of the consumption rate
+ * together, clamped to [min, max]. */
+static void test_pace(void **state)
+{
+    (void)state;
+    /* Nothing consumed yet, or a slow consumer: the least. */
+    assert_int_equal(prefetch_pace(0, 8, 250, 64, 8192), 64);
+    assert_int_equal(prefetch_pace(2000, 8, 250, 64, 8192), 64);
+    /* 40,000 a second: 10,000 in 250 ms over 8 requests, 1,250 each. */
+    assert_int_equal(prefetch_pace(40000, 8, 250, 64, 8192), 1250);
+    assert_int_equal(prefetch_pace(40000, 1, 250, 64, 8192), 8192);
+    assert_int_equal(prefetch_pace(40000, 1, 100, 64, 8192), 4000);
+    /* Millions a second: the worker's bound. */
+    assert_int_equal(prefetch_pace(10000000, 8, 250, 64, 8192), 8192);
+    /* No overflow at absurd rates. */
+    assert_int_equal(prefetch_pace(UINT64_MAX, 1, 250, 64, 8192), 8192);
+    assert_int_equal(prefetch_pace(UINT64_MAX, 1024, 1, 1, 1 << 30), (1ull << 44) / 1000 / 1024);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slots_bound_everything),
         cmocka_unit_test(test_fifo_across_wraparound),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_pace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
