@@ -53,8 +53,9 @@ static int teardown(void **state)
 
 static char metrics_at[NWORKERS][64];
 
-/* Seconds of thread time job_id took on worker i so far (0 before its first series). */
-static double job_seconds(struct cluster *c, int i, uint64_t job_id)
+/* Seconds of thread time jobs h and l took on worker i so far (0 before a job's first series),
+ * from one scrape, so that both are read at the same instant. */
+static void job_seconds(struct cluster *c, int i, uint64_t h, uint64_t l, double *sh, double *sl)
 {
     if (!metrics_at[i][0])
         assert_int_equal(cluster_read_address(&c->workers[i], " metrics on ", metrics_at[i],
@@ -64,20 +65,28 @@ static double job_seconds(struct cluster *c, int i, uint64_t job_id)
     char err[512] = "", labels[48];
     if (scrape_metrics(metrics_at[i], &e, err, sizeof err) != 0)
         fail_msg("worker %d: %s", i, err);
-    snprintf(labels, sizeof labels, "job=\"%" PRIu64 "\"", job_id);
-    double v = 0;
-    if (expo_value(&e, "sluice_worker_job_cpu_seconds_total", labels, &v) != 0)
-        v = 0;
+    const uint64_t ids[2] = {h, l};
+    double *out[2] = {sh, sl};
+    for (int k = 0; k < 2; k++) {
+        snprintf(labels, sizeof labels, "job=\"%" PRIu64 "\"", ids[k]);
+        if (expo_value(&e, "sluice_worker_job_cpu_seconds_total", labels, out[k]) != 0)
+            *out[k] = 0;
+    }
     expo_free(&e);
-    return v;
 }
 
-static double total_seconds(struct cluster *c, uint64_t job_id)
+/* The thread time of jobs h and l on every worker so far. Each worker's two figures come from one
+ * scrape: read apart (a scrape per job), the two jobs' windows differed by the time the scrapes
+ * took, which on a loaded machine skewed the ratio (1.68 once). */
+static void total_seconds(struct cluster *c, uint64_t h, uint64_t l, double *sh, double *sl)
 {
-    double sum = 0;
-    for (int i = 0; i < NWORKERS; i++)
-        sum += job_seconds(c, i, job_id);
-    return sum;
+    *sh = *sl = 0;
+    for (int i = 0; i < NWORKERS; i++) {
+        double a, b;
+        job_seconds(c, i, h, l, &a, &b);
+        *sh += a;
+        *sl += b;
+    }
 }
 
 /* The status entry of the job named name, or NULL; borrowed from doc. */
@@ -111,10 +120,11 @@ static void expect_every_element_once(struct proc *r, const char *what)
 static void measure(struct cluster *c, uint64_t h, uint64_t l, struct proc *heavy,
                     struct proc *light, const char *when)
 {
-    double h0 = total_seconds(c, h), l0 = total_seconds(c, l);
+    double h0, l0, h1, l1;
     long long t0 = now_ms();
+    total_seconds(c, h, l, &h0, &l0);
     sleep_ms(4000);
-    double h1 = total_seconds(c, h), l1 = total_seconds(c, l);
+    total_seconds(c, h, l, &h1, &l1);
     long long t1 = now_ms();
     /* Both still want more: a window that outlasted either read measures nothing. */
     assert_int_equal(proc_wait(heavy, 0), -2);
