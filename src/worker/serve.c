@@ -219,8 +219,8 @@ static bool serve(struct worker *w, struct wtask *wt, struct rpc_conn *conn, uin
                   uint64_t client_id, uint32_t max_elements, uint64_t max_bytes, bool whole)
 {
     struct task_take tk;
-    int st =
-        task_take_whole(wt->task, max_elements, max_bytes, whole ? client_id : 0, &w->scratch, &tk);
+    int st = task_take_whole(wt->task, max_elements, max_bytes, whole ? client_id : 0,
+                             rpc_conn_serial(conn), &w->scratch, &tk);
     switch (st) {
     case TASK_TAKE_DATA:
         wmetrics_served(w->wm, tk.wb.count, tk.wb.len, rpc_conn_is_local(conn));
@@ -266,7 +266,7 @@ static void waiter_pop(struct worker *w, struct wtask *wt);
  * code. */
 static int rounds_take_one(struct worker *w, struct wtask *wt, struct task_take *tk)
 {
-    int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, 0, &w->scratch, tk);
+    int st = task_take_whole(wt->task, 1, WORKER_MAX_REPLY_BYTES, 0, 0, &w->scratch, tk);
     if (st != TASK_TAKE_DATA)
         return st;
     size_t len;
@@ -846,5 +846,9 @@ void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *u
             waiter_unlink(w, wt, wpp, prev);
         }
         task_set_waiting(wt->task, wt->nwait > 0);
+        /* Splits a deterministic reader on that connection owned may go to the others now: the
+         * reads waiting for them are answered at once rather than at the owner's idle time. */
+        if (task_conn_closed(wt->task, rpc_conn_serial(conn)) && wt->wait_head)
+            worker_serve_waiters(w, wt);
     }
 }

@@ -93,18 +93,34 @@ int splittab_owner_set(struct split_tables *t, uint64_t seq, uint64_t client, ui
     }
     e->client = client;
     e->last_ms = now_ms;
+    e->conn = 0;
+    e->left = false;
     return 0;
 }
 
-bool splittab_may_take(struct split_tables *t, uint64_t seq, uint64_t client, uint64_t now_ms)
+bool splittab_may_take(struct split_tables *t, uint64_t seq, uint64_t client, uint64_t conn,
+                       uint64_t now_ms)
 {
     struct split_owner *e =
         rows_find(t->own, t->nown, sizeof *t->own, offsetof(struct split_owner, seq), seq);
-    if (e && e->client != client && now_ms < e->last_ms + SPLIT_OWNER_IDLE_MS)
+    if (e && e->client != client && !e->left && now_ms < e->last_ms + SPLIT_OWNER_IDLE_MS)
         return false;
     /* Out of memory or past the bound the split is served without an owner. */
-    (void)splittab_owner_set(t, seq, client, now_ms);
+    if (splittab_owner_set(t, seq, client, now_ms) == 0 && client != 0 &&
+        (e = rows_find(t->own, t->nown, sizeof *t->own, offsetof(struct split_owner, seq), seq)))
+        e->conn = conn;
     return true;
+}
+
+size_t splittab_conn_closed(struct split_tables *t, uint64_t conn)
+{
+    size_t n = 0;
+    for (size_t i = 0; conn != 0 && i < t->nown; i++)
+        if (t->own[i].conn == conn && !t->own[i].left) {
+            t->own[i].left = true;
+            n++;
+        }
+    return n;
 }
 
 uint64_t splittab_owner(const struct split_tables *t, uint64_t seq)

@@ -11,9 +11,11 @@
  * one reader (GetElementsRequest.whole_splits). The first such reader served a split's records
  * owns it until its end marker is taken, or the dispatcher names its owner with the lease (the
  * reader that had its first positions). Another reader may take an owned split only once its
- * owner has taken nothing of it for SPLIT_OWNER_IDLE_MS (it left, or stopped reading): the split
- * then goes on to the reader that asks, which drops positions it cannot use and has the split
- * produced again; nothing is handed out twice.
+ * owner has taken nothing of it for SPLIT_OWNER_IDLE_MS (it left, or stopped reading), or at once
+ * when the connection it last took records over has closed (splittab_conn_closed: the reader
+ * died or closed its read; one that only lost its connection and comes back finds the split
+ * gone, as after the idle time): the split then goes on to the reader that asks, which drops
+ * positions it cannot use and has the split produced again; nothing is handed out twice.
  *
  * Memory: at most SPLIT_TABLE_MAX entries in each table; past it a resume entry replaces the one
  * of the lowest split, and a split gets no owner (it is served to whoever asks). */
@@ -39,6 +41,8 @@ struct split_owner {
     uint64_t seq;
     uint64_t client;
     uint64_t last_ms; /* when the owner last took records of it (or got it) */
+    uint64_t conn;    /* the connection it last took records over (0: none yet) */
+    bool left;        /* that connection closed: any reader may take the split */
 };
 
 struct split_tables {
@@ -65,10 +69,16 @@ bool splittab_resume_take(struct split_tables *t, uint64_t seq, struct split_res
  * SLUICE_ERR_NOMEM. */
 int splittab_owner_set(struct split_tables *t, uint64_t seq, uint64_t client, uint64_t now_ms);
 
-/* Whether reader client may take records of split seq now; when it may, it owns the split from
- * now on (or still does). Returns false only for a split another reader owns and took records
- * of less than SPLIT_OWNER_IDLE_MS ago. */
-bool splittab_may_take(struct split_tables *t, uint64_t seq, uint64_t client, uint64_t now_ms);
+/* Whether reader client, asking over connection conn (a serial, never 0), may take records of
+ * split seq now; when it may, it owns the split from now on (or still does). Returns false only
+ * for a split another reader owns, took records of less than SPLIT_OWNER_IDLE_MS ago and whose
+ * connection is still open. */
+bool splittab_may_take(struct split_tables *t, uint64_t seq, uint64_t client, uint64_t conn,
+                       uint64_t now_ms);
+
+/* Connection conn closed: the splits whose owners last took records over it may go to any
+ * reader now. Returns how many. */
+size_t splittab_conn_closed(struct split_tables *t, uint64_t conn);
 
 /* The reader that owns split seq now (0: none). */
 uint64_t splittab_owner(const struct split_tables *t, uint64_t seq);

@@ -288,7 +288,7 @@ bool task_is_distributed(const struct task *t)
 
 struct owned_take {
     struct split_tables *splits;
-    uint64_t client, now_ms;
+    uint64_t client, conn, now_ms;
 };
 
 /* wbuf_front's filter for a reader that takes splits whole: chunks of splits it owns or may
@@ -299,9 +299,10 @@ static bool owned_ok(const struct wbuf_chunk *c, void *ctx)
     if (!c->tagged)
         return true;
     uint64_t was = splittab_owner(o->splits, c->seq);
-    bool ok = splittab_may_take(o->splits, c->seq, o->client, o->now_ms);
+    bool ok = splittab_may_take(o->splits, c->seq, o->client, o->conn, o->now_ms);
     if (ok && was && was != o->client)
-        log_debug("split %" PRIu64 " goes from reader %016" PRIx64 ", idle, to reader %016" PRIx64,
+        log_debug("split %" PRIu64 " goes from reader %016" PRIx64
+                  " (idle, or its connection closed) to reader %016" PRIx64,
                   c->seq, was, o->client);
     return ok;
 }
@@ -315,7 +316,7 @@ static void drop_owners(struct task *t, const struct wbuf_chunk *spent)
 }
 
 static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
-                bool whole, uint64_t owner, struct task_take *out)
+                bool whole, uint64_t owner, uint64_t conn, struct task_take *out)
 {
     memset(out, 0, sizeof *out);
     task_begin(t);
@@ -324,7 +325,7 @@ static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struc
     if (owner && t->buf.head) {
         /* Only the splits this reader may have, brought to the head. */
         struct owned_take o = {
-            .splits = &t->splits, .client = owner, .now_ms = uv_hrtime() / 1000000u};
+            .splits = &t->splits, .client = owner, .conn = conn, .now_ms = uv_hrtime() / 1000000u};
         uint64_t records = wbuf_front(&t->buf, owned_ok, &o, TASK_TAKE_MAX_CHUNKS, max_bytes);
         if (records == 0) {
             uv_mutex_unlock(&t->mu);
@@ -362,13 +363,21 @@ static int take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struc
 int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct pipe_buf *scratch,
               struct task_take *out)
 {
-    return take(t, max_elements, max_bytes, scratch, false, 0, out);
+    return take(t, max_elements, max_bytes, scratch, false, 0, 0, out);
 }
 
 int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes, uint64_t owner,
-                    struct pipe_buf *scratch, struct task_take *out)
+                    uint64_t conn, struct pipe_buf *scratch, struct task_take *out)
 {
-    return take(t, max_elements, max_bytes, scratch, true, owner, out);
+    return take(t, max_elements, max_bytes, scratch, true, owner, conn, out);
+}
+
+bool task_conn_closed(struct task *t, uint64_t conn)
+{
+    uv_mutex_lock(&t->mu);
+    size_t n = splittab_conn_closed(&t->splits, conn);
+    uv_mutex_unlock(&t->mu);
+    return n > 0;
 }
 
 size_t task_lease_drop(struct task *t, const uint64_t *seqs, size_t n)

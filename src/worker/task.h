@@ -161,11 +161,16 @@ int task_take(struct task *t, uint32_t max_elements, uint64_t max_bytes, struct 
  * when they fit the limits (out->wb.whole: payload is NULL and the records are the chunks in
  * out->wb.spent, see wbuf_take_whole), else what task_take takes. The chunks stay valid until
  * task_take_release, which the caller calls once the reply is written. */
-/* owner, when not 0, is a reader that takes splits whole (a deterministic read): it is given
- * only records of splits it owns or may take now (splitown.h), TASK_TAKE_EMPTY when there are
- * none. */
+/* owner, when not 0, is a reader that takes splits whole (a deterministic read), asking over
+ * connection conn (rpc_conn_serial): it is given only records of splits it owns or may take now
+ * (splitown.h), TASK_TAKE_EMPTY when there are none. */
 int task_take_whole(struct task *t, uint32_t max_elements, uint64_t max_bytes, uint64_t owner,
-                    struct pipe_buf *scratch, struct task_take *out);
+                    uint64_t conn, struct pipe_buf *scratch, struct task_take *out);
+
+/* Loop. Connection conn (rpc_conn_serial) closed: the splits its readers owned may go to other
+ * readers at once (splittab_conn_closed). Returns whether any did, so that the reads waiting
+ * for them are served again. */
+bool task_conn_closed(struct task *t, uint64_t conn);
 void task_take_release(struct task *t, struct task_take *tk);
 
 /* Loop. Tells producers whether a reader is waiting on an empty buffer. */

@@ -82,33 +82,71 @@ static void test_owners(void **state)
     splittab_init(&t);
     uint64_t now = 100000;
     /* The first reader to take a split owns it. */
-    assert_true(splittab_may_take(&t, 5, 1, now));
-    assert_false(splittab_may_take(&t, 5, 2, now + 1));
-    assert_true(splittab_may_take(&t, 5, 1, now + 2));
-    assert_true(splittab_may_take(&t, 6, 2, now + 2));
-    assert_false(splittab_may_take(&t, 6, 1, now + 3));
+    assert_true(splittab_may_take(&t, 5, 1, 10 + 1, now));
+    assert_false(splittab_may_take(&t, 5, 2, 10 + 2, now + 1));
+    assert_true(splittab_may_take(&t, 5, 1, 10 + 1, now + 2));
+    assert_true(splittab_may_take(&t, 6, 2, 10 + 2, now + 2));
+    assert_false(splittab_may_take(&t, 6, 1, 10 + 1, now + 3));
     /* Taking refreshes the owner: idle is counted from its last take. */
-    assert_true(splittab_may_take(&t, 5, 1, now + 4000));
-    assert_false(splittab_may_take(&t, 5, 2, now + 4000 + SPLIT_OWNER_IDLE_MS - 1));
+    assert_true(splittab_may_take(&t, 5, 1, 10 + 1, now + 4000));
+    assert_false(splittab_may_take(&t, 5, 2, 10 + 2, now + 4000 + SPLIT_OWNER_IDLE_MS - 1));
     /* An idle owner loses the split to the reader that asks. */
     assert_int_equal(splittab_owner(&t, 5), 1);
-    assert_true(splittab_may_take(&t, 5, 2, now + 4000 + SPLIT_OWNER_IDLE_MS));
+    assert_true(splittab_may_take(&t, 5, 2, 10 + 2, now + 4000 + SPLIT_OWNER_IDLE_MS));
     assert_int_equal(splittab_owner(&t, 5), 2);
-    assert_false(splittab_may_take(&t, 5, 1, now + 4000 + SPLIT_OWNER_IDLE_MS + 1));
+    assert_false(splittab_may_take(&t, 5, 1, 10 + 1, now + 4000 + SPLIT_OWNER_IDLE_MS + 1));
     /* The end marker taken: the split has no owner (a new production of it starts afresh). */
     splittab_owner_drop(&t, 5);
     assert_int_equal(splittab_owner(&t, 5), 0);
-    assert_true(splittab_may_take(&t, 5, 1, now + 10000));
+    assert_true(splittab_may_take(&t, 5, 1, 10 + 1, now + 10000));
     /* A lease names the owner: others wait. */
     assert_int_equal(splittab_owner_set(&t, 8, 3, now), 0);
-    assert_false(splittab_may_take(&t, 8, 1, now + 1));
-    assert_true(splittab_may_take(&t, 8, 3, now + 1));
+    assert_false(splittab_may_take(&t, 8, 1, 10 + 1, now + 1));
+    assert_true(splittab_may_take(&t, 8, 3, 10 + 3, now + 1));
     /* Client 0 names nobody. */
     assert_int_equal(splittab_owner_set(&t, 9, 0, now), 0);
-    assert_true(splittab_may_take(&t, 9, 1, now));
+    assert_true(splittab_may_take(&t, 9, 1, 10 + 1, now));
     /* A clock that went back does not release a split. */
-    assert_false(splittab_may_take(&t, 9, 2, now - 50));
+    assert_false(splittab_may_take(&t, 9, 2, 10 + 2, now - 50));
     splittab_owner_drop(&t, 12345); /* unknown: nothing */
+    splittab_release(&t);
+}
+
+/* The connection an owner last took records over closed (it died, or closed its read): its
+ * splits go to the next reader that asks, without waiting for the idle time. */
+static void test_owner_connection_closed(void **state)
+{
+    (void)state;
+    struct split_tables t;
+    splittab_init(&t);
+    uint64_t now = 100000;
+    assert_true(splittab_may_take(&t, 5, 1, 11, now));
+    assert_true(splittab_may_take(&t, 6, 1, 11, now));
+    assert_true(splittab_may_take(&t, 7, 2, 12, now));
+    assert_false(splittab_may_take(&t, 5, 2, 12, now + 1));
+    /* Another connection's close, and connection 0 (none), change nothing. */
+    assert_int_equal(splittab_conn_closed(&t, 99), 0);
+    assert_int_equal(splittab_conn_closed(&t, 0), 0);
+    assert_false(splittab_may_take(&t, 5, 2, 12, now + 2));
+    /* Reader 1's connection closes: both its splits are free, reader 2's is not. */
+    assert_int_equal(splittab_conn_closed(&t, 11), 2);
+    assert_int_equal(splittab_conn_closed(&t, 11), 0);
+    assert_false(splittab_may_take(&t, 7, 3, 13, now + 3));
+    assert_true(splittab_may_take(&t, 5, 2, 12, now + 3));
+    assert_int_equal(splittab_owner(&t, 5), 2);
+    /* The new owner holds it as any owner does: the old one, back on a new connection, waits. */
+    assert_false(splittab_may_take(&t, 5, 1, 14, now + 4));
+    /* Reader 1 back on connection 14 before anyone took split 6: it is its own again, owned over
+     * the new connection, which the old one's close no longer affects. */
+    assert_true(splittab_may_take(&t, 6, 1, 14, now + 5));
+    assert_int_equal(splittab_conn_closed(&t, 11), 0);
+    assert_false(splittab_may_take(&t, 6, 2, 12, now + 6));
+    assert_int_equal(splittab_conn_closed(&t, 14), 1);
+    assert_true(splittab_may_take(&t, 6, 2, 12, now + 7));
+    /* A lease names an owner with no connection yet: a close releases none of it. */
+    assert_int_equal(splittab_owner_set(&t, 8, 3, now), 0);
+    assert_int_equal(splittab_conn_closed(&t, 13), 0);
+    assert_false(splittab_may_take(&t, 8, 1, 11, now + 8));
     splittab_release(&t);
 }
 
@@ -118,13 +156,13 @@ static void test_owners_bounded(void **state)
     struct split_tables t;
     splittab_init(&t);
     for (uint64_t s = 0; s < SPLIT_TABLE_MAX; s++)
-        assert_true(splittab_may_take(&t, s, 1, 10));
+        assert_true(splittab_may_take(&t, s, 1, 11, 10));
     assert_int_equal(t.nown, SPLIT_TABLE_MAX);
     /* Past the bound a split is served to whoever asks, and nothing grows. */
-    assert_true(splittab_may_take(&t, SPLIT_TABLE_MAX, 1, 10));
-    assert_true(splittab_may_take(&t, SPLIT_TABLE_MAX, 2, 10));
+    assert_true(splittab_may_take(&t, SPLIT_TABLE_MAX, 1, 11, 10));
+    assert_true(splittab_may_take(&t, SPLIT_TABLE_MAX, 2, 12, 10));
     assert_int_equal(t.nown, SPLIT_TABLE_MAX);
-    assert_false(splittab_may_take(&t, 0, 2, 10));
+    assert_false(splittab_may_take(&t, 0, 2, 10 + 2, 10));
     splittab_release(&t);
 }
 
@@ -246,8 +284,11 @@ static void test_front(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_resume_put_take), cmocka_unit_test(test_resume_bounded),
-        cmocka_unit_test(test_owners),          cmocka_unit_test(test_owners_bounded),
+        cmocka_unit_test(test_resume_put_take),
+        cmocka_unit_test(test_resume_bounded),
+        cmocka_unit_test(test_owners),
+        cmocka_unit_test(test_owners_bounded),
+        cmocka_unit_test(test_owner_connection_closed),
         cmocka_unit_test(test_front),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

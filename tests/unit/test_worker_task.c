@@ -768,7 +768,7 @@ static void drain_takes(struct env *e, struct task *t, bool whole, uint64_t max_
     for (;;) {
         assert_true((uv_hrtime() - t0) / 1000000u < WAIT_LIMIT_MS);
         struct task_take tk;
-        int rc = whole ? task_take_whole(t, 1000, max_bytes, 0, &e->scratch, &tk)
+        int rc = whole ? task_take_whole(t, 1000, max_bytes, 0, 0, &e->scratch, &tk)
                        : task_take(t, 1000, max_bytes, &e->scratch, &tk);
         assert_true(rc >= 0);
         if (rc == TASK_TAKE_DATA) {
