@@ -89,6 +89,25 @@ static void total_seconds(struct cluster *c, uint64_t h, uint64_t l, double *sh,
     }
 }
 
+/* Waits (at most 30 s) until jobs h and l have both taken thread time on every worker. */
+static void wait_both_running(struct cluster *c, uint64_t h, uint64_t l)
+{
+    long long deadline = now_ms() + 30000;
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < NWORKERS; i++) {
+            double a, b;
+            job_seconds(c, i, h, l, &a, &b);
+            running += a > 0 && b > 0;
+        }
+        if (running == NWORKERS)
+            return;
+        if (now_ms() > deadline)
+            fail_msg("after 30 s, both jobs run on %d of %d workers", running, NWORKERS);
+        sleep_ms(100);
+    }
+}
+
 /* The status entry of the job named name, or NULL; borrowed from doc. */
 static json_t *job_named(json_t *doc, const char *name)
 {
@@ -169,11 +188,14 @@ static void test_weights_share_threads(void **state)
     json_decref(jh);
     json_decref(jl);
 
-    /* Both jobs want more for about 20 s (the heavy one ends first): one window of 4 s once the
-     * tasks have run 3 s (on a loaded machine a reader's first requests can come late, and
-     * until both jobs ask on every worker the threads go to whichever does: work-conserving,
-     * not the weights), another after the dispatcher restarted. */
-    sleep_ms(3000);
+    /* Both jobs want more for about 20 s (the heavy one ends first): one window of 4 s once
+     * both jobs run on every worker, another after the dispatcher restarted. A task's producers
+     * start at its reader's first request, which on a loaded machine comes late (the reader
+     * starts, heartbeats, connects to each worker: more than 3 s beside the sanitizer build once,
+     * where the light job had a worker to itself for the first 0.9 s of the window and the ratio
+     * was 1.47); until then that worker's thread goes to the other job, work-conserving. */
+    wait_both_running(c, h, l);
+    sleep_ms(1000);
     measure(c, h, l, heavy, light, "before the restart");
     assert_int_equal(cluster_restart_dispatcher(c, SIGTERM), 0);
     sleep_ms(1500);
