@@ -630,7 +630,9 @@ static bool det_may_fetch(struct sluice_iterator *it)
 {
     if (!reorder_queue_room(&it->rq))
         return reorder_queue_starved(&it->rq);
-    return !reorder_queue_ahead(&it->rq, (uint64_t)it->pf.cap * ITER_FETCH_MAX_BYTES);
+    /* In elements, the prefetch slots' worth of requests at the reader's pace (pace_update). */
+    uint64_t elements = it->pace_max ? (uint64_t)it->pf.cap * it->pace_max : UINT64_MAX;
+    return !reorder_queue_ahead(&it->rq, (uint64_t)it->pf.cap * ITER_FETCH_MAX_BYTES, elements);
 }
 
 /* Shared-memory reads: whether a request to task i waits for room in its worker's region. A

@@ -348,20 +348,21 @@ bool reorder_queue_starved(struct reorder_queue *q)
     return q_settle(q) == NULL;
 }
 
-bool reorder_queue_ahead(struct reorder_queue *q, uint64_t limit)
+bool reorder_queue_ahead(struct reorder_queue *q, uint64_t limit, uint64_t elements)
 {
     if (!q_settle(q))
-        return limit == 0;
-    uint64_t sum = 0, seq = q->head;
+        return limit == 0 || elements == 0;
+    uint64_t sum = 0, count = 0, seq = q->head;
     for (size_t i = 0; i < q->n && q->v[i].seq == seq; i++, seq++) {
         const struct reorder_qsplit *s = &q->v[i];
         for (size_t k = s->first; k < s->n; k++) {
             sum += s->runs[k].end - s->runs[k].begin;
-            if (sum >= limit)
+            count += s->runs[k].count;
+            if (sum >= limit || count >= elements)
                 return true;
         }
         if (!s->complete)
             break;
     }
-    return sum >= limit;
+    return sum >= limit || count >= elements;
 }

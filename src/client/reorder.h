@@ -181,11 +181,13 @@ struct reorder_blob *reorder_queue_done(struct reorder_queue *q, struct reorder_
 /* Whether the reader would find nothing to take now (moves the head as a take would). */
 bool reorder_queue_starved(struct reorder_queue *q);
 
-/* Whether the reader can read at least limit bytes of runs in order now, without waiting for
- * anything to arrive (moves the head as a take would). The iterator fetches no more while it
- * can: as with the prefetch buffer, a reader that falls behind holds the workers back, rather
- * than letting them run ahead of the order it reads in. */
-bool reorder_queue_ahead(struct reorder_queue *q, uint64_t limit);
+/* Whether the reader can read at least limit bytes, or at least elements element records, of
+ * runs in order now, without waiting for anything to arrive (moves the head as a take would).
+ * The iterator fetches no more while it can: as with the prefetch buffer, a reader that falls
+ * behind holds the workers back, rather than letting them run ahead of the order it reads in;
+ * and a reader of a shared job leaves the others their share (the element bound: about what it
+ * consumes, as prefetch_pace). */
+bool reorder_queue_ahead(struct reorder_queue *q, uint64_t limit, uint64_t elements);
 
 /* A new blob owning item (taken over; item is cleared). NULL when out of memory (item is then
  * untouched). */

@@ -231,14 +231,21 @@ static void test_queue_order(void **unused)
     assert_string_equal(got, "");
     assert_int_equal(reorder_queue_push(&q, 0, b[1], 10, 20, 1), 0);
     assert_int_equal(q.bytes, 300);
-    assert_true(reorder_queue_ahead(&q, 10));
-    assert_false(reorder_queue_ahead(&q, 11)); /* split 0 is not complete: 1 waits */
+    assert_true(reorder_queue_ahead(&q, 10, UINT64_MAX));
+    assert_false(reorder_queue_ahead(&q, 11, UINT64_MAX)); /* split 0 is not complete: 1 waits */
+    /* The element bound: one record of split 0 can be read now, not two. */
+    assert_true(reorder_queue_ahead(&q, 1000, 1));
+    assert_false(reorder_queue_ahead(&q, 1000, 2));
     assert_int_equal(take_all(&q, b, 3, got, sizeof got), 1);
     assert_string_equal(got, "1@10");
     assert_int_equal(q.bytes, 100);
     assert_int_equal(reorder_queue_push(&q, 0, b[2], 0, 300, 3), 0);
     assert_int_equal(reorder_queue_complete(&q, 0, 4), 0);
-    assert_true(reorder_queue_ahead(&q, 400));
+    assert_true(reorder_queue_ahead(&q, 400, UINT64_MAX));
+    /* Splits 0 (3 records here) and 1 (10) in order: 13 records, 400 bytes. */
+    assert_true(reorder_queue_ahead(&q, 1000, 13));
+    assert_false(reorder_queue_ahead(&q, 1000, 14));
+    assert_false(reorder_queue_ahead(&q, 401, UINT64_MAX));
     assert_int_equal(take_all(&q, b, 3, got, sizeof got), 2);
     assert_string_equal(got, "2@0 0@0 0@50");
     assert_int_equal(q.head, 2);
