@@ -194,7 +194,11 @@ static void test_dispatcher_killed(void **state)
         fprintf(stderr, "status %d after %lld ms, stderr:\n%s", rc, took, log);
     assert_int_equal(rc, 1);
     assert_string_equal(last, want);
-    assert_true(took >= 2900 && took < 20000);
+    /* Not at once: the read went on with what the workers had, then waited out its 3 s (the
+     * message says so exactly). Counted from the kill, that can be less than 3 s: the count
+     * starts at the last element, and on a loaded machine the last ones can come a few hundred
+     * ms before the kill (2.9 s was too tight once). */
+    assert_true(took >= 1500 && took < 20000);
     free(log);
 }
 
