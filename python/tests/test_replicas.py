@@ -581,7 +581,12 @@ def test_damaged_raft_directory_refused(group_factory):
         assert lines and lines[-1].startswith("sluice-dispatcher: raft: starting from "), lines
         return lines[-1]
 
-    assert "checksum mismatch" in damaged(segments[-1], "flip")
+    # A flipped byte in a batch's data fails its checksum; one that lands in a batch's header
+    # (where the segment's middle falls depends on the entries' sizes) is refused before that,
+    # for the count it then holds. Either way the message names the segment.
+    why = damaged(segments[-1], "flip")
+    assert segments[-1] in why, why
+    assert "checksum mismatch" in why or "in preamble is too high" in why, why
     assert "short read" in damaged(segments[-1], "truncate")
     assert "the snapshot does not restore: " in damaged(snapshots[-1], "flip")
     # Put back as it was, it starts and catches up.
