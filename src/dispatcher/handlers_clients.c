@@ -30,8 +30,16 @@ bool dispatcher_client_key_ok(const struct dispatcher *d, const struct st_client
 struct client_ctx {
     struct req r;
     uint64_t client_id, iteration_id;
-    uint64_t *reported; /* split seqs the client reported coverage of */
+    uint64_t *reported; /* split seqs the client reported coverage of; the finished ones first */
     size_t nreported;
+    /* Taken once this request's updates are applied (client_heartbeat_applied): of the reported
+     * splits, how many are finished (the first nfinished of reported), and whether the iteration
+     * finished or failed. A client stops reporting a split it is told finished, and a reader
+     * ends when told its iteration did: told of a finish that a change of leader or a crash then
+     * takes back, a shared job's other reader would get that split's elements again. */
+    size_t nfinished;
+    bool applied, iteration_finished, nomem;
+    char *iteration_error;
     /* What the reply says of the iteration's tasks and rounds, taken when the request was
      * planned: a later request's changes may not be durable yet when this reply leaves, and a
      * consumer must never act on a schedule or a grant that a crash could take back. */
@@ -57,6 +65,7 @@ static void client_ctx_free(struct client_ctx *c)
     }
     for (size_t i = 0; i < c->nepochs; i++)
         free(c->epochs[i].task_ids);
+    free(c->iteration_error);
     free(c->infos);
     free(c->info_ptrs);
     free(c->info_keys);
@@ -158,6 +167,28 @@ static int client_view_take(struct dispatcher *d, struct client_ctx *c,
     return 0;
 }
 
+static void client_heartbeat_applied(struct dispatcher *d, void *ctx)
+{
+    struct client_ctx *c = ctx;
+    const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+    if (!it)
+        return;
+    c->applied = true;
+    c->iteration_finished = it->state == ST_ITER_FINISHED;
+    if (it->error && !(c->iteration_error = strdup(it->error)))
+        c->nomem = true;
+    bool *fin = calloc(c->nreported ? c->nreported : 1, sizeof *fin);
+    if (!fin || state_splits_finished_each(&d->st, it->id, c->reported, c->nreported, fin) < 0) {
+        free(fin);
+        c->nomem = true;
+        return;
+    }
+    for (size_t i = 0; i < c->nreported; i++)
+        if (fin[i])
+            c->reported[c->nfinished++] = c->reported[i];
+    free(fin);
+}
+
 static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
 {
     struct client_ctx *c = ctx;
@@ -166,36 +197,28 @@ static void client_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_refuse_commit(&c->r, status);
         goto out;
     }
-    if (!it) {
+    if (!it || !c->applied) {
         char msg[SLUICE_ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "iteration %" PRIu64 " not found", c->iteration_id);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
         goto out;
     }
-    /* Of the splits reported, those now finished: the client stops reporting them. */
-    size_t nfin = 0;
-    bool *fin = calloc(c->nreported ? c->nreported : 1, sizeof *fin);
-    if (!fin || state_splits_finished_each(&d->st, it->id, c->reported, c->nreported, fin) < 0) {
-        free(fin);
+    if (c->nomem) {
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < c->nreported; i++) {
-        if (fin[i]) {
-            coverage_forget(&d->cov, it->id, c->reported[i]);
-            c->reported[nfin++] = c->reported[i];
-        }
-    }
-    free(fin);
+    /* Of the splits reported, those finished: the client stops reporting them. */
+    for (size_t i = 0; i < c->nfinished; i++)
+        coverage_forget(&d->cov, it->id, c->reported[i]);
     Sluice__ClientHeartbeatReply body = SLUICE__CLIENT_HEARTBEAT_REPLY__INIT;
     body.n_tasks = c->ninfos;
     body.tasks = c->info_ptrs;
     body.tasks_digest = c->tasks_digest;
     body.tasks_unchanged = c->tasks_unchanged;
-    body.n_finished_seqs = nfin;
+    body.n_finished_seqs = c->nfinished;
     body.finished_seqs = c->reported;
-    body.iteration_finished = it->state == ST_ITER_FINISHED;
-    body.iteration_error = it->error ? it->error : "";
+    body.iteration_finished = c->iteration_finished;
+    body.iteration_error = c->iteration_error ? c->iteration_error : "";
     body.heartbeat_ms = d->client_hb_ms;
     body.rounds_granted = c->rounds_granted;
     body.splits_finished_below = c->finished_below;
@@ -430,7 +453,7 @@ void dispatcher_on_client_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         return;
     }
     dispatcher_req_init(&c->r, d, conn, env->id);
-    dispatcher_commit(d, &d->ups, client_heartbeat_done, c);
+    dispatcher_commit_applied(d, &d->ups, client_heartbeat_applied, client_heartbeat_done, c);
 }
 
 static void release_client_done(struct dispatcher *d, int status, void *ctx)

@@ -400,6 +400,13 @@ static int maybe_snapshot(struct dispatcher *d, size_t n)
 
 void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx)
 {
+    dispatcher_commit_applied(d, ups, NULL, cb, ctx);
+}
+
+void dispatcher_commit_applied(struct dispatcher *d, struct st_update_list *ups,
+                               void (*applied)(struct dispatcher *d, void *ctx), commit_cb cb,
+                               void *ctx)
+{
     if (d->replica && (!replica_serving(d->replica) || !d->jt)) {
         /* A replica that does not lead changes nothing: work that finishes after it stopped
          * leading (a split plan, a save) is refused like a request would be. */
@@ -439,6 +446,8 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
     if (rc == 0 && d->jt && ups->n > 0)
         rc = maybe_snapshot(d, ups->n);
     st_update_list_clear(ups);
+    if (applied && rc == 0)
+        applied(d, ctx);
     if (saves_due && rc == 0)
         dispatcher_saves_tick(d);
     if (!d->jt || rc < 0) {

@@ -209,6 +209,13 @@ typedef void (*commit_cb)(struct dispatcher *d, int status, void *ctx);
  * state before this returns; without a journal cb runs before it returns, with one after the
  * transaction holding the last update commits, in commit order (server.c says more). */
 void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_cb cb, void *ctx);
+/* dispatcher_commit() that also calls applied(d, ctx) once the updates are applied, before it
+ * waits for them to be durable (not when they could not be carried out). What a reply reads of
+ * the state must be read there, not in cb: by the time cb runs, later requests may have applied
+ * changes that are not durable yet, which a crash or a change of leader takes back. */
+void dispatcher_commit_applied(struct dispatcher *d, struct st_update_list *ups,
+                               void (*applied)(struct dispatcher *d, void *ctx), commit_cb cb,
+                               void *ctx);
 /* dispatcher_commit() for a worker's heartbeat: when ups is empty and every update that changed
  * worker_id's heartbeat reply (st_update_worker) is durable, cb runs at once instead of after
  * everything queued before, since the reply shows nothing a restart could lose. */

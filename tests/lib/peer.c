@@ -50,12 +50,22 @@ void peer_close(struct peer *p)
     assert_int_equal(uv_loop_close(&p->loop), 0);
 }
 
-Sluice__Envelope *peer_call(struct peer *p, Sluice__Envelope *env, uint32_t timeout_ms,
-                            struct peer_result *r)
+void peer_send(struct peer *p, Sluice__Envelope *env, uint32_t timeout_ms, struct peer_result *r)
 {
     memset(r, 0, sizeof *r);
     assert_int_equal(rpc_call(p->c, env, timeout_ms, on_reply, r), 0);
+}
+
+Sluice__Envelope *peer_wait(struct peer *p, struct peer_result *r)
+{
     while (!r->done)
         uv_run(&p->loop, UV_RUN_ONCE);
     return r->reply;
+}
+
+Sluice__Envelope *peer_call(struct peer *p, Sluice__Envelope *env, uint32_t timeout_ms,
+                            struct peer_result *r)
+{
+    peer_send(p, env, timeout_ms, r);
+    return peer_wait(p, r);
 }

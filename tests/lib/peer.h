@@ -36,4 +36,11 @@ void peer_close(struct peer *p);
 Sluice__Envelope *peer_call(struct peer *p, Sluice__Envelope *env, uint32_t timeout_ms,
                             struct peer_result *r);
 
+/* Sends env without waiting for its answer: r (cleared here) is filled when the answer comes,
+ * while p's loop runs (peer_wait, run_for). */
+void peer_send(struct peer *p, Sluice__Envelope *env, uint32_t timeout_ms, struct peer_result *r);
+
+/* Runs p's loop until r (of peer_send) has its answer; returns r->reply. */
+Sluice__Envelope *peer_wait(struct peer *p, struct peer_result *r);
+
 #endif
