@@ -141,6 +141,23 @@ const void *sluice_element_data(const struct sluice_element *elem, size_t i, siz
 int sluice_element_bytes_at(const struct sluice_element *elem, size_t i, uint64_t k,
                             const void **data, size_t *len);
 
+/* Where a received element's values lie when they were not copied out of the shared-memory
+ * region of a worker on this host (docs/reading.md "Local workers"): the region's descriptor in
+ * this process (a memfd, open while the element or anything holding its values lives; dup it to
+ * keep it longer), the values' offset in it, the region's size, and an id that no other region
+ * of this process has. Another process that maps the descriptor (read-only, or privately) sees
+ * the values for as long as this process holds them. */
+struct sluice_shm_place {
+    int fd;
+    uint64_t offset;
+    uint64_t region_len;
+    uint64_t region_id;
+};
+/* Fills *out for component i and returns 0; SLUICE_ERR_NOT_FOUND when its values are not a view
+ * of a region (copied, or received over TCP). */
+int sluice_element_shm_place(const struct sluice_element *elem, size_t i,
+                             struct sluice_shm_place *out);
+
 /* Mutators, for plugins and programs building elements. They reuse the element's buffers, so
  * setting elements of the same shape repeatedly does not allocate. Setting a component
  * i >= num_components first grows the element to i + 1 components (as

@@ -43,6 +43,10 @@ class TaskFailedError(Error):
 def version() -> str:
     """The sluice version this module was built from."""
 
+def shm_place(array: object, /) -> tuple[int, int, int, int] | None:
+    """(fd, offset, region_len, region_id) when the array's values lie in a shared-memory region
+    of this process, else None."""
+
 def merge_positions(positions: Sequence[bytes], /) -> bytes:
     """One position holding what several consumers of one shared job had together."""
 

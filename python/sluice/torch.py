@@ -60,19 +60,12 @@ reader (docs/reading.md "Sharded deterministic reads").
 import os
 import uuid
 
-import numpy as np
 import torch
 import torch.utils.data
 
 import sluice
-
-
-def _to_torch(x):
-    if isinstance(x, tuple):
-        return tuple(_to_torch(c) for c in x)
-    if isinstance(x, np.ndarray) and x.dtype != object:
-        return torch.from_numpy(x)
-    return x
+from sluice import _handover
+from sluice._handover import _to_torch
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
@@ -266,13 +259,23 @@ class IterableDataset(torch.utils.data.IterableDataset):
         it = iter(ds)
         self._live, self._last, self._ended = it, None, False
         worker = info.id if info is not None else 0
+        convert = _to_torch
+        start = self._start
+        if info is not None and start is not None and start.handover is not None:
+            # A loader worker: elements that lie in a shared region go to the training process
+            # by reference (sluice/_handover.py).
+            hand = _handover.sender()
+            hand.begin()
+
+            def convert(x):
+                return hand.wrap(x, start.handover)
         try:
             if positions:
                 for x in it:
-                    yield _to_torch(x), worker, it.save()
+                    yield convert(x), worker, it.save()
             else:
                 for x in it:
-                    yield _to_torch(x)
+                    yield convert(x)
             self._ended = True
         finally:
             if self.processing_mode in ("distributed_epoch", "dynamic"):
@@ -295,12 +298,16 @@ class _LoaderStart:
         self.positions = positions
         self.shared = False  # the ranks of a torch.distributed job read one job
         self.shard = None  # global order: (rank, world size); each reader a shard of its own
+        # The loader's token when its worker processes hand elements over by reference
+        # (shm_handover), else None.
+        self.handover = None
 
     def without_restore(self):
         later = _LoaderStart(None, self.positions)
         later.nonce = self.nonce
         later.shared = self.shared
         later.shard = self.shard
+        later.handover = self.handover
         return later
 
 
@@ -338,7 +345,8 @@ class DataLoader(torch.utils.data.DataLoader):
     "end_of_epoch": True: restored, the next iteration reads the NEXT epoch, whole, as
     torchdata's StatefulDataLoader does."""
 
-    def __init__(self, dataset, *args, share_ranks=True, global_order=False, **kwargs):
+    def __init__(self, dataset, *args, share_ranks=True, global_order=False, shm_handover=True,
+                 **kwargs):
         if not isinstance(dataset, IterableDataset):
             raise TypeError("sluice.torch.DataLoader reads a sluice.torch.IterableDataset")
         self._global_order = sluice._flag(global_order, "global_order")
@@ -354,12 +362,16 @@ class DataLoader(torch.utils.data.DataLoader):
             raise ValueError("sluice.torch.DataLoader takes batch_size=None: batch in the "
                              "pipeline")
         self._share_ranks = sluice._flag(share_ranks, "share_ranks")
+        # Worker processes hand elements over by reference (sluice/_handover.py); the token
+        # names this loader's shared memory in this process.
+        self._handover = uuid.uuid4().hex if sluice._flag(shm_handover, "shm_handover") else None
         super().__init__(dataset, *args, **kwargs)
         self._checkpoints = dataset.processing_mode in ("distributed_epoch", "dynamic")
         self._restore = None  # the position the next iteration continues from
         self._base = None  # the position the current iteration started from
         self._positions = {}  # loader worker -> position after its last element received
         self._at_end = False  # the caller received the last element of the iteration
+        self._iterations = 0  # iterations begun
 
     def __iter__(self):
         ds = self.dataset
@@ -368,6 +380,7 @@ class DataLoader(torch.utils.data.DataLoader):
         # The readers started now (worker processes, or the dataset here with num_workers=0)
         # take this start with them; persistent workers already running keep theirs.
         start = _LoaderStart(restore, self._checkpoints)
+        start.handover = self._handover
         if self._global_order:
             shares = self._ranks_share()
             start.shard = (torch.distributed.get_rank() if shares else 0,
@@ -378,20 +391,30 @@ class DataLoader(torch.utils.data.DataLoader):
             torch.distributed.broadcast_object_list(nonce, src=0)
             start.nonce, start.shared = nonce[0], True
         ds._start = start
+        if self._handover is not None:
+            _handover.begin(self._handover)
         try:
             it = super().__iter__()
         finally:
             ds._start = None
-        return self._deliver(it)
+        self._iterations += 1
+        return self._deliver(it, self._iterations)
 
-    def _deliver(self, it):
+    def _deliver(self, it, iteration):
         # One element ahead: the last element of the epoch is known as such when the caller
         # gets it, so a state taken right after it is the end of the epoch.
         held = None
-        for item in it:
-            if held is not None:
-                yield self._hand(held[0])
-            held = (item,)
+        try:
+            for item in it:
+                if held is not None:
+                    yield self._hand(held[0])
+                held = (item,)
+        finally:
+            # The iteration ended (or failed, or the caller left it): its loader workers'
+            # elements still on the way are stale (sluice/_handover.py). Not when a later
+            # iteration already began: its elements are not.
+            if self._handover is not None and iteration == self._iterations:
+                _handover.forget(self._handover)
         if held is not None:
             self._at_end = True
             yield self._hand(held[0])
@@ -399,9 +422,13 @@ class DataLoader(torch.utils.data.DataLoader):
 
     def _hand(self, item):
         if not self._checkpoints:
-            return item
-        x, worker, position = item
-        self._positions[worker] = position
+            x = item
+        else:
+            x, worker, position = item
+            self._positions[worker] = position
+        if x is _handover.STALE:
+            raise RuntimeError("sluice.torch.DataLoader: an element of an iteration that ended "
+                               "arrived in the next")
         return x
 
     def _ranks_share(self):

@@ -131,11 +131,21 @@ done:
     return out;
 }
 
+static PyObject *shm_place(PyObject *self, PyObject *arr)
+{
+    (void)self;
+    return pyconv_shm_place(arr);
+}
+
 static PyMethodDef methods[] = {
     {"version", version, METH_NOARGS, "The sluice version this module was built from."},
     {"merge_positions", merge_positions, METH_O,
      "merge_positions(positions): one position holding what the consumers of a shared job had "
      "together (sluice_checkpoint_merge)."},
+    {"shm_place", shm_place, METH_O,
+     "shm_place(array): (fd, offset, region_len, region_id) when the array's values lie in a "
+     "shared-memory region of this process (a read from a worker on this host), else None "
+     "(sluice_element_shm_place)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -42,7 +42,11 @@ struct shm_region {
     /* The process that mapped it: a forked child shares the mapping, and a release there (a
      * view the child inherited, freed) must not move the head the parent's blocks depend on. */
     pid_t pid;
+    int fd;      /* the creator's own descriptor of it (-1 when attached) */
+    uint64_t id; /* unique in this process */
 };
+
+static _Atomic uint64_t region_ids;
 
 static int region_new(uint64_t size, uint8_t *map, struct shm_region **out)
 {
@@ -58,6 +62,8 @@ static int region_new(uint64_t size, uint8_t *map, struct shm_region **out)
     pthread_mutex_init(&r->mu, NULL);
     shm_tracker_init(&r->held);
     r->pid = getpid();
+    r->fd = -1;
+    r->id = atomic_fetch_add_explicit(&region_ids, 1, memory_order_relaxed) + 1;
     *out = r;
     return 0;
 }
@@ -80,8 +86,16 @@ int shm_region_create(uint64_t size, struct shm_region **out, int *fd)
         rc = -errno;
         goto fail_fd;
     }
-    if ((rc = region_new(size, map, out)) != 0)
+    int own = fcntl(f, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+        rc = -errno;
         goto fail_map;
+    }
+    if ((rc = region_new(size, map, out)) != 0) {
+        close(own);
+        goto fail_map;
+    }
+    (*out)->fd = own;
     struct shm_control *ctl = (*out)->ctl;
     ctl->magic = CONTROL_MAGIC;
     ctl->size = size;
@@ -132,9 +146,35 @@ void shm_region_unref(struct shm_region *r)
     if (!r || atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
         return;
     munmap(r->map, r->map_len);
+    if (r->fd >= 0)
+        close(r->fd);
     pthread_mutex_destroy(&r->mu);
     shm_tracker_release_all(&r->held);
     free(r);
+}
+
+int shm_region_fd(const struct shm_region *r)
+{
+    return r->fd;
+}
+
+uint64_t shm_region_id(const struct shm_region *r)
+{
+    return r->id;
+}
+
+uint64_t shm_region_file_len(const struct shm_region *r)
+{
+    return r->map_len;
+}
+
+int shm_region_offset_of(const struct shm_region *r, const void *p, size_t len, uint64_t *offset)
+{
+    uintptr_t a = (uintptr_t)p, lo = (uintptr_t)r->map;
+    if (a < lo || a - lo > r->map_len || len > r->map_len - (a - lo))
+        return SLUICE_ERR_NOT_FOUND;
+    *offset = a - lo;
+    return 0;
 }
 
 int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned n, size_t len)

@@ -58,6 +58,15 @@ int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_
  * the space is the parent's to release. */
 void shm_region_release(struct shm_region *r, uint64_t pos);
 
+/* The reader's side (a region it created): the region's descriptor, which the region keeps
+ * open until its last reference goes (-1 on the worker's side); its id, unique among the regions
+ * of this process; and where the len bytes at p lie in it: their offset in the memory file, or
+ * SLUICE_ERR_NOT_FOUND when they are not inside the mapping. */
+int shm_region_fd(const struct shm_region *r);
+uint64_t shm_region_id(const struct shm_region *r);
+uint64_t shm_region_file_len(const struct shm_region *r);
+int shm_region_offset_of(const struct shm_region *r, const void *p, size_t len, uint64_t *offset);
+
 /* The ring's size, and (the reader's side) the bytes taken and not yet released. */
 uint64_t shm_region_size(const struct shm_region *r);
 uint64_t shm_region_held(struct shm_region *r);

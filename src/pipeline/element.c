@@ -399,6 +399,16 @@ const void *sluice_element_data(const struct sluice_element *elem, size_t i, siz
     return t->len ? (const void *)t->data : (const void *)empty_data;
 }
 
+int sluice_element_shm_place(const struct sluice_element *elem, size_t i,
+                             struct sluice_shm_place *out)
+{
+    assert(i < elem->n);
+    const struct pipe_tensor *t = &elem->t[i];
+    if (!t->lender || !t->lender->locate || t->len == 0)
+        return SLUICE_ERR_NOT_FOUND;
+    return t->lender->locate(t->lender, t->data, t->len, out);
+}
+
 int sluice_element_bytes_at(const struct sluice_element *elem, size_t i, uint64_t k,
                             const void **data, size_t *len)
 {

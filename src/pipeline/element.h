@@ -22,6 +22,9 @@
 struct pipe_lender {
     void (*hold)(struct pipe_lender *l);
     void (*release)(struct pipe_lender *l);
+    /* NULL, or: where the len bytes at p (in the lender's memory) lie in a memory file another
+     * process can map (sluice_element_shm_place). Returns 0 or SLUICE_ERR_NOT_FOUND. */
+    int (*locate)(struct pipe_lender *l, const void *p, size_t len, struct sluice_shm_place *out);
 };
 
 struct pipe_tensor {

@@ -168,6 +168,34 @@ PyObject *pyconv_from_element(struct sluice_element *elem, struct sluice_element
     return out;
 }
 
+PyObject *pyconv_shm_place(PyObject *obj)
+{
+    if (!PyArray_Check(obj) || !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)obj))
+        Py_RETURN_NONE;
+    PyArrayObject *arr = (PyArrayObject *)obj;
+    const uint8_t *at = PyArray_DATA(arr);
+    size_t nbytes = (size_t)PyArray_NBYTES(arr);
+    /* The capsule of the element the values are in: the array's base, or its base's. */
+    PyObject *base = PyArray_BASE(arr);
+    while (base && PyArray_Check(base))
+        base = PyArray_BASE((PyArrayObject *)base);
+    if (!base || !PyCapsule_IsValid(base, "sluice.element"))
+        Py_RETURN_NONE;
+    const struct sluice_element *e = PyCapsule_GetPointer(base, "sluice.element");
+    for (size_t i = 0; i < sluice_element_num_components(e); i++) {
+        size_t len = 0;
+        const uint8_t *data = sluice_element_data(e, i, &len);
+        if (at < data || at > data + len || nbytes > (size_t)(data + len - at))
+            continue;
+        struct sluice_shm_place p;
+        if (sluice_element_shm_place(e, i, &p) != 0)
+            Py_RETURN_NONE;
+        return Py_BuildValue("(iKKK)", p.fd, (unsigned long long)(p.offset + (uint64_t)(at - data)),
+                             (unsigned long long)p.region_len, (unsigned long long)p.region_id);
+    }
+    Py_RETURN_NONE;
+}
+
 /* ---- Python to element -------------------------------------------------------------------- */
 
 /* Where a failing value stands, for messages: the whole result, or item `item` of a tuple. */

@@ -35,6 +35,13 @@ int pyconv_init(void);
  * Returns a new reference, or NULL with a Python exception set. */
 PyObject *pyconv_from_element(struct sluice_element *elem, struct sluice_element **owned);
 
+/* Where the values of arr (a C-contiguous numpy array made by pyconv_from_element without a
+ * copy, or a view of one) lie in a shared-memory region of this process
+ * (sluice_element_shm_place): a tuple (fd, offset, region_len, region_id), with offset that of
+ * arr's first byte; None when they lie elsewhere. Returns a new reference, or NULL with a Python
+ * exception set. */
+PyObject *pyconv_shm_place(PyObject *arr);
+
 /* Replaces the contents of elem by obj converted (see above; elem's buffers are reused).
  * Returns 0; or a negative code with a one-line reason in err naming what obj was
  * ("returned str, expected ..."); or a negative code with a Python exception set and err empty
