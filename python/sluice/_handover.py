@@ -146,7 +146,7 @@ class Sender:
                        isinstance(x, tuple)))
 
 
-_sender = None
+_sender: "Sender | None" = None
 _sender_lock = threading.Lock()
 
 
@@ -178,10 +178,10 @@ class _Board:
 
 
 # The training process's side: (loader token, loader worker key) -> _Board.
-_boards = {}
+_boards: dict = {}
 _boards_lock = threading.Lock()
 # Loader tokens whose iteration ended and whose next has not begun (begin()).
-_forgotten = set()
+_forgotten: set = set()
 
 
 def _map(fd, length, writable):

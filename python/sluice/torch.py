@@ -8,7 +8,10 @@
             ...
 
 Elements arrive as torch.Tensors made from the received numpy arrays without a copy (bytes stay
-bytes, tuples stay tuples). Batch in the pipeline (batch_size=None in the DataLoader).
+bytes, tuples stay tuples). Batch in the pipeline (batch_size=None in the DataLoader). With
+num_workers > 0 the loader's worker processes hand tensors that lie in the shared region of a
+sluice worker on this host to the training process by reference: it maps the region and its
+tensors are views of it (shm_handover=False: PyTorch copies them as usual; sluice/_handover.py).
 
 Every iteration of a loader (every epoch) reads a job of its own. With num_workers > 1 the
 loader's worker processes are the consumers of one shared job, so in distributed_epoch every
@@ -343,7 +346,11 @@ class DataLoader(torch.utils.data.DataLoader):
     by the loader's workers (persistent workers are started again to take it). A state taken
     after the last element of an epoch (or after the loop over it ended) holds
     "end_of_epoch": True: restored, the next iteration reads the NEXT epoch, whole, as
-    torchdata's StatefulDataLoader does."""
+    torchdata's StatefulDataLoader does.
+
+    shm_handover (default True): worker processes hand tensors that lie in the shared region of
+    a sluice worker on this host to the training process by reference, as views of that region
+    mapped here, instead of PyTorch's copy into a segment of its own."""
 
     def __init__(self, dataset, *args, share_ranks=True, global_order=False, shm_handover=True,
                  **kwargs):

@@ -42,7 +42,8 @@ class DataLoader(torch.utils.data.DataLoader[Any]):
     iteration (every epoch) a job of its own, shared by its worker processes."""
 
     def __init__(self, dataset: IterableDataset, *args: Any, share_ranks: bool = True,
-                 global_order: bool = False, **kwargs: Any) -> None: ...
+                 global_order: bool = False, shm_handover: bool = True,
+                 **kwargs: Any) -> None: ...
     # The elements (a generator, not torch's _BaseDataLoaderIter).
     def __iter__(self) -> Iterator[Any]: ...  # type: ignore[override]
     def state_dict(self) -> Dict[str, Any]:

@@ -2,7 +2,10 @@
  * come out whole and in order on the reader's side and space comes back as blocks are released;
  * what a worker refuses to map (a descriptor not sealed against resizing, a size other than the
  * one announced); and a reader's head that moved backwards or past what was written, which the
- * worker refuses with SLUICE_ERR_PROTOCOL instead of writing over held blocks. */
+ * worker refuses with SLUICE_ERR_PROTOCOL instead of writing over held blocks. Where a taken
+ * block lies for another process: the reader's own descriptor (kept open until the last
+ * reference goes; none on the worker's side), its offset in the memory file (another mapping of
+ * the descriptor reads the same bytes there), a unique id, and bytes outside the mapping. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -81,6 +84,42 @@ static void test_write_take_release(void **state)
 }
 
 /* A block taken keeps the mapping alive after the region's own reference is gone. */
+static void test_place_for_another_process(void **state)
+{
+    (void)state;
+    struct shm_region *r, *w, *r2, *w2;
+    pair(MIB, &r, &w);
+    pair(MIB, &r2, &w2);
+    int fd = shm_region_fd(r);
+    assert_true(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC));
+    assert_int_equal(shm_region_fd(w), -1);
+    assert_true(shm_region_id(r) != shm_region_id(r2) && shm_region_id(r) != 0);
+    assert_int_equal(shm_region_file_len(r), SHM_REGION_CONTROL + MIB);
+    assert_int_equal(write_fill(w, 5000, 7), 0);
+    uint8_t *data;
+    uint64_t len, pos, off;
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), 0);
+    assert_int_equal(shm_region_offset_of(r, data, len, &off), 0);
+    assert_true(off >= SHM_REGION_CONTROL && off + len <= shm_region_file_len(r));
+    /* Another mapping of the descriptor (what a process it is sent to makes) has the bytes. */
+    uint8_t *other = mmap(NULL, shm_region_file_len(r), PROT_READ, MAP_PRIVATE, fd, 0);
+    assert_true(other != MAP_FAILED);
+    assert_memory_equal(other + off, data, len);
+    munmap(other, shm_region_file_len(r));
+    /* Outside the mapping, or running past its end. */
+    uint8_t local[16];
+    assert_int_equal(shm_region_offset_of(r, local, sizeof local, &off), SLUICE_ERR_NOT_FOUND);
+    assert_int_equal(shm_region_offset_of(r, data, shm_region_file_len(r), &off),
+                     SLUICE_ERR_NOT_FOUND);
+    shm_region_release(r, pos);
+    shm_region_unref(w);
+    shm_region_unref(w2);
+    shm_region_unref(r2);
+    /* The last reference closes the descriptor. */
+    shm_region_unref(r);
+    assert_int_equal(fcntl(fd, F_GETFD), -1);
+}
+
 static void test_block_outlives_region(void **state)
 {
     (void)state;
@@ -165,6 +204,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_take_release),
+        cmocka_unit_test(test_place_for_another_process),
         cmocka_unit_test(test_block_outlives_region),
         cmocka_unit_test(test_attach_refuses),
         cmocka_unit_test(test_bad_head_refused),
