@@ -13,6 +13,8 @@ loader times out) instead of growing; a loader worker started with "spawn" hands
 
 import gc
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -196,6 +198,51 @@ def test_held_slots_make_the_worker_wait(cluster, tensor_worker, slots):
     assert len({x for e in kept for x in labels_of(e, None)}) == 2
     del loader, e, kept
     wait_nothing_mapped()
+
+
+KILLED = """
+import gc, os, signal, sys, time
+sys.path.insert(0, {tests!r})
+import sluice.torch
+import torch.utils.data._utils.signal_handling as torch_signals
+from test_torch_handover import dataset, labels_of, maps, open_files
+
+# Without torch's SIGCHLD handler (it raises wherever this process happens to be): the loader
+# finds its worker dead when it next checks on its workers, and fails there.
+torch_signals._SIGCHLD_handler_set = True
+loader = sluice.torch.DataLoader(dataset({target!r}, 200), num_workers=2,
+                                 persistent_workers=True)
+kept, failed = [], None
+try:
+    for k, e in enumerate(loader):
+        kept.append(e)
+        if k == 5:
+            os.kill(loader._iterator._workers[0].pid, signal.SIGKILL)
+except (RuntimeError, OSError, EOFError) as exc:  # torch's failure, or a descriptor lost with it
+    failed = repr(exc)  # not the exception: its traceback's frames hold elements
+assert failed is not None and len(kept) >= 6, (failed, len(kept))
+assert len({{x for e in kept for x in labels_of(e, None)}}) == len(kept)
+loader._iterator._shutdown_workers()
+del loader, e, kept
+deadline = time.monotonic() + 15
+while maps("sluice-shm", "sluice-handover") or open_files("sluice-shm", "sluice-handover"):
+    gc.collect()
+    assert time.monotonic() < deadline, (maps("sluice-shm", "sluice-handover"),
+                                         open_files("sluice-shm", "sluice-handover"))
+    time.sleep(0.05)
+print("ok")
+"""
+
+
+def test_loader_worker_killed(cluster, tensor_worker, tmp_path):
+    """A loader worker killed with SIGKILL in the middle of an epoch: the loader fails as torch's
+    does, the tensors received stay valid, and once they are dropped nothing of the regions or
+    boards stays in the training process (in a process of its own)."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED.format(tests=os.path.dirname(__file__), target=cluster.target))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
 
 
 def test_spawned_workers_hand_over(cluster, tensor_worker):
