@@ -16,7 +16,10 @@
  * that keeps up reuses the same few pages instead of sweeping (and faulting in) the whole region;
  * the pad then counts as held until the block after it is released, which still leaves room for
  * SHM_RING_RESET - 1 more such blocks. (Padding back whenever the ring is empty would let one held
- * block and its pad take the whole ring.)
+ * block and its pad take the whole ring.) A ring that is not empty starts over too when its held
+ * blocks lie in one piece and at least an eighth of the ring (and SHM_RING_RESET blocks of the new
+ * one's size) before them is free: a consumer that keeps a few elements (a DataLoader's prefetch)
+ * never empties the ring, and would otherwise sweep every page of a fresh region.
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */
@@ -36,6 +39,9 @@
 /* An empty ring starts over at 0 once this many blocks of the next one's size fit before the
  * writer. */
 #define SHM_RING_RESET 4u
+/* A ring that is not empty starts over once this fraction of it (1/N) is free before its held
+ * blocks. */
+#define SHM_RING_EARLY_DIV 8u
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
 #define SHM_RING_MAGIC 0x534c5348u /* "SLSH" */

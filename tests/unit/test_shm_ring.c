@@ -75,6 +75,16 @@ static void test_place_table(void **state)
         {4096, 4096, 8192, 0, 0, 4096, 8256},
         /* Not empty: where the writer is. */
         {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
+        /* Not empty, an eighth of the ring free before the held blocks: back to 0, the held
+         * blocks and the pad counting as held. */
+        {S / 2, S / 2 - 192, 100, 0, S / 2, 0, S / 2 + 192},
+        {S / 8 + 192, S / 8, 100, 0, S - S / 8 - 192, 0, S - S / 8 - 192 + 192},
+        /* Just under an eighth: where the writer is. */
+        {S / 8 + 128, S / 8 - 64, 100, 0, 0, S / 8 + 128, 192},
+        /* The held blocks wrap: where the writer is. */
+        {S + 256, S - 256, 100, 0, 0, 256, 192},
+        /* An eighth free but fewer than 4 blocks of a large one: where the writer is. */
+        {S / 2, S / 2 - 192, S / 8, 0, 0, S / 2, S / 8 + 64},
         /* After a reset, 3 more blocks of the size fit behind the held one, not a 4th. */
         {S + 192 * 3, 768, 100, 0, 0, 576, 192},
         {S + 192 * 4, 768, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
