@@ -30,6 +30,13 @@ struct worker_ctx {
     uint64_t worker_id;
     uint64_t *reported; /* task ids the worker listed, sorted */
     size_t nreported;
+    /* Taken once the request's updates are applied (worker_reply_take), not when the reply
+     * leaves, when later requests may have applied changes that are not durable yet: the tasks
+     * new to the worker (assigned, unfinished, not listed) and those it listed that are no longer
+     * its own. taken: they were; found: the worker was there; nomem: taking them failed. */
+    uint64_t *fresh, *removed;
+    size_t nfresh, nremoved;
+    bool taken, found, nomem;
 };
 
 static int cmp_u64(const void *a, const void *b)
@@ -96,18 +103,50 @@ static int fill_task_def(struct dispatcher *d, const struct st_task *t, const ch
     return 0;
 }
 
+static void worker_reply_take(struct dispatcher *d, void *ctx)
+{
+    struct worker_ctx *c = ctx;
+    const struct st_worker *w = state_worker(&d->st, c->worker_id);
+    c->taken = true;
+    if (c->leaving || !(c->found = w != NULL))
+        return;
+    /* New: assigned, unfinished, and not yet known to the worker. The worker's own tasks are
+     * looked at, not every task of the cluster. */
+    size_t nmine;
+    const struct st_task_ref *mine = state_worker_tasks(&d->st, w->id, &nmine);
+    c->fresh = calloc(nmine ? nmine : 1, sizeof *c->fresh);
+    c->removed = calloc(c->nreported ? c->nreported : 1, sizeof *c->removed);
+    if (!c->fresh || !c->removed) {
+        c->nomem = true;
+        return;
+    }
+    for (size_t i = 0; i < nmine; i++) {
+        const struct st_task *t = state_task(&d->st, mine[i].task_id);
+        if (t && !t->finished && !reported(c, t->id))
+            c->fresh[c->nfresh++] = t->id;
+    }
+    /* Removed: reported, but no longer this worker's. */
+    for (size_t i = 0; i < c->nreported; i++) {
+        const struct st_task *t = state_task(&d->st, c->reported[i]);
+        if ((!t || t->worker_id != w->id) &&
+            (c->nremoved == 0 || c->removed[c->nremoved - 1] != c->reported[i]))
+            c->removed[c->nremoved++] = c->reported[i];
+    }
+}
+
 static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
 {
     struct worker_ctx *c = ctx;
     const struct st_worker *w = state_worker(&d->st, c->worker_id);
     Sluice__TaskDef *defs = NULL, **ptrs = NULL;
     uint8_t(*keys)[CAP_KEY_LEN] = NULL;
-    uint64_t *removed = NULL;
-    size_t ndefs = 0, nremoved = 0;
+    size_t ndefs = 0;
     if (status < 0) {
         dispatcher_refuse_commit(&c->r, status);
         goto out;
     }
+    if (!c->taken)
+        worker_reply_take(d, c);
     if (c->leaving) {
         Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
         body.heartbeat_ms = d->worker_hb_ms;
@@ -117,47 +156,30 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
         dispatcher_send_reply(&c->r, &env);
         goto out;
     }
-    if (!w) {
+    if (!w || !c->found) {
         char msg[SLUICE_ERRMSG_SIZE];
         snprintf(msg, sizeof msg, "worker %" PRIu64 " not found", c->worker_id);
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOT_FOUND, msg);
         goto out;
     }
-    dispatcher_soft_set(&d->worker_seen, w->id, uv_now(d->loop));
-    dispatcher_worker_heard(d, w->id, c->r.conn);
-    /* New: assigned, unfinished, and not yet known to the worker. The worker's own tasks are
-     * looked at, not every task of the cluster. */
-    size_t nmine;
-    const struct st_task_ref *mine = state_worker_tasks(&d->st, w->id, &nmine);
-    size_t n = 0, cap = 0;
-    const struct st_task **fresh = NULL;
-    for (size_t i = 0; i < nmine; i++) {
-        const struct st_task *t = state_task(&d->st, mine[i].task_id);
-        if (!t || t->finished || reported(c, t->id))
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 8;
-            const struct st_task **f = realloc(fresh, cap * sizeof *f);
-            if (!f) {
-                free(fresh);
-                dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
-                goto out;
-            }
-            fresh = f;
-        }
-        fresh[n++] = t;
-    }
-    defs = calloc(n ? n : 1, sizeof *defs);
-    ptrs = calloc(n ? n : 1, sizeof *ptrs);
-    keys = calloc(n ? n : 1, sizeof *keys);
-    removed = calloc(c->nreported ? c->nreported : 1, sizeof *removed);
-    if (!defs || !ptrs || !keys || !removed) {
-        free(fresh);
+    if (c->nomem) {
         dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (size_t k = 0; k < n; k++) {
-        const struct st_task *t = fresh[k];
+    dispatcher_soft_set(&d->worker_seen, w->id, uv_now(d->loop));
+    dispatcher_worker_heard(d, w->id, c->r.conn);
+    defs = calloc(c->nfresh ? c->nfresh : 1, sizeof *defs);
+    ptrs = calloc(c->nfresh ? c->nfresh : 1, sizeof *ptrs);
+    keys = calloc(c->nfresh ? c->nfresh : 1, sizeof *keys);
+    if (!defs || !ptrs || !keys) {
+        dispatcher_refuse(c->r.conn, c->r.id, SLUICE_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t k = 0; k < c->nfresh; k++) {
+        /* A task that a later change removed since goes in the next reply's removed list. */
+        const struct st_task *t = state_task(&d->st, c->fresh[k]);
+        if (!t)
+            continue;
         int rc = fill_task_def(d, t, w->address, &defs[ndefs], keys[ndefs]);
         if (rc < 0) {
             char msg[SLUICE_ERRMSG_SIZE];
@@ -165,26 +187,17 @@ static void worker_heartbeat_done(struct dispatcher *d, int status, void *ctx)
                      rc == SLUICE_ERR_INVALID ? "worker address is not in --worker-addresses"
                                               : sluice_strerror(rc));
             dispatcher_refuse(c->r.conn, c->r.id, rc, msg);
-            free(fresh);
             goto out;
         }
         ptrs[ndefs] = &defs[ndefs];
         ndefs++;
     }
-    free(fresh);
-    /* Removed: reported, but no longer this worker's. */
-    for (size_t i = 0; i < c->nreported; i++) {
-        const struct st_task *t = state_task(&d->st, c->reported[i]);
-        if ((!t || t->worker_id != w->id) &&
-            (nremoved == 0 || removed[nremoved - 1] != c->reported[i]))
-            removed[nremoved++] = c->reported[i];
-    }
     Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
     body.worker_id = w->id;
     body.n_new_tasks = ndefs;
     body.new_tasks = ptrs;
-    body.n_removed_task_ids = nremoved;
-    body.removed_task_ids = removed;
+    body.n_removed_task_ids = c->nremoved;
+    body.removed_task_ids = c->removed;
     body.heartbeat_ms = d->worker_hb_ms;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY;
@@ -194,7 +207,8 @@ out:
     free(defs);
     free(ptrs);
     free(keys);
-    free(removed);
+    free(c->fresh);
+    free(c->removed);
     free(c->reported);
     dispatcher_req_done(&c->r);
     free(c);
@@ -272,7 +286,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
         free(finished);
         free(failed);
         dispatcher_req_init(&c->r, d, conn, env->id);
-        dispatcher_commit(d, &d->ups, worker_heartbeat_done, c);
+        dispatcher_commit_applied(d, &d->ups, worker_reply_take, worker_heartbeat_done, c);
         return;
     }
     struct plan_heartbeat_request hb = {
@@ -307,7 +321,7 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
     free(finished);
     free(failed);
     dispatcher_req_init(&c->r, d, conn, env->id);
-    dispatcher_commit_worker(d, &d->ups, c->worker_id, worker_heartbeat_done, c);
+    dispatcher_commit_worker(d, &d->ups, c->worker_id, worker_reply_take, worker_heartbeat_done, c);
     return;
 
 refused:

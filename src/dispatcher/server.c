@@ -469,7 +469,8 @@ void dispatcher_commit_applied(struct dispatcher *d, struct st_update_list *ups,
 }
 
 void dispatcher_commit_worker(struct dispatcher *d, struct st_update_list *ups, uint64_t worker_id,
-                              commit_cb cb, void *ctx)
+                              void (*applied)(struct dispatcher *d, void *ctx), commit_cb cb,
+                              void *ctx)
 {
     if (ups->n == 0 && d->jt && !d->fatal && !journal_thread_failed(d->jt)) {
         size_t pos;
@@ -482,12 +483,13 @@ void dispatcher_commit_worker(struct dispatcher *d, struct st_update_list *ups, 
             t = NULL;
         }
         if (!t) {
+            applied(d, ctx);
             cb(d, 0, ctx);
             return;
         }
     }
 wait:
-    dispatcher_commit(d, ups, cb, ctx);
+    dispatcher_commit_applied(d, ups, applied, cb, ctx);
 }
 
 /* ---- requests and replies -------------------------------------------------------------------- */

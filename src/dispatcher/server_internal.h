@@ -216,11 +216,13 @@ void dispatcher_commit(struct dispatcher *d, struct st_update_list *ups, commit_
 void dispatcher_commit_applied(struct dispatcher *d, struct st_update_list *ups,
                                void (*applied)(struct dispatcher *d, void *ctx), commit_cb cb,
                                void *ctx);
-/* dispatcher_commit() for a worker's heartbeat: when ups is empty and every update that changed
- * worker_id's heartbeat reply (st_update_worker) is durable, cb runs at once instead of after
- * everything queued before, since the reply shows nothing a restart could lose. */
+/* dispatcher_commit_applied() for a worker's heartbeat: when ups is empty and every update that
+ * changed worker_id's heartbeat reply (st_update_worker) is durable, applied and cb run at once
+ * instead of after everything queued before, since the reply shows nothing a restart could
+ * lose. */
 void dispatcher_commit_worker(struct dispatcher *d, struct st_update_list *ups, uint64_t worker_id,
-                              commit_cb cb, void *ctx);
+                              void (*applied)(struct dispatcher *d, void *ctx), commit_cb cb,
+                              void *ctx);
 
 /* A pending reply: takes a reference on conn (released by dispatcher_req_done). */
 void dispatcher_req_init(struct req *r, struct dispatcher *d, struct rpc_conn *conn, uint64_t id);
