@@ -43,15 +43,15 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
      * empty ring that far enough along (SHM_RING_RESET blocks of its size fit before the
      * writer): a reader that keeps up keeps reusing the same pages, and at least
      * SHM_RING_RESET - 1 more such blocks fit behind it before the reader releases any. */
-    /* Not empty: once its held blocks, in one piece, leave an eighth of the ring (and at least
-     * SHM_RING_RESET such blocks) free before them. */
+    /* A large ring not empty: once its held blocks, in one piece and at most an eighth of it,
+     * leave an eighth of it (and SHM_RING_EARLY_BLOCKS such blocks) free before them. */
     uint64_t held = wpos - head;
-    uint64_t early = size / SHM_RING_EARLY_DIV;
-    if (early < SHM_RING_RESET * need)
-        early = SHM_RING_RESET * need;
+    uint64_t eighth = size / SHM_RING_EARLY_DIV;
+    uint64_t early = eighth > SHM_RING_EARLY_BLOCKS * need ? eighth : SHM_RING_EARLY_BLOCKS * need;
+    bool restart = size >= SHM_RING_EARLY_MIN && held > 0 && held <= eighth && held <= off &&
+                   off - held >= early;
     uint64_t pad = 0;
-    if (off + need > size || (head == wpos && off >= SHM_RING_RESET * need) ||
-        (held > 0 && held <= off && off - held >= early))
+    if (off + need > size || (head == wpos && off >= SHM_RING_RESET * need) || restart)
         pad = size - off;
     if (pad + need > room)
         return SLUICE_ERR_LIMIT;

@@ -16,10 +16,14 @@
  * that keeps up reuses the same few pages instead of sweeping (and faulting in) the whole region;
  * the pad then counts as held until the block after it is released, which still leaves room for
  * SHM_RING_RESET - 1 more such blocks. (Padding back whenever the ring is empty would let one held
- * block and its pad take the whole ring.) A ring that is not empty starts over too when its held
- * blocks lie in one piece and at least an eighth of the ring (and SHM_RING_RESET blocks of the new
- * one's size) before them is free: a consumer that keeps a few elements (a DataLoader's prefetch)
- * never empties the ring, and would otherwise sweep every page of a fresh region.
+ * block and its pad take the whole ring.) A large ring (SHM_RING_EARLY_MIN or more) that is not
+ * empty starts over too when its held blocks lie in one piece and take at most an eighth of it,
+ * and at least an eighth of it (and SHM_RING_EARLY_BLOCKS blocks of the new one's size) is free
+ * before them: a consumer that keeps a few elements (a DataLoader's prefetch) never empties the
+ * ring, and would otherwise sweep every page of a fresh region. The reader, which allows for a
+ * pad of about a reply at the ring's end when it decides to ask for more (client/iterator_fetch.c
+ * shm_full), does not see that pad coming; the room left in front stays well above what its
+ * requests on the way can fill, so no reply falls back to the socket for it.
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */
@@ -40,8 +44,11 @@
  * writer. */
 #define SHM_RING_RESET 4u
 /* A ring that is not empty starts over once this fraction of it (1/N) is free before its held
- * blocks. */
+ * blocks, they take at most as much, and SHM_RING_EARLY_BLOCKS blocks fit before them; only in a
+ * ring of SHM_RING_EARLY_MIN bytes or more. */
 #define SHM_RING_EARLY_DIV 8u
+#define SHM_RING_EARLY_BLOCKS 16u
+#define SHM_RING_EARLY_MIN ((uint64_t)256 << 20)
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
 #define SHM_RING_MAGIC 0x534c5348u /* "SLSH" */

@@ -75,16 +75,8 @@ static void test_place_table(void **state)
         {4096, 4096, 8192, 0, 0, 4096, 8256},
         /* Not empty: where the writer is. */
         {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
-        /* Not empty, an eighth of the ring free before the held blocks: back to 0, the held
-         * blocks and the pad counting as held. */
-        {S / 2, S / 2 - 192, 100, 0, S / 2, 0, S / 2 + 192},
-        {S / 8 + 192, S / 8, 100, 0, S - S / 8 - 192, 0, S - S / 8 - 192 + 192},
-        /* Just under an eighth: where the writer is. */
-        {S / 8 + 128, S / 8 - 64, 100, 0, 0, S / 8 + 128, 192},
-        /* The held blocks wrap: where the writer is. */
-        {S + 256, S - 256, 100, 0, 0, 256, 192},
-        /* An eighth free but fewer than 4 blocks of a large one: where the writer is. */
-        {S / 2, S / 2 - 192, S / 8, 0, 0, S / 2, S / 8 + 64},
+        /* Not empty, a small ring: where the writer is, whatever is free before it. */
+        {S / 2, S / 2 - 192, 100, 0, 0, S / 2, 192},
         /* After a reset, 3 more blocks of the size fit behind the held one, not a 4th. */
         {S + 192 * 3, 768, 100, 0, 0, 576, 192},
         {S + 192 * 4, 768, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
@@ -105,6 +97,38 @@ static void test_place_table(void **state)
         assert_int_equal(p.pad, cases[i].pad);
         assert_int_equal(p.off, cases[i].off);
         assert_int_equal(p.total, cases[i].total);
+    }
+}
+
+/* A large ring that is not empty starts over when its held blocks, in one piece and at most an
+ * eighth of it, leave an eighth of it (and 16 blocks) free before them. */
+static void test_place_large_ring(void **state)
+{
+    (void)state;
+    const uint64_t G = (uint64_t)1 << 30, E = G / 8;
+    const struct {
+        uint64_t wpos, head, len;
+        uint64_t pad, off;
+    } cases[] = {
+        /* Back to 0: the held blocks and the pad count as held. */
+        {G / 2, G / 2 - 192, 100, G / 2, 0},
+        {E + 192, E, 100, G - E - 192, 0},
+        /* Just under an eighth free before them: where the writer is. */
+        {E + 128, E - 64, 100, 0, E + 128},
+        /* Held blocks of more than an eighth: where the writer is. */
+        {G / 2 + E + 64, G / 2 - 64, 100, 0, G / 2 + E + 64},
+        /* The held blocks wrap: where the writer is. */
+        {G + 256, G - 256, 100, 0, 256},
+        /* An eighth free but fewer than 16 blocks of a large one: where the writer is. */
+        {G / 4, G / 4 - 192, G / 64, 0, G / 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct shm_ring_place p = {0};
+        assert_int_equal(shm_ring_place(G, cases[i].wpos, cases[i].head, cases[i].len, &p), 0);
+        if (p.pad != cases[i].pad || p.off != cases[i].off)
+            print_message("case %zu\n", i);
+        assert_int_equal(p.pad, cases[i].pad);
+        assert_int_equal(p.off, cases[i].off);
     }
 }
 
@@ -237,6 +261,7 @@ int main(void)
         cmocka_unit_test(test_check_size),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_place_table),
+        cmocka_unit_test(test_place_large_ring),
         cmocka_unit_test(test_head_ok),
         cmocka_unit_test(test_write_then_read_laps),
         cmocka_unit_test(test_read_rejects_bad_headers),
