@@ -201,11 +201,11 @@ def test_held_slots_make_the_worker_wait(cluster, tensor_worker, slots):
 
 
 KILLED = """
-import gc, os, signal, sys, time
+import os, signal, sys
 sys.path.insert(0, {tests!r})
 import sluice.torch
 import torch.utils.data._utils.signal_handling as torch_signals
-from test_torch_handover import dataset, labels_of, maps, open_files
+from test_torch_handover import dataset, labels_of, wait_nothing_mapped
 
 # Without torch's SIGCHLD handler (it raises wherever this process happens to be): the loader
 # finds its worker dead when it next checks on its workers, and fails there.
@@ -224,12 +224,7 @@ assert failed is not None and len(kept) >= 6, (failed, len(kept))
 assert len({{x for e in kept for x in labels_of(e, None)}}) == len(kept)
 loader._iterator._shutdown_workers()
 del loader, e, kept
-deadline = time.monotonic() + 15
-while maps("sluice-shm", "sluice-handover") or open_files("sluice-shm", "sluice-handover"):
-    gc.collect()
-    assert time.monotonic() < deadline, (maps("sluice-shm", "sluice-handover"),
-                                         open_files("sluice-shm", "sluice-handover"))
-    time.sleep(0.05)
+wait_nothing_mapped()
 print("ok")
 """
 
