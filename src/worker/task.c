@@ -93,9 +93,16 @@ struct wbuf_chunk *task_chunk_get(struct task *t)
 /* Keeps the block of a written external chunk for reuse, or frees it. Task mutex held. */
 static void spare_put_locked(struct task *t, uint8_t *block, size_t cap)
 {
+    t->ext_bytes = t->ext_bytes > cap ? t->ext_bytes - cap : 0;
     /* Idle memory stays within the buffer's own byte bound, or TASK_SPARE_BYTES when that is
-     * larger, so that elements larger than the buffer (32 MiB against 16) still reuse blocks. */
+     * larger, so that elements larger than the buffer (32 MiB against 16) still reuse blocks;
+     * or within the most the task's external chunks held at once (what it held then, so the
+     * task never holds more than at its peak): with 32 MiB elements a stream has 6 or 7 blocks
+     * out at times (the buffer, the producers' pending chunks, a reply being written), and a
+     * bound of 5 freed some and mapped fresh ones (zeroed page by page) for 1 element in 12. */
     uint64_t limit = t->max_bytes > TASK_SPARE_BYTES ? t->max_bytes : TASK_SPARE_BYTES;
+    if (t->ext_peak > limit)
+        limit = t->ext_peak;
     if (cap > limit) {
         free(block);
         return;

@@ -101,7 +101,12 @@ struct task {
      * producer's element in place of the block the next external chunk takes away. */
     struct spare_block spare[TASK_SPARE_BLOCKS];
     unsigned nspare;
-    uint64_t spare_bytes;   /* their total size (task.c spare_put_locked) */
+    uint64_t spare_bytes; /* their total size (task.c spare_put_locked) */
+    /* The blocks external chunks hold now (taken from a producer's tensor, not yet back in the
+     * spares), and the most they held at once: the spares may keep that much, so a steady
+     * stream of large elements whose chunks in flight outnumber the fixed bound still reuses
+     * its blocks. */
+    uint64_t ext_bytes, ext_peak;
     unsigned space_waiters; /* producers parked for space */
     unsigned lease_waiters; /* producers parked for a lease */
     unsigned alive;         /* producers not yet exited */

@@ -122,13 +122,17 @@ static int push_pending(struct producer *p)
     return rc;
 }
 
-/* Gives tensor t, whose block an external chunk just took, the newest spare block of at least
- * want bytes (or none: the pipeline then allocates), and leaves it a valid empty tensor. */
+/* Gives tensor t, whose block (of want bytes) an external chunk just took, the newest spare
+ * block of at least want bytes (or none: the pipeline then allocates), and leaves it a valid
+ * empty tensor. */
 static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
 {
     uint8_t *block = NULL;
     size_t cap = 0;
     uv_mutex_lock(&task->mu);
+    task->ext_bytes += want;
+    if (task->ext_bytes > task->ext_peak)
+        task->ext_peak = task->ext_bytes;
     for (unsigned i = task->nspare; i-- > 0;) {
         if (task->spare[i].cap >= want) {
             block = task->spare[i].p;
