@@ -29,7 +29,8 @@
  * then holds that one element. Beyond the buffer a task holds, per producer, its private chunk
  * (up to TASK_CHUNK_BYTES + E), the element in hand and what its operators hold (a batch being
  * built: up to about E; a shuffle or prefetch buffer: their counts of elements), plus spare
- * blocks of at most max(buffer_bytes, TASK_SPARE_BYTES). What was taken for a reply is held until
+ * blocks of at most max(buffer_bytes, TASK_SPARE_BYTES, the most its external chunks held at
+ * once), so never more than the task held at its peak. What was taken for a reply is held until
  * written; the worker answers a read only while its connection has less than
  * WORKER_MAX_PENDING_BYTES queued (serve.c). Measured with elements of 100 MB and a reader that
  * stopped reading: about 400 MB (one element written, one buffered, one in hand, one in the
@@ -77,7 +78,8 @@
 /* An element with a tensor of at least this many value bytes (and no compression attempted) is
  * not copied into a chunk: it goes out as an external chunk (buffer.h) written from the block
  * the pipeline produced it in. Up to TASK_SPARE_BLOCKS such blocks (together no larger than the
- * buffer's byte bound or TASK_SPARE_BYTES, whichever is larger) are kept once written, to be
+ * buffer's byte bound, TASK_SPARE_BYTES or the most the task's external chunks held at once,
+ * whichever is largest) are kept once written, to be
  * handed back to the pipeline: a block taken from the allocator for each element of tens of MiB
  * costs more in page faults than producing and sending it. */
 #define TASK_EXT_MIN (256u << 10)
