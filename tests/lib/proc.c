@@ -326,7 +326,25 @@ int proc_threads(pid_t pid, struct proc_threads *out)
         out->total++;
         out->running += state == 'R';
         out->sleeping += state == 'S' || state == 'D';
+        out->stopped += state == 'T' || state == 't';
     }
     closedir(d);
     return 0;
+}
+
+int proc_pause(pid_t pid, int timeout_ms)
+{
+    if (kill(pid, SIGSTOP) != 0)
+        return -1;
+    long long t0 = now_ms();
+    for (;;) {
+        struct proc_threads th;
+        if (proc_threads(pid, &th) != 0)
+            return -1;
+        if (th.total > 0 && th.stopped == th.total)
+            return 0;
+        if (now_ms() - t0 > timeout_ms)
+            return -1;
+        sleep_ms(1);
+    }
 }

@@ -60,10 +60,18 @@ struct proc_threads {
     int total;
     int running;  /* R: running or runnable */
     int sleeping; /* S or D: waiting, interruptibly or not */
+    int stopped;  /* T or t: stopped by a signal or traced */
 };
 
 /* Counts pid's threads into *out; a thread that exits while they are read is left out. Returns 0,
  * or -1 (with *out zero) when the process is not there. */
 int proc_threads(pid_t pid, struct proc_threads *out);
+
+/* Stops pid with SIGSTOP and waits (bounded) until every thread of it has stopped. kill()
+ * returns before that: one thread takes the signal and stops the others as they next pass
+ * through the kernel, so on a busy machine another thread may run on for milliseconds (a Raft
+ * follower acknowledging an entry sent after the kill). Returns 0, or -1 when the process is
+ * not there or not stopped in time. */
+int proc_pause(pid_t pid, int timeout_ms);
 
 #endif
