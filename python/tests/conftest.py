@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+import sluice
+
 BIN_DIR = pathlib.Path(os.environ.get(
     "SLUICE_BIN_DIR", pathlib.Path(__file__).resolve().parents[2] / "build" / "bin"))
 WAIT_S = 15
@@ -100,9 +102,19 @@ class Cluster:
         self.dispatcher = Server(self.dispatcher_argv + ["--port", port], self.log_dir)
 
     def add_worker(self):
+        """Starts a worker and waits until the dispatcher lists it: a worker says it listens
+        before its first heartbeat is answered, and a job made meanwhile (a parallel_epochs read
+        of a few elements) would not count it."""
         w = Server([str(BIN_DIR / "sluice-worker"), "--dispatcher", self.dispatcher.address,
                     "--port", "0"], log_dir=self.log_dir)
         self.workers.append(w)
+        port = w.address.rsplit(":", 1)[1]
+        deadline = time.monotonic() + WAIT_S
+        while not any(x["address"].rsplit(":", 1)[1] == port
+                      for x in sluice.status(self.target)["workers"]):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"worker {w.address} did not register within {WAIT_S} s")
+            time.sleep(0.02)
         return w
 
     def stop(self):
