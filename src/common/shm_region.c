@@ -42,6 +42,7 @@ struct shm_region {
     pthread_mutex_t mu;
     uint64_t rpos;
     uint64_t restart; /* the request published in the control page */
+    uint64_t peak;    /* the most taken and not released at once */
     struct shm_tracker held;
     /* The process that mapped it: a forked child shares the mapping, and a release there (a
      * view the child inherited, freed) must not move the head the parent's blocks depend on. */
@@ -217,8 +218,11 @@ int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_
     int rc = shm_ring_read(r->ring, r->size, r->rpos, r->held.head, &b);
     if (rc == 0)
         rc = shm_tracker_add(&r->held, b.start, b.next, r->size / SHM_RING_ALIGN);
-    if (rc == 0)
+    if (rc == 0) {
         r->rpos = b.next;
+        if (r->held.tail - r->held.head > r->peak)
+            r->peak = r->held.tail - r->held.head;
+    }
     pthread_mutex_unlock(&r->mu);
     if (rc != 0)
         return rc;
@@ -253,7 +257,11 @@ uint64_t shm_region_held(struct shm_region *r, uint64_t want)
 {
     pthread_mutex_lock(&r->mu);
     uint64_t before = r->restart;
-    uint64_t n = shm_ring_reader_held(r->size, r->held.head, r->held.tail, want, &r->restart);
+    /* Room before the held blocks for the most the consumer has held at once, besides want:
+     * held blocks before a pad keep the space after them out of use until released, and a
+     * consumer that holds a batch of elements must find room for all of it in front. */
+    uint64_t ask = want ? want + r->peak : 0;
+    uint64_t n = shm_ring_reader_held(r->size, r->held.head, r->held.tail, ask, &r->restart);
     if (r->restart != before && r->restart != 0)
         atomic_store_explicit(&r->ctl->restart, r->restart, memory_order_release);
     pthread_mutex_unlock(&r->mu);

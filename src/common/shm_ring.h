@@ -16,12 +16,12 @@
  * sweeping (and faulting in) the whole region, even a consumer that keeps a few elements (a
  * DataLoader's prefetch) and so never empties the ring. The reader asks only while its held
  * blocks lie in one lap and the space before them holds every reply it may have on the way and
- * SHM_RING_RESTART_BLOCKS more, and until it has read past the end of that lap it counts the
- * rest of the lap after its last block as held: wherever the writer then puts the next block,
- * at the end or at 0, the reader's allowance (client/iterator_fetch.c shm_full) holds, so no
- * reply falls back to the socket for the pad. (The writer used to start over on its own in an
- * empty ring once 4 blocks of the new one's size fit before it; a larger block after it could
- * then miss the room the reader counted on.)
+ * SHM_RING_RESTART_BLOCKS more (and the most it has held at once), and until it has read past the
+ * end of that lap it counts the rest of the lap after its last block as held: wherever the writer
+ * then puts the next block, at the end or at 0, the reader's allowance (client/iterator_fetch.c
+ * shm_full) holds, so no reply falls back to the socket for the pad. (The writer used to start over
+ * on its own in an empty ring once 4 blocks of the new one's size fit before it; a larger block
+ * after it could then miss the room the reader counted on.)
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */
@@ -39,8 +39,9 @@
 #define SHM_RING_MIN ((uint64_t)1 << 20)
 #define SHM_RING_MAX ((uint64_t)1 << 40)
 /* A reader asks the writer to start over once the space before its held blocks holds this many
- * replies beyond those on the way. */
-#define SHM_RING_RESTART_BLOCKS 4u
+ * replies beyond those on the way, this one and a pad (and, shm_region_held, the most it has
+ * held at once). */
+#define SHM_RING_RESTART_BLOCKS 1u
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
 #define SHM_RING_MAGIC 0x534c5348u /* "SLSH" */
