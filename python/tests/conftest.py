@@ -55,6 +55,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long case of a matrix (-m 'not slow' skips it)")
 
 
+def wait_workers(dispatcher, n):
+    """Waits until the dispatcher (a target or a DispatchServer) lists at least n workers."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if len(sluice.status(dispatcher)["workers"]) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{n} workers did not register within {WAIT_S} s")
+
+
 class Server:
     """A server process and the address from its 'listening on' line."""
 

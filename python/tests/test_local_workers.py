@@ -4,14 +4,13 @@ host, and a host without a worker is refused with "no local worker"."""
 
 import os
 import subprocess
-import time
 import urllib.request
 
 import pytest
 
 import sluice
 
-from conftest import BIN_DIR
+from conftest import BIN_DIR, wait_workers
 
 
 def metrics(server):
@@ -23,15 +22,6 @@ def metrics(server):
             name, value = line.rsplit(" ", 1)
             out[name] = float(value)
     return out
-
-
-def wait_workers(d, n):
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if len(sluice.status(d)["workers"]) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{n} workers did not register within 15 s")
 
 
 @pytest.fixture

@@ -9,16 +9,7 @@ import pytest
 
 import sluice
 
-from conftest import BIN_DIR
-
-
-def wait_workers(d, n):
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if len(sluice.status(d)["workers"]) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{n} workers did not register within 15 s")
+from conftest import BIN_DIR, wait_workers
 
 
 @pytest.fixture

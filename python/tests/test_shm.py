@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import sluice
-from conftest import BIN_DIR, Server
+from conftest import BIN_DIR, Server, wait_workers
 
 PIPELINE = "range(40) | map(bytes, 300000)"
 
@@ -28,15 +28,6 @@ def regions(pid):
     """The shared regions process pid maps, from /proc/PID/maps."""
     with open(f"/proc/{pid}/maps") as f:
         return [line for line in f if "memfd:sluice-shm" in line]
-
-
-def wait_workers(target, n):
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if len(sluice.status(target)["workers"]) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{n} workers did not register within 15 s")
 
 
 def read(target, pid, **kw):
