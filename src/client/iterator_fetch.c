@@ -6,7 +6,6 @@
 
 #include "common/inproc.h"
 #include "common/shm_region.h"
-#include "common/shm_ring.h"
 #include "shm_block.h"
 
 /* ---- loop thread: fetching elements ------------------------------------------------------- */
@@ -649,20 +648,14 @@ static bool shm_full(struct sluice_iterator *it, size_t i)
 {
     const struct tasks_task *t = &it->tasks.v[i];
     struct rpc_client *rpc = t->conn ? client_conn_rpc(t->conn) : NULL;
-    if (!rpc)
+    uint64_t size, held;
+    if (!rpc || !rpc_client_shm_usage(rpc, &size, &held))
         return false;
     uint64_t each = it->shm_largest > ITER_FETCH_MAX_BYTES ? it->shm_largest : ITER_FETCH_MAX_BYTES;
     uint64_t coming = 0;
     for (const struct fetch *f = it->fetches; f; f = f->next)
         if (f->rpc == rpc)
             coming += each;
-    /* The worker is asked to start over at the ring's start once the space there holds this
-     * reply, those coming, the padding and SHM_RING_RESTART_BLOCKS more: held then counts the
-     * rest of the lap, and the test below still lets this request go. */
-    uint64_t size, held;
-    uint64_t want = coming + (2 + SHM_RING_RESTART_BLOCKS) * each;
-    if (!rpc_client_shm_usage(rpc, want, &size, &held))
-        return false;
     /* An empty ring takes any reply that fits at all; else room for this reply, those coming
      * and the padding one may leave at the ring's end. */
     bool room = held == 0 && coming == 0 ? true : held + coming + 2 * each <= size;

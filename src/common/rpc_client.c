@@ -945,7 +945,7 @@ bool rpc_client_shm(const struct rpc_client *cl)
     return cl->state == CLIENT_CONNECTED && cl->shm_now;
 }
 
-bool rpc_client_shm_usage(struct rpc_client *cl, uint64_t want, uint64_t *size, uint64_t *held)
+bool rpc_client_shm_usage(struct rpc_client *cl, uint64_t *size, uint64_t *held)
 {
     if (cl->state != CLIENT_CONNECTED) {
         /* Not connected yet: the next attempt dials shared memory first (start_attempt), into
@@ -960,7 +960,7 @@ bool rpc_client_shm_usage(struct rpc_client *cl, uint64_t want, uint64_t *size, 
     if (!cl->shm_now || cl->conn.shm == NULL)
         return false;
     *size = shm_region_size(cl->conn.shm);
-    *held = shm_region_held(cl->conn.shm, want);
+    *held = shm_region_held(cl->conn.shm);
     return true;
 }
 

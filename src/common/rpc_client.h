@@ -106,11 +106,10 @@ struct shm_region *rpc_client_take_shm(struct rpc_client *client, uint64_t *pos)
 /* Whether the client is connected over a shared-memory connection (rpc_client_opts.shm_bytes). */
 bool rpc_client_shm(const struct rpc_client *client);
 
-/* Over a shared-memory connection: the ring's size in *size and the bytes of it the reader
- * counts as held (shm_region_held, which may ask the worker to start over at the ring's start
- * once want bytes are free there) in *held, and true; not connected yet, but about to dial
- * shared memory first: shm_bytes and 0, and true; false otherwise. */
-bool rpc_client_shm_usage(struct rpc_client *client, uint64_t want, uint64_t *size, uint64_t *held);
+/* Over a shared-memory connection: the ring's size in *size and the bytes of it the reader holds
+ * (taken and not yet released) in *held, and true; not connected yet, but about to dial shared
+ * memory first: shm_bytes and 0, and true; false otherwise. */
+bool rpc_client_shm_usage(struct rpc_client *client, uint64_t *size, uint64_t *held);
 
 /* Withdraws the call made with cb and user if it has not been written yet (it waits for a
  * connection), so the server never sees it: cb then runs with SLUICE_ERR_CANCELLED from the

@@ -16,15 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The control page: the writer never writes it; the reader publishes head there, and its
- * request to start over (shm_ring_reader_held). */
+/* The control page: the writer never writes it; the reader publishes head there. */
 struct shm_control {
     uint64_t magic;
     uint64_t size;
     uint8_t pad[48];
     _Atomic uint64_t head; /* its own cache line */
-    uint8_t pad2[56];
-    _Atomic uint64_t restart; /* 0, or a position + 1 (shm_ring_place) */
 };
 
 #define CONTROL_MAGIC 0x534c554943455348ull
@@ -41,8 +38,6 @@ struct shm_region {
     /* The reader's side, under mu (releases come from any thread). */
     pthread_mutex_t mu;
     uint64_t rpos;
-    uint64_t restart; /* the request published in the control page */
-    uint64_t peak;    /* the most taken and not released at once */
     struct shm_tracker held;
     /* The process that mapped it: a forked child shares the mapping, and a release there (a
      * view the child inherited, freed) must not move the head the parent's blocks depend on. */
@@ -105,7 +100,6 @@ int shm_region_create(uint64_t size, struct shm_region **out, int *fd)
     ctl->magic = CONTROL_MAGIC;
     ctl->size = size;
     atomic_store_explicit(&ctl->head, 0, memory_order_release);
-    atomic_store_explicit(&ctl->restart, 0, memory_order_release);
     *fd = f;
     return 0;
 fail_map:
@@ -189,11 +183,8 @@ int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned 
     if (!shm_ring_head_ok(r->wpos, r->seen_head, head))
         return SLUICE_ERR_PROTOCOL;
     r->seen_head = head;
-    /* Whatever the reader wrote there only decides where the block goes, within the room the
-     * head leaves. */
-    uint64_t restart = atomic_load_explicit(&r->ctl->restart, memory_order_acquire);
     struct shm_ring_place p;
-    int rc = shm_ring_place(r->size, r->wpos, head, len, restart, &p);
+    int rc = shm_ring_place(r->size, r->wpos, head, len, &p);
     if (rc != 0)
         return rc;
     if (p.pad)
@@ -218,11 +209,8 @@ int shm_region_take(struct shm_region *r, uint8_t **data, uint64_t *len, uint64_
     int rc = shm_ring_read(r->ring, r->size, r->rpos, r->held.head, &b);
     if (rc == 0)
         rc = shm_tracker_add(&r->held, b.start, b.next, r->size / SHM_RING_ALIGN);
-    if (rc == 0) {
+    if (rc == 0)
         r->rpos = b.next;
-        if (r->held.tail - r->held.head > r->peak)
-            r->peak = r->held.tail - r->held.head;
-    }
     pthread_mutex_unlock(&r->mu);
     if (rc != 0)
         return rc;
@@ -253,17 +241,10 @@ uint64_t shm_region_size(const struct shm_region *r)
     return r->size;
 }
 
-uint64_t shm_region_held(struct shm_region *r, uint64_t want)
+uint64_t shm_region_held(struct shm_region *r)
 {
     pthread_mutex_lock(&r->mu);
-    uint64_t before = r->restart;
-    /* Room before the held blocks for the most the consumer has held at once, besides want:
-     * held blocks before a pad keep the space after them out of use until released, and a
-     * consumer that holds a batch of elements must find room for all of it in front. */
-    uint64_t ask = want ? want + r->peak : 0;
-    uint64_t n = shm_ring_reader_held(r->size, r->held.head, r->held.tail, ask, &r->restart);
-    if (r->restart != before && r->restart != 0)
-        atomic_store_explicit(&r->ctl->restart, r->restart, memory_order_release);
+    uint64_t n = r->held.tail - r->held.head;
     pthread_mutex_unlock(&r->mu);
     return n;
 }

@@ -67,12 +67,8 @@ uint64_t shm_region_id(const struct shm_region *r);
 uint64_t shm_region_file_len(const struct shm_region *r);
 int shm_region_offset_of(const struct shm_region *r, const void *p, size_t len, uint64_t *offset);
 
-/* The ring's size, and (the reader's side) the bytes to count as held: those taken and not yet
- * released, and the rest of the lap while a request to start over is pending. With none
- * pending, a request is made when the space before the held blocks is at least want bytes
- * beyond the most the reader has held at once (shm_ring_reader_held; want 0: never). The
- * reader's loop thread only. */
+/* The ring's size, and (the reader's side) the bytes taken and not yet released. */
 uint64_t shm_region_size(const struct shm_region *r);
-uint64_t shm_region_held(struct shm_region *r, uint64_t want);
+uint64_t shm_region_held(struct shm_region *r);
 
 #endif

@@ -29,7 +29,7 @@ bool shm_ring_head_ok(uint64_t wpos, uint64_t prev, uint64_t head)
     return head >= prev && head <= wpos;
 }
 
-int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len, uint64_t restart,
+int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
                    struct shm_ring_place *out)
 {
     if (head > wpos || wpos - head > size)
@@ -39,35 +39,24 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len, ui
     uint64_t need = round_up(SHM_RING_HDR + len);
     uint64_t off = wpos % size;
     uint64_t room = size - (wpos - head);
-    /* A block that does not fit before the end starts over at 0. So does one the reader asked
-     * to start over for, in the lap it asked in, when it fits before the reader's held blocks
-     * (which then lie in this lap too, after their start). */
-    uint64_t lap = wpos - off;
-    bool asked = restart != 0 && restart - 1 >= lap && restart - 1 <= wpos && off > 0 &&
-                 head >= lap && head - lap >= need;
+    /* A block that does not fit before the end starts over at 0. So does one written into an
+     * empty ring that far enough along (SHM_RING_RESET blocks of its size fit before the
+     * writer): a reader that keeps up keeps reusing the same pages, and at least
+     * SHM_RING_RESET - 1 more such blocks fit behind it before the reader releases any. */
+    /* A large ring not empty: once its held blocks, in one piece and at most an eighth of it,
+     * leave an eighth of it (and SHM_RING_EARLY_BLOCKS such blocks) free before them. */
+    uint64_t held = wpos - head;
+    uint64_t eighth = size / SHM_RING_EARLY_DIV;
+    uint64_t early = eighth > SHM_RING_EARLY_BLOCKS * need ? eighth : SHM_RING_EARLY_BLOCKS * need;
+    bool restart = size >= SHM_RING_EARLY_MIN && held > 0 && held <= eighth && held <= off &&
+                   off - held >= early;
     uint64_t pad = 0;
-    if (off + need > size || asked)
+    if (off + need > size || (head == wpos && off >= SHM_RING_RESET * need) || restart)
         pad = size - off;
     if (pad + need > room)
         return SLUICE_ERR_LIMIT;
     *out = (struct shm_ring_place){.pad = pad, .off = pad ? 0 : off, .total = pad + need};
     return 0;
-}
-
-uint64_t shm_ring_reader_held(uint64_t size, uint64_t head, uint64_t tail, uint64_t want,
-                              uint64_t *restart)
-{
-    uint64_t held = tail - head;
-    uint64_t off = tail % size, lap = tail - off;
-    /* A request made in this lap: the writer may pad the rest of it. One made in an earlier lap
-     * is spent (the reader has read a pad since, whoever made it). */
-    if (*restart != 0 && *restart - 1 >= lap && *restart - 1 <= tail)
-        return off ? held + (size - off) : held;
-    *restart = 0;
-    if (want == 0 || off == 0 || head < lap || head - lap < want)
-        return held;
-    *restart = tail + 1;
-    return held + (size - off);
 }
 
 void shm_put_u64(uint8_t *p, uint64_t v)

@@ -11,17 +11,19 @@
  *
  * A block is a SHM_RING_HDR-byte header followed by its payload, padded to SHM_RING_ALIGN bytes;
  * it never wraps: when it does not fit before the end of the ring, a pad header fills the rest
- * and the block starts at offset 0. The writer also starts over at 0 before the end when the
- * reader asks for it (shm_ring_reader_held), so that a reader reuses the same pages instead of
- * sweeping (and faulting in) the whole region, even a consumer that keeps a few elements (a
- * DataLoader's prefetch) and so never empties the ring. The reader asks only while its held
- * blocks lie in one lap and the space before them holds every reply it may have on the way and
- * SHM_RING_RESTART_BLOCKS more (and the most it has held at once), and until it has read past the
- * end of that lap it counts the rest of the lap after its last block as held: wherever the writer
- * then puts the next block, at the end or at 0, the reader's allowance (client/iterator_fetch.c
- * shm_full) holds, so no reply falls back to the socket for the pad. (The writer used to start over
- * on its own in an empty ring once 4 blocks of the new one's size fit before it; a larger block
- * after it could then miss the room the reader counted on.)
+ * and the block starts at offset 0. When the ring is empty and at least SHM_RING_RESET blocks of
+ * the new one's size fit before the writer's offset, the writer pads to the end too, so a reader
+ * that keeps up reuses the same few pages instead of sweeping (and faulting in) the whole region;
+ * the pad then counts as held until the block after it is released, which still leaves room for
+ * SHM_RING_RESET - 1 more such blocks. (Padding back whenever the ring is empty would let one held
+ * block and its pad take the whole ring.) A large ring (SHM_RING_EARLY_MIN or more) that is not
+ * empty starts over too when its held blocks lie in one piece and take at most an eighth of it,
+ * and at least an eighth of it (and SHM_RING_EARLY_BLOCKS blocks of the new one's size) is free
+ * before them: a consumer that keeps a few elements (a DataLoader's prefetch) never empties the
+ * ring, and would otherwise sweep every page of a fresh region. The reader, which allows for a
+ * pad of about a reply at the ring's end when it decides to ask for more (client/iterator_fetch.c
+ * shm_full), does not see that pad coming; the room left in front stays well above what its
+ * requests on the way can fill, so no reply falls back to the socket for it.
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */
@@ -38,10 +40,15 @@
 /* The smallest and largest ring a region may hold. */
 #define SHM_RING_MIN ((uint64_t)1 << 20)
 #define SHM_RING_MAX ((uint64_t)1 << 40)
-/* A reader asks the writer to start over once the space before its held blocks holds this many
- * replies beyond those on the way, this one and a pad (and, shm_region_held, the most it has
- * held at once). */
-#define SHM_RING_RESTART_BLOCKS 1u
+/* An empty ring starts over at 0 once this many blocks of the next one's size fit before the
+ * writer. */
+#define SHM_RING_RESET 4u
+/* A ring that is not empty starts over once this fraction of it (1/N) is free before its held
+ * blocks, they take at most as much, and SHM_RING_EARLY_BLOCKS blocks fit before them; only in a
+ * ring of SHM_RING_EARLY_MIN bytes or more. */
+#define SHM_RING_EARLY_DIV 8u
+#define SHM_RING_EARLY_BLOCKS 16u
+#define SHM_RING_EARLY_MIN ((uint64_t)256 << 20)
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
 #define SHM_RING_MAGIC 0x534c5348u /* "SLSH" */
@@ -63,24 +70,11 @@ struct shm_ring_place {
 };
 
 /* Places a block of len payload bytes (len >= 1) in a ring of size bytes whose writer is at wpos
- * and whose reader has released everything before head. restart is the reader's request to
- * start over (shm_ring_reader_held): 0 for none, else a position + 1; the block starts over at
- * 0 when that position lies in wpos's lap and the block fits before head. Returns 0 and *out;
- * SLUICE_ERR_LIMIT when there is no room until the reader releases more; SLUICE_ERR_TOO_LARGE
- * when the block can never fit; SLUICE_ERR_PROTOCOL when head is not within
- * [wpos - size, wpos]. */
-int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len, uint64_t restart,
+ * and whose reader has released everything before head. Returns 0 and *out; SLUICE_ERR_LIMIT
+ * when there is no room until the reader releases more; SLUICE_ERR_TOO_LARGE when the block
+ * can never fit; SLUICE_ERR_PROTOCOL when head is not within [wpos - size, wpos]. */
+int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
                    struct shm_ring_place *out);
-
-/* The reader's side: the bytes of a ring of size bytes to count as held, its blocks taken
- * spanning [head, tail), given its request to start over (*restart: 0 or a position + 1, as
- * shm_ring_place takes it). A request made at a tail still in tail's lap counts the rest of the
- * lap as held too (the writer may pad it). With none pending, one is made (*restart set to
- * tail + 1) when the held blocks lie in one lap, tail is not at a lap's start, and the space
- * before them, which the blocks after a start-over go into, is at least want bytes; the
- * return value then counts it. Pure. */
-uint64_t shm_ring_reader_held(uint64_t size, uint64_t head, uint64_t tail, uint64_t want,
-                              uint64_t *restart);
 
 /* Whether the head a reader published is possible: not behind the one seen before (prev) and
  * not past the writer (wpos). */

@@ -65,12 +65,21 @@ static void test_place_table(void **state)
         {S - 128, S - 256, 100, 0, 128, 0, 128 + 192},
         /* Same, but the space at the start is still held. */
         {S - 128, 64, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
-        /* An empty ring mid-way, not asked to start over: where the writer is. */
-        {4096, 4096, 100, 0, 0, 4096, 192},
+        /* An empty ring mid-way, 4 blocks of the size fitting before the writer: back to 0,
+         * the pad counting as held. */
+        {4096, 4096, 100, 0, S - 4096, 0, S - 4096 + 192},
+        {768, 768, 100, 0, S - 768, 0, S - 768 + 192},
+        /* Fewer than 4 fit before it: the block goes where the writer is, so that one held block
+         * and its pad cannot take the ring. */
+        {704, 704, 100, 0, 0, 704, 192},
         {4096, 4096, 8192, 0, 0, 4096, 8256},
         /* Not empty: where the writer is. */
         {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
+        /* Not empty, a small ring: where the writer is, whatever is free before it. */
         {S / 2, S / 2 - 192, 100, 0, 0, S / 2, 192},
+        /* After a reset, 3 more blocks of the size fit behind the held one, not a 4th. */
+        {S + 192 * 3, 768, 100, 0, 0, 576, 192},
+        {S + 192 * 4, 768, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
         /* A head the reader cannot have. */
         {128, 192, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
         {S + 128, 64, 1, SLUICE_ERR_PROTOCOL, 0, 0, 0},
@@ -79,7 +88,7 @@ static void test_place_table(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct shm_ring_place p = {0};
-        int rc = shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, 0, &p);
+        int rc = shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, &p);
         if (rc != cases[i].rc)
             print_message("case %zu\n", i);
         assert_int_equal(rc, cases[i].rc);
@@ -91,166 +100,36 @@ static void test_place_table(void **state)
     }
 }
 
-/* A ring that is not empty starts over where the reader asked, in the lap it asked in, when the
- * block fits before the reader's held blocks. */
-static void test_place_restart(void **state)
+/* A large ring that is not empty starts over when its held blocks, in one piece and at most an
+ * eighth of it, leave an eighth of it (and 16 blocks) free before them. */
+static void test_place_large_ring(void **state)
 {
     (void)state;
-    const uint64_t S = MIB;
+    const uint64_t G = (uint64_t)1 << 30, E = G / 8;
     const struct {
-        uint64_t wpos, head, len, restart;
+        uint64_t wpos, head, len;
         uint64_t pad, off;
     } cases[] = {
-        /* Asked at the writer's position or before it, in its lap: back to 0. */
-        {S / 2, S / 2 - 192, 100, S / 2 + 1, S / 2, 0},
-        {S / 2, S / 2 - 192, 100, S / 2 - 192 + 1, S / 2, 0},
-        {5 * S + 4096, 5 * S + 1024, 100, 5 * S + 2048 + 1, S - 4096, 0},
-        /* Not asked: where the writer is. */
-        {S / 2, S / 2 - 192, 100, 0, 0, S / 2},
-        /* Asked in an earlier lap (the reader has read past it since): where the writer is. */
-        {S + 4096, S + 1024, 100, S / 2 + 1, 0, 4096},
-        /* Asked at a position the writer has not reached (a reader that lies): ignored. */
-        {S / 2, S / 2 - 192, 100, S / 2 + 64 + 1, 0, S / 2},
-        /* The block does not fit before the held ones: where the writer is. */
-        {S / 2, 128, 100, S / 2 + 1, 0, S / 2},
-        /* The held blocks wrap (the head is in the lap before): where the writer is. */
-        {S + 256, S - 256, 100, S + 256 + 1, 0, 256},
-        /* At the lap's start already: no pad. */
-        {2 * S, 2 * S - 192, 100, 2 * S + 1, 0, 0},
+        /* Back to 0: the held blocks and the pad count as held. */
+        {G / 2, G / 2 - 192, 100, G / 2, 0},
+        {E + 192, E, 100, G - E - 192, 0},
+        /* Just under an eighth free before them: where the writer is. */
+        {E + 128, E - 64, 100, 0, E + 128},
+        /* Held blocks of more than an eighth: where the writer is. */
+        {G / 2 + E + 64, G / 2 - 64, 100, 0, G / 2 + E + 64},
+        /* The held blocks wrap: where the writer is. */
+        {G + 256, G - 256, 100, 0, 256},
+        /* An eighth free but fewer than 16 blocks of a large one: where the writer is. */
+        {G / 4, G / 4 - 192, G / 64, 0, G / 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct shm_ring_place p = {0};
-        assert_int_equal(
-            shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, cases[i].restart, &p), 0);
+        assert_int_equal(shm_ring_place(G, cases[i].wpos, cases[i].head, cases[i].len, &p), 0);
         if (p.pad != cases[i].pad || p.off != cases[i].off)
             print_message("case %zu\n", i);
         assert_int_equal(p.pad, cases[i].pad);
         assert_int_equal(p.off, cases[i].off);
     }
-}
-
-/* What the reader counts as held, and when it asks to start over. */
-static void test_reader_held(void **state)
-{
-    (void)state;
-    const uint64_t S = MIB;
-    const struct {
-        uint64_t head, tail, want, restart;
-        uint64_t held, restart_after;
-    } cases[] = {
-        /* want 0: never asks. */
-        {S / 2, S / 2 + 1024, 0, 0, 1024, 0},
-        /* Room enough before the held blocks: asks at the tail, and counts the lap's rest. */
-        {S / 2, S / 2 + 1024, S / 4, 0, S / 2, S / 2 + 1024 + 1},
-        {S / 2, S / 2 + 1024, S / 2, 0, S / 2, S / 2 + 1024 + 1},
-        /* Not room enough: does not ask. */
-        {S / 2, S / 2 + 1024, S / 2 + 1, 0, 1024, 0},
-        /* Pending in this lap: the lap's rest counted, the request kept. */
-        {S / 2 + 512, S / 2 + 4096, S, S / 2 + 1024 + 1, S / 2 - 512, S / 2 + 1024 + 1},
-        /* Made in an earlier lap: spent; the held blocks wrap, so no new one. */
-        {S - 4096, S + 1024, 64, S / 2 + 1, 5120, 0},
-        /* Spent, and the held blocks in one lap again: a new one. */
-        {S + 4096, S + 8192, 4096, S / 2 + 1, S - 4096, S + 8192 + 1},
-        /* The tail at a lap's start: nothing to pad, no request. */
-        {S - 4096, S, 64, 0, 4096, 0},
-        /* Nothing held, mid-lap: asks (the next block then goes to 0). */
-        {S / 2, S / 2, 1024, 0, S / 2, S / 2 + 1},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        uint64_t restart = cases[i].restart;
-        uint64_t held =
-            shm_ring_reader_held(S, cases[i].head, cases[i].tail, cases[i].want, &restart);
-        if (held != cases[i].held || restart != cases[i].restart_after)
-            print_message("case %zu: held %llu, restart %llu\n", i, (unsigned long long)held,
-                          (unsigned long long)restart);
-        assert_int_equal(held, cases[i].held);
-        assert_int_equal(restart, cases[i].restart_after);
-    }
-}
-
-/* A small PRNG for the simulation below. */
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-/* A reader and a writer taking turns at random over many laps, the reader asking for replies
- * by the iterator's rule (client/iterator_fetch.c shm_full: each reply at most `each` bytes,
- * at most 3 on the way) and holding a random few blocks, released in any order: every reply the
- * rule let the reader ask for fits when the writer places it (none would fall back to the
- * socket), and the ring starts over before its end. */
-static void test_restart_keeps_replies_in_the_ring(void **state)
-{
-    (void)state;
-    const uint64_t S = MIB, each = 48u << 10;
-    uint8_t *ring = calloc(1, S);
-    assert_non_null(ring);
-    struct shm_tracker tr;
-    shm_tracker_init(&tr);
-    uint64_t seed = 0x9e3779b97f4a7c15ull, wpos = 0, restart = 0, rpos = 0;
-    unsigned asked = 0, placed = 0, restarts = 0, blocks = 0;
-    uint64_t lens[4];
-    uint64_t maxoff = 0;
-    for (unsigned step = 0; step < 200000; step++) {
-        unsigned what = (unsigned)(rnd(&seed) % 4);
-        unsigned coming = asked + placed;
-        if (what == 0 && coming < 3) {
-            uint64_t want = coming * each + (2 + SHM_RING_RESTART_BLOCKS) * each;
-            uint64_t held = shm_ring_reader_held(S, tr.head, tr.tail, want, &restart);
-            if ((held == 0 && coming == 0) || held + coming * each + 2 * each <= S)
-                asked++;
-        } else if (what == 1 && asked > 0) {
-            uint64_t len = 1 + rnd(&seed) % (each - 2 * SHM_RING_HDR);
-            struct shm_ring_place p;
-            int rc = shm_ring_place(S, wpos, tr.head, len, restart, &p);
-            if (rc != 0)
-                print_message("step %u: %d at wpos %llu head %llu len %llu\n", step, rc,
-                              (unsigned long long)wpos, (unsigned long long)tr.head,
-                              (unsigned long long)len);
-            assert_int_equal(rc, 0);
-            uint64_t off = wpos % S;
-            if (p.pad && off + p.total - p.pad <= S)
-                restarts++;
-            if (p.pad)
-                shm_ring_put_header(ring + off, SHM_RING_PAD, p.pad);
-            shm_ring_put_header(ring + p.off, SHM_RING_DATA, len);
-            if (p.off + p.total - p.pad > maxoff)
-                maxoff = p.off + p.total - p.pad;
-            lens[placed] = len;
-            wpos += p.total;
-            asked--;
-            placed++;
-        } else if (what == 2 && placed > 0) {
-            struct shm_ring_block b;
-            assert_int_equal(shm_ring_read(ring, S, rpos, tr.head, &b), 0);
-            assert_int_equal(b.len, lens[0]);
-            memmove(lens, lens + 1, sizeof lens - sizeof lens[0]);
-            assert_int_equal(shm_tracker_add(&tr, b.start, b.next, S / SHM_RING_ALIGN), 0);
-            rpos = b.next;
-            placed--;
-            blocks++;
-        } else if (what == 3 && tr.n > 0) {
-            /* Keep up to 5 blocks, releasing one of them at random. */
-            size_t held = 0;
-            for (size_t k = 0; k < tr.n; k++)
-                held += !tr.v[(tr.first + k) % tr.cap].released;
-            if (held <= rnd(&seed) % 6)
-                continue;
-            size_t k = (size_t)(rnd(&seed) % tr.n);
-            while (tr.v[(tr.first + k) % tr.cap].released)
-                k = (k + 1) % tr.n;
-            assert_int_equal(shm_tracker_release(&tr, tr.v[(tr.first + k) % tr.cap].start), 0);
-        }
-    }
-    print_message("%u blocks, %u early starts over, highest offset used %llu of %llu\n", blocks,
-                  restarts, (unsigned long long)maxoff, (unsigned long long)S);
-    assert_true(blocks > 10000);
-    assert_true(restarts > 100);
-    shm_tracker_release_all(&tr);
-    free(ring);
 }
 
 static void test_head_ok(void **state)
@@ -267,7 +146,7 @@ static uint64_t write_block(uint8_t *ring, uint64_t size, uint64_t wpos, uint64_
                             uint64_t len, uint8_t fill)
 {
     struct shm_ring_place p;
-    assert_int_equal(shm_ring_place(size, wpos, head, len, 0, &p), 0);
+    assert_int_equal(shm_ring_place(size, wpos, head, len, &p), 0);
     if (p.pad)
         shm_ring_put_header(ring + wpos % size, SHM_RING_PAD, p.pad);
     shm_ring_put_header(ring + p.off, SHM_RING_DATA, len);
@@ -382,9 +261,7 @@ int main(void)
         cmocka_unit_test(test_check_size),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_place_table),
-        cmocka_unit_test(test_place_restart),
-        cmocka_unit_test(test_reader_held),
-        cmocka_unit_test(test_restart_keeps_replies_in_the_ring),
+        cmocka_unit_test(test_place_large_ring),
         cmocka_unit_test(test_head_ok),
         cmocka_unit_test(test_write_then_read_laps),
         cmocka_unit_test(test_read_rejects_bad_headers),
