@@ -55,14 +55,19 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long case of a matrix (-m 'not slow' skips it)")
 
 
-def wait_workers(dispatcher, n):
-    """Waits until the dispatcher (a target or a DispatchServer) lists at least n workers."""
+def wait_listed(dispatcher, listed, what):
+    """Waits (WAIT_S at most) until listed(workers) is true of the workers the dispatcher (a
+    target or a DispatchServer) lists; fails naming what did not happen."""
     deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if len(sluice.status(dispatcher)["workers"]) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{n} workers did not register within {WAIT_S} s")
+    while not listed(sluice.status(dispatcher)["workers"]):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} within {WAIT_S} s")
+        time.sleep(0.02)
+
+
+def wait_workers(dispatcher, n):
+    """Waits until the dispatcher lists at least n workers."""
+    wait_listed(dispatcher, lambda ws: len(ws) >= n, f"{n} workers did not register")
 
 
 class Server:
@@ -119,12 +124,9 @@ class Cluster:
                     "--port", "0"], log_dir=self.log_dir)
         self.workers.append(w)
         port = w.address.rsplit(":", 1)[1]
-        deadline = time.monotonic() + WAIT_S
-        while not any(x["address"].rsplit(":", 1)[1] == port
-                      for x in sluice.status(self.target)["workers"]):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker {w.address} did not register within {WAIT_S} s")
-            time.sleep(0.02)
+        wait_listed(self.target,
+                    lambda ws: any(x["address"].rsplit(":", 1)[1] == port for x in ws),
+                    f"worker {w.address} did not register")
         return w
 
     def stop(self):
