@@ -6,6 +6,7 @@
 
 #include "common/inproc.h"
 #include "common/shm_region.h"
+#include "common/shm_ring.h"
 #include "shm_block.h"
 
 /* ---- loop thread: fetching elements ------------------------------------------------------- */
@@ -644,6 +645,9 @@ static bool det_may_fetch(struct sluice_iterator *it)
  * it holds (it keeps every element, as a list does, or a deterministic read's reordering holds
  * them) and nothing coming, only a reply can help it: the request goes, and the worker sends what
  * does not fit over the socket. A reply that could never fit does not wait. */
+_Static_assert(ITER_FETCH_MAX_BYTES <= SHM_RING_REPLY_BYTES,
+               "a worker starting its ring over allows for replies of SHM_RING_REPLY_BYTES");
+
 static bool shm_full(struct sluice_iterator *it, size_t i)
 {
     const struct tasks_task *t = &it->tasks.v[i];

@@ -35,6 +35,7 @@ struct shm_region {
     uint64_t size;
     /* The writer's side. */
     uint64_t wpos, seen_head;
+    uint64_t big; /* the largest block placed (shm_ring_place's big) */
     /* The reader's side, under mu (releases come from any thread). */
     pthread_mutex_t mu;
     uint64_t rpos;
@@ -184,7 +185,7 @@ int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned 
         return SLUICE_ERR_PROTOCOL;
     r->seen_head = head;
     struct shm_ring_place p;
-    int rc = shm_ring_place(r->size, r->wpos, head, len, &p);
+    int rc = shm_ring_place(r->size, r->wpos, head, len, r->big, &p);
     if (rc != 0)
         return rc;
     if (p.pad)
@@ -196,6 +197,8 @@ int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned 
         dst += pieces[i].iov_len;
     }
     r->wpos += p.total;
+    if (p.total - p.pad > r->big)
+        r->big = p.total - p.pad;
     /* The envelope that announces the block is written after this. */
     atomic_thread_fence(memory_order_release);
     return 0;

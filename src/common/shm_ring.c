@@ -29,7 +29,7 @@ bool shm_ring_head_ok(uint64_t wpos, uint64_t prev, uint64_t head)
     return head >= prev && head <= wpos;
 }
 
-int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
+int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len, uint64_t big,
                    struct shm_ring_place *out)
 {
     if (head > wpos || wpos - head > size)
@@ -37,21 +37,33 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
     if (len == 0 || len > size - SHM_RING_HDR)
         return SLUICE_ERR_TOO_LARGE;
     uint64_t need = round_up(SHM_RING_HDR + len);
+    /* The block size the rules below allow for: the largest of this one, the largest placed
+     * before and the reply a reader asks for, as the reader allows for them (shm_full). Counting
+     * this block alone would let a small one start the ring over with room for a few of its
+     * size only, and a larger reply already asked for miss its room (the socket then carries
+     * it). */
+    uint64_t unit = round_up(SHM_RING_HDR + SHM_RING_REPLY_BYTES);
+    if (big > unit)
+        unit = big;
+    if (need > unit)
+        unit = need;
     uint64_t off = wpos % size;
     uint64_t room = size - (wpos - head);
     /* A block that does not fit before the end starts over at 0. So does one written into an
-     * empty ring that far enough along (SHM_RING_RESET blocks of its size fit before the
+     * empty ring that far enough along (SHM_RING_RESET blocks of unit bytes fit before the
      * writer): a reader that keeps up keeps reusing the same pages, and at least
-     * SHM_RING_RESET - 1 more such blocks fit behind it before the reader releases any. */
+     * SHM_RING_RESET - 1 more such blocks fit behind it before the reader releases any. A small
+     * ring (under SHM_RING_RESET units) never starts over early; it is swept whole, which costs
+     * little. */
     /* A large ring not empty: once its held blocks, in one piece and at most an eighth of it,
-     * leave an eighth of it (and SHM_RING_EARLY_BLOCKS such blocks) free before them. */
+     * leave an eighth of it (and SHM_RING_EARLY_BLOCKS units) free before them. */
     uint64_t held = wpos - head;
     uint64_t eighth = size / SHM_RING_EARLY_DIV;
-    uint64_t early = eighth > SHM_RING_EARLY_BLOCKS * need ? eighth : SHM_RING_EARLY_BLOCKS * need;
+    uint64_t early = eighth > SHM_RING_EARLY_BLOCKS * unit ? eighth : SHM_RING_EARLY_BLOCKS * unit;
     bool restart = size >= SHM_RING_EARLY_MIN && held > 0 && held <= eighth && held <= off &&
                    off - held >= early;
     uint64_t pad = 0;
-    if (off + need > size || (head == wpos && off >= SHM_RING_RESET * need) || restart)
+    if (off + need > size || (head == wpos && off >= SHM_RING_RESET * unit) || restart)
         pad = size - off;
     if (pad + need > room)
         return SLUICE_ERR_LIMIT;

@@ -11,19 +11,21 @@
  *
  * A block is a SHM_RING_HDR-byte header followed by its payload, padded to SHM_RING_ALIGN bytes;
  * it never wraps: when it does not fit before the end of the ring, a pad header fills the rest
- * and the block starts at offset 0. When the ring is empty and at least SHM_RING_RESET blocks of
- * the new one's size fit before the writer's offset, the writer pads to the end too, so a reader
- * that keeps up reuses the same few pages instead of sweeping (and faulting in) the whole region;
- * the pad then counts as held until the block after it is released, which still leaves room for
- * SHM_RING_RESET - 1 more such blocks. (Padding back whenever the ring is empty would let one held
- * block and its pad take the whole ring.) A large ring (SHM_RING_EARLY_MIN or more) that is not
- * empty starts over too when its held blocks lie in one piece and take at most an eighth of it,
- * and at least an eighth of it (and SHM_RING_EARLY_BLOCKS blocks of the new one's size) is free
- * before them: a consumer that keeps a few elements (a DataLoader's prefetch) never empties the
- * ring, and would otherwise sweep every page of a fresh region. The reader, which allows for a
- * pad of about a reply at the ring's end when it decides to ask for more (client/iterator_fetch.c
- * shm_full), does not see that pad coming; the room left in front stays well above what its
- * requests on the way can fill, so no reply falls back to the socket for it.
+ * and the block starts at offset 0. When the ring is empty and at least SHM_RING_RESET blocks fit
+ * before the writer's offset, the writer pads to the end too, so a reader that keeps up reuses
+ * the same few pages instead of sweeping (and faulting in) the whole region; the pad then counts
+ * as held until the block after it is released, which still leaves room for SHM_RING_RESET - 1
+ * more such blocks. (Padding back whenever the ring is empty would let one held block and its
+ * pad take the whole ring.) A large ring (SHM_RING_EARLY_MIN or more) that is not empty starts
+ * over too when its held blocks lie in one piece and take at most an eighth of it, and at least
+ * an eighth of it (and SHM_RING_EARLY_BLOCKS blocks) is free before them: a consumer that keeps
+ * a few elements (a DataLoader's prefetch) never empties the ring, and would otherwise sweep
+ * every page of a fresh region. The blocks these rules count are of the largest size the reader
+ * may have asked for: the new one's, the largest placed before, or a reply of
+ * SHM_RING_REPLY_BYTES, whichever is largest. The reader, which allows for a pad of about a
+ * reply at the ring's end when it decides to ask for more (client/iterator_fetch.c shm_full),
+ * does not see that pad coming; the room left in front holds every reply its requests on the
+ * way can bring, so none falls back to the socket for it.
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */
@@ -40,8 +42,12 @@
 /* The smallest and largest ring a region may hold. */
 #define SHM_RING_MIN ((uint64_t)1 << 20)
 #define SHM_RING_MAX ((uint64_t)1 << 40)
-/* An empty ring starts over at 0 once this many blocks of the next one's size fit before the
- * writer. */
+/* The payload bytes of a reply a reader allows for when it decides to ask for more
+ * (client/iterator_fetch.c shm_full: its requests' max_bytes, or its largest reply when
+ * larger); the writer allows for as much when it starts the ring over. */
+#define SHM_RING_REPLY_BYTES ((uint64_t)2 << 20)
+/* An empty ring starts over at 0 once this many blocks of the next one's size (or of the
+ * largest before it, or of SHM_RING_REPLY_BYTES, whichever is largest) fit before the writer. */
 #define SHM_RING_RESET 4u
 /* A ring that is not empty starts over once this fraction of it (1/N) is free before its held
  * blocks, they take at most as much, and SHM_RING_EARLY_BLOCKS blocks fit before them; only in a
@@ -70,10 +76,12 @@ struct shm_ring_place {
 };
 
 /* Places a block of len payload bytes (len >= 1) in a ring of size bytes whose writer is at wpos
- * and whose reader has released everything before head. Returns 0 and *out; SLUICE_ERR_LIMIT
- * when there is no room until the reader releases more; SLUICE_ERR_TOO_LARGE when the block
- * can never fit; SLUICE_ERR_PROTOCOL when head is not within [wpos - size, wpos]. */
-int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len,
+ * and whose reader has released everything before head; big is the largest block (header and
+ * padding included, shm_ring_place.total less its pad) placed in the ring before, 0 for none.
+ * Returns 0 and *out; SLUICE_ERR_LIMIT when there is no room until the reader releases more;
+ * SLUICE_ERR_TOO_LARGE when the block can never fit; SLUICE_ERR_PROTOCOL when head is not
+ * within [wpos - size, wpos]. */
+int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len, uint64_t big,
                    struct shm_ring_place *out);
 
 /* Whether the head a reader published is possible: not behind the one seen before (prev) and

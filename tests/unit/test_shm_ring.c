@@ -65,13 +65,10 @@ static void test_place_table(void **state)
         {S - 128, S - 256, 100, 0, 128, 0, 128 + 192},
         /* Same, but the space at the start is still held. */
         {S - 128, 64, 100, SLUICE_ERR_LIMIT, 0, 0, 0},
-        /* An empty ring mid-way, 4 blocks of the size fitting before the writer: back to 0,
-         * the pad counting as held. */
-        {4096, 4096, 100, 0, S - 4096, 0, S - 4096 + 192},
-        {768, 768, 100, 0, S - 768, 0, S - 768 + 192},
-        /* Fewer than 4 fit before it: the block goes where the writer is, so that one held block
-         * and its pad cannot take the ring. */
-        {704, 704, 100, 0, 0, 704, 192},
+        /* An empty ring mid-way, too small to hold 4 replies (test_place_reset): where the
+         * writer is. */
+        {4096, 4096, 100, 0, 0, 4096, 192},
+        {S / 2, S / 2, 100, 0, 0, S / 2, 192},
         {4096, 4096, 8192, 0, 0, 4096, 8256},
         /* Not empty: where the writer is. */
         {4096 + 192, 4096, 100, 0, 0, 4096 + 192, 192},
@@ -88,7 +85,7 @@ static void test_place_table(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct shm_ring_place p = {0};
-        int rc = shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, &p);
+        int rc = shm_ring_place(S, cases[i].wpos, cases[i].head, cases[i].len, 0, &p);
         if (rc != cases[i].rc)
             print_message("case %zu\n", i);
         assert_int_equal(rc, cases[i].rc);
@@ -97,6 +94,42 @@ static void test_place_table(void **state)
         assert_int_equal(p.pad, cases[i].pad);
         assert_int_equal(p.off, cases[i].off);
         assert_int_equal(p.total, cases[i].total);
+    }
+}
+
+/* An empty ring starts over at 0 once 4 blocks fit before the writer, of the largest of the new
+ * block's size, the largest placed before (big) and a reply of SHM_RING_REPLY_BYTES; the pad
+ * counts as held. */
+static void test_place_reset(void **state)
+{
+    (void)state;
+    const uint64_t R = 64 * MIB, U = SHM_RING_REPLY_BYTES + 64, B = 3 * MIB + 64;
+    const uint64_t N = 5 * MIB + 64; /* a block of 5 MiB of payload */
+    const struct {
+        uint64_t wpos, len, big;
+        uint64_t pad, off;
+    } cases[] = {
+        /* 4 replies fit before the writer: back to 0. */
+        {4 * U, 100, 0, R - 4 * U, 0},
+        {R + 4 * U, 100, U, R - 4 * U, 0},
+        /* One 64-byte unit fewer: where the writer is. */
+        {4 * U - 64, 100, 0, 0, 4 * U - 64},
+        /* A larger block placed before: 4 of those must fit. */
+        {4 * U, 100, B, 0, 4 * U},
+        {4 * B - 64, 100, B, 0, 4 * B - 64},
+        {4 * B, 100, B, R - 4 * B, 0},
+        /* The new block is the largest: 4 of it must fit. */
+        {4 * N - 64, 5 * MIB, B, 0, 4 * N - 64},
+        {4 * N, 5 * MIB, B, R - 4 * N, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct shm_ring_place p = {0};
+        assert_int_equal(
+            shm_ring_place(R, cases[i].wpos, cases[i].wpos, cases[i].len, cases[i].big, &p), 0);
+        if (p.pad != cases[i].pad || p.off != cases[i].off)
+            print_message("case %zu\n", i);
+        assert_int_equal(p.pad, cases[i].pad);
+        assert_int_equal(p.off, cases[i].off);
     }
 }
 
@@ -124,11 +157,127 @@ static void test_place_large_ring(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct shm_ring_place p = {0};
-        assert_int_equal(shm_ring_place(G, cases[i].wpos, cases[i].head, cases[i].len, &p), 0);
+        assert_int_equal(shm_ring_place(G, cases[i].wpos, cases[i].head, cases[i].len, 0, &p), 0);
         if (p.pad != cases[i].pad || p.off != cases[i].off)
             print_message("case %zu\n", i);
         assert_int_equal(p.pad, cases[i].pad);
         assert_int_equal(p.off, cases[i].off);
+    }
+}
+
+/* A small PRNG for the simulation below. */
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A reader and a writer taking turns at random over many laps of a ring of size bytes: the
+ * reader asks for replies by the iterator's rule (client/iterator_fetch.c shm_full: each reply
+ * counted as SHM_RING_REPLY_BYTES or the largest it has read, whichever is larger; at most
+ * ITER_PER_TASK_MAX = 4 on the way; room for those, this one and a pad) and keeps a random few
+ * blocks, released in any order; the writer places every reply as a worker does (shm_region.c),
+ * mostly small ones and now and then one of maxlen bytes. Every reply the rule let the reader
+ * ask for must fit when the writer places it: none may fall back to the socket. Returns how many
+ * times the writer started over at 0 before the ring's end. */
+static unsigned simulate(uint64_t size, uint64_t maxlen, uint64_t seed, unsigned steps,
+                         unsigned *nblocks)
+{
+    uint8_t *ring = calloc(1, size);
+    assert_non_null(ring);
+    struct shm_tracker tr;
+    shm_tracker_init(&tr);
+    uint64_t wpos = 0, rpos = 0, big = 0, largest = 0;
+    unsigned asked = 0, placed = 0, early = 0, blocks = 0;
+    uint64_t lens[8];
+    for (unsigned step = 0; step < steps; step++) {
+        unsigned what = (unsigned)(rnd(&seed) % 4);
+        unsigned coming = asked + placed;
+        uint64_t each = largest > SHM_RING_REPLY_BYTES ? largest : SHM_RING_REPLY_BYTES;
+        if (what == 0 && coming < 4) {
+            uint64_t held = tr.tail - tr.head;
+            if ((held == 0 && coming == 0) || held + coming * each + 2 * each <= size)
+                asked++;
+        } else if (what == 1 && asked > 0) {
+            /* Mostly small replies, now and then one of the largest size. */
+            uint64_t len = rnd(&seed) % 8 == 0 ? maxlen : 1 + rnd(&seed) % (maxlen / 8);
+            struct shm_ring_place p;
+            int rc = shm_ring_place(size, wpos, tr.head, len, big, &p);
+            if (rc != 0)
+                print_message("step %u: %d at wpos %llu head %llu len %llu big %llu\n", step, rc,
+                              (unsigned long long)wpos, (unsigned long long)tr.head,
+                              (unsigned long long)len, (unsigned long long)big);
+            assert_int_equal(rc, 0);
+            uint64_t off = wpos % size;
+            if (p.pad && off + p.total - p.pad <= size)
+                early++;
+            if (p.pad)
+                shm_ring_put_header(ring + off, SHM_RING_PAD, p.pad);
+            shm_ring_put_header(ring + p.off, SHM_RING_DATA, len);
+            if (p.total - p.pad > big)
+                big = p.total - p.pad;
+            lens[placed] = len;
+            wpos += p.total;
+            asked--;
+            placed++;
+        } else if (what == 2 && placed > 0) {
+            struct shm_ring_block b;
+            assert_int_equal(shm_ring_read(ring, size, rpos, tr.head, &b), 0);
+            assert_int_equal(b.len, lens[0]);
+            if (b.len > largest)
+                largest = b.len;
+            memmove(lens, lens + 1, sizeof lens - sizeof lens[0]);
+            assert_int_equal(shm_tracker_add(&tr, b.start, b.next, size / SHM_RING_ALIGN), 0);
+            rpos = b.next;
+            placed--;
+            blocks++;
+        } else if (what == 3 && tr.n > 0) {
+            /* Keep up to 5 blocks, releasing one of them at random. */
+            size_t held = 0;
+            for (size_t k = 0; k < tr.n; k++)
+                held += !tr.v[(tr.first + k) % tr.cap].released;
+            if (held <= rnd(&seed) % 6)
+                continue;
+            size_t k = (size_t)(rnd(&seed) % tr.n);
+            while (tr.v[(tr.first + k) % tr.cap].released)
+                k = (k + 1) % tr.n;
+            assert_int_equal(shm_tracker_release(&tr, tr.v[(tr.first + k) % tr.cap].start), 0);
+        }
+    }
+    *nblocks = blocks;
+    shm_tracker_release_all(&tr);
+    free(ring);
+    return early;
+}
+
+/* Rings small and large (where a ring that is not empty starts over too), replies of up to a
+ * few MiB or much less: a larger reply after smaller ones still finds its room after the ring
+ * started over, and a ring that holds SHM_RING_RESET replies does start over before its end. */
+static void test_replies_keep_their_room(void **state)
+{
+    (void)state;
+    const struct {
+        uint64_t size, maxlen;
+    } cases[] = {
+        {MIB, 48u << 10},    {8 * MIB, 256u << 10}, {64 * MIB, 48u << 10}, {64 * MIB, 2 * MIB},
+        {64 * MIB, 5 * MIB}, {256 * MIB, 2 * MIB},  {256 * MIB, 16 * MIB},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        unsigned blocks;
+        unsigned early =
+            simulate(cases[i].size, cases[i].maxlen, 0x9e3779b97f4a7c15ull + i, 200000, &blocks);
+        print_message("ring %llu, replies up to %llu: %u blocks, %u starts over before the end\n",
+                      (unsigned long long)cases[i].size, (unsigned long long)cases[i].maxlen,
+                      blocks, early);
+        assert_true(blocks > 2000);
+        uint64_t unit =
+            cases[i].maxlen > SHM_RING_REPLY_BYTES ? cases[i].maxlen : SHM_RING_REPLY_BYTES;
+        if (cases[i].size >= 2 * SHM_RING_RESET * unit)
+            assert_true(early > 10);
+        else if (cases[i].size < SHM_RING_RESET * unit)
+            assert_int_equal(early, 0);
     }
 }
 
@@ -146,7 +295,7 @@ static uint64_t write_block(uint8_t *ring, uint64_t size, uint64_t wpos, uint64_
                             uint64_t len, uint8_t fill)
 {
     struct shm_ring_place p;
-    assert_int_equal(shm_ring_place(size, wpos, head, len, &p), 0);
+    assert_int_equal(shm_ring_place(size, wpos, head, len, 0, &p), 0);
     if (p.pad)
         shm_ring_put_header(ring + wpos % size, SHM_RING_PAD, p.pad);
     shm_ring_put_header(ring + p.off, SHM_RING_DATA, len);
@@ -261,7 +410,9 @@ int main(void)
         cmocka_unit_test(test_check_size),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_place_table),
+        cmocka_unit_test(test_place_reset),
         cmocka_unit_test(test_place_large_ring),
+        cmocka_unit_test(test_replies_keep_their_room),
         cmocka_unit_test(test_head_ok),
         cmocka_unit_test(test_write_then_read_laps),
         cmocka_unit_test(test_read_rejects_bad_headers),
