@@ -647,6 +647,12 @@ static bool det_may_fetch(struct sluice_iterator *it)
  * does not fit over the socket. A reply that could never fit does not wait. */
 _Static_assert(ITER_FETCH_MAX_BYTES <= SHM_RING_REPLY_BYTES,
                "a worker starting its ring over allows for replies of SHM_RING_REPLY_BYTES");
+/* A worker starting its ring over leaves room for SHM_RING_RESET replies in front (and more when
+ * the ring is not empty); the reader keeps no more on their way over one region, whatever number
+ * of its tasks that worker runs. */
+#define SHM_MAX_COMING SHM_RING_RESET
+_Static_assert(ITER_PER_TASK_MAX <= SHM_MAX_COMING && SHM_MAX_COMING <= SHM_RING_EARLY_BLOCKS,
+               "the replies on their way over a region fit in front of a ring started over");
 
 static bool shm_full(struct sluice_iterator *it, size_t i)
 {
@@ -657,12 +663,18 @@ static bool shm_full(struct sluice_iterator *it, size_t i)
         return false;
     uint64_t each = it->shm_largest > ITER_FETCH_MAX_BYTES ? it->shm_largest : ITER_FETCH_MAX_BYTES;
     uint64_t coming = 0;
+    unsigned ncoming = 0;
     for (const struct fetch *f = it->fetches; f; f = f->next)
-        if (f->rpc == rpc)
+        if (f->rpc == rpc) {
             coming += each;
+            ncoming++;
+        }
     /* An empty ring takes any reply that fits at all; else room for this reply, those coming
-     * and the padding one may leave at the ring's end. */
-    bool room = held == 0 && coming == 0 ? true : held + coming + 2 * each <= size;
+     * and the padding one may leave at the ring's end, and no more than SHM_MAX_COMING on their
+     * way. */
+    bool room = held == 0 && coming == 0
+                    ? true
+                    : held + coming + 2 * each <= size && ncoming < SHM_MAX_COMING;
     bool wait = !room && each <= size;
     atomic_store(&it->shm_waiting, wait);
     /* A starving reader with a reply on its way from this worker gets that one first. */

@@ -51,9 +51,13 @@
 #define SHM_RING_RESET 4u
 /* A ring that is not empty starts over once this fraction of it (1/N) is free before its held
  * blocks, they take at most as much, and SHM_RING_EARLY_BLOCKS blocks fit before them; only in a
- * ring of SHM_RING_EARLY_MIN bytes or more. */
+ * ring of SHM_RING_EARLY_MIN bytes or more. The blocks must hold the replies a reader may have
+ * on their way (at most SHM_RING_RESET, client/iterator_fetch.c shm_full): the simulation in
+ * tests/unit/test_shm_ring.c loses a reply's room with 3 and none with 4; 6 leaves a margin. More
+ * kept a loader's batches of 32 MiB from ever starting over early (16 of them are half a 1 GiB
+ * ring). */
 #define SHM_RING_EARLY_DIV 8u
-#define SHM_RING_EARLY_BLOCKS 16u
+#define SHM_RING_EARLY_BLOCKS 6u
 #define SHM_RING_EARLY_MIN ((uint64_t)256 << 20)
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */

@@ -6,6 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,11 +135,11 @@ static void test_place_reset(void **state)
 }
 
 /* A large ring that is not empty starts over when its held blocks, in one piece and at most an
- * eighth of it, leave an eighth of it (and 16 blocks) free before them. */
+ * eighth of it, leave an eighth of it (and 6 blocks) free before them. */
 static void test_place_large_ring(void **state)
 {
     (void)state;
-    const uint64_t G = (uint64_t)1 << 30, E = G / 8;
+    const uint64_t G = (uint64_t)1 << 30, E = G / 8, L = G / 32 + 64;
     const struct {
         uint64_t wpos, head, len;
         uint64_t pad, off;
@@ -152,8 +153,10 @@ static void test_place_large_ring(void **state)
         {G / 2 + E + 64, G / 2 - 64, 100, 0, G / 2 + E + 64},
         /* The held blocks wrap: where the writer is. */
         {G + 256, G - 256, 100, 0, 256},
-        /* An eighth free but fewer than 16 blocks of a large one: where the writer is. */
-        {G / 4, G / 4 - 192, G / 64, 0, G / 4},
+        /* An eighth free but fewer than 6 blocks of a large one (32 MiB): where the writer is;
+         * 6 of them free: back to 0. */
+        {6 * L, 6 * L - 192, G / 32, 0, 6 * L},
+        {6 * L + 192, 6 * L, G / 32, G - 6 * L - 192, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct shm_ring_place p = {0};
@@ -177,12 +180,13 @@ static uint64_t rnd(uint64_t *s)
 /* A reader and a writer taking turns at random over many laps of a ring of size bytes: the
  * reader asks for replies by the iterator's rule (client/iterator_fetch.c shm_full: each reply
  * counted as SHM_RING_REPLY_BYTES or the largest it has read, whichever is larger; at most
- * ITER_PER_TASK_MAX = 4 on the way; room for those, this one and a pad) and keeps a random few
+ * SHM_MAX_COMING = 4 on the way; room for those, this one and a pad) and keeps a random few
  * blocks, released in any order; the writer places every reply as a worker does (shm_region.c),
- * mostly small ones and now and then one of maxlen bytes. Every reply the rule let the reader
+ * mostly small ones and now and then one of maxlen bytes (mixed) or all of maxlen bytes (a
+ * pipeline's batches of one size). Every reply the rule let the reader
  * ask for must fit when the writer places it: none may fall back to the socket. Returns how many
  * times the writer started over at 0 before the ring's end. */
-static unsigned simulate(uint64_t size, uint64_t maxlen, uint64_t seed, unsigned steps,
+static unsigned simulate(uint64_t size, uint64_t maxlen, bool mixed, uint64_t seed, unsigned steps,
                          unsigned *nblocks)
 {
     uint8_t *ring = calloc(1, size);
@@ -202,7 +206,7 @@ static unsigned simulate(uint64_t size, uint64_t maxlen, uint64_t seed, unsigned
                 asked++;
         } else if (what == 1 && asked > 0) {
             /* Mostly small replies, now and then one of the largest size. */
-            uint64_t len = rnd(&seed) % 8 == 0 ? maxlen : 1 + rnd(&seed) % (maxlen / 8);
+            uint64_t len = !mixed || rnd(&seed) % 8 == 0 ? maxlen : 1 + rnd(&seed) % (maxlen / 8);
             struct shm_ring_place p;
             int rc = shm_ring_place(size, wpos, tr.head, len, big, &p);
             if (rc != 0)
@@ -260,14 +264,17 @@ static void test_replies_keep_their_room(void **state)
     (void)state;
     const struct {
         uint64_t size, maxlen;
+        bool mixed;
     } cases[] = {
-        {MIB, 48u << 10},    {8 * MIB, 256u << 10}, {64 * MIB, 48u << 10}, {64 * MIB, 2 * MIB},
-        {64 * MIB, 5 * MIB}, {256 * MIB, 2 * MIB},  {256 * MIB, 16 * MIB},
+        {MIB, 48u << 10, true},       {8 * MIB, 256u << 10, true},    {64 * MIB, 48u << 10, true},
+        {64 * MIB, 2 * MIB, true},    {64 * MIB, 5 * MIB, true},      {256 * MIB, 2 * MIB, true},
+        {256 * MIB, 16 * MIB, true},  {256 * MIB, 2 * MIB, false},    {1024 * MIB, 32 * MIB, false},
+        {1024 * MIB, 32 * MIB, true}, {1024 * MIB, 100 * MIB, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         unsigned blocks;
-        unsigned early =
-            simulate(cases[i].size, cases[i].maxlen, 0x9e3779b97f4a7c15ull + i, 200000, &blocks);
+        unsigned early = simulate(cases[i].size, cases[i].maxlen, cases[i].mixed,
+                                  0x9e3779b97f4a7c15ull + i, 200000, &blocks);
         print_message("ring %llu, replies up to %llu: %u blocks, %u starts over before the end\n",
                       (unsigned long long)cases[i].size, (unsigned long long)cases[i].maxlen,
                       blocks, early);
