@@ -45,6 +45,7 @@
  *                 [--baseline-clients N] [--no-baseline] [--dispatcher PATH]
  *                 [--work-root DIR] [--dispatcher-arg ARG]... [--pin]
  *                 [--raft] [--replica-arg ARG]... [--sim-procs N]
+ *                 [--probe N] [--no-probe]
  *
  * Defaults: 60 s, 1000 workers, 100 clients, 10 jobs, leases of 4 splits of 1000 elements
  * produced in 2000 ms (each lease in 75 % to 125 % of --split-ms, uniformly); the baseline at 100
@@ -58,7 +59,11 @@
  * --raft-election-timeout-ms 500); --dispatcher-arg goes to every dispatcher, replicas included.
  * --sim-procs N splits the simulated peers over N processes (at most one per client of every job,
  * so that each has readers of every job): one loop simulating thousands of peers falls behind
- * (its lag is printed), and the latencies it measures then include its own delays.
+ * (its lag is printed), and the latencies it measures then include its own delays. --probe N
+ * (default 10) moves N of the workers and one client of every job into a process of their own
+ * (not with fewer than 10 N workers or 2 clients a job), whose latencies are printed apart (the
+ * probe's rows): what a peer alone on its loop sees of the dispatcher under the same load.
+ * --no-probe keeps every peer in the simulator processes.
  *
  * Besides the simulator's own timings, it prints what the dispatcher measured of the same calls
  * (sluice_request_seconds, from a request's arrival to its reply, over the counters' window),
@@ -116,6 +121,8 @@
 struct config {
     unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
     unsigned sim_procs; /* --sim-procs: processes the simulated peers are split over */
+    unsigned probe;     /* --probe: workers in the probe process (0: none; see struct part) */
+    bool probe_asked;   /* --probe given: say so where there is too little for one */
     /* --pin: the dispatcher runs on dispatcher_cpus, this process on the others it may use. */
     bool pin;
     cpu_set_t dispatcher_cpus;
@@ -140,6 +147,9 @@ struct figures {
     unsigned workers, clients, jobs, tasks;
     double seconds;
     struct lat worker_hb, client_hb, splits;
+    /* The same calls of the probe process's peers (see struct part); none without one. */
+    struct lat probe[3];
+    double probe_lag_max_ms;
     /* The same calls timed inside the dispatcher (sluice_request_seconds, arrival to reply),
      * over the counters' window: p50 and p99 in ms, in the order of hist_calls. */
     double inside_p50[3], inside_p99[3];
@@ -1394,9 +1404,19 @@ static double measure_restart(const struct config *cfg, struct security_ctx *sec
  * the phases of a measurement (one byte each way per step, over pipes), reads the dispatcher's
  * counters between them, and merges what the parts measured. A part keeps its loop running while
  * it waits for the next step. Every part has clients of every job, so the splits its workers
- * produce go to readers of the same part, as in one process. */
+ * produce go to readers of the same part, as in one process.
+ *
+ * One more part, the probe, runs a few of the peers (--probe workers, default 10, and one client
+ * of every job) out of the same totals, in a process of its own that is idle but for them: its
+ * latencies are reported apart, as what a peer sees of the dispatcher under the full load. A
+ * part that simulates thousands of peers on one loop takes each reply in its turn behind the
+ * others that came at the same time (its lag is printed), and the latencies it measures include
+ * that wait, which no real worker or reader, alone on its loop, has. The probe still shares the
+ * machine's CPUs with the dispatcher and the simulator, and waits for one as a peer on a busy
+ * host would. */
 struct part {
     unsigned index;
+    bool probe;
     unsigned w0, w1, c0, c1; /* its workers [w0, w1) and clients [c0, c1) of the whole */
     pid_t pid;
     int to, from; /* the parent's ends: steps to the part, steps done from it */
@@ -1655,19 +1675,31 @@ static void part_run(const struct config *cfg, const char *addr, const char *tok
     free(sim);
 }
 
-/* Starts the parts; each is a child that runs part_run and exits. */
+/* Starts the parts; each is a child that runs part_run and exits. The first n - (probe_workers
+ * != 0) share all but the probe's peers, the last of them ([nworkers - probe_workers, nworkers)
+ * and the last njobs clients) when probe_workers is not 0. */
 static void parts_start(struct part *parts, unsigned n, const struct config *cfg, const char *addr,
                         const char *token_path, unsigned nworkers, unsigned nclients,
-                        unsigned njobs)
+                        unsigned njobs, unsigned probe_workers)
 {
     fflush(NULL);
+    unsigned nmain = probe_workers ? n - 1 : n;
+    unsigned mw = nworkers - probe_workers, mc = probe_workers ? nclients - njobs : nclients;
     for (unsigned k = 0; k < n; k++) {
         struct part *pt = &parts[k];
         pt->index = k;
-        pt->w0 = (unsigned)((uint64_t)nworkers * k / n);
-        pt->w1 = (unsigned)((uint64_t)nworkers * (k + 1) / n);
-        pt->c0 = (unsigned)((uint64_t)nclients * k / n);
-        pt->c1 = (unsigned)((uint64_t)nclients * (k + 1) / n);
+        pt->probe = k == nmain;
+        if (pt->probe) {
+            pt->w0 = mw;
+            pt->w1 = nworkers;
+            pt->c0 = mc;
+            pt->c1 = nclients;
+        } else {
+            pt->w0 = (unsigned)((uint64_t)mw * k / nmain);
+            pt->w1 = (unsigned)((uint64_t)mw * (k + 1) / nmain);
+            pt->c0 = (unsigned)((uint64_t)mc * k / nmain);
+            pt->c1 = (unsigned)((uint64_t)mc * (k + 1) / nmain);
+        }
         int down[2], up[2];
         if (pipe(down) < 0 || pipe(up) < 0)
             die("pipe", strerror(errno));
@@ -1745,19 +1777,31 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
                 (int)g.procs[i].pid, g.procs[i].addr, g.procs[i].metrics);
 
     unsigned njobs = cfg->jobs < nclients ? cfg->jobs : nclients;
+    /* The probe: cfg->probe workers and a client of every job, where at most a tenth of the
+     * workers and half the clients. */
+    unsigned probe_workers = cfg->probe <= nworkers / 10 && 2 * njobs <= nclients ? cfg->probe : 0;
+    unsigned mworkers = nworkers - probe_workers,
+             mclients = probe_workers ? nclients - njobs : nclients;
     /* Every part has a client of every job, and a worker. */
     unsigned nparts = cfg->sim_procs;
-    if (nparts > nclients / njobs)
-        nparts = nclients / njobs;
-    if (nparts > nworkers)
-        nparts = nworkers;
+    if (nparts > mclients / njobs)
+        nparts = mclients / njobs;
+    if (nparts > mworkers)
+        nparts = mworkers;
     if (nparts == 0)
         nparts = 1;
     if (nparts != cfg->sim_procs)
         fprintf(stderr, PROG ": %s: %u simulator process%s (each needs a client of every job)\n",
                 tag, nparts, nparts == 1 ? "" : "es");
-    struct part parts[MAX_SIM_PROCS];
-    parts_start(parts, nparts, cfg, g.addr, token_path, nworkers, nclients, njobs);
+    if (cfg->probe_asked && !probe_workers)
+        fprintf(stderr,
+                PROG ": %s: no probe process (%u workers in it need ten times as many, and a "
+                     "client of every job twice as many clients)\n",
+                tag, cfg->probe);
+    if (probe_workers)
+        nparts++;
+    struct part parts[MAX_SIM_PROCS + 1];
+    parts_start(parts, nparts, cfg, g.addr, token_path, nworkers, nclients, njobs, probe_workers);
     parts_wait(parts, nparts); /* workers registered */
     parts_go(parts, nparts);
     parts_wait(parts, nparts); /* the dataset registered */
@@ -1793,11 +1837,14 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
     memset(&fig->worker_hb, 0, sizeof fig->worker_hb);
     memset(&fig->client_hb, 0, sizeof fig->client_hb);
     memset(&fig->splits, 0, sizeof fig->splits);
+    for (int i = 0; i < 3; i++)
+        memset(&fig->probe[i], 0, sizeof fig->probe[i]);
     struct lat *lats[3] = {&fig->worker_hb, &fig->client_hb, &fig->splits};
     struct part_result sum = {0}, probe_res = {0};
     double sim_cpu = 0;
     fig->seconds = 0;
     fig->sim_lag_max_ms = 0;
+    fig->probe_lag_max_ms = NAN;
     for (unsigned k = 0; k < nparts; k++) {
         struct part_result r;
         read_full(parts[k].from, &r, sizeof r, "simulator process");
@@ -1805,9 +1852,11 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
             for (uint64_t x = 0; x < r.nlat[i]; x++) {
                 double v;
                 read_full(parts[k].from, &v, sizeof v, "simulator process");
-                lat_add(lats[i], v);
+                lat_add(parts[k].probe ? &fig->probe[i] : lats[i], v);
             }
         }
+        if (parts[k].probe)
+            fig->probe_lag_max_ms = r.lag_max_ms;
         if (k == 0)
             probe_res = r;
         sum.errors += r.errors;
@@ -1816,11 +1865,12 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
         sum.tasks += r.tasks;
         sum.task_lists += r.task_lists;
         sum.outstanding += r.outstanding;
-        sum.lag_over_5ms += r.lag_over_5ms;
+        if (!parts[k].probe)
+            sum.lag_over_5ms += r.lag_over_5ms;
         sim_cpu += r.cpu_s;
         if (r.seconds > fig->seconds)
             fig->seconds = r.seconds;
-        if (r.lag_max_ms > fig->sim_lag_max_ms)
+        if (r.lag_max_ms > fig->sim_lag_max_ms && !parts[k].probe)
             fig->sim_lag_max_ms = r.lag_max_ms;
     }
     fig->sim_lag_over_5ms = sum.lag_over_5ms;
@@ -1889,9 +1939,20 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
 
 /* ---- report --------------------------------------------------------------------------------- */
 
+/* The requests measured (at least 1, a divisor): the simulator's and the probe's. */
+static size_t requests(const struct figures *f)
+{
+    size_t n = f->worker_hb.n + f->client_hb.n + f->splits.n;
+    for (int i = 0; i < 3; i++)
+        n += f->probe[i].n;
+    return n ? n : 1;
+}
+
 static void row(const char *name, double base, double run, const char *target, bool have_base)
 {
-    if (have_base && base > 0)
+    if (have_base && isnan(base)) /* the baseline has none (a probe's figures) */
+        printf("  %-34s %11s %11.3f %9s  %s\n", name, "-", run, "-", target);
+    else if (have_base && base > 0)
         printf("  %-34s %11.3f %11.3f %8.2fx  %s\n", name, base, run, run / base, target);
     else if (have_base)
         printf("  %-34s %11.3f %11.3f %9s  %s\n", name, base, run, "-", target);
@@ -1918,6 +1979,7 @@ static void report(struct figures *b, struct figures *r, bool have_base)
     } lats[] = {{"worker heartbeat", &b->worker_hb, &r->worker_hb},
                 {"client heartbeat", &b->client_hb, &r->client_hb},
                 {"split lease (GetSplits)", &b->splits, &r->splits}};
+    bool probe = r->probe[0].n + r->probe[1].n + r->probe[2].n > 0;
     for (size_t i = 0; i < 3; i++) {
         char name[64];
         snprintf(name, sizeof name, "%s requests", lats[i].name);
@@ -1928,6 +1990,12 @@ static void report(struct figures *b, struct figures *r, bool have_base)
         row(name, lat_q(lats[i].b, 0.99), lat_q(lats[i].r, 0.99), "< 5 ms", have_base);
         snprintf(name, sizeof name, "%s max ms", lats[i].name);
         row(name, lat_q(lats[i].b, 1.0), lat_q(lats[i].r, 1.0), "", have_base);
+        if (probe) {
+            snprintf(name, sizeof name, "  the probe's (%zu) p50 ms", r->probe[i].n);
+            row(name, lat_q(&b->probe[i], 0.5), lat_q(&r->probe[i], 0.5), "", have_base);
+            snprintf(name, sizeof name, "  the probe's p99 ms");
+            row(name, lat_q(&b->probe[i], 0.99), lat_q(&r->probe[i], 0.99), "< 5 ms", have_base);
+        }
         snprintf(name, sizeof name, "  inside the dispatcher p50 ms");
         row(name, b->inside_p50[i], r->inside_p50[i], "", have_base);
         snprintf(name, sizeof name, "  inside the dispatcher p99 ms");
@@ -1942,22 +2010,16 @@ static void report(struct figures *b, struct figures *r, bool have_base)
     if (r->raft)
         row("  the other replicas' CPU (cores)", b->followers_cpu_share, r->followers_cpu_share, "",
             have_base);
-    row("dispatcher CPU per request us",
-        1e6 * b->cpu_share * b->seconds /
-            (double)(b->worker_hb.n + b->client_hb.n + b->splits.n
-                         ? b->worker_hb.n + b->client_hb.n + b->splits.n
-                         : 1),
-        1e6 * r->cpu_share * r->seconds /
-            (double)(r->worker_hb.n + r->client_hb.n + r->splits.n
-                         ? r->worker_hb.n + r->client_hb.n + r->splits.n
-                         : 1),
-        "", have_base);
+    row("dispatcher CPU per request us", 1e6 * b->cpu_share * b->seconds / (double)requests(b),
+        1e6 * r->cpu_share * r->seconds / (double)requests(r), "", have_base);
     row("dispatcher CPU per worker (ms/s)", 1000 * b->cpu_share / b->workers,
         1000 * r->cpu_share / r->workers, "", have_base);
     row("simulator CPU (cores)", b->sim_cpu_share, r->sim_cpu_share, "", have_base);
     row("simulator loop lag max ms", b->sim_lag_max_ms, r->sim_lag_max_ms, "", have_base);
     row("simulator loop lags > 5 ms", (double)b->sim_lag_over_5ms, (double)r->sim_lag_over_5ms, "",
         have_base);
+    if (probe)
+        row("the probe's loop lag max ms", b->probe_lag_max_ms, r->probe_lag_max_ms, "", have_base);
     row("dispatcher VmRSS MB", b->rss_mb, r->rss_mb, "< 100 MB", have_base);
     row("metrics scrape ms", b->scrape_ms, r->scrape_ms, "", have_base);
     row("dispatcher VmHWM MB", b->hwm_mb, r->hwm_mb, "< 100 MB", have_base);
@@ -2074,7 +2136,8 @@ int main(int argc, char **argv)
                          .split_ms = 2000,
                          .lease = 4,
                          .split_size = 1000,
-                         .sim_procs = 1};
+                         .sim_procs = 1,
+                         .probe = 10};
     unsigned base_workers = 0, base_clients = 0;
     bool baseline = true;
     const char *work_root = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
@@ -2094,12 +2157,17 @@ int main(int argc, char **argv)
             cfg.raft = true;
             continue;
         }
+        if (strcmp(a, "--no-probe") == 0) {
+            cfg.probe = 0;
+            continue;
+        }
         if (strcmp(a, "--help") == 0) {
             printf("usage: " PROG " [--seconds N] [--workers N] [--clients N] [--jobs N]\n"
                    "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
                    "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n"
                    "       [--work-root DIR] [--dispatcher-arg ARG]... [--pin]\n"
-                   "       [--raft] [--replica-arg ARG]... [--sim-procs N]\n");
+                   "       [--raft] [--replica-arg ARG]... [--sim-procs N]\n"
+                   "       [--probe N] [--no-probe]\n");
             return 0;
         }
         if (strcmp(a, "--dispatcher") == 0 && v)
@@ -2124,7 +2192,10 @@ int main(int argc, char **argv)
             cfg.lease = parse_uint(a, v);
         else if (strcmp(a, "--split-size") == 0)
             cfg.split_size = parse_uint(a, v);
-        else if (strcmp(a, "--sim-procs") == 0) {
+        else if (strcmp(a, "--probe") == 0) {
+            cfg.probe = parse_uint(a, v);
+            cfg.probe_asked = true;
+        } else if (strcmp(a, "--sim-procs") == 0) {
             cfg.sim_procs = parse_uint(a, v);
             if (cfg.sim_procs > MAX_SIM_PROCS) {
                 fprintf(stderr, PROG ": --sim-procs: at most %d\n", MAX_SIM_PROCS);
