@@ -2274,5 +2274,9 @@ int main(int argc, char **argv)
     free(run.worker_hb.v);
     free(run.client_hb.v);
     free(run.splits.v);
+    for (int i = 0; i < 3; i++) {
+        free(base.probe[i].v);
+        free(run.probe[i].v);
+    }
     return ok ? 0 : 1;
 }
