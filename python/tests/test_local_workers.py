@@ -2,10 +2,12 @@
 trainer's process is read without the network, target_workers="local" reads only the workers of this
 host, and a host without a worker is refused with "no local worker"."""
 
+import gc
 import os
 import subprocess
 import urllib.request
 
+import numpy as np
 import pytest
 
 import sluice
@@ -145,3 +147,23 @@ def test_torch_dataset_reads_local(servers):
         before.get("sluice_worker_local_elements_served_total", 0) == 200
     with pytest.raises(ValueError, match="target_workers must be 'any', 'local' or 'auto'"):
         sluice.torch.IterableDataset(d, pipeline="range(3)", target_workers="nearby")
+
+
+def test_large_arrays_in_process_outlive_the_read(servers):
+    # Values of 2.4 MB, one to a reply: the arrays lie in the block the worker filled (no copy
+    # in the reader) and keep it after the read is gone; each its own bytes, writable.
+    d, w = servers
+    ds = sluice.distribute("range(1200000) | batch(300000)", "parallel_epochs", d,
+                           target_workers="local")
+    it = iter(ds)
+    got = [next(it) for _ in range(4)]
+    with pytest.raises(StopIteration):
+        next(it)
+    del it, ds
+    gc.collect()
+    got.sort(key=lambda a: int(a[0]))
+    for k, a in enumerate(got):
+        assert a.dtype == np.int64 and a.shape == (300000,)
+        assert np.array_equal(a, np.arange(k * 300000, (k + 1) * 300000))
+    got[0][:] = -1
+    assert int(got[1][0]) == 300000 and int(got[0][-1]) == -1

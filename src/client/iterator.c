@@ -11,7 +11,7 @@
 #include "iterator_internal.h"
 
 #include "checkpoint.h"
-#include "shm_block.h"
+#include "payload_block.h"
 
 #include "common/mode.h"
 
@@ -286,7 +286,7 @@ static int raw_next(struct sluice_iterator *it, struct sluice_element *out, bool
             snprintf(msg, sizeof msg, "a damaged record");
         } else {
             struct codec_mark mark;
-            struct pipe_lender *lender = lend && it->cur.shm ? &it->cur.shm->lender : NULL;
+            struct pipe_lender *lender = lend && it->cur.lent ? &it->cur.lent->lender : NULL;
             rc = codec_next_record(it->cur.data, it->cur.len, &it->cur_pos, out, &it->scratch,
                                    lender, &mark, msg, sizeof msg);
             if (rc == CODEC_ELEMENT) {

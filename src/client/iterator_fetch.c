@@ -7,7 +7,7 @@
 #include "common/inproc.h"
 #include "common/shm_region.h"
 #include "common/shm_ring.h"
-#include "shm_block.h"
+#include "payload_block.h"
 
 /* ---- loop thread: fetching elements ------------------------------------------------------- */
 
@@ -72,21 +72,34 @@ static int item_from_reply(struct sluice_iterator *it, struct rpc_client *rpc,
         if (region) {
             if (r->payload.len > it->shm_largest)
                 it->shm_largest = r->payload.len;
-            item->shm = shm_block_new(region, pos);
-            if (!item->shm) {
+            item->lent = payload_block_shm(region, pos);
+            if (!item->lent) {
                 shm_region_release(region, pos);
                 return SLUICE_ERR_NOMEM;
             }
             item->data = r->payload.data;
             return 0;
         }
-        item->block = rpc_client_take_reply(rpc, &item->block_cap);
-        if (item->block) {
+        size_t cap;
+        void *block = rpc_client_take_reply(rpc, &cap);
+        if (block && rpc_client_local(rpc)) {
+            /* A block from an in-process worker: its large values stay where they lie, and it
+             * goes back to the stock that worker takes its next ones from (common/inproc.h)
+             * once the item and every tensor that borrowed from it are done. The process's
+             * stock outlives them; without one, it is freed. */
+            item->lent = payload_block_heap(block, cap, inproc_pool());
+            if (!item->lent) {
+                free(block);
+                return SLUICE_ERR_NOMEM;
+            }
             item->data = r->payload.data;
-            /* A block from an in-process worker goes back to the stock that worker takes its
-             * next ones from (common/inproc.h); any pool would accept it. */
-            struct bufpool *lp = rpc_client_local(rpc) ? inproc_pool() : NULL;
-            item->pool = lp ? lp : it->c->pool;
+            return 0;
+        }
+        if (block) {
+            item->block = block;
+            item->block_cap = cap;
+            item->data = r->payload.data;
+            item->pool = it->c->pool;
             return 0;
         }
     }

@@ -1,7 +1,7 @@
 #include "prefetch.h"
 
 #include "common/bufpool.h"
-#include "shm_block.h"
+#include "payload_block.h"
 #include "common/error.h"
 
 #include <assert.h>
@@ -21,8 +21,8 @@ int prefetch_init(struct prefetch *p, unsigned cap)
 
 void prefetch_item_free(struct prefetch_item *item)
 {
-    if (item->shm)
-        shm_block_unref(item->shm);
+    if (item->lent)
+        payload_block_unref(item->lent);
     else if (item->block && item->pool)
         bufpool_put(item->pool, item->block, item->block_cap);
     else

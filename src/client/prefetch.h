@@ -19,12 +19,12 @@
 #include <stdint.h>
 
 struct bufpool;
-struct shm_block;
+struct payload_block;
 
 /* One reply payload: count element records in the element codec's batch format. The bytes are
- * in a shared region (shm), or in one malloc'd block: block when it is set (data then points into
- * it: a received frame taken over whole), else data itself. Whoever holds the item owns the block;
- * prefetch_item_free gives it back to pool (when both are set) or frees it. */
+ * in a block that tensors may borrow (lent), or in one malloc'd block: block when it is set (data
+ * then points into it: a received frame taken over whole), else data itself. Whoever holds the item
+ * owns the block; prefetch_item_free gives it back to pool (when both are set) or frees it. */
 struct prefetch_item {
     uint8_t *data;
     size_t len;
@@ -34,10 +34,10 @@ struct prefetch_item {
     void *block;
     size_t block_cap;
     struct bufpool *pool; /* outlives the item */
-    /* Or, when shm is set: the bytes lie in that block of a shared region (shm_block.h), of
-     * which the item holds one reference, dropped by prefetch_item_free (block and pool are
-     * unset); tensors decoded from it may hold more. */
-    struct shm_block *shm;
+    /* Or, when lent is set: the bytes lie in that block (payload_block.h: of a shared region, or
+     * an in-process worker's reply), of which the item holds one reference, dropped by
+     * prefetch_item_free (block and pool are unset); tensors decoded from it may hold more. */
+    struct payload_block *lent;
     /* Indices (ascending) of records in data the reader skips: elements received before, and
      * split end markers (distributed_epoch). Owned. */
     uint32_t *skip;

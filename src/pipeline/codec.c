@@ -300,6 +300,8 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
     /* What the previous element left lent goes back first: its values are about to be replaced,
      * and reserving over them would copy them. */
     pipe_elem_unlend(e);
+    size_t lend_min =
+        lender && lender->lend_min > CODEC_LEND_MIN ? lender->lend_min : CODEC_LEND_MIN;
     if (pipe_elem_resize(e, ncomp))
         return SLUICE_ERR_NOMEM;
     for (size_t c = 0; c < ncomp; c++) {
@@ -342,7 +344,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             if (total > len - pos)
                 return corrupt(err, errlen, base + pos, "truncated strings");
             t->dtype = SLUICE_BYTES; /* so that reserve makes room for offsets */
-            bool lend = lender && total >= CODEC_LEND_MIN;
+            bool lend = lender && total >= lend_min;
             if (pipe_tensor_reserve(t, lend ? 0 : total, nv))
                 return SLUICE_ERR_NOMEM;
             size_t lp = lens_at;
@@ -366,7 +368,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             if (nbytes > len - pos)
                 return corrupt(err, errlen, base + pos, "truncated values");
             t->dtype = (enum sluice_dtype)dtype;
-            if (lender && nbytes >= CODEC_LEND_MIN && (uintptr_t)(d + pos) % width == 0) {
+            if (lender && nbytes >= lend_min && (uintptr_t)(d + pos) % width == 0) {
                 pipe_tensor_lend(t, d + pos, nbytes, lender);
             } else {
                 if (pipe_tensor_reserve(t, nbytes, nv))

@@ -114,7 +114,8 @@ size_t codec_pad_len(uint64_t at, uint64_t skip);
  * memory; NULL for another n. */
 const uint8_t *codec_pad_record(size_t n);
 
-/* The fewest value bytes a component needs to be lent rather than copied (codec_next_record). */
+/* The fewest value bytes a component needs to be lent rather than copied (codec_next_record; a
+ * lender may ask for more, pipe_lender.lend_min). */
 #define CODEC_LEND_MIN 4096
 
 /* Reads the next record of a batch at data[*pos..len) and advances *pos: CODEC_ELEMENT (into e,
@@ -123,10 +124,10 @@ const uint8_t *codec_pad_record(size_t n);
  * CODEC_NO_MORE (no bytes left), or SLUICE_ERR_CORRUPT with a message in err.
  *
  * lender (NULL: every value is copied) is the memory data lies in: a component of an
- * uncompressed record with at least CODEC_LEND_MIN value bytes (the strings of a bytes tensor,
- * whose offsets are e's own; a fixed-width tensor's values when aligned in data to its dtype's
- * size) is then left where it lies (pipe_tensor_lend) instead of copied. Whatever e had lent
- * before is given back first, lender or not. */
+ * uncompressed record with at least CODEC_LEND_MIN value bytes (or the lender's lend_min) (the
+ * strings of a bytes tensor, whose offsets are e's own; a fixed-width tensor's values when aligned
+ * in data to its dtype's size) is then left where it lies (pipe_tensor_lend) instead of copied.
+ * Whatever e had lent before is given back first, lender or not. */
 int codec_next_record(const uint8_t *data, size_t len, size_t *pos, struct sluice_element *e,
                       struct pipe_buf *scratch, struct pipe_lender *lender, struct codec_mark *mark,
                       char *err, size_t errlen);

@@ -17,14 +17,18 @@
 #define PIPE_MAX_COMPONENTS 64
 
 /* Memory that a tensor's values may lie in without being copied (codec_next_record with a
- * lender: a received block of a shared region). hold adds one reference, release drops one; the
- * lender keeps the memory valid and unchanged while any is held. Both may run on any thread. */
+ * lender: a received block of a shared region, or of an in-process worker's reply). hold adds one
+ * reference, release drops one; the lender keeps the memory valid and unchanged while any is
+ * held. Both may run on any thread. */
 struct pipe_lender {
     void (*hold)(struct pipe_lender *l);
     void (*release)(struct pipe_lender *l);
     /* NULL, or: where the len bytes at p (in the lender's memory) lie in a memory file another
      * process can map (sluice_element_shm_place). Returns 0 or SLUICE_ERR_NOT_FOUND. */
     int (*locate)(struct pipe_lender *l, const void *p, size_t len, struct sluice_shm_place *out);
+    /* The fewest value bytes a component needs to be lent, when more than CODEC_LEND_MIN (0: that
+     * minimum): what a lent tensor keeps alive is the lender's memory whole. */
+    size_t lend_min;
 };
 
 struct pipe_tensor {

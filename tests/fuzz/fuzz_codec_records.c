@@ -7,8 +7,9 @@
  *     codec_append_split_from) and reads back as the same kind, mark and element;
  *   - codec_next_elem yields exactly the elements before the first bad record, and fails there
  *     too;
- *   - decoding with a lender (values left in the input, as a shared region's are) gives the same
- *     kinds and elements, and every reference taken is given back;
+ *   - decoding with a lender (values left in the input, as a shared region's are; for half the
+ *     inputs one with a larger lend_min) gives the same kinds and elements, and every reference
+ *     taken is given back;
  *   - pad records (flags 0x10) are stepped over by all of them alike. */
 #include "fuzz.h"
 
@@ -85,6 +86,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t len)
     pipe_elem_init(&back);
     pipe_elem_init(&lent);
     struct counting_lender lender = {{count_hold, count_release}, 0};
+    /* Half the inputs with a lender that asks for more than CODEC_LEND_MIN (an in-process
+     * block's quarter), by the input's length. */
+    lender.base.lend_min = (len & 2) ? CODEC_LEND_MIN + len * 16 : 0;
     struct pipe_buf scratch = {0}, scratch2 = {0}, scratch3 = {0}, out = {0};
     char err[SLUICE_ERRMSG_SIZE];
     bool compress = (len & 1) != 0;

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "lib/scrape.h"
+#include "pipeline/element.h"
 #include "sluice/server.h"
 #include "sluice/sluice.h"
 
@@ -70,8 +71,10 @@ static struct fp *expected(const char *pipeline, size_t n, int times)
 }
 
 /* Reads the pipeline with target_workers local and returns the sorted fingerprints; *got the
- * count. */
-static struct fp *read_local(const char *pipeline, enum sluice_mode mode, size_t cap, size_t *got)
+ * count, *lent (unless NULL) how many elements had their first component's values left in the
+ * received block rather than copied (client/payload_block.h). */
+static struct fp *read_local_lent(const char *pipeline, enum sluice_mode mode, size_t cap,
+                                  size_t *got, size_t *lent)
 {
     char err[SLUICE_ERRMSG_SIZE];
     struct sluice_read_options o = {
@@ -96,11 +99,18 @@ static struct fp *read_local(const char *pipeline, enum sluice_mode mode, size_t
             break;
         assert_true(n < cap);
         v[n++] = fingerprint(e);
+        if (lent && e->n > 0 && e->t[0].lender)
+            (*lent)++;
     }
     sluice_iterator_close(it);
     qsort(v, n, sizeof *v, cmp_fp);
     *got = n;
     return v;
+}
+
+static struct fp *read_local(const char *pipeline, enum sluice_mode mode, size_t cap, size_t *got)
+{
+    return read_local_lent(pipeline, mode, cap, got, NULL);
 }
 
 static struct sluice_worker *start_worker(bool in_process)
@@ -193,12 +203,23 @@ static void test_in_process_large_and_small(void **unused)
     assert_memory_equal(got, want, 500 * sizeof *got);
     free(got);
     free(want);
+    /* Elements over the largest reply come one to a block: each is read where the worker put
+     * it, not copied (the reader's copy of in-process reads), and arrives exact. */
+    const char *huge = "range(6) | map(bytes, 3000000)";
+    want = expected(huge, 6, 1);
+    size_t lent = 0;
+    got = read_local_lent(huge, SLUICE_PARALLEL_EPOCHS, 12, &n, &lent);
+    assert_int_equal(n, 6);
+    assert_int_equal(lent, 6);
+    assert_memory_equal(got, want, 6 * sizeof *got);
+    free(got);
+    free(want);
     /* Every request and element came over in-process connections. */
     double req = metric(w, "sluice_worker_requests_total");
     assert_true(req > 0);
     assert_true(metric(w, "sluice_worker_local_requests_total") == req);
-    assert_true(metric(w, "sluice_worker_elements_served_total") == 540);
-    assert_true(metric(w, "sluice_worker_local_elements_served_total") == 540);
+    assert_true(metric(w, "sluice_worker_elements_served_total") == 546);
+    assert_true(metric(w, "sluice_worker_local_elements_served_total") == 546);
     sluice_worker_stop(w);
     wait_workers(0);
 }

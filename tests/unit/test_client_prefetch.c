@@ -1,5 +1,6 @@
 /* The client's prefetch buffer: the slot accounting that bounds a read's memory, FIFO order of
- * payloads, and ownership of their bytes (ASan checks that nothing leaks or is freed twice). */
+ * payloads, and ownership of their bytes, those tensors borrow included (ASan checks that nothing
+ * leaks or is freed twice). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -9,7 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/payload_block.h"
 #include "client/prefetch.h"
+#include "common/bufpool.h"
+#include "common/error.h"
+#include "pipeline/codec.h"
+#include "sluice/sluice.h"
 
 static struct prefetch_item item(uint64_t tag, size_t len)
 {
@@ -175,6 +181,78 @@ static void test_pace(void **state)
     assert_int_equal(prefetch_pace(UINT64_MAX, 1024, 1, 1, 1 << 30), (1ull << 44) / 1000 / 1024);
 }
 
+/* A payload in a block of the process's memory (an in-process worker's reply): a component of a
+ * quarter of the block or more is lent from it, a smaller one copied (however large); the block
+ * goes back to its pool only when the item and the last tensor that borrowed from it are done; it
+ * cannot be placed for another process; without a pool it is freed (ASan). */
+static void test_lent_heap_block(void **state)
+{
+    (void)state;
+    for (int pooled = 0; pooled < 2; pooled++) {
+        struct bufpool *pool = NULL;
+        assert_int_equal(bufpool_new(1 << 20, 1 << 20, &pool), 0);
+        /* Two elements: 64 KiB of uint8 values, then a string of 8 KiB. */
+        enum { BIG = 64 << 10, SMALL = 8 << 10 };
+        uint8_t *vals = malloc(BIG);
+        assert_non_null(vals);
+        for (size_t k = 0; k < BIG; k++)
+            vals[k] = (uint8_t)(k * 37 % 251);
+        struct sluice_element *a = sluice_element_new(), *b = sluice_element_new();
+        int64_t shape[1] = {BIG};
+        assert_int_equal(sluice_element_set_tensor(a, 0, SLUICE_UINT8, 1, shape, vals, BIG), 0);
+        assert_int_equal(sluice_element_set_bytes(b, 0, vals, SMALL), 0);
+        struct pipe_buf out = {0}, scratch = {0};
+        assert_int_equal(codec_append_elem(&out, a, false, &scratch), 0);
+        assert_int_equal(codec_append_elem(&out, b, false, &scratch), 0);
+        /* The block a worker filled: more room than the payload, as a pooled block may have. */
+        size_t cap = out.len + 16384;
+        uint8_t *block = malloc(cap);
+        assert_non_null(block);
+        memcpy(block, out.p, out.len);
+        struct prefetch_item it = {block, out.len, 2, 7};
+        it.lent = payload_block_heap(block, cap, pooled ? pool : NULL);
+        assert_non_null(it.lent);
+        assert_true(it.lent->lender.lend_min == cap / 4 && cap / 4 > SMALL && cap / 4 <= BIG);
+
+        struct sluice_element ga, gb;
+        pipe_elem_init(&ga);
+        pipe_elem_init(&gb);
+        struct codec_mark m;
+        char err[SLUICE_ERRMSG_SIZE];
+        size_t pos = 0;
+        assert_int_equal(codec_next_record(it.data, it.len, &pos, &ga, &scratch, &it.lent->lender,
+                                           &m, err, sizeof err),
+                         CODEC_ELEMENT);
+        assert_int_equal(codec_next_record(it.data, it.len, &pos, &gb, &scratch, &it.lent->lender,
+                                           &m, err, sizeof err),
+                         CODEC_ELEMENT);
+        assert_true(pipe_elem_equal(a, &ga));
+        assert_true(pipe_elem_equal(b, &gb));
+        assert_true(ga.t[0].lender == &it.lent->lender);
+        assert_true(ga.t[0].data >= block && ga.t[0].data + BIG <= block + out.len);
+        assert_null(gb.t[0].lender);
+        assert_true(gb.t[0].data < block || gb.t[0].data >= block + cap);
+        struct sluice_shm_place place;
+        assert_int_equal(it.lent->lender.locate(&it.lent->lender, ga.t[0].data, BIG, &place),
+                         SLUICE_ERR_NOT_FOUND);
+
+        /* The item done, the lent tensor still reads its values; the block goes back with it. */
+        prefetch_item_free(&it);
+        assert_int_equal(bufpool_count(pool), 0);
+        assert_true(pipe_elem_equal(a, &ga));
+        pipe_elem_release(&ga);
+        assert_int_equal(bufpool_count(pool), pooled ? 1 : 0);
+        pipe_elem_release(&gb);
+
+        free(vals);
+        sluice_element_free(a);
+        sluice_element_free(b);
+        pipe_buf_release(&out);
+        pipe_buf_release(&scratch);
+        bufpool_free(pool);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -182,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_fifo_across_wraparound),
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_pace),
+        cmocka_unit_test(test_lent_heap_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -352,6 +352,21 @@ static void test_lent_values(void **state)
             assert_int_equal(l.refs, 0);
         }
         assert_int_equal(lent, cases[c].lent);
+        /* A lender that asks for more bytes than the values have lends nothing; one that asks
+         * for exactly as many lends as before (at offset 0, where every case lends if any). */
+        for (size_t more = 0; more < 2; more++) {
+            memcpy(buf, out.p, out.len);
+            struct counting_lender l = {{count_hold, count_release}, 0};
+            l.base.lend_min = nbytes + more;
+            struct sluice_element got;
+            pipe_elem_init(&got);
+            size_t pos = 0;
+            assert_int_equal(next_record(buf, out.len, &pos, &got, &scratch, &l.base),
+                             CODEC_ELEMENT);
+            assert_true(pipe_elem_equal(in, &got));
+            assert_int_equal(l.refs, more == 0 && cases[c].lent > 0 ? 1 : 0);
+            pipe_elem_release(&got);
+        }
         free(buf);
         free(vals);
         sluice_element_free(in);
