@@ -1837,8 +1837,7 @@ static void measure(const struct config *cfg, bool raft, unsigned nworkers, unsi
     memset(&fig->worker_hb, 0, sizeof fig->worker_hb);
     memset(&fig->client_hb, 0, sizeof fig->client_hb);
     memset(&fig->splits, 0, sizeof fig->splits);
-    for (int i = 0; i < 3; i++)
-        memset(&fig->probe[i], 0, sizeof fig->probe[i]);
+    memset(fig->probe, 0, sizeof fig->probe);
     struct lat *lats[3] = {&fig->worker_hb, &fig->client_hb, &fig->splits};
     struct part_result sum = {0}, probe_res = {0};
     double sim_cpu = 0;

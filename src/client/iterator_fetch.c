@@ -675,13 +675,10 @@ static bool shm_full(struct sluice_iterator *it, size_t i)
     if (!rpc || !rpc_client_shm_usage(rpc, &size, &held))
         return false;
     uint64_t each = it->shm_largest > ITER_FETCH_MAX_BYTES ? it->shm_largest : ITER_FETCH_MAX_BYTES;
-    uint64_t coming = 0;
     unsigned ncoming = 0;
     for (const struct fetch *f = it->fetches; f; f = f->next)
-        if (f->rpc == rpc) {
-            coming += each;
-            ncoming++;
-        }
+        ncoming += f->rpc == rpc;
+    uint64_t coming = ncoming * each;
     /* An empty ring takes any reply that fits at all; else room for this reply, those coming
      * and the padding one may leave at the ring's end, and no more than SHM_MAX_COMING on their
      * way. */
