@@ -7,7 +7,7 @@
  * state exactly as it was. */
 #include "state_internal.h"
 
-#include "common/fnv.h"
+#include "common/mix64.h"
 #include "common/sha256.h"
 
 #include <assert.h>
@@ -330,7 +330,10 @@ static void held_del(struct st_iteration *it, uint64_t seq)
 
 uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id)
 {
-    return fnv1a_u64(fnv1a_u64(FNV1A_OFFSET, task_id), worker_id);
+    /* Not FNV-1a: its hashes of small ids are nearly linear in them, so sums collided (tasks 1
+     * and 4 summed to what tasks 6 and 7 did, each on the worker of its number, and a reader kept
+     * a dead worker's task). */
+    return mix64(mix64(task_id) ^ worker_id);
 }
 
 static int cmp_worker_address(const void *a, const void *b)

@@ -542,7 +542,8 @@ int state_apply(struct state *s, const struct st_update *u);
  * replayed and restored states. */
 uint64_t state_digest(const struct state *s);
 
-/* One task's share of its iteration's tasks_sum: a hash of its id and its worker's. */
+/* One task's share of its iteration's tasks_sum: a hash of its id and its worker's, mixed so that
+ * sums over different sets of tasks differ but by chance (about 2^-64 a pair). */
 uint64_t state_task_mix(uint64_t task_id, uint64_t worker_id);
 
 /* Builds s->by_worker, s->by_iteration and each iteration's held index from s->tasks, and

@@ -6,6 +6,7 @@
 #include "image.h"
 
 #include "common/error.h"
+#include "common/mix64.h"
 #include "element.h"
 #include "map.h"
 #include "registry.h"
@@ -81,14 +82,6 @@ void pipe_image_crop(uint8_t *buf, int64_t h, int64_t w, int64_t c, int64_t top,
         if (to != from)
             memmove(to, from, out_row);
     }
-}
-
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
 }
 
 /* A value in [0, n) from 64 random bits: the high word of the 128-bit product, whose bias is

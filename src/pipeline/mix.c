@@ -11,6 +11,7 @@
 #include "mix.h"
 
 #include "common/error.h"
+#include "common/mix64.h"
 #include "element.h"
 
 #include <inttypes.h>
@@ -18,16 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* 2^64 / phi, odd: the step of the Weyl sequence. */
-#define MIX_WEYL_STEP 0x9e3779b97f4a7c15ull
-
 uint64_t pipe_mix_phase(int64_t seed)
 {
-    /* splitmix64's finalizer: nearby seeds give unrelated phases. */
-    uint64_t z = (uint64_t)seed + MIX_WEYL_STEP;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    /* Nearby seeds give unrelated phases. */
+    return mix64((uint64_t)seed);
 }
 
 int pipe_mix_pick(const double *weights, const bool *exhausted, size_t n, uint64_t phase,
@@ -42,7 +37,7 @@ int pipe_mix_pick(const double *weights, const bool *exhausted, size_t n, uint64
         }
     if (last < 0)
         return -1;
-    uint64_t u = phase + x * MIX_WEYL_STEP; /* mod 2^64: frac(phase + x / phi) */
+    uint64_t u = phase + x * MIX64_GOLDEN; /* mod 2^64: frac(phase + x / phi) */
     double target = (double)(u >> 11) * 0x1p-53 * total;
     double acc = 0;
     for (size_t i = 0; i < n; i++) {

@@ -4,6 +4,7 @@
 #include "shuffle.h"
 
 #include "common/error.h"
+#include "common/mix64.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -16,10 +17,9 @@ struct rng {
 
 static uint64_t splitmix64(uint64_t *x)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    uint64_t z = mix64(*x);
+    *x += MIX64_GOLDEN;
+    return z;
 }
 
 static inline uint64_t rotl(uint64_t x, int k)

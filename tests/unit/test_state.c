@@ -992,10 +992,64 @@ static void test_row_search(void **unused)
     free(rows);
 }
 
+/* An iteration's tasks_sum, the digest by which a reader holding the task list is told it is
+ * unchanged, differs for different lists. The drill's case: tasks 1, 4 and 5 listed, workers 1
+ * and 4 die, workers 6 and 7 join; with FNV-1a's hashes of small ids the two lists summed the
+ * same, and the reader kept waiting for task 1's dead worker. */
+static void test_task_list_digest(void **unused)
+{
+    (void)unused;
+    struct harness h;
+    harness_init(&h);
+    harness_run_script(&h, "ds - r4\nhb w1:1 1\nhb w2:1 1\nhb w3:1 1\n"
+                           "job 1 mode=distributed_epoch total=4\n"
+                           "rm 3\nrm 2\nhb w4:1 1\nhb w5:1 1");
+    size_t n;
+    const struct st_task_ref *refs = state_iteration_tasks(&h.s, 1, &n);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        const struct st_task *t = state_task(&h.s, refs[i].task_id);
+        assert_int_equal(t->id, t->worker_id);
+        assert_true(t->id == 1 || t->id == 4 || t->id == 5);
+    }
+    uint64_t before = state_iteration(&h.s, 1)->tasks_sum;
+    harness_run_script(&h, "rm 1\nrm 4\nhb w6:1 1\nhb w7:1 1");
+    refs = state_iteration_tasks(&h.s, 1, &n);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        assert_true(refs[i].task_id == 5 || refs[i].task_id == 6 || refs[i].task_id == 7);
+    assert_int_not_equal(state_iteration(&h.s, 1)->tasks_sum, before);
+    harness_release(&h);
+
+    /* Every set of one or two (task, worker) pairs with ids below 24 sums to its own value. */
+    enum { IDS = 24, PAIRS = (IDS - 1) * (IDS - 1) };
+    uint64_t *mix = malloc(PAIRS * sizeof *mix);
+    size_t nsums = PAIRS + (size_t)PAIRS * (PAIRS - 1) / 2;
+    uint64_t *sums = malloc(nsums * sizeof *sums);
+    assert_non_null(mix);
+    assert_non_null(sums);
+    size_t k = 0;
+    for (uint64_t t = 1; t < IDS; t++)
+        for (uint64_t w = 1; w < IDS; w++)
+            mix[k++] = state_task_mix(t, w);
+    k = 0;
+    for (size_t i = 0; i < PAIRS; i++) {
+        sums[k++] = mix[i];
+        for (size_t j = i + 1; j < PAIRS; j++)
+            sums[k++] = mix[i] + mix[j];
+    }
+    qsort(sums, nsums, sizeof *sums, cmp_u64);
+    for (size_t i = 1; i < nsums; i++)
+        assert_int_not_equal(sums[i - 1], sums[i]);
+    free(mix);
+    free(sums);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_search),
+        cmocka_unit_test(test_task_list_digest),
         cmocka_unit_test(test_round_epochs),
         cmocka_unit_test(test_status_json_rounds),
         cmocka_unit_test(test_status_json_bad_names),
