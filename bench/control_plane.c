@@ -120,6 +120,9 @@
 
 struct config {
     unsigned seconds, workers, clients, jobs, split_ms, lease, split_size;
+    /* --one-by-one: each task leases with a GetSplits of its own, on its own timer, rather than
+     * each worker for all its tasks in one GetSplitsBatch, as sluice-worker does. */
+    bool one_by_one;
     unsigned sim_procs; /* --sim-procs: processes the simulated peers are split over */
     unsigned probe;     /* --probe: workers in the probe process (0: none; see struct part) */
     bool probe_asked;   /* --probe given: say so where there is too little for one */
@@ -331,6 +334,10 @@ struct sworker {
     uint32_t hb_ms;
     struct wtask **tasks;
     size_t ntasks, cap;
+    /* Batched leasing (not --one-by-one): the worker's tasks produce their leases together, on
+     * this timer, and ask for the next ones in one GetSplitsBatch. */
+    uv_timer_t lease;
+    bool lease_inflight;
 };
 
 struct sim {
@@ -501,6 +508,119 @@ static void task_timer(uv_timer_t *timer)
         task_request(t);
 }
 
+/* Batched leasing: the steady state of a worker whose tasks consume at like rates, where one
+ * task's request at its low-water mark takes the others' (topped up) along. */
+static void worker_lease_timer(uv_timer_t *timer);
+
+static void worker_batch_done(struct call *call, int status, const char *msg,
+                              const Sluice__Envelope *reply)
+{
+    (void)msg;
+    struct sworker *w = call->owner;
+    struct sim *sim = w->sim;
+    w->lease_inflight = false;
+    if (status < 0 || sim->stopping || w->stopped)
+        return;
+    const Sluice__GetSplitsBatchReply *r = reply->get_splits_batch_reply;
+    if (!r) {
+        sim->errors++;
+        return;
+    }
+    /* The results answer the tasks asked, in order: those not removed and not ended then. */
+    size_t k = 0, held = 0, asking = 0;
+    for (size_t i = 0; i < w->ntasks; i++) {
+        struct wtask *t = w->tasks[i];
+        if (!t->inflight)
+            continue;
+        t->inflight = false;
+        const Sluice__GetSplitsResult *res = k < r->n_results ? r->results[k] : NULL;
+        k++;
+        if (!res || res->code != 0 || !res->reply) {
+            /* A task removed meanwhile is refused; any other refusal is an error. */
+            if (!t->removed) {
+                sim->errors++;
+                if (sim->printed_errors++ < 5)
+                    fprintf(stderr, PROG ": task %" PRIu64 " refused (%d): %s\n", t->id,
+                            res ? res->code : 0, res && res->message ? res->message : "");
+            }
+            continue;
+        }
+        t->finished.n = 0;
+        for (size_t j = 0; j < res->reply->n_seqs; j++)
+            seqs_push(&t->held, res->reply->seqs[j]);
+        t->end = res->reply->end_of_splits;
+        held += t->held.n;
+        asking += !t->end;
+    }
+    if (k != r->n_results)
+        sim->errors++;
+    if (asking == 0)
+        return;
+    unsigned ms = sim->cfg->split_ms;
+    if (ms >= 4)
+        ms = ms - ms / 4 + (unsigned)rand() % (ms / 2 + 1);
+    uv_timer_start(&w->lease, worker_lease_timer, held ? ms : 200, 0);
+}
+
+static void worker_lease_timer(uv_timer_t *timer)
+{
+    struct sworker *w = timer->data;
+    struct sim *sim = w->sim;
+    if (sim->stopping || w->stopped || w->lease_inflight)
+        return;
+    Sluice__GetSplitsRequest *reqs = calloc(w->ntasks ? w->ntasks : 1, sizeof *reqs);
+    Sluice__GetSplitsRequest **ptrs = calloc(w->ntasks ? w->ntasks : 1, sizeof *ptrs);
+    if (!reqs || !ptrs)
+        die("lease", "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < w->ntasks; i++) {
+        struct wtask *t = w->tasks[i];
+        if (t->removed || t->end)
+            continue;
+        /* The held splits are produced: their elements go to the job's readers. */
+        struct job *j = job_for(sim, t->iteration_id);
+        for (size_t k = 0; k < t->held.n; k++) {
+            deliver(j, t->held.v[k]);
+            seqs_push(&t->finished, t->held.v[k]);
+        }
+        t->held.n = 0;
+        sluice__get_splits_request__init(&reqs[n]);
+        reqs[n].task_id = t->id;
+        reqs[n].max_splits = sim->cfg->lease;
+        reqs[n].request_seq = ++t->request_seq;
+        reqs[n].n_finished = t->finished.n;
+        reqs[n].finished = t->finished.v;
+        reqs[n].worker_key.data = w->key;
+        reqs[n].worker_key.len = KEY_LEN;
+        ptrs[n] = &reqs[n];
+        t->inflight = true;
+        n++;
+    }
+    if (n > 0) {
+        Sluice__GetSplitsBatchRequest req = SLUICE__GET_SPLITS_BATCH_REQUEST__INIT;
+        req.n_requests = n;
+        req.requests = ptrs;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH;
+        env.get_splits_batch = &req;
+        if (send_call(sim, w->c, &env, K_SPLITS, w, worker_batch_done, false) == 0) {
+            w->lease_inflight = true;
+        } else {
+            for (size_t i = 0; i < w->ntasks; i++)
+                w->tasks[i]->inflight = false;
+        }
+    }
+    free(reqs);
+    free(ptrs);
+}
+
+/* New tasks lease at once (with the worker's others, if no batch is on its way). */
+static void worker_lease_kick(struct sworker *w)
+{
+    if (!w->lease_inflight && !uv_is_active((uv_handle_t *)&w->lease))
+        uv_timer_start(&w->lease, worker_lease_timer, 0, 0);
+}
+
 /* ---- simulated workers ---- */
 
 static void worker_hb_done(struct call *call, int status, const char *msg,
@@ -561,7 +681,10 @@ static void worker_hb_done(struct call *call, int status, const char *msg,
         }
         w->tasks[w->ntasks++] = t;
         sim->tasks++;
-        task_request(t);
+        if (sim->cfg->one_by_one)
+            task_request(t);
+        else
+            worker_lease_kick(w);
     }
 }
 
@@ -1537,6 +1660,8 @@ static void part_run(const struct config *cfg, const char *addr, const char *tok
             die("worker", err);
         uv_timer_init(&sim->loop, &w->hb);
         w->hb.data = w;
+        uv_timer_init(&sim->loop, &w->lease);
+        w->lease.data = w;
         /* Spread the first heartbeats (and so the connections and handshakes) over one interval,
          * or at RAMP_PER_S a second for a large cluster (over all parts): a fleet comes up over
          * time, and every simulated peer connects from the one loopback address, where the
@@ -1604,8 +1729,10 @@ static void part_run(const struct config *cfg, const char *addr, const char *tok
 
     /* Stop sending; every request sent must get its reply. */
     sim->stopping = true;
-    for (unsigned i = 0; i < nworkers; i++)
+    for (unsigned i = 0; i < nworkers; i++) {
         uv_timer_stop(&sim->workers[i].hb);
+        uv_timer_stop(&sim->workers[i].lease);
+    }
     for (unsigned i = 0; i < nclients; i++)
         uv_timer_stop(&sim->clients[i].hb);
     double drain = now_s() + CALL_TIMEOUT_MS / 1000.0 + 5;
@@ -1639,6 +1766,7 @@ static void part_run(const struct config *cfg, const char *addr, const char *tok
     for (unsigned i = 0; i < nworkers; i++) {
         struct sworker *w = &sim->workers[i];
         uv_close((uv_handle_t *)&w->hb, close_handle_cb);
+        uv_close((uv_handle_t *)&w->lease, close_handle_cb);
         for (size_t k = 0; k < w->ntasks; k++)
             uv_close((uv_handle_t *)&w->tasks[k]->timer, close_handle_cb);
         rpc_client_close(w->c, closed_cb, &open);
@@ -2160,13 +2288,17 @@ int main(int argc, char **argv)
             cfg.probe = 0;
             continue;
         }
+        if (strcmp(a, "--one-by-one") == 0) {
+            cfg.one_by_one = true;
+            continue;
+        }
         if (strcmp(a, "--help") == 0) {
             printf("usage: " PROG " [--seconds N] [--workers N] [--clients N] [--jobs N]\n"
                    "       [--split-ms N] [--lease N] [--split-size N] [--baseline-workers N]\n"
                    "       [--baseline-clients N] [--no-baseline] [--dispatcher PATH]\n"
                    "       [--work-root DIR] [--dispatcher-arg ARG]... [--pin]\n"
                    "       [--raft] [--replica-arg ARG]... [--sim-procs N]\n"
-                   "       [--probe N] [--no-probe]\n");
+                   "       [--probe N] [--no-probe] [--one-by-one]\n");
             return 0;
         }
         if (strcmp(a, "--dispatcher") == 0 && v)

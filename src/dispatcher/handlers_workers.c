@@ -351,12 +351,26 @@ static bool coverage_known(struct dispatcher *d, uint64_t iteration_id)
     return true;
 }
 
+struct splits_batch;
+
+/* One GetSplits: on its own (r), or a request of a GetSplitsBatch (batch). */
 struct splits_ctx {
     struct req r;
+    struct splits_batch *batch;
+    int code;  /* a batch's request: 0, or its refusal (or its commit's failure) */
+    char *msg; /* the refusal's message (owned; NULL: out of memory) */
     uint64_t iteration_id;
     struct plan_splits_result lease;
     uint64_t dropped[HEDGE_PICK_MAX]; /* GetSplitsReply.dropped (hedge_take_drops) */
     size_t ndropped;
+};
+
+/* A GetSplitsBatch: its requests, planned and committed one by one, answered together once
+ * the last is durable. */
+struct splits_batch {
+    struct req r;
+    size_t n, pending;
+    struct splits_ctx *v;
 };
 
 /* The resume entries of a lease: for each leased split some consumer received part of, what to
@@ -442,80 +456,80 @@ static int add_hedges(struct dispatcher *d, const struct st_task *t, struct plan
     return 0;
 }
 
+/* Fills *body (with *plan and *resume, n_resume of them; free with free_resume) with c's lease.
+ * Returns 0 or SLUICE_ERR_NOMEM. */
+static int splits_reply(const struct dispatcher *d, const struct splits_ctx *c,
+                        Sluice__GetSplitsReply *body, Sluice__SplitPlan *plan)
+{
+    const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
+    sluice__split_plan__init(plan);
+    sluice__get_splits_reply__init(body);
+    body->n_seqs = c->lease.nseqs;
+    body->seqs = c->lease.seqs;
+    body->end_of_splits = c->lease.end;
+    body->n_dropped = c->ndropped;
+    body->dropped = (uint64_t *)c->dropped;
+    if (it && it->distributed && it->state != ST_ITER_GC) {
+        plan->source_len = it->plan.source_len;
+        plan->split_size = it->plan.split_size;
+        plan->per_pass = it->plan.per_pass;
+        plan->passes = it->plan.passes;
+        plan->n_paths = it->plan.npaths;
+        plan->paths = it->plan.paths;
+        body->plan = plan;
+    }
+    int n = lease_resume(d, c->iteration_id, c->lease.seqs, c->lease.nseqs, &body->resume);
+    if (n < 0)
+        return n;
+    body->n_resume = (size_t)n;
+    return 0;
+}
+
 static void get_splits_done(struct dispatcher *d, int status, void *ctx)
 {
     struct splits_ctx *c = ctx;
-    if (status < 0) {
+    Sluice__SplitPlan plan;
+    Sluice__GetSplitsReply body;
+    if (status < 0 || (status = splits_reply(d, c, &body, &plan)) < 0) {
         dispatcher_refuse_commit(&c->r, status);
     } else {
-        const struct st_iteration *it = state_iteration(&d->st, c->iteration_id);
-        Sluice__SplitPlan plan = SLUICE__SPLIT_PLAN__INIT;
-        Sluice__GetSplitsReply body = SLUICE__GET_SPLITS_REPLY__INIT;
-        body.n_seqs = c->lease.nseqs;
-        body.seqs = c->lease.seqs;
-        body.end_of_splits = c->lease.end;
-        body.n_dropped = c->ndropped;
-        body.dropped = c->dropped;
-        if (it && it->distributed && it->state != ST_ITER_GC) {
-            plan.source_len = it->plan.source_len;
-            plan.split_size = it->plan.split_size;
-            plan.per_pass = it->plan.per_pass;
-            plan.passes = it->plan.passes;
-            plan.n_paths = it->plan.npaths;
-            plan.paths = it->plan.paths;
-            body.plan = &plan;
-        }
-        Sluice__SplitResume **resume = NULL;
-        int nresume = lease_resume(d, c->iteration_id, c->lease.seqs, c->lease.nseqs, &resume);
-        if (nresume < 0) {
-            dispatcher_refuse_commit(&c->r, nresume);
-        } else {
-            body.n_resume = (size_t)nresume;
-            body.resume = resume;
-            Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
-            env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
-            env.get_splits_reply = &body;
-            dispatcher_send_reply(&c->r, &env);
-            free_resume(resume, (size_t)nresume);
-        }
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
+        env.get_splits_reply = &body;
+        dispatcher_send_reply(&c->r, &env);
+        free_resume(body.resume, body.n_resume);
     }
     dispatcher_req_done(&c->r);
     free(c->lease.seqs);
     free(c);
 }
 
-void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
-                              const Sluice__Envelope *env)
+/* Checks and plans one GetSplits: returns 0 with the lease in c and its updates in d->ups, for
+ * the caller to commit, or a negative code with the refusal in err (nothing planned). */
+static int splits_plan(struct dispatcher *d, struct rpc_conn *conn,
+                       const Sluice__GetSplitsRequest *req, struct splits_ctx *c, char *err,
+                       size_t errlen)
 {
-    const Sluice__GetSplitsRequest *req = env->get_splits;
-    char err[SLUICE_ERRMSG_SIZE];
     int rc;
     const struct st_task *t = state_task(&d->st, req->task_id);
     const struct st_worker *w = t ? state_worker(&d->st, t->worker_id) : NULL;
     /* A previous incarnation at the worker's address lost its tasks when the new one
      * registered; its late requests must not take splits. */
     if (w && w->incarnation != rpc_conn_peer_incarnation(conn)) {
-        snprintf(err, sizeof err, "task %" PRIu64 " belongs to another worker incarnation",
+        snprintf(err, errlen, "task %" PRIu64 " belongs to another worker incarnation",
                  req->task_id);
-        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
-        return;
+        return SLUICE_ERR_INVALID;
     }
     /* The incarnation is public; only the worker knows its secret. */
     if (w && !state_worker_key_ok(w, req->worker_key.data, req->worker_key.len)) {
         ratelimit_warn(&d->refusals, uv_now(d->loop), "", rpc_conn_peer_name(conn),
                        "refused GetSplits for task %" PRIu64 ": wrong worker key", req->task_id);
-        snprintf(err, sizeof err, "task %" PRIu64 ": the worker key does not match its worker's",
+        snprintf(err, errlen, "task %" PRIu64 ": the worker key does not match its worker's",
                  req->task_id);
-        dispatcher_refuse(conn, env->id, SLUICE_ERR_DENIED, err);
-        return;
+        return SLUICE_ERR_DENIED;
     }
     uint32_t max =
         req->max_splits < MAX_SPLITS_PER_REQUEST ? req->max_splits : MAX_SPLITS_PER_REQUEST;
-    struct splits_ctx *c = calloc(1, sizeof *c);
-    if (!c) {
-        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
-        return;
-    }
     /* A repeated request number plans nothing and is answered with the lease it got before;
      * its reply still waits in commit() for everything journaled before it, that lease too. */
     /* The seqs a worker reports finished are splits it produced; they stay leased to its task
@@ -553,12 +567,9 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
     if (hr && !saving && req->n_finished > 0)
         hedge_produced(&d->hedge, tit->id, t->id, req->finished, req->n_finished,
                        dispatcher_clock_ms());
-    rc = plan_get_splits(&d->st, &sr, &c->lease, &d->ups, err, sizeof err);
-    if (rc < 0) {
-        dispatcher_refuse(conn, env->id, rc, err);
-        free(c);
-        return;
-    }
+    rc = plan_get_splits(&d->st, &sr, &c->lease, &d->ups, err, errlen);
+    if (rc < 0)
+        return rc;
     if (nhedges > 0 && !c->lease.end && add_hedges(d, t, &c->lease, hedges, nhedges) < 0)
         log_warn("task %" PRIu64 ": out of memory leasing hedged splits: none this time",
                  req->task_id);
@@ -584,6 +595,131 @@ void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
                  req->n_returned);
     if (c->lease.nseqs > 0)
         dispatcher_soft_set(&d->leased_at, req->task_id, uv_now(d->loop));
+    return 0;
+}
+
+void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
+                              const Sluice__Envelope *env)
+{
+    char err[SLUICE_ERRMSG_SIZE];
+    struct splits_ctx *c = calloc(1, sizeof *c);
+    if (!c) {
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    int rc = splits_plan(d, conn, env->get_splits, c, err, sizeof err);
+    if (rc < 0) {
+        dispatcher_refuse(conn, env->id, rc, err);
+        free(c);
+        return;
+    }
     dispatcher_req_init(&c->r, d, conn, env->id);
     dispatcher_commit(d, &d->ups, get_splits_done, c);
+}
+
+/* ---- GetSplitsBatch -------------------------------------------------------------------------- */
+
+/* Every request of the batch is durable (or refused): one reply with a result for each. */
+static void batch_reply(struct dispatcher *d, struct splits_batch *b)
+{
+    struct out {
+        Sluice__GetSplitsResult res;
+        Sluice__GetSplitsReply body;
+        Sluice__SplitPlan plan;
+    } *out = calloc(b->n, sizeof *out);
+    Sluice__GetSplitsResult **results = calloc(b->n, sizeof *results);
+    if (!out || !results) {
+        dispatcher_refuse(b->r.conn, b->r.id, SLUICE_ERR_NOMEM, "out of memory");
+    } else {
+        for (size_t i = 0; i < b->n; i++) {
+            struct splits_ctx *c = &b->v[i];
+            sluice__get_splits_result__init(&out[i].res);
+            results[i] = &out[i].res;
+            if (c->code == 0 && splits_reply(d, c, &out[i].body, &out[i].plan) < 0) {
+                c->code = SLUICE_ERR_NOMEM;
+                out[i].body.n_resume = 0;
+            }
+            if (c->code == 0) {
+                out[i].res.reply = &out[i].body;
+            } else {
+                out[i].res.code = c->code;
+                out[i].res.message = c->msg ? c->msg : "out of memory";
+            }
+        }
+        Sluice__GetSplitsBatchReply body = SLUICE__GET_SPLITS_BATCH_REPLY__INIT;
+        body.n_results = b->n;
+        body.results = results;
+        Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+        env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH_REPLY;
+        env.get_splits_batch_reply = &body;
+        dispatcher_send_reply(&b->r, &env);
+        for (size_t i = 0; i < b->n; i++) {
+            if (out[i].res.reply)
+                free_resume(out[i].body.resume, out[i].body.n_resume);
+        }
+    }
+    free(out);
+    free(results);
+    dispatcher_req_done(&b->r);
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->v[i].lease.seqs);
+        free(b->v[i].msg);
+    }
+    free(b->v);
+    free(b);
+}
+
+static void batch_part_done(struct dispatcher *d, int status, void *ctx)
+{
+    struct splits_ctx *c = ctx;
+    if (status < 0) {
+        c->code = status == SLUICE_ERR_CLOSED ? SLUICE_ERR_UNAVAILABLE : status;
+        c->msg = strdup("the dispatcher cannot record changes: it has failed");
+    }
+    if (--c->batch->pending == 0)
+        batch_reply(d, c->batch);
+}
+
+void dispatcher_on_get_splits_batch(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env)
+{
+    const Sluice__GetSplitsBatchRequest *req = env->get_splits_batch;
+    char err[SLUICE_ERRMSG_SIZE];
+    if (req->n_requests == 0 || req->n_requests > MAX_SPLITS_BATCH) {
+        snprintf(err, sizeof err,
+                 "a GetSplitsBatch carries 1 to %d requests, this one %zu: refused whole",
+                 MAX_SPLITS_BATCH, req->n_requests);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_INVALID, err);
+        return;
+    }
+    struct splits_batch *b = calloc(1, sizeof *b);
+    struct splits_ctx *v = calloc(req->n_requests, sizeof *v);
+    if (!b || !v) {
+        free(b);
+        free(v);
+        dispatcher_refuse(conn, env->id, SLUICE_ERR_NOMEM, "out of memory");
+        return;
+    }
+    b->n = req->n_requests;
+    b->v = v;
+    observe_batched(d->obs, b->n);
+    /* One more than the requests until all are committed: a commit may call back at once
+     * (without a journal, or once the dispatcher failed). */
+    b->pending = b->n + 1;
+    dispatcher_req_init(&b->r, d, conn, env->id);
+    for (size_t i = 0; i < b->n; i++) {
+        struct splits_ctx *c = &v[i];
+        c->batch = b;
+        /* Each request is planned on the state the ones before it changed: their commits
+         * applied it (two requests for one iteration never lease one split twice). */
+        c->code = splits_plan(d, conn, req->requests[i], c, err, sizeof err);
+        if (c->code < 0) {
+            c->msg = strdup(err);
+            b->pending--;
+            continue;
+        }
+        dispatcher_commit(d, &d->ups, batch_part_done, c);
+    }
+    if (--b->pending == 0)
+        batch_reply(d, b);
 }

@@ -149,7 +149,7 @@ struct observe {
     struct metrics_series *request_h[OBSERVE_CALLS];
     struct rpc_metrics conns;
     struct obj_metrics objects;
-    struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c, *hedged_c;
+    struct metrics_series *wait_g, *consumption_g, *production_g, *cut_c, *hedged_c, *batched_c;
     struct metrics_family *exposed_f;  /* sluice_client_exposed_wait_seconds_total{job,consumer} */
     struct status_consumer *consumers; /* observe_figures' scratch */
     size_t cap_consumers;
@@ -352,7 +352,8 @@ static int make_registry(struct observe *o)
     if (rc == 0)
         rc = seconds_histogram(r, "sluice_request_seconds",
                                "Time from a request's arrival (read and decoded) to its reply "
-                               "(queued to the socket), by call: worker_heartbeat, get_splits, "
+                               "(queued to the socket), by call: worker_heartbeat, get_splits (a "
+                               "GetSplits, or a worker's GetSplitsBatch for several tasks), "
                                "client_heartbeat or other.",
                                &f);
     for (int i = 0; rc == 0 && i < OBSERVE_CALLS; i++) {
@@ -383,6 +384,10 @@ static int make_registry(struct observe *o)
            "the median split time, leased again to a second task (soft state: counted again "
            "from 0 after a dispatcher restart).",
            METRICS_U64, &o->hedged_c);
+    SCALAR(true, "sluice_split_requests_batched_total",
+           "Tasks' split requests that came in a worker's GetSplitsBatch, with its other "
+           "tasks' (soft state: counted again from 0 after a dispatcher restart).",
+           METRICS_U64, &o->batched_c);
     SCALAR(false, "sluice_consumption_elements_per_second",
            "Elements per second the clients consumed, summed, as of their last heartbeats.",
            METRICS_DOUBLE, &o->consumption_g);
@@ -844,6 +849,11 @@ void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, 
 void observe_hedged(struct observe *o, uint64_t n)
 {
     metrics_add_u64(o->hedged_c, n);
+}
+
+void observe_batched(struct observe *o, uint64_t n)
+{
+    metrics_add_u64(o->batched_c, n);
 }
 
 void observe_client_heartbeat(struct observe *o, uint64_t job_id,

@@ -39,6 +39,8 @@
  *                                                    (observe_client_cut)
  *   sluice_hedged_splits_total                       counter: copies of slow splits leased to a
  *                                                    second task (observe_hedged; hedge.h)
+ *   sluice_split_requests_batched_total              counter: tasks' GetSplits that came in a
+ *                                                    GetSplitsBatch (observe_batched)
  *   sluice_consumption_elements_per_second           gauge: sum of the clients' last rates
  *   sluice_production_elements_per_second            gauge: sum of the workers' last rates
  *   sluice_recommended_workers                       gauge: observe_recommended()
@@ -141,6 +143,8 @@ void observe_client_cut(struct observe *o, uint64_t client_id, uint64_t job_id, 
 
 /* Counts n hedged copies leased (hedge.h) in sluice_hedged_splits_total. */
 void observe_hedged(struct observe *o, uint64_t n);
+/* Counts n tasks' requests of a GetSplitsBatch in sluice_split_requests_batched_total. */
+void observe_batched(struct observe *o, uint64_t n);
 /* A reader of named mix job job_name (of dataset_id) reports what it drew from each input since
  * it opened (n counts; reader: its random id): the growth since its last report is added to the
  * job's sums (status "drawn", "realized_shares"). At most OBSERVE_MIX_READERS_MAX readers are

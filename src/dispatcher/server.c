@@ -791,7 +791,8 @@ static void on_answered(void *user, int body_case, double seconds)
     enum observe_call call = OBSERVE_CALL_OTHER;
     if (body_case == SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT)
         call = OBSERVE_CALL_WORKER_HEARTBEAT;
-    else if (body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS)
+    else if (body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS ||
+             body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH)
         call = OBSERVE_CALL_GET_SPLITS;
     else if (body_case == SLUICE__ENVELOPE__BODY_CLIENT_HEARTBEAT)
         call = OBSERVE_CALL_CLIENT_HEARTBEAT;
@@ -841,6 +842,9 @@ static void on_request(struct rpc_server *srv, struct rpc_conn *conn, const Slui
         break;
     case SLUICE__ENVELOPE__BODY_GET_SPLITS:
         dispatcher_on_get_splits(d, conn, env);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH:
+        dispatcher_on_get_splits_batch(d, conn, env);
         break;
     case SLUICE__ENVELOPE__BODY_STATUS:
         on_status(d, conn, env);

@@ -53,6 +53,7 @@
 #define SNAPSHOT_GROWTH 2
 #define META_INCARNATION "incarnation"
 #define MAX_SPLITS_PER_REQUEST 4096 /* bounds one GetSplits reply */
+#define MAX_SPLITS_BATCH 256        /* requests in one GetSplitsBatch */
 /* The write backlog past which a connection stops being read (rpc_server_opts). */
 #define DISPATCHER_MAX_PENDING_WRITE (4u << 20)
 
@@ -343,6 +344,8 @@ void dispatcher_on_worker_heartbeat(struct dispatcher *d, struct rpc_conn *conn,
                                     const Sluice__Envelope *env);
 void dispatcher_on_get_splits(struct dispatcher *d, struct rpc_conn *conn,
                               const Sluice__Envelope *env);
+void dispatcher_on_get_splits_batch(struct dispatcher *d, struct rpc_conn *conn,
+                                    const Sluice__Envelope *env);
 
 /* ---- tick.c ---- */
 

@@ -30,104 +30,227 @@ static int plan_from_wire(const Sluice__SplitPlan *sp, struct split_plan *out)
     return 0;
 }
 
-static void splits_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+/* A task's GetSplits answered (r) or failed (r NULL, msg why). */
+static void splits_apply(struct worker *w, struct wtask *wt, const char *msg,
+                         const Sluice__GetSplitsReply *r)
 {
-    struct wtask *wt = user;
-    struct worker *w = wt->w;
     wt->splits_inflight = false;
     uint64_t now = worker_now_ms();
-    const Sluice__GetSplitsReply *r = NULL;
-    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY)
-        r = reply->get_splits_reply;
     if (!r) {
-        if (status == 0)
-            msg = "unexpected reply";
         if (!wt->dying && !w->closing && wt->splits_failures++ == 0)
             log_warn("task %" PRIu64 ": leasing splits failed: %s (retrying)", wt->id, msg);
         task_lease_failed(wt->task, now);
         lease_number_done(&wt->splits_numbers, false);
-    } else {
-        lease_number_done(&wt->splits_numbers, true);
-        if (wt->splits_failures && !wt->dying)
-            log_info("task %" PRIu64 ": leasing splits works again", wt->id);
-        wt->splits_failures = 0;
-        struct split_plan plan;
-        bool have_plan = false;
-        int rc = 0;
-        if (r->plan) {
-            rc = plan_from_wire(r->plan, &plan);
-            have_plan = rc == 0;
-        }
-        /* What of the leased splits their consumers had, before a producer can start one. */
-        for (size_t i = 0; rc == 0 && i < r->n_resume; i++) {
-            const Sluice__SplitResume *sr = r->resume[i];
-            if (sr &&
-                (rc = task_lease_resume(wt->task, sr->seq, sr->covered, sr->n_covered, sr->owner)) <
-                    0 &&
-                have_plan)
-                split_plan_release(&plan);
-        }
-        if (rc < 0) {
-            task_lease_granted(wt->task, NULL, NULL, 0, false, now);
-            task_fail(wt->task, rc,
-                      rc == SLUICE_ERR_INVALID ? "a bad resume entry in the lease"
-                                               : "copying the lease: out of memory");
-        } else {
-            task_lease_granted(wt->task, have_plan ? &plan : NULL, r->seqs, r->n_seqs,
-                               r->end_of_splits, now);
-            /* Splits another task's copy finished first: not produced (again) here. */
-            size_t dropped = r->n_dropped ? task_lease_drop(wt->task, r->dropped, r->n_dropped) : 0;
-            if (dropped > 0)
-                log_info("task %" PRIu64 ": %zu queued splits finished elsewhere (hedged): left "
-                         "out",
-                         wt->id, dropped);
-        }
-        worker_log_failure(wt);
+        return;
     }
+    lease_number_done(&wt->splits_numbers, true);
+    if (wt->splits_failures && !wt->dying)
+        log_info("task %" PRIu64 ": leasing splits works again", wt->id);
+    wt->splits_failures = 0;
+    struct split_plan plan;
+    bool have_plan = false;
+    int rc = 0;
+    if (r->plan) {
+        rc = plan_from_wire(r->plan, &plan);
+        have_plan = rc == 0;
+    }
+    /* What of the leased splits their consumers had, before a producer can start one. */
+    for (size_t i = 0; rc == 0 && i < r->n_resume; i++) {
+        const Sluice__SplitResume *sr = r->resume[i];
+        if (sr &&
+            (rc = task_lease_resume(wt->task, sr->seq, sr->covered, sr->n_covered, sr->owner)) <
+                0 &&
+            have_plan)
+            split_plan_release(&plan);
+    }
+    if (rc < 0) {
+        task_lease_granted(wt->task, NULL, NULL, 0, false, now);
+        task_fail(wt->task, rc,
+                  rc == SLUICE_ERR_INVALID ? "a bad resume entry in the lease"
+                                           : "copying the lease: out of memory");
+    } else {
+        task_lease_granted(wt->task, have_plan ? &plan : NULL, r->seqs, r->n_seqs, r->end_of_splits,
+                           now);
+        /* Splits another task's copy finished first: not produced (again) here. */
+        size_t dropped = r->n_dropped ? task_lease_drop(wt->task, r->dropped, r->n_dropped) : 0;
+        if (dropped > 0)
+            log_info("task %" PRIu64 ": %zu queued splits finished elsewhere (hedged): left out",
+                     wt->id, dropped);
+    }
+    worker_log_failure(wt);
+}
+
+static void splits_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct wtask *wt = user;
+    struct worker *w = wt->w;
+    const Sluice__GetSplitsReply *r = NULL;
+    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY)
+        r = reply->get_splits_reply;
+    splits_apply(w, wt, status == 0 ? "unexpected reply" : msg, r);
     if (wt->dying)
         worker_reap(w);
     else
         worker_lease_pump(w, wt);
 }
 
-void worker_lease_pump(struct worker *w, struct wtask *wt)
+/* A GetSplitsBatch in flight: its tasks, in the order of its requests. */
+struct splits_batch {
+    struct worker *w;
+    size_t n;
+    struct wtask *tasks[WORKER_SPLITS_BATCH_MAX];
+};
+
+static void batch_done(int status, const char *msg, const Sluice__Envelope *reply, void *user)
+{
+    struct splits_batch *b = user;
+    struct worker *w = b->w;
+    const Sluice__GetSplitsBatchReply *r = NULL;
+    if (status == 0 && reply && reply->body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH_REPLY &&
+        reply->get_splits_batch_reply->n_results == b->n)
+        r = reply->get_splits_batch_reply;
+    else if (status == 0)
+        msg = "unexpected reply";
+    if (status == SLUICE_ERR_UNSUPPORTED && !w->splits_one_by_one) {
+        /* A dispatcher of an earlier version: its tasks ask on their own from now on (their
+         * requests go again under their numbers after the usual delay). */
+        w->splits_one_by_one = true;
+        log_warn("dispatcher %s does not take several tasks' split requests in one (%s): each "
+                 "task asks on its own",
+                 w->disp_address, msg);
+    }
+    bool reap = false;
+    for (size_t i = 0; i < b->n; i++) {
+        const Sluice__GetSplitsResult *res = r ? r->results[i] : NULL;
+        const Sluice__GetSplitsReply *one = res && res->code == 0 ? res->reply : NULL;
+        const char *why = msg;
+        if (res && !one)
+            why = res->code < 0 && res->message ? res->message : "unexpected reply";
+        splits_apply(w, b->tasks[i], why, one);
+        reap |= b->tasks[i]->dying;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (!b->tasks[i]->dying)
+            worker_lease_pump(w, b->tasks[i]);
+    }
+    if (reap)
+        worker_reap(w);
+    free(b);
+}
+
+/* Whether wt may send a GetSplits now, as far as the worker is concerned. */
+static bool lease_ready(const struct worker *w, const struct wtask *wt)
 {
     if (w->closing || wt->dying || wt->splits_inflight || !task_is_distributed(wt->task))
-        return;
+        return false;
     /* Lease traffic goes only to the dispatcher that assigned the task. Calls made while
      * disconnected would wait and go to whichever dispatcher answers next, which may be a
      * restarted one that reuses the task id for another task. */
-    if (!rpc_client_connected(w->disp) || rpc_client_peer_incarnation(w->disp) != wt->incarnation)
-        return;
-    uint64_t now = worker_now_ms();
+    return rpc_client_connected(w->disp) && rpc_client_peer_incarnation(w->disp) == wt->incarnation;
+}
+
+/* Fills req with wt's request if it is to go now (task_lease_want; topup: beside another's);
+ * the request counts as sent. */
+static bool lease_ask(struct worker *w, struct wtask *wt, uint64_t now, bool topup,
+                      Sluice__GetSplitsRequest *req)
+{
     uint32_t max_splits;
     const uint64_t *finished, *returned;
     size_t nfinished, nreturned;
-    if (!task_lease_want(wt->task, now, &max_splits, &finished, &nfinished, &returned, &nreturned))
-        return;
-    Sluice__GetSplitsRequest req = SLUICE__GET_SPLITS_REQUEST__INIT;
-    req.task_id = wt->id;
-    req.max_splits = max_splits;
-    req.n_finished = nfinished;
-    req.finished = (uint64_t *)finished;
-    req.n_returned = nreturned;
-    req.returned = (uint64_t *)returned;
+    if (!task_lease_want(wt->task, now, topup, &max_splits, &finished, &nfinished, &returned,
+                         &nreturned))
+        return false;
+    sluice__get_splits_request__init(req);
+    req->task_id = wt->id;
+    req->max_splits = max_splits;
+    req->n_finished = nfinished;
+    req->finished = (uint64_t *)finished;
+    req->n_returned = nreturned;
+    req->returned = (uint64_t *)returned;
     /* After a failure this is the failed request again, under its number (lease.h). */
-    req.request_seq = lease_number_next(&wt->splits_numbers);
-    req.worker_key.data = w->key;
-    req.worker_key.len = sizeof w->key;
+    req->request_seq = lease_number_next(&wt->splits_numbers);
+    req->worker_key.data = w->key;
+    req->worker_key.len = sizeof w->key;
+    log_debug("task %" PRIu64 ": asking for %" PRIu32 " splits, reporting %zu finished", wt->id,
+              max_splits, nfinished);
+    return true;
+}
+
+static void lease_ask_failed(struct wtask *wt, uint64_t now)
+{
+    task_lease_failed(wt->task, now);
+    lease_number_done(&wt->splits_numbers, false);
+}
+
+/* wt's request, with those of the worker's other tasks that have room for more splits or
+ * splits to report (lease_want_topup), in one GetSplitsBatch; false when there are none (or no
+ * memory), and wt's goes on its own. */
+static bool lease_send_batch(struct worker *w, struct wtask *wt, uint64_t now,
+                             const Sluice__GetSplitsRequest *first)
+{
+    struct splits_batch *b = malloc(sizeof *b);
+    Sluice__GetSplitsRequest *reqs = malloc(WORKER_SPLITS_BATCH_MAX * sizeof *reqs);
+    Sluice__GetSplitsRequest **ptrs = malloc(WORKER_SPLITS_BATCH_MAX * sizeof *ptrs);
+    bool sent = false;
+    if (!b || !reqs || !ptrs)
+        goto out;
+    b->w = w;
+    b->tasks[0] = wt;
+    reqs[0] = *first;
+    b->n = 1;
+    for (struct wtask *t = w->tasks; t && b->n < WORKER_SPLITS_BATCH_MAX; t = t->next) {
+        if (t != wt && lease_ready(w, t) && lease_ask(w, t, now, true, &reqs[b->n]))
+            b->tasks[b->n++] = t;
+    }
+    if (b->n == 1)
+        goto out;
+    for (size_t i = 0; i < b->n; i++)
+        ptrs[i] = &reqs[i];
+    Sluice__GetSplitsBatchRequest req = SLUICE__GET_SPLITS_BATCH_REQUEST__INIT;
+    req.n_requests = b->n;
+    req.requests = ptrs;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH;
+    env.get_splits_batch = &req;
+    sent = true;
+    if (rpc_call(w->disp, &env, WORKER_SPLITS_TIMEOUT_MS, batch_done, b) < 0) {
+        for (size_t i = 0; i < b->n; i++)
+            lease_ask_failed(b->tasks[i], now);
+        goto out;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        b->tasks[i]->splits_inflight = true;
+    b = NULL;
+out:
+    /* Requests taken beside wt's and not sent are failed, to go again after the delay. */
+    if (!sent && b) {
+        for (size_t i = 1; i < b->n; i++)
+            lease_ask_failed(b->tasks[i], now);
+    }
+    free(b);
+    free(reqs);
+    free(ptrs);
+    return sent;
+}
+
+void worker_lease_pump(struct worker *w, struct wtask *wt)
+{
+    if (!lease_ready(w, wt))
+        return;
+    uint64_t now = worker_now_ms();
+    Sluice__GetSplitsRequest req;
+    if (!lease_ask(w, wt, now, false, &req))
+        return;
+    if (!w->splits_one_by_one && lease_send_batch(w, wt, now, &req))
+        return;
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS;
     env.get_splits = &req;
-    int rc = rpc_call(w->disp, &env, WORKER_SPLITS_TIMEOUT_MS, splits_done, wt);
-    if (rc < 0) {
-        task_lease_failed(wt->task, now);
-        lease_number_done(&wt->splits_numbers, false);
+    if (rpc_call(w->disp, &env, WORKER_SPLITS_TIMEOUT_MS, splits_done, wt) < 0) {
+        lease_ask_failed(wt, now);
         return;
     }
     wt->splits_inflight = true;
-    log_debug("task %" PRIu64 ": asked for %" PRIu32 " splits, reported %zu finished", wt->id,
-              max_splits, nfinished);
 }
 
 /* ---- heartbeats ------------------------------------------------------------------------- */

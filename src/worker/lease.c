@@ -130,6 +130,23 @@ bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_spli
     return true;
 }
 
+bool lease_want_topup(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
+                      size_t *nfinished)
+{
+    if (lease_want(q, now_ms, max_splits, nfinished))
+        return true;
+    if (q->inflight || q->resend || q->draining || now_ms < q->retry_at_ms)
+        return false;
+    size_t room = q->end_of_splits ? 0 : q->target - (q->len < q->target ? q->len : q->target);
+    /* Halfway from the low-water mark to the target: a queue just topped up waits. */
+    bool more = room > 0 && q->len <= q->low + (q->target - q->low) / 2;
+    if (!more && q->nfinished == 0)
+        return false;
+    *max_splits = room > UINT32_MAX ? UINT32_MAX : (uint32_t)room;
+    *nfinished = q->nfinished;
+    return true;
+}
+
 void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished)
 {
     assert(!q->inflight && nfinished <= q->nfinished);

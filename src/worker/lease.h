@@ -73,6 +73,14 @@ size_t lease_drop(struct lease_queue *q, const uint64_t *seqs, size_t n);
 bool lease_want(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
                 size_t *nfinished);
 void lease_sent(struct lease_queue *q, uint32_t max_splits, size_t nfinished);
+/* Whether a request may go out now beside another task's that must (a batch of the worker's
+ * tasks, worker_lease_pump): when lease_want says so, and also when the queue has fallen below
+ * halfway from its low-water mark to its target, or finished seqs wait to be
+ * reported, unless a request is in flight, a failed one waits out its delay, or the queue
+ * drains. The same outputs as lease_want's. Tasks consuming at like rates thus ask together,
+ * and the worker sends one request where it would send one per task. */
+bool lease_want_topup(const struct lease_queue *q, uint64_t now_ms, uint32_t *max_splits,
+                      size_t *nfinished);
 
 /* The request succeeded: the reported seqs are forgotten and seqs (n of them) are queued. A
  * reply with no seqs to a request that asked for some (the dispatcher has none free now, but

@@ -470,7 +470,7 @@ void task_progress(struct task *t, struct task_progress *out)
     uv_mutex_unlock(&t->mu);
 }
 
-bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
+bool task_lease_want(struct task *t, uint64_t now_ms, bool topup, uint32_t *max_splits,
                      const uint64_t **finished, size_t *nfinished, const uint64_t **returned,
                      size_t *nreturned)
 {
@@ -478,7 +478,8 @@ bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
         return false;
     bool want = false;
     uv_mutex_lock(&t->mu);
-    if (atomic_load(&t->stop) || !lease_want(&t->lease, now_ms, max_splits, nfinished))
+    if (atomic_load(&t->stop) ||
+        !(topup ? lease_want_topup : lease_want)(&t->lease, now_ms, max_splits, nfinished))
         goto out;
     if (*nfinished > t->report_cap) {
         uint64_t *r = realloc(t->report, *nfinished * sizeof *r);

@@ -219,9 +219,10 @@ struct task_stage {
 void task_stages(const struct task *t, const struct task_progress *tp, uint64_t send_ns,
                  struct task_stage *out);
 
-/* Loop, distributed_epoch. Whether to send GetSplits now (see lease_want); when true, *finished
- * (valid until the next call) holds *nfinished seqs to report and the request counts as sent. */
-bool task_lease_want(struct task *t, uint64_t now_ms, uint32_t *max_splits,
+/* Loop, distributed_epoch. Whether to send GetSplits now (see lease_want; with topup, whether it
+ * may go with another task's, lease_want_topup); when true, *finished (valid until the next
+ * call) holds *nfinished seqs to report and the request counts as sent. */
+bool task_lease_want(struct task *t, uint64_t now_ms, bool topup, uint32_t *max_splits,
                      const uint64_t **finished, size_t *nfinished, const uint64_t **returned,
                      size_t *nreturned);
 /* Loop. The GetSplits request failed; it is retried after a backoff. */

@@ -37,6 +37,8 @@
 #define WORKER_TICK_SLOW_MS 50
 #define WORKER_HEARTBEAT_TIMEOUT_MS 10000
 #define WORKER_SPLITS_TIMEOUT_MS 10000
+/* Tasks' split requests sent in one GetSplitsBatch at most (the dispatcher takes 256). */
+#define WORKER_SPLITS_BATCH_MAX 64
 /* A trainer id that has not read from a task's cross-trainer cache for this long is forgotten:
  * the dispatcher's default client timeout, after which it releases a silent reader. */
 #define WORKER_XTC_IDLE_MS 30000
@@ -165,6 +167,8 @@ struct worker {
     uint64_t tick_ms;
     uint32_t hb_ms;
     bool hb_fixed;
+    /* The dispatcher answered a GetSplitsBatch SLUICE_ERR_UNSUPPORTED: tasks ask on their own. */
+    bool splits_one_by_one;
     bool hb_inflight;
     bool hb_again; /* send another heartbeat as soon as the one in flight returns */
     unsigned hb_failures;

@@ -206,6 +206,62 @@ static void test_queue_cycle(void **state)
     lease_queue_release(&q);
 }
 
+/* Beside another task's request (a worker's batch): a queue asks once it is halfway from its
+ * low-water mark down from its target, or has finished seqs to report; never while a request is
+ * in flight, a failed one waits out its delay, or it drains; and whatever lease_want asks. */
+static void test_queue_topup(void **state)
+{
+    (void)state;
+    struct lease_queue q;
+    uint32_t max;
+    size_t nfin;
+    assert_int_equal(lease_queue_init(&q, 8), 0);
+    assert_int_equal(q.low, 4);
+    assert_true(lease_want_topup(&q, 1000, &max, &nfin)); /* empty: lease_want's own ask */
+    assert_int_equal(max, 8);
+    assert_int_equal(nfin, 0);
+    lease_sent(&q, 8, 0);
+    assert_false(lease_want_topup(&q, 1000, &max, &nfin)); /* in flight */
+    uint64_t s1[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    assert_int_equal(lease_granted(&q, s1, 8, false, 1001), 0);
+    assert_false(lease_want_topup(&q, 1001, &max, &nfin)); /* full */
+    uint64_t seq;
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_false(lease_want_topup(&q, 1002, &max, &nfin)); /* 7 of 8: above 6 */
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    expect_no_want(&q, 1002); /* 6: not at the low mark, alone it waits */
+    assert_true(lease_want_topup(&q, 1002, &max, &nfin)); /* 6: halfway, beside another */
+    assert_int_equal(max, 2);
+    assert_int_equal(nfin, 0);
+    /* A finished seq goes along at once (alone it waits LEASE_REPORT_MS). */
+    assert_int_equal(lease_pop(&q, &seq), 1);
+    assert_int_equal(lease_finish(&q, seq, 1003), 0);
+    expect_no_want(&q, 1003);
+    assert_true(lease_want_topup(&q, 1003, &max, &nfin));
+    assert_int_equal(max, 3);
+    assert_int_equal(nfin, 1);
+    lease_sent(&q, max, nfin);
+    lease_failed(&q, 1004);
+    /* A failed request waits out its delay, then goes again as it was. */
+    assert_false(lease_want_topup(&q, 1004 + 99, &max, &nfin));
+    assert_true(lease_want_topup(&q, 1004 + 100, &max, &nfin));
+    assert_int_equal(max, 3);
+    assert_int_equal(nfin, 1);
+    lease_sent(&q, max, nfin);
+    uint64_t s2[] = {9, 10, 11};
+    assert_int_equal(lease_granted(&q, s2, 3, false, 1105), 0);
+    assert_int_equal(q.len, 8);
+    /* Draining: only what lease_want asks (the queued seqs handed back). */
+    assert_int_equal(lease_drain(&q), 0);
+    assert_true(lease_want_topup(&q, 1106, &max, &nfin));
+    assert_int_equal(max, 0);
+    lease_sent(&q, max, nfin);
+    assert_int_equal(lease_granted(&q, NULL, 0, false, 1107), 0);
+    expect_no_want(&q, 1107);
+    assert_false(lease_want_topup(&q, 1107, &max, &nfin));
+    lease_queue_release(&q);
+}
+
 /* Hedged splits finished elsewhere (GetSplitsReply.dropped): the queued, unstarted ones go, in
  * order, across the ring's wrap; started ones and unknown seqs are left alone; the queue asks for
  * more once below its low mark. */
@@ -694,6 +750,7 @@ int main(void)
         cmocka_unit_test(test_wire_plan_matches_provider),
         cmocka_unit_test(test_wire_plan_files),
         cmocka_unit_test(test_queue_cycle),
+        cmocka_unit_test(test_queue_topup),
         cmocka_unit_test(test_queue_backoff),
         cmocka_unit_test(test_queue_failed_report),
         cmocka_unit_test(test_queue_retry_same_request),

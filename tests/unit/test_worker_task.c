@@ -135,7 +135,7 @@ static void lease_step(struct task *t, struct leaser *l)
     size_t nfin;
     const uint64_t *ret;
     size_t nret;
-    if (!task_lease_want(t, uv_hrtime() / 1000000u, &max, &fin, &nfin, &ret, &nret))
+    if (!task_lease_want(t, uv_hrtime() / 1000000u, false, &max, &fin, &nfin, &ret, &nret))
         return;
     for (size_t i = 0; i < nfin; i++) {
         assert_true(fin[i] < l->count);
@@ -453,7 +453,7 @@ static void test_runs_at_first_take(void **state)
     uint32_t max;
     const uint64_t *fin, *ret;
     size_t nfin, nret;
-    assert_false(task_lease_want(t, 0, &max, &fin, &nfin, &ret, &nret));
+    assert_false(task_lease_want(t, 0, false, &max, &fin, &nfin, &ret, &nret));
     assert_int_equal(task_drain(t), 0);
     assert_true(task_exited(t));
     task_free(t);
@@ -590,7 +590,7 @@ static void save_lease_step(struct task *t, struct leaser *l)
     size_t nfin;
     const uint64_t *ret;
     size_t nret;
-    if (!task_lease_want(t, uv_hrtime() / 1000000u, &max, &fin, &nfin, &ret, &nret))
+    if (!task_lease_want(t, uv_hrtime() / 1000000u, false, &max, &fin, &nfin, &ret, &nret))
         return;
     for (size_t i = 0; i < nfin; i++) {
         assert_true(fin[i] < l->count);
