@@ -8,7 +8,12 @@
  *
  * A real worker: two distributed_epoch reads at once on one worker, whose two tasks ask together
  * (the worker batches them), each read gets its range exactly once, and the dispatcher counted
- * batched requests. */
+ * batched requests.
+ *
+ * A real worker against a dispatcher of an earlier version (a fake on the test's loop, which
+ * answers GetSplitsBatch SLUICE_ERR_UNSUPPORTED as such a dispatcher does): after the first batch
+ * it asks for each task on its own, never in a batch again, and both tasks produce and report
+ * every split of their iterations exactly once. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,11 +21,17 @@
 #include <cmocka.h>
 
 #include "common/error.h"
+#include "common/rpc_server.h"
+#include "lib/clock.h"
 #include "lib/cluster.h"
+#include "lib/loop.h"
 #include "lib/peer.h"
 #include "lib/proc.h"
 #include "lib/scrape.h"
 #include "lib/tmp.h"
+#include "pipeline/def.h"
+#include "pipeline/parse.h"
+#include "pipeline/spec.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -306,11 +317,228 @@ static void test_worker_batches(void **unused)
     assert_int_equal(cluster_stop(&c), 0);
 }
 
+/* ---- a dispatcher of an earlier version ------------------------------------------------------ */
+
+#define OLD_TASKS 2
+#define OLD_SPLITS 10 /* range(100) in splits of 10 */
+
+struct old_dispatcher {
+    struct rpc_server *srv;
+    bool closed;
+    Sluice__DatasetDef *def;
+    bool give_tasks; /* the next heartbeat reply assigns the tasks */
+    bool gave_tasks;
+    unsigned heartbeats, batches, singles, singles_before_batch;
+    uint64_t cursor[OLD_TASKS];               /* the next split to lease, per task */
+    unsigned finished[OLD_TASKS][OLD_SPLITS]; /* times each split was reported finished */
+    uint64_t last_seq[OLD_TASKS];             /* request numbers: each new one is greater */
+    bool renumbered;                          /* a request number went backwards */
+};
+
+static void old_heartbeat(struct old_dispatcher *od, struct rpc_conn *conn, uint64_t id)
+{
+    Sluice__TaskDef defs[OLD_TASKS], *ptrs[OLD_TASKS];
+    Sluice__WorkerHeartbeatReply body = SLUICE__WORKER_HEARTBEAT_REPLY__INIT;
+    body.worker_id = 1;
+    body.heartbeat_ms = 200;
+    od->heartbeats++;
+    if (od->give_tasks && !od->gave_tasks) {
+        od->gave_tasks = true;
+        for (int i = 0; i < OLD_TASKS; i++) {
+            sluice__task_def__init(&defs[i]);
+            defs[i].task_id = (uint64_t)i + 1;
+            defs[i].iteration_id = (uint64_t)i + 1;
+            defs[i].job_id = (uint64_t)i + 1;
+            defs[i].dataset_id = "old";
+            defs[i].dataset = od->def;
+            defs[i].mode = SLUICE__PROCESSING_MODE__MODE_DISTRIBUTED_EPOCH;
+            defs[i].num_consumers = 1;
+            ptrs[i] = &defs[i];
+        }
+        body.n_new_tasks = OLD_TASKS;
+        body.new_tasks = ptrs;
+    }
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT_REPLY;
+    env.worker_heartbeat_reply = &body;
+    assert_int_equal(rpc_conn_reply(conn, id, &env), 0);
+}
+
+static void old_get_splits(struct old_dispatcher *od, struct rpc_conn *conn, uint64_t id,
+                           const Sluice__GetSplitsRequest *req)
+{
+    if (req->task_id < 1 || req->task_id > OLD_TASKS) {
+        rpc_conn_reply_error(conn, id, SLUICE_ERR_NOT_FOUND, "task %" PRIu64 " not found",
+                             req->task_id);
+        return;
+    }
+    size_t t = req->task_id - 1;
+    od->singles++;
+    if (od->batches == 0)
+        od->singles_before_batch++;
+    /* Numbers only grow (no reply is lost here, so none is sent again). */
+    if (req->request_seq <= od->last_seq[t])
+        od->renumbered = true;
+    od->last_seq[t] = req->request_seq;
+    for (size_t i = 0; i < req->n_finished; i++) {
+        if (req->finished[i] < OLD_SPLITS)
+            od->finished[t][req->finished[i]]++;
+    }
+    uint64_t seqs[OLD_SPLITS];
+    size_t n = 0;
+    while (n < req->max_splits && od->cursor[t] < OLD_SPLITS)
+        seqs[n++] = od->cursor[t]++;
+    Sluice__SplitPlan plan = SLUICE__SPLIT_PLAN__INIT;
+    plan.source_len = 100;
+    plan.split_size = 10;
+    plan.per_pass = OLD_SPLITS;
+    plan.passes = 1;
+    Sluice__GetSplitsReply body = SLUICE__GET_SPLITS_REPLY__INIT;
+    body.seqs = seqs;
+    body.n_seqs = n;
+    body.plan = &plan;
+    /* The end once everything is leased and reported. */
+    unsigned done = 0;
+    for (size_t k = 0; k < OLD_SPLITS; k++)
+        done += od->finished[t][k] > 0;
+    body.end_of_splits = n == 0 && done == OLD_SPLITS;
+    Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
+    env.body_case = SLUICE__ENVELOPE__BODY_GET_SPLITS_REPLY;
+    env.get_splits_reply = &body;
+    assert_int_equal(rpc_conn_reply(conn, id, &env), 0);
+}
+
+static void old_on_request(struct rpc_server *srv, struct rpc_conn *conn,
+                           const Sluice__Envelope *env, void *user)
+{
+    (void)srv;
+    struct old_dispatcher *od = user;
+    switch (env->body_case) {
+    case SLUICE__ENVELOPE__BODY_WORKER_HEARTBEAT:
+        old_heartbeat(od, conn, env->id);
+        break;
+    case SLUICE__ENVELOPE__BODY_GET_SPLITS:
+        old_get_splits(od, conn, env->id, env->get_splits);
+        break;
+    default:
+        /* What a dispatcher answers a message it does not know (server.c). */
+        if (env->body_case == SLUICE__ENVELOPE__BODY_GET_SPLITS_BATCH)
+            od->batches++;
+        rpc_conn_reply_error(conn, env->id, SLUICE_ERR_UNSUPPORTED,
+                             "the dispatcher does not serve message %d", (int)env->body_case);
+        break;
+    }
+}
+
+static bool old_all_finished(const struct old_dispatcher *od)
+{
+    for (int t = 0; t < OLD_TASKS; t++) {
+        for (int k = 0; k < OLD_SPLITS; k++) {
+            if (od->finished[t][k] == 0)
+                return false;
+        }
+    }
+    return true;
+}
+
+static void test_older_dispatcher(void **unused)
+{
+    (void)unused;
+    uv_loop_t loop;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    struct old_dispatcher od;
+    memset(&od, 0, sizeof od);
+    char err[SLUICE_ERRMSG_SIZE];
+    struct pipe_spec *spec = NULL;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(pipe_parse("range(100)", &spec, err, sizeof err), 0);
+    assert_int_equal(pipe_spec_encode(spec, &bytes, &len), 0);
+    od.def = sluice__dataset_def__unpack(NULL, len, bytes);
+    assert_non_null(od.def);
+    free(bytes);
+    pipe_spec_free(spec);
+    struct rpc_server_opts opts = {.host = "127.0.0.1",
+                                   .role = SLUICE__ROLE__ROLE_DISPATCHER,
+                                   .incarnation = rpc_new_incarnation(),
+                                   .on_request = old_on_request,
+                                   .user = &od};
+    if (rpc_server_start(&loop, &opts, &od.srv, err, sizeof err) != 0)
+        fail_msg("rpc_server_start: %s", err);
+    struct cluster c;
+    memset(&c, 0, sizeof c);
+    c.port = rpc_server_port(od.srv);
+    assert_int_equal(cluster_add_worker(&c), 0);
+    /* Heartbeats every 200 ms (the fake's replies say so). */
+    RUN_UNTIL(&loop, od.heartbeats >= 2, WAIT_MS);
+    /* A read of each task before the worker knows of either. With the fake's loop stopped the
+     * worker's next heartbeat is on its way, unanswered, when both reads arrive: each waits for
+     * the heartbeat after it (hb_soon), whose reply, once the fake's loop runs again, finds both
+     * tasks assigned (by the reply before). The reads then start both tasks together, and their
+     * first requests go in one batch. */
+    sleep_ms(500);
+    struct peer pe;
+    peer_open(&pe, c.workers[0].addr, SLUICE__ROLE__ROLE_CLIENT, 0x4ead);
+    Sluice__GetElementsRequest ge[OLD_TASKS];
+    Sluice__Envelope genv[OLD_TASKS];
+    struct peer_result gr[OLD_TASKS];
+    for (int i = 0; i < OLD_TASKS; i++) {
+        sluice__get_elements_request__init(&ge[i]);
+        ge[i].task_id = (uint64_t)i + 1;
+        ge[i].client_id = 77;
+        ge[i].max_elements = 1000;
+        sluice__envelope__init(&genv[i]);
+        genv[i].body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS;
+        genv[i].get_elements = &ge[i];
+        peer_send(&pe, &genv[i], WAIT_MS, &gr[i]);
+    }
+    /* Sent once connected; parked for at most WORKER_POLL_MS (1 s) from their arrival. */
+    RUN_UNTIL(&pe.loop, rpc_client_connected(pe.c), WAIT_MS);
+    run_for(&pe.loop, 100);
+    od.give_tasks = true;
+    long long t0 = now_ms();
+    while (!old_all_finished(&od) && now_ms() - t0 < WAIT_MS) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        uv_run(&pe.loop, UV_RUN_NOWAIT);
+        sleep_ms(1);
+    }
+    if (!old_all_finished(&od)) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "tail -n 30 '%s'", c.workers[0].log);
+        if (system(cmd) != 0)
+            fprintf(stderr, "no worker log\n");
+        fail_msg("not every split was reported finished: %u heartbeats, %u batches, %u single "
+                 "requests",
+                 od.heartbeats, od.batches, od.singles);
+    }
+    /* A little longer: nothing is reported twice, and no batch comes again. */
+    run_for(&loop, 500);
+    printf("    batches %u (refused), single requests %u\n", od.batches, od.singles);
+
+    assert_int_equal(od.batches, 1);
+    assert_int_equal(od.singles_before_batch, 0); /* the two tasks start together: they ask so */
+    assert_true(od.singles >= 2 * 2); /* each task's lease of 4 at most, and its reports */
+    assert_false(od.renumbered);
+    for (int t = 0; t < OLD_TASKS; t++) {
+        for (int k = 0; k < OLD_SPLITS; k++)
+            assert_int_equal(od.finished[t][k], 1);
+    }
+    assert_true(proc_wait_log(&c.workers[0], "does not take several tasks' split requests in one",
+                              WAIT_MS) >= 0);
+    assert_int_equal(cluster_stop(&c), 0);
+    peer_close(&pe);
+    rpc_server_close(od.srv, set_flag, &od.closed);
+    RUN_UNTIL(&loop, od.closed, WAIT_MS);
+    loop_finish(&loop);
+    sluice__dataset_def__free_unpacked(od.def, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_protocol),
         cmocka_unit_test(test_worker_batches),
+        cmocka_unit_test(test_older_dispatcher),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     tmp_cleanup();
