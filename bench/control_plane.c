@@ -7,9 +7,11 @@
  *
  *   - each worker heartbeats at the interval the dispatcher tells it (WorkerHeartbeatReply
  *     .heartbeat_ms) with its worker_key and the progress of its tasks, takes the tasks the
- *     replies assign, and for each task leases splits with numbered GetSplits requests; it
- *     "produces" a lease --split-ms after receiving it, hands the splits to the job's clients
- *     and asks for more, reporting them in `finished`;
+ *     replies assign, and leases splits for all its tasks with one GetSplitsBatch of numbered
+ *     requests, as sluice-worker does when its tasks consume at like rates (--one-by-one: each
+ *     task with GetSplits requests of its own, on its own timer); it "produces" the leases
+ *     --split-ms after receiving them, hands the splits to the jobs' clients and asks for more,
+ *     reporting them in `finished`;
  *   - each client joins one of --jobs shared distributed_epoch jobs of one dataset
  *     (range(10^12), small splits, so leasing never runs dry), heartbeats at the interval the
  *     dispatcher tells it, and reports the splits handed to it as received in full (one
@@ -45,7 +47,7 @@
  *                 [--baseline-clients N] [--no-baseline] [--dispatcher PATH]
  *                 [--work-root DIR] [--dispatcher-arg ARG]... [--pin]
  *                 [--raft] [--replica-arg ARG]... [--sim-procs N]
- *                 [--probe N] [--no-probe]
+ *                 [--probe N] [--no-probe] [--one-by-one]
  *
  * Defaults: 60 s, 1000 workers, 100 clients, 10 jobs, leases of 4 splits of 1000 elements
  * produced in 2000 ms (each lease in 75 % to 125 % of --split-ms, uniformly); the baseline at 100

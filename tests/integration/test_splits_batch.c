@@ -527,6 +527,10 @@ static void test_older_dispatcher(void **unused)
                               WAIT_MS) >= 0);
     assert_int_equal(cluster_stop(&c), 0);
     peer_close(&pe);
+    for (int i = 0; i < OLD_TASKS; i++) {
+        if (gr[i].reply)
+            sluice__envelope__free_unpacked(gr[i].reply, NULL);
+    }
     rpc_server_close(od.srv, set_flag, &od.closed);
     RUN_UNTIL(&loop, od.closed, WAIT_MS);
     loop_finish(&loop);
