@@ -302,7 +302,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
     pipe_elem_unlend(e);
     size_t lend_min =
         lender && lender->lend_min > CODEC_LEND_MIN ? lender->lend_min : CODEC_LEND_MIN;
-    if (pipe_elem_resize(e, ncomp))
+    if (ncomp != e->n && pipe_elem_resize(e, ncomp))
         return SLUICE_ERR_NOMEM;
     for (size_t c = 0; c < ncomp; c++) {
         struct pipe_tensor *t = &e->t[c];
@@ -357,21 +357,25 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
             }
             if (lend) {
                 pipe_tensor_lend(t, d + pos, total, lender);
+                e->lent = true;
             } else {
                 memcpy(t->data, d + pos, total);
                 t->len = total;
             }
             pos += total;
         } else {
-            size_t width = sluice_dtype_size((enum sluice_dtype)dtype);
+            size_t width = pipe_dtype_size((enum sluice_dtype)dtype);
             uint64_t nbytes = nv * width;
             if (nbytes > len - pos)
                 return corrupt(err, errlen, base + pos, "truncated values");
             t->dtype = (enum sluice_dtype)dtype;
             if (lender && nbytes >= lend_min && (uintptr_t)(d + pos) % width == 0) {
                 pipe_tensor_lend(t, d + pos, nbytes, lender);
+                e->lent = true;
             } else {
-                if (pipe_tensor_reserve(t, nbytes, nv))
+                /* A tensor of the previous element's size (most often) has room already: no
+                 * call per element. */
+                if ((t->lender || t->cap < nbytes) && pipe_tensor_reserve(t, nbytes, nv))
                     return SLUICE_ERR_NOMEM;
                 memcpy(t->data, d + pos, nbytes);
                 t->len = nbytes;

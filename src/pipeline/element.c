@@ -52,26 +52,7 @@ const char *sluice_dtype_name(enum sluice_dtype dtype)
 
 size_t sluice_dtype_size(enum sluice_dtype dtype)
 {
-    switch (dtype) {
-    case SLUICE_BOOL:
-    case SLUICE_INT8:
-    case SLUICE_UINT8:
-        return 1;
-    case SLUICE_INT16:
-    case SLUICE_UINT16:
-        return 2;
-    case SLUICE_INT32:
-    case SLUICE_UINT32:
-    case SLUICE_FLOAT32:
-        return 4;
-    case SLUICE_INT64:
-    case SLUICE_UINT64:
-    case SLUICE_FLOAT64:
-        return 8;
-    case SLUICE_BYTES:
-        return 0;
-    }
-    return 0;
+    return pipe_dtype_size(dtype);
 }
 
 /* ---- Tensors ----------------------------------------------------------------------------- */
@@ -82,22 +63,6 @@ uint64_t pipe_tensor_num_values(const struct pipe_tensor *t)
     for (int d = 0; d < t->rank; d++)
         nv *= (uint64_t)t->shape[d];
     return nv;
-}
-
-uint64_t pipe_tensor_size(const struct pipe_tensor *t)
-{
-    uint64_t n = t->len;
-    if (t->dtype == SLUICE_BYTES && t->rank > 0)
-        n += 8 * pipe_tensor_num_values(t);
-    return n;
-}
-
-uint64_t pipe_elem_size(const struct sluice_element *e)
-{
-    uint64_t n = 0;
-    for (size_t i = 0; i < e->n; i++)
-        n += pipe_tensor_size(&e->t[i]);
-    return n;
 }
 
 /* Capacity growth: at least doubling, so a growing stream of sizes reallocates O(log n) times. */
@@ -254,6 +219,7 @@ void pipe_elem_init(struct sluice_element *e)
     e->n = 0;
     e->cap = 0;
     e->t = NULL;
+    e->lent = false;
 }
 
 void pipe_elem_release(struct sluice_element *e)
@@ -268,11 +234,12 @@ void pipe_elem_release(struct sluice_element *e)
     pipe_elem_init(e);
 }
 
-void pipe_elem_unlend(struct sluice_element *e)
+void pipe_elem_unlend_all(struct sluice_element *e)
 {
     for (size_t i = 0; i < e->cap; i++)
         if (e->t[i].lender)
             tensor_unlend(&e->t[i]);
+    e->lent = false;
 }
 
 void pipe_elem_swap(struct sluice_element *a, struct sluice_element *b)

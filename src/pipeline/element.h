@@ -47,10 +47,27 @@ struct pipe_tensor {
     struct pipe_lender *lender;
 };
 
+/* sluice_dtype_size, inlined where it runs per element: the size in bytes of one value of a
+ * fixed-width dtype, 0 for SLUICE_BYTES and for a value that is no dtype. */
+static inline size_t pipe_dtype_size(enum sluice_dtype dtype)
+{
+    static const uint8_t size[] = {
+        [SLUICE_BOOL] = 1,    [SLUICE_INT8] = 1,    [SLUICE_INT16] = 2,   [SLUICE_INT32] = 4,
+        [SLUICE_INT64] = 8,   [SLUICE_UINT8] = 1,   [SLUICE_UINT16] = 2,  [SLUICE_UINT32] = 4,
+        [SLUICE_UINT64] = 8,  [SLUICE_FLOAT32] = 4, [SLUICE_FLOAT64] = 8, [SLUICE_BYTES] = 0,
+    };
+    return (unsigned)dtype < sizeof size ? size[dtype] : 0;
+}
+
 struct sluice_element {
     size_t n; /* components in use */
     size_t cap;
     struct pipe_tensor *t;
+    /* Some tensor (spare slots included) may be lent: whoever lends one of its tensors
+     * (pipe_tensor_lend) sets it, pipe_elem_unlend clears it. False: none is, and unlending has
+     * nothing to do, which it then finds out without touching the tensors (a reader calls it
+     * twice per element). */
+    bool lent;
 };
 
 /* Initializes an element in place with no components and no buffers. */
@@ -68,7 +85,12 @@ void pipe_dtypes_text(const enum sluice_dtype *d, size_t n, char *buf, size_t le
 bool pipe_elem_equal(const struct sluice_element *a, const struct sluice_element *b);
 
 /* Gives back every lent tensor of e (pipe_tensor_lend), spare slots included. */
-void pipe_elem_unlend(struct sluice_element *e);
+void pipe_elem_unlend_all(struct sluice_element *e);
+static inline void pipe_elem_unlend(struct sluice_element *e)
+{
+    if (e->lent)
+        pipe_elem_unlend_all(e);
+}
 
 /* Sets the number of components, keeping existing buffers. Returns 0 or SLUICE_ERR_NOMEM. */
 int pipe_elem_resize(struct sluice_element *e, size_t n);
@@ -93,9 +115,22 @@ static inline void pipe_tensor_swap(struct pipe_tensor *a, struct pipe_tensor *b
 uint64_t pipe_tensor_num_values(const struct pipe_tensor *t);
 /* The bytes a tensor holds, what a worker's --max-element-bytes bounds: its value bytes, plus 8
  * per value for a bytes tensor of rank 1 or more (its offsets). */
-uint64_t pipe_tensor_size(const struct pipe_tensor *t);
-/* The sum of pipe_tensor_size over the element's components. */
-uint64_t pipe_elem_size(const struct sluice_element *e);
+static inline uint64_t pipe_tensor_size(const struct pipe_tensor *t)
+{
+    uint64_t n = t->len;
+    if (t->dtype == SLUICE_BYTES && t->rank > 0)
+        n += 8 * pipe_tensor_num_values(t);
+    return n;
+}
+/* The sum of pipe_tensor_size over the element's components (inline: a worker sizes every
+ * element it produces). */
+static inline uint64_t pipe_elem_size(const struct sluice_element *e)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < e->n; i++)
+        n += pipe_tensor_size(&e->t[i]);
+    return n;
+}
 /* Makes room for len data bytes (and, for bytes tensors, nvalues + 1 offsets); keeps content
  * only up to the old length. Returns 0 or SLUICE_ERR_NOMEM. "Bytes tensor" means t->dtype is
  * already SLUICE_BYTES when this is called: to turn another tensor into a bytes tensor, set its
@@ -103,7 +138,7 @@ uint64_t pipe_elem_size(const struct sluice_element *e);
 int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues);
 /* Makes t's values the len bytes at data, which lie in lender's memory, without copying them:
  * holds one reference of lender (giving back what t held before). The caller sets dtype, rank
- * and shape. */
+ * and shape, and the lent flag of the element t belongs to. */
 void pipe_tensor_lend(struct pipe_tensor *t, const uint8_t *data, size_t len,
                       struct pipe_lender *lender);
 /* Sets t to a scalar of a fixed-width dtype holding the given value bytes (size of dtype). */

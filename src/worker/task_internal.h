@@ -67,6 +67,9 @@ struct producer {
     struct sluice_element elem;
     struct pipe_buf scratch;
     uint64_t last_ns; /* when the producer last looked at the clock while a reader waited */
+    /* Elements to append before it looks again: elements that come fast (PRODUCER_CLOCK_EVERY
+     * of them well within the linger) are not timed one by one (task_producers.c produce). */
+    unsigned clock_skip;
     /* Adaptive compression: after TASK_COMPRESS_PROBES elements in a row that snappy could not
      * shrink, the next skip_len elements are stored raw without trying (skip_left counts them
      * down); skip_len doubles while probes keep failing and resets when one pays. */

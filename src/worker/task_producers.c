@@ -316,10 +316,19 @@ static int produce(struct producer *p, uint64_t deadline)
         bool flush = c->data.len >= TASK_CHUNK_BYTES || c->count >= TASK_CHUNK_RECORDS;
         if (!flush && atomic_load_explicit(&t->waiting, memory_order_relaxed)) {
             /* A reader waits: publish once the chunk has lingered, or at once when elements
-             * come slowly (this one took longer than the linger to arrive). */
-            uint64_t now = uv_hrtime();
-            flush = now - c->born_ns >= TASK_LINGER_NS || now - p->last_ns >= TASK_LINGER_NS;
-            p->last_ns = now;
+             * come slowly (this one took longer than the linger to arrive). Elements that come
+             * fast read the clock once every PRODUCER_CLOCK_EVERY: a clock read per element
+             * costs as much as producing a small one. Should they slow down meanwhile, the
+             * loop's tick (WORKER_TICK_FAST_MS while a reader waits) publishes what lingers. */
+            if (p->clock_skip > 0) {
+                p->clock_skip--;
+            } else {
+                uint64_t now = uv_hrtime();
+                uint64_t gap = now - p->last_ns;
+                flush = now - c->born_ns >= TASK_LINGER_NS || gap >= TASK_LINGER_NS;
+                p->clock_skip = gap < TASK_LINGER_NS / 64 ? PRODUCER_CLOCK_EVERY - 1 : 0;
+                p->last_ns = now;
+            }
         }
         if (flush)
             rc = publish(p);
