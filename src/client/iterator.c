@@ -431,9 +431,8 @@ int iter_open_tail(struct sluice_iterator *it, const char *text, const char *wha
 }
 
 /* Inlined into both callers: it runs once per element. */
-static inline __attribute__((always_inline)) int iter_next(struct sluice_iterator *it,
-                                                           uint32_t timeout_ms, bool lend,
-                                                           char *err, size_t errlen)
+static inline __attribute__((always_inline)) int
+iter_next(struct sluice_iterator *it, uint32_t timeout_ms, bool lend, char *err, size_t errlen)
 {
     int rc;
     if (it->tail) {

@@ -302,7 +302,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
     pipe_elem_unlend(e);
     size_t lend_min =
         lender && lender->lend_min > CODEC_LEND_MIN ? lender->lend_min : CODEC_LEND_MIN;
-    if (ncomp != e->n && pipe_elem_resize(e, ncomp))
+    if (pipe_elem_resize(e, ncomp))
         return SLUICE_ERR_NOMEM;
     for (size_t c = 0; c < ncomp; c++) {
         struct pipe_tensor *t = &e->t[c];
@@ -373,9 +373,7 @@ static int read_body(const uint8_t *d, size_t len, struct sluice_element *e, siz
                 pipe_tensor_lend(t, d + pos, nbytes, lender);
                 e->lent = true;
             } else {
-                /* A tensor of the previous element's size (most often) has room already: no
-                 * call per element. */
-                if ((t->lender || t->cap < nbytes) && pipe_tensor_reserve(t, nbytes, nv))
+                if (pipe_tensor_reserve(t, nbytes, nv))
                     return SLUICE_ERR_NOMEM;
                 memcpy(t->data, d + pos, nbytes);
                 t->len = nbytes;

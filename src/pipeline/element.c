@@ -137,7 +137,7 @@ static int tensor_reserve(struct pipe_tensor *t, size_t len, size_t noffs)
 
 /* Offsets are reserved only for tensors whose dtype is already SLUICE_BYTES: a fixed-width
  * tensor never needs them, and callers building a bytes tensor set the dtype first. */
-int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues)
+int pipe_tensor_reserve_more(struct pipe_tensor *t, size_t len, size_t nvalues)
 {
     size_t noffs = 0;
     if (t->dtype == SLUICE_BYTES) {
@@ -264,10 +264,8 @@ int pipe_elem_reserve(struct sluice_element *e, size_t n)
     return 0;
 }
 
-int pipe_elem_resize(struct sluice_element *e, size_t n)
+int pipe_elem_resize_to(struct sluice_element *e, size_t n)
 {
-    if (n == e->n)
-        return 0;
     if (n > PIPE_MAX_COMPONENTS)
         return SLUICE_ERR_INVALID;
     int rc = pipe_elem_reserve(e, n);

@@ -52,9 +52,9 @@ struct pipe_tensor {
 static inline size_t pipe_dtype_size(enum sluice_dtype dtype)
 {
     static const uint8_t size[] = {
-        [SLUICE_BOOL] = 1,    [SLUICE_INT8] = 1,    [SLUICE_INT16] = 2,   [SLUICE_INT32] = 4,
-        [SLUICE_INT64] = 8,   [SLUICE_UINT8] = 1,   [SLUICE_UINT16] = 2,  [SLUICE_UINT32] = 4,
-        [SLUICE_UINT64] = 8,  [SLUICE_FLOAT32] = 4, [SLUICE_FLOAT64] = 8, [SLUICE_BYTES] = 0,
+        [SLUICE_BOOL] = 1,   [SLUICE_INT8] = 1,    [SLUICE_INT16] = 2,   [SLUICE_INT32] = 4,
+        [SLUICE_INT64] = 8,  [SLUICE_UINT8] = 1,   [SLUICE_UINT16] = 2,  [SLUICE_UINT32] = 4,
+        [SLUICE_UINT64] = 8, [SLUICE_FLOAT32] = 4, [SLUICE_FLOAT64] = 8, [SLUICE_BYTES] = 0,
     };
     return (unsigned)dtype < sizeof size ? size[dtype] : 0;
 }
@@ -92,8 +92,13 @@ static inline void pipe_elem_unlend(struct sluice_element *e)
         pipe_elem_unlend_all(e);
 }
 
-/* Sets the number of components, keeping existing buffers. Returns 0 or SLUICE_ERR_NOMEM. */
-int pipe_elem_resize(struct sluice_element *e, size_t n);
+/* Sets the number of components, keeping existing buffers. Returns 0 or SLUICE_ERR_NOMEM. The
+ * unchanged count (a decoder's case per element) returns without a call. */
+int pipe_elem_resize_to(struct sluice_element *e, size_t n);
+static inline int pipe_elem_resize(struct sluice_element *e, size_t n)
+{
+    return n == e->n ? 0 : pipe_elem_resize_to(e, n);
+}
 
 /* Makes room for n component slots (n <= PIPE_MAX_COMPONENTS + 1) without bringing any into
  * use: slots [e->n, n) are spare, keep whatever buffers they had and may be borrowed by a function
@@ -135,7 +140,14 @@ static inline uint64_t pipe_elem_size(const struct sluice_element *e)
  * only up to the old length. Returns 0 or SLUICE_ERR_NOMEM. "Bytes tensor" means t->dtype is
  * already SLUICE_BYTES when this is called: to turn another tensor into a bytes tensor, set its
  * dtype first (or start from pipe_tensor_set_bytes(t, NULL, 0)), then reserve. */
-int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues);
+int pipe_tensor_reserve_more(struct pipe_tensor *t, size_t len, size_t nvalues);
+static inline int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t nvalues)
+{
+    /* A fixed-width tensor of its own with room already (most elements of a stream): no call. */
+    if (t->dtype != SLUICE_BYTES && !t->lender && len <= t->cap)
+        return 0;
+    return pipe_tensor_reserve_more(t, len, nvalues);
+}
 /* Makes t's values the len bytes at data, which lie in lender's memory, without copying them:
  * holds one reference of lender (giving back what t held before). The caller sets dtype, rank
  * and shape, and the lent flag of the element t belongs to. */

@@ -295,6 +295,68 @@ static int next_record(const uint8_t *data, size_t len, size_t *pos, struct slui
  * when the record is stored, they are at least CODEC_LEND_MIN bytes and they lie aligned to
  * their dtype; they equal the input either way; a lent tensor holds one reference until it is
  * changed (a reserve copies what it keeps) or released. */
+/* The element's lent flag follows its tensors: set by a lending decode, cleared by unlending
+ * (which gives every reference back) and by a decode that lends nothing, whose unlend comes
+ * first; an element never lent does not read its tensors to unlend. */
+static void test_lent_flag(void **state)
+{
+    (void)state;
+    size_t nbytes = 8192;
+    uint8_t *vals = malloc(nbytes);
+    assert_non_null(vals);
+    for (size_t k = 0; k < nbytes; k++)
+        vals[k] = (uint8_t)(k * 37 % 251);
+    struct sluice_element *big = sluice_element_new(), *small = sluice_element_new();
+    int64_t shape[1] = {(int64_t)nbytes};
+    assert_int_equal(sluice_element_set_tensor(big, 0, SLUICE_UINT8, 1, shape, vals, nbytes), 0);
+    assert_int_equal(sluice_element_set_int64(small, 0, 7), 0);
+    struct pipe_buf out = {0}, scratch = {0};
+    assert_int_equal(codec_append_elem(&out, big, false, &scratch), 0);
+    assert_int_equal(codec_append_elem(&out, big, false, &scratch), 0);
+    assert_int_equal(codec_append_elem(&out, small, false, &scratch), 0);
+    uint8_t *buf = aligned_alloc(64, (out.len + 63) / 64 * 64);
+    assert_non_null(buf);
+    memcpy(buf, out.p, out.len);
+    struct counting_lender l = {{count_hold, count_release}, 0};
+    struct sluice_element got;
+    pipe_elem_init(&got);
+    assert_false(got.lent);
+    size_t pos = 0;
+    assert_int_equal(next_record(buf, out.len, &pos, &got, &scratch, &l.base), CODEC_ELEMENT);
+    assert_true(got.lent);
+    assert_int_equal(l.refs, 1);
+    pipe_elem_unlend(&got);
+    assert_false(got.lent);
+    assert_int_equal(l.refs, 0);
+    assert_null(got.t[0].lender);
+    /* Lent again, then a small element over it: the decode gives the values back first. */
+    assert_int_equal(next_record(buf, out.len, &pos, &got, &scratch, &l.base), CODEC_ELEMENT);
+    assert_true(got.lent);
+    assert_int_equal(l.refs, 1);
+    assert_int_equal(next_record(buf, out.len, &pos, &got, &scratch, &l.base), CODEC_ELEMENT);
+    assert_false(got.lent);
+    assert_int_equal(l.refs, 0);
+    assert_true(pipe_elem_equal(small, &got));
+    /* Swapped with an element that holds lent values, the flag goes with them. */
+    struct sluice_element other;
+    pipe_elem_init(&other);
+    pos = 0;
+    assert_int_equal(next_record(buf, out.len, &pos, &other, &scratch, &l.base), CODEC_ELEMENT);
+    pipe_elem_swap(&got, &other);
+    assert_true(got.lent);
+    assert_false(other.lent);
+    pipe_elem_unlend(&got);
+    assert_int_equal(l.refs, 0);
+    pipe_elem_release(&got);
+    pipe_elem_release(&other);
+    free(buf);
+    free(vals);
+    pipe_buf_release(&out);
+    pipe_buf_release(&scratch);
+    sluice_element_free(big);
+    sluice_element_free(small);
+}
+
 static void test_lent_values(void **state)
 {
     (void)state;
@@ -546,7 +608,7 @@ int main(void)
         cmocka_unit_test(test_tags_and_split_ends), cmocka_unit_test(test_split_from),
         cmocka_unit_test(test_corrupt_inputs),      cmocka_unit_test(test_lent_values),
         cmocka_unit_test(test_lent_strings),        cmocka_unit_test(test_sample_compresses),
-        cmocka_unit_test(test_pad_records),
+        cmocka_unit_test(test_pad_records),         cmocka_unit_test(test_lent_flag),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
