@@ -201,11 +201,25 @@ def test_held_slots_make_the_worker_wait(cluster, tensor_worker, slots):
 
 
 KILLED = """
-import os, signal, sys
+import faulthandler, os, signal, sys, threading, time
 sys.path.insert(0, {tests!r})
 import sluice.torch
 import torch.utils.data._utils.signal_handling as torch_signals
 from test_torch_handover import dataset, labels_of, wait_nothing_mapped
+
+# Should this hang, every process of it prints its threads' stacks (the loader workers inherit
+# the SIGUSR1 handler) and it ends, so that the output says where.
+WATCHDOG_S = float(os.environ.get("SLUICE_TEST_WATCHDOG_S", "90"))
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+def watchdog():
+    time.sleep(WATCHDOG_S)
+    for w in getattr(getattr(loader, "_iterator", None), "_workers", []):
+        try:
+            os.kill(w.pid, signal.SIGUSR1)
+        except OSError:
+            pass
+threading.Thread(target=watchdog, daemon=True).start()
+faulthandler.dump_traceback_later(WATCHDOG_S + 3, exit=True)  # this process, even holding the GIL
 
 # Without torch's SIGCHLD handler (it raises wherever this process happens to be): the loader
 # finds its worker dead when it next checks on its workers, and fails there.
