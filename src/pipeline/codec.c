@@ -228,7 +228,7 @@ static size_t split_component(const struct sluice_element *e, size_t min_ext, si
     return best;
 }
 
-bool codec_can_split(const struct sluice_element *e, size_t min_ext)
+bool codec_can_split_exact(const struct sluice_element *e, size_t min_ext)
 {
     size_t len;
     return split_component(e, min_ext, &len) != SIZE_MAX;

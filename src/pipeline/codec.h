@@ -73,8 +73,17 @@ int codec_append_split(struct pipe_buf *out, const struct sluice_element *e, siz
 /* codec_append_split with a tag (NULL: untagged). */
 int codec_append_split_tagged(struct pipe_buf *out, const struct sluice_element *e, size_t min_ext,
                               const struct codec_tag *tag, struct codec_split *split);
-/* Whether codec_append_split would split e (cheap: no encoding). */
-bool codec_can_split(const struct sluice_element *e, size_t min_ext);
+/* Whether codec_append_split would split e (cheap: no encoding). Inline: a worker asks for every
+ * element it produces, and an element whose tensors are all shorter than min_ext (the value bytes
+ * of a tensor never exceed its len) is told at a glance. */
+bool codec_can_split_exact(const struct sluice_element *e, size_t min_ext);
+static inline bool codec_can_split(const struct sluice_element *e, size_t min_ext)
+{
+    for (size_t c = 0; c < e->n; c++)
+        if (e->t[c].len >= min_ext)
+            return codec_can_split_exact(e, min_ext);
+    return false;
+}
 /* Whether snappy saves at least an eighth on a sample of e's largest component (the one
  * codec_append_split would leave out): sample bytes from its middle, compressed into scratch.
  * True without trying when no component has min_ext bytes or the component is shorter than twice

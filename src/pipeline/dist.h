@@ -82,7 +82,10 @@ enum pipe_dist_place pipe_dist_place_of(const struct pipe_spec *spec, const stru
 /* The source element index of position g of a split (range/list). */
 static inline uint64_t pipe_dist_index(const struct pipe_dist *d, uint64_t g)
 {
-    uint64_t q = d->count ? (d->skip + g) % d->count : 0;
+    /* A division only past the first lap: it costs as much as producing a small element. */
+    uint64_t q = d->skip + g;
+    if (q >= d->count)
+        q = d->count ? q % d->count : 0;
     return d->offset + q * d->stride;
 }
 

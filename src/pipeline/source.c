@@ -35,8 +35,11 @@ static int cursor_init(struct cursor *c, uint64_t len, const struct pipe_span *s
         c->perm_pass = shuffle->pass;
         perm_init(&c->perm, perm_key(shuffle->seed, shuffle->pass, 0), len);
     }
-    c->viewed = view != NULL;
-    if (view)
+    /* A view that maps every position to itself (the plain source split up) is no view: the
+     * per-element mapping is skipped. Not under global_shuffle, whose passes come from it. */
+    c->viewed = view && (shuffle || !(view->offset == 0 && view->stride == 1 && view->skip == 0 &&
+                                      view->count == len && view->len == len));
+    if (c->viewed)
         c->view = *view;
     c->k = c->end = 0;
     c->next_span = 0;

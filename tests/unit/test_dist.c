@@ -188,6 +188,23 @@ static const char *const same_as_local[] = {
     "range(0) | global_shuffle(8) | repeat(4)",
 };
 
+/* pipe_dist_index divides only past the first lap; it must give (skip + g) mod count wherever. */
+static void test_index_of_position(void **state)
+{
+    (void)state;
+    const uint64_t counts[] = {0, 1, 3, 10, 1000, UINT64_MAX};
+    const uint64_t skips[] = {0, 2, 9, 999, UINT64_MAX - 1};
+    const uint64_t gs[] = {0, 1, 7, 10, 11, 2999, UINT64_MAX};
+    for (size_t a = 0; a < sizeof counts / sizeof counts[0]; a++)
+        for (size_t b = 0; b < sizeof skips / sizeof skips[0]; b++)
+            for (size_t c = 0; c < sizeof gs / sizeof gs[0]; c++) {
+                struct pipe_dist d = {
+                    .offset = 5, .stride = 3, .count = counts[a], .skip = skips[b]};
+                uint64_t q = d.count ? (d.skip + gs[c]) % d.count : 0;
+                assert_int_equal(pipe_dist_index(&d, gs[c]), d.offset + q * d.stride);
+            }
+}
+
 static void test_same_as_local(void **state)
 {
     (void)state;
@@ -333,9 +350,8 @@ static int teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_same_as_local),
-        cmocka_unit_test(test_placements),
-        cmocka_unit_test(test_split_sizes),
+        cmocka_unit_test(test_index_of_position), cmocka_unit_test(test_same_as_local),
+        cmocka_unit_test(test_placements),        cmocka_unit_test(test_split_sizes),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
