@@ -55,13 +55,15 @@ int shm_ring_place(uint64_t size, uint64_t wpos, uint64_t head, uint64_t len, ui
      * SHM_RING_RESET - 1 more such blocks fit behind it before the reader releases any. A small
      * ring (under SHM_RING_RESET units) never starts over early; it is swept whole, which costs
      * little. */
-    /* A large ring not empty: once its held blocks, in one piece and at most an eighth of it,
-     * leave an eighth of it (and SHM_RING_EARLY_BLOCKS units) free before them. */
+    /* A large ring not empty: once its held blocks, in one piece, leave an eighth of it (and
+     * SHM_RING_EARLY_BLOCKS units) free before them, however much they hold: a reader behind with
+     * more than four replies of 32 MiB held more than an eighth of a 1 GiB ring, and bounding
+     * what they hold (by an eighth, once) kept it from ever starting over early, so that it was
+     * swept whole and every page of it faulted in. */
     uint64_t held = wpos - head;
     uint64_t eighth = size / SHM_RING_EARLY_DIV;
     uint64_t early = eighth > SHM_RING_EARLY_BLOCKS * unit ? eighth : SHM_RING_EARLY_BLOCKS * unit;
-    bool restart = size >= SHM_RING_EARLY_MIN && held > 0 && held <= eighth && held <= off &&
-                   off - held >= early;
+    bool restart = size >= SHM_RING_EARLY_MIN && held > 0 && held <= off && off - held >= early;
     uint64_t pad = 0;
     if (off + need > size || (head == wpos && off >= SHM_RING_RESET * unit) || restart)
         pad = size - off;

@@ -17,15 +17,15 @@
  * as held until the block after it is released, which still leaves room for SHM_RING_RESET - 1
  * more such blocks. (Padding back whenever the ring is empty would let one held block and its
  * pad take the whole ring.) A large ring (SHM_RING_EARLY_MIN or more) that is not empty starts
- * over too when its held blocks lie in one piece and take at most an eighth of it, and at least
- * an eighth of it (and SHM_RING_EARLY_BLOCKS blocks) is free before them: a consumer that keeps
- * a few elements (a DataLoader's prefetch) never empties the ring, and would otherwise sweep
- * every page of a fresh region. The blocks these rules count are of the largest size the reader
- * may have asked for: the new one's, the largest placed before, or a reply of
- * SHM_RING_REPLY_BYTES, whichever is largest. The reader, which allows for a pad of about a
- * reply at the ring's end when it decides to ask for more (client/iterator_fetch.c shm_full),
- * does not see that pad coming; the room left in front holds every reply its requests on the
- * way can bring, so none falls back to the socket for it.
+ * over too when its held blocks lie in one piece and at least an eighth of it (and
+ * SHM_RING_EARLY_BLOCKS blocks) is free before them, however much they hold: a consumer that
+ * keeps a few elements (a DataLoader's prefetch, a reader's 8 replies of 32 MiB) never empties
+ * the ring, and would otherwise sweep every page of a fresh region. The blocks these rules count
+ * are of the largest size the reader may have asked for: the new one's, the largest placed before,
+ * or a reply of SHM_RING_REPLY_BYTES, whichever is largest. The reader, which allows for a pad of
+ * about a reply at the ring's end when it decides to ask for more (client/iterator_fetch.c
+ * shm_full), does not see that pad coming; the room left in front holds every reply its requests on
+ * the way can bring, so none falls back to the socket for it.
  *
  * The reader releases blocks in any order (a view may outlive later ones); head moves over the
  * released blocks at the front only, so the writer never overwrites a block still held. */

@@ -134,8 +134,8 @@ static void test_place_reset(void **state)
     }
 }
 
-/* A large ring that is not empty starts over when its held blocks, in one piece and at most an
- * eighth of it, leave an eighth of it (and 6 blocks) free before them. */
+/* A large ring that is not empty starts over when its held blocks, in one piece, leave an eighth
+ * of it (and 6 blocks) free before them, however much they hold. */
 static void test_place_large_ring(void **state)
 {
     (void)state;
@@ -149,8 +149,10 @@ static void test_place_large_ring(void **state)
         {E + 192, E, 100, G - E - 192, 0},
         /* Just under an eighth free before them: where the writer is. */
         {E + 128, E - 64, 100, 0, E + 128},
-        /* Held blocks of more than an eighth: where the writer is. */
-        {G / 2 + E + 64, G / 2 - 64, 100, 0, G / 2 + E + 64},
+        /* Held blocks of more than an eighth (a reader's prefetch of large replies) with an
+         * eighth free before them: back to 0 too; with less free: where the writer is. */
+        {G / 2 + E + 64, G / 2 - 64, 100, G / 2 - E - 64, 0},
+        {G / 2 + E + 64, E - 64, 100, 0, G / 2 + E + 64},
         /* The held blocks wrap: where the writer is. */
         {G + 256, G - 256, 100, 0, 256},
         /* An eighth free but fewer than 6 blocks of a large one (32 MiB): where the writer is;
