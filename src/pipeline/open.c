@@ -560,8 +560,21 @@ static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, siz
         return rc;
     }
     pipe_prof_mark_top(r->run.it);
+    r->run.below = pipe_prof_top_below(r->run.it);
     *out = &r->run;
     return 0;
+}
+
+int pipe_run_next_outer(struct pipe_run *run, struct sluice_element *out)
+{
+    if (!run->below)
+        return pipe_next(run->it, out);
+    /* The wrapper counts the calls that went past it, so that this one is its next sample. */
+    pipe_prof_top_skipped(run->it, run->skipped);
+    run->skipped = 0;
+    int rc = pipe_next(run->it, out);
+    run->skip_left = PIPE_PROF_EVERY - 1;
+    return rc;
 }
 
 int pipe_open(const struct pipe_spec *spec, const struct sluice_registry *reg,

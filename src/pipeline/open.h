@@ -33,6 +33,11 @@ struct pipe_limits {
 struct pipe_run {
     struct pipe_ctx ctx;
     struct pipe_iter *it;
+    /* A profiled run (prof.h): what lies below its outermost timing wrapper, which
+     * pipe_run_next calls directly between the wrapper's samples (skip_left more calls), and the
+     * calls that went past the wrapper so since it was last called. below is NULL otherwise. */
+    struct pipe_iter *below;
+    uint32_t skip_left, skipped;
 };
 
 /* Builds the whole pipeline of spec. Functions are resolved in reg (which must outlive the
@@ -91,10 +96,21 @@ int pipe_open_tail_reopen(const struct pipe_spec *tail, const struct sluice_regi
                           struct pipe_iter *upstream, pipe_reopen_fn reopen, void *user,
                           struct pipe_run **out, char *err, size_t errlen);
 
-/* Next element of a run: 1, 0 at end, or a negative code with the message in run->ctx.err. */
+/* pipe_run_next's call of the outermost iterator, which a profiled run makes once every
+ * PIPE_PROF_EVERY calls (the sampled one). */
+int pipe_run_next_outer(struct pipe_run *run, struct sluice_element *out);
+
+/* Next element of a run: 1, 0 at end, or a negative code with the message in run->ctx.err.
+ * Between the samples of a profiled run it steps over the timing wrapper on top, whose calls
+ * would cost as much as producing a small element's. */
 static inline int pipe_run_next(struct pipe_run *run, struct sluice_element *out)
 {
-    return pipe_next(run->it, out);
+    if (run->skip_left) {
+        run->skip_left--;
+        run->skipped++;
+        return pipe_next(run->below, out);
+    }
+    return pipe_run_next_outer(run, out);
 }
 
 /* Makes a running pipeline give up: the loops inside next() that could run for ever (a filter

@@ -116,6 +116,18 @@ void pipe_prof_mark_top(struct pipe_iter *it)
         ((struct prof_iter *)it)->top = true;
 }
 
+struct pipe_iter *pipe_prof_top_below(struct pipe_iter *it)
+{
+    if (!it || it->ops != &prof_ops || !((struct prof_iter *)it)->top)
+        return NULL;
+    return ((struct prof_iter *)it)->up;
+}
+
+void pipe_prof_top_skipped(struct pipe_iter *it, uint64_t n)
+{
+    ((struct prof_iter *)it)->calls += n;
+}
+
 void pipe_prof_stage_name(const struct pipe_spec *spec, unsigned stage, char *buf, size_t len)
 {
     if (len == 0)

@@ -7,9 +7,10 @@
  * that call every wrapper below it times its own calls too, and each adds its exclusive time
  * (its call's duration less the time spent in the wrapper below it) multiplied by the number of
  * outer calls the sample stands for. Calls that are not sampled cost one branch and one indirect
- * call per wrapper. A prefetch's upstream is a chain of its own (its own thread and context)
- * with its own outermost wrapper; the time a chain spends waiting for a prefetch shows in the
- * stage above the prefetch. Time spent inside a mix's inputs counts as the source's.
+ * call per wrapper, except the outermost of a run pulled with pipe_run_next, which steps over it
+ * between samples (open.h). A prefetch's upstream is a chain of its own (its own thread and
+ * context) with its own outermost wrapper; the time a chain spends waiting for a prefetch shows in
+ * the stage above the prefetch. Time spent inside a mix's inputs counts as the source's.
  *
  * Stage numbers: 0 the source, k + 1 operation k of the spec (prefetch, global_shuffle and the
  * operations the split provider applies have no time of their own).
@@ -31,6 +32,11 @@
 #define PIPE_PROF_STAGES 14
 /* One outer call in this many is timed. */
 #define PIPE_PROF_EVERY 64
+/* The iterator below it when it is the outermost timing wrapper of a chain (pipe_prof_mark_top),
+ * else NULL: a caller may call that one directly for calls that are not sampled, provided it
+ * tells the wrapper how many it made (pipe_prof_top_skipped) before calling it again. */
+struct pipe_iter *pipe_prof_top_below(struct pipe_iter *it);
+void pipe_prof_top_skipped(struct pipe_iter *it, uint64_t n);
 /* Longest stage name, NUL included ("map(decode_jpeg)#1"; longer names are cut). */
 #define PIPE_PROF_NAME_MAX 64
 
