@@ -567,8 +567,6 @@ static int finish_open(struct run_impl *r, struct pipe_run **out, char *err, siz
 
 int pipe_run_next_outer(struct pipe_run *run, struct sluice_element *out)
 {
-    if (!run->below)
-        return pipe_next(run->it, out);
     /* The wrapper counts the calls that went past it, so that this one is its next sample. */
     pipe_prof_top_skipped(run->it, run->skipped);
     run->skipped = 0;

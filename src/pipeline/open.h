@@ -110,7 +110,7 @@ static inline int pipe_run_next(struct pipe_run *run, struct sluice_element *out
         run->skipped++;
         return pipe_next(run->below, out);
     }
-    return pipe_run_next_outer(run, out);
+    return run->below ? pipe_run_next_outer(run, out) : pipe_next(run->it, out);
 }
 
 /* Makes a running pipeline give up: the loops inside next() that could run for ever (a filter
