@@ -571,7 +571,8 @@ int pipe_run_next_outer(struct pipe_run *run, struct sluice_element *out)
     pipe_prof_top_skipped(run->it, run->skipped);
     run->skipped = 0;
     int rc = pipe_next(run->it, out);
-    run->skip_left = PIPE_PROF_EVERY - 1;
+    uint64_t left = pipe_prof_top_unsampled(run->it);
+    run->skip_left = left < UINT32_MAX ? (uint32_t)left : UINT32_MAX;
     return rc;
 }
 

@@ -128,6 +128,12 @@ void pipe_prof_top_skipped(struct pipe_iter *it, uint64_t n)
     ((struct prof_iter *)it)->calls += n;
 }
 
+uint64_t pipe_prof_top_unsampled(const struct pipe_iter *it)
+{
+    const struct prof_iter *p = (const struct prof_iter *)it;
+    return p->next_at > p->calls + 1 ? p->next_at - p->calls - 1 : 0;
+}
+
 void pipe_prof_stage_name(const struct pipe_spec *spec, unsigned stage, char *buf, size_t len)
 {
     if (len == 0)

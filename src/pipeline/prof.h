@@ -34,9 +34,11 @@
 #define PIPE_PROF_EVERY 64
 /* The iterator below it when it is the outermost timing wrapper of a chain (pipe_prof_mark_top),
  * else NULL: a caller may call that one directly for calls that are not sampled, provided it
- * tells the wrapper how many it made (pipe_prof_top_skipped) before calling it again. */
+ * tells the wrapper how many it made (pipe_prof_top_skipped) before calling it again.
+ * pipe_prof_top_unsampled says how many calls from now on the wrapper would not sample. */
 struct pipe_iter *pipe_prof_top_below(struct pipe_iter *it);
 void pipe_prof_top_skipped(struct pipe_iter *it, uint64_t n);
+uint64_t pipe_prof_top_unsampled(const struct pipe_iter *it);
 /* Longest stage name, NUL included ("map(decode_jpeg)#1"; longer names are cut). */
 #define PIPE_PROF_NAME_MAX 64
 
