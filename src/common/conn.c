@@ -71,9 +71,15 @@ static void on_close(uv_handle_t *h)
     conn_tls_release(c);
     inproc_link_unref(c->link);
     c->link = NULL;
-    shm_region_unref(c->shm);
+    /* The owner's on_closed may still ask which region this was (shm_closed); the reference
+     * goes after it. */
+    struct shm_region *shm = c->shm;
+    if (shm)
+        shm_region_arena_stop(shm);
     c->shm = NULL;
+    c->shm_closed = shm;
     c->ops->on_closed(c);
+    shm_region_unref(shm);
 }
 
 void conn_close(struct conn *c)
@@ -907,10 +913,19 @@ static int send_shm(struct conn *c, uint64_t id, uint32_t count, bool eos, const
         free(f);
         return SLUICE_ERR_TOO_LARGE;
     }
-    struct iovec iov[CONN_MAX_SEGS];
-    for (unsigned i = 0; i < nsegs; i++)
-        iov[i] = (struct iovec){segs[i].base, segs[i].len};
-    int rc = shm_region_write(c->shm, iov, nsegs, len);
+    /* A payload the pipeline built in the arena is announced where it lies; any other (or one
+     * whose block is lent already) is copied into the ring. */
+    int rc = SLUICE_ERR_NOT_FOUND;
+    if (nsegs == 1)
+        rc = shm_region_write_extern(c->shm, (const uint8_t *)segs[0].base, len);
+    if (rc == 0) {
+        c->shm_inplace_bytes += len;
+    } else if (rc == SLUICE_ERR_NOT_FOUND) {
+        struct iovec iov[CONN_MAX_SEGS];
+        for (unsigned i = 0; i < nsegs; i++)
+            iov[i] = (struct iovec){segs[i].base, segs[i].len};
+        rc = shm_region_write(c->shm, iov, nsegs, len);
+    }
     if (rc != 0) {
         free(f);
         /* No room now, or never: the socket carries it. */

@@ -160,6 +160,9 @@ struct conn {
     uint64_t shm_pos;  /* its position */
     uint64_t shm_sent; /* the writer's side: elements and bytes that went through the region */
     uint64_t shm_sent_bytes;
+    uint64_t shm_inplace_bytes; /* of those, announced in place in the arena */
+    /* During ops->on_closed only: the region the connection had (shm is NULL by then). */
+    struct shm_region *shm_closed;
     char peer[64]; /* "IP:PORT" of the peer, or the owner's name for it */
     /* TLS (conn_use_tls): the session; frames written before its handshake completed; the
      * ciphertext being gathered for the next write; spare blocks for it; a buffer gathering small

@@ -723,8 +723,20 @@ bool rpc_conn_aligned(const struct rpc_conn *rc)
     return rc->aligned;
 }
 
-void rpc_conn_shm_sent(const struct rpc_conn *rc, uint64_t *elements, uint64_t *bytes)
+struct shm_region *rpc_conn_shm_region(const struct rpc_conn *rc)
 {
+    return rc->conn.shm;
+}
+
+struct shm_region *rpc_conn_closed_region(const struct rpc_conn *rc)
+{
+    return rc->conn.shm_closed;
+}
+
+void rpc_conn_shm_sent(const struct rpc_conn *rc, uint64_t *elements, uint64_t *bytes,
+                       uint64_t *inplace)
+{
+    *inplace = rc->conn.shm_inplace_bytes;
     *elements = rc->conn.shm_sent;
     *bytes = rc->conn.shm_sent_bytes;
 }

@@ -160,9 +160,14 @@ bool rpc_conn_is_local(const struct rpc_conn *conn);
 bool rpc_conn_is_shm(const struct rpc_conn *conn);
 void rpc_conn_set_aligned(struct rpc_conn *conn);
 bool rpc_conn_aligned(const struct rpc_conn *conn);
-/* The elements and payload bytes conn has sent through its shared region so far (0 for any other
- * connection). */
-void rpc_conn_shm_sent(const struct rpc_conn *conn, uint64_t *elements, uint64_t *bytes);
+/* The elements and payload bytes conn has sent through its shared region so far, and of those
+ * bytes the ones announced in place in its arena (0 for any other connection). */
+void rpc_conn_shm_sent(const struct rpc_conn *conn, uint64_t *elements, uint64_t *bytes,
+                       uint64_t *inplace);
+/* conn's shared region (NULL for any other connection), to build values in (shm_region.h). */
+struct shm_region *rpc_conn_shm_region(const struct rpc_conn *conn);
+/* In the server's on_close callback only: the shared region conn had (NULL for none). */
+struct shm_region *rpc_conn_closed_region(const struct rpc_conn *conn);
 Sluice__Role rpc_conn_peer_role(const struct rpc_conn *conn);
 /* A number no other connection of the same server had or will have (from 1): it names the
  * connection after it is gone, where its pointer may be reused. */

@@ -94,16 +94,24 @@ void shm_ring_put_header(uint8_t *hdr, unsigned kind, uint64_t len)
     shm_put_u64(hdr + 8, len);
 }
 
-/* Copies the header at off out of the ring and splits it; false when the magic is wrong. */
-static bool get_header(const uint8_t *ring, uint64_t off, unsigned *kind, uint64_t *len)
+void shm_ring_put_extern(uint8_t *hdr, uint64_t at, uint64_t len)
 {
-    uint8_t h[16];
+    shm_ring_put_header(hdr, SHM_RING_EXTERN, len);
+    shm_put_u64(hdr + 16, at);
+}
+
+/* Copies the header at off out of the ring and splits it; false when the magic is wrong. */
+static bool get_header(const uint8_t *ring, uint64_t off, unsigned *kind, uint64_t *len,
+                       uint64_t *at)
+{
+    uint8_t h[24];
     memcpy(h, ring + off, sizeof h);
     uint64_t w = shm_get_u64(h);
     if (w >> 32 != SHM_RING_MAGIC)
         return false;
     *kind = (unsigned)(w & 0xffffffffu);
     *len = shm_get_u64(h + 8);
+    *at = shm_get_u64(h + 16);
     return true;
 }
 
@@ -115,8 +123,8 @@ int shm_ring_read(const uint8_t *ring, uint64_t size, uint64_t rpos, uint64_t he
     uint64_t pos = rpos;
     uint64_t off = pos % size;
     unsigned kind;
-    uint64_t len;
-    if (!get_header(ring, off, &kind, &len))
+    uint64_t len, at;
+    if (!get_header(ring, off, &kind, &len, &at))
         return SLUICE_ERR_PROTOCOL;
     if (kind == SHM_RING_PAD) {
         /* A pad covers the rest of the ring exactly, header included. */
@@ -124,16 +132,20 @@ int shm_ring_read(const uint8_t *ring, uint64_t size, uint64_t rpos, uint64_t he
             return SLUICE_ERR_PROTOCOL;
         pos += len;
         off = 0;
-        if (!get_header(ring, off, &kind, &len))
+        if (!get_header(ring, off, &kind, &len, &at))
             return SLUICE_ERR_PROTOCOL;
     }
-    if (kind != SHM_RING_DATA || len == 0 || len > size - SHM_RING_HDR)
+    bool ext = kind == SHM_RING_EXTERN;
+    if ((kind != SHM_RING_DATA && !ext) || len == 0 || (!ext && len > size - SHM_RING_HDR))
         return SLUICE_ERR_PROTOCOL;
-    uint64_t need = round_up(SHM_RING_HDR + len);
+    uint64_t need = round_up(SHM_RING_HDR + (ext ? SHM_RING_EXTERN_LEN : len));
     if (off + need > size || pos + need - head > size)
         return SLUICE_ERR_PROTOCOL;
-    *out = (struct shm_ring_block){
-        .start = rpos, .off = off + SHM_RING_HDR, .len = len, .next = pos + need};
+    *out = (struct shm_ring_block){.start = rpos,
+                                   .off = ext ? at : off + SHM_RING_HDR,
+                                   .len = len,
+                                   .next = pos + need,
+                                   .ext = ext};
     return 0;
 }
 
@@ -153,7 +165,7 @@ static struct shm_held *entry(const struct shm_tracker *t, size_t i)
     return &t->v[(t->first + i) % t->cap];
 }
 
-int shm_tracker_add(struct shm_tracker *t, uint64_t start, uint64_t end, size_t max)
+int shm_tracker_add(struct shm_tracker *t, uint64_t start, uint64_t end, uint64_t tag, size_t max)
 {
     if (start != t->tail || end <= start || t->n >= max)
         return SLUICE_ERR_PROTOCOL;
@@ -169,13 +181,13 @@ int shm_tracker_add(struct shm_tracker *t, uint64_t start, uint64_t end, size_t 
         t->cap = cap;
         t->first = 0;
     }
-    *entry(t, t->n) = (struct shm_held){.start = start, .end = end};
+    *entry(t, t->n) = (struct shm_held){.start = start, .end = end, .tag = tag};
     t->n++;
     t->tail = end;
     return 0;
 }
 
-int shm_tracker_release(struct shm_tracker *t, uint64_t start)
+int shm_tracker_release(struct shm_tracker *t, uint64_t start, uint64_t *tag)
 {
     /* Blocks are usually released in order: the one sought is near the front. */
     size_t i = 0;
@@ -184,6 +196,8 @@ int shm_tracker_release(struct shm_tracker *t, uint64_t start)
     if (i == t->n || entry(t, i)->released)
         return SLUICE_ERR_INVALID;
     entry(t, i)->released = true;
+    if (tag)
+        *tag = entry(t, i)->tag;
     while (t->n > 0 && entry(t, 0)->released) {
         t->head = entry(t, 0)->end;
         t->first = (t->first + 1) % t->cap;

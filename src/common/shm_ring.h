@@ -62,7 +62,12 @@
 
 /* A header's first word: a magic number in the high bits and the kind in the low byte. */
 #define SHM_RING_MAGIC 0x534c5348u /* "SLSH" */
-enum { SHM_RING_DATA = 1, SHM_RING_PAD = 2 };
+enum { SHM_RING_DATA = 1, SHM_RING_PAD = 2, SHM_RING_EXTERN = 3 };
+/* An SHM_RING_EXTERN block announces a payload that lies in the region's arena (shm_arena.h)
+ * instead of following its header: the header's len is the payload's bytes and the word after
+ * it (bytes 16-23) the payload's offset in the arena. The block is placed as one of
+ * SHM_RING_EXTERN_LEN payload bytes, which it never writes. */
+#define SHM_RING_EXTERN_LEN 1u
 
 /* Checks a ring size: a multiple of SHM_RING_ALIGN from SHM_RING_MIN to SHM_RING_MAX. Returns 0
  * or SLUICE_ERR_INVALID. */
@@ -95,13 +100,16 @@ bool shm_ring_head_ok(uint64_t wpos, uint64_t prev, uint64_t head);
 /* Writes the header of a block (kind SHM_RING_DATA or SHM_RING_PAD; len: the payload bytes, or
  * for a pad the bytes it covers, header included) into hdr (SHM_RING_HDR bytes). */
 void shm_ring_put_header(uint8_t *hdr, unsigned kind, uint64_t len);
+/* Writes the header of an SHM_RING_EXTERN block: len bytes at offset at of the arena. */
+void shm_ring_put_extern(uint8_t *hdr, uint64_t at, uint64_t len);
 
 /* A block the reader found. */
 struct shm_ring_block {
     uint64_t start; /* its position, any pad before it included */
-    uint64_t off;   /* the payload's offset in the ring */
+    uint64_t off;   /* the payload's offset in the ring (ext: in the arena, unchecked) */
     uint64_t len;   /* payload bytes */
     uint64_t next;  /* the position after it */
+    bool ext;       /* an SHM_RING_EXTERN block: the payload lies in the arena */
 };
 
 /* Reads the block at rpos in ring (size bytes) whose reader's head is head. Each header is read
@@ -114,6 +122,7 @@ int shm_ring_read(const uint8_t *ring, uint64_t size, uint64_t rpos, uint64_t he
 /* The blocks a reader holds, in the order received, and how far head has moved. */
 struct shm_held {
     uint64_t start, end;
+    uint64_t tag; /* the caller's (shm_tracker_add) */
     bool released;
 };
 
@@ -128,15 +137,16 @@ struct shm_tracker {
 void shm_tracker_init(struct shm_tracker *t);
 void shm_tracker_release_all(struct shm_tracker *t);
 
-/* Notes a block [start, end) received; start must be the tail and end after it. Holds at most
- * max entries (the ring's size / SHM_RING_ALIGN). Returns 0, SLUICE_ERR_PROTOCOL when the block
- * does not follow the tail or max are held, or SLUICE_ERR_NOMEM. */
-int shm_tracker_add(struct shm_tracker *t, uint64_t start, uint64_t end, size_t max);
+/* Notes a block [start, end) received, with a tag of the caller's; start must be the tail and end
+ * after it. Holds at most max entries (the ring's size / SHM_RING_ALIGN). Returns 0,
+ * SLUICE_ERR_PROTOCOL when the block does not follow the tail or max are held, or
+ * SLUICE_ERR_NOMEM. */
+int shm_tracker_add(struct shm_tracker *t, uint64_t start, uint64_t end, uint64_t tag, size_t max);
 
 /* Releases the held block starting at start and moves head past the released blocks at the
- * front. Returns 0, or SLUICE_ERR_INVALID when no held block starts there (never handed out, or
- * released already). */
-int shm_tracker_release(struct shm_tracker *t, uint64_t start);
+ * front; *tag (when tag is not NULL) gets the block's tag. Returns 0, or SLUICE_ERR_INVALID when
+ * no held block starts there (never handed out, or released already). */
+int shm_tracker_release(struct shm_tracker *t, uint64_t start, uint64_t *tag);
 
 /* The 8 bytes at p as a little-endian integer, and back: the layout of the ring's headers and of
  * the socket's hello (shm_sock.h). */

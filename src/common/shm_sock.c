@@ -23,7 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define HELLO_MAGIC 0x314d48535348534cull /* "LSHSSHM1" */
+#define HELLO_MAGIC 0x324d48535348534cull /* "LSHSSHM2": a region with an arena */
 
 static socklen_t sock_name(uint64_t incarnation, struct sockaddr_un *sa)
 {

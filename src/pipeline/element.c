@@ -100,10 +100,22 @@ void pipe_tensor_lend(struct pipe_tensor *t, const uint8_t *data, size_t len,
     t->lender = lender;
 }
 
+void pipe_tensor_loan(struct pipe_tensor *t, uint8_t *block, size_t cap, struct pipe_lender *lender)
+{
+    if (t->lender)
+        tensor_unlend(t);
+    free(t->data);
+    t->data = block;
+    t->len = 0;
+    t->cap = cap;
+    t->lender = lender;
+}
+
 /* Makes room for len data bytes and noffs offsets; on failure the tensor is unchanged. */
 static int tensor_reserve(struct pipe_tensor *t, size_t len, size_t noffs)
 {
-    if (t->lender) {
+    /* A block on loan for writing (pipe_tensor_loan) is kept while len fits in it. */
+    if (t->lender && (t->cap == 0 || len > t->cap)) {
         /* Lent values become the tensor's own, as far as its length (the contract of reserve). */
         size_t keep = t->len < len ? t->len : len;
         uint8_t *p = malloc(grow_cap(0, len));
@@ -237,7 +249,7 @@ void pipe_elem_release(struct sluice_element *e)
 void pipe_elem_unlend_all(struct sluice_element *e)
 {
     for (size_t i = 0; i < e->cap; i++)
-        if (e->t[i].lender)
+        if (e->t[i].lender && e->t[i].cap == 0)
             tensor_unlend(&e->t[i]);
     e->lent = false;
 }

@@ -43,7 +43,9 @@ struct pipe_tensor {
     size_t offs_cap;
     /* Set when data is lent (pipe_tensor_lend): it lies in lender's memory, read-only to the
      * pipeline and held by one reference, cap is 0, and the first change of the tensor's size
-     * (pipe_tensor_reserve) or pipe_elem_release gives it back. */
+     * (pipe_tensor_reserve) or pipe_elem_release gives it back. Also set, with cap > 0, for a
+     * block on loan for writing (pipe_tensor_loan): the tensor writes up to cap bytes there, and
+     * gives it back when it needs more (after copying what it keeps) or is released. */
     struct pipe_lender *lender;
 };
 
@@ -148,6 +150,11 @@ static inline int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t 
         return 0;
     return pipe_tensor_reserve_more(t, len, nvalues);
 }
+/* Gives t the block of cap bytes (cap >= 1) that lender lends for writing, with the reference
+ * the caller holds, in place of its data (given back or freed); t's values are then empty.
+ * Whoever takes the block out of t (a worker's chunk) takes lender with it. */
+void pipe_tensor_loan(struct pipe_tensor *t, uint8_t *block, size_t cap,
+                      struct pipe_lender *lender);
 /* Makes t's values the len bytes at data, which lie in lender's memory, without copying them:
  * holds one reference of lender (giving back what t held before). The caller sets dtype, rank
  * and shape, and the lent flag of the element t belongs to. */

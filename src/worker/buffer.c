@@ -253,8 +253,19 @@ void wbuf_chunk_free(struct wbuf_chunk *c)
     if (!c)
         return;
     pipe_buf_release(&c->data);
-    free(c->ext);
+    wbuf_chunk_drop_ext(c);
     free(c);
+}
+
+void wbuf_chunk_drop_ext(struct wbuf_chunk *c)
+{
+    if (c->ext_lender)
+        c->ext_lender->release(c->ext_lender);
+    else
+        free(c->ext);
+    c->ext = NULL;
+    c->ext_lender = NULL;
+    c->inplace = false;
 }
 
 void wbuf_clear(struct wbuf *b)

@@ -43,6 +43,12 @@ struct wbuf_chunk {
      * owned by the chunk) whose first ext_len bytes belong at offset ext_at of data. */
     uint8_t *ext;
     size_t ext_len, ext_cap, ext_at;
+    /* When set, ext is not the chunk's to free but on loan from ext_lender (a reader's arena,
+     * worker/task.h), whose reference the chunk holds. */
+    struct pipe_lender *ext_lender;
+    /* The whole record also lies in one piece around ext: data.p[0, ext_at) right before it and
+     * data.p[ext_at, data.len) right after its ext_len bytes (data keeps its copy). */
+    bool inplace;
 };
 
 /* One contiguous piece of a reply written from chunks in place. */
@@ -110,6 +116,8 @@ unsigned wbuf_chunk_pieces(const struct wbuf_chunk *c, struct wbuf_piece out[3])
 
 /* Frees a chunk, its data and its external block; NULL is fine. */
 void wbuf_chunk_free(struct wbuf_chunk *c);
+/* Gives an external chunk's block back: to its lender, or to free. */
+void wbuf_chunk_drop_ext(struct wbuf_chunk *c);
 
 /* Frees every queued chunk and resets the buffer to empty. */
 void wbuf_clear(struct wbuf *b);

@@ -3,6 +3,7 @@
 
 #include "worker_internal.h"
 
+#include "common/shm_region.h"
 #include "pipeline/codec.h"
 
 /* ---- replies and waiting readers -------------------------------------------------------- */
@@ -20,11 +21,11 @@ static void reply_elements(struct worker *w, struct rpc_conn *conn, uint64_t id,
     Sluice__Envelope env = SLUICE__ENVELOPE__INIT;
     env.body_case = SLUICE__ENVELOPE__BODY_GET_ELEMENTS_REPLY;
     env.get_elements_reply = &r;
-    uint64_t e0, b0, e1, b1;
-    rpc_conn_shm_sent(conn, &e0, &b0);
+    uint64_t e0, b0, i0, e1, b1, i1;
+    rpc_conn_shm_sent(conn, &e0, &b0, &i0);
     if (rpc_conn_reply(conn, id, &env) == 0) {
-        rpc_conn_shm_sent(conn, &e1, &b1);
-        wmetrics_shm(w->wm, e1 - e0, b1 - b0);
+        rpc_conn_shm_sent(conn, &e1, &b1, &i1);
+        wmetrics_shm(w->wm, e1 - e0, b1 - b0, i1 - i0);
     }
 }
 
@@ -113,8 +114,19 @@ static void on_reply_sent(void *arg, int status)
  * aligned to any dtype). Returns the number of pieces, or 0 when the payload must be copied (it
  * lies in scratch, or in a chunk still in the buffer, which a later take may recycle before the
  * write completes). */
-static unsigned take_pieces(const struct task_take *tk, bool align, uv_buf_t segs[RPC_MAX_SEGS])
+static unsigned take_pieces(const struct task_take *tk, bool align, struct shm_region *region,
+                            uv_buf_t segs[RPC_MAX_SEGS])
 {
+    const struct wbuf_chunk *one = tk->wb.whole ? tk->wb.spent : NULL;
+    if (one && !one->next && one->inplace && one->pos == 0 && region) {
+        /* A record laid out whole in the reader's arena: one piece, announced where it lies. */
+        const uint8_t *p = one->ext - one->ext_at;
+        size_t len = one->data.len + one->ext_len;
+        if (shm_region_in_arena(region, p, len)) {
+            segs[0] = uv_buf_init((char *)p, (unsigned)len);
+            return 1;
+        }
+    }
     if (tk->wb.whole) {
         unsigned n = 0;
         uint64_t at = 0;
@@ -177,20 +189,28 @@ static void reply_take(struct worker *w, struct wtask *wt, struct rpc_conn *conn
 {
     uv_buf_t segs[RPC_MAX_SEGS];
     uint64_t t0 = uv_hrtime();
-    unsigned nsegs = take_pieces(tk, rpc_conn_is_shm(conn) && rpc_conn_aligned(conn), segs);
+    struct shm_region *region = rpc_conn_shm_region(conn);
+    /* The task builds its large values in the arena of the reader it last replied to. The task
+     * holds a reference of the region it builds in, so the pointer compared is never stale. */
+    struct shm_region *arena = region && shm_region_arena_size(region) ? region : NULL;
+    if (wt->arena != arena) {
+        task_set_arena(wt->task, arena);
+        wt->arena = arena;
+    }
+    unsigned nsegs = take_pieces(tk, region && rpc_conn_aligned(conn), region, segs);
     if (nsegs > 0) {
         struct sent_reply *sr = malloc(sizeof *sr);
         if (sr) {
             sr->wt = wt;
             sr->tk = *tk;
             sr->t0 = t0;
-            uint64_t e0, b0, e1, b1;
-            rpc_conn_shm_sent(conn, &e0, &b0);
+            uint64_t e0, b0, i0, e1, b1, i1;
+            rpc_conn_shm_sent(conn, &e0, &b0, &i0);
             int rc = rpc_conn_reply_elements(conn, id, tk->wb.count, false, segs, nsegs,
                                              on_reply_sent, sr);
             if (rc == 0) {
-                rpc_conn_shm_sent(conn, &e1, &b1);
-                wmetrics_shm(w->wm, e1 - e0, b1 - b0);
+                rpc_conn_shm_sent(conn, &e1, &b1, &i1);
+                wmetrics_shm(w->wm, e1 - e0, b1 - b0, i1 - i0);
                 wt->replies_inflight++;
                 return;
             }
@@ -846,6 +866,13 @@ void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *u
             waiter_unlink(w, wt, wpp, prev);
         }
         task_set_waiting(wt->task, wt->nwait > 0);
+        struct shm_region *region = rpc_conn_closed_region(conn);
+        if (region && wt->arena == region) {
+            task_set_arena(wt->task, NULL);
+            wt->arena = NULL;
+        }
+        if (region && shm_region_arena_size(region))
+            task_evict_arena(wt->task, region);
         /* Splits a deterministic reader on that connection owned may go to the others now: the
          * reads waiting for them are answered at once rather than at the owner's idle time. */
         if (task_conn_closed(wt->task, rpc_conn_serial(conn)) && wt->wait_head)

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/shm_region.h"
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
 #include "pipeline/iter.h"
@@ -123,6 +124,11 @@ static void spare_put_locked(struct task *t, uint8_t *block, size_t cap)
  * is no use to a producer filling a chunk of many records. */
 static void chunk_put_locked(struct task *t, struct wbuf_chunk *c)
 {
+    if (c->ext && c->ext_lender) {
+        t->ext_bytes = t->ext_bytes > c->ext_cap ? t->ext_bytes - c->ext_cap : 0;
+        wbuf_chunk_free(c);
+        return;
+    }
     if (c->ext) {
         spare_put_locked(t, c->ext, c->ext_cap);
         c->ext = NULL;
@@ -684,6 +690,7 @@ void task_free(struct task *t)
     }
     for (unsigned i = 0; i < t->nspare; i++)
         free(t->spare[i].p);
+    shm_region_unref(t->arena);
     lease_queue_release(&t->lease);
     splittab_release(&t->splits);
     split_plan_release(&t->plan);
@@ -693,6 +700,48 @@ void task_free(struct task *t)
     free(t->snap_dir);
     uv_mutex_destroy(&t->mu);
     free(t);
+}
+
+void task_set_arena(struct task *t, struct shm_region *r)
+{
+    if (r && shm_region_arena_size(r) == 0)
+        r = NULL;
+    uv_mutex_lock(&t->mu);
+    struct shm_region *old = t->arena;
+    if (r)
+        shm_region_ref(r);
+    t->arena = r;
+    uv_mutex_unlock(&t->mu);
+    shm_region_unref(old);
+}
+
+/* Moves an external chunk's block out of r's arena into memory of its own, when it is there.
+ * Leaves it where it is when out of memory. */
+static void evict_chunk(struct wbuf_chunk *c, const struct shm_region *r)
+{
+    if (!c || !c->ext || !task_is_arena_loan(c->ext_lender) ||
+        ((struct arena_loan *)c->ext_lender)->region != r)
+        return;
+    uint8_t *p = malloc(c->ext_cap);
+    if (!p)
+        return;
+    memcpy(p, c->ext, c->ext_len);
+    wbuf_chunk_drop_ext(c);
+    c->ext = p;
+}
+
+void task_evict_arena(struct task *t, const struct shm_region *r)
+{
+    for (unsigned i = 0; i < t->nproducers; i++) {
+        struct producer *p = &t->producers[i];
+        uv_mutex_lock(&p->mu);
+        evict_chunk(p->ext, r);
+        uv_mutex_unlock(&p->mu);
+    }
+    uv_mutex_lock(&t->mu);
+    for (struct wbuf_chunk *c = t->buf.head; c; c = c->next)
+        evict_chunk(c, r);
+    uv_mutex_unlock(&t->mu);
 }
 
 void task_stages(const struct task *t, const struct task_progress *tp, uint64_t send_ns,

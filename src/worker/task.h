@@ -17,7 +17,10 @@
  * element bound it does not wait: it keeps the chunk and parks until a take makes room; without a
  * leased split it parks until splits are granted. An element with a tensor of TASK_EXT_MIN bytes
  * or more (when no compression is tried) is not copied at all: its chunk takes over the tensor's
- * block (an external chunk, buffer.h) and the producer's element gets a spare block back. The
+ * block (an external chunk, buffer.h) and the producer's element gets a spare block back, or,
+ * while the task's reader is on this host with an arena in its shared region (task_set_arena), a
+ * block of that arena: the next such value is then built where the reader maps it, and its
+ * record, laid out whole around it, is announced there instead of copied (conn.c send_shm). The
  * loop thread takes whole records out with task_take() or task_take_whole() and is woken through
  * cfg->wake whenever a waiting reader can be served, a producer needs splits, or a producer
  * exits.
@@ -82,6 +85,11 @@
  * whichever is largest) are kept once written, to be
  * handed back to the pipeline: a block taken from the allocator for each element of tens of MiB
  * costs more in page faults than producing and sending it. */
+/* A reader's arena block for a value of n bytes (task_set_arena) has TASK_ARENA_HEAD bytes in
+ * front of the value, where the record's bytes before it go, and at least TASK_ARENA_TAIL after
+ * it, for the bytes after it. */
+#define TASK_ARENA_HEAD 4096u
+#define TASK_ARENA_TAIL 4096u
 #define TASK_EXT_MIN (256u << 10)
 #define TASK_SPARE_BLOCKS 8u
 #define TASK_SPARE_BYTES (160u << 20)
@@ -282,5 +290,15 @@ unsigned task_abandoned_count(void);
 bool task_exited(struct task *t);
 /* Loop. Frees everything (its producers must have exited: task_exited). */
 void task_free(struct task *t);
+
+struct shm_region;
+/* Loop. The shared region whose arena the producers build large values in from now on (one
+ * reference taken), or NULL for none: set to the region of the connection the task's replies go
+ * to, so a task read by one reader on this host builds them there. */
+void task_set_arena(struct task *t, struct shm_region *r);
+/* Loop. Moves the blocks of r's arena that the task's buffer and its producers' pending chunks
+ * hold into memory of the worker's own, so that r's memory goes soon after its connection ends
+ * (a producer's element in hand may keep one until the producer moves on or ends). */
+void task_evict_arena(struct task *t, const struct shm_region *r);
 
 #endif

@@ -26,6 +26,20 @@ struct spare_block {
     size_t cap;
 };
 
+struct shm_region;
+/* A block of a reader's arena (task_set_arena) on loan to a producer's tensor, and then to the
+ * external chunk that takes it (buffer.h ext_lender): the tensor's values start TASK_ARENA_HEAD
+ * bytes into it. The last reference gives it back to the region. */
+struct arena_loan {
+    struct pipe_lender lender;
+    _Atomic unsigned refs;
+    struct shm_region *region;
+    uint8_t *block;
+};
+
+/* Whether l is an arena_loan's. */
+bool task_is_arena_loan(const struct pipe_lender *l);
+
 /* Where a producer is between its slices (task_producers.c). */
 enum producer_phase {
     PROD_OPEN,       /* not started: checks, sharding and the pipeline still to open */
@@ -110,9 +124,10 @@ struct task {
      * stream of large elements whose chunks in flight outnumber the fixed bound still reuses
      * its blocks. */
     uint64_t ext_bytes, ext_peak;
-    unsigned space_waiters; /* producers parked for space */
-    unsigned lease_waiters; /* producers parked for a lease */
-    unsigned alive;         /* producers not yet exited */
+    struct shm_region *arena; /* task_set_arena */
+    unsigned space_waiters;   /* producers parked for space */
+    unsigned lease_waiters;   /* producers parked for a lease */
+    unsigned alive;           /* producers not yet exited */
     bool done;
     uint64_t produced;
     uint64_t blocked_ns; /* summed over producers: time spent parked for room in the buffer */

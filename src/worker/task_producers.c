@@ -13,6 +13,7 @@
 #include "task_internal.h"
 
 #include "common/error.h"
+#include "common/shm_region.h"
 #include "pipeline/codec.h"
 #include "pipeline/element.h"
 #include "pipeline/iter.h"
@@ -122,17 +123,77 @@ static int push_pending(struct producer *p)
     return rc;
 }
 
-/* Gives tensor t, whose block (of want bytes) an external chunk just took, the newest spare
- * block of at least want bytes (or none: the pipeline then allocates), and leaves it a valid
- * empty tensor. */
-static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
+static void loan_hold(struct pipe_lender *l)
+{
+    struct arena_loan *a = (struct arena_loan *)l;
+    atomic_fetch_add_explicit(&a->refs, 1, memory_order_relaxed);
+}
+
+static void loan_release(struct pipe_lender *l)
+{
+    struct arena_loan *a = (struct arena_loan *)l;
+    if (atomic_fetch_sub_explicit(&a->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    shm_region_arena_put(a->region, a->block);
+    free(a);
+}
+
+bool task_is_arena_loan(const struct pipe_lender *l)
+{
+    return l && l->release == loan_release;
+}
+
+/* A block of r's arena for a value of want bytes, with room around it (TASK_ARENA_HEAD,
+ * TASK_ARENA_TAIL), on loan to t. Returns false (t unchanged) when the arena has no room. */
+static bool loan_arena(struct shm_region *r, struct pipe_tensor *t, size_t want)
+{
+    struct arena_loan *a = malloc(sizeof *a);
+    if (!a)
+        return false;
+    uint64_t cap;
+    if (shm_region_arena_alloc(r, (uint64_t)want + TASK_ARENA_HEAD + TASK_ARENA_TAIL, &a->block,
+                               &cap) != 0) {
+        free(a);
+        return false;
+    }
+    a->lender = (struct pipe_lender){.hold = loan_hold, .release = loan_release};
+    atomic_init(&a->refs, 1);
+    a->region = r;
+    pipe_tensor_loan(t, a->block + TASK_ARENA_HEAD, (size_t)cap - TASK_ARENA_HEAD, &a->lender);
+    return true;
+}
+
+/* Gives tensor t, whose block (of want bytes, holding a value of len bytes) an external chunk
+ * just took, a block of the task's arena for a value of len bytes when it has one with room
+ * (task_set_arena), else the newest spare block of at least want bytes (or none: the pipeline
+ * then allocates), and leaves it a valid empty tensor. (An arena block sized by the block taken
+ * would grow by its room around the value with every element.) */
+static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want, size_t len)
 {
     uint8_t *block = NULL;
     size_t cap = 0;
+    /* The chunk owns what t held. */
+    t->data = NULL;
+    t->cap = 0;
+    t->lender = NULL;
+    t->dtype = SLUICE_UINT8;
+    t->rank = 1;
+    t->shape[0] = 0;
+    t->len = 0;
     uv_mutex_lock(&task->mu);
     task->ext_bytes += want;
     if (task->ext_bytes > task->ext_peak)
         task->ext_peak = task->ext_bytes;
+    struct shm_region *arena = task->arena;
+    if (arena) {
+        shm_region_ref(arena);
+        uv_mutex_unlock(&task->mu);
+        bool loaned = loan_arena(arena, t, len);
+        shm_region_unref(arena);
+        if (loaned)
+            return;
+        uv_mutex_lock(&task->mu);
+    }
     for (unsigned i = task->nspare; i-- > 0;) {
         if (task->spare[i].cap >= want) {
             block = task->spare[i].p;
@@ -147,10 +208,6 @@ static void refill_tensor(struct task *task, struct pipe_tensor *t, size_t want)
     uv_mutex_unlock(&task->mu);
     t->data = block;
     t->cap = cap;
-    t->dtype = SLUICE_UINT8;
-    t->rank = 1;
-    t->shape[0] = 0;
-    t->len = 0;
 }
 
 /* Appends p->elem as an external chunk when one of its tensors has at least TASK_EXT_MIN value
@@ -185,8 +242,19 @@ static int append_external(struct producer *p, size_t *size)
     c->ext_len = split.len;
     c->ext_at = split.at;
     c->count = 1;
+    if (task_is_arena_loan(tensor->lender)) {
+        /* Built in a reader's arena: the record is laid out whole around the values, so that a
+         * reply of it alone is announced where it lies. */
+        c->ext_lender = tensor->lender;
+        size_t after = c->data.len - c->ext_at;
+        if (c->ext_at <= TASK_ARENA_HEAD && after <= c->ext_cap - c->ext_len) {
+            memcpy(c->ext - c->ext_at, c->data.p, c->ext_at);
+            memcpy(c->ext + c->ext_len, (const uint8_t *)c->data.p + c->ext_at, after);
+            c->inplace = true;
+        }
+    }
     chunk_begin(p, c);
-    refill_tensor(t, tensor, c->ext_cap);
+    refill_tensor(t, tensor, c->ext_cap, c->ext_len);
     p->publish = p->chunk && p->chunk->count > 0;
     p->ext = c;
     return 1;
@@ -617,6 +685,9 @@ static enum pool_slice finish(struct producer *p)
     }
     pipe_spec_free(p->sharded);
     p->sharded = NULL;
+    /* Its element's blocks (one may be on loan from a reader's arena, which it would keep
+     * mapped while the task lingers) are of no more use. */
+    pipe_elem_release(&p->elem);
     uv_mutex_lock(&t->mu);
     if (p->rc < 0 && p->rc != SLUICE_ERR_CANCELLED)
         task_fail_locked(t, p->rc, p->err);

@@ -27,7 +27,7 @@ struct wmetrics {
     struct metrics *reg;
     struct metrics_series *tasks_g, *requests_c, *served_c, *bytes_c, *produced_c, *buffered_g,
         *idle_g, *xtc_bytes_g, *xtc_skipped_c, *local_requests_c, *local_served_c, *chunks_c,
-        *shm_bytes_c, *shm_elements_c;
+        *shm_bytes_c, *shm_elements_c, *shm_inplace_c;
     struct metrics_family *stages_f, *busy_f;
     /* Jobs with stage series: those of the last pass, and those the current pass saw (the
      * series of a job no pass sees any more are removed at the pass's end). */
@@ -85,6 +85,11 @@ int wmetrics_create(struct wmetrics **out)
                     "Encoded element bytes written into shared-memory regions of readers on this "
                     "host.",
                     &m->shm_bytes_c);
+    if (rc == 0)
+        rc = scalar(m->reg, true, "sluice_worker_shm_inplace_bytes_total",
+                    "Of the bytes sent through shared-memory regions, the ones announced in "
+                    "place: built by the pipeline in the region's arena, never copied.",
+                    &m->shm_inplace_c);
     if (rc == 0)
         rc = scalar(m->reg, true, "sluice_worker_elements_produced_total",
                     "Elements the tasks' pipelines published into their buffers (counted at each "
@@ -165,8 +170,10 @@ void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes, bool
         metrics_add_u64(m->local_served_c, elements);
 }
 
-void wmetrics_shm(struct wmetrics *m, uint64_t elements, uint64_t bytes)
+void wmetrics_shm(struct wmetrics *m, uint64_t elements, uint64_t bytes, uint64_t inplace)
 {
+    if (inplace)
+        metrics_add_u64(m->shm_inplace_c, inplace);
     if (elements)
         metrics_add_u64(m->shm_elements_c, elements);
     if (bytes)

@@ -20,6 +20,8 @@
  *   sluice_worker_shm_elements_total        counter: of the elements served, the ones written
  *                                           into a shared-memory region of a reader on this host
  *   sluice_worker_shm_bytes_total           counter: the bytes of those
+ *   sluice_worker_shm_inplace_bytes_total   counter: of those bytes, the ones announced where the
+ *                                           pipeline built them, in the region's arena (no copy)
  *   sluice_worker_elements_produced_total   counter: elements the tasks published into their
  *                                           buffers
  *   sluice_worker_buffered_elements         gauge: elements waiting in the tasks' buffers
@@ -71,7 +73,7 @@ void wmetrics_request(struct wmetrics *m, bool local);
  * connection. */
 void wmetrics_served(struct wmetrics *m, uint64_t elements, uint64_t bytes, bool local);
 /* Of those, elements and bytes that went through a reader's shared-memory region. */
-void wmetrics_shm(struct wmetrics *m, uint64_t elements, uint64_t bytes);
+void wmetrics_shm(struct wmetrics *m, uint64_t elements, uint64_t bytes, uint64_t inplace);
 
 /* The share of an interval of interval_ns in which producers producers were blocked, given the
  * nanoseconds they spent blocked during it, summed over them: blocked_ns / (producers *

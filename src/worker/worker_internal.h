@@ -97,6 +97,7 @@ struct wtask {
     bool failure_logged;
     bool end_reported;         /* the dispatcher was told at once that this task finished */
     unsigned replies_inflight; /* replies sent from the task's chunks and not yet written */
+    struct shm_region *arena;  /* the one the task builds in (task_set_arena), NULL for none */
     unsigned splits_failures;
     /* The request_seq of the task's GetSplits calls. */
     struct lease_numbers splits_numbers;

@@ -49,8 +49,12 @@ static void check_read(const uint8_t *data, size_t size, struct shm_ring_block *
     if (!*ok)
         return;
     CHECK(b.start == rpos);
-    CHECK(b.off >= SHM_RING_HDR && b.off % SHM_RING_ALIGN == 0);
-    CHECK(b.len >= 1 && b.off + b.len <= S);
+    CHECK(b.len >= 1);
+    /* An arena payload's place is the region's to check (shm_region_take). */
+    if (!b.ext) {
+        CHECK(b.off >= SHM_RING_HDR && b.off % SHM_RING_ALIGN == 0);
+        CHECK(b.off + b.len <= S);
+    }
     CHECK(b.next > rpos && b.next - head <= S);
     *out = b;
 }
@@ -63,7 +67,7 @@ static void check_tracker(const uint8_t *data, size_t size, const struct shm_rin
     /* Up to 32 blocks of the accepted length, then releases in the input's order. */
     size_t nblocks = size % 32 + 1;
     for (size_t i = 0; i < nblocks; i++) {
-        CHECK(shm_tracker_add(&t, start, start + len, 1000) == 0);
+        CHECK(shm_tracker_add(&t, start, start + len, i, 1000) == 0);
         start += len;
     }
     bool released[32] = {false};
@@ -71,11 +75,14 @@ static void check_tracker(const uint8_t *data, size_t size, const struct shm_rin
     for (size_t i = 0; i < size && i < 256; i++) {
         size_t k = data[size - 1 - i] % 40;
         uint64_t pos = (uint64_t)k * len + (data[i] & 1); /* sometimes not a block's start */
-        int rc = shm_tracker_release(&t, pos);
+        uint64_t tag = UINT64_MAX;
+        int rc = shm_tracker_release(&t, pos, &tag);
         bool valid = (data[i] & 1) == 0 && k < nblocks && !released[k];
         CHECK((rc == 0) == valid);
-        if (valid)
+        if (valid) {
             released[k] = true;
+            CHECK(tag == k);
+        }
         CHECK(t.head >= prev_head && t.head <= t.tail);
         prev_head = t.head;
     }

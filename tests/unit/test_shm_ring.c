@@ -235,7 +235,7 @@ static unsigned simulate(uint64_t size, uint64_t maxlen, bool mixed, uint64_t se
             if (b.len > largest)
                 largest = b.len;
             memmove(lens, lens + 1, sizeof lens - sizeof lens[0]);
-            assert_int_equal(shm_tracker_add(&tr, b.start, b.next, size / SHM_RING_ALIGN), 0);
+            assert_int_equal(shm_tracker_add(&tr, b.start, b.next, 0, size / SHM_RING_ALIGN), 0);
             rpos = b.next;
             placed--;
             blocks++;
@@ -249,7 +249,8 @@ static unsigned simulate(uint64_t size, uint64_t maxlen, bool mixed, uint64_t se
             size_t k = (size_t)(rnd(&seed) % tr.n);
             while (tr.v[(tr.first + k) % tr.cap].released)
                 k = (k + 1) % tr.n;
-            assert_int_equal(shm_tracker_release(&tr, tr.v[(tr.first + k) % tr.cap].start), 0);
+            assert_int_equal(shm_tracker_release(&tr, tr.v[(tr.first + k) % tr.cap].start, NULL),
+                             0);
         }
     }
     *nblocks = blocks;
@@ -377,27 +378,27 @@ static void test_tracker_out_of_order(void **state)
     shm_tracker_init(&t);
     /* 40 blocks of 128 bytes (past the first growth of the entry ring). */
     for (uint64_t i = 0; i < 40; i++)
-        assert_int_equal(shm_tracker_add(&t, i * 128, (i + 1) * 128, 1000), 0);
+        assert_int_equal(shm_tracker_add(&t, i * 128, (i + 1) * 128, 0, 1000), 0);
     /* A block that does not follow the tail. */
-    assert_int_equal(shm_tracker_add(&t, 40 * 128 + 64, 42 * 128, 1000), SLUICE_ERR_PROTOCOL);
+    assert_int_equal(shm_tracker_add(&t, 40 * 128 + 64, 42 * 128, 0, 1000), SLUICE_ERR_PROTOCOL);
     /* Releasing the second leaves head where it is; the first then moves it past both. */
-    assert_int_equal(shm_tracker_release(&t, 128), 0);
+    assert_int_equal(shm_tracker_release(&t, 128, NULL), 0);
     assert_int_equal(t.head, 0);
-    assert_int_equal(shm_tracker_release(&t, 128), SLUICE_ERR_INVALID);
-    assert_int_equal(shm_tracker_release(&t, 0), 0);
+    assert_int_equal(shm_tracker_release(&t, 128, NULL), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_tracker_release(&t, 0, NULL), 0);
     assert_int_equal(t.head, 256);
     /* Never handed out. */
-    assert_int_equal(shm_tracker_release(&t, 64), SLUICE_ERR_INVALID);
-    assert_int_equal(shm_tracker_release(&t, 1 << 20), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_tracker_release(&t, 64, NULL), SLUICE_ERR_INVALID);
+    assert_int_equal(shm_tracker_release(&t, 1 << 20, NULL), SLUICE_ERR_INVALID);
     /* Backwards from the last. */
     for (uint64_t i = 39; i >= 2; i--) {
-        assert_int_equal(shm_tracker_release(&t, i * 128), 0);
+        assert_int_equal(shm_tracker_release(&t, i * 128, NULL), 0);
         assert_int_equal(t.head, i == 2 ? 40 * 128 : 256);
     }
     assert_int_equal(t.n, 0);
     /* Adding after wrapping around the entry ring. */
-    assert_int_equal(shm_tracker_add(&t, 40 * 128, 41 * 128, 1000), 0);
-    assert_int_equal(shm_tracker_release(&t, 40 * 128), 0);
+    assert_int_equal(shm_tracker_add(&t, 40 * 128, 41 * 128, 0, 1000), 0);
+    assert_int_equal(shm_tracker_release(&t, 40 * 128, NULL), 0);
     assert_int_equal(t.head, 41 * 128);
     shm_tracker_release_all(&t);
 }
@@ -408,8 +409,8 @@ static void test_tracker_bound(void **state)
     struct shm_tracker t;
     shm_tracker_init(&t);
     for (uint64_t i = 0; i < 4; i++)
-        assert_int_equal(shm_tracker_add(&t, i * 64, (i + 1) * 64, 4), 0);
-    assert_int_equal(shm_tracker_add(&t, 256, 320, 4), SLUICE_ERR_PROTOCOL);
+        assert_int_equal(shm_tracker_add(&t, i * 64, (i + 1) * 64, 0, 4), 0);
+    assert_int_equal(shm_tracker_add(&t, 256, 320, 0, 4), SLUICE_ERR_PROTOCOL);
     shm_tracker_release_all(&t);
 }
 
