@@ -192,8 +192,10 @@ int wbuf_take_whole(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, u
     while (end && n < max_chunks) {
         uint64_t cb = end->data.len - end->pos + end->ext_len;
         uint64_t cn = end->count - end->taken;
-        if (count + cn > max_elements || bytes + cb > max_bytes) {
-            /* An external chunk cannot be cut, so it goes alone when over a limit. */
+        if (count + cn > max_elements || bytes + cb > max_bytes || (end->inplace && n > 0) ||
+            (end->inplace && end->pos == 0)) {
+            /* An external chunk cannot be cut, so it goes alone when over a limit; one laid
+             * out in a reader's arena goes alone always. */
             if (n == 0 && end->ext) {
                 bytes = cb;
                 count = cn;

@@ -99,7 +99,9 @@ int wbuf_take(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, struct 
  * chunk's untaken records and those of the chunks after it, as long as the reply stays within
  * max_elements records, max_bytes bytes and max_chunks chunks. When the head chunk alone is over
  * a limit nothing is taken (out->count is 0), and the caller falls back to wbuf_take; external
- * chunks are always taken this way. The spent chunks keep their pos. Returns 0. */
+ * chunks are always taken this way. A chunk whose record lies whole in a reader's arena
+ * (inplace) goes alone, so that its reply is announced where it lies: at the head it is the whole
+ * take, and a take of chunks before it stops there. The spent chunks keep their pos. Returns 0. */
 int wbuf_take_whole(struct wbuf *b, uint32_t max_elements, uint64_t max_bytes, unsigned max_chunks,
                     struct wbuf_take *out);
 

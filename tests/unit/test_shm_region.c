@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/shm_arena.h"
 #include "common/shm_region.h"
 #include "common/shm_ring.h"
 #include "sluice/sluice.h"
@@ -200,6 +201,94 @@ static void test_bad_head_refused(void **state)
     shm_region_unref(r);
 }
 
+/* The arena: a value the worker builds there is announced in place, the reader sees it where it
+ * lies (in its own mapping, at the same offset), the block stays out of the worker's hands until
+ * the reader releases it, and it is then the first one handed out again. */
+static void test_arena_in_place(void **state)
+{
+    (void)state;
+    struct shm_region *r, *w;
+    pair(64 * MIB, &r, &w);
+    assert_int_equal(shm_region_size(r), 32 * MIB);
+    assert_int_equal(shm_region_arena_size(r), 32 * MIB);
+    assert_int_equal(shm_region_arena_size(w), 32 * MIB);
+    uint8_t *b0, *b1, *b2;
+    uint64_t cap;
+    assert_int_equal(shm_region_arena_alloc(w, 64 * MIB, &b0, &cap), SLUICE_ERR_LIMIT);
+    assert_int_equal(shm_region_arena_alloc(w, MIB + 1, &b0, &cap), 0);
+    assert_int_equal(cap, MIB + SHM_ARENA_GRANULE);
+    for (size_t i = 0; i < 300000; i++)
+        b0[4096 + i] = (uint8_t)(i * 7);
+    /* Not a block's first granule, not in the arena: refused, nothing written. */
+    assert_int_equal(shm_region_write_extern(w, b0 + SHM_ARENA_GRANULE, 10), SLUICE_ERR_NOT_FOUND);
+    uint8_t outside[16];
+    assert_int_equal(shm_region_write_extern(w, outside, 16), SLUICE_ERR_NOT_FOUND);
+    assert_int_equal(shm_region_write_extern(w, b0 + 4096, 300000), 0);
+    /* Lent: the same block cannot go out twice. */
+    assert_int_equal(shm_region_write_extern(w, b0 + 4096, 10), SLUICE_ERR_NOT_FOUND);
+    uint8_t *data;
+    uint64_t len, pos;
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), 0);
+    assert_int_equal(len, 300000);
+    for (size_t i = 0; i < 300000; i++)
+        if (data[i] != (uint8_t)(i * 7))
+            fail_msg("byte %zu differs", i);
+    /* It lies in the reader's mapping where another process finds it. */
+    uint64_t off;
+    assert_int_equal(shm_region_offset_of(r, data, len, &off), 0);
+    assert_int_equal(off, SHM_REGION_CONTROL + 32 * MIB + 4096);
+    /* The worker lets go; the reader still holds it: the next block is another. */
+    shm_region_arena_put(w, b0);
+    assert_int_equal(shm_region_arena_alloc(w, 100, &b1, &cap), 0);
+    assert_true(b1 == b0 + MIB + SHM_ARENA_GRANULE);
+    shm_region_arena_put(w, b1);
+    /* Released by the reader: the first block handed out again. */
+    shm_region_release(r, pos);
+    assert_int_equal(shm_region_arena_alloc(w, 100, &b2, &cap), 0);
+    assert_true(b2 == b0);
+    /* A connection that ended hands out no more. */
+    shm_region_arena_stop(w);
+    assert_int_equal(shm_region_arena_alloc(w, 100, &b1, &cap), SLUICE_ERR_LIMIT);
+    shm_region_arena_put(w, b2);
+    shm_region_unref(w);
+    shm_region_unref(r);
+    /* A region below SHM_ARENA_REGION_MIN has none. */
+    pair(MIB, &r, &w);
+    assert_int_equal(shm_region_arena_size(r), 0);
+    assert_int_equal(shm_region_arena_alloc(w, 100, &b1, &cap), SLUICE_ERR_LIMIT);
+    shm_region_unref(w);
+    shm_region_unref(r);
+}
+
+/* A hostile worker announces a payload outside the arena: the reader refuses it. */
+static void test_extern_outside_refused(void **state)
+{
+    (void)state;
+    int fd;
+    struct shm_region *r;
+    assert_int_equal(shm_region_create(64 * MIB, &r, &fd), 0);
+    uint8_t *map =
+        mmap(NULL, SHM_REGION_CONTROL + 32 * MIB, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(map != MAP_FAILED);
+    close(fd);
+    uint8_t *ring = map + SHM_REGION_CONTROL;
+    uint8_t *data;
+    uint64_t len, pos;
+    shm_ring_put_extern(ring, 32 * MIB - 10, 11);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), SLUICE_ERR_PROTOCOL);
+    shm_ring_put_extern(ring, 32 * MIB, 1);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), SLUICE_ERR_PROTOCOL);
+    shm_ring_put_extern(ring, UINT64_MAX - 5, 10);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), SLUICE_ERR_PROTOCOL);
+    /* At the very end of the arena: accepted. */
+    shm_ring_put_extern(ring, 32 * MIB - 10, 10);
+    assert_int_equal(shm_region_take(r, &data, &len, &pos), 0);
+    assert_int_equal(len, 10);
+    shm_region_release(r, pos);
+    munmap(map, SHM_REGION_CONTROL + 32 * MIB);
+    shm_region_unref(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +297,8 @@ int main(void)
         cmocka_unit_test(test_block_outlives_region),
         cmocka_unit_test(test_attach_refuses),
         cmocka_unit_test(test_bad_head_refused),
+        cmocka_unit_test(test_arena_in_place),
+        cmocka_unit_test(test_extern_outside_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

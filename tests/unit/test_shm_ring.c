@@ -371,6 +371,51 @@ static void test_read_rejects_bad_headers(void **state)
     free(ring);
 }
 
+/* An SHM_RING_EXTERN block: a header alone (placed as SHM_RING_EXTERN_LEN payload bytes) naming a
+ * payload in the arena, after a pad too; zero bytes refused; the arena's bounds are not the
+ * ring's to check (shm_region_take does). Tags come back with their blocks. */
+static void test_read_extern(void **state)
+{
+    (void)state;
+    const uint64_t S = MIB;
+    uint8_t *ring = calloc(1, S);
+    assert_non_null(ring);
+    struct shm_ring_block b;
+    struct shm_ring_place p;
+    assert_int_equal(shm_ring_place(S, 0, 0, SHM_RING_EXTERN_LEN, 0, &p), 0);
+    assert_true(p.pad == 0 && p.off == 0 && p.total == 2 * SHM_RING_HDR);
+    shm_ring_put_extern(ring, 123456, 789);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), 0);
+    assert_true(b.ext && b.off == 123456 && b.len == 789 && b.next == 2 * SHM_RING_HDR);
+    shm_ring_put_extern(ring, 1, 0);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), SLUICE_ERR_PROTOCOL);
+    /* Lengths beyond the ring's are fine: the payload is not in it. */
+    shm_ring_put_extern(ring, 0, 4 * S);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), 0);
+    assert_true(b.ext && b.len == 4 * S);
+    /* After a pad at the ring's end. */
+    shm_ring_put_header(ring + S - 128, SHM_RING_PAD, 128);
+    shm_ring_put_extern(ring, 64, 10);
+    assert_int_equal(shm_ring_read(ring, S, 3 * S - 128, 2 * S + 256, &b), 0);
+    assert_true(b.ext && b.off == 64 && b.start == 3 * S - 128 && b.next == 3 * S + 128);
+    /* A plain data block still reads as one. */
+    shm_ring_put_header(ring, SHM_RING_DATA, 10);
+    assert_int_equal(shm_ring_read(ring, S, 0, 0, &b), 0);
+    assert_true(!b.ext && b.off == SHM_RING_HDR && b.len == 10);
+    free(ring);
+    struct shm_tracker t;
+    shm_tracker_init(&t);
+    assert_int_equal(shm_tracker_add(&t, 0, 128, 7, 100), 0);
+    assert_int_equal(shm_tracker_add(&t, 128, 256, 0, 100), 0);
+    uint64_t tag = 99;
+    assert_int_equal(shm_tracker_release(&t, 128, &tag), 0);
+    assert_int_equal(tag, 0);
+    assert_int_equal(shm_tracker_release(&t, 0, &tag), 0);
+    assert_int_equal(tag, 7);
+    assert_int_equal(t.head, 256);
+    shm_tracker_release_all(&t);
+}
+
 static void test_tracker_out_of_order(void **state)
 {
     (void)state;
@@ -426,6 +471,7 @@ int main(void)
         cmocka_unit_test(test_head_ok),
         cmocka_unit_test(test_write_then_read_laps),
         cmocka_unit_test(test_read_rejects_bad_headers),
+        cmocka_unit_test(test_read_extern),
         cmocka_unit_test(test_tracker_out_of_order),
         cmocka_unit_test(test_tracker_bound),
     };

@@ -256,6 +256,44 @@ static void test_external_chunks(void **state)
     assert_int_equal(b.chunks, 0);
 }
 
+/* Chunks laid out in a reader's arena (inplace) go alone: a take stops before one, and one at the
+ * head is the whole take even when more would fit. */
+static void test_inplace_chunks_alone(void **state)
+{
+    (void)state;
+    struct wbuf b;
+    wbuf_init(&b);
+    wbuf_push(&b, make_chunk(1, 4, 0x70));
+    wbuf_push(&b, make_ext(0, 300, 0, 0x71));
+    wbuf_push(&b, make_ext(0, 300, 0, 0x72));
+    wbuf_push(&b, make_ext(0, 300, 0, 0x73));
+    wbuf_push(&b, make_chunk(1, 4, 0x74));
+    b.head->next->inplace = true;
+    b.head->next->next->inplace = true;
+    struct wbuf_take t;
+    assert_int_equal(wbuf_take_whole(&b, 100, 100000, 10, &t), 0);
+    assert_int_equal(t.count, 1);
+    assert_int_equal(t.len, 5);
+    free_spent(&t);
+    for (uint8_t tag = 0x71; tag <= 0x72; tag++) {
+        assert_int_equal(wbuf_take_whole(&b, 100, 100000, 10, &t), 0);
+        assert_int_equal(t.count, 1);
+        assert_int_equal(t.len, 302);
+        assert_true(t.spent->inplace && t.spent->next == NULL);
+        size_t len;
+        uint8_t *bytes = join_whole(&t, &len);
+        expect_records(bytes, len, (const size_t[]){300}, (const uint8_t[]){tag}, 1);
+        free(bytes);
+        free_spent(&t);
+    }
+    /* The rest (not in place) together. */
+    assert_int_equal(wbuf_take_whole(&b, 100, 100000, 10, &t), 0);
+    assert_int_equal(t.count, 2);
+    assert_int_equal(t.len, 302 + 5);
+    free_spent(&t);
+    assert_int_equal(b.count, 0);
+}
+
 static void test_external_chunks_gathered(void **state)
 {
     (void)state;
@@ -309,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_whole_chunks_within_limits),
         cmocka_unit_test(test_rest_of_a_partly_taken_chunk),
         cmocka_unit_test(test_external_chunks),
+        cmocka_unit_test(test_inplace_chunks_alone),
         cmocka_unit_test(test_external_chunks_gathered),
         cmocka_unit_test(test_inconsistent_external_chunk),
     };
