@@ -4,7 +4,9 @@
  * way the elements went:
  *
  *   - parallel_epochs and distributed_epoch give the same elements over shared memory and with
- *     no_shm (TCP), the shared-memory counters moving only for the former;
+ *     no_shm (TCP), the shared-memory counters moving only for the former; elements of 300 kB
+ *     are built in the reader's arena and announced in place, all but those made before the
+ *     task knew its reader;
  *   - a region of 2 MiB bounds what the worker maps (its /proc/PID/maps) while a consumer that
  *     stops holding an element reads 30 MB: the worker waits for room (serves nothing while the
  *     consumer holds the region), and every element goes through the region;
@@ -12,10 +14,12 @@
  *     region while the reader waits for the lowest split: every element in the canonical order;
  *   - kill -9 of a worker at a random point of a distributed_epoch read, WORKER_KILLS times: every
  *     element exactly once, and afterwards nothing of a region is left mapped or open in this
- *     process or the surviving worker, and no entry of ours in /dev/shm;
+ *     process or the surviving worker, and no entry of ours in /dev/shm (every other round with
+ *     elements built in the arena);
  *   - kill -9 of a reader process (`sluice read`) at a random point, READER_KILLS times: the worker
  *     unmaps its region, neither it nor this process holds a memfd, and it serves the next
- *     reader;
+ *     reader (every other round with elements built in the arena, which the worker moves out of
+ *     it when the connection ends);
  *   - silent connections to the worker's shared-memory socket, more than may wait for their
  *     hello, lock no reader out and are closed when their hello is overdue. */
 #include <stdarg.h>
@@ -597,7 +601,9 @@ static void test_worker_killed(void **unused)
         start_worker(1, NULL);
         wait_workers(2);
         double shm0 = metric(0, "sluice_worker_shm_elements_total");
-        struct read_spec s = {.pipeline = "range(400) | map(bytes, 100000)",
+        /* Every other round with elements built in the reader's arena (256 KiB or more). */
+        struct read_spec s = {.pipeline = round % 2 ? "range(400) | map(bytes, 300000)"
+                                                    : "range(400) | map(bytes, 100000)",
                               .mode = SLUICE_DISTRIBUTED_EPOCH,
                               .at = 1 + (size_t)(rand() % 300),
                               .hook = kill_worker1};
@@ -632,7 +638,8 @@ static void test_reader_killed(void **unused)
                         "local",
                         "--format",
                         "count",
-                        "range(100000) | map(bytes, 200000)",
+                        round % 2 ? "range(100000) | map(bytes, 300000)"
+                                  : "range(100000) | map(bytes, 200000)",
                         NULL};
         assert_int_equal(proc_spawn(&r, argv), 0);
         /* Killed once the worker has mapped its region and sent some elements through it. */
