@@ -734,7 +734,10 @@ void task_evict_arena(struct task *t, const struct shm_region *r)
 {
     for (unsigned i = 0; i < t->nproducers; i++) {
         struct producer *p = &t->producers[i];
-        uv_mutex_lock(&p->mu);
+        /* A producer appending right now pushes its pending chunk soon; the loop never waits
+         * for one (as task_steal). */
+        if (uv_mutex_trylock(&p->mu) != 0)
+            continue;
         evict_chunk(p->ext, r);
         uv_mutex_unlock(&p->mu);
     }

@@ -298,7 +298,8 @@ struct shm_region;
 void task_set_arena(struct task *t, struct shm_region *r);
 /* Loop. Moves the blocks of r's arena that the task's buffer and its producers' pending chunks
  * hold into memory of the worker's own, so that r's memory goes soon after its connection ends
- * (a producer's element in hand may keep one until the producer moves on or ends). */
+ * (a producer's element in hand, or the pending chunk of one appending right now, may keep one
+ * until the chunk is sent elsewhere or the producer ends). */
 void task_evict_arena(struct task *t, const struct shm_region *r);
 
 #endif
