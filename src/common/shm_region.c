@@ -271,6 +271,14 @@ void shm_region_arena_put(struct shm_region *r, const uint8_t *block)
     shm_region_unref(r);
 }
 
+bool shm_region_arena_stopped(struct shm_region *r)
+{
+    pthread_mutex_lock(&r->amu);
+    bool stopped = r->arena_stopped;
+    pthread_mutex_unlock(&r->amu);
+    return stopped;
+}
+
 void shm_region_arena_stop(struct shm_region *r)
 {
     pthread_mutex_lock(&r->amu);

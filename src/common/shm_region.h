@@ -57,8 +57,10 @@ int shm_region_write(struct shm_region *r, const struct iovec *pieces, unsigned 
 int shm_region_arena_alloc(struct shm_region *r, uint64_t bytes, uint8_t **block, uint64_t *cap);
 /* Drops the references a block from shm_region_arena_alloc holds. Any thread. */
 void shm_region_arena_put(struct shm_region *r, const uint8_t *block);
-/* No more blocks are handed out (the connection ended); those out stay valid. */
+/* No more blocks are handed out (the connection ended); those out stay valid. And whether that
+ * happened. */
 void shm_region_arena_stop(struct shm_region *r);
+bool shm_region_arena_stopped(struct shm_region *r);
 /* Whether the len bytes at p lie in the arena, and its size (0: none). */
 bool shm_region_in_arena(const struct shm_region *r, const void *p, size_t len);
 uint64_t shm_region_arena_size(const struct shm_region *r);

@@ -111,6 +111,25 @@ void pipe_tensor_loan(struct pipe_tensor *t, uint8_t *block, size_t cap, struct 
     t->lender = lender;
 }
 
+int pipe_tensor_unloan(struct pipe_tensor *t)
+{
+    if (!t->lender || t->cap == 0)
+        return 0;
+    uint8_t *p = NULL;
+    if (t->len) {
+        p = malloc(t->len);
+        if (!p)
+            return SLUICE_ERR_NOMEM;
+        memcpy(p, t->data, t->len);
+    }
+    size_t len = t->len;
+    tensor_unlend(t);
+    t->data = p;
+    t->len = len;
+    t->cap = len;
+    return 0;
+}
+
 /* Makes room for len data bytes and noffs offsets; on failure the tensor is unchanged. */
 static int tensor_reserve(struct pipe_tensor *t, size_t len, size_t noffs)
 {

@@ -155,6 +155,9 @@ static inline int pipe_tensor_reserve(struct pipe_tensor *t, size_t len, size_t 
  * Whoever takes the block out of t (a worker's chunk) takes lender with it. */
 void pipe_tensor_loan(struct pipe_tensor *t, uint8_t *block, size_t cap,
                       struct pipe_lender *lender);
+/* Gives a block on loan for writing back, t's values copied into memory of its own first (none
+ * is a no-op). Returns 0, or SLUICE_ERR_NOMEM (t unchanged). */
+int pipe_tensor_unloan(struct pipe_tensor *t);
 /* Makes t's values the len bytes at data, which lie in lender's memory, without copying them:
  * holds one reference of lender (giving back what t held before). The caller sets dtype, rank
  * and shape, and the lent flag of the element t belongs to. */

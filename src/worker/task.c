@@ -715,9 +715,7 @@ void task_set_arena(struct task *t, struct shm_region *r)
     shm_region_unref(old);
 }
 
-/* Moves an external chunk's block out of r's arena into memory of its own, when it is there.
- * Leaves it where it is when out of memory. */
-static void evict_chunk(struct wbuf_chunk *c, const struct shm_region *r)
+void task_chunk_evict(struct wbuf_chunk *c, const struct shm_region *r)
 {
     if (!c || !c->ext || !task_is_arena_loan(c->ext_lender) ||
         ((struct arena_loan *)c->ext_lender)->region != r)
@@ -738,12 +736,15 @@ void task_evict_arena(struct task *t, const struct shm_region *r)
          * for one (as task_steal). */
         if (uv_mutex_trylock(&p->mu) != 0)
             continue;
-        evict_chunk(p->ext, r);
+        task_chunk_evict(p->ext, r);
         uv_mutex_unlock(&p->mu);
     }
     uv_mutex_lock(&t->mu);
     for (struct wbuf_chunk *c = t->buf.head; c; c = c->next)
-        evict_chunk(c, r);
+        task_chunk_evict(c, r);
+    /* Parked producers look at their element's blocks when they wake, and park again. */
+    atomic_fetch_add(&t->evictions, 1);
+    task_unpark_locked(t, PARK_NONE);
     uv_mutex_unlock(&t->mu);
 }
 

