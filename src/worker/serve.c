@@ -870,9 +870,8 @@ void worker_on_conn_close(struct rpc_server *srv, struct rpc_conn *conn, void *u
         if (region && wt->arena == region) {
             task_set_arena(wt->task, NULL);
             wt->arena = NULL;
-        }
-        if (region && shm_region_arena_size(region))
             task_evict_arena(wt->task, region);
+        }
         /* Splits a deterministic reader on that connection owned may go to the others now: the
          * reads waiting for them are answered at once rather than at the owner's idle time. */
         if (task_conn_closed(wt->task, rpc_conn_serial(conn)) && wt->wait_head)

@@ -742,9 +742,11 @@ void task_evict_arena(struct task *t, const struct shm_region *r)
     uv_mutex_lock(&t->mu);
     for (struct wbuf_chunk *c = t->buf.head; c; c = c->next)
         task_chunk_evict(c, r);
-    /* Parked producers look at their element's blocks when they wake, and park again. */
+    /* Producers parked for room look at their element's blocks when they wake, and park
+     * again. */
     atomic_fetch_add(&t->evictions, 1);
-    task_unpark_locked(t, PARK_NONE);
+    if (t->space_waiters)
+        task_unpark_locked(t, PARK_SPACE);
     uv_mutex_unlock(&t->mu);
 }
 

@@ -297,9 +297,9 @@ struct shm_region;
  * to, so a task read by one reader on this host builds them there. */
 void task_set_arena(struct task *t, struct shm_region *r);
 /* Loop. Moves the blocks of r's arena that the task's buffer and its producers' pending chunks
- * hold into memory of the worker's own, and wakes its parked producers, which give back their
- * element's blocks of arenas whose connection ended before they park again: r's memory goes soon
- * after its connection ends (the pending chunk of a producer appending right now may keep one
+ * hold into memory of the worker's own, and wakes its producers parked for room, which give back
+ * their element's blocks of arenas whose connection ended before they park again: r's memory goes
+ * soon after its connection ends (the pending chunk of a producer appending right now may keep one
  * until it is sent elsewhere or the task ends). */
 void task_evict_arena(struct task *t, const struct shm_region *r);
 

@@ -388,13 +388,13 @@ static void test_shm_and_tcp_agree(void **unused)
     (void)unused;
     start_worker(0, NULL);
     wait_workers(1);
-    const char *big = "range(200) | map(bytes, 300000)";
+    const char *big = "range(100) | map(bytes, 300000)";
     enum sluice_mode modes[] = {SLUICE_PARALLEL_EPOCHS, SLUICE_DISTRIBUTED_EPOCH};
     for (int m = 0; m < 2; m++) {
         struct read_spec s = {.pipeline = big, .mode = modes[m], .inplace = true};
-        expect_read_via(&s, 200, true);
+        expect_read_via(&s, 100, true);
         s.no_shm = true;
-        expect_read_via(&s, 200, false);
+        expect_read_via(&s, 100, false);
     }
     /* Small replies never use the region; they arrive as well. */
     double shm0 = metric(0, "sluice_worker_shm_elements_total");
